@@ -1,0 +1,205 @@
+# ringmaster — one Makefile for the operator, the worker, kubesim and the tests.
+#
+# Knobs (NCCL style):  DEBUG=0|1  ASAN=0|1  UBSAN=0|1  WERROR=0|1 (1 under CI)
+#                      CUDA=auto|0|1  NVCC_GENCODE=...  CUDA_HOME=/usr/local/cuda  PREFIX=/usr/local
+# Layout of sources (wildcards, so a new module needs no Makefile edit):
+#   common/*.c            -> libcommon.a        (shared runtime)
+#   kernels/*.c           -> libkernels.a       (C reference kernels)
+#   kernels/cuda/*.cu, worker/cuda/*.{c,cu}     (only when CUDA is on)
+#   worker/nocuda/*.c                           (only when CUDA is off)
+#   worker/*.c - main.c   -> libworker.a,  worker/main.c   -> bin/ringmaster-worker
+#   operator/**.c - main.c-> liboperator.a, operator/main.c -> bin/ringmaster
+#   tests/kubesim/*.c     -> bin/kubesim
+#   tests/unit/test_*.c   -> unit-tests (one CUnit runner; each file defines rm_suite_<name>())
+# Release objects go to build/release and binaries to bin/; ASAN/UBSAN/DEBUG builds go to
+# build/<variant>/ with their binaries in build/<variant>/bin/ so they never clobber bin/.
+
+DEBUG  ?= 0
+ASAN   ?= 0
+UBSAN  ?= 0
+ifneq ($(CI),)
+WERROR ?= 1
+else
+WERROR ?= 0
+endif
+CUDA         ?= auto
+CUDA_HOME    ?= /usr/local/cuda
+NVCC_GENCODE ?= -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90
+PREFIX       ?= /usr/local
+DESTDIR      ?=
+
+ifeq ($(ASAN)$(UBSAN),00)
+  ifeq ($(DEBUG),1)
+    VARIANT := debug
+  else
+    VARIANT := release
+  endif
+else
+  VARIANT := asan
+endif
+BUILDDIR ?= build/$(VARIANT)
+ifeq ($(VARIANT),release)
+BINDIR ?= bin
+else
+BINDIR ?= $(BUILDDIR)/bin
+endif
+
+# ---- CUDA detection -------------------------------------------------------------------------
+NVCC := $(CUDA_HOME)/bin/nvcc
+ifeq ($(CUDA),auto)
+  ifneq ($(and $(wildcard $(NVCC)),$(or $(wildcard $(CUDA_HOME)/include/nccl.h),$(wildcard /usr/include/nccl.h))),)
+    CUDA_ON := 1
+  else
+    CUDA_ON := 0
+  endif
+else
+  CUDA_ON := $(CUDA)
+endif
+
+# ---- flags ----------------------------------------------------------------------------------
+CC      ?= cc
+WARN    := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wvla -Wformat=2 -Wno-unused-parameter
+CSTD    := -std=c11 -D_GNU_SOURCE
+OPT     := $(if $(filter 1,$(DEBUG)),-O0 -g3,-O2 -g)
+SAN     := $(if $(filter 1,$(ASAN)),-fsanitize=address -fno-omit-frame-pointer) \
+           $(if $(filter 1,$(UBSAN)),-fsanitize=undefined -fno-sanitize-recover=undefined)
+MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
+MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null)
+DEPFLAGS = -MMD -MP
+CFLAGS  += $(CSTD) $(OPT) $(WARN) $(if $(filter 1,$(WERROR)),-Werror) $(SAN) -I. -pthread \
+           $(MPI_CFLAGS) -DRM_HAVE_CUDA=$(CUDA_ON)
+LDFLAGS += $(SAN) -pthread
+LIBS    := -lcurl -lcjson -lmicrohttpd -lyaml -lopenblas $(MPI_LIBS) -lm
+ifeq ($(CUDA_ON),1)
+CFLAGS    += -I$(CUDA_HOME)/include
+NVCCFLAGS ?= -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall -I. -I$(CUDA_HOME)/include -DRM_HAVE_CUDA=1
+LIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart -lstdc++
+endif
+
+# ---- sources --------------------------------------------------------------------------------
+COMMON_SRC   := $(wildcard common/*.c)
+KERNELS_SRC  := $(wildcard kernels/*.c)
+WORKER_SRC   := $(filter-out worker/main.c,$(wildcard worker/*.c))
+OPERATOR_SRC := $(filter-out operator/main.c,$(wildcard operator/*.c operator/*/*.c))
+KUBESIM_SRC  := $(filter-out tests/kubesim/main.c,$(wildcard tests/kubesim/*.c))
+UNIT_SRC     := $(wildcard tests/unit/*.c)
+ifeq ($(CUDA_ON),1)
+KERNELS_CU   := $(wildcard kernels/cuda/*.cu)
+WORKER_SRC   += $(wildcard worker/cuda/*.c)
+WORKER_CU    := $(wildcard worker/cuda/*.cu)
+else
+KERNELS_CU   :=
+WORKER_CU    :=
+WORKER_SRC   += $(wildcard worker/nocuda/*.c)
+endif
+
+obj = $(patsubst %.c,$(BUILDDIR)/%.o,$(1))
+cuobj = $(patsubst %.cu,$(BUILDDIR)/%.cu.o,$(1))
+
+LIBCOMMON   := $(BUILDDIR)/libcommon.a
+LIBKERNELS  := $(BUILDDIR)/libkernels.a
+LIBWORKER   := $(BUILDDIR)/libworker.a
+LIBOPERATOR := $(BUILDDIR)/liboperator.a
+LIBKUBESIM  := $(BUILDDIR)/libkubesim.a
+ALL_LIBS    := $(LIBOPERATOR) $(LIBWORKER) $(LIBKUBESIM) $(LIBKERNELS) $(LIBCOMMON)
+
+RINGMASTER  := $(BINDIR)/ringmaster
+WORKER      := $(BINDIR)/ringmaster-worker
+KUBESIM     := $(BINDIR)/kubesim
+UNITTESTS   := $(BINDIR)/unit-tests
+
+.PHONY: all deps test test-unit test-e2e test-gpu bench demo install clean distclean info
+all: $(RINGMASTER) $(WORKER) $(KUBESIM)
+
+info:
+	@echo "variant=$(VARIANT) builddir=$(BUILDDIR) bindir=$(BINDIR) cuda=$(CUDA_ON) werror=$(WERROR)"
+
+$(BUILDDIR)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
+
+$(BUILDDIR)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
+
+$(LIBCOMMON):   $(call obj,$(COMMON_SRC))
+$(LIBKERNELS):  $(call obj,$(KERNELS_SRC)) $(call cuobj,$(KERNELS_CU))
+$(LIBWORKER):   $(call obj,$(WORKER_SRC)) $(call cuobj,$(WORKER_CU))
+$(LIBOPERATOR): $(call obj,$(OPERATOR_SRC))
+$(LIBKUBESIM):  $(call obj,$(KUBESIM_SRC))
+$(ALL_LIBS):
+	@mkdir -p $(dir $@)
+	@rm -f $@
+	$(AR) rcs $@ $^ $(if $^,,$(BUILDDIR)/empty.o)
+
+$(BUILDDIR)/empty.o:
+	@mkdir -p $(dir $@)
+	echo 'typedef int rm_empty_unit;' | $(CC) -x c -c - -o $@
+$(ALL_LIBS): | $(BUILDDIR)/empty.o
+
+$(RINGMASTER): $(call obj,operator/main.c) $(LIBOPERATOR) $(LIBCOMMON)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+$(WORKER): $(call obj,worker/main.c) $(LIBWORKER) $(LIBKERNELS) $(LIBCOMMON)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+$(KUBESIM): $(call obj,tests/kubesim/main.c) $(LIBKUBESIM) $(LIBCOMMON)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+
+# One CUnit runner: tests/unit/test_<name>.c defines void rm_suite_<name>(void).
+$(BUILDDIR)/gen/suites.h: $(wildcard tests/unit/test_*.c)
+	@mkdir -p $(dir $@)
+	@for f in $(sort $(notdir $(basename $(wildcard tests/unit/test_*.c)))); do \
+	  echo "RM_SUITE($${f#test_})"; done > $@.tmp && mv $@.tmp $@
+$(BUILDDIR)/tests/unit/main.o: $(BUILDDIR)/gen/suites.h
+$(BUILDDIR)/tests/unit/main.o: CFLAGS += -I$(BUILDDIR)/gen
+$(UNITTESTS): $(call obj,$(UNIT_SRC)) $(ALL_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(call obj,$(UNIT_SRC)) -Wl,--start-group $(ALL_LIBS) -Wl,--end-group $(LIBS) -lcunit
+
+-include $(shell find $(BUILDDIR) -name '*.d' 2>/dev/null)
+
+# ---- packages -------------------------------------------------------------------------------
+DEB_PKGS := build-essential pkg-config libcurl4-openssl-dev libcjson-dev libmicrohttpd-dev \
+            libcunit1-dev libyaml-dev libopenblas-dev libopenmpi-dev openmpi-bin \
+            dataset-fashion-mnist prometheus python3-kubernetes python3-yaml curl procps iproute2
+BENCH_PKGS := python3-torch hyperfine
+deps:
+	@scripts/install-deps.sh $(DEB_PKGS)
+deps-bench:
+	@scripts/install-deps.sh $(DEB_PKGS) $(BENCH_PKGS)
+
+# ---- tests ----------------------------------------------------------------------------------
+# `make test`: deps, the release build (warnings as errors), the unit tests under ASan+UBSan,
+# then every end-to-end script in tests/e2e against the release binaries.
+test: deps
+	$(MAKE) WERROR=1 all
+	$(MAKE) ASAN=1 UBSAN=1 WERROR=1 test-unit
+	$(MAKE) WERROR=1 test-e2e
+
+test-unit: $(UNITTESTS) all
+	ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:abort_on_error=0 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	RM_BIN=$(abspath $(BINDIR)) $(UNITTESTS) $(SUITES)
+
+test-e2e: all
+	RM_BIN=$(abspath $(BINDIR)) tests/run-e2e.sh $(E2E)
+
+test-gpu: all
+	RM_BIN=$(abspath $(BINDIR)) tests/gpu/run.sh
+
+bench: deps-bench all
+	bench/run-all.sh
+
+demo: deps all
+	$(RINGMASTER) run -f deploy/examples/fashion-mnist.yaml
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/ringmaster
+	install -m 0755 $(RINGMASTER) $(WORKER) $(DESTDIR)$(PREFIX)/bin/
+	cp -r deploy $(DESTDIR)$(PREFIX)/share/ringmaster/
+
+clean:
+	rm -rf build bin
+distclean: clean

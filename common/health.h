@@ -1,0 +1,23 @@
+/* health.h — /healthz and /readyz.
+ *
+ * Liveness is "the work loop made progress within the deadline": the loop calls
+ * rm_health_beat() after each unit of work; /healthz answers 200 {"status":"ok"} while the last
+ * beat is younger than the deadline and 503 {"status":"stalled","secondsSinceProgress":N} after.
+ * deadline 0 disables the check (always 200). Readiness is a flag the owner sets (/readyz 200 when
+ * ready, 503 otherwise, with the reason given to rm_health_set_ready). Thread-safe. */
+#ifndef RM_HEALTH_H
+#define RM_HEALTH_H
+#include <stdbool.h>
+#include "common/http.h"
+
+typedef struct rm_health rm_health;
+rm_health *rm_health_new(double deadline_seconds);
+void rm_health_free(rm_health *h);                /* NULL ok */
+void rm_health_beat(rm_health *h);
+void rm_health_set_deadline(rm_health *h, double deadline_seconds);
+void rm_health_set_ready(rm_health *h, bool ready, const char *reason /* copied; may be NULL */);
+bool rm_health_live(rm_health *h);
+double rm_health_since_beat(rm_health *h);        /* seconds */
+int rm_health_healthz(const rm_http_req *req, rm_http_resp *resp, void *health);
+int rm_health_readyz(const rm_http_req *req, rm_http_resp *resp, void *health);
+#endif

@@ -1,0 +1,98 @@
+/* http.h — a small HTTP/1.1 server over libmicrohttpd for /metrics, probes, the rendezvous
+ * service and kubesim.
+ *
+ * Design: thread-per-connection (MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD),
+ * so a handler may block (long polls, watch streams) without stalling other clients. Routes are a
+ * table matched in order on (method, path); a route with prefix=1 matches every path that starts
+ * with its path. No route for the path → 404, a route for the path but not the method → 405 (with
+ * Allow), body over opts.max_body → 413; all error bodies are JSON {"error":"...","code":N}.
+ * Request bodies are accumulated up to the cap before the handler runs. */
+#ifndef RM_HTTP_H
+#define RM_HTTP_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+#include "common/rm.h"
+
+typedef struct rm_http_server rm_http_server;
+
+typedef struct rm_http_req {
+    const char *method;      /* "GET", ... */
+    const char *path;        /* decoded path without query ("/v1/jobs/a/b/join") */
+    const char *body;        /* NUL-terminated copy of the body ("" when none); borrowed */
+    size_t body_len;
+    const char *remote_ip;   /* "127.0.0.5"; borrowed */
+    void *impl;              /* internal */
+} rm_http_req;
+
+/* Header and query lookups; borrowed strings valid during the handler; NULL when absent. */
+const char *rm_http_header(const rm_http_req *req, const char *name);
+const char *rm_http_query(const rm_http_req *req, const char *key);
+
+/* Streaming body: read() is called repeatedly from the connection's own thread and may block.
+ * Return >0 bytes written into buf, 0 to be called again (after a short sleep), or -1 to end the
+ * stream. free() is called once when the response is done (client gone or ended); may be NULL. */
+typedef struct rm_http_stream {
+    ssize_t (*read)(void *ud, char *buf, size_t cap);
+    void (*free)(void *ud);
+    void *ud;
+} rm_http_stream;
+
+#define RM_HTTP_MAX_HEADERS 8
+typedef struct rm_http_resp {
+    int status;                 /* default 200 */
+    const char *content_type;   /* static string; default "application/json" */
+    char *body;                 /* owned by the server after return (free()d); may be NULL */
+    size_t body_len;            /* 0 with body set → strlen(body) */
+    rm_http_stream stream;      /* when stream.read is set, body is ignored and the reply is chunked */
+    struct { char name[64]; char value[256]; } headers[RM_HTTP_MAX_HEADERS];
+    int nheaders;
+} rm_http_resp;
+
+/* Handlers fill resp and return RM_OK; a negative return becomes a 500 with a JSON error body. */
+typedef int (*rm_http_handler)(const rm_http_req *req, rm_http_resp *resp, void *ud);
+
+typedef struct rm_http_route {
+    const char *method;   /* NULL = any method */
+    const char *path;
+    int prefix;           /* 1: match path prefix */
+    rm_http_handler fn;
+    void *ud;
+} rm_http_route;
+
+typedef struct rm_http_opts {
+    const char *bind;          /* "127.0.0.1:0", ":8080", "0.0.0.0:9090"; port 0 picks one */
+    size_t max_body;           /* default 1 MiB */
+    unsigned conn_timeout_s;   /* idle connection timeout; default 60 (0 = default) */
+    unsigned max_conns;        /* default 2048 */
+} rm_http_opts;
+
+/* Start serving in background threads. The route table is copied. On success *out is owned
+ * (rm_http_stop). Errors (bad address, port in use) → RM_EINVAL/RM_EIO with err set. */
+int rm_http_start(const rm_http_opts *opts, const rm_http_route *routes, size_t nroutes,
+                  rm_http_server **out, rm_err *err);
+int rm_http_port(const rm_http_server *s);   /* the bound port */
+/* Graceful: stop accepting, let running handlers finish (streams are ended), join threads, free.
+ * NULL ok. */
+void rm_http_stop(rm_http_server *s);
+/* Has stop begun? Long-polling handlers and streams check this to return early. */
+bool rm_http_stopping(const rm_http_server *s);
+
+/* Response helpers (they set status, content type and an owned body). */
+int rm_http_reply_json(rm_http_resp *resp, int status, const void *cjson /* const cJSON* */);
+int rm_http_reply_text(rm_http_resp *resp, int status, const char *content_type, const char *text);
+int rm_http_reply_error(rm_http_resp *resp, int status, const char *fmt, ...) RM_PRINTF(3, 4);
+int rm_http_add_header(rm_http_resp *resp, const char *name, const char *value);
+
+/* A value one thread publishes and HTTP handlers serve: set() swaps in a copy under a mutex,
+ * the route handler (rm_http_blob_handler with ud = the blob) serves the latest copy. */
+typedef struct rm_http_blob rm_http_blob;
+rm_http_blob *rm_http_blob_new(const char *content_type);
+void rm_http_blob_set(rm_http_blob *b, const char *data, size_t len);
+char *rm_http_blob_get(rm_http_blob *b, size_t *len);      /* owned copy */
+int rm_http_blob_handler(const rm_http_req *req, rm_http_resp *resp, void *blob);
+void rm_http_blob_free(rm_http_blob *b);
+
+/* Parse "host:port", ":port" (→ 0.0.0.0), "[::1]:port". host is written to hostbuf. */
+int rm_http_parse_addr(const char *addr, char *hostbuf, size_t hostcap, int *port);
+#endif

@@ -1,0 +1,123 @@
+/* rdzv.h — the rendezvous service (embedded by `ringmaster run` and the operator) and its client
+ * (used by ringmaster-worker).
+ *
+ * Protocol: HTTP/1.1 + JSON, every request carries "Authorization: Bearer <job token>"
+ * (wrong/missing → 401, unknown job → 404). JOB is "namespace/name", URL-escaped as ns/name.
+ *   POST /v1/jobs/NS/NAME/join   {"workerId":"3","addr":"127.0.0.5:40123","lastEpoch":E}
+ *        long poll (server holds up to ~10 s) →
+ *        200 {"epoch":E,"rank":r,"worldSize":n,"peers":[{"rank":0,"workerId":"0","addr":"..."},..]}
+ *        202 {"status":"waiting","epoch":E}  (round not closed yet: call again)
+ *        409 {"status":"stop"}                (job finished/removed: exit)
+ *   PUT  /v1/jobs/NS/NAME/kv/EPOCH/KEY   body = value (≤ 64 KiB)    → 204
+ *   GET  /v1/jobs/NS/NAME/kv/EPOCH/KEY?wait=S  long poll ≤ S s      → 200 value | 404 | 410 (epoch gone)
+ *   POST /v1/jobs/NS/NAME/report  {"workerId","epoch","rank","step","trainEpoch","loss",
+ *        "samplesPerSecond","lastCheckpointStep","allreduceGBps","state":"training|done",
+ *        "result":{"testAccuracy","trainLoss","steps","seconds","samplesPerSecond"}}
+ *        → 200 {"epoch":CURRENT,"action":"continue"|"rejoin"|"stop"}
+ *   GET  /v1/jobs/NS/NAME   → the job's rendezvous state (debugging)
+ *
+ * Rounds: epoch E's round opens empty; each join adds (workerId, addr). It closes when `desired`
+ * workers joined, or — elastic — when at least `min` joined and `settle` seconds passed since the
+ * last join. Ranks are assigned by ascending numeric workerId, so rank 0 is the lowest replica index
+ * present. A closed round's members get the same answer on every join call for that epoch.
+ * A join with lastEpoch == current closed epoch from a member means that member saw the group
+ * break: the service opens epoch E+1 itself (fast recovery without waiting for the controller).
+ * rm_rdzv_restart() lets the controller do the same when it sees a failure first; both are
+ * idempotent per epoch (restarting from an epoch that is no longer current does nothing).
+ * A report whose epoch is older than the current one is answered "rejoin". Request bodies capped at
+ * 64 KiB. */
+#ifndef RM_RDZV_H
+#define RM_RDZV_H
+#include <stdbool.h>
+#include <stdint.h>
+#include "common/http.h"
+#include "common/rm.h"
+
+#define RM_RDZV_MAX_WORLD 1024
+#define RM_RDZV_MAX_KV 65536
+
+/* ---------------- service ---------------- */
+typedef struct rm_rdzv rm_rdzv;
+
+rm_rdzv *rm_rdzv_new(void);
+void rm_rdzv_free(rm_rdzv *r);    /* wakes every long poll first; NULL ok */
+/* Route for the embedding HTTP server: {"NULL method", "/v1/jobs/", prefix=1, rm_rdzv_handler, r}. */
+int rm_rdzv_handler(const rm_http_req *req, rm_http_resp *resp, void *rdzv);
+/* Convenience: start an HTTP server with only the rendezvous routes on bind ("127.0.0.1:0"). */
+int rm_rdzv_serve(rm_rdzv *r, const char *bind, rm_http_server **out, rm_err *err);
+
+/* Register or update a job. token copied. desired = spec.replicas, min = spec.minReplicas. */
+int rm_rdzv_job_set(rm_rdzv *r, const char *job, const char *token, int desired, int min,
+                    double settle_seconds);
+int rm_rdzv_job_remove(rm_rdzv *r, const char *job);   /* later calls for it get 409 stop */
+/* Mark finished (joins/reports answer stop) without forgetting results. */
+int rm_rdzv_job_stop(rm_rdzv *r, const char *job);
+/* Open epoch from_epoch+1 if from_epoch is current; *new_epoch gets the current epoch either way. */
+int rm_rdzv_restart(rm_rdzv *r, const char *job, int from_epoch, int *new_epoch);
+
+typedef struct rm_rdzv_member {
+    char worker_id[32];
+    char addr[64];
+    int rank;                 /* -1 while the round is open */
+    int epoch;                /* epoch of the last join/report */
+    double last_report;       /* unix seconds of the last report; 0 = none */
+    double last_progress;     /* unix seconds when step last increased */
+    int64_t step, last_checkpoint_step;
+    int train_epoch;
+    double loss, samples_per_second, allreduce_gbps;
+    bool done;                /* reported state "done" */
+} rm_rdzv_member;
+
+typedef struct rm_rdzv_state {
+    int epoch;
+    bool closed;              /* the epoch's round has closed (training) */
+    int world_size;           /* members of the closed round, else 0 */
+    int nmembers;
+    rm_rdzv_member members[64];   /* first 64 members (by workerId) — enough for local runs/status */
+    double closed_at;         /* unix seconds the current round closed */
+    bool have_result;
+    double test_accuracy, train_loss, seconds, samples_per_second;
+    int64_t steps;
+} rm_rdzv_state;
+
+/* Copy of the job's state (for the controller's observations). RM_ENOTFOUND if unknown. */
+int rm_rdzv_snapshot(rm_rdzv *r, const char *job, rm_rdzv_state *out);
+
+/* ---------------- client (one per worker thread) ---------------- */
+typedef struct rm_rdzv_client rm_rdzv_client;
+
+typedef struct rm_rdzv_peer { int rank; char worker_id[32]; char addr[64]; } rm_rdzv_peer;
+typedef struct rm_rdzv_round {
+    int epoch, rank, world_size;
+    rm_rdzv_peer *peers;      /* owned, world_size entries, index = rank; rm_rdzv_round_free */
+} rm_rdzv_round;
+void rm_rdzv_round_free(rm_rdzv_round *r);
+
+typedef struct rm_rdzv_report {
+    int epoch, rank, train_epoch;
+    int64_t step, last_checkpoint_step;
+    double loss, samples_per_second, allreduce_gbps;
+    bool done;
+    bool have_result;
+    double test_accuracy, train_loss, seconds, result_samples_per_second;
+    int64_t result_steps;
+} rm_rdzv_report;
+
+typedef enum { RM_RDZV_CONTINUE = 0, RM_RDZV_REJOIN, RM_RDZV_STOP } rm_rdzv_action;
+
+/* url: "http://127.0.0.1:29400", job "ns/name". All strings copied. */
+rm_rdzv_client *rm_rdzv_client_new(const char *url, const char *job, const char *token,
+                                   const char *worker_id);
+void rm_rdzv_client_free(rm_rdzv_client *c);
+/* Block until the round closes or timeout_s passes (RM_ETIMEDOUT). RM_EAUTH on 401, RM_ECLOSED on
+ * stop. my_addr is where this worker's ring listener accepts. */
+int rm_rdzv_join(rm_rdzv_client *c, const char *my_addr, int last_epoch, double timeout_s,
+                 rm_rdzv_round *out, rm_err *err);
+int rm_rdzv_kv_put(rm_rdzv_client *c, int epoch, const char *key, const void *val, size_t len,
+                   rm_err *err);
+/* *val owned (free()). RM_ETIMEDOUT when not published within timeout_s; RM_EEPOCH if gone. */
+int rm_rdzv_kv_get(rm_rdzv_client *c, int epoch, const char *key, double timeout_s, void **val,
+                   size_t *len, rm_err *err);
+int rm_rdzv_send_report(rm_rdzv_client *c, const rm_rdzv_report *rep, rm_rdzv_action *action,
+                        int *current_epoch, rm_err *err);
+#endif

@@ -1,0 +1,75 @@
+/* rm.h — the one result type of ringmaster, the error buffer, and the check macros.
+ *
+ * Every function that can fail returns int: RM_OK (0) or a negative RM_E* code. Details go into
+ * an rm_err the caller owns (usually on its stack) so nothing is lost and nothing is allocated on
+ * the error path. Codes are only ever appended. */
+#ifndef RM_RM_H
+#define RM_RM_H
+#include <stddef.h>
+#include <stdarg.h>
+
+enum {
+    RM_OK = 0,
+    RM_ERR = -1,        /* unspecified failure */
+    RM_EINVAL = -2,     /* bad argument, bad input, failed validation */
+    RM_ENOMEM = -3,
+    RM_EIO = -4,        /* file or socket error */
+    RM_ETIMEDOUT = -5,  /* a bounded wait ran out */
+    RM_EPROTO = -6,     /* peer spoke garbage */
+    RM_EAUTH = -7,      /* wrong or missing token */
+    RM_ENOTFOUND = -8,
+    RM_ECONFLICT = -9,  /* 409-like: stale version, already exists */
+    RM_EEPOCH = -10,    /* the rendezvous epoch moved on: re-join */
+    RM_ECLOSED = -11,   /* peer closed / shutting down */
+    RM_ETOOBIG = -12,   /* a capped buffer would overflow */
+    RM_EAGAIN = -13,    /* try again later (not ready yet) */
+    RM_EUNSUPPORTED = -14,
+};
+
+/* Static string for a code; never NULL. */
+const char *rm_strerror(int rc);
+
+/* Error details. `field` is a dotted path when the error is about an input field
+ * ("spec.minReplicas"); `msg` is the whole human message ("spec.minReplicas: must be <= spec.replicas").
+ * Zero-initialise (rm_err e = {0};). */
+typedef struct rm_err {
+    int code;
+    char field[128];
+    char msg[512];
+} rm_err;
+
+#if defined(__GNUC__)
+#define RM_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define RM_PRINTF(a, b)
+#endif
+
+/* Sets err (if non-NULL) and returns code, so callers can `return rm_errf(err, RM_EINVAL, ...)`. */
+int rm_errf(rm_err *err, int code, const char *fmt, ...) RM_PRINTF(3, 4);
+/* Same, and records the field path; msg becomes "<field>: <formatted>". */
+int rm_err_field(rm_err *err, int code, const char *field, const char *fmt, ...) RM_PRINTF(4, 5);
+
+/* Check macros: log file:line on failure so an error reads like a backtrace. */
+#define RM_CHECK(call)                                                                  \
+    do {                                                                                \
+        int rm_rc_ = (call);                                                            \
+        if (rm_rc_ < 0) {                                                               \
+            rm_log_write(RM_LOG_DEBUG, __FILE__, __LINE__, "check failed call=\"%s\" rc=%s", \
+                         #call, rm_strerror(rm_rc_));                                   \
+            return rm_rc_;                                                              \
+        }                                                                               \
+    } while (0)
+#define RM_CHECK_GOTO(call, rcvar, label)                                               \
+    do {                                                                                \
+        (rcvar) = (call);                                                               \
+        if ((rcvar) < 0) {                                                              \
+            rm_log_write(RM_LOG_DEBUG, __FILE__, __LINE__, "check failed call=\"%s\" rc=%s", \
+                         #call, rm_strerror(rcvar));                                    \
+            goto label;                                                                 \
+        }                                                                               \
+    } while (0)
+
+#define RM_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#include "common/log.h"
+#endif

@@ -1,0 +1,179 @@
+/* trainingjob.h — the TrainingJob type (group ringmaster.dev, v1alpha1; see
+ * ../shared/docs/trainingjob-api.md and the CRD in deploy/crd/): parse from JSON (strict: unknown
+ * fields are errors naming their path), apply defaults, validate with errors that name the field
+ * ("spec.minReplicas: must be <= spec.replicas"), serialize back.
+ *
+ * Ownership: an rm_tj owns every pointer inside it; rm_tj_free releases them. Strings are
+ * malloc'd copies, `template`/`labels`/`annotations` are owned cJSON trees.
+ * `ringmaster run`, the operator and the worker all read the same fields through this module. */
+#ifndef RM_TRAININGJOB_H
+#define RM_TRAININGJOB_H
+#include <cjson/cJSON.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include "common/rm.h"
+
+#define RM_TJ_GROUP "ringmaster.dev"
+#define RM_TJ_VERSION "v1alpha1"
+#define RM_TJ_API_VERSION "ringmaster.dev/v1alpha1"
+#define RM_TJ_KIND "TrainingJob"
+#define RM_TJ_PLURAL "trainingjobs"
+#define RM_TJ_MAX_HIDDEN 16
+#define RM_TJ_MAX_CONDITIONS 8
+
+typedef enum { RM_BACKEND_AUTO = 0, RM_BACKEND_RING, RM_BACKEND_NCCL, RM_BACKEND_MPI } rm_backend;
+typedef enum { RM_CLEAN_RUNNING = 0, RM_CLEAN_ALL, RM_CLEAN_NONE } rm_clean_policy;
+typedef enum { RM_MODE_TRAIN = 0, RM_MODE_BENCH } rm_mode;
+typedef enum { RM_SCHED_COSINE = 0, RM_SCHED_STEP, RM_SCHED_CONSTANT } rm_schedule;
+typedef enum { RM_PREC_FP32 = 0, RM_PREC_BF16, RM_PREC_FP16 } rm_precision;
+typedef enum { RM_OPT_SGD = 0, RM_OPT_ADAM, RM_OPT_ADAGRAD } rm_opt_type;
+typedef enum {
+    RM_PHASE_PENDING = 0, RM_PHASE_RUNNING, RM_PHASE_RESTARTING, RM_PHASE_SUCCEEDED,
+    RM_PHASE_FAILED, RM_PHASE_SUSPENDED
+} rm_phase;
+/* Condition types, in this order in status.conditions. */
+typedef enum {
+    RM_COND_CREATED = 0, RM_COND_RUNNING, RM_COND_RESTARTING, RM_COND_SUCCEEDED,
+    RM_COND_FAILED, RM_COND_SUSPENDED, RM_COND__COUNT
+} rm_cond_type;
+
+typedef struct rm_optimizer_spec {
+    rm_opt_type type;       /* default sgd */
+    double lr;              /* per 64-sample batch; scaled linearly by global batch / 64. default 0.02 (sgd), 0.001 (adam), 0.01 (adagrad) */
+    double momentum;        /* sgd; default 0.9 */
+    double weight_decay;    /* default 0 */
+    double beta1, beta2, eps; /* adam: 0.9, 0.999, 1e-8; adagrad eps 1e-10 */
+} rm_optimizer_spec;
+
+typedef struct rm_training_spec {
+    rm_mode mode;               /* train | bench */
+    char *dataset;              /* "fashion-mnist" (only value) */
+    char *data_dir;             /* dataDir; default /usr/share/datasets/fashion-mnist */
+    char *model_type;           /* "mlp" */
+    int hidden[RM_TJ_MAX_HIDDEN];  /* model.hidden; default [512, 256] */
+    int nhidden;
+    int epochs;                 /* default 10 */
+    int batch_size_per_worker;  /* default 64 */
+    rm_optimizer_spec optimizer;
+    double warmup_epochs;       /* default 1 */
+    rm_schedule schedule;       /* default cosine */
+    double step_gamma;          /* step schedule: factor, default 0.1 */
+    int step_every_epochs;      /* step schedule: default 3 */
+    rm_precision precision;     /* default fp32 */
+    double fusion_buffer_mb;    /* default 25 */
+    uint64_t seed;              /* default 42 */
+    int max_steps;              /* 0 = no limit (testing knob) */
+    /* bench mode (nccl-tests flags): minBytes, maxBytes, stepFactor, iters, warmupIters, check */
+    int64_t bench_min_bytes, bench_max_bytes;
+    int bench_factor, bench_iters, bench_warmup;
+    bool bench_check;
+} rm_training_spec;
+
+typedef struct rm_tj_spec {
+    int replicas;               /* >= 1; default 1 */
+    int min_replicas;           /* default replicas */
+    int max_replicas;           /* default replicas */
+    rm_backend backend;
+    struct {
+        int max_restarts;               /* default 5 */
+        double backoff_seconds;         /* default 1; doubles each restart, capped at 300 s */
+        double progress_deadline_seconds; /* default 60; 0 disables */
+    } restart;
+    struct {
+        int64_t active_deadline_seconds;   /* 0 = none */
+        int64_t ttl_seconds_after_finished;/* -1 = keep forever (default) */
+        rm_clean_policy clean_pod_policy;  /* default Running */
+        bool suspend;
+        char *managed_by;                  /* NULL = ringmaster.dev/operator */
+    } run;
+    struct {
+        char *path;             /* default "/checkpoints" (run: ./checkpoints/<name>) */
+        int interval_steps;     /* default 200 */
+        int keep;               /* default 3 */
+    } checkpoint;
+    rm_training_spec training;
+    cJSON *template;            /* PodTemplateSpec, opaque; NULL = default worker container */
+} rm_tj_spec;
+
+typedef struct rm_condition {
+    rm_cond_type type;
+    bool status;                /* "True"/"False" */
+    char reason[64];
+    char message[256];
+    double last_transition;     /* unix seconds */
+    int64_t observed_generation;
+    bool present;               /* false = not in the list yet */
+} rm_condition;
+
+typedef struct rm_tj_progress {
+    int64_t step;
+    int train_epoch;            /* progress.epoch (data epoch) */
+    double loss;
+    double samples_per_second;
+    int64_t last_checkpoint_step;
+    double allreduce_gbps;      /* busbw reported by rank 0 */
+} rm_tj_progress;
+
+typedef struct rm_tj_result {
+    bool present;
+    double test_accuracy, train_loss, seconds, samples_per_second;
+    int64_t steps;
+} rm_tj_result;
+
+typedef struct rm_tj_status {
+    rm_phase phase;
+    int64_t observed_generation;
+    rm_condition conditions[RM_COND__COUNT];   /* indexed by rm_cond_type */
+    int replicas, ready_replicas;
+    int epoch;                  /* rendezvous epoch */
+    int restarts;               /* group restarts */
+    rm_tj_progress progress;
+    rm_tj_result result;
+    double start_time, completion_time;   /* unix seconds; 0 = unset */
+    double last_restart_time;             /* for the doubling back-off; 0 = never */
+    char message[256];          /* last reason for Failed etc. */
+} rm_tj_status;
+
+typedef struct rm_tj {
+    char *name, *namespace_, *uid, *resource_version;
+    int64_t generation;
+    cJSON *labels, *annotations;   /* owned, may be NULL */
+    rm_tj_spec spec;
+    rm_tj_status status;
+} rm_tj;
+
+/* Parse a whole TrainingJob object (apiVersion/kind checked, metadata, spec, optional status).
+ * Strict: unknown fields under spec (except inside template) are errors. Does NOT apply defaults
+ * or validate. On error *out is left freed/zeroed and err names the field. */
+int rm_tj_from_json(const cJSON *obj, rm_tj *out, rm_err *err);
+/* Parse only spec.training (what the worker receives); strict. */
+int rm_training_from_json(const cJSON *training, const char *ctx, rm_training_spec *out, rm_err *err);
+void rm_training_defaults(rm_training_spec *t);
+int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err);
+void rm_training_free(rm_training_spec *t);
+/* Fill every unset field with its default (idempotent). */
+void rm_tj_defaults(rm_tj *tj);
+/* First violation, naming the field; RM_OK if valid. Rules: replicas >= 1, 1 <= minReplicas <=
+ * replicas <= maxReplicas, known enums, positive batch/epochs/lr, hidden widths 1..65536, ... */
+int rm_tj_validate(const rm_tj *tj, rm_err *err);
+/* Full object (apiVersion, kind, metadata, spec, status). Owned. */
+cJSON *rm_tj_to_json(const rm_tj *tj);
+cJSON *rm_tj_spec_to_json(const rm_tj_spec *spec);
+cJSON *rm_tj_status_to_json(const rm_tj_status *st);
+cJSON *rm_training_to_json(const rm_training_spec *t);
+/* Parse a status object back (used by the operator reading its own status). */
+int rm_tj_status_from_json(const cJSON *status, rm_tj_status *out, rm_err *err);
+/* Deep copy; RM_ENOMEM on failure. */
+int rm_tj_copy(rm_tj *dst, const rm_tj *src);
+void rm_tj_free(rm_tj *tj);   /* frees members, zeroes the struct; NULL ok */
+
+/* Set a condition; lastTransitionTime changes only when status flips (or it is new). Returns 1 if
+ * anything changed, 0 if not. */
+int rm_tj_set_condition(rm_tj_status *st, rm_cond_type type, bool status, const char *reason,
+                        const char *message, int64_t generation, double now);
+
+const char *rm_phase_name(rm_phase p);          /* "Running" */
+const char *rm_cond_name(rm_cond_type c);       /* "Restarting" */
+const char *rm_backend_name(rm_backend b);      /* "ring" */
+int rm_backend_parse(const char *s, rm_backend *out);
+#endif
