@@ -1,0 +1,13 @@
+/* operator.h — entry point of `ringmaster operator`: the Kubernetes controller for TrainingJobs.
+ *
+ * operator/main.c (the CLI dispatcher) calls rm_operator_main with the arguments that follow the
+ * word "operator". Everything the operator needs (client, informers, workqueue, lease, kube runtime,
+ * rendezvous service, metrics and probe servers) lives in one context owned by this call; nothing
+ * is global. Returns the process exit code: 0 after a clean shutdown (SIGTERM/SIGINT, lease
+ * released), 2 for bad flags, 1 for a fatal start-up error. */
+#ifndef RM_OPERATOR_H
+#define RM_OPERATOR_H
+
+int rm_operator_main(int argc, char **argv);
+
+#endif
