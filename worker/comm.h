@@ -1,0 +1,95 @@
+/* comm.h — collective communication for ringmaster-worker: one function table per backend.
+ *
+ * Backends: "ring" (TCP ring allreduce, comm_ring.c), "mpi" (Open MPI's MPI_Allreduce when the
+ * worker runs under mpirun, comm_mpi.c), "local" (world size 1, comm_local.c) and "nccl"
+ * (worker/cuda/comm_nccl.c, only when CUDA is on). The trainer picks a table with
+ * rm_comm_backend(name) and only ever talks to the table, so a backend is data, not a branch.
+ *
+ * Ownership: rm_comm_cfg is borrowed for the duration of init() only (peers, token and rdzv are
+ * not kept past init; the ring copies what it needs). init() returns an owned rm_comm that the
+ * caller releases with the same table's destroy() (NULL ok). Buffers passed to collectives are
+ * borrowed for the duration of the call.
+ *
+ * Threads: one thread at a time may call collectives on one rm_comm (the fusion comm thread, or
+ * the trainer). abort() is the exception: any thread may call it at any time; it makes blocked
+ * and later calls on that comm fail fast (RM_ECLOSED), after which only destroy() is useful.
+ *
+ * Errors: 0 or a negative RM_E* code, details in rm_err. A collective that fails leaves the comm
+ * unusable (peers may be out of step): destroy it, re-join the rendezvous, init again.
+ *   RM_ETIMEDOUT  a peer did not answer within cfg.timeout_s (dead or hung)
+ *   RM_ECLOSED    a peer closed its connection, or abort() was called
+ *   RM_EPROTO     a peer sent garbage or got out of step (bad frame header / sequence)
+ *   RM_EAUTH      handshake failed for the ring neighbour (never for strangers: they are dropped)
+ *   RM_EUNSUPPORTED  dtype/op the backend does not do (ring: bf16/f16) */
+#ifndef RM_WORKER_COMM_H
+#define RM_WORKER_COMM_H
+#include <stddef.h>
+#include <stdint.h>
+#include "common/rdzv.h"
+#include "common/rm.h"
+
+typedef enum { RM_DT_F32 = 0, RM_DT_BF16, RM_DT_F16 } rm_dtype;
+typedef enum { RM_OP_SUM = 0, RM_OP_AVG } rm_redop;
+
+/* Bytes per element (0 for an unknown dtype) and a short name ("float", "bfloat16", "half"). */
+size_t rm_dtype_size(rm_dtype dt);
+const char *rm_dtype_name(rm_dtype dt);
+const char *rm_redop_name(rm_redop op);
+
+typedef struct rm_comm_cfg {
+    int rank, world_size, epoch;
+    const rm_rdzv_peer *peers;   /* world_size entries, index = rank (addr "host:port"); borrowed */
+    const char *token;           /* job token; authenticates ring handshakes; NULL = "" */
+    int listen_fd;               /* already-bound, listening socket this worker advertised at
+                                    rendezvous, or -1: the ring then binds peers[rank].addr itself.
+                                    Borrowed: the caller closes it (it may serve the next epoch). */
+    double timeout_s;            /* bound on every blocking step (connect, accept, send, recv);
+                                    <= 0 means 10 s */
+    struct rm_rdzv_client *rdzv; /* for NCCL's unique-id bootstrap through the kv area; may be NULL */
+    int device;                  /* GPU ordinal for nccl; ignored elsewhere */
+} rm_comm_cfg;
+
+typedef struct rm_comm rm_comm;  /* opaque; each backend defines its own */
+
+typedef struct rm_comm_ops {
+    const char *name;
+    int (*init)(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err);
+    /* In place, blocking: buf holds count elements on every rank; on return every rank holds the
+     * reduction (bit-identical across ranks for ring/mpi). count 0 is a no-op that still succeeds. */
+    int (*allreduce)(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_redop op, rm_err *err);
+    /* Out of place: send is only read; recv gets the result. send == recv behaves as in place. */
+    int (*allreduce_oop)(rm_comm *c, const void *send, void *recv, size_t count, rm_dtype dt,
+                         rm_redop op, rm_err *err);
+    int (*barrier)(rm_comm *c, rm_err *err);
+    void (*abort)(rm_comm *c);   /* any thread; NULL ok */
+    void (*destroy)(rm_comm *c); /* NULL ok */
+} rm_comm_ops;
+
+/* The table for "ring", "mpi", "local" or "nccl"; NULL when unknown or not built (nccl without
+ * CUDA, mpi without Open MPI). Static storage; never freed. */
+const rm_comm_ops *rm_comm_backend(const char *name);
+
+/* Hook for the GPU build: worker/cuda/comm_nccl.c defines it when CUDA is on; the CPU build's
+ * worker/nocuda/comm_nccl_stub.c returns NULL. */
+const rm_comm_ops *rm_comm_nccl_ops(void);
+/* The other tables, for callers that want one directly. */
+const rm_comm_ops *rm_comm_ring_ops(void);
+const rm_comm_ops *rm_comm_local_ops(void);
+const rm_comm_ops *rm_comm_mpi_ops(void);   /* NULL when built without Open MPI */
+
+/* True when this process was started by mpirun (OMPI_COMM_WORLD_SIZE or PMI_SIZE set). */
+int rm_comm_under_mpi(void);
+
+/* Bind + listen on host (a 127.0.0.0/8 address or "localhost"; port 0 = any free port) so the
+ * worker can advertise "host:port" at rendezvous before the ring exists. *fd is owned by the caller
+ * (close it when done); *port gets the bound port. Backlog is large enough for a world plus
+ * strangers. */
+int rm_comm_listen(const char *host, int *fd, int *port, rm_err *err);
+
+/* Static-mode helper (bench, tests): parse "h:p,h:p,..." into world entries (rank = index,
+ * worker_id = index). *out owned (free()); *n gets the count. RM_EINVAL on a malformed list. */
+int rm_comm_parse_peers(const char *list, rm_rdzv_peer **out, int *n, rm_err *err);
+
+/* Split "host:port" (IPv4 only). RM_EINVAL when malformed. host must hold >= 64 bytes. */
+int rm_comm_split_addr(const char *addr, char *host, size_t hostcap, int *port, rm_err *err);
+#endif
