@@ -68,7 +68,7 @@ MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null)
 DEPFLAGS = -MMD -MP
 CFLAGS  += $(CSTD) $(OPT) $(WARN) $(if $(filter 1,$(WERROR)),-Werror) $(SAN) -I. -pthread \
            $(MPI_CFLAGS) -DRM_HAVE_CUDA=$(CUDA_ON)
-LDFLAGS += $(SAN) -pthread
+LDFLAGS += $(SAN) -pthread -Wl,--as-needed
 LIBS    := -lcurl -lcjson -lmicrohttpd -lyaml -lopenblas $(MPI_LIBS) -lm
 ifeq ($(CUDA_ON),1)
 CFLAGS    += -I$(CUDA_HOME)/include
@@ -163,7 +163,8 @@ $(UNITTESTS): $(call obj,$(UNIT_SRC)) $(ALL_LIBS)
 # ---- packages -------------------------------------------------------------------------------
 DEB_PKGS := build-essential pkg-config libcurl4-openssl-dev libcjson-dev libmicrohttpd-dev \
             libcunit1-dev libyaml-dev libopenblas-dev libopenmpi-dev openmpi-bin \
-            dataset-fashion-mnist prometheus python3-kubernetes python3-yaml curl procps iproute2
+            dataset-fashion-mnist prometheus python3-kubernetes python3-yaml python3-jsonschema \
+            curl procps iproute2
 BENCH_PKGS := python3-torch hyperfine
 deps:
 	@scripts/install-deps.sh $(DEB_PKGS)
