@@ -1,0 +1,307 @@
+/* json.c — typed getters over cJSON that name the offending field, plus parse/print/path/time.
+ *
+ * Design: every getter builds the field path "<ctx>.<key>" only on the error path, so the happy
+ * path is a hash-free linear lookup (cJSON objects are lists) and no allocation. Error messages
+ * are uniform ("X: required", "X: must be an integer") so tests and users can rely on them. */
+#include "common/json.h"
+#include <ctype.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void field_path(char *buf, size_t cap, const char *ctx, const char *key)
+{
+    if (ctx && *ctx)
+        snprintf(buf, cap, "%s.%s", ctx, key);
+    else
+        snprintf(buf, cap, "%s", key);
+}
+
+/* Common front half: find the item; RM_ENOTFOUND/RM_EINVAL for absent. */
+static int lookup(const cJSON *obj, const char *key, bool required, const char *ctx,
+                  const cJSON **item, rm_err *err)
+{
+    const cJSON *it = NULL;
+    if (obj && cJSON_IsObject(obj))
+        it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!it || cJSON_IsNull(it)) {
+        if (required) {
+            char f[128];
+            field_path(f, sizeof f, ctx, key);
+            return rm_err_field(err, RM_EINVAL, f, "required");
+        }
+        return RM_ENOTFOUND;
+    }
+    *item = it;
+    return RM_OK;
+}
+
+static int wrong_type(const char *ctx, const char *key, const char *what, rm_err *err)
+{
+    char f[128];
+    field_path(f, sizeof f, ctx, key);
+    return rm_err_field(err, RM_EINVAL, f, "must be %s", what);
+}
+
+int rm_json_int(const cJSON *obj, const char *key, bool required, const char *ctx, int64_t *out,
+                rm_err *err)
+{
+    const cJSON *it;
+    int rc = lookup(obj, key, required, ctx, &it, err);
+    if (rc != RM_OK)
+        return rc;
+    if (!cJSON_IsNumber(it))
+        return wrong_type(ctx, key, "an integer", err);
+    double v = it->valuedouble;
+    /* 2^63 is exactly representable; anything >= it (or NaN) does not fit */
+    if (!isfinite(v) || v != floor(v) || v >= 9223372036854775808.0 || v < -9223372036854775808.0)
+        return wrong_type(ctx, key, "an integer", err);
+    *out = (int64_t)v;
+    return RM_OK;
+}
+
+int rm_json_num(const cJSON *obj, const char *key, bool required, const char *ctx, double *out,
+                rm_err *err)
+{
+    const cJSON *it;
+    int rc = lookup(obj, key, required, ctx, &it, err);
+    if (rc != RM_OK)
+        return rc;
+    if (!cJSON_IsNumber(it))
+        return wrong_type(ctx, key, "a number", err);
+    *out = it->valuedouble;
+    return RM_OK;
+}
+
+int rm_json_bool(const cJSON *obj, const char *key, bool required, const char *ctx, bool *out,
+                 rm_err *err)
+{
+    const cJSON *it;
+    int rc = lookup(obj, key, required, ctx, &it, err);
+    if (rc != RM_OK)
+        return rc;
+    if (!cJSON_IsBool(it))
+        return wrong_type(ctx, key, "a boolean", err);
+    *out = cJSON_IsTrue(it);
+    return RM_OK;
+}
+
+int rm_json_str(const cJSON *obj, const char *key, bool required, const char *ctx,
+                const char **out, rm_err *err)
+{
+    const cJSON *it;
+    int rc = lookup(obj, key, required, ctx, &it, err);
+    if (rc != RM_OK)
+        return rc;
+    if (!cJSON_IsString(it) || !it->valuestring)
+        return wrong_type(ctx, key, "a string", err);
+    *out = it->valuestring;
+    return RM_OK;
+}
+
+int rm_json_obj(const cJSON *obj, const char *key, bool required, const char *ctx,
+                const cJSON **out, rm_err *err)
+{
+    const cJSON *it;
+    int rc = lookup(obj, key, required, ctx, &it, err);
+    if (rc != RM_OK)
+        return rc;
+    if (!cJSON_IsObject(it))
+        return wrong_type(ctx, key, "an object", err);
+    *out = it;
+    return RM_OK;
+}
+
+int rm_json_arr(const cJSON *obj, const char *key, bool required, const char *ctx,
+                const cJSON **out, rm_err *err)
+{
+    const cJSON *it;
+    int rc = lookup(obj, key, required, ctx, &it, err);
+    if (rc != RM_OK)
+        return rc;
+    if (!cJSON_IsArray(it))
+        return wrong_type(ctx, key, "an array", err);
+    *out = it;
+    return RM_OK;
+}
+
+int rm_json_no_unknown(const cJSON *obj, const char *const *allowed, const char *ctx, rm_err *err)
+{
+    if (!obj || !cJSON_IsObject(obj))
+        return RM_OK;
+    for (const cJSON *it = obj->child; it; it = it->next) {
+        int ok = 0;
+        for (const char *const *a = allowed; a && *a; a++) {
+            if (it->string && strcmp(*a, it->string) == 0) {
+                ok = 1;
+                break;
+            }
+        }
+        if (!ok) {
+            char f[128];
+            field_path(f, sizeof f, ctx, it->string ? it->string : "?");
+            return rm_err_field(err, RM_EINVAL, f, "unknown field");
+        }
+    }
+    return RM_OK;
+}
+
+cJSON *rm_json_parse(const char *buf, size_t len, rm_err *err)
+{
+    if (!buf) {
+        rm_errf(err, RM_EINVAL, "invalid JSON at offset 0: no input");
+        return NULL;
+    }
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(buf, len, &end, 0);
+    if (!root) {
+        size_t off = end && end >= buf ? (size_t)(end - buf) : 0;
+        const char *e = cJSON_GetErrorPtr();
+        if (!end && e && e >= buf && e <= buf + len)
+            off = (size_t)(e - buf);
+        rm_errf(err, RM_EINVAL, "invalid JSON at offset %zu", off);
+        return NULL;
+    }
+    /* trailing garbage after the value (whitespace and NUL padding allowed) */
+    size_t off = end ? (size_t)(end - buf) : len;
+    while (off < len && (buf[off] == ' ' || buf[off] == '\t' || buf[off] == '\n' || buf[off] == '\r'))
+        off++;
+    if (off < len && buf[off] != 0) {
+        cJSON_Delete(root);
+        rm_errf(err, RM_EINVAL, "invalid JSON at offset %zu: trailing data", off);
+        return NULL;
+    }
+    return root;
+}
+
+char *rm_json_print(const cJSON *obj)
+{
+    if (!obj)
+        return NULL;
+    return cJSON_PrintUnformatted(obj);
+}
+
+const cJSON *rm_json_path(const cJSON *root, const char *path)
+{
+    const cJSON *cur = root;
+    const char *p = path;
+    if (!root || !path)
+        return NULL;
+    while (*p && cur) {
+        if (*p == '.') {
+            p++;
+            continue;
+        }
+        if (*p == '[') {
+            char *e;
+            long idx = strtol(p + 1, &e, 10);
+            if (e == p + 1 || *e != ']' || idx < 0 || !cJSON_IsArray(cur))
+                return NULL;
+            cur = cJSON_GetArrayItem(cur, (int)idx);
+            p = e + 1;
+            continue;
+        }
+        const char *s = p;
+        while (*p && *p != '.' && *p != '[')
+            p++;
+        size_t n = (size_t)(p - s);
+        if (!cJSON_IsObject(cur))
+            return NULL;
+        const cJSON *found = NULL;
+        for (const cJSON *it = cur->child; it; it = it->next) {
+            if (it->string && strlen(it->string) == n && memcmp(it->string, s, n) == 0) {
+                found = it;
+                break;
+            }
+        }
+        cur = found;
+    }
+    return cur;
+}
+
+static void fmt_time(char *buf, size_t cap, double t, int micro)
+{
+    if (!isfinite(t) || t < 0)
+        t = 0;
+    time_t s = (time_t)floor(t);
+    long us = (long)llround((t - (double)s) * 1e6);
+    if (us >= 1000000) {
+        s++;
+        us -= 1000000;
+    }
+    struct tm tm;
+    gmtime_r(&s, &tm);
+    size_t n = strftime(buf, cap, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (micro)
+        snprintf(buf + n, cap - n, ".%06ldZ", us);
+    else
+        snprintf(buf + n, cap - n, "Z");
+}
+
+void rm_json_time(char buf[32], double unix_seconds) { fmt_time(buf, 32, unix_seconds, 0); }
+void rm_json_microtime(char buf[40], double unix_seconds) { fmt_time(buf, 40, unix_seconds, 1); }
+
+static int digits(const char *s, int n, int *out)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++) {
+        if (!isdigit((unsigned char)s[i]))
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+int rm_json_parse_time(const char *s, double *out)
+{
+    int Y, M, D, h, m, sec;
+    if (!s || strlen(s) < 20)
+        return RM_EINVAL;
+    if (digits(s, 4, &Y) || s[4] != '-' || digits(s + 5, 2, &M) || s[7] != '-' ||
+        digits(s + 8, 2, &D) || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') ||
+        digits(s + 11, 2, &h) || s[13] != ':' || digits(s + 14, 2, &m) || s[16] != ':' ||
+        digits(s + 17, 2, &sec))
+        return RM_EINVAL;
+    if (M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 || sec > 60)
+        return RM_EINVAL;
+    const char *p = s + 19;
+    double frac = 0;
+    if (*p == '.') {
+        double scale = 0.1;
+        p++;
+        if (!isdigit((unsigned char)*p))
+            return RM_EINVAL;
+        while (isdigit((unsigned char)*p)) {
+            frac += (*p - '0') * scale;
+            scale /= 10;
+            p++;
+        }
+    }
+    long offset = 0;
+    if (*p == 'Z' || *p == 'z') {
+        p++;
+    } else if (*p == '+' || *p == '-') {
+        int oh, om;
+        if (digits(p + 1, 2, &oh) || p[3] != ':' || digits(p + 4, 2, &om) || oh > 23 || om > 59)
+            return RM_EINVAL;
+        offset = (oh * 3600L + om * 60L) * (*p == '-' ? -1 : 1);
+        p += 6;
+    } else {
+        return RM_EINVAL;
+    }
+    if (*p)
+        return RM_EINVAL;
+    struct tm tm = { 0 };
+    tm.tm_year = Y - 1900;
+    tm.tm_mon = M - 1;
+    tm.tm_mday = D;
+    tm.tm_hour = h;
+    tm.tm_min = m;
+    tm.tm_sec = sec;
+    time_t t = timegm(&tm);
+    *out = (double)t - (double)offset + frac;
+    return RM_OK;
+}

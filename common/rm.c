@@ -1,0 +1,65 @@
+/* rm.c — the result codes' names and the error-buffer setters (see rm.h).
+ * Design: errors are written into a caller-owned fixed buffer, so the error path never allocates
+ * and can never fail itself; messages are truncated rather than lost. */
+#include "common/rm.h"
+#include <stdio.h>
+#include <string.h>
+
+const char *rm_strerror(int rc)
+{
+    switch (rc) {
+    case RM_OK: return "ok";
+    case RM_ERR: return "error";
+    case RM_EINVAL: return "invalid argument";
+    case RM_ENOMEM: return "out of memory";
+    case RM_EIO: return "i/o error";
+    case RM_ETIMEDOUT: return "timed out";
+    case RM_EPROTO: return "protocol error";
+    case RM_EAUTH: return "unauthorized";
+    case RM_ENOTFOUND: return "not found";
+    case RM_ECONFLICT: return "conflict";
+    case RM_EEPOCH: return "epoch changed";
+    case RM_ECLOSED: return "closed";
+    case RM_ETOOBIG: return "too big";
+    case RM_EAGAIN: return "try again";
+    case RM_EUNSUPPORTED: return "unsupported";
+    default: return "unknown error";
+    }
+}
+
+int rm_errf(rm_err *err, int code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        err->code = code;
+        err->field[0] = 0;
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+int rm_err_field(rm_err *err, int code, const char *field, const char *fmt, ...)
+{
+    if (err) {
+        size_t off = 0;
+        err->code = code;
+        err->field[0] = 0;
+        if (field && *field) {
+            size_t fl = strlen(field);
+            if (fl >= sizeof err->field)
+                fl = sizeof err->field - 1;
+            memcpy(err->field, field, fl);
+            err->field[fl] = 0;
+            memcpy(err->msg, err->field, fl);
+            memcpy(err->msg + fl, ": ", 3);
+            off = fl + 2;
+        }
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->msg + off, sizeof err->msg - off, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
