@@ -1,0 +1,120 @@
+/* kernels.h — the math of a training step behind one device-agnostic function table.
+ *
+ * Design: the trainer (worker/train.c) never branches on the device. It asks for a table
+ * (rm_kernels_get("cpu") or ("cuda")) and calls through it: the CPU table (kernels/kernels_cpu.c)
+ * is plain C plus OpenBLAS cblas_sgemm with one BLAS thread per worker process; the CUDA table
+ * (kernels/cuda/, GPU helper) implements the same entries with cuBLAS and CUDA kernels.
+ *
+ * Memory model: every float/int pointer given to a table entry is "device memory" of that table,
+ * obtained from its alloc(). For the CPU table device memory is host memory (host_memory = true),
+ * so the trainer may skip staging copies. Host data moves in and out only through h2d/d2h.
+ * Ordering: all entries of one table are ordered as if issued on one stream; d2h returns after the
+ * bytes are in host memory (it waits for earlier work); sync() waits for everything issued. Results
+ * that are scalars (loss sum, correct count, found_inf) are written to device memory so a GPU step
+ * needs no host round trip; read them with d2h when needed.
+ *
+ * Layouts: row-major fp32. A linear layer with `in` inputs and `out` outputs stores W as [in x out]
+ * (row i = weights from input i) and b as [out]; a batch of activations is [rows x cols].
+ * Forward:  Y = X.W          gemm(0,0, B,out,in, 1, X,in, W,out, 0, Y,out); bias_act_fwd(Y,b,B,out,act)
+ * Backward: dW = X^T.dY      gemm(1,0, in,out,B, 1, X,in, dY,out, 0, dW,out)
+ *           dX = dY.W^T      gemm(0,1, B,in,out, 1, dY,out, W,out, 0, dX,in)
+ *
+ * Ownership: tables are static, never freed. alloc() returns owned device memory released with the
+ * same table's free() (NULL ok). No entry allocates, so a training step allocates nothing.
+ * Entries may be NULL only where marked "optional" (the CPU table has no fp16/bf16 casts: mixed
+ * precision runs on the GPU only, see worker/gpu.h). */
+#ifndef RM_KERNELS_H
+#define RM_KERNELS_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { RM_ACT_NONE = 0, RM_ACT_RELU = 1 } rm_act;
+
+typedef struct rm_kernels {
+    const char *name;           /* "cpu" | "cuda" */
+    bool host_memory;           /* true: device pointers are ordinary host pointers */
+
+    /* ---- memory ---- */
+    void *(*alloc)(size_t bytes);                 /* zero-filled, 64-byte aligned; NULL on ENOMEM */
+    void (*free)(void *p);                        /* NULL ok */
+    void (*memset0)(void *p, size_t bytes);
+    void (*h2d)(void *dst, const void *src, size_t bytes);
+    void (*d2h)(void *dst, const void *src, size_t bytes);
+    void (*d2d)(void *dst, const void *src, size_t bytes);
+    void (*sync)(void);
+
+    /* ---- forward / backward ---- */
+    /* C = alpha * op(A) . op(B) + beta * C, row-major; op(A) is M x K, op(B) is K x N. */
+    void (*gemm)(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
+                 int lda, const float *b, int ldb, float beta, float *c, int ldc);
+    /* Y[r][c] = act(Y[r][c] + b[c]) for a [rows x cols] Y. */
+    void (*bias_act_fwd)(float *y, const float *b, int rows, int cols, rm_act act);
+    /* dY *= act'(Y) (relu: 0 where Y <= 0; none: unchanged), then db[c] = sum_r dY[r][c]
+     * (overwrites db). Y is the forward output after the activation. */
+    void (*bias_act_bwd)(float *dy, const float *y, float *db, int rows, int cols, rm_act act);
+    /* Softmax cross-entropy over [rows x classes] logits with int32 labels in [0, classes):
+     * *loss_sum = sum over rows of -log softmax(label) (float, device memory, overwritten);
+     * dlogits = (softmax - onehot) * inv_batch. dlogits may alias logits. */
+    void (*softmax_xent_fwd_bwd)(const float *logits, const int32_t *labels, int rows, int classes,
+                                 float inv_batch, float *dlogits, float *loss_sum);
+    /* *correct = number of rows whose argmax (first maximum) equals the label (overwritten). */
+    void (*argmax_correct)(const float *logits, const int32_t *labels, int rows, int classes,
+                           int32_t *correct);
+
+    /* ---- optimizers: fp32 master weights w, gradients g, state buffers, n elements ----
+     * Weight decay is L2 added to the gradient (PyTorch semantics: g' = g + wd * w). */
+    /* v = momentum * v + g'; w -= lr * v */
+    void (*sgd_momentum_update)(float *w, const float *g, float *v, size_t n, float lr,
+                                float momentum, float weight_decay);
+    /* m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2; w -= lr * (m / bc1) / (sqrt(v / bc2) + eps)
+     * with bias corrections bc1 = 1 - b1^t, bc2 = 1 - b2^t computed by the caller (t >= 1). */
+    void (*adam_update)(float *w, const float *g, float *m, float *v, size_t n, float lr,
+                        float beta1, float beta2, float eps, float weight_decay, float bc1,
+                        float bc2);
+    /* s += g'^2; w -= lr * g' / (sqrt(s) + eps) */
+    void (*adagrad_update)(float *w, const float *g, float *s, size_t n, float lr, float eps,
+                           float weight_decay);
+    /* x *= a */
+    void (*scale)(float *x, size_t n, float a);
+
+    /* ---- mixed precision (optional: NULL in the CPU table) ---- */
+    void (*cast_f32_to_bf16)(const float *src, uint16_t *dst, size_t n);
+    void (*cast_bf16_to_f32)(const uint16_t *src, float *dst, size_t n);
+    void (*cast_f32_to_f16)(const float *src, uint16_t *dst, size_t n);
+    void (*cast_f16_to_f32)(const uint16_t *src, float *dst, size_t n);
+    /* x *= inv_scale; *found_inf (device int32) is set to 1 if any result is inf/NaN, else left
+     * unchanged (the caller zeroes it once per step, so several buffers can share the flag). */
+    void (*unscale_check_finite)(float *x, size_t n, float inv_scale, int32_t *found_inf);
+} rm_kernels;
+
+/* The CPU table (kernels/kernels_cpu.c). First call sets OpenBLAS to one thread per process
+ * (data parallelism runs one worker per core). Never NULL. */
+const rm_kernels *rm_kernels_cpu(void);
+
+/* The CUDA table. Defined in kernels/cuda/ when the build has CUDA (RM_HAVE_CUDA=1); the CPU-only
+ * build links worker/nocuda/kernels_cuda_stub.c, which returns NULL. It may also return NULL at run
+ * time when no GPU is usable (the GPU helper's choice; rm_gpu_available says why). */
+const rm_kernels *rm_kernels_cuda(void);
+
+/* "cpu" or "cuda" -> the table; NULL when unknown or not available in this build.
+ * Inline so that the reference to rm_kernels_cuda sits in the caller's object (libworker), next to
+ * the stub that resolves it in CPU-only builds. */
+static inline const rm_kernels *rm_kernels_get(const char *name)
+{
+    if (!name || !strcmp(name, "cpu"))
+        return rm_kernels_cpu();
+    if (!strcmp(name, "cuda"))
+        return rm_kernels_cuda();
+    return NULL;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,93 @@
+/* model.h — the MLP (784-512-256-10 by default, ReLU, softmax cross-entropy) on top of a kernels
+ * table, with the flat buffer layout the data-parallel step is built around.
+ *
+ * Layout (the contract with worker/fusion.h and worker/checkpoint.h):
+ *   ONE flat fp32 parameter buffer and ONE flat gradient buffer of the same shape. Layers are
+ *   contiguous in forward order, each layer's weights then its bias:
+ *       [ W0 (d0 x d1) | b0 (d1) | W1 (d1 x d2) | b1 (d2) | ... | W{L-1} | b{L-1} ]
+ *   "Layer l" for fusion is the range [layer_off[l], layer_off[l] + layer_len[l]) in floats
+ *   (W_l and b_l together). Backward finishes layers from L-1 down to 0, so a fusion bucket is a
+ *   contiguous range taken from the end of the gradient buffer: no packing, no copies.
+ *   Optimizer state buffers (momentum, Adam m/v, Adagrad sums) use the same layout, so a checkpoint
+ *   is params + state as flat arrays.
+ *
+ * Activations are kept per layer for a fixed maximum batch (allocated once), so forward/backward
+ * allocate nothing. Every buffer lives in the kernels table's memory.
+ *
+ * Ownership: rm_model owns every buffer it allocates (rm_model_free, NULL ok). The kernels table is
+ * borrowed (static). Pointers returned by accessors are borrowed, valid until rm_model_free. */
+#ifndef RM_WORKER_MODEL_H
+#define RM_WORKER_MODEL_H
+#include <stddef.h>
+#include <stdint.h>
+#include "common/rm.h"
+#include "common/trainingjob.h"
+#include "kernels/kernels.h"
+
+#define RM_MODEL_MAX_LAYERS (RM_TJ_MAX_HIDDEN + 1)
+#define RM_MODEL_INPUT 784
+#define RM_MODEL_CLASSES 10
+
+typedef struct rm_model_shape {
+    int nlayers;                        /* linear layers = hidden + 1 */
+    int dims[RM_MODEL_MAX_LAYERS + 1];  /* dims[0] = inputs ... dims[nlayers] = classes */
+} rm_model_shape;
+
+typedef struct rm_param_layout {
+    int nlayers;
+    size_t w_off[RM_MODEL_MAX_LAYERS];     /* floats from the start of the flat buffer */
+    size_t b_off[RM_MODEL_MAX_LAYERS];
+    size_t layer_off[RM_MODEL_MAX_LAYERS]; /* == w_off: W then b, contiguous */
+    size_t layer_len[RM_MODEL_MAX_LAYERS]; /* d_l * d_{l+1} + d_{l+1} */
+    size_t total;                          /* floats in the flat buffer */
+} rm_param_layout;
+
+/* Build a shape from hidden widths (nhidden 0..RM_TJ_MAX_HIDDEN, each 1..65536). RM_EINVAL if bad. */
+int rm_model_shape_make(rm_model_shape *s, int inputs, const int *hidden, int nhidden, int classes,
+                        rm_err *err);
+void rm_model_layout(const rm_model_shape *s, rm_param_layout *out);
+/* "784-512-256-10" into buf. */
+void rm_model_shape_str(const rm_model_shape *s, char *buf, size_t cap);
+
+/* Called by backward after layer l's gradient (W_l and b_l) is final; layers come L-1 .. 0. */
+typedef void (*rm_layer_ready_fn)(void *ud, int layer);
+
+typedef struct rm_model {
+    const rm_kernels *k;
+    rm_model_shape shape;
+    rm_param_layout layout;
+    int max_batch;
+    float *params;          /* flat, layout.total floats */
+    float *grads;           /* flat, same layout */
+    float *x;               /* input batch [max_batch x dims[0]] */
+    int32_t *labels;        /* [max_batch] */
+    float *act[RM_MODEL_MAX_LAYERS];   /* act[l] = output of layer l [max_batch x dims[l+1]];
+                                          the last one holds logits, then dlogits after backward */
+    float *delta[2];        /* ping-pong dX buffers [max_batch x max hidden width] */
+    float *loss_sum;        /* device scalar */
+    int32_t *correct;       /* device scalar */
+} rm_model;
+
+/* Allocate everything for batches up to max_batch. Params are zero until rm_model_init_params. */
+int rm_model_init(rm_model *m, const rm_kernels *k, const rm_model_shape *shape, int max_batch,
+                  rm_err *err);
+void rm_model_free(rm_model *m);
+/* He (Kaiming normal, fan_in) weights from a generator seeded by `seed`, zero biases; identical on
+ * every rank for the same seed. Allocates one host staging buffer (init time only). */
+int rm_model_init_params(rm_model *m, uint64_t seed, rm_err *err);
+
+/* Forward on m->x (rows <= max_batch); logits end in m->act[nlayers-1]. */
+void rm_model_forward(rm_model *m, int rows);
+/* After forward: loss (sum written to m->loss_sum), dlogits scaled by inv_batch, then backward
+ * layer by layer in reverse, calling ready(ud, l) as each layer's gradient is final (ready may be
+ * NULL). Gradients are overwritten, not accumulated. */
+void rm_model_backward(rm_model *m, int rows, float inv_batch, rm_layer_ready_fn ready, void *ud);
+/* After forward: m->correct = rows whose argmax equals the label. */
+void rm_model_count_correct(rm_model *m, int rows);
+
+/* FNV-1a 64 over the parameter bytes (copied to host in chunks through a caller buffer so nothing
+ * is allocated); for the cross-rank bit-identity check. */
+uint64_t rm_model_checksum(const rm_model *m, void *scratch, size_t scratch_bytes);
+uint64_t rm_fnv1a64(const void *p, size_t n, uint64_t h);
+#define RM_FNV64_INIT 0xcbf29ce484222325ULL
+#endif

@@ -1,0 +1,52 @@
+/* train.h — `ringmaster-worker train`: synchronous data-parallel training with in-place restart.
+ *
+ * Buffers (see worker/model.h for the exact offsets):
+ *   - ONE flat fp32 parameter buffer and ONE flat gradient buffer, layers contiguous in forward
+ *     order (W0,b0,W1,b1,...). Fusion buckets (worker/fusion.h) are contiguous ranges of the
+ *     gradient buffer taken from the end (reverse layer order): backward of layer l calls
+ *     rm_fusion_ready(f, l) and its bucket allreduces while layers l-1..0 are still computed.
+ *   - Optimizer state (worker/optim.h) is one or two more flat buffers with the same layout; a
+ *     checkpoint is those flat arrays plus the scalars (step, data cursor, RNG, schedule position).
+ *   - All buffers come from the kernels table (kernels/kernels.h) and are allocated once, before
+ *     the first step; a step allocates nothing.
+ *
+ * One step: gather the rank's shard of the global batch -> forward -> backward layer by layer with
+ * fusion -> rm_fusion_finish (gradients averaged) -> optimizer update with the LR of the schedule.
+ * Every rank does the same arithmetic on the same averaged gradients, so replicas stay bit-identical.
+ *
+ * Ownership: rm_train_ctx owns everything it creates; settings strings are copies. */
+#ifndef RM_WORKER_TRAIN_H
+#define RM_WORKER_TRAIN_H
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include "common/rm.h"
+#include "common/trainingjob.h"
+
+/* Worker settings after env, config file and flags are merged. */
+typedef struct rm_train_cfg {
+    rm_training_spec t;          /* spec.training (defaults applied, validated); owned */
+    char *checkpoint_dir;        /* NULL = no checkpoints */
+    int checkpoint_interval;     /* steps; 0 = only on SIGTERM/end */
+    int checkpoint_keep;         /* keep the newest K valid files (>= 1) */
+    char *metrics_addr;          /* default ":9090"; "127.0.0.1:0" for tests; "" / "off" = none */
+    char *backend;               /* "ring" | "mpi" | "local"; NULL = from env / ring */
+    char *device;                /* "cpu" | "cuda"; default cpu */
+    char *rdzv_url, *job, *token, *worker_id, *bind_addr;   /* from env; may be NULL */
+    double progress_deadline_s;  /* /healthz deadline; default 60 */
+    double comm_timeout_s;       /* bound on collective waits; default 10 */
+    char *fault_spec;            /* RINGMASTER_FAULT; NULL = none */
+    int eval_every_epoch;        /* 1 (default) */
+    int log_every;               /* steps between progress log lines; default 100 */
+} rm_train_cfg;
+
+/* Parse argv (after "train") + env into cfg. Returns RM_OK, or RM_EINVAL with err set (the caller
+ * prints usage and exits 2). cfg owned: rm_train_cfg_free. */
+int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err);
+void rm_train_cfg_free(rm_train_cfg *cfg);
+void rm_train_usage(FILE *out);
+
+/* Run training to the end (or STOP, or SIGTERM). Returns 0 on success; exit code semantics are
+ * decided by worker/main.c (negative RM_E* -> exit 1). */
+int rm_train_run(const rm_train_cfg *cfg, rm_err *err);
+#endif
