@@ -1,0 +1,681 @@
+/* http.c — the HTTP/1.1 server over libmicrohttpd (see http.h).
+ *
+ * Design: MHD runs thread-per-connection with poll() (no FD_SETSIZE limit), so a handler can block
+ * (long polls) and a stream callback can wait for data without stalling anybody else; each
+ * connection thread gets a small stack so a thousand open watch streams cost little. We create and
+ * bind the listening socket ourselves so bind errors carry errno text and port 0 works. Bodies are
+ * accumulated up to max_body (413 beyond, decided from Content-Length before reading when possible).
+ * Shutdown is graceful: stop accepting (quiesce), raise the `stopping` flag that long polls and
+ * streams watch, wait (bounded) for in-flight requests to complete, then stop MHD. */
+#include "common/http.h"
+#include <arpa/inet.h>
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define RM_HTTP_STACK (1024u * 1024u)
+#else
+#define RM_HTTP_STACK (256u * 1024u)
+#endif
+#define RM_HTTP_STREAM_BLOCK (16u * 1024u)
+#define RM_HTTP_STOP_WAIT_MS 10000
+
+struct rm_http_server {
+    struct MHD_Daemon *d;
+    int listen_fd;
+    int port;
+    rm_http_route *routes;
+    size_t nroutes;
+    size_t max_body;
+    atomic_bool stopping;
+    atomic_int inflight;
+};
+
+typedef struct req_ctx {
+    rm_http_server *srv;
+    struct MHD_Connection *conn;
+    const rm_http_route *route;
+    char *body;
+    size_t len, cap;
+    int toobig;
+    char ip[INET6_ADDRSTRLEN];
+} req_ctx;
+
+typedef struct stream_ctx {
+    rm_http_stream s;
+    rm_http_server *srv;
+    int fd;
+} stream_ctx;
+
+/* ---- small helpers ---------------------------------------------------------------------------- */
+
+static double mono_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static char *error_body(int status, const char *msg)
+{
+    cJSON *o = cJSON_CreateObject();
+    char *s = NULL;
+    if (o && cJSON_AddStringToObject(o, "error", msg) && cJSON_AddNumberToObject(o, "code", status))
+        s = cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    return s;
+}
+
+int rm_http_reply_text(rm_http_resp *resp, int status, const char *content_type, const char *text)
+{
+    char *b = strdup(text ? text : "");
+    if (!b)
+        return RM_ENOMEM;
+    free(resp->body);
+    resp->status = status;
+    resp->content_type = content_type ? content_type : "text/plain; charset=utf-8";
+    resp->body = b;
+    resp->body_len = strlen(b);
+    return RM_OK;
+}
+
+int rm_http_reply_json(rm_http_resp *resp, int status, const void *cjson)
+{
+    char *b = cjson ? cJSON_PrintUnformatted((const cJSON *)cjson) : strdup("null");
+    if (!b)
+        return RM_ENOMEM;
+    free(resp->body);
+    resp->status = status;
+    resp->content_type = "application/json";
+    resp->body = b;
+    resp->body_len = strlen(b);
+    return RM_OK;
+}
+
+int rm_http_reply_error(rm_http_resp *resp, int status, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    char *b = error_body(status, msg);
+    if (!b)
+        return RM_ENOMEM;
+    free(resp->body);
+    resp->status = status;
+    resp->content_type = "application/json";
+    resp->body = b;
+    resp->body_len = strlen(b);
+    return RM_OK;
+}
+
+int rm_http_add_header(rm_http_resp *resp, const char *name, const char *value)
+{
+    if (resp->nheaders >= RM_HTTP_MAX_HEADERS)
+        return RM_ETOOBIG;
+    if (!name || !value || strlen(name) >= sizeof resp->headers[0].name ||
+        strlen(value) >= sizeof resp->headers[0].value)
+        return RM_EINVAL;
+    /* no header injection */
+    if (strpbrk(name, "\r\n:") || strpbrk(value, "\r\n"))
+        return RM_EINVAL;
+    strcpy(resp->headers[resp->nheaders].name, name);
+    strcpy(resp->headers[resp->nheaders].value, value);
+    resp->nheaders++;
+    return RM_OK;
+}
+
+const char *rm_http_header(const rm_http_req *req, const char *name)
+{
+    const req_ctx *c = req ? req->impl : NULL;
+    if (!c)
+        return NULL;
+    return MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, name);
+}
+
+const char *rm_http_query(const rm_http_req *req, const char *key)
+{
+    const req_ctx *c = req ? req->impl : NULL;
+    if (!c)
+        return NULL;
+    return MHD_lookup_connection_value(c->conn, MHD_GET_ARGUMENT_KIND, key);
+}
+
+bool rm_http_stopping(const rm_http_server *s)
+{
+    return s && atomic_load(&((rm_http_server *)s)->stopping);
+}
+
+int rm_http_port(const rm_http_server *s) { return s ? s->port : -1; }
+
+/* ---- responses -------------------------------------------------------------------------------- */
+
+static enum MHD_Result queue_simple(struct MHD_Connection *conn, int status, const char *ctype,
+                                    char *owned_body, const char *allow)
+{
+    struct MHD_Response *r;
+    if (owned_body)
+        r = MHD_create_response_from_buffer(strlen(owned_body), owned_body, MHD_RESPMEM_MUST_FREE);
+    else
+        r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r) {
+        free(owned_body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+    if (allow)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result queue_error(struct MHD_Connection *conn, int status, const char *msg,
+                                   const char *allow)
+{
+    return queue_simple(conn, status, "application/json", error_body(status, msg), allow);
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    stream_ctx *sc = cls;
+    int wait_ms = 1;
+    (void)pos;
+    for (;;) {
+        if (atomic_load(&sc->srv->stopping))
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        ssize_t n = sc->s.read(sc->s.ud, buf, max);
+        if (n > 0)
+            return n > (ssize_t)max ? (ssize_t)max : n;
+        if (n < 0)
+            return MHD_CONTENT_READER_END_OF_STREAM;
+        /* nothing yet: wait a little, but notice a client that went away (backing off to 50 ms
+         * so a thousand idle streams do not spin) */
+        if (sc->fd >= 0) {
+            struct pollfd p = { .fd = sc->fd, .events = POLLRDHUP };
+            int pr = poll(&p, 1, wait_ms);
+            if (pr > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)))
+                return MHD_CONTENT_READER_END_WITH_ERROR;
+        } else {
+            struct timespec ts = { 0, (long)wait_ms * 1000000L };
+            nanosleep(&ts, NULL);
+        }
+        if (wait_ms < 50)
+            wait_ms *= 2;
+    }
+}
+
+static void stream_free(void *cls)
+{
+    stream_ctx *sc = cls;
+    if (sc->s.free)
+        sc->s.free(sc->s.ud);
+    free(sc);
+}
+
+static enum MHD_Result queue_handler_resp(req_ctx *c, rm_http_resp *resp)
+{
+    struct MHD_Response *r = NULL;
+    int status = resp->status > 0 ? resp->status : 200;
+    if (resp->stream.read) {
+        stream_ctx *sc = calloc(1, sizeof *sc);
+        if (!sc) {
+            if (resp->stream.free)
+                resp->stream.free(resp->stream.ud);
+            free(resp->body);
+            return queue_error(c->conn, 500, "out of memory", NULL);
+        }
+        sc->s = resp->stream;
+        sc->srv = c->srv;
+        sc->fd = -1;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (ci)
+            sc->fd = ci->connect_fd;
+        r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, RM_HTTP_STREAM_BLOCK, stream_read,
+                                              sc, stream_free);
+        if (!r)
+            stream_free(sc);
+        free(resp->body);
+        resp->body = NULL;
+    } else if (resp->body) {
+        size_t len = resp->body_len ? resp->body_len : strlen(resp->body);
+        r = MHD_create_response_from_buffer(len, resp->body, MHD_RESPMEM_MUST_FREE);
+        if (!r)
+            free(resp->body);
+        resp->body = NULL;
+    } else {
+        r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    }
+    if (!r)
+        return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            resp->content_type ? resp->content_type : "application/json");
+    for (int i = 0; i < resp->nheaders && i < RM_HTTP_MAX_HEADERS; i++)
+        MHD_add_response_header(r, resp->headers[i].name, resp->headers[i].value);
+    enum MHD_Result ret = MHD_queue_response(c->conn, (unsigned)status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* ---- dispatch --------------------------------------------------------------------------------- */
+
+static int path_match(const rm_http_route *rt, const char *path)
+{
+    if (rt->prefix)
+        return strncmp(path, rt->path, strlen(rt->path)) == 0;
+    return strcmp(path, rt->path) == 0;
+}
+
+static int method_match(const rm_http_route *rt, const char *method)
+{
+    if (!rt->method)
+        return 1;
+    if (strcmp(rt->method, method) == 0)
+        return 1;
+    return strcmp(method, "HEAD") == 0 && strcmp(rt->method, "GET") == 0;
+}
+
+/* Finds the route; 0 found, 404 or 405 (allow filled) otherwise. */
+static int find_route(rm_http_server *s, const char *method, const char *path,
+                      const rm_http_route **out, char *allow, size_t allowcap)
+{
+    int path_seen = 0;
+    allow[0] = 0;
+    for (size_t i = 0; i < s->nroutes; i++) {
+        const rm_http_route *rt = &s->routes[i];
+        if (!path_match(rt, path))
+            continue;
+        if (method_match(rt, method)) {
+            *out = rt;
+            return 0;
+        }
+        path_seen = 1;
+        if (rt->method && !strstr(allow, rt->method)) {
+            size_t l = strlen(allow);
+            snprintf(allow + l, allowcap - l, "%s%s", l ? ", " : "", rt->method);
+        }
+    }
+    return path_seen ? 405 : 404;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version,
+                                  const char *upload_data, size_t *upload_data_size, void **con_cls)
+{
+    rm_http_server *s = cls;
+    req_ctx *c = *con_cls;
+    (void)version;
+    if (!c) {
+        c = calloc(1, sizeof *c);
+        if (!c)
+            return MHD_NO;
+        c->srv = s;
+        c->conn = conn;
+        *con_cls = c;
+        atomic_fetch_add(&s->inflight, 1);
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (ci && ci->client_addr) {
+            const struct sockaddr *sa = ci->client_addr;
+            if (sa->sa_family == AF_INET)
+                inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr,
+                          c->ip, sizeof c->ip);
+            else if (sa->sa_family == AF_INET6)
+                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr,
+                          c->ip, sizeof c->ip);
+        }
+        char allow[128];
+        int st = find_route(s, method, url, &c->route, allow, sizeof allow);
+        if (st == 404)
+            return queue_error(conn, 404, "not found", NULL);
+        if (st == 405)
+            return queue_error(conn, 405, "method not allowed", allow[0] ? allow : NULL);
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        if (cl) {
+            char *e;
+            errno = 0;
+            unsigned long long n = strtoull(cl, &e, 10);
+            if (errno || e == cl || n > s->max_body)
+                return queue_error(conn, 413, "request body too large", NULL);
+        }
+        return MHD_YES;
+    }
+    if (*upload_data_size > 0) {
+        size_t n = *upload_data_size;
+        *upload_data_size = 0;
+        if (c->toobig)
+            return MHD_YES;
+        if (c->len + n > s->max_body) {
+            c->toobig = 1;
+            free(c->body);
+            c->body = NULL;
+            c->len = c->cap = 0;
+            return MHD_YES;
+        }
+        if (c->len + n + 1 > c->cap) {
+            size_t ncap = c->cap ? c->cap : 4096;
+            while (ncap < c->len + n + 1)
+                ncap *= 2;
+            if (ncap > s->max_body + 1)
+                ncap = s->max_body + 1;
+            char *nb = realloc(c->body, ncap);
+            if (!nb)
+                return MHD_NO;
+            c->body = nb;
+            c->cap = ncap;
+        }
+        memcpy(c->body + c->len, upload_data, n);
+        c->len += n;
+        c->body[c->len] = 0;
+        return MHD_YES;
+    }
+    if (c->toobig)
+        return queue_error(conn, 413, "request body too large", NULL);
+
+    rm_http_req req = {
+        .method = method,
+        .path = url,
+        .body = c->body ? c->body : "",
+        .body_len = c->len,
+        .remote_ip = c->ip,
+        .impl = c,
+    };
+    rm_http_resp resp;
+    memset(&resp, 0, sizeof resp);
+    resp.status = 200;
+    resp.content_type = "application/json";
+    int rc = c->route->fn(&req, &resp, c->route->ud);
+    if (rc < 0) {
+        free(resp.body);
+        if (resp.stream.free)
+            resp.stream.free(resp.stream.ud);
+        return queue_error(conn, 500, rm_strerror(rc), NULL);
+    }
+    return queue_handler_resp(c, &resp);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    rm_http_server *s = cls;
+    req_ctx *c = *con_cls;
+    (void)conn;
+    (void)toe;
+    if (!c)
+        return;
+    free(c->body);
+    free(c);
+    *con_cls = NULL;
+    atomic_fetch_sub(&s->inflight, 1);
+}
+
+/* ---- lifecycle -------------------------------------------------------------------------------- */
+
+int rm_http_parse_addr(const char *addr, char *hostbuf, size_t hostcap, int *port)
+{
+    if (!addr || !*addr || !hostbuf || hostcap < 2)
+        return RM_EINVAL;
+    const char *ps;
+    size_t hl;
+    const char *h;
+    if (addr[0] == '[') {
+        const char *rb = strchr(addr, ']');
+        if (!rb || rb[1] != ':')
+            return RM_EINVAL;
+        h = addr + 1;
+        hl = (size_t)(rb - h);
+        ps = rb + 2;
+    } else {
+        const char *colon = strrchr(addr, ':');
+        if (!colon)
+            return RM_EINVAL;
+        if (memchr(addr, ':', (size_t)(colon - addr)))
+            return RM_EINVAL; /* bare IPv6 needs brackets */
+        h = addr;
+        hl = (size_t)(colon - addr);
+        ps = colon + 1;
+    }
+    if (hl == 0) {
+        h = "0.0.0.0";
+        hl = 7;
+    }
+    if (hl >= hostcap)
+        return RM_EINVAL;
+    char *e;
+    errno = 0;
+    long p = strtol(ps, &e, 10);
+    if (!*ps || *e || errno || p < 0 || p > 65535)
+        return RM_EINVAL;
+    memcpy(hostbuf, h, hl);
+    hostbuf[hl] = 0;
+    *port = (int)p;
+    return RM_OK;
+}
+
+static int open_listener(const char *bind_addr, int *fd_out, int *v6_out, int *port_out, rm_err *err)
+{
+    char host[128];
+    int port;
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    memset(&ss, 0, sizeof ss);
+    if (rm_http_parse_addr(bind_addr, host, sizeof host, &port) != RM_OK)
+        return rm_errf(err, RM_EINVAL, "bad listen address \"%s\" (want host:port)", bind_addr);
+    if (strcmp(host, "localhost") == 0)
+        snprintf(host, sizeof host, "127.0.0.1");
+    int v6 = 0;
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, host, &s4->sin_addr) == 1) {
+        s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)port);
+        sl = sizeof *s4;
+    } else if (inet_pton(AF_INET6, host, &s6->sin6_addr) == 1) {
+        s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)port);
+        sl = sizeof *s6;
+        v6 = 1;
+    } else {
+        return rm_errf(err, RM_EINVAL, "bad listen address \"%s\": host must be numeric", bind_addr);
+    }
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return rm_errf(err, RM_EIO, "socket: %s", strerror(errno));
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&ss, sl) != 0) {
+        int e = errno;
+        close(fd);
+        return rm_errf(err, RM_EIO, "bind %s: %s", bind_addr, strerror(e));
+    }
+    if (listen(fd, 1024) != 0) {
+        int e = errno;
+        close(fd);
+        return rm_errf(err, RM_EIO, "listen %s: %s", bind_addr, strerror(e));
+    }
+    sl = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    *port_out = ntohs(ss.ss_family == AF_INET ? s4->sin_port : s6->sin6_port);
+    *fd_out = fd;
+    *v6_out = v6;
+    return RM_OK;
+}
+
+int rm_http_start(const rm_http_opts *opts, const rm_http_route *routes, size_t nroutes,
+                  rm_http_server **out, rm_err *err)
+{
+    rm_http_opts o = { 0 };
+    if (opts)
+        o = *opts;
+    if (!o.bind)
+        o.bind = "127.0.0.1:0";
+    if (!o.max_body)
+        o.max_body = 1u << 20;
+    if (!o.conn_timeout_s)
+        o.conn_timeout_s = 60;
+    if (!o.max_conns)
+        o.max_conns = 2048;
+    *out = NULL;
+    for (size_t i = 0; i < nroutes; i++)
+        if (!routes[i].path || !routes[i].fn)
+            return rm_errf(err, RM_EINVAL, "route %zu: path and fn are required", i);
+
+    rm_http_server *s = calloc(1, sizeof *s);
+    if (!s)
+        return rm_errf(err, RM_ENOMEM, "out of memory");
+    s->listen_fd = -1;
+    s->max_body = o.max_body;
+    if (nroutes) {
+        s->routes = calloc(nroutes, sizeof *s->routes);
+        if (!s->routes) {
+            free(s);
+            return rm_errf(err, RM_ENOMEM, "out of memory");
+        }
+        memcpy(s->routes, routes, nroutes * sizeof *routes);
+    }
+    s->nroutes = nroutes;
+    int v6 = 0;
+    int rc = open_listener(o.bind, &s->listen_fd, &v6, &s->port, err);
+    if (rc < 0) {
+        free(s->routes);
+        free(s);
+        return rc;
+    }
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                     MHD_USE_POLL | MHD_USE_ITC | (v6 ? MHD_USE_IPv6 : 0);
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
+                            MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->listen_fd,
+                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)o.max_conns,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o.conn_timeout_s,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
+                            MHD_OPTION_THREAD_STACK_SIZE, (size_t)RM_HTTP_STACK,
+                            MHD_OPTION_END);
+    if (!s->d) {
+        close(s->listen_fd);
+        free(s->routes);
+        free(s);
+        return rm_errf(err, RM_EIO, "cannot start HTTP server on %s", o.bind);
+    }
+    *out = s;
+    return RM_OK;
+}
+
+void rm_http_stop(rm_http_server *s)
+{
+    if (!s)
+        return;
+    MHD_socket lfd = MHD_quiesce_daemon(s->d);
+    atomic_store(&s->stopping, true);
+    double deadline = mono_now() + RM_HTTP_STOP_WAIT_MS / 1000.0;
+    while (atomic_load(&s->inflight) > 0 && mono_now() < deadline) {
+        struct timespec ts = { 0, 2 * 1000000L };
+        nanosleep(&ts, NULL);
+    }
+    MHD_stop_daemon(s->d);
+    if (lfd != MHD_INVALID_SOCKET)
+        close(lfd);
+    else if (s->listen_fd >= 0)
+        close(s->listen_fd);
+    free(s->routes);
+    free(s);
+}
+
+/* ---- blob ------------------------------------------------------------------------------------- */
+
+struct rm_http_blob {
+    pthread_mutex_t mu;
+    char *data;
+    size_t len;
+    char ctype[128];
+};
+
+rm_http_blob *rm_http_blob_new(const char *content_type)
+{
+    rm_http_blob *b = calloc(1, sizeof *b);
+    if (!b)
+        return NULL;
+    pthread_mutex_init(&b->mu, NULL);
+    snprintf(b->ctype, sizeof b->ctype, "%s", content_type ? content_type : "application/json");
+    return b;
+}
+
+void rm_http_blob_set(rm_http_blob *b, const char *data, size_t len)
+{
+    if (!b)
+        return;
+    char *copy = malloc(len + 1);
+    if (copy) {
+        if (len)
+            memcpy(copy, data, len);
+        copy[len] = 0;
+    }
+    pthread_mutex_lock(&b->mu);
+    char *old = b->data;
+    b->data = copy;
+    b->len = copy ? len : 0;
+    pthread_mutex_unlock(&b->mu);
+    free(old);
+}
+
+char *rm_http_blob_get(rm_http_blob *b, size_t *len)
+{
+    if (!b)
+        return NULL;
+    pthread_mutex_lock(&b->mu);
+    size_t n = b->data ? b->len : 0;
+    char *copy = malloc(n + 1);
+    if (copy) {
+        if (n)
+            memcpy(copy, b->data, n);
+        copy[n] = 0;
+    }
+    pthread_mutex_unlock(&b->mu);
+    if (len)
+        *len = copy ? n : 0;
+    return copy;
+}
+
+int rm_http_blob_handler(const rm_http_req *req, rm_http_resp *resp, void *blob)
+{
+    rm_http_blob *b = blob;
+    size_t n;
+    (void)req;
+    char *data = rm_http_blob_get(b, &n);
+    if (!data)
+        return RM_ENOMEM;
+    resp->status = 200;
+    resp->content_type = b->ctype;
+    resp->body = data;
+    resp->body_len = n;
+    if (n == 0) {
+        /* body_len 0 means strlen: an empty body is simply no body */
+        free(data);
+        resp->body = NULL;
+    }
+    return RM_OK;
+}
+
+void rm_http_blob_free(rm_http_blob *b)
+{
+    if (!b)
+        return;
+    pthread_mutex_destroy(&b->mu);
+    free(b->data);
+    free(b);
+}

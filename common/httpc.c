@@ -1,0 +1,218 @@
+/* httpc.c — a small HTTP client over libcurl (see httpc.h).
+ *
+ * Design: one easy handle per rm_httpc, reset before each request (options) but keeping its
+ * connection cache, so a client that talks to one server reuses the TCP connection. Signals are
+ * off (CURLOPT_NOSIGNAL) so timeouts are safe in threads; every request has a total timeout and a
+ * connect timeout; the body is capped in the write callback (returning short aborts the transfer)
+ * so a hostile or broken peer cannot make us allocate without bound. */
+#include "common/httpc.h"
+#include <curl/curl.h>
+#include <ctype.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+
+struct rm_httpc {
+    CURL *h;
+};
+
+typedef struct {
+    char *buf;
+    size_t len, cap, max;
+    int toobig;
+    double retry_after;
+} sink;
+
+static pthread_once_t g_curl_once = PTHREAD_ONCE_INIT;
+static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+
+rm_httpc *rm_httpc_new(void)
+{
+    pthread_once(&g_curl_once, curl_init_once);
+    rm_httpc *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->h = curl_easy_init();
+    if (!c->h) {
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void rm_httpc_free(rm_httpc *c)
+{
+    if (!c)
+        return;
+    curl_easy_cleanup(c->h);
+    free(c);
+}
+
+void rm_httpc_resp_free(rm_httpc_resp *r)
+{
+    if (!r)
+        return;
+    free(r->body);
+    r->body = NULL;
+    r->len = 0;
+}
+
+static size_t on_write(char *ptr, size_t size, size_t nmemb, void *ud)
+{
+    sink *s = ud;
+    size_t n = size * nmemb;
+    if (s->len + n > s->max) {
+        s->toobig = 1;
+        return 0; /* aborts with CURLE_WRITE_ERROR */
+    }
+    if (s->len + n + 1 > s->cap) {
+        size_t ncap = s->cap ? s->cap : 4096;
+        while (ncap < s->len + n + 1)
+            ncap *= 2;
+        if (ncap > s->max + 1)
+            ncap = s->max + 1;
+        char *nb = realloc(s->buf, ncap);
+        if (!nb)
+            return 0;
+        s->buf = nb;
+        s->cap = ncap;
+    }
+    memcpy(s->buf + s->len, ptr, n);
+    s->len += n;
+    s->buf[s->len] = 0;
+    return n;
+}
+
+static size_t on_header(char *ptr, size_t size, size_t nitems, void *ud)
+{
+    sink *s = ud;
+    size_t n = size * nitems;
+    static const char key[] = "retry-after:";
+    if (n > sizeof key - 1 && strncasecmp(ptr, key, sizeof key - 1) == 0) {
+        char v[128];
+        size_t vl = n - (sizeof key - 1);
+        if (vl >= sizeof v)
+            vl = sizeof v - 1;
+        memcpy(v, ptr + sizeof key - 1, vl);
+        v[vl] = 0;
+        char *p = v;
+        while (*p == ' ' || *p == '\t')
+            p++;
+        size_t pl = strlen(p);
+        while (pl && (p[pl - 1] == '\r' || p[pl - 1] == '\n' || p[pl - 1] == ' '))
+            p[--pl] = 0;
+        if (pl && isdigit((unsigned char)p[0])) {
+            char *e;
+            double d = strtod(p, &e);
+            if (*e == 0 && d >= 0)
+                s->retry_after = d;
+        } else if (pl) {
+            time_t t = curl_getdate(p, NULL);
+            if (t != -1) {
+                double d = difftime(t, time(NULL));
+                s->retry_after = d > 0 ? d : 0;
+            }
+        }
+    }
+    return n;
+}
+
+int rm_httpc_do(rm_httpc *c, const char *method, const char *url, const char *const *headers,
+                const char *body, size_t body_len, long timeout_ms, size_t max_body,
+                rm_httpc_resp *out, rm_err *err)
+{
+    struct curl_slist *hl = NULL;
+    sink s = { .max = max_body ? max_body : (16u << 20), .retry_after = -1 };
+    char ebuf[CURL_ERROR_SIZE] = "";
+    int rc = RM_OK;
+    memset(out, 0, sizeof *out);
+    out->retry_after = -1;
+    if (!c || !method || !url)
+        return rm_errf(err, RM_EINVAL, "httpc: method and url are required");
+    if (timeout_ms <= 0)
+        timeout_ms = 30000;
+
+    CURL *h = c->h;
+    curl_easy_reset(h);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms < 5000 ? timeout_ms : 5000L);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &s);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &s);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
+    curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+
+    if (strcmp(method, "GET") == 0) {
+        curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+    } else if (strcmp(method, "HEAD") == 0) {
+        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    } else {
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+    }
+    if (body || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0 ||
+        strcmp(method, "PATCH") == 0) {
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, body ? body : "");
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(body ? body_len : 0));
+    }
+    /* no "Expect: 100-continue" round trip */
+    hl = curl_slist_append(hl, "Expect:");
+    for (const char *const *p = headers; p && *p; p++) {
+        struct curl_slist *n = curl_slist_append(hl, *p);
+        if (!n) {
+            rc = rm_errf(err, RM_ENOMEM, "out of memory");
+            goto out;
+        }
+        hl = n;
+    }
+    if (!hl) {
+        rc = rm_errf(err, RM_ENOMEM, "out of memory");
+        goto out;
+    }
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+
+    CURLcode cc = curl_easy_perform(h);
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    out->status = status;
+    out->retry_after = s.retry_after;
+    if (cc != CURLE_OK) {
+        if (s.toobig)
+            rc = rm_errf(err, RM_ETOOBIG, "%s %s: response body over %zu bytes", method, url, s.max);
+        else if (cc == CURLE_OPERATION_TIMEDOUT)
+            rc = rm_errf(err, RM_ETIMEDOUT, "%s %s: timed out after %ld ms", method, url, timeout_ms);
+        else
+            rc = rm_errf(err, RM_EIO, "%s %s: %s", method, url,
+                         ebuf[0] ? ebuf : curl_easy_strerror(cc));
+    }
+out:
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
+    curl_slist_free_all(hl);
+    if (!s.buf)
+        s.buf = calloc(1, 1);
+    out->body = s.buf;
+    out->len = s.buf ? s.len : 0;
+    if (!out->body && rc == RM_OK)
+        rc = rm_errf(err, RM_ENOMEM, "out of memory");
+    return rc;
+}
+
+int rm_httpc_get(const char *url, long timeout_ms, rm_httpc_resp *out, rm_err *err)
+{
+    rm_httpc *c = rm_httpc_new();
+    if (!c) {
+        memset(out, 0, sizeof *out);
+        out->retry_after = -1;
+        return rm_errf(err, RM_ENOMEM, "out of memory");
+    }
+    int rc = rm_httpc_do(c, "GET", url, NULL, NULL, 0, timeout_ms, 0, out, err);
+    rm_httpc_free(c);
+    return rc;
+}
