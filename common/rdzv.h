@@ -16,6 +16,7 @@
  *        → 200 {"epoch":CURRENT,"action":"continue"|"rejoin"|"stop"}
  *   GET  /v1/jobs/NS/NAME   → the job's rendezvous state (debugging)
  *
+ * Epochs start at 1; a worker that never trained sends lastEpoch 0 (or -1).
  * Rounds: epoch E's round opens empty; each join adds (workerId, addr). It closes when `desired`
  * workers joined, or — elastic — when at least `min` joined and `settle` seconds passed since the
  * last join. Ranks are assigned by ascending numeric workerId, so rank 0 is the lowest replica index
@@ -41,6 +42,10 @@ typedef struct rm_rdzv rm_rdzv;
 
 rm_rdzv *rm_rdzv_new(void);
 void rm_rdzv_free(rm_rdzv *r);    /* wakes every long poll first; NULL ok */
+/* Wake every long poll and answer every later request 503 at once (clients retry until their
+ * timeout). Idempotent. Order to tear down: rm_rdzv_shutdown, rm_http_stop, rm_rdzv_free (free
+ * waits for handlers still running, but a request arriving after free would touch freed memory). */
+void rm_rdzv_shutdown(rm_rdzv *r);
 /* Route for the embedding HTTP server: {"NULL method", "/v1/jobs/", prefix=1, rm_rdzv_handler, r}. */
 int rm_rdzv_handler(const rm_http_req *req, rm_http_resp *resp, void *rdzv);
 /* Convenience: start an HTTP server with only the rendezvous routes on bind ("127.0.0.1:0"). */

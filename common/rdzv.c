@@ -1,0 +1,950 @@
+/* rdzv.c — the rendezvous service: per-job rounds, a kv area per epoch and progress reports
+ * (protocol in common/rdzv.h; the client is in common/rdzv_client.c).
+ *
+ * Design: one mutex and one condition variable (monotonic clock) guard every job. The round logic
+ * is a small state machine that takes `now` as an argument (join_eval, round_maybe_close,
+ * epoch_open); the HTTP glue only parses, authenticates, calls it under the lock and, for long
+ * polls, waits on the condition variable with a bounded deadline and evaluates again on every
+ * wake-up. Waiters never keep a pointer to a job or member across a wait: they look the job up by
+ * name again, so jobs may be removed or reset while requests wait. Every state change broadcasts.
+ *
+ * Epochs start at 1, so a worker that never trained may send lastEpoch 0 or -1.
+ *
+ * Late joiners (a join for a closed round from a worker that is not, or is no longer, part of it):
+ *   - member of the closed round, same addr, lastEpoch != epoch: a retry → the same assignment;
+ *   - member of the closed round, lastEpoch == epoch: it saw the group break → open epoch+1;
+ *   - member of the closed round with a different addr: a new process for that worker (a
+ *     replacement), so the old group is broken → open epoch+1;
+ *   - not a member and the closed round has fewer than `desired` workers: elastic grow-back →
+ *     open epoch+1 (members learn it from their next report, which answers "rejoin");
+ *   - not a member and the round already has `desired` workers: the group is complete, so the
+ *     newcomer is held (202, long poll) and joins the next round when the epoch changes (the
+ *     controller's restart, or a member noticing a failure). Liveness of the members is not
+ *     judged here: a dead member breaks the round through the survivors or the controller.
+ * A join for a round that is still open adds the worker (or updates its addr). A waiter whose
+ * round was superseded by a restart joins the new round on its next evaluation.
+ *
+ * Job lifecycle: rm_rdzv_job_stop is sticky (a finished job stays finished; job_set updates its
+ * sizes but does not revive it); rm_rdzv_job_remove forgets members, kv and results but keeps a
+ * tombstone (at most 256) so late callers get "stop"; job_set on a removed job starts it afresh
+ * at a higher epoch so stale workers cannot confuse the new run. */
+#include "common/rdzv.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/json.h"
+#include "common/log.h"
+
+#define JOIN_POLL_S 10.0       /* how long a join is held before "202 waiting" */
+#define KV_WAIT_MAX_S 30.0     /* cap on ?wait= */
+#define KV_MAX_KEYS 256        /* keys per epoch */
+#define KV_MAX_KEY 128
+#define MAX_TOMBSTONES 256
+#define JOB_NAME_MAX 255
+#define TOKEN_MAX 255
+
+typedef struct kv_ent {
+    struct kv_ent *next;
+    char *val;
+    size_t len;
+    char key[KV_MAX_KEY + 1];
+} kv_ent;
+
+typedef struct member {
+    rm_rdzv_member m;      /* public view; m.rank is the rank in the closed round, else -1 */
+    int round;             /* epoch whose round this worker joined (0 = none) */
+} member;
+
+typedef struct job {
+    struct job *next;
+    char name[JOB_NAME_MAX + 1];
+    char token[TOKEN_MAX + 1];
+    int desired, min;
+    double settle;
+    int epoch;
+    bool closed, stopped, removed;
+    int world;
+    double closed_at;      /* unix seconds */
+    double last_join;      /* monotonic seconds of the last change to the open round */
+    member *mem;           /* sorted by workerId (numeric first), at most RM_RDZV_MAX_WORLD */
+    int nmem;
+    kv_ent *kv;            /* current epoch's kv only */
+    int nkv;
+    bool have_result;
+    double test_accuracy, train_loss, seconds, samples_per_second;
+    int64_t steps;
+} job;
+
+struct rm_rdzv {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    job *jobs;             /* in creation order */
+    bool shutting;
+    int inflight;          /* handlers running */
+};
+
+/* ---------------- small helpers ---------------- */
+
+static double now_mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static double now_unix(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Wait on r->cv until woken or the monotonic deadline passes. */
+static void wait_until(rm_rdzv *r, double deadline)
+{
+    struct timespec ts;
+    double s = deadline < 0 ? 0 : deadline;
+    ts.tv_sec = (time_t)s;
+    ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
+    if (ts.tv_nsec >= 1000000000L)
+        ts.tv_nsec = 999999999L;
+    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+}
+
+/* Letters, digits, '.', '_', '-' only; 1..max chars. */
+static bool name_ok(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > max)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+static bool job_name_ok(const char *s)
+{
+    const char *slash = strchr(s, '/');
+    if (!slash || strlen(s) > JOB_NAME_MAX || strchr(slash + 1, '/'))
+        return false;
+    char ns[JOB_NAME_MAX + 1];
+    memcpy(ns, s, (size_t)(slash - s));
+    ns[slash - s] = '\0';
+    return name_ok(ns, JOB_NAME_MAX) && name_ok(slash + 1, JOB_NAME_MAX);
+}
+
+static bool addr_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n >= sizeof(((rm_rdzv_member *)0)->addr))
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == ':' || c == '[' || c == ']' || c == '-' || c == '_'))
+            return false;
+    }
+    return true;
+}
+
+/* Constant-time in the token's content (the length may leak; tokens are long random strings). */
+static bool token_eq(const char *want, const char *got)
+{
+    size_t n = strlen(want), m = strlen(got);
+    unsigned d = (n != m);
+    for (size_t i = 0; i < n; i++)
+        d |= (unsigned char)want[i] ^ (unsigned char)(i < m ? got[i] : 0);
+    return d == 0 && n > 0;
+}
+
+static bool is_digits(const char *s)
+{
+    if (!*s)
+        return false;
+    for (; *s; s++)
+        if (*s < '0' || *s > '9')
+            return false;
+    return true;
+}
+
+/* Order of workerIds: numeric ids by value first, then the rest by strcmp. */
+static int wid_cmp(const char *a, const char *b)
+{
+    bool da = is_digits(a), db = is_digits(b);
+    if (da && db) {
+        while (*a == '0' && a[1])
+            a++;
+        while (*b == '0' && b[1])
+            b++;
+        size_t la = strlen(a), lb = strlen(b);
+        if (la != lb)
+            return la < lb ? -1 : 1;
+        return strcmp(a, b);
+    }
+    if (da != db)
+        return da ? -1 : 1;
+    return strcmp(a, b);
+}
+
+/* ---------------- the state machine (r->mu held) ---------------- */
+
+static job *job_find(rm_rdzv *r, const char *name)
+{
+    for (job *j = r->jobs; j; j = j->next)
+        if (strcmp(j->name, name) == 0)
+            return j;
+    return NULL;
+}
+
+static void kv_clear(job *j)
+{
+    kv_ent *e = j->kv;
+    while (e) {
+        kv_ent *n = e->next;
+        free(e->val);
+        free(e);
+        e = n;
+    }
+    j->kv = NULL;
+    j->nkv = 0;
+}
+
+static kv_ent *kv_find(job *j, const char *key)
+{
+    for (kv_ent *e = j->kv; e; e = e->next)
+        if (strcmp(e->key, key) == 0)
+            return e;
+    return NULL;
+}
+
+static void job_clear(job *j)
+{
+    kv_clear(j);
+    free(j->mem);
+    j->mem = NULL;
+    j->nmem = 0;
+    j->have_result = false;
+}
+
+static int member_find(const job *j, const char *wid)
+{
+    for (int i = 0; i < j->nmem; i++)
+        if (strcmp(j->mem[i].m.worker_id, wid) == 0)
+            return i;
+    return -1;
+}
+
+/* Insert in workerId order. NULL when the job already has RM_RDZV_MAX_WORLD workers or on ENOMEM.
+ * Moves other members: pointers into j->mem are invalid afterwards. */
+static member *member_add(job *j, const char *wid)
+{
+    if (j->nmem >= RM_RDZV_MAX_WORLD)
+        return NULL;
+    member *nm = realloc(j->mem, (size_t)(j->nmem + 1) * sizeof *nm);
+    if (!nm)
+        return NULL;
+    j->mem = nm;
+    int at = 0;
+    while (at < j->nmem && wid_cmp(j->mem[at].m.worker_id, wid) < 0)
+        at++;
+    memmove(&j->mem[at + 1], &j->mem[at], (size_t)(j->nmem - at) * sizeof *nm);
+    j->nmem++;
+    member *m = &j->mem[at];
+    memset(m, 0, sizeof *m);
+    snprintf(m->m.worker_id, sizeof m->m.worker_id, "%s", wid);
+    m->m.rank = -1;
+    return m;
+}
+
+static int round_count(const job *j)
+{
+    int n = 0;
+    for (int i = 0; i < j->nmem; i++)
+        n += j->mem[i].round == j->epoch;
+    return n;
+}
+
+static void epoch_open(rm_rdzv *r, job *j, double now, const char *why)
+{
+    j->epoch++;
+    j->closed = false;
+    j->world = 0;
+    j->last_join = now;
+    for (int i = 0; i < j->nmem; i++)
+        j->mem[i].m.rank = -1;
+    kv_clear(j);
+    rm_info("rendezvous epoch opened job=%s epoch=%d reason=\"%s\"", j->name, j->epoch, why);
+    pthread_cond_broadcast(&r->cv);
+}
+
+/* Close the open round when `desired` joined, or `min` joined and `settle` passed since the last
+ * join. Ranks follow the member order (ascending workerId). */
+static void round_maybe_close(rm_rdzv *r, job *j, double now)
+{
+    if (j->closed || j->stopped)
+        return;
+    int n = round_count(j);
+    if (n == 0 || !(n >= j->desired || (n >= j->min && now - j->last_join >= j->settle)))
+        return;
+    int rank = 0;
+    for (int i = 0; i < j->nmem; i++)
+        j->mem[i].m.rank = j->mem[i].round == j->epoch ? rank++ : -1;
+    j->closed = true;
+    j->world = n;
+    j->closed_at = now_unix();
+    rm_info("rendezvous round closed job=%s epoch=%d world=%d desired=%d", j->name, j->epoch, n,
+            j->desired);
+    pthread_cond_broadcast(&r->cv);
+}
+
+enum { J_ASSIGNED, J_WAIT, J_STOP, J_FULL };
+
+/* One evaluation of a join; safe to repeat after every wake-up (see the file comment). */
+static int join_eval(rm_rdzv *r, job *j, const char *wid, const char *addr, int last_epoch,
+                     double now)
+{
+    if (j->stopped)
+        return J_STOP;
+    int i = member_find(j, wid);
+    member *m = i >= 0 ? &j->mem[i] : NULL;
+    if (j->closed) {
+        bool in_round = m && m->round == j->epoch;
+        if (in_round && last_epoch != j->epoch && strcmp(m->m.addr, addr) == 0)
+            return J_ASSIGNED;
+        if (!in_round && j->world >= j->desired)
+            return J_WAIT;
+        epoch_open(r, j, now,
+                   !in_round                 ? "late joiner, group below desired size"
+                   : last_epoch == j->epoch ? "member saw the group break"
+                                            : "member came back with a new address");
+    }
+    if (!m && !(m = member_add(j, wid)))
+        return J_FULL;
+    if (m->round != j->epoch || strcmp(m->m.addr, addr) != 0) {
+        m->round = j->epoch;
+        snprintf(m->m.addr, sizeof m->m.addr, "%s", addr);
+        m->m.epoch = j->epoch;
+        m->m.last_progress = now_unix();
+        j->last_join = now;
+        pthread_cond_broadcast(&r->cv);
+    }
+    round_maybe_close(r, j, now);
+    return j->closed ? J_ASSIGNED : J_WAIT;
+}
+
+/* ---------------- HTTP glue ---------------- */
+
+static int reply_stop(rm_http_resp *resp)
+{
+    return rm_http_reply_text(resp, 409, "application/json", "{\"status\":\"stop\"}");
+}
+
+static int reply_waiting(rm_http_resp *resp, int epoch)
+{
+    char buf[64];
+    snprintf(buf, sizeof buf, "{\"status\":\"waiting\",\"epoch\":%d}", epoch);
+    return rm_http_reply_text(resp, 202, "application/json", buf);
+}
+
+static int reply_cjson(rm_http_resp *resp, int status, cJSON *o)
+{
+    if (!o)
+        return rm_http_reply_error(resp, 500, "out of memory");
+    int rc = rm_http_reply_json(resp, status, o);
+    cJSON_Delete(o);
+    return rc;
+}
+
+static cJSON *round_json(const job *j, const member *me)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *peers = cJSON_AddArrayToObject(o, "peers");
+    if (!peers)
+        goto fail;
+    cJSON_AddNumberToObject(o, "epoch", j->epoch);
+    cJSON_AddNumberToObject(o, "rank", me->m.rank);
+    cJSON_AddNumberToObject(o, "worldSize", j->world);
+    for (int i = 0; i < j->nmem; i++) {
+        const member *p = &j->mem[i];
+        if (p->round != j->epoch)
+            continue;
+        cJSON *e = cJSON_CreateObject();
+        if (!e || !cJSON_AddItemToArray(peers, e))
+            goto fail;
+        cJSON_AddNumberToObject(e, "rank", p->m.rank);
+        cJSON_AddStringToObject(e, "workerId", p->m.worker_id);
+        cJSON_AddStringToObject(e, "addr", p->m.addr);
+    }
+    return o;
+fail:
+    cJSON_Delete(o);
+    return NULL;
+}
+
+static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_http_resp *resp)
+{
+    rm_err e = {0};
+    int rc;
+    const char *wid = NULL, *addr = NULL;
+    int64_t last_epoch = 0;
+    cJSON *body = rm_json_parse(req->body, req->body_len, &e);
+    if (!body)
+        return rm_http_reply_error(resp, 400, "join: %s", e.msg);
+    if (!cJSON_IsObject(body) ||
+        rm_json_str(body, "workerId", true, "", &wid, &e) < 0 ||
+        rm_json_str(body, "addr", true, "", &addr, &e) < 0 ||
+        rm_json_int(body, "lastEpoch", false, "", &last_epoch, &e) < 0) {
+        rc = rm_http_reply_error(resp, 400, "join: %s", e.msg[0] ? e.msg : "body must be an object");
+        goto out;
+    }
+    if (!name_ok(wid, sizeof(((rm_rdzv_member *)0)->worker_id) - 1) || !addr_ok(addr) ||
+        last_epoch < -1 || last_epoch > 1000000000) {
+        rc = rm_http_reply_error(resp, 400, "join: bad workerId, addr or lastEpoch");
+        goto out;
+    }
+    double deadline = now_mono() + JOIN_POLL_S;
+    for (;;) {
+        job *j = job_find(r, name);
+        if (r->shutting) {
+            rc = rm_http_reply_error(resp, 503, "rendezvous shutting down");
+            break;
+        }
+        if (!j) {
+            rc = reply_stop(resp);
+            break;
+        }
+        double now = now_mono();
+        int out = join_eval(r, j, wid, addr, (int)last_epoch, now);
+        if (out == J_STOP) {
+            rc = reply_stop(resp);
+            break;
+        }
+        if (out == J_FULL) {
+            rc = rm_http_reply_error(resp, 400, "join: job has %d workers already", j->nmem);
+            break;
+        }
+        if (out == J_ASSIGNED) {
+            rc = reply_cjson(resp, 200, round_json(j, &j->mem[member_find(j, wid)]));
+            break;
+        }
+        if (now >= deadline) {
+            rc = reply_waiting(resp, j->epoch);
+            break;
+        }
+        double wake = deadline;
+        if (!j->closed && round_count(j) >= j->min && j->last_join + j->settle < wake)
+            wake = j->last_join + j->settle + 0.001;
+        wait_until(r, wake);
+    }
+out:
+    cJSON_Delete(body);
+    return rc;
+}
+
+/* "kv/EPOCH/KEY" → epoch and key; false if malformed. */
+static bool parse_kv_path(const char *rest, int *epoch, char *key)
+{
+    const char *p = rest + 3, *slash = strchr(p, '/');
+    if (!slash || slash == p || slash - p > 10)
+        return false;
+    char num[16];
+    memcpy(num, p, (size_t)(slash - p));
+    num[slash - p] = '\0';
+    if (!is_digits(num))
+        return false;
+    long v = strtol(num, NULL, 10);
+    if (v < 1 || v > 1000000000L || !name_ok(slash + 1, KV_MAX_KEY))
+        return false;
+    *epoch = (int)v;
+    strcpy(key, slash + 1);
+    return true;
+}
+
+static int handle_kv_put(rm_rdzv *r, job *j, int epoch, const char *key, const rm_http_req *req,
+                         rm_http_resp *resp)
+{
+    if (j->stopped)
+        return reply_stop(resp);
+    if (epoch < j->epoch)
+        return rm_http_reply_error(resp, 410, "epoch %d is gone (current %d)", epoch, j->epoch);
+    if (epoch > j->epoch)
+        return rm_http_reply_error(resp, 400, "epoch %d is not open (current %d)", epoch, j->epoch);
+    if (req->body_len > RM_RDZV_MAX_KV)
+        return rm_http_reply_error(resp, 413, "value over %d bytes", RM_RDZV_MAX_KV);
+    kv_ent *e = kv_find(j, key);
+    if (!e && j->nkv >= KV_MAX_KEYS)
+        return rm_http_reply_error(resp, 413, "epoch has %d keys already", KV_MAX_KEYS);
+    char *val = malloc(req->body_len + 1);
+    if (!val)
+        return rm_http_reply_error(resp, 500, "out of memory");
+    memcpy(val, req->body, req->body_len);
+    val[req->body_len] = '\0';
+    if (!e) {
+        if (!(e = calloc(1, sizeof *e))) {
+            free(val);
+            return rm_http_reply_error(resp, 500, "out of memory");
+        }
+        strcpy(e->key, key);
+        e->next = j->kv;
+        j->kv = e;
+        j->nkv++;
+    }
+    free(e->val);
+    e->val = val;
+    e->len = req->body_len;
+    pthread_cond_broadcast(&r->cv);
+    resp->status = 204;
+    return RM_OK;
+}
+
+static int handle_kv_get(rm_rdzv *r, const char *name, int epoch, const char *key,
+                         const rm_http_req *req, rm_http_resp *resp)
+{
+    double wait = 0;
+    const char *ws = rm_http_query(req, "wait");
+    if (ws) {
+        char *end;
+        errno = 0;
+        wait = strtod(ws, &end);
+        if (errno || end == ws || *end || !(wait >= 0))
+            return rm_http_reply_error(resp, 400, "wait: must be a number of seconds");
+        if (wait > KV_WAIT_MAX_S)
+            wait = KV_WAIT_MAX_S;
+    }
+    double deadline = now_mono() + wait;
+    for (;;) {
+        job *j = job_find(r, name);
+        if (r->shutting)
+            return rm_http_reply_error(resp, 503, "rendezvous shutting down");
+        if (!j || j->stopped)
+            return reply_stop(resp);
+        if (epoch < j->epoch)
+            return rm_http_reply_error(resp, 410, "epoch %d is gone (current %d)", epoch, j->epoch);
+        kv_ent *e = epoch == j->epoch ? kv_find(j, key) : NULL;
+        if (e) {
+            char *copy = malloc(e->len + 1);
+            if (!copy)
+                return rm_http_reply_error(resp, 500, "out of memory");
+            memcpy(copy, e->val, e->len + 1);
+            resp->status = 200;
+            resp->content_type = "application/octet-stream";
+            resp->body = copy;
+            resp->body_len = e->len;
+            return RM_OK;
+        }
+        if (now_mono() >= deadline)
+            return rm_http_reply_error(resp, 404, "key %s not published in epoch %d", key, epoch);
+        wait_until(r, deadline);
+    }
+}
+
+static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_resp *resp)
+{
+    rm_err e = {0};
+    int rc;
+    if (j->removed)
+        return rm_http_reply_text(resp, 200, "application/json", "{\"epoch\":0,\"action\":\"stop\"}");
+    const char *wid = NULL, *state = NULL;
+    int64_t epoch = 0, rank = -1, step = 0, train_epoch = 0, ckpt = 0;
+    double loss = 0, sps = 0, gbps = 0;
+    const cJSON *res = NULL;
+    cJSON *body = rm_json_parse(req->body, req->body_len, &e);
+    if (!body)
+        return rm_http_reply_error(resp, 400, "report: %s", e.msg);
+    if (!cJSON_IsObject(body) || rm_json_str(body, "workerId", true, "", &wid, &e) < 0 ||
+        rm_json_int(body, "epoch", true, "", &epoch, &e) < 0 ||
+        rm_json_int(body, "rank", false, "", &rank, &e) < 0 ||
+        rm_json_int(body, "step", false, "", &step, &e) < 0 ||
+        rm_json_int(body, "trainEpoch", false, "", &train_epoch, &e) < 0 ||
+        rm_json_int(body, "lastCheckpointStep", false, "", &ckpt, &e) < 0 ||
+        rm_json_num(body, "loss", false, "", &loss, &e) < 0 ||
+        rm_json_num(body, "samplesPerSecond", false, "", &sps, &e) < 0 ||
+        rm_json_num(body, "allreduceGBps", false, "", &gbps, &e) < 0 ||
+        rm_json_str(body, "state", false, "", &state, &e) < 0 ||
+        rm_json_obj(body, "result", false, "", &res, &e) < 0) {
+        rc = rm_http_reply_error(resp, 400, "report: %s", e.msg[0] ? e.msg : "body must be an object");
+        goto out;
+    }
+    if (!name_ok(wid, sizeof(((rm_rdzv_member *)0)->worker_id) - 1) ||
+        epoch < 0 || epoch > 1000000000 || rank < -1 || rank > RM_RDZV_MAX_WORLD ||
+        train_epoch < 0 || train_epoch > 1000000000 ||
+        (state && strcmp(state, "training") != 0 && strcmp(state, "done") != 0)) {
+        rc = rm_http_reply_error(resp, 400, "report: bad workerId, epoch, rank, trainEpoch or state");
+        goto out;
+    }
+    double ta = 0, tl = 0, secs = 0, rsps = 0;
+    int64_t rsteps = 0;
+    if (res && (rm_json_num(res, "testAccuracy", false, "result", &ta, &e) < 0 ||
+                rm_json_num(res, "trainLoss", false, "result", &tl, &e) < 0 ||
+                rm_json_num(res, "seconds", false, "result", &secs, &e) < 0 ||
+                rm_json_num(res, "samplesPerSecond", false, "result", &rsps, &e) < 0 ||
+                rm_json_int(res, "steps", false, "result", &rsteps, &e) < 0)) {
+        rc = rm_http_reply_error(resp, 400, "report: %s", e.msg);
+        goto out;
+    }
+    int i = member_find(j, wid);
+    member *m = i >= 0 ? &j->mem[i] : member_add(j, wid);
+    if (!m) {
+        rc = rm_http_reply_error(resp, 400, "report: job has %d workers already", j->nmem);
+        goto out;
+    }
+    double now = now_unix();
+    if (step > m->m.step || m->m.epoch != (int)epoch || m->m.last_report == 0)
+        m->m.last_progress = now;
+    m->m.last_report = now;
+    m->m.epoch = (int)epoch;
+    m->m.step = step;
+    m->m.train_epoch = (int)train_epoch;
+    m->m.last_checkpoint_step = ckpt;
+    m->m.loss = loss;
+    m->m.samples_per_second = sps;
+    m->m.allreduce_gbps = gbps;
+    m->m.done = state && strcmp(state, "done") == 0;
+    if (res) {
+        j->have_result = true;
+        j->test_accuracy = ta;
+        j->train_loss = tl;
+        j->seconds = secs;
+        j->samples_per_second = rsps;
+        j->steps = rsteps;
+    }
+    const char *action = j->stopped ? "stop" : epoch != j->epoch ? "rejoin" : "continue";
+    char buf[96];
+    snprintf(buf, sizeof buf, "{\"epoch\":%d,\"action\":\"%s\"}", j->epoch, action);
+    rc = rm_http_reply_text(resp, 200, "application/json", buf);
+out:
+    cJSON_Delete(body);
+    return rc;
+}
+
+static int handle_state(job *j, rm_http_resp *resp)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *arr = cJSON_AddArrayToObject(o, "members");
+    if (!arr)
+        goto fail;
+    cJSON_AddStringToObject(o, "job", j->name);
+    cJSON_AddNumberToObject(o, "epoch", j->epoch);
+    cJSON_AddBoolToObject(o, "closed", j->closed);
+    cJSON_AddBoolToObject(o, "stopped", j->stopped);
+    cJSON_AddNumberToObject(o, "worldSize", j->closed ? j->world : 0);
+    cJSON_AddNumberToObject(o, "desired", j->desired);
+    cJSON_AddNumberToObject(o, "minReplicas", j->min);
+    cJSON_AddNumberToObject(o, "kvKeys", j->nkv);
+    for (int i = 0; i < j->nmem; i++) {
+        const rm_rdzv_member *m = &j->mem[i].m;
+        cJSON *e = cJSON_CreateObject();
+        if (!e || !cJSON_AddItemToArray(arr, e))
+            goto fail;
+        cJSON_AddStringToObject(e, "workerId", m->worker_id);
+        cJSON_AddStringToObject(e, "addr", m->addr);
+        cJSON_AddNumberToObject(e, "rank", m->rank);
+        cJSON_AddNumberToObject(e, "epoch", m->epoch);
+        cJSON_AddNumberToObject(e, "step", (double)m->step);
+        cJSON_AddNumberToObject(e, "loss", m->loss);
+        cJSON_AddNumberToObject(e, "lastReport", m->last_report);
+        cJSON_AddBoolToObject(e, "done", m->done);
+    }
+    return reply_cjson(resp, 200, o);
+fail:
+    cJSON_Delete(o);
+    return rm_http_reply_error(resp, 500, "out of memory");
+}
+
+/* Split "/v1/jobs/NS/NAME[/REST]" into "NS/NAME" and REST. */
+static bool parse_path(const char *path, char name[JOB_NAME_MAX + 1], const char **rest)
+{
+    static const char pre[] = "/v1/jobs/";
+    if (strncmp(path, pre, sizeof pre - 1) != 0)
+        return false;
+    const char *p = path + sizeof pre - 1;
+    const char *s1 = strchr(p, '/');
+    if (!s1)
+        return false;
+    const char *s2 = strchr(s1 + 1, '/');
+    size_t n = s2 ? (size_t)(s2 - p) : strlen(p);
+    if (n > JOB_NAME_MAX)
+        return false;
+    memcpy(name, p, n);
+    name[n] = '\0';
+    *rest = s2 ? s2 + 1 : "";
+    return job_name_ok(name);
+}
+
+static int dispatch(rm_rdzv *r, const char *name, const char *rest, const rm_http_req *req,
+                    rm_http_resp *resp)
+{
+    job *j = job_find(r, name);
+    if (!j)
+        return rm_http_reply_error(resp, 404, "unknown job %s", name);
+    const char *auth = rm_http_header(req, "Authorization");
+    if (!auth || strncmp(auth, "Bearer ", 7) != 0 || !token_eq(j->token, auth + 7)) {
+        rm_warn("rendezvous request refused: bad token job=%s remote=%s path=\"%s\"", name,
+                req->remote_ip ? req->remote_ip : "?", req->path);
+        return rm_http_reply_error(resp, 401, "missing or wrong token");
+    }
+    bool get = strcmp(req->method, "GET") == 0, post = strcmp(req->method, "POST") == 0,
+         put = strcmp(req->method, "PUT") == 0;
+    if (strcmp(rest, "") == 0) {
+        if (!get)
+            goto bad_method;
+        return handle_state(j, resp);
+    }
+    if (strcmp(rest, "join") == 0) {
+        if (!post)
+            goto bad_method;
+        return handle_join(r, name, req, resp);
+    }
+    if (strcmp(rest, "report") == 0) {
+        if (!post)
+            goto bad_method;
+        return handle_report(r, j, req, resp);
+    }
+    if (strncmp(rest, "kv/", 3) == 0) {
+        int epoch;
+        char key[KV_MAX_KEY + 1];
+        if (!parse_kv_path(rest, &epoch, key))
+            return rm_http_reply_error(resp, 400, "kv path must be kv/EPOCH/KEY, KEY of [A-Za-z0-9._-]");
+        if (put)
+            return handle_kv_put(r, j, epoch, key, req, resp);
+        if (get)
+            return handle_kv_get(r, name, epoch, key, req, resp);
+        goto bad_method;
+    }
+    return rm_http_reply_error(resp, 404, "no such rendezvous path %s", req->path);
+bad_method:
+    return rm_http_reply_error(resp, 405, "method %s not allowed on %s", req->method, req->path);
+}
+
+int rm_rdzv_handler(const rm_http_req *req, rm_http_resp *resp, void *rdzv)
+{
+    rm_rdzv *r = rdzv;
+    char name[JOB_NAME_MAX + 1];
+    const char *rest;
+    if (!parse_path(req->path, name, &rest))
+        return rm_http_reply_error(resp, 404, "no such rendezvous path");
+    if (req->body_len > RM_RDZV_MAX_KV)
+        return rm_http_reply_error(resp, 413, "request body over %d bytes", RM_RDZV_MAX_KV);
+    pthread_mutex_lock(&r->mu);
+    if (r->shutting) {
+        pthread_mutex_unlock(&r->mu);
+        return rm_http_reply_error(resp, 503, "rendezvous shutting down");
+    }
+    r->inflight++;
+    int rc = dispatch(r, name, rest, req, resp);
+    if (--r->inflight == 0 && r->shutting)
+        pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);   /* r may be freed from here on */
+    return rc;
+}
+
+int rm_rdzv_serve(rm_rdzv *r, const char *bind, rm_http_server **out, rm_err *err)
+{
+    rm_http_route route = {NULL, "/v1/jobs/", 1, rm_rdzv_handler, r};
+    rm_http_opts opts = {.bind = bind, .max_body = RM_RDZV_MAX_KV};
+    return rm_http_start(&opts, &route, 1, out, err);
+}
+
+/* ---------------- controller API ---------------- */
+
+rm_rdzv *rm_rdzv_new(void)
+{
+    rm_rdzv *r = calloc(1, sizeof *r);
+    if (!r)
+        return NULL;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int rc = pthread_cond_init(&r->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    if (rc != 0) {
+        free(r);
+        return NULL;
+    }
+    pthread_mutex_init(&r->mu, NULL);
+    return r;
+}
+
+void rm_rdzv_shutdown(rm_rdzv *r)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->shutting = true;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
+void rm_rdzv_free(rm_rdzv *r)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->shutting = true;
+    pthread_cond_broadcast(&r->cv);
+    while (r->inflight > 0)
+        pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+    job *j = r->jobs;
+    while (j) {
+        job *n = j->next;
+        job_clear(j);
+        free(j);
+        j = n;
+    }
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->mu);
+    free(r);
+}
+
+/* Drop the oldest tombstones beyond MAX_TOMBSTONES. */
+static void tombstones_trim(rm_rdzv *r)
+{
+    int n = 0;
+    for (job *j = r->jobs; j; j = j->next)
+        n += j->removed;
+    for (job **pp = &r->jobs; *pp && n > MAX_TOMBSTONES;) {
+        job *j = *pp;
+        if (j->removed) {
+            *pp = j->next;
+            job_clear(j);
+            free(j);
+            n--;
+        } else {
+            pp = &j->next;
+        }
+    }
+}
+
+int rm_rdzv_job_set(rm_rdzv *r, const char *jobname, const char *token, int desired, int min,
+                    double settle_seconds)
+{
+    if (!r || !jobname || !token || !job_name_ok(jobname) || !*token ||
+        strlen(token) > TOKEN_MAX || strpbrk(token, "\r\n") || desired < 1 ||
+        desired > RM_RDZV_MAX_WORLD || min < 1 || min > desired || !(settle_seconds >= 0) ||
+        settle_seconds > 3600)
+        return RM_EINVAL;
+    pthread_mutex_lock(&r->mu);
+    job *j = job_find(r, jobname);
+    if (!j) {
+        if (!(j = calloc(1, sizeof *j))) {
+            pthread_mutex_unlock(&r->mu);
+            return RM_ENOMEM;
+        }
+        snprintf(j->name, sizeof j->name, "%s", jobname);
+        j->epoch = 1;
+        job **pp = &r->jobs;
+        while (*pp)
+            pp = &(*pp)->next;
+        *pp = j;
+        rm_info("rendezvous job registered job=%s desired=%d min=%d", jobname, desired, min);
+    } else if (j->removed) {
+        job_clear(j);
+        j->removed = j->stopped = j->closed = false;
+        j->epoch++;
+        j->world = 0;
+        rm_info("rendezvous job registered again job=%s epoch=%d", jobname, j->epoch);
+    }
+    snprintf(j->token, sizeof j->token, "%s", token);
+    j->desired = desired;
+    j->min = min;
+    j->settle = settle_seconds;
+    round_maybe_close(r, j, now_mono());
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    return RM_OK;
+}
+
+int rm_rdzv_job_remove(rm_rdzv *r, const char *jobname)
+{
+    if (!r || !jobname)
+        return RM_EINVAL;
+    pthread_mutex_lock(&r->mu);
+    job *j = job_find(r, jobname);
+    int rc = RM_ENOTFOUND;
+    if (j && !j->removed) {
+        job_clear(j);
+        j->removed = j->stopped = true;
+        rm_info("rendezvous job removed job=%s", jobname);
+        pthread_cond_broadcast(&r->cv);
+        tombstones_trim(r);
+        rc = RM_OK;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+int rm_rdzv_job_stop(rm_rdzv *r, const char *jobname)
+{
+    if (!r || !jobname)
+        return RM_EINVAL;
+    pthread_mutex_lock(&r->mu);
+    job *j = job_find(r, jobname);
+    int rc = RM_ENOTFOUND;
+    if (j && !j->removed) {
+        if (!j->stopped)
+            rm_info("rendezvous job stopped job=%s epoch=%d", jobname, j->epoch);
+        j->stopped = true;
+        pthread_cond_broadcast(&r->cv);
+        rc = RM_OK;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+int rm_rdzv_restart(rm_rdzv *r, const char *jobname, int from_epoch, int *new_epoch)
+{
+    if (!r || !jobname)
+        return RM_EINVAL;
+    pthread_mutex_lock(&r->mu);
+    job *j = job_find(r, jobname);
+    int rc = RM_ENOTFOUND;
+    if (j && !j->removed) {
+        if (from_epoch == j->epoch && !j->stopped)
+            epoch_open(r, j, now_mono(), "controller restart");
+        if (new_epoch)
+            *new_epoch = j->epoch;
+        rc = RM_OK;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+int rm_rdzv_snapshot(rm_rdzv *r, const char *jobname, rm_rdzv_state *out)
+{
+    if (!r || !jobname || !out)
+        return RM_EINVAL;
+    pthread_mutex_lock(&r->mu);
+    job *j = job_find(r, jobname);
+    int rc = RM_ENOTFOUND;
+    if (j && !j->removed) {
+        /* a round may be due to close with nobody polling right now */
+        round_maybe_close(r, j, now_mono());
+        memset(out, 0, sizeof *out);
+        out->epoch = j->epoch;
+        out->closed = j->closed;
+        out->world_size = j->closed ? j->world : 0;
+        out->closed_at = j->closed ? j->closed_at : 0;
+        for (int i = 0; i < j->nmem && out->nmembers < (int)RM_ARRAY_LEN(out->members); i++)
+            out->members[out->nmembers++] = j->mem[i].m;
+        out->have_result = j->have_result;
+        out->test_accuracy = j->test_accuracy;
+        out->train_loss = j->train_loss;
+        out->seconds = j->seconds;
+        out->samples_per_second = j->samples_per_second;
+        out->steps = j->steps;
+        rc = RM_OK;
+    }
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}

@@ -1,0 +1,396 @@
+/* rdzv_client.c — the worker's side of the rendezvous protocol (common/rdzv.h).
+ *
+ * Design: one rm_httpc per client (so one reused connection), and one retry loop (call()) shared by
+ * every request: a request that gets no answer (connection refused, reset, timed out) or a 502/503
+ * is tried again with a doubling back-off (50 ms … 1 s) until the caller's deadline, because the
+ * controller may start after the worker or restart under it. Long polls are repeated by the
+ * callers (join on 202, kv get on 404) until their own deadline; every single HTTP request has a
+ * bounded timeout. Statuses map to codes: 401 → RM_EAUTH, 409 → RM_ECLOSED, 410 → RM_EEPOCH,
+ * 413 → RM_ETOOBIG, other 4xx/5xx → RM_EPROTO with the server's message. */
+#include "common/rdzv.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/httpc.h"
+#include "common/json.h"
+#include "common/log.h"
+
+#define JOIN_TRY_S 15.0          /* server holds a join ≤ 10 s */
+#define SHORT_TRY_S 10.0         /* kv put, report */
+#define REPORT_TOTAL_S 5.0
+#define KV_PUT_TOTAL_S 10.0
+#define KV_WAIT_CAP_S 30.0
+#define MAX_REPLY (1u << 20)     /* a join reply for 1024 peers is ~100 KiB */
+
+struct rm_rdzv_client {
+    rm_httpc *h;
+    char base[512];              /* URL + "/v1/jobs/NS/NAME" */
+    char auth[300];              /* "Authorization: Bearer TOKEN" */
+    char worker_id[32];
+};
+
+static double now_mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void sleep_s(double s)
+{
+    if (s <= 0)
+        return;
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static bool seg_ok(const char *s, size_t n)
+{
+    if (n == 0)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+rm_rdzv_client *rm_rdzv_client_new(const char *url, const char *job, const char *token,
+                                   const char *worker_id)
+{
+    if (!url || !job || !token || !worker_id)
+        return NULL;
+    const char *slash = strchr(job, '/');
+    size_t ulen = strlen(url);
+    while (ulen > 0 && url[ulen - 1] == '/')
+        ulen--;
+    if (!slash || strchr(slash + 1, '/') || !seg_ok(job, (size_t)(slash - job)) ||
+        !seg_ok(slash + 1, strlen(slash + 1)) || !*token || strlen(token) > 255 ||
+        strpbrk(token, "\r\n") || !seg_ok(worker_id, strlen(worker_id)) ||
+        strlen(worker_id) >= sizeof(((rm_rdzv_client *)0)->worker_id) || ulen == 0 ||
+        ulen + strlen(job) + 16 > sizeof(((rm_rdzv_client *)0)->base))
+        return NULL;
+    rm_rdzv_client *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    if (!(c->h = rm_httpc_new())) {
+        free(c);
+        return NULL;
+    }
+    snprintf(c->base, sizeof c->base, "%.*s/v1/jobs/%s", (int)ulen, url, job);
+    snprintf(c->auth, sizeof c->auth, "Authorization: Bearer %s", token);
+    snprintf(c->worker_id, sizeof c->worker_id, "%s", worker_id);
+    return c;
+}
+
+void rm_rdzv_client_free(rm_rdzv_client *c)
+{
+    if (!c)
+        return;
+    rm_httpc_free(c->h);
+    free(c);
+}
+
+void rm_rdzv_round_free(rm_rdzv_round *r)
+{
+    if (!r)
+        return;
+    free(r->peers);
+    r->peers = NULL;
+}
+
+/* One request, retried on no-answer / 502 / 503 until `deadline` (monotonic). Each try waits at
+ * most try_s. On RM_OK, *out holds an answer the caller must free. */
+static int call(rm_rdzv_client *c, const char *method, const char *suffix, const char *ctype,
+                const char *body, size_t len, double deadline, double try_s, size_t max_reply,
+                rm_httpc_resp *out, rm_err *err)
+{
+    char url[768], ct[96];
+    snprintf(url, sizeof url, "%s%s", c->base, suffix);
+    snprintf(ct, sizeof ct, "Content-Type: %s", ctype);
+    const char *headers[] = {c->auth, ct, NULL};
+    double backoff = 0.05;
+    char why[256] = "no attempt made";
+    for (;;) {
+        double left = deadline - now_mono();
+        if (left <= 0)
+            return rm_errf(err, RM_ETIMEDOUT, "rendezvous %s %s: timed out (%s)", method, url, why);
+        double t = try_s < left ? try_s : left;
+        rm_err e = {0};
+        memset(out, 0, sizeof *out);
+        int rc = rm_httpc_do(c->h, method, url, headers, body, len, (long)(t * 1000) + 1,
+                             max_reply, out, &e);
+        if (rc == RM_OK && out->status != 502 && out->status != 503)
+            return RM_OK;
+        if (rc == RM_OK)
+            snprintf(why, sizeof why, "HTTP %ld", out->status);
+        else
+            snprintf(why, sizeof why, "%.200s", e.msg[0] ? e.msg : rm_strerror(rc));
+        rm_httpc_resp_free(out);
+        if (rc != RM_OK && rc != RM_EIO && rc != RM_ETIMEDOUT)
+            return rm_errf(err, rc, "rendezvous %s %s: %s", method, url, why);
+        rm_debug("rendezvous retry method=%s url=%s why=\"%s\"", method, url, why);
+        left = deadline - now_mono();
+        sleep_s(backoff < left ? backoff : left);
+        backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
+    }
+}
+
+/* Map a non-success status to a code with the server's message. */
+static int status_err(const rm_httpc_resp *resp, const char *what, rm_err *err)
+{
+    const char *msg = resp->body ? resp->body : "";
+    cJSON *o = resp->body ? cJSON_Parse(resp->body) : NULL;
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "error");
+    char text[256];
+    snprintf(text, sizeof text, "%s", cJSON_IsString(m) ? m->valuestring : msg);
+    cJSON_Delete(o);
+    int code;
+    switch (resp->status) {
+    case 401: code = RM_EAUTH; break;
+    case 404: code = RM_ENOTFOUND; break;
+    case 409: code = RM_ECLOSED; break;
+    case 410: code = RM_EEPOCH; break;
+    case 413: code = RM_ETOOBIG; break;
+    default: code = RM_EPROTO; break;
+    }
+    return rm_errf(err, code, "rendezvous %s: HTTP %ld: %.200s", what, resp->status, text);
+}
+
+static int parse_round(const char *body, rm_rdzv_round *out, rm_err *err)
+{
+    rm_err e = {0};
+    int rc = RM_EPROTO;
+    int64_t epoch, rank, world;
+    const cJSON *peers;
+    rm_rdzv_peer *p = NULL;
+    cJSON *o = rm_json_parse(body, strlen(body), &e);
+    if (!o || rm_json_int(o, "epoch", true, "", &epoch, &e) < 0 ||
+        rm_json_int(o, "rank", true, "", &rank, &e) < 0 ||
+        rm_json_int(o, "worldSize", true, "", &world, &e) < 0 ||
+        rm_json_arr(o, "peers", true, "", &peers, &e) < 0) {
+        rm_errf(err, RM_EPROTO, "rendezvous join: bad reply: %s", e.msg);
+        goto out;
+    }
+    if (world < 1 || world > RM_RDZV_MAX_WORLD || rank < 0 || rank >= world || epoch < 0 ||
+        epoch > 1000000000 || cJSON_GetArraySize(peers) != world) {
+        rm_errf(err, RM_EPROTO, "rendezvous join: inconsistent reply (rank %lld, world %lld)",
+                (long long)rank, (long long)world);
+        goto out;
+    }
+    if (!(p = calloc((size_t)world, sizeof *p))) {
+        rc = rm_errf(err, RM_ENOMEM, "rendezvous join: out of memory");
+        goto out;
+    }
+    int i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, peers) {
+        int64_t pr;
+        const char *wid, *addr;
+        if (rm_json_int(it, "rank", true, "peers", &pr, &e) < 0 ||
+            rm_json_str(it, "workerId", true, "peers", &wid, &e) < 0 ||
+            rm_json_str(it, "addr", true, "peers", &addr, &e) < 0 || pr != i ||
+            strlen(wid) >= sizeof p[i].worker_id || strlen(addr) >= sizeof p[i].addr) {
+            rm_errf(err, RM_EPROTO, "rendezvous join: bad peer %d: %s", i,
+                    e.msg[0] ? e.msg : "rank out of order or field too long");
+            goto out;
+        }
+        p[i].rank = i;
+        snprintf(p[i].worker_id, sizeof p[i].worker_id, "%s", wid);
+        snprintf(p[i].addr, sizeof p[i].addr, "%s", addr);
+        i++;
+    }
+    out->epoch = (int)epoch;
+    out->rank = (int)rank;
+    out->world_size = (int)world;
+    out->peers = p;
+    p = NULL;
+    rc = RM_OK;
+out:
+    free(p);
+    cJSON_Delete(o);
+    return rc;
+}
+
+int rm_rdzv_join(rm_rdzv_client *c, const char *my_addr, int last_epoch, double timeout_s,
+                 rm_rdzv_round *out, rm_err *err)
+{
+    if (!c || !my_addr || !out)
+        return rm_errf(err, RM_EINVAL, "rendezvous join: bad arguments");
+    memset(out, 0, sizeof *out);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "workerId", c->worker_id);
+    cJSON_AddStringToObject(o, "addr", my_addr);
+    cJSON_AddNumberToObject(o, "lastEpoch", last_epoch);
+    char *body = rm_json_print(o);
+    cJSON_Delete(o);
+    if (!body)
+        return rm_errf(err, RM_ENOMEM, "rendezvous join: out of memory");
+    double deadline = now_mono() + timeout_s, backoff = 0.05;
+    int rc;
+    for (;;) {
+        rm_httpc_resp resp;
+        rc = call(c, "POST", "/join", "application/json", body, strlen(body), deadline, JOIN_TRY_S,
+                  MAX_REPLY, &resp, err);
+        if (rc < 0)
+            break;
+        if (resp.status == 200) {
+            rc = parse_round(resp.body, out, err);
+        } else if (resp.status == 202) {
+            rc = RM_EAGAIN;               /* round not closed yet: ask again */
+        } else if (resp.status == 404) {
+            /* not registered yet (the controller may be catching up): retry until the deadline */
+            rc = status_err(&resp, "join", err);
+            double left = deadline - now_mono();
+            if (left > backoff) {
+                sleep_s(backoff);
+                backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
+                rc = RM_EAGAIN;
+            }
+        } else {
+            rc = status_err(&resp, "join", err);
+        }
+        rm_httpc_resp_free(&resp);
+        if (rc != RM_EAGAIN)
+            break;
+    }
+    free(body);
+    return rc;
+}
+
+int rm_rdzv_kv_put(rm_rdzv_client *c, int epoch, const char *key, const void *val, size_t len,
+                   rm_err *err)
+{
+    if (!c || !key || (!val && len) || !seg_ok(key, strlen(key)) || strlen(key) > 128)
+        return rm_errf(err, RM_EINVAL, "rendezvous kv put: bad arguments");
+    if (len > RM_RDZV_MAX_KV)
+        return rm_errf(err, RM_ETOOBIG, "rendezvous kv put: value of %zu bytes over %d", len,
+                       RM_RDZV_MAX_KV);
+    char suffix[192];
+    snprintf(suffix, sizeof suffix, "/kv/%d/%s", epoch, key);
+    rm_httpc_resp resp;
+    int rc = call(c, "PUT", suffix, "application/octet-stream", val ? val : "", len,
+                  now_mono() + KV_PUT_TOTAL_S, SHORT_TRY_S, 4096, &resp, err);
+    if (rc < 0)
+        return rc;
+    rc = resp.status / 100 == 2 ? RM_OK : status_err(&resp, "kv put", err);
+    rm_httpc_resp_free(&resp);
+    return rc;
+}
+
+int rm_rdzv_kv_get(rm_rdzv_client *c, int epoch, const char *key, double timeout_s, void **val,
+                   size_t *len, rm_err *err)
+{
+    if (!c || !key || !val || !len || !seg_ok(key, strlen(key)) || strlen(key) > 128)
+        return rm_errf(err, RM_EINVAL, "rendezvous kv get: bad arguments");
+    *val = NULL;
+    *len = 0;
+    double deadline = now_mono() + timeout_s;
+    for (bool first = true;; first = false) {
+        double left = deadline - now_mono();
+        if (left <= 0 && !first)
+            return rm_errf(err, RM_ETIMEDOUT, "rendezvous kv get: %s not published in epoch %d "
+                           "within %.1f s", key, epoch, timeout_s);
+        double wait = left < 0 ? 0 : left < KV_WAIT_CAP_S ? left : KV_WAIT_CAP_S;
+        double t0 = now_mono();
+        char suffix[224];
+        snprintf(suffix, sizeof suffix, "/kv/%d/%s?wait=%.3f", epoch, key, wait);
+        rm_httpc_resp resp;
+        /* the try may outlive the caller's deadline by a little so the server's answer arrives */
+        int rc = call(c, "GET", suffix, "application/json", NULL, 0, deadline + 2.0, wait + 5.0,
+                      RM_RDZV_MAX_KV + 1, &resp, err);
+        if (rc < 0)
+            return rc;
+        if (resp.status == 200) {
+            *val = resp.body;      /* NUL-terminated, owned */
+            *len = resp.len;
+            resp.body = NULL;
+            rm_httpc_resp_free(&resp);
+            return RM_OK;
+        }
+        if (resp.status != 404) {
+            rc = status_err(&resp, "kv get", err);
+            rm_httpc_resp_free(&resp);
+            return rc;
+        }
+        rm_httpc_resp_free(&resp);
+        /* a 404 that came back early (job not registered yet) must not spin */
+        if (now_mono() - t0 < wait * 0.9)
+            sleep_s(0.1);
+    }
+}
+
+int rm_rdzv_send_report(rm_rdzv_client *c, const rm_rdzv_report *rep, rm_rdzv_action *action,
+                        int *current_epoch, rm_err *err)
+{
+    if (!c || !rep)
+        return rm_errf(err, RM_EINVAL, "rendezvous report: bad arguments");
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "workerId", c->worker_id);
+    cJSON_AddNumberToObject(o, "epoch", rep->epoch);
+    cJSON_AddNumberToObject(o, "rank", rep->rank);
+    cJSON_AddNumberToObject(o, "step", (double)rep->step);
+    cJSON_AddNumberToObject(o, "trainEpoch", rep->train_epoch);
+    cJSON_AddNumberToObject(o, "loss", rep->loss);   /* NaN prints as null = absent */
+    cJSON_AddNumberToObject(o, "samplesPerSecond", rep->samples_per_second);
+    cJSON_AddNumberToObject(o, "lastCheckpointStep", (double)rep->last_checkpoint_step);
+    cJSON_AddNumberToObject(o, "allreduceGBps", rep->allreduce_gbps);
+    cJSON_AddStringToObject(o, "state", rep->done ? "done" : "training");
+    if (rep->have_result) {
+        cJSON *res = cJSON_AddObjectToObject(o, "result");
+        cJSON_AddNumberToObject(res, "testAccuracy", rep->test_accuracy);
+        cJSON_AddNumberToObject(res, "trainLoss", rep->train_loss);
+        cJSON_AddNumberToObject(res, "steps", (double)rep->result_steps);
+        cJSON_AddNumberToObject(res, "seconds", rep->seconds);
+        cJSON_AddNumberToObject(res, "samplesPerSecond", rep->result_samples_per_second);
+    }
+    char *body = rm_json_print(o);
+    cJSON_Delete(o);
+    if (!body)
+        return rm_errf(err, RM_ENOMEM, "rendezvous report: out of memory");
+    rm_httpc_resp resp;
+    int rc = call(c, "POST", "/report", "application/json", body, strlen(body),
+                  now_mono() + REPORT_TOTAL_S, SHORT_TRY_S, 4096, &resp, err);
+    free(body);
+    if (rc < 0)
+        return rc;
+    if (resp.status == 409) {          /* job gone: the same as being told to stop */
+        if (action)
+            *action = RM_RDZV_STOP;
+        rm_httpc_resp_free(&resp);
+        return RM_OK;
+    }
+    if (resp.status != 200) {
+        rc = status_err(&resp, "report", err);
+        rm_httpc_resp_free(&resp);
+        return rc;
+    }
+    rm_err e = {0};
+    int64_t epoch;
+    const char *act;
+    cJSON *r = rm_json_parse(resp.body, resp.len, &e);
+    rm_httpc_resp_free(&resp);
+    if (!r || rm_json_int(r, "epoch", true, "", &epoch, &e) < 0 ||
+        rm_json_str(r, "action", true, "", &act, &e) < 0) {
+        cJSON_Delete(r);
+        return rm_errf(err, RM_EPROTO, "rendezvous report: bad reply: %s", e.msg);
+    }
+    rm_rdzv_action a = strcmp(act, "continue") == 0 ? RM_RDZV_CONTINUE
+                       : strcmp(act, "rejoin") == 0 ? RM_RDZV_REJOIN
+                       : strcmp(act, "stop") == 0   ? RM_RDZV_STOP
+                                                    : (rm_rdzv_action)-1;
+    cJSON_Delete(r);
+    if ((int)a < 0)
+        return rm_errf(err, RM_EPROTO, "rendezvous report: unknown action");
+    if (action)
+        *action = a;
+    if (current_epoch)
+        *current_epoch = (int)epoch;
+    return RM_OK;
+}
