@@ -1,0 +1,258 @@
+/* gpu.c — the device-independent half of worker/gpu.h: backend resolution, GPU requirement checks,
+ * bf16/fp16 conversions and the dynamic loss scaler. Compiled into every build (with or without CUDA)
+ * so that all of it is unit-tested on CPU-only machines (tests/unit/test_gpu_cpu.c).
+ *
+ * The conversions are written on the IEEE bit patterns (no hardware half type) and are bit-exact with
+ * CUDA's __float2bfloat16_rn / __float2half_rn, which is what the GPU kernels use; the GPU tests compare
+ * the two. */
+#include "worker/gpu.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---------------- backend and precision ---------------- */
+
+rm_backend rm_backend_resolve(rm_backend spec, int gpus_requested)
+{
+    if (spec != RM_BACKEND_AUTO)
+        return spec;
+    return gpus_requested > 0 ? RM_BACKEND_NCCL : RM_BACKEND_RING;
+}
+
+/* A quantity from resources.limits/requests: a JSON number, or a string of digits ("2"). */
+static int gpu_quantity(const cJSON *v)
+{
+    if (cJSON_IsNumber(v)) {
+        double d = v->valuedouble;
+        return (d >= 0 && d <= 1024) ? (int)d : 0;
+    }
+    if (cJSON_IsString(v) && v->valuestring) {
+        const char *s = v->valuestring;
+        if (!*s || strlen(s) > 5)
+            return 0;
+        int n = 0;
+        for (; *s; s++) {
+            if (*s < '0' || *s > '9')
+                return 0;
+            n = n * 10 + (*s - '0');
+        }
+        return n;
+    }
+    return 0;
+}
+
+int rm_template_gpus(const cJSON *pod_template)
+{
+    if (!pod_template)
+        return 0;
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(pod_template, "spec");
+    const cJSON *containers = cJSON_GetObjectItemCaseSensitive(spec, "containers");
+    if (!cJSON_IsArray(containers))
+        return 0;
+    int total = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, containers) {
+        const cJSON *res = cJSON_GetObjectItemCaseSensitive(c, "resources");
+        const cJSON *lim = cJSON_GetObjectItemCaseSensitive(res, "limits");
+        const cJSON *req = cJSON_GetObjectItemCaseSensitive(res, "requests");
+        const cJSON *q = cJSON_GetObjectItemCaseSensitive(lim, "nvidia.com/gpu");
+        if (!q)
+            q = cJSON_GetObjectItemCaseSensitive(req, "nvidia.com/gpu");
+        total += gpu_quantity(q);
+        if (total > 1024)
+            return 1024;
+    }
+    return total;
+}
+
+bool rm_job_needs_gpu(rm_backend resolved, rm_precision prec)
+{
+    return resolved == RM_BACKEND_NCCL || prec == RM_PREC_BF16 || prec == RM_PREC_FP16;
+}
+
+const char *rm_precision_str(rm_precision p)
+{
+    switch (p) {
+    case RM_PREC_FP32: return "fp32";
+    case RM_PREC_BF16: return "bf16";
+    case RM_PREC_FP16: return "fp16";
+    }
+    return "unknown";
+}
+
+size_t rm_precision_size(rm_precision p)
+{
+    return p == RM_PREC_FP32 ? 4 : 2;
+}
+
+int rm_gpu_require(rm_backend resolved, rm_precision prec, rm_err *err)
+{
+    if (!rm_job_needs_gpu(resolved, prec))
+        return RM_OK;
+    char what[64];
+    if (prec != RM_PREC_FP32 && resolved == RM_BACKEND_NCCL)
+        snprintf(what, sizeof what, "precision %s/backend nccl", rm_precision_str(prec));
+    else if (prec != RM_PREC_FP32)
+        snprintf(what, sizeof what, "precision %s", rm_precision_str(prec));
+    else
+        snprintf(what, sizeof what, "backend nccl");
+    char why[256];
+    if (rm_gpu_available(why, sizeof why))
+        return RM_OK;
+    return rm_errf(err, RM_EUNSUPPORTED, "%s needs a GPU: %s", what, why);
+}
+
+/* ---------------- conversions ---------------- */
+
+static uint32_t f32_bits(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    return x;
+}
+
+static float bits_f32(uint32_t x)
+{
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+uint16_t rm_f32_to_bf16(float f)
+{
+    uint32_t x = f32_bits(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u)          /* NaN: keep sign and top payload, force quiet */
+        return (uint16_t)((x >> 16) | 0x0040u);
+    uint32_t lsb = (x >> 16) & 1u;
+    x += 0x7fffu + lsb;                           /* ties to even; overflow carries into inf */
+    return (uint16_t)(x >> 16);
+}
+
+float rm_bf16_to_f32(uint16_t h)
+{
+    return bits_f32((uint32_t)h << 16);
+}
+
+uint16_t rm_f32_to_f16(float f)
+{
+    uint32_t x = f32_bits(f);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax > 0x7f800000u)                                     /* NaN -> quiet NaN */
+        return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
+    if (ax >= 0x477ff000u)                                    /* >= 65520 (and inf) -> inf */
+        return (uint16_t)(sign | 0x7c00u);
+    if (ax < 0x38800000u) {                                   /* below 2^-14: subnormal or zero */
+        if (ax < 0x33000000u)                                 /* < 2^-25 -> +-0 */
+            return sign;
+        uint32_t e = ax >> 23;                                /* 102..112 */
+        uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+        uint32_t shift = 126u - e;                            /* 14..24 */
+        uint32_t h = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1u);
+        uint32_t half = 1u << (shift - 1u);
+        if (rem > half || (rem == half && (h & 1u)))
+            h++;                                              /* may carry into the smallest normal */
+        return (uint16_t)(sign | h);
+    }
+    uint32_t r = ax - 0x38000000u;                            /* rebias exponent 127 -> 15 */
+    uint32_t h = r >> 13;
+    uint32_t rem = r & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
+        h++;                                                  /* carry may reach the exponent: fine */
+    return (uint16_t)(sign | h);
+}
+
+float rm_f16_to_f32(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t e = (h >> 10) & 0x1fu;
+    uint32_t m = h & 0x3ffu;
+    if (e == 0) {
+        float v = (float)m * 0x1p-24f;                        /* exact: m < 2^10 */
+        return sign ? -v : v;
+    }
+    if (e == 31)
+        return bits_f32(sign | 0x7f800000u | (m << 13));
+    return bits_f32(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+void rm_f32_to_bf16_n(const float *src, uint16_t *dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = rm_f32_to_bf16(src[i]);
+}
+
+void rm_bf16_to_f32_n(const uint16_t *src, float *dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = rm_bf16_to_f32(src[i]);
+}
+
+void rm_f32_to_f16_n(const float *src, uint16_t *dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = rm_f32_to_f16(src[i]);
+}
+
+void rm_f16_to_f32_n(const uint16_t *src, float *dst, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        dst[i] = rm_f16_to_f32(src[i]);
+}
+
+/* ---------------- loss scaler ---------------- */
+
+void rm_loss_scaler_init(rm_loss_scaler *s, rm_precision prec)
+{
+    memset(s, 0, sizeof *s);
+    s->enabled = prec == RM_PREC_FP16;
+    s->scale = s->enabled ? RM_SCALER_INIT_SCALE : 1.0f;
+    s->growth_factor = RM_SCALER_GROWTH_FACTOR;
+    s->backoff_factor = RM_SCALER_BACKOFF_FACTOR;
+    s->growth_interval = RM_SCALER_GROWTH_INTERVAL;
+}
+
+float rm_loss_scaler_scale(const rm_loss_scaler *s)
+{
+    return s->enabled ? s->scale : 1.0f;
+}
+
+float rm_loss_scaler_inv_scale(const rm_loss_scaler *s)
+{
+    return s->enabled ? 1.0f / s->scale : 1.0f;
+}
+
+bool rm_loss_scaler_update(rm_loss_scaler *s, bool found_inf)
+{
+    s->steps++;
+    if (found_inf) {
+        s->skipped++;
+        if (s->enabled) {
+            s->scale *= s->backoff_factor;
+            s->growth_tracker = 0;
+        }
+        return false;
+    }
+    if (!s->enabled)
+        return true;
+    if (++s->growth_tracker >= s->growth_interval) {
+        float grown = s->scale * s->growth_factor;
+        if (isfinite(grown))
+            s->scale = grown;
+        s->growth_tracker = 0;
+    }
+    return true;
+}
+
+void rm_loss_scaler_restore(rm_loss_scaler *s, float scale, int growth_tracker)
+{
+    if (!s->enabled)
+        return;
+    if (isfinite(scale) && scale > 0.0f)
+        s->scale = scale;
+    if (growth_tracker >= 0 && growth_tracker < s->growth_interval)
+        s->growth_tracker = growth_tracker;
+}
