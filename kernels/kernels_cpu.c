@@ -1,0 +1,226 @@
+/* kernels_cpu.c — the CPU kernels table: OpenBLAS cblas_sgemm for the matrix products and plain C
+ * loops (written so GCC vectorises them at -O2 -ftree-vectorize / -O3) for everything else.
+ *
+ * Design: one BLAS thread per process. Data parallelism already puts one worker per core, and a
+ * threaded BLAS inside every worker would oversubscribe the cores; openblas_set_num_threads(1) is
+ * applied once, the first time the table is requested. Bias and ReLU are fused in one pass over Y
+ * (forward) and dY (backward, together with the bias-gradient column sums) to touch activations
+ * once. Nothing here allocates except alloc() itself. */
+/* Element-wise loops are memory-bound; let GCC vectorise them fully even at -O2. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("O3")
+#endif
+#include "kernels/kernels.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* OpenBLAS' thread control; declared here because cblas.h from the reference (netlib) CBLAS
+ * alternative does not declare it. */
+void openblas_set_num_threads(int num_threads);
+
+static void *cpu_alloc(size_t bytes)
+{
+    void *p = NULL;
+    size_t sz = (bytes + 63) & ~(size_t)63;
+    if (sz == 0)
+        sz = 64;
+    if (posix_memalign(&p, 64, sz) != 0)
+        return NULL;
+    memset(p, 0, sz);
+    return p;
+}
+
+static void cpu_free(void *p) { free(p); }
+static void cpu_memset0(void *p, size_t bytes) { if (bytes) memset(p, 0, bytes); }
+static void cpu_copy(void *dst, const void *src, size_t bytes)
+{
+    if (bytes && dst != src)
+        memmove(dst, src, bytes);
+}
+static void cpu_sync(void) {}
+
+static void cpu_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
+                     const float *b, int ldb, float beta, float *c, int ldc)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    if (k <= 0) {
+        for (int i = 0; i < m; i++)
+            for (int j = 0; j < n; j++)
+                c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
+        return;
+    }
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
+                n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+static void cpu_bias_act_fwd(float *restrict y, const float *restrict b, int rows, int cols,
+                             rm_act act)
+{
+    for (int r = 0; r < rows; r++) {
+        float *restrict yr = y + (size_t)r * cols;
+        if (act == RM_ACT_RELU) {
+            for (int c = 0; c < cols; c++) {
+                float v = yr[c] + b[c];
+                yr[c] = v > 0.0f ? v : 0.0f;
+            }
+        } else {
+            for (int c = 0; c < cols; c++)
+                yr[c] += b[c];
+        }
+    }
+}
+
+static void cpu_bias_act_bwd(float *restrict dy, const float *restrict y, float *restrict db,
+                             int rows, int cols, rm_act act)
+{
+    memset(db, 0, (size_t)cols * sizeof(float));
+    for (int r = 0; r < rows; r++) {
+        float *restrict dr = dy + (size_t)r * cols;
+        const float *restrict yr = y + (size_t)r * cols;
+        if (act == RM_ACT_RELU) {
+            for (int c = 0; c < cols; c++) {
+                float g = yr[c] > 0.0f ? dr[c] : 0.0f;
+                dr[c] = g;
+                db[c] += g;
+            }
+        } else {
+            for (int c = 0; c < cols; c++)
+                db[c] += dr[c];
+        }
+    }
+}
+
+static void cpu_softmax_xent(const float *logits, const int32_t *labels, int rows, int classes,
+                             float inv_batch, float *dlogits, float *loss_sum)
+{
+    double loss = 0.0;
+    for (int r = 0; r < rows; r++) {
+        const float *z = logits + (size_t)r * classes;
+        float *d = dlogits + (size_t)r * classes;
+        float mx = z[0];
+        for (int c = 1; c < classes; c++)
+            mx = z[c] > mx ? z[c] : mx;
+        double sum = 0.0;
+        for (int c = 0; c < classes; c++)
+            sum += exp((double)(z[c] - mx));
+        int lab = labels[r];
+        double logsum = log(sum);
+        loss += logsum - (double)(z[lab] - mx);
+        for (int c = 0; c < classes; c++) {
+            double p = exp((double)(z[c] - mx) - logsum);
+            d[c] = (float)((p - (c == lab ? 1.0 : 0.0)) * inv_batch);
+        }
+    }
+    *loss_sum = (float)loss;
+}
+
+static void cpu_argmax_correct(const float *logits, const int32_t *labels, int rows, int classes,
+                               int32_t *correct)
+{
+    int32_t n = 0;
+    for (int r = 0; r < rows; r++) {
+        const float *z = logits + (size_t)r * classes;
+        int best = 0;
+        for (int c = 1; c < classes; c++)
+            if (z[c] > z[best])
+                best = c;
+        n += best == labels[r];
+    }
+    *correct = n;
+}
+
+static void cpu_sgd(float *restrict w, const float *restrict g, float *restrict v, size_t n,
+                    float lr, float momentum, float wd)
+{
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] + wd * w[i];
+        float vi = momentum * v[i] + gi;
+        v[i] = vi;
+        w[i] -= lr * vi;
+    }
+}
+
+static void cpu_adam(float *restrict w, const float *restrict g, float *restrict m,
+                     float *restrict v, size_t n, float lr, float b1, float b2, float eps, float wd,
+                     float bc1, float bc2)
+{
+    float inv_bc1 = 1.0f / bc1, inv_sqrt_bc2 = 1.0f / sqrtf(bc2);
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] + wd * w[i];
+        float mi = b1 * m[i] + (1.0f - b1) * gi;
+        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
+        m[i] = mi;
+        v[i] = vi;
+        w[i] -= lr * (mi * inv_bc1) / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+    }
+}
+
+static void cpu_adagrad(float *restrict w, const float *restrict g, float *restrict s, size_t n,
+                        float lr, float eps, float wd)
+{
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] + wd * w[i];
+        float si = s[i] + gi * gi;
+        s[i] = si;
+        w[i] -= lr * gi / (sqrtf(si) + eps);
+    }
+}
+
+static void cpu_scale(float *restrict x, size_t n, float a)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] *= a;
+}
+
+static void cpu_unscale_check_finite(float *restrict x, size_t n, float inv_scale,
+                                     int32_t *found_inf)
+{
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        float v = x[i] * inv_scale;
+        x[i] = v;
+        bad |= !isfinite(v);
+    }
+    if (bad)
+        *found_inf = 1;
+}
+
+static const rm_kernels cpu_table = {
+    .name = "cpu",
+    .host_memory = true,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .memset0 = cpu_memset0,
+    .h2d = cpu_copy,
+    .d2h = cpu_copy,
+    .d2d = cpu_copy,
+    .sync = cpu_sync,
+    .gemm = cpu_gemm,
+    .bias_act_fwd = cpu_bias_act_fwd,
+    .bias_act_bwd = cpu_bias_act_bwd,
+    .softmax_xent_fwd_bwd = cpu_softmax_xent,
+    .argmax_correct = cpu_argmax_correct,
+    .sgd_momentum_update = cpu_sgd,
+    .adam_update = cpu_adam,
+    .adagrad_update = cpu_adagrad,
+    .scale = cpu_scale,
+    .cast_f32_to_bf16 = NULL,
+    .cast_bf16_to_f32 = NULL,
+    .cast_f32_to_f16 = NULL,
+    .cast_f16_to_f32 = NULL,
+    .unscale_check_finite = cpu_unscale_check_finite,
+};
+
+static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
+static void blas_one_thread(void) { openblas_set_num_threads(1); }
+
+const rm_kernels *rm_kernels_cpu(void)
+{
+    pthread_once(&blas_once, blas_one_thread);
+    return &cpu_table;
+}

@@ -1,0 +1,430 @@
+/* checkpoint.c — write/verify/select checkpoints; format and guarantees in checkpoint.h.
+ * Design: the header is serialised field by field into a fixed byte layout (no struct padding in
+ * the file) and protected by its own CRC32, the payload by another, so a flipped bit anywhere is
+ * caught before any byte reaches the model. zlib's crc32 is used (already linked for the data). */
+#include "worker/checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define HDR_BYTES 512
+
+/* ---------------- header serialisation ---------------- */
+
+typedef struct wbuf { unsigned char *p; size_t n, cap; } wbuf;
+static void put(wbuf *w, const void *v, size_t n)
+{
+    if (w->n + n <= w->cap)
+        memcpy(w->p + w->n, v, n);
+    w->n += n;
+}
+static int get(wbuf *w, void *v, size_t n)
+{
+    if (w->n + n > w->cap)
+        return -1;
+    memcpy(v, w->p + w->n, n);
+    w->n += n;
+    return 0;
+}
+
+static void hdr_encode(const rm_ckpt_meta *m, uint64_t payload_bytes, uint32_t payload_crc,
+                       unsigned char out[HDR_BYTES])
+{
+    memset(out, 0, HDR_BYTES);
+    wbuf w = {out, 0, HDR_BYTES};
+    uint32_t ver = RM_CKPT_VERSION, hb = HDR_BYTES;
+    put(&w, RM_CKPT_MAGIC, 8);
+    put(&w, &ver, 4);
+    put(&w, &hb, 4);
+    put(&w, &m->step, 8);
+    put(&w, &m->train_epoch, 4);
+    put(&w, &m->world_size, 4);
+    put(&w, &m->data_pos, 8);
+    put(&w, &m->batch_per_worker, 4);
+    put(&w, &m->rdzv_epoch, 4);
+    put(&w, &m->seed, 8);
+    put(&w, m->rng, 32);
+    put(&w, &m->opt_type, 4);
+    put(&w, &m->nstate, 4);
+    put(&w, &m->opt_t, 8);
+    put(&w, &m->epoch_pos, 8);
+    put(&w, &m->lr, 8);
+    put(&w, &m->loss_scale, 4);
+    put(&w, &m->scaler_tracker, 4);
+    int32_t nl = m->shape.nlayers;
+    put(&w, &nl, 4);
+    for (int i = 0; i <= RM_MODEL_MAX_LAYERS; i++) {
+        int32_t d = m->shape.dims[i];
+        put(&w, &d, 4);
+    }
+    put(&w, &m->nparams, 8);
+    put(&w, &payload_bytes, 8);
+    put(&w, &payload_crc, 4);
+    /* header CRC in the last 4 bytes, over everything before it */
+    uint32_t hcrc = (uint32_t)crc32(0L, out, HDR_BYTES - 4);
+    memcpy(out + HDR_BYTES - 4, &hcrc, 4);
+}
+
+static int hdr_decode(const char *path, const unsigned char in[HDR_BYTES], rm_ckpt_meta *m,
+                      uint64_t *payload_bytes, uint32_t *payload_crc, rm_err *err)
+{
+    memset(m, 0, sizeof *m);
+    if (memcmp(in, RM_CKPT_MAGIC, 8) != 0)
+        return rm_errf(err, RM_EINVAL, "%s: bad magic (not a ringmaster checkpoint)", path);
+    uint32_t hcrc;
+    memcpy(&hcrc, in + HDR_BYTES - 4, 4);
+    if (hcrc != (uint32_t)crc32(0L, in, HDR_BYTES - 4))
+        return rm_errf(err, RM_EINVAL, "%s: header checksum mismatch", path);
+    wbuf w = {(unsigned char *)in, 8, HDR_BYTES};
+    uint32_t ver = 0, hb = 0;
+    get(&w, &ver, 4);
+    get(&w, &hb, 4);
+    if (ver != RM_CKPT_VERSION || hb != HDR_BYTES)
+        return rm_errf(err, RM_EINVAL, "%s: unsupported version %u (header %u bytes)", path, ver,
+                       hb);
+    get(&w, &m->step, 8);
+    get(&w, &m->train_epoch, 4);
+    get(&w, &m->world_size, 4);
+    get(&w, &m->data_pos, 8);
+    get(&w, &m->batch_per_worker, 4);
+    get(&w, &m->rdzv_epoch, 4);
+    get(&w, &m->seed, 8);
+    get(&w, m->rng, 32);
+    get(&w, &m->opt_type, 4);
+    get(&w, &m->nstate, 4);
+    get(&w, &m->opt_t, 8);
+    get(&w, &m->epoch_pos, 8);
+    get(&w, &m->lr, 8);
+    get(&w, &m->loss_scale, 4);
+    get(&w, &m->scaler_tracker, 4);
+    int32_t nl = 0;
+    get(&w, &nl, 4);
+    for (int i = 0; i <= RM_MODEL_MAX_LAYERS; i++) {
+        int32_t d = 0;
+        get(&w, &d, 4);
+        m->shape.dims[i] = d;
+    }
+    m->shape.nlayers = nl;
+    get(&w, &m->nparams, 8);
+    get(&w, payload_bytes, 8);
+    get(&w, payload_crc, 4);
+    if (nl < 1 || nl > RM_MODEL_MAX_LAYERS || m->nstate < 0 || m->nstate > RM_CKPT_MAX_STATE ||
+        m->step < 0 || m->data_pos < 0 || m->world_size < 1 ||
+        *payload_bytes != (uint64_t)(1 + m->nstate) * m->nparams * sizeof(float))
+        return rm_errf(err, RM_EINVAL, "%s: inconsistent header fields", path);
+    rm_param_layout lay;
+    rm_model_layout(&m->shape, &lay);
+    if (lay.total != m->nparams)
+        return rm_errf(err, RM_EINVAL, "%s: parameter count does not match the model shape", path);
+    return RM_OK;
+}
+
+/* ---------------- helpers ---------------- */
+
+int rm_mkdir_p(const char *path, rm_err *err)
+{
+    char buf[4096];
+    size_t len = strlen(path);
+    if (len == 0 || len >= sizeof buf)
+        return rm_errf(err, RM_EINVAL, "checkpoint dir: bad path");
+    memcpy(buf, path, len + 1);
+    for (size_t i = 1; i <= len; i++) {
+        if (buf[i] == '/' || buf[i] == 0) {
+            char c = buf[i];
+            buf[i] = 0;
+            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
+                return rm_errf(err, RM_EIO, "mkdir %s: %s", buf, strerror(errno));
+            buf[i] = c;
+        }
+    }
+    return RM_OK;
+}
+
+static int fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+/* "ckpt-000000000200.rmck" or "ckpt-000000000200-3.rmck" -> step, suffix. */
+static int parse_name(const char *name, long long *step, int *suffix)
+{
+    long long s;
+    int n = 0, suf = 0;
+    if (sscanf(name, "ckpt-%12lld%n", &s, &n) != 1 || n != 17)
+        return -1;
+    const char *rest = name + n;
+    if (*rest == '-') {
+        int m = 0;
+        if (sscanf(rest + 1, "%d%n", &suf, &m) != 1 || suf < 1)
+            return -1;
+        rest += 1 + m;
+    }
+    if (strcmp(rest, ".rmck") != 0)
+        return -1;
+    *step = s;
+    *suffix = suf;
+    return 0;
+}
+
+typedef struct cand { long long step; int suffix; char name[64]; } cand;
+
+static int cand_cmp_desc(const void *a, const void *b)
+{
+    const cand *x = a, *y = b;
+    if (x->step != y->step)
+        return x->step < y->step ? 1 : -1;
+    return x->suffix < y->suffix ? 1 : (x->suffix > y->suffix ? -1 : 0);
+}
+
+/* Checkpoint files in dir, newest first. *out owned (free()). */
+static int list_ckpts(const char *dir, cand **out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT ? RM_ENOTFOUND : RM_EIO;
+    cand *v = NULL;
+    int cnt = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        long long step;
+        int suf;
+        if (strlen(e->d_name) >= sizeof v->name || parse_name(e->d_name, &step, &suf) != 0)
+            continue;
+        if (cnt == cap) {
+            int ncap = cap ? cap * 2 : 16;
+            cand *nv = realloc(v, (size_t)ncap * sizeof *nv);
+            if (!nv) {
+                free(v);
+                closedir(d);
+                return RM_ENOMEM;
+            }
+            v = nv;
+            cap = ncap;
+        }
+        v[cnt].step = step;
+        v[cnt].suffix = suf;
+        snprintf(v[cnt].name, sizeof v[cnt].name, "%s", e->d_name);
+        cnt++;
+    }
+    closedir(d);
+    if (cnt)
+        qsort(v, (size_t)cnt, sizeof *v, cand_cmp_desc);
+    *out = v;
+    *n = cnt;
+    return RM_OK;
+}
+
+/* ---------------- write ---------------- */
+
+int rm_ckpt_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_seg *segs, int nsegs,
+                  int keep, char *path_out, size_t path_cap, rm_err *err)
+{
+    int rc = RM_OK;
+    FILE *f = NULL;
+    char tmp[4096], final[4096];
+    uint64_t payload = 0;
+    uint32_t pcrc = (uint32_t)crc32(0L, Z_NULL, 0);
+    for (int i = 0; i < nsegs; i++) {
+        payload += segs[i].bytes;
+        const unsigned char *p = segs[i].p;
+        size_t left = segs[i].bytes;
+        while (left) {
+            uInt chunk = left > (1u << 30) ? (1u << 30) : (uInt)left;
+            pcrc = (uint32_t)crc32(pcrc, p, chunk);
+            p += chunk;
+            left -= chunk;
+        }
+    }
+    if (payload != (uint64_t)(1 + meta->nstate) * meta->nparams * sizeof(float))
+        return rm_errf(err, RM_EINVAL, "checkpoint: payload %llu bytes does not match the header",
+                       (unsigned long long)payload);
+    RM_CHECK(rm_mkdir_p(dir, err));
+    /* never overwrite an existing file, valid or not */
+    struct stat st;
+    for (int suf = 0;; suf++) {
+        int w = suf ? snprintf(final, sizeof final, "%s/ckpt-%012lld-%d.rmck", dir,
+                               (long long)meta->step, suf)
+                    : snprintf(final, sizeof final, "%s/ckpt-%012lld.rmck", dir,
+                               (long long)meta->step);
+        if (w < 0 || (size_t)w >= sizeof final)
+            return rm_errf(err, RM_EINVAL, "checkpoint: path too long");
+        if (stat(final, &st) != 0)
+            break;
+        if (suf > 1000)
+            return rm_errf(err, RM_EIO, "checkpoint: too many files for step %lld",
+                           (long long)meta->step);
+    }
+    snprintf(tmp, sizeof tmp, "%s/.tmp-ckpt-%012lld.%ld", dir, (long long)meta->step,
+             (long)getpid());
+    unsigned char hdr[HDR_BYTES];
+    hdr_encode(meta, payload, pcrc, hdr);
+    f = fopen(tmp, "wb");
+    if (!f)
+        return rm_errf(err, RM_EIO, "checkpoint: create %s: %s", tmp, strerror(errno));
+    if (fwrite(hdr, 1, HDR_BYTES, f) != HDR_BYTES)
+        goto ioerr;
+    for (int i = 0; i < nsegs; i++)
+        if (segs[i].bytes && fwrite(segs[i].p, 1, segs[i].bytes, f) != segs[i].bytes)
+            goto ioerr;
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0)
+        goto ioerr;
+    if (fclose(f) != 0) {
+        f = NULL;
+        goto ioerr;
+    }
+    f = NULL;
+    if (rename(tmp, final) != 0)
+        goto ioerr;
+    if (fsync_dir(dir) != 0) {
+        rc = rm_errf(err, RM_EIO, "checkpoint: fsync %s: %s", dir, strerror(errno));
+        return rc;   /* the file is in place; report but keep it */
+    }
+    if (path_out)
+        snprintf(path_out, path_cap, "%s", final);
+    if (keep >= 1) {
+        cand *v = NULL;
+        int n = 0;
+        if (list_ckpts(dir, &v, &n) == RM_OK) {
+            const char *base = strrchr(final, '/') + 1;
+            for (int i = keep; i < n; i++) {
+                if (strcmp(v[i].name, base) == 0)
+                    continue;
+                char p[4096 + 64];
+                snprintf(p, sizeof p, "%s/%s", dir, v[i].name);
+                if (unlink(p) == 0)
+                    rm_debug("checkpoint pruned path=%s", p);
+            }
+            free(v);
+        }
+    }
+    return RM_OK;
+ioerr:
+    rc = rm_errf(err, RM_EIO, "checkpoint: write %s: %s", tmp, strerror(errno ? errno : EIO));
+    if (f)
+        fclose(f);
+    unlink(tmp);
+    return rc;
+}
+
+/* ---------------- read ---------------- */
+
+static int shape_eq(const rm_model_shape *a, const rm_model_shape *b)
+{
+    if (a->nlayers != b->nlayers)
+        return 0;
+    for (int i = 0; i <= a->nlayers; i++)
+        if (a->dims[i] != b->dims[i])
+            return 0;
+    return 1;
+}
+
+int rm_ckpt_read(const char *path, const rm_ckpt_meta *expect, rm_ckpt_meta *meta, void *payload,
+                 size_t cap, rm_err *err)
+{
+    int rc = RM_OK;
+    unsigned char hdr[HDR_BYTES];
+    uint64_t pbytes = 0;
+    uint32_t pcrc = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return rm_errf(err, RM_EIO, "%s: %s", path, strerror(errno));
+    if (fread(hdr, 1, HDR_BYTES, f) != HDR_BYTES) {
+        rc = rm_errf(err, RM_EINVAL, "%s: truncated header", path);
+        goto out;
+    }
+    RM_CHECK_GOTO(hdr_decode(path, hdr, meta, &pbytes, &pcrc, err), rc, out);
+    if (expect) {
+        if (!shape_eq(&meta->shape, &expect->shape)) {
+            char a[256], b[256];
+            rm_model_shape_str(&meta->shape, a, sizeof a);
+            rm_model_shape_str(&expect->shape, b, sizeof b);
+            rc = rm_errf(err, RM_EINVAL, "%s: model shape %s, this job has %s", path, a, b);
+            goto out;
+        }
+        if (meta->opt_type != expect->opt_type || meta->nstate != expect->nstate) {
+            rc = rm_errf(err, RM_EINVAL, "%s: optimizer state does not match this job's optimizer",
+                         path);
+            goto out;
+        }
+    }
+    if (pbytes > cap) {
+        rc = rm_errf(err, RM_EINVAL, "%s: payload %llu bytes larger than expected %zu", path,
+                     (unsigned long long)pbytes, cap);
+        goto out;
+    }
+    if (fread(payload, 1, (size_t)pbytes, f) != pbytes) {
+        rc = rm_errf(err, RM_EINVAL, "%s: truncated payload", path);
+        goto out;
+    }
+    unsigned char extra;
+    if (fread(&extra, 1, 1, f) != 0) {
+        rc = rm_errf(err, RM_EINVAL, "%s: trailing bytes after the payload", path);
+        goto out;
+    }
+    uint32_t c = (uint32_t)crc32(0L, Z_NULL, 0);
+    const unsigned char *p = payload;
+    uint64_t left = pbytes;
+    while (left) {
+        uInt chunk = left > (1u << 30) ? (1u << 30) : (uInt)left;
+        c = (uint32_t)crc32(c, p, chunk);
+        p += chunk;
+        left -= chunk;
+    }
+    if (c != pcrc) {
+        rc = rm_errf(err, RM_EINVAL, "%s: payload checksum mismatch", path);
+        goto out;
+    }
+out:
+    fclose(f);
+    return rc;
+}
+
+int rm_ckpt_load_newest(const char *dir, const rm_ckpt_meta *expect, rm_ckpt_meta *meta,
+                        void *payload, size_t cap, char *path_out, size_t path_cap, int *skipped,
+                        rm_err *err)
+{
+    cand *v = NULL;
+    int n = 0, bad = 0;
+    if (skipped)
+        *skipped = 0;
+    int rc = list_ckpts(dir, &v, &n);
+    if (rc == RM_ENOTFOUND)
+        return rm_errf(err, RM_ENOTFOUND, "no checkpoint dir %s", dir);
+    if (rc)
+        return rm_errf(err, rc, "checkpoint: cannot list %s", dir);
+    rc = RM_ENOTFOUND;
+    for (int i = 0; i < n; i++) {
+        char p[4096 + 64];
+        snprintf(p, sizeof p, "%s/%s", dir, v[i].name);
+        rm_err e = {0};
+        if (rm_ckpt_read(p, expect, meta, payload, cap, &e) == RM_OK) {
+            if (path_out)
+                snprintf(path_out, path_cap, "%s", p);
+            rc = RM_OK;
+            break;
+        }
+        bad++;
+        rm_warn("checkpoint skipped (invalid) path=%s reason=\"%s\"", p, e.msg);
+    }
+    free(v);
+    if (skipped)
+        *skipped = bad;
+    if (rc)
+        return rm_errf(err, RM_ENOTFOUND, "no valid checkpoint in %s (%d invalid skipped)", dir,
+                       bad);
+    return RM_OK;
+}

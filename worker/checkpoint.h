@@ -1,0 +1,69 @@
+/* checkpoint.h — atomic, checksummed training checkpoints (rank 0 writes, every rank reads).
+ *
+ * File: DIR/ckpt-<step, 12 digits>[-<n>].rmck =
+ *   header (fixed size, little-endian host order; magic "RMCKPT01", version, sizes, all scalars
+ *   of the training state, CRC32 of the payload, CRC32 of the header itself) followed by the
+ *   payload: params (nparams floats) then each optimizer state buffer (nparams floats each).
+ * Write: temp file in DIR (".tmp-ckpt-..."), write, fflush, fsync, rename to the final name,
+ * fsync DIR. A reader therefore sees either no file or a whole one. An existing file is never
+ * overwritten (a "-<n>" suffix is added instead). After a successful write the oldest files beyond
+ * `keep` are removed (only files named like checkpoints; never the one just written).
+ * Read: candidates newest first (by step, then suffix); a file that is truncated, has a bad magic/
+ * version/checksum, or a model shape/optimizer other than expected is logged and skipped, and the
+ * next older one is tried. Loading never modifies or deletes any file.
+ *
+ * Ownership: all buffers are the caller's; nothing is kept between calls. */
+#ifndef RM_WORKER_CHECKPOINT_H
+#define RM_WORKER_CHECKPOINT_H
+#include <stddef.h>
+#include <stdint.h>
+#include "common/rm.h"
+#include "worker/model.h"
+
+#define RM_CKPT_MAGIC "RMCKPT01"
+#define RM_CKPT_VERSION 1
+#define RM_CKPT_MAX_STATE 2
+
+typedef struct rm_ckpt_meta {
+    int64_t step;             /* optimizer steps completed (global step) */
+    int32_t train_epoch;      /* data epoch the cursor is in */
+    int64_t data_pos;         /* samples of that epoch's permutation consumed */
+    int32_t world_size;       /* world size that wrote it (elastic restarts may differ) */
+    int32_t batch_per_worker;
+    int32_t rdzv_epoch;
+    uint64_t seed;            /* data/model seed */
+    uint64_t rng[4];          /* generator state (reserved for stochastic layers) */
+    int32_t opt_type;         /* rm_opt_type */
+    int32_t nstate;           /* optimizer state buffers in the payload */
+    int64_t opt_t;            /* optimizer updates applied (Adam bias correction) */
+    double epoch_pos;         /* schedule position (fractional data epoch) */
+    double lr;                /* last lr used */
+    float loss_scale;         /* fp16 loss scaler (1 when unused) */
+    int32_t scaler_tracker;
+    rm_model_shape shape;
+    uint64_t nparams;
+} rm_ckpt_meta;
+
+/* A payload segment (host memory). */
+typedef struct rm_ckpt_seg { const void *p; size_t bytes; } rm_ckpt_seg;
+
+/* Write atomically; segs are concatenated as the payload (their total must be
+ * (1 + meta->nstate) * meta->nparams floats). keep >= 1 prunes older files. path_out (may be NULL)
+ * gets the final path. RM_EIO with err on any file-system failure (the temp file is removed). */
+int rm_ckpt_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_seg *segs, int nsegs,
+                  int keep, char *path_out, size_t path_cap, rm_err *err);
+
+/* Read and verify one file into payload (cap bytes, host memory). expect may be NULL; otherwise
+ * the file's shape, opt_type and nstate must match it. payload may be written even on failure. */
+int rm_ckpt_read(const char *path, const rm_ckpt_meta *expect, rm_ckpt_meta *meta, void *payload,
+                 size_t cap, rm_err *err);
+
+/* Newest valid checkpoint in dir (see above). RM_ENOTFOUND when none is valid (or dir missing).
+ * skipped (may be NULL) gets the number of invalid files passed over. */
+int rm_ckpt_load_newest(const char *dir, const rm_ckpt_meta *expect, rm_ckpt_meta *meta,
+                        void *payload, size_t cap, char *path_out, size_t path_cap, int *skipped,
+                        rm_err *err);
+
+/* mkdir -p (mode 0755). */
+int rm_mkdir_p(const char *path, rm_err *err);
+#endif

@@ -1,0 +1,44 @@
+/* faults.h — fault injection for tests: env RINGMASTER_FAULT, e.g.
+ *   "exit:rank=1:step=300"                 rank 1 dies abruptly (_exit(137)) when it reaches step 300
+ *   "hang:rank=2:step=100"                 rank 2 stops making progress (no steps, reports, beats)
+ *   "exit:rank=1:step=300;exit:rank=2:step=900"   several, separated by ';'
+ * Keys may come in any order; both rank and step are required. Off unless set.
+ *
+ * Once per job: before a fault fires, a marker file DIR/.fault-<i>-fired is created (O_EXCL,
+ * fsync'd) in the job's checkpoint folder, and a fault whose marker exists never fires again, so a
+ * replacement worker that resumes from an earlier checkpoint does not die at the same step.
+ * Without a folder the "fired" flag lives only in memory.
+ *
+ * Ownership: rm_faults is a plain value (no heap); the dir string is copied. */
+#ifndef RM_WORKER_FAULTS_H
+#define RM_WORKER_FAULTS_H
+#include <stdbool.h>
+#include <stdint.h>
+#include "common/rm.h"
+
+#define RM_FAULTS_MAX 16
+
+typedef enum { RM_FAULT_EXIT = 0, RM_FAULT_HANG } rm_fault_kind;
+
+typedef struct rm_fault {
+    rm_fault_kind kind;
+    int rank;
+    int64_t step;
+    bool fired;
+} rm_fault;
+
+typedef struct rm_faults {
+    rm_fault f[RM_FAULTS_MAX];
+    int n;
+    char dir[1024];      /* marker folder; "" = none */
+} rm_faults;
+
+/* Parse spec (NULL or "" = no faults). RM_EINVAL with a message naming the bad part. */
+int rm_faults_parse(const char *spec, rm_faults *out, rm_err *err);
+/* Where markers live (usually the checkpoint dir); created if missing when a fault fires. */
+void rm_faults_set_dir(rm_faults *fs, const char *dir);
+/* The fault due for (rank, step), if any and not fired yet (neither in memory nor by marker). It
+ * is marked fired (marker written) before it is returned, so the caller just acts on it. */
+const rm_fault *rm_faults_due(rm_faults *fs, int rank, int64_t step);
+const char *rm_fault_kind_name(rm_fault_kind k);
+#endif

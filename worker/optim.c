@@ -1,0 +1,71 @@
+/* optim.c — dispatch from the optimizer spec to the kernels table's update entries; see optim.h.
+ * Design: bias corrections for Adam are computed here in double precision once per step and
+ * passed down, so kernels stay element-wise and identical on CPU and GPU. */
+#include "worker/optim.h"
+
+#include <math.h>
+#include <string.h>
+
+const char *rm_optim_name(rm_opt_type t)
+{
+    switch (t) {
+    case RM_OPT_SGD: return "sgd";
+    case RM_OPT_ADAM: return "adam";
+    case RM_OPT_ADAGRAD: return "adagrad";
+    }
+    return "?";
+}
+
+int rm_optim_init(rm_optim *o, const rm_kernels *k, const rm_optimizer_spec *spec, size_t n,
+                  rm_err *err)
+{
+    memset(o, 0, sizeof *o);
+    if (!k || !spec || n == 0)
+        return rm_errf(err, RM_EINVAL, "optimizer: bad arguments");
+    if (spec->type != RM_OPT_SGD && spec->type != RM_OPT_ADAM && spec->type != RM_OPT_ADAGRAD)
+        return rm_errf(err, RM_EINVAL, "optimizer: unknown type %d", (int)spec->type);
+    o->k = k;
+    o->spec = *spec;
+    o->n = n;
+    o->nstate = spec->type == RM_OPT_ADAM ? 2 : 1;
+    for (int i = 0; i < o->nstate; i++) {
+        o->state[i] = k->alloc(n * sizeof(float));
+        if (!o->state[i]) {
+            rm_optim_free(o);
+            return rm_errf(err, RM_ENOMEM, "optimizer: out of memory for %zu floats", n);
+        }
+    }
+    return RM_OK;
+}
+
+void rm_optim_free(rm_optim *o)
+{
+    if (!o || !o->k)
+        return;
+    for (int i = 0; i < 2; i++)
+        o->k->free(o->state[i]);
+    memset(o, 0, sizeof *o);
+}
+
+void rm_optim_step(rm_optim *o, float *params, const float *grads, float lr)
+{
+    const rm_optimizer_spec *s = &o->spec;
+    o->t++;
+    switch (s->type) {
+    case RM_OPT_SGD:
+        o->k->sgd_momentum_update(params, grads, o->state[0], o->n, lr, (float)s->momentum,
+                                  (float)s->weight_decay);
+        break;
+    case RM_OPT_ADAM: {
+        float bc1 = (float)(1.0 - pow(s->beta1, (double)o->t));
+        float bc2 = (float)(1.0 - pow(s->beta2, (double)o->t));
+        o->k->adam_update(params, grads, o->state[0], o->state[1], o->n, lr, (float)s->beta1,
+                          (float)s->beta2, (float)s->eps, (float)s->weight_decay, bc1, bc2);
+        break;
+    }
+    case RM_OPT_ADAGRAD:
+        o->k->adagrad_update(params, grads, o->state[0], o->n, lr, (float)s->eps,
+                             (float)s->weight_decay);
+        break;
+    }
+}

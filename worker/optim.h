@@ -1,0 +1,33 @@
+/* optim.h — optimizers on the flat fp32 parameter buffer: SGD with momentum, Adam, Adagrad
+ * (the optimizer DistBelief's Downpour SGD used), all with L2 weight decay (PyTorch semantics).
+ *
+ * Design: state buffers have the parameter buffer's layout (worker/model.h), so one kernel call
+ * updates the whole model and a checkpoint stores the state as flat arrays. The learning rate is
+ * given per step by the caller (worker/schedule.h), so the optimizer holds no schedule.
+ *
+ * Ownership: rm_optim owns its state buffers (kernels memory; rm_optim_free, NULL-safe). The
+ * kernels table is borrowed. params/grads passed to rm_optim_step are borrowed. */
+#ifndef RM_WORKER_OPTIM_H
+#define RM_WORKER_OPTIM_H
+#include <stddef.h>
+#include <stdint.h>
+#include "common/rm.h"
+#include "common/trainingjob.h"
+#include "kernels/kernels.h"
+
+typedef struct rm_optim {
+    const rm_kernels *k;
+    rm_optimizer_spec spec;
+    size_t n;             /* floats */
+    int nstate;           /* state buffers in use: sgd 1, adam 2, adagrad 1 */
+    float *state[2];      /* sgd: momentum; adam: m, v; adagrad: sum of squares */
+    int64_t t;            /* updates applied (Adam's bias-correction step) */
+} rm_optim;
+
+int rm_optim_init(rm_optim *o, const rm_kernels *k, const rm_optimizer_spec *spec, size_t n,
+                  rm_err *err);
+void rm_optim_free(rm_optim *o);
+/* One update of params with grads at learning rate lr. Allocates nothing. */
+void rm_optim_step(rm_optim *o, float *params, const float *grads, float lr);
+const char *rm_optim_name(rm_opt_type t);   /* "sgd" | "adam" | "adagrad" */
+#endif
