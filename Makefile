@@ -69,7 +69,7 @@ DEPFLAGS = -MMD -MP
 CFLAGS  += $(CSTD) $(OPT) $(WARN) $(if $(filter 1,$(WERROR)),-Werror) $(SAN) -I. -pthread \
            $(MPI_CFLAGS) -DRM_HAVE_CUDA=$(CUDA_ON)
 LDFLAGS += $(SAN) -pthread -Wl,--as-needed
-LIBS    := -lcurl -lcjson -lmicrohttpd -lyaml -lopenblas $(MPI_LIBS) -lm
+LIBS    := -lcurl -lcjson -lmicrohttpd -lyaml -lopenblas -lz $(MPI_LIBS) -lm
 ifeq ($(CUDA_ON),1)
 CFLAGS    += -I$(CUDA_HOME)/include
 NVCCFLAGS ?= -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall -I. -I$(CUDA_HOME)/include -DRM_HAVE_CUDA=1
@@ -161,7 +161,7 @@ $(UNITTESTS): $(call obj,$(UNIT_SRC)) $(ALL_LIBS)
 -include $(shell find $(BUILDDIR) -name '*.d' 2>/dev/null)
 
 # ---- packages -------------------------------------------------------------------------------
-DEB_PKGS := build-essential pkg-config libcurl4-openssl-dev libcjson-dev libmicrohttpd-dev \
+DEB_PKGS := build-essential pkg-config libcurl4-openssl-dev libcjson-dev libmicrohttpd-dev zlib1g-dev \
             libcunit1-dev libyaml-dev libopenblas-dev libopenmpi-dev openmpi-bin \
             dataset-fashion-mnist prometheus python3-kubernetes python3-yaml python3-jsonschema \
             curl procps iproute2
