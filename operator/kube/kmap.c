@@ -1,0 +1,136 @@
+/* kmap.c — string hash map (see kmap.h). FNV-1a hashing; chains are short because the table
+ * doubles when the element count reaches the bucket count. */
+#include "operator/kube/kmap.h"
+#include <stdlib.h>
+#include <string.h>
+#include "common/rm.h"
+
+size_t kmap_hash(const char *s)
+{
+    size_t h = (size_t)1469598103934665603ULL;
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= (size_t)1099511628211ULL;
+    }
+    return h;
+}
+
+kmap_ent *kmap_find(const kmap *m, const char *key)
+{
+    if (!m->nb)
+        return NULL;
+    size_t h = kmap_hash(key);
+    for (kmap_ent *e = m->b[h & (m->nb - 1)]; e; e = e->next)
+        if (e->hash == h && strcmp(e->key, key) == 0)
+            return e;
+    return NULL;
+}
+
+void *kmap_get(const kmap *m, const char *key)
+{
+    kmap_ent *e = kmap_find(m, key);
+    return e ? e->val : NULL;
+}
+
+static int grow(kmap *m)
+{
+    size_t nb = m->nb ? m->nb * 2 : 16;
+    kmap_ent **b = calloc(nb, sizeof(*b));
+    if (!b)
+        return RM_ENOMEM;
+    for (size_t i = 0; i < m->nb; i++) {
+        kmap_ent *e = m->b[i];
+        while (e) {
+            kmap_ent *nx = e->next;
+            size_t j = e->hash & (nb - 1);
+            e->next = b[j];
+            b[j] = e;
+            e = nx;
+        }
+    }
+    free(m->b);
+    m->b = b;
+    m->nb = nb;
+    return RM_OK;
+}
+
+int kmap_put(kmap *m, const char *key, void *val, void **old)
+{
+    if (old)
+        *old = NULL;
+    kmap_ent *e = kmap_find(m, key);
+    if (e) {
+        if (old)
+            *old = e->val;
+        e->val = val;
+        return RM_OK;
+    }
+    if (m->n >= m->nb && grow(m) != RM_OK)
+        return RM_ENOMEM;
+    size_t kl = strlen(key);
+    e = malloc(sizeof(*e) + kl + 1);
+    if (!e)
+        return RM_ENOMEM;
+    memcpy(e->key, key, kl + 1);
+    e->hash = kmap_hash(key);
+    e->val = val;
+    size_t j = e->hash & (m->nb - 1);
+    e->next = m->b[j];
+    m->b[j] = e;
+    m->n++;
+    return RM_OK;
+}
+
+void *kmap_del(kmap *m, const char *key)
+{
+    if (!m->nb)
+        return NULL;
+    size_t h = kmap_hash(key);
+    kmap_ent **pp = &m->b[h & (m->nb - 1)];
+    for (; *pp; pp = &(*pp)->next) {
+        kmap_ent *e = *pp;
+        if (e->hash == h && strcmp(e->key, key) == 0) {
+            void *v = e->val;
+            *pp = e->next;
+            free(e);
+            m->n--;
+            return v;
+        }
+    }
+    return NULL;
+}
+
+kmap_ent *kmap_first(const kmap *m, size_t *it)
+{
+    for (*it = 0; *it < m->nb; (*it)++)
+        if (m->b[*it])
+            return m->b[*it];
+    return NULL;
+}
+
+kmap_ent *kmap_next(const kmap *m, size_t *it, kmap_ent *e)
+{
+    if (e->next)
+        return e->next;
+    for ((*it)++; *it < m->nb; (*it)++)
+        if (m->b[*it])
+            return m->b[*it];
+    return NULL;
+}
+
+void kmap_clear(kmap *m, void (*vfree)(void *))
+{
+    for (size_t i = 0; i < m->nb; i++) {
+        kmap_ent *e = m->b[i];
+        while (e) {
+            kmap_ent *nx = e->next;
+            if (vfree)
+                vfree(e->val);
+            free(e);
+            e = nx;
+        }
+    }
+    free(m->b);
+    m->b = NULL;
+    m->nb = m->n = 0;
+}

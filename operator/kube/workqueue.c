@@ -1,0 +1,422 @@
+/* workqueue.c — rate-limited, de-duplicating work queue (see workqueue.h).
+ *
+ * Design: client-go's three sets — `queue` (FIFO of keys ready to hand out), `dirty` (keys that
+ * need processing; a key is in queue only if dirty and not processing) and `processing`. Delayed
+ * keys sit in a binary min-heap with lazy deletion: `waiting` maps key → the earliest due time,
+ * heap entries whose time no longer matches are dropped when they surface. One mutex and one
+ * condition variable (CLOCK_MONOTONIC) guard everything. */
+#include "operator/kube/workqueue.h"
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "operator/kube/client.h"
+#include "operator/kube/kmap.h"
+
+typedef struct heap_ent { double when; char *key; } heap_ent;
+typedef struct dirty_ent { double added_at; } dirty_ent;
+
+struct rm_wq {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    rm_wq_opts o;
+    rm_kube_bucket bucket;
+    char **fifo;                 /* ring buffer */
+    size_t head, count, cap;
+    kmap dirty;                  /* key → dirty_ent* */
+    kmap processing;             /* key → (void*)1 */
+    kmap failures;               /* key → (void*)(intptr_t)n */
+    kmap waiting;                /* key → double* due */
+    heap_ent *heap;
+    size_t nheap, capheap;
+    bool shutdown;
+};
+
+static double mono_now(void *ud)
+{
+    (void)ud;
+    return rm_kube_mono();
+}
+
+static double now_of(rm_wq *q)
+{
+    return q->o.now(q->o.now_ud);
+}
+
+rm_wq *rm_wq_new(const rm_wq_opts *opts)
+{
+    rm_wq *q = calloc(1, sizeof(*q));
+    if (!q)
+        return NULL;
+    if (opts)
+        q->o = *opts;
+    if (q->o.base_delay_s <= 0)
+        q->o.base_delay_s = 0.005;
+    if (q->o.max_delay_s <= 0)
+        q->o.max_delay_s = 1000;
+    if (q->o.qps == 0)
+        q->o.qps = 10;
+    if (q->o.burst <= 0)
+        q->o.burst = 100;
+    if (!q->o.now)
+        q->o.now = mono_now;
+    pthread_mutex_init(&q->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&q->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    rm_kube_bucket_init(&q->bucket, q->o.qps < 0 ? 0 : q->o.qps, q->o.burst, now_of(q));
+    return q;
+}
+
+void rm_wq_free(rm_wq *q)
+{
+    if (!q)
+        return;
+    for (size_t i = 0; i < q->count; i++)
+        free(q->fifo[(q->head + i) % q->cap]);
+    free(q->fifo);
+    for (size_t i = 0; i < q->nheap; i++)
+        free(q->heap[i].key);
+    free(q->heap);
+    kmap_clear(&q->dirty, free);
+    kmap_clear(&q->processing, NULL);
+    kmap_clear(&q->failures, NULL);
+    kmap_clear(&q->waiting, free);
+    rm_kube_bucket_destroy(&q->bucket);
+    pthread_mutex_destroy(&q->mu);
+    pthread_cond_destroy(&q->cv);
+    free(q);
+}
+
+static void report_depth(rm_wq *q)
+{
+    if (q->o.hooks.depth)
+        q->o.hooks.depth(q->o.hooks.ud, q->count);
+}
+
+static int fifo_push(rm_wq *q, const char *key)
+{
+    if (q->count == q->cap) {
+        size_t nc = q->cap ? q->cap * 2 : 64;
+        char **nf = malloc(nc * sizeof(*nf));
+        if (!nf)
+            return RM_ENOMEM;
+        for (size_t i = 0; i < q->count; i++)
+            nf[i] = q->fifo[(q->head + i) % q->cap];
+        free(q->fifo);
+        q->fifo = nf;
+        q->cap = nc;
+        q->head = 0;
+    }
+    char *k = strdup(key);
+    if (!k)
+        return RM_ENOMEM;
+    q->fifo[(q->head + q->count) % q->cap] = k;
+    q->count++;
+    return RM_OK;
+}
+
+static char *fifo_pop(rm_wq *q)
+{
+    if (!q->count)
+        return NULL;
+    char *k = q->fifo[q->head];
+    q->head = (q->head + 1) % q->cap;
+    q->count--;
+    return k;
+}
+
+/* Under lock. */
+static int add_locked(rm_wq *q, const char *key)
+{
+    if (q->shutdown)
+        return RM_ECLOSED;
+    if (q->o.hooks.added)
+        q->o.hooks.added(q->o.hooks.ud);
+    if (kmap_find(&q->dirty, key))
+        return RM_OK;
+    dirty_ent *d = malloc(sizeof(*d));
+    if (!d)
+        return RM_ENOMEM;
+    d->added_at = now_of(q);
+    if (kmap_put(&q->dirty, key, d, NULL)) {
+        free(d);
+        return RM_ENOMEM;
+    }
+    if (kmap_find(&q->processing, key))
+        return RM_OK;     /* re-queued by rm_wq_done */
+    int rc = fifo_push(q, key);
+    if (rc) {
+        free(kmap_del(&q->dirty, key));
+        return rc;
+    }
+    report_depth(q);
+    pthread_cond_signal(&q->cv);
+    return RM_OK;
+}
+
+int rm_wq_add(rm_wq *q, const char *key)
+{
+    pthread_mutex_lock(&q->mu);
+    int rc = add_locked(q, key);
+    pthread_mutex_unlock(&q->mu);
+    return rc;
+}
+
+static void heap_swap(heap_ent *a, heap_ent *b)
+{
+    heap_ent t = *a;
+    *a = *b;
+    *b = t;
+}
+
+static int heap_push(rm_wq *q, double when, const char *key)
+{
+    if (q->nheap == q->capheap) {
+        size_t nc = q->capheap ? q->capheap * 2 : 64;
+        heap_ent *nh = realloc(q->heap, nc * sizeof(*nh));
+        if (!nh)
+            return RM_ENOMEM;
+        q->heap = nh;
+        q->capheap = nc;
+    }
+    char *k = strdup(key);
+    if (!k)
+        return RM_ENOMEM;
+    size_t i = q->nheap++;
+    q->heap[i] = (heap_ent){when, k};
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (q->heap[p].when <= q->heap[i].when)
+            break;
+        heap_swap(&q->heap[p], &q->heap[i]);
+        i = p;
+    }
+    return RM_OK;
+}
+
+static heap_ent heap_pop(rm_wq *q)
+{
+    heap_ent top = q->heap[0];
+    q->heap[0] = q->heap[--q->nheap];
+    size_t i = 0;
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < q->nheap && q->heap[l].when < q->heap[m].when)
+            m = l;
+        if (r < q->nheap && q->heap[r].when < q->heap[m].when)
+            m = r;
+        if (m == i)
+            break;
+        heap_swap(&q->heap[m], &q->heap[i]);
+        i = m;
+    }
+    return top;
+}
+
+static int add_after_locked(rm_wq *q, const char *key, double delay)
+{
+    if (q->shutdown)
+        return RM_ECLOSED;
+    if (delay <= 0)
+        return add_locked(q, key);
+    double when = now_of(q) + delay;
+    double *due = kmap_get(&q->waiting, key);
+    if (due && *due <= when)
+        return RM_OK;            /* an earlier add already covers this one */
+    if (!due) {
+        due = malloc(sizeof(*due));
+        if (!due)
+            return RM_ENOMEM;
+        if (kmap_put(&q->waiting, key, due, NULL)) {
+            free(due);
+            return RM_ENOMEM;
+        }
+    }
+    *due = when;
+    int rc = heap_push(q, when, key);
+    if (rc) {
+        free(kmap_del(&q->waiting, key));
+        return rc;
+    }
+    pthread_cond_signal(&q->cv);
+    return RM_OK;
+}
+
+int rm_wq_add_after(rm_wq *q, const char *key, double delay_s)
+{
+    pthread_mutex_lock(&q->mu);
+    int rc = add_after_locked(q, key, delay_s);
+    pthread_mutex_unlock(&q->mu);
+    return rc;
+}
+
+static double when_locked(rm_wq *q, const char *key)
+{
+    intptr_t n = (intptr_t)kmap_get(&q->failures, key);
+    kmap_put(&q->failures, key, (void *)(n + 1), NULL);
+    double d = q->o.base_delay_s * pow(2.0, (double)(n > 60 ? 60 : n));
+    if (d > q->o.max_delay_s)
+        d = q->o.max_delay_s;
+    double b = rm_kube_bucket_reserve(&q->bucket, now_of(q));
+    return b > d ? b : d;
+}
+
+double rm_wq_when(rm_wq *q, const char *key)
+{
+    pthread_mutex_lock(&q->mu);
+    double d = when_locked(q, key);
+    pthread_mutex_unlock(&q->mu);
+    return d;
+}
+
+int rm_wq_add_rate_limited(rm_wq *q, const char *key)
+{
+    pthread_mutex_lock(&q->mu);
+    int rc = add_after_locked(q, key, when_locked(q, key));
+    pthread_mutex_unlock(&q->mu);
+    return rc;
+}
+
+void rm_wq_forget(rm_wq *q, const char *key)
+{
+    pthread_mutex_lock(&q->mu);
+    kmap_del(&q->failures, key);
+    pthread_mutex_unlock(&q->mu);
+}
+
+int rm_wq_num_requeues(rm_wq *q, const char *key)
+{
+    pthread_mutex_lock(&q->mu);
+    int n = (int)(intptr_t)kmap_get(&q->failures, key);
+    pthread_mutex_unlock(&q->mu);
+    return n;
+}
+
+/* Move due delayed keys into the queue; returns seconds until the next one (or -1 if none). */
+static double promote_locked(rm_wq *q)
+{
+    double now = now_of(q);
+    while (q->nheap) {
+        if (q->heap[0].when > now)
+            return q->heap[0].when - now;
+        heap_ent e = heap_pop(q);
+        double *due = kmap_get(&q->waiting, e.key);
+        if (due && *due == e.when) {
+            free(kmap_del(&q->waiting, e.key));
+            add_locked(q, e.key);
+        }
+        free(e.key);
+    }
+    return -1;
+}
+
+static void abs_after(struct timespec *ts, double s)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    double whole = floor(s);
+    ts->tv_sec += (time_t)whole;
+    ts->tv_nsec += (long)((s - whole) * 1e9);
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+int rm_wq_get(rm_wq *q, double timeout_s, char **key)
+{
+    *key = NULL;
+    double deadline = timeout_s >= 0 ? rm_kube_mono() + timeout_s : -1;
+    pthread_mutex_lock(&q->mu);
+    int rc;
+    for (;;) {
+        double next = promote_locked(q);
+        if (q->count) {
+            char *k = fifo_pop(q);
+            dirty_ent *d = kmap_del(&q->dirty, k);
+            if (d && q->o.hooks.latency)
+                q->o.hooks.latency(q->o.hooks.ud, now_of(q) - d->added_at);
+            free(d);
+            kmap_put(&q->processing, k, (void *)1, NULL);
+            report_depth(q);
+            *key = k;
+            rc = RM_OK;
+            break;
+        }
+        if (q->shutdown) {
+            rc = RM_ECLOSED;
+            break;
+        }
+        double wait = -1;
+        if (deadline >= 0) {
+            wait = deadline - rm_kube_mono();
+            if (wait <= 0) {
+                rc = RM_ETIMEDOUT;
+                break;
+            }
+        }
+        if (next >= 0 && (wait < 0 || next < wait))
+            wait = next;
+        if (wait < 0) {
+            pthread_cond_wait(&q->cv, &q->mu);
+        } else {
+            struct timespec ts;
+            abs_after(&ts, wait);
+            pthread_cond_timedwait(&q->cv, &q->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&q->mu);
+    return rc;
+}
+
+void rm_wq_done(rm_wq *q, const char *key)
+{
+    pthread_mutex_lock(&q->mu);
+    kmap_del(&q->processing, key);
+    if (kmap_find(&q->dirty, key) && !q->shutdown) {
+        if (fifo_push(q, key) == RM_OK) {
+            report_depth(q);
+            pthread_cond_signal(&q->cv);
+        } else {
+            free(kmap_del(&q->dirty, key));
+        }
+    }
+    pthread_mutex_unlock(&q->mu);
+}
+
+size_t rm_wq_len(rm_wq *q)
+{
+    pthread_mutex_lock(&q->mu);
+    size_t n = q->count;
+    pthread_mutex_unlock(&q->mu);
+    return n;
+}
+
+size_t rm_wq_delayed(rm_wq *q)
+{
+    pthread_mutex_lock(&q->mu);
+    size_t n = q->waiting.n;
+    pthread_mutex_unlock(&q->mu);
+    return n;
+}
+
+void rm_wq_shutdown(rm_wq *q)
+{
+    pthread_mutex_lock(&q->mu);
+    q->shutdown = true;
+    pthread_cond_broadcast(&q->cv);
+    pthread_mutex_unlock(&q->mu);
+}
+
+bool rm_wq_shutting_down(rm_wq *q)
+{
+    pthread_mutex_lock(&q->mu);
+    bool s = q->shutdown;
+    pthread_mutex_unlock(&q->mu);
+    return s;
+}
