@@ -65,10 +65,12 @@
  *    "BackoffLimitExceeded", message "TrainingJob NS/NAME has failed because it has reached the
  *    specified restart limit (N)". Otherwise wait for the back-off: the k-th restart (k = restarts+1)
  *    may not happen before last_restart_time + min(300, backoffSeconds * 2^(k-2)) (k >= 2; the first
- *    is immediate) — meanwhile phase Restarting, Restarting=True reason "BackOff", failed workers are
- *    deleted, nothing is created, REQUEUE_AFTER the remaining time. Then, in one call:
- *    restarts++, last_restart_time = now, RESTART_GROUP(from E) (the runtime bumps the rendezvous
- *    epoch; idempotent per epoch), E = E+1, DELETE_WORKER of ONLY the culprit indices (force when
+ *    is immediate) — meanwhile phase Restarting, Restarting=True reason "BackOff", nothing is deleted
+ *    (a Failed worker stays observed so the failure is not forgotten) or created, REQUEUE_AFTER the
+ *    remaining time. Then, in one call:
+ *    restarts++, last_restart_time = now, RESTART_GROUP(from E) when a culprit is a member of R's
+ *    current round (the runtime bumps the rendezvous epoch; idempotent per epoch; a culprit outside
+ *    the current round needs no new epoch), E = E+1, DELETE_WORKER of ONLY the culprit indices (force when
  *    its node is not ready), CREATE_WORKER of the culprit indices already Missing (the rest are
  *    created by R3 once observed Missing); survivors are left alone and re-join in place. Phase
  *    Restarting, Running=False, Restarting=True reason "WorkerFailed" (R5a/b, message names the
@@ -138,6 +140,9 @@ typedef struct rm_reconcile_opts {
     int create_failure_threshold;   /* elastic: this many failed creations cannot start; 3 */
     double force_delete_after_s;    /* Terminating on a NotReady node this long -> force; 30 */
     double backoff_cap_s;           /* 300 */
+    bool no_rendezvous;             /* the template runs a foreign image (torchrun) that never joins
+                                     * our rendezvous: Running = all D workers Running; no progress
+                                     * deadline. false */
 } rm_reconcile_opts;
 void rm_reconcile_opts_default(rm_reconcile_opts *o);
 

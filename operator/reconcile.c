@@ -1,0 +1,786 @@
+/* reconcile.c — the pure reconcile core (rules R0..R9 are written out in reconcile.h).
+ *
+ * Design: one pass over a small on-stack view of the world (per-index observation and rendezvous
+ * membership), then decisions in a fixed order — terminal, validation, created, suspend/resume,
+ * deadline, success, failure/restart, resize, creation, phase — each of which either returns
+ * through the terminal path or falls through. Nothing here reads a clock, allocates or does I/O,
+ * so the same input always gives the same output and the unit tests drive it as a table. */
+#include "operator/reconcile.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* snprintf that truncates silently: messages are bounded by design (status and event fields are
+ * fixed-size), and a wrapper keeps -Wformat-truncation from flagging every composed message. */
+static void sfmt(char *buf, size_t cap, const char *fmt, ...) RM_PRINTF(3, 4);
+static void sfmt(char *buf, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, cap, fmt, ap);
+    va_end(ap);
+}
+
+void rm_reconcile_opts_default(rm_reconcile_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->pending_timeout_s = 60;
+    o->create_failure_threshold = 3;
+    o->force_delete_after_s = 30;
+    o->backoff_cap_s = 300;
+}
+
+const char *rm_action_name(rm_action_type t)
+{
+    switch (t) {
+    case RM_ACT_CREATE_WORKER: return "CreateWorker";
+    case RM_ACT_DELETE_WORKER: return "DeleteWorker";
+    case RM_ACT_RESTART_GROUP: return "RestartGroup";
+    case RM_ACT_SET_RDZV: return "SetRendezvous";
+    case RM_ACT_STOP_RDZV: return "StopRendezvous";
+    case RM_ACT_EVENT: return "Event";
+    case RM_ACT_DELETE_JOB: return "DeleteJob";
+    case RM_ACT_REQUEUE_AFTER: return "RequeueAfter";
+    }
+    return "Unknown";
+}
+
+const char *rm_action_str(const rm_action *a, char *buf, size_t cap)
+{
+    switch (a->type) {
+    case RM_ACT_CREATE_WORKER: sfmt(buf, cap, "create %d epoch=%d", a->index, a->epoch); break;
+    case RM_ACT_DELETE_WORKER:
+        sfmt(buf, cap, "delete %d%s (%s)", a->index, a->force ? " force" : "", a->reason);
+        break;
+    case RM_ACT_RESTART_GROUP: sfmt(buf, cap, "restart from=%d", a->epoch); break;
+    case RM_ACT_SET_RDZV: sfmt(buf, cap, "rdzv desired=%d min=%d", a->desired, a->min); break;
+    case RM_ACT_STOP_RDZV: sfmt(buf, cap, "rdzv stop"); break;
+    case RM_ACT_EVENT:
+        sfmt(buf, cap, "event %s %s %s", a->warning ? "Warning" : "Normal", a->reason,
+                 a->message);
+        break;
+    case RM_ACT_DELETE_JOB: sfmt(buf, cap, "delete job"); break;
+    case RM_ACT_REQUEUE_AFTER: sfmt(buf, cap, "requeue %.3f", a->seconds); break;
+    default: sfmt(buf, cap, "?"); break;
+    }
+    return buf;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Working state of one call. */
+#define MAXW RM_RDZV_MAX_WORLD
+
+typedef struct rc_ctx {
+    const rm_reconcile_in *in;
+    const rm_tj *job;
+    rm_reconcile_out *out;
+    rm_tj_status *st;
+    rm_reconcile_opts o;
+    double now;
+    int64_t gen;
+    char jobname[192];
+    int rc;                       /* RM_ETOOBIG once the action array overflowed */
+    double requeue;               /* smallest timer; <0 = none */
+    /* per-index views */
+    const rm_observed_worker *obs[MAXW];
+    const rm_rdzv_member *mem[MAXW];  /* member entry for index i (any epoch), NULL if none */
+    bool culprit[MAXW];
+    bool deleted[MAXW];           /* a DELETE was emitted this call */
+} rc_ctx;
+
+static rm_action *push(rc_ctx *c, rm_action_type t)
+{
+    rm_reconcile_out *o = c->out;
+    if (o->nactions >= o->cap) {
+        c->rc = RM_ETOOBIG;
+        return NULL;
+    }
+    rm_action *a = &o->actions[o->nactions++];
+    memset(a, 0, sizeof *a);
+    a->type = t;
+    return a;
+}
+
+static void event(rc_ctx *c, bool warning, const char *reason, const char *fmt, ...) RM_PRINTF(4, 5);
+static void event(rc_ctx *c, bool warning, const char *reason, const char *fmt, ...)
+{
+    rm_action *a = push(c, RM_ACT_EVENT);
+    if (!a)
+        return;
+    a->warning = warning;
+    sfmt(a->reason, sizeof a->reason, "%s", reason);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(a->message, sizeof a->message, fmt, ap);
+    va_end(ap);
+}
+
+static void del(rc_ctx *c, int index, bool force, const char *why)
+{
+    if (index >= 0 && index < MAXW) {
+        if (c->deleted[index])
+            return;
+        c->deleted[index] = true;
+    }
+    rm_action *a = push(c, RM_ACT_DELETE_WORKER);
+    if (!a)
+        return;
+    a->index = index;
+    a->force = force;
+    sfmt(a->reason, sizeof a->reason, "%s", why);
+}
+
+static void create(rc_ctx *c, int index)
+{
+    rm_action *a = push(c, RM_ACT_CREATE_WORKER);
+    if (!a)
+        return;
+    a->index = index;
+    a->epoch = c->st->epoch;
+    if (c->st->start_time == 0)
+        c->st->start_time = c->now;
+}
+
+static void restart_group(rc_ctx *c)
+{
+    rm_action *a = push(c, RM_ACT_RESTART_GROUP);
+    if (!a)
+        return;
+    a->epoch = c->st->epoch;
+    c->st->epoch++;
+}
+
+static void requeue_in(rc_ctx *c, double s)
+{
+    if (s < 0.001)
+        s = 0.001;
+    if (c->requeue < 0 || s < c->requeue)
+        c->requeue = s;
+}
+
+static int cond(rc_ctx *c, rm_cond_type t, bool status, const char *reason, const char *msg)
+{
+    return rm_tj_set_condition(c->st, t, status, reason, msg, c->gen, c->now);
+}
+
+/* Flip a condition to False only if it was ever set (conditions that never happened stay absent). */
+static void cond_off(rc_ctx *c, rm_cond_type t, const char *reason, const char *msg)
+{
+    if (c->st->conditions[t].present && c->st->conditions[t].status)
+        cond(c, t, false, reason, msg);
+    else if (c->st->conditions[t].present)
+        c->st->conditions[t].observed_generation = c->gen;
+}
+
+static bool cond_true(const rm_tj_status *st, rm_cond_type t)
+{
+    return st->conditions[t].present && st->conditions[t].status;
+}
+
+static bool is_terminating(const rm_observed_worker *w)
+{
+    return w->phase == RM_WORKER_TERMINATING || w->deletion_started_at > 0;
+}
+
+static bool exists(const rm_observed_worker *w)
+{
+    return w && w->phase != RM_WORKER_MISSING;
+}
+
+/* Member of the rendezvous' current round (closed: has a rank; open: joined this epoch). */
+static bool current_member(const rm_rdzv_state *r, const rm_rdzv_member *m)
+{
+    if (!r || !m || m->epoch != r->epoch)
+        return false;
+    return r->closed ? m->rank >= 0 : true;
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * Terminal handling (R9): stop the rendezvous, clean up per policy, TTL. Also used right after
+ * the transition to Succeeded/Failed in the same call. */
+static void terminal(rc_ctx *c)
+{
+    const rm_tj_spec *sp = &c->job->spec;
+    push(c, RM_ACT_STOP_RDZV);
+    for (size_t k = 0; k < c->in->nworkers; k++) {
+        const rm_observed_worker *w = &c->in->workers[k];
+        if (!exists(w) || is_terminating(w))
+            continue;
+        bool kill = false;
+        switch (sp->run.clean_pod_policy) {
+        case RM_CLEAN_ALL: kill = true; break;
+        case RM_CLEAN_RUNNING:
+            kill = w->phase == RM_WORKER_PENDING || w->phase == RM_WORKER_RUNNING;
+            break;
+        case RM_CLEAN_NONE: kill = false; break;
+        }
+        if (kill)
+            del(c, w->index, !w->node_ready, "cleanup");
+    }
+    int64_t ttl = sp->run.ttl_seconds_after_finished;
+    if (ttl >= 0 && c->st->completion_time > 0) {
+        double at = c->st->completion_time + (double)ttl;
+        if (c->now >= at)
+            push(c, RM_ACT_DELETE_JOB);
+        else
+            requeue_in(c, at - c->now);
+    }
+}
+
+static void finish_failed(rc_ctx *c, const char *reason, const char *msg)
+{
+    rm_tj_status *st = c->st;
+    bool was = cond_true(st, RM_COND_FAILED);
+    cond(c, RM_COND_FAILED, true, reason, msg);
+    cond_off(c, RM_COND_RUNNING, reason, msg);
+    cond_off(c, RM_COND_RESTARTING, reason, msg);
+    st->phase = RM_PHASE_FAILED;
+    sfmt(st->message, sizeof st->message, "%s", msg);
+    if (!was) {
+        st->completion_time = c->now;
+        event(c, true, reason, "%s", msg);
+    }
+}
+
+static void copy_result(rc_ctx *c)
+{
+    const rm_rdzv_state *r = c->in->rdzv;
+    if (!r || !r->have_result)
+        return;
+    rm_tj_result *res = &c->st->result;
+    res->present = true;
+    res->test_accuracy = r->test_accuracy;
+    res->train_loss = r->train_loss;
+    res->seconds = r->seconds;
+    res->samples_per_second = r->samples_per_second;
+    res->steps = r->steps;
+}
+
+static void finish_succeeded(rc_ctx *c)
+{
+    rm_tj_status *st = c->st;
+    char msg[256];
+    sfmt(msg, sizeof msg, "TrainingJob %s successfully completed.", c->jobname);
+    bool was = cond_true(st, RM_COND_SUCCEEDED);
+    cond(c, RM_COND_SUCCEEDED, true, "Succeeded", msg);
+    cond_off(c, RM_COND_RUNNING, "Succeeded", msg);
+    cond_off(c, RM_COND_RESTARTING, "Succeeded", msg);
+    st->phase = RM_PHASE_SUCCEEDED;
+    st->message[0] = 0;
+    copy_result(c);
+    if (!was) {
+        st->completion_time = c->now;
+        event(c, false, "Succeeded", "%s", msg);
+    }
+}
+
+/* Worker stuck Terminating on a NotReady node: force after the grace (every phase). */
+static void force_stuck(rc_ctx *c)
+{
+    for (size_t k = 0; k < c->in->nworkers; k++) {
+        const rm_observed_worker *w = &c->in->workers[k];
+        if (!is_terminating(w) || w->node_ready || w->deletion_started_at <= 0)
+            continue;
+        double at = w->deletion_started_at + c->o.force_delete_after_s;
+        if (c->now >= at)
+            del(c, w->index, true, "stuck-terminating");
+        else
+            requeue_in(c, at - c->now);
+    }
+}
+
+static double backoff_delay(const rc_ctx *c, int k /* 1-based restart number */)
+{
+    if (k < 2 || c->st->last_restart_time <= 0)
+        return 0;
+    double d = c->job->spec.restart.backoff_seconds;
+    for (int i = 2; i < k && d < c->o.backoff_cap_s; i++)
+        d *= 2;
+    return d > c->o.backoff_cap_s ? c->o.backoff_cap_s : d;
+}
+
+/* Copy the live numbers from the rendezvous into status (R4). */
+static void copy_progress(rc_ctx *c, int target)
+{
+    const rm_rdzv_state *r = c->in->rdzv;
+    rm_tj_status *st = c->st;
+    int ready = 0;
+    for (size_t k = 0; k < c->in->nworkers; k++) {
+        const rm_observed_worker *w = &c->in->workers[k];
+        if (w->phase == RM_WORKER_RUNNING && w->ready && !is_terminating(w))
+            ready++;
+    }
+    st->ready_replicas = ready;
+    if (c->o.no_rendezvous || !r) {
+        if (c->o.no_rendezvous) {
+            int running = 0;
+            for (size_t k = 0; k < c->in->nworkers; k++)
+                if (c->in->workers[k].phase == RM_WORKER_RUNNING)
+                    running++;
+            st->replicas = running < target ? running : target;
+        }
+        return;
+    }
+    st->replicas = r->closed ? r->world_size : 0;
+    for (int i = 0; i < r->nmembers && i < (int)RM_ARRAY_LEN(r->members); i++) {
+        const rm_rdzv_member *m = &r->members[i];
+        if (m->rank == 0 && m->epoch == r->epoch && (m->last_report > 0 || m->step > 0)) {
+            st->progress.step = m->step;
+            st->progress.train_epoch = m->train_epoch;
+            st->progress.loss = m->loss;
+            st->progress.samples_per_second = m->samples_per_second;
+            st->progress.last_checkpoint_step = m->last_checkpoint_step;
+            st->progress.allreduce_gbps = m->allreduce_gbps;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------
+ * The core. */
+static void run(rc_ctx *c)
+{
+    const rm_reconcile_in *in = c->in;
+    const rm_tj *job = c->job;
+    const rm_tj_spec *sp = &job->spec;
+    const rm_rdzv_state *r = in->rdzv;
+    rm_tj_status *st = c->st;
+    char msg[256];
+
+    st->observed_generation = c->gen;
+
+    /* Terminal jobs only get cleanup (R9). */
+    if (st->phase == RM_PHASE_SUCCEEDED || st->phase == RM_PHASE_FAILED) {
+        terminal(c);
+        force_stuck(c);
+        return;
+    }
+
+    /* R0 */
+    rm_err e = {0};
+    if (rm_tj_validate(job, &e) != RM_OK) {
+        if (!st->conditions[RM_COND_CREATED].present) {
+            sfmt(msg, sizeof msg, "TrainingJob %s is created.", c->jobname);
+            cond(c, RM_COND_CREATED, true, "TrainingJobCreated", msg);
+        }
+        finish_failed(c, "InvalidSpec", e.msg[0] ? e.msg : "invalid spec");
+        terminal(c);
+        force_stuck(c);
+        return;
+    }
+
+    /* R1 */
+    if (!st->conditions[RM_COND_CREATED].present) {
+        sfmt(msg, sizeof msg, "TrainingJob %s is created.", c->jobname);
+        cond(c, RM_COND_CREATED, true, "TrainingJobCreated", msg);
+        st->phase = RM_PHASE_PENDING;
+        event(c, false, "TrainingJobCreated", "%s", msg);
+    }
+
+    /* Adopt an epoch the workers moved themselves (R7). */
+    if (r && r->epoch > st->epoch)
+        st->epoch = r->epoch;
+
+    int D = sp->replicas;
+    if (D < sp->min_replicas)
+        D = sp->min_replicas;
+    if (sp->max_replicas > 0 && D > sp->max_replicas)
+        D = sp->max_replicas;
+    if (D > MAXW)
+        D = MAXW;
+    int minr = sp->min_replicas > 0 ? sp->min_replicas : D;
+    if (minr > D)
+        minr = D;
+
+    /* Per-index view. */
+    for (size_t k = 0; k < in->nworkers; k++) {
+        const rm_observed_worker *w = &in->workers[k];
+        if (w->index < 0 || w->index >= MAXW)
+            continue;
+        if (!c->obs[w->index] || (c->obs[w->index]->phase == RM_WORKER_MISSING &&
+                                  w->phase != RM_WORKER_MISSING))
+            c->obs[w->index] = w;
+    }
+    if (r) {
+        for (int i = 0; i < r->nmembers && i < (int)RM_ARRAY_LEN(r->members); i++) {
+            const rm_rdzv_member *m = &r->members[i];
+            char *end = NULL;
+            long idx = strtol(m->worker_id, &end, 10);
+            if (end == m->worker_id || *end || idx < 0 || idx >= MAXW)
+                continue;
+            if (!c->mem[idx] || m->epoch >= c->mem[idx]->epoch)
+                c->mem[idx] = m;
+        }
+    }
+
+    /* R8 suspend / resume */
+    if (sp->run.suspend) {
+        for (size_t k = 0; k < in->nworkers; k++) {
+            const rm_observed_worker *w = &in->workers[k];
+            if (exists(w) && !is_terminating(w))
+                del(c, w->index, !w->node_ready, "suspend");
+        }
+        if (!cond_true(st, RM_COND_SUSPENDED)) {
+            sfmt(msg, sizeof msg, "TrainingJob %s is suspended.", c->jobname);
+            cond(c, RM_COND_SUSPENDED, true, "Suspended", msg);
+            cond_off(c, RM_COND_RUNNING, "Suspended", msg);
+            cond_off(c, RM_COND_RESTARTING, "Suspended", msg);
+            event(c, false, "Suspended", "%s", msg);
+        }
+        st->phase = RM_PHASE_SUSPENDED;
+        st->replicas = 0;
+        st->ready_replicas = 0;
+        force_stuck(c);
+        return;
+    }
+    bool resumed = false;
+    if (cond_true(st, RM_COND_SUSPENDED)) {
+        sfmt(msg, sizeof msg, "TrainingJob %s is resumed.", c->jobname);
+        cond(c, RM_COND_SUSPENDED, false, "Resumed", msg);
+        event(c, false, "Resumed", "%s", msg);
+        st->start_time = c->now;
+        st->phase = RM_PHASE_PENDING;
+        restart_group(c);   /* a fresh round for the recreated workers; not a restart */
+        resumed = true;
+    }
+
+    /* R8 activeDeadlineSeconds */
+    if (sp->run.active_deadline_seconds > 0 && st->start_time > 0) {
+        double at = st->start_time + (double)sp->run.active_deadline_seconds;
+        if (c->now >= at) {
+            sfmt(msg, sizeof msg, "TrainingJob %s was active longer than specified deadline",
+                     c->jobname);
+            finish_failed(c, "DeadlineExceeded", msg);
+            terminal(c);
+            force_stuck(c);
+            return;
+        }
+        requeue_in(c, at - c->now);
+    }
+
+    /* R6 success */
+    bool done = false;
+    if (r && r->have_result)
+        done = true;
+    if (r && !done) {
+        for (int i = 0; i < r->nmembers && i < (int)RM_ARRAY_LEN(r->members); i++)
+            if (r->members[i].rank == 0 && r->members[i].done && r->members[i].epoch == r->epoch)
+                done = true;
+    }
+    if (!done && c->obs[0] && c->obs[0]->phase == RM_WORKER_SUCCEEDED)
+        done = true;
+    if (!done) {
+        int n = 0, ok = 0;
+        for (size_t k = 0; k < in->nworkers; k++) {
+            if (!exists(&in->workers[k]))
+                continue;
+            n++;
+            if (in->workers[k].phase == RM_WORKER_SUCCEEDED)
+                ok++;
+        }
+        if (n > 0 && ok == n)
+            done = true;
+    }
+    if (done && !resumed) {
+        copy_progress(c, D);
+        finish_succeeded(c);
+        terminal(c);
+        force_stuck(c);
+        return;
+    }
+
+    /* R5 failure detection */
+    double pd = sp->restart.progress_deadline_seconds;
+    bool use_pd = pd > 0 && !c->o.no_rendezvous;
+    bool new_failure = false, deadline_failure = false, need_bump = false;
+    char why[256] = "";
+    int nculprits = 0;
+    for (int i = 0; i < MAXW; i++) {
+        const rm_observed_worker *w = c->obs[i];
+        const rm_rdzv_member *m = c->mem[i];
+        /* a) failed */
+        if (exists(w) && w->phase == RM_WORKER_FAILED && !is_terminating(w)) {
+            c->culprit[i] = true;
+            nculprits++;
+            if (w->finished_at > st->last_restart_time) {
+                new_failure = true;
+                if (current_member(r, m))
+                    need_bump = true;
+                if (!why[0])
+                    sfmt(why, sizeof why, "worker %d failed (exit code %d%s%s)", i,
+                             w->exit_code, w->reason[0] ? ", " : "", w->reason);
+            }
+            continue;
+        }
+        /* b) vanished member of the current closed round */
+        if (!exists(w) && r && r->closed && r->epoch == st->epoch && current_member(r, m) &&
+            !m->done && !c->o.no_rendezvous) {
+            c->culprit[i] = true;
+            nculprits++;
+            new_failure = true;
+            need_bump = true;
+            if (!why[0])
+                sfmt(why, sizeof why, "worker %d disappeared", i);
+        }
+    }
+    /* c) progress deadline inside a closed round */
+    if (use_pd && r && r->closed && r->epoch == st->epoch && !new_failure) {
+        int stale = 0, stale_unready = 0;
+        bool st_flag[MAXW];
+        memset(st_flag, 0, sizeof st_flag);
+        for (int i = 0; i < MAXW; i++) {
+            const rm_rdzv_member *m = c->mem[i];
+            const rm_observed_worker *w = c->obs[i];
+            if (!current_member(r, m) || m->done || !exists(w) || is_terminating(w))
+                continue;
+            double t = m->last_progress > r->closed_at ? m->last_progress : r->closed_at;
+            double age = c->now - t;
+            if (age > pd) {
+                st_flag[i] = true;
+                stale++;
+                if (!w->ready)
+                    stale_unready++;
+            } else {
+                requeue_in(c, pd - age);
+            }
+        }
+        if (stale > 0) {
+            for (int i = 0; i < MAXW; i++) {
+                if (!st_flag[i] || (stale_unready > 0 && c->obs[i]->ready))
+                    continue;
+                c->culprit[i] = true;
+                nculprits++;
+                if (!why[0]) {
+                    const rm_rdzv_member *m = c->mem[i];
+                    double t = m->last_progress > r->closed_at ? m->last_progress : r->closed_at;
+                    sfmt(why, sizeof why,
+                             "worker %d made no progress for %.0fs (progressDeadlineSeconds %.0f)",
+                             i, c->now - t, pd);
+                }
+            }
+            new_failure = deadline_failure = need_bump = true;
+        }
+    }
+    /* d) alive but not re-joining an open round others already joined */
+    if (use_pd && r && !r->closed && r->epoch == st->epoch && !new_failure) {
+        bool someone = false;
+        for (int i = 0; i < MAXW; i++)
+            if (c->mem[i] && c->mem[i]->epoch == r->epoch)
+                someone = true;
+        for (int i = 0; someone && i < D; i++) {
+            const rm_observed_worker *w = c->obs[i];
+            const rm_rdzv_member *m = c->mem[i];
+            if (!exists(w) || is_terminating(w) || w->phase != RM_WORKER_RUNNING)
+                continue;
+            if (m && m->epoch == r->epoch)
+                continue;
+            double t = w->created_at;
+            if (m && m->last_report > t)
+                t = m->last_report;
+            if (m && m->last_progress > t)
+                t = m->last_progress;
+            if (st->last_restart_time > t)
+                t = st->last_restart_time;
+            double age = c->now - t;
+            if (age > pd) {
+                c->culprit[i] = true;
+                nculprits++;
+                new_failure = deadline_failure = true;
+                if (!why[0])
+                    sfmt(why, sizeof why,
+                             "worker %d has not joined rendezvous round %d for %.0fs "
+                             "(progressDeadlineSeconds %.0f)", i, r->epoch, age, pd);
+            } else {
+                requeue_in(c, pd - age);
+            }
+        }
+    }
+
+    /* R7 restart */
+    if (new_failure) {
+        int maxr = sp->restart.max_restarts;
+        if (st->restarts >= maxr) {
+            sfmt(msg, sizeof msg,
+                     "TrainingJob %s has failed because it has reached the specified restart limit "
+                     "(%d): %s", c->jobname, maxr, why);
+            copy_progress(c, D);
+            finish_failed(c, "BackoffLimitExceeded", msg);
+            terminal(c);
+            force_stuck(c);
+            return;
+        }
+        int k = st->restarts + 1;
+        double at = st->last_restart_time + backoff_delay(c, k);
+        if (st->last_restart_time > 0 && c->now < at) {
+            sfmt(msg, sizeof msg, "%s; restart %d of %d in %.1fs (back-off)", why, k, maxr,
+                     at - c->now);
+            cond(c, RM_COND_RESTARTING, true, "BackOff", msg);
+            cond_off(c, RM_COND_RUNNING, "BackOff", msg);
+            st->phase = RM_PHASE_RESTARTING;
+            requeue_in(c, at - c->now);
+            copy_progress(c, D);
+            force_stuck(c);
+            return;
+        }
+        const char *reason = deadline_failure ? "ProgressDeadlineExceeded" : "WorkerFailed";
+        st->restarts = k;
+        st->last_restart_time = c->now;
+        if (need_bump)
+            restart_group(c);
+        sfmt(msg, sizeof msg, "TrainingJob %s: %s; restarting the group at epoch %d "
+                 "(restart %d of %d)", c->jobname, why, st->epoch, k, maxr);
+        cond(c, RM_COND_RESTARTING, true, reason, msg);
+        cond_off(c, RM_COND_RUNNING, reason, msg);
+        st->phase = RM_PHASE_RESTARTING;
+        event(c, true, reason, "%s", msg);
+        for (int i = 0; i < MAXW; i++) {
+            if (!c->culprit[i])
+                continue;
+            const rm_observed_worker *w = c->obs[i];
+            if (exists(w))
+                del(c, i, !w->node_ready, deadline_failure ? "progress-deadline" : "failed");
+        }
+        /* Missing culprits are created by the creation pass below. */
+    } else {
+        /* Failed workers from a disruption already handled: just replace. */
+        for (int i = 0; i < MAXW; i++)
+            if (c->culprit[i] && exists(c->obs[i]))
+                del(c, i, !c->obs[i]->node_ready, "failed");
+    }
+
+    /* R7 elastic target and resize; R3 scale-down. */
+    int cant = 0;
+    bool cant_start[MAXW];
+    memset(cant_start, 0, sizeof cant_start);
+    for (int i = 0; i < D; i++) {
+        const rm_observed_worker *w = c->obs[i];
+        if (!w)
+            continue;
+        if (w->phase == RM_WORKER_PENDING && !is_terminating(w)) {
+            double at = w->created_at + c->o.pending_timeout_s;
+            if (c->now >= at)
+                cant_start[i] = true;
+            else if (minr < D)
+                requeue_in(c, at - c->now);
+        } else if (w->phase == RM_WORKER_MISSING &&
+                   w->create_failures >= c->o.create_failure_threshold) {
+            cant_start[i] = true;
+        }
+        if (cant_start[i])
+            cant++;
+    }
+    int target = D;
+    if (minr < D && cant > 0 && D - cant >= minr)
+        target = D - cant;
+    if (in->rdzv_desired != target || in->rdzv_min != minr) {
+        rm_action *a = push(c, RM_ACT_SET_RDZV);
+        if (a) {
+            a->desired = target;
+            a->min = minr;
+        }
+        if (in->rdzv_desired > 0 && target < in->rdzv_desired && cant > 0)
+            event(c, true, "ScaledDown",
+                  "TrainingJob %s: %d of %d workers cannot start; continuing with %d "
+                  "(minReplicas %d)", c->jobname, cant, D, target, minr);
+        else if (in->rdzv_desired > 0 && target < in->rdzv_desired)
+            event(c, false, "ScaledDown", "TrainingJob %s: shrinking the group from %d to %d workers",
+                  c->jobname, in->rdzv_desired, target);
+        else if (in->rdzv_desired > 0 && target > in->rdzv_desired)
+            event(c, false, "ScaledUp", "TrainingJob %s: growing the group from %d to %d workers",
+                  c->jobname, in->rdzv_desired, target);
+    }
+    /* scale-down: indices >= D leave */
+    bool leaver_in_round = false;
+    for (size_t k = 0; k < in->nworkers; k++) {
+        const rm_observed_worker *w = &in->workers[k];
+        if (w->index >= D && exists(w) && !is_terminating(w)) {
+            del(c, w->index, !w->node_ready, "scale-down");
+            if (w->index < MAXW && current_member(r, c->mem[w->index]))
+                leaver_in_round = true;
+        }
+    }
+    /* resize: a running worker wants into a closed round, or a member must leave it */
+    if (!new_failure && !resumed && r && r->closed && r->epoch == st->epoch && !c->o.no_rendezvous) {
+        bool wants_in = false;
+        for (int i = 0; i < D; i++) {
+            const rm_observed_worker *w = c->obs[i];
+            if (exists(w) && w->phase == RM_WORKER_RUNNING && !is_terminating(w) &&
+                !c->culprit[i] && !current_member(r, c->mem[i]) && !cant_start[i])
+                wants_in = true;
+        }
+        if (wants_in || leaver_in_round) {
+            restart_group(c);
+            event(c, false, "Resized",
+                  "TrainingJob %s: re-forming the group with %d workers at epoch %d", c->jobname,
+                  target, st->epoch);
+        }
+    }
+
+    /* R3 creation */
+    for (int i = 0; i < D; i++)
+        if (!exists(c->obs[i]))
+            create(c, i);
+
+    /* R4 phase */
+    copy_progress(c, D);
+    bool round_ok;
+    if (c->o.no_rendezvous) {
+        int running = 0;
+        for (int i = 0; i < D; i++)
+            if (exists(c->obs[i]) && c->obs[i]->phase == RM_WORKER_RUNNING &&
+                !is_terminating(c->obs[i]))
+                running++;
+        round_ok = running >= target;
+    } else {
+        round_ok = r && r->closed && r->epoch == st->epoch && r->world_size >= minr;
+    }
+    if (!new_failure && round_ok) {
+        sfmt(msg, sizeof msg, "TrainingJob %s is running.", c->jobname);
+        bool was = cond_true(st, RM_COND_RUNNING);
+        cond(c, RM_COND_RUNNING, true, "TrainingJobRunning", msg);
+        cond_off(c, RM_COND_RESTARTING, "TrainingJobRunning", msg);
+        st->phase = RM_PHASE_RUNNING;
+        if (!was)
+            event(c, false, "TrainingJobRunning", "%s", msg);
+    } else if (!new_failure && st->phase != RM_PHASE_RESTARTING && st->phase != RM_PHASE_RUNNING) {
+        /* Running stays Running while a resize or a worker-initiated epoch re-forms the round:
+         * only a detected failure (Restarting) or the terminal rules change it. */
+        st->phase = RM_PHASE_PENDING;
+    }
+    force_stuck(c);
+}
+
+int rm_reconcile(const rm_reconcile_in *in, rm_reconcile_out *out)
+{
+    if (!in || !in->job || !out || (!out->actions && out->cap > 0))
+        return RM_EINVAL;
+    rc_ctx ctx;   /* ~20 KiB on the stack: the core allocates nothing */
+    memset(&ctx, 0, sizeof ctx);
+    rc_ctx *c = &ctx;
+    c->in = in;
+    c->job = in->job;
+    c->out = out;
+    c->st = &out->status;
+    if (in->opts)
+        c->o = *in->opts;
+    else
+        rm_reconcile_opts_default(&c->o);
+    c->now = in->now;
+    c->gen = in->job->generation;
+    c->requeue = -1;
+    sfmt(c->jobname, sizeof c->jobname, "%s/%s",
+             in->job->namespace_ ? in->job->namespace_ : "default",
+             in->job->name ? in->job->name : "");
+    out->status = in->job->status;
+    out->nactions = 0;
+    out->status_changed = false;
+
+    run(c);
+    if (c->requeue >= 0) {
+        rm_action *a = push(c, RM_ACT_REQUEUE_AFTER);
+        if (a)
+            a->seconds = c->requeue;
+    }
+    out->status_changed = memcmp(&out->status, &in->job->status, sizeof out->status) != 0;
+    return c->rc;
+}
