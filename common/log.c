@@ -109,6 +109,23 @@ typedef struct {
 
 static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
 
+/* After a quote: end of text, or whitespace then a "key=" token. */
+static int closes_value(const char *q)
+{
+    if (!*q)
+        return 1;
+    if (!is_ws(*q))
+        return 0;
+    while (is_ws(*q))
+        q++;
+    if (!*q)
+        return 1;
+    const char *k = q;
+    while (*q && !is_ws(*q) && *q != '=' && *q != '"')
+        q++;
+    return q > k && *q == '=';
+}
+
 /* Splits s into message and pairs. Message = text before the first token containing '='. */
 static size_t log_tokenise(const char *s, const char **msg, size_t *msglen, log_kv *kv, size_t maxkv)
 {
@@ -148,14 +165,10 @@ static size_t log_tokenise(const char *s, const char **msg, size_t *msglen, log_
                 p++;
                 e->quoted = 1;
                 e->v = p;
-                /* a quote closes the value only when followed by whitespace or the end, so an
-                 * unescaped quote inside (call="f("x")") survives */
+                /* a quote closes the value only when followed by the end or by another key=,
+                 * so unescaped quotes inside (call="f("x")", err="a "b" c") survive */
                 while (*p) {
-                    if (*p == '\\' && p[1]) {
-                        p += 2;
-                        continue;
-                    }
-                    if (*p == '"' && (p[1] == 0 || is_ws(p[1])))
+                    if (*p == '"' && closes_value(p + 1))
                         break;
                     p++;
                 }

@@ -1,0 +1,612 @@
+/* Tests for common/http and common/httpc: routing, 404/405/413 JSON errors, concurrency of
+ * blocking handlers, streaming, graceful stop with a long poll in flight, the blob under
+ * concurrent updates, and the client's caps and timeouts. */
+#include "common/http.h"
+#include "common/httpc.h"
+#include "common/json.h"
+#include "tests/unit/testutil.h"
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+    nanosleep(&ts, NULL);
+}
+
+/* Raw request: writes `req` to 127.0.0.1:port and reads until close (5 s cap). Owned result. */
+static char *raw_http(int port, const char *req, size_t reqlen)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    struct timeval tv = { 5, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(fd);
+        return NULL;
+    }
+    size_t off = 0;
+    while (off < reqlen) {
+        ssize_t w = send(fd, req + off, reqlen - off, MSG_NOSIGNAL);
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+    size_t cap = 65536, n = 0;
+    char *b = malloc(cap + 1);
+    ssize_t r;
+    while (n < cap && (r = recv(fd, b + n, cap - n, 0)) > 0)
+        n += (size_t)r;
+    b[n] = 0;
+    close(fd);
+    return b;
+}
+
+typedef struct {
+    rm_http_server *srv;
+    atomic_int entered;
+    atomic_int release;
+    atomic_int freed;
+    atomic_int chunks;
+} ctx_t;
+static ctx_t g;
+
+static int h_hello(const rm_http_req *req, rm_http_resp *resp, void *ud)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "method", req->method);
+    cJSON_AddStringToObject(o, "path", req->path);
+    cJSON_AddStringToObject(o, "body", req->body);
+    cJSON_AddStringToObject(o, "ip", req->remote_ip);
+    const char *q = rm_http_query(req, "q");
+    const char *h = rm_http_header(req, "X-Test");
+    cJSON_AddStringToObject(o, "q", q ? q : "");
+    cJSON_AddStringToObject(o, "h", h ? h : "");
+    cJSON_AddStringToObject(o, "ud", ud ? (const char *)ud : "");
+    int rc = rm_http_reply_json(resp, 200, o);
+    cJSON_Delete(o);
+    rm_http_add_header(resp, "X-Reply", "yes");
+    return rc;
+}
+
+static int h_fail(const rm_http_req *req, rm_http_resp *resp, void *ud)
+{
+    return RM_EIO;
+}
+
+static int h_block(const rm_http_req *req, rm_http_resp *resp, void *ud)
+{
+    atomic_fetch_add(&g.entered, 1);
+    double end = now_s() + 5;
+    while (!atomic_load(&g.release) && now_s() < end)
+        sleep_ms(2);
+    return rm_http_reply_text(resp, 200, NULL, "released");
+}
+
+static int h_poll(const rm_http_req *req, rm_http_resp *resp, void *ud)
+{
+    atomic_fetch_add(&g.entered, 1);
+    double end = now_s() + 8;
+    while (!rm_http_stopping(g.srv) && now_s() < end)
+        sleep_ms(2);
+    return rm_http_reply_text(resp, 200, NULL, rm_http_stopping(g.srv) ? "stopped" : "timeout");
+}
+
+typedef struct { int i, n; } counter_stream;
+static ssize_t cs_read(void *ud, char *buf, size_t cap)
+{
+    counter_stream *c = ud;
+    if (c->i >= c->n * 2)
+        return -1;
+    if (c->i++ % 2 == 0)
+        return 0; /* "nothing yet" every other call */
+    atomic_fetch_add(&g.chunks, 1);
+    return snprintf(buf, cap, "line %d\n", c->i / 2);
+}
+static void cs_free(void *ud)
+{
+    free(ud);
+    atomic_fetch_add(&g.freed, 1);
+}
+static int h_stream(const rm_http_req *req, rm_http_resp *resp, void *ud)
+{
+    counter_stream *c = calloc(1, sizeof *c);
+    c->n = 5;
+    resp->content_type = "text/plain";
+    resp->stream = (rm_http_stream){ cs_read, cs_free, c };
+    return RM_OK;
+}
+
+static ssize_t idle_read(void *ud, char *buf, size_t cap)
+{
+    atomic_int *first = ud;
+    if (atomic_exchange(first, 0))
+        return snprintf(buf, cap, "hello\n");
+    return 0;
+}
+static void idle_free(void *ud)
+{
+    free(ud);
+    atomic_fetch_add(&g.freed, 1);
+}
+static int h_idle_stream(const rm_http_req *req, rm_http_resp *resp, void *ud)
+{
+    atomic_int *first = malloc(sizeof *first);
+    atomic_init(first, 1);
+    atomic_fetch_add(&g.entered, 1);
+    resp->content_type = "text/plain";
+    resp->stream = (rm_http_stream){ idle_read, idle_free, first };
+    return RM_OK;
+}
+
+static rm_http_server *start(const rm_http_route *rt, size_t n, size_t max_body)
+{
+    rm_http_opts o = { .bind = "127.0.0.1:0", .max_body = max_body };
+    rm_http_server *s = NULL;
+    rm_err e = { 0 };
+    int rc = rm_http_start(&o, rt, n, &s, &e);
+    CU_ASSERT_EQUAL(rc, RM_OK);
+    if (rc)
+        fprintf(stderr, "start: %s\n", e.msg);
+    memset(&g, 0, sizeof g);
+    g.srv = s;
+    return s;
+}
+
+static void url(char *buf, size_t cap, rm_http_server *s, const char *path)
+{
+    snprintf(buf, cap, "http://127.0.0.1:%d%s", rm_http_port(s), path);
+}
+
+static void test_routes_and_errors(void)
+{
+    static const rm_http_route rt[] = {
+        { "GET", "/hello", 0, h_hello, "one" },
+        { "POST", "/hello", 0, h_hello, "two" },
+        { NULL, "/any/", 1, h_hello, "pre" },
+        { "GET", "/fail", 0, h_fail, NULL },
+    };
+    rm_http_server *s = start(rt, RM_ARRAY_LEN(rt), 1024);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    CU_ASSERT(rm_http_port(s) > 0);
+    rm_httpc *c = rm_httpc_new();
+    rm_httpc_resp r;
+    rm_err e = { 0 };
+    char u[256];
+    const char *hdrs[] = { "X-Test: tv", NULL };
+
+    url(u, sizeof u, s, "/hello?q=a%20b");
+    CU_ASSERT_EQUAL(rm_httpc_do(c, "GET", u, hdrs, NULL, 0, 5000, 0, &r, &e), RM_OK);
+    CU_ASSERT_EQUAL(r.status, 200);
+    cJSON *j = rm_json_parse(r.body, r.len, &e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+    CU_ASSERT_STRING_EQUAL(rm_json_path(j, "method")->valuestring, "GET");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(j, "path")->valuestring, "/hello");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(j, "q")->valuestring, "a b");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(j, "h")->valuestring, "tv");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(j, "ip")->valuestring, "127.0.0.1");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(j, "ud")->valuestring, "one");
+    cJSON_Delete(j);
+    rm_httpc_resp_free(&r);
+
+    url(u, sizeof u, s, "/hello");
+    CU_ASSERT_EQUAL(rm_httpc_do(c, "POST", u, NULL, "payload", 7, 5000, 0, &r, &e), RM_OK);
+    CU_ASSERT_EQUAL(r.status, 200);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "\"body\":\"payload\""));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "\"ud\":\"two\""));
+    rm_httpc_resp_free(&r);
+
+    url(u, sizeof u, s, "/any/thing/deep");
+    CU_ASSERT_EQUAL(rm_httpc_do(c, "DELETE", u, NULL, NULL, 0, 5000, 0, &r, &e), RM_OK);
+    CU_ASSERT_EQUAL(r.status, 200);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "\"path\":\"/any/thing/deep\""));
+    rm_httpc_resp_free(&r);
+
+    /* 404 with a JSON body */
+    url(u, sizeof u, s, "/nope");
+    CU_ASSERT_EQUAL(rm_httpc_do(c, "GET", u, NULL, NULL, 0, 5000, 0, &r, &e), RM_OK);
+    CU_ASSERT_EQUAL(r.status, 404);
+    j = rm_json_parse(r.body, r.len, &e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+    CU_ASSERT_EQUAL(rm_json_path(j, "code")->valueint, 404);
+    CU_ASSERT(cJSON_IsString(rm_json_path(j, "error")));
+    cJSON_Delete(j);
+    rm_httpc_resp_free(&r);
+
+    /* 405 with a JSON body and Allow */
+    url(u, sizeof u, s, "/hello");
+    CU_ASSERT_EQUAL(rm_httpc_do(c, "PUT", u, NULL, "x", 1, 5000, 0, &r, &e), RM_OK);
+    CU_ASSERT_EQUAL(r.status, 405);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "\"code\":405"));
+    rm_httpc_resp_free(&r);
+    const char raw405[] = "DELETE /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    char *raw = raw_http(rm_http_port(s), raw405, strlen(raw405));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(raw);
+    CU_ASSERT_EQUAL(strncmp(raw, "HTTP/1.1 405", 12), 0);
+    CU_ASSERT_PTR_NOT_NULL(strcasestr(raw, "\r\nAllow: GET, POST\r\n"));
+    CU_ASSERT_PTR_NOT_NULL(strcasestr(raw, "application/json"));
+    free(raw);
+
+    /* handler error → 500 JSON */
+    url(u, sizeof u, s, "/fail");
+    CU_ASSERT_EQUAL(rm_httpc_do(c, "GET", u, NULL, NULL, 0, 5000, 0, &r, &e), RM_OK);
+    CU_ASSERT_EQUAL(r.status, 500);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "\"code\":500"));
+    rm_httpc_resp_free(&r);
+
+    /* response headers reach the client */
+    const char rawget[] = "GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    raw = raw_http(rm_http_port(s), rawget, strlen(rawget));
+    CU_ASSERT_PTR_NOT_NULL(raw && strcasestr(raw, "\r\nX-Reply: yes\r\n"));
+    free(raw);
+
+    rm_httpc_free(c);
+    rm_http_stop(s);
+}
+
+static void test_413(void)
+{
+    static const rm_http_route rt[] = { { "POST", "/in", 0, h_hello, NULL } };
+    rm_http_server *s = start(rt, 1, 1000);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    char u[256];
+    url(u, sizeof u, s, "/in");
+    rm_httpc *c = rm_httpc_new();
+    rm_httpc_resp r;
+    rm_err e = { 0 };
+    char *big = malloc(5000);
+    memset(big, 'z', 5000);
+    CU_ASSERT_EQUAL(rm_httpc_do(c, "POST", u, NULL, big, 1001, 5000, 0, &r, &e), RM_OK);
+    CU_ASSERT_EQUAL(r.status, 413);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "\"code\":413"));
+    rm_httpc_resp_free(&r);
+    /* exactly the cap is fine */
+    CU_ASSERT_EQUAL(rm_httpc_do(c, "POST", u, NULL, big, 1000, 5000, 0, &r, &e), RM_OK);
+    CU_ASSERT_EQUAL(r.status, 200);
+    rm_httpc_resp_free(&r);
+    /* chunked upload without Content-Length: discovered while reading */
+    char req[8192];
+    int n = snprintf(req, sizeof req,
+                     "POST /in HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                     "Transfer-Encoding: chunked\r\n\r\n");
+    for (int i = 0; i < 3; i++) {
+        n += snprintf(req + n, sizeof req - (size_t)n, "258\r\n"); /* 600 bytes */
+        memset(req + n, 'q', 600);
+        n += 600;
+        n += snprintf(req + n, sizeof req - (size_t)n, "\r\n");
+    }
+    n += snprintf(req + n, sizeof req - (size_t)n, "0\r\n\r\n");
+    char *raw = raw_http(rm_http_port(s), req, (size_t)n);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(raw);
+    CU_ASSERT_EQUAL(strncmp(raw, "HTTP/1.1 413", 12), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(raw, "\"code\":413"));
+    free(raw);
+    /* the server still works after that */
+    CU_ASSERT_EQUAL(rm_httpc_do(c, "POST", u, NULL, "ok", 2, 5000, 0, &r, &e), RM_OK);
+    CU_ASSERT_EQUAL(r.status, 200);
+    rm_httpc_resp_free(&r);
+    free(big);
+    rm_httpc_free(c);
+    rm_http_stop(s);
+}
+
+typedef struct {
+    char url[256];
+    long status;
+    char body[256];
+    int rc;
+} fetch_t;
+static void *fetch_thread(void *arg)
+{
+    fetch_t *f = arg;
+    rm_httpc_resp r;
+    rm_err e = { 0 };
+    f->rc = rm_httpc_get(f->url, 15000, &r, &e);
+    f->status = r.status;
+    snprintf(f->body, sizeof f->body, "%s", r.body ? r.body : "");
+    rm_httpc_resp_free(&r);
+    return NULL;
+}
+
+static void test_blocking_handler_does_not_block_others(void)
+{
+    static const rm_http_route rt[] = {
+        { "GET", "/block", 0, h_block, NULL },
+        { "GET", "/hello", 0, h_hello, NULL },
+    };
+    rm_http_server *s = start(rt, 2, 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    fetch_t f = { 0 };
+    url(f.url, sizeof f.url, s, "/block");
+    pthread_t th;
+    pthread_create(&th, NULL, fetch_thread, &f);
+    double end = now_s() + 5;
+    while (!atomic_load(&g.entered) && now_s() < end)
+        sleep_ms(2);
+    CU_ASSERT_EQUAL(atomic_load(&g.entered), 1);
+    char u[256];
+    url(u, sizeof u, s, "/hello");
+    rm_httpc_resp r;
+    rm_err e = { 0 };
+    double t0 = now_s();
+    CU_ASSERT_EQUAL(rm_httpc_get(u, 3000, &r, &e), RM_OK);
+    CU_ASSERT_EQUAL(r.status, 200);
+    CU_ASSERT(now_s() - t0 < 2.0);
+    rm_httpc_resp_free(&r);
+    CU_ASSERT_EQUAL(atomic_load(&g.release), 0); /* the blocked one is still blocked */
+    atomic_store(&g.release, 1);
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(f.status, 200);
+    CU_ASSERT_STRING_EQUAL(f.body, "released");
+    rm_http_stop(s);
+}
+
+static void test_streaming(void)
+{
+    static const rm_http_route rt[] = { { "GET", "/s", 0, h_stream, NULL } };
+    rm_http_server *s = start(rt, 1, 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    char u[256];
+    url(u, sizeof u, s, "/s");
+    rm_httpc_resp r;
+    rm_err e = { 0 };
+    CU_ASSERT_EQUAL(rm_httpc_get(u, 5000, &r, &e), RM_OK);
+    CU_ASSERT_EQUAL(r.status, 200);
+    CU_ASSERT_STRING_EQUAL(r.body, "line 1\nline 2\nline 3\nline 4\nline 5\n");
+    rm_httpc_resp_free(&r);
+    double end = now_s() + 2;
+    while (!atomic_load(&g.freed) && now_s() < end)
+        sleep_ms(2);
+    CU_ASSERT_EQUAL(atomic_load(&g.freed), 1);
+    CU_ASSERT_EQUAL(atomic_load(&g.chunks), 5);
+    /* the reply is chunked */
+    const char raw_req[] = "GET /s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    char *raw = raw_http(rm_http_port(s), raw_req, strlen(raw_req));
+    CU_ASSERT_PTR_NOT_NULL(raw && strcasestr(raw, "Transfer-Encoding: chunked"));
+    free(raw);
+    rm_http_stop(s);
+}
+
+static void test_client_gone_frees_stream(void)
+{
+    static const rm_http_route rt[] = { { "GET", "/idle", 0, h_idle_stream, NULL } };
+    rm_http_server *s = start(rt, 1, 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)rm_http_port(s)) };
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    CU_ASSERT_EQUAL_FATAL(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    const char req[] = "GET /idle HTTP/1.1\r\nHost: x\r\n\r\n";
+    CU_ASSERT_EQUAL(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
+    char buf[512];
+    struct timeval tv = { 5, 0 };
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
+    CU_ASSERT(n > 0);
+    close(fd); /* the stream never ends by itself; the server must notice we left */
+    double end = now_s() + 3;
+    while (!atomic_load(&g.freed) && now_s() < end)
+        sleep_ms(5);
+    CU_ASSERT_EQUAL(atomic_load(&g.freed), 1);
+    rm_http_stop(s);
+}
+
+static void test_graceful_stop_with_long_poll(void)
+{
+    static const rm_http_route rt[] = {
+        { "GET", "/poll", 0, h_poll, NULL },
+        { "GET", "/idle", 0, h_idle_stream, NULL },
+    };
+    rm_http_server *s = start(rt, 2, 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    fetch_t f = { 0 }, f2 = { 0 };
+    url(f.url, sizeof f.url, s, "/poll");
+    url(f2.url, sizeof f2.url, s, "/idle");
+    pthread_t th, th2;
+    pthread_create(&th, NULL, fetch_thread, &f);
+    pthread_create(&th2, NULL, fetch_thread, &f2);
+    double end = now_s() + 5;
+    while (atomic_load(&g.entered) < 2 && now_s() < end)
+        sleep_ms(2);
+    CU_ASSERT_EQUAL(atomic_load(&g.entered), 2);
+    sleep_ms(50);
+    double t0 = now_s();
+    rm_http_stop(s);
+    CU_ASSERT(now_s() - t0 < 3.0);
+    pthread_join(th, NULL);
+    pthread_join(th2, NULL);
+    /* the long poll saw stopping and its answer was delivered */
+    CU_ASSERT_EQUAL(f.rc, RM_OK);
+    CU_ASSERT_EQUAL(f.status, 200);
+    CU_ASSERT_STRING_EQUAL(f.body, "stopped");
+    /* the stream was ended cleanly and freed */
+    CU_ASSERT_EQUAL(f2.status, 200);
+    CU_ASSERT_STRING_EQUAL(f2.body, "hello\n");
+    CU_ASSERT_EQUAL(atomic_load(&g.freed), 1);
+    rm_http_stop(NULL);
+}
+
+typedef struct {
+    rm_http_blob *b;
+    atomic_int stop;
+    int sets;
+} blob_writer;
+static void *blob_thread(void *arg)
+{
+    blob_writer *w = arg;
+    char buf[4096];
+    for (int i = 0; !atomic_load(&w->stop); i++) {
+        /* self-checking content: n copies of one digit */
+        int n = 1 + (i * 37) % 4000;
+        memset(buf, '0' + i % 10, (size_t)n);
+        rm_http_blob_set(w->b, buf, (size_t)n);
+        w->sets++;
+    }
+    return NULL;
+}
+
+static void test_blob_concurrent(void)
+{
+    rm_http_blob *b = rm_http_blob_new("text/plain; version=0.0.4");
+    rm_http_route rt[] = { { "GET", "/blob", 0, rm_http_blob_handler, b } };
+    rm_http_server *s = start(rt, 1, 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    char u[256];
+    url(u, sizeof u, s, "/blob");
+    rm_httpc *c = rm_httpc_new();
+    rm_httpc_resp r;
+    rm_err e = { 0 };
+    /* empty blob: 200 with empty body */
+    CU_ASSERT_EQUAL(rm_httpc_do(c, "GET", u, NULL, NULL, 0, 5000, 0, &r, &e), RM_OK);
+    CU_ASSERT_EQUAL(r.status, 200);
+    CU_ASSERT_EQUAL(r.len, 0);
+    rm_httpc_resp_free(&r);
+    blob_writer w = { .b = b };
+    pthread_t th;
+    pthread_create(&th, NULL, blob_thread, &w);
+    int consistent = 0, nonempty = 0;
+    for (int i = 0; i < 150; i++) {
+        CU_ASSERT_EQUAL(rm_httpc_do(c, "GET", u, NULL, NULL, 0, 5000, 0, &r, &e), RM_OK);
+        int ok = r.status == 200;
+        if (r.len > 0)
+            nonempty++;
+        for (size_t k = 1; k < r.len; k++)
+            if (r.body[k] != r.body[0])
+                ok = 0;
+        consistent += ok;
+        rm_httpc_resp_free(&r);
+    }
+    atomic_store(&w.stop, 1);
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(consistent, 150);
+    CU_ASSERT(nonempty > 0);
+    CU_ASSERT(w.sets > 1);
+    size_t len;
+    char *copy = rm_http_blob_get(b, &len);
+    CU_ASSERT_EQUAL(strlen(copy), len);
+    free(copy);
+    rm_httpc_free(c);
+    rm_http_stop(s);
+    rm_http_blob_free(b);
+    rm_http_blob_free(NULL);
+}
+
+static void test_parse_addr_and_bind_errors(void)
+{
+    char h[64];
+    int p;
+    CU_ASSERT_EQUAL(rm_http_parse_addr("127.0.0.1:8080", h, sizeof h, &p), RM_OK);
+    CU_ASSERT_STRING_EQUAL(h, "127.0.0.1");
+    CU_ASSERT_EQUAL(p, 8080);
+    CU_ASSERT_EQUAL(rm_http_parse_addr(":9090", h, sizeof h, &p), RM_OK);
+    CU_ASSERT_STRING_EQUAL(h, "0.0.0.0");
+    CU_ASSERT_EQUAL(p, 9090);
+    CU_ASSERT_EQUAL(rm_http_parse_addr("[::1]:0", h, sizeof h, &p), RM_OK);
+    CU_ASSERT_STRING_EQUAL(h, "::1");
+    CU_ASSERT_EQUAL(p, 0);
+    CU_ASSERT_EQUAL(rm_http_parse_addr("127.0.0.1", h, sizeof h, &p), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_http_parse_addr("127.0.0.1:99999", h, sizeof h, &p), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_http_parse_addr("127.0.0.1:x", h, sizeof h, &p), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_http_parse_addr("::1:80", h, sizeof h, &p), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_http_parse_addr("", h, sizeof h, &p), RM_EINVAL);
+
+    static const rm_http_route rt[] = { { "GET", "/hello", 0, h_hello, NULL } };
+    rm_http_server *s = start(rt, 1, 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", rm_http_port(s));
+    rm_http_opts o = { .bind = addr };
+    rm_http_server *s2 = NULL;
+    rm_err e = { 0 };
+    CU_ASSERT_EQUAL(rm_http_start(&o, rt, 1, &s2, &e), RM_EIO);
+    CU_ASSERT_PTR_NULL(s2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "in use"));
+    o.bind = "not-an-ip:80";
+    CU_ASSERT_EQUAL(rm_http_start(&o, rt, 1, &s2, &e), RM_EINVAL);
+    o.bind = "garbage";
+    CU_ASSERT_EQUAL(rm_http_start(&o, rt, 1, &s2, &e), RM_EINVAL);
+    rm_http_stop(s);
+}
+
+static int h_big(const rm_http_req *req, rm_http_resp *resp, void *ud)
+{
+    char *b = malloc(100001);
+    memset(b, 'b', 100000);
+    b[100000] = 0;
+    resp->body = b;
+    resp->content_type = "text/plain";
+    rm_http_add_header(resp, "Retry-After", "7");
+    return RM_OK;
+}
+
+static void test_client_caps_and_timeouts(void)
+{
+    static const rm_http_route rt[] = {
+        { "GET", "/big", 0, h_big, NULL },
+        { "GET", "/block", 0, h_block, NULL },
+    };
+    rm_http_server *s = start(rt, 2, 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    char u[256];
+    rm_httpc *c = rm_httpc_new();
+    rm_httpc_resp r;
+    rm_err e = { 0 };
+    url(u, sizeof u, s, "/big");
+    CU_ASSERT_EQUAL(rm_httpc_do(c, "GET", u, NULL, NULL, 0, 5000, 0, &r, &e), RM_OK);
+    CU_ASSERT_EQUAL(r.len, 100000);
+    CU_ASSERT_DOUBLE_EQUAL(r.retry_after, 7.0, 1e-9);
+    rm_httpc_resp_free(&r);
+    CU_ASSERT_EQUAL(rm_httpc_do(c, "GET", u, NULL, NULL, 0, 5000, 1000, &r, &e), RM_ETOOBIG);
+    CU_ASSERT(r.len <= 1000);
+    CU_ASSERT_PTR_NOT_NULL(r.body);
+    rm_httpc_resp_free(&r);
+    /* bounded wait */
+    url(u, sizeof u, s, "/block");
+    double t0 = now_s();
+    CU_ASSERT_EQUAL(rm_httpc_do(c, "GET", u, NULL, NULL, 0, 200, 0, &r, &e), RM_ETIMEDOUT);
+    CU_ASSERT(now_s() - t0 < 2.0);
+    rm_httpc_resp_free(&r);
+    atomic_store(&g.release, 1);
+    rm_http_stop(s);
+    /* nothing listening */
+    CU_ASSERT_EQUAL(rm_httpc_do(c, "GET", u, NULL, NULL, 0, 2000, 0, &r, &e), RM_EIO);
+    CU_ASSERT_EQUAL(r.status, 0);
+    CU_ASSERT_EQUAL(r.retry_after, -1);
+    rm_httpc_resp_free(&r);
+    rm_httpc_free(c);
+    rm_httpc_free(NULL);
+}
+
+void rm_suite_http(void)
+{
+    static const rm_test_case cases[] = {
+        { "routes_and_errors", test_routes_and_errors },
+        { "413_oversize_body", test_413 },
+        { "blocking_handler_does_not_block_others", test_blocking_handler_does_not_block_others },
+        { "streaming", test_streaming },
+        { "client_gone_frees_stream", test_client_gone_frees_stream },
+        { "graceful_stop_with_long_poll", test_graceful_stop_with_long_poll },
+        { "blob_concurrent", test_blob_concurrent },
+        { "parse_addr_and_bind_errors", test_parse_addr_and_bind_errors },
+        { "client_caps_and_timeouts", test_client_caps_and_timeouts },
+    };
+    RM_ADD_SUITE("http", NULL, NULL, cases);
+}
