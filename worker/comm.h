@@ -76,6 +76,9 @@ const rm_comm_ops *rm_comm_nccl_ops(void);
 const rm_comm_ops *rm_comm_ring_ops(void);
 const rm_comm_ops *rm_comm_local_ops(void);
 const rm_comm_ops *rm_comm_mpi_ops(void);   /* NULL when built without Open MPI */
+/* Rank and size of an mpi-backend comm (MPI decides them, not the rendezvous). RM_EUNSUPPORTED
+ * without Open MPI. */
+int rm_comm_mpi_world(rm_comm *c, int *rank, int *size);
 
 /* True when this process was started by mpirun (OMPI_COMM_WORLD_SIZE or PMI_SIZE set). */
 int rm_comm_under_mpi(void);

@@ -1,0 +1,394 @@
+/* bench.c — `ringmaster-worker bench`: allreduce busbw in nccl-tests' format (see bench.h).
+ *
+ * Design follows nccl-tests' harness: per size, warm-up, a timed loop of -n iterations (the time
+ * of one iteration averaged over the ranks), out-of-place and in-place, and a separate checked
+ * run on fresh rank-dependent data whose exact sum is known (small integers, so float sums are
+ * exact and #wrong is an exact count). algbw = bytes / time, busbw = algbw * 2(n-1)/n, GB = 1e9
+ * bytes. Buffers are allocated once at the largest size. Output on rank 0 only. */
+#include "worker/bench.h"
+
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/rdzv.h"
+#include "common/rm.h"
+#include "worker/comm.h"
+#include "worker/net.h"
+
+typedef struct bench_opts {
+    size_t minb, maxb;
+    double factor;
+    long stepbytes;
+    int iters, warmup, check;
+    const char *backend, *json, *peers, *token;
+    int world, rank;
+    double timeout_s;
+} bench_opts;
+
+typedef struct bench_row {
+    size_t size, count;
+    double t_us[2], algbw[2], busbw[2];
+    long wrong[2];
+} bench_row;
+
+static int parse_size(const char *s, size_t *out) {
+    char *end = NULL;
+    double v = strtod(s, &end);
+    if (end == s || v < 0) return RM_EINVAL;
+    double mul = 1;
+    if (*end == 'K' || *end == 'k') mul = 1024.0, end++;
+    else if (*end == 'M' || *end == 'm') mul = 1024.0 * 1024.0, end++;
+    else if (*end == 'G' || *end == 'g') mul = 1024.0 * 1024.0 * 1024.0, end++;
+    if (*end == 'B' || *end == 'b') end++;
+    if (*end) return RM_EINVAL;
+    *out = (size_t)(v * mul);
+    return RM_OK;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: ringmaster-worker bench [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-i STEPBYTES]\n"
+            "         [-n ITERS] [-w WARMUP] [-c 0|1] [--backend ring|mpi|nccl|local] [--json FILE]\n"
+            "         [--world N --rank R --peers HOST:PORT,...] [--token T] [--timeout S]\n"
+            "  sizes take K/M/G suffixes; defaults -b 32M -e 32M -f 2 -n 20 -w 5 -c 1.\n"
+            "  World: mpirun (--backend mpi), --world/--rank/--peers (static), or the rendezvous\n"
+            "  (RINGMASTER_RENDEZVOUS, RINGMASTER_JOB, RINGMASTER_TOKEN, RINGMASTER_WORKER_ID,\n"
+            "  RINGMASTER_BIND_ADDR).\n");
+}
+
+static int parse_args(int argc, char **argv, bench_opts *o) {
+    enum { OPT_BACKEND = 1000, OPT_JSON, OPT_WORLD, OPT_RANK, OPT_PEERS, OPT_TOKEN, OPT_TIMEOUT };
+    static const struct option lo[] = {
+        {"minbytes", required_argument, NULL, 'b'}, {"maxbytes", required_argument, NULL, 'e'},
+        {"stepfactor", required_argument, NULL, 'f'}, {"stepbytes", required_argument, NULL, 'i'},
+        {"iters", required_argument, NULL, 'n'}, {"warmup_iters", required_argument, NULL, 'w'},
+        {"check", required_argument, NULL, 'c'}, {"backend", required_argument, NULL, OPT_BACKEND},
+        {"json", required_argument, NULL, OPT_JSON}, {"world", required_argument, NULL, OPT_WORLD},
+        {"rank", required_argument, NULL, OPT_RANK}, {"peers", required_argument, NULL, OPT_PEERS},
+        {"token", required_argument, NULL, OPT_TOKEN}, {"timeout", required_argument, NULL, OPT_TIMEOUT},
+        {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+    *o = (bench_opts){.minb = 32u << 20, .maxb = 32u << 20, .factor = 2, .iters = 20, .warmup = 5,
+                      .check = 1, .backend = NULL, .world = 0, .rank = -1, .timeout_s = 30};
+    optind = 1;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "b:e:f:i:n:w:c:d:o:h", lo, NULL)) != -1) {
+        char *end = NULL;
+        switch (ch) {
+        case 'b':
+            if (parse_size(optarg, &o->minb)) goto bad;
+            break;
+        case 'e':
+            if (parse_size(optarg, &o->maxb)) goto bad;
+            break;
+        case 'f':
+            o->factor = strtod(optarg, &end);
+            if (*end || o->factor <= 1.0) goto bad;
+            break;
+        case 'i':
+            o->stepbytes = strtol(optarg, &end, 10);
+            if (*end || o->stepbytes <= 0) goto bad;
+            break;
+        case 'n':
+            o->iters = (int)strtol(optarg, &end, 10);
+            if (*end || o->iters < 1 || o->iters > 1000000) goto bad;
+            break;
+        case 'w':
+            o->warmup = (int)strtol(optarg, &end, 10);
+            if (*end || o->warmup < 0 || o->warmup > 1000000) goto bad;
+            break;
+        case 'c':
+            o->check = (int)strtol(optarg, &end, 10);
+            if (*end || o->check < 0) goto bad;
+            break;
+        case 'd':
+            if (strcmp(optarg, "float") != 0) {
+                fprintf(stderr, "bench: only -d float is supported\n");
+                return 2;
+            }
+            break;
+        case 'o':
+            if (strcmp(optarg, "sum") != 0) {
+                fprintf(stderr, "bench: only -o sum is supported\n");
+                return 2;
+            }
+            break;
+        case OPT_BACKEND: o->backend = optarg; break;
+        case OPT_JSON: o->json = optarg; break;
+        case OPT_WORLD:
+            o->world = (int)strtol(optarg, &end, 10);
+            if (*end || o->world < 1 || o->world > RM_RDZV_MAX_WORLD) goto bad;
+            break;
+        case OPT_RANK:
+            o->rank = (int)strtol(optarg, &end, 10);
+            if (*end || o->rank < 0) goto bad;
+            break;
+        case OPT_PEERS: o->peers = optarg; break;
+        case OPT_TOKEN: o->token = optarg; break;
+        case OPT_TIMEOUT:
+            o->timeout_s = strtod(optarg, &end);
+            if (*end || o->timeout_s <= 0) goto bad;
+            break;
+        case 'h': usage(stdout); return 1;
+        default: usage(stderr); return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "bench: unexpected argument \"%s\"\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    if (o->maxb < o->minb) {
+        fprintf(stderr, "bench: -e must be >= -b\n");
+        return 2;
+    }
+    if (o->maxb > (size_t)8 << 30) {
+        fprintf(stderr, "bench: -e above 8G refused\n");
+        return 2;
+    }
+    return 0;
+bad:
+    fprintf(stderr, "bench: bad value \"%s\" for -%c\n", optarg, ch < 256 ? ch : '-');
+    usage(stderr);
+    return 2;
+}
+
+static void fill(float *b, size_t count, int rank) {
+    for (size_t i = 0; i < count; i++) b[i] = (float)((rank + 1) * (int)(i % 13 + 1));
+}
+
+static long count_wrong(const float *b, size_t count, int world) {
+    long wrong = 0;
+    int tri = world * (world + 1) / 2;
+    for (size_t i = 0; i < count; i++)
+        if (b[i] != (float)(tri * (int)(i % 13 + 1))) wrong++;
+    return wrong;
+}
+
+/* ---- world setup ---- */
+typedef struct bench_world {
+    const rm_comm_ops *ops;
+    rm_comm *comm;
+    int rank, size;
+    rm_rdzv_peer *peers;       /* owned (static mode) */
+    rm_rdzv_round round;       /* owned (rendezvous mode) */
+    rm_rdzv_client *rdzv;
+    int lfd;
+} bench_world;
+
+static int world_open(const bench_opts *o, bench_world *w, rm_err *err) {
+    int rc;
+    memset(w, 0, sizeof *w);
+    w->lfd = -1;
+    const char *be = o->backend;
+    if (!be) be = rm_comm_under_mpi() && !o->peers ? "mpi" : "ring";
+    w->ops = rm_comm_backend(be);
+    if (!w->ops) return rm_errf(err, RM_EUNSUPPORTED, "backend \"%s\" is not available in this build", be);
+    rm_comm_cfg cfg = {.listen_fd = -1, .timeout_s = o->timeout_s, .token = o->token};
+    if (strcmp(be, "mpi") == 0) {
+        RM_CHECK(w->ops->init(&cfg, &w->comm, err));
+        return rm_comm_mpi_world(w->comm, &w->rank, &w->size);
+    }
+    if (o->world > 0 || o->peers) {   /* static mode */
+        int n = 0;
+        if (o->world == 1 && !o->peers) {
+            w->rank = 0;
+            w->size = 1;
+        } else {
+            RM_CHECK(rm_comm_parse_peers(o->peers, &w->peers, &n, err));
+            if (o->world && o->world != n)
+                return rm_errf(err, RM_EINVAL, "--world %d but --peers lists %d", o->world, n);
+            if (o->rank < 0 || o->rank >= n) return rm_errf(err, RM_EINVAL, "--rank must be in [0, %d)", n);
+            w->rank = o->rank;
+            w->size = n;
+        }
+        cfg.rank = w->rank;
+        cfg.world_size = w->size;
+        cfg.peers = w->peers;
+        if (!cfg.token) cfg.token = getenv("RINGMASTER_TOKEN");
+        return w->ops->init(&cfg, &w->comm, err);
+    }
+    const char *url = getenv("RINGMASTER_RENDEZVOUS"), *job = getenv("RINGMASTER_JOB"),
+               *tok = o->token ? o->token : getenv("RINGMASTER_TOKEN"),
+               *wid = getenv("RINGMASTER_WORKER_ID"), *bind = getenv("RINGMASTER_BIND_ADDR");
+    if (!url || !job || !wid) {
+        if (strcmp(be, "nccl") == 0 || strcmp(be, "local") == 0 || strcmp(be, "ring") == 0) {
+            /* no world given: a world of one */
+            cfg.world_size = 1;
+            return w->ops->init(&cfg, &w->comm, err);
+        }
+        return rm_errf(err, RM_EINVAL, "no world: use mpirun, --world/--rank/--peers or RINGMASTER_RENDEZVOUS");
+    }
+    char host[64] = "127.0.0.1", addr[96];
+    int port = 0;
+    if (bind && *bind) {
+        if (strchr(bind, ':')) RM_CHECK(rm_comm_split_addr(bind, host, sizeof host, &port, err));
+        else snprintf(host, sizeof host, "%s", bind);
+    }
+    RM_CHECK(rm_net_listen(host, port, 128, &w->lfd, &port, err));
+    snprintf(addr, sizeof addr, "%s:%d", host, port);
+    w->rdzv = rm_rdzv_client_new(url, job, tok ? tok : "", wid);
+    if (!w->rdzv) return rm_errf(err, RM_ENOMEM, "rendezvous client");
+    double deadline = rm_net_now() + 120;
+    for (;;) {
+        rc = rm_rdzv_join(w->rdzv, addr, -1, 15, &w->round, err);
+        if (rc != RM_ETIMEDOUT && rc != RM_EAGAIN) break;
+        if (rm_net_now() > deadline) break;
+    }
+    if (rc) return rc;
+    w->rank = w->round.rank;
+    w->size = w->round.world_size;
+    cfg.rank = w->rank;
+    cfg.world_size = w->size;
+    cfg.epoch = w->round.epoch;
+    cfg.peers = w->round.peers;
+    cfg.listen_fd = w->lfd;
+    cfg.token = tok;
+    cfg.rdzv = w->rdzv;
+    return w->ops->init(&cfg, &w->comm, err);
+}
+
+static void world_close(bench_world *w) {
+    if (w->ops && w->comm) w->ops->destroy(w->comm);
+    free(w->peers);
+    rm_rdzv_round_free(&w->round);
+    rm_rdzv_client_free(w->rdzv);
+    if (w->lfd >= 0) close(w->lfd);
+}
+
+/* Average of a double over the ranks (through the comm itself, as float: microsecond times). */
+static int avg_over(bench_world *w, double *v, rm_err *err) {
+    float x = (float)*v;
+    RM_CHECK(w->ops->allreduce(w->comm, &x, 1, RM_DT_F32, RM_OP_AVG, err));
+    *v = x;
+    return RM_OK;
+}
+
+static int run_one(bench_world *w, const bench_opts *o, float *send, float *recv, size_t count,
+                   int inplace, double *t_us, long *wrong, rm_err *err) {
+    float *out = inplace ? send : recv;
+    fill(send, count, w->rank);
+    for (int i = 0; i < o->warmup; i++)
+        RM_CHECK(w->ops->allreduce_oop(w->comm, send, out, count, RM_DT_F32, RM_OP_SUM, err));
+    RM_CHECK(w->ops->barrier(w->comm, err));
+    double t0 = rm_net_now();
+    for (int i = 0; i < o->iters; i++)
+        RM_CHECK(w->ops->allreduce_oop(w->comm, send, out, count, RM_DT_F32, RM_OP_SUM, err));
+    double t = (rm_net_now() - t0) / o->iters * 1e6;
+    RM_CHECK(avg_over(w, &t, err));
+    *t_us = t;
+    *wrong = 0;
+    if (o->check) {
+        fill(send, count, w->rank);
+        if (!inplace) memset(recv, 0xff, count * sizeof(float));
+        RM_CHECK(w->ops->allreduce_oop(w->comm, send, out, count, RM_DT_F32, RM_OP_SUM, err));
+        double wr = (double)count_wrong(out, count, w->size);
+        float x = (float)wr;
+        RM_CHECK(w->ops->allreduce(w->comm, &x, 1, RM_DT_F32, RM_OP_SUM, err));
+        *wrong = (long)x;
+    }
+    return RM_OK;
+}
+
+static void write_json(const char *path, const bench_world *w, const bench_row *rows, int nrows,
+                       double avg_busbw) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        rm_warn("bench cannot write json path=%s", path);
+        return;
+    }
+    fprintf(f, "{\"backend\":\"%s\",\"world\":%d,\"type\":\"float\",\"redop\":\"sum\",\"rows\":[", w->ops->name,
+            w->size);
+    for (int i = 0; i < nrows; i++) {
+        const bench_row *r = &rows[i];
+        fprintf(f,
+                "%s{\"size\":%zu,\"count\":%zu,\"oop\":{\"time_us\":%.3f,\"algbw\":%.4f,\"busbw\":%.4f,"
+                "\"wrong\":%ld},\"ip\":{\"time_us\":%.3f,\"algbw\":%.4f,\"busbw\":%.4f,\"wrong\":%ld}}",
+                i ? "," : "", r->size, r->count, r->t_us[0], r->algbw[0], r->busbw[0], r->wrong[0],
+                r->t_us[1], r->algbw[1], r->busbw[1], r->wrong[1]);
+    }
+    fprintf(f, "],\"avg_busbw\":%.4f}\n", avg_busbw);
+    fclose(f);
+}
+
+int rm_worker_bench_main(int argc, char **argv) {
+    bench_opts o;
+    int prc = parse_args(argc, argv, &o);
+    if (prc) return prc == 1 ? 0 : 2;
+    rm_err err = {0};
+    bench_world w;
+    int rc = world_open(&o, &w, &err), status = 1;
+    float *send = NULL, *recv = NULL;
+    bench_row *rows = NULL;
+    if (rc) {
+        fprintf(stderr, "bench: %s (%s)\n", err.msg[0] ? err.msg : "setup failed", rm_strerror(rc));
+        goto out;
+    }
+    size_t maxcount = o.maxb / sizeof(float);
+    if (maxcount == 0) maxcount = 1;
+    if (posix_memalign((void **)&send, 64, maxcount * sizeof(float)) ||
+        posix_memalign((void **)&recv, 64, maxcount * sizeof(float))) {
+        fprintf(stderr, "bench: out of memory for %zu bytes\n", o.maxb);
+        goto out;
+    }
+    int maxrows = 4096, nrows = 0;
+    rows = calloc((size_t)maxrows, sizeof *rows);
+    if (!rows) goto out;
+    const double busf = w.size > 1 ? 2.0 * (w.size - 1) / w.size : 0.0;
+    if (w.rank == 0) {
+        printf("# ringmaster-worker bench: allreduce, backend %s, %d ranks, %d iters, %d warmup, check %d\n",
+               w.ops->name, w.size, o.iters, o.warmup, o.check);
+        printf("#\n#%60s%35s\n", "out-of-place", "in-place");
+        printf("#%12s%14s%10s%8s%8s%9s%8s%8s%7s%9s%8s%8s%7s\n", "size", "count", "type", "redop", "root",
+               "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+        printf("#%12s%14s%10s%8s%8s%9s%8s%8s%7s%9s%8s%8s%7s\n", "(B)", "(elements)", "", "", "", "(us)",
+               "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+        fflush(stdout);
+    }
+    double bw_sum = 0;
+    long wrong_total = 0;
+    for (size_t size = o.minb; size <= o.maxb && nrows < maxrows;) {
+        size_t count = size / sizeof(float);
+        bench_row *r = &rows[nrows];
+        r->size = count * sizeof(float);
+        r->count = count;
+        for (int ip = 0; ip < 2; ip++) {
+            rc = run_one(&w, &o, send, recv, count, ip, &r->t_us[ip], &r->wrong[ip], &err);
+            if (rc) {
+                fprintf(stderr, "bench: rank %d: allreduce of %zu bytes failed: %s (%s)\n", w.rank, r->size,
+                        err.msg, rm_strerror(rc));
+                goto out;
+            }
+            r->algbw[ip] = r->t_us[ip] > 0 ? (double)r->size / (r->t_us[ip] * 1e-6) / 1e9 : 0;
+            r->busbw[ip] = r->algbw[ip] * busf;
+            wrong_total += r->wrong[ip];
+            bw_sum += r->busbw[ip];
+        }
+        nrows++;
+        if (w.rank == 0) {
+            printf(" %12zu%14zu%10s%8s%8d%9.2f%8.2f%8.2f%7ld%9.2f%8.2f%8.2f%7ld\n", r->size, count, "float",
+                   "sum", -1, r->t_us[0], r->algbw[0], r->busbw[0], r->wrong[0], r->t_us[1], r->algbw[1],
+                   r->busbw[1], r->wrong[1]);
+            fflush(stdout);
+        }
+        size_t next = o.stepbytes > 0 ? size + (size_t)o.stepbytes : (size_t)((double)size * o.factor);
+        if (next <= size) next = size + sizeof(float);
+        size = next;
+    }
+    double avg = nrows ? bw_sum / (2.0 * nrows) : 0;
+    if (w.rank == 0) {
+        printf("# Out of bounds values : %ld %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
+        printf("# Avg bus bandwidth    : %.4f\n#\n", avg);
+        fflush(stdout);
+        if (o.json) write_json(o.json, &w, rows, nrows, avg);
+    }
+    status = wrong_total ? 1 : 0;
+out:
+    free(rows);
+    free(send);
+    free(recv);
+    world_close(&w);
+    return status;
+}

@@ -1,0 +1,120 @@
+/* comm_mpi.c — the "mpi" backend: Open MPI's MPI_Allreduce when the worker runs under mpirun.
+ *
+ * MPI is initialised only when this backend's init() is called (never at program start), with
+ * MPI_THREAD_SERIALIZED because the fusion comm thread, not main, makes the calls. Rank and world
+ * size come from MPI, not from the rendezvous config (cfg may be all zeros). MPI_Finalize runs
+ * once at exit (atexit) because MPI cannot be re-initialised after finalising; destroy() only
+ * frees our handle. Average = MPI_SUM then a scale by 1/n, the same on every rank.
+ * abort() is MPI_Abort: MPI has no way to cancel a blocked collective; it ends the job, which is
+ * what a failed collective under mpirun means anyway. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "worker/comm.h"
+
+#if defined(__has_include)
+#if __has_include(<mpi.h>)
+#define RM_HAVE_MPI 1
+#endif
+#endif
+
+#ifdef RM_HAVE_MPI
+#include <mpi.h>
+
+struct rm_comm {
+    int rank, size;
+};
+
+static void mpi_finalize_at_exit(void) {
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (!fin) MPI_Finalize();
+}
+
+static int mpi_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
+    (void)cfg;
+    if (!out) return rm_errf(err, RM_EINVAL, "mpi: NULL argument");
+    int inited = 0, fin = 0;
+    MPI_Initialized(&inited);
+    MPI_Finalized(&fin);
+    if (fin) return rm_errf(err, RM_EUNSUPPORTED, "mpi: already finalized");
+    if (!inited) {
+        int provided = 0;
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+            return rm_errf(err, RM_EIO, "mpi: MPI_Init_thread failed");
+        if (provided < MPI_THREAD_SERIALIZED)
+            rm_warn("mpi thread support below SERIALIZED provided=%d", provided);
+        atexit(mpi_finalize_at_exit);
+    }
+    rm_comm *c = calloc(1, sizeof *c);
+    if (!c) return rm_errf(err, RM_ENOMEM, "out of memory");
+    MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &c->size);
+    *out = c;
+    return RM_OK;
+}
+
+static int mpi_allreduce_oop(rm_comm *c, const void *send, void *recv, size_t count, rm_dtype dt,
+                             rm_redop op, rm_err *err) {
+    if (!c) return rm_errf(err, RM_EINVAL, "mpi: NULL comm");
+    if (dt != RM_DT_F32) return rm_errf(err, RM_EUNSUPPORTED, "mpi: only float32 is supported");
+    if (count == 0) return RM_OK;
+    float *r = recv;
+    size_t done = 0;
+    while (done < count) {   /* MPI counts are int: go in pieces of at most 1G elements */
+        size_t n = count - done > (1u << 30) ? (1u << 30) : count - done;
+        int mrc = MPI_Allreduce(send == recv ? MPI_IN_PLACE : (const float *)send + done, r + done,
+                                (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        if (mrc != MPI_SUCCESS) return rm_errf(err, RM_EIO, "mpi: MPI_Allreduce failed (%d)", mrc);
+        done += n;
+    }
+    if (op == RM_OP_AVG && c->size > 1) {
+        float s = 1.0f / (float)c->size;
+        for (size_t i = 0; i < count; i++) r[i] *= s;
+    }
+    return RM_OK;
+}
+
+static int mpi_allreduce(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_redop op, rm_err *err) {
+    return mpi_allreduce_oop(c, buf, buf, count, dt, op, err);
+}
+
+static int mpi_barrier(rm_comm *c, rm_err *err) {
+    if (!c) return rm_errf(err, RM_EINVAL, "mpi: NULL comm");
+    return MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS ? RM_OK : rm_errf(err, RM_EIO, "mpi: barrier failed");
+}
+
+static void mpi_abort(rm_comm *c) {
+    if (c) MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static void mpi_destroy(rm_comm *c) { free(c); }
+
+/* Rank/size for callers that got their world from mpirun (bench). */
+
+int rm_comm_mpi_world(rm_comm *c, int *rank, int *size) {
+    if (!c) return RM_EINVAL;
+    *rank = c->rank;
+    *size = c->size;
+    return RM_OK;
+}
+
+static const rm_comm_ops mpi_ops = {
+    .name = "mpi",
+    .init = mpi_init,
+    .allreduce = mpi_allreduce,
+    .allreduce_oop = mpi_allreduce_oop,
+    .barrier = mpi_barrier,
+    .abort = mpi_abort,
+    .destroy = mpi_destroy,
+};
+
+const rm_comm_ops *rm_comm_mpi_ops(void) { return &mpi_ops; }
+#else
+
+int rm_comm_mpi_world(rm_comm *c, int *rank, int *size) {
+    (void)c; (void)rank; (void)size;
+    return RM_EUNSUPPORTED;
+}
+const rm_comm_ops *rm_comm_mpi_ops(void) { return NULL; }
+#endif

@@ -1,0 +1,562 @@
+/* comm_ring.c — the "ring" backend: bandwidth-optimal ring allreduce over TCP.
+ *
+ * Algorithm (Patarasuk & Yuan; Baidu/Horovod ring): the buffer is cut into n segments; in 2(n-1)
+ * steps each rank sends one segment to next = (r+1)%n and receives one from prev. Steps
+ * 0..n-2 are scatter-reduce (received data lands in a small scratch piece and is added into the
+ * destination: dst = src + scratch), steps n-1..2n-3 are all-gather (received data lands directly
+ * in the destination, zero copy). Each rank sends and receives 2(n-1)/n of the buffer. Every
+ * element is reduced along one fixed chain and then copied, so the result is bit-identical on all
+ * ranks; AVG scales the owned segment once, before the all-gather.
+ *
+ * Pipelining: segments are cut into pieces (default 512 KiB). The send of piece j of step t needs
+ * only piece j of step t-1 received (and reduced), so sending, receiving and reducing overlap
+ * across steps. One thread drives both sockets with non-blocking sendmsg/recvmsg and poll(); the
+ * kernel's socket buffers (4 MiB) keep data moving while we reduce. Each piece is framed by a
+ * 16-byte header (magic, sequence number, length, check) so desync or garbage is RM_EPROTO.
+ *
+ * Connection setup: connect to next, accept from prev on the listener advertised at rendezvous.
+ * Handshake (no token on the wire): HELLO{epoch, rank, world, nonce_c} ->
+ * CHALLENGE{nonce_a, HMAC(token, acc|...)} -> PROOF{HMAC(token, con|...)} -> OK. The acceptor drops
+ * (with a logged reason) any connection whose HELLO or PROOF is wrong and keeps accepting until
+ * the real prev arrives or the timeout passes; a stranger never fails the ring by itself.
+ *
+ * Timeouts: every wait is bounded by cfg.timeout_s of no progress; a closed peer is RM_ECLOSED at
+ * once; abort() sets a flag and shutdown()s both sockets, which wakes poll() in the owning thread. */
+#include <errno.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+
+#include "worker/comm.h"
+#include "worker/net.h"
+
+#define RING_MAGIC 0x524d5247u    /* "RMRG" handshake */
+#define RING_VERSION 1u
+#define FRAME_MAGIC 0x524d4652u   /* "RMFR" data frames */
+#define FRAME_CHECK 0x5a17c3e1u
+#define RING_SOCKBUF (4 << 20)
+#define RING_DEFAULT_PIECE_BYTES (512u << 10)
+#define RING_HANDSHAKE_STRANGER_S 2.0
+
+struct rm_comm {
+    int rank, n, epoch;
+    int next_fd, prev_fd;
+    double timeout_s;
+    atomic_int aborted;
+    int broken;               /* a collective failed: peers may be out of step */
+    uint32_t send_seq, recv_seq;
+    size_t piece;             /* floats per piece */
+    float *scratch;           /* one piece */
+};
+
+typedef struct frame_hdr {
+    uint32_t magic, seq, len, check;
+} frame_hdr;
+
+/* ------------------------------------------------------------------------------------------ */
+/* handshake                                                                                    */
+
+enum { HELLO_LEN = 20 + 16, CHAL_LEN = 16 + 16 + 32, PROOF_LEN = 4 + 32, OK_LEN = 8 };
+
+static void put32(uint8_t *p, uint32_t v) {
+    v = htonl(v);
+    memcpy(p, &v, 4);
+}
+static uint32_t get32(const uint8_t *p) {
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return ntohl(v);
+}
+
+static void ring_mac(const char *token, const char *role, uint32_t epoch, uint32_t a, uint32_t b,
+                     const uint8_t nc[16], const uint8_t na[16], uint8_t out[32]) {
+    uint8_t msg[32 + 12 + 32];
+    size_t m = 0;
+    int rl = snprintf((char *)msg, 32, "ringmaster-ring-v1 %s", role);
+    m = (size_t)(rl > 31 ? 31 : rl);
+    put32(msg + m, epoch); m += 4;
+    put32(msg + m, a); m += 4;
+    put32(msg + m, b); m += 4;
+    memcpy(msg + m, nc, 16); m += 16;
+    memcpy(msg + m, na, 16); m += 16;
+    rm_hmac_sha256(token, strlen(token), msg, m, out);
+}
+
+static int ring_connect(rm_comm *c, const rm_comm_cfg *cfg, double deadline, uint8_t nonce_c[16],
+                        rm_err *err) {
+    int next = (c->rank + 1) % c->n;
+    char host[64];
+    int port, rc;
+    RM_CHECK(rm_comm_split_addr(cfg->peers[next].addr, host, sizeof host, &port, err));
+    rc = rm_net_connect(host, port, deadline, &c->next_fd, err);
+    if (rc) return rm_errf(err, rc, "ring: connect to next rank %d (%s): %s", next, cfg->peers[next].addr,
+                           err ? err->msg : "");
+    rm_net_tune(c->next_fd, RING_SOCKBUF);
+    uint8_t hello[HELLO_LEN];
+    put32(hello, RING_MAGIC);
+    put32(hello + 4, RING_VERSION);
+    put32(hello + 8, (uint32_t)c->epoch);
+    put32(hello + 12, (uint32_t)c->rank);
+    put32(hello + 16, (uint32_t)c->n);
+    rm_net_random(nonce_c, 16);
+    memcpy(hello + 20, nonce_c, 16);
+    return rm_net_send_all(c->next_fd, hello, sizeof hello, deadline, err);
+}
+
+/* Connector side, steps C (challenge -> proof) and E (ok). */
+static int ring_connector_prove(rm_comm *c, const char *token, const uint8_t nonce_c[16],
+                                double deadline, rm_err *err) {
+    int next = (c->rank + 1) % c->n;
+    uint8_t ch[CHAL_LEN], mac[32], proof[PROOF_LEN];
+    RM_CHECK(rm_net_recv_all(c->next_fd, ch, sizeof ch, deadline, err));
+    if (get32(ch) != RING_MAGIC || get32(ch + 4) != RING_VERSION)
+        return rm_errf(err, RM_EPROTO, "ring: next rank %d answered with a bad magic/version", next);
+    if (get32(ch + 8) != (uint32_t)c->epoch || get32(ch + 12) != (uint32_t)next)
+        return rm_errf(err, RM_EPROTO, "ring: next answered as epoch %u rank %u, want epoch %d rank %d",
+                       get32(ch + 8), get32(ch + 12), c->epoch, next);
+    ring_mac(token, "acc", (uint32_t)c->epoch, (uint32_t)next, (uint32_t)c->rank, nonce_c, ch + 16, mac);
+    if (!rm_net_ct_equal(mac, ch + 32, 32))
+        return rm_errf(err, RM_EAUTH, "ring: next rank %d failed authentication (wrong job token?)", next);
+    put32(proof, RING_MAGIC);
+    ring_mac(token, "con", (uint32_t)c->epoch, (uint32_t)c->rank, (uint32_t)next, nonce_c, ch + 16,
+             proof + 4);
+    return rm_net_send_all(c->next_fd, proof, sizeof proof, deadline, err);
+}
+
+static int ring_connector_ok(rm_comm *c, double deadline, rm_err *err) {
+    uint8_t ok[OK_LEN];
+    int rc = rm_net_recv_all(c->next_fd, ok, sizeof ok, deadline, err);
+    if (rc == RM_ECLOSED)
+        return rm_errf(err, RM_EAUTH, "ring: next rank %d closed during the handshake (it refused us: wrong token?)",
+                       (c->rank + 1) % c->n);
+    if (rc) return rc;
+    if (get32(ok) != RING_MAGIC || get32(ok + 4) != 0)
+        return rm_errf(err, RM_EPROTO, "ring: bad handshake acknowledgement from next rank");
+    return RM_OK;
+}
+
+/* Accept until the real prev proves itself; strangers are logged and dropped. Runs the
+ * connector's proof step (once) in between so no rank waits on a cycle. */
+static int ring_accept(rm_comm *c, int lfd, const char *token, const uint8_t nonce_c[16],
+                       double deadline, rm_err *err) {
+    int prev = (c->rank + c->n - 1) % c->n;
+    int proved = 0, rc;
+    for (;;) {
+        int fd = -1;
+        char who[64] = "?";
+        rm_err e2 = {0};
+        rc = rm_net_accept(lfd, deadline, &fd, who, sizeof who, &e2);
+        if (rc) return rm_errf(err, rc, "ring: waiting for prev rank %d to connect: %s", prev, e2.msg);
+        double hs_deadline = rm_net_now() + (c->timeout_s < RING_HANDSHAKE_STRANGER_S ? c->timeout_s : RING_HANDSHAKE_STRANGER_S);
+        if (hs_deadline > deadline) hs_deadline = deadline;
+        uint8_t hello[HELLO_LEN];
+        rc = rm_net_recv_all(fd, hello, sizeof hello, hs_deadline, &e2);
+        const char *why = NULL;
+        char whybuf[160];
+        if (rc) why = e2.msg;
+        else if (get32(hello) != RING_MAGIC) why = "bad magic (not a ringmaster peer)";
+        else if (get32(hello + 4) != RING_VERSION) why = "protocol version mismatch";
+        else if (get32(hello + 8) != (uint32_t)c->epoch) {
+            snprintf(whybuf, sizeof whybuf, "wrong epoch %u (want %d)", get32(hello + 8), c->epoch);
+            why = whybuf;
+        } else if (get32(hello + 16) != (uint32_t)c->n) {
+            snprintf(whybuf, sizeof whybuf, "wrong world size %u (want %d)", get32(hello + 16), c->n);
+            why = whybuf;
+        } else if (get32(hello + 12) != (uint32_t)prev) {
+            snprintf(whybuf, sizeof whybuf, "claims rank %u, want prev rank %d", get32(hello + 12), prev);
+            why = whybuf;
+        }
+        if (why) {
+            rm_warn("ring refused connection from=%s rank=%d reason=\"%s\"", who, c->rank, why);
+            close(fd);
+            continue;
+        }
+        uint8_t ch[CHAL_LEN];
+        put32(ch, RING_MAGIC);
+        put32(ch + 4, RING_VERSION);
+        put32(ch + 8, (uint32_t)c->epoch);
+        put32(ch + 12, (uint32_t)c->rank);
+        rm_net_random(ch + 16, 16);
+        ring_mac(token, "acc", (uint32_t)c->epoch, (uint32_t)c->rank, (uint32_t)prev, hello + 20, ch + 16,
+                 ch + 32);
+        rc = rm_net_send_all(fd, ch, sizeof ch, hs_deadline, &e2);
+        if (rc) {
+            rm_warn("ring refused connection from=%s rank=%d reason=\"%s\"", who, c->rank, e2.msg);
+            close(fd);
+            continue;
+        }
+        if (!proved) {
+            rc = ring_connector_prove(c, token, nonce_c, deadline, err);
+            if (rc) {
+                close(fd);
+                return rc;
+            }
+            proved = 1;
+        }
+        uint8_t proof[PROOF_LEN], mac[32];
+        rc = rm_net_recv_all(fd, proof, sizeof proof, deadline, &e2);
+        if (!rc) {
+            ring_mac(token, "con", (uint32_t)c->epoch, (uint32_t)prev, (uint32_t)c->rank, hello + 20,
+                     ch + 16, mac);
+            if (get32(proof) != RING_MAGIC || !rm_net_ct_equal(mac, proof + 4, 32)) {
+                rc = RM_EAUTH;
+                snprintf(e2.msg, sizeof e2.msg, "authentication failed (wrong job token)");
+            }
+        }
+        if (rc) {
+            rm_warn("ring refused connection from=%s rank=%d reason=\"%s\"", who, c->rank, e2.msg);
+            close(fd);
+            continue;
+        }
+        uint8_t ok[OK_LEN];
+        put32(ok, RING_MAGIC);
+        put32(ok + 4, 0);
+        rc = rm_net_send_all(fd, ok, sizeof ok, deadline, err);
+        if (rc) {
+            close(fd);
+            return rc;
+        }
+        rm_net_tune(fd, RING_SOCKBUF);
+        c->prev_fd = fd;
+        return RM_OK;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------ */
+
+static void ring_destroy(rm_comm *c) {
+    if (!c) return;
+    if (c->next_fd >= 0) close(c->next_fd);
+    if (c->prev_fd >= 0) close(c->prev_fd);
+    free(c->scratch);
+    free(c);
+}
+
+static int ring_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
+    if (!cfg || !out) return rm_errf(err, RM_EINVAL, "ring: NULL argument");
+    if (cfg->world_size < 1 || cfg->world_size > RM_RDZV_MAX_WORLD || cfg->rank < 0 ||
+        cfg->rank >= cfg->world_size)
+        return rm_errf(err, RM_EINVAL, "ring: bad rank %d / world size %d", cfg->rank, cfg->world_size);
+    if (cfg->world_size > 1 && !cfg->peers) return rm_errf(err, RM_EINVAL, "ring: no peer list");
+    int rc = RM_OK, own_lfd = -1;
+    rm_comm *c = calloc(1, sizeof *c);
+    if (!c) return rm_errf(err, RM_ENOMEM, "out of memory");
+    c->rank = cfg->rank;
+    c->n = cfg->world_size;
+    c->epoch = cfg->epoch;
+    c->next_fd = c->prev_fd = -1;
+    c->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 10.0;
+    atomic_init(&c->aborted, 0);
+    size_t piece_bytes = RING_DEFAULT_PIECE_BYTES;
+    const char *pe = getenv("RINGMASTER_RING_PIECE_KB");   /* tuning knob for the benchmark */
+    if (pe && atoi(pe) >= 4 && atoi(pe) <= 65536) piece_bytes = (size_t)atoi(pe) << 10;
+    c->piece = piece_bytes / sizeof(float);
+    if (c->n == 1) {
+        *out = c;
+        return RM_OK;
+    }
+    c->scratch = malloc(c->piece * sizeof(float));
+    if (!c->scratch) {
+        rc = rm_errf(err, RM_ENOMEM, "out of memory");
+        goto fail;
+    }
+    const char *token = cfg->token ? cfg->token : "";
+    double deadline = rm_net_now() + c->timeout_s;
+    int lfd = cfg->listen_fd;
+    if (lfd < 0) {
+        char host[64];
+        int port;
+        RM_CHECK_GOTO(rm_comm_split_addr(cfg->peers[c->rank].addr, host, sizeof host, &port, err), rc, fail);
+        RM_CHECK_GOTO(rm_net_listen(host, port, 128, &own_lfd, NULL, err), rc, fail);
+        lfd = own_lfd;
+    }
+    uint8_t nonce_c[16];
+    RM_CHECK_GOTO(ring_connect(c, cfg, deadline, nonce_c, err), rc, fail);
+    RM_CHECK_GOTO(ring_accept(c, lfd, token, nonce_c, deadline, err), rc, fail);
+    RM_CHECK_GOTO(ring_connector_ok(c, deadline, err), rc, fail);
+    if (own_lfd >= 0) close(own_lfd);
+    rm_debug("ring connected rank=%d world=%d epoch=%d", c->rank, c->n, c->epoch);
+    *out = c;
+    return RM_OK;
+fail:
+    if (own_lfd >= 0) close(own_lfd);
+    ring_destroy(c);
+    return rc;
+}
+
+static void ring_abort(rm_comm *c) {
+    if (!c) return;
+    atomic_store(&c->aborted, 1);
+    if (c->next_fd >= 0) shutdown(c->next_fd, SHUT_RDWR);
+    if (c->prev_fd >= 0) shutdown(c->prev_fd, SHUT_RDWR);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* data path                                                                                    */
+
+typedef float v4f __attribute__((vector_size(16)));
+
+/* dst = a + b (dst may alias a), optionally scaled; unaligned-safe through memcpy loads. */
+static void reduce_add(float *dst, const float *a, const float *restrict b, size_t n, int scale,
+                       float s) {
+    size_t i = 0;
+    if (!scale) {
+        for (; i + 16 <= n; i += 16) {
+            v4f x0, x1, x2, x3, y0, y1, y2, y3;
+            memcpy(&x0, a + i, 16); memcpy(&x1, a + i + 4, 16);
+            memcpy(&x2, a + i + 8, 16); memcpy(&x3, a + i + 12, 16);
+            memcpy(&y0, b + i, 16); memcpy(&y1, b + i + 4, 16);
+            memcpy(&y2, b + i + 8, 16); memcpy(&y3, b + i + 12, 16);
+            x0 += y0; x1 += y1; x2 += y2; x3 += y3;
+            memcpy(dst + i, &x0, 16); memcpy(dst + i + 4, &x1, 16);
+            memcpy(dst + i + 8, &x2, 16); memcpy(dst + i + 12, &x3, 16);
+        }
+        for (; i < n; i++) dst[i] = a[i] + b[i];
+    } else {
+        v4f sv = {s, s, s, s};
+        for (; i + 8 <= n; i += 8) {
+            v4f x0, x1, y0, y1;
+            memcpy(&x0, a + i, 16); memcpy(&x1, a + i + 4, 16);
+            memcpy(&y0, b + i, 16); memcpy(&y1, b + i + 4, 16);
+            x0 = (x0 + y0) * sv; x1 = (x1 + y1) * sv;
+            memcpy(dst + i, &x0, 16); memcpy(dst + i + 4, &x1, 16);
+        }
+        for (; i < n; i++) dst[i] = (a[i] + b[i]) * s;
+    }
+}
+
+static void seg_range(size_t count, int n, int s, size_t *off, size_t *len) {
+    size_t base = count / (size_t)n, rem = count % (size_t)n, us = (size_t)s;
+    *off = us * base + (us < rem ? us : rem);
+    *len = base + (us < rem ? 1 : 0);
+}
+
+static size_t npieces(size_t len, size_t piece) { return (len + piece - 1) / piece; }
+
+static int fail_io(rm_comm *c, int rc, rm_err *err, const char *what, int peer) {
+    c->broken = 1;
+    if (atomic_load(&c->aborted)) return rm_errf(err, RM_ECLOSED, "ring: aborted");
+    if (rc == RM_ECLOSED)
+        return rm_errf(err, rc, "ring: rank %d closed the connection during %s (peer died?)", peer, what);
+    if (rc == RM_ETIMEDOUT)
+        return rm_errf(err, rc, "ring: no progress from rank %d for %.1f s during %s (peer hung or dead)",
+                       peer, c->timeout_s, what);
+    return rm_errf(err, rc, "ring: %s with rank %d failed: %s", what, peer, strerror(errno));
+}
+
+static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t count, rm_redop op,
+                              rm_err *err) {
+    const int n = c->n, r = c->rank, T = 2 * (n - 1);
+    const size_t P = c->piece;
+    const int prev = (r + n - 1) % n, next = (r + 1) % n;
+    const float inv = 1.0f / (float)n;
+
+    /* sender state */
+    int st = 0;
+    size_t sj = 0, s_done = 0, s_np, s_segoff, s_seglen, dep_base = 0;
+    frame_hdr shdr;
+    /* receiver state */
+    int rt = 0;
+    size_t rj = 0, r_done = 0, r_np, r_segoff, r_seglen, recv_count = 0;
+    frame_hdr rhdr;
+
+#define SEND_SEG(t) ((r - (t) + 2 * n) % n)
+#define RECV_SEG(t) ((r - (t) - 1 + 2 * n) % n)
+    seg_range(count, n, SEND_SEG(0), &s_segoff, &s_seglen);
+    s_np = npieces(s_seglen, P);
+    seg_range(count, n, RECV_SEG(0), &r_segoff, &r_seglen);
+    r_np = npieces(r_seglen, P);
+    /* skip empty steps (count < n) */
+    while (st < T && sj == s_np) {
+        if (st >= 1) dep_base += s_np;
+        st++;
+        sj = 0;
+        if (st < T) {
+            seg_range(count, n, SEND_SEG(st), &s_segoff, &s_seglen);
+            s_np = npieces(s_seglen, P);
+        }
+    }
+    while (rt < T && rj == r_np) {
+        rt++;
+        rj = 0;
+        if (rt < T) {
+            seg_range(count, n, RECV_SEG(rt), &r_segoff, &r_seglen);
+            r_np = npieces(r_seglen, P);
+        }
+    }
+
+    double last_progress = rm_net_now();
+    while (st < T || rt < T) {
+        int progress = 0;
+        if (atomic_load_explicit(&c->aborted, memory_order_relaxed)) return fail_io(c, RM_ECLOSED, err, "allreduce", prev);
+        /* ---- receive as much as is there ---- */
+        while (rt < T) {
+            size_t plen = r_seglen - rj * P < P ? r_seglen - rj * P : P;
+            size_t total = sizeof(frame_hdr) + plen * sizeof(float);
+            float *dest = rt < n - 1 ? c->scratch : dst + r_segoff + rj * P;
+            struct iovec iov[2];
+            int niov = 0;
+            if (r_done < sizeof(frame_hdr)) {
+                iov[niov].iov_base = (char *)&rhdr + r_done;
+                iov[niov++].iov_len = sizeof(frame_hdr) - r_done;
+                iov[niov].iov_base = dest;
+                iov[niov++].iov_len = plen * sizeof(float);
+            } else {
+                iov[niov].iov_base = (char *)dest + (r_done - sizeof(frame_hdr));
+                iov[niov++].iov_len = total - r_done;
+            }
+            struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+            ssize_t got = recvmsg(c->prev_fd, &mh, MSG_DONTWAIT);
+            if (got == 0) return fail_io(c, RM_ECLOSED, err, "allreduce", prev);
+            if (got < 0) {
+                if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+                if (errno == EINTR) continue;
+                return fail_io(c, errno == ECONNRESET ? RM_ECLOSED : RM_EIO, err, "allreduce", prev);
+            }
+            progress = 1;
+            size_t before = r_done;
+            r_done += (size_t)got;
+            if (before < sizeof(frame_hdr) && r_done >= sizeof(frame_hdr)) {
+                if (rhdr.magic != FRAME_MAGIC || rhdr.seq != c->recv_seq ||
+                    rhdr.len != (uint32_t)(plen * sizeof(float)) ||
+                    rhdr.check != (FRAME_MAGIC ^ rhdr.seq ^ rhdr.len ^ FRAME_CHECK)) {
+                    c->broken = 1;
+                    return rm_errf(err, RM_EPROTO,
+                                   "ring: garbage or desync from rank %d (frame magic %08x seq %u len %u, "
+                                   "want seq %u len %zu)", prev, rhdr.magic, rhdr.seq, rhdr.len,
+                                   c->recv_seq, plen * sizeof(float));
+                }
+            }
+            if (r_done < total) continue;
+            /* piece complete */
+            if (rt < n - 1) {
+                size_t o = r_segoff + rj * P;
+                reduce_add(dst + o, src + o, c->scratch, plen, op == RM_OP_AVG && rt == n - 2, inv);
+            }
+            c->recv_seq++;
+            recv_count++;
+            r_done = 0;
+            rj++;
+            while (rt < T && rj == r_np) {
+                rt++;
+                rj = 0;
+                if (rt < T) {
+                    seg_range(count, n, RECV_SEG(rt), &r_segoff, &r_seglen);
+                    r_np = npieces(r_seglen, P);
+                }
+            }
+            break;   /* a completed piece may unlock a send: go send */
+        }
+        /* ---- send what is ready ---- */
+        while (st < T && (st == 0 || recv_count > dep_base + sj)) {
+            size_t plen = s_seglen - sj * P < P ? s_seglen - sj * P : P;
+            size_t total = sizeof(frame_hdr) + plen * sizeof(float);
+            const float *from = (st == 0 ? src : dst) + s_segoff + sj * P;
+            if (s_done == 0) {
+                shdr.magic = FRAME_MAGIC;
+                shdr.seq = c->send_seq;
+                shdr.len = (uint32_t)(plen * sizeof(float));
+                shdr.check = FRAME_MAGIC ^ shdr.seq ^ shdr.len ^ FRAME_CHECK;
+            }
+            struct iovec iov[2];
+            int niov = 0;
+            if (s_done < sizeof(frame_hdr)) {
+                iov[niov].iov_base = (char *)&shdr + s_done;
+                iov[niov++].iov_len = sizeof(frame_hdr) - s_done;
+                iov[niov].iov_base = (void *)(uintptr_t)from;
+                iov[niov++].iov_len = plen * sizeof(float);
+            } else {
+                iov[niov].iov_base = (char *)(uintptr_t)from + (s_done - sizeof(frame_hdr));
+                iov[niov++].iov_len = total - s_done;
+            }
+            struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+            ssize_t put = sendmsg(c->next_fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (put < 0) {
+                if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+                if (errno == EINTR) continue;
+                return fail_io(c, (errno == EPIPE || errno == ECONNRESET) ? RM_ECLOSED : RM_EIO, err,
+                               "allreduce", next);
+            }
+            progress = 1;
+            s_done += (size_t)put;
+            if (s_done < total) continue;
+            c->send_seq++;
+            s_done = 0;
+            sj++;
+            while (st < T && sj == s_np) {
+                if (st >= 1) dep_base += s_np;
+                st++;
+                sj = 0;
+                if (st < T) {
+                    seg_range(count, n, SEND_SEG(st), &s_segoff, &s_seglen);
+                    s_np = npieces(s_seglen, P);
+                }
+            }
+        }
+        if (progress) {
+            last_progress = -1;   /* refresh lazily: clock only read before sleeping */
+            continue;
+        }
+        double now = rm_net_now();
+        if (last_progress < 0) last_progress = now;
+        double left = last_progress + c->timeout_s - now;
+        if (left <= 0) return fail_io(c, RM_ETIMEDOUT, err, "allreduce", rt < T ? prev : next);
+        int can_send = st < T && (st == 0 || recv_count > dep_base + sj);
+        struct pollfd pf[2] = {
+            {.fd = c->prev_fd, .events = (short)(rt < T ? POLLIN : 0)},
+            {.fd = c->next_fd, .events = (short)(POLLRDHUP | (can_send ? POLLOUT : 0))},
+        };
+        int pr = poll(pf, 2, (int)(left * 1000.0) + 1);
+        if (pr < 0 && errno != EINTR) return fail_io(c, RM_EIO, err, "allreduce poll", prev);
+        if (pr > 0 && st < T && (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+            return fail_io(c, RM_ECLOSED, err, "allreduce", next);
+    }
+#undef SEND_SEG
+#undef RECV_SEG
+    return RM_OK;
+}
+
+static int ring_allreduce_oop(rm_comm *c, const void *send, void *recv, size_t count, rm_dtype dt,
+                              rm_redop op, rm_err *err) {
+    if (!c || (count && (!send || !recv))) return rm_errf(err, RM_EINVAL, "ring: NULL argument");
+    if (dt != RM_DT_F32)
+        return rm_errf(err, RM_EUNSUPPORTED, "ring: only float32 is supported (got %s)", rm_dtype_name(dt));
+    if (op != RM_OP_SUM && op != RM_OP_AVG) return rm_errf(err, RM_EINVAL, "ring: unknown reduction");
+    if (atomic_load(&c->aborted)) return rm_errf(err, RM_ECLOSED, "ring: aborted");
+    if (c->broken) return rm_errf(err, RM_ECLOSED, "ring: unusable after an earlier failure");
+    if (count == 0) return RM_OK;
+    if (c->n == 1) {
+        if (send != recv) memmove(recv, send, count * sizeof(float));
+        return RM_OK;
+    }
+    return ring_allreduce_f32(c, send, recv, count, op, err);
+}
+
+static int ring_allreduce(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_redop op, rm_err *err) {
+    return ring_allreduce_oop(c, buf, buf, count, dt, op, err);
+}
+
+static int ring_barrier(rm_comm *c, rm_err *err) {
+    float x = 0;
+    return ring_allreduce_oop(c, &x, &x, 1, RM_DT_F32, RM_OP_SUM, err);
+}
+
+static const rm_comm_ops ring_ops = {
+    .name = "ring",
+    .init = ring_init,
+    .allreduce = ring_allreduce,
+    .allreduce_oop = ring_allreduce_oop,
+    .barrier = ring_barrier,
+    .abort = ring_abort,
+    .destroy = ring_destroy,
+};
+
+const rm_comm_ops *rm_comm_ring_ops(void) { return &ring_ops; }

@@ -1,0 +1,327 @@
+/* net.c — bounded TCP helpers and HMAC-SHA256 for the comm backends (see net.h).
+ * Every wait is poll() on a non-blocking socket with the time left to an absolute deadline. */
+#include "worker/net.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+double rm_net_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int ms_left(double deadline) {
+    double left = deadline - rm_net_now();
+    if (left <= 0) return 0;
+    if (left > 1e6) return 1000000000;
+    return (int)(left * 1000.0) + 1;
+}
+
+int rm_net_resolve(const char *host, int port, void *out, rm_err *err) {
+    struct sockaddr_in *a = out;
+    memset(a, 0, sizeof *a);
+    a->sin_family = AF_INET;
+    if (port < 0 || port > 65535) return rm_errf(err, RM_EINVAL, "bad port %d", port);
+    a->sin_port = htons((uint16_t)port);
+    if (!host || !*host || strcmp(host, "localhost") == 0) host = "127.0.0.1";
+    if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
+        return rm_errf(err, RM_EINVAL, "not an IPv4 address: \"%.64s\"", host);
+    return RM_OK;
+}
+
+int rm_net_tune(int fd, int bufsize) {
+    int one = 1;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (bufsize > 0) {
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bufsize, sizeof bufsize);
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bufsize, sizeof bufsize);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return RM_EIO;
+    return RM_OK;
+}
+
+int rm_net_listen(const char *host, int port, int backlog, int *fd, int *bound_port, rm_err *err) {
+    struct sockaddr_in a;
+    int rc = rm_net_resolve(host, port, &a, err);
+    if (rc) return rc;
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (s < 0) return rm_errf(err, RM_EIO, "socket: %s", strerror(errno));
+    int one = 1;
+    (void)setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    socklen_t al = sizeof a;
+    if (bind(s, (struct sockaddr *)&a, sizeof a) < 0) {
+        rc = rm_errf(err, RM_EIO, "bind %s:%d: %s", host ? host : "", port, strerror(errno));
+        goto fail;
+    }
+    if (listen(s, backlog) < 0) {
+        rc = rm_errf(err, RM_EIO, "listen: %s", strerror(errno));
+        goto fail;
+    }
+    if (getsockname(s, (struct sockaddr *)&a, &al) < 0) {
+        rc = rm_errf(err, RM_EIO, "getsockname: %s", strerror(errno));
+        goto fail;
+    }
+    *fd = s;
+    if (bound_port) *bound_port = ntohs(a.sin_port);
+    return RM_OK;
+fail:
+    close(s);
+    return rc;
+}
+
+int rm_net_connect(const char *host, int port, double deadline, int *fd, rm_err *err) {
+    struct sockaddr_in a;
+    int rc = rm_net_resolve(host, port, &a, err);
+    if (rc) return rc;
+    int last_errno = 0;
+    for (;;) {
+        int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (s < 0) return rm_errf(err, RM_EIO, "socket: %s", strerror(errno));
+        int r = connect(s, (struct sockaddr *)&a, sizeof a);
+        if (r < 0 && errno == EINPROGRESS) {
+            struct pollfd p = {.fd = s, .events = POLLOUT};
+            int pr = poll(&p, 1, ms_left(deadline));
+            if (pr > 0) {
+                int soerr = 0;
+                socklen_t sl = sizeof soerr;
+                (void)getsockopt(s, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+                r = soerr ? -1 : 0;
+                errno = soerr;
+            } else {
+                r = -1;
+                errno = ETIMEDOUT;
+            }
+        }
+        if (r == 0) {
+            *fd = s;
+            return RM_OK;
+        }
+        last_errno = errno;
+        close(s);
+        if (rm_net_now() >= deadline)
+            return rm_errf(err, RM_ETIMEDOUT, "connect %s:%d: timed out (last error: %s)", host, port,
+                           strerror(last_errno));
+        if (last_errno != ECONNREFUSED && last_errno != ETIMEDOUT && last_errno != ECONNRESET &&
+            last_errno != EAGAIN && last_errno != EINTR)
+            return rm_errf(err, RM_EIO, "connect %s:%d: %s", host, port, strerror(last_errno));
+        struct timespec ts = {0, 20 * 1000 * 1000};   /* peer not listening yet: retry */
+        nanosleep(&ts, NULL);
+    }
+}
+
+int rm_net_wait(int fd, short events, double deadline) {
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = events};
+        int pr = poll(&p, 1, ms_left(deadline));
+        if (pr > 0) return RM_OK;
+        if (pr == 0) return RM_ETIMEDOUT;
+        if (errno != EINTR) return RM_EIO;
+    }
+}
+
+int rm_net_accept(int lfd, double deadline, int *fd, char *peer, size_t peercap, rm_err *err) {
+    for (;;) {
+        struct sockaddr_in a;
+        socklen_t al = sizeof a;
+        int s = accept4(lfd, (struct sockaddr *)&a, &al, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (s >= 0) {
+            if (peer && peercap) {
+                char ip[INET_ADDRSTRLEN] = "?";
+                inet_ntop(AF_INET, &a.sin_addr, ip, sizeof ip);
+                snprintf(peer, peercap, "%s:%d", ip, ntohs(a.sin_port));
+            }
+            *fd = s;
+            return RM_OK;
+        }
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return rm_errf(err, RM_EIO, "accept: %s", strerror(errno));
+        int rc = rm_net_wait(lfd, POLLIN, deadline);
+        if (rc == RM_ETIMEDOUT) return rm_errf(err, rc, "accept: timed out");
+        if (rc) return rm_errf(err, rc, "accept: poll: %s", strerror(errno));
+    }
+}
+
+int rm_net_send_all(int fd, const void *buf, size_t len, double deadline, rm_err *err) {
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int rc = rm_net_wait(fd, POLLOUT, deadline);
+            if (rc == RM_ETIMEDOUT) return rm_errf(err, rc, "send: peer did not read in time");
+            if (rc) return rm_errf(err, rc, "send: poll: %s", strerror(errno));
+            continue;
+        }
+        if (n < 0 && (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN))
+            return rm_errf(err, RM_ECLOSED, "send: peer closed (%s)", strerror(errno));
+        return rm_errf(err, RM_EIO, "send: %s", strerror(errno));
+    }
+    return RM_OK;
+}
+
+int rm_net_recv_all(int fd, void *buf, size_t len, double deadline, rm_err *err) {
+    char *p = buf;
+    while (len > 0) {
+        ssize_t n = recv(fd, p, len, 0);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n == 0) return rm_errf(err, RM_ECLOSED, "recv: peer closed the connection");
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            int rc = rm_net_wait(fd, POLLIN, deadline);
+            if (rc == RM_ETIMEDOUT) return rm_errf(err, rc, "recv: peer sent nothing in time");
+            if (rc) return rm_errf(err, rc, "recv: poll: %s", strerror(errno));
+            continue;
+        }
+        if (errno == ECONNRESET || errno == ENOTCONN)
+            return rm_errf(err, RM_ECLOSED, "recv: peer closed (%s)", strerror(errno));
+        return rm_errf(err, RM_EIO, "recv: %s", strerror(errno));
+    }
+    return RM_OK;
+}
+
+/* ---- SHA-256 (FIPS 180-4), compact ---- */
+typedef struct { uint32_t h[8]; uint64_t n; uint8_t buf[64]; size_t used; } sha256_ctx;
+
+static const uint32_t K256[64] = {
+    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+
+#define ROR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
+
+static void sha256_block(sha256_ctx *c, const uint8_t *p) {
+    uint32_t w[64], a, b, cc, d, e, f, g, h;
+    for (int i = 0; i < 16; i++)
+        w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 |
+               p[4 * i + 3];
+    for (int i = 16; i < 64; i++) {
+        uint32_t s0 = ROR(w[i - 15], 7) ^ ROR(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = ROR(w[i - 2], 17) ^ ROR(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    a = c->h[0]; b = c->h[1]; cc = c->h[2]; d = c->h[3];
+    e = c->h[4]; f = c->h[5]; g = c->h[6]; h = c->h[7];
+    for (int i = 0; i < 64; i++) {
+        uint32_t t1 = h + (ROR(e, 6) ^ ROR(e, 11) ^ ROR(e, 25)) + ((e & f) ^ (~e & g)) + K256[i] + w[i];
+        uint32_t t2 = (ROR(a, 2) ^ ROR(a, 13) ^ ROR(a, 22)) + ((a & b) ^ (a & cc) ^ (b & cc));
+        h = g; g = f; f = e; e = d + t1; d = cc; cc = b; b = a; a = t1 + t2;
+    }
+    c->h[0] += a; c->h[1] += b; c->h[2] += cc; c->h[3] += d;
+    c->h[4] += e; c->h[5] += f; c->h[6] += g; c->h[7] += h;
+}
+
+static void sha256_init(sha256_ctx *c) {
+    static const uint32_t iv[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    memcpy(c->h, iv, sizeof iv);
+    c->n = 0;
+    c->used = 0;
+}
+
+static void sha256_update(sha256_ctx *c, const void *data, size_t len) {
+    const uint8_t *p = data;
+    c->n += len;
+    while (len > 0) {
+        size_t take = 64 - c->used < len ? 64 - c->used : len;
+        memcpy(c->buf + c->used, p, take);
+        c->used += take;
+        p += take;
+        len -= take;
+        if (c->used == 64) {
+            sha256_block(c, c->buf);
+            c->used = 0;
+        }
+    }
+}
+
+static void sha256_final(sha256_ctx *c, uint8_t out[32]) {
+    uint64_t bits = c->n * 8;
+    uint8_t pad = 0x80, zero = 0;
+    sha256_update(c, &pad, 1);
+    while (c->used != 56) sha256_update(c, &zero, 1);
+    uint8_t lenb[8];
+    for (int i = 0; i < 8; i++) lenb[i] = (uint8_t)(bits >> (56 - 8 * i));
+    sha256_update(c, lenb, 8);
+    for (int i = 0; i < 8; i++) {
+        out[4 * i] = (uint8_t)(c->h[i] >> 24);
+        out[4 * i + 1] = (uint8_t)(c->h[i] >> 16);
+        out[4 * i + 2] = (uint8_t)(c->h[i] >> 8);
+        out[4 * i + 3] = (uint8_t)c->h[i];
+    }
+}
+
+void rm_sha256(const void *data, size_t len, uint8_t out[32]) {
+    sha256_ctx c;
+    sha256_init(&c);
+    sha256_update(&c, data, len);
+    sha256_final(&c, out);
+}
+
+void rm_hmac_sha256(const void *key, size_t keylen, const void *msg, size_t len, uint8_t out[32]) {
+    uint8_t k[64] = {0}, ipad[64], opad[64], inner[32];
+    if (keylen > 64) rm_sha256(key, keylen, k);
+    else if (keylen) memcpy(k, key, keylen);
+    for (int i = 0; i < 64; i++) {
+        ipad[i] = k[i] ^ 0x36;
+        opad[i] = k[i] ^ 0x5c;
+    }
+    sha256_ctx c;
+    sha256_init(&c);
+    sha256_update(&c, ipad, 64);
+    sha256_update(&c, msg, len);
+    sha256_final(&c, inner);
+    sha256_init(&c);
+    sha256_update(&c, opad, 64);
+    sha256_update(&c, inner, 32);
+    sha256_final(&c, out);
+}
+
+int rm_net_ct_equal(const void *a, const void *b, size_t n) {
+    const uint8_t *x = a, *y = b;
+    uint8_t d = 0;
+    for (size_t i = 0; i < n; i++) d |= (uint8_t)(x[i] ^ y[i]);
+    return d == 0;
+}
+
+void rm_net_random(void *buf, size_t len) {
+    uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t n = getrandom(p, len, GRND_NONBLOCK);
+        if (n > 0) {
+            p += n;
+            len -= (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR) continue;
+        /* no entropy source: clock noise is enough for a replay-protection nonce */
+        for (size_t i = 0; i < len; i++) p[i] = (uint8_t)((uint64_t)(rm_net_now() * 1e9) >> (i % 8));
+        return;
+    }
+}

@@ -1,0 +1,44 @@
+/* net.h — small TCP helpers for the comm backends: listen/connect/accept and exact reads/writes,
+ * every one bounded by an absolute deadline (CLOCK_MONOTONIC seconds), plus HMAC-SHA256 for the
+ * ring handshake (so the job token never crosses the wire).
+ *
+ * Design: sockets stay in O_NONBLOCK mode and every wait is a poll() with the time left until the
+ * deadline, so nothing here can block forever and a shutdown() from another thread wakes it.
+ * Only IPv4 loopback-style "host:port" strings are handled (the project runs on 127.0.0.0/8 and
+ * pod IPs; names other than "localhost" are not resolved). File descriptors returned are owned by
+ * the caller. */
+#ifndef RM_WORKER_NET_H
+#define RM_WORKER_NET_H
+#include <stddef.h>
+#include <stdint.h>
+#include "common/rm.h"
+
+/* Monotonic clock in seconds. */
+double rm_net_now(void);
+
+/* Parse host ("localhost" or dotted quad) + port into a sockaddr_in stored in out (>= 16 bytes). */
+int rm_net_resolve(const char *host, int port, void *sockaddr_in_out, rm_err *err);
+/* Set TCP_NODELAY, large SO_SNDBUF/SO_RCVBUF (bufsize bytes; 0 = leave autotuning) and O_NONBLOCK. */
+int rm_net_tune(int fd, int bufsize);
+/* Non-blocking listener on host:port (port 0 = any); *port gets the bound port. */
+int rm_net_listen(const char *host, int port, int backlog, int *fd, int *bound_port, rm_err *err);
+/* Connect to host:port, retrying refused connections every few ms until deadline (the peer may not
+ * listen yet). RM_ETIMEDOUT when the deadline passes; *fd is non-blocking. */
+int rm_net_connect(const char *host, int port, double deadline, int *fd, rm_err *err);
+/* Accept one connection (non-blocking fd) or RM_ETIMEDOUT. peer (optional, >= 64 bytes) gets
+ * "a.b.c.d:port" of the remote end for logs. */
+int rm_net_accept(int lfd, double deadline, int *fd, char *peer, size_t peercap, rm_err *err);
+/* Exactly len bytes, or RM_ETIMEDOUT / RM_ECLOSED (peer closed or reset) / RM_EIO. */
+int rm_net_send_all(int fd, const void *buf, size_t len, double deadline, rm_err *err);
+int rm_net_recv_all(int fd, void *buf, size_t len, double deadline, rm_err *err);
+/* Wait until fd is readable/writable (events = POLLIN/POLLOUT) or the deadline; 0, RM_ETIMEDOUT. */
+int rm_net_wait(int fd, short events, double deadline);
+
+/* SHA-256 and HMAC-SHA256 (RFC 2104); out gets 32 bytes. */
+void rm_sha256(const void *data, size_t len, uint8_t out[32]);
+void rm_hmac_sha256(const void *key, size_t keylen, const void *msg, size_t len, uint8_t out[32]);
+/* Constant-time compare: 1 when equal. */
+int rm_net_ct_equal(const void *a, const void *b, size_t n);
+/* Fill buf with random bytes (getrandom, falling back to clock noise). */
+void rm_net_random(void *buf, size_t len);
+#endif
