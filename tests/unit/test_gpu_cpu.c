@@ -1,0 +1,419 @@
+/* test_gpu_cpu.c — the CPU-testable half of the GPU path (worker/gpu.h): bf16/fp16 conversions
+ * against known bit patterns and independent oracles (GCC's _Float16, a double-precision nearest
+ * search for bf16), the GradScaler-style loss scaler sequence, `backend: auto` resolution, the GPU
+ * requirement message, and the CUDA table / NCCL table answers on a machine without a GPU.
+ * The GPU kernels themselves are checked against these same routines in tests/gpu/. */
+#include <CUnit/CUnit.h>
+#include <cjson/cJSON.h>
+#include <float.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "tests/unit/testutil.h"
+#include "worker/comm.h"
+#include "worker/gpu.h"
+
+static float fbits(uint32_t x)
+{
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+static uint32_t bitsf(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    return x;
+}
+
+/* ---------------- bf16 ---------------- */
+
+static void test_bf16_known(void)
+{
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(1.0f), 0x3f80);
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(-2.0f), 0xc000);
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(0.0f), 0x0000);
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(-0.0f), 0x8000);
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x40490fdbu)), 0x4049);   /* pi */
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x3f808000u)), 0x3f80);   /* tie, even below */
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x3f818000u)), 0x3f82);   /* tie, odd -> up */
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x3f808001u)), 0x3f81);   /* just above tie */
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x3f807fffu)), 0x3f80);   /* just below tie */
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(FLT_MAX), 0x7f80);              /* rounds past max -> inf */
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x7f7f7fffu)), 0x7f7f);   /* largest finite stays */
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(INFINITY), 0x7f80);
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(-INFINITY), 0xff80);
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x00000001u)), 0x0000);   /* tiny subnormal -> 0 */
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x00018000u)), 0x0002);   /* subnormal tie, odd -> up */
+    uint16_t qn = rm_f32_to_bf16(fbits(0x7f800001u));               /* signalling NaN, payload low */
+    CU_ASSERT((qn & 0x7f80) == 0x7f80 && (qn & 0x7f) != 0);         /* still a NaN, not inf */
+    CU_ASSERT(isnan(rm_bf16_to_f32(rm_f32_to_bf16(NAN))));
+    CU_ASSERT_EQUAL(bitsf(rm_bf16_to_f32(0x3f80)), 0x3f800000u);
+    CU_ASSERT_EQUAL(bitsf(rm_bf16_to_f32(0xff80)), 0xff800000u);
+}
+
+/* Independent oracle: the nearer of the two bf16 neighbours, computed in double; ties to even. */
+static uint16_t bf16_oracle(float f)
+{
+    uint32_t x = bitsf(f);
+    if (isnan(f))
+        return 0;   /* not used for NaN */
+    uint32_t lo = x & 0xffff0000u;
+    uint32_t hi = lo + 0x10000u;   /* next bf16 away from zero (may be inf) */
+    double dl = fabs((double)f - (double)fbits(lo));
+    double dh = (hi & 0x7fffffffu) >= 0x7f800000u ? fabs((double)f - ldexp(1.0, 128) * (f < 0 ? -1 : 1))
+                                                  : fabs((double)fbits(hi) - (double)f);
+    if (dl < dh)
+        return (uint16_t)(lo >> 16);
+    if (dh < dl)
+        return (uint16_t)(hi >> 16);
+    return (uint16_t)(((lo >> 16) & 1u) ? hi >> 16 : lo >> 16);
+}
+
+static void test_bf16_sweep(void)
+{
+    int bad = 0;
+    /* every bf16 round-trips exactly */
+    for (uint32_t h = 0; h < 0x10000u; h++) {
+        float f = rm_bf16_to_f32((uint16_t)h);
+        if (isnan(f))
+            continue;
+        if (rm_f32_to_bf16(f) != h)
+            bad++;
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    /* ~4M float patterns spread over the whole range (odd stride hits every low-bit pattern) */
+    bad = 0;
+    for (uint64_t i = 0; i < (1ull << 32); i += 1031) {
+        float f = fbits((uint32_t)i);
+        if (isnan(f))
+            continue;
+        if (rm_f32_to_bf16(f) != bf16_oracle(f) && bad++ < 3)
+            printf("bf16 mismatch x=%08x got=%04x want=%04x\n", (uint32_t)i, rm_f32_to_bf16(f),
+                   bf16_oracle(f));
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+}
+
+/* ---------------- fp16 ---------------- */
+
+static void test_f16_known(void)
+{
+    CU_ASSERT_EQUAL(rm_f32_to_f16(1.0f), 0x3c00);
+    CU_ASSERT_EQUAL(rm_f32_to_f16(-2.0f), 0xc000);
+    CU_ASSERT_EQUAL(rm_f32_to_f16(0.1f), 0x2e66);
+    CU_ASSERT_EQUAL(rm_f32_to_f16(1.0f / 3.0f), 0x3555);
+    CU_ASSERT_EQUAL(rm_f32_to_f16(65504.0f), 0x7bff);          /* max finite */
+    CU_ASSERT_EQUAL(rm_f32_to_f16(65519.0f), 0x7bff);          /* below the midpoint */
+    CU_ASSERT_EQUAL(rm_f32_to_f16(65520.0f), 0x7c00);          /* midpoint, odd -> inf */
+    CU_ASSERT_EQUAL(rm_f32_to_f16(1e9f), 0x7c00);
+    CU_ASSERT_EQUAL(rm_f32_to_f16(-1e9f), 0xfc00);
+    CU_ASSERT_EQUAL(rm_f32_to_f16(ldexpf(1.0f, -14)), 0x0400);  /* smallest normal */
+    CU_ASSERT_EQUAL(rm_f32_to_f16(ldexpf(1.0f, -24)), 0x0001);  /* smallest subnormal */
+    CU_ASSERT_EQUAL(rm_f32_to_f16(ldexpf(1.0f, -25)), 0x0000);  /* tie with 0 -> even (0) */
+    CU_ASSERT_EQUAL(rm_f32_to_f16(ldexpf(1.5f, -25)), 0x0001);  /* above the tie */
+    CU_ASSERT_EQUAL(rm_f32_to_f16(ldexpf(3.0f, -25)), 0x0002);  /* 1.5 ulp: tie, odd -> up */
+    CU_ASSERT_EQUAL(rm_f32_to_f16(ldexpf(5.0f, -25)), 0x0002);  /* 2.5 ulp: tie, even -> down */
+    CU_ASSERT_EQUAL(rm_f32_to_f16(ldexpf(1023.5f, -24)), 0x0400); /* carries into the normal range */
+    CU_ASSERT_EQUAL(rm_f32_to_f16(-0.0f), 0x8000);
+    CU_ASSERT_EQUAL(rm_f32_to_f16(1e-30f), 0x0000);
+    CU_ASSERT_EQUAL(rm_f32_to_f16(INFINITY), 0x7c00);
+    uint16_t n = rm_f32_to_f16(NAN);
+    CU_ASSERT((n & 0x7c00) == 0x7c00 && (n & 0x3ff) != 0);
+    CU_ASSERT(isnan(rm_f16_to_f32(rm_f32_to_f16(fbits(0x7f800001u)))));   /* sNaN stays NaN */
+    CU_ASSERT_EQUAL(rm_f16_to_f32(0x0001), ldexpf(1.0f, -24));
+    CU_ASSERT_EQUAL(rm_f16_to_f32(0x7bff), 65504.0f);
+    CU_ASSERT_EQUAL(rm_f16_to_f32(0x3555), 0.333251953125f);
+    CU_ASSERT(isinf(rm_f16_to_f32(0xfc00)) && rm_f16_to_f32(0xfc00) < 0);
+}
+
+static void test_f16_sweep(void)
+{
+    int bad = 0;
+    for (uint32_t h = 0; h < 0x10000u; h++) {
+        float f = rm_f16_to_f32((uint16_t)h);
+        if (isnan(f))
+            continue;
+        if (rm_f32_to_f16(f) != h)
+            bad++;
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+#if defined(__FLT16_MAX__)
+    /* GCC's _Float16 conversion (libgcc soft-float, RNE) as an independent oracle */
+    bad = 0;
+    for (uint64_t i = 0; i < (1ull << 32); i += 1031) {
+        float f = fbits((uint32_t)i);
+        if (isnan(f))
+            continue;
+        _Float16 h = (_Float16)f;
+        uint16_t want;
+        memcpy(&want, &h, sizeof want);
+        if (rm_f32_to_f16(f) != want && bad++ < 3)
+            printf("f16 mismatch x=%08x got=%04x want=%04x\n", (uint32_t)i, rm_f32_to_f16(f), want);
+        float back = (float)h;
+        if (bitsf(rm_f16_to_f32(want)) != bitsf(back) && bad++ < 3)
+            printf("f16->f32 mismatch h=%04x\n", want);
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+#endif
+}
+
+static void test_convert_arrays(void)
+{
+    float src[5] = {1.0f, -0.5f, 65520.0f, 3.0e-8f, 0.1f};
+    uint16_t h[5], b[5];
+    float back[5];
+    rm_f32_to_f16_n(src, h, 5);
+    rm_f32_to_bf16_n(src, b, 5);
+    for (int i = 0; i < 5; i++) {
+        CU_ASSERT_EQUAL(h[i], rm_f32_to_f16(src[i]));
+        CU_ASSERT_EQUAL(b[i], rm_f32_to_bf16(src[i]));
+    }
+    rm_f16_to_f32_n(h, back, 5);
+    CU_ASSERT_EQUAL(back[0], 1.0f);
+    CU_ASSERT(isinf(back[2]));
+    rm_bf16_to_f32_n(b, back, 5);
+    CU_ASSERT_EQUAL(back[1], -0.5f);
+    CU_ASSERT(fabsf(back[4] - 0.1f) < 0.001f);
+}
+
+/* ---------------- loss scaler ---------------- */
+
+static void test_scaler_sequence(void)
+{
+    rm_loss_scaler s;
+    rm_loss_scaler_init(&s, RM_PREC_FP16);
+    CU_ASSERT(s.enabled);
+    CU_ASSERT_EQUAL(rm_loss_scaler_scale(&s), 65536.0f);
+    CU_ASSERT_EQUAL(rm_loss_scaler_inv_scale(&s), 1.0f / 65536.0f);
+    /* 1999 finite steps: unchanged; the 2000th doubles */
+    for (int i = 0; i < 1999; i++)
+        CU_ASSERT_FATAL(rm_loss_scaler_update(&s, false));
+    CU_ASSERT_EQUAL(s.scale, 65536.0f);
+    CU_ASSERT_EQUAL(s.growth_tracker, 1999);
+    CU_ASSERT(rm_loss_scaler_update(&s, false));
+    CU_ASSERT_EQUAL(s.scale, 131072.0f);
+    CU_ASSERT_EQUAL(s.growth_tracker, 0);
+    /* overflow: skip, halve, reset the tracker */
+    for (int i = 0; i < 10; i++)
+        rm_loss_scaler_update(&s, false);
+    CU_ASSERT_FALSE(rm_loss_scaler_update(&s, true));
+    CU_ASSERT_EQUAL(s.scale, 65536.0f);
+    CU_ASSERT_EQUAL(s.growth_tracker, 0);
+    CU_ASSERT_EQUAL(s.skipped, 1);
+    /* consecutive overflows keep halving */
+    CU_ASSERT_FALSE(rm_loss_scaler_update(&s, true));
+    CU_ASSERT_FALSE(rm_loss_scaler_update(&s, true));
+    CU_ASSERT_EQUAL(s.scale, 16384.0f);
+    CU_ASSERT_EQUAL(s.skipped, 3);
+    /* growth needs 2000 finite steps in a row again */
+    for (int i = 0; i < 2000; i++)
+        rm_loss_scaler_update(&s, false);
+    CU_ASSERT_EQUAL(s.scale, 32768.0f);
+    CU_ASSERT_EQUAL(s.steps, 2000 + 10 + 1 + 2 + 2000 + 0 + 0);
+}
+
+static void test_scaler_growth_stays_finite(void)
+{
+    rm_loss_scaler s;
+    rm_loss_scaler_init(&s, RM_PREC_FP16);
+    s.scale = ldexpf(1.0f, 127);
+    for (int i = 0; i < 2000; i++)
+        rm_loss_scaler_update(&s, false);
+    CU_ASSERT(isfinite(s.scale));
+    CU_ASSERT_EQUAL(s.scale, ldexpf(1.0f, 127));
+    CU_ASSERT_EQUAL(s.growth_tracker, 0);
+}
+
+static void test_scaler_disabled(void)
+{
+    for (int p = RM_PREC_FP32; p <= RM_PREC_BF16; p++) {
+        rm_loss_scaler s;
+        rm_loss_scaler_init(&s, (rm_precision)p);
+        CU_ASSERT_FALSE(s.enabled);
+        CU_ASSERT_EQUAL(rm_loss_scaler_scale(&s), 1.0f);
+        CU_ASSERT_EQUAL(rm_loss_scaler_inv_scale(&s), 1.0f);
+        CU_ASSERT(rm_loss_scaler_update(&s, false));
+        CU_ASSERT_FALSE(rm_loss_scaler_update(&s, true));   /* a NaN step is never applied */
+        CU_ASSERT_EQUAL(rm_loss_scaler_scale(&s), 1.0f);
+        for (int i = 0; i < 4000; i++)
+            rm_loss_scaler_update(&s, false);
+        CU_ASSERT_EQUAL(rm_loss_scaler_scale(&s), 1.0f);
+    }
+}
+
+static void test_scaler_agree_and_restore(void)
+{
+    /* what an allreduce(SUM) of the per-rank flags gives: any rank's overflow skips everywhere */
+    float flags[4] = {0, 0, 1, 0}, sum = 0;
+    for (int i = 0; i < 4; i++)
+        sum += rm_loss_scaler_flag_value(flags[i] != 0);
+    CU_ASSERT(rm_loss_scaler_agree_flag(sum));
+    CU_ASSERT_FALSE(rm_loss_scaler_agree_flag(0.0f));
+    CU_ASSERT(rm_loss_scaler_agree_flag(NAN));
+    CU_ASSERT(rm_loss_scaler_agree_flag(4.0f));
+    /* two ranks fed the agreed flag stay in lock step */
+    rm_loss_scaler a, b;
+    rm_loss_scaler_init(&a, RM_PREC_FP16);
+    rm_loss_scaler_init(&b, RM_PREC_FP16);
+    for (int step = 0; step < 5000; step++) {
+        bool local_a = step % 997 == 0, local_b = step % 1499 == 0;
+        float reduced = rm_loss_scaler_flag_value(local_a) + rm_loss_scaler_flag_value(local_b);
+        bool agreed = rm_loss_scaler_agree_flag(reduced);
+        CU_ASSERT_EQUAL_FATAL(rm_loss_scaler_update(&a, agreed), rm_loss_scaler_update(&b, agreed));
+    }
+    CU_ASSERT_EQUAL(a.scale, b.scale);
+    CU_ASSERT_EQUAL(a.growth_tracker, b.growth_tracker);
+    /* restore from a checkpoint; garbage is ignored */
+    rm_loss_scaler r;
+    rm_loss_scaler_init(&r, RM_PREC_FP16);
+    rm_loss_scaler_restore(&r, 1024.0f, 17);
+    CU_ASSERT_EQUAL(r.scale, 1024.0f);
+    CU_ASSERT_EQUAL(r.growth_tracker, 17);
+    rm_loss_scaler_restore(&r, NAN, -3);
+    CU_ASSERT_EQUAL(r.scale, 1024.0f);
+    CU_ASSERT_EQUAL(r.growth_tracker, 17);
+    rm_loss_scaler_restore(&r, 0.0f, 5000);
+    CU_ASSERT_EQUAL(r.scale, 1024.0f);
+    CU_ASSERT_EQUAL(r.growth_tracker, 17);
+}
+
+/* ---------------- backend selection ---------------- */
+
+static void test_backend_resolve(void)
+{
+    CU_ASSERT_EQUAL(rm_backend_resolve(RM_BACKEND_AUTO, 0), RM_BACKEND_RING);
+    CU_ASSERT_EQUAL(rm_backend_resolve(RM_BACKEND_AUTO, 1), RM_BACKEND_NCCL);
+    CU_ASSERT_EQUAL(rm_backend_resolve(RM_BACKEND_AUTO, 8), RM_BACKEND_NCCL);
+    CU_ASSERT_EQUAL(rm_backend_resolve(RM_BACKEND_AUTO, -1), RM_BACKEND_RING);
+    CU_ASSERT_EQUAL(rm_backend_resolve(RM_BACKEND_MPI, 1), RM_BACKEND_MPI);
+    CU_ASSERT_EQUAL(rm_backend_resolve(RM_BACKEND_RING, 4), RM_BACKEND_RING);
+    CU_ASSERT_EQUAL(rm_backend_resolve(RM_BACKEND_NCCL, 0), RM_BACKEND_NCCL);
+}
+
+static void test_template_gpus(void)
+{
+    CU_ASSERT_EQUAL(rm_template_gpus(NULL), 0);
+    const char *cases[][2] = {
+        {"{\"spec\":{\"containers\":[{\"name\":\"w\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":1}}}]}}", "1"},
+        {"{\"spec\":{\"containers\":[{\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"2\"}}},"
+         "{\"resources\":{\"requests\":{\"nvidia.com/gpu\":1}}}]}}", "3"},
+        {"{\"spec\":{\"containers\":[{\"resources\":{\"limits\":{\"cpu\":\"2\"}}}]}}", "0"},
+        {"{\"spec\":{\"containers\":[{\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"x1\"}}}]}}", "0"},
+        {"{\"spec\":{\"containers\":[{\"resources\":{\"limits\":{\"nvidia.com/gpu\":-4}}}]}}", "0"},
+        {"{\"spec\":{\"containers\":{}}}", "0"},
+        {"{\"metadata\":{}}", "0"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *j = cJSON_Parse(cases[i][0]);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(j);
+        CU_ASSERT_EQUAL(rm_template_gpus(j), cases[i][1][0] - '0');
+        cJSON_Delete(j);
+    }
+    /* auto on a GPU template picks nccl */
+    cJSON *j = cJSON_Parse(cases[0][0]);
+    CU_ASSERT_EQUAL(rm_backend_resolve(RM_BACKEND_AUTO, rm_template_gpus(j)), RM_BACKEND_NCCL);
+    cJSON_Delete(j);
+}
+
+static void test_needs_gpu(void)
+{
+    CU_ASSERT_FALSE(rm_job_needs_gpu(RM_BACKEND_RING, RM_PREC_FP32));
+    CU_ASSERT_FALSE(rm_job_needs_gpu(RM_BACKEND_MPI, RM_PREC_FP32));
+    CU_ASSERT(rm_job_needs_gpu(RM_BACKEND_NCCL, RM_PREC_FP32));
+    CU_ASSERT(rm_job_needs_gpu(RM_BACKEND_RING, RM_PREC_BF16));
+    CU_ASSERT(rm_job_needs_gpu(RM_BACKEND_RING, RM_PREC_FP16));
+    CU_ASSERT_STRING_EQUAL(rm_precision_str(RM_PREC_BF16), "bf16");
+    CU_ASSERT_EQUAL(rm_precision_size(RM_PREC_FP32), 4);
+    CU_ASSERT_EQUAL(rm_precision_size(RM_PREC_FP16), 2);
+    /* a CPU job never touches CUDA and always passes */
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(rm_gpu_require(RM_BACKEND_RING, RM_PREC_FP32, &e), RM_OK);
+}
+
+/* On this machine class (no GPU) the GPU job gets a clear error; on a GPU machine it passes. */
+static void test_require_message(void)
+{
+    char why[256] = "";
+    bool have = rm_gpu_available(why, sizeof why);
+    rm_err e = {0};
+    int rc = rm_gpu_require(RM_BACKEND_NCCL, RM_PREC_BF16, &e);
+    if (have) {
+        CU_ASSERT_EQUAL(rc, RM_OK);
+        return;
+    }
+    CU_ASSERT(why[0] != '\0');
+    CU_ASSERT_EQUAL(rc, RM_EUNSUPPORTED);
+    CU_ASSERT(strncmp(e.msg, "precision bf16/backend nccl needs a GPU: ", 41) == 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, why));
+    const char *expect = rm_gpu_built() ? "cudaGetDeviceCount" : "built without CUDA";
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, expect));
+    memset(&e, 0, sizeof e);
+    CU_ASSERT_EQUAL(rm_gpu_require(RM_BACKEND_RING, RM_PREC_FP16, &e), RM_EUNSUPPORTED);
+    CU_ASSERT(strncmp(e.msg, "precision fp16 needs a GPU: ", 28) == 0);
+    memset(&e, 0, sizeof e);
+    CU_ASSERT_EQUAL(rm_gpu_require(RM_BACKEND_NCCL, RM_PREC_FP32, &e), RM_EUNSUPPORTED);
+    CU_ASSERT(strncmp(e.msg, "backend nccl needs a GPU: ", 26) == 0);
+    /* without a GPU the CUDA table is absent and selecting a device fails with the reason */
+    CU_ASSERT_PTR_NULL(rm_kernels_cuda());
+    int dev = 7;
+    memset(&e, 0, sizeof e);
+    CU_ASSERT_EQUAL(rm_gpu_select(0, &dev, NULL, 0, &e), RM_EUNSUPPORTED);
+    CU_ASSERT(e.msg[0] != '\0');
+    memset(&e, 0, sizeof e);
+    CU_ASSERT_EQUAL(rm_gpu_set_precision(RM_PREC_BF16, &e), RM_EUNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "needs a GPU"));
+    CU_ASSERT_PTR_NULL(rm_gpu_compute_stream());
+    CU_ASSERT_EQUAL(rm_gpu_check(&e), RM_OK);
+}
+
+/* The NCCL table exists exactly when the build has CUDA; without a GPU its init fails cleanly. */
+static void test_nccl_table_without_gpu(void)
+{
+    const rm_comm_ops *ops = rm_comm_nccl_ops();
+    if (!rm_gpu_built()) {
+        CU_ASSERT_PTR_NULL(ops);
+        return;
+    }
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ops);
+    CU_ASSERT_STRING_EQUAL(ops->name, "nccl");
+    if (rm_gpu_available(NULL, 0))
+        return;
+    rm_comm_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.rank = 0;
+    cfg.world_size = 1;
+    cfg.timeout_s = 1;
+    cfg.listen_fd = -1;
+    rm_comm *c = (rm_comm *)0x1;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(ops->init(&cfg, &c, &e), RM_EUNSUPPORTED);
+    CU_ASSERT_PTR_NULL(c);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "needs a GPU"));
+    ops->destroy(NULL);
+    ops->abort(NULL);
+}
+
+void rm_suite_gpu_cpu(void)
+{
+    static const rm_test_case cases[] = {
+        {"bf16 known values", test_bf16_known},
+        {"bf16 sweep vs nearest oracle", test_bf16_sweep},
+        {"fp16 known values", test_f16_known},
+        {"fp16 sweep vs _Float16", test_f16_sweep},
+        {"array conversions", test_convert_arrays},
+        {"loss scaler sequence", test_scaler_sequence},
+        {"loss scaler growth stays finite", test_scaler_growth_stays_finite},
+        {"loss scaler disabled for fp32/bf16", test_scaler_disabled},
+        {"loss scaler agreement and restore", test_scaler_agree_and_restore},
+        {"backend auto resolution", test_backend_resolve},
+        {"gpus requested by a pod template", test_template_gpus},
+        {"which jobs need a GPU", test_needs_gpu},
+        {"GPU job without a GPU: clear error", test_require_message},
+        {"nccl table without a GPU", test_nccl_table_without_gpu},
+    };
+    RM_ADD_SUITE("gpu_cpu", NULL, NULL, cases);
+}

@@ -1,0 +1,455 @@
+/* comm_nccl.c — the "nccl" comm backend (worker/comm.h) for GPU workers.
+ *
+ * Design (following nccl-tests and PyTorch's ProcessGroupNCCL watchdog):
+ *  - Bootstrap per rendezvous epoch through the kv area: rank 0 calls ncclGetUniqueId and publishes
+ *    it hex-encoded as kv[epoch]["nccl-id"]; the others long-poll for it. A new epoch means a new id
+ *    and a new communicator, so the in-place restart needs nothing else.
+ *  - The communicator is non-blocking (ncclConfig_t.blocking = 0): init and every collective return
+ *    at once and we poll ncclCommGetAsyncError with a deadline. A dead or hung peer therefore turns
+ *    into RM_ETIMEDOUT / RM_ECLOSED after cfg.timeout_s, and the communicator is aborted
+ *    (ncclCommAbort), never left blocking the process; the worker re-joins and builds a new one.
+ *  - Collectives run on a dedicated communication stream. Before each one the comm stream waits on a
+ *    CUDA event recorded on the compute stream (the CUDA kernels table's, rm_gpu_compute_stream()),
+ *    so a gradient bucket is reduced as soon as the backward kernels that produced it have run,
+ *    while later backward kernels keep the compute stream busy: overlap through events, no host
+ *    synchronisation of the compute stream. The call returns when the reduction is done (comm.h's
+ *    blocking contract), which is what the fusion comm thread expects.
+ *  - Buffers may be device memory (the fast path) or ordinary host memory (staged through a device
+ *    buffer that grows to the largest size seen; used for tiny host values such as the loss-scaler
+ *    overflow flag, and by callers that do not know where their memory lives).
+ *  - abort() may come from any thread: it only raises a flag when a collective is in flight (the
+ *    polling thread sees it within microseconds and aborts the communicator itself), otherwise it
+ *    aborts at once. A mutex orders the two so ncclCommAbort runs exactly once.
+ * Nothing is allocated per step: events, stream, the 1-float barrier buffer are made in init. */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels/cuda/rm_cuda.h"
+#include "worker/comm.h"
+#include "worker/gpu.h"
+
+#define NCCL_ID_KEY "nccl-id"
+#define NCCL_INIT_MIN_TIMEOUT_S 30.0   /* NCCL init over several nodes can take seconds */
+
+struct rm_comm {
+    ncclComm_t comm;            /* NULL once aborted/destroyed */
+    cudaStream_t stream;        /* communication stream */
+    cudaEvent_t ready;          /* recorded on the compute stream before each collective */
+    int device, rank, world;
+    double timeout_s;
+    pthread_mutex_t mu;         /* guards comm against abort() vs the polling thread */
+    bool in_flight;             /* a collective is being polled (under mu) */
+    atomic_int aborted;         /* abort() was called, or a collective failed */
+    float *scratch1;            /* one device float for barrier() */
+    void *stage;                /* device staging for host buffers */
+    size_t stage_bytes;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Waits after the first millisecond so a long allreduce does not burn a core that the data loader
+ * or the fusion thread needs; short ones (latency-bound) only spin. */
+static void poll_pause(double waited_s)
+{
+    if (waited_s < 1e-3) {
+        sched_yield();
+        return;
+    }
+    struct timespec ts = {0, waited_s < 0.1 ? 20000 : 200000};
+    nanosleep(&ts, NULL);
+}
+
+static int nccl_dtype(rm_dtype dt, ncclDataType_t *out)
+{
+    switch (dt) {
+    case RM_DT_F32: *out = ncclFloat32; return RM_OK;
+    case RM_DT_BF16: *out = ncclBfloat16; return RM_OK;
+    case RM_DT_F16: *out = ncclFloat16; return RM_OK;
+    }
+    return RM_EUNSUPPORTED;
+}
+
+static int nccl_op(rm_redop op, ncclRedOp_t *out)
+{
+    switch (op) {
+    case RM_OP_SUM: *out = ncclSum; return RM_OK;
+    case RM_OP_AVG: *out = ncclAvg; return RM_OK;
+    }
+    return RM_EUNSUPPORTED;
+}
+
+/* Abort the communicator once (caller holds mu). */
+static void abort_locked(rm_comm *c)
+{
+    if (c->comm) {
+        ncclResult_t r = ncclCommAbort(c->comm);
+        if (r != ncclSuccess)
+            rm_warn("ncclCommAbort failed err=\"%s\"", ncclGetErrorString(r));
+        c->comm = NULL;
+    }
+}
+
+/* Poll a non-blocking communicator until the pending operation (init, or the enqueue of a
+ * collective) has left ncclInProgress. */
+static int wait_nccl_ready(rm_comm *c, ncclComm_t comm, double deadline, const char *what,
+                           rm_err *err)
+{
+    double t0 = now_s();
+    for (;;) {
+        ncclResult_t st = ncclInProgress;
+        ncclResult_t r = ncclCommGetAsyncError(comm, &st);
+        if (r != ncclSuccess)
+            return rm_errf(err, RM_EIO, "%s: ncclCommGetAsyncError: %s", what, ncclGetErrorString(r));
+        if (st == ncclSuccess)
+            return RM_OK;
+        if (st != ncclInProgress)
+            return rm_errf(err, st == ncclRemoteError ? RM_ECLOSED : RM_EIO, "%s: %s (%s)", what,
+                           ncclGetErrorString(st), ncclGetLastError(comm));
+        if (c && atomic_load(&c->aborted))
+            return rm_errf(err, RM_ECLOSED, "%s: aborted", what);
+        double t = now_s();
+        if (t > deadline)
+            return rm_errf(err, RM_ETIMEDOUT, "%s: no progress within the timeout", what);
+        poll_pause(t - t0);
+    }
+}
+
+/* Wait until everything enqueued on the comm stream has run, watching NCCL's async error, the
+ * abort flag and the deadline. */
+static int wait_stream(rm_comm *c, double deadline, const char *what, rm_err *err)
+{
+    double t0 = now_s();
+    for (;;) {
+        cudaError_t q = cudaStreamQuery(c->stream);
+        if (q == cudaSuccess)
+            return RM_OK;
+        if (q != cudaErrorNotReady) {
+            (void)cudaGetLastError();
+            return rm_errf(err, RM_EIO, "%s: cudaStreamQuery: %s", what, cudaGetErrorString(q));
+        }
+        ncclResult_t st = ncclSuccess;
+        ncclResult_t r = ncclCommGetAsyncError(c->comm, &st);
+        if (r != ncclSuccess)
+            return rm_errf(err, RM_EIO, "%s: ncclCommGetAsyncError: %s", what, ncclGetErrorString(r));
+        if (st != ncclSuccess && st != ncclInProgress)
+            return rm_errf(err, st == ncclRemoteError ? RM_ECLOSED : RM_EIO,
+                           "%s: peer failure: %s (%s)", what, ncclGetErrorString(st),
+                           ncclGetLastError(c->comm));
+        if (atomic_load(&c->aborted))
+            return rm_errf(err, RM_ECLOSED, "%s: aborted", what);
+        double t = now_s();
+        if (t > deadline)
+            return rm_errf(err, RM_ETIMEDOUT, "%s: not finished within %.1f s (peer dead or hung)",
+                           what, c->timeout_s);
+        poll_pause(t - t0);
+    }
+}
+
+static void hex_encode(const unsigned char *p, size_t n, char *out)
+{
+    static const char hx[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hx[p[i] >> 4];
+        out[2 * i + 1] = hx[p[i] & 15];
+    }
+    out[2 * n] = '\0';
+}
+
+static int hex_val(int ch)
+{
+    if (ch >= '0' && ch <= '9')
+        return ch - '0';
+    if (ch >= 'a' && ch <= 'f')
+        return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F')
+        return ch - 'A' + 10;
+    return -1;
+}
+
+static int hex_decode(const char *s, size_t len, unsigned char *out, size_t n)
+{
+    if (len != 2 * n)
+        return RM_EPROTO;
+    for (size_t i = 0; i < n; i++) {
+        int hi = hex_val((unsigned char)s[2 * i]), lo = hex_val((unsigned char)s[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return RM_EPROTO;
+        out[i] = (unsigned char)(hi << 4 | lo);
+    }
+    return RM_OK;
+}
+
+/* Rank 0 makes and publishes the id; the others fetch it. World size 1 needs no rendezvous. */
+static int bootstrap_id(const rm_comm_cfg *cfg, double timeout_s, ncclUniqueId *id, rm_err *err)
+{
+    int rc = RM_OK;
+    char hex[2 * sizeof(ncclUniqueId) + 1];
+    if (cfg->rank == 0) {
+        RM_NCCL_GOTO_ERR(ncclGetUniqueId(id), rc, out, err);
+        if (cfg->world_size == 1)
+            goto out;
+        if (!cfg->rdzv)
+            return rm_errf(err, RM_EINVAL, "nccl: world size %d needs the rendezvous kv area "
+                           "(cfg.rdzv) to share the unique id", cfg->world_size);
+        hex_encode((const unsigned char *)id, sizeof *id, hex);
+        RM_CHECK_GOTO(rm_rdzv_kv_put(cfg->rdzv, cfg->epoch, NCCL_ID_KEY, hex, strlen(hex), err),
+                      rc, out);
+        rm_info("nccl unique id published epoch=%d", cfg->epoch);
+    } else {
+        void *val = NULL;
+        size_t len = 0;
+        if (!cfg->rdzv)
+            return rm_errf(err, RM_EINVAL, "nccl: rank %d needs the rendezvous kv area (cfg.rdzv) to "
+                           "fetch the unique id", cfg->rank);
+        RM_CHECK_GOTO(rm_rdzv_kv_get(cfg->rdzv, cfg->epoch, NCCL_ID_KEY, timeout_s, &val, &len, err),
+                      rc, out);
+        rc = hex_decode((const char *)val, len, (unsigned char *)id, sizeof *id);
+        free(val);
+        if (rc != RM_OK)
+            return rm_errf(err, RM_EPROTO, "nccl: kv[%d][%s] is not a %zu-byte hex id (len %zu)",
+                           cfg->epoch, NCCL_ID_KEY, sizeof *id, len);
+    }
+out:
+    return rc;
+}
+
+static void nccl_destroy(rm_comm *c);
+
+static int nccl_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err)
+{
+    int rc = RM_OK;
+    rm_comm *c = NULL;
+    ncclUniqueId id;
+    char why[256];
+    *out = NULL;
+    if (!cfg || cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
+        return rm_errf(err, RM_EINVAL, "nccl: bad rank %d / world size %d", cfg ? cfg->rank : -1,
+                       cfg ? cfg->world_size : -1);
+    if (!rm_gpu_available(why, sizeof why))
+        return rm_errf(err, RM_EUNSUPPORTED, "backend nccl needs a GPU: %s", why);
+    c = calloc(1, sizeof *c);
+    if (!c)
+        return rm_errf(err, RM_ENOMEM, "nccl: out of memory");
+    pthread_mutex_init(&c->mu, NULL);
+    atomic_init(&c->aborted, 0);
+    c->rank = cfg->rank;
+    c->world = cfg->world_size;
+    c->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 10.0;
+    double init_timeout = c->timeout_s > NCCL_INIT_MIN_TIMEOUT_S ? c->timeout_s : NCCL_INIT_MIN_TIMEOUT_S;
+
+    if (cfg->device >= 0)
+        RM_CUDA_GOTO_ERR(cudaSetDevice(cfg->device), rc, fail, err);
+    RM_CUDA_GOTO_ERR(cudaGetDevice(&c->device), rc, fail, err);
+    RM_CUDA_GOTO_ERR(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), rc, fail, err);
+    RM_CUDA_GOTO_ERR(cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming), rc, fail, err);
+    RM_CUDA_GOTO_ERR(cudaMalloc((void **)&c->scratch1, sizeof(float)), rc, fail, err);
+
+    RM_CHECK_GOTO(bootstrap_id(cfg, init_timeout, &id, err), rc, fail);
+
+    ncclConfig_t conf = NCCL_CONFIG_INITIALIZER;
+    conf.blocking = 0;
+    double deadline = now_s() + init_timeout;
+    RM_NCCL_GOTO_ERR(ncclCommInitRankConfig(&c->comm, c->world, id, c->rank, &conf), rc, fail, err);
+    rc = wait_nccl_ready(NULL, c->comm, deadline, "ncclCommInitRankConfig", err);
+    if (rc != RM_OK)
+        goto fail;
+    rm_info("nccl communicator ready rank=%d world=%d epoch=%d device=%d nccl=%d.%d.%d", c->rank,
+            c->world, cfg->epoch, c->device, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+    *out = c;
+    return RM_OK;
+fail:
+    atomic_store(&c->aborted, 1);   /* a half-made communicator is aborted, not finalized */
+    nccl_destroy(c);
+    return rc;
+}
+
+static int ensure_stage(rm_comm *c, size_t bytes, rm_err *err)
+{
+    int rc = RM_OK;
+    if (bytes <= c->stage_bytes)
+        return RM_OK;
+    if (c->stage)
+        RM_CUDA_WARN(cudaFree(c->stage));
+    c->stage = NULL;
+    c->stage_bytes = 0;
+    RM_CUDA_GOTO_ERR(cudaMalloc(&c->stage, bytes), rc, out, err);
+    c->stage_bytes = bytes;
+out:
+    return rc;
+}
+
+static bool is_device_ptr(const void *p)
+{
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
+}
+
+static int nccl_allreduce_oop(rm_comm *c, const void *send, void *recv, size_t count, rm_dtype dt,
+                              rm_redop op, rm_err *err)
+{
+    int rc = RM_OK;
+    ncclDataType_t ndt;
+    ncclRedOp_t nop;
+    if (!c)
+        return rm_errf(err, RM_EINVAL, "nccl: no communicator");
+    if (nccl_dtype(dt, &ndt) != RM_OK || nccl_op(op, &nop) != RM_OK)
+        return rm_errf(err, RM_EUNSUPPORTED, "nccl: dtype %d / op %d not supported", (int)dt, (int)op);
+    if (count == 0)
+        return RM_OK;
+    if (!send || !recv)
+        return rm_errf(err, RM_EINVAL, "nccl: NULL buffer");
+
+    pthread_mutex_lock(&c->mu);
+    if (atomic_load(&c->aborted) || !c->comm) {
+        pthread_mutex_unlock(&c->mu);
+        return rm_errf(err, RM_ECLOSED, "nccl: communicator aborted");
+    }
+    c->in_flight = true;
+    pthread_mutex_unlock(&c->mu);
+    /* the current device is per host thread: the fusion comm thread never chose one */
+    RM_CUDA_GOTO_ERR(cudaSetDevice(c->device), rc, fail, err);
+
+    size_t bytes = count * rm_dtype_size(dt);
+    bool dev_send = is_device_ptr(send), dev_recv = is_device_ptr(recv);
+    const void *s = send;
+    void *r = recv;
+    double deadline = now_s() + c->timeout_s;
+
+    /* order after the compute stream's work so far (the kernels that wrote this bucket) */
+    cudaStream_t compute = (cudaStream_t)rm_gpu_compute_stream();
+    RM_CUDA_GOTO_ERR(cudaEventRecord(c->ready, compute ? compute : cudaStreamLegacy), rc, fail, err);
+    RM_CUDA_GOTO_ERR(cudaStreamWaitEvent(c->stream, c->ready, 0), rc, fail, err);
+    if (!dev_send || !dev_recv) {
+        RM_CHECK_GOTO(ensure_stage(c, bytes, err), rc, fail);
+        if (!dev_send)
+            RM_CUDA_GOTO_ERR(cudaMemcpyAsync(c->stage, send, bytes, cudaMemcpyHostToDevice, c->stream),
+                             rc, fail, err);
+        else
+            RM_CUDA_GOTO_ERR(cudaMemcpyAsync(c->stage, send, bytes, cudaMemcpyDeviceToDevice,
+                                             c->stream), rc, fail, err);
+        s = c->stage;
+        r = c->stage;
+    }
+    RM_NCCL_GOTO_ERR(ncclAllReduce(s, r, count, ndt, nop, c->comm, c->stream), rc, fail, err);
+    rc = wait_nccl_ready(c, c->comm, deadline, "ncclAllReduce", err);
+    if (rc != RM_OK)
+        goto fail;
+    /* wait (bounded) for the reduction itself before any copy back: a copy into pageable host
+     * memory would block the host unboundedly behind a hung collective */
+    rc = wait_stream(c, deadline, "ncclAllReduce", err);
+    if (rc != RM_OK)
+        goto fail;
+    if (r != recv) {
+        RM_CUDA_GOTO_ERR(cudaMemcpyAsync(recv, r, bytes, dev_recv ? cudaMemcpyDeviceToDevice
+                                                                    : cudaMemcpyDeviceToHost,
+                                         c->stream), rc, fail, err);
+        rc = wait_stream(c, deadline, "ncclAllReduce copy-back", err);
+        if (rc != RM_OK)
+            goto fail;
+    }
+    pthread_mutex_lock(&c->mu);
+    c->in_flight = false;
+    pthread_mutex_unlock(&c->mu);
+    return RM_OK;
+fail:
+    rm_warn("nccl allreduce failed, aborting the communicator rank=%d rc=%s", c->rank,
+            rm_strerror(rc));
+    pthread_mutex_lock(&c->mu);
+    atomic_store(&c->aborted, 1);
+    abort_locked(c);
+    c->in_flight = false;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
+static int nccl_allreduce(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_redop op, rm_err *err)
+{
+    return nccl_allreduce_oop(c, buf, buf, count, dt, op, err);
+}
+
+/* A one-float allreduce: returns once every rank has entered it (NCCL has no barrier). */
+static int nccl_barrier(rm_comm *c, rm_err *err)
+{
+    if (!c)
+        return rm_errf(err, RM_EINVAL, "nccl: no communicator");
+    return nccl_allreduce_oop(c, c->scratch1, c->scratch1, 1, RM_DT_F32, RM_OP_SUM, err);
+}
+
+static void nccl_abort(rm_comm *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->mu);
+    atomic_store(&c->aborted, 1);
+    if (!c->in_flight)
+        abort_locked(c);
+    /* else: the polling thread sees the flag, fails with RM_ECLOSED and aborts */
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void nccl_destroy(rm_comm *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->mu);
+    if (c->comm) {
+        /* a healthy communicator is finalized (flushes NCCL's own work) within the timeout;
+         * anything else is aborted */
+        bool clean = false;
+        (void)cudaSetDevice(c->device);
+        ncclResult_t fr = atomic_load(&c->aborted) ? ncclInvalidUsage : ncclCommFinalize(c->comm);
+        if (fr == ncclSuccess || fr == ncclInProgress) {
+            rm_err e = {0};
+            clean = wait_nccl_ready(NULL, c->comm, now_s() + c->timeout_s, "ncclCommFinalize", &e) ==
+                    RM_OK;
+            if (!clean)
+                rm_warn("nccl finalize did not complete, aborting err=\"%s\"", e.msg);
+        }
+        if (clean) {
+            ncclResult_t r = ncclCommDestroy(c->comm);
+            if (r != ncclSuccess && r != ncclInProgress)
+                rm_warn("ncclCommDestroy failed err=\"%s\"", ncclGetErrorString(r));
+            c->comm = NULL;
+        } else {
+            abort_locked(c);
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+    if (c->stage)
+        RM_CUDA_WARN(cudaFree(c->stage));
+    if (c->scratch1)
+        RM_CUDA_WARN(cudaFree(c->scratch1));
+    if (c->ready)
+        RM_CUDA_WARN(cudaEventDestroy(c->ready));
+    if (c->stream)
+        RM_CUDA_WARN(cudaStreamDestroy(c->stream));
+    pthread_mutex_destroy(&c->mu);
+    free(c);
+}
+
+static const rm_comm_ops nccl_ops = {
+    .name = "nccl",
+    .init = nccl_init,
+    .allreduce = nccl_allreduce,
+    .allreduce_oop = nccl_allreduce_oop,
+    .barrier = nccl_barrier,
+    .abort = nccl_abort,
+    .destroy = nccl_destroy,
+};
+
+const rm_comm_ops *rm_comm_nccl_ops(void) { return &nccl_ops; }
