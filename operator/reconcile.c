@@ -348,6 +348,10 @@ static void run(rc_ctx *c)
     char msg[256];
 
     st->observed_generation = c->gen;
+    /* every condition is re-evaluated against this generation on every call */
+    for (int t = 0; t < RM_COND__COUNT; t++)
+        if (st->conditions[t].present)
+            st->conditions[t].observed_generation = c->gen;
 
     /* Terminal jobs only get cleanup (R9). */
     if (st->phase == RM_PHASE_SUCCEEDED || st->phase == RM_PHASE_FAILED) {
