@@ -1,0 +1,56 @@
+/* main.c — ringmaster-worker: the program inside every worker pod.
+ *   ringmaster-worker train [flags]   data-parallel training (worker/train.c)
+ *   ringmaster-worker bench [flags]   allreduce benchmark in nccl-tests' format (worker/bench.c)
+ * Exit codes: 0 success (also on SIGTERM after the checkpoint, and on the rendezvous' "stop"),
+ * 1 runtime failure (missing/corrupt data, unrecoverable comm error), 2 bad usage. */
+#include <stdio.h>
+#include <string.h>
+
+#include "common/log.h"
+#include "common/rm.h"
+#include "worker/bench.h"
+#include "worker/train.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: ringmaster-worker train [flags] | bench [flags] | --help\n"
+                 "  train   synchronous data-parallel training (see `ringmaster-worker train --help`)\n"
+                 "  bench   allreduce benchmark, nccl-tests format (see `ringmaster-worker bench --help`)\n");
+}
+
+int main(int argc, char **argv)
+{
+    rm_log_init(RM_LOG_INFO, RM_LOG_TEXT, "worker");
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return 0;
+    }
+    if (!strcmp(argv[1], "bench"))
+        return rm_worker_bench_main(argc - 1, argv + 1);
+    if (strcmp(argv[1], "train") != 0) {
+        fprintf(stderr, "ringmaster-worker: unknown command \"%s\"\n", argv[1]);
+        usage(stderr);
+        return 2;
+    }
+    rm_train_cfg cfg;
+    rm_err err = {0};
+    int rc = rm_train_cfg_parse(argc - 1, argv + 1, &cfg, &err);
+    if (rc) {
+        if (strcmp(err.msg, "help") == 0) {
+            rm_train_usage(stdout);
+            return 0;
+        }
+        fprintf(stderr, "ringmaster-worker train: %s\n", err.msg);
+        rm_train_usage(stderr);
+        return 2;
+    }
+    rc = rm_train_run(&cfg, &err);
+    if (rc)
+        rm_error("training failed rc=%s err=\"%s\"", rm_strerror(rc), err.msg);
+    rm_train_cfg_free(&cfg);
+    return rc ? 1 : 0;
+}

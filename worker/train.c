@@ -1,0 +1,1189 @@
+/* train.c — `ringmaster-worker train`: settings, the data-parallel loop, in-place restart.
+ *
+ * Design (see train.h for the buffer layout):
+ *   - One context struct (trainer) owns everything; the only file-level state is the SIGTERM flag
+ *     a signal handler must reach.
+ *   - A "round" is one rendezvous epoch: join -> comm init -> load newest checkpoint -> make every
+ *     rank hold rank 0's exact state (a broadcast done as an allreduce SUM where the other ranks
+ *     contribute zeros: exact in floating point) -> steps until the group breaks, the job ends,
+ *     or the rendezvous says rejoin/stop. A broken round is torn down and the next one joined in
+ *     the same process; the world size may differ (the LR and shard follow it).
+ *   - A step issues kernels on preallocated buffers; gradients of layer l are handed to the fusion
+ *     layer as soon as backward finishes it, so buckets allreduce while earlier layers compute.
+ *   - The rendezvous report (~1 s), logs, evaluation and checkpoints run between steps on the
+ *     training thread: a hang fault therefore silences everything, as a real hang would. */
+#include "worker/train.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/json.h"
+#include "common/log.h"
+#include "common/rdzv.h"
+#include "common/yaml.h"
+#include "kernels/kernels.h"
+#include "worker/checkpoint.h"
+#include "worker/comm.h"
+#include "worker/data.h"
+#include "worker/faults.h"
+#include "worker/fusion.h"
+#include "worker/model.h"
+#include "worker/optim.h"
+#include "worker/schedule.h"
+#include "worker/wmetrics.h"
+
+/* The one piece of state a signal handler has to reach. */
+static volatile sig_atomic_t g_train_term;
+static void on_term(int sig)
+{
+    (void)sig;
+    g_train_term = 1;
+}
+
+static double now_mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* ================================ settings ================================ */
+
+static char *dupstr(const char *s) { return s ? strdup(s) : NULL; }
+static void setstr(char **dst, const char *s)
+{
+    free(*dst);
+    *dst = dupstr(s);
+}
+
+void rm_train_cfg_free(rm_train_cfg *cfg)
+{
+    if (!cfg)
+        return;
+    rm_training_free(&cfg->t);
+    free(cfg->checkpoint_dir);
+    free(cfg->metrics_addr);
+    free(cfg->backend);
+    free(cfg->device);
+    free(cfg->rdzv_url);
+    free(cfg->job);
+    free(cfg->token);
+    free(cfg->worker_id);
+    free(cfg->bind_addr);
+    free(cfg->fault_spec);
+    memset(cfg, 0, sizeof *cfg);
+}
+
+void rm_train_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: ringmaster-worker train [flags]\n"
+            "  settings: spec.training from env RINGMASTER_TRAINING (JSON) or --config FILE\n"
+            "  (a TrainingJob YAML/JSON, or only its training object); flags override.\n"
+            "  --config FILE              TrainingJob or training object (YAML or JSON)\n"
+            "  --epochs N                 data epochs (default 10)\n"
+            "  --batch N                  batch size per worker (default 64)\n"
+            "  --lr X                     learning rate per 64-sample batch (scaled by global batch/64)\n"
+            "  --optimizer sgd|adam|adagrad\n"
+            "  --momentum X  --weight-decay X\n"
+            "  --hidden W,W,...           hidden widths (default 512,256)\n"
+            "  --warmup-epochs X          linear warmup (default 1)\n"
+            "  --schedule cosine|step|constant\n"
+            "  --seed N                   data/model seed (default 42)\n"
+            "  --fusion-mb X              fusion bucket threshold in MiB (default 25; 0 = per layer)\n"
+            "  --data-dir DIR             Fashion-MNIST IDX files (default %s)\n"
+            "  --checkpoint-dir DIR       env RINGMASTER_CHECKPOINT_DIR; none = no checkpoints\n"
+            "  --checkpoint-interval N    steps between checkpoints (default 200)\n"
+            "  --checkpoint-keep K        keep the newest K (default 3)\n"
+            "  --metrics-addr ADDR        /metrics,/healthz,/readyz (default :9090; port 0 ok; off)\n"
+            "  --backend ring|mpi|local   env RINGMASTER_BACKEND (default ring; local without a rendezvous)\n"
+            "  --device cpu|cuda          kernels table (default cpu)\n"
+            "  --max-steps N              stop after N global steps (testing)\n"
+            "  --comm-timeout S           bound on collective waits (default 10)\n"
+            "  --log-format text|json     --log-level debug|info|warn|error\n"
+            "  env: RINGMASTER_RENDEZVOUS RINGMASTER_JOB RINGMASTER_TOKEN RINGMASTER_WORKER_ID\n"
+            "       RINGMASTER_BIND_ADDR RINGMASTER_PROGRESS_DEADLINE RINGMASTER_FAULT\n",
+            RM_DATA_DEFAULT_DIR);
+}
+
+static int parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out,
+                     rm_err *err)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        return rm_errf(err, RM_EINVAL, "%s: want an integer in [%lld, %lld], got \"%s\"", flag, lo,
+                       hi, s);
+    *out = v;
+    return RM_OK;
+}
+
+static int parse_dbl(const char *flag, const char *s, double lo, double hi, double *out,
+                     rm_err *err)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi))
+        return rm_errf(err, RM_EINVAL, "%s: want a number in [%g, %g], got \"%s\"", flag, lo, hi,
+                       s);
+    *out = v;
+    return RM_OK;
+}
+
+/* Take spec.training (+ checkpoint/restart/backend fields) from a whole TrainingJob, or a bare
+ * training object, loaded from YAML or JSON. */
+static int load_config_file(const char *path, rm_train_cfg *cfg, rm_err *err)
+{
+    rm_yaml_docs *docs = NULL;
+    int rc = rm_yaml_load_file(path, &docs, err);
+    if (rc)
+        return rc;
+    cJSON *doc = rm_yaml_count(docs) ? rm_yaml_doc(docs, 0) : NULL;
+    if (!cJSON_IsObject(doc)) {
+        rm_yaml_free(docs);
+        return rm_errf(err, RM_EINVAL, "%s: expected a TrainingJob or a training object", path);
+    }
+    if (cJSON_GetObjectItemCaseSensitive(doc, "kind") ||
+        cJSON_GetObjectItemCaseSensitive(doc, "spec")) {
+        rm_tj tj;
+        memset(&tj, 0, sizeof tj);
+        rc = rm_tj_from_json(doc, &tj, err);
+        if (rc == RM_OK) {
+            rm_tj_defaults(&tj);
+            rc = rm_tj_validate(&tj, err);
+        }
+        if (rc == RM_OK) {
+            rm_training_free(&cfg->t);
+            cfg->t = tj.spec.training;
+            memset(&tj.spec.training, 0, sizeof tj.spec.training);
+            if (tj.spec.checkpoint.path)
+                setstr(&cfg->checkpoint_dir, tj.spec.checkpoint.path);
+            cfg->checkpoint_interval = tj.spec.checkpoint.interval_steps;
+            cfg->checkpoint_keep = tj.spec.checkpoint.keep;
+            cfg->progress_deadline_s = tj.spec.restart.progress_deadline_seconds;
+            if (tj.spec.backend == RM_BACKEND_RING || tj.spec.backend == RM_BACKEND_MPI)
+                setstr(&cfg->backend, rm_backend_name(tj.spec.backend));
+        }
+        rm_tj_free(&tj);
+    } else {
+        rm_training_spec t;
+        memset(&t, 0, sizeof t);
+        rc = rm_training_from_json(doc, "spec.training", &t, err);
+        if (rc == RM_OK) {
+            rm_training_free(&cfg->t);
+            cfg->t = t;
+        } else {
+            rm_training_free(&t);
+        }
+    }
+    rm_yaml_free(docs);
+    return rc;
+}
+
+static int load_env_training(const char *json, rm_train_cfg *cfg, rm_err *err)
+{
+    cJSON *o = rm_json_parse(json, strlen(json), err);
+    if (!o)
+        return rm_errf(err, RM_EINVAL, "RINGMASTER_TRAINING: %s", err ? err->msg : "bad JSON");
+    rm_training_spec t;
+    memset(&t, 0, sizeof t);
+    int rc = rm_training_from_json(o, "spec.training", &t, err);
+    cJSON_Delete(o);
+    if (rc) {
+        rm_training_free(&t);
+        return rc;
+    }
+    rm_training_free(&cfg->t);
+    cfg->t = t;
+    return RM_OK;
+}
+
+static int parse_hidden(const char *s, rm_training_spec *t, rm_err *err)
+{
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || v < 1 || v > 65536 || n == RM_TJ_MAX_HIDDEN)
+            return rm_errf(err, RM_EINVAL, "--hidden: want up to %d widths 1..65536 like 512,256",
+                           RM_TJ_MAX_HIDDEN);
+        t->hidden[n++] = (int)v;
+        if (*end == ',')
+            end++;
+        else if (*end)
+            return rm_errf(err, RM_EINVAL, "--hidden: bad list \"%s\"", s);
+        p = end;
+    }
+    t->nhidden = n;
+    return RM_OK;
+}
+
+enum {
+    O_CONFIG = 256, O_EPOCHS, O_BATCH, O_LR, O_DATA, O_CKDIR, O_CKINT, O_CKKEEP, O_METRICS,
+    O_BACKEND, O_MAXSTEPS, O_LOGFMT, O_LOGLVL, O_OPT, O_MOM, O_WD, O_HIDDEN, O_WARM, O_SCHED,
+    O_SEED, O_FUSION, O_DEVICE, O_CTIMEOUT, O_HELP
+};
+
+int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
+{
+    memset(cfg, 0, sizeof *cfg);
+    int rc = RM_OK;
+    rm_training_defaults(&cfg->t);
+    cfg->checkpoint_interval = 200;
+    cfg->checkpoint_keep = 3;
+    cfg->progress_deadline_s = 60;
+    cfg->comm_timeout_s = 10;
+    cfg->eval_every_epoch = 1;
+    cfg->log_every = 100;
+
+    static const struct option opts[] = {
+        {"config", required_argument, 0, O_CONFIG},
+        {"epochs", required_argument, 0, O_EPOCHS},
+        {"batch", required_argument, 0, O_BATCH},
+        {"lr", required_argument, 0, O_LR},
+        {"data-dir", required_argument, 0, O_DATA},
+        {"checkpoint-dir", required_argument, 0, O_CKDIR},
+        {"checkpoint-interval", required_argument, 0, O_CKINT},
+        {"checkpoint-keep", required_argument, 0, O_CKKEEP},
+        {"metrics-addr", required_argument, 0, O_METRICS},
+        {"backend", required_argument, 0, O_BACKEND},
+        {"max-steps", required_argument, 0, O_MAXSTEPS},
+        {"log-format", required_argument, 0, O_LOGFMT},
+        {"log-level", required_argument, 0, O_LOGLVL},
+        {"optimizer", required_argument, 0, O_OPT},
+        {"momentum", required_argument, 0, O_MOM},
+        {"weight-decay", required_argument, 0, O_WD},
+        {"hidden", required_argument, 0, O_HIDDEN},
+        {"warmup-epochs", required_argument, 0, O_WARM},
+        {"schedule", required_argument, 0, O_SCHED},
+        {"seed", required_argument, 0, O_SEED},
+        {"fusion-mb", required_argument, 0, O_FUSION},
+        {"device", required_argument, 0, O_DEVICE},
+        {"comm-timeout", required_argument, 0, O_CTIMEOUT},
+        {"help", no_argument, 0, O_HELP},
+        {0, 0, 0, 0},
+    };
+
+    /* pass 1: the config source (file beats env), so flags can override it in pass 2 */
+    const char *config = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--config") && i + 1 < argc)
+            config = argv[i + 1];
+        else if (!strncmp(argv[i], "--config=", 9))
+            config = argv[i] + 9;
+    }
+    const char *env;
+    if (config) {
+        RM_CHECK_GOTO(load_config_file(config, cfg, err), rc, fail);
+    } else if ((env = getenv("RINGMASTER_TRAINING")) && *env) {
+        RM_CHECK_GOTO(load_env_training(env, cfg, err), rc, fail);
+    }
+    rm_training_defaults(&cfg->t);
+
+    /* env from the controller */
+    if ((env = getenv("RINGMASTER_CHECKPOINT_DIR")) && *env)
+        setstr(&cfg->checkpoint_dir, env);
+    if ((env = getenv("RINGMASTER_BACKEND")) && *env)
+        setstr(&cfg->backend, env);
+    if ((env = getenv("RINGMASTER_PROGRESS_DEADLINE")) && *env)
+        RM_CHECK_GOTO(parse_dbl("RINGMASTER_PROGRESS_DEADLINE", env, 0, 1e7,
+                                &cfg->progress_deadline_s, err), rc, fail);
+    if ((env = getenv("RINGMASTER_RENDEZVOUS")) && *env)
+        setstr(&cfg->rdzv_url, env);
+    setstr(&cfg->job, (env = getenv("RINGMASTER_JOB")) && *env ? env : "default/local");
+    setstr(&cfg->token, (env = getenv("RINGMASTER_TOKEN")) ? env : "");
+    setstr(&cfg->worker_id, (env = getenv("RINGMASTER_WORKER_ID")) && *env ? env : "0");
+    setstr(&cfg->bind_addr, (env = getenv("RINGMASTER_BIND_ADDR")) && *env ? env : "127.0.0.1");
+    if ((env = getenv("RINGMASTER_FAULT")) && *env)
+        setstr(&cfg->fault_spec, env);
+    setstr(&cfg->metrics_addr, ":9090");
+    setstr(&cfg->device, "cpu");
+
+    optind = 1;
+    opterr = 0;
+    int c;
+    long long iv;
+    double dv;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (c) {
+        case O_CONFIG: break;
+        case O_EPOCHS:
+            RM_CHECK_GOTO(parse_int("--epochs", optarg, 1, 100000, &iv, err), rc, fail);
+            cfg->t.epochs = (int)iv;
+            break;
+        case O_BATCH:
+            RM_CHECK_GOTO(parse_int("--batch", optarg, 1, 65536, &iv, err), rc, fail);
+            cfg->t.batch_size_per_worker = (int)iv;
+            break;
+        case O_LR:
+            RM_CHECK_GOTO(parse_dbl("--lr", optarg, 1e-12, 1e6, &cfg->t.optimizer.lr, err), rc,
+                          fail);
+            break;
+        case O_DATA:
+            free(cfg->t.data_dir);
+            cfg->t.data_dir = strdup(optarg);
+            break;
+        case O_CKDIR: setstr(&cfg->checkpoint_dir, optarg); break;
+        case O_CKINT:
+            RM_CHECK_GOTO(parse_int("--checkpoint-interval", optarg, 0, 1LL << 40, &iv, err), rc,
+                          fail);
+            cfg->checkpoint_interval = (int)iv;
+            break;
+        case O_CKKEEP:
+            RM_CHECK_GOTO(parse_int("--checkpoint-keep", optarg, 1, 1000, &iv, err), rc, fail);
+            cfg->checkpoint_keep = (int)iv;
+            break;
+        case O_METRICS: setstr(&cfg->metrics_addr, optarg); break;
+        case O_BACKEND: setstr(&cfg->backend, optarg); break;
+        case O_MAXSTEPS:
+            RM_CHECK_GOTO(parse_int("--max-steps", optarg, 0, 1LL << 40, &iv, err), rc, fail);
+            cfg->t.max_steps = (int)iv;
+            break;
+        case O_LOGFMT: {
+            rm_log_format f;
+            if (rm_log_parse_format(optarg, &f) != RM_OK) {
+                rc = rm_errf(err, RM_EINVAL, "--log-format: text or json, got \"%s\"", optarg);
+                goto fail;
+            }
+            rm_log_init(RM_LOG_INFO, f, "worker");
+            break;
+        }
+        case O_LOGLVL: {
+            rm_log_level l;
+            if (rm_log_parse_level(optarg, &l) != RM_OK) {
+                rc = rm_errf(err, RM_EINVAL, "--log-level: debug|info|warn|error, got \"%s\"",
+                             optarg);
+                goto fail;
+            }
+            rm_log_init(l, RM_LOG_TEXT, "worker");
+            break;
+        }
+        case O_OPT:
+            if (!strcmp(optarg, "sgd"))
+                cfg->t.optimizer.type = RM_OPT_SGD;
+            else if (!strcmp(optarg, "adam"))
+                cfg->t.optimizer.type = RM_OPT_ADAM;
+            else if (!strcmp(optarg, "adagrad"))
+                cfg->t.optimizer.type = RM_OPT_ADAGRAD;
+            else {
+                rc = rm_errf(err, RM_EINVAL, "--optimizer: sgd|adam|adagrad, got \"%s\"", optarg);
+                goto fail;
+            }
+            break;
+        case O_MOM:
+            RM_CHECK_GOTO(parse_dbl("--momentum", optarg, 0, 1, &cfg->t.optimizer.momentum, err),
+                          rc, fail);
+            break;
+        case O_WD:
+            RM_CHECK_GOTO(parse_dbl("--weight-decay", optarg, 0, 1,
+                                    &cfg->t.optimizer.weight_decay, err), rc, fail);
+            break;
+        case O_HIDDEN: RM_CHECK_GOTO(parse_hidden(optarg, &cfg->t, err), rc, fail); break;
+        case O_WARM:
+            RM_CHECK_GOTO(parse_dbl("--warmup-epochs", optarg, 0, 1000, &cfg->t.warmup_epochs,
+                                    err), rc, fail);
+            break;
+        case O_SCHED:
+            if (!strcmp(optarg, "cosine"))
+                cfg->t.schedule = RM_SCHED_COSINE;
+            else if (!strcmp(optarg, "step"))
+                cfg->t.schedule = RM_SCHED_STEP;
+            else if (!strcmp(optarg, "constant"))
+                cfg->t.schedule = RM_SCHED_CONSTANT;
+            else {
+                rc = rm_errf(err, RM_EINVAL, "--schedule: cosine|step|constant, got \"%s\"",
+                             optarg);
+                goto fail;
+            }
+            break;
+        case O_SEED:
+            RM_CHECK_GOTO(parse_int("--seed", optarg, 0, INT64_MAX, &iv, err), rc, fail);
+            cfg->t.seed = (uint64_t)iv;
+            break;
+        case O_FUSION:
+            RM_CHECK_GOTO(parse_dbl("--fusion-mb", optarg, 0, 4096, &dv, err), rc, fail);
+            cfg->t.fusion_buffer_mb = dv;
+            break;
+        case O_DEVICE: setstr(&cfg->device, optarg); break;
+        case O_CTIMEOUT:
+            RM_CHECK_GOTO(parse_dbl("--comm-timeout", optarg, 0.1, 3600, &cfg->comm_timeout_s,
+                                    err), rc, fail);
+            break;
+        case O_HELP:
+        case 'h':
+            rc = rm_errf(err, RM_EINVAL, "help");
+            goto fail;
+        case ':':
+            rc = rm_errf(err, RM_EINVAL, "flag %s needs a value", argv[optind - 1]);
+            goto fail;
+        default:
+            rc = rm_errf(err, RM_EINVAL, "unknown flag %s", argv[optind - 1]);
+            goto fail;
+        }
+    }
+    if (optind < argc) {
+        rc = rm_errf(err, RM_EINVAL, "unexpected argument \"%s\"", argv[optind]);
+        goto fail;
+    }
+    RM_CHECK_GOTO(rm_training_validate(&cfg->t, "spec.training", err), rc, fail);
+    if (cfg->backend && strcmp(cfg->backend, "ring") && strcmp(cfg->backend, "mpi") &&
+        strcmp(cfg->backend, "local") && strcmp(cfg->backend, "nccl") &&
+        strcmp(cfg->backend, "auto")) {
+        rc = rm_errf(err, RM_EINVAL, "--backend: ring|mpi|local, got \"%s\"", cfg->backend);
+        goto fail;
+    }
+    if (strcmp(cfg->device, "cpu") && strcmp(cfg->device, "cuda")) {
+        rc = rm_errf(err, RM_EINVAL, "--device: cpu|cuda, got \"%s\"", cfg->device);
+        goto fail;
+    }
+    if (!strcmp(cfg->metrics_addr, "off"))
+        setstr(&cfg->metrics_addr, "");
+    return RM_OK;
+fail:
+    rm_train_cfg_free(cfg);
+    return rc;
+}
+
+/* ================================ the trainer ================================ */
+
+enum { R_DONE = 1, R_BROKEN, R_REJOIN, R_STOP, R_TERM };
+
+typedef struct trainer {
+    const rm_train_cfg *cfg;
+    const rm_kernels *k;
+    rm_dataset tr, te;
+    rm_model m;
+    rm_optim opt;
+    rm_lr_sched sched;
+    int B;                      /* per-worker batch */
+    uint32_t *perm;
+    int perm_epoch;
+    float *host_x;              /* staging for non-host kernels */
+    int32_t *host_labels;
+    float *host_stage;          /* checkpoint payload staging (params + state), host */
+    size_t stage_bytes;
+    float *dev_small;           /* 32 floats of device memory: state sync and eval sums */
+
+    /* world */
+    rm_rdzv_client *rdzv;
+    int listen_fd;
+    char my_addr[96];
+    const rm_comm_ops *ops;
+    rm_comm *comm;
+    rm_fusion *fusion;
+    int fusion_err;
+    int rank, world, rdzv_epoch;
+
+    /* training state (what a checkpoint holds) */
+    int64_t step;
+    int train_epoch;
+    int64_t data_pos;
+    double lr;
+    int64_t last_ckpt_step;
+
+    /* results and rates */
+    double test_acc, test_loss, train_loss;
+    int evaluated_epoch;        /* last data epoch evaluated, -1 none */
+    double t_start, train_seconds;
+    int64_t samples_local;
+    double rep_t;               /* last report time */
+    int64_t rep_samples;
+    double rate;                /* samples/s, last interval */
+    double ar_gbps;
+    int64_t log_step;
+    double fail_t;              /* failure detected at (mono), 0 none */
+    int restarts;
+
+    rm_wmetrics wm;
+    rm_faults faults;
+} trainer;
+
+static void trainer_free(trainer *t)
+{
+    if (t->fusion)
+        rm_fusion_free(t->fusion);
+    if (t->comm && t->ops)
+        t->ops->destroy(t->comm);
+    if (t->listen_fd >= 0)
+        close(t->listen_fd);
+    rm_rdzv_client_free(t->rdzv);
+    rm_optim_free(&t->opt);
+    rm_model_free(&t->m);
+    if (t->k) {
+        t->k->free(t->dev_small);
+    }
+    free(t->perm);
+    free(t->host_x);
+    free(t->host_labels);
+    free(t->host_stage);
+    rm_dataset_free(&t->tr);
+    rm_dataset_free(&t->te);
+    rm_wmetrics_stop(&t->wm);
+}
+
+static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
+{
+    memset(t, 0, sizeof *t);
+    t->listen_fd = -1;
+    t->cfg = cfg;
+    t->B = cfg->t.batch_size_per_worker;
+    t->perm_epoch = -1;
+    t->evaluated_epoch = -1;
+    t->test_acc = -1;
+    t->last_ckpt_step = -1;
+    t->k = rm_kernels_get(cfg->device);
+    if (!t->k)
+        return rm_errf(err, RM_EUNSUPPORTED, "device %s: not available in this build or machine",
+                       cfg->device);
+    RM_CHECK(rm_faults_parse(cfg->fault_spec, &t->faults, err));
+    rm_faults_set_dir(&t->faults, cfg->checkpoint_dir);
+    RM_CHECK(rm_wmetrics_start(&t->wm, cfg->metrics_addr, cfg->job, cfg->progress_deadline_s,
+                               err));
+    if (t->wm.srv)
+        rm_info("metrics listening port=%d", rm_wmetrics_port(&t->wm));
+
+    double t0 = now_mono();
+    RM_CHECK(rm_dataset_load(cfg->t.data_dir, true, &t->tr, err));
+    RM_CHECK(rm_dataset_load(cfg->t.data_dir, false, &t->te, err));
+    if (t->tr.rows * t->tr.cols != RM_MODEL_INPUT || t->te.rows * t->te.cols != RM_MODEL_INPUT)
+        return rm_errf(err, RM_EINVAL, "data: images are %dx%d, the model wants %d pixels",
+                       t->tr.rows, t->tr.cols, RM_MODEL_INPUT);
+    rm_info("data loaded train=%d test=%d seconds=%.2f dir=%s", t->tr.n, t->te.n,
+            now_mono() - t0, cfg->t.data_dir ? cfg->t.data_dir : RM_DATA_DEFAULT_DIR);
+
+    rm_model_shape shape;
+    RM_CHECK(rm_model_shape_make(&shape, RM_MODEL_INPUT, cfg->t.hidden, cfg->t.nhidden,
+                                 RM_MODEL_CLASSES, err));
+    RM_CHECK(rm_model_init(&t->m, t->k, &shape, t->B, err));
+    RM_CHECK(rm_optim_init(&t->opt, t->k, &cfg->t.optimizer, t->m.layout.total, err));
+    rm_lr_sched_from_spec(&t->sched, &cfg->t);
+    t->perm = malloc((size_t)t->tr.n * sizeof *t->perm);
+    t->stage_bytes = (size_t)(1 + t->opt.nstate) * t->m.layout.total * sizeof(float);
+    t->host_stage = malloc(t->stage_bytes);
+    t->dev_small = t->k->alloc(32 * sizeof(float));
+    if (!t->k->host_memory) {
+        t->host_x = malloc((size_t)t->B * RM_MODEL_INPUT * sizeof(float));
+        t->host_labels = malloc((size_t)t->B * sizeof(int32_t));
+    }
+    if (!t->perm || !t->host_stage || !t->dev_small ||
+        (!t->k->host_memory && (!t->host_x || !t->host_labels)))
+        return rm_errf(err, RM_ENOMEM, "out of memory");
+
+    if (cfg->rdzv_url) {
+        t->rdzv = rm_rdzv_client_new(cfg->rdzv_url, cfg->job, cfg->token, cfg->worker_id);
+        if (!t->rdzv)
+            return rm_errf(err, RM_ENOMEM, "rendezvous client: out of memory");
+        const char *be = cfg->backend && strcmp(cfg->backend, "auto") ? cfg->backend : "ring";
+        if (!strcmp(be, "ring")) {
+            int port = 0;
+            RM_CHECK(rm_comm_listen(cfg->bind_addr, &t->listen_fd, &port, err));
+            snprintf(t->my_addr, sizeof t->my_addr, "%s:%d", cfg->bind_addr, port);
+        } else {
+            snprintf(t->my_addr, sizeof t->my_addr, "%s:0", cfg->bind_addr);
+        }
+    }
+    char sh[128];
+    rm_model_shape_str(&shape, sh, sizeof sh);
+    rm_info("model ready shape=%s params=%zu optimizer=%s device=%s", sh, t->m.layout.total,
+            rm_optim_name(cfg->t.optimizer.type), t->k->name);
+    return RM_OK;
+}
+
+/* ---------------- state: fresh, checkpoint, sync ---------------- */
+
+static void state_fresh(trainer *t, rm_err *err)
+{
+    rm_model_init_params(&t->m, t->cfg->t.seed, err);
+    for (int i = 0; i < t->opt.nstate; i++)
+        t->k->memset0(t->opt.state[i], t->opt.n * sizeof(float));
+    t->opt.t = 0;
+    t->step = 0;
+    t->train_epoch = 0;
+    t->data_pos = 0;
+}
+
+static void ckpt_expect(const trainer *t, rm_ckpt_meta *e)
+{
+    memset(e, 0, sizeof *e);
+    e->shape = t->m.shape;
+    e->opt_type = (int32_t)t->cfg->t.optimizer.type;
+    e->nstate = t->opt.nstate;
+    e->nparams = t->m.layout.total;
+}
+
+/* Every rank reads the newest valid checkpoint (if any). Returns 1 if loaded, 0 if none. */
+static int state_load(trainer *t)
+{
+    if (!t->cfg->checkpoint_dir)
+        return 0;
+    rm_ckpt_meta exp, meta;
+    ckpt_expect(t, &exp);
+    char path[4200];
+    int skipped = 0;
+    rm_err e = {0};
+    if (rm_ckpt_load_newest(t->cfg->checkpoint_dir, &exp, &meta, t->host_stage, t->stage_bytes,
+                            path, sizeof path, &skipped, &e) != RM_OK) {
+        if (skipped)
+            rm_warn("no usable checkpoint reason=\"%s\"", e.msg);
+        return 0;
+    }
+    size_t n = t->m.layout.total * sizeof(float);
+    t->k->h2d(t->m.params, t->host_stage, n);
+    for (int i = 0; i < t->opt.nstate; i++)
+        t->k->h2d(t->opt.state[i], (char *)t->host_stage + (size_t)(1 + i) * n, n);
+    t->opt.t = meta.opt_t;
+    t->step = meta.step;
+    t->train_epoch = meta.train_epoch;
+    t->data_pos = meta.data_pos;
+    t->last_ckpt_step = meta.step;
+    rm_info("checkpoint loaded path=%s step=%lld train_epoch=%d data_pos=%lld written_world=%d "
+            "skipped_invalid=%d",
+            path, (long long)meta.step, meta.train_epoch, (long long)meta.data_pos,
+            meta.world_size, skipped);
+    return 1;
+}
+
+/* 64-bit counters travel as three 21-bit pieces: each is exact in a float. */
+static void put64(float *f, int64_t v)
+{
+    uint64_t u = (uint64_t)v;
+    f[0] = (float)(u & 0x1fffff);
+    f[1] = (float)((u >> 21) & 0x1fffff);
+    f[2] = (float)((u >> 42) & 0x1fffff);
+}
+static int64_t get64(const float *f)
+{
+    return (int64_t)((uint64_t)f[0] | ((uint64_t)f[1] << 21) | ((uint64_t)f[2] << 42));
+}
+
+/* Make every rank hold rank 0's exact state: allreduce SUM where the others contribute zeros. */
+static int state_sync(trainer *t, rm_err *err)
+{
+    if (t->world == 1)
+        return RM_OK;
+    float meta[16] = {0};
+    if (t->rank == 0) {
+        put64(meta, t->step);
+        put64(meta + 3, t->data_pos);
+        put64(meta + 6, t->opt.t);
+        put64(meta + 9, t->last_ckpt_step + 1);
+        meta[12] = (float)t->train_epoch;
+    }
+    int64_t my_step = t->step;
+    t->k->h2d(t->dev_small, meta, sizeof meta);
+    RM_CHECK(t->ops->allreduce(t->comm, t->dev_small, 16, RM_DT_F32, RM_OP_SUM, err));
+    t->k->d2h(meta, t->dev_small, sizeof meta);
+    size_t n = t->m.layout.total;
+    if (t->rank != 0) {
+        t->k->memset0(t->m.params, n * sizeof(float));
+        for (int i = 0; i < t->opt.nstate; i++)
+            t->k->memset0(t->opt.state[i], n * sizeof(float));
+    }
+    RM_CHECK(t->ops->allreduce(t->comm, t->m.params, n, RM_DT_F32, RM_OP_SUM, err));
+    for (int i = 0; i < t->opt.nstate; i++)
+        RM_CHECK(t->ops->allreduce(t->comm, t->opt.state[i], n, RM_DT_F32, RM_OP_SUM, err));
+    t->step = get64(meta);
+    t->data_pos = get64(meta + 3);
+    t->opt.t = get64(meta + 6);
+    t->last_ckpt_step = get64(meta + 9) - 1;
+    t->train_epoch = (int)meta[12];
+    if (t->rank != 0 && my_step != t->step)
+        rm_warn("state differed from rank 0; took rank 0's my_step=%lld step=%lld",
+                (long long)my_step, (long long)t->step);
+    return RM_OK;
+}
+
+static int ckpt_write(trainer *t, rm_err *err)
+{
+    if (!t->cfg->checkpoint_dir || t->rank != 0 || t->step == t->last_ckpt_step)
+        return RM_OK;
+    double t0 = now_mono();
+    rm_ckpt_meta meta;
+    ckpt_expect(t, &meta);
+    meta.step = t->step;
+    meta.train_epoch = t->train_epoch;
+    meta.data_pos = t->data_pos;
+    meta.world_size = t->world;
+    meta.batch_per_worker = t->B;
+    meta.rdzv_epoch = t->rdzv_epoch;
+    meta.seed = t->cfg->t.seed;
+    meta.opt_t = t->opt.t;
+    meta.epoch_pos = t->train_epoch + (double)t->data_pos / t->tr.n;
+    meta.lr = t->lr;
+    meta.loss_scale = 1.0f;
+    size_t n = t->m.layout.total * sizeof(float);
+    rm_ckpt_seg segs[1 + RM_CKPT_MAX_STATE];
+    int nseg = 0;
+    if (t->k->host_memory) {
+        segs[nseg++] = (rm_ckpt_seg){t->m.params, n};
+        for (int i = 0; i < t->opt.nstate; i++)
+            segs[nseg++] = (rm_ckpt_seg){t->opt.state[i], n};
+    } else {
+        t->k->d2h(t->host_stage, t->m.params, n);
+        for (int i = 0; i < t->opt.nstate; i++)
+            t->k->d2h((char *)t->host_stage + (size_t)(1 + i) * n, t->opt.state[i], n);
+        segs[nseg++] = (rm_ckpt_seg){t->host_stage, (size_t)(1 + t->opt.nstate) * n};
+    }
+    char path[4200];
+    int rc = rm_ckpt_write(t->cfg->checkpoint_dir, &meta, segs, nseg, t->cfg->checkpoint_keep,
+                           path, sizeof path, err);
+    if (rc) {
+        rm_error("checkpoint write failed step=%lld err=\"%s\"", (long long)t->step, err->msg);
+        return rc;
+    }
+    double dt = now_mono() - t0;
+    t->last_ckpt_step = t->step;
+    rm_series_observe(t->wm.ckpt_seconds, dt);
+    rm_series_set(t->wm.last_ckpt, (double)t->step);
+    rm_info("checkpoint written path=%s step=%lld seconds=%.3f", path, (long long)t->step, dt);
+    return RM_OK;
+}
+
+/* ---------------- rounds ---------------- */
+
+static void round_teardown(trainer *t)
+{
+    if (t->fusion) {
+        rm_fusion_free(t->fusion);
+        t->fusion = NULL;
+    }
+    if (t->comm) {
+        t->ops->destroy(t->comm);
+        t->comm = NULL;
+    }
+}
+
+/* Join (or go alone), init the comm, restore state. R_STOP/R_TERM or a negative error. */
+static int round_setup(trainer *t, bool first, rm_err *err)
+{
+    const rm_train_cfg *cfg = t->cfg;
+    rm_rdzv_round rr = {0};
+    const char *be = cfg->backend && strcmp(cfg->backend, "auto") ? cfg->backend : "ring";
+    rm_health_set_ready(t->wm.health, false, "joining");
+    if (t->rdzv && strcmp(be, "mpi") != 0) {
+        int last = first ? 0 : t->rdzv_epoch;
+        double deadline = now_mono() + 900;
+        for (;;) {
+            rm_health_beat(t->wm.health);   /* waiting for peers is not a hang */
+            if (g_train_term)
+                return R_TERM;
+            rm_err e = {0};
+            int rc = rm_rdzv_join(t->rdzv, t->my_addr, last, 15, &rr, &e);
+            if (rc == RM_OK)
+                break;
+            if (rc == RM_ECLOSED) {
+                rm_info("rendezvous says stop");
+                return R_STOP;
+            }
+            if (rc == RM_EAUTH)
+                return rm_errf(err, rc, "rendezvous join: %s", e.msg);
+            if (now_mono() > deadline)
+                return rm_errf(err, RM_ETIMEDOUT, "rendezvous join: no round within 900 s (%s)",
+                               e.msg);
+            if (rc != RM_ETIMEDOUT) {
+                rm_warn("rendezvous join failed, retrying err=\"%s\"", e.msg);
+                sleep(1);
+            }
+        }
+        t->rank = rr.rank;
+        t->world = rr.world_size;
+        t->rdzv_epoch = rr.epoch;
+    } else if (!strcmp(be, "mpi")) {
+        const char *r = getenv("OMPI_COMM_WORLD_RANK"), *n = getenv("OMPI_COMM_WORLD_SIZE");
+        t->rank = r ? atoi(r) : 0;
+        t->world = n ? atoi(n) : 1;
+        t->rdzv_epoch = 1;
+    } else {
+        t->rank = 0;
+        t->world = 1;
+        t->rdzv_epoch = 1;
+        be = "local";
+    }
+    if (t->world == 1 && strcmp(be, "mpi"))
+        be = "local";
+    t->ops = rm_comm_backend(be);
+    if (!t->ops) {
+        rm_rdzv_round_free(&rr);
+        return rm_errf(err, RM_EUNSUPPORTED, "comm backend %s: not available in this build", be);
+    }
+    char fields[128];
+    snprintf(fields, sizeof fields, "rank=%d", t->rank);
+    rm_log_set_fields(fields);
+    rm_comm_cfg cc = {
+        .rank = t->rank, .world_size = t->world, .epoch = t->rdzv_epoch, .peers = rr.peers,
+        .token = cfg->token, .listen_fd = t->listen_fd, .timeout_s = cfg->comm_timeout_s,
+        .rdzv = t->rdzv, .device = 0,
+    };
+    int rc = t->ops->init(&cc, &t->comm, err);
+    rm_rdzv_round_free(&rr);
+    if (rc)
+        return rc;
+    RM_CHECK(rm_wmetrics_set_rank(&t->wm, t->rank, err));
+    rm_series_set(t->wm.epoch, t->rdzv_epoch);
+    rm_series_set(t->wm.world, t->world);
+    rm_info("round ready epoch=%d rank=%d world=%d backend=%s", t->rdzv_epoch, t->rank, t->world,
+            t->ops->name);
+
+    /* state: newest checkpoint, else fresh; then everyone takes rank 0's */
+    if (!state_load(t)) {
+        if (first || t->cfg->checkpoint_dir)
+            state_fresh(t, err);
+        /* else: no checkpoints configured; rank 0's in-memory state is broadcast below */
+    }
+    RM_CHECK(state_sync(t, err));
+    rm_series_set(t->wm.last_ckpt, (double)(t->last_ckpt_step > 0 ? t->last_ckpt_step : 0));
+    if (t->world > 1) {
+        size_t thr = (size_t)(cfg->t.fusion_buffer_mb * 1024.0 * 1024.0);
+        RM_CHECK(rm_fusion_new(t->ops, t->comm, t->m.grads, t->m.layout.layer_off,
+                               t->m.layout.layer_len, t->m.shape.nlayers, thr, &t->fusion, err));
+        rm_fusion_set_world_size(t->fusion, t->world);
+    }
+    rm_health_set_ready(t->wm.health, true, NULL);
+    rm_health_beat(t->wm.health);
+    return RM_OK;
+}
+
+/* ---------------- evaluation (sharded over ranks, reduced) ---------------- */
+
+static int evaluate(trainer *t, rm_err *err)
+{
+    int n = t->te.n, per = (n + t->world - 1) / t->world;
+    int start = t->rank * per, end = start + per < n ? start + per : n;
+    double correct = 0, loss = 0;
+    for (int s = start; s < end; s += t->B) {
+        int rows = end - s < t->B ? end - s : t->B;
+        if (t->k->host_memory) {
+            rm_data_slice(&t->te, s, rows, t->m.x, t->m.labels);
+        } else {
+            rm_data_slice(&t->te, s, rows, t->host_x, t->host_labels);
+            t->k->h2d(t->m.x, t->host_x, (size_t)rows * RM_MODEL_INPUT * sizeof(float));
+            t->k->h2d(t->m.labels, t->host_labels, (size_t)rows * sizeof(int32_t));
+        }
+        rm_model_forward(&t->m, rows);
+        rm_model_count_correct(&t->m, rows);
+        int L = t->m.shape.nlayers;
+        float *logits = t->m.act[L - 1];
+        /* loss only (dlogits land in the activation buffer, unused) */
+        t->k->softmax_xent_fwd_bwd(logits, t->m.labels, rows, t->m.shape.dims[L], 1.0f, logits,
+                                   t->m.loss_sum);
+        int32_t c = 0;
+        float ls = 0;
+        t->k->d2h(&c, t->m.correct, sizeof c);
+        t->k->d2h(&ls, t->m.loss_sum, sizeof ls);
+        correct += c;
+        loss += ls;
+    }
+    if (t->world > 1) {
+        float v[4] = {(float)correct, (float)(end > start ? end - start : 0), (float)loss, 0};
+        t->k->h2d(t->dev_small, v, sizeof v);
+        RM_CHECK(t->ops->allreduce(t->comm, t->dev_small, 4, RM_DT_F32, RM_OP_SUM, err));
+        t->k->d2h(v, t->dev_small, sizeof v);
+        correct = v[0];
+        loss = v[2];
+    }
+    t->test_acc = correct / n;
+    t->test_loss = loss / n;
+    rm_series_set(t->wm.test_acc, t->test_acc);
+    rm_info("evaluation train_epoch=%d step=%lld test_accuracy=%.4f test_loss=%.4f",
+            t->train_epoch, (long long)t->step, t->test_acc, t->test_loss);
+    return RM_OK;
+}
+
+/* ---------------- reporting ---------------- */
+
+static int report(trainer *t, bool done)
+{
+    double now = now_mono();
+    if (t->rep_t > 0 && now > t->rep_t) {
+        t->rate = (double)(t->samples_local - t->rep_samples) / (now - t->rep_t);
+        rm_series_set(t->wm.samples_per_s, t->rate);
+    }
+    t->rep_t = now;
+    t->rep_samples = t->samples_local;
+    if (!t->rdzv)
+        return 0;   /* continue */
+    rm_rdzv_report rep = {
+        .epoch = t->rdzv_epoch, .rank = t->rank, .train_epoch = t->train_epoch, .step = t->step,
+        .last_checkpoint_step = t->last_ckpt_step > 0 ? t->last_ckpt_step : 0,
+        .loss = t->train_loss, .samples_per_second = t->rate, .allreduce_gbps = t->ar_gbps,
+        .done = done,
+    };
+    if (done) {
+        rep.have_result = true;
+        rep.test_accuracy = t->test_acc;
+        rep.train_loss = t->train_loss;
+        rep.seconds = t->train_seconds;
+        rep.result_samples_per_second =
+            t->train_seconds > 0 ? (double)t->samples_local * t->world / t->train_seconds : 0;
+        rep.result_steps = t->step;
+    }
+    rm_rdzv_action act = RM_RDZV_CONTINUE;
+    int cur = 0;
+    rm_err e = {0};
+    int rc = rm_rdzv_send_report(t->rdzv, &rep, &act, &cur, &e);
+    if (rc == RM_ECLOSED)
+        return R_STOP;
+    if (rc) {
+        rm_warn("report failed err=\"%s\"", e.msg);
+        return 0;
+    }
+    if (act == RM_RDZV_STOP)
+        return R_STOP;
+    if (act == RM_RDZV_REJOIN && !done) {
+        rm_info("rendezvous moved on; rejoining epoch=%d current=%d", t->rdzv_epoch, cur);
+        return R_REJOIN;
+    }
+    return 0;
+}
+
+/* ---------------- the step loop ---------------- */
+
+static void on_layer_ready(void *ud, int layer)
+{
+    trainer *t = ud;
+    int rc = rm_fusion_ready(t->fusion, layer);
+    if (rc && !t->fusion_err)
+        t->fusion_err = rc;
+}
+
+static void fire_fault(trainer *t, const rm_fault *f)
+{
+    rm_warn("fault injected kind=%s rank=%d step=%lld", rm_fault_kind_name(f->kind), t->rank,
+            (long long)t->step);
+    if (f->kind == RM_FAULT_EXIT)
+        _exit(137);
+    for (;;) {   /* hang: no steps, no reports, no beats; only SIGTERM/SIGKILL end it */
+        if (g_train_term)
+            _exit(143);
+        sleep(1);
+    }
+}
+
+/* One step on this rank's shard. Negative on a collective failure. */
+static int step_once(trainer *t, rm_err *err)
+{
+    int G = t->B * t->world;
+    if (t->perm_epoch != t->train_epoch) {
+        rm_perm_make(t->perm, t->tr.n, t->cfg->t.seed, t->train_epoch);
+        t->perm_epoch = t->train_epoch;
+    }
+    if (t->k->host_memory) {
+        rm_data_gather(&t->tr, t->perm, t->data_pos, t->rank, t->world, t->B, t->m.x,
+                       t->m.labels);
+    } else {
+        rm_data_gather(&t->tr, t->perm, t->data_pos, t->rank, t->world, t->B, t->host_x,
+                       t->host_labels);
+        t->k->h2d(t->m.x, t->host_x, (size_t)t->B * RM_MODEL_INPUT * sizeof(float));
+        t->k->h2d(t->m.labels, t->host_labels, (size_t)t->B * sizeof(int32_t));
+    }
+    rm_model_forward(&t->m, t->B);
+    if (t->fusion) {
+        t->fusion_err = 0;
+        rm_fusion_begin(t->fusion);
+        rm_model_backward(&t->m, t->B, 1.0f / (float)t->B, on_layer_ready, t);
+        int rc = rm_fusion_finish(t->fusion, err);
+        if (rc == RM_OK && t->fusion_err)
+            rc = rm_errf(err, t->fusion_err, "fusion: bad layer hand-off");
+        if (rc)
+            return rc;
+        rm_fusion_stats st;
+        rm_fusion_get_stats(t->fusion, &st);
+        rm_series_observe(t->wm.ar_seconds, st.allreduce_s);
+        rm_series_inc(t->wm.ar_bytes, (double)st.bytes);
+        t->ar_gbps = st.busbw_gbps;
+    } else {
+        rm_model_backward(&t->m, t->B, 1.0f / (float)t->B, NULL, NULL);
+    }
+    double epos = t->train_epoch + (double)t->data_pos / t->tr.n;
+    t->lr = rm_lr_at(&t->sched, epos, G);
+    rm_optim_step(&t->opt, t->m.params, t->m.grads, (float)t->lr);
+    t->step++;
+    t->data_pos += G;
+    t->samples_local += t->B;
+    return RM_OK;
+}
+
+static double read_loss(trainer *t)
+{
+    float ls = 0;
+    t->k->d2h(&ls, t->m.loss_sum, sizeof ls);
+    return ls / t->B;
+}
+
+/* Steps until the job ends or the round breaks. */
+static int run_round(trainer *t, rm_err *err)
+{
+    const rm_train_cfg *cfg = t->cfg;
+    int G = t->B * t->world;
+    int64_t max_steps = cfg->t.max_steps;
+    if (rm_data_steps_per_epoch(t->tr.n, G) < 1)
+        return rm_errf(err, RM_EINVAL, "global batch %d larger than the training set (%d)", G,
+                       t->tr.n);
+    t->rep_t = 0;
+    report(t, false);
+    t->log_step = t->step;
+    double log_t = now_mono();
+    bool first_step = true;
+    for (;;) {
+        if (g_train_term)
+            return R_TERM;
+        const rm_fault *f = rm_faults_due(&t->faults, t->rank, t->step);
+        if (f)
+            fire_fault(t, f);
+        /* epoch boundary: evaluate the finished epoch, move the cursor */
+        if (t->data_pos + G > t->tr.n) {
+            if (cfg->eval_every_epoch && t->evaluated_epoch != t->train_epoch) {
+                int rc = evaluate(t, err);
+                if (rc)
+                    return rc;
+                t->evaluated_epoch = t->train_epoch;
+            }
+            t->train_epoch++;
+            t->data_pos = 0;
+            rm_series_set(t->wm.train_epoch, t->train_epoch);
+        }
+        if (t->train_epoch >= cfg->t.epochs || (max_steps > 0 && t->step >= max_steps))
+            return R_DONE;
+        int rc = step_once(t, err);
+        if (rc)
+            return rc;
+        if (first_step) {
+            first_step = false;
+            if (t->fail_t > 0) {
+                double rec = now_mono() - t->fail_t;
+                rm_series_observe(t->wm.recovery, rec);
+                rm_info("recovered seconds=%.2f step=%lld", rec, (long long)t->step);
+                t->fail_t = 0;
+            }
+        }
+        rm_health_beat(t->wm.health);
+        rm_series_set(t->wm.step, (double)t->step);
+        rm_series_inc(t->wm.samples, t->B);
+        rm_series_set(t->wm.train_epoch, t->train_epoch);
+        if (cfg->checkpoint_interval > 0 && t->step % cfg->checkpoint_interval == 0)
+            ckpt_write(t, err);   /* a failed write is logged; training goes on */
+        double now = now_mono();
+        if (now - t->rep_t >= 1.0) {
+            t->train_loss = read_loss(t);
+            rm_series_set(t->wm.loss, t->train_loss);
+            int a = report(t, false);
+            if (a)
+                return a;
+        }
+        if (cfg->log_every > 0 && t->step - t->log_step >= cfg->log_every) {
+            t->train_loss = read_loss(t);
+            rm_series_set(t->wm.loss, t->train_loss);
+            rm_info("progress step=%lld train_epoch=%d loss=%.4f lr=%.5f samples_per_s=%.0f "
+                    "allreduce_gbps=%.2f",
+                    (long long)t->step, t->train_epoch, t->train_loss, t->lr,
+                    (double)(t->step - t->log_step) * t->B / (now - log_t), t->ar_gbps);
+            t->log_step = t->step;
+            log_t = now;
+        }
+    }
+}
+
+int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
+{
+    trainer t;
+    int rc = trainer_setup(&t, cfg, err);
+    if (rc) {
+        trainer_free(&t);
+        return rc;
+    }
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_term;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    t.t_start = now_mono();
+    bool first = true;
+    int outcome = 0;
+    for (;;) {
+        rc = round_setup(&t, first, err);
+        first = false;
+        if (rc == R_STOP || rc == R_TERM) {
+            outcome = rc;
+            break;
+        }
+        if (rc < 0) {
+            if (rc == RM_EAUTH || rc == RM_ETIMEDOUT || !t.rdzv || rc == RM_EUNSUPPORTED)
+                goto out;
+            rm_warn("round setup failed; rejoining err=\"%s\"", err->msg);
+            round_teardown(&t);
+            if (t.fail_t == 0)
+                t.fail_t = now_mono();
+            sleep(1);
+            continue;
+        }
+        rc = run_round(&t, err);
+        if (rc == R_DONE || rc == R_STOP || rc == R_TERM) {
+            outcome = rc;
+            break;
+        }
+        /* the round broke: a collective failed, or the rendezvous moved on */
+        t.fail_t = now_mono();
+        t.restarts++;
+        rm_series_inc(t.wm.restarts, 1);
+        if (rc < 0)
+            rm_warn("collective failed; restarting in place err=\"%s\" step=%lld", err->msg,
+                    (long long)t.step);
+        if (t.ops && t.comm && t.ops->abort)
+            t.ops->abort(t.comm);
+        round_teardown(&t);
+        if (!t.rdzv) {
+            rc = rc < 0 ? rc : RM_ERR;
+            goto out;
+        }
+        if (g_train_term) {
+            outcome = R_TERM;
+            break;
+        }
+        memset(err, 0, sizeof *err);
+    }
+    rc = RM_OK;
+    t.train_seconds = now_mono() - t.t_start;
+    if (outcome == R_TERM) {
+        rm_info("SIGTERM: writing a checkpoint and exiting step=%lld", (long long)t.step);
+        rm_err e = {0};
+        ckpt_write(&t, &e);
+    } else if (outcome == R_DONE) {
+        if (t.evaluated_epoch != t.train_epoch || t.data_pos != 0) {
+            rc = evaluate(&t, err);
+            if (rc)
+                goto out;
+        }
+        rm_err e = {0};
+        ckpt_write(&t, &e);
+        t.train_loss = read_loss(&t);
+        char scratch[4096];
+        uint64_t sum = rm_model_checksum(&t.m, scratch, sizeof scratch);
+        rm_info("training done steps=%lld train_epoch=%d test_accuracy=%.4f train_loss=%.4f "
+                "seconds=%.2f samples_per_s=%.0f params_fnv64=%016llx restarts=%d",
+                (long long)t.step, t.train_epoch, t.test_acc, t.train_loss, t.train_seconds,
+                t.train_seconds > 0 ? t.samples_local / t.train_seconds : 0.0,
+                (unsigned long long)sum, t.restarts);
+        report(&t, true);
+    } else {
+        rm_info("stopping (rendezvous said stop) step=%lld", (long long)t.step);
+    }
+out:
+    round_teardown(&t);
+    trainer_free(&t);
+    return rc;
+}

@@ -1,0 +1,36 @@
+/* wmetrics.h — the worker's HTTP endpoint: /metrics (Prometheus), /healthz, /readyz.
+ *
+ * Series are labelled job and rank; the trainer fetches them once per (re)join (rank may change
+ * after an elastic restart) and updates them lock-free on the hot path. Liveness is the training
+ * loop's heartbeat (rm_health_beat after every step) against the progress deadline.
+ *
+ * Ownership: rm_wmetrics owns the registry, health and HTTP server (rm_wmetrics_stop, NULL-safe);
+ * series pointers are borrowed from the registry. */
+#ifndef RM_WORKER_WMETRICS_H
+#define RM_WORKER_WMETRICS_H
+#include "common/health.h"
+#include "common/http.h"
+#include "common/metrics.h"
+#include "common/rm.h"
+
+typedef struct rm_wmetrics {
+    rm_metrics *reg;
+    rm_health *health;
+    rm_http_server *srv;        /* NULL when no address was given */
+    char job[256];
+    char rank[16];
+    rm_metric *f_step, *f_loss, *f_samples, *f_epoch, *f_train_epoch, *f_restarts, *f_ar_seconds,
+        *f_ar_bytes, *f_ckpt_seconds, *f_last_ckpt, *f_recovery, *f_test_acc, *f_world,
+        *f_samples_per_s;
+    rm_series *step, *loss, *samples, *epoch, *train_epoch, *restarts, *ar_seconds, *ar_bytes,
+        *ckpt_seconds, *last_ckpt, *recovery, *test_acc, *world, *samples_per_s;
+} rm_wmetrics;
+
+/* addr "" or NULL or "off" = no HTTP server (metrics still recorded). deadline_s for /healthz. */
+int rm_wmetrics_start(rm_wmetrics *w, const char *addr, const char *job, double deadline_s,
+                      rm_err *err);
+/* (Re)bind the series to this rank; allocates only when the rank changes. */
+int rm_wmetrics_set_rank(rm_wmetrics *w, int rank, rm_err *err);
+int rm_wmetrics_port(const rm_wmetrics *w);   /* bound port, 0 when none */
+void rm_wmetrics_stop(rm_wmetrics *w);
+#endif
