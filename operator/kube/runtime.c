@@ -1,0 +1,1067 @@
+/* runtime.c — the kube runtime (see runtime.h).
+ *
+ * Design: rm_kube_rt_sync is "read, decide, act": it reads the job (compact JSON from the informer
+ * cache), its pods (owner index), and the rendezvous snapshot into stack structures, calls the pure
+ * reconcile core, then executes the actions in order and writes status last. Everything it creates
+ * has a deterministic name and AlreadyExists is success, so any step may be repeated after a crash.
+ * Per-job memory (what SET_RDZV last applied, the token, creation failures) lives in a map guarded
+ * by a mutex; one job is only ever synced by one worker at a time (workqueue guarantee). */
+#include "operator/kube/runtime.h"
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include "common/json.h"
+#include "common/log.h"
+#include "common/trainingjob.h"
+#include "operator/kube/kmap.h"
+#include "operator/reconcile.h"
+
+#define MAX_IDX 1024
+
+typedef struct job_mem {
+    int rdzv_desired, rdzv_min;
+    char token[96];
+    bool have_service, have_secret;
+    char invalid_msg[512];          /* last invalid-spec message reported */
+    unsigned char create_failures[MAX_IDX];
+    bool counted_created;
+} job_mem;
+
+struct rm_kube_rt {
+    rm_kube_rt_config c;
+    char *rdzv_url, *worker_image, *instance;
+    pthread_mutex_t mu;
+    kmap jobs;                      /* key → job_mem* */
+    atomic_ulong event_seq;
+};
+
+int rm_kube_rt_new(const rm_kube_rt_config *cfg, rm_kube_rt **out, rm_err *err)
+{
+    *out = NULL;
+    rm_kube_rt *rt = calloc(1, sizeof(*rt));
+    if (!rt)
+        return rm_errf(err, RM_ENOMEM, "runtime: out of memory");
+    rt->c = *cfg;
+    rt->rdzv_url = strdup(cfg->rdzv_url ? cfg->rdzv_url : "http://127.0.0.1:29400");
+    rt->worker_image = strdup(cfg->worker_image ? cfg->worker_image : RM_DEFAULT_WORKER_IMAGE);
+    rt->instance = strdup(cfg->instance ? cfg->instance : "ringmaster-operator");
+    if (!rt->rdzv_url || !rt->worker_image || !rt->instance) {
+        rm_kube_rt_free(rt);
+        return rm_errf(err, RM_ENOMEM, "runtime: out of memory");
+    }
+    if (rt->c.force_delete_after_s <= 0)
+        rt->c.force_delete_after_s = 30;
+    pthread_mutex_init(&rt->mu, NULL);
+    *out = rt;
+    return RM_OK;
+}
+
+void rm_kube_rt_free(rm_kube_rt *rt)
+{
+    if (!rt)
+        return;
+    kmap_clear(&rt->jobs, free);
+    pthread_mutex_destroy(&rt->mu);
+    free(rt->rdzv_url);
+    free(rt->worker_image);
+    free(rt->instance);
+    free(rt);
+}
+
+static job_mem *mem_get(rm_kube_rt *rt, const char *key, bool create)
+{
+    pthread_mutex_lock(&rt->mu);
+    job_mem *m = kmap_get(&rt->jobs, key);
+    if (!m && create) {
+        m = calloc(1, sizeof(*m));
+        if (m && kmap_put(&rt->jobs, key, m, NULL)) {
+            free(m);
+            m = NULL;
+        }
+    }
+    pthread_mutex_unlock(&rt->mu);
+    return m;
+}
+
+static void mem_drop(rm_kube_rt *rt, const char *key)
+{
+    pthread_mutex_lock(&rt->mu);
+    free(kmap_del(&rt->jobs, key));
+    pthread_mutex_unlock(&rt->mu);
+}
+
+/* ---------------- projections ---------------- */
+void *rm_kube_tj_transform(void *ud, const cJSON *obj)
+{
+    (void)ud;
+    return cJSON_PrintUnformatted(obj);
+}
+
+static const char *label(const cJSON *obj, const char *key)
+{
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(md, "labels");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(l, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+int rm_kube_job_index(void *ud, const cJSON *obj, char *buf, size_t cap)
+{
+    (void)ud;
+    const char *job = label(obj, RM_LABEL_JOB);
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
+    const cJSON *ns = cJSON_GetObjectItemCaseSensitive(md, "namespace");
+    if (!job)
+        return RM_ENOTFOUND;
+    snprintf(buf, cap, "%s/%s", cJSON_IsString(ns) ? ns->valuestring : "", job);
+    return RM_OK;
+}
+
+static double time_of(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    double t = 0;
+    if (cJSON_IsString(v))
+        rm_json_parse_time(v->valuestring, &t);
+    return t;
+}
+
+void *rm_kube_pod_transform(void *ud, const cJSON *obj)
+{
+    (void)ud;
+    rm_kube_pod *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    const char *idx = label(obj, RM_LABEL_INDEX), *ep = label(obj, RM_LABEL_EPOCH);
+    p->index = idx ? atoi(idx) : -1;
+    p->epoch = ep ? atoi(ep) : 0;
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(obj, "status");
+    p->created_at = time_of(md, "creationTimestamp");
+    const cJSON *node = cJSON_GetObjectItemCaseSensitive(spec, "nodeName");
+    if (cJSON_IsString(node))
+        snprintf(p->node, sizeof(p->node), "%s", node->valuestring);
+    const cJSON *phase = cJSON_GetObjectItemCaseSensitive(st, "phase");
+    const char *ph = cJSON_IsString(phase) ? phase->valuestring : "Pending";
+    p->phase = strcmp(ph, "Running") == 0 ? RM_WORKER_RUNNING
+             : strcmp(ph, "Succeeded") == 0 ? RM_WORKER_SUCCEEDED
+             : strcmp(ph, "Failed") == 0 ? RM_WORKER_FAILED : RM_WORKER_PENDING;
+    const cJSON *reason = cJSON_GetObjectItemCaseSensitive(st, "reason");
+    if (cJSON_IsString(reason))
+        snprintf(p->reason, sizeof(p->reason), "%s", reason->valuestring);
+    const cJSON *conds = cJSON_GetObjectItemCaseSensitive(st, "conditions"), *c;
+    cJSON_ArrayForEach(c, conds)
+    {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(c, "type");
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(c, "status");
+        if (cJSON_IsString(t) && strcmp(t->valuestring, "Ready") == 0 && cJSON_IsString(s))
+            p->ready = strcmp(s->valuestring, "True") == 0;
+    }
+    const cJSON *css = cJSON_GetObjectItemCaseSensitive(st, "containerStatuses"), *cs;
+    cJSON_ArrayForEach(cs, css)
+    {
+        const cJSON *state = cJSON_GetObjectItemCaseSensitive(cs, "state");
+        const cJSON *term = cJSON_GetObjectItemCaseSensitive(state, "terminated");
+        if (!term)
+            continue;
+        const cJSON *ec = cJSON_GetObjectItemCaseSensitive(term, "exitCode");
+        const cJSON *sig = cJSON_GetObjectItemCaseSensitive(term, "signal");
+        const cJSON *tr = cJSON_GetObjectItemCaseSensitive(term, "reason");
+        int code = cJSON_IsNumber(ec) ? ec->valueint : 0;
+        if (cJSON_IsNumber(sig) && sig->valueint > 0 && code == 0)
+            code = 128 + sig->valueint;
+        if (code != 0 || p->exit_code == 0) {
+            p->exit_code = code;
+            if (cJSON_IsString(tr) && !p->reason[0])
+                snprintf(p->reason, sizeof(p->reason), "%s", tr->valuestring);
+            double f = time_of(term, "finishedAt");
+            if (f > 0)
+                p->finished_at = f;
+        }
+    }
+    if ((p->phase == RM_WORKER_FAILED || p->phase == RM_WORKER_SUCCEEDED) && p->finished_at <= 0)
+        p->finished_at = rm_kube_wall();   /* first seen ended */
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(md, "deletionTimestamp");
+    if (cJSON_IsString(dt)) {
+        double t = 0;
+        rm_json_parse_time(dt->valuestring, &t);
+        /* deletionTimestamp is "now + grace": the deletion started grace seconds earlier */
+        const cJSON *g = cJSON_GetObjectItemCaseSensitive(md, "deletionGracePeriodSeconds");
+        if (cJSON_IsNumber(g))
+            t -= g->valuedouble;
+        p->deletion_started_at = t > 0 ? t : rm_kube_wall();
+        p->phase = RM_WORKER_TERMINATING;
+    }
+    return p;
+}
+
+void *rm_kube_owned_transform(void *ud, const cJSON *obj)
+{
+    (void)ud;
+    rm_kube_owned *o = calloc(1, sizeof(*o));
+    if (!o)
+        return NULL;
+    const cJSON *data = cJSON_GetObjectItemCaseSensitive(obj, "data");
+    const cJSON *tok = cJSON_GetObjectItemCaseSensitive(data, "token");
+    if (cJSON_IsString(tok)) {
+        unsigned char *raw = NULL;
+        size_t n = 0;
+        if (rm_kube_b64_decode(tok->valuestring, strlen(tok->valuestring), &raw, &n) == RM_OK &&
+            n < sizeof(o->token)) {
+            memcpy(o->token, raw, n);
+            o->token[n] = 0;
+        }
+        free(raw);
+    }
+    return o;
+}
+
+void *rm_kube_node_transform(void *ud, const cJSON *obj)
+{
+    (void)ud;
+    rm_kube_node *n = calloc(1, sizeof(*n));
+    if (!n)
+        return NULL;
+    n->ready = true;   /* no Ready condition yet: assume ready */
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(obj, "status");
+    const cJSON *conds = cJSON_GetObjectItemCaseSensitive(st, "conditions"), *c;
+    cJSON_ArrayForEach(c, conds)
+    {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(c, "type");
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(c, "status");
+        if (cJSON_IsString(t) && strcmp(t->valuestring, "Ready") == 0 && cJSON_IsString(s))
+            n->ready = strcmp(s->valuestring, "True") == 0;
+    }
+    return n;
+}
+
+/* ---------------- object builders ---------------- */
+static void owner_ref(cJSON *md, const rm_tj *tj)
+{
+    cJSON *refs = cJSON_AddArrayToObject(md, "ownerReferences");
+    cJSON *r = cJSON_CreateObject();
+    cJSON_AddStringToObject(r, "apiVersion", RM_TJ_API_VERSION);
+    cJSON_AddStringToObject(r, "kind", RM_TJ_KIND);
+    cJSON_AddStringToObject(r, "name", tj->name);
+    cJSON_AddStringToObject(r, "uid", tj->uid ? tj->uid : "");
+    cJSON_AddBoolToObject(r, "controller", 1);
+    cJSON_AddBoolToObject(r, "blockOwnerDeletion", 1);
+    cJSON_AddItemToArray(refs, r);
+}
+
+static cJSON *base_meta(cJSON *obj, const rm_tj *tj, const char *name)
+{
+    cJSON *md = cJSON_AddObjectToObject(obj, "metadata");
+    cJSON_AddStringToObject(md, "name", name);
+    cJSON_AddStringToObject(md, "namespace", tj->namespace_);
+    cJSON *l = cJSON_AddObjectToObject(md, "labels");
+    cJSON_AddStringToObject(l, RM_LABEL_JOB, tj->name);
+    cJSON_AddStringToObject(l, "app.kubernetes.io/managed-by", "ringmaster");
+    owner_ref(md, tj);
+    return md;
+}
+
+static void env_set(cJSON *env, const char *name, const char *value)
+{
+    /* our variables win: drop a user entry with the same name */
+    int n = cJSON_GetArraySize(env);
+    for (int i = n - 1; i >= 0; i--) {
+        const cJSON *e = cJSON_GetArrayItem(env, i);
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
+        if (cJSON_IsString(nm) && strcmp(nm->valuestring, name) == 0)
+            cJSON_DeleteItemFromArray(env, i);
+    }
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "name", name);
+    cJSON_AddStringToObject(e, "value", value);
+    cJSON_AddItemToArray(env, e);
+}
+
+static void env_set_int(cJSON *env, const char *name, long long v)
+{
+    char b[32];
+    snprintf(b, sizeof(b), "%lld", v);
+    env_set(env, name, b);
+}
+
+static bool env_has(const cJSON *env, const char *name)
+{
+    const cJSON *e;
+    cJSON_ArrayForEach(e, env)
+    {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
+        if (cJSON_IsString(nm) && strcmp(nm->valuestring, name) == 0)
+            return true;
+    }
+    return false;
+}
+
+static bool requests_gpu(const cJSON *spec)
+{
+    const cJSON *cs = cJSON_GetObjectItemCaseSensitive(spec, "containers"), *c;
+    cJSON_ArrayForEach(c, cs)
+    {
+        const cJSON *res = cJSON_GetObjectItemCaseSensitive(c, "resources");
+        if (cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "limits"), "nvidia.com/gpu") ||
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "requests"), "nvidia.com/gpu"))
+            return true;
+    }
+    return false;
+}
+
+/* Is this the ringmaster worker image (so it speaks our rendezvous and wants args [train])? */
+static bool is_worker_image(const char *image, const char *worker_image)
+{
+    if (!image)
+        return true;
+    if (strcmp(image, worker_image) == 0)
+        return true;
+    const char *slash = strrchr(image, '/');
+    const char *base = slash ? slash + 1 : image;
+    return strncmp(base, "worker", 6) == 0 && strstr(image, "ringmaster") != NULL;
+}
+
+static const char *template_image(const rm_tj *tj)
+{
+    const cJSON *cs = rm_json_path(tj->spec.template, "spec.containers");
+    const cJSON *c0 = NULL, *c;
+    cJSON_ArrayForEach(c, cs)
+    {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(c, "name");
+        if (!c0 || (cJSON_IsString(n) && strcmp(n->valuestring, "worker") == 0))
+            c0 = c;
+    }
+    const cJSON *img = cJSON_GetObjectItemCaseSensitive(c0, "image");
+    return cJSON_IsString(img) ? img->valuestring : NULL;
+}
+
+cJSON *rm_kube_worker_pod(const cJSON *job_obj, const void *tjv, int index, int epoch,
+                          const char *rdzv_url, const char *worker_image, rm_err *err)
+{
+    (void)job_obj;
+    const rm_tj *tj = tjv;
+    char name[320], svc[256], master[640], buf[64];
+    snprintf(name, sizeof(name), "%s-worker-%d", tj->name, index);
+    snprintf(svc, sizeof(svc), "%s", tj->name);
+    snprintf(master, sizeof(master), "%s-worker-0.%s", tj->name, svc);
+    if (!worker_image)
+        worker_image = RM_DEFAULT_WORKER_IMAGE;
+    cJSON *pod = cJSON_CreateObject();
+    cJSON *tmpl = tj->spec.template ? cJSON_Duplicate(tj->spec.template, 1) : cJSON_CreateObject();
+    if (!pod || !tmpl)
+        goto nomem;
+    cJSON_AddStringToObject(pod, "apiVersion", "v1");
+    cJSON_AddStringToObject(pod, "kind", "Pod");
+    cJSON *md = base_meta(pod, tj, name);
+    cJSON *labels = cJSON_GetObjectItemCaseSensitive(md, "labels");
+    /* template labels and annotations first, ours win */
+    const cJSON *tmd = cJSON_GetObjectItemCaseSensitive(tmpl, "metadata");
+    const cJSON *tl = cJSON_GetObjectItemCaseSensitive(tmd, "labels"), *it;
+    cJSON_ArrayForEach(it, tl)
+    {
+        if (cJSON_IsString(it) && !cJSON_GetObjectItemCaseSensitive(labels, it->string))
+            cJSON_AddStringToObject(labels, it->string, it->valuestring);
+    }
+    snprintf(buf, sizeof(buf), "%d", index);
+    cJSON_AddStringToObject(labels, RM_LABEL_INDEX, buf);
+    snprintf(buf, sizeof(buf), "%d", epoch);
+    cJSON_AddStringToObject(labels, RM_LABEL_EPOCH, buf);
+    const cJSON *ta = cJSON_GetObjectItemCaseSensitive(tmd, "annotations");
+    if (cJSON_IsObject(ta))
+        cJSON_AddItemToObject(md, "annotations", cJSON_Duplicate(ta, 1));
+    cJSON *spec = cJSON_DetachItemFromObjectCaseSensitive(tmpl, "spec");
+    if (!spec)
+        spec = cJSON_CreateObject();
+    cJSON_AddItemToObject(pod, "spec", spec);
+    /* group restarts are ours: the kubelet must not restart a worker in place */
+    cJSON_DeleteItemFromObjectCaseSensitive(spec, "restartPolicy");
+    cJSON_AddStringToObject(spec, "restartPolicy", "Never");
+    cJSON_DeleteItemFromObjectCaseSensitive(spec, "hostname");
+    cJSON_AddStringToObject(spec, "hostname", name);
+    cJSON_DeleteItemFromObjectCaseSensitive(spec, "subdomain");
+    cJSON_AddStringToObject(spec, "subdomain", svc);
+    cJSON *cs = cJSON_GetObjectItemCaseSensitive(spec, "containers");
+    if (!cJSON_IsArray(cs)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(spec, "containers");
+        cs = cJSON_AddArrayToObject(spec, "containers");
+    }
+    cJSON *c = NULL, *ci;
+    cJSON_ArrayForEach(ci, cs)
+    {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(ci, "name");
+        if (!c || (cJSON_IsString(n) && strcmp(n->valuestring, "worker") == 0))
+            c = ci;
+    }
+    if (!c) {
+        c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "name", "worker");
+        cJSON_AddItemToArray(cs, c);
+    }
+    const cJSON *img = cJSON_GetObjectItemCaseSensitive(c, "image");
+    if (!cJSON_IsString(img) || !img->valuestring[0]) {
+        cJSON_DeleteItemFromObjectCaseSensitive(c, "image");
+        cJSON_AddStringToObject(c, "image", worker_image);
+        img = cJSON_GetObjectItemCaseSensitive(c, "image");
+    }
+    bool ours = is_worker_image(img->valuestring, worker_image);
+    if (ours && !cJSON_GetObjectItemCaseSensitive(c, "command") &&
+        !cJSON_GetObjectItemCaseSensitive(c, "args")) {
+        cJSON *args = cJSON_AddArrayToObject(c, "args");
+        cJSON_AddItemToArray(args, cJSON_CreateString(tj->spec.training.mode == RM_MODE_BENCH ? "bench" : "train"));
+    }
+    cJSON *env = cJSON_GetObjectItemCaseSensitive(c, "env");
+    if (!cJSON_IsArray(env)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(c, "env");
+        env = cJSON_AddArrayToObject(c, "env");
+    }
+    char jobid[512], ckpt[1024];
+    snprintf(jobid, sizeof(jobid), "%s/%s", tj->namespace_, tj->name);
+    env_set(env, "RINGMASTER_RENDEZVOUS", rdzv_url ? rdzv_url : "");
+    env_set(env, "RINGMASTER_JOB", jobid);
+    /* the token comes from the job's Secret, never inline */
+    for (int i = cJSON_GetArraySize(env) - 1; i >= 0; i--) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(env, i), "name");
+        if (cJSON_IsString(nm) && (strcmp(nm->valuestring, "RINGMASTER_TOKEN") == 0 ||
+                                   strcmp(nm->valuestring, "RINGMASTER_BIND_ADDR") == 0))
+            cJSON_DeleteItemFromArray(env, i);
+    }
+    {
+        char sec[320];
+        snprintf(sec, sizeof(sec), "%s-rendezvous", tj->name);
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", "RINGMASTER_TOKEN");
+        cJSON *vf = cJSON_AddObjectToObject(e, "valueFrom");
+        cJSON *skr = cJSON_AddObjectToObject(vf, "secretKeyRef");
+        cJSON_AddStringToObject(skr, "name", sec);
+        cJSON_AddStringToObject(skr, "key", "token");
+        cJSON_AddItemToArray(env, e);
+        e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "name", "RINGMASTER_BIND_ADDR");
+        vf = cJSON_AddObjectToObject(e, "valueFrom");
+        cJSON *fr = cJSON_AddObjectToObject(vf, "fieldRef");
+        cJSON_AddStringToObject(fr, "fieldPath", "status.podIP");
+        cJSON_AddItemToArray(env, e);
+    }
+    env_set_int(env, "RINGMASTER_WORKER_ID", index);
+    const char *cp = tj->spec.checkpoint.path ? tj->spec.checkpoint.path : "/checkpoints";
+    snprintf(ckpt, sizeof(ckpt), "%s/%s/%s", cp, tj->namespace_, tj->name);
+    env_set(env, "RINGMASTER_CHECKPOINT_DIR", ckpt);
+    snprintf(buf, sizeof(buf), "%g", tj->spec.restart.progress_deadline_seconds);
+    env_set(env, "RINGMASTER_PROGRESS_DEADLINE", buf);
+    rm_backend be = tj->spec.backend;
+    if (be == RM_BACKEND_AUTO)
+        be = requests_gpu(spec) ? RM_BACKEND_NCCL : RM_BACKEND_RING;
+    env_set(env, "RINGMASTER_BACKEND", rm_backend_name(be));
+    cJSON *tr = rm_training_to_json(&tj->spec.training);
+    char *trs = tr ? cJSON_PrintUnformatted(tr) : NULL;
+    cJSON_Delete(tr);
+    if (!trs)
+        goto nomem;
+    env_set(env, "RINGMASTER_TRAINING", trs);
+    free(trs);
+    int world = tj->spec.replicas;
+    env_set(env, "MASTER_ADDR", master);
+    env_set(env, "MASTER_PORT", "29500");
+    env_set_int(env, "WORLD_SIZE", world);
+    env_set_int(env, "RANK", index);
+    env_set(env, "LOCAL_RANK", "0");
+    env_set_int(env, "PET_NNODES", world);
+    env_set_int(env, "PET_NODE_RANK", index);
+    env_set(env, "PET_NPROC_PER_NODE", "1");
+    env_set(env, "PET_MASTER_ADDR", master);
+    env_set(env, "PET_MASTER_PORT", "29500");
+    (void)env_has;
+    cJSON_Delete(tmpl);
+    return pod;
+nomem:
+    cJSON_Delete(pod);
+    cJSON_Delete(tmpl);
+    rm_errf(err, RM_ENOMEM, "pod: out of memory");
+    return NULL;
+}
+
+static cJSON *service_obj(const rm_tj *tj)
+{
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddStringToObject(s, "apiVersion", "v1");
+    cJSON_AddStringToObject(s, "kind", "Service");
+    base_meta(s, tj, tj->name);
+    cJSON *sp = cJSON_AddObjectToObject(s, "spec");
+    cJSON_AddStringToObject(sp, "clusterIP", "None");
+    cJSON_AddBoolToObject(sp, "publishNotReadyAddresses", 1);
+    cJSON *sel = cJSON_AddObjectToObject(sp, "selector");
+    cJSON_AddStringToObject(sel, RM_LABEL_JOB, tj->name);
+    cJSON *ports = cJSON_AddArrayToObject(sp, "ports");
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "name", "master");
+    cJSON_AddNumberToObject(p, "port", 29500);
+    cJSON_AddStringToObject(p, "protocol", "TCP");
+    cJSON_AddItemToArray(ports, p);
+    return s;
+}
+
+static cJSON *secret_obj(const rm_tj *tj, const char *token)
+{
+    char name[320];
+    snprintf(name, sizeof(name), "%s-rendezvous", tj->name);
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddStringToObject(s, "apiVersion", "v1");
+    cJSON_AddStringToObject(s, "kind", "Secret");
+    base_meta(s, tj, name);
+    cJSON_AddStringToObject(s, "type", "Opaque");
+    cJSON *d = cJSON_AddObjectToObject(s, "data");
+    char *b = rm_kube_b64_encode((const unsigned char *)token, strlen(token));
+    cJSON_AddStringToObject(d, "token", b ? b : "");
+    free(b);
+    return s;
+}
+
+/* ---------------- API helpers ---------------- */
+static int create(rm_kube_rt *rt, const char *path, const cJSON *obj, bool *created, rm_err *err)
+{
+    if (created)
+        *created = false;
+    int rc = rm_kube_json(rt->c.client, "POST", path, NULL, obj, NULL, err);
+    if (rc == RM_ECONFLICT)
+        return RM_OK;   /* AlreadyExists: deterministic names make this success */
+    if (rc == RM_OK && created)
+        *created = true;
+    return rc;
+}
+
+static void emit_event(rm_kube_rt *rt, const rm_tj *tj, const char *kind, const char *api_version,
+                       const char *name, const char *uid, bool warning, const char *reason,
+                       const char *action, const char *note)
+{
+    char evname[512], path[512], ts[40];
+    double now = rm_kube_wall();
+    unsigned long seq = atomic_fetch_add(&rt->event_seq, 1);
+    snprintf(evname, sizeof(evname), "%s.%llx%04lx", name,
+             (unsigned long long)(now * 1e9), seq & 0xffff);
+    rm_json_microtime(ts, now);
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "apiVersion", "events.k8s.io/v1");
+    cJSON_AddStringToObject(e, "kind", "Event");
+    cJSON *md = cJSON_AddObjectToObject(e, "metadata");
+    cJSON_AddStringToObject(md, "name", evname);
+    cJSON_AddStringToObject(md, "namespace", tj->namespace_);
+    cJSON_AddStringToObject(e, "eventTime", ts);
+    cJSON_AddStringToObject(e, "reportingController", RM_MANAGER);
+    cJSON_AddStringToObject(e, "reportingInstance", rt->instance);
+    cJSON_AddStringToObject(e, "action", action);
+    char r[129], n[1025];
+    snprintf(r, sizeof(r), "%s", reason);
+    snprintf(n, sizeof(n), "%s", note);
+    cJSON_AddStringToObject(e, "reason", r);
+    cJSON_AddStringToObject(e, "type", warning ? "Warning" : "Normal");
+    cJSON_AddStringToObject(e, "note", n);
+    cJSON *reg = cJSON_AddObjectToObject(e, "regarding");
+    cJSON_AddStringToObject(reg, "apiVersion", api_version);
+    cJSON_AddStringToObject(reg, "kind", kind);
+    cJSON_AddStringToObject(reg, "name", name);
+    cJSON_AddStringToObject(reg, "namespace", tj->namespace_);
+    if (uid)
+        cJSON_AddStringToObject(reg, "uid", uid);
+    snprintf(path, sizeof(path), "/apis/events.k8s.io/v1/namespaces/%s/events", tj->namespace_);
+    rm_err err = {0};
+    if (rm_kube_json(rt->c.client, "POST", path, NULL, e, NULL, &err))
+        rm_warn("event not recorded job=%s/%s reason=%s err=\"%s\"", tj->namespace_, tj->name, reason, err.msg);
+    cJSON_Delete(e);
+}
+
+static void job_event(rm_kube_rt *rt, const rm_tj *tj, bool warning, const char *reason,
+                      const char *note)
+{
+    emit_event(rt, tj, RM_TJ_KIND, RM_TJ_API_VERSION, tj->name, tj->uid, warning, reason,
+               "Reconcile", note);
+}
+
+static int ensure_token(rm_kube_rt *rt, const rm_tj *tj, job_mem *m, rm_err *err)
+{
+    char key[600], path[512];
+    snprintf(key, sizeof(key), "%s/%s-rendezvous", tj->namespace_, tj->name);
+    if (rt->c.secrets) {
+        rm_informer_rlock(rt->c.secrets);
+        const rm_kube_owned *o = rm_informer_get(rt->c.secrets, key);
+        if (o && o->token[0])
+            snprintf(m->token, sizeof(m->token), "%s", o->token);
+        rm_informer_runlock(rt->c.secrets);
+        if (o)
+            m->have_secret = true;
+    }
+    if (m->token[0] && m->have_secret)
+        return RM_OK;
+    if (!m->token[0]) {
+        unsigned char raw[24];
+        if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+            return rm_errf(err, RM_EIO, "token: getrandom failed");
+        for (size_t i = 0; i < sizeof(raw); i++)
+            snprintf(m->token + 2 * i, 3, "%02x", raw[i]);
+    }
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/secrets", tj->namespace_);
+    cJSON *s = secret_obj(tj, m->token);
+    bool created = false;
+    int rc = create(rt, path, s, &created, err);
+    cJSON_Delete(s);
+    if (rc)
+        return rc;
+    if (!created) {
+        /* it existed (we crashed after creating it): its token is the one the pods carry */
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/secrets/%s-rendezvous", tj->namespace_, tj->name);
+        cJSON *got = NULL;
+        rc = rm_kube_json(rt->c.client, "GET", path, NULL, NULL, &got, err);
+        if (rc)
+            return rc;
+        rm_kube_owned *o = rm_kube_owned_transform(NULL, got);
+        cJSON_Delete(got);
+        if (o && o->token[0])
+            snprintf(m->token, sizeof(m->token), "%s", o->token);
+        free(o);
+    }
+    m->have_secret = true;
+    return RM_OK;
+}
+
+static int ensure_service(rm_kube_rt *rt, const rm_tj *tj, job_mem *m, rm_err *err)
+{
+    char key[600], path[512];
+    snprintf(key, sizeof(key), "%s/%s", tj->namespace_, tj->name);
+    if (rt->c.services) {
+        rm_informer_rlock(rt->c.services);
+        m->have_service = rm_informer_get(rt->c.services, key) != NULL;
+        rm_informer_runlock(rt->c.services);
+    }
+    if (m->have_service)
+        return RM_OK;
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/services", tj->namespace_);
+    cJSON *s = service_obj(tj);
+    bool created = false;
+    int rc = create(rt, path, s, &created, err);
+    cJSON_Delete(s);
+    if (rc)
+        return rc;
+    if (created)
+        emit_event(rt, tj, RM_TJ_KIND, RM_TJ_API_VERSION, tj->name, tj->uid, false,
+                   "SuccessfulCreateService", "Create", "Created headless service for the workers");
+    m->have_service = true;
+    return RM_OK;
+}
+
+/* ---------------- observations ---------------- */
+typedef struct obs_ctx {
+    rm_kube_rt *rt;
+    rm_observed_worker *w;
+    size_t n, cap;
+    job_mem *m;
+} obs_ctx;
+
+static int collect_pod(void *ud, const char *key, const void *item)
+{
+    obs_ctx *o = ud;
+    const rm_kube_pod *p = item;
+    if (p->index < 0 || o->n >= o->cap)
+        return 0;
+    rm_observed_worker *w = &o->w[o->n++];
+    memset(w, 0, sizeof(*w));
+    w->index = p->index;
+    w->epoch_label = p->epoch;
+    w->phase = (rm_worker_phase)p->phase;
+    w->ready = p->ready;
+    w->exit_code = p->exit_code;
+    snprintf(w->reason, sizeof(w->reason), "%s", p->reason);
+    w->created_at = p->created_at;
+    w->finished_at = p->finished_at;
+    w->deletion_started_at = p->deletion_started_at;
+    w->node_ready = true;
+    (void)key;
+    return 0;
+}
+
+static void node_readiness(rm_kube_rt *rt, obs_ctx *o, const char *jobkey)
+{
+    if (!rt->c.nodes)
+        return;
+    /* pods' node names are only in the pod cache: look them up again */
+    rm_informer_rlock(rt->c.pods);
+    rm_informer_rlock(rt->c.nodes);
+    for (size_t i = 0; i < o->n; i++) {
+        char pk[600];
+        snprintf(pk, sizeof(pk), "%s-worker-%d", jobkey, o->w[i].index);
+        const rm_kube_pod *p = rm_informer_get(rt->c.pods, pk);
+        if (!p || !p->node[0])
+            continue;
+        char nk[80];
+        snprintf(nk, sizeof(nk), "/%s", p->node);
+        const rm_kube_node *nd = rm_informer_get(rt->c.nodes, nk);
+        if (nd)
+            o->w[i].node_ready = nd->ready;
+    }
+    rm_informer_runlock(rt->c.nodes);
+    rm_informer_runlock(rt->c.pods);
+}
+
+/* ---------------- status ---------------- */
+static cJSON *status_json(const rm_tj *tj, const rm_tj_status *st)
+{
+    cJSON *s = rm_tj_status_to_json(st);
+    if (!s)
+        return NULL;
+    char b[64];
+    snprintf(b, sizeof(b), "%d/%d", st->ready_replicas, tj->spec.replicas);
+    cJSON_DeleteItemFromObjectCaseSensitive(s, "workers");
+    cJSON_AddStringToObject(s, "workers", b);
+    char sel[400];
+    snprintf(sel, sizeof(sel), "%s=%s", RM_LABEL_JOB, tj->name);
+    cJSON_DeleteItemFromObjectCaseSensitive(s, "selector");
+    cJSON_AddStringToObject(s, "selector", sel);
+    return s;
+}
+
+/* PUT /status with the object's resourceVersion; on 409 re-read and put the same status on the
+ * fresh object (status is ours alone, so nothing is lost). */
+static int write_status(rm_kube_rt *rt, const char *ns, const char *name, cJSON *obj,
+                        cJSON *status, rm_err *err)
+{
+    char path[640];
+    snprintf(path, sizeof(path), "/apis/%s/%s/namespaces/%s/%s/%s/status", RM_TJ_GROUP,
+             RM_TJ_VERSION, ns, RM_TJ_PLURAL, name);
+    cJSON *cur = obj;
+    int rc = RM_ECONFLICT;
+    for (int attempt = 0; attempt < 5 && rc == RM_ECONFLICT; attempt++) {
+        cJSON_DeleteItemFromObjectCaseSensitive(cur, "status");
+        cJSON_AddItemToObject(cur, "status", cJSON_Duplicate(status, 1));
+        rc = rm_kube_json(rt->c.client, "PUT", path, NULL, cur, NULL, err);
+        if (rc == RM_ECONFLICT) {
+            char gp[640];
+            snprintf(gp, sizeof(gp), "/apis/%s/%s/namespaces/%s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION,
+                     ns, RM_TJ_PLURAL, name);
+            cJSON *fresh = NULL;
+            int grc = rm_kube_json(rt->c.client, "GET", gp, NULL, NULL, &fresh, err);
+            if (grc) {
+                rc = grc;
+                break;
+            }
+            if (cur != obj)
+                cJSON_Delete(cur);
+            cur = fresh;
+            rm_debug("status conflict, retrying on fresh object job=%s/%s attempt=%d", ns, name, attempt + 1);
+        }
+    }
+    if (cur != obj)
+        cJSON_Delete(cur);
+    return rc;
+}
+
+/* A job whose spec cannot even be parsed: Failed condition naming the field, Warning event. */
+static int report_invalid(rm_kube_rt *rt, const char *key, cJSON *obj, const rm_err *perr,
+                          job_mem *m, rm_err *err)
+{
+    const cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
+    const cJSON *nm = cJSON_GetObjectItemCaseSensitive(md, "name");
+    const cJSON *ns = cJSON_GetObjectItemCaseSensitive(md, "namespace");
+    const cJSON *uid = cJSON_GetObjectItemCaseSensitive(md, "uid");
+    const cJSON *gen = cJSON_GetObjectItemCaseSensitive(md, "generation");
+    const cJSON *cur = rm_json_path(obj, "status.message");
+    if (!cJSON_IsString(nm) || !cJSON_IsString(ns))
+        return rm_errf(err, RM_EPROTO, "job %s: no name/namespace", key);
+    if (cJSON_IsString(cur) && strcmp(cur->valuestring, perr->msg) == 0 &&
+        strcmp(m->invalid_msg, perr->msg) == 0)
+        return RM_OK;   /* already reported */
+    rm_tj_status st;
+    memset(&st, 0, sizeof(st));
+    double now = rm_kube_wall();
+    int64_t g = cJSON_IsNumber(gen) ? (int64_t)gen->valuedouble : 0;
+    st.phase = RM_PHASE_FAILED;
+    st.observed_generation = g;
+    st.completion_time = now;
+    snprintf(st.message, sizeof(st.message), "%.255s", perr->msg);
+    rm_tj_set_condition(&st, RM_COND_FAILED, true, "InvalidSpec", perr->msg, g, now);
+    cJSON *s = rm_tj_status_to_json(&st);
+    if (!s)
+        return rm_errf(err, RM_ENOMEM, "status: out of memory");
+    int rc = write_status(rt, ns->valuestring, nm->valuestring, obj, s, err);
+    cJSON_Delete(s);
+    if (rc)
+        return rc;
+    rm_tj fake;
+    memset(&fake, 0, sizeof(fake));
+    fake.name = nm->valuestring;
+    fake.namespace_ = ns->valuestring;
+    fake.uid = cJSON_IsString(uid) ? uid->valuestring : NULL;
+    if (strcmp(m->invalid_msg, perr->msg) != 0) {
+        job_event(rt, &fake, true, "InvalidSpec", perr->msg);
+        rm_op_metrics_job(rt->c.metrics, RM_JOB_FAILED, ns->valuestring);
+    }
+    snprintf(m->invalid_msg, sizeof(m->invalid_msg), "%s", perr->msg);
+    rm_warn("invalid TrainingJob job=%s err=\"%s\"", key, perr->msg);
+    return RM_OK;
+}
+
+static char *cached_job(rm_kube_rt *rt, const char *key)
+{
+    for (int i = 0; i < rt->c.njobs_inf; i++) {
+        rm_informer_rlock(rt->c.jobs_inf[i]);
+        const char *j = rm_informer_get(rt->c.jobs_inf[i], key);
+        char *copy = j ? strdup(j) : NULL;
+        rm_informer_runlock(rt->c.jobs_inf[i]);
+        if (copy)
+            return copy;
+    }
+    return NULL;
+}
+
+static bool cond_true(const rm_tj_status *s, rm_cond_type t)
+{
+    return s->conditions[t].present && s->conditions[t].status;
+}
+
+/* ---------------- sync ---------------- */
+int rm_kube_rt_sync(rm_kube_rt *rt, const char *key, double *requeue_after, rm_err *err)
+{
+    *requeue_after = 0;
+    char *js = cached_job(rt, key);
+    if (!js) {
+        /* gone: forget it (pods, service and secret go with it through garbage collection) */
+        if (rt->c.rdzv)
+            rm_rdzv_job_remove(rt->c.rdzv, key);
+        if (mem_get(rt, key, false)) {
+            const char *slash = strchr(key, '/');
+            char ns[256];
+            snprintf(ns, sizeof(ns), "%.*s", slash ? (int)(slash - key) : 0, key);
+            rm_op_metrics_job(rt->c.metrics, RM_JOB_DELETED, ns);
+            rm_info("job deleted job=%s", key);
+        }
+        mem_drop(rt, key);
+        return RM_OK;
+    }
+    int rc = RM_OK;
+    cJSON *obj = cJSON_Parse(js);
+    free(js);
+    rm_tj tj;
+    memset(&tj, 0, sizeof(tj));
+    rm_observed_worker *workers = NULL;
+    rm_rdzv_state *rs = NULL;
+    rm_action *acts = NULL;
+    if (!obj)
+        return rm_errf(err, RM_EPROTO, "job %s: cached object is not JSON", key);
+    job_mem *m = mem_get(rt, key, true);
+    if (!m) {
+        rc = rm_errf(err, RM_ENOMEM, "out of memory");
+        goto out;
+    }
+    /* managedBy: another controller's job is not ours to touch */
+    const cJSON *mb = rm_json_path(obj, "spec.runPolicy.managedBy");
+    if (cJSON_IsString(mb) && mb->valuestring[0] && strcmp(mb->valuestring, RM_MANAGER) != 0) {
+        rm_debug("skipping job managed by another controller job=%s managedBy=%s", key, mb->valuestring);
+        goto out;
+    }
+    rm_err perr = {0};
+    if (rm_tj_from_json(obj, &tj, &perr) != RM_OK) {
+        rc = report_invalid(rt, key, obj, &perr, m, err);
+        goto out;
+    }
+    rm_tj_defaults(&tj);
+    rm_err verr = {0};
+    bool valid = rm_tj_validate(&tj, &verr) == RM_OK;
+    bool terminal = tj.status.phase == RM_PHASE_SUCCEEDED || tj.status.phase == RM_PHASE_FAILED;
+    if (valid && !terminal && !tj.spec.run.suspend) {
+        RM_CHECK_GOTO(ensure_token(rt, &tj, m, err), rc, out);
+        RM_CHECK_GOTO(ensure_service(rt, &tj, m, err), rc, out);
+    }
+    /* observations */
+    int cap = tj.spec.max_replicas > tj.spec.replicas ? tj.spec.max_replicas : tj.spec.replicas;
+    if (cap < 1)
+        cap = 1;
+    cap = cap * 2 + 16;
+    workers = calloc((size_t)cap, sizeof(*workers));
+    if (!workers) {
+        rc = rm_errf(err, RM_ENOMEM, "out of memory");
+        goto out;
+    }
+    obs_ctx oc = {rt, workers, 0, (size_t)cap, m};
+    rm_informer_rlock(rt->c.pods);
+    rm_informer_by_index(rt->c.pods, key, collect_pod, &oc);
+    rm_informer_runlock(rt->c.pods);
+    node_readiness(rt, &oc, key);
+    /* indices that keep failing to be created are reported as Missing with a count */
+    for (int i = 0; i < MAX_IDX && oc.n < oc.cap; i++) {
+        if (!m->create_failures[i])
+            continue;
+        bool seen = false;
+        for (size_t k = 0; k < oc.n; k++)
+            seen |= oc.w[k].index == i;
+        if (!seen) {
+            rm_observed_worker *w = &oc.w[oc.n++];
+            memset(w, 0, sizeof(*w));
+            w->index = i;
+            w->phase = RM_WORKER_MISSING;
+            w->node_ready = true;
+            w->create_failures = m->create_failures[i];
+        }
+    }
+    rs = calloc(1, sizeof(*rs));
+    if (!rs) {
+        rc = rm_errf(err, RM_ENOMEM, "out of memory");
+        goto out;
+    }
+    bool have_rs = rt->c.rdzv && rm_rdzv_snapshot(rt->c.rdzv, key, rs) == RM_OK;
+    rm_reconcile_opts ro;
+    rm_reconcile_opts_default(&ro);
+    ro.force_delete_after_s = rt->c.force_delete_after_s;
+    const char *img = template_image(&tj);
+    ro.no_rendezvous = img && !is_worker_image(img, rt->worker_image);
+    size_t acap = RM_RECONCILE_ACTIONS(oc.n);
+    acts = calloc(acap, sizeof(*acts));
+    if (!acts) {
+        rc = rm_errf(err, RM_ENOMEM, "out of memory");
+        goto out;
+    }
+    rm_reconcile_in in = {
+        .job = &tj, .workers = oc.w, .nworkers = oc.n, .rdzv = have_rs ? rs : NULL,
+        .rdzv_desired = m->rdzv_desired, .rdzv_min = m->rdzv_min, .now = rm_kube_wall(), .opts = &ro,
+    };
+    rm_reconcile_out ro_out;
+    memset(&ro_out, 0, sizeof(ro_out));
+    ro_out.actions = acts;
+    ro_out.cap = acap;
+    rc = rm_reconcile(&in, &ro_out);
+    if (rc) {
+        rm_errf(err, rc, "reconcile core failed for %s: %s", key, rm_strerror(rc));
+        goto out;
+    }
+    /* execute */
+    int first_err = RM_OK;
+    char jobpods[512];
+    snprintf(jobpods, sizeof(jobpods), "/api/v1/namespaces/%s/pods", tj.namespace_);
+    for (size_t i = 0; i < ro_out.nactions; i++) {
+        const rm_action *a = &ro_out.actions[i];
+        rm_err aerr = {0};
+        int arc = RM_OK;
+        switch (a->type) {
+        case RM_ACT_CREATE_WORKER: {
+            cJSON *pod = rm_kube_worker_pod(obj, &tj, a->index, a->epoch, rt->rdzv_url, rt->worker_image, &aerr);
+            bool created = false;
+            arc = pod ? create(rt, jobpods, pod, &created, &aerr) : RM_ENOMEM;
+            cJSON_Delete(pod);
+            if (a->index >= 0 && a->index < MAX_IDX) {
+                if (arc && m->create_failures[a->index] < 255)
+                    m->create_failures[a->index]++;
+                else if (!arc)
+                    m->create_failures[a->index] = 0;
+            }
+            if (created && rt->c.pod_events) {
+                char pn[320], note[400];
+                snprintf(pn, sizeof(pn), "%s-worker-%d", tj.name, a->index);
+                snprintf(note, sizeof(note), "Created pod: %s (epoch %d)", pn, a->epoch);
+                job_event(rt, &tj, false, "SuccessfulCreatePod", note);
+            }
+            break;
+        }
+        case RM_ACT_DELETE_WORKER: {
+            char p[640];
+            snprintf(p, sizeof(p), "/api/v1/namespaces/%s/pods/%s-worker-%d", tj.namespace_, tj.name, a->index);
+            cJSON *opts = cJSON_CreateObject();
+            cJSON_AddStringToObject(opts, "kind", "DeleteOptions");
+            cJSON_AddStringToObject(opts, "apiVersion", "v1");
+            if (a->force)
+                cJSON_AddNumberToObject(opts, "gracePeriodSeconds", 0);
+            cJSON_AddStringToObject(opts, "propagationPolicy", "Background");
+            arc = rm_kube_json(rt->c.client, "DELETE", p, NULL, opts, NULL, &aerr);
+            cJSON_Delete(opts);
+            if (arc == RM_ENOTFOUND)
+                arc = RM_OK;
+            else if (arc == RM_OK && rt->c.pod_events) {
+                char note[512];
+                snprintf(note, sizeof(note), "Deleted pod: %s-worker-%d (%s%s)", tj.name, a->index,
+                         a->reason[0] ? a->reason : "reconcile", a->force ? ", forced" : "");
+                job_event(rt, &tj, false, "SuccessfulDeletePod", note);
+            }
+            break;
+        }
+        case RM_ACT_RESTART_GROUP:
+            if (rt->c.rdzv) {
+                int ne = 0;
+                rm_rdzv_restart(rt->c.rdzv, key, a->epoch, &ne);
+            }
+            break;
+        case RM_ACT_SET_RDZV:
+            if (rt->c.rdzv) {
+                arc = rm_rdzv_job_set(rt->c.rdzv, key, m->token, a->desired, a->min, 5.0);
+                if (!arc) {
+                    m->rdzv_desired = a->desired;
+                    m->rdzv_min = a->min;
+                }
+            }
+            break;
+        case RM_ACT_STOP_RDZV:
+            if (rt->c.rdzv)
+                rm_rdzv_job_stop(rt->c.rdzv, key);
+            break;
+        case RM_ACT_EVENT:
+            job_event(rt, &tj, a->warning, a->reason, a->message);
+            break;
+        case RM_ACT_DELETE_JOB: {
+            char p[640];
+            snprintf(p, sizeof(p), "/apis/%s/%s/namespaces/%s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION,
+                     tj.namespace_, RM_TJ_PLURAL, tj.name);
+            cJSON *opts = cJSON_CreateObject();
+            cJSON_AddStringToObject(opts, "propagationPolicy", "Background");
+            arc = rm_kube_json(rt->c.client, "DELETE", p, NULL, opts, NULL, &aerr);
+            cJSON_Delete(opts);
+            if (arc == RM_ENOTFOUND)
+                arc = RM_OK;
+            if (!arc)
+                rm_info("job deleted after ttlSecondsAfterFinished job=%s", key);
+            break;
+        }
+        case RM_ACT_REQUEUE_AFTER:
+            if (a->seconds > 0 && (*requeue_after <= 0 || a->seconds < *requeue_after))
+                *requeue_after = a->seconds;
+            break;
+        }
+        if (arc) {
+            char ab[256];
+            rm_warn("action failed job=%s action=\"%s\" err=\"%s\"", key, rm_action_str(a, ab, sizeof(ab)), aerr.msg);
+            if (!first_err) {
+                first_err = arc;
+                *err = aerr;
+            }
+        }
+    }
+    if (ro_out.status_changed) {
+        cJSON *s = status_json(&tj, &ro_out.status);
+        if (!s) {
+            rc = rm_errf(err, RM_ENOMEM, "out of memory");
+            goto out;
+        }
+        rc = write_status(rt, tj.namespace_, tj.name, obj, s, err);
+        cJSON_Delete(s);
+        if (rc)
+            goto out;
+        const rm_tj_status *os = &tj.status, *ns = &ro_out.status;
+        if (cond_true(ns, RM_COND_CREATED) && !cond_true(os, RM_COND_CREATED))
+            rm_op_metrics_job(rt->c.metrics, RM_JOB_CREATED, tj.namespace_);
+        if (ns->phase == RM_PHASE_SUCCEEDED && os->phase != RM_PHASE_SUCCEEDED)
+            rm_op_metrics_job(rt->c.metrics, RM_JOB_SUCCESSFUL, tj.namespace_);
+        if (ns->phase == RM_PHASE_FAILED && os->phase != RM_PHASE_FAILED)
+            rm_op_metrics_job(rt->c.metrics, RM_JOB_FAILED, tj.namespace_);
+        for (int k = os->restarts; k < ns->restarts; k++)
+            rm_op_metrics_job(rt->c.metrics, RM_JOB_RESTARTED, tj.namespace_);
+        if (ns->phase != os->phase)
+            rm_info("job phase job=%s from=%s to=%s restarts=%d epoch=%d", key, rm_phase_name(os->phase),
+                    rm_phase_name(ns->phase), ns->restarts, ns->epoch);
+    }
+    rc = first_err;
+out:
+    free(workers);
+    free(rs);
+    free(acts);
+    rm_tj_free(&tj);
+    cJSON_Delete(obj);
+    return rc;
+}

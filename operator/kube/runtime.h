@@ -1,0 +1,83 @@
+/* runtime.h — the kube runtime: turns reconcile-core actions into Kubernetes API calls and
+ * feeds the cluster's state (from the informer caches) and the rendezvous snapshot back in.
+ *
+ * Per TrainingJob it maintains a Secret "<job>-rendezvous" (key "token"), a headless Service
+ * "<job>" (publishNotReadyAddresses) and worker pods "<job>-worker-<i>" owned by the job
+ * (ownerReferences controller+blockOwnerDeletion), labelled ringmaster.dev/job-name,
+ * ringmaster.dev/replica-index and ringmaster.dev/epoch. Names are deterministic and creation treats
+ * AlreadyExists as success, so a restarted operator never duplicates anything. Status goes through
+ * the /status subresource with the fetched resourceVersion; a 409 re-reads the object and writes
+ * the same computed status again. Events use events.k8s.io/v1 (reportingController
+ * ringmaster.dev/operator).
+ *
+ * Ownership: rm_kube_rt borrows the client, informers, rendezvous service and metrics given in its
+ * config; it owns its per-job memory. */
+#ifndef RM_KUBE_RUNTIME_H
+#define RM_KUBE_RUNTIME_H
+#include <stdbool.h>
+#include <cjson/cJSON.h>
+#include "common/rdzv.h"
+#include "common/rm.h"
+#include "operator/kube/client.h"
+#include "operator/kube/informer.h"
+#include "operator/kube/metrics.h"
+
+#define RM_LABEL_JOB "ringmaster.dev/job-name"
+#define RM_LABEL_INDEX "ringmaster.dev/replica-index"
+#define RM_LABEL_EPOCH "ringmaster.dev/epoch"
+#define RM_MANAGER "ringmaster.dev/operator"
+#define RM_DEFAULT_WORKER_IMAGE "ringmaster/worker:latest"
+
+typedef struct rm_kube_rt rm_kube_rt;
+
+typedef struct rm_kube_rt_config {
+    rm_kube_client *client;
+    rm_informer *jobs_inf[16];       /* one per watched namespace (or one for all) */
+    int njobs_inf;
+    rm_informer *pods, *services, *secrets, *nodes;   /* nodes may be NULL */
+    rm_rdzv *rdzv;                   /* may be NULL (no rendezvous hosted) */
+    rm_op_metrics *metrics;          /* may be NULL */
+    const char *rdzv_url;            /* advertised to workers, e.g. "http://127.0.0.1:29400" */
+    const char *worker_image;        /* default ringmaster/worker:latest */
+    const char *instance;            /* reportingInstance for events (identity) */
+    bool pod_events;                 /* emit an Event per pod creation/deletion (default true) */
+    double force_delete_after_s;     /* Terminating on a NotReady node → force; default 30 */
+} rm_kube_rt_config;
+
+int rm_kube_rt_new(const rm_kube_rt_config *cfg, rm_kube_rt **out, rm_err *err);
+void rm_kube_rt_free(rm_kube_rt *rt);   /* NULL ok */
+
+/* Reconcile one job key "ns/name". *requeue_after gets >0 when the job wants another look by then.
+ * Returns RM_OK or an error (caller requeues rate-limited). Never called twice for one key at once
+ * (the workqueue guarantees it). */
+int rm_kube_rt_sync(rm_kube_rt *rt, const char *key, double *requeue_after, rm_err *err);
+
+/* Informer projections and index functions (ud = rm_kube_rt* or NULL). */
+void *rm_kube_tj_transform(void *ud, const cJSON *obj);    /* compact JSON string */
+void *rm_kube_pod_transform(void *ud, const cJSON *obj);   /* rm_kube_pod */
+void *rm_kube_owned_transform(void *ud, const cJSON *obj); /* rm_kube_owned (svc/secret) */
+void *rm_kube_node_transform(void *ud, const cJSON *obj);  /* rm_kube_node */
+int rm_kube_job_index(void *ud, const cJSON *obj, char *buf, size_t cap);  /* "ns/<job-name label>" */
+
+typedef struct rm_kube_pod {
+    int index, epoch;
+    int phase;                 /* rm_worker_phase */
+    bool ready;
+    int exit_code;
+    char reason[32];
+    char node[64];
+    double created_at, finished_at, deletion_started_at;
+} rm_kube_pod;
+
+typedef struct rm_kube_owned {
+    char token[96];            /* secrets: data.token decoded; "" otherwise */
+} rm_kube_owned;
+
+typedef struct rm_kube_node {
+    bool ready;
+} rm_kube_node;
+
+/* Build the worker pod for index i (exposed for unit tests). Owned cJSON or NULL with err. */
+cJSON *rm_kube_worker_pod(const cJSON *job_obj, const void *tj /* const rm_tj* */, int index,
+                          int epoch, const char *rdzv_url, const char *worker_image, rm_err *err);
+#endif
