@@ -38,7 +38,8 @@ bool rm_gpu_available(char *why, size_t cap);
 /* True when this binary was compiled with the CUDA path (does not touch the runtime). */
 bool rm_gpu_built(void);
 /* Pick and set the device for this process: local_rank modulo the visible devices (with one GPU per
- * pod that is device 0). *device gets the index, name (may be NULL) the device name and compute
+ * pod that is device 0). The CUDA table does this itself on first use with env LOCAL_RANK (or 0)
+ * unless a device was selected before; call it first to choose another. *device gets the index, name (may be NULL) the device name and compute
  * capability ("NVIDIA H100 80GB HBM3 sm_90"). RM_EUNSUPPORTED when no GPU (err says why). */
 int rm_gpu_select(int local_rank, int *device, char *name, size_t cap, rm_err *err);
 
@@ -52,6 +53,8 @@ int rm_gpu_set_precision(rm_precision p, rm_err *err);
 /* The CUDA table's compute stream (a cudaStream_t), or NULL before the table is initialised and in
  * the CPU-only build. The NCCL backend orders its communication stream after it with events. */
 void *rm_gpu_compute_stream(void);
+/* The device the CUDA table was initialised on, or -1 before that / without CUDA. */
+int rm_gpu_device(void);
 /* The first error any CUDA table entry hit since the last call (table entries return void), then
  * clears it. RM_OK when none. Call after sync()/d2h once per step. */
 int rm_gpu_check(rm_err *err);

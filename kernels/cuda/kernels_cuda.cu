@@ -640,6 +640,17 @@ void ctx_init(void)
         rm_log_write(RM_LOG_WARN, __FILE__, __LINE__, "CUDA kernels unavailable why=\"%s\"", why);
         return;
     }
+    {
+        /* the first use picks LOCAL_RANK's device unless the caller already chose one: a context
+         * on some device other than 0 means it did */
+        const char *lr = getenv("LOCAL_RANK");
+        int cur = 0;
+        RM_CUDA_GOTO(cudaGetDevice(&cur), rc, fail);
+        if (cur == 0 && lr && *lr) {
+            rm_err e = {0};
+            RM_CHECK_GOTO(rm_gpu_select(atoi(lr), NULL, NULL, 0, &e), rc, fail);
+        }
+    }
     RM_CUDA_GOTO(cudaGetDevice(&c->device), rc, fail);
     RM_CUDA_GOTO(cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount, c->device), rc, fail);
     RM_CUDA_GOTO(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), rc, fail);
@@ -704,6 +715,11 @@ int rm_gpu_set_precision(rm_precision p, rm_err *err)
     }
     g_cuda.prec = p;
     return RM_OK;
+}
+
+int rm_gpu_device(void)
+{
+    return g_cuda.ok ? g_cuda.device : -1;
 }
 
 void *rm_gpu_compute_stream(void)

@@ -248,8 +248,10 @@ static int nccl_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err)
     c->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 10.0;
     double init_timeout = c->timeout_s > NCCL_INIT_MIN_TIMEOUT_S ? c->timeout_s : NCCL_INIT_MIN_TIMEOUT_S;
 
-    if (cfg->device >= 0)
-        RM_CUDA_GOTO_ERR(cudaSetDevice(cfg->device), rc, fail, err);
+    /* the gradients live where the CUDA kernels table runs; else the configured device */
+    int dev = rm_gpu_device() >= 0 ? rm_gpu_device() : cfg->device;
+    if (dev >= 0)
+        RM_CUDA_GOTO_ERR(cudaSetDevice(dev), rc, fail, err);
     RM_CUDA_GOTO_ERR(cudaGetDevice(&c->device), rc, fail, err);
     RM_CUDA_GOTO_ERR(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), rc, fail, err);
     RM_CUDA_GOTO_ERR(cudaEventCreateWithFlags(&c->ready, cudaEventDisableTiming), rc, fail, err);

@@ -31,6 +31,8 @@ int rm_gpu_set_precision(rm_precision p, rm_err *err)
 
 void *rm_gpu_compute_stream(void) { return NULL; }
 
+int rm_gpu_device(void) { return -1; }
+
 int rm_gpu_check(rm_err *err)
 {
     (void)err;

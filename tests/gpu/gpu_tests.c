@@ -1,0 +1,663 @@
+/* gpu_tests.c — checks of the GPU path that need a GPU (run by tests/gpu/run.sh, `make test-gpu`):
+ *   - every entry of the CUDA kernels table against the CPU table (kernels/kernels_cpu.c) or the C
+ *     conversions (worker/gpu.c) as oracle, with a tolerance per dtype: bit-exact where the
+ *     arithmetic is the same (casts, relu forward, argmax), accumulation-order bounds elsewhere,
+ *     TF32 rounding bounds for fp32 gemm, and for bf16/fp16 gemm the CPU product of the rounded
+ *     inputs (bf16/fp16 products are exact in fp32, so only the summation order differs);
+ *   - the loss-scaler sequence driven by the GPU overflow flag;
+ *   - a one-rank NCCL allreduce (device and host buffers, sum/avg, bf16, barrier, abort);
+ *   - the checkpoint round trip GPU -> file -> CPU and back (same logits, same bits).
+ * Prints "SKIP: no GPU present (<reason>)" and exits 0 without a usable GPU. Exit 1 on any failure.
+ * Usage: gpu_tests [--quick]   (--quick: smaller shapes, for compute-sanitizer runs) */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kernels/kernels.h"
+#include "worker/checkpoint.h"
+#include "worker/comm.h"
+#include "worker/gpu.h"
+#include "worker/model.h"
+
+static int g_fail, g_checks;
+static int g_quick;
+
+#define CHECK(cond, ...)                                                                         \
+    do {                                                                                         \
+        g_checks++;                                                                              \
+        if (!(cond)) {                                                                           \
+            g_fail++;                                                                            \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                      \
+            fprintf(stderr, __VA_ARGS__);                                                        \
+            fputc('\n', stderr);                                                                 \
+        }                                                                                        \
+    } while (0)
+
+static const rm_kernels *G, *C;   /* GPU table, CPU oracle table */
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static float frand(void)          /* uniform [-1, 1) */
+{
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (float)((g_rng >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+}
+
+static float *hrand(size_t n, float scale)
+{
+    float *p = malloc(n * sizeof *p);
+    if (!p)
+        abort();
+    for (size_t i = 0; i < n; i++)
+        p[i] = frand() * scale;
+    return p;
+}
+
+static void *dup_to_gpu(const void *h, size_t bytes)
+{
+    void *d = G->alloc(bytes);
+    if (!d)
+        abort();
+    G->h2d(d, h, bytes);
+    return d;
+}
+
+static void *from_gpu(const void *d, size_t bytes)
+{
+    void *h = malloc(bytes ? bytes : 1);
+    if (!h)
+        abort();
+    G->d2h(h, d, bytes);
+    return h;
+}
+
+static int gpu_errors(const char *where)
+{
+    rm_err e = {0};
+    int rc = rm_gpu_check(&e);
+    CHECK(rc == RM_OK, "%s: CUDA table error: %s", where, e.msg);
+    return rc;
+}
+
+/* max over i of |a-b| / (atol + rtol * ref_i) — returns the worst ratio (<= 1 passes) */
+static double worst_ratio(const float *a, const float *b, const float *ref_mag, size_t n, double atol,
+                          double rtol, size_t *at)
+{
+    double worst = 0;
+    for (size_t i = 0; i < n; i++) {
+        double tol = atol + rtol * (ref_mag ? ref_mag[i] : fabs((double)b[i]));
+        double d = fabs((double)a[i] - (double)b[i]);
+        double r = isnan(a[i]) != isnan(b[i]) ? INFINITY : (isnan(a[i]) ? 0 : d / tol);
+        if (r > worst) {
+            worst = r;
+            if (at)
+                *at = i;
+        }
+    }
+    return worst;
+}
+
+/* ---------------------------------------------------------------- gemm */
+
+/* |op(A)||op(B)| row-major, the scale of each output's rounding error */
+static void gemm_mag(bool ta, bool tb, int m, int n, int k, const float *a, int lda, const float *b,
+                     int ldb, float *mag)
+{
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) {
+            double s = 0;
+            for (int p = 0; p < k; p++) {
+                float av = ta ? a[(size_t)p * lda + i] : a[(size_t)i * lda + p];
+                float bv = tb ? b[(size_t)j * ldb + p] : b[(size_t)p * ldb + j];
+                s += fabs((double)av * bv);
+            }
+            mag[(size_t)i * n + j] = (float)s;
+        }
+}
+
+static void round_array(float *x, size_t n, rm_precision p)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = p == RM_PREC_BF16 ? rm_bf16_to_f32(rm_f32_to_bf16(x[i]))
+                                 : rm_f16_to_f32(rm_f32_to_f16(x[i]));
+}
+
+static void test_gemm_case(rm_precision prec, bool ta, bool tb, int m, int n, int k, float beta)
+{
+    int pad = 3;   /* leading dimensions larger than the logical width */
+    int a_rows = ta ? k : m, a_cols = ta ? m : k, b_rows = tb ? n : k, b_cols = tb ? k : n;
+    int lda = a_cols + pad, ldb = b_cols + pad, ldc = n + pad;
+    size_t na = (size_t)a_rows * lda, nb = (size_t)b_rows * ldb, nc = (size_t)m * ldc;
+    float *a = hrand(na, 1.0f), *b = hrand(nb, 1.0f), *c0 = hrand(nc, 1.0f);
+    float *ca = malloc(na * 4), *cb = malloc(nb * 4), *cc = malloc(nc * 4), *mag = malloc((size_t)m * n * 4);
+    memcpy(ca, a, na * 4);
+    memcpy(cb, b, nb * 4);
+    memcpy(cc, c0, nc * 4);
+    float *da = dup_to_gpu(a, na * 4), *db = dup_to_gpu(b, nb * 4), *dc = dup_to_gpu(c0, nc * 4);
+    rm_err e = {0};
+    CHECK(rm_gpu_set_precision(prec, &e) == RM_OK, "%s", e.msg);
+    float alpha = 0.75f;
+    G->gemm(ta, tb, m, n, k, alpha, da, lda, db, ldb, beta, dc, ldc);
+    float *gc = from_gpu(dc, nc * 4);
+    rm_gpu_set_precision(RM_PREC_FP32, &e);
+    gpu_errors("gemm");
+    double rtol;
+    if (prec == RM_PREC_FP32) {
+        const char *o = getenv("NVIDIA_TF32_OVERRIDE");
+        rtol = (o && !strcmp(o, "0")) ? 1e-5 : 2.5e-3;   /* TF32 inputs: 10-bit mantissa */
+    } else {
+        round_array(ca, na, prec);                       /* the oracle multiplies rounded inputs */
+        round_array(cb, nb, prec);
+        rtol = 2e-5;                                     /* exact products; order of sums only */
+    }
+    C->gemm(ta, tb, m, n, k, alpha, ca, lda, cb, ldb, beta, cc, ldc);
+    gemm_mag(ta, tb, m, n, k, ca, lda, cb, ldb, mag);
+    double worst = 0;
+    size_t at = 0;
+    for (int i = 0; i < m; i++) {
+        float magrow[4096];
+        for (int j = 0; j < n && j < 4096; j++)
+            magrow[j] = fabsf(alpha) * mag[(size_t)i * n + j] + fabsf(beta * c0[(size_t)i * ldc + j]);
+        size_t a_at = 0;
+        double r = worst_ratio(gc + (size_t)i * ldc, cc + (size_t)i * ldc, magrow, (size_t)n, 1e-6,
+                               rtol, &a_at);
+        if (r > worst) {
+            worst = r;
+            at = (size_t)i * ldc + a_at;
+        }
+        /* the padding columns must be untouched */
+        for (int j = n; j < ldc; j++)
+            CHECK(gc[(size_t)i * ldc + j] == c0[(size_t)i * ldc + j], "gemm wrote past n at %d,%d", i, j);
+    }
+    CHECK(worst <= 1.0, "gemm %s ta=%d tb=%d m=%d n=%d k=%d beta=%g: worst error ratio %.3g at %zu "
+          "(gpu %g cpu %g)", rm_precision_str(prec), ta, tb, m, n, k, beta, worst, at, gc[at], cc[at]);
+    G->free(da);
+    G->free(db);
+    G->free(dc);
+    free(a), free(b), free(c0), free(ca), free(cb), free(cc), free(mag), free(gc);
+}
+
+static void test_gemm(void)
+{
+    int shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {64, 10, 256}, {33, 129, 65}, {128, 512, 784}};
+    int ns = g_quick ? 3 : 5;
+    for (int p = RM_PREC_FP32; p <= RM_PREC_FP16; p++)
+        for (int s = 0; s < ns; s++)
+            for (int t = 0; t < 4; t++)
+                test_gemm_case((rm_precision)p, t & 1, t & 2, shapes[s][0], shapes[s][1],
+                               shapes[s][2], t == 3 ? 0.5f : 0.0f);
+    /* k = 0: C = beta C */
+    test_gemm_case(RM_PREC_FP32, false, false, 4, 6, 0, 0.5f);
+    printf("ok gemm (fp32/TF32, bf16, fp16; all transposes; padded leading dims)\n");
+}
+
+/* ---------------------------------------------------------------- elementwise and reductions */
+
+static void test_bias_act(void)
+{
+    int shapes[][2] = {{1, 1}, {64, 512}, {37, 10}, {257, 33}, {3, 1000}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int rows = shapes[s][0], cols = shapes[s][1];
+        size_t n = (size_t)rows * cols;
+        for (int act = RM_ACT_NONE; act <= RM_ACT_RELU; act++) {
+            float *y = hrand(n, 2.0f), *b = hrand((size_t)cols, 1.0f), *dy = hrand(n, 1.0f);
+            float *dy_y = dup_to_gpu(y, n * 4), *d_b = dup_to_gpu(b, (size_t)cols * 4);
+            G->bias_act_fwd(dy_y, d_b, rows, cols, (rm_act)act);
+            C->bias_act_fwd(y, b, rows, cols, (rm_act)act);
+            float *gy = from_gpu(dy_y, n * 4);
+            CHECK(memcmp(gy, y, n * 4) == 0, "bias_act_fwd act=%d %dx%d not bit-identical", act, rows, cols);
+            /* backward on the forward output */
+            float *d_dy = dup_to_gpu(dy, n * 4), *d_db = G->alloc((size_t)cols * 4);
+            float *cdb = malloc((size_t)cols * 4), *mag = calloc((size_t)cols, 4);
+            for (size_t i = 0; i < n; i++)
+                mag[i % cols] += fabsf(dy[i]);
+            G->bias_act_bwd(d_dy, dy_y, d_db, rows, cols, (rm_act)act);
+            C->bias_act_bwd(dy, y, cdb, rows, cols, (rm_act)act);
+            float *gdy = from_gpu(d_dy, n * 4), *gdb = from_gpu(d_db, (size_t)cols * 4);
+            CHECK(memcmp(gdy, dy, n * 4) == 0, "bias_act_bwd dY act=%d %dx%d not bit-identical", act, rows, cols);
+            double r = worst_ratio(gdb, cdb, mag, (size_t)cols, 1e-7, 1e-6, NULL);
+            CHECK(r <= 1.0, "bias_act_bwd db act=%d %dx%d ratio %.3g", act, rows, cols, r);
+            G->free(dy_y), G->free(d_b), G->free(d_dy), G->free(d_db);
+            free(y), free(b), free(dy), free(gy), free(cdb), free(mag), free(gdy), free(gdb);
+        }
+    }
+    gpu_errors("bias_act");
+    printf("ok bias_act_fwd/bwd (relu, none)\n");
+}
+
+static void test_softmax_argmax(void)
+{
+    int shapes[][2] = {{1, 10}, {64, 10}, {100, 10}, {513, 37}, {8192, 10}, {4, 1000}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int rows = shapes[s][0], classes = shapes[s][1];
+        size_t n = (size_t)rows * classes;
+        float *x = hrand(n, 8.0f);
+        int32_t *lab = malloc((size_t)rows * 4);
+        for (int r = 0; r < rows; r++)
+            lab[r] = (int32_t)((frand() + 1.0f) * 0.5f * classes) % classes;
+        if (rows > 3) {   /* ties: argmax must take the first maximum */
+            x[(size_t)1 * classes + 2] = x[(size_t)1 * classes + 5] = 100.0f;
+            lab[1] = 2;
+        }
+        float inv_batch = 1.0f / (float)rows;
+        float *dx = dup_to_gpu(x, n * 4), *dd = G->alloc(n * 4), *dloss = G->alloc(4);
+        int32_t *dlab = dup_to_gpu(lab, (size_t)rows * 4), *dcorr = G->alloc(4);
+        G->argmax_correct(dx, dlab, rows, classes, dcorr);
+        G->softmax_xent_fwd_bwd(dx, dlab, rows, classes, inv_batch, dd, dloss);
+        float *cd = malloc(n * 4), closs = 0, gloss = 0;
+        int32_t ccorr = -1, gcorr = -2;
+        C->argmax_correct(x, lab, rows, classes, &ccorr);
+        C->softmax_xent_fwd_bwd(x, lab, rows, classes, inv_batch, cd, &closs);
+        float *gd = from_gpu(dd, n * 4);
+        G->d2h(&gloss, dloss, 4);
+        G->d2h(&gcorr, dcorr, 4);
+        CHECK(gcorr == ccorr, "argmax_correct %dx%d: gpu %d cpu %d", rows, classes, gcorr, ccorr);
+        CHECK(fabsf(gloss - closs) <= 1e-5f * fabsf(closs) + 1e-5f, "xent loss %dx%d: gpu %.9g cpu %.9g",
+              rows, classes, gloss, closs);
+        double r = worst_ratio(gd, cd, NULL, n, 1e-7 * inv_batch, 1e-5, NULL);
+        CHECK(r <= 1.0, "xent dlogits %dx%d ratio %.3g", rows, classes, r);
+        /* in place (dlogits aliases logits) gives the same */
+        G->softmax_xent_fwd_bwd(dx, dlab, rows, classes, inv_batch, dx, dloss);
+        float *gd2 = from_gpu(dx, n * 4);
+        CHECK(memcmp(gd2, gd, n * 4) == 0, "xent in place differs %dx%d", rows, classes);
+        G->free(dx), G->free(dd), G->free(dloss), G->free(dlab), G->free(dcorr);
+        free(x), free(lab), free(cd), free(gd), free(gd2);
+    }
+    gpu_errors("softmax/argmax");
+    printf("ok softmax_xent_fwd_bwd, argmax_correct\n");
+}
+
+static void test_optimizers(void)
+{
+    size_t n = g_quick ? 1000 : 1000003;
+    float *w = hrand(n, 1), *g = hrand(n, 1), *s1 = hrand(n, 0.1f), *s2 = hrand(n, 0.1f);
+    for (size_t i = 0; i < n; i++)
+        s2[i] = fabsf(s2[i]);   /* second moments / sums are non-negative */
+    for (int opt = 0; opt < 4; opt++) {
+        float *dw = dup_to_gpu(w, n * 4), *dg = dup_to_gpu(g, n * 4);
+        float *d1 = dup_to_gpu(s1, n * 4), *d2 = dup_to_gpu(s2, n * 4);
+        float *cw = malloc(n * 4), *c1 = malloc(n * 4), *c2 = malloc(n * 4);
+        memcpy(cw, w, n * 4), memcpy(c1, s1, n * 4), memcpy(c2, s2, n * 4);
+        const char *name = "";
+        for (int step = 0; step < 3; step++) {
+            switch (opt) {
+            case 0:
+                name = "sgd_momentum";
+                G->sgd_momentum_update(dw, dg, d1, n, 0.05f, 0.9f, 1e-4f);
+                C->sgd_momentum_update(cw, g, c1, n, 0.05f, 0.9f, 1e-4f);
+                break;
+            case 1: {
+                name = "adam";
+                float bc1 = 1.0f - powf(0.9f, (float)(step + 1)), bc2 = 1.0f - powf(0.999f, (float)(step + 1));
+                G->adam_update(dw, dg, d1, d2, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, bc1, bc2);
+                C->adam_update(cw, g, c1, c2, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, bc1, bc2);
+                break;
+            }
+            case 2:
+                name = "adagrad";
+                G->adagrad_update(dw, dg, d2, n, 0.01f, 1e-10f, 0.0f);
+                C->adagrad_update(cw, g, c2, n, 0.01f, 1e-10f, 0.0f);
+                break;
+            case 3:
+                name = "scale";
+                G->scale(dw, n, 0.37f);
+                C->scale(cw, n, 0.37f);
+                break;
+            }
+        }
+        float *gw = from_gpu(dw, n * 4);
+        double r = worst_ratio(gw, cw, NULL, n, 1e-6, 1e-5, NULL);
+        CHECK(r <= 1.0, "%s weights ratio %.3g", name, r);
+        G->free(dw), G->free(dg), G->free(d1), G->free(d2);
+        free(cw), free(c1), free(c2), free(gw);
+    }
+    free(w), free(g), free(s1), free(s2);
+    gpu_errors("optimizers");
+    printf("ok sgd_momentum, adam, adagrad, scale\n");
+}
+
+static float fb(uint32_t x)
+{
+    float f;
+    memcpy(&f, &x, 4);
+    return f;
+}
+
+static void test_casts(void)
+{
+    /* specials, ties, subnormals, overflow edges, then random values over many magnitudes */
+    size_t n = 1 << 16;
+    float *x = malloc(n * 4);
+    uint32_t special[] = {0x00000000u, 0x80000000u, 0x3f800000u, 0x3f808000u, 0x3f818000u,
+                          0x3f808001u, 0x7f7fffffu, 0x7f800000u, 0xff800000u, 0x7fc00000u,
+                          0x7f800001u, 0x477fe000u, 0x477ff000u, 0x477fefffu, 0x33000000u,
+                          0x33400000u, 0x33c00000u, 0x38800000u, 0x387fc000u, 0x00000001u,
+                          0x00018000u, 0x39235000u, 0x3a251000u};
+    size_t ns = sizeof special / sizeof special[0];
+    for (size_t i = 0; i < n; i++)
+        x[i] = i < ns ? fb(special[i]) : frand() * ldexpf(1.0f, (int)(i % 80) - 40);
+    uint16_t *hb = malloc(n * 2), *hh = malloc(n * 2);
+    rm_f32_to_bf16_n(x, hb, n);
+    rm_f32_to_f16_n(x, hh, n);
+    float *dx = dup_to_gpu(x, n * 4);
+    uint16_t *db = G->alloc(n * 2), *dh = G->alloc(n * 2);
+    G->cast_f32_to_bf16(dx, db, n);
+    G->cast_f32_to_f16(dx, dh, n);
+    uint16_t *gb = from_gpu(db, n * 2), *gh = from_gpu(dh, n * 2);
+    size_t bad_b = 0, bad_h = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool nan_b = isnan(rm_bf16_to_f32(hb[i])), nan_h = isnan(rm_f16_to_f32(hh[i]));
+        if (nan_b ? !isnan(rm_bf16_to_f32(gb[i])) : gb[i] != hb[i])
+            bad_b++;
+        if (nan_h ? !isnan(rm_f16_to_f32(gh[i])) : gh[i] != hh[i])
+            bad_h++;
+    }
+    CHECK(bad_b == 0, "cast_f32_to_bf16: %zu values differ from rm_f32_to_bf16", bad_b);
+    CHECK(bad_h == 0, "cast_f32_to_f16: %zu values differ from rm_f32_to_f16", bad_h);
+    /* back to fp32: every 16-bit pattern */
+    uint16_t *all = malloc(n * 2);
+    for (size_t i = 0; i < n; i++)
+        all[i] = (uint16_t)i;
+    G->h2d(db, all, n * 2);
+    float *df = G->alloc(n * 4);
+    G->cast_bf16_to_f32(db, df, n);
+    float *gf = from_gpu(df, n * 4);
+    bad_b = 0;
+    for (size_t i = 0; i < n; i++) {
+        float want = rm_bf16_to_f32(all[i]);
+        if (isnan(want) ? !isnan(gf[i]) : memcmp(&want, &gf[i], 4) != 0)
+            bad_b++;
+    }
+    free(gf);
+    G->cast_f16_to_f32(db, df, n);
+    gf = from_gpu(df, n * 4);
+    bad_h = 0;
+    for (size_t i = 0; i < n; i++) {
+        float want = rm_f16_to_f32(all[i]);
+        if (isnan(want) ? !isnan(gf[i]) : memcmp(&want, &gf[i], 4) != 0)
+            bad_h++;
+    }
+    CHECK(bad_b == 0, "cast_bf16_to_f32: %zu patterns differ", bad_b);
+    CHECK(bad_h == 0, "cast_f16_to_f32: %zu patterns differ", bad_h);
+    G->free(dx), G->free(db), G->free(dh), G->free(df);
+    free(x), free(hb), free(hh), free(gb), free(gh), free(all), free(gf);
+    gpu_errors("casts");
+    printf("ok casts f32<->bf16, f32<->fp16 (bit-exact with worker/gpu.c)\n");
+}
+
+static void test_unscale_and_scaler(void)
+{
+    size_t n = g_quick ? 4096 : (1u << 20);
+    float *x = hrand(n, 100.0f);
+    float *dx = dup_to_gpu(x, n * 4);
+    int32_t *dflag = G->alloc(4), flag = -1;
+    G->unscale_check_finite(dx, n, 1.0f / 65536.0f, dflag);
+    G->d2h(&flag, dflag, 4);
+    CHECK(flag == 0, "unscale on finite data set the flag (%d)", flag);
+    float *gx = from_gpu(dx, n * 4);
+    C->unscale_check_finite(x, n, 1.0f / 65536.0f, &flag);
+    CHECK(memcmp(gx, x, n * 4) == 0, "unscale values differ from the CPU table");
+    /* one inf far in, one NaN elsewhere: the flag rises and stays up across calls */
+    float inf = INFINITY, nan = NAN;
+    G->h2d(dx + n - 3, &inf, 4);
+    G->unscale_check_finite(dx, n, 0.5f, dflag);
+    G->d2h(&flag, dflag, 4);
+    CHECK(flag == 1, "inf not detected");
+    G->memset0(dflag, 4);
+    G->h2d(dx + n - 3, &x[0], 4);
+    G->h2d(dx + 7, &nan, 4);
+    G->unscale_check_finite(dx, n, 0.5f, dflag);
+    G->d2h(&flag, dflag, 4);
+    CHECK(flag == 1, "NaN not detected");
+
+    /* the scaler sequence on GPU-produced flags: finite, overflow, finite... */
+    rm_loss_scaler s;
+    rm_loss_scaler_init(&s, RM_PREC_FP16);
+    float big = 60000.0f;   /* fine in fp32, overflows fp16 once scaled: emulate fp16 grads */
+    int applied = 0;
+    for (int step = 0; step < 6; step++) {
+        G->memset0(dflag, 4);
+        float v = step == 2 ? big * rm_loss_scaler_scale(&s) * 1e30f : 1.0f;   /* step 2: inf */
+        G->h2d(dx, &v, 4);
+        G->unscale_check_finite(dx, 1, rm_loss_scaler_inv_scale(&s), dflag);
+        G->d2h(&flag, dflag, 4);
+        applied += rm_loss_scaler_update(&s, rm_loss_scaler_agree_flag(rm_loss_scaler_flag_value(flag != 0)));
+    }
+    CHECK(applied == 5 && s.skipped == 1 && s.scale == 32768.0f, "scaler: applied %d skipped %lld scale %g",
+          applied, (long long)s.skipped, s.scale);
+    G->free(dx), G->free(dflag);
+    free(x), free(gx);
+    gpu_errors("unscale");
+    printf("ok unscale_check_finite and the loss-scaler sequence\n");
+}
+
+static void test_memory(void)
+{
+    size_t n = 1000;
+    char *h = malloc(n), *back = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        h[i] = (char)(i * 7);
+    char *d1 = G->alloc(n), *d2 = G->alloc(n);
+    G->d2h(back, d1, n);
+    int zero = 1;
+    for (size_t i = 0; i < n; i++)
+        zero &= back[i] == 0;
+    CHECK(zero, "alloc is not zero-filled");
+    G->h2d(d1, h, n);
+    G->d2d(d2, d1, n);
+    G->d2h(back, d2, n);
+    CHECK(memcmp(back, h, n) == 0, "h2d/d2d/d2h round trip");
+    G->memset0(d2 + 10, 20);
+    G->sync();
+    G->d2h(back, d2, n);
+    CHECK(back[9] == h[9] && back[10] == 0 && back[29] == 0 && back[30] == h[30], "memset0 range");
+    G->free(d1), G->free(d2), G->free(NULL);
+    free(h), free(back);
+    gpu_errors("memory");
+    printf("ok alloc/free/memset0/h2d/d2h/d2d/sync\n");
+}
+
+/* ---------------------------------------------------------------- NCCL, one rank */
+
+static void test_nccl_one_rank(void)
+{
+    const rm_comm_ops *ops = rm_comm_nccl_ops();
+    CHECK(ops != NULL, "no nccl table in a CUDA build");
+    if (!ops)
+        return;
+    rm_comm_cfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.rank = 0;
+    cfg.world_size = 1;
+    cfg.listen_fd = -1;
+    cfg.timeout_s = 20;
+    cfg.device = 0;
+    rm_comm *c = NULL;
+    rm_err e = {0};
+    int rc = ops->init(&cfg, &c, &e);
+    CHECK(rc == RM_OK, "nccl init: %s", e.msg);
+    if (rc != RM_OK)
+        return;
+    size_t n = g_quick ? 1000 : (1u << 22) + 3;
+    float *x = hrand(n, 1.0f);
+    float *dx = dup_to_gpu(x, n * 4);
+    rc = ops->allreduce(c, dx, n, RM_DT_F32, RM_OP_SUM, &e);
+    CHECK(rc == RM_OK, "allreduce sum: %s", e.msg);
+    float *gx = from_gpu(dx, n * 4);
+    CHECK(memcmp(gx, x, n * 4) == 0, "one-rank sum must be the identity");
+    rc = ops->allreduce(c, dx, n, RM_DT_F32, RM_OP_AVG, &e);
+    CHECK(rc == RM_OK, "allreduce avg: %s", e.msg);
+    free(gx);
+    gx = from_gpu(dx, n * 4);
+    CHECK(memcmp(gx, x, n * 4) == 0, "one-rank avg must be the identity");
+    /* out of place, device -> device */
+    float *dy = G->alloc(n * 4);
+    rc = ops->allreduce_oop(c, dx, dy, n, RM_DT_F32, RM_OP_SUM, &e);
+    free(gx);
+    gx = from_gpu(dy, n * 4);
+    CHECK(rc == RM_OK && memcmp(gx, x, n * 4) == 0, "allreduce_oop: %s", e.msg);
+    /* bf16 */
+    uint16_t *hb = malloc(n * 2), *gb = malloc(n * 2);
+    rm_f32_to_bf16_n(x, hb, n);
+    G->h2d(dy, hb, n * 2);
+    rc = ops->allreduce(c, dy, n, RM_DT_BF16, RM_OP_SUM, &e);
+    G->d2h(gb, dy, n * 2);
+    CHECK(rc == RM_OK && memcmp(gb, hb, n * 2) == 0, "bf16 allreduce: %s", e.msg);
+    /* host buffer (staged): e.g. the loss-scaler flag */
+    float flag = 1.0f;
+    rc = ops->allreduce(c, &flag, 1, RM_DT_F32, RM_OP_SUM, &e);
+    CHECK(rc == RM_OK && flag == 1.0f, "host-buffer allreduce: rc=%d flag=%g %s", rc, flag, e.msg);
+    rc = ops->allreduce(c, dx, 0, RM_DT_F32, RM_OP_SUM, &e);
+    CHECK(rc == RM_OK, "count 0");
+    rc = ops->barrier(c, &e);
+    CHECK(rc == RM_OK, "barrier: %s", e.msg);
+    /* after abort every collective fails fast; destroy still cleans up */
+    ops->abort(c);
+    rc = ops->allreduce(c, dx, n, RM_DT_F32, RM_OP_SUM, &e);
+    CHECK(rc == RM_ECLOSED, "allreduce after abort gave %d", rc);
+    ops->destroy(c);
+    /* a second communicator (next epoch) works after the first was aborted */
+    c = NULL;
+    cfg.epoch = 1;
+    rc = ops->init(&cfg, &c, &e);
+    CHECK(rc == RM_OK, "re-init after abort: %s", e.msg);
+    if (rc == RM_OK) {
+        rc = ops->allreduce(c, dx, n, RM_DT_F32, RM_OP_SUM, &e);
+        CHECK(rc == RM_OK, "allreduce on the new communicator: %s", e.msg);
+        ops->destroy(c);
+    }
+    G->free(dx), G->free(dy);
+    free(x), free(gx), free(hb), free(gb);
+    gpu_errors("nccl");
+    printf("ok nccl one rank (sum, avg, oop, bf16, host buffer, barrier, abort, re-init)\n");
+}
+
+/* ---------------------------------------------------------------- checkpoint round trip */
+
+static void test_checkpoint_roundtrip(void)
+{
+    rm_model_shape shape;
+    int hidden[2] = {512, 256};
+    rm_err e = {0};
+    CHECK(rm_model_shape_make(&shape, RM_MODEL_INPUT, hidden, 2, RM_MODEL_CLASSES, &e) == RM_OK, "%s", e.msg);
+    int batch = 64;
+    rm_model gm, cm;
+    memset(&gm, 0, sizeof gm);
+    memset(&cm, 0, sizeof cm);
+    if (rm_model_init(&gm, G, &shape, batch, &e) != RM_OK || rm_model_init(&cm, C, &shape, batch, &e) != RM_OK) {
+        CHECK(0, "model init: %s", e.msg);
+        goto out;
+    }
+    CHECK(rm_model_init_params(&gm, 1234, &e) == RM_OK, "%s", e.msg);
+    /* a few SGD steps on the GPU so the weights are not just the initial ones */
+    float *x = hrand((size_t)batch * RM_MODEL_INPUT, 1.0f);
+    int32_t lab[64];
+    for (int i = 0; i < batch; i++)
+        lab[i] = i % RM_MODEL_CLASSES;
+    G->h2d(gm.x, x, (size_t)batch * RM_MODEL_INPUT * 4);
+    G->h2d(gm.labels, lab, sizeof lab);
+    float *mom = G->alloc(gm.layout.total * 4);
+    for (int s = 0; s < 3; s++) {
+        rm_model_forward(&gm, batch);
+        rm_model_backward(&gm, batch, 1.0f / batch, NULL, NULL);
+        G->sgd_momentum_update(gm.params, gm.grads, mom, gm.layout.total, 0.05f, 0.9f, 0.0f);
+    }
+    size_t np = gm.layout.total;
+    float *hp = malloc(np * 4), *payload = malloc(np * 4), *back = malloc(np * 4);
+    G->d2h(hp, gm.params, np * 4);
+    char tmpl[] = "/tmp/rm-gpu-ckpt.XXXXXX";
+    char *dir = mkdtemp(tmpl);
+    CHECK(dir != NULL, "mkdtemp");
+    rm_ckpt_meta meta;
+    memset(&meta, 0, sizeof meta);
+    meta.step = 3;
+    meta.world_size = 1;
+    meta.batch_per_worker = batch;
+    meta.loss_scale = 1.0f;
+    meta.shape = shape;
+    meta.nparams = np;
+    rm_ckpt_seg seg = {hp, np * 4};
+    char path[512];
+    CHECK(rm_ckpt_write(dir, &meta, &seg, 1, 2, path, sizeof path, &e) == RM_OK, "ckpt write: %s", e.msg);
+    rm_ckpt_meta got;
+    CHECK(rm_ckpt_load_newest(dir, &meta, &got, payload, np * 4, NULL, 0, NULL, &e) == RM_OK,
+          "ckpt load: %s", e.msg);
+    CHECK(memcmp(payload, hp, np * 4) == 0, "GPU -> checkpoint -> host changed bits");
+    /* into the CPU model: same logits as the GPU model (within TF32 tolerance) */
+    C->h2d(cm.params, payload, np * 4);
+    C->h2d(cm.x, x, (size_t)batch * RM_MODEL_INPUT * 4);
+    rm_model_forward(&cm, batch);
+    rm_model_forward(&gm, batch);
+    int L = shape.nlayers;
+    size_t nl = (size_t)batch * RM_MODEL_CLASSES;
+    float *glog = from_gpu(gm.act[L - 1], nl * 4);
+    double worst = 0;
+    for (size_t i = 0; i < nl; i++) {
+        double d = fabs((double)glog[i] - (double)cm.act[L - 1][i]);
+        double tol = 2e-2 * (1.0 + fabs((double)cm.act[L - 1][i]));
+        if (d / tol > worst)
+            worst = d / tol;
+    }
+    CHECK(worst <= 1.0, "logits GPU vs CPU from the same checkpoint: ratio %.3g", worst);
+    /* and back: CPU params -> GPU -> host are the same bits */
+    G->memset0(gm.params, np * 4);
+    G->h2d(gm.params, cm.params, np * 4);
+    G->d2h(back, gm.params, np * 4);
+    CHECK(memcmp(back, cm.params, np * 4) == 0, "CPU -> GPU -> CPU changed bits");
+    free(glog), free(hp), free(payload), free(back), free(x);
+    G->free(mom);
+    if (dir) {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+        if (system(cmd) != 0)
+            fprintf(stderr, "warning: could not remove %s\n", dir);
+    }
+out:
+    rm_model_free(&gm);
+    rm_model_free(&cm);
+    gpu_errors("checkpoint");
+    printf("ok checkpoint round trip GPU <-> CPU\n");
+}
+
+int main(int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--quick"))
+            g_quick = 1;
+    char why[256];
+    if (!rm_gpu_available(why, sizeof why)) {
+        printf("SKIP: no GPU present (%s)\n", why);
+        return 0;
+    }
+    rm_err e = {0};
+    int dev = -1;
+    char name[256];
+    if (rm_gpu_select(0, &dev, name, sizeof name, &e) != RM_OK) {
+        fprintf(stderr, "FAIL: rm_gpu_select: %s\n", e.msg);
+        return 1;
+    }
+    printf("device %d: %s\n", dev, name);
+    G = rm_kernels_cuda();
+    C = rm_kernels_cpu();
+    if (!G) {
+        fprintf(stderr, "FAIL: rm_kernels_cuda() is NULL with a GPU present\n");
+        return 1;
+    }
+    test_memory();
+    test_casts();
+    test_gemm();
+    test_bias_act();
+    test_softmax_argmax();
+    test_optimizers();
+    test_unscale_and_scaler();
+    if (getenv("GPU_TESTS_SKIP_NCCL") && !strcmp(getenv("GPU_TESTS_SKIP_NCCL"), "1"))
+        printf("skipped nccl (GPU_TESTS_SKIP_NCCL=1)\n");
+    else
+        test_nccl_one_rank();
+    test_checkpoint_roundtrip();
+    printf("gpu_tests: %d checks, %d failed\n", g_checks, g_fail);
+    return g_fail ? 1 : 0;
+}

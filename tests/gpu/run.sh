@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# tests/gpu/run.sh — `make test-gpu`: the checks of the GPU path that need a GPU.
+#
+# 1. builds tests/gpu/gpu_tests.c against the release libraries (always, so a CPU-only machine still
+#    proves it compiles and links);
+# 2. without a GPU (nvidia-smi -L lists none, or cudaGetDeviceCount fails) prints
+#    "SKIP: no GPU present (<reason>)" and exits 0;
+# 3. with one: gpu_tests (every CUDA kernel vs its C oracle, loss scaler, one-rank NCCL allreduce,
+#    checkpoint GPU<->CPU), `bench --backend nccl` on one rank, a Fashion-MNIST training on the GPU
+#    compared with the CPU path's accuracy, and compute-sanitizer memcheck + racecheck on
+#    `gpu_tests --quick` (skipped, saying so, when compute-sanitizer is not installed).
+# Env: RM_BIN (binaries, default bin/), CUDA_HOME, GPU_TRAIN_EPOCHS (default 2), GPU_TRAIN_SKIP=1.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+RM_BIN=${RM_BIN:-$root/bin}
+CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
+bdir=build/release
+out=build/gpu
+mkdir -p "$out"
+
+# ---- build -------------------------------------------------------------------------------
+make -s WERROR=1 "$bdir/libworker.a" "$bdir/libkernels.a" "$bdir/libcommon.a" >/dev/null
+if [ "$(make -s info | sed -n 's/.*cuda=\([01]\).*/\1/p')" != 1 ]; then
+  echo "SKIP: no GPU present (built without CUDA: nvcc or NCCL not found under $CUDA_HOME)"
+  exit 0
+fi
+# the link line is the Makefile's own ($(LIBS)), so this never drifts from the worker's
+libs=$(make -s --no-print-directory --eval 'rm-print-libs: ; @echo $(LIBS)' rm-print-libs)
+cc -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wshadow -Wstrict-prototypes -Wvla -Wformat=2 \
+   -Wno-unused-parameter -Werror -I. -I"$CUDA_HOME/include" -DRM_HAVE_CUDA=1 -pthread \
+   tests/gpu/gpu_tests.c -o "$out/gpu_tests" \
+   -Wl,--start-group "$bdir/libworker.a" "$bdir/libkernels.a" "$bdir/libcommon.a" -Wl,--end-group \
+   $libs
+echo "built $out/gpu_tests"
+
+# ---- is there a GPU? -----------------------------------------------------------------------
+if ! command -v nvidia-smi >/dev/null 2>&1; then
+  echo "SKIP: no GPU present (nvidia-smi not found: no NVIDIA driver installed)"
+  exit 0
+fi
+if ! smi=$(nvidia-smi -L 2>&1) || ! grep -q '^GPU ' <<<"$smi"; then
+  echo "SKIP: no GPU present (nvidia-smi -L: $(head -n1 <<<"$smi"))"
+  exit 0
+fi
+echo "$smi"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+
+fail=0
+step() { echo; echo "=== $*"; }
+
+# ---- kernels vs oracles, scaler, NCCL, checkpoint ------------------------------------------
+step "gpu_tests"
+set +e
+"$out/gpu_tests" | tee "$out/gpu_tests.log"
+rc=${PIPESTATUS[0]}
+set -e
+if grep -q '^SKIP:' "$out/gpu_tests.log"; then exit 0; fi   # cudaGetDeviceCount said no
+[ "$rc" -eq 0 ] || { echo "FAIL gpu_tests rc=$rc"; fail=1; }
+
+# ---- bench --backend nccl, one rank --------------------------------------------------------
+step "ringmaster-worker bench --backend nccl (one rank)"
+if [ -x "$RM_BIN/ringmaster-worker" ]; then
+  if ! timeout 120 "$RM_BIN/ringmaster-worker" bench --backend nccl -b 8 -e 64M -f 8 -n 10 -w 3 -c 1; then
+    echo "FAIL bench --backend nccl"; fail=1
+  fi
+else
+  echo "FAIL $RM_BIN/ringmaster-worker missing (run make first)"; fail=1
+fi
+
+# ---- Fashion-MNIST on the GPU reaches the CPU path's accuracy ------------------------------
+step "Fashion-MNIST: GPU vs CPU accuracy"
+data=${RM_DATA_DIR:-/usr/share/datasets/fashion-mnist}
+epochs=${GPU_TRAIN_EPOCHS:-2}
+if [ "${GPU_TRAIN_SKIP:-0}" = 1 ]; then
+  echo "skipped (GPU_TRAIN_SKIP=1)"
+elif [ ! -d "$data" ]; then
+  echo "FAIL dataset not found at $data (apt-get install dataset-fashion-mnist, or set RM_DATA_DIR)"; fail=1
+else
+  acc() { sed -n 's/.*training done.*test_accuracy=\([0-9.]*\).*/\1/p' "$1" | tail -n1; }
+  for dev in cuda cpu; do
+    set +e
+    timeout 900 "$RM_BIN/ringmaster-worker" train --device "$dev" --backend local --epochs "$epochs" \
+      --data-dir "$data" --metrics-addr off --seed 42 >"$out/train-$dev.log" 2>&1
+    rc=$?
+    set -e
+    [ "$rc" -eq 0 ] || { echo "FAIL train --device $dev rc=$rc"; tail -n 20 "$out/train-$dev.log"; fail=1; }
+  done
+  ga=$(acc "$out/train-cuda.log"); ca=$(acc "$out/train-cpu.log")
+  echo "test accuracy after $epochs epochs: cuda=${ga:-?} cpu=${ca:-?}"
+  # TF32 and a different summation order change the trajectory a little, never the outcome
+  if [ -z "$ga" ] || [ -z "$ca" ] || ! awk -v g="$ga" -v c="$ca" 'BEGIN{exit !(g >= c - 0.01)}'; then
+    echo "FAIL GPU accuracy ${ga:-?} is not within 1 point of the CPU path's ${ca:-?}"; fail=1
+  fi
+fi
+
+# ---- compute-sanitizer -----------------------------------------------------------------------
+step "compute-sanitizer"
+cs=$(command -v compute-sanitizer || true)
+[ -n "$cs" ] || [ ! -x "$CUDA_HOME/bin/compute-sanitizer" ] || cs="$CUDA_HOME/bin/compute-sanitizer"
+[ -n "$cs" ] || [ ! -x "$CUDA_HOME/compute-sanitizer/compute-sanitizer" ] || cs="$CUDA_HOME/compute-sanitizer/compute-sanitizer"
+if [ -z "$cs" ]; then
+  echo "compute-sanitizer not installed: memcheck/racecheck NOT run (install cuda-sanitizer)"
+else
+  for tool in memcheck racecheck; do
+    # racecheck looks at shared-memory hazards of our kernels; NCCL's own kernels are left out
+    skip_nccl=0; [ "$tool" = racecheck ] && skip_nccl=1
+    if GPU_TESTS_SKIP_NCCL=$skip_nccl "$cs" --tool "$tool" --error-exitcode 3 --target-processes all "$out/gpu_tests" --quick \
+         >"$out/sanitizer-$tool.log" 2>&1; then
+      echo "ok compute-sanitizer --tool $tool: $(tail -n1 "$out/sanitizer-$tool.log")"
+    else
+      echo "FAIL compute-sanitizer --tool $tool (log: $out/sanitizer-$tool.log)"; tail -n 30 "$out/sanitizer-$tool.log"; fail=1
+    fi
+  done
+fi
+
+echo
+if [ "$fail" -ne 0 ]; then echo "test-gpu: FAILED"; exit 1; fi
+echo "test-gpu: passed"
