@@ -341,8 +341,16 @@ static void seg_range(size_t count, int n, int s, size_t *off, size_t *len) {
 
 static size_t npieces(size_t len, size_t piece) { return (len + piece - 1) / piece; }
 
-static int fail_io(rm_comm *c, int rc, rm_err *err, const char *what, int peer) {
+/* A failed collective leaves the ring out of step: shut both sockets so the neighbours fail at
+ * once (RM_ECLOSED) instead of waiting out their timeout; the failure travels round the ring. */
+static void ring_break(rm_comm *c) {
     c->broken = 1;
+    if (c->next_fd >= 0) shutdown(c->next_fd, SHUT_RDWR);
+    if (c->prev_fd >= 0) shutdown(c->prev_fd, SHUT_RDWR);
+}
+
+static int fail_io(rm_comm *c, int rc, rm_err *err, const char *what, int peer) {
+    ring_break(c);
     if (atomic_load(&c->aborted)) return rm_errf(err, RM_ECLOSED, "ring: aborted");
     if (rc == RM_ECLOSED)
         return rm_errf(err, rc, "ring: rank %d closed the connection during %s (peer died?)", peer, what);
@@ -428,7 +436,7 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
                 if (rhdr.magic != FRAME_MAGIC || rhdr.seq != c->recv_seq ||
                     rhdr.len != (uint32_t)(plen * sizeof(float)) ||
                     rhdr.check != (FRAME_MAGIC ^ rhdr.seq ^ rhdr.len ^ FRAME_CHECK)) {
-                    c->broken = 1;
+                    ring_break(c);
                     return rm_errf(err, RM_EPROTO,
                                    "ring: garbage or desync from rank %d (frame magic %08x seq %u len %u, "
                                    "want seq %u len %zu)", prev, rhdr.magic, rhdr.seq, rhdr.len,

@@ -1,0 +1,140 @@
+/* Tests for worker/comm.c (backend table, address helpers, listener), worker/comm_local.c
+ * (world of one) and worker/net.c (SHA-256/HMAC test vectors, bounded waits). */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/unit/testutil.h"
+#include "worker/comm.h"
+#include "worker/net.h"
+
+static void hex(const uint8_t *d, size_t n, char *out) {
+    for (size_t i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+static void test_backend_table(void) {
+    CU_ASSERT_PTR_NOT_NULL(rm_comm_backend("ring"));
+    CU_ASSERT_PTR_NOT_NULL(rm_comm_backend("local"));
+    CU_ASSERT_STRING_EQUAL(rm_comm_backend("ring")->name, "ring");
+    CU_ASSERT_STRING_EQUAL(rm_comm_backend("local")->name, "local");
+    CU_ASSERT_PTR_NULL(rm_comm_backend("gloo"));
+    CU_ASSERT_PTR_NULL(rm_comm_backend(NULL));
+    const rm_comm_ops *m = rm_comm_backend("mpi");
+    if (m) CU_ASSERT_STRING_EQUAL(m->name, "mpi");
+    const rm_comm_ops *nc = rm_comm_backend("nccl");
+    if (nc) CU_ASSERT_STRING_EQUAL(nc->name, "nccl");
+    CU_ASSERT_EQUAL(rm_dtype_size(RM_DT_F32), 4);
+    CU_ASSERT_EQUAL(rm_dtype_size(RM_DT_BF16), 2);
+    CU_ASSERT_STRING_EQUAL(rm_dtype_name(RM_DT_F32), "float");
+    CU_ASSERT_STRING_EQUAL(rm_redop_name(RM_OP_AVG), "avg");
+}
+
+static void test_parse_peers(void) {
+    rm_rdzv_peer *p = NULL;
+    int n = 0;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(rm_comm_parse_peers("127.0.0.1:4000,127.0.0.2:4001,localhost:9", &p, &n, &e), 0);
+    CU_ASSERT_EQUAL(n, 3);
+    if (p) {
+        CU_ASSERT_STRING_EQUAL(p[1].addr, "127.0.0.2:4001");
+        CU_ASSERT_EQUAL(p[2].rank, 2);
+        CU_ASSERT_STRING_EQUAL(p[2].worker_id, "2");
+    }
+    free(p);
+    p = NULL;
+    const char *bad[] = {"", "127.0.0.1", "127.0.0.1:", "127.0.0.1:99999", "a:1,,b:2", ":80", "h:12x"};
+    for (size_t i = 0; i < RM_ARRAY_LEN(bad); i++) {
+        CU_ASSERT_EQUAL(rm_comm_parse_peers(bad[i], &p, &n, &e), RM_EINVAL);
+        CU_ASSERT_PTR_NULL(p);
+    }
+    char host[64];
+    int port = 0;
+    CU_ASSERT_EQUAL(rm_comm_split_addr("10.1.2.3:8080", host, sizeof host, &port, &e), 0);
+    CU_ASSERT_STRING_EQUAL(host, "10.1.2.3");
+    CU_ASSERT_EQUAL(port, 8080);
+}
+
+static void test_listen_connect(void) {
+    int lfd = -1, port = 0, cfd = -1, afd = -1;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_comm_listen("127.0.0.1", &lfd, &port, &e), 0);
+    CU_ASSERT(port > 0);
+    CU_ASSERT_EQUAL(rm_net_connect("127.0.0.1", port, rm_net_now() + 2, &cfd, &e), 0);
+    char who[64];
+    CU_ASSERT_EQUAL(rm_net_accept(lfd, rm_net_now() + 2, &afd, who, sizeof who, &e), 0);
+    CU_ASSERT_EQUAL(strncmp(who, "127.0.0.1:", 10), 0);
+    char b[4] = {0};
+    double t0 = rm_net_now();
+    CU_ASSERT_EQUAL(rm_net_recv_all(afd, b, 4, rm_net_now() + 0.2, &e), RM_ETIMEDOUT);   /* bounded */
+    CU_ASSERT(rm_net_now() - t0 < 1.0);
+    CU_ASSERT_EQUAL(rm_net_send_all(cfd, "ping", 4, rm_net_now() + 1, &e), 0);
+    CU_ASSERT_EQUAL(rm_net_recv_all(afd, b, 4, rm_net_now() + 1, &e), 0);
+    CU_ASSERT_EQUAL(memcmp(b, "ping", 4), 0);
+    close(cfd);
+    CU_ASSERT_EQUAL(rm_net_recv_all(afd, b, 4, rm_net_now() + 1, &e), RM_ECLOSED);
+    close(afd);
+    CU_ASSERT_EQUAL(rm_net_accept(lfd, rm_net_now() + 0.1, &afd, NULL, 0, &e), RM_ETIMEDOUT);
+    close(lfd);
+    CU_ASSERT_EQUAL(rm_comm_listen("not-an-ip", &lfd, &port, &e), RM_EINVAL);
+}
+
+static void test_sha256_hmac(void) {
+    uint8_t d[32];
+    char h[65];
+    rm_sha256("abc", 3, d);
+    hex(d, 32, h);
+    CU_ASSERT_STRING_EQUAL(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    rm_sha256("", 0, d);
+    hex(d, 32, h);
+    CU_ASSERT_STRING_EQUAL(h, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    const char *m = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";   /* 2 blocks */
+    rm_sha256(m, strlen(m), d);
+    hex(d, 32, h);
+    CU_ASSERT_STRING_EQUAL(h, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    /* RFC 4231 test case 2 */
+    rm_hmac_sha256("Jefe", 4, "what do ya want for nothing?", 28, d);
+    hex(d, 32, h);
+    CU_ASSERT_STRING_EQUAL(h, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    /* RFC 4231 test case 6: key longer than a block */
+    uint8_t key[131];
+    memset(key, 0xaa, sizeof key);
+    const char *m6 = "Test Using Larger Than Block-Size Key - Hash Key First";
+    rm_hmac_sha256(key, sizeof key, m6, strlen(m6), d);
+    hex(d, 32, h);
+    CU_ASSERT_STRING_EQUAL(h, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+    CU_ASSERT(rm_net_ct_equal("abc", "abc", 3));
+    CU_ASSERT(!rm_net_ct_equal("abc", "abd", 3));
+}
+
+static void test_local_backend(void) {
+    const rm_comm_ops *ops = rm_comm_backend("local");
+    rm_comm *c = NULL;
+    rm_err e = {0};
+    rm_comm_cfg bad = {.rank = 0, .world_size = 2, .listen_fd = -1};
+    CU_ASSERT_EQUAL(ops->init(&bad, &c, &e), RM_EINVAL);
+    rm_comm_cfg cfg = {.rank = 0, .world_size = 1, .listen_fd = -1};
+    CU_ASSERT_EQUAL_FATAL(ops->init(&cfg, &c, &e), 0);
+    float a[3] = {1, 2, 3}, b[3] = {0};
+    CU_ASSERT_EQUAL(ops->allreduce(c, a, 3, RM_DT_F32, RM_OP_AVG, &e), 0);
+    CU_ASSERT_EQUAL(a[2], 3.0f);
+    CU_ASSERT_EQUAL(ops->allreduce_oop(c, a, b, 3, RM_DT_F32, RM_OP_SUM, &e), 0);
+    CU_ASSERT_EQUAL(memcmp(a, b, sizeof a), 0);
+    CU_ASSERT_EQUAL(ops->allreduce(c, a, 0, RM_DT_F32, RM_OP_SUM, &e), 0);
+    CU_ASSERT_EQUAL(ops->barrier(c, &e), 0);
+    ops->abort(c);
+    CU_ASSERT_EQUAL(ops->allreduce(c, a, 3, RM_DT_F32, RM_OP_SUM, &e), RM_ECLOSED);
+    ops->destroy(c);
+    ops->destroy(NULL);
+}
+
+void rm_suite_comm(void);
+void rm_suite_comm(void) {
+    static const rm_test_case cases[] = {
+        {"backend_table", test_backend_table},
+        {"parse_peers", test_parse_peers},
+        {"listen_connect_bounded", test_listen_connect},
+        {"sha256_hmac_vectors", test_sha256_hmac},
+        {"local_backend", test_local_backend},
+    };
+    RM_ADD_SUITE("comm", NULL, NULL, cases);
+}

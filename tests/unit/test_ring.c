@@ -1,0 +1,417 @@
+/* Tests for worker/comm_ring.c: a world of n ranks as threads in this process over loopback
+ * sockets. Correctness against a naive sum for world sizes 1..8 and awkward counts (0, 1, 3,
+ * n-1, odd, multi-piece), bit-identical results across ranks, out-of-place and AVG; strangers and
+ * garbage refused while the ring still forms; wrong token; a dead or hung peer noticed within the
+ * timeout; abort() from another thread; desynchronised ranks give RM_EPROTO.
+ * CUnit asserts run on the main thread only (rank threads record results). */
+#include <arpa/inet.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/unit/testutil.h"
+#include "worker/comm.h"
+#include "worker/net.h"
+
+#define MAXW 8
+
+typedef struct world world;
+typedef struct rank_ctx {
+    world *w;
+    int rank;
+    rm_comm *comm;
+    int init_rc, rc;
+    rm_err err;
+    float *buf, *out;
+    double elapsed;
+} rank_ctx;
+
+struct world {
+    int n, epoch;
+    double timeout_s;
+    const char *tokens[MAXW];
+    rm_rdzv_peer peers[MAXW];
+    int lfd[MAXW];
+    rank_ctx r[MAXW];
+    pthread_t th[MAXW];
+    /* work description */
+    size_t count;
+    rm_redop op;
+    int oop;
+    int behave[MAXW];   /* 0 normal, 1 skip the collective (hang), 2 destroy the comm (die) */
+    int epoch_of[MAXW]; /* 0 = w->epoch */
+};
+
+static const rm_comm_ops *ring(void) { return rm_comm_backend("ring"); }
+
+static void world_listen(world *w, int n) {
+    memset(w, 0, sizeof *w);
+    w->n = n;
+    w->epoch = 7;
+    w->timeout_s = 5;
+    for (int i = 0; i < n; i++) {
+        int port = 0;
+        rm_err e = {0};
+        CU_ASSERT_EQUAL_FATAL(rm_comm_listen("127.0.0.1", &w->lfd[i], &port, &e), 0);
+        w->peers[i].rank = i;
+        snprintf(w->peers[i].addr, sizeof w->peers[i].addr, "127.0.0.1:%d", port);
+        snprintf(w->peers[i].worker_id, sizeof w->peers[i].worker_id, "%d", i);
+        w->tokens[i] = "s3cret-token";
+        w->r[i].w = w;
+        w->r[i].rank = i;
+    }
+}
+
+static void *init_thread(void *arg) {
+    rank_ctx *r = arg;
+    world *w = r->w;
+    int epoch = w->epoch_of[r->rank] ? w->epoch_of[r->rank] : w->epoch;
+    rm_comm_cfg cfg = {.rank = r->rank, .world_size = w->n, .epoch = epoch, .peers = w->peers,
+                       .token = w->tokens[r->rank], .listen_fd = w->lfd[r->rank], .timeout_s = w->timeout_s};
+    double t0 = rm_net_now();
+    r->init_rc = ring()->init(&cfg, &r->comm, &r->err);
+    r->elapsed = rm_net_now() - t0;
+    return NULL;
+}
+
+static void run_all(world *w, void *(*fn)(void *)) {
+    for (int i = 0; i < w->n; i++) pthread_create(&w->th[i], NULL, fn, &w->r[i]);
+    for (int i = 0; i < w->n; i++) pthread_join(w->th[i], NULL);
+}
+
+static int world_init(world *w) {
+    run_all(w, init_thread);
+    int bad = 0;
+    for (int i = 0; i < w->n; i++) bad |= w->r[i].init_rc != 0;
+    return bad ? -1 : 0;
+}
+
+static void world_close(world *w) {
+    for (int i = 0; i < w->n; i++) {
+        ring()->destroy(w->r[i].comm);
+        w->r[i].comm = NULL;
+        free(w->r[i].buf);
+        free(w->r[i].out);
+        w->r[i].buf = w->r[i].out = NULL;
+        close(w->lfd[i]);
+    }
+}
+
+static void *allreduce_thread(void *arg) {
+    rank_ctx *r = arg;
+    world *w = r->w;
+    double t0 = rm_net_now();
+    if (w->behave[r->rank] == 1) {
+        usleep(300 * 1000);   /* hang: hold the sockets open, never join the collective */
+        r->rc = 0;
+    } else if (w->behave[r->rank] == 2) {
+        ring()->destroy(r->comm);   /* die: sockets close */
+        r->comm = NULL;
+        r->rc = 0;
+    } else if (w->oop) {
+        r->rc = ring()->allreduce_oop(r->comm, r->buf, r->out, w->count, RM_DT_F32, w->op, &r->err);
+    } else {
+        r->rc = ring()->allreduce(r->comm, r->buf, w->count, RM_DT_F32, w->op, &r->err);
+    }
+    r->elapsed = rm_net_now() - t0;
+    return NULL;
+}
+
+static float val(int rank, size_t i) {
+    /* non-integer values so the reduction order matters for the bit-identity check */
+    return (float)((double)((i * 2654435761u + (size_t)rank * 40503u) % 1000) / 7.0 - 60.0);
+}
+
+/* Run one allreduce on an initialised world and check it; returns number of failures. */
+static int check_allreduce(world *w, size_t count, rm_redop op, int oop) {
+    w->count = count;
+    w->op = op;
+    w->oop = oop;
+    for (int i = 0; i < w->n; i++) {
+        rank_ctx *r = &w->r[i];
+        free(r->buf);
+        free(r->out);
+        r->buf = malloc((count + 1) * sizeof(float));
+        r->out = malloc((count + 1) * sizeof(float));
+        for (size_t k = 0; k < count; k++) r->buf[k] = val(i, k);
+        for (size_t k = 0; k <= count; k++) r->out[k] = -12345.0f;
+        r->buf[count] = 999.0f;   /* sentinel past the end must survive */
+    }
+    run_all(w, allreduce_thread);
+    int fails = 0;
+    for (int i = 0; i < w->n; i++) {
+        if (w->r[i].rc) {
+            fprintf(stderr, "n=%d count=%zu rank %d: rc=%d %s\n", w->n, count, i, w->r[i].rc, w->r[i].err.msg);
+            fails++;
+        }
+    }
+    if (fails) return fails;
+    const float *r0 = oop ? w->r[0].out : w->r[0].buf;
+    for (size_t k = 0; k < count; k++) {
+        double s = 0;
+        for (int i = 0; i < w->n; i++) s += val(i, k);
+        if (op == RM_OP_AVG) s /= w->n;
+        if (fabs(r0[k] - s) > 1e-4 * (fabs(s) + 1) * w->n) {
+            if (fails < 3)
+                fprintf(stderr, "n=%d count=%zu k=%zu got %g want %g\n", w->n, count, k, (double)r0[k], s);
+            fails++;
+        }
+    }
+    for (int i = 1; i < w->n; i++) {
+        const float *ri = oop ? w->r[i].out : w->r[i].buf;
+        if (count && memcmp(ri, r0, count * sizeof(float)) != 0) {
+            fprintf(stderr, "n=%d count=%zu rank %d differs from rank 0\n", w->n, count, i);
+            fails++;
+        }
+    }
+    for (int i = 0; i < w->n; i++) {
+        if (w->r[i].buf[count] != 999.0f) fails++;
+        if (oop && w->r[i].out[count] != -12345.0f) fails++;
+        if (oop && count && w->r[i].buf[0] != val(i, 0)) fails++;   /* send buffer untouched */
+    }
+    return fails;
+}
+
+static void test_sizes(void) {
+    setenv("RINGMASTER_RING_PIECE_KB", "8", 1);   /* small pieces: the pipeline crosses steps */
+    for (int n = 1; n <= MAXW; n++) {
+        world *w = calloc(1, sizeof *w);
+        world_listen(w, n);
+        CU_ASSERT_EQUAL_FATAL(world_init(w), 0);
+        size_t counts[] = {0, 1, 3, (size_t)(n > 1 ? n - 1 : 1), (size_t)n + 1, 1001, 12345, 50003};
+        for (size_t c = 0; c < RM_ARRAY_LEN(counts); c++) {
+            CU_ASSERT_EQUAL(check_allreduce(w, counts[c], RM_OP_SUM, 0), 0);
+        }
+        CU_ASSERT_EQUAL(check_allreduce(w, 4099, RM_OP_AVG, 0), 0);
+        CU_ASSERT_EQUAL(check_allreduce(w, 777, RM_OP_SUM, 1), 0);
+        CU_ASSERT_EQUAL(check_allreduce(w, 10007, RM_OP_AVG, 1), 0);
+        /* barrier works and leaves the comm usable */
+        rm_err e = {0};
+        if (n == 1) CU_ASSERT_EQUAL(ring()->barrier(w->r[0].comm, &e), 0);
+        world_close(w);
+        free(w);
+    }
+    unsetenv("RINGMASTER_RING_PIECE_KB");
+}
+
+static void test_large_default_pieces(void) {
+    world w;
+    world_listen(&w, 3);
+    CU_ASSERT_EQUAL_FATAL(world_init(&w), 0);
+    CU_ASSERT_EQUAL(check_allreduce(&w, (1u << 20) + 13, RM_OP_SUM, 0), 0);   /* 4 MiB, several pieces */
+    world_close(&w);
+}
+
+static void test_bad_dtype(void) {
+    world w;
+    world_listen(&w, 1);
+    CU_ASSERT_EQUAL_FATAL(world_init(&w), 0);
+    uint16_t h[4] = {0};
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(ring()->allreduce(w.r[0].comm, h, 4, RM_DT_BF16, RM_OP_SUM, &e), RM_EUNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "float32"));
+    world_close(&w);
+}
+
+static void test_bad_config(void) {
+    rm_comm *c = NULL;
+    rm_err e = {0};
+    rm_comm_cfg cfg = {.rank = 2, .world_size = 2, .listen_fd = -1};
+    CU_ASSERT_EQUAL(ring()->init(&cfg, &c, &e), RM_EINVAL);
+    cfg.rank = 0;
+    CU_ASSERT_EQUAL(ring()->init(&cfg, &c, &e), RM_EINVAL);   /* no peers */
+    CU_ASSERT_PTR_NULL(c);
+    ring()->destroy(NULL);
+    ring()->abort(NULL);
+}
+
+/* --- strangers --- */
+typedef struct { int port; int mode; } stranger;
+
+static void *stranger_thread(void *arg) {
+    stranger *s = arg;
+    int fd = -1;
+    rm_err e = {0};
+    if (rm_net_connect("127.0.0.1", s->port, rm_net_now() + 2, &fd, &e)) return NULL;
+    if (s->mode == 0) {
+        const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx";
+        rm_net_send_all(fd, junk, sizeof junk, rm_net_now() + 2, &e);
+    } else {
+        /* right magic and version, wrong epoch */
+        uint32_t hello[9] = {htonl(0x524d5247u), htonl(1), htonl(6), htonl(1), htonl(2), 1, 2, 3, 4};
+        rm_net_send_all(fd, hello, sizeof hello, rm_net_now() + 2, &e);
+    }
+    usleep(200 * 1000);
+    close(fd);
+    return NULL;
+}
+
+static void test_stranger_refused(void) {
+    world w;
+    world_listen(&w, 2);
+    int port0 = atoi(strchr(w.peers[0].addr, ':') + 1);
+    stranger s1 = {port0, 0}, s2 = {port0, 1};
+    pthread_t t1, t2;
+    /* strangers connect first so they sit in rank 0's accept queue ahead of the real prev */
+    pthread_create(&t1, NULL, stranger_thread, &s1);
+    pthread_create(&t2, NULL, stranger_thread, &s2);
+    usleep(100 * 1000);
+    CU_ASSERT_EQUAL(world_init(&w), 0);
+    pthread_join(t1, NULL);
+    pthread_join(t2, NULL);
+    if (w.r[0].init_rc == 0 && w.r[1].init_rc == 0) CU_ASSERT_EQUAL(check_allreduce(&w, 1000, RM_OP_SUM, 0), 0);
+    world_close(&w);
+}
+
+static void test_wrong_token(void) {
+    world w;
+    world_listen(&w, 2);
+    w.timeout_s = 1.5;
+    w.tokens[1] = "not-the-token";
+    double t0 = rm_net_now();
+    CU_ASSERT_NOT_EQUAL(world_init(&w), 0);
+    CU_ASSERT(rm_net_now() - t0 < 4.0);
+    /* each side sees the other fail authentication (or gives up waiting for a valid prev) */
+    CU_ASSERT(w.r[1].init_rc == RM_EAUTH || w.r[1].init_rc == RM_ETIMEDOUT);
+    CU_ASSERT(w.r[0].init_rc == RM_EAUTH || w.r[0].init_rc == RM_ETIMEDOUT);
+    CU_ASSERT(w.r[0].init_rc == RM_EAUTH || w.r[1].init_rc == RM_EAUTH);
+    world_close(&w);
+}
+
+static void test_wrong_epoch_peer(void) {
+    /* rank 1 believes in an older epoch: rank 0 refuses its hello and rank 1 refuses rank 0 */
+    world w;
+    world_listen(&w, 2);
+    w.timeout_s = 1.0;
+    w.epoch_of[1] = 6;
+    double t0 = rm_net_now();
+    run_all(&w, init_thread);
+    CU_ASSERT(rm_net_now() - t0 < 3.0);
+    CU_ASSERT_EQUAL(w.r[0].init_rc, RM_ETIMEDOUT);
+    CU_ASSERT_NOT_EQUAL(w.r[1].init_rc, 0);
+    CU_ASSERT_PTR_NULL(w.r[0].comm);
+    CU_ASSERT_PTR_NULL(w.r[1].comm);
+    world_close(&w);
+}
+
+static void test_connect_timeout(void) {
+    /* next rank never shows up: init fails within the timeout, not forever */
+    world w;
+    world_listen(&w, 2);
+    w.timeout_s = 0.5;
+    close(w.lfd[1]);
+    w.lfd[1] = -1;
+    double t0 = rm_net_now();
+    init_thread(&w.r[0]);
+    CU_ASSERT_EQUAL(w.r[0].init_rc, RM_ETIMEDOUT);
+    CU_ASSERT(rm_net_now() - t0 < 2.0);
+    CU_ASSERT_PTR_NULL(w.r[0].comm);
+    w.n = 1;
+    world_close(&w);
+}
+
+static void test_peer_dies(void) {
+    world w;
+    world_listen(&w, 3);
+    w.timeout_s = 10;   /* a closed socket must be noticed at once, not at the timeout */
+    CU_ASSERT_EQUAL_FATAL(world_init(&w), 0);
+    w.behave[2] = 2;
+    check_allreduce(&w, 1 << 18, RM_OP_SUM, 0);
+    for (int i = 0; i < 2; i++) {
+        CU_ASSERT_EQUAL(w.r[i].rc, RM_ECLOSED);
+        CU_ASSERT(w.r[i].elapsed < 5.0);
+        CU_ASSERT_PTR_NOT_NULL(strstr(w.r[i].err.msg, "rank"));
+    }
+    /* the comm stays failed */
+    rm_err e = {0};
+    float x = 1;
+    CU_ASSERT_EQUAL(ring()->allreduce(w.r[0].comm, &x, 1, RM_DT_F32, RM_OP_SUM, &e), RM_ECLOSED);
+    world_close(&w);
+}
+
+static void test_peer_hangs(void) {
+    world w;
+    world_listen(&w, 3);
+    w.timeout_s = 1.0;
+    CU_ASSERT_EQUAL_FATAL(world_init(&w), 0);
+    w.behave[1] = 1;
+    /* the hung rank sleeps 300 ms then returns without closing; others must time out ~1 s */
+    check_allreduce(&w, 1 << 16, RM_OP_SUM, 0);
+    CU_ASSERT(w.r[0].rc == RM_ETIMEDOUT || w.r[0].rc == RM_ECLOSED);
+    CU_ASSERT_EQUAL(w.r[2].rc, RM_ETIMEDOUT);
+    CU_ASSERT(w.r[2].elapsed < 3.0);
+    CU_ASSERT(w.r[2].elapsed > 0.9);
+    world_close(&w);
+}
+
+typedef struct { rm_comm *c; int delay_ms; } aborter;
+static void *abort_thread(void *arg) {
+    aborter *a = arg;
+    usleep((useconds_t)a->delay_ms * 1000);
+    ring()->abort(a->c);
+    return NULL;
+}
+
+static void test_abort(void) {
+    world w;
+    world_listen(&w, 2);
+    w.timeout_s = 10;
+    CU_ASSERT_EQUAL_FATAL(world_init(&w), 0);
+    w.behave[1] = 1;   /* rank 1 does not join: rank 0 blocks until aborted */
+    aborter a = {w.r[0].comm, 200};
+    pthread_t t;
+    pthread_create(&t, NULL, abort_thread, &a);
+    check_allreduce(&w, 1 << 18, RM_OP_SUM, 0);
+    pthread_join(t, NULL);
+    CU_ASSERT_EQUAL(w.r[0].rc, RM_ECLOSED);
+    CU_ASSERT(w.r[0].elapsed < 1.5);
+    CU_ASSERT_PTR_NOT_NULL(strstr(w.r[0].err.msg, "abort"));
+    world_close(&w);
+}
+
+static void *desync_thread(void *arg) {
+    rank_ctx *r = arg;
+    size_t count = r->rank == 0 ? 1000 : 3000;   /* ranks disagree on the size */
+    r->rc = ring()->allreduce(r->comm, r->buf, count, RM_DT_F32, RM_OP_SUM, &r->err);
+    return NULL;
+}
+
+static void test_desync_is_eproto(void) {
+    world w;
+    world_listen(&w, 2);
+    w.timeout_s = 2;
+    CU_ASSERT_EQUAL_FATAL(world_init(&w), 0);
+    for (int i = 0; i < 2; i++) w.r[i].buf = calloc(3000, sizeof(float));
+    double t0 = rm_net_now();
+    run_all(&w, desync_thread);
+    /* whoever reads the first bad frame says EPROTO and shuts the ring; the other sees it close */
+    CU_ASSERT(w.r[0].rc == RM_EPROTO || w.r[1].rc == RM_EPROTO);
+    CU_ASSERT(w.r[0].rc == RM_EPROTO || w.r[0].rc == RM_ECLOSED);
+    CU_ASSERT(w.r[1].rc == RM_EPROTO || w.r[1].rc == RM_ECLOSED);
+    CU_ASSERT(rm_net_now() - t0 < 1.0);
+    CU_ASSERT(strstr(w.r[0].err.msg, "desync") || strstr(w.r[1].err.msg, "desync"));
+    world_close(&w);
+}
+
+void rm_suite_ring(void);
+void rm_suite_ring(void) {
+    static const rm_test_case cases[] = {
+        {"sizes_1_to_8_awkward_counts", test_sizes},
+        {"large_default_pieces", test_large_default_pieces},
+        {"bf16_unsupported", test_bad_dtype},
+        {"bad_config", test_bad_config},
+        {"stranger_and_garbage_refused", test_stranger_refused},
+        {"wrong_token", test_wrong_token},
+        {"wrong_epoch_refused", test_wrong_epoch_peer},
+        {"connect_timeout", test_connect_timeout},
+        {"peer_dies_noticed_fast", test_peer_dies},
+        {"peer_hangs_times_out", test_peer_hangs},
+        {"abort_from_other_thread", test_abort},
+        {"desync_is_eproto", test_desync_is_eproto},
+    };
+    RM_ADD_SUITE("ring", NULL, NULL, cases);
+}
