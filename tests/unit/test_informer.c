@@ -1,0 +1,310 @@
+/* test_informer.c — watch-stream parsing (line splitter with garbage and oversized lines, event
+ * decoding incl. 410 ERROR events) and a full informer run against a fake API server: paginated
+ * LIST, WATCH from the list's resourceVersion, a BOOKMARK, a 410 that forces a re-list, and the
+ * re-list diff that reports a deletion that happened while the watch was down. */
+#include <CUnit/CUnit.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "common/http.h"
+#include "operator/kube/client.h"
+#include "operator/kube/informer.h"
+#include "tests/unit/testutil.h"
+
+typedef struct lines_seen {
+    int n, nulls;
+    char last[128];
+    int stop_at;
+} lines_seen;
+
+static int on_line(void *ud, char *line, size_t len)
+{
+    lines_seen *s = ud;
+    if (!line) {
+        s->nulls++;
+        return 0;
+    }
+    CU_ASSERT_EQUAL(line[len], 0);   /* NUL-terminated at len (the line itself may hold NULs) */
+    s->n++;
+    snprintf(s->last, sizeof(s->last), "%s", line);
+    return s->stop_at && s->n >= s->stop_at ? RM_ECLOSED : 0;
+}
+
+static void test_line_splitter(void)
+{
+    lines_seen s = {0};
+    rm_kube_lines l;
+    rm_kube_lines_init(&l, 16, on_line, &s);
+    /* split across feeds, CRLF, empty lines */
+    CU_ASSERT_EQUAL(rm_kube_lines_feed(&l, "ab", 2), RM_OK);
+    CU_ASSERT_EQUAL(s.n, 0);
+    CU_ASSERT_EQUAL(rm_kube_lines_feed(&l, "c\r\n\n\nde", 7), RM_OK);
+    CU_ASSERT_EQUAL(s.n, 1);
+    CU_ASSERT_STRING_EQUAL(s.last, "abc");
+    CU_ASSERT_EQUAL(rm_kube_lines_feed(&l, "f\n", 2), RM_OK);
+    CU_ASSERT_STRING_EQUAL(s.last, "def");
+    /* oversized: 40 bytes over three feeds, dropped whole, callback told once, next line fine */
+    CU_ASSERT_EQUAL(rm_kube_lines_feed(&l, "0123456789", 10), RM_OK);
+    CU_ASSERT_EQUAL(rm_kube_lines_feed(&l, "0123456789", 10), RM_OK);
+    CU_ASSERT_EQUAL(rm_kube_lines_feed(&l, "01234567890123456789\nok\n", 24), RM_OK);
+    CU_ASSERT_EQUAL(l.oversized, 1);
+    CU_ASSERT_EQUAL(s.nulls, 1);
+    CU_ASSERT_EQUAL(s.n, 3);
+    CU_ASSERT_STRING_EQUAL(s.last, "ok");
+    /* exactly at the cap is accepted */
+    CU_ASSERT_EQUAL(rm_kube_lines_feed(&l, "0123456789abcdef\n", 17), RM_OK);
+    CU_ASSERT_STRING_EQUAL(s.last, "0123456789abcdef");
+    /* binary garbage with NULs does not crash; callback may stop the stream */
+    s.stop_at = s.n + 1;
+    char junk[8] = {'\x01', '\0', '\xff', '\n', 'z', '\n'};
+    CU_ASSERT_EQUAL(rm_kube_lines_feed(&l, junk, 6), RM_ECLOSED);
+    rm_kube_lines_free(&l);
+}
+
+static void test_decode_event(void)
+{
+    char type[16];
+    cJSON *o = NULL;
+    rm_err e = {0};
+    const char *ok = "{\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"a\"}}}";
+    CU_ASSERT_EQUAL(rm_informer_decode_event(ok, strlen(ok), type, sizeof(type), &o, &e), RM_OK);
+    CU_ASSERT_STRING_EQUAL(type, "MODIFIED");
+    CU_ASSERT_PTR_NOT_NULL(o);
+    cJSON_Delete(o);
+    const char *gone = "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"status\":\"Failure\",\"message\":\"too old resource version: 1 (5)\",\"reason\":\"Expired\",\"code\":410}}";
+    CU_ASSERT_EQUAL(rm_informer_decode_event(gone, strlen(gone), type, sizeof(type), &o, &e), RM_EEPOCH);
+    CU_ASSERT_PTR_NULL(o);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "too old"));
+    const char *bad[] = {"", "{", "[]", "{\"type\":\"ADDED\"}", "{\"type\":5,\"object\":{}}",
+                         "{\"type\":\"WHAT\",\"object\":{}}", "{\"type\":\"ERROR\",\"object\":{\"code\":500}}",
+                         "\xff\xfe garbage"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        o = NULL;
+        CU_ASSERT_NOT_EQUAL(rm_informer_decode_event(bad[i], strlen(bad[i]), type, sizeof(type), &o, &e), RM_OK);
+        CU_ASSERT_PTR_NULL(o);
+    }
+}
+
+/* ---------------- fake API server ---------------- */
+typedef struct fakeapi {
+    pthread_mutex_t mu;
+    int lists, watches;
+    char watch_rv[8][16];
+} fakeapi;
+
+static void add_pod(cJSON *items, const char *name, const char *rv, const char *job)
+{
+    cJSON *p = cJSON_CreateObject();
+    cJSON *md = cJSON_AddObjectToObject(p, "metadata");
+    cJSON_AddStringToObject(md, "name", name);
+    cJSON_AddStringToObject(md, "namespace", "t");
+    cJSON_AddStringToObject(md, "resourceVersion", rv);
+    cJSON *l = cJSON_AddObjectToObject(md, "labels");
+    cJSON_AddStringToObject(l, "job", job);
+    cJSON_AddItemToArray(items, p);
+}
+
+static char *pod_line(const char *type, const char *name, const char *rv, const char *job)
+{
+    cJSON *ev = cJSON_CreateObject();
+    cJSON_AddStringToObject(ev, "type", type);
+    cJSON *arr = cJSON_CreateArray();
+    add_pod(arr, name, rv, job);
+    cJSON_AddItemToObject(ev, "object", cJSON_DetachItemFromArray(arr, 0));
+    cJSON_Delete(arr);
+    char *s = cJSON_PrintUnformatted(ev);
+    cJSON_Delete(ev);
+    return s;
+}
+
+static int h_pods(const rm_http_req *req, rm_http_resp *resp, void *ud)
+{
+    fakeapi *f = ud;
+    const char *watch = rm_http_query(req, "watch");
+    const char *sel = rm_http_query(req, "labelSelector");
+    if (!sel || strcmp(sel, "job") != 0)
+        return rm_http_reply_error(resp, 400, "missing selector");
+    pthread_mutex_lock(&f->mu);
+    int rc;
+    if (watch) {
+        const char *rv = rm_http_query(req, "resourceVersion");
+        const char *bm = rm_http_query(req, "allowWatchBookmarks");
+        CU_ASSERT_PTR_NOT_NULL(bm);
+        int w = f->watches++;
+        if (w < 8)
+            snprintf(f->watch_rv[w], sizeof(f->watch_rv[w]), "%s", rv ? rv : "");
+        char body[4096] = "";
+        if (w == 0) {
+            char *a = pod_line("MODIFIED", "p1", "11", "j1");
+            snprintf(body, sizeof(body), "%s\n{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"12\"}}}\n"
+                     "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"too old resource version: 12 (13)\",\"reason\":\"Expired\",\"code\":410}}\n", a);
+            free(a);
+        } else if (w == 1) {
+            char *a = pod_line("ADDED", "p4", "15", "j1");
+            snprintf(body, sizeof(body), "%s\n", a);
+            free(a);
+        }
+        rc = rm_http_reply_text(resp, 200, "application/json", body);
+    } else {
+        int l = f->lists++;
+        const char *cont = rm_http_query(req, "continue");
+        cJSON *list = cJSON_CreateObject();
+        cJSON_AddStringToObject(list, "kind", "PodList");
+        cJSON *md = cJSON_AddObjectToObject(list, "metadata");
+        cJSON *items = cJSON_AddArrayToObject(list, "items");
+        if (l < 2) {
+            /* first LIST, two pages of one item (limit=1) */
+            if (!cont) {
+                add_pod(items, "p1", "5", "j1");
+                cJSON_AddStringToObject(md, "continue", "page2");
+            } else {
+                CU_ASSERT_STRING_EQUAL(cont, "page2");
+                add_pod(items, "p2", "6", "j1");
+            }
+            cJSON_AddStringToObject(md, "resourceVersion", "10");
+        } else {
+            /* re-list after 410: p2 was deleted meanwhile, p3 created */
+            if (!cont) {
+                add_pod(items, "p1", "11", "j1");
+                cJSON_AddStringToObject(md, "continue", "x");
+            } else {
+                add_pod(items, "p3", "13", "j2");
+            }
+            cJSON_AddStringToObject(md, "resourceVersion", "14");
+        }
+        rc = rm_http_reply_json(resp, 200, list);
+        cJSON_Delete(list);
+    }
+    pthread_mutex_unlock(&f->mu);
+    return rc;
+}
+
+typedef struct seen {
+    pthread_mutex_t mu;
+    char log[2048];
+} seen;
+
+static void *tf(void *ud, const cJSON *obj)
+{
+    (void)ud;
+    const cJSON *rv = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "resourceVersion");
+    return strdup(cJSON_IsString(rv) ? rv->valuestring : "?");
+}
+
+static int ix(void *ud, const cJSON *obj, char *buf, size_t cap)
+{
+    const cJSON *l = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "labels");
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(l, "job");
+    if (!cJSON_IsString(j))
+        return -1;
+    snprintf(buf, cap, "t/%s", j->valuestring);
+    return 0;
+}
+
+static void handler(void *ud, rm_inf_event ev, const char *key, const char *index, const void *o,
+                    const void *n)
+{
+    seen *s = ud;
+    pthread_mutex_lock(&s->mu);
+    size_t len = strlen(s->log);
+    snprintf(s->log + len, sizeof(s->log) - len, "%s %s;", ev == RM_INF_ADDED ? "add" : ev == RM_INF_UPDATED ? "upd" : "del", key);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static int collect(void *ud, const char *key, const void *item)
+{
+    char *b = ud;
+    strcat(b, key);
+    strcat(b, "=");
+    strcat(b, (const char *)item);
+    strcat(b, ",");
+    return 0;
+}
+
+static void test_informer_relist_on_410(void)
+{
+    fakeapi f;
+    memset(&f, 0, sizeof(f));
+    pthread_mutex_init(&f.mu, NULL);
+    seen s;
+    memset(&s, 0, sizeof(s));
+    pthread_mutex_init(&s.mu, NULL);
+    rm_http_route routes[] = {{"GET", "/api/v1/namespaces/t/pods", 0, h_pods, &f}};
+    rm_http_opts ho = {.bind = "127.0.0.1:0"};
+    rm_http_server *srv = NULL;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_http_start(&ho, routes, 1, &srv, &e), RM_OK);
+    char server[64];
+    snprintf(server, sizeof(server), "http://127.0.0.1:%d", rm_http_port(srv));
+    rm_kube_config cfg = {.server = server};
+    rm_kube_client_opts co = {.qps = -1, .max_retries = 1};
+    rm_kube_client *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(rm_kube_client_new(&cfg, &co, &c, &e), RM_OK);
+    rm_informer_opts io = {.name = "pods", .path = "/api/v1/namespaces/t/pods", .label_selector = "job",
+                           .transform = tf, .free_item = free, .index_fn = ix, .handler = handler,
+                           .ud = &s, .page_limit = 1, .watch_timeout_s = 5};
+    rm_informer *inf = NULL;
+    CU_ASSERT_EQUAL_FATAL(rm_informer_start(c, &io, &inf, &e), RM_OK);
+    CU_ASSERT_TRUE(rm_informer_wait_synced(inf, 5));
+    /* wait for: list, watch(410), re-list, watch(p4) */
+    for (int i = 0; i < 100; i++) {
+        char rv[32];
+        rm_informer_rv(inf, rv, sizeof(rv));
+        if (strcmp(rv, "15") == 0)
+            break;
+        usleep(50 * 1000);
+    }
+    char rv[32];
+    rm_informer_rv(inf, rv, sizeof(rv));
+    CU_ASSERT_STRING_EQUAL(rv, "15");
+    CU_ASSERT_EQUAL(rm_informer_lists(inf), 2);
+    pthread_mutex_lock(&f.mu);
+    CU_ASSERT_STRING_EQUAL(f.watch_rv[0], "10");   /* watch starts at the list's version */
+    CU_ASSERT_STRING_EQUAL(f.watch_rv[1], "14");   /* after the re-list, its version */
+    CU_ASSERT_EQUAL(f.lists, 4);                   /* two paginated LISTs */
+    pthread_mutex_unlock(&f.mu);
+    pthread_mutex_lock(&s.mu);
+    /* the deletion of p2 during the outage is reported by the re-list diff; p1 unchanged → no event */
+    CU_ASSERT_PTR_NOT_NULL(strstr(s.log, "add t/p1;"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(s.log, "add t/p2;"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(s.log, "upd t/p1;"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(s.log, "del t/p2;"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(s.log, "add t/p3;"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(s.log, "add t/p4;"));
+    const char *u = strstr(s.log, "upd t/p1;");
+    CU_ASSERT_PTR_NULL(u ? strstr(u + 1, "upd t/p1;") : NULL);
+    pthread_mutex_unlock(&s.mu);
+    CU_ASSERT_EQUAL(rm_informer_count(inf), 3);
+    char buf[256] = "";
+    rm_informer_rlock(inf);
+    CU_ASSERT_STRING_EQUAL((const char *)rm_informer_get(inf, "t/p1"), "11");
+    CU_ASSERT_PTR_NULL(rm_informer_get(inf, "t/p2"));
+    rm_informer_by_index(inf, "t/j1", collect, buf);
+    rm_informer_runlock(inf);
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "t/p1=11"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "t/p4=15"));
+    CU_ASSERT_PTR_NULL(strstr(buf, "t/p3"));
+    buf[0] = 0;
+    rm_informer_rlock(inf);
+    rm_informer_by_index(inf, "t/j2", collect, buf);
+    rm_informer_runlock(inf);
+    CU_ASSERT_STRING_EQUAL(buf, "t/p3=13,");
+    rm_informer_stop(inf);
+    rm_informer_stop(NULL);
+    rm_kube_client_free(c);
+    rm_http_stop(srv);
+    pthread_mutex_destroy(&f.mu);
+    pthread_mutex_destroy(&s.mu);
+}
+
+void rm_suite_informer(void)
+{
+    static const rm_test_case cases[] = {
+        {"line_splitter", test_line_splitter},
+        {"decode_event", test_decode_event},
+        {"relist_on_410", test_informer_relist_on_410},
+    };
+    RM_ADD_SUITE("informer", NULL, NULL, cases);
+}
