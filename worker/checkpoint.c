@@ -217,7 +217,7 @@ static int list_ckpts(const char *dir, cand **out, int *n)
         }
         v[cnt].step = step;
         v[cnt].suffix = suf;
-        snprintf(v[cnt].name, sizeof v[cnt].name, "%s", e->d_name);
+        memcpy(v[cnt].name, e->d_name, strlen(e->d_name) + 1);   /* length checked above */
         cnt++;
     }
     closedir(d);

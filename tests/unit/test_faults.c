@@ -1,0 +1,79 @@
+/* test_faults.c — RINGMASTER_FAULT parsing (good, several, bad kinds/keys/values) and the
+ * once-per-job rule: a fault fires once, and a fresh process (new rm_faults) sharing the marker
+ * folder never fires it again. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tests/unit/testutil.h"
+#include "worker/faults.h"
+
+static void test_parse(void)
+{
+    rm_faults f;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(rm_faults_parse(NULL, &f, &e), RM_OK);
+    CU_ASSERT_EQUAL(f.n, 0);
+    CU_ASSERT_EQUAL(rm_faults_parse("", &f, &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_faults_parse("exit:rank=1:step=300", &f, &e), RM_OK);
+    CU_ASSERT_EQUAL(f.n, 1);
+    CU_ASSERT_EQUAL(f.f[0].kind, RM_FAULT_EXIT);
+    CU_ASSERT_EQUAL(f.f[0].rank, 1);
+    CU_ASSERT_EQUAL(f.f[0].step, 300);
+    CU_ASSERT_EQUAL(rm_faults_parse("exit:rank=1:step=300; hang:step=100:rank=2;", &f, &e), RM_OK);
+    CU_ASSERT_EQUAL(f.n, 2);
+    CU_ASSERT_EQUAL(f.f[1].kind, RM_FAULT_HANG);
+    CU_ASSERT_EQUAL(f.f[1].rank, 2);
+    CU_ASSERT_EQUAL(f.f[1].step, 100);
+    const char *bad[] = {"boom:rank=1:step=3", "exit:rank=1", "exit:step=3", "exit:rank=x:step=3",
+                         "exit:rank=1:step=-4", "exit:rank=1:step=3:color=red", "exit:rank1:step=3",
+                         "exit:rank=1:step=", "exit"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        memset(&e, 0, sizeof e);
+        CU_ASSERT_EQUAL(rm_faults_parse(bad[i], &f, &e), RM_EINVAL);
+        CU_ASSERT(strstr(e.msg, "RINGMASTER_FAULT") != NULL);
+        CU_ASSERT_EQUAL(f.n, 0);
+    }
+}
+
+static void test_once(void)
+{
+    char *dir = rm_test_tmpdir("faults");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
+    rm_faults f;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(rm_faults_parse("exit:rank=1:step=5;hang:rank=0:step=5", &f, &e), RM_OK);
+    rm_faults_set_dir(&f, dir);
+    CU_ASSERT_PTR_NULL(rm_faults_due(&f, 1, 4));
+    CU_ASSERT_PTR_NULL(rm_faults_due(&f, 2, 5));
+    const rm_fault *x = rm_faults_due(&f, 1, 5);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(x);
+    CU_ASSERT_EQUAL(x->kind, RM_FAULT_EXIT);
+    CU_ASSERT_PTR_NULL(rm_faults_due(&f, 1, 5));   /* once in memory */
+    char marker[600];
+    snprintf(marker, sizeof marker, "%s/.fault-0-fired", dir);
+    struct stat st;
+    CU_ASSERT_EQUAL(stat(marker, &st), 0);
+    /* a replacement process: fresh state, same folder */
+    rm_faults g;
+    CU_ASSERT_EQUAL(rm_faults_parse("exit:rank=1:step=5;hang:rank=0:step=5", &g, &e), RM_OK);
+    rm_faults_set_dir(&g, dir);
+    CU_ASSERT_PTR_NULL(rm_faults_due(&g, 1, 5));
+    const rm_fault *h = rm_faults_due(&g, 0, 5);   /* the other fault is still armed */
+    CU_ASSERT_PTR_NOT_NULL(h);
+    if (h)
+        CU_ASSERT_EQUAL(h->kind, RM_FAULT_HANG);
+    /* without a folder: in-memory only */
+    rm_faults m;
+    CU_ASSERT_EQUAL(rm_faults_parse("exit:rank=0:step=1", &m, &e), RM_OK);
+    CU_ASSERT_PTR_NOT_NULL(rm_faults_due(&m, 0, 1));
+    CU_ASSERT_PTR_NULL(rm_faults_due(&m, 0, 1));
+    rm_test_rmtree(dir);
+    free(dir);
+}
+
+void rm_suite_faults(void)
+{
+    static const rm_test_case cases[] = {{"parse", test_parse}, {"once_per_job", test_once}};
+    RM_ADD_SUITE("faults", NULL, NULL, cases);
+}
