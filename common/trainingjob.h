@@ -67,7 +67,17 @@ typedef struct rm_training_spec {
     int64_t bench_min_bytes, bench_max_bytes;
     int bench_factor, bench_iters, bench_warmup;
     bool bench_check;
+    /* Optional fields whose zero is a valid value different from the default are tracked here:
+     * *_from_json sets the bit when the field was given; rm_training_defaults fills such a field
+     * only when its bit is clear AND its value is zero. (In C: set these fields after calling the
+     * defaults function, or set the bit.) Other fields: zero means unset. */
+    uint32_t set;               /* RM_TR_SET_* */
 } rm_training_spec;
+enum {
+    RM_TR_SET_MOMENTUM = 1u << 0, RM_TR_SET_WARMUP = 1u << 1, RM_TR_SET_SEED = 1u << 2,
+    RM_TR_SET_FUSION = 1u << 3, RM_TR_SET_BETA1 = 1u << 4, RM_TR_SET_BENCH_WARMUP = 1u << 5,
+    RM_TR_SET_BENCH_CHECK = 1u << 6, RM_TR_SET_HIDDEN = 1u << 7, RM_TR_SET_BETA2 = 1u << 8,
+};
 
 typedef struct rm_tj_spec {
     int replicas;               /* >= 1; default 1 */
@@ -93,7 +103,12 @@ typedef struct rm_tj_spec {
     } checkpoint;
     rm_training_spec training;
     cJSON *template;            /* PodTemplateSpec, opaque; NULL = default worker container */
+    uint32_t set;               /* RM_TJ_SET_*: given explicitly (see rm_training_spec.set) */
 } rm_tj_spec;
+enum {
+    RM_TJ_SET_MAX_RESTARTS = 1u << 0, RM_TJ_SET_BACKOFF = 1u << 1, RM_TJ_SET_PROGRESS_DEADLINE = 1u << 2,
+    RM_TJ_SET_TTL = 1u << 3,
+};
 
 typedef struct rm_condition {
     rm_cond_type type;

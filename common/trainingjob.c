@@ -1,0 +1,1141 @@
+/* trainingjob.c — the TrainingJob type: strict parse, defaults, validation, serialization
+ * (see trainingjob.h and ../shared/docs/trainingjob-api.md).
+ *
+ * Design: one table of names per enum and one small parser per JSON object, each of which first
+ * rejects unknown keys (so a typo like "spec.training.epoch" is an error naming its path, not a
+ * silently ignored knob) and then reads its fields through the typed getters of json.h, which
+ * name the field on a wrong type. Parsing builds into a zeroed struct and never applies defaults;
+ * optional fields whose zero is meaningful record their presence in a `set` mask so defaults
+ * never overwrite an explicit 0 (maxRestarts: 0, momentum: 0, seed: 0 ...). Validation returns the
+ * first violation with err->field set to the exact path. Serialization omits unset fields, so
+ * to_json(from_json(x)) == x for any x, defaulted or not. */
+#include "common/trainingjob.h"
+#include "common/json.h"
+#include <ctype.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FIELD_CAP 128
+
+static const char *const backend_names[] = { "auto", "ring", "nccl", "mpi", NULL };
+static const char *const clean_names[] = { "Running", "All", "None", NULL };
+static const char *const mode_names[] = { "train", "bench", NULL };
+static const char *const sched_names[] = { "cosine", "step", "constant", NULL };
+static const char *const prec_names[] = { "fp32", "bf16", "fp16", NULL };
+static const char *const opt_names[] = { "sgd", "adam", "adagrad", NULL };
+static const char *const phase_names[] = { "Pending", "Running", "Restarting", "Succeeded",
+                                            "Failed", "Suspended", NULL };
+static const char *const cond_names[] = { "Created", "Running", "Restarting", "Succeeded",
+                                           "Failed", "Suspended", NULL };
+
+const char *rm_phase_name(rm_phase p)
+{
+    return (unsigned)p < RM_ARRAY_LEN(phase_names) - 1 ? phase_names[p] : "Unknown";
+}
+const char *rm_cond_name(rm_cond_type c)
+{
+    return (unsigned)c < RM_COND__COUNT ? cond_names[c] : "Unknown";
+}
+const char *rm_backend_name(rm_backend b)
+{
+    return (unsigned)b < RM_ARRAY_LEN(backend_names) - 1 ? backend_names[b] : "unknown";
+}
+
+static int enum_index(const char *const *names, const char *s)
+{
+    for (int i = 0; s && names[i]; i++)
+        if (strcmp(names[i], s) == 0)
+            return i;
+    return -1;
+}
+
+int rm_backend_parse(const char *s, rm_backend *out)
+{
+    int i = enum_index(backend_names, s);
+    if (i < 0)
+        return RM_EINVAL;
+    *out = (rm_backend)i;
+    return RM_OK;
+}
+
+/* ---- parse helpers ---------------------------------------------------------------------------- */
+
+static void join(char *buf, const char *ctx, const char *key)
+{
+    if (ctx && *ctx)
+        snprintf(buf, FIELD_CAP, "%s.%s", ctx, key);
+    else
+        snprintf(buf, FIELD_CAP, "%s", key);
+}
+
+static int p_int(const cJSON *o, const char *k, const char *ctx, int *out, uint32_t *set,
+                 uint32_t bit, rm_err *err)
+{
+    int64_t v;
+    int rc = rm_json_int(o, k, false, ctx, &v, err);
+    if (rc == RM_ENOTFOUND)
+        return RM_OK;
+    if (rc)
+        return rc;
+    if (v < INT_MIN || v > INT_MAX) {
+        char f[FIELD_CAP];
+        join(f, ctx, k);
+        return rm_err_field(err, RM_EINVAL, f, "out of range");
+    }
+    *out = (int)v;
+    if (set)
+        *set |= bit;
+    return RM_OK;
+}
+
+static int p_i64(const cJSON *o, const char *k, const char *ctx, int64_t *out, uint32_t *set,
+                 uint32_t bit, rm_err *err)
+{
+    int rc = rm_json_int(o, k, false, ctx, out, err);
+    if (rc == RM_ENOTFOUND)
+        return RM_OK;
+    if (!rc && set)
+        *set |= bit;
+    return rc;
+}
+
+static int p_num(const cJSON *o, const char *k, const char *ctx, double *out, uint32_t *set,
+                 uint32_t bit, rm_err *err)
+{
+    int rc = rm_json_num(o, k, false, ctx, out, err);
+    if (rc == RM_ENOTFOUND)
+        return RM_OK;
+    if (!rc && set)
+        *set |= bit;
+    return rc;
+}
+
+static int p_bool(const cJSON *o, const char *k, const char *ctx, bool *out, uint32_t *set,
+                  uint32_t bit, rm_err *err)
+{
+    int rc = rm_json_bool(o, k, false, ctx, out, err);
+    if (rc == RM_ENOTFOUND)
+        return RM_OK;
+    if (!rc && set)
+        *set |= bit;
+    return rc;
+}
+
+static int p_str(const cJSON *o, const char *k, const char *ctx, char **out, rm_err *err)
+{
+    const char *s;
+    int rc = rm_json_str(o, k, false, ctx, &s, err);
+    if (rc == RM_ENOTFOUND)
+        return RM_OK;
+    if (rc)
+        return rc;
+    char *d = strdup(s);
+    if (!d)
+        return rm_errf(err, RM_ENOMEM, "out of memory");
+    free(*out);
+    *out = d;
+    return RM_OK;
+}
+
+static int p_enum(const cJSON *o, const char *k, const char *ctx, const char *const *names, int *out,
+                  rm_err *err)
+{
+    const char *s;
+    int rc = rm_json_str(o, k, false, ctx, &s, err);
+    if (rc == RM_ENOTFOUND)
+        return RM_OK;
+    if (rc)
+        return rc;
+    int i = enum_index(names, s);
+    if (i < 0) {
+        char f[FIELD_CAP], list[128] = "";
+        join(f, ctx, k);
+        for (int j = 0; names[j]; j++) {
+            size_t l = strlen(list);
+            snprintf(list + l, sizeof list - l, "%s%s", j ? ", " : "", names[j]);
+        }
+        return rm_err_field(err, RM_EINVAL, f, "must be one of %s (got \"%s\")", list, s);
+    }
+    *out = i;
+    return RM_OK;
+}
+
+/* object child (optional) after the unknown-field check; *out NULL when absent */
+static int p_obj(const cJSON *o, const char *k, const char *ctx, const char *const *allowed,
+                 const cJSON **out, char *subctx, rm_err *err)
+{
+    *out = NULL;
+    join(subctx, ctx, k);
+    int rc = rm_json_obj(o, k, false, ctx, out, err);
+    if (rc == RM_ENOTFOUND) {
+        *out = NULL;
+        return RM_OK;
+    }
+    if (rc)
+        return rc;
+    if (allowed)
+        return rm_json_no_unknown(*out, allowed, subctx, err);
+    return RM_OK;
+}
+
+#define TRY(x)             \
+    do {                   \
+        rc = (x);          \
+        if (rc)            \
+            goto out;      \
+    } while (0)
+
+/* ---- training ---------------------------------------------------------------------------------- */
+
+int rm_training_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t, rm_err *err)
+{
+    static const char *const k_training[] = {
+        "mode", "dataset", "dataDir", "model", "epochs", "batchSizePerWorker", "optimizer",
+        "warmupEpochs", "schedule", "stepGamma", "stepEveryEpochs", "precision", "fusionBufferMB",
+        "seed", "maxSteps", "bench", NULL };
+    static const char *const k_model[] = { "type", "hidden", NULL };
+    static const char *const k_opt[] = { "type", "lr", "momentum", "weightDecay", "beta1", "beta2",
+                                         "eps", NULL };
+    static const char *const k_bench[] = { "minBytes", "maxBytes", "stepFactor", "iters",
+                                           "warmupIters", "check", NULL };
+    char mctx[FIELD_CAP], octx[FIELD_CAP], bctx[FIELD_CAP];
+    const cJSON *model, *opt, *bench, *hidden;
+    int rc = RM_OK, iv;
+    memset(t, 0, sizeof *t);
+    if (!ctx)
+        ctx = "spec.training";
+    if (!tr || cJSON_IsNull(tr))
+        return RM_OK;
+    if (!cJSON_IsObject(tr))
+        return rm_err_field(err, RM_EINVAL, ctx, "must be an object");
+    TRY(rm_json_no_unknown(tr, k_training, ctx, err));
+    iv = (int)t->mode;
+    TRY(p_enum(tr, "mode", ctx, mode_names, &iv, err));
+    t->mode = (rm_mode)iv;
+    TRY(p_str(tr, "dataset", ctx, &t->dataset, err));
+    TRY(p_str(tr, "dataDir", ctx, &t->data_dir, err));
+    TRY(p_obj(tr, "model", ctx, k_model, &model, mctx, err));
+    if (model) {
+        TRY(p_str(model, "type", mctx, &t->model_type, err));
+        rc = rm_json_arr(model, "hidden", false, mctx, &hidden, err);
+        if (rc == RM_ENOTFOUND)
+            rc = RM_OK;
+        else if (rc)
+            goto out;
+        else {
+            char hctx[FIELD_CAP];
+            join(hctx, mctx, "hidden");
+            int n = cJSON_GetArraySize(hidden);
+            if (n > RM_TJ_MAX_HIDDEN) {
+                rc = rm_err_field(err, RM_EINVAL, hctx, "at most %d layers", RM_TJ_MAX_HIDDEN);
+                goto out;
+            }
+            int i = 0;
+            for (const cJSON *h = hidden->child; h; h = h->next, i++) {
+                double v = h->valuedouble;
+                if (!cJSON_IsNumber(h) || v != floor(v) || !isfinite(v)) {
+                    char f[FIELD_CAP + 16];
+                    snprintf(f, sizeof f, "%s[%d]", hctx, i);
+                    rc = rm_err_field(err, RM_EINVAL, f, "must be an integer");
+                    goto out;
+                }
+                t->hidden[i] = v > INT_MAX ? INT_MAX : v < INT_MIN ? INT_MIN : (int)v;
+            }
+            t->nhidden = n;
+            t->set |= RM_TR_SET_HIDDEN;
+        }
+    }
+    TRY(p_int(tr, "epochs", ctx, &t->epochs, NULL, 0, err));
+    TRY(p_int(tr, "batchSizePerWorker", ctx, &t->batch_size_per_worker, NULL, 0, err));
+    TRY(p_obj(tr, "optimizer", ctx, k_opt, &opt, octx, err));
+    if (opt) {
+        iv = (int)t->optimizer.type;
+        TRY(p_enum(opt, "type", octx, opt_names, &iv, err));
+        t->optimizer.type = (rm_opt_type)iv;
+        TRY(p_num(opt, "lr", octx, &t->optimizer.lr, NULL, 0, err));
+        TRY(p_num(opt, "momentum", octx, &t->optimizer.momentum, &t->set, RM_TR_SET_MOMENTUM, err));
+        TRY(p_num(opt, "weightDecay", octx, &t->optimizer.weight_decay, NULL, 0, err));
+        TRY(p_num(opt, "beta1", octx, &t->optimizer.beta1, &t->set, RM_TR_SET_BETA1, err));
+        TRY(p_num(opt, "beta2", octx, &t->optimizer.beta2, &t->set, RM_TR_SET_BETA2, err));
+        TRY(p_num(opt, "eps", octx, &t->optimizer.eps, NULL, 0, err));
+    }
+    TRY(p_num(tr, "warmupEpochs", ctx, &t->warmup_epochs, &t->set, RM_TR_SET_WARMUP, err));
+    iv = (int)t->schedule;
+    TRY(p_enum(tr, "schedule", ctx, sched_names, &iv, err));
+    t->schedule = (rm_schedule)iv;
+    TRY(p_num(tr, "stepGamma", ctx, &t->step_gamma, NULL, 0, err));
+    TRY(p_int(tr, "stepEveryEpochs", ctx, &t->step_every_epochs, NULL, 0, err));
+    iv = (int)t->precision;
+    TRY(p_enum(tr, "precision", ctx, prec_names, &iv, err));
+    t->precision = (rm_precision)iv;
+    TRY(p_num(tr, "fusionBufferMB", ctx, &t->fusion_buffer_mb, &t->set, RM_TR_SET_FUSION, err));
+    {
+        int64_t seed = 0;
+        uint32_t s = 0;
+        TRY(p_i64(tr, "seed", ctx, &seed, &s, 1, err));
+        if (s) {
+            if (seed < 0) {
+                char f[FIELD_CAP];
+                join(f, ctx, "seed");
+                rc = rm_err_field(err, RM_EINVAL, f, "must be >= 0");
+                goto out;
+            }
+            t->seed = (uint64_t)seed;
+            t->set |= RM_TR_SET_SEED;
+        }
+    }
+    TRY(p_int(tr, "maxSteps", ctx, &t->max_steps, NULL, 0, err));
+    TRY(p_obj(tr, "bench", ctx, k_bench, &bench, bctx, err));
+    if (bench) {
+        TRY(p_i64(bench, "minBytes", bctx, &t->bench_min_bytes, NULL, 0, err));
+        TRY(p_i64(bench, "maxBytes", bctx, &t->bench_max_bytes, NULL, 0, err));
+        TRY(p_int(bench, "stepFactor", bctx, &t->bench_factor, NULL, 0, err));
+        TRY(p_int(bench, "iters", bctx, &t->bench_iters, NULL, 0, err));
+        TRY(p_int(bench, "warmupIters", bctx, &t->bench_warmup, &t->set, RM_TR_SET_BENCH_WARMUP, err));
+        TRY(p_bool(bench, "check", bctx, &t->bench_check, &t->set, RM_TR_SET_BENCH_CHECK, err));
+    }
+out:
+    if (rc)
+        rm_training_free(t);
+    return rc;
+}
+
+void rm_training_free(rm_training_spec *t)
+{
+    if (!t)
+        return;
+    free(t->dataset);
+    free(t->data_dir);
+    free(t->model_type);
+    memset(t, 0, sizeof *t);
+}
+
+static char *dup_default(char *cur, const char *def)
+{
+    return cur ? cur : strdup(def);
+}
+
+void rm_training_defaults(rm_training_spec *t)
+{
+    if (!t)
+        return;
+    t->dataset = dup_default(t->dataset, "fashion-mnist");
+    t->data_dir = dup_default(t->data_dir, "/usr/share/datasets/fashion-mnist");
+    t->model_type = dup_default(t->model_type, "mlp");
+    if (t->nhidden == 0 && !(t->set & RM_TR_SET_HIDDEN)) {
+        t->hidden[0] = 512;
+        t->hidden[1] = 256;
+        t->nhidden = 2;
+    }
+    if (t->epochs == 0)
+        t->epochs = 10;
+    if (t->batch_size_per_worker == 0)
+        t->batch_size_per_worker = 64;
+    rm_optimizer_spec *o = &t->optimizer;
+    if (o->lr == 0)
+        o->lr = o->type == RM_OPT_ADAM ? 0.001 : o->type == RM_OPT_ADAGRAD ? 0.01 : 0.02;
+    if (o->momentum == 0 && !(t->set & RM_TR_SET_MOMENTUM) && o->type == RM_OPT_SGD)
+        o->momentum = 0.9;
+    if (o->beta1 == 0 && !(t->set & RM_TR_SET_BETA1))
+        o->beta1 = 0.9;
+    if (o->beta2 == 0 && !(t->set & RM_TR_SET_BETA2))
+        o->beta2 = 0.999;
+    if (o->eps == 0)
+        o->eps = o->type == RM_OPT_ADAGRAD ? 1e-10 : 1e-8;
+    if (t->warmup_epochs == 0 && !(t->set & RM_TR_SET_WARMUP))
+        t->warmup_epochs = 1;
+    if (t->step_gamma == 0)
+        t->step_gamma = 0.1;
+    if (t->step_every_epochs == 0)
+        t->step_every_epochs = 3;
+    if (t->fusion_buffer_mb == 0 && !(t->set & RM_TR_SET_FUSION))
+        t->fusion_buffer_mb = 25;
+    if (t->seed == 0 && !(t->set & RM_TR_SET_SEED))
+        t->seed = 42;
+    if (t->bench_min_bytes == 0)
+        t->bench_min_bytes = 32 << 20;
+    if (t->bench_max_bytes == 0)
+        t->bench_max_bytes = t->bench_min_bytes > (32 << 20) ? t->bench_min_bytes : 32 << 20;
+    if (t->bench_factor == 0)
+        t->bench_factor = 2;
+    if (t->bench_iters == 0)
+        t->bench_iters = 20;
+    if (t->bench_warmup == 0 && !(t->set & RM_TR_SET_BENCH_WARMUP))
+        t->bench_warmup = 5;
+    if (!t->bench_check && !(t->set & RM_TR_SET_BENCH_CHECK))
+        t->bench_check = true;
+    /* everything is concrete now: mark the tracked fields so a second call changes nothing */
+    t->set |= RM_TR_SET_MOMENTUM | RM_TR_SET_WARMUP | RM_TR_SET_SEED | RM_TR_SET_FUSION |
+              RM_TR_SET_BETA1 | RM_TR_SET_BETA2 | RM_TR_SET_BENCH_WARMUP | RM_TR_SET_BENCH_CHECK |
+              RM_TR_SET_HIDDEN;
+}
+
+/* ---- validation -------------------------------------------------------------------------------- */
+
+static int bad(rm_err *err, const char *ctx, const char *key, const char *fmt, ...) RM_PRINTF(4, 5);
+static int bad(rm_err *err, const char *ctx, const char *key, const char *fmt, ...)
+{
+    char f[FIELD_CAP], msg[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    join(f, ctx, key);
+    return rm_err_field(err, RM_EINVAL, f, "%s", msg);
+}
+
+int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err)
+{
+    char mctx[FIELD_CAP], octx[FIELD_CAP], bctx[FIELD_CAP];
+    if (!ctx)
+        ctx = "spec.training";
+    join(mctx, ctx, "model");
+    join(octx, ctx, "optimizer");
+    join(bctx, ctx, "bench");
+    if ((unsigned)t->mode > RM_MODE_BENCH)
+        return bad(err, ctx, "mode", "must be one of train, bench");
+    if (t->dataset && strcmp(t->dataset, "fashion-mnist") != 0)
+        return bad(err, ctx, "dataset", "must be fashion-mnist (got \"%s\")", t->dataset);
+    if (t->data_dir && !*t->data_dir)
+        return bad(err, ctx, "dataDir", "must not be empty");
+    if (t->model_type && strcmp(t->model_type, "mlp") != 0)
+        return bad(err, mctx, "type", "must be mlp (got \"%s\")", t->model_type);
+    if (t->nhidden < 0 || t->nhidden > RM_TJ_MAX_HIDDEN)
+        return bad(err, mctx, "hidden", "at most %d layers", RM_TJ_MAX_HIDDEN);
+    for (int i = 0; i < t->nhidden; i++) {
+        if (t->hidden[i] < 1 || t->hidden[i] > 65536) {
+            char k[32];
+            snprintf(k, sizeof k, "hidden[%d]", i);
+            return bad(err, mctx, k, "must be between 1 and 65536");
+        }
+    }
+    if (t->epochs < 1 || t->epochs > 100000)
+        return bad(err, ctx, "epochs", "must be between 1 and 100000");
+    if (t->batch_size_per_worker < 1 || t->batch_size_per_worker > 65536)
+        return bad(err, ctx, "batchSizePerWorker", "must be between 1 and 65536");
+    const rm_optimizer_spec *o = &t->optimizer;
+    if ((unsigned)o->type > RM_OPT_ADAGRAD)
+        return bad(err, octx, "type", "must be one of sgd, adam, adagrad");
+    if (!(o->lr > 0) || !isfinite(o->lr) || o->lr > 100)
+        return bad(err, octx, "lr", "must be > 0 and <= 100");
+    if (!(o->momentum >= 0 && o->momentum < 1))
+        return bad(err, octx, "momentum", "must be >= 0 and < 1");
+    if (!(o->weight_decay >= 0) || !isfinite(o->weight_decay))
+        return bad(err, octx, "weightDecay", "must be >= 0");
+    if (!(o->beta1 >= 0 && o->beta1 < 1))
+        return bad(err, octx, "beta1", "must be >= 0 and < 1");
+    if (!(o->beta2 >= 0 && o->beta2 < 1))
+        return bad(err, octx, "beta2", "must be >= 0 and < 1");
+    if (!(o->eps > 0) || !isfinite(o->eps))
+        return bad(err, octx, "eps", "must be > 0");
+    if (!(t->warmup_epochs >= 0) || !isfinite(t->warmup_epochs))
+        return bad(err, ctx, "warmupEpochs", "must be >= 0");
+    if (t->warmup_epochs > t->epochs)
+        return bad(err, ctx, "warmupEpochs", "must be <= %s.epochs", ctx);
+    if ((unsigned)t->schedule > RM_SCHED_CONSTANT)
+        return bad(err, ctx, "schedule", "must be one of cosine, step, constant");
+    if (!(t->step_gamma > 0 && t->step_gamma <= 1))
+        return bad(err, ctx, "stepGamma", "must be > 0 and <= 1");
+    if (t->step_every_epochs < 1)
+        return bad(err, ctx, "stepEveryEpochs", "must be >= 1");
+    if ((unsigned)t->precision > RM_PREC_FP16)
+        return bad(err, ctx, "precision", "must be one of fp32, bf16, fp16");
+    if (!(t->fusion_buffer_mb >= 0 && t->fusion_buffer_mb <= 4096))
+        return bad(err, ctx, "fusionBufferMB", "must be between 0 and 4096");
+    if (t->max_steps < 0)
+        return bad(err, ctx, "maxSteps", "must be >= 0");
+    if (t->bench_min_bytes < 4 || t->bench_min_bytes > (int64_t)1 << 40)
+        return bad(err, bctx, "minBytes", "must be between 4 and 2^40");
+    if (t->bench_max_bytes < t->bench_min_bytes || t->bench_max_bytes > (int64_t)1 << 40)
+        return bad(err, bctx, "maxBytes", "must be >= %s.minBytes and <= 2^40", bctx);
+    if (t->bench_factor < 2)
+        return bad(err, bctx, "stepFactor", "must be >= 2");
+    if (t->bench_iters < 1 || t->bench_iters > 1000000)
+        return bad(err, bctx, "iters", "must be between 1 and 1000000");
+    if (t->bench_warmup < 0 || t->bench_warmup > 1000000)
+        return bad(err, bctx, "warmupIters", "must be between 0 and 1000000");
+    return RM_OK;
+}
+
+/* DNS-1123: lowercase alphanumerics and '-' ('.' too for subdomains), alnum at both ends. */
+static int dns1123(const char *s, int allow_dot, size_t max)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n == 0 || n > max)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        int an = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+        if (!an && !(c == '-' || (allow_dot && c == '.')))
+            return 0;
+        if ((i == 0 || i == n - 1) && !an)
+            return 0;
+    }
+    return 1;
+}
+
+int rm_tj_validate(const rm_tj *tj, rm_err *err)
+{
+    const rm_tj_spec *s = &tj->spec;
+    if (!tj->name || !*tj->name)
+        return rm_err_field(err, RM_EINVAL, "metadata.name", "required");
+    if (!dns1123(tj->name, 1, 63))
+        return rm_err_field(err, RM_EINVAL, "metadata.name",
+                            "must be a lowercase DNS-1123 name of at most 63 characters (got \"%s\")",
+                            tj->name);
+    if (tj->namespace_ && !dns1123(tj->namespace_, 0, 63))
+        return rm_err_field(err, RM_EINVAL, "metadata.namespace",
+                            "must be a lowercase DNS-1123 label (got \"%s\")", tj->namespace_);
+    if (s->replicas < 1)
+        return rm_err_field(err, RM_EINVAL, "spec.replicas", "must be >= 1");
+    if (s->replicas > 1024)
+        return rm_err_field(err, RM_EINVAL, "spec.replicas", "must be <= 1024");
+    if (s->min_replicas < 1)
+        return rm_err_field(err, RM_EINVAL, "spec.minReplicas", "must be >= 1");
+    if (s->min_replicas > s->replicas)
+        return rm_err_field(err, RM_EINVAL, "spec.minReplicas", "must be <= spec.replicas");
+    if (s->max_replicas < 1)
+        return rm_err_field(err, RM_EINVAL, "spec.maxReplicas", "must be >= 1");
+    if (s->replicas > s->max_replicas)
+        return rm_err_field(err, RM_EINVAL, "spec.replicas", "must be <= spec.maxReplicas");
+    if (s->max_replicas > 1024)
+        return rm_err_field(err, RM_EINVAL, "spec.maxReplicas", "must be <= 1024");
+    if ((unsigned)s->backend > RM_BACKEND_MPI)
+        return rm_err_field(err, RM_EINVAL, "spec.backend", "must be one of auto, ring, nccl, mpi");
+    if (s->restart.max_restarts < 0)
+        return rm_err_field(err, RM_EINVAL, "spec.restartPolicy.maxRestarts", "must be >= 0");
+    if (!(s->restart.backoff_seconds >= 0 && s->restart.backoff_seconds <= 3600))
+        return rm_err_field(err, RM_EINVAL, "spec.restartPolicy.backoffSeconds",
+                            "must be between 0 and 3600");
+    if (!(s->restart.progress_deadline_seconds >= 0) || !isfinite(s->restart.progress_deadline_seconds))
+        return rm_err_field(err, RM_EINVAL, "spec.restartPolicy.progressDeadlineSeconds", "must be >= 0");
+    if (s->run.active_deadline_seconds < 0)
+        return rm_err_field(err, RM_EINVAL, "spec.runPolicy.activeDeadlineSeconds", "must be >= 0");
+    if (s->run.ttl_seconds_after_finished < -1)
+        return rm_err_field(err, RM_EINVAL, "spec.runPolicy.ttlSecondsAfterFinished", "must be >= -1");
+    if ((unsigned)s->run.clean_pod_policy > RM_CLEAN_NONE)
+        return rm_err_field(err, RM_EINVAL, "spec.runPolicy.cleanPodPolicy",
+                            "must be one of All, Running, None");
+    if (s->run.managed_by && (!*s->run.managed_by || strlen(s->run.managed_by) > 63))
+        return rm_err_field(err, RM_EINVAL, "spec.runPolicy.managedBy",
+                            "must be 1 to 63 characters");
+    if (s->checkpoint.path && !*s->checkpoint.path)
+        return rm_err_field(err, RM_EINVAL, "spec.checkpoint.path", "must not be empty");
+    if (s->checkpoint.interval_steps < 1)
+        return rm_err_field(err, RM_EINVAL, "spec.checkpoint.intervalSteps", "must be >= 1");
+    if (s->checkpoint.keep < 1)
+        return rm_err_field(err, RM_EINVAL, "spec.checkpoint.keep", "must be >= 1");
+    if (s->template && !cJSON_IsObject(s->template))
+        return rm_err_field(err, RM_EINVAL, "spec.template", "must be an object");
+    return rm_training_validate(&s->training, "spec.training", err);
+}
+
+/* ---- spec / object parse ------------------------------------------------------------------------ */
+
+static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
+{
+    static const char *const k_spec[] = { "replicas", "minReplicas", "maxReplicas", "backend",
+                                          "restartPolicy", "runPolicy", "checkpoint", "training",
+                                          "template", NULL };
+    static const char *const k_restart[] = { "maxRestarts", "backoffSeconds",
+                                             "progressDeadlineSeconds", NULL };
+    static const char *const k_run[] = { "activeDeadlineSeconds", "ttlSecondsAfterFinished",
+                                         "cleanPodPolicy", "suspend", "managedBy", NULL };
+    static const char *const k_ckpt[] = { "path", "intervalSteps", "keep", NULL };
+    char rctx[FIELD_CAP], uctx[FIELD_CAP], cctx[FIELD_CAP];
+    const cJSON *o;
+    int rc = RM_OK, iv;
+    TRY(rm_json_no_unknown(sp, k_spec, "spec", err));
+    TRY(p_int(sp, "replicas", "spec", &s->replicas, NULL, 0, err));
+    TRY(p_int(sp, "minReplicas", "spec", &s->min_replicas, NULL, 0, err));
+    TRY(p_int(sp, "maxReplicas", "spec", &s->max_replicas, NULL, 0, err));
+    iv = (int)s->backend;
+    TRY(p_enum(sp, "backend", "spec", backend_names, &iv, err));
+    s->backend = (rm_backend)iv;
+    TRY(p_obj(sp, "restartPolicy", "spec", k_restart, &o, rctx, err));
+    if (o) {
+        TRY(p_int(o, "maxRestarts", rctx, &s->restart.max_restarts, &s->set, RM_TJ_SET_MAX_RESTARTS, err));
+        TRY(p_num(o, "backoffSeconds", rctx, &s->restart.backoff_seconds, &s->set, RM_TJ_SET_BACKOFF, err));
+        TRY(p_num(o, "progressDeadlineSeconds", rctx, &s->restart.progress_deadline_seconds, &s->set,
+                  RM_TJ_SET_PROGRESS_DEADLINE, err));
+    }
+    TRY(p_obj(sp, "runPolicy", "spec", k_run, &o, uctx, err));
+    if (o) {
+        TRY(p_i64(o, "activeDeadlineSeconds", uctx, &s->run.active_deadline_seconds, NULL, 0, err));
+        TRY(p_i64(o, "ttlSecondsAfterFinished", uctx, &s->run.ttl_seconds_after_finished, &s->set,
+                  RM_TJ_SET_TTL, err));
+        iv = (int)s->run.clean_pod_policy;
+        TRY(p_enum(o, "cleanPodPolicy", uctx, clean_names, &iv, err));
+        s->run.clean_pod_policy = (rm_clean_policy)iv;
+        TRY(p_bool(o, "suspend", uctx, &s->run.suspend, NULL, 0, err));
+        TRY(p_str(o, "managedBy", uctx, &s->run.managed_by, err));
+    }
+    TRY(p_obj(sp, "checkpoint", "spec", k_ckpt, &o, cctx, err));
+    if (o) {
+        TRY(p_str(o, "path", cctx, &s->checkpoint.path, err));
+        TRY(p_int(o, "intervalSteps", cctx, &s->checkpoint.interval_steps, NULL, 0, err));
+        TRY(p_int(o, "keep", cctx, &s->checkpoint.keep, NULL, 0, err));
+    }
+    {
+        const cJSON *tr = NULL;
+        rc = rm_json_obj(sp, "training", false, "spec", &tr, err);
+        if (rc == RM_ENOTFOUND)
+            rc = RM_OK;
+        else if (rc)
+            goto out;
+        else
+            TRY(rm_training_from_json(tr, "spec.training", &s->training, err));
+    }
+    {
+        const cJSON *tp = NULL;
+        rc = rm_json_obj(sp, "template", false, "spec", &tp, err);
+        if (rc == RM_ENOTFOUND)
+            rc = RM_OK;
+        else if (rc)
+            goto out;
+        else if (!(s->template = cJSON_Duplicate(tp, 1)))
+            rc = rm_errf(err, RM_ENOMEM, "out of memory");
+    }
+out:
+    return rc;
+}
+
+static void spec_free(rm_tj_spec *s)
+{
+    free(s->run.managed_by);
+    free(s->checkpoint.path);
+    rm_training_free(&s->training);
+    cJSON_Delete(s->template);
+    memset(s, 0, sizeof *s);
+}
+
+void rm_tj_free(rm_tj *tj)
+{
+    if (!tj)
+        return;
+    free(tj->name);
+    free(tj->namespace_);
+    free(tj->uid);
+    free(tj->resource_version);
+    cJSON_Delete(tj->labels);
+    cJSON_Delete(tj->annotations);
+    spec_free(&tj->spec);
+    memset(tj, 0, sizeof *tj);
+}
+
+static int string_map(const cJSON *md, const char *key, cJSON **out, rm_err *err)
+{
+    const cJSON *m = NULL;
+    int rc = rm_json_obj(md, key, false, "metadata", &m, err);
+    if (rc == RM_ENOTFOUND)
+        return RM_OK;
+    if (rc)
+        return rc;
+    for (const cJSON *it = m->child; it; it = it->next) {
+        if (!cJSON_IsString(it)) {
+            char f[FIELD_CAP];
+            snprintf(f, sizeof f, "metadata.%s.%s", key, it->string ? it->string : "?");
+            return rm_err_field(err, RM_EINVAL, f, "must be a string");
+        }
+    }
+    if (!(*out = cJSON_Duplicate(m, 1)))
+        return rm_errf(err, RM_ENOMEM, "out of memory");
+    return RM_OK;
+}
+
+int rm_tj_from_json(const cJSON *obj, rm_tj *out, rm_err *err)
+{
+    int rc = RM_OK;
+    const char *s;
+    const cJSON *md = NULL, *sp = NULL, *st = NULL;
+    memset(out, 0, sizeof *out);
+    if (!obj || !cJSON_IsObject(obj))
+        return rm_errf(err, RM_EINVAL, "a TrainingJob must be a JSON object");
+    rc = rm_json_str(obj, "apiVersion", false, "", &s, err);
+    if (rc == RM_OK && strcmp(s, RM_TJ_API_VERSION) != 0) {
+        rc = rm_err_field(err, RM_EINVAL, "apiVersion", "must be %s (got \"%s\")", RM_TJ_API_VERSION, s);
+        goto out;
+    } else if (rc != RM_ENOTFOUND && rc != RM_OK)
+        goto out;
+    rc = rm_json_str(obj, "kind", false, "", &s, err);
+    if (rc == RM_OK && strcmp(s, RM_TJ_KIND) != 0) {
+        rc = rm_err_field(err, RM_EINVAL, "kind", "must be %s (got \"%s\")", RM_TJ_KIND, s);
+        goto out;
+    } else if (rc != RM_ENOTFOUND && rc != RM_OK)
+        goto out;
+    rc = RM_OK;
+    TRY(rm_json_obj(obj, "metadata", true, "", &md, err));
+    TRY(rm_json_str(md, "name", true, "metadata", &s, err));
+    TRY(p_str(md, "name", "metadata", &out->name, err));
+    TRY(p_str(md, "namespace", "metadata", &out->namespace_, err));
+    TRY(p_str(md, "uid", "metadata", &out->uid, err));
+    TRY(p_str(md, "resourceVersion", "metadata", &out->resource_version, err));
+    TRY(p_i64(md, "generation", "metadata", &out->generation, NULL, 0, err));
+    TRY(string_map(md, "labels", &out->labels, err));
+    TRY(string_map(md, "annotations", &out->annotations, err));
+    TRY(rm_json_obj(obj, "spec", true, "", &sp, err));
+    TRY(spec_from_json(sp, &out->spec, err));
+    rc = rm_json_obj(obj, "status", false, "", &st, err);
+    if (rc == RM_ENOTFOUND)
+        rc = RM_OK;
+    else if (rc)
+        goto out;
+    else
+        TRY(rm_tj_status_from_json(st, &out->status, err));
+out:
+    if (rc)
+        rm_tj_free(out);
+    return rc;
+}
+
+void rm_tj_defaults(rm_tj *tj)
+{
+    if (!tj)
+        return;
+    rm_tj_spec *s = &tj->spec;
+    if (!tj->namespace_)
+        tj->namespace_ = strdup("default");
+    if (s->replicas == 0)
+        s->replicas = 1;
+    if (s->min_replicas == 0)
+        s->min_replicas = s->replicas;
+    if (s->max_replicas == 0)
+        s->max_replicas = s->replicas;
+    if (s->restart.max_restarts == 0 && !(s->set & RM_TJ_SET_MAX_RESTARTS))
+        s->restart.max_restarts = 5;
+    if (s->restart.backoff_seconds == 0 && !(s->set & RM_TJ_SET_BACKOFF))
+        s->restart.backoff_seconds = 1;
+    if (s->restart.progress_deadline_seconds == 0 && !(s->set & RM_TJ_SET_PROGRESS_DEADLINE))
+        s->restart.progress_deadline_seconds = 60;
+    if (s->run.ttl_seconds_after_finished == 0 && !(s->set & RM_TJ_SET_TTL))
+        s->run.ttl_seconds_after_finished = -1;
+    if (!s->checkpoint.path)
+        s->checkpoint.path = strdup("/checkpoints");
+    if (s->checkpoint.interval_steps == 0)
+        s->checkpoint.interval_steps = 200;
+    if (s->checkpoint.keep == 0)
+        s->checkpoint.keep = 3;
+    s->set |= RM_TJ_SET_MAX_RESTARTS | RM_TJ_SET_BACKOFF | RM_TJ_SET_PROGRESS_DEADLINE | RM_TJ_SET_TTL;
+    rm_training_defaults(&s->training);
+}
+
+/* ---- serialization ----------------------------------------------------------------------------- */
+
+static void add_str(cJSON *o, const char *k, const char *v)
+{
+    if (v)
+        cJSON_AddStringToObject(o, k, v);
+}
+
+cJSON *rm_training_to_json(const rm_training_spec *t)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "mode", mode_names[t->mode <= RM_MODE_BENCH ? t->mode : 0]);
+    add_str(o, "dataset", t->dataset);
+    add_str(o, "dataDir", t->data_dir);
+    if (t->model_type || t->nhidden || (t->set & RM_TR_SET_HIDDEN)) {
+        cJSON *m = cJSON_AddObjectToObject(o, "model");
+        if (m) {
+            add_str(m, "type", t->model_type);
+            if (t->nhidden || (t->set & RM_TR_SET_HIDDEN)) {
+                int n = t->nhidden < 0 ? 0 : t->nhidden > RM_TJ_MAX_HIDDEN ? RM_TJ_MAX_HIDDEN : t->nhidden;
+                cJSON *h = cJSON_CreateIntArray(t->hidden, n);
+                if (h)
+                    cJSON_AddItemToObject(m, "hidden", h);
+            }
+        }
+    }
+    if (t->epochs)
+        cJSON_AddNumberToObject(o, "epochs", t->epochs);
+    if (t->batch_size_per_worker)
+        cJSON_AddNumberToObject(o, "batchSizePerWorker", t->batch_size_per_worker);
+    cJSON *op = cJSON_AddObjectToObject(o, "optimizer");
+    if (op) {
+        const rm_optimizer_spec *x = &t->optimizer;
+        cJSON_AddStringToObject(op, "type", opt_names[x->type <= RM_OPT_ADAGRAD ? x->type : 0]);
+        if (x->lr)
+            cJSON_AddNumberToObject(op, "lr", x->lr);
+        if (x->momentum || (t->set & RM_TR_SET_MOMENTUM))
+            cJSON_AddNumberToObject(op, "momentum", x->momentum);
+        if (x->weight_decay)
+            cJSON_AddNumberToObject(op, "weightDecay", x->weight_decay);
+        if (x->beta1 || (t->set & RM_TR_SET_BETA1))
+            cJSON_AddNumberToObject(op, "beta1", x->beta1);
+        if (x->beta2 || (t->set & RM_TR_SET_BETA2))
+            cJSON_AddNumberToObject(op, "beta2", x->beta2);
+        if (x->eps)
+            cJSON_AddNumberToObject(op, "eps", x->eps);
+    }
+    if (t->warmup_epochs || (t->set & RM_TR_SET_WARMUP))
+        cJSON_AddNumberToObject(o, "warmupEpochs", t->warmup_epochs);
+    cJSON_AddStringToObject(o, "schedule", sched_names[t->schedule <= RM_SCHED_CONSTANT ? t->schedule : 0]);
+    if (t->step_gamma)
+        cJSON_AddNumberToObject(o, "stepGamma", t->step_gamma);
+    if (t->step_every_epochs)
+        cJSON_AddNumberToObject(o, "stepEveryEpochs", t->step_every_epochs);
+    cJSON_AddStringToObject(o, "precision", prec_names[t->precision <= RM_PREC_FP16 ? t->precision : 0]);
+    if (t->fusion_buffer_mb || (t->set & RM_TR_SET_FUSION))
+        cJSON_AddNumberToObject(o, "fusionBufferMB", t->fusion_buffer_mb);
+    if (t->seed || (t->set & RM_TR_SET_SEED))
+        cJSON_AddNumberToObject(o, "seed", (double)t->seed);
+    if (t->max_steps)
+        cJSON_AddNumberToObject(o, "maxSteps", t->max_steps);
+    cJSON *b = cJSON_AddObjectToObject(o, "bench");
+    if (b) {
+        if (t->bench_min_bytes)
+            cJSON_AddNumberToObject(b, "minBytes", (double)t->bench_min_bytes);
+        if (t->bench_max_bytes)
+            cJSON_AddNumberToObject(b, "maxBytes", (double)t->bench_max_bytes);
+        if (t->bench_factor)
+            cJSON_AddNumberToObject(b, "stepFactor", t->bench_factor);
+        if (t->bench_iters)
+            cJSON_AddNumberToObject(b, "iters", t->bench_iters);
+        if (t->bench_warmup || (t->set & RM_TR_SET_BENCH_WARMUP))
+            cJSON_AddNumberToObject(b, "warmupIters", t->bench_warmup);
+        if (t->bench_check || (t->set & RM_TR_SET_BENCH_CHECK))
+            cJSON_AddBoolToObject(b, "check", t->bench_check);
+    }
+    return o;
+}
+
+cJSON *rm_tj_spec_to_json(const rm_tj_spec *s)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    if (s->replicas)
+        cJSON_AddNumberToObject(o, "replicas", s->replicas);
+    if (s->min_replicas)
+        cJSON_AddNumberToObject(o, "minReplicas", s->min_replicas);
+    if (s->max_replicas)
+        cJSON_AddNumberToObject(o, "maxReplicas", s->max_replicas);
+    cJSON_AddStringToObject(o, "backend", rm_backend_name(s->backend));
+    cJSON *r = cJSON_AddObjectToObject(o, "restartPolicy");
+    if (r) {
+        if (s->restart.max_restarts || (s->set & RM_TJ_SET_MAX_RESTARTS))
+            cJSON_AddNumberToObject(r, "maxRestarts", s->restart.max_restarts);
+        if (s->restart.backoff_seconds || (s->set & RM_TJ_SET_BACKOFF))
+            cJSON_AddNumberToObject(r, "backoffSeconds", s->restart.backoff_seconds);
+        if (s->restart.progress_deadline_seconds || (s->set & RM_TJ_SET_PROGRESS_DEADLINE))
+            cJSON_AddNumberToObject(r, "progressDeadlineSeconds", s->restart.progress_deadline_seconds);
+    }
+    cJSON *u = cJSON_AddObjectToObject(o, "runPolicy");
+    if (u) {
+        if (s->run.active_deadline_seconds)
+            cJSON_AddNumberToObject(u, "activeDeadlineSeconds", (double)s->run.active_deadline_seconds);
+        if (s->run.ttl_seconds_after_finished || (s->set & RM_TJ_SET_TTL))
+            cJSON_AddNumberToObject(u, "ttlSecondsAfterFinished", (double)s->run.ttl_seconds_after_finished);
+        cJSON_AddStringToObject(u, "cleanPodPolicy",
+                                clean_names[s->run.clean_pod_policy <= RM_CLEAN_NONE ? s->run.clean_pod_policy : 0]);
+        cJSON_AddBoolToObject(u, "suspend", s->run.suspend);
+        add_str(u, "managedBy", s->run.managed_by);
+    }
+    cJSON *c = cJSON_AddObjectToObject(o, "checkpoint");
+    if (c) {
+        add_str(c, "path", s->checkpoint.path);
+        if (s->checkpoint.interval_steps)
+            cJSON_AddNumberToObject(c, "intervalSteps", s->checkpoint.interval_steps);
+        if (s->checkpoint.keep)
+            cJSON_AddNumberToObject(c, "keep", s->checkpoint.keep);
+    }
+    cJSON *t = rm_training_to_json(&s->training);
+    if (t)
+        cJSON_AddItemToObject(o, "training", t);
+    if (s->template) {
+        cJSON *tp = cJSON_Duplicate(s->template, 1);
+        if (tp)
+            cJSON_AddItemToObject(o, "template", tp);
+    }
+    return o;
+}
+
+static void add_time(cJSON *o, const char *k, double t)
+{
+    if (t > 0) {
+        char b[32];
+        rm_json_time(b, t);
+        cJSON_AddStringToObject(o, k, b);
+    }
+}
+
+cJSON *rm_tj_status_to_json(const rm_tj_status *st)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "phase", rm_phase_name(st->phase));
+    cJSON_AddNumberToObject(o, "observedGeneration", (double)st->observed_generation);
+    cJSON *cs = cJSON_AddArrayToObject(o, "conditions");
+    for (int i = 0; cs && i < RM_COND__COUNT; i++) {
+        const rm_condition *c = &st->conditions[i];
+        if (!c->present)
+            continue;
+        cJSON *x = cJSON_CreateObject();
+        if (!x)
+            continue;
+        cJSON_AddStringToObject(x, "type", rm_cond_name((rm_cond_type)i));
+        cJSON_AddStringToObject(x, "status", c->status ? "True" : "False");
+        cJSON_AddStringToObject(x, "reason", c->reason);
+        cJSON_AddStringToObject(x, "message", c->message);
+        char b[32];
+        rm_json_time(b, c->last_transition);
+        cJSON_AddStringToObject(x, "lastTransitionTime", b);
+        cJSON_AddNumberToObject(x, "observedGeneration", (double)c->observed_generation);
+        cJSON_AddItemToArray(cs, x);
+    }
+    cJSON_AddNumberToObject(o, "replicas", st->replicas);
+    cJSON_AddNumberToObject(o, "readyReplicas", st->ready_replicas);
+    cJSON_AddNumberToObject(o, "epoch", st->epoch);
+    cJSON_AddNumberToObject(o, "restarts", st->restarts);
+    cJSON *p = cJSON_AddObjectToObject(o, "progress");
+    if (p) {
+        cJSON_AddNumberToObject(p, "step", (double)st->progress.step);
+        cJSON_AddNumberToObject(p, "epoch", st->progress.train_epoch);
+        cJSON_AddNumberToObject(p, "loss", isfinite(st->progress.loss) ? st->progress.loss : 0);
+        cJSON_AddNumberToObject(p, "samplesPerSecond", st->progress.samples_per_second);
+        cJSON_AddNumberToObject(p, "lastCheckpointStep", (double)st->progress.last_checkpoint_step);
+        cJSON_AddNumberToObject(p, "allreduceGBps", st->progress.allreduce_gbps);
+    }
+    if (st->result.present) {
+        cJSON *r = cJSON_AddObjectToObject(o, "result");
+        if (r) {
+            cJSON_AddNumberToObject(r, "testAccuracy", st->result.test_accuracy);
+            cJSON_AddNumberToObject(r, "trainLoss", st->result.train_loss);
+            cJSON_AddNumberToObject(r, "steps", (double)st->result.steps);
+            cJSON_AddNumberToObject(r, "seconds", st->result.seconds);
+            cJSON_AddNumberToObject(r, "samplesPerSecond", st->result.samples_per_second);
+        }
+    }
+    add_time(o, "startTime", st->start_time);
+    add_time(o, "completionTime", st->completion_time);
+    add_time(o, "lastRestartTime", st->last_restart_time);
+    if (st->message[0])
+        cJSON_AddStringToObject(o, "message", st->message);
+    return o;
+}
+
+cJSON *rm_tj_to_json(const rm_tj *tj)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "apiVersion", RM_TJ_API_VERSION);
+    cJSON_AddStringToObject(o, "kind", RM_TJ_KIND);
+    cJSON *md = cJSON_AddObjectToObject(o, "metadata");
+    if (md) {
+        add_str(md, "name", tj->name);
+        add_str(md, "namespace", tj->namespace_);
+        add_str(md, "uid", tj->uid);
+        add_str(md, "resourceVersion", tj->resource_version);
+        if (tj->generation)
+            cJSON_AddNumberToObject(md, "generation", (double)tj->generation);
+        if (tj->labels)
+            cJSON_AddItemToObject(md, "labels", cJSON_Duplicate(tj->labels, 1));
+        if (tj->annotations)
+            cJSON_AddItemToObject(md, "annotations", cJSON_Duplicate(tj->annotations, 1));
+    }
+    cJSON *sp = rm_tj_spec_to_json(&tj->spec);
+    cJSON *st = rm_tj_status_to_json(&tj->status);
+    if (!md || !sp || !st) {
+        cJSON_Delete(sp);
+        cJSON_Delete(st);
+        cJSON_Delete(o);
+        return NULL;
+    }
+    cJSON_AddItemToObject(o, "spec", sp);
+    cJSON_AddItemToObject(o, "status", st);
+    return o;
+}
+
+/* ---- status parse ------------------------------------------------------------------------------ */
+
+static int p_time(const cJSON *o, const char *k, const char *ctx, double *out, rm_err *err)
+{
+    const char *s;
+    int rc = rm_json_str(o, k, false, ctx, &s, err);
+    if (rc == RM_ENOTFOUND)
+        return RM_OK;
+    if (rc)
+        return rc;
+    if (rm_json_parse_time(s, out) != RM_OK) {
+        char f[FIELD_CAP];
+        join(f, ctx, k);
+        return rm_err_field(err, RM_EINVAL, f, "must be an RFC 3339 time (got \"%s\")", s);
+    }
+    return RM_OK;
+}
+
+static int p_buf(const cJSON *o, const char *k, const char *ctx, char *buf, size_t cap, rm_err *err)
+{
+    const char *s;
+    int rc = rm_json_str(o, k, false, ctx, &s, err);
+    if (rc == RM_ENOTFOUND)
+        return RM_OK;
+    if (rc)
+        return rc;
+    snprintf(buf, cap, "%s", s);
+    return RM_OK;
+}
+
+/* Status is written by us, so unknown keys (e.g. the operator's "workers", "selector") are kept
+ * out of the struct but are not errors. */
+int rm_tj_status_from_json(const cJSON *so, rm_tj_status *st, rm_err *err)
+{
+    int rc = RM_OK, iv;
+    const cJSON *o;
+    memset(st, 0, sizeof *st);
+    if (!so || cJSON_IsNull(so))
+        return RM_OK;
+    if (!cJSON_IsObject(so))
+        return rm_err_field(err, RM_EINVAL, "status", "must be an object");
+    iv = 0;
+    TRY(p_enum(so, "phase", "status", phase_names, &iv, err));
+    st->phase = (rm_phase)iv;
+    TRY(p_i64(so, "observedGeneration", "status", &st->observed_generation, NULL, 0, err));
+    rc = rm_json_arr(so, "conditions", false, "status", &o, err);
+    if (rc == RM_ENOTFOUND)
+        rc = RM_OK;
+    else if (rc)
+        goto out;
+    else {
+        int i = 0;
+        for (const cJSON *c = o->child; c; c = c->next, i++) {
+            char cctx[FIELD_CAP];
+            snprintf(cctx, sizeof cctx, "status.conditions[%d]", i);
+            if (!cJSON_IsObject(c)) {
+                rc = rm_err_field(err, RM_EINVAL, cctx, "must be an object");
+                goto out;
+            }
+            int ti = 0;
+            const cJSON *tt = cJSON_GetObjectItemCaseSensitive(c, "type");
+            if (!cJSON_IsString(tt) || (ti = enum_index(cond_names, tt->valuestring)) < 0)
+                continue; /* a condition type we do not own: ignore */
+            rm_condition *x = &st->conditions[ti];
+            const char *sv = NULL;
+            TRY(rm_json_str(c, "status", true, cctx, &sv, err));
+            if (strcmp(sv, "True") != 0 && strcmp(sv, "False") != 0 && strcmp(sv, "Unknown") != 0) {
+                char f[FIELD_CAP + 8];
+                snprintf(f, sizeof f, "%s.status", cctx);
+                rc = rm_err_field(err, RM_EINVAL, f, "must be True or False");
+                goto out;
+            }
+            x->status = strcmp(sv, "True") == 0;
+            TRY(p_buf(c, "reason", cctx, x->reason, sizeof x->reason, err));
+            TRY(p_buf(c, "message", cctx, x->message, sizeof x->message, err));
+            TRY(p_time(c, "lastTransitionTime", cctx, &x->last_transition, err));
+            TRY(p_i64(c, "observedGeneration", cctx, &x->observed_generation, NULL, 0, err));
+            x->present = true;
+        }
+    }
+    TRY(p_int(so, "replicas", "status", &st->replicas, NULL, 0, err));
+    TRY(p_int(so, "readyReplicas", "status", &st->ready_replicas, NULL, 0, err));
+    TRY(p_int(so, "epoch", "status", &st->epoch, NULL, 0, err));
+    TRY(p_int(so, "restarts", "status", &st->restarts, NULL, 0, err));
+    rc = rm_json_obj(so, "progress", false, "status", &o, err);
+    if (rc == RM_ENOTFOUND)
+        rc = RM_OK;
+    else if (rc)
+        goto out;
+    else {
+        TRY(p_i64(o, "step", "status.progress", &st->progress.step, NULL, 0, err));
+        TRY(p_int(o, "epoch", "status.progress", &st->progress.train_epoch, NULL, 0, err));
+        TRY(p_num(o, "loss", "status.progress", &st->progress.loss, NULL, 0, err));
+        TRY(p_num(o, "samplesPerSecond", "status.progress", &st->progress.samples_per_second, NULL, 0, err));
+        TRY(p_i64(o, "lastCheckpointStep", "status.progress", &st->progress.last_checkpoint_step, NULL, 0, err));
+        TRY(p_num(o, "allreduceGBps", "status.progress", &st->progress.allreduce_gbps, NULL, 0, err));
+    }
+    rc = rm_json_obj(so, "result", false, "status", &o, err);
+    if (rc == RM_ENOTFOUND)
+        rc = RM_OK;
+    else if (rc)
+        goto out;
+    else {
+        st->result.present = true;
+        TRY(p_num(o, "testAccuracy", "status.result", &st->result.test_accuracy, NULL, 0, err));
+        TRY(p_num(o, "trainLoss", "status.result", &st->result.train_loss, NULL, 0, err));
+        TRY(p_i64(o, "steps", "status.result", &st->result.steps, NULL, 0, err));
+        TRY(p_num(o, "seconds", "status.result", &st->result.seconds, NULL, 0, err));
+        TRY(p_num(o, "samplesPerSecond", "status.result", &st->result.samples_per_second, NULL, 0, err));
+    }
+    TRY(p_time(so, "startTime", "status", &st->start_time, err));
+    TRY(p_time(so, "completionTime", "status", &st->completion_time, err));
+    TRY(p_time(so, "lastRestartTime", "status", &st->last_restart_time, err));
+    TRY(p_buf(so, "message", "status", st->message, sizeof st->message, err));
+out:
+    if (rc)
+        memset(st, 0, sizeof *st);
+    return rc;
+}
+
+/* ---- copy / conditions ------------------------------------------------------------------------- */
+
+static int dup_str(char **dst, const char *src)
+{
+    *dst = NULL;
+    if (src && !(*dst = strdup(src)))
+        return RM_ENOMEM;
+    return RM_OK;
+}
+
+static int dup_json(cJSON **dst, const cJSON *src)
+{
+    *dst = NULL;
+    if (src && !(*dst = cJSON_Duplicate(src, 1)))
+        return RM_ENOMEM;
+    return RM_OK;
+}
+
+int rm_tj_copy(rm_tj *dst, const rm_tj *src)
+{
+    int rc = RM_OK;
+    *dst = *src; /* scalars and status; every pointer is replaced below */
+    rm_tj_spec *d = &dst->spec;
+    const rm_tj_spec *s = &src->spec;
+    rc |= dup_str(&dst->name, src->name);
+    rc |= dup_str(&dst->namespace_, src->namespace_);
+    rc |= dup_str(&dst->uid, src->uid);
+    rc |= dup_str(&dst->resource_version, src->resource_version);
+    rc |= dup_json(&dst->labels, src->labels);
+    rc |= dup_json(&dst->annotations, src->annotations);
+    rc |= dup_str(&d->run.managed_by, s->run.managed_by);
+    rc |= dup_str(&d->checkpoint.path, s->checkpoint.path);
+    rc |= dup_str(&d->training.dataset, s->training.dataset);
+    rc |= dup_str(&d->training.data_dir, s->training.data_dir);
+    rc |= dup_str(&d->training.model_type, s->training.model_type);
+    rc |= dup_json(&d->template, s->template);
+    if (rc) {
+        rm_tj_free(dst);
+        return RM_ENOMEM;
+    }
+    return RM_OK;
+}
+
+int rm_tj_set_condition(rm_tj_status *st, rm_cond_type type, bool status, const char *reason,
+                        const char *message, int64_t generation, double now)
+{
+    if (!st || (unsigned)type >= RM_COND__COUNT)
+        return 0;
+    rm_condition *c = &st->conditions[type];
+    char r[sizeof c->reason], m[sizeof c->message];
+    snprintf(r, sizeof r, "%s", reason ? reason : "");
+    snprintf(m, sizeof m, "%s", message ? message : "");
+    int changed = 0;
+    if (!c->present || c->status != status) {
+        c->last_transition = now;
+        changed = 1;
+    }
+    if (!c->present || strcmp(c->reason, r) != 0 || strcmp(c->message, m) != 0 ||
+        c->observed_generation != generation)
+        changed = 1;
+    c->present = true;
+    c->status = status;
+    memcpy(c->reason, r, sizeof r);
+    memcpy(c->message, m, sizeof m);
+    c->observed_generation = generation;
+    return changed;
+}
