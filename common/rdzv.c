@@ -21,8 +21,10 @@
  *     newcomer is held (202, long poll) and joins the next round when the epoch changes (the
  *     controller's restart, or a member noticing a failure). Liveness of the members is not
  *     judged here: a dead member breaks the round through the survivors or the controller.
- * A join for a round that is still open adds the worker (or updates its addr). A waiter whose
- * round was superseded by a restart joins the new round on its next evaluation.
+ * A join for a round that is still open adds the worker (or updates its addr). A join held in a
+ * long poll never enters the round of a later epoch: when the epoch moves it answers 202 and the
+ * worker calls again, so a client that gave up (or died) while held cannot become a ghost member
+ * of the next round.
  *
  * Job lifecycle: rm_rdzv_job_stop is sticky (a finished job stays finished; job_set updates its
  * sizes but does not revive it); rm_rdzv_job_remove forgets members, kv and results but keeps a
@@ -194,6 +196,12 @@ static int wid_cmp(const char *a, const char *b)
     if (da != db)
         return da ? -1 : 1;
     return strcmp(a, b);
+}
+
+/* A json.h getter failed for real (an absent optional field is RM_ENOTFOUND, not a failure). */
+static bool bad(int rc)
+{
+    return rc < 0 && rc != RM_ENOTFOUND;
 }
 
 /* ---------------- the state machine (r->mu held) ---------------- */
@@ -403,7 +411,7 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
     if (!cJSON_IsObject(body) ||
         rm_json_str(body, "workerId", true, "", &wid, &e) < 0 ||
         rm_json_str(body, "addr", true, "", &addr, &e) < 0 ||
-        rm_json_int(body, "lastEpoch", false, "", &last_epoch, &e) < 0) {
+        bad(rm_json_int(body, "lastEpoch", false, "", &last_epoch, &e))) {
         rc = rm_http_reply_error(resp, 400, "join: %s", e.msg[0] ? e.msg : "body must be an object");
         goto out;
     }
@@ -413,6 +421,7 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
         goto out;
     }
     double deadline = now_mono() + JOIN_POLL_S;
+    int seen_epoch = 0;
     for (;;) {
         job *j = job_find(r, name);
         if (r->shutting) {
@@ -423,8 +432,15 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
             rc = reply_stop(resp);
             break;
         }
+        if (seen_epoch && j->epoch != seen_epoch) {
+            /* the epoch moved while this join was held: answer so that only a worker that is
+             * still alive (it calls again) enters the new round, never a client that gave up */
+            rc = reply_waiting(resp, j->epoch);
+            break;
+        }
         double now = now_mono();
         int out = join_eval(r, j, wid, addr, (int)last_epoch, now);
+        seen_epoch = j->epoch;
         if (out == J_STOP) {
             rc = reply_stop(resp);
             break;
@@ -563,15 +579,15 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
         return rm_http_reply_error(resp, 400, "report: %s", e.msg);
     if (!cJSON_IsObject(body) || rm_json_str(body, "workerId", true, "", &wid, &e) < 0 ||
         rm_json_int(body, "epoch", true, "", &epoch, &e) < 0 ||
-        rm_json_int(body, "rank", false, "", &rank, &e) < 0 ||
-        rm_json_int(body, "step", false, "", &step, &e) < 0 ||
-        rm_json_int(body, "trainEpoch", false, "", &train_epoch, &e) < 0 ||
-        rm_json_int(body, "lastCheckpointStep", false, "", &ckpt, &e) < 0 ||
-        rm_json_num(body, "loss", false, "", &loss, &e) < 0 ||
-        rm_json_num(body, "samplesPerSecond", false, "", &sps, &e) < 0 ||
-        rm_json_num(body, "allreduceGBps", false, "", &gbps, &e) < 0 ||
-        rm_json_str(body, "state", false, "", &state, &e) < 0 ||
-        rm_json_obj(body, "result", false, "", &res, &e) < 0) {
+        bad(rm_json_int(body, "rank", false, "", &rank, &e)) ||
+        bad(rm_json_int(body, "step", false, "", &step, &e)) ||
+        bad(rm_json_int(body, "trainEpoch", false, "", &train_epoch, &e)) ||
+        bad(rm_json_int(body, "lastCheckpointStep", false, "", &ckpt, &e)) ||
+        bad(rm_json_num(body, "loss", false, "", &loss, &e)) ||
+        bad(rm_json_num(body, "samplesPerSecond", false, "", &sps, &e)) ||
+        bad(rm_json_num(body, "allreduceGBps", false, "", &gbps, &e)) ||
+        bad(rm_json_str(body, "state", false, "", &state, &e)) ||
+        bad(rm_json_obj(body, "result", false, "", &res, &e))) {
         rc = rm_http_reply_error(resp, 400, "report: %s", e.msg[0] ? e.msg : "body must be an object");
         goto out;
     }
@@ -584,11 +600,11 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
     }
     double ta = 0, tl = 0, secs = 0, rsps = 0;
     int64_t rsteps = 0;
-    if (res && (rm_json_num(res, "testAccuracy", false, "result", &ta, &e) < 0 ||
-                rm_json_num(res, "trainLoss", false, "result", &tl, &e) < 0 ||
-                rm_json_num(res, "seconds", false, "result", &secs, &e) < 0 ||
-                rm_json_num(res, "samplesPerSecond", false, "result", &rsps, &e) < 0 ||
-                rm_json_int(res, "steps", false, "result", &rsteps, &e) < 0)) {
+    if (res && (bad(rm_json_num(res, "testAccuracy", false, "result", &ta, &e)) ||
+                bad(rm_json_num(res, "trainLoss", false, "result", &tl, &e)) ||
+                bad(rm_json_num(res, "seconds", false, "result", &secs, &e)) ||
+                bad(rm_json_num(res, "samplesPerSecond", false, "result", &rsps, &e)) ||
+                bad(rm_json_int(res, "steps", false, "result", &rsteps, &e)))) {
         rc = rm_http_reply_error(resp, 400, "report: %s", e.msg);
         goto out;
     }

@@ -248,10 +248,11 @@ int rm_rdzv_join(rm_rdzv_client *c, const char *my_addr, int last_epoch, double 
             /* not registered yet (the controller may be catching up): retry until the deadline */
             rc = status_err(&resp, "join", err);
             double left = deadline - now_mono();
-            if (left > backoff) {
-                sleep_s(backoff);
+            if (left > 0) {
+                sleep_s(backoff < left ? backoff : left);
                 backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
-                rc = RM_EAGAIN;
+                if (deadline - now_mono() > 0)
+                    rc = RM_EAGAIN;
             }
         } else {
             rc = status_err(&resp, "join", err);

@@ -1,0 +1,834 @@
+/* Tests for the rendezvous service and client (common/rdzv.h): an in-process service on
+ * 127.0.0.1:0, clients in threads, raw HTTP for malformed requests. Each test starts and stops
+ * its own service so no state leaks between them; waits are bounded and short. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/httpc.h"
+#include "common/rdzv.h"
+#include "tests/unit/testutil.h"
+
+#define JOB "default/mnist"
+#define TOKEN "s3cret-token-0123456789"
+
+typedef struct fx {
+    rm_rdzv *r;
+    rm_http_server *srv;
+    char url[64];
+} fx;
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int fx_start_at(fx *f, const char *bind, int desired, int min, double settle)
+{
+    rm_err e = {0};
+    memset(f, 0, sizeof *f);
+    f->r = rm_rdzv_new();
+    if (!f->r || rm_rdzv_job_set(f->r, JOB, TOKEN, desired, min, settle) != RM_OK ||
+        rm_rdzv_serve(f->r, bind, &f->srv, &e) != RM_OK) {
+        fprintf(stderr, "rdzv fixture: %s\n", e.msg);
+        rm_rdzv_free(f->r);
+        f->r = NULL;
+        return -1;
+    }
+    snprintf(f->url, sizeof f->url, "http://127.0.0.1:%d", rm_http_port(f->srv));
+    return 0;
+}
+
+static int fx_start(fx *f, int desired, int min, double settle)
+{
+    return fx_start_at(f, "127.0.0.1:0", desired, min, settle);
+}
+
+static void fx_stop(fx *f)
+{
+    rm_rdzv_shutdown(f->r);
+    rm_http_stop(f->srv);
+    rm_rdzv_free(f->r);
+}
+
+static rm_rdzv_state *snap(fx *f)
+{
+    static rm_rdzv_state st;   /* tests run one at a time */
+    memset(&st, 0, sizeof st);
+    if (rm_rdzv_snapshot(f->r, JOB, &st) != RM_OK)
+        st.epoch = -1;
+    return &st;
+}
+
+/* Poll the snapshot until the job reaches `epoch` (and `nmembers` workers joined that epoch's
+ * round when >= 0); false after 5 s. */
+static bool wait_state(fx *f, int epoch, int joined)
+{
+    for (int i = 0; i < 500; i++) {
+        rm_rdzv_state *s = snap(f);
+        int n = 0;
+        for (int k = 0; k < s->nmembers; k++)
+            n += s->members[k].epoch == epoch;
+        if (s->epoch == epoch && (joined < 0 || n >= joined))
+            return true;
+        sleep_ms(10);
+    }
+    return false;
+}
+
+/* ---------------- a joining worker in a thread ---------------- */
+
+typedef struct joiner {
+    const char *url, *token, *job;
+    char wid[16], addr[64];
+    int last_epoch;
+    double timeout, secs;
+    int rc;
+    rm_rdzv_round round;
+    rm_err err;
+    pthread_t th;
+} joiner;
+
+static void *join_main(void *arg)
+{
+    joiner *j = arg;
+    double t0 = mono();
+    rm_rdzv_client *c = rm_rdzv_client_new(j->url, j->job, j->token, j->wid);
+    j->rc = c ? rm_rdzv_join(c, j->addr, j->last_epoch, j->timeout, &j->round, &j->err) : RM_ENOMEM;
+    j->secs = mono() - t0;
+    rm_rdzv_client_free(c);
+    return NULL;
+}
+
+/* addr NULL: 127.0.0.1:(20000 + workerId) */
+static void join_start_at(joiner *j, const char *url, const char *wid, const char *addr,
+                          int last_epoch, double timeout)
+{
+    memset(j, 0, sizeof *j);
+    j->url = url;
+    j->token = TOKEN;
+    j->job = JOB;
+    snprintf(j->wid, sizeof j->wid, "%s", wid);
+    if (addr)
+        snprintf(j->addr, sizeof j->addr, "%s", addr);
+    else
+        snprintf(j->addr, sizeof j->addr, "127.0.0.1:%d", 20000 + atoi(wid));
+    j->last_epoch = last_epoch;
+    j->timeout = timeout;
+    CU_ASSERT_FATAL(pthread_create(&j->th, NULL, join_main, j) == 0);
+}
+
+static void join_start(joiner *j, const char *url, const char *wid, int last_epoch, double timeout)
+{
+    join_start_at(j, url, wid, NULL, last_epoch, timeout);
+}
+
+static void join_wait(joiner *j)
+{
+    pthread_join(j->th, NULL);
+}
+
+/* All joiners got the same round and rank == expected index of their workerId. */
+static void check_round(joiner *js, int n, int epoch, const char *const *order)
+{
+    for (int i = 0; i < n; i++) {
+        CU_ASSERT_EQUAL(js[i].rc, RM_OK);
+        if (js[i].rc != RM_OK) {
+            fprintf(stderr, "join %s: %s\n", js[i].wid, js[i].err.msg);
+            continue;
+        }
+        CU_ASSERT_EQUAL(js[i].round.epoch, epoch);
+        CU_ASSERT_EQUAL(js[i].round.world_size, n);
+        for (int k = 0; k < n; k++)
+            if (strcmp(order[k], js[i].wid) == 0)
+                CU_ASSERT_EQUAL(js[i].round.rank, k);
+        for (int k = 0; k < n && js[i].round.world_size == n; k++) {
+            char addr[64];
+            snprintf(addr, sizeof addr, "127.0.0.1:%d", 20000 + atoi(order[k]));
+            CU_ASSERT_EQUAL(js[i].round.peers[k].rank, k);
+            CU_ASSERT_STRING_EQUAL(js[i].round.peers[k].worker_id, order[k]);
+            CU_ASSERT_STRING_EQUAL(js[i].round.peers[k].addr, addr);
+        }
+    }
+}
+
+static void free_rounds(joiner *js, int n)
+{
+    for (int i = 0; i < n; i++)
+        rm_rdzv_round_free(&js[i].round);
+}
+
+static rm_rdzv_client *client(const fx *f, const char *wid)
+{
+    rm_rdzv_client *c = rm_rdzv_client_new(f->url, JOB, TOKEN, wid);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    return c;
+}
+
+/* ---------------- raw HTTP ---------------- */
+
+static long raw(const fx *f, const char *method, const char *path, const char *auth,
+                const char *body, size_t len, char **reply)
+{
+    char url[512], hdr[300];
+    snprintf(url, sizeof url, "%s%s", f->url, path);
+    snprintf(hdr, sizeof hdr, "Authorization: %s", auth ? auth : "");
+    const char *headers[] = {hdr, NULL};
+    rm_httpc *h = rm_httpc_new();
+    rm_httpc_resp resp = {0};
+    rm_err e = {0};
+    long status = -1;
+    if (rm_httpc_do(h, method, url, auth ? headers : NULL, body, len, 5000, 1 << 20, &resp, &e) ==
+        RM_OK)
+        status = resp.status;
+    if (reply) {
+        *reply = resp.body;
+        resp.body = NULL;
+    }
+    rm_httpc_resp_free(&resp);
+    rm_httpc_free(h);
+    return status;
+}
+
+#define BEARER "Bearer " TOKEN
+#define P(s) "/v1/jobs/" JOB s
+
+/* ---------------- tests ---------------- */
+
+static void test_join_four(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, 4, 4, 30) == 0);
+    /* numeric order, not string order: "10" sorts after "9" */
+    static const char *const order[] = {"0", "2", "9", "10"};
+    static const char *const arrive[] = {"10", "2", "0", "9"};
+    joiner js[4];
+    for (int i = 0; i < 4; i++)
+        join_start(&js[i], f.url, arrive[i], 0, 10);
+    for (int i = 0; i < 4; i++)
+        join_wait(&js[i]);
+    check_round(js, 4, 1, order);
+    rm_rdzv_state *s = snap(&f);
+    CU_ASSERT(s->closed);
+    CU_ASSERT_EQUAL(s->epoch, 1);
+    CU_ASSERT_EQUAL(s->world_size, 4);
+    CU_ASSERT_EQUAL(s->nmembers, 4);
+    for (int i = 0; i < 4 && i < s->nmembers; i++) {
+        CU_ASSERT_STRING_EQUAL(s->members[i].worker_id, order[i]);
+        CU_ASSERT_EQUAL(s->members[i].rank, i);
+    }
+    /* a retried join (same process, same addr) gets the same answer at once */
+    joiner again;
+    join_start(&again, f.url, "9", 0, 5);
+    join_wait(&again);
+    CU_ASSERT_EQUAL(again.rc, RM_OK);
+    CU_ASSERT_EQUAL(again.round.epoch, 1);
+    CU_ASSERT_EQUAL(again.round.rank, 2);
+    CU_ASSERT(again.secs < 1.0);
+    CU_ASSERT_EQUAL(snap(&f)->epoch, 1);
+    rm_rdzv_round_free(&again.round);
+    free_rounds(js, 4);
+    fx_stop(&f);
+}
+
+static void test_bad_token(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, 1, 1, 0) == 0);
+    char path[] = "/tmp/rdzv-log-XXXXXX";
+    int fd = mkstemp(path);
+    CU_ASSERT_FATAL(fd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    rm_rdzv_client *c = rm_rdzv_client_new(f.url, JOB, "wrong-token", "1");
+    rm_rdzv_round round = {0};
+    rm_err e = {0};
+    double t0 = mono();
+    int rc = rm_rdzv_join(c, "127.0.0.1:1", 0, 5, &round, &e);
+    double secs = mono() - t0;
+    rm_rdzv_client_free(c);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    CU_ASSERT_EQUAL(rc, RM_EAUTH);
+    CU_ASSERT(secs < 2.0);
+    CU_ASSERT_PTR_NULL(round.peers);
+    size_t len = 0;
+    char *log = rm_test_read_file(path, &len);
+    unlink(path);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(log);
+    CU_ASSERT_PTR_NOT_NULL(strstr(log, "bad token"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(log, JOB));
+    free(log);
+    /* missing, malformed and almost-right Authorization headers */
+    CU_ASSERT_EQUAL(raw(&f, "GET", P(""), NULL, NULL, 0, NULL), 401);
+    CU_ASSERT_EQUAL(raw(&f, "GET", P(""), "Basic " TOKEN, NULL, 0, NULL), 401);
+    CU_ASSERT_EQUAL(raw(&f, "GET", P(""), BEARER "x", NULL, 0, NULL), 401);
+    CU_ASSERT_EQUAL(raw(&f, "GET", P(""), "Bearer s3cret", NULL, 0, NULL), 401);
+    CU_ASSERT_EQUAL(raw(&f, "GET", P(""), BEARER, NULL, 0, NULL), 200);
+    /* an unknown job: retried (the controller may not have registered it) until the timeout */
+    c = rm_rdzv_client_new(f.url, "default/other", TOKEN, "0");
+    t0 = mono();
+    rc = rm_rdzv_join(c, "127.0.0.1:1", 0, 0.6, &round, &e);
+    secs = mono() - t0;
+    rm_rdzv_client_free(c);
+    CU_ASSERT_EQUAL(rc, RM_ENOTFOUND);
+    CU_ASSERT(secs >= 0.5 && secs < 3.0);
+    /* bad client arguments */
+    CU_ASSERT_PTR_NULL(rm_rdzv_client_new(f.url, "nonamespace", TOKEN, "0"));
+    CU_ASSERT_PTR_NULL(rm_rdzv_client_new(f.url, JOB, "tok\r\nX: y", "0"));
+    CU_ASSERT_PTR_NULL(rm_rdzv_client_new(f.url, JOB, TOKEN, "a/b"));
+    CU_ASSERT_EQUAL(rm_rdzv_job_set(f.r, "a/b", "t", 2, 3, 0), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_rdzv_job_set(f.r, "a/b", "t", 0, 0, 0), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_rdzv_job_set(f.r, "ab", "t", 1, 1, 0), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_rdzv_job_set(f.r, "a/b", "", 1, 1, 0), RM_EINVAL);
+    fx_stop(&f);
+}
+
+static void test_elastic_settle_and_grow_back(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, 3, 2, 0.5) == 0);
+    static const char *const two[] = {"0", "1"};
+    joiner js[3];
+    double t0 = mono();
+    join_start(&js[0], f.url, "1", 0, 10);
+    join_start(&js[1], f.url, "0", 0, 10);
+    join_wait(&js[0]);
+    join_wait(&js[1]);
+    double secs = mono() - t0;
+    check_round(js, 2, 1, two);
+    CU_ASSERT(secs >= 0.45 && secs < 3.0);
+    free_rounds(js, 2);
+    /* a third worker arrives late: the group is below desired size, so epoch 2 opens for it */
+    join_start(&js[2], f.url, "2", 0, 10);
+    CU_ASSERT(wait_state(&f, 2, 1));
+    rm_rdzv_client *c = client(&f, "0");
+    rm_rdzv_report rep = {.epoch = 1, .rank = 0, .step = 5};
+    rm_rdzv_action act = RM_RDZV_CONTINUE;
+    int cur = 0;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
+    CU_ASSERT_EQUAL(act, RM_RDZV_REJOIN);
+    CU_ASSERT_EQUAL(cur, 2);
+    rm_rdzv_client_free(c);
+    join_start(&js[0], f.url, "0", 1, 10);
+    join_start(&js[1], f.url, "1", 1, 10);
+    for (int i = 0; i < 3; i++)
+        join_wait(&js[i]);
+    /* js[] holds "0", "1", "2" → ranks 0, 1, 2 */
+    static const char *const three[] = {"0", "1", "2"};
+    check_round(js, 3, 2, three);
+    CU_ASSERT_EQUAL(snap(&f)->world_size, 3);
+    free_rounds(js, 3);
+    fx_stop(&f);
+}
+
+static void test_late_joiner_full_group(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, 2, 2, 0) == 0);
+    static const char *const two[] = {"0", "1"};
+    joiner js[2], late;
+    join_start(&js[0], f.url, "0", 0, 10);
+    join_start(&js[1], f.url, "1", 0, 10);
+    join_wait(&js[0]);
+    join_wait(&js[1]);
+    check_round(js, 2, 1, two);
+    free_rounds(js, 2);
+    /* a stranger to a complete group waits; the group is not disturbed */
+    join_start(&late, f.url, "5", 0, 0.8);
+    join_wait(&late);
+    CU_ASSERT_EQUAL(late.rc, RM_ETIMEDOUT);
+    CU_ASSERT(late.secs >= 0.7 && late.secs < 3.0);
+    CU_ASSERT_EQUAL(snap(&f)->epoch, 1);
+    CU_ASSERT(snap(&f)->closed);
+    /* worker 1 asks again from the same address: a retry, still epoch 1 rank 1 */
+    join_start(&js[1], f.url, "1", 0, 5);
+    join_wait(&js[1]);
+    CU_ASSERT_EQUAL(js[1].rc, RM_OK);
+    CU_ASSERT_EQUAL(js[1].round.epoch, 1);
+    CU_ASSERT_EQUAL(js[1].round.rank, 1);
+    CU_ASSERT_EQUAL(snap(&f)->epoch, 1);
+    rm_rdzv_round_free(&js[1].round);
+    /* worker 1 comes back as a new process (new address): the old group is broken → epoch 2 */
+    join_start_at(&js[1], f.url, "1", "127.0.0.1:29999", 0, 10);
+    CU_ASSERT(wait_state(&f, 2, 1));
+    /* the survivor saw the break of epoch 1 and joins epoch 2 (no third epoch) */
+    join_start(&js[0], f.url, "0", 1, 10);
+    join_wait(&js[0]);
+    join_wait(&js[1]);
+    for (int i = 0; i < 2; i++) {
+        CU_ASSERT_EQUAL(js[i].rc, RM_OK);
+        CU_ASSERT_EQUAL(js[i].round.epoch, 2);
+        CU_ASSERT_EQUAL(js[i].round.rank, i);
+        CU_ASSERT_EQUAL(js[i].round.world_size, 2);
+    }
+    if (js[0].round.world_size == 2)
+        CU_ASSERT_STRING_EQUAL(js[0].round.peers[1].addr, "127.0.0.1:29999");
+    CU_ASSERT_EQUAL(snap(&f)->epoch, 2);
+    free_rounds(js, 2);
+    fx_stop(&f);
+}
+
+static void test_rejoin_once_and_restart(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, 3, 3, 0) == 0);
+    static const char *const three[] = {"0", "1", "2"};
+    joiner js[3];
+    for (int i = 0; i < 3; i++)
+        join_start(&js[i], f.url, three[i], 0, 10);
+    for (int i = 0; i < 3; i++)
+        join_wait(&js[i]);
+    check_round(js, 3, 1, three);
+    free_rounds(js, 3);
+    /* all three saw the group break and re-join at once: exactly one new epoch */
+    for (int i = 0; i < 3; i++)
+        join_start(&js[i], f.url, three[i], 1, 10);
+    for (int i = 0; i < 3; i++)
+        join_wait(&js[i]);
+    check_round(js, 3, 2, three);
+    free_rounds(js, 3);
+    CU_ASSERT_EQUAL(snap(&f)->epoch, 2);
+    /* controller restarts are idempotent per epoch */
+    int ne = 0;
+    CU_ASSERT_EQUAL(rm_rdzv_restart(f.r, JOB, 1, &ne), RM_OK);
+    CU_ASSERT_EQUAL(ne, 2);
+    CU_ASSERT(snap(&f)->closed);
+    CU_ASSERT_EQUAL(rm_rdzv_restart(f.r, JOB, 2, &ne), RM_OK);
+    CU_ASSERT_EQUAL(ne, 3);
+    CU_ASSERT_EQUAL(rm_rdzv_restart(f.r, JOB, 2, &ne), RM_OK);
+    CU_ASSERT_EQUAL(ne, 3);
+    rm_rdzv_state *s = snap(&f);
+    CU_ASSERT_EQUAL(s->epoch, 3);
+    CU_ASSERT(!s->closed);
+    CU_ASSERT_EQUAL(s->world_size, 0);
+    CU_ASSERT_EQUAL(rm_rdzv_restart(f.r, "default/nope", 1, &ne), RM_ENOTFOUND);
+    /* the survivors re-join (lastEpoch 2, no longer current) and close epoch 3 */
+    for (int i = 0; i < 3; i++)
+        join_start(&js[i], f.url, three[i], 2, 10);
+    for (int i = 0; i < 3; i++)
+        join_wait(&js[i]);
+    check_round(js, 3, 3, three);
+    free_rounds(js, 3);
+    CU_ASSERT_EQUAL(snap(&f)->epoch, 3);
+    fx_stop(&f);
+}
+
+static void test_restart_while_held(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, 2, 2, 0) == 0);
+    joiner js[2];
+    join_start(&js[0], f.url, "0", 0, 10);
+    CU_ASSERT(wait_state(&f, 1, 1));
+    int ne = 0;
+    double t0 = mono();
+    CU_ASSERT_EQUAL(rm_rdzv_restart(f.r, JOB, 1, &ne), RM_OK);
+    CU_ASSERT_EQUAL(ne, 2);
+    /* the held join is answered 202 at once and the client re-joins epoch 2 by itself */
+    CU_ASSERT(wait_state(&f, 2, 1));
+    CU_ASSERT(mono() - t0 < 2.0);
+    join_start(&js[1], f.url, "1", 0, 10);
+    join_wait(&js[0]);
+    join_wait(&js[1]);
+    static const char *const two[] = {"0", "1"};
+    check_round(js, 2, 2, two);
+    free_rounds(js, 2);
+    fx_stop(&f);
+}
+
+typedef struct getter {
+    rm_rdzv_client *c;
+    const char *key;
+    double timeout, secs;
+    int rc;
+    void *val;
+    size_t len;
+    rm_err err;
+} getter;
+
+static void *get_main(void *arg)
+{
+    getter *g = arg;
+    double t0 = mono();
+    g->rc = rm_rdzv_kv_get(g->c, 1, g->key, g->timeout, &g->val, &g->len, &g->err);
+    g->secs = mono() - t0;
+    return NULL;
+}
+
+static void test_kv(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, 2, 2, 0) == 0);
+    rm_rdzv_client *a = client(&f, "0"), *b = client(&f, "1");
+    rm_err e = {0};
+    unsigned char id[128];
+    for (int i = 0; i < 128; i++)
+        id[i] = (unsigned char)(i * 7);   /* contains a NUL at 0 and bytes ≥ 0x80 */
+    CU_ASSERT_EQUAL(rm_rdzv_kv_put(a, 1, "nccl-id", id, sizeof id, &e), RM_OK);
+    void *val = NULL;
+    size_t len = 0;
+    CU_ASSERT_EQUAL(rm_rdzv_kv_get(b, 1, "nccl-id", 1, &val, &len, &e), RM_OK);
+    CU_ASSERT_EQUAL(len, sizeof id);
+    CU_ASSERT(val && memcmp(val, id, sizeof id) == 0);
+    free(val);
+    /* overwrite */
+    CU_ASSERT_EQUAL(rm_rdzv_kv_put(a, 1, "nccl-id", "x", 1, &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_rdzv_kv_get(b, 1, "nccl-id", 0, &val, &len, &e), RM_OK);
+    CU_ASSERT(len == 1 && val && memcmp(val, "x", 1) == 0);
+    free(val);
+    /* a get that waits for a later put */
+    getter g = {.c = b, .key = "late", .timeout = 5};
+    pthread_t th;
+    CU_ASSERT_FATAL(pthread_create(&th, NULL, get_main, &g) == 0);
+    sleep_ms(300);
+    CU_ASSERT_EQUAL(rm_rdzv_kv_put(a, 1, "late", "v2", 2, &e), RM_OK);
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(g.rc, RM_OK);
+    CU_ASSERT(g.len == 2 && g.val && memcmp(g.val, "v2", 2) == 0);
+    CU_ASSERT(g.secs >= 0.25 && g.secs < 3.0);
+    free(g.val);
+    /* never published: times out close to the timeout */
+    double t0 = mono();
+    val = NULL;
+    CU_ASSERT_EQUAL(rm_rdzv_kv_get(b, 1, "never", 0.5, &val, &len, &e), RM_ETIMEDOUT);
+    double secs = mono() - t0;
+    CU_ASSERT(secs >= 0.45 && secs < 2.5);
+    CU_ASSERT_PTR_NULL(val);
+    /* limits */
+    char *big = calloc(1, RM_RDZV_MAX_KV + 1);
+    CU_ASSERT_EQUAL(rm_rdzv_kv_put(a, 1, "big", big, RM_RDZV_MAX_KV + 1, &e), RM_ETOOBIG);
+    CU_ASSERT_EQUAL(rm_rdzv_kv_put(a, 1, "big", big, RM_RDZV_MAX_KV, &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_rdzv_kv_get(b, 1, "big", 0, &val, &len, &e), RM_OK);
+    CU_ASSERT_EQUAL(len, RM_RDZV_MAX_KV);
+    free(val);
+    free(big);
+    CU_ASSERT_EQUAL(rm_rdzv_kv_put(a, 1, "a/b", "v", 1, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_rdzv_kv_put(a, 2, "future", "v", 1, &e), RM_EPROTO);
+    int ok = 0, rc = RM_OK;
+    for (int i = 0; rc == RM_OK && i < 300; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "k%d", i);
+        rc = rm_rdzv_kv_put(a, 1, key, "v", 1, &e);
+        ok += rc == RM_OK;
+    }
+    CU_ASSERT_EQUAL(rc, RM_ETOOBIG);
+    CU_ASSERT_EQUAL(ok, 256 - 3);   /* nccl-id, late and big are there already */
+    /* a new epoch drops the old epoch's kv */
+    int ne = 0;
+    CU_ASSERT_EQUAL(rm_rdzv_restart(f.r, JOB, 1, &ne), RM_OK);
+    CU_ASSERT_EQUAL(rm_rdzv_kv_get(b, 1, "nccl-id", 1, &val, &len, &e), RM_EEPOCH);
+    CU_ASSERT_EQUAL(rm_rdzv_kv_put(a, 1, "nccl-id", "y", 1, &e), RM_EEPOCH);
+    CU_ASSERT_EQUAL(rm_rdzv_kv_get(b, 2, "nccl-id", 0.2, &val, &len, &e), RM_ETIMEDOUT);
+    CU_ASSERT_EQUAL(rm_rdzv_kv_put(a, 2, "nccl-id", "", 0, &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_rdzv_kv_get(b, 2, "nccl-id", 0.2, &val, &len, &e), RM_OK);
+    CU_ASSERT_EQUAL(len, 0);
+    free(val);
+    rm_rdzv_client_free(a);
+    rm_rdzv_client_free(b);
+    fx_stop(&f);
+}
+
+static void test_report(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, 1, 1, 0) == 0);
+    rm_rdzv_client *c = client(&f, "0");
+    rm_rdzv_round round = {0};
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_rdzv_join(c, "127.0.0.1:20000", 0, 5, &round, &e), RM_OK);
+    rm_rdzv_round_free(&round);
+    rm_rdzv_report rep = {.epoch = 1, .rank = 0, .step = 10, .train_epoch = 1, .loss = 0.5,
+                          .samples_per_second = 1000, .last_checkpoint_step = 8,
+                          .allreduce_gbps = 2.5};
+    rm_rdzv_action act = RM_RDZV_STOP;
+    int cur = 0;
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
+    if (e.msg[0])
+        fprintf(stderr, "report: %s\n", e.msg);
+    CU_ASSERT_EQUAL(act, RM_RDZV_CONTINUE);
+    CU_ASSERT_EQUAL(cur, 1);
+    rm_rdzv_state *s = snap(&f);
+    CU_ASSERT_EQUAL_FATAL(s->nmembers, 1);
+    rm_rdzv_member m = s->members[0];
+    CU_ASSERT_EQUAL(m.step, 10);
+    CU_ASSERT_EQUAL(m.train_epoch, 1);
+    CU_ASSERT_EQUAL(m.last_checkpoint_step, 8);
+    CU_ASSERT_DOUBLE_EQUAL(m.loss, 0.5, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(m.samples_per_second, 1000, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(m.allreduce_gbps, 2.5, 1e-9);
+    CU_ASSERT(m.last_report > 1e9 && m.last_progress > 1e9);
+    CU_ASSERT(!m.done);
+    CU_ASSERT(!s->have_result);
+    /* the same step again is not progress; a higher step is */
+    sleep_ms(20);
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
+    CU_ASSERT_DOUBLE_EQUAL(snap(&f)->members[0].last_progress, m.last_progress, 1e-9);
+    CU_ASSERT(snap(&f)->members[0].last_report > m.last_report);
+    rep.step = 20;
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
+    CU_ASSERT(snap(&f)->members[0].last_progress > m.last_progress);
+    /* done with a result */
+    rep.done = true;
+    rep.have_result = true;
+    rep.test_accuracy = 0.9;
+    rep.train_loss = 0.25;
+    rep.result_steps = 20;
+    rep.seconds = 12.5;
+    rep.result_samples_per_second = 4000;
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
+    s = snap(&f);
+    CU_ASSERT(s->members[0].done);
+    CU_ASSERT(s->have_result);
+    CU_ASSERT_DOUBLE_EQUAL(s->test_accuracy, 0.9, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(s->train_loss, 0.25, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(s->seconds, 12.5, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(s->samples_per_second, 4000, 1e-9);
+    CU_ASSERT_EQUAL(s->steps, 20);
+    /* a report from an old epoch is told to re-join */
+    int ne = 0;
+    CU_ASSERT_EQUAL(rm_rdzv_restart(f.r, JOB, 1, &ne), RM_OK);
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
+    CU_ASSERT_EQUAL(act, RM_RDZV_REJOIN);
+    CU_ASSERT_EQUAL(cur, 2);
+    rm_rdzv_client_free(c);
+    fx_stop(&f);
+}
+
+static void test_stop_and_remove(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, 2, 2, 0) == 0);
+    rm_rdzv_client *c = client(&f, "1");
+    rm_err e = {0};
+    rm_rdzv_report rep = {.epoch = 1, .step = 3, .have_result = true, .test_accuracy = 0.88};
+    rm_rdzv_action act;
+    int cur;
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
+    /* a join long-polling for a round that will never close is woken by the stop */
+    joiner j;
+    join_start(&j, f.url, "0", 0, 20);
+    CU_ASSERT(wait_state(&f, 1, 2));   /* "1" by its report, "0" by its join */
+    sleep_ms(100);
+    double t0 = mono();
+    CU_ASSERT_EQUAL(rm_rdzv_job_stop(f.r, JOB), RM_OK);
+    join_wait(&j);
+    CU_ASSERT_EQUAL(j.rc, RM_ECLOSED);
+    CU_ASSERT(mono() - t0 < 2.0);
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
+    CU_ASSERT_EQUAL(act, RM_RDZV_STOP);
+    void *val = NULL;
+    size_t len;
+    CU_ASSERT_EQUAL(rm_rdzv_kv_get(c, 1, "k", 1, &val, &len, &e), RM_ECLOSED);
+    CU_ASSERT_EQUAL(rm_rdzv_kv_put(c, 1, "k", "v", 1, &e), RM_ECLOSED);
+    rm_rdzv_round round = {0};
+    CU_ASSERT_EQUAL(rm_rdzv_join(c, "127.0.0.1:20001", 0, 5, &round, &e), RM_ECLOSED);
+    /* stop keeps the results and is sticky */
+    CU_ASSERT(snap(&f)->have_result);
+    CU_ASSERT_EQUAL(rm_rdzv_job_set(f.r, JOB, TOKEN, 1, 1, 0), RM_OK);
+    CU_ASSERT_EQUAL(rm_rdzv_join(c, "127.0.0.1:20001", 0, 5, &round, &e), RM_ECLOSED);
+    /* removed: forgotten, callers told to stop */
+    CU_ASSERT_EQUAL(rm_rdzv_job_remove(f.r, JOB), RM_OK);
+    CU_ASSERT_EQUAL(snap(&f)->epoch, -1);
+    CU_ASSERT_EQUAL(rm_rdzv_join(c, "127.0.0.1:20001", 0, 5, &round, &e), RM_ECLOSED);
+    act = RM_RDZV_CONTINUE;
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
+    CU_ASSERT_EQUAL(act, RM_RDZV_STOP);
+    CU_ASSERT_EQUAL(rm_rdzv_restart(f.r, JOB, 1, &cur), RM_ENOTFOUND);
+    /* registered again: a fresh run at a higher epoch */
+    CU_ASSERT_EQUAL(rm_rdzv_job_set(f.r, JOB, TOKEN, 1, 1, 0), RM_OK);
+    CU_ASSERT_EQUAL(rm_rdzv_join(c, "127.0.0.1:20001", 0, 5, &round, &e), RM_OK);
+    CU_ASSERT_EQUAL(round.epoch, 2);
+    CU_ASSERT_EQUAL(round.world_size, 1);
+    CU_ASSERT(!snap(&f)->have_result);
+    rm_rdzv_round_free(&round);
+    rm_rdzv_client_free(c);
+    fx_stop(&f);
+}
+
+static void test_garbage(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, 1, 1, 0) == 0);
+    static const char *const bad_join[] = {
+        "{{{", "", "[1,2]", "null", "{\"workerId\":5,\"addr\":\"127.0.0.1:1\"}",
+        "{\"workerId\":\"0\"}", "{\"workerId\":\"0\",\"addr\":\"a b\"}",
+        "{\"workerId\":\"0\",\"addr\":\"127.0.0.1:1\",\"lastEpoch\":1e300}",
+        "{\"workerId\":\"0\",\"addr\":\"127.0.0.1:1\",\"lastEpoch\":1.5}",
+        "{\"workerId\":\"../x\",\"addr\":\"127.0.0.1:1\"}",
+        "{\"workerId\":\"0123456789012345678901234567890123\",\"addr\":\"127.0.0.1:1\"}",
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(bad_join); i++) {
+        char *reply = NULL;
+        long st = raw(&f, "POST", P("/join"), BEARER, bad_join[i], strlen(bad_join[i]), &reply);
+        CU_ASSERT_EQUAL(st, 400);
+        CU_ASSERT(reply && strstr(reply, "\"error\""));
+        if (st != 400)
+            fprintf(stderr, "join body %s → %ld %s\n", bad_join[i], st, reply ? reply : "");
+        free(reply);
+    }
+    static const char *const bad_report[] = {
+        "null", "{\"workerId\":\"0\",\"epoch\":\"x\"}", "{\"workerId\":\"0\"}",
+        "{\"workerId\":\"0\",\"epoch\":1,\"state\":\"weird\"}",
+        "{\"workerId\":\"0\",\"epoch\":1,\"result\":5}",
+        "{\"workerId\":\"0\",\"epoch\":1,\"result\":{\"testAccuracy\":\"high\"}}",
+        "{\"workerId\":\"0\",\"epoch\":1,\"loss\":[1]}",
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(bad_report); i++) {
+        long st = raw(&f, "POST", P("/report"), BEARER, bad_report[i], strlen(bad_report[i]), NULL);
+        CU_ASSERT_EQUAL(st, 400);
+        if (st != 400)
+            fprintf(stderr, "report body %s → %ld\n", bad_report[i], st);
+    }
+    size_t huge = 200 * 1024;
+    char *big = malloc(huge);
+    memset(big, '{', huge);
+    CU_ASSERT_EQUAL(raw(&f, "POST", P("/join"), BEARER, big, huge, NULL), 413);
+    CU_ASSERT_EQUAL(raw(&f, "PUT", P("/kv/1/k"), BEARER, big, RM_RDZV_MAX_KV + 1, NULL), 413);
+    free(big);
+    static const struct { const char *method, *path; long status; } paths[] = {
+        {"GET", P("/nope"), 404},          {"GET", "/v1/jobs/", 404},
+        {"GET", "/v1/jobs/default", 404},  {"GET", "/v1/jobs/default/other/join", 404},
+        {"GET", "/v1/jobs/a/b/c/d", 404},  {"GET", "/v2/whatever", 404},
+        {"GET", P("/join"), 405},          {"DELETE", P("/kv/1/k"), 405},
+        {"POST", P(""), 405},              {"PUT", P("/kv/abc/k"), 400},
+        {"PUT", P("/kv/0/k"), 400},        {"PUT", P("/kv/1/"), 400},
+        {"PUT", P("/kv/1/bad%20key"), 400}, {"PUT", P("/kv/99999999999/k"), 400},
+        {"GET", P("/kv/1/x?wait=abc"), 400}, {"GET", P("/kv/1/x?wait=-1"), 400},
+        {"GET", P("/kv/1/x?wait=nan"), 400}, {"GET", P("/kv/1/x?wait=0"), 404},
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(paths); i++) {
+        bool put = strcmp(paths[i].method, "PUT") == 0;
+        long st = raw(&f, paths[i].method, paths[i].path, BEARER, put ? "v" : NULL, put, NULL);
+        CU_ASSERT_EQUAL(st, paths[i].status);
+        if (st != paths[i].status)
+            fprintf(stderr, "%s %s → %ld, want %ld\n", paths[i].method, paths[i].path, st,
+                    paths[i].status);
+    }
+    char *reply = NULL;
+    CU_ASSERT_EQUAL(raw(&f, "GET", P(""), BEARER, NULL, 0, &reply), 200);
+    CU_ASSERT(reply && strstr(reply, "\"epoch\":1"));
+    free(reply);
+    /* the service still works */
+    rm_rdzv_client *c = client(&f, "0");
+    rm_rdzv_round round = {0};
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(rm_rdzv_join(c, "127.0.0.1:20000", 0, 5, &round, &e), RM_OK);
+    CU_ASSERT_EQUAL(round.world_size, 1);
+    CU_ASSERT_EQUAL(snap(&f)->nmembers, 1);
+    rm_rdzv_round_free(&round);
+    rm_rdzv_client_free(c);
+    fx_stop(&f);
+}
+
+typedef struct poller {
+    const fx *f;
+    long status;
+    double secs;
+} poller;
+
+static void *poll_main(void *arg)
+{
+    poller *p = arg;
+    static const char body[] = "{\"workerId\":\"0\",\"addr\":\"127.0.0.1:20000\"}";
+    double t0 = mono();
+    p->status = raw(p->f, "POST", P("/join"), BEARER, body, sizeof body - 1, NULL);
+    p->secs = mono() - t0;
+    return NULL;
+}
+
+static void test_free_wakes_long_poll(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, 2, 2, 0) == 0);
+    poller p = {.f = &f};
+    pthread_t th;
+    CU_ASSERT_FATAL(pthread_create(&th, NULL, poll_main, &p) == 0);
+    CU_ASSERT(wait_state(&f, 1, 1));
+    sleep_ms(100);
+    double t0 = mono();
+    rm_rdzv_free(f.r);     /* the poll is inside the handler: free wakes it and waits for it */
+    double secs = mono() - t0;
+    pthread_join(th, NULL);
+    CU_ASSERT(secs < 1.5);
+    CU_ASSERT_EQUAL(p.status, 503);
+    CU_ASSERT(p.secs < 3.0);
+    rm_http_stop(f.srv);
+    /* shutdown: a client keeps retrying the 503s until its own timeout, well short of the poll */
+    CU_ASSERT_FATAL(fx_start(&f, 2, 2, 0) == 0);
+    joiner j;
+    join_start(&j, f.url, "0", 0, 1.0);
+    CU_ASSERT(wait_state(&f, 1, 1));
+    rm_rdzv_shutdown(f.r);
+    join_wait(&j);
+    CU_ASSERT_EQUAL(j.rc, RM_ETIMEDOUT);
+    CU_ASSERT(j.secs < 3.0);
+    fx_stop(&f);
+}
+
+static void test_controller_starts_late(void)
+{
+    /* find a free port, then let the worker try it before anything listens */
+    int s = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t al = sizeof a;
+    CU_ASSERT_FATAL(bind(s, (struct sockaddr *)&a, sizeof a) == 0);
+    CU_ASSERT_FATAL(getsockname(s, (struct sockaddr *)&a, &al) == 0);
+    int port = ntohs(a.sin_port);
+    close(s);
+    char url[64], bind_addr[64];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", port);
+    snprintf(bind_addr, sizeof bind_addr, "127.0.0.1:%d", port);
+    joiner j;
+    join_start(&j, url, "0", 0, 8);
+    sleep_ms(500);
+    fx f;
+    int started = fx_start_at(&f, bind_addr, 1, 1, 0);
+    join_wait(&j);
+    if (started == 0) {
+        CU_ASSERT_EQUAL(j.rc, RM_OK);
+        CU_ASSERT_EQUAL(j.round.epoch, 1);
+        CU_ASSERT(j.secs >= 0.45);
+        rm_rdzv_round_free(&j.round);
+        fx_stop(&f);
+    } else {
+        fprintf(stderr, "port %d taken meanwhile; test skipped\n", port);
+    }
+}
+
+void rm_suite_rdzv(void)
+{
+    static const rm_test_case cases[] = {
+        {"join_four_ranks_by_numeric_worker_id", test_join_four},
+        {"bad_token_unknown_job_bad_args", test_bad_token},
+        {"elastic_settle_and_grow_back", test_elastic_settle_and_grow_back},
+        {"late_joiner_full_group_and_new_incarnation", test_late_joiner_full_group},
+        {"rejoin_opens_one_epoch_restart_idempotent", test_rejoin_once_and_restart},
+        {"restart_while_a_join_is_held", test_restart_while_held},
+        {"kv_put_get_wait_timeout_limits_epochs", test_kv},
+        {"report_updates_snapshot_old_epoch_rejoins", test_report},
+        {"stop_and_remove", test_stop_and_remove},
+        {"garbage_requests_get_4xx", test_garbage},
+        {"free_and_shutdown_wake_long_polls", test_free_wakes_long_poll},
+        {"controller_starts_after_worker", test_controller_starts_late},
+    };
+    RM_ADD_SUITE("rdzv", NULL, NULL, cases);
+}
