@@ -49,12 +49,15 @@ struct cuda_ctx {
     uint16_t *scratch_a, *scratch_b;       /* gemm inputs rounded to bf16/fp16 */
     size_t cap_a, cap_b;                   /* elements */
     float *partials;                       /* [kMaxPartials] softmax-xent loss partial sums */
+    float *bwd_part;                       /* [chunks x cols] bias-gradient partial sums */
+    size_t cap_part;                       /* floats */
     pthread_mutex_t err_mu;
     rm_err first_err;                      /* code 0 = none */
 };
 
 cuda_ctx g_cuda = {PTHREAD_ONCE_INIT, false, 0, 0, nullptr, nullptr, nullptr, true, RM_PREC_FP32,
-                   nullptr, nullptr, 0, 0, nullptr, PTHREAD_MUTEX_INITIALIZER, {0, {0}, {0}}};
+                   nullptr, nullptr, 0, 0, nullptr, nullptr, 0, PTHREAD_MUTEX_INITIALIZER,
+                   {0, {0}, {0}}};
 
 void note_error(const char *file, int line, int code, const char *what, const char *msg)
 {
@@ -92,31 +95,57 @@ unsigned grid_for(size_t n)
     return blocks ? (unsigned)blocks : 1u;
 }
 
+/* Rows x columns launch shape: enough column blocks to cover a row (capped), then rows so that the
+ * whole grid is about 16 blocks per SM. */
+dim3 grid_2d(int rows, int cols_work)
+{
+    int gx = (cols_work + kThreads - 1) / kThreads;
+    if (gx > 64)
+        gx = 64;
+    if (gx < 1)
+        gx = 1;
+    int want = (g_cuda.sms > 0 ? g_cuda.sms : 80) * 16;
+    int gy = want / gx;
+    if (gy > rows)
+        gy = rows;
+    if (gy > 65535)
+        gy = 65535;
+    if (gy < 1)
+        gy = 1;
+    return dim3((unsigned)gx, (unsigned)gy);
+}
+
 /* ------------------------------------------------------------------ elementwise kernels */
 
+/* Rows over grid.y, columns over grid.x: no per-element division, coalesced rows. */
 __global__ void k_bias_act_fwd(float *y, const float *__restrict__ b, int rows, int cols, int act)
 {
-    size_t n = (size_t)rows * cols;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float v = y[i] + b[i % cols];
-        if (act == RM_ACT_RELU)
-            v = v > 0.0f ? v : 0.0f;
-        y[i] = v;
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+        float *yr = y + (size_t)r * cols;
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
+            float v = yr[c] + b[c];
+            if (act == RM_ACT_RELU)
+                v = v > 0.0f ? v : 0.0f;   /* NaN -> 0, as the C table */
+            yr[c] = v;
+        }
     }
 }
 
-/* Block (32 columns x 16 row lanes): applies the activation's derivative to dY and sums each
- * column over all rows in a fixed order (lane-strided partial sums, then a fixed tree). */
+/* Block (32 columns x 16 row lanes) over one chunk of rows (blockIdx.y): applies the activation's
+ * derivative to dY and sums each column of the chunk in a fixed order (lane-strided partial sums,
+ * then a fixed tree). With one chunk the sum goes straight to db; otherwise to partials
+ * [chunk][cols], which k_sum_chunks adds in chunk order: deterministic either way. */
 constexpr int kBwdCols = 32, kBwdLanes = 16;
-__global__ void k_bias_act_bwd(float *dy, const float *__restrict__ y, float *db, int rows, int cols,
-                               int act)
+__global__ void k_bias_act_bwd(float *dy, const float *__restrict__ y, float *out, int rows, int cols,
+                               int act, int rows_per_chunk)
 {
     __shared__ float part[kBwdLanes][kBwdCols + 1];
     int c = blockIdx.x * kBwdCols + threadIdx.x;
+    int r0 = blockIdx.y * rows_per_chunk;
+    int r1 = min(rows, r0 + rows_per_chunk);
     float sum = 0.0f;
     if (c < cols) {
-        for (int r = threadIdx.y; r < rows; r += kBwdLanes) {
+        for (int r = r0 + threadIdx.y; r < r1; r += kBwdLanes) {
             size_t i = (size_t)r * cols + c;
             float g = dy[i];
             if (act == RM_ACT_RELU && !(y[i] > 0.0f)) {
@@ -134,7 +163,17 @@ __global__ void k_bias_act_bwd(float *dy, const float *__restrict__ y, float *db
         __syncthreads();
     }
     if (threadIdx.y == 0 && c < cols)
-        db[c] = part[0][threadIdx.x];
+        out[(size_t)blockIdx.y * cols + c] = part[0][threadIdx.x];
+}
+
+__global__ void k_sum_chunks(const float *__restrict__ partials, int chunks, int cols, float *db)
+{
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
+        float s = 0.0f;
+        for (int j = 0; j < chunks; j++)
+            s += partials[(size_t)j * cols + c];
+        db[c] = s;
+    }
 }
 
 __device__ __forceinline__ float warp_max(float v)
@@ -334,16 +373,34 @@ __global__ void k_f16_to_f32(const uint16_t *__restrict__ s, float *d, size_t n)
         d[i] = __half2float(__ushort_as_half(s[i]));
 }
 
-/* Strided [rows x cols] (leading dimension ld) fp32 -> packed [rows x cols] bf16/fp16, RNE. */
+/* Strided [rows x cols] (leading dimension ld) fp32 -> packed [rows x cols] bf16/fp16, RNE.
+ * Rows over grid.y, columns over grid.x; VEC4 reads a float4 and writes 4 halves as one 8-byte
+ * store (used when cols and ld are multiples of 4 and the source is 16-byte aligned). */
 template <bool BF16>
+__device__ __forceinline__ uint16_t cvt16(float v)
+{
+    return BF16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
+}
+
+template <bool BF16, bool VEC4>
 __global__ void k_cast_2d(const float *__restrict__ s, int ld, int rows, int cols, uint16_t *d)
 {
-    size_t n = (size_t)rows * cols;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        size_t r = i / cols, c = i % cols;
-        float v = s[r * ld + c];
-        d[i] = BF16 ? __bfloat16_as_ushort(__float2bfloat16_rn(v)) : __half_as_ushort(__float2half_rn(v));
+    for (int r = blockIdx.y; r < rows; r += gridDim.y) {
+        const float *sr = s + (size_t)r * ld;
+        uint16_t *dr = d + (size_t)r * cols;
+        if (VEC4) {
+            int n4 = cols >> 2;
+            for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < n4; c += gridDim.x * blockDim.x) {
+                float4 v = reinterpret_cast<const float4 *>(sr)[c];
+                uint2 o;
+                o.x = (uint32_t)cvt16<BF16>(v.x) | ((uint32_t)cvt16<BF16>(v.y) << 16);
+                o.y = (uint32_t)cvt16<BF16>(v.z) | ((uint32_t)cvt16<BF16>(v.w) << 16);
+                reinterpret_cast<uint2 *>(dr)[c] = o;
+            }
+        } else {
+            for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
+                dr[c] = cvt16<BF16>(sr[c]);
+        }
     }
 }
 
@@ -436,6 +493,21 @@ bool grow_scratch(uint16_t **p, size_t *cap, size_t need)
     return true;
 }
 
+void cast_2d(bool bf, const float *src, int ld, int rows, int cols, uint16_t *dst)
+{
+    bool vec = (cols % 4) == 0 && (ld % 4) == 0 && ((uintptr_t)src % 16) == 0;
+    dim3 g = grid_2d(rows, vec ? cols / 4 : cols);
+    cudaStream_t st = g_cuda.stream;
+    if (bf && vec)
+        k_cast_2d<true, true><<<g, kThreads, 0, st>>>(src, ld, rows, cols, dst);
+    else if (bf)
+        k_cast_2d<true, false><<<g, kThreads, 0, st>>>(src, ld, rows, cols, dst);
+    else if (vec)
+        k_cast_2d<false, true><<<g, kThreads, 0, st>>>(src, ld, rows, cols, dst);
+    else
+        k_cast_2d<false, false><<<g, kThreads, 0, st>>>(src, ld, rows, cols, dst);
+}
+
 /* Row-major C = alpha op(A) op(B) + beta C through column-major cuBLAS: C^T = op(B)^T op(A)^T, so
  * B goes first and the transposes carry over unchanged. */
 void cu_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
@@ -465,13 +537,8 @@ void cu_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
         !grow_scratch(&g_cuda.scratch_b, &g_cuda.cap_b, nb))
         return;
     bool bf = g_cuda.prec == RM_PREC_BF16;
-    if (bf) {
-        k_cast_2d<true><<<grid_for(na), kThreads, 0, g_cuda.stream>>>(a, lda, a_rows, a_cols, g_cuda.scratch_a);
-        k_cast_2d<true><<<grid_for(nb), kThreads, 0, g_cuda.stream>>>(b, ldb, b_rows, b_cols, g_cuda.scratch_b);
-    } else {
-        k_cast_2d<false><<<grid_for(na), kThreads, 0, g_cuda.stream>>>(a, lda, a_rows, a_cols, g_cuda.scratch_a);
-        k_cast_2d<false><<<grid_for(nb), kThreads, 0, g_cuda.stream>>>(b, ldb, b_rows, b_cols, g_cuda.scratch_b);
-    }
+    cast_2d(bf, a, lda, a_rows, a_cols, g_cuda.scratch_a);
+    cast_2d(bf, b, ldb, b_rows, b_cols, g_cuda.scratch_b);
     KLAUNCHED("k_cast_2d");
     cudaDataType_t dt = bf ? CUDA_R_16BF : CUDA_R_16F;
     BCHECK(cublasGemmEx(g_cuda.blas, opb, opa, n, m, k, &alpha, g_cuda.scratch_b, dt, b_cols,
@@ -484,7 +551,7 @@ void cu_bias_act_fwd(float *y, const float *b, int rows, int cols, rm_act act)
     size_t n = (size_t)rows * cols;
     if (!n)
         return;
-    k_bias_act_fwd<<<grid_for(n), kThreads, 0, g_cuda.stream>>>(y, b, rows, cols, (int)act);
+    k_bias_act_fwd<<<grid_2d(rows, cols), kThreads, 0, g_cuda.stream>>>(y, b, rows, cols, (int)act);
     KLAUNCHED("k_bias_act_fwd");
 }
 
@@ -492,9 +559,44 @@ void cu_bias_act_bwd(float *dy, const float *y, float *db, int rows, int cols, r
 {
     if (cols <= 0)
         return;
+    if (rows < 0)
+        rows = 0;
+    int gx = (cols + kBwdCols - 1) / kBwdCols;
+    /* split the rows into chunks when the columns alone give too few blocks to fill the GPU */
+    int want = (g_cuda.sms > 0 ? g_cuda.sms : 80) * 4;
+    int chunks = (want + gx - 1) / gx;
+    int max_chunks = (rows + 255) / 256;   /* at least 256 rows per chunk */
+    if (chunks > max_chunks)
+        chunks = max_chunks;
+    if (chunks > 32)
+        chunks = 32;
+    if (chunks < 1)
+        chunks = 1;
+    float *out = db;
+    if (chunks > 1) {
+        size_t need = (size_t)chunks * cols;
+        if (need > g_cuda.cap_part) {
+            if (g_cuda.bwd_part)
+                KCHECK(cudaFree(g_cuda.bwd_part));
+            g_cuda.bwd_part = nullptr;
+            g_cuda.cap_part = 0;
+            if (cudaMalloc((void **)&g_cuda.bwd_part, need * sizeof(float)) != cudaSuccess) {
+                (void)cudaGetLastError();
+                g_cuda.bwd_part = nullptr;
+                chunks = 1;   /* fall back to one chunk: slower, same result */
+            } else {
+                g_cuda.cap_part = need;
+            }
+        }
+        if (chunks > 1)
+            out = g_cuda.bwd_part;
+    }
+    int rows_per_chunk = chunks > 1 ? (rows + chunks - 1) / chunks : (rows > 0 ? rows : 1);
     dim3 block(kBwdCols, kBwdLanes);
-    dim3 grid((unsigned)((cols + kBwdCols - 1) / kBwdCols));
-    k_bias_act_bwd<<<grid, block, 0, g_cuda.stream>>>(dy, y, db, rows < 0 ? 0 : rows, cols, (int)act);
+    dim3 grid((unsigned)gx, (unsigned)chunks);
+    k_bias_act_bwd<<<grid, block, 0, g_cuda.stream>>>(dy, y, out, rows, cols, (int)act, rows_per_chunk);
+    if (chunks > 1)
+        k_sum_chunks<<<grid_for((size_t)cols), kThreads, 0, g_cuda.stream>>>(out, chunks, cols, db);
     KLAUNCHED("k_bias_act_bwd");
 }
 
