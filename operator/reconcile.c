@@ -754,6 +754,38 @@ static void run(rc_ctx *c)
     force_stuck(c);
 }
 
+bool rm_reconcile_status_equal(const rm_tj_status *a, const rm_tj_status *b)
+{
+    if (a->phase != b->phase || a->observed_generation != b->observed_generation ||
+        a->replicas != b->replicas || a->ready_replicas != b->ready_replicas ||
+        a->epoch != b->epoch || a->restarts != b->restarts || a->start_time != b->start_time ||
+        a->completion_time != b->completion_time || a->last_restart_time != b->last_restart_time ||
+        strcmp(a->message, b->message) != 0)
+        return false;
+    const rm_tj_progress *p = &a->progress, *q = &b->progress;
+    if (p->step != q->step || p->train_epoch != q->train_epoch || p->loss != q->loss ||
+        p->samples_per_second != q->samples_per_second ||
+        p->last_checkpoint_step != q->last_checkpoint_step || p->allreduce_gbps != q->allreduce_gbps)
+        return false;
+    const rm_tj_result *r = &a->result, *s = &b->result;
+    if (r->present != s->present || r->test_accuracy != s->test_accuracy ||
+        r->train_loss != s->train_loss || r->seconds != s->seconds ||
+        r->samples_per_second != s->samples_per_second || r->steps != s->steps)
+        return false;
+    for (int t = 0; t < RM_COND__COUNT; t++) {
+        const rm_condition *c = &a->conditions[t], *d = &b->conditions[t];
+        if (c->present != d->present)
+            return false;
+        if (!c->present)
+            continue;
+        if (c->status != d->status || c->last_transition != d->last_transition ||
+            c->observed_generation != d->observed_generation || strcmp(c->reason, d->reason) != 0 ||
+            strcmp(c->message, d->message) != 0)
+            return false;
+    }
+    return true;
+}
+
 int rm_reconcile(const rm_reconcile_in *in, rm_reconcile_out *out)
 {
     if (!in || !in->job || !out || (!out->actions && out->cap > 0))
@@ -785,6 +817,6 @@ int rm_reconcile(const rm_reconcile_in *in, rm_reconcile_out *out)
         if (a)
             a->seconds = c->requeue;
     }
-    out->status_changed = memcmp(&out->status, &in->job->status, sizeof out->status) != 0;
+    out->status_changed = !rm_reconcile_status_equal(&out->status, &in->job->status);
     return c->rc;
 }

@@ -191,6 +191,10 @@ typedef struct rm_reconcile_out {
 
 int rm_reconcile(const rm_reconcile_in *in, rm_reconcile_out *out);
 
+/* Field-by-field equality (strings compared as strings, not buffers): what status_changed uses;
+ * the operator can use it to skip a /status write. */
+bool rm_reconcile_status_equal(const rm_tj_status *a, const rm_tj_status *b);
+
 /* "CreateWorker" etc.; static. */
 const char *rm_action_name(rm_action_type t);
 /* One line describing an action, for logs and tests ("create 3 epoch=2", "event Warning

@@ -357,8 +357,7 @@ static void run_scenario(const scen *s)
             break;
         }
     }
-    if (memcmp(&r2.out.status, &r1.out.status, sizeof r1.out.status) != 0 ||
-        r2.out.status_changed) {
+    if (!rm_reconcile_status_equal(&r2.out.status, &r1.out.status) || r2.out.status_changed) {
         fprintf(stderr, "\n  [%s] second call changed status (restarts %d->%d epoch %d->%d "
                 "phase %s->%s)\n", s->name, r1.out.status.restarts, r2.out.status.restarts,
                 r1.out.status.epoch, r2.out.status.epoch, rm_phase_name(r1.out.status.phase),

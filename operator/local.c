@@ -1,0 +1,1016 @@
+/* local.c — the local runtime: worker processes + in-process rendezvous + the reconcile core
+ * (see local.h for the design).
+ *
+ * Design choices:
+ *  - One slot per replica index. A slot is Running (process alive), Terminating (we sent SIGTERM;
+ *    SIGKILL at kill_at), or Exited (reaped, exit status kept so the core can see the failure).
+ *    A DELETE of an Exited slot frees it (the index becomes Missing and the core creates the
+ *    replacement in the next pass, which runs at once — a failed worker is replaced in the same
+ *    tick it is seen).
+ *  - The loop sleeps in poll() on the caller's self-pipe, which SIGCHLD/SIGINT/SIGTERM write, so a
+ *    worker death is acted on within milliseconds, not a tick later.
+ *  - Between fork and exec the child only calls async-signal-safe functions; argv/envp are built
+ *    before fork. */
+#include "operator/local.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <arpa/inet.h>
+
+#include "common/health.h"
+#include "common/http.h"
+#include "common/httpc.h"
+#include "common/json.h"
+#include "common/metrics.h"
+#include "common/rdzv.h"
+#include "operator/reconcile.h"
+
+extern char **environ;
+
+#define MAXW 256                 /* local runs: plenty */
+#define PROBE_EVERY_S 1.0
+#define PROBE_TIMEOUT_MS 300
+#define ACC_EVERY_S 2.0
+#define SETTLE_S 2.0
+#define FINISH_WAIT_S 5.0        /* after the job ended: let workers exit on their own first */
+#define MAX_PASSES 4
+
+typedef struct wslot {
+    bool used;
+    pid_t pid;
+    int epoch_label, incarnation;
+    double created_at, finished_at, deletion_started_at, kill_at;
+    bool exited, deleting, killed;
+    int exit_code;
+    char reason[32];
+    bool ready;
+    double last_probe;
+    int metrics_port;
+} wslot;
+
+typedef struct local {
+    rm_tj *job;
+    const rm_local_opts *o;
+    FILE *human;
+    char jobkey[300];
+    char token[65];
+    char worker_bin[PATH_MAX];
+    char *training_json;
+    bool bench;
+    rm_rdzv *rdzv;
+    rm_http_server *rdzv_srv;
+    int rdzv_port;
+    int rdzv_desired, rdzv_min;
+    rm_metrics *reg;
+    rm_http_server *msrv;
+    rm_http_blob *sd;
+    rm_health *health;
+    int mport;
+    rm_series *m_created, *m_succeeded, *m_failed, *m_restarted, *m_restarts, *m_recovery,
+        *m_ready, *m_desired, *m_epoch, *m_step;
+    wslot w[MAXW];
+    int create_failures[MAXW];
+    int incarnations[MAXW];
+    rm_reconcile_opts ropts;
+    rm_action *acts;
+    size_t cap;
+    rm_httpc *probe;
+    double test_acc, last_acc;
+    bool recov_pending;
+    double recov_t0;
+    int recov_epoch;
+    char sd_last[8192];
+    double started;
+    rm_local_result *res;
+    rm_rdzv_state snap;
+} local;
+
+static double now_unix(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void say(local *l, const char *fmt, ...) RM_PRINTF(2, 3);
+static void say(local *l, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(l->human, fmt, ap);
+    va_end(ap);
+    fflush(l->human);
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+int rm_local_worker_bin(char *buf, size_t cap, rm_err *err)
+{
+    const char *env = getenv("RINGMASTER_WORKER_BIN");
+    if (env && *env) {
+        snprintf(buf, cap, "%s", env);
+    } else {
+        char self[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n <= 0)
+            return rm_errf(err, RM_ENOTFOUND, "cannot read /proc/self/exe: %s", strerror(errno));
+        self[n] = 0;
+        char *slash = strrchr(self, '/');
+        if (slash)
+            *slash = 0;
+        snprintf(buf, cap, "%s/ringmaster-worker", self);
+    }
+    if (access(buf, X_OK) != 0)
+        return rm_errf(err, RM_ENOTFOUND, "worker binary %s: %s (build it with `make`, or set "
+                       "RINGMASTER_WORKER_BIN)", buf, strerror(errno));
+    return RM_OK;
+}
+
+static int mkdir_p(const char *path, rm_err *err)
+{
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/')
+            continue;
+        *p = 0;
+        if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+            return rm_errf(err, RM_EIO, "mkdir %s: %s", tmp, strerror(errno));
+        *p = '/';
+    }
+    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+        return rm_errf(err, RM_EIO, "mkdir %s: %s", tmp, strerror(errno));
+    return RM_OK;
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    int port = 0;
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+        port = ntohs(a.sin_port);
+    close(fd);
+    return port;
+}
+
+static void random_token(char out[65])
+{
+    unsigned char b[32];
+    size_t got = 0;
+    int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        ssize_t n = read(fd, b, sizeof b);
+        got = n > 0 ? (size_t)n : 0;
+        close(fd);
+    }
+    for (size_t i = got; i < sizeof b; i++)   /* fallback: never an empty token */
+        b[i] = (unsigned char)(rand() ^ (int)getpid() ^ (int)(now_unix() * 1e6));
+    for (size_t i = 0; i < sizeof b; i++)
+        snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+/* Write path atomically (tmp + rename). */
+static void write_file_atomic(const char *path, const char *data, size_t len)
+{
+    char tmp[PATH_MAX + 8];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return;
+    ssize_t n = write(fd, data, len);
+    close(fd);
+    if (n == (ssize_t)len)
+        rename(tmp, path);
+    else
+        unlink(tmp);
+}
+
+/* ------------------------------------------------------------------ metrics + service discovery */
+
+static int metrics_setup(local *l, rm_err *err)
+{
+    int rc;
+    static const char *const ns_l[] = {"namespace", NULL};
+    static const char *const job_l[] = {"namespace", "name", NULL};
+    static const double rec_b[] = {0.25, 0.5, 0.75, 1, 1.5, 2, 3, 5, 10, 30, 60};
+    rm_metric *f;
+    const char *ns = l->job->namespace_ ? l->job->namespace_ : "default";
+    const char *nm = l->job->name;
+    l->reg = rm_metrics_new();
+    if (!l->reg)
+        return rm_errf(err, RM_ENOMEM, "metrics registry");
+#define FAM(kind, name, help, labels, ...) \
+    RM_CHECK_GOTO(rm_metrics_##kind(l->reg, name, help, labels, ##__VA_ARGS__, &f, err), rc, out)
+    FAM(counter, "ringmaster_jobs_created_total", "TrainingJobs created.", ns_l);
+    l->m_created = rm_metric_with1(f, ns);
+    FAM(counter, "ringmaster_jobs_successful_total", "TrainingJobs that succeeded.", ns_l);
+    l->m_succeeded = rm_metric_with1(f, ns);
+    FAM(counter, "ringmaster_jobs_failed_total", "TrainingJobs that failed.", ns_l);
+    l->m_failed = rm_metric_with1(f, ns);
+    FAM(counter, "ringmaster_jobs_restarted_total", "Group restarts of TrainingJobs.", ns_l);
+    l->m_restarted = rm_metric_with1(f, ns);
+    FAM(gauge, "ringmaster_restarts", "Group restarts of this TrainingJob (status.restarts).", job_l);
+    l->m_restarts = rm_metric_with2(f, ns, nm);
+    FAM(histogram, "ringmaster_recovery_seconds",
+        "From failure detection to the group training again (next closed rendezvous round and "
+        "its first report).", job_l, rec_b, RM_ARRAY_LEN(rec_b));
+    l->m_recovery = rm_metric_with2(f, ns, nm);
+    FAM(gauge, "ringmaster_workers_ready", "Workers running and passing /healthz.", job_l);
+    l->m_ready = rm_metric_with2(f, ns, nm);
+    FAM(gauge, "ringmaster_workers_desired", "Workers the job wants (spec.replicas).", job_l);
+    l->m_desired = rm_metric_with2(f, ns, nm);
+    FAM(gauge, "ringmaster_job_epoch", "Rendezvous epoch (status.epoch).", job_l);
+    l->m_epoch = rm_metric_with2(f, ns, nm);
+    FAM(gauge, "ringmaster_job_step", "Global step reported by rank 0.", job_l);
+    l->m_step = rm_metric_with2(f, ns, nm);
+#undef FAM
+    if (!l->m_created || !l->m_succeeded || !l->m_failed || !l->m_restarted || !l->m_restarts ||
+        !l->m_recovery || !l->m_ready || !l->m_desired || !l->m_epoch || !l->m_step)
+        return rm_errf(err, RM_ENOMEM, "metrics series");
+    l->sd = rm_http_blob_new("application/json");
+    l->health = rm_health_new(0);
+    if (!l->sd || !l->health)
+        return rm_errf(err, RM_ENOMEM, "metrics server");
+    rm_http_blob_set(l->sd, "[]", 2);
+    rm_http_route routes[] = {
+        {"GET", "/metrics", 0, rm_metrics_handler, l->reg},
+        {"GET", "/sd", 0, rm_http_blob_handler, l->sd},
+        {"GET", "/healthz", 0, rm_health_healthz, l->health},
+        {"GET", "/readyz", 0, rm_health_readyz, l->health},
+    };
+    rm_health_set_ready(l->health, true, NULL);
+    rm_http_opts ho = {.bind = l->o->metrics_addr ? l->o->metrics_addr : "127.0.0.1:0"};
+    RM_CHECK_GOTO(rm_http_start(&ho, routes, RM_ARRAY_LEN(routes), &l->msrv, err), rc, out);
+    l->mport = rm_http_port(l->msrv);
+    rc = RM_OK;
+out:
+    return rc;
+}
+
+/* Prometheus http_sd / file_sd: one target group per worker plus the controller itself. */
+static void sd_update(local *l)
+{
+    cJSON *arr = cJSON_CreateArray();
+    if (!arr)
+        return;
+    const char *ns = l->job->namespace_ ? l->job->namespace_ : "default";
+    char buf[96];
+    for (int i = -1; i < MAXW; i++) {
+        int port;
+        if (i < 0) {
+            port = l->mport;
+        } else {
+            if (!l->w[i].used || l->w[i].exited || l->w[i].metrics_port <= 0)
+                continue;
+            port = l->w[i].metrics_port;
+        }
+        cJSON *g = cJSON_CreateObject();
+        cJSON *t = cJSON_AddArrayToObject(g, "targets");
+        snprintf(buf, sizeof buf, "127.0.0.1:%d", port);
+        cJSON_AddItemToArray(t, cJSON_CreateString(buf));
+        cJSON *lb = cJSON_AddObjectToObject(g, "labels");
+        cJSON_AddStringToObject(lb, "job_name", l->job->name);
+        cJSON_AddStringToObject(lb, "namespace", ns);
+        cJSON_AddStringToObject(lb, "component", i < 0 ? "controller" : "worker");
+        if (i >= 0) {
+            snprintf(buf, sizeof buf, "%d", i);
+            cJSON_AddStringToObject(lb, "rank", buf);
+        }
+        cJSON_AddItemToArray(arr, g);
+    }
+    char *s = cJSON_PrintUnformatted(arr);
+    cJSON_Delete(arr);
+    if (!s)
+        return;
+    if (strcmp(s, l->sd_last) != 0) {
+        snprintf(l->sd_last, sizeof l->sd_last, "%s", s);
+        rm_http_blob_set(l->sd, s, strlen(s));
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/file_sd.json", l->o->run_dir);
+        write_file_atomic(path, s, strlen(s));
+    }
+    free(s);
+}
+
+/* ------------------------------------------------------------------ processes */
+
+typedef struct strv {
+    char *v[96];
+    int n;
+} strv;
+
+static void strv_add(strv *s, const char *fmt, ...) RM_PRINTF(2, 3);
+static void strv_add(strv *s, const char *fmt, ...)
+{
+    if (s->n >= (int)RM_ARRAY_LEN(s->v) - 1)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    char *p = NULL;
+    if (vasprintf(&p, fmt, ap) < 0)
+        p = NULL;
+    va_end(ap);
+    if (p)
+        s->v[s->n++] = p;
+    s->v[s->n] = NULL;
+}
+
+static void strv_free(strv *s)
+{
+    for (int i = 0; i < s->n; i++)
+        free(s->v[i]);
+    s->n = 0;
+}
+
+static bool env_is_ours(const char *kv)
+{
+    static const char *const keys[] = {
+        "RINGMASTER_RENDEZVOUS=", "RINGMASTER_JOB=", "RINGMASTER_TOKEN=", "RINGMASTER_WORKER_ID=",
+        "RINGMASTER_CHECKPOINT_DIR=", "RINGMASTER_PROGRESS_DEADLINE=", "RINGMASTER_BIND_ADDR=",
+        "RINGMASTER_BACKEND=", "RINGMASTER_TRAINING=", "RANK=", "WORLD_SIZE=", "LOCAL_RANK=",
+        "LOCAL_WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT=", "PET_NNODES=", "PET_NODE_RANK=",
+        "PET_NPROC_PER_NODE=", "PET_MASTER_ADDR=", "PET_MASTER_PORT=", NULL};
+    for (int i = 0; keys[i]; i++)
+        if (strncmp(kv, keys[i], strlen(keys[i])) == 0)
+            return true;
+    return false;
+}
+
+static const char *local_backend(const rm_tj *job)
+{
+    switch (job->spec.backend) {
+    case RM_BACKEND_NCCL: return "nccl";
+    case RM_BACKEND_MPI: return "mpi";
+    case RM_BACKEND_RING:
+    case RM_BACKEND_AUTO:
+    default: return "ring";   /* auto: no GPUs are requested locally -> ring */
+    }
+}
+
+static int spawn(local *l, int idx, int epoch, rm_err *err)
+{
+    const rm_tj *job = l->job;
+    const rm_tj_spec *sp = &job->spec;
+    wslot *w = &l->w[idx];
+    int port = free_port();
+    if (port <= 0)
+        return rm_errf(err, RM_EIO, "no free port for worker %d metrics", idx);
+    int D = sp->replicas;
+
+    strv av = {0}, ev = {0};
+    strv_add(&av, "%s", l->worker_bin);
+    if (l->bench) {
+        const rm_training_spec *t = &sp->training;
+        strv_add(&av, "bench");
+        strv_add(&av, "-b");
+        strv_add(&av, "%lld", (long long)t->bench_min_bytes);
+        strv_add(&av, "-e");
+        strv_add(&av, "%lld", (long long)t->bench_max_bytes);
+        strv_add(&av, "-f");
+        strv_add(&av, "%d", t->bench_factor);
+        strv_add(&av, "-n");
+        strv_add(&av, "%d", t->bench_iters);
+        strv_add(&av, "-w");
+        strv_add(&av, "%d", t->bench_warmup);
+        strv_add(&av, "-c");
+        strv_add(&av, "%d", t->bench_check ? 1 : 0);
+        strv_add(&av, "--backend");
+        strv_add(&av, "%s", local_backend(job));
+    } else {
+        strv_add(&av, "train");
+        strv_add(&av, "--metrics-addr");
+        strv_add(&av, "127.0.0.1:%d", port);
+        strv_add(&av, "--checkpoint-interval");
+        strv_add(&av, "%d", sp->checkpoint.interval_steps);
+        strv_add(&av, "--checkpoint-keep");
+        strv_add(&av, "%d", sp->checkpoint.keep > 0 ? sp->checkpoint.keep : 3);
+        strv_add(&av, "--log-format");
+        strv_add(&av, "%s", l->o->worker_log_format ? l->o->worker_log_format : "text");
+    }
+    for (char **e = environ; *e; e++)
+        if (!env_is_ours(*e) && ev.n < (int)RM_ARRAY_LEN(ev.v) - 24)
+            strv_add(&ev, "%s", *e);
+    strv_add(&ev, "RINGMASTER_RENDEZVOUS=http://127.0.0.1:%d", l->rdzv_port);
+    strv_add(&ev, "RINGMASTER_JOB=%s", l->jobkey);
+    strv_add(&ev, "RINGMASTER_TOKEN=%s", l->token);
+    strv_add(&ev, "RINGMASTER_WORKER_ID=%d", idx);
+    strv_add(&ev, "RINGMASTER_CHECKPOINT_DIR=%s", l->o->checkpoint_dir);
+    strv_add(&ev, "RINGMASTER_PROGRESS_DEADLINE=%g", sp->restart.progress_deadline_seconds);
+    strv_add(&ev, "RINGMASTER_BIND_ADDR=127.0.0.1");
+    strv_add(&ev, "RINGMASTER_BACKEND=%s", local_backend(job));
+    strv_add(&ev, "RINGMASTER_TRAINING=%s", l->training_json ? l->training_json : "{}");
+    strv_add(&ev, "RANK=%d", idx);
+    strv_add(&ev, "WORLD_SIZE=%d", D);
+    strv_add(&ev, "LOCAL_RANK=%d", idx);
+    strv_add(&ev, "LOCAL_WORLD_SIZE=%d", D);
+    strv_add(&ev, "MASTER_ADDR=127.0.0.1");
+    strv_add(&ev, "MASTER_PORT=29500");
+    strv_add(&ev, "PET_NNODES=%d", D);
+    strv_add(&ev, "PET_NODE_RANK=%d", idx);
+    strv_add(&ev, "PET_NPROC_PER_NODE=1");
+    strv_add(&ev, "PET_MASTER_ADDR=127.0.0.1");
+    strv_add(&ev, "PET_MASTER_PORT=29500");
+
+    char logpath[PATH_MAX];
+    snprintf(logpath, sizeof logpath, "%s/worker-%d.log", l->o->run_dir, idx);
+    int logfd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    int rc = RM_OK;
+    if (logfd < 0 || nullfd < 0) {
+        rc = rm_errf(err, RM_EIO, "open %s: %s", logpath, strerror(errno));
+        goto out;
+    }
+    l->incarnations[idx]++;
+    dprintf(logfd, "=== ringmaster: worker %d incarnation %d epoch %d ===\n", idx,
+            l->incarnations[idx], epoch);
+    pid_t parent = getpid();
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        rc = rm_errf(err, RM_EIO, "fork: %s", strerror(errno));
+        goto out;
+    }
+    if (pid == 0) {
+        /* child: async-signal-safe calls only */
+        setpgid(0, 0);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+            _exit(127);
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGCHLD, SIG_DFL);
+        signal(SIGPIPE, SIG_DFL);
+        dup2(nullfd, 0);
+        dup2(logfd, 1);
+        dup2(logfd, 2);
+        for (int fd = 3; fd < 1024; fd++)
+            close(fd);
+        execve(av.v[0], av.v, ev.v);
+        static const char msg[] = "ringmaster: exec of the worker failed\n";
+        ssize_t wr = write(2, msg, sizeof msg - 1);
+        (void)wr;
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    memset(w, 0, sizeof *w);
+    w->used = true;
+    w->pid = pid;
+    w->epoch_label = epoch;
+    w->incarnation = l->incarnations[idx];
+    w->created_at = now_unix();
+    w->metrics_port = l->bench ? 0 : port;
+    rm_info("worker started index=%d pid=%d epoch=%d incarnation=%d metrics=127.0.0.1:%d", idx,
+            (int)pid, epoch, w->incarnation, w->metrics_port);
+out:
+    if (logfd >= 0)
+        close(logfd);
+    if (nullfd >= 0)
+        close(nullfd);
+    strv_free(&av);
+    strv_free(&ev);
+    return rc;
+}
+
+static void signal_group(wslot *w, int sig)
+{
+    if (w->pid > 0 && !w->exited) {
+        if (kill(-w->pid, sig) != 0)
+            kill(w->pid, sig);
+    }
+}
+
+static void reap(local *l)
+{
+    for (;;) {
+        int st;
+        pid_t pid = waitpid(-1, &st, WNOHANG);
+        if (pid <= 0)
+            break;
+        for (int i = 0; i < MAXW; i++) {
+            wslot *w = &l->w[i];
+            if (!w->used || w->pid != pid || w->exited)
+                continue;
+            w->exited = true;
+            w->finished_at = now_unix();
+            w->ready = false;
+            if (WIFEXITED(st)) {
+                w->exit_code = WEXITSTATUS(st);
+                snprintf(w->reason, sizeof w->reason, "%s", w->exit_code ? "Error" : "Completed");
+            } else if (WIFSIGNALED(st)) {
+                w->exit_code = 128 + WTERMSIG(st);
+                snprintf(w->reason, sizeof w->reason, "Signal %d", WTERMSIG(st));
+            }
+            /* kill whatever the worker may have left in its group */
+            kill(-pid, SIGKILL);
+            if (w->deleting) {
+                rm_debug("worker gone index=%d pid=%d code=%d", i, (int)pid, w->exit_code);
+                w->used = false;
+            } else {
+                if (w->exit_code)
+                    rm_warn("worker exited index=%d pid=%d code=%d reason=\"%s\"", i, (int)pid,
+                            w->exit_code, w->reason);
+                else
+                    rm_info("worker exited index=%d pid=%d code=0", i, (int)pid);
+            }
+            break;
+        }
+    }
+}
+
+static int alive_count(const local *l)
+{
+    int n = 0;
+    for (int i = 0; i < MAXW; i++)
+        if (l->w[i].used && !l->w[i].exited)
+            n++;
+    return n;
+}
+
+static void kill_timers(local *l, double now)
+{
+    for (int i = 0; i < MAXW; i++) {
+        wslot *w = &l->w[i];
+        if (w->used && w->deleting && !w->exited && !w->killed && now >= w->kill_at) {
+            rm_warn("worker did not stop in time; SIGKILL index=%d pid=%d", i, (int)w->pid);
+            signal_group(w, SIGKILL);
+            w->killed = true;
+        }
+    }
+}
+
+/* /healthz of every live worker (once a second each) and rank 0's test accuracy. */
+static void probe(local *l, double now)
+{
+    if (l->bench)
+        return;
+    char url[128];
+    int first = -1;
+    for (int i = 0; i < MAXW; i++) {
+        wslot *w = &l->w[i];
+        if (!w->used || w->exited || w->deleting || w->metrics_port <= 0)
+            continue;
+        if (first < 0)
+            first = i;
+        if (now - w->last_probe < PROBE_EVERY_S)
+            continue;
+        w->last_probe = now;
+        snprintf(url, sizeof url, "http://127.0.0.1:%d/healthz", w->metrics_port);
+        rm_httpc_resp r = {0};
+        rm_err e = {0};
+        int rc = rm_httpc_do(l->probe, "GET", url, NULL, NULL, 0, PROBE_TIMEOUT_MS, 4096, &r, &e);
+        w->ready = rc == RM_OK && r.status == 200;
+        rm_httpc_resp_free(&r);
+    }
+    if (first >= 0 && now - l->last_acc >= ACC_EVERY_S) {
+        l->last_acc = now;
+        snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", l->w[first].metrics_port);
+        rm_httpc_resp r = {0};
+        rm_err e = {0};
+        if (rm_httpc_do(l->probe, "GET", url, NULL, NULL, 0, PROBE_TIMEOUT_MS, 1 << 20, &r, &e) ==
+                RM_OK && r.status == 200 && r.body) {
+            const char *key = "\nringmaster_worker_test_accuracy";
+            const char *p = strstr(r.body, key);
+            if (p) {
+                const char *eol = strchr(p + 1, '\n');
+                const char *sp = eol ? eol : p + strlen(p);
+                while (sp > p && sp[-1] != ' ')
+                    sp--;
+                double v = strtod(sp, NULL);
+                if (v > 0)
+                    l->test_acc = v;
+            }
+        }
+        rm_httpc_resp_free(&r);
+    }
+}
+
+/* ------------------------------------------------------------------ reconcile passes */
+
+static int build_obs(local *l, rm_observed_worker *obs)
+{
+    int n = 0;
+    for (int i = 0; i < MAXW; i++) {
+        wslot *w = &l->w[i];
+        if (!w->used) {
+            if (l->create_failures[i] > 0) {
+                rm_observed_worker *o = &obs[n++];
+                memset(o, 0, sizeof *o);
+                o->index = i;
+                o->phase = RM_WORKER_MISSING;
+                o->node_ready = true;
+                o->create_failures = l->create_failures[i];
+            }
+            continue;
+        }
+        rm_observed_worker *o = &obs[n++];
+        memset(o, 0, sizeof *o);
+        o->index = i;
+        o->epoch_label = w->epoch_label;
+        o->node_ready = true;
+        o->created_at = w->created_at;
+        o->ready = w->ready || l->bench;
+        if (w->exited) {
+            o->phase = w->exit_code == 0 ? RM_WORKER_SUCCEEDED : RM_WORKER_FAILED;
+            o->exit_code = w->exit_code;
+            o->finished_at = w->finished_at;
+            snprintf(o->reason, sizeof o->reason, "%s", w->reason);
+        } else if (w->deleting) {
+            o->phase = RM_WORKER_TERMINATING;
+            o->deletion_started_at = w->deletion_started_at;
+        } else {
+            o->phase = RM_WORKER_RUNNING;
+        }
+    }
+    return n;
+}
+
+static void clean_msg(char *dst, size_t cap, const char *src)
+{
+    size_t j = 0;
+    for (size_t i = 0; src[i] && j + 1 < cap; i++)
+        dst[j++] = src[i] == '"' ? '\'' : src[i];
+    dst[j] = 0;
+}
+
+/* Execute one batch of actions. Returns true if another pass should run at once. */
+static bool execute(local *l, const rm_reconcile_out *out, double now)
+{
+    bool again = false;
+    for (size_t k = 0; k < out->nactions; k++) {
+        const rm_action *a = &out->actions[k];
+        rm_err e = {0};
+        switch (a->type) {
+        case RM_ACT_CREATE_WORKER:
+            if (a->index < 0 || a->index >= MAXW || l->w[a->index].used)
+                break;
+            if (spawn(l, a->index, a->epoch, &e) != RM_OK) {
+                l->create_failures[a->index]++;
+                rm_warn("worker create failed index=%d err=\"%s\"", a->index, e.msg);
+            } else {
+                l->create_failures[a->index] = 0;
+            }
+            break;
+        case RM_ACT_DELETE_WORKER: {
+            if (a->index < 0 || a->index >= MAXW || !l->w[a->index].used)
+                break;
+            wslot *w = &l->w[a->index];
+            if (w->exited) {
+                w->used = false;   /* already reaped: the index is Missing now */
+                again = true;
+                break;
+            }
+            if (!w->deleting) {
+                rm_info("stopping worker index=%d pid=%d why=%s", a->index, (int)w->pid, a->reason);
+                w->deleting = true;
+                w->deletion_started_at = now;
+                w->kill_at = now + (l->o->delete_grace_s > 0 ? l->o->delete_grace_s : 3);
+                signal_group(w, a->force ? SIGKILL : SIGTERM);
+                w->killed = a->force;
+            } else if (a->force && !w->killed) {
+                signal_group(w, SIGKILL);
+                w->killed = true;
+            }
+            break;
+        }
+        case RM_ACT_RESTART_GROUP: {
+            int ne = 0;
+            rm_rdzv_restart(l->rdzv, l->jobkey, a->epoch, &ne);
+            rm_info("rendezvous restart from_epoch=%d epoch=%d", a->epoch, ne);
+            again = true;
+            break;
+        }
+        case RM_ACT_SET_RDZV:
+            if (rm_rdzv_job_set(l->rdzv, l->jobkey, l->token, a->desired, a->min, SETTLE_S) ==
+                RM_OK) {
+                l->rdzv_desired = a->desired;
+                l->rdzv_min = a->min;
+                again = true;
+            }
+            break;
+        case RM_ACT_STOP_RDZV:
+            rm_rdzv_job_stop(l->rdzv, l->jobkey);
+            break;
+        case RM_ACT_EVENT: {
+            char m[300];
+            clean_msg(m, sizeof m, a->message);
+            if (a->warning)
+                rm_warn("event type=Warning reason=%s message=\"%s\"", a->reason, m);
+            else
+                rm_info("event type=Normal reason=%s message=\"%s\"", a->reason, m);
+            break;
+        }
+        case RM_ACT_DELETE_JOB:
+        case RM_ACT_REQUEUE_AFTER:
+            break;
+        }
+    }
+    return again;
+}
+
+static void reconcile_passes(local *l, double now)
+{
+    rm_observed_worker obs[MAXW];
+    for (int pass = 0; pass < MAX_PASSES; pass++) {
+        bool have = rm_rdzv_snapshot(l->rdzv, l->jobkey, &l->snap) == RM_OK;
+        int n = build_obs(l, obs);
+        rm_reconcile_in in = {
+            .job = l->job, .workers = obs, .nworkers = (size_t)n, .rdzv = have ? &l->snap : NULL,
+            .rdzv_desired = l->rdzv_desired, .rdzv_min = l->rdzv_min, .now = now,
+            .opts = &l->ropts,
+        };
+        rm_reconcile_out out = {.actions = l->acts, .cap = l->cap};
+        int rc = rm_reconcile(&in, &out);
+        if (rc != RM_OK) {
+            rm_error("reconcile failed rc=%s", rm_strerror(rc));
+            return;
+        }
+        rm_tj_status prev = l->job->status;
+        l->job->status = out.status;
+        rm_tj_status *st = &l->job->status;
+        if (st->restarts > prev.restarts) {
+            rm_series_inc(l->m_restarted, st->restarts - prev.restarts);
+            if (!l->recov_pending) {
+                l->recov_pending = true;
+                l->recov_t0 = now;
+            }
+            l->recov_epoch = st->epoch;
+        }
+        if (st->phase != prev.phase) {
+            rm_info("phase %s -> %s", rm_phase_name(prev.phase), rm_phase_name(st->phase));
+            if (st->phase == RM_PHASE_SUCCEEDED)
+                rm_series_inc(l->m_succeeded, 1);
+            if (st->phase == RM_PHASE_FAILED)
+                rm_series_inc(l->m_failed, 1);
+        }
+        bool again = execute(l, &out, now);
+        if (!again)
+            break;
+    }
+}
+
+/* Recovery: the group trains again when a round at or past the restart's epoch closed and a
+ * member of it reported (workers report right before their first step of a round). */
+static void recovery_check(local *l)
+{
+    if (!l->recov_pending)
+        return;
+    rm_rdzv_state *r = &l->snap;
+    if (!r->closed || r->epoch < l->recov_epoch)
+        return;
+    double first = 0;
+    for (int i = 0; i < r->nmembers; i++) {
+        const rm_rdzv_member *m = &r->members[i];
+        if (m->epoch == r->epoch && m->rank >= 0 && m->last_report >= r->closed_at &&
+            (first == 0 || m->last_report < first))
+            first = m->last_report;
+    }
+    if (first == 0)
+        return;
+    double rec = first - l->recov_t0;
+    if (rec < 0)
+        rec = 0;
+    l->recov_pending = false;
+    rm_series_observe(l->m_recovery, rec);
+    rm_info("group training again recovery_seconds=%.3f epoch=%d world=%d", rec, r->epoch,
+            r->world_size);
+    if (l->res->recoveries < RM_LOCAL_MAX_RECOVERIES)
+        l->res->recovery_s[l->res->recoveries++] = rec;
+}
+
+static void update_gauges(local *l)
+{
+    int ready = 0;
+    for (int i = 0; i < MAXW; i++)
+        if (l->w[i].used && !l->w[i].exited && !l->w[i].deleting && l->w[i].ready)
+            ready++;
+    rm_series_set(l->m_ready, ready);
+    rm_series_set(l->m_desired, l->job->spec.replicas);
+    rm_series_set(l->m_restarts, l->job->status.restarts);
+    rm_series_set(l->m_epoch, l->job->status.epoch);
+    rm_series_set(l->m_step, (double)l->job->status.progress.step);
+}
+
+static void tick_view(local *l, double now)
+{
+    if (!l->o->on_tick)
+        return;
+    const rm_tj_spec *sp = &l->job->spec;
+    rm_local_view v = {.job = l->job, .now = now, .started = l->started,
+                       .desired = sp->replicas, .test_accuracy = l->test_acc > 0 ? l->test_acc : -1};
+    for (int i = 0; i < MAXW; i++) {
+        if (!l->w[i].used || l->w[i].exited)
+            continue;
+        v.alive++;
+        if (l->w[i].ready && !l->w[i].deleting)
+            v.ready++;
+    }
+    int G = sp->training.batch_size_per_worker * (sp->replicas > 0 ? sp->replicas : 1);
+    if (!l->bench && G > 0) {
+        double spe = (double)(60000 / G);
+        v.steps_total = spe * sp->training.epochs;
+        if (sp->training.max_steps > 0 && sp->training.max_steps < v.steps_total)
+            v.steps_total = sp->training.max_steps;
+    }
+    l->o->on_tick(l->o->ud, &v);
+}
+
+static bool terminal(const local *l)
+{
+    return l->job->status.phase == RM_PHASE_SUCCEEDED || l->job->status.phase == RM_PHASE_FAILED;
+}
+
+static void wait_wake(local *l, double seconds)
+{
+    int ms = (int)(seconds * 1000);
+    if (ms < 1)
+        ms = 1;
+    if (l->o->wake_fd >= 0) {
+        struct pollfd p = {.fd = l->o->wake_fd, .events = POLLIN};
+        if (poll(&p, 1, ms) > 0) {
+            char buf[256];
+            while (read(l->o->wake_fd, buf, sizeof buf) > 0) {
+            }
+        }
+    } else {
+        struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* Stop every worker: SIGTERM, wait up to grace, SIGKILL, reap. */
+static void stop_all(local *l, double grace)
+{
+    double now = now_unix();
+    for (int i = 0; i < MAXW; i++) {
+        wslot *w = &l->w[i];
+        if (w->used && !w->exited && !w->deleting) {
+            w->deleting = true;
+            w->deletion_started_at = now;
+            w->kill_at = now + grace;
+            signal_group(w, SIGTERM);
+        } else if (w->used && !w->exited && w->kill_at > now + grace) {
+            w->kill_at = now + grace;
+        }
+    }
+    while (alive_count(l) > 0) {
+        reap(l);
+        now = now_unix();
+        kill_timers(l, now);
+        if (alive_count(l) == 0)
+            break;
+        if (l->o->stop_signal && *l->o->stop_signal == SIGKILL) {
+            for (int i = 0; i < MAXW; i++)
+                if (l->w[i].used && !l->w[i].exited)
+                    signal_group(&l->w[i], SIGKILL);
+        }
+        wait_wake(l, 0.05);
+    }
+}
+
+/* ------------------------------------------------------------------ the run */
+
+static void local_free(local *l)
+{
+    if (!l)
+        return;
+    rm_http_stop(l->msrv);
+    if (l->rdzv)
+        rm_rdzv_shutdown(l->rdzv);
+    rm_http_stop(l->rdzv_srv);
+    rm_rdzv_free(l->rdzv);
+    rm_metrics_free(l->reg);
+    rm_http_blob_free(l->sd);
+    rm_health_free(l->health);
+    rm_httpc_free(l->probe);
+    free(l->acts);
+    free(l->training_json);
+    free(l);
+}
+
+int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_err *err)
+{
+    int rc;
+    if (!job || !o || !res || !o->run_dir || !o->checkpoint_dir)
+        return rm_errf(err, RM_EINVAL, "rm_local_run: missing argument");
+    memset(res, 0, sizeof *res);
+    local *l = calloc(1, sizeof *l);
+    if (!l)
+        return rm_errf(err, RM_ENOMEM, "local runtime");
+    l->job = job;
+    l->o = o;
+    l->res = res;
+    l->human = o->human ? o->human : stderr;
+    l->bench = job->spec.training.mode == RM_MODE_BENCH;
+    if (job->spec.replicas > MAXW) {
+        rc = rm_err_field(err, RM_EINVAL, "spec.replicas", "at most %d workers on one machine",
+                          MAXW);
+        goto out;
+    }
+    snprintf(l->jobkey, sizeof l->jobkey, "%s/%s",
+             job->namespace_ ? job->namespace_ : "default", job->name);
+    RM_CHECK_GOTO(rm_local_worker_bin(l->worker_bin, sizeof l->worker_bin, err), rc, out);
+    RM_CHECK_GOTO(mkdir_p(o->run_dir, err), rc, out);
+    RM_CHECK_GOTO(mkdir_p(o->checkpoint_dir, err), rc, out);
+    {
+        cJSON *tj = rm_training_to_json(&job->spec.training);
+        l->training_json = tj ? cJSON_PrintUnformatted(tj) : NULL;
+        cJSON_Delete(tj);
+        if (!l->training_json) {
+            rc = rm_errf(err, RM_ENOMEM, "training json");
+            goto out;
+        }
+    }
+    random_token(l->token);
+    rm_reconcile_opts_default(&l->ropts);
+    l->cap = RM_RECONCILE_ACTIONS(MAXW);
+    l->acts = calloc(l->cap, sizeof *l->acts);
+    l->probe = rm_httpc_new();
+    l->rdzv = rm_rdzv_new();
+    if (!l->acts || !l->probe || !l->rdzv) {
+        rc = rm_errf(err, RM_ENOMEM, "local runtime");
+        goto out;
+    }
+    RM_CHECK_GOTO(rm_rdzv_serve(l->rdzv, "127.0.0.1:0", &l->rdzv_srv, err), rc, out);
+    l->rdzv_port = rm_http_port(l->rdzv_srv);
+    RM_CHECK_GOTO(metrics_setup(l, err), rc, out);
+    res->metrics_port = l->mport;
+    res->rdzv_port = l->rdzv_port;
+    /* register before the first pass so its CREATEs carry the real epoch */
+    if (rm_rdzv_job_set(l->rdzv, l->jobkey, l->token, job->spec.replicas,
+                        job->spec.min_replicas > 0 ? job->spec.min_replicas : job->spec.replicas,
+                        SETTLE_S) == RM_OK) {
+        l->rdzv_desired = job->spec.replicas;
+        l->rdzv_min = job->spec.min_replicas > 0 ? job->spec.min_replicas : job->spec.replicas;
+    }
+    rm_series_inc(l->m_created, 1);
+    sd_update(l);
+
+    say(l, "ringmaster: job %s: %d workers, backend %s%s\n", l->jobkey, job->spec.replicas,
+        local_backend(job), l->bench ? ", allreduce benchmark" : "");
+    say(l, "  checkpoints: %s\n", o->checkpoint_dir);
+    say(l, "  worker logs: %s/worker-<i>.log\n", o->run_dir);
+    say(l, "  rendezvous:  http://127.0.0.1:%d\n", l->rdzv_port);
+    say(l, "  metrics:     http://127.0.0.1:%d/metrics   Prometheus http_sd: "
+        "http://127.0.0.1:%d/sd   file_sd: %s/file_sd.json\n", l->mport, l->mport, o->run_dir);
+
+    l->started = now_unix();
+    double tick = o->tick_s > 0 ? o->tick_s : 0.2;
+    double finished_at = 0;
+    for (;;) {
+        if (o->stop_signal && *o->stop_signal) {
+            res->signal = *o->stop_signal;
+            rm_warn("stopping on signal sig=%d: workers checkpoint and exit", res->signal);
+            stop_all(l, o->term_grace_s > 0 ? o->term_grace_s : 15);
+            break;
+        }
+        reap(l);
+        double now = now_unix();
+        kill_timers(l, now);
+        probe(l, now);
+        reconcile_passes(l, now);
+        recovery_check(l);
+        update_gauges(l);
+        sd_update(l);
+        tick_view(l, now);
+        if (terminal(l)) {
+            if (finished_at == 0)
+                finished_at = now;
+            if (alive_count(l) == 0)
+                break;
+            if (now - finished_at > FINISH_WAIT_S) {
+                stop_all(l, o->term_grace_s > 0 ? o->term_grace_s : 15);
+                break;
+            }
+        }
+        wait_wake(l, tick);
+    }
+    reap(l);
+    rm_rdzv_job_stop(l->rdzv, l->jobkey);
+    res->phase = job->status.phase;
+    res->seconds = now_unix() - l->started;
+    rc = RM_OK;
+out:
+    local_free(l);
+    return rc;
+}
