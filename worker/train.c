@@ -34,6 +34,7 @@
 #include "worker/data.h"
 #include "worker/faults.h"
 #include "worker/fusion.h"
+#include "worker/gpu.h"
 #include "worker/model.h"
 #include "worker/optim.h"
 #include "worker/schedule.h"
@@ -494,7 +495,7 @@ typedef struct trainer {
 
     /* results and rates */
     double test_acc, test_loss, train_loss;
-    int evaluated_epoch;        /* last data epoch evaluated, -1 none */
+    int64_t eval_step;          /* step of the last evaluation, -1 none */
     double t_start, train_seconds;
     int64_t samples_local;
     double rep_t;               /* last report time */
@@ -539,9 +540,13 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     t->cfg = cfg;
     t->B = cfg->t.batch_size_per_worker;
     t->perm_epoch = -1;
-    t->evaluated_epoch = -1;
+    t->eval_step = -1;
     t->test_acc = -1;
     t->last_ckpt_step = -1;
+    if (cfg->t.precision != RM_PREC_FP32)
+        return rm_errf(err, RM_EUNSUPPORTED,
+                       "precision %s: this trainer runs fp32 (mixed precision is the GPU path's)",
+                       rm_precision_str(cfg->t.precision));
     t->k = rm_kernels_get(cfg->device);
     if (!t->k)
         return rm_errf(err, RM_EUNSUPPORTED, "device %s: not available in this build or machine",
@@ -595,8 +600,9 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     }
     char sh[128];
     rm_model_shape_str(&shape, sh, sizeof sh);
-    rm_info("model ready shape=%s params=%zu optimizer=%s device=%s", sh, t->m.layout.total,
-            rm_optim_name(cfg->t.optimizer.type), t->k->name);
+    rm_info("model ready shape=%s params=%zu optimizer=%s device=%s precision=%s", sh,
+            t->m.layout.total, rm_optim_name(cfg->t.optimizer.type), t->k->name,
+            rm_precision_str(cfg->t.precision));
     return RM_OK;
 }
 
@@ -832,8 +838,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     RM_CHECK(rm_wmetrics_set_rank(&t->wm, t->rank, err));
     rm_series_set(t->wm.epoch, t->rdzv_epoch);
     rm_series_set(t->wm.world, t->world);
-    rm_info("round ready epoch=%d rank=%d world=%d backend=%s", t->rdzv_epoch, t->rank, t->world,
-            t->ops->name);
+    rm_info("round ready epoch=%d world=%d backend=%s", t->rdzv_epoch, t->world, t->ops->name);
 
     /* state: newest checkpoint, else fresh; then everyone takes rank 0's */
     if (!state_load(t)) {
@@ -893,6 +898,7 @@ static int evaluate(trainer *t, rm_err *err)
         loss = v[2];
     }
     t->test_acc = correct / n;
+    t->eval_step = t->step;
     t->test_loss = loss / n;
     rm_series_set(t->wm.test_acc, t->test_acc);
     rm_info("evaluation train_epoch=%d step=%lld test_accuracy=%.4f test_loss=%.4f",
@@ -1043,11 +1049,10 @@ static int run_round(trainer *t, rm_err *err)
             fire_fault(t, f);
         /* epoch boundary: evaluate the finished epoch, move the cursor */
         if (t->data_pos + G > t->tr.n) {
-            if (cfg->eval_every_epoch && t->evaluated_epoch != t->train_epoch) {
+            if (cfg->eval_every_epoch && t->eval_step != t->step) {
                 int rc = evaluate(t, err);
                 if (rc)
                     return rc;
-                t->evaluated_epoch = t->train_epoch;
             }
             t->train_epoch++;
             t->data_pos = 0;
@@ -1163,14 +1168,15 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
         rm_err e = {0};
         ckpt_write(&t, &e);
     } else if (outcome == R_DONE) {
-        if (t.evaluated_epoch != t.train_epoch || t.data_pos != 0) {
+        if (t.step > 0)
+            t.train_loss = read_loss(&t);   /* before evaluation reuses the loss scalar */
+        if (t.eval_step != t.step) {
             rc = evaluate(&t, err);
             if (rc)
                 goto out;
         }
         rm_err e = {0};
         ckpt_write(&t, &e);
-        t.train_loss = read_loss(&t);
         char scratch[4096];
         uint64_t sum = rm_model_checksum(&t.m, scratch, sizeof scratch);
         rm_info("training done steps=%lld train_epoch=%d test_accuracy=%.4f train_loss=%.4f "
