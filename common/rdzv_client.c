@@ -233,17 +233,25 @@ int rm_rdzv_join(rm_rdzv_client *c, const char *my_addr, int last_epoch, double 
     if (!body)
         return rm_errf(err, RM_ENOMEM, "rendezvous join: out of memory");
     double deadline = now_mono() + timeout_s, backoff = 0.05;
-    int rc;
+    int rc, waiting_epoch = -1;
     for (;;) {
         rm_httpc_resp resp;
         rc = call(c, "POST", "/join", "application/json", body, strlen(body), deadline, JOIN_TRY_S,
                   MAX_REPLY, &resp, err);
+        if (rc == RM_ETIMEDOUT && waiting_epoch >= 0)
+            rm_errf(err, rc, "rendezvous join: round of epoch %d did not close within %.1f s",
+                    waiting_epoch, timeout_s);
         if (rc < 0)
             break;
         if (resp.status == 200) {
             rc = parse_round(resp.body, out, err);
         } else if (resp.status == 202) {
             rc = RM_EAGAIN;               /* round not closed yet: ask again */
+            cJSON *w = cJSON_Parse(resp.body);
+            const cJSON *ep = cJSON_GetObjectItemCaseSensitive(w, "epoch");
+            if (cJSON_IsNumber(ep) && ep->valuedouble >= 0 && ep->valuedouble < 1e9)
+                waiting_epoch = (int)ep->valuedouble;
+            cJSON_Delete(w);
         } else if (resp.status == 404) {
             /* not registered yet (the controller may be catching up): retry until the deadline */
             rc = status_err(&resp, "join", err);
