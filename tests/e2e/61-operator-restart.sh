@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# 61-operator-restart: a worker dies mid-training (RINGMASTER_FAULT in the pod template: rank 1
+# exits abruptly at step 120). The operator restarts the group (epoch+1, only the failed pod
+# replaced), the job still Succeeds with status.restarts = 1, and a Warning event says why.
+source "$(dirname "$0")/6x-operator-lib.bash"
+RDZV_PORT=$(free_port)
+start_kubesim
+install_crd
+start_operator a
+fast_job crashy 2 1 "        env: [{name: RINGMASTER_FAULT, value: 'exit:rank=1:step=120'}]" | k apply -f - >/dev/null
+wait_for 30 "2 pods" bash -c "[ \$(kubectl get pods -l ringmaster.dev/job-name=crashy --no-headers 2>/dev/null | grep -c .) -eq 2 ]"
+uid0=$(k get pod crashy-worker-0 -o jsonpath='{.metadata.uid}')
+wait_for 90 "a restart" bash -c "[ \"\$(kubectl get tj crashy -o jsonpath='{.status.restarts}')\" = 1 ]"
+wait_for 150 "crashy Succeeded" tj_phase_is crashy Succeeded
+[ "$(tj_field crashy '{.status.restarts}')" = "1" ] || fail "restarts != 1"
+ep=$(tj_field crashy '{.status.epoch}')
+[ "${ep:-0}" -ge 1 ] || fail "epoch did not move: $ep"
+# the survivor re-joined in place: same pod (uid) as before
+uid0b=$(k get pod crashy-worker-0 -o jsonpath='{.metadata.uid}' 2>/dev/null || echo gone)
+[ "$uid0" = "$uid0b" ] || log "note: worker-0 was replaced too (uid $uid0 -> $uid0b)"
+k get events -o json | $PY -c '
+import json,sys
+ev=json.load(sys.stdin)["items"]
+w=[(e.get("reason"),e.get("message") or e.get("note")) for e in ev if e.get("type")=="Warning"]
+assert any(r in ("WorkerFailed","ProgressDeadlineExceeded") for r,_ in w), w
+print("warning events:", w)
+' || fail "no Warning event explaining the restart"
+[ "$(metric "$OP_METRICS_a" '^ringmaster_jobs_restarted_total')" -ge 1 ] || fail "metric restarted"
+log "PASS"
