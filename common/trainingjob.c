@@ -248,26 +248,26 @@ int rm_training_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t,
             t->set |= RM_TR_SET_HIDDEN;
         }
     }
-    TRY(p_int(tr, "epochs", ctx, &t->epochs, NULL, 0, err));
-    TRY(p_int(tr, "batchSizePerWorker", ctx, &t->batch_size_per_worker, NULL, 0, err));
+    TRY(p_int(tr, "epochs", ctx, &t->epochs, &t->set, RM_TR_SET_EPOCHS, err));
+    TRY(p_int(tr, "batchSizePerWorker", ctx, &t->batch_size_per_worker, &t->set, RM_TR_SET_BATCH, err));
     TRY(p_obj(tr, "optimizer", ctx, k_opt, &opt, octx, err));
     if (opt) {
         iv = (int)t->optimizer.type;
         TRY(p_enum(opt, "type", octx, opt_names, &iv, err));
         t->optimizer.type = (rm_opt_type)iv;
-        TRY(p_num(opt, "lr", octx, &t->optimizer.lr, NULL, 0, err));
+        TRY(p_num(opt, "lr", octx, &t->optimizer.lr, &t->set, RM_TR_SET_LR, err));
         TRY(p_num(opt, "momentum", octx, &t->optimizer.momentum, &t->set, RM_TR_SET_MOMENTUM, err));
         TRY(p_num(opt, "weightDecay", octx, &t->optimizer.weight_decay, NULL, 0, err));
         TRY(p_num(opt, "beta1", octx, &t->optimizer.beta1, &t->set, RM_TR_SET_BETA1, err));
         TRY(p_num(opt, "beta2", octx, &t->optimizer.beta2, &t->set, RM_TR_SET_BETA2, err));
-        TRY(p_num(opt, "eps", octx, &t->optimizer.eps, NULL, 0, err));
+        TRY(p_num(opt, "eps", octx, &t->optimizer.eps, &t->set, RM_TR_SET_EPS, err));
     }
     TRY(p_num(tr, "warmupEpochs", ctx, &t->warmup_epochs, &t->set, RM_TR_SET_WARMUP, err));
     iv = (int)t->schedule;
     TRY(p_enum(tr, "schedule", ctx, sched_names, &iv, err));
     t->schedule = (rm_schedule)iv;
-    TRY(p_num(tr, "stepGamma", ctx, &t->step_gamma, NULL, 0, err));
-    TRY(p_int(tr, "stepEveryEpochs", ctx, &t->step_every_epochs, NULL, 0, err));
+    TRY(p_num(tr, "stepGamma", ctx, &t->step_gamma, &t->set, RM_TR_SET_STEP_GAMMA, err));
+    TRY(p_int(tr, "stepEveryEpochs", ctx, &t->step_every_epochs, &t->set, RM_TR_SET_STEP_EVERY, err));
     iv = (int)t->precision;
     TRY(p_enum(tr, "precision", ctx, prec_names, &iv, err));
     t->precision = (rm_precision)iv;
@@ -290,10 +290,10 @@ int rm_training_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t,
     TRY(p_int(tr, "maxSteps", ctx, &t->max_steps, NULL, 0, err));
     TRY(p_obj(tr, "bench", ctx, k_bench, &bench, bctx, err));
     if (bench) {
-        TRY(p_i64(bench, "minBytes", bctx, &t->bench_min_bytes, NULL, 0, err));
-        TRY(p_i64(bench, "maxBytes", bctx, &t->bench_max_bytes, NULL, 0, err));
-        TRY(p_int(bench, "stepFactor", bctx, &t->bench_factor, NULL, 0, err));
-        TRY(p_int(bench, "iters", bctx, &t->bench_iters, NULL, 0, err));
+        TRY(p_i64(bench, "minBytes", bctx, &t->bench_min_bytes, &t->set, RM_TR_SET_BENCH_MIN, err));
+        TRY(p_i64(bench, "maxBytes", bctx, &t->bench_max_bytes, &t->set, RM_TR_SET_BENCH_MAX, err));
+        TRY(p_int(bench, "stepFactor", bctx, &t->bench_factor, &t->set, RM_TR_SET_BENCH_FACTOR, err));
+        TRY(p_int(bench, "iters", bctx, &t->bench_iters, &t->set, RM_TR_SET_BENCH_ITERS, err));
         TRY(p_int(bench, "warmupIters", bctx, &t->bench_warmup, &t->set, RM_TR_SET_BENCH_WARMUP, err));
         TRY(p_bool(bench, "check", bctx, &t->bench_check, &t->set, RM_TR_SET_BENCH_CHECK, err));
     }
@@ -318,59 +318,61 @@ static char *dup_default(char *cur, const char *def)
     return cur ? cur : strdup(def);
 }
 
+/* A field gets its default only when it was not given and is still zero. */
+#define UNSET(setmask, bit, v) (!((setmask) & (bit)) && (v) == 0)
+
 void rm_training_defaults(rm_training_spec *t)
 {
     if (!t)
         return;
+    uint32_t m = t->set;
     t->dataset = dup_default(t->dataset, "fashion-mnist");
     t->data_dir = dup_default(t->data_dir, "/usr/share/datasets/fashion-mnist");
     t->model_type = dup_default(t->model_type, "mlp");
-    if (t->nhidden == 0 && !(t->set & RM_TR_SET_HIDDEN)) {
+    if (UNSET(m, RM_TR_SET_HIDDEN, t->nhidden)) {
         t->hidden[0] = 512;
         t->hidden[1] = 256;
         t->nhidden = 2;
     }
-    if (t->epochs == 0)
+    if (UNSET(m, RM_TR_SET_EPOCHS, t->epochs))
         t->epochs = 10;
-    if (t->batch_size_per_worker == 0)
+    if (UNSET(m, RM_TR_SET_BATCH, t->batch_size_per_worker))
         t->batch_size_per_worker = 64;
     rm_optimizer_spec *o = &t->optimizer;
-    if (o->lr == 0)
+    if (UNSET(m, RM_TR_SET_LR, o->lr))
         o->lr = o->type == RM_OPT_ADAM ? 0.001 : o->type == RM_OPT_ADAGRAD ? 0.01 : 0.02;
-    if (o->momentum == 0 && !(t->set & RM_TR_SET_MOMENTUM) && o->type == RM_OPT_SGD)
+    if (UNSET(m, RM_TR_SET_MOMENTUM, o->momentum) && o->type == RM_OPT_SGD)
         o->momentum = 0.9;
-    if (o->beta1 == 0 && !(t->set & RM_TR_SET_BETA1))
+    if (UNSET(m, RM_TR_SET_BETA1, o->beta1))
         o->beta1 = 0.9;
-    if (o->beta2 == 0 && !(t->set & RM_TR_SET_BETA2))
+    if (UNSET(m, RM_TR_SET_BETA2, o->beta2))
         o->beta2 = 0.999;
-    if (o->eps == 0)
+    if (UNSET(m, RM_TR_SET_EPS, o->eps))
         o->eps = o->type == RM_OPT_ADAGRAD ? 1e-10 : 1e-8;
-    if (t->warmup_epochs == 0 && !(t->set & RM_TR_SET_WARMUP))
+    if (UNSET(m, RM_TR_SET_WARMUP, t->warmup_epochs))
         t->warmup_epochs = 1;
-    if (t->step_gamma == 0)
+    if (UNSET(m, RM_TR_SET_STEP_GAMMA, t->step_gamma))
         t->step_gamma = 0.1;
-    if (t->step_every_epochs == 0)
+    if (UNSET(m, RM_TR_SET_STEP_EVERY, t->step_every_epochs))
         t->step_every_epochs = 3;
-    if (t->fusion_buffer_mb == 0 && !(t->set & RM_TR_SET_FUSION))
+    if (UNSET(m, RM_TR_SET_FUSION, t->fusion_buffer_mb))
         t->fusion_buffer_mb = 25;
-    if (t->seed == 0 && !(t->set & RM_TR_SET_SEED))
+    if (UNSET(m, RM_TR_SET_SEED, t->seed))
         t->seed = 42;
-    if (t->bench_min_bytes == 0)
+    if (UNSET(m, RM_TR_SET_BENCH_MIN, t->bench_min_bytes))
         t->bench_min_bytes = 32 << 20;
-    if (t->bench_max_bytes == 0)
+    if (UNSET(m, RM_TR_SET_BENCH_MAX, t->bench_max_bytes))
         t->bench_max_bytes = t->bench_min_bytes > (32 << 20) ? t->bench_min_bytes : 32 << 20;
-    if (t->bench_factor == 0)
+    if (UNSET(m, RM_TR_SET_BENCH_FACTOR, t->bench_factor))
         t->bench_factor = 2;
-    if (t->bench_iters == 0)
+    if (UNSET(m, RM_TR_SET_BENCH_ITERS, t->bench_iters))
         t->bench_iters = 20;
-    if (t->bench_warmup == 0 && !(t->set & RM_TR_SET_BENCH_WARMUP))
+    if (UNSET(m, RM_TR_SET_BENCH_WARMUP, t->bench_warmup))
         t->bench_warmup = 5;
-    if (!t->bench_check && !(t->set & RM_TR_SET_BENCH_CHECK))
+    if (UNSET(m, RM_TR_SET_BENCH_CHECK, t->bench_check))
         t->bench_check = true;
-    /* everything is concrete now: mark the tracked fields so a second call changes nothing */
-    t->set |= RM_TR_SET_MOMENTUM | RM_TR_SET_WARMUP | RM_TR_SET_SEED | RM_TR_SET_FUSION |
-              RM_TR_SET_BETA1 | RM_TR_SET_BETA2 | RM_TR_SET_BENCH_WARMUP | RM_TR_SET_BENCH_CHECK |
-              RM_TR_SET_HIDDEN;
+    /* everything is concrete now: a second call changes nothing */
+    t->set = 0x7ffffu;
 }
 
 /* ---- validation -------------------------------------------------------------------------------- */
@@ -549,9 +551,9 @@ static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
     const cJSON *o;
     int rc = RM_OK, iv;
     TRY(rm_json_no_unknown(sp, k_spec, "spec", err));
-    TRY(p_int(sp, "replicas", "spec", &s->replicas, NULL, 0, err));
-    TRY(p_int(sp, "minReplicas", "spec", &s->min_replicas, NULL, 0, err));
-    TRY(p_int(sp, "maxReplicas", "spec", &s->max_replicas, NULL, 0, err));
+    TRY(p_int(sp, "replicas", "spec", &s->replicas, &s->set, RM_TJ_SET_REPLICAS, err));
+    TRY(p_int(sp, "minReplicas", "spec", &s->min_replicas, &s->set, RM_TJ_SET_MIN_REPLICAS, err));
+    TRY(p_int(sp, "maxReplicas", "spec", &s->max_replicas, &s->set, RM_TJ_SET_MAX_REPLICAS, err));
     iv = (int)s->backend;
     TRY(p_enum(sp, "backend", "spec", backend_names, &iv, err));
     s->backend = (rm_backend)iv;
@@ -576,8 +578,8 @@ static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
     TRY(p_obj(sp, "checkpoint", "spec", k_ckpt, &o, cctx, err));
     if (o) {
         TRY(p_str(o, "path", cctx, &s->checkpoint.path, err));
-        TRY(p_int(o, "intervalSteps", cctx, &s->checkpoint.interval_steps, NULL, 0, err));
-        TRY(p_int(o, "keep", cctx, &s->checkpoint.keep, NULL, 0, err));
+        TRY(p_int(o, "intervalSteps", cctx, &s->checkpoint.interval_steps, &s->set, RM_TJ_SET_CKPT_INTERVAL, err));
+        TRY(p_int(o, "keep", cctx, &s->checkpoint.keep, &s->set, RM_TJ_SET_CKPT_KEEP, err));
     }
     {
         const cJSON *tr = NULL;
@@ -696,29 +698,30 @@ void rm_tj_defaults(rm_tj *tj)
     if (!tj)
         return;
     rm_tj_spec *s = &tj->spec;
+    uint32_t m = s->set;
     if (!tj->namespace_)
         tj->namespace_ = strdup("default");
-    if (s->replicas == 0)
+    if (UNSET(m, RM_TJ_SET_REPLICAS, s->replicas))
         s->replicas = 1;
-    if (s->min_replicas == 0)
+    if (UNSET(m, RM_TJ_SET_MIN_REPLICAS, s->min_replicas))
         s->min_replicas = s->replicas;
-    if (s->max_replicas == 0)
+    if (UNSET(m, RM_TJ_SET_MAX_REPLICAS, s->max_replicas))
         s->max_replicas = s->replicas;
-    if (s->restart.max_restarts == 0 && !(s->set & RM_TJ_SET_MAX_RESTARTS))
+    if (UNSET(m, RM_TJ_SET_MAX_RESTARTS, s->restart.max_restarts))
         s->restart.max_restarts = 5;
-    if (s->restart.backoff_seconds == 0 && !(s->set & RM_TJ_SET_BACKOFF))
+    if (UNSET(m, RM_TJ_SET_BACKOFF, s->restart.backoff_seconds))
         s->restart.backoff_seconds = 1;
-    if (s->restart.progress_deadline_seconds == 0 && !(s->set & RM_TJ_SET_PROGRESS_DEADLINE))
+    if (UNSET(m, RM_TJ_SET_PROGRESS_DEADLINE, s->restart.progress_deadline_seconds))
         s->restart.progress_deadline_seconds = 60;
-    if (s->run.ttl_seconds_after_finished == 0 && !(s->set & RM_TJ_SET_TTL))
+    if (UNSET(m, RM_TJ_SET_TTL, s->run.ttl_seconds_after_finished))
         s->run.ttl_seconds_after_finished = -1;
     if (!s->checkpoint.path)
         s->checkpoint.path = strdup("/checkpoints");
-    if (s->checkpoint.interval_steps == 0)
+    if (UNSET(m, RM_TJ_SET_CKPT_INTERVAL, s->checkpoint.interval_steps))
         s->checkpoint.interval_steps = 200;
-    if (s->checkpoint.keep == 0)
+    if (UNSET(m, RM_TJ_SET_CKPT_KEEP, s->checkpoint.keep))
         s->checkpoint.keep = 3;
-    s->set |= RM_TJ_SET_MAX_RESTARTS | RM_TJ_SET_BACKOFF | RM_TJ_SET_PROGRESS_DEADLINE | RM_TJ_SET_TTL;
+    s->set = 0x1ffu;
     rm_training_defaults(&s->training);
 }
 
@@ -750,15 +753,15 @@ cJSON *rm_training_to_json(const rm_training_spec *t)
             }
         }
     }
-    if (t->epochs)
+    if (t->epochs || (t->set & RM_TR_SET_EPOCHS))
         cJSON_AddNumberToObject(o, "epochs", t->epochs);
-    if (t->batch_size_per_worker)
+    if (t->batch_size_per_worker || (t->set & RM_TR_SET_BATCH))
         cJSON_AddNumberToObject(o, "batchSizePerWorker", t->batch_size_per_worker);
     cJSON *op = cJSON_AddObjectToObject(o, "optimizer");
     if (op) {
         const rm_optimizer_spec *x = &t->optimizer;
         cJSON_AddStringToObject(op, "type", opt_names[x->type <= RM_OPT_ADAGRAD ? x->type : 0]);
-        if (x->lr)
+        if (x->lr || (t->set & RM_TR_SET_LR))
             cJSON_AddNumberToObject(op, "lr", x->lr);
         if (x->momentum || (t->set & RM_TR_SET_MOMENTUM))
             cJSON_AddNumberToObject(op, "momentum", x->momentum);
@@ -768,15 +771,15 @@ cJSON *rm_training_to_json(const rm_training_spec *t)
             cJSON_AddNumberToObject(op, "beta1", x->beta1);
         if (x->beta2 || (t->set & RM_TR_SET_BETA2))
             cJSON_AddNumberToObject(op, "beta2", x->beta2);
-        if (x->eps)
+        if (x->eps || (t->set & RM_TR_SET_EPS))
             cJSON_AddNumberToObject(op, "eps", x->eps);
     }
     if (t->warmup_epochs || (t->set & RM_TR_SET_WARMUP))
         cJSON_AddNumberToObject(o, "warmupEpochs", t->warmup_epochs);
     cJSON_AddStringToObject(o, "schedule", sched_names[t->schedule <= RM_SCHED_CONSTANT ? t->schedule : 0]);
-    if (t->step_gamma)
+    if (t->step_gamma || (t->set & RM_TR_SET_STEP_GAMMA))
         cJSON_AddNumberToObject(o, "stepGamma", t->step_gamma);
-    if (t->step_every_epochs)
+    if (t->step_every_epochs || (t->set & RM_TR_SET_STEP_EVERY))
         cJSON_AddNumberToObject(o, "stepEveryEpochs", t->step_every_epochs);
     cJSON_AddStringToObject(o, "precision", prec_names[t->precision <= RM_PREC_FP16 ? t->precision : 0]);
     if (t->fusion_buffer_mb || (t->set & RM_TR_SET_FUSION))
@@ -787,13 +790,13 @@ cJSON *rm_training_to_json(const rm_training_spec *t)
         cJSON_AddNumberToObject(o, "maxSteps", t->max_steps);
     cJSON *b = cJSON_AddObjectToObject(o, "bench");
     if (b) {
-        if (t->bench_min_bytes)
+        if (t->bench_min_bytes || (t->set & RM_TR_SET_BENCH_MIN))
             cJSON_AddNumberToObject(b, "minBytes", (double)t->bench_min_bytes);
-        if (t->bench_max_bytes)
+        if (t->bench_max_bytes || (t->set & RM_TR_SET_BENCH_MAX))
             cJSON_AddNumberToObject(b, "maxBytes", (double)t->bench_max_bytes);
-        if (t->bench_factor)
+        if (t->bench_factor || (t->set & RM_TR_SET_BENCH_FACTOR))
             cJSON_AddNumberToObject(b, "stepFactor", t->bench_factor);
-        if (t->bench_iters)
+        if (t->bench_iters || (t->set & RM_TR_SET_BENCH_ITERS))
             cJSON_AddNumberToObject(b, "iters", t->bench_iters);
         if (t->bench_warmup || (t->set & RM_TR_SET_BENCH_WARMUP))
             cJSON_AddNumberToObject(b, "warmupIters", t->bench_warmup);
@@ -808,11 +811,11 @@ cJSON *rm_tj_spec_to_json(const rm_tj_spec *s)
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return NULL;
-    if (s->replicas)
+    if (s->replicas || (s->set & RM_TJ_SET_REPLICAS))
         cJSON_AddNumberToObject(o, "replicas", s->replicas);
-    if (s->min_replicas)
+    if (s->min_replicas || (s->set & RM_TJ_SET_MIN_REPLICAS))
         cJSON_AddNumberToObject(o, "minReplicas", s->min_replicas);
-    if (s->max_replicas)
+    if (s->max_replicas || (s->set & RM_TJ_SET_MAX_REPLICAS))
         cJSON_AddNumberToObject(o, "maxReplicas", s->max_replicas);
     cJSON_AddStringToObject(o, "backend", rm_backend_name(s->backend));
     cJSON *r = cJSON_AddObjectToObject(o, "restartPolicy");
@@ -838,9 +841,9 @@ cJSON *rm_tj_spec_to_json(const rm_tj_spec *s)
     cJSON *c = cJSON_AddObjectToObject(o, "checkpoint");
     if (c) {
         add_str(c, "path", s->checkpoint.path);
-        if (s->checkpoint.interval_steps)
+        if (s->checkpoint.interval_steps || (s->set & RM_TJ_SET_CKPT_INTERVAL))
             cJSON_AddNumberToObject(c, "intervalSteps", s->checkpoint.interval_steps);
-        if (s->checkpoint.keep)
+        if (s->checkpoint.keep || (s->set & RM_TJ_SET_CKPT_KEEP))
             cJSON_AddNumberToObject(c, "keep", s->checkpoint.keep);
     }
     cJSON *t = rm_training_to_json(&s->training);
@@ -1121,7 +1124,7 @@ int rm_tj_set_condition(rm_tj_status *st, rm_cond_type type, bool status, const 
     if (!st || (unsigned)type >= RM_COND__COUNT)
         return 0;
     rm_condition *c = &st->conditions[type];
-    char r[sizeof c->reason], m[sizeof c->message];
+    char r[sizeof c->reason] = "", m[sizeof c->message] = "";
     snprintf(r, sizeof r, "%s", reason ? reason : "");
     snprintf(m, sizeof m, "%s", message ? message : "");
     int changed = 0;

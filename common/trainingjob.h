@@ -67,16 +67,21 @@ typedef struct rm_training_spec {
     int64_t bench_min_bytes, bench_max_bytes;
     int bench_factor, bench_iters, bench_warmup;
     bool bench_check;
-    /* Optional fields whose zero is a valid value different from the default are tracked here:
-     * *_from_json sets the bit when the field was given; rm_training_defaults fills such a field
-     * only when its bit is clear AND its value is zero. (In C: set these fields after calling the
-     * defaults function, or set the bit.) Other fields: zero means unset. */
+    /* Which defaulted fields were given: *_from_json sets a field's bit when the input had it, so
+     * an explicit 0 is kept (momentum: 0, seed: 0) or rejected by validation (epochs: 0) instead of
+     * being replaced by the default. rm_training_defaults fills a field only when its bit is clear
+     * AND its value is zero, then sets every bit. In C, set fields after calling the defaults
+     * function (or set the bit). Strings: NULL means unset. */
     uint32_t set;               /* RM_TR_SET_* */
 } rm_training_spec;
 enum {
     RM_TR_SET_MOMENTUM = 1u << 0, RM_TR_SET_WARMUP = 1u << 1, RM_TR_SET_SEED = 1u << 2,
     RM_TR_SET_FUSION = 1u << 3, RM_TR_SET_BETA1 = 1u << 4, RM_TR_SET_BENCH_WARMUP = 1u << 5,
     RM_TR_SET_BENCH_CHECK = 1u << 6, RM_TR_SET_HIDDEN = 1u << 7, RM_TR_SET_BETA2 = 1u << 8,
+    RM_TR_SET_EPOCHS = 1u << 9, RM_TR_SET_BATCH = 1u << 10, RM_TR_SET_LR = 1u << 11,
+    RM_TR_SET_EPS = 1u << 12, RM_TR_SET_STEP_GAMMA = 1u << 13, RM_TR_SET_STEP_EVERY = 1u << 14,
+    RM_TR_SET_BENCH_MIN = 1u << 15, RM_TR_SET_BENCH_MAX = 1u << 16, RM_TR_SET_BENCH_FACTOR = 1u << 17,
+    RM_TR_SET_BENCH_ITERS = 1u << 18,
 };
 
 typedef struct rm_tj_spec {
@@ -107,7 +112,8 @@ typedef struct rm_tj_spec {
 } rm_tj_spec;
 enum {
     RM_TJ_SET_MAX_RESTARTS = 1u << 0, RM_TJ_SET_BACKOFF = 1u << 1, RM_TJ_SET_PROGRESS_DEADLINE = 1u << 2,
-    RM_TJ_SET_TTL = 1u << 3,
+    RM_TJ_SET_TTL = 1u << 3, RM_TJ_SET_REPLICAS = 1u << 4, RM_TJ_SET_MIN_REPLICAS = 1u << 5,
+    RM_TJ_SET_MAX_REPLICAS = 1u << 6, RM_TJ_SET_CKPT_INTERVAL = 1u << 7, RM_TJ_SET_CKPT_KEEP = 1u << 8,
 };
 
 typedef struct rm_condition {

@@ -1,0 +1,617 @@
+/* Tests for common/trainingjob: every parse and validation rule (each case names the exact
+ * message and field, so a wrong or missing rule fails), defaults (idempotent, explicit zeros
+ * kept), the to_json -> from_json round trip, status parsing and conditions. */
+#include "common/json.h"
+#include "common/trainingjob.h"
+#include "common/yaml.h"
+#include "tests/unit/testutil.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char base_yaml[] =
+    "apiVersion: ringmaster.dev/v1alpha1\n"
+    "kind: TrainingJob\n"
+    "metadata:\n"
+    "  name: fashion-mnist\n"
+    "  namespace: ml\n"
+    "  uid: 1234-abcd\n"
+    "  resourceVersion: \"77\"\n"
+    "  generation: 3\n"
+    "  labels: {team: vision}\n"
+    "  annotations: {note: \"hello\"}\n"
+    "  creationTimestamp: \"2026-11-21T08:00:00Z\"\n"
+    "spec:\n"
+    "  replicas: 4\n"
+    "  minReplicas: 2\n"
+    "  maxReplicas: 8\n"
+    "  backend: ring\n"
+    "  restartPolicy: {maxRestarts: 5, backoffSeconds: 1, progressDeadlineSeconds: 60}\n"
+    "  runPolicy: {activeDeadlineSeconds: 3600, ttlSecondsAfterFinished: 600, cleanPodPolicy: All,"
+    " suspend: false, managedBy: ringmaster.dev/operator}\n"
+    "  checkpoint: {path: /checkpoints, intervalSteps: 200, keep: 3}\n"
+    "  training:\n"
+    "    mode: train\n"
+    "    dataset: fashion-mnist\n"
+    "    dataDir: /data\n"
+    "    model: {type: mlp, hidden: [512, 256]}\n"
+    "    epochs: 10\n"
+    "    batchSizePerWorker: 64\n"
+    "    optimizer: {type: sgd, lr: 0.02, momentum: 0.9, weightDecay: 0.0001, beta1: 0.9, beta2: 0.999, eps: 1e-8}\n"
+    "    warmupEpochs: 1\n"
+    "    schedule: cosine\n"
+    "    stepGamma: 0.1\n"
+    "    stepEveryEpochs: 3\n"
+    "    precision: fp32\n"
+    "    fusionBufferMB: 25\n"
+    "    seed: 7\n"
+    "    maxSteps: 0\n"
+    "    bench: {minBytes: 1024, maxBytes: 1048576, stepFactor: 2, iters: 20, warmupIters: 5, check: true}\n"
+    "  template:\n"
+    "    spec:\n"
+    "      containers:\n"
+    "      - name: worker\n"
+    "        image: ringmaster/worker:latest\n"
+    "        resources: {limits: {nvidia.com/gpu: 1}}\n";
+
+static cJSON *base_doc(void)
+{
+    rm_yaml_docs *d = NULL;
+    rm_err e = { 0 };
+    int rc = rm_yaml_load(base_yaml, strlen(base_yaml), "base", &d, &e);
+    CU_ASSERT_EQUAL_FATAL(rc, RM_OK);
+    cJSON *j = rm_yaml_take(d, 0);
+    rm_yaml_free(d);
+    return j;
+}
+
+/* Sets (or with value NULL deletes) the member at a dotted path, creating objects on the way. */
+static void set_path(cJSON *root, const char *path, const char *json_value)
+{
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", path);
+    cJSON *cur = root;
+    char *save = NULL;
+    char *tok = strtok_r(buf, ".", &save);
+    while (tok) {
+        char *next = strtok_r(NULL, ".", &save);
+        if (!next) {
+            cJSON_DeleteItemFromObjectCaseSensitive(cur, tok);
+            if (json_value) {
+                cJSON *v = cJSON_Parse(json_value);
+                CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+                cJSON_AddItemToObject(cur, tok, v);
+            }
+            return;
+        }
+        cJSON *child = cJSON_GetObjectItemCaseSensitive(cur, tok);
+        if (!cJSON_IsObject(child)) {
+            cJSON_DeleteItemFromObjectCaseSensitive(cur, tok);
+            child = cJSON_AddObjectToObject(cur, tok);
+        }
+        cur = child;
+        tok = next;
+    }
+}
+
+/* parse + defaults + validate; returns rc and fills e */
+static int check(const cJSON *doc, rm_err *e)
+{
+    rm_tj tj;
+    memset(e, 0, sizeof *e);
+    int rc = rm_tj_from_json(doc, &tj, e);
+    if (rc)
+        return rc;
+    rm_tj_defaults(&tj);
+    rc = rm_tj_validate(&tj, e);
+    rm_tj_free(&tj);
+    return rc;
+}
+
+typedef struct {
+    const char *path;
+    const char *value; /* JSON text, or NULL to delete */
+    const char *msg;   /* expected full message; NULL = must be valid */
+} tj_case;
+
+static void run_cases(const tj_case *cases, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        cJSON *d = base_doc();
+        set_path(d, cases[i].path, cases[i].value);
+        rm_err e;
+        int rc = check(d, &e);
+        if (cases[i].msg) {
+            CU_ASSERT_EQUAL(rc, RM_EINVAL);
+            CU_ASSERT_STRING_EQUAL(e.msg, cases[i].msg);
+            /* err->field is the message's prefix */
+            size_t fl = strlen(e.field);
+            CU_ASSERT(fl > 0 && strncmp(e.msg, e.field, fl) == 0 && strncmp(e.msg + fl, ": ", 2) == 0);
+            if (rc != RM_EINVAL || strcmp(e.msg, cases[i].msg) != 0)
+                fprintf(stderr, "\n  case %s=%s: got rc=%d \"%s\", want \"%s\"\n", cases[i].path,
+                        cases[i].value ? cases[i].value : "(deleted)", rc, e.msg, cases[i].msg);
+        } else {
+            CU_ASSERT_EQUAL(rc, RM_OK);
+            if (rc)
+                fprintf(stderr, "\n  case %s=%s: unexpected error \"%s\"\n", cases[i].path,
+                        cases[i].value ? cases[i].value : "(deleted)", e.msg);
+        }
+        cJSON_Delete(d);
+    }
+}
+
+static void test_base_is_valid(void)
+{
+    cJSON *d = base_doc();
+    rm_err e;
+    CU_ASSERT_EQUAL(check(d, &e), RM_OK);
+    rm_tj tj;
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &tj, &e), RM_OK);
+    CU_ASSERT_STRING_EQUAL(tj.name, "fashion-mnist");
+    CU_ASSERT_STRING_EQUAL(tj.namespace_, "ml");
+    CU_ASSERT_STRING_EQUAL(tj.uid, "1234-abcd");
+    CU_ASSERT_STRING_EQUAL(tj.resource_version, "77");
+    CU_ASSERT_EQUAL(tj.generation, 3);
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(tj.labels, "team")->valuestring, "vision");
+    CU_ASSERT_EQUAL(tj.spec.replicas, 4);
+    CU_ASSERT_EQUAL(tj.spec.min_replicas, 2);
+    CU_ASSERT_EQUAL(tj.spec.max_replicas, 8);
+    CU_ASSERT_EQUAL(tj.spec.backend, RM_BACKEND_RING);
+    CU_ASSERT_EQUAL(tj.spec.run.active_deadline_seconds, 3600);
+    CU_ASSERT_EQUAL(tj.spec.run.ttl_seconds_after_finished, 600);
+    CU_ASSERT_EQUAL(tj.spec.run.clean_pod_policy, RM_CLEAN_ALL);
+    CU_ASSERT_STRING_EQUAL(tj.spec.run.managed_by, "ringmaster.dev/operator");
+    CU_ASSERT_STRING_EQUAL(tj.spec.checkpoint.path, "/checkpoints");
+    CU_ASSERT_EQUAL(tj.spec.training.nhidden, 2);
+    CU_ASSERT_EQUAL(tj.spec.training.hidden[1], 256);
+    CU_ASSERT_DOUBLE_EQUAL(tj.spec.training.optimizer.weight_decay, 1e-4, 1e-15);
+    CU_ASSERT_EQUAL(tj.spec.training.seed, 7);
+    CU_ASSERT_EQUAL(tj.spec.training.bench_max_bytes, 1048576);
+    CU_ASSERT_STRING_EQUAL(rm_json_path(tj.spec.template, "spec.containers[0].image")->valuestring,
+                           "ringmaster/worker:latest");
+    rm_tj_free(&tj);
+    rm_tj_free(NULL);
+    cJSON_Delete(d);
+}
+
+static void test_parse_rules(void)
+{
+    static const tj_case cases[] = {
+        /* strictness: unknown fields anywhere under spec except template */
+        { "spec.foo", "1", "spec.foo: unknown field" },
+        { "spec.training.foo", "1", "spec.training.foo: unknown field" },
+        { "spec.training.epoch", "3", "spec.training.epoch: unknown field" },
+        { "spec.restartPolicy.maxRestart", "1", "spec.restartPolicy.maxRestart: unknown field" },
+        { "spec.runPolicy.foo", "1", "spec.runPolicy.foo: unknown field" },
+        { "spec.checkpoint.foo", "1", "spec.checkpoint.foo: unknown field" },
+        { "spec.training.model.foo", "1", "spec.training.model.foo: unknown field" },
+        { "spec.training.optimizer.foo", "1", "spec.training.optimizer.foo: unknown field" },
+        { "spec.training.bench.foo", "1", "spec.training.bench.foo: unknown field" },
+        { "spec.template.whatever", "{\"x\":1}", NULL },            /* opaque */
+        { "metadata.finalizers", "[\"x\"]", NULL },                 /* other metadata ignored */
+        { "status.workers", "\"3/4\"", NULL },                      /* status is lenient */
+        /* types */
+        { "spec.replicas", "\"3\"", "spec.replicas: must be an integer" },
+        { "spec.replicas", "2.5", "spec.replicas: must be an integer" },
+        { "spec.replicas", "true", "spec.replicas: must be an integer" },
+        { "spec.replicas", "1e12", "spec.replicas: out of range" },
+        { "spec.minReplicas", "[]", "spec.minReplicas: must be an integer" },
+        { "spec.restartPolicy", "5", "spec.restartPolicy: must be an object" },
+        { "spec.restartPolicy.backoffSeconds", "\"1s\"", "spec.restartPolicy.backoffSeconds: must be a number" },
+        { "spec.runPolicy.suspend", "\"yes\"", "spec.runPolicy.suspend: must be a boolean" },
+        { "spec.runPolicy.activeDeadlineSeconds", "1.5", "spec.runPolicy.activeDeadlineSeconds: must be an integer" },
+        { "spec.runPolicy.managedBy", "3", "spec.runPolicy.managedBy: must be a string" },
+        { "spec.checkpoint.path", "{}", "spec.checkpoint.path: must be a string" },
+        { "spec.training", "[]", "spec.training: must be an object" },
+        { "spec.training.model", "3", "spec.training.model: must be an object" },
+        { "spec.training.model.hidden", "512", "spec.training.model.hidden: must be an array" },
+        { "spec.training.model.hidden", "[1, \"a\"]", "spec.training.model.hidden[1]: must be an integer" },
+        { "spec.training.model.hidden", "[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]",
+          "spec.training.model.hidden: at most 16 layers" },
+        { "spec.training.optimizer.lr", "\"fast\"", "spec.training.optimizer.lr: must be a number" },
+        { "spec.training.bench.check", "1", "spec.training.bench.check: must be a boolean" },
+        { "spec.training.seed", "-1", "spec.training.seed: must be >= 0" },
+        { "spec.template", "\"pod\"", "spec.template: must be an object" },
+        /* enums */
+        { "spec.backend", "\"tcp\"", "spec.backend: must be one of auto, ring, nccl, mpi (got \"tcp\")" },
+        { "spec.backend", "\"NCCL\"", "spec.backend: must be one of auto, ring, nccl, mpi (got \"NCCL\")" },
+        { "spec.runPolicy.cleanPodPolicy", "\"Some\"",
+          "spec.runPolicy.cleanPodPolicy: must be one of Running, All, None (got \"Some\")" },
+        { "spec.training.mode", "\"eval\"", "spec.training.mode: must be one of train, bench (got \"eval\")" },
+        { "spec.training.schedule", "\"linear\"",
+          "spec.training.schedule: must be one of cosine, step, constant (got \"linear\")" },
+        { "spec.training.precision", "\"fp8\"",
+          "spec.training.precision: must be one of fp32, bf16, fp16 (got \"fp8\")" },
+        { "spec.training.optimizer.type", "\"rmsprop\"",
+          "spec.training.optimizer.type: must be one of sgd, adam, adagrad (got \"rmsprop\")" },
+        /* the object itself */
+        { "metadata.name", NULL, "metadata.name: required" },
+        { "metadata.name", "5", "metadata.name: must be a string" },
+        { "metadata", NULL, "metadata: required" },
+        { "spec", NULL, "spec: required" },
+        { "spec", "[]", "spec: must be an object" },
+        { "kind", "\"Pod\"", "kind: must be TrainingJob (got \"Pod\")" },
+        { "apiVersion", "\"ringmaster.dev/v1\"",
+          "apiVersion: must be ringmaster.dev/v1alpha1 (got \"ringmaster.dev/v1\")" },
+        { "metadata.labels", "{\"a\": 1}", "metadata.labels.a: must be a string" },
+        { "metadata.generation", "\"3\"", "metadata.generation: must be an integer" },
+        { "status.startTime", "\"yesterday\"", "status.startTime: must be an RFC 3339 time (got \"yesterday\")" },
+        { "status.phase", "\"Done\"",
+          "status.phase: must be one of Pending, Running, Restarting, Succeeded, Failed, Suspended (got \"Done\")" },
+        { "status.replicas", "\"x\"", "status.replicas: must be an integer" },
+        { "status.conditions", "[{\"type\":\"Running\",\"status\":\"maybe\"}]",
+          "status.conditions[0].status: must be True or False" },
+        { "status.conditions", "[{\"type\":\"Running\"}]", "status.conditions[0].status: required" },
+    };
+    run_cases(cases, RM_ARRAY_LEN(cases));
+}
+
+static void test_validation_rules(void)
+{
+    static const tj_case cases[] = {
+        { "metadata.name", "\"\"", "metadata.name: required" },
+        { "metadata.name", "\"Fashion\"",
+          "metadata.name: must be a lowercase DNS-1123 name of at most 63 characters (got \"Fashion\")" },
+        { "metadata.name", "\"-x\"",
+          "metadata.name: must be a lowercase DNS-1123 name of at most 63 characters (got \"-x\")" },
+        { "metadata.name", "\"a_b\"",
+          "metadata.name: must be a lowercase DNS-1123 name of at most 63 characters (got \"a_b\")" },
+        { "metadata.name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"", /* 64 */
+          "metadata.name: must be a lowercase DNS-1123 name of at most 63 characters (got "
+          "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\")" },
+        { "metadata.name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"", NULL }, /* 63 */
+        { "metadata.name", "\"a.b-1\"", NULL },
+        { "metadata.namespace", "\"a.b\"", "metadata.namespace: must be a lowercase DNS-1123 label (got \"a.b\")" },
+        { "spec.replicas", "0", "spec.replicas: must be >= 1" },
+        { "spec.replicas", "-3", "spec.replicas: must be >= 1" },
+        { "spec.replicas", "2000", "spec.replicas: must be <= 1024" },
+        { "spec.replicas", "9", "spec.replicas: must be <= spec.maxReplicas" }, /* max is 8 */
+        { "spec.replicas", "8", NULL },
+        { "spec.minReplicas", "0", "spec.minReplicas: must be >= 1" },
+        { "spec.minReplicas", "5", "spec.minReplicas: must be <= spec.replicas" },
+        { "spec.minReplicas", "4", NULL },
+        { "spec.maxReplicas", "3", "spec.replicas: must be <= spec.maxReplicas" },
+        { "spec.maxReplicas", "4", NULL },
+        { "spec.maxReplicas", "0", "spec.maxReplicas: must be >= 1" },
+        { "spec.maxReplicas", "1025", "spec.maxReplicas: must be <= 1024" },
+        { "spec.restartPolicy.maxRestarts", "-1", "spec.restartPolicy.maxRestarts: must be >= 0" },
+        { "spec.restartPolicy.maxRestarts", "0", NULL },
+        { "spec.restartPolicy.backoffSeconds", "-1", "spec.restartPolicy.backoffSeconds: must be between 0 and 3600" },
+        { "spec.restartPolicy.backoffSeconds", "3601", "spec.restartPolicy.backoffSeconds: must be between 0 and 3600" },
+        { "spec.restartPolicy.progressDeadlineSeconds", "-0.5",
+          "spec.restartPolicy.progressDeadlineSeconds: must be >= 0" },
+        { "spec.restartPolicy.progressDeadlineSeconds", "0", NULL },
+        { "spec.runPolicy.activeDeadlineSeconds", "-1", "spec.runPolicy.activeDeadlineSeconds: must be >= 0" },
+        { "spec.runPolicy.ttlSecondsAfterFinished", "-2", "spec.runPolicy.ttlSecondsAfterFinished: must be >= -1" },
+        { "spec.runPolicy.ttlSecondsAfterFinished", "-1", NULL },
+        { "spec.runPolicy.managedBy", "\"\"", "spec.runPolicy.managedBy: must be 1 to 63 characters" },
+        { "spec.checkpoint.path", "\"\"", "spec.checkpoint.path: must not be empty" },
+        { "spec.checkpoint.intervalSteps", "0", "spec.checkpoint.intervalSteps: must be >= 1" },
+        { "spec.checkpoint.keep", "0", "spec.checkpoint.keep: must be >= 1" },
+        { "spec.training.dataset", "\"mnist\"", "spec.training.dataset: must be fashion-mnist (got \"mnist\")" },
+        { "spec.training.dataDir", "\"\"", "spec.training.dataDir: must not be empty" },
+        { "spec.training.model.type", "\"cnn\"", "spec.training.model.type: must be mlp (got \"cnn\")" },
+        { "spec.training.model.hidden", "[512, 0]", "spec.training.model.hidden[1]: must be between 1 and 65536" },
+        { "spec.training.model.hidden", "[65537]", "spec.training.model.hidden[0]: must be between 1 and 65536" },
+        { "spec.training.model.hidden", "[65536]", NULL },
+        { "spec.training.model.hidden", "[]", NULL }, /* a linear model */
+        { "spec.training.epochs", "0", "spec.training.epochs: must be between 1 and 100000" },
+        { "spec.training.batchSizePerWorker", "0", "spec.training.batchSizePerWorker: must be between 1 and 65536" },
+        { "spec.training.batchSizePerWorker", "65537", "spec.training.batchSizePerWorker: must be between 1 and 65536" },
+        { "spec.training.optimizer.lr", "0", "spec.training.optimizer.lr: must be > 0 and <= 100" },
+        { "spec.training.optimizer.lr", "-0.1", "spec.training.optimizer.lr: must be > 0 and <= 100" },
+        { "spec.training.optimizer.momentum", "1", "spec.training.optimizer.momentum: must be >= 0 and < 1" },
+        { "spec.training.optimizer.momentum", "0", NULL },
+        { "spec.training.optimizer.weightDecay", "-1", "spec.training.optimizer.weightDecay: must be >= 0" },
+        { "spec.training.optimizer.beta1", "1.5", "spec.training.optimizer.beta1: must be >= 0 and < 1" },
+        { "spec.training.optimizer.beta2", "-0.1", "spec.training.optimizer.beta2: must be >= 0 and < 1" },
+        { "spec.training.optimizer.eps", "0", "spec.training.optimizer.eps: must be > 0" },
+        { "spec.training.warmupEpochs", "-1", "spec.training.warmupEpochs: must be >= 0" },
+        { "spec.training.warmupEpochs", "11", "spec.training.warmupEpochs: must be <= spec.training.epochs" },
+        { "spec.training.warmupEpochs", "0", NULL },
+        { "spec.training.stepGamma", "1.5", "spec.training.stepGamma: must be > 0 and <= 1" },
+        { "spec.training.stepGamma", "0", "spec.training.stepGamma: must be > 0 and <= 1" },
+        { "spec.training.stepEveryEpochs", "0", "spec.training.stepEveryEpochs: must be >= 1" },
+        { "spec.training.fusionBufferMB", "-1", "spec.training.fusionBufferMB: must be between 0 and 4096" },
+        { "spec.training.fusionBufferMB", "0", NULL },
+        { "spec.training.maxSteps", "-1", "spec.training.maxSteps: must be >= 0" },
+        { "spec.training.bench.minBytes", "2", "spec.training.bench.minBytes: must be between 4 and 2^40" },
+        { "spec.training.bench.maxBytes", "512",
+          "spec.training.bench.maxBytes: must be >= spec.training.bench.minBytes and <= 2^40" },
+        { "spec.training.bench.stepFactor", "1", "spec.training.bench.stepFactor: must be >= 2" },
+        { "spec.training.bench.iters", "0", "spec.training.bench.iters: must be between 1 and 1000000" },
+        { "spec.training.bench.warmupIters", "-1", "spec.training.bench.warmupIters: must be between 0 and 1000000" },
+        { "spec.training.bench.warmupIters", "0", NULL },
+    };
+    run_cases(cases, RM_ARRAY_LEN(cases));
+}
+
+static void test_defaults(void)
+{
+    const char min_json[] = "{\"apiVersion\":\"ringmaster.dev/v1alpha1\",\"kind\":\"TrainingJob\","
+                            "\"metadata\":{\"name\":\"j\"},\"spec\":{\"replicas\":3}}";
+    rm_err e = { 0 };
+    cJSON *d = cJSON_Parse(min_json);
+    rm_tj tj;
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &tj, &e), RM_OK);
+    CU_ASSERT_PTR_NULL(tj.namespace_);       /* parse does not default */
+    CU_ASSERT_EQUAL(tj.spec.min_replicas, 0);
+    rm_tj_defaults(&tj);
+    CU_ASSERT_STRING_EQUAL(tj.namespace_, "default");
+    CU_ASSERT_EQUAL(tj.spec.replicas, 3);
+    CU_ASSERT_EQUAL(tj.spec.min_replicas, 3);
+    CU_ASSERT_EQUAL(tj.spec.max_replicas, 3);
+    CU_ASSERT_EQUAL(tj.spec.backend, RM_BACKEND_AUTO);
+    CU_ASSERT_EQUAL(tj.spec.restart.max_restarts, 5);
+    CU_ASSERT_DOUBLE_EQUAL(tj.spec.restart.backoff_seconds, 1, 0);
+    CU_ASSERT_DOUBLE_EQUAL(tj.spec.restart.progress_deadline_seconds, 60, 0);
+    CU_ASSERT_EQUAL(tj.spec.run.active_deadline_seconds, 0);
+    CU_ASSERT_EQUAL(tj.spec.run.ttl_seconds_after_finished, -1);
+    CU_ASSERT_EQUAL(tj.spec.run.clean_pod_policy, RM_CLEAN_RUNNING);
+    CU_ASSERT_FALSE(tj.spec.run.suspend);
+    CU_ASSERT_PTR_NULL(tj.spec.run.managed_by);
+    CU_ASSERT_STRING_EQUAL(tj.spec.checkpoint.path, "/checkpoints");
+    CU_ASSERT_EQUAL(tj.spec.checkpoint.interval_steps, 200);
+    CU_ASSERT_EQUAL(tj.spec.checkpoint.keep, 3);
+    const rm_training_spec *t = &tj.spec.training;
+    CU_ASSERT_EQUAL(t->mode, RM_MODE_TRAIN);
+    CU_ASSERT_STRING_EQUAL(t->dataset, "fashion-mnist");
+    CU_ASSERT_STRING_EQUAL(t->data_dir, "/usr/share/datasets/fashion-mnist");
+    CU_ASSERT_STRING_EQUAL(t->model_type, "mlp");
+    CU_ASSERT_EQUAL(t->nhidden, 2);
+    CU_ASSERT_EQUAL(t->hidden[0], 512);
+    CU_ASSERT_EQUAL(t->hidden[1], 256);
+    CU_ASSERT_EQUAL(t->epochs, 10);
+    CU_ASSERT_EQUAL(t->batch_size_per_worker, 64);
+    CU_ASSERT_EQUAL(t->optimizer.type, RM_OPT_SGD);
+    CU_ASSERT_DOUBLE_EQUAL(t->optimizer.lr, 0.02, 0);
+    CU_ASSERT_DOUBLE_EQUAL(t->optimizer.momentum, 0.9, 0);
+    CU_ASSERT_DOUBLE_EQUAL(t->optimizer.weight_decay, 0, 0);
+    CU_ASSERT_DOUBLE_EQUAL(t->optimizer.beta1, 0.9, 0);
+    CU_ASSERT_DOUBLE_EQUAL(t->optimizer.beta2, 0.999, 0);
+    CU_ASSERT_DOUBLE_EQUAL(t->optimizer.eps, 1e-8, 0);
+    CU_ASSERT_DOUBLE_EQUAL(t->warmup_epochs, 1, 0);
+    CU_ASSERT_EQUAL(t->schedule, RM_SCHED_COSINE);
+    CU_ASSERT_DOUBLE_EQUAL(t->step_gamma, 0.1, 0);
+    CU_ASSERT_EQUAL(t->step_every_epochs, 3);
+    CU_ASSERT_EQUAL(t->precision, RM_PREC_FP32);
+    CU_ASSERT_DOUBLE_EQUAL(t->fusion_buffer_mb, 25, 0);
+    CU_ASSERT_EQUAL(t->seed, 42);
+    CU_ASSERT_EQUAL(t->max_steps, 0);
+    CU_ASSERT_EQUAL(t->bench_min_bytes, 32 << 20);
+    CU_ASSERT_EQUAL(t->bench_max_bytes, 32 << 20);
+    CU_ASSERT_EQUAL(t->bench_factor, 2);
+    CU_ASSERT_EQUAL(t->bench_iters, 20);
+    CU_ASSERT_EQUAL(t->bench_warmup, 5);
+    CU_ASSERT_TRUE(t->bench_check);
+    CU_ASSERT_PTR_NULL(tj.spec.template);
+    CU_ASSERT_EQUAL(rm_tj_validate(&tj, &e), RM_OK);
+
+    /* idempotent: a second pass changes nothing */
+    cJSON *j1 = rm_tj_to_json(&tj);
+    rm_tj_defaults(&tj);
+    cJSON *j2 = rm_tj_to_json(&tj);
+    CU_ASSERT_TRUE(cJSON_Compare(j1, j2, 1));
+    cJSON_Delete(j1);
+    cJSON_Delete(j2);
+    rm_tj_free(&tj);
+    cJSON_Delete(d);
+
+    /* explicit zeros survive defaults */
+    const char zeros[] = "{\"metadata\":{\"name\":\"j\"},\"spec\":{\"restartPolicy\":{\"maxRestarts\":0,"
+                         "\"backoffSeconds\":0,\"progressDeadlineSeconds\":0},\"runPolicy\":"
+                         "{\"ttlSecondsAfterFinished\":0},\"training\":{\"optimizer\":{\"momentum\":0,"
+                         "\"beta1\":0},\"warmupEpochs\":0,\"seed\":0,\"fusionBufferMB\":0,"
+                         "\"model\":{\"hidden\":[]},\"bench\":{\"warmupIters\":0,\"check\":false}}}}";
+    d = cJSON_Parse(zeros);
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &tj, &e), RM_OK);
+    rm_tj_defaults(&tj);
+    CU_ASSERT_EQUAL(tj.spec.restart.max_restarts, 0);
+    CU_ASSERT_EQUAL(tj.spec.restart.backoff_seconds, 0);
+    CU_ASSERT_EQUAL(tj.spec.restart.progress_deadline_seconds, 0);
+    CU_ASSERT_EQUAL(tj.spec.run.ttl_seconds_after_finished, 0);
+    CU_ASSERT_EQUAL(tj.spec.training.optimizer.momentum, 0);
+    CU_ASSERT_EQUAL(tj.spec.training.optimizer.beta1, 0);
+    CU_ASSERT_EQUAL(tj.spec.training.warmup_epochs, 0);
+    CU_ASSERT_EQUAL(tj.spec.training.seed, 0);
+    CU_ASSERT_EQUAL(tj.spec.training.fusion_buffer_mb, 0);
+    CU_ASSERT_EQUAL(tj.spec.training.nhidden, 0);
+    CU_ASSERT_EQUAL(tj.spec.training.bench_warmup, 0);
+    CU_ASSERT_FALSE(tj.spec.training.bench_check);
+    CU_ASSERT_EQUAL(rm_tj_validate(&tj, &e), RM_OK);
+    rm_tj_free(&tj);
+    cJSON_Delete(d);
+
+    /* optimizer-dependent defaults */
+    rm_training_spec tr;
+    memset(&tr, 0, sizeof tr);
+    tr.optimizer.type = RM_OPT_ADAM;
+    rm_training_defaults(&tr);
+    CU_ASSERT_DOUBLE_EQUAL(tr.optimizer.lr, 0.001, 0);
+    CU_ASSERT_DOUBLE_EQUAL(tr.optimizer.momentum, 0, 0);
+    CU_ASSERT_DOUBLE_EQUAL(tr.optimizer.eps, 1e-8, 0);
+    rm_training_free(&tr);
+    tr.optimizer.type = RM_OPT_ADAGRAD;
+    rm_training_defaults(&tr);
+    CU_ASSERT_DOUBLE_EQUAL(tr.optimizer.lr, 0.01, 0);
+    CU_ASSERT_DOUBLE_EQUAL(tr.optimizer.eps, 1e-10, 0);
+    CU_ASSERT_EQUAL(rm_training_validate(&tr, "spec.training", &e), RM_OK);
+    rm_training_free(&tr);
+    rm_training_free(NULL);
+}
+
+static void fill_status(rm_tj_status *st)
+{
+    st->phase = RM_PHASE_RESTARTING;
+    st->observed_generation = 3;
+    rm_tj_set_condition(st, RM_COND_CREATED, true, "Created", "workers created", 3, 1795248000);
+    rm_tj_set_condition(st, RM_COND_RESTARTING, true, "WorkerFailed", "worker 2 exited \"137\"", 3,
+                        1795248060);
+    st->replicas = 4;
+    st->ready_replicas = 3;
+    st->epoch = 2;
+    st->restarts = 1;
+    st->progress = (rm_tj_progress){ 1840, 3, 0.3125, 21000.5, 1800, 1.75 };
+    st->result = (rm_tj_result){ true, 0.891, 0.28, 74.25, 8100, 9370 };
+    st->start_time = 1795248000;
+    st->completion_time = 1795248100;
+    st->last_restart_time = 1795248060;
+    snprintf(st->message, sizeof st->message, "worker 2 failed");
+}
+
+static void test_round_trip(void)
+{
+    cJSON *d = base_doc();
+    rm_err e = { 0 };
+    rm_tj a, b;
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
+    fill_status(&a.status);
+    /* not defaulted: still round-trips exactly */
+    cJSON *j1 = rm_tj_to_json(&a);
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(j1, &b, &e), RM_OK);
+    cJSON *j2 = rm_tj_to_json(&b);
+    CU_ASSERT_TRUE(cJSON_Compare(j1, j2, 1));
+    CU_ASSERT_EQUAL(memcmp(&a.status, &b.status, sizeof a.status), 0);
+    CU_ASSERT_EQUAL(b.spec.training.seed, 7);
+    CU_ASSERT_STRING_EQUAL(rm_json_path(j1, "status.conditions[1].type")->valuestring, "Restarting");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(j1, "status.conditions[1].lastTransitionTime")->valuestring,
+                           "2026-11-21T08:01:00Z");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(j1, "status.conditions[0].status")->valuestring, "True");
+    CU_ASSERT_EQUAL(rm_json_path(j1, "status.progress.step")->valuedouble, 1840);
+    CU_ASSERT_STRING_EQUAL(rm_json_path(j1, "status.phase")->valuestring, "Restarting");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(j1, "spec.template.spec.containers[0].name")->valuestring, "worker");
+    cJSON_Delete(j1);
+    cJSON_Delete(j2);
+    rm_tj_free(&b);
+    /* defaulted: same */
+    rm_tj_defaults(&a);
+    j1 = rm_tj_to_json(&a);
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(j1, &b, &e), RM_OK);
+    j2 = rm_tj_to_json(&b);
+    CU_ASSERT_TRUE(cJSON_Compare(j1, j2, 1));
+    CU_ASSERT_EQUAL(rm_tj_validate(&b, &e), RM_OK);
+    cJSON_Delete(j1);
+    cJSON_Delete(j2);
+    /* copy is deep and equal */
+    rm_tj c;
+    CU_ASSERT_EQUAL(rm_tj_copy(&c, &b), RM_OK);
+    rm_tj_free(&b);
+    j1 = rm_tj_to_json(&a);
+    j2 = rm_tj_to_json(&c);
+    CU_ASSERT_TRUE(cJSON_Compare(j1, j2, 1));
+    cJSON_Delete(j1);
+    cJSON_Delete(j2);
+    rm_tj_free(&c);
+    /* training alone (what the worker receives) */
+    cJSON *tj_json = rm_training_to_json(&a.spec.training);
+    rm_training_spec t;
+    CU_ASSERT_EQUAL(rm_training_from_json(tj_json, "spec.training", &t, &e), RM_OK);
+    cJSON *tj_json2 = rm_training_to_json(&t);
+    CU_ASSERT_TRUE(cJSON_Compare(tj_json, tj_json2, 1));
+    rm_training_free(&t);
+    cJSON_Delete(tj_json);
+    cJSON_Delete(tj_json2);
+    rm_tj_free(&a);
+    cJSON_Delete(d);
+}
+
+static void test_status_and_conditions(void)
+{
+    rm_tj_status st;
+    memset(&st, 0, sizeof st);
+    CU_ASSERT_EQUAL(rm_tj_set_condition(&st, RM_COND_RUNNING, true, "Running", "all up", 1, 100), 1);
+    CU_ASSERT_DOUBLE_EQUAL(st.conditions[RM_COND_RUNNING].last_transition, 100, 0);
+    /* same again: no change, time kept */
+    CU_ASSERT_EQUAL(rm_tj_set_condition(&st, RM_COND_RUNNING, true, "Running", "all up", 1, 200), 0);
+    CU_ASSERT_DOUBLE_EQUAL(st.conditions[RM_COND_RUNNING].last_transition, 100, 0);
+    /* new message, same status: changed, time kept */
+    CU_ASSERT_EQUAL(rm_tj_set_condition(&st, RM_COND_RUNNING, true, "Running", "3 of 4", 1, 300), 1);
+    CU_ASSERT_DOUBLE_EQUAL(st.conditions[RM_COND_RUNNING].last_transition, 100, 0);
+    /* new generation counts as a change */
+    CU_ASSERT_EQUAL(rm_tj_set_condition(&st, RM_COND_RUNNING, true, "Running", "3 of 4", 2, 350), 1);
+    CU_ASSERT_DOUBLE_EQUAL(st.conditions[RM_COND_RUNNING].last_transition, 100, 0);
+    /* flip: time moves */
+    CU_ASSERT_EQUAL(rm_tj_set_condition(&st, RM_COND_RUNNING, false, "Restarting", "", 2, 400), 1);
+    CU_ASSERT_DOUBLE_EQUAL(st.conditions[RM_COND_RUNNING].last_transition, 400, 0);
+    CU_ASSERT_FALSE(st.conditions[RM_COND_RUNNING].status);
+    CU_ASSERT_EQUAL(rm_tj_set_condition(&st, RM_COND__COUNT, true, "x", "y", 1, 1), 0);
+    /* conditions come out in type order whatever the set order */
+    rm_tj_set_condition(&st, RM_COND_CREATED, true, "Created", "", 2, 50);
+    cJSON *j = rm_tj_status_to_json(&st);
+    CU_ASSERT_STRING_EQUAL(rm_json_path(j, "conditions[0].type")->valuestring, "Created");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(j, "conditions[1].type")->valuestring, "Running");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(j, "conditions[1].status")->valuestring, "False");
+    CU_ASSERT_PTR_NULL(rm_json_path(j, "conditions[2]"));
+    CU_ASSERT_PTR_NULL(rm_json_path(j, "result"));      /* absent until present */
+    CU_ASSERT_PTR_NULL(rm_json_path(j, "startTime"));   /* 0 = unset */
+    CU_ASSERT_PTR_NULL(rm_json_path(j, "message"));
+    CU_ASSERT_STRING_EQUAL(rm_json_path(j, "phase")->valuestring, "Pending");
+    rm_tj_status back;
+    rm_err e = { 0 };
+    CU_ASSERT_EQUAL(rm_tj_status_from_json(j, &back, &e), RM_OK);
+    CU_ASSERT_EQUAL(memcmp(&st, &back, sizeof st), 0);
+    cJSON_Delete(j);
+    /* unknown condition types (someone else's) are ignored */
+    cJSON *o = cJSON_Parse("{\"phase\":\"Running\",\"conditions\":[{\"type\":\"PodsReady\",\"status\":\"True\"}]}");
+    CU_ASSERT_EQUAL(rm_tj_status_from_json(o, &back, &e), RM_OK);
+    CU_ASSERT_EQUAL(back.phase, RM_PHASE_RUNNING);
+    for (int i = 0; i < RM_COND__COUNT; i++)
+        CU_ASSERT_FALSE(back.conditions[i].present);
+    cJSON_Delete(o);
+}
+
+static void test_names(void)
+{
+    CU_ASSERT_STRING_EQUAL(rm_phase_name(RM_PHASE_SUCCEEDED), "Succeeded");
+    CU_ASSERT_STRING_EQUAL(rm_phase_name((rm_phase)99), "Unknown");
+    CU_ASSERT_STRING_EQUAL(rm_cond_name(RM_COND_RESTARTING), "Restarting");
+    CU_ASSERT_STRING_EQUAL(rm_backend_name(RM_BACKEND_NCCL), "nccl");
+    rm_backend b;
+    CU_ASSERT_EQUAL(rm_backend_parse("mpi", &b), RM_OK);
+    CU_ASSERT_EQUAL(b, RM_BACKEND_MPI);
+    CU_ASSERT_EQUAL(rm_backend_parse("gloo", &b), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_backend_parse(NULL, &b), RM_EINVAL);
+}
+
+static void test_yaml_error_points_at_line(void)
+{
+    /* the flow a CLI uses: a validation error's field maps back to the manifest's line */
+    const char y[] = "apiVersion: ringmaster.dev/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: x\n"
+                     "spec:\n  replicas: 2\n  minReplicas: 3\n";
+    rm_yaml_docs *d = NULL;
+    rm_err e = { 0 };
+    CU_ASSERT_EQUAL_FATAL(rm_yaml_load(y, strlen(y), "job.yaml", &d, &e), RM_OK);
+    CU_ASSERT_EQUAL(check(rm_yaml_doc(d, 0), &e), RM_EINVAL);
+    CU_ASSERT_STRING_EQUAL(e.field, "spec.minReplicas");
+    int line = 0, col = 0;
+    CU_ASSERT_EQUAL(rm_yaml_pos(d, 0, e.field, &line, &col), RM_OK);
+    CU_ASSERT_EQUAL(line, 7);
+    CU_ASSERT_EQUAL(col, 3);
+    rm_yaml_free(d);
+    /* the shipped example is valid */
+    char path[512];
+    const char *root = getenv("RM_ROOT");
+    snprintf(path, sizeof path, "%s/deploy/examples/fashion-mnist.yaml", root && *root ? root : ".");
+    if (rm_yaml_load_file(path, &d, &e) == RM_OK) {
+        CU_ASSERT_EQUAL(check(rm_yaml_doc(d, 0), &e), RM_OK);
+        if (e.msg[0])
+            fprintf(stderr, "\n  example: %s\n", e.msg);
+        rm_yaml_free(d);
+    }
+}
+
+void rm_suite_trainingjob(void)
+{
+    static const rm_test_case cases[] = {
+        { "base_is_valid", test_base_is_valid },
+        { "parse_rules", test_parse_rules },
+        { "validation_rules", test_validation_rules },
+        { "defaults", test_defaults },
+        { "round_trip", test_round_trip },
+        { "status_and_conditions", test_status_and_conditions },
+        { "names", test_names },
+        { "yaml_error_points_at_line", test_yaml_error_points_at_line },
+    };
+    RM_ADD_SUITE("trainingjob", NULL, NULL, cases);
+}
