@@ -340,10 +340,10 @@ int rm_worker_bench_main(int argc, char **argv) {
     if (w.rank == 0) {
         printf("# ringmaster-worker bench: allreduce, backend %s, %d ranks, %d iters, %d warmup, check %d\n",
                w.ops->name, w.size, o.iters, o.warmup, o.check);
-        printf("#\n#%60s%35s\n", "out-of-place", "in-place");
-        printf("#%12s%14s%10s%8s%8s%9s%8s%8s%7s%9s%8s%8s%7s\n", "size", "count", "type", "redop", "root",
+        printf("#\n#%62s%37s\n", "out-of-place", "in-place");
+        printf("#%12s%14s%10s%8s%8s%11s%8s%8s%7s%11s%8s%8s%7s\n", "size", "count", "type", "redop", "root",
                "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
-        printf("#%12s%14s%10s%8s%8s%9s%8s%8s%7s%9s%8s%8s%7s\n", "(B)", "(elements)", "", "", "", "(us)",
+        printf("#%12s%14s%10s%8s%8s%11s%8s%8s%7s%11s%8s%8s%7s\n", "(B)", "(elements)", "", "", "", "(us)",
                "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
         fflush(stdout);
     }
@@ -368,7 +368,7 @@ int rm_worker_bench_main(int argc, char **argv) {
         }
         nrows++;
         if (w.rank == 0) {
-            printf(" %12zu%14zu%10s%8s%8d%9.2f%8.2f%8.2f%7ld%9.2f%8.2f%8.2f%7ld\n", r->size, count, "float",
+            printf(" %12zu%14zu%10s%8s%8d%11.2f%8.2f%8.2f%7ld%11.2f%8.2f%8.2f%7ld\n", r->size, count, "float",
                    "sum", -1, r->t_us[0], r->algbw[0], r->busbw[0], r->wrong[0], r->t_us[1], r->algbw[1],
                    r->busbw[1], r->wrong[1]);
             fflush(stdout);

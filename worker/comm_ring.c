@@ -96,9 +96,9 @@ static int ring_connect(rm_comm *c, const rm_comm_cfg *cfg, double deadline, uin
     char host[64];
     int port, rc;
     RM_CHECK(rm_comm_split_addr(cfg->peers[next].addr, host, sizeof host, &port, err));
-    rc = rm_net_connect(host, port, deadline, &c->next_fd, err);
-    if (rc) return rm_errf(err, rc, "ring: connect to next rank %d (%s): %s", next, cfg->peers[next].addr,
-                           err ? err->msg : "");
+    rm_err e2 = {0};
+    rc = rm_net_connect(host, port, deadline, &c->next_fd, &e2);
+    if (rc) return rm_errf(err, rc, "ring: next rank %d: %s", next, e2.msg);
     rm_net_tune(c->next_fd, RING_SOCKBUF);
     uint8_t hello[HELLO_LEN];
     put32(hello, RING_MAGIC);
