@@ -256,3 +256,71 @@ void rm_loss_scaler_restore(rm_loss_scaler *s, float scale, int growth_tracker)
     if (growth_tracker >= 0 && growth_tracker < s->growth_interval)
         s->growth_tracker = growth_tracker;
 }
+
+/* ---------------- one mixed-precision step ---------------- */
+
+int rm_amp_init(rm_amp *a, const rm_kernels *k, rm_precision prec, rm_err *err)
+{
+    memset(a, 0, sizeof *a);
+    if (!k)
+        return rm_errf(err, RM_EINVAL, "amp: no kernels table");
+    if (prec != RM_PREC_FP32 && prec != RM_PREC_BF16 && prec != RM_PREC_FP16)
+        return rm_errf(err, RM_EINVAL, "amp: unknown precision %d", (int)prec);
+    a->k = k;
+    a->prec = prec;
+    rm_loss_scaler_init(&a->scaler, prec);
+    if (k->name && !strcmp(k->name, "cuda")) {
+        int rc = rm_gpu_set_precision(prec, err);
+        if (rc != RM_OK)
+            return rc;
+    }
+    if (a->scaler.enabled) {
+        if (!k->unscale_check_finite)
+            return rm_errf(err, RM_EUNSUPPORTED, "amp: the %s table cannot unscale gradients", k->name);
+        a->flag = k->alloc(sizeof(int32_t));
+        if (!a->flag)
+            return rm_errf(err, RM_ENOMEM, "amp: out of device memory for the overflow flag");
+    }
+    return RM_OK;
+}
+
+float rm_amp_loss_scale(const rm_amp *a)
+{
+    return rm_loss_scaler_scale(&a->scaler);
+}
+
+int rm_amp_finish(rm_amp *a, float *grads, size_t n, const rm_comm_ops *ops, rm_comm *comm,
+                  bool *apply, rm_err *err)
+{
+    *apply = true;
+    if (!a->scaler.enabled)
+        return RM_OK;
+    *apply = false;   /* on any error below the step is not applied */
+    int32_t local = 0;
+    a->k->memset0(a->flag, sizeof(int32_t));
+    a->k->unscale_check_finite(grads, n, rm_loss_scaler_inv_scale(&a->scaler), a->flag);
+    a->k->d2h(&local, a->flag, sizeof local);
+    float v = rm_loss_scaler_flag_value(local != 0);
+    if (ops && comm) {
+        int rc = ops->allreduce(comm, &v, 1, RM_DT_F32, RM_OP_SUM, err);
+        if (rc != RM_OK)
+            return rc;
+    }
+    bool overflow = rm_loss_scaler_agree_flag(v);
+    *apply = rm_loss_scaler_update(&a->scaler, overflow);
+    if (!*apply && a->scaler.skipped > a->skipped_logged) {
+        a->skipped_logged = a->scaler.skipped;
+        rm_info("fp16 overflow: step skipped, loss scale now %g skipped=%lld local=%d",
+                (double)a->scaler.scale, (long long)a->scaler.skipped, (int)(local != 0));
+    }
+    return RM_OK;
+}
+
+void rm_amp_free(rm_amp *a)
+{
+    if (!a)
+        return;
+    if (a->flag && a->k)
+        a->k->free(a->flag);
+    a->flag = NULL;
+}

@@ -20,6 +20,8 @@
 extern "C" {   /* the common/ headers are C11 without guards: give them C linkage here too */
 #endif
 #include "common/rm.h"
+#include "kernels/kernels.h"
+#include "worker/comm.h"
 #ifdef __cplusplus
 #define template template_  /* trainingjob.h names a field `template`, a C++ keyword; layout unchanged */
 #endif
@@ -131,6 +133,36 @@ static inline float rm_loss_scaler_flag_value(bool local_found_inf) { return loc
 static inline bool rm_loss_scaler_agree_flag(float reduced) { return !(reduced == 0.0f); }
 /* Checkpoint state: the scale and tracker are saved with the weights so a restart resumes them. */
 void rm_loss_scaler_restore(rm_loss_scaler *s, float scale, int growth_tracker);
+
+/* ---------------- one mixed-precision step, for the trainer ---------------- */
+
+/* Ties the above together so the trainer adds a handful of lines:
+ *   rm_amp amp;  rm_amp_init(&amp, k, precision, &err);           // once, after the table is chosen
+ *   per step:    rm_model_backward(..., inv_batch * rm_amp_loss_scale(&amp), ...);
+ *                (allreduce the gradients as usual)
+ *                rc = rm_amp_finish(&amp, grads, n, ops, comm, &apply, &err);
+ *                if (apply) optimizer step;                         // else all ranks skip together
+ *   at exit:     rm_amp_free(&amp);
+ * finish() is a no-op returning apply = true unless the scaler is enabled (fp16): then it unscales
+ * the averaged gradients on the device (kernels table), reads the overflow flag, agrees it over the
+ * comm with a 1-float SUM allreduce (host buffer; NULL ops = world of one) and updates the scaler.
+ * init() switches the CUDA table's gemm precision (rm_gpu_set_precision) when k is the CUDA table;
+ * with another table the gemms stay fp32 and only the scaler logic runs (used by the CPU tests).
+ * Ownership: k, ops, comm borrowed; the 4-byte device flag is owned (rm_amp_free, NULL ok).
+ * RM_EUNSUPPORTED: bf16/fp16 asked of a build or machine without a GPU (and k is the CUDA table). */
+typedef struct rm_amp {
+    const rm_kernels *k;
+    rm_precision prec;
+    rm_loss_scaler scaler;
+    int32_t *flag;            /* device int32 */
+    int64_t skipped_logged;
+} rm_amp;
+
+int rm_amp_init(rm_amp *a, const rm_kernels *k, rm_precision prec, rm_err *err);
+float rm_amp_loss_scale(const rm_amp *a);
+int rm_amp_finish(rm_amp *a, float *grads, size_t n, const rm_comm_ops *ops, rm_comm *comm,
+                  bool *apply, rm_err *err);
+void rm_amp_free(rm_amp *a);
 
 #ifdef __cplusplus
 }

@@ -397,6 +397,89 @@ static void test_nccl_table_without_gpu(void)
     ops->abort(NULL);
 }
 
+/* ---------------- rm_amp: the scaler step through a kernels table and a comm ---------------- */
+
+/* A comm whose "other rank" contributes `remote` to the flag allreduce. */
+static float g_remote;
+static int g_fake_calls;
+static int fake_allreduce(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_redop op, rm_err *err)
+{
+    (void)c;
+    (void)err;
+    g_fake_calls++;
+    CU_ASSERT_EQUAL(count, 1);
+    CU_ASSERT_EQUAL(dt, RM_DT_F32);
+    CU_ASSERT_EQUAL(op, RM_OP_SUM);
+    *(float *)buf += g_remote;
+    return RM_OK;
+}
+static int fake_allreduce_fail(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_redop op,
+                               rm_err *err)
+{
+    (void)c, (void)buf, (void)count, (void)dt, (void)op;
+    return rm_errf(err, RM_ETIMEDOUT, "peer gone");
+}
+
+static void test_amp_step(void)
+{
+    const rm_kernels *k = rm_kernels_cpu();
+    rm_comm_ops fake = {0};
+    fake.name = "fake";
+    fake.allreduce = fake_allreduce;
+    rm_comm *dummy = (rm_comm *)&fake;   /* never dereferenced by the fake */
+    rm_err e = {0};
+    rm_amp a;
+    bool apply = false;
+    float g[4] = {65536.0f, -131072.0f, 0.0f, 32768.0f};
+
+    /* fp32: nothing to do, no collective, always apply */
+    CU_ASSERT_EQUAL_FATAL(rm_amp_init(&a, k, RM_PREC_FP32, &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_amp_loss_scale(&a), 1.0f);
+    g_fake_calls = 0;
+    CU_ASSERT_EQUAL(rm_amp_finish(&a, g, 4, &fake, dummy, &apply, &e), RM_OK);
+    CU_ASSERT(apply);
+    CU_ASSERT_EQUAL(g_fake_calls, 0);
+    CU_ASSERT_EQUAL(g[0], 65536.0f);
+    rm_amp_free(&a);
+
+    /* fp16: unscale, agree, update */
+    CU_ASSERT_EQUAL_FATAL(rm_amp_init(&a, k, RM_PREC_FP16, &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_amp_loss_scale(&a), 65536.0f);
+    g_remote = 0;
+    CU_ASSERT_EQUAL(rm_amp_finish(&a, g, 4, &fake, dummy, &apply, &e), RM_OK);
+    CU_ASSERT(apply);
+    CU_ASSERT_EQUAL(g_fake_calls, 1);
+    CU_ASSERT_EQUAL(g[0], 1.0f);
+    CU_ASSERT_EQUAL(g[1], -2.0f);
+    CU_ASSERT_EQUAL(g[3], 0.5f);
+    /* local overflow: skip and halve */
+    g[2] = INFINITY;
+    CU_ASSERT_EQUAL(rm_amp_finish(&a, g, 4, &fake, dummy, &apply, &e), RM_OK);
+    CU_ASSERT_FALSE(apply);
+    CU_ASSERT_EQUAL(rm_amp_loss_scale(&a), 32768.0f);
+    /* finite here but another rank overflowed: this rank skips too */
+    g[2] = 1.0f;
+    g_remote = 1.0f;
+    CU_ASSERT_EQUAL(rm_amp_finish(&a, g, 4, &fake, dummy, &apply, &e), RM_OK);
+    CU_ASSERT_FALSE(apply);
+    CU_ASSERT_EQUAL(rm_amp_loss_scale(&a), 16384.0f);
+    CU_ASSERT_EQUAL(a.scaler.skipped, 2);
+    /* world of one (no comm) */
+    g_remote = 0;
+    CU_ASSERT_EQUAL(rm_amp_finish(&a, g, 4, NULL, NULL, &apply, &e), RM_OK);
+    CU_ASSERT(apply);
+    /* a failing flag allreduce is an error, never a silent apply */
+    fake.allreduce = fake_allreduce_fail;
+    apply = true;
+    CU_ASSERT_EQUAL(rm_amp_finish(&a, g, 4, &fake, dummy, &apply, &e), RM_ETIMEDOUT);
+    CU_ASSERT_FALSE(apply);
+    rm_amp_free(&a);
+    rm_amp_free(NULL);
+
+    CU_ASSERT_EQUAL(rm_amp_init(&a, NULL, RM_PREC_FP16, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_amp_init(&a, k, (rm_precision)7, &e), RM_EINVAL);
+}
+
 void rm_suite_gpu_cpu(void)
 {
     static const rm_test_case cases[] = {
@@ -414,6 +497,7 @@ void rm_suite_gpu_cpu(void)
         {"which jobs need a GPU", test_needs_gpu},
         {"GPU job without a GPU: clear error", test_require_message},
         {"nccl table without a GPU", test_nccl_table_without_gpu},
+        {"amp step: unscale, agree, skip together", test_amp_step},
     };
     RM_ADD_SUITE("gpu_cpu", NULL, NULL, cases);
 }
