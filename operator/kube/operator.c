@@ -462,6 +462,14 @@ int rm_operator_main(int argc, char **argv)
         }
         update_ready(&op);
         rm_health_beat(op.health);
+        pthread_mutex_lock(&op.lmu);
+        if (atomic_load(&op.leading) && op.rdzv_bind && !op.rdzv_srv) {
+            /* the previous leader may still hold the port for a moment: keep trying */
+            rm_err rerr = {0};
+            if (rm_rdzv_serve(op.rdzv, op.rdzv_bind, &op.rdzv_srv, &rerr) == RM_OK)
+                rm_info("rendezvous serving addr=%s port=%d", op.rdzv_bind, rm_http_port(op.rdzv_srv));
+        }
+        pthread_mutex_unlock(&op.lmu);
         if (op.resync_s > 0 && rm_kube_mono() - last_resync >= op.resync_s) {
             last_resync = rm_kube_mono();
             if (atomic_load(&op.leading))

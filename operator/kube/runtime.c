@@ -581,19 +581,25 @@ static void job_event(rm_kube_rt *rt, const rm_tj *tj, bool warning, const char 
                "Reconcile", note);
 }
 
+/* The token from the Secret in the cache, if there is one. */
+static void load_token(rm_kube_rt *rt, const rm_tj *tj, job_mem *m)
+{
+    char key[600];
+    snprintf(key, sizeof(key), "%s/%s-rendezvous", tj->namespace_, tj->name);
+    if (!rt->c.secrets)
+        return;
+    rm_informer_rlock(rt->c.secrets);
+    const rm_kube_owned *o = rm_informer_get(rt->c.secrets, key);
+    if (o && o->token[0])
+        snprintf(m->token, sizeof(m->token), "%s", o->token);
+    rm_informer_runlock(rt->c.secrets);
+    m->have_secret = o != NULL;
+}
+
 static int ensure_token(rm_kube_rt *rt, const rm_tj *tj, job_mem *m, rm_err *err)
 {
-    char key[600], path[512];
-    snprintf(key, sizeof(key), "%s/%s-rendezvous", tj->namespace_, tj->name);
-    if (rt->c.secrets) {
-        rm_informer_rlock(rt->c.secrets);
-        const rm_kube_owned *o = rm_informer_get(rt->c.secrets, key);
-        if (o && o->token[0])
-            snprintf(m->token, sizeof(m->token), "%s", o->token);
-        rm_informer_runlock(rt->c.secrets);
-        if (o)
-            m->have_secret = true;
-    }
+    char path[512];
+    load_token(rt, tj, m);
     if (m->token[0] && m->have_secret)
         return RM_OK;
     if (!m->token[0]) {
@@ -769,9 +775,12 @@ static int report_invalid(rm_kube_rt *rt, const char *key, cJSON *obj, const rm_
     const cJSON *cur = rm_json_path(obj, "status.message");
     if (!cJSON_IsString(nm) || !cJSON_IsString(ns))
         return rm_errf(err, RM_EPROTO, "job %s: no name/namespace", key);
-    if (cJSON_IsString(cur) && strcmp(cur->valuestring, perr->msg) == 0 &&
-        strcmp(m->invalid_msg, perr->msg) == 0)
-        return RM_OK;   /* already reported */
+    const cJSON *ph = rm_json_path(obj, "status.phase");
+    if (cJSON_IsString(cur) && strncmp(cur->valuestring, perr->msg, 255) == 0 && cJSON_IsString(ph) &&
+        strcmp(ph->valuestring, "Failed") == 0) {
+        snprintf(m->invalid_msg, sizeof(m->invalid_msg), "%s", perr->msg);
+        return RM_OK;   /* already reported (by us, maybe before a restart) */
+    }
     rm_tj_status st;
     memset(&st, 0, sizeof(st));
     double now = rm_kube_wall();
@@ -872,6 +881,8 @@ int rm_kube_rt_sync(rm_kube_rt *rt, const char *key, double *requeue_after, rm_e
     if (valid && !terminal && !tj.spec.run.suspend) {
         RM_CHECK_GOTO(ensure_token(rt, &tj, m, err), rc, out);
         RM_CHECK_GOTO(ensure_service(rt, &tj, m, err), rc, out);
+    } else if (!m->token[0]) {
+        load_token(rt, &tj, m);   /* never create anything for a finished job, but know its token */
     }
     /* observations */
     int cap = tj.spec.max_replicas > tj.spec.replicas ? tj.spec.max_replicas : tj.spec.replicas;
@@ -991,7 +1002,23 @@ int rm_kube_rt_sync(rm_kube_rt *rt, const char *key, double *requeue_after, rm_e
             break;
         case RM_ACT_SET_RDZV:
             if (rt->c.rdzv) {
-                arc = rm_rdzv_job_set(rt->c.rdzv, key, m->token, a->desired, a->min, 5.0);
+                bool fresh = m->rdzv_desired == 0;
+                arc = m->token[0] ? rm_rdzv_job_set(rt->c.rdzv, key, m->token, a->desired, a->min, 5.0)
+                                  : rm_errf(&aerr, RM_EAGAIN, "no rendezvous token yet");
+                if (!arc && fresh && tj.status.epoch >= 1 && oc.n > 0) {
+                    /* this process (re)started while workers train at status.epoch: move the new
+                     * rendezvous past it so their next report says "rejoin" and they regroup in
+                     * place at once, instead of waiting out a progress deadline */
+                    rm_rdzv_state *snap = calloc(1, sizeof(*snap));
+                    for (int guard = 0; snap && guard < 1000; guard++) {
+                        if (rm_rdzv_snapshot(rt->c.rdzv, key, snap) || snap->epoch > tj.status.epoch)
+                            break;
+                        int ne = 0;
+                        rm_rdzv_restart(rt->c.rdzv, key, snap->epoch, &ne);
+                    }
+                    free(snap);
+                    rm_info("rendezvous re-registered after an operator restart job=%s status_epoch=%d", key, tj.status.epoch);
+                }
                 if (!arc) {
                     m->rdzv_desired = a->desired;
                     m->rdzv_min = a->min;

@@ -1,0 +1,127 @@
+#!/usr/bin/python3
+"""load.py — drive the operator benchmark against kubesim (kubelet off).
+
+  load.py fleet URL JOBS WORKERS   create JOBS TrainingJobs x WORKERS at once (16 client threads),
+                                   watch pods, report pods/s and per-job create->all-pods latency
+  load.py big URL WORKERS KUBECTL  one WORKERS-wide job: time from the TrainingJob's creation (and
+                                   from `kubectl apply` start) to its last pod
+Prints one JSON object on stdout. Uses only the standard library (plain HTTP on 127.0.0.1).
+"""
+import http.client, json, sys, threading, time, subprocess, urllib.parse
+
+def conn(url):
+    u = urllib.parse.urlparse(url)
+    return http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+
+def req(c, method, path, body=None):
+    h = {"Content-Type": "application/json", "Accept": "application/json"}
+    c.request(method, path, body=json.dumps(body) if body is not None else None, headers=h)
+    r = c.getresponse()
+    data = r.read()
+    return r.status, (json.loads(data) if data else None)
+
+def job(name, workers):
+    return {"apiVersion": "ringmaster.dev/v1alpha1", "kind": "TrainingJob",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"replicas": workers, "backend": "ring",
+                     "training": {"model": {"type": "mlp", "hidden": [128]}, "epochs": 1},
+                     "template": {"spec": {"containers": [{"name": "worker", "image": "ringmaster/worker:latest"}]}}}}
+
+class PodWatch(threading.Thread):
+    def __init__(self, url, want):
+        super().__init__(daemon=True)
+        self.url, self.want = url, want
+        c = conn(url)
+        st, lst = req(c, "GET", "/api/v1/namespaces/default/pods?limit=1")
+        self.rv = lst["metadata"]["resourceVersion"]
+        self.first = {}          # pod name -> time first seen
+        self.per_job = {}        # job -> list of times
+        self.done = threading.Event()
+    def run(self):
+        c = conn(self.url)
+        c.request("GET", "/api/v1/namespaces/default/pods?watch=1&allowWatchBookmarks=true&timeoutSeconds=600&resourceVersion=" + self.rv)
+        r = c.getresponse()
+        buf = b""
+        while not self.done.is_set():
+            chunk = r.read1(65536) if hasattr(r, "read1") else r.read(65536)
+            if not chunk:
+                break
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                if not line.strip():
+                    continue
+                ev = json.loads(line)
+                if ev.get("type") != "ADDED":
+                    continue
+                md = ev["object"]["metadata"]
+                if md["name"] in self.first:
+                    continue
+                now = time.monotonic()
+                self.first[md["name"]] = now
+                j = md.get("labels", {}).get("ringmaster.dev/job-name", "?")
+                self.per_job.setdefault(j, []).append(now)
+                if len(self.first) >= self.want:
+                    self.done.set()
+
+def pct(xs, p):
+    xs = sorted(xs)
+    if not xs:
+        return None
+    k = max(0, min(len(xs) - 1, int(round(p / 100.0 * (len(xs) - 1)))))
+    return xs[k]
+
+def fleet(url, njobs, workers):
+    w = PodWatch(url, njobs * workers)
+    w.start()
+    created = {}
+    names = ["bench-%04d" % i for i in range(njobs)]
+    lock = threading.Lock()
+    def poster(chunk):
+        c = conn(url)
+        for n in chunk:
+            t = time.monotonic()
+            st, _ = req(c, "POST", "/apis/ringmaster.dev/v1alpha1/namespaces/default/trainingjobs", job(n, workers))
+            if st not in (200, 201):
+                print("create %s -> %d" % (n, st), file=sys.stderr)
+            with lock:
+                created[n] = t
+    t0 = time.monotonic()
+    ths = [threading.Thread(target=poster, args=(names[i::16],)) for i in range(16)]
+    for t in ths: t.start()
+    for t in ths: t.join()
+    t_applied = time.monotonic()
+    w.done.wait(180)
+    t_end = max(w.first.values()) if w.first else time.monotonic()
+    lat = [max(w.per_job[n]) - created[n] for n in names if len(w.per_job.get(n, [])) >= workers]
+    return {"jobs": njobs, "workers": workers, "pods": len(w.first),
+            "apply_seconds": round(t_applied - t0, 3),
+            "all_pods_seconds": round(t_end - t0, 3),
+            "pods_per_second": round(len(w.first) / (t_end - t0), 1) if w.first else 0,
+            "job_to_all_pods_p50_ms": round(pct(lat, 50) * 1000, 1) if lat else None,
+            "job_to_all_pods_p99_ms": round(pct(lat, 99) * 1000, 1) if lat else None,
+            "complete_jobs": len(lat)}
+
+def big(url, workers, kubectl):
+    w = PodWatch(url, workers)
+    w.start()
+    manifest = json.dumps(job("big-%d" % int(time.time()), workers))
+    t0 = time.monotonic()
+    p = subprocess.run([kubectl, "apply", "-f", "-"], input=manifest.encode(), capture_output=True)
+    t_kubectl = time.monotonic()
+    if p.returncode:
+        print(p.stderr.decode(), file=sys.stderr)
+    w.done.wait(30)
+    t_end = max(w.first.values()) if w.first else time.monotonic()
+    first = min(w.first.values()) if w.first else t_end
+    return {"workers": workers, "pods": len(w.first),
+            "kubectl_apply_seconds": round(t_kubectl - t0, 3),
+            "apply_start_to_all_pods_ms": round((t_end - t0) * 1000, 1),
+            "kubectl_return_to_all_pods_ms": round((t_end - t_kubectl) * 1000, 1),
+            "first_to_last_pod_ms": round((t_end - first) * 1000, 1)}
+
+if __name__ == "__main__":
+    if sys.argv[1] == "fleet":
+        print(json.dumps(fleet(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))))
+    else:
+        print(json.dumps(big(sys.argv[2], int(sys.argv[3]), sys.argv[4])))
