@@ -259,9 +259,11 @@ __global__ void k_argmax_correct(const float *logits, const int32_t *__restrict_
         const float *x = logits + (size_t)r * classes;
         float best = -INFINITY;
         int bi = classes;   /* "none yet" */
+        /* NaNs are skipped, except that a NaN in column 0 wins: exactly the C loop
+         * `best = 0; if (z[c] > z[best]) best = c;` */
         for (int j = lane; j < classes; j += 32) {
             float v = x[j];
-            if (bi == classes || v > best) {
+            if (!isnan(v) && (bi == classes || v > best)) {
                 best = v;
                 bi = j;
             }
@@ -274,8 +276,12 @@ __global__ void k_argmax_correct(const float *logits, const int32_t *__restrict_
                 bi = oi;
             }
         }
-        if (lane == 0 && bi == labels[r])
-            mine++;
+        if (lane == 0) {
+            if (bi == classes || isnan(x[0]))
+                bi = 0;
+            if (bi == labels[r])
+                mine++;
+        }
     }
     if (lane == 0 && mine)
         atomicAdd(correct, mine);

@@ -263,6 +263,21 @@ static void test_softmax_argmax(void)
         G->softmax_xent_fwd_bwd(dx, dlab, rows, classes, inv_batch, dx, dloss);
         float *gd2 = from_gpu(dx, n * 4);
         CHECK(memcmp(gd2, gd, n * 4) == 0, "xent in place differs %dx%d", rows, classes);
+        if (rows > 5 && classes > 3) {   /* NaN logits: argmax follows the C loop exactly */
+            x[(size_t)3 * classes + 1] = NAN;
+            x[(size_t)3 * classes + classes - 1] = 500.0f;
+            lab[3] = classes - 1;
+            x[(size_t)4 * classes + 0] = NAN;
+            lab[4] = 0;
+            x[(size_t)5 * classes + 2] = NAN;
+            x[(size_t)5 * classes + 3] = NAN;
+            G->h2d(dx, x, n * 4);
+            G->h2d(dlab, lab, (size_t)rows * 4);
+            G->argmax_correct(dx, dlab, rows, classes, dcorr);
+            C->argmax_correct(x, lab, rows, classes, &ccorr);
+            G->d2h(&gcorr, dcorr, 4);
+            CHECK(gcorr == ccorr, "argmax_correct with NaNs %dx%d: gpu %d cpu %d", rows, classes, gcorr, ccorr);
+        }
         G->free(dx), G->free(dd), G->free(dloss), G->free(dlab), G->free(dcorr);
         free(x), free(lab), free(cd), free(gd), free(gd2);
     }
