@@ -1,0 +1,275 @@
+/* test_train_multi.c — multi-worker training through the real binary: this test hosts the
+ * rendezvous service in-process (rm_rdzv_serve on 127.0.0.1:0) and fork/execs
+ * $RM_BIN/ringmaster-worker processes (a small MLP, a few hundred steps, so each case takes
+ * seconds).
+ *   - replicas_bit_identical: 3 workers end with the same parameter checksum (params_fnv64 in the
+ *     final log line), and the result differs from a 1-worker run (the shards really differ).
+ *   - kill_and_recover: 3 workers with RINGMASTER_FAULT=exit:rank=1:step=120 and checkpoints every
+ *     50 steps; rank 1 dies with 137, the harness (as a controller would) starts a replacement with
+ *     the same worker id; survivors notice within 5 s, re-join in place (no process restart), all
+ *     resume from the step-100 checkpoint, the fault does not fire again, and all three finish with
+ *     identical parameters.
+ * The binary is found through RM_BIN (the Makefile's test-unit sets it). */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/http.h"
+#include "common/rdzv.h"
+#include "tests/unit/testutil.h"
+
+#define JOB "test/multi"
+#define TOKEN "s3cret"
+
+typedef struct harness {
+    rm_rdzv *r;
+    rm_http_server *srv;
+    char url[64];
+    char *dir;
+} harness;
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int h_start(harness *h, int desired)
+{
+    memset(h, 0, sizeof *h);
+    rm_err e = {0};
+    h->r = rm_rdzv_new();
+    if (!h->r || rm_rdzv_serve(h->r, "127.0.0.1:0", &h->srv, &e) != RM_OK)
+        return -1;
+    snprintf(h->url, sizeof h->url, "http://127.0.0.1:%d", rm_http_port(h->srv));
+    rm_rdzv_job_set(h->r, JOB, TOKEN, desired, desired, 0.5);
+    h->dir = rm_test_tmpdir("trainmulti");
+    return h->dir ? 0 : -1;
+}
+
+static void h_stop(harness *h)
+{
+    if (h->r)
+        rm_rdzv_job_stop(h->r, JOB);
+    rm_http_stop(h->srv);
+    rm_rdzv_free(h->r);
+    if (h->dir) {
+        rm_test_rmtree(h->dir);
+        free(h->dir);
+    }
+}
+
+/* Start a worker; its stderr/stdout go to DIR/<tag>.log. */
+static pid_t spawn(harness *h, const char *wid, const char *tag, const char *fault,
+                   const char *ckdir, int max_steps, bool alone)
+{
+    char bin[1024], log[1024], steps[32];
+    snprintf(bin, sizeof bin, "%s/ringmaster-worker", rm_test_bindir());
+    snprintf(log, sizeof log, "%s/%s.log", h->dir, tag);
+    snprintf(steps, sizeof steps, "%d", max_steps);
+    pid_t p = fork();
+    if (p != 0)
+        return p;
+    int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+    }
+    if (!alone) {
+        setenv("RINGMASTER_RENDEZVOUS", h->url, 1);
+        setenv("RINGMASTER_JOB", JOB, 1);
+        setenv("RINGMASTER_TOKEN", TOKEN, 1);
+        setenv("RINGMASTER_WORKER_ID", wid, 1);
+        setenv("RINGMASTER_BIND_ADDR", "127.0.0.1", 1);
+    } else {
+        unsetenv("RINGMASTER_RENDEZVOUS");
+    }
+    if (fault)
+        setenv("RINGMASTER_FAULT", fault, 1);
+    else
+        unsetenv("RINGMASTER_FAULT");
+    unsetenv("RINGMASTER_TRAINING");
+    unsetenv("RINGMASTER_CHECKPOINT_DIR");
+    const char *argv[32];
+    int n = 0;
+    argv[n++] = bin;
+    argv[n++] = "train";
+    argv[n++] = "--hidden";
+    argv[n++] = "64";
+    argv[n++] = "--batch";
+    argv[n++] = "32";
+    argv[n++] = "--max-steps";
+    argv[n++] = steps;
+    argv[n++] = "--metrics-addr";
+    argv[n++] = "off";
+    argv[n++] = "--comm-timeout";
+    argv[n++] = "5";
+    argv[n++] = "--fusion-mb";
+    argv[n++] = "0.05";   /* several buckets: exercises overlap */
+    if (ckdir) {
+        argv[n++] = "--checkpoint-dir";
+        argv[n++] = ckdir;
+        argv[n++] = "--checkpoint-interval";
+        argv[n++] = "50";
+    }
+    argv[n] = NULL;
+    execv(bin, (char *const *)argv);
+    _exit(127);
+}
+
+/* Wait for pid up to timeout_s; returns the exit code, 128+sig, or -1 on timeout (then killed). */
+static int wait_exit(pid_t p, double timeout_s)
+{
+    double end = mono() + timeout_s;
+    int st;
+    while (mono() < end) {
+        pid_t r = waitpid(p, &st, WNOHANG);
+        if (r == p)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        usleep(20000);
+    }
+    kill(p, SIGKILL);
+    waitpid(p, &st, 0);
+    return -1;
+}
+
+static char *read_log(harness *h, const char *tag)
+{
+    char p[1024];
+    snprintf(p, sizeof p, "%s/%s.log", h->dir, tag);
+    return rm_test_read_file(p, NULL);
+}
+
+static int log_fnv(harness *h, const char *tag, char out[17])
+{
+    char *s = read_log(h, tag);
+    int ok = -1;
+    const char *k = s ? strstr(s, "params_fnv64=") : NULL;
+    if (k && sscanf(k, "params_fnv64=%16s", out) == 1)
+        ok = 0;
+    if (ok)
+        fprintf(stderr, "---- %s log ----\n%s\n", tag, s ? s : "(none)");
+    free(s);
+    return ok;
+}
+
+static void test_bit_identical(void)
+{
+    harness h;
+    CU_ASSERT_EQUAL_FATAL(h_start(&h, 3), 0);
+    pid_t p[3];
+    char tag[3][8];
+    for (int i = 0; i < 3; i++) {
+        char wid[8];
+        snprintf(wid, sizeof wid, "%d", i);
+        snprintf(tag[i], sizeof tag[i], "w%d", i);
+        p[i] = spawn(&h, wid, tag[i], NULL, NULL, 150, false);
+    }
+    pid_t solo = spawn(&h, "0", "solo", NULL, NULL, 150, true);
+    for (int i = 0; i < 3; i++)
+        CU_ASSERT_EQUAL(wait_exit(p[i], 90), 0);
+    CU_ASSERT_EQUAL(wait_exit(solo, 90), 0);
+    char f[3][17], fs[17];
+    for (int i = 0; i < 3; i++)
+        CU_ASSERT_EQUAL_FATAL(log_fnv(&h, tag[i], f[i]), 0);
+    CU_ASSERT_EQUAL_FATAL(log_fnv(&h, "solo", fs), 0);
+    CU_ASSERT_STRING_EQUAL(f[0], f[1]);
+    CU_ASSERT_STRING_EQUAL(f[0], f[2]);
+    CU_ASSERT_STRING_NOT_EQUAL(f[0], fs);
+    char *l0 = read_log(&h, "w0");
+    CU_ASSERT(l0 && strstr(l0, "world=3") != NULL);
+    free(l0);
+    rm_rdzv_state st;
+    CU_ASSERT_EQUAL(rm_rdzv_snapshot(h.r, JOB, &st), RM_OK);
+    CU_ASSERT(st.have_result);
+    CU_ASSERT_EQUAL(st.steps, 150);
+    h_stop(&h);
+}
+
+/* Seconds of day of the ts= field on the first line containing `what`; -1 if absent. */
+static double line_ts(const char *log, const char *what)
+{
+    const char *p = log ? strstr(log, what) : NULL;
+    if (!p)
+        return -1;
+    while (p > log && p[-1] != '\n')
+        p--;
+    int hh, mm;
+    double ss;
+    const char *t = strstr(p, "ts=");
+    if (!t || sscanf(t, "ts=%*4d-%*2d-%*2dT%2d:%2d:%lfZ", &hh, &mm, &ss) != 3)
+        return -1;
+    return hh * 3600.0 + mm * 60.0 + ss;
+}
+
+static void test_kill_and_recover(void)
+{
+    harness h;
+    CU_ASSERT_EQUAL_FATAL(h_start(&h, 3), 0);
+    char ck[1100];
+    snprintf(ck, sizeof ck, "%s/ck", h.dir);
+    const char *fault = "exit:rank=1:step=120";
+    pid_t p[3];
+    for (int i = 0; i < 3; i++) {
+        char wid[8], tag[8];
+        snprintf(wid, sizeof wid, "%d", i);
+        snprintf(tag, sizeof tag, "w%d", i);
+        p[i] = spawn(&h, wid, tag, fault, ck, 300, false);
+    }
+    /* the victim dies at step 120 with 137 */
+    int rc1 = wait_exit(p[1], 90);
+    CU_ASSERT_EQUAL(rc1, 137);
+    double died = mono();
+    /* replacement, same worker id (as the controller does) */
+    pid_t r1 = spawn(&h, "1", "w1b", fault, ck, 300, false);
+    CU_ASSERT_EQUAL(wait_exit(p[0], 120), 0);
+    CU_ASSERT_EQUAL(wait_exit(p[2], 120), 0);
+    CU_ASSERT_EQUAL(wait_exit(r1, 120), 0);
+    (void)died;
+    char f0[17], f2[17], fr[17];
+    CU_ASSERT_EQUAL_FATAL(log_fnv(&h, "w0", f0), 0);
+    CU_ASSERT_EQUAL_FATAL(log_fnv(&h, "w2", f2), 0);
+    CU_ASSERT_EQUAL_FATAL(log_fnv(&h, "w1b", fr), 0);
+    CU_ASSERT_STRING_EQUAL(f0, f2);
+    CU_ASSERT_STRING_EQUAL(f0, fr);
+    char *l0 = read_log(&h, "w0"), *l1 = read_log(&h, "w1"), *lr = read_log(&h, "w1b");
+    CU_ASSERT_FATAL(l0 && l1 && lr);
+    CU_ASSERT(strstr(l1, "kind=exit rank=1 step=120") != NULL);
+    CU_ASSERT(strstr(lr, "fault injected") == NULL);        /* once per job */
+    CU_ASSERT(strstr(l0, "collective failed") != NULL);      /* survivor noticed ... */
+    CU_ASSERT(strstr(l0, "checkpoint loaded") != NULL);      /* ... re-joined in place and reloaded */
+    CU_ASSERT(strstr(l0, "step=100 ") != NULL);              /* the step-100 checkpoint */
+    CU_ASSERT(strstr(lr, "checkpoint loaded") != NULL);
+    /* recovery: failure detection -> first step, logged by the survivor */
+    const char *rec = strstr(l0, "msg=recovered seconds=");
+    if (!rec)
+        rec = strstr(l0, "msg=\"recovered\" seconds=");
+    CU_ASSERT_PTR_NOT_NULL(rec);
+    /* the survivor noticed quickly: its failure line comes < 5 s after the victim's fault line */
+    double t_fault = line_ts(l1, "fault injected"), t_seen = line_ts(l0, "collective failed");
+    CU_ASSERT(t_fault > 0 && t_seen > 0);
+    CU_ASSERT(t_seen - t_fault < 5.0);
+    fprintf(stderr, "kill_and_recover: failure noticed after %.3f s\n", t_seen - t_fault);
+    free(l0);
+    free(l1);
+    free(lr);
+    h_stop(&h);
+}
+
+void rm_suite_train_multi(void)
+{
+    static const rm_test_case cases[] = {
+        {"replicas_bit_identical", test_bit_identical},
+        {"kill_and_recover", test_kill_and_recover},
+    };
+    RM_ADD_SUITE("train_multi", NULL, NULL, cases);
+}
