@@ -1,0 +1,1173 @@
+/* kubelet.c — kubesim's process kubelet (rules M1–M4, J6): binds pods to "kubesim-node", runs
+ * each container as a local process group, and writes pod status.
+ *
+ * Design: one thread, a 100 ms reconcile loop. Each tick it snapshots the pods from the store,
+ * binds unbound ones, starts new ones (fork/exec with setsid, env resolved from values,
+ * fieldRefs, Secrets and ConfigMaps, stdout/stderr appended to a per-container log file capped by
+ * truncation), reaps exits with waitpid, applies restartPolicy with CrashLoopBackOff back-off
+ * (first restart at once, then 10 s doubling to 300 s; KUBESIM_BACKOFF_BASE_S scales it), runs
+ * httpGet/tcpSocket probes against podIP:port, handles graceful deletion (SIGTERM to the group,
+ * SIGKILL after the grace period, then the final removal) and writes status only when it changed.
+ * Every pod gets its own loopback address 127.0.x.y. Images map to programs with --image-map;
+ * a container's command overrides the entrypoint and is looked up on PATH. Init containers and
+ * exec probes are not run. */
+#include "tests/kubesim/kubesim.h"
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "common/json.h"
+
+#define KL_MAX_CONTAINERS 16
+#define KL_LOG_CAP (8L * 1024 * 1024)
+
+typedef struct kl_probe {
+    bool on, http, tcp;
+    char path[256];
+    int port;
+    double period, delay, timeout;
+    int fail_threshold, success_threshold;
+    int failures, successes;
+    double next;
+} kl_probe;
+
+typedef struct kl_ctr {
+    char name[64], image[256];
+    pid_t pid;
+    int restarts;
+    double started_at, finished_at;        /* wall clock */
+    bool running, done, ready, ever_started;
+    int exit_code, sig;
+    char reason[32], message[256];         /* terminated reason / waiting reason */
+    bool has_last;
+    int last_exit, last_sig;
+    char last_reason[32];
+    double last_started, last_finished;
+    double next_start;                     /* monotonic; 0 = start now */
+    double backoff;
+    char log[760], prev_log[760];
+    kl_probe live, readyp;
+    bool killed_by_probe;
+} kl_ctr;
+
+typedef struct kl_pod {
+    char uid[64], ns[128], name[256], ip[20];
+    int nc;
+    kl_ctr c[KL_MAX_CONTAINERS];
+    bool terminating, sigkill_sent, final, removed;
+    double kill_deadline;
+    double start_time;
+    char restart_policy[16];
+    char last_status[8192];                 /* hash-free change detection: last written JSON */
+    char *last_status_dyn;
+    double cond_time[5];
+    bool cond_val[5];
+    struct kl_pod *next;
+} kl_pod;
+
+typedef struct ks_kubelet {
+    ks_server *s;
+    pthread_t th;
+    pthread_mutex_t mu;
+    kl_pod *pods;
+    atomic_bool stop;
+    char logdir[560];
+    unsigned ipnext;
+    double backoff_base;
+} ks_kubelet;
+
+static double mono(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static double wall(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static const char *sget(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static cJSON *oget(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
+
+/* ---- env ------------------------------------------------------------------------------------ */
+typedef struct envv { char **v; size_t n, cap; } envv;
+
+static void env_set(envv *e, const char *k, const char *val)
+{
+    size_t kl = strlen(k);
+    char *kv = malloc(kl + strlen(val) + 2);
+    if (!kv)
+        return;
+    sprintf(kv, "%s=%s", k, val);
+    for (size_t i = 0; i < e->n; i++)
+        if (!strncmp(e->v[i], k, kl) && e->v[i][kl] == '=') {
+            free(e->v[i]);
+            e->v[i] = kv;
+            return;
+        }
+    if (e->n + 2 > e->cap) {
+        size_t nc = e->cap ? e->cap * 2 : 64;
+        char **p = realloc(e->v, nc * sizeof(*p));
+        if (!p) {
+            free(kv);
+            return;
+        }
+        e->v = p;
+        e->cap = nc;
+    }
+    e->v[e->n++] = kv;
+    e->v[e->n] = NULL;
+}
+
+static const char *env_get(const envv *e, const char *k, size_t kl)
+{
+    for (size_t i = 0; i < e->n; i++)
+        if (!strncmp(e->v[i], k, kl) && e->v[i][kl] == '=')
+            return e->v[i] + kl + 1;
+    return NULL;
+}
+
+static void env_free(envv *e)
+{
+    for (size_t i = 0; i < e->n; i++)
+        free(e->v[i]);
+    free(e->v);
+    memset(e, 0, sizeof(*e));
+}
+
+/* Kubernetes $(VAR) expansion against the container env defined so far; $$ escapes. */
+static char *expand(const envv *e, const char *in)
+{
+    ks_buf b = {0};
+    for (const char *p = in; *p; p++) {
+        if (p[0] == '$' && p[1] == '$') {
+            ks_buf_add(&b, "$", 1);
+            p++;
+        } else if (p[0] == '$' && p[1] == '(') {
+            const char *close = strchr(p + 2, ')');
+            const char *val = close ? env_get(e, p + 2, (size_t)(close - p - 2)) : NULL;
+            if (val) {
+                ks_buf_puts(&b, val);
+                p = close;
+            } else {
+                ks_buf_add(&b, p, 1);
+            }
+        } else {
+            ks_buf_add(&b, p, 1);
+        }
+    }
+    return ks_buf_take(&b, NULL);
+}
+
+static int b64val(char c)
+{
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+' || c == '-') return 62;
+    if (c == '/' || c == '_') return 63;
+    return -1;
+}
+
+static char *b64dec(const char *in)
+{
+    size_t n = strlen(in);
+    char *out = malloc(n + 1);
+    if (!out)
+        return NULL;
+    size_t o = 0;
+    unsigned acc = 0;
+    int bits = 0;
+    for (size_t i = 0; i < n; i++) {
+        int v = b64val(in[i]);
+        if (v < 0)
+            continue;
+        acc = (acc << 6) | (unsigned)v;
+        bits += 6;
+        if (bits >= 8) {
+            bits -= 8;
+            out[o++] = (char)((acc >> bits) & 0xff);
+        }
+    }
+    out[o] = 0;
+    return out;
+}
+
+/* Value of key in a Secret (decoded) or ConfigMap; owned string or NULL. */
+static char *lookup_ref(ks_server *s, int type, const char *ns, const char *name, const char *key)
+{
+    ks_kind *k = ks_core_kind(s, type);
+    char *out = NULL;
+    pthread_rwlock_rdlock(&s->lock);
+    ks_obj *o = name ? ks_table_get(k->tab, ns, name) : NULL;
+    if (o) {
+        const char *v = sget(oget(o->j, "data"), key);
+        if (v)
+            out = type == KS_T_SECRET ? b64dec(v) : strdup(v);
+    }
+    pthread_rwlock_unlock(&s->lock);
+    return out;
+}
+
+static const cJSON *field_ref(const cJSON *pod, const char *path, char *buf, size_t cap)
+{
+    /* metadata.labels['x'] / metadata.annotations['x'] */
+    const char *br = strstr(path, "['");
+    if (br) {
+        char map[64], key[256];
+        size_t ml = (size_t)(br - path);
+        if (ml >= sizeof(map))
+            return NULL;
+        memcpy(map, path, ml);
+        map[ml] = 0;
+        const char *ke = strstr(br + 2, "']");
+        if (!ke || (size_t)(ke - br - 2) >= sizeof(key))
+            return NULL;
+        memcpy(key, br + 2, (size_t)(ke - br - 2));
+        key[ke - br - 2] = 0;
+        const cJSON *m = ks_jsonpath(pod, strchr(map, '.') ? map - 0 : map);
+        char mp[80];
+        snprintf(mp, sizeof(mp), ".%s", map);
+        m = ks_jsonpath(pod, mp);
+        return oget(m, key);
+    }
+    snprintf(buf, cap, ".%s", path);
+    return ks_jsonpath(pod, buf);
+}
+
+/* Builds the env of container c; returns 0, or -1 with msg (CreateContainerConfigError). */
+static int build_env(ks_server *s, const cJSON *pod, const cJSON *c, const char *ip, envv *e, char *msg, size_t mcap)
+{
+    extern char **environ;
+    for (char **p = environ; *p; p++) {
+        char *eq = strchr(*p, '=');
+        if (!eq)
+            continue;
+        char k[256];
+        size_t kl = (size_t)(eq - *p);
+        if (kl >= sizeof(k))
+            continue;
+        memcpy(k, *p, kl);
+        k[kl] = 0;
+        if (!strcmp(k, "KUBECONFIG"))
+            continue;
+        env_set(e, k, eq + 1);
+    }
+    const cJSON *md = oget(pod, "metadata");
+    const char *ns = sget(md, "namespace") ? sget(md, "namespace") : "default";
+    env_set(e, "HOSTNAME", sget(md, "name") ? sget(md, "name") : "pod");
+    env_set(e, "KUBESIM_POD_IP", ip);
+    const cJSON *envfrom = oget(c, "envFrom");
+    for (const cJSON *ef = envfrom ? envfrom->child : NULL; ef; ef = ef->next) {
+        const char *prefix = sget(ef, "prefix") ? sget(ef, "prefix") : "";
+        const cJSON *cm = oget(ef, "configMapRef"), *sec = oget(ef, "secretRef");
+        const cJSON *ref = cm ? cm : sec;
+        if (!ref)
+            continue;
+        ks_kind *k = ks_core_kind(s, cm ? KS_T_CONFIGMAP : KS_T_SECRET);
+        pthread_rwlock_rdlock(&s->lock);
+        ks_obj *o = sget(ref, "name") ? ks_table_get(k->tab, ns, sget(ref, "name")) : NULL;
+        cJSON *data = o ? cJSON_Duplicate(oget(o->j, "data"), 1) : NULL;
+        pthread_rwlock_unlock(&s->lock);
+        if (!o && !cJSON_IsTrue(oget(ref, "optional"))) {
+            snprintf(msg, mcap, "%s \"%s\" not found", cm ? "configmap" : "secret", sget(ref, "name") ? sget(ref, "name") : "");
+            return -1;
+        }
+        for (const cJSON *d = data ? data->child : NULL; d; d = d->next) {
+            if (!cJSON_IsString(d))
+                continue;
+            char key[512];
+            snprintf(key, sizeof(key), "%s%s", prefix, d->string);
+            if (sec) {
+                char *v = b64dec(d->valuestring);
+                env_set(e, key, v ? v : "");
+                free(v);
+            } else {
+                env_set(e, key, d->valuestring);
+            }
+        }
+        cJSON_Delete(data);
+    }
+    const cJSON *env = oget(c, "env");
+    for (const cJSON *v = env ? env->child : NULL; v; v = v->next) {
+        const char *name = sget(v, "name");
+        if (!name)
+            continue;
+        const char *val = sget(v, "value");
+        if (val) {
+            char *x = expand(e, val);
+            env_set(e, name, x ? x : val);
+            free(x);
+            continue;
+        }
+        const cJSON *vf = oget(v, "valueFrom");
+        if (!vf) {
+            env_set(e, name, "");
+            continue;
+        }
+        const cJSON *fr = oget(vf, "fieldRef");
+        const cJSON *skr = oget(vf, "secretKeyRef");
+        const cJSON *ckr = oget(vf, "configMapKeyRef");
+        if (fr && sget(fr, "fieldPath")) {
+            const char *fp = sget(fr, "fieldPath");
+            char buf[300];
+            if (!strcmp(fp, "status.podIP") || !strcmp(fp, "status.podIPs")) {
+                env_set(e, name, ip);
+            } else if (!strcmp(fp, "status.hostIP") || !strcmp(fp, "status.hostIPs")) {
+                env_set(e, name, "127.0.0.1");
+            } else if (!strcmp(fp, "spec.nodeName")) {
+                env_set(e, name, KS_NODE_NAME);
+            } else {
+                const cJSON *fv = field_ref(pod, fp, buf, sizeof(buf));
+                if (cJSON_IsString(fv))
+                    env_set(e, name, fv->valuestring);
+                else if (cJSON_IsNumber(fv)) {
+                    snprintf(buf, sizeof(buf), "%g", fv->valuedouble);
+                    env_set(e, name, buf);
+                } else
+                    env_set(e, name, "");
+            }
+        } else if (skr || ckr) {
+            const cJSON *r = skr ? skr : ckr;
+            char *val2 = lookup_ref(s, skr ? KS_T_SECRET : KS_T_CONFIGMAP, ns, sget(r, "name"), sget(r, "key") ? sget(r, "key") : "");
+            if (!val2) {
+                if (cJSON_IsTrue(oget(r, "optional")))
+                    continue;
+                snprintf(msg, mcap, "couldn't find key %s in %s %s/%s", sget(r, "key") ? sget(r, "key") : "",
+                         skr ? "Secret" : "ConfigMap", ns, sget(r, "name") ? sget(r, "name") : "");
+                return -1;
+            }
+            env_set(e, name, val2);
+            free(val2);
+        } else if (oget(vf, "resourceFieldRef")) {
+            env_set(e, name, "0");
+        }
+    }
+    return 0;
+}
+
+/* ---- processes ------------------------------------------------------------------------------ */
+static const char *image_program(ks_server *s, const char *image)
+{
+    for (int i = 0; i < s->opts.nimage_map; i++)
+        if (!strcmp(s->opts.image_map[i][0], image))
+            return s->opts.image_map[i][1];
+    char base[256];
+    snprintf(base, sizeof(base), "%s", image);
+    char *at = strchr(base, '@');
+    if (at)
+        *at = 0;
+    char *slash = strrchr(base, '/');
+    char *colon = strrchr(slash ? slash : base, ':');
+    if (colon)
+        *colon = 0;
+    for (int i = 0; i < s->opts.nimage_map; i++) {
+        char mb[256];
+        snprintf(mb, sizeof(mb), "%s", s->opts.image_map[i][0]);
+        char *ms = strrchr(mb, '/');
+        char *mc = strrchr(ms ? ms : mb, ':');
+        if (mc)
+            *mc = 0;
+        if (!strcmp(mb, base))
+            return s->opts.image_map[i][1];
+    }
+    return NULL;
+}
+
+static void parse_probe(const cJSON *p, kl_probe *pr)
+{
+    memset(pr, 0, sizeof(*pr));
+    if (!cJSON_IsObject(p))
+        return;
+    const cJSON *hg = oget(p, "httpGet"), *tcp = oget(p, "tcpSocket");
+    const cJSON *port = hg ? oget(hg, "port") : tcp ? oget(tcp, "port") : NULL;
+    if (!cJSON_IsNumber(port))
+        return;
+    pr->on = true;
+    pr->http = hg != NULL;
+    pr->tcp = !hg;
+    pr->port = (int)port->valuedouble;
+    snprintf(pr->path, sizeof(pr->path), "%s", hg && sget(hg, "path") ? sget(hg, "path") : "/");
+    const cJSON *v;
+    pr->period = cJSON_IsNumber(v = oget(p, "periodSeconds")) ? v->valuedouble : 10;
+    pr->delay = cJSON_IsNumber(v = oget(p, "initialDelaySeconds")) ? v->valuedouble : 0;
+    pr->timeout = cJSON_IsNumber(v = oget(p, "timeoutSeconds")) ? v->valuedouble : 1;
+    pr->fail_threshold = cJSON_IsNumber(v = oget(p, "failureThreshold")) ? (int)v->valuedouble : 3;
+    pr->success_threshold = cJSON_IsNumber(v = oget(p, "successThreshold")) ? (int)v->valuedouble : 1;
+    if (pr->period < 0.1)
+        pr->period = 0.1;
+}
+
+/* 1 success, 0 failure. Bounded by the probe's timeout. */
+static int run_probe(const char *ip, const kl_probe *pr)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return 0;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)pr->port)};
+    inet_pton(AF_INET, ip, &a.sin_addr);
+    int ok = 0;
+    int tmo = (int)(pr->timeout * 1000);
+    if (tmo < 100)
+        tmo = 100;
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a)) < 0 && errno != EINPROGRESS)
+        goto out;
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    if (poll(&p, 1, tmo) <= 0)
+        goto out;
+    int err = 0;
+    socklen_t el = sizeof(err);
+    getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el);
+    if (err)
+        goto out;
+    if (pr->tcp) {
+        ok = 1;
+        goto out;
+    }
+    char req[512];
+    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: %s:%d\r\nUser-Agent: kube-probe/1.32\r\nConnection: close\r\n\r\n",
+                     pr->path, ip, pr->port);
+    if (send(fd, req, (size_t)n, MSG_NOSIGNAL) != n)
+        goto out;
+    char buf[64];
+    size_t got = 0;
+    while (got < 12) {
+        p.events = POLLIN;
+        if (poll(&p, 1, tmo) <= 0)
+            goto out;
+        ssize_t r = recv(fd, buf + got, sizeof(buf) - 1 - got, 0);
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    buf[got] = 0;
+    int code = 0;
+    if (sscanf(buf, "HTTP/%*d.%*d %d", &code) == 1 && code >= 200 && code < 400)
+        ok = 1;
+out:
+    close(fd);
+    return ok;
+}
+
+static void cap_log(const char *path)
+{
+    struct stat st;
+    if (path[0] && stat(path, &st) == 0 && st.st_size > KL_LOG_CAP)
+        truncate(path, 0);
+}
+
+static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *pod)
+{
+    ks_server *s = kl->s;
+    const cJSON *cs = oget(oget(pod, "spec"), "containers");
+    const cJSON *cj = NULL;
+    for (const cJSON *x = cs ? cs->child : NULL; x; x = x->next)
+        if (sget(x, "name") && !strcmp(sget(x, "name"), c->name))
+            cj = x;
+    if (!cj)
+        return -1;
+    envv env = {0};
+    char msg[256] = "";
+    if (build_env(s, pod, cj, p->ip, &env, msg, sizeof(msg)) < 0) {
+        snprintf(c->reason, sizeof(c->reason), "CreateContainerConfigError");
+        snprintf(c->message, sizeof(c->message), "%s", msg);
+        c->next_start = mono() + 1;
+        env_free(&env);
+        return -1;
+    }
+    /* argv: command (on PATH) overrides the image entrypoint; args appended */
+    const cJSON *cmd = oget(cj, "command"), *args = oget(cj, "args");
+    char *argv[256];
+    int argc = 0;
+    const char *prog = NULL;
+    if (cJSON_IsArray(cmd) && cJSON_GetArraySize(cmd) > 0) {
+        for (const cJSON *a = cmd->child; a && argc < 200; a = a->next)
+            if (cJSON_IsString(a))
+                argv[argc++] = expand(&env, a->valuestring);
+    } else {
+        prog = image_program(s, c->image);
+        if (!prog) {
+            snprintf(c->reason, sizeof(c->reason), "ErrImagePull");
+            snprintf(c->message, sizeof(c->message), "kubesim: no --image-map entry for image %.160s and no command", c->image);
+            c->next_start = mono() + 5;
+            env_free(&env);
+            return -1;
+        }
+        argv[argc++] = strdup(prog);
+    }
+    for (const cJSON *a = cJSON_IsArray(args) ? args->child : NULL; a && argc < 250; a = a->next)
+        if (cJSON_IsString(a))
+            argv[argc++] = expand(&env, a->valuestring);
+    argv[argc] = NULL;
+    const char *wd = sget(cj, "workingDir");
+    if (c->ever_started && c->log[0]) {
+        rename(c->log, c->prev_log);
+    }
+    int fd = open(c->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setsid();
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul >= 0)
+            dup2(nul, 0);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        if (wd && *wd && chdir(wd) != 0) {
+            dprintf(2, "kubesim: chdir %s: %s\n", wd, strerror(errno));
+            _exit(128);
+        }
+        if (argv[0])
+            execvpe(argv[0], argv, env.v);
+        dprintf(2, "kubesim: exec %s: %s\n", argv[0] ? argv[0] : "(none)", strerror(errno));
+        _exit(127);
+    }
+    if (fd >= 0)
+        close(fd);
+    for (int i = 0; i < argc; i++)
+        free(argv[i]);
+    env_free(&env);
+    if (pid < 0) {
+        snprintf(c->reason, sizeof(c->reason), "RunContainerError");
+        snprintf(c->message, sizeof(c->message), "fork: %s", strerror(errno));
+        c->next_start = mono() + 5;
+        return -1;
+    }
+    if (c->ever_started)
+        c->restarts++;
+    c->pid = pid;
+    c->running = true;
+    c->ever_started = true;
+    c->done = false;
+    c->ready = false;
+    c->reason[0] = c->message[0] = 0;
+    c->started_at = wall();
+    double now = mono();
+    c->live.failures = c->readyp.failures = 0;
+    c->live.next = now + c->live.delay;
+    c->readyp.next = now + c->readyp.delay;
+    c->killed_by_probe = false;
+    rm_info("kubesim kubelet started container pod=%s/%s container=%s pid=%d ip=%s", p->ns, p->name, c->name, (int)pid, p->ip);
+    return 0;
+}
+
+/* ---- status --------------------------------------------------------------------------------- */
+static const char *COND_TYPES[5] = {"PodScheduled", "PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready"};
+
+static cJSON *ctr_status(const kl_ctr *c)
+{
+    char ts[32], ts2[32];
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "name", c->name);
+    cJSON *state = cJSON_AddObjectToObject(o, "state");
+    if (c->running) {
+        rm_json_time(ts, c->started_at);
+        cJSON_AddStringToObject(cJSON_AddObjectToObject(state, "running"), "startedAt", ts);
+    } else if (c->done) {
+        cJSON *t = cJSON_AddObjectToObject(state, "terminated");
+        cJSON_AddNumberToObject(t, "exitCode", c->exit_code);
+        if (c->sig)
+            cJSON_AddNumberToObject(t, "signal", c->sig);
+        cJSON_AddStringToObject(t, "reason", c->exit_code == 0 ? "Completed" : "Error");
+        rm_json_time(ts, c->started_at);
+        rm_json_time(ts2, c->finished_at);
+        cJSON_AddStringToObject(t, "startedAt", ts);
+        cJSON_AddStringToObject(t, "finishedAt", ts2);
+        char cid[64];
+        snprintf(cid, sizeof(cid), "kubesim://%d", (int)c->pid);
+        cJSON_AddStringToObject(t, "containerID", cid);
+    } else {
+        cJSON *w = cJSON_AddObjectToObject(state, "waiting");
+        cJSON_AddStringToObject(w, "reason", c->reason[0] ? c->reason : "ContainerCreating");
+        if (c->message[0])
+            cJSON_AddStringToObject(w, "message", c->message);
+    }
+    cJSON *last = cJSON_AddObjectToObject(o, "lastState");
+    if (c->has_last) {
+        cJSON *t = cJSON_AddObjectToObject(last, "terminated");
+        cJSON_AddNumberToObject(t, "exitCode", c->last_exit);
+        if (c->last_sig)
+            cJSON_AddNumberToObject(t, "signal", c->last_sig);
+        cJSON_AddStringToObject(t, "reason", c->last_reason);
+        rm_json_time(ts, c->last_started);
+        rm_json_time(ts2, c->last_finished);
+        cJSON_AddStringToObject(t, "startedAt", ts);
+        cJSON_AddStringToObject(t, "finishedAt", ts2);
+    }
+    cJSON_AddBoolToObject(o, "ready", c->running && c->ready);
+    cJSON_AddNumberToObject(o, "restartCount", c->restarts);
+    cJSON_AddStringToObject(o, "image", c->image);
+    char iid[300];
+    snprintf(iid, sizeof(iid), "kubesim://%s", c->image);
+    cJSON_AddStringToObject(o, "imageID", iid);
+    if (c->ever_started) {
+        char cid[64];
+        snprintf(cid, sizeof(cid), "kubesim://%d", (int)c->pid);
+        cJSON_AddStringToObject(o, "containerID", cid);
+    }
+    cJSON_AddBoolToObject(o, "started", c->running);
+    return o;
+}
+
+static const char *pod_phase(const kl_pod *p)
+{
+    bool all_done = p->nc > 0, all_ok = true, any_started = false;
+    for (int i = 0; i < p->nc; i++) {
+        const kl_ctr *c = &p->c[i];
+        if (!c->done)
+            all_done = false;
+        else if (c->exit_code != 0)
+            all_ok = false;
+        if (c->ever_started)
+            any_started = true;
+    }
+    if (all_done)
+        return all_ok ? "Succeeded" : "Failed";
+    return any_started ? "Running" : "Pending";
+}
+
+typedef struct status_ud { cJSON *status; } status_ud;
+
+static int write_status_cb(cJSON *pod, void *ud)
+{
+    status_ud *u = ud;
+    cJSON *old = cJSON_GetObjectItemCaseSensitive(pod, "status");
+    cJSON *nst = cJSON_Duplicate(u->status, 1);
+    if (old && cJSON_GetObjectItemCaseSensitive(old, "qosClass") && !cJSON_GetObjectItemCaseSensitive(nst, "qosClass"))
+        cJSON_AddItemToObject(nst, "qosClass", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(old, "qosClass"), 1));
+    if (old)
+        cJSON_ReplaceItemInObjectCaseSensitive(pod, "status", nst);
+    else
+        cJSON_AddItemToObject(pod, "status", nst);
+    return 1;
+}
+
+static void write_status(ks_kubelet *kl, kl_pod *p)
+{
+    const char *phase = pod_phase(p);
+    bool all_ready = p->nc > 0, terminal = !strcmp(phase, "Succeeded") || !strcmp(phase, "Failed");
+    bool any_started = false;
+    for (int i = 0; i < p->nc; i++) {
+        if (!(p->c[i].running && p->c[i].ready))
+            all_ready = false;
+        if (p->c[i].ever_started)
+            any_started = true;
+    }
+    bool vals[5] = {true, !terminal || any_started, true, all_ready && !terminal, all_ready && !terminal};
+    double now = wall();
+    for (int i = 0; i < 5; i++)
+        if (p->cond_time[i] == 0 || p->cond_val[i] != vals[i]) {
+            p->cond_val[i] = vals[i];
+            p->cond_time[i] = now;
+        }
+    cJSON *st = cJSON_CreateObject();
+    cJSON_AddStringToObject(st, "phase", phase);
+    cJSON *conds = cJSON_AddArrayToObject(st, "conditions");
+    for (int i = 0; i < 5; i++) {
+        cJSON *c = cJSON_CreateObject();
+        char ts[32];
+        rm_json_time(ts, p->cond_time[i]);
+        cJSON_AddStringToObject(c, "type", COND_TYPES[i]);
+        cJSON_AddStringToObject(c, "status", vals[i] ? "True" : "False");
+        cJSON_AddNullToObject(c, "lastProbeTime");
+        cJSON_AddStringToObject(c, "lastTransitionTime", ts);
+        if (!vals[i] && i >= 3) {
+            cJSON_AddStringToObject(c, "reason", terminal ? "PodCompleted" : "ContainersNotReady");
+            if (!terminal)
+                cJSON_AddStringToObject(c, "message", "containers with unready status");
+        }
+        cJSON_AddItemToArray(conds, c);
+    }
+    cJSON_AddStringToObject(st, "hostIP", "127.0.0.1");
+    cJSON *hips = cJSON_AddArrayToObject(st, "hostIPs");
+    cJSON *hip = cJSON_CreateObject();
+    cJSON_AddStringToObject(hip, "ip", "127.0.0.1");
+    cJSON_AddItemToArray(hips, hip);
+    cJSON_AddStringToObject(st, "podIP", p->ip);
+    cJSON *pips = cJSON_AddArrayToObject(st, "podIPs");
+    cJSON *pip = cJSON_CreateObject();
+    cJSON_AddStringToObject(pip, "ip", p->ip);
+    cJSON_AddItemToArray(pips, pip);
+    char ts[32];
+    rm_json_time(ts, p->start_time);
+    cJSON_AddStringToObject(st, "startTime", ts);
+    cJSON *cs = cJSON_AddArrayToObject(st, "containerStatuses");
+    for (int i = 0; i < p->nc; i++)
+        cJSON_AddItemToArray(cs, ctr_status(&p->c[i]));
+    char *txt = cJSON_PrintUnformatted(st);
+    if (txt && (!p->last_status_dyn || strcmp(txt, p->last_status_dyn))) {
+        status_ud u = {st};
+        int rc = ks_internal_update(kl->s, ks_core_kind(kl->s, KS_T_POD), p->ns, p->name, write_status_cb, &u);
+        if (rc == RM_OK) {
+            free(p->last_status_dyn);
+            p->last_status_dyn = txt;
+            txt = NULL;
+        }
+    }
+    free(txt);
+    cJSON_Delete(st);
+}
+
+/* ---- pods ----------------------------------------------------------------------------------- */
+static void alloc_ip(ks_kubelet *kl, char *out, size_t cap)
+{
+    for (int tries = 0; tries < 65000; tries++) {
+        unsigned n = kl->ipnext++ % 65000;
+        unsigned a = n / 253, b = n % 253 + 2; /* 127.0.0.2 .. 127.0.0.254, then 127.0.1.2 ... */
+        char ip[20];
+        snprintf(ip, sizeof(ip), "127.0.%u.%u", a, b);
+        bool used = false;
+        for (kl_pod *p = kl->pods; p; p = p->next)
+            if (!strcmp(p->ip, ip))
+                used = true;
+        if (!used) {
+            snprintf(out, cap, "%s", ip);
+            return;
+        }
+    }
+    snprintf(out, cap, "127.0.0.2");
+}
+
+static kl_pod *find_pod(ks_kubelet *kl, const char *uid)
+{
+    for (kl_pod *p = kl->pods; p; p = p->next)
+        if (!strcmp(p->uid, uid))
+            return p;
+    return NULL;
+}
+
+static void mkdirs(const char *path)
+{
+    char buf[600];
+    snprintf(buf, sizeof(buf), "%s", path);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            mkdir(buf, 0755);
+            *p = '/';
+        }
+    mkdir(buf, 0755);
+}
+
+static kl_pod *new_pod(ks_kubelet *kl, const cJSON *pod)
+{
+    kl_pod *p = calloc(1, sizeof(*p));
+    if (!p)
+        return NULL;
+    const cJSON *md = oget(pod, "metadata");
+    snprintf(p->uid, sizeof(p->uid), "%s", sget(md, "uid") ? sget(md, "uid") : "");
+    snprintf(p->ns, sizeof(p->ns), "%s", sget(md, "namespace") ? sget(md, "namespace") : "");
+    snprintf(p->name, sizeof(p->name), "%s", sget(md, "name") ? sget(md, "name") : "");
+    const cJSON *spec = oget(pod, "spec");
+    snprintf(p->restart_policy, sizeof(p->restart_policy), "%s", sget(spec, "restartPolicy") ? sget(spec, "restartPolicy") : "Always");
+    alloc_ip(kl, p->ip, sizeof(p->ip));
+    p->start_time = wall();
+    char dir[800];
+    snprintf(dir, sizeof(dir), "%s/%.60s_%.60s_%.40s", kl->logdir, p->ns, p->name, p->uid);
+    mkdirs(dir);
+    const cJSON *cs = oget(spec, "containers");
+    for (const cJSON *c = cs ? cs->child : NULL; c && p->nc < KL_MAX_CONTAINERS; c = c->next) {
+        kl_ctr *k = &p->c[p->nc++];
+        snprintf(k->name, sizeof(k->name), "%s", sget(c, "name") ? sget(c, "name") : "c");
+        snprintf(k->image, sizeof(k->image), "%s", sget(c, "image") ? sget(c, "image") : "");
+        char cn[64];
+        memcpy(cn, k->name, sizeof(cn));
+        snprintf(k->log, sizeof(k->log), "%.700s/%.40s.log", dir, cn);
+        snprintf(k->prev_log, sizeof(k->prev_log), "%.700s/%.40s.previous.log", dir, cn);
+        parse_probe(oget(c, "livenessProbe"), &k->live);
+        parse_probe(oget(c, "readinessProbe"), &k->readyp);
+        k->ready = false;
+    }
+    p->next = kl->pods;
+    kl->pods = p;
+    return p;
+}
+
+static void free_pod(kl_pod *p)
+{
+    free(p->last_status_dyn);
+    free(p);
+}
+
+static void kill_pod(kl_pod *p, int sig)
+{
+    for (int i = 0; i < p->nc; i++)
+        if (p->c[i].running && p->c[i].pid > 0)
+            kill(-p->c[i].pid, sig);
+}
+
+static int bind_cb(cJSON *pod, void *ud)
+{
+    (void)ud;
+    cJSON *spec = oget(pod, "spec");
+    if (!cJSON_IsObject(spec) || sget(spec, "nodeName"))
+        return 0;
+    cJSON_AddStringToObject(spec, "nodeName", KS_NODE_NAME);
+    cJSON *st = oget(pod, "status");
+    if (!cJSON_IsObject(st)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(pod, "status");
+        st = cJSON_AddObjectToObject(pod, "status");
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(st, "conditions");
+    cJSON *conds = cJSON_AddArrayToObject(st, "conditions");
+    cJSON *c = cJSON_CreateObject();
+    char ts[32];
+    rm_json_time(ts, wall());
+    cJSON_AddStringToObject(c, "type", "PodScheduled");
+    cJSON_AddStringToObject(c, "status", "True");
+    cJSON_AddNullToObject(c, "lastProbeTime");
+    cJSON_AddStringToObject(c, "lastTransitionTime", ts);
+    cJSON_AddItemToArray(conds, c);
+    return 1;
+}
+
+static void on_exit_status(kl_ctr *c, int status)
+{
+    c->running = false;
+    c->finished_at = wall();
+    c->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    c->sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+}
+
+static void reap(ks_kubelet *kl)
+{
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid <= 0)
+            return;
+        for (kl_pod *p = kl->pods; p; p = p->next)
+            for (int i = 0; i < p->nc; i++)
+                if (p->c[i].pid == pid && p->c[i].running) {
+                    on_exit_status(&p->c[i], status);
+                    rm_info("kubesim kubelet container exited pod=%s/%s container=%s code=%d signal=%d", p->ns, p->name,
+                            p->c[i].name, p->c[i].exit_code, p->c[i].sig);
+                    /* the process group may have stragglers: end them */
+                    kill(-pid, SIGKILL);
+                }
+    }
+}
+
+/* Apply restartPolicy to containers that stopped running. */
+static void handle_exits(ks_kubelet *kl, kl_pod *p, double now)
+{
+    for (int i = 0; i < p->nc; i++) {
+        kl_ctr *c = &p->c[i];
+        if (c->running || c->done || !c->ever_started || c->next_start > 0)
+            continue;
+        /* the container just exited */
+        bool restart = !strcmp(p->restart_policy, "Always") ||
+                       (!strcmp(p->restart_policy, "OnFailure") && c->exit_code != 0);
+        if (!restart) {
+            c->done = true;
+            continue;
+        }
+        c->has_last = true;
+        c->last_exit = c->exit_code;
+        c->last_sig = c->sig;
+        snprintf(c->last_reason, sizeof(c->last_reason), "%s", c->exit_code == 0 ? "Completed" : "Error");
+        c->last_started = c->started_at;
+        c->last_finished = c->finished_at;
+        /* back-off: immediate first restart, then base doubling to 300 s; reset after 10 min of running */
+        if (c->finished_at - c->started_at > 600)
+            c->backoff = 0;
+        double delay = c->backoff;
+        c->backoff = c->backoff == 0 ? kl->backoff_base : c->backoff * 2;
+        if (c->backoff > 300)
+            c->backoff = 300;
+        c->next_start = now + delay;
+        snprintf(c->reason, sizeof(c->reason), "%s", delay > 0 ? "CrashLoopBackOff" : "ContainerCreating");
+        if (delay > 0)
+        {
+            char cn[64];
+            memcpy(cn, c->name, sizeof(cn));
+            snprintf(c->message, sizeof(c->message), "back-off %gs restarting failed container=%.60s pod=%.60s_%.60s", delay,
+                     cn, p->name, p->ns);
+        }
+    }
+}
+
+static void run_probes(kl_pod *p, double now)
+{
+    for (int i = 0; i < p->nc; i++) {
+        kl_ctr *c = &p->c[i];
+        if (!c->running) {
+            c->ready = false;
+            continue;
+        }
+        if (!c->readyp.on)
+            c->ready = true;
+        else if (now >= c->readyp.next) {
+            c->readyp.next = now + c->readyp.period;
+            if (run_probe(p->ip, &c->readyp)) {
+                c->readyp.failures = 0;
+                if (++c->readyp.successes >= c->readyp.success_threshold)
+                    c->ready = true;
+            } else {
+                c->readyp.successes = 0;
+                if (++c->readyp.failures >= c->readyp.fail_threshold)
+                    c->ready = false;
+            }
+        }
+        if (c->live.on && now >= c->live.next) {
+            c->live.next = now + c->live.period;
+            if (run_probe(p->ip, &c->live)) {
+                c->live.failures = 0;
+            } else if (++c->live.failures >= c->live.fail_threshold) {
+                rm_info("kubesim kubelet liveness probe failed, killing pod=%s/%s container=%s", p->ns, p->name, c->name);
+                c->killed_by_probe = true;
+                c->live.failures = 0;
+                kill(-c->pid, SIGKILL);
+            }
+        }
+    }
+}
+
+static void tick(ks_kubelet *kl)
+{
+    ks_server *s = kl->s;
+    ks_kind *pk = ks_core_kind(s, KS_T_POD);
+    bool not_ready;
+    pthread_mutex_lock(&s->faults.mu);
+    not_ready = s->faults.node_not_ready;
+    pthread_mutex_unlock(&s->faults.mu);
+    pthread_mutex_lock(&kl->mu);
+    reap(kl);
+    pthread_mutex_unlock(&kl->mu);
+    if (not_ready)
+        return; /* a NotReady node: processes keep running, nothing is reported, deletions hang */
+    size_t n;
+    pthread_rwlock_rdlock(&s->lock);
+    ks_obj **pods = ks_table_list(pk->tab, NULL, &n);
+    pthread_rwlock_unlock(&s->lock);
+    double now = mono();
+    pthread_mutex_lock(&kl->mu);
+    for (kl_pod *p = kl->pods; p; p = p->next)
+        p->removed = true;
+    for (size_t i = 0; pods && i < n; i++) {
+        const cJSON *o = pods[i]->j;
+        const cJSON *md = oget(o, "metadata");
+        const char *uid = sget(md, "uid"), *ns = sget(md, "namespace"), *name = sget(md, "name");
+        const char *node = sget(oget(o, "spec"), "nodeName");
+        const char *phase = sget(oget(o, "status"), "phase");
+        bool deleting = sget(md, "deletionTimestamp") != NULL;
+        if (!uid || !ns || !name)
+            continue;
+        kl_pod *p = find_pod(kl, uid);
+        if (p)
+            p->removed = false;
+        if (!node) {
+            if (!deleting) {
+                pthread_mutex_unlock(&kl->mu);
+                ks_internal_update(s, pk, ns, name, bind_cb, NULL);
+                pthread_mutex_lock(&kl->mu);
+            }
+            continue;
+        }
+        if (strcmp(node, KS_NODE_NAME))
+            continue;
+        bool terminal_phase = phase && (!strcmp(phase, "Succeeded") || !strcmp(phase, "Failed"));
+        if (!p) {
+            if (deleting) {
+                char nsb[128], nb[256], ub[64];
+                snprintf(nsb, sizeof(nsb), "%s", ns);
+                snprintf(nb, sizeof(nb), "%s", name);
+                snprintf(ub, sizeof(ub), "%s", uid);
+                pthread_mutex_unlock(&kl->mu);
+                ks_internal_remove(s, pk, nsb, nb, ub);
+                pthread_mutex_lock(&kl->mu);
+                continue;
+            }
+            if (terminal_phase)
+                continue;
+            p = new_pod(kl, o);
+            if (!p)
+                continue;
+        }
+        if (deleting && !p->terminating) {
+            const cJSON *g = oget(md, "deletionGracePeriodSeconds");
+            double grace = cJSON_IsNumber(g) ? g->valuedouble : 30;
+            p->terminating = true;
+            p->kill_deadline = now + grace;
+            kill_pod(p, SIGTERM);
+            rm_info("kubesim kubelet terminating pod=%s/%s grace=%g", p->ns, p->name, grace);
+        }
+        if (p->terminating) {
+            bool any = false;
+            for (int c = 0; c < p->nc; c++)
+                if (p->c[c].running)
+                    any = true;
+            if (any && now >= p->kill_deadline && !p->sigkill_sent) {
+                kill_pod(p, SIGKILL);
+                p->sigkill_sent = true;
+            }
+            if (!any) {
+                for (int c = 0; c < p->nc; c++)
+                    if (p->c[c].ever_started)
+                        p->c[c].done = true;
+                    else {
+                        p->c[c].done = true;
+                        p->c[c].exit_code = 0;
+                    }
+                write_status(kl, p);
+                char nsb[128], nb[256], ub[64];
+                snprintf(nsb, sizeof(nsb), "%s", p->ns);
+                snprintf(nb, sizeof(nb), "%s", p->name);
+                snprintf(ub, sizeof(ub), "%s", p->uid);
+                pthread_mutex_unlock(&kl->mu);
+                ks_internal_remove(s, pk, nsb, nb, ub);
+                pthread_mutex_lock(&kl->mu);
+            }
+            continue;
+        }
+        if (p->final)
+            continue;
+        run_probes(p, now);
+        handle_exits(kl, p, now);
+        /* start / restart containers that are due */
+        for (int c = 0; c < p->nc; c++) {
+            kl_ctr *k = &p->c[c];
+            if (k->running || k->done)
+                continue;
+            if (k->next_start > 0 && now < k->next_start)
+                continue;
+            if (k->ever_started && k->next_start == 0)
+                continue;
+            k->next_start = 0;
+            if (start_container(kl, p, k, o) < 0 && !k->next_start)
+                k->next_start = now + 1;
+        }
+        for (int c = 0; c < p->nc; c++)
+            cap_log(p->c[c].log);
+        if (!strcmp(pod_phase(p), "Succeeded") || !strcmp(pod_phase(p), "Failed"))
+            p->final = true;
+        write_status(kl, p);
+    }
+    /* pods gone from the store (force-deleted): kill and forget */
+    kl_pod **pp = &kl->pods;
+    while (*pp) {
+        kl_pod *p = *pp;
+        if (p->removed) {
+            kill_pod(p, SIGKILL);
+            *pp = p->next;
+            free_pod(p);
+            continue;
+        }
+        pp = &p->next;
+    }
+    pthread_mutex_unlock(&kl->mu);
+    ks_objs_free(pods, n);
+}
+
+static void *kl_main(void *arg)
+{
+    ks_kubelet *kl = arg;
+    while (!atomic_load(&kl->stop)) {
+        tick(kl);
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+int ks_kubelet_start(ks_server *s)
+{
+    ks_kubelet *kl = calloc(1, sizeof(*kl));
+    if (!kl)
+        return RM_ENOMEM;
+    kl->s = s;
+    pthread_mutex_init(&kl->mu, NULL);
+    const char *bb = getenv("KUBESIM_BACKOFF_BASE_S");
+    kl->backoff_base = bb && atof(bb) > 0 ? atof(bb) : 10;
+    snprintf(kl->logdir, sizeof(kl->logdir), "%.500s/logs", s->opts.data_dir);
+    mkdirs(kl->logdir);
+    s->kubelet = kl;
+    if (pthread_create(&kl->th, NULL, kl_main, kl) != 0) {
+        s->kubelet = NULL;
+        free(kl);
+        return RM_ERR;
+    }
+    return RM_OK;
+}
+
+void ks_kubelet_stop(ks_server *s)
+{
+    ks_kubelet *kl = s->kubelet;
+    if (!kl)
+        return;
+    atomic_store(&kl->stop, true);
+    pthread_join(kl->th, NULL);
+    for (kl_pod *p = kl->pods; p; p = p->next)
+        kill_pod(p, SIGTERM);
+    double until = mono() + 2;
+    for (;;) {
+        reap(kl);
+        bool any = false;
+        for (kl_pod *p = kl->pods; p; p = p->next)
+            for (int i = 0; i < p->nc; i++)
+                if (p->c[i].running)
+                    any = true;
+        if (!any || mono() > until)
+            break;
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    for (kl_pod *p = kl->pods; p; p = p->next)
+        kill_pod(p, SIGKILL);
+    reap(kl);
+    while (kl->pods) {
+        kl_pod *p = kl->pods;
+        kl->pods = p->next;
+        free_pod(p);
+    }
+    pthread_mutex_destroy(&kl->mu);
+    free(kl);
+    s->kubelet = NULL;
+}
+
+int ks_kubelet_log_path(ks_server *s, const char *pod_uid, const char *container, bool previous, char *buf, size_t cap)
+{
+    ks_kubelet *kl = s->kubelet;
+    if (!kl)
+        return RM_ENOTFOUND;
+    int rc = RM_ENOTFOUND;
+    pthread_mutex_lock(&kl->mu);
+    kl_pod *p = find_pod(kl, pod_uid);
+    for (int i = 0; p && i < p->nc; i++)
+        if (!strcmp(p->c[i].name, container) && p->c[i].ever_started) {
+            const char *path = previous ? p->c[i].prev_log : p->c[i].log;
+            if (!previous || p->c[i].restarts > 0) {
+                snprintf(buf, cap, "%s", path);
+                rc = RM_OK;
+            }
+        }
+    pthread_mutex_unlock(&kl->mu);
+    return rc;
+}
