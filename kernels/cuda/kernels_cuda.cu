@@ -755,7 +755,7 @@ void ctx_init(void)
         int cur = 0;
         RM_CUDA_GOTO(cudaGetDevice(&cur), rc, fail);
         if (cur == 0 && lr && *lr) {
-            rm_err e = {0};
+            rm_err e = {};
             RM_CHECK_GOTO(rm_gpu_select(atoi(lr), NULL, NULL, 0, &e), rc, fail);
         }
     }
