@@ -9,6 +9,8 @@ Checks, each failing with a message that names the file and the problem:
   4. every value in values.yaml is documented in the chart README's table
   5. the chart's CRD is the same file as deploy/crd/, and the chart's RBAC rules equal deploy/20-rbac.yaml's
   6. the chart's defaults match deploy/30-operator.yaml (replicas, image, args, probes, security context)
+  7. deploy/monitoring/prometheusrule.yaml carries exactly deploy/prometheus/rules.yaml's groups, and every
+     metric the Grafana dashboard and the rules query is a recording rule or a metric the C code registers
 Exit 0 when all pass, 1 otherwise."""
 import json, os, re, sys
 import yaml, jsonschema
@@ -136,6 +138,33 @@ def main():
     if sc.get("readOnlyRootFilesystem") is not True or sc.get("capabilities", {}).get("drop") != ["ALL"] \
             or dep["spec"]["template"]["spec"]["securityContext"].get("runAsNonRoot") is not True:
         fail(errors, "deploy/30-operator.yaml: security context must be runAsNonRoot, readOnlyRootFilesystem, drop ALL")
+
+    # 7. rules and dashboard reference only real metrics
+    rules = yaml.safe_load(open(os.path.join(root, "deploy/prometheus/rules.yaml")))
+    prule = yaml.safe_load(open(os.path.join(root, "deploy/monitoring/prometheusrule.yaml")))
+    if prule.get("spec", {}).get("groups") != rules["groups"]:
+        fail(errors, "deploy/monitoring/prometheusrule.yaml differs from deploy/prometheus/rules.yaml")
+    recorded = {r["record"] for g in rules["groups"] for r in g["rules"] if "record" in r}
+    registered = set()
+    for d in ("worker", "operator", "common"):
+        for dirpath, _, files in os.walk(os.path.join(root, d)):
+            for f in files:
+                if f.endswith(".c"):
+                    registered |= set(re.findall(r'"(ringmaster_[a-z0-9_]+)"', open(os.path.join(dirpath, f)).read()))
+    def known(name):
+        if name in recorded or name in registered:
+            return True
+        for suffix in ("_bucket", "_sum", "_count"):
+            if name.endswith(suffix) and name[: -len(suffix)] in registered:
+                return True
+        return False
+    texts = [open(os.path.join(root, "deploy/grafana/ringmaster-dashboard.json")).read(),
+             open(os.path.join(root, "deploy/prometheus/rules.yaml")).read()]
+    json.loads(texts[0])
+    for t in texts:
+        for name in sorted(set(re.findall(r"\bringmaster[_:][a-z0-9_:]+", t))):
+            if name.startswith("ringmaster.") or not known(name):
+                fail(errors, f"dashboard/rules query {name}, which no code registers and no rule records")
 
     for e in errors:
         print("FAIL:", e)
