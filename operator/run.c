@@ -1,0 +1,677 @@
+/* run.c — `ringmaster run -f FILE`, `ringmaster validate -f FILE`, `ringmaster version`
+ * (see run.h). The terminal side of the local runtime: flags, manifest errors that point at a
+ * line, folders, signals, the live progress line, and the final result.
+ *
+ * Design: stdout carries only the result (a text summary, or with -o json the final TrainingJob
+ * as the last line), so `ringmaster run ... -o json | tail -1 | jq` works; everything for humans
+ * (start-up facts, events, progress) goes to stderr. On a terminal the runner's own structured log
+ * goes to RUN_DIR/ringmaster.log and stderr shows one live progress line plus event lines; off a
+ * terminal stderr gets the structured log lines and a plain progress line every few seconds. */
+#include "operator/run.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <glob.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/http.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/yaml.h"
+#include "operator/local.h"
+
+/* snprintf without -Wformat-truncation noise: paths and messages here are bounded by design and
+ * a truncated one is still a usable message. */
+static void sfmt(char *buf, size_t cap, const char *fmt, ...) RM_PRINTF(3, 4);
+static void sfmt(char *buf, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, cap, fmt, ap);
+    va_end(ap);
+}
+
+/* ------------------------------------------------------------------ manifest */
+
+static void msg_at(char *msg, size_t cap, const char *path, const rm_yaml_docs *d, size_t i,
+                   const rm_err *e)
+{
+    int line = 0, col = 0;
+    if (d && e->field[0] && rm_yaml_pos(d, i, e->field, &line, &col) == RM_OK && line > 0)
+        sfmt(msg, cap, "%s:%d: %s", path, line, e->msg);
+    else if (d && rm_yaml_pos(d, i, "", &line, &col) == RM_OK && line > 0 && !e->field[0])
+        sfmt(msg, cap, "%s:%d: %s", path, line, e->msg);
+    else
+        sfmt(msg, cap, "%s: %s", path, e->msg);
+}
+
+int rm_manifest_load(const char *path, const rm_manifest_overrides *ov, rm_tj *out, char *msg,
+                     size_t cap)
+{
+    rm_yaml_docs *d = NULL;
+    rm_err e = {0};
+    int rc;
+    memset(out, 0, sizeof *out);
+    msg[0] = 0;
+    rc = rm_yaml_load_file(path, &d, &e);
+    if (rc != RM_OK) {
+        sfmt(msg, cap, "%s", e.msg[0] ? e.msg : rm_strerror(rc));
+        return rc;
+    }
+    size_t n = rm_yaml_count(d), pick = n;
+    for (size_t i = 0; i < n; i++) {
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(rm_yaml_doc(d, i), "kind");
+        if (cJSON_IsString(k) && strcmp(k->valuestring, RM_TJ_KIND) == 0) {
+            pick = i;
+            break;
+        }
+    }
+    if (pick == n) {
+        if (n == 1) {
+            pick = 0;   /* let the parser say what is wrong with kind/apiVersion */
+        } else {
+            sfmt(msg, cap, "%s: no TrainingJob (kind: %s, apiVersion: %s) in the file", path,
+                     RM_TJ_KIND, RM_TJ_API_VERSION);
+            rm_yaml_free(d);
+            return RM_EINVAL;
+        }
+    }
+    rc = rm_tj_from_json(rm_yaml_doc(d, pick), out, &e);
+    if (rc == RM_OK) {
+        rm_tj_defaults(out);
+        if (ov && ov->replicas > 0) {
+            out->spec.replicas = ov->replicas;
+            if (out->spec.min_replicas > ov->replicas)
+                out->spec.min_replicas = ov->replicas;
+            if (out->spec.max_replicas < ov->replicas)
+                out->spec.max_replicas = ov->replicas;
+        }
+        if (ov && ov->epochs > 0)
+            out->spec.training.epochs = ov->epochs;
+        rc = rm_tj_validate(out, &e);
+    }
+    if (rc != RM_OK) {
+        msg_at(msg, cap, path, d, pick, &e);
+        rm_tj_free(out);
+    }
+    rm_yaml_free(d);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ signals */
+
+static volatile sig_atomic_t g_stop;     /* the only file-level state: what a handler may touch */
+static int g_wake_w = -1;
+
+static void on_signal(int sig)
+{
+    int saved = errno;
+    g_stop = g_stop ? SIGKILL : sig;    /* a second Ctrl-C: no more grace */
+    if (g_wake_w >= 0) {
+        ssize_t n = write(g_wake_w, "s", 1);
+        (void)n;
+    }
+    errno = saved;
+}
+
+static void on_child(int sig)
+{
+    (void)sig;
+    int saved = errno;
+    if (g_wake_w >= 0) {
+        ssize_t n = write(g_wake_w, "c", 1);
+        (void)n;
+    }
+    errno = saved;
+}
+
+static int install_signals(int *wake_r)
+{
+    int p[2];
+    if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0)
+        return -1;
+    *wake_r = p[0];
+    g_wake_w = p[1];
+    struct sigaction sa = {0};
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sa.sa_handler = on_child;
+    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sigaction(SIGCHLD, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    return 0;
+}
+
+/* ------------------------------------------------------------------ progress display */
+
+typedef struct ui {
+    FILE *out;            /* the human channel (stderr, or the terminal when logs go to a file) */
+    bool tty;
+    bool line_on;         /* a progress line is drawn and not yet ended */
+    double last_plain;
+    double rate_t0;
+    int64_t rate_s0;
+    double eta_rate;
+} ui;
+
+static void ui_clear(ui *u)
+{
+    if (u->tty && u->line_on) {
+        fputs("\r\033[K", u->out);
+        u->line_on = false;
+    }
+}
+
+static void fmt_eta(char *buf, size_t cap, double s)
+{
+    if (!(s >= 0) || s > 360000) {
+        sfmt(buf, cap, "--:--");
+        return;
+    }
+    long t = lround(s);
+    if (t >= 3600)
+        sfmt(buf, cap, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+    else
+        sfmt(buf, cap, "%ld:%02ld", t / 60, t % 60);
+}
+
+static void on_tick(void *ud, const rm_local_view *v)
+{
+    ui *u = ud;
+    const rm_tj_status *st = &v->job->status;
+    const rm_tj_spec *sp = &v->job->spec;
+    int64_t step = st->progress.step;
+    /* step rate for the ETA over the whole current stretch (reset when step goes back) */
+    if (u->rate_t0 == 0 || step < u->rate_s0) {
+        u->rate_t0 = v->now;
+        u->rate_s0 = step;
+    } else if (v->now - u->rate_t0 > 1 && step > u->rate_s0) {
+        u->eta_rate = (double)(step - u->rate_s0) / (v->now - u->rate_t0);
+    }
+    char eta[32], acc[32];
+    fmt_eta(eta, sizeof eta,
+            u->eta_rate > 0 && v->steps_total > 0 ? (v->steps_total - (double)step) / u->eta_rate
+                                                  : -1);
+    if (v->test_accuracy >= 0)
+        sfmt(acc, sizeof acc, "%.4f", v->test_accuracy);
+    else
+        sfmt(acc, sizeof acc, "-");
+    char line[400];
+    if (sp->training.mode == RM_MODE_BENCH) {
+        sfmt(line, sizeof line, "%-10s allreduce benchmark  workers %d/%d  restarts %d  %.0fs",
+                 rm_phase_name(st->phase), v->alive, v->desired, st->restarts,
+                 v->now - v->started);
+    } else {
+        sfmt(line, sizeof line,
+                 "%-10s epoch %d/%d  step %lld/%.0f  loss %.4f  acc %s  %.0f samples/s  "
+                 "allreduce %.2f GB/s  workers %d/%d  restarts %d  ETA %s",
+                 rm_phase_name(st->phase), st->progress.train_epoch + (step > 0 ? 1 : 0),
+                 sp->training.epochs, (long long)step, v->steps_total, st->progress.loss, acc,
+                 st->progress.samples_per_second * (st->replicas > 0 ? st->replicas : 1),
+                 st->progress.allreduce_gbps, v->ready, v->desired, st->restarts, eta);
+    }
+    if (u->tty) {
+        fprintf(u->out, "\r\033[K%s", line);
+        u->line_on = true;
+        fflush(u->out);
+    } else if (v->now - u->last_plain >= 5) {
+        u->last_plain = v->now;
+        fprintf(u->out, "progress: %s\n", line);
+        fflush(u->out);
+    }
+}
+
+static void on_event(void *ud, bool warning, const char *reason, const char *message)
+{
+    ui *u = ud;
+    if (!u->tty)
+        return;   /* the structured log line already said it */
+    ui_clear(u);
+    fprintf(u->out, "%s %s: %s\n", warning ? "warning" : "event", reason, message);
+    fflush(u->out);
+}
+
+/* ------------------------------------------------------------------ helpers */
+
+static int mkdirs(const char *path)
+{
+    char tmp[PATH_MAX];
+    sfmt(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
+                return -1;
+            *p = '/';
+        }
+    }
+    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* Remove what a previous run left in the checkpoint folder (checkpoints and fault markers). */
+static int fresh_checkpoints(const char *dir)
+{
+    static const char *const pats[] = {"ckpt-*.rmck", ".tmp-ckpt-*", ".fault-*-fired"};
+    int n = 0;
+    for (size_t p = 0; p < RM_ARRAY_LEN(pats); p++) {
+        char pat[PATH_MAX];
+        sfmt(pat, sizeof pat, "%s/%s", dir, pats[p]);
+        glob_t g;
+        if (glob(pat, GLOB_NOSORT, NULL, &g) == 0) {
+            for (size_t i = 0; i < g.gl_pathc; i++)
+                if (unlink(g.gl_pathv[i]) == 0)
+                    n++;
+        }
+        globfree(&g);
+    }
+    return n;
+}
+
+/* The last `lines` lines of a file, indented, to out. */
+static void tail_file(FILE *out, const char *path, int lines)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long end = ftell(f);
+        long start = end > 4096 ? end - 4096 : 0;
+        fseek(f, start, SEEK_SET);
+    }
+    char buf[4097];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    int seen = 0;
+    char *p = buf + n;
+    while (p > buf) {
+        p--;
+        if (*p == '\n' && p != buf + n - 1 && ++seen == lines) {
+            p++;
+            break;
+        }
+    }
+    for (char *q = strtok(p, "\n"); q; q = strtok(NULL, "\n"))
+        fprintf(out, "    %s\n", q);
+}
+
+/* Bench mode: rank 0's table (the lines of its log that are not log lines) to out. */
+static void print_bench_table(FILE *out, const char *run_dir)
+{
+    char path[PATH_MAX];
+    sfmt(path, sizeof path, "%s/worker-0.log", run_dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "ts=", 3) == 0 || line[0] == '{' || strncmp(line, "===", 3) == 0)
+            continue;
+        fputs(line, out);
+    }
+    fclose(f);
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: ringmaster run -f FILE [flags]\n"
+            "Run a TrainingJob on this machine: worker processes on 127.0.0.1, the rendezvous\n"
+            "in-process, the same controller logic as the Kubernetes operator.\n"
+            "  -f, --filename FILE       the TrainingJob manifest (YAML or JSON; - = stdin)\n"
+            "  --replicas N              override spec.replicas (min/max widened to fit)\n"
+            "  --epochs N                override spec.training.epochs\n"
+            "  --checkpoint-dir DIR      default: spec.checkpoint.path when relative, else\n"
+            "                            ./checkpoints/<name>\n"
+            "  --resume                  keep the checkpoints of an earlier run and continue from\n"
+            "                            them (default: start fresh, old checkpoints removed)\n"
+            "  --run-dir DIR             worker logs and file_sd.json (default $TMPDIR/ringmaster-\n"
+            "                            <name>-<time>)\n"
+            "  -o, --output text|json    json: the last line of stdout is the final TrainingJob\n"
+            "  --metrics-addr HOST:PORT  controller metrics, /sd (default 127.0.0.1:0)\n"
+            "  --log-format text|json    --log-level debug|info|warn|error\n"
+            "Exit: 0 Succeeded, 1 Failed, 2 bad manifest or flag, 130/143 interrupted.\n");
+}
+
+static int parse_pos_int(const char *flag, const char *s, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < 1 || v > 100000) {
+        fprintf(stderr, "ringmaster run: %s: want a positive integer, got \"%s\"\n", flag, s);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+/* ------------------------------------------------------------------ run */
+
+enum { O_REPLICAS = 256, O_EPOCHS, O_CKPT, O_RESUME, O_RUNDIR, O_METRICS, O_LOGFMT, O_LOGLVL, O_HELP };
+
+int rm_run_main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"filename", required_argument, 0, 'f'},
+        {"output", required_argument, 0, 'o'},
+        {"replicas", required_argument, 0, O_REPLICAS},
+        {"epochs", required_argument, 0, O_EPOCHS},
+        {"checkpoint-dir", required_argument, 0, O_CKPT},
+        {"resume", no_argument, 0, O_RESUME},
+        {"run-dir", required_argument, 0, O_RUNDIR},
+        {"metrics-addr", required_argument, 0, O_METRICS},
+        {"log-format", required_argument, 0, O_LOGFMT},
+        {"log-level", required_argument, 0, O_LOGLVL},
+        {"help", no_argument, 0, O_HELP},
+        {0, 0, 0, 0},
+    };
+    const char *file = NULL, *ckpt = NULL, *run_dir_flag = NULL, *metrics = "127.0.0.1:0";
+    const char *logfmt_s = "text";
+    bool json = false, resume = false;
+    rm_log_level lvl = RM_LOG_INFO;
+    rm_log_format lfmt = RM_LOG_TEXT;
+    rm_manifest_overrides ov = {0};
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "f:o:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'f': file = optarg; break;
+        case 'o':
+            if (strcmp(optarg, "json") == 0) json = true;
+            else if (strcmp(optarg, "text") == 0) json = false;
+            else {
+                fprintf(stderr, "ringmaster run: -o: text or json, got \"%s\"\n", optarg);
+                return 2;
+            }
+            break;
+        case O_REPLICAS: if (parse_pos_int("--replicas", optarg, &ov.replicas)) return 2; break;
+        case O_EPOCHS: if (parse_pos_int("--epochs", optarg, &ov.epochs)) return 2; break;
+        case O_CKPT: ckpt = optarg; break;
+        case O_RESUME: resume = true; break;
+        case O_RUNDIR: run_dir_flag = optarg; break;
+        case O_METRICS: metrics = optarg; break;
+        case O_LOGFMT:
+            if (rm_log_parse_format(optarg, &lfmt) != RM_OK) {
+                fprintf(stderr, "ringmaster run: --log-format: text or json, got \"%s\"\n", optarg);
+                return 2;
+            }
+            logfmt_s = optarg;
+            break;
+        case O_LOGLVL:
+            if (rm_log_parse_level(optarg, &lvl) != RM_OK) {
+                fprintf(stderr, "ringmaster run: --log-level: debug|info|warn|error, got \"%s\"\n",
+                        optarg);
+                return 2;
+            }
+            break;
+        case 'h':
+        case O_HELP: usage(stdout); return 0;
+        default:
+            fprintf(stderr, "ringmaster run: unknown or incomplete flag \"%s\"\n",
+                    argv[optind - 1]);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ringmaster run: unexpected argument \"%s\"\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    if (!file) {
+        fprintf(stderr, "ringmaster run: -f FILE is required\n");
+        usage(stderr);
+        return 2;
+    }
+    {
+        char host[128];
+        int port;
+        if (rm_http_parse_addr(metrics, host, sizeof host, &port) != RM_OK) {
+            fprintf(stderr, "ringmaster run: --metrics-addr: want HOST:PORT, got \"%s\"\n",
+                    metrics);
+            return 2;
+        }
+    }
+    rm_log_init(lvl, lfmt, "run");
+
+    rm_tj job;
+    char msg[1024];
+    if (rm_manifest_load(file, &ov, &job, msg, sizeof msg) != RM_OK) {
+        fprintf(stderr, "%s\n", msg);
+        return 2;
+    }
+    if (job.generation <= 0)
+        job.generation = 1;   /* a local object: its first generation */
+    /* bench workers do not report steps: the progress deadline does not apply to them */
+    if (job.spec.training.mode == RM_MODE_BENCH)
+        job.spec.restart.progress_deadline_seconds = 0;
+
+    char ckpt_dir[PATH_MAX], run_dir[PATH_MAX];
+    if (ckpt)
+        sfmt(ckpt_dir, sizeof ckpt_dir, "%s", ckpt);
+    else if (job.spec.checkpoint.path && job.spec.checkpoint.path[0] &&
+             job.spec.checkpoint.path[0] != '/')
+        sfmt(ckpt_dir, sizeof ckpt_dir, "%s", job.spec.checkpoint.path);
+    else
+        sfmt(ckpt_dir, sizeof ckpt_dir, "checkpoints/%s", job.name);
+    if (ckpt_dir[0] != '/') {
+        char cwd[PATH_MAX], tmp[PATH_MAX];
+        if (getcwd(cwd, sizeof cwd)) {
+            sfmt(tmp, sizeof tmp, "%s/%s", cwd, ckpt_dir);
+            sfmt(ckpt_dir, sizeof ckpt_dir, "%s", tmp);
+        }
+    }
+    if (run_dir_flag) {
+        sfmt(run_dir, sizeof run_dir, "%s", run_dir_flag);
+    } else {
+        const char *t = getenv("TMPDIR");
+        char ts[32];
+        time_t now = time(NULL);
+        struct tm tmv;
+        gmtime_r(&now, &tmv);
+        strftime(ts, sizeof ts, "%Y%m%d-%H%M%S", &tmv);
+        sfmt(run_dir, sizeof run_dir, "%s/ringmaster-%s-%s-%d", t && *t ? t : "/tmp", job.name,
+                 ts, (int)getpid());
+    }
+    if (mkdirs(run_dir) != 0 || mkdirs(ckpt_dir) != 0) {
+        fprintf(stderr, "ringmaster run: cannot create %s or %s: %s\n", run_dir, ckpt_dir,
+                strerror(errno));
+        rm_tj_free(&job);
+        return 1;
+    }
+    int removed = resume ? 0 : fresh_checkpoints(ckpt_dir);
+
+    ui u = {.out = stderr};
+    FILE *term = NULL;
+    u.tty = isatty(2) && lfmt == RM_LOG_TEXT;
+    char runner_log[PATH_MAX + 32];
+    sfmt(runner_log, sizeof runner_log, "%s/ringmaster.log", run_dir);
+    if (u.tty) {
+        /* the structured log goes to a file; the terminal gets the progress line and events */
+        int tfd = dup(2);
+        int lfd = open(runner_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (tfd >= 0 && lfd >= 0 && (term = fdopen(tfd, "w")) != NULL) {
+            fcntl(tfd, F_SETFD, FD_CLOEXEC);
+            dup2(lfd, 2);
+            u.out = term;
+        } else {
+            u.tty = false;
+            if (tfd >= 0)
+                close(tfd);
+        }
+        if (lfd >= 0)
+            close(lfd);
+    }
+    if (removed > 0)
+        fprintf(u.out, "ringmaster: removed %d files of an earlier run from %s (--resume keeps "
+                "them)\n", removed, ckpt_dir);
+    if (u.tty)
+        fprintf(u.out, "  runner log:  %s\n", runner_log);
+
+    int wake_r = -1;
+    if (install_signals(&wake_r) != 0) {
+        fprintf(stderr, "ringmaster run: pipe: %s\n", strerror(errno));
+        rm_tj_free(&job);
+        return 1;
+    }
+    rm_local_opts lo = {
+        .run_dir = run_dir, .checkpoint_dir = ckpt_dir, .metrics_addr = metrics,
+        .worker_log_format = logfmt_s, .human = u.out, .on_tick = on_tick, .on_event = on_event,
+        .ud = &u, .stop_signal = &g_stop, .wake_fd = wake_r,
+    };
+    static rm_local_result res;
+    rm_err e = {0};
+    int rc = rm_local_run(&job, &lo, &res, &e);
+    ui_clear(&u);
+    if (u.tty && u.line_on)
+        fputc('\n', u.out);
+    int code;
+    if (rc != RM_OK) {
+        fprintf(u.out, "ringmaster run: %s\n", e.msg);
+        code = e.field[0] ? 2 : 1;
+        goto out;
+    }
+    const rm_tj_status *st = &job.status;
+    if (res.signal) {
+        fprintf(u.out, "ringmaster: stopped by signal %d after %.1fs; workers were asked to "
+                "checkpoint (checkpoints: %s, continue with --resume)\n", res.signal, res.seconds,
+                ckpt_dir);
+        code = res.signal == SIGTERM ? 143 : 130;
+    } else if (st->phase == RM_PHASE_SUCCEEDED) {
+        code = 0;
+    } else {
+        code = 1;
+    }
+    if (st->phase == RM_PHASE_FAILED) {
+        const rm_condition *fc = &st->conditions[RM_COND_FAILED];
+        fprintf(u.out, "ringmaster: job %s failed: %s: %s\n", job.name, fc->reason, fc->message);
+        fprintf(u.out, "  last lines of the worker logs (%s):\n", run_dir);
+        for (int i = 0; i < job.spec.replicas && i < 16; i++) {
+            char p[PATH_MAX + 32];
+            sfmt(p, sizeof p, "%s/worker-%d.log", run_dir, i);
+            fprintf(u.out, "  worker-%d.log:\n", i);
+            tail_file(u.out, p, 3);
+        }
+    }
+    if (res.recoveries > 0) {
+        double worst = 0, sum = 0;
+        for (int i = 0; i < res.recoveries; i++) {
+            sum += res.recovery_s[i];
+            if (res.recovery_s[i] > worst)
+                worst = res.recovery_s[i];
+        }
+        fprintf(u.out, "ringmaster: %d recoveries, mean %.2fs, worst %.2fs (histogram "
+                "ringmaster_recovery_seconds)\n", res.recoveries, sum / res.recoveries, worst);
+    }
+    if (job.spec.training.mode == RM_MODE_BENCH && st->phase == RM_PHASE_SUCCEEDED)
+        print_bench_table(json ? u.out : stdout, run_dir);
+    if (json) {
+        cJSON *o = rm_tj_to_json(&job);
+        char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+        cJSON_Delete(o);
+        if (s)
+            printf("%s\n", s);
+        free(s);
+    } else if (st->phase == RM_PHASE_SUCCEEDED) {
+        const rm_tj_result *r = &st->result;
+        if (r->present && job.spec.training.mode == RM_MODE_TRAIN)
+            printf("Succeeded: testAccuracy %.4f  trainLoss %.4f  steps %lld  %.1f s  "
+                   "%.0f samples/s  restarts %d\n", r->test_accuracy, r->train_loss,
+                   (long long)r->steps, r->seconds, r->samples_per_second, st->restarts);
+        else
+            printf("Succeeded in %.1f s, restarts %d\n", res.seconds, st->restarts);
+    } else if (st->phase == RM_PHASE_FAILED) {
+        printf("Failed: %s\n", st->conditions[RM_COND_FAILED].reason);
+    } else {
+        printf("%s (stopped)\n", rm_phase_name(st->phase));
+    }
+    fflush(stdout);
+out:
+    if (term) {
+        fflush(term);
+        fclose(term);
+    }
+    rm_tj_free(&job);
+    return code;
+}
+
+/* ------------------------------------------------------------------ validate, version */
+
+int rm_validate_main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"filename", required_argument, 0, 'f'},
+        {"output", required_argument, 0, 'o'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    const char *file = NULL;
+    bool json = false;
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "f:o:h", opts, NULL)) != -1) {
+        switch (c) {
+        case 'f': file = optarg; break;
+        case 'o': json = strcmp(optarg, "json") == 0; break;
+        case 'h':
+            printf("usage: ringmaster validate -f FILE [-o json]\n"
+                   "Check a TrainingJob manifest the way `run` and the operator read it; -o json\n"
+                   "prints it with every default filled in. Exit 0 valid, 2 invalid.\n");
+            return 0;
+        default:
+            fprintf(stderr, "ringmaster validate: unknown flag \"%s\"\n", argv[optind - 1]);
+            return 2;
+        }
+    }
+    if (!file) {
+        fprintf(stderr, "ringmaster validate: -f FILE is required\n");
+        return 2;
+    }
+    rm_tj job;
+    char msg[1024];
+    if (rm_manifest_load(file, NULL, &job, msg, sizeof msg) != RM_OK) {
+        fprintf(stderr, "%s\n", msg);
+        return 2;
+    }
+    if (json) {
+        cJSON *o = rm_tj_to_json(&job);
+        char *s = o ? cJSON_Print(o) : NULL;
+        if (s)
+            printf("%s\n", s);
+        free(s);
+        cJSON_Delete(o);
+    } else {
+        printf("%s: valid TrainingJob %s/%s: %d workers (min %d, max %d), backend %s, mode %s\n",
+               file, job.namespace_ ? job.namespace_ : "default", job.name, job.spec.replicas,
+               job.spec.min_replicas, job.spec.max_replicas, rm_backend_name(job.spec.backend),
+               job.spec.training.mode == RM_MODE_BENCH ? "bench" : "train");
+    }
+    rm_tj_free(&job);
+    return 0;
+}
+
+int rm_version_main(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    printf("ringmaster %s (TrainingJob %s, CUDA %s)\n", RM_VERSION, RM_TJ_API_VERSION,
+           RM_HAVE_CUDA ? "on" : "off");
+    return 0;
+}

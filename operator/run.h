@@ -1,0 +1,35 @@
+/* run.h — the `ringmaster run`, `ringmaster validate` and `ringmaster version` commands.
+ *
+ * Design: run.c is only the command line and the terminal: it loads and validates the manifest
+ * (errors as "FILE:LINE: field: message", exit 2), picks folders, installs the signal handlers and
+ * the self-pipe, draws the live progress line, and prints the outcome; the job itself is driven by
+ * operator/local.c (the local runtime) through the shared reconcile core.
+ *
+ * Exit codes: 0 Succeeded, 1 Failed (reason printed) or a start-up failure, 2 bad manifest or flag,
+ * 130/143 stopped by SIGINT/SIGTERM. */
+#ifndef RM_RUN_H
+#define RM_RUN_H
+#include <stddef.h>
+#include "common/rm.h"
+#include "common/trainingjob.h"
+
+#define RM_VERSION "0.1.0"
+
+/* Overrides from flags; 0 = keep the manifest's value. */
+typedef struct rm_manifest_overrides {
+    int replicas;
+    int epochs;
+} rm_manifest_overrides;
+
+/* Load the first TrainingJob document of path ("-" = stdin), apply overrides and defaults, and
+ * validate. On RM_OK *out is owned by the caller (rm_tj_free). On error *out is zeroed and msg
+ * holds one line: "FILE:LINE: spec.minReplicas: must be <= spec.replicas" (YAML syntax errors keep
+ * the loader's "FILE:LINE:COL: message"). */
+int rm_manifest_load(const char *path, const rm_manifest_overrides *ov, rm_tj *out, char *msg,
+                     size_t cap);
+
+/* argv[0] is the command word ("run", "validate", "version"). Return the process exit code. */
+int rm_run_main(int argc, char **argv);
+int rm_validate_main(int argc, char **argv);
+int rm_version_main(int argc, char **argv);
+#endif
