@@ -718,6 +718,8 @@ static bool execute(local *l, const rm_reconcile_out *out, double now)
                 rm_warn("event type=Warning reason=%s message=\"%s\"", a->reason, m);
             else
                 rm_info("event type=Normal reason=%s message=\"%s\"", a->reason, m);
+            if (l->o->on_event)
+                l->o->on_event(l->o->ud, a->warning, a->reason, a->message);
             break;
         }
         case RM_ACT_DELETE_JOB:
@@ -794,6 +796,12 @@ static void recovery_check(local *l)
     rm_series_observe(l->m_recovery, rec);
     rm_info("group training again recovery_seconds=%.3f epoch=%d world=%d", rec, r->epoch,
             r->world_size);
+    if (l->o->on_event) {
+        char m[160];
+        snprintf(m, sizeof m, "group training again at epoch %d with %d workers, %.2f s after the "
+                 "failure was detected", r->epoch, r->world_size, rec);
+        l->o->on_event(l->o->ud, false, "Recovered", m);
+    }
     if (l->res->recoveries < RM_LOCAL_MAX_RECOVERIES)
         l->res->recovery_s[l->res->recoveries++] = rec;
 }

@@ -48,9 +48,12 @@ typedef struct rm_local_opts {
     double delete_grace_s;      /* SIGTERM -> SIGKILL for DELETE_WORKER; 0 = 3 */
     FILE *human;                /* where start-up facts, events and summaries go; NULL = stderr */
     void (*on_tick)(void *ud, const rm_local_view *v);
+    /* The core's events (and "Recovered" with the measured time), besides the log line. */
+    void (*on_event)(void *ud, bool warning, const char *reason, const char *message);
     void *ud;
     volatile sig_atomic_t *stop_signal; /* set to SIGINT/SIGTERM by the caller's handler */
-    int wake_fd;                /* read end of the caller's self-pipe (drained here), or -1 */
+    int wake_fd;                /* read end of the caller's self-pipe (drained here), or -1;
+                                 * the caller's SIGCHLD, SIGINT and SIGTERM handlers write it */
 } rm_local_opts;
 
 typedef struct rm_local_result {
