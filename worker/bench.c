@@ -8,6 +8,7 @@
 #include "worker/bench.h"
 
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "common/rdzv.h"
 #include "common/rm.h"
 #include "worker/comm.h"
+#include "worker/fusion.h"
 #include "worker/net.h"
 
 typedef struct bench_opts {
@@ -26,6 +28,11 @@ typedef struct bench_opts {
     const char *backend, *json, *peers, *token;
     int world, rank;
     double timeout_s;
+    /* --fusion mode */
+    int fusion, layers;
+    size_t layer_floats;
+    double compute_us;
+    const char *thresholds;
 } bench_opts;
 
 typedef struct bench_row {
@@ -54,13 +61,17 @@ static void usage(FILE *f) {
             "         [-n ITERS] [-w WARMUP] [-c 0|1] [--backend ring|mpi|nccl|local] [--json FILE]\n"
             "         [--world N --rank R --peers HOST:PORT,...] [--token T] [--timeout S]\n"
             "  sizes take K/M/G suffixes; defaults -b 32M -e 32M -f 2 -n 20 -w 5 -c 1.\n"
+            "  --fusion [--layers 200] [--layer-floats 10000] [--compute-us 20]\n"
+            "         [--thresholds 0,262144,...]: time per training step with per-layer\n"
+            "         allreduce (threshold 0) vs fused buckets, backward simulated per layer.\n"
             "  World: mpirun (--backend mpi), --world/--rank/--peers (static), or the rendezvous\n"
             "  (RINGMASTER_RENDEZVOUS, RINGMASTER_JOB, RINGMASTER_TOKEN, RINGMASTER_WORKER_ID,\n"
             "  RINGMASTER_BIND_ADDR).\n");
 }
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
-    enum { OPT_BACKEND = 1000, OPT_JSON, OPT_WORLD, OPT_RANK, OPT_PEERS, OPT_TOKEN, OPT_TIMEOUT };
+    enum { OPT_BACKEND = 1000, OPT_JSON, OPT_WORLD, OPT_RANK, OPT_PEERS, OPT_TOKEN, OPT_TIMEOUT,
+           OPT_FUSION, OPT_LAYERS, OPT_LFLOATS, OPT_COMPUTE, OPT_THRESH };
     static const struct option lo[] = {
         {"minbytes", required_argument, NULL, 'b'}, {"maxbytes", required_argument, NULL, 'e'},
         {"stepfactor", required_argument, NULL, 'f'}, {"stepbytes", required_argument, NULL, 'i'},
@@ -69,9 +80,15 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         {"json", required_argument, NULL, OPT_JSON}, {"world", required_argument, NULL, OPT_WORLD},
         {"rank", required_argument, NULL, OPT_RANK}, {"peers", required_argument, NULL, OPT_PEERS},
         {"token", required_argument, NULL, OPT_TOKEN}, {"timeout", required_argument, NULL, OPT_TIMEOUT},
+        {"fusion", no_argument, NULL, OPT_FUSION}, {"layers", required_argument, NULL, OPT_LAYERS},
+        {"layer-floats", required_argument, NULL, OPT_LFLOATS},
+        {"compute-us", required_argument, NULL, OPT_COMPUTE},
+        {"thresholds", required_argument, NULL, OPT_THRESH},
         {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     *o = (bench_opts){.minb = 32u << 20, .maxb = 32u << 20, .factor = 2, .iters = 20, .warmup = 5,
-                      .check = 1, .backend = NULL, .world = 0, .rank = -1, .timeout_s = 30};
+                      .check = 1, .backend = NULL, .world = 0, .rank = -1, .timeout_s = 30,
+                      .layers = 200, .layer_floats = 10000, .compute_us = 20,
+                      .thresholds = "0,262144,1048576,4194304,67108864"};
     optind = 1;
     int ch;
     while ((ch = getopt_long(argc, argv, "b:e:f:i:n:w:c:d:o:h", lo, NULL)) != -1) {
@@ -131,6 +148,20 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             o->timeout_s = strtod(optarg, &end);
             if (*end || o->timeout_s <= 0) goto bad;
             break;
+        case OPT_FUSION: o->fusion = 1; break;
+        case OPT_LAYERS:
+            o->layers = (int)strtol(optarg, &end, 10);
+            if (*end || o->layers < 1 || o->layers > 100000) goto bad;
+            break;
+        case OPT_LFLOATS:
+            o->layer_floats = (size_t)strtoull(optarg, &end, 10);
+            if (*end || o->layer_floats < 1 || o->layer_floats > ((size_t)1 << 28)) goto bad;
+            break;
+        case OPT_COMPUTE:
+            o->compute_us = strtod(optarg, &end);
+            if (*end || o->compute_us < 0 || o->compute_us > 1e6) goto bad;
+            break;
+        case OPT_THRESH: o->thresholds = optarg; break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return 2;
         }
@@ -313,6 +344,108 @@ static void write_json(const char *path, const bench_world *w, const bench_row *
     fclose(f);
 }
 
+/* ---- --fusion: what tensor fusion buys on a model with many small layers ----
+ * A step = simulated backward over the layers in reverse order (compute_us of busy work per
+ * layer, then rm_fusion_ready) followed by rm_fusion_finish. Threshold 0 is one allreduce per
+ * layer; a threshold >= the model size is one allreduce after backward (no overlap). */
+static void busy_us(double us) {
+    if (us <= 0) return;
+    double end = rm_net_now() + us * 1e-6;
+    while (rm_net_now() < end) {
+    }
+}
+
+static int fusion_bench(bench_world *w, const bench_opts *o) {
+    int nl = o->layers, rc = 0;
+    size_t total = (size_t)nl * o->layer_floats;
+    float *grads = NULL;
+    size_t *off = calloc((size_t)nl, sizeof *off), *len = calloc((size_t)nl, sizeof *len);
+    if (posix_memalign((void **)&grads, 64, total * sizeof(float)) || !off || !len) {
+        fprintf(stderr, "bench: out of memory\n");
+        free(off);
+        free(len);
+        free(grads);
+        return 1;
+    }
+    for (int l = 0; l < nl; l++) {
+        off[l] = (size_t)l * o->layer_floats;
+        len[l] = o->layer_floats;
+    }
+    for (size_t i = 0; i < total; i++) grads[i] = (float)(w->rank + 1);
+    if (w->rank == 0) {
+        printf("# ringmaster-worker bench --fusion: backend %s, %d ranks, %d layers x %zu floats "
+               "(%.2f MB), backward %.0f us/layer, %d iters\n",
+               w->ops->name, w->size, nl, o->layer_floats, (double)total * 4 / 1e6, o->compute_us, o->iters);
+        printf("#%14s%9s%12s%12s%12s%10s%8s\n", "threshold(B)", "buckets", "step(ms)", "comm(ms)",
+               "exposed(ms)", "busbw", "#wrong");
+        fflush(stdout);
+    }
+    const char *p = o->thresholds;
+    while (p && *p) {
+        char *end = NULL;
+        size_t th = (size_t)strtoull(p, &end, 10);
+        if (end == p) break;
+        p = *end == ',' ? end + 1 : end;
+        rm_fusion *f = NULL;
+        rm_err err = {0};
+        rc = rm_fusion_new(w->ops, w->comm, grads, off, len, nl, th, &f, &err);
+        if (rc) {
+            fprintf(stderr, "bench: fusion: %s\n", err.msg);
+            break;
+        }
+        rm_fusion_set_world_size(f, w->size);
+        double step = 0, comm = 0, exposed = 0, busbw = 0;
+        for (int it = -o->warmup; it < o->iters && !rc; it++) {
+            if (it == 0) rc = w->ops->barrier(w->comm, &err);
+            rm_fusion_begin(f);
+            for (int l = nl - 1; l >= 0; l--) {
+                busy_us(o->compute_us);
+                rm_fusion_ready(f, l);
+            }
+            if (!rc) rc = rm_fusion_finish(f, &err);
+            else (void)rm_fusion_finish(f, NULL);
+            if (it >= 0 && !rc) {
+                rm_fusion_stats st;
+                rm_fusion_get_stats(f, &st);
+                step += st.step_s;
+                comm += st.allreduce_s;
+                exposed += st.wait_s;
+                busbw += st.busbw_gbps;
+            }
+        }
+        /* check: fresh data, one step, AVG of (rank+1) over n ranks = (n+1)/2 */
+        long wrong = 0;
+        if (!rc) {
+            for (size_t i = 0; i < total; i++) grads[i] = (float)(w->rank + 1);
+            rm_fusion_begin(f);
+            for (int l = nl - 1; l >= 0; l--) rm_fusion_ready(f, l);
+            rc = rm_fusion_finish(f, &err);
+            float want = (float)(w->size + 1) / 2.0f;
+            for (size_t i = 0; i < total && !rc; i++)
+                if (fabsf(grads[i] - want) > 1e-5f * want) wrong++;
+        }
+        int nb = rm_fusion_nbuckets(f);
+        rm_fusion_free(f);
+        if (rc) {
+            fprintf(stderr, "bench: rank %d: fusion step failed: %s (%s)\n", w->rank, err.msg, rm_strerror(rc));
+            break;
+        }
+        double t = step / o->iters * 1e3;
+        rc = avg_over(w, &t, &err);
+        if (rc) break;
+        if (w->rank == 0) {
+            printf(" %14zu%9d%12.3f%12.3f%12.3f%10.3f%8ld\n", th, nb, t, comm / o->iters * 1e3,
+                   exposed / o->iters * 1e3, busbw / o->iters, wrong);
+            fflush(stdout);
+        }
+        if (wrong) rc = 1;
+    }
+    free(off);
+    free(len);
+    free(grads);
+    return rc ? 1 : 0;
+}
+
 int rm_worker_bench_main(int argc, char **argv) {
     bench_opts o;
     int prc = parse_args(argc, argv, &o);
@@ -324,6 +457,10 @@ int rm_worker_bench_main(int argc, char **argv) {
     bench_row *rows = NULL;
     if (rc) {
         fprintf(stderr, "bench: %s (%s)\n", err.msg[0] ? err.msg : "setup failed", rm_strerror(rc));
+        goto out;
+    }
+    if (o.fusion) {
+        status = fusion_bench(&w, &o);
         goto out;
     }
     size_t maxcount = o.maxb / sizeof(float);
