@@ -208,6 +208,7 @@ int ks_admin(ks_server *s, const rm_http_req *req, rm_http_resp *resp)
             cJSON_AddStringToObject(e, "subresource", r->sub);
             cJSON_AddStringToObject(e, "namespace", r->ns);
             cJSON_AddStringToObject(e, "name", r->name);
+            cJSON_AddStringToObject(e, "contentType", r->ctype);
             cJSON_AddNumberToObject(e, "code", r->code);
             cJSON_AddItemToArray(items, e);
         }

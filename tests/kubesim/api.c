@@ -2542,8 +2542,17 @@ int ks_handle(const rm_http_req *req, rm_http_resp *resp, void *ud)
     if (h)
         return h < 0 ? h : RM_OK;
     h = ks_discovery(s, req, resp);
-    if (h)
+    if (h) {
+        /* non-resource URLs are logged too (verb get, no resource) */
+        ks_reqrec d;
+        memset(&d, 0, sizeof(d));
+        snprintf(d.method, sizeof(d.method), "%s", req->method);
+        snprintf(d.path, sizeof(d.path), "%s", req->path);
+        snprintf(d.verb, sizeof(d.verb), "get");
+        d.code = resp->status;
+        ks_reqlog_add(s, &d);
         return h < 0 ? h : RM_OK;
+    }
     ks_ri ri;
     memset(&ri, 0, sizeof(ri));
     ri.method = req->method;
@@ -2551,6 +2560,8 @@ int ks_handle(const rm_http_req *req, rm_http_resp *resp, void *ud)
     memset(&rec, 0, sizeof(rec));
     snprintf(rec.method, sizeof(rec.method), "%s", req->method);
     snprintf(rec.path, sizeof(rec.path), "%s", req->path);
+    const char *rct = rm_http_header(req, "Content-Type");
+    snprintf(rec.ctype, sizeof(rec.ctype), "%s", rct ? rct : "");
     if (parse_path(req->path, &ri) < 0) {
         rec.code = 404;
         ks_reqlog_add(s, &rec);

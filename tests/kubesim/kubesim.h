@@ -102,6 +102,7 @@ typedef struct ks_faults {
 typedef struct ks_reqrec {
     char method[8], verb[24], group[128], version[64], resource[64], sub[32], ns[128], name[256];
     char path[256];
+    char ctype[64];                 /* request Content-Type (patch flavour) */
     int code;
 } ks_reqrec;
 
