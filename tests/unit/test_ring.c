@@ -230,13 +230,21 @@ static void test_bad_config(void) {
 }
 
 /* --- strangers --- */
-typedef struct { int port; int mode; } stranger;
+typedef struct {
+    int port, mode;
+    atomic_int sent;
+    int refused_rc;   /* what the stranger saw after sending: RM_ECLOSED = the ring hung up on it */
+} stranger;
 
 static void *stranger_thread(void *arg) {
     stranger *s = arg;
     int fd = -1;
     rm_err e = {0};
-    if (rm_net_connect("127.0.0.1", s->port, rm_net_now() + 2, &fd, &e)) return NULL;
+    s->refused_rc = 1;
+    if (rm_net_connect("127.0.0.1", s->port, rm_net_now() + 2, &fd, &e)) {
+        atomic_store(&s->sent, 1);
+        return NULL;
+    }
     if (s->mode == 0) {
         const char junk[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx";
         rm_net_send_all(fd, junk, sizeof junk, rm_net_now() + 2, &e);
@@ -245,7 +253,13 @@ static void *stranger_thread(void *arg) {
         uint32_t hello[9] = {htonl(0x524d5247u), htonl(1), htonl(6), htonl(1), htonl(2), 1, 2, 3, 4};
         rm_net_send_all(fd, hello, sizeof hello, rm_net_now() + 2, &e);
     }
-    usleep(200 * 1000);
+    atomic_store(&s->sent, 1);
+    char b[256];
+    int rc;
+    do {   /* drain anything until the ring closes on us */
+        rc = rm_net_recv_all(fd, b, 1, rm_net_now() + 5, &e);
+    } while (rc == 0);
+    s->refused_rc = rc;
     close(fd);
     return NULL;
 }
@@ -254,15 +268,17 @@ static void test_stranger_refused(void) {
     world w;
     world_listen(&w, 2);
     int port0 = atoi(strchr(w.peers[0].addr, ':') + 1);
-    stranger s1 = {port0, 0}, s2 = {port0, 1};
+    stranger s1 = {.port = port0, .mode = 0}, s2 = {.port = port0, .mode = 1};
     pthread_t t1, t2;
-    /* strangers connect first so they sit in rank 0's accept queue ahead of the real prev */
+    /* strangers connect and talk first, so they sit in rank 0's accept queue ahead of the real prev */
     pthread_create(&t1, NULL, stranger_thread, &s1);
     pthread_create(&t2, NULL, stranger_thread, &s2);
-    usleep(100 * 1000);
+    while (!atomic_load(&s1.sent) || !atomic_load(&s2.sent)) usleep(1000);
     CU_ASSERT_EQUAL(world_init(&w), 0);
     pthread_join(t1, NULL);
     pthread_join(t2, NULL);
+    CU_ASSERT_EQUAL(s1.refused_rc, RM_ECLOSED);
+    CU_ASSERT_EQUAL(s2.refused_rc, RM_ECLOSED);
     if (w.r[0].init_rc == 0 && w.r[1].init_rc == 0) CU_ASSERT_EQUAL(check_allreduce(&w, 1000, RM_OP_SUM, 0), 0);
     world_close(&w);
 }
