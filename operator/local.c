@@ -357,8 +357,8 @@ static bool env_is_ours(const char *kv)
 static const char *local_backend(const rm_tj *job)
 {
     switch (job->spec.backend) {
-    case RM_BACKEND_NCCL: return "nccl";
     case RM_BACKEND_MPI: return "mpi";
+    case RM_BACKEND_NCCL:    /* local workers run on the CPU: see the note printed at start */
     case RM_BACKEND_RING:
     case RM_BACKEND_AUTO:
     default: return "ring";   /* auto: no GPUs are requested locally -> ring */
@@ -940,6 +940,15 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
     RM_CHECK_GOTO(rm_local_worker_bin(l->worker_bin, sizeof l->worker_bin, err), rc, out);
     RM_CHECK_GOTO(mkdir_p(o->run_dir, err), rc, out);
     RM_CHECK_GOTO(mkdir_p(o->checkpoint_dir, err), rc, out);
+    if (job->spec.backend == RM_BACKEND_NCCL || job->spec.training.precision != RM_PREC_FP32) {
+        /* GPU-only settings: local workers are CPU processes */
+        say(l, "ringmaster: note: local workers run on the CPU: backend %s -> ring, precision "
+            "%s -> fp32 (the cluster runs the manifest as written)\n",
+            rm_backend_name(job->spec.backend),
+            job->spec.training.precision == RM_PREC_BF16 ? "bf16"
+            : job->spec.training.precision == RM_PREC_FP16 ? "fp16" : "fp32");
+        job->spec.training.precision = RM_PREC_FP32;
+    }
     {
         cJSON *tj = rm_training_to_json(&job->spec.training);
         l->training_json = tj ? cJSON_PrintUnformatted(tj) : NULL;
@@ -1015,6 +1024,17 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
     }
     reap(l);
     rm_rdzv_job_stop(l->rdzv, l->jobkey);
+    update_gauges(l);
+    {   /* the last scrape, kept with the logs: a finished run's numbers stay readable */
+        size_t len = 0;
+        char *text = rm_metrics_render(l->reg, &len);
+        if (text) {
+            char path[PATH_MAX];
+            snprintf(path, sizeof path, "%s/metrics.prom", o->run_dir);
+            write_file_atomic(path, text, len);
+            free(text);
+        }
+    }
     res->phase = job->status.phase;
     res->seconds = now_unix() - l->started;
     rc = RM_OK;

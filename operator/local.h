@@ -10,7 +10,8 @@
  * SIGTERM to the group then SIGKILL after a grace, restart = rm_rdzv_restart, events = log lines).
  * It also serves controller metrics (ringmaster_jobs_*, ringmaster_restarts,
  * ringmaster_recovery_seconds, workers ready/desired) with a Prometheus http_sd endpoint (/sd)
- * listing the workers' metrics endpoints, and writes the same list as file_sd JSON in RUN_DIR.
+ * listing the workers' metrics endpoints, and writes the same list as file_sd JSON in RUN_DIR
+ * (and, when the run ends, the last scrape as RUN_DIR/metrics.prom).
  *
  * Signals: the caller installs the handlers (see run.c) and passes a flag and a wake fd; on a
  * stop request every worker gets SIGTERM (they checkpoint and exit), stragglers get SIGKILL after

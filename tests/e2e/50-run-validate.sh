@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# ringmaster run/validate: invalid manifests and flags exit 2 with "FILE:LINE: field: message";
+# the examples validate; version prints. (No workers are started.)
+source "$(dirname "$0")/5x-run-lib.bash"
+head='apiVersion: ringmaster.dev/v1alpha1
+kind: TrainingJob
+metadata:
+  name: x
+spec:'
+mk() { printf '%s\n%s\n' "$head" "$2" > "$W/$1.yaml"; }
+mk unknown '  replicas: 2
+  colour: blue'
+mk zero '  replicas: 0'
+mk minmax '  replicas: 2
+  minReplicas: 3'
+mk syntax '  replicas: [2'
+mk backend '  replicas: 2
+  backend: gloo'
+mk deep '  replicas: 2
+  training:
+    model: {type: mlp, hidden: [128]}
+    optimizer: {type: sgd, lr: 0.1, mometum: 0.9}'
+
+expect() {  # file regex
+  set +e; "$RM_BIN/ringmaster" run -f "$W/$1.yaml" >"$W/$1.o" 2>"$W/$1.e"; local rc=$?; set -e
+  [ $rc -eq 2 ] || fail "$1: exit $rc, want 2 ($(cat "$W/$1.e"))"
+  grep -Eq "$2" "$W/$1.e" || fail "$1: stderr \"$(cat "$W/$1.e")\" does not match /$2/"
+  log "ok $1: $(cat "$W/$1.e")"
+}
+expect unknown  "unknown\.yaml:7: spec\.colour: unknown field"
+expect zero     "zero\.yaml:6: spec\.replicas: .*>= 1"
+expect minmax   "minmax\.yaml:7: spec\.minReplicas: .*spec\.replicas"
+expect syntax   "syntax\.yaml:[67]:[0-9]+: "
+expect backend  "backend\.yaml:7: spec\.backend: .*gloo"
+expect deep     "deep\.yaml:9: spec\.training\.optimizer\.mometum: unknown field"
+[ ! -s "$W/unknown.o" ] || fail "stdout must stay empty on a manifest error"
+
+# validate names the same errors and accepts the examples
+set +e; "$RM_BIN/ringmaster" validate -f "$W/minmax.yaml" 2>"$W/v.e"; rc=$?; set -e
+[ $rc -eq 2 ] && grep -q "minmax.yaml:7: spec.minReplicas" "$W/v.e" || fail "validate: rc=$rc $(cat "$W/v.e")"
+for f in "$RM_ROOT"/deploy/examples/*.yaml; do
+  "$RM_BIN/ringmaster" validate -f "$f" >/dev/null || fail "example $f does not validate"
+done
+"$RM_BIN/ringmaster" validate -f "$RM_ROOT/deploy/examples/fashion-mnist.yaml" -o json |
+  $PY -c 'import json,sys; j=json.load(sys.stdin); assert j["spec"]["replicas"]==4 and j["spec"]["training"]["epochs"]==10, j'
+
+# bad flags
+for args in "--replicas 0" "-o xml" "--bogus" "--metrics-addr nonsense" ""; do
+  set +e; "$RM_BIN/ringmaster" run $args ${args:+-f "$FIX/small.yaml"} >/dev/null 2>"$W/f.e"; rc=$?; set -e
+  [ $rc -eq 2 ] || fail "flags '$args': exit $rc, want 2"
+done
+set +e; "$RM_BIN/ringmaster" frobnicate >/dev/null 2>&1; rc=$?; set -e
+[ $rc -eq 2 ] || fail "unknown command: exit $rc"
+"$RM_BIN/ringmaster" version | grep -q "^ringmaster [0-9]" || fail "version"
+assert_no_workers
+log "PASS"

@@ -1,0 +1,61 @@
+# 5x-run-lib.bash — helpers shared by tests/e2e/5x-run-*.sh (sourced; the .bash suffix keeps
+# tests/run-e2e.sh from running it). Every run gets its own folder W under TMPDIR; workers are
+# recognised by RINGMASTER_CHECKPOINT_DIR=$W/... in their environment, so the process-table checks
+# never confuse them with other tests' workers. Kills only what it started, by pid.
+set -euo pipefail
+: "${RM_BIN:?RM_BIN must name the binaries folder}"
+: "${RM_ROOT:=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
+W=$(mktemp -d "${TMPDIR:-/tmp}/rm-run-e2e.XXXXXX")
+PY=/usr/bin/python3
+FIX="$RM_ROOT/tests/e2e/fixtures"
+RUNNER_PID=""
+
+log() { echo "[$(date +%H:%M:%S)] $*"; }
+dump() {
+  for f in "$W"/*.err "$W"/run*/ringmaster.log "$W"/run*/worker-*.log; do
+    [ -f "$f" ] || continue; echo "---- $f (tail)"; tail -n 25 "$f"; done >&2
+}
+fail() { echo "FAIL: $*" >&2; dump; exit 1; }
+
+# Worker processes of this test (their env names a checkpoint folder under $W).
+our_workers() {
+  local p
+  for p in /proc/[0-9]*; do
+    if tr '\0' '\n' 2>/dev/null < "$p/environ" | grep -q "^RINGMASTER_CHECKPOINT_DIR=$W/"; then
+      echo "${p#/proc/}"
+    fi
+  done
+}
+assert_no_workers() {
+  local left
+  left=$(our_workers | tr '\n' ' ')
+  [ -z "$left" ] || { ps -o pid,ppid,stat,cmd -p ${left// /,} >&2 || true; fail "worker processes left: $left"; }
+}
+cleanup() {
+  local rc=$?
+  [ -n "$RUNNER_PID" ] && kill -9 "$RUNNER_PID" 2>/dev/null || true
+  local p
+  for p in $(our_workers); do kill -9 "$p" 2>/dev/null || true; done
+  [ $rc -ne 0 ] && dump || true
+  rm -rf "$W"
+  exit $rc
+}
+trap cleanup EXIT
+
+free_port() { $PY -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1]);s.close()'; }
+
+# run_job NAME [ringmaster run args...]: runs in the foreground with its own checkpoint and run
+# folders; stdout -> $W/NAME.out, stderr -> $W/NAME.err; sets RC.
+run_job() {
+  local name=$1; shift
+  set +e
+  "$RM_BIN/ringmaster" run --checkpoint-dir "$W/ck-$name" --run-dir "$W/run-$name" "$@" \
+      >"$W/$name.out" 2>"$W/$name.err"
+  RC=$?
+  set -e
+}
+
+# jget NAME EXPR: evaluate a Python expression on the last stdout line (the TrainingJob as `j`).
+jget() {
+  tail -n 1 "$W/$1.out" | $PY -c "import json,sys; j=json.load(sys.stdin); print($2)"
+}
