@@ -45,6 +45,7 @@
 #define RING_SOCKBUF (4 << 20)
 #define RING_DEFAULT_PIECE_BYTES (512u << 10)
 #define RING_HANDSHAKE_STRANGER_S 2.0
+#define RING_EXCHANGE_MAX_BYTES (64u << 10)   /* 2 ranks up to here: one exchange, not 2 steps */
 
 struct rm_comm {
     int rank, n, epoch;
@@ -532,6 +533,94 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
     return RM_OK;
 }
 
+/* Two ranks, small buffer: one exchange instead of two ring steps (half the latency, same bytes
+ * on the wire). Each rank sends its whole buffer and adds the peer's; a+b == b+a in IEEE
+ * arithmetic, so both ranks still get bit-identical results. count fits one scratch piece. */
+static int exchange2_f32(rm_comm *c, const float *src, float *dst, size_t count, rm_redop op, rm_err *err) {
+    const int peer = 1 - c->rank;
+    const size_t bytes = count * sizeof(float), total = sizeof(frame_hdr) + bytes;
+    frame_hdr shdr = {FRAME_MAGIC, c->send_seq, (uint32_t)bytes, 0}, rhdr;
+    shdr.check = FRAME_MAGIC ^ shdr.seq ^ shdr.len ^ FRAME_CHECK;
+    size_t sent = 0, got = 0;
+    double last_progress = rm_net_now();
+    while (sent < total || got < total) {
+        int progress = 0;
+        if (atomic_load_explicit(&c->aborted, memory_order_relaxed)) return fail_io(c, RM_ECLOSED, err, "allreduce", peer);
+        if (sent < total) {
+            struct iovec iov[2];
+            int niov = 0;
+            if (sent < sizeof shdr) {
+                iov[niov].iov_base = (char *)&shdr + sent;
+                iov[niov++].iov_len = sizeof shdr - sent;
+                iov[niov].iov_base = (void *)(uintptr_t)src;
+                iov[niov++].iov_len = bytes;
+            } else {
+                iov[niov].iov_base = (char *)(uintptr_t)src + (sent - sizeof shdr);
+                iov[niov++].iov_len = total - sent;
+            }
+            struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+            ssize_t k = sendmsg(c->next_fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+            if (k > 0) {
+                sent += (size_t)k;
+                progress = 1;
+            } else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                return fail_io(c, (errno == EPIPE || errno == ECONNRESET) ? RM_ECLOSED : RM_EIO, err, "allreduce", peer);
+            }
+        }
+        if (got < total) {
+            struct iovec iov[2];
+            int niov = 0;
+            if (got < sizeof rhdr) {
+                iov[niov].iov_base = (char *)&rhdr + got;
+                iov[niov++].iov_len = sizeof rhdr - got;
+                iov[niov].iov_base = c->scratch;
+                iov[niov++].iov_len = bytes;
+            } else {
+                iov[niov].iov_base = (char *)c->scratch + (got - sizeof rhdr);
+                iov[niov++].iov_len = total - got;
+            }
+            struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
+            ssize_t k = recvmsg(c->prev_fd, &mh, MSG_DONTWAIT);
+            if (k == 0) return fail_io(c, RM_ECLOSED, err, "allreduce", peer);
+            if (k > 0) {
+                size_t before = got;
+                got += (size_t)k;
+                progress = 1;
+                if (before < sizeof rhdr && got >= sizeof rhdr &&
+                    (rhdr.magic != FRAME_MAGIC || rhdr.seq != c->recv_seq || rhdr.len != (uint32_t)bytes ||
+                     rhdr.check != (FRAME_MAGIC ^ rhdr.seq ^ rhdr.len ^ FRAME_CHECK))) {
+                    ring_break(c);
+                    return rm_errf(err, RM_EPROTO,
+                                   "ring: garbage or desync from rank %d (frame magic %08x seq %u len %u, "
+                                   "want seq %u len %zu)", peer, rhdr.magic, rhdr.seq, rhdr.len, c->recv_seq, bytes);
+                }
+            } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+                return fail_io(c, errno == ECONNRESET ? RM_ECLOSED : RM_EIO, err, "allreduce", peer);
+            }
+        }
+        if (progress) {
+            last_progress = -1;
+            continue;
+        }
+        double now = rm_net_now();
+        if (last_progress < 0) last_progress = now;
+        double left = last_progress + c->timeout_s - now;
+        if (left <= 0) return fail_io(c, RM_ETIMEDOUT, err, "allreduce", peer);
+        struct pollfd pf[2] = {
+            {.fd = c->prev_fd, .events = (short)(got < total ? POLLIN : 0)},
+            {.fd = c->next_fd, .events = (short)(POLLRDHUP | (sent < total ? POLLOUT : 0))},
+        };
+        int pr = poll(pf, 2, (int)(left * 1000.0) + 1);
+        if (pr < 0 && errno != EINTR) return fail_io(c, RM_EIO, err, "allreduce poll", peer);
+        if (pr > 0 && sent < total && (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
+            return fail_io(c, RM_ECLOSED, err, "allreduce", peer);
+    }
+    c->send_seq++;
+    c->recv_seq++;
+    reduce_add(dst, src, c->scratch, count, op == RM_OP_AVG, 0.5f);
+    return RM_OK;
+}
+
 static int ring_allreduce_oop(rm_comm *c, const void *send, void *recv, size_t count, rm_dtype dt,
                               rm_redop op, rm_err *err) {
     if (!c || (count && (!send || !recv))) return rm_errf(err, RM_EINVAL, "ring: NULL argument");
@@ -545,6 +634,8 @@ static int ring_allreduce_oop(rm_comm *c, const void *send, void *recv, size_t c
         if (send != recv) memmove(recv, send, count * sizeof(float));
         return RM_OK;
     }
+    if (c->n == 2 && count * sizeof(float) <= RING_EXCHANGE_MAX_BYTES && count <= c->piece)
+        return exchange2_f32(c, send, recv, count, op, err);
     return ring_allreduce_f32(c, send, recv, count, op, err);
 }
 
