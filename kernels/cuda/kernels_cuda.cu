@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cuda/gemm_map.h"
 #include "kernels/cuda/rm_cuda.h"
 #include "kernels/kernels.h"
 #include "worker/gpu.h"
@@ -527,17 +528,19 @@ void cu_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
         KLAUNCHED("k_beta_scale");
         return;
     }
-    cublasOperation_t opa = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasOperation_t opb = tb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    rm_gemm_cm g = rm_gemm_colmajor(ta, tb, m, n, k, lda, ldb);
+    cublasOperation_t op1 = g.trans_first ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t op2 = g.trans_second ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (g_cuda.prec == RM_PREC_FP32) {
         cublasComputeType_t ct = g_cuda.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-        BCHECK(cublasGemmEx(g_cuda.blas, opb, opa, n, m, k, &alpha, b, CUDA_R_32F, ldb, a, CUDA_R_32F,
-                            lda, &beta, c, CUDA_R_32F, ldc, ct, CUBLAS_GEMM_DEFAULT));
+        BCHECK(cublasGemmEx(g_cuda.blas, op1, op2, g.m, g.n, g.k, &alpha, b, CUDA_R_32F, g.ld_first,
+                            a, CUDA_R_32F, g.ld_second, &beta, c, CUDA_R_32F, ldc, ct,
+                            CUBLAS_GEMM_DEFAULT));
         return;
     }
-    /* stored shapes: A is (ta ? k x m : m x k), B is (tb ? n x k : k x n), row-major */
-    int a_rows = ta ? k : m, a_cols = ta ? m : k;
-    int b_rows = tb ? n : k, b_cols = tb ? k : n;
+    int a_rows, a_cols, b_rows, b_cols;
+    rm_gemm_stored(ta, m, k, &a_rows, &a_cols);
+    rm_gemm_stored(tb, k, n, &b_rows, &b_cols);
     size_t na = (size_t)a_rows * a_cols, nb = (size_t)b_rows * b_cols;
     if (!grow_scratch(&g_cuda.scratch_a, &g_cuda.cap_a, na) ||
         !grow_scratch(&g_cuda.scratch_b, &g_cuda.cap_b, nb))
@@ -546,10 +549,12 @@ void cu_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
     cast_2d(bf, a, lda, a_rows, a_cols, g_cuda.scratch_a);
     cast_2d(bf, b, ldb, b_rows, b_cols, g_cuda.scratch_b);
     KLAUNCHED("k_cast_2d");
+    /* packed operands: leading dimension = stored columns */
+    g = rm_gemm_colmajor(ta, tb, m, n, k, a_cols, b_cols);
     cudaDataType_t dt = bf ? CUDA_R_16BF : CUDA_R_16F;
-    BCHECK(cublasGemmEx(g_cuda.blas, opb, opa, n, m, k, &alpha, g_cuda.scratch_b, dt, b_cols,
-                        g_cuda.scratch_a, dt, a_cols, &beta, c, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
-                        CUBLAS_GEMM_DEFAULT));
+    BCHECK(cublasGemmEx(g_cuda.blas, op1, op2, g.m, g.n, g.k, &alpha, g_cuda.scratch_b, dt, g.ld_first,
+                        g_cuda.scratch_a, dt, g.ld_second, &beta, c, CUDA_R_32F, ldc,
+                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 void cu_bias_act_fwd(float *y, const float *b, int rows, int cols, rm_act act)

@@ -10,6 +10,10 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <cblas.h>
+#include <stdlib.h>
+
+#include "kernels/cuda/gemm_map.h"
 #include "kernels/kernels.h"
 #include "tests/unit/testutil.h"
 #include "worker/comm.h"
@@ -480,6 +484,75 @@ static void test_amp_step(void)
     CU_ASSERT_EQUAL(rm_amp_init(&a, k, (rm_precision)7, &e), RM_EINVAL);
 }
 
+/* ---------------- the row-major -> column-major cuBLAS mapping, checked with OpenBLAS ---------------- */
+
+static uint64_t g_seed = 12345;
+static float urand(void)
+{
+    g_seed = g_seed * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((g_seed >> 40) & 0xffffff) / 16777216.0f - 0.5f;
+}
+
+/* CUDA's cu_gemm hands cuBLAS (column-major) what rm_gemm_colmajor says; OpenBLAS's column-major
+ * sgemm stands in for cuBLAS here. Both the direct fp32 call and the packed (bf16/fp16 scratch)
+ * call must equal the row-major product. */
+static void test_gemm_mapping(void)
+{
+    int shapes[][3] = {{1, 1, 1}, {3, 5, 7}, {17, 4, 9}, {8, 33, 2}, {64, 10, 128}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        for (int t = 0; t < 4; t++) {
+            bool ta = t & 1, tb = (t & 2) != 0;
+            int m = shapes[si][0], n = shapes[si][1], k = shapes[si][2];
+            int a_rows, a_cols, b_rows, b_cols;
+            rm_gemm_stored(ta, m, k, &a_rows, &a_cols);
+            rm_gemm_stored(tb, k, n, &b_rows, &b_cols);
+            CU_ASSERT_EQUAL(ta ? a_rows : a_cols, k);
+            CU_ASSERT_EQUAL(tb ? b_cols : b_rows, k);
+            int lda = a_cols + 2, ldb = b_cols + 3, ldc = n + 1;
+            float *a = malloc(sizeof(float) * (size_t)a_rows * lda);
+            float *b = malloc(sizeof(float) * (size_t)b_rows * ldb);
+            float *pa = malloc(sizeof(float) * (size_t)a_rows * a_cols);
+            float *pb = malloc(sizeof(float) * (size_t)b_rows * b_cols);
+            float *c[3];
+            for (int i = 0; i < 3; i++)
+                c[i] = malloc(sizeof(float) * (size_t)m * ldc);
+            CU_ASSERT_FATAL(a && b && pa && pb && c[0] && c[1] && c[2]);
+            for (int i = 0; i < a_rows * lda; i++)
+                a[i] = urand();
+            for (int i = 0; i < b_rows * ldb; i++)
+                b[i] = urand();
+            for (int i = 0; i < m * ldc; i++)
+                c[0][i] = c[1][i] = c[2][i] = urand();
+            for (int r = 0; r < a_rows; r++)
+                memcpy(pa + (size_t)r * a_cols, a + (size_t)r * lda, sizeof(float) * (size_t)a_cols);
+            for (int r = 0; r < b_rows; r++)
+                memcpy(pb + (size_t)r * b_cols, b + (size_t)r * ldb, sizeof(float) * (size_t)b_cols);
+            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                        m, n, k, 0.5f, a, lda, b, ldb, 0.25f, c[0], ldc);
+            rm_gemm_cm g = rm_gemm_colmajor(ta, tb, m, n, k, lda, ldb);
+            CU_ASSERT_EQUAL(g.first_is_b, 1);
+            cblas_sgemm(CblasColMajor, g.trans_first ? CblasTrans : CblasNoTrans,
+                        g.trans_second ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 0.5f, b, g.ld_first,
+                        a, g.ld_second, 0.25f, c[1], ldc);
+            g = rm_gemm_colmajor(ta, tb, m, n, k, a_cols, b_cols);
+            cblas_sgemm(CblasColMajor, g.trans_first ? CblasTrans : CblasNoTrans,
+                        g.trans_second ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 0.5f, pb, g.ld_first,
+                        pa, g.ld_second, 0.25f, c[2], ldc);
+            int bad = 0;
+            for (int i = 0; i < m * ldc; i++)
+                for (int v = 1; v < 3; v++)
+                    if (fabsf(c[v][i] - c[0][i]) > 1e-5f * (1.0f + fabsf(c[0][i])))
+                        bad++;
+            CU_ASSERT_EQUAL(bad, 0);
+            if (bad)
+                printf("gemm mapping wrong: ta=%d tb=%d m=%d n=%d k=%d\n", ta, tb, m, n, k);
+            free(a), free(b), free(pa), free(pb);
+            for (int i = 0; i < 3; i++)
+                free(c[i]);
+        }
+    }
+}
+
 void rm_suite_gpu_cpu(void)
 {
     static const rm_test_case cases[] = {
@@ -498,6 +571,7 @@ void rm_suite_gpu_cpu(void)
         {"GPU job without a GPU: clear error", test_require_message},
         {"nccl table without a GPU", test_nccl_table_without_gpu},
         {"amp step: unscale, agree, skip together", test_amp_step},
+        {"cuBLAS column-major mapping (checked with OpenBLAS)", test_gemm_mapping},
     };
     RM_ADD_SUITE("gpu_cpu", NULL, NULL, cases);
 }
