@@ -1,8 +1,15 @@
 /* Tests for worker/comm.c (backend table, address helpers, listener), worker/comm_local.c
  * (world of one) and worker/net.c (SHA-256/HMAC test vectors, bounded waits). */
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include "common/http.h"
+#include "common/rdzv.h"
 
 #include "tests/unit/testutil.h"
 #include "worker/comm.h"
@@ -127,6 +134,75 @@ static void test_local_backend(void) {
     ops->destroy(NULL);
 }
 
+/* `ringmaster-worker bench` in rendezvous mode: two worker processes join an in-process
+ * rendezvous service (RINGMASTER_* env like `train`), form the ring from the peers it returns,
+ * authenticate with the job token and print a table with #wrong 0. */
+static void test_bench_rendezvous(void) {
+    char bin[512];
+    snprintf(bin, sizeof bin, "%s/ringmaster-worker", rm_test_bindir());
+    if (access(bin, X_OK) != 0) {
+        fprintf(stderr, "skip: %s not built\n", bin);
+        return;
+    }
+    rm_rdzv *r = rm_rdzv_new();
+    rm_http_server *srv = NULL;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_rdzv_serve(r, "127.0.0.1:0", &srv, &e), 0);
+    CU_ASSERT_EQUAL(rm_rdzv_job_set(r, "ns/bench", "tok-123", 2, 2, 0), 0);
+    char url[128], *dir = rm_test_tmpdir("bench-rdzv");
+    snprintf(url, sizeof url, "RINGMASTER_RENDEZVOUS=http://127.0.0.1:%d", rm_http_port(srv));
+    pid_t pids[2];
+    for (int i = 0; i < 2; i++) {
+        char out[600], wid[64];
+        snprintf(out, sizeof out, "%s/out.%d", dir, i);
+        snprintf(wid, sizeof wid, "RINGMASTER_WORKER_ID=%d", i);
+        char *envp[] = {url, "RINGMASTER_JOB=ns/bench", "RINGMASTER_TOKEN=tok-123", wid,
+                        "RINGMASTER_BIND_ADDR=127.0.0.1", "RINGMASTER_LOG_LEVEL=warn", NULL};
+        char *argv[] = {bin, "bench", "-b", "4K", "-e", "256K", "-f", "4", "-n", "3", "-w", "1",
+                        "--timeout", "10", NULL};
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (fd >= 0) {
+                dup2(fd, 1);
+                dup2(fd, 2);
+            }
+            execve(bin, argv, envp);
+            _exit(127);
+        }
+    }
+    int status[2] = {-1, -1}, left = 2;
+    double deadline = rm_net_now() + 60;
+    while (left > 0 && rm_net_now() < deadline) {
+        for (int i = 0; i < 2; i++) {
+            if (pids[i] > 0 && status[i] == -1 && waitpid(pids[i], &status[i], WNOHANG) == pids[i]) left--;
+        }
+        usleep(20 * 1000);
+    }
+    for (int i = 0; i < 2; i++) {
+        if (status[i] == -1 && pids[i] > 0) {
+            kill(pids[i], SIGKILL);
+            waitpid(pids[i], NULL, 0);
+        }
+        CU_ASSERT(WIFEXITED(status[i]) && WEXITSTATUS(status[i]) == 0);
+    }
+    char p0[600];
+    snprintf(p0, sizeof p0, "%s/out.0", dir);
+    char *o0 = rm_test_read_file(p0, NULL);
+    CU_ASSERT_PTR_NOT_NULL(o0);
+    if (o0) {
+        CU_ASSERT_PTR_NOT_NULL(strstr(o0, "backend ring, 2 ranks"));
+        CU_ASSERT_PTR_NOT_NULL(strstr(o0, "# Out of bounds values : 0 OK"));
+        if (!strstr(o0, "0 OK")) fprintf(stderr, "%s\n", o0);
+    }
+    free(o0);
+    rm_rdzv_shutdown(r);
+    rm_http_stop(srv);
+    rm_rdzv_free(r);
+    rm_test_rmtree(dir);
+    free(dir);
+}
+
 void rm_suite_comm(void);
 void rm_suite_comm(void) {
     static const rm_test_case cases[] = {
@@ -135,6 +211,7 @@ void rm_suite_comm(void) {
         {"listen_connect_bounded", test_listen_connect},
         {"sha256_hmac_vectors", test_sha256_hmac},
         {"local_backend", test_local_backend},
+        {"bench_rendezvous_mode", test_bench_rendezvous},
     };
     RM_ADD_SUITE("comm", NULL, NULL, cases);
 }
