@@ -79,6 +79,7 @@ void rm_train_cfg_free(rm_train_cfg *cfg)
     free(cfg->worker_id);
     free(cfg->bind_addr);
     free(cfg->fault_spec);
+    free(cfg->static_peers);
     memset(cfg, 0, sizeof *cfg);
 }
 
@@ -109,6 +110,7 @@ void rm_train_usage(FILE *out)
             "  --max-steps N              stop after N global steps (testing)\n"
             "  --comm-timeout S           bound on collective waits (default 10)\n"
             "  --log-format text|json     --log-level debug|info|warn|error\n"
+            "  --peers H:P,H:P,... --rank R   static world without a rendezvous (no restarts)\n"
             "  env: RINGMASTER_RENDEZVOUS RINGMASTER_JOB RINGMASTER_TOKEN RINGMASTER_WORKER_ID\n"
             "       RINGMASTER_BIND_ADDR RINGMASTER_PROGRESS_DEADLINE RINGMASTER_FAULT\n",
             RM_DATA_DEFAULT_DIR);
@@ -233,7 +235,7 @@ static int parse_hidden(const char *s, rm_training_spec *t, rm_err *err)
 enum {
     O_CONFIG = 256, O_EPOCHS, O_BATCH, O_LR, O_DATA, O_CKDIR, O_CKINT, O_CKKEEP, O_METRICS,
     O_BACKEND, O_MAXSTEPS, O_LOGFMT, O_LOGLVL, O_OPT, O_MOM, O_WD, O_HIDDEN, O_WARM, O_SCHED,
-    O_SEED, O_FUSION, O_DEVICE, O_CTIMEOUT, O_HELP
+    O_SEED, O_FUSION, O_DEVICE, O_CTIMEOUT, O_PEERS, O_RANK, O_HELP
 };
 
 int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
@@ -272,6 +274,8 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
         {"fusion-mb", required_argument, 0, O_FUSION},
         {"device", required_argument, 0, O_DEVICE},
         {"comm-timeout", required_argument, 0, O_CTIMEOUT},
+        {"peers", required_argument, 0, O_PEERS},
+        {"rank", required_argument, 0, O_RANK},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -417,6 +421,11 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
             cfg->t.fusion_buffer_mb = dv;
             break;
         case O_DEVICE: setstr(&cfg->device, optarg); break;
+        case O_PEERS: setstr(&cfg->static_peers, optarg); break;
+        case O_RANK:
+            RM_CHECK_GOTO(parse_int("--rank", optarg, 0, RM_RDZV_MAX_WORLD - 1, &iv, err), rc, fail);
+            cfg->static_rank = (int)iv;
+            break;
         case O_CTIMEOUT:
             RM_CHECK_GOTO(parse_dbl("--comm-timeout", optarg, 0.1, 3600, &cfg->comm_timeout_s,
                                     err), rc, fail);
@@ -777,7 +786,21 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     rm_rdzv_round rr = {0};
     const char *be = cfg->backend && strcmp(cfg->backend, "auto") ? cfg->backend : "ring";
     rm_health_set_ready(t->wm.health, false, "joining");
-    if (t->rdzv && strcmp(be, "mpi") != 0) {
+    rm_rdzv_peer *static_peers = NULL;
+    if (cfg->static_peers) {
+        int n = 0;
+        RM_CHECK(rm_comm_parse_peers(cfg->static_peers, &static_peers, &n, err));
+        if (cfg->static_rank >= n) {
+            free(static_peers);
+            return rm_errf(err, RM_EINVAL, "--rank %d but --peers lists %d workers",
+                           cfg->static_rank, n);
+        }
+        rr.peers = static_peers;
+        rr.world_size = n;
+        t->rank = cfg->static_rank;
+        t->world = n;
+        t->rdzv_epoch = 1;
+    } else if (t->rdzv && strcmp(be, "mpi") != 0) {
         int last = first ? 0 : t->rdzv_epoch;
         double deadline = now_mono() + 900;
         for (;;) {
@@ -861,8 +884,12 @@ static int round_setup(trainer *t, bool first, rm_err *err)
 
 /* ---------------- evaluation (sharded over ranks, reduced) ---------------- */
 
+static double read_loss(trainer *t);
+
 static int evaluate(trainer *t, rm_err *err)
 {
+    if (t->step > 0)
+        t->train_loss = read_loss(t);   /* the last step's; evaluation reuses the loss scalar */
     int n = t->te.n, per = (n + t->world - 1) / t->world;
     int start = t->rank * per, end = start + per < n ? start + per : n;
     double correct = 0, loss = 0;
@@ -1168,8 +1195,6 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
         rm_err e = {0};
         ckpt_write(&t, &e);
     } else if (outcome == R_DONE) {
-        if (t.step > 0)
-            t.train_loss = read_loss(&t);   /* before evaluation reuses the loss scalar */
         if (t.eval_step != t.step) {
             rc = evaluate(&t, err);
             if (rc)

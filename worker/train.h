@@ -38,6 +38,9 @@ typedef struct rm_train_cfg {
     char *fault_spec;            /* RINGMASTER_FAULT; NULL = none */
     int eval_every_epoch;        /* 1 (default) */
     int log_every;               /* steps between progress log lines; default 100 */
+    /* static world without a rendezvous (bench scripts, tests): --peers h:p,... --rank R */
+    char *static_peers;          /* NULL = rendezvous or alone */
+    int static_rank;
 } rm_train_cfg;
 
 /* Parse argv (after "train") + env into cfg. Returns RM_OK, or RM_EINVAL with err set (the caller
