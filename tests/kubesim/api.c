@@ -795,6 +795,7 @@ static void unknown_fields_msg(const cJSON *unknown, char *buf, size_t cap, cons
 
 static void del_locked(ks_server *s, ks_kind *k, const char *ns, const char *name, const char *prop,
                        int grace, const char *pre_uid, const char *pre_rv, bool dry, ks_wres *r);
+static void remove_locked(ks_server *s, ks_kind *k, const char *ns, const char *name, ks_wres *r);
 
 /* The one write function. Takes ownership of nw. Takes the write lock itself. */
 static void ks_apply_write(ks_server *s, ks_kind *k, const char *ns, const char *name, cJSON *nw,
@@ -974,7 +975,8 @@ static void ks_apply_write(ks_server *s, ks_kind *k, const char *ns, const char 
             }
             cJSON_Delete(merged);
             merged = NULL;
-            del_locked(s, k, ns, name, "Background", 0, NULL, NULL, false, r);
+            atomic_store(&s->gc_dirty, true);
+            remove_locked(s, k, ns, name, r);
             goto out;
         }
     } else {
@@ -1062,6 +1064,47 @@ static void purge_table(ks_server *s, ks_kind *k, const char *ns)
     }
     ks_objs_free(v, n);
 }
+
+/* Final removal (no finalizers left) with the namespace and CRD side effects. Under wrlock. */
+static void remove_locked(ks_server *s, ks_kind *k, const char *ns, const char *name, ks_wres *r)
+{
+    if (k->type == KS_T_NAMESPACE) {
+        /* the namespace controller's job, done at once: delete everything inside */
+        for (size_t i = 0; i < s->nkinds; i++) {
+            ks_kind *kk = s->kinds[i];
+            bool dup_tab = false;
+            for (size_t j = 0; j < i; j++)
+                if (s->kinds[j]->tab == kk->tab)
+                    dup_tab = true;
+            if (!dup_tab && kk->served && kk->namespaced)
+                purge_table(s, kk, name);
+        }
+    }
+    ks_obj *last = NULL;
+    if (ks_commit(s, k, ns, name, NULL, KS_EV_DELETED, &last) < 0) {
+        wfail(r, 500, NULL, NULL, "delete failed");
+        return;
+    }
+    r->obj = ks_obj_ref(last);
+    r->deleted = true;
+    if (k->type == KS_T_CRD) {
+        const cJSON *spec = cJSON_GetObjectItemCaseSensitive(last->j, "spec");
+        const char *group = str_at(spec, "group");
+        const char *plural = str_at(cJSON_GetObjectItemCaseSensitive(spec, "names"), "plural");
+        if (group && plural) {
+            for (size_t i = 0; i < s->nkinds; i++) {
+                ks_kind *kk = s->kinds[i];
+                if (kk->type == KS_T_CR && kk->served && !strcmp(kk->group, group) &&
+                    !strcmp(kk->resource, plural)) {
+                    purge_table(s, kk, NULL);
+                    break;
+                }
+            }
+        }
+        ks_crd_unregister(s, name);
+    }
+}
+
 
 static void del_locked(ks_server *s, ks_kind *k, const char *ns, const char *name, const char *prop,
                        int grace, const char *pre_uid, const char *pre_rv, bool dry, ks_wres *r)
@@ -1166,41 +1209,7 @@ static void del_locked(ks_server *s, ks_kind *k, const char *ns, const char *nam
         return;
     }
     cJSON_Delete(c);
-    if (k->type == KS_T_NAMESPACE) {
-        /* the namespace controller's job, done at once: delete everything inside */
-        for (size_t i = 0; i < s->nkinds; i++) {
-            ks_kind *kk = s->kinds[i];
-            bool dup_tab = false;
-            for (size_t j = 0; j < i; j++)
-                if (s->kinds[j]->tab == kk->tab)
-                    dup_tab = true;
-            if (!dup_tab && kk->served && kk->namespaced)
-                purge_table(s, kk, name);
-        }
-    }
-    ks_obj *last = NULL;
-    if (ks_commit(s, k, ns, name, NULL, KS_EV_DELETED, &last) < 0) {
-        wfail(r, 500, NULL, NULL, "delete failed");
-        return;
-    }
-    r->obj = ks_obj_ref(last);
-    r->deleted = true;
-    if (k->type == KS_T_CRD) {
-        const cJSON *spec = cJSON_GetObjectItemCaseSensitive(last->j, "spec");
-        const char *group = str_at(spec, "group");
-        const char *plural = str_at(cJSON_GetObjectItemCaseSensitive(spec, "names"), "plural");
-        if (group && plural) {
-            for (size_t i = 0; i < s->nkinds; i++) {
-                ks_kind *kk = s->kinds[i];
-                if (kk->type == KS_T_CR && kk->served && !strcmp(kk->group, group) &&
-                    !strcmp(kk->resource, plural)) {
-                    purge_table(s, kk, NULL);
-                    break;
-                }
-            }
-        }
-        ks_crd_unregister(s, name);
-    }
+    remove_locked(s, k, ns, name, r);
 }
 
 int ks_internal_delete(ks_server *s, ks_kind *k, const char *ns, const char *name,
