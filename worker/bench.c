@@ -4,7 +4,8 @@
  * of one iteration averaged over the ranks), out-of-place and in-place, and a separate checked
  * run on fresh rank-dependent data whose exact sum is known (small integers, so float sums are
  * exact and #wrong is an exact count). algbw = bytes / time, busbw = algbw * 2(n-1)/n, GB = 1e9
- * bytes. Buffers are allocated once at the largest size. Output on rank 0 only. */
+ * bytes. Buffers are allocated once at the largest size (on the GPU for --backend nccl when the
+ * CUDA kernels table is available, as nccl-tests does). Output on rank 0 only. */
 #include "worker/bench.h"
 
 #include <getopt.h>
@@ -16,6 +17,7 @@
 
 #include "common/rdzv.h"
 #include "common/rm.h"
+#include "kernels/kernels.h"
 #include "worker/comm.h"
 #include "worker/fusion.h"
 #include "worker/net.h"
@@ -297,10 +299,22 @@ static int avg_over(bench_world *w, double *v, rm_err *err) {
     return RM_OK;
 }
 
-static int run_one(bench_world *w, const bench_opts *o, float *send, float *recv, size_t count,
+/* Buffers live on the GPU when the backend is nccl and the CUDA kernels table is there (as in
+ * nccl-tests); host holds the fill/check copy. Elsewhere dev is NULL and send/recv are host memory. */
+typedef struct bench_bufs {
+    const rm_kernels *dev;
+    float *send, *recv, *host;
+} bench_bufs;
+
+static void to_dev(const bench_bufs *b, float *dst, size_t count) {
+    if (b->dev) b->dev->h2d(dst, b->host, count * sizeof(float));
+}
+
+static int run_one(bench_world *w, const bench_opts *o, const bench_bufs *b, size_t count,
                    int inplace, double *t_us, long *wrong, rm_err *err) {
-    float *out = inplace ? send : recv;
-    fill(send, count, w->rank);
+    float *send = b->send, *out = inplace ? b->send : b->recv;
+    fill(b->dev ? b->host : send, count, w->rank);
+    to_dev(b, send, count);
     for (int i = 0; i < o->warmup; i++)
         RM_CHECK(w->ops->allreduce_oop(w->comm, send, out, count, RM_DT_F32, RM_OP_SUM, err));
     RM_CHECK(w->ops->barrier(w->comm, err));
@@ -312,10 +326,19 @@ static int run_one(bench_world *w, const bench_opts *o, float *send, float *recv
     *t_us = t;
     *wrong = 0;
     if (o->check) {
-        fill(send, count, w->rank);
-        if (!inplace) memset(recv, 0xff, count * sizeof(float));
+        fill(b->dev ? b->host : send, count, w->rank);
+        to_dev(b, send, count);
+        if (!inplace) {
+            if (b->dev) b->dev->memset0(out, count * sizeof(float));
+            else memset(out, 0xff, count * sizeof(float));
+        }
         RM_CHECK(w->ops->allreduce_oop(w->comm, send, out, count, RM_DT_F32, RM_OP_SUM, err));
-        double wr = (double)count_wrong(out, count, w->size);
+        const float *res = out;
+        if (b->dev) {
+            b->dev->d2h(b->host, out, count * sizeof(float));
+            res = b->host;
+        }
+        double wr = (double)count_wrong(res, count, w->size);
         float x = (float)wr;
         RM_CHECK(w->ops->allreduce(w->comm, &x, 1, RM_DT_F32, RM_OP_SUM, err));
         *wrong = (long)x;
@@ -453,7 +476,7 @@ int rm_worker_bench_main(int argc, char **argv) {
     rm_err err = {0};
     bench_world w;
     int rc = world_open(&o, &w, &err), status = 1;
-    float *send = NULL, *recv = NULL;
+    bench_bufs bb = {0};
     bench_row *rows = NULL;
     if (rc) {
         fprintf(stderr, "bench: %s (%s)\n", err.msg[0] ? err.msg : "setup failed", rm_strerror(rc));
@@ -465,9 +488,20 @@ int rm_worker_bench_main(int argc, char **argv) {
     }
     size_t maxcount = o.maxb / sizeof(float);
     if (maxcount == 0) maxcount = 1;
-    if (posix_memalign((void **)&send, 64, maxcount * sizeof(float)) ||
-        posix_memalign((void **)&recv, 64, maxcount * sizeof(float))) {
-        fprintf(stderr, "bench: out of memory for %zu bytes\n", o.maxb);
+    if (strcmp(w.ops->name, "nccl") == 0) {
+        bb.dev = rm_kernels_get("cuda");
+        if (bb.dev && bb.dev->host_memory) bb.dev = NULL;
+    }
+    if (bb.dev) {
+        bb.send = bb.dev->alloc(maxcount * sizeof(float));
+        bb.recv = bb.dev->alloc(maxcount * sizeof(float));
+        if (posix_memalign((void **)&bb.host, 64, maxcount * sizeof(float))) bb.host = NULL;
+    } else if (posix_memalign((void **)&bb.send, 64, maxcount * sizeof(float)) ||
+               posix_memalign((void **)&bb.recv, 64, maxcount * sizeof(float))) {
+        bb.send = bb.recv = NULL;
+    }
+    if (!bb.send || !bb.recv || (bb.dev && !bb.host)) {
+        fprintf(stderr, "bench: out of memory for %zu bytes%s\n", o.maxb, bb.dev ? " (device)" : "");
         goto out;
     }
     int maxrows = 4096, nrows = 0;
@@ -492,7 +526,7 @@ int rm_worker_bench_main(int argc, char **argv) {
         r->size = count * sizeof(float);
         r->count = count;
         for (int ip = 0; ip < 2; ip++) {
-            rc = run_one(&w, &o, send, recv, count, ip, &r->t_us[ip], &r->wrong[ip], &err);
+            rc = run_one(&w, &o, &bb, count, ip, &r->t_us[ip], &r->wrong[ip], &err);
             if (rc) {
                 fprintf(stderr, "bench: rank %d: allreduce of %zu bytes failed: %s (%s)\n", w.rank, r->size,
                         err.msg, rm_strerror(rc));
@@ -524,8 +558,14 @@ int rm_worker_bench_main(int argc, char **argv) {
     status = wrong_total ? 1 : 0;
 out:
     free(rows);
-    free(send);
-    free(recv);
+    if (bb.dev) {
+        bb.dev->free(bb.send);
+        bb.dev->free(bb.recv);
+    } else {
+        free(bb.send);
+        free(bb.recv);
+    }
+    free(bb.host);
     world_close(&w);
     return status;
 }
