@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Ctrl-C mid-run: the runner asks every worker to checkpoint and exit, exits 130, and leaves no
+# process behind (checked in the process table); a second run with --resume continues from the
+# checkpoint.
+source "$(dirname "$0")/5x-run-lib.bash"
+"$RM_BIN/ringmaster" run -f "$FIX/small.yaml" --epochs 30 --checkpoint-dir "$W/ck-i" \
+   --run-dir "$W/run-i" -o json >"$W/i.out" 2>"$W/i.err" &
+RUNNER_PID=$!
+for i in $(seq 1 300); do
+  ls "$W/ck-i"/ckpt-000000000100*.rmck >/dev/null 2>&1 && break
+  sleep 0.1
+done
+ls "$W/ck-i"/ckpt-000000000100*.rmck >/dev/null 2>&1 || fail "no step-100 checkpoint within 30 s"
+n=$(our_workers | wc -l)
+[ "$n" = 2 ] || fail "$n workers running, want 2"
+kill -INT "$RUNNER_PID"
+set +e; wait "$RUNNER_PID"; rc=$?; set -e; RUNNER_PID=""
+[ $rc -eq 130 ] || fail "exit $rc, want 130"
+assert_no_workers
+grep -q "stopped by signal 2" "$W/i.err" || fail "no stop message"
+grep -q "SIGTERM: writing a checkpoint" "$W/run-i/worker-0.log" || fail "rank 0 did not checkpoint on the way out"
+step=$(tail -n 1 "$W/i.out" | $PY -c 'import json,sys; print(json.load(sys.stdin)["status"]["progress"]["step"])')
+# SIGTERM behaves the same (exit 143)
+"$RM_BIN/ringmaster" run -f "$FIX/small.yaml" --epochs 30 --checkpoint-dir "$W/ck-i" --resume \
+   --run-dir "$W/run-t" -o json >"$W/t.out" 2>"$W/t.err" &
+RUNNER_PID=$!
+for i in $(seq 1 150); do grep -q "checkpoint loaded" "$W/run-t/worker-0.log" 2>/dev/null && break; sleep 0.1; done
+grep -q "checkpoint loaded" "$W/run-t/worker-0.log" || fail "--resume: rank 0 did not load the checkpoint"
+grep -q "ringmaster: removed" "$W/t.err" && fail "--resume removed the checkpoints"
+kill -TERM "$RUNNER_PID"
+set +e; wait "$RUNNER_PID"; rc=$?; set -e; RUNNER_PID=""
+[ $rc -eq 143 ] || fail "SIGTERM: exit $rc, want 143"
+assert_no_workers
+log "PASS (interrupted at step $step; $(grep -o 'checkpoint loaded.*step=[0-9]*' "$W/run-t/worker-0.log" | head -1))"
