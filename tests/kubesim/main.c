@@ -61,7 +61,7 @@ static int start_http(ks_server *s, const char *bind, rm_err *err)
 {
     static rm_http_route routes[1];
     routes[0] = (rm_http_route){.method = NULL, .path = "/", .prefix = 1, .fn = ks_handle, .ud = s};
-    rm_http_opts o = {.bind = bind, .max_body = 16u * 1024 * 1024, .conn_timeout_s = 600, .max_conns = 4000};
+    rm_http_opts o = {.bind = bind, .max_body = 64u * 1024 * 1024, .conn_timeout_s = 600, .max_conns = 4000};
     return rm_http_start(&o, routes, 1, &s->http, err);
 }
 
