@@ -413,6 +413,10 @@ cJSON *rm_kube_worker_pod(const cJSON *job_obj, const void *tjv, int index, int 
         !cJSON_GetObjectItemCaseSensitive(c, "args")) {
         cJSON *args = cJSON_AddArrayToObject(c, "args");
         cJSON_AddItemToArray(args, cJSON_CreateString(tj->spec.training.mode == RM_MODE_BENCH ? "bench" : "train"));
+        /* metrics on the pod IP: right in a pod's own network namespace, and lets kubesim's
+         * process kubelet run many workers on one host without port clashes */
+        cJSON_AddItemToArray(args, cJSON_CreateString("--metrics-addr"));
+        cJSON_AddItemToArray(args, cJSON_CreateString("$(RINGMASTER_BIND_ADDR):9090"));
     }
     cJSON *env = cJSON_GetObjectItemCaseSensitive(c, "env");
     if (!cJSON_IsArray(env)) {

@@ -38,7 +38,7 @@ for k,v in {"RANK":"1","WORLD_SIZE":"2","LOCAL_RANK":"0","MASTER_PORT":"29500","
 assert env["RINGMASTER_TOKEN"]["valueFrom"]["secretKeyRef"]["name"]=="mnist-rendezvous"
 assert env["RINGMASTER_BIND_ADDR"]["valueFrom"]["fieldRef"]["fieldPath"]=="status.podIP"
 assert json.loads(env["RINGMASTER_TRAINING"]["value"])["model"]["hidden"]==[128]
-assert c["args"]==["train"] and sp["restartPolicy"]=="Never" and sp["subdomain"]=="mnist"
+assert c["args"][0]=="train" and sp["restartPolicy"]=="Never" and sp["subdomain"]=="mnist"
 ' || fail "worker pod shape"
 log "pods ok; waiting for training"
 wait_for 30 "broken job Failed" tj_phase_is broken Failed
