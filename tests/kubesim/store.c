@@ -617,17 +617,21 @@ void ks_store_reset(ks_server *s)
 void ks_server_fini(ks_server *s)
 {
     ring_clear(s);
+    /* tables first (the two Event kinds share one), then the kinds */
     for (size_t i = 0; i < s->nkinds; i++) {
-        ks_kind *k = s->kinds[i];
-        bool shared = false;
-        for (size_t j = 0; j < i; j++)
-            if (s->kinds[j]->tab == k->tab)
-                shared = true;
-        if (!shared)
-            table_free(k->tab);
-        cJSON_Delete(k->schema);
-        cJSON_Delete(k->columns);
-        free(k);
+        ks_table *t = s->kinds[i]->tab;
+        if (!t)
+            continue;
+        for (size_t j = i + 1; j < s->nkinds; j++)
+            if (s->kinds[j]->tab == t)
+                s->kinds[j]->tab = NULL;
+        table_free(t);
+        s->kinds[i]->tab = NULL;
+    }
+    for (size_t i = 0; i < s->nkinds; i++) {
+        cJSON_Delete(s->kinds[i]->schema);
+        cJSON_Delete(s->kinds[i]->columns);
+        free(s->kinds[i]);
     }
     free(s->kinds);
     cJSON_Delete(s->graveyard);

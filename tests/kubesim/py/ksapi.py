@@ -114,7 +114,10 @@ def wait_for(fn, what, secs=20, interval=0.1):
     end = time.time() + secs
     last = None
     while time.time() < end:
-        last = fn()
+        try:
+            last = fn()
+        except (OSError, http.client.HTTPException):
+            last = None
         if last:
             return last
         time.sleep(interval)
