@@ -5,6 +5,7 @@
  * are uniform ("X: required", "X: must be an integer") so tests and users can rely on them. */
 #include "common/json.h"
 #include <ctype.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -197,7 +198,8 @@ const cJSON *rm_json_path(const cJSON *root, const char *path)
         if (*p == '[') {
             char *e;
             long idx = strtol(p + 1, &e, 10);
-            if (e == p + 1 || *e != ']' || idx < 0 || !cJSON_IsArray(cur))
+            /* idx > INT_MAX would wrap in cJSON's int index and name another element */
+            if (e == p + 1 || *e != ']' || idx < 0 || idx > INT_MAX || !cJSON_IsArray(cur))
                 return NULL;
             cur = cJSON_GetArrayItem(cur, (int)idx);
             p = e + 1;

@@ -130,6 +130,9 @@ static void test_path(void)
     CU_ASSERT_PTR_NULL(rm_json_path(j, "a.b.c.d"));
     CU_ASSERT_PTR_NULL(rm_json_path(j, "a[0]"));
     CU_ASSERT_PTR_NULL(rm_json_path(j, "status.conditions[x]"));
+    /* 2^32 + 1 must not wrap to index 1 */
+    CU_ASSERT_PTR_NULL(rm_json_path(j, "status.conditions[4294967297].type"));
+    CU_ASSERT_PTR_NULL(rm_json_path(j, "status.conditions[99999999999999999999].type"));
     CU_ASSERT_PTR_EQUAL(rm_json_path(j, ""), j);
     cJSON_Delete(j);
 }
