@@ -223,10 +223,16 @@ const cJSON *rm_json_path(const cJSON *root, const char *path)
     return cur;
 }
 
+/* The last second RFC 3339 can spell (four-digit years). */
+#define RM_JSON_MAX_TIME 253402300799.0 /* 9999-12-31T23:59:59Z */
+
 static void fmt_time(char *buf, size_t cap, double t, int micro)
 {
     if (!isfinite(t) || t < 0)
         t = 0;
+    /* beyond it, (time_t)t may overflow (undefined) and gmtime_r/strftime fail, leaving garbage */
+    if (t > RM_JSON_MAX_TIME)
+        t = RM_JSON_MAX_TIME;
     time_t s = (time_t)floor(t);
     long us = (long)llround((t - (double)s) * 1e6);
     if (us >= 1000000) {

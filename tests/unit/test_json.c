@@ -144,6 +144,13 @@ static void test_time(void)
     CU_ASSERT_STRING_EQUAL(b, "2026-11-21T08:00:00Z");
     rm_json_microtime(m, 1795248000.25);
     CU_ASSERT_STRING_EQUAL(m, "2026-11-21T08:00:00.250000Z");
+    /* out of range: clamped to what RFC 3339 can spell, never garbage */
+    rm_json_time(b, 1e300);
+    CU_ASSERT_STRING_EQUAL(b, "9999-12-31T23:59:59Z");
+    rm_json_microtime(m, 1e19);
+    CU_ASSERT_STRING_EQUAL(m, "9999-12-31T23:59:59.000000Z");
+    rm_json_time(b, -5);
+    CU_ASSERT_STRING_EQUAL(b, "1970-01-01T00:00:00Z");
     double t;
     CU_ASSERT_EQUAL(rm_json_parse_time("2026-11-21T08:00:00Z", &t), RM_OK);
     CU_ASSERT_DOUBLE_EQUAL(t, 1795248000.0, 1e-6);
