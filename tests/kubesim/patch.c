@@ -8,6 +8,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* cJSON_InsertItemInArray of Debian's cJSON 1.7.15-1+deb12u4 refuses inserts past index 0;
+ * this does the same by moving the tail aside. Takes ownership of item. Returns 0 or -1. */
+static int insert_at(cJSON *arr, int idx, cJSON *item)
+{
+    cJSON *tail = cJSON_CreateArray();
+    if (!tail)
+        return -1;
+    while (cJSON_GetArraySize(arr) > idx)
+        cJSON_AddItemToArray(tail, cJSON_DetachItemFromArray(arr, idx));
+    cJSON_AddItemToArray(arr, item);
+    while (tail->child)
+        cJSON_AddItemToArray(arr, cJSON_DetachItemFromArray(tail, 0));
+    cJSON_Delete(tail);
+    return 0;
+}
+
 /* ---- merge patch ---------------------------------------------------------------------------- */
 static cJSON *merge_rec(cJSON *target, const cJSON *patch)
 {
@@ -200,7 +216,7 @@ static int add_at(cJSON **root, const char *path, cJSON *v, bool replace_only)
             return cJSON_ReplaceItemInArray(parent, idx, v) ? 0 : -1;
         if (idx == n)
             return cJSON_AddItemToArray(parent, v) ? 0 : -1;
-        return cJSON_InsertItemInArray(parent, idx, v) ? 0 : -1;
+        return insert_at(parent, idx, v);
     }
     return -1;
 }
@@ -383,7 +399,7 @@ static cJSON *smp_list(cJSON *target, const cJSON *patch, const char *field, rm_
         if (cur) {
             cJSON *det = cJSON_DetachItemFromArray(target, idx);
             cJSON *nv = smp_rec(det, p, NULL, err, rc);
-            cJSON_InsertItemInArray(target, idx, nv);
+            insert_at(target, idx, nv);
         } else {
             cJSON *nv = smp_rec(NULL, p, NULL, err, rc);
             cJSON_AddItemToArray(target, nv);
