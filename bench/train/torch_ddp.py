@@ -5,8 +5,12 @@ by global batch/64, linear warmup over 1 epoch, then cosine) and data order rule
 permutation, rank r takes positions r, r+n, ... of each global batch), trained with
 DistributedDataParallel over Gloo on CPU, one process per worker, one intra-op thread each.
 
-Data loading is done the fast way (whole uint8 tensors in memory, index + scale per batch, no
-DataLoader workers), so the comparison measures the training step, not Python data plumbing.
+Two data paths (--loader):
+  fast        whole uint8 tensors in memory, index + scale per batch (no DataLoader): measures the
+              training step itself — the strongest PyTorch baseline;
+  dataloader  the idiomatic script: a Dataset whose __getitem__ returns one (float image / 255,
+              label) pair like torchvision's ToTensor, a DistributedSampler and a DataLoader with
+              batch 64 (num_workers 0: one core per worker, like ringmaster).
 
 Prints one JSON line per rank 0 with samples/s per worker (steady state: steps after the first
 50), per-epoch test accuracy with elapsed seconds, and the time to reach --target accuracy.
@@ -66,6 +70,17 @@ def worker(rank, a, port, out_q):
     n = xtr.shape[0]
     steps_per_epoch = n // G
     g = torch.Generator()
+    loader = None
+    if a.loader == "dataloader":
+        class Items(torch.utils.data.Dataset):
+            def __len__(self):
+                return n
+            def __getitem__(self, i):
+                return xtr[i].float().div(255.0), ytr[i]
+        sampler = torch.utils.data.distributed.DistributedSampler(Items(), num_replicas=W, rank=rank,
+                                                                  shuffle=True, seed=42,
+                                                                  drop_last=True)
+        loader = torch.utils.data.DataLoader(Items(), batch_size=B, sampler=sampler, drop_last=True)
     t0 = time.time()
     evals, reached, step = [], None, 0
     t_steady, s_steady = None, 0
@@ -74,11 +89,18 @@ def worker(rank, a, port, out_q):
         g.manual_seed(42 * 1000 + epoch)
         perm = torch.randperm(n, generator=g)
         ddp.train()
+        it = None
+        if loader is not None:
+            loader.sampler.set_epoch(epoch)
+            it = iter(loader)
         for s in range(steps_per_epoch):
             pos = s * G
-            ids = perm[pos + rank: pos + G: W]
-            x = xtr[ids].float().div_(255.0)
-            y = ytr[ids]
+            if it is not None:
+                x, y = next(it)
+            else:
+                ids = perm[pos + rank: pos + G: W]
+                x = xtr[ids].float().div_(255.0)
+                y = ytr[ids]
             for pg in opt.param_groups:
                 pg["lr"] = lr_at(epoch + pos / n, a.lr, G, a.warmup, a.epochs)
             opt.zero_grad(set_to_none=True)
@@ -112,7 +134,7 @@ def worker(rank, a, port, out_q):
             break
     rate = s_steady / (time.time() - t_steady) if t_steady and s_steady else 0.0
     if rank == 0:
-        out_q.put({"peer": "pytorch-ddp-gloo", "torch": torch.__version__, "world": W, "batch": B,
+        out_q.put({"peer": "pytorch-ddp-gloo", "loader": a.loader, "torch": torch.__version__, "world": W, "batch": B,
                    "samples_per_s_per_worker": round(rate, 1), "steps": step,
                    "time_to_target_s": reached, "target": a.target, "evals": evals})
     dist.destroy_process_group()
@@ -129,6 +151,7 @@ def main():
     p.add_argument("--max-seconds", type=float, default=0)
     p.add_argument("--stop-at-target", action="store_true")
     p.add_argument("--port", type=int, default=29533)
+    p.add_argument("--loader", choices=["fast", "dataloader"], default="fast")
     a = p.parse_args()
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
