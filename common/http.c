@@ -8,6 +8,7 @@
  * Shutdown is graceful: stop accepting (quiesce), raise the `stopping` flag that long polls and
  * streams watch, wait (bounded) for in-flight requests to complete, then stop MHD. */
 #include "common/http.h"
+#include "common/buf.h"
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -47,8 +48,7 @@ typedef struct req_ctx {
     rm_http_server *srv;
     struct MHD_Connection *conn;
     const rm_http_route *route;
-    char *body;
-    size_t len, cap;
+    rm_capbuf body;   /* capped at max_body */
     int toobig;
     char ip[INET6_ADDRSTRLEN];
 } req_ctx;
@@ -325,6 +325,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         c->srv = s;
         c->conn = conn;
+        c->body.max = s->max_body;
         *con_cls = c;
         atomic_fetch_add(&s->inflight, 1);
         const union MHD_ConnectionInfo *ci =
@@ -360,29 +361,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *upload_data_size = 0;
         if (c->toobig)
             return MHD_YES;
-        if (c->len + n > s->max_body) {
-            c->toobig = 1;
-            free(c->body);
-            c->body = NULL;
-            c->len = c->cap = 0;
-            return MHD_YES;
+        int arc = rm_capbuf_append(&c->body, upload_data, n);
+        if (arc == RM_ETOOBIG) {
+            c->toobig = 1;   /* keep reading (and dropping) so the 413 can be sent */
+            rm_capbuf_free(&c->body);
         }
-        if (c->len + n + 1 > c->cap) {
-            size_t ncap = c->cap ? c->cap : 4096;
-            while (ncap < c->len + n + 1)
-                ncap *= 2;
-            if (ncap > s->max_body + 1)
-                ncap = s->max_body + 1;
-            char *nb = realloc(c->body, ncap);
-            if (!nb)
-                return MHD_NO;
-            c->body = nb;
-            c->cap = ncap;
-        }
-        memcpy(c->body + c->len, upload_data, n);
-        c->len += n;
-        c->body[c->len] = 0;
-        return MHD_YES;
+        return arc == RM_ENOMEM ? MHD_NO : MHD_YES;
     }
     if (c->toobig)
         return queue_error(conn, 413, "request body too large", NULL);
@@ -390,8 +374,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     rm_http_req req = {
         .method = method,
         .path = url,
-        .body = c->body ? c->body : "",
-        .body_len = c->len,
+        .body = c->body.b ? c->body.b : "",
+        .body_len = c->body.len,
         .remote_ip = c->ip,
         .impl = c,
     };
@@ -418,7 +402,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)toe;
     if (!c)
         return;
-    free(c->body);
+    rm_capbuf_free(&c->body);
     free(c);
     *con_cls = NULL;
     atomic_fetch_sub(&s->inflight, 1);

@@ -6,6 +6,7 @@
  * connect timeout; the body is capped in the write callback (returning short aborts the transfer)
  * so a hostile or broken peer cannot make us allocate without bound. */
 #include "common/httpc.h"
+#include "common/buf.h"
 #include <curl/curl.h>
 #include <ctype.h>
 #include <pthread.h>
@@ -20,9 +21,8 @@ struct rm_httpc {
 };
 
 typedef struct {
-    char *buf;
-    size_t len, cap, max;
-    int toobig;
+    rm_capbuf body;     /* capped at max_body */
+    int toobig, oom;
     double retry_after;
 } sink;
 
@@ -63,27 +63,13 @@ void rm_httpc_resp_free(rm_httpc_resp *r)
 static size_t on_write(char *ptr, size_t size, size_t nmemb, void *ud)
 {
     sink *s = ud;
-    size_t n = size * nmemb;
-    if (s->len + n > s->max) {
-        s->toobig = 1;
-        return 0; /* aborts with CURLE_WRITE_ERROR */
-    }
-    if (s->len + n + 1 > s->cap) {
-        size_t ncap = s->cap ? s->cap : 4096;
-        while (ncap < s->len + n + 1)
-            ncap *= 2;
-        if (ncap > s->max + 1)
-            ncap = s->max + 1;
-        char *nb = realloc(s->buf, ncap);
-        if (!nb)
-            return 0;
-        s->buf = nb;
-        s->cap = ncap;
-    }
-    memcpy(s->buf + s->len, ptr, n);
-    s->len += n;
-    s->buf[s->len] = 0;
-    return n;
+    size_t n = size * nmemb;   /* curl guarantees size == 1 */
+    int rc = rm_capbuf_append(&s->body, ptr, n);
+    if (rc == RM_OK)
+        return n;
+    s->toobig = rc == RM_ETOOBIG;
+    s->oom = rc == RM_ENOMEM;
+    return 0; /* aborts with CURLE_WRITE_ERROR */
 }
 
 static size_t on_header(char *ptr, size_t size, size_t nitems, void *ud)
@@ -125,7 +111,7 @@ int rm_httpc_do(rm_httpc *c, const char *method, const char *url, const char *co
                 rm_httpc_resp *out, rm_err *err)
 {
     struct curl_slist *hl = NULL;
-    sink s = { .max = max_body ? max_body : (16u << 20), .retry_after = -1 };
+    sink s = { .body.max = max_body ? max_body : (16u << 20), .retry_after = -1 };
     char ebuf[CURL_ERROR_SIZE] = "";
     int rc = RM_OK;
     memset(out, 0, sizeof *out);
@@ -184,7 +170,10 @@ int rm_httpc_do(rm_httpc *c, const char *method, const char *url, const char *co
     out->retry_after = s.retry_after;
     if (cc != CURLE_OK) {
         if (s.toobig)
-            rc = rm_errf(err, RM_ETOOBIG, "%s %s: response body over %zu bytes", method, url, s.max);
+            rc = rm_errf(err, RM_ETOOBIG, "%s %s: response body over %zu bytes", method, url,
+                         s.body.max);
+        else if (s.oom)
+            rc = rm_errf(err, RM_ENOMEM, "%s %s: out of memory", method, url);
         else if (cc == CURLE_OPERATION_TIMEDOUT)
             rc = rm_errf(err, RM_ETIMEDOUT, "%s %s: timed out after %ld ms", method, url, timeout_ms);
         else
@@ -195,10 +184,10 @@ out:
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, NULL);
     curl_slist_free_all(hl);
-    if (!s.buf)
-        s.buf = calloc(1, 1);
-    out->body = s.buf;
-    out->len = s.buf ? s.len : 0;
+    if (!s.body.b)
+        s.body.b = calloc(1, 1);
+    out->body = s.body.b;
+    out->len = s.body.b ? s.body.len : 0;
     if (!out->body && rc == RM_OK)
         rc = rm_errf(err, RM_ENOMEM, "out of memory");
     return rc;

@@ -2,6 +2,7 @@
  * blocking handlers, streaming, graceful stop with a long poll in flight, the blob under
  * concurrent updates, and the client's caps and timeouts. */
 #include "common/http.h"
+#include "common/buf.h"
 #include "common/httpc.h"
 #include "common/json.h"
 #include "tests/unit/testutil.h"
@@ -9,6 +10,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -595,6 +597,70 @@ static void test_client_caps_and_timeouts(void)
     rm_httpc_free(NULL);
 }
 
+/* max_body = SIZE_MAX ("no cap") used to wrap the cap + 1 clamp to 0 bytes and overflow the heap
+ * on the first append, in the server's request body and in the client's response body. */
+static void test_uncapped_bodies(void)
+{
+    static const rm_http_route rt[] = {
+        { "POST", "/in", 0, h_hello, NULL },
+        { "GET", "/big", 0, h_big, NULL },
+    };
+    rm_http_server *s = start(rt, RM_ARRAY_LEN(rt), SIZE_MAX);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    char u[256];
+    rm_httpc *c = rm_httpc_new();
+    rm_httpc_resp r;
+    rm_err e = { 0 };
+    char *body = malloc(20000);
+    memset(body, 'b', 20000);
+    url(u, sizeof u, s, "/in");
+    CU_ASSERT_EQUAL(rm_httpc_do(c, "POST", u, NULL, body, 20000, 5000, SIZE_MAX, &r, &e), RM_OK);
+    CU_ASSERT_EQUAL(r.status, 200);
+    cJSON *j = rm_json_parse(r.body, r.len, &e);
+    CU_ASSERT(j && cJSON_IsString(rm_json_path(j, "body")) &&
+              strlen(rm_json_path(j, "body")->valuestring) == 20000);
+    cJSON_Delete(j);
+    rm_httpc_resp_free(&r);
+    url(u, sizeof u, s, "/big");
+    CU_ASSERT_EQUAL(rm_httpc_do(c, "GET", u, NULL, NULL, 0, 5000, SIZE_MAX, &r, &e), RM_OK);
+    CU_ASSERT_EQUAL(r.len, 100000);
+    CU_ASSERT(r.body && r.body[r.len] == 0);
+    rm_httpc_resp_free(&r);
+    free(body);
+    rm_httpc_free(c);
+    rm_http_stop(s);
+}
+
+/* The buffer both bodies use: exact cap ok, one byte over refused without change, the
+ * allocation never past max + 1, and sizes near SIZE_MAX refused instead of wrapping. */
+static void test_capbuf(void)
+{
+    rm_capbuf b = { .max = 10 };
+    CU_ASSERT_EQUAL(rm_capbuf_append(&b, "", 0), RM_OK);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(b.b);
+    CU_ASSERT_STRING_EQUAL(b.b, "");
+    CU_ASSERT_EQUAL(rm_capbuf_append(&b, "0123456", 7), RM_OK);
+    CU_ASSERT_EQUAL(rm_capbuf_append(&b, "789x", 4), RM_ETOOBIG);
+    CU_ASSERT_EQUAL(b.len, 7);
+    CU_ASSERT_STRING_EQUAL(b.b, "0123456");
+    CU_ASSERT_EQUAL(rm_capbuf_append(&b, "789", 3), RM_OK);
+    CU_ASSERT_STRING_EQUAL(b.b, "0123456789");
+    CU_ASSERT_EQUAL(b.cap, 11);
+    CU_ASSERT_EQUAL(rm_capbuf_append(&b, "x", 1), RM_ETOOBIG);
+    rm_capbuf_free(&b);
+    CU_ASSERT_PTR_NULL(b.b);
+    CU_ASSERT_EQUAL(b.len, 0);
+    CU_ASSERT_EQUAL(b.max, 10);
+    rm_capbuf u = { .max = SIZE_MAX };
+    CU_ASSERT_EQUAL(rm_capbuf_append(&u, "abc", 3), RM_OK);
+    CU_ASSERT_EQUAL(u.cap, 4096);
+    CU_ASSERT_EQUAL(rm_capbuf_append(&u, "abc", SIZE_MAX - 3), RM_ETOOBIG);
+    CU_ASSERT_EQUAL(rm_capbuf_append(&u, "abc", SIZE_MAX), RM_ETOOBIG);
+    CU_ASSERT_STRING_EQUAL(u.b, "abc");
+    rm_capbuf_free(&u);
+    rm_capbuf_free(NULL);
+}
+
 void rm_suite_http(void)
 {
     static const rm_test_case cases[] = {
@@ -607,6 +673,8 @@ void rm_suite_http(void)
         { "blob_concurrent", test_blob_concurrent },
         { "parse_addr_and_bind_errors", test_parse_addr_and_bind_errors },
         { "client_caps_and_timeouts", test_client_caps_and_timeouts },
+        { "uncapped_bodies_do_not_overflow", test_uncapped_bodies },
+        { "capbuf_caps_and_overflow", test_capbuf },
     };
     RM_ADD_SUITE("http", NULL, NULL, cases);
 }
