@@ -654,8 +654,10 @@ int rm_yaml_load_file(const char *path, rm_yaml_docs **out, rm_err *err)
                 break;
             }
             char *nb = realloc(buf, cap * 2);
-            if (!nb)
+            if (!nb) {   /* never parse the part read so far as if it were the whole file */
+                rc = rm_errf(err, RM_ENOMEM, "%s: out of memory", path);
                 break;
+            }
             buf = nb;
             cap *= 2;
         }
