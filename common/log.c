@@ -275,9 +275,9 @@ static void lb_text_val(log_buf *w, const char *s, size_t n, int unescape, int f
     lb_putc(w, '"');
 }
 
-/* One field, all or nothing. */
+/* One field, all or nothing. force_quote: text mode quotes the value even when it needs none. */
 static void lb_field(log_buf *w, int json, const char *k, size_t klen, const char *v, size_t vlen,
-                     int unescape, int bare, int *truncated)
+                     int unescape, int bare, int force_quote, int *truncated)
 {
     size_t save = w->len;
     if (json) {
@@ -290,7 +290,7 @@ static void lb_field(log_buf *w, int json, const char *k, size_t klen, const cha
         lb_put(w, k, klen);
         if (!bare) {
             lb_putc(w, '=');
-            lb_text_val(w, v, vlen, unescape, 0);
+            lb_text_val(w, v, vlen, unescape, force_quote);
         }
     }
     if (w->over) {
@@ -348,31 +348,20 @@ static size_t log_render(char *out, size_t outcap, rm_log_level lvl, const char 
         lb_puts(&w, level_names[lvl]);
     }
     if (comp[0])
-        lb_field(&w, json, "comp", 4, comp, strlen(comp), 0, 0, &truncated);
-    if (json)
-        lb_field(&w, 1, "msg", 3, msg, msglen, 0, 0, &truncated);
-    else {
-        size_t save = w.len;
-        lb_puts(&w, " msg=");
-        lb_text_val(&w, msg, msglen, 0, 1);
-        if (w.over) {
-            w.len = save;
-            w.over = 0;
-            truncated = 1;
-        }
-    }
+        lb_field(&w, json, "comp", 4, comp, strlen(comp), 0, 0, 0, &truncated);
+    lb_field(&w, json, "msg", 3, msg, msglen, 0, 0, 1, &truncated);
     for (size_t i = 0; i < n; i++)
-        lb_field(&w, json, kv[i].k, kv[i].klen, kv[i].v, kv[i].vlen, kv[i].quoted, kv[i].bare,
+        lb_field(&w, json, kv[i].k, kv[i].klen, kv[i].v, kv[i].vlen, kv[i].quoted, kv[i].bare, 0,
                  &truncated);
     for (size_t i = 0; i < fn; i++)
         lb_field(&w, json, fkv[i].k, fkv[i].klen, fkv[i].v, fkv[i].vlen, fkv[i].quoted,
-                 fkv[i].bare, &truncated);
+                 fkv[i].bare, 0, &truncated);
     if (file && (lvl == RM_LOG_DEBUG || lvl >= RM_LOG_WARN)) {
         char src[128];
         const char *base = strrchr(file, '/');
         int sl = snprintf(src, sizeof src, "%s:%d", base ? base + 1 : file, line);
         if (sl > 0)
-            lb_field(&w, json, "src", 3, src, strlen(src), 0, 0, &truncated);
+            lb_field(&w, json, "src", 3, src, strlen(src), 0, 0, 0, &truncated);
     }
     /* the reserve is ours from here on */
     w.cap = outcap - 1;

@@ -98,6 +98,25 @@ static void test_truncation_stays_valid(void)
     rm_log_init(RM_LOG_INFO, RM_LOG_TEXT, NULL);
 }
 
+/* Text mode: when the message does not fit, nothing after it may appear either (as in JSON),
+ * so a truncated line is always a prefix of the full one plus the marker. */
+static void test_text_truncated_message_drops_the_rest(void)
+{
+    char q[101], buf[200];
+    memset(q, '"', 100);
+    q[100] = 0;
+    rm_log_init(RM_LOG_INFO, RM_LOG_TEXT, NULL);
+    size_t n = rm_log_format_line(buf, sizeof buf, RM_LOG_INFO, "%s after=2", q);
+    CU_ASSERT(n < sizeof buf);
+    CU_ASSERT_PTR_NULL(strstr(buf, "after=2"));
+    CU_ASSERT_PTR_NULL(strstr(buf, "msg="));
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, " truncated=1"));
+    /* the same line that fits keeps both */
+    n = rm_log_format_line(buf, sizeof buf, RM_LOG_INFO, "%.20s after=2", q);
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "after=2"));
+    CU_ASSERT_PTR_NULL(strstr(buf, "truncated"));
+}
+
 static void test_parse_and_levels(void)
 {
     rm_log_level l;
@@ -197,6 +216,7 @@ void rm_suite_log(void)
         { "text_quoting", test_text_quoting },
         { "json_format_escaping", test_json_format },
         { "truncation_stays_valid", test_truncation_stays_valid },
+        { "text_truncated_message_drops_the_rest", test_text_truncated_message_drops_the_rest },
         { "parse_and_levels", test_parse_and_levels },
         { "rm_err", test_rm_err },
         { "concurrent_lines_do_not_interleave", test_concurrent_lines_do_not_interleave },
