@@ -514,17 +514,51 @@ static void fmt_double(char *buf, size_t cap, double v)
     }
 }
 
+/* Length (1-4) of the well-formed UTF-8 sequence at p, or 0 for a stray continuation byte, an
+ * overlong form, a surrogate, a code point past U+10FFFF or a sequence cut short. */
+static size_t utf8_len(const unsigned char *p)
+{
+    unsigned c = p[0], cp, min;
+    size_t n;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 2, cp = c & 0x1f, min = 0x80;
+    } else if ((c & 0xf0) == 0xe0) {
+        n = 3, cp = c & 0x0f, min = 0x800;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4, cp = c & 0x07, min = 0x10000;
+    } else {
+        return 0;
+    }
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80)   /* also stops at the NUL */
+            return 0;
+        cp = (cp << 6) | (p[i] & 0x3fu);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}
+
+/* HELP text and label values: escapes of format 0.0.4, and invalid UTF-8 as U+FFFD, because one
+ * bad byte makes Prometheus reject the whole scrape ("invalid label value"). */
 static void sb_escaped(sbuf *s, const char *p, int quote)
 {
-    for (; *p; p++) {
+    while (*p) {
+        size_t n = 1;
         if (*p == '\\')
             sb_puts(s, "\\\\");
         else if (*p == '\n')
             sb_puts(s, "\\n");
         else if (quote && *p == '"')
             sb_puts(s, "\\\"");
-        else
-            sb_put(s, p, 1);
+        else if ((n = utf8_len((const unsigned char *)p)) == 0) {
+            sb_puts(s, "\xef\xbf\xbd");
+            n = 1;
+        } else
+            sb_put(s, p, n);
+        p += n;
     }
 }
 

@@ -280,6 +280,36 @@ static void test_promtool_live_scrape(void)
     rm_metrics_free(m);
 }
 
+/* A label value is any string, but one invalid UTF-8 byte makes Prometheus reject the whole
+ * scrape ("invalid label value"): invalid sequences render as U+FFFD, valid ones unchanged. */
+static void test_invalid_utf8_label_values(void)
+{
+    rm_metrics *m = rm_metrics_new();
+    rm_err e = { 0 };
+    rm_metric *c;
+    static const char *const l[] = { "v", NULL };
+    CU_ASSERT_EQUAL_FATAL(rm_metrics_counter(m, "u_total", "H\xe9lp \xff.", l, &c, &e), RM_OK);
+    rm_series_inc(rm_metric_with1(c, "a\xff" "b"), 1);            /* stray byte */
+    rm_series_inc(rm_metric_with1(c, "t\xc3"), 2);             /* truncated at the end */
+    rm_series_inc(rm_metric_with1(c, "o\xc0\x80" "k"), 3);        /* overlong NUL */
+    rm_series_inc(rm_metric_with1(c, "s\xed\xa0\x80"), 4);     /* UTF-16 surrogate */
+    rm_series_inc(rm_metric_with1(c, "caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"), 5); /* valid */
+    size_t n;
+    char *txt = rm_metrics_render(m, &n);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(txt);
+    CU_ASSERT_PTR_NOT_NULL(strstr(txt, "# HELP u_total H\xef\xbf\xbdlp \xef\xbf\xbd.\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(txt, "u_total{v=\"a\xef\xbf\xbd" "b\"} 1\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(txt, "u_total{v=\"t\xef\xbf\xbd\"} 2\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(txt, "u_total{v=\"o\xef\xbf\xbd\xef\xbf\xbd" "k\"} 3\n"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(txt, "u_total{v=\"s\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\"} 4\n"));
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(txt, "u_total{v=\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"} 5\n"));
+    if (have_promtool())
+        CU_ASSERT_EQUAL(promtool_check(txt, n), 0);
+    free(txt);
+    rm_metrics_free(m);
+}
+
 static void test_promtool_rejects_bad_text(void)
 {
     /* proves the promtool check above has teeth: the escapes we fix would fail it */
@@ -307,6 +337,7 @@ void rm_suite_metrics(void)
         { "concurrent_updates", test_concurrent_updates },
         { "promtool_live_scrape", test_promtool_live_scrape },
         { "promtool_rejects_bad_text", test_promtool_rejects_bad_text },
+        { "invalid_utf8_label_values", test_invalid_utf8_label_values },
     };
     RM_ADD_SUITE("metrics", NULL, NULL, cases);
 }
