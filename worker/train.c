@@ -106,7 +106,8 @@ void rm_train_usage(FILE *out)
             "  --checkpoint-keep K        keep the newest K (default 3)\n"
             "  --metrics-addr ADDR        /metrics,/healthz,/readyz (default :9090; port 0 ok; off)\n"
             "  --backend ring|mpi|local   env RINGMASTER_BACKEND (default ring; local without a rendezvous)\n"
-            "  --device cpu|cuda          kernels table (default cpu)\n"
+            "  --device auto|cpu|cuda     kernels table (default auto: cuda for backend nccl or\n"
+            "                             precision bf16/fp16, else cpu; env RINGMASTER_DEVICE)\n"
             "  --max-steps N              stop after N global steps (testing)\n"
             "  --comm-timeout S           bound on collective waits (default 10)\n"
             "  --log-format text|json     --log-level debug|info|warn|error\n"
@@ -294,7 +295,9 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
     } else if ((env = getenv("RINGMASTER_TRAINING")) && *env) {
         RM_CHECK_GOTO(load_env_training(env, cfg, err), rc, fail);
     }
+    uint32_t given = cfg->t.set;   /* fields the config named explicitly */
     rm_training_defaults(&cfg->t);
+    bool lr_flag = false, opt_flag = false;
 
     /* env from the controller */
     if ((env = getenv("RINGMASTER_CHECKPOINT_DIR")) && *env)
@@ -313,7 +316,7 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
     if ((env = getenv("RINGMASTER_FAULT")) && *env)
         setstr(&cfg->fault_spec, env);
     setstr(&cfg->metrics_addr, ":9090");
-    setstr(&cfg->device, "cpu");
+    setstr(&cfg->device, (env = getenv("RINGMASTER_DEVICE")) && *env ? env : "auto");
 
     optind = 1;
     opterr = 0;
@@ -334,6 +337,7 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
         case O_LR:
             RM_CHECK_GOTO(parse_dbl("--lr", optarg, 1e-12, 1e6, &cfg->t.optimizer.lr, err), rc,
                           fail);
+            lr_flag = true;
             break;
         case O_DATA:
             free(cfg->t.data_dir);
@@ -375,6 +379,7 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
             break;
         }
         case O_OPT:
+            opt_flag = true;
             if (!strcmp(optarg, "sgd"))
                 cfg->t.optimizer.type = RM_OPT_SGD;
             else if (!strcmp(optarg, "adam"))
@@ -446,6 +451,14 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
         rc = rm_errf(err, RM_EINVAL, "unexpected argument \"%s\"", argv[optind]);
         goto fail;
     }
+    if (opt_flag) {
+        /* the defaults that depend on the optimizer type, unless given explicitly */
+        rm_optimizer_spec *o = &cfg->t.optimizer;
+        if (!lr_flag && !(given & RM_TR_SET_LR))
+            o->lr = o->type == RM_OPT_ADAM ? 0.001 : o->type == RM_OPT_ADAGRAD ? 0.01 : 0.02;
+        if (!(given & RM_TR_SET_EPS))
+            o->eps = o->type == RM_OPT_ADAGRAD ? 1e-10 : 1e-8;
+    }
     RM_CHECK_GOTO(rm_training_validate(&cfg->t, "spec.training", err), rc, fail);
     if (cfg->backend && strcmp(cfg->backend, "ring") && strcmp(cfg->backend, "mpi") &&
         strcmp(cfg->backend, "local") && strcmp(cfg->backend, "nccl") &&
@@ -453,8 +466,13 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
         rc = rm_errf(err, RM_EINVAL, "--backend: ring|mpi|local, got \"%s\"", cfg->backend);
         goto fail;
     }
+    if (!strcmp(cfg->device, "auto"))
+        setstr(&cfg->device, (cfg->backend && !strcmp(cfg->backend, "nccl")) ||
+                                     cfg->t.precision != RM_PREC_FP32
+                                 ? "cuda"
+                                 : "cpu");
     if (strcmp(cfg->device, "cpu") && strcmp(cfg->device, "cuda")) {
-        rc = rm_errf(err, RM_EINVAL, "--device: cpu|cuda, got \"%s\"", cfg->device);
+        rc = rm_errf(err, RM_EINVAL, "--device: auto|cpu|cuda, got \"%s\"", cfg->device);
         goto fail;
     }
     if (!strcmp(cfg->metrics_addr, "off"))
@@ -484,6 +502,9 @@ typedef struct trainer {
     float *host_stage;          /* checkpoint payload staging (params + state), host */
     size_t stage_bytes;
     float *dev_small;           /* 32 floats of device memory: state sync and eval sums */
+    rm_amp amp;                 /* mixed precision (fp16 loss scaling); a no-op for fp32 */
+    bool amp_on;
+    int gpu;                    /* CUDA device ordinal (cuda table only) */
 
     /* world */
     rm_rdzv_client *rdzv;
@@ -530,6 +551,8 @@ static void trainer_free(trainer *t)
     rm_rdzv_client_free(t->rdzv);
     rm_optim_free(&t->opt);
     rm_model_free(&t->m);
+    if (t->amp_on)
+        rm_amp_free(&t->amp);
     if (t->k) {
         t->k->free(t->dev_small);
     }
@@ -552,14 +575,26 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     t->eval_step = -1;
     t->test_acc = -1;
     t->last_ckpt_step = -1;
-    if (cfg->t.precision != RM_PREC_FP32)
+    if (cfg->t.precision != RM_PREC_FP32 && strcmp(cfg->device, "cuda") != 0)
         return rm_errf(err, RM_EUNSUPPORTED,
-                       "precision %s: this trainer runs fp32 (mixed precision is the GPU path's)",
+                       "precision %s needs the GPU path (--device cuda); the CPU path is fp32",
                        rm_precision_str(cfg->t.precision));
+    if (!strcmp(cfg->device, "cuda")) {
+        const char *lr = getenv("LOCAL_RANK");
+        char name[128] = "";
+        RM_CHECK(rm_gpu_select(lr ? atoi(lr) : 0, &t->gpu, name, sizeof name, err));
+        rm_info("gpu selected device=%d name=\"%s\"", t->gpu, name);
+    }
     t->k = rm_kernels_get(cfg->device);
-    if (!t->k)
-        return rm_errf(err, RM_EUNSUPPORTED, "device %s: not available in this build or machine",
-                       cfg->device);
+    if (!t->k) {
+        char why[256] = "";
+        if (!strcmp(cfg->device, "cuda"))
+            rm_gpu_available(why, sizeof why);
+        return rm_errf(err, RM_EUNSUPPORTED, "device %s: not available in this build or machine%s%s",
+                       cfg->device, why[0] ? ": " : "", why);
+    }
+    RM_CHECK(rm_amp_init(&t->amp, t->k, cfg->t.precision, err));
+    t->amp_on = true;
     RM_CHECK(rm_faults_parse(cfg->fault_spec, &t->faults, err));
     rm_faults_set_dir(&t->faults, cfg->checkpoint_dir);
     RM_CHECK(rm_wmetrics_start(&t->wm, cfg->metrics_addr, cfg->job, cfg->progress_deadline_s,
@@ -662,6 +697,8 @@ static int state_load(trainer *t)
     t->train_epoch = meta.train_epoch;
     t->data_pos = meta.data_pos;
     t->last_ckpt_step = meta.step;
+    if (meta.loss_scale > 0)
+        rm_loss_scaler_restore(&t->amp.scaler, meta.loss_scale, meta.scaler_tracker);
     rm_info("checkpoint loaded path=%s step=%lld train_epoch=%d data_pos=%lld written_world=%d "
             "skipped_invalid=%d",
             path, (long long)meta.step, meta.train_epoch, (long long)meta.data_pos,
@@ -694,6 +731,8 @@ static int state_sync(trainer *t, rm_err *err)
         put64(meta + 6, t->opt.t);
         put64(meta + 9, t->last_ckpt_step + 1);
         meta[12] = (float)t->train_epoch;
+        meta[13] = t->amp.scaler.scale;
+        meta[14] = (float)t->amp.scaler.growth_tracker;
     }
     int64_t my_step = t->step;
     t->k->h2d(t->dev_small, meta, sizeof meta);
@@ -713,6 +752,8 @@ static int state_sync(trainer *t, rm_err *err)
     t->opt.t = get64(meta + 6);
     t->last_ckpt_step = get64(meta + 9) - 1;
     t->train_epoch = (int)meta[12];
+    if (meta[13] > 0)
+        rm_loss_scaler_restore(&t->amp.scaler, meta[13], (int)meta[14]);
     if (t->rank != 0 && my_step != t->step)
         rm_warn("state differed from rank 0; took rank 0's my_step=%lld step=%lld",
                 (long long)my_step, (long long)t->step);
@@ -736,7 +777,8 @@ static int ckpt_write(trainer *t, rm_err *err)
     meta.opt_t = t->opt.t;
     meta.epoch_pos = t->train_epoch + (double)t->data_pos / t->tr.n;
     meta.lr = t->lr;
-    meta.loss_scale = 1.0f;
+    meta.loss_scale = t->amp.scaler.scale;
+    meta.scaler_tracker = t->amp.scaler.growth_tracker;
     size_t n = t->m.layout.total * sizeof(float);
     rm_ckpt_seg segs[1 + RM_CKPT_MAX_STATE];
     int nseg = 0;
@@ -852,7 +894,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     rm_comm_cfg cc = {
         .rank = t->rank, .world_size = t->world, .epoch = t->rdzv_epoch, .peers = rr.peers,
         .token = cfg->token, .listen_fd = t->listen_fd, .timeout_s = cfg->comm_timeout_s,
-        .rdzv = t->rdzv, .device = 0,
+        .rdzv = t->rdzv, .device = t->gpu,
     };
     int rc = t->ops->init(&cc, &t->comm, err);
     rm_rdzv_round_free(&rr);
@@ -1021,10 +1063,11 @@ static int step_once(trainer *t, rm_err *err)
         t->k->h2d(t->m.labels, t->host_labels, (size_t)t->B * sizeof(int32_t));
     }
     rm_model_forward(&t->m, t->B);
+    float inv_batch = rm_amp_loss_scale(&t->amp) / (float)t->B;
     if (t->fusion) {
         t->fusion_err = 0;
         rm_fusion_begin(t->fusion);
-        rm_model_backward(&t->m, t->B, 1.0f / (float)t->B, on_layer_ready, t);
+        rm_model_backward(&t->m, t->B, inv_batch, on_layer_ready, t);
         int rc = rm_fusion_finish(t->fusion, err);
         if (rc == RM_OK && t->fusion_err)
             rc = rm_errf(err, t->fusion_err, "fusion: bad layer hand-off");
@@ -1036,11 +1079,17 @@ static int step_once(trainer *t, rm_err *err)
         rm_series_inc(t->wm.ar_bytes, (double)st.bytes);
         t->ar_gbps = st.busbw_gbps;
     } else {
-        rm_model_backward(&t->m, t->B, 1.0f / (float)t->B, NULL, NULL);
+        rm_model_backward(&t->m, t->B, inv_batch, NULL, NULL);
     }
+    bool apply = true;
+    int rc = rm_amp_finish(&t->amp, t->m.grads, t->m.layout.total, t->world > 1 ? t->ops : NULL,
+                           t->world > 1 ? t->comm : NULL, &apply, err);
+    if (rc)
+        return rc;
     double epos = t->train_epoch + (double)t->data_pos / t->tr.n;
     t->lr = rm_lr_at(&t->sched, epos, G);
-    rm_optim_step(&t->opt, t->m.params, t->m.grads, (float)t->lr);
+    if (apply)   /* fp16 overflow: every rank skips this update together */
+        rm_optim_step(&t->opt, t->m.params, t->m.grads, (float)t->lr);
     t->step++;
     t->data_pos += G;
     t->samples_local += t->B;
