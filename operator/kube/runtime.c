@@ -29,7 +29,35 @@ typedef struct job_mem {
     char invalid_msg[512];          /* last invalid-spec message reported */
     unsigned char create_failures[MAX_IDX];
     bool counted_created;
+    /* The object as our last successful status write returned it: the informer may not have
+     * delivered it yet, and deciding on the older cached copy would undo our own write. */
+    char *latest_json;
+    unsigned long long latest_rv;
 } job_mem;
+
+static void job_mem_free(void *p)
+{
+    job_mem *m = p;
+    if (m)
+        free(m->latest_json);
+    free(m);
+}
+
+static unsigned long long rv_of(const cJSON *obj)
+{
+    const cJSON *rv = rm_json_path(obj, "metadata.resourceVersion");
+    return cJSON_IsString(rv) ? strtoull(rv->valuestring, NULL, 10) : 0;
+}
+
+static void remember_latest(job_mem *m, const cJSON *obj)
+{
+    char *j = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    if (!j)
+        return;
+    free(m->latest_json);
+    m->latest_json = j;
+    m->latest_rv = rv_of(obj);
+}
 
 struct rm_kube_rt {
     rm_kube_rt_config c;
@@ -64,7 +92,7 @@ void rm_kube_rt_free(rm_kube_rt *rt)
 {
     if (!rt)
         return;
-    kmap_clear(&rt->jobs, free);
+    kmap_clear(&rt->jobs, job_mem_free);
     pthread_mutex_destroy(&rt->mu);
     free(rt->rdzv_url);
     free(rt->worker_image);
@@ -90,7 +118,7 @@ static job_mem *mem_get(rm_kube_rt *rt, const char *key, bool create)
 static void mem_drop(rm_kube_rt *rt, const char *key)
 {
     pthread_mutex_lock(&rt->mu);
-    free(kmap_del(&rt->jobs, key));
+    job_mem_free(kmap_del(&rt->jobs, key));
     pthread_mutex_unlock(&rt->mu);
 }
 
@@ -732,38 +760,22 @@ static cJSON *status_json(const rm_tj *tj, const rm_tj_status *st)
     return s;
 }
 
-/* PUT /status with the object's resourceVersion; on 409 re-read and put the same status on the
- * fresh object (status is ours alone, so nothing is lost). */
+/* PUT /status at the object's resourceVersion. A 409 is returned as RM_ECONFLICT: the caller
+ * re-reads the object and decides again from that fresh state (re-applying a status computed
+ * from stale state could undo a newer write). The answer is remembered as the newest copy. */
 static int write_status(rm_kube_rt *rt, const char *ns, const char *name, cJSON *obj,
-                        cJSON *status, rm_err *err)
+                        cJSON *status, job_mem *m, rm_err *err)
 {
     char path[640];
     snprintf(path, sizeof(path), "/apis/%s/%s/namespaces/%s/%s/%s/status", RM_TJ_GROUP,
              RM_TJ_VERSION, ns, RM_TJ_PLURAL, name);
-    cJSON *cur = obj;
-    int rc = RM_ECONFLICT;
-    for (int attempt = 0; attempt < 5 && rc == RM_ECONFLICT; attempt++) {
-        cJSON_DeleteItemFromObjectCaseSensitive(cur, "status");
-        cJSON_AddItemToObject(cur, "status", cJSON_Duplicate(status, 1));
-        rc = rm_kube_json(rt->c.client, "PUT", path, NULL, cur, NULL, err);
-        if (rc == RM_ECONFLICT) {
-            char gp[640];
-            snprintf(gp, sizeof(gp), "/apis/%s/%s/namespaces/%s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION,
-                     ns, RM_TJ_PLURAL, name);
-            cJSON *fresh = NULL;
-            int grc = rm_kube_json(rt->c.client, "GET", gp, NULL, NULL, &fresh, err);
-            if (grc) {
-                rc = grc;
-                break;
-            }
-            if (cur != obj)
-                cJSON_Delete(cur);
-            cur = fresh;
-            rm_debug("status conflict, retrying on fresh object job=%s/%s attempt=%d", ns, name, attempt + 1);
-        }
-    }
-    if (cur != obj)
-        cJSON_Delete(cur);
+    cJSON_DeleteItemFromObjectCaseSensitive(obj, "status");
+    cJSON_AddItemToObject(obj, "status", cJSON_Duplicate(status, 1));
+    cJSON *got = NULL;
+    int rc = rm_kube_json(rt->c.client, "PUT", path, NULL, obj, &got, err);
+    if (rc == RM_OK)
+        remember_latest(m, got);
+    cJSON_Delete(got);
     return rc;
 }
 
@@ -797,7 +809,7 @@ static int report_invalid(rm_kube_rt *rt, const char *key, cJSON *obj, const rm_
     cJSON *s = rm_tj_status_to_json(&st);
     if (!s)
         return rm_errf(err, RM_ENOMEM, "status: out of memory");
-    int rc = write_status(rt, ns->valuestring, nm->valuestring, obj, s, err);
+    int rc = write_status(rt, ns->valuestring, nm->valuestring, obj, s, m, err);
     cJSON_Delete(s);
     if (rc)
         return rc;
@@ -834,39 +846,15 @@ static bool cond_true(const rm_tj_status *s, rm_cond_type t)
 }
 
 /* ---------------- sync ---------------- */
-int rm_kube_rt_sync(rm_kube_rt *rt, const char *key, double *requeue_after, rm_err *err)
+static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
+                    double *requeue_after, rm_err *err)
 {
-    *requeue_after = 0;
-    char *js = cached_job(rt, key);
-    if (!js) {
-        /* gone: forget it (pods, service and secret go with it through garbage collection) */
-        if (rt->c.rdzv)
-            rm_rdzv_job_remove(rt->c.rdzv, key);
-        if (mem_get(rt, key, false)) {
-            const char *slash = strchr(key, '/');
-            char ns[256];
-            snprintf(ns, sizeof(ns), "%.*s", slash ? (int)(slash - key) : 0, key);
-            rm_op_metrics_job(rt->c.metrics, RM_JOB_DELETED, ns);
-            rm_info("job deleted job=%s", key);
-        }
-        mem_drop(rt, key);
-        return RM_OK;
-    }
     int rc = RM_OK;
-    cJSON *obj = cJSON_Parse(js);
-    free(js);
     rm_tj tj;
     memset(&tj, 0, sizeof(tj));
     rm_observed_worker *workers = NULL;
     rm_rdzv_state *rs = NULL;
     rm_action *acts = NULL;
-    if (!obj)
-        return rm_errf(err, RM_EPROTO, "job %s: cached object is not JSON", key);
-    job_mem *m = mem_get(rt, key, true);
-    if (!m) {
-        rc = rm_errf(err, RM_ENOMEM, "out of memory");
-        goto out;
-    }
     /* managedBy: another controller's job is not ours to touch */
     const cJSON *mb = rm_json_path(obj, "spec.runPolicy.managedBy");
     if (cJSON_IsString(mb) && mb->valuestring[0] && strcmp(mb->valuestring, RM_MANAGER) != 0) {
@@ -1070,7 +1058,7 @@ int rm_kube_rt_sync(rm_kube_rt *rt, const char *key, double *requeue_after, rm_e
             rc = rm_errf(err, RM_ENOMEM, "out of memory");
             goto out;
         }
-        rc = write_status(rt, tj.namespace_, tj.name, obj, s, err);
+        rc = write_status(rt, tj.namespace_, tj.name, obj, s, m, err);
         cJSON_Delete(s);
         if (rc)
             goto out;
@@ -1093,6 +1081,76 @@ out:
     free(rs);
     free(acts);
     rm_tj_free(&tj);
+    return rc;
+}
+
+int rm_kube_rt_sync(rm_kube_rt *rt, const char *key, double *requeue_after, rm_err *err)
+{
+    *requeue_after = 0;
+    char *js = cached_job(rt, key);
+    if (!js) {
+        /* gone: forget it (pods, service and secret go with it through garbage collection) */
+        if (rt->c.rdzv)
+            rm_rdzv_job_remove(rt->c.rdzv, key);
+        if (mem_get(rt, key, false)) {
+            const char *slash = strchr(key, '/');
+            char ns[256];
+            snprintf(ns, sizeof(ns), "%.*s", slash ? (int)(slash - key) : 0, key);
+            rm_op_metrics_job(rt->c.metrics, RM_JOB_DELETED, ns);
+            rm_info("job deleted job=%s", key);
+        }
+        mem_drop(rt, key);
+        return RM_OK;
+    }
+    cJSON *obj = cJSON_Parse(js);
+    free(js);
+    if (!obj)
+        return rm_errf(err, RM_EPROTO, "job %s: cached object is not JSON", key);
+    job_mem *m = mem_get(rt, key, true);
+    if (!m) {
+        cJSON_Delete(obj);
+        return rm_errf(err, RM_ENOMEM, "out of memory");
+    }
+    /* our own newer write may not have reached the cache yet: decide on the newest copy */
+    unsigned long long crv = rv_of(obj);
+    if (m->latest_json && m->latest_rv > crv && crv > 0) {
+        cJSON *mine = cJSON_Parse(m->latest_json);
+        const cJSON *u1 = rm_json_path(mine, "metadata.uid"), *u2 = rm_json_path(obj, "metadata.uid");
+        if (mine && cJSON_IsString(u1) && cJSON_IsString(u2) && strcmp(u1->valuestring, u2->valuestring) == 0) {
+            cJSON_Delete(obj);
+            obj = mine;
+        } else {
+            cJSON_Delete(mine);
+        }
+    } else if (m->latest_json && m->latest_rv <= crv) {
+        free(m->latest_json);       /* the cache caught up */
+        m->latest_json = NULL;
+    }
+    int rc = RM_OK;
+    for (int attempt = 0; attempt < 4; attempt++) {
+        rc = sync_obj(rt, key, obj, m, requeue_after, err);
+        if (rc != RM_ECONFLICT)
+            break;
+        /* 409: somebody wrote in between; decide again from the object as it is now */
+        char gp[640];
+        const char *slash = strchr(key, '/');
+        snprintf(gp, sizeof(gp), "/apis/%s/%s/namespaces/%.*s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION,
+                 slash ? (int)(slash - key) : 0, key, RM_TJ_PLURAL, slash ? slash + 1 : key);
+        cJSON *fresh = NULL;
+        int grc = rm_kube_json(rt->c.client, "GET", gp, NULL, NULL, &fresh, err);
+        if (grc == RM_ENOTFOUND) {
+            rc = RM_OK;     /* deleted meanwhile: its DELETED event brings us back */
+            break;
+        }
+        if (grc) {
+            rc = grc;
+            break;
+        }
+        rm_debug("status conflict, reconciling again from fresh state job=%s attempt=%d", key, attempt + 1);
+        remember_latest(m, fresh);
+        cJSON_Delete(obj);
+        obj = fresh;
+    }
     cJSON_Delete(obj);
     return rc;
 }

@@ -84,6 +84,7 @@ pod_count() { k get pods -l "ringmaster.dev/job-name=$1" --no-headers 2>/dev/nul
 # A small fast job: N workers, MLP [128], 1 epoch, checkpoints in $T/ckpt.
 fast_job() {  # fast_job NAME WORKERS [EPOCHS] [EXTRA_ENV_YAML]
   local name=$1 n=$2 epochs=${3:-1} env=${4:-}
+  mkdir -p "$T/ckpt/default/$name"   # stands in for the shared volume a cluster would mount
   cat <<YAML
 apiVersion: ringmaster.dev/v1alpha1
 kind: TrainingJob
