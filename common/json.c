@@ -12,53 +12,48 @@
 #include <string.h>
 #include <time.h>
 
-static void field_path(char *buf, size_t cap, const char *ctx, const char *key)
+/* err->field = "<ctx>.<key>" (or "<key>" at the top), err->msg = "<field>: <msg>"; RM_EINVAL. */
+static int field_err(rm_err *err, const char *ctx, const char *key, const char *msg)
 {
+    char f[128];
     if (ctx && *ctx)
-        snprintf(buf, cap, "%s.%s", ctx, key);
+        snprintf(f, sizeof f, "%s.%s", ctx, key);
     else
-        snprintf(buf, cap, "%s", key);
+        snprintf(f, sizeof f, "%s", key);
+    return rm_err_field(err, RM_EINVAL, f, "%s", msg);
 }
 
-/* Common front half: find the item; RM_ENOTFOUND/RM_EINVAL for absent. */
-static int lookup(const cJSON *obj, const char *key, bool required, const char *ctx,
-                  const cJSON **item, rm_err *err)
+/* The one getter core: find obj[key] and check its type with `is`. RM_OK with *item set,
+ * RM_ENOTFOUND (absent or null, optional: nothing touched), RM_EINVAL ("required" when absent
+ * and required, "must be <what>" when `is` says no). */
+static int typed(const cJSON *obj, const char *key, bool required, const char *ctx,
+                 cJSON_bool (*is)(const cJSON *), const char *must_be, const cJSON **item,
+                 rm_err *err)
 {
     const cJSON *it = NULL;
     if (obj && cJSON_IsObject(obj))
         it = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!it || cJSON_IsNull(it)) {
-        if (required) {
-            char f[128];
-            field_path(f, sizeof f, ctx, key);
-            return rm_err_field(err, RM_EINVAL, f, "required");
-        }
-        return RM_ENOTFOUND;
-    }
+    if (!it || cJSON_IsNull(it))
+        return required ? field_err(err, ctx, key, "required") : RM_ENOTFOUND;
+    if (!is(it))
+        return field_err(err, ctx, key, must_be);
     *item = it;
     return RM_OK;
 }
 
-static int wrong_type(const char *ctx, const char *key, const char *what, rm_err *err)
-{
-    char f[128];
-    field_path(f, sizeof f, ctx, key);
-    return rm_err_field(err, RM_EINVAL, f, "must be %s", what);
-}
+static cJSON_bool is_string(const cJSON *it) { return cJSON_IsString(it) && it->valuestring; }
 
 int rm_json_int(const cJSON *obj, const char *key, bool required, const char *ctx, int64_t *out,
                 rm_err *err)
 {
     const cJSON *it;
-    int rc = lookup(obj, key, required, ctx, &it, err);
+    int rc = typed(obj, key, required, ctx, cJSON_IsNumber, "must be an integer", &it, err);
     if (rc != RM_OK)
         return rc;
-    if (!cJSON_IsNumber(it))
-        return wrong_type(ctx, key, "an integer", err);
     double v = it->valuedouble;
     /* 2^63 is exactly representable; anything >= it (or NaN) does not fit */
     if (!isfinite(v) || v != floor(v) || v >= 9223372036854775808.0 || v < -9223372036854775808.0)
-        return wrong_type(ctx, key, "an integer", err);
+        return field_err(err, ctx, key, "must be an integer");
     *out = (int64_t)v;
     return RM_OK;
 }
@@ -67,65 +62,42 @@ int rm_json_num(const cJSON *obj, const char *key, bool required, const char *ct
                 rm_err *err)
 {
     const cJSON *it;
-    int rc = lookup(obj, key, required, ctx, &it, err);
-    if (rc != RM_OK)
-        return rc;
-    if (!cJSON_IsNumber(it))
-        return wrong_type(ctx, key, "a number", err);
-    *out = it->valuedouble;
-    return RM_OK;
+    int rc = typed(obj, key, required, ctx, cJSON_IsNumber, "must be a number", &it, err);
+    if (rc == RM_OK)
+        *out = it->valuedouble;
+    return rc;
 }
 
 int rm_json_bool(const cJSON *obj, const char *key, bool required, const char *ctx, bool *out,
                  rm_err *err)
 {
     const cJSON *it;
-    int rc = lookup(obj, key, required, ctx, &it, err);
-    if (rc != RM_OK)
-        return rc;
-    if (!cJSON_IsBool(it))
-        return wrong_type(ctx, key, "a boolean", err);
-    *out = cJSON_IsTrue(it);
-    return RM_OK;
+    int rc = typed(obj, key, required, ctx, cJSON_IsBool, "must be a boolean", &it, err);
+    if (rc == RM_OK)
+        *out = cJSON_IsTrue(it);
+    return rc;
 }
 
 int rm_json_str(const cJSON *obj, const char *key, bool required, const char *ctx,
                 const char **out, rm_err *err)
 {
     const cJSON *it;
-    int rc = lookup(obj, key, required, ctx, &it, err);
-    if (rc != RM_OK)
-        return rc;
-    if (!cJSON_IsString(it) || !it->valuestring)
-        return wrong_type(ctx, key, "a string", err);
-    *out = it->valuestring;
-    return RM_OK;
+    int rc = typed(obj, key, required, ctx, is_string, "must be a string", &it, err);
+    if (rc == RM_OK)
+        *out = it->valuestring;
+    return rc;
 }
 
 int rm_json_obj(const cJSON *obj, const char *key, bool required, const char *ctx,
                 const cJSON **out, rm_err *err)
 {
-    const cJSON *it;
-    int rc = lookup(obj, key, required, ctx, &it, err);
-    if (rc != RM_OK)
-        return rc;
-    if (!cJSON_IsObject(it))
-        return wrong_type(ctx, key, "an object", err);
-    *out = it;
-    return RM_OK;
+    return typed(obj, key, required, ctx, cJSON_IsObject, "must be an object", out, err);
 }
 
 int rm_json_arr(const cJSON *obj, const char *key, bool required, const char *ctx,
                 const cJSON **out, rm_err *err)
 {
-    const cJSON *it;
-    int rc = lookup(obj, key, required, ctx, &it, err);
-    if (rc != RM_OK)
-        return rc;
-    if (!cJSON_IsArray(it))
-        return wrong_type(ctx, key, "an array", err);
-    *out = it;
-    return RM_OK;
+    return typed(obj, key, required, ctx, cJSON_IsArray, "must be an array", out, err);
 }
 
 int rm_json_no_unknown(const cJSON *obj, const char *const *allowed, const char *ctx, rm_err *err)
@@ -140,11 +112,8 @@ int rm_json_no_unknown(const cJSON *obj, const char *const *allowed, const char 
                 break;
             }
         }
-        if (!ok) {
-            char f[128];
-            field_path(f, sizeof f, ctx, it->string ? it->string : "?");
-            return rm_err_field(err, RM_EINVAL, f, "unknown field");
-        }
+        if (!ok)
+            return field_err(err, ctx, it->string ? it->string : "?", "unknown field");
     }
     return RM_OK;
 }
