@@ -114,4 +114,44 @@ set +e; wait "$p"; rc=$?; set -e
 [ "$rc" -eq 0 ] || fail "SIGTERM exit $rc, want 0"
 grep -q "SIGTERM: writing a checkpoint" "$T/term.out" || fail "no SIGTERM checkpoint message"
 ls "$CK2"/ckpt-*.rmck >/dev/null 2>&1 || fail "no checkpoint after SIGTERM"
+echo "--- settings from RINGMASTER_TRAINING and from a TrainingJob file"
+RINGMASTER_TRAINING='{"epochs":1,"batchSizePerWorker":32,"model":{"type":"mlp","hidden":[64]},"maxSteps":20}' \
+  "$W" train --metrics-addr off >"$T/env.out" 2>&1 || fail "env settings run failed: $(tail -3 "$T/env.out")"
+grep -q 'shape=784-64-10' "$T/env.out" || fail "RINGMASTER_TRAINING model not applied"
+grep -q 'msg="training done" steps=20' "$T/env.out" || fail "RINGMASTER_TRAINING maxSteps not applied"
+set +e
+RINGMASTER_TRAINING='{"epochs":0}' "$W" train --metrics-addr off >"$T/envbad.out" 2>&1; rc=$?
+set -e
+[ "$rc" -eq 2 ] || fail "invalid spec.training exit $rc, want 2"
+grep -q 'spec.training.epochs' "$T/envbad.out" || fail "invalid spec.training error does not name the field"
+cat >"$T/job.yaml" <<'YAML'
+apiVersion: ringmaster.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: tiny}
+spec:
+  replicas: 1
+  checkpoint: {intervalSteps: 7, keep: 2}
+  training:
+    model: {type: mlp, hidden: [32, 16]}
+    batchSizePerWorker: 16
+    maxSteps: 30
+YAML
+"$W" train --config "$T/job.yaml" --checkpoint-dir "$T/ck3" --metrics-addr off >"$T/cfg.out" 2>&1 \
+  || fail "--config run failed: $(tail -3 "$T/cfg.out")"
+grep -q 'shape=784-32-16-10' "$T/cfg.out" || fail "--config model not applied"
+[ "$(ls "$T/ck3" | grep -c '^ckpt-')" -eq 2 ] || fail "--config checkpoint keep=2 not applied: $(ls "$T/ck3")"
+
+echo "--- hang fault: progress stops, /healthz turns 503"
+RINGMASTER_FAULT='hang:rank=0:step=30' RINGMASTER_PROGRESS_DEADLINE=1 \
+  "$W" train --max-steps 100000 --metrics-addr 127.0.0.1:0 >"$T/hang.out" 2>&1 &
+p=$!; pids+=("$p")
+for _ in $(seq 1 100); do grep -q 'msg="fault injected" kind=hang' "$T/hang.out" 2>/dev/null && break; sleep 0.1; done
+grep -q 'msg="fault injected" kind=hang' "$T/hang.out" || fail "hang fault did not fire"
+port=$(grep -o 'msg="metrics listening" port=[0-9]*' "$T/hang.out" | grep -o '[0-9]*$')
+sleep 1.5
+code=$(curl -s -o "$T/hz.txt" -w '%{http_code}' "http://127.0.0.1:$port/healthz" || true)
+[ "$code" = "503" ] || fail "/healthz $code after the hang, want 503"
+set +e; RINGMASTER_FAULT='bogus' "$W" train --metrics-addr off >"$T/fb.out" 2>&1; rc=$?; set -e
+[ "$rc" -eq 1 ] && grep -q 'RINGMASTER_FAULT' "$T/fb.out" || fail "bad RINGMASTER_FAULT not rejected at start (rc $rc)"
+kill -TERM "$p"; wait "$p" || true
 echo "PASS"
