@@ -78,30 +78,29 @@ static char *error_body(int status, const char *msg)
     return s;
 }
 
-int rm_http_reply_text(rm_http_resp *resp, int status, const char *content_type, const char *text)
+/* Replace resp's body with `owned` (NULL = the allocation failed: RM_ENOMEM, resp untouched). */
+static int set_body(rm_http_resp *resp, int status, const char *content_type, char *owned)
 {
-    char *b = strdup(text ? text : "");
-    if (!b)
+    if (!owned)
         return RM_ENOMEM;
     free(resp->body);
     resp->status = status;
-    resp->content_type = content_type ? content_type : "text/plain; charset=utf-8";
-    resp->body = b;
-    resp->body_len = strlen(b);
+    resp->content_type = content_type;
+    resp->body = owned;
+    resp->body_len = strlen(owned);
     return RM_OK;
+}
+
+int rm_http_reply_text(rm_http_resp *resp, int status, const char *content_type, const char *text)
+{
+    return set_body(resp, status, content_type ? content_type : "text/plain; charset=utf-8",
+                    strdup(text ? text : ""));
 }
 
 int rm_http_reply_json(rm_http_resp *resp, int status, const void *cjson)
 {
-    char *b = cjson ? cJSON_PrintUnformatted((const cJSON *)cjson) : strdup("null");
-    if (!b)
-        return RM_ENOMEM;
-    free(resp->body);
-    resp->status = status;
-    resp->content_type = "application/json";
-    resp->body = b;
-    resp->body_len = strlen(b);
-    return RM_OK;
+    return set_body(resp, status, "application/json",
+                    cjson ? cJSON_PrintUnformatted((const cJSON *)cjson) : strdup("null"));
 }
 
 int rm_http_reply_error(rm_http_resp *resp, int status, const char *fmt, ...)
@@ -111,15 +110,7 @@ int rm_http_reply_error(rm_http_resp *resp, int status, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    char *b = error_body(status, msg);
-    if (!b)
-        return RM_ENOMEM;
-    free(resp->body);
-    resp->status = status;
-    resp->content_type = "application/json";
-    resp->body = b;
-    resp->body_len = strlen(b);
-    return RM_OK;
+    return set_body(resp, status, "application/json", error_body(status, msg));
 }
 
 int rm_http_add_header(rm_http_resp *resp, const char *name, const char *value)
