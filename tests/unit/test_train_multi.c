@@ -9,6 +9,8 @@
  *     the same worker id; survivors notice within 5 s, re-join in place (no process restart), all
  *     resume from the step-100 checkpoint, the fault does not fire again, and all three finish with
  *     identical parameters.
+ *   - elastic_shrink: min 2 of 3, a worker dies and is not replaced; the survivors continue as a
+ *     world of 2 from the checkpoint and agree bit for bit.
  * The binary is found through RM_BIN (the Makefile's test-unit sets it). */
 #include <errno.h>
 #include <fcntl.h>
@@ -42,7 +44,7 @@ static double mono(void)
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int h_start(harness *h, int desired)
+static int h_start_min(harness *h, int desired, int min)
 {
     memset(h, 0, sizeof *h);
     rm_err e = {0};
@@ -50,10 +52,12 @@ static int h_start(harness *h, int desired)
     if (!h->r || rm_rdzv_serve(h->r, "127.0.0.1:0", &h->srv, &e) != RM_OK)
         return -1;
     snprintf(h->url, sizeof h->url, "http://127.0.0.1:%d", rm_http_port(h->srv));
-    rm_rdzv_job_set(h->r, JOB, TOKEN, desired, desired, 0.5);
+    rm_rdzv_job_set(h->r, JOB, TOKEN, desired, min, 0.5);
     h->dir = rm_test_tmpdir("trainmulti");
     return h->dir ? 0 : -1;
 }
+
+static int h_start(harness *h, int desired) { return h_start_min(h, desired, desired); }
 
 static void h_stop(harness *h)
 {
@@ -265,11 +269,45 @@ static void test_kill_and_recover(void)
     h_stop(&h);
 }
 
+/* Elastic: min 2 of 3; rank 2 dies and is not replaced; the two survivors re-form a world of 2
+ * from the checkpoint and finish with identical parameters and the LR of the smaller batch. */
+static void test_elastic_shrink(void)
+{
+    harness h;
+    CU_ASSERT_EQUAL_FATAL(h_start_min(&h, 3, 2), 0);
+    char ck[1100];
+    snprintf(ck, sizeof ck, "%s/ck", h.dir);
+    const char *fault = "exit:rank=2:step=80";
+    pid_t p[3];
+    for (int i = 0; i < 3; i++) {
+        char wid[8], tag[8];
+        snprintf(wid, sizeof wid, "%d", i);
+        snprintf(tag, sizeof tag, "w%d", i);
+        p[i] = spawn(&h, wid, tag, fault, ck, 200, false);
+    }
+    CU_ASSERT_EQUAL(wait_exit(p[2], 90), 137);
+    CU_ASSERT_EQUAL(wait_exit(p[0], 120), 0);
+    CU_ASSERT_EQUAL(wait_exit(p[1], 120), 0);
+    char f0[17], f1[17];
+    CU_ASSERT_EQUAL_FATAL(log_fnv(&h, "w0", f0), 0);
+    CU_ASSERT_EQUAL_FATAL(log_fnv(&h, "w1", f1), 0);
+    CU_ASSERT_STRING_EQUAL(f0, f1);
+    char *l0 = read_log(&h, "w0");
+    CU_ASSERT_FATAL(l0 != NULL);
+    CU_ASSERT(strstr(l0, "world=3") != NULL);
+    CU_ASSERT(strstr(l0, "world=2") != NULL);
+    CU_ASSERT(strstr(l0, "step=50 ") != NULL);   /* resumed from the step-50 checkpoint */
+    CU_ASSERT(strstr(l0, "msg=\"training done\" steps=200") != NULL);
+    free(l0);
+    h_stop(&h);
+}
+
 void rm_suite_train_multi(void)
 {
     static const rm_test_case cases[] = {
         {"replicas_bit_identical", test_bit_identical},
         {"kill_and_recover", test_kill_and_recover},
+        {"elastic_shrink", test_elastic_shrink},
     };
     RM_ADD_SUITE("train_multi", NULL, NULL, cases);
 }
