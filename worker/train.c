@@ -850,7 +850,10 @@ static int round_setup(trainer *t, bool first, rm_err *err)
             if (g_train_term)
                 return R_TERM;
             rm_err e = {0};
-            int rc = rm_rdzv_join(t->rdzv, t->my_addr, last, 15, &rr, &e);
+            /* slices shorter than the progress deadline: waiting for peers is not a hang */
+            double slice = cfg->progress_deadline_s > 0 ? cfg->progress_deadline_s / 2 : 15;
+            slice = slice > 15 ? 15 : slice < 0.5 ? 0.5 : slice;
+            int rc = rm_rdzv_join(t->rdzv, t->my_addr, last, slice, &rr, &e);
             if (rc == RM_OK)
                 break;
             if (rc == RM_ECLOSED) {
@@ -1194,7 +1197,7 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
 
     t.t_start = now_mono();
     bool first = true;
-    int outcome = 0;
+    int outcome = 0, setup_failures = 0;
     for (;;) {
         rc = round_setup(&t, first, err);
         first = false;
@@ -1203,15 +1206,19 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
             break;
         }
         if (rc < 0) {
-            if (rc == RM_EAUTH || rc == RM_ETIMEDOUT || !t.rdzv || rc == RM_EUNSUPPORTED)
+            /* configuration errors do not heal by retrying; a peer lost during setup does */
+            if (rc == RM_EAUTH || rc == RM_ETIMEDOUT || !t.rdzv || rc == RM_EUNSUPPORTED ||
+                rc == RM_EINVAL || rc == RM_ENOMEM || ++setup_failures > 20)
                 goto out;
-            rm_warn("round setup failed; rejoining err=\"%s\"", err->msg);
+            rm_warn("round setup failed; rejoining err=\"%s\" attempt=%d", err->msg,
+                    setup_failures);
             round_teardown(&t);
             if (t.fail_t == 0)
                 t.fail_t = now_mono();
             sleep(1);
             continue;
         }
+        setup_failures = 0;
         rc = run_round(&t, err);
         if (rc == R_DONE || rc == R_STOP || rc == R_TERM) {
             outcome = rc;
