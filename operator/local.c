@@ -997,7 +997,7 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
     for (;;) {
         if (o->stop_signal && *o->stop_signal) {
             res->signal = *o->stop_signal;
-            rm_warn("stopping on signal sig=%d: workers checkpoint and exit", res->signal);
+            rm_warn("stopping on signal, workers checkpoint and exit sig=%d", res->signal);
             stop_all(l, o->term_grace_s > 0 ? o->term_grace_s : 15);
             break;
         }

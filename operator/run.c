@@ -219,7 +219,9 @@ static void on_tick(void *ud, const rm_local_view *v)
         sfmt(line, sizeof line,
                  "%-10s epoch %d/%d  step %lld/%.0f  loss %.4f  acc %s  %.0f samples/s  "
                  "allreduce %.2f GB/s  workers %d/%d  restarts %d  ETA %s",
-                 rm_phase_name(st->phase), st->progress.train_epoch + (step > 0 ? 1 : 0),
+                 rm_phase_name(st->phase),
+                 st->progress.train_epoch + (step > 0 ? 1 : 0) > sp->training.epochs
+                     ? sp->training.epochs : st->progress.train_epoch + (step > 0 ? 1 : 0),
                  sp->training.epochs, (long long)step, v->steps_total, st->progress.loss, acc,
                  st->progress.samples_per_second * (st->replicas > 0 ? st->replicas : 1),
                  st->progress.allreduce_gbps, v->ready, v->desired, st->restarts, eta);
