@@ -5,6 +5,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -35,8 +36,15 @@ int rm_net_resolve(const char *host, int port, void *out, rm_err *err) {
     if (port < 0 || port > 65535) return rm_errf(err, RM_EINVAL, "bad port %d", port);
     a->sin_port = htons((uint16_t)port);
     if (!host || !*host || strcmp(host, "localhost") == 0) host = "127.0.0.1";
-    if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
-        return rm_errf(err, RM_EINVAL, "not an IPv4 address: \"%.64s\"", host);
+    if (inet_pton(AF_INET, host, &a->sin_addr) == 1) return RM_OK;
+    /* a name (e.g. a headless-service DNS name on Kubernetes): IPv4 only */
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    int gai = getaddrinfo(host, NULL, &hints, &res);
+    if (gai != 0 || !res)
+        return rm_errf(err, RM_EINVAL, "cannot resolve \"%.64s\" to an IPv4 address: %s", host,
+                       gai ? gai_strerror(gai) : "no address");
+    a->sin_addr = ((struct sockaddr_in *)(void *)res->ai_addr)->sin_addr;
+    freeaddrinfo(res);
     return RM_OK;
 }
 

@@ -4,9 +4,8 @@
  *
  * Design: sockets stay in O_NONBLOCK mode and every wait is a poll() with the time left until the
  * deadline, so nothing here can block forever and a shutdown() from another thread wakes it.
- * Only IPv4 loopback-style "host:port" strings are handled (the project runs on 127.0.0.0/8 and
- * pod IPs; names other than "localhost" are not resolved). File descriptors returned are owned by
- * the caller. */
+ * IPv4 only: dotted quads, "localhost", or a name resolved with getaddrinfo (pod IPs and
+ * headless-service names on Kubernetes). File descriptors returned are owned by the caller. */
 #ifndef RM_WORKER_NET_H
 #define RM_WORKER_NET_H
 #include <stddef.h>
@@ -16,7 +15,8 @@
 /* Monotonic clock in seconds. */
 double rm_net_now(void);
 
-/* Parse host ("localhost" or dotted quad) + port into a sockaddr_in stored in out (>= 16 bytes). */
+/* host (dotted quad, "localhost" or a DNS name, IPv4) + port into a sockaddr_in stored in out
+ * (>= 16 bytes). RM_EINVAL when it does not resolve. */
 int rm_net_resolve(const char *host, int port, void *sockaddr_in_out, rm_err *err);
 /* Set TCP_NODELAY, large SO_SNDBUF/SO_RCVBUF (bufsize bytes; 0 = leave autotuning) and O_NONBLOCK. */
 int rm_net_tune(int fd, int bufsize);

@@ -82,7 +82,9 @@ static void test_listen_connect(void) {
     close(afd);
     CU_ASSERT_EQUAL(rm_net_accept(lfd, rm_net_now() + 0.1, &afd, NULL, 0, &e), RM_ETIMEDOUT);
     close(lfd);
-    CU_ASSERT_EQUAL(rm_comm_listen("not-an-ip", &lfd, &port, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_net_listen("127.0.0.1", 70000, 8, &lfd, &port, &e), RM_EINVAL);   /* bad port */
+    CU_ASSERT_EQUAL(rm_comm_listen("localhost", &lfd, &port, &e), 0);
+    close(lfd);
 }
 
 static void test_sha256_hmac(void) {
