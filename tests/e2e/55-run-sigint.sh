@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Ctrl-C mid-run: the runner asks every worker to checkpoint and exit, exits 130, and leaves no
 # process behind (checked in the process table); a second run with --resume continues from the
-# checkpoint.
+# checkpoint; kill -9 of the runner takes its workers down too (PR_SET_PDEATHSIG).
 source "$(dirname "$0")/5x-run-lib.bash"
 "$RM_BIN/ringmaster" run -f "$FIX/small.yaml" --epochs 30 --checkpoint-dir "$W/ck-i" \
    --run-dir "$W/run-i" -o json >"$W/i.out" 2>"$W/i.err" &
@@ -30,5 +30,14 @@ grep -q "ringmaster: removed" "$W/t.err" && fail "--resume removed the checkpoin
 kill -TERM "$RUNNER_PID"
 set +e; wait "$RUNNER_PID"; rc=$?; set -e; RUNNER_PID=""
 [ $rc -eq 143 ] || fail "SIGTERM: exit $rc, want 143"
+assert_no_workers
+# kill -9 of the runner: PR_SET_PDEATHSIG takes the workers down with it (no orphans)
+"$RM_BIN/ringmaster" run -f "$FIX/small.yaml" --epochs 30 --checkpoint-dir "$W/ck-k" \
+   --run-dir "$W/run-k" >"$W/k.out" 2>"$W/k.err" &
+RUNNER_PID=$!
+for i in $(seq 1 100); do [ "$(our_workers | wc -l)" = 2 ] && break; sleep 0.1; done
+[ "$(our_workers | wc -l)" = 2 ] || fail "kill -9 case: workers did not start"
+kill -9 "$RUNNER_PID"; wait "$RUNNER_PID" 2>/dev/null || true; RUNNER_PID=""
+for i in $(seq 1 50); do [ -z "$(our_workers)" ] && break; sleep 0.1; done
 assert_no_workers
 log "PASS (interrupted at step $step; $(grep -o 'checkpoint loaded.*step=[0-9]*' "$W/run-t/worker-0.log" | head -1))"
