@@ -65,6 +65,12 @@ PY
 run_world 3 -b 12 -e 40008 -i 13332 -n 3 -w 1 --timeout 20
 check_table "$TMPDIR/out.3" 4
 
+# --fusion: per-layer (threshold 0) vs 2-layer buckets vs one bucket; the averaged result is checked
+run_world 2 --fusion --layers 20 --layer-floats 1000 --thresholds 0,8000,1000000 -n 3 -w 1 --timeout 20
+cat "$TMPDIR/out.2"
+awk '/^ +[0-9]+ +[0-9]+ +[0-9.]+/ { n++; b[n] = $2; if ($7 != 0) { print "wrong: " $0; exit 1 } }
+     END { if (n != 3 || b[1] != 20 || b[2] != 10 || b[3] != 1) { print "bad fusion rows n=" n " buckets " b[1] "," b[2] "," b[3]; exit 1 } }' "$TMPDIR/out.2"
+
 # a rank with the wrong token: both sides fail (no hang), exit status non-zero
 peers=$(free_ports 2)
 "$W" bench --world 2 --rank 1 --peers "$peers" --token bad --timeout 2 -b 1K -e 1K > "$TMPDIR/tok1.log" 2>&1 &
