@@ -46,7 +46,7 @@ static cJSON_bool is_string(const cJSON *it) { return cJSON_IsString(it) && it->
 int rm_json_int(const cJSON *obj, const char *key, bool required, const char *ctx, int64_t *out,
                 rm_err *err)
 {
-    const cJSON *it;
+    const cJSON *it = NULL;
     int rc = typed(obj, key, required, ctx, cJSON_IsNumber, "must be an integer", &it, err);
     if (rc != RM_OK)
         return rc;
@@ -61,7 +61,7 @@ int rm_json_int(const cJSON *obj, const char *key, bool required, const char *ct
 int rm_json_num(const cJSON *obj, const char *key, bool required, const char *ctx, double *out,
                 rm_err *err)
 {
-    const cJSON *it;
+    const cJSON *it = NULL;
     int rc = typed(obj, key, required, ctx, cJSON_IsNumber, "must be a number", &it, err);
     if (rc == RM_OK)
         *out = it->valuedouble;
@@ -71,7 +71,7 @@ int rm_json_num(const cJSON *obj, const char *key, bool required, const char *ct
 int rm_json_bool(const cJSON *obj, const char *key, bool required, const char *ctx, bool *out,
                  rm_err *err)
 {
-    const cJSON *it;
+    const cJSON *it = NULL;
     int rc = typed(obj, key, required, ctx, cJSON_IsBool, "must be a boolean", &it, err);
     if (rc == RM_OK)
         *out = cJSON_IsTrue(it);
@@ -81,7 +81,7 @@ int rm_json_bool(const cJSON *obj, const char *key, bool required, const char *c
 int rm_json_str(const cJSON *obj, const char *key, bool required, const char *ctx,
                 const char **out, rm_err *err)
 {
-    const cJSON *it;
+    const cJSON *it = NULL;
     int rc = typed(obj, key, required, ctx, is_string, "must be a string", &it, err);
     if (rc == RM_OK)
         *out = it->valuestring;
