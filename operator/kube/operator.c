@@ -108,6 +108,12 @@ static int enqueue_one(void *ud, const char *key, const void *item)
     return 0;
 }
 
+static void enqueue_key(void *ud, const char *key)
+{
+    rm_op *op = ud;
+    rm_wq_add(op->q, key);
+}
+
 static void enqueue_all(rm_op *op)
 {
     for (int i = 0; i < op->njobs; i++) {
@@ -454,7 +460,7 @@ int rm_operator_main(int argc, char **argv)
     /* main loop: readiness, periodic resync, signals */
     double last_resync = rm_kube_mono();
     for (;;) {
-        struct timespec ts = {1, 0};
+        struct timespec ts = {0, 500 * 1000 * 1000};
         int sig = sigtimedwait(&sigs, NULL, &ts);
         if (sig == SIGTERM || sig == SIGINT) {
             rm_info("shutting down signal=%d", sig);
@@ -470,6 +476,8 @@ int rm_operator_main(int argc, char **argv)
                 rm_info("rendezvous serving addr=%s port=%d", op.rdzv_bind, rm_http_port(op.rdzv_srv));
         }
         pthread_mutex_unlock(&op.lmu);
+        if (atomic_load(&op.leading))
+            rm_kube_rt_poll_rdzv(op.rt, enqueue_key, &op);   /* rounds, progress, results */
         if (op.resync_s > 0 && rm_kube_mono() - last_resync >= op.resync_s) {
             last_resync = rm_kube_mono();
             if (atomic_load(&op.leading))

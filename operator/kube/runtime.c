@@ -33,6 +33,7 @@ typedef struct job_mem {
      * delivered it yet, and deciding on the older cached copy would undo our own write. */
     char *latest_json;
     unsigned long long latest_rv;
+    unsigned long long rdzv_sig;     /* last rendezvous signature seen by rm_kube_rt_poll_rdzv */
 } job_mem;
 
 static void job_mem_free(void *p)
@@ -843,6 +844,66 @@ static char *cached_job(rm_kube_rt *rt, const char *key)
 static bool cond_true(const rm_tj_status *s, rm_cond_type t)
 {
     return s->conditions[t].present && s->conditions[t].status;
+}
+
+/* ---------------- rendezvous polling ---------------- */
+static unsigned long long mix(unsigned long long h, unsigned long long v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h;
+}
+
+void rm_kube_rt_poll_rdzv(rm_kube_rt *rt, void (*enqueue)(void *ud, const char *key), void *ud)
+{
+    if (!rt->c.rdzv)
+        return;
+    size_t n = 0, cap = 0;
+    char **keys = NULL;
+    pthread_mutex_lock(&rt->mu);
+    size_t it;
+    for (kmap_ent *e = kmap_first(&rt->jobs, &it); e; e = kmap_next(&rt->jobs, &it, e)) {
+        job_mem *m = e->val;
+        if (!m->rdzv_desired)
+            continue;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 64;
+            char **nk = realloc(keys, nc * sizeof(*nk));
+            if (!nk)
+                break;
+            keys = nk;
+            cap = nc;
+        }
+        if ((keys[n] = strdup(e->key)))
+            n++;
+    }
+    pthread_mutex_unlock(&rt->mu);
+    rm_rdzv_state *st = n ? malloc(sizeof(*st)) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (st && rm_rdzv_snapshot(rt->c.rdzv, keys[i], st) == RM_OK) {
+            unsigned long long h = 1469598103934665603ULL;
+            h = mix(h, (unsigned long long)st->epoch);
+            h = mix(h, st->closed);
+            h = mix(h, (unsigned long long)st->world_size);
+            h = mix(h, (unsigned long long)st->nmembers);
+            h = mix(h, st->have_result);
+            for (int k = 0; k < st->nmembers && k < 64; k++) {
+                h = mix(h, (unsigned long long)st->members[k].step);
+                h = mix(h, st->members[k].done);
+                h = mix(h, (unsigned long long)st->members[k].epoch);
+            }
+            pthread_mutex_lock(&rt->mu);
+            job_mem *m = kmap_get(&rt->jobs, keys[i]);
+            bool changed = m && m->rdzv_sig != h;
+            if (m)
+                m->rdzv_sig = h;
+            pthread_mutex_unlock(&rt->mu);
+            if (changed)
+                enqueue(ud, keys[i]);
+        }
+        free(keys[i]);
+    }
+    free(st);
+    free(keys);
 }
 
 /* ---------------- sync ---------------- */

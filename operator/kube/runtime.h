@@ -52,6 +52,11 @@ void rm_kube_rt_free(rm_kube_rt *rt);   /* NULL ok */
  * (the workqueue guarantees it). */
 int rm_kube_rt_sync(rm_kube_rt *rt, const char *key, double *requeue_after, rm_err *err);
 
+/* Rendezvous changes are not API events: call this every second or so; it snapshots every job
+ * registered with the rendezvous and calls enqueue(ud, key) for those whose round, epoch,
+ * membership, progress or result changed since the last call. */
+void rm_kube_rt_poll_rdzv(rm_kube_rt *rt, void (*enqueue)(void *ud, const char *key), void *ud);
+
 /* Informer projections and index functions (ud = rm_kube_rt* or NULL). */
 void *rm_kube_tj_transform(void *ud, const cJSON *obj);    /* compact JSON string */
 void *rm_kube_pod_transform(void *ud, const cJSON *obj);   /* rm_kube_pod */

@@ -3,6 +3,7 @@
 # (deterministic names, AlreadyExists = success), the same pods keep running, the job finishes.
 source "$(dirname "$0")/6x-operator-lib.bash"
 RDZV_PORT=$(free_port)
+HIDDEN="1024, 1024"   # slow enough (~10 s/epoch on 2 cores) to act mid-training
 start_kubesim
 install_crd
 start_operator a

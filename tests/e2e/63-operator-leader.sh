@@ -4,6 +4,7 @@
 # leader is killed (-9, no release) the other takes over in < 20 s and serves a new job.
 source "$(dirname "$0")/6x-operator-lib.bash"
 RDZV_PORT=$(free_port)
+HIDDEN="1024, 1024"   # slow enough (~10 s/epoch on 2 cores) to act mid-training
 start_kubesim
 install_crd
 start_operator a --leader-elect --leader-election-namespace default --leader-election-id rm-e2e

@@ -81,7 +81,7 @@ tj_field() { k get tj "$1" -o "jsonpath=$2" 2>/dev/null; }
 tj_phase_is() { [ "$(tj_field "$1" '{.status.phase}')" = "$2" ]; }
 pod_count() { k get pods -l "ringmaster.dev/job-name=$1" --no-headers 2>/dev/null | grep -c . ; }
 
-# A small fast job: N workers, MLP [128], 1 epoch, checkpoints in $T/ckpt.
+# A small fast job: N workers, MLP [$HIDDEN] (default 128), 1 epoch, checkpoints in $T/ckpt.
 fast_job() {  # fast_job NAME WORKERS [EPOCHS] [EXTRA_ENV_YAML]
   local name=$1 n=$2 epochs=${3:-1} env=${4:-}
   mkdir -p "$T/ckpt/default/$name"   # stands in for the shared volume a cluster would mount
@@ -97,7 +97,7 @@ spec:
   checkpoint: {path: $T/ckpt, intervalSteps: 50}
   training:
     mode: train
-    model: {type: mlp, hidden: [128]}
+    model: {type: mlp, hidden: [${HIDDEN:-128}]}
     epochs: $epochs
     batchSizePerWorker: 64
     optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
