@@ -63,6 +63,12 @@ int rm_backend_parse(const char *s, rm_backend *out)
 
 /* ---- parse helpers ---------------------------------------------------------------------------- */
 
+/* "<ctx>.<key>" into buf[FIELD_CAP]. A longer path is cut on purpose (it only names a field in
+ * messages, and rm_err.field is that size too), so GCC's truncation warning is off here. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
 static void join(char *buf, const char *ctx, const char *key)
 {
     if (ctx && *ctx)
@@ -70,67 +76,60 @@ static void join(char *buf, const char *ctx, const char *key)
     else
         snprintf(buf, FIELD_CAP, "%s", key);
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+/* Every p_* reads an optional field: absent (or null) is RM_OK with *out untouched; present and
+ * valid records `bit` in *set (when set is non-NULL); a wrong type is the json.h error. */
+static int optional(int rc, uint32_t *set, uint32_t bit)
+{
+    if (rc == RM_ENOTFOUND)
+        return RM_OK;
+    if (rc == RM_OK && set)
+        *set |= bit;
+    return rc;
+}
 
 static int p_int(const cJSON *o, const char *k, const char *ctx, int *out, uint32_t *set,
                  uint32_t bit, rm_err *err)
 {
     int64_t v;
     int rc = rm_json_int(o, k, false, ctx, &v, err);
-    if (rc == RM_ENOTFOUND)
-        return RM_OK;
     if (rc)
-        return rc;
+        return optional(rc, NULL, 0);   /* absent: RM_OK; wrong type: the error */
     if (v < INT_MIN || v > INT_MAX) {
         char f[FIELD_CAP];
         join(f, ctx, k);
         return rm_err_field(err, RM_EINVAL, f, "out of range");
     }
     *out = (int)v;
-    if (set)
-        *set |= bit;
-    return RM_OK;
+    return optional(RM_OK, set, bit);
 }
 
 static int p_i64(const cJSON *o, const char *k, const char *ctx, int64_t *out, uint32_t *set,
                  uint32_t bit, rm_err *err)
 {
-    int rc = rm_json_int(o, k, false, ctx, out, err);
-    if (rc == RM_ENOTFOUND)
-        return RM_OK;
-    if (!rc && set)
-        *set |= bit;
-    return rc;
+    return optional(rm_json_int(o, k, false, ctx, out, err), set, bit);
 }
 
 static int p_num(const cJSON *o, const char *k, const char *ctx, double *out, uint32_t *set,
                  uint32_t bit, rm_err *err)
 {
-    int rc = rm_json_num(o, k, false, ctx, out, err);
-    if (rc == RM_ENOTFOUND)
-        return RM_OK;
-    if (!rc && set)
-        *set |= bit;
-    return rc;
+    return optional(rm_json_num(o, k, false, ctx, out, err), set, bit);
 }
 
 static int p_bool(const cJSON *o, const char *k, const char *ctx, bool *out, uint32_t *set,
                   uint32_t bit, rm_err *err)
 {
-    int rc = rm_json_bool(o, k, false, ctx, out, err);
-    if (rc == RM_ENOTFOUND)
-        return RM_OK;
-    if (!rc && set)
-        *set |= bit;
-    return rc;
+    return optional(rm_json_bool(o, k, false, ctx, out, err), set, bit);
 }
 
 static int p_str(const cJSON *o, const char *k, const char *ctx, char **out, rm_err *err)
 {
-    const char *s;
-    int rc = rm_json_str(o, k, false, ctx, &s, err);
-    if (rc == RM_ENOTFOUND)
-        return RM_OK;
-    if (rc)
+    const char *s = NULL;
+    int rc = optional(rm_json_str(o, k, false, ctx, &s, err), NULL, 0);
+    if (rc || !s)
         return rc;
     char *d = strdup(s);
     if (!d)
@@ -143,11 +142,9 @@ static int p_str(const cJSON *o, const char *k, const char *ctx, char **out, rm_
 static int p_enum(const cJSON *o, const char *k, const char *ctx, const char *const *names, int *out,
                   rm_err *err)
 {
-    const char *s;
-    int rc = rm_json_str(o, k, false, ctx, &s, err);
-    if (rc == RM_ENOTFOUND)
-        return RM_OK;
-    if (rc)
+    const char *s = NULL;
+    int rc = optional(rm_json_str(o, k, false, ctx, &s, err), NULL, 0);
+    if (rc || !s)
         return rc;
     int i = enum_index(names, s);
     if (i < 0) {
@@ -163,22 +160,25 @@ static int p_enum(const cJSON *o, const char *k, const char *ctx, const char *co
     return RM_OK;
 }
 
-/* object child (optional) after the unknown-field check; *out NULL when absent */
+/* Optional object child, *out NULL when absent; with `allowed`, its unknown keys are errors
+ * (named under subctx, which is filled with "<ctx>.<k>" when non-NULL). */
 static int p_obj(const cJSON *o, const char *k, const char *ctx, const char *const *allowed,
                  const cJSON **out, char *subctx, rm_err *err)
 {
     *out = NULL;
-    join(subctx, ctx, k);
-    int rc = rm_json_obj(o, k, false, ctx, out, err);
-    if (rc == RM_ENOTFOUND) {
-        *out = NULL;
-        return RM_OK;
-    }
-    if (rc)
-        return rc;
-    if (allowed)
+    if (subctx)
+        join(subctx, ctx, k);
+    int rc = optional(rm_json_obj(o, k, false, ctx, out, err), NULL, 0);
+    if (rc == RM_OK && *out && allowed)
         return rm_json_no_unknown(*out, allowed, subctx, err);
-    return RM_OK;
+    return rc;
+}
+
+/* Optional array child, *out NULL when absent. */
+static int p_arr(const cJSON *o, const char *k, const char *ctx, const cJSON **out, rm_err *err)
+{
+    *out = NULL;
+    return optional(rm_json_arr(o, k, false, ctx, out, err), NULL, 0);
 }
 
 #define TRY(x)             \
@@ -220,12 +220,8 @@ int rm_training_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t,
     TRY(p_obj(tr, "model", ctx, k_model, &model, mctx, err));
     if (model) {
         TRY(p_str(model, "type", mctx, &t->model_type, err));
-        rc = rm_json_arr(model, "hidden", false, mctx, &hidden, err);
-        if (rc == RM_ENOTFOUND)
-            rc = RM_OK;
-        else if (rc)
-            goto out;
-        else {
+        TRY(p_arr(model, "hidden", mctx, &hidden, err));
+        if (hidden) {
             char hctx[FIELD_CAP];
             join(hctx, mctx, "hidden");
             int n = cJSON_GetArraySize(hidden);
@@ -581,26 +577,12 @@ static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
         TRY(p_int(o, "intervalSteps", cctx, &s->checkpoint.interval_steps, &s->set, RM_TJ_SET_CKPT_INTERVAL, err));
         TRY(p_int(o, "keep", cctx, &s->checkpoint.keep, &s->set, RM_TJ_SET_CKPT_KEEP, err));
     }
-    {
-        const cJSON *tr = NULL;
-        rc = rm_json_obj(sp, "training", false, "spec", &tr, err);
-        if (rc == RM_ENOTFOUND)
-            rc = RM_OK;
-        else if (rc)
-            goto out;
-        else
-            TRY(rm_training_from_json(tr, "spec.training", &s->training, err));
-    }
-    {
-        const cJSON *tp = NULL;
-        rc = rm_json_obj(sp, "template", false, "spec", &tp, err);
-        if (rc == RM_ENOTFOUND)
-            rc = RM_OK;
-        else if (rc)
-            goto out;
-        else if (!(s->template = cJSON_Duplicate(tp, 1)))
-            rc = rm_errf(err, RM_ENOMEM, "out of memory");
-    }
+    TRY(p_obj(sp, "training", "spec", NULL, &o, NULL, err));
+    if (o)
+        TRY(rm_training_from_json(o, "spec.training", &s->training, err));
+    TRY(p_obj(sp, "template", "spec", NULL, &o, NULL, err));
+    if (o && !(s->template = cJSON_Duplicate(o, 1)))
+        rc = rm_errf(err, RM_ENOMEM, "out of memory");
 out:
     return rc;
 }
@@ -631,10 +613,8 @@ void rm_tj_free(rm_tj *tj)
 static int string_map(const cJSON *md, const char *key, cJSON **out, rm_err *err)
 {
     const cJSON *m = NULL;
-    int rc = rm_json_obj(md, key, false, "metadata", &m, err);
-    if (rc == RM_ENOTFOUND)
-        return RM_OK;
-    if (rc)
+    int rc = p_obj(md, key, "metadata", NULL, &m, NULL, err);
+    if (rc || !m)
         return rc;
     for (const cJSON *it = m->child; it; it = it->next) {
         if (!cJSON_IsString(it)) {
@@ -648,6 +628,16 @@ static int string_map(const cJSON *md, const char *key, cJSON **out, rm_err *err
     return RM_OK;
 }
 
+/* Optional top-level string that, when given, must be exactly `want` (apiVersion, kind). */
+static int p_const(const cJSON *o, const char *k, const char *want, rm_err *err)
+{
+    const char *s = NULL;
+    int rc = optional(rm_json_str(o, k, false, "", &s, err), NULL, 0);
+    if (rc || !s || strcmp(s, want) == 0)
+        return rc;
+    return rm_err_field(err, RM_EINVAL, k, "must be %s (got \"%s\")", want, s);
+}
+
 int rm_tj_from_json(const cJSON *obj, rm_tj *out, rm_err *err)
 {
     int rc = RM_OK;
@@ -656,19 +646,8 @@ int rm_tj_from_json(const cJSON *obj, rm_tj *out, rm_err *err)
     memset(out, 0, sizeof *out);
     if (!obj || !cJSON_IsObject(obj))
         return rm_errf(err, RM_EINVAL, "a TrainingJob must be a JSON object");
-    rc = rm_json_str(obj, "apiVersion", false, "", &s, err);
-    if (rc == RM_OK && strcmp(s, RM_TJ_API_VERSION) != 0) {
-        rc = rm_err_field(err, RM_EINVAL, "apiVersion", "must be %s (got \"%s\")", RM_TJ_API_VERSION, s);
-        goto out;
-    } else if (rc != RM_ENOTFOUND && rc != RM_OK)
-        goto out;
-    rc = rm_json_str(obj, "kind", false, "", &s, err);
-    if (rc == RM_OK && strcmp(s, RM_TJ_KIND) != 0) {
-        rc = rm_err_field(err, RM_EINVAL, "kind", "must be %s (got \"%s\")", RM_TJ_KIND, s);
-        goto out;
-    } else if (rc != RM_ENOTFOUND && rc != RM_OK)
-        goto out;
-    rc = RM_OK;
+    TRY(p_const(obj, "apiVersion", RM_TJ_API_VERSION, err));
+    TRY(p_const(obj, "kind", RM_TJ_KIND, err));
     TRY(rm_json_obj(obj, "metadata", true, "", &md, err));
     TRY(rm_json_str(md, "name", true, "metadata", &s, err));
     TRY(p_str(md, "name", "metadata", &out->name, err));
@@ -680,12 +659,8 @@ int rm_tj_from_json(const cJSON *obj, rm_tj *out, rm_err *err)
     TRY(string_map(md, "annotations", &out->annotations, err));
     TRY(rm_json_obj(obj, "spec", true, "", &sp, err));
     TRY(spec_from_json(sp, &out->spec, err));
-    rc = rm_json_obj(obj, "status", false, "", &st, err);
-    if (rc == RM_ENOTFOUND)
-        rc = RM_OK;
-    else if (rc)
-        goto out;
-    else
+    TRY(p_obj(obj, "status", "", NULL, &st, NULL, err));
+    if (st)
         TRY(rm_tj_status_from_json(st, &out->status, err));
 out:
     if (rc)
@@ -959,11 +934,9 @@ cJSON *rm_tj_to_json(const rm_tj *tj)
 
 static int p_time(const cJSON *o, const char *k, const char *ctx, double *out, rm_err *err)
 {
-    const char *s;
-    int rc = rm_json_str(o, k, false, ctx, &s, err);
-    if (rc == RM_ENOTFOUND)
-        return RM_OK;
-    if (rc)
+    const char *s = NULL;
+    int rc = optional(rm_json_str(o, k, false, ctx, &s, err), NULL, 0);
+    if (rc || !s)
         return rc;
     if (rm_json_parse_time(s, out) != RM_OK) {
         char f[FIELD_CAP];
@@ -975,11 +948,9 @@ static int p_time(const cJSON *o, const char *k, const char *ctx, double *out, r
 
 static int p_buf(const cJSON *o, const char *k, const char *ctx, char *buf, size_t cap, rm_err *err)
 {
-    const char *s;
-    int rc = rm_json_str(o, k, false, ctx, &s, err);
-    if (rc == RM_ENOTFOUND)
-        return RM_OK;
-    if (rc)
+    const char *s = NULL;
+    int rc = optional(rm_json_str(o, k, false, ctx, &s, err), NULL, 0);
+    if (rc || !s)
         return rc;
     snprintf(buf, cap, "%s", s);
     return RM_OK;
@@ -1000,12 +971,8 @@ int rm_tj_status_from_json(const cJSON *so, rm_tj_status *st, rm_err *err)
     TRY(p_enum(so, "phase", "status", phase_names, &iv, err));
     st->phase = (rm_phase)iv;
     TRY(p_i64(so, "observedGeneration", "status", &st->observed_generation, NULL, 0, err));
-    rc = rm_json_arr(so, "conditions", false, "status", &o, err);
-    if (rc == RM_ENOTFOUND)
-        rc = RM_OK;
-    else if (rc)
-        goto out;
-    else {
+    TRY(p_arr(so, "conditions", "status", &o, err));
+    if (o) {
         int i = 0;
         for (const cJSON *c = o->child; c; c = c->next, i++) {
             char cctx[FIELD_CAP];
@@ -1039,12 +1006,8 @@ int rm_tj_status_from_json(const cJSON *so, rm_tj_status *st, rm_err *err)
     TRY(p_int(so, "readyReplicas", "status", &st->ready_replicas, NULL, 0, err));
     TRY(p_int(so, "epoch", "status", &st->epoch, NULL, 0, err));
     TRY(p_int(so, "restarts", "status", &st->restarts, NULL, 0, err));
-    rc = rm_json_obj(so, "progress", false, "status", &o, err);
-    if (rc == RM_ENOTFOUND)
-        rc = RM_OK;
-    else if (rc)
-        goto out;
-    else {
+    TRY(p_obj(so, "progress", "status", NULL, &o, NULL, err));
+    if (o) {
         TRY(p_i64(o, "step", "status.progress", &st->progress.step, NULL, 0, err));
         TRY(p_int(o, "epoch", "status.progress", &st->progress.train_epoch, NULL, 0, err));
         TRY(p_num(o, "loss", "status.progress", &st->progress.loss, NULL, 0, err));
@@ -1052,12 +1015,8 @@ int rm_tj_status_from_json(const cJSON *so, rm_tj_status *st, rm_err *err)
         TRY(p_i64(o, "lastCheckpointStep", "status.progress", &st->progress.last_checkpoint_step, NULL, 0, err));
         TRY(p_num(o, "allreduceGBps", "status.progress", &st->progress.allreduce_gbps, NULL, 0, err));
     }
-    rc = rm_json_obj(so, "result", false, "status", &o, err);
-    if (rc == RM_ENOTFOUND)
-        rc = RM_OK;
-    else if (rc)
-        goto out;
-    else {
+    TRY(p_obj(so, "result", "status", NULL, &o, NULL, err));
+    if (o) {
         st->result.present = true;
         TRY(p_num(o, "testAccuracy", "status.result", &st->result.test_accuracy, NULL, 0, err));
         TRY(p_num(o, "trainLoss", "status.result", &st->result.train_loss, NULL, 0, err));

@@ -243,6 +243,19 @@ static void test_parse_rules(void)
         { "status.conditions", "[{\"type\":\"Running\",\"status\":\"maybe\"}]",
           "status.conditions[0].status: must be True or False" },
         { "status.conditions", "[{\"type\":\"Running\"}]", "status.conditions[0].status: required" },
+        /* optional objects and arrays of a wrong type (every branch of the shared p_obj/p_arr) */
+        { "kind", "3", "kind: must be a string" },
+        { "apiVersion", "[]", "apiVersion: must be a string" },
+        { "metadata.labels", "[]", "metadata.labels: must be an object" },
+        { "metadata.annotations", "\"a=b\"", "metadata.annotations: must be an object" },
+        { "status", "[]", "status: must be an object" },
+        { "status.conditions", "{}", "status.conditions: must be an array" },
+        { "status.conditions", "[3]", "status.conditions[0]: must be an object" },
+        { "status.progress", "3", "status.progress: must be an object" },
+        { "status.progress.step", "\"x\"", "status.progress.step: must be an integer" },
+        { "status.result", "[]", "status.result: must be an object" },
+        { "status.result.steps", "1.5", "status.result.steps: must be an integer" },
+        { "status.message", "1", "status.message: must be a string" },
     };
     run_cases(cases, RM_ARRAY_LEN(cases));
 }
