@@ -213,8 +213,10 @@ static void lb_put(log_buf *w, const char *s, size_t n)
 static void lb_puts(log_buf *w, const char *s) { lb_put(w, s, strlen(s)); }
 static void lb_putc(log_buf *w, char c) { lb_put(w, &c, 1); }
 
-/* Unescape a quoted value's \" and \\ on the fly and emit it in the target syntax. */
-static void lb_json_str(log_buf *w, const char *s, size_t n, int unescape)
+/* A quoted string for either format: unescape a quoted value's \" and \\ on the fly, then escape
+ * '"', '\\', \n, \r, \t and every other control character (\u00XX), so a value that came from
+ * the network can neither break the line nor reach a terminal as an escape sequence. */
+static void lb_quoted(log_buf *w, const char *s, size_t n, int unescape)
 {
     lb_putc(w, '"');
     for (size_t i = 0; i < n; i++) {
@@ -252,27 +254,13 @@ static int needs_quote(const char *s, size_t n)
     return 0;
 }
 
+/* logfmt value: bare when it can be, else quoted like JSON. */
 static void lb_text_val(log_buf *w, const char *s, size_t n, int unescape, int force_quote)
 {
-    if (!unescape && !force_quote && !needs_quote(s, n)) {
+    if (!unescape && !force_quote && !needs_quote(s, n))
         lb_put(w, s, n);
-        return;
-    }
-    lb_putc(w, '"');
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (unescape && c == '\\' && i + 1 < n && (s[i + 1] == '"' || s[i + 1] == '\\'))
-            c = s[++i];
-        switch (c) {
-        case '"': lb_puts(w, "\\\""); break;
-        case '\\': lb_puts(w, "\\\\"); break;
-        case '\n': lb_puts(w, "\\n"); break;
-        case '\r': lb_puts(w, "\\r"); break;
-        case '\t': lb_puts(w, "\\t"); break;
-        default: lb_putc(w, c);
-        }
-    }
-    lb_putc(w, '"');
+    else
+        lb_quoted(w, s, n, unescape);
 }
 
 /* One field, all or nothing. force_quote: text mode quotes the value even when it needs none. */
@@ -282,9 +270,9 @@ static void lb_field(log_buf *w, int json, const char *k, size_t klen, const cha
     size_t save = w->len;
     if (json) {
         lb_putc(w, ',');
-        lb_json_str(w, k, klen, 0);
+        lb_quoted(w, k, klen, 0);
         lb_putc(w, ':');
-        lb_json_str(w, bare ? "" : v, bare ? 0 : vlen, unescape);
+        lb_quoted(w, bare ? "" : v, bare ? 0 : vlen, unescape);
     } else {
         lb_putc(w, ' ');
         lb_put(w, k, klen);

@@ -53,6 +53,15 @@ static void test_text_quoting(void)
     /* empty value is quoted */
     rm_log_format_line(buf, sizeof buf, RM_LOG_INFO, "m e=");
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, " e=\"\""));
+    /* control characters from the network (a request path) cannot reach the terminal raw:
+     * escaped as in JSON, in the message and in quoted and bare values alike */
+    rm_log_format_line(buf, sizeof buf, RM_LOG_WARN, "refused\x1b[2J path=\"/v1/\x1b]0;x\x07\" id=a\x7f");
+    CU_ASSERT_PTR_NULL(strchr(buf, 0x1b));
+    CU_ASSERT_PTR_NULL(strchr(buf, 0x07));
+    CU_ASSERT_PTR_NULL(strchr(buf, 0x7f));
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, "msg=\"refused\\u001b[2J\""));
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, " path=\"/v1/\\u001b]0;x\\u0007\""));
+    CU_ASSERT_PTR_NOT_NULL(strstr(buf, " id=\"a\\u007f\""));
 }
 
 static void test_json_format(void)
