@@ -7,6 +7,7 @@
  * the total of its buckets, so one scrape is always self-consistent (+Inf bucket == _count).
  * Removed series are hidden and reset, never freed, so a pointer a hot path holds stays valid. */
 #include "common/metrics.h"
+#include "common/buf.h"
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -468,31 +469,16 @@ unsigned long long rm_series_count(const rm_series *s)
 
 /* ---- rendering --------------------------------------------------------------------------------- */
 
+/* The scrape text: uncapped (it is ours, not the network's); the first failed append sticks. */
 typedef struct {
-    char *b;
-    size_t len, cap;
+    rm_capbuf b;
     int oom;
 } sbuf;
 
 static void sb_put(sbuf *s, const char *p, size_t n)
 {
-    if (s->oom)
-        return;
-    if (s->len + n + 1 > s->cap) {
-        size_t nc = s->cap ? s->cap : 4096;
-        while (nc < s->len + n + 1)
-            nc *= 2;
-        char *nb = realloc(s->b, nc);
-        if (!nb) {
-            s->oom = 1;
-            return;
-        }
-        s->b = nb;
-        s->cap = nc;
-    }
-    memcpy(s->b + s->len, p, n);
-    s->len += n;
-    s->b[s->len] = 0;
+    if (!s->oom && rm_capbuf_append(&s->b, p, n) != RM_OK)
+        s->oom = 1;
 }
 static void sb_puts(sbuf *s, const char *p) { sb_put(s, p, strlen(p)); }
 
@@ -592,7 +578,7 @@ static void sb_sample(sbuf *s, const rm_metric *f, const rm_series *se, const ch
 
 char *rm_metrics_render(rm_metrics *m, size_t *len)
 {
-    sbuf s = { 0 };
+    sbuf s = { .b.max = SIZE_MAX };
     char v[64], le[64];
     if (!m)
         return NULL;
@@ -639,12 +625,12 @@ char *rm_metrics_render(rm_metrics *m, size_t *len)
     }
     pthread_mutex_unlock(&m->mu);
     if (s.oom) {
-        free(s.b);
+        rm_capbuf_free(&s.b);
         return NULL;
     }
     if (len)
-        *len = s.len;
-    return s.b;
+        *len = s.b.len;
+    return s.b.b;
 }
 
 int rm_metrics_handler(const rm_http_req *req, rm_http_resp *resp, void *registry)
