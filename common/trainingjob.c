@@ -708,6 +708,14 @@ static void add_str(cJSON *o, const char *k, const char *v)
         cJSON_AddStringToObject(o, k, v);
 }
 
+/* Optional numbers are written when non-zero or given explicitly (so an explicit 0 survives a
+ * round trip and an unset field stays unset). */
+static void add_num(cJSON *o, const char *k, double v, bool given)
+{
+    if (v != 0 || given)
+        cJSON_AddNumberToObject(o, k, v);
+}
+
 cJSON *rm_training_to_json(const rm_training_spec *t)
 {
     cJSON *o = cJSON_CreateObject();
@@ -728,53 +736,34 @@ cJSON *rm_training_to_json(const rm_training_spec *t)
             }
         }
     }
-    if (t->epochs || (t->set & RM_TR_SET_EPOCHS))
-        cJSON_AddNumberToObject(o, "epochs", t->epochs);
-    if (t->batch_size_per_worker || (t->set & RM_TR_SET_BATCH))
-        cJSON_AddNumberToObject(o, "batchSizePerWorker", t->batch_size_per_worker);
+    add_num(o, "epochs", t->epochs, t->set & RM_TR_SET_EPOCHS);
+    add_num(o, "batchSizePerWorker", t->batch_size_per_worker, t->set & RM_TR_SET_BATCH);
     cJSON *op = cJSON_AddObjectToObject(o, "optimizer");
     if (op) {
         const rm_optimizer_spec *x = &t->optimizer;
         cJSON_AddStringToObject(op, "type", opt_names[x->type <= RM_OPT_ADAGRAD ? x->type : 0]);
-        if (x->lr || (t->set & RM_TR_SET_LR))
-            cJSON_AddNumberToObject(op, "lr", x->lr);
-        if (x->momentum || (t->set & RM_TR_SET_MOMENTUM))
-            cJSON_AddNumberToObject(op, "momentum", x->momentum);
-        if (x->weight_decay)
-            cJSON_AddNumberToObject(op, "weightDecay", x->weight_decay);
-        if (x->beta1 || (t->set & RM_TR_SET_BETA1))
-            cJSON_AddNumberToObject(op, "beta1", x->beta1);
-        if (x->beta2 || (t->set & RM_TR_SET_BETA2))
-            cJSON_AddNumberToObject(op, "beta2", x->beta2);
-        if (x->eps || (t->set & RM_TR_SET_EPS))
-            cJSON_AddNumberToObject(op, "eps", x->eps);
+        add_num(op, "lr", x->lr, t->set & RM_TR_SET_LR);
+        add_num(op, "momentum", x->momentum, t->set & RM_TR_SET_MOMENTUM);
+        add_num(op, "weightDecay", x->weight_decay, false);
+        add_num(op, "beta1", x->beta1, t->set & RM_TR_SET_BETA1);
+        add_num(op, "beta2", x->beta2, t->set & RM_TR_SET_BETA2);
+        add_num(op, "eps", x->eps, t->set & RM_TR_SET_EPS);
     }
-    if (t->warmup_epochs || (t->set & RM_TR_SET_WARMUP))
-        cJSON_AddNumberToObject(o, "warmupEpochs", t->warmup_epochs);
+    add_num(o, "warmupEpochs", t->warmup_epochs, t->set & RM_TR_SET_WARMUP);
     cJSON_AddStringToObject(o, "schedule", sched_names[t->schedule <= RM_SCHED_CONSTANT ? t->schedule : 0]);
-    if (t->step_gamma || (t->set & RM_TR_SET_STEP_GAMMA))
-        cJSON_AddNumberToObject(o, "stepGamma", t->step_gamma);
-    if (t->step_every_epochs || (t->set & RM_TR_SET_STEP_EVERY))
-        cJSON_AddNumberToObject(o, "stepEveryEpochs", t->step_every_epochs);
+    add_num(o, "stepGamma", t->step_gamma, t->set & RM_TR_SET_STEP_GAMMA);
+    add_num(o, "stepEveryEpochs", t->step_every_epochs, t->set & RM_TR_SET_STEP_EVERY);
     cJSON_AddStringToObject(o, "precision", prec_names[t->precision <= RM_PREC_FP16 ? t->precision : 0]);
-    if (t->fusion_buffer_mb || (t->set & RM_TR_SET_FUSION))
-        cJSON_AddNumberToObject(o, "fusionBufferMB", t->fusion_buffer_mb);
-    if (t->seed || (t->set & RM_TR_SET_SEED))
-        cJSON_AddNumberToObject(o, "seed", (double)t->seed);
-    if (t->max_steps)
-        cJSON_AddNumberToObject(o, "maxSteps", t->max_steps);
+    add_num(o, "fusionBufferMB", t->fusion_buffer_mb, t->set & RM_TR_SET_FUSION);
+    add_num(o, "seed", (double)t->seed, t->set & RM_TR_SET_SEED);
+    add_num(o, "maxSteps", t->max_steps, false);
     cJSON *b = cJSON_AddObjectToObject(o, "bench");
     if (b) {
-        if (t->bench_min_bytes || (t->set & RM_TR_SET_BENCH_MIN))
-            cJSON_AddNumberToObject(b, "minBytes", (double)t->bench_min_bytes);
-        if (t->bench_max_bytes || (t->set & RM_TR_SET_BENCH_MAX))
-            cJSON_AddNumberToObject(b, "maxBytes", (double)t->bench_max_bytes);
-        if (t->bench_factor || (t->set & RM_TR_SET_BENCH_FACTOR))
-            cJSON_AddNumberToObject(b, "stepFactor", t->bench_factor);
-        if (t->bench_iters || (t->set & RM_TR_SET_BENCH_ITERS))
-            cJSON_AddNumberToObject(b, "iters", t->bench_iters);
-        if (t->bench_warmup || (t->set & RM_TR_SET_BENCH_WARMUP))
-            cJSON_AddNumberToObject(b, "warmupIters", t->bench_warmup);
+        add_num(b, "minBytes", (double)t->bench_min_bytes, t->set & RM_TR_SET_BENCH_MIN);
+        add_num(b, "maxBytes", (double)t->bench_max_bytes, t->set & RM_TR_SET_BENCH_MAX);
+        add_num(b, "stepFactor", t->bench_factor, t->set & RM_TR_SET_BENCH_FACTOR);
+        add_num(b, "iters", t->bench_iters, t->set & RM_TR_SET_BENCH_ITERS);
+        add_num(b, "warmupIters", t->bench_warmup, t->set & RM_TR_SET_BENCH_WARMUP);
         if (t->bench_check || (t->set & RM_TR_SET_BENCH_CHECK))
             cJSON_AddBoolToObject(b, "check", t->bench_check);
     }
@@ -786,28 +775,22 @@ cJSON *rm_tj_spec_to_json(const rm_tj_spec *s)
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return NULL;
-    if (s->replicas || (s->set & RM_TJ_SET_REPLICAS))
-        cJSON_AddNumberToObject(o, "replicas", s->replicas);
-    if (s->min_replicas || (s->set & RM_TJ_SET_MIN_REPLICAS))
-        cJSON_AddNumberToObject(o, "minReplicas", s->min_replicas);
-    if (s->max_replicas || (s->set & RM_TJ_SET_MAX_REPLICAS))
-        cJSON_AddNumberToObject(o, "maxReplicas", s->max_replicas);
+    add_num(o, "replicas", s->replicas, s->set & RM_TJ_SET_REPLICAS);
+    add_num(o, "minReplicas", s->min_replicas, s->set & RM_TJ_SET_MIN_REPLICAS);
+    add_num(o, "maxReplicas", s->max_replicas, s->set & RM_TJ_SET_MAX_REPLICAS);
     cJSON_AddStringToObject(o, "backend", rm_backend_name(s->backend));
     cJSON *r = cJSON_AddObjectToObject(o, "restartPolicy");
     if (r) {
-        if (s->restart.max_restarts || (s->set & RM_TJ_SET_MAX_RESTARTS))
-            cJSON_AddNumberToObject(r, "maxRestarts", s->restart.max_restarts);
-        if (s->restart.backoff_seconds || (s->set & RM_TJ_SET_BACKOFF))
-            cJSON_AddNumberToObject(r, "backoffSeconds", s->restart.backoff_seconds);
-        if (s->restart.progress_deadline_seconds || (s->set & RM_TJ_SET_PROGRESS_DEADLINE))
-            cJSON_AddNumberToObject(r, "progressDeadlineSeconds", s->restart.progress_deadline_seconds);
+        add_num(r, "maxRestarts", s->restart.max_restarts, s->set & RM_TJ_SET_MAX_RESTARTS);
+        add_num(r, "backoffSeconds", s->restart.backoff_seconds, s->set & RM_TJ_SET_BACKOFF);
+        add_num(r, "progressDeadlineSeconds", s->restart.progress_deadline_seconds,
+                s->set & RM_TJ_SET_PROGRESS_DEADLINE);
     }
     cJSON *u = cJSON_AddObjectToObject(o, "runPolicy");
     if (u) {
-        if (s->run.active_deadline_seconds)
-            cJSON_AddNumberToObject(u, "activeDeadlineSeconds", (double)s->run.active_deadline_seconds);
-        if (s->run.ttl_seconds_after_finished || (s->set & RM_TJ_SET_TTL))
-            cJSON_AddNumberToObject(u, "ttlSecondsAfterFinished", (double)s->run.ttl_seconds_after_finished);
+        add_num(u, "activeDeadlineSeconds", (double)s->run.active_deadline_seconds, false);
+        add_num(u, "ttlSecondsAfterFinished", (double)s->run.ttl_seconds_after_finished,
+                s->set & RM_TJ_SET_TTL);
         cJSON_AddStringToObject(u, "cleanPodPolicy",
                                 clean_names[s->run.clean_pod_policy <= RM_CLEAN_NONE ? s->run.clean_pod_policy : 0]);
         cJSON_AddBoolToObject(u, "suspend", s->run.suspend);
@@ -816,10 +799,8 @@ cJSON *rm_tj_spec_to_json(const rm_tj_spec *s)
     cJSON *c = cJSON_AddObjectToObject(o, "checkpoint");
     if (c) {
         add_str(c, "path", s->checkpoint.path);
-        if (s->checkpoint.interval_steps || (s->set & RM_TJ_SET_CKPT_INTERVAL))
-            cJSON_AddNumberToObject(c, "intervalSteps", s->checkpoint.interval_steps);
-        if (s->checkpoint.keep || (s->set & RM_TJ_SET_CKPT_KEEP))
-            cJSON_AddNumberToObject(c, "keep", s->checkpoint.keep);
+        add_num(c, "intervalSteps", s->checkpoint.interval_steps, s->set & RM_TJ_SET_CKPT_INTERVAL);
+        add_num(c, "keep", s->checkpoint.keep, s->set & RM_TJ_SET_CKPT_KEEP);
     }
     cJSON *t = rm_training_to_json(&s->training);
     if (t)
@@ -910,8 +891,7 @@ cJSON *rm_tj_to_json(const rm_tj *tj)
         add_str(md, "namespace", tj->namespace_);
         add_str(md, "uid", tj->uid);
         add_str(md, "resourceVersion", tj->resource_version);
-        if (tj->generation)
-            cJSON_AddNumberToObject(md, "generation", (double)tj->generation);
+        add_num(md, "generation", (double)tj->generation, false);
         if (tj->labels)
             cJSON_AddItemToObject(md, "labels", cJSON_Duplicate(tj->labels, 1));
         if (tj->annotations)
