@@ -214,6 +214,13 @@ static job *job_find(rm_rdzv *r, const char *name)
     return NULL;
 }
 
+/* The job a controller call acts on: NULL for unknown names and for tombstones. */
+static job *live_job(rm_rdzv *r, const char *name)
+{
+    job *j = job_find(r, name);
+    return j && !j->removed ? j : NULL;
+}
+
 static void kv_clear(job *j)
 {
     kv_ent *e = j->kv;
@@ -886,15 +893,14 @@ int rm_rdzv_job_remove(rm_rdzv *r, const char *jobname)
     if (!r || !jobname)
         return RM_EINVAL;
     pthread_mutex_lock(&r->mu);
-    job *j = job_find(r, jobname);
-    int rc = RM_ENOTFOUND;
-    if (j && !j->removed) {
+    job *j = live_job(r, jobname);
+    int rc = j ? RM_OK : RM_ENOTFOUND;
+    if (j) {
         job_clear(j);
         j->removed = j->stopped = true;
         rm_info("rendezvous job removed job=%s", jobname);
         pthread_cond_broadcast(&r->cv);
-        tombstones_trim(r);
-        rc = RM_OK;
+        tombstones_trim(r);   /* may free j */
     }
     pthread_mutex_unlock(&r->mu);
     return rc;
@@ -905,14 +911,13 @@ int rm_rdzv_job_stop(rm_rdzv *r, const char *jobname)
     if (!r || !jobname)
         return RM_EINVAL;
     pthread_mutex_lock(&r->mu);
-    job *j = job_find(r, jobname);
-    int rc = RM_ENOTFOUND;
-    if (j && !j->removed) {
+    job *j = live_job(r, jobname);
+    int rc = j ? RM_OK : RM_ENOTFOUND;
+    if (j) {
         if (!j->stopped)
             rm_info("rendezvous job stopped job=%s epoch=%d", jobname, j->epoch);
         j->stopped = true;
         pthread_cond_broadcast(&r->cv);
-        rc = RM_OK;
     }
     pthread_mutex_unlock(&r->mu);
     return rc;
@@ -923,14 +928,13 @@ int rm_rdzv_restart(rm_rdzv *r, const char *jobname, int from_epoch, int *new_ep
     if (!r || !jobname)
         return RM_EINVAL;
     pthread_mutex_lock(&r->mu);
-    job *j = job_find(r, jobname);
-    int rc = RM_ENOTFOUND;
-    if (j && !j->removed) {
+    job *j = live_job(r, jobname);
+    int rc = j ? RM_OK : RM_ENOTFOUND;
+    if (j) {
         if (from_epoch == j->epoch && !j->stopped)
             epoch_open(r, j, now_mono(), "controller restart");
         if (new_epoch)
             *new_epoch = j->epoch;
-        rc = RM_OK;
     }
     pthread_mutex_unlock(&r->mu);
     return rc;
@@ -941,9 +945,9 @@ int rm_rdzv_snapshot(rm_rdzv *r, const char *jobname, rm_rdzv_state *out)
     if (!r || !jobname || !out)
         return RM_EINVAL;
     pthread_mutex_lock(&r->mu);
-    job *j = job_find(r, jobname);
-    int rc = RM_ENOTFOUND;
-    if (j && !j->removed) {
+    job *j = live_job(r, jobname);
+    int rc = j ? RM_OK : RM_ENOTFOUND;
+    if (j) {
         /* a round may be due to close with nobody polling right now */
         round_maybe_close(r, j, now_mono());
         memset(out, 0, sizeof *out);
@@ -959,7 +963,6 @@ int rm_rdzv_snapshot(rm_rdzv *r, const char *jobname, rm_rdzv_state *out)
         out->seconds = j->seconds;
         out->samples_per_second = j->samples_per_second;
         out->steps = j->steps;
-        rc = RM_OK;
     }
     pthread_mutex_unlock(&r->mu);
     return rc;
