@@ -1582,6 +1582,8 @@ typedef struct ks_watch {
     size_t out_off;
     bool done;               /* end after out drains */
     bool expired_check;      /* check the window on the first scan */
+    ks_waiter waiter;
+    bool waiting;
 } ks_watch;
 
 static double bookmark_interval(void)
@@ -1596,6 +1598,8 @@ static void watch_free(void *ud)
     ks_watch *w = ud;
     if (!w)
         return;
+    if (w->waiting)
+        ks_waiter_del(w->k->tab, &w->waiter);
     ks_lsel_free(w->ls);
     ks_fsel_free(w->fs);
     for (size_t i = w->initial_pos; w->initial && i < w->ninitial; i++)
@@ -1729,7 +1733,7 @@ static ssize_t watch_read(void *ud, char *buf, size_t cap)
                 emit_bookmark(w, w->cursor, true);
             continue;
         }
-        unsigned long long seq = atomic_load(&w->k->tab->seq);
+        ks_waiter_arm(w->k->tab, &w->waiter);
         pthread_rwlock_rdlock(&s->lock);
         watch_scan(w);
         uint64_t cur = w->cursor;
@@ -1744,19 +1748,17 @@ static ssize_t watch_read(void *ud, char *buf, size_t cap)
         }
         if (now >= until)
             return 0;
-        /* sleep until a commit to our table (or a short timeout) */
-        pthread_mutex_lock(&w->k->tab->mu);
-        if (atomic_load(&w->k->tab->seq) == seq) {
-            struct timespec ts;
-            clock_gettime(CLOCK_MONOTONIC, &ts);
-            ts.tv_nsec += 200 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-            pthread_cond_timedwait(&w->k->tab->cond, &w->k->tab->mu, &ts);
+        /* sleep until a commit to our table in our namespace (or a short timeout) */
+        if (!ks_waiter_wait(w->k->tab, &w->waiter, 200)) {
+            /* Nothing concerned us since the last arm: every commit up to the current rv
+             * either signaled us or is about other namespaces, so skip them unscanned. */
+            pthread_rwlock_rdlock(&s->lock);
+            uint64_t rv = s->rv;
+            bool window_ok = !s->ring_dropped_rv || w->cursor >= s->ring_dropped_rv;
+            pthread_rwlock_unlock(&s->lock);
+            if (window_ok && rv > w->cursor && ks_waiter_quiet(w->k->tab, &w->waiter))
+                w->cursor = rv;
         }
-        pthread_mutex_unlock(&w->k->tab->mu);
     }
 }
 
@@ -1808,6 +1810,8 @@ static int handle_watch(ks_server *s, const rm_http_req *req, rm_http_resp *resp
     w->deadline = mono_now() + to;
     w->last_bookmark = mono_now();
     w->gen = atomic_load(&s->faults.watch_gen);
+    ks_waiter_add(k->tab, &w->waiter, w->ns);
+    w->waiting = true;
     bool force410 = false;
     pthread_mutex_lock(&s->faults.mu);
     if (s->faults.watch_410_n > 0) {

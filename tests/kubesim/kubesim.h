@@ -50,13 +50,22 @@ typedef struct ks_entry {
     struct ks_entry *next;
 } ks_entry;
 
+/* A sleeping watch stream: woken only by commits to its table in its namespace (or any
+ * namespace when ns is ""), so a thousand idle watches elsewhere cost nothing per write. */
+typedef struct ks_waiter {
+    pthread_cond_t cond;    /* waits with the table's mu */
+    int signaled;
+    char ns[128];
+    struct ks_waiter *prev, *next;
+} ks_waiter;
+
 typedef struct ks_table {
     ks_entry **b;
     size_t nb, count;
     uint64_t last_rv;       /* rv of the newest commit to this table (under srv->lock) */
-    pthread_mutex_t mu;     /* wakeups for watchers of this table */
-    pthread_cond_t cond;
-    atomic_ullong seq;      /* bumped on every commit; watchers sleep while it is unchanged */
+    pthread_mutex_t mu;     /* guards waiters */
+    ks_waiter *waiters;
+    atomic_ullong seq;      /* bumped on every commit */
 } ks_table;
 
 typedef struct ks_kind {
@@ -165,7 +174,14 @@ int ks_commit(ks_server *s, ks_kind *k, const char *ns, const char *name, cJSON 
 /* Snapshot of a table's objects sorted by key (refs taken; ks_objs_free). Caller holds a lock. */
 ks_obj **ks_table_list(ks_table *t, const char *ns, size_t *n);
 void ks_objs_free(ks_obj **v, size_t n);
-void ks_wake(ks_table *t);
+void ks_wake(ks_table *t, const char *ns);   /* ns NULL/"": wake every waiter */
+void ks_waiter_add(ks_table *t, ks_waiter *w, const char *ns);
+void ks_waiter_del(ks_table *t, ks_waiter *w);
+/* Sleep until signaled or timeout_ms; clears the signal; returns whether it was signaled. */
+bool ks_waiter_wait(ks_table *t, ks_waiter *w, int timeout_ms);
+/* Still unsignaled since the last arm? (then no commit concerned this waiter) */
+bool ks_waiter_quiet(ks_table *t, ks_waiter *w);
+void ks_waiter_arm(ks_table *t, ks_waiter *w);     /* clear the signal before a scan */
 void ks_new_uid(ks_server *s, char out[40]);
 void ks_now_rfc3339(char out[32]);
 void ks_gen_name(ks_server *s, const char *prefix, char *out, size_t cap);

@@ -137,11 +137,6 @@ static ks_table *table_new(void)
         return NULL;
     }
     pthread_mutex_init(&t->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&t->cond, &ca);
-    pthread_condattr_destroy(&ca);
     atomic_init(&t->seq, 0);
     return t;
 }
@@ -169,7 +164,6 @@ static void table_free(ks_table *t)
     table_clear(t);
     free(t->b);
     pthread_mutex_destroy(&t->mu);
-    pthread_cond_destroy(&t->cond);
     free(t);
 }
 
@@ -258,12 +252,82 @@ void ks_objs_free(ks_obj **v, size_t n)
     free(v);
 }
 
-void ks_wake(ks_table *t)
+void ks_wake(ks_table *t, const char *ns)
 {
     atomic_fetch_add(&t->seq, 1);
     pthread_mutex_lock(&t->mu);
-    pthread_cond_broadcast(&t->cond);
+    for (ks_waiter *w = t->waiters; w; w = w->next)
+        if (!ns || !ns[0] || !w->ns[0] || !strcmp(w->ns, ns)) {
+            w->signaled = 1;
+            pthread_cond_signal(&w->cond);
+        }
     pthread_mutex_unlock(&t->mu);
+}
+
+void ks_waiter_add(ks_table *t, ks_waiter *w, const char *ns)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cond, &ca);
+    pthread_condattr_destroy(&ca);
+    snprintf(w->ns, sizeof(w->ns), "%s", ns ? ns : "");
+    w->signaled = 0;
+    pthread_mutex_lock(&t->mu);
+    w->prev = NULL;
+    w->next = t->waiters;
+    if (t->waiters)
+        t->waiters->prev = w;
+    t->waiters = w;
+    pthread_mutex_unlock(&t->mu);
+}
+
+void ks_waiter_del(ks_table *t, ks_waiter *w)
+{
+    pthread_mutex_lock(&t->mu);
+    if (w->prev)
+        w->prev->next = w->next;
+    else if (t->waiters == w)
+        t->waiters = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    w->prev = w->next = NULL;
+    pthread_mutex_unlock(&t->mu);
+    pthread_cond_destroy(&w->cond);
+}
+
+void ks_waiter_arm(ks_table *t, ks_waiter *w)
+{
+    pthread_mutex_lock(&t->mu);
+    w->signaled = 0;
+    pthread_mutex_unlock(&t->mu);
+}
+
+bool ks_waiter_quiet(ks_table *t, ks_waiter *w)
+{
+    pthread_mutex_lock(&t->mu);
+    bool q = !w->signaled;
+    pthread_mutex_unlock(&t->mu);
+    return q;
+}
+
+bool ks_waiter_wait(ks_table *t, ks_waiter *w, int timeout_ms)
+{
+    pthread_mutex_lock(&t->mu);
+    if (!w->signaled) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_sec += timeout_ms / 1000;
+        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&w->cond, &t->mu, &ts);
+    }
+    bool sig = w->signaled;
+    pthread_mutex_unlock(&t->mu);
+    return sig;
 }
 
 /* ---- commit --------------------------------------------------------------------------------- */
@@ -358,7 +422,7 @@ int ks_commit(ks_server *s, ks_kind *k, const char *ns, const char *name, cJSON 
     s->rv = rv;
     t->last_rv = rv;
     ring_push(s, &ev);
-    ks_wake(t);
+    ks_wake(t, k->namespaced ? ns : "");
     return RM_OK;
 }
 
@@ -572,7 +636,12 @@ int ks_server_init(ks_server *s, const ks_opts *o)
     memset(s, 0, sizeof(*s));
     if (o)
         s->opts = *o;
-    pthread_rwlock_init(&s->lock, NULL);
+    /* writers first: a thousand watch streams taking read locks must not starve commits */
+    pthread_rwlockattr_t ra;
+    pthread_rwlockattr_init(&ra);
+    pthread_rwlockattr_setkind_np(&ra, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+    pthread_rwlock_init(&s->lock, &ra);
+    pthread_rwlockattr_destroy(&ra);
     pthread_mutex_init(&s->faults.mu, NULL);
     pthread_mutex_init(&s->reqmu, NULL);
     pthread_mutex_init(&s->ctlmu, NULL);
@@ -606,7 +675,7 @@ void ks_store_reset(ks_server *s)
         table_clear(k->tab);
         if (k->type == KS_T_CR)
             k->served = false;
-        ks_wake(k->tab);
+        ks_wake(k->tab, NULL);
     }
     ring_clear(s);
     s->ring_dropped_rv = s->rv; /* every older rv is now unknown */
