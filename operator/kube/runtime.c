@@ -610,6 +610,8 @@ static void emit_event(rm_kube_rt *rt, const rm_tj *tj, const char *kind, const 
 static void job_event(rm_kube_rt *rt, const rm_tj *tj, bool warning, const char *reason,
                       const char *note)
 {
+    if (warning)
+        rm_warn("event job=%s/%s reason=%s note=\"%s\"", tj->namespace_, tj->name, reason, note);
     emit_event(rt, tj, RM_TJ_KIND, RM_TJ_API_VERSION, tj->name, tj->uid, warning, reason,
                "Reconcile", note);
 }

@@ -36,4 +36,5 @@ for j in gap flaky flaky2; do
   n=$(pod_count "$j"); want=$(tj_field "$j" '{.spec.replicas}')
   [ "$n" -le "$want" ] || fail "$j has $n pods for $want replicas"
 done
+k get events --field-selector type=Warning -o custom-columns=REASON:.reason,OBJ:.involvedObject.name,MSG:.message || true
 log "PASS"

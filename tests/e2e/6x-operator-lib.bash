@@ -79,7 +79,7 @@ metric() {  # metric PORT NAME_REGEX → sum of matching samples
 
 tj_field() { k get tj "$1" -o "jsonpath=$2" 2>/dev/null; }
 tj_phase_is() { [ "$(tj_field "$1" '{.status.phase}')" = "$2" ]; }
-pod_count() { k get pods -l "ringmaster.dev/job-name=$1" --no-headers 2>/dev/null | grep -c . ; }
+pod_count() { k get pods -l "ringmaster.dev/job-name=$1" --no-headers 2>/dev/null | grep -c . || true; }
 
 # A small fast job: N workers, MLP [$HIDDEN] (default 128), 1 epoch, checkpoints in $T/ckpt.
 fast_job() {  # fast_job NAME WORKERS [EPOCHS] [EXTRA_ENV_YAML]
