@@ -56,6 +56,7 @@ typedef struct wslot {
     int exit_code;
     char reason[32];
     bool ready;
+    bool up;                /* its metrics server answered once: listed for service discovery */
     double last_probe;
     int metrics_port;
 } wslot;
@@ -278,7 +279,7 @@ static void sd_update(local *l)
         if (i < 0) {
             port = l->mport;
         } else {
-            if (!l->w[i].used || l->w[i].exited || l->w[i].metrics_port <= 0)
+            if (!l->w[i].used || l->w[i].exited || !l->w[i].up || l->w[i].metrics_port <= 0)
                 continue;
             port = l->w[i].metrics_port;
         }
@@ -572,7 +573,7 @@ static void probe(local *l, double now)
             continue;
         if (first < 0)
             first = i;
-        if (now - w->last_probe < PROBE_EVERY_S)
+        if (now - w->last_probe < (w->up ? PROBE_EVERY_S : PROBE_EVERY_S / 5))
             continue;
         w->last_probe = now;
         snprintf(url, sizeof url, "http://127.0.0.1:%d/healthz", w->metrics_port);
@@ -580,6 +581,8 @@ static void probe(local *l, double now)
         rm_err e = {0};
         int rc = rm_httpc_do(l->probe, "GET", url, NULL, NULL, 0, PROBE_TIMEOUT_MS, 4096, &r, &e);
         w->ready = rc == RM_OK && r.status == 200;
+        if (rc == RM_OK && r.status > 0)
+            w->up = true;
         rm_httpc_resp_free(&r);
     }
     if (first >= 0 && now - l->last_acc >= ACC_EVERY_S) {
