@@ -38,7 +38,10 @@
  *    get DELETE_WORKER (scale-down) and a resize (R7).
  * R4 Running. When R is closed at epoch >= E with world_size >= minReplicas and no failure is
  *    pending: phase Running, Running=True reason "TrainingJobRunning", Restarting=False; Normal event
- *    "TrainingJobRunning" on the transition. Before the first closed round: phase Pending.
+ *    "TrainingJobRunning" on the transition. Before the first closed round: phase Pending. A
+ *    Running job stays Running while a resize or a worker-initiated epoch re-forms the round (only
+ *    a detected failure or the terminal rules change it). opts.no_rendezvous (a foreign image):
+ *    Running = every desired worker Running; no progress deadline.
  *    status.replicas = R.world_size, readyReplicas = observed workers Running && ready,
  *    status.progress = rank 0's last report (step, trainEpoch, loss, samples/s, checkpoint step,
  *    allreduce GB/s).
@@ -53,8 +56,10 @@
  *       not done, and a member's last progress (last_progress, or closed_at if it never progressed)
  *       is older than the deadline. Stale members that are also not ready (healthz failing) are the
  *       culprits; when every stale member is ready, all stale members are;
- *    d) a worker that exists but has not joined R's open round for longer than the deadline after
- *       the round opened (R.epoch > E or last_restart_time): it is hung outside the group.
+ *    d) R's round is open, at least one worker joined it, and a Running worker has not: when its
+ *       last sign of life (max of created_at, its last report/progress, last_restart_time) is
+ *       older than the deadline it is hung outside the group (survivors whose collectives timed
+ *       out re-joined; it did not).
  *    A worker that exits 0 is Succeeded, not failed (R6).
  * R6 Success. R.have_result, or rank 0's member reports done, or the worker at index 0 (rank 0
  *    of the full group) is Succeeded -> phase Succeeded, Succeeded=True reason "Succeeded" message
