@@ -94,11 +94,51 @@ if [ "${SKIP_TORCH:-0}" != 1 ]; then
   TDL2=$($PY "$ROOT/bench/train/torch_ddp.py" --world 2 --epochs 1 --max-seconds 20 --loader dataloader --port "$(freeport)" | tail -1); echo "$TDL2"
 fi
 
+# 4 workers through `ringmaster run` (rendezvous, ring, checkpoints every 100 steps): clean, and with
+# rank 1 killed at step 1050 (replaced by the runner; survivors restart in place).
+REC='{}'
+if [ "${SKIP_RECOVERY:-0}" != 1 ] && [ -x "$BIN/ringmaster" ]; then
+  echo "== 4 workers via ringmaster run: clean vs RINGMASTER_FAULT=exit:rank=1:step=1050"
+  "$BIN/ringmaster" run -f "$ROOT/deploy/examples/fashion-mnist.yaml" --epochs "$EPOCHS" \
+      --checkpoint-dir "$T/ck-clean" --run-dir "$T/run-clean" -o json >"$T/clean.json" 2>"$T/clean.err" || true
+  RINGMASTER_FAULT='exit:rank=1:step=1050' "$BIN/ringmaster" run -f "$ROOT/deploy/examples/fashion-mnist.yaml" \
+      --epochs "$EPOCHS" --checkpoint-dir "$T/ck-fault" --run-dir "$T/run-fault" -o json >"$T/fault.json" 2>"$T/fault.err" || true
+  REC=$($PY - "$T" <<'PYEOF'
+import glob, json, re, sys
+T = sys.argv[1]
+def status(p):
+    try:
+        return json.loads(open(p).read().strip().splitlines()[-1])["status"]
+    except Exception as e:
+        return {"error": str(e)}
+def ts(line):
+    m = re.search(r'ts=\S*T(\d+):(\d+):([\d.]+)Z', line)
+    return int(m.group(1)) * 3600 + int(m.group(2)) * 60 + float(m.group(3))
+logs = "".join(open(f).read() for f in sorted(glob.glob(T + "/run-fault/worker-*.log")))
+fault = [ts(l) for l in logs.splitlines() if 'msg="fault injected"' in l]
+seen = [ts(l) for l in logs.splitlines() if 'collective failed' in l]
+rec = [float(m) for m in re.findall(r'msg="recovered" seconds=([\d.]+)', logs)]
+loaded = re.findall(r'msg="checkpoint loaded".*? step=(\d+)', logs)
+fnv = sorted(set(re.findall(r'params_fnv64=([0-9a-f]+)', logs)))
+clean_logs = "".join(open(f).read() for f in sorted(glob.glob(T + "/run-clean/worker-*.log")))
+cfnv = sorted(set(re.findall(r'params_fnv64=([0-9a-f]+)', clean_logs)))
+c, f = status(T + "/clean.json"), status(T + "/fault.json")
+print(json.dumps({"clean": {"phase": c.get("phase"), "result": c.get("result")},
+                  "fault": {"phase": f.get("phase"), "restarts": f.get("restarts"), "result": f.get("result")},
+                  "noticed_s": round(min(seen) - min(fault), 3) if fault and seen else None,
+                  "recovery_s": max(rec) if rec else None,
+                  "resumed_from_step": sorted(set(int(x) for x in loaded)),
+                  "fnv_fault": fnv, "fnv_clean": cfnv}))
+PYEOF
+)
+  echo "$REC"
+fi
+
 LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
-$PY - "$OUT" "$RM1" "$RM2" "$TORCH1" "$TORCH2" "$LIMIT" "$TDL1" "$TDL2" "$A1" "$A2" "$IDENT" "$LOAD" "$EPOCHS" "$TARGET" <<'PYEOF'
+$PY - "$OUT" "$RM1" "$RM2" "$TORCH1" "$TORCH2" "$LIMIT" "$TDL1" "$TDL2" "$REC" "$A1" "$A2" "$IDENT" "$LOAD" "$EPOCHS" "$TARGET" <<'PYEOF'
 import json, subprocess, sys, datetime
-out, rm1, rm2, t1, t2, lim, d1, d2 = sys.argv[1], *[json.loads(x) for x in sys.argv[2:9]]
-a1, a2, ident, load, epochs, target = sys.argv[9:15]
+out, rm1, rm2, t1, t2, lim, d1, d2, rec = sys.argv[1], *[json.loads(x) for x in sys.argv[2:10]]
+a1, a2, ident, load, epochs, target = sys.argv[10:16]
 cpu = subprocess.run("lscpu | sed -n 's/^Model name: *//p'", shell=True, capture_output=True, text=True).stdout.strip()
 nproc = subprocess.run("nproc", capture_output=True, text=True).stdout.strip()
 def f(x, fmt="{:.0f}"):
@@ -137,6 +177,19 @@ L.append("LD_PRELOAD counter (bench/train/malloc_count.c) over the whole process
 L.append(f"- 1 worker: **{a1}** extra allocations for 700 extra steps.")
 L.append(f"- 2 workers, rank 0 (ring allreduce + fusion buckets on the comm thread, `--fusion-mb 0.5`): **{a2}** extra allocations for 700 extra steps.")
 L.append("- Not per step, so not counted here: the ~1/s rendezvous progress report (HTTP + JSON) when a rendezvous is used, and /metrics scrapes.\n")
+if rec.get("clean"):
+    cr, fr = rec["clean"].get("result") or {}, rec["fault"].get("result") or {}
+    L.append("## 4 workers, kill and recover (`ringmaster run`, deploy/examples/fashion-mnist.yaml)\n")
+    L.append("Checkpoints every 100 steps; the faulty run has `RINGMASTER_FAULT=exit:rank=1:step=1050` (the runner replaces the worker, survivors restart in place).\n")
+    L.append("| run | phase | restarts | test accuracy | steps | seconds |")
+    L.append("|---|---|---|---|---|---|")
+    L.append(f"| clean | {rec['clean'].get('phase')} | 0 | {cr.get('testAccuracy')} | {cr.get('steps')} | {f(cr.get('seconds'), '{:.1f}')} |")
+    L.append(f"| rank 1 killed at step 1050 | {rec['fault'].get('phase')} | {rec['fault'].get('restarts')} | {fr.get('testAccuracy')} | {fr.get('steps')} | {f(fr.get('seconds'), '{:.1f}')} |")
+    L.append("")
+    L.append(f"- Failure noticed by the first survivor {rec.get('noticed_s')} s after the victim's fault line; recovery (detection to first step of the new round) {rec.get('recovery_s')} s; all ranks resumed from step(s) {rec.get('resumed_from_step')} (at most one interval redone).")
+    L.append(f"- Final parameter checksums: faulty run {rec.get('fnv_fault')}, clean run {rec.get('fnv_clean')} (one value each = replicas bit-identical; equal across runs = the restart changed nothing).")
+    if rm1.get("final"):
+        L.append(f"- 4 workers vs 1 worker after {epochs} epochs: {cr.get('testAccuracy')} vs {rm1['final']['test_accuracy']} (the linear LR rule with warmup).\n")
 L.append("## Per-epoch test accuracy\n")
 for name, r in (("ringmaster 1 worker", rm1), ("ringmaster 2 workers", rm2), ("PyTorch 1 worker", t1), ("PyTorch 2 workers", t2)):
     L.append(f"- {name}: " + ", ".join(f"e{e['epoch']} {e['test_accuracy']:.4f} @{e['seconds']}s" for e in r.get('evals') or []))
