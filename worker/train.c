@@ -1234,7 +1234,8 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
         if (t.ops && t.comm && t.ops->abort)
             t.ops->abort(t.comm);
         round_teardown(&t);
-        if (!t.rdzv) {
+        if (!t.rdzv || t.cfg->static_peers || (t.ops && !strcmp(t.ops->name, "mpi"))) {
+            /* no rendezvous to re-form the group (static world, mpirun): fail */
             rc = rc < 0 ? rc : RM_ERR;
             goto out;
         }
