@@ -119,13 +119,11 @@ static void wait_until(rm_rdzv *r, double deadline)
     pthread_cond_timedwait(&r->cv, &r->mu, &ts);
 }
 
-/* Letters, digits, '.', '_', '-' only; 1..max chars. */
-static bool name_ok(const char *s, size_t max)
+bool rm_rdzv_name_ok(const char *s, size_t len)
 {
-    size_t n = strlen(s);
-    if (n == 0 || n > max)
+    if (!s || len == 0)
         return false;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < len; i++) {
         char c = s[i];
         if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
               c == '.' || c == '_' || c == '-'))
@@ -134,15 +132,20 @@ static bool name_ok(const char *s, size_t max)
     return true;
 }
 
+/* The whole NUL-terminated s is a name of at most max chars. */
+static bool name_ok(const char *s, size_t max)
+{
+    size_t n = strlen(s);
+    return n <= max && rm_rdzv_name_ok(s, n);
+}
+
+/* "NS/NAME", at most JOB_NAME_MAX chars in all. */
 static bool job_name_ok(const char *s)
 {
     const char *slash = strchr(s, '/');
     if (!slash || strlen(s) > JOB_NAME_MAX || strchr(slash + 1, '/'))
         return false;
-    char ns[JOB_NAME_MAX + 1];
-    memcpy(ns, s, (size_t)(slash - s));
-    ns[slash - s] = '\0';
-    return name_ok(ns, JOB_NAME_MAX) && name_ok(slash + 1, JOB_NAME_MAX);
+    return rm_rdzv_name_ok(s, (size_t)(slash - s)) && name_ok(slash + 1, JOB_NAME_MAX);
 }
 
 static bool addr_ok(const char *s)

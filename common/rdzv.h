@@ -37,6 +37,11 @@
 #define RM_RDZV_MAX_WORLD 1024
 #define RM_RDZV_MAX_KV 65536
 
+/* The protocol's name rule, one definition for service and client: a job's namespace or name, a
+ * workerId or a kv key is 1..len characters of [A-Za-z0-9._-] (len = the segment's length; the
+ * callers add their own caps on it). */
+bool rm_rdzv_name_ok(const char *s, size_t len);
+
 /* ---------------- service ---------------- */
 typedef struct rm_rdzv rm_rdzv;
 

@@ -48,19 +48,6 @@ static void sleep_s(double s)
     nanosleep(&ts, NULL);
 }
 
-static bool seg_ok(const char *s, size_t n)
-{
-    if (n == 0)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-'))
-            return false;
-    }
-    return true;
-}
-
 rm_rdzv_client *rm_rdzv_client_new(const char *url, const char *job, const char *token,
                                    const char *worker_id)
 {
@@ -70,9 +57,9 @@ rm_rdzv_client *rm_rdzv_client_new(const char *url, const char *job, const char 
     size_t ulen = strlen(url);
     while (ulen > 0 && url[ulen - 1] == '/')
         ulen--;
-    if (!slash || strchr(slash + 1, '/') || !seg_ok(job, (size_t)(slash - job)) ||
-        !seg_ok(slash + 1, strlen(slash + 1)) || !*token || strlen(token) > 255 ||
-        strpbrk(token, "\r\n") || !seg_ok(worker_id, strlen(worker_id)) ||
+    if (!slash || strchr(slash + 1, '/') || !rm_rdzv_name_ok(job, (size_t)(slash - job)) ||
+        !rm_rdzv_name_ok(slash + 1, strlen(slash + 1)) || !*token || strlen(token) > 255 ||
+        strpbrk(token, "\r\n") || !rm_rdzv_name_ok(worker_id, strlen(worker_id)) ||
         strlen(worker_id) >= sizeof(((rm_rdzv_client *)0)->worker_id) || ulen == 0 ||
         ulen + strlen(job) + 16 > sizeof(((rm_rdzv_client *)0)->base))
         return NULL;
@@ -276,7 +263,7 @@ int rm_rdzv_join(rm_rdzv_client *c, const char *my_addr, int last_epoch, double 
 int rm_rdzv_kv_put(rm_rdzv_client *c, int epoch, const char *key, const void *val, size_t len,
                    rm_err *err)
 {
-    if (!c || !key || (!val && len) || !seg_ok(key, strlen(key)) || strlen(key) > 128)
+    if (!c || !key || (!val && len) || !rm_rdzv_name_ok(key, strlen(key)) || strlen(key) > 128)
         return rm_errf(err, RM_EINVAL, "rendezvous kv put: bad arguments");
     if (len > RM_RDZV_MAX_KV)
         return rm_errf(err, RM_ETOOBIG, "rendezvous kv put: value of %zu bytes over %d", len,
@@ -296,7 +283,7 @@ int rm_rdzv_kv_put(rm_rdzv_client *c, int epoch, const char *key, const void *va
 int rm_rdzv_kv_get(rm_rdzv_client *c, int epoch, const char *key, double timeout_s, void **val,
                    size_t *len, rm_err *err)
 {
-    if (!c || !key || !val || !len || !seg_ok(key, strlen(key)) || strlen(key) > 128)
+    if (!c || !key || !val || !len || !rm_rdzv_name_ok(key, strlen(key)) || strlen(key) > 128)
         return rm_errf(err, RM_EINVAL, "rendezvous kv get: bad arguments");
     *val = NULL;
     *len = 0;

@@ -814,6 +814,26 @@ static void test_controller_starts_late(void)
     }
 }
 
+/* The one name rule both sides use: what the client accepts is what the service accepts. */
+static void test_name_rule(void)
+{
+    CU_ASSERT_TRUE(rm_rdzv_name_ok("worker-0_a.B9", 13));
+    CU_ASSERT_TRUE(rm_rdzv_name_ok("ns/x", 2));          /* only the first len chars count */
+    CU_ASSERT_FALSE(rm_rdzv_name_ok("ns/x", 4));
+    CU_ASSERT_FALSE(rm_rdzv_name_ok("", 0));
+    CU_ASSERT_FALSE(rm_rdzv_name_ok(NULL, 3));
+    CU_ASSERT_FALSE(rm_rdzv_name_ok("a b", 3));
+    CU_ASSERT_FALSE(rm_rdzv_name_ok("a%2F", 4));
+    CU_ASSERT_FALSE(rm_rdzv_name_ok("\xc3\xa9", 2));
+    /* the client refuses locally exactly the names the service would 400/404 */
+    CU_ASSERT_PTR_NULL(rm_rdzv_client_new("http://127.0.0.1:1", "ns/a b", "t", "0"));
+    CU_ASSERT_PTR_NULL(rm_rdzv_client_new("http://127.0.0.1:1", "ns/a", "t", "w 1"));
+    CU_ASSERT_PTR_NULL(rm_rdzv_client_new("http://127.0.0.1:1", "/a", "t", "0"));
+    rm_rdzv_client *c = rm_rdzv_client_new("http://127.0.0.1:1", "ns-1/a.b_c", "t", "w-1");
+    CU_ASSERT_PTR_NOT_NULL(c);
+    rm_rdzv_client_free(c);
+}
+
 void rm_suite_rdzv(void)
 {
     static const rm_test_case cases[] = {
@@ -829,6 +849,7 @@ void rm_suite_rdzv(void)
         {"garbage_requests_get_4xx", test_garbage},
         {"free_and_shutdown_wake_long_polls", test_free_wakes_long_poll},
         {"controller_starts_after_worker", test_controller_starts_late},
+        {"one_name_rule_for_service_and_client", test_name_rule},
     };
     RM_ADD_SUITE("rdzv", NULL, NULL, cases);
 }
