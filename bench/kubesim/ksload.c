@@ -1,7 +1,7 @@
 /* ksload.c — load generator for kubesim: keep-alive writer threads (create or merge-patch
  * ConfigMaps) while W watch streams stay open, one epoll thread counting the watch events.
  * Prints writes/s, write latency percentiles and watch events delivered.
- *   ksload PORT THREADS SECONDS WATCHES WATCH_NS MODE(create|patch)
+ *   ksload PORT THREADS SECONDS WATCHES WATCH_NS MODE(create|patch|version)
  * Design: plain blocking sockets and a hand-rolled HTTP/1.1 client (Content-Length responses),
  * so the generator costs far less CPU than the server it measures. Loopback only. */
 #define _GNU_SOURCE
@@ -97,7 +97,10 @@ static void *writer(void *arg)
     while (!atomic_load(&stop)) {
         int blen;
         int rlen;
-        if (!strcmp(mode, "create")) {
+        if (!strcmp(mode, "version")) {
+            rlen = snprintf(req, sizeof(req), "GET /version HTTP/1.1\r\nHost: x\r\n\r\n");
+            blen = 0;
+        } else if (!strcmp(mode, "create")) {
             blen = snprintf(body, sizeof(body),
                             "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"w%ld-%ld\",\"labels\":{\"app\":\"bench\"}},\"data\":{\"i\":\"%ld\"}}",
                             id, i, i);

@@ -2,6 +2,7 @@
 # bench/kubesim/run.sh — kubesim write throughput and watch fan-out (runnable alone).
 # Builds bench/kubesim/ksload.c (a C keep-alive load generator), and for each scenario starts a
 # fresh bin/kubesim --no-kubelet and measures:
+#   http-ceiling GET /version/s: the HTTP layer's own limit (no store, no JSON parse)
 #   create      creates/s, no watches
 #   patch       merge-patches/s, no watches
 #   idle-1000   merge-patches/s with 1,000 watches open in another namespace
@@ -41,7 +42,9 @@ run() { # name watches watch_ns mode
   echo "scenario=$1 $r kubesim_rss_kib=$(awk '/VmRSS/{print $2}' /proc/$pid/status)"
   stop
 }
+echo "# load: $(cut -d' ' -f1-3 /proc/loadavg) (other work on the machine makes these numbers noisy)"
 echo "# kubesim bench: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(date -u +%FT%TZ)"
+run http-ceiling 0 bench version
 run create 0 bench create
 run patch 0 bench patch
 run idle-1000 1000 idle patch

@@ -1749,7 +1749,12 @@ static ssize_t watch_read(void *ud, char *buf, size_t cap)
         if (now >= until)
             return 0;
         /* sleep until a commit to our table in our namespace (or a short timeout) */
-        if (!ks_waiter_wait(w->k->tab, &w->waiter, 200)) {
+        if (ks_waiter_wait(w->k->tab, &w->waiter, 200)) {
+            /* coalesce: under a burst of writes, a short pause lets one wakeup carry many
+             * events instead of waking a thousand streams per commit */
+            struct timespec co = {0, 3 * 1000000L};
+            nanosleep(&co, NULL);
+        } else {
             /* Nothing concerned us since the last arm: every commit up to the current rv
              * either signaled us or is about other namespaces, so skip them unscanned. */
             pthread_rwlock_rdlock(&s->lock);
