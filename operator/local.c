@@ -465,8 +465,9 @@ static int spawn(local *l, int idx, int epoch, rm_err *err)
         dup2(nullfd, 0);
         dup2(logfd, 1);
         dup2(logfd, 2);
-        for (int fd = 3; fd < 1024; fd++)
-            close(fd);
+        if (close_range(3, ~0U, 0) != 0)
+            for (int fd = 3; fd < 65536; fd++)
+                close(fd);
         execve(av.v[0], av.v, ev.v);
         static const char msg[] = "ringmaster: exec of the worker failed\n";
         ssize_t wr = write(2, msg, sizeof msg - 1);
@@ -884,12 +885,18 @@ static void stop_all(local *l, double grace)
             w->kill_at = now + grace;
         }
     }
+    double give_up = now + grace + 10;   /* a process stuck in D state must not hang us */
     while (alive_count(l) > 0) {
         reap(l);
         now = now_unix();
         kill_timers(l, now);
         if (alive_count(l) == 0)
             break;
+        if (now > give_up) {
+            rm_error("workers still alive after SIGKILL; giving up on them alive=%d",
+                     alive_count(l));
+            break;
+        }
         if (l->o->stop_signal && *l->o->stop_signal == SIGKILL) {
             for (int i = 0; i < MAXW; i++)
                 if (l->w[i].used && !l->w[i].exited)
