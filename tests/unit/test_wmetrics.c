@@ -1,0 +1,93 @@
+/* test_wmetrics.c — the worker's metric families: every required family is registered with job and
+ * rank labels; re-binding to a new rank (elastic restart) carries the counters over and leaves no
+ * series for the old rank; the HTTP endpoint serves /metrics, /healthz (503 once the progress
+ * deadline passes without a beat) and /readyz. */
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/httpc.h"
+#include "tests/unit/testutil.h"
+#include "worker/wmetrics.h"
+
+static void test_families_and_rank(void)
+{
+    rm_wmetrics w;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_wmetrics_start(&w, "off", "ns/job", 60, &e), RM_OK);
+    CU_ASSERT_PTR_NULL(w.srv);
+    rm_series_inc(w.samples, 640);
+    rm_series_inc(w.restarts, 1);
+    rm_series_set(w.step, 10);
+    rm_series_observe(w.ar_seconds, 0.002);
+    CU_ASSERT_EQUAL(rm_wmetrics_set_rank(&w, 3, &e), RM_OK);
+    rm_series_inc(w.samples, 64);
+    size_t len = 0;
+    char *txt = rm_metrics_render(w.reg, &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(txt);
+    const char *names[] = {"ringmaster_worker_step", "ringmaster_worker_loss",
+                           "ringmaster_worker_samples_total", "ringmaster_worker_epoch",
+                           "ringmaster_worker_train_epoch", "ringmaster_worker_restarts_total",
+                           "ringmaster_worker_allreduce_seconds_bucket",
+                           "ringmaster_worker_allreduce_bytes_total",
+                           "ringmaster_worker_checkpoint_seconds_bucket",
+                           "ringmaster_worker_last_checkpoint_step",
+                           "ringmaster_worker_recovery_seconds_bucket",
+                           "ringmaster_worker_test_accuracy"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char want[200];
+        snprintf(want, sizeof want, "%s{job=\"ns/job\",rank=\"3\"", names[i]);
+        CU_ASSERT_PTR_NOT_NULL(strstr(txt, want));
+        if (!strstr(txt, want))
+            fprintf(stderr, "missing %s\n", want);
+    }
+    CU_ASSERT_PTR_NULL(strstr(txt, "rank=\"0\""));   /* old rank's series removed */
+    CU_ASSERT_PTR_NOT_NULL(strstr(txt, "ringmaster_worker_samples_total{job=\"ns/job\",rank=\"3\"} 704"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(txt, "ringmaster_worker_restarts_total{job=\"ns/job\",rank=\"3\"} 1"));
+    free(txt);
+    rm_wmetrics_stop(&w);
+    rm_wmetrics_stop(&w);
+}
+
+static void test_http(void)
+{
+    rm_wmetrics w;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_wmetrics_start(&w, "127.0.0.1:0", "ns/job", 0.3, &e), RM_OK);
+    int port = rm_wmetrics_port(&w);
+    CU_ASSERT_FATAL(port > 0);
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/readyz", port);
+    rm_httpc_resp r = {0};
+    CU_ASSERT_EQUAL(rm_httpc_get(url, 5000, &r, &e), RM_OK);
+    CU_ASSERT_EQUAL(r.status, 503);   /* not ready while joining */
+    rm_httpc_resp_free(&r);
+    rm_health_set_ready(w.health, true, NULL);
+    rm_health_beat(w.health);
+    CU_ASSERT_EQUAL(rm_httpc_get(url, 5000, &r, &e), RM_OK);
+    CU_ASSERT_EQUAL(r.status, 200);
+    rm_httpc_resp_free(&r);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/healthz", port);
+    CU_ASSERT_EQUAL(rm_httpc_get(url, 5000, &r, &e), RM_OK);
+    CU_ASSERT_EQUAL(r.status, 200);
+    rm_httpc_resp_free(&r);
+    usleep(500000);   /* no beat for longer than the deadline */
+    CU_ASSERT_EQUAL(rm_httpc_get(url, 5000, &r, &e), RM_OK);
+    CU_ASSERT_EQUAL(r.status, 503);
+    rm_httpc_resp_free(&r);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", port);
+    CU_ASSERT_EQUAL(rm_httpc_get(url, 5000, &r, &e), RM_OK);
+    CU_ASSERT_EQUAL(r.status, 200);
+    CU_ASSERT(r.body && strstr(r.body, "ringmaster_worker_step{job=\"ns/job\",rank=\"0\"} 0"));
+    rm_httpc_resp_free(&r);
+    rm_wmetrics_stop(&w);
+}
+
+void rm_suite_wmetrics(void)
+{
+    static const rm_test_case cases[] = {
+        {"families_and_rank", test_families_and_rank},
+        {"http_probes", test_http},
+    };
+    RM_ADD_SUITE("wmetrics", NULL, NULL, cases);
+}
