@@ -242,7 +242,11 @@ int rm_json_parse_time(const char *s, double *out)
         digits(s + 11, 2, &h) || s[13] != ':' || digits(s + 14, 2, &m) || s[16] != ':' ||
         digits(s + 17, 2, &sec))
         return RM_EINVAL;
-    if (M < 1 || M > 12 || D < 1 || D > 31 || h > 23 || m > 59 || sec > 60)
+    static const int mdays[12] = { 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+    bool leap = (Y % 4 == 0 && Y % 100 != 0) || Y % 400 == 0;
+    /* timegm would roll "02-30" into March: refuse it as Kubernetes does */
+    if (M < 1 || M > 12 || D < 1 || D > mdays[M - 1] || (M == 2 && D == 29 && !leap) || h > 23 ||
+        m > 59 || sec > 60)
         return RM_EINVAL;
     const char *p = s + 19;
     double frac = 0;

@@ -160,6 +160,14 @@ static void test_time(void)
     CU_ASSERT_DOUBLE_EQUAL(t, 1795248000.0, 1e-6);
     CU_ASSERT_EQUAL(rm_json_parse_time("2026-11-21 08:00:00", &t), RM_EINVAL);
     CU_ASSERT_EQUAL(rm_json_parse_time("2026-13-21T08:00:00Z", &t), RM_EINVAL);
+    /* days past the month's end are refused, not rolled into the next month */
+    CU_ASSERT_EQUAL(rm_json_parse_time("2026-02-29T00:00:00Z", &t), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_json_parse_time("2026-04-31T00:00:00Z", &t), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_json_parse_time("2100-02-29T00:00:00Z", &t), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_json_parse_time("2024-02-29T00:00:00Z", &t), RM_OK);
+    CU_ASSERT_DOUBLE_EQUAL(t, 1709164800.0, 1e-6);
+    CU_ASSERT_EQUAL(rm_json_parse_time("2000-02-29T00:00:00Z", &t), RM_OK);
+    CU_ASSERT_EQUAL(rm_json_parse_time("2026-12-31T23:59:59Z", &t), RM_OK);
     CU_ASSERT_EQUAL(rm_json_parse_time("2026-11-21T08:00:00Zjunk", &t), RM_EINVAL);
     CU_ASSERT_EQUAL(rm_json_parse_time("", &t), RM_EINVAL);
     CU_ASSERT_EQUAL(rm_json_parse_time(NULL, &t), RM_EINVAL);
