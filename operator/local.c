@@ -43,7 +43,8 @@ extern char **environ;
 #define PROBE_EVERY_S 1.0
 #define PROBE_TIMEOUT_MS 300
 #define ACC_EVERY_S 2.0
-#define SETTLE_S 2.0
+#define SETTLE_S 5.0             /* elastic: close a short round only after 5 s without joins, so slow
+                                  * starters on a loaded machine do not force an extra resize */
 #define FINISH_WAIT_S 5.0        /* after the job ended: let workers exit on their own first */
 #define MAX_PASSES 4
 
