@@ -377,6 +377,11 @@ int rm_rdzv_send_report(rm_rdzv_client *c, const rm_rdzv_report *rep, rm_rdzv_ac
         cJSON_Delete(r);
         return rm_errf(err, RM_EPROTO, "rendezvous report: bad reply: %s", e.msg);
     }
+    if (epoch < 0 || epoch > 1000000000) {   /* the service's own bound; (int) must not wrap */
+        cJSON_Delete(r);
+        return rm_errf(err, RM_EPROTO, "rendezvous report: epoch %lld out of range",
+                       (long long)epoch);
+    }
     rm_rdzv_action a = strcmp(act, "continue") == 0 ? RM_RDZV_CONTINUE
                        : strcmp(act, "rejoin") == 0 ? RM_RDZV_REJOIN
                        : strcmp(act, "stop") == 0   ? RM_RDZV_STOP

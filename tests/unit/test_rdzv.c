@@ -814,6 +814,40 @@ static void test_controller_starts_late(void)
     }
 }
 
+/* A service that answers nonsense: the client must say EPROTO, never hand it on. */
+static int h_liar(const rm_http_req *req, rm_http_resp *resp, void *ud)
+{
+    (void)req;
+    return rm_http_reply_text(resp, 200, "application/json", ud);
+}
+
+static void test_client_distrusts_reply_values(void)
+{
+    static const char *const replies[] = {
+        "{\"epoch\":1e12,\"action\":\"continue\"}",   /* would wrap in an int */
+        "{\"epoch\":-5,\"action\":\"continue\"}",
+        "{\"epoch\":3,\"action\":\"dance\"}",
+        "{\"epoch\":\"3\",\"action\":\"continue\"}",
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(replies); i++) {
+        rm_http_route rt = {NULL, "/v1/jobs/", 1, h_liar, (void *)replies[i]};
+        rm_http_opts o = {.bind = "127.0.0.1:0"};
+        rm_http_server *s = NULL;
+        rm_err e = {0};
+        CU_ASSERT_EQUAL_FATAL(rm_http_start(&o, &rt, 1, &s, &e), RM_OK);
+        char url[64];
+        snprintf(url, sizeof url, "http://127.0.0.1:%d", rm_http_port(s));
+        rm_rdzv_client *c = rm_rdzv_client_new(url, JOB, TOKEN, "0");
+        rm_rdzv_report rep = {.epoch = 1};
+        rm_rdzv_action act = RM_RDZV_CONTINUE;
+        int cur = 77;
+        CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_EPROTO);
+        CU_ASSERT_EQUAL(cur, 77);
+        rm_rdzv_client_free(c);
+        rm_http_stop(s);
+    }
+}
+
 /* The one name rule both sides use: what the client accepts is what the service accepts. */
 static void test_name_rule(void)
 {
@@ -850,6 +884,7 @@ void rm_suite_rdzv(void)
         {"free_and_shutdown_wake_long_polls", test_free_wakes_long_poll},
         {"controller_starts_after_worker", test_controller_starts_late},
         {"one_name_rule_for_service_and_client", test_name_rule},
+        {"client_distrusts_reply_values", test_client_distrusts_reply_values},
     };
     RM_ADD_SUITE("rdzv", NULL, NULL, cases);
 }
