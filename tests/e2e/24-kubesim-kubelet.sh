@@ -2,7 +2,7 @@
 # kubesim's process kubelet and fault endpoint (tests/kubesim/py/kubelet_checks.py).
 . "$RM_ROOT/tests/kubesim/testlib.sh"
 export KUBESIM_BACKOFF_BASE_S=1
-ks_start
+ks_start --image-map kubesim/echo=/bin/echo
 timeout 110 /usr/bin/python3 "$RM_ROOT/tests/kubesim/py/kubelet_checks.py" || fail "kubelet checks"
 # SIGTERM: kubesim exits cleanly and kills its pods
 kill -TERM "$KS_PID"; wait "$KS_PID"; rc=$?

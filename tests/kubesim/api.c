@@ -2478,27 +2478,25 @@ static int handle_log(ks_server *s, const rm_http_req *req, rm_http_resp *resp, 
     long size = ftell(f);
     long start = 0;
     if (tail >= 0) {
-        /* walk back tail newlines */
-        long pos = size;
-        long lines = 0;
-        char c;
-        if (pos > 0) {
-            fseek(f, pos - 1, SEEK_SET);
-            if (fread(&c, 1, 1, f) == 1 && c == '\n')
-                pos--;
-        }
-        while (pos > 0 && lines <= tail) {
-            fseek(f, pos - 1, SEEK_SET);
-            if (fread(&c, 1, 1, f) != 1)
-                break;
-            if (c == '\n') {
-                lines++;
-                if (lines > tail)
-                    break;
+        /* start of the last `tail` lines: scan back over at most the last 16 MiB */
+        long win = size > 16L * 1024 * 1024 ? 16L * 1024 * 1024 : size;
+        char *tb = malloc((size_t)win + 1);
+        long off = size - win;
+        start = size;
+        if (tb && fseek(f, off, SEEK_SET) == 0 && fread(tb, 1, (size_t)win, f) == (size_t)win) {
+            long p = win, count = 0;
+            if (p > 0 && tb[p - 1] == '\n')
+                p--;
+            if (tail > 0) {
+                while (p > 0) {
+                    if (tb[p - 1] == '\n' && ++count == tail)
+                        break;
+                    p--;
+                }
+                start = off + p;
             }
-            pos--;
         }
-        start = tail == 0 ? size : pos;
+        free(tb);
     }
     const char *lb = rm_http_query(req, "limitBytes");
     long limit = lb && *lb ? atol(lb) : -1;

@@ -74,6 +74,28 @@ check(set(conds) == {"PodScheduled", "PodReadyToStartContainers", "Initialized",
       conds["Ready"]["status"] == "False" and conds["Ready"].get("reason") == "PodCompleted",
       "M2 conditions; Ready False with PodCompleted at the end", conds.get("Ready"))
 
+# --image-map: the image's entrypoint is the mapped program (tag ignored), args appended
+s, _, o = post(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mapped"},
+                      "spec": {"restartPolicy": "Never", "containers": [
+                          {"name": "m", "image": "kubesim/echo:v2", "args": ["mapped", "$(X)"],
+                           "env": [{"name": "X", "value": "ok"}]}]}})
+wait_for(lambda: phase("mapped") == "Succeeded", "image-mapped pod did not succeed")
+check(logs("mapped").strip() == "mapped ok", "--image-map IMAGE=PROGRAM (tag ignored), args with $(VAR)", logs("mapped"))
+s, _, o = post(PODS, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "unmapped"},
+                      "spec": {"restartPolicy": "Never", "containers": [{"name": "m", "image": "nosuch/image"}]}})
+wait_for(lambda: (cstatus("unmapped").get("state") or {}).get("waiting", {}).get("reason") == "ErrImagePull",
+         "unmapped image without command should wait with ErrImagePull")
+ok("an image with no mapping and no command waits with ErrImagePull")
+# follow: the stream carries lines as they are written and ends when the container exits
+post(PODS, pod("follow", "for i in 1 2 3; do echo line$i; sleep 0.3; done"))
+wait_for(lambda: phase("follow") == "Running", "follow pod not running")
+t0 = time.time()
+s, _, body = get(PODS + "/follow/log?follow=true", timeout=20)
+check(s == 200 and body.split() == ["line1", "line2", "line3"] and time.time() - t0 < 10,
+      "logs follow=true streams until the container exits", body)
+s, _, body = get(PODS + "/follow/log?tailLines=1")
+check(body == "line3\n", "logs tailLines=1", body)
+
 # restartPolicy Never with a failure
 post(PODS, pod("fail", "echo boom; exit 3"))
 wait_for(lambda: phase("fail") == "Failed", "Never + exit 3 -> Failed")
