@@ -57,7 +57,7 @@ for le,c in b:
 start_all
 FLEET=$(/usr/bin/python3 "$ROOT/bench/operator/load.py" fleet "$KS_URL" "$JOBS" "$WORKERS")
 sleep 1
-RSS=$(awk '/VmHWM/ {print $2" "$3}' /proc/$OP_PID/status)
+RSS=$(awk '/VmHWM/ {h=$2} /RssAnon/ {a=$2} /RssFile/ {f=$2} END {print h" kB (now: anon "a" kB, file "f" kB)"}' /proc/$OP_PID/status)
 P50=$(hist_q ringmaster_reconcile_seconds 0.5); P99=$(hist_q ringmaster_reconcile_seconds 0.99)
 cleanup; PIDS=(); T=$(mktemp -d /tmp/rm-bench-op.XXXXXX); export KUBECONFIG=$T/kubeconfig KUBECACHEDIR=$T/kcache
 start_all

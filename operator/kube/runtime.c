@@ -26,13 +26,15 @@ typedef struct job_mem {
     int rdzv_desired, rdzv_min;
     char token[96];
     bool have_service, have_secret;
-    char invalid_msg[512];          /* last invalid-spec message reported */
-    unsigned char create_failures[MAX_IDX];
+    unsigned long long invalid_hash;  /* hash of the last invalid-spec message reported; 0 none */
+    unsigned char *create_failures; /* consecutive failed creations per index; NULL until one fails */
+    int ncreate_failures;
     bool counted_created;
-    /* The object as our last successful status write returned it: the informer may not have
-     * delivered it yet, and deciding on the older cached copy would undo our own write. */
-    char *latest_json;
+    /* resourceVersion our last successful status write returned: until the informer delivers
+     * it, the cached copy is older than our own write and deciding on it could undo that write,
+     * so the sync waits a little (client-go's "expectations"), then falls back to a GET. */
     unsigned long long latest_rv;
+    int stale_waits;
     unsigned long long rdzv_sig;     /* last rendezvous signature seen by rm_kube_rt_poll_rdzv */
 } job_mem;
 
@@ -40,7 +42,7 @@ static void job_mem_free(void *p)
 {
     job_mem *m = p;
     if (m)
-        free(m->latest_json);
+        free(m->create_failures);
     free(m);
 }
 
@@ -52,12 +54,9 @@ static unsigned long long rv_of(const cJSON *obj)
 
 static void remember_latest(job_mem *m, const cJSON *obj)
 {
-    char *j = obj ? cJSON_PrintUnformatted(obj) : NULL;
-    if (!j)
-        return;
-    free(m->latest_json);
-    m->latest_json = j;
-    m->latest_rv = rv_of(obj);
+    unsigned long long rv = obj ? rv_of(obj) : 0;
+    if (rv > m->latest_rv)
+        m->latest_rv = rv;
 }
 
 struct rm_kube_rt {
@@ -122,6 +121,7 @@ static void mem_drop(rm_kube_rt *rt, const char *key)
     job_mem_free(kmap_del(&rt->jobs, key));
     pthread_mutex_unlock(&rt->mu);
 }
+
 
 /* ---------------- projections ---------------- */
 void *rm_kube_tj_transform(void *ud, const cJSON *obj)
@@ -797,7 +797,7 @@ static int report_invalid(rm_kube_rt *rt, const char *key, cJSON *obj, const rm_
     const cJSON *ph = rm_json_path(obj, "status.phase");
     if (cJSON_IsString(cur) && strncmp(cur->valuestring, perr->msg, 255) == 0 && cJSON_IsString(ph) &&
         strcmp(ph->valuestring, "Failed") == 0) {
-        snprintf(m->invalid_msg, sizeof(m->invalid_msg), "%s", perr->msg);
+        m->invalid_hash = kmap_hash(perr->msg) | 1;
         return RM_OK;   /* already reported (by us, maybe before a restart) */
     }
     rm_tj_status st;
@@ -821,11 +821,12 @@ static int report_invalid(rm_kube_rt *rt, const char *key, cJSON *obj, const rm_
     fake.name = nm->valuestring;
     fake.namespace_ = ns->valuestring;
     fake.uid = cJSON_IsString(uid) ? uid->valuestring : NULL;
-    if (strcmp(m->invalid_msg, perr->msg) != 0) {
+    unsigned long long h = kmap_hash(perr->msg) | 1;
+    if (m->invalid_hash != h) {
         job_event(rt, &fake, true, "InvalidSpec", perr->msg);
         rm_op_metrics_job(rt->c.metrics, RM_JOB_FAILED, ns->valuestring);
     }
-    snprintf(m->invalid_msg, sizeof(m->invalid_msg), "%s", perr->msg);
+    m->invalid_hash = h;
     rm_warn("invalid TrainingJob job=%s err=\"%s\"", key, perr->msg);
     return RM_OK;
 }
@@ -955,7 +956,7 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
     rm_informer_runlock(rt->c.pods);
     node_readiness(rt, &oc, key);
     /* indices that keep failing to be created are reported as Missing with a count */
-    for (int i = 0; i < MAX_IDX && oc.n < oc.cap; i++) {
+    for (int i = 0; i < m->ncreate_failures && oc.n < oc.cap; i++) {
         if (!m->create_failures[i])
             continue;
         bool seen = false;
@@ -982,7 +983,8 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
     const char *img = template_image(&tj);
     ro.no_rendezvous = img && !is_worker_image(img, rt->worker_image);
     size_t acap = RM_RECONCILE_ACTIONS(oc.n);
-    acts = calloc(acap, sizeof(*acts));
+    acts = malloc(acap * sizeof(*acts));   /* not zeroed: only the entries written are read, and
+                                             * untouched pages of this large block never become resident */
     if (!acts) {
         rc = rm_errf(err, RM_ENOMEM, "out of memory");
         goto out;
@@ -1014,7 +1016,16 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
             bool created = false;
             arc = pod ? create(rt, jobpods, pod, &created, &aerr) : RM_ENOMEM;
             cJSON_Delete(pod);
-            if (a->index >= 0 && a->index < MAX_IDX) {
+            if (arc && a->index >= 0 && a->index < MAX_IDX && a->index >= m->ncreate_failures) {
+                int nn = a->index + 1;
+                unsigned char *nf = realloc(m->create_failures, (size_t)nn);
+                if (nf) {
+                    memset(nf + m->ncreate_failures, 0, (size_t)(nn - m->ncreate_failures));
+                    m->create_failures = nf;
+                    m->ncreate_failures = nn;
+                }
+            }
+            if (a->index >= 0 && a->index < m->ncreate_failures) {
                 if (arc && m->create_failures[a->index] < 255)
                     m->create_failures[a->index]++;
                 else if (!arc)
@@ -1174,21 +1185,29 @@ int rm_kube_rt_sync(rm_kube_rt *rt, const char *key, double *requeue_after, rm_e
         cJSON_Delete(obj);
         return rm_errf(err, RM_ENOMEM, "out of memory");
     }
-    /* our own newer write may not have reached the cache yet: decide on the newest copy */
+    /* our own newer write may not have reached the cache yet: wait for it briefly, then GET */
     unsigned long long crv = rv_of(obj);
-    if (m->latest_json && m->latest_rv > crv && crv > 0) {
-        cJSON *mine = cJSON_Parse(m->latest_json);
-        const cJSON *u1 = rm_json_path(mine, "metadata.uid"), *u2 = rm_json_path(obj, "metadata.uid");
-        if (mine && cJSON_IsString(u1) && cJSON_IsString(u2) && strcmp(u1->valuestring, u2->valuestring) == 0) {
+    if (crv > 0 && m->latest_rv > crv) {
+        if (m->stale_waits++ < 40) {
             cJSON_Delete(obj);
-            obj = mine;
-        } else {
-            cJSON_Delete(mine);
+            *requeue_after = 0.05;
+            return RM_OK;
         }
-    } else if (m->latest_json && m->latest_rv <= crv) {
-        free(m->latest_json);       /* the cache caught up */
-        m->latest_json = NULL;
+        char gp[640];
+        const char *slash = strchr(key, '/');
+        snprintf(gp, sizeof(gp), "/apis/%s/%s/namespaces/%.*s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION,
+                 slash ? (int)(slash - key) : 0, key, RM_TJ_PLURAL, slash ? slash + 1 : key);
+        cJSON *fresh = NULL;
+        int grc = rm_kube_json(rt->c.client, "GET", gp, NULL, NULL, &fresh, err);
+        if (grc) {
+            cJSON_Delete(obj);
+            return grc == RM_ENOTFOUND ? RM_OK : grc;
+        }
+        cJSON_Delete(obj);
+        obj = fresh;
+        m->latest_rv = 0;
     }
+    m->stale_waits = 0;
     int rc = RM_OK;
     for (int attempt = 0; attempt < 4; attempt++) {
         rc = sync_obj(rt, key, obj, m, requeue_after, err);
