@@ -68,6 +68,14 @@ static int start_http(ks_server *s, const char *bind, rm_err *err)
 int main(int argc, char **argv)
 {
     static ks_server srv;
+    /* signals are taken by the main thread only; blocked first, so an early SIGTERM still exits cleanly; children get a clean mask */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
     ks_opts o;
     memset(&o, 0, sizeof(o));
     snprintf(o.addr, sizeof(o.addr), "127.0.0.1:0");
@@ -132,14 +140,6 @@ int main(int argc, char **argv)
     } else {
         mkdir(o.data_dir, 0755);
     }
-    /* signals are taken by the main thread only; children get a clean mask */
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGTERM);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &set, NULL);
-    signal(SIGPIPE, SIG_IGN);
 
     if (ks_server_init(&srv, &o) < 0) {
         fprintf(stderr, "kubesim: out of memory\n");
