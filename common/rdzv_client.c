@@ -10,6 +10,7 @@
 #include "common/rdzv.h"
 
 #include <cjson/cJSON.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -208,7 +209,8 @@ out:
 int rm_rdzv_join(rm_rdzv_client *c, const char *my_addr, int last_epoch, double timeout_s,
                  rm_rdzv_round *out, rm_err *err)
 {
-    if (!c || !my_addr || !out)
+    /* a NaN timeout would never run out (every "left <= 0" is false) */
+    if (!c || !my_addr || !out || isnan(timeout_s))
         return rm_errf(err, RM_EINVAL, "rendezvous join: bad arguments");
     memset(out, 0, sizeof *out);
     cJSON *o = cJSON_CreateObject();
@@ -283,7 +285,8 @@ int rm_rdzv_kv_put(rm_rdzv_client *c, int epoch, const char *key, const void *va
 int rm_rdzv_kv_get(rm_rdzv_client *c, int epoch, const char *key, double timeout_s, void **val,
                    size_t *len, rm_err *err)
 {
-    if (!c || !key || !val || !len || !rm_rdzv_name_ok(key, strlen(key)) || strlen(key) > 128)
+    if (!c || !key || !val || !len || !rm_rdzv_name_ok(key, strlen(key)) || strlen(key) > 128 ||
+        isnan(timeout_s))
         return rm_errf(err, RM_EINVAL, "rendezvous kv get: bad arguments");
     *val = NULL;
     *len = 0;

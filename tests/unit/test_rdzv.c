@@ -2,6 +2,7 @@
  * 127.0.0.1:0, clients in threads, raw HTTP for malformed requests. Each test starts and stops
  * its own service so no state leaks between them; waits are bounded and short. */
 #include <arpa/inet.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -868,6 +869,26 @@ static void test_name_rule(void)
     rm_rdzv_client_free(c);
 }
 
+/* A NaN timeout never runs out ("left <= 0" is always false): refused at once, not retried
+ * against a dead address forever. */
+static void test_nan_timeout_refused(void)
+{
+    rm_rdzv_client *c = rm_rdzv_client_new("http://127.0.0.1:1", JOB, TOKEN, "0");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(c);
+    rm_rdzv_round rd;
+    rm_err e = {0};
+    void *v = NULL;
+    size_t n = 0;
+    double t0 = mono();
+    CU_ASSERT_EQUAL(rm_rdzv_join(c, "127.0.0.1:5", 0, NAN, &rd, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_rdzv_kv_get(c, 1, "k", NAN, &v, &n, &e), RM_EINVAL);
+    /* a deadline already past is a plain timeout, as before */
+    CU_ASSERT_EQUAL(rm_rdzv_join(c, "127.0.0.1:5", 0, -1, &rd, &e), RM_ETIMEDOUT);
+    CU_ASSERT(mono() - t0 < 1.0);
+    CU_ASSERT_PTR_NULL(v);
+    rm_rdzv_client_free(c);
+}
+
 void rm_suite_rdzv(void)
 {
     static const rm_test_case cases[] = {
@@ -885,6 +906,7 @@ void rm_suite_rdzv(void)
         {"controller_starts_after_worker", test_controller_starts_late},
         {"one_name_rule_for_service_and_client", test_name_rule},
         {"client_distrusts_reply_values", test_client_distrusts_reply_values},
+        {"nan_timeout_refused", test_nan_timeout_refused},
     };
     RM_ADD_SUITE("rdzv", NULL, NULL, cases);
 }
