@@ -515,6 +515,7 @@ typedef struct trainer {
     rm_fusion *fusion;
     int fusion_err;
     int rank, world, rdzv_epoch;
+    bool join_gave_up;          /* no round within the join deadline: fatal */
 
     /* training state (what a checkpoint holds) */
     int64_t step;
@@ -862,9 +863,11 @@ static int round_setup(trainer *t, bool first, rm_err *err)
             }
             if (rc == RM_EAUTH)
                 return rm_errf(err, rc, "rendezvous join: %s", e.msg);
-            if (now_mono() > deadline)
+            if (now_mono() > deadline) {
+                t->join_gave_up = true;
                 return rm_errf(err, RM_ETIMEDOUT, "rendezvous join: no round within 900 s (%s)",
                                e.msg);
+            }
             if (rc != RM_ETIMEDOUT) {
                 rm_warn("rendezvous join failed, retrying err=\"%s\"", e.msg);
                 sleep(1);
@@ -1207,7 +1210,7 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
         }
         if (rc < 0) {
             /* configuration errors do not heal by retrying; a peer lost during setup does */
-            if (rc == RM_EAUTH || rc == RM_ETIMEDOUT || !t.rdzv || rc == RM_EUNSUPPORTED ||
+            if (rc == RM_EAUTH || t.join_gave_up || !t.rdzv || rc == RM_EUNSUPPORTED ||
                 rc == RM_EINVAL || rc == RM_ENOMEM || ++setup_failures > 20)
                 goto out;
             rm_warn("round setup failed; rejoining err=\"%s\" attempt=%d", err->msg,
