@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "common/json.h"
+#include "common/yaml.h"
 #include "tests/kubesim/patch.h"
 #include "tests/kubesim/selectors.h"
 
@@ -1858,10 +1859,25 @@ static int handle_watch(ks_server *s, const rm_http_req *req, rm_http_resp *resp
 static int parse_body(const rm_http_req *req, rm_http_resp *resp, cJSON **out, bool strict)
 {
     *out = NULL;
+    const char *ct = rm_http_header(req, "Content-Type");
+    bool yaml = ct && (!strncasecmp(ct, "application/yaml", 16) || !strncasecmp(ct, "application/x-yaml", 18));
+    if (ct && (strstr(ct, "protobuf") || strstr(ct, "cbor")))
+        return ks_status(resp, 415, "UnsupportedMediaType", NULL, NULL, NULL,
+                         "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml"), -1;
     if (!req->body_len)
         return ks_status(resp, 400, "BadRequest", NULL, NULL, NULL, "the request body is empty"), -1;
     rm_err e = {0};
-    cJSON *o = rm_json_parse(req->body, req->body_len, &e);
+    cJSON *o = NULL;
+    if (yaml) {
+        rm_yaml_docs *docs = NULL;
+        if (rm_yaml_load(req->body, req->body_len, "body", &docs, &e) == RM_OK && rm_yaml_count(docs) == 1)
+            o = rm_yaml_take(docs, 0);
+        else if (!e.msg[0])
+            snprintf(e.msg, sizeof(e.msg), "exactly one YAML document is required");
+        rm_yaml_free(docs);
+    } else {
+        o = rm_json_parse(req->body, req->body_len, &e);
+    }
     if (!o)
         return ks_status(resp, 400, "BadRequest", NULL, NULL, NULL,
                          "couldn't get version/kind; json parse error: %s", e.msg), -1;
