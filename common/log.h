@@ -5,7 +5,9 @@
  *   text:  ts=2026-11-21T08:00:00.123Z level=info comp=worker msg="ring connected" peer=1 rank=0
  *   json:  {"ts":"...","level":"info","comp":"worker","msg":"ring connected","peer":"1","rank":"0"}
  * Thread-safe (one write(2) per line). Fixed fields (set once, e.g. rank=3 job=ns/x) are appended
- * to every line. Nothing here allocates on the heap. */
+ * to every line. Nothing here allocates on the heap. Not async-signal-safe (it takes a mutex and
+ * formats with stdio): a signal handler sets a flag and the loop logs. Values are escaped
+ * (quotes, backslashes, control characters) so text from the network cannot forge a line. */
 #ifndef RM_LOG_H
 #define RM_LOG_H
 #include "common/rm.h"
