@@ -1350,6 +1350,9 @@ static unsigned snap_put(ks_server *s, const ks_kind *k, ks_obj **objs, size_t n
 static int snap_get(ks_server *s, unsigned id, size_t off, size_t limit, ks_obj ***out, size_t *n,
                     size_t *total, uint64_t *rv)
 {
+    pthread_rwlock_rdlock(&s->lock);
+    uint64_t dropped = s->ring_dropped_rv;
+    pthread_rwlock_unlock(&s->lock);
     struct ks_snapshots *ss = snaps(s);
     if (!ss)
         return -1;
@@ -1359,7 +1362,7 @@ static int snap_get(ks_server *s, unsigned id, size_t off, size_t limit, ks_obj 
         ks_snap *sp = &ss->v[i];
         if (!sp->objs || sp->id != id)
             continue;
-        if (mono_now() - sp->created > KS_SNAP_TTL || (s->ring_dropped_rv && sp->rv < s->ring_dropped_rv))
+        if (mono_now() - sp->created > KS_SNAP_TTL || (dropped && sp->rv < dropped))
             break;
         size_t cnt = off < sp->n ? sp->n - off : 0;
         if (limit && cnt > limit)

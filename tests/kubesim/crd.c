@@ -169,7 +169,13 @@ void ks_crd_register(ks_server *s, const cJSON *crd)
         snprintf(k.crd_name, sizeof(k.crd_name), "%s", crd_name);
         k.tab = tab;
         ks_kind *nk = ks_kind_add(s, &k);
-        if (nk && !tab)
+        if (!nk) {
+            rm_warn("kubesim: kind registry full, %s/%s not served", k.group, k.version);
+            cJSON_Delete(k.schema);
+            cJSON_Delete(k.columns);
+            continue;
+        }
+        if (!tab)
             tab = nk->tab;
     }
 }

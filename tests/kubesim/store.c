@@ -477,14 +477,9 @@ ks_kind *ks_kind_add(ks_server *s, const ks_kind *proto)
             return k;
         }
     }
-    if (s->nkinds == s->capkinds) {
-        size_t nc = s->capkinds ? s->capkinds * 2 : 32;
-        ks_kind **p = realloc(s->kinds, nc * sizeof(*p));
-        if (!p)
-            return NULL;
-        s->kinds = p;
-        s->capkinds = nc;
-    }
+    /* the array never moves (lock-free readers such as ks_core_kind walk it) */
+    if (s->nkinds == s->capkinds)
+        return NULL;
     ks_kind *k = calloc(1, sizeof(*k));
     if (!k)
         return NULL;
@@ -496,7 +491,9 @@ ks_kind *ks_kind_add(ks_server *s, const ks_kind *proto)
             return NULL;
         }
     }
-    s->kinds[s->nkinds++] = k;
+    s->kinds[s->nkinds] = k;
+    atomic_thread_fence(memory_order_release);
+    s->nkinds++;
     return k;
 }
 
@@ -646,10 +643,12 @@ int ks_server_init(ks_server *s, const ks_opts *o)
     pthread_mutex_init(&s->reqmu, NULL);
     pthread_mutex_init(&s->ctlmu, NULL);
     pthread_cond_init(&s->ctlcond, NULL);
+    s->capkinds = 1024;
+    s->kinds = calloc(s->capkinds, sizeof(*s->kinds));
     s->ring = calloc(KS_RING_CAP, sizeof(*s->ring));
     s->reqlog_cap = 10000;
     s->reqlog = calloc(s->reqlog_cap, sizeof(*s->reqlog));
-    if (!s->ring || !s->reqlog)
+    if (!s->ring || !s->reqlog || !s->kinds)
         return RM_ENOMEM;
     s->name_seed = (uint32_t)time(NULL) ^ (uint32_t)getpid();
     register_builtins(s);
