@@ -71,11 +71,13 @@ static int yerr_at(yctx *c, int code, yaml_mark_t m, const char *fmt, ...)
     return rm_errf(c->err, code, "%s:%zu:%zu: %s", c->name, m.line + 1, m.column + 1, msg);
 }
 
+static int oom(yctx *c) { return rm_errf(c->err, RM_ENOMEM, "%s: out of memory", c->name); }
+
 static int parser_error(yctx *c)
 {
     yaml_mark_t m = c->p.problem_mark;
     if (c->p.error == YAML_MEMORY_ERROR)
-        return rm_errf(c->err, RM_ENOMEM, "%s: out of memory", c->name);
+        return oom(c);
     if (c->p.context)
         return yerr_at(c, RM_EINVAL, m, "%s %s", c->p.problem ? c->p.problem : "syntax error",
                        c->p.context);
@@ -108,13 +110,13 @@ static int record_pos(yctx *c, yaml_mark_t m)
         size_t nc = t->cap ? t->cap * 2 : 64;
         ypos *nv = realloc(t->v, nc * sizeof *nv);
         if (!nv)
-            return rm_errf(c->err, RM_ENOMEM, "%s: out of memory", c->name);
+            return oom(c);
         t->v = nv;
         t->cap = nc;
     }
     char *p = strdup(c->path);
     if (!p)
-        return rm_errf(c->err, RM_ENOMEM, "%s: out of memory", c->name);
+        return oom(c);
     t->v[t->n++] = (ypos){ p, (int)m.line + 1, (int)m.column + 1 };
     return RM_OK;
 }
@@ -243,7 +245,7 @@ static cJSON *scalar_node(yctx *c, const yaml_event_t *ev, int *rc)
     else
         n = cJSON_CreateString(v);
     if (!n)
-        *rc = rm_errf(c->err, RM_ENOMEM, "%s: out of memory", c->name);
+        *rc = oom(c);
     return n;
 }
 
@@ -266,7 +268,7 @@ static int anchor_add(yctx *c, const char *name, const cJSON *node, size_t count
         size_t nc = c->capanchors ? c->capanchors * 2 : 8;
         yanchor *na = realloc(c->anchors, nc * sizeof *na);
         if (!na)
-            return rm_errf(c->err, RM_ENOMEM, "%s: out of memory", c->name);
+            return oom(c);
         c->anchors = na;
         c->capanchors = nc;
     }
@@ -277,7 +279,7 @@ static int anchor_add(yctx *c, const char *name, const cJSON *node, size_t count
     if (!a->name || !a->node) {
         free(a->name);
         cJSON_Delete(a->node);
-        return rm_errf(c->err, RM_ENOMEM, "%s: out of memory", c->name);
+        return oom(c);
     }
     c->nodes += count;
     c->nanchors++;
@@ -318,7 +320,7 @@ static int merge_into(yctx *c, cJSON *obj, const cJSON *src, yaml_mark_t m)
         cJSON *d = cJSON_Duplicate(it, 1);
         if (!d || !cJSON_AddItemToObject(obj, it->string, d)) {
             cJSON_Delete(d);
-            return rm_errf(c->err, RM_ENOMEM, "%s: out of memory", c->name);
+            return oom(c);
         }
     }
     return RM_OK;
@@ -348,7 +350,7 @@ static int parse_mapping(yctx *c, int depth, cJSON *obj, size_t *count)
         int is_merge = k.data.scalar.style == YAML_PLAIN_SCALAR_STYLE && strcmp(key ? key : "", "<<") == 0;
         yaml_event_delete(&k);
         if (!key) {
-            rc = rm_errf(c->err, RM_ENOMEM, "%s: out of memory", c->name);
+            rc = oom(c);
             goto out;
         }
         if (!is_merge && cJSON_GetObjectItemCaseSensitive(obj, key)) {
@@ -384,7 +386,7 @@ static int parse_mapping(yctx *c, int depth, cJSON *obj, size_t *count)
             if (!merges && !(merges = cJSON_CreateArray())) {
                 cJSON_Delete(child);
                 free(key);
-                rc = rm_errf(c->err, RM_ENOMEM, "%s: out of memory", c->name);
+                rc = oom(c);
                 goto out;
             }
             cJSON_AddItemToArray(merges, child);
@@ -392,7 +394,7 @@ static int parse_mapping(yctx *c, int depth, cJSON *obj, size_t *count)
         } else if (!cJSON_AddItemToObject(obj, key, child)) {
             cJSON_Delete(child);
             free(key);
-            rc = rm_errf(c->err, RM_ENOMEM, "%s: out of memory", c->name);
+            rc = oom(c);
             goto out;
         }
         free(key);
@@ -403,6 +405,17 @@ static int parse_mapping(yctx *c, int depth, cJSON *obj, size_t *count)
 out:
     cJSON_Delete(merges);
     return rc;
+}
+
+/* The &anchor a node event defines, or NULL (an alias event only refers to one). */
+static const char *event_anchor(const yaml_event_t *ev)
+{
+    switch (ev->type) {
+    case YAML_SCALAR_EVENT: return (const char *)ev->data.scalar.anchor;
+    case YAML_SEQUENCE_START_EVENT: return (const char *)ev->data.sequence_start.anchor;
+    case YAML_MAPPING_START_EVENT: return (const char *)ev->data.mapping_start.anchor;
+    default: return NULL;
+    }
 }
 
 /* Consumes ev (and the events of its children). On success *out is owned by the caller. */
@@ -422,12 +435,14 @@ static int parse_node(yctx *c, yaml_event_t *ev, int depth, cJSON **out, size_t 
         yaml_event_delete(ev);
         return yerr_at(c, RM_ETOOBIG, start, "document too large (over %u nodes)", RM_YAML_MAX_NODES);
     }
+    const char *an = event_anchor(ev);
+    if (an && !(anchor = strdup(an))) {
+        yaml_event_delete(ev);
+        return oom(c);
+    }
     switch (ev->type) {
     case YAML_SCALAR_EVENT:
-        if (ev->data.scalar.anchor && !(anchor = strdup((const char *)ev->data.scalar.anchor)))
-            rc = rm_errf(c->err, RM_ENOMEM, "%s: out of memory", c->name);
-        if (!rc)
-            node = scalar_node(c, ev, &rc);
+        node = scalar_node(c, ev, &rc);
         yaml_event_delete(ev);
         *count = 1;
         break;
@@ -442,7 +457,7 @@ static int parse_node(yctx *c, yaml_event_t *ev, int depth, cJSON **out, size_t 
         } else {
             node = cJSON_Duplicate(a->node, 1);
             if (!node)
-                rc = rm_errf(c->err, RM_ENOMEM, "%s: out of memory", c->name);
+                rc = oom(c);
             c->alias_nodes += a->count;
             c->nodes += a->count;
             *count = a->count;
@@ -451,15 +466,10 @@ static int parse_node(yctx *c, yaml_event_t *ev, int depth, cJSON **out, size_t 
         break;
     }
     case YAML_SEQUENCE_START_EVENT: {
-        if (ev->data.sequence_start.anchor &&
-            !(anchor = strdup((const char *)ev->data.sequence_start.anchor)))
-            rc = rm_errf(c->err, RM_ENOMEM, "%s: out of memory", c->name);
         yaml_event_delete(ev);
-        if (rc)
-            break;
         node = cJSON_CreateArray();
         if (!node) {
-            rc = rm_errf(c->err, RM_ENOMEM, "%s: out of memory", c->name);
+            rc = oom(c);
             break;
         }
         *count = 1;
@@ -488,15 +498,10 @@ static int parse_node(yctx *c, yaml_event_t *ev, int depth, cJSON **out, size_t 
         break;
     }
     case YAML_MAPPING_START_EVENT: {
-        if (ev->data.mapping_start.anchor &&
-            !(anchor = strdup((const char *)ev->data.mapping_start.anchor)))
-            rc = rm_errf(c->err, RM_ENOMEM, "%s: out of memory", c->name);
         yaml_event_delete(ev);
-        if (rc)
-            break;
         node = cJSON_CreateObject();
         if (!node) {
-            rc = rm_errf(c->err, RM_ENOMEM, "%s: out of memory", c->name);
+            rc = oom(c);
             break;
         }
         size_t n = 1;
@@ -569,10 +574,10 @@ int rm_yaml_load(const char *text, size_t len, const char *name, rm_yaml_docs **
         return rm_errf(err, RM_EINVAL, "%s: no input", c.name);
     rm_yaml_docs *d = calloc(1, sizeof *d);
     if (!d)
-        return rm_errf(err, RM_ENOMEM, "%s: out of memory", c.name);
+        return oom(&c);
     if (!yaml_parser_initialize(&c.p)) {
         free(d);
-        return rm_errf(err, RM_ENOMEM, "%s: out of memory", c.name);
+        return oom(&c);
     }
     yaml_parser_set_input_string(&c.p, (const unsigned char *)text, len);
     while (!done && !rc) {
@@ -613,7 +618,7 @@ int rm_yaml_load(const char *text, size_t len, const char *name, rm_yaml_docs **
             }
             if (docs_push(d, doc, &c.pos) != RM_OK) {
                 cJSON_Delete(doc);
-                rc = rm_errf(err, RM_ENOMEM, "%s: out of memory", c.name);
+                rc = oom(&c);
             }
             break;
         }
