@@ -319,8 +319,11 @@ static size_t log_render(char *out, size_t outcap, rm_log_level lvl, const char 
     size_t fn = log_tokenise(fields, &fmsg, &fmsglen, fkv, 16);
 
     const size_t reserve = 24; /* room for the closing brace, truncated marker and newline */
-    if (outcap < reserve + 64)
+    if (outcap < reserve + 64) {
+        if (outcap)
+            out[0] = 0;   /* still a string for the caller */
         return 0;
+    }
     log_buf w = { out, outcap - reserve, 0, 0 };
     int truncated = 0;
     if (json) {

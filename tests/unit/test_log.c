@@ -120,6 +120,11 @@ static void test_text_truncated_message_drops_the_rest(void)
     CU_ASSERT_PTR_NULL(strstr(buf, "after=2"));
     CU_ASSERT_PTR_NULL(strstr(buf, "msg="));
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, " truncated=1"));
+    /* a buffer too small for any line still comes back a (empty) string */
+    char tiny[16];
+    memset(tiny, 'x', sizeof tiny);
+    CU_ASSERT_EQUAL(rm_log_format_line(tiny, sizeof tiny, RM_LOG_INFO, "hello"), 0);
+    CU_ASSERT_EQUAL(tiny[0], 0);
     /* the same line that fits keeps both */
     n = rm_log_format_line(buf, sizeof buf, RM_LOG_INFO, "%.20s after=2", q);
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "after=2"));
