@@ -76,32 +76,41 @@ void rm_health_set_ready(rm_health *h, bool ready, const char *reason)
     pthread_mutex_unlock(&h->mu);
 }
 
-double rm_health_since_beat(rm_health *h)
+/* Seconds since the last beat and the verdict on them, read together (so /healthz never says
+ * "ok" next to an age past the deadline). NULL: live, 0 s. */
+static bool liveness(rm_health *h, double *since)
 {
-    if (!h)
-        return 0;
+    if (!h) {
+        *since = 0;
+        return true;
+    }
     pthread_mutex_lock(&h->mu);
     double d = mono() - h->last_beat;
+    bool live = h->deadline <= 0 || d <= h->deadline;
     pthread_mutex_unlock(&h->mu);
-    return d < 0 ? 0 : d;
+    *since = d < 0 ? 0 : d;
+    return live;
+}
+
+double rm_health_since_beat(rm_health *h)
+{
+    double since;
+    liveness(h, &since);
+    return since;
 }
 
 bool rm_health_live(rm_health *h)
 {
-    if (!h)
-        return true;
-    pthread_mutex_lock(&h->mu);
-    bool live = h->deadline <= 0 || mono() - h->last_beat <= h->deadline;
-    pthread_mutex_unlock(&h->mu);
-    return live;
+    double since;
+    return liveness(h, &since);
 }
 
 int rm_health_healthz(const rm_http_req *req, rm_http_resp *resp, void *health)
 {
     rm_health *h = health;
     (void)req;
-    double since = rm_health_since_beat(h);
-    bool live = rm_health_live(h);
+    double since;
+    bool live = liveness(h, &since);
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return RM_ENOMEM;
