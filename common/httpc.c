@@ -91,10 +91,9 @@ static size_t on_header(char *ptr, size_t size, size_t nitems, void *ud)
         while (pl && (p[pl - 1] == '\r' || p[pl - 1] == '\n' || p[pl - 1] == ' '))
             p[--pl] = 0;
         if (pl && isdigit((unsigned char)p[0])) {
-            char *e;
-            double d = strtod(p, &e);
-            if (*e == 0 && d >= 0)
-                s->retry_after = d;
+            /* delay-seconds is 1*DIGIT: no sign, fraction, exponent (1e999 = inf) or hex */
+            if (strspn(p, "0123456789") == pl)
+                s->retry_after = strtod(p, NULL);
         } else if (pl) {
             time_t t = curl_getdate(p, NULL);
             if (t != -1) {

@@ -631,6 +631,43 @@ static void test_uncapped_bodies(void)
     rm_http_stop(s);
 }
 
+static int h_retry_after(const rm_http_req *req, rm_http_resp *resp, void *ud)
+{
+    const char *v = rm_http_query(req, "v");
+    rm_http_add_header(resp, "Retry-After", v ? v : "");
+    return rm_http_reply_text(resp, 503, NULL, "busy");
+}
+
+/* Retry-After is delay-seconds (1*DIGIT) or an HTTP-date; anything else (an exponent that
+ * overflows to infinity, a fraction, hex) is no hint at all rather than an unbounded wait. */
+static void test_retry_after_strict(void)
+{
+    static const rm_http_route rt[] = { { "GET", "/ra", 0, h_retry_after, NULL } };
+    rm_http_server *s = start(rt, 1, 0);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    static const struct { const char *q; double want; } cases[] = {
+        { "120", 120 }, { "0", 0 }, { "1e999", -1 }, { "1.5", -1 }, { "0x10", -1 },
+        { "12abc", -1 }, { "-3", -1 }, { "Wed%2C%2021%20Oct%202015%2007%3A28%3A00%20GMT", 0 },
+    };
+    rm_httpc *c = rm_httpc_new();
+    for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
+        char u[256], path[128];
+        snprintf(path, sizeof path, "/ra?v=%s", cases[i].q);
+        url(u, sizeof u, s, path);
+        rm_httpc_resp r;
+        rm_err e = { 0 };
+        CU_ASSERT_EQUAL(rm_httpc_do(c, "GET", u, NULL, NULL, 0, 5000, 0, &r, &e), RM_OK);
+        CU_ASSERT_EQUAL(r.status, 503);
+        if (r.retry_after != cases[i].want)
+            fprintf(stderr, "Retry-After %s -> %g (want %g)\n", cases[i].q, r.retry_after,
+                    cases[i].want);
+        CU_ASSERT_EQUAL(r.retry_after, cases[i].want);
+        rm_httpc_resp_free(&r);
+    }
+    rm_httpc_free(c);
+    rm_http_stop(s);
+}
+
 /* The buffer both bodies use: exact cap ok, one byte over refused without change, the
  * allocation never past max + 1, and sizes near SIZE_MAX refused instead of wrapping. */
 static void test_capbuf(void)
@@ -675,6 +712,7 @@ void rm_suite_http(void)
         { "client_caps_and_timeouts", test_client_caps_and_timeouts },
         { "uncapped_bodies_do_not_overflow", test_uncapped_bodies },
         { "capbuf_caps_and_overflow", test_capbuf },
+        { "retry_after_strict", test_retry_after_strict },
     };
     RM_ADD_SUITE("http", NULL, NULL, cases);
 }
