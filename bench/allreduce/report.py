@@ -22,9 +22,17 @@ def rows(name, gloo=False):
             continue
         try:
             if gloo and len(f) >= 9:
-                res[int(f[0])] = (float(f[7]), None, int(f[8]))
+                row = (float(f[7]), None, int(f[8]))
             elif len(f) >= 13:
-                res[int(f[0])] = (float(f[11]), float(f[7]), int(f[8]) + int(f[12]))
+                row = (float(f[11]), float(f[7]), int(f[8]) + int(f[12]))
+            else:
+                continue
+            size = int(f[0])
+            if size in res:   # several rounds: best busbw of the rounds, wrong values summed
+                old = res[size]
+                row = (max(old[0], row[0]), None if row[1] is None else max(old[1] or 0, row[1]),
+                       old[2] + row[2])
+            res[size] = row
         except ValueError:
             pass
     return res
@@ -35,7 +43,7 @@ lb = {}
 for line in read("loopback.txt").splitlines():
     m = re.match(r"(\S+) chunk=\S+ bytes=\d+ seconds=\S+ GBps=(\S+)", line)
     if m:
-        lb[m.group(1)] = float(m.group(2))
+        lb[m.group(1)] = max(lb.get(m.group(1), 0.0), float(m.group(2)))
 single, duplex = lb.get("single"), lb.get("duplex")
 
 
@@ -66,7 +74,10 @@ L.append("")
 L.append("Command: `RM_BIN=bin bench/allreduce/run.sh %s` (float32, sum; busbw = algbw × 2(n−1)/n, GB = 1e9 B; "
          "ring and MPI through `ringmaster-worker bench`, Gloo through `bench/allreduce/gloo_peer.py` "
          "(torch.distributed.all_reduce, in place); sizes < 4 MiB: 50 iterations after 5 warm-up, "
-         "≥ 4 MiB: 5 after 1; time averaged over ranks; #wrong checked on every row)." % (sys.argv[3] if len(sys.argv) > 3 else ""))
+         "≥ 4 MiB: 5 after 1; time averaged over ranks; #wrong checked on every row). Every configuration "
+         "ran in %s interleaved rounds; each cell is the best round (the loopback limit too), so a burst of "
+         "load from other jobs hits every peer alike." % (sys.argv[3] if len(sys.argv) > 3 else "",
+                                                         meta.get("rounds", "1")))
 L.append("")
 L.append("**Physical limit** (`bench/allreduce/loopback.c`, plain blocking TCP over 127.0.0.1, 4 MiB socket "
          "buffers, 1 MiB writes): single stream **%s GB/s**; two streams at once, one each way (what a 2-rank "
@@ -115,7 +126,7 @@ fus = read("fusion.2")
 if fus:
     L.append("## Tensor fusion (2 ranks, ring)")
     L.append("")
-    L.append("`ringmaster-worker bench --fusion`: a model of 200 layers × 10,000 floats (8 MB of gradients); "
+    L.append("`ringmaster-worker bench --fusion` (model size in the header line: by default 200 layers × 10,000 floats, 8 MB of gradients); "
              "backward is simulated as 20 µs of busy work per layer in reverse order, each layer marked ready "
              "as it finishes; buckets are reduced on the comm thread while backward continues. Threshold 0 = one "
              "allreduce per layer; 64 MiB = one allreduce after backward (no overlap). step = backward + the "

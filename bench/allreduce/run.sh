@@ -5,7 +5,9 @@
 # fusion benchmark (200 layers x 10k floats: per-layer allreduce vs fused buckets).
 # Writes bench/results/allreduce.md (OUT=... to change) and keeps raw outputs in $RAW (default a
 # temp dir, removed). Runs alone: RM_BIN (default ./bin) must hold ringmaster-worker.
-# QUICK=1 runs a reduced set (seconds) for smoke tests. Takes ~3-5 minutes on 2 cores otherwise.
+# QUICK=1 runs a reduced set (seconds) for smoke tests. ROUNDS=N (default 2) repeats every
+# configuration in interleaved rounds and the report keeps each one's best round (noisy shared
+# machine). Takes ~4-5 minutes on 2 cores otherwise.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 W="${RM_BIN:-$root/bin}/ringmaster-worker"
@@ -83,14 +85,16 @@ mpi() {   # mpi N BTL OUTFILE args...
   echo "torch=$($py -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)";
   echo "mpi=$(mpirun --version 2>/dev/null | head -1 || echo none)"; } > "$RAW/meta"
 
-echo "== loopback limit"
 cc -O2 -pthread -o "$RAW/loopback" "$root/bench/allreduce/loopback.c"
-"$RAW/loopback" -s "$LB_MB" > "$RAW/loopback.txt"
-"$RAW/loopback" -s "$LB_MB" -d >> "$RAW/loopback.txt"
-cat "$RAW/loopback.txt"
-
 have_mpi=0; command -v mpirun >/dev/null 2>&1 && have_mpi=1
 have_torch=0; $py -c 'import torch.distributed' 2>/dev/null && have_torch=1
+ROUNDS="${ROUNDS:-2}"
+echo "rounds=$ROUNDS" >> "$RAW/meta"
+for round in $(seq 1 "$ROUNDS"); do
+echo "== round $round: loopback limit"
+"$RAW/loopback" -s "$LB_MB" >> "$RAW/loopback.txt"
+"$RAW/loopback" -s "$LB_MB" -d >> "$RAW/loopback.txt"
+tail -2 "$RAW/loopback.txt"
 for n in "${WORLDS[@]}"; do
   echo "== $n ranks: ring"
   ring "$n" "$RAW/ring.$n" "${SMALL[@]}"; ring "$n" "$RAW/ring.$n" "${LARGE[@]}"
@@ -104,6 +108,7 @@ for n in "${WORLDS[@]}"; do
     echo "== $n ranks: open mpi shared memory"
     mpi "$n" vader,self "$RAW/mpism.$n" "${SMALL[@]}"; mpi "$n" vader,self "$RAW/mpism.$n" "${LARGE[@]}"
   fi
+done
 done
 echo "== fusion (2 ranks)"
 ring 2 "$RAW/fusion.2" "${FUSION[@]}"
