@@ -767,6 +767,7 @@ static void set_common(rm_kube_client *c, CURL *h, struct curl_slist **hdrs, con
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 16384L);   /* bodies are small; default 64 KiB */
     if (c->cfg.insecure) {
         curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
         curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);

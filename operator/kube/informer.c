@@ -21,7 +21,7 @@
 typedef struct cent {
     void *item;
     char *index;                 /* owned; NULL = not indexed */
-    char rv[32];
+    unsigned long long rvh;      /* hash of metadata.resourceVersion (only compared for equality) */
     struct cent *iprev, *inext;  /* list of the same index key */
     char key[];                  /* "ns/name" */
 } cent;
@@ -114,7 +114,7 @@ static cent *cent_make(rm_informer *inf, const cJSON *obj)
     if (!e)
         return NULL;
     memcpy(e->key, key, kl + 1);
-    snprintf(e->rv, sizeof(e->rv), "%s", rv);
+    e->rvh = kmap_hash(rv);
     e->item = inf->o.transform ? inf->o.transform(inf->o.ud, obj) : NULL;
     if (inf->o.transform && !e->item) {
         free(e);
@@ -325,7 +325,7 @@ static int do_list(rm_informer *inf, rm_err *err)
         cent *old = kmap_get(&inf->items, nw->key);
         if (!old)
             ch[nch++] = (change){RM_INF_ADDED, NULL, nw};
-        else if (strcmp(old->rv, nw->rv))
+        else if (old->rvh != nw->rvh)
             ch[nch++] = (change){RM_INF_UPDATED, old, nw};
         else
             ch[nch++] = (change){RM_INF_UPDATED, old, NULL};   /* unchanged: keep old, drop nw */

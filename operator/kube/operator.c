@@ -425,7 +425,7 @@ int rm_operator_main(int argc, char **argv)
     /* owned objects across all namespaces (label-selected): fewer streams than one per namespace */
     rc = start_informer(&op, "pods", "/api/v1/pods", RM_LABEL_JOB, rm_kube_pod_transform, free, rm_kube_job_index, on_owned, &op.pods, &err);
     if (!rc)
-        rc = start_informer(&op, "services", "/api/v1/services", RM_LABEL_JOB, rm_kube_owned_transform, free, rm_kube_job_index, on_owned, &op.services, &err);
+        rc = start_informer(&op, "services", "/api/v1/services", RM_LABEL_JOB, rm_kube_exists_transform, free, rm_kube_job_index, on_owned, &op.services, &err);
     if (!rc)
         rc = start_informer(&op, "secrets", "/api/v1/secrets", RM_LABEL_JOB, rm_kube_owned_transform, free, rm_kube_job_index, on_owned, &op.secrets, &err);
     if (!rc)

@@ -173,13 +173,13 @@ void *rm_kube_pod_transform(void *ud, const cJSON *obj)
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(obj, "status");
     p->created_at = time_of(md, "creationTimestamp");
     const cJSON *node = cJSON_GetObjectItemCaseSensitive(spec, "nodeName");
-    if (cJSON_IsString(node))
-        snprintf(p->node, sizeof(p->node), "%s", node->valuestring);
+    if (cJSON_IsString(node) && node->valuestring[0])
+        p->node_hash = kmap_hash(node->valuestring) | 1;
     const cJSON *phase = cJSON_GetObjectItemCaseSensitive(st, "phase");
     const char *ph = cJSON_IsString(phase) ? phase->valuestring : "Pending";
-    p->phase = strcmp(ph, "Running") == 0 ? RM_WORKER_RUNNING
+    p->phase = (unsigned char)(strcmp(ph, "Running") == 0 ? RM_WORKER_RUNNING
              : strcmp(ph, "Succeeded") == 0 ? RM_WORKER_SUCCEEDED
-             : strcmp(ph, "Failed") == 0 ? RM_WORKER_FAILED : RM_WORKER_PENDING;
+             : strcmp(ph, "Failed") == 0 ? RM_WORKER_FAILED : RM_WORKER_PENDING);
     const cJSON *reason = cJSON_GetObjectItemCaseSensitive(st, "reason");
     if (cJSON_IsString(reason))
         snprintf(p->reason, sizeof(p->reason), "%s", reason->valuestring);
@@ -248,6 +248,13 @@ void *rm_kube_owned_transform(void *ud, const cJSON *obj)
         free(raw);
     }
     return o;
+}
+
+void *rm_kube_exists_transform(void *ud, const cJSON *obj)
+{
+    (void)ud;
+    (void)obj;
+    return malloc(1);
 }
 
 void *rm_kube_node_transform(void *ud, const cJSON *obj)
@@ -723,24 +730,35 @@ static int collect_pod(void *ud, const char *key, const void *item)
     return 0;
 }
 
+typedef struct node_find { unsigned long long hash; int ready; } node_find;
+
+static int match_node(void *ud, const char *key, const void *item)
+{
+    node_find *f = ud;
+    const char *name = key[0] == '/' ? key + 1 : key;
+    if ((kmap_hash(name) | 1) != f->hash)
+        return 0;
+    f->ready = ((const rm_kube_node *)item)->ready;
+    return -1;
+}
+
 static void node_readiness(rm_kube_rt *rt, obs_ctx *o, const char *jobkey)
 {
     if (!rt->c.nodes)
         return;
-    /* pods' node names are only in the pod cache: look them up again */
+    /* pods keep only a hash of their node's name: find the node with that hash */
     rm_informer_rlock(rt->c.pods);
     rm_informer_rlock(rt->c.nodes);
     for (size_t i = 0; i < o->n; i++) {
         char pk[600];
         snprintf(pk, sizeof(pk), "%s-worker-%d", jobkey, o->w[i].index);
         const rm_kube_pod *p = rm_informer_get(rt->c.pods, pk);
-        if (!p || !p->node[0])
+        if (!p || !p->node_hash)
             continue;
-        char nk[80];
-        snprintf(nk, sizeof(nk), "/%s", p->node);
-        const rm_kube_node *nd = rm_informer_get(rt->c.nodes, nk);
-        if (nd)
-            o->w[i].node_ready = nd->ready;
+        node_find f = {p->node_hash, -1};
+        rm_informer_foreach(rt->c.nodes, match_node, &f);
+        if (f.ready >= 0)
+            o->w[i].node_ready = f.ready;
     }
     rm_informer_runlock(rt->c.nodes);
     rm_informer_runlock(rt->c.pods);

@@ -60,17 +60,19 @@ void rm_kube_rt_poll_rdzv(rm_kube_rt *rt, void (*enqueue)(void *ud, const char *
 /* Informer projections and index functions (ud = rm_kube_rt* or NULL). */
 void *rm_kube_tj_transform(void *ud, const cJSON *obj);    /* compact JSON string */
 void *rm_kube_pod_transform(void *ud, const cJSON *obj);   /* rm_kube_pod */
-void *rm_kube_owned_transform(void *ud, const cJSON *obj); /* rm_kube_owned (svc/secret) */
+void *rm_kube_owned_transform(void *ud, const cJSON *obj); /* rm_kube_owned (secrets) */
+void *rm_kube_exists_transform(void *ud, const cJSON *obj); /* a 1-byte marker (services) */
 void *rm_kube_node_transform(void *ud, const cJSON *obj);  /* rm_kube_node */
 int rm_kube_job_index(void *ud, const cJSON *obj, char *buf, size_t cap);  /* "ns/<job-name label>" */
 
+/* Kept small on purpose: one per worker pod in the cache (8,000 pods ≈ 0.6 MB). */
 typedef struct rm_kube_pod {
     int index, epoch;
-    int phase;                 /* rm_worker_phase */
+    unsigned char phase;       /* rm_worker_phase */
     bool ready;
     int exit_code;
-    char reason[32];
-    char node[64];
+    char reason[24];
+    unsigned long long node_hash;   /* kmap_hash of spec.nodeName; 0 = unscheduled */
     double created_at, finished_at, deletion_started_at;
 } rm_kube_pod;
 
