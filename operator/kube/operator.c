@@ -339,9 +339,9 @@ int rm_operator_main(int argc, char **argv)
         return rc == 1 ? 0 : 2;
     rm_err err = {0};
     int exit_code = 1;
-    /* Memory stance: a few arenas instead of one per thread, and large blocks always mmapped
+    /* Memory stance: one malloc arena instead of one per thread, and large blocks always mmapped
      * (a fixed threshold stops glibc from raising it), so freed buffers go back to the kernel. */
-    mallopt(M_ARENA_MAX, 2);
+    mallopt(M_ARENA_MAX, 1);
     mallopt(M_MMAP_THRESHOLD, 128 * 1024);
     pthread_mutex_init(&op.lmu, NULL);
     /* block the shutdown signals in every thread; main waits for them with sigwait */
