@@ -12,6 +12,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -299,14 +300,63 @@ static const yanchor *anchor_find(yctx *c, const char *name)
 
 static int parse_node(yctx *c, yaml_event_t *ev, int depth, cJSON **out, size_t *count);
 
-static int merge_into(yctx *c, cJSON *obj, const cJSON *src, yaml_mark_t m)
+/* The keys of one mapping, hashed: cJSON objects are lists, so checking each new key against
+ * them was quadratic (100k keys took 20 s). Slots borrow the items' own name strings. */
+typedef struct {
+    const char **slot;
+    size_t cap, n;   /* cap is 0 or a power of two */
+} keyset;
+
+static size_t key_hash(const char *k)
+{
+    size_t h = 1469598103934665603u;   /* FNV-1a */
+    for (; *k; k++)
+        h = (h ^ (unsigned char)*k) * 1099511628211u;
+    return h;
+}
+
+static bool keyset_has(const keyset *ks, const char *k)
+{
+    if (!ks->cap)
+        return false;
+    for (size_t i = key_hash(k) & (ks->cap - 1);; i = (i + 1) & (ks->cap - 1)) {
+        if (!ks->slot[i])
+            return false;
+        if (strcmp(ks->slot[i], k) == 0)
+            return true;
+    }
+}
+
+/* k must not be in the set yet and must outlive it. RM_OK or RM_ENOMEM. */
+static int keyset_add(keyset *ks, const char *k)
+{
+    if ((ks->n + 1) * 2 > ks->cap) {
+        keyset bigger = { calloc(ks->cap ? ks->cap * 2 : 16, sizeof(char *)), 0, 0 };
+        if (!bigger.slot)
+            return RM_ENOMEM;
+        bigger.cap = ks->cap ? ks->cap * 2 : 16;
+        for (size_t i = 0; i < ks->cap; i++)
+            if (ks->slot[i])
+                keyset_add(&bigger, ks->slot[i]);   /* cannot grow again: load stays < 1/2 */
+        free(ks->slot);
+        *ks = bigger;
+    }
+    size_t i = key_hash(k) & (ks->cap - 1);
+    while (ks->slot[i])
+        i = (i + 1) & (ks->cap - 1);
+    ks->slot[i] = k;
+    ks->n++;
+    return RM_OK;
+}
+
+static int merge_into(yctx *c, cJSON *obj, keyset *keys, const cJSON *src, yaml_mark_t m)
 {
     if (cJSON_IsArray(src)) {
         for (const cJSON *it = src->child; it; it = it->next)
             if (!cJSON_IsObject(it))
                 return yerr_at(c, RM_EINVAL, m, "merge key \"<<\" needs a mapping or a list of mappings");
         for (const cJSON *it = src->child; it; it = it->next) {
-            int rc = merge_into(c, obj, it, m);
+            int rc = merge_into(c, obj, keys, it, m);
             if (rc)
                 return rc;
         }
@@ -315,13 +365,15 @@ static int merge_into(yctx *c, cJSON *obj, const cJSON *src, yaml_mark_t m)
     if (!cJSON_IsObject(src))
         return yerr_at(c, RM_EINVAL, m, "merge key \"<<\" needs a mapping or a list of mappings");
     for (const cJSON *it = src->child; it; it = it->next) {
-        if (cJSON_GetObjectItemCaseSensitive(obj, it->string))
+        if (keyset_has(keys, it->string))
             continue;
         cJSON *d = cJSON_Duplicate(it, 1);
         if (!d || !cJSON_AddItemToObject(obj, it->string, d)) {
             cJSON_Delete(d);
             return oom(c);
         }
+        if (keyset_add(keys, d->string))
+            return oom(c);
     }
     return RM_OK;
 }
@@ -329,6 +381,7 @@ static int merge_into(yctx *c, cJSON *obj, const cJSON *src, yaml_mark_t m)
 static int parse_mapping(yctx *c, int depth, cJSON *obj, size_t *count)
 {
     cJSON *merges = NULL;
+    keyset keys = { 0 };
     yaml_mark_t merge_mark = { 0, 0, 0 };
     int rc = RM_OK;
     for (;;) {
@@ -353,7 +406,7 @@ static int parse_mapping(yctx *c, int depth, cJSON *obj, size_t *count)
             rc = oom(c);
             goto out;
         }
-        if (!is_merge && cJSON_GetObjectItemCaseSensitive(obj, key)) {
+        if (!is_merge && keyset_has(&keys, key)) {
             rc = yerr_at(c, RM_EINVAL, km, "duplicate key \"%s\"", key);
             free(key);
             goto out;
@@ -396,13 +449,18 @@ static int parse_mapping(yctx *c, int depth, cJSON *obj, size_t *count)
             free(key);
             rc = oom(c);
             goto out;
+        } else if (keyset_add(&keys, child->string)) {
+            free(key);
+            rc = oom(c);
+            goto out;
         }
         free(key);
     }
     /* explicit keys win over merged ones, whatever their order */
     for (const cJSON *m = merges ? merges->child : NULL; m && !rc; m = m->next)
-        rc = merge_into(c, obj, m, merge_mark);
+        rc = merge_into(c, obj, &keys, m, merge_mark);
 out:
+    free(keys.slot);
     cJSON_Delete(merges);
     return rc;
 }
