@@ -3,7 +3,8 @@
 #   1) JOBS (default 1000) TrainingJobs x WORKERS (8) created at once: pods created per second,
 #      per-job create->all-pods latency p50/p99, ringmaster_reconcile_seconds p50/p99 (from the
 #      histogram), operator peak RSS (VmHWM);
-#   2) `kubectl apply` of one 64-worker job: time to all 64 pods.
+#   2) `kubectl apply` of one 64-worker job: time to all 64 pods;
+#   3) the ceiling: JOBS*WORKERS bare pods POSTed straight to kubesim by 16 client threads.
 # Writes a markdown table to stdout (bench/results/operator.md is assembled from it).
 # Env: RM_BIN (default ./bin), JOBS, WORKERS, QPS/BURST (client limiter of the operator; default
 # 5000/5000), OP_WORKERS (reconcile threads; 8), POD_EVENTS (true).
@@ -63,6 +64,8 @@ cleanup; PIDS=(); T=$(mktemp -d /tmp/rm-bench-op.XXXXXX); export KUBECONFIG=$T/k
 start_all
 BIG=$(/usr/bin/python3 "$ROOT/bench/operator/load.py" big "$KS_URL" 64 kubectl)
 RSS2=$(awk '/VmHWM/ {print $2" "$3}' /proc/$OP_PID/status)
+RAW=$(/usr/bin/python3 "$ROOT/bench/operator/load.py" raw "$KS_URL" $((JOBS * WORKERS)))
 echo "fleet: $FLEET"
 echo "reconcile_seconds p50=$P50 p99=$P99 peak_rss=$RSS"
 echo "big64: $BIG peak_rss=$RSS2"
+echo "ceiling (bare pod POSTs, 16 client threads, no operator): $RAW"

@@ -5,6 +5,8 @@
                                    watch pods, report pods/s and per-job create->all-pods latency
   load.py big URL WORKERS KUBECTL  one WORKERS-wide job: time from the TrainingJob's creation (and
                                    from `kubectl apply` start) to its last pod
+  load.py raw URL PODS             the ceiling: POST PODS bare pods straight to the API (16 threads,
+                                   no operator) and time them
 Prints one JSON object on stdout. Uses only the standard library (plain HTTP on 127.0.0.1).
 """
 import http.client, json, sys, threading, time, subprocess, urllib.parse
@@ -120,8 +122,25 @@ def big(url, workers, kubectl):
             "kubectl_return_to_all_pods_ms": round((t_end - t_kubectl) * 1000, 1),
             "first_to_last_pod_ms": round((t_end - first) * 1000, 1)}
 
+def raw(url, npods):
+    names = ["raw-%05d" % i for i in range(npods)]
+    def poster(chunk):
+        c = conn(url)
+        for n in chunk:
+            req(c, "POST", "/api/v1/namespaces/default/pods",
+                {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": n, "labels": {"raw": "1"}},
+                 "spec": {"containers": [{"name": "c", "image": "ringmaster/worker:latest"}]}})
+    t0 = time.monotonic()
+    ths = [threading.Thread(target=poster, args=(names[i::16],)) for i in range(16)]
+    for t in ths: t.start()
+    for t in ths: t.join()
+    dt = time.monotonic() - t0
+    return {"pods": npods, "seconds": round(dt, 3), "pods_per_second": round(npods / dt, 1)}
+
 if __name__ == "__main__":
-    if sys.argv[1] == "fleet":
+    if sys.argv[1] == "raw":
+        print(json.dumps(raw(sys.argv[2], int(sys.argv[3]))))
+    elif sys.argv[1] == "fleet":
         print(json.dumps(fleet(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))))
     else:
         print(json.dumps(big(sys.argv[2], int(sys.argv[3]), sys.argv[4])))
