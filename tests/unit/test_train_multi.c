@@ -9,6 +9,7 @@
  *     the same worker id; survivors notice within 5 s, re-join in place (no process restart), all
  *     resume from the step-100 checkpoint, the fault does not fire again, and all three finish with
  *     identical parameters.
+ *   - hang_detected: a hung rank is noticed through the collective timeout, killed and replaced.
  *   - elastic_shrink: min 2 of 3, a worker dies and is not replaced; the survivors continue as a
  *     world of 2 from the checkpoint and agree bit for bit.
  * The binary is found through RM_BIN (the Makefile's test-unit sets it). */
@@ -269,6 +270,62 @@ static void test_kill_and_recover(void)
     h_stop(&h);
 }
 
+/* Wait until the log `tag` contains `what`; false after timeout_s. */
+static bool wait_log(harness *h, const char *tag, const char *what, double timeout_s)
+{
+    double end = mono() + timeout_s;
+    while (mono() < end) {
+        char *l = read_log(h, tag);
+        bool hit = l && strstr(l, what);
+        free(l);
+        if (hit)
+            return true;
+        usleep(50000);
+    }
+    return false;
+}
+
+/* A hung worker (no progress, sockets open): survivors notice through the collective timeout
+ * (--comm-timeout 5 here), the harness kills the hung process as a controller would after the
+ * progress deadline, starts a replacement, and the group finishes bit-identical. */
+static void test_hang_detected(void)
+{
+    harness h;
+    CU_ASSERT_EQUAL_FATAL(h_start(&h, 3), 0);
+    char ck[1100];
+    snprintf(ck, sizeof ck, "%s/ck", h.dir);
+    const char *fault = "hang:rank=2:step=70";
+    pid_t p[3];
+    for (int i = 0; i < 3; i++) {
+        char wid[8], tag[8];
+        snprintf(wid, sizeof wid, "%d", i);
+        snprintf(tag, sizeof tag, "w%d", i);
+        p[i] = spawn(&h, wid, tag, fault, ck, 160, false);
+    }
+    CU_ASSERT_FATAL(wait_log(&h, "w2", "kind=hang", 60));
+    double hung = mono();
+    CU_ASSERT(wait_log(&h, "w0", "collective failed", 15));
+    double noticed = mono() - hung;
+    fprintf(stderr, "hang_detected: survivors noticed after %.2f s\n", noticed);
+    CU_ASSERT(noticed < 8.0);   /* comm timeout 5 s + polling slack */
+    kill(p[2], SIGKILL);
+    wait_exit(p[2], 10);
+    pid_t r2 = spawn(&h, "2", "w2b", fault, ck, 160, false);
+    CU_ASSERT_EQUAL(wait_exit(p[0], 120), 0);
+    CU_ASSERT_EQUAL(wait_exit(p[1], 120), 0);
+    CU_ASSERT_EQUAL(wait_exit(r2, 120), 0);
+    char f0[17], f1[17], f2[17];
+    CU_ASSERT_EQUAL_FATAL(log_fnv(&h, "w0", f0), 0);
+    CU_ASSERT_EQUAL_FATAL(log_fnv(&h, "w1", f1), 0);
+    CU_ASSERT_EQUAL_FATAL(log_fnv(&h, "w2b", f2), 0);
+    CU_ASSERT_STRING_EQUAL(f0, f1);
+    CU_ASSERT_STRING_EQUAL(f0, f2);
+    char *lr = read_log(&h, "w2b");
+    CU_ASSERT(lr && strstr(lr, "fault injected") == NULL);   /* the hang fired once per job */
+    free(lr);
+    h_stop(&h);
+}
+
 /* Elastic: min 2 of 3; rank 2 dies and is not replaced; the two survivors re-form a world of 2
  * from the checkpoint and finish with identical parameters and the LR of the smaller batch. */
 static void test_elastic_shrink(void)
@@ -308,6 +365,7 @@ void rm_suite_train_multi(void)
         {"replicas_bit_identical", test_bit_identical},
         {"kill_and_recover", test_kill_and_recover},
         {"elastic_shrink", test_elastic_shrink},
+        {"hang_detected", test_hang_detected},
     };
     RM_ADD_SUITE("train_multi", NULL, NULL, cases);
 }
