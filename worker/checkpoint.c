@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -295,6 +296,22 @@ int rm_ckpt_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_seg *
     }
     if (path_out)
         snprintf(path_out, path_cap, "%s", final);
+    /* temp files left by a writer that died mid-write (older than a minute: never one in flight) */
+    DIR *dd = opendir(dir);
+    if (dd) {
+        struct dirent *de;
+        time_t now = time(NULL);
+        while ((de = readdir(dd))) {
+            if (strncmp(de->d_name, ".tmp-ckpt-", 10) != 0)
+                continue;
+            char p[4096 + 300];
+            snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+            struct stat ts;
+            if (stat(p, &ts) == 0 && now - ts.st_mtime > 60 && unlink(p) == 0)
+                rm_info("checkpoint: removed a stale temp file path=%s", p);
+        }
+        closedir(dd);
+    }
     if (keep >= 1) {
         cand *v = NULL;
         int n = 0;

@@ -7,7 +7,8 @@
  * Write: temp file in DIR (".tmp-ckpt-..."), write, fflush, fsync, rename to the final name,
  * fsync DIR. A reader therefore sees either no file or a whole one. An existing file is never
  * overwritten (a "-<n>" suffix is added instead). After a successful write the oldest files beyond
- * `keep` are removed (only files named like checkpoints; never the one just written).
+ * `keep` are removed (only files named like checkpoints; never the one just written), and temp
+ * files older than a minute (left by a writer that died mid-write) are removed.
  * Read: candidates newest first (by step, then suffix); a file that is truncated, has a bad magic/
  * version/checksum, or a model shape/optimizer other than expected is logged and skipped, and the
  * next older one is tried. Loading never modifies or deletes any file.

@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <utime.h>
 
 #include "tests/unit/testutil.h"
 #include "worker/checkpoint.h"
@@ -240,6 +243,19 @@ static void test_keep(void)
     for (int s = 1; s <= 6; s++)
         CU_ASSERT_EQUAL(write_one(s * 10, 1.0f, 3, p), RM_OK);
     CU_ASSERT_EQUAL(count_files("ckpt-"), 3);
+    /* a stale temp file from a writer that died is cleaned up; a fresh one is left alone */
+    char stale[4300], fresh[4300];
+    snprintf(stale, sizeof stale, "%s/.tmp-ckpt-000000000070.999", g_dir);
+    snprintf(fresh, sizeof fresh, "%s/.tmp-ckpt-000000000080.998", g_dir);
+    rm_test_write_file(stale, "partial", 7);
+    rm_test_write_file(fresh, "partial", 7);
+    struct utimbuf old = {.actime = time(NULL) - 3600, .modtime = time(NULL) - 3600};
+    utime(stale, &old);
+    CU_ASSERT_EQUAL(write_one(70, 1.0f, 3, p), RM_OK);
+    struct stat st0;
+    CU_ASSERT_NOT_EQUAL(stat(stale, &st0), 0);
+    CU_ASSERT_EQUAL(stat(fresh, &st0), 0);
+    unlink(fresh);
     struct stat st;
     char q[4300];
     snprintf(q, sizeof q, "%s/ckpt-000000000060.rmck", g_dir);
