@@ -154,30 +154,16 @@ int rm_http_port(const rm_http_server *s) { return s ? s->port : -1; }
 
 /* ---- responses -------------------------------------------------------------------------------- */
 
-static enum MHD_Result queue_simple(struct MHD_Connection *conn, int status, const char *ctype,
-                                    char *owned_body, const char *allow)
-{
-    struct MHD_Response *r;
-    if (owned_body)
-        r = MHD_create_response_from_buffer(strlen(owned_body), owned_body, MHD_RESPMEM_MUST_FREE);
-    else
-        r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
-    if (!r) {
-        free(owned_body);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
-    if (allow)
-        MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, allow);
-    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)status, r);
-    MHD_destroy_response(r);
-    return ret;
-}
+static enum MHD_Result queue_resp(req_ctx *c, rm_http_resp *resp);
 
-static enum MHD_Result queue_error(struct MHD_Connection *conn, int status, const char *msg,
-                                   const char *allow)
+/* Our own 404/405/413/500s go through the same path as handler replies. */
+static enum MHD_Result queue_error(req_ctx *c, int status, const char *msg, const char *allow)
 {
-    return queue_simple(conn, status, "application/json", error_body(status, msg), allow);
+    rm_http_resp r = { .status = status, .content_type = "application/json",
+                       .body = error_body(status, msg) };   /* NULL (ENOMEM): empty body */
+    if (allow)
+        rm_http_add_header(&r, MHD_HTTP_HEADER_ALLOW, allow);
+    return queue_resp(c, &r);
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
@@ -217,7 +203,7 @@ static void stream_free(void *cls)
     free(sc);
 }
 
-static enum MHD_Result queue_handler_resp(req_ctx *c, rm_http_resp *resp)
+static enum MHD_Result queue_resp(req_ctx *c, rm_http_resp *resp)
 {
     struct MHD_Response *r = NULL;
     int status = resp->status > 0 ? resp->status : 200;
@@ -227,7 +213,7 @@ static enum MHD_Result queue_handler_resp(req_ctx *c, rm_http_resp *resp)
             if (resp->stream.free)
                 resp->stream.free(resp->stream.ud);
             free(resp->body);
-            return queue_error(c->conn, 500, "out of memory", NULL);
+            return queue_error(c, 500, "out of memory", NULL);
         }
         sc->s = resp->stream;
         sc->srv = c->srv;
@@ -333,9 +319,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         char allow[128];
         int st = find_route(s, method, url, &c->route, allow, sizeof allow);
         if (st == 404)
-            return queue_error(conn, 404, "not found", NULL);
+            return queue_error(c, 404, "not found", NULL);
         if (st == 405)
-            return queue_error(conn, 405, "method not allowed", allow[0] ? allow : NULL);
+            return queue_error(c, 405, "method not allowed", allow[0] ? allow : NULL);
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl) {
@@ -343,7 +329,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             errno = 0;
             unsigned long long n = strtoull(cl, &e, 10);
             if (errno || e == cl || n > s->max_body)
-                return queue_error(conn, 413, "request body too large", NULL);
+                return queue_error(c, 413, "request body too large", NULL);
         }
         return MHD_YES;
     }
@@ -360,7 +346,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return arc == RM_ENOMEM ? MHD_NO : MHD_YES;
     }
     if (c->toobig)
-        return queue_error(conn, 413, "request body too large", NULL);
+        return queue_error(c, 413, "request body too large", NULL);
 
     rm_http_req req = {
         .method = method,
@@ -379,9 +365,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         free(resp.body);
         if (resp.stream.free)
             resp.stream.free(resp.stream.ud);
-        return queue_error(conn, 500, rm_strerror(rc), NULL);
+        return queue_error(c, 500, rm_strerror(rc), NULL);
     }
-    return queue_handler_resp(c, &resp);
+    return queue_resp(c, &resp);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
