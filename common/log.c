@@ -126,8 +126,10 @@ static int closes_value(const char *q)
     return q > k && *q == '=';
 }
 
-/* Splits s into message and pairs. Message = text before the first token containing '='. */
-static size_t log_tokenise(const char *s, const char **msg, size_t *msglen, log_kv *kv, size_t maxkv)
+/* Splits s into message and pairs. Message = text before the first token containing '='.
+ * *more is set when pairs were left over because kv[] was full. */
+static size_t log_tokenise(const char *s, const char **msg, size_t *msglen, log_kv *kv, size_t maxkv,
+                           int *more)
 {
     const char *p = s;
     size_t n = 0;
@@ -187,6 +189,7 @@ static size_t log_tokenise(const char *s, const char **msg, size_t *msglen, log_
         while (is_ws(*p))
             p++;
     }
+    *more = *p != 0;
     return n;
 }
 
@@ -313,10 +316,11 @@ static size_t log_render(char *out, size_t outcap, rm_log_level lvl, const char 
     const char *msg;
     size_t msglen;
     log_kv kv[RM_LOG_MAX_KV], fkv[16];
-    size_t n = log_tokenise(text, &msg, &msglen, kv, RM_LOG_MAX_KV);
+    int more = 0, fmore = 0;
+    size_t n = log_tokenise(text, &msg, &msglen, kv, RM_LOG_MAX_KV, &more);
     const char *fmsg;
     size_t fmsglen;
-    size_t fn = log_tokenise(fields, &fmsg, &fmsglen, fkv, 16);
+    size_t fn = log_tokenise(fields, &fmsg, &fmsglen, fkv, RM_ARRAY_LEN(fkv), &fmore);
 
     const size_t reserve = 24; /* room for the closing brace, truncated marker and newline */
     if (outcap < reserve + 64) {
@@ -325,7 +329,7 @@ static size_t log_render(char *out, size_t outcap, rm_log_level lvl, const char 
         return 0;
     }
     log_buf w = { out, outcap - reserve, 0, 0 };
-    int truncated = 0;
+    int truncated = more || fmore;   /* pairs past kv[] were dropped */
     if (json) {
         lb_puts(&w, "{\"ts\":\"");
         lb_puts(&w, ts);

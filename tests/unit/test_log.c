@@ -120,6 +120,16 @@ static void test_text_truncated_message_drops_the_rest(void)
     CU_ASSERT_PTR_NULL(strstr(buf, "after=2"));
     CU_ASSERT_PTR_NULL(strstr(buf, "msg="));
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, " truncated=1"));
+    /* more pairs than the tokeniser holds: the line says it was cut */
+    char many[1024];
+    size_t m = (size_t)snprintf(many, sizeof many, "m");
+    for (int i = 0; i < 70; i++)
+        m += (size_t)snprintf(many + m, sizeof many - m, " k%d=%d", i, i);
+    char line[4096];
+    rm_log_format_line(line, sizeof line, RM_LOG_INFO, "%s", many);
+    CU_ASSERT_PTR_NOT_NULL(strstr(line, " k63=63"));
+    CU_ASSERT_PTR_NULL(strstr(line, " k64=64"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(line, " truncated=1"));
     /* a buffer too small for any line still comes back a (empty) string */
     char tiny[16];
     memset(tiny, 'x', sizeof tiny);
