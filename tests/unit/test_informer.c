@@ -9,8 +9,12 @@
 #include <string.h>
 #include <unistd.h>
 #include "common/http.h"
+#include "common/json.h"
 #include "operator/kube/client.h"
+#include "common/trainingjob.h"
 #include "operator/kube/informer.h"
+#include "operator/kube/runtime.h"
+#include "operator/reconcile.h"
 #include "tests/unit/testutil.h"
 
 typedef struct lines_seen {
@@ -299,12 +303,143 @@ static void test_informer_relist_on_410(void)
     pthread_mutex_destroy(&s.mu);
 }
 
+/* ---------------- cache projections of the kube runtime ---------------- */
+static void test_pod_projection(void)
+{
+    const char *failed =
+        "{\"metadata\":{\"name\":\"j-worker-3\",\"namespace\":\"ns\",\"creationTimestamp\":\"2026-11-21T08:00:00Z\","
+        "\"labels\":{\"ringmaster.dev/job-name\":\"j\",\"ringmaster.dev/replica-index\":\"3\",\"ringmaster.dev/epoch\":\"2\"}},"
+        "\"spec\":{\"nodeName\":\"n1\"},\"status\":{\"phase\":\"Failed\",\"containerStatuses\":[{\"name\":\"worker\",\"state\":"
+        "{\"terminated\":{\"exitCode\":137,\"reason\":\"OOMKilled\",\"finishedAt\":\"2026-11-21T08:01:00Z\"}}}]}}";
+    cJSON *o = cJSON_Parse(failed);
+    rm_kube_pod *p = rm_kube_pod_transform(NULL, o);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    CU_ASSERT_EQUAL(p->index, 3);
+    CU_ASSERT_EQUAL(p->epoch, 2);
+    CU_ASSERT_EQUAL(p->phase, RM_WORKER_FAILED);
+    CU_ASSERT_EQUAL(p->exit_code, 137);
+    CU_ASSERT_STRING_EQUAL(p->reason, "OOMKilled");
+    CU_ASSERT(p->finished_at - p->created_at > 59 && p->finished_at - p->created_at < 61);
+    CU_ASSERT_NOT_EQUAL(p->node_hash, 0);
+    char buf[64];
+    CU_ASSERT_EQUAL(rm_kube_job_index(NULL, o, buf, sizeof(buf)), RM_OK);
+    CU_ASSERT_STRING_EQUAL(buf, "ns/j");
+    free(p);
+    cJSON_Delete(o);
+    /* killed by a signal with exit code 0 reported → 128+signal; being deleted → Terminating */
+    const char *sig =
+        "{\"metadata\":{\"name\":\"j-worker-0\",\"namespace\":\"ns\",\"deletionTimestamp\":\"2026-11-21T08:00:30Z\","
+        "\"deletionGracePeriodSeconds\":30,\"labels\":{\"ringmaster.dev/replica-index\":\"0\"}},"
+        "\"status\":{\"phase\":\"Running\",\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\"}],"
+        "\"containerStatuses\":[{\"state\":{\"terminated\":{\"exitCode\":0,\"signal\":9}}}]}}";
+    o = cJSON_Parse(sig);
+    p = rm_kube_pod_transform(NULL, o);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    CU_ASSERT_EQUAL(p->phase, RM_WORKER_TERMINATING);
+    CU_ASSERT_EQUAL(p->exit_code, 137);
+    CU_ASSERT_TRUE(p->ready);
+    double t = 0;
+    rm_json_parse_time("2026-11-21T08:00:00Z", &t);
+    CU_ASSERT_DOUBLE_EQUAL(p->deletion_started_at, t, 0.001);
+    CU_ASSERT_NOT_EQUAL(rm_kube_job_index(NULL, o, buf, sizeof(buf)), RM_OK);   /* no job label */
+    free(p);
+    cJSON_Delete(o);
+    /* a secret's token is decoded */
+    o = cJSON_Parse("{\"metadata\":{\"name\":\"j-rendezvous\"},\"data\":{\"token\":\"c2VjcmV0\"}}");
+    rm_kube_owned *ow = rm_kube_owned_transform(NULL, o);
+    CU_ASSERT_STRING_EQUAL(ow->token, "secret");
+    free(ow);
+    cJSON_Delete(o);
+}
+
+static cJSON *pod_env(const cJSON *pod, const char *name)
+{
+    const cJSON *env = rm_json_path(pod, "spec.containers[0].env"), *e;
+    cJSON_ArrayForEach(e, env)
+    {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(e, "name");
+        if (cJSON_IsString(n) && strcmp(n->valuestring, name) == 0)
+            return (cJSON *)e;
+    }
+    return NULL;
+}
+
+static const char *env_val(const cJSON *pod, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(pod_env(pod, name), "value");
+    return cJSON_IsString(v) ? v->valuestring : "(none)";
+}
+
+static void test_worker_pod(void)
+{
+    const char *job =
+        "{\"apiVersion\":\"ringmaster.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"tj\",\"namespace\":\"ml\",\"uid\":\"u-1\"},"
+        "\"spec\":{\"replicas\":4,\"template\":{\"metadata\":{\"labels\":{\"team\":\"a\"}},\"spec\":{\"restartPolicy\":\"Always\",\"containers\":[{\"name\":\"worker\","
+        "\"image\":\"pytorch/pytorch:2.3\",\"command\":[\"torchrun\",\"train.py\"],\"env\":[{\"name\":\"RANK\",\"value\":\"99\"},{\"name\":\"MINE\",\"value\":\"x\"}],"
+        "\"resources\":{\"limits\":{\"nvidia.com/gpu\":1}}}]}}}}";
+    cJSON *o = cJSON_Parse(job);
+    rm_tj tj;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(o, &tj, &e), RM_OK);
+    rm_tj_defaults(&tj);
+    cJSON *pod = rm_kube_worker_pod(o, &tj, 2, 5, "http://127.0.0.1:29400", NULL, &e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "metadata.name")->valuestring, "tj-worker-2");
+    const cJSON *l = rm_json_path(pod, "metadata.labels");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItemCaseSensitive(l, "team")->valuestring, "a");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItemCaseSensitive(l, "ringmaster.dev/replica-index")->valuestring, "2");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItemCaseSensitive(l, "ringmaster.dev/epoch")->valuestring, "5");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "metadata.ownerReferences[0].uid")->valuestring, "u-1");
+    CU_ASSERT_TRUE(cJSON_IsTrue(rm_json_path(pod, "metadata.ownerReferences[0].controller")));
+    CU_ASSERT_TRUE(cJSON_IsTrue(rm_json_path(pod, "metadata.ownerReferences[0].blockOwnerDeletion")));
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.restartPolicy")->valuestring, "Never");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.subdomain")->valuestring, "tj");
+    /* a foreign image runs unchanged: its command kept, no args added, GPUs passed through */
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].image")->valuestring, "pytorch/pytorch:2.3");
+    CU_ASSERT_PTR_NULL(rm_json_path(pod, "spec.containers[0].args"));
+    CU_ASSERT_PTR_NOT_NULL(rm_json_path(pod, "spec.containers[0].command"));
+    CU_ASSERT_EQUAL(cJSON_GetObjectItemCaseSensitive(rm_json_path(pod, "spec.containers[0].resources.limits"), "nvidia.com/gpu")->valueint, 1);
+    CU_ASSERT_STRING_EQUAL(env_val(pod, "RANK"), "2");            /* ours wins over the template's */
+    CU_ASSERT_STRING_EQUAL(env_val(pod, "MINE"), "x");
+    CU_ASSERT_STRING_EQUAL(env_val(pod, "WORLD_SIZE"), "4");
+    CU_ASSERT_STRING_EQUAL(env_val(pod, "PET_NNODES"), "4");
+    CU_ASSERT_STRING_EQUAL(env_val(pod, "PET_NODE_RANK"), "2");
+    CU_ASSERT_STRING_EQUAL(env_val(pod, "MASTER_ADDR"), "tj-worker-0.tj");
+    CU_ASSERT_STRING_EQUAL(env_val(pod, "MASTER_PORT"), "29500");
+    CU_ASSERT_STRING_EQUAL(env_val(pod, "LOCAL_RANK"), "0");
+    CU_ASSERT_STRING_EQUAL(env_val(pod, "RINGMASTER_JOB"), "ml/tj");
+    CU_ASSERT_STRING_EQUAL(env_val(pod, "RINGMASTER_BACKEND"), "nccl");      /* auto + GPU */
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod_env(pod, "RINGMASTER_TOKEN"), "valueFrom.secretKeyRef.name")->valuestring, "tj-rendezvous");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod_env(pod, "RINGMASTER_BIND_ADDR"), "valueFrom.fieldRef.fieldPath")->valuestring, "status.podIP");
+    cJSON_Delete(pod);
+    rm_tj_free(&tj);
+    cJSON_Delete(o);
+    /* no template: the default worker image with args [train ...], ring backend on CPU */
+    o = cJSON_Parse("{\"apiVersion\":\"ringmaster.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"d\",\"namespace\":\"default\"},\"spec\":{\"replicas\":2}}");
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(o, &tj, &e), RM_OK);
+    rm_tj_defaults(&tj);
+    pod = rm_kube_worker_pod(o, &tj, 0, 1, "http://r", "ringmaster/worker:dev", &e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].image")->valuestring, "ringmaster/worker:dev");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].args[0]")->valuestring, "train");
+    CU_ASSERT_STRING_EQUAL(env_val(pod, "RINGMASTER_BACKEND"), "ring");
+    CU_ASSERT_STRING_EQUAL(env_val(pod, "RINGMASTER_RENDEZVOUS"), "http://r");
+    cJSON *tr = cJSON_Parse(env_val(pod, "RINGMASTER_TRAINING"));
+    CU_ASSERT_PTR_NOT_NULL(tr);
+    cJSON_Delete(tr);
+    cJSON_Delete(pod);
+    rm_tj_free(&tj);
+    cJSON_Delete(o);
+}
+
 void rm_suite_informer(void)
 {
     static const rm_test_case cases[] = {
         {"line_splitter", test_line_splitter},
         {"decode_event", test_decode_event},
         {"relist_on_410", test_informer_relist_on_410},
+        {"pod_projection", test_pod_projection},
+        {"worker_pod", test_worker_pod},
     };
     RM_ADD_SUITE("informer", NULL, NULL, cases);
 }
