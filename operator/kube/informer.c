@@ -461,7 +461,7 @@ static void *run(void *arg)
             why = status ? "http-error" : "transport";
         }
         if (inf->o.on_restart)
-            inf->o.on_restart(inf->o.ud, why);
+            inf->o.on_restart(inf->o.ud, inf->name, why);
         rm_info("informer: watch restart informer=%s reason=%s status=%ld relist=%d", inf->name, why, status, need_list ? 1 : 0);
         if (need_list && strcmp(why, "expired") == 0)
             continue;       /* 410: re-list at once */

@@ -38,8 +38,9 @@ typedef struct rm_informer_opts {
     /* Change notifications (may be NULL). old_item is NULL for ADDED, new_item NULL for DELETED. */
     void (*handler)(void *ud, rm_inf_event ev, const char *key, const char *index_key,
                     const void *old_item, const void *new_item);
-    /* Called each time the watch is re-opened after an error or a forced re-list (metrics). */
-    void (*on_restart)(void *ud, const char *reason);
+    /* Called each time the watch is re-opened after an error or a forced re-list (metrics):
+     * name is opts.name, reason "expired" | "bad-event" | "closed" | "http-error" | "transport". */
+    void (*on_restart)(void *ud, const char *name, const char *reason);
     void *ud;
     int page_limit;              /* default 500 */
     int watch_timeout_s;         /* server-side timeoutSeconds per watch; default 300 */

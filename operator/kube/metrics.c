@@ -12,7 +12,7 @@ int rm_op_metrics_init(rm_op_metrics *m, rm_metrics *reg, rm_err *err)
     static const char *const ns[] = {"namespace", NULL};
     static const char *const vc[] = {"verb", "code", NULL};
     static const char *const verb[] = {"verb", NULL};
-    static const char *const res[] = {"resource", NULL};
+    static const char *const res[] = {"resource", "reason", NULL};
     static const double rb[] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
     rm_metric *f = NULL;
     int rc;
@@ -71,11 +71,11 @@ void rm_op_metrics_leader(rm_op_metrics *m, bool leading)
         rm_series_set(m->is_leader, leading ? 1 : 0);
 }
 
-void rm_op_metrics_watch_restart(rm_op_metrics *m, const char *resource)
+void rm_op_metrics_watch_restart(rm_op_metrics *m, const char *resource, const char *reason)
 {
     if (!m || !m->reg)
         return;
-    rm_series *s = rm_metric_with1(m->watch_restarts, resource);
+    rm_series *s = rm_metric_with2(m->watch_restarts, resource, reason);
     if (s)
         rm_series_inc(s, 1);
 }

@@ -4,7 +4,7 @@
  * Families: ringmaster_jobs_{created,successful,failed,restarted,deleted}_total{namespace},
  * ringmaster_reconcile_seconds (histogram), ringmaster_reconcile_errors_total,
  * ringmaster_workqueue_{depth,adds_total,queue_duration_seconds}, ringmaster_watch_restarts_total
- * {resource}, ringmaster_api_requests_total{verb,code}, ringmaster_api_request_duration_seconds
+ * {resource,reason}, ringmaster_api_requests_total{verb,code}, ringmaster_api_request_duration_seconds
  * {verb} (histogram), ringmaster_is_leader.
  *
  * Ownership: the registry is borrowed (it owns every family/series); rm_op_metrics only holds
@@ -28,7 +28,7 @@ typedef enum { RM_JOB_CREATED = 0, RM_JOB_SUCCESSFUL, RM_JOB_FAILED, RM_JOB_REST
 void rm_op_metrics_job(rm_op_metrics *m, rm_job_counter which, const char *ns);
 void rm_op_metrics_reconcile(rm_op_metrics *m, double seconds, bool error);
 void rm_op_metrics_leader(rm_op_metrics *m, bool leading);
-void rm_op_metrics_watch_restart(rm_op_metrics *m, const char *resource);
+void rm_op_metrics_watch_restart(rm_op_metrics *m, const char *resource, const char *reason);
 /* Matches rm_kube_observe_fn (ud = rm_op_metrics*). */
 void rm_op_metrics_api(void *m, const char *verb, long code, double seconds);
 /* Workqueue hooks (ud = rm_op_metrics*). */

@@ -96,10 +96,10 @@ static void on_node(void *ud, rm_inf_event ev, const char *key, const char *inde
     (void)ud;
 }
 
-static void on_restart(void *ud, const char *reason)
+static void on_restart(void *ud, const char *name, const char *reason)
 {
     rm_op *op = ud;
-    rm_op_metrics_watch_restart(&op->om, reason);
+    rm_op_metrics_watch_restart(&op->om, name, reason);
 }
 
 static int enqueue_one(void *ud, const char *key, const void *item)
