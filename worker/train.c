@@ -10,14 +10,19 @@
  *     the same process; the world size may differ (the LR and shard follow it).
  *   - A step issues kernels on preallocated buffers; gradients of layer l are handed to the fusion
  *     layer as soon as backward finishes it, so buckets allreduce while earlier layers compute.
- *   - The rendezvous report (~1 s), logs, evaluation and checkpoints run between steps on the
- *     training thread: a hang fault therefore silences everything, as a real hang would. */
+ *   - Progress reports (~1 s) go out from a reporter thread with its own rendezvous client, so a
+ *     slow or restarting controller never stalls the step; the training loop publishes a small
+ *     snapshot under a mutex each step (no allocation) and polls an atomic "rejoin/stop" answer.
+ *     Logs, evaluation and checkpoints run between steps on the training thread; a hang fault
+ *     pauses the reporter too, so a hung worker is silent, as a real hang would be. */
 #include "worker/train.h"
 
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -487,6 +492,22 @@ fail:
 
 enum { R_DONE = 1, R_BROKEN, R_REJOIN, R_STOP, R_TERM };
 
+/* The progress reporter: a thread that sends the latest snapshot every ~1 s. */
+typedef struct reporter {
+    rm_rdzv_client *client;     /* its own: clients are one per thread */
+    pthread_t th;
+    bool started, inited;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool quit, active;          /* active: a round is running and the snapshot is current */
+    rm_rdzv_report snap;        /* guarded by mu */
+    int64_t samples;            /* local samples so far, guarded by mu */
+    atomic_int action;          /* 0, R_REJOIN or R_STOP for the round in snap.epoch */
+    atomic_int action_epoch;
+    rm_series *rate_series;     /* samples/s gauge (atomic updates) */
+    double last_rate;           /* guarded by mu */
+} reporter;
+
 typedef struct trainer {
     const rm_train_cfg *cfg;
     const rm_kernels *k;
@@ -529,8 +550,7 @@ typedef struct trainer {
     int64_t eval_step;          /* step of the last evaluation, -1 none */
     double t_start, train_seconds;
     int64_t samples_local;
-    double rep_t;               /* last report time */
-    int64_t rep_samples;
+    double rep_t;               /* last loss read for the reporter */
     double rate;                /* samples/s, last interval */
     double ar_gbps;
     int64_t log_step;
@@ -539,6 +559,7 @@ typedef struct trainer {
 
     rm_wmetrics wm;
     rm_faults faults;
+    reporter rp;
 } trainer;
 
 static void trainer_free(trainer *t)
@@ -983,15 +1004,128 @@ static int evaluate(trainer *t, rm_err *err)
 
 /* ---------------- reporting ---------------- */
 
+static void *reporter_main(void *arg)
+{
+    reporter *r = arg;
+    double last_t = 0;
+    int64_t last_samples = 0;
+    pthread_mutex_lock(&r->mu);
+    while (!r->quit) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += 1;
+        pthread_cond_timedwait(&r->cv, &r->mu, &ts);
+        if (r->quit)
+            break;
+        if (!r->active)
+            continue;
+        double now = now_mono();
+        if (last_t > 0 && now > last_t && r->samples >= last_samples)
+            r->last_rate = (double)(r->samples - last_samples) / (now - last_t);
+        last_t = now;
+        last_samples = r->samples;
+        rm_rdzv_report rep = r->snap;
+        rep.samples_per_second = r->last_rate;
+        pthread_mutex_unlock(&r->mu);
+
+        rm_series_set(r->rate_series, rep.samples_per_second);
+        if (!r->client) {   /* alone: only the samples/s gauge */
+            pthread_mutex_lock(&r->mu);
+            continue;
+        }
+        rm_rdzv_action act = RM_RDZV_CONTINUE;
+        int cur = 0;
+        rm_err e = {0};
+        int rc = rm_rdzv_send_report(r->client, &rep, &act, &cur, &e);
+        if (rc == RM_ECLOSED)
+            act = RM_RDZV_STOP;
+        else if (rc)
+            rm_warn("report failed err=\"%s\"", e.msg);
+        if (rc == RM_OK || rc == RM_ECLOSED) {
+            if (act == RM_RDZV_STOP || act == RM_RDZV_REJOIN) {
+                if (act == RM_RDZV_REJOIN)
+                    rm_info("rendezvous moved on; rejoining epoch=%d current=%d", rep.epoch, cur);
+                atomic_store(&r->action_epoch, rep.epoch);
+                atomic_store(&r->action, act == RM_RDZV_STOP ? R_STOP : R_REJOIN);
+            }
+        }
+        pthread_mutex_lock(&r->mu);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+static int reporter_start(trainer *t, rm_err *err)
+{
+    reporter *r = &t->rp;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    r->inited = true;
+    r->rate_series = t->wm.samples_per_s;
+    if (t->cfg->rdzv_url) {
+        r->client = rm_rdzv_client_new(t->cfg->rdzv_url, t->cfg->job, t->cfg->token,
+                                       t->cfg->worker_id);
+        if (!r->client)
+            return rm_errf(err, RM_ENOMEM, "rendezvous client: out of memory");
+    }
+    if (pthread_create(&r->th, NULL, reporter_main, r) != 0)
+        return rm_errf(err, RM_ERR, "reporter thread: cannot start");
+    r->started = true;
+    return RM_OK;
+}
+
+static void reporter_stop(trainer *t)
+{
+    reporter *r = &t->rp;
+    if (r->started) {
+        pthread_mutex_lock(&r->mu);
+        r->quit = true;
+        pthread_cond_signal(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        pthread_join(r->th, NULL);
+        r->started = false;
+    }
+    rm_rdzv_client_free(r->client);
+    r->client = NULL;
+    if (r->inited) {
+        pthread_mutex_destroy(&r->mu);
+        pthread_cond_destroy(&r->cv);
+        r->inited = false;
+    }
+}
+
+/* Publish the training state (every step; no allocation). */
+static void reporter_publish(trainer *t, bool active)
+{
+    reporter *r = &t->rp;
+    pthread_mutex_lock(&r->mu);
+    r->active = active;
+    r->snap.epoch = t->rdzv_epoch;
+    r->snap.rank = t->rank;
+    r->snap.train_epoch = t->train_epoch;
+    r->snap.step = t->step;
+    r->snap.last_checkpoint_step = t->last_ckpt_step > 0 ? t->last_ckpt_step : 0;
+    r->snap.loss = t->train_loss;
+    r->snap.allreduce_gbps = t->ar_gbps;
+    r->samples = t->samples_local;
+    t->rate = r->last_rate;
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* What the reporter heard for the current round: 0, R_REJOIN or R_STOP. */
+static int reporter_action(trainer *t)
+{
+    int a = atomic_load(&t->rp.action);
+    if (a == R_STOP)
+        return R_STOP;
+    if (a == R_REJOIN && atomic_load(&t->rp.action_epoch) == t->rdzv_epoch)
+        return R_REJOIN;
+    return 0;
+}
+
+/* Synchronous report from the training thread: used for the final "done" (with the result). */
 static int report(trainer *t, bool done)
 {
-    double now = now_mono();
-    if (t->rep_t > 0 && now > t->rep_t) {
-        t->rate = (double)(t->samples_local - t->rep_samples) / (now - t->rep_t);
-        rm_series_set(t->wm.samples_per_s, t->rate);
-    }
-    t->rep_t = now;
-    t->rep_samples = t->samples_local;
     if (!t->rdzv)
         return 0;   /* continue */
     rm_rdzv_report rep = {
@@ -1044,6 +1178,7 @@ static void fire_fault(trainer *t, const rm_fault *f)
             (long long)t->step);
     if (f->kind == RM_FAULT_EXIT)
         _exit(137);
+    reporter_publish(t, false);   /* a hung worker sends no reports */
     for (;;) {   /* hang: no steps, no reports, no beats; only SIGTERM/SIGKILL end it */
         if (g_train_term)
             _exit(143);
@@ -1118,8 +1253,8 @@ static int run_round(trainer *t, rm_err *err)
     if (rm_data_steps_per_epoch(t->tr.n, G) < 1)
         return rm_errf(err, RM_EINVAL, "global batch %d larger than the training set (%d)", G,
                        t->tr.n);
-    t->rep_t = 0;
-    report(t, false);
+    t->rep_t = now_mono();
+    reporter_publish(t, true);
     t->log_step = t->step;
     double log_t = now_mono();
     bool first_step = true;
@@ -1161,13 +1296,15 @@ static int run_round(trainer *t, rm_err *err)
         if (cfg->checkpoint_interval > 0 && t->step % cfg->checkpoint_interval == 0)
             ckpt_write(t, err);   /* a failed write is logged; training goes on */
         double now = now_mono();
-        if (now - t->rep_t >= 1.0) {
+        if (now - t->rep_t >= 1.0) {   /* the loss needs the device: read it here, ~1/s */
             t->train_loss = read_loss(t);
             rm_series_set(t->wm.loss, t->train_loss);
-            int a = report(t, false);
-            if (a)
-                return a;
+            t->rep_t = now;
         }
+        reporter_publish(t, true);
+        int a = reporter_action(t);
+        if (a)
+            return a;
         if (cfg->log_every > 0 && t->step - t->log_step >= cfg->log_every) {
             t->train_loss = read_loss(t);
             rm_series_set(t->wm.loss, t->train_loss);
@@ -1185,7 +1322,10 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
 {
     trainer t;
     int rc = trainer_setup(&t, cfg, err);
+    if (rc == RM_OK)
+        rc = reporter_start(&t, err);
     if (rc) {
+        reporter_stop(&t);
         trainer_free(&t);
         return rc;
     }
@@ -1228,6 +1368,7 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
             break;
         }
         /* the round broke: a collective failed, or the rendezvous moved on */
+        reporter_publish(&t, false);
         t.fail_t = now_mono();
         t.restarts++;
         rm_series_inc(t.wm.restarts, 1);
@@ -1249,6 +1390,8 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
         memset(err, 0, sizeof *err);
     }
     rc = RM_OK;
+    reporter_publish(&t, false);
+    reporter_stop(&t);
     t.train_seconds = now_mono() - t.t_start;
     if (outcome == R_TERM) {
         rm_info("SIGTERM: writing a checkpoint and exiting step=%lld", (long long)t.step);
@@ -1274,6 +1417,7 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
         rm_info("stopping (rendezvous said stop) step=%lld", (long long)t.step);
     }
 out:
+    reporter_stop(&t);
     round_teardown(&t);
     trainer_free(&t);
     return rc;

@@ -10,6 +10,7 @@
  *     resume from the step-100 checkpoint, the fault does not fire again, and all three finish with
  *     identical parameters.
  *   - hang_detected: a hung rank is noticed through the collective timeout, killed and replaced.
+ *   - controller_restart: rm_rdzv_restart mid-run; workers hear "rejoin" in a report and go on.
  *   - elastic_shrink: min 2 of 3, a worker dies and is not replaced; the survivors continue as a
  *     world of 2 from the checkpoint and agree bit for bit.
  * The binary is found through RM_BIN (the Makefile's test-unit sets it). */
@@ -326,6 +327,53 @@ static void test_hang_detected(void)
     h_stop(&h);
 }
 
+/* The controller restarts the group (rm_rdzv_restart) while it trains: the workers hear "rejoin"
+ * in their progress report (sent by the reporter thread), re-join epoch 2 in place and finish. */
+static void test_controller_restart(void)
+{
+    harness h;
+    CU_ASSERT_EQUAL_FATAL(h_start(&h, 2), 0);
+    pid_t p[2];
+    for (int i = 0; i < 2; i++) {
+        char wid[8], tag[8];
+        snprintf(wid, sizeof wid, "%d", i);
+        snprintf(tag, sizeof tag, "w%d", i);
+        p[i] = spawn(&h, wid, tag, NULL, NULL, 6000, false);
+    }
+    CU_ASSERT_FATAL(wait_log(&h, "w0", "msg=\"progress\" step=100 ", 60));
+    rm_rdzv_state st;
+    double until = mono() + 5;
+    do {   /* progress reports arrive while training (the reporter sends every ~1 s) */
+        CU_ASSERT_EQUAL_FATAL(rm_rdzv_snapshot(h.r, JOB, &st), RM_OK);
+        if (st.members[0].last_report > 0 && st.members[0].step > 0)
+            break;
+        usleep(50000);
+    } while (mono() < until);
+    CU_ASSERT_EQUAL(st.epoch, 1);
+    CU_ASSERT(st.members[0].last_report > 0);
+    CU_ASSERT(st.members[0].step > 0);
+    int ne = 0;
+    CU_ASSERT_EQUAL(rm_rdzv_restart(h.r, JOB, 1, &ne), RM_OK);
+    CU_ASSERT_EQUAL(ne, 2);
+    CU_ASSERT_EQUAL(wait_exit(p[0], 120), 0);
+    CU_ASSERT_EQUAL(wait_exit(p[1], 120), 0);
+    char *l0 = read_log(&h, "w0");
+    CU_ASSERT_FATAL(l0 != NULL);
+    char *l1 = read_log(&h, "w1");
+    /* at least one heard it from the report; the other may see its collective fail first */
+    CU_ASSERT(strstr(l0, "rendezvous moved on") != NULL ||
+              (l1 && strstr(l1, "rendezvous moved on") != NULL));
+    free(l1);
+    CU_ASSERT(strstr(l0, "msg=\"round ready\" epoch=2") != NULL);
+    CU_ASSERT(strstr(l0, "msg=\"training done\" steps=6000") != NULL);
+    free(l0);
+    char f0[17], f1[17];
+    CU_ASSERT_EQUAL_FATAL(log_fnv(&h, "w0", f0), 0);
+    CU_ASSERT_EQUAL_FATAL(log_fnv(&h, "w1", f1), 0);
+    CU_ASSERT_STRING_EQUAL(f0, f1);
+    h_stop(&h);
+}
+
 /* Elastic: min 2 of 3; rank 2 dies and is not replaced; the two survivors re-form a world of 2
  * from the checkpoint and finish with identical parameters and the LR of the smaller batch. */
 static void test_elastic_shrink(void)
@@ -366,6 +414,7 @@ void rm_suite_train_multi(void)
         {"kill_and_recover", test_kill_and_recover},
         {"elastic_shrink", test_elastic_shrink},
         {"hang_detected", test_hang_detected},
+        {"controller_restart", test_controller_restart},
     };
     RM_ADD_SUITE("train_multi", NULL, NULL, cases);
 }
