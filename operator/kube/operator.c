@@ -39,7 +39,7 @@ typedef struct rm_op {
     const char *metrics_addr, *probe_addr, *le_ns, *le_id, *rdzv_bind, *rdzv_url, *worker_image;
     bool leader_elect, pod_events;
     int workers;
-    double qps, resync_s;
+    double qps, resync_s, force_delete_s;
     int burst;
     /* parts */
     rm_kube_client *client;
@@ -70,6 +70,7 @@ static void usage(FILE *f)
             "         [--leader-election-id NAME] [--workers N] [--kube-api-qps Q] [--kube-api-burst B]\n"
             "         [--rendezvous-bind-address :29400] [--rendezvous-advertise-url URL]\n"
             "         [--worker-image IMAGE] [--resync-period S] [--pod-events true|false]\n"
+            "         [--force-delete-after S (pods stuck Terminating on a NotReady node; 30)]\n"
             "         [--log-format text|json] [--log-level debug|info|warn|error]\n");
 }
 
@@ -89,11 +90,17 @@ static void on_owned(void *ud, rm_inf_event ev, const char *key, const char *ind
         rm_wq_add(op->q, index);
 }
 
+static void enqueue_all(rm_op *op);
+
 static void on_node(void *ud, rm_inf_event ev, const char *key, const char *index, const void *o,
                     const void *n)
 {
-    /* a node going NotReady matters to the jobs with pods on it; a resync is cheap enough */
-    (void)ud;
+    /* a node going NotReady (or back) matters to the jobs with pods on it: pods only carry a hash
+     * of their node's name, so look at every job (cheap next to a node failure) */
+    rm_op *op = ud;
+    const rm_kube_node *a = o, *b = n;
+    if (ev == RM_INF_UPDATED && a && b && a->ready != b->ready && atomic_load(&op->leading))
+        enqueue_all(op);
 }
 
 static void on_restart(void *ud, const char *name, const char *reason)
@@ -197,7 +204,7 @@ static void *worker(void *arg)
 static int parse_flags(rm_op *op, int argc, char **argv)
 {
     enum { O_KC = 1000, O_NS, O_MA, O_PA, O_LE, O_LENS, O_LEID, O_W, O_QPS, O_BURST, O_RB, O_RU,
-           O_WI, O_LF, O_LL, O_RS, O_PE, O_H };
+           O_WI, O_LF, O_LL, O_RS, O_PE, O_FD, O_H };
     static const struct option lo[] = {
         {"kubeconfig", required_argument, 0, O_KC}, {"namespace", required_argument, 0, O_NS},
         {"metrics-bind-address", required_argument, 0, O_MA},
@@ -210,7 +217,8 @@ static int parse_flags(rm_op *op, int argc, char **argv)
         {"rendezvous-advertise-url", required_argument, 0, O_RU},
         {"worker-image", required_argument, 0, O_WI}, {"log-format", required_argument, 0, O_LF},
         {"log-level", required_argument, 0, O_LL}, {"resync-period", required_argument, 0, O_RS},
-        {"pod-events", required_argument, 0, O_PE}, {"help", no_argument, 0, O_H}, {0, 0, 0, 0}};
+        {"pod-events", required_argument, 0, O_PE},
+        {"force-delete-after", required_argument, 0, O_FD}, {"help", no_argument, 0, O_H}, {0, 0, 0, 0}};
     rm_log_level lvl = RM_LOG_INFO;
     rm_log_format fmt = RM_LOG_TEXT;
     optind = 1;
@@ -275,6 +283,13 @@ static int parse_flags(rm_op *op, int argc, char **argv)
             }
             break;
         case O_PE: op->pod_events = strcmp(optarg, "false") != 0; break;
+        case O_FD:
+            op->force_delete_s = strtod(optarg, &end);
+            if (*end || op->force_delete_s <= 0) {
+                fprintf(stderr, "ringmaster operator: bad --force-delete-after %s\n", optarg);
+                return 2;
+            }
+            break;
         case O_H: usage(stdout); return 1;
         default: usage(stderr); return 2;
         }
@@ -436,7 +451,7 @@ int rm_operator_main(int argc, char **argv)
                                 .services = op.services, .secrets = op.secrets, .nodes = op.nodes,
                                 .rdzv = op.rdzv, .metrics = &op.om, .rdzv_url = op.rdzv_url_buf,
                                 .worker_image = op.worker_image, .instance = op.identity,
-                                .pod_events = op.pod_events};
+                                .pod_events = op.pod_events, .force_delete_after_s = op.force_delete_s};
     for (int i = 0; i < op.njobs; i++)
         rc_cfg.jobs_inf[i] = op.jobs[i];
     if (rm_kube_rt_new(&rc_cfg, &op.rt, &err)) {
