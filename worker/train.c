@@ -325,6 +325,8 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
 
     optind = 1;
     opterr = 0;
+    rm_log_level log_lvl = RM_LOG_INFO;
+    rm_log_format log_fmt = RM_LOG_TEXT;
     int c;
     long long iv;
     double dv;
@@ -364,25 +366,19 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
             RM_CHECK_GOTO(parse_int("--max-steps", optarg, 0, 1LL << 40, &iv, err), rc, fail);
             cfg->t.max_steps = (int)iv;
             break;
-        case O_LOGFMT: {
-            rm_log_format f;
-            if (rm_log_parse_format(optarg, &f) != RM_OK) {
+        case O_LOGFMT:
+            if (rm_log_parse_format(optarg, &log_fmt) != RM_OK) {
                 rc = rm_errf(err, RM_EINVAL, "--log-format: text or json, got \"%s\"", optarg);
                 goto fail;
             }
-            rm_log_init(RM_LOG_INFO, f, "worker");
             break;
-        }
-        case O_LOGLVL: {
-            rm_log_level l;
-            if (rm_log_parse_level(optarg, &l) != RM_OK) {
+        case O_LOGLVL:
+            if (rm_log_parse_level(optarg, &log_lvl) != RM_OK) {
                 rc = rm_errf(err, RM_EINVAL, "--log-level: debug|info|warn|error, got \"%s\"",
                              optarg);
                 goto fail;
             }
-            rm_log_init(l, RM_LOG_TEXT, "worker");
             break;
-        }
         case O_OPT:
             opt_flag = true;
             if (!strcmp(optarg, "sgd"))
@@ -456,6 +452,7 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
         rc = rm_errf(err, RM_EINVAL, "unexpected argument \"%s\"", argv[optind]);
         goto fail;
     }
+    rm_log_init(log_lvl, log_fmt, "worker");   /* env RINGMASTER_LOG_* still override */
     if (opt_flag) {
         /* the defaults that depend on the optimizer type, unless given explicitly */
         rm_optimizer_spec *o = &cfg->t.optimizer;
