@@ -6,7 +6,7 @@ source "$(dirname "$0")/6x-operator-lib.bash"
 RDZV_PORT=$(free_port)
 start_kubesim
 install_crd
-start_operator a
+start_operator a --log-format json
 fast_job crashy 2 1 "        env: [{name: RINGMASTER_FAULT, value: 'exit:rank=1:step=120'}]" | k apply -f - >/dev/null
 wait_for 30 "2 pods" bash -c "[ \$(kubectl get pods -l ringmaster.dev/job-name=crashy --no-headers 2>/dev/null | grep -c .) -eq 2 ]"
 uid0=$(k get pod crashy-worker-0 -o jsonpath='{.metadata.uid}')
@@ -26,4 +26,12 @@ assert any(r in ("WorkerFailed","ProgressDeadlineExceeded") for r,_ in w), w
 print("warning events:", w)
 ' || fail "no Warning event explaining the restart"
 [ "$(metric "$OP_METRICS_a" '^ringmaster_jobs_restarted_total')" -ge 1 ] || fail "metric restarted"
+$PY -c '
+import json,sys
+n=0
+for l in open(sys.argv[1]):
+    if l.startswith("{"):
+        json.loads(l); n+=1
+assert n>3, n
+' "$T/operator-a.log" || fail "--log-format json lines do not parse"
 log "PASS"

@@ -6,7 +6,7 @@ source "$(dirname "$0")/6x-operator-lib.bash"
 RDZV_PORT=$(free_port)
 start_kubesim
 install_crd
-start_operator a
+start_operator a --namespace default --namespace kube-public
 # suspend → resume
 fast_job paused 1 1 | sed 's/^  replicas: 1$/  replicas: 1\n  runPolicy: {suspend: true}/' | k apply -f - >/dev/null
 wait_for 20 "Suspended" tj_phase_is paused Suspended
