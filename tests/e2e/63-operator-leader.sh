@@ -14,7 +14,7 @@ sleep 3
 la=$(metric "$OP_METRICS_a" '^ringmaster_is_leader'); lb=$(metric "$OP_METRICS_b" '^ringmaster_is_leader')
 [ $((la + lb)) -eq 1 ] || fail "is_leader a=$la b=$lb (want exactly one)"
 if [ "$la" -eq 1 ]; then L=a; F=b; else L=b; F=a; fi
-eval "LPID=\$OP_PID_$L LPROBE=\$OP_PROBE_$L FPROBE=\$OP_PROBE_$F FMETRICS=\$OP_METRICS_$F"
+eval "LPID=\$OP_PID_$L LPROBE=\$OP_PROBE_$L FPROBE=\$OP_PROBE_$F FMETRICS=\$OP_METRICS_$F FPID=\$OP_PID_$F"
 curl -fsS "http://127.0.0.1:$LPROBE/readyz" >/dev/null || fail "leader not ready"
 ! curl -fsS "http://127.0.0.1:$FPROBE/readyz" >/dev/null 2>&1 || fail "follower says ready"
 fast_job one 1 1 | k apply -f - >/dev/null
@@ -34,4 +34,7 @@ $PY -c "import sys; sys.exit(0 if $dt < 20 else 1)" || fail "takeover took ${dt}
 fast_job two 1 1 | k apply -f - >/dev/null
 wait_for 20 "pod of job two" bash -c "[ \$(kubectl get pods -l ringmaster.dev/job-name=two --no-headers 2>/dev/null | grep -c .) -eq 1 ]"
 wait_for 120 "job one Succeeded under the new leader" tj_phase_is one Succeeded
+# a graceful stop releases the Lease (holderIdentity "") so a successor need not wait 15 s
+kill -TERM "$FPID"
+wait_for 10 "lease released on SIGTERM" bash -c "[ -z \"\$(kubectl get lease rm-e2e -o jsonpath='{.spec.holderIdentity}')\" ]"
 log "PASS"
