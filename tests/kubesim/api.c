@@ -281,6 +281,26 @@ static bool valid_name(const char *n, bool label_only)
     return true;
 }
 
+/* Nesting depth (an object or array counts one level). Kept small-framed: it runs before the
+ * bigger recursive walks, which it protects from deep input on small connection stacks. */
+#define KS_MAX_DEPTH 100
+static int json_depth(const cJSON *o, int limit)
+{
+    if (!o || !(cJSON_IsObject(o) || cJSON_IsArray(o)))
+        return 0;
+    if (limit <= 0)
+        return 1;
+    int best = 0;
+    for (const cJSON *c = o->child; c; c = c->next) {
+        int d = json_depth(c, limit - 1);
+        if (d > best)
+            best = d;
+        if (best >= limit)
+            break;
+    }
+    return best + 1;
+}
+
 /* Keep the last of duplicate keys (what the apiserver's decoder does), recording them. */
 static void dedupe_keys(cJSON *o, const char *path, cJSON *dups)
 {
@@ -760,7 +780,7 @@ static bool spec_equal(const cJSON *a, const cJSON *b, bool ignore_status)
             continue;
         na++;
         const cJSON *o = cJSON_GetObjectItemCaseSensitive(b, e->string);
-        if (!o || !cJSON_Compare(e, o, 1))
+        if (!o || !ks_json_equal(e, o))
             return false;
     }
     for (const cJSON *e = b ? b->child : NULL; e; e = e->next) {
@@ -806,6 +826,13 @@ static void ks_apply_write(ks_server *s, ks_kind *k, const char *ns, const char 
     memset(r, 0, sizeof(*r));
     cJSON *merged = NULL;
     cJSON *unknown = cJSON_CreateArray();
+    if (json_depth(nw, KS_MAX_DEPTH + 1) > KS_MAX_DEPTH) {
+        /* a patch can deepen an object: keep every later walk shallow */
+        wfail(r, 422, NULL, NULL, "the object nests deeper than %d levels", KS_MAX_DEPTH);
+        cJSON_Delete(nw);
+        cJSON_Delete(unknown);
+        return;
+    }
     char q[256];
     qualified(k, q, sizeof(q));
     pthread_rwlock_wrlock(&s->lock);
@@ -963,7 +990,7 @@ static void ks_apply_write(ks_server *s, ks_kind *k, const char *ns, const char 
         char orv[32];
         snprintf(orv, sizeof(orv), "%llu", (unsigned long long)old->rv);
         set_str(md_of(merged), "resourceVersion", orv);
-        if (cJSON_Compare(merged, oldj, 1)) {
+        if (ks_json_equal(merged, oldj)) {
             r->obj = ks_obj_ref(old);
             r->noop = true;
             goto out;
@@ -1884,6 +1911,11 @@ static int parse_body(const rm_http_req *req, rm_http_resp *resp, cJSON **out, b
     if (!o)
         return ks_status(resp, 400, "BadRequest", NULL, NULL, NULL,
                          "couldn't get version/kind; json parse error: %s", e.msg), -1;
+    if (json_depth(o, KS_MAX_DEPTH + 1) > KS_MAX_DEPTH) {
+        cJSON_Delete(o);
+        return ks_status(resp, 400, "BadRequest", NULL, NULL, NULL,
+                         "the request body nests deeper than %d levels", KS_MAX_DEPTH), -1;
+    }
     cJSON *dups = cJSON_CreateArray();
     dedupe_keys(o, "", dups);
     if (strict && cJSON_GetArraySize(dups) > 0) {

@@ -7,6 +7,7 @@
  * become ks_kind entries sharing one table. Schema handling is one recursive walk that prunes,
  * defaults and checks in a single pass. CEL (x-kubernetes-validations) is not evaluated. */
 #include "tests/kubesim/kubesim.h"
+#include "tests/kubesim/patch.h"
 #include <ctype.h>
 #include <math.h>
 #include <stdio.h>
@@ -236,7 +237,7 @@ static int check_scalar(const cJSON *sch, const cJSON *node, const char *path, r
     if (cJSON_IsArray(en)) {
         bool hit = false;
         for (const cJSON *e = en->child; e; e = e->next)
-            if (cJSON_Compare(e, node, 1))
+            if (ks_json_equal(e, node))
                 hit = true;
         if (!hit) {
             char vals[300] = "";

@@ -24,6 +24,40 @@ static int insert_at(cJSON *arr, int idx, cJSON *item)
     return 0;
 }
 
+bool ks_json_equal(const cJSON *a, const cJSON *b)
+{
+    if (!a || !b)
+        return a == b;
+    if ((a->type & 0xFF) != (b->type & 0xFF))
+        return false;
+    if (cJSON_IsNumber(a))
+        return a->valuedouble == b->valuedouble;
+    if (cJSON_IsString(a) || cJSON_IsRaw(a))
+        return a->valuestring && b->valuestring && !strcmp(a->valuestring, b->valuestring);
+    if (cJSON_IsArray(a)) {
+        const cJSON *x = a->child, *y = b->child;
+        for (; x && y; x = x->next, y = y->next)
+            if (!ks_json_equal(x, y))
+                return false;
+        return !x && !y;
+    }
+    if (cJSON_IsObject(a)) {
+        int na = 0, nb = 0;
+        for (const cJSON *y = b->child; y; y = y->next)
+            nb++;
+        for (const cJSON *x = a->child; x; x = x->next) {
+            na++;
+            if (!x->string)
+                return false;
+            const cJSON *y = cJSON_GetObjectItemCaseSensitive(b, x->string);
+            if (!y || !ks_json_equal(x, y))
+                return false;
+        }
+        return na == nb;
+    }
+    return true; /* null, true, false */
+}
+
 /* ---- merge patch ---------------------------------------------------------------------------- */
 static cJSON *merge_rec(cJSON *target, const cJSON *patch)
 {
@@ -280,7 +314,7 @@ int ks_json_patch(cJSON **doc, const cJSON *patch, rm_err *err)
             if (!jv)
                 return rm_errf(err, RM_EPROTO, "json patch operation %d: missing value", i);
             cJSON *cur = get_at(*doc, path);
-            if (!cur || !cJSON_Compare(cur, jv, 1))
+            if (!cur || !ks_json_equal(cur, jv))
                 return rm_errf(err, RM_EINVAL, "testing value %.200s failed: test failed", path);
         } else {
             return rm_errf(err, RM_EPROTO, "Unexpected kind: %.40s", o);
@@ -327,7 +361,7 @@ static cJSON *find_by_key(cJSON *arr, const char *key, const cJSON *val, int *id
     int i = 0;
     for (cJSON *e = arr ? arr->child : NULL; e; e = e->next, i++) {
         const cJSON *k = cJSON_GetObjectItemCaseSensitive(e, key);
-        if (k && cJSON_Compare(k, val, 1)) {
+        if (k && ks_json_equal(k, val)) {
             if (idx)
                 *idx = i;
             return e;
@@ -347,7 +381,7 @@ static cJSON *smp_list(cJSON *target, const cJSON *patch, const char *field, rm_
         for (const cJSON *p = patch->child; p; p = p->next) {
             bool have = false;
             for (cJSON *e = target->child; e; e = e->next)
-                if (cJSON_Compare(e, p, 1))
+                if (ks_json_equal(e, p))
                     have = true;
             if (!have)
                 cJSON_AddItemToArray(target, cJSON_Duplicate(p, 1));
@@ -459,7 +493,7 @@ static cJSON *smp_rec(cJSON *target, const cJSON *patch, const char *field, rm_e
                     while (e) {
                         cJSON *next = e->next;
                         for (const cJSON *r = p->child; r; r = r->next)
-                            if (cJSON_Compare(e, r, 1)) {
+                            if (ks_json_equal(e, r)) {
                                 cJSON_Delete(cJSON_DetachItemViaPointer(lst, e));
                                 break;
                             }

@@ -8,6 +8,7 @@
  * The patch argument is borrowed. */
 #ifndef KS_PATCH_H
 #define KS_PATCH_H
+#include <stdbool.h>
 #include <cjson/cJSON.h>
 #include "common/rm.h"
 
@@ -21,4 +22,7 @@ int ks_json_patch(cJSON **doc, const cJSON *patch, rm_err *err);
  * other lists replace; directives $patch (replace|delete|merge), $setElementOrder/..,
  * $retainKeys and $deleteFromPrimitiveList/.. are honoured or dropped. */
 int ks_strategic_merge_patch(cJSON **doc, const cJSON *patch, rm_err *err);
+/* Deep equality, linear in the size of the trees. cJSON_Compare walks objects in both directions
+ * at every level (2^depth), which a 60-level document turns into a hang; never use it here. */
+bool ks_json_equal(const cJSON *a, const cJSON *b);
 #endif

@@ -132,6 +132,25 @@ for size in (3 * 1024 * 1024 + 1, 20 * 1024 * 1024):
     if st != 413 or js.get("kind") != "Status" or js.get("code") != 413:
         fail("huge body %d -> %s %r" % (size, st, data[:200]))
 ok("huge bodies (3 MiB+1, 20 MiB) -> 413 Status")
+# deep nesting: rejected before any recursive walk; deep-but-allowed documents stay fast (no
+# exponential comparisons)
+CMS = "/api/v1/namespaces/default/configmaps"
+st, data = one("POST", CMS, ('{"a":' * 990 + '1' + '}' * 990).encode(), "application/json")
+if st != 400 or json.loads(data).get("kind") != "Status":
+    fail("990-deep body -> %s" % st)
+one("POST", CMS, b'{"metadata":{"name":"deep"}}', "application/json")
+d60 = '{"a":' * 60 + '1' + '}' * 60
+t1 = time.time()
+st1, _ = one("PATCH", CMS + "/deep", ('{"data":{"x":"1"},"z":' + d60 + '}').encode(), "application/merge-patch+json")
+st2, _ = one("PATCH", CMS + "/deep", json.dumps([{"op": "test", "path": "/z", "value": json.loads(d60)},
+                                                 {"op": "add", "path": "/y", "value": json.loads(d60)}]).encode(),
+             "application/json-patch+json")
+deep_path = "/z" + "/a" * 59
+st3, data3 = one("PATCH", CMS + "/deep", json.dumps([{"op": "replace", "path": deep_path, "value": json.loads(d60)}]).encode(),
+                 "application/json-patch+json")
+if (st1, st2, st3) != (200, 200, 422) or time.time() - t1 > 5:
+    fail("deep documents: %s %s %s in %.1fs %r" % (st1, st2, st3, time.time() - t1, data3[:200]))
+ok("nesting: >100 levels -> 400, a patch that nests >100 -> 422, 60-level documents compared in linear time")
 st, data = one("GET", "/version", b"", "")
 if st != 200 or json.loads(data)["minor"] != "32":
     fail("server not answering after fuzzing")
