@@ -57,6 +57,7 @@ typedef struct rm_op {
     pthread_t th[MAX_WORKERS];
     int nth;
     atomic_bool leading;
+    atomic_bool synced;           /* every informer has loaded its first LIST */
     pthread_mutex_t lmu;          /* leadership transitions (rendezvous server start/stop) */
     char rdzv_url_buf[256];
     char identity[128];
@@ -159,7 +160,9 @@ static void update_ready(rm_op *op)
     bool synced = true;
     for (int i = 0; i < op->njobs; i++)
         synced &= rm_informer_synced(op->jobs[i]);
-    synced &= rm_informer_synced(op->pods);
+    synced &= rm_informer_synced(op->pods) && rm_informer_synced(op->services) &&
+              rm_informer_synced(op->secrets) && rm_informer_synced(op->nodes);
+    atomic_store(&op->synced, synced);
     bool lead = atomic_load(&op->leading);
     rm_health_set_ready(op->health, synced && lead,
                         !synced ? "informers not synced" : !lead ? "not the leader" : NULL);
@@ -178,6 +181,16 @@ static void *worker(void *arg)
             continue;
         if (!atomic_load(&op->leading)) {
             rm_wq_done(op->q, key);   /* the leader-to-be re-enqueues everything */
+            free(key);
+            continue;
+        }
+        if (!atomic_load(&op->synced))
+            update_ready(op);
+        if (!atomic_load(&op->synced)) {
+            /* WaitForCacheSync: deciding on half-loaded caches would see existing pods as
+             * missing; look again shortly */
+            rm_wq_add_after(op->q, key, 0.2);
+            rm_wq_done(op->q, key);
             free(key);
             continue;
         }
@@ -477,6 +490,7 @@ int rm_operator_main(int argc, char **argv)
     } else {
         on_leading(&op, true);
     }
+    update_ready(&op);
     /* main loop: readiness, periodic resync, signals */
     double last_resync = rm_kube_mono();
     unsigned ticks = 0;
