@@ -350,7 +350,9 @@ static bool requests_gpu(const cJSON *spec)
     return false;
 }
 
-/* Is this the ringmaster worker image (so it speaks our rendezvous and wants args [train])? */
+/* Is this the ringmaster worker image (so it speaks our rendezvous and wants args [train])?
+ * The configured --worker-image, or any image whose last path part (without tag or digest) is
+ * "ringmaster-worker", or "worker" under a path that mentions ringmaster (ringmaster/worker). */
 static bool is_worker_image(const char *image, const char *worker_image)
 {
     if (!image)
@@ -359,7 +361,11 @@ static bool is_worker_image(const char *image, const char *worker_image)
         return true;
     const char *slash = strrchr(image, '/');
     const char *base = slash ? slash + 1 : image;
-    return strncmp(base, "worker", 6) == 0 && strstr(image, "ringmaster") != NULL;
+    size_t n = strcspn(base, ":@");
+    if (n == 17 && strncmp(base, "ringmaster-worker", 17) == 0)
+        return true;
+    return n == 6 && strncmp(base, "worker", 6) == 0 && slash &&
+           memmem(image, (size_t)(slash - image), "ringmaster", 10) != NULL;
 }
 
 static const char *template_image(const rm_tj *tj)

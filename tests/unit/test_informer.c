@@ -422,6 +422,7 @@ static void test_worker_pod(void)
     CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
     CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].image")->valuestring, "ringmaster/worker:dev");
     CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].args[0]")->valuestring, "train");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].args[2]")->valuestring, "$(RINGMASTER_BIND_ADDR):9090");
     CU_ASSERT_STRING_EQUAL(env_val(pod, "RINGMASTER_BACKEND"), "ring");
     CU_ASSERT_STRING_EQUAL(env_val(pod, "RINGMASTER_RENDEZVOUS"), "http://r");
     cJSON *tr = cJSON_Parse(env_val(pod, "RINGMASTER_TRAINING"));
@@ -430,6 +431,23 @@ static void test_worker_pod(void)
     cJSON_Delete(pod);
     rm_tj_free(&tj);
     cJSON_Delete(o);
+    /* our image from another registry is still ours (args added); "worker" alone is not */
+    const char *imgs[][2] = {{"registry.example.com/ml/ringmaster-worker:v2", "1"},
+                             {"ghcr.io/acme/ringmaster/worker@sha256:abc", "1"},
+                             {"docker.io/library/worker:1", "0"}};
+    for (size_t i = 0; i < 3; i++) {
+        char js[512];
+        snprintf(js, sizeof(js), "{\"apiVersion\":\"ringmaster.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"d\",\"namespace\":\"default\"},"
+                 "\"spec\":{\"template\":{\"spec\":{\"containers\":[{\"name\":\"worker\",\"image\":\"%s\"}]}}}}", imgs[i][0]);
+        o = cJSON_Parse(js);
+        CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(o, &tj, &e), RM_OK);
+        rm_tj_defaults(&tj);
+        pod = rm_kube_worker_pod(o, &tj, 0, 1, "http://r", NULL, &e);
+        CU_ASSERT_EQUAL(rm_json_path(pod, "spec.containers[0].args") != NULL, imgs[i][1][0] == '1');
+        cJSON_Delete(pod);
+        rm_tj_free(&tj);
+        cJSON_Delete(o);
+    }
 }
 
 void rm_suite_informer(void)
