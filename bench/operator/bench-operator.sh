@@ -31,7 +31,7 @@ start_all() {
   "$RM_BIN/ringmaster" operator --kubeconfig "$KUBECONFIG" --metrics-bind-address 127.0.0.1:$MPORT \
      --health-probe-bind-address 127.0.0.1:0 --rendezvous-bind-address 127.0.0.1:$(port) \
      --workers "$OP_WORKERS" --kube-api-qps "$QPS" --kube-api-burst "$BURST" --pod-events "$POD_EVENTS" \
-     --log-level warn >"$T/operator.log" 2>&1 &
+     --log-level info >"$T/operator.log" 2>&1 &
   OP_PID=$!; PIDS+=($OP_PID)
   for _ in $(seq 100); do curl -fsS "http://127.0.0.1:$MPORT/metrics" >/dev/null 2>&1 && break; sleep 0.1; done
   sleep 1
@@ -58,6 +58,8 @@ for le,c in b:
 start_all
 FLEET=$(/usr/bin/python3 "$ROOT/bench/operator/load.py" fleet "$KS_URL" "$JOBS" "$WORKERS")
 sleep 1
+kill -USR1 $OP_PID; sleep 0.6
+MEM=$(grep 'heap_bytes=' "$T/operator.log" | tail -1 | sed 's/.*msg="memory" //; s/ src=.*//' || true)
 RSS=$(awk '/VmHWM/ {h=$2} /RssAnon/ {a=$2} /RssFile/ {f=$2} END {print h" kB (now: anon "a" kB, file "f" kB)"}' /proc/$OP_PID/status)
 P50=$(hist_q ringmaster_reconcile_seconds 0.5); P99=$(hist_q ringmaster_reconcile_seconds 0.99)
 cleanup; PIDS=(); T=$(mktemp -d /tmp/rm-bench-op.XXXXXX); export KUBECONFIG=$T/kubeconfig KUBECACHEDIR=$T/kcache
@@ -67,5 +69,6 @@ RSS2=$(awk '/VmHWM/ {print $2" "$3}' /proc/$OP_PID/status)
 RAW=$(/usr/bin/python3 "$ROOT/bench/operator/load.py" raw "$KS_URL" $((JOBS * WORKERS)))
 echo "fleet: $FLEET"
 echo "reconcile_seconds p50=$P50 p99=$P99 peak_rss=$RSS"
+echo "operator memory after the burst: $MEM"
 echo "big64: $BIG peak_rss=$RSS2"
 echo "ceiling (bare pod POSTs, 16 client threads, no operator): $RAW"

@@ -377,6 +377,7 @@ int rm_operator_main(int argc, char **argv)
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
+    sigaddset(&sigs, SIGUSR1);     /* logs a memory and cache summary */
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -500,6 +501,15 @@ int rm_operator_main(int argc, char **argv)
         if (sig == SIGTERM || sig == SIGINT) {
             rm_info("shutting down signal=%d", sig);
             break;
+        }
+        if (sig == SIGUSR1) {
+            struct mallinfo2 mi = mallinfo2();
+            size_t njobs = 0;
+            for (int i = 0; i < op.njobs; i++)
+                njobs += rm_informer_count(op.jobs[i]);
+            rm_info("memory heap_bytes=%zu heap_in_use=%zu mmapped=%zu jobs=%zu pods=%zu services=%zu secrets=%zu queue=%zu",
+                    mi.arena, mi.uordblks, mi.hblkhd, njobs, rm_informer_count(op.pods),
+                    rm_informer_count(op.services), rm_informer_count(op.secrets), rm_wq_len(op.q));
         }
         update_ready(&op);
         rm_health_beat(op.health);
