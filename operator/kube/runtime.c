@@ -127,7 +127,21 @@ static void mem_drop(rm_kube_rt *rt, const char *key)
 void *rm_kube_tj_transform(void *ud, const cJSON *obj)
 {
     (void)ud;
-    return cJSON_PrintUnformatted(obj);
+    /* drop what the operator never reads and that can double an object's size: kubectl's
+     * last-applied-configuration (a copy of the spec) and managedFields. /status writes built
+     * from this copy cannot remove them: the status subresource only changes .status */
+    cJSON *c = cJSON_Duplicate(obj, 1);
+    if (!c)
+        return NULL;
+    cJSON *md = cJSON_GetObjectItemCaseSensitive(c, "metadata");
+    cJSON_DeleteItemFromObjectCaseSensitive(md, "managedFields");
+    cJSON *ann = cJSON_GetObjectItemCaseSensitive(md, "annotations");
+    cJSON_DeleteItemFromObjectCaseSensitive(ann, "kubectl.kubernetes.io/last-applied-configuration");
+    if (cJSON_IsObject(ann) && !ann->child)
+        cJSON_DeleteItemFromObjectCaseSensitive(md, "annotations");
+    char *s = cJSON_PrintUnformatted(c);
+    cJSON_Delete(c);
+    return s;
 }
 
 static const char *label(const cJSON *obj, const char *key)

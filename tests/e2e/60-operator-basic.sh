@@ -53,6 +53,8 @@ $PY -c "import sys; a=float('$acc'); sys.exit(0 if 0.7 < a <= 1 else 1)" || fail
 k get tj mnist | tee "$T/get.txt"
 grep -q Succeeded "$T/get.txt" || fail "kubectl get tj does not show Succeeded"
 [ "$(tj_field mnist '{.status.observedGeneration}')" = "$(tj_field mnist '{.metadata.generation}')" ] || fail "observedGeneration"
+# status writes never touch metadata: kubectl's last-applied annotation survives (apply keeps working)
+k get tj mnist -o jsonpath='{.metadata.annotations}' | grep -q last-applied-configuration || fail "last-applied annotation lost"
 k get events -o json | $PY -c '
 import json,sys
 ev=json.load(sys.stdin)["items"]
