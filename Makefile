@@ -140,9 +140,10 @@ $(ALL_LIBS): | $(BUILDDIR)/empty.o
 $(RINGMASTER): $(call obj,operator/main.c) $(LIBOPERATOR) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+# The worker's libraries reference each other (CUDA kernels call worker/gpu.c): link them as a group.
 $(WORKER): $(call obj,worker/main.c) $(LIBWORKER) $(LIBKERNELS) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
+	$(CC) $(LDFLAGS) -o $@ $< -Wl,--start-group $(LIBWORKER) $(LIBKERNELS) $(LIBCOMMON) -Wl,--end-group $(LIBS)
 $(KUBESIM): $(call obj,tests/kubesim/main.c) $(LIBKUBESIM) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
