@@ -345,7 +345,7 @@ int ks_discovery(ks_server *s, const rm_http_req *req, rm_http_resp *resp)
         cJSON *sa = cJSON_AddArrayToObject(o, "serverAddressByClientCIDRs");
         cJSON *e = cJSON_CreateObject();
         char addr[64];
-        snprintf(addr, sizeof(addr), "127.0.0.1:%d", s->port);
+        snprintf(addr, sizeof(addr), "127.0.0.1:%d", atomic_load(&s->port));
         cJSON_AddStringToObject(e, "clientCIDR", "0.0.0.0/0");
         cJSON_AddStringToObject(e, "serverAddress", addr);
         cJSON_AddItemToArray(sa, e);

@@ -144,7 +144,8 @@ typedef struct ks_server {
     struct ks_snapshots *snaps;
     struct ks_kubelet *kubelet;
     rm_http_server *http;
-    int port;
+    atomic_int port;                /* set after the listener starts; read by /api */
+    ks_kind *core[16];              /* built-in kinds by enum ks_type, fixed after init */
     atomic_bool stopping;
     pthread_mutex_t ctlmu;          /* main loop requests (restart) */
     pthread_cond_t ctlcond;

@@ -150,10 +150,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "kubesim: %s\n", err.msg);
         return 1;
     }
-    srv.port = rm_http_port(srv.http);
+    atomic_store(&srv.port, rm_http_port(srv.http));
+    int port = atomic_load(&srv.port);
     char bind[64];
-    snprintf(bind, sizeof(bind), "127.0.0.1:%d", srv.port);
-    if (o.kubeconfig_out[0] && write_kubeconfig(o.kubeconfig_out, srv.port) < 0) {
+    snprintf(bind, sizeof(bind), "127.0.0.1:%d", port);
+    if (o.kubeconfig_out[0] && write_kubeconfig(o.kubeconfig_out, port) < 0) {
         fprintf(stderr, "kubesim: cannot write kubeconfig %s: %s\n", o.kubeconfig_out, strerror(errno));
         rm_http_stop(srv.http);
         return 1;
@@ -163,9 +164,9 @@ int main(int argc, char **argv)
         return 1;
     }
     ks_gc_start(&srv);
-    printf("kubesim listening on http://127.0.0.1:%d\n", srv.port);
+    printf("kubesim listening on http://127.0.0.1:%d\n", port);
     fflush(stdout);
-    rm_info("kubesim serving addr=http://127.0.0.1:%d kubelet=%s data_dir=%s", srv.port, o.no_kubelet ? "off" : "on",
+    rm_info("kubesim serving addr=http://127.0.0.1:%d kubelet=%s data_dir=%s", port, o.no_kubelet ? "off" : "on",
             o.data_dir);
     for (;;) {
         struct timespec ts = {0, 200 * 1000000L};

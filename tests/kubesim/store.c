@@ -499,11 +499,8 @@ ks_kind *ks_kind_add(ks_server *s, const ks_kind *proto)
 
 ks_kind *ks_core_kind(ks_server *s, int type)
 {
-    /* built-in kinds are added first and never removed, so no lock is needed */
-    for (size_t i = 0; i < s->nkinds; i++)
-        if (s->kinds[i]->type == type && s->kinds[i]->type != KS_T_CR)
-            return s->kinds[i];
-    return NULL;
+    /* filled once at init and never changed: no lock needed */
+    return type >= 0 && type < (int)RM_ARRAY_LEN(s->core) ? s->core[type] : NULL;
 }
 
 static void add_builtin(ks_server *s, const char *group, const char *version, const char *res,
@@ -531,7 +528,9 @@ static void add_builtin(ks_server *s, const char *group, const char *version, co
     k.has_status = status;
     k.type = type;
     k.tab = shared;
-    ks_kind_add(s, &k);
+    ks_kind *nk = ks_kind_add(s, &k);
+    if (nk && type >= 0 && type < (int)RM_ARRAY_LEN(s->core) && !s->core[type])
+        s->core[type] = nk;
 }
 
 void ks_now_rfc3339(char out[32])
