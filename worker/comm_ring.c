@@ -10,9 +10,14 @@
  *
  * Pipelining: segments are cut into pieces (default 512 KiB). The send of piece j of step t needs
  * only piece j of step t-1 received (and reduced), so sending, receiving and reducing overlap
- * across steps. One thread drives both sockets with non-blocking sendmsg/recvmsg and poll(); the
- * kernel's socket buffers (4 MiB) keep data moving while we reduce. Each piece is framed by a
- * 16-byte header (magic, sequence number, length, check) so desync or garbage is RM_EPROTO.
+ * across steps. Below 1 MiB one thread drives both sockets with non-blocking sendmsg/recvmsg and
+ * poll(); from 1 MiB a per-comm sender thread sends while the caller's thread receives and
+ * reduces (the dependency travels through an atomic piece counter), so the user->kernel and
+ * kernel->user copies run on two cores when the pod has them (RINGMASTER_RING_TX_THREAD=0 turns
+ * it off). Two ranks with <= 64 KiB do a single exchange (half the latency). The kernel's socket
+ * buffers (4 MiB) keep data moving while we reduce. Each piece is framed by a 16-byte header
+ * (magic, sequence number, length, check; host byte order: peers run the same build) so desync
+ * or garbage is RM_EPROTO.
  *
  * Connection setup: connect to next, accept from prev on the listener advertised at rendezvous.
  * Handshake (no token on the wire): HELLO{epoch, rank, world, nonce_c} ->
@@ -24,6 +29,7 @@
  * once; abort() sets a flag and shutdown()s both sockets, which wakes poll() in the owning thread. */
 #include <errno.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,6 +37,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
@@ -46,17 +53,36 @@
 #define RING_DEFAULT_PIECE_BYTES (512u << 10)
 #define RING_HANDSHAKE_STRANGER_S 2.0
 #define RING_EXCHANGE_MAX_BYTES (64u << 10)   /* 2 ranks up to here: one exchange, not 2 steps */
+#define RING_TX_MIN_BYTES (1u << 20)          /* from here on a sender thread sends */
 
 struct rm_comm {
     int rank, n, epoch;
     int next_fd, prev_fd;
     double timeout_s;
     atomic_int aborted;
-    int broken;               /* a collective failed: peers may be out of step */
-    uint32_t send_seq, recv_seq;
+    atomic_int broken;        /* a collective failed: peers may be out of step */
+    uint32_t send_seq, recv_seq;   /* send_seq: sending thread only; recv_seq: receiving only */
     size_t piece;             /* floats per piece */
     float *scratch;           /* one piece */
+
+    /* Sender thread for large collectives: the caller's thread receives and reduces, this one
+     * sends, so the two copies of a piece (kernel->user for the next piece, user->kernel for the
+     * reduced one) run on both cores. One job at a time, handed over under mu. */
+    int tx_started, tx_stop;
+    pthread_t tx;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;        /* job posted / job done / receive progress / failure */
+    unsigned tx_job, tx_done;
+    const float *j_src;
+    float *j_dst;
+    size_t j_count;
+    atomic_size_t rx_count;   /* pieces received (and reduced) in the current job */
+    int fail_rc;              /* first failure of the current job (under mu) */
+    rm_err fail_err;
 };
+
+static void ring_wake(rm_comm *c);
+static void *ring_tx_main(void *arg);
 
 typedef struct frame_hdr {
     uint32_t magic, seq, len, check;
@@ -235,6 +261,15 @@ static int ring_accept(rm_comm *c, int lfd, const char *token, const uint8_t non
 
 static void ring_destroy(rm_comm *c) {
     if (!c) return;
+    if (c->tx_started) {
+        pthread_mutex_lock(&c->mu);
+        c->tx_stop = 1;
+        pthread_cond_broadcast(&c->cv);
+        pthread_mutex_unlock(&c->mu);
+        pthread_join(c->tx, NULL);
+        pthread_cond_destroy(&c->cv);
+        pthread_mutex_destroy(&c->mu);
+    }
     if (c->next_fd >= 0) close(c->next_fd);
     if (c->prev_fd >= 0) close(c->prev_fd);
     free(c->scratch);
@@ -256,6 +291,8 @@ static int ring_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
     c->next_fd = c->prev_fd = -1;
     c->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 10.0;
     atomic_init(&c->aborted, 0);
+    atomic_init(&c->broken, 0);
+    atomic_init(&c->rx_count, 0);
     size_t piece_bytes = RING_DEFAULT_PIECE_BYTES;
     const char *pe = getenv("RINGMASTER_RING_PIECE_KB");   /* tuning knob for the benchmark */
     if (pe && atoi(pe) >= 4 && atoi(pe) <= 65536) piece_bytes = (size_t)atoi(pe) << 10;
@@ -284,6 +321,17 @@ static int ring_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
     RM_CHECK_GOTO(ring_accept(c, lfd, token, nonce_c, deadline, err), rc, fail);
     RM_CHECK_GOTO(ring_connector_ok(c, deadline, err), rc, fail);
     if (own_lfd >= 0) close(own_lfd);
+    own_lfd = -1;
+    const char *tt = getenv("RINGMASTER_RING_TX_THREAD");   /* 0: one thread drives both sockets */
+    if (!tt || atoi(tt) != 0) {
+        if (pthread_mutex_init(&c->mu, NULL) == 0) {
+            if (pthread_cond_init(&c->cv, NULL) == 0) {
+                if (pthread_create(&c->tx, NULL, ring_tx_main, c) == 0) c->tx_started = 1;
+                else pthread_cond_destroy(&c->cv);
+            }
+            if (!c->tx_started) pthread_mutex_destroy(&c->mu);
+        }
+    }
     rm_debug("ring connected rank=%d world=%d epoch=%d", c->rank, c->n, c->epoch);
     *out = c;
     return RM_OK;
@@ -298,6 +346,7 @@ static void ring_abort(rm_comm *c) {
     atomic_store(&c->aborted, 1);
     if (c->next_fd >= 0) shutdown(c->next_fd, SHUT_RDWR);
     if (c->prev_fd >= 0) shutdown(c->prev_fd, SHUT_RDWR);
+    ring_wake(c);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -344,25 +393,56 @@ static size_t npieces(size_t len, size_t piece) { return (len + piece - 1) / pie
 
 /* A failed collective leaves the ring out of step: shut both sockets so the neighbours fail at
  * once (RM_ECLOSED) instead of waiting out their timeout; the failure travels round the ring. */
+static void ring_wake(rm_comm *c) {
+    if (!c->tx_started) return;
+    pthread_mutex_lock(&c->mu);
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+}
+
 static void ring_break(rm_comm *c) {
-    c->broken = 1;
+    atomic_store(&c->broken, 1);
     if (c->next_fd >= 0) shutdown(c->next_fd, SHUT_RDWR);
     if (c->prev_fd >= 0) shutdown(c->prev_fd, SHUT_RDWR);
+    ring_wake(c);
+}
+
+/* Keep the first failure of a job (the other thread's later ECLOSED is only the echo). */
+static void record_fail(rm_comm *c, int rc, const rm_err *e) {
+    if (!c->tx_started) return;
+    pthread_mutex_lock(&c->mu);
+    if (!c->fail_rc) {
+        c->fail_rc = rc;
+        if (e) c->fail_err = *e;
+        else rm_errf(&c->fail_err, rc, "ring: failed");
+    }
+    pthread_mutex_unlock(&c->mu);
 }
 
 static int fail_io(rm_comm *c, int rc, rm_err *err, const char *what, int peer) {
+    int saved = errno;
+    rm_err local = {0};
+    if (!err) err = &local;
+    if (atomic_load(&c->aborted)) rc = rm_errf(err, RM_ECLOSED, "ring: aborted");
+    else if (rc == RM_ECLOSED)
+        rc = rm_errf(err, rc, "ring: rank %d closed the connection during %s (peer died?)", peer, what);
+    else if (rc == RM_ETIMEDOUT)
+        rc = rm_errf(err, rc, "ring: no progress from rank %d for %.1f s during %s (peer hung or dead)",
+                     peer, c->timeout_s, what);
+    else
+        rc = rm_errf(err, rc, "ring: %s with rank %d failed: %s", what, peer, strerror(saved));
+    record_fail(c, rc, err);
     ring_break(c);
-    if (atomic_load(&c->aborted)) return rm_errf(err, RM_ECLOSED, "ring: aborted");
-    if (rc == RM_ECLOSED)
-        return rm_errf(err, rc, "ring: rank %d closed the connection during %s (peer died?)", peer, what);
-    if (rc == RM_ETIMEDOUT)
-        return rm_errf(err, rc, "ring: no progress from rank %d for %.1f s during %s (peer hung or dead)",
-                       peer, c->timeout_s, what);
-    return rm_errf(err, rc, "ring: %s with rank %d failed: %s", what, peer, strerror(errno));
+    return rc;
 }
 
+enum { RING_SEND = 1, RING_RECV = 2 };
+
+/* One rank's side of the ring allreduce. mode RING_SEND|RING_RECV drives both sockets from this
+ * thread; with the sender thread, the caller runs RING_RECV and the sender thread RING_SEND, the
+ * dependency "piece j of step t-1 received" then travels through c->rx_count. */
 static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t count, rm_redop op,
-                              rm_err *err) {
+                              int mode, rm_err *err) {
     const int n = c->n, r = c->rank, T = 2 * (n - 1);
     const size_t P = c->piece;
     const int prev = (r + n - 1) % n, next = (r + 1) % n;
@@ -379,6 +459,9 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
 
 #define SEND_SEG(t) ((r - (t) + 2 * n) % n)
 #define RECV_SEG(t) ((r - (t) - 1 + 2 * n) % n)
+    const int shared = mode != (RING_SEND | RING_RECV);
+    if (!(mode & RING_SEND)) st = T;
+    if (!(mode & RING_RECV)) rt = T;
     seg_range(count, n, SEND_SEG(0), &s_segoff, &s_seglen);
     s_np = npieces(s_seglen, P);
     seg_range(count, n, RECV_SEG(0), &r_segoff, &r_seglen);
@@ -405,7 +488,9 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
     double last_progress = rm_net_now();
     while (st < T || rt < T) {
         int progress = 0;
-        if (atomic_load_explicit(&c->aborted, memory_order_relaxed)) return fail_io(c, RM_ECLOSED, err, "allreduce", prev);
+        if (atomic_load_explicit(&c->aborted, memory_order_relaxed) ||
+            (shared && atomic_load_explicit(&c->broken, memory_order_relaxed)))
+            return fail_io(c, RM_ECLOSED, err, "allreduce", rt < T ? prev : next);
         /* ---- receive as much as is there ---- */
         while (rt < T) {
             size_t plen = r_seglen - rj * P < P ? r_seglen - rj * P : P;
@@ -437,11 +522,15 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
                 if (rhdr.magic != FRAME_MAGIC || rhdr.seq != c->recv_seq ||
                     rhdr.len != (uint32_t)(plen * sizeof(float)) ||
                     rhdr.check != (FRAME_MAGIC ^ rhdr.seq ^ rhdr.len ^ FRAME_CHECK)) {
+                    rm_err pe = {0};
+                    rm_errf(&pe, RM_EPROTO,
+                            "ring: garbage or desync from rank %d (frame magic %08x seq %u len %u, "
+                            "want seq %u len %zu)", prev, rhdr.magic, rhdr.seq, rhdr.len,
+                            c->recv_seq, plen * sizeof(float));
+                    record_fail(c, RM_EPROTO, &pe);
                     ring_break(c);
-                    return rm_errf(err, RM_EPROTO,
-                                   "ring: garbage or desync from rank %d (frame magic %08x seq %u len %u, "
-                                   "want seq %u len %zu)", prev, rhdr.magic, rhdr.seq, rhdr.len,
-                                   c->recv_seq, plen * sizeof(float));
+                    if (err) *err = pe;
+                    return RM_EPROTO;
                 }
             }
             if (r_done < total) continue;
@@ -452,6 +541,10 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
             }
             c->recv_seq++;
             recv_count++;
+            if (shared) {
+                atomic_store_explicit(&c->rx_count, recv_count, memory_order_release);
+                ring_wake(c);
+            }
             r_done = 0;
             rj++;
             while (rt < T && rj == r_np) {
@@ -465,6 +558,7 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
             break;   /* a completed piece may unlock a send: go send */
         }
         /* ---- send what is ready ---- */
+        if (shared && st < T) recv_count = atomic_load_explicit(&c->rx_count, memory_order_acquire);
         while (st < T && (st == 0 || recv_count > dep_base + sj)) {
             size_t plen = s_seglen - sj * P < P ? s_seglen - sj * P : P;
             size_t total = sizeof(frame_hdr) + plen * sizeof(float);
@@ -519,9 +613,31 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
         double left = last_progress + c->timeout_s - now;
         if (left <= 0) return fail_io(c, RM_ETIMEDOUT, err, "allreduce", rt < T ? prev : next);
         int can_send = st < T && (st == 0 || recv_count > dep_base + sj);
+        if (shared && rt >= T && st < T && !can_send) {
+            /* sender thread waiting for the receiver's next piece */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            double w = left < 0.05 ? left : 0.05;
+            ts.tv_sec += (time_t)w;
+            ts.tv_nsec += (long)((w - (double)(time_t)w) * 1e9);
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_mutex_lock(&c->mu);
+            if (atomic_load(&c->rx_count) <= dep_base + sj && !atomic_load(&c->broken) &&
+                !atomic_load(&c->aborted))
+                pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+            pthread_mutex_unlock(&c->mu);
+            if (atomic_load(&c->broken) || atomic_load(&c->aborted))
+                return fail_io(c, RM_ECLOSED, err, "allreduce", prev);
+            if (atomic_load(&c->rx_count) > dep_base + sj) last_progress = -1;
+            continue;
+        }
+        /* only the sockets this side still needs: a finished neighbour may close legitimately */
         struct pollfd pf[2] = {
-            {.fd = c->prev_fd, .events = (short)(rt < T ? POLLIN : 0)},
-            {.fd = c->next_fd, .events = (short)(POLLRDHUP | (can_send ? POLLOUT : 0))},
+            {.fd = rt < T ? c->prev_fd : -1, .events = POLLIN},
+            {.fd = st < T ? c->next_fd : -1, .events = (short)(POLLRDHUP | (can_send ? POLLOUT : 0))},
         };
         int pr = poll(pf, 2, (int)(left * 1000.0) + 1);
         if (pr < 0 && errno != EINTR) return fail_io(c, RM_EIO, err, "allreduce poll", prev);
@@ -531,6 +647,48 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
 #undef SEND_SEG
 #undef RECV_SEG
     return RM_OK;
+}
+
+static void *ring_tx_main(void *arg) {
+    rm_comm *c = arg;
+    pthread_mutex_lock(&c->mu);
+    for (;;) {
+        while (!c->tx_stop && c->tx_job == c->tx_done) pthread_cond_wait(&c->cv, &c->mu);
+        if (c->tx_stop) break;
+        const float *src = c->j_src;
+        float *dst = c->j_dst;
+        size_t count = c->j_count;
+        pthread_mutex_unlock(&c->mu);
+        rm_err e = {0};
+        (void)ring_allreduce_f32(c, src, dst, count, RM_OP_SUM, RING_SEND, &e);   /* failures recorded */
+        pthread_mutex_lock(&c->mu);
+        c->tx_done = c->tx_job;
+        pthread_cond_broadcast(&c->cv);
+    }
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* Large collectives: this thread receives and reduces while the sender thread sends. */
+static int ring_allreduce_threaded(rm_comm *c, const float *src, float *dst, size_t count, rm_redop op,
+                                   rm_err *err) {
+    pthread_mutex_lock(&c->mu);
+    c->j_src = src;
+    c->j_dst = dst;
+    c->j_count = count;
+    atomic_store(&c->rx_count, 0);
+    c->fail_rc = 0;
+    c->tx_job++;
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    rm_err e = {0};
+    (void)ring_allreduce_f32(c, src, dst, count, op, RING_RECV, &e);
+    pthread_mutex_lock(&c->mu);
+    while (c->tx_done != c->tx_job) pthread_cond_wait(&c->cv, &c->mu);   /* bounded: see tx timeouts */
+    int rc = c->fail_rc;
+    if (rc && err) *err = c->fail_err;
+    pthread_mutex_unlock(&c->mu);
+    return rc;
 }
 
 /* Two ranks, small buffer: one exchange instead of two ring steps (half the latency, same bytes
@@ -607,8 +765,8 @@ static int exchange2_f32(rm_comm *c, const float *src, float *dst, size_t count,
         double left = last_progress + c->timeout_s - now;
         if (left <= 0) return fail_io(c, RM_ETIMEDOUT, err, "allreduce", peer);
         struct pollfd pf[2] = {
-            {.fd = c->prev_fd, .events = (short)(got < total ? POLLIN : 0)},
-            {.fd = c->next_fd, .events = (short)(POLLRDHUP | (sent < total ? POLLOUT : 0))},
+            {.fd = got < total ? c->prev_fd : -1, .events = POLLIN},
+            {.fd = sent < total ? c->next_fd : -1, .events = POLLRDHUP | POLLOUT},
         };
         int pr = poll(pf, 2, (int)(left * 1000.0) + 1);
         if (pr < 0 && errno != EINTR) return fail_io(c, RM_EIO, err, "allreduce poll", peer);
@@ -628,7 +786,7 @@ static int ring_allreduce_oop(rm_comm *c, const void *send, void *recv, size_t c
         return rm_errf(err, RM_EUNSUPPORTED, "ring: only float32 is supported (got %s)", rm_dtype_name(dt));
     if (op != RM_OP_SUM && op != RM_OP_AVG) return rm_errf(err, RM_EINVAL, "ring: unknown reduction");
     if (atomic_load(&c->aborted)) return rm_errf(err, RM_ECLOSED, "ring: aborted");
-    if (c->broken) return rm_errf(err, RM_ECLOSED, "ring: unusable after an earlier failure");
+    if (atomic_load(&c->broken)) return rm_errf(err, RM_ECLOSED, "ring: unusable after an earlier failure");
     if (count == 0) return RM_OK;
     if (c->n == 1) {
         if (send != recv) memmove(recv, send, count * sizeof(float));
@@ -636,7 +794,9 @@ static int ring_allreduce_oop(rm_comm *c, const void *send, void *recv, size_t c
     }
     if (c->n == 2 && count * sizeof(float) <= RING_EXCHANGE_MAX_BYTES && count <= c->piece)
         return exchange2_f32(c, send, recv, count, op, err);
-    return ring_allreduce_f32(c, send, recv, count, op, err);
+    if (c->tx_started && count * sizeof(float) >= RING_TX_MIN_BYTES)
+        return ring_allreduce_threaded(c, send, recv, count, op, err);
+    return ring_allreduce_f32(c, send, recv, count, op, RING_SEND | RING_RECV, err);
 }
 
 static int ring_allreduce(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_redop op, rm_err *err) {

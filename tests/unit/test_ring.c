@@ -187,6 +187,8 @@ static void test_sizes(void) {
             CU_ASSERT_EQUAL(check_allreduce(w, counts[c], RM_OP_SUM, 0), 0);
         }
         CU_ASSERT_EQUAL(check_allreduce(w, 4099, RM_OP_AVG, 0), 0);
+        if (n == 2 || n == 3 || n == 5 || n == 8)   /* >= 1 MiB: the sender-thread path, many pieces */
+            CU_ASSERT_EQUAL(check_allreduce(w, 300007, n == 5 ? RM_OP_AVG : RM_OP_SUM, n == 3), 0);
         CU_ASSERT_EQUAL(check_allreduce(w, 777, RM_OP_SUM, 1), 0);
         CU_ASSERT_EQUAL(check_allreduce(w, 10007, RM_OP_AVG, 1), 0);
         /* barrier works and leaves the comm usable */
@@ -204,6 +206,20 @@ static void test_large_default_pieces(void) {
     CU_ASSERT_EQUAL_FATAL(world_init(&w), 0);
     CU_ASSERT_EQUAL(check_allreduce(&w, (1u << 20) + 13, RM_OP_SUM, 0), 0);   /* 4 MiB, several pieces */
     world_close(&w);
+}
+
+static void test_large_single_thread(void) {
+    /* the same with one thread driving both sockets (RINGMASTER_RING_TX_THREAD=0) */
+    setenv("RINGMASTER_RING_TX_THREAD", "0", 1);
+    setenv("RINGMASTER_RING_PIECE_KB", "64", 1);
+    world w;
+    world_listen(&w, 4);
+    CU_ASSERT_EQUAL_FATAL(world_init(&w), 0);
+    CU_ASSERT_EQUAL(check_allreduce(&w, (1u << 19) + 5, RM_OP_SUM, 0), 0);
+    CU_ASSERT_EQUAL(check_allreduce(&w, (1u << 19) + 3, RM_OP_AVG, 1), 0);
+    world_close(&w);
+    unsetenv("RINGMASTER_RING_TX_THREAD");
+    unsetenv("RINGMASTER_RING_PIECE_KB");
 }
 
 static void test_bad_dtype(void) {
@@ -418,6 +434,7 @@ void rm_suite_ring(void) {
     static const rm_test_case cases[] = {
         {"sizes_1_to_8_awkward_counts", test_sizes},
         {"large_default_pieces", test_large_default_pieces},
+        {"large_single_thread", test_large_single_thread},
         {"bf16_unsupported", test_bad_dtype},
         {"bad_config", test_bad_config},
         {"stranger_and_garbage_refused", test_stranger_refused},
