@@ -38,7 +38,7 @@ typedef struct rm_op {
     int nns;
     const char *metrics_addr, *probe_addr, *le_ns, *le_id, *rdzv_bind, *rdzv_url, *worker_image;
     bool leader_elect, pod_events;
-    int workers;
+    int workers, worker_metrics_port;
     double qps, resync_s, force_delete_s;
     int burst;
     /* parts */
@@ -72,6 +72,7 @@ static void usage(FILE *f)
             "         [--rendezvous-bind-address :29400] [--rendezvous-advertise-url URL]\n"
             "         [--worker-image IMAGE] [--resync-period S] [--pod-events true|false]\n"
             "         [--force-delete-after S (pods stuck Terminating on a NotReady node; 30)]\n"
+            "         [--worker-metrics-port P (9090; 0 = any, for hosts shared by many pods)]\n"
             "         [--log-format text|json] [--log-level debug|info|warn|error]\n");
 }
 
@@ -217,7 +218,7 @@ static void *worker(void *arg)
 static int parse_flags(rm_op *op, int argc, char **argv)
 {
     enum { O_KC = 1000, O_NS, O_MA, O_PA, O_LE, O_LENS, O_LEID, O_W, O_QPS, O_BURST, O_RB, O_RU,
-           O_WI, O_LF, O_LL, O_RS, O_PE, O_FD, O_H };
+           O_WI, O_LF, O_LL, O_RS, O_PE, O_FD, O_WMP, O_H };
     static const struct option lo[] = {
         {"kubeconfig", required_argument, 0, O_KC}, {"namespace", required_argument, 0, O_NS},
         {"metrics-bind-address", required_argument, 0, O_MA},
@@ -231,7 +232,8 @@ static int parse_flags(rm_op *op, int argc, char **argv)
         {"worker-image", required_argument, 0, O_WI}, {"log-format", required_argument, 0, O_LF},
         {"log-level", required_argument, 0, O_LL}, {"resync-period", required_argument, 0, O_RS},
         {"pod-events", required_argument, 0, O_PE},
-        {"force-delete-after", required_argument, 0, O_FD}, {"help", no_argument, 0, O_H}, {0, 0, 0, 0}};
+        {"force-delete-after", required_argument, 0, O_FD},
+        {"worker-metrics-port", required_argument, 0, O_WMP}, {"help", no_argument, 0, O_H}, {0, 0, 0, 0}};
     rm_log_level lvl = RM_LOG_INFO;
     rm_log_format fmt = RM_LOG_TEXT;
     optind = 1;
@@ -296,6 +298,13 @@ static int parse_flags(rm_op *op, int argc, char **argv)
             }
             break;
         case O_PE: op->pod_events = strcmp(optarg, "false") != 0; break;
+        case O_WMP:
+            op->worker_metrics_port = (int)strtol(optarg, &end, 10);
+            if (*end || op->worker_metrics_port < 0 || op->worker_metrics_port > 65535) {
+                fprintf(stderr, "ringmaster operator: bad --worker-metrics-port %s\n", optarg);
+                return 2;
+            }
+            break;
         case O_FD:
             op->force_delete_s = strtod(optarg, &end);
             if (*end || op->force_delete_s <= 0) {
@@ -361,6 +370,7 @@ int rm_operator_main(int argc, char **argv)
     op.resync_s = 30;
     op.le_id = "ringmaster-operator";
     op.pod_events = true;
+    op.worker_metrics_port = 9090;
     op.rdzv_bind = ":29400";
     int rc = parse_flags(&op, argc, argv);
     if (rc)
@@ -465,7 +475,8 @@ int rm_operator_main(int argc, char **argv)
                                 .services = op.services, .secrets = op.secrets, .nodes = op.nodes,
                                 .rdzv = op.rdzv, .metrics = &op.om, .rdzv_url = op.rdzv_url_buf,
                                 .worker_image = op.worker_image, .instance = op.identity,
-                                .pod_events = op.pod_events, .force_delete_after_s = op.force_delete_s};
+                                .pod_events = op.pod_events, .force_delete_after_s = op.force_delete_s,
+                                .worker_metrics_port = op.worker_metrics_port};
     for (int i = 0; i < op.njobs; i++)
         rc_cfg.jobs_inf[i] = op.jobs[i];
     if (rm_kube_rt_new(&rc_cfg, &op.rt, &err)) {

@@ -399,6 +399,13 @@ static const char *template_image(const rm_tj *tj)
 cJSON *rm_kube_worker_pod(const cJSON *job_obj, const void *tjv, int index, int epoch,
                           const char *rdzv_url, const char *worker_image, rm_err *err)
 {
+    return rm_kube_worker_pod_port(job_obj, tjv, index, epoch, rdzv_url, worker_image, -1, err);
+}
+
+cJSON *rm_kube_worker_pod_port(const cJSON *job_obj, const void *tjv, int index, int epoch,
+                               const char *rdzv_url, const char *worker_image, int metrics_port,
+                               rm_err *err)
+{
     (void)job_obj;
     const rm_tj *tj = tjv;
     char name[320], svc[256], master[640], buf[64];
@@ -471,8 +478,10 @@ cJSON *rm_kube_worker_pod(const cJSON *job_obj, const void *tjv, int index, int 
         cJSON_AddItemToArray(args, cJSON_CreateString(tj->spec.training.mode == RM_MODE_BENCH ? "bench" : "train"));
         /* metrics on the pod IP: right in a pod's own network namespace, and lets kubesim's
          * process kubelet run many workers on one host without port clashes */
+        char ma[64];
+        snprintf(ma, sizeof(ma), "$(RINGMASTER_BIND_ADDR):%d", metrics_port < 0 ? 9090 : metrics_port);
         cJSON_AddItemToArray(args, cJSON_CreateString("--metrics-addr"));
-        cJSON_AddItemToArray(args, cJSON_CreateString("$(RINGMASTER_BIND_ADDR):9090"));
+        cJSON_AddItemToArray(args, cJSON_CreateString(ma));
     }
     cJSON *env = cJSON_GetObjectItemCaseSensitive(c, "env");
     if (!cJSON_IsArray(env)) {
@@ -1050,7 +1059,8 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
         int arc = RM_OK;
         switch (a->type) {
         case RM_ACT_CREATE_WORKER: {
-            cJSON *pod = rm_kube_worker_pod(obj, &tj, a->index, a->epoch, rt->rdzv_url, rt->worker_image, &aerr);
+            cJSON *pod = rm_kube_worker_pod_port(obj, &tj, a->index, a->epoch, rt->rdzv_url,
+                                                 rt->worker_image, rt->c.worker_metrics_port, &aerr);
             bool created = false;
             arc = pod ? create(rt, jobpods, pod, &created, &aerr) : RM_ENOMEM;
             cJSON_Delete(pod);

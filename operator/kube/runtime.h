@@ -41,6 +41,9 @@ typedef struct rm_kube_rt_config {
     const char *worker_image;        /* default ringmaster/worker:latest */
     const char *instance;            /* reportingInstance for events (identity) */
     bool pod_events;                 /* emit an Event per pod creation/deletion (default true) */
+    int worker_metrics_port;         /* our worker's --metrics-addr port on the pod IP; 0 = any
+                                      * free port (hosts shared by many pods, e.g. kubesim);
+                                      * <0 = default 9090 */
     double force_delete_after_s;     /* Terminating on a NotReady node → force; default 30 */
 } rm_kube_rt_config;
 
@@ -87,4 +90,8 @@ typedef struct rm_kube_node {
 /* Build the worker pod for index i (exposed for unit tests). Owned cJSON or NULL with err. */
 cJSON *rm_kube_worker_pod(const cJSON *job_obj, const void *tj /* const rm_tj* */, int index,
                           int epoch, const char *rdzv_url, const char *worker_image, rm_err *err);
+/* Same, with the worker metrics port (see rm_kube_rt_config.worker_metrics_port). */
+cJSON *rm_kube_worker_pod_port(const cJSON *job_obj, const void *tj, int index, int epoch,
+                               const char *rdzv_url, const char *worker_image, int metrics_port,
+                               rm_err *err);
 #endif

@@ -14,6 +14,12 @@ log() { echo "[$(date +%H:%M:%S)] $*"; }
 fail() { echo "FAIL: $*" >&2; dump_logs; exit 1; }
 dump_logs() {
   for f in "$T"/*.log; do [ -f "$f" ] || continue; echo "---- $f (tail)"; tail -n 40 "$f"; done >&2
+  # the workers' own output (kubesim keeps container logs in its data dir)
+  local d
+  d=$(grep -o 'data_dir=[^ ]*' "$T/kubesim.log" 2>/dev/null | head -1 | cut -d= -f2) || true
+  if [ -n "$d" ] && [ -d "$d/logs" ]; then
+    for f in "$d"/logs/*/*.log; do [ -f "$f" ] || continue; echo "---- worker $f (tail)"; tail -n 12 "$f"; done >&2
+  fi
 }
 cleanup() {
   local rc=$?
@@ -67,7 +73,9 @@ start_operator() {
   mport=$(free_port); pport=$(free_port)
   "$RM_BIN/ringmaster" operator --kubeconfig "$KUBECONFIG" \
      --metrics-bind-address "127.0.0.1:$mport" --health-probe-bind-address "127.0.0.1:$pport" \
-     --rendezvous-bind-address "127.0.0.1:${RDZV_PORT:?}" --workers 4 "$@" >>"$T/operator-$name.log" 2>&1 &
+     --rendezvous-bind-address "127.0.0.1:${RDZV_PORT:?}" --workers 4 \
+     --worker-metrics-port 0 "$@" >>"$T/operator-$name.log" 2>&1 &
+  # (--worker-metrics-port 0: pod IPs of two kubesims running at once can coincide on one host)
   local pid=$!; PIDS+=("$pid")
   eval "OP_PID_$name=$pid OP_METRICS_$name=$mport OP_PROBE_$name=$pport"
   log "operator $name pid=$pid metrics=:$mport probes=:$pport"

@@ -423,6 +423,9 @@ static void test_worker_pod(void)
     CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].image")->valuestring, "ringmaster/worker:dev");
     CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].args[0]")->valuestring, "train");
     CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].args[2]")->valuestring, "$(RINGMASTER_BIND_ADDR):9090");
+    cJSON_Delete(pod);
+    pod = rm_kube_worker_pod_port(o, &tj, 0, 1, "http://r", "ringmaster/worker:dev", 0, &e);
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].args[2]")->valuestring, "$(RINGMASTER_BIND_ADDR):0");
     CU_ASSERT_STRING_EQUAL(env_val(pod, "RINGMASTER_BACKEND"), "ring");
     CU_ASSERT_STRING_EQUAL(env_val(pod, "RINGMASTER_RENDEZVOUS"), "http://r");
     cJSON *tr = cJSON_Parse(env_val(pod, "RINGMASTER_TRAINING"));
