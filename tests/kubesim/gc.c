@@ -13,7 +13,6 @@
 
 typedef struct gc_item { ks_kind *k; char ns[128], name[256], uid[64]; } gc_item;
 
-typedef struct uidset { char (*v)[64]; bool *fg; size_t n, cap; } uidset;
 
 static const char *mstr(const cJSON *o, const char *k)
 {
@@ -32,6 +31,8 @@ static bool fg_deleting(const cJSON *o)
     return false;
 }
 
+/* live objects: uid (sort key) and namespace ("" for cluster-scoped) */
+typedef struct live_rec { char uid[64]; char ns[128]; } live_rec;
 static int uid_cmp(const void *a, const void *b) { return strcmp((const char *)a, (const char *)b); }
 
 static int drop_fg_finalizer(cJSON *o, void *ud)
@@ -73,7 +74,7 @@ static bool gc_pass(ks_server *s)
 {
     gc_item *del = NULL, *fin = NULL;
     size_t ndel = 0, cdel = 0, nfin = 0, cfin = 0;
-    char (*uids)[64] = NULL;
+    live_rec *uids = NULL;
     size_t nu = 0, cu = 0;
     char (*fguids)[64] = NULL;
     size_t nfg = 0, cfg = 0;
@@ -97,14 +98,24 @@ static bool gc_pass(ks_server *s)
                         if (!uid)
                             continue;
                         if (nu == cu) {
-                            cu = cu ? cu * 2 : 256;
-                            uids = realloc(uids, cu * sizeof(*uids));
+                            size_t nc = cu ? cu * 2 : 256;
+                            live_rec *p = realloc(uids, nc * sizeof(*uids));
+                            if (!p)
+                                goto oom;
+                            uids = p;
+                            cu = nc;
                         }
-                        snprintf(uids[nu++], 64, "%s", uid);
+                        snprintf(uids[nu].uid, sizeof(uids[nu].uid), "%s", uid);
+                        snprintf(uids[nu].ns, sizeof(uids[nu].ns), "%s", mstr(o, "namespace") ? mstr(o, "namespace") : "");
+                        nu++;
                         if (fg_deleting(o)) {
                             if (nfg == cfg) {
-                                cfg = cfg ? cfg * 2 : 16;
-                                fguids = realloc(fguids, cfg * sizeof(*fguids));
+                                size_t nc = cfg ? cfg * 2 : 16;
+                                char(*p)[64] = realloc(fguids, nc * sizeof(*fguids));
+                                if (!p)
+                                    goto oom;
+                                fguids = p;
+                                cfg = nc;
                             }
                             snprintf(fguids[nfg++], 64, "%s", uid);
                         }
@@ -119,7 +130,10 @@ static bool gc_pass(ks_server *s)
                         const cJSON *ru = cJSON_GetObjectItemCaseSensitive(r, "uid");
                         if (!cJSON_IsString(ru))
                             continue;
-                        if (bsearch(ru->valuestring, uids, nu, sizeof(*uids), uid_cmp))
+                        /* an owner counts only in the dependent's namespace or cluster-scoped (J5) */
+                        const live_rec *lr = bsearch(ru->valuestring, uids, nu, sizeof(*uids), uid_cmp);
+                        const char *dns = mstr(o, "namespace") ? mstr(o, "namespace") : "";
+                        if (lr && (!lr->ns[0] || !strcmp(lr->ns, dns)))
                             any_live = true;
                         for (size_t f = 0; f < nfg; f++)
                             if (!strcmp(fguids[f], ru->valuestring))
@@ -145,7 +159,9 @@ static bool gc_pass(ks_server *s)
                                                                         "ownerReferences");
                     for (const cJSON *r = refs ? refs->child : NULL; r; r = r->next) {
                         const cJSON *ru = cJSON_GetObjectItemCaseSensitive(r, "uid");
-                        if (cJSON_IsString(ru) && !strcmp(ru->valuestring, fguids[f]))
+                        /* only dependents with blockOwnerDeletion hold a foreground owner (J4) */
+                        if (cJSON_IsString(ru) && !strcmp(ru->valuestring, fguids[f]) &&
+                            cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r, "blockOwnerDeletion")))
                             has_dep = true;
                     }
                 }
@@ -167,6 +183,16 @@ static bool gc_pass(ks_server *s)
         }
     }
     pthread_rwlock_unlock(&s->lock);
+    if (0) {
+oom:
+        /* out of memory: do nothing this pass, try again later */
+        pthread_rwlock_unlock(&s->lock);
+        free(del);
+        free(fin);
+        free(uids);
+        free(fguids);
+        return true;
+    }
     for (size_t i = 0; i < ndel; i++)
         ks_internal_delete(s, del[i].k, del[i].ns, del[i].name, "Background", -1);
     for (size_t i = 0; i < nfin; i++)

@@ -389,6 +389,21 @@ check(get(TJ + "/owner")[0] == 200 and get(CM + "/dep2")[2]["metadata"].get("del
 patch(CM + "/dep2", {"metadata": {"finalizers": None}})
 wait_for(lambda: get(TJ + "/owner")[0] == 404, "J4 foreground: owner deleted after its dependents")
 ok("J4 Foreground: owner removed once dependents are gone")
+s, _, own3 = post(TJ, tj("owner3"))
+nb = {"apiVersion": "ringmaster.dev/v1alpha1", "kind": "TrainingJob", "name": "owner3", "uid": own3["metadata"]["uid"]}
+post(CM, cm("nonblock", ownerReferences=[nb], finalizers=["test/hold"]))
+delete(TJ + "/owner3", {"propagationPolicy": "Foreground"})
+wait_for(lambda: get(TJ + "/owner3")[0] == 404, "J4 foreground owner held by a non-blocking dependent")
+check(get(CM + "/nonblock")[2]["metadata"].get("deletionTimestamp"),
+      "J4 Foreground: only blockOwnerDeletion dependents hold the owner (non-blocking one still deleting)")
+patch(CM + "/nonblock", {"metadata": {"finalizers": None}})
+post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "other"}})
+s, _, own4 = post(TJ, tj("owner4"))
+s, _, o = post("/api/v1/namespaces/other/configmaps",
+               cm("xns", ownerReferences=[dict(nb, name="owner4", uid=own4["metadata"]["uid"])]))
+wait_for(lambda: get("/api/v1/namespaces/other/configmaps/xns")[0] == 404,
+         "J5 an owner in another namespace does not count: dependent collected")
+ok("J5 ownerReferences resolve in the dependent's namespace only")
 s, _, own2 = post(TJ, tj("owner2"))
 post(CM, cm("orph", ownerReferences=[dict(ref, name="owner2", uid=own2["metadata"]["uid"])]))
 s, _, o = delete(TJ + "/owner2?propagationPolicy=Orphan")
