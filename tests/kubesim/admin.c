@@ -195,8 +195,10 @@ int ks_admin(ks_server *s, const rm_http_req *req, rm_http_resp *resp)
         pthread_mutex_lock(&s->reqmu);
         for (size_t i = 0; i < s->reqlog_len; i++) {
             const ks_reqrec *r = &s->reqlog[(s->reqlog_start + i) % s->reqlog_cap];
+            const char *uaq = rm_http_query(req, "userAgent");
             if (!qmatch(req, "verb", r->verb) || !qmatch(req, "resource", r->resource) ||
-                !qmatch(req, "group", r->group) || !qmatch(req, "namespace", r->ns))
+                !qmatch(req, "group", r->group) || !qmatch(req, "namespace", r->ns) ||
+                (uaq && *uaq && strncmp(r->ua, uaq, strlen(uaq))))
                 continue;
             cJSON *e = cJSON_CreateObject();
             cJSON_AddStringToObject(e, "method", r->method);
@@ -209,6 +211,7 @@ int ks_admin(ks_server *s, const rm_http_req *req, rm_http_resp *resp)
             cJSON_AddStringToObject(e, "namespace", r->ns);
             cJSON_AddStringToObject(e, "name", r->name);
             cJSON_AddStringToObject(e, "contentType", r->ctype);
+            cJSON_AddStringToObject(e, "userAgent", r->ua);
             cJSON_AddNumberToObject(e, "code", r->code);
             cJSON_AddItemToArray(items, e);
         }

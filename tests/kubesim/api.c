@@ -357,7 +357,7 @@ static int finalizer_count(const cJSON *o)
 
 static bool kind_has_generation(const ks_kind *k)
 {
-    return k->type == KS_T_CR || k->type == KS_T_CRD;
+    return k->type == KS_T_CR || k->type == KS_T_CRD || k->type == KS_T_DEPLOYMENT;
 }
 
 /* ---- Events: one store for core/v1 and events.k8s.io/v1 (rule P2) --------------------------- */
@@ -2616,6 +2616,8 @@ int ks_handle(const rm_http_req *req, rm_http_resp *resp, void *ud)
         snprintf(d.method, sizeof(d.method), "%s", req->method);
         snprintf(d.path, sizeof(d.path), "%s", req->path);
         snprintf(d.verb, sizeof(d.verb), "get");
+        const char *dua = rm_http_header(req, "User-Agent");
+        snprintf(d.ua, sizeof(d.ua), "%s", dua ? dua : "");
         d.code = resp->status;
         ks_reqlog_add(s, &d);
         return h < 0 ? h : RM_OK;
@@ -2629,6 +2631,8 @@ int ks_handle(const rm_http_req *req, rm_http_resp *resp, void *ud)
     snprintf(rec.path, sizeof(rec.path), "%s", req->path);
     const char *rct = rm_http_header(req, "Content-Type");
     snprintf(rec.ctype, sizeof(rec.ctype), "%s", rct ? rct : "");
+    const char *rua = rm_http_header(req, "User-Agent");
+    snprintf(rec.ua, sizeof(rec.ua), "%s", rua ? rua : "");
     if (parse_path(req->path, &ri) < 0) {
         rec.code = 404;
         ks_reqlog_add(s, &rec);

@@ -41,7 +41,7 @@ void ks_obj_unref(ks_obj *o); /* NULL ok */
 /* ---- kinds ---------------------------------------------------------------------------------- */
 enum ks_type {
     KS_T_GENERIC = 0, KS_T_POD, KS_T_EVENT, KS_T_EVENT_NEW, KS_T_NAMESPACE, KS_T_CRD, KS_T_CR,
-    KS_T_SERVICE, KS_T_SECRET, KS_T_CONFIGMAP, KS_T_LEASE, KS_T_NODE,
+    KS_T_SERVICE, KS_T_SECRET, KS_T_CONFIGMAP, KS_T_LEASE, KS_T_NODE, KS_T_DEPLOYMENT,
 };
 
 typedef struct ks_entry {
@@ -112,6 +112,7 @@ typedef struct ks_reqrec {
     char method[8], verb[24], group[128], version[64], resource[64], sub[32], ns[128], name[256];
     char path[256];
     char ctype[64];                 /* request Content-Type (patch flavour) */
+    char ua[128];                   /* User-Agent */
     int code;
 } ks_reqrec;
 

@@ -620,6 +620,24 @@ static void register_builtins(ks_server *s)
                 false, NULL);
     add_builtin(s, "apiextensions.k8s.io", "v1", "customresourcedefinitions", "customresourcedefinition",
                 "CustomResourceDefinition", false, KS_T_CRD, "crd", true, false, NULL);
+    /* stored as given (no controllers run): what `kubectl apply -f deploy/` installs */
+    add_builtin(s, "", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", true, KS_T_GENERIC, "sa", false,
+                false, NULL);
+    add_builtin(s, "rbac.authorization.k8s.io", "v1", "roles", "role", "Role", true, KS_T_GENERIC, NULL, false, false, NULL);
+    add_builtin(s, "rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", true, KS_T_GENERIC,
+                NULL, false, false, NULL);
+    add_builtin(s, "rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", false, KS_T_GENERIC,
+                NULL, false, false, NULL);
+    add_builtin(s, "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding",
+                false, KS_T_GENERIC, NULL, false, false, NULL);
+    add_builtin(s, "apps", "v1", "deployments", "deployment", "Deployment", true, KS_T_DEPLOYMENT, "deploy", true, true,
+                NULL);
+    ks_kind *dep = ks_core_kind(s, KS_T_DEPLOYMENT);
+    if (dep) {
+        dep->has_scale = true;
+        snprintf(dep->scale_spec, sizeof(dep->scale_spec), ".spec.replicas");
+        snprintf(dep->scale_status, sizeof(dep->scale_status), ".status.replicas");
+    }
     ks_kind *crd = ks_core_kind(s, KS_T_CRD);
     if (crd) {
         snprintf(crd->short_names[1], sizeof(crd->short_names[1]), "crds");
