@@ -22,6 +22,7 @@
 
 #define KS_MAX_BODY (3u * 1024 * 1024)  /* request bodies above this → 413 (apiserver: 3 MiB) */
 #define KS_RING_CAP 10000                /* watch window in events */
+#define KS_RING_MAX_BYTES (256u * 1024 * 1024) /* ... and in bytes of JSON held by those events */
 #define KS_NODE_NAME "kubesim-node"
 
 /* ---- immutable object versions ------------------------------------------------------------- */
@@ -138,6 +139,7 @@ typedef struct ks_server {
     ks_event *ring;                 /* KS_RING_CAP slots */
     size_t ring_start, ring_len;
     uint64_t ring_dropped_rv;       /* newest rv that fell out of the window (0: none) */
+    size_t ring_bytes;              /* JSON bytes referenced by the ring's events */
     ks_faults faults;
     pthread_mutex_t reqmu;
     ks_reqrec *reqlog;

@@ -331,16 +331,24 @@ bool ks_waiter_wait(ks_table *t, ks_waiter *w, int timeout_ms)
 }
 
 /* ---- commit --------------------------------------------------------------------------------- */
+static size_t ev_bytes(const ks_event *e)
+{
+    return (e->obj ? e->obj->len : 0) + (e->old ? e->old->len : 0);
+}
+
 static void ring_push(ks_server *s, const ks_event *ev)
 {
-    if (s->ring_len == KS_RING_CAP) {
+    /* the window is the last KS_RING_CAP events, fewer when they hold more than the byte cap */
+    while (s->ring_len == KS_RING_CAP || (s->ring_len > 0 && s->ring_bytes + ev_bytes(ev) > KS_RING_MAX_BYTES)) {
         ks_event *old = &s->ring[s->ring_start];
         s->ring_dropped_rv = old->rv;
+        s->ring_bytes -= ev_bytes(old);
         ks_obj_unref(old->obj);
         ks_obj_unref(old->old);
         s->ring_start = (s->ring_start + 1) % KS_RING_CAP;
         s->ring_len--;
     }
+    s->ring_bytes += ev_bytes(ev);
     s->ring[(s->ring_start + s->ring_len) % KS_RING_CAP] = *ev;
     s->ring_len++;
 }
@@ -681,6 +689,7 @@ static void ring_clear(ks_server *s)
         ks_obj_unref(e->old);
     }
     s->ring_len = s->ring_start = 0;
+    s->ring_bytes = 0;
 }
 
 void ks_store_reset(ks_server *s)
