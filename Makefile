@@ -175,10 +175,11 @@ deps-bench:
 # ---- tests ----------------------------------------------------------------------------------
 # `make test`: deps, the release build (warnings as errors), the unit tests under ASan+UBSan,
 # then every end-to-end script in tests/e2e against the release binaries.
+NPROC := $(shell nproc 2>/dev/null || echo 2)
 test: deps
-	$(MAKE) WERROR=1 all
-	$(MAKE) ASAN=1 UBSAN=1 WERROR=1 test-unit
-	$(MAKE) WERROR=1 test-e2e
+	$(MAKE) -j$(NPROC) WERROR=1 all
+	$(MAKE) -j$(NPROC) ASAN=1 UBSAN=1 WERROR=1 test-unit
+	$(MAKE) -j$(NPROC) WERROR=1 test-e2e
 
 test-unit: $(UNITTESTS) all
 	ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:abort_on_error=0 \

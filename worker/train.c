@@ -1109,6 +1109,18 @@ static void reporter_publish(trainer *t, bool active)
     pthread_mutex_unlock(&r->mu);
 }
 
+/* Report now rather than within the next second: a round's first report is how the controller
+ * knows the group trains again (recovery time), and a short round must not go unreported. */
+static void reporter_kick(trainer *t)
+{
+    reporter *r = &t->rp;
+    if (!r->inited)
+        return;
+    pthread_mutex_lock(&r->mu);
+    pthread_cond_signal(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
 /* What the reporter heard for the current round: 0, R_REJOIN or R_STOP. */
 static int reporter_action(trainer *t)
 {
@@ -1252,6 +1264,7 @@ static int run_round(trainer *t, rm_err *err)
                        t->tr.n);
     t->rep_t = now_mono();
     reporter_publish(t, true);
+    reporter_kick(t);
     t->log_step = t->step;
     double log_t = now_mono();
     bool first_step = true;
