@@ -896,6 +896,37 @@ static bool cond_true(const rm_tj_status *s, rm_cond_type t)
     return s->conditions[t].present && s->conditions[t].status;
 }
 
+/* "0-3,5,7-9" from ascending-or-not indices (sorted here); truncated with "..." at cap. */
+static int cmp_int(const void *a, const void *b)
+{
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x > y) - (x < y);
+}
+
+static void format_ranges(int *idx, int n, char *buf, size_t cap)
+{
+    qsort(idx, (size_t)n, sizeof(*idx), cmp_int);
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n;) {
+        int j = i;
+        while (j + 1 < n && idx[j + 1] == idx[j] + 1)
+            j++;
+        char part[32];
+        if (j > i)
+            snprintf(part, sizeof(part), "%s%d-%d", i ? "," : "", idx[i], idx[j]);
+        else
+            snprintf(part, sizeof(part), "%s%d", i ? "," : "", idx[i]);
+        if (len + strlen(part) + 4 >= cap) {
+            snprintf(buf + len, cap - len, ",...");
+            return;
+        }
+        memcpy(buf + len, part, strlen(part) + 1);
+        len += strlen(part);
+        i = j + 1;
+    }
+}
+
 /* ---------------- rendezvous polling ---------------- */
 static unsigned long long mix(unsigned long long h, unsigned long long v)
 {
@@ -1051,6 +1082,7 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
     }
     /* execute */
     int first_err = RM_OK;
+    int created_idx[RM_RDZV_MAX_WORLD], ncreated = 0, created_epoch = 0;
     char jobpods[512];
     snprintf(jobpods, sizeof(jobpods), "/api/v1/namespaces/%s/pods", tj.namespace_);
     for (size_t i = 0; i < ro_out.nactions; i++) {
@@ -1079,11 +1111,9 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
                 else if (!arc)
                     m->create_failures[a->index] = 0;
             }
-            if (created && rt->c.pod_events) {
-                char pn[320], note[400];
-                snprintf(pn, sizeof(pn), "%s-worker-%d", tj.name, a->index);
-                snprintf(note, sizeof(note), "Created pod: %s (epoch %d)", pn, a->epoch);
-                job_event(rt, &tj, false, "SuccessfulCreatePod", note);
+            if (created && ncreated < (int)RM_ARRAY_LEN(created_idx)) {
+                created_idx[ncreated++] = a->index;   /* one Event for the batch, after the loop */
+                created_epoch = a->epoch;
             }
             break;
         }
@@ -1173,6 +1203,15 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
                 *err = aerr;
             }
         }
+    }
+    if (ncreated && rt->c.pod_events) {
+        /* one Event per batch of creations ("pods tj-worker-{0-63}"), not one per pod: a
+         * 64-worker job costs 1 Event request instead of 64 */
+        char note[1024], ranges[900];
+        format_ranges(created_idx, ncreated, ranges, sizeof(ranges));
+        snprintf(note, sizeof(note), "Created %d pod%s: %s-worker-{%s} (epoch %d)", ncreated,
+                 ncreated == 1 ? "" : "s", tj.name, ranges, created_epoch);
+        job_event(rt, &tj, false, "SuccessfulCreatePod", note);
     }
     if (ro_out.status_changed) {
         cJSON *s = status_json(&tj, &ro_out.status);
