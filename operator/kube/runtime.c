@@ -1164,8 +1164,10 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
                     rm_info("rendezvous re-registered after an operator restart job=%s status_epoch=%d", key, tj.status.epoch);
                 }
                 if (!arc) {
+                    pthread_mutex_lock(&rt->mu);   /* rm_kube_rt_poll_rdzv reads it */
                     m->rdzv_desired = a->desired;
                     m->rdzv_min = a->min;
+                    pthread_mutex_unlock(&rt->mu);
                 }
             }
             break;
