@@ -198,9 +198,10 @@ int main(int argc, char **argv)
         if (wfd[i] < 0)
             break;
         char req[512];
+        const char *sel = getenv("KSLOAD_SELECTOR"); /* e.g. "app%3Dother" (URL-encoded) */
         int n = snprintf(req, sizeof(req),
-                         "GET /api/v1/namespaces/%s/configmaps?watch=true&resourceVersion=%s&labelSelector=app%%3Dbench HTTP/1.1\r\nHost: x\r\n\r\n",
-                         wns, rv);
+                         "GET /api/v1/namespaces/%s/configmaps?watch=true&resourceVersion=%s&labelSelector=%s HTTP/1.1\r\nHost: x\r\n\r\n",
+                         wns, rv, sel && *sel ? sel : "app%3Dbench");
         send(wfd[i], req, (size_t)n, MSG_NOSIGNAL);
         struct epoll_event ev = {.events = EPOLLIN, .data.fd = wfd[i]};
         epoll_ctl(ep, EPOLL_CTL_ADD, wfd[i], &ev);

@@ -6,6 +6,8 @@
 #   create      creates/s, no watches
 #   patch       merge-patches/s, no watches
 #   idle-1000   merge-patches/s with 1,000 watches open in another namespace
+#   selector-1000 merge-patches/s with 1,000 watches in the same namespace whose label selector
+#               matches none of the written objects (woken per commit, selector per event)
 #   fanout-1000 merge-patches/s with 1,000 watches that each receive every event
 # Env: SECS (default 5), THREADS (writer connections, default 4), RM_BIN.
 set -euo pipefail
@@ -36,9 +38,9 @@ start() {
   done
 }
 stop() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=""; }
-run() { # name watches watch_ns mode
+run() { # name watches watch_ns mode [label selector of the watches, URL-encoded]
   start
-  local r; r=$("$out/ksload" "$port" "$T" "$secs" "$2" "$3" "$4")
+  local r; r=$(KSLOAD_SELECTOR="${5:-}" "$out/ksload" "$port" "$T" "$secs" "$2" "$3" "$4")
   echo "scenario=$1 $r kubesim_rss_kib=$(awk '/VmRSS/{print $2}' /proc/$pid/status)"
   stop
 }
@@ -48,4 +50,5 @@ run http-ceiling 0 bench version
 run create 0 bench create
 run patch 0 bench patch
 run idle-1000 1000 idle patch
+run selector-1000 1000 bench patch 'app%3Dother'
 run fanout-1000 1000 bench patch

@@ -1846,6 +1846,8 @@ static int handle_watch(ks_server *s, const rm_http_req *req, rm_http_resp *resp
     w->deadline = mono_now() + to;
     w->last_bookmark = mono_now();
     w->gen = atomic_load(&s->faults.watch_gen);
+    w->waiter.ls = ks_lsel_empty(w->ls) ? NULL : w->ls;
+    w->waiter.fs = ks_fsel_empty(w->fs) ? NULL : w->fs;
     ks_waiter_add(k->tab, &w->waiter, w->ns);
     w->waiting = true;
     bool force410 = false;

@@ -186,7 +186,7 @@ void ks_crd_unregister(ks_server *s, const char *crd_name)
     for (size_t i = 0; i < s->nkinds; i++)
         if (s->kinds[i]->type == KS_T_CR && !strcmp(s->kinds[i]->crd_name, crd_name)) {
             s->kinds[i]->served = false;
-            ks_wake(s->kinds[i]->tab, NULL);
+            ks_wake(s->kinds[i]->tab, NULL, NULL, NULL);
         }
 }
 

@@ -57,6 +57,8 @@ typedef struct ks_waiter {
     pthread_cond_t cond;    /* waits with the table's mu */
     int signaled;
     char ns[128];
+    const struct ks_lsel *ls;   /* the stream's selectors (borrowed; NULL = all): a commit whose */
+    const struct ks_fsel *fs;   /* new and old states both miss them does not wake the stream */
     struct ks_waiter *prev, *next;
 } ks_waiter;
 
@@ -178,7 +180,8 @@ int ks_commit(ks_server *s, ks_kind *k, const char *ns, const char *name, cJSON 
 /* Snapshot of a table's objects sorted by key (refs taken; ks_objs_free). Caller holds a lock. */
 ks_obj **ks_table_list(ks_table *t, const char *ns, size_t *n);
 void ks_objs_free(ks_obj **v, size_t n);
-void ks_wake(ks_table *t, const char *ns);   /* ns NULL/"": wake every waiter */
+/* Wake the waiters a commit concerns: ns NULL/"" = every namespace; newj NULL = ignore selectors. */
+void ks_wake(ks_table *t, const char *ns, const cJSON *newj, const cJSON *oldj);
 void ks_waiter_add(ks_table *t, ks_waiter *w, const char *ns);
 void ks_waiter_del(ks_table *t, ks_waiter *w);
 /* Sleep until signaled or timeout_ms; clears the signal; returns whether it was signaled. */

@@ -6,6 +6,7 @@
  * evicting the oldest event records its rv so a watch from an older rv gets 410 (rule F5).
  * Object versions are shared between table and ring by reference count, never copied. */
 #include "tests/kubesim/kubesim.h"
+#include "tests/kubesim/selectors.h"
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -252,15 +253,28 @@ void ks_objs_free(ks_obj **v, size_t n)
     free(v);
 }
 
-void ks_wake(ks_table *t, const char *ns)
+static bool sel_match(const ks_waiter *w, const cJSON *o)
+{
+    if (!o)
+        return false;
+    const cJSON *labels = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "metadata"), "labels");
+    return ks_lsel_match(w->ls, labels) && ks_fsel_match(w->fs, o);
+}
+
+void ks_wake(ks_table *t, const char *ns, const cJSON *newj, const cJSON *oldj)
 {
     atomic_fetch_add(&t->seq, 1);
     pthread_mutex_lock(&t->mu);
-    for (ks_waiter *w = t->waiters; w; w = w->next)
-        if (!ns || !ns[0] || !w->ns[0] || !strcmp(w->ns, ns)) {
-            w->signaled = 1;
-            pthread_cond_signal(&w->cond);
-        }
+    for (ks_waiter *w = t->waiters; w; w = w->next) {
+        if (w->signaled)
+            continue;
+        if (ns && ns[0] && w->ns[0] && strcmp(w->ns, ns))
+            continue;
+        if (newj && (w->ls || w->fs) && !sel_match(w, newj) && !sel_match(w, oldj))
+            continue;
+        w->signaled = 1;
+        pthread_cond_signal(&w->cond);
+    }
     pthread_mutex_unlock(&t->mu);
 }
 
@@ -273,6 +287,7 @@ void ks_waiter_add(ks_table *t, ks_waiter *w, const char *ns)
     pthread_condattr_destroy(&ca);
     snprintf(w->ns, sizeof(w->ns), "%s", ns ? ns : "");
     w->signaled = 0;
+    /* w->ls / w->fs are set by the caller before adding */
     pthread_mutex_lock(&t->mu);
     w->prev = NULL;
     w->next = t->waiters;
@@ -430,7 +445,7 @@ int ks_commit(ks_server *s, ks_kind *k, const char *ns, const char *name, cJSON 
     s->rv = rv;
     t->last_rv = rv;
     ring_push(s, &ev);
-    ks_wake(t, k->namespaced ? ns : "");
+    ks_wake(t, k->namespaced ? ns : "", ev.obj ? ev.obj->j : NULL, ev.old ? ev.old->j : NULL);
     return RM_OK;
 }
 
@@ -700,7 +715,7 @@ void ks_store_reset(ks_server *s)
         table_clear(k->tab);
         if (k->type == KS_T_CR)
             k->served = false;
-        ks_wake(k->tab, NULL);
+        ks_wake(k->tab, NULL, NULL, NULL);
     }
     ring_clear(s);
     s->ring_dropped_rv = s->rv; /* every older rv is now unknown */
