@@ -61,7 +61,7 @@ int rm_kube_rt_sync(rm_kube_rt *rt, const char *key, double *requeue_after, rm_e
 void rm_kube_rt_poll_rdzv(rm_kube_rt *rt, void (*enqueue)(void *ud, const char *key), void *ud);
 
 /* Informer projections and index functions (ud = rm_kube_rt* or NULL). */
-void *rm_kube_tj_transform(void *ud, const cJSON *obj);    /* compact JSON string */
+void *rm_kube_tj_transform(void *ud, const cJSON *obj);    /* zlib-compressed compact JSON */
 void *rm_kube_pod_transform(void *ud, const cJSON *obj);   /* rm_kube_pod */
 void *rm_kube_owned_transform(void *ud, const cJSON *obj); /* rm_kube_owned (secrets) */
 void *rm_kube_exists_transform(void *ud, const cJSON *obj); /* a 1-byte marker (services) */
