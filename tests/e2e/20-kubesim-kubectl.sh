@@ -124,5 +124,8 @@ assert_eq "$out" "hello from kubesim" "M / D4 kubectl logs shows the container's
 out=$(k get pod p)
 assert_contains "$out" "Completed" "L4 pod STATUS column"
 for col in NAME READY STATUS RESTARTS AGE; do assert_contains "$out" "$col" "L4 pod column $col"; done
+out=$(k describe pod p)
+assert_contains "$out" "Scheduled" "describe pod lists the scheduler's Scheduled event"
+assert_contains "$out" "Started container p" "describe pod lists the kubelet's Started event"
 k delete pod p --timeout=20s >/dev/null || fail "delete pod p"
 ok "kubesim + kubectl: all checks passed"

@@ -1267,6 +1267,25 @@ int ks_internal_remove(ks_server *s, ks_kind *k, const char *ns, const char *nam
     return rc;
 }
 
+int ks_internal_create(ks_server *s, ks_kind *k, const char *ns, cJSON *obj)
+{
+    const char *n = md_str(obj, "name");
+    const char *g = md_str(obj, "generateName");
+    char name[256];
+    if (n && *n)
+        snprintf(name, sizeof(name), "%s", n);
+    else if (g && *g)
+        ks_gen_name(s, g, name, sizeof(name));
+    else {
+        cJSON_Delete(obj);
+        return RM_EINVAL;
+    }
+    ks_wres r;
+    ks_apply_write(s, k, ns, name, obj, W_CREATE, NULL, 0, FV_IGNORE, NULL, false, &r);
+    ks_obj_unref(r.obj);
+    return r.code == 0 ? RM_OK : r.code == 409 ? RM_ECONFLICT : RM_ERR;
+}
+
 int ks_internal_update(ks_server *s, ks_kind *k, const char *ns, const char *name, ks_mutate_fn fn,
                        void *ud)
 {

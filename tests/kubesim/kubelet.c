@@ -14,6 +14,7 @@
 #include "tests/kubesim/kubesim.h"
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -108,6 +109,9 @@ static const char *sget(const cJSON *o, const char *k)
 }
 
 static cJSON *oget(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
+
+static void pod_event(ks_server *s, const char *ns, const char *pod, const char *uid, const char *type,
+                      const char *reason, const char *component, const char *fmt, ...) RM_PRINTF(8, 9);
 
 /* ---- env ------------------------------------------------------------------------------------ */
 typedef struct envv { char **v; size_t n, cap; } envv;
@@ -575,6 +579,7 @@ static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *po
     c->readyp.next = now + c->readyp.delay;
     c->killed_by_probe = false;
     rm_info("kubesim kubelet started container pod=%s/%s container=%s pid=%d ip=%s", p->ns, p->name, c->name, (int)pid, p->ip);
+    pod_event(s, p->ns, p->name, p->uid, "Normal", "Started", "kubelet", "Started container %s", c->name);
     return 0;
 }
 
@@ -776,6 +781,46 @@ static void mkdirs(const char *path)
     mkdir(buf, 0755);
 }
 
+/* A core/v1 Event about a pod, as the kubelet and scheduler record them (what describe lists). */
+static void pod_event(ks_server *s, const char *ns, const char *pod, const char *uid, const char *type,
+                      const char *reason, const char *component, const char *fmt, ...)
+{
+    char msg[512], name[320], ts[32];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    snprintf(name, sizeof(name), "%.200s.%llx", pod, (unsigned long long)now.tv_sec * 1000000000ull + (unsigned long long)now.tv_nsec);
+    rm_json_time(ts, wall());
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "apiVersion", "v1");
+    cJSON_AddStringToObject(e, "kind", "Event");
+    cJSON *md = cJSON_AddObjectToObject(e, "metadata");
+    cJSON_AddStringToObject(md, "name", name);
+    cJSON_AddStringToObject(md, "namespace", ns);
+    cJSON *io = cJSON_AddObjectToObject(e, "involvedObject");
+    cJSON_AddStringToObject(io, "apiVersion", "v1");
+    cJSON_AddStringToObject(io, "kind", "Pod");
+    cJSON_AddStringToObject(io, "namespace", ns);
+    cJSON_AddStringToObject(io, "name", pod);
+    cJSON_AddStringToObject(io, "uid", uid);
+    cJSON_AddStringToObject(e, "reason", reason);
+    cJSON_AddStringToObject(e, "message", msg);
+    cJSON_AddStringToObject(e, "type", type);
+    cJSON *src = cJSON_AddObjectToObject(e, "source");
+    cJSON_AddStringToObject(src, "component", component);
+    if (strcmp(component, "default-scheduler"))
+        cJSON_AddStringToObject(src, "host", KS_NODE_NAME);
+    cJSON_AddStringToObject(e, "firstTimestamp", ts);
+    cJSON_AddStringToObject(e, "lastTimestamp", ts);
+    cJSON_AddNumberToObject(e, "count", 1);
+    cJSON_AddStringToObject(e, "reportingComponent", component);
+    cJSON_AddStringToObject(e, "reportingInstance", strcmp(component, "default-scheduler") ? KS_NODE_NAME : "");
+    ks_internal_create(s, ks_core_kind(s, KS_T_EVENT), ns, e);
+}
+
 static kl_pod *new_pod(ks_kubelet *kl, const cJSON *pod)
 {
     kl_pod *p = calloc(1, sizeof(*p));
@@ -910,11 +955,13 @@ static void handle_exits(ks_kubelet *kl, kl_pod *p, double now)
             memcpy(cn, c->name, sizeof(cn));
             snprintf(c->message, sizeof(c->message), "back-off %gs restarting failed container=%.60s pod=%.60s_%.60s", delay,
                      cn, p->name, p->ns);
+            pod_event(kl->s, p->ns, p->name, p->uid, "Warning", "BackOff", "kubelet", "Back-off restarting failed container %s",
+                      cn);
         }
     }
 }
 
-static void run_probes(kl_pod *p, double now)
+static void run_probes(ks_kubelet *kl, kl_pod *p, double now)
 {
     for (int i = 0; i < p->nc; i++) {
         kl_ctr *c = &p->c[i];
@@ -942,6 +989,9 @@ static void run_probes(kl_pod *p, double now)
                 c->live.failures = 0;
             } else if (++c->live.failures >= c->live.fail_threshold) {
                 rm_info("kubesim kubelet liveness probe failed, killing pod=%s/%s container=%s", p->ns, p->name, c->name);
+                pod_event(kl->s, p->ns, p->name, p->uid, "Warning", "Unhealthy", "kubelet",
+                          "Liveness probe failed: %s %s:%d%s", c->live.http ? "GET" : "TCP", p->ip, c->live.port,
+                          c->live.http ? c->live.path : "");
                 c->killed_by_probe = true;
                 c->live.failures = 0;
                 kill(-c->pid, SIGKILL);
@@ -985,8 +1035,14 @@ static void tick(ks_kubelet *kl)
             p->removed = false;
         if (!node) {
             if (!deleting) {
+                char nsb[128], nb[256], ub[64];
+                snprintf(nsb, sizeof(nsb), "%s", ns);
+                snprintf(nb, sizeof(nb), "%s", name);
+                snprintf(ub, sizeof(ub), "%s", uid);
                 pthread_mutex_unlock(&kl->mu);
-                ks_internal_update(s, pk, ns, name, bind_cb, NULL);
+                if (ks_internal_update(s, pk, nsb, nb, bind_cb, NULL) == RM_OK)
+                    pod_event(s, nsb, nb, ub, "Normal", "Scheduled", "default-scheduler",
+                              "Successfully assigned %s/%s to " KS_NODE_NAME, nsb, nb);
                 pthread_mutex_lock(&kl->mu);
             }
             continue;
@@ -1018,6 +1074,9 @@ static void tick(ks_kubelet *kl)
             p->kill_deadline = now + grace;
             kill_pod(p, SIGTERM);
             rm_info("kubesim kubelet terminating pod=%s/%s grace=%g", p->ns, p->name, grace);
+            for (int c = 0; c < p->nc; c++)
+                if (p->c[c].running)
+                    pod_event(s, p->ns, p->name, p->uid, "Normal", "Killing", "kubelet", "Stopping container %s", p->c[c].name);
         }
         if (p->terminating) {
             bool any = false;
@@ -1049,7 +1108,7 @@ static void tick(ks_kubelet *kl)
         }
         if (p->final)
             continue;
-        run_probes(p, now);
+        run_probes(kl, p, now);
         handle_exits(kl, p, now);
         /* start / restart containers that are due */
         for (int c = 0; c < p->nc; c++) {

@@ -208,6 +208,8 @@ int ks_internal_update(ks_server *s, ks_kind *k, const char *ns, const char *nam
 /* Delete as DELETE with propagationPolicy (NULL = Background) would; grace<0 = default. */
 int ks_internal_delete(ks_server *s, ks_kind *k, const char *ns, const char *name,
                        const char *propagation, int grace);
+/* Create obj (taken) in ns as a POST would (name or generateName); RM_ECONFLICT if it exists. */
+int ks_internal_create(ks_server *s, ks_kind *k, const char *ns, cJSON *obj);
 /* Final removal (kubelet after processes exited; ignores grace). */
 int ks_internal_remove(ks_server *s, ks_kind *k, const char *ns, const char *name, const char *uid);
 ks_kind *ks_core_kind(ks_server *s, int type);   /* pods, namespaces...; caller needs no lock */

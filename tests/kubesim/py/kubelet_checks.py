@@ -112,6 +112,13 @@ check(cs["lastState"]["terminated"]["exitCode"] == 4 and phase("onf") in ("Runni
 wait_for(lambda: (cstatus("onf").get("state") or {}).get("waiting", {}).get("reason") == "CrashLoopBackOff",
          "no CrashLoopBackOff", secs=15, interval=0.02)
 ok("M4 OnFailure back-off shows waiting CrashLoopBackOff")
+def reasons(pod):
+    s, _, o = get("/api/v1/namespaces/default/events?fieldSelector=involvedObject.name%3D" + pod)
+    return [e["reason"] for e in o["items"]]
+
+
+check({"Scheduled", "Started", "BackOff"} <= set(reasons("onf")), "kubelet events: Scheduled, Started, BackOff",
+      reasons("onf"))
 s, _, prev = get(PODS + "/onf/log?previous=true")
 check(s == 200 and "run" in prev, "logs ?previous=true of a restarted container")
 post(PODS, pod("onf-ok", "exit 0", restart="OnFailure"))
@@ -132,6 +139,7 @@ post(PODS, pod("live", "sleep 300", restart="Always",
 wait_for(lambda: cstatus("live").get("restartCount", 0) >= 1, "failing liveness probe did not restart", secs=20)
 cs = cstatus("live")
 check(cs["lastState"]["terminated"].get("signal") == 9, "liveness failure kills the container (signal 9), Always restarts", cs)
+check("Unhealthy" in reasons("live"), "kubelet event: Unhealthy on a liveness failure", reasons("live"))
 s, _, o = get(PODS + "?fieldSelector=status.phase%3DRunning,spec.nodeName%3Dkubesim-node")
 check("ready" in [i["metadata"]["name"] for i in o["items"]], "K5 pods: status.phase + spec.nodeName selectors")
 ips = {getpod(n)["status"]["podIP"] for n in ("envp", "ready", "live")}
@@ -149,6 +157,7 @@ check(get(PODS + "/stubborn")[0] == 200, "J6 pod stays Terminating during the gr
 wait_for(lambda: get(PODS + "/stubborn")[0] == 404, "pod not removed after SIGKILL", secs=10)
 el = time.time() - t0
 check(1.8 < el < 6, "J6 SIGTERM ignored -> SIGKILL after grace, then removed (%.1fs)" % el, el)
+check("Killing" in reasons("stubborn"), "kubelet event: Killing on deletion", reasons("stubborn"))
 
 # node NotReady: deleting pods stay Terminating until the node is back
 post(PODS, pod("nr", "sleep 300", restart="Always", grace=1))
