@@ -45,6 +45,10 @@ typedef struct rm_informer_opts {
     int page_limit;              /* default 500 */
     int watch_timeout_s;         /* server-side timeoutSeconds per watch; default 300 */
     size_t line_cap;             /* max bytes of one watch event; default 4 MiB */
+    /* > 0: items are flat structs of this size (no pointers inside): the informer copies each
+     * into its own entry and frees the transform's copy at once (one allocation per object).
+     * Borrowed item pointers stay valid under the read lock as before. */
+    size_t inline_size;
 } rm_informer_opts;
 
 /* Starts the thread. The client is borrowed and must outlive the informer. */

@@ -1,6 +1,7 @@
 /* kmap.c — string hash map (see kmap.h). FNV-1a hashing; chains are short because the table
  * doubles when the element count reaches the bucket count. */
 #include "operator/kube/kmap.h"
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common/rm.h"
@@ -54,7 +55,7 @@ static int grow(kmap *m)
     return RM_OK;
 }
 
-int kmap_put(kmap *m, const char *key, void *val, void **old)
+static int put(kmap *m, const char *key, void *val, void **old, bool copy)
 {
     if (old)
         *old = NULL;
@@ -63,15 +64,22 @@ int kmap_put(kmap *m, const char *key, void *val, void **old)
         if (old)
             *old = e->val;
         e->val = val;
+        if (!copy)
+            e->key = key;   /* the old value (and maybe the old key string) is going away */
         return RM_OK;
     }
     if (m->n >= m->nb && grow(m) != RM_OK)
         return RM_ENOMEM;
-    size_t kl = strlen(key);
-    e = malloc(sizeof(*e) + kl + 1);
+    size_t kl = copy ? strlen(key) + 1 : 0;
+    e = malloc(sizeof(*e) + kl);
     if (!e)
         return RM_ENOMEM;
-    memcpy(e->key, key, kl + 1);
+    if (copy) {
+        memcpy(e->keybuf, key, kl);
+        e->key = e->keybuf;
+    } else {
+        e->key = key;
+    }
     e->hash = kmap_hash(key);
     e->val = val;
     size_t j = e->hash & (m->nb - 1);
@@ -79,6 +87,16 @@ int kmap_put(kmap *m, const char *key, void *val, void **old)
     m->b[j] = e;
     m->n++;
     return RM_OK;
+}
+
+int kmap_put(kmap *m, const char *key, void *val, void **old)
+{
+    return put(m, key, val, old, true);
+}
+
+int kmap_put_ref(kmap *m, const char *key, void *val, void **old)
+{
+    return put(m, key, val, old, false);
 }
 
 void *kmap_del(kmap *m, const char *key)

@@ -11,7 +11,8 @@ typedef struct kmap_ent {
     struct kmap_ent *next;
     size_t hash;
     void *val;
-    char key[];               /* NUL-terminated copy */
+    const char *key;          /* keybuf (a copy) or, for kmap_put_ref, the caller's string */
+    char keybuf[];
 } kmap_ent;
 
 typedef struct kmap {
@@ -24,6 +25,10 @@ void *kmap_get(const kmap *m, const char *key);
 kmap_ent *kmap_find(const kmap *m, const char *key);
 /* Insert or replace. *old (if non-NULL) gets the replaced value or NULL. RM_OK / RM_ENOMEM. */
 int kmap_put(kmap *m, const char *key, void *val, void **old);
+/* Insert or replace without copying the key: the map keeps `key` (usually a string inside val)
+ * and the caller keeps it alive and unchanged while the entry exists. Replacing an entry also
+ * replaces its key pointer. Saves a copy per entry in big caches. RM_OK / RM_ENOMEM. */
+int kmap_put_ref(kmap *m, const char *key, void *val, void **old);
 /* Remove; returns the value (caller frees) or NULL if absent. */
 void *kmap_del(kmap *m, const char *key);
 /* Iterate: for (kmap_ent *e = kmap_first(m, &i); e; e = kmap_next(m, &i, e)). Do not modify

@@ -355,6 +355,13 @@ static int start_informer(rm_op *op, const char *name, const char *path, const c
     rm_informer_opts o = {.name = name, .path = path, .label_selector = sel, .transform = tf,
                           .free_item = fr, .index_fn = ix, .handler = h, .on_restart = on_restart,
                           .ud = op, .page_limit = 500, .watch_timeout_s = 300};
+    /* flat projections live inside the cache entry */
+    if (tf == rm_kube_pod_transform)
+        o.inline_size = sizeof(rm_kube_pod);
+    else if (tf == rm_kube_owned_transform)
+        o.inline_size = sizeof(rm_kube_owned);
+    else if (tf == rm_kube_node_transform)
+        o.inline_size = sizeof(rm_kube_node);
     return rm_informer_start(op->client, &o, out, err);
 }
 
