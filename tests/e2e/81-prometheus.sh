@@ -24,13 +24,8 @@ op_metrics=$(freeport); op_probe=$(freeport); op_rdzv=$(freeport)
 pids+=($!)
 waitfor "curl -fsS http://127.0.0.1:$op_metrics/metrics" 40
 
-# the local job
+# Prometheus first (it takes seconds to start), then the job it scrapes
 run_metrics=$(freeport)
-"$bin/ringmaster" run -f "$root/tests/packaging/prom-job.yaml" --metrics-addr "127.0.0.1:$run_metrics" \
-  --checkpoint-dir "$tmp/ckpt" > "$tmp/run.log" 2>&1 &
-run_pid=$!; pids+=($run_pid)
-waitfor "curl -fsS http://127.0.0.1:$run_metrics/metrics" 40
-
 prom_port=$(freeport)
 cat > "$tmp/prometheus.yml" <<CFG
 global:
@@ -53,6 +48,11 @@ prometheus --config.file="$tmp/prometheus.yml" --storage.tsdb.path="$tmp/tsdb" \
   --web.listen-address="127.0.0.1:$prom_port" > "$tmp/prometheus.log" 2>&1 &
 pids+=($!)
 waitfor "curl -fsS http://127.0.0.1:$prom_port/-/ready" 60
+
+"$bin/ringmaster" run -f "$root/tests/packaging/prom-job.yaml" --metrics-addr "127.0.0.1:$run_metrics" \
+  --checkpoint-dir "$tmp/ckpt" > "$tmp/run.log" 2>&1 &
+run_pid=$!; pids+=($run_pid)
+waitfor "curl -fsS http://127.0.0.1:$run_metrics/metrics" 40
 
 # every endpoint passes promtool, worker endpoints taken from the runner's service discovery
 curl -fsS "http://127.0.0.1:$op_metrics/metrics" | promtool check metrics
