@@ -150,13 +150,26 @@ void *rm_kube_tj_transform(void *ud, const cJSON *obj)
     cJSON_Delete(c);
     if (!s)
         return NULL;
-    uLong n = (uLong)strlen(s), zl = compressBound(n);
+    /* a 1 KiB window and the smallest memLevel: a few KiB of deflate state instead of the
+     * default ~270 KiB per call; objects are a few KiB, so the ratio barely changes */
+    uLong n = (uLong)strlen(s), zl = compressBound(n) + 64;
     unsigned char *zb = malloc(zl);
     tj_item *it = NULL;
-    if (zb && compress2(zb, &zl, (const Bytef *)s, n, 1) == Z_OK && (it = malloc(sizeof(*it) + zl))) {
-        it->len = (uint32_t)n;
-        it->zlen = (uint32_t)zl;
-        memcpy(it->z, zb, zl);
+    z_stream zs;
+    memset(&zs, 0, sizeof(zs));
+    if (zb && deflateInit2(&zs, 1, Z_DEFLATED, 10, 1, Z_DEFAULT_STRATEGY) == Z_OK) {
+        zs.next_in = (Bytef *)s;
+        zs.avail_in = (uInt)n;
+        zs.next_out = zb;
+        zs.avail_out = (uInt)zl;
+        int zrc = deflate(&zs, Z_FINISH);
+        uLong out = zs.total_out;
+        deflateEnd(&zs);
+        if (zrc == Z_STREAM_END && (it = malloc(sizeof(*it) + out))) {
+            it->len = (uint32_t)n;
+            it->zlen = (uint32_t)out;
+            memcpy(it->z, zb, out);
+        }
     }
     free(zb);
     free(s);
