@@ -2,6 +2,7 @@
  * Design: the marker is written before the fault fires, so even an _exit right after cannot lose
  * it; a marker that cannot be written means the fault does not fire (never fire twice). */
 #include "worker/faults.h"
+#include "worker/checkpoint.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -127,7 +128,9 @@ const rm_fault *rm_faults_due(rm_faults *fs, int rank, int64_t step)
         if (fs->dir[0]) {
             char path[1200];
             snprintf(path, sizeof path, "%s/.fault-%d-fired", fs->dir, i);
-            mkdir(fs->dir, 0755);
+            rm_err merr = {0};
+            if (rm_mkdir_p(fs->dir, &merr))   /* before the first checkpoint the folder may not exist */
+                rm_warn("fault marker folder err=\"%s\"", merr.msg);
             int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
             if (fd < 0) {
                 if (errno != EEXIST)

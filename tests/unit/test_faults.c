@@ -72,8 +72,30 @@ static void test_once(void)
     free(dir);
 }
 
+/* A fault due before the first checkpoint, when the checkpoint folder and its parents do not
+ * exist yet (a fresh job on a fresh volume), still fires, and still only once. */
+static void test_fires_before_folder_exists(void)
+{
+    char *dir = rm_test_tmpdir("faults-nodir");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
+    char sub[600];
+    snprintf(sub, sizeof sub, "%s/default/job", dir);
+    rm_faults f;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(rm_faults_parse("exit:rank=0:step=3", &f, &e), RM_OK);
+    rm_faults_set_dir(&f, sub);
+    CU_ASSERT_PTR_NOT_NULL(rm_faults_due(&f, 0, 3));
+    rm_faults g;
+    CU_ASSERT_EQUAL(rm_faults_parse("exit:rank=0:step=3", &g, &e), RM_OK);
+    rm_faults_set_dir(&g, sub);
+    CU_ASSERT_PTR_NULL(rm_faults_due(&g, 0, 3));    /* the replacement does not fire it again */
+    rm_test_rmtree(dir);
+    free(dir);
+}
+
 void rm_suite_faults(void)
 {
-    static const rm_test_case cases[] = {{"parse", test_parse}, {"once_per_job", test_once}};
+    static const rm_test_case cases[] = {{"parse", test_parse}, {"once_per_job", test_once},
+                                         {"fires_before_folder_exists", test_fires_before_folder_exists}};
     RM_ADD_SUITE("faults", NULL, NULL, cases);
 }
