@@ -1081,3 +1081,58 @@ int rm_tj_set_condition(rm_tj_status *st, rm_cond_type type, bool status, const 
     c->observed_generation = generation;
     return changed;
 }
+
+/* ---------------- backend resolution (shared by the operator and the worker) ---------------- */
+
+rm_backend rm_backend_resolve(rm_backend spec, int gpus_requested)
+{
+    if (spec != RM_BACKEND_AUTO)
+        return spec;
+    return gpus_requested > 0 ? RM_BACKEND_NCCL : RM_BACKEND_RING;
+}
+
+/* A quantity from resources.limits/requests: a JSON number, or a string of digits ("2"). */
+static int gpu_quantity(const cJSON *v)
+{
+    if (cJSON_IsNumber(v)) {
+        double d = v->valuedouble;
+        return (d >= 0 && d <= 1024) ? (int)d : 0;
+    }
+    if (cJSON_IsString(v) && v->valuestring) {
+        const char *s = v->valuestring;
+        if (!*s || strlen(s) > 5)
+            return 0;
+        int n = 0;
+        for (; *s; s++) {
+            if (*s < '0' || *s > '9')
+                return 0;
+            n = n * 10 + (*s - '0');
+        }
+        return n;
+    }
+    return 0;
+}
+
+int rm_template_gpus(const cJSON *pod_template)
+{
+    if (!pod_template)
+        return 0;
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(pod_template, "spec");
+    const cJSON *containers = cJSON_GetObjectItemCaseSensitive(spec, "containers");
+    if (!cJSON_IsArray(containers))
+        return 0;
+    int total = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, containers) {
+        const cJSON *res = cJSON_GetObjectItemCaseSensitive(c, "resources");
+        const cJSON *lim = cJSON_GetObjectItemCaseSensitive(res, "limits");
+        const cJSON *req = cJSON_GetObjectItemCaseSensitive(res, "requests");
+        const cJSON *q = cJSON_GetObjectItemCaseSensitive(lim, "nvidia.com/gpu");
+        if (!q)
+            q = cJSON_GetObjectItemCaseSensitive(req, "nvidia.com/gpu");
+        total += gpu_quantity(q);
+        if (total > 1024)
+            return 1024;
+    }
+    return total;
+}

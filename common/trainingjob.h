@@ -193,6 +193,13 @@ void rm_tj_free(rm_tj *tj);   /* frees members, zeroes the struct; NULL ok */
 int rm_tj_set_condition(rm_tj_status *st, rm_cond_type type, bool status, const char *reason,
                         const char *message, int64_t generation, double now);
 
+/* `backend: auto` -> nccl when the job requests GPUs (gpus_requested > 0), else ring. Any explicit
+ * backend is returned unchanged. */
+rm_backend rm_backend_resolve(rm_backend spec, int gpus_requested);
+/* Sum of resources.limits["nvidia.com/gpu"] (falling back to requests) over the containers of a
+ * PodTemplateSpec (cJSON, borrowed; NULL -> 0). Values may be numbers or strings ("1"). Bad values
+ * count as 0. Capped at 1024. */
+int rm_template_gpus(const cJSON *pod_template);
 const char *rm_phase_name(rm_phase p);          /* "Running" */
 const char *rm_cond_name(rm_cond_type c);       /* "Restarting" */
 const char *rm_backend_name(rm_backend b);      /* "ring" */

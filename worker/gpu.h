@@ -63,13 +63,7 @@ int rm_gpu_check(rm_err *err);
 
 /* ---------------- backend and precision resolution (pure) ---------------- */
 
-/* `backend: auto` -> nccl when the job requests GPUs (gpus_requested > 0), else ring. Any explicit
- * backend is returned unchanged. */
-rm_backend rm_backend_resolve(rm_backend spec, int gpus_requested);
-/* Sum of resources.limits["nvidia.com/gpu"] (falling back to requests) over the containers of a
- * PodTemplateSpec (cJSON, borrowed; NULL -> 0). Values may be numbers or strings ("1"). Bad values
- * count as 0. Capped at 1024. */
-int rm_template_gpus(const cJSON *pod_template);
+/* rm_backend_resolve and rm_template_gpus live in common/trainingjob.h (the operator uses them too). */
 /* Whether a job with this (resolved) backend and precision must run on a GPU: nccl or bf16/fp16. */
 bool rm_job_needs_gpu(rm_backend resolved, rm_precision prec);
 /* RM_OK when the job needs no GPU or one is available; otherwise RM_EUNSUPPORTED with a message

@@ -398,19 +398,6 @@ static bool env_has(const cJSON *env, const char *name)
     return false;
 }
 
-static bool requests_gpu(const cJSON *spec)
-{
-    const cJSON *cs = cJSON_GetObjectItemCaseSensitive(spec, "containers"), *c;
-    cJSON_ArrayForEach(c, cs)
-    {
-        const cJSON *res = cJSON_GetObjectItemCaseSensitive(c, "resources");
-        if (cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "limits"), "nvidia.com/gpu") ||
-            cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(res, "requests"), "nvidia.com/gpu"))
-            return true;
-    }
-    return false;
-}
-
 /* Is this the ringmaster worker image (so it speaks our rendezvous and wants args [train])?
  * The configured --worker-image, or any image whose last path part (without tag or digest) is
  * "ringmaster-worker", or "worker" under a path that mentions ringmaster (ringmaster/worker). */
@@ -569,9 +556,7 @@ cJSON *rm_kube_worker_pod_port(const cJSON *job_obj, const void *tjv, int index,
     env_set(env, "RINGMASTER_CHECKPOINT_DIR", ckpt);
     snprintf(buf, sizeof(buf), "%g", tj->spec.restart.progress_deadline_seconds);
     env_set(env, "RINGMASTER_PROGRESS_DEADLINE", buf);
-    rm_backend be = tj->spec.backend;
-    if (be == RM_BACKEND_AUTO)
-        be = requests_gpu(spec) ? RM_BACKEND_NCCL : RM_BACKEND_RING;
+    rm_backend be = rm_backend_resolve(tj->spec.backend, rm_template_gpus(tj->spec.template));
     env_set(env, "RINGMASTER_BACKEND", rm_backend_name(be));
     cJSON *tr = rm_training_to_json(&tj->spec.training);
     char *trs = tr ? cJSON_PrintUnformatted(tr) : NULL;
