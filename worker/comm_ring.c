@@ -63,6 +63,7 @@ struct rm_comm {
     atomic_int broken;        /* a collective failed: peers may be out of step */
     uint32_t send_seq, recv_seq;   /* send_seq: sending thread only; recv_seq: receiving only */
     size_t piece;             /* floats per piece */
+    int sockbuf;              /* SO_SNDBUF/SO_RCVBUF bytes */
     float *scratch;           /* one piece */
 
     /* Sender thread for large collectives: the caller's thread receives and reduces, this one
@@ -126,7 +127,7 @@ static int ring_connect(rm_comm *c, const rm_comm_cfg *cfg, double deadline, uin
     rm_err e2 = {0};
     rc = rm_net_connect(host, port, deadline, &c->next_fd, &e2);
     if (rc) return rm_errf(err, rc, "ring: next rank %d: %s", next, e2.msg);
-    rm_net_tune(c->next_fd, RING_SOCKBUF);
+    rm_net_tune(c->next_fd, c->sockbuf);
     uint8_t hello[HELLO_LEN];
     put32(hello, RING_MAGIC);
     put32(hello + 4, RING_VERSION);
@@ -251,7 +252,7 @@ static int ring_accept(rm_comm *c, int lfd, const char *token, const uint8_t non
             close(fd);
             return rc;
         }
-        rm_net_tune(fd, RING_SOCKBUF);
+        rm_net_tune(fd, c->sockbuf);
         c->prev_fd = fd;
         return RM_OK;
     }
@@ -297,6 +298,9 @@ static int ring_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
     const char *pe = getenv("RINGMASTER_RING_PIECE_KB");   /* tuning knob for the benchmark */
     if (pe && atoi(pe) >= 4 && atoi(pe) <= 65536) piece_bytes = (size_t)atoi(pe) << 10;
     c->piece = piece_bytes / sizeof(float);
+    c->sockbuf = RING_SOCKBUF;
+    const char *sb = getenv("RINGMASTER_RING_SOCKBUF_KB");   /* tuning knob for the benchmark */
+    if (sb && atoi(sb) >= 64 && atoi(sb) <= 65536) c->sockbuf = atoi(sb) << 10;
     if (c->n == 1) {
         *out = c;
         return RM_OK;
