@@ -178,6 +178,7 @@ static int check_allreduce(world *w, size_t count, rm_redop op, int oop) {
 
 static void test_sizes(void) {
     setenv("RINGMASTER_RING_PIECE_KB", "8", 1);   /* small pieces: the pipeline crosses steps */
+    setenv("RINGMASTER_RING_TX_THREAD", "1", 1);  /* >= 1 MiB below goes through the sender thread */
     for (int n = 1; n <= MAXW; n++) {
         world *w = calloc(1, sizeof *w);
         world_listen(w, n);
@@ -198,6 +199,7 @@ static void test_sizes(void) {
         free(w);
     }
     unsetenv("RINGMASTER_RING_PIECE_KB");
+    unsetenv("RINGMASTER_RING_TX_THREAD");
 }
 
 static void test_large_default_pieces(void) {
@@ -347,22 +349,26 @@ static void test_connect_timeout(void) {
 }
 
 static void test_peer_dies(void) {
-    world w;
-    world_listen(&w, 3);
-    w.timeout_s = 10;   /* a closed socket must be noticed at once, not at the timeout */
-    CU_ASSERT_EQUAL_FATAL(world_init(&w), 0);
-    w.behave[2] = 2;
-    check_allreduce(&w, 1 << 18, RM_OP_SUM, 0);
-    for (int i = 0; i < 2; i++) {
-        CU_ASSERT_EQUAL(w.r[i].rc, RM_ECLOSED);
-        CU_ASSERT(w.r[i].elapsed < 5.0);
-        CU_ASSERT_PTR_NOT_NULL(strstr(w.r[i].err.msg, "rank"));
+    for (int mode = 0; mode < 2; mode++) {   /* one thread, then with the sender thread */
+        setenv("RINGMASTER_RING_TX_THREAD", mode ? "1" : "0", 1);
+        world w;
+        world_listen(&w, 3);
+        w.timeout_s = 10;   /* a closed socket must be noticed at once, not at the timeout */
+        CU_ASSERT_EQUAL_FATAL(world_init(&w), 0);
+        w.behave[2] = 2;
+        check_allreduce(&w, 1 << 18, RM_OP_SUM, 0);
+        for (int i = 0; i < 2; i++) {
+            CU_ASSERT_EQUAL(w.r[i].rc, RM_ECLOSED);
+            CU_ASSERT(w.r[i].elapsed < 5.0);
+            CU_ASSERT_PTR_NOT_NULL(strstr(w.r[i].err.msg, "rank"));
+        }
+        /* the comm stays failed */
+        rm_err e = {0};
+        float x = 1;
+        CU_ASSERT_EQUAL(ring()->allreduce(w.r[0].comm, &x, 1, RM_DT_F32, RM_OP_SUM, &e), RM_ECLOSED);
+        world_close(&w);
     }
-    /* the comm stays failed */
-    rm_err e = {0};
-    float x = 1;
-    CU_ASSERT_EQUAL(ring()->allreduce(w.r[0].comm, &x, 1, RM_DT_F32, RM_OP_SUM, &e), RM_ECLOSED);
-    world_close(&w);
+    unsetenv("RINGMASTER_RING_TX_THREAD");
 }
 
 static void test_peer_hangs(void) {
@@ -389,20 +395,24 @@ static void *abort_thread(void *arg) {
 }
 
 static void test_abort(void) {
-    world w;
-    world_listen(&w, 2);
-    w.timeout_s = 10;
-    CU_ASSERT_EQUAL_FATAL(world_init(&w), 0);
-    w.behave[1] = 1;   /* rank 1 does not join: rank 0 blocks until aborted */
-    aborter a = {w.r[0].comm, 200};
-    pthread_t t;
-    pthread_create(&t, NULL, abort_thread, &a);
-    check_allreduce(&w, 1 << 18, RM_OP_SUM, 0);
-    pthread_join(t, NULL);
-    CU_ASSERT_EQUAL(w.r[0].rc, RM_ECLOSED);
-    CU_ASSERT(w.r[0].elapsed < 1.5);
-    CU_ASSERT_PTR_NOT_NULL(strstr(w.r[0].err.msg, "abort"));
-    world_close(&w);
+    for (int mode = 0; mode < 2; mode++) {
+        setenv("RINGMASTER_RING_TX_THREAD", mode ? "1" : "0", 1);
+        world w;
+        world_listen(&w, 2);
+        w.timeout_s = 10;
+        CU_ASSERT_EQUAL_FATAL(world_init(&w), 0);
+        w.behave[1] = 1;   /* rank 1 does not join: rank 0 blocks until aborted */
+        aborter a = {w.r[0].comm, 200};
+        pthread_t t;
+        pthread_create(&t, NULL, abort_thread, &a);
+        check_allreduce(&w, 1 << 18, RM_OP_SUM, 0);
+        pthread_join(t, NULL);
+        CU_ASSERT_EQUAL(w.r[0].rc, RM_ECLOSED);
+        CU_ASSERT(w.r[0].elapsed < 1.5);
+        CU_ASSERT_PTR_NOT_NULL(strstr(w.r[0].err.msg, "abort"));
+        world_close(&w);
+    }
+    unsetenv("RINGMASTER_RING_TX_THREAD");
 }
 
 static void *desync_thread(void *arg) {
