@@ -11,6 +11,8 @@
 #    `gpu_tests --quick` (skipped, saying so, when compute-sanitizer is not installed).
 # Env: RM_BIN (binaries, default bin/), CUDA_HOME, GPU_TRAIN_EPOCHS (default 2), GPU_TRAIN_SKIP=1.
 set -euo pipefail
+# run from inside `make test` too: its jobserver and -w flags must not leak into the inner makes
+unset MAKEFLAGS MFLAGS MAKELEVEL
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 RM_BIN=${RM_BIN:-$root/bin}
