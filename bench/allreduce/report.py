@@ -159,8 +159,7 @@ if fus:
             L.append("Reading the table: with 200 buckets the step pays ~200 small-message latencies (comm time per "
                      "step far above bytes ÷ busbw); fusing cuts the message count. Here 2 ranks share 2 cores, so "
                      "the simulated backward and the comm thread compete for the same CPUs and overlap can hide only "
-                     "part of the communication (exposed < comm); with a core to spare per rank the exposed time "
-                     "of the bucketed runs would shrink further.")
+                     "part of the communication (exposed < comm).")
             L.append("")
 L.append("## Notes")
 L.append("")
