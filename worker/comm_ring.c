@@ -22,7 +22,9 @@
  * Handshake (no token on the wire): HELLO{epoch, rank, world, nonce_c} ->
  * CHALLENGE{nonce_a, HMAC(token, acc|...)} -> PROOF{HMAC(token, con|...)} -> OK. The acceptor drops
  * (with a logged reason) any connection whose HELLO or PROOF is wrong and keeps accepting until
- * the real prev arrives or the timeout passes; a stranger never fails the ring by itself.
+ * the real prev arrives or the timeout passes; a stranger never fails the ring by itself (one
+ * that stays silent holds the accept loop for at most 2 s; one that forges a valid HELLO — it must
+ * know magic, epoch and ranks — but never proves the token can hold it until the init timeout).
  *
  * Timeouts: every wait is bounded by cfg.timeout_s of no progress; a closed peer is RM_ECLOSED at
  * once; abort() sets a flag and shutdown()s both sockets, which wakes poll() in the owning thread. */
