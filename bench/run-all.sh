@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# `make bench`: every benchmark, one after the other (they share 2 cores, so never in parallel),
-# each writing bench/results/<area>.md; then BENCHMARKS.md is rebuilt from those files.
-# BENCH="allreduce train" runs a subset.
+# `make bench`: every benchmark, one after the other (they share 2 cores, so never in parallel).
+# allreduce, train and gpu rewrite bench/results/<area>.md themselves; the others print their
+# tables/JSON, kept in bench/results/raw/<area>.txt for bench/results/<area>.md to be updated from.
+# Then BENCHMARKS.md is rebuilt from bench/results/*.md. BENCH="allreduce train" runs a subset.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -12,7 +13,7 @@ declare -A entry=(
   [recovery]=bench/recovery/run.sh
   [e2e]=bench/e2e/run.sh
   [kubesim]=bench/kubesim/run.sh
-  [operator]=bench/operator/run.sh
+  [operator]=bench/operator/bench-operator.sh
   [gpu]=bench/gpu/run.sh
 )
 order=(allreduce train recovery e2e kubesim operator gpu)
@@ -22,7 +23,8 @@ for b in "${sel[@]}"; do
   s="${entry[$b]:-}"
   if [ -z "$s" ] || [ ! -x "$s" ]; then echo "bench $b: no runnable $s, skipped"; continue; fi
   echo "=== bench $b ($s) ==="
-  "$s" || { echo "bench $b failed"; rc=1; }
+  mkdir -p bench/results/raw
+  "$s" 2>&1 | tee "bench/results/raw/$b.txt" || { echo "bench $b failed"; rc=1; }
 done
 bench/assemble.sh
 exit $rc
