@@ -235,6 +235,16 @@ static void notify(rm_informer *inf, rm_inf_event ev, const char *key, const cha
         inf->o.handler(inf->o.ud, ev, key, index, old_item, new_item);
 }
 
+/* Report that key now maps to nw (old: what it was, NULL if new). An object whose index changed
+ * also leaves its old index: that owner is told with a DELETED. The watch and the re-list both
+ * report through here, so an owner change missed during a watch outage reaches the old owner. */
+static void notify_put(rm_informer *inf, const char *key, const cent *old, const cent *nw)
+{
+    notify(inf, old ? RM_INF_UPDATED : RM_INF_ADDED, key, nw->index, old ? old->item : NULL, nw->item);
+    if (old && old->index && (!nw->index || strcmp(old->index, nw->index)))
+        notify(inf, RM_INF_DELETED, key, old->index, old->item, NULL);
+}
+
 /* Apply one object change from the watch. */
 static void apply(rm_informer *inf, bool deleted, const cJSON *obj)
 {
@@ -273,10 +283,7 @@ static void apply(rm_informer *inf, bool deleted, const cJSON *obj)
         if (old)
             notify(inf, RM_INF_DELETED, key, old->index, old->item, NULL);
     } else {
-        notify(inf, old ? RM_INF_UPDATED : RM_INF_ADDED, key, nw->index, old ? old->item : NULL, nw->item);
-        /* the index may have changed: tell the old owner too */
-        if (old && old->index && (!nw->index || strcmp(old->index, nw->index)))
-            notify(inf, RM_INF_DELETED, key, old->index, old->item, NULL);
+        notify_put(inf, key, old, nw);
     }
     cent_free(inf, old);
 }
@@ -397,11 +404,9 @@ static int do_list(rm_informer *inf, rm_err *err)
             cent_free(inf, ch[i].old);
             break;
         case RM_INF_ADDED:
-            notify(inf, RM_INF_ADDED, ch[i].nw->key, ch[i].nw->index, NULL, ch[i].nw->item);
-            break;
         case RM_INF_UPDATED:
-            if (ch[i].nw) {
-                notify(inf, RM_INF_UPDATED, ch[i].nw->key, ch[i].nw->index, ch[i].old->item, ch[i].nw->item);
+            if (ch[i].nw) {   /* NULL: unchanged, no event */
+                notify_put(inf, ch[i].nw->key, ch[i].old, ch[i].nw);
                 cent_free(inf, ch[i].old);
             }
             break;

@@ -166,15 +166,17 @@ static int h_pods(const rm_http_req *req, rm_http_resp *resp, void *ud)
             } else {
                 CU_ASSERT_STRING_EQUAL(cont, "page2");
                 add_pod(items, "p2", "6", "j1");
+                add_pod(items, "p5", "7", "j1");
             }
             cJSON_AddStringToObject(md, "resourceVersion", "10");
         } else {
-            /* re-list after 410: p2 was deleted meanwhile, p3 created */
+            /* re-list after 410: p2 was deleted meanwhile, p3 created, p5 moved from j1 to j2 */
             if (!cont) {
                 add_pod(items, "p1", "11", "j1");
                 cJSON_AddStringToObject(md, "continue", "x");
             } else {
                 add_pod(items, "p3", "13", "j2");
+                add_pod(items, "p5", "12", "j2");
             }
             cJSON_AddStringToObject(md, "resourceVersion", "14");
         }
@@ -188,6 +190,7 @@ static int h_pods(const rm_http_req *req, rm_http_resp *resp, void *ud)
 typedef struct seen {
     pthread_mutex_t mu;
     char log[2048];
+    char ilog[2048];   /* "event key@index;" for the events that carry an index */
 } seen;
 
 static void *tf(void *ud, const cJSON *obj)
@@ -213,7 +216,11 @@ static void handler(void *ud, rm_inf_event ev, const char *key, const char *inde
     seen *s = ud;
     pthread_mutex_lock(&s->mu);
     size_t len = strlen(s->log);
-    snprintf(s->log + len, sizeof(s->log) - len, "%s %s;", ev == RM_INF_ADDED ? "add" : ev == RM_INF_UPDATED ? "upd" : "del", key);
+    const char *evs = ev == RM_INF_ADDED ? "add" : ev == RM_INF_UPDATED ? "upd" : "del";
+    snprintf(s->log + len, sizeof(s->log) - len, "%s %s;", evs, key);
+    len = strlen(s->ilog);
+    if (index)
+        snprintf(s->ilog + len, sizeof(s->ilog) - len, "%s %s@%s;", evs, key, index);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -279,8 +286,13 @@ static void test_informer_relist_on_410(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(s.log, "add t/p4;"));
     const char *u = strstr(s.log, "upd t/p1;");
     CU_ASSERT_PTR_NULL(u ? strstr(u + 1, "upd t/p1;") : NULL);
+    /* p5 changed owner while the watch was down: the re-list tells the new owner and the old one
+     * (whose reconcile must stop counting it), as the watch path does */
+    CU_ASSERT_PTR_NOT_NULL(strstr(s.ilog, "add t/p5@t/j1;"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(s.ilog, "upd t/p5@t/j2;"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(s.ilog, "del t/p5@t/j1;"));
     pthread_mutex_unlock(&s.mu);
-    CU_ASSERT_EQUAL(rm_informer_count(inf), 3);
+    CU_ASSERT_EQUAL(rm_informer_count(inf), 4);
     char buf[256] = "";
     rm_informer_rlock(inf);
     CU_ASSERT_STRING_EQUAL((const char *)rm_informer_get(inf, "t/p1"), "11");
@@ -290,11 +302,12 @@ static void test_informer_relist_on_410(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "t/p1=11"));
     CU_ASSERT_PTR_NOT_NULL(strstr(buf, "t/p4=15"));
     CU_ASSERT_PTR_NULL(strstr(buf, "t/p3"));
+    CU_ASSERT_PTR_NULL(strstr(buf, "t/p5"));
     buf[0] = 0;
     rm_informer_rlock(inf);
     rm_informer_by_index(inf, "t/j2", collect, buf);
     rm_informer_runlock(inf);
-    CU_ASSERT_STRING_EQUAL(buf, "t/p3=13,");
+    CU_ASSERT_TRUE(strcmp(buf, "t/p3=13,t/p5=12,") == 0 || strcmp(buf, "t/p5=12,t/p3=13,") == 0);
     rm_informer_stop(inf);
     rm_informer_stop(NULL);
     rm_kube_client_free(c);
