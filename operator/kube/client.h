@@ -154,4 +154,10 @@ char *rm_kube_escape(const char *s, char *buf, size_t cap);
 /* Monotonic and wall clock seconds. */
 double rm_kube_mono(void);
 double rm_kube_wall(void);
+/* Timed waits of the kube threads (informer, leader, workqueue) run on CLOCK_MONOTONIC, so a
+ * wall-clock step neither cuts a back-off short nor stretches it. rm_kube_cond_init makes such a
+ * condition variable; rm_kube_deadline sets *ts to s seconds from now on that clock, for
+ * pthread_cond_timedwait. */
+void rm_kube_cond_init(pthread_cond_t *cv);
+void rm_kube_deadline(struct timespec *ts, double s);
 #endif

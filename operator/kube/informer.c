@@ -7,7 +7,6 @@
  * swaps it in and reports the differences. */
 #include "operator/kube/informer.h"
 #include <errno.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -211,14 +210,7 @@ out:
 static bool wait_stop(rm_informer *inf, double s)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double whole = floor(s);
-    ts.tv_sec += (time_t)whole;
-    ts.tv_nsec += (long)((s - whole) * 1e9);
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    rm_kube_deadline(&ts, s);
     pthread_mutex_lock(&inf->wmu);
     while (!atomic_load(&inf->stop)) {
         if (pthread_cond_timedwait(&inf->wcv, &inf->wmu, &ts) == ETIMEDOUT)
@@ -542,11 +534,7 @@ int rm_informer_start(rm_kube_client *c, const rm_informer_opts *opts, rm_inform
     if (!inf->o.line_cap)
         inf->o.line_cap = 4u << 20;
     pthread_mutex_init(&inf->wmu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&inf->wcv, &ca);
-    pthread_condattr_destroy(&ca);
+    rm_kube_cond_init(&inf->wcv);
     pthread_rwlock_init(&inf->lk, NULL);
     if (pthread_create(&inf->th, NULL, run, inf)) {
         rm_informer_stop(inf);

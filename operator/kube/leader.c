@@ -90,11 +90,7 @@ int rm_leader_new(rm_kube_client *c, const rm_leader_opts *opts, rm_leader **out
     l->on_change = opts->on_change;
     l->ud = opts->ud;
     pthread_mutex_init(&l->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&l->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    rm_kube_cond_init(&l->cv);
     if (!l->ns || !l->name || !l->id) {
         rm_leader_stop(l);
         return rm_errf(err, RM_ENOMEM, "leader: out of memory");
@@ -219,14 +215,7 @@ int rm_leader_release(rm_leader *l)
 static bool nap(rm_leader *l, double s)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double whole = floor(s);
-    ts.tv_sec += (time_t)whole;
-    ts.tv_nsec += (long)((s - whole) * 1e9);
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    rm_kube_deadline(&ts, s);
     pthread_mutex_lock(&l->mu);
     while (!l->stop)
         if (pthread_cond_timedwait(&l->cv, &l->mu, &ts) == ETIMEDOUT)

@@ -64,11 +64,7 @@ rm_wq *rm_wq_new(const rm_wq_opts *opts)
     if (!q->o.now)
         q->o.now = mono_now;
     pthread_mutex_init(&q->mu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&q->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    rm_kube_cond_init(&q->cv);
     rm_kube_bucket_init(&q->bucket, q->o.qps < 0 ? 0 : q->o.qps, q->o.burst, now_of(q));
     return q;
 }
@@ -316,18 +312,6 @@ static double promote_locked(rm_wq *q)
     return -1;
 }
 
-static void abs_after(struct timespec *ts, double s)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    double whole = floor(s);
-    ts->tv_sec += (time_t)whole;
-    ts->tv_nsec += (long)((s - whole) * 1e9);
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 int rm_wq_get(rm_wq *q, double timeout_s, char **key)
 {
     *key = NULL;
@@ -366,7 +350,7 @@ int rm_wq_get(rm_wq *q, double timeout_s, char **key)
             pthread_cond_wait(&q->cv, &q->mu);
         } else {
             struct timespec ts;
-            abs_after(&ts, wait);
+            rm_kube_deadline(&ts, wait);
             pthread_cond_timedwait(&q->cv, &q->mu, &ts);
         }
     }
