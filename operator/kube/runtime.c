@@ -1279,6 +1279,16 @@ out:
     return rc;
 }
 
+/* GET the job "ns/name" from the API server, past the cache. */
+static int get_job(rm_kube_rt *rt, const char *key, cJSON **out, rm_err *err)
+{
+    char gp[640];
+    const char *slash = strchr(key, '/');
+    snprintf(gp, sizeof(gp), "/apis/%s/%s/namespaces/%.*s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION,
+             slash ? (int)(slash - key) : 0, key, RM_TJ_PLURAL, slash ? slash + 1 : key);
+    return rm_kube_json(rt->c.client, "GET", gp, NULL, NULL, out, err);
+}
+
 int rm_kube_rt_sync(rm_kube_rt *rt, const char *key, double *requeue_after, rm_err *err)
 {
     *requeue_after = 0;
@@ -1314,12 +1324,8 @@ int rm_kube_rt_sync(rm_kube_rt *rt, const char *key, double *requeue_after, rm_e
             *requeue_after = 0.05;
             return RM_OK;
         }
-        char gp[640];
-        const char *slash = strchr(key, '/');
-        snprintf(gp, sizeof(gp), "/apis/%s/%s/namespaces/%.*s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION,
-                 slash ? (int)(slash - key) : 0, key, RM_TJ_PLURAL, slash ? slash + 1 : key);
         cJSON *fresh = NULL;
-        int grc = rm_kube_json(rt->c.client, "GET", gp, NULL, NULL, &fresh, err);
+        int grc = get_job(rt, key, &fresh, err);
         if (grc) {
             cJSON_Delete(obj);
             return grc == RM_ENOTFOUND ? RM_OK : grc;
@@ -1335,12 +1341,8 @@ int rm_kube_rt_sync(rm_kube_rt *rt, const char *key, double *requeue_after, rm_e
         if (rc != RM_ECONFLICT)
             break;
         /* 409: somebody wrote in between; decide again from the object as it is now */
-        char gp[640];
-        const char *slash = strchr(key, '/');
-        snprintf(gp, sizeof(gp), "/apis/%s/%s/namespaces/%.*s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION,
-                 slash ? (int)(slash - key) : 0, key, RM_TJ_PLURAL, slash ? slash + 1 : key);
         cJSON *fresh = NULL;
-        int grc = rm_kube_json(rt->c.client, "GET", gp, NULL, NULL, &fresh, err);
+        int grc = get_job(rt, key, &fresh, err);
         if (grc == RM_ENOTFOUND) {
             rc = RM_OK;     /* deleted meanwhile: its DELETED event brings us back */
             break;
