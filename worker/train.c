@@ -541,6 +541,8 @@ typedef struct trainer {
     int64_t data_pos;
     double lr;
     int64_t last_ckpt_step;
+    bool have_state;            /* params/optimizer hold a real state (fresh, loaded or synced):
+                                   before the first round forms they are zeros, never saved */
 
     /* results and rates */
     double test_acc, test_loss, train_loss;
@@ -781,7 +783,8 @@ static int state_sync(trainer *t, rm_err *err)
 
 static int ckpt_write(trainer *t, rm_err *err)
 {
-    if (!t->cfg->checkpoint_dir || t->rank != 0 || t->step == t->last_ckpt_step)
+    if (!t->cfg->checkpoint_dir || !t->have_state || t->rank != 0 ||
+        t->step == t->last_ckpt_step)
         return RM_OK;
     double t0 = now_mono();
     rm_ckpt_meta meta;
@@ -936,6 +939,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
         /* else: no checkpoints configured; rank 0's in-memory state is broadcast below */
     }
     RM_CHECK(state_sync(t, err));
+    t->have_state = true;
     rm_series_set(t->wm.last_ckpt, (double)(t->last_ckpt_step > 0 ? t->last_ckpt_step : 0));
     if (t->world > 1) {
         size_t thr = (size_t)(cfg->t.fusion_buffer_mb * 1024.0 * 1024.0);

@@ -11,6 +11,7 @@
  *     identical parameters.
  *   - hang_detected: a hung rank is noticed through the collective timeout, killed and replaced.
  *   - controller_restart: rm_rdzv_restart mid-run; workers hear "rejoin" in a report and go on.
+ *   - term_while_joining: SIGTERM before the first round forms writes no checkpoint.
  *   - elastic_shrink: min 2 of 3, a worker dies and is not replaced; the survivors continue as a
  *     world of 2 from the checkpoint and agree bit for bit.
  * The binary is found through RM_BIN (the Makefile's test-unit sets it). */
@@ -407,6 +408,31 @@ static void test_elastic_shrink(void)
     h_stop(&h);
 }
 
+/* SIGTERM while a worker waits for its first round (the group never formed): it has no training
+ * state yet, so it must exit cleanly WITHOUT writing a checkpoint. A step-0 file of never-
+ * initialised (all-zero) parameters would be loaded by the next start as "the newest valid
+ * checkpoint", and an all-zero ReLU MLP never learns. */
+static void test_term_while_joining(void)
+{
+    harness h;
+    CU_ASSERT_EQUAL_FATAL(h_start(&h, 2), 0);   /* 2 wanted, 1 comes: the round never forms */
+    char ck[1100];
+    snprintf(ck, sizeof ck, "%s/ck", h.dir);
+    pid_t p = spawn(&h, "0", "w0", NULL, ck, 100, false);
+    CU_ASSERT_FATAL(wait_log(&h, "w0", "model ready", 60));
+    usleep(300000);   /* inside the join wait */
+    kill(p, SIGTERM);
+    CU_ASSERT_EQUAL(wait_exit(p, 30), 0);
+    char ck0[1200];
+    snprintf(ck0, sizeof ck0, "%s/ckpt-000000000000.rmck", ck);
+    struct stat st;
+    CU_ASSERT_NOT_EQUAL(stat(ck0, &st), 0);
+    char *l0 = read_log(&h, "w0");
+    CU_ASSERT(l0 && strstr(l0, "checkpoint written") == NULL);
+    free(l0);
+    h_stop(&h);
+}
+
 void rm_suite_train_multi(void)
 {
     static const rm_test_case cases[] = {
@@ -415,6 +441,7 @@ void rm_suite_train_multi(void)
         {"elastic_shrink", test_elastic_shrink},
         {"hang_detected", test_hang_detected},
         {"controller_restart", test_controller_restart},
+        {"term_while_joining", test_term_while_joining},
     };
     RM_ADD_SUITE("train_multi", NULL, NULL, cases);
 }
