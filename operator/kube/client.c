@@ -656,6 +656,35 @@ int rm_kube_client_new(const rm_kube_config *cfg, const rm_kube_client_opts *opt
     return RM_OK;
 }
 
+int rm_kube_client_new_like(rm_kube_client *c, const rm_kube_client_opts *opts,
+                            rm_kube_client **out, rm_err *err)
+{
+    rm_kube_client_opts o = c->o;
+    o.user_agent = c->user_agent;
+    if (opts) {
+        if (opts->qps)
+            o.qps = opts->qps;
+        if (opts->burst)
+            o.burst = opts->burst;
+        if (opts->max_retries)
+            o.max_retries = opts->max_retries;
+        if (opts->timeout_ms)
+            o.timeout_ms = opts->timeout_ms;
+        if (opts->max_body)
+            o.max_body = opts->max_body;
+        if (opts->observe) {
+            o.observe = opts->observe;
+            o.observe_ud = opts->observe_ud;
+        }
+        if (opts->user_agent)
+            o.user_agent = opts->user_agent;
+    }
+    pthread_mutex_lock(&c->mu);   /* the token may be re-read meanwhile */
+    int rc = rm_kube_client_new(&c->cfg, &o, out, err);
+    pthread_mutex_unlock(&c->mu);
+    return rc;
+}
+
 void rm_kube_client_free(rm_kube_client *c)
 {
     if (!c)

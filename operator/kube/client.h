@@ -116,6 +116,11 @@ typedef struct rm_kube_resp {
 int rm_kube_client_new(const rm_kube_config *cfg, const rm_kube_client_opts *opts,
                        rm_kube_client **out, rm_err *err);
 void rm_kube_client_free(rm_kube_client *c);   /* NULL ok */
+/* A second client to c's server with c's credentials (copied; token file re-read on its own) but
+ * its own rate limit, connections, timeout and retries from opts; fields left 0 in opts take c's
+ * values (observe included). For traffic that must not queue behind c's, like leader election. */
+int rm_kube_client_new_like(rm_kube_client *c, const rm_kube_client_opts *opts,
+                            rm_kube_client **out, rm_err *err);
 const char *rm_kube_client_namespace(const rm_kube_client *c);   /* borrowed */
 const char *rm_kube_client_server(const rm_kube_client *c);      /* borrowed */
 

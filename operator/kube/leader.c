@@ -80,7 +80,6 @@ int rm_leader_new(rm_kube_client *c, const rm_leader_opts *opts, rm_leader **out
     rm_leader *l = calloc(1, sizeof(*l));
     if (!l)
         return rm_errf(err, RM_ENOMEM, "leader: out of memory");
-    l->c = c;
     l->ns = strdup(opts->namespace_);
     l->name = strdup(opts->name);
     l->id = strdup(opts->identity);
@@ -94,6 +93,14 @@ int rm_leader_new(rm_kube_client *c, const rm_leader_opts *opts, rm_leader **out
     if (!l->ns || !l->name || !l->id) {
         rm_leader_stop(l);
         return rm_errf(err, RM_ENOMEM, "leader: out of memory");
+    }
+    /* GET + PUT (or GET + POST) fit in the renew deadline */
+    long tmo = (long)(l->renew_s * 1000 / 2);
+    rm_kube_client_opts co = {.qps = -1, .max_retries = -1, .timeout_ms = tmo > 0 ? tmo : 1};
+    int rc = rm_kube_client_new_like(c, &co, &l->c, err);
+    if (rc) {
+        rm_leader_stop(l);
+        return rc;
     }
     *out = l;
     return RM_OK;
@@ -287,6 +294,7 @@ void rm_leader_stop(rm_leader *l)
         pthread_join(l->th, NULL);
     if (l->c)
         rm_leader_release(l);
+    rm_kube_client_free(l->c);
     pthread_mutex_destroy(&l->mu);
     pthread_cond_destroy(&l->cv);
     free(l->ns);

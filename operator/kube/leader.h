@@ -9,6 +9,11 @@
  * releases the Lease (holderIdentity "", leaseDurationSeconds 1) so a successor takes over at once.
  * Defaults: lease 15 s, renew deadline 10 s, retry 2 s.
  *
+ * The elector talks through its own client (rm_kube_client_new_like): no rate limit, no retries
+ * (its loop is the retry) and each request bounded by half the renew deadline, so a renew is
+ * neither queued behind the reconcile traffic nor left hanging past the deadline while this
+ * process still believes it leads.
+ *
  * Ownership: strings in opts are copied; the client is borrowed and must outlive the elector. */
 #ifndef RM_KUBE_LEADER_H
 #define RM_KUBE_LEADER_H

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "common/http.h"
 #include "operator/kube/client.h"
 #include "operator/kube/leader.h"
@@ -17,6 +18,7 @@ typedef struct lstore {
     cJSON *lease;      /* NULL = absent */
     int rv;
     int puts, conflicts;
+    int delay_ms;      /* every answer waits this long (a hung API server) */
 } lstore;
 
 static const char *PATH = "/apis/coordination.k8s.io/v1/namespaces/ns/leases";
@@ -24,6 +26,11 @@ static const char *PATH = "/apis/coordination.k8s.io/v1/namespaces/ns/leases";
 static int h_lease(const rm_http_req *req, rm_http_resp *resp, void *ud)
 {
     lstore *s = ud;
+    pthread_mutex_lock(&s->mu);
+    int delay_ms = s->delay_ms;
+    pthread_mutex_unlock(&s->mu);
+    if (delay_ms > 0)
+        usleep((useconds_t)delay_ms * 1000);
     pthread_mutex_lock(&s->mu);
     int rc;
     bool item = strlen(req->path) > strlen(PATH);
@@ -196,11 +203,61 @@ static void test_race_409(void)
     pthread_mutex_destroy(&s.mu);
 }
 
+/* The elector's API calls are bounded by the renew deadline and do not queue behind the main
+ * client's rate limiter: a leader must learn it can no longer renew before another candidate may
+ * take the Lease, not after a 30 s request timeout (times retries) or a backlog of reconcile
+ * requests. */
+static void test_bounded_by_renew_deadline(void)
+{
+    lstore s;
+    memset(&s, 0, sizeof(s));
+    pthread_mutex_init(&s.mu, NULL);
+    rm_http_route routes[] = {{NULL, PATH, 1, h_lease, &s}};
+    rm_http_opts ho = {.bind = "127.0.0.1:0"};
+    rm_http_server *srv = NULL;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_http_start(&ho, routes, 1, &srv, &e), RM_OK);
+    char server[64];
+    snprintf(server, sizeof(server), "http://127.0.0.1:%d", rm_http_port(srv));
+    rm_kube_config cfg = {.server = server};
+    /* the operator's main client, busy: 1 request/s, default 30 s timeout and retries */
+    rm_kube_client_opts co = {.qps = 1, .burst = 1};
+    rm_kube_client *c = NULL;
+    CU_ASSERT_EQUAL_FATAL(rm_kube_client_new(&cfg, &co, &c, &e), RM_OK);
+    rm_leader_opts oa = {.namespace_ = "ns", .name = "hung", .identity = "A", .lease_s = 2,
+                         .renew_deadline_s = 1, .retry_s = 0.2};
+    rm_leader *a = NULL;
+    CU_ASSERT_EQUAL_FATAL(rm_leader_new(c, &oa, &a, &e), RM_OK);
+    /* acquire, then renew three times in a row: none waits for the main client's bucket */
+    for (int i = 0; i < 4; i++) {
+        double t0 = rm_kube_mono();
+        CU_ASSERT_TRUE(rm_leader_try(a, t0));
+        CU_ASSERT(rm_kube_mono() - t0 < 0.5);
+    }
+    /* the API server hangs for longer than the renew deadline: the try gives up within it */
+    pthread_mutex_lock(&s.mu);
+    s.delay_ms = 2500;
+    pthread_mutex_unlock(&s.mu);
+    double t0 = rm_kube_mono();
+    CU_ASSERT_FALSE(rm_leader_try(a, t0));
+    double took = rm_kube_mono() - t0;
+    CU_ASSERT(took < 1.5);
+    pthread_mutex_lock(&s.mu);
+    s.delay_ms = 0;
+    pthread_mutex_unlock(&s.mu);
+    rm_leader_stop(a);
+    rm_kube_client_free(c);
+    rm_http_stop(srv);
+    cJSON_Delete(s.lease);
+    pthread_mutex_destroy(&s.mu);
+}
+
 void rm_suite_leader(void)
 {
     static const rm_test_case cases[] = {
         {"acquire_renew_takeover_release", test_acquire_renew_takeover_release},
         {"two_electors_one_leader", test_race_409},
+        {"bounded_by_renew_deadline", test_bounded_by_renew_deadline},
     };
     RM_ADD_SUITE("leader", NULL, NULL, cases);
 }
