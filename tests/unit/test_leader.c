@@ -74,6 +74,32 @@ static int h_lease(const rm_http_req *req, rm_http_resp *resp, void *ud)
     return rc;
 }
 
+/* A fake Lease API on a free loopback port and a client (opts co) talking to it. */
+static int fake_start(lstore *s, const rm_kube_client_opts *co, rm_http_server **srv,
+                      rm_kube_client **c)
+{
+    memset(s, 0, sizeof(*s));
+    pthread_mutex_init(&s->mu, NULL);
+    rm_http_route routes[] = {{NULL, PATH, 1, h_lease, s}};
+    rm_http_opts ho = {.bind = "127.0.0.1:0"};
+    rm_err e = {0};
+    int rc = rm_http_start(&ho, routes, 1, srv, &e);
+    if (rc)
+        return rc;
+    char server[64];
+    snprintf(server, sizeof(server), "http://127.0.0.1:%d", rm_http_port(*srv));
+    rm_kube_config cfg = {.server = server};
+    return rm_kube_client_new(&cfg, co, c, &e);
+}
+
+static void fake_stop(lstore *s, rm_http_server *srv, rm_kube_client *c)
+{
+    rm_kube_client_free(c);
+    rm_http_stop(srv);
+    cJSON_Delete(s->lease);
+    pthread_mutex_destroy(&s->mu);
+}
+
 static const char *holder(lstore *s, char *buf, size_t cap)
 {
     pthread_mutex_lock(&s->mu);
@@ -95,19 +121,11 @@ static int field_int(lstore *s, const char *f)
 static void test_acquire_renew_takeover_release(void)
 {
     lstore s;
-    memset(&s, 0, sizeof(s));
-    pthread_mutex_init(&s.mu, NULL);
-    rm_http_route routes[] = {{NULL, PATH, 1, h_lease, &s}};
-    rm_http_opts ho = {.bind = "127.0.0.1:0"};
     rm_http_server *srv = NULL;
-    rm_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(rm_http_start(&ho, routes, 1, &srv, &e), RM_OK);
-    char server[64];
-    snprintf(server, sizeof(server), "http://127.0.0.1:%d", rm_http_port(srv));
-    rm_kube_config cfg = {.server = server};
-    rm_kube_client_opts co = {.qps = -1, .max_retries = 1};
     rm_kube_client *c = NULL;
-    CU_ASSERT_EQUAL_FATAL(rm_kube_client_new(&cfg, &co, &c, &e), RM_OK);
+    rm_err e = {0};
+    rm_kube_client_opts co = {.qps = -1, .max_retries = 1};
+    CU_ASSERT_EQUAL_FATAL(fake_start(&s, &co, &srv, &c), RM_OK);
     rm_leader_opts oa = {.namespace_ = "ns", .name = "lock", .identity = "A", .lease_s = 15};
     rm_leader_opts ob = oa;
     ob.identity = "B";
@@ -145,29 +163,18 @@ static void test_acquire_renew_takeover_release(void)
     CU_ASSERT_STRING_EQUAL(holder(&s, hb, sizeof(hb)), "");
     rm_leader_stop(b);
     rm_leader_stop(NULL);
-    rm_kube_client_free(c);
-    rm_http_stop(srv);
-    cJSON_Delete(s.lease);
-    pthread_mutex_destroy(&s.mu);
+    fake_stop(&s, srv, c);
 }
 
 static void test_race_409(void)
 {
     /* Two candidates fetch the same expired record; only one PUT can win. */
     lstore s;
-    memset(&s, 0, sizeof(s));
-    pthread_mutex_init(&s.mu, NULL);
-    rm_http_route routes[] = {{NULL, PATH, 1, h_lease, &s}};
-    rm_http_opts ho = {.bind = "127.0.0.1:0"};
     rm_http_server *srv = NULL;
-    rm_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(rm_http_start(&ho, routes, 1, &srv, &e), RM_OK);
-    char server[64];
-    snprintf(server, sizeof(server), "http://127.0.0.1:%d", rm_http_port(srv));
-    rm_kube_config cfg = {.server = server};
-    rm_kube_client_opts co = {.qps = -1, .max_retries = 1};
     rm_kube_client *c = NULL;
-    CU_ASSERT_EQUAL_FATAL(rm_kube_client_new(&cfg, &co, &c, &e), RM_OK);
+    rm_err e = {0};
+    rm_kube_client_opts co = {.qps = -1, .max_retries = 1};
+    CU_ASSERT_EQUAL_FATAL(fake_start(&s, &co, &srv, &c), RM_OK);
     /* threads: start two electors with short leases; exactly one leads at any time */
     rm_leader_opts o1 = {.namespace_ = "ns", .name = "l2", .identity = "X", .lease_s = 1, .renew_deadline_s = 0.8, .retry_s = 0.1};
     rm_leader_opts o2 = o1;
@@ -197,10 +204,7 @@ static void test_race_409(void)
     }
     CU_ASSERT_TRUE(rm_leader_is_leader(other));
     rm_leader_stop(other);
-    rm_kube_client_free(c);
-    rm_http_stop(srv);
-    cJSON_Delete(s.lease);
-    pthread_mutex_destroy(&s.mu);
+    fake_stop(&s, srv, c);
 }
 
 /* The elector's API calls are bounded by the renew deadline and do not queue behind the main
@@ -210,20 +214,12 @@ static void test_race_409(void)
 static void test_bounded_by_renew_deadline(void)
 {
     lstore s;
-    memset(&s, 0, sizeof(s));
-    pthread_mutex_init(&s.mu, NULL);
-    rm_http_route routes[] = {{NULL, PATH, 1, h_lease, &s}};
-    rm_http_opts ho = {.bind = "127.0.0.1:0"};
     rm_http_server *srv = NULL;
+    rm_kube_client *c = NULL;
     rm_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(rm_http_start(&ho, routes, 1, &srv, &e), RM_OK);
-    char server[64];
-    snprintf(server, sizeof(server), "http://127.0.0.1:%d", rm_http_port(srv));
-    rm_kube_config cfg = {.server = server};
     /* the operator's main client, busy: 1 request/s, default 30 s timeout and retries */
     rm_kube_client_opts co = {.qps = 1, .burst = 1};
-    rm_kube_client *c = NULL;
-    CU_ASSERT_EQUAL_FATAL(rm_kube_client_new(&cfg, &co, &c, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(fake_start(&s, &co, &srv, &c), RM_OK);
     rm_leader_opts oa = {.namespace_ = "ns", .name = "hung", .identity = "A", .lease_s = 2,
                          .renew_deadline_s = 1, .retry_s = 0.2};
     rm_leader *a = NULL;
@@ -246,10 +242,7 @@ static void test_bounded_by_renew_deadline(void)
     s.delay_ms = 0;
     pthread_mutex_unlock(&s.mu);
     rm_leader_stop(a);
-    rm_kube_client_free(c);
-    rm_http_stop(srv);
-    cJSON_Delete(s.lease);
-    pthread_mutex_destroy(&s.mu);
+    fake_stop(&s, srv, c);
 }
 
 void rm_suite_leader(void)
