@@ -362,6 +362,17 @@ static int parse_pos_int(const char *flag, const char *s, int *out)
     return 0;
 }
 
+/* -o for run and validate: "text" or "json"; anything else is an error, not silently text. */
+static int parse_output(const char *cmd, const char *s, bool *json)
+{
+    if (strcmp(s, "json") == 0 || strcmp(s, "text") == 0) {
+        *json = s[0] == 'j';
+        return 0;
+    }
+    fprintf(stderr, "ringmaster %s: -o: text or json, got \"%s\"\n", cmd, s);
+    return -1;
+}
+
 /* ------------------------------------------------------------------ run */
 
 enum { O_REPLICAS = 256, O_EPOCHS, O_CKPT, O_RESUME, O_RUNDIR, O_METRICS, O_LOGFMT, O_LOGLVL, O_HELP };
@@ -394,14 +405,7 @@ int rm_run_main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "f:o:h", opts, NULL)) != -1) {
         switch (c) {
         case 'f': file = optarg; break;
-        case 'o':
-            if (strcmp(optarg, "json") == 0) json = true;
-            else if (strcmp(optarg, "text") == 0) json = false;
-            else {
-                fprintf(stderr, "ringmaster run: -o: text or json, got \"%s\"\n", optarg);
-                return 2;
-            }
-            break;
+        case 'o': if (parse_output("run", optarg, &json)) return 2; break;
         case O_REPLICAS: if (parse_pos_int("--replicas", optarg, &ov.replicas)) return 2; break;
         case O_EPOCHS: if (parse_pos_int("--epochs", optarg, &ov.epochs)) return 2; break;
         case O_CKPT: ckpt = optarg; break;
@@ -631,7 +635,7 @@ int rm_validate_main(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "f:o:h", opts, NULL)) != -1) {
         switch (c) {
         case 'f': file = optarg; break;
-        case 'o': json = strcmp(optarg, "json") == 0; break;
+        case 'o': if (parse_output("validate", optarg, &json)) return 2; break;
         case 'h':
             printf("usage: ringmaster validate -f FILE [-o json]\n"
                    "Check a TrainingJob manifest the way `run` and the operator read it; -o json\n"

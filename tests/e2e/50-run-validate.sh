@@ -49,6 +49,11 @@ for args in "--replicas 0" "-o xml" "--bogus" "--metrics-addr nonsense" ""; do
   set +e; "$RM_BIN/ringmaster" run $args ${args:+-f "$FIX/small.yaml"} >/dev/null 2>"$W/f.e"; rc=$?; set -e
   [ $rc -eq 2 ] || fail "flags '$args': exit $rc, want 2"
 done
+for args in "-o xml" "-o" "--bogus"; do
+  set +e; "$RM_BIN/ringmaster" validate -f "$FIX/small.yaml" $args >"$W/vf.o" 2>"$W/vf.e"; rc=$?; set -e
+  [ $rc -eq 2 ] || fail "validate flags '$args': exit $rc, want 2"
+  [ ! -s "$W/vf.o" ] || fail "validate flags '$args': printed a result"
+done
 set +e; "$RM_BIN/ringmaster" frobnicate >/dev/null 2>&1; rc=$?; set -e
 [ $rc -eq 2 ] || fail "unknown command: exit $rc"
 "$RM_BIN/ringmaster" version | grep -q "^ringmaster [0-9]" || fail "version"
