@@ -314,24 +314,41 @@ static void sd_update(local *l)
 
 /* ------------------------------------------------------------------ processes */
 
+/* A NULL-terminated argv/envp built before fork. It grows with what it is given (the runner's
+ * whole environment is passed on, however large); a failed allocation sets oom and the spawn is
+ * refused rather than exec'd with an argument or variable missing. */
 typedef struct strv {
-    char *v[96];
-    int n;
+    char **v;
+    int n, cap;
+    bool oom;
 } strv;
 
 static void strv_add(strv *s, const char *fmt, ...) RM_PRINTF(2, 3);
 static void strv_add(strv *s, const char *fmt, ...)
 {
-    if (s->n >= (int)RM_ARRAY_LEN(s->v) - 1)
+    if (s->oom)
         return;
+    if (s->n + 2 > s->cap) {
+        int nc = s->cap ? s->cap * 2 : 64;
+        char **nv = realloc(s->v, (size_t)nc * sizeof *nv);
+        if (!nv) {
+            s->oom = true;
+            return;
+        }
+        s->v = nv;
+        s->cap = nc;
+    }
     va_list ap;
     va_start(ap, fmt);
     char *p = NULL;
     if (vasprintf(&p, fmt, ap) < 0)
         p = NULL;
     va_end(ap);
-    if (p)
-        s->v[s->n++] = p;
+    if (!p) {
+        s->oom = true;
+        return;
+    }
+    s->v[s->n++] = p;
     s->v[s->n] = NULL;
 }
 
@@ -339,7 +356,8 @@ static void strv_free(strv *s)
 {
     for (int i = 0; i < s->n; i++)
         free(s->v[i]);
-    s->n = 0;
+    free(s->v);
+    memset(s, 0, sizeof *s);
 }
 
 static bool env_is_ours(const char *kv)
@@ -408,7 +426,7 @@ static int spawn(local *l, int idx, int epoch, rm_err *err)
         strv_add(&av, "%s", l->o->worker_log_format ? l->o->worker_log_format : "text");
     }
     for (char **e = environ; *e; e++)
-        if (!env_is_ours(*e) && ev.n < (int)RM_ARRAY_LEN(ev.v) - 24)
+        if (!env_is_ours(*e))
             strv_add(&ev, "%s", *e);
     strv_add(&ev, "RINGMASTER_RENDEZVOUS=http://127.0.0.1:%d", l->rdzv_port);
     strv_add(&ev, "RINGMASTER_JOB=%s", l->jobkey);
@@ -433,9 +451,13 @@ static int spawn(local *l, int idx, int epoch, rm_err *err)
 
     char logpath[PATH_MAX];
     snprintf(logpath, sizeof logpath, "%s/worker-%d.log", l->o->run_dir, idx);
-    int logfd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    int nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    int rc = RM_OK;
+    int logfd = -1, nullfd = -1, rc = RM_OK;
+    if (av.oom || ev.oom) {
+        rc = rm_errf(err, RM_ENOMEM, "worker %d: out of memory building its command line", idx);
+        goto out;
+    }
+    logfd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (logfd < 0 || nullfd < 0) {
         rc = rm_errf(err, RM_EIO, "open %s: %s", logpath, strerror(errno));
         goto out;

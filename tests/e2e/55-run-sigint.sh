@@ -31,12 +31,19 @@ kill -TERM "$RUNNER_PID"
 set +e; wait "$RUNNER_PID"; rc=$?; set -e; RUNNER_PID=""
 [ $rc -eq 143 ] || fail "SIGTERM: exit $rc, want 143"
 assert_no_workers
-# kill -9 of the runner: PR_SET_PDEATHSIG takes the workers down with it (no orphans)
-"$RM_BIN/ringmaster" run -f "$FIX/small.yaml" --epochs 30 --checkpoint-dir "$W/ck-k" \
+# kill -9 of the runner: PR_SET_PDEATHSIG takes the workers down with it (no orphans).
+# This runner also carries 150 extra environment variables: a worker inherits every one of them
+# (a CI job's environment easily holds over 100; none may be dropped for want of room).
+pad=(); for i in $(seq 1 150); do pad+=("RM_E2E_PAD_$i=v$i"); done
+env "${pad[@]}" "$RM_BIN/ringmaster" run -f "$FIX/small.yaml" --epochs 30 --checkpoint-dir "$W/ck-k" \
    --run-dir "$W/run-k" >"$W/k.out" 2>"$W/k.err" &
 RUNNER_PID=$!
 for i in $(seq 1 100); do [ "$(our_workers | wc -l)" = 2 ] && break; sleep 0.1; done
 [ "$(our_workers | wc -l)" = 2 ] || fail "kill -9 case: workers did not start"
+for p in $(our_workers); do
+  n=$(tr '\0' '\n' < "/proc/$p/environ" | grep -c '^RM_E2E_PAD_[0-9]*=v[0-9]*$' || true)
+  [ "$n" = 150 ] || fail "worker $p inherited $n of the runner's 150 extra environment variables"
+done
 kill -9 "$RUNNER_PID"; wait "$RUNNER_PID" 2>/dev/null || true; RUNNER_PID=""
 for i in $(seq 1 50); do [ -z "$(our_workers)" ] && break; sleep 0.1; done
 assert_no_workers
