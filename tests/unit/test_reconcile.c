@@ -829,6 +829,27 @@ static int world_obs(world *wd, int nidx, rm_observed_worker *out)
     return n;
 }
 
+/* One controller pass over the simulated world of 4 indices: the round moves on, the core sees
+ * the live workers, its status is adopted and its actions applied. Returns the restart count
+ * from before the pass. */
+static int world_tick(world *wd, rm_tj *tj, run_result *r)
+{
+    rm_observed_worker obs[T_MAXW];
+    world_step(wd, 4);
+    int n = world_obs(wd, 4, obs);
+    rm_reconcile_in in = {.job = tj, .workers = obs, .nworkers = (size_t)n, .rdzv = &wd->rz,
+                          .rdzv_desired = wd->rdzv_desired, .rdzv_min = wd->rdzv_min,
+                          .now = wd->now};
+    memset(&r->out, 0, sizeof r->out);
+    r->out.actions = r->acts;
+    r->out.cap = RM_ARRAY_LEN(r->acts);
+    CU_ASSERT_EQUAL_FATAL(rm_reconcile(&in, &r->out), RM_OK);
+    int before = tj->status.restarts;
+    tj->status = r->out.status;
+    world_apply(wd, &r->out);
+    return before;
+}
+
 static void test_simulated_failures(void)
 {
     scen s = {.name = "sim"};
@@ -841,7 +862,6 @@ static void test_simulated_failures(void)
     wd.rz.epoch = 1;
     wd.now = 1000;
     static run_result r;
-    rm_observed_worker obs[T_MAXW];
     double kills[] = {1010, 1020, 1030};  /* worker deaths: ranks 1, 2, 3 */
     int next_kill = 0;
     double restart_at[4] = {0};
@@ -853,24 +873,13 @@ static void test_simulated_failures(void)
             wd.w[idx].finished_at = wd.now;
             next_kill++;
         }
-        world_step(&wd, 4);
-        if (tick == 300) {
+        if (tick == 300) {   /* (the round's step does not touch the result) */
             wd.rz.have_result = true;
             wd.rz.test_accuracy = 0.89;
         }
-        int n = world_obs(&wd, 4, obs);
-        rm_reconcile_in in = {.job = &tj, .workers = obs, .nworkers = (size_t)n, .rdzv = &wd.rz,
-                              .rdzv_desired = wd.rdzv_desired, .rdzv_min = wd.rdzv_min,
-                              .now = wd.now};
-        memset(&r.out, 0, sizeof r.out);
-        r.out.actions = r.acts;
-        r.out.cap = RM_ARRAY_LEN(r.acts);
-        CU_ASSERT_EQUAL_FATAL(rm_reconcile(&in, &r.out), RM_OK);
-        int before = tj.status.restarts;
-        tj.status = r.out.status;
+        int before = world_tick(&wd, &tj, &r);
         if (tj.status.restarts != before)
             restart_at[tj.status.restarts] = wd.now;
-        world_apply(&wd, &r.out);
         if (tj.status.phase == RM_PHASE_SUCCEEDED)
             break;
     }
@@ -896,7 +905,6 @@ static void test_simulated_crash_loop(void)
     wd.rz.epoch = 1;
     wd.now = 1000;
     static run_result r;
-    rm_observed_worker obs[T_MAXW];
     double restart_at[8] = {0};
     for (int tick = 0; tick < 500; tick++, wd.now += 0.1) {
         /* worker 2 dies 0.3 s after every start */
@@ -905,20 +913,9 @@ static void test_simulated_crash_loop(void)
             wd.w[2].exit_code = 2;
             wd.w[2].finished_at = wd.now;
         }
-        world_step(&wd, 4);
-        int n = world_obs(&wd, 4, obs);
-        rm_reconcile_in in = {.job = &tj, .workers = obs, .nworkers = (size_t)n, .rdzv = &wd.rz,
-                              .rdzv_desired = wd.rdzv_desired, .rdzv_min = wd.rdzv_min,
-                              .now = wd.now};
-        memset(&r.out, 0, sizeof r.out);
-        r.out.actions = r.acts;
-        r.out.cap = RM_ARRAY_LEN(r.acts);
-        CU_ASSERT_EQUAL_FATAL(rm_reconcile(&in, &r.out), RM_OK);
-        int before = tj.status.restarts;
-        tj.status = r.out.status;
+        int before = world_tick(&wd, &tj, &r);
         if (tj.status.restarts != before && tj.status.restarts < 8)
             restart_at[tj.status.restarts] = wd.now;
-        world_apply(&wd, &r.out);
         if (tj.status.phase == RM_PHASE_FAILED)
             break;
     }
