@@ -501,8 +501,8 @@ typedef struct reporter {
     int64_t samples;            /* local samples so far, guarded by mu */
     atomic_int action;          /* 0, R_REJOIN or R_STOP for the round in snap.epoch */
     atomic_int action_epoch;
-    rm_series *rate_series;     /* samples/s gauge (atomic updates) */
-    double last_rate;           /* guarded by mu */
+    double last_rate;           /* guarded by mu; the training thread copies it to the gauge
+                                   (the gauge's series changes with the rank label) */
 } reporter;
 
 typedef struct trainer {
@@ -1029,8 +1029,7 @@ static void *reporter_main(void *arg)
         rep.samples_per_second = r->last_rate;
         pthread_mutex_unlock(&r->mu);
 
-        rm_series_set(r->rate_series, rep.samples_per_second);
-        if (!r->client) {   /* alone: only the samples/s gauge */
+        if (!r->client) {   /* alone: only the samples/s figure */
             pthread_mutex_lock(&r->mu);
             continue;
         }
@@ -1062,7 +1061,6 @@ static int reporter_start(trainer *t, rm_err *err)
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->inited = true;
-    r->rate_series = t->wm.samples_per_s;
     if (t->cfg->rdzv_url) {
         r->client = rm_rdzv_client_new(t->cfg->rdzv_url, t->cfg->job, t->cfg->token,
                                        t->cfg->worker_id);
@@ -1111,6 +1109,7 @@ static void reporter_publish(trainer *t, bool active)
     r->samples = t->samples_local;
     t->rate = r->last_rate;
     pthread_mutex_unlock(&r->mu);
+    rm_series_set(t->wm.samples_per_s, t->rate);   /* this thread re-labels: current rank's series */
 }
 
 /* Report now rather than within the next second: a round's first report is how the controller

@@ -11,6 +11,7 @@
  *     identical parameters.
  *   - hang_detected: a hung rank is noticed through the collective timeout, killed and replaced.
  *   - controller_restart: rm_rdzv_restart mid-run; workers hear "rejoin" in a report and go on.
+ *   - rate_gauge_follows_rank: after a rank change the samples/s gauge is live under the new rank.
  *   - term_while_joining: SIGTERM before the first round forms writes no checkpoint.
  *   - elastic_shrink: min 2 of 3, a worker dies and is not replaced; the survivors continue as a
  *     world of 2 from the checkpoint and agree bit for bit.
@@ -27,6 +28,7 @@
 #include <unistd.h>
 
 #include "common/http.h"
+#include "common/httpc.h"
 #include "common/rdzv.h"
 #include "tests/unit/testutil.h"
 
@@ -38,6 +40,7 @@ typedef struct harness {
     rm_http_server *srv;
     char url[64];
     char *dir;
+    const char *metrics;   /* --metrics-addr for the next spawn (NULL: off) */
 } harness;
 
 static double mono(void)
@@ -117,7 +120,7 @@ static pid_t spawn(harness *h, const char *wid, const char *tag, const char *fau
     argv[n++] = "--max-steps";
     argv[n++] = steps;
     argv[n++] = "--metrics-addr";
-    argv[n++] = "off";
+    argv[n++] = h->metrics ? h->metrics : "off";
     argv[n++] = "--comm-timeout";
     argv[n++] = "5";
     argv[n++] = "--fusion-mb";
@@ -433,6 +436,65 @@ static void test_term_while_joining(void)
     h_stop(&h);
 }
 
+/* The samples/s gauge must be live under the worker's current rank label, in its first round
+ * (rank 1 here) and after a rank change (worker "0" is killed, worker "1" becomes rank 0 of a world
+ * of 2). The reporter thread used to keep the series it was given at start (rank "0", before the
+ * first round), which the re-label hid: a rank-1 worker's scraped gauge stayed 0 all job long. */
+static double scrape_rate(const char *url, const char *rank)
+{
+    char want[128];
+    snprintf(want, sizeof want,
+             "ringmaster_worker_samples_per_second{job=\"test/multi\",rank=\"%s\"} ", rank);
+    double rate = 0;
+    for (double end = mono() + 20; mono() < end && rate <= 0;) {
+        usleep(250000);
+        rm_httpc_resp r = {0};
+        rm_err e = {0};
+        if (rm_httpc_get(url, 2000, &r, &e) == RM_OK && r.body) {
+            const char *v = strstr(r.body, want);
+            if (v)
+                rate = atof(v + strlen(want));
+        }
+        rm_httpc_resp_free(&r);
+    }
+    return rate;
+}
+
+static void test_rate_gauge_follows_rank(void)
+{
+    harness h;
+    CU_ASSERT_EQUAL_FATAL(h_start_min(&h, 3, 2), 0);
+    pid_t p[3];
+    for (int i = 0; i < 3; i++) {
+        char wid[8], tag[8];
+        snprintf(wid, sizeof wid, "%d", i);
+        snprintf(tag, sizeof tag, "w%d", i);
+        h.metrics = i == 1 ? "127.0.0.1:0" : NULL;
+        p[i] = spawn(&h, wid, tag, NULL, NULL, 1000000, false);
+    }
+    h.metrics = NULL;
+    CU_ASSERT_FATAL(wait_log(&h, "w1", " world=3 backend=", 60));
+    char *l1 = read_log(&h, "w1");
+    int port = 0;
+    const char *k = l1 ? strstr(l1, "msg=\"metrics listening\" port=") : NULL;
+    if (k)
+        sscanf(k, "msg=\"metrics listening\" port=%d", &port);
+    free(l1);
+    CU_ASSERT_FATAL(port > 0);
+    char url[96];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", port);
+    CU_ASSERT(scrape_rate(url, "1") > 0);
+    kill(p[0], SIGKILL);
+    CU_ASSERT_EQUAL(wait_exit(p[0], 10), 128 + SIGKILL);
+    CU_ASSERT(wait_log(&h, "w1", " world=2 backend=", 60));
+    CU_ASSERT(scrape_rate(url, "0") > 0);
+    kill(p[1], SIGTERM);
+    kill(p[2], SIGTERM);
+    CU_ASSERT_EQUAL(wait_exit(p[1], 60), 0);
+    CU_ASSERT_EQUAL(wait_exit(p[2], 60), 0);
+    h_stop(&h);
+}
+
 void rm_suite_train_multi(void)
 {
     static const rm_test_case cases[] = {
@@ -442,6 +504,7 @@ void rm_suite_train_multi(void)
         {"hang_detected", test_hang_detected},
         {"controller_restart", test_controller_restart},
         {"term_while_joining", test_term_while_joining},
+        {"rate_gauge_follows_rank", test_rate_gauge_follows_rank},
     };
     RM_ADD_SUITE("train_multi", NULL, NULL, cases);
 }
