@@ -108,6 +108,58 @@ static void pod_cells(cJSON *cells, const cJSON *o)
     cJSON_AddItemToArray(cells, cJSON_CreateString("<none>"));
 }
 
+/* Built-in column sets after "Name" (kubectl's printers); CRs without printer columns get Age as
+ * a date, every other kind Age as a string. */
+typedef struct ks_colspec { const char *name, *type, *desc; int priority; } ks_colspec;
+static const ks_colspec POD_COLS[] = {
+    {"Ready", "string", "The aggregate readiness state of this pod for accepting traffic.", 0},
+    {"Status", "string", "The aggregate status of the containers in this pod.", 0},
+    {"Restarts", "string", "The number of times the containers in this pod have been restarted.", 0},
+    {"Age", "string", "", 0},
+    {"IP", "string", "IP address allocated to the pod.", 1},
+    {"Node", "string", "Name of the node this pod is assigned to.", 1},
+    {"Nominated Node", "string", "", 1},
+    {"Readiness Gates", "string", "", 1},
+};
+static const ks_colspec CONFIGMAP_COLS[] = {{"Data", "integer", "", 0}, {"Age", "string", "", 0}};
+static const ks_colspec SECRET_COLS[] = {
+    {"Type", "string", "", 0}, {"Data", "integer", "", 0}, {"Age", "string", "", 0}};
+static const ks_colspec NAMESPACE_COLS[] = {{"Status", "string", "", 0}, {"Age", "string", "", 0}};
+static const ks_colspec NODE_COLS[] = {
+    {"Status", "string", "", 0}, {"Roles", "string", "", 0}, {"Age", "string", "", 0},
+    {"Version", "string", "", 0}};
+static const ks_colspec SERVICE_COLS[] = {
+    {"Type", "string", "", 0}, {"Cluster-IP", "string", "", 0}, {"External-IP", "string", "", 0},
+    {"Port(s)", "string", "", 0}, {"Age", "string", "", 0}};
+static const ks_colspec LEASE_COLS[] = {{"Holder", "string", "", 0}, {"Age", "string", "", 0}};
+/* events have no Name column */
+static const ks_colspec EVENT_COLS[] = {
+    {"Last Seen", "string", "", 0}, {"Type", "string", "", 0}, {"Reason", "string", "", 0},
+    {"Object", "string", "", 0}, {"Message", "string", "", 0}};
+static const ks_colspec CRD_COLS[] = {{"Created At", "date", "", 0}};
+static const ks_colspec CR_AGE_COLS[] = {{"Age", "date", "", 0}};
+static const ks_colspec AGE_COLS[] = {{"Age", "string", "", 0}};
+
+static const ks_colspec *builtin_columns(enum ks_type t, size_t *n)
+{
+#define COLS(a) (*n = sizeof(a) / sizeof((a)[0]), (a))
+    switch (t) {
+    case KS_T_POD: return COLS(POD_COLS);
+    case KS_T_CONFIGMAP: return COLS(CONFIGMAP_COLS);
+    case KS_T_SECRET: return COLS(SECRET_COLS);
+    case KS_T_NAMESPACE: return COLS(NAMESPACE_COLS);
+    case KS_T_NODE: return COLS(NODE_COLS);
+    case KS_T_SERVICE: return COLS(SERVICE_COLS);
+    case KS_T_LEASE: return COLS(LEASE_COLS);
+    case KS_T_EVENT:
+    case KS_T_EVENT_NEW: return COLS(EVENT_COLS);
+    case KS_T_CRD: return COLS(CRD_COLS);
+    case KS_T_CR: return COLS(CR_AGE_COLS);
+    default: return COLS(AGE_COLS);
+    }
+#undef COLS
+}
+
 cJSON *ks_table_build(ks_server *s, const ks_kind *k, ks_obj *const *objs, size_t n, bool with_defs)
 {
     (void)s;
@@ -118,74 +170,19 @@ cJSON *ks_table_build(ks_server *s, const ks_kind *k, ks_obj *const *objs, size_
     cJSON *defs = cJSON_AddArrayToObject(t, "columnDefinitions");
     cJSON *rows = cJSON_AddArrayToObject(t, "rows");
     cJSON *cols = k->columns; /* CR printer columns (borrowed; retired, never freed, on change) */
-    coldef(defs, "Name", "string", "name", "Name must be unique within a namespace.", 0);
-    switch (k->type) {
-    case KS_T_POD:
-        coldef(defs, "Ready", "string", "", "The aggregate readiness state of this pod for accepting traffic.", 0);
-        coldef(defs, "Status", "string", "", "The aggregate status of the containers in this pod.", 0);
-        coldef(defs, "Restarts", "string", "", "The number of times the containers in this pod have been restarted.", 0);
-        coldef(defs, "Age", "string", "", "", 0);
-        coldef(defs, "IP", "string", "", "IP address allocated to the pod.", 1);
-        coldef(defs, "Node", "string", "", "Name of the node this pod is assigned to.", 1);
-        coldef(defs, "Nominated Node", "string", "", "", 1);
-        coldef(defs, "Readiness Gates", "string", "", "", 1);
-        break;
-    case KS_T_CONFIGMAP:
-        coldef(defs, "Data", "integer", "", "", 0);
-        coldef(defs, "Age", "string", "", "", 0);
-        break;
-    case KS_T_SECRET:
-        coldef(defs, "Type", "string", "", "", 0);
-        coldef(defs, "Data", "integer", "", "", 0);
-        coldef(defs, "Age", "string", "", "", 0);
-        break;
-    case KS_T_NAMESPACE:
-        coldef(defs, "Status", "string", "", "", 0);
-        coldef(defs, "Age", "string", "", "", 0);
-        break;
-    case KS_T_NODE:
-        coldef(defs, "Status", "string", "", "", 0);
-        coldef(defs, "Roles", "string", "", "", 0);
-        coldef(defs, "Age", "string", "", "", 0);
-        coldef(defs, "Version", "string", "", "", 0);
-        break;
-    case KS_T_SERVICE:
-        coldef(defs, "Type", "string", "", "", 0);
-        coldef(defs, "Cluster-IP", "string", "", "", 0);
-        coldef(defs, "External-IP", "string", "", "", 0);
-        coldef(defs, "Port(s)", "string", "", "", 0);
-        coldef(defs, "Age", "string", "", "", 0);
-        break;
-    case KS_T_LEASE:
-        coldef(defs, "Holder", "string", "", "", 0);
-        coldef(defs, "Age", "string", "", "", 0);
-        break;
-    case KS_T_EVENT:
-    case KS_T_EVENT_NEW:
-        cJSON_DeleteItemFromArray(defs, 0);
-        coldef(defs, "Last Seen", "string", "", "", 0);
-        coldef(defs, "Type", "string", "", "", 0);
-        coldef(defs, "Reason", "string", "", "", 0);
-        coldef(defs, "Object", "string", "", "", 0);
-        coldef(defs, "Message", "string", "", "", 0);
-        break;
-    case KS_T_CRD:
-        coldef(defs, "Created At", "date", "", "", 0);
-        break;
-    case KS_T_CR:
-        if (cJSON_IsArray(cols) && cJSON_GetArraySize(cols) > 0) {
-            for (const cJSON *c = cols->child; c; c = c->next) {
-                const cJSON *pr = cJSON_GetObjectItemCaseSensitive(c, "priority");
-                coldef(defs, sget(c, "name") ? sget(c, "name") : "", sget(c, "type") ? sget(c, "type") : "string",
-                       sget(c, "format"), sget(c, "description"), cJSON_IsNumber(pr) ? (int)pr->valuedouble : 0);
-            }
-        } else {
-            coldef(defs, "Age", "date", "", "", 0);
+    if (k->type != KS_T_EVENT && k->type != KS_T_EVENT_NEW)
+        coldef(defs, "Name", "string", "name", "Name must be unique within a namespace.", 0);
+    if (k->type == KS_T_CR && cJSON_IsArray(cols) && cJSON_GetArraySize(cols) > 0) {
+        for (const cJSON *c = cols->child; c; c = c->next) {
+            const cJSON *pr = cJSON_GetObjectItemCaseSensitive(c, "priority");
+            coldef(defs, sget(c, "name") ? sget(c, "name") : "", sget(c, "type") ? sget(c, "type") : "string",
+                   sget(c, "format"), sget(c, "description"), cJSON_IsNumber(pr) ? (int)pr->valuedouble : 0);
         }
-        break;
-    default:
-        coldef(defs, "Age", "string", "", "", 0);
-        break;
+    } else {
+        size_t nc = 0;
+        const ks_colspec *cs = builtin_columns(k->type, &nc);
+        for (size_t i = 0; i < nc; i++)
+            coldef(defs, cs[i].name, cs[i].type, "", cs[i].desc, cs[i].priority);
     }
     for (size_t i = 0; i < n; i++) {
         const cJSON *o = objs[i]->j;
