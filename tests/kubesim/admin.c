@@ -95,15 +95,11 @@ static cJSON *fault_state(ks_server *s)
     return o;
 }
 
+/* ks_reply_json, then 1: "handled" */
 static int reply(rm_http_resp *resp, int code, cJSON *o)
 {
-    char *txt = cJSON_PrintUnformatted(o);
-    cJSON_Delete(o);
-    if (!txt)
-        return RM_ENOMEM;
-    resp->status = code;
-    resp->body = txt;
-    return 1;
+    int rc = ks_reply_json(resp, code, o);
+    return rc ? rc : 1;
 }
 
 static int apply_faults(ks_server *s, const cJSON *f, rm_http_resp *resp)

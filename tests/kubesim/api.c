@@ -71,7 +71,7 @@ static cJSON *status_obj(int code, const char *reason, const char *name, const c
     return o;
 }
 
-static int reply_obj(rm_http_resp *resp, int code, cJSON *o)
+int ks_reply_json(rm_http_resp *resp, int code, cJSON *o)
 {
     char *s = o ? cJSON_PrintUnformatted(o) : NULL;
     cJSON_Delete(o);
@@ -94,7 +94,7 @@ int ks_status(rm_http_resp *resp, int code, const char *reason, const char *name
     va_end(ap);
     if (code == 429)
         rm_http_add_header(resp, "Retry-After", "1");
-    return reply_obj(resp, code, status_obj(code, reason, name, group, kind, msg));
+    return ks_reply_json(resp, code, status_obj(code, reason, name, group, kind, msg));
 }
 
 /* ---- request info --------------------------------------------------------------------------- */
@@ -110,20 +110,6 @@ typedef struct ks_ri {
 static bool truthy(const char *v)
 {
     return v && *v && strcmp(v, "0") && strcasecmp(v, "false");
-}
-
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static double wall_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
 /* Splits the path; returns 0 and fills ri for a resource path, -1 when not a resource path. */
@@ -230,15 +216,9 @@ static cJSON *md_of(cJSON *o)
     return md;
 }
 
-static const char *str_at(const cJSON *o, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
 static const char *md_str(const cJSON *o, const char *key)
 {
-    return str_at(cJSON_GetObjectItemCaseSensitive(o, "metadata"), key);
+    return ks_sget(cJSON_GetObjectItemCaseSensitive(o, "metadata"), key);
 }
 
 static void set_item(cJSON *o, const char *key, cJSON *v)
@@ -417,7 +397,7 @@ cJSON *ks_event_to_core(const cJSON *ev)
     move_field(o, "type", ev, "type");
     move_field(o, "source", ev, "deprecatedSource");
     if (!cJSON_GetObjectItemCaseSensitive(o, "source")) {
-        const char *rc = str_at(ev, "reportingController");
+        const char *rc = ks_sget(ev, "reportingController");
         if (rc) {
             cJSON *src = cJSON_AddObjectToObject(o, "source");
             cJSON_AddStringToObject(src, "component", rc);
@@ -447,7 +427,7 @@ static void append_obj(ks_buf *b, const ks_kind *k, const ks_obj *o)
     if (k->type == KS_T_CR) {
         char av[256];
         ks_kind_apiversion(k, av, sizeof(av));
-        const char *have = str_at(o->j, "apiVersion");
+        const char *have = ks_sget(o->j, "apiVersion");
         if (have && strcmp(have, av)) {
             cJSON *c = cJSON_Duplicate(o->j, 1);
             set_str(c, "apiVersion", av);
@@ -523,7 +503,7 @@ static bool obj_matches(const ks_kind *k, const char *ns, const ks_lsel *ls, con
 {
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(o, "metadata");
     if (ns && *ns) {
-        const char *ons = str_at(md, "namespace");
+        const char *ons = ks_sget(md, "namespace");
         if (!ons || strcmp(ons, ns))
             return false;
     }
@@ -574,7 +554,7 @@ static int reply_wfail(rm_http_resp *resp, const ks_kind *k, const char *name, c
         cJSON_AddStringToObject(c, "field", r->field);
         cJSON_AddItemToArray(causes, c);
     }
-    return reply_obj(resp, r->code, o);
+    return ks_reply_json(resp, r->code, o);
 }
 
 static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -617,7 +597,7 @@ static int builtin_prepare(ks_server *s, ks_kind *k, cJSON *o, const cJSON *old,
         }
         int i = 0;
         for (cJSON *c = cs->child; c; c = c->next, i++) {
-            const char *cn = str_at(c, "name"), *img = str_at(c, "image");
+            const char *cn = ks_sget(c, "name"), *img = ks_sget(c, "image");
             if (!cn || !valid_name(cn, true) || !img || !*img) {
                 char f[64];
                 snprintf(f, sizeof(f), "spec.containers[%d].%s", i, (!cn || !valid_name(cn, true)) ? "name" : "image");
@@ -654,7 +634,7 @@ static int builtin_prepare(ks_server *s, ks_kind *k, cJSON *o, const cJSON *old,
             cJSON_AddStringToObject(st, "phase", "Pending");
             cJSON_AddStringToObject(st, "qosClass", "BestEffort");
         }
-        const char *rp = str_at(spec, "restartPolicy");
+        const char *rp = ks_sget(spec, "restartPolicy");
         if (rp && strcmp(rp, "Always") && strcmp(rp, "OnFailure") && strcmp(rp, "Never")) {
             wfail(r, 422, NULL, "spec.restartPolicy", "Pod \"%s\" is invalid: spec.restartPolicy: Unsupported value: \"%s\"",
                   md_str(o, "name") ? md_str(o, "name") : "", rp);
@@ -752,7 +732,7 @@ static int check_owner_refs(const cJSON *o, ks_wres *r)
     for (const cJSON *e = refs->child; e; e = e->next, i++) {
         static const char *req[] = {"apiVersion", "kind", "name", "uid"};
         for (size_t j = 0; j < RM_ARRAY_LEN(req); j++) {
-            const char *v = str_at(e, req[j]);
+            const char *v = ks_sget(e, req[j]);
             if (!v || !*v) {
                 char f[96];
                 snprintf(f, sizeof(f), "metadata.ownerReferences[%d].%s", i, req[j]);
@@ -796,8 +776,8 @@ static bool pod_awaits_kubelet(ks_server *s, const cJSON *o)
     if (s->opts.no_kubelet)
         return false;
     const cJSON *spec = cJSON_GetObjectItemCaseSensitive(o, "spec");
-    const char *node = str_at(spec, "nodeName");
-    const char *phase = str_at(cJSON_GetObjectItemCaseSensitive(o, "status"), "phase");
+    const char *node = ks_sget(spec, "nodeName");
+    const char *phase = ks_sget(cJSON_GetObjectItemCaseSensitive(o, "status"), "phase");
     if (!node || !*node)
         return false;
     if (phase && (!strcmp(phase, "Succeeded") || !strcmp(phase, "Failed")))
@@ -1051,7 +1031,7 @@ static void orphan_dependents(ks_server *s, const char *uid)
                                                                 "ownerReferences");
             bool hit = false;
             for (const cJSON *e = refs ? refs->child : NULL; e; e = e->next)
-                if (str_at(e, "uid") && !strcmp(str_at(e, "uid"), uid))
+                if (ks_sget(e, "uid") && !strcmp(ks_sget(e, "uid"), uid))
                     hit = true;
             if (!hit)
                 continue;
@@ -1061,7 +1041,7 @@ static void orphan_dependents(ks_server *s, const char *uid)
             cJSON *e = nrefs->child;
             while (e) {
                 cJSON *next = e->next;
-                if (str_at(e, "uid") && !strcmp(str_at(e, "uid"), uid))
+                if (ks_sget(e, "uid") && !strcmp(ks_sget(e, "uid"), uid))
                     cJSON_Delete(cJSON_DetachItemViaPointer(nrefs, e));
                 e = next;
             }
@@ -1117,8 +1097,8 @@ static void remove_locked(ks_server *s, ks_kind *k, const char *ns, const char *
     r->deleted = true;
     if (k->type == KS_T_CRD) {
         const cJSON *spec = cJSON_GetObjectItemCaseSensitive(last->j, "spec");
-        const char *group = str_at(spec, "group");
-        const char *plural = str_at(cJSON_GetObjectItemCaseSensitive(spec, "names"), "plural");
+        const char *group = ks_sget(spec, "group");
+        const char *plural = ks_sget(cJSON_GetObjectItemCaseSensitive(spec, "names"), "plural");
         if (group && plural) {
             for (size_t i = 0; i < s->nkinds; i++) {
                 ks_kind *kk = s->kinds[i];
@@ -1186,7 +1166,7 @@ static void del_locked(ks_server *s, ks_kind *k, const char *ns, const char *nam
         cJSON_AddItemToArray(f, cJSON_CreateString("foregroundDeletion"));
         changed = true;
     }
-    double now = wall_now();
+    double now = ks_wall();
     if (k->type == KS_T_POD && grace != 0 && pod_awaits_kubelet(s, c)) {
         const cJSON *tg = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "spec"),
                                                           "terminationGracePeriodSeconds");
@@ -1375,7 +1355,7 @@ static unsigned snap_put(ks_server *s, const ks_kind *k, ks_obj **objs, size_t n
     }
     pthread_mutex_lock(&ss->mu);
     int slot = 0;
-    double now = mono_now();
+    double now = ks_mono();
     for (int i = 0; i < KS_SNAP_MAX; i++) {
         if (ss->v[i].objs && now - ss->v[i].created > KS_SNAP_TTL) {
             ks_objs_free(ss->v[i].objs, ss->v[i].n);
@@ -1408,7 +1388,7 @@ static int snap_get(ks_server *s, unsigned id, size_t off, size_t limit, ks_obj 
         ks_snap *sp = &ss->v[i];
         if (!sp->objs || sp->id != id)
             continue;
-        if (mono_now() - sp->created > KS_SNAP_TTL || (dropped && sp->rv < dropped))
+        if (ks_mono() - sp->created > KS_SNAP_TTL || (dropped && sp->rv < dropped))
             break;
         size_t cnt = off < sp->n ? sp->n - off : 0;
         if (limit && cnt > limit)
@@ -1587,7 +1567,7 @@ static int handle_list(ks_server *s, const rm_http_req *req, rm_http_resp *resp,
             set_str(md, "continue", token);
             cJSON_AddNumberToObject(md, "remainingItemCount", (double)remaining);
         }
-        rc = reply_obj(resp, 200, t);
+        rc = ks_reply_json(resp, 200, t);
         goto out;
     }
     ks_buf b = {0};
@@ -1757,7 +1737,7 @@ static ssize_t watch_read(void *ud, char *buf, size_t cap)
 {
     ks_watch *w = ud;
     ks_server *s = w->s;
-    double until = mono_now() + 0.5;
+    double until = ks_mono() + 0.5;
     for (;;) {
         if (w->out_off < w->out.len) {
             size_t n = w->out.len - w->out_off;
@@ -1770,7 +1750,7 @@ static ssize_t watch_read(void *ud, char *buf, size_t cap)
             return (ssize_t)n;
         }
         if (w->done || atomic_load(&s->stopping) || atomic_load(&s->faults.watch_gen) != w->gen ||
-            mono_now() >= w->deadline)
+            ks_mono() >= w->deadline)
             return -1;
         if (w->initial_pos < w->ninitial) {
             while (w->initial_pos < w->ninitial && w->out.len < 256 * 1024) {
@@ -1790,7 +1770,7 @@ static ssize_t watch_read(void *ud, char *buf, size_t cap)
         pthread_rwlock_unlock(&s->lock);
         if (w->out.len)
             continue;
-        double now = mono_now();
+        double now = ks_mono();
         if (w->bookmarks && now - w->last_bookmark >= bookmark_interval()) {
             w->last_bookmark = now;
             emit_bookmark(w, cur, false);
@@ -1862,8 +1842,8 @@ static int handle_watch(ks_server *s, const rm_http_req *req, rm_http_resp *resp
         if (v > 0)
             to = v;
     }
-    w->deadline = mono_now() + to;
-    w->last_bookmark = mono_now();
+    w->deadline = ks_mono() + to;
+    w->last_bookmark = ks_mono();
     w->gen = atomic_load(&s->faults.watch_gen);
     w->waiter.ls = ks_lsel_empty(w->ls) ? NULL : w->ls;
     w->waiter.fs = ks_fsel_empty(w->fs) ? NULL : w->fs;
@@ -1971,7 +1951,7 @@ static int check_type(rm_http_resp *resp, const ks_kind *k, const cJSON *o)
 {
     char av[256];
     ks_kind_apiversion(k, av, sizeof(av));
-    const char *oav = str_at(o, "apiVersion"), *okind = str_at(o, "kind");
+    const char *oav = ks_sget(o, "apiVersion"), *okind = ks_sget(o, "kind");
     if (oav && strcmp(oav, av))
         return ks_status(resp, 400, "BadRequest", NULL, NULL, NULL,
                          "the API version in the data (%s) does not match the expected API version (%s)", oav, av), -1;
@@ -1991,7 +1971,7 @@ static int handle_get(ks_server *s, rm_http_resp *resp, const rm_http_req *req, 
     int rc;
     if (ks_wants_table(req)) {
         ks_obj *one[1] = {o};
-        rc = reply_obj(resp, 200, ks_table_build(s, ri->k, one, 1, true));
+        rc = ks_reply_json(resp, 200, ks_table_build(s, ri->k, one, 1, true));
     } else {
         rc = reply_stored(resp, 200, ri->k, o);
     }
@@ -2018,13 +1998,13 @@ static int handle_create(ks_server *s, const rm_http_req *req, rm_http_resp *res
         o = c;
     }
     cJSON *md = md_of(o);
-    const char *name = str_at(md, "name"), *gen = str_at(md, "generateName"), *ons = str_at(md, "namespace");
+    const char *name = ks_sget(md, "name"), *gen = ks_sget(md, "generateName"), *ons = ks_sget(md, "namespace");
     if (ri->has_ns && ons && *ons && strcmp(ons, ri->ns)) {
         cJSON_Delete(o);
         return ks_status(resp, 400, "BadRequest", NULL, NULL, NULL,
                          "the namespace of the provided object does not match the namespace sent on the request");
     }
-    if (str_at(md, "resourceVersion") && *str_at(md, "resourceVersion")) {
+    if (ks_sget(md, "resourceVersion") && *ks_sget(md, "resourceVersion")) {
         cJSON_Delete(o);
         return ks_status(resp, 400, "BadRequest", NULL, NULL, NULL, "resourceVersion should not be set on objects to be created");
     }
@@ -2112,7 +2092,7 @@ static cJSON *scale_of(const ks_kind *k, const ks_obj *o)
 
 static int reply_scale(rm_http_resp *resp, const ks_kind *k, const ks_obj *o)
 {
-    return reply_obj(resp, 200, scale_of(k, o));
+    return ks_reply_json(resp, 200, scale_of(k, o));
 }
 
 /* Write a Scale body into the CR; expect_rv from the Scale (may be NULL). */
@@ -2247,7 +2227,7 @@ static int handle_patch(ks_server *s, const rm_http_req *req, rm_http_resp *resp
     char user_rv[40] = "";
     if (pt == P_JSON) {
         for (const cJSON *op = patch->child; op; op = op->next) {
-            const char *path = str_at(op, "path"), *opn = str_at(op, "op");
+            const char *path = ks_sget(op, "path"), *opn = ks_sget(op, "op");
             const cJSON *v = cJSON_GetObjectItemCaseSensitive(op, "value");
             if (path && opn && !strcmp(path, "/metadata/resourceVersion") && cJSON_IsString(v) &&
                 (!strcmp(opn, "replace") || !strcmp(opn, "add")))
@@ -2327,7 +2307,7 @@ static int delete_reply(rm_http_resp *resp, ks_kind *k, const char *name, ks_wre
         const char *uid = md_str(r->obj->j, "uid");
         if (uid && d)
             cJSON_AddStringToObject(d, "uid", uid);
-        rc = reply_obj(resp, 200, st);
+        rc = ks_reply_json(resp, 200, st);
     } else {
         rc = reply_stored(resp, 200, k, r->obj);
     }
@@ -2355,17 +2335,17 @@ static int delete_opts(const rm_http_req *req, rm_http_resp *resp, char *prop, s
             ks_status(resp, 400, "BadRequest", NULL, NULL, NULL, "invalid DeleteOptions: %s", e.msg[0] ? e.msg : "not an object");
             return -1;
         }
-        const char *p = str_at(o, "propagationPolicy");
+        const char *p = ks_sget(o, "propagationPolicy");
         if (p)
             snprintf(prop, pcap, "%s", p);
         const cJSON *g = cJSON_GetObjectItemCaseSensitive(o, "gracePeriodSeconds");
         if (cJSON_IsNumber(g))
             *grace = (int)g->valuedouble;
         const cJSON *pre = cJSON_GetObjectItemCaseSensitive(o, "preconditions");
-        if (str_at(pre, "uid"))
-            snprintf(pre_uid, 64, "%s", str_at(pre, "uid"));
-        if (str_at(pre, "resourceVersion"))
-            snprintf(pre_rv, 32, "%.31s", str_at(pre, "resourceVersion"));
+        if (ks_sget(pre, "uid"))
+            snprintf(pre_uid, 64, "%s", ks_sget(pre, "uid"));
+        if (ks_sget(pre, "resourceVersion"))
+            snprintf(pre_rv, 32, "%.31s", ks_sget(pre, "resourceVersion"));
         const cJSON *dr = cJSON_GetObjectItemCaseSensitive(o, "dryRun");
         if (cJSON_IsArray(dr) && cJSON_GetArraySize(dr) > 0)
             *dry = true;
@@ -2429,7 +2409,7 @@ static int handle_deletecollection(ks_server *s, const rm_http_req *req, rm_http
     cJSON *st = status_obj(200, "", NULL, NULL, NULL, "");
     cJSON_DeleteItemFromObjectCaseSensitive(st, "message");
     cJSON_DeleteItemFromObjectCaseSensitive(st, "reason");
-    return reply_obj(resp, 200, st);
+    return ks_reply_json(resp, 200, st);
 }
 
 /* ---- pods/log ------------------------------------------------------------------------------- */
@@ -2457,12 +2437,12 @@ static bool container_alive(ks_server *s, const char *ns, const char *pod, const
     pthread_rwlock_rdlock(&s->lock);
     ks_obj *o = ks_table_get(pk->tab, ns, pod);
     if (o && md_str(o->j, "uid") && !strcmp(md_str(o->j, "uid"), uid)) {
-        const char *phase = str_at(cJSON_GetObjectItemCaseSensitive(o->j, "status"), "phase");
+        const char *phase = ks_sget(cJSON_GetObjectItemCaseSensitive(o->j, "status"), "phase");
         alive = !phase || (strcmp(phase, "Succeeded") && strcmp(phase, "Failed"));
         const cJSON *cs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o->j, "status"),
                                                           "containerStatuses");
         for (const cJSON *c = cs ? cs->child : NULL; c; c = c->next)
-            if (str_at(c, "name") && !strcmp(str_at(c, "name"), cname)) {
+            if (ks_sget(c, "name") && !strcmp(ks_sget(c, "name"), cname)) {
                 const cJSON *st = cJSON_GetObjectItemCaseSensitive(c, "state");
                 if (cJSON_GetObjectItemCaseSensitive(st, "terminated"))
                     alive = false;
@@ -2475,14 +2455,14 @@ static bool container_alive(ks_server *s, const char *ns, const char *pod, const
 static ssize_t logf_read(void *ud, char *buf, size_t cap)
 {
     ks_logf *l = ud;
-    if (atomic_load(&l->s->stopping) || mono_now() > l->deadline)
+    if (atomic_load(&l->s->stopping) || ks_mono() > l->deadline)
         return -1;
     for (int i = 0; i < 50; i++) {
         size_t n = fread(buf, 1, cap, l->f);
         if (n > 0)
             return (ssize_t)n;
         clearerr(l->f);
-        double now = mono_now();
+        double now = ks_mono();
         if (now - l->last_check > 0.5) {
             l->last_check = now;
             if (!container_alive(l->s, l->ns, l->pod, l->uid, l->container)) {
@@ -2511,7 +2491,7 @@ static int handle_log(ks_server *s, const rm_http_req *req, rm_http_resp *resp, 
     if (cq && *cq) {
         bool found = false;
         for (const cJSON *c = cs ? cs->child : NULL; c; c = c->next)
-            if (str_at(c, "name") && !strcmp(str_at(c, "name"), cq))
+            if (ks_sget(c, "name") && !strcmp(ks_sget(c, "name"), cq))
                 found = true;
         if (!found) {
             rc = ks_status(resp, 400, "BadRequest", NULL, NULL, NULL, "container %.60s is not valid for pod %s", cq, ri->name);
@@ -2519,11 +2499,11 @@ static int handle_log(ks_server *s, const rm_http_req *req, rm_http_resp *resp, 
         }
         snprintf(cname, sizeof(cname), "%s", cq);
     } else if (cJSON_GetArraySize(cs) == 1) {
-        snprintf(cname, sizeof(cname), "%s", str_at(cs->child, "name") ? str_at(cs->child, "name") : "");
+        snprintf(cname, sizeof(cname), "%s", ks_sget(cs->child, "name") ? ks_sget(cs->child, "name") : "");
     } else {
         ks_buf b = {0};
         for (const cJSON *c = cs ? cs->child : NULL; c; c = c->next)
-            ks_buf_printf(&b, "%s%s", b.len ? " " : "", str_at(c, "name") ? str_at(c, "name") : "");
+            ks_buf_printf(&b, "%s%s", b.len ? " " : "", ks_sget(c, "name") ? ks_sget(c, "name") : "");
         rc = ks_status(resp, 400, "BadRequest", NULL, NULL, NULL,
                        "a container name must be specified for pod %s, choose one of: [%s]", ri->name, b.p ? b.p : "");
         ks_buf_free(&b);
@@ -2586,7 +2566,7 @@ static int handle_log(ks_server *s, const rm_http_req *req, rm_http_resp *resp, 
         snprintf(l->pod, sizeof(l->pod), "%s", ri->name);
         snprintf(l->container, sizeof(l->container), "%s", cname);
         snprintf(l->uid, sizeof(l->uid), "%s", uid);
-        l->deadline = mono_now() + 3600;
+        l->deadline = ks_mono() + 3600;
         resp->status = 200;
         resp->content_type = "text/plain";
         resp->stream.read = logf_read;

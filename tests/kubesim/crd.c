@@ -16,11 +16,6 @@
 #include <time.h>
 #include "common/json.h"
 
-static const char *sget(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
 
 static void sset(cJSON *o, const char *k, cJSON *v)
 {
@@ -46,11 +41,11 @@ int ks_crd_prepare(cJSON *crd, rm_err *err)
     cJSON *spec = cJSON_GetObjectItemCaseSensitive(crd, "spec");
     if (!cJSON_IsObject(spec))
         return rm_err_field(err, RM_EINVAL, "spec", "Required value");
-    const char *group = sget(spec, "group");
+    const char *group = ks_sget(spec, "group");
     if (!group || !*group || !strchr(group, '.'))
         return rm_err_field(err, RM_EINVAL, "spec.group", "Invalid value: should be a domain with at least one dot");
     cJSON *names = cJSON_GetObjectItemCaseSensitive(spec, "names");
-    const char *plural = sget(names, "plural"), *kind = sget(names, "kind");
+    const char *plural = ks_sget(names, "plural"), *kind = ks_sget(names, "kind");
     if (!plural || !*plural)
         return rm_err_field(err, RM_EINVAL, "spec.names.plural", "Required value");
     if (!kind || !*kind)
@@ -60,11 +55,11 @@ int ks_crd_prepare(cJSON *crd, rm_err *err)
             return rm_err_field(err, RM_EINVAL, "spec.names.plural", "Invalid value: \"%s\": a lowercase RFC 1123 label", plural);
     char want[512];
     snprintf(want, sizeof(want), "%s.%s", plural, group);
-    const char *name = sget(cJSON_GetObjectItemCaseSensitive(crd, "metadata"), "name");
+    const char *name = ks_sget(cJSON_GetObjectItemCaseSensitive(crd, "metadata"), "name");
     if (!name || strcmp(name, want))
         return rm_err_field(err, RM_EINVAL, "metadata.name", "Invalid value: \"%s\": must be spec.names.plural+\".\"+spec.group",
                             name ? name : "");
-    const char *scope = sget(spec, "scope");
+    const char *scope = ks_sget(spec, "scope");
     if (!scope || (strcmp(scope, "Namespaced") && strcmp(scope, "Cluster")))
         return rm_err_field(err, RM_EINVAL, "spec.scope", "Unsupported value: supported values: \"Cluster\", \"Namespaced\"");
     cJSON *versions = cJSON_GetObjectItemCaseSensitive(spec, "versions");
@@ -73,11 +68,11 @@ int ks_crd_prepare(cJSON *crd, rm_err *err)
     int storage = 0;
     const char *storage_name = NULL;
     for (cJSON *v = versions->child; v; v = v->next) {
-        if (!sget(v, "name"))
+        if (!ks_sget(v, "name"))
             return rm_err_field(err, RM_EINVAL, "spec.versions[].name", "Required value");
         if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "storage"))) {
             storage++;
-            storage_name = sget(v, "name");
+            storage_name = ks_sget(v, "name");
         }
         const cJSON *sch = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(v, "schema"), "openAPIV3Schema");
         if (!cJSON_IsObject(sch))
@@ -85,7 +80,7 @@ int ks_crd_prepare(cJSON *crd, rm_err *err)
     }
     if (storage != 1)
         return rm_err_field(err, RM_EINVAL, "spec.versions", "Invalid value: must have exactly one version marked as storage version");
-    if (!sget(names, "singular")) {
+    if (!ks_sget(names, "singular")) {
         char low[64];
         size_t i = 0;
         for (; kind[i] && i + 1 < sizeof(low); i++)
@@ -93,7 +88,7 @@ int ks_crd_prepare(cJSON *crd, rm_err *err)
         low[i] = 0;
         cJSON_AddStringToObject(names, "singular", low);
     }
-    if (!sget(names, "listKind")) {
+    if (!ks_sget(names, "listKind")) {
         char lk[96];
         snprintf(lk, sizeof(lk), "%sList", kind);
         cJSON_AddStringToObject(names, "listKind", lk);
@@ -119,7 +114,7 @@ void ks_crd_register(ks_server *s, const cJSON *crd)
 {
     const cJSON *spec = cJSON_GetObjectItemCaseSensitive(crd, "spec");
     const cJSON *names = cJSON_GetObjectItemCaseSensitive(spec, "names");
-    const char *crd_name = sget(cJSON_GetObjectItemCaseSensitive(crd, "metadata"), "name");
+    const char *crd_name = ks_sget(cJSON_GetObjectItemCaseSensitive(crd, "metadata"), "name");
     if (!crd_name)
         return;
     ks_table *tab = NULL;
@@ -136,12 +131,12 @@ void ks_crd_register(ks_server *s, const cJSON *crd)
             continue;
         ks_kind k;
         memset(&k, 0, sizeof(k));
-        snprintf(k.group, sizeof(k.group), "%s", sget(spec, "group"));
-        snprintf(k.version, sizeof(k.version), "%s", sget(v, "name"));
-        snprintf(k.resource, sizeof(k.resource), "%s", sget(names, "plural"));
-        snprintf(k.singular, sizeof(k.singular), "%s", sget(names, "singular") ? sget(names, "singular") : "");
-        snprintf(k.kind, sizeof(k.kind), "%s", sget(names, "kind"));
-        snprintf(k.list_kind, sizeof(k.list_kind), "%s", sget(names, "listKind") ? sget(names, "listKind") : "List");
+        snprintf(k.group, sizeof(k.group), "%s", ks_sget(spec, "group"));
+        snprintf(k.version, sizeof(k.version), "%s", ks_sget(v, "name"));
+        snprintf(k.resource, sizeof(k.resource), "%s", ks_sget(names, "plural"));
+        snprintf(k.singular, sizeof(k.singular), "%s", ks_sget(names, "singular") ? ks_sget(names, "singular") : "");
+        snprintf(k.kind, sizeof(k.kind), "%s", ks_sget(names, "kind"));
+        snprintf(k.list_kind, sizeof(k.list_kind), "%s", ks_sget(names, "listKind") ? ks_sget(names, "listKind") : "List");
         const cJSON *sn = cJSON_GetObjectItemCaseSensitive(names, "shortNames");
         for (const cJSON *e = sn ? sn->child : NULL; e && k.nshort < 4; e = e->next)
             if (cJSON_IsString(e))
@@ -150,7 +145,7 @@ void ks_crd_register(ks_server *s, const cJSON *crd)
         for (const cJSON *e = cat ? cat->child : NULL; e && k.ncat < 4; e = e->next)
             if (cJSON_IsString(e))
                 snprintf(k.categories[k.ncat++], sizeof(k.categories[0]), "%s", e->valuestring);
-        k.namespaced = !sget(spec, "scope") || !strcmp(sget(spec, "scope"), "Namespaced");
+        k.namespaced = !ks_sget(spec, "scope") || !strcmp(ks_sget(spec, "scope"), "Namespaced");
         k.served = true;
         k.storage = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(v, "storage"));
         k.type = KS_T_CR;
@@ -159,9 +154,9 @@ void ks_crd_register(ks_server *s, const cJSON *crd)
         const cJSON *scale = cJSON_GetObjectItemCaseSensitive(sub, "scale");
         if (scale) {
             k.has_scale = true;
-            snprintf(k.scale_spec, sizeof(k.scale_spec), "%s", sget(scale, "specReplicasPath") ? sget(scale, "specReplicasPath") : ".spec.replicas");
-            snprintf(k.scale_status, sizeof(k.scale_status), "%s", sget(scale, "statusReplicasPath") ? sget(scale, "statusReplicasPath") : "");
-            snprintf(k.scale_selector, sizeof(k.scale_selector), "%s", sget(scale, "labelSelectorPath") ? sget(scale, "labelSelectorPath") : "");
+            snprintf(k.scale_spec, sizeof(k.scale_spec), "%s", ks_sget(scale, "specReplicasPath") ? ks_sget(scale, "specReplicasPath") : ".spec.replicas");
+            snprintf(k.scale_status, sizeof(k.scale_status), "%s", ks_sget(scale, "statusReplicasPath") ? ks_sget(scale, "statusReplicasPath") : "");
+            snprintf(k.scale_selector, sizeof(k.scale_selector), "%s", ks_sget(scale, "labelSelectorPath") ? ks_sget(scale, "labelSelectorPath") : "");
         }
         k.schema = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(v, "schema"),
                                                                     "openAPIV3Schema"), 1);
@@ -213,7 +208,7 @@ static int walk(const cJSON *sch, cJSON *node, const char *path, bool root, cJSO
 
 static int check_scalar(const cJSON *sch, const cJSON *node, const char *path, rm_err *err)
 {
-    const char *type = sget(sch, "type");
+    const char *type = ks_sget(sch, "type");
     bool ios = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sch, "x-kubernetes-int-or-string"));
     if (ios) {
         if (!cJSON_IsString(node) && !(cJSON_IsNumber(node) && node->valuedouble == floor(node->valuedouble)))

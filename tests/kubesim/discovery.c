@@ -10,17 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ks_reply_json, then 1: "handled" */
 static int reply(rm_http_resp *resp, int code, cJSON *o)
 {
-    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
-    cJSON_Delete(o);
-    if (!s)
-        return RM_ENOMEM;
-    resp->status = code;
-    resp->content_type = "application/json";
-    resp->body = s;
-    resp->body_len = strlen(s);
-    return 1;
+    int rc = ks_reply_json(resp, code, o);
+    return rc ? rc : 1;
 }
 
 static cJSON *strarr(const char *const *v, size_t n)

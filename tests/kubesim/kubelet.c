@@ -88,25 +88,6 @@ typedef struct ks_kubelet {
     double backoff_base;
 } ks_kubelet;
 
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static double wall(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static const char *sget(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
 
 static cJSON *oget(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
 
@@ -225,7 +206,7 @@ static char *lookup_ref(ks_server *s, int type, const char *ns, const char *name
     pthread_rwlock_rdlock(&s->lock);
     ks_obj *o = name ? ks_table_get(k->tab, ns, name) : NULL;
     if (o) {
-        const char *v = sget(oget(o->j, "data"), key);
+        const char *v = ks_sget(oget(o->j, "data"), key);
         if (v)
             out = type == KS_T_SECRET ? b64dec(v) : strdup(v);
     }
@@ -278,23 +259,23 @@ static int build_env(ks_server *s, const cJSON *pod, const cJSON *c, const char 
         env_set(e, k, eq + 1);
     }
     const cJSON *md = oget(pod, "metadata");
-    const char *ns = sget(md, "namespace") ? sget(md, "namespace") : "default";
-    env_set(e, "HOSTNAME", sget(md, "name") ? sget(md, "name") : "pod");
+    const char *ns = ks_sget(md, "namespace") ? ks_sget(md, "namespace") : "default";
+    env_set(e, "HOSTNAME", ks_sget(md, "name") ? ks_sget(md, "name") : "pod");
     env_set(e, "KUBESIM_POD_IP", ip);
     const cJSON *envfrom = oget(c, "envFrom");
     for (const cJSON *ef = envfrom ? envfrom->child : NULL; ef; ef = ef->next) {
-        const char *prefix = sget(ef, "prefix") ? sget(ef, "prefix") : "";
+        const char *prefix = ks_sget(ef, "prefix") ? ks_sget(ef, "prefix") : "";
         const cJSON *cm = oget(ef, "configMapRef"), *sec = oget(ef, "secretRef");
         const cJSON *ref = cm ? cm : sec;
         if (!ref)
             continue;
         ks_kind *k = ks_core_kind(s, cm ? KS_T_CONFIGMAP : KS_T_SECRET);
         pthread_rwlock_rdlock(&s->lock);
-        ks_obj *o = sget(ref, "name") ? ks_table_get(k->tab, ns, sget(ref, "name")) : NULL;
+        ks_obj *o = ks_sget(ref, "name") ? ks_table_get(k->tab, ns, ks_sget(ref, "name")) : NULL;
         cJSON *data = o ? cJSON_Duplicate(oget(o->j, "data"), 1) : NULL;
         pthread_rwlock_unlock(&s->lock);
         if (!o && !cJSON_IsTrue(oget(ref, "optional"))) {
-            snprintf(msg, mcap, "%s \"%s\" not found", cm ? "configmap" : "secret", sget(ref, "name") ? sget(ref, "name") : "");
+            snprintf(msg, mcap, "%s \"%s\" not found", cm ? "configmap" : "secret", ks_sget(ref, "name") ? ks_sget(ref, "name") : "");
             return -1;
         }
         for (const cJSON *d = data ? data->child : NULL; d; d = d->next) {
@@ -314,10 +295,10 @@ static int build_env(ks_server *s, const cJSON *pod, const cJSON *c, const char 
     }
     const cJSON *env = oget(c, "env");
     for (const cJSON *v = env ? env->child : NULL; v; v = v->next) {
-        const char *name = sget(v, "name");
+        const char *name = ks_sget(v, "name");
         if (!name)
             continue;
-        const char *val = sget(v, "value");
+        const char *val = ks_sget(v, "value");
         if (val) {
             char *x = expand(e, val);
             env_set(e, name, x ? x : val);
@@ -332,8 +313,8 @@ static int build_env(ks_server *s, const cJSON *pod, const cJSON *c, const char 
         const cJSON *fr = oget(vf, "fieldRef");
         const cJSON *skr = oget(vf, "secretKeyRef");
         const cJSON *ckr = oget(vf, "configMapKeyRef");
-        if (fr && sget(fr, "fieldPath")) {
-            const char *fp = sget(fr, "fieldPath");
+        if (fr && ks_sget(fr, "fieldPath")) {
+            const char *fp = ks_sget(fr, "fieldPath");
             char buf[300];
             if (!strcmp(fp, "status.podIP") || !strcmp(fp, "status.podIPs")) {
                 env_set(e, name, ip);
@@ -353,12 +334,12 @@ static int build_env(ks_server *s, const cJSON *pod, const cJSON *c, const char 
             }
         } else if (skr || ckr) {
             const cJSON *r = skr ? skr : ckr;
-            char *val2 = lookup_ref(s, skr ? KS_T_SECRET : KS_T_CONFIGMAP, ns, sget(r, "name"), sget(r, "key") ? sget(r, "key") : "");
+            char *val2 = lookup_ref(s, skr ? KS_T_SECRET : KS_T_CONFIGMAP, ns, ks_sget(r, "name"), ks_sget(r, "key") ? ks_sget(r, "key") : "");
             if (!val2) {
                 if (cJSON_IsTrue(oget(r, "optional")))
                     continue;
-                snprintf(msg, mcap, "couldn't find key %s in %s %s/%s", sget(r, "key") ? sget(r, "key") : "",
-                         skr ? "Secret" : "ConfigMap", ns, sget(r, "name") ? sget(r, "name") : "");
+                snprintf(msg, mcap, "couldn't find key %s in %s %s/%s", ks_sget(r, "key") ? ks_sget(r, "key") : "",
+                         skr ? "Secret" : "ConfigMap", ns, ks_sget(r, "name") ? ks_sget(r, "name") : "");
                 return -1;
             }
             env_set(e, name, val2);
@@ -411,7 +392,7 @@ static void parse_probe(const cJSON *p, kl_probe *pr)
     pr->http = hg != NULL;
     pr->tcp = !hg;
     pr->port = (int)port->valuedouble;
-    snprintf(pr->path, sizeof(pr->path), "%s", hg && sget(hg, "path") ? sget(hg, "path") : "/");
+    snprintf(pr->path, sizeof(pr->path), "%s", hg && ks_sget(hg, "path") ? ks_sget(hg, "path") : "/");
     const cJSON *v;
     pr->period = cJSON_IsNumber(v = oget(p, "periodSeconds")) ? v->valuedouble : 10;
     pr->delay = cJSON_IsNumber(v = oget(p, "initialDelaySeconds")) ? v->valuedouble : 0;
@@ -486,7 +467,7 @@ static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *po
     const cJSON *cs = oget(oget(pod, "spec"), "containers");
     const cJSON *cj = NULL;
     for (const cJSON *x = cs ? cs->child : NULL; x; x = x->next)
-        if (sget(x, "name") && !strcmp(sget(x, "name"), c->name))
+        if (ks_sget(x, "name") && !strcmp(ks_sget(x, "name"), c->name))
             cj = x;
     if (!cj)
         return -1;
@@ -495,7 +476,7 @@ static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *po
     if (build_env(s, pod, cj, p->ip, &env, msg, sizeof(msg)) < 0) {
         snprintf(c->reason, sizeof(c->reason), "CreateContainerConfigError");
         snprintf(c->message, sizeof(c->message), "%s", msg);
-        c->next_start = mono() + 1;
+        c->next_start = ks_mono() + 1;
         env_free(&env);
         return -1;
     }
@@ -513,7 +494,7 @@ static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *po
         if (!prog) {
             snprintf(c->reason, sizeof(c->reason), "ErrImagePull");
             snprintf(c->message, sizeof(c->message), "kubesim: no --image-map entry for image %.160s and no command", c->image);
-            c->next_start = mono() + 5;
+            c->next_start = ks_mono() + 5;
             env_free(&env);
             return -1;
         }
@@ -523,7 +504,7 @@ static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *po
         if (cJSON_IsString(a))
             argv[argc++] = expand(&env, a->valuestring);
     argv[argc] = NULL;
-    const char *wd = sget(cj, "workingDir");
+    const char *wd = ks_sget(cj, "workingDir");
     if (c->ever_started && c->log[0]) {
         rename(c->log, c->prev_log);
     }
@@ -561,7 +542,7 @@ static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *po
     if (pid < 0) {
         snprintf(c->reason, sizeof(c->reason), "RunContainerError");
         snprintf(c->message, sizeof(c->message), "fork: %s", strerror(errno));
-        c->next_start = mono() + 5;
+        c->next_start = ks_mono() + 5;
         return -1;
     }
     if (c->ever_started)
@@ -572,8 +553,8 @@ static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *po
     c->done = false;
     c->ready = false;
     c->reason[0] = c->message[0] = 0;
-    c->started_at = wall();
-    double now = mono();
+    c->started_at = ks_wall();
+    double now = ks_mono();
     c->live.failures = c->readyp.failures = 0;
     c->live.next = now + c->live.delay;
     c->readyp.next = now + c->readyp.delay;
@@ -686,7 +667,7 @@ static void write_status(ks_kubelet *kl, kl_pod *p)
             any_started = true;
     }
     bool vals[5] = {true, !terminal || any_started, true, all_ready && !terminal, all_ready && !terminal};
-    double now = wall();
+    double now = ks_wall();
     for (int i = 0; i < 5; i++)
         if (p->cond_time[i] == 0 || p->cond_val[i] != vals[i]) {
             p->cond_val[i] = vals[i];
@@ -793,7 +774,7 @@ static void pod_event(ks_server *s, const char *ns, const char *pod, const char 
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     snprintf(name, sizeof(name), "%.200s.%llx", pod, (unsigned long long)now.tv_sec * 1000000000ull + (unsigned long long)now.tv_nsec);
-    rm_json_time(ts, wall());
+    rm_json_time(ts, ks_wall());
     cJSON *e = cJSON_CreateObject();
     cJSON_AddStringToObject(e, "apiVersion", "v1");
     cJSON_AddStringToObject(e, "kind", "Event");
@@ -827,21 +808,21 @@ static kl_pod *new_pod(ks_kubelet *kl, const cJSON *pod)
     if (!p)
         return NULL;
     const cJSON *md = oget(pod, "metadata");
-    snprintf(p->uid, sizeof(p->uid), "%s", sget(md, "uid") ? sget(md, "uid") : "");
-    snprintf(p->ns, sizeof(p->ns), "%s", sget(md, "namespace") ? sget(md, "namespace") : "");
-    snprintf(p->name, sizeof(p->name), "%s", sget(md, "name") ? sget(md, "name") : "");
+    snprintf(p->uid, sizeof(p->uid), "%s", ks_sget(md, "uid") ? ks_sget(md, "uid") : "");
+    snprintf(p->ns, sizeof(p->ns), "%s", ks_sget(md, "namespace") ? ks_sget(md, "namespace") : "");
+    snprintf(p->name, sizeof(p->name), "%s", ks_sget(md, "name") ? ks_sget(md, "name") : "");
     const cJSON *spec = oget(pod, "spec");
-    snprintf(p->restart_policy, sizeof(p->restart_policy), "%s", sget(spec, "restartPolicy") ? sget(spec, "restartPolicy") : "Always");
+    snprintf(p->restart_policy, sizeof(p->restart_policy), "%s", ks_sget(spec, "restartPolicy") ? ks_sget(spec, "restartPolicy") : "Always");
     alloc_ip(kl, p->ip, sizeof(p->ip));
-    p->start_time = wall();
+    p->start_time = ks_wall();
     char dir[800];
     snprintf(dir, sizeof(dir), "%s/%.60s_%.60s_%.40s", kl->logdir, p->ns, p->name, p->uid);
     mkdirs(dir);
     const cJSON *cs = oget(spec, "containers");
     for (const cJSON *c = cs ? cs->child : NULL; c && p->nc < KL_MAX_CONTAINERS; c = c->next) {
         kl_ctr *k = &p->c[p->nc++];
-        snprintf(k->name, sizeof(k->name), "%s", sget(c, "name") ? sget(c, "name") : "c");
-        snprintf(k->image, sizeof(k->image), "%s", sget(c, "image") ? sget(c, "image") : "");
+        snprintf(k->name, sizeof(k->name), "%s", ks_sget(c, "name") ? ks_sget(c, "name") : "c");
+        snprintf(k->image, sizeof(k->image), "%s", ks_sget(c, "image") ? ks_sget(c, "image") : "");
         char cn[64];
         memcpy(cn, k->name, sizeof(cn));
         snprintf(k->log, sizeof(k->log), "%.700s/%.40s.log", dir, cn);
@@ -872,7 +853,7 @@ static int bind_cb(cJSON *pod, void *ud)
 {
     (void)ud;
     cJSON *spec = oget(pod, "spec");
-    if (!cJSON_IsObject(spec) || sget(spec, "nodeName"))
+    if (!cJSON_IsObject(spec) || ks_sget(spec, "nodeName"))
         return 0;
     cJSON_AddStringToObject(spec, "nodeName", KS_NODE_NAME);
     cJSON *st = oget(pod, "status");
@@ -884,7 +865,7 @@ static int bind_cb(cJSON *pod, void *ud)
     cJSON *conds = cJSON_AddArrayToObject(st, "conditions");
     cJSON *c = cJSON_CreateObject();
     char ts[32];
-    rm_json_time(ts, wall());
+    rm_json_time(ts, ks_wall());
     cJSON_AddStringToObject(c, "type", "PodScheduled");
     cJSON_AddStringToObject(c, "status", "True");
     cJSON_AddNullToObject(c, "lastProbeTime");
@@ -896,7 +877,7 @@ static int bind_cb(cJSON *pod, void *ud)
 static void on_exit_status(kl_ctr *c, int status)
 {
     c->running = false;
-    c->finished_at = wall();
+    c->finished_at = ks_wall();
     c->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     c->sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
 }
@@ -1017,17 +998,17 @@ static void tick(ks_kubelet *kl)
     pthread_rwlock_rdlock(&s->lock);
     ks_obj **pods = ks_table_list(pk->tab, NULL, &n);
     pthread_rwlock_unlock(&s->lock);
-    double now = mono();
+    double now = ks_mono();
     pthread_mutex_lock(&kl->mu);
     for (kl_pod *p = kl->pods; p; p = p->next)
         p->removed = true;
     for (size_t i = 0; pods && i < n; i++) {
         const cJSON *o = pods[i]->j;
         const cJSON *md = oget(o, "metadata");
-        const char *uid = sget(md, "uid"), *ns = sget(md, "namespace"), *name = sget(md, "name");
-        const char *node = sget(oget(o, "spec"), "nodeName");
-        const char *phase = sget(oget(o, "status"), "phase");
-        bool deleting = sget(md, "deletionTimestamp") != NULL;
+        const char *uid = ks_sget(md, "uid"), *ns = ks_sget(md, "namespace"), *name = ks_sget(md, "name");
+        const char *node = ks_sget(oget(o, "spec"), "nodeName");
+        const char *phase = ks_sget(oget(o, "status"), "phase");
+        bool deleting = ks_sget(md, "deletionTimestamp") != NULL;
         if (!uid || !ns || !name)
             continue;
         kl_pod *p = find_pod(kl, uid);
@@ -1185,7 +1166,7 @@ void ks_kubelet_stop(ks_server *s)
     pthread_join(kl->th, NULL);
     for (kl_pod *p = kl->pods; p; p = p->next)
         kill_pod(p, SIGTERM);
-    double until = mono() + 2;
+    double until = ks_mono() + 2;
     for (;;) {
         reap(kl);
         bool any = false;
@@ -1193,7 +1174,7 @@ void ks_kubelet_stop(ks_server *s)
             for (int i = 0; i < p->nc; i++)
                 if (p->c[i].running)
                     any = true;
-        if (!any || mono() > until)
+        if (!any || ks_mono() > until)
             break;
         struct timespec ts = {0, 20 * 1000000L};
         nanosleep(&ts, NULL);

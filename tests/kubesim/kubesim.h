@@ -191,11 +191,16 @@ bool ks_waiter_quiet(ks_table *t, ks_waiter *w);
 void ks_waiter_arm(ks_table *t, ks_waiter *w);     /* clear the signal before a scan */
 void ks_new_uid(ks_server *s, char out[40]);
 void ks_now_rfc3339(char out[32]);
+double ks_mono(void);                                    /* CLOCK_MONOTONIC, seconds */
+double ks_wall(void);                                    /* CLOCK_REALTIME, seconds */
+const char *ks_sget(const cJSON *o, const char *key);   /* o[key] when a string, else NULL (borrowed) */
 void ks_gen_name(ks_server *s, const char *prefix, char *out, size_t cap);
 
 /* ---- request handling (api.c) -------------------------------------------------------------- */
 int ks_handle(const rm_http_req *req, rm_http_resp *resp, void *ud);
 /* Status error body into resp. */
+/* 200-style JSON reply: takes ownership of o (NULL ok → RM_ENOMEM); RM_OK or RM_ENOMEM. */
+int ks_reply_json(rm_http_resp *resp, int code, cJSON *o);
 int ks_status(rm_http_resp *resp, int code, const char *reason, const char *name, const char *group,
               const char *kind, const char *fmt, ...) RM_PRINTF(7, 8);
 

@@ -45,11 +45,6 @@ static cJSON *age_cell(const char *ts)
     return cJSON_CreateString(buf);
 }
 
-static const char *sget(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    return cJSON_IsString(v) ? v->valuestring : NULL;
-}
 
 static void coldef(cJSON *defs, const char *name, const char *type, const char *format, const char *desc,
                    int priority)
@@ -75,8 +70,8 @@ static void pod_cells(cJSON *cells, const cJSON *o)
     const cJSON *cs = cJSON_GetObjectItemCaseSensitive(st, "containerStatuses");
     int total = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(spec, "containers"));
     int ready = 0, restarts = 0;
-    const char *reason = sget(st, "phase") ? sget(st, "phase") : "Pending";
-    const char *sreason = sget(st, "reason");
+    const char *reason = ks_sget(st, "phase") ? ks_sget(st, "phase") : "Pending";
+    const char *sreason = ks_sget(st, "reason");
     if (sreason)
         reason = sreason;
     for (const cJSON *c = cs ? cs->child : NULL; c; c = c->next) {
@@ -88,12 +83,12 @@ static void pod_cells(cJSON *cells, const cJSON *o)
         const cJSON *state = cJSON_GetObjectItemCaseSensitive(c, "state");
         const cJSON *w = cJSON_GetObjectItemCaseSensitive(state, "waiting");
         const cJSON *t = cJSON_GetObjectItemCaseSensitive(state, "terminated");
-        if (w && sget(w, "reason"))
-            reason = sget(w, "reason");
-        else if (t && sget(t, "reason"))
-            reason = sget(t, "reason");
+        if (w && ks_sget(w, "reason"))
+            reason = ks_sget(w, "reason");
+        else if (t && ks_sget(t, "reason"))
+            reason = ks_sget(t, "reason");
     }
-    if (sget(cJSON_GetObjectItemCaseSensitive(o, "metadata"), "deletionTimestamp"))
+    if (ks_sget(cJSON_GetObjectItemCaseSensitive(o, "metadata"), "deletionTimestamp"))
         reason = "Terminating";
     char buf[32];
     snprintf(buf, sizeof(buf), "%d/%d", ready, total);
@@ -101,9 +96,9 @@ static void pod_cells(cJSON *cells, const cJSON *o)
     cJSON_AddItemToArray(cells, cJSON_CreateString(reason));
     snprintf(buf, sizeof(buf), "%d", restarts);
     cJSON_AddItemToArray(cells, cJSON_CreateString(buf));
-    cJSON_AddItemToArray(cells, age_cell(sget(cJSON_GetObjectItemCaseSensitive(o, "metadata"), "creationTimestamp")));
-    cJSON_AddItemToArray(cells, str_or_none(sget(st, "podIP")));
-    cJSON_AddItemToArray(cells, str_or_none(sget(spec, "nodeName")));
+    cJSON_AddItemToArray(cells, age_cell(ks_sget(cJSON_GetObjectItemCaseSensitive(o, "metadata"), "creationTimestamp")));
+    cJSON_AddItemToArray(cells, str_or_none(ks_sget(st, "podIP")));
+    cJSON_AddItemToArray(cells, str_or_none(ks_sget(spec, "nodeName")));
     cJSON_AddItemToArray(cells, cJSON_CreateString("<none>"));
     cJSON_AddItemToArray(cells, cJSON_CreateString("<none>"));
 }
@@ -175,8 +170,8 @@ cJSON *ks_table_build(ks_server *s, const ks_kind *k, ks_obj *const *objs, size_
     if (k->type == KS_T_CR && cJSON_IsArray(cols) && cJSON_GetArraySize(cols) > 0) {
         for (const cJSON *c = cols->child; c; c = c->next) {
             const cJSON *pr = cJSON_GetObjectItemCaseSensitive(c, "priority");
-            coldef(defs, sget(c, "name") ? sget(c, "name") : "", sget(c, "type") ? sget(c, "type") : "string",
-                   sget(c, "format"), sget(c, "description"), cJSON_IsNumber(pr) ? (int)pr->valuedouble : 0);
+            coldef(defs, ks_sget(c, "name") ? ks_sget(c, "name") : "", ks_sget(c, "type") ? ks_sget(c, "type") : "string",
+                   ks_sget(c, "format"), ks_sget(c, "description"), cJSON_IsNumber(pr) ? (int)pr->valuedouble : 0);
         }
     } else {
         size_t nc = 0;
@@ -189,8 +184,8 @@ cJSON *ks_table_build(ks_server *s, const ks_kind *k, ks_obj *const *objs, size_
         const cJSON *md = cJSON_GetObjectItemCaseSensitive(o, "metadata");
         cJSON *row = cJSON_CreateObject();
         cJSON *cells = cJSON_AddArrayToObject(row, "cells");
-        const char *name = sget(md, "name") ? sget(md, "name") : "";
-        const char *created = sget(md, "creationTimestamp");
+        const char *name = ks_sget(md, "name") ? ks_sget(md, "name") : "";
+        const char *created = ks_sget(md, "creationTimestamp");
         if (k->type != KS_T_EVENT && k->type != KS_T_EVENT_NEW)
             cJSON_AddItemToArray(cells, cJSON_CreateString(name));
         switch (k->type) {
@@ -205,13 +200,13 @@ cJSON *ks_table_build(ks_server *s, const ks_kind *k, ks_obj *const *objs, size_
             break;
         }
         case KS_T_SECRET:
-            cJSON_AddItemToArray(cells, cJSON_CreateString(sget(o, "type") ? sget(o, "type") : "Opaque"));
+            cJSON_AddItemToArray(cells, cJSON_CreateString(ks_sget(o, "type") ? ks_sget(o, "type") : "Opaque"));
             cJSON_AddItemToArray(cells, cJSON_CreateNumber(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(o, "data"))));
             cJSON_AddItemToArray(cells, age_cell(created));
             break;
         case KS_T_NAMESPACE:
             cJSON_AddItemToArray(cells, cJSON_CreateString(
-                sget(cJSON_GetObjectItemCaseSensitive(o, "status"), "phase") ? sget(cJSON_GetObjectItemCaseSensitive(o, "status"), "phase") : "Active"));
+                ks_sget(cJSON_GetObjectItemCaseSensitive(o, "status"), "phase") ? ks_sget(cJSON_GetObjectItemCaseSensitive(o, "status"), "phase") : "Active"));
             cJSON_AddItemToArray(cells, age_cell(created));
             break;
         case KS_T_NODE:
@@ -225,8 +220,8 @@ cJSON *ks_table_build(ks_server *s, const ks_kind *k, ks_obj *const *objs, size_
             break;
         case KS_T_SERVICE: {
             const cJSON *spec = cJSON_GetObjectItemCaseSensitive(o, "spec");
-            cJSON_AddItemToArray(cells, cJSON_CreateString(sget(spec, "type") ? sget(spec, "type") : "ClusterIP"));
-            cJSON_AddItemToArray(cells, str_or_none(sget(spec, "clusterIP")));
+            cJSON_AddItemToArray(cells, cJSON_CreateString(ks_sget(spec, "type") ? ks_sget(spec, "type") : "ClusterIP"));
+            cJSON_AddItemToArray(cells, str_or_none(ks_sget(spec, "clusterIP")));
             cJSON_AddItemToArray(cells, cJSON_CreateString("<none>"));
             char ports[256] = "";
             size_t off = 0;
@@ -235,33 +230,33 @@ cJSON *ks_table_build(ks_server *s, const ks_kind *k, ks_obj *const *objs, size_
                 const cJSON *port = cJSON_GetObjectItemCaseSensitive(p, "port");
                 off += (size_t)snprintf(ports + off, sizeof(ports) - off, "%s%d/%s", off ? "," : "",
                                         cJSON_IsNumber(port) ? (int)port->valuedouble : 0,
-                                        sget(p, "protocol") ? sget(p, "protocol") : "TCP");
+                                        ks_sget(p, "protocol") ? ks_sget(p, "protocol") : "TCP");
             }
             cJSON_AddItemToArray(cells, str_or_none(ports));
             cJSON_AddItemToArray(cells, age_cell(created));
             break;
         }
         case KS_T_LEASE:
-            cJSON_AddItemToArray(cells, str_or_none(sget(cJSON_GetObjectItemCaseSensitive(o, "spec"), "holderIdentity")));
+            cJSON_AddItemToArray(cells, str_or_none(ks_sget(cJSON_GetObjectItemCaseSensitive(o, "spec"), "holderIdentity")));
             cJSON_AddItemToArray(cells, age_cell(created));
             break;
         case KS_T_EVENT:
         case KS_T_EVENT_NEW: {
-            const char *last = sget(o, "lastTimestamp") ? sget(o, "lastTimestamp") : sget(o, "eventTime");
+            const char *last = ks_sget(o, "lastTimestamp") ? ks_sget(o, "lastTimestamp") : ks_sget(o, "eventTime");
             cJSON_AddItemToArray(cells, last ? age_cell(last) : age_cell(created));
-            cJSON_AddItemToArray(cells, str_or_none(sget(o, "type")));
-            cJSON_AddItemToArray(cells, str_or_none(sget(o, "reason")));
+            cJSON_AddItemToArray(cells, str_or_none(ks_sget(o, "type")));
+            cJSON_AddItemToArray(cells, str_or_none(ks_sget(o, "reason")));
             const cJSON *io = cJSON_GetObjectItemCaseSensitive(o, "involvedObject");
             char obj[320];
             char kindl[64] = "";
-            const char *kk = sget(io, "kind") ? sget(io, "kind") : "";
+            const char *kk = ks_sget(io, "kind") ? ks_sget(io, "kind") : "";
             size_t j = 0;
             for (; kk[j] && j + 1 < sizeof(kindl); j++)
                 kindl[j] = (char)((kk[j] >= 'A' && kk[j] <= 'Z') ? kk[j] + 32 : kk[j]);
             kindl[j] = 0;
-            snprintf(obj, sizeof(obj), "%s/%s", kindl, sget(io, "name") ? sget(io, "name") : "");
+            snprintf(obj, sizeof(obj), "%s/%s", kindl, ks_sget(io, "name") ? ks_sget(io, "name") : "");
             cJSON_AddItemToArray(cells, cJSON_CreateString(obj));
-            cJSON_AddItemToArray(cells, cJSON_CreateString(sget(o, "message") ? sget(o, "message") : ""));
+            cJSON_AddItemToArray(cells, cJSON_CreateString(ks_sget(o, "message") ? ks_sget(o, "message") : ""));
             break;
         }
         case KS_T_CRD:
@@ -270,8 +265,8 @@ cJSON *ks_table_build(ks_server *s, const ks_kind *k, ks_obj *const *objs, size_
         case KS_T_CR:
             if (cJSON_IsArray(cols) && cJSON_GetArraySize(cols) > 0) {
                 for (const cJSON *c = cols->child; c; c = c->next) {
-                    const cJSON *v = ks_jsonpath(o, sget(c, "jsonPath"));
-                    const char *type = sget(c, "type") ? sget(c, "type") : "string";
+                    const cJSON *v = ks_jsonpath(o, ks_sget(c, "jsonPath"));
+                    const char *type = ks_sget(c, "type") ? ks_sget(c, "type") : "string";
                     if (!v || cJSON_IsNull(v))
                         cJSON_AddItemToArray(cells, cJSON_CreateNull());
                     else if (!strcmp(type, "date") && cJSON_IsString(v))
