@@ -348,66 +348,46 @@ static void move_field(cJSON *dst, const char *dkey, const cJSON *src, const cha
         set_item(dst, dkey, cJSON_Duplicate(v, 1));
 }
 
-cJSON *ks_event_to_new(const cJSON *core)
+/* core/v1 Event field ↔ events.k8s.io/v1 field, in the order both forms are written. */
+static const struct { const char *core, *v1; } EVENT_FIELDS[] = {
+    {"metadata", "metadata"}, {"eventTime", "eventTime"}, {"series", "series"},
+    {"reportingComponent", "reportingController"}, {"reportingInstance", "reportingInstance"},
+    {"action", "action"}, {"reason", "reason"}, {"involvedObject", "regarding"},
+    {"related", "related"}, {"message", "note"}, {"type", "type"}, {"source", "deprecatedSource"},
+    {"firstTimestamp", "deprecatedFirstTimestamp"}, {"lastTimestamp", "deprecatedLastTimestamp"},
+    {"count", "deprecatedCount"},
+};
+
+/* One direction of the Event conversion. The reporter has two homes: v1's reportingController
+ * falls back to core's source.component, and core's source to {component: reportingController}. */
+static cJSON *event_convert(const cJSON *src, bool to_new)
 {
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return NULL;
     cJSON_AddStringToObject(o, "kind", "Event");
-    cJSON_AddStringToObject(o, "apiVersion", "events.k8s.io/v1");
-    move_field(o, "metadata", core, "metadata");
-    move_field(o, "eventTime", core, "eventTime");
-    move_field(o, "series", core, "series");
-    move_field(o, "reportingController", core, "reportingComponent");
-    if (!cJSON_GetObjectItemCaseSensitive(o, "reportingController")) {
-        const cJSON *src = cJSON_GetObjectItemCaseSensitive(core, "source");
-        move_field(o, "reportingController", src, "component");
+    cJSON_AddStringToObject(o, "apiVersion", to_new ? "events.k8s.io/v1" : "v1");
+    for (size_t i = 0; i < sizeof(EVENT_FIELDS) / sizeof(EVENT_FIELDS[0]); i++) {
+        const char *dkey = to_new ? EVENT_FIELDS[i].v1 : EVENT_FIELDS[i].core;
+        move_field(o, dkey, src, to_new ? EVENT_FIELDS[i].core : EVENT_FIELDS[i].v1);
+        if (cJSON_GetObjectItemCaseSensitive(o, dkey))
+            continue;
+        if (to_new && !strcmp(dkey, "reportingController")) {
+            move_field(o, dkey, cJSON_GetObjectItemCaseSensitive(src, "source"), "component");
+        } else if (!to_new && !strcmp(dkey, "source")) {
+            const char *rc = ks_sget(src, "reportingController");
+            if (rc) {
+                cJSON *so = cJSON_AddObjectToObject(o, "source");
+                cJSON_AddStringToObject(so, "component", rc);
+            }
+        }
     }
-    move_field(o, "reportingInstance", core, "reportingInstance");
-    move_field(o, "action", core, "action");
-    move_field(o, "reason", core, "reason");
-    move_field(o, "regarding", core, "involvedObject");
-    move_field(o, "related", core, "related");
-    move_field(o, "note", core, "message");
-    move_field(o, "type", core, "type");
-    move_field(o, "deprecatedSource", core, "source");
-    move_field(o, "deprecatedFirstTimestamp", core, "firstTimestamp");
-    move_field(o, "deprecatedLastTimestamp", core, "lastTimestamp");
-    move_field(o, "deprecatedCount", core, "count");
     return o;
 }
 
-cJSON *ks_event_to_core(const cJSON *ev)
-{
-    cJSON *o = cJSON_CreateObject();
-    if (!o)
-        return NULL;
-    cJSON_AddStringToObject(o, "kind", "Event");
-    cJSON_AddStringToObject(o, "apiVersion", "v1");
-    move_field(o, "metadata", ev, "metadata");
-    move_field(o, "eventTime", ev, "eventTime");
-    move_field(o, "series", ev, "series");
-    move_field(o, "reportingComponent", ev, "reportingController");
-    move_field(o, "reportingInstance", ev, "reportingInstance");
-    move_field(o, "action", ev, "action");
-    move_field(o, "reason", ev, "reason");
-    move_field(o, "involvedObject", ev, "regarding");
-    move_field(o, "related", ev, "related");
-    move_field(o, "message", ev, "note");
-    move_field(o, "type", ev, "type");
-    move_field(o, "source", ev, "deprecatedSource");
-    if (!cJSON_GetObjectItemCaseSensitive(o, "source")) {
-        const char *rc = ks_sget(ev, "reportingController");
-        if (rc) {
-            cJSON *src = cJSON_AddObjectToObject(o, "source");
-            cJSON_AddStringToObject(src, "component", rc);
-        }
-    }
-    move_field(o, "firstTimestamp", ev, "deprecatedFirstTimestamp");
-    move_field(o, "lastTimestamp", ev, "deprecatedLastTimestamp");
-    move_field(o, "count", ev, "deprecatedCount");
-    return o;
-}
+cJSON *ks_event_to_new(const cJSON *core) { return event_convert(core, true); }
+
+cJSON *ks_event_to_core(const cJSON *ev) { return event_convert(ev, false); }
 
 /* JSON of a stored version as kind k serves it, appended to b. */
 static void append_obj(ks_buf *b, const ks_kind *k, const ks_obj *o)
