@@ -72,43 +72,59 @@ static int gz_open(const char *path, gzFile *out, rm_err *err)
     return RM_OK;
 }
 
+/* Open an IDX file and read its header (hdr_len bytes: magic, then the big-endian dimensions);
+ * the magic must be want (kind names it in the error). On success *f is open (caller closes). */
+static int idx_open(const char *path, uint32_t want, const char *kind, unsigned char *hdr,
+                    size_t hdr_len, gzFile *f, rm_err *err)
+{
+    int rc = gz_open(path, f, err);
+    if (rc)
+        return rc;
+    RM_CHECK(gz_read_exact(*f, hdr, hdr_len, path, "header", err));
+    uint32_t magic = be32(hdr);
+    if (magic != want)
+        return rm_errf(err, RM_EINVAL, "%s: bad magic 0x%08x (want 0x%08x for IDX uint8 %s)", path,
+                       magic, want, kind);
+    return RM_OK;
+}
+
+/* The payload the header declares: exactly bytes, then end of file. *out owned (free()). */
+static int idx_read_payload(gzFile f, const char *path, size_t bytes, const char *what,
+                            uint8_t **out, rm_err *err)
+{
+    int rc;
+    uint8_t *buf = malloc(bytes);
+    if (!buf)
+        return rm_errf(err, RM_ENOMEM, "%s: cannot allocate %zu bytes", path, bytes);
+    RM_CHECK_GOTO(gz_read_exact(f, buf, bytes, path, what, err), rc, fail);
+    RM_CHECK_GOTO(gz_expect_eof(f, path, err), rc, fail);
+    *out = buf;
+    return RM_OK;
+fail:
+    free(buf);
+    return rc;
+}
+
 int rm_idx_load_images(const char *path, uint8_t **out, int *n, int *rows, int *cols, rm_err *err)
 {
     *out = NULL;
     *n = *rows = *cols = 0;
     gzFile f = NULL;
-    uint8_t *buf = NULL;
     unsigned char hdr[16];
-    int rc = gz_open(path, &f, err);
-    if (rc)
-        return rc;
-    RM_CHECK_GOTO(gz_read_exact(f, hdr, sizeof hdr, path, "header", err), rc, out);
-    uint32_t magic = be32(hdr), cnt = be32(hdr + 4), r = be32(hdr + 8), c = be32(hdr + 12);
-    if (magic != IDX_MAGIC_IMAGES) {
-        rc = rm_errf(err, RM_EINVAL, "%s: bad magic 0x%08x (want 0x%08x for IDX uint8 images)",
-                     path, magic, IDX_MAGIC_IMAGES);
-        goto out;
-    }
+    int rc;
+    RM_CHECK_GOTO(idx_open(path, IDX_MAGIC_IMAGES, "images", hdr, sizeof hdr, &f, err), rc, out);
+    uint32_t cnt = be32(hdr + 4), r = be32(hdr + 8), c = be32(hdr + 12);
     if (cnt < 1 || cnt > RM_DATA_MAX_N || r < 1 || c < 1 || (uint64_t)r * c > RM_DATA_MAX_PIXELS) {
         rc = rm_errf(err, RM_EINVAL, "%s: implausible dimensions %u x %u x %u", path, cnt, r, c);
         goto out;
     }
-    size_t bytes = (size_t)cnt * r * c;
-    buf = malloc(bytes);
-    if (!buf) {
-        rc = rm_errf(err, RM_ENOMEM, "%s: cannot allocate %zu bytes", path, bytes);
-        goto out;
-    }
-    RM_CHECK_GOTO(gz_read_exact(f, buf, bytes, path, "image data", err), rc, out);
-    RM_CHECK_GOTO(gz_expect_eof(f, path, err), rc, out);
-    *out = buf;
-    buf = NULL;
+    RM_CHECK_GOTO(idx_read_payload(f, path, (size_t)cnt * r * c, "image data", out, err), rc, out);
     *n = (int)cnt;
     *rows = (int)r;
     *cols = (int)c;
 out:
-    free(buf);
-    gzclose(f);
+    if (f)
+        gzclose(f);
     return rc;
 }
 
@@ -119,27 +135,14 @@ int rm_idx_load_labels(const char *path, int classes, uint8_t **out, int *n, rm_
     gzFile f = NULL;
     uint8_t *buf = NULL;
     unsigned char hdr[8];
-    int rc = gz_open(path, &f, err);
-    if (rc)
-        return rc;
-    RM_CHECK_GOTO(gz_read_exact(f, hdr, sizeof hdr, path, "header", err), rc, out);
-    uint32_t magic = be32(hdr), cnt = be32(hdr + 4);
-    if (magic != IDX_MAGIC_LABELS) {
-        rc = rm_errf(err, RM_EINVAL, "%s: bad magic 0x%08x (want 0x%08x for IDX uint8 labels)",
-                     path, magic, IDX_MAGIC_LABELS);
-        goto out;
-    }
+    int rc;
+    RM_CHECK_GOTO(idx_open(path, IDX_MAGIC_LABELS, "labels", hdr, sizeof hdr, &f, err), rc, out);
+    uint32_t cnt = be32(hdr + 4);
     if (cnt < 1 || cnt > RM_DATA_MAX_N) {
         rc = rm_errf(err, RM_EINVAL, "%s: implausible label count %u", path, cnt);
         goto out;
     }
-    buf = malloc(cnt);
-    if (!buf) {
-        rc = rm_errf(err, RM_ENOMEM, "%s: cannot allocate %u bytes", path, cnt);
-        goto out;
-    }
-    RM_CHECK_GOTO(gz_read_exact(f, buf, cnt, path, "label data", err), rc, out);
-    RM_CHECK_GOTO(gz_expect_eof(f, path, err), rc, out);
+    RM_CHECK_GOTO(idx_read_payload(f, path, cnt, "label data", &buf, err), rc, out);
     for (uint32_t i = 0; i < cnt; i++) {
         if (buf[i] >= classes) {
             rc = rm_errf(err, RM_EINVAL, "%s: label %u at index %u out of range [0, %d)", path,
@@ -152,7 +155,8 @@ int rm_idx_load_labels(const char *path, int classes, uint8_t **out, int *n, rm_
     *n = (int)cnt;
 out:
     free(buf);
-    gzclose(f);
+    if (f)
+        gzclose(f);
     return rc;
 }
 

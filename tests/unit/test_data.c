@@ -146,6 +146,12 @@ static void test_bad_files(void)
     write_pair("train", 10, 100, 100, 0x803, 0x801, 0, 0, -1, 10, false);
     expect_fail("implausible", RM_EINVAL);
     clear_dir();
+    write_pair("train", 10, 2, 2, 0x803, 0x801, 0, 0, -1, 0, false);
+    expect_fail("implausible label count 0", RM_EINVAL);
+    clear_dir();   /* the file ends inside the 16-byte header */
+    write_pair("train", 10, 2, 2, 0x803, 0x801, 16 + 40 - 10, 0, -1, 10, false);
+    expect_fail("ends inside the header", RM_EINVAL);
+    clear_dir();
     expect_fail("missing", RM_EIO);
     /* a gzip file whose compressed bytes are damaged */
     clear_dir();
