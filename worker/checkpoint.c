@@ -7,6 +7,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,19 @@ static int get(wbuf *w, void *v, size_t n)
     return 0;
 }
 
+/* The header's fields after magic, version and header size, in file order; each is written as
+ * its in-memory bytes (little-endian host order). The shape's ints are 4 bytes on every target. */
+_Static_assert(sizeof(int) == 4, "the header stores the model shape as 4-byte ints");
+#define HDR_FIELD(m) {offsetof(rm_ckpt_meta, m), sizeof(((rm_ckpt_meta *)0)->m)}
+static const struct { size_t off, len; } HDR_FIELDS[] = {
+    HDR_FIELD(step), HDR_FIELD(train_epoch), HDR_FIELD(world_size), HDR_FIELD(data_pos),
+    HDR_FIELD(batch_per_worker), HDR_FIELD(rdzv_epoch), HDR_FIELD(seed), HDR_FIELD(rng),
+    HDR_FIELD(opt_type), HDR_FIELD(nstate), HDR_FIELD(opt_t), HDR_FIELD(epoch_pos), HDR_FIELD(lr),
+    HDR_FIELD(loss_scale), HDR_FIELD(scaler_tracker), HDR_FIELD(shape.nlayers),
+    HDR_FIELD(shape.dims), HDR_FIELD(nparams),
+};
+#undef HDR_FIELD
+
 static void hdr_encode(const rm_ckpt_meta *m, uint64_t payload_bytes, uint32_t payload_crc,
                        unsigned char out[HDR_BYTES])
 {
@@ -44,28 +58,8 @@ static void hdr_encode(const rm_ckpt_meta *m, uint64_t payload_bytes, uint32_t p
     put(&w, RM_CKPT_MAGIC, 8);
     put(&w, &ver, 4);
     put(&w, &hb, 4);
-    put(&w, &m->step, 8);
-    put(&w, &m->train_epoch, 4);
-    put(&w, &m->world_size, 4);
-    put(&w, &m->data_pos, 8);
-    put(&w, &m->batch_per_worker, 4);
-    put(&w, &m->rdzv_epoch, 4);
-    put(&w, &m->seed, 8);
-    put(&w, m->rng, 32);
-    put(&w, &m->opt_type, 4);
-    put(&w, &m->nstate, 4);
-    put(&w, &m->opt_t, 8);
-    put(&w, &m->epoch_pos, 8);
-    put(&w, &m->lr, 8);
-    put(&w, &m->loss_scale, 4);
-    put(&w, &m->scaler_tracker, 4);
-    int32_t nl = m->shape.nlayers;
-    put(&w, &nl, 4);
-    for (int i = 0; i <= RM_MODEL_MAX_LAYERS; i++) {
-        int32_t d = m->shape.dims[i];
-        put(&w, &d, 4);
-    }
-    put(&w, &m->nparams, 8);
+    for (size_t i = 0; i < RM_ARRAY_LEN(HDR_FIELDS); i++)
+        put(&w, (const char *)m + HDR_FIELDS[i].off, HDR_FIELDS[i].len);
     put(&w, &payload_bytes, 8);
     put(&w, &payload_crc, 4);
     /* header CRC in the last 4 bytes, over everything before it */
@@ -90,30 +84,9 @@ static int hdr_decode(const char *path, const unsigned char in[HDR_BYTES], rm_ck
     if (ver != RM_CKPT_VERSION || hb != HDR_BYTES)
         return rm_errf(err, RM_EINVAL, "%s: unsupported version %u (header %u bytes)", path, ver,
                        hb);
-    get(&w, &m->step, 8);
-    get(&w, &m->train_epoch, 4);
-    get(&w, &m->world_size, 4);
-    get(&w, &m->data_pos, 8);
-    get(&w, &m->batch_per_worker, 4);
-    get(&w, &m->rdzv_epoch, 4);
-    get(&w, &m->seed, 8);
-    get(&w, m->rng, 32);
-    get(&w, &m->opt_type, 4);
-    get(&w, &m->nstate, 4);
-    get(&w, &m->opt_t, 8);
-    get(&w, &m->epoch_pos, 8);
-    get(&w, &m->lr, 8);
-    get(&w, &m->loss_scale, 4);
-    get(&w, &m->scaler_tracker, 4);
-    int32_t nl = 0;
-    get(&w, &nl, 4);
-    for (int i = 0; i <= RM_MODEL_MAX_LAYERS; i++) {
-        int32_t d = 0;
-        get(&w, &d, 4);
-        m->shape.dims[i] = d;
-    }
-    m->shape.nlayers = nl;
-    get(&w, &m->nparams, 8);
+    for (size_t i = 0; i < RM_ARRAY_LEN(HDR_FIELDS); i++)
+        get(&w, (char *)m + HDR_FIELDS[i].off, HDR_FIELDS[i].len);
+    int32_t nl = m->shape.nlayers;
     get(&w, payload_bytes, 8);
     get(&w, payload_crc, 4);
     if (nl < 1 || nl > RM_MODEL_MAX_LAYERS || m->nstate < 0 || m->nstate > RM_CKPT_MAX_STATE ||
