@@ -80,26 +80,12 @@ static int count_files(const char *prefix)
     return n;
 }
 
-static int setup(void)
-{
-    g_dir = rm_test_tmpdir("ckpt");
-    return g_dir ? 0 : 1;
-}
-static int teardown(void)
-{
-    rm_test_rmtree(g_dir);
-    free(g_dir);
-    return 0;
-}
-static void clear_dir(void)
-{
-    rm_test_rmtree(g_dir);
-    mkdir(g_dir, 0700);
-}
+static int setup(void) { return (g_dir = rm_test_tmpdir("ckpt")) ? 0 : 1; }
+static int teardown(void) { return rm_test_tmpdir_free(&g_dir); }
 
 static void test_round_trip(void)
 {
-    clear_dir();
+    rm_test_clear_dir(g_dir);
     char path[4200];
     CU_ASSERT_EQUAL_FATAL(write_one(200, 1.0f, 3, path), RM_OK);
     CU_ASSERT(strstr(path, "ckpt-000000000200.rmck") != NULL);
@@ -158,7 +144,7 @@ static int load_newest(rm_ckpt_meta *got, char *path, int *skipped)
 
 static void test_skip_invalid(void)
 {
-    clear_dir();
+    rm_test_clear_dir(g_dir);
     char p100[4200], p200[4200], p300[4200], path[4200];
     CU_ASSERT_EQUAL(write_one(100, 1.0f, 10, p100), RM_OK);
     CU_ASSERT_EQUAL(write_one(200, 2.0f, 10, p200), RM_OK);
@@ -205,7 +191,7 @@ static void test_skip_invalid(void)
 
 static void test_wrong_shape_and_garbage(void)
 {
-    clear_dir();
+    rm_test_clear_dir(g_dir);
     char p[4200], path[4200];
     CU_ASSERT_EQUAL(write_one(100, 1.0f, 10, p), RM_OK);
     /* a checkpoint of another model at a newer step */
@@ -238,7 +224,7 @@ static void test_wrong_shape_and_garbage(void)
 
 static void test_keep(void)
 {
-    clear_dir();
+    rm_test_clear_dir(g_dir);
     char p[4200];
     for (int s = 1; s <= 6; s++)
         CU_ASSERT_EQUAL(write_one(s * 10, 1.0f, 3, p), RM_OK);

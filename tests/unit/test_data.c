@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <zlib.h>
 
 #include "tests/unit/testutil.h"
@@ -57,23 +56,8 @@ static void write_pair(const char *prefix, int n, int r, int c, uint32_t imagic,
     free(lab);
 }
 
-static int setup(void)
-{
-    g_dir = rm_test_tmpdir("data");
-    return g_dir ? 0 : 1;
-}
-static int teardown(void)
-{
-    rm_test_rmtree(g_dir);
-    free(g_dir);
-    return 0;
-}
-
-static void clear_dir(void)
-{
-    rm_test_rmtree(g_dir);
-    mkdir(g_dir, 0700);
-}
+static int setup(void) { return (g_dir = rm_test_tmpdir("data")) ? 0 : 1; }
+static int teardown(void) { return rm_test_tmpdir_free(&g_dir); }
 
 static int load(rm_err *e, rm_dataset *d)
 {
@@ -84,7 +68,7 @@ static int load(rm_err *e, rm_dataset *d)
 static void test_good_raw_and_gz(void)
 {
     for (int gz = 0; gz < 2; gz++) {
-        clear_dir();
+        rm_test_clear_dir(g_dir);
         write_pair("train", 20, 4, 3, 0x803, 0x801, 0, 0, -1, 20, gz);
         rm_dataset d;
         rm_err e;
@@ -121,40 +105,40 @@ static void expect_fail(const char *what, int want_rc)
 
 static void test_bad_files(void)
 {
-    clear_dir();
+    rm_test_clear_dir(g_dir);
     write_pair("train", 10, 2, 2, 0x804, 0x801, 0, 0, -1, 10, false);
     expect_fail("bad magic", RM_EINVAL);
-    clear_dir();
+    rm_test_clear_dir(g_dir);
     write_pair("train", 10, 2, 2, 0x803, 0x803, 0, 0, -1, 10, false);
     expect_fail("bad magic", RM_EINVAL);
-    clear_dir();
+    rm_test_clear_dir(g_dir);
     write_pair("train", 10, 2, 2, 0x803, 0x801, 3, 0, -1, 10, false);
     expect_fail("truncated", RM_EINVAL);
-    clear_dir();
+    rm_test_clear_dir(g_dir);
     write_pair("train", 10, 2, 2, 0x803, 0x801, 3, 0, -1, 10, true);
     expect_fail("truncated", RM_EINVAL);
-    clear_dir();
+    rm_test_clear_dir(g_dir);
     write_pair("train", 10, 2, 2, 0x803, 0x801, 0, 5, -1, 10, false);
     expect_fail("trailing", RM_EINVAL);
-    clear_dir();
+    rm_test_clear_dir(g_dir);
     write_pair("train", 10, 2, 2, 0x803, 0x801, 0, 0, 4, 10, false);
     expect_fail("out of range", RM_EINVAL);
-    clear_dir();
+    rm_test_clear_dir(g_dir);
     write_pair("train", 10, 2, 2, 0x803, 0x801, 0, 0, -1, 9, false);
     expect_fail("labels", RM_EINVAL);   /* 10 images but 9 labels */
-    clear_dir();
+    rm_test_clear_dir(g_dir);
     write_pair("train", 10, 100, 100, 0x803, 0x801, 0, 0, -1, 10, false);
     expect_fail("implausible", RM_EINVAL);
-    clear_dir();
+    rm_test_clear_dir(g_dir);
     write_pair("train", 10, 2, 2, 0x803, 0x801, 0, 0, -1, 0, false);
     expect_fail("implausible label count 0", RM_EINVAL);
-    clear_dir();   /* the file ends inside the 16-byte header */
+    rm_test_clear_dir(g_dir);   /* the file ends inside the 16-byte header */
     write_pair("train", 10, 2, 2, 0x803, 0x801, 16 + 40 - 10, 0, -1, 10, false);
     expect_fail("ends inside the header", RM_EINVAL);
-    clear_dir();
+    rm_test_clear_dir(g_dir);
     expect_fail("missing", RM_EIO);
     /* a gzip file whose compressed bytes are damaged */
-    clear_dir();
+    rm_test_clear_dir(g_dir);
     write_pair("train", 50, 4, 4, 0x803, 0x801, 0, 0, -1, 50, true);
     char p[1024];
     snprintf(p, sizeof p, "%s/train-images-idx3-ubyte.gz", g_dir);

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 void rm_test_add_suite(const char *name, int (*init)(void), int (*clean)(void),
@@ -35,6 +36,22 @@ void rm_test_rmtree(const char *path)
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", path);
     if (system(cmd) != 0)
         fprintf(stderr, "rmtree %s failed\n", path);
+}
+
+void rm_test_clear_dir(const char *path)
+{
+    rm_test_rmtree(path);
+    if (path)
+        mkdir(path, 0700);
+}
+
+int rm_test_tmpdir_free(char **path)
+{
+    if (*path)
+        rm_test_rmtree(*path);
+    free(*path);
+    *path = NULL;
+    return 0;
 }
 
 char *rm_test_read_file(const char *path, size_t *len)

@@ -16,6 +16,10 @@ void rm_test_add_suite(const char *name, int (*init)(void), int (*clean)(void),
 char *rm_test_tmpdir(const char *tag);
 /* rm -rf path (best effort). */
 void rm_test_rmtree(const char *path);
+/* Empty a suite's scratch folder between cases (rm -rf, then mkdir 0700). */
+void rm_test_clear_dir(const char *path);
+/* rm -rf *path, free it, set it NULL; returns 0 so a CUnit cleanup can return it. NULL ok. */
+int rm_test_tmpdir_free(char **path);
 /* whole file, NUL-terminated; NULL if unreadable. */
 char *rm_test_read_file(const char *path, size_t *len);
 int rm_test_write_file(const char *path, const void *data, size_t len);
