@@ -152,24 +152,30 @@ void *rm_kube_tj_transform(void *ud, const cJSON *obj)
         return NULL;
     /* a 1 KiB window and the smallest memLevel: a few KiB of deflate state instead of the
      * default ~270 KiB per call; objects are a few KiB, so the ratio barely changes */
-    uLong n = (uLong)strlen(s), zl = compressBound(n) + 64;
-    unsigned char *zb = malloc(zl);
+    uLong n = (uLong)strlen(s);
+    unsigned char *zb = NULL;
     tj_item *it = NULL;
     z_stream zs;
     memset(&zs, 0, sizeof(zs));
-    if (zb && deflateInit2(&zs, 1, Z_DEFLATED, 10, 1, Z_DEFAULT_STRATEGY) == Z_OK) {
-        zs.next_in = (Bytef *)s;
-        zs.avail_in = (uInt)n;
-        zs.next_out = zb;
-        zs.avail_out = (uInt)zl;
-        int zrc = deflate(&zs, Z_FINISH);
-        uLong out = zs.total_out;
-        deflateEnd(&zs);
-        if (zrc == Z_STREAM_END && (it = malloc(sizeof(*it) + out))) {
-            it->len = (uint32_t)n;
-            it->zlen = (uint32_t)out;
-            memcpy(it->z, zb, out);
+    if (deflateInit2(&zs, 1, Z_DEFLATED, 10, 1, Z_DEFAULT_STRATEGY) == Z_OK) {
+        /* deflateBound, not compressBound: with memLevel 1 deflate emits a block every ~128
+         * symbols, and text with few repeats comes out ~1% larger than it went in, past
+         * compressBound's 0.03% (such a job would look deleted) */
+        uLong zl = deflateBound(&zs, n);
+        if ((zb = malloc(zl))) {
+            zs.next_in = (Bytef *)s;
+            zs.avail_in = (uInt)n;
+            zs.next_out = zb;
+            zs.avail_out = (uInt)zl;
+            int zrc = deflate(&zs, Z_FINISH);
+            uLong out = zs.total_out;
+            if (zrc == Z_STREAM_END && (it = malloc(sizeof(*it) + out))) {
+                it->len = (uint32_t)n;
+                it->zlen = (uint32_t)out;
+                memcpy(it->z, zb, out);
+            }
         }
+        deflateEnd(&zs);
     }
     free(zb);
     free(s);

@@ -317,6 +317,36 @@ static void test_informer_relist_on_410(void)
 }
 
 /* ---------------- cache projections of the kube runtime ---------------- */
+/* The job cache compresses each job's JSON. Text with little redundancy (a base64 blob in an
+ * annotation or an env value) grows slightly under deflate's small-memory settings: the cache must
+ * still take the job, since a job it cannot take looks deleted to the operator. */
+static void test_job_projection_incompressible(void)
+{
+    for (size_t n = 100; n <= 256 * 1024; n *= 4) {
+        char *blob = malloc(n + 1);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(blob);
+        unsigned x = 12345;
+        for (size_t i = 0; i < n; i++) {
+            x = x * 1103515245u + 12345u;
+            blob[i] = (char)('#' + (x >> 16) % 90);   /* printable, no quote or backslash */
+        }
+        blob[n] = 0;
+        cJSON *o = cJSON_CreateObject();
+        cJSON *md = cJSON_AddObjectToObject(o, "metadata");
+        cJSON_AddStringToObject(md, "name", "j");
+        cJSON_AddStringToObject(md, "namespace", "ns");
+        cJSON *ann = cJSON_AddObjectToObject(md, "annotations");
+        cJSON_AddStringToObject(ann, "example.com/blob", blob);
+        void *it = rm_kube_tj_transform(NULL, o);
+        CU_ASSERT_PTR_NOT_NULL(it);
+        if (!it)
+            fprintf(stderr, "\n  job with a %zu-byte incompressible annotation not cached\n", n);
+        free(it);
+        cJSON_Delete(o);
+        free(blob);
+    }
+}
+
 static void test_pod_projection(void)
 {
     const char *failed =
@@ -473,6 +503,7 @@ void rm_suite_informer(void)
         {"decode_event", test_decode_event},
         {"relist_on_410", test_informer_relist_on_410},
         {"pod_projection", test_pod_projection},
+        {"job_projection_incompressible", test_job_projection_incompressible},
         {"worker_pod", test_worker_pod},
     };
     RM_ADD_SUITE("informer", NULL, NULL, cases);
