@@ -40,7 +40,8 @@ typedef struct harness {
     rm_http_server *srv;
     char url[64];
     char *dir;
-    const char *metrics;   /* --metrics-addr for the next spawn (NULL: off) */
+    char ck[1100];             /* DIR/ck: the job's checkpoint folder for cases that want one */
+    const char *metrics_wid;   /* this worker id serves /metrics on 127.0.0.1:0 (NULL: none) */
 } harness;
 
 static double mono(void)
@@ -60,7 +61,10 @@ static int h_start_min(harness *h, int desired, int min)
     snprintf(h->url, sizeof h->url, "http://127.0.0.1:%d", rm_http_port(h->srv));
     rm_rdzv_job_set(h->r, JOB, TOKEN, desired, min, 0.5);
     h->dir = rm_test_tmpdir("trainmulti");
-    return h->dir ? 0 : -1;
+    if (!h->dir)
+        return -1;
+    snprintf(h->ck, sizeof h->ck, "%s/ck", h->dir);
+    return 0;
 }
 
 static int h_start(harness *h, int desired) { return h_start_min(h, desired, desired); }
@@ -120,7 +124,7 @@ static pid_t spawn(harness *h, const char *wid, const char *tag, const char *fau
     argv[n++] = "--max-steps";
     argv[n++] = steps;
     argv[n++] = "--metrics-addr";
-    argv[n++] = h->metrics ? h->metrics : "off";
+    argv[n++] = h->metrics_wid && !strcmp(wid, h->metrics_wid) ? "127.0.0.1:0" : "off";
     argv[n++] = "--comm-timeout";
     argv[n++] = "5";
     argv[n++] = "--fusion-mb";
@@ -134,6 +138,18 @@ static pid_t spawn(harness *h, const char *wid, const char *tag, const char *fau
     argv[n] = NULL;
     execv(bin, (char *const *)argv);
     _exit(127);
+}
+
+/* Workers "0".."n-1", logging to w0.log..; pids into p. */
+static void spawn_group(harness *h, int n, const char *fault, const char *ckdir, int max_steps,
+                        pid_t *p)
+{
+    for (int i = 0; i < n; i++) {
+        char wid[8], tag[8];
+        snprintf(wid, sizeof wid, "%d", i);
+        snprintf(tag, sizeof tag, "w%d", i);
+        p[i] = spawn(h, wid, tag, fault, ckdir, max_steps, false);
+    }
 }
 
 /* Wait for pid up to timeout_s; returns the exit code, 128+sig, or -1 on timeout (then killed). */
@@ -177,13 +193,8 @@ static void test_bit_identical(void)
     harness h;
     CU_ASSERT_EQUAL_FATAL(h_start(&h, 3), 0);
     pid_t p[3];
-    char tag[3][8];
-    for (int i = 0; i < 3; i++) {
-        char wid[8];
-        snprintf(wid, sizeof wid, "%d", i);
-        snprintf(tag[i], sizeof tag[i], "w%d", i);
-        p[i] = spawn(&h, wid, tag[i], NULL, NULL, 150, false);
-    }
+    static const char *const tag[3] = {"w0", "w1", "w2"};
+    spawn_group(&h, 3, NULL, NULL, 150, p);
     pid_t solo = spawn(&h, "0", "solo", NULL, NULL, 150, true);
     for (int i = 0; i < 3; i++)
         CU_ASSERT_EQUAL(wait_exit(p[i], 90), 0);
@@ -225,22 +236,15 @@ static void test_kill_and_recover(void)
 {
     harness h;
     CU_ASSERT_EQUAL_FATAL(h_start(&h, 3), 0);
-    char ck[1100];
-    snprintf(ck, sizeof ck, "%s/ck", h.dir);
     const char *fault = "exit:rank=1:step=120";
     pid_t p[3];
-    for (int i = 0; i < 3; i++) {
-        char wid[8], tag[8];
-        snprintf(wid, sizeof wid, "%d", i);
-        snprintf(tag, sizeof tag, "w%d", i);
-        p[i] = spawn(&h, wid, tag, fault, ck, 300, false);
-    }
+    spawn_group(&h, 3, fault, h.ck, 300, p);
     /* the victim dies at step 120 with 137 */
     int rc1 = wait_exit(p[1], 90);
     CU_ASSERT_EQUAL(rc1, 137);
     double died = mono();
     /* replacement, same worker id (as the controller does) */
-    pid_t r1 = spawn(&h, "1", "w1b", fault, ck, 300, false);
+    pid_t r1 = spawn(&h, "1", "w1b", fault, h.ck, 300, false);
     CU_ASSERT_EQUAL(wait_exit(p[0], 120), 0);
     CU_ASSERT_EQUAL(wait_exit(p[2], 120), 0);
     CU_ASSERT_EQUAL(wait_exit(r1, 120), 0);
@@ -297,16 +301,9 @@ static void test_hang_detected(void)
 {
     harness h;
     CU_ASSERT_EQUAL_FATAL(h_start(&h, 3), 0);
-    char ck[1100];
-    snprintf(ck, sizeof ck, "%s/ck", h.dir);
     const char *fault = "hang:rank=2:step=70";
     pid_t p[3];
-    for (int i = 0; i < 3; i++) {
-        char wid[8], tag[8];
-        snprintf(wid, sizeof wid, "%d", i);
-        snprintf(tag, sizeof tag, "w%d", i);
-        p[i] = spawn(&h, wid, tag, fault, ck, 160, false);
-    }
+    spawn_group(&h, 3, fault, h.ck, 160, p);
     CU_ASSERT_FATAL(wait_log(&h, "w2", "kind=hang", 60));
     double hung = mono();
     CU_ASSERT(wait_log(&h, "w0", "collective failed", 15));
@@ -315,7 +312,7 @@ static void test_hang_detected(void)
     CU_ASSERT(noticed < 8.0);   /* comm timeout 5 s + polling slack */
     kill(p[2], SIGKILL);
     wait_exit(p[2], 10);
-    pid_t r2 = spawn(&h, "2", "w2b", fault, ck, 160, false);
+    pid_t r2 = spawn(&h, "2", "w2b", fault, h.ck, 160, false);
     CU_ASSERT_EQUAL(wait_exit(p[0], 120), 0);
     CU_ASSERT_EQUAL(wait_exit(p[1], 120), 0);
     CU_ASSERT_EQUAL(wait_exit(r2, 120), 0);
@@ -338,12 +335,7 @@ static void test_controller_restart(void)
     harness h;
     CU_ASSERT_EQUAL_FATAL(h_start(&h, 2), 0);
     pid_t p[2];
-    for (int i = 0; i < 2; i++) {
-        char wid[8], tag[8];
-        snprintf(wid, sizeof wid, "%d", i);
-        snprintf(tag, sizeof tag, "w%d", i);
-        p[i] = spawn(&h, wid, tag, NULL, NULL, 6000, false);
-    }
+    spawn_group(&h, 2, NULL, NULL, 6000, p);
     CU_ASSERT_FATAL(wait_log(&h, "w0", "msg=\"progress\" step=100 ", 60));
     rm_rdzv_state st;
     double until = mono() + 5;
@@ -384,16 +376,9 @@ static void test_elastic_shrink(void)
 {
     harness h;
     CU_ASSERT_EQUAL_FATAL(h_start_min(&h, 3, 2), 0);
-    char ck[1100];
-    snprintf(ck, sizeof ck, "%s/ck", h.dir);
     const char *fault = "exit:rank=2:step=80";
     pid_t p[3];
-    for (int i = 0; i < 3; i++) {
-        char wid[8], tag[8];
-        snprintf(wid, sizeof wid, "%d", i);
-        snprintf(tag, sizeof tag, "w%d", i);
-        p[i] = spawn(&h, wid, tag, fault, ck, 200, false);
-    }
+    spawn_group(&h, 3, fault, h.ck, 200, p);
     CU_ASSERT_EQUAL(wait_exit(p[2], 90), 137);
     CU_ASSERT_EQUAL(wait_exit(p[0], 120), 0);
     CU_ASSERT_EQUAL(wait_exit(p[1], 120), 0);
@@ -419,15 +404,13 @@ static void test_term_while_joining(void)
 {
     harness h;
     CU_ASSERT_EQUAL_FATAL(h_start(&h, 2), 0);   /* 2 wanted, 1 comes: the round never forms */
-    char ck[1100];
-    snprintf(ck, sizeof ck, "%s/ck", h.dir);
-    pid_t p = spawn(&h, "0", "w0", NULL, ck, 100, false);
+    pid_t p = spawn(&h, "0", "w0", NULL, h.ck, 100, false);
     CU_ASSERT_FATAL(wait_log(&h, "w0", "model ready", 60));
     usleep(300000);   /* inside the join wait */
     kill(p, SIGTERM);
     CU_ASSERT_EQUAL(wait_exit(p, 30), 0);
     char ck0[1200];
-    snprintf(ck0, sizeof ck0, "%s/ckpt-000000000000.rmck", ck);
+    snprintf(ck0, sizeof ck0, "%s/ckpt-000000000000.rmck", h.ck);
     struct stat st;
     CU_ASSERT_NOT_EQUAL(stat(ck0, &st), 0);
     char *l0 = read_log(&h, "w0");
@@ -465,14 +448,8 @@ static void test_rate_gauge_follows_rank(void)
     harness h;
     CU_ASSERT_EQUAL_FATAL(h_start_min(&h, 3, 2), 0);
     pid_t p[3];
-    for (int i = 0; i < 3; i++) {
-        char wid[8], tag[8];
-        snprintf(wid, sizeof wid, "%d", i);
-        snprintf(tag, sizeof tag, "w%d", i);
-        h.metrics = i == 1 ? "127.0.0.1:0" : NULL;
-        p[i] = spawn(&h, wid, tag, NULL, NULL, 1000000, false);
-    }
-    h.metrics = NULL;
+    h.metrics_wid = "1";
+    spawn_group(&h, 3, NULL, NULL, 1000000, p);
     CU_ASSERT_FATAL(wait_log(&h, "w1", " world=3 backend=", 60));
     char *l1 = read_log(&h, "w1");
     int port = 0;
