@@ -49,6 +49,21 @@ static void test_families_and_rank(void)
     rm_wmetrics_stop(&w);
 }
 
+/* GET http://127.0.0.1:port<path>: the status (-1 if the request failed); *body (may be NULL)
+ * gets an owned copy of the body. */
+static int get(int port, const char *path, char **body)
+{
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d%s", port, path);
+    rm_httpc_resp r = {0};
+    rm_err e = {0};
+    int status = rm_httpc_get(url, 5000, &r, &e) == RM_OK ? r.status : -1;
+    if (body)
+        *body = r.body ? strdup(r.body) : NULL;
+    rm_httpc_resp_free(&r);
+    return status;
+}
+
 static void test_http(void)
 {
     rm_wmetrics w;
@@ -56,30 +71,17 @@ static void test_http(void)
     CU_ASSERT_EQUAL_FATAL(rm_wmetrics_start(&w, "127.0.0.1:0", "ns/job", 0.3, &e), RM_OK);
     int port = rm_wmetrics_port(&w);
     CU_ASSERT_FATAL(port > 0);
-    char url[128];
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/readyz", port);
-    rm_httpc_resp r = {0};
-    CU_ASSERT_EQUAL(rm_httpc_get(url, 5000, &r, &e), RM_OK);
-    CU_ASSERT_EQUAL(r.status, 503);   /* not ready while joining */
-    rm_httpc_resp_free(&r);
+    CU_ASSERT_EQUAL(get(port, "/readyz", NULL), 503);   /* not ready while joining */
     rm_health_set_ready(w.health, true, NULL);
     rm_health_beat(w.health);
-    CU_ASSERT_EQUAL(rm_httpc_get(url, 5000, &r, &e), RM_OK);
-    CU_ASSERT_EQUAL(r.status, 200);
-    rm_httpc_resp_free(&r);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/healthz", port);
-    CU_ASSERT_EQUAL(rm_httpc_get(url, 5000, &r, &e), RM_OK);
-    CU_ASSERT_EQUAL(r.status, 200);
-    rm_httpc_resp_free(&r);
+    CU_ASSERT_EQUAL(get(port, "/readyz", NULL), 200);
+    CU_ASSERT_EQUAL(get(port, "/healthz", NULL), 200);
     usleep(500000);   /* no beat for longer than the deadline */
-    CU_ASSERT_EQUAL(rm_httpc_get(url, 5000, &r, &e), RM_OK);
-    CU_ASSERT_EQUAL(r.status, 503);
-    rm_httpc_resp_free(&r);
-    snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", port);
-    CU_ASSERT_EQUAL(rm_httpc_get(url, 5000, &r, &e), RM_OK);
-    CU_ASSERT_EQUAL(r.status, 200);
-    CU_ASSERT(r.body && strstr(r.body, "ringmaster_worker_step{job=\"ns/job\",rank=\"0\"} 0"));
-    rm_httpc_resp_free(&r);
+    CU_ASSERT_EQUAL(get(port, "/healthz", NULL), 503);
+    char *body = NULL;
+    CU_ASSERT_EQUAL(get(port, "/metrics", &body), 200);
+    CU_ASSERT(body && strstr(body, "ringmaster_worker_step{job=\"ns/job\",rank=\"0\"} 0"));
+    free(body);
     rm_wmetrics_stop(&w);
 }
 
