@@ -1093,6 +1093,20 @@ static void remove_locked(ks_server *s, ks_kind *k, const char *ns, const char *
     }
 }
 
+/* A delete that only marks the object (grace period, finalizers): commit the marked copy c when
+ * it changed, else drop it; r->obj gets the version the client sees. Takes c. */
+static void mark_deleting(ks_server *s, ks_kind *k, const char *ns, const char *name, cJSON *c,
+                          bool changed, ks_obj *old, ks_wres *r)
+{
+    if (changed) {
+        ks_obj *st = NULL;
+        ks_commit(s, k, ns, name, c, KS_EV_MODIFIED, &st);
+        r->obj = ks_obj_ref(st);
+    } else {
+        cJSON_Delete(c);
+        r->obj = ks_obj_ref(old);
+    }
+}
 
 static void del_locked(ks_server *s, ks_kind *k, const char *ns, const char *name, const char *prop,
                        int grace, const char *pre_uid, const char *pre_rv, bool dry, ks_wres *r)
@@ -1159,14 +1173,7 @@ static void del_locked(ks_server *s, ks_kind *k, const char *ns, const char *nam
             set_item(md, "deletionGracePeriodSeconds", cJSON_CreateNumber(g));
             changed = true;
         }
-        if (changed) {
-            ks_obj *st = NULL;
-            ks_commit(s, k, ns, name, c, KS_EV_MODIFIED, &st);
-            r->obj = ks_obj_ref(st);
-        } else {
-            cJSON_Delete(c);
-            r->obj = ks_obj_ref(old);
-        }
+        mark_deleting(s, k, ns, name, c, changed, old, r);
         return;
     }
     if (finalizer_count(c) > 0) {
@@ -1186,14 +1193,7 @@ static void del_locked(ks_server *s, ks_kind *k, const char *ns, const char *nam
             }
             changed = true;
         }
-        if (changed) {
-            ks_obj *st = NULL;
-            ks_commit(s, k, ns, name, c, KS_EV_MODIFIED, &st);
-            r->obj = ks_obj_ref(st);
-        } else {
-            cJSON_Delete(c);
-            r->obj = ks_obj_ref(old);
-        }
+        mark_deleting(s, k, ns, name, c, changed, old, r);
         return;
     }
     cJSON_Delete(c);
