@@ -16,20 +16,20 @@ cleanup() { for p in "${pids[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || 
 trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 fnv() { grep -o 'params_fnv64=[0-9a-f]*' "$1" | tail -1 | cut -d= -f2; }
+# expect_exit WANT_RC OUTFILE WHAT CMD...: run CMD (stdout+stderr to OUTFILE), fail unless it exits WANT_RC
+expect_exit() {
+  local want=$1 out=$2 what=$3 rc; shift 3
+  set +e; "$@" >"$out" 2>&1; rc=$?; set -e
+  [ "$rc" -eq "$want" ] || fail "$what exit $rc, want $want"
+}
 
 echo "--- bad flag"
-set +e
-"$W" train --no-such-flag >"$T/bad.out" 2>&1; rc=$?
-set -e
-[ "$rc" -eq 2 ] || fail "bad flag exit $rc, want 2"
+expect_exit 2 "$T/bad.out" "bad flag" "$W" train --no-such-flag
 grep -q "unknown flag --no-such-flag" "$T/bad.out" || fail "no clear message for a bad flag"
 grep -q "usage: ringmaster-worker train" "$T/bad.out" || fail "no usage on a bad flag"
 
 echo "--- missing data"
-set +e
-"$W" train --data-dir "$T/nodata" --metrics-addr off >"$T/nodata.out" 2>&1; rc=$?
-set -e
-[ "$rc" -eq 1 ] || fail "missing data exit $rc, want 1"
+expect_exit 1 "$T/nodata.out" "missing data" "$W" train --data-dir "$T/nodata" --metrics-addr off
 grep -q "missing" "$T/nodata.out" || fail "no clear message for missing data"
 
 echo "--- corrupt data"
@@ -38,10 +38,7 @@ cp /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz "$T/bad-data/"
 cp /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz "$T/bad-data/"
 head -c 100000 /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz >"$T/bad-data/train-images-idx3-ubyte.gz"
 cp /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz "$T/bad-data/"
-set +e
-"$W" train --data-dir "$T/bad-data" --metrics-addr off >"$T/baddata.out" 2>&1; rc=$?
-set -e
-[ "$rc" -eq 1 ] || fail "corrupt data exit $rc, want 1"
+expect_exit 1 "$T/baddata.out" "corrupt data" "$W" train --data-dir "$T/bad-data" --metrics-addr off
 grep -q "train-images-idx3-ubyte.gz" "$T/baddata.out" || fail "corrupt data error does not name the file"
 
 echo "--- one epoch with checkpoints and metrics"
@@ -119,10 +116,8 @@ RINGMASTER_TRAINING='{"epochs":1,"batchSizePerWorker":32,"model":{"type":"mlp","
   "$W" train --metrics-addr off >"$T/env.out" 2>&1 || fail "env settings run failed: $(tail -3 "$T/env.out")"
 grep -q 'shape=784-64-10' "$T/env.out" || fail "RINGMASTER_TRAINING model not applied"
 grep -q 'msg="training done" steps=20' "$T/env.out" || fail "RINGMASTER_TRAINING maxSteps not applied"
-set +e
-RINGMASTER_TRAINING='{"epochs":0}' "$W" train --metrics-addr off >"$T/envbad.out" 2>&1; rc=$?
-set -e
-[ "$rc" -eq 2 ] || fail "invalid spec.training exit $rc, want 2"
+expect_exit 2 "$T/envbad.out" "invalid spec.training" \
+  env RINGMASTER_TRAINING='{"epochs":0}' "$W" train --metrics-addr off
 grep -q 'spec.training.epochs' "$T/envbad.out" || fail "invalid spec.training error does not name the field"
 cat >"$T/job.yaml" <<'YAML'
 apiVersion: ringmaster.dev/v1alpha1
@@ -151,7 +146,7 @@ port=$(grep -o 'msg="metrics listening" port=[0-9]*' "$T/hang.out" | grep -o '[0
 sleep 1.5
 code=$(curl -s -o "$T/hz.txt" -w '%{http_code}' "http://127.0.0.1:$port/healthz" || true)
 [ "$code" = "503" ] || fail "/healthz $code after the hang, want 503"
-set +e; RINGMASTER_FAULT='bogus' "$W" train --metrics-addr off >"$T/fb.out" 2>&1; rc=$?; set -e
-[ "$rc" -eq 1 ] && grep -q 'RINGMASTER_FAULT' "$T/fb.out" || fail "bad RINGMASTER_FAULT not rejected at start (rc $rc)"
+expect_exit 1 "$T/fb.out" "bad RINGMASTER_FAULT" env RINGMASTER_FAULT='bogus' "$W" train --metrics-addr off
+grep -q 'RINGMASTER_FAULT' "$T/fb.out" || fail "bad RINGMASTER_FAULT not rejected at start"
 kill -TERM "$p"; wait "$p" || true
 echo "PASS"
