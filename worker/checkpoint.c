@@ -202,6 +202,33 @@ static int list_ckpts(const char *dir, cand **out, int *n)
     return RM_OK;
 }
 
+/* DIR/ckpt-<step>.rmck, or DIR/ckpt-<step>-<suf>.rmck for suf >= 1. */
+static int ckpt_name(char *out, size_t cap, const char *dir, int64_t step, int suf, rm_err *err)
+{
+    if (suf > 1000)
+        return rm_errf(err, RM_EIO, "checkpoint: too many files for step %lld", (long long)step);
+    int w = suf ? snprintf(out, cap, "%s/ckpt-%012lld-%d.rmck", dir, (long long)step, suf)
+                : snprintf(out, cap, "%s/ckpt-%012lld.rmck", dir, (long long)step);
+    if (w < 0 || (size_t)w >= cap)
+        return rm_errf(err, RM_EINVAL, "checkpoint: path too long");
+    return RM_OK;
+}
+
+/* Move tmp to final unless final exists (then -1 with errno EEXIST, tmp kept): renameat2's
+ * RENAME_NOREPLACE, or link + unlink where the file system lacks it. Both are atomic: a file
+ * that appeared under the name after it was chosen is never replaced. */
+static int place_noreplace(const char *tmp, const char *final)
+{
+    if (renameat2(AT_FDCWD, tmp, AT_FDCWD, final, RENAME_NOREPLACE) == 0)
+        return 0;
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP)
+        return -1;
+    if (link(tmp, final) != 0)
+        return -1;
+    unlink(tmp);
+    return 0;
+}
+
 /* ---------------- write ---------------- */
 
 int rm_ckpt_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_seg *segs, int nsegs,
@@ -227,20 +254,14 @@ int rm_ckpt_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_seg *
         return rm_errf(err, RM_EINVAL, "checkpoint: payload %llu bytes does not match the header",
                        (unsigned long long)payload);
     RM_CHECK(rm_mkdir_p(dir, err));
-    /* never overwrite an existing file, valid or not */
+    /* never overwrite an existing file, valid or not: start at the first free name; placing the
+     * file below re-checks atomically (something may appear there while we write) */
     struct stat st;
-    for (int suf = 0;; suf++) {
-        int w = suf ? snprintf(final, sizeof final, "%s/ckpt-%012lld-%d.rmck", dir,
-                               (long long)meta->step, suf)
-                    : snprintf(final, sizeof final, "%s/ckpt-%012lld.rmck", dir,
-                               (long long)meta->step);
-        if (w < 0 || (size_t)w >= sizeof final)
-            return rm_errf(err, RM_EINVAL, "checkpoint: path too long");
+    int suf = 0;
+    for (;; suf++) {
+        RM_CHECK(ckpt_name(final, sizeof final, dir, meta->step, suf, err));
         if (stat(final, &st) != 0)
             break;
-        if (suf > 1000)
-            return rm_errf(err, RM_EIO, "checkpoint: too many files for step %lld",
-                           (long long)meta->step);
     }
     snprintf(tmp, sizeof tmp, "%s/.tmp-ckpt-%012lld.%ld", dir, (long long)meta->step,
              (long)getpid());
@@ -261,8 +282,18 @@ int rm_ckpt_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_seg *
         goto ioerr;
     }
     f = NULL;
-    if (rename(tmp, final) != 0)
-        goto ioerr;
+    for (;;) {
+        int pr = place_noreplace(tmp, final);
+        if (pr == 0)
+            break;
+        if (errno != EEXIST)
+            goto ioerr;
+        rc = ckpt_name(final, sizeof final, dir, meta->step, ++suf, err);
+        if (rc) {
+            unlink(tmp);
+            return rc;
+        }
+    }
     if (fsync_dir(dir) != 0) {
         rc = rm_errf(err, RM_EIO, "checkpoint: fsync %s: %s", dir, strerror(errno));
         return rc;   /* the file is in place; report but keep it */

@@ -4,9 +4,11 @@
  *   header (fixed size, little-endian host order; magic "RMCKPT01", version, sizes, all scalars
  *   of the training state, CRC32 of the payload, CRC32 of the header itself) followed by the
  *   payload: params (nparams floats) then each optimizer state buffer (nparams floats each).
- * Write: temp file in DIR (".tmp-ckpt-..."), write, fflush, fsync, rename to the final name,
- * fsync DIR. A reader therefore sees either no file or a whole one. An existing file is never
- * overwritten (a "-<n>" suffix is added instead). After a successful write the oldest files beyond
+ * Write: temp file in DIR (".tmp-ckpt-..."), write, fflush, fsync, move to the final name, fsync
+ * DIR. A reader therefore sees either no file or a whole one. An existing file is never
+ * overwritten (a "-<n>" suffix is added instead), also one that appears while the file is written:
+ * the move is renameat2(RENAME_NOREPLACE), or link + unlink where that is unsupported, and on
+ * EEXIST it takes the next suffix. After a successful write the oldest files beyond
  * `keep` are removed (only files named like checkpoints; never the one just written), and temp
  * files older than a minute (left by a writer that died mid-write) are removed.
  * Read: candidates newest first (by step, then suffix); a file that is truncated, has a bad magic/

@@ -2,8 +2,12 @@
  * truncated newest file (older one used), a flipped payload bit and a flipped header bit
  * (skipped), wrong model shape (skipped); a corrupt file is neither modified nor deleted by a
  * load, and a new write never overwrites it; keep-K pruning; atomicity: no temp files remain and
- * a reader never sees a partial file under the final name. */
+ * a reader never sees a partial file under the final name; a file that appears under the chosen
+ * name during the write is not replaced (no_overwrite_race). */
 #include <dirent.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -261,6 +265,69 @@ static void test_keep(void)
     CU_ASSERT_EQUAL(rm_ckpt_write("/proc/rm-no-such", &m, NULL, 0, 3, NULL, 0, &e), RM_EINVAL);
 }
 
+/* A file that appears under the chosen name while the checkpoint is being written (another
+ * writer, a copy restored by hand) is never replaced: the new checkpoint takes the next suffix.
+ * A helper thread plants "corrupt" under the final name as soon as the temp file shows up; the
+ * payload is large (~40 MB) so the write is still in flight when it does. */
+typedef struct planter { atomic_int stop, planted; } planter;
+
+static void *plant(void *arg)
+{
+    planter *pl = arg;
+    char final[4300];
+    snprintf(final, sizeof final, "%s/ckpt-000000000777.rmck", g_dir);
+    while (!atomic_load(&pl->stop)) {
+        if (count_files(".tmp-ckpt-") > 0) {
+            int fd = open(final, O_WRONLY | O_CREAT | O_EXCL, 0644);
+            if (fd >= 0) {
+                atomic_store(&pl->planted, write(fd, "corrupt", 7) == 7);
+                close(fd);
+            }
+            return NULL;
+        }
+        usleep(100);
+    }
+    return NULL;
+}
+
+static void test_no_overwrite_race(void)
+{
+    rm_test_clear_dir(g_dir);
+    rm_ckpt_meta m = mkmeta(777);
+    int hidden[1] = {4096};
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_model_shape_make(&m.shape, 784, hidden, 1, 10, &e), RM_OK);
+    rm_param_layout L;
+    rm_model_layout(&m.shape, &L);
+    m.nparams = L.total;
+    size_t bytes = (size_t)(1 + m.nstate) * m.nparams * sizeof(float);
+    float *p = calloc(1, bytes);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(p);
+    rm_ckpt_seg seg = {p, bytes};
+    planter pl;
+    atomic_init(&pl.stop, 0);
+    atomic_init(&pl.planted, 0);
+    pthread_t th;
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, plant, &pl), 0);
+    char path[4200] = "";
+    int rc = rm_ckpt_write(g_dir, &m, &seg, 1, 0, path, sizeof path, &e);
+    atomic_store(&pl.stop, 1);
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(rc, RM_OK);
+    CU_ASSERT_FATAL(atomic_load(&pl.planted));   /* the race was really set up */
+    char final[4300];
+    snprintf(final, sizeof final, "%s/ckpt-000000000777.rmck", g_dir);
+    size_t len = 0;
+    char *kept = rm_test_read_file(final, &len);
+    CU_ASSERT(kept && len == 7 && !memcmp(kept, "corrupt", 7));   /* not replaced */
+    free(kept);
+    CU_ASSERT_PTR_NOT_NULL(strstr(path, "ckpt-000000000777-1.rmck"));
+    rm_ckpt_meta got;
+    CU_ASSERT_EQUAL(rm_ckpt_read(path, &m, &got, p, bytes, &e), RM_OK);
+    CU_ASSERT_EQUAL(count_files(".tmp"), 0);
+    free(p);
+}
+
 void rm_suite_checkpoint(void)
 {
     static const rm_test_case cases[] = {
@@ -268,6 +335,7 @@ void rm_suite_checkpoint(void)
         {"skip_truncated_and_corrupt", test_skip_invalid},
         {"skip_wrong_shape_and_garbage", test_wrong_shape_and_garbage},
         {"keep_last_k", test_keep},
+        {"no_overwrite_race", test_no_overwrite_race},
     };
     RM_ADD_SUITE("checkpoint", setup, teardown, cases);
 }
