@@ -22,8 +22,10 @@ grep -q '^ringmaster_workers_desired{namespace="default",name="small"} 2' "$W/m.
 grep -q '^ringmaster_jobs_created_total{namespace="default"} 1' "$W/m.txt" || fail "jobs_created_total"
 # a worker target really serves Prometheus text
 wt=$($PY -c 'import json,sys; print([x for x in json.load(open(sys.argv[1])) if x["labels"]["component"]=="worker"][0]["targets"][0])' "$W/sd.json")
-curl -fsS --retry 5 --retry-connrefused --retry-delay 1 --max-time 5 "http://$wt/metrics" |
-  grep -q '^ringmaster_worker_step' || fail "worker target $wt has no ringmaster_worker_step"
+# (to a file first: `curl | grep -q` under pipefail fails when grep exits early and curl gets EPIPE)
+curl -fsS --retry 5 --retry-connrefused --retry-delay 1 --max-time 5 "http://$wt/metrics" > "$W/wm.txt" ||
+  fail "worker target $wt: /metrics"
+grep -q '^ringmaster_worker_step' "$W/wm.txt" || fail "worker target $wt has no ringmaster_worker_step"
 [ -s "$W/run-s/file_sd.json" ] || fail "no file_sd.json"
 set +e; wait "$RUNNER_PID"; rc=$?; set -e; RUNNER_PID=""
 [ $rc -eq 0 ] || fail "exit $rc"
