@@ -42,6 +42,7 @@ typedef struct harness {
     char *dir;
     char ck[1100];             /* DIR/ck: the job's checkpoint folder for cases that want one */
     const char *metrics_wid;   /* this worker id serves /metrics on 127.0.0.1:0 (NULL: none) */
+    const char *hidden;        /* --hidden (NULL: "64", a step well under a millisecond) */
 } harness;
 
 static double mono(void)
@@ -118,7 +119,7 @@ static pid_t spawn(harness *h, const char *wid, const char *tag, const char *fau
     argv[n++] = bin;
     argv[n++] = "train";
     argv[n++] = "--hidden";
-    argv[n++] = "64";
+    argv[n++] = h->hidden ? h->hidden : "64";
     argv[n++] = "--batch";
     argv[n++] = "32";
     argv[n++] = "--max-steps";
@@ -334,6 +335,9 @@ static void test_controller_restart(void)
 {
     harness h;
     CU_ASSERT_EQUAL_FATAL(h_start(&h, 2), 0);
+    /* wider layers: 6000 steps must outlast the first report (~1 s) plus the restart, also on a
+     * loaded machine; with 64 units the job could finish before the restart reached it */
+    h.hidden = "512";
     pid_t p[2];
     spawn_group(&h, 2, NULL, NULL, 6000, p);
     CU_ASSERT_FATAL(wait_log(&h, "w0", "msg=\"progress\" step=100 ", 60));
