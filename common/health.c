@@ -4,6 +4,7 @@
  * next to a step); the probes compute "seconds since the last beat" on demand, so no timer thread
  * is needed and a stalled loop is detected even if nothing else runs. */
 #include "common/health.h"
+#include "common/clock.h"
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <pthread.h>
@@ -20,20 +21,13 @@ struct rm_health {
     char reason[256];
 };
 
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 rm_health *rm_health_new(double deadline_seconds)
 {
     rm_health *h = calloc(1, sizeof *h);
     if (!h)
         return NULL;
     pthread_mutex_init(&h->mu, NULL);
-    h->last_beat = mono();
+    h->last_beat = rm_mono();
     h->deadline = deadline_seconds > 0 ? deadline_seconds : 0;
     snprintf(h->reason, sizeof h->reason, "starting");
     return h;
@@ -51,7 +45,7 @@ void rm_health_beat(rm_health *h)
 {
     if (!h)
         return;
-    double t = mono();
+    double t = rm_mono();
     pthread_mutex_lock(&h->mu);
     h->last_beat = t;
     pthread_mutex_unlock(&h->mu);
@@ -85,7 +79,7 @@ static bool liveness(rm_health *h, double *since)
         return true;
     }
     pthread_mutex_lock(&h->mu);
-    double d = mono() - h->last_beat;
+    double d = rm_mono() - h->last_beat;
     bool live = h->deadline <= 0 || d <= h->deadline;
     pthread_mutex_unlock(&h->mu);
     *since = d < 0 ? 0 : d;

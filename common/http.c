@@ -8,6 +8,7 @@
  * Shutdown is graceful: stop accepting (quiesce), raise the `stopping` flag that long polls and
  * streams watch, wait (bounded) for in-flight requests to complete, then stop MHD. */
 #include "common/http.h"
+#include "common/clock.h"
 #include "common/buf.h"
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
@@ -60,13 +61,6 @@ typedef struct stream_ctx {
 } stream_ctx;
 
 /* ---- small helpers ---------------------------------------------------------------------------- */
-
-static double mono_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 static char *error_body(int status, const char *msg)
 {
@@ -543,8 +537,8 @@ void rm_http_stop(rm_http_server *s)
         return;
     MHD_socket lfd = MHD_quiesce_daemon(s->d);
     atomic_store(&s->stopping, true);
-    double deadline = mono_now() + RM_HTTP_STOP_WAIT_MS / 1000.0;
-    while (atomic_load(&s->inflight) > 0 && mono_now() < deadline) {
+    double deadline = rm_mono() + RM_HTTP_STOP_WAIT_MS / 1000.0;
+    while (atomic_load(&s->inflight) > 0 && rm_mono() < deadline) {
         struct timespec ts = { 0, 2 * 1000000L };
         nanosleep(&ts, NULL);
     }

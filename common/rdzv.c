@@ -31,6 +31,7 @@
  * tombstone (at most 256) so late callers get "stop"; job_set on a removed job starts it afresh
  * at a higher epoch so stale workers cannot confuse the new run. */
 #include "common/rdzv.h"
+#include "common/clock.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -92,20 +93,6 @@ struct rm_rdzv {
 };
 
 /* ---------------- small helpers ---------------- */
-
-static double now_mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static double now_unix(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 /* Wait on r->cv until woken or the monotonic deadline passes. */
 static void wait_until(rm_rdzv *r, double deadline)
@@ -319,7 +306,7 @@ static void round_maybe_close(rm_rdzv *r, job *j, double now)
         j->mem[i].m.rank = j->mem[i].round == j->epoch ? rank++ : -1;
     j->closed = true;
     j->world = n;
-    j->closed_at = now_unix();
+    j->closed_at = rm_wall();
     rm_info("rendezvous round closed job=%s epoch=%d world=%d desired=%d", j->name, j->epoch, n,
             j->desired);
     pthread_cond_broadcast(&r->cv);
@@ -352,7 +339,7 @@ static int join_eval(rm_rdzv *r, job *j, const char *wid, const char *addr, int 
         m->round = j->epoch;
         snprintf(m->m.addr, sizeof m->m.addr, "%s", addr);
         m->m.epoch = j->epoch;
-        m->m.last_progress = now_unix();
+        m->m.last_progress = rm_wall();
         j->last_join = now;
         pthread_cond_broadcast(&r->cv);
     }
@@ -430,7 +417,7 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
         rc = rm_http_reply_error(resp, 400, "join: bad workerId, addr or lastEpoch");
         goto out;
     }
-    double deadline = now_mono() + JOIN_POLL_S;
+    double deadline = rm_mono() + JOIN_POLL_S;
     int seen_epoch = 0;
     for (;;) {
         job *j = job_find(r, name);
@@ -448,7 +435,7 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
             rc = reply_waiting(resp, j->epoch);
             break;
         }
-        double now = now_mono();
+        double now = rm_mono();
         int out = join_eval(r, j, wid, addr, (int)last_epoch, now);
         seen_epoch = j->epoch;
         if (out == J_STOP) {
@@ -547,7 +534,7 @@ static int handle_kv_get(rm_rdzv *r, const char *name, int epoch, const char *ke
         if (wait > KV_WAIT_MAX_S)
             wait = KV_WAIT_MAX_S;
     }
-    double deadline = now_mono() + wait;
+    double deadline = rm_mono() + wait;
     for (;;) {
         job *j = job_find(r, name);
         if (r->shutting)
@@ -568,7 +555,7 @@ static int handle_kv_get(rm_rdzv *r, const char *name, int epoch, const char *ke
             resp->body_len = e->len;
             return RM_OK;
         }
-        if (now_mono() >= deadline)
+        if (rm_mono() >= deadline)
             return rm_http_reply_error(resp, 404, "key %s not published in epoch %d", key, epoch);
         wait_until(r, deadline);
     }
@@ -624,7 +611,7 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
         rc = rm_http_reply_error(resp, 400, "report: job has %d workers already", j->nmem);
         goto out;
     }
-    double now = now_unix();
+    double now = rm_wall();
     if (step > m->m.step || m->m.epoch != (int)epoch || m->m.last_report == 0)
         m->m.last_progress = now;
     m->m.last_report = now;
@@ -885,7 +872,7 @@ int rm_rdzv_job_set(rm_rdzv *r, const char *jobname, const char *token, int desi
     j->desired = desired;
     j->min = min;
     j->settle = settle_seconds;
-    round_maybe_close(r, j, now_mono());
+    round_maybe_close(r, j, rm_mono());
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
     return RM_OK;
@@ -935,7 +922,7 @@ int rm_rdzv_restart(rm_rdzv *r, const char *jobname, int from_epoch, int *new_ep
     int rc = j ? RM_OK : RM_ENOTFOUND;
     if (j) {
         if (from_epoch == j->epoch && !j->stopped)
-            epoch_open(r, j, now_mono(), "controller restart");
+            epoch_open(r, j, rm_mono(), "controller restart");
         if (new_epoch)
             *new_epoch = j->epoch;
     }
@@ -952,7 +939,7 @@ int rm_rdzv_snapshot(rm_rdzv *r, const char *jobname, rm_rdzv_state *out)
     int rc = j ? RM_OK : RM_ENOTFOUND;
     if (j) {
         /* a round may be due to close with nobody polling right now */
-        round_maybe_close(r, j, now_mono());
+        round_maybe_close(r, j, rm_mono());
         memset(out, 0, sizeof *out);
         out->epoch = j->epoch;
         out->closed = j->closed;

@@ -8,6 +8,7 @@
  * bounded timeout. Statuses map to codes: 401 → RM_EAUTH, 409 → RM_ECLOSED, 410 → RM_EEPOCH,
  * 413 → RM_ETOOBIG, other 4xx/5xx → RM_EPROTO with the server's message. */
 #include "common/rdzv.h"
+#include "common/clock.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -33,13 +34,6 @@ struct rm_rdzv_client {
     char auth[300];              /* "Authorization: Bearer TOKEN" */
     char worker_id[32];
 };
-
-static double now_mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 static void sleep_s(double s)
 {
@@ -106,7 +100,7 @@ static int call(rm_rdzv_client *c, const char *method, const char *suffix, const
     double backoff = 0.05;
     char why[256] = "no attempt made";
     for (;;) {
-        double left = deadline - now_mono();
+        double left = deadline - rm_mono();
         if (left <= 0)
             return rm_errf(err, RM_ETIMEDOUT, "rendezvous %s %s: timed out (%s)", method, url, why);
         double t = try_s < left ? try_s : left;
@@ -124,7 +118,7 @@ static int call(rm_rdzv_client *c, const char *method, const char *suffix, const
         if (rc != RM_OK && rc != RM_EIO && rc != RM_ETIMEDOUT)
             return rm_errf(err, rc, "rendezvous %s %s: %s", method, url, why);
         rm_debug("rendezvous retry method=%s url=%s why=\"%s\"", method, url, why);
-        left = deadline - now_mono();
+        left = deadline - rm_mono();
         sleep_s(backoff < left ? backoff : left);
         backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
     }
@@ -221,7 +215,7 @@ int rm_rdzv_join(rm_rdzv_client *c, const char *my_addr, int last_epoch, double 
     cJSON_Delete(o);
     if (!body)
         return rm_errf(err, RM_ENOMEM, "rendezvous join: out of memory");
-    double deadline = now_mono() + timeout_s, backoff = 0.05;
+    double deadline = rm_mono() + timeout_s, backoff = 0.05;
     int rc, waiting_epoch = -1;
     for (;;) {
         rm_httpc_resp resp;
@@ -244,11 +238,11 @@ int rm_rdzv_join(rm_rdzv_client *c, const char *my_addr, int last_epoch, double 
         } else if (resp.status == 404) {
             /* not registered yet (the controller may be catching up): retry until the deadline */
             rc = status_err(&resp, "join", err);
-            double left = deadline - now_mono();
+            double left = deadline - rm_mono();
             if (left > 0) {
                 sleep_s(backoff < left ? backoff : left);
                 backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
-                if (deadline - now_mono() > 0)
+                if (deadline - rm_mono() > 0)
                     rc = RM_EAGAIN;
             }
         } else {
@@ -274,7 +268,7 @@ int rm_rdzv_kv_put(rm_rdzv_client *c, int epoch, const char *key, const void *va
     snprintf(suffix, sizeof suffix, "/kv/%d/%s", epoch, key);
     rm_httpc_resp resp;
     int rc = call(c, "PUT", suffix, "application/octet-stream", val ? val : "", len,
-                  now_mono() + KV_PUT_TOTAL_S, SHORT_TRY_S, 4096, &resp, err);
+                  rm_mono() + KV_PUT_TOTAL_S, SHORT_TRY_S, 4096, &resp, err);
     if (rc < 0)
         return rc;
     rc = resp.status / 100 == 2 ? RM_OK : status_err(&resp, "kv put", err);
@@ -290,14 +284,14 @@ int rm_rdzv_kv_get(rm_rdzv_client *c, int epoch, const char *key, double timeout
         return rm_errf(err, RM_EINVAL, "rendezvous kv get: bad arguments");
     *val = NULL;
     *len = 0;
-    double deadline = now_mono() + timeout_s;
+    double deadline = rm_mono() + timeout_s;
     for (bool first = true;; first = false) {
-        double left = deadline - now_mono();
+        double left = deadline - rm_mono();
         if (left <= 0 && !first)
             return rm_errf(err, RM_ETIMEDOUT, "rendezvous kv get: %s not published in epoch %d "
                            "within %.1f s", key, epoch, timeout_s);
         double wait = left < 0 ? 0 : left < KV_WAIT_CAP_S ? left : KV_WAIT_CAP_S;
-        double t0 = now_mono();
+        double t0 = rm_mono();
         char suffix[224];
         snprintf(suffix, sizeof suffix, "/kv/%d/%s?wait=%.3f", epoch, key, wait);
         rm_httpc_resp resp;
@@ -320,7 +314,7 @@ int rm_rdzv_kv_get(rm_rdzv_client *c, int epoch, const char *key, double timeout
         }
         rm_httpc_resp_free(&resp);
         /* a 404 that came back early (job not registered yet) must not spin */
-        if (now_mono() - t0 < wait * 0.9)
+        if (rm_mono() - t0 < wait * 0.9)
             sleep_s(0.1);
     }
 }
@@ -355,7 +349,7 @@ int rm_rdzv_send_report(rm_rdzv_client *c, const rm_rdzv_report *rep, rm_rdzv_ac
         return rm_errf(err, RM_ENOMEM, "rendezvous report: out of memory");
     rm_httpc_resp resp;
     int rc = call(c, "POST", "/report", "application/json", body, strlen(body),
-                  now_mono() + REPORT_TOTAL_S, SHORT_TRY_S, 4096, &resp, err);
+                  rm_mono() + REPORT_TOTAL_S, SHORT_TRY_S, 4096, &resp, err);
     free(body);
     if (rc < 0)
         return rc;

@@ -12,6 +12,7 @@
  *  - Between fork and exec the child only calls async-signal-safe functions; argv/envp are built
  *    before fork. */
 #include "operator/local.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -99,13 +100,6 @@ typedef struct local {
     rm_rdzv_state snap;
 } local;
 
-static double now_unix(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static void say(local *l, const char *fmt, ...) RM_PRINTF(2, 3);
 static void say(local *l, const char *fmt, ...)
 {
@@ -184,7 +178,7 @@ static void random_token(char out[65])
         close(fd);
     }
     for (size_t i = got; i < sizeof b; i++)   /* fallback: never an empty token */
-        b[i] = (unsigned char)(rand() ^ (int)getpid() ^ (int)(now_unix() * 1e6));
+        b[i] = (unsigned char)(rand() ^ (int)getpid() ^ (int)(rm_wall() * 1e6));
     for (size_t i = 0; i < sizeof b; i++)
         snprintf(out + 2 * i, 3, "%02x", b[i]);
 }
@@ -503,7 +497,7 @@ static int spawn(local *l, int idx, int epoch, rm_err *err)
     w->pid = pid;
     w->epoch_label = epoch;
     w->incarnation = l->incarnations[idx];
-    w->created_at = now_unix();
+    w->created_at = rm_wall();
     w->metrics_port = l->bench ? 0 : port;
     rm_info("worker started index=%d pid=%d epoch=%d incarnation=%d metrics=127.0.0.1:%d", idx,
             (int)pid, epoch, w->incarnation, w->metrics_port);
@@ -537,7 +531,7 @@ static void reap(local *l)
             if (!w->used || w->pid != pid || w->exited)
                 continue;
             w->exited = true;
-            w->finished_at = now_unix();
+            w->finished_at = rm_wall();
             w->ready = false;
             if (WIFEXITED(st)) {
                 w->exit_code = WEXITSTATUS(st);
@@ -896,7 +890,7 @@ static void wait_wake(local *l, double seconds)
 /* Stop every worker: SIGTERM, wait up to grace, SIGKILL, reap. */
 static void stop_all(local *l, double grace)
 {
-    double now = now_unix();
+    double now = rm_wall();
     for (int i = 0; i < MAXW; i++) {
         wslot *w = &l->w[i];
         if (w->used && !w->exited && !w->deleting) {
@@ -911,7 +905,7 @@ static void stop_all(local *l, double grace)
     double give_up = now + grace + 10;   /* a process stuck in D state must not hang us */
     while (alive_count(l) > 0) {
         reap(l);
-        now = now_unix();
+        now = rm_wall();
         kill_timers(l, now);
         if (alive_count(l) == 0)
             break;
@@ -1024,7 +1018,7 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
     say(l, "  metrics:     http://127.0.0.1:%d/metrics   Prometheus http_sd: "
         "http://127.0.0.1:%d/sd   file_sd: %s/file_sd.json\n", l->mport, l->mport, o->run_dir);
 
-    l->started = now_unix();
+    l->started = rm_wall();
     double tick = o->tick_s > 0 ? o->tick_s : 0.2;
     double finished_at = 0;
     for (;;) {
@@ -1035,7 +1029,7 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
             break;
         }
         reap(l);
-        double now = now_unix();
+        double now = rm_wall();
         kill_timers(l, now);
         probe(l, now);
         reconcile_passes(l, now);
@@ -1069,7 +1063,7 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
         }
     }
     res->phase = job->status.phase;
-    res->seconds = now_unix() - l->started;
+    res->seconds = rm_wall() - l->started;
     rc = RM_OK;
 out:
     local_free(l);

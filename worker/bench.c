@@ -7,6 +7,7 @@
  * bytes. Buffers are allocated once at the largest size (on the GPU for --backend nccl when the
  * CUDA kernels table is available, as nccl-tests does). Output on rank 0 only. */
 #include "worker/bench.h"
+#include "common/clock.h"
 
 #include <getopt.h>
 #include <math.h>
@@ -264,11 +265,11 @@ static int world_open(const bench_opts *o, bench_world *w, rm_err *err) {
     snprintf(addr, sizeof addr, "%s:%d", host, port);
     w->rdzv = rm_rdzv_client_new(url, job, tok ? tok : "", wid);
     if (!w->rdzv) return rm_errf(err, RM_ENOMEM, "rendezvous client");
-    double deadline = rm_net_now() + 120;
+    double deadline = rm_mono() + 120;
     for (;;) {
         rc = rm_rdzv_join(w->rdzv, addr, -1, 15, &w->round, err);
         if (rc != RM_ETIMEDOUT && rc != RM_EAGAIN) break;
-        if (rm_net_now() > deadline) break;
+        if (rm_mono() > deadline) break;
     }
     if (rc) return rc;
     w->rank = w->round.rank;
@@ -318,10 +319,10 @@ static int run_one(bench_world *w, const bench_opts *o, const bench_bufs *b, siz
     for (int i = 0; i < o->warmup; i++)
         RM_CHECK(w->ops->allreduce_oop(w->comm, send, out, count, RM_DT_F32, RM_OP_SUM, err));
     RM_CHECK(w->ops->barrier(w->comm, err));
-    double t0 = rm_net_now();
+    double t0 = rm_mono();
     for (int i = 0; i < o->iters; i++)
         RM_CHECK(w->ops->allreduce_oop(w->comm, send, out, count, RM_DT_F32, RM_OP_SUM, err));
-    double t = (rm_net_now() - t0) / o->iters * 1e6;
+    double t = (rm_mono() - t0) / o->iters * 1e6;
     RM_CHECK(avg_over(w, &t, err));
     *t_us = t;
     *wrong = 0;
@@ -373,8 +374,8 @@ static void write_json(const char *path, const bench_world *w, const bench_row *
  * layer; a threshold >= the model size is one allreduce after backward (no overlap). */
 static void busy_us(double us) {
     if (us <= 0) return;
-    double end = rm_net_now() + us * 1e-6;
-    while (rm_net_now() < end) {
+    double end = rm_mono() + us * 1e-6;
+    while (rm_mono() < end) {
     }
 }
 

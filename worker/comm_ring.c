@@ -45,6 +45,7 @@
 #include <arpa/inet.h>
 
 #include "worker/comm.h"
+#include "common/clock.h"
 #include "worker/net.h"
 
 #define RING_MAGIC 0x524d5247u    /* "RMRG" handshake */
@@ -185,7 +186,7 @@ static int ring_accept(rm_comm *c, int lfd, const char *token, const uint8_t non
         rm_err e2 = {0};
         rc = rm_net_accept(lfd, deadline, &fd, who, sizeof who, &e2);
         if (rc) return rm_errf(err, rc, "ring: waiting for prev rank %d to connect: %s", prev, e2.msg);
-        double hs_deadline = rm_net_now() + (c->timeout_s < RING_HANDSHAKE_STRANGER_S ? c->timeout_s : RING_HANDSHAKE_STRANGER_S);
+        double hs_deadline = rm_mono() + (c->timeout_s < RING_HANDSHAKE_STRANGER_S ? c->timeout_s : RING_HANDSHAKE_STRANGER_S);
         if (hs_deadline > deadline) hs_deadline = deadline;
         uint8_t hello[HELLO_LEN];
         rc = rm_net_recv_all(fd, hello, sizeof hello, hs_deadline, &e2);
@@ -313,7 +314,7 @@ static int ring_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
         goto fail;
     }
     const char *token = cfg->token ? cfg->token : "";
-    double deadline = rm_net_now() + c->timeout_s;
+    double deadline = rm_mono() + c->timeout_s;
     int lfd = cfg->listen_fd;
     if (lfd < 0) {
         char host[64];
@@ -496,7 +497,7 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
         }
     }
 
-    double last_progress = rm_net_now();
+    double last_progress = rm_mono();
     while (st < T || rt < T) {
         int progress = 0;
         if (atomic_load_explicit(&c->aborted, memory_order_relaxed) ||
@@ -619,7 +620,7 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
             last_progress = -1;   /* refresh lazily: clock only read before sleeping */
             continue;
         }
-        double now = rm_net_now();
+        double now = rm_mono();
         if (last_progress < 0) last_progress = now;
         double left = last_progress + c->timeout_s - now;
         if (left <= 0) return fail_io(c, RM_ETIMEDOUT, err, "allreduce", rt < T ? prev : next);
@@ -711,7 +712,7 @@ static int exchange2_f32(rm_comm *c, const float *src, float *dst, size_t count,
     frame_hdr shdr = {FRAME_MAGIC, c->send_seq, (uint32_t)bytes, 0}, rhdr;
     shdr.check = FRAME_MAGIC ^ shdr.seq ^ shdr.len ^ FRAME_CHECK;
     size_t sent = 0, got = 0;
-    double last_progress = rm_net_now();
+    double last_progress = rm_mono();
     while (sent < total || got < total) {
         int progress = 0;
         if (atomic_load_explicit(&c->aborted, memory_order_relaxed)) return fail_io(c, RM_ECLOSED, err, "allreduce", peer);
@@ -771,7 +772,7 @@ static int exchange2_f32(rm_comm *c, const float *src, float *dst, size_t count,
             last_progress = -1;
             continue;
         }
-        double now = rm_net_now();
+        double now = rm_mono();
         if (last_progress < 0) last_progress = now;
         double left = last_progress + c->timeout_s - now;
         if (left <= 0) return fail_io(c, RM_ETIMEDOUT, err, "allreduce", peer);

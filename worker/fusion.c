@@ -8,6 +8,7 @@
  * After the first failure in a step the remaining buckets are skipped (the comm is unusable) and
  * finish() returns that first error. */
 #include "worker/fusion.h"
+#include "common/clock.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -58,10 +59,10 @@ static void *fusion_thread(void *arg) {
         pthread_mutex_unlock(&f->mu);
         int rc = RM_OK;
         rm_err e = {0};
-        double t0 = rm_net_now(), dt = 0;
+        double t0 = rm_mono(), dt = 0;
         if (!failed && f->b[id].len > 0) {
             rc = f->ops->allreduce(f->comm, f->grads + f->b[id].off, f->b[id].len, RM_DT_F32, RM_OP_AVG, &e);
-            dt = rm_net_now() - t0;
+            dt = rm_mono() - t0;
         }
         pthread_mutex_lock(&f->mu);
         f->ar_s += dt;
@@ -191,7 +192,7 @@ void rm_fusion_begin(rm_fusion *f) {
     f->step_err.field[0] = '\0';
     f->ar_s = 0;
     f->in_step = 1;
-    f->t_begin = rm_net_now();
+    f->t_begin = rm_mono();
     pthread_mutex_unlock(&f->mu);
 }
 
@@ -228,7 +229,7 @@ int rm_fusion_ready(rm_fusion *f, int layer) {
 
 int rm_fusion_finish(rm_fusion *f, rm_err *err) {
     if (!f) return rm_errf(err, RM_EINVAL, "fusion: NULL");
-    double tw = rm_net_now();
+    double tw = rm_mono();
     pthread_mutex_lock(&f->mu);
     if (!f->in_step) {
         pthread_mutex_unlock(&f->mu);
@@ -242,7 +243,7 @@ int rm_fusion_finish(rm_fusion *f, rm_err *err) {
     launch_ready(f);
     while (f->completed < f->nb) pthread_cond_wait(&f->cv_done, &f->mu);
     f->in_step = 0;
-    double now = rm_net_now();
+    double now = rm_mono();
     int rc = f->step_rc;
     if (rc && err) *err = f->step_err;
     rm_fusion_stats *s = &f->stats;

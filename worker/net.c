@@ -1,6 +1,7 @@
 /* net.c — bounded TCP helpers and HMAC-SHA256 for the comm backends (see net.h).
  * Every wait is poll() on a non-blocking socket with the time left to an absolute deadline. */
 #include "worker/net.h"
+#include "common/clock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -16,14 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
-double rm_net_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static int ms_left(double deadline) {
-    double left = deadline - rm_net_now();
+    double left = deadline - rm_mono();
     if (left <= 0) return 0;
     if (left > 1e6) return 1000000000;
     return (int)(left * 1000.0) + 1;
@@ -118,7 +113,7 @@ int rm_net_connect(const char *host, int port, double deadline, int *fd, rm_err 
         }
         last_errno = errno;
         close(s);
-        if (rm_net_now() >= deadline)
+        if (rm_mono() >= deadline)
             return rm_errf(err, RM_ETIMEDOUT, "connect %s:%d: timed out (last error: %s)", host, port,
                            strerror(last_errno));
         if (last_errno != ECONNREFUSED && last_errno != ETIMEDOUT && last_errno != ECONNRESET &&
@@ -329,7 +324,7 @@ void rm_net_random(void *buf, size_t len) {
         }
         if (n < 0 && errno == EINTR) continue;
         /* no entropy source: clock noise is enough for a replay-protection nonce */
-        for (size_t i = 0; i < len; i++) p[i] = (uint8_t)((uint64_t)(rm_net_now() * 1e9) >> (i % 8));
+        for (size_t i = 0; i < len; i++) p[i] = (uint8_t)((uint64_t)(rm_mono() * 1e9) >> (i % 8));
         return;
     }
 }

@@ -11,9 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "common/rm.h"
-
-/* Monotonic clock in seconds. */
-double rm_net_now(void);
+#include "common/clock.h"
 
 /* host (dotted quad, "localhost" or a DNS name, IPv4) + port into a sockaddr_in stored in out
  * (>= 16 bytes). RM_EINVAL when it does not resolve. */

@@ -16,6 +16,7 @@
  *     Logs, evaluation and checkpoints run between steps on the training thread; a hang fault
  *     pauses the reporter too, so a hung worker is silent, as a real hang would be. */
 #include "worker/train.h"
+#include "common/clock.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -51,13 +52,6 @@ static void on_term(int sig)
 {
     (void)sig;
     g_train_term = 1;
-}
-
-static double now_mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* ================================ settings ================================ */
@@ -623,14 +617,14 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     if (t->wm.srv)
         rm_info("metrics listening port=%d", rm_wmetrics_port(&t->wm));
 
-    double t0 = now_mono();
+    double t0 = rm_mono();
     RM_CHECK(rm_dataset_load(cfg->t.data_dir, true, &t->tr, err));
     RM_CHECK(rm_dataset_load(cfg->t.data_dir, false, &t->te, err));
     if (t->tr.rows * t->tr.cols != RM_MODEL_INPUT || t->te.rows * t->te.cols != RM_MODEL_INPUT)
         return rm_errf(err, RM_EINVAL, "data: images are %dx%d, the model wants %d pixels",
                        t->tr.rows, t->tr.cols, RM_MODEL_INPUT);
     rm_info("data loaded train=%d test=%d seconds=%.2f dir=%s", t->tr.n, t->te.n,
-            now_mono() - t0, cfg->t.data_dir ? cfg->t.data_dir : RM_DATA_DEFAULT_DIR);
+            rm_mono() - t0, cfg->t.data_dir ? cfg->t.data_dir : RM_DATA_DEFAULT_DIR);
 
     rm_model_shape shape;
     RM_CHECK(rm_model_shape_make(&shape, RM_MODEL_INPUT, cfg->t.hidden, cfg->t.nhidden,
@@ -786,7 +780,7 @@ static int ckpt_write(trainer *t, rm_err *err)
     if (!t->cfg->checkpoint_dir || !t->have_state || t->rank != 0 ||
         t->step == t->last_ckpt_step)
         return RM_OK;
-    double t0 = now_mono();
+    double t0 = rm_mono();
     rm_ckpt_meta meta;
     ckpt_expect(t, &meta);
     meta.step = t->step;
@@ -821,7 +815,7 @@ static int ckpt_write(trainer *t, rm_err *err)
         rm_error("checkpoint write failed step=%lld err=\"%s\"", (long long)t->step, err->msg);
         return rc;
     }
-    double dt = now_mono() - t0;
+    double dt = rm_mono() - t0;
     t->last_ckpt_step = t->step;
     rm_series_observe(t->wm.ckpt_seconds, dt);
     rm_series_set(t->wm.last_ckpt, (double)t->step);
@@ -866,7 +860,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
         t->rdzv_epoch = 1;
     } else if (t->rdzv && strcmp(be, "mpi") != 0) {
         int last = first ? 0 : t->rdzv_epoch;
-        double deadline = now_mono() + 900;
+        double deadline = rm_mono() + 900;
         for (;;) {
             rm_health_beat(t->wm.health);   /* waiting for peers is not a hang */
             if (g_train_term)
@@ -884,7 +878,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
             }
             if (rc == RM_EAUTH)
                 return rm_errf(err, rc, "rendezvous join: %s", e.msg);
-            if (now_mono() > deadline) {
+            if (rm_mono() > deadline) {
                 t->join_gave_up = true;
                 return rm_errf(err, RM_ETIMEDOUT, "rendezvous join: no round within 900 s (%s)",
                                e.msg);
@@ -1020,7 +1014,7 @@ static void *reporter_main(void *arg)
             break;
         if (!r->active)
             continue;
-        double now = now_mono();
+        double now = rm_mono();
         if (last_t > 0 && now > last_t && r->samples >= last_samples)
             r->last_rate = (double)(r->samples - last_samples) / (now - last_t);
         last_t = now;
@@ -1265,11 +1259,11 @@ static int run_round(trainer *t, rm_err *err)
     if (rm_data_steps_per_epoch(t->tr.n, G) < 1)
         return rm_errf(err, RM_EINVAL, "global batch %d larger than the training set (%d)", G,
                        t->tr.n);
-    t->rep_t = now_mono();
+    t->rep_t = rm_mono();
     reporter_publish(t, true);
     reporter_kick(t);
     t->log_step = t->step;
-    double log_t = now_mono();
+    double log_t = rm_mono();
     bool first_step = true;
     for (;;) {
         if (g_train_term)
@@ -1296,7 +1290,7 @@ static int run_round(trainer *t, rm_err *err)
         if (first_step) {
             first_step = false;
             if (t->fail_t > 0) {
-                double rec = now_mono() - t->fail_t;
+                double rec = rm_mono() - t->fail_t;
                 rm_series_observe(t->wm.recovery, rec);
                 rm_info("recovered seconds=%.2f step=%lld", rec, (long long)t->step);
                 t->fail_t = 0;
@@ -1308,7 +1302,7 @@ static int run_round(trainer *t, rm_err *err)
         rm_series_set(t->wm.train_epoch, t->train_epoch);
         if (cfg->checkpoint_interval > 0 && t->step % cfg->checkpoint_interval == 0)
             ckpt_write(t, err);   /* a failed write is logged; training goes on */
-        double now = now_mono();
+        double now = rm_mono();
         if (now - t->rep_t >= 1.0) {   /* the loss needs the device: read it here, ~1/s */
             t->train_loss = read_loss(t);
             rm_series_set(t->wm.loss, t->train_loss);
@@ -1351,7 +1345,7 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
     sigaction(SIGINT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    t.t_start = now_mono();
+    t.t_start = rm_mono();
     bool first = true;
     int outcome = 0, setup_failures = 0;
     for (;;) {
@@ -1370,7 +1364,7 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
                     setup_failures);
             round_teardown(&t);
             if (t.fail_t == 0)
-                t.fail_t = now_mono();
+                t.fail_t = rm_mono();
             sleep(1);
             continue;
         }
@@ -1382,7 +1376,7 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
         }
         /* the round broke: a collective failed, or the rendezvous moved on */
         reporter_publish(&t, false);
-        t.fail_t = now_mono();
+        t.fail_t = rm_mono();
         t.restarts++;
         rm_series_inc(t.wm.restarts, 1);
         if (rc < 0)
@@ -1405,7 +1399,7 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
     rc = RM_OK;
     reporter_publish(&t, false);
     reporter_stop(&t);
-    t.train_seconds = now_mono() - t.t_start;
+    t.train_seconds = rm_mono() - t.t_start;
     if (outcome == R_TERM) {
         rm_info("SIGTERM: writing a checkpoint and exiting step=%lld", (long long)t.step);
         rm_err e = {0};

@@ -10,6 +10,7 @@
  *  - Watch streams feed a capped line splitter directly from the curl write callback, so an event
  *    is parsed once, as soon as its line is complete, and nothing grows without a bound. */
 #include "operator/kube/client.h"
+#include "common/clock.h"
 #include <curl/curl.h>
 #include <errno.h>
 #include <limits.h>
@@ -26,20 +27,6 @@
 
 #define POOL_MAX 32
 #define KUBECONFIG_CAP (4u << 20)
-
-double rm_kube_mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-double rm_kube_wall(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
 
 void rm_kube_cond_init(pthread_cond_t *cv)
 {
@@ -649,9 +636,9 @@ int rm_kube_client_new(const rm_kube_config *cfg, const rm_kube_client_opts *opt
         rm_kube_client_free(c);
         return rm_errf(err, RM_ENOMEM, "kube client: out of memory");
     }
-    rm_kube_bucket_init(&c->bucket, c->o.qps < 0 ? 0 : c->o.qps, c->o.burst, rm_kube_mono());
+    rm_kube_bucket_init(&c->bucket, c->o.qps < 0 ? 0 : c->o.qps, c->o.burst, rm_mono());
     pthread_mutex_init(&c->mu, NULL);
-    c->token_read_at = rm_kube_mono();
+    c->token_read_at = rm_mono();
     *out = c;
     return RM_OK;
 }
@@ -741,7 +728,7 @@ static char *current_token(rm_kube_client *c, bool force)
 {
     pthread_mutex_lock(&c->mu);
     if (c->cfg.token_file) {
-        double now = rm_kube_mono();
+        double now = rm_mono();
         if (force || !c->cfg.token || now - c->token_read_at >= c->o.token_reread_s) {
             char *t = NULL;
             if (read_token(c->cfg.token_file, &t) == RM_OK) {
@@ -892,7 +879,7 @@ int rm_kube_request(rm_kube_client *c, const char *method, const char *path,
     bool reauth_done = false;
     double backoff = c->o.backoff_base_s;
     for (int attempt = 0; attempt <= c->o.max_retries; attempt++) {
-        sleep_s(rm_kube_bucket_reserve(&c->bucket, rm_kube_mono()));
+        sleep_s(rm_kube_bucket_reserve(&c->bucket, rm_mono()));
         CURL *h = pool_get(c);
         if (!h) {
             rc = rm_errf(err, RM_ENOMEM, "kube: curl_easy_init failed");
@@ -924,7 +911,7 @@ int rm_kube_request(rm_kube_client *c, const char *method, const char *path,
         curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, header_cb);
         curl_easy_setopt(h, CURLOPT_HEADERDATA, &hs);
         curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, c->o.timeout_ms);
-        double t0 = rm_kube_mono();
+        double t0 = rm_mono();
         CURLcode cc = curl_easy_perform(h);
         long st = 0;
         if (cc == CURLE_OK)
@@ -937,7 +924,7 @@ int rm_kube_request(rm_kube_client *c, const char *method, const char *path,
         }
         pool_put(c, h);
         if (c->o.observe)
-            c->o.observe(c->o.observe_ud, method, st, rm_kube_mono() - t0);
+            c->o.observe(c->o.observe_ud, method, st, rm_mono() - t0);
         out->attempts = attempt + 1;
         free(out->body);
         out->body = bb.buf;
@@ -1092,7 +1079,7 @@ int rm_kube_stream(rm_kube_client *c, const char *path, size_t line_cap, double 
     char *url = make_url(c, path);
     if (!url)
         return rm_errf(err, RM_ENOMEM, "kube: out of memory");
-    sleep_s(rm_kube_bucket_reserve(&c->bucket, rm_kube_mono()));
+    sleep_s(rm_kube_bucket_reserve(&c->bucket, rm_mono()));
     CURL *h = curl_easy_init();   /* a stream owns its connection for its whole life */
     if (!h) {
         free(url);
@@ -1114,12 +1101,12 @@ int rm_kube_stream(rm_kube_client *c, const char *path, size_t line_cap, double 
     curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, stream_progress);
     curl_easy_setopt(h, CURLOPT_XFERINFODATA, &s);
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)(timeout_s * 1000));
-    double t0 = rm_kube_mono();
+    double t0 = rm_mono();
     CURLcode cc = curl_easy_perform(h);
     if (!s.status)
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &s.status);
     if (c->o.observe)
-        c->o.observe(c->o.observe_ud, "WATCH", s.status, rm_kube_mono() - t0);
+        c->o.observe(c->o.observe_ud, "WATCH", s.status, rm_mono() - t0);
     int rc;
     if (s.cb_rc < 0)
         rc = s.cb_rc;

@@ -6,6 +6,7 @@
  * handler may read the cache. A re-list builds the complete new state off to the side, then
  * swaps it in and reports the differences. */
 #include "operator/kube/informer.h"
+#include "common/clock.h"
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -474,7 +475,7 @@ static void *run(void *arg)
         char *ebody = NULL;
         inf->relist = false;
         atomic_fetch_add(&inf->watches, 1);
-        double t0 = rm_kube_mono();
+        double t0 = rm_mono();
         int rc = rm_kube_stream(inf->c, path, inf->o.line_cap, inf->o.watch_timeout_s + 30.0,
                                 &inf->stop, on_line, inf, &status, &ebody, &err);
         free(ebody);
@@ -486,7 +487,7 @@ static void *run(void *arg)
             why = status == 410 || rc == RM_EEPOCH ? "expired" : "bad-event";
         } else if (rc == RM_OK && status == 200) {
             /* clean end (timeoutSeconds or server closed): re-watch now, unless it was instant */
-            if (rm_kube_mono() - t0 > 1.0) {
+            if (rm_mono() - t0 > 1.0) {
                 backoff = 0.2;
                 continue;
             }
@@ -582,9 +583,9 @@ bool rm_informer_synced(rm_informer *inf)
 
 bool rm_informer_wait_synced(rm_informer *inf, double timeout_s)
 {
-    double end = rm_kube_mono() + timeout_s;
+    double end = rm_mono() + timeout_s;
     while (!atomic_load(&inf->synced)) {
-        if (rm_kube_mono() >= end)
+        if (rm_mono() >= end)
             return false;
         struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);

@@ -4,6 +4,7 @@
  * acquireTime, transitions, duration) is compared as a whole; any change resets observedTime on the
  * local clock. The elector thread sleeps in a timed wait so stop() interrupts it at once. */
 #include "operator/kube/leader.h"
+#include "common/clock.h"
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -119,7 +120,7 @@ bool rm_leader_try(rm_leader *l, double now)
     char path[512];
     lease_path(l, path, sizeof(path), true);
     char ts[40];
-    rm_json_microtime(ts, rm_kube_wall());
+    rm_json_microtime(ts, rm_wall());
     cJSON *lease = NULL;
     rm_err err = {0};
     int rc = rm_kube_json(l->c, "GET", path, NULL, NULL, &lease, &err);
@@ -203,7 +204,7 @@ int rm_leader_release(rm_leader *l)
     rec_from(lease, &cur);
     if (strcmp(cur.holder, l->id) == 0) {
         char ts[40];
-        rm_json_microtime(ts, rm_kube_wall());
+        rm_json_microtime(ts, rm_wall());
         cur.holder[0] = 0;
         cur.duration = 1;
         snprintf(cur.renew, sizeof(cur.renew), "%s", ts);
@@ -246,11 +247,11 @@ static void *run(void *arg)
     rm_leader *l = arg;
     unsigned seed = (unsigned)(uintptr_t)l ^ (unsigned)time(NULL);
     for (;;) {
-        double now = rm_kube_mono();
+        double now = rm_mono();
         bool ok = rm_leader_try(l, now);
         if (ok) {
             set_leading(l, true);
-        } else if (atomic_load(&l->leading) && rm_kube_mono() - l->last_renew > l->renew_s) {
+        } else if (atomic_load(&l->leading) && rm_mono() - l->last_renew > l->renew_s) {
             set_leading(l, false);    /* could not renew within the deadline: step down */
         }
         /* candidates jitter (client-go: JitterFactor 1.2); leaders renew every retry period */

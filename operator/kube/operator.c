@@ -7,6 +7,7 @@
  * --rendezvous-bind-address and workers' RINGMASTER_RENDEZVOUS stays valid across a failover.
  * Shutdown (SIGTERM/SIGINT): stop the queue, join workers, stop informers, release the Lease. */
 #include "operator/kube/operator.h"
+#include "common/clock.h"
 #include <getopt.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -195,10 +196,10 @@ static void *worker(void *arg)
             free(key);
             continue;
         }
-        double t0 = rm_kube_mono(), requeue = 0;
+        double t0 = rm_mono(), requeue = 0;
         rm_err err = {0};
         rc = rm_kube_rt_sync(op->rt, key, &requeue, &err);
-        rm_op_metrics_reconcile(&op->om, rm_kube_mono() - t0, rc != RM_OK);
+        rm_op_metrics_reconcile(&op->om, rm_mono() - t0, rc != RM_OK);
         rm_health_beat(op->health);
         if (rc) {
             rm_warn("reconcile failed job=%s err=\"%s\" requeues=%d", key, err.msg, rm_wq_num_requeues(op->q, key));
@@ -511,7 +512,7 @@ int rm_operator_main(int argc, char **argv)
     }
     update_ready(&op);
     /* main loop: readiness, periodic resync, signals */
-    double last_resync = rm_kube_mono();
+    double last_resync = rm_mono();
     unsigned ticks = 0;
     for (;;) {
         struct timespec ts = {0, 500 * 1000 * 1000};
@@ -543,8 +544,8 @@ int rm_operator_main(int argc, char **argv)
             rm_kube_rt_poll_rdzv(op.rt, enqueue_key, &op);   /* rounds, progress, results */
         if (++ticks % 10 == 0)
             malloc_trim(64 * 1024);   /* hand bursts' freed heap back (every ~5 s) */
-        if (op.resync_s > 0 && rm_kube_mono() - last_resync >= op.resync_s) {
-            last_resync = rm_kube_mono();
+        if (op.resync_s > 0 && rm_mono() - last_resync >= op.resync_s) {
+            last_resync = rm_mono();
             if (atomic_load(&op.leading))
                 enqueue_all(&op);
         }

@@ -7,6 +7,7 @@
  * Per-job memory (what SET_RDZV last applied, the token, creation failures) lives in a map guarded
  * by a mutex; one job is only ever synced by one worker at a time (workqueue guarantee). */
 #include "operator/kube/runtime.h"
+#include "common/clock.h"
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -281,7 +282,7 @@ void *rm_kube_pod_transform(void *ud, const cJSON *obj)
         }
     }
     if ((p->phase == RM_WORKER_FAILED || p->phase == RM_WORKER_SUCCEEDED) && p->finished_at <= 0)
-        p->finished_at = rm_kube_wall();   /* first seen ended */
+        p->finished_at = rm_wall();   /* first seen ended */
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(md, "deletionTimestamp");
     if (cJSON_IsString(dt)) {
         double t = 0;
@@ -290,7 +291,7 @@ void *rm_kube_pod_transform(void *ud, const cJSON *obj)
         const cJSON *g = cJSON_GetObjectItemCaseSensitive(md, "deletionGracePeriodSeconds");
         if (cJSON_IsNumber(g))
             t -= g->valuedouble;
-        p->deletion_started_at = t > 0 ? t : rm_kube_wall();
+        p->deletion_started_at = t > 0 ? t : rm_wall();
         p->phase = RM_WORKER_TERMINATING;
     }
     return p;
@@ -646,7 +647,7 @@ static void emit_event(rm_kube_rt *rt, const rm_tj *tj, const char *kind, const 
                        const char *action, const char *note)
 {
     char evname[512], path[512], ts[40];
-    double now = rm_kube_wall();
+    double now = rm_wall();
     unsigned long seq = atomic_fetch_add(&rt->event_seq, 1);
     snprintf(evname, sizeof(evname), "%s.%llx%04lx", name,
              (unsigned long long)(now * 1e9), seq & 0xffff);
@@ -887,7 +888,7 @@ static int report_invalid(rm_kube_rt *rt, const char *key, cJSON *obj, const rm_
     }
     rm_tj_status st;
     memset(&st, 0, sizeof(st));
-    double now = rm_kube_wall();
+    double now = rm_wall();
     int64_t g = cJSON_IsNumber(gen) ? (int64_t)gen->valuedouble : 0;
     st.phase = RM_PHASE_FAILED;
     st.observed_generation = g;
@@ -1107,7 +1108,7 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
     }
     rm_reconcile_in in = {
         .job = &tj, .workers = oc.w, .nworkers = oc.n, .rdzv = have_rs ? rs : NULL,
-        .rdzv_desired = m->rdzv_desired, .rdzv_min = m->rdzv_min, .now = rm_kube_wall(), .opts = &ro,
+        .rdzv_desired = m->rdzv_desired, .rdzv_min = m->rdzv_min, .now = rm_wall(), .opts = &ro,
     };
     rm_reconcile_out ro_out;
     memset(&ro_out, 0, sizeof(ro_out));

@@ -6,6 +6,7 @@
  * heap entries whose time no longer matches are dropped when they surface. One mutex and one
  * condition variable (CLOCK_MONOTONIC) guard everything. */
 #include "operator/kube/workqueue.h"
+#include "common/clock.h"
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -38,7 +39,7 @@ struct rm_wq {
 static double mono_now(void *ud)
 {
     (void)ud;
-    return rm_kube_mono();
+    return rm_mono();
 }
 
 static double now_of(rm_wq *q)
@@ -315,7 +316,7 @@ static double promote_locked(rm_wq *q)
 int rm_wq_get(rm_wq *q, double timeout_s, char **key)
 {
     *key = NULL;
-    double deadline = timeout_s >= 0 ? rm_kube_mono() + timeout_s : -1;
+    double deadline = timeout_s >= 0 ? rm_mono() + timeout_s : -1;
     pthread_mutex_lock(&q->mu);
     int rc;
     for (;;) {
@@ -338,7 +339,7 @@ int rm_wq_get(rm_wq *q, double timeout_s, char **key)
         }
         double wait = -1;
         if (deadline >= 0) {
-            wait = deadline - rm_kube_mono();
+            wait = deadline - rm_mono();
             if (wait <= 0) {
                 rc = RM_ETIMEDOUT;
                 break;

@@ -10,6 +10,7 @@
  * connection that scans the shared event ring from its cursor and sleeps on its table's
  * condition variable. */
 #include "tests/kubesim/kubesim.h"
+#include "common/clock.h"
 #include <ctype.h>
 #include <errno.h>
 #include <math.h>
@@ -1160,7 +1161,7 @@ static void del_locked(ks_server *s, ks_kind *k, const char *ns, const char *nam
         cJSON_AddItemToArray(f, cJSON_CreateString("foregroundDeletion"));
         changed = true;
     }
-    double now = ks_wall();
+    double now = rm_wall();
     if (k->type == KS_T_POD && grace != 0 && pod_awaits_kubelet(s, c)) {
         const cJSON *tg = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "spec"),
                                                           "terminationGracePeriodSeconds");
@@ -1335,7 +1336,7 @@ static unsigned snap_put(ks_server *s, const ks_kind *k, ks_obj **objs, size_t n
     }
     pthread_mutex_lock(&ss->mu);
     int slot = 0;
-    double now = ks_mono();
+    double now = rm_mono();
     for (int i = 0; i < KS_SNAP_MAX; i++) {
         if (ss->v[i].objs && now - ss->v[i].created > KS_SNAP_TTL) {
             ks_objs_free(ss->v[i].objs, ss->v[i].n);
@@ -1368,7 +1369,7 @@ static int snap_get(ks_server *s, unsigned id, size_t off, size_t limit, ks_obj 
         ks_snap *sp = &ss->v[i];
         if (!sp->objs || sp->id != id)
             continue;
-        if (ks_mono() - sp->created > KS_SNAP_TTL || (dropped && sp->rv < dropped))
+        if (rm_mono() - sp->created > KS_SNAP_TTL || (dropped && sp->rv < dropped))
             break;
         size_t cnt = off < sp->n ? sp->n - off : 0;
         if (limit && cnt > limit)
@@ -1717,7 +1718,7 @@ static ssize_t watch_read(void *ud, char *buf, size_t cap)
 {
     ks_watch *w = ud;
     ks_server *s = w->s;
-    double until = ks_mono() + 0.5;
+    double until = rm_mono() + 0.5;
     for (;;) {
         if (w->out_off < w->out.len) {
             size_t n = w->out.len - w->out_off;
@@ -1730,7 +1731,7 @@ static ssize_t watch_read(void *ud, char *buf, size_t cap)
             return (ssize_t)n;
         }
         if (w->done || atomic_load(&s->stopping) || atomic_load(&s->faults.watch_gen) != w->gen ||
-            ks_mono() >= w->deadline)
+            rm_mono() >= w->deadline)
             return -1;
         if (w->initial_pos < w->ninitial) {
             while (w->initial_pos < w->ninitial && w->out.len < 256 * 1024) {
@@ -1750,7 +1751,7 @@ static ssize_t watch_read(void *ud, char *buf, size_t cap)
         pthread_rwlock_unlock(&s->lock);
         if (w->out.len)
             continue;
-        double now = ks_mono();
+        double now = rm_mono();
         if (w->bookmarks && now - w->last_bookmark >= bookmark_interval()) {
             w->last_bookmark = now;
             emit_bookmark(w, cur, false);
@@ -1822,8 +1823,8 @@ static int handle_watch(ks_server *s, const rm_http_req *req, rm_http_resp *resp
         if (v > 0)
             to = v;
     }
-    w->deadline = ks_mono() + to;
-    w->last_bookmark = ks_mono();
+    w->deadline = rm_mono() + to;
+    w->last_bookmark = rm_mono();
     w->gen = atomic_load(&s->faults.watch_gen);
     w->waiter.ls = ks_lsel_empty(w->ls) ? NULL : w->ls;
     w->waiter.fs = ks_fsel_empty(w->fs) ? NULL : w->fs;
@@ -2435,14 +2436,14 @@ static bool container_alive(ks_server *s, const char *ns, const char *pod, const
 static ssize_t logf_read(void *ud, char *buf, size_t cap)
 {
     ks_logf *l = ud;
-    if (atomic_load(&l->s->stopping) || ks_mono() > l->deadline)
+    if (atomic_load(&l->s->stopping) || rm_mono() > l->deadline)
         return -1;
     for (int i = 0; i < 50; i++) {
         size_t n = fread(buf, 1, cap, l->f);
         if (n > 0)
             return (ssize_t)n;
         clearerr(l->f);
-        double now = ks_mono();
+        double now = rm_mono();
         if (now - l->last_check > 0.5) {
             l->last_check = now;
             if (!container_alive(l->s, l->ns, l->pod, l->uid, l->container)) {
@@ -2546,7 +2547,7 @@ static int handle_log(ks_server *s, const rm_http_req *req, rm_http_resp *resp, 
         snprintf(l->pod, sizeof(l->pod), "%s", ri->name);
         snprintf(l->container, sizeof(l->container), "%s", cname);
         snprintf(l->uid, sizeof(l->uid), "%s", uid);
-        l->deadline = ks_mono() + 3600;
+        l->deadline = rm_mono() + 3600;
         resp->status = 200;
         resp->content_type = "text/plain";
         resp->stream.read = logf_read;

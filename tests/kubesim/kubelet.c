@@ -12,6 +12,7 @@
  * a container's command overrides the entrypoint and is looked up on PATH. Init containers and
  * exec probes are not run. */
 #include "tests/kubesim/kubesim.h"
+#include "common/clock.h"
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -476,7 +477,7 @@ static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *po
     if (build_env(s, pod, cj, p->ip, &env, msg, sizeof(msg)) < 0) {
         snprintf(c->reason, sizeof(c->reason), "CreateContainerConfigError");
         snprintf(c->message, sizeof(c->message), "%s", msg);
-        c->next_start = ks_mono() + 1;
+        c->next_start = rm_mono() + 1;
         env_free(&env);
         return -1;
     }
@@ -494,7 +495,7 @@ static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *po
         if (!prog) {
             snprintf(c->reason, sizeof(c->reason), "ErrImagePull");
             snprintf(c->message, sizeof(c->message), "kubesim: no --image-map entry for image %.160s and no command", c->image);
-            c->next_start = ks_mono() + 5;
+            c->next_start = rm_mono() + 5;
             env_free(&env);
             return -1;
         }
@@ -542,7 +543,7 @@ static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *po
     if (pid < 0) {
         snprintf(c->reason, sizeof(c->reason), "RunContainerError");
         snprintf(c->message, sizeof(c->message), "fork: %s", strerror(errno));
-        c->next_start = ks_mono() + 5;
+        c->next_start = rm_mono() + 5;
         return -1;
     }
     if (c->ever_started)
@@ -553,8 +554,8 @@ static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *po
     c->done = false;
     c->ready = false;
     c->reason[0] = c->message[0] = 0;
-    c->started_at = ks_wall();
-    double now = ks_mono();
+    c->started_at = rm_wall();
+    double now = rm_mono();
     c->live.failures = c->readyp.failures = 0;
     c->live.next = now + c->live.delay;
     c->readyp.next = now + c->readyp.delay;
@@ -667,7 +668,7 @@ static void write_status(ks_kubelet *kl, kl_pod *p)
             any_started = true;
     }
     bool vals[5] = {true, !terminal || any_started, true, all_ready && !terminal, all_ready && !terminal};
-    double now = ks_wall();
+    double now = rm_wall();
     for (int i = 0; i < 5; i++)
         if (p->cond_time[i] == 0 || p->cond_val[i] != vals[i]) {
             p->cond_val[i] = vals[i];
@@ -774,7 +775,7 @@ static void pod_event(ks_server *s, const char *ns, const char *pod, const char 
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
     snprintf(name, sizeof(name), "%.200s.%llx", pod, (unsigned long long)now.tv_sec * 1000000000ull + (unsigned long long)now.tv_nsec);
-    rm_json_time(ts, ks_wall());
+    rm_json_time(ts, rm_wall());
     cJSON *e = cJSON_CreateObject();
     cJSON_AddStringToObject(e, "apiVersion", "v1");
     cJSON_AddStringToObject(e, "kind", "Event");
@@ -814,7 +815,7 @@ static kl_pod *new_pod(ks_kubelet *kl, const cJSON *pod)
     const cJSON *spec = oget(pod, "spec");
     snprintf(p->restart_policy, sizeof(p->restart_policy), "%s", ks_sget(spec, "restartPolicy") ? ks_sget(spec, "restartPolicy") : "Always");
     alloc_ip(kl, p->ip, sizeof(p->ip));
-    p->start_time = ks_wall();
+    p->start_time = rm_wall();
     char dir[800];
     snprintf(dir, sizeof(dir), "%s/%.60s_%.60s_%.40s", kl->logdir, p->ns, p->name, p->uid);
     mkdirs(dir);
@@ -865,7 +866,7 @@ static int bind_cb(cJSON *pod, void *ud)
     cJSON *conds = cJSON_AddArrayToObject(st, "conditions");
     cJSON *c = cJSON_CreateObject();
     char ts[32];
-    rm_json_time(ts, ks_wall());
+    rm_json_time(ts, rm_wall());
     cJSON_AddStringToObject(c, "type", "PodScheduled");
     cJSON_AddStringToObject(c, "status", "True");
     cJSON_AddNullToObject(c, "lastProbeTime");
@@ -877,7 +878,7 @@ static int bind_cb(cJSON *pod, void *ud)
 static void on_exit_status(kl_ctr *c, int status)
 {
     c->running = false;
-    c->finished_at = ks_wall();
+    c->finished_at = rm_wall();
     c->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     c->sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
 }
@@ -998,7 +999,7 @@ static void tick(ks_kubelet *kl)
     pthread_rwlock_rdlock(&s->lock);
     ks_obj **pods = ks_table_list(pk->tab, NULL, &n);
     pthread_rwlock_unlock(&s->lock);
-    double now = ks_mono();
+    double now = rm_mono();
     pthread_mutex_lock(&kl->mu);
     for (kl_pod *p = kl->pods; p; p = p->next)
         p->removed = true;
@@ -1166,7 +1167,7 @@ void ks_kubelet_stop(ks_server *s)
     pthread_join(kl->th, NULL);
     for (kl_pod *p = kl->pods; p; p = p->next)
         kill_pod(p, SIGTERM);
-    double until = ks_mono() + 2;
+    double until = rm_mono() + 2;
     for (;;) {
         reap(kl);
         bool any = false;
@@ -1174,7 +1175,7 @@ void ks_kubelet_stop(ks_server *s)
             for (int i = 0; i < p->nc; i++)
                 if (p->c[i].running)
                     any = true;
-        if (!any || ks_mono() > until)
+        if (!any || rm_mono() > until)
             break;
         struct timespec ts = {0, 20 * 1000000L};
         nanosleep(&ts, NULL);

@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <cjson/cJSON.h>
 #include "common/rm.h"
+#include "common/clock.h"
 #include "common/http.h"
 
 #define KS_MAX_BODY (3u * 1024 * 1024)  /* request bodies above this → 413 (apiserver: 3 MiB) */
@@ -191,8 +192,6 @@ bool ks_waiter_quiet(ks_table *t, ks_waiter *w);
 void ks_waiter_arm(ks_table *t, ks_waiter *w);     /* clear the signal before a scan */
 void ks_new_uid(ks_server *s, char out[40]);
 void ks_now_rfc3339(char out[32]);
-double ks_mono(void);                                    /* CLOCK_MONOTONIC, seconds */
-double ks_wall(void);                                    /* CLOCK_REALTIME, seconds */
 const char *ks_sget(const cJSON *o, const char *key);   /* o[key] when a string, else NULL (borrowed) */
 void ks_gen_name(ks_server *s, const char *prefix, char *out, size_t cap);
 

@@ -31,6 +31,7 @@
 #include <time.h>
 
 #include "kernels/cuda/rm_cuda.h"
+#include "common/clock.h"
 #include "worker/comm.h"
 #include "worker/gpu.h"
 
@@ -50,13 +51,6 @@ struct rm_comm {
     void *stage;                /* device staging for host buffers */
     size_t stage_bytes;
 };
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* Waits after the first millisecond so a long allreduce does not burn a core that the data loader
  * or the fusion thread needs; short ones (latency-bound) only spin. */
@@ -105,7 +99,7 @@ static void abort_locked(rm_comm *c)
 static int wait_nccl_ready(rm_comm *c, ncclComm_t comm, double deadline, const char *what,
                            rm_err *err)
 {
-    double t0 = now_s();
+    double t0 = rm_mono();
     for (;;) {
         ncclResult_t st = ncclInProgress;
         ncclResult_t r = ncclCommGetAsyncError(comm, &st);
@@ -118,7 +112,7 @@ static int wait_nccl_ready(rm_comm *c, ncclComm_t comm, double deadline, const c
                            ncclGetErrorString(st), ncclGetLastError(comm));
         if (c && atomic_load(&c->aborted))
             return rm_errf(err, RM_ECLOSED, "%s: aborted", what);
-        double t = now_s();
+        double t = rm_mono();
         if (t > deadline)
             return rm_errf(err, RM_ETIMEDOUT, "%s: no progress within the timeout", what);
         poll_pause(t - t0);
@@ -129,7 +123,7 @@ static int wait_nccl_ready(rm_comm *c, ncclComm_t comm, double deadline, const c
  * abort flag and the deadline. */
 static int wait_stream(rm_comm *c, double deadline, const char *what, rm_err *err)
 {
-    double t0 = now_s();
+    double t0 = rm_mono();
     for (;;) {
         cudaError_t q = cudaStreamQuery(c->stream);
         if (q == cudaSuccess)
@@ -148,7 +142,7 @@ static int wait_stream(rm_comm *c, double deadline, const char *what, rm_err *er
                            ncclGetLastError(c->comm));
         if (atomic_load(&c->aborted))
             return rm_errf(err, RM_ECLOSED, "%s: aborted", what);
-        double t = now_s();
+        double t = rm_mono();
         if (t > deadline)
             return rm_errf(err, RM_ETIMEDOUT, "%s: not finished within %.1f s (peer dead or hung)",
                            what, c->timeout_s);
@@ -261,7 +255,7 @@ static int nccl_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err)
 
     ncclConfig_t conf = NCCL_CONFIG_INITIALIZER;
     conf.blocking = 0;
-    double deadline = now_s() + init_timeout;
+    double deadline = rm_mono() + init_timeout;
     RM_NCCL_GOTO_ERR(ncclCommInitRankConfig(&c->comm, c->world, id, c->rank, &conf), rc, fail, err);
     rc = wait_nccl_ready(NULL, c->comm, deadline, "ncclCommInitRankConfig", err);
     if (rc != RM_OK)
@@ -330,7 +324,7 @@ static int nccl_allreduce_oop(rm_comm *c, const void *send, void *recv, size_t c
     bool dev_send = is_device_ptr(send), dev_recv = is_device_ptr(recv);
     const void *s = send;
     void *r = recv;
-    double deadline = now_s() + c->timeout_s;
+    double deadline = rm_mono() + c->timeout_s;
 
     /* order after the compute stream's work so far (the kernels that wrote this bucket) */
     cudaStream_t compute = (cudaStream_t)rm_gpu_compute_stream();
@@ -417,7 +411,7 @@ static void nccl_destroy(rm_comm *c)
         ncclResult_t fr = atomic_load(&c->aborted) ? ncclInvalidUsage : ncclCommFinalize(c->comm);
         if (fr == ncclSuccess || fr == ncclInProgress) {
             rm_err e = {0};
-            clean = wait_nccl_ready(NULL, c->comm, now_s() + c->timeout_s, "ncclCommFinalize", &e) ==
+            clean = wait_nccl_ready(NULL, c->comm, rm_mono() + c->timeout_s, "ncclCommFinalize", &e) ==
                     RM_OK;
             if (!clean)
                 rm_warn("nccl finalize did not complete, aborting err=\"%s\"", e.msg);
