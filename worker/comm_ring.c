@@ -403,6 +403,22 @@ static void seg_range(size_t count, int n, int s, size_t *off, size_t *len) {
 
 static size_t npieces(size_t len, size_t piece) { return (len + piece - 1) / piece; }
 
+/* Move one direction of the ring past finished (j == np) or empty steps. Step t works on segment
+ * (base - t) mod n: base = rank for sending, rank - 1 for receiving. When dep is set, the pieces of
+ * every finished step >= 1 are added to it (the sender waits for that many received pieces). */
+static inline void ring_advance(int *t, size_t *j, size_t *np, size_t *off, size_t *len,
+                                size_t *dep, int T, size_t count, int n, int base, size_t P) {
+    while (*t < T && *j == *np) {
+        if (dep && *t >= 1) *dep += *np;
+        (*t)++;
+        *j = 0;
+        if (*t < T) {
+            seg_range(count, n, (base - *t + 2 * n) % n, off, len);
+            *np = npieces(*len, P);
+        }
+    }
+}
+
 /* A failed collective leaves the ring out of step: shut both sockets so the neighbours fail at
  * once (RM_ECLOSED) instead of waiting out their timeout; the failure travels round the ring. */
 static void ring_wake(rm_comm *c) {
@@ -469,33 +485,16 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
     size_t rj = 0, r_done = 0, r_np, r_segoff, r_seglen, recv_count = 0;
     frame_hdr rhdr;
 
-#define SEND_SEG(t) ((r - (t) + 2 * n) % n)
-#define RECV_SEG(t) ((r - (t) - 1 + 2 * n) % n)
     const int shared = mode != (RING_SEND | RING_RECV);
     if (!(mode & RING_SEND)) st = T;
     if (!(mode & RING_RECV)) rt = T;
-    seg_range(count, n, SEND_SEG(0), &s_segoff, &s_seglen);
+    seg_range(count, n, r, &s_segoff, &s_seglen);           /* step 0: (base - 0) mod n */
     s_np = npieces(s_seglen, P);
-    seg_range(count, n, RECV_SEG(0), &r_segoff, &r_seglen);
+    seg_range(count, n, (r - 1 + n) % n, &r_segoff, &r_seglen);
     r_np = npieces(r_seglen, P);
     /* skip empty steps (count < n) */
-    while (st < T && sj == s_np) {
-        if (st >= 1) dep_base += s_np;
-        st++;
-        sj = 0;
-        if (st < T) {
-            seg_range(count, n, SEND_SEG(st), &s_segoff, &s_seglen);
-            s_np = npieces(s_seglen, P);
-        }
-    }
-    while (rt < T && rj == r_np) {
-        rt++;
-        rj = 0;
-        if (rt < T) {
-            seg_range(count, n, RECV_SEG(rt), &r_segoff, &r_seglen);
-            r_np = npieces(r_seglen, P);
-        }
-    }
+    ring_advance(&st, &sj, &s_np, &s_segoff, &s_seglen, &dep_base, T, count, n, r, P);
+    ring_advance(&rt, &rj, &r_np, &r_segoff, &r_seglen, NULL, T, count, n, r - 1, P);
 
     double last_progress = rm_mono();
     while (st < T || rt < T) {
@@ -559,14 +558,7 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
             }
             r_done = 0;
             rj++;
-            while (rt < T && rj == r_np) {
-                rt++;
-                rj = 0;
-                if (rt < T) {
-                    seg_range(count, n, RECV_SEG(rt), &r_segoff, &r_seglen);
-                    r_np = npieces(r_seglen, P);
-                }
-            }
+            ring_advance(&rt, &rj, &r_np, &r_segoff, &r_seglen, NULL, T, count, n, r - 1, P);
             break;   /* a completed piece may unlock a send: go send */
         }
         /* ---- send what is ready ---- */
@@ -606,15 +598,7 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
             c->send_seq++;
             s_done = 0;
             sj++;
-            while (st < T && sj == s_np) {
-                if (st >= 1) dep_base += s_np;
-                st++;
-                sj = 0;
-                if (st < T) {
-                    seg_range(count, n, SEND_SEG(st), &s_segoff, &s_seglen);
-                    s_np = npieces(s_seglen, P);
-                }
-            }
+            ring_advance(&st, &sj, &s_np, &s_segoff, &s_seglen, &dep_base, T, count, n, r, P);
         }
         if (progress) {
             last_progress = -1;   /* refresh lazily: clock only read before sleeping */
@@ -656,8 +640,6 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
         if (pr > 0 && st < T && (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
             return fail_io(c, RM_ECLOSED, err, "allreduce", next);
     }
-#undef SEND_SEG
-#undef RECV_SEG
     return RM_OK;
 }
 
