@@ -63,3 +63,11 @@ int rm_err_field(rm_err *err, int code, const char *field, const char *fmt, ...)
     }
     return code;
 }
+
+void rm_sfmt(char *buf, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, cap, fmt, ap);
+    va_end(ap);
+}

@@ -48,6 +48,10 @@ typedef struct rm_err {
 int rm_errf(rm_err *err, int code, const char *fmt, ...) RM_PRINTF(3, 4);
 /* Same, and records the field path; msg becomes "<field>: <formatted>". */
 int rm_err_field(rm_err *err, int code, const char *field, const char *fmt, ...) RM_PRINTF(4, 5);
+/* snprintf that truncates silently, for messages bounded by design (fixed-size status and event
+ * fields, paths): a function boundary keeps -Wformat-truncation from flagging every composed
+ * message. buf is always NUL-terminated when cap > 0. */
+void rm_sfmt(char *buf, size_t cap, const char *fmt, ...) RM_PRINTF(3, 4);
 
 /* Check macros: log file:line on failure so an error reads like a backtrace. */
 #define RM_CHECK(call)                                                                  \

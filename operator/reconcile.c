@@ -11,17 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* snprintf that truncates silently: messages are bounded by design (status and event fields are
- * fixed-size), and a wrapper keeps -Wformat-truncation from flagging every composed message. */
-static void sfmt(char *buf, size_t cap, const char *fmt, ...) RM_PRINTF(3, 4);
-static void sfmt(char *buf, size_t cap, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, cap, fmt, ap);
-    va_end(ap);
-}
-
 void rm_reconcile_opts_default(rm_reconcile_opts *o)
 {
     memset(o, 0, sizeof *o);
@@ -49,20 +38,20 @@ const char *rm_action_name(rm_action_type t)
 const char *rm_action_str(const rm_action *a, char *buf, size_t cap)
 {
     switch (a->type) {
-    case RM_ACT_CREATE_WORKER: sfmt(buf, cap, "create %d epoch=%d", a->index, a->epoch); break;
+    case RM_ACT_CREATE_WORKER: rm_sfmt(buf, cap, "create %d epoch=%d", a->index, a->epoch); break;
     case RM_ACT_DELETE_WORKER:
-        sfmt(buf, cap, "delete %d%s (%s)", a->index, a->force ? " force" : "", a->reason);
+        rm_sfmt(buf, cap, "delete %d%s (%s)", a->index, a->force ? " force" : "", a->reason);
         break;
-    case RM_ACT_RESTART_GROUP: sfmt(buf, cap, "restart from=%d", a->epoch); break;
-    case RM_ACT_SET_RDZV: sfmt(buf, cap, "rdzv desired=%d min=%d", a->desired, a->min); break;
-    case RM_ACT_STOP_RDZV: sfmt(buf, cap, "rdzv stop"); break;
+    case RM_ACT_RESTART_GROUP: rm_sfmt(buf, cap, "restart from=%d", a->epoch); break;
+    case RM_ACT_SET_RDZV: rm_sfmt(buf, cap, "rdzv desired=%d min=%d", a->desired, a->min); break;
+    case RM_ACT_STOP_RDZV: rm_sfmt(buf, cap, "rdzv stop"); break;
     case RM_ACT_EVENT:
-        sfmt(buf, cap, "event %s %s %s", a->warning ? "Warning" : "Normal", a->reason,
+        rm_sfmt(buf, cap, "event %s %s %s", a->warning ? "Warning" : "Normal", a->reason,
                  a->message);
         break;
-    case RM_ACT_DELETE_JOB: sfmt(buf, cap, "delete job"); break;
-    case RM_ACT_REQUEUE_AFTER: sfmt(buf, cap, "requeue %.3f", a->seconds); break;
-    default: sfmt(buf, cap, "?"); break;
+    case RM_ACT_DELETE_JOB: rm_sfmt(buf, cap, "delete job"); break;
+    case RM_ACT_REQUEUE_AFTER: rm_sfmt(buf, cap, "requeue %.3f", a->seconds); break;
+    default: rm_sfmt(buf, cap, "?"); break;
     }
     return buf;
 }
@@ -109,7 +98,7 @@ static void event(rc_ctx *c, bool warning, const char *reason, const char *fmt, 
     if (!a)
         return;
     a->warning = warning;
-    sfmt(a->reason, sizeof a->reason, "%s", reason);
+    rm_sfmt(a->reason, sizeof a->reason, "%s", reason);
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(a->message, sizeof a->message, fmt, ap);
@@ -128,7 +117,7 @@ static void del(rc_ctx *c, int index, bool force, const char *why)
         return;
     a->index = index;
     a->force = force;
-    sfmt(a->reason, sizeof a->reason, "%s", why);
+    rm_sfmt(a->reason, sizeof a->reason, "%s", why);
 }
 
 static void create(rc_ctx *c, int index)
@@ -236,7 +225,7 @@ static void finish_failed(rc_ctx *c, const char *reason, const char *msg)
     cond_off(c, RM_COND_RUNNING, reason, msg);
     cond_off(c, RM_COND_RESTARTING, reason, msg);
     st->phase = RM_PHASE_FAILED;
-    sfmt(st->message, sizeof st->message, "%s", msg);
+    rm_sfmt(st->message, sizeof st->message, "%s", msg);
     if (!was) {
         st->completion_time = c->now;
         event(c, true, reason, "%s", msg);
@@ -261,7 +250,7 @@ static void finish_succeeded(rc_ctx *c)
 {
     rm_tj_status *st = c->st;
     char msg[256];
-    sfmt(msg, sizeof msg, "TrainingJob %s successfully completed.", c->jobname);
+    rm_sfmt(msg, sizeof msg, "TrainingJob %s successfully completed.", c->jobname);
     bool was = cond_true(st, RM_COND_SUCCEEDED);
     cond(c, RM_COND_SUCCEEDED, true, "Succeeded", msg);
     cond_off(c, RM_COND_RUNNING, "Succeeded", msg);
@@ -364,7 +353,7 @@ static void run(rc_ctx *c)
     rm_err e = {0};
     if (rm_tj_validate(job, &e) != RM_OK) {
         if (!st->conditions[RM_COND_CREATED].present) {
-            sfmt(msg, sizeof msg, "TrainingJob %s is created.", c->jobname);
+            rm_sfmt(msg, sizeof msg, "TrainingJob %s is created.", c->jobname);
             cond(c, RM_COND_CREATED, true, "TrainingJobCreated", msg);
         }
         finish_failed(c, "InvalidSpec", e.msg[0] ? e.msg : "invalid spec");
@@ -375,7 +364,7 @@ static void run(rc_ctx *c)
 
     /* R1 */
     if (!st->conditions[RM_COND_CREATED].present) {
-        sfmt(msg, sizeof msg, "TrainingJob %s is created.", c->jobname);
+        rm_sfmt(msg, sizeof msg, "TrainingJob %s is created.", c->jobname);
         cond(c, RM_COND_CREATED, true, "TrainingJobCreated", msg);
         st->phase = RM_PHASE_PENDING;
         event(c, false, "TrainingJobCreated", "%s", msg);
@@ -425,7 +414,7 @@ static void run(rc_ctx *c)
                 del(c, w->index, !w->node_ready, "suspend");
         }
         if (!cond_true(st, RM_COND_SUSPENDED)) {
-            sfmt(msg, sizeof msg, "TrainingJob %s is suspended.", c->jobname);
+            rm_sfmt(msg, sizeof msg, "TrainingJob %s is suspended.", c->jobname);
             cond(c, RM_COND_SUSPENDED, true, "Suspended", msg);
             cond_off(c, RM_COND_RUNNING, "Suspended", msg);
             cond_off(c, RM_COND_RESTARTING, "Suspended", msg);
@@ -439,7 +428,7 @@ static void run(rc_ctx *c)
     }
     bool resumed = false;
     if (cond_true(st, RM_COND_SUSPENDED)) {
-        sfmt(msg, sizeof msg, "TrainingJob %s is resumed.", c->jobname);
+        rm_sfmt(msg, sizeof msg, "TrainingJob %s is resumed.", c->jobname);
         cond(c, RM_COND_SUSPENDED, false, "Resumed", msg);
         event(c, false, "Resumed", "%s", msg);
         st->start_time = c->now;
@@ -452,7 +441,7 @@ static void run(rc_ctx *c)
     if (sp->run.active_deadline_seconds > 0 && st->start_time > 0) {
         double at = st->start_time + (double)sp->run.active_deadline_seconds;
         if (c->now >= at) {
-            sfmt(msg, sizeof msg, "TrainingJob %s was active longer than specified deadline",
+            rm_sfmt(msg, sizeof msg, "TrainingJob %s was active longer than specified deadline",
                      c->jobname);
             finish_failed(c, "DeadlineExceeded", msg);
             terminal(c);
@@ -511,7 +500,7 @@ static void run(rc_ctx *c)
                 if (current_member(r, m))
                     need_bump = true;
                 if (!why[0])
-                    sfmt(why, sizeof why, "worker %d failed (exit code %d%s%s)", i,
+                    rm_sfmt(why, sizeof why, "worker %d failed (exit code %d%s%s)", i,
                              w->exit_code, w->reason[0] ? ", " : "", w->reason);
             }
             continue;
@@ -524,7 +513,7 @@ static void run(rc_ctx *c)
             new_failure = true;
             need_bump = true;
             if (!why[0])
-                sfmt(why, sizeof why, "worker %d disappeared", i);
+                rm_sfmt(why, sizeof why, "worker %d disappeared", i);
         }
     }
     /* c) progress deadline inside a closed round */
@@ -557,7 +546,7 @@ static void run(rc_ctx *c)
                 if (!why[0]) {
                     const rm_rdzv_member *m = c->mem[i];
                     double t = m->last_progress > r->closed_at ? m->last_progress : r->closed_at;
-                    sfmt(why, sizeof why,
+                    rm_sfmt(why, sizeof why,
                              "worker %d made no progress for %.0fs (progressDeadlineSeconds %.0f)",
                              i, c->now - t, pd);
                 }
@@ -591,7 +580,7 @@ static void run(rc_ctx *c)
                 nculprits++;
                 new_failure = deadline_failure = true;
                 if (!why[0])
-                    sfmt(why, sizeof why,
+                    rm_sfmt(why, sizeof why,
                              "worker %d has not joined rendezvous round %d for %.0fs "
                              "(progressDeadlineSeconds %.0f)", i, r->epoch, age, pd);
             } else {
@@ -604,7 +593,7 @@ static void run(rc_ctx *c)
     if (new_failure) {
         int maxr = sp->restart.max_restarts;
         if (st->restarts >= maxr) {
-            sfmt(msg, sizeof msg,
+            rm_sfmt(msg, sizeof msg,
                      "TrainingJob %s has failed because it has reached the specified restart limit "
                      "(%d): %s", c->jobname, maxr, why);
             copy_progress(c, D);
@@ -616,7 +605,7 @@ static void run(rc_ctx *c)
         int k = st->restarts + 1;
         double at = st->last_restart_time + backoff_delay(c, k);
         if (st->last_restart_time > 0 && c->now < at) {
-            sfmt(msg, sizeof msg, "%s; restart %d of %d in %.1fs (back-off)", why, k, maxr,
+            rm_sfmt(msg, sizeof msg, "%s; restart %d of %d in %.1fs (back-off)", why, k, maxr,
                      at - c->now);
             cond(c, RM_COND_RESTARTING, true, "BackOff", msg);
             cond_off(c, RM_COND_RUNNING, "BackOff", msg);
@@ -631,7 +620,7 @@ static void run(rc_ctx *c)
         st->last_restart_time = c->now;
         if (need_bump)
             restart_group(c);
-        sfmt(msg, sizeof msg, "TrainingJob %s: %s; restarting the group at epoch %d "
+        rm_sfmt(msg, sizeof msg, "TrainingJob %s: %s; restarting the group at epoch %d "
                  "(restart %d of %d)", c->jobname, why, st->epoch, k, maxr);
         cond(c, RM_COND_RESTARTING, true, reason, msg);
         cond_off(c, RM_COND_RUNNING, reason, msg);
@@ -739,7 +728,7 @@ static void run(rc_ctx *c)
         round_ok = r && r->closed && r->epoch == st->epoch && r->world_size >= minr;
     }
     if (!new_failure && round_ok) {
-        sfmt(msg, sizeof msg, "TrainingJob %s is running.", c->jobname);
+        rm_sfmt(msg, sizeof msg, "TrainingJob %s is running.", c->jobname);
         bool was = cond_true(st, RM_COND_RUNNING);
         cond(c, RM_COND_RUNNING, true, "TrainingJobRunning", msg);
         cond_off(c, RM_COND_RESTARTING, "TrainingJobRunning", msg);
@@ -804,7 +793,7 @@ int rm_reconcile(const rm_reconcile_in *in, rm_reconcile_out *out)
     c->now = in->now;
     c->gen = in->job->generation;
     c->requeue = -1;
-    sfmt(c->jobname, sizeof c->jobname, "%s/%s",
+    rm_sfmt(c->jobname, sizeof c->jobname, "%s/%s",
              in->job->namespace_ ? in->job->namespace_ : "default",
              in->job->name ? in->job->name : "");
     out->status = in->job->status;

@@ -31,17 +31,6 @@
 #include "common/yaml.h"
 #include "operator/local.h"
 
-/* snprintf without -Wformat-truncation noise: paths and messages here are bounded by design and
- * a truncated one is still a usable message. */
-static void sfmt(char *buf, size_t cap, const char *fmt, ...) RM_PRINTF(3, 4);
-static void sfmt(char *buf, size_t cap, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf, cap, fmt, ap);
-    va_end(ap);
-}
-
 /* ------------------------------------------------------------------ manifest */
 
 static void msg_at(char *msg, size_t cap, const char *path, const rm_yaml_docs *d, size_t i,
@@ -49,11 +38,11 @@ static void msg_at(char *msg, size_t cap, const char *path, const rm_yaml_docs *
 {
     int line = 0, col = 0;
     if (d && e->field[0] && rm_yaml_pos(d, i, e->field, &line, &col) == RM_OK && line > 0)
-        sfmt(msg, cap, "%s:%d: %s", path, line, e->msg);
+        rm_sfmt(msg, cap, "%s:%d: %s", path, line, e->msg);
     else if (d && rm_yaml_pos(d, i, "", &line, &col) == RM_OK && line > 0 && !e->field[0])
-        sfmt(msg, cap, "%s:%d: %s", path, line, e->msg);
+        rm_sfmt(msg, cap, "%s:%d: %s", path, line, e->msg);
     else
-        sfmt(msg, cap, "%s: %s", path, e->msg);
+        rm_sfmt(msg, cap, "%s: %s", path, e->msg);
 }
 
 int rm_manifest_load(const char *path, const rm_manifest_overrides *ov, rm_tj *out, char *msg,
@@ -66,7 +55,7 @@ int rm_manifest_load(const char *path, const rm_manifest_overrides *ov, rm_tj *o
     msg[0] = 0;
     rc = rm_yaml_load_file(path, &d, &e);
     if (rc != RM_OK) {
-        sfmt(msg, cap, "%s", e.msg[0] ? e.msg : rm_strerror(rc));
+        rm_sfmt(msg, cap, "%s", e.msg[0] ? e.msg : rm_strerror(rc));
         return rc;
     }
     size_t n = rm_yaml_count(d), pick = n;
@@ -81,7 +70,7 @@ int rm_manifest_load(const char *path, const rm_manifest_overrides *ov, rm_tj *o
         if (n == 1) {
             pick = 0;   /* let the parser say what is wrong with kind/apiVersion */
         } else {
-            sfmt(msg, cap, "%s: no TrainingJob (kind: %s, apiVersion: %s) in the file", path,
+            rm_sfmt(msg, cap, "%s: no TrainingJob (kind: %s, apiVersion: %s) in the file", path,
                      RM_TJ_KIND, RM_TJ_API_VERSION);
             rm_yaml_free(d);
             return RM_EINVAL;
@@ -179,14 +168,14 @@ static void ui_clear(ui *u)
 static void fmt_eta(char *buf, size_t cap, double s)
 {
     if (!(s >= 0) || s > 360000) {
-        sfmt(buf, cap, "--:--");
+        rm_sfmt(buf, cap, "--:--");
         return;
     }
     long t = lround(s);
     if (t >= 3600)
-        sfmt(buf, cap, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+        rm_sfmt(buf, cap, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
     else
-        sfmt(buf, cap, "%ld:%02ld", t / 60, t % 60);
+        rm_sfmt(buf, cap, "%ld:%02ld", t / 60, t % 60);
 }
 
 static void on_tick(void *ud, const rm_local_view *v)
@@ -207,16 +196,16 @@ static void on_tick(void *ud, const rm_local_view *v)
             u->eta_rate > 0 && v->steps_total > 0 ? (v->steps_total - (double)step) / u->eta_rate
                                                   : -1);
     if (v->test_accuracy >= 0)
-        sfmt(acc, sizeof acc, "%.4f", v->test_accuracy);
+        rm_sfmt(acc, sizeof acc, "%.4f", v->test_accuracy);
     else
-        sfmt(acc, sizeof acc, "-");
+        rm_sfmt(acc, sizeof acc, "-");
     char line[400];
     if (sp->training.mode == RM_MODE_BENCH) {
-        sfmt(line, sizeof line, "%-10s allreduce benchmark  workers %d/%d  restarts %d  %.0fs",
+        rm_sfmt(line, sizeof line, "%-10s allreduce benchmark  workers %d/%d  restarts %d  %.0fs",
                  rm_phase_name(st->phase), v->alive, v->desired, st->restarts,
                  v->now - v->started);
     } else {
-        sfmt(line, sizeof line,
+        rm_sfmt(line, sizeof line,
                  "%-10s epoch %d/%d  step %lld/%.0f  loss %.4f  acc %s  %.0f samples/s  "
                  "allreduce %.2f GB/s  workers %d/%d  restarts %d  ETA %s",
                  rm_phase_name(st->phase),
@@ -252,7 +241,7 @@ static void on_event(void *ud, bool warning, const char *reason, const char *mes
 static int mkdirs(const char *path)
 {
     char tmp[PATH_MAX];
-    sfmt(tmp, sizeof tmp, "%s", path);
+    rm_sfmt(tmp, sizeof tmp, "%s", path);
     for (char *p = tmp + 1; *p; p++) {
         if (*p == '/') {
             *p = 0;
@@ -271,7 +260,7 @@ static int fresh_checkpoints(const char *dir)
     int n = 0;
     for (size_t p = 0; p < RM_ARRAY_LEN(pats); p++) {
         char pat[PATH_MAX];
-        sfmt(pat, sizeof pat, "%s/%s", dir, pats[p]);
+        rm_sfmt(pat, sizeof pat, "%s/%s", dir, pats[p]);
         glob_t g;
         if (glob(pat, GLOB_NOSORT, NULL, &g) == 0) {
             for (size_t i = 0; i < g.gl_pathc; i++)
@@ -315,7 +304,7 @@ static void tail_file(FILE *out, const char *path, int lines)
 static void print_bench_table(FILE *out, const char *run_dir)
 {
     char path[PATH_MAX];
-    sfmt(path, sizeof path, "%s/worker-0.log", run_dir);
+    rm_sfmt(path, sizeof path, "%s/worker-0.log", run_dir);
     FILE *f = fopen(path, "r");
     if (!f)
         return;
@@ -470,21 +459,21 @@ int rm_run_main(int argc, char **argv)
 
     char ckpt_dir[PATH_MAX], run_dir[PATH_MAX];
     if (ckpt)
-        sfmt(ckpt_dir, sizeof ckpt_dir, "%s", ckpt);
+        rm_sfmt(ckpt_dir, sizeof ckpt_dir, "%s", ckpt);
     else if (job.spec.checkpoint.path && job.spec.checkpoint.path[0] &&
              job.spec.checkpoint.path[0] != '/')
-        sfmt(ckpt_dir, sizeof ckpt_dir, "%s", job.spec.checkpoint.path);
+        rm_sfmt(ckpt_dir, sizeof ckpt_dir, "%s", job.spec.checkpoint.path);
     else
-        sfmt(ckpt_dir, sizeof ckpt_dir, "checkpoints/%s", job.name);
+        rm_sfmt(ckpt_dir, sizeof ckpt_dir, "checkpoints/%s", job.name);
     if (ckpt_dir[0] != '/') {
         char cwd[PATH_MAX], tmp[PATH_MAX];
         if (getcwd(cwd, sizeof cwd)) {
-            sfmt(tmp, sizeof tmp, "%s/%s", cwd, ckpt_dir);
-            sfmt(ckpt_dir, sizeof ckpt_dir, "%s", tmp);
+            rm_sfmt(tmp, sizeof tmp, "%s/%s", cwd, ckpt_dir);
+            rm_sfmt(ckpt_dir, sizeof ckpt_dir, "%s", tmp);
         }
     }
     if (run_dir_flag) {
-        sfmt(run_dir, sizeof run_dir, "%s", run_dir_flag);
+        rm_sfmt(run_dir, sizeof run_dir, "%s", run_dir_flag);
     } else {
         const char *t = getenv("TMPDIR");
         char ts[32];
@@ -492,7 +481,7 @@ int rm_run_main(int argc, char **argv)
         struct tm tmv;
         gmtime_r(&now, &tmv);
         strftime(ts, sizeof ts, "%Y%m%d-%H%M%S", &tmv);
-        sfmt(run_dir, sizeof run_dir, "%s/ringmaster-%s-%s-%d", t && *t ? t : "/tmp", job.name,
+        rm_sfmt(run_dir, sizeof run_dir, "%s/ringmaster-%s-%s-%d", t && *t ? t : "/tmp", job.name,
                  ts, (int)getpid());
     }
     if (mkdirs(run_dir) != 0 || mkdirs(ckpt_dir) != 0) {
@@ -507,7 +496,7 @@ int rm_run_main(int argc, char **argv)
     FILE *term = NULL;
     u.tty = isatty(2) && lfmt == RM_LOG_TEXT;
     char runner_log[PATH_MAX + 32];
-    sfmt(runner_log, sizeof runner_log, "%s/ringmaster.log", run_dir);
+    rm_sfmt(runner_log, sizeof runner_log, "%s/ringmaster.log", run_dir);
     if (u.tty) {
         /* the structured log goes to a file; the terminal gets the progress line and events */
         int tfd = dup(2);
@@ -570,7 +559,7 @@ int rm_run_main(int argc, char **argv)
         fprintf(u.out, "  last lines of the worker logs (%s):\n", run_dir);
         for (int i = 0; i < job.spec.replicas && i < 16; i++) {
             char p[PATH_MAX + 32];
-            sfmt(p, sizeof p, "%s/worker-%d.log", run_dir, i);
+            rm_sfmt(p, sizeof p, "%s/worker-%d.log", run_dir, i);
             fprintf(u.out, "  worker-%d.log:\n", i);
             tail_file(u.out, p, 3);
         }
