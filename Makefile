@@ -130,12 +130,7 @@ $(LIBKUBESIM):  $(call obj,$(KUBESIM_SRC))
 $(ALL_LIBS):
 	@mkdir -p $(dir $@)
 	@rm -f $@
-	$(AR) rcs $@ $^ $(if $^,,$(BUILDDIR)/empty.o)
-
-$(BUILDDIR)/empty.o:
-	@mkdir -p $(dir $@)
-	echo 'typedef int rm_empty_unit;' | $(CC) -x c -c - -o $@
-$(ALL_LIBS): | $(BUILDDIR)/empty.o
+	$(AR) rcs $@ $^
 
 $(RINGMASTER): $(call obj,operator/main.c) $(LIBOPERATOR) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
@@ -165,8 +160,8 @@ $(UNITTESTS): $(call obj,$(UNIT_SRC)) $(ALL_LIBS)
 DEB_PKGS := build-essential pkg-config libcurl4-openssl-dev libcjson-dev libmicrohttpd-dev zlib1g-dev \
             libcunit1-dev libyaml-dev libopenblas-dev libopenmpi-dev openmpi-bin \
             dataset-fashion-mnist prometheus python3-kubernetes python3-yaml python3-jsonschema \
-            curl procps iproute2
-BENCH_PKGS := python3-torch hyperfine
+            curl procps
+BENCH_PKGS := python3-torch
 deps:
 	@scripts/install-deps.sh $(DEB_PKGS)
 deps-bench:
