@@ -1912,6 +1912,19 @@ static int parse_body(const rm_http_req *req, rm_http_resp *resp, cJSON **out, b
     return 0;
 }
 
+/* parse_body for writes of a whole object (create, update): anything but a JSON object is a 400. */
+static int parse_object_body(const rm_http_req *req, rm_http_resp *resp, cJSON **out, bool strict)
+{
+    if (parse_body(req, resp, out, strict) < 0)
+        return -1;
+    if (!cJSON_IsObject(*out)) {
+        cJSON_Delete(*out);
+        *out = NULL;
+        return ks_status(resp, 400, "BadRequest", NULL, NULL, NULL, "the body must be a JSON object"), -1;
+    }
+    return 0;
+}
+
 static int field_validation(const rm_http_req *req)
 {
     const char *fv = rm_http_query(req, "fieldValidation");
@@ -1965,11 +1978,9 @@ static int handle_create(ks_server *s, const rm_http_req *req, rm_http_resp *res
     ks_kind *k = ri->k;
     int fv = field_validation(req);
     cJSON *o;
-    if (parse_body(req, resp, &o, fv == FV_STRICT) < 0)
+    if (parse_object_body(req, resp, &o, fv == FV_STRICT) < 0)
         return RM_OK;
-    if (!cJSON_IsObject(o) || check_type(resp, k, o) < 0) {
-        if (!cJSON_IsObject(o))
-            ks_status(resp, 400, "BadRequest", NULL, NULL, NULL, "the body must be a JSON object");
+    if (check_type(resp, k, o) < 0) {
         cJSON_Delete(o);
         return RM_OK;
     }
@@ -2113,12 +2124,8 @@ static int handle_update(ks_server *s, const rm_http_req *req, rm_http_resp *res
     ks_kind *k = ri->k;
     int fv = field_validation(req);
     cJSON *o;
-    if (parse_body(req, resp, &o, fv == FV_STRICT) < 0)
+    if (parse_object_body(req, resp, &o, fv == FV_STRICT) < 0)
         return RM_OK;
-    if (!cJSON_IsObject(o)) {
-        cJSON_Delete(o);
-        return ks_status(resp, 400, "BadRequest", NULL, NULL, NULL, "the body must be a JSON object");
-    }
     const char *rv = md_str(o, "resourceVersion");
     char rvbuf[32] = "";
     if (rv)
