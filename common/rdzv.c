@@ -568,8 +568,9 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
     if (j->removed)
         return rm_http_reply_text(resp, 200, "application/json", "{\"epoch\":0,\"action\":\"stop\"}");
     const char *wid = NULL, *state = NULL;
-    int64_t epoch = 0, rank = -1, step = 0, train_epoch = 0, ckpt = 0;
+    int64_t epoch = 0, rank = -1, step = 0, train_epoch = 0, ckpt = 0, ckfail = 0;
     double loss = 0, sps = 0, gbps = 0;
+    const char *ckerr = NULL;
     const cJSON *res = NULL;
     cJSON *body = rm_json_parse(req->body, req->body_len, &e);
     if (!body)
@@ -584,13 +585,15 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
         bad(rm_json_num(body, "samplesPerSecond", false, "", &sps, &e)) ||
         bad(rm_json_num(body, "allreduceGBps", false, "", &gbps, &e)) ||
         bad(rm_json_str(body, "state", false, "", &state, &e)) ||
+        bad(rm_json_int(body, "checkpointFailures", false, "", &ckfail, &e)) ||
+        bad(rm_json_str(body, "checkpointError", false, "", &ckerr, &e)) ||
         bad(rm_json_obj(body, "result", false, "", &res, &e))) {
         rc = rm_http_reply_error(resp, 400, "report: %s", e.msg[0] ? e.msg : "body must be an object");
         goto out;
     }
     if (!name_ok(wid, sizeof(((rm_rdzv_member *)0)->worker_id) - 1) ||
         epoch < 0 || epoch > 1000000000 || rank < -1 || rank > RM_RDZV_MAX_WORLD ||
-        train_epoch < 0 || train_epoch > 1000000000 ||
+        train_epoch < 0 || train_epoch > 1000000000 || ckfail < 0 || ckfail > 1000000000 ||
         (state && strcmp(state, "training") != 0 && strcmp(state, "done") != 0)) {
         rc = rm_http_reply_error(resp, 400, "report: bad workerId, epoch, rank, trainEpoch or state");
         goto out;
@@ -623,6 +626,8 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
     m->m.samples_per_second = sps;
     m->m.allreduce_gbps = gbps;
     m->m.done = state && strcmp(state, "done") == 0;
+    m->m.checkpoint_failures = (int)ckfail;
+    snprintf(m->m.checkpoint_error, sizeof m->m.checkpoint_error, "%s", ckfail > 0 && ckerr ? ckerr : "");
     if (res) {
         j->have_result = true;
         j->test_accuracy = ta;

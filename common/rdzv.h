@@ -12,6 +12,7 @@
  *   GET  /v1/jobs/NS/NAME/kv/EPOCH/KEY?wait=S  long poll ≤ S s      → 200 value | 404 | 410 (epoch gone)
  *   POST /v1/jobs/NS/NAME/report  {"workerId","epoch","rank","step","trainEpoch","loss",
  *        "samplesPerSecond","lastCheckpointStep","allreduceGBps","state":"training|done",
+ *        "checkpointFailures":N,"checkpointError":"..." (both only while the last write failed),
  *        "result":{"testAccuracy","trainLoss","steps","seconds","samplesPerSecond"}}
  *        → 200 {"epoch":CURRENT,"action":"continue"|"rejoin"|"stop"}
  *   GET  /v1/jobs/NS/NAME   → the job's rendezvous state (debugging)
@@ -76,6 +77,8 @@ typedef struct rm_rdzv_member {
     int train_epoch;
     double loss, samples_per_second, allreduce_gbps;
     bool done;                /* reported state "done" */
+    int checkpoint_failures;  /* consecutive failed checkpoint writes (0 = the last one succeeded) */
+    char checkpoint_error[128]; /* the last failed write's message; "" when none */
 } rm_rdzv_member;
 
 typedef struct rm_rdzv_state {
@@ -108,6 +111,8 @@ typedef struct rm_rdzv_report {
     int64_t step, last_checkpoint_step;
     double loss, samples_per_second, allreduce_gbps;
     bool done;
+    int checkpoint_failures;      /* consecutive failed checkpoint writes; 0 = last one ok */
+    const char *checkpoint_error; /* borrowed; the last failure's message, NULL/"" when none */
     bool have_result;
     double test_accuracy, train_loss, seconds, result_samples_per_second;
     int64_t result_steps;

@@ -335,6 +335,10 @@ int rm_rdzv_send_report(rm_rdzv_client *c, const rm_rdzv_report *rep, rm_rdzv_ac
     cJSON_AddNumberToObject(o, "lastCheckpointStep", (double)rep->last_checkpoint_step);
     cJSON_AddNumberToObject(o, "allreduceGBps", rep->allreduce_gbps);
     cJSON_AddStringToObject(o, "state", rep->done ? "done" : "training");
+    if (rep->checkpoint_failures > 0) {
+        cJSON_AddNumberToObject(o, "checkpointFailures", rep->checkpoint_failures);
+        cJSON_AddStringToObject(o, "checkpointError", rep->checkpoint_error ? rep->checkpoint_error : "");
+    }
     if (rep->have_result) {
         cJSON *res = cJSON_AddObjectToObject(o, "result");
         cJSON_AddNumberToObject(res, "testAccuracy", rep->test_accuracy);
