@@ -77,7 +77,7 @@ static void *from_gpu(const void *d, size_t bytes)
 static int gpu_errors(const char *where)
 {
     rm_err e = {0};
-    int rc = rm_gpu_check(&e);
+    int rc = rm_cuda_check(&e);
     CHECK(rc == RM_OK, "%s: CUDA table error: %s", where, e.msg);
     return rc;
 }
@@ -138,11 +138,11 @@ static void test_gemm_case(rm_precision prec, bool ta, bool tb, int m, int n, in
     memcpy(cc, c0, nc * 4);
     float *da = dup_to_gpu(a, na * 4), *db = dup_to_gpu(b, nb * 4), *dc = dup_to_gpu(c0, nc * 4);
     rm_err e = {0};
-    CHECK(rm_gpu_set_precision(prec, &e) == RM_OK, "%s", e.msg);
+    CHECK(rm_cuda_set_precision(prec, &e) == RM_OK, "%s", e.msg);
     float alpha = 0.75f;
     G->gemm(ta, tb, m, n, k, alpha, da, lda, db, ldb, beta, dc, ldc);
     float *gc = from_gpu(dc, nc * 4);
-    rm_gpu_set_precision(RM_PREC_FP32, &e);
+    rm_cuda_set_precision(RM_PREC_FP32, &e);
     gpu_errors("gemm");
     double rtol;
     if (prec == RM_PREC_FP32) {
