@@ -803,9 +803,14 @@ static int ckpt_write(trainer *t, rm_err *err)
         for (int i = 0; i < t->opt.nstate; i++)
             segs[nseg++] = (rm_ckpt_seg){t->opt.state[i], n};
     } else {
-        t->k->d2h(t->host_stage, t->m.params, n);
-        for (int i = 0; i < t->opt.nstate; i++)
-            t->k->d2h((char *)t->host_stage + (size_t)(1 + i) * n, t->opt.state[i], n);
+        /* after a device fault the reads fail (0xff-filled): never write that as a checkpoint */
+        int drc = t->k->d2h(t->host_stage, t->m.params, n);
+        for (int i = 0; drc == RM_OK && i < t->opt.nstate; i++)
+            drc = t->k->d2h((char *)t->host_stage + (size_t)(1 + i) * n, t->opt.state[i], n);
+        if (drc != RM_OK) {
+            int crc = t->k->check(err);
+            return crc != RM_OK ? crc : rm_errf(err, drc, "checkpoint: reading the weights failed");
+        }
         segs[nseg++] = (rm_ckpt_seg){t->host_stage, (size_t)(1 + t->opt.nstate) * n};
     }
     char path[4200];
