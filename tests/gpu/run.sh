@@ -37,6 +37,16 @@ cc -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wshadow -Wstrict-prototypes -Wvl
    "$bdir/libworker.a" "$bdir/libkernels.a" "$bdir/libcommon.a" $libs
 echo "built $out/gpu_tests"
 
+# ---- device code for every architecture NVCC_GENCODE asks for (no GPU needed) --------------------
+gencode=$(make -s --no-print-directory --eval 'rm-print-gencode: ; @echo $(NVCC_GENCODE)' rm-print-gencode)
+have=$(python3 tests/gpu/fatbin_archs.py "$bdir/kernels/cuda/kernels_cuda.cu.o")
+echo "device code in kernels_cuda.cu.o: $have"
+for want in $(grep -o ',code=[a-z_0-9]*' <<<"$gencode" | sed 's/,code=//'); do
+  if ! grep -qw "$want" <<<"$have"; then
+    echo "FAIL: NVCC_GENCODE asks for $want but kernels_cuda.cu.o has no $want image"; exit 1
+  fi
+done
+
 # ---- is there a GPU? -----------------------------------------------------------------------
 if ! command -v nvidia-smi >/dev/null 2>&1; then
   echo "SKIP: no GPU present (nvidia-smi not found: no NVIDIA driver installed)"
