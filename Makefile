@@ -158,7 +158,7 @@ $(BUILDDIR)/tests/unit/main.o: $(BUILDDIR)/gen/suites.h
 $(BUILDDIR)/tests/unit/main.o: CFLAGS += -I$(BUILDDIR)/gen
 $(UNITTESTS): $(call obj,$(UNIT_SRC)) $(ALL_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $(call obj,$(UNIT_SRC)) -Wl,--start-group $(ALL_LIBS) -Wl,--end-group $(LIBS) -lcunit
+	$(CC) $(LDFLAGS) -o $@ $(call obj,$(UNIT_SRC)) $(ALL_LIBS) $(LIBS) -lcunit
 
 -include $(shell find $(BUILDDIR) -name '*.d' 2>/dev/null)
 
