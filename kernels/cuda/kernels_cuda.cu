@@ -120,6 +120,19 @@ int kcheck(const char *file, int line, cudaError_t e, const char *what)
 
 /* After a launch: a launch error (bad configuration, no kernel image) shows at once; an execution
  * error shows at the next synchronisation, which sync-check mode does right here to name it. */
+void sync_checked(const char *file, int line, const char *name)
+{
+    if (!g_cuda.sync_check)
+        return;
+    cudaError_t e = cudaStreamSynchronize(g_cuda.stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        char what[96];
+        snprintf(what, sizeof what, "%s (RINGMASTER_CUDA_SYNC_CHECK)", name);
+        note_error(file, line, cuda_code(e), what, cudaGetErrorString(e));
+    }
+}
+
 void launched(const char *file, int line, const char *name)
 {
     cudaError_t e = cudaGetLastError();
@@ -127,17 +140,11 @@ void launched(const char *file, int line, const char *name)
         note_error(file, line, cuda_code(e), name, cudaGetErrorString(e));
         return;
     }
-    if (g_cuda.sync_check) {
-        e = cudaStreamSynchronize(g_cuda.stream);
-        if (e != cudaSuccess) {
-            (void)cudaGetLastError();
-            char what[96];
-            snprintf(what, sizeof what, "%s (RINGMASTER_CUDA_SYNC_CHECK)", name);
-            note_error(file, line, cuda_code(e), what, cudaGetErrorString(e));
-        }
-    }
+    sync_checked(file, line, name);
 }
 #define KLAUNCHED(name) launched(__FILE__, __LINE__, "launch " name)
+/* cuBLAS launches its own kernels: in sync-check mode, name the call that ran them */
+#define KSYNCED(name) sync_checked(__FILE__, __LINE__, name)
 
 #define BCHECK(call)                                                                          \
     do {                                                                                      \
@@ -577,6 +584,7 @@ void cu_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
         BCHECK(cublasGemmEx(g_cuda.blas, op1, op2, g.m, g.n, g.k, &alpha, b, CUDA_R_32F, g.ld_first,
                             a, CUDA_R_32F, g.ld_second, &beta, c, CUDA_R_32F, ldc, ct,
                             CUBLAS_GEMM_DEFAULT));
+        KSYNCED("cublasGemmEx (fp32)");
         return;
     }
     int a_rows, a_cols, b_rows, b_cols;
@@ -599,6 +607,7 @@ void cu_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
     BCHECK(cublasGemmEx(g_cuda.blas, op1, op2, g.m, g.n, g.k, &alpha, g_cuda.scratch_b, dt, g.ld_first,
                         g_cuda.scratch_a, dt, g.ld_second, &beta, c, CUDA_R_32F, ldc,
                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    KSYNCED(bf ? "cublasGemmEx (bf16)" : "cublasGemmEx (fp16)");
 }
 
 void cu_bias_act_fwd(float *y, const float *b, int rows, int cols, rm_act act)
