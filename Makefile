@@ -76,7 +76,7 @@ LDFLAGS += $(SAN) -pthread -Wl,--as-needed
 LIBS    := -lcurl -lcjson -lmicrohttpd -lyaml -lopenblas -lz $(MPI_LIBS) -lm
 ifeq ($(CUDA_ON),1)
 CFLAGS    += -I$(CUDA_HOME)/include
-NVCCFLAGS ?= -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall -I. -I$(CUDA_HOME)/include -DRM_HAVE_CUDA=1
+NVCCFLAGS ?= -O3 -std=c++17 --threads 0 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall -I. -I$(CUDA_HOME)/include -DRM_HAVE_CUDA=1
 LIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart -lstdc++
 endif
 
