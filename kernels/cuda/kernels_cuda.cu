@@ -520,7 +520,7 @@ int cu_check(rm_err *err)
 
 /* Stream-ordered: the old buffer is freed after the work that reads it, the new one is usable by
  * work queued after this call; neither synchronises the device. */
-bool grow_scratch(void **p, size_t *cap, size_t need_bytes, const char *what)
+bool grow_scratch(void **p, size_t *cap, size_t need_bytes, const char *what, bool required = true)
 {
     if (need_bytes <= *cap)
         return true;
@@ -531,7 +531,11 @@ bool grow_scratch(void **p, size_t *cap, size_t need_bytes, const char *what)
     cudaError_t e = cudaMallocAsync(p, need_bytes, g_cuda.stream);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        note_error(__FILE__, __LINE__, RM_ENOMEM, what, cudaGetErrorString(e));
+        if (required)
+            note_error(__FILE__, __LINE__, RM_ENOMEM, what, cudaGetErrorString(e));
+        else
+            rm_log_write(RM_LOG_WARN, __FILE__, __LINE__, "CUDA scratch not grown call=\"%s\" "
+                         "err=\"%s\" (falling back)", what, cudaGetErrorString(e));
         *p = nullptr;
         return false;
     }
@@ -630,11 +634,10 @@ void cu_bias_act_bwd(float *dy, const float *y, float *db, int rows, int cols, r
     if (p.chunks > 1) {
         size_t cap_bytes = g_cuda.cap_part * sizeof(float);
         if (grow_scratch((void **)&g_cuda.bwd_part, &cap_bytes, (size_t)p.chunks * cols * sizeof(float),
-                         "cudaMallocAsync(bias-gradient partials)")) {
+                         "cudaMallocAsync(bias-gradient partials)", false)) {
             g_cuda.cap_part = cap_bytes / sizeof(float);
             out = g_cuda.bwd_part;
-        } else {
-            (void)cu_check(nullptr);   /* not an error: one chunk is slower, same result */
+        } else {   /* not an error: one chunk is slower, same result */
             g_cuda.cap_part = 0;
             p = rm_plan_bias_bwd_single(rows, cols);
         }
