@@ -5,8 +5,8 @@
 # Layout of sources (wildcards, so a new module needs no Makefile edit):
 #   common/*.c            -> libcommon.a        (shared runtime)
 #   kernels/*.c           -> libkernels.a       (C reference kernels)
-#   kernels/cuda/*.cu, worker/cuda/*.{c,cu}     (only when CUDA is on)
-#   worker/nocuda/*.c                           (only when CUDA is off)
+#   kernels/cuda/*.{c,cu}, worker/cuda/*.{c,cu} (only when CUDA is on)
+#   kernels/nocuda/*.c, worker/nocuda/*.c       (only when CUDA is off)
 #   worker/*.c - main.c   -> libworker.a,  worker/main.c   -> bin/ringmaster-worker
 #   operator/**.c - main.c-> liboperator.a, operator/main.c -> bin/ringmaster
 #   tests/kubesim/*.c     -> bin/kubesim
@@ -24,7 +24,11 @@ WERROR ?= 0
 endif
 CUDA         ?= auto
 CUDA_HOME    ?= /usr/local/cuda
-NVCC_GENCODE ?= -gencode=arch=compute_90,code=sm_90 -gencode=arch=compute_90,code=compute_90
+# Device code for every current datacenter GPU (A100 sm_80, A10/A40 sm_86, L4/L40 sm_89, H100/H200
+# sm_90, B200 sm_100) plus PTX of the newest for later ones; ctx_init names a missing one.
+NVCC_GENCODE ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_86,code=sm_86 \
+                -gencode=arch=compute_89,code=sm_89 -gencode=arch=compute_90,code=sm_90 \
+                -gencode=arch=compute_100,code=sm_100 -gencode=arch=compute_100,code=compute_100
 PREFIX       ?= /usr/local
 DESTDIR      ?=
 
@@ -72,7 +76,7 @@ LDFLAGS += $(SAN) -pthread -Wl,--as-needed
 LIBS    := -lcurl -lcjson -lmicrohttpd -lyaml -lopenblas -lz $(MPI_LIBS) -lm
 ifeq ($(CUDA_ON),1)
 CFLAGS    += -I$(CUDA_HOME)/include
-NVCCFLAGS ?= -O3 -std=c++17 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall -I. -I$(CUDA_HOME)/include -DRM_HAVE_CUDA=1
+NVCCFLAGS ?= -O3 -std=c++17 --threads 0 $(NVCC_GENCODE) -Xcompiler -fPIC,-Wall -I. -I$(CUDA_HOME)/include -DRM_HAVE_CUDA=1
 LIBS      += -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart -lstdc++
 endif
 
@@ -85,11 +89,13 @@ KUBESIM_SRC  := $(filter-out tests/kubesim/main.c,$(wildcard tests/kubesim/*.c))
 UNIT_SRC     := $(wildcard tests/unit/*.c)
 ifeq ($(CUDA_ON),1)
 KERNELS_CU   := $(wildcard kernels/cuda/*.cu)
+KERNELS_SRC  += $(wildcard kernels/cuda/*.c)
 WORKER_SRC   += $(wildcard worker/cuda/*.c)
 WORKER_CU    := $(wildcard worker/cuda/*.cu)
 else
 KERNELS_CU   :=
 WORKER_CU    :=
+KERNELS_SRC  += $(wildcard kernels/nocuda/*.c)
 WORKER_SRC   += $(wildcard worker/nocuda/*.c)
 endif
 
@@ -135,10 +141,10 @@ $(ALL_LIBS):
 $(RINGMASTER): $(call obj,operator/main.c) $(LIBOPERATOR) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
-# The worker's libraries reference each other (CUDA kernels call worker/gpu.c): link them as a group.
+# Libraries in dependency order (worker -> kernels -> common); none calls back up.
 $(WORKER): $(call obj,worker/main.c) $(LIBWORKER) $(LIBKERNELS) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $< -Wl,--start-group $(LIBWORKER) $(LIBKERNELS) $(LIBCOMMON) -Wl,--end-group $(LIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 $(KUBESIM): $(call obj,tests/kubesim/main.c) $(LIBKUBESIM) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
@@ -152,7 +158,7 @@ $(BUILDDIR)/tests/unit/main.o: $(BUILDDIR)/gen/suites.h
 $(BUILDDIR)/tests/unit/main.o: CFLAGS += -I$(BUILDDIR)/gen
 $(UNITTESTS): $(call obj,$(UNIT_SRC)) $(ALL_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $(call obj,$(UNIT_SRC)) -Wl,--start-group $(ALL_LIBS) -Wl,--end-group $(LIBS) -lcunit
+	$(CC) $(LDFLAGS) -o $@ $(call obj,$(UNIT_SRC)) $(ALL_LIBS) $(LIBS) -lcunit
 
 -include $(shell find $(BUILDDIR) -name '*.d' 2>/dev/null)
 

@@ -20,11 +20,9 @@
 
 #define FIELD_CAP 128
 
-static const char *const backend_names[] = { "auto", "ring", "nccl", "mpi", NULL };
 static const char *const clean_names[] = { "Running", "All", "None", NULL };
 static const char *const mode_names[] = { "train", "bench", NULL };
 static const char *const sched_names[] = { "cosine", "step", "constant", NULL };
-static const char *const prec_names[] = { "fp32", "bf16", "fp16", NULL };
 static const char *const opt_names[] = { "sgd", "adam", "adagrad", NULL };
 static const char *const phase_names[] = { "Pending", "Running", "Restarting", "Succeeded",
                                             "Failed", "Suspended", NULL };
@@ -39,10 +37,6 @@ const char *rm_cond_name(rm_cond_type c)
 {
     return (unsigned)c < RM_COND__COUNT ? cond_names[c] : "Unknown";
 }
-const char *rm_backend_name(rm_backend b)
-{
-    return (unsigned)b < RM_ARRAY_LEN(backend_names) - 1 ? backend_names[b] : "unknown";
-}
 
 static int enum_index(const char *const *names, const char *s)
 {
@@ -50,15 +44,6 @@ static int enum_index(const char *const *names, const char *s)
         if (strcmp(names[i], s) == 0)
             return i;
     return -1;
-}
-
-int rm_backend_parse(const char *s, rm_backend *out)
-{
-    int i = enum_index(backend_names, s);
-    if (i < 0)
-        return RM_EINVAL;
-    *out = (rm_backend)i;
-    return RM_OK;
 }
 
 /* ---- parse helpers ---------------------------------------------------------------------------- */
@@ -265,7 +250,7 @@ int rm_training_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t,
     TRY(p_num(tr, "stepGamma", ctx, &t->step_gamma, &t->set, RM_TR_SET_STEP_GAMMA, err));
     TRY(p_int(tr, "stepEveryEpochs", ctx, &t->step_every_epochs, &t->set, RM_TR_SET_STEP_EVERY, err));
     iv = (int)t->precision;
-    TRY(p_enum(tr, "precision", ctx, prec_names, &iv, err));
+    TRY(p_enum(tr, "precision", ctx, rm_precision_names, &iv, err));
     t->precision = (rm_precision)iv;
     TRY(p_num(tr, "fusionBufferMB", ctx, &t->fusion_buffer_mb, &t->set, RM_TR_SET_FUSION, err));
     {
@@ -551,7 +536,7 @@ static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
     TRY(p_int(sp, "minReplicas", "spec", &s->min_replicas, &s->set, RM_TJ_SET_MIN_REPLICAS, err));
     TRY(p_int(sp, "maxReplicas", "spec", &s->max_replicas, &s->set, RM_TJ_SET_MAX_REPLICAS, err));
     iv = (int)s->backend;
-    TRY(p_enum(sp, "backend", "spec", backend_names, &iv, err));
+    TRY(p_enum(sp, "backend", "spec", rm_backend_names, &iv, err));
     s->backend = (rm_backend)iv;
     TRY(p_obj(sp, "restartPolicy", "spec", k_restart, &o, rctx, err));
     if (o) {
@@ -753,7 +738,7 @@ cJSON *rm_training_to_json(const rm_training_spec *t)
     cJSON_AddStringToObject(o, "schedule", sched_names[t->schedule <= RM_SCHED_CONSTANT ? t->schedule : 0]);
     add_num(o, "stepGamma", t->step_gamma, t->set & RM_TR_SET_STEP_GAMMA);
     add_num(o, "stepEveryEpochs", t->step_every_epochs, t->set & RM_TR_SET_STEP_EVERY);
-    cJSON_AddStringToObject(o, "precision", prec_names[t->precision <= RM_PREC_FP16 ? t->precision : 0]);
+    cJSON_AddStringToObject(o, "precision", rm_precision_names[t->precision <= RM_PREC_FP16 ? t->precision : 0]);
     add_num(o, "fusionBufferMB", t->fusion_buffer_mb, t->set & RM_TR_SET_FUSION);
     add_num(o, "seed", (double)t->seed, t->set & RM_TR_SET_SEED);
     add_num(o, "maxSteps", t->max_steps, false);
@@ -1080,15 +1065,6 @@ int rm_tj_set_condition(rm_tj_status *st, rm_cond_type type, bool status, const 
     memcpy(c->message, m, sizeof m);
     c->observed_generation = generation;
     return changed;
-}
-
-/* ---------------- backend resolution (shared by the operator and the worker) ---------------- */
-
-rm_backend rm_backend_resolve(rm_backend spec, int gpus_requested)
-{
-    if (spec != RM_BACKEND_AUTO)
-        return spec;
-    return gpus_requested > 0 ? RM_BACKEND_NCCL : RM_BACKEND_RING;
 }
 
 /* A quantity from resources.limits/requests: a JSON number, or a string of digits ("2"). */

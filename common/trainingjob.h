@@ -11,6 +11,7 @@
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include "common/backend.h"
 #include "common/rm.h"
 
 #define RM_TJ_GROUP "ringmaster.dev"
@@ -21,11 +22,9 @@
 #define RM_TJ_MAX_HIDDEN 16
 #define RM_TJ_MAX_CONDITIONS 8
 
-typedef enum { RM_BACKEND_AUTO = 0, RM_BACKEND_RING, RM_BACKEND_NCCL, RM_BACKEND_MPI } rm_backend;
 typedef enum { RM_CLEAN_RUNNING = 0, RM_CLEAN_ALL, RM_CLEAN_NONE } rm_clean_policy;
 typedef enum { RM_MODE_TRAIN = 0, RM_MODE_BENCH } rm_mode;
 typedef enum { RM_SCHED_COSINE = 0, RM_SCHED_STEP, RM_SCHED_CONSTANT } rm_schedule;
-typedef enum { RM_PREC_FP32 = 0, RM_PREC_BF16, RM_PREC_FP16 } rm_precision;
 typedef enum { RM_OPT_SGD = 0, RM_OPT_ADAM, RM_OPT_ADAGRAD } rm_opt_type;
 typedef enum {
     RM_PHASE_PENDING = 0, RM_PHASE_RUNNING, RM_PHASE_RESTARTING, RM_PHASE_SUCCEEDED,
@@ -193,15 +192,11 @@ void rm_tj_free(rm_tj *tj);   /* frees members, zeroes the struct; NULL ok */
 int rm_tj_set_condition(rm_tj_status *st, rm_cond_type type, bool status, const char *reason,
                         const char *message, int64_t generation, double now);
 
-/* `backend: auto` -> nccl when the job requests GPUs (gpus_requested > 0), else ring. Any explicit
- * backend is returned unchanged. */
-rm_backend rm_backend_resolve(rm_backend spec, int gpus_requested);
+/* rm_backend, rm_precision, their names and rm_backend_resolve: common/backend.h. */
 /* Sum of resources.limits["nvidia.com/gpu"] (falling back to requests) over the containers of a
  * PodTemplateSpec (cJSON, borrowed; NULL -> 0). Values may be numbers or strings ("1"). Bad values
  * count as 0. Capped at 1024. */
 int rm_template_gpus(const cJSON *pod_template);
 const char *rm_phase_name(rm_phase p);          /* "Running" */
 const char *rm_cond_name(rm_cond_type c);       /* "Restarting" */
-const char *rm_backend_name(rm_backend b);      /* "ring" */
-int rm_backend_parse(const char *s, rm_backend *out);
 #endif

@@ -33,6 +33,7 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+#include "common/rm.h"
 
 typedef enum { RM_ACT_NONE = 0, RM_ACT_RELU = 1 } rm_act;
 
@@ -43,11 +44,21 @@ typedef struct rm_kernels {
     /* ---- memory ---- */
     void *(*alloc)(size_t bytes);                 /* zero-filled, 64-byte aligned; NULL on ENOMEM */
     void (*free)(void *p);                        /* NULL ok */
-    void (*memset0)(void *p, size_t bytes);
-    void (*h2d)(void *dst, const void *src, size_t bytes);
-    void (*d2h)(void *dst, const void *src, size_t bytes);
-    void (*d2d)(void *dst, const void *src, size_t bytes);
-    void (*sync)(void);
+    /* The entries below return RM_OK or the table's first pending error (see check()): an error
+     * raised by an earlier, asynchronous entry surfaces here at the latest, and a failed d2h fills
+     * dst with 0xff bytes (a float NaN, an int32 -1) so a value read after a device fault never
+     * looks like a valid 0 (a loss of 0, "no overflow"). */
+    int (*memset0)(void *p, size_t bytes);
+    int (*h2d)(void *dst, const void *src, size_t bytes);
+    int (*d2h)(void *dst, const void *src, size_t bytes);
+    int (*d2d)(void *dst, const void *src, size_t bytes);
+    int (*sync)(void);
+    /* The first error any entry of this table hit since the last check (the compute entries below
+     * return void, like kernel launches; a device fault is sticky and reported by every later
+     * call), then clears what can be cleared; RM_OK when none. Never blocks: a fault in work
+     * still queued shows at a later check, d2h or sync. The trainer calls it once per step before
+     * the optimizer update (worker/gpu.h rm_amp_finish) and fails the round on an error. */
+    int (*check)(rm_err *err);
 
     /* ---- forward / backward ---- */
     /* C = alpha * op(A) . op(B) + beta * C, row-major; op(A) is M x K, op(B) is K x N. */
@@ -88,8 +99,10 @@ typedef struct rm_kernels {
     void (*cast_bf16_to_f32)(const uint16_t *src, float *dst, size_t n);
     void (*cast_f32_to_f16)(const float *src, uint16_t *dst, size_t n);
     void (*cast_f16_to_f32)(const uint16_t *src, float *dst, size_t n);
-    /* x *= inv_scale; *found_inf (device int32) is set to 1 if any result is inf/NaN, else left
-     * unchanged (the caller zeroes it once per step, so several buffers can share the flag). */
+    /* x *= inv_scale; *found_inf (device int32) is set to 1 if any x was inf/NaN before the
+     * multiplication (GradScaler's order: an overflow is caught even where x * inv_scale would be
+     * finite again), else left unchanged (the caller zeroes it once per step, so several buffers
+     * can share the flag). inv_scale 1 checks without changing x. Optional: unit tests' tables. */
     void (*unscale_check_finite)(float *x, size_t n, float inv_scale, int32_t *found_inf);
 } rm_kernels;
 
@@ -97,14 +110,11 @@ typedef struct rm_kernels {
  * (data parallelism runs one worker per core). Never NULL. */
 const rm_kernels *rm_kernels_cpu(void);
 
-/* The CUDA table. Defined in kernels/cuda/ when the build has CUDA (RM_HAVE_CUDA=1); the CPU-only
- * build links worker/nocuda/kernels_cuda_stub.c, which returns NULL. It may also return NULL at run
- * time when no GPU is usable (the GPU helper's choice; rm_gpu_available says why). */
+/* The CUDA table, with the device, precision and error controls that go with it: see
+ * kernels/kernels_cuda.h (implemented in kernels/cuda/, stubbed in kernels/nocuda/). */
 const rm_kernels *rm_kernels_cuda(void);
 
-/* "cpu" or "cuda" -> the table; NULL when unknown or not available in this build.
- * Inline so that the reference to rm_kernels_cuda sits in the caller's object (libworker), next to
- * the stub that resolves it in CPU-only builds. */
+/* "cpu" or "cuda" -> the table; NULL when unknown or not available in this build or machine. */
 static inline const rm_kernels *rm_kernels_get(const char *name)
 {
     if (!name || !strcmp(name, "cpu"))

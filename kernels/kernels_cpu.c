@@ -11,6 +11,7 @@
 #pragma GCC optimize("O3")
 #endif
 #include "kernels/kernels.h"
+#include "kernels/elem.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -21,6 +22,9 @@
 /* OpenBLAS' thread control; declared here because cblas.h from the reference (netlib) CBLAS
  * alternative does not declare it. */
 void openblas_set_num_threads(int num_threads);
+
+_Static_assert(RM_ACT_NONE == RM_ELEM_ACT_NONE && RM_ACT_RELU == RM_ELEM_ACT_RELU,
+               "kernels/elem.h activation codes follow rm_act");
 
 static void *cpu_alloc(size_t bytes)
 {
@@ -35,13 +39,25 @@ static void *cpu_alloc(size_t bytes)
 }
 
 static void cpu_free(void *p) { free(p); }
-static void cpu_memset0(void *p, size_t bytes) { if (bytes) memset(p, 0, bytes); }
-static void cpu_copy(void *dst, const void *src, size_t bytes)
+static int cpu_memset0(void *p, size_t bytes)
+{
+    if (bytes)
+        memset(p, 0, bytes);
+    return RM_OK;
+}
+static int cpu_copy(void *dst, const void *src, size_t bytes)
 {
     if (bytes && dst != src)
         memmove(dst, src, bytes);
+    return RM_OK;
 }
-static void cpu_sync(void) {}
+static int cpu_sync(void) { return RM_OK; }
+/* Plain C cannot fail after alloc() succeeded. */
+static int cpu_check(rm_err *err)
+{
+    (void)err;
+    return RM_OK;
+}
 
 static void cpu_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
                      const float *b, int ldb, float beta, float *c, int ldc)
@@ -64,13 +80,11 @@ static void cpu_bias_act_fwd(float *restrict y, const float *restrict b, int row
     for (int r = 0; r < rows; r++) {
         float *restrict yr = y + (size_t)r * cols;
         if (act == RM_ACT_RELU) {
-            for (int c = 0; c < cols; c++) {
-                float v = yr[c] + b[c];
-                yr[c] = v > 0.0f ? v : 0.0f;
-            }
+            for (int c = 0; c < cols; c++)
+                yr[c] = rm_e_bias_act(yr[c], b[c], RM_ELEM_ACT_RELU);
         } else {
             for (int c = 0; c < cols; c++)
-                yr[c] += b[c];
+                yr[c] = rm_e_bias_act(yr[c], b[c], RM_ELEM_ACT_NONE);
         }
     }
 }
@@ -84,7 +98,7 @@ static void cpu_bias_act_bwd(float *restrict dy, const float *restrict y, float 
         const float *restrict yr = y + (size_t)r * cols;
         if (act == RM_ACT_RELU) {
             for (int c = 0; c < cols; c++) {
-                float g = yr[c] > 0.0f ? dr[c] : 0.0f;
+                float g = rm_e_act_grad(dr[c], yr[c], RM_ELEM_ACT_RELU);
                 dr[c] = g;
                 db[c] += g;
             }
@@ -137,38 +151,25 @@ static void cpu_argmax_correct(const float *logits, const int32_t *labels, int r
 static void cpu_sgd(float *restrict w, const float *restrict g, float *restrict v, size_t n,
                     float lr, float momentum, float wd)
 {
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i] + wd * w[i];
-        float vi = momentum * v[i] + gi;
-        v[i] = vi;
-        w[i] -= lr * vi;
-    }
+    for (size_t i = 0; i < n; i++)
+        rm_e_sgd(&w[i], &v[i], g[i], lr, momentum, wd);
 }
 
 static void cpu_adam(float *restrict w, const float *restrict g, float *restrict m,
                      float *restrict v, size_t n, float lr, float b1, float b2, float eps, float wd,
                      float bc1, float bc2)
 {
-    float inv_bc1 = 1.0f / bc1, inv_sqrt_bc2 = 1.0f / sqrtf(bc2);
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i] + wd * w[i];
-        float mi = b1 * m[i] + (1.0f - b1) * gi;
-        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        w[i] -= lr * (mi * inv_bc1) / (sqrtf(vi) * inv_sqrt_bc2 + eps);
-    }
+    float inv_bc1, inv_sqrt_bc2;
+    rm_e_adam_corrections(bc1, bc2, &inv_bc1, &inv_sqrt_bc2);
+    for (size_t i = 0; i < n; i++)
+        rm_e_adam(&w[i], &m[i], &v[i], g[i], lr, b1, b2, eps, wd, inv_bc1, inv_sqrt_bc2);
 }
 
 static void cpu_adagrad(float *restrict w, const float *restrict g, float *restrict s, size_t n,
                         float lr, float eps, float wd)
 {
-    for (size_t i = 0; i < n; i++) {
-        float gi = g[i] + wd * w[i];
-        float si = s[i] + gi * gi;
-        s[i] = si;
-        w[i] -= lr * gi / (sqrtf(si) + eps);
-    }
+    for (size_t i = 0; i < n; i++)
+        rm_e_adagrad(&w[i], &s[i], g[i], lr, eps, wd);
 }
 
 static void cpu_scale(float *restrict x, size_t n, float a)
@@ -181,10 +182,12 @@ static void cpu_unscale_check_finite(float *restrict x, size_t n, float inv_scal
                                      int32_t *found_inf)
 {
     int bad = 0;
-    for (size_t i = 0; i < n; i++) {
-        float v = x[i] * inv_scale;
-        x[i] = v;
-        bad |= !isfinite(v);
+    if (inv_scale == 1.0f) {   /* check only (fp32/bf16): a read pass, no writes */
+        for (size_t i = 0; i < n; i++)
+            bad |= !isfinite(x[i]);
+    } else {
+        for (size_t i = 0; i < n; i++)
+            bad |= rm_e_unscale_check(&x[i], inv_scale);
     }
     if (bad)
         *found_inf = 1;
@@ -200,6 +203,7 @@ static const rm_kernels cpu_table = {
     .d2h = cpu_copy,
     .d2d = cpu_copy,
     .sync = cpu_sync,
+    .check = cpu_check,
     .gemm = cpu_gemm,
     .bias_act_fwd = cpu_bias_act_fwd,
     .bias_act_bwd = cpu_bias_act_bwd,

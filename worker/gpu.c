@@ -1,6 +1,7 @@
-/* gpu.c — the device-independent half of worker/gpu.h: GPU requirement checks,
- * bf16/fp16 conversions and the dynamic loss scaler. Compiled into every build (with or without CUDA)
- * so that all of it is unit-tested on CPU-only machines (tests/unit/test_gpu_cpu.c).
+/* gpu.c — worker/gpu.h: GPU requirement checks, the local rank -> device rule, bf16/fp16
+ * conversions, the dynamic loss scaler and the per-step finish. Compiled into every build (with or
+ * without CUDA; the device itself is kernels/kernels_cuda.h's) so that all of it is unit-tested on
+ * CPU-only machines (tests/unit/test_gpu_cpu.c).
  *
  * The conversions are written on the IEEE bit patterns (no hardware half type) and are bit-exact with
  * CUDA's __float2bfloat16_rn / __float2half_rn, which is what the GPU kernels use; the GPU tests compare
@@ -19,21 +20,6 @@ bool rm_job_needs_gpu(rm_backend resolved, rm_precision prec)
     return resolved == RM_BACKEND_NCCL || prec == RM_PREC_BF16 || prec == RM_PREC_FP16;
 }
 
-const char *rm_precision_str(rm_precision p)
-{
-    switch (p) {
-    case RM_PREC_FP32: return "fp32";
-    case RM_PREC_BF16: return "bf16";
-    case RM_PREC_FP16: return "fp16";
-    }
-    return "unknown";
-}
-
-size_t rm_precision_size(rm_precision p)
-{
-    return p == RM_PREC_FP32 ? 4 : 2;
-}
-
 int rm_gpu_require(rm_backend resolved, rm_precision prec, rm_err *err)
 {
     if (!rm_job_needs_gpu(resolved, prec))
@@ -49,6 +35,47 @@ int rm_gpu_require(rm_backend resolved, rm_precision prec, rm_err *err)
     if (rm_gpu_available(why, sizeof why))
         return RM_OK;
     return rm_errf(err, RM_EUNSUPPORTED, "%s needs a GPU: %s", what, why);
+}
+
+/* ---------------- device choice ---------------- */
+
+int rm_gpu_pick(int local_rank, int local_world, int visible, int *device, rm_err *err)
+{
+    if (local_rank < 0)
+        return rm_errf(err, RM_EINVAL, "LOCAL_RANK=%d: must be >= 0", local_rank);
+    if (visible <= 0)
+        return rm_errf(err, RM_EUNSUPPORTED, "no GPU visible");
+    if (local_world > visible || local_rank >= visible)
+        return rm_errf(err, RM_EINVAL,
+                       "%d local workers (LOCAL_RANK=%d, LOCAL_WORLD_SIZE=%d) but only %d GPU%s "
+                       "visible: each worker on a host needs its own GPU (fewer replicas per host, "
+                       "more GPUs, or CUDA_VISIBLE_DEVICES)",
+                       local_world > local_rank + 1 ? local_world : local_rank + 1, local_rank,
+                       local_world, visible, visible == 1 ? "" : "s");
+    if (local_world > 0 && local_rank >= local_world)
+        return rm_errf(err, RM_EINVAL, "LOCAL_RANK=%d outside LOCAL_WORLD_SIZE=%d", local_rank,
+                       local_world);
+    *device = local_rank;
+    return RM_OK;
+}
+
+int rm_gpu_select(int local_rank, int *device, char *name, size_t cap, rm_err *err)
+{
+    int visible = 0, dev = -1;
+    const char *lw = getenv("LOCAL_WORLD_SIZE");
+    int local_world = lw && *lw ? atoi(lw) : 0;
+    if (device)
+        *device = -1;
+    int rc = rm_cuda_device_count(&visible, err);
+    if (rc != RM_OK)
+        return rc;
+    rc = rm_gpu_pick(local_rank, local_world, visible, &dev, err);
+    if (rc != RM_OK)
+        return rc;
+    rc = rm_cuda_use_device(dev, name, cap, err);
+    if (rc == RM_OK && device)
+        *device = dev;
+    return rc;
 }
 
 /* ---------------- conversions ---------------- */
@@ -178,7 +205,8 @@ bool rm_loss_scaler_update(rm_loss_scaler *s, bool found_inf)
     if (found_inf) {
         s->skipped++;
         if (s->enabled) {
-            s->scale *= s->backoff_factor;
+            float backed = s->scale * s->backoff_factor;
+            s->scale = backed >= RM_SCALER_MIN_SCALE ? backed : RM_SCALER_MIN_SCALE;
             s->growth_tracker = 0;
         }
         return false;
@@ -198,7 +226,7 @@ void rm_loss_scaler_restore(rm_loss_scaler *s, float scale, int growth_tracker)
 {
     if (!s->enabled)
         return;
-    if (isfinite(scale) && scale > 0.0f)
+    if (isfinite(scale) && scale >= RM_SCALER_MIN_SCALE)
         s->scale = scale;
     if (growth_tracker >= 0 && growth_tracker < s->growth_interval)
         s->growth_tracker = growth_tracker;
@@ -217,17 +245,15 @@ int rm_amp_init(rm_amp *a, const rm_kernels *k, rm_precision prec, rm_err *err)
     a->prec = prec;
     rm_loss_scaler_init(&a->scaler, prec);
     if (k->name && !strcmp(k->name, "cuda")) {
-        int rc = rm_gpu_set_precision(prec, err);
+        int rc = rm_cuda_set_precision(prec, err);
         if (rc != RM_OK)
             return rc;
     }
-    if (a->scaler.enabled) {
-        if (!k->unscale_check_finite)
-            return rm_errf(err, RM_EUNSUPPORTED, "amp: the %s table cannot unscale gradients", k->name);
-        a->flag = k->alloc(sizeof(int32_t));
-        if (!a->flag)
-            return rm_errf(err, RM_ENOMEM, "amp: out of device memory for the overflow flag");
-    }
+    if (!k->unscale_check_finite)
+        return rm_errf(err, RM_EUNSUPPORTED, "amp: the %s table cannot check gradients", k->name);
+    a->flag = k->alloc(sizeof(int32_t));
+    if (!a->flag)
+        return rm_errf(err, RM_ENOMEM, "amp: out of device memory for the overflow flag");
     return RM_OK;
 }
 
@@ -239,17 +265,25 @@ float rm_amp_loss_scale(const rm_amp *a)
 int rm_amp_finish(rm_amp *a, float *grads, size_t n, const rm_comm_ops *ops, rm_comm *comm,
                   bool *apply, rm_err *err)
 {
-    *apply = true;
-    if (!a->scaler.enabled)
-        return RM_OK;
-    *apply = false;   /* on any error below the step is not applied */
-    int32_t local = 0;
-    a->k->memset0(a->flag, sizeof(int32_t));
-    a->k->unscale_check_finite(grads, n, rm_loss_scaler_inv_scale(&a->scaler), a->flag);
-    a->k->d2h(&local, a->flag, sizeof local);
+    const rm_kernels *k = a->k;
+    int32_t local = -1;   /* what a failed d2h leaves too: counts as overflow, never as "fine" */
+    int rc;
+    *apply = false;       /* on any error below the step is not applied */
+    if ((rc = k->memset0(a->flag, sizeof(int32_t))) != RM_OK) {
+        int crc = k->check(err);
+        return crc != RM_OK ? crc : rm_errf(err, rc, "amp: resetting the overflow flag failed");
+    }
+    k->unscale_check_finite(grads, n, rm_loss_scaler_inv_scale(&a->scaler), a->flag);
+    rc = k->d2h(&local, a->flag, sizeof local);
+    /* any CUDA/cuBLAS error since the last step, this step's forward and backward included */
+    int crc = k->check(err);
+    if (crc != RM_OK)
+        return crc;
+    if (rc != RM_OK)
+        return rm_errf(err, rc, "amp: reading the overflow flag failed");
     float v = rm_loss_scaler_flag_value(local != 0);
     if (ops && comm) {
-        int rc = ops->allreduce(comm, &v, 1, RM_DT_F32, RM_OP_SUM, err);
+        rc = ops->allreduce(comm, &v, 1, RM_DT_F32, RM_OP_SUM, err);
         if (rc != RM_OK)
             return rc;
     }
@@ -257,8 +291,12 @@ int rm_amp_finish(rm_amp *a, float *grads, size_t n, const rm_comm_ops *ops, rm_
     *apply = rm_loss_scaler_update(&a->scaler, overflow);
     if (!*apply && a->scaler.skipped > a->skipped_logged) {
         a->skipped_logged = a->scaler.skipped;
-        rm_info("fp16 overflow: step skipped, loss scale now %g skipped=%lld local=%d",
-                (double)a->scaler.scale, (long long)a->scaler.skipped, (int)(local != 0));
+        if (a->scaler.enabled)
+            rm_info("fp16 overflow: step skipped, loss scale now %g skipped=%lld local=%d",
+                    (double)a->scaler.scale, (long long)a->scaler.skipped, (int)(local != 0));
+        else
+            rm_warn("non-finite gradients: step skipped precision=%s skipped=%lld local=%d",
+                    rm_precision_str(a->prec), (long long)a->scaler.skipped, (int)(local != 0));
     }
     return RM_OK;
 }

@@ -803,9 +803,14 @@ static int ckpt_write(trainer *t, rm_err *err)
         for (int i = 0; i < t->opt.nstate; i++)
             segs[nseg++] = (rm_ckpt_seg){t->opt.state[i], n};
     } else {
-        t->k->d2h(t->host_stage, t->m.params, n);
-        for (int i = 0; i < t->opt.nstate; i++)
-            t->k->d2h((char *)t->host_stage + (size_t)(1 + i) * n, t->opt.state[i], n);
+        /* after a device fault the reads fail (0xff-filled): never write that as a checkpoint */
+        int drc = t->k->d2h(t->host_stage, t->m.params, n);
+        for (int i = 0; drc == RM_OK && i < t->opt.nstate; i++)
+            drc = t->k->d2h((char *)t->host_stage + (size_t)(1 + i) * n, t->opt.state[i], n);
+        if (drc != RM_OK) {
+            int crc = t->k->check(err);
+            return crc != RM_OK ? crc : rm_errf(err, drc, "checkpoint: reading the weights failed");
+        }
         segs[nseg++] = (rm_ckpt_seg){t->host_stage, (size_t)(1 + t->opt.nstate) * n};
     }
     char path[4200];
@@ -1229,8 +1234,8 @@ static int step_once(trainer *t, rm_err *err)
         rm_model_backward(&t->m, t->B, inv_batch, NULL, NULL);
     }
     bool apply = true;
-    int rc = rm_amp_finish(&t->amp, t->m.grads, t->m.layout.total, t->world > 1 ? t->ops : NULL,
-                           t->world > 1 ? t->comm : NULL, &apply, err);
+    /* no flag agreement: the allreduced gradients are the same on every rank (worker/gpu.h) */
+    int rc = rm_amp_finish(&t->amp, t->m.grads, t->m.layout.total, NULL, NULL, &apply, err);
     if (rc)
         return rc;
     double epos = t->train_epoch + (double)t->data_pos / t->tr.n;

@@ -13,6 +13,7 @@
 # (dense bf16 peak for the % column; default 989 = H100 SXM; H200 has the same 989),
 # STEPS (default 100).
 set -euo pipefail
+unset RINGMASTER_CUDA_SYNC_CHECK   # a debug mode: it would time synchronisations, not kernels
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
 RM_BIN=${RM_BIN:-$root/bin}
@@ -31,8 +32,7 @@ libs=$(make -s --no-print-directory --eval 'rm-print-libs: ; @echo $(LIBS)' rm-p
 for p in step_bench nccl_bench gemm_ceiling; do
   cc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Wno-unused-parameter -I. -I"$CUDA_HOME/include" \
      -DRM_HAVE_CUDA=1 -pthread "bench/gpu/$p.c" -o "$out/$p" \
-     -Wl,--start-group build/release/libworker.a build/release/libkernels.a build/release/libcommon.a \
-     -Wl,--end-group $libs
+     build/release/libworker.a build/release/libkernels.a build/release/libcommon.a $libs
 done
 echo "built $out/{step_bench,nccl_bench,gemm_ceiling}"
 
@@ -45,7 +45,7 @@ driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n1)
 py=${PYTHON:-}
 if [ -z "$py" ]; then
   for cand in python3 /usr/bin/python3; do
-    if "$cand" -c 'import torch,sys; sys.exit(0 if torch.__version__[0] >= "2" and torch.cuda.is_available() else 1)' 2>/dev/null; then
+    if "$cand" -c 'import torch,sys; sys.exit(0 if int(torch.__version__.split(".")[0]) >= 2 and torch.cuda.is_available() else 1)' 2>/dev/null; then
       py=$cand; break
     fi
   done

@@ -63,7 +63,7 @@ int main(int argc, char **argv)
     }
     rm_err e = {0};
     const rm_kernels *k = rm_kernels_cuda();
-    if (!k || rm_gpu_set_precision(prec, &e) != RM_OK) {
+    if (!k || rm_cuda_set_precision(prec, &e) != RM_OK) {
         fprintf(stderr, "CUDA table: %s\n", e.msg);
         return 1;
     }
@@ -109,7 +109,7 @@ int main(int argc, char **argv)
     double dt = (now_s() - t0) / (steps > 0 ? steps : 1);
     float loss = 0;
     k->d2h(&loss, m.loss_sum, sizeof loss);
-    if (rm_gpu_check(&e) != RM_OK) {
+    if (rm_cuda_check(&e) != RM_OK) {
         fprintf(stderr, "CUDA error: %s\n", e.msg);
         return 1;
     }

@@ -80,8 +80,13 @@ def main():
     if not torch.cuda.is_available():
         print("SKIP: no GPU present (torch.cuda.is_available() is False)")
         return 0
-    torch.backends.cuda.matmul.allow_tf32 = True
-    torch.backends.cudnn.allow_tf32 = True
+    # TF32 for fp32 matmuls, as ringmaster does. PyTorch >= 2.9 (2.11 is the peer) spells it
+    # fp32_precision and deprecates allow_tf32; older versions only have allow_tf32.
+    mm = torch.backends.cuda.matmul
+    if hasattr(mm, "fp32_precision"):
+        mm.fp32_precision = "tf32"
+    else:
+        mm.allow_tf32 = True
     hidden = [int(h) for h in args.hidden.split(",") if h]
     for mode in args.modes.split(","):
         try:

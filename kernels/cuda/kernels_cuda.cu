@@ -1,22 +1,33 @@
-/* kernels_cuda.cu — the CUDA implementation of the rm_kernels table (kernels/kernels.h): cuBLAS
- * matrix products and hand-written kernels for the rest of a training step.
+/* kernels_cuda.cu — the CUDA implementation of the rm_kernels table (kernels/kernels.h) and of
+ * kernels/kernels_cuda.h: cuBLAS matrix products and hand-written kernels for the rest of a step.
  *
  * Design:
  *  - The table has no context argument, so its state (device, one non-blocking compute stream, the
- *    cuBLAS handle and workspace, gemm scratch, a deterministic-reduction scratch, the first error)
- *    lives in ONE file-static struct, `g_cuda`, created by the first rm_kernels_cuda() call
- *    (pthread_once) on the device current at that time. Nothing runs at program start.
+ *    cuBLAS handle and workspace, gemm scratch, reduction scratch, the first error) lives in ONE
+ *    file-static struct, `g_cuda`, created by the first successful rm_kernels_cuda() call on the
+ *    device current at that time (the worker picks it first: worker/gpu.h rm_gpu_select). A failed
+ *    initialisation releases what it made, records why (rm_cuda_init_error) and is retried by the
+ *    next call. Nothing runs at program start.
+ *  - Initialisation probes that this binary holds a kernel image for the device
+ *    (cudaFuncGetAttributes); without one it fails naming the GPU's sm_XY and the built list, instead
+ *    of every launch failing later while cuBLAS and NCCL still run.
  *  - Every entry is issued on that stream, so entries are ordered as the header promises. d2h and
  *    sync wait on the stream; nothing else blocks the host.
- *  - Entries return void: failures are logged with file:line, the first one is kept, and
- *    rm_gpu_check() (worker/gpu.h) reports it.
+ *  - Errors: compute entries return void like launches; a failure is logged with file:line and the
+ *    kernel or call, the first one is kept, and check() returns it (and any device fault, through a
+ *    non-blocking cudaStreamQuery). Memory entries return the first pending error; a failed d2h
+ *    fills the host buffer with 0xff (NaN / -1) so no stale 0 is ever read as a result.
+ *    RINGMASTER_CUDA_SYNC_CHECK=1 synchronises after every launch to name a faulting kernel.
+ *  - Per-element math is kernels/elem.h, launch shapes kernels/plan.h, reduction phases
+ *    kernels/reduce.h: the same functions the CPU table and the CPU tests run.
  *  - Reductions are deterministic (fixed partition and order; no float atomics), so two runs of the
  *    same step give the same bits; integer counts use atomics (exact).
  *  - gemm: fp32 uses TF32 tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32) unless NVIDIA_TF32_OVERRIDE=0
- *    or RM_CUDA_TF32=0; with rm_gpu_set_precision(bf16|fp16) the inputs are rounded (RNE, the same
+ *    or RM_CUDA_TF32=0; with rm_cuda_set_precision(bf16|fp16) the inputs are rounded (RNE, the same
  *    bits as worker/gpu.c's rm_f32_to_bf16/f16) into scratch and multiplied with fp32 accumulation
- *    into the fp32 output. The scratch grows to the largest shape seen (first step only), so steady
- *    state allocates nothing.
+ *    into the fp32 output. Scratch grows to the largest shape seen (first step only) with the
+ *    stream-ordered allocator (cudaMallocAsync/cudaFreeAsync): no device-wide synchronisation while
+ *    an NCCL kernel may be running on the communication stream. Steady state allocates nothing.
  * Oracles: kernels/kernels_cpu.c (the CPU table) and worker/gpu.c (conversions); see tests/gpu/. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -28,37 +39,56 @@
 
 #include "kernels/cuda/gemm_map.h"
 #include "kernels/cuda/rm_cuda.h"
+#include "kernels/elem.h"
 #include "kernels/kernels.h"
-#include "worker/gpu.h"
+#include "kernels/kernels_cuda.h"
+#include "kernels/plan.h"
+#include "kernels/reduce.h"
+
+#define RM_STR2(...) #__VA_ARGS__
+#define RM_STR(...) RM_STR2(__VA_ARGS__)
+#ifdef __CUDA_ARCH_LIST__
+#define RM_BUILT_ARCHS RM_STR(__CUDA_ARCH_LIST__)
+#else
+#define RM_BUILT_ARCHS "unknown"
+#endif
 
 namespace {
 
-constexpr int kThreads = 256;
-constexpr int kMaxPartials = 256;          /* softmax-xent blocks (and partial loss sums) */
+constexpr int kThreads = RM_PLAN_THREADS;
+constexpr int kMaxPartials = RM_PLAN_MAX_PARTIALS;
+constexpr int kBwdCols = RM_PLAN_BWD_COLS, kBwdLanes = RM_PLAN_BWD_LANES;
 constexpr size_t kBlasWorkspace = 32u << 20;
+constexpr unsigned kFullMask = 0xffffffffu;
+static_assert(kThreads % RM_WARP == 0 && kThreads / RM_WARP <= RM_WARP, "row kernels: whole warps");
+static_assert((kMaxPartials & (kMaxPartials - 1)) == 0, "k_sum_partials: a power-of-two tree");
+static_assert((kBwdLanes & (kBwdLanes - 1)) == 0 && kBwdCols == RM_WARP, "k_bias_act_bwd block");
 
 struct cuda_ctx {
-    pthread_once_t once;
-    bool ok;
-    int device;
-    int sms;
-    cudaStream_t stream;
-    cublasHandle_t blas;
-    void *blas_ws;
-    bool tf32;
-    rm_precision prec;
-    uint16_t *scratch_a, *scratch_b;       /* gemm inputs rounded to bf16/fp16 */
-    size_t cap_a, cap_b;                   /* elements */
-    float *partials;                       /* [kMaxPartials] softmax-xent loss partial sums */
-    float *bwd_part;                       /* [chunks x cols] bias-gradient partial sums */
-    size_t cap_part;                       /* floats */
-    pthread_mutex_t err_mu;
-    rm_err first_err;                      /* code 0 = none */
+    pthread_mutex_t init_mu = PTHREAD_MUTEX_INITIALIZER;   /* serialises (re)initialisation */
+    int ok = 0;                        /* 1 once initialised (atomic; read without init_mu) */
+    char init_why[512] = "";           /* why the last initialisation failed */
+    int device = 0;
+    int sms = 0;
+    bool sync_check = false;           /* RINGMASTER_CUDA_SYNC_CHECK=1 */
+    cudaStream_t stream = nullptr;
+    cublasHandle_t blas = nullptr;
+    void *blas_ws = nullptr;
+    bool tf32 = true;
+    rm_precision prec = RM_PREC_FP32;
+    uint16_t *scratch_a = nullptr, *scratch_b = nullptr;   /* gemm inputs rounded to bf16/fp16 */
+    size_t cap_a = 0, cap_b = 0;                           /* elements */
+    float *partials = nullptr;         /* [kMaxPartials] softmax-xent loss partial sums */
+    float *bwd_part = nullptr;         /* [chunks x cols] bias-gradient partial sums */
+    size_t cap_part = 0;               /* floats */
+    pthread_mutex_t err_mu = PTHREAD_MUTEX_INITIALIZER;
+    rm_err first_err = {};             /* code 0 = none */
 };
 
-cuda_ctx g_cuda = {PTHREAD_ONCE_INIT, false, 0, 0, nullptr, nullptr, nullptr, true, RM_PREC_FP32,
-                   nullptr, nullptr, 0, 0, nullptr, nullptr, 0, PTHREAD_MUTEX_INITIALIZER,
-                   {0, {0}, {0}}};
+cuda_ctx g_cuda;
+
+int cuda_code(cudaError_t e) { return e == cudaErrorMemoryAllocation ? RM_ENOMEM : RM_EIO; }
+int cublas_code(cublasStatus_t s) { return s == CUBLAS_STATUS_ALLOC_FAILED ? RM_ENOMEM : RM_EIO; }
 
 void note_error(const char *file, int line, int code, const char *what, const char *msg)
 {
@@ -69,51 +99,67 @@ void note_error(const char *file, int line, int code, const char *what, const ch
     pthread_mutex_unlock(&g_cuda.err_mu);
 }
 
-#define KCHECK(call)                                                                          \
-    do {                                                                                      \
-        cudaError_t ce_ = (call);                                                             \
-        if (ce_ != cudaSuccess) {                                                             \
-            (void)cudaGetLastError();                                                         \
-            note_error(__FILE__, __LINE__, ce_ == cudaErrorMemoryAllocation ? RM_ENOMEM : RM_EIO, \
-                       #call, cudaGetErrorString(ce_));                                       \
-        }                                                                                     \
-    } while (0)
-/* a launch error (bad configuration) shows at once; execution errors show at the next sync */
-#define KLAUNCHED(name) KCHECK(cudaGetLastError())
+int pending_code(void)
+{
+    pthread_mutex_lock(&g_cuda.err_mu);
+    int c = g_cuda.first_err.code;
+    pthread_mutex_unlock(&g_cuda.err_mu);
+    return c;
+}
+
+/* Records a failed call; returns its RM_E* code (RM_OK on success). */
+int kcheck(const char *file, int line, cudaError_t e, const char *what)
+{
+    if (e == cudaSuccess)
+        return RM_OK;
+    (void)cudaGetLastError();
+    note_error(file, line, cuda_code(e), what, cudaGetErrorString(e));
+    return cuda_code(e);
+}
+#define KCHECK(call) kcheck(__FILE__, __LINE__, (call), #call)
+
+/* After a launch: a launch error (bad configuration, no kernel image) shows at once; an execution
+ * error shows at the next synchronisation, which sync-check mode does right here to name it. */
+void sync_checked(const char *file, int line, const char *name)
+{
+    if (!g_cuda.sync_check)
+        return;
+    cudaError_t e = cudaStreamSynchronize(g_cuda.stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        char what[96];
+        snprintf(what, sizeof what, "%s (RINGMASTER_CUDA_SYNC_CHECK)", name);
+        note_error(file, line, cuda_code(e), what, cudaGetErrorString(e));
+    }
+}
+
+void launched(const char *file, int line, const char *name)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+        note_error(file, line, cuda_code(e), name, cudaGetErrorString(e));
+        return;
+    }
+    sync_checked(file, line, name);
+}
+#define KLAUNCHED(name) launched(__FILE__, __LINE__, "launch " name)
+/* cuBLAS launches its own kernels: in sync-check mode, name the call that ran them */
+#define KSYNCED(name) sync_checked(__FILE__, __LINE__, name)
+
 #define BCHECK(call)                                                                          \
     do {                                                                                      \
         cublasStatus_t bs_ = (call);                                                          \
         if (bs_ != CUBLAS_STATUS_SUCCESS)                                                     \
-            note_error(__FILE__, __LINE__, RM_EIO, #call, rm_cublas_status_str((int)bs_));    \
+            note_error(__FILE__, __LINE__, cublas_code(bs_), #call,                           \
+                       rm_cublas_status_str((int)bs_));                                       \
     } while (0)
 
-unsigned grid_for(size_t n)
-{
-    size_t blocks = (n + kThreads - 1) / kThreads;
-    size_t cap = (size_t)(g_cuda.sms > 0 ? g_cuda.sms : 80) * 16;
-    if (blocks > cap)
-        blocks = cap;
-    return blocks ? (unsigned)blocks : 1u;
-}
+unsigned grid_for(size_t n) { return rm_plan_grid1d(n, g_cuda.sms); }
 
-/* Rows x columns launch shape: enough column blocks to cover a row (capped), then rows so that the
- * whole grid is about 16 blocks per SM. */
 dim3 grid_2d(int rows, int cols_work)
 {
-    int gx = (cols_work + kThreads - 1) / kThreads;
-    if (gx > 64)
-        gx = 64;
-    if (gx < 1)
-        gx = 1;
-    int want = (g_cuda.sms > 0 ? g_cuda.sms : 80) * 16;
-    int gy = want / gx;
-    if (gy > rows)
-        gy = rows;
-    if (gy > 65535)
-        gy = 65535;
-    if (gy < 1)
-        gy = 1;
-    return dim3((unsigned)gx, (unsigned)gy);
+    rm_plan2d p = rm_plan_grid2d(rows, cols_work, g_cuda.sms);
+    return dim3(p.gx, p.gy);
 }
 
 /* ------------------------------------------------------------------ elementwise kernels */
@@ -123,44 +169,31 @@ __global__ void k_bias_act_fwd(float *y, const float *__restrict__ b, int rows, 
 {
     for (int r = blockIdx.y; r < rows; r += gridDim.y) {
         float *yr = y + (size_t)r * cols;
-        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x) {
-            float v = yr[c] + b[c];
-            if (act == RM_ACT_RELU)
-                v = v > 0.0f ? v : 0.0f;   /* NaN -> 0, as the C table */
-            yr[c] = v;
-        }
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < cols; c += gridDim.x * blockDim.x)
+            yr[c] = rm_e_bias_act(yr[c], b[c], act);
     }
 }
 
-/* Block (32 columns x 16 row lanes) over one chunk of rows (blockIdx.y): applies the activation's
- * derivative to dY and sums each column of the chunk in a fixed order (lane-strided partial sums,
- * then a fixed tree). With one chunk the sum goes straight to db; otherwise to partials
- * [chunk][cols], which k_sum_chunks adds in chunk order: deterministic either way. */
-constexpr int kBwdCols = 32, kBwdLanes = 16;
-__global__ void k_bias_act_bwd(float *dy, const float *__restrict__ y, float *out, int rows, int cols,
-                               int act, int rows_per_chunk)
+/* Block (32 columns x 16 row lanes) over one chunk of rows (blockIdx.y): the lane phase
+ * (rm_bwd_lane_sum: activation derivative, lane-strided sums in row order), then a fixed tree over
+ * the 16 row lanes in shared memory. With one chunk the sum goes straight to db; otherwise to
+ * partials [chunk][cols], which k_sum_chunks adds in chunk order: deterministic either way. */
+__global__ void k_bias_act_bwd(float *dy, const float *y, float *out, int rows, int cols, int act,
+                               int rows_per_chunk)
 {
     __shared__ float part[kBwdLanes][kBwdCols + 1];
     int c = blockIdx.x * kBwdCols + threadIdx.x;
-    int r0 = blockIdx.y * rows_per_chunk;
-    int r1 = min(rows, r0 + rows_per_chunk);
+    int r0, r1;
+    rm_plan_chunk_rows((int)blockIdx.y, rows_per_chunk, rows, &r0, &r1);
     float sum = 0.0f;
-    if (c < cols) {
-        for (int r = r0 + threadIdx.y; r < r1; r += kBwdLanes) {
-            size_t i = (size_t)r * cols + c;
-            float g = dy[i];
-            if (act == RM_ACT_RELU && !(y[i] > 0.0f)) {
-                g = 0.0f;
-                dy[i] = 0.0f;
-            }
-            sum += g;
-        }
-    }
+    if (c < cols)
+        sum = rm_bwd_lane_sum(dy, y, cols, c, r0, r1, (int)threadIdx.y, kBwdLanes, act);
     part[threadIdx.y][threadIdx.x] = sum;
     __syncthreads();
-    for (int s = kBwdLanes / 2; s > 0; s >>= 1) {
-        if (threadIdx.y < s)
-            part[threadIdx.y][threadIdx.x] += part[threadIdx.y + s][threadIdx.x];
+    for (int s = 0; rm_tree_offset(kBwdLanes, s) > 0; s++) {
+        int o = rm_tree_offset(kBwdLanes, s);
+        if ((int)threadIdx.y < o)
+            part[threadIdx.y][threadIdx.x] += part[threadIdx.y + o][threadIdx.x];
         __syncthreads();
     }
     if (threadIdx.y == 0 && c < cols)
@@ -179,49 +212,41 @@ __global__ void k_sum_chunks(const float *__restrict__ partials, int chunks, int
 
 __device__ __forceinline__ float warp_max(float v)
 {
-    for (int o = 16; o > 0; o >>= 1)
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    for (int s = 0; s < RM_WARP_STEPS; s++)
+        v = fmaxf(v, __shfl_xor_sync(kFullMask, v, rm_xor_offset(s)));
     return v;
 }
 
 __device__ __forceinline__ float warp_sum(float v)
 {
-    for (int o = 16; o > 0; o >>= 1)
-        v += __shfl_xor_sync(0xffffffffu, v, o);
+    for (int s = 0; s < RM_WARP_STEPS; s++)
+        v += __shfl_xor_sync(kFullMask, v, rm_xor_offset(s));
     return v;
 }
 
-/* One warp per row. Loss partial per block (fixed order), summed by k_sum_partials. */
+/* One warp per row (phases: lane max, warp max, lane sum of exp, warp sum, row loss, gradients).
+ * Loss partial per block (warps in order), summed by k_sum_partials. Launched with kThreads. */
 __global__ void k_softmax_xent(const float *logits, const int32_t *__restrict__ labels, int rows,
                                int classes, float inv_batch, float *dlogits, float *partials)
 {
-    __shared__ float wsum[kThreads / 32];
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int warps_per_block = blockDim.x >> 5;
+    __shared__ float wsum[kThreads / RM_WARP];
+    int lane = threadIdx.x & (RM_WARP - 1), warp = threadIdx.x / RM_WARP;
+    int warps_per_block = kThreads / RM_WARP;
     float acc = 0.0f;
     for (int r = blockIdx.x * warps_per_block + warp; r < rows; r += gridDim.x * warps_per_block) {
         const float *x = logits + (size_t)r * classes;
         float *d = dlogits + (size_t)r * classes;
-        float m = -INFINITY;
-        for (int j = lane; j < classes; j += 32)
-            m = fmaxf(m, x[j]);
-        m = warp_max(m);
-        float s = 0.0f;
-        for (int j = lane; j < classes; j += 32)
-            s += expf(x[j] - m);
-        s = warp_sum(s);
+        float m = warp_max(rm_xent_lane_max(x, classes, lane));
+        float s = warp_sum(rm_xent_lane_sumexp(x, classes, lane, m));
         int label = labels[r];
-        float xl = (label >= 0 && label < classes) ? x[label] : NAN;
-        float lse = logf(s);
+        float loss = rm_xent_row_loss(x, classes, label, m, s);
         float inv_s = 1.0f / s;
         __syncwarp();
-        /* dlogits may alias logits: every lane has read what it needs (m, s, xl) first */
-        for (int j = lane; j < classes; j += 32) {
-            float p = expf(x[j] - m) * inv_s;
-            d[j] = (p - (j == label ? 1.0f : 0.0f)) * inv_batch;
-        }
+        /* dlogits may alias logits: every lane has read what it needs (m, s, x[label]) first */
+        for (int j = lane; j < classes; j += RM_WARP)
+            d[j] = rm_xent_grad_at(x, j, label, m, inv_s, inv_batch);
         if (lane == 0)
-            acc += lse - (xl - m);
+            acc += loss;
     }
     if (lane == 0)
         wsum[warp] = acc;
@@ -234,13 +259,15 @@ __global__ void k_softmax_xent(const float *logits, const int32_t *__restrict__ 
     }
 }
 
+/* Launched with kMaxPartials threads; slots >= n are 0, never read from the buffer. */
 __global__ void k_sum_partials(const float *partials, int n, float *out)
 {
     __shared__ float s[kMaxPartials];
     int t = threadIdx.x;
     s[t] = t < n ? partials[t] : 0.0f;
     __syncthreads();
-    for (int k = kMaxPartials / 2; k > 0; k >>= 1) {
+    for (int st = 0; rm_tree_offset(kMaxPartials, st) > 0; st++) {
+        int k = rm_tree_offset(kMaxPartials, st);
         if (t < k)
             s[t] += s[t + k];
         __syncthreads();
@@ -249,82 +276,55 @@ __global__ void k_sum_partials(const float *partials, int n, float *out)
         *out = s[0];
 }
 
-/* One warp per row; first maximum (lowest index among equal maxima), as the C reference. */
+/* One warp per row; first maximum (lowest index among equal maxima) and the NaN rules of the C
+ * reference (kernels/reduce.h rm_argmax_*). Launched with kThreads. */
 __global__ void k_argmax_correct(const float *logits, const int32_t *__restrict__ labels, int rows,
                                  int classes, int32_t *correct)
 {
-    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int warps_per_block = blockDim.x >> 5;
+    int lane = threadIdx.x & (RM_WARP - 1), warp = threadIdx.x / RM_WARP;
+    int warps_per_block = kThreads / RM_WARP;
     int mine = 0;
     for (int r = blockIdx.x * warps_per_block + warp; r < rows; r += gridDim.x * warps_per_block) {
         const float *x = logits + (size_t)r * classes;
         float best = -INFINITY;
         int bi = classes;   /* "none yet" */
-        /* NaNs are skipped, except that a NaN in column 0 wins: exactly the C loop
-         * `best = 0; if (z[c] > z[best]) best = c;` */
-        for (int j = lane; j < classes; j += 32) {
-            float v = x[j];
-            if (!isnan(v) && (bi == classes || v > best)) {
-                best = v;
-                bi = j;
-            }
+        for (int j = lane; j < classes; j += RM_WARP)
+            rm_argmax_lane(&best, &bi, x[j], j, classes);
+        for (int s = 0; s < RM_WARP_STEPS; s++) {
+            float ob = __shfl_xor_sync(kFullMask, best, rm_xor_offset(s));
+            int oi = __shfl_xor_sync(kFullMask, bi, rm_xor_offset(s));
+            rm_argmax_merge(&best, &bi, ob, oi, classes);
         }
-        for (int o = 16; o > 0; o >>= 1) {
-            float ob = __shfl_xor_sync(0xffffffffu, best, o);
-            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
-            if (oi < classes && (bi == classes || ob > best || (ob == best && oi < bi))) {
-                best = ob;
-                bi = oi;
-            }
-        }
-        if (lane == 0) {
-            if (bi == classes || isnan(x[0]))
-                bi = 0;
-            if (bi == labels[r])
-                mine++;
-        }
+        if (lane == 0 && rm_argmax_final(bi, x[0], classes) == labels[r])
+            mine++;
     }
     if (lane == 0 && mine)
         atomicAdd(correct, mine);
 }
 
-/* Optimizers: the same formulas, in the same order, as kernels/kernels_cpu.c. */
+/* Optimizers: kernels/elem.h, the formulas the CPU table runs. */
 __global__ void k_sgd_momentum(float *w, const float *__restrict__ g, float *v, size_t n, float lr,
                                float momentum, float wd)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float gi = g[i] + wd * w[i];
-        float vi = momentum * v[i] + gi;
-        v[i] = vi;
-        w[i] -= lr * vi;
-    }
+         i += (size_t)gridDim.x * blockDim.x)
+        rm_e_sgd(&w[i], &v[i], g[i], lr, momentum, wd);
 }
 
 __global__ void k_adam(float *w, const float *__restrict__ g, float *m, float *v, size_t n, float lr,
-                       float b1, float b2, float eps, float wd, float bc1, float bc2)
+                       float b1, float b2, float eps, float wd, float inv_bc1, float inv_sqrt_bc2)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float gi = g[i] + wd * w[i];
-        float mi = b1 * m[i] + (1.0f - b1) * gi;
-        float vi = b2 * v[i] + (1.0f - b2) * gi * gi;
-        m[i] = mi;
-        v[i] = vi;
-        w[i] -= lr * (mi / bc1) / (sqrtf(vi / bc2) + eps);
-    }
+         i += (size_t)gridDim.x * blockDim.x)
+        rm_e_adam(&w[i], &m[i], &v[i], g[i], lr, b1, b2, eps, wd, inv_bc1, inv_sqrt_bc2);
 }
 
 __global__ void k_adagrad(float *w, const float *__restrict__ g, float *s, size_t n, float lr,
                           float eps, float wd)
 {
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float gi = g[i] + wd * w[i];
-        float si = s[i] + gi * gi;
-        s[i] = si;
-        w[i] -= lr * gi / (sqrtf(si) + eps);
-    }
+         i += (size_t)gridDim.x * blockDim.x)
+        rm_e_adagrad(&w[i], &s[i], g[i], lr, eps, wd);
 }
 
 __global__ void k_scale(float *x, size_t n, float a)
@@ -334,23 +334,20 @@ __global__ void k_scale(float *x, size_t n, float a)
         x[i] *= a;
 }
 
+/* Check before unscaling (rm_e_unscale_check); inv_scale 1 only reads. The block agrees through
+ * __syncthreads_or (no shared flag written by many threads). */
 __global__ void k_unscale_check(float *x, size_t n, float inv_scale, int32_t *found_inf)
 {
-    __shared__ int any;
-    if (threadIdx.x == 0)
-        any = 0;
-    __syncthreads();
     int bad = 0;
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x) {
-        float v = x[i] * inv_scale;
-        x[i] = v;
-        bad |= !isfinite(v);
+    size_t i0 = blockIdx.x * (size_t)blockDim.x + threadIdx.x, stride = (size_t)gridDim.x * blockDim.x;
+    if (inv_scale == 1.0f) {
+        for (size_t i = i0; i < n; i += stride)
+            bad |= !isfinite(x[i]);
+    } else {
+        for (size_t i = i0; i < n; i += stride)
+            bad |= rm_e_unscale_check(&x[i], inv_scale);
     }
-    if (bad)
-        any = 1;   /* benign race: every writer stores 1 */
-    __syncthreads();
-    if (threadIdx.x == 0 && any)
+    if (__syncthreads_or(bad) && threadIdx.x == 0)
         *found_inf = 1;
 }
 
@@ -450,53 +447,99 @@ void cu_free(void *p)
         KCHECK(cudaFree(p));
 }
 
-void cu_memset0(void *p, size_t bytes)
+/* RM_OK, this call's error, or the first error pending from an earlier entry. */
+int mem_result(int rc)
 {
-    if (bytes)
-        KCHECK(cudaMemsetAsync(p, 0, bytes, g_cuda.stream));
+    return rc != RM_OK ? rc : pending_code();
+}
+
+int cu_memset0(void *p, size_t bytes)
+{
+    int rc = bytes ? KCHECK(cudaMemsetAsync(p, 0, bytes, g_cuda.stream)) : RM_OK;
+    return mem_result(rc);
 }
 
 /* src may be reused on return: a pageable source is staged before cudaMemcpyAsync returns. */
-void cu_h2d(void *dst, const void *src, size_t bytes)
+int cu_h2d(void *dst, const void *src, size_t bytes)
 {
-    if (bytes)
-        KCHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_cuda.stream));
+    int rc = bytes ? KCHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_cuda.stream))
+                   : RM_OK;
+    return mem_result(rc);
 }
 
-void cu_d2h(void *dst, const void *src, size_t bytes)
+/* Waits for the stream. On any error — this copy, the wait (a fault in earlier work), or one
+ * pending from an earlier entry — dst gets 0xff bytes: never a stale or zero "result". */
+int cu_d2h(void *dst, const void *src, size_t bytes)
 {
+    int rc = RM_OK;
     if (bytes)
-        KCHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g_cuda.stream));
-    KCHECK(cudaStreamSynchronize(g_cuda.stream));
+        rc = KCHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, g_cuda.stream));
+    int wrc = KCHECK(cudaStreamSynchronize(g_cuda.stream));
+    if (rc == RM_OK)
+        rc = wrc;
+    rc = mem_result(rc);
+    if (rc != RM_OK && bytes)
+        memset(dst, 0xff, bytes);
+    return rc;
 }
 
-void cu_d2d(void *dst, const void *src, size_t bytes)
+int cu_d2d(void *dst, const void *src, size_t bytes)
 {
+    int rc = RM_OK;
     if (bytes && dst != src)
-        KCHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_cuda.stream));
+        rc = KCHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_cuda.stream));
+    return mem_result(rc);
 }
 
-void cu_sync(void)
+int cu_sync(void)
 {
-    KCHECK(cudaStreamSynchronize(g_cuda.stream));
+    return mem_result(KCHECK(cudaStreamSynchronize(g_cuda.stream)));
 }
 
-bool grow_scratch(uint16_t **p, size_t *cap, size_t need)
+/* Non-blocking: a device fault (sticky: every later call reports it) shows through the stream
+ * query; the first recorded error is returned and cleared. */
+int cu_check(rm_err *err)
 {
-    if (need <= *cap)
+    cudaError_t q = cudaStreamQuery(g_cuda.stream);
+    if (q != cudaSuccess && q != cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        note_error(__FILE__, __LINE__, cuda_code(q), "cudaStreamQuery (work queued earlier faulted)",
+                   cudaGetErrorString(q));
+    }
+    int rc = RM_OK;
+    pthread_mutex_lock(&g_cuda.err_mu);
+    if (g_cuda.first_err.code != 0) {
+        rc = g_cuda.first_err.code;
+        if (err)
+            *err = g_cuda.first_err;
+        memset(&g_cuda.first_err, 0, sizeof g_cuda.first_err);
+    }
+    pthread_mutex_unlock(&g_cuda.err_mu);
+    return rc;
+}
+
+/* Stream-ordered: the old buffer is freed after the work that reads it, the new one is usable by
+ * work queued after this call; neither synchronises the device. */
+bool grow_scratch(void **p, size_t *cap, size_t need_bytes, const char *what, bool required = true)
+{
+    if (need_bytes <= *cap)
         return true;
     if (*p)
-        KCHECK(cudaFree(*p));   /* synchronises the device: no gemm still reads the old one */
+        KCHECK(cudaFreeAsync(*p, g_cuda.stream));
     *p = nullptr;
     *cap = 0;
-    cudaError_t e = cudaMalloc((void **)p, need * sizeof(uint16_t));
+    cudaError_t e = cudaMallocAsync(p, need_bytes, g_cuda.stream);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
-        note_error(__FILE__, __LINE__, RM_ENOMEM, "cudaMalloc(gemm scratch)", cudaGetErrorString(e));
+        if (required)
+            note_error(__FILE__, __LINE__, RM_ENOMEM, what, cudaGetErrorString(e));
+        else
+            rm_log_write(RM_LOG_WARN, __FILE__, __LINE__, "CUDA scratch not grown call=\"%s\" "
+                         "err=\"%s\" (falling back)", what, cudaGetErrorString(e));
         *p = nullptr;
         return false;
     }
-    *cap = need;
+    *cap = need_bytes;
     return true;
 }
 
@@ -513,10 +556,19 @@ void cast_2d(bool bf, const float *src, int ld, int rows, int cols, uint16_t *ds
         k_cast_2d<false, true><<<g, kThreads, 0, st>>>(src, ld, rows, cols, dst);
     else
         k_cast_2d<false, false><<<g, kThreads, 0, st>>>(src, ld, rows, cols, dst);
+    KLAUNCHED("k_cast_2d");
+}
+
+/* A gemm that cannot run leaves C all NaN (0xff bytes), so nothing downstream mistakes the old C
+ * for a result; the error itself is recorded for check(). */
+void poison_c(float *c, int m, int n, int ldc)
+{
+    KCHECK(cudaMemset2DAsync(c, (size_t)ldc * sizeof(float), 0xff, (size_t)n * sizeof(float),
+                             (size_t)m, g_cuda.stream));
 }
 
 /* Row-major C = alpha op(A) op(B) + beta C through column-major cuBLAS: C^T = op(B)^T op(A)^T, so
- * B goes first and the transposes carry over unchanged. */
+ * B goes first and the transposes carry over unchanged (gemm_map.h). */
 void cu_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
              const float *b, int ldb, float beta, float *c, int ldc)
 {
@@ -536,31 +588,36 @@ void cu_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
         BCHECK(cublasGemmEx(g_cuda.blas, op1, op2, g.m, g.n, g.k, &alpha, b, CUDA_R_32F, g.ld_first,
                             a, CUDA_R_32F, g.ld_second, &beta, c, CUDA_R_32F, ldc, ct,
                             CUBLAS_GEMM_DEFAULT));
+        KSYNCED("cublasGemmEx (fp32)");
         return;
     }
     int a_rows, a_cols, b_rows, b_cols;
     rm_gemm_stored(ta, m, k, &a_rows, &a_cols);
     rm_gemm_stored(tb, k, n, &b_rows, &b_cols);
     size_t na = (size_t)a_rows * a_cols, nb = (size_t)b_rows * b_cols;
-    if (!grow_scratch(&g_cuda.scratch_a, &g_cuda.cap_a, na) ||
-        !grow_scratch(&g_cuda.scratch_b, &g_cuda.cap_b, nb))
+    if (!grow_scratch((void **)&g_cuda.scratch_a, &g_cuda.cap_a, na * sizeof(uint16_t),
+                      "cudaMallocAsync(gemm scratch A)") ||
+        !grow_scratch((void **)&g_cuda.scratch_b, &g_cuda.cap_b, nb * sizeof(uint16_t),
+                      "cudaMallocAsync(gemm scratch B)")) {
+        poison_c(c, m, n, ldc);
         return;
+    }
     bool bf = g_cuda.prec == RM_PREC_BF16;
     cast_2d(bf, a, lda, a_rows, a_cols, g_cuda.scratch_a);
     cast_2d(bf, b, ldb, b_rows, b_cols, g_cuda.scratch_b);
-    KLAUNCHED("k_cast_2d");
     /* packed operands: leading dimension = stored columns */
     g = rm_gemm_colmajor(ta, tb, m, n, k, a_cols, b_cols);
     cudaDataType_t dt = bf ? CUDA_R_16BF : CUDA_R_16F;
     BCHECK(cublasGemmEx(g_cuda.blas, op1, op2, g.m, g.n, g.k, &alpha, g_cuda.scratch_b, dt, g.ld_first,
                         g_cuda.scratch_a, dt, g.ld_second, &beta, c, CUDA_R_32F, ldc,
                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    KSYNCED(bf ? "cublasGemmEx (bf16)" : "cublasGemmEx (fp16)");
 }
 
 void cu_bias_act_fwd(float *y, const float *b, int rows, int cols, rm_act act)
 {
     size_t n = (size_t)rows * cols;
-    if (!n)
+    if (!n || rows < 0 || cols < 0)
         return;
     k_bias_act_fwd<<<grid_2d(rows, cols), kThreads, 0, g_cuda.stream>>>(y, b, rows, cols, (int)act);
     KLAUNCHED("k_bias_act_fwd");
@@ -572,43 +629,31 @@ void cu_bias_act_bwd(float *dy, const float *y, float *db, int rows, int cols, r
         return;
     if (rows < 0)
         rows = 0;
-    int gx = (cols + kBwdCols - 1) / kBwdCols;
-    /* split the rows into chunks when the columns alone give too few blocks to fill the GPU */
-    int want = (g_cuda.sms > 0 ? g_cuda.sms : 80) * 4;
-    int chunks = (want + gx - 1) / gx;
-    int max_chunks = (rows + 255) / 256;   /* at least 256 rows per chunk */
-    if (chunks > max_chunks)
-        chunks = max_chunks;
-    if (chunks > 32)
-        chunks = 32;
-    if (chunks < 1)
-        chunks = 1;
+    rm_plan_bwd p = rm_plan_bias_bwd(rows, cols, g_cuda.sms);
     float *out = db;
-    if (chunks > 1) {
-        size_t need = (size_t)chunks * cols;
-        if (need > g_cuda.cap_part) {
-            if (g_cuda.bwd_part)
-                KCHECK(cudaFree(g_cuda.bwd_part));
-            g_cuda.bwd_part = nullptr;
-            g_cuda.cap_part = 0;
-            if (cudaMalloc((void **)&g_cuda.bwd_part, need * sizeof(float)) != cudaSuccess) {
-                (void)cudaGetLastError();
-                g_cuda.bwd_part = nullptr;
-                chunks = 1;   /* fall back to one chunk: slower, same result */
-            } else {
-                g_cuda.cap_part = need;
-            }
-        }
-        if (chunks > 1)
+    if (p.chunks > 1) {
+        size_t cap_bytes = g_cuda.cap_part * sizeof(float);
+        if (grow_scratch((void **)&g_cuda.bwd_part, &cap_bytes, (size_t)p.chunks * cols * sizeof(float),
+                         "cudaMallocAsync(bias-gradient partials)", false)) {
+            g_cuda.cap_part = cap_bytes / sizeof(float);
             out = g_cuda.bwd_part;
+        } else {   /* not an error: one chunk is slower, same result */
+            g_cuda.cap_part = 0;
+            p = rm_plan_bias_bwd_single(rows, cols);
+        }
     }
-    int rows_per_chunk = chunks > 1 ? (rows + chunks - 1) / chunks : (rows > 0 ? rows : 1);
+    if (!rm_plan_ok_bwd(p, rows)) {
+        note_error(__FILE__, __LINE__, RM_EINVAL, "k_bias_act_bwd plan", "launch shape out of range");
+        return;
+    }
     dim3 block(kBwdCols, kBwdLanes);
-    dim3 grid((unsigned)gx, (unsigned)chunks);
-    k_bias_act_bwd<<<grid, block, 0, g_cuda.stream>>>(dy, y, out, rows, cols, (int)act, rows_per_chunk);
-    if (chunks > 1)
-        k_sum_chunks<<<grid_for((size_t)cols), kThreads, 0, g_cuda.stream>>>(out, chunks, cols, db);
+    dim3 grid((unsigned)p.gx, (unsigned)p.chunks);
+    k_bias_act_bwd<<<grid, block, 0, g_cuda.stream>>>(dy, y, out, rows, cols, (int)act, p.rows_per_chunk);
     KLAUNCHED("k_bias_act_bwd");
+    if (p.chunks > 1) {
+        k_sum_chunks<<<grid_for((size_t)cols), kThreads, 0, g_cuda.stream>>>(out, p.chunks, cols, db);
+        KLAUNCHED("k_sum_chunks");
+    }
 }
 
 void cu_softmax_xent(const float *logits, const int32_t *labels, int rows, int classes,
@@ -618,14 +663,12 @@ void cu_softmax_xent(const float *logits, const int32_t *labels, int rows, int c
         KCHECK(cudaMemsetAsync(loss_sum, 0, sizeof(float), g_cuda.stream));
         return;
     }
-    int warps = kThreads / 32;
-    int blocks = (rows + warps - 1) / warps;
-    if (blocks > kMaxPartials)
-        blocks = kMaxPartials;
+    int blocks = rm_plan_softmax_blocks(rows);
     k_softmax_xent<<<blocks, kThreads, 0, g_cuda.stream>>>(logits, labels, rows, classes, inv_batch,
                                                            dlogits, g_cuda.partials);
-    k_sum_partials<<<1, kMaxPartials, 0, g_cuda.stream>>>(g_cuda.partials, blocks, loss_sum);
     KLAUNCHED("k_softmax_xent");
+    k_sum_partials<<<1, kMaxPartials, 0, g_cuda.stream>>>(g_cuda.partials, blocks, loss_sum);
+    KLAUNCHED("k_sum_partials");
 }
 
 void cu_argmax_correct(const float *logits, const int32_t *labels, int rows, int classes,
@@ -634,10 +677,7 @@ void cu_argmax_correct(const float *logits, const int32_t *labels, int rows, int
     KCHECK(cudaMemsetAsync(correct, 0, sizeof(int32_t), g_cuda.stream));
     if (rows <= 0 || classes <= 0)
         return;
-    int warps = kThreads / 32;
-    int blocks = (rows + warps - 1) / warps;
-    if (blocks > g_cuda.sms * 8)
-        blocks = g_cuda.sms * 8;
+    int blocks = rm_plan_argmax_blocks(rows, g_cuda.sms);
     k_argmax_correct<<<blocks, kThreads, 0, g_cuda.stream>>>(logits, labels, rows, classes, correct);
     KLAUNCHED("k_argmax_correct");
 }
@@ -655,7 +695,10 @@ void cu_adam(float *w, const float *g, float *m, float *v, size_t n, float lr, f
 {
     if (!n)
         return;
-    k_adam<<<grid_for(n), kThreads, 0, g_cuda.stream>>>(w, g, m, v, n, lr, b1, b2, eps, wd, bc1, bc2);
+    float inv_bc1, inv_sqrt_bc2;
+    rm_e_adam_corrections(bc1, bc2, &inv_bc1, &inv_sqrt_bc2);
+    k_adam<<<grid_for(n), kThreads, 0, g_cuda.stream>>>(w, g, m, v, n, lr, b1, b2, eps, wd, inv_bc1,
+                                                        inv_sqrt_bc2);
     KLAUNCHED("k_adam");
 }
 
@@ -722,6 +765,7 @@ const rm_kernels k_table = {
     cu_d2h,
     cu_d2d,
     cu_sync,
+    cu_check,
     cu_gemm,
     cu_bias_act_fwd,
     cu_bias_act_bwd,
@@ -744,43 +788,84 @@ bool env_off(const char *name)
     return v && (!strcmp(v, "0") || !strcmp(v, "false") || !strcmp(v, "off"));
 }
 
-void ctx_init(void)
+bool env_on(const char *name)
+{
+    const char *v = getenv(name);
+    return v && (!strcmp(v, "1") || !strcmp(v, "true") || !strcmp(v, "on"));
+}
+
+/* Releases whatever a failed initialisation made, so the next call starts clean. */
+void ctx_release(cuda_ctx *c)
+{
+    if (c->blas)
+        (void)cublasDestroy(c->blas);
+    if (c->blas_ws)
+        RM_CUDA_WARN(cudaFree(c->blas_ws));
+    if (c->partials)
+        RM_CUDA_WARN(cudaFree(c->partials));
+    if (c->stream)
+        RM_CUDA_WARN(cudaStreamDestroy(c->stream));
+    c->blas = nullptr;
+    c->blas_ws = nullptr;
+    c->partials = nullptr;
+    c->stream = nullptr;
+}
+
+/* The kernel-image probe: can this binary launch on the current device at all? */
+int probe_kernel_image(int device, rm_err *err)
+{
+    cudaFuncAttributes fa;
+    cudaError_t e = cudaFuncGetAttributes(&fa, k_scale);
+    if (e == cudaSuccess)
+        return RM_OK;
+    (void)cudaGetLastError();
+    cudaDeviceProp prop;
+    int major = 0, minor = 0;
+    char name[256] = "?";
+    if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
+        major = prop.major;
+        minor = prop.minor;
+        snprintf(name, sizeof name, "%s", prop.name);
+    } else {
+        (void)cudaGetLastError();
+    }
+    return rm_errf(err, RM_EUNSUPPORTED,
+                   "no CUDA kernel image for device %d (%s, sm_%d%d) in this binary (built for "
+                   "compute capabilities %s): rebuild with NVCC_GENCODE including "
+                   "-gencode=arch=compute_%d%d,code=sm_%d%d (%s)",
+                   device, name, major, minor, RM_BUILT_ARCHS, major, minor, major, minor,
+                   cudaGetErrorString(e));
+}
+
+int ctx_init(rm_err *err)
 {
     int rc = RM_OK;
     char why[256];
     cuda_ctx *c = &g_cuda;
-    if (!rm_gpu_available(why, sizeof why)) {
-        rm_log_write(RM_LOG_WARN, __FILE__, __LINE__, "CUDA kernels unavailable why=\"%s\"", why);
-        return;
-    }
-    {
-        /* the first use picks LOCAL_RANK's device unless the caller already chose one: a context
-         * on some device other than 0 means it did */
-        const char *lr = getenv("LOCAL_RANK");
-        int cur = 0;
-        RM_CUDA_GOTO(cudaGetDevice(&cur), rc, fail);
-        if (cur == 0 && lr && *lr) {
-            rm_err e = {};
-            RM_CHECK_GOTO(rm_gpu_select(atoi(lr), NULL, NULL, 0, &e), rc, fail);
-        }
-    }
-    RM_CUDA_GOTO(cudaGetDevice(&c->device), rc, fail);
-    RM_CUDA_GOTO(cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount, c->device), rc, fail);
-    RM_CUDA_GOTO(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), rc, fail);
-    RM_CUBLAS_GOTO(cublasCreate(&c->blas), rc, fail);
-    RM_CUBLAS_GOTO(cublasSetStream(c->blas, c->stream), rc, fail);
-    RM_CUDA_GOTO(cudaMalloc(&c->blas_ws, kBlasWorkspace), rc, fail);
+    if (!rm_cuda_available(why, sizeof why))
+        return rm_errf(err, RM_EUNSUPPORTED, "%s", why);
+    RM_CUDA_GOTO_ERR(cudaGetDevice(&c->device), rc, fail, err);
+    RM_CHECK_GOTO(probe_kernel_image(c->device, err), rc, fail);
+    RM_CUDA_GOTO_ERR(cudaDeviceGetAttribute(&c->sms, cudaDevAttrMultiProcessorCount, c->device), rc,
+                     fail, err);
+    RM_CUDA_GOTO_ERR(cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking), rc, fail, err);
+    RM_CUBLAS_GOTO_ERR(cublasCreate(&c->blas), rc, fail, err);
+    RM_CUBLAS_GOTO_ERR(cublasSetStream(c->blas, c->stream), rc, fail, err);
+    RM_CUDA_GOTO_ERR(cudaMalloc(&c->blas_ws, kBlasWorkspace), rc, fail, err);
     /* a fixed workspace: cuBLAS then never allocates while a step runs */
-    RM_CUBLAS_GOTO(cublasSetWorkspace(c->blas, c->blas_ws, kBlasWorkspace), rc, fail);
-    RM_CUDA_GOTO(cudaMalloc((void **)&c->partials, kMaxPartials * sizeof(float)), rc, fail);
+    RM_CUBLAS_GOTO_ERR(cublasSetWorkspace(c->blas, c->blas_ws, kBlasWorkspace), rc, fail, err);
+    RM_CUDA_GOTO_ERR(cudaMalloc((void **)&c->partials, kMaxPartials * sizeof(float)), rc, fail, err);
+    RM_CUDA_GOTO_ERR(cudaMemsetAsync(c->partials, 0, kMaxPartials * sizeof(float), c->stream), rc,
+                     fail, err);
     c->tf32 = !env_off("NVIDIA_TF32_OVERRIDE") && !env_off("RM_CUDA_TF32");
-    c->ok = true;
-    rm_log_write(RM_LOG_INFO, __FILE__, __LINE__, "CUDA kernels ready device=%d sms=%d tf32=%d",
-                 c->device, c->sms, (int)c->tf32);
-    return;
+    c->sync_check = env_on("RINGMASTER_CUDA_SYNC_CHECK");
+    rm_log_write(RM_LOG_INFO, __FILE__, __LINE__,
+                 "CUDA kernels ready device=%d sms=%d tf32=%d sync_check=%d archs=%s", c->device,
+                 c->sms, (int)c->tf32, (int)c->sync_check, RM_BUILT_ARCHS);
+    return RM_OK;
 fail:
-    /* the context is process-wide and tried once; leave partial state for the OS to reclaim */
-    rm_log_write(RM_LOG_ERROR, __FILE__, __LINE__, "CUDA kernels init failed rc=%s", rm_strerror(rc));
+    ctx_release(c);
+    return rc;
 }
 
 }  // namespace
@@ -806,17 +891,46 @@ const char *rm_cublas_status_str(int status)
 
 const rm_kernels *rm_kernels_cuda(void)
 {
-    pthread_once(&g_cuda.once, ctx_init);
+    if (__atomic_load_n(&g_cuda.ok, __ATOMIC_ACQUIRE))
+        return &k_table;
+    pthread_mutex_lock(&g_cuda.init_mu);
+    if (!g_cuda.ok) {
+        rm_err e = {};
+        if (ctx_init(&e) == RM_OK) {
+            g_cuda.init_why[0] = '\0';
+            __atomic_store_n(&g_cuda.ok, 1, __ATOMIC_RELEASE);
+        } else {
+            if (strcmp(g_cuda.init_why, e.msg) != 0)   /* once per distinct reason, not per retry */
+                rm_log_write(RM_LOG_WARN, __FILE__, __LINE__, "CUDA kernels unavailable why=\"%s\"",
+                             e.msg);
+            snprintf(g_cuda.init_why, sizeof g_cuda.init_why, "%s", e.msg);
+        }
+    }
+    pthread_mutex_unlock(&g_cuda.init_mu);
     return g_cuda.ok ? &k_table : nullptr;
 }
 
-int rm_gpu_set_precision(rm_precision p, rm_err *err)
+void rm_cuda_init_error(char *why, size_t cap)
+{
+    if (!why || !cap)
+        return;
+    pthread_mutex_lock(&g_cuda.init_mu);
+    snprintf(why, cap, "%s", g_cuda.init_why);
+    pthread_mutex_unlock(&g_cuda.init_mu);
+}
+
+bool rm_cuda_sync_check_enabled(void)
+{
+    return g_cuda.ok && g_cuda.sync_check;
+}
+
+int rm_cuda_set_precision(rm_precision p, rm_err *err)
 {
     if (p != RM_PREC_FP32 && p != RM_PREC_BF16 && p != RM_PREC_FP16)
         return rm_errf(err, RM_EINVAL, "unknown precision %d", (int)p);
     if (!rm_kernels_cuda()) {
         char why[256];
-        rm_gpu_available(why, sizeof why);
+        rm_cuda_init_error(why, sizeof why);
         return rm_errf(err, RM_EUNSUPPORTED, "precision %s needs a GPU: %s", rm_precision_str(p),
                        why[0] ? why : "CUDA kernels failed to initialise (see log)");
     }
@@ -830,28 +944,21 @@ int rm_gpu_set_precision(rm_precision p, rm_err *err)
     return RM_OK;
 }
 
-int rm_gpu_device(void)
+int rm_cuda_device(void)
 {
     return g_cuda.ok ? g_cuda.device : -1;
 }
 
-void *rm_gpu_compute_stream(void)
+void *rm_cuda_compute_stream(void)
 {
     return g_cuda.ok ? (void *)g_cuda.stream : nullptr;
 }
 
-int rm_gpu_check(rm_err *err)
+int rm_cuda_check(rm_err *err)
 {
-    int rc = RM_OK;
-    pthread_mutex_lock(&g_cuda.err_mu);
-    if (g_cuda.first_err.code != 0) {
-        rc = g_cuda.first_err.code;
-        if (err)
-            *err = g_cuda.first_err;
-        memset(&g_cuda.first_err, 0, sizeof g_cuda.first_err);
-    }
-    pthread_mutex_unlock(&g_cuda.err_mu);
-    return rc;
+    if (!g_cuda.ok)
+        return RM_OK;
+    return cu_check(err);
 }
 
 }  // extern "C"

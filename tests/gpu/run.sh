@@ -9,6 +9,8 @@
 #    checkpoint GPU<->CPU), `bench --backend nccl` on one rank, a Fashion-MNIST training on the GPU
 #    compared with the CPU path's accuracy, and compute-sanitizer memcheck + racecheck on
 #    `gpu_tests --quick` (skipped, saying so, when compute-sanitizer is not installed).
+# gpu_tests and the GPU training run with RINGMASTER_CUDA_SYNC_CHECK=1 (a synchronisation and check
+# after every launch, so a fault names its kernel); the benchmarks never do.
 # Env: RM_BIN (binaries, default bin/), CUDA_HOME, GPU_TRAIN_EPOCHS (default 2), GPU_TRAIN_SKIP=1.
 set -euo pipefail
 # run from inside `make test` too: its jobserver and -w flags must not leak into the inner makes
@@ -32,9 +34,18 @@ libs=$(make -s --no-print-directory --eval 'rm-print-libs: ; @echo $(LIBS)' rm-p
 cc -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wshadow -Wstrict-prototypes -Wvla -Wformat=2 \
    -Wno-unused-parameter -Werror -I. -I"$CUDA_HOME/include" -DRM_HAVE_CUDA=1 -pthread \
    tests/gpu/gpu_tests.c -o "$out/gpu_tests" \
-   -Wl,--start-group "$bdir/libworker.a" "$bdir/libkernels.a" "$bdir/libcommon.a" -Wl,--end-group \
-   $libs
+   "$bdir/libworker.a" "$bdir/libkernels.a" "$bdir/libcommon.a" $libs
 echo "built $out/gpu_tests"
+
+# ---- device code for every architecture NVCC_GENCODE asks for (no GPU needed) --------------------
+gencode=$(make -s --no-print-directory --eval 'rm-print-gencode: ; @echo $(NVCC_GENCODE)' rm-print-gencode)
+have=$(python3 tests/gpu/fatbin_archs.py "$bdir/kernels/cuda/kernels_cuda.cu.o")
+echo "device code in kernels_cuda.cu.o: $have"
+for want in $(grep -o ',code=[a-z_0-9]*' <<<"$gencode" | sed 's/,code=//'); do
+  if ! grep -qw "$want" <<<"$have"; then
+    echo "FAIL: NVCC_GENCODE asks for $want but kernels_cuda.cu.o has no $want image"; exit 1
+  fi
+done
 
 # ---- is there a GPU? -----------------------------------------------------------------------
 if ! command -v nvidia-smi >/dev/null 2>&1; then
@@ -54,7 +65,7 @@ step() { echo; echo "=== $*"; }
 # ---- kernels vs oracles, scaler, NCCL, checkpoint ------------------------------------------
 step "gpu_tests"
 set +e
-"$out/gpu_tests" | tee "$out/gpu_tests.log"
+RINGMASTER_CUDA_SYNC_CHECK=1 "$out/gpu_tests" | tee "$out/gpu_tests.log"
 rc=${PIPESTATUS[0]}
 set -e
 if grep -q '^SKIP:' "$out/gpu_tests.log"; then exit 0; fi   # cudaGetDeviceCount said no
@@ -82,7 +93,7 @@ else
   acc() { sed -n 's/.*training done.*test_accuracy=\([0-9.]*\).*/\1/p' "$1" | tail -n1; }
   for dev in cuda cpu; do
     set +e
-    timeout 900 "$RM_BIN/ringmaster-worker" train --device "$dev" --backend local --epochs "$epochs" \
+    RINGMASTER_CUDA_SYNC_CHECK=1 timeout 900 "$RM_BIN/ringmaster-worker" train --device "$dev" --backend local --epochs "$epochs" \
       --data-dir "$data" --metrics-addr off --seed 42 >"$out/train-$dev.log" 2>&1
     rc=$?
     set -e

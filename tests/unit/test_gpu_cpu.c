@@ -17,6 +17,7 @@
 #include "kernels/kernels.h"
 #include "tests/unit/testutil.h"
 #include "worker/comm.h"
+#include "common/trainingjob.h"
 #include "worker/gpu.h"
 
 static float fbits(uint32_t x)
@@ -353,7 +354,7 @@ static void test_require_message(void)
     CU_ASSERT_EQUAL(rc, RM_EUNSUPPORTED);
     CU_ASSERT(strncmp(e.msg, "precision bf16/backend nccl needs a GPU: ", 41) == 0);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, why));
-    const char *expect = rm_gpu_built() ? "cudaGetDeviceCount" : "built without CUDA";
+    const char *expect = rm_cuda_built() ? "cudaGetDeviceCount" : "built without CUDA";
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, expect));
     memset(&e, 0, sizeof e);
     CU_ASSERT_EQUAL(rm_gpu_require(RM_BACKEND_RING, RM_PREC_FP16, &e), RM_EUNSUPPORTED);
@@ -363,22 +364,29 @@ static void test_require_message(void)
     CU_ASSERT(strncmp(e.msg, "backend nccl needs a GPU: ", 26) == 0);
     /* without a GPU the CUDA table is absent and selecting a device fails with the reason */
     CU_ASSERT_PTR_NULL(rm_kernels_cuda());
+    /* a failed initialisation says why and is tried again (not a pthread_once that stays failed) */
+    char init_why[512] = "x";
+    rm_cuda_init_error(init_why, sizeof init_why);
+    CU_ASSERT(init_why[0] != '\0' && strcmp(init_why, "x") != 0);
+    CU_ASSERT_PTR_NULL(rm_kernels_cuda());
+    CU_ASSERT_FALSE(rm_cuda_sync_check_enabled());
+    CU_ASSERT_EQUAL(rm_cuda_device(), -1);
     int dev = 7;
     memset(&e, 0, sizeof e);
     CU_ASSERT_EQUAL(rm_gpu_select(0, &dev, NULL, 0, &e), RM_EUNSUPPORTED);
     CU_ASSERT(e.msg[0] != '\0');
     memset(&e, 0, sizeof e);
-    CU_ASSERT_EQUAL(rm_gpu_set_precision(RM_PREC_BF16, &e), RM_EUNSUPPORTED);
+    CU_ASSERT_EQUAL(rm_cuda_set_precision(RM_PREC_BF16, &e), RM_EUNSUPPORTED);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "needs a GPU"));
-    CU_ASSERT_PTR_NULL(rm_gpu_compute_stream());
-    CU_ASSERT_EQUAL(rm_gpu_check(&e), RM_OK);
+    CU_ASSERT_PTR_NULL(rm_cuda_compute_stream());
+    CU_ASSERT_EQUAL(rm_cuda_check(&e), RM_OK);
 }
 
 /* The NCCL table exists exactly when the build has CUDA; without a GPU its init fails cleanly. */
 static void test_nccl_table_without_gpu(void)
 {
     const rm_comm_ops *ops = rm_comm_nccl_ops();
-    if (!rm_gpu_built()) {
+    if (!rm_cuda_built()) {
         CU_ASSERT_PTR_NULL(ops);
         return;
     }
@@ -436,11 +444,12 @@ static void test_amp_step(void)
     bool apply = false;
     float g[4] = {65536.0f, -131072.0f, 0.0f, 32768.0f};
 
-    /* fp32: nothing to do, no collective, always apply */
+    /* fp32: nothing changes the gradients; without a comm no collective; finite -> apply */
     CU_ASSERT_EQUAL_FATAL(rm_amp_init(&a, k, RM_PREC_FP32, &e), RM_OK);
     CU_ASSERT_EQUAL(rm_amp_loss_scale(&a), 1.0f);
     g_fake_calls = 0;
-    CU_ASSERT_EQUAL(rm_amp_finish(&a, g, 4, &fake, dummy, &apply, &e), RM_OK);
+    g_remote = 0;
+    CU_ASSERT_EQUAL(rm_amp_finish(&a, g, 4, NULL, NULL, &apply, &e), RM_OK);
     CU_ASSERT(apply);
     CU_ASSERT_EQUAL(g_fake_calls, 0);
     CU_ASSERT_EQUAL(g[0], 65536.0f);
@@ -482,6 +491,196 @@ static void test_amp_step(void)
 
     CU_ASSERT_EQUAL(rm_amp_init(&a, NULL, RM_PREC_FP16, &e), RM_EINVAL);
     CU_ASSERT_EQUAL(rm_amp_init(&a, k, (rm_precision)7, &e), RM_EINVAL);
+}
+
+/* gpu.h promises that a NaN/inf step is never applied, whatever the precision: fp32 and bf16
+ * (scaler disabled) skip it without touching the scale or the gradients. */
+static void test_amp_nonfinite_skipped_every_precision(void)
+{
+    const rm_kernels *k = rm_kernels_cpu();
+    rm_precision precs[] = {RM_PREC_FP32, RM_PREC_FP16};
+    for (size_t p = 0; p < sizeof precs / sizeof precs[0]; p++) {
+        rm_err e = {0};
+        rm_amp a;
+        bool apply = true;
+        CU_ASSERT_EQUAL_FATAL(rm_amp_init(&a, k, precs[p], &e), RM_OK);
+        float scale = rm_amp_loss_scale(&a);
+        float g[3] = {1.0f, NAN, 2.0f};
+        CU_ASSERT_EQUAL(rm_amp_finish(&a, g, 3, NULL, NULL, &apply, &e), RM_OK);
+        CU_ASSERT_FALSE(apply);
+        CU_ASSERT_EQUAL(a.scaler.skipped, 1);
+        if (precs[p] == RM_PREC_FP32) {
+            CU_ASSERT_EQUAL(rm_amp_loss_scale(&a), 1.0f);
+            CU_ASSERT_EQUAL(g[0], 1.0f);   /* check only: nothing multiplied */
+        } else {
+            CU_ASSERT_EQUAL(rm_amp_loss_scale(&a), scale * 0.5f);
+        }
+        g[1] = -INFINITY;
+        CU_ASSERT_EQUAL(rm_amp_finish(&a, g, 3, NULL, NULL, &apply, &e), RM_OK);
+        CU_ASSERT_FALSE(apply);
+        g[1] = 0.0f;
+        CU_ASSERT_EQUAL(rm_amp_finish(&a, g, 3, NULL, NULL, &apply, &e), RM_OK);
+        CU_ASSERT(apply);
+        rm_amp_free(&a);
+    }
+    /* bf16 has no CPU gemm precision, but its scaler logic is fp32's: disabled and still refusing */
+    rm_loss_scaler s;
+    rm_loss_scaler_init(&s, RM_PREC_BF16);
+    CU_ASSERT_FALSE(rm_loss_scaler_update(&s, true));
+    CU_ASSERT_EQUAL(rm_loss_scaler_scale(&s), 1.0f);
+}
+
+/* The scaled gradient is checked before the multiplication (GradScaler) and the product after it:
+ * an inf input is caught even with a zero inverse, a finite input pushed past FLT_MAX by a scale
+ * below 1 is caught too, and inv_scale 1 checks without writing. */
+static void test_unscale_check_order(void)
+{
+    const rm_kernels *k = rm_kernels_cpu();
+    int32_t flag = 0;
+    float x[2] = {FLT_MAX, 1.0f};
+    k->unscale_check_finite(x, 2, 2.0f, &flag);
+    CU_ASSERT_EQUAL(flag, 1);
+    CU_ASSERT(isinf(x[0]));
+    float y[2] = {INFINITY, 1.0f};
+    flag = 0;
+    k->unscale_check_finite(y, 2, 0.5f, &flag);
+    CU_ASSERT_EQUAL(flag, 1);
+    float z[2] = {3.0f, -1.0f};
+    flag = 0;
+    k->unscale_check_finite(z, 2, 1.0f, &flag);
+    CU_ASSERT_EQUAL(flag, 0);
+    CU_ASSERT_EQUAL(z[0], 3.0f);
+    k->unscale_check_finite(z, 2, 0.5f, &flag);
+    CU_ASSERT_EQUAL(flag, 0);           /* left unchanged, not cleared, when all finite */
+    CU_ASSERT_EQUAL(z[0], 1.5f);
+    flag = 1;
+    k->unscale_check_finite(z, 2, 0.5f, &flag);
+    CU_ASSERT_EQUAL(flag, 1);
+}
+
+/* The scale backs off to a floor, never to 0 (whose inverse is inf: every gradient NaN). */
+static void test_scaler_never_underflows(void)
+{
+    rm_loss_scaler s;
+    rm_loss_scaler_init(&s, RM_PREC_FP16);
+    for (int i = 0; i < 400; i++)
+        CU_ASSERT_FALSE(rm_loss_scaler_update(&s, true));
+    CU_ASSERT_EQUAL(rm_loss_scaler_scale(&s), RM_SCALER_MIN_SCALE);
+    CU_ASSERT(isfinite(rm_loss_scaler_inv_scale(&s)));
+    CU_ASSERT(rm_loss_scaler_scale(&s) > 0.0f);
+    /* a checkpoint with a 0 or subnormal scale is not restored */
+    rm_loss_scaler_restore(&s, 0.0f, 0);
+    CU_ASSERT_EQUAL(rm_loss_scaler_scale(&s), RM_SCALER_MIN_SCALE);
+    rm_loss_scaler_restore(&s, 1e-40f, 0);
+    CU_ASSERT_EQUAL(rm_loss_scaler_scale(&s), RM_SCALER_MIN_SCALE);
+    rm_loss_scaler_restore(&s, 1024.0f, 5);
+    CU_ASSERT_EQUAL(rm_loss_scaler_scale(&s), 1024.0f);
+}
+
+/* ---------------- a faulting device: the step fails, never applies, never reads 0 ---------------- */
+
+/* A kernels table around the CPU one whose device "faults" at a chosen moment: like CUDA, the
+ * compute entries return nothing, the fault is sticky, and d2h/check report it. */
+static int g_fault;          /* 0 healthy; else the RM_E* code every later call reports */
+static int g_fault_at_unscale;
+static int fk_memset0(void *p, size_t b) { return g_fault ? g_fault : rm_kernels_cpu()->memset0(p, b); }
+static int fk_d2h(void *d, const void *s, size_t b)
+{
+    if (g_fault) {
+        memset(d, 0xff, b);   /* the contract: a failed read is never a valid-looking value */
+        return g_fault;
+    }
+    return rm_kernels_cpu()->d2h(d, s, b);
+}
+static int fk_check(rm_err *err)
+{
+    return g_fault ? rm_errf(err, g_fault, "fake device fault") : RM_OK;
+}
+static void fk_unscale(float *x, size_t n, float inv, int32_t *flag)
+{
+    if (g_fault_at_unscale) {
+        g_fault = RM_EIO;   /* the kernel "faults": nothing written, flag left as it was */
+        return;
+    }
+    rm_kernels_cpu()->unscale_check_finite(x, n, inv, flag);
+}
+
+static void test_amp_fails_step_on_device_fault(void)
+{
+    rm_kernels fk = *rm_kernels_cpu();
+    fk.name = "faulty";
+    fk.memset0 = fk_memset0;
+    fk.d2h = fk_d2h;
+    fk.check = fk_check;
+    fk.unscale_check_finite = fk_unscale;
+    rm_precision precs[] = {RM_PREC_FP32, RM_PREC_FP16};
+    for (size_t p = 0; p < 2; p++) {
+        rm_err e = {0};
+        rm_amp a;
+        bool apply = true;
+        g_fault = 0;
+        g_fault_at_unscale = 0;
+        CU_ASSERT_EQUAL_FATAL(rm_amp_init(&a, &fk, precs[p], &e), RM_OK);
+        float g[2] = {1.0f, 2.0f};
+        CU_ASSERT_EQUAL(rm_amp_finish(&a, g, 2, NULL, NULL, &apply, &e), RM_OK);
+        CU_ASSERT(apply);
+        /* the backward faulted earlier in the step: finish reports it and does not apply */
+        g_fault = RM_EIO;
+        apply = true;
+        memset(&e, 0, sizeof e);
+        CU_ASSERT_EQUAL(rm_amp_finish(&a, g, 2, NULL, NULL, &apply, &e), RM_EIO);
+        CU_ASSERT_FALSE(apply);
+        CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "fault"));
+        /* the check kernel itself faults: the flag read fails; still an error, not "no overflow" */
+        g_fault = 0;
+        g_fault_at_unscale = 1;
+        apply = true;
+        CU_ASSERT_EQUAL(rm_amp_finish(&a, g, 2, NULL, NULL, &apply, &e), RM_EIO);
+        CU_ASSERT_FALSE(apply);
+        CU_ASSERT_EQUAL(a.scaler.skipped, 0);   /* a fault is not an overflow: the scale stays */
+        g_fault = 0;
+        g_fault_at_unscale = 0;
+        rm_amp_free(&a);
+    }
+    /* and the d2h contract itself: a failed read of a loss is NaN, of a count -1 */
+    g_fault = RM_EIO;
+    float loss = 0.0f;
+    int32_t count = 0;
+    CU_ASSERT_EQUAL(fk.d2h(&loss, &loss, sizeof loss), RM_EIO);
+    CU_ASSERT(isnan(loss));
+    CU_ASSERT_EQUAL(fk.d2h(&count, &count, sizeof count), RM_EIO);
+    CU_ASSERT_EQUAL(count, -1);
+    g_fault = 0;
+}
+
+/* ---------------- local rank -> device ---------------- */
+
+static void test_gpu_pick(void)
+{
+    rm_err e = {0};
+    int dev = -7;
+    CU_ASSERT_EQUAL(rm_gpu_pick(0, 1, 1, &dev, &e), RM_OK);
+    CU_ASSERT_EQUAL(dev, 0);
+    CU_ASSERT_EQUAL(rm_gpu_pick(3, 4, 8, &dev, &e), RM_OK);
+    CU_ASSERT_EQUAL(dev, 3);
+    CU_ASSERT_EQUAL(rm_gpu_pick(0, 0, 2, &dev, &e), RM_OK);   /* LOCAL_WORLD_SIZE unknown */
+    CU_ASSERT_EQUAL(dev, 0);
+    /* more local ranks than GPUs: a clear error, for every rank (rank 0 too), not a shared device */
+    dev = -7;
+    memset(&e, 0, sizeof e);
+    CU_ASSERT_EQUAL(rm_gpu_pick(2, 4, 2, &dev, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(dev, -7);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "4 local workers"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "only 2 GPUs visible"));
+    memset(&e, 0, sizeof e);
+    CU_ASSERT_EQUAL(rm_gpu_pick(0, 4, 2, &dev, &e), RM_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "LOCAL_WORLD_SIZE=4"));
+    memset(&e, 0, sizeof e);
+    CU_ASSERT_EQUAL(rm_gpu_pick(1, 0, 1, &dev, &e), RM_EINVAL);   /* unknown world, rank past */
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "only 1 GPU visible"));
+    CU_ASSERT_EQUAL(rm_gpu_pick(-1, 1, 1, &dev, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_gpu_pick(2, 2, 4, &dev, &e), RM_EINVAL);   /* rank outside its world */
+    CU_ASSERT_EQUAL(rm_gpu_pick(0, 1, 0, &dev, &e), RM_EUNSUPPORTED);
 }
 
 /* ---------------- the row-major -> column-major cuBLAS mapping, checked with OpenBLAS ---------------- */
@@ -571,6 +770,11 @@ void rm_suite_gpu_cpu(void)
         {"GPU job without a GPU: clear error", test_require_message},
         {"nccl table without a GPU", test_nccl_table_without_gpu},
         {"amp step: unscale, agree, skip together", test_amp_step},
+        {"amp: a non-finite step is skipped in every precision", test_amp_nonfinite_skipped_every_precision},
+        {"amp: a device fault fails the step, never applies", test_amp_fails_step_on_device_fault},
+        {"unscale checks the input and the product", test_unscale_check_order},
+        {"loss scale never underflows to 0", test_scaler_never_underflows},
+        {"local rank -> device: more ranks than GPUs is an error", test_gpu_pick},
         {"cuBLAS column-major mapping (checked with OpenBLAS)", test_gemm_mapping},
     };
     RM_ADD_SUITE("gpu_cpu", NULL, NULL, cases);

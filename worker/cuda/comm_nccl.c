@@ -5,11 +5,14 @@
  *    it hex-encoded as kv[epoch]["nccl-id"]; the others long-poll for it. A new epoch means a new id
  *    and a new communicator, so the in-place restart needs nothing else.
  *  - The communicator is non-blocking (ncclConfig_t.blocking = 0): init and every collective return
- *    at once and we poll ncclCommGetAsyncError with a deadline. A dead or hung peer therefore turns
- *    into RM_ETIMEDOUT / RM_ECLOSED after cfg.timeout_s, and the communicator is aborted
- *    (ncclCommAbort), never left blocking the process; the worker re-joins and builds a new one.
+ *    at once and we poll them through worker/nccl_wait.h (the state machine, unit-tested on the CPU
+ *    with a fake communicator). A dead or hung peer turns into RM_ETIMEDOUT / RM_ECLOSED, and the
+ *    communicator is aborted (ncclCommAbort, exactly once), never left blocking the process; the
+ *    worker re-joins and builds a new one. A collective's deadline (cfg.timeout_s) starts when its
+ *    inputs are ready (the compute event has fired), not while our own backward still runs, and the
+ *    first collective of a communicator, which also makes NCCL's connections, gets the init timeout.
  *  - Collectives run on a dedicated communication stream. Before each one the comm stream waits on a
- *    CUDA event recorded on the compute stream (the CUDA kernels table's, rm_gpu_compute_stream()),
+ *    CUDA event recorded on the compute stream (the CUDA kernels table's, rm_cuda_compute_stream()),
  *    so a gradient bucket is reduced as soon as the backward kernels that produced it have run,
  *    while later backward kernels keep the compute stream busy: overlap through events, no host
  *    synchronisation of the compute stream. The call returns when the reduction is done (comm.h's
@@ -19,8 +22,9 @@
  *    overflow flag, and by callers that do not know where their memory lives).
  *  - abort() may come from any thread: it only raises a flag when a collective is in flight (the
  *    polling thread sees it within microseconds and aborts the communicator itself), otherwise it
- *    aborts at once. A mutex orders the two so ncclCommAbort runs exactly once.
- * Nothing is allocated per step: events, stream, the 1-float barrier buffer are made in init. */
+ *    aborts at once; a collective that completes while an abort arrived still fails (rm_nccl_guard).
+ * Nothing is allocated per step: events, stream, the 1-float barrier buffer are made in init; the
+ * host staging buffer grows with the stream-ordered allocator (no device-wide synchronisation). */
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
@@ -33,7 +37,8 @@
 #include "kernels/cuda/rm_cuda.h"
 #include "common/clock.h"
 #include "worker/comm.h"
-#include "worker/gpu.h"
+#include "kernels/kernels_cuda.h"
+#include "worker/nccl_wait.h"
 
 #define NCCL_ID_KEY "nccl-id"
 #define NCCL_INIT_MIN_TIMEOUT_S 30.0   /* NCCL init over several nodes can take seconds */
@@ -43,10 +48,9 @@ struct rm_comm {
     cudaStream_t stream;        /* communication stream */
     cudaEvent_t ready;          /* recorded on the compute stream before each collective */
     int device, rank, world;
-    double timeout_s;
-    pthread_mutex_t mu;         /* guards comm against abort() vs the polling thread */
-    bool in_flight;             /* a collective is being polled (under mu) */
-    atomic_int aborted;         /* abort() was called, or a collective failed */
+    double timeout_s, init_timeout_s;
+    bool first_done;            /* a collective completed: NCCL's connections exist */
+    rm_nccl_guard guard;        /* in flight / abort, exactly one ncclCommAbort */
     float *scratch1;            /* one device float for barrier() */
     void *stage;                /* device staging for host buffers */
     size_t stage_bytes;
@@ -54,14 +58,21 @@ struct rm_comm {
 
 /* Waits after the first millisecond so a long allreduce does not burn a core that the data loader
  * or the fusion thread needs; short ones (latency-bound) only spin. */
-static void poll_pause(double waited_s)
+static void poll_pause(void *ctx, double waited_s)
 {
+    (void)ctx;
     if (waited_s < 1e-3) {
         sched_yield();
         return;
     }
     struct timespec ts = {0, waited_s < 0.1 ? 20000 : 200000};
     nanosleep(&ts, NULL);
+}
+
+static double poll_now(void *ctx)
+{
+    (void)ctx;
+    return rm_mono();
 }
 
 static int nccl_dtype(rm_dtype dt, ncclDataType_t *out)
@@ -83,9 +94,10 @@ static int nccl_op(rm_redop op, ncclRedOp_t *out)
     return RM_EUNSUPPORTED;
 }
 
-/* Abort the communicator once (caller holds mu). */
-static void abort_locked(rm_comm *c)
+/* The guard's abort: runs once, under the guard's mutex. */
+static void abort_comm(void *ctx)
 {
+    rm_comm *c = ctx;
     if (c->comm) {
         ncclResult_t r = ncclCommAbort(c->comm);
         if (r != ncclSuccess)
@@ -94,60 +106,84 @@ static void abort_locked(rm_comm *c)
     }
 }
 
-/* Poll a non-blocking communicator until the pending operation (init, or the enqueue of a
- * collective) has left ncclInProgress. */
-static int wait_nccl_ready(rm_comm *c, ncclComm_t comm, double deadline, const char *what,
-                           rm_err *err)
+/* ---- probes for rm_nccl_wait ---- */
+
+static int nccl_state(ncclComm_t comm, char *why, size_t cap)
 {
-    double t0 = rm_mono();
-    for (;;) {
-        ncclResult_t st = ncclInProgress;
-        ncclResult_t r = ncclCommGetAsyncError(comm, &st);
-        if (r != ncclSuccess)
-            return rm_errf(err, RM_EIO, "%s: ncclCommGetAsyncError: %s", what, ncclGetErrorString(r));
-        if (st == ncclSuccess)
-            return RM_OK;
-        if (st != ncclInProgress)
-            return rm_errf(err, st == ncclRemoteError ? RM_ECLOSED : RM_EIO, "%s: %s (%s)", what,
-                           ncclGetErrorString(st), ncclGetLastError(comm));
-        if (c && atomic_load(&c->aborted))
-            return rm_errf(err, RM_ECLOSED, "%s: aborted", what);
-        double t = rm_mono();
-        if (t > deadline)
-            return rm_errf(err, RM_ETIMEDOUT, "%s: no progress within the timeout", what);
-        poll_pause(t - t0);
+    ncclResult_t st = ncclInProgress;
+    ncclResult_t r = ncclCommGetAsyncError(comm, &st);
+    if (r != ncclSuccess) {
+        snprintf(why, cap, "ncclCommGetAsyncError: %s", ncclGetErrorString(r));
+        return RM_EIO;
     }
+    if (st == ncclSuccess)
+        return RM_NW_DONE;
+    if (st == ncclInProgress)
+        return RM_NW_PENDING;
+    snprintf(why, cap, "%s (%s)", ncclGetErrorString(st), ncclGetLastError(comm));
+    return st == ncclRemoteError ? RM_ECLOSED : RM_EIO;
 }
 
-/* Wait until everything enqueued on the comm stream has run, watching NCCL's async error, the
- * abort flag and the deadline. */
-static int wait_stream(rm_comm *c, double deadline, const char *what, rm_err *err)
+/* init / enqueue: done when the communicator leaves ncclInProgress */
+static int probe_comm_ready(void *ctx, char *why, size_t cap)
 {
-    double t0 = rm_mono();
-    for (;;) {
-        cudaError_t q = cudaStreamQuery(c->stream);
-        if (q == cudaSuccess)
-            return RM_OK;
-        if (q != cudaErrorNotReady) {
-            (void)cudaGetLastError();
-            return rm_errf(err, RM_EIO, "%s: cudaStreamQuery: %s", what, cudaGetErrorString(q));
-        }
-        ncclResult_t st = ncclSuccess;
-        ncclResult_t r = ncclCommGetAsyncError(c->comm, &st);
-        if (r != ncclSuccess)
-            return rm_errf(err, RM_EIO, "%s: ncclCommGetAsyncError: %s", what, ncclGetErrorString(r));
-        if (st != ncclSuccess && st != ncclInProgress)
-            return rm_errf(err, st == ncclRemoteError ? RM_ECLOSED : RM_EIO,
-                           "%s: peer failure: %s (%s)", what, ncclGetErrorString(st),
-                           ncclGetLastError(c->comm));
-        if (atomic_load(&c->aborted))
-            return rm_errf(err, RM_ECLOSED, "%s: aborted", what);
-        double t = rm_mono();
-        if (t > deadline)
-            return rm_errf(err, RM_ETIMEDOUT, "%s: not finished within %.1f s (peer dead or hung)",
-                           what, c->timeout_s);
-        poll_pause(t - t0);
-    }
+    return nccl_state(*(ncclComm_t *)ctx, why, cap);
+}
+
+static int cuda_query(cudaError_t q, const char *what, char *why, size_t cap)
+{
+    if (q == cudaSuccess)
+        return RM_NW_DONE;
+    if (q == cudaErrorNotReady)
+        return RM_NW_PENDING;
+    (void)cudaGetLastError();
+    snprintf(why, cap, "%s: %s", what, cudaGetErrorString(q));
+    return RM_EIO;
+}
+
+static int probe_inputs_ready(void *ctx, char *why, size_t cap)
+{
+    return cuda_query(cudaEventQuery(((rm_comm *)ctx)->ready), "cudaEventQuery", why, cap);
+}
+
+static int probe_stream_done(void *ctx, char *why, size_t cap)
+{
+    return cuda_query(cudaStreamQuery(((rm_comm *)ctx)->stream), "cudaStreamQuery", why, cap);
+}
+
+/* while the stream runs: an error is a failure, in progress or success is not */
+static int probe_async_error(void *ctx, char *why, size_t cap)
+{
+    int r = nccl_state(((rm_comm *)ctx)->comm, why, cap);
+    return r < 0 ? r : RM_NW_DONE;
+}
+
+static const rm_nccl_probe comm_ready_probe = {
+    .started = NULL, .done = probe_comm_ready, .async_error = NULL, .now = poll_now,
+    .pause = poll_pause,
+};
+static const rm_nccl_probe stream_probe = {
+    .started = probe_inputs_ready, .done = probe_stream_done, .async_error = probe_async_error,
+    .now = poll_now, .pause = poll_pause,
+};
+
+/* Poll a non-blocking communicator until the pending operation (init, finalize, or the enqueue of a
+ * collective) has left ncclInProgress. */
+static int wait_nccl_ready(rm_comm *c, ncclComm_t comm, double timeout_s, const char *what,
+                           rm_err *err)
+{
+    rm_nccl_wait_cfg cfg = {what, timeout_s, timeout_s, c ? &c->guard.aborted : NULL};
+    return rm_nccl_wait(&comm_ready_probe, &comm, &cfg, err);
+}
+
+/* Wait until everything enqueued on the comm stream has run; the deadline starts when the compute
+ * event (the collective's inputs) has fired. */
+static int wait_stream(rm_comm *c, double timeout_s, const char *what, rm_err *err)
+{
+    /* our own backward may legitimately take long; a stuck compute stream is bounded too */
+    double start_bound = timeout_s * 10 > 300 ? timeout_s * 10 : 300;
+    rm_nccl_wait_cfg cfg = {what, timeout_s, start_bound, &c->guard.aborted};
+    return rm_nccl_wait(&stream_probe, c, &cfg, err);
 }
 
 static void hex_encode(const unsigned char *p, size_t n, char *out)
@@ -230,20 +266,20 @@ static int nccl_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err)
     if (!cfg || cfg->world_size < 1 || cfg->rank < 0 || cfg->rank >= cfg->world_size)
         return rm_errf(err, RM_EINVAL, "nccl: bad rank %d / world size %d", cfg ? cfg->rank : -1,
                        cfg ? cfg->world_size : -1);
-    if (!rm_gpu_available(why, sizeof why))
+    if (!rm_cuda_available(why, sizeof why))
         return rm_errf(err, RM_EUNSUPPORTED, "backend nccl needs a GPU: %s", why);
     c = calloc(1, sizeof *c);
     if (!c)
         return rm_errf(err, RM_ENOMEM, "nccl: out of memory");
-    pthread_mutex_init(&c->mu, NULL);
-    atomic_init(&c->aborted, 0);
+    rm_nccl_guard_init(&c->guard, abort_comm, c);
     c->rank = cfg->rank;
     c->world = cfg->world_size;
     c->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 10.0;
     double init_timeout = c->timeout_s > NCCL_INIT_MIN_TIMEOUT_S ? c->timeout_s : NCCL_INIT_MIN_TIMEOUT_S;
+    c->init_timeout_s = init_timeout;
 
     /* the gradients live where the CUDA kernels table runs; else the configured device */
-    int dev = rm_gpu_device() >= 0 ? rm_gpu_device() : cfg->device;
+    int dev = rm_cuda_device() >= 0 ? rm_cuda_device() : cfg->device;
     if (dev >= 0)
         RM_CUDA_GOTO_ERR(cudaSetDevice(dev), rc, fail, err);
     RM_CUDA_GOTO_ERR(cudaGetDevice(&c->device), rc, fail, err);
@@ -255,9 +291,9 @@ static int nccl_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err)
 
     ncclConfig_t conf = NCCL_CONFIG_INITIALIZER;
     conf.blocking = 0;
-    double deadline = rm_mono() + init_timeout;
     RM_NCCL_GOTO_ERR(ncclCommInitRankConfig(&c->comm, c->world, id, c->rank, &conf), rc, fail, err);
-    rc = wait_nccl_ready(NULL, c->comm, deadline, "ncclCommInitRankConfig", err);
+    rm_nccl_guard_set_alive(&c->guard);   /* from here a failure aborts the communicator */
+    rc = wait_nccl_ready(NULL, c->comm, init_timeout, "ncclCommInitRankConfig", err);
     if (rc != RM_OK)
         goto fail;
     rm_info("nccl communicator ready rank=%d world=%d epoch=%d device=%d nccl=%d.%d.%d", c->rank,
@@ -265,7 +301,7 @@ static int nccl_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err)
     *out = c;
     return RM_OK;
 fail:
-    atomic_store(&c->aborted, 1);   /* a half-made communicator is aborted, not finalized */
+    rm_nccl_guard_abort(&c->guard);   /* a half-made communicator is aborted, not finalized */
     nccl_destroy(c);
     return rc;
 }
@@ -275,11 +311,12 @@ static int ensure_stage(rm_comm *c, size_t bytes, rm_err *err)
     int rc = RM_OK;
     if (bytes <= c->stage_bytes)
         return RM_OK;
+    /* stream-ordered: no device-wide synchronisation (the compute stream keeps running) */
     if (c->stage)
-        RM_CUDA_WARN(cudaFree(c->stage));
+        RM_CUDA_WARN(cudaFreeAsync(c->stage, c->stream));
     c->stage = NULL;
     c->stage_bytes = 0;
-    RM_CUDA_GOTO_ERR(cudaMalloc(&c->stage, bytes), rc, out, err);
+    RM_CUDA_GOTO_ERR(cudaMallocAsync(&c->stage, bytes, c->stream), rc, out, err);
     c->stage_bytes = bytes;
 out:
     return rc;
@@ -310,66 +347,48 @@ static int nccl_allreduce_oop(rm_comm *c, const void *send, void *recv, size_t c
     if (!send || !recv)
         return rm_errf(err, RM_EINVAL, "nccl: NULL buffer");
 
-    pthread_mutex_lock(&c->mu);
-    if (atomic_load(&c->aborted) || !c->comm) {
-        pthread_mutex_unlock(&c->mu);
-        return rm_errf(err, RM_ECLOSED, "nccl: communicator aborted");
-    }
-    c->in_flight = true;
-    pthread_mutex_unlock(&c->mu);
+    RM_CHECK(rm_nccl_guard_begin(&c->guard, err));
     /* the current device is per host thread: the fusion comm thread never chose one */
-    RM_CUDA_GOTO_ERR(cudaSetDevice(c->device), rc, fail, err);
+    RM_CUDA_GOTO_ERR(cudaSetDevice(c->device), rc, out, err);
 
     size_t bytes = count * rm_dtype_size(dt);
     bool dev_send = is_device_ptr(send), dev_recv = is_device_ptr(recv);
     const void *s = send;
     void *r = recv;
-    double deadline = rm_mono() + c->timeout_s;
+    double timeout = rm_nccl_collective_timeout(!c->first_done, c->timeout_s, c->init_timeout_s);
 
     /* order after the compute stream's work so far (the kernels that wrote this bucket) */
-    cudaStream_t compute = (cudaStream_t)rm_gpu_compute_stream();
-    RM_CUDA_GOTO_ERR(cudaEventRecord(c->ready, compute ? compute : cudaStreamLegacy), rc, fail, err);
-    RM_CUDA_GOTO_ERR(cudaStreamWaitEvent(c->stream, c->ready, 0), rc, fail, err);
+    cudaStream_t compute = (cudaStream_t)rm_cuda_compute_stream();
+    RM_CUDA_GOTO_ERR(cudaEventRecord(c->ready, compute ? compute : cudaStreamLegacy), rc, out, err);
+    RM_CUDA_GOTO_ERR(cudaStreamWaitEvent(c->stream, c->ready, 0), rc, out, err);
     if (!dev_send || !dev_recv) {
-        RM_CHECK_GOTO(ensure_stage(c, bytes, err), rc, fail);
+        RM_CHECK_GOTO(ensure_stage(c, bytes, err), rc, out);
         if (!dev_send)
             RM_CUDA_GOTO_ERR(cudaMemcpyAsync(c->stage, send, bytes, cudaMemcpyHostToDevice, c->stream),
-                             rc, fail, err);
+                             rc, out, err);
         else
             RM_CUDA_GOTO_ERR(cudaMemcpyAsync(c->stage, send, bytes, cudaMemcpyDeviceToDevice,
-                                             c->stream), rc, fail, err);
+                                             c->stream), rc, out, err);
         s = c->stage;
         r = c->stage;
     }
-    RM_NCCL_GOTO_ERR(ncclAllReduce(s, r, count, ndt, nop, c->comm, c->stream), rc, fail, err);
-    rc = wait_nccl_ready(c, c->comm, deadline, "ncclAllReduce", err);
-    if (rc != RM_OK)
-        goto fail;
+    RM_NCCL_GOTO_ERR(ncclAllReduce(s, r, count, ndt, nop, c->comm, c->stream), rc, out, err);
+    RM_CHECK_GOTO(wait_nccl_ready(c, c->comm, timeout, "ncclAllReduce", err), rc, out);
     /* wait (bounded) for the reduction itself before any copy back: a copy into pageable host
      * memory would block the host unboundedly behind a hung collective */
-    rc = wait_stream(c, deadline, "ncclAllReduce", err);
-    if (rc != RM_OK)
-        goto fail;
+    RM_CHECK_GOTO(wait_stream(c, timeout, "ncclAllReduce", err), rc, out);
     if (r != recv) {
         RM_CUDA_GOTO_ERR(cudaMemcpyAsync(recv, r, bytes, dev_recv ? cudaMemcpyDeviceToDevice
                                                                     : cudaMemcpyDeviceToHost,
-                                         c->stream), rc, fail, err);
-        rc = wait_stream(c, deadline, "ncclAllReduce copy-back", err);
-        if (rc != RM_OK)
-            goto fail;
+                                         c->stream), rc, out, err);
+        RM_CHECK_GOTO(wait_stream(c, timeout, "ncclAllReduce copy-back", err), rc, out);
     }
-    pthread_mutex_lock(&c->mu);
-    c->in_flight = false;
-    pthread_mutex_unlock(&c->mu);
-    return RM_OK;
-fail:
-    rm_warn("nccl allreduce failed, aborting the communicator rank=%d rc=%s", c->rank,
-            rm_strerror(rc));
-    pthread_mutex_lock(&c->mu);
-    atomic_store(&c->aborted, 1);
-    abort_locked(c);
-    c->in_flight = false;
-    pthread_mutex_unlock(&c->mu);
+    c->first_done = true;
+out:
+    rc = rm_nccl_guard_end(&c->guard, rc, err);
+    if (rc != RM_OK)
+        rm_warn("nccl allreduce failed, communicator aborted rank=%d rc=%s", c->rank,
+                rm_strerror(rc));
     return rc;
 }
 
@@ -390,51 +409,47 @@ static void nccl_abort(rm_comm *c)
 {
     if (!c)
         return;
-    pthread_mutex_lock(&c->mu);
-    atomic_store(&c->aborted, 1);
-    if (!c->in_flight)
-        abort_locked(c);
-    /* else: the polling thread sees the flag, fails with RM_ECLOSED and aborts */
-    pthread_mutex_unlock(&c->mu);
+    rm_nccl_guard_abort(&c->guard);   /* in flight: the polling thread fails and aborts */
 }
 
 static void nccl_destroy(rm_comm *c)
 {
     if (!c)
         return;
-    pthread_mutex_lock(&c->mu);
-    if (c->comm) {
-        /* a healthy communicator is finalized (flushes NCCL's own work) within the timeout;
-         * anything else is aborted */
-        bool clean = false;
+    /* a healthy communicator is finalized (flushes NCCL's own work) within the timeout; anything
+     * else was aborted by the guard (exactly once) */
+    bool healthy = rm_nccl_guard_release(&c->guard);
+    if (c->comm) {   /* still here: healthy, or made but never alive (a failed init) */
         (void)cudaSetDevice(c->device);
-        ncclResult_t fr = atomic_load(&c->aborted) ? ncclInvalidUsage : ncclCommFinalize(c->comm);
-        if (fr == ncclSuccess || fr == ncclInProgress) {
-            rm_err e = {0};
-            clean = wait_nccl_ready(NULL, c->comm, rm_mono() + c->timeout_s, "ncclCommFinalize", &e) ==
-                    RM_OK;
-            if (!clean)
-                rm_warn("nccl finalize did not complete, aborting err=\"%s\"", e.msg);
-        }
+        rm_err e = {0};
+        ncclResult_t fr = healthy ? ncclCommFinalize(c->comm) : ncclInvalidUsage;
+        bool clean = (fr == ncclSuccess || fr == ncclInProgress) &&
+                     wait_nccl_ready(NULL, c->comm, c->timeout_s, "ncclCommFinalize", &e) == RM_OK;
         if (clean) {
             ncclResult_t r = ncclCommDestroy(c->comm);
             if (r != ncclSuccess && r != ncclInProgress)
                 rm_warn("ncclCommDestroy failed err=\"%s\"", ncclGetErrorString(r));
-            c->comm = NULL;
         } else {
-            abort_locked(c);
+            if (healthy)
+                rm_warn("nccl finalize did not complete, aborting err=\"%s\"",
+                        e.msg[0] ? e.msg : ncclGetErrorString(fr));
+            ncclResult_t r = ncclCommAbort(c->comm);
+            if (r != ncclSuccess)
+                rm_warn("ncclCommAbort failed err=\"%s\"", ncclGetErrorString(r));
         }
+        c->comm = NULL;
     }
-    pthread_mutex_unlock(&c->mu);
     if (c->stage)
-        RM_CUDA_WARN(cudaFree(c->stage));
+        RM_CUDA_WARN(cudaFreeAsync(c->stage, c->stream));
     if (c->scratch1)
         RM_CUDA_WARN(cudaFree(c->scratch1));
     if (c->ready)
         RM_CUDA_WARN(cudaEventDestroy(c->ready));
-    if (c->stream)
+    if (c->stream) {
+        RM_CUDA_WARN(cudaStreamSynchronize(c->stream));
         RM_CUDA_WARN(cudaStreamDestroy(c->stream));
-    pthread_mutex_destroy(&c->mu);
+    }
+    rm_nccl_guard_destroy(&c->guard);
     free(c);
 }
 
