@@ -9,11 +9,13 @@ source "$(dirname "$0")/5x-run-lib.bash"
 "$RM_BIN/ringmaster" run -f "$FIX/small.yaml" --epochs 10 --checkpoint-dir "$W/ck" \
    --run-dir "$W/run" -o json >"$W/s.out" 2>"$W/s.err" &
 RUNNER_PID=$!
+# (a folder listing, not a glob: pruning may remove a matched file before ls reaches it)
+has_ckpt() { ls "$W/ck" 2>/dev/null | grep -q '^ckpt-.*\.rmck$'; }
 for i in $(seq 1 600); do
-  ls "$W/ck"/ckpt-*.rmck >/dev/null 2>&1 && break
+  has_ckpt && break
   sleep 0.1
 done
-ls "$W/ck"/ckpt-*.rmck >/dev/null 2>&1 || fail "no checkpoint within 60 s"
+has_ckpt || fail "no checkpoint within 60 s"
 epoch=$(grep -o 'msg="round ready" epoch=[0-9]*' "$W/run/worker-0.log" | tail -1 | grep -o '[0-9]*$')
 [ -n "$epoch" ] || fail "no round ready line"
 # ring port of each worker = its listening TCP port that is not the logged metrics port
