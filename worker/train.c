@@ -650,6 +650,7 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
         t->rdzv = rm_rdzv_client_new(cfg->rdzv_url, cfg->job, cfg->token, cfg->worker_id);
         if (!t->rdzv)
             return rm_errf(err, RM_ENOMEM, "rendezvous client: out of memory");
+        rm_rdzv_client_set_cancel(t->rdzv, &g_train_term);   /* SIGINT/SIGTERM end long polls */
         const char *be = cfg->backend && strcmp(cfg->backend, "auto") ? cfg->backend : "ring";
         if (!strcmp(be, "ring")) {
             int port = 0;
@@ -877,6 +878,8 @@ static int round_setup(trainer *t, bool first, rm_err *err)
             int rc = rm_rdzv_join(t->rdzv, t->my_addr, last, slice, &rr, &e);
             if (rc == RM_OK)
                 break;
+            if (rc == RM_ECANCELED || g_train_term)
+                return R_TERM;
             if (rc == RM_ECLOSED) {
                 rm_info("rendezvous says stop");
                 return R_STOP;
