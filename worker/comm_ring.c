@@ -709,8 +709,7 @@ static inline void ring_advance(int *t, size_t *j, size_t *np, size_t *off, size
     }
 }
 
-/* A failed collective leaves the ring out of step: shut both sockets so the neighbours fail at
- * once (RM_ECLOSED) instead of waiting out their timeout; the failure travels round the ring. */
+/* Wake the sender thread (and a caller waiting for it) after receive progress or a failure. */
 static void ring_wake(rm_comm *c) {
     if (!c->tx_started) return;
     pthread_mutex_lock(&c->mu);
@@ -718,6 +717,8 @@ static void ring_wake(rm_comm *c) {
     pthread_mutex_unlock(&c->mu);
 }
 
+/* A failed collective leaves the ring out of step: shut both sockets so the neighbours fail at
+ * once (RM_ECLOSED) instead of waiting out their timeout; the failure travels round the ring. */
 static void ring_break(rm_comm *c) {
     atomic_store(&c->broken, 1);
     if (c->next_fd >= 0) shutdown(c->next_fd, SHUT_RDWR);
