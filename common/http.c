@@ -6,10 +6,25 @@
  * bind the listening socket ourselves so bind errors carry errno text and port 0 works. Bodies are
  * accumulated up to max_body (413 beyond, decided from Content-Length before reading when possible).
  * Shutdown is graceful: stop accepting (quiesce), raise the `stopping` flag that long polls and
- * streams watch, wait (bounded) for in-flight requests to complete, then stop MHD. */
+ * streams watch, wait (bounded) for in-flight requests to complete, then stop MHD.
+ *
+ * Slow clients (issue 20 items 4-5: 2,100 never-finished requests used to fill the connection cap
+ * and silence the rendezvous and the probes): every connection is tracked from MHD's connection
+ * notifications in a list with its phase — waiting for a request's headers, reading its body, or
+ * served (a handler runs or a response goes out: never cut, long polls and watch streams live
+ * here). A sweeper thread cuts (shutdown(2), so MHD's own thread sees EOF and cleans up) any
+ * connection whose headers have not all arrived header_timeout_s after its accept, or whose body
+ * has not body_timeout_s after its headers; MHD's idle timeout covers idle keep-alive. And when a
+ * connection arrives while its address already has max_pending_per_ip unserved connections (or
+ * the server max_pending), the oldest of them is cut to make room: a client that sends its request
+ * at once is never the oldest, so a slow flood from one address costs that address its own slots
+ * and nobody else's. NOTIFY_CLOSED runs before MHD closes the socket and takes the list lock, so
+ * a cut never reaches a reused descriptor. Cuts are logged at most 5 per 10 s. */
 #include "common/http.h"
 #include "common/clock.h"
 #include "common/buf.h"
+#include "common/log.h"
+#include "common/ratelimit.h"
 #include <arpa/inet.h>
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -33,6 +48,20 @@
 #endif
 #define RM_HTTP_STREAM_BLOCK (16u * 1024u)
 #define RM_HTTP_STOP_WAIT_MS 10000
+#define RM_HTTP_SWEEP_MS 200
+
+enum { CONN_HEAD = 0, CONN_BODY, CONN_SERVED };
+
+/* One TCP connection, from MHD's STARTED to its CLOSED notification (list under srv->cmu). */
+typedef struct conn_ent {
+    struct conn_ent *prev, *next;
+    int fd;
+    int phase;                /* CONN_* */
+    int cut;                  /* shutdown() issued */
+    unsigned served;          /* requests answered on it */
+    double since;             /* monotonic: accept, headers complete, or last response */
+    char ip[INET6_ADDRSTRLEN];
+} conn_ent;
 
 struct rm_http_server {
     struct MHD_Daemon *d;
@@ -43,6 +72,16 @@ struct rm_http_server {
     size_t max_body;
     atomic_bool stopping;
     atomic_int inflight;
+
+    /* slow-client defence (see the file comment) */
+    double header_timeout_s, body_timeout_s, idle_timeout_s;
+    unsigned max_pending, max_pending_per_ip;
+    pthread_mutex_t cmu;
+    pthread_cond_t ccv;       /* wakes the sweeper to stop */
+    conn_ent *conns;          /* newest first */
+    unsigned long ncut;       /* connections cut so far */
+    int sweep_stop, sweep_started;
+    pthread_t sweeper;
 };
 
 typedef struct req_ctx {
@@ -242,6 +281,147 @@ static enum MHD_Result queue_resp(req_ctx *c, rm_http_resp *resp)
     return ret;
 }
 
+/* ---- slow clients ----------------------------------------------------------------------------- */
+
+static rm_ratelimit g_http_cut_rl = RM_RATELIMIT_INIT(5, 10.0);
+
+/* Under cmu. */
+static void conn_cut(rm_http_server *s, conn_ent *e, const char *why)
+{
+    unsigned long sup = 0;
+    if (e->cut)
+        return;
+    e->cut = 1;
+    s->ncut++;
+    if (e->fd >= 0)
+        shutdown(e->fd, SHUT_RDWR);
+    if (rm_ratelimit_take(&g_http_cut_rl, rm_mono(), &sup))
+        rm_warn("http: cut a slow connection remote=%s port=%d reason=\"%s\" suppressed=%lu", e->ip,
+                s->port, why, sup);
+}
+
+static void conn_set_phase(struct MHD_Connection *conn, rm_http_server *s, int phase)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    conn_ent *e = ci ? ci->socket_context : NULL;
+    if (!e)
+        return;
+    pthread_mutex_lock(&s->cmu);
+    if (phase == CONN_HEAD && e->phase != CONN_HEAD)
+        e->served++;
+    if (e->phase != phase)
+        e->since = rm_mono();
+    e->phase = phase;
+    pthread_mutex_unlock(&s->cmu);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    rm_http_server *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        conn_ent *e = *socket_context;
+        if (!e)
+            return;
+        pthread_mutex_lock(&s->cmu);
+        if (e->prev)
+            e->prev->next = e->next;
+        else
+            s->conns = e->next;
+        if (e->next)
+            e->next->prev = e->prev;
+        pthread_mutex_unlock(&s->cmu);
+        free(e);
+        *socket_context = NULL;
+        return;
+    }
+    if (toe != MHD_CONNECTION_NOTIFY_STARTED)
+        return;
+    conn_ent *e = calloc(1, sizeof *e);
+    if (!e)
+        return;   /* untracked: MHD's own limits still apply */
+    e->fd = -1;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci)
+        e->fd = ci->connect_fd;
+    ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (ci && ci->client_addr) {
+        const struct sockaddr *sa = ci->client_addr;
+        if (sa->sa_family == AF_INET)
+            inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, e->ip,
+                      sizeof e->ip);
+        else if (sa->sa_family == AF_INET6)
+            inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, e->ip,
+                      sizeof e->ip);
+    }
+    e->since = rm_mono();
+    pthread_mutex_lock(&s->cmu);
+    /* make room: the oldest unserved connection of this address, else of the server */
+    unsigned same = 0, all = 0;
+    conn_ent *old_same = NULL, *old_all = NULL;
+    for (conn_ent *x = s->conns; x; x = x->next) {
+        if (x->cut || x->phase == CONN_SERVED)
+            continue;
+        all++;
+        old_all = x;   /* the list is newest first */
+        if (strcmp(x->ip, e->ip) == 0) {
+            same++;
+            old_same = x;
+        }
+    }
+    if (old_same && same >= s->max_pending_per_ip)
+        conn_cut(s, old_same, "too many unfinished requests from this address");
+    else if (old_all && all >= s->max_pending)
+        conn_cut(s, old_all, "too many unfinished requests");
+    e->next = s->conns;
+    if (s->conns)
+        s->conns->prev = e;
+    s->conns = e;
+    pthread_mutex_unlock(&s->cmu);
+    *socket_context = e;
+}
+
+static void *sweeper_main(void *arg)
+{
+    rm_http_server *s = arg;
+    pthread_mutex_lock(&s->cmu);
+    while (!s->sweep_stop) {
+        double now = rm_mono();
+        for (conn_ent *e = s->conns; e; e = e->next) {
+            if (e->cut)
+                continue;
+            if (e->phase == CONN_HEAD && e->served == 0 && now - e->since > s->header_timeout_s)
+                conn_cut(s, e, "request headers not complete in time");
+            else if (e->phase == CONN_BODY && now - e->since > s->body_timeout_s)
+                conn_cut(s, e, "request body not complete in time");
+            else if (e->phase == CONN_HEAD && e->served > 0 && now - e->since > s->idle_timeout_s)
+                conn_cut(s, e, "keep-alive connection idle or trickling too long");
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += RM_HTTP_SWEEP_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->ccv, &s->cmu, &ts);
+    }
+    pthread_mutex_unlock(&s->cmu);
+    return NULL;
+}
+
+unsigned long rm_http_cut_count(rm_http_server *s)
+{
+    if (!s)
+        return 0;
+    pthread_mutex_lock(&s->cmu);
+    unsigned long n = s->ncut;
+    pthread_mutex_unlock(&s->cmu);
+    return n;
+}
+
 /* ---- dispatch --------------------------------------------------------------------------------- */
 
 static int path_match(const rm_http_route *rt, const char *path)
@@ -299,6 +479,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         c->body.max = s->max_body;
         *con_cls = c;
         atomic_fetch_add(&s->inflight, 1);
+        conn_set_phase(conn, s, CONN_BODY);   /* headers are in; the body has its own deadline */
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         if (ci && ci->client_addr) {
@@ -312,6 +493,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         char allow[128];
         int st = find_route(s, method, url, &c->route, allow, sizeof allow);
+        if (st == 404 || st == 405)
+            conn_set_phase(conn, s, CONN_SERVED);
         if (st == 404)
             return queue_error(c, 404, "not found", NULL);
         if (st == 405)
@@ -322,8 +505,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             char *e;
             errno = 0;
             unsigned long long n = strtoull(cl, &e, 10);
-            if (errno || e == cl || n > s->max_body)
+            if (errno || e == cl || n > s->max_body) {
+                conn_set_phase(conn, s, CONN_SERVED);
                 return queue_error(c, 413, "request body too large", NULL);
+            }
         }
         return MHD_YES;
     }
@@ -339,6 +524,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         return arc == RM_ENOMEM ? MHD_NO : MHD_YES;
     }
+    conn_set_phase(conn, s, CONN_SERVED);
     if (c->toobig)
         return queue_error(c, 413, "request body too large", NULL);
 
@@ -369,10 +555,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 {
     rm_http_server *s = cls;
     req_ctx *c = *con_cls;
-    (void)conn;
     (void)toe;
     if (!c)
         return;
+    conn_set_phase(conn, s, CONN_HEAD);   /* keep-alive: waiting for the next request */
     rm_capbuf_free(&c->body);
     free(c);
     *con_cls = NULL;
@@ -485,6 +671,14 @@ int rm_http_start(const rm_http_opts *opts, const rm_http_route *routes, size_t 
         o.conn_timeout_s = 60;
     if (!o.max_conns)
         o.max_conns = 2048;
+    if (!(o.header_timeout_s > 0))
+        o.header_timeout_s = 5;
+    if (!(o.body_timeout_s > 0))
+        o.body_timeout_s = 15;
+    if (!o.max_pending)
+        o.max_pending = o.max_conns / 2 ? o.max_conns / 2 : 1;
+    if (!o.max_pending_per_ip)
+        o.max_pending_per_ip = o.max_conns / 8 ? o.max_conns / 8 : 1;
     *out = NULL;
     for (size_t i = 0; i < nroutes; i++)
         if (!routes[i].path || !routes[i].fn)
@@ -495,9 +689,22 @@ int rm_http_start(const rm_http_opts *opts, const rm_http_route *routes, size_t 
         return rm_errf(err, RM_ENOMEM, "out of memory");
     s->listen_fd = -1;
     s->max_body = o.max_body;
+    s->header_timeout_s = o.header_timeout_s;
+    s->body_timeout_s = o.body_timeout_s;
+    s->idle_timeout_s = o.conn_timeout_s;
+    s->max_pending = o.max_pending;
+    s->max_pending_per_ip = o.max_pending_per_ip;
+    pthread_mutex_init(&s->cmu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->ccv, &ca);
+    pthread_condattr_destroy(&ca);
     if (nroutes) {
         s->routes = calloc(nroutes, sizeof *s->routes);
         if (!s->routes) {
+            pthread_cond_destroy(&s->ccv);
+            pthread_mutex_destroy(&s->cmu);
             free(s);
             return rm_errf(err, RM_ENOMEM, "out of memory");
         }
@@ -507,6 +714,8 @@ int rm_http_start(const rm_http_opts *opts, const rm_http_route *routes, size_t 
     int v6 = 0;
     int rc = open_listener(o.bind, &s->listen_fd, &v6, &s->port, err);
     if (rc < 0) {
+        pthread_cond_destroy(&s->ccv);
+        pthread_mutex_destroy(&s->cmu);
         free(s->routes);
         free(s);
         return rc;
@@ -516,6 +725,7 @@ int rm_http_start(const rm_http_opts *opts, const rm_http_route *routes, size_t 
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
                             MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->listen_fd,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)o.max_conns,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o.conn_timeout_s,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
@@ -523,10 +733,16 @@ int rm_http_start(const rm_http_opts *opts, const rm_http_route *routes, size_t 
                             MHD_OPTION_END);
     if (!s->d) {
         close(s->listen_fd);
+        pthread_cond_destroy(&s->ccv);
+        pthread_mutex_destroy(&s->cmu);
         free(s->routes);
         free(s);
         return rm_errf(err, RM_EIO, "cannot start HTTP server on %s", o.bind);
     }
+    if (pthread_create(&s->sweeper, NULL, sweeper_main, s) == 0)
+        s->sweep_started = 1;
+    else
+        rm_warn("http: no sweeper thread; slow clients are only cut by the idle timeout");
     *out = s;
     return RM_OK;
 }
@@ -542,7 +758,16 @@ void rm_http_stop(rm_http_server *s)
         struct timespec ts = { 0, 2 * 1000000L };
         nanosleep(&ts, NULL);
     }
-    MHD_stop_daemon(s->d);
+    if (s->sweep_started) {
+        pthread_mutex_lock(&s->cmu);
+        s->sweep_stop = 1;
+        pthread_cond_broadcast(&s->ccv);
+        pthread_mutex_unlock(&s->cmu);
+        pthread_join(s->sweeper, NULL);
+    }
+    MHD_stop_daemon(s->d);   /* every NOTIFY_CLOSED has run when it returns */
+    pthread_cond_destroy(&s->ccv);
+    pthread_mutex_destroy(&s->cmu);
     if (lfd != MHD_INVALID_SOCKET)
         close(lfd);
     else if (s->listen_fd >= 0)

@@ -6,7 +6,9 @@
  * table matched in order on (method, path); a route with prefix=1 matches every path that starts
  * with its path. No route for the path → 404, a route for the path but not the method → 405 (with
  * Allow), body over opts.max_body → 413; all error bodies are JSON {"error":"...","code":N}.
- * Request bodies are accumulated up to the cap before the handler runs. */
+ * Request bodies are accumulated up to the cap before the handler runs. Slow or never-finished
+ * requests cannot fill the server: header/body deadlines and a per-address cap on unserved
+ * connections (rm_http_opts) keep it answering under a slow flood. */
 #ifndef RM_HTTP_H
 #define RM_HTTP_H
 #include <stdbool.h>
@@ -66,8 +68,18 @@ typedef struct rm_http_route {
 typedef struct rm_http_opts {
     const char *bind;          /* "127.0.0.1:0", ":8080", "0.0.0.0:9090"; port 0 picks one */
     size_t max_body;           /* default 1 MiB */
-    unsigned conn_timeout_s;   /* idle connection timeout; default 60 (0 = default) */
+    unsigned conn_timeout_s;   /* idle connection timeout (also the bound on a keep-alive
+                                  connection's wait for its next request); default 60 */
     unsigned max_conns;        /* default 2048 */
+    /* Slow clients (0 = default). A connection whose request headers are not all in
+     * header_timeout_s after its accept (default 5), or whose body is not in body_timeout_s after
+     * its headers (default 15), is cut. Unserved connections (headers or body still coming, or
+     * idle keep-alive) are capped: when a new connection finds max_pending_per_ip of them from its
+     * address (default max_conns/8) or max_pending in all (default max_conns/2), the oldest one
+     * is cut to make room. Connections whose handler runs (long polls) or whose response streams
+     * are never cut. */
+    double header_timeout_s, body_timeout_s;
+    unsigned max_pending, max_pending_per_ip;
 } rm_http_opts;
 
 /* Start serving in background threads. The route table is copied. On success *out is owned
@@ -78,6 +90,8 @@ int rm_http_port(const rm_http_server *s);   /* the bound port */
 /* Graceful: stop accepting, let running handlers finish (streams are ended), join threads, free.
  * NULL ok. */
 void rm_http_stop(rm_http_server *s);
+/* Connections cut as too slow or to make room so far (tests, logs). NULL → 0. */
+unsigned long rm_http_cut_count(rm_http_server *s);
 /* Has stop begun? Long-polling handlers and streams check this to return early. */
 bool rm_http_stopping(const rm_http_server *s);
 

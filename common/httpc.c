@@ -9,6 +9,7 @@
 #include "common/buf.h"
 #include <curl/curl.h>
 #include <ctype.h>
+#include <stdint.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 
 struct rm_httpc {
     CURL *h;
+    const volatile sig_atomic_t *cancel;   /* borrowed; NULL = none */
 };
 
 typedef struct {
@@ -49,6 +51,23 @@ void rm_httpc_free(rm_httpc *c)
         return;
     curl_easy_cleanup(c->h);
     free(c);
+}
+
+void rm_httpc_set_cancel(rm_httpc *c, const volatile sig_atomic_t *flag)
+{
+    if (c)
+        c->cancel = flag;
+}
+
+/* libcurl calls this on every turn of its transfer loop (at least once a second while idle). */
+static int on_progress(void *ud, curl_off_t dlt, curl_off_t dln, curl_off_t ult, curl_off_t uln)
+{
+    const volatile sig_atomic_t *cancel = ud;
+    (void)dlt;
+    (void)dln;
+    (void)ult;
+    (void)uln;
+    return *cancel ? 1 : 0;   /* non-zero aborts with CURLE_ABORTED_BY_CALLBACK */
 }
 
 void rm_httpc_resp_free(rm_httpc_resp *r)
@@ -133,6 +152,15 @@ int rm_httpc_do(rm_httpc *c, const char *method, const char *url, const char *co
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &s);
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
     curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
+    if (c->cancel) {
+        if (*c->cancel) {
+            rc = rm_errf(err, RM_ECANCELED, "%s %s: canceled", method, url);
+            goto out;
+        }
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_progress);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, (void *)(uintptr_t)c->cancel);
+    }
 
     if (strcmp(method, "GET") == 0) {
         curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
@@ -173,6 +201,8 @@ int rm_httpc_do(rm_httpc *c, const char *method, const char *url, const char *co
                          s.body.max);
         else if (s.oom)
             rc = rm_errf(err, RM_ENOMEM, "%s %s: out of memory", method, url);
+        else if (cc == CURLE_ABORTED_BY_CALLBACK)
+            rc = rm_errf(err, RM_ECANCELED, "%s %s: canceled", method, url);
         else if (cc == CURLE_OPERATION_TIMEDOUT)
             rc = rm_errf(err, RM_ETIMEDOUT, "%s %s: timed out after %ld ms", method, url, timeout_ms);
         else

@@ -5,6 +5,7 @@
  * Every response body is capped (max_body; RM_ETOOBIG past it). Timeouts are total per request. */
 #ifndef RM_HTTPC_H
 #define RM_HTTPC_H
+#include <signal.h>
 #include <stddef.h>
 #include "common/rm.h"
 
@@ -19,9 +20,12 @@ typedef struct rm_httpc_resp {
 
 rm_httpc *rm_httpc_new(void);
 void rm_httpc_free(rm_httpc *c);               /* NULL ok */
+/* Cancel flag (borrowed; typically a signal handler's flag; NULL = none): once *flag is non-zero,
+ * a request in progress ends within about a second and rm_httpc_do returns RM_ECANCELED. */
+void rm_httpc_set_cancel(rm_httpc *c, const volatile sig_atomic_t *flag);
 /* headers: NULL-terminated "Name: value" strings, may be NULL. body may be NULL.
  * Returns RM_OK when an HTTP response arrived (any status), RM_ETIMEDOUT, RM_EIO (connect
- * refused etc.), RM_ETOOBIG. out->body must be freed with rm_httpc_resp_free even on error. */
+ * refused etc.), RM_ETOOBIG, RM_ECANCELED (the cancel flag was raised). out->body must be freed with rm_httpc_resp_free even on error. */
 int rm_httpc_do(rm_httpc *c, const char *method, const char *url, const char *const *headers,
                 const char *body, size_t body_len, long timeout_ms, size_t max_body,
                 rm_httpc_resp *out, rm_err *err);

@@ -43,6 +43,7 @@
 
 #include "common/json.h"
 #include "common/log.h"
+#include "common/ratelimit.h"
 
 #define JOIN_POLL_S 10.0       /* how long a join is held before "202 waiting" */
 #define KV_WAIT_MAX_S 30.0     /* cap on ?wait= */
@@ -707,8 +708,12 @@ static int dispatch(rm_rdzv *r, const char *name, const char *rest, const rm_htt
         return rm_http_reply_error(resp, 404, "unknown job %s", name);
     const char *auth = rm_http_header(req, "Authorization");
     if (!auth || strncmp(auth, "Bearer ", 7) != 0 || !token_eq(j->token, auth + 7)) {
-        rm_warn("rendezvous request refused: bad token job=%s remote=%s path=\"%s\"", name,
-                req->remote_ip ? req->remote_ip : "?", req->path);
+        /* anyone can send these: one line per window, with the count of the rest */
+        static rm_ratelimit rl = RM_RATELIMIT_INIT(5, 10.0);
+        unsigned long sup = 0;
+        if (rm_ratelimit_take(&rl, rm_mono(), &sup))
+            rm_warn("rendezvous request refused: bad token job=%s remote=%s path=\"%s\" "
+                    "suppressed=%lu", name, req->remote_ip ? req->remote_ip : "?", req->path, sup);
         return rm_http_reply_error(resp, 401, "missing or wrong token");
     }
     bool get = strcmp(req->method, "GET") == 0, post = strcmp(req->method, "POST") == 0,

@@ -30,6 +30,7 @@
  * 64 KiB. */
 #ifndef RM_RDZV_H
 #define RM_RDZV_H
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include "common/http.h"
@@ -124,6 +125,9 @@ typedef enum { RM_RDZV_CONTINUE = 0, RM_RDZV_REJOIN, RM_RDZV_STOP } rm_rdzv_acti
 rm_rdzv_client *rm_rdzv_client_new(const char *url, const char *job, const char *token,
                                    const char *worker_id);
 void rm_rdzv_client_free(rm_rdzv_client *c);
+/* Cancel flag (borrowed, e.g. the worker's SIGINT/SIGTERM flag; NULL = none): once *flag is
+ * non-zero every call, long polls included, returns RM_ECANCELED within about a second. */
+void rm_rdzv_client_set_cancel(rm_rdzv_client *c, const volatile sig_atomic_t *flag);
 /* Block until the round closes or timeout_s passes (RM_ETIMEDOUT). RM_EAUTH on 401, RM_ECLOSED on
  * stop. my_addr is where this worker's ring listener accepts. */
 int rm_rdzv_join(rm_rdzv_client *c, const char *my_addr, int last_epoch, double timeout_s,

@@ -30,6 +30,7 @@
 
 struct rm_rdzv_client {
     rm_httpc *h;
+    const volatile sig_atomic_t *cancel;   /* borrowed; NULL = none */
     char base[512];              /* URL + "/v1/jobs/NS/NAME" */
     char auth[300];              /* "Authorization: Bearer TOKEN" */
     char worker_id[32];
@@ -41,6 +42,26 @@ static void sleep_s(double s)
         return;
     struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
     nanosleep(&ts, NULL);
+}
+
+static bool canceled(const rm_rdzv_client *c) { return c->cancel && *c->cancel; }
+
+/* A back-off that ends early (within 50 ms) when the cancel flag rises. */
+static void nap(const rm_rdzv_client *c, double s)
+{
+    while (s > 0 && !canceled(c)) {
+        double step = s < 0.05 ? s : 0.05;
+        sleep_s(step);
+        s -= step;
+    }
+}
+
+void rm_rdzv_client_set_cancel(rm_rdzv_client *c, const volatile sig_atomic_t *flag)
+{
+    if (!c)
+        return;
+    c->cancel = flag;
+    rm_httpc_set_cancel(c->h, flag);
 }
 
 rm_rdzv_client *rm_rdzv_client_new(const char *url, const char *job, const char *token,
@@ -101,6 +122,8 @@ static int call(rm_rdzv_client *c, const char *method, const char *suffix, const
     char why[256] = "no attempt made";
     for (;;) {
         double left = deadline - rm_mono();
+        if (canceled(c))
+            return rm_errf(err, RM_ECANCELED, "rendezvous %s %s: canceled", method, url);
         if (left <= 0)
             return rm_errf(err, RM_ETIMEDOUT, "rendezvous %s %s: timed out (%s)", method, url, why);
         double t = try_s < left ? try_s : left;
@@ -119,7 +142,7 @@ static int call(rm_rdzv_client *c, const char *method, const char *suffix, const
             return rm_errf(err, rc, "rendezvous %s %s: %s", method, url, why);
         rm_debug("rendezvous retry method=%s url=%s why=\"%s\"", method, url, why);
         left = deadline - rm_mono();
-        sleep_s(backoff < left ? backoff : left);
+        nap(c, backoff < left ? backoff : left);
         backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
     }
 }
@@ -240,7 +263,7 @@ int rm_rdzv_join(rm_rdzv_client *c, const char *my_addr, int last_epoch, double 
             rc = status_err(&resp, "join", err);
             double left = deadline - rm_mono();
             if (left > 0) {
-                sleep_s(backoff < left ? backoff : left);
+                nap(c, backoff < left ? backoff : left);
                 backoff = backoff * 2 > 1.0 ? 1.0 : backoff * 2;
                 if (deadline - rm_mono() > 0)
                     rc = RM_EAGAIN;
@@ -315,7 +338,7 @@ int rm_rdzv_kv_get(rm_rdzv_client *c, int epoch, const char *key, double timeout
         rm_httpc_resp_free(&resp);
         /* a 404 that came back early (job not registered yet) must not spin */
         if (rm_mono() - t0 < wait * 0.9)
-            sleep_s(0.1);
+            nap(c, 0.1);
     }
 }
 

@@ -23,6 +23,7 @@ const char *rm_strerror(int rc)
     case RM_ETOOBIG: return "too big";
     case RM_EAGAIN: return "try again";
     case RM_EUNSUPPORTED: return "unsupported";
+    case RM_ECANCELED: return "canceled";
     default: return "unknown error";
     }
 }

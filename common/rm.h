@@ -24,6 +24,7 @@ enum {
     RM_ETOOBIG = -12,   /* a capped buffer would overflow */
     RM_EAGAIN = -13,    /* try again later (not ready yet) */
     RM_EUNSUPPORTED = -14,
+    RM_ECANCELED = -15, /* the caller's cancel flag was raised (a signal) */
 };
 
 /* Static string for a code; never NULL. */

@@ -2,8 +2,9 @@
  * callers: dtype names, the rendezvous listener, "host:port" lists for static mode.
  *
  * The NCCL table lives in worker/cuda/comm_nccl.c (CUDA builds) or worker/nocuda/comm_nccl_stub.c
- * (CPU builds). Until the GPU file exists in a CUDA build, the lookup answers NULL here so the
- * CPU path links either way. */
+ * (CPU builds); the __has_include guard only matters for a CUDA build from a tree without the GPU
+ * file, where "nccl" answers NULL. The ring backend's listener (rm_ring_listener) is in
+ * comm_ring.c with the handshake it runs. */
 #include "worker/comm.h"
 
 #include <stdio.h>

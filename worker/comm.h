@@ -36,13 +36,20 @@ size_t rm_dtype_size(rm_dtype dt);
 const char *rm_dtype_name(rm_dtype dt);
 const char *rm_redop_name(rm_redop op);
 
+/* A worker's ring listener: a background thread that accepts and authenticates ring handshakes
+ * for as long as it lives (training included), so strangers on the ring port are dropped within
+ * a couple of seconds and never sit in the backlog until the next formation (comm_ring.c). */
+typedef struct rm_ring_listener rm_ring_listener;
+
 typedef struct rm_comm_cfg {
     int rank, world_size, epoch;
     const rm_rdzv_peer *peers;   /* world_size entries, index = rank (addr "host:port"); borrowed */
     const char *token;           /* job token; authenticates ring handshakes; NULL = "" */
-    int listen_fd;               /* already-bound, listening socket this worker advertised at
-                                    rendezvous, or -1: the ring then binds peers[rank].addr itself.
-                                    Borrowed: the caller closes it (it may serve the next epoch). */
+    rm_ring_listener *listener;  /* the worker's long-lived ring listener (borrowed), or NULL:
+                                    the ring then listens for this formation only, on listen_fd */
+    int listen_fd;               /* without a listener: an already-bound, listening socket this
+                                    worker advertised at rendezvous, or -1: the ring then binds
+                                    peers[rank].addr itself. Borrowed: the caller closes it. */
     double timeout_s;            /* bound on every blocking step (connect, accept, send, recv);
                                     <= 0 means 10 s */
     struct rm_rdzv_client *rdzv; /* for NCCL's unique-id bootstrap through the kv area; may be NULL */
@@ -88,6 +95,16 @@ int rm_comm_under_mpi(void);
  * (close it when done); *port gets the bound port. Backlog is large enough for a world plus
  * strangers. */
 int rm_comm_listen(const char *host, int *fd, int *port, rm_err *err);
+
+/* Start a ring listener on the listening socket fd (from rm_comm_listen; made non-blocking).
+ * own_fd = 1: on success the listener owns the socket and closes it in free (on failure the
+ * caller still owns it). token is copied (the job token; NULL = ""). *out owned: rm_ring_listener_free. */
+int rm_ring_listener_start(int fd, int own_fd, const char *token, rm_ring_listener **out, rm_err *err);
+/* Stop the thread, close pending and parked connections (and the socket when owned). NULL ok.
+ * No ring_init may be using it. */
+void rm_ring_listener_free(rm_ring_listener *l);
+/* Unauthenticated connections dropped so far (tests, logs). */
+unsigned long rm_ring_listener_dropped(rm_ring_listener *l);
 
 /* Static-mode helper (bench, tests): parse "h:p,h:p,..." into world entries (rank = index,
  * worker_id = index). *out owned (free()); *n gets the count. RM_EINVAL on a malformed list. */

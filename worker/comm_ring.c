@@ -18,17 +18,28 @@
  * (magic, sequence number, length, check; host byte order: peers run the same build) so desync
  * or garbage is RM_EPROTO.
  *
- * Connection setup: connect to next, accept from prev on the listener advertised at rendezvous.
+ * Connection setup: connect to next, and take prev's connection from the worker's ring listener.
  * Handshake (no token on the wire): HELLO{epoch, rank, world, nonce_c} ->
- * CHALLENGE{nonce_a, HMAC(token, acc|...)} -> PROOF{HMAC(token, con|...)} -> OK. The acceptor drops
- * (with a logged reason) any connection whose HELLO or PROOF is wrong and keeps accepting until
- * the real prev arrives or the timeout passes; a stranger never fails the ring by itself (one
- * that stays silent holds the accept loop for at most 2 s; one that forges a valid HELLO — it must
- * know magic, epoch and ranks — but never proves the token can hold it until the init timeout).
+ * CHALLENGE{epoch, rank, nonce_a, HMAC(token, acc|epoch|ranks|nonces)} ->
+ * PROOF{HMAC(token, con|epoch|ranks|nonces)} -> ACK{0, or REFUSED when the proof was wrong}. Both
+ * MACs bind the epoch and both nonces, so a HELLO replayed or forged for any epoch fails at its proof.
+ *
+ * Strangers (issue 20): the listener (rm_ring_listener) is a thread that lives as long as the
+ * worker and accepts and handshakes all the time, training included, so nothing waits in the
+ * kernel's backlog for the next formation. It runs every handshake at once in one poll loop, drops
+ * a connection that has not proved the token within RING_HANDSHAKE_S of its accept, holds at most
+ * RL_PENDING_PER_SRC unfinished handshakes per source address (and RL_PENDING_MAX overall: the
+ * oldest is dropped to make room), refuses HELLOs for an epoch older than the worker's, and parks
+ * authenticated connections (epoch, rank) until ring_init claims the one from its prev. So a
+ * formation's deadline is spent waiting for authenticated peers only, silent or forged connections
+ * cost nobody a restart, refusals are logged at most 5 per 10 s with a count of the rest, and the
+ * connector reports "wrong token" only when the next rank's listener explicitly refused its proof.
+ * A caller without a long-lived listener (bench, static worlds) gets one for the formation only.
  *
  * Timeouts: every wait is bounded by cfg.timeout_s of no progress; a closed peer is RM_ECLOSED at
  * once; abort() sets a flag and shutdown()s both sockets, which wakes poll() in the owning thread. */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -46,6 +57,8 @@
 
 #include "worker/comm.h"
 #include "common/clock.h"
+#include "common/log.h"
+#include "common/ratelimit.h"
 #include "worker/net.h"
 
 #define RING_MAGIC 0x524d5247u    /* "RMRG" handshake */
@@ -54,7 +67,12 @@
 #define FRAME_CHECK 0x5a17c3e1u
 #define RING_SOCKBUF (4 << 20)
 #define RING_DEFAULT_PIECE_BYTES (512u << 10)
-#define RING_HANDSHAKE_STRANGER_S 2.0
+#define RING_HANDSHAKE_S 2.0          /* accept -> proof checked, or the connection is dropped */
+#define RING_REFUSED 1u                 /* acknowledgement status: the proof was wrong */
+#define RING_TOKEN_MAX 255
+#define RL_PENDING_MAX 64               /* unfinished handshakes held at once ... */
+#define RL_PENDING_PER_SRC 16           /* ... and from one source address */
+#define RL_READY_MAX 16                 /* authenticated connections parked for ring_init */
 #define RING_EXCHANGE_MAX_BYTES (64u << 10)   /* 2 ranks up to here: one exchange, not 2 steps */
 #define RING_TX_MIN_BYTES (1u << 20)          /* from here on a sender thread sends */
 
@@ -142,12 +160,19 @@ static int ring_connect(rm_comm *c, const rm_comm_cfg *cfg, double deadline, uin
     return rm_net_send_all(c->next_fd, hello, sizeof hello, deadline, err);
 }
 
-/* Connector side, steps C (challenge -> proof) and E (ok). */
-static int ring_connector_prove(rm_comm *c, const char *token, const uint8_t nonce_c[16],
-                                double deadline, rm_err *err) {
+/* Connector side: challenge -> proof -> acknowledgement. Only an explicit refusal from the next
+ * rank's listener (it checked our proof and it was wrong) is reported as a wrong token; a close
+ * means the listener dropped us for another reason (stale epoch, its handshake bound). */
+static int ring_connector_handshake(rm_comm *c, const char *token, const uint8_t nonce_c[16],
+                                    double deadline, rm_err *err) {
     int next = (c->rank + 1) % c->n;
-    uint8_t ch[CHAL_LEN], mac[32], proof[PROOF_LEN];
-    RM_CHECK(rm_net_recv_all(c->next_fd, ch, sizeof ch, deadline, err));
+    uint8_t ch[CHAL_LEN], mac[32], proof[PROOF_LEN], ok[OK_LEN];
+    rm_err e2 = {0};
+    int rc = rm_net_recv_all(c->next_fd, ch, sizeof ch, deadline, &e2);
+    if (rc == RM_ECLOSED)
+        return rm_errf(err, RM_ECLOSED, "ring: next rank %d closed the connection before its challenge "
+                       "(it is not in epoch %d yet, or has moved past it)", next, c->epoch);
+    if (rc) return rm_errf(err, rc, "ring: next rank %d: waiting for its challenge: %s", next, e2.msg);
     if (get32(ch) != RING_MAGIC || get32(ch + 4) != RING_VERSION)
         return rm_errf(err, RM_EPROTO, "ring: next rank %d answered with a bad magic/version", next);
     if (get32(ch + 8) != (uint32_t)c->epoch || get32(ch + 12) != (uint32_t)next)
@@ -159,108 +184,361 @@ static int ring_connector_prove(rm_comm *c, const char *token, const uint8_t non
     put32(proof, RING_MAGIC);
     ring_mac(token, "con", (uint32_t)c->epoch, (uint32_t)c->rank, (uint32_t)next, nonce_c, ch + 16,
              proof + 4);
-    return rm_net_send_all(c->next_fd, proof, sizeof proof, deadline, err);
-}
-
-static int ring_connector_ok(rm_comm *c, double deadline, rm_err *err) {
-    uint8_t ok[OK_LEN];
-    int rc = rm_net_recv_all(c->next_fd, ok, sizeof ok, deadline, err);
+    RM_CHECK(rm_net_send_all(c->next_fd, proof, sizeof proof, deadline, err));
+    rc = rm_net_recv_all(c->next_fd, ok, sizeof ok, deadline, &e2);
     if (rc == RM_ECLOSED)
-        return rm_errf(err, RM_EAUTH, "ring: next rank %d closed during the handshake (it refused us: wrong token?)",
-                       (c->rank + 1) % c->n);
-    if (rc) return rc;
-    if (get32(ok) != RING_MAGIC || get32(ok + 4) != 0)
-        return rm_errf(err, RM_EPROTO, "ring: bad handshake acknowledgement from next rank");
+        return rm_errf(err, RM_ECLOSED, "ring: next rank %d closed the connection during the handshake "
+                       "(before it judged our proof)", next);
+    if (rc) return rm_errf(err, rc, "ring: next rank %d: waiting for its acknowledgement: %s", next, e2.msg);
+    if (get32(ok) != RING_MAGIC)
+        return rm_errf(err, RM_EPROTO, "ring: bad handshake acknowledgement from next rank %d", next);
+    if (get32(ok + 4) == RING_REFUSED)
+        return rm_errf(err, RM_EAUTH, "ring: next rank %d refused our proof (wrong job token?)", next);
+    if (get32(ok + 4) != 0)
+        return rm_errf(err, RM_EPROTO, "ring: bad handshake acknowledgement from next rank %d", next);
     return RM_OK;
 }
 
-/* Accept until the real prev proves itself; strangers are logged and dropped. Runs the
- * connector's proof step (once) in between so no rank waits on a cycle. */
-static int ring_accept(rm_comm *c, int lfd, const char *token, const uint8_t nonce_c[16],
-                       double deadline, rm_err *err) {
-    int prev = (c->rank + c->n - 1) % c->n;
-    int proved = 0, rc;
-    for (;;) {
-        int fd = -1;
-        char who[64] = "?";
-        rm_err e2 = {0};
-        rc = rm_net_accept(lfd, deadline, &fd, who, sizeof who, &e2);
-        if (rc) return rm_errf(err, rc, "ring: waiting for prev rank %d to connect: %s", prev, e2.msg);
-        double hs_deadline = rm_mono() + (c->timeout_s < RING_HANDSHAKE_STRANGER_S ? c->timeout_s : RING_HANDSHAKE_STRANGER_S);
-        if (hs_deadline > deadline) hs_deadline = deadline;
-        uint8_t hello[HELLO_LEN];
-        rc = rm_net_recv_all(fd, hello, sizeof hello, hs_deadline, &e2);
-        const char *why = NULL;
-        char whybuf[160];
-        if (rc) why = e2.msg;
-        else if (get32(hello) != RING_MAGIC) why = "bad magic (not a ringmaster peer)";
-        else if (get32(hello + 4) != RING_VERSION) why = "protocol version mismatch";
-        else if (get32(hello + 8) != (uint32_t)c->epoch) {
-            snprintf(whybuf, sizeof whybuf, "wrong epoch %u (want %d)", get32(hello + 8), c->epoch);
-            why = whybuf;
-        } else if (get32(hello + 16) != (uint32_t)c->n) {
-            snprintf(whybuf, sizeof whybuf, "wrong world size %u (want %d)", get32(hello + 16), c->n);
-            why = whybuf;
-        } else if (get32(hello + 12) != (uint32_t)prev) {
-            snprintf(whybuf, sizeof whybuf, "claims rank %u, want prev rank %d", get32(hello + 12), prev);
-            why = whybuf;
+/* ------------------------------------------------------------------------------------------ */
+/* listener: accepts and authenticates continuously                                             */
+
+typedef struct rl_conn {
+    int fd;
+    uint32_t src;             /* IPv4 source address, network order */
+    char who[64];             /* "a.b.c.d:port" for logs */
+    double t0;                /* accepted at (monotonic) */
+    int stage;                /* 0: reading HELLO, 1: reading PROOF */
+    size_t got;
+    uint8_t in[HELLO_LEN];    /* HELLO, then PROOF (PROOF_LEN <= HELLO_LEN) */
+    uint8_t hello[HELLO_LEN];
+    uint8_t na[16];
+} rl_conn;
+
+typedef struct rl_ready {
+    int fd;
+    uint32_t epoch, rank, world;
+} rl_ready;
+
+struct rm_ring_listener {
+    int lfd, own_lfd;
+    char token[RING_TOKEN_MAX + 1];
+    int wake[2];              /* pipe: rm_ring_listener_free wakes the thread */
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;        /* monotonic; broadcast when a connection is parked */
+    int stop;                 /* under mu */
+    uint32_t min_epoch;       /* under mu: HELLOs for older epochs are refused */
+    rl_ready ready[RL_READY_MAX];   /* under mu: authenticated, waiting for ring_init */
+    int nready;
+    unsigned long dropped;    /* under mu: unauthenticated connections dropped so far */
+    rl_conn pend[RL_PENDING_MAX];   /* listener thread only: handshakes in progress */
+    int npend;
+};
+
+static rm_ratelimit g_ring_refuse_rl = RM_RATELIMIT_INIT(5, 10.0);
+
+static void rl_drop(rm_ring_listener *l, int i, const char *why) {
+    rl_conn *p = &l->pend[i];
+    unsigned long sup = 0;
+    if (rm_ratelimit_take(&g_ring_refuse_rl, rm_mono(), &sup))
+        rm_warn("ring refused connection from=%s reason=\"%s\" suppressed=%lu", p->who, why, sup);
+    pthread_mutex_lock(&l->mu);
+    l->dropped++;             /* counted before the close a test may be watching for */
+    pthread_mutex_unlock(&l->mu);
+    close(p->fd);
+    l->pend[i] = l->pend[--l->npend];
+}
+
+/* Park an authenticated connection for ring_init (under mu). A newer one for the same
+ * (epoch, rank) replaces the older; when full, the lowest epoch goes. */
+static void rl_park(rm_ring_listener *l, int fd, uint32_t epoch, uint32_t rank, uint32_t world) {
+    pthread_mutex_lock(&l->mu);
+    int slot = -1;
+    for (int i = 0; i < l->nready; i++)
+        if (l->ready[i].epoch == epoch && l->ready[i].rank == rank) slot = i;
+    if (slot < 0 && l->nready == RL_READY_MAX) {
+        slot = 0;
+        for (int i = 1; i < l->nready; i++)
+            if (l->ready[i].epoch < l->ready[slot].epoch) slot = i;
+    }
+    if (slot >= 0) close(l->ready[slot].fd);
+    else slot = l->nready++;
+    l->ready[slot] = (rl_ready){fd, epoch, rank, world};
+    pthread_cond_broadcast(&l->cv);
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* Bytes arrived (or the peer went away) on pending connection i. */
+static void rl_step(rm_ring_listener *l, int i) {
+    rl_conn *p = &l->pend[i];
+    size_t need = p->stage == 0 ? HELLO_LEN : PROOF_LEN;
+    ssize_t n = recv(p->fd, p->in + p->got, need - p->got, MSG_DONTWAIT);
+    if (n == 0) {
+        rl_drop(l, i, p->stage == 0 ? "closed before a complete hello" : "closed before its proof");
+        return;
+    }
+    if (n < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) rl_drop(l, i, strerror(errno));
+        return;
+    }
+    p->got += (size_t)n;
+    if (p->got < need) return;
+    p->got = 0;
+    if (p->stage == 0) {
+        const uint8_t *h = p->in;
+        uint32_t epoch = get32(h + 8), rank = get32(h + 12), world = get32(h + 16);
+        pthread_mutex_lock(&l->mu);
+        uint32_t min_epoch = l->min_epoch;
+        pthread_mutex_unlock(&l->mu);
+        char why[160];
+        if (get32(h) != RING_MAGIC) {
+            rl_drop(l, i, "bad magic (not a ringmaster peer)");
+            return;
         }
-        if (why) {
-            rm_warn("ring refused connection from=%s rank=%d reason=\"%s\"", who, c->rank, why);
-            close(fd);
-            continue;
+        if (get32(h + 4) != RING_VERSION) {
+            rl_drop(l, i, "protocol version mismatch");
+            return;
         }
+        if (world < 2 || world > RM_RDZV_MAX_WORLD || rank >= world) {
+            snprintf(why, sizeof why, "bad rank %u / world size %u", rank, world);
+            rl_drop(l, i, why);
+            return;
+        }
+        if (epoch < min_epoch) {
+            snprintf(why, sizeof why, "stale epoch %u (this worker is at %u)", epoch, min_epoch);
+            rl_drop(l, i, why);
+            return;
+        }
+        memcpy(p->hello, h, HELLO_LEN);
+        uint32_t acc = (rank + 1) % world;   /* we answer as the rank this peer believes we are */
         uint8_t ch[CHAL_LEN];
         put32(ch, RING_MAGIC);
         put32(ch + 4, RING_VERSION);
-        put32(ch + 8, (uint32_t)c->epoch);
-        put32(ch + 12, (uint32_t)c->rank);
-        rm_net_random(ch + 16, 16);
-        ring_mac(token, "acc", (uint32_t)c->epoch, (uint32_t)c->rank, (uint32_t)prev, hello + 20, ch + 16,
-                 ch + 32);
-        rc = rm_net_send_all(fd, ch, sizeof ch, hs_deadline, &e2);
-        if (rc) {
-            rm_warn("ring refused connection from=%s rank=%d reason=\"%s\"", who, c->rank, e2.msg);
-            close(fd);
-            continue;
+        put32(ch + 8, epoch);
+        put32(ch + 12, acc);
+        rm_net_random(p->na, 16);
+        memcpy(ch + 16, p->na, 16);
+        ring_mac(l->token, "acc", epoch, acc, rank, h + 20, p->na, ch + 32);
+        /* a fresh socket's send buffer takes 64 bytes at once; anything else is not a peer */
+        if (send(p->fd, ch, sizeof ch, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof ch) {
+            rl_drop(l, i, "could not send the challenge");
+            return;
         }
-        if (!proved) {
-            rc = ring_connector_prove(c, token, nonce_c, deadline, err);
-            if (rc) {
-                close(fd);
-                return rc;
-            }
-            proved = 1;
-        }
-        uint8_t proof[PROOF_LEN], mac[32];
-        rc = rm_net_recv_all(fd, proof, sizeof proof, deadline, &e2);
-        if (!rc) {
-            ring_mac(token, "con", (uint32_t)c->epoch, (uint32_t)prev, (uint32_t)c->rank, hello + 20,
-                     ch + 16, mac);
-            if (get32(proof) != RING_MAGIC || !rm_net_ct_equal(mac, proof + 4, 32)) {
-                rc = RM_EAUTH;
-                snprintf(e2.msg, sizeof e2.msg, "authentication failed (wrong job token)");
-            }
-        }
-        if (rc) {
-            rm_warn("ring refused connection from=%s rank=%d reason=\"%s\"", who, c->rank, e2.msg);
-            close(fd);
-            continue;
-        }
-        uint8_t ok[OK_LEN];
-        put32(ok, RING_MAGIC);
-        put32(ok + 4, 0);
-        rc = rm_net_send_all(fd, ok, sizeof ok, deadline, err);
-        if (rc) {
-            close(fd);
-            return rc;
-        }
-        rm_net_tune(fd, c->sockbuf);
-        c->prev_fd = fd;
-        return RM_OK;
+        p->stage = 1;
+        return;
     }
+    const uint8_t *h = p->hello;
+    uint32_t epoch = get32(h + 8), rank = get32(h + 12), world = get32(h + 16);
+    uint8_t mac[32], ok[OK_LEN];
+    ring_mac(l->token, "con", epoch, rank, (rank + 1) % world, h + 20, p->na, mac);
+    put32(ok, RING_MAGIC);
+    if (get32(p->in) != RING_MAGIC || !rm_net_ct_equal(mac, p->in + 4, 32)) {
+        put32(ok + 4, RING_REFUSED);   /* say so: only this is the peer's "wrong token" */
+        (void)send(p->fd, ok, sizeof ok, MSG_DONTWAIT | MSG_NOSIGNAL);
+        rl_drop(l, i, "authentication failed (wrong job token)");
+        return;
+    }
+    put32(ok + 4, 0);
+    if (send(p->fd, ok, sizeof ok, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof ok) {
+        rl_drop(l, i, "could not send the acknowledgement");
+        return;
+    }
+    int fd = p->fd;
+    l->pend[i] = l->pend[--l->npend];
+    rl_park(l, fd, epoch, rank, world);
 }
 
+/* A new connection: make room (per source, then overall: the oldest handshake goes) and start. */
+static void rl_admit(rm_ring_listener *l, int fd, const struct sockaddr_in *a) {
+    uint32_t src = a->sin_addr.s_addr;
+    int same = 0, oldest_same = -1, oldest = -1;
+    for (int i = 0; i < l->npend; i++) {
+        if (oldest < 0 || l->pend[i].t0 < l->pend[oldest].t0) oldest = i;
+        if (l->pend[i].src != src) continue;
+        same++;
+        if (oldest_same < 0 || l->pend[i].t0 < l->pend[oldest_same].t0) oldest_same = i;
+    }
+    if (same >= RL_PENDING_PER_SRC) rl_drop(l, oldest_same, "too many unfinished handshakes from this address");
+    else if (l->npend >= RL_PENDING_MAX) rl_drop(l, oldest, "too many unfinished handshakes");
+    rl_conn *p = &l->pend[l->npend++];
+    memset(p, 0, sizeof *p);
+    p->fd = fd;
+    p->src = src;
+    p->t0 = rm_mono();
+    char ip[INET_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
+    snprintf(p->who, sizeof p->who, "%s:%d", ip, ntohs(a->sin_port));
+}
+
+static void *rl_main(void *arg) {
+    rm_ring_listener *l = arg;
+    struct pollfd pf[2 + RL_PENDING_MAX];
+    for (;;) {
+        pthread_mutex_lock(&l->mu);
+        int stop = l->stop;
+        pthread_mutex_unlock(&l->mu);
+        if (stop) break;
+        double now = rm_mono(), next_due = now + 1.0;
+        for (int i = l->npend - 1; i >= 0; i--) {
+            if (now - l->pend[i].t0 >= RING_HANDSHAKE_S) rl_drop(l, i, "handshake not finished in time");
+            else if (l->pend[i].t0 + RING_HANDSHAKE_S < next_due) next_due = l->pend[i].t0 + RING_HANDSHAKE_S;
+        }
+        int np = l->npend;
+        pf[0] = (struct pollfd){.fd = l->wake[0], .events = POLLIN};
+        pf[1] = (struct pollfd){.fd = l->lfd, .events = POLLIN};
+        for (int i = 0; i < np; i++) pf[2 + i] = (struct pollfd){.fd = l->pend[i].fd, .events = POLLIN};
+        int pr = poll(pf, (nfds_t)(2 + np), (int)((next_due - now) * 1000.0) + 1);
+        if (pr < 0) {
+            if (errno == EINTR) continue;
+            rm_error("ring listener: poll: %s", strerror(errno));
+            break;
+        }
+        if (pf[0].revents) {
+            char b[16];
+            while (read(l->wake[0], b, sizeof b) > 0) {}
+        }
+        /* descending, so the swap-remove in rl_drop/rl_step only moves entries already seen */
+        for (int i = np - 1; i >= 0; i--)
+            if (pf[2 + i].revents) rl_step(l, i);
+        if (pf[1].revents & (POLLERR | POLLNVAL)) {
+            rm_error("ring listener: listening socket failed");
+            break;
+        }
+        for (int k = 0; (pf[1].revents & POLLIN) && k < RL_PENDING_MAX; k++) {
+            struct sockaddr_in a;
+            socklen_t al = sizeof a;
+            int fd = accept4(l->lfd, (struct sockaddr *)&a, &al, SOCK_CLOEXEC | SOCK_NONBLOCK);
+            if (fd < 0) {
+                if (errno == EINTR || errno == ECONNABORTED) continue;
+                if (errno == EMFILE || errno == ENFILE) {   /* out of fds: back off a little */
+                    struct timespec ts = {0, 50 * 1000000L};
+                    nanosleep(&ts, NULL);
+                }
+                break;
+            }
+            if (a.sin_family != AF_INET) {
+                close(fd);
+                continue;
+            }
+            rl_admit(l, fd, &a);
+        }
+    }
+    for (int i = 0; i < l->npend; i++) close(l->pend[i].fd);
+    l->npend = 0;
+    return NULL;
+}
+
+int rm_ring_listener_start(int fd, int own_fd, const char *token, rm_ring_listener **out, rm_err *err) {
+    if (!out || fd < 0) return rm_errf(err, RM_EINVAL, "ring listener: no listening socket");
+    *out = NULL;
+    if (!token) token = "";
+    if (strlen(token) > RING_TOKEN_MAX) return rm_errf(err, RM_EINVAL, "ring listener: token too long");
+    rm_ring_listener *l = calloc(1, sizeof *l);
+    if (!l) return rm_errf(err, RM_ENOMEM, "out of memory");
+    l->lfd = fd;
+    l->own_lfd = own_fd;
+    snprintf(l->token, sizeof l->token, "%s", token);
+    l->wake[0] = l->wake[1] = -1;
+    int rc = RM_OK;
+    pthread_condattr_t ca;
+    if (pipe2(l->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
+        rc = rm_errf(err, RM_EIO, "ring listener: pipe: %s", strerror(errno));
+        goto fail;
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) != 0) {
+        rc = rm_errf(err, RM_EIO, "ring listener: fcntl: %s", strerror(errno));
+        goto fail;
+    }
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&l->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&l->mu, NULL);
+    if (pthread_create(&l->th, NULL, rl_main, l) != 0) {
+        pthread_cond_destroy(&l->cv);
+        pthread_mutex_destroy(&l->mu);
+        rc = rm_errf(err, RM_ENOMEM, "ring listener: cannot start its thread");
+        goto fail;
+    }
+    *out = l;
+    return RM_OK;
+fail:
+    if (l->wake[0] >= 0) close(l->wake[0]);
+    if (l->wake[1] >= 0) close(l->wake[1]);
+    free(l);
+    return rc;
+}
+
+void rm_ring_listener_free(rm_ring_listener *l) {
+    if (!l) return;
+    pthread_mutex_lock(&l->mu);
+    l->stop = 1;
+    pthread_mutex_unlock(&l->mu);
+    ssize_t w = write(l->wake[1], "x", 1);
+    (void)w;
+    pthread_join(l->th, NULL);
+    for (int i = 0; i < l->nready; i++) close(l->ready[i].fd);
+    close(l->wake[0]);
+    close(l->wake[1]);
+    if (l->own_lfd) close(l->lfd);
+    pthread_cond_destroy(&l->cv);
+    pthread_mutex_destroy(&l->mu);
+    free(l);
+}
+
+unsigned long rm_ring_listener_dropped(rm_ring_listener *l) {
+    if (!l) return 0;
+    pthread_mutex_lock(&l->mu);
+    unsigned long d = l->dropped;
+    pthread_mutex_unlock(&l->mu);
+    return d;
+}
+
+/* Take prev's authenticated connection for this epoch from the listener: the deadline is spent
+ * waiting for authenticated peers only (the listener thread deals with everybody else). Raises
+ * the listener's epoch floor, so older parked connections and later stale HELLOs are dropped. */
+static int ring_claim(rm_comm *c, rm_ring_listener *l, double deadline, rm_err *err) {
+    int prev = (c->rank + c->n - 1) % c->n, fd = -1;
+    uint32_t ep = (uint32_t)c->epoch;
+    pthread_mutex_lock(&l->mu);
+    if (ep > l->min_epoch) l->min_epoch = ep;
+    unsigned long dropped0 = l->dropped;
+    for (;;) {
+        for (int i = l->nready - 1; i >= 0; i--) {
+            rl_ready *r = &l->ready[i];
+            if (r->epoch > ep) continue;   /* a peer already in a later epoch: keep it */
+            if (r->epoch == ep && r->world == (uint32_t)c->n && r->rank == (uint32_t)prev && fd < 0) {
+                fd = r->fd;
+            } else {
+                if (r->epoch == ep)
+                    rm_warn("ring: dropping an authenticated connection that does not fit this round "
+                            "epoch=%u rank=%u world=%u (want rank %d of %d)", r->epoch, r->rank, r->world,
+                            prev, c->n);
+                close(r->fd);
+            }
+            l->ready[i] = l->ready[--l->nready];
+        }
+        if (fd >= 0) break;
+        if (rm_mono() >= deadline) {
+            unsigned long d = l->dropped - dropped0;
+            pthread_mutex_unlock(&l->mu);
+            return rm_errf(err, RM_ETIMEDOUT, "ring: prev rank %d did not connect and authenticate for "
+                           "epoch %d within %.1f s (%lu unauthenticated connections dropped meanwhile)",
+                           prev, c->epoch, c->timeout_s, d);
+        }
+        struct timespec ts;
+        double dl = deadline;
+        ts.tv_sec = (time_t)dl;
+        ts.tv_nsec = (long)((dl - (double)ts.tv_sec) * 1e9);
+        if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
+        pthread_cond_timedwait(&l->cv, &l->mu, &ts);
+    }
+    pthread_mutex_unlock(&l->mu);
+    rm_net_tune(fd, c->sockbuf);
+    c->prev_fd = fd;
+    return RM_OK;
+}
 /* ------------------------------------------------------------------------------------------ */
 
 static void ring_destroy(rm_comm *c) {
@@ -287,6 +565,7 @@ static int ring_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
         return rm_errf(err, RM_EINVAL, "ring: bad rank %d / world size %d", cfg->rank, cfg->world_size);
     if (cfg->world_size > 1 && !cfg->peers) return rm_errf(err, RM_EINVAL, "ring: no peer list");
     int rc = RM_OK, own_lfd = -1;
+    rm_ring_listener *own_lst = NULL;
     rm_comm *c = calloc(1, sizeof *c);
     if (!c) return rm_errf(err, RM_ENOMEM, "out of memory");
     c->rank = cfg->rank;
@@ -315,20 +594,30 @@ static int ring_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
     }
     const char *token = cfg->token ? cfg->token : "";
     double deadline = rm_mono() + c->timeout_s;
-    int lfd = cfg->listen_fd;
-    if (lfd < 0) {
-        char host[64];
-        int port;
-        RM_CHECK_GOTO(rm_comm_split_addr(cfg->peers[c->rank].addr, host, sizeof host, &port, err), rc, fail);
-        RM_CHECK_GOTO(rm_net_listen(host, port, 128, &own_lfd, NULL, err), rc, fail);
-        lfd = own_lfd;
+    rm_ring_listener *lst = cfg->listener;
+    if (!lst) {
+        /* no long-lived listener: one for this formation only, over the caller's socket or our own */
+        int lfd = cfg->listen_fd;
+        if (lfd < 0) {
+            char host[64];
+            int port;
+            RM_CHECK_GOTO(rm_comm_split_addr(cfg->peers[c->rank].addr, host, sizeof host, &port, err), rc, fail);
+            RM_CHECK_GOTO(rm_net_listen(host, port, 128, &own_lfd, NULL, err), rc, fail);
+            lfd = own_lfd;
+        }
+        RM_CHECK_GOTO(rm_ring_listener_start(lfd, lfd == own_lfd, token, &own_lst, err), rc, fail);
+        own_lfd = -1;   /* the listener owns it now (if it was ours) */
+        pthread_mutex_lock(&own_lst->mu);
+        own_lst->min_epoch = (uint32_t)c->epoch;
+        pthread_mutex_unlock(&own_lst->mu);
+        lst = own_lst;
     }
     uint8_t nonce_c[16];
     RM_CHECK_GOTO(ring_connect(c, cfg, deadline, nonce_c, err), rc, fail);
-    RM_CHECK_GOTO(ring_accept(c, lfd, token, nonce_c, deadline, err), rc, fail);
-    RM_CHECK_GOTO(ring_connector_ok(c, deadline, err), rc, fail);
-    if (own_lfd >= 0) close(own_lfd);
-    own_lfd = -1;
+    RM_CHECK_GOTO(ring_connector_handshake(c, token, nonce_c, deadline, err), rc, fail);
+    RM_CHECK_GOTO(ring_claim(c, lst, deadline, err), rc, fail);
+    rm_ring_listener_free(own_lst);
+    own_lst = NULL;
     /* The sender thread pays off when the rank has a core to spare for it: on by default from 4
      * CPUs in our affinity mask (on 2 CPUs shared by 2 ranks the two designs measured the same,
      * within noise). RINGMASTER_RING_TX_THREAD=0|1 overrides. */
@@ -349,6 +638,7 @@ static int ring_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
     return RM_OK;
 fail:
     if (own_lfd >= 0) close(own_lfd);
+    rm_ring_listener_free(own_lst);
     ring_destroy(c);
     return rc;
 }
@@ -419,8 +709,7 @@ static inline void ring_advance(int *t, size_t *j, size_t *np, size_t *off, size
     }
 }
 
-/* A failed collective leaves the ring out of step: shut both sockets so the neighbours fail at
- * once (RM_ECLOSED) instead of waiting out their timeout; the failure travels round the ring. */
+/* Wake the sender thread (and a caller waiting for it) after receive progress or a failure. */
 static void ring_wake(rm_comm *c) {
     if (!c->tx_started) return;
     pthread_mutex_lock(&c->mu);
@@ -428,6 +717,8 @@ static void ring_wake(rm_comm *c) {
     pthread_mutex_unlock(&c->mu);
 }
 
+/* A failed collective leaves the ring out of step: shut both sockets so the neighbours fail at
+ * once (RM_ECLOSED) instead of waiting out their timeout; the failure travels round the ring. */
 static void ring_break(rm_comm *c) {
     atomic_store(&c->broken, 1);
     if (c->next_fd >= 0) shutdown(c->next_fd, SHUT_RDWR);

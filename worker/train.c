@@ -521,6 +521,7 @@ typedef struct trainer {
     /* world */
     rm_rdzv_client *rdzv;
     int listen_fd;
+    rm_ring_listener *ring_lst; /* owns listen_fd's socket once started (ring backend) */
     char my_addr[96];
     const rm_comm_ops *ops;
     rm_comm *comm;
@@ -561,6 +562,7 @@ static void trainer_free(trainer *t)
         rm_fusion_free(t->fusion);
     if (t->comm && t->ops)
         t->ops->destroy(t->comm);
+    rm_ring_listener_free(t->ring_lst);
     if (t->listen_fd >= 0)
         close(t->listen_fd);
     rm_rdzv_client_free(t->rdzv);
@@ -648,10 +650,14 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
         t->rdzv = rm_rdzv_client_new(cfg->rdzv_url, cfg->job, cfg->token, cfg->worker_id);
         if (!t->rdzv)
             return rm_errf(err, RM_ENOMEM, "rendezvous client: out of memory");
+        rm_rdzv_client_set_cancel(t->rdzv, &g_train_term);   /* SIGINT/SIGTERM end long polls */
         const char *be = cfg->backend && strcmp(cfg->backend, "auto") ? cfg->backend : "ring";
         if (!strcmp(be, "ring")) {
             int port = 0;
             RM_CHECK(rm_comm_listen(cfg->bind_addr, &t->listen_fd, &port, err));
+            /* strangers on the ring port are handled from now on, not at the next formation */
+            RM_CHECK(rm_ring_listener_start(t->listen_fd, 1, cfg->token, &t->ring_lst, err));
+            t->listen_fd = -1;
             snprintf(t->my_addr, sizeof t->my_addr, "%s:%d", cfg->bind_addr, port);
         } else {
             snprintf(t->my_addr, sizeof t->my_addr, "%s:0", cfg->bind_addr);
@@ -877,6 +883,8 @@ static int round_setup(trainer *t, bool first, rm_err *err)
             int rc = rm_rdzv_join(t->rdzv, t->my_addr, last, slice, &rr, &e);
             if (rc == RM_OK)
                 break;
+            if (rc == RM_ECANCELED || g_train_term)
+                return R_TERM;
             if (rc == RM_ECLOSED) {
                 rm_info("rendezvous says stop");
                 return R_STOP;
@@ -919,7 +927,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     rm_log_set_fields(fields);
     rm_comm_cfg cc = {
         .rank = t->rank, .world_size = t->world, .epoch = t->rdzv_epoch, .peers = rr.peers,
-        .token = cfg->token, .listen_fd = t->listen_fd, .timeout_s = cfg->comm_timeout_s,
+        .token = cfg->token, .listener = t->ring_lst, .listen_fd = t->listen_fd, .timeout_s = cfg->comm_timeout_s,
         .rdzv = t->rdzv, .device = t->gpu,
     };
     int rc = t->ops->init(&cc, &t->comm, err);

@@ -7,7 +7,9 @@
 #include "common/json.h"
 #include "tests/unit/testutil.h"
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -698,6 +700,129 @@ static void test_capbuf(void)
     rm_capbuf_free(NULL);
 }
 
+/* ---- slow flood (issue 20 items 4-5) ---- */
+
+typedef struct { char url[128]; long status; char body[64]; } poll_call;
+static void *long_call(void *arg)
+{
+    poll_call *pc = arg;
+    rm_httpc_resp r;
+    rm_err e = { 0 };
+    if (rm_httpc_get(pc->url, 9000, &r, &e) == RM_OK) {
+        pc->status = r.status;
+        snprintf(pc->body, sizeof pc->body, "%s", r.body);
+    }
+    rm_httpc_resp_free(&r);
+    return NULL;
+}
+
+static int flood_open(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    if (fd < 0)
+        return -1;
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0 && errno != EINPROGRESS) {
+        close(fd);
+        return -1;
+    }
+    struct pollfd p = { .fd = fd, .events = POLLOUT };
+    poll(&p, 1, 1000);
+    static const char part[] = "GET /hello HTTP/1.1\r\nHost: x\r\nX-Slow: ";
+    (void)send(fd, part, sizeof part - 1, MSG_NOSIGNAL);
+    return fd;
+}
+
+/* 1 if the server closed fd (EOF/reset); drains what it sent. */
+static int flood_closed(int fd)
+{
+    char b[512];
+    for (;;) {
+        ssize_t k = recv(fd, b, sizeof b, MSG_DONTWAIT);
+        if (k == 0)
+            return 1;
+        if (k < 0)
+            return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+    }
+}
+
+/* A bounded version of the probe: 300 never-finished requests (one byte every 0.5 s) against a
+ * server capped at 200 connections. Before the fix they filled it and every new request was
+ * refused; now the legit request answers at once, the flood is cut by the header deadline and the
+ * per-address cap, and a long poll in its handler is never cut. */
+static void test_slow_flood(void)
+{
+    enum { FLOOD = 300 };
+    static const rm_http_route rt[] = {
+        { "GET", "/hello", 0, h_hello, NULL },
+        { "GET", "/block", 0, h_block, NULL },
+    };
+    rm_http_opts o = { .bind = "127.0.0.1:0", .max_conns = 200, .header_timeout_s = 2 };
+    rm_http_server *s = NULL;
+    rm_err e = { 0 };
+    CU_ASSERT_EQUAL_FATAL(rm_http_start(&o, rt, 2, &s, &e), RM_OK);
+    memset(&g, 0, sizeof g);
+    g.srv = s;
+    int port = rm_http_port(s);
+    poll_call lp = { .status = 0 };
+    url(lp.url, sizeof lp.url, s, "/block");
+    pthread_t th;
+    pthread_create(&th, NULL, long_call, &lp);
+    for (int i = 0; i < 200 && !atomic_load(&g.entered); i++)
+        sleep_ms(10);
+    CU_ASSERT_EQUAL(atomic_load(&g.entered), 1);
+
+    int fds[FLOOD], nf = 0;
+    for (int i = 0; i < FLOOD; i++) {
+        int fd = flood_open(port);
+        if (fd >= 0)
+            fds[nf++] = fd;
+    }
+    CU_ASSERT(nf >= FLOOD - 5);
+    sleep_ms(500);   /* the flood is in (and holding slots): a legit request comes along */
+    /* a legit request during the flood answers promptly */
+    char u[128];
+    url(u, sizeof u, s, "/hello");
+    rm_httpc_resp r;
+    double t0 = now_s();
+    int rc = rm_httpc_get(u, 3000, &r, &e);
+    double took = now_s() - t0;
+    CU_ASSERT_EQUAL(rc, RM_OK);
+    CU_ASSERT_EQUAL(r.status, 200);
+    CU_ASSERT(took < 2.0);
+    rm_httpc_resp_free(&r);
+    /* keep trickling; every flood connection is cut within the header deadline + slack */
+    int closed = 0;
+    char *gone = calloc((size_t)nf, 1);
+    for (double end = now_s() + 3.0; now_s() < end && closed < nf;) {
+        for (int i = 0; i < nf; i++) {
+            if (gone[i])
+                continue;
+            if (flood_closed(fds[i])) {
+                gone[i] = 1;
+                closed++;
+            } else {
+                (void)send(fds[i], "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+            }
+        }
+        sleep_ms(250);
+    }
+    CU_ASSERT_EQUAL(closed, nf);
+    CU_ASSERT(rm_http_cut_count(s) >= (unsigned long)nf);
+    fprintf(stderr, "    legit request %.3f s during a %d-connection slow flood; %d cut (%lu counted)\n",
+            took, nf, closed, rm_http_cut_count(s));
+    for (int i = 0; i < nf; i++)
+        close(fds[i]);
+    free(gone);
+    /* the long poll survived the flood */
+    atomic_store(&g.release, 1);
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(lp.status, 200);
+    CU_ASSERT_STRING_EQUAL(lp.body, "released");
+    rm_http_stop(s);
+}
+
 void rm_suite_http(void)
 {
     static const rm_test_case cases[] = {
@@ -713,6 +838,7 @@ void rm_suite_http(void)
         { "uncapped_bodies_do_not_overflow", test_uncapped_bodies },
         { "capbuf_caps_and_overflow", test_capbuf },
         { "retry_after_strict", test_retry_after_strict },
+        { "slow_flood_cannot_silence", test_slow_flood },
     };
     RM_ADD_SUITE("http", NULL, NULL, cases);
 }

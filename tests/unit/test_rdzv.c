@@ -5,6 +5,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -889,6 +890,81 @@ static void test_nan_timeout_refused(void)
     rm_rdzv_client_free(c);
 }
 
+/* Anyone can send wrong tokens: 40 of them give at most 5 log lines (one window), not 40. */
+static void test_bad_token_logs_rate_limited(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, 1, 1, 0) == 0);
+    char path[] = "/tmp/rdzv-log-XXXXXX";
+    int fd = mkstemp(path);
+    CU_ASSERT_FATAL(fd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    int refused = 0;
+    for (int i = 0; i < 40; i++)
+        refused += raw(&f, "GET", P(""), "Bearer nope", NULL, 0, NULL) == 401;
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    CU_ASSERT_EQUAL(refused, 40);
+    char *log = rm_test_read_file(path, NULL);
+    unlink(path);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(log);
+    int lines = 0;
+    for (const char *p = log; (p = strstr(p, "bad token")); p++)
+        lines++;
+    CU_ASSERT(lines <= 5);
+    free(log);
+    fx_stop(&f);
+}
+
+typedef struct {
+    rm_rdzv_client *c;
+    int rc;
+    double ended;
+} cancel_join;
+static void *cancel_join_thread(void *arg)
+{
+    cancel_join *cj = arg;
+    rm_rdzv_round round = {0};
+    rm_err e = {0};
+    cj->rc = rm_rdzv_join(cj->c, "127.0.0.1:1", 0, 30, &round, &e);
+    cj->ended = mono();
+    rm_rdzv_round_free(&round);
+    return NULL;
+}
+
+/* SIGINT during the join long poll: the worker's flag ends it within about a second, not after
+ * the server's 10 s hold (issue 20 item 11). */
+static void test_join_cancel(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, 2, 2, 0) == 0);   /* one worker alone: the round never closes */
+    static volatile sig_atomic_t flag;
+    flag = 0;
+    cancel_join cj = {.c = rm_rdzv_client_new(f.url, JOB, TOKEN, "0")};
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cj.c);
+    rm_rdzv_client_set_cancel(cj.c, &flag);
+    pthread_t th;
+    pthread_create(&th, NULL, cancel_join_thread, &cj);
+    CU_ASSERT(wait_state(&f, 1, 1));   /* held in the long poll now */
+    sleep_ms(200);
+    double t0 = mono();
+    flag = 1;
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(cj.rc, RM_ECANCELED);
+    CU_ASSERT(cj.ended - t0 < 1.5);
+    fprintf(stderr, "    join ended %.3f s after the flag\n", cj.ended - t0);
+    /* a raised flag refuses the next call at once */
+    rm_rdzv_round round = {0};
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(rm_rdzv_join(cj.c, "127.0.0.1:1", 0, 5, &round, &e), RM_ECANCELED);
+    rm_rdzv_client_free(cj.c);
+    fx_stop(&f);
+}
+
 void rm_suite_rdzv(void)
 {
     static const rm_test_case cases[] = {
@@ -907,6 +983,8 @@ void rm_suite_rdzv(void)
         {"one_name_rule_for_service_and_client", test_name_rule},
         {"client_distrusts_reply_values", test_client_distrusts_reply_values},
         {"nan_timeout_refused", test_nan_timeout_refused},
+        {"bad_token_logs_rate_limited", test_bad_token_logs_rate_limited},
+        {"sigint_flag_ends_join_long_poll", test_join_cancel},
     };
     RM_ADD_SUITE("rdzv", NULL, NULL, cases);
 }

@@ -5,12 +5,15 @@
  * timeout; abort() from another thread; desynchronised ranks give RM_EPROTO.
  * CUnit asserts run on the main thread only (rank threads record results). */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <math.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "tests/unit/testutil.h"
@@ -37,6 +40,7 @@ struct world {
     const char *tokens[MAXW];
     rm_rdzv_peer peers[MAXW];
     int lfd[MAXW];
+    rm_ring_listener *lst[MAXW];   /* long-lived listeners (world_listen_persistent), else NULL */
     rank_ctx r[MAXW];
     pthread_t th[MAXW];
     /* work description */
@@ -67,12 +71,23 @@ static void world_listen(world *w, int n) {
     }
 }
 
+/* Like a worker: a listener thread per rank that lives across formations. */
+static void world_listen_persistent(world *w, int n) {
+    world_listen(w, n);
+    for (int i = 0; i < n; i++) {
+        rm_err e = {0};
+        CU_ASSERT_EQUAL_FATAL(rm_ring_listener_start(w->lfd[i], 1, w->tokens[i], &w->lst[i], &e), 0);
+        w->lfd[i] = -1;
+    }
+}
+
 static void *init_thread(void *arg) {
     rank_ctx *r = arg;
     world *w = r->w;
     int epoch = w->epoch_of[r->rank] ? w->epoch_of[r->rank] : w->epoch;
     rm_comm_cfg cfg = {.rank = r->rank, .world_size = w->n, .epoch = epoch, .peers = w->peers,
-                       .token = w->tokens[r->rank], .listen_fd = w->lfd[r->rank], .timeout_s = w->timeout_s};
+                       .token = w->tokens[r->rank], .listener = w->lst[r->rank],
+                       .listen_fd = w->lfd[r->rank], .timeout_s = w->timeout_s};
     double t0 = rm_mono();
     r->init_rc = ring()->init(&cfg, &r->comm, &r->err);
     r->elapsed = rm_mono() - t0;
@@ -98,7 +113,9 @@ static void world_close(world *w) {
         free(w->r[i].buf);
         free(w->r[i].out);
         w->r[i].buf = w->r[i].out = NULL;
-        close(w->lfd[i]);
+        if (w->lfd[i] >= 0) close(w->lfd[i]);
+        rm_ring_listener_free(w->lst[i]);
+        w->lst[i] = NULL;
     }
 }
 
@@ -193,7 +210,7 @@ static void test_sizes(void) {
             CU_ASSERT_EQUAL(check_allreduce(w, 300007, n == 5 ? RM_OP_AVG : RM_OP_SUM, n == 3), 0);
         CU_ASSERT_EQUAL(check_allreduce(w, 777, RM_OP_SUM, 1), 0);
         CU_ASSERT_EQUAL(check_allreduce(w, 10007, RM_OP_AVG, 1), 0);
-        /* barrier works and leaves the comm usable */
+        /* world size 1: the barrier is a no-op that succeeds (n > 1: barrier_synchronises) */
         rm_err e = {0};
         if (n == 1) CU_ASSERT_EQUAL(ring()->barrier(w->r[0].comm, &e), 0);
         world_close(w);
@@ -310,10 +327,13 @@ static void test_wrong_token(void) {
     double t0 = rm_mono();
     CU_ASSERT_NOT_EQUAL(world_init(&w), 0);
     CU_ASSERT(rm_mono() - t0 < 4.0);
-    /* each side sees the other fail authentication (or gives up waiting for a valid prev) */
-    CU_ASSERT(w.r[1].init_rc == RM_EAUTH || w.r[1].init_rc == RM_ETIMEDOUT);
-    CU_ASSERT(w.r[0].init_rc == RM_EAUTH || w.r[0].init_rc == RM_ETIMEDOUT);
+    /* each side sees the other fail authentication, gives up waiting for a valid prev, or sees
+     * the other side (already failed, its formation-only listener gone) hang up on it */
+    CU_ASSERT(w.r[1].init_rc == RM_EAUTH || w.r[1].init_rc == RM_ETIMEDOUT || w.r[1].init_rc == RM_ECLOSED);
+    CU_ASSERT(w.r[0].init_rc == RM_EAUTH || w.r[0].init_rc == RM_ETIMEDOUT || w.r[0].init_rc == RM_ECLOSED);
     CU_ASSERT(w.r[0].init_rc == RM_EAUTH || w.r[1].init_rc == RM_EAUTH);
+    for (int i = 0; i < 2; i++)
+        if (w.r[i].init_rc == RM_EAUTH) CU_ASSERT_PTR_NOT_NULL(strstr(w.r[i].err.msg, "token"));
     world_close(&w);
 }
 
@@ -326,8 +346,11 @@ static void test_wrong_epoch_peer(void) {
     double t0 = rm_mono();
     run_all(&w, init_thread);
     CU_ASSERT(rm_mono() - t0 < 3.0);
-    CU_ASSERT_EQUAL(w.r[0].init_rc, RM_ETIMEDOUT);
+    /* rank 0 waits out its deadline for a valid prev, or sees rank 1 (already failed) hang up on
+     * its handshake; neither side reads this as a wrong token */
+    CU_ASSERT(w.r[0].init_rc == RM_ETIMEDOUT || w.r[0].init_rc == RM_ECLOSED);
     CU_ASSERT_NOT_EQUAL(w.r[1].init_rc, 0);
+    for (int i = 0; i < 2; i++) CU_ASSERT_PTR_NULL(strstr(w.r[i].err.msg, "token"));
     CU_ASSERT_PTR_NULL(w.r[0].comm);
     CU_ASSERT_PTR_NULL(w.r[1].comm);
     world_close(&w);
@@ -440,6 +463,179 @@ static void test_desync_is_eproto(void) {
     world_close(&w);
 }
 
+
+/* --- barrier --- */
+typedef struct {
+    rank_ctx *r;
+    double enter, leave;
+    int rc;
+} barrier_ctx;
+static barrier_ctx g_bar[MAXW];
+static void *barrier_thread(void *arg) {
+    rank_ctx *r = arg;
+    barrier_ctx *b = &g_bar[r->rank];
+    usleep((useconds_t)r->rank * 150 * 1000);   /* ranks arrive 150 ms apart */
+    rm_err e = {0};
+    b->enter = rm_mono();
+    b->rc = ring()->barrier(r->comm, &e);
+    b->leave = rm_mono();
+    return NULL;
+}
+
+/* A barrier at world sizes > 1 really synchronises: nobody leaves before the last rank entered
+ * (the last one arrives 150 ms x (n-1) after the first), and the comm stays usable. */
+static void test_barrier_synchronises(void) {
+    for (int n = 2; n <= 4; n++) {
+        world w;
+        world_listen(&w, n);
+        CU_ASSERT_EQUAL_FATAL(world_init(&w), 0);
+        memset(g_bar, 0, sizeof g_bar);
+        run_all(&w, barrier_thread);
+        double last_enter = 0, first_leave = 1e300;
+        for (int i = 0; i < n; i++) {
+            CU_ASSERT_EQUAL(g_bar[i].rc, 0);
+            if (g_bar[i].enter > last_enter) last_enter = g_bar[i].enter;
+            if (g_bar[i].leave < first_leave) first_leave = g_bar[i].leave;
+        }
+        CU_ASSERT(first_leave >= last_enter);
+        CU_ASSERT(g_bar[0].leave - g_bar[0].enter >= 0.1 * (n - 1));   /* rank 0 really waited */
+        CU_ASSERT_EQUAL(check_allreduce(&w, 1000, RM_OP_SUM, 0), 0);
+        world_close(&w);
+    }
+}
+
+/* --- strangers while the ring trains (issue 20 item 3) --- */
+
+/* A raw connection from src (e.g. "127.0.0.2") to port, not waited for. -1 on failure. */
+static int raw_connect(const char *src, int port) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    inet_pton(AF_INET, src, &a.sin_addr);
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        close(fd);
+        return -1;
+    }
+    a.sin_port = htons((uint16_t)port);
+    inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a) != 0 && errno != EINPROGRESS) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* 1 when the other end closed fd (EOF or reset) within the deadline; data before it is skipped. */
+static int closed_by_peer(int fd, double deadline) {
+    char b[256];
+    for (;;) {
+        ssize_t k = recv(fd, b, sizeof b, MSG_DONTWAIT);
+        if (k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return 1;
+        if (k > 0) continue;
+        double left = deadline - rm_mono();
+        if (left <= 0) return 0;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        poll(&p, 1, (int)(left * 1000) + 1);
+    }
+}
+
+static int port_of(const world *w, int rank) { return atoi(strchr(w->peers[rank].addr, ':') + 1); }
+
+/* The probe: while the ring trains, 150 silent connections (more than the listen backlog) and a
+ * HELLO forged for the next epoch as rank 0's prev (from another address, never proving the token).
+ * Then a worker "dies" and the group re-forms: the formation must not wait for any of them, the
+ * strangers are dropped within the handshake bound, and the real peers still connect. */
+static void test_strangers_during_training(void) {
+    enum { SILENT = 150 };
+    world w;
+    world_listen_persistent(&w, 2);
+    w.timeout_s = 10;
+    CU_ASSERT_EQUAL_FATAL(world_init(&w), 0);
+    CU_ASSERT_EQUAL(check_allreduce(&w, 1000, RM_OP_SUM, 0), 0);
+    int port0 = port_of(&w, 0);
+    int silent[SILENT], nsilent = 0;
+    for (int i = 0; i < SILENT; i++) {
+        int fd = raw_connect("127.0.0.1", port0);
+        if (fd >= 0) silent[nsilent++] = fd;
+    }
+    CU_ASSERT_EQUAL(nsilent, SILENT);
+    int forged = raw_connect("127.0.0.2", port0);
+    CU_ASSERT_FATAL(forged >= 0);
+    struct pollfd pw = {.fd = forged, .events = POLLOUT};
+    poll(&pw, 1, 2000);
+    uint32_t hello[9] = {htonl(0x524d5247u), htonl(1), htonl((uint32_t)w.epoch + 1), htonl(1), htonl(2),
+                         11, 22, 33, 44};
+    CU_ASSERT_EQUAL(send(forged, hello, sizeof hello, MSG_NOSIGNAL), (ssize_t)sizeof hello);
+    /* the listener answers the forged HELLO with a challenge even while nobody forms a ring */
+    uint8_t ch[64];
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(rm_net_recv_all(forged, ch, sizeof ch, rm_mono() + 3, &e), 0);
+
+    /* a worker dies; the group re-forms at the next epoch right away */
+    for (int i = 0; i < 2; i++) {
+        ring()->destroy(w.r[i].comm);
+        w.r[i].comm = NULL;
+    }
+    w.epoch++;
+    double t0 = rm_mono();
+    CU_ASSERT_EQUAL(world_init(&w), 0);
+    double took = rm_mono() - t0;
+    CU_ASSERT(took < 3.0);
+    for (int i = 0; i < 2; i++)
+        if (w.r[i].init_rc) fprintf(stderr, "re-form rank %d: %s\n", i, w.r[i].err.msg);
+    if (w.r[0].init_rc == 0 && w.r[1].init_rc == 0) CU_ASSERT_EQUAL(check_allreduce(&w, 5000, RM_OP_SUM, 0), 0);
+
+    /* every stranger was dropped within the handshake bound (2 s) plus slack */
+    int open_left = 0;
+    double dl = rm_mono() + 4.0;
+    for (int i = 0; i < nsilent; i++) {
+        open_left += !closed_by_peer(silent[i], dl);
+        close(silent[i]);
+    }
+    CU_ASSERT_EQUAL(open_left, 0);
+    CU_ASSERT(closed_by_peer(forged, dl));
+    close(forged);
+    CU_ASSERT(rm_ring_listener_dropped(w.lst[0]) >= (unsigned long)SILENT + 1);
+    fprintf(stderr, "    re-formed in %.3f s with %d strangers on rank 0's port (%lu dropped)\n", took, nsilent + 1,
+            rm_ring_listener_dropped(w.lst[0]));
+    world_close(&w);
+}
+
+/* A forged HELLO followed by a made-up proof is refused explicitly (ACK status 1), and an old-epoch
+ * peer is closed without that status, so only a real proof failure reads as "wrong token". */
+static void test_forged_proof_refused(void) {
+    world w;
+    world_listen_persistent(&w, 2);
+    w.epoch = 9;
+    w.timeout_s = 5;
+    CU_ASSERT_EQUAL_FATAL(world_init(&w), 0);   /* both listeners now at epoch 9 */
+    int fd = raw_connect("127.0.0.1", port_of(&w, 0));
+    CU_ASSERT_FATAL(fd >= 0);
+    rm_err e = {0};
+    uint32_t hello[9] = {htonl(0x524d5247u), htonl(1), htonl(10), htonl(1), htonl(2), 1, 2, 3, 4};
+    CU_ASSERT_EQUAL(rm_net_send_all(fd, hello, sizeof hello, rm_mono() + 2, &e), 0);
+    uint8_t ch[64], proof[36] = {0x52, 0x4d, 0x52, 0x47}, ack[8];
+    CU_ASSERT_EQUAL(rm_net_recv_all(fd, ch, sizeof ch, rm_mono() + 2, &e), 0);
+    CU_ASSERT_EQUAL(rm_net_send_all(fd, proof, sizeof proof, rm_mono() + 2, &e), 0);
+    CU_ASSERT_EQUAL(rm_net_recv_all(fd, ack, sizeof ack, rm_mono() + 2, &e), 0);
+    uint32_t st;
+    memcpy(&st, ack + 4, 4);
+    CU_ASSERT_EQUAL(ntohl(st), 1u);
+    CU_ASSERT(closed_by_peer(fd, rm_mono() + 2));
+    close(fd);
+    for (int i = 0; i < 2; i++) {
+        ring()->destroy(w.r[i].comm);
+        w.r[i].comm = NULL;
+    }
+    /* rank 1 alone, at a stale epoch: rank 0's listener closes on it before any challenge */
+    w.epoch_of[1] = 8;
+    w.timeout_s = 1;
+    init_thread(&w.r[1]);
+    CU_ASSERT_EQUAL(w.r[1].init_rc, RM_ECLOSED);
+    CU_ASSERT_PTR_NULL(strstr(w.r[1].err.msg, "token"));
+    world_close(&w);
+}
+
 void rm_suite_ring(void);
 void rm_suite_ring(void) {
     static const rm_test_case cases[] = {
@@ -456,6 +652,9 @@ void rm_suite_ring(void) {
         {"peer_hangs_times_out", test_peer_hangs},
         {"abort_from_other_thread", test_abort},
         {"desync_is_eproto", test_desync_is_eproto},
+        {"barrier_synchronises_world_2_to_4", test_barrier_synchronises},
+        {"strangers_during_training_cost_no_restart", test_strangers_during_training},
+        {"forged_proof_refused_stale_epoch_closed", test_forged_proof_refused},
     };
     RM_ADD_SUITE("ring", NULL, NULL, cases);
 }
