@@ -317,6 +317,18 @@ static void print_bench_table(FILE *out, const char *run_dir)
     fclose(f);
 }
 
+const char *rm_run_checkpoint_dir(const char *flag, const rm_tj *job, char *buf, size_t cap)
+{
+    const char *p = job->spec.checkpoint.path;
+    if (flag && flag[0])
+        rm_sfmt(buf, cap, "%s", flag);
+    else if (p && p[0] && strcmp(p, RM_DEFAULT_CHECKPOINT_PATH) != 0)
+        rm_sfmt(buf, cap, "%s", p);   /* relative or absolute, as the manifest says */
+    else   /* the cluster's default volume path means nothing here */
+        rm_sfmt(buf, cap, "checkpoints/%s", job->name);
+    return buf;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -326,7 +338,7 @@ static void usage(FILE *f)
             "  -f, --filename FILE       the TrainingJob manifest (YAML or JSON; - = stdin)\n"
             "  --replicas N              override spec.replicas (min/max widened to fit)\n"
             "  --epochs N                override spec.training.epochs\n"
-            "  --checkpoint-dir DIR      default: spec.checkpoint.path when relative, else\n"
+            "  --checkpoint-dir DIR      default: spec.checkpoint.path (as written), else\n"
             "                            ./checkpoints/<name>\n"
             "  --resume                  keep the checkpoints of an earlier run and continue from\n"
             "                            them (default: start fresh, old checkpoints removed)\n"
@@ -458,13 +470,7 @@ int rm_run_main(int argc, char **argv)
         job.spec.restart.progress_deadline_seconds = 0;
 
     char ckpt_dir[PATH_MAX], run_dir[PATH_MAX];
-    if (ckpt)
-        rm_sfmt(ckpt_dir, sizeof ckpt_dir, "%s", ckpt);
-    else if (job.spec.checkpoint.path && job.spec.checkpoint.path[0] &&
-             job.spec.checkpoint.path[0] != '/')
-        rm_sfmt(ckpt_dir, sizeof ckpt_dir, "%s", job.spec.checkpoint.path);
-    else
-        rm_sfmt(ckpt_dir, sizeof ckpt_dir, "checkpoints/%s", job.name);
+    rm_run_checkpoint_dir(ckpt, &job, ckpt_dir, sizeof ckpt_dir);
     if (ckpt_dir[0] != '/') {
         char cwd[PATH_MAX], tmp[PATH_MAX];
         if (getcwd(cwd, sizeof cwd)) {

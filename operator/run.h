@@ -28,6 +28,11 @@ typedef struct rm_manifest_overrides {
 int rm_manifest_load(const char *path, const rm_manifest_overrides *ov, rm_tj *out, char *msg,
                      size_t cap);
 
+/* The checkpoint folder of `ringmaster run` (into buf): --checkpoint-dir when given, else
+ * spec.checkpoint.path as written (relative or absolute) unless it is the cluster default
+ * RM_DEFAULT_CHECKPOINT_PATH, else "checkpoints/<name>". Returns buf. */
+const char *rm_run_checkpoint_dir(const char *flag, const rm_tj *job, char *buf, size_t cap);
+
 /* argv[0] is the command word ("run", "validate", "version"). Return the process exit code. */
 int rm_run_main(int argc, char **argv);
 int rm_validate_main(int argc, char **argv);

@@ -20,9 +20,10 @@
 #include "common/log.h"
 #include "common/trainingjob.h"
 #include "operator/kube/kmap.h"
+#include "operator/launch.h"
 #include "operator/reconcile.h"
 
-#define MAX_IDX 1024
+#define MAX_IDX RM_MAX_WORLD
 
 typedef struct job_mem {
     int rdzv_desired, rdzv_min;
@@ -76,7 +77,7 @@ int rm_kube_rt_new(const rm_kube_rt_config *cfg, rm_kube_rt **out, rm_err *err)
     if (!rt)
         return rm_errf(err, RM_ENOMEM, "runtime: out of memory");
     rt->c = *cfg;
-    rt->rdzv_url = strdup(cfg->rdzv_url ? cfg->rdzv_url : "http://127.0.0.1:29400");
+    rt->rdzv_url = strdup(cfg->rdzv_url ? cfg->rdzv_url : "http://127.0.0.1:" RM_STR(RM_PORT_RENDEZVOUS));
     rt->worker_image = strdup(cfg->worker_image ? cfg->worker_image : RM_DEFAULT_WORKER_IMAGE);
     rt->instance = strdup(cfg->instance ? cfg->instance : "ringmaster-operator");
     if (!rt->rdzv_url || !rt->worker_image || !rt->instance) {
@@ -370,41 +371,6 @@ static cJSON *base_meta(cJSON *obj, const rm_tj *tj, const char *name)
     return md;
 }
 
-static void env_set(cJSON *env, const char *name, const char *value)
-{
-    /* our variables win: drop a user entry with the same name */
-    int n = cJSON_GetArraySize(env);
-    for (int i = n - 1; i >= 0; i--) {
-        const cJSON *e = cJSON_GetArrayItem(env, i);
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
-        if (cJSON_IsString(nm) && strcmp(nm->valuestring, name) == 0)
-            cJSON_DeleteItemFromArray(env, i);
-    }
-    cJSON *e = cJSON_CreateObject();
-    cJSON_AddStringToObject(e, "name", name);
-    cJSON_AddStringToObject(e, "value", value);
-    cJSON_AddItemToArray(env, e);
-}
-
-static void env_set_int(cJSON *env, const char *name, long long v)
-{
-    char b[32];
-    snprintf(b, sizeof(b), "%lld", v);
-    env_set(env, name, b);
-}
-
-static bool env_has(const cJSON *env, const char *name)
-{
-    const cJSON *e;
-    cJSON_ArrayForEach(e, env)
-    {
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
-        if (cJSON_IsString(nm) && strcmp(nm->valuestring, name) == 0)
-            return true;
-    }
-    return false;
-}
-
 /* Is this the ringmaster worker image (so it speaks our rendezvous and wants args [train])?
  * The configured --worker-image, or any image whose last path part (without tag or digest) is
  * "ringmaster-worker", or "worker" under a path that mentions ringmaster (ringmaster/worker). */
@@ -443,18 +409,64 @@ cJSON *rm_kube_worker_pod(const cJSON *job_obj, const void *tjv, int index, int 
     return rm_kube_worker_pod_port(job_obj, tjv, index, epoch, rdzv_url, worker_image, -1, err);
 }
 
-cJSON *rm_kube_worker_pod_port(const cJSON *job_obj, const void *tjv, int index, int epoch,
+cJSON *rm_kube_worker_pod_port(const cJSON *job_obj, const void *tj, int index, int epoch,
                                const char *rdzv_url, const char *worker_image, int metrics_port,
                                rm_err *err)
 {
+    return rm_kube_worker_pod_ex(job_obj, tj, index, epoch, rdzv_url, worker_image, metrics_port,
+                                 NULL, 0, err);
+}
+
+/* Render one launch setting as a container env entry (after dropping any user entry of that
+ * name; its name is appended to overridden). */
+static void env_render(cJSON *env, const rm_launch_var *v, char *overridden, size_t cap)
+{
+    for (int i = cJSON_GetArraySize(env) - 1; i >= 0; i--) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(env, i), "name");
+        if (!cJSON_IsString(nm) || strcmp(nm->valuestring, v->name) != 0)
+            continue;
+        cJSON_DeleteItemFromArray(env, i);
+        if (overridden && cap > 0 && !strstr(overridden, v->name)) {
+            size_t len = strlen(overridden);
+            rm_sfmt(overridden + len, cap - len, "%s%s", len ? ", " : "", v->name);
+        }
+    }
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "name", v->name);
+    if (v->src == RM_LAUNCH_LITERAL) {
+        cJSON_AddStringToObject(e, "value", v->value);
+    } else if (v->src == RM_LAUNCH_SECRET) {
+        cJSON *skr = cJSON_AddObjectToObject(cJSON_AddObjectToObject(e, "valueFrom"), "secretKeyRef");
+        cJSON_AddStringToObject(skr, "name", v->value);
+        cJSON_AddStringToObject(skr, "key", "token");
+    } else {
+        cJSON *fr = cJSON_AddObjectToObject(cJSON_AddObjectToObject(e, "valueFrom"), "fieldRef");
+        cJSON_AddStringToObject(fr, "fieldPath", v->value);
+    }
+    cJSON_AddItemToArray(env, e);
+}
+
+cJSON *rm_kube_worker_pod_ex(const cJSON *job_obj, const void *tjv, int index, int epoch,
+                             const char *rdzv_url, const char *worker_image, int metrics_port,
+                             char *overridden, size_t overridden_cap, rm_err *err)
+{
     (void)job_obj;
     const rm_tj *tj = tjv;
-    char name[320], svc[256], master[640], buf[64];
+    char name[320], svc[256], buf[64];
+    rm_launch ln;
+    memset(&ln, 0, sizeof(ln));
+    if (overridden && overridden_cap)
+        overridden[0] = 0;
     snprintf(name, sizeof(name), "%s-worker-%d", tj->name, index);
     snprintf(svc, sizeof(svc), "%s", tj->name);
-    snprintf(master, sizeof(master), "%s-worker-0.%s", tj->name, svc);
     if (!worker_image)
         worker_image = RM_DEFAULT_WORKER_IMAGE;
+    rm_launch_placement where = {
+        .rdzv_url = rdzv_url ? rdzv_url : "", .metrics_port = metrics_port,
+        .workers_per_node = 1, .gpus = rm_template_gpus(tj->spec.template),
+    };
+    if (rm_launch_build(tj, index, epoch, &where, &ln, err) != RM_OK)
+        return NULL;
     cJSON *pod = cJSON_CreateObject();
     cJSON *tmpl = tj->spec.template ? cJSON_Duplicate(tj->spec.template, 1) : cJSON_CreateObject();
     if (!pod || !tmpl)
@@ -515,78 +527,25 @@ cJSON *rm_kube_worker_pod_port(const cJSON *job_obj, const void *tjv, int index,
     bool ours = is_worker_image(img->valuestring, worker_image);
     if (ours && !cJSON_GetObjectItemCaseSensitive(c, "command") &&
         !cJSON_GetObjectItemCaseSensitive(c, "args")) {
+        /* our image without a command of the user's: the contract's arguments (metrics on the
+         * pod IP: right in a pod's own network namespace, and lets kubesim's process kubelet run
+         * many workers on one host without port clashes) */
         cJSON *args = cJSON_AddArrayToObject(c, "args");
-        cJSON_AddItemToArray(args, cJSON_CreateString(tj->spec.training.mode == RM_MODE_BENCH ? "bench" : "train"));
-        /* metrics on the pod IP: right in a pod's own network namespace, and lets kubesim's
-         * process kubelet run many workers on one host without port clashes */
-        char ma[64];
-        snprintf(ma, sizeof(ma), "$(RINGMASTER_BIND_ADDR):%d", metrics_port < 0 ? 9090 : metrics_port);
-        cJSON_AddItemToArray(args, cJSON_CreateString("--metrics-addr"));
-        cJSON_AddItemToArray(args, cJSON_CreateString(ma));
+        for (int i = 0; i < ln.nargs; i++)
+            cJSON_AddItemToArray(args, cJSON_CreateString(ln.args[i]));
     }
     cJSON *env = cJSON_GetObjectItemCaseSensitive(c, "env");
     if (!cJSON_IsArray(env)) {
         cJSON_DeleteItemFromObjectCaseSensitive(c, "env");
         env = cJSON_AddArrayToObject(c, "env");
     }
-    char jobid[512], ckpt[1024];
-    snprintf(jobid, sizeof(jobid), "%s/%s", tj->namespace_, tj->name);
-    env_set(env, "RINGMASTER_RENDEZVOUS", rdzv_url ? rdzv_url : "");
-    env_set(env, "RINGMASTER_JOB", jobid);
-    /* the token comes from the job's Secret, never inline */
-    for (int i = cJSON_GetArraySize(env) - 1; i >= 0; i--) {
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(env, i), "name");
-        if (cJSON_IsString(nm) && (strcmp(nm->valuestring, "RINGMASTER_TOKEN") == 0 ||
-                                   strcmp(nm->valuestring, "RINGMASTER_BIND_ADDR") == 0))
-            cJSON_DeleteItemFromArray(env, i);
-    }
-    {
-        char sec[320];
-        snprintf(sec, sizeof(sec), "%s-rendezvous", tj->name);
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "name", "RINGMASTER_TOKEN");
-        cJSON *vf = cJSON_AddObjectToObject(e, "valueFrom");
-        cJSON *skr = cJSON_AddObjectToObject(vf, "secretKeyRef");
-        cJSON_AddStringToObject(skr, "name", sec);
-        cJSON_AddStringToObject(skr, "key", "token");
-        cJSON_AddItemToArray(env, e);
-        e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "name", "RINGMASTER_BIND_ADDR");
-        vf = cJSON_AddObjectToObject(e, "valueFrom");
-        cJSON *fr = cJSON_AddObjectToObject(vf, "fieldRef");
-        cJSON_AddStringToObject(fr, "fieldPath", "status.podIP");
-        cJSON_AddItemToArray(env, e);
-    }
-    env_set_int(env, "RINGMASTER_WORKER_ID", index);
-    const char *cp = tj->spec.checkpoint.path ? tj->spec.checkpoint.path : "/checkpoints";
-    snprintf(ckpt, sizeof(ckpt), "%s/%s/%s", cp, tj->namespace_, tj->name);
-    env_set(env, "RINGMASTER_CHECKPOINT_DIR", ckpt);
-    snprintf(buf, sizeof(buf), "%g", tj->spec.restart.progress_deadline_seconds);
-    env_set(env, "RINGMASTER_PROGRESS_DEADLINE", buf);
-    rm_backend be = rm_backend_resolve(tj->spec.backend, rm_template_gpus(tj->spec.template));
-    env_set(env, "RINGMASTER_BACKEND", rm_backend_name(be));
-    cJSON *tr = rm_training_to_json(&tj->spec.training);
-    char *trs = tr ? cJSON_PrintUnformatted(tr) : NULL;
-    cJSON_Delete(tr);
-    if (!trs)
-        goto nomem;
-    env_set(env, "RINGMASTER_TRAINING", trs);
-    free(trs);
-    int world = tj->spec.replicas;
-    env_set(env, "MASTER_ADDR", master);
-    env_set(env, "MASTER_PORT", "29500");
-    env_set_int(env, "WORLD_SIZE", world);
-    env_set_int(env, "RANK", index);
-    env_set(env, "LOCAL_RANK", "0");
-    env_set_int(env, "PET_NNODES", world);
-    env_set_int(env, "PET_NODE_RANK", index);
-    env_set(env, "PET_NPROC_PER_NODE", "1");
-    env_set(env, "PET_MASTER_ADDR", master);
-    env_set(env, "PET_MASTER_PORT", "29500");
-    (void)env_has;
+    for (int i = 0; i < ln.nenv; i++)
+        env_render(env, &ln.env[i], overridden, overridden_cap);
+    rm_launch_free(&ln);
     cJSON_Delete(tmpl);
     return pod;
 nomem:
+    rm_launch_free(&ln);
     cJSON_Delete(pod);
     cJSON_Delete(tmpl);
     rm_errf(err, RM_ENOMEM, "pod: out of memory");
@@ -607,7 +566,7 @@ static cJSON *service_obj(const rm_tj *tj)
     cJSON *ports = cJSON_AddArrayToObject(sp, "ports");
     cJSON *p = cJSON_CreateObject();
     cJSON_AddStringToObject(p, "name", "master");
-    cJSON_AddNumberToObject(p, "port", 29500);
+    cJSON_AddNumberToObject(p, "port", RM_PORT_MASTER);
     cJSON_AddStringToObject(p, "protocol", "TCP");
     cJSON_AddItemToArray(ports, p);
     return s;
