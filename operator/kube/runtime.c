@@ -73,9 +73,13 @@ struct rm_kube_rt {
 int rm_kube_rt_new(const rm_kube_rt_config *cfg, rm_kube_rt **out, rm_err *err)
 {
     *out = NULL;
+    if (!cfg || !cfg->client || !cfg->pods)
+        return rm_errf(err, RM_EINVAL, "runtime: a client and a pod informer are required");
     rm_kube_rt *rt = calloc(1, sizeof(*rt));
     if (!rt)
         return rm_errf(err, RM_ENOMEM, "runtime: out of memory");
+    /* first, so every error path below may call rm_kube_rt_free (which destroys it) */
+    pthread_mutex_init(&rt->mu, NULL);
     rt->c = *cfg;
     rt->rdzv_url = strdup(cfg->rdzv_url ? cfg->rdzv_url : "http://127.0.0.1:" RM_STR(RM_PORT_RENDEZVOUS));
     rt->worker_image = strdup(cfg->worker_image ? cfg->worker_image : RM_DEFAULT_WORKER_IMAGE);
@@ -86,7 +90,6 @@ int rm_kube_rt_new(const rm_kube_rt_config *cfg, rm_kube_rt **out, rm_err *err)
     }
     if (rt->c.force_delete_after_s <= 0)
         rt->c.force_delete_after_s = 30;
-    pthread_mutex_init(&rt->mu, NULL);
     *out = rt;
     return RM_OK;
 }

@@ -10,6 +10,7 @@
 #include "common/http.h"
 #include "common/rdzv.h"
 #include "operator/kube/operator.h"
+#include "operator/kube/runtime.h"
 #include "tests/unit/testutil.h"
 
 #define JOB "ns/j"
@@ -96,10 +97,26 @@ static void test_stop_wakes_long_polls(void)
     rm_rdzv_free(r);
 }
 
+/* A bad config is refused with a message, through the same error path an allocation failure
+ * takes (which used to destroy a mutex that was never initialised). */
+static void test_rt_new_bad_config(void)
+{
+    rm_kube_rt *rt = (rm_kube_rt *)&rt;
+    rm_err e = {0};
+    rm_kube_rt_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    CU_ASSERT_EQUAL(rm_kube_rt_new(&cfg, &rt, &e), RM_EINVAL);
+    CU_ASSERT_PTR_NULL(rt);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "client"));
+    CU_ASSERT_EQUAL(rm_kube_rt_new(NULL, &rt, &e), RM_EINVAL);
+    rm_kube_rt_free(NULL);
+}
+
 void rm_suite_opstop(void)
 {
     static const rm_test_case cases[] = {
         {"stopping the rendezvous wakes long polls and can serve again", test_stop_wakes_long_polls},
+        {"rm_kube_rt_new refuses a config without a client", test_rt_new_bad_config},
     };
     RM_ADD_SUITE("opstop", NULL, NULL, cases);
 }
