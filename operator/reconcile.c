@@ -18,6 +18,7 @@ void rm_reconcile_opts_default(rm_reconcile_opts *o)
     o->create_failure_threshold = 3;
     o->force_delete_after_s = 30;
     o->backoff_cap_s = 300;
+    o->recovery_loop_epochs = RM_RECOVERY_LOOP_EPOCHS;
 }
 
 const char *rm_action_name(rm_action_type t)
@@ -325,6 +326,107 @@ static void copy_progress(rc_ctx *c, int target)
     }
 }
 
+/* R0b: the spec as written is invalid; the job keeps running at its last valid spec. */
+static void invalid_update(rc_ctx *c, const char *why)
+{
+    char msg[256];
+    rm_sfmt(msg, sizeof msg, "TrainingJob %s: the update is not applied, the job keeps its last "
+            "valid spec: %s", c->jobname, why);
+    bool was = cond_true(c->st, RM_COND_INVALID_SPEC);
+    cond(c, RM_COND_INVALID_SPEC, true, "InvalidUpdate", msg);
+    if (!was)
+        event(c, true, "InvalidSpec", "%s", msg);
+}
+
+/* Members of R's current epoch that reported at least once. */
+static bool reported_now(const rm_rdzv_state *r, const rm_rdzv_member *m)
+{
+    return r && m->epoch == r->epoch && m->last_report > 0;
+}
+
+/* R10: the group re-forms without ever getting past the highest step it reached (a restore
+ * that desyncs the ranks, a batch larger than the data set): after opts.recovery_loop_epochs
+ * epochs with no step above status.stepHighWater the job fails with reason RecoveryLoop.
+ * Returns true when it failed the job. */
+static bool recovery_loop(rc_ctx *c)
+{
+    const rm_rdzv_state *r = c->in->rdzv;
+    rm_tj_status *st = c->st;
+    if (!r || c->o.no_rendezvous || c->o.recovery_loop_epochs <= 0)
+        return false;
+    for (int i = 0; i < r->nmembers && i < (int)RM_ARRAY_LEN(r->members); i++) {
+        const rm_rdzv_member *m = &r->members[i];
+        if (reported_now(r, m) && m->step > st->high_step) {
+            st->high_step = m->step;
+            st->high_epoch = r->epoch;
+        }
+    }
+    if (st->high_epoch == 0 && st->high_step == 0)
+        st->high_epoch = r->epoch > 0 ? r->epoch : 1;   /* counting starts at the first round */
+    int loops = r->epoch - st->high_epoch;
+    if (loops < c->o.recovery_loop_epochs)
+        return false;
+    char msg[256];
+    rm_sfmt(msg, sizeof msg, "TrainingJob %s: the group re-formed %d times (rendezvous epoch %d to "
+            "%d) without getting past step %lld; failing instead of looping", c->jobname, loops,
+            st->high_epoch, r->epoch, (long long)st->high_step);
+    finish_failed(c, "RecoveryLoop", msg);
+    return true;
+}
+
+/* R11: workers report consecutive failed checkpoint writes. The first raises CheckpointFailing
+ * and a Warning event; a write that succeeds again clears it; failing for longer than
+ * progressDeadlineSeconds fails the job with reason CheckpointFailing. Returns true when it
+ * failed the job. */
+static bool checkpoint_failing(rc_ctx *c)
+{
+    const rm_rdzv_state *r = c->in->rdzv;
+    rm_tj_status *st = c->st;
+    if (!r || c->o.no_rendezvous)
+        return false;
+    int reported = 0;
+    const rm_rdzv_member *bad = NULL;
+    for (int i = 0; i < r->nmembers && i < (int)RM_ARRAY_LEN(r->members); i++) {
+        const rm_rdzv_member *m = &r->members[i];
+        if (!reported_now(r, m))
+            continue;
+        reported++;
+        if (m->checkpoint_failures > 0 && (!bad || m->checkpoint_failures > bad->checkpoint_failures))
+            bad = m;
+    }
+    if (reported == 0)
+        return false;   /* a round re-forming: nothing new to judge */
+    bool was = cond_true(st, RM_COND_CHECKPOINT_FAILING);
+    char msg[256];
+    if (!bad) {
+        if (was)
+            cond(c, RM_COND_CHECKPOINT_FAILING, false, "CheckpointWritten",
+                 "checkpoints are written again");
+        return false;
+    }
+    rm_sfmt(msg, sizeof msg, "worker %s: %d checkpoint write%s failed in a row: %s", bad->worker_id,
+            bad->checkpoint_failures, bad->checkpoint_failures == 1 ? "" : "s",
+            bad->checkpoint_error[0] ? bad->checkpoint_error : "(no message)");
+    if (!was) {
+        cond(c, RM_COND_CHECKPOINT_FAILING, true, "CheckpointWriteFailed", msg);
+        event(c, true, "CheckpointFailing", "TrainingJob %s: %s", c->jobname, msg);
+        return false;
+    }
+    double pd = c->job->spec.restart.progress_deadline_seconds;
+    double since = st->conditions[RM_COND_CHECKPOINT_FAILING].last_transition;
+    if (pd <= 0)
+        return false;
+    if (c->now - since <= pd) {
+        requeue_in(c, since + pd - c->now);
+        return false;
+    }
+    char fmsg[256];
+    rm_sfmt(fmsg, sizeof fmsg, "TrainingJob %s: checkpoints failed for %.0fs (progressDeadlineSeconds "
+            "%.0f): %s", c->jobname, c->now - since, pd, msg);
+    finish_failed(c, "CheckpointFailing", fmsg);
+    return true;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * The core. */
 static void run(rc_ctx *c)
@@ -352,6 +454,14 @@ static void run(rc_ctx *c)
     /* R0 */
     rm_err e = {0};
     if (rm_tj_validate(job, &e) != RM_OK) {
+        if (st->start_time > 0 && st->conditions[RM_COND_CREATED].present) {
+            /* R0b: an update broke a job that already runs and the runtime knows no earlier
+             * valid spec: keep everything as it is (nothing created, deleted or failed) */
+            invalid_update(c, e.msg[0] ? e.msg : "invalid spec");
+            copy_progress(c, st->replicas);
+            force_stuck(c);
+            return;
+        }
         if (!st->conditions[RM_COND_CREATED].present) {
             rm_sfmt(msg, sizeof msg, "TrainingJob %s is created.", c->jobname);
             cond(c, RM_COND_CREATED, true, "TrainingJobCreated", msg);
@@ -361,6 +471,12 @@ static void run(rc_ctx *c)
         force_stuck(c);
         return;
     }
+
+    /* R0b: the runtime replaced an invalid update by the last valid spec */
+    if (in->invalid_update)
+        invalid_update(c, in->invalid_update);
+    else if (cond_true(st, RM_COND_INVALID_SPEC))
+        cond(c, RM_COND_INVALID_SPEC, false, "Valid", "the spec is valid; it is applied");
 
     /* R1 */
     if (!st->conditions[RM_COND_CREATED].present) {
@@ -477,6 +593,14 @@ static void run(rc_ctx *c)
     if (done && !resumed) {
         copy_progress(c, D);
         finish_succeeded(c);
+        terminal(c);
+        force_stuck(c);
+        return;
+    }
+
+    /* R10 recovery loop; R11 checkpoint failures */
+    if (recovery_loop(c) || checkpoint_failing(c)) {
+        copy_progress(c, D);
         terminal(c);
         force_stuck(c);
         return;
@@ -749,6 +873,7 @@ bool rm_reconcile_status_equal(const rm_tj_status *a, const rm_tj_status *b)
         a->replicas != b->replicas || a->ready_replicas != b->ready_replicas ||
         a->epoch != b->epoch || a->restarts != b->restarts || a->start_time != b->start_time ||
         a->completion_time != b->completion_time || a->last_restart_time != b->last_restart_time ||
+        a->high_step != b->high_step || a->high_epoch != b->high_epoch ||
         strcmp(a->message, b->message) != 0)
         return false;
     const rm_tj_progress *p = &a->progress, *q = &b->progress;
