@@ -39,13 +39,17 @@ typedef struct job_mem {
     unsigned long long latest_rv;
     int stale_waits;
     unsigned long long rdzv_sig;     /* last rendezvous signature seen by rm_kube_rt_poll_rdzv */
+    cJSON *last_valid_spec;          /* the job's spec when it last validated (R0b); NULL none */
+    bool warned_env;                 /* the template's env override Warning was emitted */
 } job_mem;
 
 static void job_mem_free(void *p)
 {
     job_mem *m = p;
-    if (m)
+    if (m) {
         free(m->create_failures);
+        cJSON_Delete(m->last_valid_spec);
+    }
     free(m);
 }
 
@@ -989,6 +993,43 @@ void rm_kube_rt_poll_rdzv(rm_kube_rt *rt, void (*enqueue)(void *ud, const char *
 }
 
 /* ---------------- sync ---------------- */
+/* R0b: remember the spec of a job that validates; when an update of a job that already started
+ * does not validate, put the last valid spec into tj (metadata and status stay the object's) and
+ * set *invalid_update to the validation message (borrowed from verr). */
+static int last_valid_spec(const cJSON *obj, rm_tj *tj, bool valid, const rm_err *verr,
+                           job_mem *m, const char **invalid_update, rm_err *err)
+{
+    *invalid_update = NULL;
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");
+    if (valid) {
+        cJSON *copy = spec ? cJSON_Duplicate(spec, 1) : NULL;
+        if (copy) {
+            cJSON_Delete(m->last_valid_spec);
+            m->last_valid_spec = copy;
+        }
+        return RM_OK;
+    }
+    if (!m->last_valid_spec || tj->status.start_time <= 0)
+        return RM_OK;   /* never ran, or no valid spec known: the core decides (R0 / R0b) */
+    cJSON *o = cJSON_Duplicate(obj, 1);
+    if (!o || !cJSON_ReplaceItemInObjectCaseSensitive(o, "spec",
+                                                       cJSON_Duplicate(m->last_valid_spec, 1))) {
+        cJSON_Delete(o);
+        return rm_errf(err, RM_ENOMEM, "out of memory");
+    }
+    rm_tj prev;
+    rm_err perr = {0};
+    int rc = rm_tj_from_json(o, &prev, &perr);
+    cJSON_Delete(o);
+    if (rc)
+        return RM_OK;   /* cannot happen for a spec that validated; fall back to R0b's freeze */
+    rm_tj_defaults(&prev);
+    rm_tj_free(tj);
+    *tj = prev;
+    *invalid_update = verr->msg[0] ? verr->msg : "invalid spec";
+    return RM_OK;
+}
+
 static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
                     double *requeue_after, rm_err *err)
 {
@@ -1012,6 +1053,10 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
     rm_tj_defaults(&tj);
     rm_err verr = {0};
     bool valid = rm_tj_validate(&tj, &verr) == RM_OK;
+    const char *invalid_update = NULL;
+    RM_CHECK_GOTO(last_valid_spec(obj, &tj, valid, &verr, m, &invalid_update, err), rc, out);
+    if (invalid_update)
+        valid = true;   /* tj now carries the last valid spec */
     bool terminal = tj.status.phase == RM_PHASE_SUCCEEDED || tj.status.phase == RM_PHASE_FAILED;
     if (valid && !terminal && !tj.spec.run.suspend) {
         RM_CHECK_GOTO(ensure_token(rt, &tj, m, err), rc, out);
@@ -1071,6 +1116,7 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
     rm_reconcile_in in = {
         .job = &tj, .workers = oc.w, .nworkers = oc.n, .rdzv = have_rs ? rs : NULL,
         .rdzv_desired = m->rdzv_desired, .rdzv_min = m->rdzv_min, .now = rm_wall(), .opts = &ro,
+        .invalid_update = invalid_update,
     };
     rm_reconcile_out ro_out;
     memset(&ro_out, 0, sizeof(ro_out));
@@ -1092,8 +1138,17 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
         int arc = RM_OK;
         switch (a->type) {
         case RM_ACT_CREATE_WORKER: {
-            cJSON *pod = rm_kube_worker_pod_port(obj, &tj, a->index, a->epoch, rt->rdzv_url,
-                                                 rt->worker_image, rt->c.worker_metrics_port, &aerr);
+            char over[512];
+            cJSON *pod = rm_kube_worker_pod_ex(obj, &tj, a->index, a->epoch, rt->rdzv_url,
+                                               rt->worker_image, rt->c.worker_metrics_port, over,
+                                               sizeof(over), &aerr);
+            if (pod && over[0] && !m->warned_env) {
+                char note[768];
+                snprintf(note, sizeof(note), "the pod template sets %s; the operator sets these "
+                         "for every worker, so the template's values are not used", over);
+                job_event(rt, &tj, true, "EnvOverridden", note);
+                m->warned_env = true;
+            }
             bool created = false;
             arc = pod ? create(rt, jobpods, pod, &created, &aerr) : RM_ENOMEM;
             cJSON_Delete(pod);
