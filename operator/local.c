@@ -36,6 +36,7 @@
 #include "common/json.h"
 #include "common/metrics.h"
 #include "common/rdzv.h"
+#include "operator/apply.h"
 #include "operator/launch.h"
 #include "operator/reconcile.h"
 
@@ -669,81 +670,121 @@ static void clean_msg(char *dst, size_t cap, const char *src)
     dst[j] = 0;
 }
 
-/* Execute one batch of actions. Returns true if another pass should run at once. */
-static bool execute(local *l, const rm_reconcile_out *out, double now)
+/* ------------------------------------------------------------------ the operations table */
+
+static int op_create(void *rt, int index, int epoch, rm_err *err)
 {
-    bool again = false;
-    for (size_t k = 0; k < out->nactions; k++) {
-        const rm_action *a = &out->actions[k];
-        rm_err e = {0};
-        switch (a->type) {
-        case RM_ACT_CREATE_WORKER:
-            if (a->index < 0 || a->index >= MAXW || l->w[a->index].used)
-                break;
-            if (spawn(l, a->index, a->epoch, &e) != RM_OK) {
-                l->create_failures[a->index]++;
-                rm_warn("worker create failed index=%d err=\"%s\"", a->index, e.msg);
-            } else {
-                l->create_failures[a->index] = 0;
-            }
-            break;
-        case RM_ACT_DELETE_WORKER: {
-            if (a->index < 0 || a->index >= MAXW || !l->w[a->index].used)
-                break;
-            wslot *w = &l->w[a->index];
-            if (w->exited) {
-                w->used = false;   /* already reaped: the index is Missing now */
-                again = true;
-                break;
-            }
-            if (!w->deleting) {
-                rm_info("stopping worker index=%d pid=%d why=%s", a->index, (int)w->pid, a->reason);
-                w->deleting = true;
-                w->deletion_started_at = now;
-                w->kill_at = now + (l->o->delete_grace_s > 0 ? l->o->delete_grace_s : 3);
-                signal_group(w, a->force ? SIGKILL : SIGTERM);
-                w->killed = a->force;
-            } else if (a->force && !w->killed) {
-                signal_group(w, SIGKILL);
-                w->killed = true;
-            }
-            break;
-        }
-        case RM_ACT_RESTART_GROUP: {
-            int ne = 0;
-            rm_rdzv_restart(l->rdzv, l->jobkey, a->epoch, &ne);
-            rm_info("rendezvous restart from_epoch=%d epoch=%d", a->epoch, ne);
-            again = true;
-            break;
-        }
-        case RM_ACT_SET_RDZV:
-            if (rm_rdzv_job_set(l->rdzv, l->jobkey, l->token, a->desired, a->min, SETTLE_S) ==
-                RM_OK) {
-                l->rdzv_desired = a->desired;
-                l->rdzv_min = a->min;
-                again = true;
-            }
-            break;
-        case RM_ACT_STOP_RDZV:
-            rm_rdzv_job_stop(l->rdzv, l->jobkey);
-            break;
-        case RM_ACT_EVENT: {
-            char m[300];
-            clean_msg(m, sizeof m, a->message);
-            if (a->warning)
-                rm_warn("event type=Warning reason=%s message=\"%s\"", a->reason, m);
-            else
-                rm_info("event type=Normal reason=%s message=\"%s\"", a->reason, m);
-            if (l->o->on_event)
-                l->o->on_event(l->o->ud, a->warning, a->reason, a->message);
-            break;
-        }
-        case RM_ACT_DELETE_JOB:
-        case RM_ACT_REQUEUE_AFTER:
-            break;
-        }
+    local *l = rt;
+    if (index < 0 || index >= MAXW || l->w[index].used)
+        return RM_OK;
+    int rc = spawn(l, index, epoch, err);
+    if (rc != RM_OK) {
+        l->create_failures[index]++;
+        rm_warn("worker create failed index=%d err=\"%s\"", index, err->msg);
+    } else {
+        l->create_failures[index] = 0;
     }
-    return again;
+    return rc;
+}
+
+static int op_delete(void *rt, int index, bool force, const char *why, rm_err *err)
+{
+    local *l = rt;
+    (void)err;
+    if (index < 0 || index >= MAXW || !l->w[index].used)
+        return RM_OK;
+    wslot *w = &l->w[index];
+    if (w->exited) {
+        w->used = false;   /* already reaped: the index is Missing now */
+        return RM_APPLY_AGAIN;
+    }
+    double now = rm_wall();
+    if (!w->deleting) {
+        rm_info("stopping worker index=%d pid=%d why=%s", index, (int)w->pid, why);
+        w->deleting = true;
+        w->deletion_started_at = now;
+        w->kill_at = now + (l->o->delete_grace_s > 0 ? l->o->delete_grace_s : 3);
+        signal_group(w, force ? SIGKILL : SIGTERM);
+        w->killed = force;
+    } else if (force && !w->killed) {
+        signal_group(w, SIGKILL);
+        w->killed = true;
+    }
+    return RM_OK;
+}
+
+static int op_restart(void *rt, int from_epoch, rm_err *err)
+{
+    local *l = rt;
+    (void)err;
+    int ne = 0;
+    rm_rdzv_restart(l->rdzv, l->jobkey, from_epoch, &ne);
+    rm_info("rendezvous restart from_epoch=%d epoch=%d", from_epoch, ne);
+    return RM_APPLY_AGAIN;
+}
+
+static int op_set_rdzv(void *rt, int desired, int min, rm_err *err)
+{
+    local *l = rt;
+    int rc = rm_rdzv_job_set(l->rdzv, l->jobkey, l->token, desired, min, SETTLE_S);
+    if (rc != RM_OK)
+        return rm_errf(err, rc, "rendezvous registration: %s", rm_strerror(rc));
+    l->rdzv_desired = desired;
+    l->rdzv_min = min;
+    return RM_APPLY_AGAIN;
+}
+
+static int op_stop_rdzv(void *rt, rm_err *err)
+{
+    local *l = rt;
+    (void)err;
+    rm_rdzv_job_stop(l->rdzv, l->jobkey);
+    return RM_OK;
+}
+
+static int op_event(void *rt, bool warning, const char *reason, const char *message, rm_err *err)
+{
+    local *l = rt;
+    (void)err;
+    char m[300];
+    clean_msg(m, sizeof m, message);
+    if (warning)
+        rm_warn("event type=Warning reason=%s message=\"%s\"", reason, m);
+    else
+        rm_info("event type=Normal reason=%s message=\"%s\"", reason, m);
+    if (l->o->on_event)
+        l->o->on_event(l->o->ud, warning, reason, message);
+    return RM_OK;
+}
+
+/* No DELETE_JOB: a local job is not an object anyone stores (ttl does not apply). */
+static const rm_runtime_ops local_ops = {
+    .create_worker = op_create, .delete_worker = op_delete, .restart_group = op_restart,
+    .set_rdzv = op_set_rdzv, .stop_rdzv = op_stop_rdzv, .event = op_event,
+};
+
+/* The shared transition -> metrics diff, rendered as this runtime's counters. */
+static void count_transition(local *l, const rm_tj_status *prev, double now)
+{
+    const rm_tj_status *st = &l->job->status;
+    rm_transition t;
+    rm_status_transition(prev, st, &t);
+    if (t.created)
+        rm_series_inc(l->m_created, 1);
+    if (t.restarts > 0) {
+        rm_series_inc(l->m_restarted, t.restarts);
+        if (!l->recov_pending) {
+            l->recov_pending = true;
+            l->recov_t0 = now;
+        }
+        l->recov_epoch = st->epoch;
+    }
+    if (t.phase_changed)
+        rm_info("phase %s -> %s", rm_phase_name(prev->phase), rm_phase_name(st->phase));
+    if (t.succeeded)
+        rm_series_inc(l->m_succeeded, 1);
+    if (t.failed)
+        rm_series_inc(l->m_failed, 1);
 }
 
 static void reconcile_passes(local *l, double now)
@@ -763,26 +804,13 @@ static void reconcile_passes(local *l, double now)
             rm_error("reconcile failed rc=%s", rm_strerror(rc));
             return;
         }
+        /* commit status (the runner owns it: no write to fail), count, then apply */
         rm_tj_status prev = l->job->status;
         l->job->status = out.status;
-        rm_tj_status *st = &l->job->status;
-        if (st->restarts > prev.restarts) {
-            rm_series_inc(l->m_restarted, st->restarts - prev.restarts);
-            if (!l->recov_pending) {
-                l->recov_pending = true;
-                l->recov_t0 = now;
-            }
-            l->recov_epoch = st->epoch;
-        }
-        if (st->phase != prev.phase) {
-            rm_info("phase %s -> %s", rm_phase_name(prev.phase), rm_phase_name(st->phase));
-            if (st->phase == RM_PHASE_SUCCEEDED)
-                rm_series_inc(l->m_succeeded, 1);
-            if (st->phase == RM_PHASE_FAILED)
-                rm_series_inc(l->m_failed, 1);
-        }
-        bool again = execute(l, &out, now);
-        if (!again)
+        count_transition(l, &prev, now);
+        rm_apply_result ar;
+        rm_apply_actions(&local_ops, l, out.actions, out.nactions, &ar);
+        if (!ar.again)
             break;
     }
 }
@@ -996,7 +1024,6 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
         l->rdzv_desired = job->spec.replicas;
         l->rdzv_min = job->spec.min_replicas > 0 ? job->spec.min_replicas : job->spec.replicas;
     }
-    rm_series_inc(l->m_created, 1);
     sd_update(l);
 
     say(l, "ringmaster: job %s: %d workers, backend %s%s\n", l->jobkey, job->spec.replicas,

@@ -20,6 +20,7 @@
 #include "common/log.h"
 #include "common/trainingjob.h"
 #include "operator/kube/kmap.h"
+#include "operator/apply.h"
 #include "operator/launch.h"
 #include "operator/reconcile.h"
 
@@ -896,11 +897,6 @@ static char *cached_job(rm_kube_rt *rt, const char *key)
     return NULL;
 }
 
-static bool cond_true(const rm_tj_status *s, rm_cond_type t)
-{
-    return s->conditions[t].present && s->conditions[t].status;
-}
-
 /* "0-3,5,7-9" from ascending-or-not indices (sorted here); truncated with "..." at cap. */
 static int cmp_int(const void *a, const void *b)
 {
@@ -1030,64 +1026,65 @@ static int last_valid_spec(const cJSON *obj, rm_tj *tj, bool valid, const rm_err
     return RM_OK;
 }
 
-static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
-                    double *requeue_after, rm_err *err)
+/* ---- observe: the job (parsed, validated, its Secret and Service in place) ---- */
+/* RM_OK with *skip when the job is not ours to reconcile (another controller's, or unparseable
+ * and already reported). */
+static int observe_job(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, rm_tj *tj,
+                       rm_err *verr, const char **invalid_update, bool *skip, rm_err *err)
 {
-    int rc = RM_OK;
-    rm_tj tj;
-    memset(&tj, 0, sizeof(tj));
-    rm_observed_worker *workers = NULL;
-    rm_rdzv_state *rs = NULL;
-    rm_action *acts = NULL;
+    *skip = false;
     /* managedBy: another controller's job is not ours to touch */
     const cJSON *mb = rm_json_path(obj, "spec.runPolicy.managedBy");
     if (cJSON_IsString(mb) && mb->valuestring[0] && strcmp(mb->valuestring, RM_MANAGER) != 0) {
         rm_debug("skipping job managed by another controller job=%s managedBy=%s", key, mb->valuestring);
-        goto out;
+        *skip = true;
+        return RM_OK;
     }
     rm_err perr = {0};
-    if (rm_tj_from_json(obj, &tj, &perr) != RM_OK) {
-        rc = report_invalid(rt, key, obj, &perr, m, err);
-        goto out;
+    if (rm_tj_from_json(obj, tj, &perr) != RM_OK) {
+        *skip = true;
+        return report_invalid(rt, key, obj, &perr, m, err);
     }
-    rm_tj_defaults(&tj);
-    rm_err verr = {0};
-    bool valid = rm_tj_validate(&tj, &verr) == RM_OK;
-    const char *invalid_update = NULL;
-    RM_CHECK_GOTO(last_valid_spec(obj, &tj, valid, &verr, m, &invalid_update, err), rc, out);
-    if (invalid_update)
+    rm_tj_defaults(tj);
+    bool valid = rm_tj_validate(tj, verr) == RM_OK;   /* *invalid_update points into verr */
+    RM_CHECK(last_valid_spec(obj, tj, valid, verr, m, invalid_update, err));
+    if (*invalid_update)
         valid = true;   /* tj now carries the last valid spec */
-    bool terminal = tj.status.phase == RM_PHASE_SUCCEEDED || tj.status.phase == RM_PHASE_FAILED;
-    if (valid && !terminal && !tj.spec.run.suspend) {
-        RM_CHECK_GOTO(ensure_token(rt, &tj, m, err), rc, out);
-        RM_CHECK_GOTO(ensure_service(rt, &tj, m, err), rc, out);
+    bool terminal = tj->status.phase == RM_PHASE_SUCCEEDED || tj->status.phase == RM_PHASE_FAILED;
+    if (valid && !terminal && !tj->spec.run.suspend) {
+        RM_CHECK(ensure_token(rt, tj, m, err));
+        RM_CHECK(ensure_service(rt, tj, m, err));
     } else if (!m->token[0]) {
-        load_token(rt, &tj, m);   /* never create anything for a finished job, but know its token */
+        load_token(rt, tj, m);   /* never create anything for a finished job, but know its token */
     }
-    /* observations */
-    int cap = tj.spec.max_replicas > tj.spec.replicas ? tj.spec.max_replicas : tj.spec.replicas;
+    return RM_OK;
+}
+
+/* ---- observe: its pods (and indices whose creation keeps failing) ---- */
+static int observe_workers(rm_kube_rt *rt, const char *key, const rm_tj *tj, job_mem *m,
+                           obs_ctx *oc, rm_err *err)
+{
+    int cap = tj->spec.max_replicas > tj->spec.replicas ? tj->spec.max_replicas : tj->spec.replicas;
     if (cap < 1)
         cap = 1;
     cap = cap * 2 + 16;
-    workers = calloc((size_t)cap, sizeof(*workers));
-    if (!workers) {
-        rc = rm_errf(err, RM_ENOMEM, "out of memory");
-        goto out;
-    }
-    obs_ctx oc = {rt, workers, 0, (size_t)cap, m};
+    rm_observed_worker *workers = calloc((size_t)cap, sizeof(*workers));
+    if (!workers)
+        return rm_errf(err, RM_ENOMEM, "out of memory");
+    *oc = (obs_ctx){rt, workers, 0, (size_t)cap, m};
     rm_informer_rlock(rt->c.pods);
-    rm_informer_by_index(rt->c.pods, key, collect_pod, &oc);
+    rm_informer_by_index(rt->c.pods, key, collect_pod, oc);
     rm_informer_runlock(rt->c.pods);
-    node_readiness(rt, &oc, key);
+    node_readiness(rt, oc, key);
     /* indices that keep failing to be created are reported as Missing with a count */
-    for (int i = 0; i < m->ncreate_failures && oc.n < oc.cap; i++) {
+    for (int i = 0; i < m->ncreate_failures && oc->n < oc->cap; i++) {
         if (!m->create_failures[i])
             continue;
         bool seen = false;
-        for (size_t k = 0; k < oc.n; k++)
-            seen |= oc.w[k].index == i;
+        for (size_t k = 0; k < oc->n; k++)
+            seen |= oc->w[k].index == i;
         if (!seen) {
-            rm_observed_worker *w = &oc.w[oc.n++];
+            rm_observed_worker *w = &oc->w[oc->n++];
             memset(w, 0, sizeof(*w));
             w->index = i;
             w->phase = RM_WORKER_MISSING;
@@ -1095,12 +1092,240 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
             w->create_failures = m->create_failures[i];
         }
     }
+    return RM_OK;
+}
+
+/* ---- apply: the kube runtime's operations table (operator/apply.h) ---- */
+typedef struct kube_apply {
+    rm_kube_rt *rt;
+    const char *key;
+    const cJSON *obj;
+    const rm_tj *tj;
+    job_mem *m;
+    size_t nobserved;
+    char jobpods[512];
+    int created_idx[RM_RDZV_MAX_WORLD], ncreated, created_epoch;
+} kube_apply;
+
+static void count_create(job_mem *m, int index, int arc)
+{
+    if (arc && index >= 0 && index < MAX_IDX && index >= m->ncreate_failures) {
+        int nn = index + 1;
+        unsigned char *nf = realloc(m->create_failures, (size_t)nn);
+        if (nf) {
+            memset(nf + m->ncreate_failures, 0, (size_t)(nn - m->ncreate_failures));
+            m->create_failures = nf;
+            m->ncreate_failures = nn;
+        }
+    }
+    if (index >= 0 && index < m->ncreate_failures) {
+        if (arc && m->create_failures[index] < 255)
+            m->create_failures[index]++;
+        else if (!arc)
+            m->create_failures[index] = 0;
+    }
+}
+
+static int kop_create(void *ud, int index, int epoch, rm_err *err)
+{
+    kube_apply *ka = ud;
+    rm_kube_rt *rt = ka->rt;
+    char over[512];
+    cJSON *pod = rm_kube_worker_pod_ex(ka->obj, ka->tj, index, epoch, rt->rdzv_url,
+                                       rt->worker_image, rt->c.worker_metrics_port, over,
+                                       sizeof(over), err);
+    if (pod && over[0] && !ka->m->warned_env) {
+        char note[768];
+        snprintf(note, sizeof(note), "the pod template sets %s; the operator sets these "
+                 "for every worker, so the template's values are not used", over);
+        job_event(rt, ka->tj, true, "EnvOverridden", note);
+        ka->m->warned_env = true;
+    }
+    bool created = false;
+    int arc = pod ? create(rt, ka->jobpods, pod, &created, err) : RM_ENOMEM;
+    cJSON_Delete(pod);
+    count_create(ka->m, index, arc);
+    if (created && ka->ncreated < (int)RM_ARRAY_LEN(ka->created_idx)) {
+        ka->created_idx[ka->ncreated++] = index;   /* one Event for the batch, after the loop */
+        ka->created_epoch = epoch;
+    }
+    return arc;
+}
+
+static int kop_delete(void *ud, int index, bool force, const char *why, rm_err *err)
+{
+    kube_apply *ka = ud;
+    const rm_tj *tj = ka->tj;
+    char p[640];
+    snprintf(p, sizeof(p), "/api/v1/namespaces/%s/pods/%s-worker-%d", tj->namespace_, tj->name, index);
+    cJSON *opts = cJSON_CreateObject();
+    cJSON_AddStringToObject(opts, "kind", "DeleteOptions");
+    cJSON_AddStringToObject(opts, "apiVersion", "v1");
+    if (force)
+        cJSON_AddNumberToObject(opts, "gracePeriodSeconds", 0);
+    cJSON_AddStringToObject(opts, "propagationPolicy", "Background");
+    int arc = rm_kube_json(ka->rt->c.client, "DELETE", p, NULL, opts, NULL, err);
+    cJSON_Delete(opts);
+    if (arc == RM_ENOTFOUND)
+        return RM_OK;
+    if (arc == RM_OK && ka->rt->c.pod_events) {
+        char note[512];
+        snprintf(note, sizeof(note), "Deleted pod: %s-worker-%d (%s%s)", tj->name, index,
+                 why && why[0] ? why : "reconcile", force ? ", forced" : "");
+        job_event(ka->rt, tj, false, "SuccessfulDeletePod", note);
+    }
+    return arc;
+}
+
+static int kop_restart(void *ud, int from_epoch, rm_err *err)
+{
+    kube_apply *ka = ud;
+    (void)err;
+    if (ka->rt->c.rdzv) {
+        int ne = 0;
+        rm_rdzv_restart(ka->rt->c.rdzv, ka->key, from_epoch, &ne);
+    }
+    return RM_OK;
+}
+
+static int kop_set_rdzv(void *ud, int desired, int min, rm_err *err)
+{
+    kube_apply *ka = ud;
+    rm_kube_rt *rt = ka->rt;
+    job_mem *m = ka->m;
+    const rm_tj *tj = ka->tj;
+    if (!rt->c.rdzv)
+        return RM_OK;
+    bool fresh = m->rdzv_desired == 0;
+    int arc = m->token[0] ? rm_rdzv_job_set(rt->c.rdzv, ka->key, m->token, desired, min, 5.0)
+                          : rm_errf(err, RM_EAGAIN, "no rendezvous token yet");
+    if (!arc && fresh && tj->status.epoch >= 1 && ka->nobserved > 0) {
+        /* this process (re)started while workers train at status.epoch: move the new
+         * rendezvous past it so their next report says "rejoin" and they regroup in
+         * place at once, instead of waiting out a progress deadline */
+        rm_rdzv_state *snap = calloc(1, sizeof(*snap));
+        for (int guard = 0; snap && guard < 1000; guard++) {
+            if (rm_rdzv_snapshot(rt->c.rdzv, ka->key, snap) || snap->epoch > tj->status.epoch)
+                break;
+            int ne = 0;
+            rm_rdzv_restart(rt->c.rdzv, ka->key, snap->epoch, &ne);
+        }
+        free(snap);
+        rm_info("rendezvous re-registered after an operator restart job=%s status_epoch=%d", ka->key, tj->status.epoch);
+    }
+    if (!arc) {
+        pthread_mutex_lock(&rt->mu);   /* rm_kube_rt_poll_rdzv reads it */
+        m->rdzv_desired = desired;
+        m->rdzv_min = min;
+        pthread_mutex_unlock(&rt->mu);
+    }
+    return arc;
+}
+
+static int kop_stop_rdzv(void *ud, rm_err *err)
+{
+    kube_apply *ka = ud;
+    (void)err;
+    if (ka->rt->c.rdzv)
+        rm_rdzv_job_stop(ka->rt->c.rdzv, ka->key);
+    return RM_OK;
+}
+
+static int kop_event(void *ud, bool warning, const char *reason, const char *message, rm_err *err)
+{
+    kube_apply *ka = ud;
+    (void)err;
+    job_event(ka->rt, ka->tj, warning, reason, message);
+    return RM_OK;
+}
+
+static int kop_delete_job(void *ud, rm_err *err)
+{
+    kube_apply *ka = ud;
+    const rm_tj *tj = ka->tj;
+    char p[640];
+    snprintf(p, sizeof(p), "/apis/%s/%s/namespaces/%s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION,
+             tj->namespace_, RM_TJ_PLURAL, tj->name);
+    cJSON *opts = cJSON_CreateObject();
+    cJSON_AddStringToObject(opts, "propagationPolicy", "Background");
+    int arc = rm_kube_json(ka->rt->c.client, "DELETE", p, NULL, opts, NULL, err);
+    cJSON_Delete(opts);
+    if (arc == RM_ENOTFOUND)
+        arc = RM_OK;
+    if (!arc)
+        rm_info("job deleted after ttlSecondsAfterFinished job=%s", ka->key);
+    return arc;
+}
+
+static void kop_failed(void *ud, const rm_action *a, int rc, const rm_err *err)
+{
+    kube_apply *ka = ud;
+    char ab[256];
+    (void)rc;
+    rm_warn("action failed job=%s action=\"%s\" err=\"%s\"", ka->key, rm_action_str(a, ab, sizeof(ab)), err->msg);
+}
+
+static const rm_runtime_ops kube_ops = {
+    .create_worker = kop_create, .delete_worker = kop_delete, .restart_group = kop_restart,
+    .set_rdzv = kop_set_rdzv, .stop_rdzv = kop_stop_rdzv, .event = kop_event,
+    .delete_job = kop_delete_job, .failed = kop_failed,
+};
+
+/* ---- commit: the status write and the shared transition -> metrics diff ---- */
+static int commit_status(rm_kube_rt *rt, const char *key, cJSON *obj, const rm_tj *tj,
+                         const rm_tj_status *ns, job_mem *m, rm_err *err)
+{
+    cJSON *s = status_json(tj, ns);
+    if (!s)
+        return rm_errf(err, RM_ENOMEM, "out of memory");
+    int rc = write_status(rt, tj->namespace_, tj->name, obj, s, m, err);
+    cJSON_Delete(s);
+    if (rc)
+        return rc;
+    const rm_tj_status *os = &tj->status;
+    rm_transition t;
+    rm_status_transition(os, ns, &t);
+    if (t.created)
+        rm_op_metrics_job(rt->c.metrics, RM_JOB_CREATED, tj->namespace_);
+    if (t.succeeded)
+        rm_op_metrics_job(rt->c.metrics, RM_JOB_SUCCESSFUL, tj->namespace_);
+    if (t.failed)
+        rm_op_metrics_job(rt->c.metrics, RM_JOB_FAILED, tj->namespace_);
+    for (int k = 0; k < t.restarts; k++)
+        rm_op_metrics_job(rt->c.metrics, RM_JOB_RESTARTED, tj->namespace_);
+    if (t.phase_changed)
+        rm_info("job phase job=%s from=%s to=%s restarts=%d epoch=%d", key, rm_phase_name(os->phase),
+                rm_phase_name(ns->phase), ns->restarts, ns->epoch);
+    return RM_OK;
+}
+
+/* observe -> reconcile -> apply -> commit status. */
+static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
+                    double *requeue_after, rm_err *err)
+{
+    int rc = RM_OK;
+    rm_tj tj;
+    memset(&tj, 0, sizeof(tj));
+    obs_ctx oc = {0};
+    rm_rdzv_state *rs = NULL;
+    rm_action *acts = NULL;
+    kube_apply *ka = NULL;
+    /* observe */
+    const char *invalid_update = NULL;
+    rm_err verr = {0};
+    bool skip = false;
+    RM_CHECK_GOTO(observe_job(rt, key, obj, m, &tj, &verr, &invalid_update, &skip, err), rc, out);
+    if (skip)
+        goto out;
+    RM_CHECK_GOTO(observe_workers(rt, key, &tj, m, &oc, err), rc, out);
     rs = calloc(1, sizeof(*rs));
-    if (!rs) {
+    ka = calloc(1, sizeof(*ka));
+    if (!rs || !ka) {
         rc = rm_errf(err, RM_ENOMEM, "out of memory");
         goto out;
     }
     bool have_rs = rt->c.rdzv && rm_rdzv_snapshot(rt->c.rdzv, key, rs) == RM_OK;
+    /* reconcile */
     rm_reconcile_opts ro;
     rm_reconcile_opts_default(&ro);
     ro.force_delete_after_s = rt->c.force_delete_after_s;
@@ -1127,178 +1352,33 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
         rm_errf(err, rc, "reconcile core failed for %s: %s", key, rm_strerror(rc));
         goto out;
     }
-    /* execute */
-    int first_err = RM_OK;
-    int created_idx[RM_RDZV_MAX_WORLD], ncreated = 0, created_epoch = 0;
-    char jobpods[512];
-    snprintf(jobpods, sizeof(jobpods), "/api/v1/namespaces/%s/pods", tj.namespace_);
-    for (size_t i = 0; i < ro_out.nactions; i++) {
-        const rm_action *a = &ro_out.actions[i];
-        rm_err aerr = {0};
-        int arc = RM_OK;
-        switch (a->type) {
-        case RM_ACT_CREATE_WORKER: {
-            char over[512];
-            cJSON *pod = rm_kube_worker_pod_ex(obj, &tj, a->index, a->epoch, rt->rdzv_url,
-                                               rt->worker_image, rt->c.worker_metrics_port, over,
-                                               sizeof(over), &aerr);
-            if (pod && over[0] && !m->warned_env) {
-                char note[768];
-                snprintf(note, sizeof(note), "the pod template sets %s; the operator sets these "
-                         "for every worker, so the template's values are not used", over);
-                job_event(rt, &tj, true, "EnvOverridden", note);
-                m->warned_env = true;
-            }
-            bool created = false;
-            arc = pod ? create(rt, jobpods, pod, &created, &aerr) : RM_ENOMEM;
-            cJSON_Delete(pod);
-            if (arc && a->index >= 0 && a->index < MAX_IDX && a->index >= m->ncreate_failures) {
-                int nn = a->index + 1;
-                unsigned char *nf = realloc(m->create_failures, (size_t)nn);
-                if (nf) {
-                    memset(nf + m->ncreate_failures, 0, (size_t)(nn - m->ncreate_failures));
-                    m->create_failures = nf;
-                    m->ncreate_failures = nn;
-                }
-            }
-            if (a->index >= 0 && a->index < m->ncreate_failures) {
-                if (arc && m->create_failures[a->index] < 255)
-                    m->create_failures[a->index]++;
-                else if (!arc)
-                    m->create_failures[a->index] = 0;
-            }
-            if (created && ncreated < (int)RM_ARRAY_LEN(created_idx)) {
-                created_idx[ncreated++] = a->index;   /* one Event for the batch, after the loop */
-                created_epoch = a->epoch;
-            }
-            break;
-        }
-        case RM_ACT_DELETE_WORKER: {
-            char p[640];
-            snprintf(p, sizeof(p), "/api/v1/namespaces/%s/pods/%s-worker-%d", tj.namespace_, tj.name, a->index);
-            cJSON *opts = cJSON_CreateObject();
-            cJSON_AddStringToObject(opts, "kind", "DeleteOptions");
-            cJSON_AddStringToObject(opts, "apiVersion", "v1");
-            if (a->force)
-                cJSON_AddNumberToObject(opts, "gracePeriodSeconds", 0);
-            cJSON_AddStringToObject(opts, "propagationPolicy", "Background");
-            arc = rm_kube_json(rt->c.client, "DELETE", p, NULL, opts, NULL, &aerr);
-            cJSON_Delete(opts);
-            if (arc == RM_ENOTFOUND)
-                arc = RM_OK;
-            else if (arc == RM_OK && rt->c.pod_events) {
-                char note[512];
-                snprintf(note, sizeof(note), "Deleted pod: %s-worker-%d (%s%s)", tj.name, a->index,
-                         a->reason[0] ? a->reason : "reconcile", a->force ? ", forced" : "");
-                job_event(rt, &tj, false, "SuccessfulDeletePod", note);
-            }
-            break;
-        }
-        case RM_ACT_RESTART_GROUP:
-            if (rt->c.rdzv) {
-                int ne = 0;
-                rm_rdzv_restart(rt->c.rdzv, key, a->epoch, &ne);
-            }
-            break;
-        case RM_ACT_SET_RDZV:
-            if (rt->c.rdzv) {
-                bool fresh = m->rdzv_desired == 0;
-                arc = m->token[0] ? rm_rdzv_job_set(rt->c.rdzv, key, m->token, a->desired, a->min, 5.0)
-                                  : rm_errf(&aerr, RM_EAGAIN, "no rendezvous token yet");
-                if (!arc && fresh && tj.status.epoch >= 1 && oc.n > 0) {
-                    /* this process (re)started while workers train at status.epoch: move the new
-                     * rendezvous past it so their next report says "rejoin" and they regroup in
-                     * place at once, instead of waiting out a progress deadline */
-                    rm_rdzv_state *snap = calloc(1, sizeof(*snap));
-                    for (int guard = 0; snap && guard < 1000; guard++) {
-                        if (rm_rdzv_snapshot(rt->c.rdzv, key, snap) || snap->epoch > tj.status.epoch)
-                            break;
-                        int ne = 0;
-                        rm_rdzv_restart(rt->c.rdzv, key, snap->epoch, &ne);
-                    }
-                    free(snap);
-                    rm_info("rendezvous re-registered after an operator restart job=%s status_epoch=%d", key, tj.status.epoch);
-                }
-                if (!arc) {
-                    pthread_mutex_lock(&rt->mu);   /* rm_kube_rt_poll_rdzv reads it */
-                    m->rdzv_desired = a->desired;
-                    m->rdzv_min = a->min;
-                    pthread_mutex_unlock(&rt->mu);
-                }
-            }
-            break;
-        case RM_ACT_STOP_RDZV:
-            if (rt->c.rdzv)
-                rm_rdzv_job_stop(rt->c.rdzv, key);
-            break;
-        case RM_ACT_EVENT:
-            job_event(rt, &tj, a->warning, a->reason, a->message);
-            break;
-        case RM_ACT_DELETE_JOB: {
-            char p[640];
-            snprintf(p, sizeof(p), "/apis/%s/%s/namespaces/%s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION,
-                     tj.namespace_, RM_TJ_PLURAL, tj.name);
-            cJSON *opts = cJSON_CreateObject();
-            cJSON_AddStringToObject(opts, "propagationPolicy", "Background");
-            arc = rm_kube_json(rt->c.client, "DELETE", p, NULL, opts, NULL, &aerr);
-            cJSON_Delete(opts);
-            if (arc == RM_ENOTFOUND)
-                arc = RM_OK;
-            if (!arc)
-                rm_info("job deleted after ttlSecondsAfterFinished job=%s", key);
-            break;
-        }
-        case RM_ACT_REQUEUE_AFTER:
-            if (a->seconds > 0 && (*requeue_after <= 0 || a->seconds < *requeue_after))
-                *requeue_after = a->seconds;
-            break;
-        }
-        if (arc) {
-            char ab[256];
-            rm_warn("action failed job=%s action=\"%s\" err=\"%s\"", key, rm_action_str(a, ab, sizeof(ab)), aerr.msg);
-            if (!first_err) {
-                first_err = arc;
-                *err = aerr;
-            }
-        }
-    }
-    if (ncreated && rt->c.pod_events) {
+    /* apply */
+    *ka = (kube_apply){.rt = rt, .key = key, .obj = obj, .tj = &tj, .m = m, .nobserved = oc.n};
+    snprintf(ka->jobpods, sizeof(ka->jobpods), "/api/v1/namespaces/%s/pods", tj.namespace_);
+    rm_apply_result ar;
+    int first_err = rm_apply_actions(&kube_ops, ka, ro_out.actions, ro_out.nactions, &ar);
+    if (first_err)
+        *err = ar.first_err;
+    if (ar.requeue_after > 0 && (*requeue_after <= 0 || ar.requeue_after < *requeue_after))
+        *requeue_after = ar.requeue_after;
+    if (ka->ncreated && rt->c.pod_events) {
         /* one Event per batch of creations ("pods tj-worker-{0-63}"), not one per pod: a
          * 64-worker job costs 1 Event request instead of 64 */
         char note[1024], ranges[900];
-        format_ranges(created_idx, ncreated, ranges, sizeof(ranges));
-        snprintf(note, sizeof(note), "Created %d pod%s: %s-worker-{%s} (epoch %d)", ncreated,
-                 ncreated == 1 ? "" : "s", tj.name, ranges, created_epoch);
+        format_ranges(ka->created_idx, ka->ncreated, ranges, sizeof(ranges));
+        snprintf(note, sizeof(note), "Created %d pod%s: %s-worker-{%s} (epoch %d)", ka->ncreated,
+                 ka->ncreated == 1 ? "" : "s", tj.name, ranges, ka->created_epoch);
         job_event(rt, &tj, false, "SuccessfulCreatePod", note);
     }
-    if (ro_out.status_changed) {
-        cJSON *s = status_json(&tj, &ro_out.status);
-        if (!s) {
-            rc = rm_errf(err, RM_ENOMEM, "out of memory");
-            goto out;
-        }
-        rc = write_status(rt, tj.namespace_, tj.name, obj, s, m, err);
-        cJSON_Delete(s);
-        if (rc)
-            goto out;
-        const rm_tj_status *os = &tj.status, *ns = &ro_out.status;
-        if (cond_true(ns, RM_COND_CREATED) && !cond_true(os, RM_COND_CREATED))
-            rm_op_metrics_job(rt->c.metrics, RM_JOB_CREATED, tj.namespace_);
-        if (ns->phase == RM_PHASE_SUCCEEDED && os->phase != RM_PHASE_SUCCEEDED)
-            rm_op_metrics_job(rt->c.metrics, RM_JOB_SUCCESSFUL, tj.namespace_);
-        if (ns->phase == RM_PHASE_FAILED && os->phase != RM_PHASE_FAILED)
-            rm_op_metrics_job(rt->c.metrics, RM_JOB_FAILED, tj.namespace_);
-        for (int k = os->restarts; k < ns->restarts; k++)
-            rm_op_metrics_job(rt->c.metrics, RM_JOB_RESTARTED, tj.namespace_);
-        if (ns->phase != os->phase)
-            rm_info("job phase job=%s from=%s to=%s restarts=%d epoch=%d", key, rm_phase_name(os->phase),
-                    rm_phase_name(ns->phase), ns->restarts, ns->epoch);
-    }
+    /* commit status */
+    if (ro_out.status_changed)
+        RM_CHECK_GOTO(commit_status(rt, key, obj, &tj, &ro_out.status, m, err), rc, out);
     rc = first_err;
 out:
-    free(workers);
+    free(oc.w);
     free(rs);
     free(acts);
+    free(ka);
     rm_tj_free(&tj);
     return rc;
 }
