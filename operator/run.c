@@ -30,6 +30,7 @@
 #include "common/log.h"
 #include "common/yaml.h"
 #include "operator/local.h"
+#include "worker/faults.h"
 
 /* ------------------------------------------------------------------ manifest */
 
@@ -138,6 +139,7 @@ static int install_signals(int *wake_r)
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);   /* a closed terminal: checkpoint and stop, as for SIGTERM */
     sa.sa_handler = on_child;
     sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
     sigaction(SIGCHLD, &sa, NULL);
@@ -215,6 +217,11 @@ static void on_tick(void *ud, const rm_local_view *v)
                  st->progress.samples_per_second * (st->replicas > 0 ? st->replicas : 1),
                  st->progress.allreduce_gbps, v->ready, v->desired, st->restarts, eta);
     }
+    const rm_condition *ck = &st->conditions[RM_COND_CHECKPOINT_FAILING];
+    if (ck->present && ck->status) {
+        size_t n = strlen(line);
+        rm_sfmt(line + n, sizeof line - n, "  CHECKPOINTS FAILING");
+    }
     if (u->tty) {
         fprintf(u->out, "\r\033[K%s", line);
         u->line_on = true;
@@ -251,6 +258,17 @@ static int mkdirs(const char *path)
         }
     }
     return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* Is there a checkpoint file in dir (what --resume would continue from)? */
+static bool has_checkpoint(const char *dir)
+{
+    char pat[PATH_MAX + 32];
+    rm_sfmt(pat, sizeof pat, "%s/ckpt-*.rmck", dir);
+    glob_t g;
+    bool yes = glob(pat, GLOB_NOSORT, NULL, &g) == 0 && g.gl_pathc > 0;
+    globfree(&g);
+    return yes;
 }
 
 /* Remove what a previous run left in the checkpoint folder (checkpoints and fault markers). */
@@ -446,6 +464,15 @@ int rm_run_main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
+    {   /* a malformed fault spec would only surface as worker crash loops: refuse it now */
+        const char *fs = getenv(RM_ENV_FAULT);
+        rm_faults faults;
+        rm_err fe = {0};
+        if (fs && *fs && rm_faults_parse(fs, &faults, &fe) != RM_OK) {
+            fprintf(stderr, "ringmaster run: %s\n", fe.msg);
+            return 2;
+        }
+    }
     {
         char host[128];
         int port;
@@ -550,10 +577,15 @@ int rm_run_main(int argc, char **argv)
     }
     const rm_tj_status *st = &job.status;
     if (res.signal) {
-        fprintf(u.out, "ringmaster: stopped by signal %d after %.1fs; workers were asked to "
-                "checkpoint (checkpoints: %s, continue with --resume)\n", res.signal, res.seconds,
-                ckpt_dir);
-        code = res.signal == SIGTERM ? 143 : 130;
+        if (has_checkpoint(ckpt_dir))
+            fprintf(u.out, "ringmaster: stopped by signal %d after %.1fs; workers were asked to "
+                    "checkpoint (checkpoints: %s, continue with --resume)\n", res.signal,
+                    res.seconds, ckpt_dir);
+        else
+            fprintf(u.out, "ringmaster: stopped by signal %d after %.1fs; no checkpoint was "
+                    "written to %s, so --resume would start from the beginning\n", res.signal,
+                    res.seconds, ckpt_dir);
+        code = res.signal == SIGTERM ? 143 : res.signal == SIGHUP ? 129 : 130;
     } else if (st->phase == RM_PHASE_SUCCEEDED) {
         code = 0;
     } else {

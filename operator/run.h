@@ -6,7 +6,8 @@
  * operator/local.c (the local runtime) through the shared reconcile core.
  *
  * Exit codes: 0 Succeeded, 1 Failed (reason printed) or a start-up failure, 2 bad manifest or flag,
- * 130/143 stopped by SIGINT/SIGTERM. */
+ * 130/143/129 stopped by SIGINT/SIGTERM/SIGHUP (SIGHUP is handled as SIGTERM: workers
+ * checkpoint, the final status is printed). A malformed RINGMASTER_FAULT is refused with exit 2. */
 #ifndef RM_RUN_H
 #define RM_RUN_H
 #include <stddef.h>
