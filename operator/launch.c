@@ -64,34 +64,29 @@ typedef struct builder {
     int rc;
 } builder;
 
-static char *vdup(const char *fmt, va_list ap)
+/* Format one value for a slot among n of cap; NULL (b->rc set) when full or out of memory. */
+static char *take(builder *b, int n, int cap, const char *fmt, va_list ap)
 {
     char *p = NULL;
-    return vasprintf(&p, fmt, ap) < 0 ? NULL : p;
+    if (b->rc)
+        return NULL;
+    if (n >= cap)
+        b->rc = RM_ETOOBIG;
+    else if (vasprintf(&p, fmt, ap) < 0)
+        b->rc = RM_ENOMEM, p = NULL;
+    return p;
 }
 
 static void env_src(builder *b, const char *name, rm_launch_src src, const char *fmt, ...)
     RM_PRINTF(4, 5);
 static void env_src(builder *b, const char *name, rm_launch_src src, const char *fmt, ...)
 {
-    if (b->rc)
-        return;
-    if (b->l->nenv >= RM_LAUNCH_MAX_ENV) {
-        b->rc = RM_ETOOBIG;
-        return;
-    }
     va_list ap;
     va_start(ap, fmt);
-    char *v = vdup(fmt, ap);
+    char *v = take(b, b->l->nenv, RM_LAUNCH_MAX_ENV, fmt, ap);
     va_end(ap);
-    if (!v) {
-        b->rc = RM_ENOMEM;
-        return;
-    }
-    rm_launch_var *e = &b->l->env[b->l->nenv++];
-    e->name = name;
-    e->value = v;
-    e->src = src;
+    if (v)
+        b->l->env[b->l->nenv++] = (rm_launch_var){.name = name, .value = v, .src = src};
 }
 
 #define ENV(b, name, ...) env_src(b, name, RM_LAUNCH_LITERAL, __VA_ARGS__)
@@ -99,21 +94,12 @@ static void env_src(builder *b, const char *name, rm_launch_src src, const char 
 static void arg(builder *b, const char *fmt, ...) RM_PRINTF(2, 3);
 static void arg(builder *b, const char *fmt, ...)
 {
-    if (b->rc)
-        return;
-    if (b->l->nargs >= RM_LAUNCH_MAX_ARGS) {
-        b->rc = RM_ETOOBIG;
-        return;
-    }
     va_list ap;
     va_start(ap, fmt);
-    char *v = vdup(fmt, ap);
+    char *v = take(b, b->l->nargs, RM_LAUNCH_MAX_ARGS, fmt, ap);
     va_end(ap);
-    if (!v) {
-        b->rc = RM_ENOMEM;
-        return;
-    }
-    b->l->args[b->l->nargs++] = v;
+    if (v)
+        b->l->args[b->l->nargs++] = v;
 }
 
 int rm_launch_build(const rm_tj *job, int index, int epoch, const rm_launch_placement *p,
