@@ -40,7 +40,8 @@ typedef struct job_mem {
     unsigned long long latest_rv;
     int stale_waits;
     unsigned long long rdzv_sig;     /* last rendezvous signature seen by rm_kube_rt_poll_rdzv */
-    cJSON *last_valid_spec;          /* the job's spec when it last validated (R0b); NULL none */
+    char *last_valid_spec;           /* the job's spec when it last validated, compact JSON (R0b:
+                                      * a string, not a cJSON tree: ~4x smaller per job); NULL none */
     bool warned_env;                 /* the template's env override Warning was emitted */
 } job_mem;
 
@@ -49,7 +50,7 @@ static void job_mem_free(void *p)
     job_mem *m = p;
     if (m) {
         free(m->create_failures);
-        cJSON_Delete(m->last_valid_spec);
+        free(m->last_valid_spec);
     }
     free(m);
 }
@@ -998,19 +999,22 @@ static int last_valid_spec(const cJSON *obj, rm_tj *tj, bool valid, const rm_err
     *invalid_update = NULL;
     const cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");
     if (valid) {
-        cJSON *copy = spec ? cJSON_Duplicate(spec, 1) : NULL;
-        if (copy) {
-            cJSON_Delete(m->last_valid_spec);
-            m->last_valid_spec = copy;
+        char *js = spec ? cJSON_PrintUnformatted(spec) : NULL;
+        if (js && (!m->last_valid_spec || strcmp(js, m->last_valid_spec) != 0)) {
+            free(m->last_valid_spec);
+            m->last_valid_spec = js;
+            js = NULL;
         }
+        free(js);
         return RM_OK;
     }
     if (!m->last_valid_spec || tj->status.start_time <= 0)
         return RM_OK;   /* never ran, or no valid spec known: the core decides (R0 / R0b) */
     cJSON *o = cJSON_Duplicate(obj, 1);
-    if (!o || !cJSON_ReplaceItemInObjectCaseSensitive(o, "spec",
-                                                       cJSON_Duplicate(m->last_valid_spec, 1))) {
+    cJSON *prev_spec = cJSON_Parse(m->last_valid_spec);
+    if (!o || !prev_spec || !cJSON_ReplaceItemInObjectCaseSensitive(o, "spec", prev_spec)) {
         cJSON_Delete(o);
+        cJSON_Delete(prev_spec);
         return rm_errf(err, RM_ENOMEM, "out of memory");
     }
     rm_tj prev;
