@@ -138,7 +138,8 @@ $(ALL_LIBS):
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-$(RINGMASTER): $(call obj,operator/main.c) $(LIBOPERATOR) $(LIBCOMMON)
+# (worker/faults_parse.o: the runner checks RINGMASTER_FAULT with the worker's own parser)
+$(RINGMASTER): $(call obj,operator/main.c) $(LIBOPERATOR) $(call obj,worker/faults_parse.c) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 # Libraries in dependency order (worker -> kernels -> common); none calls back up.

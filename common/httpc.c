@@ -91,36 +91,44 @@ static size_t on_write(char *ptr, size_t size, size_t nmemb, void *ud)
     return 0; /* aborts with CURLE_WRITE_ERROR */
 }
 
+double rm_http_retry_after(const char *line, size_t n)
+{
+    static const char key[] = "retry-after:";
+    if (!line || n <= sizeof key - 1 || strncasecmp(line, key, sizeof key - 1) != 0)
+        return -1;
+    char v[128];
+    size_t vl = n - (sizeof key - 1);
+    if (vl >= sizeof v)
+        vl = sizeof v - 1;
+    memcpy(v, line + sizeof key - 1, vl);
+    v[vl] = 0;
+    char *p = v;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    size_t pl = strlen(p);
+    while (pl && (p[pl - 1] == '\r' || p[pl - 1] == '\n' || p[pl - 1] == ' '))
+        p[--pl] = 0;
+    if (pl && isdigit((unsigned char)p[0])) {
+        /* delay-seconds is 1*DIGIT: no sign, fraction, exponent (1e999 = inf) or hex */
+        if (strspn(p, "0123456789") == pl)
+            return strtod(p, NULL);
+    } else if (pl) {
+        time_t t = curl_getdate(p, NULL);
+        if (t != -1) {
+            double d = difftime(t, time(NULL));
+            return d > 0 ? d : 0;
+        }
+    }
+    return -1;
+}
+
 static size_t on_header(char *ptr, size_t size, size_t nitems, void *ud)
 {
     sink *s = ud;
     size_t n = size * nitems;
-    static const char key[] = "retry-after:";
-    if (n > sizeof key - 1 && strncasecmp(ptr, key, sizeof key - 1) == 0) {
-        char v[128];
-        size_t vl = n - (sizeof key - 1);
-        if (vl >= sizeof v)
-            vl = sizeof v - 1;
-        memcpy(v, ptr + sizeof key - 1, vl);
-        v[vl] = 0;
-        char *p = v;
-        while (*p == ' ' || *p == '\t')
-            p++;
-        size_t pl = strlen(p);
-        while (pl && (p[pl - 1] == '\r' || p[pl - 1] == '\n' || p[pl - 1] == ' '))
-            p[--pl] = 0;
-        if (pl && isdigit((unsigned char)p[0])) {
-            /* delay-seconds is 1*DIGIT: no sign, fraction, exponent (1e999 = inf) or hex */
-            if (strspn(p, "0123456789") == pl)
-                s->retry_after = strtod(p, NULL);
-        } else if (pl) {
-            time_t t = curl_getdate(p, NULL);
-            if (t != -1) {
-                double d = difftime(t, time(NULL));
-                s->retry_after = d > 0 ? d : 0;
-            }
-        }
-    }
+    double d = rm_http_retry_after(ptr, n);
+    if (d >= 0)
+        s->retry_after = d;
     return n;
 }
 

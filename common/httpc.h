@@ -32,4 +32,9 @@ int rm_httpc_do(rm_httpc *c, const char *method, const char *url, const char *co
 void rm_httpc_resp_free(rm_httpc_resp *r);
 /* One-shot GET with a throwaway handle (tests, probes). */
 int rm_httpc_get(const char *url, long timeout_ms, rm_httpc_resp *out, rm_err *err);
+/* The one Retry-After parser: `line` is a whole header line ("Retry-After: 120\r\n", name matched
+ * case-insensitively). Returns the delay in seconds — delay-seconds must be digits only (no sign,
+ * fraction or exponent), an HTTP-date counts from now and is 0 when past — or -1 when line is not
+ * a Retry-After header or its value is malformed. */
+double rm_http_retry_after(const char *line, size_t n);
 #endif

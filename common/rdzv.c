@@ -808,6 +808,15 @@ void rm_rdzv_shutdown(rm_rdzv *r)
     pthread_mutex_unlock(&r->mu);
 }
 
+void rm_rdzv_resume(rm_rdzv *r)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->mu);
+    r->shutting = false;
+    pthread_mutex_unlock(&r->mu);
+}
+
 void rm_rdzv_free(rm_rdzv *r)
 {
     if (!r)

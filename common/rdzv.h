@@ -36,7 +36,7 @@
 #include "common/http.h"
 #include "common/rm.h"
 
-#define RM_RDZV_MAX_WORLD 1024
+#define RM_RDZV_MAX_WORLD RM_MAX_WORLD   /* common/rm.h */
 #define RM_RDZV_MAX_KV 65536
 
 /* The protocol's name rule, one definition for service and client: a job's namespace or name, a
@@ -53,6 +53,9 @@ void rm_rdzv_free(rm_rdzv *r);    /* wakes every long poll first; NULL ok */
  * timeout). Idempotent. Order to tear down: rm_rdzv_shutdown, rm_http_stop, rm_rdzv_free (free
  * waits for handlers still running, but a request arriving after free would touch freed memory). */
 void rm_rdzv_shutdown(rm_rdzv *r);
+/* Undo rm_rdzv_shutdown (jobs and rounds kept) once its HTTP server is stopped, so a process that
+ * stops serving (an operator losing leadership) can serve again later. */
+void rm_rdzv_resume(rm_rdzv *r);
 /* Route for the embedding HTTP server: {"NULL method", "/v1/jobs/", prefix=1, rm_rdzv_handler, r}. */
 int rm_rdzv_handler(const rm_http_req *req, rm_http_resp *resp, void *rdzv);
 /* Convenience: start an HTTP server with only the rendezvous routes on bind ("127.0.0.1:0"). */

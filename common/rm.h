@@ -76,5 +76,9 @@ void rm_sfmt(char *buf, size_t cap, const char *fmt, ...) RM_PRINTF(3, 4);
 
 #define RM_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* The largest world any module handles: spec.replicas/maxReplicas, rendezvous rounds, replica
+ * indices the controllers track. One number so the modules cannot disagree. */
+#define RM_MAX_WORLD 1024
+
 #include "common/log.h"
 #endif

@@ -27,7 +27,8 @@ static const char *const opt_names[] = { "sgd", "adam", "adagrad", NULL };
 static const char *const phase_names[] = { "Pending", "Running", "Restarting", "Succeeded",
                                             "Failed", "Suspended", NULL };
 static const char *const cond_names[] = { "Created", "Running", "Restarting", "Succeeded",
-                                           "Failed", "Suspended", NULL };
+                                           "Failed", "Suspended", "CheckpointFailing",
+                                           "InvalidSpec", NULL };
 
 const char *rm_phase_name(rm_phase p)
 {
@@ -845,6 +846,13 @@ cJSON *rm_tj_status_to_json(const rm_tj_status *st)
         cJSON_AddNumberToObject(p, "lastCheckpointStep", (double)st->progress.last_checkpoint_step);
         cJSON_AddNumberToObject(p, "allreduceGBps", st->progress.allreduce_gbps);
     }
+    if (st->high_step > 0 || st->high_epoch > 0) {
+        cJSON *h = cJSON_AddObjectToObject(o, "stepHighWater");
+        if (h) {
+            cJSON_AddNumberToObject(h, "step", (double)st->high_step);
+            cJSON_AddNumberToObject(h, "epoch", st->high_epoch);
+        }
+    }
     if (st->result.present) {
         cJSON *r = cJSON_AddObjectToObject(o, "result");
         if (r) {
@@ -979,6 +987,11 @@ int rm_tj_status_from_json(const cJSON *so, rm_tj_status *st, rm_err *err)
         TRY(p_num(o, "samplesPerSecond", "status.progress", &st->progress.samples_per_second, NULL, 0, err));
         TRY(p_i64(o, "lastCheckpointStep", "status.progress", &st->progress.last_checkpoint_step, NULL, 0, err));
         TRY(p_num(o, "allreduceGBps", "status.progress", &st->progress.allreduce_gbps, NULL, 0, err));
+    }
+    TRY(p_obj(so, "stepHighWater", "status", NULL, &o, NULL, err));
+    if (o) {
+        TRY(p_i64(o, "step", "status.stepHighWater", &st->high_step, NULL, 0, err));
+        TRY(p_int(o, "epoch", "status.stepHighWater", &st->high_epoch, NULL, 0, err));
     }
     TRY(p_obj(so, "result", "status", NULL, &o, NULL, err));
     if (o) {

@@ -33,7 +33,10 @@ typedef enum {
 /* Condition types, in this order in status.conditions. */
 typedef enum {
     RM_COND_CREATED = 0, RM_COND_RUNNING, RM_COND_RESTARTING, RM_COND_SUCCEEDED,
-    RM_COND_FAILED, RM_COND_SUSPENDED, RM_COND__COUNT
+    RM_COND_FAILED, RM_COND_SUSPENDED,
+    RM_COND_CHECKPOINT_FAILING,   /* a worker's checkpoint writes keep failing */
+    RM_COND_INVALID_SPEC,         /* an update made the spec invalid; running at the last valid one */
+    RM_COND__COUNT
 } rm_cond_type;
 
 typedef struct rm_optimizer_spec {
@@ -152,6 +155,10 @@ typedef struct rm_tj_status {
     double start_time, completion_time;   /* unix seconds; 0 = unset */
     double last_restart_time;             /* for the doubling back-off; 0 = never */
     char message[256];          /* last reason for Failed etc. */
+    /* status.stepHighWater: the highest step a worker reported and the rendezvous epoch it was
+     * first reached at; a group that re-forms many epochs past it is in a recovery loop */
+    int64_t high_step;
+    int high_epoch;
 } rm_tj_status;
 
 typedef struct rm_tj {

@@ -36,6 +36,8 @@
 #include "common/json.h"
 #include "common/metrics.h"
 #include "common/rdzv.h"
+#include "operator/apply.h"
+#include "operator/launch.h"
 #include "operator/reconcile.h"
 
 extern char **environ;
@@ -70,7 +72,7 @@ typedef struct local {
     char jobkey[300];
     char token[65];
     char worker_bin[PATH_MAX];
-    char *training_json;
+    char hostname[256];
     bool bench;
     rm_rdzv *rdzv;
     rm_http_server *rdzv_srv;
@@ -354,102 +356,96 @@ static void strv_free(strv *s)
     memset(s, 0, sizeof *s);
 }
 
+/* Does the environment entry "NAME=value" name a variable of the launch contract? */
 static bool env_is_ours(const char *kv)
 {
-    static const char *const keys[] = {
-        "RINGMASTER_RENDEZVOUS=", "RINGMASTER_JOB=", "RINGMASTER_TOKEN=", "RINGMASTER_WORKER_ID=",
-        "RINGMASTER_CHECKPOINT_DIR=", "RINGMASTER_PROGRESS_DEADLINE=", "RINGMASTER_BIND_ADDR=",
-        "RINGMASTER_BACKEND=", "RINGMASTER_TRAINING=", "RANK=", "WORLD_SIZE=", "LOCAL_RANK=",
-        "LOCAL_WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT=", "PET_NNODES=", "PET_NODE_RANK=",
-        "PET_NPROC_PER_NODE=", "PET_MASTER_ADDR=", "PET_MASTER_PORT=", NULL};
-    for (int i = 0; keys[i]; i++)
-        if (strncmp(kv, keys[i], strlen(keys[i])) == 0)
-            return true;
-    return false;
+    const char *eq = strchr(kv, '=');
+    char name[64];
+    if (!eq || (size_t)(eq - kv) >= sizeof name)
+        return false;
+    memcpy(name, kv, (size_t)(eq - kv));
+    name[eq - kv] = 0;
+    return rm_launch_is_ours(name);
 }
 
-static const char *local_backend(const rm_tj *job)
+int rm_local_launch(const rm_tj *job, int index, int epoch, const rm_local_where *w,
+                    rm_launch *out, rm_err *err)
 {
-    switch (job->spec.backend) {
-    case RM_BACKEND_MPI: return "mpi";
-    case RM_BACKEND_NCCL:    /* local workers run on the CPU: see the note printed at start */
-    case RM_BACKEND_RING:
-    case RM_BACKEND_AUTO:
-    default: return "ring";   /* auto: no GPUs are requested locally -> ring */
+    char url[64];
+    rm_sfmt(url, sizeof url, "http://127.0.0.1:%d", w->rdzv_port);
+    rm_launch_placement p = {
+        .rdzv_url = url, .token = w->token, .bind_addr = "127.0.0.1",
+        .node_name = w->node_name ? w->node_name : "localhost", .master_host = "127.0.0.1",
+        .checkpoint_dir = w->checkpoint_dir, .metrics_host = "127.0.0.1",
+        .metrics_port = w->metrics_port,
+        /* every worker shares this machine: torchrun's local view is the whole job */
+        .workers_per_node = job->spec.replicas, .gpus = 0,
+        .log_format = job->spec.training.mode == RM_MODE_BENCH ? NULL
+                      : w->log_format ? w->log_format : "text",
+    };
+    return rm_launch_build(job, index, epoch, &p, out, err);
+}
+
+void rm_local_strv_free(char **v)
+{
+    for (size_t i = 0; v && v[i]; i++)
+        free(v[i]);
+    free(v);
+}
+
+int rm_local_render(const rm_launch *ln, const char *bin, char *const *base, char ***argv,
+                    char ***envp, rm_err *err)
+{
+    strv av = {0}, ev = {0};
+    *argv = *envp = NULL;
+    strv_add(&av, "%s", bin);
+    for (int i = 0; i < ln->nargs; i++)
+        strv_add(&av, "%s", ln->args[i]);
+    for (char *const *e = base; e && *e; e++)
+        if (!env_is_ours(*e))
+            strv_add(&ev, "%s", *e);
+    for (int i = 0; i < ln->nenv; i++) {
+        if (ln->env[i].src != RM_LAUNCH_LITERAL) {
+            strv_free(&av);
+            strv_free(&ev);
+            return rm_errf(err, RM_EINVAL, "%s: a local process needs a literal value",
+                           ln->env[i].name);
+        }
+        strv_add(&ev, "%s=%s", ln->env[i].name, ln->env[i].value);
     }
+    if (av.oom || ev.oom || !av.v || !ev.v) {
+        strv_free(&av);
+        strv_free(&ev);
+        return rm_errf(err, RM_ENOMEM, "out of memory building a worker's command line");
+    }
+    *argv = av.v;
+    *envp = ev.v;
+    return RM_OK;
 }
 
 static int spawn(local *l, int idx, int epoch, rm_err *err)
 {
-    const rm_tj *job = l->job;
-    const rm_tj_spec *sp = &job->spec;
     wslot *w = &l->w[idx];
     int port = free_port();
     if (port <= 0)
         return rm_errf(err, RM_EIO, "no free port for worker %d metrics", idx);
-    int D = sp->replicas;
-
-    strv av = {0}, ev = {0};
-    strv_add(&av, "%s", l->worker_bin);
-    if (l->bench) {
-        const rm_training_spec *t = &sp->training;
-        strv_add(&av, "bench");
-        strv_add(&av, "-b");
-        strv_add(&av, "%lld", (long long)t->bench_min_bytes);
-        strv_add(&av, "-e");
-        strv_add(&av, "%lld", (long long)t->bench_max_bytes);
-        strv_add(&av, "-f");
-        strv_add(&av, "%d", t->bench_factor);
-        strv_add(&av, "-n");
-        strv_add(&av, "%d", t->bench_iters);
-        strv_add(&av, "-w");
-        strv_add(&av, "%d", t->bench_warmup);
-        strv_add(&av, "-c");
-        strv_add(&av, "%d", t->bench_check ? 1 : 0);
-        strv_add(&av, "--backend");
-        strv_add(&av, "%s", local_backend(job));
-    } else {
-        strv_add(&av, "train");
-        strv_add(&av, "--metrics-addr");
-        strv_add(&av, "127.0.0.1:%d", port);
-        strv_add(&av, "--checkpoint-interval");
-        strv_add(&av, "%d", sp->checkpoint.interval_steps);
-        strv_add(&av, "--checkpoint-keep");
-        strv_add(&av, "%d", sp->checkpoint.keep > 0 ? sp->checkpoint.keep : 3);
-        strv_add(&av, "--log-format");
-        strv_add(&av, "%s", l->o->worker_log_format ? l->o->worker_log_format : "text");
-    }
-    for (char **e = environ; *e; e++)
-        if (!env_is_ours(*e))
-            strv_add(&ev, "%s", *e);
-    strv_add(&ev, "RINGMASTER_RENDEZVOUS=http://127.0.0.1:%d", l->rdzv_port);
-    strv_add(&ev, "RINGMASTER_JOB=%s", l->jobkey);
-    strv_add(&ev, "RINGMASTER_TOKEN=%s", l->token);
-    strv_add(&ev, "RINGMASTER_WORKER_ID=%d", idx);
-    strv_add(&ev, "RINGMASTER_CHECKPOINT_DIR=%s", l->o->checkpoint_dir);
-    strv_add(&ev, "RINGMASTER_PROGRESS_DEADLINE=%g", sp->restart.progress_deadline_seconds);
-    strv_add(&ev, "RINGMASTER_BIND_ADDR=127.0.0.1");
-    strv_add(&ev, "RINGMASTER_BACKEND=%s", local_backend(job));
-    strv_add(&ev, "RINGMASTER_TRAINING=%s", l->training_json ? l->training_json : "{}");
-    strv_add(&ev, "RANK=%d", idx);
-    strv_add(&ev, "WORLD_SIZE=%d", D);
-    strv_add(&ev, "LOCAL_RANK=%d", idx);
-    strv_add(&ev, "LOCAL_WORLD_SIZE=%d", D);
-    strv_add(&ev, "MASTER_ADDR=127.0.0.1");
-    strv_add(&ev, "MASTER_PORT=29500");
-    strv_add(&ev, "PET_NNODES=%d", D);
-    strv_add(&ev, "PET_NODE_RANK=%d", idx);
-    strv_add(&ev, "PET_NPROC_PER_NODE=1");
-    strv_add(&ev, "PET_MASTER_ADDR=127.0.0.1");
-    strv_add(&ev, "PET_MASTER_PORT=29500");
+    rm_local_where where = {
+        .rdzv_port = l->rdzv_port, .token = l->token, .checkpoint_dir = l->o->checkpoint_dir,
+        .metrics_port = port, .log_format = l->o->worker_log_format, .node_name = l->hostname,
+    };
+    rm_launch ln;
+    char **argv = NULL, **envp = NULL;
+    int rc = rm_local_launch(l->job, idx, epoch, &where, &ln, err);
+    if (rc)
+        return rc;
+    rc = rm_local_render(&ln, l->worker_bin, environ, &argv, &envp, err);
+    rm_launch_free(&ln);
+    if (rc)
+        return rc;
 
     char logpath[PATH_MAX];
     snprintf(logpath, sizeof logpath, "%s/worker-%d.log", l->o->run_dir, idx);
-    int logfd = -1, nullfd = -1, rc = RM_OK;
-    if (av.oom || ev.oom) {
-        rc = rm_errf(err, RM_ENOMEM, "worker %d: out of memory building its command line", idx);
-        goto out;
-    }
+    int logfd = -1, nullfd = -1;
     logfd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (logfd < 0 || nullfd < 0) {
@@ -485,7 +481,7 @@ static int spawn(local *l, int idx, int epoch, rm_err *err)
         if (close_range(3, ~0U, 0) != 0)
             for (int fd = 3; fd < 65536; fd++)
                 close(fd);
-        execve(av.v[0], av.v, ev.v);
+        execve(argv[0], argv, envp);
         static const char msg[] = "ringmaster: exec of the worker failed\n";
         ssize_t wr = write(2, msg, sizeof msg - 1);
         (void)wr;
@@ -506,8 +502,8 @@ out:
         close(logfd);
     if (nullfd >= 0)
         close(nullfd);
-    strv_free(&av);
-    strv_free(&ev);
+    rm_local_strv_free(argv);
+    rm_local_strv_free(envp);
     return rc;
 }
 
@@ -674,81 +670,121 @@ static void clean_msg(char *dst, size_t cap, const char *src)
     dst[j] = 0;
 }
 
-/* Execute one batch of actions. Returns true if another pass should run at once. */
-static bool execute(local *l, const rm_reconcile_out *out, double now)
+/* ------------------------------------------------------------------ the operations table */
+
+static int op_create(void *rt, int index, int epoch, rm_err *err)
 {
-    bool again = false;
-    for (size_t k = 0; k < out->nactions; k++) {
-        const rm_action *a = &out->actions[k];
-        rm_err e = {0};
-        switch (a->type) {
-        case RM_ACT_CREATE_WORKER:
-            if (a->index < 0 || a->index >= MAXW || l->w[a->index].used)
-                break;
-            if (spawn(l, a->index, a->epoch, &e) != RM_OK) {
-                l->create_failures[a->index]++;
-                rm_warn("worker create failed index=%d err=\"%s\"", a->index, e.msg);
-            } else {
-                l->create_failures[a->index] = 0;
-            }
-            break;
-        case RM_ACT_DELETE_WORKER: {
-            if (a->index < 0 || a->index >= MAXW || !l->w[a->index].used)
-                break;
-            wslot *w = &l->w[a->index];
-            if (w->exited) {
-                w->used = false;   /* already reaped: the index is Missing now */
-                again = true;
-                break;
-            }
-            if (!w->deleting) {
-                rm_info("stopping worker index=%d pid=%d why=%s", a->index, (int)w->pid, a->reason);
-                w->deleting = true;
-                w->deletion_started_at = now;
-                w->kill_at = now + (l->o->delete_grace_s > 0 ? l->o->delete_grace_s : 3);
-                signal_group(w, a->force ? SIGKILL : SIGTERM);
-                w->killed = a->force;
-            } else if (a->force && !w->killed) {
-                signal_group(w, SIGKILL);
-                w->killed = true;
-            }
-            break;
-        }
-        case RM_ACT_RESTART_GROUP: {
-            int ne = 0;
-            rm_rdzv_restart(l->rdzv, l->jobkey, a->epoch, &ne);
-            rm_info("rendezvous restart from_epoch=%d epoch=%d", a->epoch, ne);
-            again = true;
-            break;
-        }
-        case RM_ACT_SET_RDZV:
-            if (rm_rdzv_job_set(l->rdzv, l->jobkey, l->token, a->desired, a->min, SETTLE_S) ==
-                RM_OK) {
-                l->rdzv_desired = a->desired;
-                l->rdzv_min = a->min;
-                again = true;
-            }
-            break;
-        case RM_ACT_STOP_RDZV:
-            rm_rdzv_job_stop(l->rdzv, l->jobkey);
-            break;
-        case RM_ACT_EVENT: {
-            char m[300];
-            clean_msg(m, sizeof m, a->message);
-            if (a->warning)
-                rm_warn("event type=Warning reason=%s message=\"%s\"", a->reason, m);
-            else
-                rm_info("event type=Normal reason=%s message=\"%s\"", a->reason, m);
-            if (l->o->on_event)
-                l->o->on_event(l->o->ud, a->warning, a->reason, a->message);
-            break;
-        }
-        case RM_ACT_DELETE_JOB:
-        case RM_ACT_REQUEUE_AFTER:
-            break;
-        }
+    local *l = rt;
+    if (index < 0 || index >= MAXW || l->w[index].used)
+        return RM_OK;
+    int rc = spawn(l, index, epoch, err);
+    if (rc != RM_OK) {
+        l->create_failures[index]++;
+        rm_warn("worker create failed index=%d err=\"%s\"", index, err->msg);
+    } else {
+        l->create_failures[index] = 0;
     }
-    return again;
+    return rc;
+}
+
+static int op_delete(void *rt, int index, bool force, const char *why, rm_err *err)
+{
+    local *l = rt;
+    (void)err;
+    if (index < 0 || index >= MAXW || !l->w[index].used)
+        return RM_OK;
+    wslot *w = &l->w[index];
+    if (w->exited) {
+        w->used = false;   /* already reaped: the index is Missing now */
+        return RM_APPLY_AGAIN;
+    }
+    double now = rm_wall();
+    if (!w->deleting) {
+        rm_info("stopping worker index=%d pid=%d why=%s", index, (int)w->pid, why);
+        w->deleting = true;
+        w->deletion_started_at = now;
+        w->kill_at = now + (l->o->delete_grace_s > 0 ? l->o->delete_grace_s : 3);
+        signal_group(w, force ? SIGKILL : SIGTERM);
+        w->killed = force;
+    } else if (force && !w->killed) {
+        signal_group(w, SIGKILL);
+        w->killed = true;
+    }
+    return RM_OK;
+}
+
+static int op_restart(void *rt, int from_epoch, rm_err *err)
+{
+    local *l = rt;
+    (void)err;
+    int ne = 0;
+    rm_rdzv_restart(l->rdzv, l->jobkey, from_epoch, &ne);
+    rm_info("rendezvous restart from_epoch=%d epoch=%d", from_epoch, ne);
+    return RM_APPLY_AGAIN;
+}
+
+static int op_set_rdzv(void *rt, int desired, int min, rm_err *err)
+{
+    local *l = rt;
+    int rc = rm_rdzv_job_set(l->rdzv, l->jobkey, l->token, desired, min, SETTLE_S);
+    if (rc != RM_OK)
+        return rm_errf(err, rc, "rendezvous registration: %s", rm_strerror(rc));
+    l->rdzv_desired = desired;
+    l->rdzv_min = min;
+    return RM_APPLY_AGAIN;
+}
+
+static int op_stop_rdzv(void *rt, rm_err *err)
+{
+    local *l = rt;
+    (void)err;
+    rm_rdzv_job_stop(l->rdzv, l->jobkey);
+    return RM_OK;
+}
+
+static int op_event(void *rt, bool warning, const char *reason, const char *message, rm_err *err)
+{
+    local *l = rt;
+    (void)err;
+    char m[300];
+    clean_msg(m, sizeof m, message);
+    if (warning)
+        rm_warn("event type=Warning reason=%s message=\"%s\"", reason, m);
+    else
+        rm_info("event type=Normal reason=%s message=\"%s\"", reason, m);
+    if (l->o->on_event)
+        l->o->on_event(l->o->ud, warning, reason, message);
+    return RM_OK;
+}
+
+/* No DELETE_JOB: a local job is not an object anyone stores (ttl does not apply). */
+static const rm_runtime_ops local_ops = {
+    .create_worker = op_create, .delete_worker = op_delete, .restart_group = op_restart,
+    .set_rdzv = op_set_rdzv, .stop_rdzv = op_stop_rdzv, .event = op_event,
+};
+
+/* The shared transition -> metrics diff, rendered as this runtime's counters. */
+static void count_transition(local *l, const rm_tj_status *prev, double now)
+{
+    const rm_tj_status *st = &l->job->status;
+    rm_transition t;
+    rm_status_transition(prev, st, &t);
+    if (t.created)
+        rm_series_inc(l->m_created, 1);
+    if (t.restarts > 0) {
+        rm_series_inc(l->m_restarted, t.restarts);
+        if (!l->recov_pending) {
+            l->recov_pending = true;
+            l->recov_t0 = now;
+        }
+        l->recov_epoch = st->epoch;
+    }
+    if (t.phase_changed)
+        rm_info("phase %s -> %s", rm_phase_name(prev->phase), rm_phase_name(st->phase));
+    if (t.succeeded)
+        rm_series_inc(l->m_succeeded, 1);
+    if (t.failed)
+        rm_series_inc(l->m_failed, 1);
 }
 
 static void reconcile_passes(local *l, double now)
@@ -768,26 +804,13 @@ static void reconcile_passes(local *l, double now)
             rm_error("reconcile failed rc=%s", rm_strerror(rc));
             return;
         }
+        /* commit status (the runner owns it: no write to fail), count, then apply */
         rm_tj_status prev = l->job->status;
         l->job->status = out.status;
-        rm_tj_status *st = &l->job->status;
-        if (st->restarts > prev.restarts) {
-            rm_series_inc(l->m_restarted, st->restarts - prev.restarts);
-            if (!l->recov_pending) {
-                l->recov_pending = true;
-                l->recov_t0 = now;
-            }
-            l->recov_epoch = st->epoch;
-        }
-        if (st->phase != prev.phase) {
-            rm_info("phase %s -> %s", rm_phase_name(prev.phase), rm_phase_name(st->phase));
-            if (st->phase == RM_PHASE_SUCCEEDED)
-                rm_series_inc(l->m_succeeded, 1);
-            if (st->phase == RM_PHASE_FAILED)
-                rm_series_inc(l->m_failed, 1);
-        }
-        bool again = execute(l, &out, now);
-        if (!again)
+        count_transition(l, &prev, now);
+        rm_apply_result ar;
+        rm_apply_actions(&local_ops, l, out.actions, out.nactions, &ar);
+        if (!ar.again)
             break;
     }
 }
@@ -939,7 +962,6 @@ static void local_free(local *l)
     rm_health_free(l->health);
     rm_httpc_free(l->probe);
     free(l->acts);
-    free(l->training_json);
     free(l);
 }
 
@@ -975,16 +997,11 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
             job->spec.training.precision == RM_PREC_BF16 ? "bf16"
             : job->spec.training.precision == RM_PREC_FP16 ? "fp16" : "fp32");
         job->spec.training.precision = RM_PREC_FP32;
+        if (job->spec.backend == RM_BACKEND_NCCL)
+            job->spec.backend = RM_BACKEND_RING;   /* said above; resolved below as for pods */
     }
-    {
-        cJSON *tj = rm_training_to_json(&job->spec.training);
-        l->training_json = tj ? cJSON_PrintUnformatted(tj) : NULL;
-        cJSON_Delete(tj);
-        if (!l->training_json) {
-            rc = rm_errf(err, RM_ENOMEM, "training json");
-            goto out;
-        }
-    }
+    if (gethostname(l->hostname, sizeof l->hostname - 1) != 0 || !l->hostname[0])
+        snprintf(l->hostname, sizeof l->hostname, "localhost");
     random_token(l->token);
     rm_reconcile_opts_default(&l->ropts);
     l->cap = RM_RECONCILE_ACTIONS(MAXW);
@@ -1007,11 +1024,10 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
         l->rdzv_desired = job->spec.replicas;
         l->rdzv_min = job->spec.min_replicas > 0 ? job->spec.min_replicas : job->spec.replicas;
     }
-    rm_series_inc(l->m_created, 1);
     sd_update(l);
 
     say(l, "ringmaster: job %s: %d workers, backend %s%s\n", l->jobkey, job->spec.replicas,
-        local_backend(job), l->bench ? ", allreduce benchmark" : "");
+        rm_backend_name(rm_launch_backend(job, 0)), l->bench ? ", allreduce benchmark" : "");
     say(l, "  checkpoints: %s\n", o->checkpoint_dir);
     say(l, "  worker logs: %s/worker-<i>.log\n", o->run_dir);
     say(l, "  rendezvous:  http://127.0.0.1:%d\n", l->rdzv_port);

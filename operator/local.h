@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include "common/rm.h"
 #include "common/trainingjob.h"
+#include "operator/launch.h"
 
 #define RM_LOCAL_MAX_RECOVERIES 64
 
@@ -70,6 +71,25 @@ typedef struct rm_local_result {
  * valid. Returns RM_OK when the loop ran (the outcome is in res->phase / res->signal), or an
  * error for start-up failures (ports, folders, worker binary missing) with err set. */
 int rm_local_run(rm_tj *job, const rm_local_opts *opts, rm_local_result *res, rm_err *err);
+
+/* The local placement of worker `index` (see operator/launch.h): rendezvous and metrics on
+ * 127.0.0.1, a literal token, every worker on this machine (LOCAL_RANK = index). */
+typedef struct rm_local_where {
+    int rdzv_port;
+    const char *token;          /* literal */
+    const char *checkpoint_dir;
+    int metrics_port;
+    const char *log_format;     /* NULL = "text" */
+    const char *node_name;      /* NULL = "localhost" */
+} rm_local_where;
+int rm_local_launch(const rm_tj *job, int index, int epoch, const rm_local_where *w,
+                    rm_launch *out, rm_err *err);
+/* Render launch settings for execve: *argv = bin + l->args; *envp = base minus every contract
+ * variable, then the contract's. Both owned (free with rm_local_strv_free). RM_EINVAL when a value
+ * is not a literal (a Secret or field reference means nothing to a local process). */
+int rm_local_render(const rm_launch *l, const char *bin, char *const *base, char ***argv,
+                    char ***envp, rm_err *err);
+void rm_local_strv_free(char **v);   /* NULL ok */
 
 /* Path of ringmaster-worker as rm_local_run would pick it (into buf). RM_ENOTFOUND if missing. */
 int rm_local_worker_bin(char *buf, size_t cap, rm_err *err);

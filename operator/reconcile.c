@@ -18,6 +18,7 @@ void rm_reconcile_opts_default(rm_reconcile_opts *o)
     o->create_failure_threshold = 3;
     o->force_delete_after_s = 30;
     o->backoff_cap_s = 300;
+    o->recovery_loop_epochs = RM_RECOVERY_LOOP_EPOCHS;
 }
 
 const char *rm_action_name(rm_action_type t)
@@ -76,6 +77,14 @@ typedef struct rc_ctx {
     const rm_rdzv_member *mem[MAXW];  /* member entry for index i (any epoch), NULL if none */
     bool culprit[MAXW];
     bool deleted[MAXW];           /* a DELETE was emitted this call */
+    /* shared between the rules of one call */
+    int D, minr;                  /* desired workers, minReplicas (reconcile.h notation) */
+    int target;                   /* elastic: the group size to register (R7) */
+    bool resumed;                 /* R8 resumed in this call */
+    bool new_failure, deadline_failure, need_bump;   /* R5 */
+    int nculprits;
+    char why[256];                /* R5: the first culprit's story */
+    bool cant_start[MAXW];        /* R7 elastic: index that cannot start */
 } rc_ctx;
 
 static rm_action *push(rc_ctx *c, rm_action_type t)
@@ -325,17 +334,123 @@ static void copy_progress(rc_ctx *c, int target)
     }
 }
 
+/* R0b: the spec as written is invalid; the job keeps running at its last valid spec. */
+static void invalid_update(rc_ctx *c, const char *why)
+{
+    char msg[256];
+    rm_sfmt(msg, sizeof msg, "TrainingJob %s: the update is not applied, the job keeps its last "
+            "valid spec: %s", c->jobname, why);
+    bool was = cond_true(c->st, RM_COND_INVALID_SPEC);
+    cond(c, RM_COND_INVALID_SPEC, true, "InvalidUpdate", msg);
+    if (!was)
+        event(c, true, "InvalidSpec", "%s", msg);
+}
+
+/* Members of R's current epoch that reported at least once. */
+static bool reported_now(const rm_rdzv_state *r, const rm_rdzv_member *m)
+{
+    return r && m->epoch == r->epoch && m->last_report > 0;
+}
+
+/* R10: the group re-forms without ever getting past the highest step it reached (a restore
+ * that desyncs the ranks, a batch larger than the data set): after opts.recovery_loop_epochs
+ * epochs with no step above status.stepHighWater the job fails with reason RecoveryLoop.
+ * Returns true when it failed the job. */
+static bool recovery_loop(rc_ctx *c)
+{
+    const rm_rdzv_state *r = c->in->rdzv;
+    rm_tj_status *st = c->st;
+    if (!r || c->o.no_rendezvous || c->o.recovery_loop_epochs <= 0)
+        return false;
+    for (int i = 0; i < r->nmembers && i < (int)RM_ARRAY_LEN(r->members); i++) {
+        const rm_rdzv_member *m = &r->members[i];
+        if (reported_now(r, m) && m->step > st->high_step) {
+            st->high_step = m->step;
+            st->high_epoch = r->epoch;
+        }
+    }
+    if (st->high_epoch == 0 && st->high_step == 0)
+        st->high_epoch = r->epoch > 0 ? r->epoch : 1;   /* counting starts at the first round */
+    int loops = r->epoch - st->high_epoch;
+    if (loops < c->o.recovery_loop_epochs)
+        return false;
+    char msg[256];
+    rm_sfmt(msg, sizeof msg, "TrainingJob %s: the group re-formed %d times (rendezvous epoch %d to "
+            "%d) without getting past step %lld; failing instead of looping", c->jobname, loops,
+            st->high_epoch, r->epoch, (long long)st->high_step);
+    finish_failed(c, "RecoveryLoop", msg);
+    return true;
+}
+
+/* R11: workers report consecutive failed checkpoint writes. The first raises CheckpointFailing
+ * and a Warning event; a write that succeeds again clears it; failing for longer than
+ * progressDeadlineSeconds fails the job with reason CheckpointFailing. Returns true when it
+ * failed the job. */
+static bool checkpoint_failing(rc_ctx *c)
+{
+    const rm_rdzv_state *r = c->in->rdzv;
+    rm_tj_status *st = c->st;
+    if (!r || c->o.no_rendezvous)
+        return false;
+    int reported = 0;
+    const rm_rdzv_member *bad = NULL;
+    for (int i = 0; i < r->nmembers && i < (int)RM_ARRAY_LEN(r->members); i++) {
+        const rm_rdzv_member *m = &r->members[i];
+        if (!reported_now(r, m))
+            continue;
+        reported++;
+        if (m->checkpoint_failures > 0 && (!bad || m->checkpoint_failures > bad->checkpoint_failures))
+            bad = m;
+    }
+    if (reported == 0)
+        return false;   /* a round re-forming: nothing new to judge */
+    bool was = cond_true(st, RM_COND_CHECKPOINT_FAILING);
+    char msg[256];
+    if (!bad) {
+        if (was)
+            cond(c, RM_COND_CHECKPOINT_FAILING, false, "CheckpointWritten",
+                 "checkpoints are written again");
+        return false;
+    }
+    rm_sfmt(msg, sizeof msg, "worker %s: %d checkpoint write%s failed in a row: %s", bad->worker_id,
+            bad->checkpoint_failures, bad->checkpoint_failures == 1 ? "" : "s",
+            bad->checkpoint_error[0] ? bad->checkpoint_error : "(no message)");
+    if (!was) {
+        cond(c, RM_COND_CHECKPOINT_FAILING, true, "CheckpointWriteFailed", msg);
+        event(c, true, "CheckpointFailing", "TrainingJob %s: %s", c->jobname, msg);
+        return false;
+    }
+    double pd = c->job->spec.restart.progress_deadline_seconds;
+    double since = st->conditions[RM_COND_CHECKPOINT_FAILING].last_transition;
+    if (pd <= 0)
+        return false;
+    if (c->now - since <= pd) {
+        requeue_in(c, since + pd - c->now);
+        return false;
+    }
+    char fmsg[256];
+    rm_sfmt(fmsg, sizeof fmsg, "TrainingJob %s: checkpoints failed for %.0fs (progressDeadlineSeconds "
+            "%.0f): %s", c->jobname, c->now - since, pd, msg);
+    finish_failed(c, "CheckpointFailing", fmsg);
+    return true;
+}
+
 /* ---------------------------------------------------------------------------------------------
  * The core. */
-static void run(rc_ctx *c)
-{
-    const rm_reconcile_in *in = c->in;
-    const rm_tj *job = c->job;
-    const rm_tj_spec *sp = &job->spec;
-    const rm_rdzv_state *r = in->rdzv;
-    rm_tj_status *st = c->st;
-    char msg[256];
+/* Every rule sees the same names; a rule returns true when the call is decided (the terminal
+ * path ran, or it has to wait) and the later rules must not run. */
+#define RULE_VARS(c)                                                                       \
+    const rm_reconcile_in *in = (c)->in;                                                   \
+    const rm_tj_spec *sp = &(c)->job->spec;                                                \
+    const rm_rdzv_state *r = in->rdzv;                                                     \
+    rm_tj_status *st = (c)->st;                                                            \
+    char msg[256];                                                                         \
+    (void)in, (void)sp, (void)r, (void)st, (void)msg
 
+/* R9: observedGeneration follows; a terminal job only gets cleanup. */
+static bool rule_terminal(rc_ctx *c)
+{
+    RULE_VARS(c);
     st->observed_generation = c->gen;
     /* every condition is re-evaluated against this generation on every call */
     for (int t = 0; t < RM_COND__COUNT; t++)
@@ -346,12 +461,27 @@ static void run(rc_ctx *c)
     if (st->phase == RM_PHASE_SUCCEEDED || st->phase == RM_PHASE_FAILED) {
         terminal(c);
         force_stuck(c);
-        return;
+        return true;
     }
+    return false;
+}
 
+/* R0/R0b: an invalid spec fails a job that never started; an invalid update of a started
+ * job keeps it at its last valid spec. */
+static bool rule_validate(rc_ctx *c)
+{
+    RULE_VARS(c);
     /* R0 */
     rm_err e = {0};
-    if (rm_tj_validate(job, &e) != RM_OK) {
+    if (rm_tj_validate(c->job, &e) != RM_OK) {
+        if (st->start_time > 0 && st->conditions[RM_COND_CREATED].present) {
+            /* R0b: an update broke a job that already runs and the runtime knows no earlier
+             * valid spec: keep everything as it is (nothing created, deleted or failed) */
+            invalid_update(c, e.msg[0] ? e.msg : "invalid spec");
+            copy_progress(c, st->replicas);
+            force_stuck(c);
+            return true;
+        }
         if (!st->conditions[RM_COND_CREATED].present) {
             rm_sfmt(msg, sizeof msg, "TrainingJob %s is created.", c->jobname);
             cond(c, RM_COND_CREATED, true, "TrainingJobCreated", msg);
@@ -359,9 +489,22 @@ static void run(rc_ctx *c)
         finish_failed(c, "InvalidSpec", e.msg[0] ? e.msg : "invalid spec");
         terminal(c);
         force_stuck(c);
-        return;
+        return true;
     }
 
+    /* R0b: the runtime replaced an invalid update by the last valid spec */
+    if (in->invalid_update)
+        invalid_update(c, in->invalid_update);
+    else if (cond_true(st, RM_COND_INVALID_SPEC))
+        cond(c, RM_COND_INVALID_SPEC, false, "Valid", "the spec is valid; it is applied");
+    return false;
+}
+
+/* R1: the Created condition; the adopted rendezvous epoch; D and minReplicas; the per-index
+ * view of observations and rendezvous membership. */
+static bool rule_created(rc_ctx *c)
+{
+    RULE_VARS(c);
     /* R1 */
     if (!st->conditions[RM_COND_CREATED].present) {
         rm_sfmt(msg, sizeof msg, "TrainingJob %s is created.", c->jobname);
@@ -374,16 +517,16 @@ static void run(rc_ctx *c)
     if (r && r->epoch > st->epoch)
         st->epoch = r->epoch;
 
-    int D = sp->replicas;
-    if (D < sp->min_replicas)
-        D = sp->min_replicas;
-    if (sp->max_replicas > 0 && D > sp->max_replicas)
-        D = sp->max_replicas;
-    if (D > MAXW)
-        D = MAXW;
-    int minr = sp->min_replicas > 0 ? sp->min_replicas : D;
-    if (minr > D)
-        minr = D;
+    c->D = sp->replicas;
+    if (c->D < sp->min_replicas)
+        c->D = sp->min_replicas;
+    if (sp->max_replicas > 0 && c->D > sp->max_replicas)
+        c->D = sp->max_replicas;
+    if (c->D > MAXW)
+        c->D = MAXW;
+    c->minr = sp->min_replicas > 0 ? sp->min_replicas : c->D;
+    if (c->minr > c->D)
+        c->minr = c->D;
 
     /* Per-index view. */
     for (size_t k = 0; k < in->nworkers; k++) {
@@ -405,7 +548,13 @@ static void run(rc_ctx *c)
                 c->mem[idx] = m;
         }
     }
+    return false;
+}
 
+/* R8: suspend deletes every worker; resume starts a fresh round. */
+static bool rule_suspend(rc_ctx *c)
+{
+    RULE_VARS(c);
     /* R8 suspend / resume */
     if (sp->run.suspend) {
         for (size_t k = 0; k < in->nworkers; k++) {
@@ -424,19 +573,24 @@ static void run(rc_ctx *c)
         st->replicas = 0;
         st->ready_replicas = 0;
         force_stuck(c);
-        return;
+        return true;
     }
-    bool resumed = false;
-    if (cond_true(st, RM_COND_SUSPENDED)) {
-        rm_sfmt(msg, sizeof msg, "TrainingJob %s is resumed.", c->jobname);
+        if (cond_true(st, RM_COND_SUSPENDED)) {
+        rm_sfmt(msg, sizeof msg, "TrainingJob %s is c->resumed.", c->jobname);
         cond(c, RM_COND_SUSPENDED, false, "Resumed", msg);
         event(c, false, "Resumed", "%s", msg);
         st->start_time = c->now;
         st->phase = RM_PHASE_PENDING;
         restart_group(c);   /* a fresh round for the recreated workers; not a restart */
-        resumed = true;
+        c->resumed = true;
     }
+    return false;
+}
 
+/* R8: activeDeadlineSeconds. */
+static bool rule_deadline(rc_ctx *c)
+{
+    RULE_VARS(c);
     /* R8 activeDeadlineSeconds */
     if (sp->run.active_deadline_seconds > 0 && st->start_time > 0) {
         double at = st->start_time + (double)sp->run.active_deadline_seconds;
@@ -446,11 +600,17 @@ static void run(rc_ctx *c)
             finish_failed(c, "DeadlineExceeded", msg);
             terminal(c);
             force_stuck(c);
-            return;
+            return true;
         }
         requeue_in(c, at - c->now);
     }
+    return false;
+}
 
+/* R6: success. */
+static bool rule_success(rc_ctx *c)
+{
+    RULE_VARS(c);
     /* R6 success */
     bool done = false;
     if (r && r->have_result)
@@ -474,33 +634,50 @@ static void run(rc_ctx *c)
         if (n > 0 && ok == n)
             done = true;
     }
-    if (done && !resumed) {
-        copy_progress(c, D);
+    if (done && !c->resumed) {
+        copy_progress(c, c->D);
         finish_succeeded(c);
         terminal(c);
         force_stuck(c);
-        return;
+        return true;
     }
+    return false;
+}
 
+/* R10/R11: recovery loops and failing checkpoints. */
+static bool rule_loops(rc_ctx *c)
+{
+    RULE_VARS(c);
+    /* R10 recovery loop; R11 checkpoint failures */
+    if (recovery_loop(c) || checkpoint_failing(c)) {
+        copy_progress(c, c->D);
+        terminal(c);
+        force_stuck(c);
+        return true;
+    }
+    return false;
+}
+
+/* R5: failure detection (sets culprits, new_failure, deadline_failure, need_bump, why). */
+static bool rule_detect(rc_ctx *c)
+{
+    RULE_VARS(c);
     /* R5 failure detection */
     double pd = sp->restart.progress_deadline_seconds;
     bool use_pd = pd > 0 && !c->o.no_rendezvous;
-    bool new_failure = false, deadline_failure = false, need_bump = false;
-    char why[256] = "";
-    int nculprits = 0;
     for (int i = 0; i < MAXW; i++) {
         const rm_observed_worker *w = c->obs[i];
         const rm_rdzv_member *m = c->mem[i];
         /* a) failed */
         if (exists(w) && w->phase == RM_WORKER_FAILED && !is_terminating(w)) {
             c->culprit[i] = true;
-            nculprits++;
+            c->nculprits++;
             if (w->finished_at > st->last_restart_time) {
-                new_failure = true;
+                c->new_failure = true;
                 if (current_member(r, m))
-                    need_bump = true;
-                if (!why[0])
-                    rm_sfmt(why, sizeof why, "worker %d failed (exit code %d%s%s)", i,
+                    c->need_bump = true;
+                if (!c->why[0])
+                    rm_sfmt(c->why, sizeof c->why, "worker %d failed (exit code %d%s%s)", i,
                              w->exit_code, w->reason[0] ? ", " : "", w->reason);
             }
             continue;
@@ -509,15 +686,15 @@ static void run(rc_ctx *c)
         if (!exists(w) && r && r->closed && r->epoch == st->epoch && current_member(r, m) &&
             !m->done && !c->o.no_rendezvous) {
             c->culprit[i] = true;
-            nculprits++;
-            new_failure = true;
-            need_bump = true;
-            if (!why[0])
-                rm_sfmt(why, sizeof why, "worker %d disappeared", i);
+            c->nculprits++;
+            c->new_failure = true;
+            c->need_bump = true;
+            if (!c->why[0])
+                rm_sfmt(c->why, sizeof c->why, "worker %d disappeared", i);
         }
     }
     /* c) progress deadline inside a closed round */
-    if (use_pd && r && r->closed && r->epoch == st->epoch && !new_failure) {
+    if (use_pd && r && r->closed && r->epoch == st->epoch && !c->new_failure) {
         int stale = 0, stale_unready = 0;
         bool st_flag[MAXW];
         memset(st_flag, 0, sizeof st_flag);
@@ -542,25 +719,25 @@ static void run(rc_ctx *c)
                 if (!st_flag[i] || (stale_unready > 0 && c->obs[i]->ready))
                     continue;
                 c->culprit[i] = true;
-                nculprits++;
-                if (!why[0]) {
+                c->nculprits++;
+                if (!c->why[0]) {
                     const rm_rdzv_member *m = c->mem[i];
                     double t = m->last_progress > r->closed_at ? m->last_progress : r->closed_at;
-                    rm_sfmt(why, sizeof why,
+                    rm_sfmt(c->why, sizeof c->why,
                              "worker %d made no progress for %.0fs (progressDeadlineSeconds %.0f)",
                              i, c->now - t, pd);
                 }
             }
-            new_failure = deadline_failure = need_bump = true;
+            c->new_failure = c->deadline_failure = c->need_bump = true;
         }
     }
     /* d) alive but not re-joining an open round others already joined */
-    if (use_pd && r && !r->closed && r->epoch == st->epoch && !new_failure) {
+    if (use_pd && r && !r->closed && r->epoch == st->epoch && !c->new_failure) {
         bool someone = false;
         for (int i = 0; i < MAXW; i++)
             if (c->mem[i] && c->mem[i]->epoch == r->epoch)
                 someone = true;
-        for (int i = 0; someone && i < D; i++) {
+        for (int i = 0; someone && i < c->D; i++) {
             const rm_observed_worker *w = c->obs[i];
             const rm_rdzv_member *m = c->mem[i];
             if (!exists(w) || is_terminating(w) || w->phase != RM_WORKER_RUNNING)
@@ -577,10 +754,10 @@ static void run(rc_ctx *c)
             double age = c->now - t;
             if (age > pd) {
                 c->culprit[i] = true;
-                nculprits++;
-                new_failure = deadline_failure = true;
-                if (!why[0])
-                    rm_sfmt(why, sizeof why,
+                c->nculprits++;
+                c->new_failure = c->deadline_failure = true;
+                if (!c->why[0])
+                    rm_sfmt(c->why, sizeof c->why,
                              "worker %d has not joined rendezvous round %d for %.0fs "
                              "(progressDeadlineSeconds %.0f)", i, r->epoch, age, pd);
             } else {
@@ -588,40 +765,46 @@ static void run(rc_ctx *c)
             }
         }
     }
+    return false;
+}
 
+/* R7: group restart on a new failure (or the back-off wait). */
+static bool rule_restart(rc_ctx *c)
+{
+    RULE_VARS(c);
     /* R7 restart */
-    if (new_failure) {
+    if (c->new_failure) {
         int maxr = sp->restart.max_restarts;
         if (st->restarts >= maxr) {
             rm_sfmt(msg, sizeof msg,
                      "TrainingJob %s has failed because it has reached the specified restart limit "
-                     "(%d): %s", c->jobname, maxr, why);
-            copy_progress(c, D);
+                     "(%d): %s", c->jobname, maxr, c->why);
+            copy_progress(c, c->D);
             finish_failed(c, "BackoffLimitExceeded", msg);
             terminal(c);
             force_stuck(c);
-            return;
+            return true;
         }
         int k = st->restarts + 1;
         double at = st->last_restart_time + backoff_delay(c, k);
         if (st->last_restart_time > 0 && c->now < at) {
-            rm_sfmt(msg, sizeof msg, "%s; restart %d of %d in %.1fs (back-off)", why, k, maxr,
+            rm_sfmt(msg, sizeof msg, "%s; restart %d of %d in %.1fs (back-off)", c->why, k, maxr,
                      at - c->now);
             cond(c, RM_COND_RESTARTING, true, "BackOff", msg);
             cond_off(c, RM_COND_RUNNING, "BackOff", msg);
             st->phase = RM_PHASE_RESTARTING;
             requeue_in(c, at - c->now);
-            copy_progress(c, D);
+            copy_progress(c, c->D);
             force_stuck(c);
-            return;
+            return true;
         }
-        const char *reason = deadline_failure ? "ProgressDeadlineExceeded" : "WorkerFailed";
+        const char *reason = c->deadline_failure ? "ProgressDeadlineExceeded" : "WorkerFailed";
         st->restarts = k;
         st->last_restart_time = c->now;
-        if (need_bump)
+        if (c->need_bump)
             restart_group(c);
         rm_sfmt(msg, sizeof msg, "TrainingJob %s: %s; restarting the group at epoch %d "
-                 "(restart %d of %d)", c->jobname, why, st->epoch, k, maxr);
+                 "(restart %d of %d)", c->jobname, c->why, st->epoch, k, maxr);
         cond(c, RM_COND_RESTARTING, true, reason, msg);
         cond_off(c, RM_COND_RUNNING, reason, msg);
         st->phase = RM_PHASE_RESTARTING;
@@ -631,7 +814,7 @@ static void run(rc_ctx *c)
                 continue;
             const rm_observed_worker *w = c->obs[i];
             if (exists(w))
-                del(c, i, !w->node_ready, deadline_failure ? "progress-deadline" : "failed");
+                del(c, i, !w->node_ready, c->deadline_failure ? "progress-deadline" : "failed");
         }
         /* Missing culprits are created by the creation pass below. */
     } else {
@@ -640,94 +823,110 @@ static void run(rc_ctx *c)
             if (c->culprit[i] && exists(c->obs[i]))
                 del(c, i, !c->obs[i]->node_ready, "failed");
     }
+    return false;
+}
 
-    /* R7 elastic target and resize; R3 scale-down. */
+/* R7 elastic target and resize; R3 scale-down. */
+static bool rule_resize(rc_ctx *c)
+{
+    RULE_VARS(c);
+    /* R7 elastic c->target and resize; R3 scale-down. */
     int cant = 0;
-    bool cant_start[MAXW];
-    memset(cant_start, 0, sizeof cant_start);
-    for (int i = 0; i < D; i++) {
+    for (int i = 0; i < c->D; i++) {
         const rm_observed_worker *w = c->obs[i];
         if (!w)
             continue;
         if (w->phase == RM_WORKER_PENDING && !is_terminating(w)) {
             double at = w->created_at + c->o.pending_timeout_s;
             if (c->now >= at)
-                cant_start[i] = true;
-            else if (minr < D)
+                c->cant_start[i] = true;
+            else if (c->minr < c->D)
                 requeue_in(c, at - c->now);
         } else if (w->phase == RM_WORKER_MISSING &&
                    w->create_failures >= c->o.create_failure_threshold) {
-            cant_start[i] = true;
+            c->cant_start[i] = true;
         }
-        if (cant_start[i])
+        if (c->cant_start[i])
             cant++;
     }
-    int target = D;
-    if (minr < D && cant > 0 && D - cant >= minr)
-        target = D - cant;
-    if (in->rdzv_desired != target || in->rdzv_min != minr) {
+    c->target = c->D;
+    if (c->minr < c->D && cant > 0 && c->D - cant >= c->minr)
+        c->target = c->D - cant;
+    if (in->rdzv_desired != c->target || in->rdzv_min != c->minr) {
         rm_action *a = push(c, RM_ACT_SET_RDZV);
         if (a) {
-            a->desired = target;
-            a->min = minr;
+            a->desired = c->target;
+            a->min = c->minr;
         }
-        if (in->rdzv_desired > 0 && target < in->rdzv_desired && cant > 0)
+        if (in->rdzv_desired > 0 && c->target < in->rdzv_desired && cant > 0)
             event(c, true, "ScaledDown",
                   "TrainingJob %s: %d of %d workers cannot start; continuing with %d "
-                  "(minReplicas %d)", c->jobname, cant, D, target, minr);
-        else if (in->rdzv_desired > 0 && target < in->rdzv_desired)
+                  "(minReplicas %d)", c->jobname, cant, c->D, c->target, c->minr);
+        else if (in->rdzv_desired > 0 && c->target < in->rdzv_desired)
             event(c, false, "ScaledDown", "TrainingJob %s: shrinking the group from %d to %d workers",
-                  c->jobname, in->rdzv_desired, target);
-        else if (in->rdzv_desired > 0 && target > in->rdzv_desired)
+                  c->jobname, in->rdzv_desired, c->target);
+        else if (in->rdzv_desired > 0 && c->target > in->rdzv_desired)
             event(c, false, "ScaledUp", "TrainingJob %s: growing the group from %d to %d workers",
-                  c->jobname, in->rdzv_desired, target);
+                  c->jobname, in->rdzv_desired, c->target);
     }
-    /* scale-down: indices >= D leave */
+    /* scale-down: indices >= c->D leave */
     bool leaver_in_round = false;
     for (size_t k = 0; k < in->nworkers; k++) {
         const rm_observed_worker *w = &in->workers[k];
-        if (w->index >= D && exists(w) && !is_terminating(w)) {
+        if (w->index >= c->D && exists(w) && !is_terminating(w)) {
             del(c, w->index, !w->node_ready, "scale-down");
             if (w->index < MAXW && current_member(r, c->mem[w->index]))
                 leaver_in_round = true;
         }
     }
     /* resize: a running worker wants into a closed round, or a member must leave it */
-    if (!new_failure && !resumed && r && r->closed && r->epoch == st->epoch && !c->o.no_rendezvous) {
+    if (!c->new_failure && !c->resumed && r && r->closed && r->epoch == st->epoch && !c->o.no_rendezvous) {
         bool wants_in = false;
-        for (int i = 0; i < D; i++) {
+        for (int i = 0; i < c->D; i++) {
             const rm_observed_worker *w = c->obs[i];
             if (exists(w) && w->phase == RM_WORKER_RUNNING && !is_terminating(w) &&
-                !c->culprit[i] && !current_member(r, c->mem[i]) && !cant_start[i])
+                !c->culprit[i] && !current_member(r, c->mem[i]) && !c->cant_start[i])
                 wants_in = true;
         }
         if (wants_in || leaver_in_round) {
             restart_group(c);
             event(c, false, "Resized",
                   "TrainingJob %s: re-forming the group with %d workers at epoch %d", c->jobname,
-                  target, st->epoch);
+                  c->target, st->epoch);
         }
     }
+    return false;
+}
 
+/* R3: creation. */
+static bool rule_create(rc_ctx *c)
+{
+    RULE_VARS(c);
     /* R3 creation */
-    for (int i = 0; i < D; i++)
+    for (int i = 0; i < c->D; i++)
         if (!exists(c->obs[i]))
             create(c, i);
+    return false;
+}
 
+/* R4: phase and progress. */
+static bool rule_phase(rc_ctx *c)
+{
+    RULE_VARS(c);
     /* R4 phase */
-    copy_progress(c, D);
+    copy_progress(c, c->D);
     bool round_ok;
     if (c->o.no_rendezvous) {
         int running = 0;
-        for (int i = 0; i < D; i++)
+        for (int i = 0; i < c->D; i++)
             if (exists(c->obs[i]) && c->obs[i]->phase == RM_WORKER_RUNNING &&
                 !is_terminating(c->obs[i]))
                 running++;
-        round_ok = running >= target;
+        round_ok = running >= c->target;
     } else {
-        round_ok = r && r->closed && r->epoch == st->epoch && r->world_size >= minr;
+        round_ok = r && r->closed && r->epoch == st->epoch && r->world_size >= c->minr;
     }
-    if (!new_failure && round_ok) {
+    if (!c->new_failure && round_ok) {
         rm_sfmt(msg, sizeof msg, "TrainingJob %s is running.", c->jobname);
         bool was = cond_true(st, RM_COND_RUNNING);
         cond(c, RM_COND_RUNNING, true, "TrainingJobRunning", msg);
@@ -735,12 +934,25 @@ static void run(rc_ctx *c)
         st->phase = RM_PHASE_RUNNING;
         if (!was)
             event(c, false, "TrainingJobRunning", "%s", msg);
-    } else if (!new_failure && st->phase != RM_PHASE_RESTARTING && st->phase != RM_PHASE_RUNNING) {
+    } else if (!c->new_failure && st->phase != RM_PHASE_RESTARTING && st->phase != RM_PHASE_RUNNING) {
         /* Running stays Running while a resize or a worker-initiated epoch re-forms the round:
          * only a detected failure (Restarting) or the terminal rules change it. */
         st->phase = RM_PHASE_PENDING;
     }
     force_stuck(c);
+    return false;
+}
+
+/* The rules in their fixed order (reconcile.h). */
+static void run(rc_ctx *c)
+{
+    static bool (*const rules[])(rc_ctx *) = {
+        rule_terminal, rule_validate, rule_created, rule_suspend, rule_deadline, rule_success,
+        rule_loops,    rule_detect,   rule_restart, rule_resize,  rule_create,   rule_phase,
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(rules); i++)
+        if (rules[i](c))
+            return;
 }
 
 bool rm_reconcile_status_equal(const rm_tj_status *a, const rm_tj_status *b)
@@ -749,6 +961,7 @@ bool rm_reconcile_status_equal(const rm_tj_status *a, const rm_tj_status *b)
         a->replicas != b->replicas || a->ready_replicas != b->ready_replicas ||
         a->epoch != b->epoch || a->restarts != b->restarts || a->start_time != b->start_time ||
         a->completion_time != b->completion_time || a->last_restart_time != b->last_restart_time ||
+        a->high_step != b->high_step || a->high_epoch != b->high_epoch ||
         strcmp(a->message, b->message) != 0)
         return false;
     const rm_tj_progress *p = &a->progress, *q = &b->progress;

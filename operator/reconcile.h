@@ -104,6 +104,21 @@
  *    Restarting=False) with completionTime on the transition; Warning event. After
  *    ttlSecondsAfterFinished (>= 0) from completionTime: DELETE_JOB, else REQUEUE_AFTER the rest.
  *    Nothing is ever created for a terminal job.
+ * R0b Invalid update. A job that already started (startTime set) whose spec stops validating is
+ *    never failed for it: with in->invalid_update the runtime passes the last valid spec and the
+ *    job runs on at it; without one nothing is created, deleted, restarted or failed. Either way
+ *    condition InvalidSpec=True reason "InvalidUpdate" (message names the field) and a Warning
+ *    event "InvalidSpec" on the transition; a valid spec again flips it False reason "Valid".
+ * R10 Recovery loop. status.stepHighWater keeps the highest step a member of the current round
+ *    reported and the rendezvous epoch it was first reached at. When R.epoch is
+ *    opts.recovery_loop_epochs (20) or more past that epoch — the group keeps re-forming without
+ *    getting past the step (a restore that desyncs ranks, a global batch larger than the data)
+ *    — phase Failed reason "RecoveryLoop" (R9).
+ * R11 Checkpoint failures. A member of the current round reporting checkpoint_failures > 0:
+ *    condition CheckpointFailing=True reason "CheckpointWriteFailed" (message: the worker, the
+ *    count, its error) and a Warning event "CheckpointFailing" on the transition; when every
+ *    reporting member writes again, False reason "CheckpointWritten". True for longer than
+ *    progressDeadlineSeconds (> 0) -> Failed reason "CheckpointFailing" (R9).
  * Events are emitted only on transitions, so repeating a call does not repeat them.
  * managedBy is not looked at here: the operator skips jobs another controller manages.
  * ============================================================================================ */
@@ -148,7 +163,10 @@ typedef struct rm_reconcile_opts {
     bool no_rendezvous;             /* the template runs a foreign image (torchrun) that never joins
                                      * our rendezvous: Running = all D workers Running; no progress
                                      * deadline. false */
+    int recovery_loop_epochs;       /* R10: re-formations without a step past the high-water mark
+                                     * before RecoveryLoop; RM_RECOVERY_LOOP_EPOCHS; 0 = off */
 } rm_reconcile_opts;
+#define RM_RECOVERY_LOOP_EPOCHS 20
 void rm_reconcile_opts_default(rm_reconcile_opts *o);
 
 typedef enum {
@@ -185,6 +203,9 @@ typedef struct rm_reconcile_in {
     int rdzv_desired, rdzv_min;         /* what the runtime last applied with SET_RDZV (0 = never) */
     double now;                         /* unix seconds */
     const rm_reconcile_opts *opts;      /* NULL = defaults */
+    const char *invalid_update;         /* R0b: the spec as written failed validation with this
+                                         * message and job carries the last valid spec instead;
+                                         * NULL = job's spec is the one written */
 } rm_reconcile_in;
 
 typedef struct rm_reconcile_out {

@@ -30,6 +30,7 @@
 #include "common/log.h"
 #include "common/yaml.h"
 #include "operator/local.h"
+#include "worker/faults.h"
 
 /* ------------------------------------------------------------------ manifest */
 
@@ -138,6 +139,7 @@ static int install_signals(int *wake_r)
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);   /* a closed terminal: checkpoint and stop, as for SIGTERM */
     sa.sa_handler = on_child;
     sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
     sigaction(SIGCHLD, &sa, NULL);
@@ -215,6 +217,11 @@ static void on_tick(void *ud, const rm_local_view *v)
                  st->progress.samples_per_second * (st->replicas > 0 ? st->replicas : 1),
                  st->progress.allreduce_gbps, v->ready, v->desired, st->restarts, eta);
     }
+    const rm_condition *ck = &st->conditions[RM_COND_CHECKPOINT_FAILING];
+    if (ck->present && ck->status) {
+        size_t n = strlen(line);
+        rm_sfmt(line + n, sizeof line - n, "  CHECKPOINTS FAILING");
+    }
     if (u->tty) {
         fprintf(u->out, "\r\033[K%s", line);
         u->line_on = true;
@@ -251,6 +258,17 @@ static int mkdirs(const char *path)
         }
     }
     return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* Is there a checkpoint file in dir (what --resume would continue from)? */
+static bool has_checkpoint(const char *dir)
+{
+    char pat[PATH_MAX + 32];
+    rm_sfmt(pat, sizeof pat, "%s/ckpt-*.rmck", dir);
+    glob_t g;
+    bool yes = glob(pat, GLOB_NOSORT, NULL, &g) == 0 && g.gl_pathc > 0;
+    globfree(&g);
+    return yes;
 }
 
 /* Remove what a previous run left in the checkpoint folder (checkpoints and fault markers). */
@@ -317,6 +335,18 @@ static void print_bench_table(FILE *out, const char *run_dir)
     fclose(f);
 }
 
+const char *rm_run_checkpoint_dir(const char *flag, const rm_tj *job, char *buf, size_t cap)
+{
+    const char *p = job->spec.checkpoint.path;
+    if (flag && flag[0])
+        rm_sfmt(buf, cap, "%s", flag);
+    else if (p && p[0] && strcmp(p, RM_DEFAULT_CHECKPOINT_PATH) != 0)
+        rm_sfmt(buf, cap, "%s", p);   /* relative or absolute, as the manifest says */
+    else   /* the cluster's default volume path means nothing here */
+        rm_sfmt(buf, cap, "checkpoints/%s", job->name);
+    return buf;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -326,7 +356,7 @@ static void usage(FILE *f)
             "  -f, --filename FILE       the TrainingJob manifest (YAML or JSON; - = stdin)\n"
             "  --replicas N              override spec.replicas (min/max widened to fit)\n"
             "  --epochs N                override spec.training.epochs\n"
-            "  --checkpoint-dir DIR      default: spec.checkpoint.path when relative, else\n"
+            "  --checkpoint-dir DIR      default: spec.checkpoint.path (as written), else\n"
             "                            ./checkpoints/<name>\n"
             "  --resume                  keep the checkpoints of an earlier run and continue from\n"
             "                            them (default: start fresh, old checkpoints removed)\n"
@@ -366,7 +396,17 @@ static int parse_output(const char *cmd, const char *s, bool *json)
 
 enum { O_REPLICAS = 256, O_EPOCHS, O_CKPT, O_RESUME, O_RUNDIR, O_METRICS, O_LOGFMT, O_LOGLVL, O_HELP };
 
-int rm_run_main(int argc, char **argv)
+/* The command line of `ringmaster run`. */
+typedef struct run_flags {
+    const char *file, *ckpt, *run_dir_flag, *metrics, *logfmt_s;
+    bool json, resume;
+    rm_log_level lvl;
+    rm_log_format lfmt;
+    rm_manifest_overrides ov;
+} run_flags;
+
+/* Parse and check the flags (and RINGMASTER_FAULT). Returns -1 to go on, else the exit code. */
+static int parse_flags(int argc, char **argv, run_flags *f)
 {
     static const struct option opts[] = {
         {"filename", required_argument, 0, 'f'},
@@ -382,34 +422,33 @@ int rm_run_main(int argc, char **argv)
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
-    const char *file = NULL, *ckpt = NULL, *run_dir_flag = NULL, *metrics = "127.0.0.1:0";
-    const char *logfmt_s = "text";
-    bool json = false, resume = false;
-    rm_log_level lvl = RM_LOG_INFO;
-    rm_log_format lfmt = RM_LOG_TEXT;
-    rm_manifest_overrides ov = {0};
+    memset(f, 0, sizeof *f);
+    f->metrics = "127.0.0.1:0";
+    f->logfmt_s = "text";
+    f->lvl = RM_LOG_INFO;
+    f->lfmt = RM_LOG_TEXT;
     optind = 1;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, "f:o:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'f': file = optarg; break;
-        case 'o': if (parse_output("run", optarg, &json)) return 2; break;
-        case O_REPLICAS: if (parse_pos_int("--replicas", optarg, &ov.replicas)) return 2; break;
-        case O_EPOCHS: if (parse_pos_int("--epochs", optarg, &ov.epochs)) return 2; break;
-        case O_CKPT: ckpt = optarg; break;
-        case O_RESUME: resume = true; break;
-        case O_RUNDIR: run_dir_flag = optarg; break;
-        case O_METRICS: metrics = optarg; break;
+        case 'f': f->file = optarg; break;
+        case 'o': if (parse_output("run", optarg, &f->json)) return 2; break;
+        case O_REPLICAS: if (parse_pos_int("--replicas", optarg, &f->ov.replicas)) return 2; break;
+        case O_EPOCHS: if (parse_pos_int("--epochs", optarg, &f->ov.epochs)) return 2; break;
+        case O_CKPT: f->ckpt = optarg; break;
+        case O_RESUME: f->resume = true; break;
+        case O_RUNDIR: f->run_dir_flag = optarg; break;
+        case O_METRICS: f->metrics = optarg; break;
         case O_LOGFMT:
-            if (rm_log_parse_format(optarg, &lfmt) != RM_OK) {
+            if (rm_log_parse_format(optarg, &f->lfmt) != RM_OK) {
                 fprintf(stderr, "ringmaster run: --log-format: text or json, got \"%s\"\n", optarg);
                 return 2;
             }
-            logfmt_s = optarg;
+            f->logfmt_s = optarg;
             break;
         case O_LOGLVL:
-            if (rm_log_parse_level(optarg, &lvl) != RM_OK) {
+            if (rm_log_parse_level(optarg, &f->lvl) != RM_OK) {
                 fprintf(stderr, "ringmaster run: --log-level: debug|info|warn|error, got \"%s\"\n",
                         optarg);
                 return 2;
@@ -429,20 +468,113 @@ int rm_run_main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if (!file) {
+    if (!f->file) {
         fprintf(stderr, "ringmaster run: -f FILE is required\n");
         usage(stderr);
         return 2;
     }
-    {
-        char host[128];
-        int port;
-        if (rm_http_parse_addr(metrics, host, sizeof host, &port) != RM_OK) {
-            fprintf(stderr, "ringmaster run: --metrics-addr: want HOST:PORT, got \"%s\"\n",
-                    metrics);
+    {   /* a malformed fault spec would only surface as worker crash loops: refuse it now */
+        const char *fs = getenv(RM_ENV_FAULT);
+        rm_faults faults;
+        rm_err fe = {0};
+        if (fs && *fs && rm_faults_parse(fs, &faults, &fe) != RM_OK) {
+            fprintf(stderr, "ringmaster run: %s\n", fe.msg);
             return 2;
         }
     }
+    {
+        char host[128];
+        int port;
+        if (rm_http_parse_addr(f->metrics, host, sizeof host, &port) != RM_OK) {
+            fprintf(stderr, "ringmaster run: --metrics-addr: want HOST:PORT, got \"%s\"\n",
+                    f->metrics);
+            return 2;
+        }
+    }
+    return -1;
+}
+
+/* Print how the run ended (stderr for people, stdout for the result or -o json); returns the exit
+ * code. */
+static int report_outcome(const ui *u, rm_tj *job, const rm_local_result *res, const char *ckpt_dir,
+                          const char *run_dir, bool json)
+{
+    int code;
+    const rm_tj_status *st = &job->status;
+    if (res->signal) {
+        if (has_checkpoint(ckpt_dir))
+            fprintf(u->out, "ringmaster: stopped by signal %d after %.1fs; workers were asked to "
+                    "checkpoint (checkpoints: %s, continue with --resume)\n", res->signal,
+                    res->seconds, ckpt_dir);
+        else
+            fprintf(u->out, "ringmaster: stopped by signal %d after %.1fs; no checkpoint was "
+                    "written to %s, so --resume would start from the beginning\n", res->signal,
+                    res->seconds, ckpt_dir);
+        code = res->signal == SIGTERM ? 143 : res->signal == SIGHUP ? 129 : 130;
+    } else if (st->phase == RM_PHASE_SUCCEEDED) {
+        code = 0;
+    } else {
+        code = 1;
+    }
+    if (st->phase == RM_PHASE_FAILED) {
+        const rm_condition *fc = &st->conditions[RM_COND_FAILED];
+        fprintf(u->out, "ringmaster: job %s failed: %s: %s\n", job->name, fc->reason, fc->message);
+        fprintf(u->out, "  last lines of the worker logs (%s):\n", run_dir);
+        for (int i = 0; i < job->spec.replicas && i < 16; i++) {
+            char p[PATH_MAX + 32];
+            rm_sfmt(p, sizeof p, "%s/worker-%d.log", run_dir, i);
+            fprintf(u->out, "  worker-%d.log:\n", i);
+            tail_file(u->out, p, 3);
+        }
+    }
+    if (res->recoveries > 0) {
+        double worst = 0, sum = 0;
+        for (int i = 0; i < res->recoveries; i++) {
+            sum += res->recovery_s[i];
+            if (res->recovery_s[i] > worst)
+                worst = res->recovery_s[i];
+        }
+        fprintf(u->out, "ringmaster: %d recoveries, mean %.2fs, worst %.2fs (histogram "
+                "ringmaster_recovery_seconds)\n", res->recoveries, sum / res->recoveries, worst);
+    }
+    if (job->spec.training.mode == RM_MODE_BENCH && st->phase == RM_PHASE_SUCCEEDED)
+        print_bench_table(json ? u->out : stdout, run_dir);
+    if (json) {
+        cJSON *o = rm_tj_to_json(job);
+        char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+        cJSON_Delete(o);
+        if (s)
+            printf("%s\n", s);
+        free(s);
+    } else if (st->phase == RM_PHASE_SUCCEEDED) {
+        const rm_tj_result *r = &st->result;
+        if (r->present && job->spec.training.mode == RM_MODE_TRAIN)
+            printf("Succeeded: testAccuracy %.4f  trainLoss %.4f  steps %lld  %.1f s  "
+                   "%.0f samples/s  restarts %d\n", r->test_accuracy, r->train_loss,
+                   (long long)r->steps, r->seconds, r->samples_per_second, st->restarts);
+        else
+            printf("Succeeded in %.1f s, restarts %d\n", res->seconds, st->restarts);
+    } else if (st->phase == RM_PHASE_FAILED) {
+        printf("Failed: %s\n", st->conditions[RM_COND_FAILED].reason);
+    } else {
+        printf("%s (stopped)\n", rm_phase_name(st->phase));
+    }
+    fflush(stdout);
+    return code;
+}
+
+int rm_run_main(int argc, char **argv)
+{
+    run_flags fl;
+    int early = parse_flags(argc, argv, &fl);
+    if (early >= 0)
+        return early;
+    const char *file = fl.file, *ckpt = fl.ckpt, *run_dir_flag = fl.run_dir_flag;
+    const char *metrics = fl.metrics, *logfmt_s = fl.logfmt_s;
+    bool json = fl.json, resume = fl.resume;
+    rm_log_level lvl = fl.lvl;
+    rm_log_format lfmt = fl.lfmt;
+    rm_manifest_overrides ov = fl.ov;
     rm_log_init(lvl, lfmt, "run");
 
     rm_tj job;
@@ -458,13 +590,7 @@ int rm_run_main(int argc, char **argv)
         job.spec.restart.progress_deadline_seconds = 0;
 
     char ckpt_dir[PATH_MAX], run_dir[PATH_MAX];
-    if (ckpt)
-        rm_sfmt(ckpt_dir, sizeof ckpt_dir, "%s", ckpt);
-    else if (job.spec.checkpoint.path && job.spec.checkpoint.path[0] &&
-             job.spec.checkpoint.path[0] != '/')
-        rm_sfmt(ckpt_dir, sizeof ckpt_dir, "%s", job.spec.checkpoint.path);
-    else
-        rm_sfmt(ckpt_dir, sizeof ckpt_dir, "checkpoints/%s", job.name);
+    rm_run_checkpoint_dir(ckpt, &job, ckpt_dir, sizeof ckpt_dir);
     if (ckpt_dir[0] != '/') {
         char cwd[PATH_MAX], tmp[PATH_MAX];
         if (getcwd(cwd, sizeof cwd)) {
@@ -542,61 +668,7 @@ int rm_run_main(int argc, char **argv)
         code = e.field[0] ? 2 : 1;
         goto out;
     }
-    const rm_tj_status *st = &job.status;
-    if (res.signal) {
-        fprintf(u.out, "ringmaster: stopped by signal %d after %.1fs; workers were asked to "
-                "checkpoint (checkpoints: %s, continue with --resume)\n", res.signal, res.seconds,
-                ckpt_dir);
-        code = res.signal == SIGTERM ? 143 : 130;
-    } else if (st->phase == RM_PHASE_SUCCEEDED) {
-        code = 0;
-    } else {
-        code = 1;
-    }
-    if (st->phase == RM_PHASE_FAILED) {
-        const rm_condition *fc = &st->conditions[RM_COND_FAILED];
-        fprintf(u.out, "ringmaster: job %s failed: %s: %s\n", job.name, fc->reason, fc->message);
-        fprintf(u.out, "  last lines of the worker logs (%s):\n", run_dir);
-        for (int i = 0; i < job.spec.replicas && i < 16; i++) {
-            char p[PATH_MAX + 32];
-            rm_sfmt(p, sizeof p, "%s/worker-%d.log", run_dir, i);
-            fprintf(u.out, "  worker-%d.log:\n", i);
-            tail_file(u.out, p, 3);
-        }
-    }
-    if (res.recoveries > 0) {
-        double worst = 0, sum = 0;
-        for (int i = 0; i < res.recoveries; i++) {
-            sum += res.recovery_s[i];
-            if (res.recovery_s[i] > worst)
-                worst = res.recovery_s[i];
-        }
-        fprintf(u.out, "ringmaster: %d recoveries, mean %.2fs, worst %.2fs (histogram "
-                "ringmaster_recovery_seconds)\n", res.recoveries, sum / res.recoveries, worst);
-    }
-    if (job.spec.training.mode == RM_MODE_BENCH && st->phase == RM_PHASE_SUCCEEDED)
-        print_bench_table(json ? u.out : stdout, run_dir);
-    if (json) {
-        cJSON *o = rm_tj_to_json(&job);
-        char *s = o ? cJSON_PrintUnformatted(o) : NULL;
-        cJSON_Delete(o);
-        if (s)
-            printf("%s\n", s);
-        free(s);
-    } else if (st->phase == RM_PHASE_SUCCEEDED) {
-        const rm_tj_result *r = &st->result;
-        if (r->present && job.spec.training.mode == RM_MODE_TRAIN)
-            printf("Succeeded: testAccuracy %.4f  trainLoss %.4f  steps %lld  %.1f s  "
-                   "%.0f samples/s  restarts %d\n", r->test_accuracy, r->train_loss,
-                   (long long)r->steps, r->seconds, r->samples_per_second, st->restarts);
-        else
-            printf("Succeeded in %.1f s, restarts %d\n", res.seconds, st->restarts);
-    } else if (st->phase == RM_PHASE_FAILED) {
-        printf("Failed: %s\n", st->conditions[RM_COND_FAILED].reason);
-    } else {
-        printf("%s (stopped)\n", rm_phase_name(st->phase));
-    }
-    fflush(stdout);
+    code = report_outcome(&u, &job, &res, ckpt_dir, run_dir, json);
 out:
     if (term) {
         fflush(term);

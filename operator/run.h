@@ -6,7 +6,8 @@
  * operator/local.c (the local runtime) through the shared reconcile core.
  *
  * Exit codes: 0 Succeeded, 1 Failed (reason printed) or a start-up failure, 2 bad manifest or flag,
- * 130/143 stopped by SIGINT/SIGTERM. */
+ * 130/143/129 stopped by SIGINT/SIGTERM/SIGHUP (SIGHUP is handled as SIGTERM: workers
+ * checkpoint, the final status is printed). A malformed RINGMASTER_FAULT is refused with exit 2. */
 #ifndef RM_RUN_H
 #define RM_RUN_H
 #include <stddef.h>
@@ -27,6 +28,11 @@ typedef struct rm_manifest_overrides {
  * the loader's "FILE:LINE:COL: message"). */
 int rm_manifest_load(const char *path, const rm_manifest_overrides *ov, rm_tj *out, char *msg,
                      size_t cap);
+
+/* The checkpoint folder of `ringmaster run` (into buf): --checkpoint-dir when given, else
+ * spec.checkpoint.path as written (relative or absolute) unless it is the cluster default
+ * RM_DEFAULT_CHECKPOINT_PATH, else "checkpoints/<name>". Returns buf. */
+const char *rm_run_checkpoint_dir(const char *flag, const rm_tj *job, char *buf, size_t cap);
 
 /* argv[0] is the command word ("run", "validate", "version"). Return the process exit code. */
 int rm_run_main(int argc, char **argv);

@@ -33,6 +33,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/rdzv.h"
+#include "common/worker_env.h"
 #include "common/yaml.h"
 #include "kernels/kernels.h"
 #include "worker/checkpoint.h"
@@ -298,24 +299,34 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
     rm_training_defaults(&cfg->t);
     bool lr_flag = false, opt_flag = false;
 
-    /* env from the controller */
-    if ((env = getenv("RINGMASTER_CHECKPOINT_DIR")) && *env)
+    /* env from the controller (the launch contract, common/worker_env.h) */
+    if ((env = getenv(RM_ENV_CHECKPOINT_DIR)) && *env)
         setstr(&cfg->checkpoint_dir, env);
-    if ((env = getenv("RINGMASTER_BACKEND")) && *env)
+    if ((env = getenv(RM_ENV_CHECKPOINT_INTERVAL)) && *env) {
+        long long v;
+        RM_CHECK_GOTO(parse_int(RM_ENV_CHECKPOINT_INTERVAL, env, 0, 1LL << 40, &v, err), rc, fail);
+        cfg->checkpoint_interval = (int)v;
+    }
+    if ((env = getenv(RM_ENV_CHECKPOINT_KEEP)) && *env) {
+        long long v;
+        RM_CHECK_GOTO(parse_int(RM_ENV_CHECKPOINT_KEEP, env, 1, 1000, &v, err), rc, fail);
+        cfg->checkpoint_keep = (int)v;
+    }
+    if ((env = getenv(RM_ENV_BACKEND)) && *env)
         setstr(&cfg->backend, env);
-    if ((env = getenv("RINGMASTER_PROGRESS_DEADLINE")) && *env)
-        RM_CHECK_GOTO(parse_dbl("RINGMASTER_PROGRESS_DEADLINE", env, 0, 1e7,
+    if ((env = getenv(RM_ENV_PROGRESS_DEADLINE)) && *env)
+        RM_CHECK_GOTO(parse_dbl(RM_ENV_PROGRESS_DEADLINE, env, 0, 1e7,
                                 &cfg->progress_deadline_s, err), rc, fail);
-    if ((env = getenv("RINGMASTER_RENDEZVOUS")) && *env)
+    if ((env = getenv(RM_ENV_RENDEZVOUS)) && *env)
         setstr(&cfg->rdzv_url, env);
-    setstr(&cfg->job, (env = getenv("RINGMASTER_JOB")) && *env ? env : "default/local");
-    setstr(&cfg->token, (env = getenv("RINGMASTER_TOKEN")) ? env : "");
-    setstr(&cfg->worker_id, (env = getenv("RINGMASTER_WORKER_ID")) && *env ? env : "0");
-    setstr(&cfg->bind_addr, (env = getenv("RINGMASTER_BIND_ADDR")) && *env ? env : "127.0.0.1");
-    if ((env = getenv("RINGMASTER_FAULT")) && *env)
+    setstr(&cfg->job, (env = getenv(RM_ENV_JOB)) && *env ? env : "default/local");
+    setstr(&cfg->token, (env = getenv(RM_ENV_TOKEN)) ? env : "");
+    setstr(&cfg->worker_id, (env = getenv(RM_ENV_WORKER_ID)) && *env ? env : "0");
+    setstr(&cfg->bind_addr, (env = getenv(RM_ENV_BIND_ADDR)) && *env ? env : "127.0.0.1");
+    if ((env = getenv(RM_ENV_FAULT)) && *env)
         setstr(&cfg->fault_spec, env);
-    setstr(&cfg->metrics_addr, ":9090");
-    setstr(&cfg->device, (env = getenv("RINGMASTER_DEVICE")) && *env ? env : "auto");
+    setstr(&cfg->metrics_addr, ":" RM_STR(RM_PORT_WORKER_METRICS));
+    setstr(&cfg->device, (env = getenv(RM_ENV_DEVICE)) && *env ? env : "auto");
 
     optind = 1;
     opterr = 0;

@@ -21,6 +21,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "common/buf.h"
+#include "common/httpc.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/yaml.h"
@@ -745,9 +747,9 @@ static char *current_token(rm_kube_client *c, bool force)
     return t;
 }
 
+/* Response bodies go into the shared capped buffer (common/buf.h). */
 typedef struct body_buf {
-    char *buf;
-    size_t len, alloc, cap;
+    rm_capbuf cb;
     bool toobig;
 } body_buf;
 
@@ -755,24 +757,11 @@ static size_t body_write(char *p, size_t sz, size_t nm, void *ud)
 {
     body_buf *b = ud;
     size_t n = sz * nm;
-    if (b->len + n > b->cap) {
-        b->toobig = true;
-        return 0;
-    }
-    if (b->len + n + 1 > b->alloc) {
-        size_t na = b->alloc ? b->alloc : 1024;
-        while (na < b->len + n + 1)
-            na *= 2;
-        char *nb = realloc(b->buf, na);
-        if (!nb)
-            return 0;
-        b->buf = nb;
-        b->alloc = na;
-    }
-    memcpy(b->buf + b->len, p, n);
-    b->len += n;
-    b->buf[b->len] = 0;
-    return n;
+    int rc = rm_capbuf_append(&b->cb, p, n);
+    if (rc == RM_OK)
+        return n;
+    b->toobig = rc == RM_ETOOBIG;
+    return 0;
 }
 
 typedef struct hdr_state {
@@ -783,16 +772,9 @@ static size_t header_cb(char *p, size_t sz, size_t nm, void *ud)
 {
     hdr_state *h = ud;
     size_t n = sz * nm;
-    if (n > 12 && strncasecmp(p, "Retry-After:", 12) == 0) {
-        char tmp[32];
-        size_t k = n - 12 < sizeof(tmp) - 1 ? n - 12 : sizeof(tmp) - 1;
-        memcpy(tmp, p + 12, k);
-        tmp[k] = 0;
-        char *end = NULL;
-        double v = strtod(tmp, &end);
-        if (end != tmp && v >= 0)
-            h->retry_after = v;
-    }
+    double d = rm_http_retry_after(p, n);   /* the one parser (common/httpc.h) */
+    if (d >= 0)
+        h->retry_after = d;
     return n;
 }
 
@@ -895,7 +877,7 @@ int rm_kube_request(rm_kube_client *c, const char *method, const char *path,
             hdrs = curl_slist_append(hdrs, ct);
         }
         hdrs = curl_slist_append(hdrs, "Expect:");
-        body_buf bb = {.cap = c->o.max_body};
+        body_buf bb = {.cb = {.max = c->o.max_body}};
         hdr_state hs = {.retry_after = -1};
         curl_easy_setopt(h, CURLOPT_URL, url);
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
@@ -927,8 +909,8 @@ int rm_kube_request(rm_kube_client *c, const char *method, const char *path,
             c->o.observe(c->o.observe_ud, method, st, rm_mono() - t0);
         out->attempts = attempt + 1;
         free(out->body);
-        out->body = bb.buf;
-        out->len = bb.len;
+        out->body = bb.cb.b;
+        out->len = bb.cb.len;
         out->status = st;
         if (cc != CURLE_OK) {
             if (bb.toobig) {
@@ -1050,8 +1032,7 @@ static size_t stream_write(char *p, size_t sz, size_t nm, void *ud)
     if (!s->status)
         curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &s->status);
     if (s->status != 200) {
-        if (s->errb.len + n <= s->errb.cap)
-            body_write(p, 1, n, &s->errb);
+        body_write(p, 1, n, &s->errb);   /* past its cap the rest is dropped */
         return n;
     }
     int rc = rm_kube_lines_feed(&s->lines, p, n);
@@ -1086,7 +1067,7 @@ int rm_kube_stream(rm_kube_client *c, const char *path, size_t line_cap, double 
         return rm_errf(err, RM_ENOMEM, "kube: curl_easy_init failed");
     }
     stream_state s = {.h = h, .cancel = cancel};
-    s.errb.cap = 64 * 1024;
+    s.errb.cb.max = 64 * 1024;
     rm_kube_lines_init(&s.lines, line_cap, fn, ud);
     char *token = current_token(c, false);
     struct curl_slist *hdrs = NULL;
@@ -1123,10 +1104,10 @@ int rm_kube_stream(rm_kube_client *c, const char *path, size_t line_cap, double 
     if (status)
         *status = s.status;
     if (errbody && s.status != 200) {
-        *errbody = s.errb.buf;
-        s.errb.buf = NULL;
+        *errbody = s.errb.cb.b;
+        s.errb.cb.b = NULL;
     }
-    free(s.errb.buf);
+    rm_capbuf_free(&s.errb.cb);
     if (s.lines.oversized)
         rm_warn("kube watch dropped oversized events path=%s count=%lu", path, s.lines.oversized);
     rm_kube_lines_free(&s.lines);

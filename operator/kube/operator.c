@@ -8,6 +8,7 @@
  * Shutdown (SIGTERM/SIGINT): stop the queue, join workers, stop informers, release the Lease. */
 #include "operator/kube/operator.h"
 #include "common/clock.h"
+#include "common/worker_env.h"
 #include <getopt.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -70,10 +71,10 @@ static void usage(FILE *f)
             "usage: ringmaster operator [--kubeconfig FILE] [--namespace NS]... [--metrics-bind-address :8080]\n"
             "         [--health-probe-bind-address :8081] [--leader-elect] [--leader-election-namespace NS]\n"
             "         [--leader-election-id NAME] [--workers N] [--kube-api-qps Q] [--kube-api-burst B]\n"
-            "         [--rendezvous-bind-address :29400] [--rendezvous-advertise-url URL]\n"
+            "         [--rendezvous-bind-address :" RM_STR(RM_PORT_RENDEZVOUS) "] [--rendezvous-advertise-url URL]\n"
             "         [--worker-image IMAGE] [--resync-period S] [--pod-events true|false]\n"
             "         [--force-delete-after S (pods stuck Terminating on a NotReady node; 30)]\n"
-            "         [--worker-metrics-port P (9090; 0 = any, for hosts shared by many pods)]\n"
+            "         [--worker-metrics-port P (" RM_STR(RM_PORT_WORKER_METRICS) "; 0 = any, for hosts shared by many pods)]\n"
             "         [--log-format text|json] [--log-level debug|info|warn|error]\n");
 }
 
@@ -135,6 +136,16 @@ static void enqueue_all(rm_op *op)
 }
 
 /* ---------------- leadership ---------------- */
+void rm_op_rdzv_stop(rm_rdzv *r, rm_http_server *srv, bool resume)
+{
+    if (!srv)
+        return;
+    rm_rdzv_shutdown(r);
+    rm_http_stop(srv);
+    if (resume)
+        rm_rdzv_resume(r);
+}
+
 static void on_leading(void *ud, bool leading)
 {
     rm_op *op = ud;
@@ -147,7 +158,7 @@ static void on_leading(void *ud, bool leading)
             rm_info("rendezvous serving addr=%s port=%d", op->rdzv_bind, rm_http_port(op->rdzv_srv));
     }
     if (!leading && op->rdzv_srv) {
-        rm_http_stop(op->rdzv_srv);
+        rm_op_rdzv_stop(op->rdzv, op->rdzv_srv, true);
         op->rdzv_srv = NULL;
     }
     atomic_store(&op->leading, leading);
@@ -378,8 +389,8 @@ int rm_operator_main(int argc, char **argv)
     op.resync_s = 30;
     op.le_id = "ringmaster-operator";
     op.pod_events = true;
-    op.worker_metrics_port = 9090;
-    op.rdzv_bind = ":29400";
+    op.worker_metrics_port = RM_PORT_WORKER_METRICS;
+    op.rdzv_bind = ":" RM_STR(RM_PORT_RENDEZVOUS);
     int rc = parse_flags(&op, argc, argv);
     if (rc)
         return rc == 1 ? 0 : 2;
@@ -561,7 +572,7 @@ out:
         pthread_join(op.th[i], NULL);
     rm_leader_stop(op.leader);     /* releases the Lease so a successor starts at once */
     pthread_mutex_lock(&op.lmu);
-    rm_http_stop(op.rdzv_srv);
+    rm_op_rdzv_stop(op.rdzv, op.rdzv_srv, false);
     op.rdzv_srv = NULL;
     pthread_mutex_unlock(&op.lmu);
     for (int i = 0; i < op.njobs; i++)

@@ -20,9 +20,11 @@
 #include "common/log.h"
 #include "common/trainingjob.h"
 #include "operator/kube/kmap.h"
+#include "operator/apply.h"
+#include "operator/launch.h"
 #include "operator/reconcile.h"
 
-#define MAX_IDX 1024
+#define MAX_IDX RM_MAX_WORLD
 
 typedef struct job_mem {
     int rdzv_desired, rdzv_min;
@@ -38,13 +40,18 @@ typedef struct job_mem {
     unsigned long long latest_rv;
     int stale_waits;
     unsigned long long rdzv_sig;     /* last rendezvous signature seen by rm_kube_rt_poll_rdzv */
+    char *last_valid_spec;           /* the job's spec when it last validated, compact JSON (R0b:
+                                      * a string, not a cJSON tree: ~4x smaller per job); NULL none */
+    bool warned_env;                 /* the template's env override Warning was emitted */
 } job_mem;
 
 static void job_mem_free(void *p)
 {
     job_mem *m = p;
-    if (m)
+    if (m) {
         free(m->create_failures);
+        free(m->last_valid_spec);
+    }
     free(m);
 }
 
@@ -72,11 +79,15 @@ struct rm_kube_rt {
 int rm_kube_rt_new(const rm_kube_rt_config *cfg, rm_kube_rt **out, rm_err *err)
 {
     *out = NULL;
+    if (!cfg || !cfg->client || !cfg->pods)
+        return rm_errf(err, RM_EINVAL, "runtime: a client and a pod informer are required");
     rm_kube_rt *rt = calloc(1, sizeof(*rt));
     if (!rt)
         return rm_errf(err, RM_ENOMEM, "runtime: out of memory");
+    /* first, so every error path below may call rm_kube_rt_free (which destroys it) */
+    pthread_mutex_init(&rt->mu, NULL);
     rt->c = *cfg;
-    rt->rdzv_url = strdup(cfg->rdzv_url ? cfg->rdzv_url : "http://127.0.0.1:29400");
+    rt->rdzv_url = strdup(cfg->rdzv_url ? cfg->rdzv_url : "http://127.0.0.1:" RM_STR(RM_PORT_RENDEZVOUS));
     rt->worker_image = strdup(cfg->worker_image ? cfg->worker_image : RM_DEFAULT_WORKER_IMAGE);
     rt->instance = strdup(cfg->instance ? cfg->instance : "ringmaster-operator");
     if (!rt->rdzv_url || !rt->worker_image || !rt->instance) {
@@ -85,7 +96,6 @@ int rm_kube_rt_new(const rm_kube_rt_config *cfg, rm_kube_rt **out, rm_err *err)
     }
     if (rt->c.force_delete_after_s <= 0)
         rt->c.force_delete_after_s = 30;
-    pthread_mutex_init(&rt->mu, NULL);
     *out = rt;
     return RM_OK;
 }
@@ -370,41 +380,6 @@ static cJSON *base_meta(cJSON *obj, const rm_tj *tj, const char *name)
     return md;
 }
 
-static void env_set(cJSON *env, const char *name, const char *value)
-{
-    /* our variables win: drop a user entry with the same name */
-    int n = cJSON_GetArraySize(env);
-    for (int i = n - 1; i >= 0; i--) {
-        const cJSON *e = cJSON_GetArrayItem(env, i);
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
-        if (cJSON_IsString(nm) && strcmp(nm->valuestring, name) == 0)
-            cJSON_DeleteItemFromArray(env, i);
-    }
-    cJSON *e = cJSON_CreateObject();
-    cJSON_AddStringToObject(e, "name", name);
-    cJSON_AddStringToObject(e, "value", value);
-    cJSON_AddItemToArray(env, e);
-}
-
-static void env_set_int(cJSON *env, const char *name, long long v)
-{
-    char b[32];
-    snprintf(b, sizeof(b), "%lld", v);
-    env_set(env, name, b);
-}
-
-static bool env_has(const cJSON *env, const char *name)
-{
-    const cJSON *e;
-    cJSON_ArrayForEach(e, env)
-    {
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
-        if (cJSON_IsString(nm) && strcmp(nm->valuestring, name) == 0)
-            return true;
-    }
-    return false;
-}
-
 /* Is this the ringmaster worker image (so it speaks our rendezvous and wants args [train])?
  * The configured --worker-image, or any image whose last path part (without tag or digest) is
  * "ringmaster-worker", or "worker" under a path that mentions ringmaster (ringmaster/worker). */
@@ -443,18 +418,64 @@ cJSON *rm_kube_worker_pod(const cJSON *job_obj, const void *tjv, int index, int 
     return rm_kube_worker_pod_port(job_obj, tjv, index, epoch, rdzv_url, worker_image, -1, err);
 }
 
-cJSON *rm_kube_worker_pod_port(const cJSON *job_obj, const void *tjv, int index, int epoch,
+cJSON *rm_kube_worker_pod_port(const cJSON *job_obj, const void *tj, int index, int epoch,
                                const char *rdzv_url, const char *worker_image, int metrics_port,
                                rm_err *err)
 {
+    return rm_kube_worker_pod_ex(job_obj, tj, index, epoch, rdzv_url, worker_image, metrics_port,
+                                 NULL, 0, err);
+}
+
+/* Render one launch setting as a container env entry (after dropping any user entry of that
+ * name; its name is appended to overridden). */
+static void env_render(cJSON *env, const rm_launch_var *v, char *overridden, size_t cap)
+{
+    for (int i = cJSON_GetArraySize(env) - 1; i >= 0; i--) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(env, i), "name");
+        if (!cJSON_IsString(nm) || strcmp(nm->valuestring, v->name) != 0)
+            continue;
+        cJSON_DeleteItemFromArray(env, i);
+        if (overridden && cap > 0 && !strstr(overridden, v->name)) {
+            size_t len = strlen(overridden);
+            rm_sfmt(overridden + len, cap - len, "%s%s", len ? ", " : "", v->name);
+        }
+    }
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "name", v->name);
+    if (v->src == RM_LAUNCH_LITERAL) {
+        cJSON_AddStringToObject(e, "value", v->value);
+    } else if (v->src == RM_LAUNCH_SECRET) {
+        cJSON *skr = cJSON_AddObjectToObject(cJSON_AddObjectToObject(e, "valueFrom"), "secretKeyRef");
+        cJSON_AddStringToObject(skr, "name", v->value);
+        cJSON_AddStringToObject(skr, "key", "token");
+    } else {
+        cJSON *fr = cJSON_AddObjectToObject(cJSON_AddObjectToObject(e, "valueFrom"), "fieldRef");
+        cJSON_AddStringToObject(fr, "fieldPath", v->value);
+    }
+    cJSON_AddItemToArray(env, e);
+}
+
+cJSON *rm_kube_worker_pod_ex(const cJSON *job_obj, const void *tjv, int index, int epoch,
+                             const char *rdzv_url, const char *worker_image, int metrics_port,
+                             char *overridden, size_t overridden_cap, rm_err *err)
+{
     (void)job_obj;
     const rm_tj *tj = tjv;
-    char name[320], svc[256], master[640], buf[64];
+    char name[320], svc[256], buf[64];
+    rm_launch ln;
+    memset(&ln, 0, sizeof(ln));
+    if (overridden && overridden_cap)
+        overridden[0] = 0;
     snprintf(name, sizeof(name), "%s-worker-%d", tj->name, index);
     snprintf(svc, sizeof(svc), "%s", tj->name);
-    snprintf(master, sizeof(master), "%s-worker-0.%s", tj->name, svc);
     if (!worker_image)
         worker_image = RM_DEFAULT_WORKER_IMAGE;
+    rm_launch_placement where = {
+        .rdzv_url = rdzv_url ? rdzv_url : "", .metrics_port = metrics_port,
+        .workers_per_node = 1, .gpus = rm_template_gpus(tj->spec.template),
+    };
+    if (rm_launch_build(tj, index, epoch, &where, &ln, err) != RM_OK)
+        return NULL;
     cJSON *pod = cJSON_CreateObject();
     cJSON *tmpl = tj->spec.template ? cJSON_Duplicate(tj->spec.template, 1) : cJSON_CreateObject();
     if (!pod || !tmpl)
@@ -515,78 +536,25 @@ cJSON *rm_kube_worker_pod_port(const cJSON *job_obj, const void *tjv, int index,
     bool ours = is_worker_image(img->valuestring, worker_image);
     if (ours && !cJSON_GetObjectItemCaseSensitive(c, "command") &&
         !cJSON_GetObjectItemCaseSensitive(c, "args")) {
+        /* our image without a command of the user's: the contract's arguments (metrics on the
+         * pod IP: right in a pod's own network namespace, and lets kubesim's process kubelet run
+         * many workers on one host without port clashes) */
         cJSON *args = cJSON_AddArrayToObject(c, "args");
-        cJSON_AddItemToArray(args, cJSON_CreateString(tj->spec.training.mode == RM_MODE_BENCH ? "bench" : "train"));
-        /* metrics on the pod IP: right in a pod's own network namespace, and lets kubesim's
-         * process kubelet run many workers on one host without port clashes */
-        char ma[64];
-        snprintf(ma, sizeof(ma), "$(RINGMASTER_BIND_ADDR):%d", metrics_port < 0 ? 9090 : metrics_port);
-        cJSON_AddItemToArray(args, cJSON_CreateString("--metrics-addr"));
-        cJSON_AddItemToArray(args, cJSON_CreateString(ma));
+        for (int i = 0; i < ln.nargs; i++)
+            cJSON_AddItemToArray(args, cJSON_CreateString(ln.args[i]));
     }
     cJSON *env = cJSON_GetObjectItemCaseSensitive(c, "env");
     if (!cJSON_IsArray(env)) {
         cJSON_DeleteItemFromObjectCaseSensitive(c, "env");
         env = cJSON_AddArrayToObject(c, "env");
     }
-    char jobid[512], ckpt[1024];
-    snprintf(jobid, sizeof(jobid), "%s/%s", tj->namespace_, tj->name);
-    env_set(env, "RINGMASTER_RENDEZVOUS", rdzv_url ? rdzv_url : "");
-    env_set(env, "RINGMASTER_JOB", jobid);
-    /* the token comes from the job's Secret, never inline */
-    for (int i = cJSON_GetArraySize(env) - 1; i >= 0; i--) {
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(env, i), "name");
-        if (cJSON_IsString(nm) && (strcmp(nm->valuestring, "RINGMASTER_TOKEN") == 0 ||
-                                   strcmp(nm->valuestring, "RINGMASTER_BIND_ADDR") == 0))
-            cJSON_DeleteItemFromArray(env, i);
-    }
-    {
-        char sec[320];
-        snprintf(sec, sizeof(sec), "%s-rendezvous", tj->name);
-        cJSON *e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "name", "RINGMASTER_TOKEN");
-        cJSON *vf = cJSON_AddObjectToObject(e, "valueFrom");
-        cJSON *skr = cJSON_AddObjectToObject(vf, "secretKeyRef");
-        cJSON_AddStringToObject(skr, "name", sec);
-        cJSON_AddStringToObject(skr, "key", "token");
-        cJSON_AddItemToArray(env, e);
-        e = cJSON_CreateObject();
-        cJSON_AddStringToObject(e, "name", "RINGMASTER_BIND_ADDR");
-        vf = cJSON_AddObjectToObject(e, "valueFrom");
-        cJSON *fr = cJSON_AddObjectToObject(vf, "fieldRef");
-        cJSON_AddStringToObject(fr, "fieldPath", "status.podIP");
-        cJSON_AddItemToArray(env, e);
-    }
-    env_set_int(env, "RINGMASTER_WORKER_ID", index);
-    const char *cp = tj->spec.checkpoint.path ? tj->spec.checkpoint.path : "/checkpoints";
-    snprintf(ckpt, sizeof(ckpt), "%s/%s/%s", cp, tj->namespace_, tj->name);
-    env_set(env, "RINGMASTER_CHECKPOINT_DIR", ckpt);
-    snprintf(buf, sizeof(buf), "%g", tj->spec.restart.progress_deadline_seconds);
-    env_set(env, "RINGMASTER_PROGRESS_DEADLINE", buf);
-    rm_backend be = rm_backend_resolve(tj->spec.backend, rm_template_gpus(tj->spec.template));
-    env_set(env, "RINGMASTER_BACKEND", rm_backend_name(be));
-    cJSON *tr = rm_training_to_json(&tj->spec.training);
-    char *trs = tr ? cJSON_PrintUnformatted(tr) : NULL;
-    cJSON_Delete(tr);
-    if (!trs)
-        goto nomem;
-    env_set(env, "RINGMASTER_TRAINING", trs);
-    free(trs);
-    int world = tj->spec.replicas;
-    env_set(env, "MASTER_ADDR", master);
-    env_set(env, "MASTER_PORT", "29500");
-    env_set_int(env, "WORLD_SIZE", world);
-    env_set_int(env, "RANK", index);
-    env_set(env, "LOCAL_RANK", "0");
-    env_set_int(env, "PET_NNODES", world);
-    env_set_int(env, "PET_NODE_RANK", index);
-    env_set(env, "PET_NPROC_PER_NODE", "1");
-    env_set(env, "PET_MASTER_ADDR", master);
-    env_set(env, "PET_MASTER_PORT", "29500");
-    (void)env_has;
+    for (int i = 0; i < ln.nenv; i++)
+        env_render(env, &ln.env[i], overridden, overridden_cap);
+    rm_launch_free(&ln);
     cJSON_Delete(tmpl);
     return pod;
 nomem:
+    rm_launch_free(&ln);
     cJSON_Delete(pod);
     cJSON_Delete(tmpl);
     rm_errf(err, RM_ENOMEM, "pod: out of memory");
@@ -607,7 +575,7 @@ static cJSON *service_obj(const rm_tj *tj)
     cJSON *ports = cJSON_AddArrayToObject(sp, "ports");
     cJSON *p = cJSON_CreateObject();
     cJSON_AddStringToObject(p, "name", "master");
-    cJSON_AddNumberToObject(p, "port", 29500);
+    cJSON_AddNumberToObject(p, "port", RM_PORT_MASTER);
     cJSON_AddStringToObject(p, "protocol", "TCP");
     cJSON_AddItemToArray(ports, p);
     return s;
@@ -930,11 +898,6 @@ static char *cached_job(rm_kube_rt *rt, const char *key)
     return NULL;
 }
 
-static bool cond_true(const rm_tj_status *s, rm_cond_type t)
-{
-    return s->conditions[t].present && s->conditions[t].status;
-}
-
 /* "0-3,5,7-9" from ascending-or-not indices (sorted here); truncated with "..." at cap. */
 static int cmp_int(const void *a, const void *b)
 {
@@ -1027,60 +990,105 @@ void rm_kube_rt_poll_rdzv(rm_kube_rt *rt, void (*enqueue)(void *ud, const char *
 }
 
 /* ---------------- sync ---------------- */
-static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
-                    double *requeue_after, rm_err *err)
+/* R0b: remember the spec of a job that validates; when an update of a job that already started
+ * does not validate, put the last valid spec into tj (metadata and status stay the object's) and
+ * set *invalid_update to the validation message (borrowed from verr). */
+static int last_valid_spec(const cJSON *obj, rm_tj *tj, bool valid, const rm_err *verr,
+                           job_mem *m, const char **invalid_update, rm_err *err)
 {
-    int rc = RM_OK;
-    rm_tj tj;
-    memset(&tj, 0, sizeof(tj));
-    rm_observed_worker *workers = NULL;
-    rm_rdzv_state *rs = NULL;
-    rm_action *acts = NULL;
+    *invalid_update = NULL;
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");
+    if (valid) {
+        char *js = spec ? cJSON_PrintUnformatted(spec) : NULL;
+        if (js && (!m->last_valid_spec || strcmp(js, m->last_valid_spec) != 0)) {
+            free(m->last_valid_spec);
+            m->last_valid_spec = js;
+            js = NULL;
+        }
+        free(js);
+        return RM_OK;
+    }
+    if (!m->last_valid_spec || tj->status.start_time <= 0)
+        return RM_OK;   /* never ran, or no valid spec known: the core decides (R0 / R0b) */
+    cJSON *o = cJSON_Duplicate(obj, 1);
+    cJSON *prev_spec = cJSON_Parse(m->last_valid_spec);
+    if (!o || !prev_spec || !cJSON_ReplaceItemInObjectCaseSensitive(o, "spec", prev_spec)) {
+        cJSON_Delete(o);
+        cJSON_Delete(prev_spec);
+        return rm_errf(err, RM_ENOMEM, "out of memory");
+    }
+    rm_tj prev;
+    rm_err perr = {0};
+    int rc = rm_tj_from_json(o, &prev, &perr);
+    cJSON_Delete(o);
+    if (rc)
+        return RM_OK;   /* cannot happen for a spec that validated; fall back to R0b's freeze */
+    rm_tj_defaults(&prev);
+    rm_tj_free(tj);
+    *tj = prev;
+    *invalid_update = verr->msg[0] ? verr->msg : "invalid spec";
+    return RM_OK;
+}
+
+/* ---- observe: the job (parsed, validated, its Secret and Service in place) ---- */
+/* RM_OK with *skip when the job is not ours to reconcile (another controller's, or unparseable
+ * and already reported). */
+static int observe_job(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, rm_tj *tj,
+                       rm_err *verr, const char **invalid_update, bool *skip, rm_err *err)
+{
+    *skip = false;
     /* managedBy: another controller's job is not ours to touch */
     const cJSON *mb = rm_json_path(obj, "spec.runPolicy.managedBy");
     if (cJSON_IsString(mb) && mb->valuestring[0] && strcmp(mb->valuestring, RM_MANAGER) != 0) {
         rm_debug("skipping job managed by another controller job=%s managedBy=%s", key, mb->valuestring);
-        goto out;
+        *skip = true;
+        return RM_OK;
     }
     rm_err perr = {0};
-    if (rm_tj_from_json(obj, &tj, &perr) != RM_OK) {
-        rc = report_invalid(rt, key, obj, &perr, m, err);
-        goto out;
+    if (rm_tj_from_json(obj, tj, &perr) != RM_OK) {
+        *skip = true;
+        return report_invalid(rt, key, obj, &perr, m, err);
     }
-    rm_tj_defaults(&tj);
-    rm_err verr = {0};
-    bool valid = rm_tj_validate(&tj, &verr) == RM_OK;
-    bool terminal = tj.status.phase == RM_PHASE_SUCCEEDED || tj.status.phase == RM_PHASE_FAILED;
-    if (valid && !terminal && !tj.spec.run.suspend) {
-        RM_CHECK_GOTO(ensure_token(rt, &tj, m, err), rc, out);
-        RM_CHECK_GOTO(ensure_service(rt, &tj, m, err), rc, out);
+    rm_tj_defaults(tj);
+    bool valid = rm_tj_validate(tj, verr) == RM_OK;   /* *invalid_update points into verr */
+    RM_CHECK(last_valid_spec(obj, tj, valid, verr, m, invalid_update, err));
+    if (*invalid_update)
+        valid = true;   /* tj now carries the last valid spec */
+    bool terminal = tj->status.phase == RM_PHASE_SUCCEEDED || tj->status.phase == RM_PHASE_FAILED;
+    if (valid && !terminal && !tj->spec.run.suspend) {
+        RM_CHECK(ensure_token(rt, tj, m, err));
+        RM_CHECK(ensure_service(rt, tj, m, err));
     } else if (!m->token[0]) {
-        load_token(rt, &tj, m);   /* never create anything for a finished job, but know its token */
+        load_token(rt, tj, m);   /* never create anything for a finished job, but know its token */
     }
-    /* observations */
-    int cap = tj.spec.max_replicas > tj.spec.replicas ? tj.spec.max_replicas : tj.spec.replicas;
+    return RM_OK;
+}
+
+/* ---- observe: its pods (and indices whose creation keeps failing) ---- */
+static int observe_workers(rm_kube_rt *rt, const char *key, const rm_tj *tj, job_mem *m,
+                           obs_ctx *oc, rm_err *err)
+{
+    int cap = tj->spec.max_replicas > tj->spec.replicas ? tj->spec.max_replicas : tj->spec.replicas;
     if (cap < 1)
         cap = 1;
     cap = cap * 2 + 16;
-    workers = calloc((size_t)cap, sizeof(*workers));
-    if (!workers) {
-        rc = rm_errf(err, RM_ENOMEM, "out of memory");
-        goto out;
-    }
-    obs_ctx oc = {rt, workers, 0, (size_t)cap, m};
+    rm_observed_worker *workers = calloc((size_t)cap, sizeof(*workers));
+    if (!workers)
+        return rm_errf(err, RM_ENOMEM, "out of memory");
+    *oc = (obs_ctx){rt, workers, 0, (size_t)cap, m};
     rm_informer_rlock(rt->c.pods);
-    rm_informer_by_index(rt->c.pods, key, collect_pod, &oc);
+    rm_informer_by_index(rt->c.pods, key, collect_pod, oc);
     rm_informer_runlock(rt->c.pods);
-    node_readiness(rt, &oc, key);
+    node_readiness(rt, oc, key);
     /* indices that keep failing to be created are reported as Missing with a count */
-    for (int i = 0; i < m->ncreate_failures && oc.n < oc.cap; i++) {
+    for (int i = 0; i < m->ncreate_failures && oc->n < oc->cap; i++) {
         if (!m->create_failures[i])
             continue;
         bool seen = false;
-        for (size_t k = 0; k < oc.n; k++)
-            seen |= oc.w[k].index == i;
+        for (size_t k = 0; k < oc->n; k++)
+            seen |= oc->w[k].index == i;
         if (!seen) {
-            rm_observed_worker *w = &oc.w[oc.n++];
+            rm_observed_worker *w = &oc->w[oc->n++];
             memset(w, 0, sizeof(*w));
             w->index = i;
             w->phase = RM_WORKER_MISSING;
@@ -1088,12 +1096,240 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
             w->create_failures = m->create_failures[i];
         }
     }
+    return RM_OK;
+}
+
+/* ---- apply: the kube runtime's operations table (operator/apply.h) ---- */
+typedef struct kube_apply {
+    rm_kube_rt *rt;
+    const char *key;
+    const cJSON *obj;
+    const rm_tj *tj;
+    job_mem *m;
+    size_t nobserved;
+    char jobpods[512];
+    int created_idx[RM_RDZV_MAX_WORLD], ncreated, created_epoch;
+} kube_apply;
+
+static void count_create(job_mem *m, int index, int arc)
+{
+    if (arc && index >= 0 && index < MAX_IDX && index >= m->ncreate_failures) {
+        int nn = index + 1;
+        unsigned char *nf = realloc(m->create_failures, (size_t)nn);
+        if (nf) {
+            memset(nf + m->ncreate_failures, 0, (size_t)(nn - m->ncreate_failures));
+            m->create_failures = nf;
+            m->ncreate_failures = nn;
+        }
+    }
+    if (index >= 0 && index < m->ncreate_failures) {
+        if (arc && m->create_failures[index] < 255)
+            m->create_failures[index]++;
+        else if (!arc)
+            m->create_failures[index] = 0;
+    }
+}
+
+static int kop_create(void *ud, int index, int epoch, rm_err *err)
+{
+    kube_apply *ka = ud;
+    rm_kube_rt *rt = ka->rt;
+    char over[512];
+    cJSON *pod = rm_kube_worker_pod_ex(ka->obj, ka->tj, index, epoch, rt->rdzv_url,
+                                       rt->worker_image, rt->c.worker_metrics_port, over,
+                                       sizeof(over), err);
+    if (pod && over[0] && !ka->m->warned_env) {
+        char note[768];
+        snprintf(note, sizeof(note), "the pod template sets %s; the operator sets these "
+                 "for every worker, so the template's values are not used", over);
+        job_event(rt, ka->tj, true, "EnvOverridden", note);
+        ka->m->warned_env = true;
+    }
+    bool created = false;
+    int arc = pod ? create(rt, ka->jobpods, pod, &created, err) : RM_ENOMEM;
+    cJSON_Delete(pod);
+    count_create(ka->m, index, arc);
+    if (created && ka->ncreated < (int)RM_ARRAY_LEN(ka->created_idx)) {
+        ka->created_idx[ka->ncreated++] = index;   /* one Event for the batch, after the loop */
+        ka->created_epoch = epoch;
+    }
+    return arc;
+}
+
+static int kop_delete(void *ud, int index, bool force, const char *why, rm_err *err)
+{
+    kube_apply *ka = ud;
+    const rm_tj *tj = ka->tj;
+    char p[640];
+    snprintf(p, sizeof(p), "/api/v1/namespaces/%s/pods/%s-worker-%d", tj->namespace_, tj->name, index);
+    cJSON *opts = cJSON_CreateObject();
+    cJSON_AddStringToObject(opts, "kind", "DeleteOptions");
+    cJSON_AddStringToObject(opts, "apiVersion", "v1");
+    if (force)
+        cJSON_AddNumberToObject(opts, "gracePeriodSeconds", 0);
+    cJSON_AddStringToObject(opts, "propagationPolicy", "Background");
+    int arc = rm_kube_json(ka->rt->c.client, "DELETE", p, NULL, opts, NULL, err);
+    cJSON_Delete(opts);
+    if (arc == RM_ENOTFOUND)
+        return RM_OK;
+    if (arc == RM_OK && ka->rt->c.pod_events) {
+        char note[512];
+        snprintf(note, sizeof(note), "Deleted pod: %s-worker-%d (%s%s)", tj->name, index,
+                 why && why[0] ? why : "reconcile", force ? ", forced" : "");
+        job_event(ka->rt, tj, false, "SuccessfulDeletePod", note);
+    }
+    return arc;
+}
+
+static int kop_restart(void *ud, int from_epoch, rm_err *err)
+{
+    kube_apply *ka = ud;
+    (void)err;
+    if (ka->rt->c.rdzv) {
+        int ne = 0;
+        rm_rdzv_restart(ka->rt->c.rdzv, ka->key, from_epoch, &ne);
+    }
+    return RM_OK;
+}
+
+static int kop_set_rdzv(void *ud, int desired, int min, rm_err *err)
+{
+    kube_apply *ka = ud;
+    rm_kube_rt *rt = ka->rt;
+    job_mem *m = ka->m;
+    const rm_tj *tj = ka->tj;
+    if (!rt->c.rdzv)
+        return RM_OK;
+    bool fresh = m->rdzv_desired == 0;
+    int arc = m->token[0] ? rm_rdzv_job_set(rt->c.rdzv, ka->key, m->token, desired, min, 5.0)
+                          : rm_errf(err, RM_EAGAIN, "no rendezvous token yet");
+    if (!arc && fresh && tj->status.epoch >= 1 && ka->nobserved > 0) {
+        /* this process (re)started while workers train at status.epoch: move the new
+         * rendezvous past it so their next report says "rejoin" and they regroup in
+         * place at once, instead of waiting out a progress deadline */
+        rm_rdzv_state *snap = calloc(1, sizeof(*snap));
+        for (int guard = 0; snap && guard < 1000; guard++) {
+            if (rm_rdzv_snapshot(rt->c.rdzv, ka->key, snap) || snap->epoch > tj->status.epoch)
+                break;
+            int ne = 0;
+            rm_rdzv_restart(rt->c.rdzv, ka->key, snap->epoch, &ne);
+        }
+        free(snap);
+        rm_info("rendezvous re-registered after an operator restart job=%s status_epoch=%d", ka->key, tj->status.epoch);
+    }
+    if (!arc) {
+        pthread_mutex_lock(&rt->mu);   /* rm_kube_rt_poll_rdzv reads it */
+        m->rdzv_desired = desired;
+        m->rdzv_min = min;
+        pthread_mutex_unlock(&rt->mu);
+    }
+    return arc;
+}
+
+static int kop_stop_rdzv(void *ud, rm_err *err)
+{
+    kube_apply *ka = ud;
+    (void)err;
+    if (ka->rt->c.rdzv)
+        rm_rdzv_job_stop(ka->rt->c.rdzv, ka->key);
+    return RM_OK;
+}
+
+static int kop_event(void *ud, bool warning, const char *reason, const char *message, rm_err *err)
+{
+    kube_apply *ka = ud;
+    (void)err;
+    job_event(ka->rt, ka->tj, warning, reason, message);
+    return RM_OK;
+}
+
+static int kop_delete_job(void *ud, rm_err *err)
+{
+    kube_apply *ka = ud;
+    const rm_tj *tj = ka->tj;
+    char p[640];
+    snprintf(p, sizeof(p), "/apis/%s/%s/namespaces/%s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION,
+             tj->namespace_, RM_TJ_PLURAL, tj->name);
+    cJSON *opts = cJSON_CreateObject();
+    cJSON_AddStringToObject(opts, "propagationPolicy", "Background");
+    int arc = rm_kube_json(ka->rt->c.client, "DELETE", p, NULL, opts, NULL, err);
+    cJSON_Delete(opts);
+    if (arc == RM_ENOTFOUND)
+        arc = RM_OK;
+    if (!arc)
+        rm_info("job deleted after ttlSecondsAfterFinished job=%s", ka->key);
+    return arc;
+}
+
+static void kop_failed(void *ud, const rm_action *a, int rc, const rm_err *err)
+{
+    kube_apply *ka = ud;
+    char ab[256];
+    (void)rc;
+    rm_warn("action failed job=%s action=\"%s\" err=\"%s\"", ka->key, rm_action_str(a, ab, sizeof(ab)), err->msg);
+}
+
+static const rm_runtime_ops kube_ops = {
+    .create_worker = kop_create, .delete_worker = kop_delete, .restart_group = kop_restart,
+    .set_rdzv = kop_set_rdzv, .stop_rdzv = kop_stop_rdzv, .event = kop_event,
+    .delete_job = kop_delete_job, .failed = kop_failed,
+};
+
+/* ---- commit: the status write and the shared transition -> metrics diff ---- */
+static int commit_status(rm_kube_rt *rt, const char *key, cJSON *obj, const rm_tj *tj,
+                         const rm_tj_status *ns, job_mem *m, rm_err *err)
+{
+    cJSON *s = status_json(tj, ns);
+    if (!s)
+        return rm_errf(err, RM_ENOMEM, "out of memory");
+    int rc = write_status(rt, tj->namespace_, tj->name, obj, s, m, err);
+    cJSON_Delete(s);
+    if (rc)
+        return rc;
+    const rm_tj_status *os = &tj->status;
+    rm_transition t;
+    rm_status_transition(os, ns, &t);
+    if (t.created)
+        rm_op_metrics_job(rt->c.metrics, RM_JOB_CREATED, tj->namespace_);
+    if (t.succeeded)
+        rm_op_metrics_job(rt->c.metrics, RM_JOB_SUCCESSFUL, tj->namespace_);
+    if (t.failed)
+        rm_op_metrics_job(rt->c.metrics, RM_JOB_FAILED, tj->namespace_);
+    for (int k = 0; k < t.restarts; k++)
+        rm_op_metrics_job(rt->c.metrics, RM_JOB_RESTARTED, tj->namespace_);
+    if (t.phase_changed)
+        rm_info("job phase job=%s from=%s to=%s restarts=%d epoch=%d", key, rm_phase_name(os->phase),
+                rm_phase_name(ns->phase), ns->restarts, ns->epoch);
+    return RM_OK;
+}
+
+/* observe -> reconcile -> apply -> commit status. */
+static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
+                    double *requeue_after, rm_err *err)
+{
+    int rc = RM_OK;
+    rm_tj tj;
+    memset(&tj, 0, sizeof(tj));
+    obs_ctx oc = {0};
+    rm_rdzv_state *rs = NULL;
+    rm_action *acts = NULL;
+    kube_apply *ka = NULL;
+    /* observe */
+    const char *invalid_update = NULL;
+    rm_err verr = {0};
+    bool skip = false;
+    RM_CHECK_GOTO(observe_job(rt, key, obj, m, &tj, &verr, &invalid_update, &skip, err), rc, out);
+    if (skip)
+        goto out;
+    RM_CHECK_GOTO(observe_workers(rt, key, &tj, m, &oc, err), rc, out);
     rs = calloc(1, sizeof(*rs));
-    if (!rs) {
+    ka = calloc(1, sizeof(*ka));
+    if (!rs || !ka) {
         rc = rm_errf(err, RM_ENOMEM, "out of memory");
         goto out;
     }
     bool have_rs = rt->c.rdzv && rm_rdzv_snapshot(rt->c.rdzv, key, rs) == RM_OK;
+    /* reconcile */
     rm_reconcile_opts ro;
     rm_reconcile_opts_default(&ro);
     ro.force_delete_after_s = rt->c.force_delete_after_s;
@@ -1109,6 +1345,7 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
     rm_reconcile_in in = {
         .job = &tj, .workers = oc.w, .nworkers = oc.n, .rdzv = have_rs ? rs : NULL,
         .rdzv_desired = m->rdzv_desired, .rdzv_min = m->rdzv_min, .now = rm_wall(), .opts = &ro,
+        .invalid_update = invalid_update,
     };
     rm_reconcile_out ro_out;
     memset(&ro_out, 0, sizeof(ro_out));
@@ -1119,169 +1356,33 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
         rm_errf(err, rc, "reconcile core failed for %s: %s", key, rm_strerror(rc));
         goto out;
     }
-    /* execute */
-    int first_err = RM_OK;
-    int created_idx[RM_RDZV_MAX_WORLD], ncreated = 0, created_epoch = 0;
-    char jobpods[512];
-    snprintf(jobpods, sizeof(jobpods), "/api/v1/namespaces/%s/pods", tj.namespace_);
-    for (size_t i = 0; i < ro_out.nactions; i++) {
-        const rm_action *a = &ro_out.actions[i];
-        rm_err aerr = {0};
-        int arc = RM_OK;
-        switch (a->type) {
-        case RM_ACT_CREATE_WORKER: {
-            cJSON *pod = rm_kube_worker_pod_port(obj, &tj, a->index, a->epoch, rt->rdzv_url,
-                                                 rt->worker_image, rt->c.worker_metrics_port, &aerr);
-            bool created = false;
-            arc = pod ? create(rt, jobpods, pod, &created, &aerr) : RM_ENOMEM;
-            cJSON_Delete(pod);
-            if (arc && a->index >= 0 && a->index < MAX_IDX && a->index >= m->ncreate_failures) {
-                int nn = a->index + 1;
-                unsigned char *nf = realloc(m->create_failures, (size_t)nn);
-                if (nf) {
-                    memset(nf + m->ncreate_failures, 0, (size_t)(nn - m->ncreate_failures));
-                    m->create_failures = nf;
-                    m->ncreate_failures = nn;
-                }
-            }
-            if (a->index >= 0 && a->index < m->ncreate_failures) {
-                if (arc && m->create_failures[a->index] < 255)
-                    m->create_failures[a->index]++;
-                else if (!arc)
-                    m->create_failures[a->index] = 0;
-            }
-            if (created && ncreated < (int)RM_ARRAY_LEN(created_idx)) {
-                created_idx[ncreated++] = a->index;   /* one Event for the batch, after the loop */
-                created_epoch = a->epoch;
-            }
-            break;
-        }
-        case RM_ACT_DELETE_WORKER: {
-            char p[640];
-            snprintf(p, sizeof(p), "/api/v1/namespaces/%s/pods/%s-worker-%d", tj.namespace_, tj.name, a->index);
-            cJSON *opts = cJSON_CreateObject();
-            cJSON_AddStringToObject(opts, "kind", "DeleteOptions");
-            cJSON_AddStringToObject(opts, "apiVersion", "v1");
-            if (a->force)
-                cJSON_AddNumberToObject(opts, "gracePeriodSeconds", 0);
-            cJSON_AddStringToObject(opts, "propagationPolicy", "Background");
-            arc = rm_kube_json(rt->c.client, "DELETE", p, NULL, opts, NULL, &aerr);
-            cJSON_Delete(opts);
-            if (arc == RM_ENOTFOUND)
-                arc = RM_OK;
-            else if (arc == RM_OK && rt->c.pod_events) {
-                char note[512];
-                snprintf(note, sizeof(note), "Deleted pod: %s-worker-%d (%s%s)", tj.name, a->index,
-                         a->reason[0] ? a->reason : "reconcile", a->force ? ", forced" : "");
-                job_event(rt, &tj, false, "SuccessfulDeletePod", note);
-            }
-            break;
-        }
-        case RM_ACT_RESTART_GROUP:
-            if (rt->c.rdzv) {
-                int ne = 0;
-                rm_rdzv_restart(rt->c.rdzv, key, a->epoch, &ne);
-            }
-            break;
-        case RM_ACT_SET_RDZV:
-            if (rt->c.rdzv) {
-                bool fresh = m->rdzv_desired == 0;
-                arc = m->token[0] ? rm_rdzv_job_set(rt->c.rdzv, key, m->token, a->desired, a->min, 5.0)
-                                  : rm_errf(&aerr, RM_EAGAIN, "no rendezvous token yet");
-                if (!arc && fresh && tj.status.epoch >= 1 && oc.n > 0) {
-                    /* this process (re)started while workers train at status.epoch: move the new
-                     * rendezvous past it so their next report says "rejoin" and they regroup in
-                     * place at once, instead of waiting out a progress deadline */
-                    rm_rdzv_state *snap = calloc(1, sizeof(*snap));
-                    for (int guard = 0; snap && guard < 1000; guard++) {
-                        if (rm_rdzv_snapshot(rt->c.rdzv, key, snap) || snap->epoch > tj.status.epoch)
-                            break;
-                        int ne = 0;
-                        rm_rdzv_restart(rt->c.rdzv, key, snap->epoch, &ne);
-                    }
-                    free(snap);
-                    rm_info("rendezvous re-registered after an operator restart job=%s status_epoch=%d", key, tj.status.epoch);
-                }
-                if (!arc) {
-                    pthread_mutex_lock(&rt->mu);   /* rm_kube_rt_poll_rdzv reads it */
-                    m->rdzv_desired = a->desired;
-                    m->rdzv_min = a->min;
-                    pthread_mutex_unlock(&rt->mu);
-                }
-            }
-            break;
-        case RM_ACT_STOP_RDZV:
-            if (rt->c.rdzv)
-                rm_rdzv_job_stop(rt->c.rdzv, key);
-            break;
-        case RM_ACT_EVENT:
-            job_event(rt, &tj, a->warning, a->reason, a->message);
-            break;
-        case RM_ACT_DELETE_JOB: {
-            char p[640];
-            snprintf(p, sizeof(p), "/apis/%s/%s/namespaces/%s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION,
-                     tj.namespace_, RM_TJ_PLURAL, tj.name);
-            cJSON *opts = cJSON_CreateObject();
-            cJSON_AddStringToObject(opts, "propagationPolicy", "Background");
-            arc = rm_kube_json(rt->c.client, "DELETE", p, NULL, opts, NULL, &aerr);
-            cJSON_Delete(opts);
-            if (arc == RM_ENOTFOUND)
-                arc = RM_OK;
-            if (!arc)
-                rm_info("job deleted after ttlSecondsAfterFinished job=%s", key);
-            break;
-        }
-        case RM_ACT_REQUEUE_AFTER:
-            if (a->seconds > 0 && (*requeue_after <= 0 || a->seconds < *requeue_after))
-                *requeue_after = a->seconds;
-            break;
-        }
-        if (arc) {
-            char ab[256];
-            rm_warn("action failed job=%s action=\"%s\" err=\"%s\"", key, rm_action_str(a, ab, sizeof(ab)), aerr.msg);
-            if (!first_err) {
-                first_err = arc;
-                *err = aerr;
-            }
-        }
-    }
-    if (ncreated && rt->c.pod_events) {
+    /* apply */
+    *ka = (kube_apply){.rt = rt, .key = key, .obj = obj, .tj = &tj, .m = m, .nobserved = oc.n};
+    snprintf(ka->jobpods, sizeof(ka->jobpods), "/api/v1/namespaces/%s/pods", tj.namespace_);
+    rm_apply_result ar;
+    int first_err = rm_apply_actions(&kube_ops, ka, ro_out.actions, ro_out.nactions, &ar);
+    if (first_err)
+        *err = ar.first_err;
+    if (ar.requeue_after > 0 && (*requeue_after <= 0 || ar.requeue_after < *requeue_after))
+        *requeue_after = ar.requeue_after;
+    if (ka->ncreated && rt->c.pod_events) {
         /* one Event per batch of creations ("pods tj-worker-{0-63}"), not one per pod: a
          * 64-worker job costs 1 Event request instead of 64 */
         char note[1024], ranges[900];
-        format_ranges(created_idx, ncreated, ranges, sizeof(ranges));
-        snprintf(note, sizeof(note), "Created %d pod%s: %s-worker-{%s} (epoch %d)", ncreated,
-                 ncreated == 1 ? "" : "s", tj.name, ranges, created_epoch);
+        format_ranges(ka->created_idx, ka->ncreated, ranges, sizeof(ranges));
+        snprintf(note, sizeof(note), "Created %d pod%s: %s-worker-{%s} (epoch %d)", ka->ncreated,
+                 ka->ncreated == 1 ? "" : "s", tj.name, ranges, ka->created_epoch);
         job_event(rt, &tj, false, "SuccessfulCreatePod", note);
     }
-    if (ro_out.status_changed) {
-        cJSON *s = status_json(&tj, &ro_out.status);
-        if (!s) {
-            rc = rm_errf(err, RM_ENOMEM, "out of memory");
-            goto out;
-        }
-        rc = write_status(rt, tj.namespace_, tj.name, obj, s, m, err);
-        cJSON_Delete(s);
-        if (rc)
-            goto out;
-        const rm_tj_status *os = &tj.status, *ns = &ro_out.status;
-        if (cond_true(ns, RM_COND_CREATED) && !cond_true(os, RM_COND_CREATED))
-            rm_op_metrics_job(rt->c.metrics, RM_JOB_CREATED, tj.namespace_);
-        if (ns->phase == RM_PHASE_SUCCEEDED && os->phase != RM_PHASE_SUCCEEDED)
-            rm_op_metrics_job(rt->c.metrics, RM_JOB_SUCCESSFUL, tj.namespace_);
-        if (ns->phase == RM_PHASE_FAILED && os->phase != RM_PHASE_FAILED)
-            rm_op_metrics_job(rt->c.metrics, RM_JOB_FAILED, tj.namespace_);
-        for (int k = os->restarts; k < ns->restarts; k++)
-            rm_op_metrics_job(rt->c.metrics, RM_JOB_RESTARTED, tj.namespace_);
-        if (ns->phase != os->phase)
-            rm_info("job phase job=%s from=%s to=%s restarts=%d epoch=%d", key, rm_phase_name(os->phase),
-                    rm_phase_name(ns->phase), ns->restarts, ns->epoch);
-    }
+    /* commit status */
+    if (ro_out.status_changed)
+        RM_CHECK_GOTO(commit_status(rt, key, obj, &tj, &ro_out.status, m, err), rc, out);
     rc = first_err;
 out:
-    free(workers);
+    free(oc.w);
     free(rs);
     free(acts);
+    free(ka);
     rm_tj_free(&tj);
     return rc;
 }

@@ -43,7 +43,7 @@ typedef struct rm_kube_rt_config {
     bool pod_events;                 /* emit an Event per pod creation/deletion (default true) */
     int worker_metrics_port;         /* our worker's --metrics-addr port on the pod IP; 0 = any
                                       * free port (hosts shared by many pods, e.g. kubesim);
-                                      * <0 = default 9090 */
+                                      * <0 = RM_PORT_WORKER_METRICS */
     double force_delete_after_s;     /* Terminating on a NotReady node → force; default 30 */
 } rm_kube_rt_config;
 
@@ -94,4 +94,9 @@ cJSON *rm_kube_worker_pod(const cJSON *job_obj, const void *tj /* const rm_tj* *
 cJSON *rm_kube_worker_pod_port(const cJSON *job_obj, const void *tj, int index, int epoch,
                                const char *rdzv_url, const char *worker_image, int metrics_port,
                                rm_err *err);
+/* Same; overridden (cap bytes, may be NULL) gets the comma-separated names of the template's env
+ * entries the launch contract replaced ("" when none). */
+cJSON *rm_kube_worker_pod_ex(const cJSON *job_obj, const void *tj, int index, int epoch,
+                             const char *rdzv_url, const char *worker_image, int metrics_port,
+                             char *overridden, size_t overridden_cap, rm_err *err);
 #endif

@@ -2,7 +2,7 @@
 # 60-operator-basic: the operator on kubesim with the real kubectl. CRD applied and established; a
 # 2-worker TrainingJob gets its Secret, headless Service and pods (owner references, labels, env);
 # the workers (real processes via kubesim's kubelet) rendezvous with the operator and train; the
-# job Succeeds with its accuracy in status and in `kubectl get tj`; events are recorded; an invalid
+# job Succeeds with its accuracy (and its checkpoints follow spec.checkpoint) in status and in `kubectl get tj`; events are recorded; an invalid
 # job gets a Failed condition naming the field while the good one runs; `kubectl delete tj`
 # removes the pods; metrics and probes answer.
 source "$(dirname "$0")/6x-operator-lib.bash"
@@ -33,7 +33,7 @@ o=md["ownerReferences"][0]
 assert o["kind"]=="TrainingJob" and o["name"]=="mnist" and o["controller"] and o["blockOwnerDeletion"], o
 l=md["labels"]; assert l["ringmaster.dev/job-name"]=="mnist" and l["ringmaster.dev/replica-index"]=="1" and "ringmaster.dev/epoch" in l, l
 c=sp["containers"][0]; env={e["name"]:e for e in c["env"]}
-for k,v in {"RANK":"1","WORLD_SIZE":"2","LOCAL_RANK":"0","MASTER_PORT":"29500","PET_NNODES":"2","PET_NODE_RANK":"1","RINGMASTER_WORKER_ID":"1","RINGMASTER_JOB":"default/mnist","MASTER_ADDR":"mnist-worker-0.mnist"}.items():
+for k,v in {"RANK":"1","WORLD_SIZE":"2","LOCAL_RANK":"0","LOCAL_WORLD_SIZE":"1","RINGMASTER_CHECKPOINT_INTERVAL":"50","RINGMASTER_ROLE":"worker","MASTER_PORT":"29500","PET_NNODES":"2","PET_NODE_RANK":"1","RINGMASTER_WORKER_ID":"1","RINGMASTER_JOB":"default/mnist","MASTER_ADDR":"mnist-worker-0.mnist"}.items():
     assert env[k]["value"]==v, (k, env[k])
 assert env["RINGMASTER_TOKEN"]["valueFrom"]["secretKeyRef"]["name"]=="mnist-rendezvous"
 assert env["RINGMASTER_BIND_ADDR"]["valueFrom"]["fieldRef"]["fieldPath"]=="status.podIP"
@@ -50,6 +50,18 @@ wait_for 150 "mnist Succeeded" tj_phase_is mnist Succeeded
 acc=$(tj_field mnist '{.status.result.testAccuracy}')
 log "accuracy=$acc"
 $PY -c "import sys; a=float('$acc'); sys.exit(0 if 0.7 < a <= 1 else 1)" || fail "accuracy $acc"
+# spec.checkpoint reaches the pods: intervalSteps 50 (not the worker's default 200), keep 3
+ls "$T/ckpt/default/mnist" >"$T/ckpts.txt" 2>/dev/null || true
+$PY - "$T/ckpts.txt" <<'PY' || fail "checkpoints do not follow spec.checkpoint.intervalSteps: 50: $(tr '\n' ' ' <"$T/ckpts.txt")"
+import re,sys
+steps=[int(m.group(1)) for m in (re.match(r"ckpt-(\d{12})(-\d+)?\.rmck$",l.strip()) for l in open(sys.argv[1])) if m]
+assert steps, "no checkpoint in the pods' folder"
+# 1 epoch of 60000/(2*64) = 468 steps; the end of training writes one at 468 whatever the interval
+assert all(s % 50 == 0 for s in steps if s != 468), steps
+assert 450 in steps, steps              # the default interval (200) would give 200, 400, 468
+assert len(set(steps)) <= 3, steps      # keep: 3
+PY
+log "checkpoints: $(tr '\n' ' ' <"$T/ckpts.txt")"
 k get tj mnist | tee "$T/get.txt"
 grep -q Succeeded "$T/get.txt" || fail "kubectl get tj does not show Succeeded"
 [ "$(tj_field mnist '{.status.observedGeneration}')" = "$(tj_field mnist '{.metadata.generation}')" ] || fail "observedGeneration"

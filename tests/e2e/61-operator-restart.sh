@@ -11,13 +11,23 @@ fast_job crashy 2 1 "        env: [{name: RINGMASTER_FAULT, value: 'exit:rank=1:
 wait_for 30 "2 pods" bash -c "[ \$(kubectl get pods -l ringmaster.dev/job-name=crashy --no-headers 2>/dev/null | grep -c .) -eq 2 ]"
 uid0=$(k get pod crashy-worker-0 -o jsonpath='{.metadata.uid}')
 wait_for 90 "a restart" bash -c "[ \"\$(kubectl get tj crashy -o jsonpath='{.status.restarts}')\" = 1 ]"
+# the survivor re-joins in place: right after the restart worker-0 is the same pod (uid); only
+# the failed worker is deleted (the SuccessfulDeletePod events below say which)
+uid0b=$(k get pod crashy-worker-0 -o jsonpath='{.metadata.uid}' 2>/dev/null || echo gone)
+[ "$uid0" = "$uid0b" ] || fail "worker-0 was replaced too (uid $uid0 -> $uid0b): only the failed pod may be"
 wait_for 150 "crashy Succeeded" tj_phase_is crashy Succeeded
 [ "$(tj_field crashy '{.status.restarts}')" = "1" ] || fail "restarts != 1"
 ep=$(tj_field crashy '{.status.epoch}')
-[ "${ep:-0}" -ge 1 ] || fail "epoch did not move: $ep"
-# the survivor re-joined in place: same pod (uid) as before
-uid0b=$(k get pod crashy-worker-0 -o jsonpath='{.metadata.uid}' 2>/dev/null || echo gone)
-[ "$uid0" = "$uid0b" ] || log "note: worker-0 was replaced too (uid $uid0 -> $uid0b)"
+# the first round of a fresh rendezvous is epoch 1; the restart moved the group past it
+[ "${ep:-0}" -ge 2 ] || fail "epoch did not move past the first round's (1): $ep"
+k get events -o json | $PY -c '
+import json,sys
+ev=json.load(sys.stdin)["items"]
+d=[(e.get("message") or e.get("note") or "") for e in ev if e.get("reason")=="SuccessfulDeletePod"]
+failed=[m for m in d if "(failed" in m]
+assert any("crashy-worker-1 " in m for m in failed), d
+assert not any("crashy-worker-0 " in m for m in failed), d
+' || fail "the failed pod and only it is deleted for the restart"
 k get events -o json | $PY -c '
 import json,sys
 ev=json.load(sys.stdin)["items"]

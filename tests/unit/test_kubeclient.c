@@ -7,7 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "common/http.h"
+#include "common/httpc.h"
 #include "operator/kube/client.h"
 #include "tests/unit/testutil.h"
 
@@ -169,11 +171,19 @@ static void test_token_bucket(void)
     rm_kube_bucket_destroy(&b);
 }
 
+static long long clock_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* ---------------- fake API server ---------------- */
 typedef struct fake {
     atomic_int calls;
     int fail_first;        /* answer `fail_code` this many times */
     int fail_code;
+    const char *retry_after;   /* NULL = "0" */
     char tokfile[512];
 } fake;
 
@@ -182,7 +192,7 @@ static int h_flaky(const rm_http_req *req, rm_http_resp *resp, void *ud)
     fake *f = ud;
     int n = atomic_fetch_add(&f->calls, 1);
     if (n < f->fail_first) {
-        rm_http_add_header(resp, "Retry-After", "0");
+        rm_http_add_header(resp, "Retry-After", f->retry_after ? f->retry_after : "0");
         return rm_http_reply_text(resp, f->fail_code, "application/json", "{\"kind\":\"Status\",\"code\":429}");
     }
     return rm_http_reply_text(resp, 200, "application/json", "{\"ok\":true}");
@@ -256,6 +266,20 @@ static void test_requests(void)
     CU_ASSERT_EQUAL(r.status, 200);
     CU_ASSERT_EQUAL(r.attempts, 3);
     rm_kube_resp_free(&r);
+    /* a malformed Retry-After (a fraction: delay-seconds is digits only) is ignored like the
+     * shared parser (common/httpc.h) ignores it: the client backs off 10 ms, it does not sleep
+     * 3.5 s (its own looser parser used to) */
+    atomic_store(&f.calls, 0);
+    f.retry_after = "3.5";
+    CU_ASSERT_EQUAL(rm_http_retry_after("Retry-After: 3.5\r\n", 18), -1);
+    CU_ASSERT_EQUAL(rm_http_retry_after("retry-after: 7\r\n", 16), 7);
+    double t0 = (double)clock_mono_ms() / 1000;
+    CU_ASSERT_EQUAL(rm_kube_request(c, "GET", "/flaky", NULL, NULL, 0, &r, &e), RM_OK);
+    double took = (double)clock_mono_ms() / 1000 - t0;
+    CU_ASSERT_EQUAL(r.status, 200);
+    CU_ASSERT_TRUE(took < 1.5);
+    rm_kube_resp_free(&r);
+    f.retry_after = NULL;
     /* 500 forever: gives up after max_retries+1 attempts and returns the last answer */
     atomic_store(&f.calls, 0);
     f.fail_first = 100;

@@ -30,6 +30,8 @@
 #define SUCCEEDED_ (1u << RM_COND_SUCCEEDED)
 #define FAILED_ (1u << RM_COND_FAILED)
 #define SUSPENDED_ (1u << RM_COND_SUSPENDED)
+#define CKFAIL_ (1u << RM_COND_CHECKPOINT_FAILING)
+#define INVALID_ (1u << RM_COND_INVALID_SPEC)
 /* conditions present but False */
 #define OFF(x) ((x) << 8)
 
@@ -58,6 +60,12 @@ typedef struct scen {
     rm_phase ephase;
     int erestarts, eepoch;
     const char *econds;           /* "Running=T:TrainingJobRunning Restarting=F ..." ; ~substr of message */
+    /* status.stepHighWater, member 0's consecutive checkpoint failures ("disk full"), and the
+     * runtime's invalid-update message (R0b) */
+    int64_t hw_step;
+    int hw_epoch;
+    int ckfail;
+    const char *invalid;
 } scen;
 
 /* ------------------------------------------------------------------ notation parsers */
@@ -208,6 +216,8 @@ static void base_job(rm_tj *tj, const scen *s)
     st->start_time = s->start_time;
     st->completion_time = s->completion;
     st->observed_generation = 1;
+    st->high_step = s->hw_step;
+    st->high_epoch = s->hw_epoch;
     for (int t = 0; t < RM_COND__COUNT; t++) {
         bool on = s->conds & (1u << t), off = s->conds & OFF(1u << t);
         if (!on && !off)
@@ -297,6 +307,10 @@ static void run_once(const scen *s, const rm_tj *tj, run_result *rr)
     int nw = parse_workers(s->workers, w, T_MAXW);
     if (s->rdzv)
         parse_rdzv(s->rdzv, &rz);
+    if (s->rdzv && s->ckfail && rz.nmembers > 0) {
+        rz.members[0].checkpoint_failures = s->ckfail;
+        snprintf(rz.members[0].checkpoint_error, sizeof rz.members[0].checkpoint_error, "disk full");
+    }
     rm_reconcile_opts opts;
     rm_reconcile_opts_default(&opts);
     opts.no_rendezvous = s->no_rdzv;
@@ -305,7 +319,7 @@ static void run_once(const scen *s, const rm_tj *tj, run_result *rr)
         .rdzv_desired = s->rdzv_desired < 0 ? 0 : s->rdzv_desired ? s->rdzv_desired
                                                                   : tj->spec.replicas,
         .rdzv_min = tj->spec.min_replicas,
-        .now = s->now ? s->now : 1000, .opts = &opts,
+        .now = s->now ? s->now : 1000, .opts = &opts, .invalid_update = s->invalid,
     };
     memset(&rr->out, 0, sizeof rr->out);
     rr->out.actions = rr->acts;
@@ -654,6 +668,54 @@ static const scen table[] = {
      .replicas = 2, .minr = 2, .maxr = 4, .rdzv_desired = 4, .workers = ALL4, .rdzv = CLOSED0,
      .actions = "S2/2 E:ScaledDown D2 D3 R1 E:Resized Q25", .ephase = RM_PHASE_RUNNING,
      .eepoch = 2},
+    /* R10 recovery loop (issue 20: a group that re-forms without getting past its step) */
+    {.name = "re-formed 20 epochs without passing the high-water step: RecoveryLoop", .phase = RM_PHASE_RUNNING, .conds = CREATED_ | RUNNING_, .start_time = 500,
+     .epoch = 21, .hw_step = 200, .hw_epoch = 1, .workers = ALL4,
+     .rdzv = "21 C@990 0/21/0/995 1/21/1/995 2/21/2/995 3/21/3/995",
+     .actions = "W:RecoveryLoop STOP D0 D1 D2 D3", .ephase = RM_PHASE_FAILED, .eepoch = 21,
+     .econds = "Failed=T:RecoveryLoop~re-formed_20_times Running=F"},
+    {.name = "re-formed 19 epochs without progress: still Running", .phase = RM_PHASE_RUNNING, .conds = CREATED_ | RUNNING_, .start_time = 500,
+     .epoch = 20, .hw_step = 200, .hw_epoch = 1, .workers = ALL4,
+     .rdzv = "20 C@990 0/20/0/995 1/20/1/995 2/20/2/995 3/20/3/995",
+     .actions = "Q25", .ephase = RM_PHASE_RUNNING, .eepoch = 20, .econds = "Running=T"},
+    {.name = "a step past the high-water mark resets the count", .phase = RM_PHASE_RUNNING, .conds = CREATED_ | RUNNING_, .start_time = 500,
+     .epoch = 30, .hw_step = 50, .hw_epoch = 1, .workers = ALL4,
+     .rdzv = "30 C@990 0/30/0/995 1/30/1/995 2/30/2/995 3/30/3/995",
+     .actions = "Q25", .ephase = RM_PHASE_RUNNING, .eepoch = 30, .econds = "Running=T"},
+    {.name = "join loop before any step (batch larger than the data): RecoveryLoop",
+     .conds = CREATED_, .epoch = 25, .hw_epoch = 3, .start_time = 500, .workers = ALL4,
+     .rdzv = "25 O", .actions = "W:RecoveryLoop STOP D0 D1 D2 D3", .ephase = RM_PHASE_FAILED,
+     .eepoch = 25, .econds = "Failed=T:RecoveryLoop~past_step_0"},
+    /* R11 checkpoint failures */
+    {.name = "first failed checkpoint: CheckpointFailing condition and Warning", RUNNING_ST,
+     .ckfail = 2, .workers = ALL4, .rdzv = CLOSED0, .actions = "W:CheckpointFailing Q25",
+     .ephase = RM_PHASE_RUNNING, .eepoch = 1,
+     .econds = "CheckpointFailing=T:CheckpointWriteFailed~2_checkpoint_writes_failed_in_a_row:_disk_full "
+               "Running=T"},
+    {.name = "checkpoints failing longer than the progress deadline: Failed", .phase = RM_PHASE_RUNNING, .epoch = 1, .start_time = 500,
+     .conds = CREATED_ | RUNNING_ | CKFAIL_, .ckfail = 9, .workers = ALL4, .rdzv = CLOSED0,
+     .actions = "W:CheckpointFailing STOP D0 D1 D2 D3", .ephase = RM_PHASE_FAILED, .eepoch = 1,
+     .econds = "Failed=T:CheckpointFailing~progressDeadlineSeconds_30"},
+    {.name = "checkpoints failing within the deadline: wait for it", .phase = RM_PHASE_RUNNING, .epoch = 1, .start_time = 500,
+     .conds = CREATED_ | RUNNING_ | CKFAIL_, .ckfail = 3, .pd = 2000, .workers = ALL4,
+     .rdzv = CLOSED0, .actions = "Q1001", .ephase = RM_PHASE_RUNNING, .eepoch = 1,
+     .econds = "CheckpointFailing=T Running=T"},
+    {.name = "checkpoints written again: condition cleared, no event", .phase = RM_PHASE_RUNNING, .epoch = 1, .start_time = 500,
+     .conds = CREATED_ | RUNNING_ | CKFAIL_, .workers = ALL4, .rdzv = CLOSED0, .actions = "Q25",
+     .ephase = RM_PHASE_RUNNING, .eepoch = 1,
+     .econds = "CheckpointFailing=F:CheckpointWritten Running=T"},
+    /* R0b invalid update of a running job (issue 20: kubectl scale --replicas=10000) */
+    {.name = "invalid update, last valid spec given: keep running, InvalidSpec condition",
+     RUNNING_ST, .invalid = "spec.replicas: must be <= 1024", .workers = ALL4, .rdzv = CLOSED0,
+     .actions = "W:InvalidSpec Q25", .ephase = RM_PHASE_RUNNING, .eepoch = 1,
+     .econds = "InvalidSpec=T:InvalidUpdate~spec.replicas:_must_be_<=_1024 Running=T"},
+    {.name = "invalid update, no valid spec known: nothing deleted, not Failed", RUNNING_ST,
+     .replicas = 2000, .workers = ALL4, .rdzv = CLOSED0, .actions = "W:InvalidSpec",
+     .ephase = RM_PHASE_RUNNING, .eepoch = 1,
+     .econds = "InvalidSpec=T:InvalidUpdate~must_be_<=_1024 Running=T"},
+    {.name = "valid again: InvalidSpec cleared, normal operation", .phase = RM_PHASE_RUNNING, .epoch = 1, .start_time = 500,
+     .conds = CREATED_ | RUNNING_ | INVALID_, .workers = ALL4, .rdzv = CLOSED0, .actions = "Q25",
+     .ephase = RM_PHASE_RUNNING, .eepoch = 1, .econds = "InvalidSpec=F:Valid Running=T"},
     /* foreign images (torchrun) */
     {.name = "no rendezvous: Running when every pod runs", .no_rdzv = true, .conds = CREATED_,
      .workers = ALL4, .rdzv = "1 O", .actions = "E:TrainingJobRunning",

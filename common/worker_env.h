@@ -1,0 +1,49 @@
+/* worker_env.h — the names of the worker launch contract: every environment variable a controller
+ * (`ringmaster run`'s local runtime or the operator's pods) sets for a worker, and the well-known
+ * ports. The controllers write them through operator/launch.h (one builder, rendered by each
+ * runtime); the worker (worker/train.c, worker/bench.c) reads them by these same names, so a name
+ * is spelled exactly once.
+ *
+ * Ownership: macros only; nothing to own. */
+#ifndef RM_WORKER_ENV_H
+#define RM_WORKER_ENV_H
+
+/* ringmaster's own contract */
+#define RM_ENV_ROLE "RINGMASTER_ROLE"                   /* "worker" (strategies.md: | "ps") */
+#define RM_ENV_RENDEZVOUS "RINGMASTER_RENDEZVOUS"       /* http://host:port of the rendezvous */
+#define RM_ENV_JOB "RINGMASTER_JOB"                     /* "namespace/name" */
+#define RM_ENV_TOKEN "RINGMASTER_TOKEN"                 /* rendezvous + ring handshake secret */
+#define RM_ENV_WORKER_ID "RINGMASTER_WORKER_ID"         /* replica index, decimal */
+#define RM_ENV_EPOCH "RINGMASTER_EPOCH"                 /* epoch the worker was created for */
+#define RM_ENV_CHECKPOINT_DIR "RINGMASTER_CHECKPOINT_DIR"
+#define RM_ENV_CHECKPOINT_INTERVAL "RINGMASTER_CHECKPOINT_INTERVAL" /* spec.checkpoint.intervalSteps */
+#define RM_ENV_CHECKPOINT_KEEP "RINGMASTER_CHECKPOINT_KEEP"         /* spec.checkpoint.keep */
+#define RM_ENV_PROGRESS_DEADLINE "RINGMASTER_PROGRESS_DEADLINE"     /* seconds, %g */
+#define RM_ENV_BIND_ADDR "RINGMASTER_BIND_ADDR"         /* address the worker listens on */
+#define RM_ENV_BACKEND "RINGMASTER_BACKEND"             /* resolved: ring | nccl | mpi */
+#define RM_ENV_TRAINING "RINGMASTER_TRAINING"           /* spec.training as compact JSON */
+/* read by the worker, set by users (never by a controller) */
+#define RM_ENV_FAULT "RINGMASTER_FAULT"
+#define RM_ENV_DEVICE "RINGMASTER_DEVICE"
+
+/* torchrun / PyTorch conventions, so foreign images run unchanged */
+#define RM_ENV_RANK "RANK"
+#define RM_ENV_WORLD_SIZE "WORLD_SIZE"
+#define RM_ENV_LOCAL_RANK "LOCAL_RANK"
+#define RM_ENV_LOCAL_WORLD_SIZE "LOCAL_WORLD_SIZE"
+#define RM_ENV_NODE_NAME "NODE_NAME"
+#define RM_ENV_MASTER_ADDR "MASTER_ADDR"
+#define RM_ENV_MASTER_PORT "MASTER_PORT"
+#define RM_ENV_PET_NNODES "PET_NNODES"
+#define RM_ENV_PET_NODE_RANK "PET_NODE_RANK"
+#define RM_ENV_PET_NPROC_PER_NODE "PET_NPROC_PER_NODE"
+#define RM_ENV_PET_MASTER_ADDR "PET_MASTER_ADDR"
+#define RM_ENV_PET_MASTER_PORT "PET_MASTER_PORT"
+
+/* ports (RM_STR(RM_PORT_MASTER) is "29500") */
+#define RM_STR_(x) #x
+#define RM_STR(x) RM_STR_(x)
+#define RM_PORT_MASTER 29500          /* MASTER_PORT, PET_MASTER_PORT, the Service's "master" port */
+#define RM_PORT_WORKER_METRICS 9090   /* a worker's /metrics and /healthz */
+#define RM_PORT_RENDEZVOUS 29400      /* the operator's rendezvous service */
+#endif

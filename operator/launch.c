@@ -1,0 +1,213 @@
+/* launch.c — the worker launch contract (see launch.h).
+ *
+ * Design: one function appends every setting in a fixed order; a setting that one runtime
+ * supplies differently (token, bind address, node name) differs only in its source kind, which
+ * the placement picks. Adding a setting here adds it to local processes and pods at once. */
+#include "operator/launch.h"
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+
+static const char *const ours[] = {
+    RM_ENV_ROLE, RM_ENV_RENDEZVOUS, RM_ENV_JOB, RM_ENV_TOKEN, RM_ENV_WORKER_ID, RM_ENV_EPOCH,
+    RM_ENV_CHECKPOINT_DIR, RM_ENV_CHECKPOINT_INTERVAL, RM_ENV_CHECKPOINT_KEEP,
+    RM_ENV_PROGRESS_DEADLINE, RM_ENV_BIND_ADDR, RM_ENV_BACKEND, RM_ENV_TRAINING, RM_ENV_RANK,
+    RM_ENV_WORLD_SIZE, RM_ENV_LOCAL_RANK, RM_ENV_LOCAL_WORLD_SIZE, RM_ENV_NODE_NAME,
+    RM_ENV_MASTER_ADDR, RM_ENV_MASTER_PORT, RM_ENV_PET_NNODES, RM_ENV_PET_NODE_RANK,
+    RM_ENV_PET_NPROC_PER_NODE, RM_ENV_PET_MASTER_ADDR, RM_ENV_PET_MASTER_PORT, NULL};
+
+bool rm_launch_is_ours(const char *name)
+{
+    for (int i = 0; name && ours[i]; i++)
+        if (strcmp(name, ours[i]) == 0)
+            return true;
+    return false;
+}
+
+rm_backend rm_launch_backend(const rm_tj *job, int gpus)
+{
+    return rm_backend_resolve(job->spec.backend, gpus);
+}
+
+const char *rm_launch_checkpoint_dir(const rm_tj *job, char *buf, size_t cap)
+{
+    const char *cp = job->spec.checkpoint.path && job->spec.checkpoint.path[0]
+                         ? job->spec.checkpoint.path : RM_DEFAULT_CHECKPOINT_PATH;
+    rm_sfmt(buf, cap, "%s/%s/%s", cp, job->namespace_ ? job->namespace_ : "default",
+            job->name ? job->name : "");
+    return buf;
+}
+
+void rm_launch_free(rm_launch *l)
+{
+    if (!l)
+        return;
+    for (int i = 0; i < l->nenv; i++)
+        free(l->env[i].value);
+    for (int i = 0; i < l->nargs; i++)
+        free(l->args[i]);
+    memset(l, 0, sizeof *l);
+}
+
+const rm_launch_var *rm_launch_find(const rm_launch *l, const char *name)
+{
+    for (int i = 0; l && i < l->nenv; i++)
+        if (strcmp(l->env[i].name, name) == 0)
+            return &l->env[i];
+    return NULL;
+}
+
+typedef struct builder {
+    rm_launch *l;
+    int rc;
+} builder;
+
+/* Format one value for a slot among n of cap; NULL (b->rc set) when full or out of memory. */
+static char *take(builder *b, int n, int cap, const char *fmt, va_list ap)
+{
+    char *p = NULL;
+    if (b->rc)
+        return NULL;
+    if (n >= cap)
+        b->rc = RM_ETOOBIG;
+    else if (vasprintf(&p, fmt, ap) < 0)
+        b->rc = RM_ENOMEM, p = NULL;
+    return p;
+}
+
+static void env_src(builder *b, const char *name, rm_launch_src src, const char *fmt, ...)
+    RM_PRINTF(4, 5);
+static void env_src(builder *b, const char *name, rm_launch_src src, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *v = take(b, b->l->nenv, RM_LAUNCH_MAX_ENV, fmt, ap);
+    va_end(ap);
+    if (v)
+        b->l->env[b->l->nenv++] = (rm_launch_var){.name = name, .value = v, .src = src};
+}
+
+#define ENV(b, name, ...) env_src(b, name, RM_LAUNCH_LITERAL, __VA_ARGS__)
+
+static void arg(builder *b, const char *fmt, ...) RM_PRINTF(2, 3);
+static void arg(builder *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char *v = take(b, b->l->nargs, RM_LAUNCH_MAX_ARGS, fmt, ap);
+    va_end(ap);
+    if (v)
+        b->l->args[b->l->nargs++] = v;
+}
+
+int rm_launch_build(const rm_tj *job, int index, int epoch, const rm_launch_placement *p,
+                    rm_launch *out, rm_err *err)
+{
+    if (!out)
+        return rm_errf(err, RM_EINVAL, "launch: no output");
+    memset(out, 0, sizeof *out);
+    if (!job || !p || !job->name || !p->rdzv_url)
+        return rm_errf(err, RM_EINVAL, "launch: job, name and rendezvous URL are required");
+    if (index < 0 || index >= RM_MAX_WORLD)
+        return rm_errf(err, RM_EINVAL, "launch: replica index %d out of range [0, %d)", index,
+                       RM_MAX_WORLD);
+    const rm_tj_spec *sp = &job->spec;
+    const char *ns = job->namespace_ ? job->namespace_ : "default";
+    builder b = {.l = out, .rc = RM_OK};
+    int world = sp->replicas;
+    int per_node = p->workers_per_node > 1 ? p->workers_per_node : 1;
+    char master[600], ckpt[1200];
+    if (p->master_host)
+        rm_sfmt(master, sizeof master, "%s", p->master_host);
+    else
+        rm_sfmt(master, sizeof master, "%s-worker-0.%s", job->name, job->name);
+    if (p->checkpoint_dir)
+        rm_sfmt(ckpt, sizeof ckpt, "%s", p->checkpoint_dir);
+    else
+        rm_launch_checkpoint_dir(job, ckpt, sizeof ckpt);
+    rm_backend be = rm_launch_backend(job, p->gpus);
+
+    /* arguments: the mode and what only a flag can say */
+    if (sp->training.mode == RM_MODE_BENCH) {
+        const rm_training_spec *t = &sp->training;
+        arg(&b, "bench");
+        arg(&b, "-b");
+        arg(&b, "%lld", (long long)t->bench_min_bytes);
+        arg(&b, "-e");
+        arg(&b, "%lld", (long long)t->bench_max_bytes);
+        arg(&b, "-f");
+        arg(&b, "%d", t->bench_factor);
+        arg(&b, "-n");
+        arg(&b, "%d", t->bench_iters);
+        arg(&b, "-w");
+        arg(&b, "%d", t->bench_warmup);
+        arg(&b, "-c");
+        arg(&b, "%d", t->bench_check ? 1 : 0);
+        arg(&b, "--backend");
+        arg(&b, "%s", rm_backend_name(be));
+    } else {
+        int port = p->metrics_port < 0 ? RM_PORT_WORKER_METRICS : p->metrics_port;
+        arg(&b, "train");
+        arg(&b, "--metrics-addr");
+        arg(&b, "%s:%d", p->metrics_host ? p->metrics_host : "$(" RM_ENV_BIND_ADDR ")", port);
+        if (p->log_format) {
+            arg(&b, "--log-format");
+            arg(&b, "%s", p->log_format);
+        }
+    }
+
+    /* identity and rendezvous */
+    ENV(&b, RM_ENV_ROLE, "worker");
+    ENV(&b, RM_ENV_RENDEZVOUS, "%s", p->rdzv_url);
+    ENV(&b, RM_ENV_JOB, "%s/%s", ns, job->name);
+    if (p->token)
+        ENV(&b, RM_ENV_TOKEN, "%s", p->token);
+    else   /* the token comes from the job's Secret, never inline */
+        env_src(&b, RM_ENV_TOKEN, RM_LAUNCH_SECRET, "%s-rendezvous", job->name);
+    if (p->bind_addr)
+        ENV(&b, RM_ENV_BIND_ADDR, "%s", p->bind_addr);
+    else
+        env_src(&b, RM_ENV_BIND_ADDR, RM_LAUNCH_FIELD, "status.podIP");
+    if (p->node_name)
+        ENV(&b, RM_ENV_NODE_NAME, "%s", p->node_name);
+    else
+        env_src(&b, RM_ENV_NODE_NAME, RM_LAUNCH_FIELD, "spec.nodeName");
+    ENV(&b, RM_ENV_WORKER_ID, "%d", index);
+    ENV(&b, RM_ENV_EPOCH, "%d", epoch);
+    /* training */
+    ENV(&b, RM_ENV_CHECKPOINT_DIR, "%s", ckpt);
+    ENV(&b, RM_ENV_CHECKPOINT_INTERVAL, "%d", sp->checkpoint.interval_steps);
+    ENV(&b, RM_ENV_CHECKPOINT_KEEP, "%d", sp->checkpoint.keep > 0 ? sp->checkpoint.keep : 3);
+    ENV(&b, RM_ENV_PROGRESS_DEADLINE, "%g", sp->restart.progress_deadline_seconds);
+    ENV(&b, RM_ENV_BACKEND, "%s", rm_backend_name(be));
+    if (!b.rc) {
+        cJSON *tj = rm_training_to_json(&sp->training);
+        char *js = tj ? cJSON_PrintUnformatted(tj) : NULL;
+        cJSON_Delete(tj);
+        if (js)
+            ENV(&b, RM_ENV_TRAINING, "%s", js);
+        else
+            b.rc = RM_ENOMEM;
+        free(js);
+    }
+    /* torchrun's view: one process per node slot */
+    ENV(&b, RM_ENV_RANK, "%d", index);
+    ENV(&b, RM_ENV_WORLD_SIZE, "%d", world);
+    ENV(&b, RM_ENV_LOCAL_RANK, "%d", per_node > 1 ? index : 0);
+    ENV(&b, RM_ENV_LOCAL_WORLD_SIZE, "%d", per_node);
+    ENV(&b, RM_ENV_MASTER_ADDR, "%s", master);
+    ENV(&b, RM_ENV_MASTER_PORT, "%d", RM_PORT_MASTER);
+    ENV(&b, RM_ENV_PET_NNODES, "%d", world);
+    ENV(&b, RM_ENV_PET_NODE_RANK, "%d", index);
+    ENV(&b, RM_ENV_PET_NPROC_PER_NODE, "1");
+    ENV(&b, RM_ENV_PET_MASTER_ADDR, "%s", master);
+    ENV(&b, RM_ENV_PET_MASTER_PORT, "%d", RM_PORT_MASTER);
+    if (b.rc) {
+        rm_launch_free(out);
+        return rm_errf(err, b.rc, "worker %d: %s building its settings", index,
+                       b.rc == RM_ENOMEM ? "out of memory" : "too many settings");
+    }
+    return RM_OK;
+}

@@ -1,0 +1,278 @@
+/* test_launch.c — the worker launch contract (operator/launch.h): both runtimes give the same
+ * worker the same settings; what differs is only the placement, asserted value by value. */
+#include <CUnit/CUnit.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common/json.h"
+#include "common/trainingjob.h"
+#include "operator/kube/runtime.h"
+#include "operator/launch.h"
+#include "operator/local.h"
+#include "operator/run.h"
+#include "tests/unit/testutil.h"
+
+/* A job that sets every field the contract carries. */
+static const char *k_job =
+    "{\"apiVersion\":\"ringmaster.dev/v1alpha1\",\"kind\":\"TrainingJob\","
+    "\"metadata\":{\"name\":\"every\",\"namespace\":\"ml\",\"uid\":\"u-9\"},"
+    "\"spec\":{\"replicas\":3,\"minReplicas\":2,\"maxReplicas\":4,\"backend\":\"ring\","
+    "\"checkpoint\":{\"path\":\"/data/ck\",\"intervalSteps\":50,\"keep\":7},"
+    "\"restartPolicy\":{\"maxRestarts\":4,\"backoffSeconds\":2,\"progressDeadlineSeconds\":45},"
+    "\"training\":{\"epochs\":2,\"batchSizePerWorker\":32,\"seed\":7,"
+    "\"optimizer\":{\"type\":\"adam\",\"lr\":0.002}},"
+    "\"template\":{\"spec\":{\"containers\":[{\"name\":\"worker\","
+    "\"env\":[{\"name\":\"RINGMASTER_CHECKPOINT_KEEP\",\"value\":\"1\"},"
+    "{\"name\":\"RANK\",\"value\":\"99\"},{\"name\":\"MINE\",\"value\":\"x\"}]}]}}}}";
+
+static const char *envp_get(char **envp, const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; envp[i]; i++)
+        if (strncmp(envp[i], name, n) == 0 && envp[i][n] == '=')
+            return envp[i] + n + 1;
+    return NULL;
+}
+
+static int envp_count(char **envp, const char *name)
+{
+    size_t n = strlen(name);
+    int k = 0;
+    for (size_t i = 0; envp[i]; i++)
+        k += strncmp(envp[i], name, n) == 0 && envp[i][n] == '=';
+    return k;
+}
+
+static const cJSON *pod_var(const cJSON *pod, const char *name)
+{
+    const cJSON *env = rm_json_path(pod, "spec.containers[0].env"), *e, *hit = NULL;
+    int k = 0;
+    cJSON_ArrayForEach(e, env)
+    {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
+        if (cJSON_IsString(nm) && strcmp(nm->valuestring, name) == 0) {
+            hit = e;
+            k++;
+        }
+    }
+    CU_ASSERT_TRUE(k <= 1);   /* never twice */
+    return hit;
+}
+
+static const char *pod_val(const cJSON *pod, const char *name)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(pod_var(pod, name), "value");
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static void load(rm_tj *tj, cJSON **obj)
+{
+    rm_err e = {0};
+    *obj = cJSON_Parse(k_job);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(*obj);
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(*obj, tj, &e), RM_OK);
+    rm_tj_defaults(tj);
+    CU_ASSERT_EQUAL_FATAL(rm_tj_validate(tj, &e), RM_OK);
+}
+
+static void test_same_settings(void)
+{
+    rm_tj tj;
+    cJSON *obj;
+    rm_err e = {0};
+    load(&tj, &obj);
+    /* local: the runner's environment carries a stale copy of two contract variables */
+    char *base[] = {"PATH=/usr/bin", "RANK=42", "RINGMASTER_CHECKPOINT_INTERVAL=9", "MINE=y", NULL};
+    rm_local_where where = {.rdzv_port = 4321, .token = "tok", .checkpoint_dir = "/tmp/ck",
+                            .metrics_port = 7777, .log_format = "json", .node_name = "box"};
+    rm_launch ln;
+    CU_ASSERT_EQUAL_FATAL(rm_local_launch(&tj, 1, 6, &where, &ln, &e), RM_OK);
+    char **argv = NULL, **envp = NULL;
+    CU_ASSERT_EQUAL_FATAL(rm_local_render(&ln, "/bin/w", base, &argv, &envp, &e), RM_OK);
+    /* kube: the same worker as a pod */
+    char over[256];
+    cJSON *pod = rm_kube_worker_pod_ex(obj, &tj, 1, 6, "http://rdzv:29400", "ringmaster/worker:t",
+                                       -1, over, sizeof over, &e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
+
+    /* every contract variable the local process gets, the pod gets exactly once, and vice versa */
+    int nlocal = 0;
+    for (int i = 0; i < ln.nenv; i++) {
+        const char *name = ln.env[i].name;
+        CU_ASSERT_EQUAL(envp_count(envp, name), 1);
+        CU_ASSERT_PTR_NOT_NULL(pod_var(pod, name));
+        nlocal++;
+    }
+    int npod = 0;
+    const cJSON *env = rm_json_path(pod, "spec.containers[0].env"), *it;
+    cJSON_ArrayForEach(it, env)
+        npod += rm_launch_is_ours(cJSON_GetObjectItemCaseSensitive(it, "name")->valuestring);
+    CU_ASSERT_EQUAL(nlocal, npod);
+    CU_ASSERT_TRUE(nlocal >= 25);
+
+    /* settings from the job: identical */
+    static const char *same[] = {
+        RM_ENV_ROLE, RM_ENV_JOB, RM_ENV_WORKER_ID, RM_ENV_EPOCH, RM_ENV_CHECKPOINT_INTERVAL,
+        RM_ENV_CHECKPOINT_KEEP, RM_ENV_PROGRESS_DEADLINE, RM_ENV_BACKEND, RM_ENV_TRAINING,
+        RM_ENV_RANK, RM_ENV_WORLD_SIZE, RM_ENV_MASTER_PORT, RM_ENV_PET_NNODES,
+        RM_ENV_PET_NODE_RANK, RM_ENV_PET_NPROC_PER_NODE, RM_ENV_PET_MASTER_PORT};
+    for (size_t i = 0; i < RM_ARRAY_LEN(same); i++) {
+        const char *a = envp_get(envp, same[i]), *b = pod_val(pod, same[i]);
+        CU_ASSERT_PTR_NOT_NULL(a);
+        CU_ASSERT_PTR_NOT_NULL(b);
+        if (a && b && strcmp(a, b) != 0)
+            fprintf(stderr, "%s: local %s pod %s\n", same[i], a, b);
+        CU_ASSERT_TRUE(a && b && strcmp(a, b) == 0);
+    }
+    /* the values themselves (the manifest's, not defaults or the template's) */
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_CHECKPOINT_INTERVAL), "50");
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_CHECKPOINT_KEEP), "7");
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_PROGRESS_DEADLINE), "45");
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_RANK), "1");
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_WORLD_SIZE), "3");
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_EPOCH), "6");
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_BACKEND), "ring");
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_MASTER_PORT), "29500");
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_ROLE), "worker");
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_JOB), "ml/every");
+    cJSON *tr = cJSON_Parse(envp_get(envp, RM_ENV_TRAINING));
+    CU_ASSERT_PTR_NOT_NULL(tr);
+    CU_ASSERT_EQUAL(cJSON_GetObjectItemCaseSensitive(tr, "batchSizePerWorker")->valueint, 32);
+    cJSON_Delete(tr);
+
+    /* the placement: what each runtime decides */
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_RENDEZVOUS), "http://127.0.0.1:4321");
+    CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_RENDEZVOUS), "http://rdzv:29400");
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_TOKEN), "tok");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod_var(pod, RM_ENV_TOKEN), "valueFrom.secretKeyRef.name")->valuestring,
+                           "every-rendezvous");
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_BIND_ADDR), "127.0.0.1");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod_var(pod, RM_ENV_BIND_ADDR), "valueFrom.fieldRef.fieldPath")->valuestring,
+                           "status.podIP");
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_NODE_NAME), "box");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod_var(pod, RM_ENV_NODE_NAME), "valueFrom.fieldRef.fieldPath")->valuestring,
+                           "spec.nodeName");
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_CHECKPOINT_DIR), "/tmp/ck");
+    CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_CHECKPOINT_DIR), "/data/ck/ml/every");
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_MASTER_ADDR), "127.0.0.1");
+    CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_MASTER_ADDR), "every-worker-0.every");
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_PET_MASTER_ADDR), "127.0.0.1");
+    CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_PET_MASTER_ADDR), "every-worker-0.every");
+    /* one machine holds every local worker; a pod is one slot of its node */
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_LOCAL_RANK), "1");
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_LOCAL_WORLD_SIZE), "3");
+    CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_LOCAL_RANK), "0");
+    CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_LOCAL_WORLD_SIZE), "1");
+
+    /* arguments: the same mode and flags; the metrics address is placement */
+    CU_ASSERT_STRING_EQUAL(argv[0], "/bin/w");
+    CU_ASSERT_STRING_EQUAL(argv[1], "train");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].args[0]")->valuestring, "train");
+    CU_ASSERT_STRING_EQUAL(argv[2], "--metrics-addr");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].args[1]")->valuestring, "--metrics-addr");
+    CU_ASSERT_STRING_EQUAL(argv[3], "127.0.0.1:7777");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].args[2]")->valuestring,
+                           "$(RINGMASTER_BIND_ADDR):9090");
+    CU_ASSERT_STRING_EQUAL(argv[4], "--log-format");
+    CU_ASSERT_STRING_EQUAL(argv[5], "json");
+    CU_ASSERT_PTR_NULL(argv[6]);
+
+    /* user copies of contract variables: dropped, and the pod builder names them */
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, "MINE"), "y");
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, "PATH"), "/usr/bin");
+    CU_ASSERT_STRING_EQUAL(pod_val(pod, "MINE"), "x");
+    CU_ASSERT_PTR_NOT_NULL(strstr(over, "RINGMASTER_CHECKPOINT_KEEP"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(over, "RANK"));
+    CU_ASSERT_PTR_NULL(strstr(over, "MINE"));
+
+    cJSON_Delete(pod);
+    rm_local_strv_free(argv);
+    rm_local_strv_free(envp);
+    rm_launch_free(&ln);
+    rm_tj_free(&tj);
+    cJSON_Delete(obj);
+}
+
+/* Bench jobs: the same benchmark flags in both runtimes (pods used to get train's --metrics-addr,
+ * which `bench` rejects). */
+static void test_bench_args(void)
+{
+    rm_tj tj;
+    cJSON *obj;
+    rm_err e = {0};
+    load(&tj, &obj);
+    tj.spec.training.mode = RM_MODE_BENCH;
+    rm_local_where where = {.rdzv_port = 1, .token = "t", .checkpoint_dir = "/c", .metrics_port = 5};
+    rm_launch ln;
+    CU_ASSERT_EQUAL_FATAL(rm_local_launch(&tj, 0, 1, &where, &ln, &e), RM_OK);
+    cJSON *pod = rm_kube_worker_pod_ex(obj, &tj, 0, 1, "http://r", NULL, -1, NULL, 0, &e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
+    const cJSON *args = rm_json_path(pod, "spec.containers[0].args");
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(args), ln.nargs);
+    for (int i = 0; i < ln.nargs && i < cJSON_GetArraySize(args); i++)
+        CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(args, i)->valuestring, ln.args[i]);
+    CU_ASSERT_STRING_EQUAL(ln.args[0], "bench");
+    for (int i = 0; i < ln.nargs; i++)
+        CU_ASSERT_TRUE(strcmp(ln.args[i], "--metrics-addr") != 0);
+    cJSON_Delete(pod);
+    rm_launch_free(&ln);
+    rm_tj_free(&tj);
+    cJSON_Delete(obj);
+}
+
+static void test_build_errors(void)
+{
+    rm_tj tj;
+    cJSON *obj;
+    rm_err e = {0};
+    load(&tj, &obj);
+    rm_launch ln;
+    rm_launch_placement p = {.rdzv_url = "http://x"};
+    CU_ASSERT_EQUAL(rm_launch_build(&tj, -1, 1, &p, &ln, &e), RM_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "index -1"));
+    CU_ASSERT_EQUAL(rm_launch_build(&tj, RM_MAX_WORLD, 1, &p, &ln, &e), RM_EINVAL);
+    p.rdzv_url = NULL;
+    CU_ASSERT_EQUAL(rm_launch_build(&tj, 0, 1, &p, &ln, &e), RM_EINVAL);
+    /* a Secret reference cannot be rendered for a local process */
+    p.rdzv_url = "http://x";
+    CU_ASSERT_EQUAL_FATAL(rm_launch_build(&tj, 0, 1, &p, &ln, &e), RM_OK);
+    char **argv = NULL, **envp = NULL;
+    CU_ASSERT_EQUAL(rm_local_render(&ln, "/w", NULL, &argv, &envp, &e), RM_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, RM_ENV_TOKEN));
+    CU_ASSERT_PTR_NULL(argv);
+    rm_launch_free(&ln);
+    rm_launch_free(NULL);
+    rm_tj_free(&tj);
+    cJSON_Delete(obj);
+}
+
+/* `ringmaster run` honours spec.checkpoint.path, absolute or relative; only the cluster default
+ * (a volume path) falls back to ./checkpoints/<name>. */
+static void test_run_checkpoint_dir(void)
+{
+    rm_tj tj;
+    cJSON *obj;
+    load(&tj, &obj);
+    char b[256];
+    CU_ASSERT_STRING_EQUAL(rm_run_checkpoint_dir("/flag", &tj, b, sizeof b), "/flag");
+    CU_ASSERT_STRING_EQUAL(rm_run_checkpoint_dir(NULL, &tj, b, sizeof b), "/data/ck");
+    free(tj.spec.checkpoint.path);
+    tj.spec.checkpoint.path = strdup("rel/ck");
+    CU_ASSERT_STRING_EQUAL(rm_run_checkpoint_dir(NULL, &tj, b, sizeof b), "rel/ck");
+    free(tj.spec.checkpoint.path);
+    tj.spec.checkpoint.path = strdup(RM_DEFAULT_CHECKPOINT_PATH);
+    CU_ASSERT_STRING_EQUAL(rm_run_checkpoint_dir(NULL, &tj, b, sizeof b), "checkpoints/every");
+    rm_tj_free(&tj);
+    cJSON_Delete(obj);
+}
+
+void rm_suite_launch(void)
+{
+    static const rm_test_case cases[] = {
+        {"both runtimes give a worker the same settings", test_same_settings},
+        {"bench arguments are the same in both runtimes", test_bench_args},
+        {"bad arguments and non-literal values are refused", test_build_errors},
+        {"ringmaster run honours an absolute checkpoint path", test_run_checkpoint_dir},
+    };
+    RM_ADD_SUITE("launch", NULL, NULL, cases);
+}
