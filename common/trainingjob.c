@@ -475,22 +475,50 @@ static int dns1123(const char *s, int allow_dot, size_t max)
     return 1;
 }
 
+/* DNS-1035 label (a Service name): a DNS-1123 label that starts with a letter. */
+static int dns1035(const char *s)
+{
+    return dns1123(s, 0, 63) && s[0] >= 'a' && s[0] <= 'z';
+}
+
+static int decimal_digits(int v)
+{
+    int n = 1;
+    while (v >= 10) {
+        v /= 10;
+        n++;
+    }
+    return n;
+}
+
+int rm_tj_name_max(int max_replicas)
+{
+    if (max_replicas < 1)
+        max_replicas = 1;
+    if (max_replicas > RM_TJ_MAX_REPLICAS)
+        max_replicas = RM_TJ_MAX_REPLICAS;
+    return RM_TJ_LABEL_MAX - (int)strlen(RM_TJ_WORKER_INFIX) - decimal_digits(max_replicas - 1);
+}
+
 int rm_tj_validate(const rm_tj *tj, rm_err *err)
 {
     const rm_tj_spec *s = &tj->spec;
     if (!tj->name || !*tj->name)
         return rm_err_field(err, RM_EINVAL, "metadata.name", "required");
-    if (!dns1123(tj->name, 1, 63))
+    /* The job's name becomes its headless Service's name (a DNS-1035 label) and the prefix of
+     * every pod hostname (checked against maxReplicas below). */
+    if (!dns1035(tj->name))
         return rm_err_field(err, RM_EINVAL, "metadata.name",
-                            "must be a lowercase DNS-1123 name of at most 63 characters (got \"%s\")",
-                            tj->name);
+                            "must be a DNS-1035 label: at most 63 lowercase letters, digits or '-', "
+                            "starting with a letter and ending with a letter or digit, because it "
+                            "names the job's headless Service (got \"%s\")", tj->name);
     if (tj->namespace_ && !dns1123(tj->namespace_, 0, 63))
         return rm_err_field(err, RM_EINVAL, "metadata.namespace",
                             "must be a lowercase DNS-1123 label (got \"%s\")", tj->namespace_);
     if (s->replicas < 1)
         return rm_err_field(err, RM_EINVAL, "spec.replicas", "must be >= 1");
-    if (s->replicas > 1024)
-        return rm_err_field(err, RM_EINVAL, "spec.replicas", "must be <= 1024");
+    if (s->replicas > RM_TJ_MAX_REPLICAS)
+        return rm_err_field(err, RM_EINVAL, "spec.replicas", "must be <= %d", RM_TJ_MAX_REPLICAS);
     if (s->min_replicas < 1)
         return rm_err_field(err, RM_EINVAL, "spec.minReplicas", "must be >= 1");
     if (s->min_replicas > s->replicas)
@@ -499,8 +527,17 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
         return rm_err_field(err, RM_EINVAL, "spec.maxReplicas", "must be >= 1");
     if (s->replicas > s->max_replicas)
         return rm_err_field(err, RM_EINVAL, "spec.replicas", "must be <= spec.maxReplicas");
-    if (s->max_replicas > 1024)
-        return rm_err_field(err, RM_EINVAL, "spec.maxReplicas", "must be <= 1024");
+    if (s->max_replicas > RM_TJ_MAX_REPLICAS)
+        return rm_err_field(err, RM_EINVAL, "spec.maxReplicas", "must be <= %d", RM_TJ_MAX_REPLICAS);
+    if ((int)strlen(tj->name) > rm_tj_name_max(s->max_replicas))
+        return rm_err_field(err, RM_EINVAL, "metadata.name",
+                            "must be at most %d characters with spec.maxReplicas %d: the pod hostname "
+                            "\"%s%s%d\" would be %d characters, and a hostname is a DNS-1123 label of "
+                            "at most %d", rm_tj_name_max(s->max_replicas), s->max_replicas, tj->name,
+                            RM_TJ_WORKER_INFIX, s->max_replicas - 1,
+                            (int)strlen(tj->name) + (int)strlen(RM_TJ_WORKER_INFIX) +
+                                decimal_digits(s->max_replicas - 1),
+                            RM_TJ_LABEL_MAX);
     if ((unsigned)s->backend > RM_BACKEND_MPI)
         return rm_err_field(err, RM_EINVAL, "spec.backend", "must be one of auto, ring, nccl, mpi");
     if (s->restart.max_restarts < 0)

@@ -20,6 +20,14 @@
 #define RM_TJ_PLURAL "trainingjobs"
 #define RM_TJ_MAX_HIDDEN 16
 #define RM_TJ_MAX_CONDITIONS 8
+/* The largest world a job may ask for (replicas, maxReplicas): the rendezvous' RM_RDZV_MAX_WORLD
+ * (common/rdzv.h) and the CRD's `maximum`; tests/unit/test_trainingjob.c checks all three agree. */
+#define RM_TJ_MAX_REPLICAS 1024
+/* Objects a job creates are named "<job>" (headless Service, DNS-1035 label), "<job>-worker-<i>"
+ * (pods, whose hostname is the same DNS-1123 label) and, with parameter servers, "<job>-ps-<i>"
+ * (shorter, so the worker rule covers it); a label is at most RM_TJ_LABEL_MAX characters. */
+#define RM_TJ_WORKER_INFIX "-worker-"
+#define RM_TJ_LABEL_MAX 63
 
 typedef enum { RM_BACKEND_AUTO = 0, RM_BACKEND_RING, RM_BACKEND_NCCL, RM_BACKEND_MPI } rm_backend;
 typedef enum { RM_CLEAN_RUNNING = 0, RM_CLEAN_ALL, RM_CLEAN_NONE } rm_clean_policy;
@@ -174,9 +182,14 @@ int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err
 void rm_training_free(rm_training_spec *t);
 /* Fill every unset field with its default (idempotent). */
 void rm_tj_defaults(rm_tj *tj);
-/* First violation, naming the field; RM_OK if valid. Rules: replicas >= 1, 1 <= minReplicas <=
- * replicas <= maxReplicas, known enums, positive batch/epochs/lr, hidden widths 1..65536, ... */
+/* First violation, naming the field; RM_OK if valid. Rules: metadata.name a DNS-1035 label of at
+ * most rm_tj_name_max(maxReplicas) characters, replicas >= 1, 1 <= minReplicas <= replicas <=
+ * maxReplicas <= RM_TJ_MAX_REPLICAS, known enums, positive batch/epochs/lr, hidden widths 1..65536,
+ * ... */
 int rm_tj_validate(const rm_tj *tj, rm_err *err);
+/* The longest job name whose pod hostnames "<name>-worker-<maxReplicas-1>" fit a DNS-1123 label
+ * (51 at 1024 replicas, 54 at 8). max_replicas is clamped to 1..RM_TJ_MAX_REPLICAS. */
+int rm_tj_name_max(int max_replicas);
 /* Full object (apiVersion, kind, metadata, spec, status). Owned. */
 cJSON *rm_tj_to_json(const rm_tj *tj);
 cJSON *rm_tj_spec_to_json(const rm_tj_spec *spec);

@@ -35,6 +35,17 @@ expect backend  "backend\.yaml:7: spec\.backend: .*gloo"
 expect deep     "deep\.yaml:9: spec\.training\.optimizer\.mometum: unknown field"
 [ ! -s "$W/unknown.o" ] || fail "stdout must stay empty on a manifest error"
 
+# names a cluster would reject (issue 20 item 10): the job name is the headless Service's name
+# (a DNS-1035 label) and the prefix of every pod hostname "<name>-worker-<i>" (at most 63)
+for n in a.b 1job aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa; do
+  printf 'apiVersion: ringmaster.dev/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: %s\nspec:\n  replicas: 2\n' "$n" > "$W/name.yaml"
+  set +e; "$RM_BIN/ringmaster" validate -f "$W/name.yaml" >"$W/name.o" 2>"$W/name.e"; rc=$?; set -e
+  [ $rc -eq 2 ] || fail "name $n: validate exit $rc, want 2"
+  grep -q "name.yaml:4: metadata.name: " "$W/name.e" || fail "name $n: $(cat "$W/name.e")"
+  log "ok name $n: $(cat "$W/name.e")"
+done
+grep -q 'would be 69 characters' "$W/name.e" || fail "60-character name: $(cat "$W/name.e")"
+
 # validate names the same errors and accepts the examples
 set +e; "$RM_BIN/ringmaster" validate -f "$W/minmax.yaml" 2>"$W/v.e"; rc=$?; set -e
 [ $rc -eq 2 ] && grep -q "minmax.yaml:7: spec.minReplicas" "$W/v.e" || fail "validate: rc=$rc $(cat "$W/v.e")"

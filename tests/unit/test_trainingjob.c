@@ -2,6 +2,7 @@
  * message and field, so a wrong or missing rule fails), defaults (idempotent, explicit zeros
  * kept), the to_json -> from_json round trip, status parsing and conditions. */
 #include "common/json.h"
+#include "common/rdzv.h"
 #include "common/trainingjob.h"
 #include "common/yaml.h"
 #include "tests/unit/testutil.h"
@@ -264,17 +265,32 @@ static void test_validation_rules(void)
 {
     static const tj_case cases[] = {
         { "metadata.name", "\"\"", "metadata.name: required" },
-        { "metadata.name", "\"Fashion\"",
-          "metadata.name: must be a lowercase DNS-1123 name of at most 63 characters (got \"Fashion\")" },
-        { "metadata.name", "\"-x\"",
-          "metadata.name: must be a lowercase DNS-1123 name of at most 63 characters (got \"-x\")" },
-        { "metadata.name", "\"a_b\"",
-          "metadata.name: must be a lowercase DNS-1123 name of at most 63 characters (got \"a_b\")" },
+#define DNS1035 "metadata.name: must be a DNS-1035 label: at most 63 lowercase letters, digits or '-', " \
+                "starting with a letter and ending with a letter or digit, because it names the job's " \
+                "headless Service (got "
+        { "metadata.name", "\"Fashion\"", DNS1035 "\"Fashion\")" },
+        { "metadata.name", "\"-x\"", DNS1035 "\"-x\")" },
+        { "metadata.name", "\"x-\"", DNS1035 "\"x-\")" },
+        { "metadata.name", "\"a_b\"", DNS1035 "\"a_b\")" },
+        /* the probe's names: a dot is fine in a CR name but not in a Service or a hostname, and a
+         * Service name must start with a letter */
+        { "metadata.name", "\"a.b\"", DNS1035 "\"a.b\")" },
+        { "metadata.name", "\"1job\"", DNS1035 "\"1job\")" },
+        { "metadata.name", "\"a1-b2\"", NULL },
         { "metadata.name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"", /* 64 */
-          "metadata.name: must be a lowercase DNS-1123 name of at most 63 characters (got "
-          "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\")" },
-        { "metadata.name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"", NULL }, /* 63 */
-        { "metadata.name", "\"a.b-1\"", NULL },
+          DNS1035 "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\")" },
+        /* pod hostnames "<name>-worker-<maxReplicas-1>": base maxReplicas 8 -> "-worker-7", 9 more */
+        { "metadata.name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"", NULL }, /* 54 */
+        { "metadata.name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"",    /* 55 */
+          "metadata.name: must be at most 54 characters with spec.maxReplicas 8: the pod hostname "
+          "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-worker-7\" would be 64 characters, "
+          "and a hostname is a DNS-1123 label of at most 63" },
+        /* the probe's 60-character name */
+        { "metadata.name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"",
+          "metadata.name: must be at most 54 characters with spec.maxReplicas 8: the pod hostname "
+          "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-worker-7\" would be 69 characters, "
+          "and a hostname is a DNS-1123 label of at most 63" },
+#undef DNS1035
         { "metadata.namespace", "\"a.b\"", "metadata.namespace: must be a lowercase DNS-1123 label (got \"a.b\")" },
         { "spec.replicas", "0", "spec.replicas: must be >= 1" },
         { "spec.replicas", "-3", "spec.replicas: must be >= 1" },
@@ -338,6 +354,37 @@ static void test_validation_rules(void)
         { "spec.training.bench.warmupIters", "0", NULL },
     };
     run_cases(cases, RM_ARRAY_LEN(cases));
+}
+
+/* The name bound follows maxReplicas: every "<name>-worker-<i>" hostname up to the largest index
+ * fits 63 characters, and a job that could grow past it is refused up front. */
+static void test_name_fits_max_replicas(void)
+{
+    CU_ASSERT_EQUAL(rm_tj_name_max(1), 54);      /* -worker-0 */
+    CU_ASSERT_EQUAL(rm_tj_name_max(10), 54);     /* -worker-9 */
+    CU_ASSERT_EQUAL(rm_tj_name_max(11), 53);     /* -worker-10 */
+    CU_ASSERT_EQUAL(rm_tj_name_max(1024), 51);   /* -worker-1023 */
+    CU_ASSERT_EQUAL(rm_tj_name_max(5000), 51);   /* clamped */
+    CU_ASSERT_EQUAL(RM_TJ_MAX_REPLICAS, RM_RDZV_MAX_WORLD);
+    char name[64];
+    memset(name, 'a', sizeof name);
+    for (int len = 50; len <= 52; len++) {
+        cJSON *d = base_doc();
+        name[len] = 0;
+        char js[80];
+        snprintf(js, sizeof js, "\"%s\"", name);
+        set_path(d, "metadata.name", js);
+        set_path(d, "spec.maxReplicas", "1024");
+        rm_err e;
+        int rc = check(d, &e);
+        CU_ASSERT_EQUAL(rc, len <= 51 ? RM_OK : RM_EINVAL);
+        if (len > 51) {
+            CU_ASSERT_STRING_EQUAL(e.field, "metadata.name");
+            CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "-worker-1023\" would be 64 characters"));
+        }
+        name[len] = 'a';
+        cJSON_Delete(d);
+    }
 }
 
 static void test_defaults(void)
@@ -620,6 +667,7 @@ void rm_suite_trainingjob(void)
         { "base_is_valid", test_base_is_valid },
         { "parse_rules", test_parse_rules },
         { "validation_rules", test_validation_rules },
+        { "name_fits_max_replicas", test_name_fits_max_replicas },
         { "defaults", test_defaults },
         { "round_trip", test_round_trip },
         { "status_and_conditions", test_status_and_conditions },
