@@ -935,7 +935,9 @@ static void ks_apply_write(ks_server *s, ks_kind *k, const char *ns, const char 
         if (k->schema) {
             rm_err e = {0};
             if (ks_schema_apply(k->schema, merged, unknown, &e) < 0) {
-                wfail(r, 422, NULL, e.field, "%s \"%s\" is invalid: %s", k->kind, name, e.msg);
+                char qk[200];
+                wfail(r, 422, NULL, e.field, "%s \"%s\" is invalid: %s", qualified_kind(k, qk, sizeof(qk)),
+                      name, e.msg);
                 goto out;
             }
         }

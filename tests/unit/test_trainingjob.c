@@ -387,6 +387,65 @@ static void test_name_fits_max_replicas(void)
     }
 }
 
+/* The CRD's bounds are the validator's: the API refuses at the same number `validate` does, so
+ * `kubectl scale --replicas=10000` is a 422 instead of a job the operator must fail. Each schema
+ * maximum is read from deploy/crd and checked at and just past the bound. */
+static void test_crd_bounds_match(void)
+{
+    char path[512];
+    const char *root = getenv("RM_ROOT");
+    snprintf(path, sizeof path, "%s/deploy/crd/trainingjobs.ringmaster.dev.yaml", root && *root ? root : ".");
+    rm_yaml_docs *d = NULL;
+    rm_err e = { 0 };
+    CU_ASSERT_EQUAL_FATAL(rm_yaml_load_file(path, &d, &e), RM_OK);
+    const cJSON *spec = rm_json_path(rm_yaml_doc(d, 0), "spec.versions[0].schema.openAPIV3Schema.properties.spec.properties");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(spec);
+    static const struct { const char *schema, *field; double max; bool exclusive; } b[] = {
+        { "replicas", "spec.replicas", RM_TJ_MAX_REPLICAS, false },
+        { "minReplicas", "spec.minReplicas", RM_TJ_MAX_REPLICAS, false },
+        { "maxReplicas", "spec.maxReplicas", RM_TJ_MAX_REPLICAS, false },
+        { "restartPolicy.properties.backoffSeconds", "spec.restartPolicy.backoffSeconds", 3600, false },
+        { "training.properties.epochs", "spec.training.epochs", 100000, false },
+        { "training.properties.batchSizePerWorker", "spec.training.batchSizePerWorker", 65536, false },
+        { "training.properties.optimizer.properties.lr", "spec.training.optimizer.lr", 100, false },
+        { "training.properties.optimizer.properties.momentum", "spec.training.optimizer.momentum", 1, true },
+        { "training.properties.optimizer.properties.beta1", "spec.training.optimizer.beta1", 1, true },
+        { "training.properties.optimizer.properties.beta2", "spec.training.optimizer.beta2", 1, true },
+        { "training.properties.stepGamma", "spec.training.stepGamma", 1, false },
+        { "training.properties.fusionBufferMB", "spec.training.fusionBufferMB", 4096, false },
+        { "training.properties.model.properties.hidden.items", "spec.training.model.hidden[0]", 65536, false },
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(b); i++) {
+        char sp[160];
+        snprintf(sp, sizeof sp, "%s.maximum", b[i].schema);
+        const cJSON *mx = rm_json_path(spec, sp);
+        snprintf(sp, sizeof sp, "%s.exclusiveMaximum", b[i].schema);
+        bool ex = cJSON_IsTrue(rm_json_path(spec, sp));
+        CU_ASSERT(cJSON_IsNumber(mx) && mx->valuedouble == b[i].max && ex == b[i].exclusive);
+        if (!cJSON_IsNumber(mx) || mx->valuedouble != b[i].max || ex != b[i].exclusive)
+            fprintf(stderr, "\n  CRD %s: maximum %g%s, want %g%s\n", b[i].schema,
+                    cJSON_IsNumber(mx) ? mx->valuedouble : -1, ex ? " (exclusive)" : "", b[i].max,
+                    b[i].exclusive ? " (exclusive)" : "");
+    }
+    rm_yaml_free(d);
+    /* the validator's side of the same bounds (a small job, so only the bound itself can fail) */
+    static const tj_case cases[] = {
+        { "spec.maxReplicas", "1024", NULL },
+        { "spec.maxReplicas", "1025", "spec.maxReplicas: must be <= 1024" },
+        { "spec.restartPolicy.backoffSeconds", "3600", NULL },
+        { "spec.training.epochs", "100000", NULL },
+        { "spec.training.epochs", "100001", "spec.training.epochs: must be between 1 and 100000" },
+        { "spec.training.optimizer.lr", "100", NULL },
+        { "spec.training.optimizer.lr", "100.5", "spec.training.optimizer.lr: must be > 0 and <= 100" },
+        { "spec.training.optimizer.beta1", "0.999", NULL },
+        { "spec.training.optimizer.beta1", "1", "spec.training.optimizer.beta1: must be >= 0 and < 1" },
+        { "spec.training.stepGamma", "1", NULL },
+        { "spec.training.fusionBufferMB", "4096", NULL },
+        { "spec.training.fusionBufferMB", "4097", "spec.training.fusionBufferMB: must be between 0 and 4096" },
+    };
+    run_cases(cases, RM_ARRAY_LEN(cases));
+}
+
 static void test_defaults(void)
 {
     const char min_json[] = "{\"apiVersion\":\"ringmaster.dev/v1alpha1\",\"kind\":\"TrainingJob\","
@@ -668,6 +727,7 @@ void rm_suite_trainingjob(void)
         { "parse_rules", test_parse_rules },
         { "validation_rules", test_validation_rules },
         { "name_fits_max_replicas", test_name_fits_max_replicas },
+        { "crd_bounds_match", test_crd_bounds_match },
         { "defaults", test_defaults },
         { "round_trip", test_round_trip },
         { "status_and_conditions", test_status_and_conditions },
