@@ -323,7 +323,7 @@ void rm_training_defaults(rm_training_spec *t)
         return;
     uint32_t m = t->set;
     t->dataset = dup_default(t->dataset, "fashion-mnist");
-    t->data_dir = dup_default(t->data_dir, "/usr/share/datasets/fashion-mnist");
+    t->data_dir = dup_default(t->data_dir, RM_TJ_FASHION_MNIST_DIR);
     t->model_type = dup_default(t->model_type, "mlp");
     if (UNSET(m, RM_TR_SET_HIDDEN, t->nhidden)) {
         t->hidden[0] = 512;
@@ -565,7 +565,33 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
         return rm_err_field(err, RM_EINVAL, "spec.checkpoint.keep", "must be >= 1");
     if (s->template && !cJSON_IsObject(s->template))
         return rm_err_field(err, RM_EINVAL, "spec.template", "must be an object");
-    return rm_training_validate(&s->training, "spec.training", err);
+    int rc = rm_training_validate(&s->training, "spec.training", err);
+    if (rc)
+        return rc;
+    /* An epoch is train_samples / global batch steps (the tail is dropped), so a global batch
+     * larger than the training set makes epochs of zero steps: the group would re-form forever
+     * without training. Checked at the largest world the job may reach (maxReplicas). */
+    const rm_training_spec *t = &s->training;
+    int64_t n = rm_training_samples(t);
+    int world = s->max_replicas > s->replicas ? s->max_replicas : s->replicas;
+    if (t->mode == RM_MODE_TRAIN && n > 0 && (int64_t)world * t->batch_size_per_worker > n)
+        return rm_err_field(err, RM_EINVAL, "spec.training.batchSizePerWorker",
+                            "the global batch %s (%d) x spec.training.batchSizePerWorker (%d) = %lld "
+                            "samples is larger than the %lld training samples of %s: an epoch would "
+                            "have no step (at most %lld per worker)",
+                            world == s->replicas ? "spec.replicas" : "spec.maxReplicas", world,
+                            t->batch_size_per_worker, (long long)world * t->batch_size_per_worker,
+                            (long long)n, t->dataset ? t->dataset : "fashion-mnist",
+                            (long long)(n / world));
+    return RM_OK;
+}
+
+int64_t rm_training_samples(const rm_training_spec *t)
+{
+    bool builtin_dir = !t->data_dir || strcmp(t->data_dir, RM_TJ_FASHION_MNIST_DIR) == 0;
+    if ((!t->dataset || strcmp(t->dataset, "fashion-mnist") == 0) && builtin_dir)
+        return RM_TJ_FASHION_MNIST_TRAIN;
+    return 0;
 }
 
 /* ---- spec / object parse ------------------------------------------------------------------------ */

@@ -27,6 +27,9 @@
  * (pods, whose hostname is the same DNS-1123 label) and, with parameter servers, "<job>-ps-<i>"
  * (shorter, so the worker rule covers it); a label is at most RM_TJ_LABEL_MAX characters. */
 #define RM_TJ_WORKER_INFIX "-worker-"
+/* The built-in dataset: Debian's dataset-fashion-mnist, 60,000 training images. */
+#define RM_TJ_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+#define RM_TJ_FASHION_MNIST_TRAIN 60000
 #define RM_TJ_LABEL_MAX 63
 
 typedef enum { RM_BACKEND_AUTO = 0, RM_BACKEND_RING, RM_BACKEND_NCCL, RM_BACKEND_MPI } rm_backend;
@@ -180,6 +183,10 @@ int rm_training_from_json(const cJSON *training, const char *ctx, rm_training_sp
 void rm_training_defaults(rm_training_spec *t);
 int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err);
 void rm_training_free(rm_training_spec *t);
+/* Training samples of the dataset when known without reading it (fashion-mnist in its default
+ * folder: 60,000), else 0. rm_tj_validate refuses a global batch (the largest of replicas and
+ * maxReplicas x batchSizePerWorker) above it. */
+int64_t rm_training_samples(const rm_training_spec *t);
 /* Fill every unset field with its default (idempotent). */
 void rm_tj_defaults(rm_tj *tj);
 /* First violation, naming the field; RM_OK if valid. Rules: metadata.name a DNS-1035 label of at

@@ -46,6 +46,12 @@ for n in a.b 1job aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa; 
 done
 grep -q 'would be 69 characters' "$W/name.e" || fail "60-character name: $(cat "$W/name.e")"
 
+# a global batch over the 60,000 training images (issue 20 item 2: `run` re-formed forever at "step 0/0")
+mk bigbatch '  replicas: 2
+  training:
+    batchSizePerWorker: 40000'
+expect bigbatch "bigbatch\.yaml:8: spec\.training\.batchSizePerWorker: the global batch spec\.replicas \(2\) x spec\.training\.batchSizePerWorker \(40000\) = 80000 samples is larger than the 60000 training samples"
+
 # validate names the same errors and accepts the examples
 set +e; "$RM_BIN/ringmaster" validate -f "$W/minmax.yaml" 2>"$W/v.e"; rc=$?; set -e
 [ $rc -eq 2 ] && grep -q "minmax.yaml:7: spec.minReplicas" "$W/v.e" || fail "validate: rc=$rc $(cat "$W/v.e")"

@@ -446,6 +446,53 @@ static void test_crd_bounds_match(void)
     run_cases(cases, RM_ARRAY_LEN(cases));
 }
 
+/* Issue 20 item 2: a global batch over the training set gives epochs of zero steps (a livelock
+ * at run time), so it is refused with both fields named; base: 4 replicas, max 8, 60,000 images. */
+static void test_global_batch_fits_dataset(void)
+{
+    static const tj_case cases[] = {
+        { "spec.training.batchSizePerWorker", "7500", NULL },   /* 8 x 7500 = 60000 exactly */
+        { "spec.training.batchSizePerWorker", "7501",
+          "spec.training.batchSizePerWorker: the global batch spec.maxReplicas (8) x "
+          "spec.training.batchSizePerWorker (7501) = 60008 samples is larger than the 60000 training "
+          "samples of fashion-mnist: an epoch would have no step (at most 7500 per worker)" },
+        { "spec.training.batchSizePerWorker", "40000",
+          "spec.training.batchSizePerWorker: the global batch spec.maxReplicas (8) x "
+          "spec.training.batchSizePerWorker (40000) = 320000 samples is larger than the 60000 training "
+          "samples of fashion-mnist: an epoch would have no step (at most 7500 per worker)" },
+        /* a data folder of unknown size (the base's /data) is not guessed at */
+        { "spec.training.dataDir", "\"/data\"", NULL },
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
+        cJSON *d = base_doc();
+        set_path(d, "spec.training.dataDir", NULL);   /* the built-in folder: 60,000 known */
+        set_path(d, "spec.training.batchSizePerWorker", "40000");
+        set_path(d, cases[i].path, cases[i].value);
+        rm_err e;
+        int rc = check(d, &e);
+        CU_ASSERT_EQUAL(rc, cases[i].msg ? RM_EINVAL : RM_OK);
+        if (cases[i].msg)
+            CU_ASSERT_STRING_EQUAL(e.msg, cases[i].msg);
+        if (rc && (!cases[i].msg || strcmp(e.msg, cases[i].msg)))
+            fprintf(stderr, "\n  case %s: got \"%s\"\n", cases[i].path, e.msg);
+        cJSON_Delete(d);
+    }
+    /* the probe's job: 2 replicas (max defaults to replicas) x 40000; bench mode reads no data */
+    cJSON *d = base_doc();
+    set_path(d, "spec.training.dataDir", NULL);
+    set_path(d, "spec.replicas", "2");
+    set_path(d, "spec.minReplicas", "2");
+    set_path(d, "spec.maxReplicas", NULL);
+    set_path(d, "spec.training.batchSizePerWorker", "40000");
+    rm_err e;
+    CU_ASSERT_EQUAL(check(d, &e), RM_EINVAL);
+    CU_ASSERT_STRING_EQUAL(e.field, "spec.training.batchSizePerWorker");
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "the global batch spec.replicas (2) x spec.training.batchSizePerWorker (40000)"));
+    set_path(d, "spec.training.mode", "\"bench\"");
+    CU_ASSERT_EQUAL(check(d, &e), RM_OK);
+    cJSON_Delete(d);
+}
+
 static void test_defaults(void)
 {
     const char min_json[] = "{\"apiVersion\":\"ringmaster.dev/v1alpha1\",\"kind\":\"TrainingJob\","
@@ -728,6 +775,7 @@ void rm_suite_trainingjob(void)
         { "validation_rules", test_validation_rules },
         { "name_fits_max_replicas", test_name_fits_max_replicas },
         { "crd_bounds_match", test_crd_bounds_match },
+        { "global_batch_fits_dataset", test_global_batch_fits_dataset },
         { "defaults", test_defaults },
         { "round_trip", test_round_trip },
         { "status_and_conditions", test_status_and_conditions },
