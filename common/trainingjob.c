@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FIELD_CAP 128
 
@@ -385,6 +386,158 @@ static int bad(rm_err *err, const char *ctx, const char *key, const char *fmt, .
     return rm_err_field(err, RM_EINVAL, f, "%s", msg);
 }
 
+/* ---- memory estimate ------------------------------------------------------------------------- */
+
+/* fashion-mnist's shape (worker/model.h RM_MODEL_INPUT, RM_MODEL_CLASSES) and its test set */
+#define TJ_INPUTS 784
+#define TJ_CLASSES 10
+#define TJ_TEST_SAMPLES 10000
+
+/* "66.3 MiB", "1.5 GiB", "512 B" */
+static void fmt_bytes(char *buf, size_t cap, int64_t n)
+{
+    static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1024 && u < 5) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, cap, "%lld B", (long long)n);
+    else
+        snprintf(buf, cap, "%.1f %s", v, unit[u]);
+}
+
+void rm_training_memory(const rm_training_spec *t, rm_mem_estimate *out)
+{
+    memset(out, 0, sizeof *out);
+    int64_t params = 0, acts = 0, widest = 1, in = TJ_INPUTS;
+    int nh = t->nhidden < 0 ? 0 : t->nhidden > RM_TJ_MAX_HIDDEN ? RM_TJ_MAX_HIDDEN : t->nhidden;
+    for (int i = 0; i <= nh; i++) {
+        int64_t o = i < nh ? (t->hidden[i] > 0 ? t->hidden[i] : 1) : TJ_CLASSES;
+        params += in * o + o;
+        acts += o;
+        if (i < nh && o > widest)
+            widest = o;
+        in = o;
+    }
+    int nstate = t->optimizer.type == RM_OPT_ADAM ? 2 : 1;
+    int64_t b = t->batch_size_per_worker > 0 ? t->batch_size_per_worker : 1;
+    int64_t n = rm_training_samples(t);
+    out->params = params;
+    out->copies = 2 + nstate + (1 + nstate);      /* weights, grads, state, staging */
+    out->model_bytes = params * out->copies * 4;
+    out->batch_bytes = 4 * b * (TJ_INPUTS + 1 + 2 * widest + acts);
+    out->data_bytes = n > 0 ? (n + TJ_TEST_SAMPLES) * (TJ_INPUTS + 1) + 4 * n : 0;
+    out->total = out->model_bytes + out->batch_bytes + out->data_bytes + RM_TJ_MEM_OVERHEAD;
+}
+
+int rm_quantity_bytes(const char *s, int64_t *out)
+{
+    static const struct { const char *sfx; double mul; } sfx[] = {
+        { "Ki", 1024.0 }, { "Mi", 1048576.0 }, { "Gi", 1073741824.0 }, { "Ti", 1099511627776.0 },
+        { "Pi", 1125899906842624.0 }, { "Ei", 1152921504606846976.0 }, { "k", 1e3 }, { "M", 1e6 },
+        { "G", 1e9 }, { "T", 1e12 }, { "P", 1e15 }, { "E", 1e18 }, { "m", 1e-3 }, { "", 1.0 },
+    };
+    if (!s || !*s || !(isdigit((unsigned char)s[0]) || (s[0] == '.' && isdigit((unsigned char)s[1]))))
+        return RM_EINVAL;
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !isfinite(v) || v < 0)
+        return RM_EINVAL;
+    for (size_t i = 0; i < RM_ARRAY_LEN(sfx); i++) {
+        if (strcmp(end, sfx[i].sfx) == 0) {
+            double bytes = ceil(v * sfx[i].mul);
+            if (!(bytes < 9.2e18))
+                return RM_EINVAL;
+            *out = (int64_t)bytes;
+            return RM_OK;
+        }
+    }
+    return RM_EINVAL;
+}
+
+int rm_tj_check_memory(const rm_tj *tj, int64_t cap_bytes, int workers, const char *cap_what,
+                       rm_err *err)
+{
+    const rm_training_spec *t = &tj->spec.training;
+    if (t->mode != RM_MODE_TRAIN || cap_bytes <= 0)
+        return RM_OK;
+    if (workers < 1)
+        workers = 1;
+    rm_mem_estimate me;
+    rm_training_memory(t, &me);
+    if (me.total <= cap_bytes / workers)
+        return RM_OK;
+    char tot[32], model[32], batch[32], data[32], all[32], capb[32];
+    fmt_bytes(tot, sizeof tot, me.total);
+    fmt_bytes(model, sizeof model, me.model_bytes);
+    fmt_bytes(batch, sizeof batch, me.batch_bytes);
+    fmt_bytes(data, sizeof data, me.data_bytes);
+    fmt_bytes(all, sizeof all, me.total * workers);
+    fmt_bytes(capb, sizeof capb, cap_bytes);
+    char per[64] = "";
+    if (workers > 1)
+        snprintf(per, sizeof per, " x %d workers = %s", workers, all);
+    return rm_err_field(err, RM_EINVAL, "spec.training.model",
+                        "needs an estimated %s per worker (%lld parameters x %d copies = %s, batch %d = "
+                        "%s, dataset %s, runtime 32 MiB)%s, more than %s (%s)", tot,
+                        (long long)me.params, me.copies, model, t->batch_size_per_worker, batch, data,
+                        per, cap_what ? cap_what : "the memory cap", capb);
+}
+
+int rm_tj_check_memory_local(const rm_tj *tj, rm_err *err)
+{
+    const char *env = getenv("RINGMASTER_MEMORY_LIMIT");
+    int64_t cap = 0;
+    char what[128];
+    int workers = tj->spec.max_replicas > tj->spec.replicas ? tj->spec.max_replicas : tj->spec.replicas;
+    if (env && *env) {
+        if (rm_quantity_bytes(env, &cap) != RM_OK)
+            return rm_errf(err, RM_EINVAL, "RINGMASTER_MEMORY_LIMIT: must be a Kubernetes quantity such "
+                           "as 512Mi or 4Gi (got \"%.40s\")", env);
+        snprintf(what, sizeof what, "RINGMASTER_MEMORY_LIMIT for the %d workers on this machine", workers);
+    } else {
+        long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+        if (pages <= 0 || psize <= 0)
+            return RM_OK;
+        cap = (int64_t)pages * psize;
+        snprintf(what, sizeof what, "this machine's physical memory for its %d workers", workers);
+    }
+    return rm_tj_check_memory(tj, cap, workers, what, err);
+}
+
+/* The worker container's resources.limits.memory (the container named "worker", else the first),
+ * checked against the estimate for one worker. */
+static int check_template_memory(const rm_tj *tj, rm_err *err)
+{
+    const cJSON *cs = rm_json_path(tj->spec.template, "spec.containers");
+    const cJSON *c, *w = NULL;
+    int i = 0, wi = 0;
+    cJSON_ArrayForEach(c, cs) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(c, "name");
+        if (!w || (cJSON_IsString(n) && strcmp(n->valuestring, "worker") == 0)) {
+            w = c;
+            wi = i;
+        }
+        i++;
+    }
+    const cJSON *m = rm_json_path(w, "resources.limits.memory");
+    if (!m)
+        return RM_OK;
+    char f[FIELD_CAP];
+    snprintf(f, sizeof f, "spec.template.spec.containers[%d].resources.limits.memory", wi);
+    int64_t cap = 0;
+    char num[64];
+    if (cJSON_IsNumber(m))
+        snprintf(num, sizeof num, "%.0f", m->valuedouble);
+    if ((!cJSON_IsString(m) && !cJSON_IsNumber(m)) ||
+        rm_quantity_bytes(cJSON_IsString(m) ? m->valuestring : num, &cap) != RM_OK)
+        return rm_err_field(err, RM_EINVAL, f, "must be a Kubernetes quantity such as 512Mi or 4Gi");
+    return rm_tj_check_memory(tj, cap, 1, "the worker container's memory limit", err);
+}
+
 int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err)
 {
     char mctx[FIELD_CAP], octx[FIELD_CAP], bctx[FIELD_CAP];
@@ -409,6 +562,15 @@ int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err
             snprintf(k, sizeof k, "hidden[%d]", i);
             return bad(err, mctx, k, "must be between 1 and 65536");
         }
+    }
+    rm_mem_estimate me;
+    rm_training_memory(t, &me);
+    if (me.params > RM_TJ_MAX_PARAMS) {
+        char need[32];
+        fmt_bytes(need, sizeof need, me.model_bytes);
+        return bad(err, mctx, "hidden", "the model has %lld parameters, more than the %lld a worker may "
+                   "hold (it would need about %s per worker for weights, gradients, optimizer state "
+                   "and checkpoint staging)", (long long)me.params, (long long)RM_TJ_MAX_PARAMS, need);
     }
     if (t->epochs < 1 || t->epochs > 100000)
         return bad(err, ctx, "epochs", "must be between 1 and 100000");
@@ -583,7 +745,7 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
                             t->batch_size_per_worker, (long long)world * t->batch_size_per_worker,
                             (long long)n, t->dataset ? t->dataset : "fashion-mnist",
                             (long long)(n / world));
-    return RM_OK;
+    return check_template_memory(tj, err);
 }
 
 int64_t rm_training_samples(const rm_training_spec *t)

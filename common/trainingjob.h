@@ -27,6 +27,9 @@
  * (pods, whose hostname is the same DNS-1123 label) and, with parameter servers, "<job>-ps-<i>"
  * (shorter, so the worker rule covers it); a label is at most RM_TJ_LABEL_MAX characters. */
 #define RM_TJ_WORKER_INFIX "-worker-"
+/* The largest model a worker may hold: 2^30 parameters (4 GiB per fp32 copy; a worker keeps about
+ * five copies: weights, gradients, optimizer state, checkpoint staging). */
+#define RM_TJ_MAX_PARAMS (1LL << 30)
 /* The built-in dataset: Debian's dataset-fashion-mnist, 60,000 training images. */
 #define RM_TJ_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
 #define RM_TJ_FASHION_MNIST_TRAIN 60000
@@ -212,6 +215,36 @@ void rm_tj_free(rm_tj *tj);   /* frees members, zeroes the struct; NULL ok */
  * anything changed, 0 if not. */
 int rm_tj_set_condition(rm_tj_status *st, rm_cond_type type, bool status, const char *reason,
                         const char *message, int64_t generation, double now);
+
+/* What one worker of this training spec needs in memory, estimated from the worker's own
+ * allocations (worker/model.c, optim.c, train.c): fp32 weights, gradients, optimizer state (sgd and
+ * adagrad 1, adam 2) and checkpoint staging (weights + state); activations and deltas for the
+ * batch; the dataset (uint8 images, labels, permutation) when its size is known; plus a fixed
+ * RM_TJ_MEM_OVERHEAD for the process, its libraries and threads. All in bytes. */
+#define RM_TJ_MEM_OVERHEAD (32LL << 20)
+typedef struct rm_mem_estimate {
+    int64_t params;         /* parameters of the model */
+    int copies;             /* parameter-sized fp32 buffers */
+    int64_t model_bytes;    /* params x copies x 4 */
+    int64_t batch_bytes;    /* activations, deltas, inputs for batchSizePerWorker */
+    int64_t data_bytes;     /* the dataset in memory (0 when its size is unknown) */
+    int64_t total;          /* the sum + RM_TJ_MEM_OVERHEAD */
+} rm_mem_estimate;
+void rm_training_memory(const rm_training_spec *t, rm_mem_estimate *out);
+/* A Kubernetes quantity ("512Mi", "1.5Gi", "2G", "1e9", "100m") in bytes, rounded up.
+ * RM_EINVAL if it is not one. */
+int rm_quantity_bytes(const char *s, int64_t *out);
+/* Refuse a train-mode job whose `workers` workers together need more than cap_bytes (cap_what names
+ * the cap in the message, e.g. "this machine's 23.4 GiB of physical memory"). RM_OK when it fits or
+ * cap_bytes <= 0. The error names spec.training.model and the estimate. rm_tj_validate already
+ * applies the worker container's resources.limits.memory; `ringmaster run` and `validate` add the
+ * local machine (all workers on one host). */
+int rm_tj_check_memory(const rm_tj *tj, int64_t cap_bytes, int workers, const char *cap_what,
+                       rm_err *err);
+/* rm_tj_check_memory for `ringmaster run`/`validate`: every worker (the larger of replicas and
+ * maxReplicas) on this machine, against $RINGMASTER_MEMORY_LIMIT (a quantity) when set, else the
+ * physical memory. */
+int rm_tj_check_memory_local(const rm_tj *tj, rm_err *err);
 
 /* `backend: auto` -> nccl when the job requests GPUs (gpus_requested > 0), else ring. Any explicit
  * backend is returned unchanged. */

@@ -89,6 +89,8 @@ int rm_manifest_load(const char *path, const rm_manifest_overrides *ov, rm_tj *o
         if (ov && ov->epochs > 0)
             out->spec.training.epochs = ov->epochs;
         rc = rm_tj_validate(out, &e);
+        if (rc == RM_OK)
+            rc = rm_tj_check_memory_local(out, &e);   /* every worker runs on this machine */
     }
     if (rc != RM_OK) {
         msg_at(msg, cap, path, d, pick, &e);

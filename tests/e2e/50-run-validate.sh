@@ -52,6 +52,26 @@ mk bigbatch '  replicas: 2
     batchSizePerWorker: 40000'
 expect bigbatch "bigbatch\.yaml:8: spec\.training\.batchSizePerWorker: the global batch spec\.replicas \(2\) x spec\.training\.batchSizePerWorker \(40000\) = 80000 samples is larger than the 60000 training samples"
 
+# a memory budget (issue 20 items 6, 9): a total-size cap, the container's memory limit, and locally
+# every worker on this machine (RINGMASTER_MEMORY_LIMIT stands in for the physical memory here)
+mk huge '  replicas: 1
+  training:
+    model: {type: mlp, hidden: [65536, 65536]}'
+expect huge "huge\.yaml:8: spec\.training\.model\.hidden: the model has 4347133962 parameters, more than the 1073741824"
+mk limit '  replicas: 1
+  template:
+    spec:
+      containers:
+      - name: worker
+        resources: {limits: {memory: 64Mi}}'
+expect limit "limit\.yaml:[0-9]+: spec\.training\.model: needs an estimated 95\.5 MiB per worker .*more than the worker container's memory limit \(64\.0 MiB\)"
+mk local '  replicas: 4'
+set +e; RINGMASTER_MEMORY_LIMIT=300Mi "$RM_BIN/ringmaster" validate -f "$W/local.yaml" >/dev/null 2>"$W/local.e"; rc=$?; set -e
+[ $rc -eq 2 ] && grep -q "x 4 workers = 381.9 MiB, more than RINGMASTER_MEMORY_LIMIT" "$W/local.e" ||
+  fail "local memory cap: rc=$rc $(cat "$W/local.e")"
+RINGMASTER_MEMORY_LIMIT=400Mi "$RM_BIN/ringmaster" validate -f "$W/local.yaml" >/dev/null || fail "400Mi must fit 4 workers"
+log "ok local memory: $(cat "$W/local.e")"
+
 # validate names the same errors and accepts the examples
 set +e; "$RM_BIN/ringmaster" validate -f "$W/minmax.yaml" 2>"$W/v.e"; rc=$?; set -e
 [ $rc -eq 2 ] && grep -q "minmax.yaml:7: spec.minReplicas" "$W/v.e" || fail "validate: rc=$rc $(cat "$W/v.e")"

@@ -493,6 +493,93 @@ static void test_global_batch_fits_dataset(void)
     cJSON_Delete(d);
 }
 
+/* Issue 20 items 6 and 9: a memory budget. The estimate follows the worker's allocations; a model
+ * over RM_TJ_MAX_PARAMS is refused everywhere, one over the container's memory limit by
+ * rm_tj_validate, and rm_tj_check_memory applies any other cap (the local machine). */
+static void test_memory_budget(void)
+{
+    static const struct { const char *q; int64_t bytes; } qs[] = {
+        { "512Mi", 512LL << 20 }, { "4Gi", 4LL << 30 }, { "1.5Gi", 3LL << 29 }, { "2G", 2000000000LL },
+        { "1e9", 1000000000LL }, { "128974848", 128974848LL }, { "100m", 1 }, { "64k", 64000 },
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(qs); i++) {
+        int64_t b = -1;
+        CU_ASSERT_EQUAL(rm_quantity_bytes(qs[i].q, &b), RM_OK);
+        CU_ASSERT_EQUAL(b, qs[i].bytes);
+    }
+    static const char *const badq[] = { "", "Mi", "-1Gi", "1GB", "lots", "1 Gi", "inf", "nan", "1e400" };
+    for (size_t i = 0; i < RM_ARRAY_LEN(badq); i++) {
+        int64_t b;
+        CU_ASSERT_EQUAL(rm_quantity_bytes(badq[i], &b), RM_EINVAL);
+    }
+    /* the default model: 784-512-256-10, sgd (1 state) -> 5 copies */
+    rm_training_spec t;
+    memset(&t, 0, sizeof t);
+    rm_training_defaults(&t);
+    rm_mem_estimate me;
+    rm_training_memory(&t, &me);
+    CU_ASSERT_EQUAL(me.params, 535818);
+    CU_ASSERT_EQUAL(me.copies, 5);
+    CU_ASSERT_EQUAL(me.model_bytes, 535818LL * 5 * 4);
+    CU_ASSERT_EQUAL(me.batch_bytes, 4LL * 64 * (784 + 1 + 2 * 512 + 512 + 256 + 10));
+    CU_ASSERT_EQUAL(me.data_bytes, 70000LL * 785 + 4LL * 60000);
+    CU_ASSERT_EQUAL(me.total, me.model_bytes + me.batch_bytes + me.data_bytes + RM_TJ_MEM_OVERHEAD);
+    t.optimizer.type = RM_OPT_ADAM;
+    rm_training_memory(&t, &me);
+    CU_ASSERT_EQUAL(me.copies, 7);
+    rm_training_free(&t);
+    /* the probe's hidden [65536, 65536]: over the total-size cap, refused by the worker's own
+     * check too (rm_training_validate) */
+    static const tj_case cases[] = {
+        { "spec.training.model.hidden", "[65536, 65536]",
+          "spec.training.model.hidden: the model has 4347133962 parameters, more than the 1073741824 a "
+          "worker may hold (it would need about 81.0 GiB per worker for weights, gradients, optimizer "
+          "state and checkpoint staging)" },
+        { "spec.training.model.hidden", "[16384, 16384]", NULL },   /* 281M parameters: allowed */
+        { "spec.template.spec.containers", "[{\"name\":\"worker\",\"resources\":{\"limits\":{\"memory\":\"64Mi\"}}}]",
+          "spec.training.model: needs an estimated 95.5 MiB per worker (535818 parameters x 5 copies = "
+          "10.2 MiB, batch 64 = 646.8 KiB, dataset 52.6 MiB, runtime 32 MiB), more than the worker "
+          "container's memory limit (64.0 MiB)" },
+        { "spec.template.spec.containers", "[{\"name\":\"worker\",\"resources\":{\"limits\":{\"memory\":\"128Mi\"}}}]", NULL },
+        /* the worker container is the one named worker */
+        { "spec.template.spec.containers", "[{\"name\":\"side\",\"resources\":{\"limits\":{\"memory\":\"1Mi\"}}},"
+          "{\"name\":\"worker\",\"resources\":{\"limits\":{\"memory\":134217728}}}]", NULL },
+        { "spec.template.spec.containers", "[{\"name\":\"worker\",\"resources\":{\"limits\":{\"memory\":\"lots\"}}}]",
+          "spec.template.spec.containers[0].resources.limits.memory: must be a Kubernetes quantity such as "
+          "512Mi or 4Gi" },
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
+        cJSON *d = base_doc();
+        set_path(d, "spec.training.dataDir", NULL);   /* built-in data: its size counts */
+        set_path(d, cases[i].path, cases[i].value);
+        rm_err e;
+        int rc = check(d, &e);
+        CU_ASSERT_EQUAL(rc, cases[i].msg ? RM_EINVAL : RM_OK);
+        if (cases[i].msg)
+            CU_ASSERT_STRING_EQUAL(e.msg, cases[i].msg);
+        if (rc && (!cases[i].msg || strcmp(e.msg, cases[i].msg)))
+            fprintf(stderr, "\n  case %s: got \"%s\"\n", cases[i].path, e.msg);
+        cJSON_Delete(d);
+    }
+    /* another cap (the local machine): every worker on one host */
+    cJSON *d = base_doc();
+    rm_tj tj;
+    rm_err e = { 0 };
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &tj, &e), RM_OK);
+    rm_tj_defaults(&tj);
+    rm_training_memory(&tj.spec.training, &me);
+    CU_ASSERT_EQUAL(rm_tj_check_memory(&tj, me.total * 4, 4, "this machine's memory", &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_tj_check_memory(&tj, me.total * 4 - 1, 4, "this machine's memory", &e), RM_EINVAL);
+    CU_ASSERT_STRING_EQUAL(e.field, "spec.training.model");
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, " x 4 workers = "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "more than this machine's memory ("));
+    CU_ASSERT_EQUAL(rm_tj_check_memory(&tj, 0, 4, "none", &e), RM_OK);       /* no cap */
+    tj.spec.training.mode = RM_MODE_BENCH;
+    CU_ASSERT_EQUAL(rm_tj_check_memory(&tj, 1, 4, "tiny", &e), RM_OK);       /* bench: no model */
+    rm_tj_free(&tj);
+    cJSON_Delete(d);
+}
+
 static void test_defaults(void)
 {
     const char min_json[] = "{\"apiVersion\":\"ringmaster.dev/v1alpha1\",\"kind\":\"TrainingJob\","
@@ -776,6 +863,7 @@ void rm_suite_trainingjob(void)
         { "name_fits_max_replicas", test_name_fits_max_replicas },
         { "crd_bounds_match", test_crd_bounds_match },
         { "global_batch_fits_dataset", test_global_batch_fits_dataset },
+        { "memory_budget", test_memory_budget },
         { "defaults", test_defaults },
         { "round_trip", test_round_trip },
         { "status_and_conditions", test_status_and_conditions },
