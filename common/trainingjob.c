@@ -236,7 +236,8 @@ int rm_training_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t,
                 if (!cJSON_IsNumber(h) || v != floor(v) || !isfinite(v)) {
                     char f[FIELD_CAP + 16];
                     snprintf(f, sizeof f, "%s[%d]", hctx, i);
-                    rc = rm_err_field(err, RM_EINVAL, f, "must be an integer");
+                    rc = rm_err_field(err, RM_EINVAL, f, cJSON_IsNumber(h) && !isfinite(v) ?
+                                      "must be a finite number" : "must be an integer");
                     goto out;
                 }
                 t->hidden[i] = v > INT_MAX ? INT_MAX : v < INT_MIN ? INT_MIN : (int)v;
@@ -373,6 +374,16 @@ void rm_training_defaults(rm_training_spec *t)
 }
 
 /* ---- validation -------------------------------------------------------------------------------- */
+
+/* Strings a job prints or uses as paths (checkpoint path, data folder, managedBy) carry no
+ * control characters: they reach terminals and logs as they are. */
+static int has_ctrl(const char *s)
+{
+    for (; s && *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return 1;
+    return 0;
+}
 
 static int bad(rm_err *err, const char *ctx, const char *key, const char *fmt, ...) RM_PRINTF(4, 5);
 static int bad(rm_err *err, const char *ctx, const char *key, const char *fmt, ...)
@@ -552,6 +563,8 @@ int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err
         return bad(err, ctx, "dataset", "must be fashion-mnist (got \"%s\")", t->dataset);
     if (t->data_dir && !*t->data_dir)
         return bad(err, ctx, "dataDir", "must not be empty");
+    if (has_ctrl(t->data_dir))
+        return bad(err, ctx, "dataDir", "must not contain control characters");
     if (t->model_type && strcmp(t->model_type, "mlp") != 0)
         return bad(err, mctx, "type", "must be mlp (got \"%s\")", t->model_type);
     if (t->nhidden < 0 || t->nhidden > RM_TJ_MAX_HIDDEN)
@@ -721,6 +734,10 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
                             "must be 1 to 63 characters");
     if (s->checkpoint.path && !*s->checkpoint.path)
         return rm_err_field(err, RM_EINVAL, "spec.checkpoint.path", "must not be empty");
+    if (has_ctrl(s->checkpoint.path))
+        return rm_err_field(err, RM_EINVAL, "spec.checkpoint.path", "must not contain control characters");
+    if (has_ctrl(s->run.managed_by))
+        return rm_err_field(err, RM_EINVAL, "spec.runPolicy.managedBy", "must not contain control characters");
     if (s->checkpoint.interval_steps < 1)
         return rm_err_field(err, RM_EINVAL, "spec.checkpoint.intervalSteps", "must be >= 1");
     if (s->checkpoint.keep < 1)
@@ -869,8 +886,13 @@ int rm_tj_from_json(const cJSON *obj, rm_tj *out, rm_err *err)
     const char *s;
     const cJSON *md = NULL, *sp = NULL, *st = NULL;
     memset(out, 0, sizeof *out);
+    /* Unknown top-level fields are errors, as everywhere under spec: kubectl's default
+     * (--validate=strict, fieldValidation=Strict) refuses them too, and a typo there ("sepc:")
+     * must not pass as a job with no spec changes. */
+    static const char *const k_top[] = { "apiVersion", "kind", "metadata", "spec", "status", NULL };
     if (!obj || !cJSON_IsObject(obj))
         return rm_errf(err, RM_EINVAL, "a TrainingJob must be a JSON object");
+    TRY(rm_json_no_unknown(obj, k_top, "", err));
     TRY(p_const(obj, "apiVersion", RM_TJ_API_VERSION, err));
     TRY(p_const(obj, "kind", RM_TJ_KIND, err));
     TRY(rm_json_obj(obj, "metadata", true, "", &md, err));

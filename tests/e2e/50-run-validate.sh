@@ -72,6 +72,35 @@ set +e; RINGMASTER_MEMORY_LIMIT=300Mi "$RM_BIN/ringmaster" validate -f "$W/local
 RINGMASTER_MEMORY_LIMIT=400Mi "$RM_BIN/ringmaster" validate -f "$W/local.yaml" >/dev/null || fail "400Mi must fit 4 workers"
 log "ok local memory: $(cat "$W/local.e")"
 
+# clarity (issue 20 item 11): control characters are escaped, a second job is an error, unknown
+# top-level fields are errors, 2^63-1 is out of range, .inf is not finite, a folder is no manifest
+printf '%s\n  replicas: 2\n  backend: "\\e[31mred\\a"\n' "$head" > "$W/ctrl.yaml"
+set +e; "$RM_BIN/ringmaster" validate -f "$W/ctrl.yaml" >/dev/null 2>"$W/ctrl.e"; rc=$?; set -e
+[ $rc -eq 2 ] || fail "ctrl: exit $rc"
+if LC_ALL=C grep -q "$(printf '\033')" "$W/ctrl.e" || LC_ALL=C grep -q "$(printf '\007')" "$W/ctrl.e"; then
+  fail "control characters printed raw: $(od -c "$W/ctrl.e" | head)"; fi
+grep -q 'got "\\x1b\[31mred\\x07"' "$W/ctrl.e" || fail "ctrl: not escaped as \\xNN: $(cat "$W/ctrl.e")"
+log "ok ctrl: $(cat "$W/ctrl.e")"
+printf '%s\n  replicas: 1\n---\n%s\n  replicas: 2\n' "$head" "$head" > "$W/twodocs.yaml"
+expect twodocs "twodocs\.yaml:9: a second TrainingJob \(document 2\)"
+printf 'extra: 1\n%s\n  replicas: 1\n' "$head" > "$W/top.yaml"
+expect top "top\.yaml:1: extra: unknown field"
+mk big '  replicas: 1
+  runPolicy: {activeDeadlineSeconds: 9223372036854775807}'
+expect big "big\.yaml:7: spec\.runPolicy\.activeDeadlineSeconds: out of range"
+mk inf '  replicas: 1
+  training: {optimizer: {lr: .inf}}'
+expect inf "inf\.yaml:7: spec\.training\.optimizer\.lr: must be a finite number"
+set +e; "$RM_BIN/ringmaster" validate -f "$W" >/dev/null 2>"$W/dir.e"; rc=$?; set -e
+[ $rc -eq 2 ] && grep -q "is a directory" "$W/dir.e" || fail "directory as -f: rc=$rc $(cat "$W/dir.e")"
+# a checkpoint folder that cannot hold checkpoints is refused at start with exit 2
+touch "$W/plainfile"
+for d in "$W/plainfile" /proc/self; do
+  set +e; "$RM_BIN/ringmaster" run -f "$FIX/small.yaml" --checkpoint-dir "$d" --run-dir "$W/rd" >/dev/null 2>"$W/ck.e"; rc=$?; set -e
+  [ $rc -eq 2 ] && grep -q "checkpoint folder $d: " "$W/ck.e" || fail "--checkpoint-dir $d: rc=$rc $(cat "$W/ck.e")"
+  log "ok --checkpoint-dir $d: $(cat "$W/ck.e")"
+done
+
 # validate names the same errors and accepts the examples
 set +e; "$RM_BIN/ringmaster" validate -f "$W/minmax.yaml" 2>"$W/v.e"; rc=$?; set -e
 [ $rc -eq 2 ] && grep -q "minmax.yaml:7: spec.minReplicas" "$W/v.e" || fail "validate: rc=$rc $(cat "$W/v.e")"

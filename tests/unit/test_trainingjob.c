@@ -190,6 +190,12 @@ static void test_parse_rules(void)
         { "spec.training.optimizer.foo", "1", "spec.training.optimizer.foo: unknown field" },
         { "spec.training.bench.foo", "1", "spec.training.bench.foo: unknown field" },
         { "spec.template.whatever", "{\"x\":1}", NULL },            /* opaque */
+        { "extra", "1", "extra: unknown field" },                 /* top level is strict too */
+        { "sepc", "{}", "sepc: unknown field" },
+        /* numbers: 2^63-1 reads as 2^63 (a double) and is out of range, not "not an integer" */
+        { "spec.runPolicy.activeDeadlineSeconds", "9223372036854775807",
+          "spec.runPolicy.activeDeadlineSeconds: out of range" },
+        { "spec.training.seed", "1e300", "spec.training.seed: out of range" },
         { "metadata.finalizers", "[\"x\"]", NULL },                 /* other metadata ignored */
         { "status.workers", "\"3/4\"", NULL },                      /* status is lenient */
         /* types */
@@ -316,6 +322,9 @@ static void test_validation_rules(void)
         { "spec.runPolicy.ttlSecondsAfterFinished", "-1", NULL },
         { "spec.runPolicy.managedBy", "\"\"", "spec.runPolicy.managedBy: must be 1 to 63 characters" },
         { "spec.checkpoint.path", "\"\"", "spec.checkpoint.path: must not be empty" },
+        { "spec.checkpoint.path", "\"/ck\\u001b[2J\"", "spec.checkpoint.path: must not contain control characters" },
+        { "spec.training.dataDir", "\"/d\\n\"", "spec.training.dataDir: must not contain control characters" },
+        { "spec.runPolicy.managedBy", "\"x\\u0007\"", "spec.runPolicy.managedBy: must not contain control characters" },
         { "spec.checkpoint.intervalSteps", "0", "spec.checkpoint.intervalSteps: must be >= 1" },
         { "spec.checkpoint.keep", "0", "spec.checkpoint.keep: must be >= 1" },
         { "spec.training.dataset", "\"mnist\"", "spec.training.dataset: must be fashion-mnist (got \"mnist\")" },
@@ -578,6 +587,31 @@ static void test_memory_budget(void)
     CU_ASSERT_EQUAL(rm_tj_check_memory(&tj, 1, 4, "tiny", &e), RM_OK);       /* bench: no model */
     rm_tj_free(&tj);
     cJSON_Delete(d);
+}
+
+/* YAML can say .inf and .nan (JSON cannot): every number field reports them as not finite
+ * instead of a misleading range message. */
+static void test_non_finite_numbers(void)
+{
+    static const struct { const char *line, *msg; } cases[] = {
+        { "  restartPolicy: {backoffSeconds: .inf}", "spec.restartPolicy.backoffSeconds: must be a finite number" },
+        { "  training: {optimizer: {lr: .nan}}", "spec.training.optimizer.lr: must be a finite number" },
+        { "  training: {warmupEpochs: -.inf}", "spec.training.warmupEpochs: must be a finite number" },
+        { "  training: {epochs: .inf}", "spec.training.epochs: must be a finite number" },
+        { "  runPolicy: {activeDeadlineSeconds: .NaN}", "spec.runPolicy.activeDeadlineSeconds: must be a finite number" },
+        { "  training: {model: {hidden: [.inf]}}", "spec.training.model.hidden[0]: must be a finite number" },
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
+        char y[512];
+        snprintf(y, sizeof y, "apiVersion: ringmaster.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: x}\n"
+                 "spec:\n%s\n", cases[i].line);
+        rm_yaml_docs *d = NULL;
+        rm_err e = { 0 };
+        CU_ASSERT_EQUAL_FATAL(rm_yaml_load(y, strlen(y), "t", &d, &e), RM_OK);
+        CU_ASSERT_EQUAL(check(rm_yaml_doc(d, 0), &e), RM_EINVAL);
+        CU_ASSERT_STRING_EQUAL(e.msg, cases[i].msg);
+        rm_yaml_free(d);
+    }
 }
 
 static void test_defaults(void)
@@ -864,6 +898,7 @@ void rm_suite_trainingjob(void)
         { "crd_bounds_match", test_crd_bounds_match },
         { "global_batch_fits_dataset", test_global_batch_fits_dataset },
         { "memory_budget", test_memory_budget },
+        { "non_finite_numbers", test_non_finite_numbers },
         { "defaults", test_defaults },
         { "round_trip", test_round_trip },
         { "status_and_conditions", test_status_and_conditions },
