@@ -51,9 +51,14 @@ int rm_json_int(const cJSON *obj, const char *key, bool required, const char *ct
     if (rc != RM_OK)
         return rc;
     double v = it->valuedouble;
-    /* 2^63 is exactly representable; anything >= it (or NaN) does not fit */
-    if (!isfinite(v) || v != floor(v) || v >= 9223372036854775808.0 || v < -9223372036854775808.0)
+    if (!isfinite(v))   /* YAML's .inf/.nan */
+        return field_err(err, ctx, key, "must be a finite number");
+    if (v != floor(v))
         return field_err(err, ctx, key, "must be an integer");
+    /* 2^63 is exactly representable; anything >= it does not fit (2^63-1 written out parses as
+     * 2^63, a double's nearest value, and is out of range too) */
+    if (v >= 9223372036854775808.0 || v < -9223372036854775808.0)
+        return field_err(err, ctx, key, "out of range");
     *out = (int64_t)v;
     return RM_OK;
 }
@@ -63,6 +68,8 @@ int rm_json_num(const cJSON *obj, const char *key, bool required, const char *ct
 {
     const cJSON *it = NULL;
     int rc = typed(obj, key, required, ctx, cJSON_IsNumber, "must be a number", &it, err);
+    if (rc == RM_OK && !isfinite(it->valuedouble))   /* YAML's .inf/.nan: no knob wants them */
+        return field_err(err, ctx, key, "must be a finite number");
     if (rc == RM_OK)
         *out = it->valuedouble;
     return rc;

@@ -13,9 +13,10 @@
 #include "common/rm.h"
 
 int rm_json_int(const cJSON *obj, const char *key, bool required, const char *ctx,
-                int64_t *out, rm_err *err);   /* integral number only (3.0 ok, 3.5 not) */
+                int64_t *out, rm_err *err);   /* integral number only (3.0 ok, 3.5 not); |v| >= 2^63
+                                               * "out of range"; inf/NaN "must be a finite number" */
 int rm_json_num(const cJSON *obj, const char *key, bool required, const char *ctx,
-                double *out, rm_err *err);
+                double *out, rm_err *err);    /* finite only: inf/NaN "must be a finite number" */
 int rm_json_bool(const cJSON *obj, const char *key, bool required, const char *ctx,
                  bool *out, rm_err *err);
 int rm_json_str(const cJSON *obj, const char *key, bool required, const char *ctx,

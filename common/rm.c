@@ -3,6 +3,7 @@
  * and can never fail itself; messages are truncated rather than lost. */
 #include "common/rm.h"
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 const char *rm_strerror(int rc)
@@ -71,4 +72,36 @@ void rm_sfmt(char *buf, size_t cap, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(buf, cap, fmt, ap);
     va_end(ap);
+}
+
+void rm_escape_ctrl(char *buf, size_t cap)
+{
+    size_t n = strlen(buf), bad = 0;
+    for (size_t i = 0; i < n; i++)
+        bad += (unsigned char)buf[i] < 0x20 || buf[i] == 0x7f;
+    if (!bad || cap == 0)
+        return;
+    char *src = strdup(buf);
+    if (!src) {   /* no memory: blank them in place rather than print them */
+        for (size_t i = 0; i < n; i++)
+            if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f)
+                buf[i] = '?';
+        return;
+    }
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)src[i];
+        if (c < 0x20 || c == 0x7f) {
+            if (o + 5 > cap)
+                break;
+            snprintf(buf + o, cap - o, "\\x%02x", c);
+            o += 4;
+        } else {
+            if (o + 2 > cap)
+                break;
+            buf[o++] = (char)c;
+        }
+    }
+    buf[o] = 0;
+    free(src);
 }

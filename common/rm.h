@@ -53,6 +53,10 @@ int rm_err_field(rm_err *err, int code, const char *field, const char *fmt, ...)
  * fields, paths): a function boundary keeps -Wformat-truncation from flagging every composed
  * message. buf is always NUL-terminated when cap > 0. */
 void rm_sfmt(char *buf, size_t cap, const char *fmt, ...) RM_PRINTF(3, 4);
+/* Rewrite buf (a NUL-terminated string in a buffer of cap bytes) so that no control character
+ * (0x00-0x1f except none, 0x7f) reaches a terminal: each becomes \xNN, cut to fit cap. For
+ * messages that quote user input (manifest values, file names). */
+void rm_escape_ctrl(char *buf, size_t cap);
 
 /* Check macros: log file:line on failure so an error reads like a backtrace. */
 #define RM_CHECK(call)                                                                  \

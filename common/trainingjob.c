@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define FIELD_CAP 128
 
@@ -221,7 +222,8 @@ int rm_training_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t,
                 if (!cJSON_IsNumber(h) || v != floor(v) || !isfinite(v)) {
                     char f[FIELD_CAP + 16];
                     snprintf(f, sizeof f, "%s[%d]", hctx, i);
-                    rc = rm_err_field(err, RM_EINVAL, f, "must be an integer");
+                    rc = rm_err_field(err, RM_EINVAL, f, cJSON_IsNumber(h) && !isfinite(v) ?
+                                      "must be a finite number" : "must be an integer");
                     goto out;
                 }
                 t->hidden[i] = v > INT_MAX ? INT_MAX : v < INT_MIN ? INT_MIN : (int)v;
@@ -309,7 +311,7 @@ void rm_training_defaults(rm_training_spec *t)
         return;
     uint32_t m = t->set;
     t->dataset = dup_default(t->dataset, "fashion-mnist");
-    t->data_dir = dup_default(t->data_dir, "/usr/share/datasets/fashion-mnist");
+    t->data_dir = dup_default(t->data_dir, RM_TJ_FASHION_MNIST_DIR);
     t->model_type = dup_default(t->model_type, "mlp");
     if (UNSET(m, RM_TR_SET_HIDDEN, t->nhidden)) {
         t->hidden[0] = 512;
@@ -359,6 +361,16 @@ void rm_training_defaults(rm_training_spec *t)
 
 /* ---- validation -------------------------------------------------------------------------------- */
 
+/* Strings a job prints or uses as paths (checkpoint path, data folder, managedBy) carry no
+ * control characters: they reach terminals and logs as they are. */
+static int has_ctrl(const char *s)
+{
+    for (; s && *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return 1;
+    return 0;
+}
+
 static int bad(rm_err *err, const char *ctx, const char *key, const char *fmt, ...) RM_PRINTF(4, 5);
 static int bad(rm_err *err, const char *ctx, const char *key, const char *fmt, ...)
 {
@@ -369,6 +381,158 @@ static int bad(rm_err *err, const char *ctx, const char *key, const char *fmt, .
     va_end(ap);
     join(f, ctx, key);
     return rm_err_field(err, RM_EINVAL, f, "%s", msg);
+}
+
+/* ---- memory estimate ------------------------------------------------------------------------- */
+
+/* fashion-mnist's shape (worker/model.h RM_MODEL_INPUT, RM_MODEL_CLASSES) and its test set */
+#define TJ_INPUTS 784
+#define TJ_CLASSES 10
+#define TJ_TEST_SAMPLES 10000
+
+/* "66.3 MiB", "1.5 GiB", "512 B" */
+static void fmt_bytes(char *buf, size_t cap, int64_t n)
+{
+    static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1024 && u < 5) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, cap, "%lld B", (long long)n);
+    else
+        snprintf(buf, cap, "%.1f %s", v, unit[u]);
+}
+
+void rm_training_memory(const rm_training_spec *t, rm_mem_estimate *out)
+{
+    memset(out, 0, sizeof *out);
+    int64_t params = 0, acts = 0, widest = 1, in = TJ_INPUTS;
+    int nh = t->nhidden < 0 ? 0 : t->nhidden > RM_TJ_MAX_HIDDEN ? RM_TJ_MAX_HIDDEN : t->nhidden;
+    for (int i = 0; i <= nh; i++) {
+        int64_t o = i < nh ? (t->hidden[i] > 0 ? t->hidden[i] : 1) : TJ_CLASSES;
+        params += in * o + o;
+        acts += o;
+        if (i < nh && o > widest)
+            widest = o;
+        in = o;
+    }
+    int nstate = t->optimizer.type == RM_OPT_ADAM ? 2 : 1;
+    int64_t b = t->batch_size_per_worker > 0 ? t->batch_size_per_worker : 1;
+    int64_t n = rm_training_samples(t);
+    out->params = params;
+    out->copies = 2 + nstate + (1 + nstate);      /* weights, grads, state, staging */
+    out->model_bytes = params * out->copies * 4;
+    out->batch_bytes = 4 * b * (TJ_INPUTS + 1 + 2 * widest + acts);
+    out->data_bytes = n > 0 ? (n + TJ_TEST_SAMPLES) * (TJ_INPUTS + 1) + 4 * n : 0;
+    out->total = out->model_bytes + out->batch_bytes + out->data_bytes + RM_TJ_MEM_OVERHEAD;
+}
+
+int rm_quantity_bytes(const char *s, int64_t *out)
+{
+    static const struct { const char *sfx; double mul; } sfx[] = {
+        { "Ki", 1024.0 }, { "Mi", 1048576.0 }, { "Gi", 1073741824.0 }, { "Ti", 1099511627776.0 },
+        { "Pi", 1125899906842624.0 }, { "Ei", 1152921504606846976.0 }, { "k", 1e3 }, { "M", 1e6 },
+        { "G", 1e9 }, { "T", 1e12 }, { "P", 1e15 }, { "E", 1e18 }, { "m", 1e-3 }, { "", 1.0 },
+    };
+    if (!s || !*s || !(isdigit((unsigned char)s[0]) || (s[0] == '.' && isdigit((unsigned char)s[1]))))
+        return RM_EINVAL;
+    char *end;
+    double v = strtod(s, &end);
+    if (end == s || !isfinite(v) || v < 0)
+        return RM_EINVAL;
+    for (size_t i = 0; i < RM_ARRAY_LEN(sfx); i++) {
+        if (strcmp(end, sfx[i].sfx) == 0) {
+            double bytes = ceil(v * sfx[i].mul);
+            if (!(bytes < 9.2e18))
+                return RM_EINVAL;
+            *out = (int64_t)bytes;
+            return RM_OK;
+        }
+    }
+    return RM_EINVAL;
+}
+
+int rm_tj_check_memory(const rm_tj *tj, int64_t cap_bytes, int workers, const char *cap_what,
+                       rm_err *err)
+{
+    const rm_training_spec *t = &tj->spec.training;
+    if (t->mode != RM_MODE_TRAIN || cap_bytes <= 0)
+        return RM_OK;
+    if (workers < 1)
+        workers = 1;
+    rm_mem_estimate me;
+    rm_training_memory(t, &me);
+    if (me.total <= cap_bytes / workers)
+        return RM_OK;
+    char tot[32], model[32], batch[32], data[32], all[32], capb[32];
+    fmt_bytes(tot, sizeof tot, me.total);
+    fmt_bytes(model, sizeof model, me.model_bytes);
+    fmt_bytes(batch, sizeof batch, me.batch_bytes);
+    fmt_bytes(data, sizeof data, me.data_bytes);
+    fmt_bytes(all, sizeof all, me.total * workers);
+    fmt_bytes(capb, sizeof capb, cap_bytes);
+    char per[64] = "";
+    if (workers > 1)
+        snprintf(per, sizeof per, " x %d workers = %s", workers, all);
+    return rm_err_field(err, RM_EINVAL, "spec.training.model",
+                        "needs an estimated %s per worker (%lld parameters x %d copies = %s, batch %d = "
+                        "%s, dataset %s, runtime 32 MiB)%s, more than %s (%s)", tot,
+                        (long long)me.params, me.copies, model, t->batch_size_per_worker, batch, data,
+                        per, cap_what ? cap_what : "the memory cap", capb);
+}
+
+int rm_tj_check_memory_local(const rm_tj *tj, rm_err *err)
+{
+    const char *env = getenv("RINGMASTER_MEMORY_LIMIT");
+    int64_t cap = 0;
+    char what[128];
+    int workers = tj->spec.max_replicas > tj->spec.replicas ? tj->spec.max_replicas : tj->spec.replicas;
+    if (env && *env) {
+        if (rm_quantity_bytes(env, &cap) != RM_OK)
+            return rm_errf(err, RM_EINVAL, "RINGMASTER_MEMORY_LIMIT: must be a Kubernetes quantity such "
+                           "as 512Mi or 4Gi (got \"%.40s\")", env);
+        snprintf(what, sizeof what, "RINGMASTER_MEMORY_LIMIT for the %d workers on this machine", workers);
+    } else {
+        long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+        if (pages <= 0 || psize <= 0)
+            return RM_OK;
+        cap = (int64_t)pages * psize;
+        snprintf(what, sizeof what, "this machine's physical memory for its %d workers", workers);
+    }
+    return rm_tj_check_memory(tj, cap, workers, what, err);
+}
+
+/* The worker container's resources.limits.memory (the container named "worker", else the first),
+ * checked against the estimate for one worker. */
+static int check_template_memory(const rm_tj *tj, rm_err *err)
+{
+    const cJSON *cs = rm_json_path(tj->spec.template, "spec.containers");
+    const cJSON *c, *w = NULL;
+    int i = 0, wi = 0;
+    cJSON_ArrayForEach(c, cs) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(c, "name");
+        if (!w || (cJSON_IsString(n) && strcmp(n->valuestring, "worker") == 0)) {
+            w = c;
+            wi = i;
+        }
+        i++;
+    }
+    const cJSON *m = rm_json_path(w, "resources.limits.memory");
+    if (!m)
+        return RM_OK;
+    char f[FIELD_CAP];
+    snprintf(f, sizeof f, "spec.template.spec.containers[%d].resources.limits.memory", wi);
+    int64_t cap = 0;
+    char num[64];
+    if (cJSON_IsNumber(m))
+        snprintf(num, sizeof num, "%.0f", m->valuedouble);
+    if ((!cJSON_IsString(m) && !cJSON_IsNumber(m)) ||
+        rm_quantity_bytes(cJSON_IsString(m) ? m->valuestring : num, &cap) != RM_OK)
+        return rm_err_field(err, RM_EINVAL, f, "must be a Kubernetes quantity such as 512Mi or 4Gi");
+    return rm_tj_check_memory(tj, cap, 1, "the worker container's memory limit", err);
 }
 
 int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err)
@@ -385,6 +549,8 @@ int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err
         return bad(err, ctx, "dataset", "must be fashion-mnist (got \"%s\")", t->dataset);
     if (t->data_dir && !*t->data_dir)
         return bad(err, ctx, "dataDir", "must not be empty");
+    if (has_ctrl(t->data_dir))
+        return bad(err, ctx, "dataDir", "must not contain control characters");
     if (t->model_type && strcmp(t->model_type, "mlp") != 0)
         return bad(err, mctx, "type", "must be mlp (got \"%s\")", t->model_type);
     if (t->nhidden < 0 || t->nhidden > RM_TJ_MAX_HIDDEN)
@@ -395,6 +561,15 @@ int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err
             snprintf(k, sizeof k, "hidden[%d]", i);
             return bad(err, mctx, k, "must be between 1 and 65536");
         }
+    }
+    rm_mem_estimate me;
+    rm_training_memory(t, &me);
+    if (me.params > RM_TJ_MAX_PARAMS) {
+        char need[32];
+        fmt_bytes(need, sizeof need, me.model_bytes);
+        return bad(err, mctx, "hidden", "the model has %lld parameters, more than the %lld a worker may "
+                   "hold (it would need about %s per worker for weights, gradients, optimizer state "
+                   "and checkpoint staging)", (long long)me.params, (long long)RM_TJ_MAX_PARAMS, need);
     }
     if (t->epochs < 1 || t->epochs > 100000)
         return bad(err, ctx, "epochs", "must be between 1 and 100000");
@@ -461,22 +636,50 @@ static int dns1123(const char *s, int allow_dot, size_t max)
     return 1;
 }
 
+/* DNS-1035 label (a Service name): a DNS-1123 label that starts with a letter. */
+static int dns1035(const char *s)
+{
+    return dns1123(s, 0, 63) && s[0] >= 'a' && s[0] <= 'z';
+}
+
+static int decimal_digits(int v)
+{
+    int n = 1;
+    while (v >= 10) {
+        v /= 10;
+        n++;
+    }
+    return n;
+}
+
+int rm_tj_name_max(int max_replicas)
+{
+    if (max_replicas < 1)
+        max_replicas = 1;
+    if (max_replicas > RM_TJ_MAX_REPLICAS)
+        max_replicas = RM_TJ_MAX_REPLICAS;
+    return RM_TJ_LABEL_MAX - (int)strlen(RM_TJ_WORKER_INFIX) - decimal_digits(max_replicas - 1);
+}
+
 int rm_tj_validate(const rm_tj *tj, rm_err *err)
 {
     const rm_tj_spec *s = &tj->spec;
     if (!tj->name || !*tj->name)
         return rm_err_field(err, RM_EINVAL, "metadata.name", "required");
-    if (!dns1123(tj->name, 1, 63))
+    /* The job's name becomes its headless Service's name (a DNS-1035 label) and the prefix of
+     * every pod hostname (checked against maxReplicas below). */
+    if (!dns1035(tj->name))
         return rm_err_field(err, RM_EINVAL, "metadata.name",
-                            "must be a lowercase DNS-1123 name of at most 63 characters (got \"%s\")",
-                            tj->name);
+                            "must be a DNS-1035 label: at most 63 lowercase letters, digits or '-', "
+                            "starting with a letter and ending with a letter or digit, because it "
+                            "names the job's headless Service (got \"%s\")", tj->name);
     if (tj->namespace_ && !dns1123(tj->namespace_, 0, 63))
         return rm_err_field(err, RM_EINVAL, "metadata.namespace",
                             "must be a lowercase DNS-1123 label (got \"%s\")", tj->namespace_);
     if (s->replicas < 1)
         return rm_err_field(err, RM_EINVAL, "spec.replicas", "must be >= 1");
-    if (s->replicas > 1024)
-        return rm_err_field(err, RM_EINVAL, "spec.replicas", "must be <= 1024");
+    if (s->replicas > RM_TJ_MAX_REPLICAS)
+        return rm_err_field(err, RM_EINVAL, "spec.replicas", "must be <= %d", RM_TJ_MAX_REPLICAS);
     if (s->min_replicas < 1)
         return rm_err_field(err, RM_EINVAL, "spec.minReplicas", "must be >= 1");
     if (s->min_replicas > s->replicas)
@@ -485,8 +688,17 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
         return rm_err_field(err, RM_EINVAL, "spec.maxReplicas", "must be >= 1");
     if (s->replicas > s->max_replicas)
         return rm_err_field(err, RM_EINVAL, "spec.replicas", "must be <= spec.maxReplicas");
-    if (s->max_replicas > 1024)
-        return rm_err_field(err, RM_EINVAL, "spec.maxReplicas", "must be <= 1024");
+    if (s->max_replicas > RM_TJ_MAX_REPLICAS)
+        return rm_err_field(err, RM_EINVAL, "spec.maxReplicas", "must be <= %d", RM_TJ_MAX_REPLICAS);
+    if ((int)strlen(tj->name) > rm_tj_name_max(s->max_replicas))
+        return rm_err_field(err, RM_EINVAL, "metadata.name",
+                            "must be at most %d characters with spec.maxReplicas %d: the pod hostname "
+                            "\"%s%s%d\" would be %d characters, and a hostname is a DNS-1123 label of "
+                            "at most %d", rm_tj_name_max(s->max_replicas), s->max_replicas, tj->name,
+                            RM_TJ_WORKER_INFIX, s->max_replicas - 1,
+                            (int)strlen(tj->name) + (int)strlen(RM_TJ_WORKER_INFIX) +
+                                decimal_digits(s->max_replicas - 1),
+                            RM_TJ_LABEL_MAX);
     if ((unsigned)s->backend > RM_BACKEND_MPI)
         return rm_err_field(err, RM_EINVAL, "spec.backend", "must be one of auto, ring, nccl, mpi");
     if (s->restart.max_restarts < 0)
@@ -508,13 +720,43 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
                             "must be 1 to 63 characters");
     if (s->checkpoint.path && !*s->checkpoint.path)
         return rm_err_field(err, RM_EINVAL, "spec.checkpoint.path", "must not be empty");
+    if (has_ctrl(s->checkpoint.path))
+        return rm_err_field(err, RM_EINVAL, "spec.checkpoint.path", "must not contain control characters");
+    if (has_ctrl(s->run.managed_by))
+        return rm_err_field(err, RM_EINVAL, "spec.runPolicy.managedBy", "must not contain control characters");
     if (s->checkpoint.interval_steps < 1)
         return rm_err_field(err, RM_EINVAL, "spec.checkpoint.intervalSteps", "must be >= 1");
     if (s->checkpoint.keep < 1)
         return rm_err_field(err, RM_EINVAL, "spec.checkpoint.keep", "must be >= 1");
     if (s->template && !cJSON_IsObject(s->template))
         return rm_err_field(err, RM_EINVAL, "spec.template", "must be an object");
-    return rm_training_validate(&s->training, "spec.training", err);
+    int rc = rm_training_validate(&s->training, "spec.training", err);
+    if (rc)
+        return rc;
+    /* An epoch is train_samples / global batch steps (the tail is dropped), so a global batch
+     * larger than the training set makes epochs of zero steps: the group would re-form forever
+     * without training. Checked at the largest world the job may reach (maxReplicas). */
+    const rm_training_spec *t = &s->training;
+    int64_t n = rm_training_samples(t);
+    int world = s->max_replicas > s->replicas ? s->max_replicas : s->replicas;
+    if (t->mode == RM_MODE_TRAIN && n > 0 && (int64_t)world * t->batch_size_per_worker > n)
+        return rm_err_field(err, RM_EINVAL, "spec.training.batchSizePerWorker",
+                            "the global batch %s (%d) x spec.training.batchSizePerWorker (%d) = %lld "
+                            "samples is larger than the %lld training samples of %s: an epoch would "
+                            "have no step (at most %lld per worker)",
+                            world == s->replicas ? "spec.replicas" : "spec.maxReplicas", world,
+                            t->batch_size_per_worker, (long long)world * t->batch_size_per_worker,
+                            (long long)n, t->dataset ? t->dataset : "fashion-mnist",
+                            (long long)(n / world));
+    return check_template_memory(tj, err);
+}
+
+int64_t rm_training_samples(const rm_training_spec *t)
+{
+    bool builtin_dir = !t->data_dir || strcmp(t->data_dir, RM_TJ_FASHION_MNIST_DIR) == 0;
+    if ((!t->dataset || strcmp(t->dataset, "fashion-mnist") == 0) && builtin_dir)
+        return RM_TJ_FASHION_MNIST_TRAIN;
+    return 0;
 }
 
 /* ---- spec / object parse ------------------------------------------------------------------------ */
@@ -630,8 +872,13 @@ int rm_tj_from_json(const cJSON *obj, rm_tj *out, rm_err *err)
     const char *s;
     const cJSON *md = NULL, *sp = NULL, *st = NULL;
     memset(out, 0, sizeof *out);
+    /* Unknown top-level fields are errors, as everywhere under spec: kubectl's default
+     * (--validate=strict, fieldValidation=Strict) refuses them too, and a typo there ("sepc:")
+     * must not pass as a job with no spec changes. */
+    static const char *const k_top[] = { "apiVersion", "kind", "metadata", "spec", "status", NULL };
     if (!obj || !cJSON_IsObject(obj))
         return rm_errf(err, RM_EINVAL, "a TrainingJob must be a JSON object");
+    TRY(rm_json_no_unknown(obj, k_top, "", err));
     TRY(p_const(obj, "apiVersion", RM_TJ_API_VERSION, err));
     TRY(p_const(obj, "kind", RM_TJ_KIND, err));
     TRY(rm_json_obj(obj, "metadata", true, "", &md, err));

@@ -21,6 +21,20 @@
 #define RM_TJ_PLURAL "trainingjobs"
 #define RM_TJ_MAX_HIDDEN 16
 #define RM_TJ_MAX_CONDITIONS 8
+/* The largest world a job may ask for (replicas, maxReplicas): the rendezvous' RM_RDZV_MAX_WORLD
+ * (common/rdzv.h) and the CRD's `maximum`; tests/unit/test_trainingjob.c checks all three agree. */
+#define RM_TJ_MAX_REPLICAS 1024
+/* Objects a job creates are named "<job>" (headless Service, DNS-1035 label), "<job>-worker-<i>"
+ * (pods, whose hostname is the same DNS-1123 label) and, with parameter servers, "<job>-ps-<i>"
+ * (shorter, so the worker rule covers it); a label is at most RM_TJ_LABEL_MAX characters. */
+#define RM_TJ_WORKER_INFIX "-worker-"
+/* The largest model a worker may hold: 2^30 parameters (4 GiB per fp32 copy; a worker keeps about
+ * five copies: weights, gradients, optimizer state, checkpoint staging). */
+#define RM_TJ_MAX_PARAMS (1LL << 30)
+/* The built-in dataset: Debian's dataset-fashion-mnist, 60,000 training images. */
+#define RM_TJ_FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+#define RM_TJ_FASHION_MNIST_TRAIN 60000
+#define RM_TJ_LABEL_MAX 63
 
 typedef enum { RM_CLEAN_RUNNING = 0, RM_CLEAN_ALL, RM_CLEAN_NONE } rm_clean_policy;
 typedef enum { RM_MODE_TRAIN = 0, RM_MODE_BENCH } rm_mode;
@@ -178,11 +192,20 @@ int rm_training_from_json(const cJSON *training, const char *ctx, rm_training_sp
 void rm_training_defaults(rm_training_spec *t);
 int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err);
 void rm_training_free(rm_training_spec *t);
+/* Training samples of the dataset when known without reading it (fashion-mnist in its default
+ * folder: 60,000), else 0. rm_tj_validate refuses a global batch (the largest of replicas and
+ * maxReplicas x batchSizePerWorker) above it. */
+int64_t rm_training_samples(const rm_training_spec *t);
 /* Fill every unset field with its default (idempotent). */
 void rm_tj_defaults(rm_tj *tj);
-/* First violation, naming the field; RM_OK if valid. Rules: replicas >= 1, 1 <= minReplicas <=
- * replicas <= maxReplicas, known enums, positive batch/epochs/lr, hidden widths 1..65536, ... */
+/* First violation, naming the field; RM_OK if valid. Rules: metadata.name a DNS-1035 label of at
+ * most rm_tj_name_max(maxReplicas) characters, replicas >= 1, 1 <= minReplicas <= replicas <=
+ * maxReplicas <= RM_TJ_MAX_REPLICAS, known enums, positive batch/epochs/lr, hidden widths 1..65536,
+ * ... */
 int rm_tj_validate(const rm_tj *tj, rm_err *err);
+/* The longest job name whose pod hostnames "<name>-worker-<maxReplicas-1>" fit a DNS-1123 label
+ * (51 at 1024 replicas, 54 at 8). max_replicas is clamped to 1..RM_TJ_MAX_REPLICAS. */
+int rm_tj_name_max(int max_replicas);
 /* Full object (apiVersion, kind, metadata, spec, status). Owned. */
 cJSON *rm_tj_to_json(const rm_tj *tj);
 cJSON *rm_tj_spec_to_json(const rm_tj_spec *spec);
@@ -200,6 +223,35 @@ int rm_tj_set_condition(rm_tj_status *st, rm_cond_type type, bool status, const 
                         const char *message, int64_t generation, double now);
 
 /* rm_backend, rm_precision, their names and rm_backend_resolve: common/backend.h. */
+/* What one worker of this training spec needs in memory, estimated from the worker's own
+ * allocations (worker/model.c, optim.c, train.c): fp32 weights, gradients, optimizer state (sgd and
+ * adagrad 1, adam 2) and checkpoint staging (weights + state); activations and deltas for the
+ * batch; the dataset (uint8 images, labels, permutation) when its size is known; plus a fixed
+ * RM_TJ_MEM_OVERHEAD for the process, its libraries and threads. All in bytes. */
+#define RM_TJ_MEM_OVERHEAD (32LL << 20)
+typedef struct rm_mem_estimate {
+    int64_t params;         /* parameters of the model */
+    int copies;             /* parameter-sized fp32 buffers */
+    int64_t model_bytes;    /* params x copies x 4 */
+    int64_t batch_bytes;    /* activations, deltas, inputs for batchSizePerWorker */
+    int64_t data_bytes;     /* the dataset in memory (0 when its size is unknown) */
+    int64_t total;          /* the sum + RM_TJ_MEM_OVERHEAD */
+} rm_mem_estimate;
+void rm_training_memory(const rm_training_spec *t, rm_mem_estimate *out);
+/* A Kubernetes quantity ("512Mi", "1.5Gi", "2G", "1e9", "100m") in bytes, rounded up.
+ * RM_EINVAL if it is not one. */
+int rm_quantity_bytes(const char *s, int64_t *out);
+/* Refuse a train-mode job whose `workers` workers together need more than cap_bytes (cap_what names
+ * the cap in the message, e.g. "this machine's 23.4 GiB of physical memory"). RM_OK when it fits or
+ * cap_bytes <= 0. The error names spec.training.model and the estimate. rm_tj_validate already
+ * applies the worker container's resources.limits.memory; `ringmaster run` and `validate` add the
+ * local machine (all workers on one host). */
+int rm_tj_check_memory(const rm_tj *tj, int64_t cap_bytes, int workers, const char *cap_what,
+                       rm_err *err);
+/* rm_tj_check_memory for `ringmaster run`/`validate`: every worker (the larger of replicas and
+ * maxReplicas) on this machine, against $RINGMASTER_MEMORY_LIMIT (a quantity) when set, else the
+ * physical memory. */
+int rm_tj_check_memory_local(const rm_tj *tj, rm_err *err);
 /* Sum of resources.limits["nvidia.com/gpu"] (falling back to requests) over the containers of a
  * PodTemplateSpec (cJSON, borrowed; NULL -> 0). Values may be numbers or strings ("1"). Bad values
  * count as 0. Capped at 1024. */

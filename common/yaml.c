@@ -708,6 +708,7 @@ int rm_yaml_load_file(const char *path, rm_yaml_docs **out, rm_err *err)
     if (!f)
         return rm_errf(err, errno == ENOENT ? RM_ENOTFOUND : RM_EIO, "%s: %s", path, strerror(errno));
     size_t cap = 65536, n = 0;
+    errno = 0;
     char *buf = malloc(cap);
     int rc = RM_OK;
     while (buf) {
@@ -733,8 +734,9 @@ int rm_yaml_load_file(const char *path, rm_yaml_docs **out, rm_err *err)
         rc = rm_errf(err, RM_ETOOBIG, "%s: larger than %u MiB", path, RM_YAML_MAX_FILE >> 20);
     if (!rc && !buf)
         rc = rm_errf(err, RM_ENOMEM, "%s: out of memory", path);
-    if (!rc && ferror(f))
-        rc = rm_errf(err, RM_EIO, "%s: read error", path);
+    if (!rc && ferror(f))   /* fopen succeeds on a directory; the read then fails with EISDIR */
+        rc = rm_errf(err, RM_EIO, "%s: %s", path, errno == EISDIR ? "is a directory, not a manifest file" :
+                     errno ? strerror(errno) : "read error");
     if (!is_stdin)
         fclose(f);
     if (!rc)

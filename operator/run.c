@@ -57,15 +57,26 @@ int rm_manifest_load(const char *path, const rm_manifest_overrides *ov, rm_tj *o
     rc = rm_yaml_load_file(path, &d, &e);
     if (rc != RM_OK) {
         rm_sfmt(msg, cap, "%s", e.msg[0] ? e.msg : rm_strerror(rc));
+        rm_escape_ctrl(msg, cap);
         return rc;
     }
     size_t n = rm_yaml_count(d), pick = n;
     for (size_t i = 0; i < n; i++) {
         const cJSON *k = cJSON_GetObjectItemCaseSensitive(rm_yaml_doc(d, i), "kind");
-        if (cJSON_IsString(k) && strcmp(k->valuestring, RM_TJ_KIND) == 0) {
+        if (!cJSON_IsString(k) || strcmp(k->valuestring, RM_TJ_KIND) != 0)
+            continue;   /* other kinds (a PVC beside the job) are for kubectl apply */
+        if (pick == n) {
             pick = i;
-            break;
+            continue;
         }
+        /* one job per file: a second one must not be silently dropped */
+        int line = 0, col = 0;
+        rm_yaml_pos(d, i, "kind", &line, &col);
+        rm_sfmt(msg, cap, "%s:%d: a second TrainingJob (document %zu): run and validate take one job "
+                "per file; split it", path, line, i + 1);
+        rm_escape_ctrl(msg, cap);
+        rm_yaml_free(d);
+        return RM_EINVAL;
     }
     if (pick == n) {
         if (n == 1) {
@@ -90,9 +101,12 @@ int rm_manifest_load(const char *path, const rm_manifest_overrides *ov, rm_tj *o
         if (ov && ov->epochs > 0)
             out->spec.training.epochs = ov->epochs;
         rc = rm_tj_validate(out, &e);
+        if (rc == RM_OK)
+            rc = rm_tj_check_memory_local(out, &e);   /* every worker runs on this machine */
     }
     if (rc != RM_OK) {
         msg_at(msg, cap, path, d, pick, &e);
+        rm_escape_ctrl(msg, cap);   /* messages quote manifest values: no raw control characters */
         rm_tj_free(out);
     }
     rm_yaml_free(d);
@@ -269,6 +283,32 @@ static bool has_checkpoint(const char *dir)
     bool yes = glob(pat, GLOB_NOSORT, NULL, &g) == 0 && g.gl_pathc > 0;
     globfree(&g);
     return yes;
+}
+
+/* Can checkpoints be written in dir? It must be a directory in which a file can be created (a
+ * regular file, /proc/self or a read-only mount fail here, at start, instead of at every
+ * checkpoint). 0 or -1 with why filled. */
+static int usable_dir(const char *dir, char *why, size_t cap)
+{
+    struct stat st;
+    if (stat(dir, &st) != 0) {
+        rm_sfmt(why, cap, "%s", strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        rm_sfmt(why, cap, "not a directory");
+        return -1;
+    }
+    char probe[PATH_MAX];
+    rm_sfmt(probe, sizeof probe, "%s/.ringmaster-probe-%d", dir, (int)getpid());
+    int fd = open(probe, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        rm_sfmt(why, cap, "cannot create files in it: %s", strerror(errno));
+        return -1;
+    }
+    close(fd);
+    unlink(probe);
+    return 0;
 }
 
 /* Remove what a previous run left in the checkpoint folder (checkpoints and fault markers). */
@@ -610,9 +650,16 @@ int rm_run_main(int argc, char **argv)
         rm_sfmt(run_dir, sizeof run_dir, "%s/ringmaster-%s-%s-%d", t && *t ? t : "/tmp", job.name,
                  ts, (int)getpid());
     }
-    if (mkdirs(run_dir) != 0 || mkdirs(ckpt_dir) != 0) {
-        fprintf(stderr, "ringmaster run: cannot create %s or %s: %s\n", run_dir, ckpt_dir,
-                strerror(errno));
+    char why[256] = "";
+    if (mkdirs(ckpt_dir) != 0)
+        rm_sfmt(why, sizeof why, "%s", strerror(errno));
+    if (why[0] || usable_dir(ckpt_dir, why, sizeof why) != 0) {
+        fprintf(stderr, "ringmaster run: checkpoint folder %s: %s\n", ckpt_dir, why);
+        rm_tj_free(&job);
+        return 2;   /* a bad --checkpoint-dir (or spec.checkpoint.path) is the user's input */
+    }
+    if (mkdirs(run_dir) != 0) {
+        fprintf(stderr, "ringmaster run: cannot create %s: %s\n", run_dir, strerror(errno));
         rm_tj_free(&job);
         return 1;
     }

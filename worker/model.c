@@ -108,9 +108,9 @@ int rm_model_init(rm_model *m, const rm_kernels *k, const rm_model_shape *shape,
         ok = ok && m->act[l];
     }
     if (!ok) {
+        size_t total = m->layout.total;   /* rm_model_free zeroes *m */
         rm_model_free(m);
-        return rm_errf(err, RM_ENOMEM, "model: out of memory (%zu params, batch %d)",
-                       m->layout.total, max_batch);
+        return rm_errf(err, RM_ENOMEM, "model: out of memory (%zu params, batch %d)", total, max_batch);
     }
     return RM_OK;
 }

@@ -35,6 +35,72 @@ expect backend  "backend\.yaml:7: spec\.backend: .*gloo"
 expect deep     "deep\.yaml:9: spec\.training\.optimizer\.mometum: unknown field"
 [ ! -s "$W/unknown.o" ] || fail "stdout must stay empty on a manifest error"
 
+# names a cluster would reject (issue 20 item 10): the job name is the headless Service's name
+# (a DNS-1035 label) and the prefix of every pod hostname "<name>-worker-<i>" (at most 63)
+for n in a.b 1job aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa; do
+  printf 'apiVersion: ringmaster.dev/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: %s\nspec:\n  replicas: 2\n' "$n" > "$W/name.yaml"
+  set +e; "$RM_BIN/ringmaster" validate -f "$W/name.yaml" >"$W/name.o" 2>"$W/name.e"; rc=$?; set -e
+  [ $rc -eq 2 ] || fail "name $n: validate exit $rc, want 2"
+  grep -q "name.yaml:4: metadata.name: " "$W/name.e" || fail "name $n: $(cat "$W/name.e")"
+  log "ok name $n: $(cat "$W/name.e")"
+done
+grep -q 'would be 69 characters' "$W/name.e" || fail "60-character name: $(cat "$W/name.e")"
+
+# a global batch over the 60,000 training images (issue 20 item 2: `run` re-formed forever at "step 0/0")
+mk bigbatch '  replicas: 2
+  training:
+    batchSizePerWorker: 40000'
+expect bigbatch "bigbatch\.yaml:8: spec\.training\.batchSizePerWorker: the global batch spec\.replicas \(2\) x spec\.training\.batchSizePerWorker \(40000\) = 80000 samples is larger than the 60000 training samples"
+
+# a memory budget (issue 20 items 6, 9): a total-size cap, the container's memory limit, and locally
+# every worker on this machine (RINGMASTER_MEMORY_LIMIT stands in for the physical memory here)
+mk huge '  replicas: 1
+  training:
+    model: {type: mlp, hidden: [65536, 65536]}'
+expect huge "huge\.yaml:8: spec\.training\.model\.hidden: the model has 4347133962 parameters, more than the 1073741824"
+mk limit '  replicas: 1
+  template:
+    spec:
+      containers:
+      - name: worker
+        resources: {limits: {memory: 64Mi}}'
+expect limit "limit\.yaml:[0-9]+: spec\.training\.model: needs an estimated 95\.5 MiB per worker .*more than the worker container's memory limit \(64\.0 MiB\)"
+mk local '  replicas: 4'
+set +e; RINGMASTER_MEMORY_LIMIT=300Mi "$RM_BIN/ringmaster" validate -f "$W/local.yaml" >/dev/null 2>"$W/local.e"; rc=$?; set -e
+[ $rc -eq 2 ] && grep -q "x 4 workers = 381.9 MiB, more than RINGMASTER_MEMORY_LIMIT" "$W/local.e" ||
+  fail "local memory cap: rc=$rc $(cat "$W/local.e")"
+RINGMASTER_MEMORY_LIMIT=400Mi "$RM_BIN/ringmaster" validate -f "$W/local.yaml" >/dev/null || fail "400Mi must fit 4 workers"
+log "ok local memory: $(cat "$W/local.e")"
+
+# clarity (issue 20 item 11): control characters are escaped, a second job is an error, unknown
+# top-level fields are errors, 2^63-1 is out of range, .inf is not finite, a folder is no manifest
+printf '%s\n  replicas: 2\n  backend: "\\e[31mred\\a"\n' "$head" > "$W/ctrl.yaml"
+set +e; "$RM_BIN/ringmaster" validate -f "$W/ctrl.yaml" >/dev/null 2>"$W/ctrl.e"; rc=$?; set -e
+[ $rc -eq 2 ] || fail "ctrl: exit $rc"
+if LC_ALL=C grep -q "$(printf '\033')" "$W/ctrl.e" || LC_ALL=C grep -q "$(printf '\007')" "$W/ctrl.e"; then
+  fail "control characters printed raw: $(od -c "$W/ctrl.e" | head)"; fi
+grep -q 'got "\\x1b\[31mred\\x07"' "$W/ctrl.e" || fail "ctrl: not escaped as \\xNN: $(cat "$W/ctrl.e")"
+log "ok ctrl: $(cat "$W/ctrl.e")"
+printf '%s\n  replicas: 1\n---\n%s\n  replicas: 2\n' "$head" "$head" > "$W/twodocs.yaml"
+expect twodocs "twodocs\.yaml:9: a second TrainingJob \(document 2\)"
+printf 'extra: 1\n%s\n  replicas: 1\n' "$head" > "$W/top.yaml"
+expect top "top\.yaml:1: extra: unknown field"
+mk big '  replicas: 1
+  runPolicy: {activeDeadlineSeconds: 9223372036854775807}'
+expect big "big\.yaml:7: spec\.runPolicy\.activeDeadlineSeconds: out of range"
+mk inf '  replicas: 1
+  training: {optimizer: {lr: .inf}}'
+expect inf "inf\.yaml:7: spec\.training\.optimizer\.lr: must be a finite number"
+set +e; "$RM_BIN/ringmaster" validate -f "$W" >/dev/null 2>"$W/dir.e"; rc=$?; set -e
+[ $rc -eq 2 ] && grep -q "is a directory" "$W/dir.e" || fail "directory as -f: rc=$rc $(cat "$W/dir.e")"
+# a checkpoint folder that cannot hold checkpoints is refused at start with exit 2
+touch "$W/plainfile"
+for d in "$W/plainfile" /proc/self; do
+  set +e; "$RM_BIN/ringmaster" run -f "$FIX/small.yaml" --checkpoint-dir "$d" --run-dir "$W/rd" >/dev/null 2>"$W/ck.e"; rc=$?; set -e
+  [ $rc -eq 2 ] && grep -q "checkpoint folder $d: " "$W/ck.e" || fail "--checkpoint-dir $d: rc=$rc $(cat "$W/ck.e")"
+  log "ok --checkpoint-dir $d: $(cat "$W/ck.e")"
+done
+
 # validate names the same errors and accepts the examples
 set +e; "$RM_BIN/ringmaster" validate -f "$W/minmax.yaml" 2>"$W/v.e"; rc=$?; set -e
 [ $rc -eq 2 ] && grep -q "minmax.yaml:7: spec.minReplicas" "$W/v.e" || fail "validate: rc=$rc $(cat "$W/v.e")"

@@ -23,6 +23,7 @@
 #include <unistd.h>
 #include "common/json.h"
 #include "common/yaml.h"
+#include "tests/kubesim/names.h"
 #include "tests/kubesim/patch.h"
 #include "tests/kubesim/selectors.h"
 
@@ -196,6 +197,16 @@ static const char *qualified(const ks_kind *k, char *buf, size_t cap)
         snprintf(buf, cap, "%s.%s", k->resource, k->group);
     else
         snprintf(buf, cap, "%s", k->resource);
+    return buf;
+}
+
+/* "TrainingJob.ringmaster.dev" / "Pod": the qualified kind of an Invalid message */
+static const char *qualified_kind(const ks_kind *k, char *buf, size_t cap)
+{
+    if (k->group[0])
+        snprintf(buf, cap, "%s.%s", k->kind, k->group);
+    else
+        snprintf(buf, cap, "%s", k->kind);
     return buf;
 }
 
@@ -505,6 +516,7 @@ typedef struct ks_wres {
     ks_obj *obj;         /* ref: the stored version (or last state when deleted) */
     bool deleted;
     bool noop;
+    ks_causes causes;    /* a 422's causes (names.h); none: one cause from field and msg */
 } ks_wres;
 
 enum { W_CREATE = 0, W_UPDATE, W_STATUS, W_INTERNAL };
@@ -526,7 +538,17 @@ static void wfail(ks_wres *r, int code, const char *reason, const char *field, c
 static int reply_wfail(rm_http_resp *resp, const ks_kind *k, const char *name, const ks_wres *r)
 {
     cJSON *o = status_obj(r->code, r->reason, name, k->group, k->resource, r->msg);
-    if (r->code == 422 && r->field[0]) {
+    if (r->code == 422 && r->causes.n > 0) {
+        cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "details");
+        cJSON *causes = cJSON_AddArrayToObject(d, "causes");
+        for (int i = 0; i < r->causes.n; i++) {
+            cJSON *c = cJSON_CreateObject();
+            cJSON_AddStringToObject(c, "type", r->causes.c[i].type);
+            cJSON_AddStringToObject(c, "message", r->causes.c[i].msg);
+            cJSON_AddStringToObject(c, "field", r->causes.c[i].field);
+            cJSON_AddItemToArray(causes, c);
+        }
+    } else if (r->code == 422 && r->field[0]) {
         cJSON *d = cJSON_GetObjectItemCaseSensitive(o, "details");
         cJSON *causes = cJSON_AddArrayToObject(d, "causes");
         cJSON *c = cJSON_CreateObject();
@@ -683,11 +705,6 @@ static int builtin_prepare(ks_server *s, ks_kind *k, cJSON *o, const cJSON *old,
             cJSON *st = cJSON_AddObjectToObject(o, "status");
             cJSON_AddStringToObject(st, "phase", "Active");
         }
-        if (!valid_name(md_str(o, "name"), true)) {
-            wfail(r, 422, NULL, "metadata.name", "Namespace \"%s\" is invalid: metadata.name: Invalid value: a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-'",
-                  md_str(o, "name"));
-            return -1;
-        }
     } else if (k->type == KS_T_CRD) {
         rm_err e = {0};
         if (ks_crd_prepare(o, &e) < 0) {
@@ -778,6 +795,23 @@ static void unknown_fields_msg(const cJSON *unknown, char *buf, size_t cap, cons
 static void del_locked(ks_server *s, ks_kind *k, const char *ns, const char *name, const char *prop,
                        int grace, const char *pre_uid, const char *pre_rv, bool dry, ks_wres *r);
 static void remove_locked(ks_server *s, ks_kind *k, const char *ns, const char *name, ks_wres *r);
+
+/* The API server's metadata rules on every write (names.h): the annotations' total size and, for
+ * pods, spec.hostname/subdomain. (metadata.name is checked once, on create.) */
+static int check_names(const ks_kind *k, const char *name, const cJSON *obj, ks_wres *r)
+{
+    ks_causes cs = {0};
+    ks_check_annotations(obj, &cs);
+    if (k->type == KS_T_POD)
+        ks_check_pod_names(obj, &cs);
+    if (cs.n == 0)
+        return 0;
+    char qk[200];
+    wfail(r, 422, NULL, cs.c[0].field, "x");
+    ks_causes_message(&cs, qualified_kind(k, qk, sizeof(qk)), name, r->msg, sizeof(r->msg));
+    r->causes = cs;
+    return -1;
+}
 
 /* The one write function. Takes ownership of nw. Takes the write lock itself. */
 static void ks_apply_write(ks_server *s, ks_kind *k, const char *ns, const char *name, cJSON *nw,
@@ -901,7 +935,9 @@ static void ks_apply_write(ks_server *s, ks_kind *k, const char *ns, const char 
         if (k->schema) {
             rm_err e = {0};
             if (ks_schema_apply(k->schema, merged, unknown, &e) < 0) {
-                wfail(r, 422, NULL, e.field, "%s \"%s\" is invalid: %s", k->kind, name, e.msg);
+                char qk[200];
+                wfail(r, 422, NULL, e.field, "%s \"%s\" is invalid: %s", qualified_kind(k, qk, sizeof(qk)),
+                      name, e.msg);
                 goto out;
             }
         }
@@ -926,6 +962,8 @@ static void ks_apply_write(ks_server *s, ks_kind *k, const char *ns, const char 
         }
     }
     if (mode != W_STATUS && builtin_prepare(s, k, merged, oldj, r) < 0)
+        goto out;
+    if (mode != W_STATUS && check_names(k, name, merged, r) < 0)
         goto out;
     if (check_owner_refs(merged, r) < 0)
         goto out;
@@ -2012,12 +2050,14 @@ static int handle_create(ks_server *s, const rm_http_req *req, rm_http_resp *res
             ks_gen_name(s, gen, namebuf, sizeof(namebuf));
         else
             snprintf(namebuf, sizeof(namebuf), "%s", name);
-        if (!valid_name(namebuf, k->type == KS_T_NAMESPACE) || strlen(namebuf) >= 254) {
+        ks_wres nr = {0};
+        /* (a name longer than namebuf is cut at 255 characters: still over every limit) */
+        if (ks_check_name(ks_name_format(k->group, k->kind), "metadata.name", namebuf, &nr.causes)) {
             cJSON_Delete(o);
-            char q[256];
-            return ks_status(resp, 422, "Invalid", namebuf, k->group, k->resource,
-                             "%s \"%s\" is invalid: metadata.name: Invalid value: \"%s\": a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
-                             qualified(k, q, sizeof(q)), namebuf, namebuf);
+            char qk[200];
+            wfail(&nr, 422, NULL, "metadata.name", "x");
+            ks_causes_message(&nr.causes, qualified_kind(k, qk, sizeof(qk)), namebuf, nr.msg, sizeof(nr.msg));
+            return reply_wfail(resp, k, namebuf, &nr);
         }
         ks_wres r;
         ks_apply_write(s, k, ri->has_ns ? ri->ns : "", namebuf, cJSON_Duplicate(o, 1), W_CREATE, NULL, 0, fv,

@@ -2,9 +2,11 @@
  * merge patch (RFC 7386), JSON patch (RFC 6902), strategic merge for pods, structural schema
  * pruning/defaulting/validation (L2) and the JSONPath subset of printer columns. */
 #include <CUnit/CUnit.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "tests/kubesim/kubesim.h"
+#include "tests/kubesim/names.h"
 #include "tests/kubesim/patch.h"
 #include "tests/kubesim/selectors.h"
 #include "tests/unit/testutil.h"
@@ -242,6 +244,84 @@ static void test_jsonpath(void)
     cJSON_Delete(o);
 }
 
+/* Object-name and metadata rules (names.c): which names each format accepts, the per-kind
+ * choice, the annotation total, pod hostname/subdomain, and the Status message shape. */
+static void test_names(void)
+{
+    static const struct { ks_name_fmt fmt; const char *v; int bad; } cases[] = {
+        {KS_NAME_SUBDOMAIN, "a.b-1", 0}, {KS_NAME_SUBDOMAIN, "1job", 0}, {KS_NAME_SUBDOMAIN, "a..b", 1},
+        {KS_NAME_SUBDOMAIN, "a.-b", 1}, {KS_NAME_SUBDOMAIN, "A", 1}, {KS_NAME_SUBDOMAIN, "", 1},
+        {KS_NAME_SUBDOMAIN, "a.", 1}, {KS_NAME_LABEL, "1job", 0}, {KS_NAME_LABEL, "a.b", 1},
+        {KS_NAME_LABEL, "-a", 1}, {KS_NAME_LABEL, "a-", 1}, {KS_NAME_DNS1035, "job-1", 0},
+        {KS_NAME_DNS1035, "1job", 1}, {KS_NAME_DNS1035, "a.b", 1}, {KS_NAME_DNS1035, "a_b", 1},
+        {KS_NAME_PATH_SEGMENT, "system:Thing", 0}, {KS_NAME_PATH_SEGMENT, "..", 1},
+        {KS_NAME_PATH_SEGMENT, "a/b", 1}, {KS_NAME_PATH_SEGMENT, "a%b", 1},
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
+        ks_causes cs = {0};
+        int n = ks_check_name(cases[i].fmt, "metadata.name", cases[i].v, &cs);
+        CU_ASSERT_EQUAL(n, cases[i].bad);
+        CU_ASSERT_EQUAL(cs.n, cases[i].bad);
+        if (n != cases[i].bad)
+            fprintf(stderr, "\n  name \"%s\" fmt %d: %d causes\n", cases[i].v, (int)cases[i].fmt, n);
+    }
+    /* lengths: 63 ok for labels, 64 not; 253 ok for subdomains, 254 not */
+    char longname[300];
+    memset(longname, 'a', sizeof longname);
+    longname[63] = 0;
+    ks_causes cs = {0};
+    CU_ASSERT_EQUAL(ks_check_name(KS_NAME_DNS1035, "f", longname, &cs), 0);
+    longname[63] = 'a';
+    longname[64] = 0;
+    CU_ASSERT_EQUAL(ks_check_name(KS_NAME_DNS1035, "f", longname, &cs), 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(cs.c[0].msg, ": must be no more than 63 characters"));
+    longname[64] = 'a';
+    longname[253] = 0;
+    CU_ASSERT_EQUAL(ks_check_name(KS_NAME_SUBDOMAIN, "f", longname, &cs), 0);
+    longname[253] = 'a';
+    longname[254] = 0;
+    CU_ASSERT_EQUAL(ks_check_name(KS_NAME_SUBDOMAIN, "f", longname, &cs), 1);
+    /* the kind decides */
+    CU_ASSERT_EQUAL(ks_name_format("", "Service"), KS_NAME_DNS1035);
+    CU_ASSERT_EQUAL(ks_name_format("", "Namespace"), KS_NAME_LABEL);
+    CU_ASSERT_EQUAL(ks_name_format("", "Pod"), KS_NAME_SUBDOMAIN);
+    CU_ASSERT_EQUAL(ks_name_format("ringmaster.dev", "TrainingJob"), KS_NAME_SUBDOMAIN);
+    CU_ASSERT_EQUAL(ks_name_format("rbac.authorization.k8s.io", "Role"), KS_NAME_PATH_SEGMENT);
+    /* the message: one cause plain, several in brackets, values quoted like Go's %q */
+    memset(&cs, 0, sizeof cs);
+    ks_check_name(KS_NAME_DNS1035, "metadata.name", "1job", &cs);
+    char msg[2048];
+    ks_causes_message(&cs, "Service", "1job", msg, sizeof msg);
+    CU_ASSERT_STRING_EQUAL(msg, "Service \"1job\" is invalid: metadata.name: Invalid value: \"1job\": a DNS-1035 "
+                                "label must consist of lower case alphanumeric characters or '-', start with an "
+                                "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  "
+                                "or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')");
+    CU_ASSERT_STRING_EQUAL(cs.c[0].type, "FieldValueInvalid");
+    /* pods: hostname and subdomain are labels; annotations at most 256 KiB in total */
+    cJSON *pod = cJSON_Parse("{\"metadata\":{\"annotations\":{}},\"spec\":{\"hostname\":\"a\\nb\","
+                             "\"subdomain\":\"s\"}}");
+    memset(&cs, 0, sizeof cs);
+    CU_ASSERT_EQUAL(ks_check_pod_names(pod, &cs), 1);
+    CU_ASSERT_STRING_EQUAL(cs.c[0].field, "spec.hostname");
+    CU_ASSERT_PTR_NOT_NULL(strstr(cs.c[0].msg, "Invalid value: \"a\\x0ab\": "));   /* escaped, not raw */
+    CU_ASSERT_EQUAL(ks_check_annotations(pod, &cs), 0);
+    char *v = malloc(KS_ANNOTATIONS_MAX + 1);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(v);
+    memset(v, 'x', KS_ANNOTATIONS_MAX);
+    v[KS_ANNOTATIONS_MAX - 1] = 0;   /* key "k" (1) + value (max - 1) = the limit */
+    cJSON *an = cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "metadata"), "annotations");
+    cJSON_AddStringToObject(an, "k", v);
+    CU_ASSERT_EQUAL(ks_check_annotations(pod, &cs), 0);
+    cJSON_AddStringToObject(an, "l", "");
+    CU_ASSERT_EQUAL(ks_check_annotations(pod, &cs), 1);
+    CU_ASSERT_STRING_EQUAL(cs.c[cs.n - 1].type, "FieldValueTooLong");
+    CU_ASSERT_STRING_EQUAL(cs.c[cs.n - 1].msg, "Too long: may not be more than 262144 bytes");
+    ks_causes_message(&cs, "Pod", "p", msg, sizeof msg);
+    CU_ASSERT(msg[strlen("Pod \"p\" is invalid: ")] == '[' && msg[strlen(msg) - 1] == ']');
+    free(v);
+    cJSON_Delete(pod);
+}
+
 void rm_suite_kubesim(void)
 {
     static const rm_test_case cases[] = {
@@ -252,6 +332,7 @@ void rm_suite_kubesim(void)
         {"strategic merge (pods)", test_strategic_merge},
         {"structural schema (L2)", test_schema},
         {"jsonpath subset", test_jsonpath},
+        {"object names and metadata (G5)", test_names},
     };
     RM_ADD_SUITE("kubesim", NULL, NULL, cases);
 }

@@ -182,6 +182,28 @@ static void test_training_reduces_loss(void)
     rm_model_free(&m);
 }
 
+/* A kernels table whose alloc fails for the big buffers: the error must report the model's real
+ * parameter count (it said "0 params" because rm_model_free zeroed the struct first). */
+static const rm_kernels *g_real;
+static void *small_alloc_only(size_t bytes)
+{
+    return bytes > 4096 ? NULL : g_real->alloc(bytes);
+}
+
+static void test_oom_message(void)
+{
+    g_real = rm_kernels_cpu();
+    rm_kernels k = *g_real;
+    k.alloc = small_alloc_only;
+    rm_model_shape s;
+    rm_err e = {0};
+    int hidden[2] = {512, 256};
+    CU_ASSERT_EQUAL_FATAL(rm_model_shape_make(&s, 784, hidden, 2, 10, &e), RM_OK);
+    rm_model m;
+    CU_ASSERT_EQUAL(rm_model_init(&m, &k, &s, 64, &e), RM_ENOMEM);
+    CU_ASSERT_STRING_EQUAL(e.msg, "model: out of memory (535818 params, batch 64)");
+}
+
 void rm_suite_model(void)
 {
     static const rm_test_case cases[] = {
@@ -189,6 +211,7 @@ void rm_suite_model(void)
         {"gradcheck_and_ready_order", test_gradcheck},
         {"init_deterministic_checksum", test_init_deterministic},
         {"training_reduces_loss", test_training_reduces_loss},
+        {"oom_message_counts_params", test_oom_message},
     };
     RM_ADD_SUITE("model", NULL, NULL, cases);
 }

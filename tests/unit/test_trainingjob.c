@@ -2,6 +2,7 @@
  * message and field, so a wrong or missing rule fails), defaults (idempotent, explicit zeros
  * kept), the to_json -> from_json round trip, status parsing and conditions. */
 #include "common/json.h"
+#include "common/rdzv.h"
 #include "common/trainingjob.h"
 #include "common/yaml.h"
 #include "tests/unit/testutil.h"
@@ -189,6 +190,12 @@ static void test_parse_rules(void)
         { "spec.training.optimizer.foo", "1", "spec.training.optimizer.foo: unknown field" },
         { "spec.training.bench.foo", "1", "spec.training.bench.foo: unknown field" },
         { "spec.template.whatever", "{\"x\":1}", NULL },            /* opaque */
+        { "extra", "1", "extra: unknown field" },                 /* top level is strict too */
+        { "sepc", "{}", "sepc: unknown field" },
+        /* numbers: 2^63-1 reads as 2^63 (a double) and is out of range, not "not an integer" */
+        { "spec.runPolicy.activeDeadlineSeconds", "9223372036854775807",
+          "spec.runPolicy.activeDeadlineSeconds: out of range" },
+        { "spec.training.seed", "1e300", "spec.training.seed: out of range" },
         { "metadata.finalizers", "[\"x\"]", NULL },                 /* other metadata ignored */
         { "status.workers", "\"3/4\"", NULL },                      /* status is lenient */
         /* types */
@@ -264,17 +271,32 @@ static void test_validation_rules(void)
 {
     static const tj_case cases[] = {
         { "metadata.name", "\"\"", "metadata.name: required" },
-        { "metadata.name", "\"Fashion\"",
-          "metadata.name: must be a lowercase DNS-1123 name of at most 63 characters (got \"Fashion\")" },
-        { "metadata.name", "\"-x\"",
-          "metadata.name: must be a lowercase DNS-1123 name of at most 63 characters (got \"-x\")" },
-        { "metadata.name", "\"a_b\"",
-          "metadata.name: must be a lowercase DNS-1123 name of at most 63 characters (got \"a_b\")" },
+#define DNS1035 "metadata.name: must be a DNS-1035 label: at most 63 lowercase letters, digits or '-', " \
+                "starting with a letter and ending with a letter or digit, because it names the job's " \
+                "headless Service (got "
+        { "metadata.name", "\"Fashion\"", DNS1035 "\"Fashion\")" },
+        { "metadata.name", "\"-x\"", DNS1035 "\"-x\")" },
+        { "metadata.name", "\"x-\"", DNS1035 "\"x-\")" },
+        { "metadata.name", "\"a_b\"", DNS1035 "\"a_b\")" },
+        /* the probe's names: a dot is fine in a CR name but not in a Service or a hostname, and a
+         * Service name must start with a letter */
+        { "metadata.name", "\"a.b\"", DNS1035 "\"a.b\")" },
+        { "metadata.name", "\"1job\"", DNS1035 "\"1job\")" },
+        { "metadata.name", "\"a1-b2\"", NULL },
         { "metadata.name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"", /* 64 */
-          "metadata.name: must be a lowercase DNS-1123 name of at most 63 characters (got "
-          "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\")" },
-        { "metadata.name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"", NULL }, /* 63 */
-        { "metadata.name", "\"a.b-1\"", NULL },
+          DNS1035 "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\")" },
+        /* pod hostnames "<name>-worker-<maxReplicas-1>": base maxReplicas 8 -> "-worker-7", 9 more */
+        { "metadata.name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"", NULL }, /* 54 */
+        { "metadata.name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"",    /* 55 */
+          "metadata.name: must be at most 54 characters with spec.maxReplicas 8: the pod hostname "
+          "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-worker-7\" would be 64 characters, "
+          "and a hostname is a DNS-1123 label of at most 63" },
+        /* the probe's 60-character name */
+        { "metadata.name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"",
+          "metadata.name: must be at most 54 characters with spec.maxReplicas 8: the pod hostname "
+          "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-worker-7\" would be 69 characters, "
+          "and a hostname is a DNS-1123 label of at most 63" },
+#undef DNS1035
         { "metadata.namespace", "\"a.b\"", "metadata.namespace: must be a lowercase DNS-1123 label (got \"a.b\")" },
         { "spec.replicas", "0", "spec.replicas: must be >= 1" },
         { "spec.replicas", "-3", "spec.replicas: must be >= 1" },
@@ -300,6 +322,9 @@ static void test_validation_rules(void)
         { "spec.runPolicy.ttlSecondsAfterFinished", "-1", NULL },
         { "spec.runPolicy.managedBy", "\"\"", "spec.runPolicy.managedBy: must be 1 to 63 characters" },
         { "spec.checkpoint.path", "\"\"", "spec.checkpoint.path: must not be empty" },
+        { "spec.checkpoint.path", "\"/ck\\u001b[2J\"", "spec.checkpoint.path: must not contain control characters" },
+        { "spec.training.dataDir", "\"/d\\n\"", "spec.training.dataDir: must not contain control characters" },
+        { "spec.runPolicy.managedBy", "\"x\\u0007\"", "spec.runPolicy.managedBy: must not contain control characters" },
         { "spec.checkpoint.intervalSteps", "0", "spec.checkpoint.intervalSteps: must be >= 1" },
         { "spec.checkpoint.keep", "0", "spec.checkpoint.keep: must be >= 1" },
         { "spec.training.dataset", "\"mnist\"", "spec.training.dataset: must be fashion-mnist (got \"mnist\")" },
@@ -338,6 +363,255 @@ static void test_validation_rules(void)
         { "spec.training.bench.warmupIters", "0", NULL },
     };
     run_cases(cases, RM_ARRAY_LEN(cases));
+}
+
+/* The name bound follows maxReplicas: every "<name>-worker-<i>" hostname up to the largest index
+ * fits 63 characters, and a job that could grow past it is refused up front. */
+static void test_name_fits_max_replicas(void)
+{
+    CU_ASSERT_EQUAL(rm_tj_name_max(1), 54);      /* -worker-0 */
+    CU_ASSERT_EQUAL(rm_tj_name_max(10), 54);     /* -worker-9 */
+    CU_ASSERT_EQUAL(rm_tj_name_max(11), 53);     /* -worker-10 */
+    CU_ASSERT_EQUAL(rm_tj_name_max(1024), 51);   /* -worker-1023 */
+    CU_ASSERT_EQUAL(rm_tj_name_max(5000), 51);   /* clamped */
+    CU_ASSERT_EQUAL(RM_TJ_MAX_REPLICAS, RM_RDZV_MAX_WORLD);
+    char name[64];
+    memset(name, 'a', sizeof name);
+    for (int len = 50; len <= 52; len++) {
+        cJSON *d = base_doc();
+        name[len] = 0;
+        char js[80];
+        snprintf(js, sizeof js, "\"%s\"", name);
+        set_path(d, "metadata.name", js);
+        set_path(d, "spec.maxReplicas", "1024");
+        rm_err e;
+        int rc = check(d, &e);
+        CU_ASSERT_EQUAL(rc, len <= 51 ? RM_OK : RM_EINVAL);
+        if (len > 51) {
+            CU_ASSERT_STRING_EQUAL(e.field, "metadata.name");
+            CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "-worker-1023\" would be 64 characters"));
+        }
+        name[len] = 'a';
+        cJSON_Delete(d);
+    }
+}
+
+/* The CRD's bounds are the validator's: the API refuses at the same number `validate` does, so
+ * `kubectl scale --replicas=10000` is a 422 instead of a job the operator must fail. Each schema
+ * maximum is read from deploy/crd and checked at and just past the bound. */
+static void test_crd_bounds_match(void)
+{
+    char path[512];
+    const char *root = getenv("RM_ROOT");
+    snprintf(path, sizeof path, "%s/deploy/crd/trainingjobs.ringmaster.dev.yaml", root && *root ? root : ".");
+    rm_yaml_docs *d = NULL;
+    rm_err e = { 0 };
+    CU_ASSERT_EQUAL_FATAL(rm_yaml_load_file(path, &d, &e), RM_OK);
+    const cJSON *spec = rm_json_path(rm_yaml_doc(d, 0), "spec.versions[0].schema.openAPIV3Schema.properties.spec.properties");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(spec);
+    static const struct { const char *schema, *field; double max; bool exclusive; } b[] = {
+        { "replicas", "spec.replicas", RM_TJ_MAX_REPLICAS, false },
+        { "minReplicas", "spec.minReplicas", RM_TJ_MAX_REPLICAS, false },
+        { "maxReplicas", "spec.maxReplicas", RM_TJ_MAX_REPLICAS, false },
+        { "restartPolicy.properties.backoffSeconds", "spec.restartPolicy.backoffSeconds", 3600, false },
+        { "training.properties.epochs", "spec.training.epochs", 100000, false },
+        { "training.properties.batchSizePerWorker", "spec.training.batchSizePerWorker", 65536, false },
+        { "training.properties.optimizer.properties.lr", "spec.training.optimizer.lr", 100, false },
+        { "training.properties.optimizer.properties.momentum", "spec.training.optimizer.momentum", 1, true },
+        { "training.properties.optimizer.properties.beta1", "spec.training.optimizer.beta1", 1, true },
+        { "training.properties.optimizer.properties.beta2", "spec.training.optimizer.beta2", 1, true },
+        { "training.properties.stepGamma", "spec.training.stepGamma", 1, false },
+        { "training.properties.fusionBufferMB", "spec.training.fusionBufferMB", 4096, false },
+        { "training.properties.model.properties.hidden.items", "spec.training.model.hidden[0]", 65536, false },
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(b); i++) {
+        char sp[160];
+        snprintf(sp, sizeof sp, "%s.maximum", b[i].schema);
+        const cJSON *mx = rm_json_path(spec, sp);
+        snprintf(sp, sizeof sp, "%s.exclusiveMaximum", b[i].schema);
+        bool ex = cJSON_IsTrue(rm_json_path(spec, sp));
+        CU_ASSERT(cJSON_IsNumber(mx) && mx->valuedouble == b[i].max && ex == b[i].exclusive);
+        if (!cJSON_IsNumber(mx) || mx->valuedouble != b[i].max || ex != b[i].exclusive)
+            fprintf(stderr, "\n  CRD %s: maximum %g%s, want %g%s\n", b[i].schema,
+                    cJSON_IsNumber(mx) ? mx->valuedouble : -1, ex ? " (exclusive)" : "", b[i].max,
+                    b[i].exclusive ? " (exclusive)" : "");
+    }
+    rm_yaml_free(d);
+    /* the validator's side of the same bounds (a small job, so only the bound itself can fail) */
+    static const tj_case cases[] = {
+        { "spec.maxReplicas", "1024", NULL },
+        { "spec.maxReplicas", "1025", "spec.maxReplicas: must be <= 1024" },
+        { "spec.restartPolicy.backoffSeconds", "3600", NULL },
+        { "spec.training.epochs", "100000", NULL },
+        { "spec.training.epochs", "100001", "spec.training.epochs: must be between 1 and 100000" },
+        { "spec.training.optimizer.lr", "100", NULL },
+        { "spec.training.optimizer.lr", "100.5", "spec.training.optimizer.lr: must be > 0 and <= 100" },
+        { "spec.training.optimizer.beta1", "0.999", NULL },
+        { "spec.training.optimizer.beta1", "1", "spec.training.optimizer.beta1: must be >= 0 and < 1" },
+        { "spec.training.stepGamma", "1", NULL },
+        { "spec.training.fusionBufferMB", "4096", NULL },
+        { "spec.training.fusionBufferMB", "4097", "spec.training.fusionBufferMB: must be between 0 and 4096" },
+    };
+    run_cases(cases, RM_ARRAY_LEN(cases));
+}
+
+/* Issue 20 item 2: a global batch over the training set gives epochs of zero steps (a livelock
+ * at run time), so it is refused with both fields named; base: 4 replicas, max 8, 60,000 images. */
+static void test_global_batch_fits_dataset(void)
+{
+    static const tj_case cases[] = {
+        { "spec.training.batchSizePerWorker", "7500", NULL },   /* 8 x 7500 = 60000 exactly */
+        { "spec.training.batchSizePerWorker", "7501",
+          "spec.training.batchSizePerWorker: the global batch spec.maxReplicas (8) x "
+          "spec.training.batchSizePerWorker (7501) = 60008 samples is larger than the 60000 training "
+          "samples of fashion-mnist: an epoch would have no step (at most 7500 per worker)" },
+        { "spec.training.batchSizePerWorker", "40000",
+          "spec.training.batchSizePerWorker: the global batch spec.maxReplicas (8) x "
+          "spec.training.batchSizePerWorker (40000) = 320000 samples is larger than the 60000 training "
+          "samples of fashion-mnist: an epoch would have no step (at most 7500 per worker)" },
+        /* a data folder of unknown size (the base's /data) is not guessed at */
+        { "spec.training.dataDir", "\"/data\"", NULL },
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
+        cJSON *d = base_doc();
+        set_path(d, "spec.training.dataDir", NULL);   /* the built-in folder: 60,000 known */
+        set_path(d, "spec.training.batchSizePerWorker", "40000");
+        set_path(d, cases[i].path, cases[i].value);
+        rm_err e;
+        int rc = check(d, &e);
+        CU_ASSERT_EQUAL(rc, cases[i].msg ? RM_EINVAL : RM_OK);
+        if (cases[i].msg)
+            CU_ASSERT_STRING_EQUAL(e.msg, cases[i].msg);
+        if (rc && (!cases[i].msg || strcmp(e.msg, cases[i].msg)))
+            fprintf(stderr, "\n  case %s: got \"%s\"\n", cases[i].path, e.msg);
+        cJSON_Delete(d);
+    }
+    /* the probe's job: 2 replicas (max defaults to replicas) x 40000; bench mode reads no data */
+    cJSON *d = base_doc();
+    set_path(d, "spec.training.dataDir", NULL);
+    set_path(d, "spec.replicas", "2");
+    set_path(d, "spec.minReplicas", "2");
+    set_path(d, "spec.maxReplicas", NULL);
+    set_path(d, "spec.training.batchSizePerWorker", "40000");
+    rm_err e;
+    CU_ASSERT_EQUAL(check(d, &e), RM_EINVAL);
+    CU_ASSERT_STRING_EQUAL(e.field, "spec.training.batchSizePerWorker");
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "the global batch spec.replicas (2) x spec.training.batchSizePerWorker (40000)"));
+    set_path(d, "spec.training.mode", "\"bench\"");
+    CU_ASSERT_EQUAL(check(d, &e), RM_OK);
+    cJSON_Delete(d);
+}
+
+/* Issue 20 items 6 and 9: a memory budget. The estimate follows the worker's allocations; a model
+ * over RM_TJ_MAX_PARAMS is refused everywhere, one over the container's memory limit by
+ * rm_tj_validate, and rm_tj_check_memory applies any other cap (the local machine). */
+static void test_memory_budget(void)
+{
+    static const struct { const char *q; int64_t bytes; } qs[] = {
+        { "512Mi", 512LL << 20 }, { "4Gi", 4LL << 30 }, { "1.5Gi", 3LL << 29 }, { "2G", 2000000000LL },
+        { "1e9", 1000000000LL }, { "128974848", 128974848LL }, { "100m", 1 }, { "64k", 64000 },
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(qs); i++) {
+        int64_t b = -1;
+        CU_ASSERT_EQUAL(rm_quantity_bytes(qs[i].q, &b), RM_OK);
+        CU_ASSERT_EQUAL(b, qs[i].bytes);
+    }
+    static const char *const badq[] = { "", "Mi", "-1Gi", "1GB", "lots", "1 Gi", "inf", "nan", "1e400" };
+    for (size_t i = 0; i < RM_ARRAY_LEN(badq); i++) {
+        int64_t b;
+        CU_ASSERT_EQUAL(rm_quantity_bytes(badq[i], &b), RM_EINVAL);
+    }
+    /* the default model: 784-512-256-10, sgd (1 state) -> 5 copies */
+    rm_training_spec t;
+    memset(&t, 0, sizeof t);
+    rm_training_defaults(&t);
+    rm_mem_estimate me;
+    rm_training_memory(&t, &me);
+    CU_ASSERT_EQUAL(me.params, 535818);
+    CU_ASSERT_EQUAL(me.copies, 5);
+    CU_ASSERT_EQUAL(me.model_bytes, 535818LL * 5 * 4);
+    CU_ASSERT_EQUAL(me.batch_bytes, 4LL * 64 * (784 + 1 + 2 * 512 + 512 + 256 + 10));
+    CU_ASSERT_EQUAL(me.data_bytes, 70000LL * 785 + 4LL * 60000);
+    CU_ASSERT_EQUAL(me.total, me.model_bytes + me.batch_bytes + me.data_bytes + RM_TJ_MEM_OVERHEAD);
+    t.optimizer.type = RM_OPT_ADAM;
+    rm_training_memory(&t, &me);
+    CU_ASSERT_EQUAL(me.copies, 7);
+    rm_training_free(&t);
+    /* the probe's hidden [65536, 65536]: over the total-size cap, refused by the worker's own
+     * check too (rm_training_validate) */
+    static const tj_case cases[] = {
+        { "spec.training.model.hidden", "[65536, 65536]",
+          "spec.training.model.hidden: the model has 4347133962 parameters, more than the 1073741824 a "
+          "worker may hold (it would need about 81.0 GiB per worker for weights, gradients, optimizer "
+          "state and checkpoint staging)" },
+        { "spec.training.model.hidden", "[16384, 16384]", NULL },   /* 281M parameters: allowed */
+        { "spec.template.spec.containers", "[{\"name\":\"worker\",\"resources\":{\"limits\":{\"memory\":\"64Mi\"}}}]",
+          "spec.training.model: needs an estimated 95.5 MiB per worker (535818 parameters x 5 copies = "
+          "10.2 MiB, batch 64 = 646.8 KiB, dataset 52.6 MiB, runtime 32 MiB), more than the worker "
+          "container's memory limit (64.0 MiB)" },
+        { "spec.template.spec.containers", "[{\"name\":\"worker\",\"resources\":{\"limits\":{\"memory\":\"128Mi\"}}}]", NULL },
+        /* the worker container is the one named worker */
+        { "spec.template.spec.containers", "[{\"name\":\"side\",\"resources\":{\"limits\":{\"memory\":\"1Mi\"}}},"
+          "{\"name\":\"worker\",\"resources\":{\"limits\":{\"memory\":134217728}}}]", NULL },
+        { "spec.template.spec.containers", "[{\"name\":\"worker\",\"resources\":{\"limits\":{\"memory\":\"lots\"}}}]",
+          "spec.template.spec.containers[0].resources.limits.memory: must be a Kubernetes quantity such as "
+          "512Mi or 4Gi" },
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
+        cJSON *d = base_doc();
+        set_path(d, "spec.training.dataDir", NULL);   /* built-in data: its size counts */
+        set_path(d, cases[i].path, cases[i].value);
+        rm_err e;
+        int rc = check(d, &e);
+        CU_ASSERT_EQUAL(rc, cases[i].msg ? RM_EINVAL : RM_OK);
+        if (cases[i].msg)
+            CU_ASSERT_STRING_EQUAL(e.msg, cases[i].msg);
+        if (rc && (!cases[i].msg || strcmp(e.msg, cases[i].msg)))
+            fprintf(stderr, "\n  case %s: got \"%s\"\n", cases[i].path, e.msg);
+        cJSON_Delete(d);
+    }
+    /* another cap (the local machine): every worker on one host */
+    cJSON *d = base_doc();
+    rm_tj tj;
+    rm_err e = { 0 };
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &tj, &e), RM_OK);
+    rm_tj_defaults(&tj);
+    rm_training_memory(&tj.spec.training, &me);
+    CU_ASSERT_EQUAL(rm_tj_check_memory(&tj, me.total * 4, 4, "this machine's memory", &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_tj_check_memory(&tj, me.total * 4 - 1, 4, "this machine's memory", &e), RM_EINVAL);
+    CU_ASSERT_STRING_EQUAL(e.field, "spec.training.model");
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, " x 4 workers = "));
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "more than this machine's memory ("));
+    CU_ASSERT_EQUAL(rm_tj_check_memory(&tj, 0, 4, "none", &e), RM_OK);       /* no cap */
+    tj.spec.training.mode = RM_MODE_BENCH;
+    CU_ASSERT_EQUAL(rm_tj_check_memory(&tj, 1, 4, "tiny", &e), RM_OK);       /* bench: no model */
+    rm_tj_free(&tj);
+    cJSON_Delete(d);
+}
+
+/* YAML can say .inf and .nan (JSON cannot): every number field reports them as not finite
+ * instead of a misleading range message. */
+static void test_non_finite_numbers(void)
+{
+    static const struct { const char *line, *msg; } cases[] = {
+        { "  restartPolicy: {backoffSeconds: .inf}", "spec.restartPolicy.backoffSeconds: must be a finite number" },
+        { "  training: {optimizer: {lr: .nan}}", "spec.training.optimizer.lr: must be a finite number" },
+        { "  training: {warmupEpochs: -.inf}", "spec.training.warmupEpochs: must be a finite number" },
+        { "  training: {epochs: .inf}", "spec.training.epochs: must be a finite number" },
+        { "  runPolicy: {activeDeadlineSeconds: .NaN}", "spec.runPolicy.activeDeadlineSeconds: must be a finite number" },
+        { "  training: {model: {hidden: [.inf]}}", "spec.training.model.hidden[0]: must be a finite number" },
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
+        char y[512];
+        snprintf(y, sizeof y, "apiVersion: ringmaster.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: x}\n"
+                 "spec:\n%s\n", cases[i].line);
+        rm_yaml_docs *d = NULL;
+        rm_err e = { 0 };
+        CU_ASSERT_EQUAL_FATAL(rm_yaml_load(y, strlen(y), "t", &d, &e), RM_OK);
+        CU_ASSERT_EQUAL(check(rm_yaml_doc(d, 0), &e), RM_EINVAL);
+        CU_ASSERT_STRING_EQUAL(e.msg, cases[i].msg);
+        rm_yaml_free(d);
+    }
 }
 
 static void test_defaults(void)
@@ -620,6 +894,11 @@ void rm_suite_trainingjob(void)
         { "base_is_valid", test_base_is_valid },
         { "parse_rules", test_parse_rules },
         { "validation_rules", test_validation_rules },
+        { "name_fits_max_replicas", test_name_fits_max_replicas },
+        { "crd_bounds_match", test_crd_bounds_match },
+        { "global_batch_fits_dataset", test_global_batch_fits_dataset },
+        { "memory_budget", test_memory_budget },
+        { "non_finite_numbers", test_non_finite_numbers },
         { "defaults", test_defaults },
         { "round_trip", test_round_trip },
         { "status_and_conditions", test_status_and_conditions },

@@ -109,6 +109,98 @@ check(s == 409 and o["reason"] == "AlreadyExists" and o["details"]["name"] == "a
       "G1/G3 409 AlreadyExists Status with details", o)
 s, _, o = post(TJ, tj("BadName"))
 check(s == 422 and is_status(o, 422), "422 for an invalid name", o)
+
+# ---- object-name and metadata rules, in the API server's words (G5; names.c) -------------------
+SUBDOMAIN = ("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+             "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+             "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+LABEL = ("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must "
+         "start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for "
+         "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
+DNS1035 = ("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
+           "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', "
+           "regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')")
+
+
+def invalid(s, o, kind, name, causes, what):
+    """422, reason Invalid, details.causes exactly `causes` [(type, field, message)], and the message
+    `<kind> "<name>" is invalid: <field>: <message>` (several: in brackets)."""
+    got = [(c["type"], c["field"], c["message"]) for c in o.get("details", {}).get("causes", [])]
+    body = ", ".join("%s: %s" % (f, m) for _, f, m in causes)
+    msg = '%s "%s" is invalid: %s' % (kind, name, body if len(causes) == 1 else "[" + body + "]")
+    check(s == 422 and is_status(o, 422) and o["reason"] == "Invalid" and got == causes and o["message"] == msg,
+          what, (s, o, msg))
+
+
+SVC = "/api/v1/namespaces/default/services"
+POD = "/api/v1/namespaces/default/pods"
+
+
+def svc(name):
+    return {"apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+            "spec": {"clusterIP": "None", "ports": [{"port": 80}]}}
+
+
+def pod(name, **spec):
+    sp = {"containers": [{"name": "c", "image": "busybox"}]}
+    sp.update(spec)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": sp}
+
+
+for n in ["1job", "a.b"]:
+    s, _, o = post(SVC, svc(n))
+    invalid(s, o, "Service", n, [("FieldValueInvalid", "metadata.name", 'Invalid value: "%s": %s' % (n, DNS1035))],
+            "Service name %s: not a DNS-1035 label -> 422" % n)
+s, _, o = post(SVC, svc("x" * 64))
+invalid(s, o, "Service", "x" * 64,
+        [("FieldValueInvalid", "metadata.name", 'Invalid value: "%s": must be no more than 63 characters' % ("x" * 64))],
+        "Service name of 64 characters -> 422")
+check(post(SVC, svc("job-1"))[0] == 201, "a DNS-1035 Service name is accepted")
+s, _, o = post(TJ, tj("a_b"))
+invalid(s, o, "TrainingJob.ringmaster.dev", "a_b",
+        [("FieldValueInvalid", "metadata.name", 'Invalid value: "a_b": %s' % SUBDOMAIN)],
+        "CR name not a DNS-1123 subdomain -> 422 (qualified kind)")
+check(post(TJ, tj("a.b"))[0] == 201, "a dotted CR name is a valid subdomain (the API accepts it)")
+s, _, o = post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a.b"}})
+invalid(s, o, "Namespace", "a.b", [("FieldValueInvalid", "metadata.name", 'Invalid value: "a.b": %s' % LABEL)],
+        "Namespace name must be a DNS-1123 label -> 422")
+s, _, o = post("/apis/rbac.authorization.k8s.io/v1/clusterroles",
+               {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "system:Kube-Thing"}, "rules": []})
+check(s == 201, "RBAC names are path segments (colons and capitals allowed)", o)
+s, _, o = post("/apis/rbac.authorization.k8s.io/v1/clusterroles",
+               {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": "a%b"}, "rules": []})
+invalid(s, o, "ClusterRole.rbac.authorization.k8s.io", "a%b",
+        [("FieldValueInvalid", "metadata.name", "Invalid value: \"a%b\": may not contain '%'")],
+        "RBAC name with '%' -> 422")
+# pods: a 69-character hostname (the probe's 60-character job name) and a dotted subdomain
+host = "j" * 60 + "-worker-0"
+s, _, o = post(POD, pod("p1", hostname=host, subdomain="a.b"))
+invalid(s, o, "Pod", "p1",
+        [("FieldValueInvalid", "spec.hostname", 'Invalid value: "%s": must be no more than 63 characters' % host),
+         ("FieldValueInvalid", "spec.subdomain", 'Invalid value: "a.b": %s' % LABEL)],
+        "pod spec.hostname over 63 characters and a dotted spec.subdomain -> 422 with both causes")
+s, _, o = post(POD, pod("p2", hostname="job-worker-0", subdomain="job"))
+check(s == 201, "valid pod hostname/subdomain accepted", o)
+s, _, o = patch(POD + "/p2", {"spec": {"hostname": "Bad_Host"}}, "application/merge-patch+json")
+invalid(s, o, "Pod", "p2", [("FieldValueInvalid", "spec.hostname", 'Invalid value: "Bad_Host": %s' % LABEL)],
+        "a patch that makes the hostname invalid -> 422")
+# annotations: at most 256 KiB of keys + values in total, on create and on update
+big = {"a": "x" * (256 * 1024 - 1)}
+check(post(CM, cm("ann-ok", annotations=big))[0] == 201, "annotations of exactly 256 KiB accepted")
+s, _, o = post(CM, cm("ann-big", annotations={"a": "x" * (1024 * 1024)}))
+invalid(s, o, "ConfigMap", "ann-big",
+        [("FieldValueTooLong", "metadata.annotations", "Too long: may not be more than 262144 bytes")],
+        "1 MiB of annotations -> 422 Too long")
+s, _, o = patch(CM + "/ann-ok", {"metadata": {"annotations": {"b": "y"}}}, "application/merge-patch+json")
+invalid(s, o, "ConfigMap", "ann-ok",
+        [("FieldValueTooLong", "metadata.annotations", "Too long: may not be more than 262144 bytes")],
+        "a patch that pushes annotations over 256 KiB -> 422")
+for path in [POD + "/p2", CM + "/ann-ok", SVC + "/job-1", TJ + "/a.b",
+             "/apis/rbac.authorization.k8s.io/v1/clusterroles/system:Kube-Thing"]:
+    check(delete(path)[0] == 200, "cleanup " + path)
+check(get(POD + "/p2")[0] == 404, "the unscheduled pod is gone at once")
 s, _, o = req("POST", CM, b'{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":')
 check(s == 400 and is_status(o, 400), "G1 malformed JSON -> 400 Status", o)
 s, _, o = get("/apis/ringmaster.dev/v1alpha1/namespaces/default/nosuchthings")
@@ -167,6 +259,20 @@ check(s == 200 and sc2["spec"]["replicas"] == 6 and get(TJ + "/st")[2]["spec"]["
       "L5 PUT /scale writes specReplicasPath")
 s, _, o = put(TJ + "/st/scale", stale_sc)
 check(s == 409, "L5 PUT /scale with a stale resourceVersion -> 409", o)
+# the CRD's maximum (the rendezvous' world limit) holds on every path that writes replicas
+TOO_MANY = ('TrainingJob.ringmaster.dev "st" is invalid: spec.replicas: Invalid value: 10000: '
+            'spec.replicas in body should be less than or equal to 1024')
+s, _, o = patch(TJ + "/st/scale", {"spec": {"replicas": 10000}})
+check(s == 422 and is_status(o, 422) and o["message"] == TOO_MANY and
+      o["details"]["causes"][0]["field"] == "spec.replicas", "L5 PATCH /scale over the CRD maximum -> 422", o)
+s, _, o = put(TJ + "/st/scale", dict(sc2, spec={"replicas": 10000}))
+check(s == 422 and o["message"] == TOO_MANY, "L5 PUT /scale over the CRD maximum -> 422", o)
+s, _, o = patch(TJ + "/st", {"spec": {"replicas": 10000}})
+check(s == 422 and o["message"] == TOO_MANY, "a merge patch over the CRD maximum -> 422", o)
+check(get(TJ + "/st")[2]["spec"]["replicas"] == 6, "refused scales leave spec.replicas alone")
+s, _, o = patch(TJ + "/st/scale", {"spec": {"replicas": 1024}})
+check(s == 200 and o["spec"]["replicas"] == 1024, "L5 scale to the maximum itself is accepted", o)
+patch(TJ + "/st/scale", {"spec": {"replicas": 6}})
 s, _, o = get("/api/v1/namespaces/default/configmaps/plain/scale")
 check(s == 404 and is_status(o, 404), "D4 undeclared subresource -> 404")
 
