@@ -403,8 +403,11 @@ static void test_peer_hangs(void) {
     w.behave[1] = 1;
     /* the hung rank sleeps 300 ms then returns without closing; others must time out ~1 s */
     check_allreduce(&w, 1 << 16, RM_OP_SUM, 0);
+    /* ranks 0 and 2 both wait ~1 s without progress; the first to time out breaks the ring, so
+     * the other may see the close instead (a loaded machine decides which) */
     CU_ASSERT(w.r[0].rc == RM_ETIMEDOUT || w.r[0].rc == RM_ECLOSED);
-    CU_ASSERT_EQUAL(w.r[2].rc, RM_ETIMEDOUT);
+    CU_ASSERT(w.r[2].rc == RM_ETIMEDOUT || w.r[2].rc == RM_ECLOSED);
+    CU_ASSERT(w.r[0].rc == RM_ETIMEDOUT || w.r[2].rc == RM_ETIMEDOUT);
     CU_ASSERT(w.r[2].elapsed < 3.0);
     CU_ASSERT(w.r[2].elapsed > 0.9);
     world_close(&w);
