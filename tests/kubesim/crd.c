@@ -10,6 +10,7 @@
 #include "tests/kubesim/patch.h"
 #include <ctype.h>
 #include <math.h>
+#include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,6 +270,17 @@ static int check_scalar(const cJSON *sch, const cJSON *node, const char *path, r
                                 node->valuestring, path, mn->valuedouble);
         if (cJSON_IsNumber(mx) && (double)len > mx->valuedouble)
             return rm_err_field(err, RM_EINVAL, path, "Too long: may not be more than %g bytes", mx->valuedouble);
+        /* pattern: ECMA-262 in the API server; POSIX extended here, the same for the anchored
+         * character-class patterns CRDs use (an uncompilable one is not enforced) */
+        const char *pat = ks_sget(sch, "pattern");
+        regex_t re;
+        if (pat && regcomp(&re, pat, REG_EXTENDED | REG_NOSUB) == 0) {
+            int nomatch = regexec(&re, node->valuestring, 0, NULL, 0);
+            regfree(&re);
+            if (nomatch)
+                return rm_err_field(err, RM_EINVAL, path, "Invalid value: \"%.60s\": %s in body should match '%s'",
+                                    node->valuestring, path, pat);
+        }
     }
     if (cJSON_IsArray(node)) {
         const cJSON *mn = cJSON_GetObjectItemCaseSensitive(sch, "minItems");
@@ -317,6 +329,12 @@ static int walk(const cJSON *sch, cJSON *node, const char *path, bool root, cJSO
             join_path(sub, sizeof(sub), path, c->string);
             if ((root || embedded) && (!strcmp(c->string, "apiVersion") || !strcmp(c->string, "kind") ||
                                        !strcmp(c->string, "metadata"))) {
+                /* a CRD may restrict metadata.name (and generateName), nothing else in metadata */
+                const cJSON *ns = root && !strcmp(c->string, "metadata") && props
+                                      ? rm_json_path(props, "metadata.properties.name") : NULL;
+                const cJSON *name = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "name") : NULL;
+                if (ns && name && (rc = check_scalar(ns, name, "metadata.name", err)) != 0)
+                    return rc;
                 c = next;
                 continue;
             }

@@ -226,6 +226,24 @@ static void test_schema(void)
     }
     cJSON_Delete(unk);
     cJSON_Delete(sch);
+    /* pattern and a CR's metadata.name restrictions (the CRD's DNS-1035 rule for job names) */
+    sch = P("{\"type\":\"object\",\"properties\":{\"metadata\":{\"type\":\"object\",\"properties\":{\"name\":"
+            "{\"type\":\"string\",\"maxLength\":5,\"pattern\":\"^[a-z]([-a-z0-9]*[a-z0-9])?$\"}}},"
+            "\"spec\":{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"pattern\":\"^x+$\"}}}}}");
+    const char *cases[][2] = {{"{\"metadata\":{\"name\":\"ab-1\"},\"spec\":{\"s\":\"xx\"}}", NULL},
+                              {"{\"metadata\":{\"name\":\"1ab\"}}", "metadata.name: Invalid value: \"1ab\": "
+                               "metadata.name in body should match '^[a-z]([-a-z0-9]*[a-z0-9])?$'"},
+                              {"{\"metadata\":{\"name\":\"abcdef\"}}", "metadata.name: Too long: may not be more than 5 bytes"},
+                              {"{\"spec\":{\"s\":\"xy\"}}", "spec.s: Invalid value: \"xy\": spec.s in body should match '^x+$'"}};
+    for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
+        o = P(cases[i][0]);
+        memset(&e, 0, sizeof(e));
+        CU_ASSERT(ks_schema_apply(sch, o, NULL, &e) == (cases[i][1] ? RM_EINVAL : RM_OK));
+        if (cases[i][1])
+            CU_ASSERT_STRING_EQUAL(e.msg, cases[i][1]);
+        cJSON_Delete(o);
+    }
+    cJSON_Delete(sch);
 }
 
 static void test_jsonpath(void)

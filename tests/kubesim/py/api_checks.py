@@ -160,7 +160,15 @@ s, _, o = post(TJ, tj("a_b"))
 invalid(s, o, "TrainingJob.ringmaster.dev", "a_b",
         [("FieldValueInvalid", "metadata.name", 'Invalid value: "a_b": %s' % SUBDOMAIN)],
         "CR name not a DNS-1123 subdomain -> 422 (qualified kind)")
-check(post(TJ, tj("a.b"))[0] == 201, "a dotted CR name is a valid subdomain (the API accepts it)")
+# the CRD restricts its own names further (metadata.name: a DNS-1035 label of at most 54 characters)
+s, _, o = post(TJ, tj("a.b"))
+check(s == 422 and o["message"] == 'TrainingJob.ringmaster.dev "a.b" is invalid: metadata.name: Invalid value: '
+      '"a.b": metadata.name in body should match \'^[a-z]([-a-z0-9]*[a-z0-9])?$\'' and
+      o["details"]["causes"][0]["field"] == "metadata.name", "CRD metadata.name pattern -> 422", o)
+s, _, o = post(TJ, tj("j" * 55))
+check(s == 422 and o["message"].endswith("metadata.name: Too long: may not be more than 54 bytes"),
+      "CRD metadata.name maxLength -> 422", o)
+check(post(TJ, tj("j" * 54))[0] == 201, "a 54-character job name is accepted")
 s, _, o = post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a.b"}})
 invalid(s, o, "Namespace", "a.b", [("FieldValueInvalid", "metadata.name", 'Invalid value: "a.b": %s' % LABEL)],
         "Namespace name must be a DNS-1123 label -> 422")
@@ -197,7 +205,7 @@ s, _, o = patch(CM + "/ann-ok", {"metadata": {"annotations": {"b": "y"}}}, "appl
 invalid(s, o, "ConfigMap", "ann-ok",
         [("FieldValueTooLong", "metadata.annotations", "Too long: may not be more than 262144 bytes")],
         "a patch that pushes annotations over 256 KiB -> 422")
-for path in [POD + "/p2", CM + "/ann-ok", SVC + "/job-1", TJ + "/a.b",
+for path in [POD + "/p2", CM + "/ann-ok", SVC + "/job-1", TJ + "/" + "j" * 54,
              "/apis/rbac.authorization.k8s.io/v1/clusterroles/system:Kube-Thing"]:
     check(delete(path)[0] == 200, "cleanup " + path)
 check(get(POD + "/p2")[0] == 404, "the unscheduled pod is gone at once")
