@@ -676,6 +676,7 @@ static void state_fresh(trainer *t, rm_err *err)
     t->step = 0;
     t->train_epoch = 0;
     t->data_pos = 0;
+    t->eval_step = -1;
 }
 
 static void ckpt_expect(const trainer *t, rm_ckpt_meta *e)
@@ -712,6 +713,10 @@ static int state_load(trainer *t)
     t->train_epoch = meta.train_epoch;
     t->data_pos = meta.data_pos;
     t->last_ckpt_step = meta.step;
+    /* A checkpoint is written after its step and before that step's end-of-epoch evaluation
+     * (which runs at the top of the next iteration), so a restored position has its evaluation
+     * still ahead of it — whatever this process remembers having evaluated before the failure. */
+    t->eval_step = -1;
     if (meta.loss_scale > 0)
         rm_loss_scaler_restore(&t->amp.scaler, meta.loss_scale, meta.scaler_tracker);
     rm_info("checkpoint loaded path=%s step=%lld train_epoch=%d data_pos=%lld written_world=%d "
@@ -734,7 +739,11 @@ static int64_t get64(const float *f)
     return (int64_t)((uint64_t)f[0] | ((uint64_t)f[1] << 21) | ((uint64_t)f[2] << 42));
 }
 
-/* Make every rank hold rank 0's exact state: allreduce SUM where the others contribute zeros. */
+/* Make every rank hold rank 0's exact state: allreduce SUM where the others contribute zeros.
+ * The state is the whole position in the schedule — step, data cursor, optimizer count, the last
+ * checkpoint, the loss scaler and whether this step's end-of-epoch evaluation is done — so after
+ * a round forms no rank acts on what it remembers from before (issue 20: a survivor that skipped
+ * an evaluation its replacement ran desynchronised the ring forever). */
 static int state_sync(trainer *t, rm_err *err)
 {
     if (t->world == 1)
@@ -748,6 +757,7 @@ static int state_sync(trainer *t, rm_err *err)
         meta[12] = (float)t->train_epoch;
         meta[13] = t->amp.scaler.scale;
         meta[14] = (float)t->amp.scaler.growth_tracker;
+        meta[15] = t->eval_step == t->step ? 1.0f : 0.0f;
     }
     int64_t my_step = t->step;
     t->k->h2d(t->dev_small, meta, sizeof meta);
@@ -767,6 +777,7 @@ static int state_sync(trainer *t, rm_err *err)
     t->opt.t = get64(meta + 6);
     t->last_ckpt_step = get64(meta + 9) - 1;
     t->train_epoch = (int)meta[12];
+    t->eval_step = meta[15] > 0.5f ? t->step : -1;
     if (meta[13] > 0)
         rm_loss_scaler_restore(&t->amp.scaler, meta[13], (int)meta[14]);
     if (t->rank != 0 && my_step != t->step)
@@ -901,6 +912,15 @@ static int round_setup(trainer *t, bool first, rm_err *err)
         t->world = 1;
         t->rdzv_epoch = 1;
         be = "local";
+    }
+    /* a configuration error no re-formation can heal: fail now rather than re-form forever */
+    int64_t G = (int64_t)t->B * t->world;
+    if (rm_data_steps_per_epoch(t->tr.n, (int)(G < INT32_MAX ? G : INT32_MAX)) < 1) {
+        rm_rdzv_round_free(&rr);
+        return rm_errf(err, RM_EINVAL,
+                       "global batch %lld (batchSizePerWorker %d x %d workers) exceeds the "
+                       "training set (%d samples): an epoch would have 0 steps",
+                       (long long)G, t->B, t->world, t->tr.n);
     }
     if (t->world == 1 && strcmp(be, "mpi"))
         be = "local";
