@@ -22,9 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fs.h"
 #include "common/http.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -272,6 +274,49 @@ static int fresh_checkpoints(const char *dir)
     return n;
 }
 
+/* --resume: ask the worker binary (`train --check --resume`, the checks a worker makes at start)
+ * whether ckpt_dir holds a checkpoint this job's model can continue from. Returns 0 to go on, 2
+ * when there is none (the worker has said why, loudly, on stderr; with if-present it only warns),
+ * 1 when the check itself could not run. */
+static int resume_preflight(const rm_tj *job, const char *ckpt_dir, bool if_present)
+{
+    char bin[PATH_MAX];
+    rm_err e = {0};
+    if (rm_local_worker_bin(bin, sizeof bin, &e) != RM_OK) {
+        fprintf(stderr, "ringmaster run: --resume: %s\n", e.msg);
+        return 1;
+    }
+    cJSON *tj = rm_training_to_json(&job->spec.training);
+    char *training = tj ? cJSON_PrintUnformatted(tj) : NULL;
+    cJSON_Delete(tj);
+    if (!training) {
+        fprintf(stderr, "ringmaster run: --resume: out of memory\n");
+        return 1;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("RINGMASTER_TRAINING", training, 1);
+        unsetenv("RINGMASTER_CHECKPOINT_DIR");
+        unsetenv("RINGMASTER_RESUME");
+        execl(bin, bin, "train", "--check", if_present ? "--resume=if-present" : "--resume",
+              "--checkpoint-dir", ckpt_dir, "--metrics-addr", "off", (char *)NULL);
+        _exit(127);
+    }
+    free(training);
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) ||
+        (WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 2)) {
+        fprintf(stderr, "ringmaster run: --resume: could not check %s with %s\n", ckpt_dir, bin);
+        return 1;
+    }
+    if (WEXITSTATUS(st) == 2) {
+        fprintf(stderr, "ringmaster run: --resume: nothing this job can continue from in %s; not "
+                "starting over at step 0 (--resume=if-present allows it)\n", ckpt_dir);
+        return 2;
+    }
+    return 0;
+}
+
 /* The last `lines` lines of a file, indented, to out. */
 static void tail_file(FILE *out, const char *path, int lines)
 {
@@ -328,8 +373,9 @@ static void usage(FILE *f)
             "  --epochs N                override spec.training.epochs\n"
             "  --checkpoint-dir DIR      default: spec.checkpoint.path when relative, else\n"
             "                            ./checkpoints/<name>\n"
-            "  --resume                  keep the checkpoints of an earlier run and continue from\n"
-            "                            them (default: start fresh, old checkpoints removed)\n"
+            "  --resume[=if-present]     keep the checkpoints of an earlier run and continue from\n"
+            "                            them (default: start fresh, old checkpoints removed);\n"
+            "                            with none this job can use, exit 2 unless if-present\n"
             "  --run-dir DIR             worker logs and file_sd.json (default $TMPDIR/ringmaster-\n"
             "                            <name>-<time>)\n"
             "  -o, --output text|json    json: the last line of stdout is the final TrainingJob\n"
@@ -374,7 +420,7 @@ int rm_run_main(int argc, char **argv)
         {"replicas", required_argument, 0, O_REPLICAS},
         {"epochs", required_argument, 0, O_EPOCHS},
         {"checkpoint-dir", required_argument, 0, O_CKPT},
-        {"resume", no_argument, 0, O_RESUME},
+        {"resume", optional_argument, 0, O_RESUME},
         {"run-dir", required_argument, 0, O_RUNDIR},
         {"metrics-addr", required_argument, 0, O_METRICS},
         {"log-format", required_argument, 0, O_LOGFMT},
@@ -384,7 +430,7 @@ int rm_run_main(int argc, char **argv)
     };
     const char *file = NULL, *ckpt = NULL, *run_dir_flag = NULL, *metrics = "127.0.0.1:0";
     const char *logfmt_s = "text";
-    bool json = false, resume = false;
+    bool json = false, resume = false, resume_if_present = false;
     rm_log_level lvl = RM_LOG_INFO;
     rm_log_format lfmt = RM_LOG_TEXT;
     rm_manifest_overrides ov = {0};
@@ -398,7 +444,15 @@ int rm_run_main(int argc, char **argv)
         case O_REPLICAS: if (parse_pos_int("--replicas", optarg, &ov.replicas)) return 2; break;
         case O_EPOCHS: if (parse_pos_int("--epochs", optarg, &ov.epochs)) return 2; break;
         case O_CKPT: ckpt = optarg; break;
-        case O_RESUME: resume = true; break;
+        case O_RESUME:
+            resume = true;
+            resume_if_present = optarg && !strcmp(optarg, "if-present");
+            if (optarg && !resume_if_present) {
+                fprintf(stderr, "ringmaster run: --resume: bare or =if-present, got \"%s\"\n",
+                        optarg);
+                return 2;
+            }
+            break;
         case O_RUNDIR: run_dir_flag = optarg; break;
         case O_METRICS: metrics = optarg; break;
         case O_LOGFMT:
@@ -483,6 +537,21 @@ int rm_run_main(int argc, char **argv)
         strftime(ts, sizeof ts, "%Y%m%d-%H%M%S", &tmv);
         rm_sfmt(run_dir, sizeof run_dir, "%s/ringmaster-%s-%s-%d", t && *t ? t : "/tmp", job.name,
                  ts, (int)getpid());
+    }
+    {
+        rm_err de = {0};   /* a folder no checkpoint can be written to is refused up front */
+        if (rm_fs_dir_writable(ckpt_dir, "--checkpoint-dir", &de) != RM_OK) {
+            fprintf(stderr, "ringmaster run: %s\n", de.msg);
+            rm_tj_free(&job);
+            return 2;
+        }
+    }
+    if (resume) {
+        int pc = resume_preflight(&job, ckpt_dir, resume_if_present);
+        if (pc) {
+            rm_tj_free(&job);
+            return pc;
+        }
     }
     if (mkdirs(run_dir) != 0 || mkdirs(ckpt_dir) != 0) {
         fprintf(stderr, "ringmaster run: cannot create %s or %s: %s\n", run_dir, ckpt_dir,

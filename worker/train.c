@@ -39,11 +39,11 @@
 #include "worker/comm.h"
 #include "worker/data.h"
 #include "worker/faults.h"
-#include "worker/fusion.h"
 #include "worker/gpu.h"
 #include "worker/model.h"
 #include "worker/optim.h"
 #include "worker/schedule.h"
+#include "worker/step.h"
 #include "worker/wmetrics.h"
 
 /* The one piece of state a signal handler has to reach. */
@@ -70,7 +70,6 @@ void rm_train_cfg_free(rm_train_cfg *cfg)
     rm_training_free(&cfg->t);
     free(cfg->checkpoint_dir);
     free(cfg->metrics_addr);
-    free(cfg->backend);
     free(cfg->device);
     free(cfg->rdzv_url);
     free(cfg->job);
@@ -104,13 +103,20 @@ void rm_train_usage(FILE *out)
             "  --checkpoint-interval N    steps between checkpoints (default 200)\n"
             "  --checkpoint-keep K        keep the newest K (default 3)\n"
             "  --metrics-addr ADDR        /metrics,/healthz,/readyz (default :9090; port 0 ok; off)\n"
-            "  --backend ring|mpi|local   env RINGMASTER_BACKEND (default ring; local without a rendezvous)\n"
+            "  --backend ring|nccl|mpi|local|auto  env RINGMASTER_BACKEND (default auto = ring;\n"
+            "                             local: a world of one)\n"
             "  --device auto|cpu|cuda     kernels table (default auto: cuda for backend nccl or\n"
             "                             precision bf16/fp16, else cpu; env RINGMASTER_DEVICE)\n"
             "  --max-steps N              stop after N global steps (testing)\n"
             "  --comm-timeout S           bound on collective waits (default 10)\n"
             "  --log-format text|json     --log-level debug|info|warn|error\n"
             "  --peers H:P,H:P,... --rank R   static world without a rendezvous (no restarts)\n"
+            "  --resume[=if-present]      continue from the newest usable checkpoint; without one,\n"
+            "                             refuse to start (exit 2) unless if-present (env\n"
+            "                             RINGMASTER_RESUME)\n"
+            "  --check                    only check what a start checks (the checkpoint folder can\n"
+            "                             be written; with --resume, a checkpoint this job can\n"
+            "                             continue from): exit 0, or 2 naming the problem\n"
             "  env: RINGMASTER_RENDEZVOUS RINGMASTER_JOB RINGMASTER_TOKEN RINGMASTER_WORKER_ID\n"
             "       RINGMASTER_BIND_ADDR RINGMASTER_PROGRESS_DEADLINE RINGMASTER_FAULT\n",
             RM_DATA_DEFAULT_DIR);
@@ -173,8 +179,10 @@ static int load_config_file(const char *path, rm_train_cfg *cfg, rm_err *err)
             cfg->checkpoint_interval = tj.spec.checkpoint.interval_steps;
             cfg->checkpoint_keep = tj.spec.checkpoint.keep;
             cfg->progress_deadline_s = tj.spec.restart.progress_deadline_seconds;
-            if (tj.spec.backend == RM_BACKEND_RING || tj.spec.backend == RM_BACKEND_MPI)
-                setstr(&cfg->backend, rm_backend_name(tj.spec.backend));
+            if (tj.spec.backend == RM_BACKEND_RING || tj.spec.backend == RM_BACKEND_MPI) {
+                cfg->backend = tj.spec.backend;
+                cfg->backend_local = false;
+            }
         }
         rm_tj_free(&tj);
     } else {
@@ -210,6 +218,18 @@ static int load_env_training(const char *json, rm_train_cfg *cfg, rm_err *err)
     return RM_OK;
 }
 
+/* --backend / RINGMASTER_BACKEND: a spec backend name, or "local" (a world of one). */
+static int parse_backend(const char *flag, const char *s, rm_train_cfg *cfg, rm_err *err)
+{
+    rm_backend b = RM_BACKEND_AUTO;
+    bool local = strcmp(s, "local") == 0;
+    if (!local && rm_backend_parse(s, &b) != RM_OK)
+        return rm_errf(err, RM_EINVAL, "%s: ring|nccl|mpi|local|auto, got \"%s\"", flag, s);
+    cfg->backend = b;
+    cfg->backend_local = local;
+    return RM_OK;
+}
+
 static int parse_hidden(const char *s, rm_training_spec *t, rm_err *err)
 {
     int n = 0;
@@ -235,8 +255,21 @@ static int parse_hidden(const char *s, rm_training_spec *t, rm_err *err)
 enum {
     O_CONFIG = 256, O_EPOCHS, O_BATCH, O_LR, O_DATA, O_CKDIR, O_CKINT, O_CKKEEP, O_METRICS,
     O_BACKEND, O_MAXSTEPS, O_LOGFMT, O_LOGLVL, O_OPT, O_MOM, O_WD, O_HIDDEN, O_WARM, O_SCHED,
-    O_SEED, O_FUSION, O_DEVICE, O_CTIMEOUT, O_PEERS, O_RANK, O_HELP
+    O_SEED, O_FUSION, O_DEVICE, O_CTIMEOUT, O_PEERS, O_RANK, O_RESUME, O_CHECK, O_HELP
 };
+
+static int parse_resume(const char *flag, const char *s, rm_train_cfg *cfg, rm_err *err)
+{
+    if (!s || !*s || !strcmp(s, "required") || !strcmp(s, "true"))
+        cfg->resume = RM_RESUME_REQUIRED;
+    else if (!strcmp(s, "if-present"))
+        cfg->resume = RM_RESUME_IF_PRESENT;
+    else if (!strcmp(s, "off") || !strcmp(s, "false"))
+        cfg->resume = RM_RESUME_OFF;
+    else
+        return rm_errf(err, RM_EINVAL, "%s: required or if-present, got \"%s\"", flag, s);
+    return RM_OK;
+}
 
 int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
 {
@@ -276,6 +309,8 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
         {"comm-timeout", required_argument, 0, O_CTIMEOUT},
         {"peers", required_argument, 0, O_PEERS},
         {"rank", required_argument, 0, O_RANK},
+        {"resume", optional_argument, 0, O_RESUME},
+        {"check", no_argument, 0, O_CHECK},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -302,7 +337,7 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
     if ((env = getenv("RINGMASTER_CHECKPOINT_DIR")) && *env)
         setstr(&cfg->checkpoint_dir, env);
     if ((env = getenv("RINGMASTER_BACKEND")) && *env)
-        setstr(&cfg->backend, env);
+        RM_CHECK_GOTO(parse_backend("RINGMASTER_BACKEND", env, cfg, err), rc, fail);
     if ((env = getenv("RINGMASTER_PROGRESS_DEADLINE")) && *env)
         RM_CHECK_GOTO(parse_dbl("RINGMASTER_PROGRESS_DEADLINE", env, 0, 1e7,
                                 &cfg->progress_deadline_s, err), rc, fail);
@@ -314,6 +349,8 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
     setstr(&cfg->bind_addr, (env = getenv("RINGMASTER_BIND_ADDR")) && *env ? env : "127.0.0.1");
     if ((env = getenv("RINGMASTER_FAULT")) && *env)
         setstr(&cfg->fault_spec, env);
+    if ((env = getenv("RINGMASTER_RESUME")) && *env)
+        RM_CHECK_GOTO(parse_resume("RINGMASTER_RESUME", env, cfg, err), rc, fail);
     setstr(&cfg->metrics_addr, ":9090");
     setstr(&cfg->device, (env = getenv("RINGMASTER_DEVICE")) && *env ? env : "auto");
 
@@ -355,7 +392,9 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
             cfg->checkpoint_keep = (int)iv;
             break;
         case O_METRICS: setstr(&cfg->metrics_addr, optarg); break;
-        case O_BACKEND: setstr(&cfg->backend, optarg); break;
+        case O_BACKEND:
+            RM_CHECK_GOTO(parse_backend("--backend", optarg, cfg, err), rc, fail);
+            break;
         case O_MAXSTEPS:
             RM_CHECK_GOTO(parse_int("--max-steps", optarg, 0, 1LL << 40, &iv, err), rc, fail);
             cfg->t.max_steps = (int)iv;
@@ -426,6 +465,8 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
             RM_CHECK_GOTO(parse_int("--rank", optarg, 0, RM_RDZV_MAX_WORLD - 1, &iv, err), rc, fail);
             cfg->static_rank = (int)iv;
             break;
+        case O_RESUME: RM_CHECK_GOTO(parse_resume("--resume", optarg, cfg, err), rc, fail); break;
+        case O_CHECK: cfg->check_only = true; break;
         case O_CTIMEOUT:
             RM_CHECK_GOTO(parse_dbl("--comm-timeout", optarg, 0.1, 3600, &cfg->comm_timeout_s,
                                     err), rc, fail);
@@ -456,14 +497,8 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
             o->eps = o->type == RM_OPT_ADAGRAD ? 1e-10 : 1e-8;
     }
     RM_CHECK_GOTO(rm_training_validate(&cfg->t, "spec.training", err), rc, fail);
-    if (cfg->backend && strcmp(cfg->backend, "ring") && strcmp(cfg->backend, "mpi") &&
-        strcmp(cfg->backend, "local") && strcmp(cfg->backend, "nccl") &&
-        strcmp(cfg->backend, "auto")) {
-        rc = rm_errf(err, RM_EINVAL, "--backend: ring|mpi|local, got \"%s\"", cfg->backend);
-        goto fail;
-    }
     if (!strcmp(cfg->device, "auto"))
-        setstr(&cfg->device, (cfg->backend && !strcmp(cfg->backend, "nccl")) ||
+        setstr(&cfg->device, cfg->backend == RM_BACKEND_NCCL ||
                                      cfg->t.precision != RM_PREC_FP32
                                  ? "cuda"
                                  : "cpu");
@@ -491,7 +526,8 @@ typedef struct reporter {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool quit, active;          /* active: a round is running and the snapshot is current */
-    rm_rdzv_report snap;        /* guarded by mu */
+    rm_rdzv_report snap;        /* guarded by mu; snap.checkpoint_error points at ckpt_err */
+    char ckpt_err[128];         /* guarded by mu */
     int64_t samples;            /* local samples so far, guarded by mu */
     atomic_int action;          /* 0, R_REJOIN or R_STOP for the round in snap.epoch */
     atomic_int action_epoch;
@@ -513,7 +549,7 @@ typedef struct trainer {
     int32_t *host_labels;
     float *host_stage;          /* checkpoint payload staging (params + state), host */
     size_t stage_bytes;
-    float *dev_small;           /* 32 floats of device memory: state sync and eval sums */
+    float *dev_small;           /* 32 floats of device memory: evaluation sums */
     rm_amp amp;                 /* mixed precision (fp16 loss scaling); a no-op for fp32 */
     bool amp_on;
     int gpu;                    /* CUDA device ordinal (cuda table only) */
@@ -524,8 +560,8 @@ typedef struct trainer {
     char my_addr[96];
     const rm_comm_ops *ops;
     rm_comm *comm;
-    rm_fusion *fusion;
-    int fusion_err;
+    const rm_step_ops *strat;   /* the training strategy (worker/step.h) */
+    rm_step *st;
     int rank, world, rdzv_epoch;
     bool join_gave_up;          /* no round within the join deadline: fatal */
 
@@ -535,6 +571,8 @@ typedef struct trainer {
     int64_t data_pos;
     double lr;
     int64_t last_ckpt_step;
+    int ckpt_failures;          /* consecutive failed checkpoint writes (reported; 0 = last ok) */
+    char ckpt_err[128];         /* the last failure's message ("" after a success) */
     bool have_state;            /* params/optimizer hold a real state (fresh, loaded or synced):
                                    before the first round forms they are zeros, never saved */
 
@@ -555,10 +593,20 @@ typedef struct trainer {
     reporter rp;
 } trainer;
 
+/* The comm backend this worker runs (before a world of one turns it into "local"). */
+static rm_backend cfg_backend(const rm_train_cfg *cfg)
+{
+    return rm_backend_resolve(cfg->backend, 0);
+}
+static bool backend_is(const rm_train_cfg *cfg, rm_backend b)
+{
+    return !cfg->backend_local && cfg_backend(cfg) == b;
+}
+
 static void trainer_free(trainer *t)
 {
-    if (t->fusion)
-        rm_fusion_free(t->fusion);
+    if (t->strat)
+        t->strat->destroy(t->st);
     if (t->comm && t->ops)
         t->ops->destroy(t->comm);
     if (t->listen_fd >= 0)
@@ -632,6 +680,10 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     RM_CHECK(rm_model_init(&t->m, t->k, &shape, t->B, err));
     RM_CHECK(rm_optim_init(&t->opt, t->k, &cfg->t.optimizer, t->m.layout.total, err));
     rm_lr_sched_from_spec(&t->sched, &cfg->t);
+    t->strat = rm_step_strategy("allreduce");
+    rm_step_env env = {.k = t->k, .m = &t->m, .opt = &t->opt, .amp = &t->amp,
+                       .fusion_mb = cfg->t.fusion_buffer_mb};
+    RM_CHECK(t->strat->init(&env, &t->st, err));
     t->perm = malloc((size_t)t->tr.n * sizeof *t->perm);
     t->stage_bytes = (size_t)(1 + t->opt.nstate) * t->m.layout.total * sizeof(float);
     t->host_stage = malloc(t->stage_bytes);
@@ -648,8 +700,7 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
         t->rdzv = rm_rdzv_client_new(cfg->rdzv_url, cfg->job, cfg->token, cfg->worker_id);
         if (!t->rdzv)
             return rm_errf(err, RM_ENOMEM, "rendezvous client: out of memory");
-        const char *be = cfg->backend && strcmp(cfg->backend, "auto") ? cfg->backend : "ring";
-        if (!strcmp(be, "ring")) {
+        if (backend_is(cfg, RM_BACKEND_RING)) {
             int port = 0;
             RM_CHECK(rm_comm_listen(cfg->bind_addr, &t->listen_fd, &port, err));
             snprintf(t->my_addr, sizeof t->my_addr, "%s:%d", cfg->bind_addr, port);
@@ -669,10 +720,7 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
 
 static void state_fresh(trainer *t, rm_err *err)
 {
-    rm_model_init_params(&t->m, t->cfg->t.seed, err);
-    for (int i = 0; i < t->opt.nstate; i++)
-        t->k->memset0(t->opt.state[i], t->opt.n * sizeof(float));
-    t->opt.t = 0;
+    t->strat->state_fresh(t->st, t->cfg->t.seed, err);
     t->step = 0;
     t->train_epoch = 0;
     t->data_pos = 0;
@@ -704,11 +752,8 @@ static int state_load(trainer *t)
             rm_warn("no usable checkpoint reason=\"%s\"", e.msg);
         return 0;
     }
-    size_t n = t->m.layout.total * sizeof(float);
-    t->k->h2d(t->m.params, t->host_stage, n);
-    for (int i = 0; i < t->opt.nstate; i++)
-        t->k->h2d(t->opt.state[i], (char *)t->host_stage + (size_t)(1 + i) * n, n);
-    t->opt.t = meta.opt_t;
+    t->strat->state_restore(t->st, t->host_stage, meta.opt_t, meta.loss_scale,
+                            meta.scaler_tracker);
     t->step = meta.step;
     t->train_epoch = meta.train_epoch;
     t->data_pos = meta.data_pos;
@@ -717,8 +762,6 @@ static int state_load(trainer *t)
      * (which runs at the top of the next iteration), so a restored position has its evaluation
      * still ahead of it — whatever this process remembers having evaluated before the failure. */
     t->eval_step = -1;
-    if (meta.loss_scale > 0)
-        rm_loss_scaler_restore(&t->amp.scaler, meta.loss_scale, meta.scaler_tracker);
     rm_info("checkpoint loaded path=%s step=%lld train_epoch=%d data_pos=%lld written_world=%d "
             "skipped_invalid=%d",
             path, (long long)meta.step, meta.train_epoch, (long long)meta.data_pos,
@@ -726,70 +769,29 @@ static int state_load(trainer *t)
     return 1;
 }
 
-/* 64-bit counters travel as three 21-bit pieces: each is exact in a float. */
-static void put64(float *f, int64_t v)
-{
-    uint64_t u = (uint64_t)v;
-    f[0] = (float)(u & 0x1fffff);
-    f[1] = (float)((u >> 21) & 0x1fffff);
-    f[2] = (float)((u >> 42) & 0x1fffff);
-}
-static int64_t get64(const float *f)
-{
-    return (int64_t)((uint64_t)f[0] | ((uint64_t)f[1] << 21) | ((uint64_t)f[2] << 42));
-}
-
-/* Make every rank hold rank 0's exact state: allreduce SUM where the others contribute zeros.
- * The state is the whole position in the schedule — step, data cursor, optimizer count, the last
- * checkpoint, the loss scaler and whether this step's end-of-epoch evaluation is done — so after
- * a round forms no rank acts on what it remembers from before (issue 20: a survivor that skipped
- * an evaluation its replacement ran desynchronised the ring forever). */
+/* Every rank takes rank 0's state and schedule position (the strategy's state_sync): step, data
+ * cursor, last checkpoint and whether this step's end-of-epoch evaluation is done, so after a
+ * round forms no rank acts on what it remembers from before (issue 20: a survivor that skipped an
+ * evaluation its replacement ran desynchronised the ring forever). */
 static int state_sync(trainer *t, rm_err *err)
 {
-    if (t->world == 1)
-        return RM_OK;
-    float meta[16] = {0};
-    if (t->rank == 0) {
-        put64(meta, t->step);
-        put64(meta + 3, t->data_pos);
-        put64(meta + 6, t->opt.t);
-        put64(meta + 9, t->last_ckpt_step + 1);
-        meta[12] = (float)t->train_epoch;
-        meta[13] = t->amp.scaler.scale;
-        meta[14] = (float)t->amp.scaler.growth_tracker;
-        meta[15] = t->eval_step == t->step ? 1.0f : 0.0f;
-    }
-    int64_t my_step = t->step;
-    t->k->h2d(t->dev_small, meta, sizeof meta);
-    RM_CHECK(t->ops->allreduce(t->comm, t->dev_small, 16, RM_DT_F32, RM_OP_SUM, err));
-    t->k->d2h(meta, t->dev_small, sizeof meta);
-    size_t n = t->m.layout.total;
-    if (t->rank != 0) {
-        t->k->memset0(t->m.params, n * sizeof(float));
-        for (int i = 0; i < t->opt.nstate; i++)
-            t->k->memset0(t->opt.state[i], n * sizeof(float));
-    }
-    RM_CHECK(t->ops->allreduce(t->comm, t->m.params, n, RM_DT_F32, RM_OP_SUM, err));
-    for (int i = 0; i < t->opt.nstate; i++)
-        RM_CHECK(t->ops->allreduce(t->comm, t->opt.state[i], n, RM_DT_F32, RM_OP_SUM, err));
-    t->step = get64(meta);
-    t->data_pos = get64(meta + 3);
-    t->opt.t = get64(meta + 6);
-    t->last_ckpt_step = get64(meta + 9) - 1;
-    t->train_epoch = (int)meta[12];
-    t->eval_step = meta[15] > 0.5f ? t->step : -1;
-    if (meta[13] > 0)
-        rm_loss_scaler_restore(&t->amp.scaler, meta[13], (int)meta[14]);
-    if (t->rank != 0 && my_step != t->step)
-        rm_warn("state differed from rank 0; took rank 0's my_step=%lld step=%lld",
-                (long long)my_step, (long long)t->step);
+    rm_step_pos pos = {
+        .step = t->step, .data_pos = t->data_pos, .last_ckpt_step = t->last_ckpt_step,
+        .train_epoch = t->train_epoch, .eval_done = t->eval_step == t->step,
+    };
+    RM_CHECK(t->strat->state_sync(t->st, &pos, err));
+    t->step = pos.step;
+    t->data_pos = pos.data_pos;
+    t->last_ckpt_step = pos.last_ckpt_step;
+    t->train_epoch = pos.train_epoch;
+    t->eval_step = pos.eval_done ? t->step : -1;
     return RM_OK;
 }
 
 static int ckpt_write(trainer *t, rm_err *err)
 {
-    if (!t->cfg->checkpoint_dir || !t->have_state || t->rank != 0 ||
-        t->step == t->last_ckpt_step)
+    size_t bytes = t->strat->state_bytes(t->st, t->rank);
+    if (!t->cfg->checkpoint_dir || !t->have_state || bytes == 0 || t->step == t->last_ckpt_step)
         return RM_OK;
     double t0 = rm_mono();
     rm_ckpt_meta meta;
@@ -806,26 +808,23 @@ static int ckpt_write(trainer *t, rm_err *err)
     meta.lr = t->lr;
     meta.loss_scale = t->amp.scaler.scale;
     meta.scaler_tracker = t->amp.scaler.growth_tracker;
-    size_t n = t->m.layout.total * sizeof(float);
-    rm_ckpt_seg segs[1 + RM_CKPT_MAX_STATE];
-    int nseg = 0;
-    if (t->k->host_memory) {
-        segs[nseg++] = (rm_ckpt_seg){t->m.params, n};
-        for (int i = 0; i < t->opt.nstate; i++)
-            segs[nseg++] = (rm_ckpt_seg){t->opt.state[i], n};
-    } else {
-        t->k->d2h(t->host_stage, t->m.params, n);
-        for (int i = 0; i < t->opt.nstate; i++)
-            t->k->d2h((char *)t->host_stage + (size_t)(1 + i) * n, t->opt.state[i], n);
-        segs[nseg++] = (rm_ckpt_seg){t->host_stage, (size_t)(1 + t->opt.nstate) * n};
-    }
+    if (bytes > t->stage_bytes)
+        return rm_errf(err, RM_EINVAL, "checkpoint: strategy state %zu bytes, staging %zu", bytes,
+                       t->stage_bytes);
+    t->strat->state_save(t->st, t->host_stage);
+    rm_ckpt_seg seg = {t->host_stage, bytes};
     char path[4200];
-    int rc = rm_ckpt_write(t->cfg->checkpoint_dir, &meta, segs, nseg, t->cfg->checkpoint_keep,
+    int rc = rm_ckpt_write(t->cfg->checkpoint_dir, &meta, &seg, 1, t->cfg->checkpoint_keep,
                            path, sizeof path, err);
     if (rc) {
-        rm_error("checkpoint write failed step=%lld err=\"%s\"", (long long)t->step, err->msg);
+        t->ckpt_failures++;
+        rm_sfmt(t->ckpt_err, sizeof t->ckpt_err, "%s", err->msg);
+        rm_error("checkpoint write failed step=%lld consecutive_failures=%d err=\"%s\"",
+                 (long long)t->step, t->ckpt_failures, err->msg);
         return rc;
     }
+    t->ckpt_failures = 0;
+    t->ckpt_err[0] = 0;
     double dt = rm_mono() - t0;
     t->last_ckpt_step = t->step;
     rm_series_observe(t->wm.ckpt_seconds, dt);
@@ -838,10 +837,8 @@ static int ckpt_write(trainer *t, rm_err *err)
 
 static void round_teardown(trainer *t)
 {
-    if (t->fusion) {
-        rm_fusion_free(t->fusion);
-        t->fusion = NULL;
-    }
+    if (t->strat)
+        t->strat->round_end(t->st);
     if (t->comm) {
         t->ops->destroy(t->comm);
         t->comm = NULL;
@@ -853,7 +850,8 @@ static int round_setup(trainer *t, bool first, rm_err *err)
 {
     const rm_train_cfg *cfg = t->cfg;
     rm_rdzv_round rr = {0};
-    const char *be = cfg->backend && strcmp(cfg->backend, "auto") ? cfg->backend : "ring";
+    bool mpi = backend_is(cfg, RM_BACKEND_MPI);
+    const char *be = cfg->backend_local ? "local" : rm_backend_name(cfg_backend(cfg));
     rm_health_set_ready(t->wm.health, false, "joining");
     rm_rdzv_peer *static_peers = NULL;
     if (cfg->static_peers) {
@@ -869,7 +867,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
         t->rank = cfg->static_rank;
         t->world = n;
         t->rdzv_epoch = 1;
-    } else if (t->rdzv && strcmp(be, "mpi") != 0) {
+    } else if (t->rdzv && !mpi) {
         int last = first ? 0 : t->rdzv_epoch;
         double deadline = rm_mono() + 900;
         for (;;) {
@@ -902,7 +900,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
         t->rank = rr.rank;
         t->world = rr.world_size;
         t->rdzv_epoch = rr.epoch;
-    } else if (!strcmp(be, "mpi")) {
+    } else if (mpi) {
         const char *r = getenv("OMPI_COMM_WORLD_RANK"), *n = getenv("OMPI_COMM_WORLD_SIZE");
         t->rank = r ? atoi(r) : 0;
         t->world = n ? atoi(n) : 1;
@@ -917,12 +915,12 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     int64_t G = (int64_t)t->B * t->world;
     if (rm_data_steps_per_epoch(t->tr.n, (int)(G < INT32_MAX ? G : INT32_MAX)) < 1) {
         rm_rdzv_round_free(&rr);
-        return rm_errf(err, RM_EINVAL,
-                       "global batch %lld (batchSizePerWorker %d x %d workers) exceeds the "
-                       "training set (%d samples): an epoch would have 0 steps",
-                       (long long)G, t->B, t->world, t->tr.n);
+        return rm_err_field(err, RM_EINVAL, "spec.training.batchSizePerWorker",
+                            "global batch %lld (batchSizePerWorker %d x %d workers) exceeds the "
+                            "training set (%d samples): an epoch would have 0 steps",
+                            (long long)G, t->B, t->world, t->tr.n);
     }
-    if (t->world == 1 && strcmp(be, "mpi"))
+    if (t->world == 1 && !mpi)
         be = "local";
     t->ops = rm_comm_backend(be);
     if (!t->ops) {
@@ -945,6 +943,8 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     rm_series_set(t->wm.epoch, t->rdzv_epoch);
     rm_series_set(t->wm.world, t->world);
     rm_info("round ready epoch=%d world=%d backend=%s", t->rdzv_epoch, t->world, t->ops->name);
+    rm_step_round sr = {.ops = t->ops, .comm = t->comm, .rank = t->rank, .world = t->world};
+    RM_CHECK(t->strat->round_begin(t->st, &sr, err));
 
     /* state: newest checkpoint, else fresh; then everyone takes rank 0's */
     if (!state_load(t)) {
@@ -955,12 +955,6 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     RM_CHECK(state_sync(t, err));
     t->have_state = true;
     rm_series_set(t->wm.last_ckpt, (double)(t->last_ckpt_step > 0 ? t->last_ckpt_step : 0));
-    if (t->world > 1) {
-        size_t thr = (size_t)(cfg->t.fusion_buffer_mb * 1024.0 * 1024.0);
-        RM_CHECK(rm_fusion_new(t->ops, t->comm, t->m.grads, t->m.layout.layer_off,
-                               t->m.layout.layer_len, t->m.shape.nlayers, thr, &t->fusion, err));
-        rm_fusion_set_world_size(t->fusion, t->world);
-    }
     rm_health_set_ready(t->wm.health, true, NULL);
     rm_health_beat(t->wm.health);
     return RM_OK;
@@ -1041,6 +1035,9 @@ static void *reporter_main(void *arg)
         last_samples = r->samples;
         rm_rdzv_report rep = r->snap;
         rep.samples_per_second = r->last_rate;
+        char ckpt_err[sizeof r->ckpt_err];   /* the report is sent after the unlock */
+        memcpy(ckpt_err, r->ckpt_err, sizeof ckpt_err);
+        rep.checkpoint_error = ckpt_err;
         pthread_mutex_unlock(&r->mu);
 
         if (!r->client) {   /* alone: only the samples/s figure */
@@ -1120,6 +1117,9 @@ static void reporter_publish(trainer *t, bool active)
     r->snap.last_checkpoint_step = t->last_ckpt_step > 0 ? t->last_ckpt_step : 0;
     r->snap.loss = t->train_loss;
     r->snap.allreduce_gbps = t->ar_gbps;
+    r->snap.checkpoint_failures = t->ckpt_failures;
+    if (strcmp(r->ckpt_err, t->ckpt_err) != 0)
+        memcpy(r->ckpt_err, t->ckpt_err, sizeof r->ckpt_err);
     r->samples = t->samples_local;
     t->rate = r->last_rate;
     pthread_mutex_unlock(&r->mu);
@@ -1158,7 +1158,7 @@ static int report(trainer *t, bool done)
         .epoch = t->rdzv_epoch, .rank = t->rank, .train_epoch = t->train_epoch, .step = t->step,
         .last_checkpoint_step = t->last_ckpt_step > 0 ? t->last_ckpt_step : 0,
         .loss = t->train_loss, .samples_per_second = t->rate, .allreduce_gbps = t->ar_gbps,
-        .done = done,
+        .done = done, .checkpoint_failures = t->ckpt_failures, .checkpoint_error = t->ckpt_err,
     };
     if (done) {
         rep.have_result = true;
@@ -1190,14 +1190,6 @@ static int report(trainer *t, bool done)
 
 /* ---------------- the step loop ---------------- */
 
-static void on_layer_ready(void *ud, int layer)
-{
-    trainer *t = ud;
-    int rc = rm_fusion_ready(t->fusion, layer);
-    if (rc && !t->fusion_err)
-        t->fusion_err = rc;
-}
-
 static void fire_fault(trainer *t, const rm_fault *f)
 {
     rm_warn("fault injected kind=%s rank=%d step=%lld", rm_fault_kind_name(f->kind), t->rank,
@@ -1212,7 +1204,8 @@ static void fire_fault(trainer *t, const rm_fault *f)
     }
 }
 
-/* One step on this rank's shard. Negative on a collective failure. */
+/* One step on this rank's shard: the driver gathers the batch and sets the LR from the schedule
+ * position; the strategy does the rest. Negative on a collective failure. */
 static int step_once(trainer *t, rm_err *err)
 {
     int G = t->B * t->world;
@@ -1229,34 +1222,15 @@ static int step_once(trainer *t, rm_err *err)
         t->k->h2d(t->m.x, t->host_x, (size_t)t->B * RM_MODEL_INPUT * sizeof(float));
         t->k->h2d(t->m.labels, t->host_labels, (size_t)t->B * sizeof(int32_t));
     }
-    rm_model_forward(&t->m, t->B);
-    float inv_batch = rm_amp_loss_scale(&t->amp) / (float)t->B;
-    if (t->fusion) {
-        t->fusion_err = 0;
-        rm_fusion_begin(t->fusion);
-        rm_model_backward(&t->m, t->B, inv_batch, on_layer_ready, t);
-        int rc = rm_fusion_finish(t->fusion, err);
-        if (rc == RM_OK && t->fusion_err)
-            rc = rm_errf(err, t->fusion_err, "fusion: bad layer hand-off");
-        if (rc)
-            return rc;
-        rm_fusion_stats st;
-        rm_fusion_get_stats(t->fusion, &st);
+    double epos = t->train_epoch + (double)t->data_pos / t->tr.n;
+    t->lr = rm_lr_at(&t->sched, epos, G);
+    rm_step_stats st;
+    RM_CHECK(t->strat->step(t->st, t->B, (float)t->lr, &st, err));
+    if (st.comm) {
         rm_series_observe(t->wm.ar_seconds, st.allreduce_s);
         rm_series_inc(t->wm.ar_bytes, (double)st.bytes);
         t->ar_gbps = st.busbw_gbps;
-    } else {
-        rm_model_backward(&t->m, t->B, inv_batch, NULL, NULL);
     }
-    bool apply = true;
-    int rc = rm_amp_finish(&t->amp, t->m.grads, t->m.layout.total, t->world > 1 ? t->ops : NULL,
-                           t->world > 1 ? t->comm : NULL, &apply, err);
-    if (rc)
-        return rc;
-    double epos = t->train_epoch + (double)t->data_pos / t->tr.n;
-    t->lr = rm_lr_at(&t->sched, epos, G);
-    if (apply)   /* fp16 overflow: every rank skips this update together */
-        rm_optim_step(&t->opt, t->m.params, t->m.grads, (float)t->lr);
     t->step++;
     t->data_pos += G;
     t->samples_local += t->B;
@@ -1345,10 +1319,73 @@ static int run_round(trainer *t, rm_err *err)
     }
 }
 
+/* What a start can find unusable before any data is loaded, so a worker refuses it at once
+ * (exit 2) instead of failing every checkpoint write later or silently starting over:
+ *   - a checkpoint folder that cannot be written (a regular file, read-only, /proc/self);
+ *   - --resume with no checkpoint this job can continue from (none, all corrupt, another model
+ *     shape or optimizer): an error, or with --resume=if-present a loud warning and step 0. */
+static int preflight(const rm_train_cfg *cfg, rm_err *err)
+{
+    rm_err e = {0};
+    if (cfg->checkpoint_dir && rm_ckpt_dir_check(cfg->checkpoint_dir, &e) != RM_OK)
+        return rm_err_field(err, RM_EINVAL, "--checkpoint-dir", "%s", e.msg);
+    if (cfg->resume == RM_RESUME_OFF)
+        return RM_OK;
+    if (!cfg->checkpoint_dir)
+        return rm_err_field(err, RM_EINVAL, "--resume",
+                            "needs a checkpoint folder (--checkpoint-dir or "
+                            "RINGMASTER_CHECKPOINT_DIR)");
+    rm_model_shape shape;
+    RM_CHECK(rm_model_shape_make(&shape, RM_MODEL_INPUT, cfg->t.hidden, cfg->t.nhidden,
+                                 RM_MODEL_CLASSES, err));
+    rm_param_layout lay;
+    rm_model_layout(&shape, &lay);
+    rm_ckpt_meta exp, meta;
+    memset(&exp, 0, sizeof exp);
+    exp.shape = shape;
+    exp.opt_type = (int32_t)cfg->t.optimizer.type;
+    exp.nstate = rm_optim_nstate(cfg->t.optimizer.type);
+    exp.nparams = lay.total;
+    size_t cap = (size_t)(1 + exp.nstate) * lay.total * sizeof(float);
+    void *buf = malloc(cap ? cap : 1);
+    if (!buf)
+        return rm_errf(err, RM_ENOMEM, "--resume: out of memory (%zu bytes)", cap);
+    char path[4200], sh[128];
+    int skipped = 0;
+    int rc = rm_ckpt_load_newest(cfg->checkpoint_dir, &exp, &meta, buf, cap, path, sizeof path,
+                                 &skipped, &e);
+    free(buf);
+    rm_model_shape_str(&shape, sh, sizeof sh);
+    if (rc == RM_OK) {
+        rm_info("resume: continuing from path=%s step=%lld skipped_invalid=%d", path,
+                (long long)meta.step, skipped);
+        return RM_OK;
+    }
+    if (cfg->resume == RM_RESUME_IF_PRESENT) {
+        rm_warn("resume: NOTHING TO RESUME, starting at step 0 as --resume=if-present allows "
+                "dir=%s model=%s optimizer=%s reason=\"%s\"",
+                cfg->checkpoint_dir, sh, rm_optim_name(cfg->t.optimizer.type), e.msg);
+        return RM_OK;
+    }
+    return rm_err_field(err, RM_ENOTFOUND, "--resume",
+                        "no checkpoint this job can continue from in %s (model %s, optimizer "
+                        "%s): %s; not starting over at step 0 (--resume=if-present allows it)",
+                        cfg->checkpoint_dir, sh, rm_optim_name(cfg->t.optimizer.type), e.msg);
+}
+
 int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
 {
+    int rc = preflight(cfg, err);
+    if (rc || cfg->check_only) {
+        if (rc == RM_OK)
+            rm_info("check passed checkpoint_dir=%s resume=%s",
+                    cfg->checkpoint_dir ? cfg->checkpoint_dir : "(none)",
+                    cfg->resume == RM_RESUME_OFF ? "off"
+                    : cfg->resume == RM_RESUME_REQUIRED ? "required" : "if-present");
+        return rc;
+    }
     trainer t;
-    int rc = trainer_setup(&t, cfg, err);
+    rc = trainer_setup(&t, cfg, err);
     if (rc == RM_OK)
         rc = reporter_start(&t, err);
     if (rc) {
@@ -1405,7 +1442,7 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
         if (t.ops && t.comm && t.ops->abort)
             t.ops->abort(t.comm);
         round_teardown(&t);
-        if (!t.rdzv || t.cfg->static_peers || (t.ops && !strcmp(t.ops->name, "mpi"))) {
+        if (!t.rdzv || t.cfg->static_peers || backend_is(t.cfg, RM_BACKEND_MPI)) {
             /* no rendezvous to re-form the group (static world, mpirun): fail */
             rc = rc < 0 ? rc : RM_ERR;
             goto out;

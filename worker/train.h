@@ -30,7 +30,9 @@ typedef struct rm_train_cfg {
     int checkpoint_interval;     /* steps; 0 = only on SIGTERM/end */
     int checkpoint_keep;         /* keep the newest K valid files (>= 1) */
     char *metrics_addr;          /* default ":9090"; "127.0.0.1:0" for tests; "" / "off" = none */
-    char *backend;               /* "ring" | "mpi" | "local"; NULL = from env / ring */
+    rm_backend backend;          /* ring | nccl | mpi; AUTO (default) = ring: the controller
+                                    resolves a GPU job's auto before it reaches the worker */
+    bool backend_local;          /* "local": the world-of-one backend, no ring listener */
     char *device;                /* "cpu" | "cuda"; default cpu */
     char *rdzv_url, *job, *token, *worker_id, *bind_addr;   /* from env; may be NULL */
     double progress_deadline_s;  /* /healthz deadline; default 60 */
@@ -41,7 +43,14 @@ typedef struct rm_train_cfg {
     /* static world without a rendezvous (bench scripts, tests): --peers h:p,... --rank R */
     char *static_peers;          /* NULL = rendezvous or alone */
     int static_rank;
+    /* --resume[=if-present] / env RINGMASTER_RESUME: continue an earlier run. Without a usable
+     * checkpoint in checkpoint_dir, RM_RESUME_REQUIRED refuses to start (exit 2) and
+     * RM_RESUME_IF_PRESENT warns and starts at step 0. */
+    int resume;                  /* rm_resume_mode */
+    bool check_only;             /* --check: only check the settings a start checks, then exit */
 } rm_train_cfg;
+
+typedef enum { RM_RESUME_OFF = 0, RM_RESUME_REQUIRED, RM_RESUME_IF_PRESENT } rm_resume_mode;
 
 /* Parse argv (after "train") + env into cfg. Returns RM_OK, or RM_EINVAL with err set (the caller
  * prints usage and exits 2). cfg owned: rm_train_cfg_free. */
@@ -49,7 +58,9 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err);
 void rm_train_cfg_free(rm_train_cfg *cfg);
 void rm_train_usage(FILE *out);
 
-/* Run training to the end (or STOP, or SIGTERM). Returns 0 on success; exit code semantics are
- * decided by worker/main.c (negative RM_E* -> exit 1). */
+/* Run training to the end (or STOP, or SIGTERM). Returns 0 on success, else a negative RM_E*
+ * with err set; err->field is set ("--checkpoint-dir", "--resume",
+ * "spec.training.batchSizePerWorker") when the settings are at fault — worker/main.c exits 2 for
+ * those, 1 for the others. */
 int rm_train_run(const rm_train_cfg *cfg, rm_err *err);
 #endif

@@ -321,7 +321,7 @@ static void test_kill_after_epoch_boundary(void)
 }
 
 /* Issue 20 item 2: a global batch larger than the training set (0 steps an epoch) is a
- * configuration error no re-formation heals: every worker exits 1 at once, naming it, instead of
+ * configuration error no re-formation heals: every worker exits 2 at once, naming it, instead of
  * re-forming the ring forever. */
 static void test_batch_exceeds_dataset(void)
 {
@@ -330,13 +330,55 @@ static void test_batch_exceeds_dataset(void)
     h.batch = "40000";
     pid_t p[2];
     spawn_group(&h, 2, NULL, NULL, 100, p);
-    CU_ASSERT_EQUAL(wait_exit(p[0], 90), 1);
-    CU_ASSERT_EQUAL(wait_exit(p[1], 90), 1);
+    CU_ASSERT_EQUAL(wait_exit(p[0], 90), 2);   /* the settings are at fault: exit 2 */
+    CU_ASSERT_EQUAL(wait_exit(p[1], 90), 2);
     char *l0 = read_log(&h, "w0");
     CU_ASSERT(l0 && strstr(l0, "global batch 80000 (batchSizePerWorker 40000 x 2 workers) exceeds "
                                "the training set (60000 samples)") != NULL);
     CU_ASSERT(l0 && strstr(l0, "round ready") == NULL);
     free(l0);
+    h_stop(&h);
+}
+
+/* Wait until the log `tag` contains `what`; false after timeout_s. */
+static bool wait_log(harness *h, const char *tag, const char *what, double timeout_s);
+
+/* Issue 20 item 4: failed checkpoint writes reach the controller. After the first checkpoint the
+ * folder is swapped for a regular file, so every later write fails; rank 0's progress reports
+ * carry the count of consecutive failures and the last error, and the workers keep training. */
+static void test_checkpoint_failures_reported(void)
+{
+    harness h;
+    CU_ASSERT_EQUAL_FATAL(h_start(&h, 2), 0);
+    h.hidden = "256";   /* slower steps: the job outlasts a few reports */
+    pid_t p[2];
+    spawn_group(&h, 2, NULL, h.ck, 1000000, p);   /* ended by SIGTERM below */
+    CU_ASSERT_FATAL(wait_log(&h, "w0", "checkpoint written", 60) ||
+                    wait_log(&h, "w1", "checkpoint written", 1));
+    char aside[1200];
+    snprintf(aside, sizeof aside, "%s.aside", h.ck);
+    CU_ASSERT_EQUAL_FATAL(rename(h.ck, aside), 0);
+    rm_test_write_file(h.ck, "not a folder", 12);
+    rm_rdzv_member seen = {0};
+    for (double end = mono() + 60; mono() < end && seen.checkpoint_failures < 2;) {
+        rm_rdzv_state st;
+        if (rm_rdzv_snapshot(h.r, JOB, &st) == RM_OK)
+            for (int i = 0; i < st.nmembers; i++)
+                if (st.members[i].checkpoint_failures > seen.checkpoint_failures)
+                    seen = st.members[i];
+        usleep(100000);
+    }
+    CU_ASSERT(seen.checkpoint_failures >= 2);   /* consecutive: they add up */
+    CU_ASSERT_EQUAL(seen.rank, 0);              /* rank 0 is the writer */
+    CU_ASSERT_PTR_NOT_NULL(strstr(seen.checkpoint_error, "checkpoint"));
+    fprintf(stderr, "checkpoint_failures_reported: failures=%d error=\"%s\"\n",
+            seen.checkpoint_failures, seen.checkpoint_error);
+    kill(p[0], SIGTERM);
+    kill(p[1], SIGTERM);
+    CU_ASSERT_EQUAL(wait_exit(p[0], 60), 0);
+    CU_ASSERT_EQUAL(wait_exit(p[1], 60), 0);
+    unlink(h.ck);
+    rm_test_rmtree(aside);
     h_stop(&h);
 }
 
@@ -543,6 +585,7 @@ void rm_suite_train_multi(void)
         {"kill_and_recover", test_kill_and_recover},
         {"kill_after_epoch_boundary", test_kill_after_epoch_boundary},
         {"batch_exceeds_dataset", test_batch_exceeds_dataset},
+        {"checkpoint_failures_reported", test_checkpoint_failures_reported},
         {"elastic_shrink", test_elastic_shrink},
         {"hang_detected", test_hang_detected},
         {"controller_restart", test_controller_restart},
