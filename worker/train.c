@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -258,6 +259,61 @@ enum {
     O_SEED, O_FUSION, O_DEVICE, O_CTIMEOUT, O_PEERS, O_RANK, O_RESUME, O_CHECK, O_HELP
 };
 
+/* The numeric flags: where each lands in rm_train_cfg, its type and its range. */
+typedef enum { NF_INT, NF_U64, NF_DBL } num_kind;
+typedef struct num_flag {
+    int opt;
+    const char *name;
+    num_kind kind;
+    double lo, hi;
+    size_t off;   /* offsetof(rm_train_cfg, ...) */
+} num_flag;
+
+/* the member's size must fit the kind: a wrong table row does not compile */
+#define NF_SIZE_OK(k, m) \
+    sizeof(char[sizeof(((rm_train_cfg *)0)->m) == ((k) == NF_INT ? sizeof(int) : 8) ? 1 : -1])
+#define NF(o, n, k, lo, hi, m) {o, n, k, lo, hi, offsetof(rm_train_cfg, m) + 0 * NF_SIZE_OK(k, m)}
+static const num_flag NUM_FLAGS[] = {
+    NF(O_EPOCHS, "--epochs", NF_INT, 1, 100000, t.epochs),
+    NF(O_BATCH, "--batch", NF_INT, 1, 65536, t.batch_size_per_worker),
+    NF(O_LR, "--lr", NF_DBL, 1e-12, 1e6, t.optimizer.lr),
+    NF(O_CKINT, "--checkpoint-interval", NF_INT, 0, INT32_MAX, checkpoint_interval),
+    NF(O_CKKEEP, "--checkpoint-keep", NF_INT, 1, 1000, checkpoint_keep),
+    NF(O_MAXSTEPS, "--max-steps", NF_INT, 0, INT32_MAX, t.max_steps),
+    NF(O_MOM, "--momentum", NF_DBL, 0, 1, t.optimizer.momentum),
+    NF(O_WD, "--weight-decay", NF_DBL, 0, 1, t.optimizer.weight_decay),
+    NF(O_WARM, "--warmup-epochs", NF_DBL, 0, 1000, t.warmup_epochs),
+    NF(O_SEED, "--seed", NF_U64, 0, (double)INT64_MAX, t.seed),
+    NF(O_FUSION, "--fusion-mb", NF_DBL, 0, 4096, t.fusion_buffer_mb),
+    NF(O_RANK, "--rank", NF_INT, 0, RM_RDZV_MAX_WORLD - 1, static_rank),
+    NF(O_CTIMEOUT, "--comm-timeout", NF_DBL, 0.1, 3600, comm_timeout_s),
+};
+#undef NF
+#undef NF_SIZE_OK
+
+static const num_flag *num_flag_find(int opt)
+{
+    for (size_t i = 0; i < RM_ARRAY_LEN(NUM_FLAGS); i++)
+        if (NUM_FLAGS[i].opt == opt)
+            return &NUM_FLAGS[i];
+    return NULL;
+}
+
+static int num_flag_set(const num_flag *nf, const char *arg, rm_train_cfg *cfg, rm_err *err)
+{
+    char *dst = (char *)cfg + nf->off;
+    if (nf->kind == NF_DBL)
+        return parse_dbl(nf->name, arg, nf->lo, nf->hi, (double *)(void *)dst, err);
+    long long v = 0;
+    long long hi = nf->kind == NF_U64 ? INT64_MAX : (long long)nf->hi;
+    RM_CHECK(parse_int(nf->name, arg, (long long)nf->lo, hi, &v, err));
+    if (nf->kind == NF_U64)
+        *(uint64_t *)(void *)dst = (uint64_t)v;
+    else
+        *(int *)(void *)dst = (int)v;
+    return RM_OK;
+}
+
 static int parse_resume(const char *flag, const char *s, rm_train_cfg *cfg, rm_err *err)
 {
     if (!s || !*s || !strcmp(s, "required") || !strcmp(s, "true"))
@@ -359,45 +415,23 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
     rm_log_level log_lvl = RM_LOG_INFO;
     rm_log_format log_fmt = RM_LOG_TEXT;
     int c;
-    long long iv;
-    double dv;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        const num_flag *nf = num_flag_find(c);
+        if (nf) {
+            RM_CHECK_GOTO(num_flag_set(nf, optarg, cfg, err), rc, fail);
+            lr_flag |= c == O_LR;
+            continue;
+        }
         switch (c) {
         case O_CONFIG: break;
-        case O_EPOCHS:
-            RM_CHECK_GOTO(parse_int("--epochs", optarg, 1, 100000, &iv, err), rc, fail);
-            cfg->t.epochs = (int)iv;
-            break;
-        case O_BATCH:
-            RM_CHECK_GOTO(parse_int("--batch", optarg, 1, 65536, &iv, err), rc, fail);
-            cfg->t.batch_size_per_worker = (int)iv;
-            break;
-        case O_LR:
-            RM_CHECK_GOTO(parse_dbl("--lr", optarg, 1e-12, 1e6, &cfg->t.optimizer.lr, err), rc,
-                          fail);
-            lr_flag = true;
-            break;
         case O_DATA:
             free(cfg->t.data_dir);
             cfg->t.data_dir = strdup(optarg);
             break;
         case O_CKDIR: setstr(&cfg->checkpoint_dir, optarg); break;
-        case O_CKINT:
-            RM_CHECK_GOTO(parse_int("--checkpoint-interval", optarg, 0, 1LL << 40, &iv, err), rc,
-                          fail);
-            cfg->checkpoint_interval = (int)iv;
-            break;
-        case O_CKKEEP:
-            RM_CHECK_GOTO(parse_int("--checkpoint-keep", optarg, 1, 1000, &iv, err), rc, fail);
-            cfg->checkpoint_keep = (int)iv;
-            break;
         case O_METRICS: setstr(&cfg->metrics_addr, optarg); break;
         case O_BACKEND:
             RM_CHECK_GOTO(parse_backend("--backend", optarg, cfg, err), rc, fail);
-            break;
-        case O_MAXSTEPS:
-            RM_CHECK_GOTO(parse_int("--max-steps", optarg, 0, 1LL << 40, &iv, err), rc, fail);
-            cfg->t.max_steps = (int)iv;
             break;
         case O_LOGFMT:
             if (rm_log_parse_format(optarg, &log_fmt) != RM_OK) {
@@ -425,19 +459,7 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
                 goto fail;
             }
             break;
-        case O_MOM:
-            RM_CHECK_GOTO(parse_dbl("--momentum", optarg, 0, 1, &cfg->t.optimizer.momentum, err),
-                          rc, fail);
-            break;
-        case O_WD:
-            RM_CHECK_GOTO(parse_dbl("--weight-decay", optarg, 0, 1,
-                                    &cfg->t.optimizer.weight_decay, err), rc, fail);
-            break;
         case O_HIDDEN: RM_CHECK_GOTO(parse_hidden(optarg, &cfg->t, err), rc, fail); break;
-        case O_WARM:
-            RM_CHECK_GOTO(parse_dbl("--warmup-epochs", optarg, 0, 1000, &cfg->t.warmup_epochs,
-                                    err), rc, fail);
-            break;
         case O_SCHED:
             if (!strcmp(optarg, "cosine"))
                 cfg->t.schedule = RM_SCHED_COSINE;
@@ -451,26 +473,10 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
                 goto fail;
             }
             break;
-        case O_SEED:
-            RM_CHECK_GOTO(parse_int("--seed", optarg, 0, INT64_MAX, &iv, err), rc, fail);
-            cfg->t.seed = (uint64_t)iv;
-            break;
-        case O_FUSION:
-            RM_CHECK_GOTO(parse_dbl("--fusion-mb", optarg, 0, 4096, &dv, err), rc, fail);
-            cfg->t.fusion_buffer_mb = dv;
-            break;
         case O_DEVICE: setstr(&cfg->device, optarg); break;
         case O_PEERS: setstr(&cfg->static_peers, optarg); break;
-        case O_RANK:
-            RM_CHECK_GOTO(parse_int("--rank", optarg, 0, RM_RDZV_MAX_WORLD - 1, &iv, err), rc, fail);
-            cfg->static_rank = (int)iv;
-            break;
         case O_RESUME: RM_CHECK_GOTO(parse_resume("--resume", optarg, cfg, err), rc, fail); break;
         case O_CHECK: cfg->check_only = true; break;
-        case O_CTIMEOUT:
-            RM_CHECK_GOTO(parse_dbl("--comm-timeout", optarg, 0.1, 3600, &cfg->comm_timeout_s,
-                                    err), rc, fail);
-            break;
         case O_HELP:
         case 'h':
             rc = rm_errf(err, RM_EINVAL, "help");
@@ -535,6 +541,29 @@ typedef struct reporter {
                                    (the gauge's series changes with the rank label) */
 } reporter;
 
+/* The checkpoint writer thread (see "checkpoints, off the critical path" below). */
+typedef struct ckpt_writer {
+    pthread_t th;
+    bool started, inited;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool quit;
+    bool busy;                  /* a write was handed over and its result not yet collected;
+                                   touched by the training thread only (under mu) */
+    atomic_bool done;           /* the write in flight finished; the result below is ready */
+    const char *dir;            /* borrowed from the settings */
+    int keep;
+    rm_ckpt_meta meta;          /* the write in flight (guarded by mu) */
+    const void *buf;            /* host_stage */
+    size_t bytes;
+    int rc;                     /* result, guarded by mu */
+    char err[256];
+    char path[4200];
+    double seconds;
+    double blocked;             /* the training thread's time handing this write over (wait for
+                                   the previous one + snapshot); training thread only */
+} ckpt_writer;
+
 typedef struct trainer {
     const rm_train_cfg *cfg;
     const rm_kernels *k;
@@ -591,6 +620,7 @@ typedef struct trainer {
     rm_wmetrics wm;
     rm_faults faults;
     reporter rp;
+    ckpt_writer cw;
 } trainer;
 
 /* The comm backend this worker runs (before a world of one turns it into "local"). */
@@ -603,8 +633,29 @@ static bool backend_is(const rm_train_cfg *cfg, rm_backend b)
     return !cfg->backend_local && cfg_backend(cfg) == b;
 }
 
+static void ckpt_writer_stop(trainer *t);
+
+/* A rendezvous client for these settings. The client constructor only answers NULL, so the
+ * settings it rejects are named here: a missing token is the usual one (not "out of memory"). */
+static int rdzv_client_make(const rm_train_cfg *cfg, rm_rdzv_client **out, rm_err *err)
+{
+    if (!cfg->token || !*cfg->token)
+        return rm_err_field(err, RM_EAUTH, "RINGMASTER_TOKEN",
+                            "missing or empty: the rendezvous at %s needs the job's token",
+                            cfg->rdzv_url);
+    *out = rm_rdzv_client_new(cfg->rdzv_url, cfg->job, cfg->token, cfg->worker_id);
+    if (!*out)
+        return rm_err_field(err, RM_EINVAL, "RINGMASTER_RENDEZVOUS",
+                            "cannot use rendezvous %s for job \"%s\" as worker \"%s\" (the job "
+                            "must be namespace/name, names and the worker id DNS-like, the token "
+                            "one line of at most 255 bytes)",
+                            cfg->rdzv_url, cfg->job, cfg->worker_id);
+    return RM_OK;
+}
+
 static void trainer_free(trainer *t)
 {
+    ckpt_writer_stop(t);   /* first: the writer may still read host_stage */
     if (t->strat)
         t->strat->destroy(t->st);
     if (t->comm && t->ops)
@@ -697,9 +748,7 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
         return rm_errf(err, RM_ENOMEM, "out of memory");
 
     if (cfg->rdzv_url) {
-        t->rdzv = rm_rdzv_client_new(cfg->rdzv_url, cfg->job, cfg->token, cfg->worker_id);
-        if (!t->rdzv)
-            return rm_errf(err, RM_ENOMEM, "rendezvous client: out of memory");
+        RM_CHECK(rdzv_client_make(cfg, &t->rdzv, err));
         if (backend_is(cfg, RM_BACKEND_RING)) {
             int port = 0;
             RM_CHECK(rm_comm_listen(cfg->bind_addr, &t->listen_fd, &port, err));
@@ -788,12 +837,137 @@ static int state_sync(trainer *t, rm_err *err)
     return RM_OK;
 }
 
+/* ---------------- checkpoints, off the critical path ----------------
+ * At a checkpoint step the training thread snapshots the strategy's state into host_stage (a
+ * memcpy, or a device-to-host copy) with its metadata and hands it to the writer thread, which
+ * does rm_ckpt_write's write + fsync + rename + prune while the next steps run. The training
+ * thread waits only when the previous write has not finished by the next checkpoint, before a
+ * round loads checkpoints (rank 0's newest write must be on disk first) and at exit (SIGTERM,
+ * done). host_stage belongs to the writer from the hand-off until the result is collected. A
+ * write counts (last_ckpt_step, reports, metrics) only once it is complete and renamed: nothing
+ * is acknowledged before it is durable. */
+
+static void *ckpt_writer_main(void *arg)
+{
+    ckpt_writer *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->quit && !(w->busy && !atomic_load(&w->done)))
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->quit && !(w->busy && !atomic_load(&w->done)))
+            break;
+        rm_ckpt_meta meta = w->meta;
+        rm_ckpt_seg seg = {w->buf, w->bytes};
+        pthread_mutex_unlock(&w->mu);
+        rm_err e = {0};
+        char path[4200] = "";
+        double t0 = rm_mono();
+        int rc = rm_ckpt_write(w->dir, &meta, &seg, 1, w->keep, path, sizeof path, &e);
+        double dt = rm_mono() - t0;
+        pthread_mutex_lock(&w->mu);
+        w->rc = rc;
+        memcpy(w->err, e.msg, sizeof w->err);
+        memcpy(w->path, path, sizeof w->path);
+        w->seconds = dt;
+        atomic_store(&w->done, true);
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static int ckpt_writer_start(trainer *t, rm_err *err)
+{
+    ckpt_writer *w = &t->cw;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    atomic_init(&w->done, false);
+    w->inited = true;
+    w->dir = t->cfg->checkpoint_dir;
+    w->keep = t->cfg->checkpoint_keep;
+    if (pthread_create(&w->th, NULL, ckpt_writer_main, w) != 0)
+        return rm_errf(err, RM_ERR, "checkpoint writer thread: cannot start");
+    w->started = true;
+    return RM_OK;
+}
+
+/* Apply a finished write's result on the training thread. wait: block until the write in
+ * flight (if any) is done. Returns the write's result, RM_OK when there was none. */
+static int ckpt_collect(trainer *t, bool wait)
+{
+    ckpt_writer *w = &t->cw;
+    if (!w->started || !w->busy || (!wait && !atomic_load(&w->done)))
+        return RM_OK;
+    double t0 = rm_mono();
+    pthread_mutex_lock(&w->mu);
+    while (!atomic_load(&w->done))
+        pthread_cond_wait(&w->cv, &w->mu);
+    int rc = w->rc;
+    int64_t step = w->meta.step;
+    double dt = w->seconds, blocked = w->blocked;
+    char path[sizeof w->path], emsg[sizeof w->err];
+    memcpy(path, w->path, sizeof path);
+    memcpy(emsg, w->err, sizeof emsg);
+    w->busy = false;
+    atomic_store(&w->done, false);
+    pthread_mutex_unlock(&w->mu);
+    double waited = rm_mono() - t0;
+    if (waited > 0.001)
+        rm_debug("waited for the checkpoint writer seconds=%.3f", waited);
+    if (rc) {
+        t->ckpt_failures++;
+        rm_sfmt(t->ckpt_err, sizeof t->ckpt_err, "%s", emsg);
+        rm_error("checkpoint write failed step=%lld consecutive_failures=%d err=\"%s\"",
+                 (long long)step, t->ckpt_failures, emsg);
+        return rc;
+    }
+    t->ckpt_failures = 0;
+    t->ckpt_err[0] = 0;
+    if (step > t->last_ckpt_step)
+        t->last_ckpt_step = step;
+    rm_series_observe(t->wm.ckpt_seconds, dt);
+    rm_series_set(t->wm.last_ckpt, (double)t->last_ckpt_step);
+    rm_info("checkpoint written path=%s step=%lld seconds=%.3f blocked_seconds=%.4f", path,
+            (long long)step, dt, blocked);
+    return RM_OK;
+}
+
+static void ckpt_writer_stop(trainer *t)
+{
+    ckpt_writer *w = &t->cw;
+    if (w->started) {
+        ckpt_collect(t, true);
+        pthread_mutex_lock(&w->mu);
+        w->quit = true;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->th, NULL);
+        w->started = false;
+    }
+    if (w->inited) {
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        w->inited = false;
+    }
+}
+
+/* Snapshot the state at this step boundary and hand it to the writer (rank 0 under allreduce:
+ * the strategy says who writes). Waits only for a previous write still in flight. */
 static int ckpt_write(trainer *t, rm_err *err)
 {
     size_t bytes = t->strat->state_bytes(t->st, t->rank);
     if (!t->cfg->checkpoint_dir || !t->have_state || bytes == 0 || t->step == t->last_ckpt_step)
         return RM_OK;
+    ckpt_writer *w = &t->cw;
+    if (w->busy && w->meta.step == t->step)
+        return RM_OK;   /* this step's state is already on its way */
     double t0 = rm_mono();
+    ckpt_collect(t, true);
+    if (t->step == t->last_ckpt_step)
+        return RM_OK;
+    if (bytes > t->stage_bytes)
+        return rm_errf(err, RM_EINVAL, "checkpoint: strategy state %zu bytes, staging %zu", bytes,
+                       t->stage_bytes);
     rm_ckpt_meta meta;
     ckpt_expect(t, &meta);
     meta.step = t->step;
@@ -808,29 +982,27 @@ static int ckpt_write(trainer *t, rm_err *err)
     meta.lr = t->lr;
     meta.loss_scale = t->amp.scaler.scale;
     meta.scaler_tracker = t->amp.scaler.growth_tracker;
-    if (bytes > t->stage_bytes)
-        return rm_errf(err, RM_EINVAL, "checkpoint: strategy state %zu bytes, staging %zu", bytes,
-                       t->stage_bytes);
     t->strat->state_save(t->st, t->host_stage);
-    rm_ckpt_seg seg = {t->host_stage, bytes};
-    char path[4200];
-    int rc = rm_ckpt_write(t->cfg->checkpoint_dir, &meta, &seg, 1, t->cfg->checkpoint_keep,
-                           path, sizeof path, err);
-    if (rc) {
-        t->ckpt_failures++;
-        rm_sfmt(t->ckpt_err, sizeof t->ckpt_err, "%s", err->msg);
-        rm_error("checkpoint write failed step=%lld consecutive_failures=%d err=\"%s\"",
-                 (long long)t->step, t->ckpt_failures, err->msg);
-        return rc;
-    }
-    t->ckpt_failures = 0;
-    t->ckpt_err[0] = 0;
-    double dt = rm_mono() - t0;
-    t->last_ckpt_step = t->step;
-    rm_series_observe(t->wm.ckpt_seconds, dt);
-    rm_series_set(t->wm.last_ckpt, (double)t->step);
-    rm_info("checkpoint written path=%s step=%lld seconds=%.3f", path, (long long)t->step, dt);
+    pthread_mutex_lock(&w->mu);
+    w->blocked = rm_mono() - t0;
+    w->meta = meta;
+    w->buf = t->host_stage;
+    w->bytes = bytes;
+    w->busy = true;
+    atomic_store(&w->done, false);
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
     return RM_OK;
+}
+
+/* Write this step's checkpoint and wait until it is on disk (exit paths). */
+static int ckpt_write_sync(trainer *t, rm_err *err)
+{
+    RM_CHECK(ckpt_write(t, err));
+    int rc = ckpt_collect(t, true);
+    if (rc)
+        rm_sfmt(err->msg, sizeof err->msg, "%s", t->ckpt_err);
+    return rc;
 }
 
 /* ---------------- rounds ---------------- */
@@ -946,7 +1118,9 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     rm_step_round sr = {.ops = t->ops, .comm = t->comm, .rank = t->rank, .world = t->world};
     RM_CHECK(t->strat->round_begin(t->st, &sr, err));
 
-    /* state: newest checkpoint, else fresh; then everyone takes rank 0's */
+    /* state: newest checkpoint, else fresh; then everyone takes rank 0's. A write still in
+     * flight finishes first: it may be the newest checkpoint, and it owns host_stage. */
+    ckpt_collect(t, true);
     if (!state_load(t)) {
         if (first || t->cfg->checkpoint_dir)
             state_fresh(t, err);
@@ -1072,12 +1246,8 @@ static int reporter_start(trainer *t, rm_err *err)
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->inited = true;
-    if (t->cfg->rdzv_url) {
-        r->client = rm_rdzv_client_new(t->cfg->rdzv_url, t->cfg->job, t->cfg->token,
-                                       t->cfg->worker_id);
-        if (!r->client)
-            return rm_errf(err, RM_ENOMEM, "rendezvous client: out of memory");
-    }
+    if (t->cfg->rdzv_url)
+        RM_CHECK(rdzv_client_make(t->cfg, &r->client, err));
     if (pthread_create(&r->th, NULL, reporter_main, r) != 0)
         return rm_errf(err, RM_ERR, "reporter thread: cannot start");
     r->started = true;
@@ -1295,7 +1465,9 @@ static int run_round(trainer *t, rm_err *err)
         rm_series_inc(t->wm.samples, t->B);
         rm_series_set(t->wm.train_epoch, t->train_epoch);
         if (cfg->checkpoint_interval > 0 && t->step % cfg->checkpoint_interval == 0)
-            ckpt_write(t, err);   /* a failed write is logged; training goes on */
+            ckpt_write(t, err);   /* handed to the writer; a failed write is logged, counted
+                                     and reported, and training goes on */
+        ckpt_collect(t, false);   /* a finished write's result, if any (no waiting) */
         double now = rm_mono();
         if (now - t->rep_t >= 1.0) {   /* the loss needs the device: read it here, ~1/s */
             t->train_loss = read_loss(t);
@@ -1321,12 +1493,17 @@ static int run_round(trainer *t, rm_err *err)
 
 /* What a start can find unusable before any data is loaded, so a worker refuses it at once
  * (exit 2) instead of failing every checkpoint write later or silently starting over:
+ *   - a rendezvous without a token (RINGMASTER_TOKEN missing or empty);
  *   - a checkpoint folder that cannot be written (a regular file, read-only, /proc/self);
  *   - --resume with no checkpoint this job can continue from (none, all corrupt, another model
  *     shape or optimizer): an error, or with --resume=if-present a loud warning and step 0. */
 static int preflight(const rm_train_cfg *cfg, rm_err *err)
 {
     rm_err e = {0};
+    if (cfg->rdzv_url && (!cfg->token || !*cfg->token))
+        return rm_err_field(err, RM_EAUTH, "RINGMASTER_TOKEN",
+                            "missing or empty: the rendezvous at %s needs the job's token",
+                            cfg->rdzv_url);
     if (cfg->checkpoint_dir && rm_ckpt_dir_check(cfg->checkpoint_dir, &e) != RM_OK)
         return rm_err_field(err, RM_EINVAL, "--checkpoint-dir", "%s", e.msg);
     if (cfg->resume == RM_RESUME_OFF)
@@ -1386,6 +1563,8 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
     }
     trainer t;
     rc = trainer_setup(&t, cfg, err);
+    if (rc == RM_OK && cfg->checkpoint_dir)
+        rc = ckpt_writer_start(&t, err);
     if (rc == RM_OK)
         rc = reporter_start(&t, err);
     if (rc) {
@@ -1460,7 +1639,7 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
     if (outcome == R_TERM) {
         rm_info("SIGTERM: writing a checkpoint and exiting step=%lld", (long long)t.step);
         rm_err e = {0};
-        ckpt_write(&t, &e);
+        ckpt_write_sync(&t, &e);
     } else if (outcome == R_DONE) {
         if (t.eval_step != t.step) {
             rc = evaluate(&t, err);
@@ -1468,7 +1647,7 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
                 goto out;
         }
         rm_err e = {0};
-        ckpt_write(&t, &e);
+        ckpt_write_sync(&t, &e);
         char scratch[4096];
         uint64_t sum = rm_model_checksum(&t.m, scratch, sizeof scratch);
         rm_info("training done steps=%lld train_epoch=%d test_accuracy=%.4f train_loss=%.4f "

@@ -1,20 +1,27 @@
-/* train.h — `ringmaster-worker train`: synchronous data-parallel training with in-place restart.
+/* train.h — `ringmaster-worker train`: the training driver, with in-place restart.
+ *
+ * The driver (train.c) owns the data, the model, the optimizer, the LR schedule, metrics and
+ * health, evaluation, checkpoint files and the loop of rounds (one rendezvous epoch each: join ->
+ * comm init -> restore -> steps until the group breaks, the job ends or the rendezvous says
+ * rejoin/stop). How a step turns a batch into updated parameters across the workers is the
+ * training strategy's (worker/step.h; today "allreduce", step_allreduce.c).
  *
  * Buffers (see worker/model.h for the exact offsets):
  *   - ONE flat fp32 parameter buffer and ONE flat gradient buffer, layers contiguous in forward
- *     order (W0,b0,W1,b1,...). Fusion buckets (worker/fusion.h) are contiguous ranges of the
- *     gradient buffer taken from the end (reverse layer order): backward of layer l calls
- *     rm_fusion_ready(f, l) and its bucket allreduces while layers l-1..0 are still computed.
+ *     order (W0,b0,W1,b1,...); fusion buckets (worker/fusion.h) are contiguous ranges of the
+ *     gradient buffer, allreduced while earlier layers' backward still runs.
  *   - Optimizer state (worker/optim.h) is one or two more flat buffers with the same layout; a
- *     checkpoint is those flat arrays plus the scalars (step, data cursor, RNG, schedule position).
- *   - All buffers come from the kernels table (kernels/kernels.h) and are allocated once, before
- *     the first step; a step allocates nothing.
+ *     checkpoint (worker/checkpoint.h) is those flat arrays plus the scalars of the position in
+ *     the schedule (step, data cursor, optimizer count, loss scaler).
+ *   - Model and optimizer buffers come from the kernels table (kernels/kernels.h); they and the
+ *     host checkpoint staging buffer are allocated once, before the first step; a step allocates
+ *     nothing. Checkpoints are written by a background thread from that staging buffer.
  *
- * One step: gather the rank's shard of the global batch -> forward -> backward layer by layer with
- * fusion -> rm_fusion_finish (gradients averaged) -> optimizer update with the LR of the schedule.
- * Every rank does the same arithmetic on the same averaged gradients, so replicas stay bit-identical.
+ * After any restore every rank's position — step, evaluation done, LR, data cursor — is rank 0's
+ * (the checkpoint's), never what a process remembers from before a failure.
  *
- * Ownership: rm_train_ctx owns everything it creates; settings strings are copies. */
+ * Ownership: rm_train_cfg owns its strings (rm_train_cfg_free); rm_train_run owns everything it
+ * creates and frees it before returning; cfg is borrowed for the call. */
 #ifndef RM_WORKER_TRAIN_H
 #define RM_WORKER_TRAIN_H
 #include <stdbool.h>
