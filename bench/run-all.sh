@@ -10,13 +10,15 @@ export RM_BIN="${RM_BIN:-$root/bin}" RM_ROOT="$root"
 declare -A entry=(
   [allreduce]=bench/allreduce/run.sh
   [train]=bench/train/run.sh
+  [checkpoint]=bench/checkpoint/run.sh
   [recovery]=bench/recovery/run.sh
+  [chaos]=bench/chaos/run.sh
   [e2e]=bench/e2e/run.sh
   [kubesim]=bench/kubesim/run.sh
   [operator]=bench/operator/bench-operator.sh
   [gpu]=bench/gpu/run.sh
 )
-order=(allreduce train recovery e2e kubesim operator gpu)
+order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu)
 sel=(${BENCH:-${order[@]}})
 rc=0
 for b in "${sel[@]}"; do

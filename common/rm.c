@@ -2,6 +2,7 @@
  * Design: errors are written into a caller-owned fixed buffer, so the error path never allocates
  * and can never fail itself; messages are truncated rather than lost. */
 #include "common/rm.h"
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +30,25 @@ const char *rm_strerror(int rc)
     }
 }
 
+/* Per thread: a counter of errors made (rm_errf/rm_err_field) and the error the last check
+ * failure belonged to, so a trail logs its first hop at warn and the rest at debug. */
+static _Thread_local unsigned long g_err_gen;
+static _Thread_local unsigned long g_trail_gen = ~0ul;
+static _Thread_local int g_trail_rc;
+
+int rm_check_failed(const char *file, int line, const char *call, int rc)
+{
+    bool first = g_trail_gen != g_err_gen || g_trail_rc != rc;
+    g_trail_gen = g_err_gen;
+    g_trail_rc = rc;
+    rm_log_write(first ? RM_LOG_WARN : RM_LOG_DEBUG, file, line, "check failed call=\"%s\" rc=%s",
+                 call, rm_strerror(rc));
+    return rc;
+}
+
 int rm_errf(rm_err *err, int code, const char *fmt, ...)
 {
+    g_err_gen++;
     if (err) {
         va_list ap;
         va_start(ap, fmt);
@@ -44,6 +62,7 @@ int rm_errf(rm_err *err, int code, const char *fmt, ...)
 
 int rm_err_field(rm_err *err, int code, const char *field, const char *fmt, ...)
 {
+    g_err_gen++;
     if (err) {
         size_t off = 0;
         err->code = code;

@@ -58,25 +58,28 @@ void rm_sfmt(char *buf, size_t cap, const char *fmt, ...) RM_PRINTF(3, 4);
  * messages that quote user input (manifest values, file names). */
 void rm_escape_ctrl(char *buf, size_t cap);
 
-/* Check macros: log file:line on failure so an error reads like a backtrace. */
+/* Check macros: log file:line on failure so an error reads like a backtrace. The first failing
+ * hop of a trail (the innermost check that saw the error) logs at warn, the hops that pass it on
+ * at debug — see rm_check_failed. */
 #define RM_CHECK(call)                                                                  \
     do {                                                                                \
         int rm_rc_ = (call);                                                            \
-        if (rm_rc_ < 0) {                                                               \
-            rm_log_write(RM_LOG_DEBUG, __FILE__, __LINE__, "check failed call=\"%s\" rc=%s", \
-                         #call, rm_strerror(rm_rc_));                                   \
-            return rm_rc_;                                                              \
-        }                                                                               \
+        if (rm_rc_ < 0)                                                                 \
+            return rm_check_failed(__FILE__, __LINE__, #call, rm_rc_);                  \
     } while (0)
 #define RM_CHECK_GOTO(call, rcvar, label)                                               \
     do {                                                                                \
         (rcvar) = (call);                                                               \
         if ((rcvar) < 0) {                                                              \
-            rm_log_write(RM_LOG_DEBUG, __FILE__, __LINE__, "check failed call=\"%s\" rc=%s", \
-                         #call, rm_strerror(rcvar));                                    \
+            rm_check_failed(__FILE__, __LINE__, #call, (rcvar));                        \
             goto label;                                                                 \
         }                                                                               \
     } while (0)
+/* The check macros' failure hook: logs "check failed call=... rc=..." with file:line and returns
+ * rc. A trail is recognised per thread: the first check failure after a new rm_errf /
+ * rm_err_field (or with another code than the last one) starts one and logs at warn; the
+ * following hops of the same error log at debug. */
+int rm_check_failed(const char *file, int line, const char *call, int rc);
 
 #define RM_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -25,6 +25,7 @@
 /* read by the worker, set by users (never by a controller) */
 #define RM_ENV_FAULT "RINGMASTER_FAULT"
 #define RM_ENV_DEVICE "RINGMASTER_DEVICE"
+#define RM_ENV_RESUME "RINGMASTER_RESUME"           /* "1" | "if-present": continue an earlier run */
 
 /* torchrun / PyTorch conventions, so foreign images run unchanged */
 #define RM_ENV_RANK "RANK"

@@ -22,9 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "common/fs.h"
 #include "common/http.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -285,32 +287,6 @@ static bool has_checkpoint(const char *dir)
     return yes;
 }
 
-/* Can checkpoints be written in dir? It must be a directory in which a file can be created (a
- * regular file, /proc/self or a read-only mount fail here, at start, instead of at every
- * checkpoint). 0 or -1 with why filled. */
-static int usable_dir(const char *dir, char *why, size_t cap)
-{
-    struct stat st;
-    if (stat(dir, &st) != 0) {
-        rm_sfmt(why, cap, "%s", strerror(errno));
-        return -1;
-    }
-    if (!S_ISDIR(st.st_mode)) {
-        rm_sfmt(why, cap, "not a directory");
-        return -1;
-    }
-    char probe[PATH_MAX];
-    rm_sfmt(probe, sizeof probe, "%s/.ringmaster-probe-%d", dir, (int)getpid());
-    int fd = open(probe, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        rm_sfmt(why, cap, "cannot create files in it: %s", strerror(errno));
-        return -1;
-    }
-    close(fd);
-    unlink(probe);
-    return 0;
-}
-
 /* Remove what a previous run left in the checkpoint folder (checkpoints and fault markers). */
 static int fresh_checkpoints(const char *dir)
 {
@@ -328,6 +304,49 @@ static int fresh_checkpoints(const char *dir)
         globfree(&g);
     }
     return n;
+}
+
+/* --resume: ask the worker binary (`train --check --resume`, the checks a worker makes at start)
+ * whether ckpt_dir holds a checkpoint this job's model can continue from. Returns 0 to go on, 2
+ * when there is none (the worker has said why, loudly, on stderr; with if-present it only warns),
+ * 1 when the check itself could not run. */
+static int resume_preflight(const rm_tj *job, const char *ckpt_dir, bool if_present)
+{
+    char bin[PATH_MAX];
+    rm_err e = {0};
+    if (rm_local_worker_bin(bin, sizeof bin, &e) != RM_OK) {
+        fprintf(stderr, "ringmaster run: --resume: %s\n", e.msg);
+        return 1;
+    }
+    cJSON *tj = rm_training_to_json(&job->spec.training);
+    char *training = tj ? cJSON_PrintUnformatted(tj) : NULL;
+    cJSON_Delete(tj);
+    if (!training) {
+        fprintf(stderr, "ringmaster run: --resume: out of memory\n");
+        return 1;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("RINGMASTER_TRAINING", training, 1);
+        unsetenv("RINGMASTER_CHECKPOINT_DIR");
+        unsetenv("RINGMASTER_RESUME");
+        execl(bin, bin, "train", "--check", if_present ? "--resume=if-present" : "--resume",
+              "--checkpoint-dir", ckpt_dir, "--metrics-addr", "off", (char *)NULL);
+        _exit(127);
+    }
+    free(training);
+    int st = 0;
+    if (pid < 0 || waitpid(pid, &st, 0) != pid || !WIFEXITED(st) ||
+        (WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 2)) {
+        fprintf(stderr, "ringmaster run: --resume: could not check %s with %s\n", ckpt_dir, bin);
+        return 1;
+    }
+    if (WEXITSTATUS(st) == 2) {
+        fprintf(stderr, "ringmaster run: --resume: nothing this job can continue from in %s; not "
+                "starting over at step 0 (--resume=if-present allows it)\n", ckpt_dir);
+        return 2;
+    }
+    return 0;
 }
 
 /* The last `lines` lines of a file, indented, to out. */
@@ -398,8 +417,9 @@ static void usage(FILE *f)
             "  --epochs N                override spec.training.epochs\n"
             "  --checkpoint-dir DIR      default: spec.checkpoint.path (as written), else\n"
             "                            ./checkpoints/<name>\n"
-            "  --resume                  keep the checkpoints of an earlier run and continue from\n"
-            "                            them (default: start fresh, old checkpoints removed)\n"
+            "  --resume[=if-present]     keep the checkpoints of an earlier run and continue from\n"
+            "                            them (default: start fresh, old checkpoints removed);\n"
+            "                            with none this job can use, exit 2 unless if-present\n"
             "  --run-dir DIR             worker logs and file_sd.json (default $TMPDIR/ringmaster-\n"
             "                            <name>-<time>)\n"
             "  -o, --output text|json    json: the last line of stdout is the final TrainingJob\n"
@@ -439,7 +459,7 @@ enum { O_REPLICAS = 256, O_EPOCHS, O_CKPT, O_RESUME, O_RUNDIR, O_METRICS, O_LOGF
 /* The command line of `ringmaster run`. */
 typedef struct run_flags {
     const char *file, *ckpt, *run_dir_flag, *metrics, *logfmt_s;
-    bool json, resume;
+    bool json, resume, resume_if_present;
     rm_log_level lvl;
     rm_log_format lfmt;
     rm_manifest_overrides ov;
@@ -454,7 +474,7 @@ static int parse_flags(int argc, char **argv, run_flags *f)
         {"replicas", required_argument, 0, O_REPLICAS},
         {"epochs", required_argument, 0, O_EPOCHS},
         {"checkpoint-dir", required_argument, 0, O_CKPT},
-        {"resume", no_argument, 0, O_RESUME},
+        {"resume", optional_argument, 0, O_RESUME},
         {"run-dir", required_argument, 0, O_RUNDIR},
         {"metrics-addr", required_argument, 0, O_METRICS},
         {"log-format", required_argument, 0, O_LOGFMT},
@@ -477,7 +497,15 @@ static int parse_flags(int argc, char **argv, run_flags *f)
         case O_REPLICAS: if (parse_pos_int("--replicas", optarg, &f->ov.replicas)) return 2; break;
         case O_EPOCHS: if (parse_pos_int("--epochs", optarg, &f->ov.epochs)) return 2; break;
         case O_CKPT: f->ckpt = optarg; break;
-        case O_RESUME: f->resume = true; break;
+        case O_RESUME:
+            f->resume = true;
+            f->resume_if_present = optarg && !strcmp(optarg, "if-present");
+            if (optarg && !f->resume_if_present) {
+                fprintf(stderr, "ringmaster run: --resume: bare or =if-present, got \"%s\"\n",
+                        optarg);
+                return 2;
+            }
+            break;
         case O_RUNDIR: f->run_dir_flag = optarg; break;
         case O_METRICS: f->metrics = optarg; break;
         case O_LOGFMT:
@@ -611,7 +639,7 @@ int rm_run_main(int argc, char **argv)
         return early;
     const char *file = fl.file, *ckpt = fl.ckpt, *run_dir_flag = fl.run_dir_flag;
     const char *metrics = fl.metrics, *logfmt_s = fl.logfmt_s;
-    bool json = fl.json, resume = fl.resume;
+    bool json = fl.json, resume = fl.resume, resume_if_present = fl.resume_if_present;
     rm_log_level lvl = fl.lvl;
     rm_log_format lfmt = fl.lfmt;
     rm_manifest_overrides ov = fl.ov;
@@ -650,13 +678,20 @@ int rm_run_main(int argc, char **argv)
         rm_sfmt(run_dir, sizeof run_dir, "%s/ringmaster-%s-%s-%d", t && *t ? t : "/tmp", job.name,
                  ts, (int)getpid());
     }
-    char why[256] = "";
-    if (mkdirs(ckpt_dir) != 0)
-        rm_sfmt(why, sizeof why, "%s", strerror(errno));
-    if (why[0] || usable_dir(ckpt_dir, why, sizeof why) != 0) {
-        fprintf(stderr, "ringmaster run: checkpoint folder %s: %s\n", ckpt_dir, why);
-        rm_tj_free(&job);
-        return 2;   /* a bad --checkpoint-dir (or spec.checkpoint.path) is the user's input */
+    {
+        rm_err de = {0};   /* a folder no checkpoint can be written to is refused up front */
+        if (rm_fs_dir_writable(ckpt_dir, "checkpoint folder", &de) != RM_OK) {
+            fprintf(stderr, "ringmaster run: %s\n", de.msg);
+            rm_tj_free(&job);
+            return 2;   /* a bad --checkpoint-dir (or spec.checkpoint.path) is the user's input */
+        }
+    }
+    if (resume) {
+        int pc = resume_preflight(&job, ckpt_dir, resume_if_present);
+        if (pc) {
+            rm_tj_free(&job);
+            return pc;
+        }
     }
     if (mkdirs(run_dir) != 0) {
         fprintf(stderr, "ringmaster run: cannot create %s: %s\n", run_dir, strerror(errno));

@@ -3,10 +3,12 @@
  * the file) and protected by its own CRC32, the payload by another, so a flipped bit anywhere is
  * caught before any byte reaches the model. zlib's crc32 is used (already linked for the data). */
 #include "worker/checkpoint.h"
+#include "common/fs.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,21 +106,12 @@ static int hdr_decode(const char *path, const unsigned char in[HDR_BYTES], rm_ck
 
 int rm_mkdir_p(const char *path, rm_err *err)
 {
-    char buf[4096];
-    size_t len = strlen(path);
-    if (len == 0 || len >= sizeof buf)
-        return rm_errf(err, RM_EINVAL, "checkpoint dir: bad path");
-    memcpy(buf, path, len + 1);
-    for (size_t i = 1; i <= len; i++) {
-        if (buf[i] == '/' || buf[i] == 0) {
-            char c = buf[i];
-            buf[i] = 0;
-            if (mkdir(buf, 0755) != 0 && errno != EEXIST)
-                return rm_errf(err, RM_EIO, "mkdir %s: %s", buf, strerror(errno));
-            buf[i] = c;
-        }
-    }
-    return RM_OK;
+    return rm_fs_mkdir_p(path, err);
+}
+
+int rm_ckpt_dir_check(const char *dir, rm_err *err)
+{
+    return rm_fs_dir_writable(dir, "checkpoint dir", err);
 }
 
 static int fsync_dir(const char *dir)
@@ -231,6 +224,53 @@ static int place_noreplace(const char *tmp, const char *final)
 
 /* ---------------- write ---------------- */
 
+static int shape_eq(const rm_model_shape *a, const rm_model_shape *b);
+
+/* The header of the checkpoint at path, decoded and checked (not the payload). */
+static int read_header(const char *path, rm_ckpt_meta *m)
+{
+    unsigned char hdr[HDR_BYTES];
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    size_t got = fread(hdr, 1, HDR_BYTES, f);
+    fclose(f);
+    uint64_t pb;
+    uint32_t pc;
+    if (got != HDR_BYTES || hdr_decode(path, hdr, m, &pb, &pc, NULL) != RM_OK)
+        return -1;
+    return 0;
+}
+
+/* Keep the newest `keep` checkpoints of this job's model (shape, optimizer): older ones of the
+ * same model are removed, never the one just written (`self`). A file of another model shape or
+ * optimizer — an earlier run's, found when --resume had nothing to continue from — or one whose
+ * header does not decode is left alone: pruning only ever removes what this run could load. */
+static void prune(const char *dir, const rm_ckpt_meta *meta, const char *self, int keep)
+{
+    cand *v = NULL;
+    int n = 0;
+    if (list_ckpts(dir, &v, &n) != RM_OK)
+        return;
+    int same = 0;
+    for (int i = 0; i < n; i++) {
+        char p[4096 + 64];
+        snprintf(p, sizeof p, "%s/%s", dir, v[i].name);
+        bool mine = strcmp(v[i].name, self) == 0;
+        rm_ckpt_meta m;
+        if (!mine && (read_header(p, &m) != 0 || !shape_eq(&m.shape, &meta->shape) ||
+                      m.opt_type != meta->opt_type || m.nstate != meta->nstate)) {
+            rm_debug("checkpoint kept (another model or unreadable header) path=%s", p);
+            continue;
+        }
+        if (++same <= keep || mine)
+            continue;
+        if (unlink(p) == 0)
+            rm_debug("checkpoint pruned path=%s", p);
+    }
+    free(v);
+}
+
 int rm_ckpt_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_seg *segs, int nsegs,
                   int keep, char *path_out, size_t path_cap, rm_err *err)
 {
@@ -316,22 +356,8 @@ int rm_ckpt_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_seg *
         }
         closedir(dd);
     }
-    if (keep >= 1) {
-        cand *v = NULL;
-        int n = 0;
-        if (list_ckpts(dir, &v, &n) == RM_OK) {
-            const char *base = strrchr(final, '/') + 1;
-            for (int i = keep; i < n; i++) {
-                if (strcmp(v[i].name, base) == 0)
-                    continue;
-                char p[4096 + 64];
-                snprintf(p, sizeof p, "%s/%s", dir, v[i].name);
-                if (unlink(p) == 0)
-                    rm_debug("checkpoint pruned path=%s", p);
-            }
-            free(v);
-        }
-    }
+    if (keep >= 1)
+        prune(dir, meta, strrchr(final, '/') + 1, keep);
     return RM_OK;
 ioerr:
     rc = rm_errf(err, RM_EIO, "checkpoint: write %s: %s", tmp, strerror(errno ? errno : EIO));

@@ -8,9 +8,10 @@
  * DIR. A reader therefore sees either no file or a whole one. An existing file is never
  * overwritten (a "-<n>" suffix is added instead), also one that appears while the file is written:
  * the move is renameat2(RENAME_NOREPLACE), or link + unlink where that is unsupported, and on
- * EEXIST it takes the next suffix. After a successful write the oldest files beyond
- * `keep` are removed (only files named like checkpoints; never the one just written), and temp
- * files older than a minute (left by a writer that died mid-write) are removed.
+ * EEXIST it takes the next suffix. After a successful write the oldest checkpoints of the same
+ * model (shape, optimizer) beyond `keep` are removed — never the one just written, never a file of
+ * another model or with an unreadable header (an earlier run's, which --resume could not use) —
+ * and temp files older than a minute (left by a writer that died mid-write) are removed.
  * Read: candidates newest first (by step, then suffix); a file that is truncated, has a bad magic/
  * version/checksum, or a model shape/optimizer other than expected is logged and skipped, and the
  * next older one is tried. Loading never modifies or deletes any file.
@@ -69,4 +70,10 @@ int rm_ckpt_load_newest(const char *dir, const rm_ckpt_meta *expect, rm_ckpt_met
 
 /* mkdir -p (mode 0755). */
 int rm_mkdir_p(const char *path, rm_err *err);
+
+/* Can checkpoints be written into dir? rm_fs_dir_writable (common/fs.h): creates it if missing,
+ * then a probe file must be created, written, fsync'd and removed; RM_EINVAL naming the path and
+ * the reason otherwise, so a worker refuses a folder it could never checkpoint into at start
+ * instead of failing every write later. */
+int rm_ckpt_dir_check(const char *dir, rm_err *err);
 #endif

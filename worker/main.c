@@ -2,7 +2,9 @@
  *   ringmaster-worker train [flags]   data-parallel training (worker/train.c)
  *   ringmaster-worker bench [flags]   allreduce benchmark in nccl-tests' format (worker/bench.c)
  * Exit codes: 0 success (also on SIGTERM after the checkpoint, and on the rendezvous' "stop"),
- * 1 runtime failure (missing/corrupt data, unrecoverable comm error), 2 bad usage. */
+ * 1 runtime failure (missing/corrupt data, unrecoverable comm error), 2 bad usage (also settings
+ * found unusable at start: a checkpoint folder that cannot be written, --resume with nothing to
+ * resume, a global batch larger than the training set). */
 #include <stdio.h>
 #include <string.h>
 
@@ -52,5 +54,5 @@ int main(int argc, char **argv)
     if (rc)
         rm_error("training failed rc=%s err=\"%s\"", rm_strerror(rc), err.msg);
     rm_train_cfg_free(&cfg);
-    return rc ? 1 : 0;
+    return rc ? (err.field[0] ? 2 : 1) : 0;   /* settings at fault: 2, like a bad flag */
 }

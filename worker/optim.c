@@ -27,7 +27,7 @@ int rm_optim_init(rm_optim *o, const rm_kernels *k, const rm_optimizer_spec *spe
     o->k = k;
     o->spec = *spec;
     o->n = n;
-    o->nstate = spec->type == RM_OPT_ADAM ? 2 : 1;
+    o->nstate = rm_optim_nstate(spec->type);
     for (int i = 0; i < o->nstate; i++) {
         o->state[i] = k->alloc(n * sizeof(float));
         if (!o->state[i]) {

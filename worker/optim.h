@@ -30,4 +30,6 @@ void rm_optim_free(rm_optim *o);
 /* One update of params with grads at learning rate lr. Allocates nothing. */
 void rm_optim_step(rm_optim *o, float *params, const float *grads, float lr);
 const char *rm_optim_name(rm_opt_type t);   /* "sgd" | "adam" | "adagrad" */
+/* State buffers an optimizer of this type keeps (what rm_optim_init sets as nstate). */
+static inline int rm_optim_nstate(rm_opt_type t) { return t == RM_OPT_ADAM ? 2 : 1; }
 #endif

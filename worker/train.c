@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -40,11 +41,11 @@
 #include "worker/comm.h"
 #include "worker/data.h"
 #include "worker/faults.h"
-#include "worker/fusion.h"
 #include "worker/gpu.h"
 #include "worker/model.h"
 #include "worker/optim.h"
 #include "worker/schedule.h"
+#include "worker/step.h"
 #include "worker/wmetrics.h"
 
 /* The one piece of state a signal handler has to reach. */
@@ -71,7 +72,6 @@ void rm_train_cfg_free(rm_train_cfg *cfg)
     rm_training_free(&cfg->t);
     free(cfg->checkpoint_dir);
     free(cfg->metrics_addr);
-    free(cfg->backend);
     free(cfg->device);
     free(cfg->rdzv_url);
     free(cfg->job);
@@ -105,13 +105,20 @@ void rm_train_usage(FILE *out)
             "  --checkpoint-interval N    steps between checkpoints (default 200)\n"
             "  --checkpoint-keep K        keep the newest K (default 3)\n"
             "  --metrics-addr ADDR        /metrics,/healthz,/readyz (default :9090; port 0 ok; off)\n"
-            "  --backend ring|mpi|local   env RINGMASTER_BACKEND (default ring; local without a rendezvous)\n"
+            "  --backend ring|nccl|mpi|local|auto  env RINGMASTER_BACKEND (default auto = ring;\n"
+            "                             local: a world of one)\n"
             "  --device auto|cpu|cuda     kernels table (default auto: cuda for backend nccl or\n"
             "                             precision bf16/fp16, else cpu; env RINGMASTER_DEVICE)\n"
             "  --max-steps N              stop after N global steps (testing)\n"
             "  --comm-timeout S           bound on collective waits (default 10)\n"
             "  --log-format text|json     --log-level debug|info|warn|error\n"
             "  --peers H:P,H:P,... --rank R   static world without a rendezvous (no restarts)\n"
+            "  --resume[=if-present]      continue from the newest usable checkpoint; without one,\n"
+            "                             refuse to start (exit 2) unless if-present (env\n"
+            "                             RINGMASTER_RESUME)\n"
+            "  --check                    only check what a start checks (the checkpoint folder can\n"
+            "                             be written; with --resume, a checkpoint this job can\n"
+            "                             continue from): exit 0, or 2 naming the problem\n"
             "  env: RINGMASTER_RENDEZVOUS RINGMASTER_JOB RINGMASTER_TOKEN RINGMASTER_WORKER_ID\n"
             "       RINGMASTER_BIND_ADDR RINGMASTER_PROGRESS_DEADLINE RINGMASTER_FAULT\n",
             RM_DATA_DEFAULT_DIR);
@@ -174,8 +181,10 @@ static int load_config_file(const char *path, rm_train_cfg *cfg, rm_err *err)
             cfg->checkpoint_interval = tj.spec.checkpoint.interval_steps;
             cfg->checkpoint_keep = tj.spec.checkpoint.keep;
             cfg->progress_deadline_s = tj.spec.restart.progress_deadline_seconds;
-            if (tj.spec.backend == RM_BACKEND_RING || tj.spec.backend == RM_BACKEND_MPI)
-                setstr(&cfg->backend, rm_backend_name(tj.spec.backend));
+            if (tj.spec.backend == RM_BACKEND_RING || tj.spec.backend == RM_BACKEND_MPI) {
+                cfg->backend = tj.spec.backend;
+                cfg->backend_local = false;
+            }
         }
         rm_tj_free(&tj);
     } else {
@@ -211,6 +220,18 @@ static int load_env_training(const char *json, rm_train_cfg *cfg, rm_err *err)
     return RM_OK;
 }
 
+/* --backend / RINGMASTER_BACKEND: a spec backend name, or "local" (a world of one). */
+static int parse_backend(const char *flag, const char *s, rm_train_cfg *cfg, rm_err *err)
+{
+    rm_backend b = RM_BACKEND_AUTO;
+    bool local = strcmp(s, "local") == 0;
+    if (!local && rm_backend_parse(s, &b) != RM_OK)
+        return rm_errf(err, RM_EINVAL, "%s: ring|nccl|mpi|local|auto, got \"%s\"", flag, s);
+    cfg->backend = b;
+    cfg->backend_local = local;
+    return RM_OK;
+}
+
 static int parse_hidden(const char *s, rm_training_spec *t, rm_err *err)
 {
     int n = 0;
@@ -236,8 +257,76 @@ static int parse_hidden(const char *s, rm_training_spec *t, rm_err *err)
 enum {
     O_CONFIG = 256, O_EPOCHS, O_BATCH, O_LR, O_DATA, O_CKDIR, O_CKINT, O_CKKEEP, O_METRICS,
     O_BACKEND, O_MAXSTEPS, O_LOGFMT, O_LOGLVL, O_OPT, O_MOM, O_WD, O_HIDDEN, O_WARM, O_SCHED,
-    O_SEED, O_FUSION, O_DEVICE, O_CTIMEOUT, O_PEERS, O_RANK, O_HELP
+    O_SEED, O_FUSION, O_DEVICE, O_CTIMEOUT, O_PEERS, O_RANK, O_RESUME, O_CHECK, O_HELP
 };
+
+/* The numeric flags: where each lands in rm_train_cfg, its type and its range. */
+typedef enum { NF_INT, NF_U64, NF_DBL } num_kind;
+typedef struct num_flag {
+    int opt;
+    const char *name;
+    num_kind kind;
+    double lo, hi;
+    size_t off;   /* offsetof(rm_train_cfg, ...) */
+} num_flag;
+
+/* the member's size must fit the kind: a wrong table row does not compile */
+#define NF_SIZE_OK(k, m) \
+    sizeof(char[sizeof(((rm_train_cfg *)0)->m) == ((k) == NF_INT ? sizeof(int) : 8) ? 1 : -1])
+#define NF(o, n, k, lo, hi, m) {o, n, k, lo, hi, offsetof(rm_train_cfg, m) + 0 * NF_SIZE_OK(k, m)}
+static const num_flag NUM_FLAGS[] = {
+    NF(O_EPOCHS, "--epochs", NF_INT, 1, 100000, t.epochs),
+    NF(O_BATCH, "--batch", NF_INT, 1, 65536, t.batch_size_per_worker),
+    NF(O_LR, "--lr", NF_DBL, 1e-12, 1e6, t.optimizer.lr),
+    NF(O_CKINT, "--checkpoint-interval", NF_INT, 0, INT32_MAX, checkpoint_interval),
+    NF(O_CKKEEP, "--checkpoint-keep", NF_INT, 1, 1000, checkpoint_keep),
+    NF(O_MAXSTEPS, "--max-steps", NF_INT, 0, INT32_MAX, t.max_steps),
+    NF(O_MOM, "--momentum", NF_DBL, 0, 1, t.optimizer.momentum),
+    NF(O_WD, "--weight-decay", NF_DBL, 0, 1, t.optimizer.weight_decay),
+    NF(O_WARM, "--warmup-epochs", NF_DBL, 0, 1000, t.warmup_epochs),
+    NF(O_SEED, "--seed", NF_U64, 0, (double)INT64_MAX, t.seed),
+    NF(O_FUSION, "--fusion-mb", NF_DBL, 0, 4096, t.fusion_buffer_mb),
+    NF(O_RANK, "--rank", NF_INT, 0, RM_RDZV_MAX_WORLD - 1, static_rank),
+    NF(O_CTIMEOUT, "--comm-timeout", NF_DBL, 0.1, 3600, comm_timeout_s),
+};
+#undef NF
+#undef NF_SIZE_OK
+
+static const num_flag *num_flag_find(int opt)
+{
+    for (size_t i = 0; i < RM_ARRAY_LEN(NUM_FLAGS); i++)
+        if (NUM_FLAGS[i].opt == opt)
+            return &NUM_FLAGS[i];
+    return NULL;
+}
+
+static int num_flag_set(const num_flag *nf, const char *arg, rm_train_cfg *cfg, rm_err *err)
+{
+    char *dst = (char *)cfg + nf->off;
+    if (nf->kind == NF_DBL)
+        return parse_dbl(nf->name, arg, nf->lo, nf->hi, (double *)(void *)dst, err);
+    long long v = 0;
+    long long hi = nf->kind == NF_U64 ? INT64_MAX : (long long)nf->hi;
+    RM_CHECK(parse_int(nf->name, arg, (long long)nf->lo, hi, &v, err));
+    if (nf->kind == NF_U64)
+        *(uint64_t *)(void *)dst = (uint64_t)v;
+    else
+        *(int *)(void *)dst = (int)v;
+    return RM_OK;
+}
+
+static int parse_resume(const char *flag, const char *s, rm_train_cfg *cfg, rm_err *err)
+{
+    if (!s || !*s || !strcmp(s, "required") || !strcmp(s, "true"))
+        cfg->resume = RM_RESUME_REQUIRED;
+    else if (!strcmp(s, "if-present"))
+        cfg->resume = RM_RESUME_IF_PRESENT;
+    else if (!strcmp(s, "off") || !strcmp(s, "false"))
+        cfg->resume = RM_RESUME_OFF;
+    else
+        return rm_errf(err, RM_EINVAL, "%s: required or if-present, got \"%s\"", flag, s);
+    return RM_OK;
+}
 
 int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
 {
@@ -277,6 +366,8 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
         {"comm-timeout", required_argument, 0, O_CTIMEOUT},
         {"peers", required_argument, 0, O_PEERS},
         {"rank", required_argument, 0, O_RANK},
+        {"resume", optional_argument, 0, O_RESUME},
+        {"check", no_argument, 0, O_CHECK},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -313,7 +404,7 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
         cfg->checkpoint_keep = (int)v;
     }
     if ((env = getenv(RM_ENV_BACKEND)) && *env)
-        setstr(&cfg->backend, env);
+        RM_CHECK_GOTO(parse_backend(RM_ENV_BACKEND, env, cfg, err), rc, fail);
     if ((env = getenv(RM_ENV_PROGRESS_DEADLINE)) && *env)
         RM_CHECK_GOTO(parse_dbl(RM_ENV_PROGRESS_DEADLINE, env, 0, 1e7,
                                 &cfg->progress_deadline_s, err), rc, fail);
@@ -325,6 +416,8 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
     setstr(&cfg->bind_addr, (env = getenv(RM_ENV_BIND_ADDR)) && *env ? env : "127.0.0.1");
     if ((env = getenv(RM_ENV_FAULT)) && *env)
         setstr(&cfg->fault_spec, env);
+    if ((env = getenv(RM_ENV_RESUME)) && *env)
+        RM_CHECK_GOTO(parse_resume(RM_ENV_RESUME, env, cfg, err), rc, fail);
     setstr(&cfg->metrics_addr, ":" RM_STR(RM_PORT_WORKER_METRICS));
     setstr(&cfg->device, (env = getenv(RM_ENV_DEVICE)) && *env ? env : "auto");
 
@@ -333,43 +426,23 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
     rm_log_level log_lvl = RM_LOG_INFO;
     rm_log_format log_fmt = RM_LOG_TEXT;
     int c;
-    long long iv;
-    double dv;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        const num_flag *nf = num_flag_find(c);
+        if (nf) {
+            RM_CHECK_GOTO(num_flag_set(nf, optarg, cfg, err), rc, fail);
+            lr_flag |= c == O_LR;
+            continue;
+        }
         switch (c) {
         case O_CONFIG: break;
-        case O_EPOCHS:
-            RM_CHECK_GOTO(parse_int("--epochs", optarg, 1, 100000, &iv, err), rc, fail);
-            cfg->t.epochs = (int)iv;
-            break;
-        case O_BATCH:
-            RM_CHECK_GOTO(parse_int("--batch", optarg, 1, 65536, &iv, err), rc, fail);
-            cfg->t.batch_size_per_worker = (int)iv;
-            break;
-        case O_LR:
-            RM_CHECK_GOTO(parse_dbl("--lr", optarg, 1e-12, 1e6, &cfg->t.optimizer.lr, err), rc,
-                          fail);
-            lr_flag = true;
-            break;
         case O_DATA:
             free(cfg->t.data_dir);
             cfg->t.data_dir = strdup(optarg);
             break;
         case O_CKDIR: setstr(&cfg->checkpoint_dir, optarg); break;
-        case O_CKINT:
-            RM_CHECK_GOTO(parse_int("--checkpoint-interval", optarg, 0, 1LL << 40, &iv, err), rc,
-                          fail);
-            cfg->checkpoint_interval = (int)iv;
-            break;
-        case O_CKKEEP:
-            RM_CHECK_GOTO(parse_int("--checkpoint-keep", optarg, 1, 1000, &iv, err), rc, fail);
-            cfg->checkpoint_keep = (int)iv;
-            break;
         case O_METRICS: setstr(&cfg->metrics_addr, optarg); break;
-        case O_BACKEND: setstr(&cfg->backend, optarg); break;
-        case O_MAXSTEPS:
-            RM_CHECK_GOTO(parse_int("--max-steps", optarg, 0, 1LL << 40, &iv, err), rc, fail);
-            cfg->t.max_steps = (int)iv;
+        case O_BACKEND:
+            RM_CHECK_GOTO(parse_backend("--backend", optarg, cfg, err), rc, fail);
             break;
         case O_LOGFMT:
             if (rm_log_parse_format(optarg, &log_fmt) != RM_OK) {
@@ -397,19 +470,7 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
                 goto fail;
             }
             break;
-        case O_MOM:
-            RM_CHECK_GOTO(parse_dbl("--momentum", optarg, 0, 1, &cfg->t.optimizer.momentum, err),
-                          rc, fail);
-            break;
-        case O_WD:
-            RM_CHECK_GOTO(parse_dbl("--weight-decay", optarg, 0, 1,
-                                    &cfg->t.optimizer.weight_decay, err), rc, fail);
-            break;
         case O_HIDDEN: RM_CHECK_GOTO(parse_hidden(optarg, &cfg->t, err), rc, fail); break;
-        case O_WARM:
-            RM_CHECK_GOTO(parse_dbl("--warmup-epochs", optarg, 0, 1000, &cfg->t.warmup_epochs,
-                                    err), rc, fail);
-            break;
         case O_SCHED:
             if (!strcmp(optarg, "cosine"))
                 cfg->t.schedule = RM_SCHED_COSINE;
@@ -423,24 +484,10 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
                 goto fail;
             }
             break;
-        case O_SEED:
-            RM_CHECK_GOTO(parse_int("--seed", optarg, 0, INT64_MAX, &iv, err), rc, fail);
-            cfg->t.seed = (uint64_t)iv;
-            break;
-        case O_FUSION:
-            RM_CHECK_GOTO(parse_dbl("--fusion-mb", optarg, 0, 4096, &dv, err), rc, fail);
-            cfg->t.fusion_buffer_mb = dv;
-            break;
         case O_DEVICE: setstr(&cfg->device, optarg); break;
         case O_PEERS: setstr(&cfg->static_peers, optarg); break;
-        case O_RANK:
-            RM_CHECK_GOTO(parse_int("--rank", optarg, 0, RM_RDZV_MAX_WORLD - 1, &iv, err), rc, fail);
-            cfg->static_rank = (int)iv;
-            break;
-        case O_CTIMEOUT:
-            RM_CHECK_GOTO(parse_dbl("--comm-timeout", optarg, 0.1, 3600, &cfg->comm_timeout_s,
-                                    err), rc, fail);
-            break;
+        case O_RESUME: RM_CHECK_GOTO(parse_resume("--resume", optarg, cfg, err), rc, fail); break;
+        case O_CHECK: cfg->check_only = true; break;
         case O_HELP:
         case 'h':
             rc = rm_errf(err, RM_EINVAL, "help");
@@ -467,14 +514,8 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
             o->eps = o->type == RM_OPT_ADAGRAD ? 1e-10 : 1e-8;
     }
     RM_CHECK_GOTO(rm_training_validate(&cfg->t, "spec.training", err), rc, fail);
-    if (cfg->backend && strcmp(cfg->backend, "ring") && strcmp(cfg->backend, "mpi") &&
-        strcmp(cfg->backend, "local") && strcmp(cfg->backend, "nccl") &&
-        strcmp(cfg->backend, "auto")) {
-        rc = rm_errf(err, RM_EINVAL, "--backend: ring|mpi|local, got \"%s\"", cfg->backend);
-        goto fail;
-    }
     if (!strcmp(cfg->device, "auto"))
-        setstr(&cfg->device, (cfg->backend && !strcmp(cfg->backend, "nccl")) ||
+        setstr(&cfg->device, cfg->backend == RM_BACKEND_NCCL ||
                                      cfg->t.precision != RM_PREC_FP32
                                  ? "cuda"
                                  : "cpu");
@@ -502,13 +543,37 @@ typedef struct reporter {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool quit, active;          /* active: a round is running and the snapshot is current */
-    rm_rdzv_report snap;        /* guarded by mu */
+    rm_rdzv_report snap;        /* guarded by mu; snap.checkpoint_error points at ckpt_err */
+    char ckpt_err[128];         /* guarded by mu */
     int64_t samples;            /* local samples so far, guarded by mu */
     atomic_int action;          /* 0, R_REJOIN or R_STOP for the round in snap.epoch */
     atomic_int action_epoch;
     double last_rate;           /* guarded by mu; the training thread copies it to the gauge
                                    (the gauge's series changes with the rank label) */
 } reporter;
+
+/* The checkpoint writer thread (see "checkpoints, off the critical path" below). */
+typedef struct ckpt_writer {
+    pthread_t th;
+    bool started, inited;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool quit;
+    bool busy;                  /* a write was handed over and its result not yet collected;
+                                   touched by the training thread only (under mu) */
+    atomic_bool done;           /* the write in flight finished; the result below is ready */
+    const char *dir;            /* borrowed from the settings */
+    int keep;
+    rm_ckpt_meta meta;          /* the write in flight (guarded by mu) */
+    const void *buf;            /* host_stage */
+    size_t bytes;
+    int rc;                     /* result, guarded by mu */
+    char err[256];
+    char path[4200];
+    double seconds;
+    double blocked;             /* the training thread's time handing this write over (wait for
+                                   the previous one + snapshot); training thread only */
+} ckpt_writer;
 
 typedef struct trainer {
     const rm_train_cfg *cfg;
@@ -524,7 +589,7 @@ typedef struct trainer {
     int32_t *host_labels;
     float *host_stage;          /* checkpoint payload staging (params + state), host */
     size_t stage_bytes;
-    float *dev_small;           /* 32 floats of device memory: state sync and eval sums */
+    float *dev_small;           /* 32 floats of device memory: evaluation sums */
     rm_amp amp;                 /* mixed precision (fp16 loss scaling); a no-op for fp32 */
     bool amp_on;
     int gpu;                    /* CUDA device ordinal (cuda table only) */
@@ -536,8 +601,8 @@ typedef struct trainer {
     char my_addr[96];
     const rm_comm_ops *ops;
     rm_comm *comm;
-    rm_fusion *fusion;
-    int fusion_err;
+    const rm_step_ops *strat;   /* the training strategy (worker/step.h) */
+    rm_step *st;
     int rank, world, rdzv_epoch;
     bool join_gave_up;          /* no round within the join deadline: fatal */
 
@@ -547,6 +612,8 @@ typedef struct trainer {
     int64_t data_pos;
     double lr;
     int64_t last_ckpt_step;
+    int ckpt_failures;          /* consecutive failed checkpoint writes (reported; 0 = last ok) */
+    char ckpt_err[128];         /* the last failure's message ("" after a success) */
     bool have_state;            /* params/optimizer hold a real state (fresh, loaded or synced):
                                    before the first round forms they are zeros, never saved */
 
@@ -565,12 +632,44 @@ typedef struct trainer {
     rm_wmetrics wm;
     rm_faults faults;
     reporter rp;
+    ckpt_writer cw;
 } trainer;
+
+/* The comm backend this worker runs (before a world of one turns it into "local"). */
+static rm_backend cfg_backend(const rm_train_cfg *cfg)
+{
+    return rm_backend_resolve(cfg->backend, 0);
+}
+static bool backend_is(const rm_train_cfg *cfg, rm_backend b)
+{
+    return !cfg->backend_local && cfg_backend(cfg) == b;
+}
+
+static void ckpt_writer_stop(trainer *t);
+
+/* A rendezvous client for these settings. The client constructor only answers NULL, so the
+ * settings it rejects are named here: a missing token is the usual one (not "out of memory"). */
+static int rdzv_client_make(const rm_train_cfg *cfg, rm_rdzv_client **out, rm_err *err)
+{
+    if (!cfg->token || !*cfg->token)
+        return rm_err_field(err, RM_EAUTH, "RINGMASTER_TOKEN",
+                            "missing or empty: the rendezvous at %s needs the job's token",
+                            cfg->rdzv_url);
+    *out = rm_rdzv_client_new(cfg->rdzv_url, cfg->job, cfg->token, cfg->worker_id);
+    if (!*out)
+        return rm_err_field(err, RM_EINVAL, "RINGMASTER_RENDEZVOUS",
+                            "cannot use rendezvous %s for job \"%s\" as worker \"%s\" (the job "
+                            "must be namespace/name, names and the worker id DNS-like, the token "
+                            "one line of at most 255 bytes)",
+                            cfg->rdzv_url, cfg->job, cfg->worker_id);
+    return RM_OK;
+}
 
 static void trainer_free(trainer *t)
 {
-    if (t->fusion)
-        rm_fusion_free(t->fusion);
+    ckpt_writer_stop(t);   /* first: the writer may still read host_stage */
+    if (t->strat)
+        t->strat->destroy(t->st);
     if (t->comm && t->ops)
         t->ops->destroy(t->comm);
     rm_ring_listener_free(t->ring_lst);
@@ -645,6 +744,10 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     RM_CHECK(rm_model_init(&t->m, t->k, &shape, t->B, err));
     RM_CHECK(rm_optim_init(&t->opt, t->k, &cfg->t.optimizer, t->m.layout.total, err));
     rm_lr_sched_from_spec(&t->sched, &cfg->t);
+    t->strat = rm_step_strategy("allreduce");
+    rm_step_env env = {.k = t->k, .m = &t->m, .opt = &t->opt, .amp = &t->amp,
+                       .fusion_mb = cfg->t.fusion_buffer_mb};
+    RM_CHECK(t->strat->init(&env, &t->st, err));
     t->perm = malloc((size_t)t->tr.n * sizeof *t->perm);
     t->stage_bytes = (size_t)(1 + t->opt.nstate) * t->m.layout.total * sizeof(float);
     t->host_stage = malloc(t->stage_bytes);
@@ -658,12 +761,9 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
         return rm_errf(err, RM_ENOMEM, "out of memory");
 
     if (cfg->rdzv_url) {
-        t->rdzv = rm_rdzv_client_new(cfg->rdzv_url, cfg->job, cfg->token, cfg->worker_id);
-        if (!t->rdzv)
-            return rm_errf(err, RM_ENOMEM, "rendezvous client: out of memory");
+        RM_CHECK(rdzv_client_make(cfg, &t->rdzv, err));
         rm_rdzv_client_set_cancel(t->rdzv, &g_train_term);   /* SIGINT/SIGTERM end long polls */
-        const char *be = cfg->backend && strcmp(cfg->backend, "auto") ? cfg->backend : "ring";
-        if (!strcmp(be, "ring")) {
+        if (backend_is(cfg, RM_BACKEND_RING)) {
             int port = 0;
             RM_CHECK(rm_comm_listen(cfg->bind_addr, &t->listen_fd, &port, err));
             /* strangers on the ring port are handled from now on, not at the next formation */
@@ -686,13 +786,11 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
 
 static void state_fresh(trainer *t, rm_err *err)
 {
-    rm_model_init_params(&t->m, t->cfg->t.seed, err);
-    for (int i = 0; i < t->opt.nstate; i++)
-        t->k->memset0(t->opt.state[i], t->opt.n * sizeof(float));
-    t->opt.t = 0;
+    t->strat->state_fresh(t->st, t->cfg->t.seed, err);
     t->step = 0;
     t->train_epoch = 0;
     t->data_pos = 0;
+    t->eval_step = -1;
 }
 
 static void ckpt_expect(const trainer *t, rm_ckpt_meta *e)
@@ -720,17 +818,16 @@ static int state_load(trainer *t)
             rm_warn("no usable checkpoint reason=\"%s\"", e.msg);
         return 0;
     }
-    size_t n = t->m.layout.total * sizeof(float);
-    t->k->h2d(t->m.params, t->host_stage, n);
-    for (int i = 0; i < t->opt.nstate; i++)
-        t->k->h2d(t->opt.state[i], (char *)t->host_stage + (size_t)(1 + i) * n, n);
-    t->opt.t = meta.opt_t;
+    t->strat->state_restore(t->st, t->host_stage, meta.opt_t, meta.loss_scale,
+                            meta.scaler_tracker);
     t->step = meta.step;
     t->train_epoch = meta.train_epoch;
     t->data_pos = meta.data_pos;
     t->last_ckpt_step = meta.step;
-    if (meta.loss_scale > 0)
-        rm_loss_scaler_restore(&t->amp.scaler, meta.loss_scale, meta.scaler_tracker);
+    /* A checkpoint is written after its step and before that step's end-of-epoch evaluation
+     * (which runs at the top of the next iteration), so a restored position has its evaluation
+     * still ahead of it — whatever this process remembers having evaluated before the failure. */
+    t->eval_step = -1;
     rm_info("checkpoint loaded path=%s step=%lld train_epoch=%d data_pos=%lld written_world=%d "
             "skipped_invalid=%d",
             path, (long long)meta.step, meta.train_epoch, (long long)meta.data_pos,
@@ -738,66 +835,156 @@ static int state_load(trainer *t)
     return 1;
 }
 
-/* 64-bit counters travel as three 21-bit pieces: each is exact in a float. */
-static void put64(float *f, int64_t v)
-{
-    uint64_t u = (uint64_t)v;
-    f[0] = (float)(u & 0x1fffff);
-    f[1] = (float)((u >> 21) & 0x1fffff);
-    f[2] = (float)((u >> 42) & 0x1fffff);
-}
-static int64_t get64(const float *f)
-{
-    return (int64_t)((uint64_t)f[0] | ((uint64_t)f[1] << 21) | ((uint64_t)f[2] << 42));
-}
-
-/* Make every rank hold rank 0's exact state: allreduce SUM where the others contribute zeros. */
+/* Every rank takes rank 0's state and schedule position (the strategy's state_sync): step, data
+ * cursor, last checkpoint and whether this step's end-of-epoch evaluation is done, so after a
+ * round forms no rank acts on what it remembers from before (issue 20: a survivor that skipped an
+ * evaluation its replacement ran desynchronised the ring forever). */
 static int state_sync(trainer *t, rm_err *err)
 {
-    if (t->world == 1)
-        return RM_OK;
-    float meta[16] = {0};
-    if (t->rank == 0) {
-        put64(meta, t->step);
-        put64(meta + 3, t->data_pos);
-        put64(meta + 6, t->opt.t);
-        put64(meta + 9, t->last_ckpt_step + 1);
-        meta[12] = (float)t->train_epoch;
-        meta[13] = t->amp.scaler.scale;
-        meta[14] = (float)t->amp.scaler.growth_tracker;
-    }
-    int64_t my_step = t->step;
-    t->k->h2d(t->dev_small, meta, sizeof meta);
-    RM_CHECK(t->ops->allreduce(t->comm, t->dev_small, 16, RM_DT_F32, RM_OP_SUM, err));
-    t->k->d2h(meta, t->dev_small, sizeof meta);
-    size_t n = t->m.layout.total;
-    if (t->rank != 0) {
-        t->k->memset0(t->m.params, n * sizeof(float));
-        for (int i = 0; i < t->opt.nstate; i++)
-            t->k->memset0(t->opt.state[i], n * sizeof(float));
-    }
-    RM_CHECK(t->ops->allreduce(t->comm, t->m.params, n, RM_DT_F32, RM_OP_SUM, err));
-    for (int i = 0; i < t->opt.nstate; i++)
-        RM_CHECK(t->ops->allreduce(t->comm, t->opt.state[i], n, RM_DT_F32, RM_OP_SUM, err));
-    t->step = get64(meta);
-    t->data_pos = get64(meta + 3);
-    t->opt.t = get64(meta + 6);
-    t->last_ckpt_step = get64(meta + 9) - 1;
-    t->train_epoch = (int)meta[12];
-    if (meta[13] > 0)
-        rm_loss_scaler_restore(&t->amp.scaler, meta[13], (int)meta[14]);
-    if (t->rank != 0 && my_step != t->step)
-        rm_warn("state differed from rank 0; took rank 0's my_step=%lld step=%lld",
-                (long long)my_step, (long long)t->step);
+    rm_step_pos pos = {
+        .step = t->step, .data_pos = t->data_pos, .last_ckpt_step = t->last_ckpt_step,
+        .train_epoch = t->train_epoch, .eval_done = t->eval_step == t->step,
+    };
+    RM_CHECK(t->strat->state_sync(t->st, &pos, err));
+    t->step = pos.step;
+    t->data_pos = pos.data_pos;
+    t->last_ckpt_step = pos.last_ckpt_step;
+    t->train_epoch = pos.train_epoch;
+    t->eval_step = pos.eval_done ? t->step : -1;
     return RM_OK;
 }
 
-static int ckpt_write(trainer *t, rm_err *err)
+/* ---------------- checkpoints, off the critical path ----------------
+ * At a checkpoint step the training thread snapshots the strategy's state into host_stage (a
+ * memcpy, or a device-to-host copy) with its metadata and hands it to the writer thread, which
+ * does rm_ckpt_write's write + fsync + rename + prune while the next steps run. The training
+ * thread waits only when the previous write has not finished by the next checkpoint, before a
+ * round loads checkpoints (rank 0's newest write must be on disk first) and at exit (SIGTERM,
+ * done). host_stage belongs to the writer from the hand-off until the result is collected. A
+ * write counts (last_ckpt_step, reports, metrics) only once it is complete and renamed: nothing
+ * is acknowledged before it is durable. */
+
+static void *ckpt_writer_main(void *arg)
 {
-    if (!t->cfg->checkpoint_dir || !t->have_state || t->rank != 0 ||
-        t->step == t->last_ckpt_step)
+    ckpt_writer *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->quit && !(w->busy && !atomic_load(&w->done)))
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->quit && !(w->busy && !atomic_load(&w->done)))
+            break;
+        rm_ckpt_meta meta = w->meta;
+        rm_ckpt_seg seg = {w->buf, w->bytes};
+        pthread_mutex_unlock(&w->mu);
+        rm_err e = {0};
+        char path[4200] = "";
+        double t0 = rm_mono();
+        int rc = rm_ckpt_write(w->dir, &meta, &seg, 1, w->keep, path, sizeof path, &e);
+        double dt = rm_mono() - t0;
+        pthread_mutex_lock(&w->mu);
+        w->rc = rc;
+        memcpy(w->err, e.msg, sizeof w->err);
+        memcpy(w->path, path, sizeof w->path);
+        w->seconds = dt;
+        atomic_store(&w->done, true);
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static int ckpt_writer_start(trainer *t, rm_err *err)
+{
+    ckpt_writer *w = &t->cw;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    atomic_init(&w->done, false);
+    w->inited = true;
+    w->dir = t->cfg->checkpoint_dir;
+    w->keep = t->cfg->checkpoint_keep;
+    if (pthread_create(&w->th, NULL, ckpt_writer_main, w) != 0)
+        return rm_errf(err, RM_ERR, "checkpoint writer thread: cannot start");
+    w->started = true;
+    return RM_OK;
+}
+
+/* Apply a finished write's result on the training thread. wait: block until the write in
+ * flight (if any) is done. Returns the write's result, RM_OK when there was none. */
+static int ckpt_collect(trainer *t, bool wait)
+{
+    ckpt_writer *w = &t->cw;
+    if (!w->started || !w->busy || (!wait && !atomic_load(&w->done)))
         return RM_OK;
     double t0 = rm_mono();
+    pthread_mutex_lock(&w->mu);
+    while (!atomic_load(&w->done))
+        pthread_cond_wait(&w->cv, &w->mu);
+    int rc = w->rc;
+    int64_t step = w->meta.step;
+    double dt = w->seconds, blocked = w->blocked;
+    char path[sizeof w->path], emsg[sizeof w->err];
+    memcpy(path, w->path, sizeof path);
+    memcpy(emsg, w->err, sizeof emsg);
+    w->busy = false;
+    atomic_store(&w->done, false);
+    pthread_mutex_unlock(&w->mu);
+    double waited = rm_mono() - t0;
+    if (waited > 0.001)
+        rm_debug("waited for the checkpoint writer seconds=%.3f", waited);
+    if (rc) {
+        t->ckpt_failures++;
+        rm_sfmt(t->ckpt_err, sizeof t->ckpt_err, "%s", emsg);
+        rm_error("checkpoint write failed step=%lld consecutive_failures=%d err=\"%s\"",
+                 (long long)step, t->ckpt_failures, emsg);
+        return rc;
+    }
+    t->ckpt_failures = 0;
+    t->ckpt_err[0] = 0;
+    if (step > t->last_ckpt_step)
+        t->last_ckpt_step = step;
+    rm_series_observe(t->wm.ckpt_seconds, dt);
+    rm_series_set(t->wm.last_ckpt, (double)t->last_ckpt_step);
+    rm_info("checkpoint written path=%s step=%lld seconds=%.3f blocked_seconds=%.4f", path,
+            (long long)step, dt, blocked);
+    return RM_OK;
+}
+
+static void ckpt_writer_stop(trainer *t)
+{
+    ckpt_writer *w = &t->cw;
+    if (w->started) {
+        ckpt_collect(t, true);
+        pthread_mutex_lock(&w->mu);
+        w->quit = true;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->th, NULL);
+        w->started = false;
+    }
+    if (w->inited) {
+        pthread_mutex_destroy(&w->mu);
+        pthread_cond_destroy(&w->cv);
+        w->inited = false;
+    }
+}
+
+/* Snapshot the state at this step boundary and hand it to the writer (rank 0 under allreduce:
+ * the strategy says who writes). Waits only for a previous write still in flight. */
+static int ckpt_write(trainer *t, rm_err *err)
+{
+    size_t bytes = t->strat->state_bytes(t->st, t->rank);
+    if (!t->cfg->checkpoint_dir || !t->have_state || bytes == 0 || t->step == t->last_ckpt_step)
+        return RM_OK;
+    ckpt_writer *w = &t->cw;
+    if (w->busy && w->meta.step == t->step)
+        return RM_OK;   /* this step's state is already on its way */
+    double t0 = rm_mono();
+    ckpt_collect(t, true);
+    if (t->step == t->last_ckpt_step)
+        return RM_OK;
+    if (bytes > t->stage_bytes)
+        return rm_errf(err, RM_EINVAL, "checkpoint: strategy state %zu bytes, staging %zu", bytes,
+                       t->stage_bytes);
     rm_ckpt_meta meta;
     ckpt_expect(t, &meta);
     meta.step = t->step;
@@ -812,47 +999,36 @@ static int ckpt_write(trainer *t, rm_err *err)
     meta.lr = t->lr;
     meta.loss_scale = t->amp.scaler.scale;
     meta.scaler_tracker = t->amp.scaler.growth_tracker;
-    size_t n = t->m.layout.total * sizeof(float);
-    rm_ckpt_seg segs[1 + RM_CKPT_MAX_STATE];
-    int nseg = 0;
-    if (t->k->host_memory) {
-        segs[nseg++] = (rm_ckpt_seg){t->m.params, n};
-        for (int i = 0; i < t->opt.nstate; i++)
-            segs[nseg++] = (rm_ckpt_seg){t->opt.state[i], n};
-    } else {
-        /* after a device fault the reads fail (0xff-filled): never write that as a checkpoint */
-        int drc = t->k->d2h(t->host_stage, t->m.params, n);
-        for (int i = 0; drc == RM_OK && i < t->opt.nstate; i++)
-            drc = t->k->d2h((char *)t->host_stage + (size_t)(1 + i) * n, t->opt.state[i], n);
-        if (drc != RM_OK) {
-            int crc = t->k->check(err);
-            return crc != RM_OK ? crc : rm_errf(err, drc, "checkpoint: reading the weights failed");
-        }
-        segs[nseg++] = (rm_ckpt_seg){t->host_stage, (size_t)(1 + t->opt.nstate) * n};
-    }
-    char path[4200];
-    int rc = rm_ckpt_write(t->cfg->checkpoint_dir, &meta, segs, nseg, t->cfg->checkpoint_keep,
-                           path, sizeof path, err);
-    if (rc) {
-        rm_error("checkpoint write failed step=%lld err=\"%s\"", (long long)t->step, err->msg);
-        return rc;
-    }
-    double dt = rm_mono() - t0;
-    t->last_ckpt_step = t->step;
-    rm_series_observe(t->wm.ckpt_seconds, dt);
-    rm_series_set(t->wm.last_ckpt, (double)t->step);
-    rm_info("checkpoint written path=%s step=%lld seconds=%.3f", path, (long long)t->step, dt);
+    /* after a device fault the reads fail: never write that as a checkpoint */
+    RM_CHECK(t->strat->state_save(t->st, t->host_stage, err));
+    pthread_mutex_lock(&w->mu);
+    w->blocked = rm_mono() - t0;
+    w->meta = meta;
+    w->buf = t->host_stage;
+    w->bytes = bytes;
+    w->busy = true;
+    atomic_store(&w->done, false);
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
     return RM_OK;
+}
+
+/* Write this step's checkpoint and wait until it is on disk (exit paths). */
+static int ckpt_write_sync(trainer *t, rm_err *err)
+{
+    RM_CHECK(ckpt_write(t, err));
+    int rc = ckpt_collect(t, true);
+    if (rc)
+        rm_sfmt(err->msg, sizeof err->msg, "%s", t->ckpt_err);
+    return rc;
 }
 
 /* ---------------- rounds ---------------- */
 
 static void round_teardown(trainer *t)
 {
-    if (t->fusion) {
-        rm_fusion_free(t->fusion);
-        t->fusion = NULL;
-    }
+    if (t->strat)
+        t->strat->round_end(t->st);
     if (t->comm) {
         t->ops->destroy(t->comm);
         t->comm = NULL;
@@ -864,7 +1040,8 @@ static int round_setup(trainer *t, bool first, rm_err *err)
 {
     const rm_train_cfg *cfg = t->cfg;
     rm_rdzv_round rr = {0};
-    const char *be = cfg->backend && strcmp(cfg->backend, "auto") ? cfg->backend : "ring";
+    bool mpi = backend_is(cfg, RM_BACKEND_MPI);
+    const char *be = cfg->backend_local ? "local" : rm_backend_name(cfg_backend(cfg));
     rm_health_set_ready(t->wm.health, false, "joining");
     rm_rdzv_peer *static_peers = NULL;
     if (cfg->static_peers) {
@@ -880,7 +1057,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
         t->rank = cfg->static_rank;
         t->world = n;
         t->rdzv_epoch = 1;
-    } else if (t->rdzv && strcmp(be, "mpi") != 0) {
+    } else if (t->rdzv && !mpi) {
         int last = first ? 0 : t->rdzv_epoch;
         double deadline = rm_mono() + 900;
         for (;;) {
@@ -915,7 +1092,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
         t->rank = rr.rank;
         t->world = rr.world_size;
         t->rdzv_epoch = rr.epoch;
-    } else if (!strcmp(be, "mpi")) {
+    } else if (mpi) {
         const char *r = getenv("OMPI_COMM_WORLD_RANK"), *n = getenv("OMPI_COMM_WORLD_SIZE");
         t->rank = r ? atoi(r) : 0;
         t->world = n ? atoi(n) : 1;
@@ -926,7 +1103,16 @@ static int round_setup(trainer *t, bool first, rm_err *err)
         t->rdzv_epoch = 1;
         be = "local";
     }
-    if (t->world == 1 && strcmp(be, "mpi"))
+    /* a configuration error no re-formation can heal: fail now rather than re-form forever */
+    int64_t G = (int64_t)t->B * t->world;
+    if (rm_data_steps_per_epoch(t->tr.n, (int)(G < INT32_MAX ? G : INT32_MAX)) < 1) {
+        rm_rdzv_round_free(&rr);
+        return rm_err_field(err, RM_EINVAL, "spec.training.batchSizePerWorker",
+                            "global batch %lld (batchSizePerWorker %d x %d workers) exceeds the "
+                            "training set (%d samples): an epoch would have 0 steps",
+                            (long long)G, t->B, t->world, t->tr.n);
+    }
+    if (t->world == 1 && !mpi)
         be = "local";
     t->ops = rm_comm_backend(be);
     if (!t->ops) {
@@ -949,8 +1135,12 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     rm_series_set(t->wm.epoch, t->rdzv_epoch);
     rm_series_set(t->wm.world, t->world);
     rm_info("round ready epoch=%d world=%d backend=%s", t->rdzv_epoch, t->world, t->ops->name);
+    rm_step_round sr = {.ops = t->ops, .comm = t->comm, .rank = t->rank, .world = t->world};
+    RM_CHECK(t->strat->round_begin(t->st, &sr, err));
 
-    /* state: newest checkpoint, else fresh; then everyone takes rank 0's */
+    /* state: newest checkpoint, else fresh; then everyone takes rank 0's. A write still in
+     * flight finishes first: it may be the newest checkpoint, and it owns host_stage. */
+    ckpt_collect(t, true);
     if (!state_load(t)) {
         if (first || t->cfg->checkpoint_dir)
             state_fresh(t, err);
@@ -959,12 +1149,6 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     RM_CHECK(state_sync(t, err));
     t->have_state = true;
     rm_series_set(t->wm.last_ckpt, (double)(t->last_ckpt_step > 0 ? t->last_ckpt_step : 0));
-    if (t->world > 1) {
-        size_t thr = (size_t)(cfg->t.fusion_buffer_mb * 1024.0 * 1024.0);
-        RM_CHECK(rm_fusion_new(t->ops, t->comm, t->m.grads, t->m.layout.layer_off,
-                               t->m.layout.layer_len, t->m.shape.nlayers, thr, &t->fusion, err));
-        rm_fusion_set_world_size(t->fusion, t->world);
-    }
     rm_health_set_ready(t->wm.health, true, NULL);
     rm_health_beat(t->wm.health);
     return RM_OK;
@@ -1045,6 +1229,9 @@ static void *reporter_main(void *arg)
         last_samples = r->samples;
         rm_rdzv_report rep = r->snap;
         rep.samples_per_second = r->last_rate;
+        char ckpt_err[sizeof r->ckpt_err];   /* the report is sent after the unlock */
+        memcpy(ckpt_err, r->ckpt_err, sizeof ckpt_err);
+        rep.checkpoint_error = ckpt_err;
         pthread_mutex_unlock(&r->mu);
 
         if (!r->client) {   /* alone: only the samples/s figure */
@@ -1079,12 +1266,8 @@ static int reporter_start(trainer *t, rm_err *err)
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->inited = true;
-    if (t->cfg->rdzv_url) {
-        r->client = rm_rdzv_client_new(t->cfg->rdzv_url, t->cfg->job, t->cfg->token,
-                                       t->cfg->worker_id);
-        if (!r->client)
-            return rm_errf(err, RM_ENOMEM, "rendezvous client: out of memory");
-    }
+    if (t->cfg->rdzv_url)
+        RM_CHECK(rdzv_client_make(t->cfg, &r->client, err));
     if (pthread_create(&r->th, NULL, reporter_main, r) != 0)
         return rm_errf(err, RM_ERR, "reporter thread: cannot start");
     r->started = true;
@@ -1124,6 +1307,9 @@ static void reporter_publish(trainer *t, bool active)
     r->snap.last_checkpoint_step = t->last_ckpt_step > 0 ? t->last_ckpt_step : 0;
     r->snap.loss = t->train_loss;
     r->snap.allreduce_gbps = t->ar_gbps;
+    r->snap.checkpoint_failures = t->ckpt_failures;
+    if (strcmp(r->ckpt_err, t->ckpt_err) != 0)
+        memcpy(r->ckpt_err, t->ckpt_err, sizeof r->ckpt_err);
     r->samples = t->samples_local;
     t->rate = r->last_rate;
     pthread_mutex_unlock(&r->mu);
@@ -1162,7 +1348,7 @@ static int report(trainer *t, bool done)
         .epoch = t->rdzv_epoch, .rank = t->rank, .train_epoch = t->train_epoch, .step = t->step,
         .last_checkpoint_step = t->last_ckpt_step > 0 ? t->last_ckpt_step : 0,
         .loss = t->train_loss, .samples_per_second = t->rate, .allreduce_gbps = t->ar_gbps,
-        .done = done,
+        .done = done, .checkpoint_failures = t->ckpt_failures, .checkpoint_error = t->ckpt_err,
     };
     if (done) {
         rep.have_result = true;
@@ -1194,14 +1380,6 @@ static int report(trainer *t, bool done)
 
 /* ---------------- the step loop ---------------- */
 
-static void on_layer_ready(void *ud, int layer)
-{
-    trainer *t = ud;
-    int rc = rm_fusion_ready(t->fusion, layer);
-    if (rc && !t->fusion_err)
-        t->fusion_err = rc;
-}
-
 static void fire_fault(trainer *t, const rm_fault *f)
 {
     rm_warn("fault injected kind=%s rank=%d step=%lld", rm_fault_kind_name(f->kind), t->rank,
@@ -1216,7 +1394,8 @@ static void fire_fault(trainer *t, const rm_fault *f)
     }
 }
 
-/* One step on this rank's shard. Negative on a collective failure. */
+/* One step on this rank's shard: the driver gathers the batch and sets the LR from the schedule
+ * position; the strategy does the rest. Negative on a collective failure. */
 static int step_once(trainer *t, rm_err *err)
 {
     int G = t->B * t->world;
@@ -1233,34 +1412,15 @@ static int step_once(trainer *t, rm_err *err)
         t->k->h2d(t->m.x, t->host_x, (size_t)t->B * RM_MODEL_INPUT * sizeof(float));
         t->k->h2d(t->m.labels, t->host_labels, (size_t)t->B * sizeof(int32_t));
     }
-    rm_model_forward(&t->m, t->B);
-    float inv_batch = rm_amp_loss_scale(&t->amp) / (float)t->B;
-    if (t->fusion) {
-        t->fusion_err = 0;
-        rm_fusion_begin(t->fusion);
-        rm_model_backward(&t->m, t->B, inv_batch, on_layer_ready, t);
-        int rc = rm_fusion_finish(t->fusion, err);
-        if (rc == RM_OK && t->fusion_err)
-            rc = rm_errf(err, t->fusion_err, "fusion: bad layer hand-off");
-        if (rc)
-            return rc;
-        rm_fusion_stats st;
-        rm_fusion_get_stats(t->fusion, &st);
+    double epos = t->train_epoch + (double)t->data_pos / t->tr.n;
+    t->lr = rm_lr_at(&t->sched, epos, G);
+    rm_step_stats st;
+    RM_CHECK(t->strat->step(t->st, t->B, (float)t->lr, &st, err));
+    if (st.comm) {
         rm_series_observe(t->wm.ar_seconds, st.allreduce_s);
         rm_series_inc(t->wm.ar_bytes, (double)st.bytes);
         t->ar_gbps = st.busbw_gbps;
-    } else {
-        rm_model_backward(&t->m, t->B, inv_batch, NULL, NULL);
     }
-    bool apply = true;
-    /* no flag agreement: the allreduced gradients are the same on every rank (worker/gpu.h) */
-    int rc = rm_amp_finish(&t->amp, t->m.grads, t->m.layout.total, NULL, NULL, &apply, err);
-    if (rc)
-        return rc;
-    double epos = t->train_epoch + (double)t->data_pos / t->tr.n;
-    t->lr = rm_lr_at(&t->sched, epos, G);
-    if (apply)   /* fp16 overflow: every rank skips this update together */
-        rm_optim_step(&t->opt, t->m.params, t->m.grads, (float)t->lr);
     t->step++;
     t->data_pos += G;
     t->samples_local += t->B;
@@ -1325,7 +1485,9 @@ static int run_round(trainer *t, rm_err *err)
         rm_series_inc(t->wm.samples, t->B);
         rm_series_set(t->wm.train_epoch, t->train_epoch);
         if (cfg->checkpoint_interval > 0 && t->step % cfg->checkpoint_interval == 0)
-            ckpt_write(t, err);   /* a failed write is logged; training goes on */
+            ckpt_write(t, err);   /* handed to the writer; a failed write is logged, counted
+                                     and reported, and training goes on */
+        ckpt_collect(t, false);   /* a finished write's result, if any (no waiting) */
         double now = rm_mono();
         if (now - t->rep_t >= 1.0) {   /* the loss needs the device: read it here, ~1/s */
             t->train_loss = read_loss(t);
@@ -1349,10 +1511,80 @@ static int run_round(trainer *t, rm_err *err)
     }
 }
 
+/* What a start can find unusable before any data is loaded, so a worker refuses it at once
+ * (exit 2) instead of failing every checkpoint write later or silently starting over:
+ *   - a rendezvous without a token (RINGMASTER_TOKEN missing or empty);
+ *   - a checkpoint folder that cannot be written (a regular file, read-only, /proc/self);
+ *   - --resume with no checkpoint this job can continue from (none, all corrupt, another model
+ *     shape or optimizer): an error, or with --resume=if-present a loud warning and step 0. */
+static int preflight(const rm_train_cfg *cfg, rm_err *err)
+{
+    rm_err e = {0};
+    if (cfg->rdzv_url && (!cfg->token || !*cfg->token))
+        return rm_err_field(err, RM_EAUTH, "RINGMASTER_TOKEN",
+                            "missing or empty: the rendezvous at %s needs the job's token",
+                            cfg->rdzv_url);
+    if (cfg->checkpoint_dir && rm_ckpt_dir_check(cfg->checkpoint_dir, &e) != RM_OK)
+        return rm_err_field(err, RM_EINVAL, "--checkpoint-dir", "%s", e.msg);
+    if (cfg->resume == RM_RESUME_OFF)
+        return RM_OK;
+    if (!cfg->checkpoint_dir)
+        return rm_err_field(err, RM_EINVAL, "--resume",
+                            "needs a checkpoint folder (--checkpoint-dir or "
+                            "RINGMASTER_CHECKPOINT_DIR)");
+    rm_model_shape shape;
+    RM_CHECK(rm_model_shape_make(&shape, RM_MODEL_INPUT, cfg->t.hidden, cfg->t.nhidden,
+                                 RM_MODEL_CLASSES, err));
+    rm_param_layout lay;
+    rm_model_layout(&shape, &lay);
+    rm_ckpt_meta exp, meta;
+    memset(&exp, 0, sizeof exp);
+    exp.shape = shape;
+    exp.opt_type = (int32_t)cfg->t.optimizer.type;
+    exp.nstate = rm_optim_nstate(cfg->t.optimizer.type);
+    exp.nparams = lay.total;
+    size_t cap = (size_t)(1 + exp.nstate) * lay.total * sizeof(float);
+    void *buf = malloc(cap ? cap : 1);
+    if (!buf)
+        return rm_errf(err, RM_ENOMEM, "--resume: out of memory (%zu bytes)", cap);
+    char path[4200], sh[128];
+    int skipped = 0;
+    int rc = rm_ckpt_load_newest(cfg->checkpoint_dir, &exp, &meta, buf, cap, path, sizeof path,
+                                 &skipped, &e);
+    free(buf);
+    rm_model_shape_str(&shape, sh, sizeof sh);
+    if (rc == RM_OK) {
+        rm_info("resume: continuing from path=%s step=%lld skipped_invalid=%d", path,
+                (long long)meta.step, skipped);
+        return RM_OK;
+    }
+    if (cfg->resume == RM_RESUME_IF_PRESENT) {
+        rm_warn("resume: NOTHING TO RESUME, starting at step 0 as --resume=if-present allows "
+                "dir=%s model=%s optimizer=%s reason=\"%s\"",
+                cfg->checkpoint_dir, sh, rm_optim_name(cfg->t.optimizer.type), e.msg);
+        return RM_OK;
+    }
+    return rm_err_field(err, RM_ENOTFOUND, "--resume",
+                        "no checkpoint this job can continue from in %s (model %s, optimizer "
+                        "%s): %s; not starting over at step 0 (--resume=if-present allows it)",
+                        cfg->checkpoint_dir, sh, rm_optim_name(cfg->t.optimizer.type), e.msg);
+}
+
 int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
 {
+    int rc = preflight(cfg, err);
+    if (rc || cfg->check_only) {
+        if (rc == RM_OK)
+            rm_info("check passed checkpoint_dir=%s resume=%s",
+                    cfg->checkpoint_dir ? cfg->checkpoint_dir : "(none)",
+                    cfg->resume == RM_RESUME_OFF ? "off"
+                    : cfg->resume == RM_RESUME_REQUIRED ? "required" : "if-present");
+        return rc;
+    }
     trainer t;
-    int rc = trainer_setup(&t, cfg, err);
+    rc = trainer_setup(&t, cfg, err);
+    if (rc == RM_OK && cfg->checkpoint_dir)
+        rc = ckpt_writer_start(&t, err);
     if (rc == RM_OK)
         rc = reporter_start(&t, err);
     if (rc) {
@@ -1409,7 +1641,7 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
         if (t.ops && t.comm && t.ops->abort)
             t.ops->abort(t.comm);
         round_teardown(&t);
-        if (!t.rdzv || t.cfg->static_peers || (t.ops && !strcmp(t.ops->name, "mpi"))) {
+        if (!t.rdzv || t.cfg->static_peers || backend_is(t.cfg, RM_BACKEND_MPI)) {
             /* no rendezvous to re-form the group (static world, mpirun): fail */
             rc = rc < 0 ? rc : RM_ERR;
             goto out;
@@ -1427,7 +1659,7 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
     if (outcome == R_TERM) {
         rm_info("SIGTERM: writing a checkpoint and exiting step=%lld", (long long)t.step);
         rm_err e = {0};
-        ckpt_write(&t, &e);
+        ckpt_write_sync(&t, &e);
     } else if (outcome == R_DONE) {
         if (t.eval_step != t.step) {
             rc = evaluate(&t, err);
@@ -1435,7 +1667,7 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
                 goto out;
         }
         rm_err e = {0};
-        ckpt_write(&t, &e);
+        ckpt_write_sync(&t, &e);
         char scratch[4096];
         uint64_t sum = rm_model_checksum(&t.m, scratch, sizeof scratch);
         rm_info("training done steps=%lld train_epoch=%d test_accuracy=%.4f train_loss=%.4f "

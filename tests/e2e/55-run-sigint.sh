@@ -75,9 +75,8 @@ grep -q 'RINGMASTER_FAULT: unknown key "stp"' "$W/f.err" || fail "malformed RING
 # This runner also carries 150 extra environment variables: a worker inherits every one of them
 # (a CI job's environment easily holds over 100; none may be dropped for want of room).
 pad=(); for i in $(seq 1 150); do pad+=("RM_E2E_PAD_$i=v$i"); done
-# (--epochs 300: on a loaded machine the process-table scans below can outlast a 30-epoch job,
-# which then ends on its own before the kill -9 it is here for)
-env "${pad[@]}" "$RM_BIN/ringmaster" run -f "$FIX/small.yaml" --epochs 300 --checkpoint-dir "$W/ck-k" \
+# (--epochs 1000: the job must outlast the process-table scans below on a loaded machine)
+env "${pad[@]}" "$RM_BIN/ringmaster" run -f "$FIX/small.yaml" --epochs 1000 --checkpoint-dir "$W/ck-k" \
    --run-dir "$W/run-k" >"$W/k.out" 2>"$W/k.err" &
 RUNNER_PID=$!
 for i in $(seq 1 100); do [ "$(our_workers | wc -l)" = 2 ] && break; sleep 0.1; done

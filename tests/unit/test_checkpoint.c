@@ -3,10 +3,12 @@
  * (skipped), wrong model shape (skipped); a corrupt file is neither modified nor deleted by a
  * load, and a new write never overwrites it; keep-K pruning; atomicity: no temp files remain and
  * a reader never sees a partial file under the final name; a file that appears under the chosen
- * name during the write is not replaced (no_overwrite_race). */
+ * name during the write is not replaced (no_overwrite_race); pruning never deletes another
+ * model's checkpoints (keep_other_models); an unusable folder is refused up front (dir_check). */
 #include <dirent.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -265,6 +267,93 @@ static void test_keep(void)
     CU_ASSERT_EQUAL(rm_ckpt_write("/proc/rm-no-such", &m, NULL, 0, 3, NULL, 0, &e), RM_EINVAL);
 }
 
+/* Issue 20 item 7: pruning keeps only this model's newest K. An earlier run's checkpoints of
+ * another model shape (which --resume could not continue from) and a file whose header does not
+ * decode are never deleted, however many newer checkpoints the new run writes. */
+static int write_hidden(int64_t step, int hidden, int keep)
+{
+    rm_ckpt_meta m = mkmeta(step);
+    rm_err e = {0};
+    int h[1] = {hidden};
+    rm_model_shape_make(&m.shape, 20, h, 1, 4, &e);
+    rm_param_layout L;
+    rm_model_layout(&m.shape, &L);
+    m.nparams = L.total;
+    float *p = mkpayload(&m, 2.0f);
+    rm_ckpt_seg seg = {p, (size_t)(1 + m.nstate) * m.nparams * sizeof(float)};
+    int rc = rm_ckpt_write(g_dir, &m, &seg, 1, keep, NULL, 0, &e);
+    free(p);
+    return rc;
+}
+
+static bool exists_ckpt(const char *name)
+{
+    char q[4300];
+    struct stat st;
+    snprintf(q, sizeof q, "%s/%s", g_dir, name);
+    return stat(q, &st) == 0;
+}
+
+static void test_keep_other_models(void)
+{
+    rm_test_clear_dir(g_dir);
+    for (int s = 1; s <= 3; s++)   /* the earlier run: hidden 40, steps 10..30 */
+        CU_ASSERT_EQUAL(write_hidden(s * 10, 40, 3), RM_OK);
+    char junk[4300];
+    snprintf(junk, sizeof junk, "%s/ckpt-000000000005.rmck", g_dir);
+    rm_test_write_file(junk, "not a checkpoint", 16);
+    for (int s = 1; s <= 5; s++)   /* the new run: hidden 30, steps 100..500, keep 2 */
+        CU_ASSERT_EQUAL(write_hidden(s * 100, 30, 2), RM_OK);
+    CU_ASSERT(exists_ckpt("ckpt-000000000010.rmck"));
+    CU_ASSERT(exists_ckpt("ckpt-000000000020.rmck"));
+    CU_ASSERT(exists_ckpt("ckpt-000000000030.rmck"));
+    CU_ASSERT(exists_ckpt("ckpt-000000000005.rmck"));
+    CU_ASSERT(exists_ckpt("ckpt-000000000500.rmck"));
+    CU_ASSERT(exists_ckpt("ckpt-000000000400.rmck"));
+    CU_ASSERT(!exists_ckpt("ckpt-000000000300.rmck"));   /* this model's older ones do go */
+    CU_ASSERT(!exists_ckpt("ckpt-000000000100.rmck"));
+    CU_ASSERT_EQUAL(count_files("ckpt-"), 6);
+    /* and the earlier model's newest still loads for a job of that shape */
+    rm_ckpt_meta want = mkmeta(0), got;
+    int h[1] = {40};
+    rm_err e = {0};
+    rm_model_shape_make(&want.shape, 20, h, 1, 4, &e);
+    size_t cap = (size_t)(1 + want.nstate) * 1004 * sizeof(float);
+    float *b = malloc(cap);
+    CU_ASSERT_EQUAL(rm_ckpt_load_newest(g_dir, &want, &got, b, cap, NULL, 0, NULL, &e), RM_OK);
+    CU_ASSERT_EQUAL(got.step, 30);
+    free(b);
+}
+
+/* Issue 20 item 4: a checkpoint folder that can never be written is refused up front. */
+static void test_dir_check(void)
+{
+    rm_test_clear_dir(g_dir);
+    rm_err e = {0};
+    char sub[4300], file[4300], below[4400];
+    snprintf(sub, sizeof sub, "%s/a/b/c", g_dir);
+    CU_ASSERT_EQUAL(rm_ckpt_dir_check(sub, &e), RM_OK);   /* created, probe removed */
+    struct stat st;
+    CU_ASSERT(stat(sub, &st) == 0 && S_ISDIR(st.st_mode));
+    char probe[4400];
+    snprintf(probe, sizeof probe, "%s/.tmp-probe.%ld", sub, (long)getpid());
+    CU_ASSERT_NOT_EQUAL(stat(probe, &st), 0);
+    snprintf(file, sizeof file, "%s/plain", g_dir);
+    rm_test_write_file(file, "x", 1);
+    memset(&e, 0, sizeof e);
+    CU_ASSERT_EQUAL(rm_ckpt_dir_check(file, &e), RM_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "not a directory"));
+    snprintf(below, sizeof below, "%s/plain/sub", g_dir);
+    memset(&e, 0, sizeof e);
+    CU_ASSERT_EQUAL(rm_ckpt_dir_check(below, &e), RM_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "cannot create it"));
+    memset(&e, 0, sizeof e);
+    CU_ASSERT_EQUAL(rm_ckpt_dir_check("/proc/self", &e), RM_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "/proc/self: cannot create a file there"));
+    memset(&e, 0, sizeof e);
+    CU_ASSERT_EQUAL(rm_ckpt_dir_check("", &e), RM_EINVAL);
+}
+
 /* A file that appears under the chosen name while the checkpoint is being written (another
  * writer, a copy restored by hand) is never replaced: the new checkpoint takes the next suffix.
  * A helper thread plants "corrupt" under the final name as soon as the temp file shows up; the
@@ -336,6 +425,8 @@ void rm_suite_checkpoint(void)
         {"skip_wrong_shape_and_garbage", test_wrong_shape_and_garbage},
         {"keep_last_k", test_keep},
         {"no_overwrite_race", test_no_overwrite_race},
+        {"keep_other_models", test_keep_other_models},
+        {"dir_check", test_dir_check},
     };
     RM_ADD_SUITE("checkpoint", setup, teardown, cases);
 }

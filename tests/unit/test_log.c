@@ -233,10 +233,57 @@ static void test_concurrent_lines_do_not_interleave(void)
     free(dir);
 }
 
+/* Issue 11 item 5: an RM_CHECK trail logs its first failing hop at warn (with its file:line),
+ * the hops that pass the error on at debug; a new error starts a new trail. */
+static int trail_inner(rm_err *e) { return rm_errf(e, RM_EIO, "disk on fire"); }
+static int trail_middle(rm_err *e) { RM_CHECK(trail_inner(e)); return RM_OK; }
+static int trail_outer(rm_err *e) { RM_CHECK(trail_middle(e)); return RM_OK; }
+
+static void test_check_trail_first_hop_warns(void)
+{
+    char *dir = rm_test_tmpdir("log");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
+    char path[600];
+    snprintf(path, sizeof path, "%s/trail.txt", dir);
+    int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    int saved = dup(2);
+    CU_ASSERT_FATAL(fd >= 0 && saved >= 0);
+    dup2(fd, 2);
+    rm_log_init(RM_LOG_DEBUG, RM_LOG_TEXT, NULL);
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(trail_outer(&e), RM_EIO);
+    CU_ASSERT_EQUAL(trail_outer(&e), RM_EIO);   /* a second error: a second trail */
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    rm_log_init(RM_LOG_INFO, RM_LOG_TEXT, NULL);
+    char *text = rm_test_read_file(path, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    int warn = 0, debug = 0;
+    for (char *save = NULL, *ln = strtok_r(text, "\n", &save); ln; ln = strtok_r(NULL, "\n", &save)) {
+        if (!strstr(ln, "check failed"))
+            continue;
+        if (strstr(ln, "level=warn")) {
+            warn++;
+            CU_ASSERT_PTR_NOT_NULL(strstr(ln, "call=\"trail_inner(e)\""));
+            CU_ASSERT_PTR_NOT_NULL(strstr(ln, "src=test_log.c:"));
+        } else if (strstr(ln, "level=debug")) {
+            debug++;
+            CU_ASSERT_PTR_NOT_NULL(strstr(ln, "call=\"trail_middle(e)\""));
+        }
+    }
+    CU_ASSERT_EQUAL(warn, 2);
+    CU_ASSERT_EQUAL(debug, 2);
+    free(text);
+    rm_test_rmtree(dir);
+    free(dir);
+}
+
 void rm_suite_log(void)
 {
     static const rm_test_case cases[] = {
         { "text_format", test_text_format },
+        { "check_trail_first_hop_warns", test_check_trail_first_hop_warns },
         { "text_quoting", test_text_quoting },
         { "json_format_escaping", test_json_format },
         { "truncation_stays_valid", test_truncation_stays_valid },

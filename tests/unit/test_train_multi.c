@@ -43,6 +43,7 @@ typedef struct harness {
     char ck[1100];             /* DIR/ck: the job's checkpoint folder for cases that want one */
     const char *metrics_wid;   /* this worker id serves /metrics on 127.0.0.1:0 (NULL: none) */
     const char *hidden;        /* --hidden (NULL: "64", a step well under a millisecond) */
+    const char *batch;         /* --batch (NULL: "32") */
 } harness;
 
 static double mono(void)
@@ -121,7 +122,7 @@ static pid_t spawn(harness *h, const char *wid, const char *tag, const char *fau
     argv[n++] = "--hidden";
     argv[n++] = h->hidden ? h->hidden : "64";
     argv[n++] = "--batch";
-    argv[n++] = "32";
+    argv[n++] = h->batch ? h->batch : "32";
     argv[n++] = "--max-steps";
     argv[n++] = steps;
     argv[n++] = "--metrics-addr";
@@ -277,6 +278,107 @@ static void test_kill_and_recover(void)
     free(l0);
     free(l1);
     free(lr);
+    h_stop(&h);
+}
+
+/* Issue 20 item 1: a death between an epoch boundary and the next checkpoint. 2 workers x 32 =
+ * 64 samples a step, so epoch 0 ends after step 937 (60000 / 64) and its evaluation runs there;
+ * rank 0 dies at step 940, everyone restores the step-900 checkpoint. The survivor has evaluated
+ * at 937 and its replacement has not: the evaluation ahead is a function of the checkpoint, not of
+ * memory, or the survivor skips the evaluation's allreduce the replacement runs and the ring
+ * desynchronises on every re-formation (a livelock: this test then times out). */
+static void test_kill_after_epoch_boundary(void)
+{
+    harness h;
+    CU_ASSERT_EQUAL_FATAL(h_start(&h, 2), 0);
+    const char *fault = "exit:rank=0:step=940";
+    pid_t p[2];
+    spawn_group(&h, 2, fault, h.ck, 1000, p);
+    CU_ASSERT_EQUAL(wait_exit(p[0], 120), 137);
+    pid_t r0 = spawn(&h, "0", "w0b", fault, h.ck, 1000, false);
+    CU_ASSERT_EQUAL(wait_exit(p[1], 120), 0);
+    CU_ASSERT_EQUAL(wait_exit(r0, 120), 0);
+    char f1[17], fr[17];
+    CU_ASSERT_EQUAL_FATAL(log_fnv(&h, "w1", f1), 0);
+    CU_ASSERT_EQUAL_FATAL(log_fnv(&h, "w0b", fr), 0);
+    CU_ASSERT_STRING_EQUAL(f1, fr);
+    char *l1 = read_log(&h, "w1"), *lr = read_log(&h, "w0b");
+    CU_ASSERT_FATAL(l1 && lr);
+    /* the precondition: the survivor evaluated at 937 before the death, restored 900 after it */
+    const char *ev = strstr(l1, "msg=\"evaluation\" train_epoch=0 step=937 ");
+    CU_ASSERT_PTR_NOT_NULL(ev);
+    CU_ASSERT(ev && strstr(ev, "step=900 ") != NULL);
+    /* ... and both evaluated at 937 again after it, in the one round after the kill */
+    CU_ASSERT(ev && strstr(ev + 1, "msg=\"evaluation\" train_epoch=0 step=937 ") != NULL);
+    CU_ASSERT(strstr(lr, "msg=\"evaluation\" train_epoch=0 step=937 ") != NULL);
+    CU_ASSERT(strstr(l1, "desync") == NULL);
+    CU_ASSERT(strstr(l1, "msg=\"training done\" steps=1000") != NULL);
+    CU_ASSERT(strstr(l1, "epoch=2 world=2") != NULL);
+    CU_ASSERT(strstr(l1, "epoch=3 world=2") == NULL);   /* one re-formation, not a loop */
+    free(l1);
+    free(lr);
+    h_stop(&h);
+}
+
+/* Issue 20 item 2: a global batch larger than the training set (0 steps an epoch) is a
+ * configuration error no re-formation heals: every worker exits 2 at once, naming it, instead of
+ * re-forming the ring forever. */
+static void test_batch_exceeds_dataset(void)
+{
+    harness h;
+    CU_ASSERT_EQUAL_FATAL(h_start(&h, 2), 0);
+    h.batch = "40000";
+    pid_t p[2];
+    spawn_group(&h, 2, NULL, NULL, 100, p);
+    CU_ASSERT_EQUAL(wait_exit(p[0], 90), 2);   /* the settings are at fault: exit 2 */
+    CU_ASSERT_EQUAL(wait_exit(p[1], 90), 2);
+    char *l0 = read_log(&h, "w0");
+    CU_ASSERT(l0 && strstr(l0, "global batch 80000 (batchSizePerWorker 40000 x 2 workers) exceeds "
+                               "the training set (60000 samples)") != NULL);
+    CU_ASSERT(l0 && strstr(l0, "round ready") == NULL);
+    free(l0);
+    h_stop(&h);
+}
+
+/* Wait until the log `tag` contains `what`; false after timeout_s. */
+static bool wait_log(harness *h, const char *tag, const char *what, double timeout_s);
+
+/* Issue 20 item 4: failed checkpoint writes reach the controller. After the first checkpoint the
+ * folder is swapped for a regular file, so every later write fails; rank 0's progress reports
+ * carry the count of consecutive failures and the last error, and the workers keep training. */
+static void test_checkpoint_failures_reported(void)
+{
+    harness h;
+    CU_ASSERT_EQUAL_FATAL(h_start(&h, 2), 0);
+    h.hidden = "256";   /* slower steps: the job outlasts a few reports */
+    pid_t p[2];
+    spawn_group(&h, 2, NULL, h.ck, 1000000, p);   /* ended by SIGTERM below */
+    CU_ASSERT_FATAL(wait_log(&h, "w0", "checkpoint written", 60) ||
+                    wait_log(&h, "w1", "checkpoint written", 1));
+    char aside[1200];
+    snprintf(aside, sizeof aside, "%s.aside", h.ck);
+    CU_ASSERT_EQUAL_FATAL(rename(h.ck, aside), 0);
+    rm_test_write_file(h.ck, "not a folder", 12);
+    rm_rdzv_member seen = {0};
+    for (double end = mono() + 60; mono() < end && seen.checkpoint_failures < 2;) {
+        rm_rdzv_state st;
+        if (rm_rdzv_snapshot(h.r, JOB, &st) == RM_OK)
+            for (int i = 0; i < st.nmembers; i++)
+                if (st.members[i].checkpoint_failures > seen.checkpoint_failures)
+                    seen = st.members[i];
+        usleep(100000);
+    }
+    CU_ASSERT(seen.checkpoint_failures >= 2);   /* consecutive: they add up */
+    CU_ASSERT_EQUAL(seen.rank, 0);              /* rank 0 is the writer */
+    CU_ASSERT_PTR_NOT_NULL(strstr(seen.checkpoint_error, "checkpoint"));
+    fprintf(stderr, "checkpoint_failures_reported: failures=%d error=\"%s\"\n",
+            seen.checkpoint_failures, seen.checkpoint_error);
+    kill(p[0], SIGTERM);
+    kill(p[1], SIGTERM);
+    CU_ASSERT_EQUAL(wait_exit(p[0], 60), 0);
+    CU_ASSERT_EQUAL(wait_exit(p[1], 60), 0);
+    unlink(h.ck);
+    rm_test_rmtree(aside);
     h_stop(&h);
 }
 
@@ -481,6 +583,9 @@ void rm_suite_train_multi(void)
     static const rm_test_case cases[] = {
         {"replicas_bit_identical", test_bit_identical},
         {"kill_and_recover", test_kill_and_recover},
+        {"kill_after_epoch_boundary", test_kill_after_epoch_boundary},
+        {"batch_exceeds_dataset", test_batch_exceeds_dataset},
+        {"checkpoint_failures_reported", test_checkpoint_failures_reported},
         {"elastic_shrink", test_elastic_shrink},
         {"hang_detected", test_hang_detected},
         {"controller_restart", test_controller_restart},

@@ -1,0 +1,105 @@
+/* step.h — the worker's table of training strategies (docs: strategies.md).
+ *
+ * A strategy says how one optimizer step turns a batch into updated parameters across the
+ * workers, and how its state is made fresh, saved into a checkpoint, restored from one and agreed
+ * on when a round (one rendezvous epoch) forms. worker/train.c is the driver — data, model,
+ * metrics, evaluation, checkpoint files, the in-place restart loop — and talks to a strategy only
+ * through this table, as it talks to a comm backend only through worker/comm.h. A strategy is one
+ * module, step_<name>.c, exporting one rm_step_ops; rm_step_strategy(name) finds it.
+ *   allreduce  synchronous data parallelism: gradients averaged through fusion buckets over the
+ *              round's comm backend (ring, NCCL, MPI), every rank applies the same update
+ *              (step_allreduce.c). Parameter servers and pipelines are later entries; sharding
+ *              (ZeRO) a mode of allreduce.
+ *
+ * Lifecycle: init (once per process, before any round) -> for each round: round_begin ->
+ * [state_restore from a checkpoint | state_fresh] -> state_sync -> step ... -> round_end ->
+ * destroy. state_save works whenever the state is real (also between rounds, for the SIGTERM
+ * checkpoint); state_sync and step need a live round.
+ *
+ * Position: the driver owns the schedule position (rm_step_pos); state_sync makes every rank hold
+ * the same one together with the same parameters, so after a round forms no rank acts on what it
+ * remembers from before the failure (issue 20: a remembered evaluation desynchronised the ring).
+ *
+ * Ownership: everything in rm_step_env is borrowed from the driver and must outlive the strategy;
+ * a strategy owns what its init and round_begin create; destroy and round_end accept NULL and are
+ * idempotent. Errors: negative RM_E* with err filled; a failing step or state_sync means the
+ * round is broken (the driver tears it down and re-joins). */
+#ifndef RM_WORKER_STEP_H
+#define RM_WORKER_STEP_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "common/rm.h"
+#include "kernels/kernels.h"
+#include "worker/comm.h"
+#include "worker/gpu.h"
+#include "worker/model.h"
+#include "worker/optim.h"
+
+typedef struct rm_step rm_step;   /* a strategy's state; each module defines its own */
+
+/* What the driver lends a strategy for the process' lifetime. */
+typedef struct rm_step_env {
+    const rm_kernels *k;
+    rm_model *m;             /* parameters, gradients, the batch buffers m->x / m->labels */
+    rm_optim *opt;           /* optimizer and its state buffers */
+    rm_amp *amp;             /* mixed precision (fp16 loss scaling); a no-op for fp32 */
+    double fusion_mb;        /* fusion bucket threshold in MiB (0 = one bucket per layer) */
+} rm_step_env;
+
+/* The round a strategy runs in (borrowed until round_end). */
+typedef struct rm_step_round {
+    const rm_comm_ops *ops;
+    rm_comm *comm;
+    int rank, world;
+} rm_step_round;
+
+/* Where the job is in its schedule: what a checkpoint or rank 0 decides, never a survivor's
+ * memory. */
+typedef struct rm_step_pos {
+    int64_t step;            /* optimizer steps completed (global) */
+    int64_t data_pos;        /* samples of train_epoch's permutation consumed */
+    int64_t last_ckpt_step;  /* -1: none */
+    int train_epoch;
+    bool eval_done;          /* the end-of-epoch evaluation at `step` has run */
+} rm_step_pos;
+
+/* What one step measured (for the driver's metrics). */
+typedef struct rm_step_stats {
+    bool comm;               /* the step communicated (world > 1); the fields below are valid */
+    double allreduce_s;
+    uint64_t bytes;
+    double busbw_gbps;
+} rm_step_stats;
+
+typedef struct rm_step_ops {
+    const char *name;
+    int (*init)(const rm_step_env *env, rm_step **out, rm_err *err);
+    /* A round formed (comm initialised): set up per-round parts (fusion buckets). */
+    int (*round_begin)(rm_step *s, const rm_step_round *r, rm_err *err);
+    /* Fresh state: parameters from seed, zero optimizer state (opt->t = 0). */
+    int (*state_fresh)(rm_step *s, uint64_t seed, rm_err *err);
+    /* Bytes of this rank's checkpoint payload (host memory); 0: this rank writes none. */
+    size_t (*state_bytes)(const rm_step *s, int rank);
+    /* Copy this rank's payload (state_bytes of it) into dst, host memory. Fails (and dst must not
+     * be written as a checkpoint) when a device read fails, e.g. after a sticky CUDA fault. */
+    int (*state_save)(rm_step *s, void *dst, rm_err *err);
+    /* Take a verified checkpoint payload (host memory, state_bytes of it) and its optimizer
+     * count and scaler state. */
+    void (*state_restore)(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
+                          int scaler_tracker);
+    /* Every rank of the round ends up with rank 0's state and *pos. */
+    int (*state_sync)(rm_step *s, rm_step_pos *pos, rm_err *err);
+    /* One optimizer step on `rows` samples already in env->m->x / labels, at learning rate lr. */
+    int (*step)(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *err);
+    void (*round_end)(rm_step *s);
+    void (*destroy)(rm_step *s);
+} rm_step_ops;
+
+/* The strategy called name ("allreduce"); NULL if there is none. */
+const rm_step_ops *rm_step_strategy(const char *name);
+/* Names of every strategy, comma-separated ("allreduce"), for messages. */
+const char *rm_step_strategy_names(void);
+
+extern const rm_step_ops rm_step_allreduce_ops;
+#endif
