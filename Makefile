@@ -44,17 +44,24 @@ else
 BINDIR ?= $(BUILDDIR)/bin
 endif
 
-# ---- CUDA detection -------------------------------------------------------------------------
+# ---- configuration: flags that depend on installed packages ---------------------------------
+# scripts/configure.sh writes them to $(BUILDDIR)/config.mk on every run of make (rewriting it only
+# when they change), and every object depends on that file: flags are never computed from a machine
+# state older than this make, and objects built before `make deps` installed a package are rebuilt.
+# A missing required package is a build error naming it (MPI=0 leaves the mpi backend out on purpose).
+MPI ?= 1
 NVCC := $(CUDA_HOME)/bin/nvcc
-ifeq ($(CUDA),auto)
-  ifneq ($(and $(wildcard $(NVCC)),$(or $(wildcard $(CUDA_HOME)/include/nccl.h),$(wildcard /usr/include/nccl.h))),)
-    CUDA_ON := 1
-  else
-    CUDA_ON := 0
-  endif
-else
-  CUDA_ON := $(CUDA)
+CONFIG_MK := $(BUILDDIR)/config.mk
+NOCONFIG_GOALS := deps deps-bench deps-images clean distclean images test-fresh crd-docs
+ifneq ($(filter-out $(NOCONFIG_GOALS),$(or $(MAKECMDGOALS),all)),)
+$(CONFIG_MK): FORCE
+	@MPI='$(MPI)' CUDA='$(CUDA)' CUDA_HOME='$(CUDA_HOME)' scripts/configure.sh $@
+include $(CONFIG_MK)
 endif
+.PHONY: FORCE config-check
+FORCE:
+config-check: $(CONFIG_MK)
+	$(if $(RM_CONFIG_ERROR),$(error $(RM_CONFIG_ERROR)))
 
 # ---- flags ----------------------------------------------------------------------------------
 CC      ?= cc
@@ -63,11 +70,9 @@ CSTD    := -std=c11 -D_GNU_SOURCE
 OPT     := $(if $(filter 1,$(DEBUG)),-O0 -g3,-O2 -g)
 SAN     := $(if $(filter 1,$(ASAN)),-fsanitize=address -fno-omit-frame-pointer) \
            $(if $(filter 1,$(UBSAN)),-fsanitize=undefined -fno-sanitize-recover=undefined)
-MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
-MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null)
 DEPFLAGS = -MMD -MP
 CFLAGS  += $(CSTD) $(OPT) $(WARN) $(if $(filter 1,$(WERROR)),-Werror) $(SAN) -I. -pthread \
-           $(MPI_CFLAGS) -DRM_HAVE_CUDA=$(CUDA_ON)
+           $(MPI_CFLAGS) -DRM_HAVE_MPI=$(MPI_ON) -DRM_HAVE_CUDA=$(CUDA_ON)
 LDFLAGS += $(SAN) -pthread -Wl,--as-needed
 LIBS    := -lcurl -lcjson -lmicrohttpd -lyaml -lopenblas -lz $(MPI_LIBS) -lm
 ifeq ($(CUDA_ON),1)
@@ -114,11 +119,11 @@ all: $(RINGMASTER) $(WORKER) $(KUBESIM)
 info:
 	@echo "variant=$(VARIANT) builddir=$(BUILDDIR) bindir=$(BINDIR) cuda=$(CUDA_ON) werror=$(WERROR)"
 
-$(BUILDDIR)/%.o: %.c
+$(BUILDDIR)/%.o: %.c $(CONFIG_MK) | config-check
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(BUILDDIR)/%.cu.o: %.cu
+$(BUILDDIR)/%.cu.o: %.cu $(CONFIG_MK) | config-check
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
@@ -168,7 +173,7 @@ deps-bench:
 	@scripts/install-deps.sh $(DEB_PKGS) $(BENCH_PKGS)
 
 # ---- tests ----------------------------------------------------------------------------------
-# `make test`: deps, the release build (warnings as errors), the unit tests under ASan+UBSan,
+# `make test`: deps, then (in fresh makes that configure after deps) the release build (warnings as errors), the unit tests under ASan+UBSan,
 # then every end-to-end script in tests/e2e against the release binaries.
 NPROC := $(shell nproc 2>/dev/null || echo 2)
 test: deps
@@ -187,10 +192,13 @@ test-e2e: all
 test-gpu: all
 	RM_BIN=$(abspath $(BINDIR)) tests/gpu/run.sh
 
-bench: deps-bench all
+# deps first, then a fresh make: its configure step sees the packages deps just installed.
+bench: deps-bench
+	$(MAKE) all
 	bench/run-all.sh
 
-demo: deps all
+demo: deps
+	$(MAKE) all
 	$(RINGMASTER) run -f deploy/examples/fashion-mnist.yaml
 
 install: all

@@ -28,6 +28,9 @@ fail() {
   exit 1
 }
 ok() { echo "ok - $*"; }
+# ks_need TOOL WHY: a test that needs a tool a fresh Debian machine may lack says SKIP and why.
+ks_need() { command -v "$1" >/dev/null 2>&1 || { echo "SKIP: $1 is not installed ($2)"; exit 0; }; }
+KS_KUBECTL_WHY="the real kubectl is not in Debian bookworm; install kubectl (e.g. the Cloud SDK's) to run this test"
 
 ks_start() {
   "$RM_BIN/kubesim" --addr 127.0.0.1:0 --kubeconfig-out "$KUBECONFIG" --data-dir "$KS_TMP/data" "$@" \
