@@ -52,7 +52,7 @@ endif
 MPI ?= 1
 NVCC := $(CUDA_HOME)/bin/nvcc
 CONFIG_MK := $(BUILDDIR)/config.mk
-NOCONFIG_GOALS := deps deps-bench deps-images clean distclean images test-fresh crd-docs
+NOCONFIG_GOALS := deps deps-build deps-bench deps-images clean distclean images test-fresh crd-docs
 ifneq ($(filter-out $(NOCONFIG_GOALS),$(or $(MAKECMDGOALS),all)),)
 $(CONFIG_MK): FORCE
 	@MPI='$(MPI)' CUDA='$(CUDA)' CUDA_HOME='$(CUDA_HOME)' scripts/configure.sh $@
@@ -113,7 +113,7 @@ WORKER      := $(BINDIR)/ringmaster-worker
 KUBESIM     := $(BINDIR)/kubesim
 UNITTESTS   := $(BINDIR)/unit-tests
 
-.PHONY: all deps test test-unit test-e2e test-gpu bench demo install clean distclean info
+.PHONY: all deps deps-build deps-images images test-fresh crd-docs test test-unit test-e2e test-gpu bench demo install clean distclean info
 all: $(RINGMASTER) $(WORKER) $(KUBESIM)
 
 info:
@@ -162,15 +162,43 @@ $(UNITTESTS): $(call obj,$(UNIT_SRC)) $(ALL_LIBS)
 -include $(shell find $(BUILDDIR) -name '*.d' 2>/dev/null)
 
 # ---- packages -------------------------------------------------------------------------------
-DEB_PKGS := build-essential pkg-config libcurl4-openssl-dev libcjson-dev libmicrohttpd-dev zlib1g-dev \
-            libcunit1-dev libyaml-dev libopenblas-dev libopenmpi-dev openmpi-bin \
+# DEB_BUILD_PKGS: what building needs (the image build stages install only these: `make deps-build`).
+DEB_BUILD_PKGS := build-essential pkg-config libcurl4-openssl-dev libcjson-dev libmicrohttpd-dev zlib1g-dev \
+            libcunit1-dev libyaml-dev libopenblas-dev libopenmpi-dev
+DEB_PKGS := $(DEB_BUILD_PKGS) openmpi-bin \
             dataset-fashion-mnist prometheus python3-kubernetes python3-yaml python3-jsonschema \
             curl procps
 BENCH_PKGS := python3-torch
+# podman + runc run the images (crun fails on hybrid cgroups), mmdebstrap makes the Debian base,
+# Go + sprig + YAML + JSON Schema libraries build the Helm renderer (tests/helm-render).
+IMAGE_PKGS := podman runc mmdebstrap uidmap
+HELM_PKGS  := golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev \
+              golang-github-xeipuuv-gojsonschema-dev
 deps:
 	@scripts/install-deps.sh $(DEB_PKGS)
+deps-build:
+	@scripts/install-deps.sh $(DEB_BUILD_PKGS)
 deps-bench:
 	@scripts/install-deps.sh $(DEB_PKGS) $(BENCH_PKGS)
+deps-images:
+	@scripts/install-deps.sh $(IMAGE_PKGS) $(HELM_PKGS)
+
+# ---- images ---------------------------------------------------------------------------------
+# `make images`: ringmaster/operator:latest and ringmaster/worker:cpu with podman from the Dockerfile
+# (the Debian base made with mmdebstrap when missing). IMAGES="operator worker-cpu torch" picks.
+IMAGES ?= operator worker-cpu
+images: deps-images
+	scripts/images.sh $(IMAGES)
+
+# `make crd-docs`: the CRD's field descriptions from deploy/crd/descriptions.yaml (idempotent; touches
+# only description: keys, so re-run it after editing the schema). tests/e2e/13-crd-docs.sh checks it.
+crd-docs:
+	/usr/bin/python3 scripts/crd-docs.py
+
+# `make test-fresh` (not part of `make test`): a clean Debian container with this repository copied
+# in runs the README's `make demo` then `make test`; both must succeed.
+test-fresh: deps-images
+	tests/fresh/run.sh
 
 # ---- tests ----------------------------------------------------------------------------------
 # `make test`: deps, then (in fresh makes that configure after deps) the release build (warnings as errors), the unit tests under ASan+UBSan,
