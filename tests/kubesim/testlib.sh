@@ -68,3 +68,15 @@ ks_crd_file() {
     echo "$RM_ROOT/tests/kubesim/fixtures/trainingjobs.ringmaster.dev.yaml"
   fi
 }
+
+# ks_need_podman [IMAGE...]: SKIP unless podman can run containers here and the images exist
+# (the Debian base is made with mmdebstrap when missing; ringmaster's images come from `make images`).
+ks_need_podman() {
+  . "$RM_ROOT/scripts/podman-lib.sh"
+  local why img
+  why=$(rm_podman_why_not) || { echo "SKIP: podman cannot run containers here: $why"; exit 0; }
+  rm_ensure_base >/dev/null 2>&1 || { echo "SKIP: no Debian base image and mmdebstrap could not make one (make images)"; exit 0; }
+  for img in "$@"; do
+    "${RM_PODMAN[@]}" image exists "$img" || { echo "SKIP: image $img is missing (make images)"; exit 0; }
+  done
+}
