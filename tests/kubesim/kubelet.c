@@ -504,7 +504,22 @@ static int start_podman(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *pod, 
     memcpy(cn, c->name, sizeof(cn));
     snprintf(c->cname, sizeof(c->cname), "ks-%.8s-%.40s-%.40s-%d", p->uid, p->name, cn, c->restarts + (c->ever_started ? 1 : 0));
     ks_podman_pod pp = {.ns = p->ns, .name = p->name, .uid = p->uid, .ip = p->ip, .poddir = p->dir, .hosts = kl->hosts};
-    char **argv = ks_podman_argv(kl->s, pod, cj, &pp, c->cname, env->v, env->n, msg, sizeof(msg));
+    /* $(VAR) in command and args expands from the container's env, as the kubelet does */
+    cJSON *cx = cJSON_Duplicate(cj, 1);
+    static const char *const which[] = {"command", "args"};
+    for (int w = 0; cx && w < 2; w++) {
+        cJSON *arr = oget(cx, which[w]);
+        for (cJSON *a = cJSON_IsArray(arr) ? arr->child : NULL; a; a = a->next) {
+            char *x = cJSON_IsString(a) ? expand(env, a->valuestring) : NULL;
+            if (x)
+                cJSON_SetValuestring(a, x);
+            free(x);
+        }
+    }
+    char **argv = cx ? ks_podman_argv(kl->s, pod, cx, &pp, c->cname, env->v, env->n, msg, sizeof(msg)) : NULL;
+    if (!cx)
+        snprintf(msg, sizeof(msg), "kubesim: out of memory");
+    cJSON_Delete(cx);
     env_free(env);
     if (!argv) {
         snprintf(c->reason, sizeof(c->reason), "CreateContainerConfigError");
@@ -987,8 +1002,10 @@ static void update_hosts(ks_kubelet *kl)
         if (p->terminating)
             continue;
         if (p->hostname[0] && p->subdomain[0])
-            HADD("%s %s.%s.%s.svc.cluster.local %s.%s.%s.svc %s.%s.%s %s.%s\n", p->ip, p->hostname, p->subdomain, p->ns,
-                 p->hostname, p->subdomain, p->ns, p->hostname, p->subdomain, p->ns, p->hostname, p->subdomain);
+            HADD("%s %s.%s.%s.svc.cluster.local %s.%s.%s.svc %s.%s.%s %s.%s %s\n", p->ip, p->hostname, p->subdomain, p->ns,
+                 p->hostname, p->subdomain, p->ns, p->hostname, p->subdomain, p->ns, p->hostname, p->subdomain, p->hostname);
+        else /* a pod's own name, as its /etc/hosts has it (gethostname() must resolve: Gloo needs it) */
+            HADD("%s %s\n", p->ip, p->hostname[0] ? p->hostname : p->name);
     }
     ks_server *s = kl->s;
     size_t n = 0;
