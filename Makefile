@@ -171,7 +171,7 @@ DEB_PKGS := $(DEB_BUILD_PKGS) openmpi-bin \
 BENCH_PKGS := python3-torch
 # podman + runc run the images (crun fails on hybrid cgroups), mmdebstrap makes the Debian base,
 # Go + sprig + YAML + JSON Schema libraries build the Helm renderer (tests/helm-render).
-IMAGE_PKGS := podman runc mmdebstrap uidmap
+IMAGE_PKGS := podman runc mmdebstrap uidmap openssl
 HELM_PKGS  := golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev \
               golang-github-xeipuuv-gojsonschema-dev
 deps:
@@ -204,7 +204,8 @@ test-fresh: deps-images
 # `make test`: deps, then (in fresh makes that configure after deps) the release build (warnings as errors), the unit tests under ASan+UBSan,
 # then every end-to-end script in tests/e2e against the release binaries.
 NPROC := $(shell nproc 2>/dev/null || echo 2)
-test: deps
+# deps-images: the container e2e tests (kubesim --runtime podman, the images, the Helm renderer) run in CI.
+test: deps deps-images
 	$(MAKE) -j$(NPROC) WERROR=1 all
 	$(MAKE) -j$(NPROC) ASAN=1 UBSAN=1 WERROR=1 test-unit
 	$(MAKE) -j$(NPROC) WERROR=1 test-e2e

@@ -526,10 +526,20 @@ static int run_wait(char *const argv[], bool quiet)
 
 int ks_podman_image_exists(const char *image)
 {
+    /* only the kubelet thread calls this: a small cache of images seen present (a check forks podman) */
+    static char seen[32][256];
+    static int nseen;
+    for (int i = 0; i < nseen; i++)
+        if (!strcmp(seen[i], image))
+            return 1;
     char rt[64];
     snprintf(rt, sizeof(rt), "--runtime=%s", ks_podman_runtime());
     char *argv[] = {"podman", rt, "image", "exists", (char *)image, NULL};
-    return run_wait(argv, true) == 0;
+    if (run_wait(argv, true) != 0)
+        return 0;
+    if (nseen < 32 && strlen(image) < sizeof(seen[0]))
+        snprintf(seen[nseen++], sizeof(seen[0]), "%s", image);
+    return 1;
 }
 
 void ks_podman_kill(const char *cname, int sig)
