@@ -16,8 +16,10 @@ RM_BASE_SLIM=docker.io/library/debian:12-slim
 rm_podman_why_not() {
   command -v podman >/dev/null 2>&1 || { echo "podman is not installed (Debian packages podman runc; make deps-images)"; return 1; }
   command -v "$RM_PODMAN_RUNTIME" >/dev/null 2>&1 || { echo "$RM_PODMAN_RUNTIME is not installed (Debian package $RM_PODMAN_RUNTIME)"; return 1; }
-  if [ -e /run/.containerenv ] || [ -e /.dockerenv ]; then
-    echo "this is itself a container (nested podman is not set up here; make test-fresh runs this way)"; return 1
+  # (/run/.containerenv: inside a podman container. Not /.dockerenv: the project's own machines are
+  #  privileged Docker containers in which podman works.)
+  if [ -e /run/.containerenv ]; then
+    echo "this is itself a podman container (nested podman is not set up: make test-fresh runs the tests this way)"; return 1
   fi
   local out
   out=$("${RM_PODMAN[@]}" info --format '{{.Host.OCIRuntime.Name}}' 2>&1) || { echo "podman info failed: ${out##*$'\n'}"; return 1; }
