@@ -16,7 +16,7 @@ RUN apt-get update && apt-get install -y --no-install-recommends make && rm -rf 
 WORKDIR /src
 # the packages first (a layer that stays cached while only sources change), then the sources
 COPY Makefile ./
-COPY scripts/ scripts/
+COPY scripts/install-deps.sh scripts/
 RUN make deps-build
 COPY . .
 RUN make -j"$(nproc)" CUDA=0 WERROR=1 install PREFIX=/usr/local DESTDIR=/out
