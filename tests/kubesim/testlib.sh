@@ -12,11 +12,12 @@ KS_BG_PIDS=()
 
 ks_cleanup() {
   local p
-  for p in "${KS_BG_PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null; done
+  # (|| true: a script sourcing this under set -e must not turn an already-gone pid into a failure)
+  for p in "${KS_BG_PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
   if [ -n "$KS_PID" ] && kill -0 "$KS_PID" 2>/dev/null; then
-    kill -TERM "$KS_PID" 2>/dev/null
+    kill -TERM "$KS_PID" 2>/dev/null || true
     for _ in $(seq 1 50); do kill -0 "$KS_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$KS_PID" 2>/dev/null
+    kill -KILL "$KS_PID" 2>/dev/null || true
   fi
   rm -rf "$KS_TMP"
 }
