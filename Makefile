@@ -48,17 +48,24 @@ else
 BINDIR ?= $(BUILDDIR)/bin
 endif
 
-# ---- CUDA detection -------------------------------------------------------------------------
+# ---- configuration: flags that depend on installed packages ---------------------------------
+# scripts/configure.sh writes them to $(BUILDDIR)/config.mk on every run of make (rewriting it only
+# when they change), and every object depends on that file: flags are never computed from a machine
+# state older than this make, and objects built before `make deps` installed a package are rebuilt.
+# A missing required package is a build error naming it (MPI=0 leaves the mpi backend out on purpose).
+MPI ?= 1
 NVCC := $(CUDA_HOME)/bin/nvcc
-ifeq ($(CUDA),auto)
-  ifneq ($(and $(wildcard $(NVCC)),$(or $(wildcard $(CUDA_HOME)/include/nccl.h),$(wildcard /usr/include/nccl.h))),)
-    CUDA_ON := 1
-  else
-    CUDA_ON := 0
-  endif
-else
-  CUDA_ON := $(CUDA)
+CONFIG_MK := $(BUILDDIR)/config.mk
+NOCONFIG_GOALS := deps deps-build deps-bench deps-images clean distclean images test-fresh crd-docs
+ifneq ($(filter-out $(NOCONFIG_GOALS),$(or $(MAKECMDGOALS),all)),)
+$(CONFIG_MK): FORCE
+	@MPI='$(MPI)' CUDA='$(CUDA)' CUDA_HOME='$(CUDA_HOME)' scripts/configure.sh $@
+include $(CONFIG_MK)
 endif
+.PHONY: FORCE config-check
+FORCE:
+config-check: $(CONFIG_MK)
+	$(if $(RM_CONFIG_ERROR),$(error $(RM_CONFIG_ERROR)))
 
 # ---- flags ----------------------------------------------------------------------------------
 CC      ?= cc
@@ -67,11 +74,9 @@ CSTD    := -std=c11 -D_GNU_SOURCE
 OPT     := $(if $(filter 1,$(DEBUG)),-O0 -g3,-O2 -g)
 SAN     := $(if $(filter 1,$(ASAN)),-fsanitize=address -fno-omit-frame-pointer) \
            $(if $(filter 1,$(UBSAN)),-fsanitize=undefined -fno-sanitize-recover=undefined)
-MPI_CFLAGS := $(shell pkg-config --cflags ompi-c 2>/dev/null)
-MPI_LIBS   := $(shell pkg-config --libs ompi-c 2>/dev/null)
 DEPFLAGS = -MMD -MP
 CFLAGS  += $(CSTD) $(OPT) $(WARN) $(if $(filter 1,$(WERROR)),-Werror) $(SAN) -I. -pthread \
-           $(MPI_CFLAGS) -DRM_HAVE_CUDA=$(CUDA_ON)
+           $(MPI_CFLAGS) -DRM_HAVE_MPI=$(MPI_ON) -DRM_HAVE_CUDA=$(CUDA_ON)
 LDFLAGS += $(SAN) -pthread -Wl,--as-needed
 LIBS    := -lcurl -lcjson -lmicrohttpd -lyaml -lopenblas -lz $(MPI_LIBS) -lm
 ifeq ($(CUDA_ON),1)
@@ -114,17 +119,17 @@ WORKER      := $(BINDIR)/ringmaster-worker
 KUBESIM     := $(BINDIR)/kubesim
 UNITTESTS   := $(BINDIR)/unit-tests
 
-.PHONY: all deps test test-unit test-e2e test-gpu bench demo install clean distclean info
+.PHONY: all deps deps-build deps-images images test-fresh crd-docs test test-unit test-e2e test-gpu bench demo install clean distclean info
 all: $(RINGMASTER) $(WORKER) $(KUBESIM)
 
 info:
 	@echo "variant=$(VARIANT) builddir=$(BUILDDIR) bindir=$(BINDIR) cuda=$(CUDA_ON) werror=$(WERROR)"
 
-$(BUILDDIR)/%.o: %.c
+$(BUILDDIR)/%.o: %.c $(CONFIG_MK) | config-check
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DEPFLAGS) -c $< -o $@
 
-$(BUILDDIR)/%.cu.o: %.cu
+$(BUILDDIR)/%.cu.o: %.cu $(CONFIG_MK) | config-check
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 
@@ -164,21 +169,50 @@ $(UNITTESTS): $(call obj,$(UNIT_SRC)) $(ALL_LIBS)
 -include $(shell find $(BUILDDIR) -name '*.d' 2>/dev/null)
 
 # ---- packages -------------------------------------------------------------------------------
-DEB_PKGS := build-essential pkg-config libcurl4-openssl-dev libcjson-dev libmicrohttpd-dev zlib1g-dev \
-            libcunit1-dev libyaml-dev libopenblas-dev libopenmpi-dev openmpi-bin \
+# DEB_BUILD_PKGS: what building needs (the image build stages install only these: `make deps-build`).
+DEB_BUILD_PKGS := build-essential pkg-config libcurl4-openssl-dev libcjson-dev libmicrohttpd-dev zlib1g-dev \
+            libcunit1-dev libyaml-dev libopenblas-dev libopenmpi-dev
+DEB_PKGS := $(DEB_BUILD_PKGS) openmpi-bin \
             dataset-fashion-mnist prometheus python3-kubernetes python3-yaml python3-jsonschema \
             curl procps
 BENCH_PKGS := python3-torch
+# podman + runc run the images (crun fails on hybrid cgroups), mmdebstrap makes the Debian base,
+# Go + sprig + YAML + JSON Schema libraries build the Helm renderer (tests/helm-render).
+IMAGE_PKGS := podman runc mmdebstrap uidmap openssl
+HELM_PKGS  := golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev \
+              golang-github-xeipuuv-gojsonschema-dev
 deps:
 	@scripts/install-deps.sh $(DEB_PKGS)
+deps-build:
+	@scripts/install-deps.sh $(DEB_BUILD_PKGS)
 deps-bench:
 	@scripts/install-deps.sh $(DEB_PKGS) $(BENCH_PKGS)
+deps-images:
+	@scripts/install-deps.sh $(IMAGE_PKGS) $(HELM_PKGS)
+
+# ---- images ---------------------------------------------------------------------------------
+# `make images`: ringmaster/operator:latest and ringmaster/worker:cpu with podman from the Dockerfile
+# (the Debian base made with mmdebstrap when missing). IMAGES="operator worker-cpu torch" picks.
+IMAGES ?= operator worker-cpu
+images: deps-images
+	scripts/images.sh $(IMAGES)
+
+# `make crd-docs`: the CRD's field descriptions from deploy/crd/descriptions.yaml (idempotent; touches
+# only description: keys, so re-run it after editing the schema). tests/e2e/13-crd-docs.sh checks it.
+crd-docs:
+	/usr/bin/python3 scripts/crd-docs.py
+
+# `make test-fresh` (not part of `make test`): a clean Debian container with this repository copied
+# in runs the README's `make demo` then `make test`; both must succeed.
+test-fresh: deps-images
+	tests/fresh/run.sh
 
 # ---- tests ----------------------------------------------------------------------------------
-# `make test`: deps, the release build (warnings as errors), the unit tests under ASan+UBSan,
+# `make test`: deps, then (in fresh makes that configure after deps) the release build (warnings as errors), the unit tests under ASan+UBSan,
 # then every end-to-end script in tests/e2e against the release binaries.
 NPROC := $(shell nproc 2>/dev/null || echo 2)
-test: deps
+# deps-images: the container e2e tests (kubesim --runtime podman, the images, the Helm renderer) run in CI.
+test: deps deps-images
 	$(MAKE) -j$(NPROC) WERROR=1 all
 	$(MAKE) -j$(NPROC) ASAN=1 UBSAN=1 WERROR=1 test-unit
 	$(MAKE) -j$(NPROC) WERROR=1 test-e2e
@@ -194,10 +228,13 @@ test-e2e: all
 test-gpu: all
 	RM_BIN=$(abspath $(BINDIR)) tests/gpu/run.sh
 
-bench: deps-bench all
+# deps first, then a fresh make: its configure step sees the packages deps just installed.
+bench: deps-bench
+	$(MAKE) all
 	bench/run-all.sh
 
-demo: deps all
+demo: deps
+	$(MAKE) all
 	$(RINGMASTER) run -f deploy/examples/fashion-mnist.yaml
 
 install: all

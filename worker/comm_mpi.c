@@ -12,13 +12,13 @@
 
 #include "worker/comm.h"
 
-#if defined(__has_include)
-#if __has_include(<mpi.h>)
-#define RM_HAVE_MPI 1
-#endif
+/* The Makefile decides (scripts/configure.sh): RM_HAVE_MPI=1 needs Open MPI and a missing <mpi.h>
+ * is a compile error, never a silently dropped backend; RM_HAVE_MPI=0 is `make MPI=0`, on purpose. */
+#ifndef RM_HAVE_MPI
+#error "RM_HAVE_MPI is not set: build with the Makefile (MPI=1 needs libopenmpi-dev, MPI=0 leaves mpi out)"
 #endif
 
-#ifdef RM_HAVE_MPI
+#if RM_HAVE_MPI
 #include <mpi.h>
 
 struct rm_comm {

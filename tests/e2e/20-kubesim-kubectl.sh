@@ -3,6 +3,7 @@
 # wait established, TrainingJob apply/get (printer columns)/describe (events)/patch/scale/delete,
 # get -w streaming, apply twice = merge patch, owner deletion removes pods, kubectl run + logs.
 . "$RM_ROOT/tests/kubesim/testlib.sh"
+ks_need kubectl "$KS_KUBECTL_WHY"
 ks_start
 CRD=$(ks_crd_file)
 

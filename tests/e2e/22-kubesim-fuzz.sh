@@ -2,6 +2,7 @@
 # Fuzz kubesim (random methods, paths, queries, patch types, bodies incl. huge and truncated JSON):
 # it never crashes and always answers errors with a Status.
 . "$RM_ROOT/tests/kubesim/testlib.sh"
+ks_need kubectl "$KS_KUBECTL_WHY"
 ks_start --no-kubelet
 k apply -f "$(ks_crd_file)" >/dev/null || fail "apply CRD"
 FUZZ_SEED=${FUZZ_SEED:-$RANDOM} FUZZ_N=${FUZZ_N:-3000}

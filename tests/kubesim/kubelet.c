@@ -10,7 +10,11 @@
  * SIGKILL after the grace period, then the final removal) and writes status only when it changed.
  * Every pod gets its own loopback address 127.0.x.y. Images map to programs with --image-map;
  * a container's command overrides the entrypoint and is looked up on PATH. Init containers and
- * exec probes are not run. */
+ * exec probes are not run.
+ * With --runtime podman (podman.h) each container is a `podman run` of its image instead: the same
+ * lifecycle, with the attached podman client as the process; env is only what the pod spec says (not
+ * kubesim's own environment); termination goes through `podman kill`; pods' DNS names (hostname.
+ * subdomain.ns.svc, Services with a selector) go to one hosts file mounted as every container's /etc/hosts. */
 #include "tests/kubesim/kubesim.h"
 #include "common/clock.h"
 #include <arpa/inet.h>
@@ -30,6 +34,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "common/json.h"
+#include "tests/kubesim/podman.h"
 
 #define KL_MAX_CONTAINERS 16
 #define KL_LOG_CAP (8L * 1024 * 1024)
@@ -61,6 +66,7 @@ typedef struct kl_ctr {
     char log[760], prev_log[760];
     kl_probe live, readyp;
     bool killed_by_probe;
+    char cname[128];                       /* podman runtime: the running container's name */
 } kl_ctr;
 
 typedef struct kl_pod {
@@ -75,6 +81,8 @@ typedef struct kl_pod {
     char *last_status_dyn;
     double cond_time[5];
     bool cond_val[5];
+    char hostname[64], subdomain[64], dir[800];
+    cJSON *labels;                          /* podman runtime: Services' selectors match these */
     struct kl_pod *next;
 } kl_pod;
 
@@ -87,6 +95,9 @@ typedef struct ks_kubelet {
     char logdir[560];
     unsigned ipnext;
     double backoff_base;
+    bool podman;                            /* --runtime podman */
+    char hosts[600];                        /* podman: the shared /etc/hosts */
+    char *hosts_txt;                        /* its last written content */
 } ks_kubelet;
 
 
@@ -242,10 +253,11 @@ static const cJSON *field_ref(const cJSON *pod, const char *path, char *buf, siz
 }
 
 /* Builds the env of container c; returns 0, or -1 with msg (CreateContainerConfigError). */
-static int build_env(ks_server *s, const cJSON *pod, const cJSON *c, const char *ip, envv *e, char *msg, size_t mcap)
+static int build_env(ks_server *s, const cJSON *pod, const cJSON *c, const char *ip, envv *e, char *msg, size_t mcap,
+                     bool inherit)
 {
     extern char **environ;
-    for (char **p = environ; *p; p++) {
+    for (char **p = environ; inherit && *p; p++) {
         char *eq = strchr(*p, '=');
         if (!eq)
             continue;
@@ -462,6 +474,96 @@ static void cap_log(const char *path)
         truncate(path, 0);
 }
 
+/* Bookkeeping once a container's process runs (both runtimes). */
+static void started(ks_kubelet *kl, kl_pod *p, kl_ctr *c, pid_t pid)
+{
+    if (c->ever_started)
+        c->restarts++;
+    c->pid = pid;
+    c->running = true;
+    c->ever_started = true;
+    c->done = false;
+    c->ready = false;
+    c->reason[0] = c->message[0] = 0;
+    c->started_at = rm_wall();
+    double now = rm_mono();
+    c->live.failures = c->readyp.failures = 0;
+    c->live.next = now + c->live.delay;
+    c->readyp.next = now + c->readyp.delay;
+    c->killed_by_probe = false;
+    rm_info("kubesim kubelet started container pod=%s/%s container=%s pid=%d ip=%s%s%s", p->ns, p->name, c->name, (int)pid,
+            p->ip, c->cname[0] ? " podman=" : "", c->cname);
+    pod_event(kl->s, p->ns, p->name, p->uid, "Normal", "Started", "kubelet", "Started container %s", c->name);
+}
+
+/* podman runtime: fork `podman run` attached, its output to the container's log (podman.h). */
+static int start_podman(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *pod, const cJSON *cj, envv *env)
+{
+    char msg[256] = "";
+    char cn[64];
+    memcpy(cn, c->name, sizeof(cn));
+    snprintf(c->cname, sizeof(c->cname), "ks-%.8s-%.40s-%.40s-%d", p->uid, p->name, cn, c->restarts + (c->ever_started ? 1 : 0));
+    ks_podman_pod pp = {.ns = p->ns, .name = p->name, .uid = p->uid, .ip = p->ip, .poddir = p->dir, .hosts = kl->hosts};
+    /* $(VAR) in command and args expands from the container's env, as the kubelet does */
+    cJSON *cx = cJSON_Duplicate(cj, 1);
+    static const char *const which[] = {"command", "args"};
+    for (int w = 0; cx && w < 2; w++) {
+        cJSON *arr = oget(cx, which[w]);
+        for (cJSON *a = cJSON_IsArray(arr) ? arr->child : NULL; a; a = a->next) {
+            char *x = cJSON_IsString(a) ? expand(env, a->valuestring) : NULL;
+            if (x)
+                cJSON_SetValuestring(a, x);
+            free(x);
+        }
+    }
+    char **argv = cx ? ks_podman_argv(kl->s, pod, cx, &pp, c->cname, env->v, env->n, msg, sizeof(msg)) : NULL;
+    if (!cx)
+        snprintf(msg, sizeof(msg), "kubesim: out of memory");
+    cJSON_Delete(cx);
+    env_free(env);
+    if (!argv) {
+        snprintf(c->reason, sizeof(c->reason), "CreateContainerConfigError");
+        snprintf(c->message, sizeof(c->message), "%s", msg);
+        c->cname[0] = 0;
+        c->next_start = rm_mono() + 2;
+        return -1;
+    }
+    if (c->ever_started && c->log[0])
+        rename(c->log, c->prev_log);
+    int fd = open(c->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setsid();
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul >= 0)
+            dup2(nul, 0);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execvp(argv[0], argv);
+        dprintf(2, "kubesim: exec podman: %s\n", strerror(errno));
+        _exit(127);
+    }
+    if (fd >= 0)
+        close(fd);
+    ks_podman_argv_free(argv);
+    if (pid < 0) {
+        snprintf(c->reason, sizeof(c->reason), "RunContainerError");
+        snprintf(c->message, sizeof(c->message), "fork: %s", strerror(errno));
+        c->next_start = rm_mono() + 5;
+        return -1;
+    }
+    started(kl, p, c, pid);
+    return 0;
+}
+
 static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *pod)
 {
     ks_server *s = kl->s;
@@ -474,12 +576,27 @@ static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *po
         return -1;
     envv env = {0};
     char msg[256] = "";
-    if (build_env(s, pod, cj, p->ip, &env, msg, sizeof(msg)) < 0) {
+    if (kl->podman && !ks_podman_image_exists(c->image)) {
+        snprintf(c->reason, sizeof(c->reason), "ErrImageNeverPull");
+        snprintf(c->message, sizeof(c->message), "Container image \"%.160s\" is not present with pull policy of Never", c->image);
+        c->next_start = rm_mono() + 5;
+        return -1;
+    }
+    if (build_env(s, pod, cj, p->ip, &env, msg, sizeof(msg), !kl->podman) < 0) {
         snprintf(c->reason, sizeof(c->reason), "CreateContainerConfigError");
         snprintf(c->message, sizeof(c->message), "%s", msg);
         c->next_start = rm_mono() + 1;
         env_free(&env);
         return -1;
+    }
+    if (kl->podman) {
+        /* the real kubelet gives every container the API server's address */
+        const char *sh = getenv("KUBESIM_SERVICE_HOST"), *sp = getenv("KUBESIM_SERVICE_PORT");
+        if (sh && sp) {
+            env_set(&env, "KUBERNETES_SERVICE_HOST", sh);
+            env_set(&env, "KUBERNETES_SERVICE_PORT", sp);
+        }
+        return start_podman(kl, p, c, pod, cj, &env);
     }
     /* argv: command (on PATH) overrides the image entrypoint; args appended */
     const cJSON *cmd = oget(cj, "command"), *args = oget(cj, "args");
@@ -546,22 +663,7 @@ static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *po
         c->next_start = rm_mono() + 5;
         return -1;
     }
-    if (c->ever_started)
-        c->restarts++;
-    c->pid = pid;
-    c->running = true;
-    c->ever_started = true;
-    c->done = false;
-    c->ready = false;
-    c->reason[0] = c->message[0] = 0;
-    c->started_at = rm_wall();
-    double now = rm_mono();
-    c->live.failures = c->readyp.failures = 0;
-    c->live.next = now + c->live.delay;
-    c->readyp.next = now + c->readyp.delay;
-    c->killed_by_probe = false;
-    rm_info("kubesim kubelet started container pod=%s/%s container=%s pid=%d ip=%s", p->ns, p->name, c->name, (int)pid, p->ip);
-    pod_event(s, p->ns, p->name, p->uid, "Normal", "Started", "kubelet", "Started container %s", c->name);
+    started(kl, p, c, pid);
     return 0;
 }
 
@@ -819,6 +921,11 @@ static kl_pod *new_pod(ks_kubelet *kl, const cJSON *pod)
     char dir[800];
     snprintf(dir, sizeof(dir), "%s/%.60s_%.60s_%.40s", kl->logdir, p->ns, p->name, p->uid);
     mkdirs(dir);
+    snprintf(p->dir, sizeof(p->dir), "%s", dir);
+    snprintf(p->hostname, sizeof(p->hostname), "%s", ks_sget(spec, "hostname") ? ks_sget(spec, "hostname") : "");
+    snprintf(p->subdomain, sizeof(p->subdomain), "%s", ks_sget(spec, "subdomain") ? ks_sget(spec, "subdomain") : "");
+    const cJSON *lb = oget(md, "labels");
+    p->labels = cJSON_IsObject(lb) ? cJSON_Duplicate(lb, 1) : NULL;
     const cJSON *cs = oget(spec, "containers");
     for (const cJSON *c = cs ? cs->child : NULL; c && p->nc < KL_MAX_CONTAINERS; c = c->next) {
         kl_ctr *k = &p->c[p->nc++];
@@ -839,15 +946,106 @@ static kl_pod *new_pod(ks_kubelet *kl, const cJSON *pod)
 
 static void free_pod(kl_pod *p)
 {
+    cJSON_Delete(p->labels);
     free(p->last_status_dyn);
     free(p);
 }
 
-static void kill_pod(kl_pod *p, int sig)
+/* Process mode: the signal to the container's process group. Podman mode: `podman kill` (the
+ * container's processes are not ours); SIGKILL also ends the attached client. */
+static void kill_ctr(const ks_kubelet *kl, kl_ctr *c, int sig)
+{
+    if (!c->running || c->pid <= 0)
+        return;
+    if (kl->podman && c->cname[0]) {
+        ks_podman_kill(c->cname, sig);
+        if (sig == SIGKILL)
+            kill(-c->pid, SIGKILL);
+        return;
+    }
+    kill(-c->pid, sig);
+}
+
+static void kill_pod(const ks_kubelet *kl, kl_pod *p, int sig)
 {
     for (int i = 0; i < p->nc; i++)
-        if (p->c[i].running && p->c[i].pid > 0)
-            kill(-p->c[i].pid, sig);
+        kill_ctr(kl, &p->c[i], sig);
+}
+
+/* podman runtime: the names cluster DNS would serve, as one hosts file (rewritten in place, so
+ * every container's bind-mounted /etc/hosts sees the change): pods with hostname+subdomain (a
+ * headless Service's records), and each Service with a selector → its first matching pod. */
+static void update_hosts(ks_kubelet *kl)
+{
+    size_t cap = 4096, len = 0;
+    char *t = malloc(cap);
+    if (!t)
+        return;
+#define HADD(...)                                                                                                     \
+    do {                                                                                                              \
+        char line_[1024];                                                                                             \
+        int n_ = snprintf(line_, sizeof(line_), __VA_ARGS__);                                                         \
+        if (n_ < 0 || (size_t)n_ >= sizeof(line_))                                                                    \
+            break;                                                                                                    \
+        if (len + (size_t)n_ + 1 > cap) {                                                                             \
+            char *q_ = realloc(t, cap * 2 + (size_t)n_);                                                              \
+            if (!q_)                                                                                                  \
+                break;                                                                                                \
+            t = q_;                                                                                                   \
+            cap = cap * 2 + (size_t)n_;                                                                               \
+        }                                                                                                             \
+        memcpy(t + len, line_, (size_t)n_ + 1);                                                                       \
+        len += (size_t)n_;                                                                                            \
+    } while (0)
+    HADD("127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n");
+    for (kl_pod *p = kl->pods; p; p = p->next) {
+        if (p->terminating)
+            continue;
+        if (p->hostname[0] && p->subdomain[0])
+            HADD("%s %s.%s.%s.svc.cluster.local %s.%s.%s.svc %s.%s.%s %s.%s %s\n", p->ip, p->hostname, p->subdomain, p->ns,
+                 p->hostname, p->subdomain, p->ns, p->hostname, p->subdomain, p->ns, p->hostname, p->subdomain, p->hostname);
+        else /* a pod's own name, as its /etc/hosts has it (gethostname() must resolve: Gloo needs it) */
+            HADD("%s %s\n", p->ip, p->hostname[0] ? p->hostname : p->name);
+    }
+    ks_server *s = kl->s;
+    size_t n = 0;
+    pthread_rwlock_rdlock(&s->lock);
+    ks_obj **svcs = ks_table_list(ks_core_kind(s, KS_T_SERVICE)->tab, NULL, &n);
+    pthread_rwlock_unlock(&s->lock);
+    for (size_t i = 0; svcs && i < n; i++) {
+        const cJSON *md = oget(svcs[i]->j, "metadata");
+        const cJSON *sel = oget(oget(svcs[i]->j, "spec"), "selector");
+        const char *ns = ks_sget(md, "namespace"), *name = ks_sget(md, "name");
+        if (!ns || !name || !cJSON_IsObject(sel) || !sel->child)
+            continue;
+        for (kl_pod *p = kl->pods; p; p = p->next) {
+            if (p->terminating || strcmp(p->ns, ns))
+                continue;
+            bool match = true;
+            for (const cJSON *kv = sel->child; kv && match; kv = kv->next) {
+                const char *v = ks_sget(p->labels, kv->string);
+                match = cJSON_IsString(kv) && v && !strcmp(v, kv->valuestring);
+            }
+            if (match) {
+                HADD("%s %s.%s.svc.cluster.local %s.%s.svc %s.%s\n", p->ip, name, ns, name, ns, name, ns);
+                break;
+            }
+        }
+    }
+#undef HADD
+    ks_objs_free(svcs, n);
+    if (kl->hosts_txt && !strcmp(kl->hosts_txt, t)) {
+        free(t);
+        return;
+    }
+    int fd = open(kl->hosts, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644); /* same inode: mounts see it */
+    if (fd >= 0) {
+        if (write(fd, t, len) != (ssize_t)len)
+            rm_warn("kubesim kubelet: short write to %s", kl->hosts);
+        close(fd);
+    }
+    free(kl->hosts_txt);
+    kl->hosts_txt = t;
 }
 
 static int bind_cb(cJSON *pod, void *ud)
@@ -976,7 +1174,7 @@ static void run_probes(ks_kubelet *kl, kl_pod *p, double now)
                           c->live.http ? c->live.path : "");
                 c->killed_by_probe = true;
                 c->live.failures = 0;
-                kill(-c->pid, SIGKILL);
+                kill_ctr(kl, c, SIGKILL);
             }
         }
     }
@@ -1054,7 +1252,7 @@ static void tick(ks_kubelet *kl)
             double grace = cJSON_IsNumber(g) ? g->valuedouble : 30;
             p->terminating = true;
             p->kill_deadline = now + grace;
-            kill_pod(p, SIGTERM);
+            kill_pod(kl, p, SIGTERM);
             rm_info("kubesim kubelet terminating pod=%s/%s grace=%g", p->ns, p->name, grace);
             for (int c = 0; c < p->nc; c++)
                 if (p->c[c].running)
@@ -1066,7 +1264,7 @@ static void tick(ks_kubelet *kl)
                 if (p->c[c].running)
                     any = true;
             if (any && now >= p->kill_deadline && !p->sigkill_sent) {
-                kill_pod(p, SIGKILL);
+                kill_pod(kl, p, SIGKILL);
                 p->sigkill_sent = true;
             }
             if (!any) {
@@ -1111,12 +1309,14 @@ static void tick(ks_kubelet *kl)
             p->final = true;
         write_status(kl, p);
     }
+    if (kl->podman)
+        update_hosts(kl);
     /* pods gone from the store (force-deleted): kill and forget */
     kl_pod **pp = &kl->pods;
     while (*pp) {
         kl_pod *p = *pp;
         if (p->removed) {
-            kill_pod(p, SIGKILL);
+            kill_pod(kl, p, SIGKILL);
             *pp = p->next;
             free_pod(p);
             continue;
@@ -1149,6 +1349,11 @@ int ks_kubelet_start(ks_server *s)
     kl->backoff_base = bb && atof(bb) > 0 ? atof(bb) : 10;
     snprintf(kl->logdir, sizeof(kl->logdir), "%.500s/logs", s->opts.data_dir);
     mkdirs(kl->logdir);
+    kl->podman = s->opts.podman;
+    if (kl->podman) {
+        snprintf(kl->hosts, sizeof(kl->hosts), "%.500s/hosts", s->opts.data_dir);
+        update_hosts(kl);
+    }
     s->kubelet = kl;
     if (pthread_create(&kl->th, NULL, kl_main, kl) != 0) {
         s->kubelet = NULL;
@@ -1166,7 +1371,7 @@ void ks_kubelet_stop(ks_server *s)
     atomic_store(&kl->stop, true);
     pthread_join(kl->th, NULL);
     for (kl_pod *p = kl->pods; p; p = p->next)
-        kill_pod(p, SIGTERM);
+        kill_pod(kl, p, SIGTERM);
     double until = rm_mono() + 2;
     for (;;) {
         reap(kl);
@@ -1181,13 +1386,16 @@ void ks_kubelet_stop(ks_server *s)
         nanosleep(&ts, NULL);
     }
     for (kl_pod *p = kl->pods; p; p = p->next)
-        kill_pod(p, SIGKILL);
+        kill_pod(kl, p, SIGKILL);
     reap(kl);
     while (kl->pods) {
         kl_pod *p = kl->pods;
         kl->pods = p->next;
         free_pod(p);
     }
+    if (kl->podman)
+        ks_podman_cleanup(); /* containers whose client died before them */
+    free(kl->hosts_txt);
     pthread_mutex_destroy(&kl->mu);
     free(kl);
     s->kubelet = NULL;

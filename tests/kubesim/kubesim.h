@@ -130,6 +130,7 @@ typedef struct ks_opts {
     char image_map[32][2][256];
     int nimage_map;
     bool no_kubelet;
+    bool podman;                    /* --runtime podman: pods' containers run with podman (podman.h) */
 } ks_opts;
 
 typedef struct ks_server {

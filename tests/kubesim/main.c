@@ -26,7 +26,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: kubesim [--addr 127.0.0.1:0] [--kubeconfig-out FILE] [--image-map IMAGE=PROGRAM]...\n"
-            "               [--no-kubelet] [--data-dir DIR] [--log-level LEVEL]\n"
+            "               [--no-kubelet] [--runtime process|podman] [--data-dir DIR] [--log-level LEVEL]\n"
             "A Kubernetes API double (v1.32) with a process kubelet; see tests/kubesim/README.md.\n");
 }
 
@@ -88,6 +88,13 @@ int main(int argc, char **argv)
             return 0;
         } else if (!strcmp(a, "--no-kubelet")) {
             o.no_kubelet = true;
+        } else if (!strcmp(a, "--runtime") && v) {
+            if (strcmp(v, "process") && strcmp(v, "podman")) {
+                fprintf(stderr, "kubesim: --runtime wants process (default) or podman, not %s\n", v);
+                return 2;
+            }
+            o.podman = !strcmp(v, "podman");
+            i++;
         } else if (!strcmp(a, "--addr") && v) {
             snprintf(o.addr, sizeof(o.addr), "%s", v);
             i++;
