@@ -197,7 +197,7 @@ IMAGES ?= operator worker-cpu
 images: deps-images
 	scripts/images.sh $(IMAGES)
 
-# `make crd-docs`: the CRD's field descriptions from deploy/crd/descriptions.yaml (idempotent; touches
+# `make crd-docs`: the CRD's field descriptions from scripts/crd-descriptions.yaml (idempotent; touches
 # only description: keys, so re-run it after editing the schema). tests/e2e/13-crd-docs.sh checks it.
 crd-docs:
 	/usr/bin/python3 scripts/crd-docs.py

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""crd-docs.py — writes the field descriptions of deploy/crd/descriptions.yaml (the one source) into
+"""crd-docs.py — writes the field descriptions of scripts/crd-descriptions.yaml (the one source) into
 the CRD's openAPIV3Schema as `description:` keys, so `kubectl explain tj.spec.restartPolicy` explains.
 
 It edits the YAML text in place and touches only `description:` keys: every other key, comment, flow
@@ -94,7 +94,7 @@ def render(crd_text, descriptions):
             seen.add(path)
             desc = descriptions.get(path)
             if not desc:
-                problems.append(f"no description for field {path} (add it to deploy/crd/descriptions.yaml)")
+                problems.append(f"no description for field {path} (add it to scripts/crd-descriptions.yaml)")
                 continue
             edits += edits_for(crd_text, node, str(desc).strip())
         for path in descriptions:
@@ -120,7 +120,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--crd", default="deploy/crd/trainingjobs.ringmaster.dev.yaml")
-    ap.add_argument("--descriptions", default="deploy/crd/descriptions.yaml")
+    ap.add_argument("--descriptions", default="scripts/crd-descriptions.yaml")
     a = ap.parse_args()
     with open(a.descriptions, encoding="utf-8") as f:
         descriptions = yaml.safe_load(f) or {}

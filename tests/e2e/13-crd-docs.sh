@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # 13-crd-docs: `kubectl explain` explains. Every field of the TrainingJob CRD has a description, all of
-# them generated from deploy/crd/descriptions.yaml by scripts/crd-docs.py (`make crd-docs`):
+# them generated from scripts/crd-descriptions.yaml by scripts/crd-docs.py (`make crd-docs`):
 #  1. an independent walk of the committed CRD's schema finds no field without a description;
 #  2. the committed CRD is what the generator writes (not stale), and a second run changes nothing;
 #  3. the generator rebuilds the committed CRD's schema from a copy with every description removed,
@@ -35,6 +35,9 @@ if bad: sys.exit("fields without a description: " + ", ".join(bad))
 print(f"{n} fields, all described")
 P
 
+# the source lives outside deploy/: `kubectl apply -f deploy/crd/` (and -f deploy/) must find objects only
+$PY -c 'import glob,sys,yaml; bad=[f for f in glob.glob("deploy/*.yaml")+glob.glob("deploy/crd/*.yaml") for d in yaml.safe_load_all(open(f)) if d and not ("apiVersion" in d and "kind" in d)]; sys.exit("not Kubernetes objects: %s" % bad if bad else 0)'
+
 echo "== 2. not stale, idempotent"
 $PY scripts/crd-docs.py --check || fail "the committed CRD is stale or incomplete"
 cp "$CRD" "$TMPDIR/crd.yaml"
@@ -62,7 +65,7 @@ sed 's/^\(  *\)maxSteps: {type: integer, minimum: 0.*$/&\n\1newKnob: {type: inte
 grep -q newKnob "$TMPDIR/new.yaml" || fail "mutation did not apply"
 if out=$($PY scripts/crd-docs.py --crd "$TMPDIR/new.yaml" --check 2>&1); then fail "an undescribed field passed"; fi
 grep -q "no description for field spec.training.newKnob" <<<"$out" || fail "not named: $out"
-{ cat deploy/crd/descriptions.yaml; echo "spec.gone: a field that does not exist"; } > "$TMPDIR/desc.yaml"
+{ cat scripts/crd-descriptions.yaml; echo "spec.gone: a field that does not exist"; } > "$TMPDIR/desc.yaml"
 if out=$($PY scripts/crd-docs.py --descriptions "$TMPDIR/desc.yaml" --check 2>&1); then fail "a dangling entry passed"; fi
 grep -q "names spec.gone, which is not a field" <<<"$out" || fail "not named: $out"
 
