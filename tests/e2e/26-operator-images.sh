@@ -14,6 +14,8 @@
 #  3. a plain PyTorch DDP image (Debian's python3-torch, tests/images/torch-ddp/ddp.py reading only
 #     MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK, Gloo) trains to Succeeded through the same operator,
 #     MASTER_ADDR being the headless Service's name of rank 0.
+# e2e-timeout: 1800
+# (building the three images on a machine with an empty podman cache took 430-830 s under load.)
 # Images are built with scripts/images.sh when missing (cached by podman; needs the apt mirror).
 . "$RM_ROOT/tests/kubesim/testlib.sh"
 ks_need kubectl "$KS_KUBECTL_WHY"
