@@ -26,7 +26,9 @@ wait_for 20 "ttl job deleted" bash -c "! kubectl get tj shortlived >/dev/null 2>
 wait_for 20 "its pods gone" bash -c "[ \$(kubectl get pods -l ringmaster.dev/job-name=shortlived --no-headers 2>/dev/null | grep -c .) -eq 0 ]"
 # an invalid update of a running job keeps it running at its last valid spec (issue 20): never
 # Failed, no pod deleted, condition InvalidSpec; a valid spec again resumes normal operation
-fast_job steady 2 6 | k apply -f - >/dev/null
+# (400 epochs: it must still be running when the repair below lands; a fast machine finishes 6 epochs
+# in about 3 s, and a finished job is not reconciled again, so its condition would stay)
+fast_job steady 2 400 | k apply -f - >/dev/null
 wait_for 60 "steady Running" tj_phase_is steady Running
 uids=$(k get pods -l ringmaster.dev/job-name=steady -o jsonpath='{.items[*].metadata.uid}')
 # the issue's reproduction; an API server with the CRD's maximum refuses it outright (also fine)
@@ -51,8 +53,14 @@ assert any(e.get("reason")=="InvalidSpec" and e.get("type")=="Warning" and
 ' || fail "no InvalidSpec Warning event for the update"
 k patch tj steady --type json -p '[{"op":"remove","path":"/spec/minReplicas"}]' >/dev/null
 wait_for 20 "InvalidSpec cleared" cond_is False
-wait_for 180 "steady Succeeded" tj_phase_is steady Succeeded
+# normal operation resumed: still Running on the same pods, no restart, steps still advancing
+s1=$(tj_field steady '{.status.progress.step}')
+wait_for 60 "steady advancing past step ${s1:-0}" bash -c "[ \"\$(kubectl get tj steady -o jsonpath='{.status.progress.step}')\" -gt ${s1:-0} ]"
+[ "$(tj_field steady '{.status.phase}')" = Running ] || fail "steady is $(tj_field steady '{.status.phase}') after the repair"
+[ "$(k get pods -l ringmaster.dev/job-name=steady -o jsonpath='{.items[*].metadata.uid}')" = "$uids" ] ||
+  fail "the repair replaced pods"
 [ "$(tj_field steady '{.status.restarts}')" = 0 ] || fail "the invalid update cost a restart"
+k delete tj steady --wait=false >/dev/null
 # managedBy someone else
 fast_job foreign 1 1 | sed 's/^  replicas: 1$/  replicas: 1\n  runPolicy: {managedBy: kueue.x-k8s.io\/multikueue}/' | k apply -f - >/dev/null
 sleep 3
