@@ -33,6 +33,7 @@
 #include "common/health.h"
 #include "common/http.h"
 #include "common/httpc.h"
+#include "common/fs.h"
 #include "common/json.h"
 #include "common/metrics.h"
 #include "common/rdzv.h"
@@ -133,23 +134,6 @@ int rm_local_worker_bin(char *buf, size_t cap, rm_err *err)
     if (access(buf, X_OK) != 0)
         return rm_errf(err, RM_ENOTFOUND, "worker binary %s: %s (build it with `make`, or set "
                        "RINGMASTER_WORKER_BIN)", buf, strerror(errno));
-    return RM_OK;
-}
-
-static int mkdir_p(const char *path, rm_err *err)
-{
-    char tmp[PATH_MAX];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/')
-            continue;
-        *p = 0;
-        if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-            return rm_errf(err, RM_EIO, "mkdir %s: %s", tmp, strerror(errno));
-        *p = '/';
-    }
-    if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-        return rm_errf(err, RM_EIO, "mkdir %s: %s", tmp, strerror(errno));
     return RM_OK;
 }
 
@@ -987,8 +971,8 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
     snprintf(l->jobkey, sizeof l->jobkey, "%s/%s",
              job->namespace_ ? job->namespace_ : "default", job->name);
     RM_CHECK_GOTO(rm_local_worker_bin(l->worker_bin, sizeof l->worker_bin, err), rc, out);
-    RM_CHECK_GOTO(mkdir_p(o->run_dir, err), rc, out);
-    RM_CHECK_GOTO(mkdir_p(o->checkpoint_dir, err), rc, out);
+    RM_CHECK_GOTO(rm_fs_mkdir_p(o->run_dir, err), rc, out);
+    RM_CHECK_GOTO(rm_fs_mkdir_p(o->checkpoint_dir, err), rc, out);
     if (job->spec.backend == RM_BACKEND_NCCL || job->spec.training.precision != RM_PREC_FP32) {
         /* GPU-only settings: local workers are CPU processes */
         say(l, "ringmaster: note: local workers run on the CPU: backend %s -> ring, precision "

@@ -261,21 +261,6 @@ static void on_event(void *ud, bool warning, const char *reason, const char *mes
 
 /* ------------------------------------------------------------------ helpers */
 
-static int mkdirs(const char *path)
-{
-    char tmp[PATH_MAX];
-    rm_sfmt(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p == '/') {
-            *p = 0;
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-                return -1;
-            *p = '/';
-        }
-    }
-    return mkdir(tmp, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 /* Is there a checkpoint file in dir (what --resume would continue from)? */
 static bool has_checkpoint(const char *dir)
 {
@@ -693,8 +678,9 @@ int rm_run_main(int argc, char **argv)
             return pc;
         }
     }
-    if (mkdirs(run_dir) != 0) {
-        fprintf(stderr, "ringmaster run: cannot create %s: %s\n", run_dir, strerror(errno));
+    rm_err mke = {0};
+    if (rm_fs_mkdir_p(run_dir, &mke) != RM_OK) {
+        fprintf(stderr, "ringmaster run: cannot create %s: %s\n", run_dir, mke.msg);
         rm_tj_free(&job);
         return 1;
     }
