@@ -47,12 +47,6 @@ int rm_kube_config_auto(const char *kubeconfig, rm_kube_config *out, rm_err *err
 int rm_kube_config_copy(rm_kube_config *dst, const rm_kube_config *src);
 void rm_kube_config_free(rm_kube_config *c);   /* frees members, zeroes; NULL ok */
 
-/* Base64 (standard alphabet, padding optional, whitespace skipped). *out owned (malloc, NUL
- * appended, not counted in *len). RM_EINVAL on a bad character. */
-int rm_kube_b64_decode(const char *in, size_t inlen, unsigned char **out, size_t *len);
-/* Encode; owned NUL-terminated string or NULL on ENOMEM. */
-char *rm_kube_b64_encode(const unsigned char *in, size_t len);
-
 /* ---------------- token bucket (client-side rate limit) ---------------- */
 typedef struct rm_kube_bucket {
     pthread_mutex_t mu;

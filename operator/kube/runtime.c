@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <zlib.h>
+#include "common/b64.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "common/trainingjob.h"
@@ -318,7 +319,7 @@ void *rm_kube_owned_transform(void *ud, const cJSON *obj)
     if (cJSON_IsString(tok)) {
         unsigned char *raw = NULL;
         size_t n = 0;
-        if (rm_kube_b64_decode(tok->valuestring, strlen(tok->valuestring), &raw, &n) == RM_OK &&
+        if (rm_b64_decode(tok->valuestring, strlen(tok->valuestring), &raw, &n) == RM_OK &&
             n < sizeof(o->token)) {
             memcpy(o->token, raw, n);
             o->token[n] = 0;
@@ -591,7 +592,7 @@ static cJSON *secret_obj(const rm_tj *tj, const char *token)
     base_meta(s, tj, name);
     cJSON_AddStringToObject(s, "type", "Opaque");
     cJSON *d = cJSON_AddObjectToObject(s, "data");
-    char *b = rm_kube_b64_encode((const unsigned char *)token, strlen(token));
+    char *b = rm_b64_encode((const unsigned char *)token, strlen(token));
     cJSON_AddStringToObject(d, "token", b ? b : "");
     free(b);
     return s;

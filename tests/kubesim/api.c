@@ -21,6 +21,7 @@
 #include <strings.h>
 #include <time.h>
 #include <unistd.h>
+#include "common/b64.h"
 #include "common/json.h"
 #include "common/yaml.h"
 #include "tests/kubesim/names.h"
@@ -560,26 +561,6 @@ static int reply_wfail(rm_http_resp *resp, const ks_kind *k, const char *name, c
     return ks_reply_json(resp, r->code, o);
 }
 
-static const char B64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-static char *b64enc(const char *in, size_t n)
-{
-    char *out = malloc(4 * ((n + 2) / 3) + 1);
-    if (!out)
-        return NULL;
-    size_t o = 0;
-    for (size_t i = 0; i < n; i += 3) {
-        unsigned v = (unsigned char)in[i] << 16;
-        if (i + 1 < n) v |= (unsigned char)in[i + 1] << 8;
-        if (i + 2 < n) v |= (unsigned char)in[i + 2];
-        out[o++] = B64[(v >> 18) & 63];
-        out[o++] = B64[(v >> 12) & 63];
-        out[o++] = i + 1 < n ? B64[(v >> 6) & 63] : '=';
-        out[o++] = i + 2 < n ? B64[v & 63] : '=';
-    }
-    out[o] = 0;
-    return out;
-}
-
 static bool image_latest(const char *img)
 {
     const char *slash = strrchr(img, '/');
@@ -683,7 +664,7 @@ static int builtin_prepare(ks_server *s, ks_kind *k, cJSON *o, const cJSON *old,
             for (cJSON *e = sd->child; e; e = e->next) {
                 if (!cJSON_IsString(e) || !e->string)
                     continue;
-                char *enc = b64enc(e->valuestring, strlen(e->valuestring));
+                char *enc = rm_b64_encode((const unsigned char *)e->valuestring, strlen(e->valuestring));
                 if (enc)
                     set_str(data, e->string, enc);
                 free(enc);

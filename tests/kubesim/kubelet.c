@@ -33,6 +33,7 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+#include "common/b64.h"
 #include "common/json.h"
 #include "tests/kubesim/podman.h"
 
@@ -176,38 +177,12 @@ static char *expand(const envv *e, const char *in)
     return ks_buf_take(&b, NULL);
 }
 
-static int b64val(char c)
-{
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+' || c == '-') return 62;
-    if (c == '/' || c == '_') return 63;
-    return -1;
-}
-
+/* A Secret value, decoded (the stored data is base64); NULL when it is not base64. */
 static char *b64dec(const char *in)
 {
-    size_t n = strlen(in);
-    char *out = malloc(n + 1);
-    if (!out)
-        return NULL;
-    size_t o = 0;
-    unsigned acc = 0;
-    int bits = 0;
-    for (size_t i = 0; i < n; i++) {
-        int v = b64val(in[i]);
-        if (v < 0)
-            continue;
-        acc = (acc << 6) | (unsigned)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out[o++] = (char)((acc >> bits) & 0xff);
-        }
-    }
-    out[o] = 0;
-    return out;
+    unsigned char *out = NULL;
+    size_t n = 0;
+    return rm_b64_decode(in, strlen(in), &out, &n) == RM_OK ? (char *)out : NULL;
 }
 
 /* Value of key in a Secret (decoded) or ConfigMap; owned string or NULL. */
@@ -496,6 +471,52 @@ static void started(ks_kubelet *kl, kl_pod *p, kl_ctr *c, pid_t pid)
     pod_event(kl->s, p->ns, p->name, p->uid, "Normal", "Started", "kubelet", "Started container %s", c->name);
 }
 
+/* Forks one container's process, in both modes: a new session, default signals, stdin from
+ * /dev/null, stdout+stderr appended to the container's log (the previous run's log kept as
+ * prev_log, for `kubectl logs --previous`). envp NULL inherits kubesim's environment (podman mode:
+ * the container's env travels as -e flags); wd, when set, is the working directory. Returns the
+ * child's pid, or -1 with errno from fork. */
+static pid_t spawn_logged(kl_ctr *c, char *const argv[], char *const envp[], const char *wd)
+{
+    if (c->ever_started && c->log[0])
+        rename(c->log, c->prev_log);
+    int fd = open(c->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setsid();
+        sigset_t none;
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        signal(SIGINT, SIG_DFL);
+        int nul = open("/dev/null", O_RDONLY);
+        if (nul >= 0)
+            dup2(nul, 0);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        if (wd && *wd && chdir(wd) != 0) {
+            dprintf(2, "kubesim: chdir %s: %s\n", wd, strerror(errno));
+            _exit(128);
+        }
+        if (argv[0]) {
+            if (envp)
+                execvpe(argv[0], argv, envp);
+            else
+                execvp(argv[0], argv);
+        }
+        dprintf(2, "kubesim: exec %s: %s\n", argv[0] ? argv[0] : "(none)", strerror(errno));
+        _exit(127);
+    }
+    int saved = errno;
+    if (fd >= 0)
+        close(fd);
+    errno = saved;
+    return pid;
+}
+
 /* podman runtime: fork `podman run` attached, its output to the container's log (podman.h). */
 static int start_podman(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *pod, const cJSON *cj, envv *env)
 {
@@ -528,31 +549,7 @@ static int start_podman(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *pod, 
         c->next_start = rm_mono() + 2;
         return -1;
     }
-    if (c->ever_started && c->log[0])
-        rename(c->log, c->prev_log);
-    int fd = open(c->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    pid_t pid = fork();
-    if (pid == 0) {
-        setsid();
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGINT, SIG_DFL);
-        int nul = open("/dev/null", O_RDONLY);
-        if (nul >= 0)
-            dup2(nul, 0);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        execvp(argv[0], argv);
-        dprintf(2, "kubesim: exec podman: %s\n", strerror(errno));
-        _exit(127);
-    }
-    if (fd >= 0)
-        close(fd);
+    pid_t pid = spawn_logged(c, argv, NULL, NULL);
     ks_podman_argv_free(argv);
     if (pid < 0) {
         snprintf(c->reason, sizeof(c->reason), "RunContainerError");
@@ -623,37 +620,7 @@ static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *po
             argv[argc++] = expand(&env, a->valuestring);
     argv[argc] = NULL;
     const char *wd = ks_sget(cj, "workingDir");
-    if (c->ever_started && c->log[0]) {
-        rename(c->log, c->prev_log);
-    }
-    int fd = open(c->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    pid_t pid = fork();
-    if (pid == 0) {
-        setsid();
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGINT, SIG_DFL);
-        int nul = open("/dev/null", O_RDONLY);
-        if (nul >= 0)
-            dup2(nul, 0);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        if (wd && *wd && chdir(wd) != 0) {
-            dprintf(2, "kubesim: chdir %s: %s\n", wd, strerror(errno));
-            _exit(128);
-        }
-        if (argv[0])
-            execvpe(argv[0], argv, env.v);
-        dprintf(2, "kubesim: exec %s: %s\n", argv[0] ? argv[0] : "(none)", strerror(errno));
-        _exit(127);
-    }
-    if (fd >= 0)
-        close(fd);
+    pid_t pid = spawn_logged(c, argv, env.v, wd);
     for (int i = 0; i < argc; i++)
         free(argv[i]);
     env_free(&env);

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "common/b64.h"
 
 static cJSON *oget(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
 
@@ -104,46 +105,6 @@ static int write_file(const char *dir, const char *name, const char *data, size_
     return ok ? 0 : -1;
 }
 
-static int b64v(char c)
-{
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+' || c == '-') return 62;
-    if (c == '/' || c == '_') return 63;
-    return -1;
-}
-
-/* base64 → bytes (malloc'd, *len set); NULL on bad input */
-static char *b64(const char *in, size_t *len)
-{
-    size_t n = strlen(in);
-    char *out = malloc(n / 4 * 3 + 4);
-    if (!out)
-        return NULL;
-    unsigned acc = 0;
-    int bits = 0;
-    size_t o = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (in[i] == '=' || in[i] == '\n' || in[i] == '\r')
-            continue;
-        int v = b64v(in[i]);
-        if (v < 0) {
-            free(out);
-            return NULL;
-        }
-        acc = (acc << 6) | (unsigned)v;
-        bits += 6;
-        if (bits >= 8) {
-            bits -= 8;
-            out[o++] = (char)((acc >> bits) & 0xff);
-        }
-    }
-    out[o] = 0;
-    *len = o;
-    return out;
-}
-
 /* A Secret's or ConfigMap's data (a copy; NULL when the object is missing). */
 static cJSON *ref_data(ks_server *s, int type, const char *ns, const char *name)
 {
@@ -187,7 +148,10 @@ static int materialize(ks_server *s, bool secret, const char *ns, const cJSON *s
                 continue;
         }
         size_t len = strlen(d->valuestring);
-        char *bytes = secret ? b64(d->valuestring, &len) : strdup(d->valuestring);
+        unsigned char *dec = NULL;
+        if (secret && rm_b64_decode(d->valuestring, strlen(d->valuestring), &dec, &len) != RM_OK)
+            len = 0;
+        char *bytes = secret ? (char *)dec : strdup(d->valuestring);
         int rc = bytes ? write_file(dir, path, bytes, len, mode) : -1;
         free(bytes);
         if (rc < 0) {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "common/b64.h"
 #include "common/http.h"
 #include "common/httpc.h"
 #include "operator/kube/client.h"
@@ -135,21 +136,21 @@ static void test_in_cluster(void)
 static void test_base64(void)
 {
     const char *s = "hello, kube";
-    char *enc = rm_kube_b64_encode((const unsigned char *)s, strlen(s));
+    char *enc = rm_b64_encode((const unsigned char *)s, strlen(s));
     CU_ASSERT_STRING_EQUAL(enc, "aGVsbG8sIGt1YmU=");
     unsigned char *dec = NULL;
     size_t n = 0;
-    CU_ASSERT_EQUAL(rm_kube_b64_decode(enc, strlen(enc), &dec, &n), RM_OK);
+    CU_ASSERT_EQUAL(rm_b64_decode(enc, strlen(enc), &dec, &n), RM_OK);
     CU_ASSERT_EQUAL(n, strlen(s));
     CU_ASSERT_EQUAL(memcmp(dec, s, n), 0);
     free(dec);
     free(enc);
-    CU_ASSERT_EQUAL(rm_kube_b64_decode("aGV\nsbG8=", 9, &dec, &n), RM_OK);
+    CU_ASSERT_EQUAL(rm_b64_decode("aGV\nsbG8=", 9, &dec, &n), RM_OK);
     CU_ASSERT_EQUAL(n, 5);
     free(dec);
-    CU_ASSERT_EQUAL(rm_kube_b64_decode("a$b", 3, &dec, &n), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_b64_decode("a$b", 3, &dec, &n), RM_EINVAL);
     CU_ASSERT_PTR_NULL(dec);
-    CU_ASSERT_EQUAL(rm_kube_b64_decode("YQ==YQ", 6, &dec, &n), RM_EINVAL);   /* data after padding */
+    CU_ASSERT_EQUAL(rm_b64_decode("YQ==YQ", 6, &dec, &n), RM_EINVAL);   /* data after padding */
 }
 
 static void test_token_bucket(void)
