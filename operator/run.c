@@ -30,6 +30,7 @@
 #include "common/http.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "common/worker_env.h"
 #include "common/yaml.h"
 #include "operator/local.h"
 #include "worker/faults.h"
@@ -312,9 +313,9 @@ static int resume_preflight(const rm_tj *job, const char *ckpt_dir, bool if_pres
     }
     pid_t pid = fork();
     if (pid == 0) {
-        setenv("RINGMASTER_TRAINING", training, 1);
-        unsetenv("RINGMASTER_CHECKPOINT_DIR");
-        unsetenv("RINGMASTER_RESUME");
+        setenv(RM_ENV_TRAINING, training, 1);
+        unsetenv(RM_ENV_CHECKPOINT_DIR);
+        unsetenv(RM_ENV_RESUME);
         execl(bin, bin, "train", "--check", if_present ? "--resume=if-present" : "--resume",
               "--checkpoint-dir", ckpt_dir, "--metrics-addr", "off", (char *)NULL);
         _exit(127);

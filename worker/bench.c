@@ -18,6 +18,7 @@
 
 #include "common/rdzv.h"
 #include "common/rm.h"
+#include "common/worker_env.h"
 #include "kernels/kernels.h"
 #include "worker/comm.h"
 #include "worker/fusion.h"
@@ -68,8 +69,8 @@ static void usage(FILE *f) {
             "         [--thresholds 0,262144,...]: time per training step with per-layer\n"
             "         allreduce (threshold 0) vs fused buckets, backward simulated per layer.\n"
             "  World: mpirun (--backend mpi), --world/--rank/--peers (static), or the rendezvous\n"
-            "  (RINGMASTER_RENDEZVOUS, RINGMASTER_JOB, RINGMASTER_TOKEN, RINGMASTER_WORKER_ID,\n"
-            "  RINGMASTER_BIND_ADDR).\n");
+            "  (" RM_ENV_RENDEZVOUS ", " RM_ENV_JOB ", " RM_ENV_TOKEN ", " RM_ENV_WORKER_ID ",\n"
+            "  " RM_ENV_BIND_ADDR ").\n");
 }
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
@@ -241,19 +242,19 @@ static int world_open(const bench_opts *o, bench_world *w, rm_err *err) {
         cfg.rank = w->rank;
         cfg.world_size = w->size;
         cfg.peers = w->peers;
-        if (!cfg.token) cfg.token = getenv("RINGMASTER_TOKEN");
+        if (!cfg.token) cfg.token = getenv(RM_ENV_TOKEN);
         return w->ops->init(&cfg, &w->comm, err);
     }
-    const char *url = getenv("RINGMASTER_RENDEZVOUS"), *job = getenv("RINGMASTER_JOB"),
-               *tok = o->token ? o->token : getenv("RINGMASTER_TOKEN"),
-               *wid = getenv("RINGMASTER_WORKER_ID"), *bind = getenv("RINGMASTER_BIND_ADDR");
+    const char *url = getenv(RM_ENV_RENDEZVOUS), *job = getenv(RM_ENV_JOB),
+               *tok = o->token ? o->token : getenv(RM_ENV_TOKEN),
+               *wid = getenv(RM_ENV_WORKER_ID), *bind = getenv(RM_ENV_BIND_ADDR);
     if (!url || !job || !wid) {
         if (strcmp(be, "nccl") == 0 || strcmp(be, "local") == 0 || strcmp(be, "ring") == 0) {
             /* no world given: a world of one */
             cfg.world_size = 1;
             return w->ops->init(&cfg, &w->comm, err);
         }
-        return rm_errf(err, RM_EINVAL, "no world: use mpirun, --world/--rank/--peers or RINGMASTER_RENDEZVOUS");
+        return rm_errf(err, RM_EINVAL, "no world: use mpirun, --world/--rank/--peers or " RM_ENV_RENDEZVOUS);
     }
     char host[64] = "127.0.0.1", addr[96];
     int port = 0;

@@ -383,7 +383,7 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
     const char *env;
     if (config) {
         RM_CHECK_GOTO(load_config_file(config, cfg, err), rc, fail);
-    } else if ((env = getenv("RINGMASTER_TRAINING")) && *env) {
+    } else if ((env = getenv(RM_ENV_TRAINING)) && *env) {
         RM_CHECK_GOTO(load_env_training(env, cfg, err), rc, fail);
     }
     uint32_t given = cfg->t.set;   /* fields the config named explicitly */
@@ -652,12 +652,12 @@ static void ckpt_writer_stop(trainer *t);
 static int rdzv_client_make(const rm_train_cfg *cfg, rm_rdzv_client **out, rm_err *err)
 {
     if (!cfg->token || !*cfg->token)
-        return rm_err_field(err, RM_EAUTH, "RINGMASTER_TOKEN",
+        return rm_err_field(err, RM_EAUTH, RM_ENV_TOKEN,
                             "missing or empty: the rendezvous at %s needs the job's token",
                             cfg->rdzv_url);
     *out = rm_rdzv_client_new(cfg->rdzv_url, cfg->job, cfg->token, cfg->worker_id);
     if (!*out)
-        return rm_err_field(err, RM_EINVAL, "RINGMASTER_RENDEZVOUS",
+        return rm_err_field(err, RM_EINVAL, RM_ENV_RENDEZVOUS,
                             "cannot use rendezvous %s for job \"%s\" as worker \"%s\" (the job "
                             "must be namespace/name, names and the worker id DNS-like, the token "
                             "one line of at most 255 bytes)",
@@ -1521,7 +1521,7 @@ static int preflight(const rm_train_cfg *cfg, rm_err *err)
 {
     rm_err e = {0};
     if (cfg->rdzv_url && (!cfg->token || !*cfg->token))
-        return rm_err_field(err, RM_EAUTH, "RINGMASTER_TOKEN",
+        return rm_err_field(err, RM_EAUTH, RM_ENV_TOKEN,
                             "missing or empty: the rendezvous at %s needs the job's token",
                             cfg->rdzv_url);
     if (cfg->checkpoint_dir && rm_ckpt_dir_check(cfg->checkpoint_dir, &e) != RM_OK)
