@@ -28,6 +28,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #ifdef __cplusplus
@@ -104,7 +105,30 @@ typedef struct rm_kernels {
      * finite again), else left unchanged (the caller zeroes it once per step, so several buffers
      * can share the flag). inv_scale 1 checks without changing x. Optional: unit tests' tables. */
     void (*unscale_check_finite)(float *x, size_t n, float inv_scale, int32_t *found_inf);
+
+    /* ---- host memory for per-step copies (optional: NULL means malloc/free) ----
+     * Host buffers the trainer copies through every step (the batch staging, the checkpoint
+     * payload). The CUDA table pins them (DMA without a staging copy); an h2d from such a buffer
+     * returns once the copy is done, so "src may be reused on return" holds for every source.
+     * Free only with the same table's host_free. Use rm_kernels_host_alloc/free below. */
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
 } rm_kernels;
+
+/* host_alloc, or malloc for a table without it; NULL on ENOMEM. */
+static inline void *rm_kernels_host_alloc(const rm_kernels *k, size_t bytes)
+{
+    return k->host_alloc ? k->host_alloc(bytes) : malloc(bytes ? bytes : 1);
+}
+
+/* Releases what rm_kernels_host_alloc returned for the same table; NULL ok. */
+static inline void rm_kernels_host_free(const rm_kernels *k, void *p)
+{
+    if (k->host_free)
+        k->host_free(p);
+    else
+        free(p);
+}
 
 /* The CPU table (kernels/kernels_cpu.c). First call sets OpenBLAS to one thread per process
  * (data parallelism runs one worker per core). Never NULL. */

@@ -50,6 +50,12 @@ int rm_cuda_check(rm_err *err);
  * table retries its initialisation on the next call. Copies into why[cap]. */
 void rm_cuda_init_error(char *why, size_t cap);
 
+/* Device memory [p, p + bytes) is about to be written by work this table did not queue (an NCCL
+ * collective's output): the table drops any cached 16-bit copy of it (kernels/cast_cache.h). Every
+ * writer of device memory outside the table must call this before queuing the write. No-op
+ * without CUDA or before the table is initialised. */
+void rm_cuda_note_written(const void *p, size_t bytes);
+
 /* RINGMASTER_CUDA_SYNC_CHECK=1: every launch is followed by a stream synchronisation and a check,
  * so an execution fault names the kernel that caused it (slow; for make test-gpu and debugging).
  * Read once when the table initialises. */

@@ -682,11 +682,11 @@ static void trainer_free(trainer *t)
         rm_amp_free(&t->amp);
     if (t->k) {
         t->k->free(t->dev_small);
+        rm_kernels_host_free(t->k, t->host_x);   /* pinned by the CUDA table */
+        rm_kernels_host_free(t->k, t->host_labels);
+        rm_kernels_host_free(t->k, t->host_stage);
     }
     free(t->perm);
-    free(t->host_x);
-    free(t->host_labels);
-    free(t->host_stage);
     rm_dataset_free(&t->tr);
     rm_dataset_free(&t->te);
     rm_wmetrics_stop(&t->wm);
@@ -750,11 +750,11 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     RM_CHECK(t->strat->init(&env, &t->st, err));
     t->perm = malloc((size_t)t->tr.n * sizeof *t->perm);
     t->stage_bytes = (size_t)(1 + t->opt.nstate) * t->m.layout.total * sizeof(float);
-    t->host_stage = malloc(t->stage_bytes);
+    t->host_stage = rm_kernels_host_alloc(t->k, t->stage_bytes);
     t->dev_small = t->k->alloc(32 * sizeof(float));
     if (!t->k->host_memory) {
-        t->host_x = malloc((size_t)t->B * RM_MODEL_INPUT * sizeof(float));
-        t->host_labels = malloc((size_t)t->B * sizeof(int32_t));
+        t->host_x = rm_kernels_host_alloc(t->k, (size_t)t->B * RM_MODEL_INPUT * sizeof(float));
+        t->host_labels = rm_kernels_host_alloc(t->k, (size_t)t->B * sizeof(int32_t));
     }
     if (!t->perm || !t->host_stage || !t->dev_small ||
         (!t->k->host_memory && (!t->host_x || !t->host_labels)))
@@ -1156,12 +1156,17 @@ static int round_setup(trainer *t, bool first, rm_err *err)
 
 /* ---------------- evaluation (sharded over ranks, reduced) ---------------- */
 
-static double read_loss(trainer *t);
+/* A device copy's status: on failure the table's first pending error (a CUDA/cuBLAS call or a
+ * device fault since the last check) says more than the copy, so it is the one reported; the round
+ * fails either way, as it does when state_save's d2h fails. */
+static int dev_copy(trainer *t, int rc, const char *what, rm_err *err);
+
+static int read_loss(trainer *t, rm_err *err);
 
 static int evaluate(trainer *t, rm_err *err)
 {
     if (t->step > 0)
-        t->train_loss = read_loss(t);   /* the last step's; evaluation reuses the loss scalar */
+        RM_CHECK(read_loss(t, err));   /* the last step's; evaluation reuses the loss scalar */
     int n = t->te.n, per = (n + t->world - 1) / t->world;
     int start = t->rank * per, end = start + per < n ? start + per : n;
     double correct = 0, loss = 0;
@@ -1171,8 +1176,10 @@ static int evaluate(trainer *t, rm_err *err)
             rm_data_slice(&t->te, s, rows, t->m.x, t->m.labels);
         } else {
             rm_data_slice(&t->te, s, rows, t->host_x, t->host_labels);
-            t->k->h2d(t->m.x, t->host_x, (size_t)rows * RM_MODEL_INPUT * sizeof(float));
-            t->k->h2d(t->m.labels, t->host_labels, (size_t)rows * sizeof(int32_t));
+            RM_CHECK(dev_copy(t, t->k->h2d(t->m.x, t->host_x, (size_t)rows * RM_MODEL_INPUT * sizeof(float)),
+                              "evaluation batch", err));
+            RM_CHECK(dev_copy(t, t->k->h2d(t->m.labels, t->host_labels, (size_t)rows * sizeof(int32_t)),
+                              "evaluation labels", err));
         }
         rm_model_forward(&t->m, rows);
         rm_model_count_correct(&t->m, rows);
@@ -1183,16 +1190,16 @@ static int evaluate(trainer *t, rm_err *err)
                                    t->m.loss_sum);
         int32_t c = 0;
         float ls = 0;
-        t->k->d2h(&c, t->m.correct, sizeof c);
-        t->k->d2h(&ls, t->m.loss_sum, sizeof ls);
+        RM_CHECK(dev_copy(t, t->k->d2h(&c, t->m.correct, sizeof c), "evaluation count", err));
+        RM_CHECK(dev_copy(t, t->k->d2h(&ls, t->m.loss_sum, sizeof ls), "evaluation loss", err));
         correct += c;
         loss += ls;
     }
     if (t->world > 1) {
         float v[4] = {(float)correct, (float)(end > start ? end - start : 0), (float)loss, 0};
-        t->k->h2d(t->dev_small, v, sizeof v);
+        RM_CHECK(dev_copy(t, t->k->h2d(t->dev_small, v, sizeof v), "evaluation sums", err));
         RM_CHECK(t->ops->allreduce(t->comm, t->dev_small, 4, RM_DT_F32, RM_OP_SUM, err));
-        t->k->d2h(v, t->dev_small, sizeof v);
+        RM_CHECK(dev_copy(t, t->k->d2h(v, t->dev_small, sizeof v), "evaluation sums", err));
         correct = v[0];
         loss = v[2];
     }
@@ -1427,11 +1434,24 @@ static int step_once(trainer *t, rm_err *err)
     return RM_OK;
 }
 
-static double read_loss(trainer *t)
+static int dev_copy(trainer *t, int rc, const char *what, rm_err *err)
+{
+    if (rc == RM_OK)
+        return RM_OK;
+    rm_err detail = {0};
+    if (t->k->check && t->k->check(&detail) != RM_OK)
+        return rm_errf(err, rc, "copying the %s to or from the device failed: %s", what, detail.msg);
+    return rm_errf(err, rc, "copying the %s to or from the device failed", what);
+}
+
+/* The last step's mean loss into t->train_loss; an error (the d2h failed: a device fault) fails the
+ * round instead of reporting a NaN loss. */
+static int read_loss(trainer *t, rm_err *err)
 {
     float ls = 0;
-    t->k->d2h(&ls, t->m.loss_sum, sizeof ls);
-    return ls / t->B;
+    RM_CHECK(dev_copy(t, t->k->d2h(&ls, t->m.loss_sum, sizeof ls), "training loss", err));
+    t->train_loss = ls / t->B;
+    return RM_OK;
 }
 
 /* Steps until the job ends or the round breaks. */
@@ -1490,7 +1510,8 @@ static int run_round(trainer *t, rm_err *err)
         ckpt_collect(t, false);   /* a finished write's result, if any (no waiting) */
         double now = rm_mono();
         if (now - t->rep_t >= 1.0) {   /* the loss needs the device: read it here, ~1/s */
-            t->train_loss = read_loss(t);
+            if ((rc = read_loss(t, err)) != RM_OK)
+                return rc;
             rm_series_set(t->wm.loss, t->train_loss);
             t->rep_t = now;
         }
@@ -1499,7 +1520,8 @@ static int run_round(trainer *t, rm_err *err)
         if (a)
             return a;
         if (cfg->log_every > 0 && t->step - t->log_step >= cfg->log_every) {
-            t->train_loss = read_loss(t);
+            if ((rc = read_loss(t, err)) != RM_OK)
+                return rc;
             rm_series_set(t->wm.loss, t->train_loss);
             rm_info("progress step=%lld train_epoch=%d loss=%.4f lr=%.5f samples_per_s=%.0f "
                     "allreduce_gbps=%.2f",

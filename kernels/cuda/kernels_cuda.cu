@@ -28,6 +28,13 @@
  *    into the fp32 output. Scratch grows to the largest shape seen (first step only) with the
  *    stream-ordered allocator (cudaMallocAsync/cudaFreeAsync): no device-wide synchronisation while
  *    an NCCL kernel may be running on the communication stream. Steady state allocates nothing.
+ *    The rounded copies are cached per operand (kernels/cast_cache.h): within a step the forward's
+ *    X and W and the backward's dY are each rounded once, not once per gemm; every entry that
+ *    writes device memory reports its output range so a copy is never stale, and check() drops
+ *    them all once per step.
+ *  - Host memory for per-step copies (host_alloc) is pinned (cudaMallocHost), so h2d/d2h are DMA
+ *    transfers without a staging copy; a failed pinning falls back to malloc (host_free tells
+ *    them apart).
  * Oracles: kernels/kernels_cpu.c (the CPU table) and worker/gpu.c (conversions); see tests/gpu/. */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -37,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cast_cache.h"
 #include "kernels/cuda/gemm_map.h"
 #include "kernels/cuda/rm_cuda.h"
 #include "kernels/elem.h"
@@ -76,8 +84,8 @@ struct cuda_ctx {
     void *blas_ws = nullptr;
     bool tf32 = true;
     rm_precision prec = RM_PREC_FP32;
-    uint16_t *scratch_a = nullptr, *scratch_b = nullptr;   /* gemm inputs rounded to bf16/fp16 */
-    size_t cap_a = 0, cap_b = 0;                           /* elements */
+    pthread_mutex_t cast_mu = PTHREAD_MUTEX_INITIALIZER;   /* guards casts (NCCL's thread reports writes) */
+    rm_cast_cache casts = {};          /* gemm inputs rounded to bf16/fp16; slot.buf device memory */
     float *partials = nullptr;         /* [kMaxPartials] softmax-xent loss partial sums */
     float *bwd_part = nullptr;         /* [chunks x cols] bias-gradient partial sums */
     size_t cap_part = 0;               /* floats */
@@ -86,6 +94,10 @@ struct cuda_ctx {
 };
 
 cuda_ctx g_cuda;
+
+void wrote(const void *p, size_t bytes);   /* the 16-bit operand cache: see cu_gemm */
+void wrote_all(void);
+bool is_pinned(const void *p);
 
 int cuda_code(cudaError_t e) { return e == cudaErrorMemoryAllocation ? RM_ENOMEM : RM_EIO; }
 int cublas_code(cublasStatus_t s) { return s == CUBLAS_STATUS_ALLOC_FAILED ? RM_ENOMEM : RM_EIO; }
@@ -438,6 +450,7 @@ void *cu_alloc(size_t bytes)
         cudaFree(p);
         return nullptr;
     }
+    wrote(p, bytes);   /* the addresses may have held a freed, cached operand */
     return p;
 }
 
@@ -455,15 +468,21 @@ int mem_result(int rc)
 
 int cu_memset0(void *p, size_t bytes)
 {
+    wrote(p, bytes);
     int rc = bytes ? KCHECK(cudaMemsetAsync(p, 0, bytes, g_cuda.stream)) : RM_OK;
     return mem_result(rc);
 }
 
-/* src may be reused on return: a pageable source is staged before cudaMemcpyAsync returns. */
+/* src may be reused on return: a pageable source is staged before cudaMemcpyAsync returns; a
+ * pinned one (host_alloc) is read by the DMA itself, so the call waits for that copy (the trainer
+ * copies a batch after the previous step's d2h drained the stream: nothing else is waited for). */
 int cu_h2d(void *dst, const void *src, size_t bytes)
 {
+    wrote(dst, bytes);
     int rc = bytes ? KCHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, g_cuda.stream))
                    : RM_OK;
+    if (rc == RM_OK && bytes && is_pinned(src))
+        rc = KCHECK(cudaStreamSynchronize(g_cuda.stream));
     return mem_result(rc);
 }
 
@@ -483,8 +502,45 @@ int cu_d2h(void *dst, const void *src, size_t bytes)
     return rc;
 }
 
+/* Pinned host memory (cudaMallocHost); when pinning fails, plain malloc (cu_host_free tells them
+ * apart by asking the runtime what the pointer is). */
+void *cu_host_alloc(size_t bytes)
+{
+    void *p = nullptr;
+    if (bytes == 0)
+        bytes = 1;
+    cudaError_t e = cudaMallocHost(&p, bytes);
+    if (e == cudaSuccess)
+        return p;
+    (void)cudaGetLastError();
+    rm_log_write(RM_LOG_WARN, __FILE__, __LINE__, "cudaMallocHost failed bytes=%zu err=\"%s\" "
+                 "(pageable memory instead)", bytes, cudaGetErrorString(e));
+    return malloc(bytes);
+}
+
+bool is_pinned(const void *p)
+{
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+
+void cu_host_free(void *p)
+{
+    if (!p)
+        return;
+    if (is_pinned(p))
+        KCHECK(cudaFreeHost(p));
+    else
+        free(p);
+}
+
 int cu_d2d(void *dst, const void *src, size_t bytes)
 {
+    wrote(dst, bytes);
     int rc = RM_OK;
     if (bytes && dst != src)
         rc = KCHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, g_cuda.stream));
@@ -506,6 +562,7 @@ int cu_check(rm_err *err)
         note_error(__FILE__, __LINE__, cuda_code(q), "cudaStreamQuery (work queued earlier faulted)",
                    cudaGetErrorString(q));
     }
+    wrote_all();   /* once per step: no rounded copy outlives the step that made it */
     int rc = RM_OK;
     pthread_mutex_lock(&g_cuda.err_mu);
     if (g_cuda.first_err.code != 0) {
@@ -543,6 +600,23 @@ bool grow_scratch(void **p, size_t *cap, size_t need_bytes, const char *what, bo
     return true;
 }
 
+/* Work queued from now on may write [p, p + bytes): no cached 16-bit copy of it stays. */
+void wrote(const void *p, size_t bytes)
+{
+    if (!p || !bytes)
+        return;
+    pthread_mutex_lock(&g_cuda.cast_mu);
+    rm_cast_cache_written(&g_cuda.casts, p, bytes);
+    pthread_mutex_unlock(&g_cuda.cast_mu);
+}
+
+void wrote_all(void)
+{
+    pthread_mutex_lock(&g_cuda.cast_mu);
+    rm_cast_cache_clear(&g_cuda.casts);
+    pthread_mutex_unlock(&g_cuda.cast_mu);
+}
+
 void cast_2d(bool bf, const float *src, int ld, int rows, int cols, uint16_t *dst)
 {
     bool vec = (cols % 4) == 0 && (ld % 4) == 0 && ((uintptr_t)src % 16) == 0;
@@ -559,6 +633,25 @@ void cast_2d(bool bf, const float *src, int ld, int rows, int cols, uint16_t *ds
     KLAUNCHED("k_cast_2d");
 }
 
+/* The packed 16-bit copy of a rows x cols fp32 operand (row stride ld): the cached one while its
+ * source is unchanged, else rounded now into a cache slot. NULL when the slot cannot grow (the error
+ * is recorded for check()). Caller holds cast_mu. */
+const uint16_t *cast_operand(bool bf, const float *src, int ld, int rows, int cols, const char *what)
+{
+    size_t need = (size_t)rows * (size_t)cols * sizeof(uint16_t);
+    bool hit = false;
+    int i = rm_cast_cache_get(&g_cuda.casts, src, rows, cols, ld, (int)g_cuda.prec, need, &hit);
+    rm_cast_slot *s = &g_cuda.casts.slot[i];
+    if (hit)
+        return (const uint16_t *)s->buf;
+    if (!grow_scratch(&s->buf, &s->cap, need, what)) {
+        rm_cast_cache_drop(&g_cuda.casts, i);
+        return nullptr;
+    }
+    cast_2d(bf, src, ld, rows, cols, (uint16_t *)s->buf);
+    return (const uint16_t *)s->buf;
+}
+
 /* A gemm that cannot run leaves C all NaN (0xff bytes), so nothing downstream mistakes the old C
  * for a result; the error itself is recorded for check(). */
 void poison_c(float *c, int m, int n, int ldc)
@@ -569,11 +662,9 @@ void poison_c(float *c, int m, int n, int ldc)
 
 /* Row-major C = alpha op(A) op(B) + beta C through column-major cuBLAS: C^T = op(B)^T op(A)^T, so
  * B goes first and the transposes carry over unchanged (gemm_map.h). */
-void cu_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
-             const float *b, int ldb, float beta, float *c, int ldc)
+void gemm_queue(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
+                const float *b, int ldb, float beta, float *c, int ldc)
 {
-    if (m <= 0 || n <= 0)
-        return;
     if (k <= 0) {   /* empty sum: C = beta C, as the CPU table (beta 0 clears NaNs too) */
         size_t nn = (size_t)m * n;
         k_beta_scale<<<grid_for(nn), kThreads, 0, g_cuda.stream>>>(c, m, n, ldc, beta);
@@ -594,24 +685,34 @@ void cu_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a,
     int a_rows, a_cols, b_rows, b_cols;
     rm_gemm_stored(ta, m, k, &a_rows, &a_cols);
     rm_gemm_stored(tb, k, n, &b_rows, &b_cols);
-    size_t na = (size_t)a_rows * a_cols, nb = (size_t)b_rows * b_cols;
-    if (!grow_scratch((void **)&g_cuda.scratch_a, &g_cuda.cap_a, na * sizeof(uint16_t),
-                      "cudaMallocAsync(gemm scratch A)") ||
-        !grow_scratch((void **)&g_cuda.scratch_b, &g_cuda.cap_b, nb * sizeof(uint16_t),
-                      "cudaMallocAsync(gemm scratch B)")) {
+    bool bf = g_cuda.prec == RM_PREC_BF16;
+    pthread_mutex_lock(&g_cuda.cast_mu);
+    const uint16_t *a16 = cast_operand(bf, a, lda, a_rows, a_cols, "cudaMallocAsync(gemm operand A)");
+    const uint16_t *b16 = a16 ? cast_operand(bf, b, ldb, b_rows, b_cols, "cudaMallocAsync(gemm operand B)")
+                              : nullptr;
+    if (!a16 || !b16) {
+        pthread_mutex_unlock(&g_cuda.cast_mu);
         poison_c(c, m, n, ldc);
         return;
     }
-    bool bf = g_cuda.prec == RM_PREC_BF16;
-    cast_2d(bf, a, lda, a_rows, a_cols, g_cuda.scratch_a);
-    cast_2d(bf, b, ldb, b_rows, b_cols, g_cuda.scratch_b);
     /* packed operands: leading dimension = stored columns */
     g = rm_gemm_colmajor(ta, tb, m, n, k, a_cols, b_cols);
     cudaDataType_t dt = bf ? CUDA_R_16BF : CUDA_R_16F;
-    BCHECK(cublasGemmEx(g_cuda.blas, op1, op2, g.m, g.n, g.k, &alpha, g_cuda.scratch_b, dt, g.ld_first,
-                        g_cuda.scratch_a, dt, g.ld_second, &beta, c, CUDA_R_32F, ldc,
+    BCHECK(cublasGemmEx(g_cuda.blas, op1, op2, g.m, g.n, g.k, &alpha, b16, dt, g.ld_first,
+                        a16, dt, g.ld_second, &beta, c, CUDA_R_32F, ldc,
                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    pthread_mutex_unlock(&g_cuda.cast_mu);
     KSYNCED(bf ? "cublasGemmEx (bf16)" : "cublasGemmEx (fp16)");
+}
+
+void cu_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
+             const float *b, int ldb, float beta, float *c, int ldc)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    gemm_queue(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    /* after the operands' casts are queued: a C that overlaps A or B leaves no stale copy */
+    wrote(c, rm_cast_span(m, n, ldc));
 }
 
 void cu_bias_act_fwd(float *y, const float *b, int rows, int cols, rm_act act)
@@ -619,6 +720,7 @@ void cu_bias_act_fwd(float *y, const float *b, int rows, int cols, rm_act act)
     size_t n = (size_t)rows * cols;
     if (!n || rows < 0 || cols < 0)
         return;
+    wrote(y, n * sizeof(float));
     k_bias_act_fwd<<<grid_2d(rows, cols), kThreads, 0, g_cuda.stream>>>(y, b, rows, cols, (int)act);
     KLAUNCHED("k_bias_act_fwd");
 }
@@ -629,6 +731,8 @@ void cu_bias_act_bwd(float *dy, const float *y, float *db, int rows, int cols, r
         return;
     if (rows < 0)
         rows = 0;
+    wrote(dy, (size_t)rows * cols * sizeof(float));
+    wrote(db, (size_t)cols * sizeof(float));
     rm_plan_bwd p = rm_plan_bias_bwd(rows, cols, g_cuda.sms);
     float *out = db;
     if (p.chunks > 1) {
@@ -659,6 +763,9 @@ void cu_bias_act_bwd(float *dy, const float *y, float *db, int rows, int cols, r
 void cu_softmax_xent(const float *logits, const int32_t *labels, int rows, int classes,
                      float inv_batch, float *dlogits, float *loss_sum)
 {
+    wrote(loss_sum, sizeof(float));
+    if (rows > 0 && classes > 0)
+        wrote(dlogits, (size_t)rows * classes * sizeof(float));
     if (rows <= 0 || classes <= 0) {
         KCHECK(cudaMemsetAsync(loss_sum, 0, sizeof(float), g_cuda.stream));
         return;
@@ -674,6 +781,7 @@ void cu_softmax_xent(const float *logits, const int32_t *labels, int rows, int c
 void cu_argmax_correct(const float *logits, const int32_t *labels, int rows, int classes,
                        int32_t *correct)
 {
+    wrote(correct, sizeof(int32_t));
     KCHECK(cudaMemsetAsync(correct, 0, sizeof(int32_t), g_cuda.stream));
     if (rows <= 0 || classes <= 0)
         return;
@@ -686,6 +794,8 @@ void cu_sgd(float *w, const float *g, float *v, size_t n, float lr, float moment
 {
     if (!n)
         return;
+    wrote(w, n * sizeof(float));
+    wrote(v, n * sizeof(float));
     k_sgd_momentum<<<grid_for(n), kThreads, 0, g_cuda.stream>>>(w, g, v, n, lr, momentum, wd);
     KLAUNCHED("k_sgd_momentum");
 }
@@ -695,6 +805,9 @@ void cu_adam(float *w, const float *g, float *m, float *v, size_t n, float lr, f
 {
     if (!n)
         return;
+    wrote(w, n * sizeof(float));
+    wrote(m, n * sizeof(float));
+    wrote(v, n * sizeof(float));
     float inv_bc1, inv_sqrt_bc2;
     rm_e_adam_corrections(bc1, bc2, &inv_bc1, &inv_sqrt_bc2);
     k_adam<<<grid_for(n), kThreads, 0, g_cuda.stream>>>(w, g, m, v, n, lr, b1, b2, eps, wd, inv_bc1,
@@ -706,6 +819,8 @@ void cu_adagrad(float *w, const float *g, float *s, size_t n, float lr, float ep
 {
     if (!n)
         return;
+    wrote(w, n * sizeof(float));
+    wrote(s, n * sizeof(float));
     k_adagrad<<<grid_for(n), kThreads, 0, g_cuda.stream>>>(w, g, s, n, lr, eps, wd);
     KLAUNCHED("k_adagrad");
 }
@@ -714,6 +829,7 @@ void cu_scale(float *x, size_t n, float a)
 {
     if (!n)
         return;
+    wrote(x, n * sizeof(float));
     k_scale<<<grid_for(n), kThreads, 0, g_cuda.stream>>>(x, n, a);
     KLAUNCHED("k_scale");
 }
@@ -722,6 +838,7 @@ void cu_f32_to_bf16(const float *s, uint16_t *d, size_t n)
 {
     if (!n)
         return;
+    wrote(d, n * sizeof(uint16_t));
     k_f32_to_bf16<<<grid_for(n), kThreads, 0, g_cuda.stream>>>(s, d, n);
     KLAUNCHED("k_f32_to_bf16");
 }
@@ -729,6 +846,7 @@ void cu_bf16_to_f32(const uint16_t *s, float *d, size_t n)
 {
     if (!n)
         return;
+    wrote(d, n * sizeof(float));
     k_bf16_to_f32<<<grid_for(n), kThreads, 0, g_cuda.stream>>>(s, d, n);
     KLAUNCHED("k_bf16_to_f32");
 }
@@ -736,6 +854,7 @@ void cu_f32_to_f16(const float *s, uint16_t *d, size_t n)
 {
     if (!n)
         return;
+    wrote(d, n * sizeof(uint16_t));
     k_f32_to_f16<<<grid_for(n), kThreads, 0, g_cuda.stream>>>(s, d, n);
     KLAUNCHED("k_f32_to_f16");
 }
@@ -743,6 +862,7 @@ void cu_f16_to_f32(const uint16_t *s, float *d, size_t n)
 {
     if (!n)
         return;
+    wrote(d, n * sizeof(float));
     k_f16_to_f32<<<grid_for(n), kThreads, 0, g_cuda.stream>>>(s, d, n);
     KLAUNCHED("k_f16_to_f32");
 }
@@ -751,6 +871,8 @@ void cu_unscale_check(float *x, size_t n, float inv_scale, int32_t *found_inf)
 {
     if (!n)
         return;
+    wrote(x, n * sizeof(float));
+    wrote(found_inf, sizeof(int32_t));
     k_unscale_check<<<grid_for(n), kThreads, 0, g_cuda.stream>>>(x, n, inv_scale, found_inf);
     KLAUNCHED("k_unscale_check");
 }
@@ -780,6 +902,8 @@ const rm_kernels k_table = {
     cu_f32_to_f16,
     cu_f16_to_f32,
     cu_unscale_check,
+    cu_host_alloc,
+    cu_host_free,
 };
 
 bool env_off(const char *name)
@@ -941,6 +1065,7 @@ int rm_cuda_set_precision(rm_precision p, rm_err *err)
         return rm_errf(err, RM_EIO, "cudaStreamSynchronize: %s", cudaGetErrorString(e));
     }
     g_cuda.prec = p;
+    wrote_all();
     return RM_OK;
 }
 
@@ -952,6 +1077,12 @@ int rm_cuda_device(void)
 void *rm_cuda_compute_stream(void)
 {
     return g_cuda.ok ? (void *)g_cuda.stream : nullptr;
+}
+
+void rm_cuda_note_written(const void *p, size_t bytes)
+{
+    if (__atomic_load_n(&g_cuda.ok, __ATOMIC_ACQUIRE))
+        wrote(p, bytes);
 }
 
 int rm_cuda_check(rm_err *err)

@@ -356,6 +356,8 @@ static int nccl_allreduce_oop(rm_comm *c, const void *send, void *recv, size_t c
     const void *s = send;
     void *r = recv;
     double timeout = rm_nccl_collective_timeout(!c->first_done, c->timeout_s, c->init_timeout_s);
+    if (dev_recv)   /* the kernels table keeps no 16-bit copy of what NCCL overwrites */
+        rm_cuda_note_written(recv, bytes);
 
     /* order after the compute stream's work so far (the kernels that wrote this bucket) */
     cudaStream_t compute = (cudaStream_t)rm_cuda_compute_stream();
