@@ -2,6 +2,7 @@
  * (issue 11: stop used to wait out every held join, up to 10 s, holding the leadership lock), and
  * serves again after a lost-then-regained leadership. */
 #include <CUnit/CUnit.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -112,11 +113,109 @@ static void test_rt_new_bad_config(void)
     rm_kube_rt_free(NULL);
 }
 
+/* ---- rm_kube_rt_new's out-of-memory path, observed ----
+ * The old code destroyed rt->mu on that path before initialising it. glibc accepts destroying a
+ * zeroed mutex, so nothing failed by itself; this binary therefore interposes strdup,
+ * pthread_mutex_init and pthread_mutex_destroy. Outside a test's tracking window (thread-local,
+ * so other threads never notice) they only forward to the real functions; inside it strdup fails
+ * at its nth call and a destroy of a mutex this thread did not initialise in the window is
+ * counted. */
+static _Thread_local int tl_track, tl_strdup_calls, tl_strdup_fail_at, tl_ninit, tl_bad_destroys;
+static _Thread_local const void *tl_inited[16];
+
+static void *real_fn(const char *name, void **cache)
+{
+    void *f = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
+    if (!f) {
+        f = dlsym(RTLD_NEXT, name);
+        __atomic_store_n(cache, f, __ATOMIC_RELEASE);
+    }
+    return f;
+}
+
+char *strdup(const char *s)
+{
+    static void *real;
+    char *(*f)(const char *) = (char *(*)(const char *))real_fn("strdup", &real);
+    if (tl_track && tl_strdup_fail_at > 0 && ++tl_strdup_calls >= tl_strdup_fail_at)
+        return NULL;
+    return f(s);
+}
+
+int pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
+{
+    static void *real;
+    int (*f)(pthread_mutex_t *, const pthread_mutexattr_t *) =
+        (int (*)(pthread_mutex_t *, const pthread_mutexattr_t *))real_fn("pthread_mutex_init", &real);
+    if (tl_track && tl_ninit < 16)
+        tl_inited[tl_ninit++] = m;
+    return f(m, a);
+}
+
+int pthread_mutex_destroy(pthread_mutex_t *m)
+{
+    static void *real;
+    int (*f)(pthread_mutex_t *) = (int (*)(pthread_mutex_t *))real_fn("pthread_mutex_destroy", &real);
+    if (tl_track) {
+        bool known = false;
+        for (int i = 0; i < tl_ninit; i++)
+            if (tl_inited[i] == m)
+                known = true;
+        if (!known)
+            tl_bad_destroys++;
+    }
+    return f(m);
+}
+
+/* Each of rm_kube_rt_new's allocations after the object itself fails in turn: the call reports
+ * out of memory, returns nothing, and its cleanup destroys only a mutex it initialised. */
+static void test_rt_new_out_of_memory(void)
+{
+    int dummy;
+    rm_kube_rt_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.client = (rm_kube_client *)&dummy;   /* never dereferenced by rm_kube_rt_new */
+    cfg.pods = (rm_informer *)&dummy;
+    char url[] = "http://10.0.0.1:29400", image[] = "img:1", inst[] = "op-0";
+    cfg.rdzv_url = url;   /* not literals: the compiler may not fold these strdups away */
+    cfg.worker_image = image;
+    cfg.instance = inst;
+    for (int nth = 1; nth <= 3; nth++) {
+        rm_kube_rt *rt = (rm_kube_rt *)&rt;
+        rm_err e = {0};
+        tl_strdup_calls = tl_ninit = tl_bad_destroys = 0;
+        tl_strdup_fail_at = nth;
+        tl_track = 1;
+        int rc = rm_kube_rt_new(&cfg, &rt, &e);
+        tl_track = 0;
+        CU_ASSERT_EQUAL(rc, RM_ENOMEM);
+        CU_ASSERT_PTR_NULL(rt);
+        CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "out of memory"));
+        CU_ASSERT(tl_strdup_calls >= nth);       /* the injected failure was reached */
+        CU_ASSERT_EQUAL(tl_bad_destroys, 0);     /* no never-initialised mutex destroyed */
+    }
+    /* the interposers themselves: a destroy without an init in the window is seen */
+    pthread_mutex_t m;
+    memset(&m, 0, sizeof m);
+    tl_ninit = tl_bad_destroys = 0;
+    tl_track = 1;
+    pthread_mutex_destroy(&m);
+    tl_track = 0;
+    CU_ASSERT_EQUAL(tl_bad_destroys, 1);
+    /* and with no failure injected the constructor succeeds */
+    rm_kube_rt *rt = NULL;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(rm_kube_rt_new(&cfg, &rt, &e), RM_OK);
+    CU_ASSERT_PTR_NOT_NULL(rt);
+    rm_kube_rt_free(rt);
+}
+
 void rm_suite_opstop(void)
 {
     static const rm_test_case cases[] = {
         {"stopping the rendezvous wakes long polls and can serve again", test_stop_wakes_long_polls},
         {"rm_kube_rt_new refuses a config without a client", test_rt_new_bad_config},
+        {"rm_kube_rt_new out of memory: cleanup destroys only what it made", test_rt_new_out_of_memory},
     };
     RM_ADD_SUITE("opstop", NULL, NULL, cases);
 }
