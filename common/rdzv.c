@@ -798,32 +798,28 @@ rm_rdzv *rm_rdzv_new(void)
     return r;
 }
 
-void rm_rdzv_shutdown(rm_rdzv *r)
+/* Shutting down wakes every long poll so it answers at once. */
+static void set_shutting(rm_rdzv *r, bool on)
 {
     if (!r)
         return;
     pthread_mutex_lock(&r->mu);
-    r->shutting = true;
-    pthread_cond_broadcast(&r->cv);
+    r->shutting = on;
+    if (on)
+        pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
 }
 
-void rm_rdzv_resume(rm_rdzv *r)
-{
-    if (!r)
-        return;
-    pthread_mutex_lock(&r->mu);
-    r->shutting = false;
-    pthread_mutex_unlock(&r->mu);
-}
+void rm_rdzv_shutdown(rm_rdzv *r) { set_shutting(r, true); }
+
+void rm_rdzv_resume(rm_rdzv *r) { set_shutting(r, false); }
 
 void rm_rdzv_free(rm_rdzv *r)
 {
     if (!r)
         return;
+    set_shutting(r, true);
     pthread_mutex_lock(&r->mu);
-    r->shutting = true;
-    pthread_cond_broadcast(&r->cv);
     while (r->inflight > 0)
         pthread_cond_wait(&r->cv, &r->mu);
     pthread_mutex_unlock(&r->mu);
