@@ -48,9 +48,14 @@ except Exception:
   fi
   recs=$(grep -o 'recovery_seconds=[0-9.]*' "$work/err-$j.txt" | cut -d= -f2 | tr '\n' ',' || true)
   echo "$j $rc $phase $got $kills $restarts ${recs:-none} $faults" | tee -a "$work/jobs.txt"
-  if [ "$phase" != Succeeded ]; then
+  # keep the runner's log of every job that did not succeed or counted restarts other than its kills
+  keep=""
+  [ "$phase" = Succeeded ] || keep="$phase"
+  [ -n "$keep" ] || [ "$restarts" = "$kills" ] || keep="restarts$restarts-kills$kills"
+  if [ -n "$keep" ]; then
     mkdir -p "$root/bench/results/raw"
-    cp "$work/err-$j.txt" "$root/bench/results/raw/chaos-job-$j-$phase.txt" 2>/dev/null || true
+    cp "$work/err-$j.txt" "$root/bench/results/raw/chaos-job-$j-$keep.txt" 2>/dev/null || true
+    cat "$work/run-$j"/worker-*.log > "$root/bench/results/raw/chaos-job-$j-$keep-workers.txt" 2>/dev/null || true
   fi
   rm -rf "$work/ck-$j" "$work/run-$j"
 done
@@ -81,7 +86,8 @@ lines = ["## Chaos soak (`ringmaster run`, random worker kills)", "",
          f"{pct(50):.2f} s | {pct(99):.2f} s | {(rec[-1] if rec else float('nan')):.2f} s |", ""]
 if mism:
     lines.append(f"{len(mism)} completed jobs counted restarts different from their kills: "
-                 + ", ".join(f"job {r[0]} ({r[4]} kills, {r[5]} restarts)" for r in mism[:10]))
+                 + ", ".join(f"job {r[0]} ({r[4]} kills, {r[5]} restarts)" for r in mism[:10])
+                 + " (runner and worker logs kept in bench/results/raw/chaos-job-N-restarts*.txt)")
 for r in other + stuck:
     lines.append(f"- job {r[0]}: {r[2]}, steps {r[3]}, exit {r[1]}, faults `{r[7].strip()}` "
                  f"(runner log kept in bench/results/raw/chaos-job-{r[0]}-{r[2]}.txt)")
