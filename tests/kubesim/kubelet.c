@@ -517,6 +517,20 @@ static pid_t spawn_logged(kl_ctr *c, char *const argv[], char *const envp[], con
     return pid;
 }
 
+/* After spawn_logged: the container is running, or (pid < 0, fork_errno from fork) it waits to be
+ * retried with RunContainerError. 0 or -1. */
+static int spawned(ks_kubelet *kl, kl_pod *p, kl_ctr *c, pid_t pid, int fork_errno)
+{
+    if (pid < 0) {
+        snprintf(c->reason, sizeof(c->reason), "RunContainerError");
+        snprintf(c->message, sizeof(c->message), "fork: %s", strerror(fork_errno));
+        c->next_start = rm_mono() + 5;
+        return -1;
+    }
+    started(kl, p, c, pid);
+    return 0;
+}
+
 /* podman runtime: fork `podman run` attached, its output to the container's log (podman.h). */
 static int start_podman(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *pod, const cJSON *cj, envv *env)
 {
@@ -550,15 +564,9 @@ static int start_podman(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *pod, 
         return -1;
     }
     pid_t pid = spawn_logged(c, argv, NULL, NULL);
+    int fork_errno = errno;
     ks_podman_argv_free(argv);
-    if (pid < 0) {
-        snprintf(c->reason, sizeof(c->reason), "RunContainerError");
-        snprintf(c->message, sizeof(c->message), "fork: %s", strerror(errno));
-        c->next_start = rm_mono() + 5;
-        return -1;
-    }
-    started(kl, p, c, pid);
-    return 0;
+    return spawned(kl, p, c, pid, fork_errno);
 }
 
 static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *pod)
@@ -621,17 +629,11 @@ static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *po
     argv[argc] = NULL;
     const char *wd = ks_sget(cj, "workingDir");
     pid_t pid = spawn_logged(c, argv, env.v, wd);
+    int fork_errno = errno;
     for (int i = 0; i < argc; i++)
         free(argv[i]);
     env_free(&env);
-    if (pid < 0) {
-        snprintf(c->reason, sizeof(c->reason), "RunContainerError");
-        snprintf(c->message, sizeof(c->message), "fork: %s", strerror(errno));
-        c->next_start = rm_mono() + 5;
-        return -1;
-    }
-    started(kl, p, c, pid);
-    return 0;
+    return spawned(kl, p, c, pid, fork_errno);
 }
 
 /* ---- status --------------------------------------------------------------------------------- */
