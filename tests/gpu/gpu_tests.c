@@ -180,6 +180,71 @@ static void test_gemm_case(rm_precision prec, bool ta, bool tb, int m, int n, in
     free(a), free(b), free(c0), free(ca), free(cb), free(cc), free(mag), free(gc);
 }
 
+/* The 16-bit operand cache (kernels/cast_cache.h): a gemm that reads a buffer rewritten since its
+ * last cast — by h2d, an optimizer entry, d2d, or another gemm's output — must see the new values.
+ * Small integers keep every bf16 input, product and sum exact, so GPU and CPU agree bit for bit. */
+static void cache_gemm_case(const char *what, int m, int n, int k, const float *da, const float *db,
+                            float *dc, const float *ha, const float *hb)
+{
+    float *want = calloc((size_t)m * n, 4);
+    G->gemm(false, false, m, n, k, 1.0f, da, k, db, n, 0.0f, dc, n);
+    C->gemm(false, false, m, n, k, 1.0f, ha, k, hb, n, 0.0f, want, n);
+    float *got = from_gpu(dc, (size_t)m * n * 4);
+    size_t bad = 0;
+    for (size_t i = 0; i < (size_t)m * n; i++)
+        bad += got[i] != want[i];
+    CHECK(bad == 0, "bf16 gemm after %s: %zu of %d values stale (e.g. gpu %g cpu %g)", what, bad,
+          m * n, got[0], want[0]);
+    free(want);
+    free(got);
+}
+
+static void test_gemm_operand_cache(void)
+{
+    enum { M = 16, N = 16, K = 16 };
+    float ha[M * K], hb[K * N], hc[M * N];
+    for (int i = 0; i < M * K; i++)
+        ha[i] = (float)(i % 7 - 3);
+    for (int i = 0; i < K * N; i++)
+        hb[i] = (float)(i % 5 - 2);
+    float *da = dup_to_gpu(ha, sizeof ha), *db = dup_to_gpu(hb, sizeof hb), *dc = G->alloc(sizeof hc);
+    float *dt = G->alloc(sizeof ha);
+    rm_err e = {0};
+    CHECK(rm_cuda_set_precision(RM_PREC_BF16, &e) == RM_OK, "%s", e.msg);
+    cache_gemm_case("the first cast", M, N, K, da, db, dc, ha, hb);
+    cache_gemm_case("nothing changed", M, N, K, da, db, dc, ha, hb);
+    for (int i = 0; i < M * K; i++)
+        ha[i] = (float)(i % 3 - 1);
+    G->h2d(da, ha, sizeof ha);
+    cache_gemm_case("h2d into A", M, N, K, da, db, dc, ha, hb);
+    G->scale(db, K * N, 2.0f);
+    for (int i = 0; i < K * N; i++)
+        hb[i] *= 2.0f;
+    cache_gemm_case("scale of B", M, N, K, da, db, dc, ha, hb);
+    for (int i = 0; i < M * K; i++)
+        hc[i] = (float)(i % 4);
+    G->h2d(dt, hc, sizeof hc);
+    G->d2d(da, dt, sizeof ha);
+    memcpy(ha, hc, sizeof ha);
+    cache_gemm_case("d2d into A", M, N, K, da, db, dc, ha, hb);
+    /* C of one gemm is A of the next: the first product's values, then a rewritten C */
+    G->gemm(false, false, M, N, K, 1.0f, da, K, db, N, 0.0f, dt, N);
+    C->gemm(false, false, M, N, K, 1.0f, ha, K, hb, N, 0.0f, hc, N);
+    round_array(hc, M * N, RM_PREC_BF16);
+    cache_gemm_case("a gemm wrote A", M, N, K, dt, db, dc, hc, hb);
+    G->scale(dt, M * K, 0.5f);
+    for (int i = 0; i < M * K; i++)
+        hc[i] *= 0.5f;
+    cache_gemm_case("a scaled product as A", M, N, K, dt, db, dc, hc, hb);
+    rm_cuda_set_precision(RM_PREC_FP32, &e);
+    gpu_errors("gemm operand cache");
+    G->free(da);
+    G->free(db);
+    G->free(dc);
+    G->free(dt);
+    printf("ok bf16 gemm operands re-cast after every kind of write\n");
+}
+
 static void test_gemm(void)
 {
     int shapes[][3] = {{1, 1, 1}, {7, 5, 3}, {64, 10, 256}, {33, 129, 65}, {128, 512, 784}};
@@ -694,6 +759,7 @@ int main(int argc, char **argv)
     test_errors_are_loud();
     test_casts();
     test_gemm();
+    test_gemm_operand_cache();
     test_bias_act();
     test_softmax_argmax();
     test_optimizers();
