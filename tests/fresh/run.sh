@@ -4,7 +4,8 @@
 # files (tracked and untracked-not-ignored: what a clone plus your edits would hold, no build outputs),
 # installs only `make`, then runs `make demo` and then `make test`; both must succeed.
 # The container has its own network namespace (podman's default bridge: a private loopback for the
-# tests, NAT to the apt mirror for `make deps`). Logs: build/fresh/{demo,test}.log. Not part of `make test`.
+# tests, NAT to the apt mirror for `make deps`). Logs: build/fresh/{demo,test}.log and build/fresh/e2e-logs/.
+# Not part of `make test`.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 . "$root/scripts/podman-lib.sh"
@@ -19,7 +20,10 @@ trap cleanup EXIT
 echo "test-fresh: $(tar tf "$tmp/src.tar" | wc -l) files copied in; logs in $out"
 start=$(date +%s)
 "${RM_PODMAN[@]}" run -d --name "$name" "${RM_ULIMITS[@]}" --cap-add SYS_PTRACE --security-opt seccomp=unconfined -e CI="${CI:-}" \
-  -v "$tmp/src.tar:/src.tar:ro" "$RM_BASE_IMAGE" sleep infinity >/dev/null
+  -v "$tmp/src.tar:/src.tar:ro" "$RM_BASE_IMAGE" \
+  bash -c 'while :; do sleep 3600 & wait $!; done' >/dev/null
+# (PID 1 is bash, which reaps orphans as a machine's init does: with `sleep infinity` every process
+# whose parent died, e.g. the workers of e2e 55's kill -9 case, stayed a zombie for the whole run)
 step() {  # step NAME COMMAND: run COMMAND in the container, log to $out/NAME.log, time it
   local s=$(date +%s) rc=0
   "${RM_PODMAN[@]}" exec -w /src "$name" bash -c "$2" > "$out/$1.log" 2>&1 || rc=$?
@@ -31,7 +35,13 @@ step() {  # step NAME COMMAND: run COMMAND in the container, log to $out/NAME.lo
 step setup 'export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq --no-install-recommends make'
 step demo 'make demo'
 grep -E '^Succeeded: testAccuracy' "$out/demo.log" || { echo "test-fresh: make demo printed no Succeeded line"; exit 1; }
-step test 'make test'
+test_rc=0
+step test 'make test' || test_rc=$?
+# the e2e logs leave with us: a failure's first lines are not in the tail printed above
+rm -rf "$out/e2e-logs"
+"${RM_PODMAN[@]}" cp "$name:/src/build/e2e-logs" "$out/e2e-logs" 2>/dev/null \
+  && echo "test-fresh: e2e logs copied to $out/e2e-logs" || true
+[ "$test_rc" -eq 0 ] || exit "$test_rc"
 grep -E '^e2e: [0-9]+ passed, 0 failed' "$out/test.log"
 grep -E '^(PASS|FAIL) ' "$out/test.log" > "$out/e2e-summary.txt" || true
 echo "test-fresh: e2e scripts that skipped inside the container (and why):"
