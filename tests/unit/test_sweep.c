@@ -3,6 +3,7 @@
  * dotted-path setter, the median rule as a table, and the sweep reconcile as scenarios, each
  * re-run on its own output to prove idempotence. */
 #include "common/json.h"
+#include "common/rdzv.h"
 #include "common/sweep.h"
 #include "common/yaml.h"
 #include "tests/unit/testutil.h"
@@ -571,6 +572,19 @@ static void test_obs_from_tj(void)
     CU_ASSERT_EQUAL(rm_sweep_obs_from_tj(&sw, &tj, &o), -1);
     rm_tj_free(&tj);
     rm_sweep_free(&sw);
+    /* the worker's and the rendezvous' list: ascending, replaced in place, capped */
+    rm_rdzv_eval ev[RM_RDZV_MAX_EVALS];
+    int n = 0;
+    CU_ASSERT_EQUAL(rm_rdzv_eval_add(ev, &n, 2, 0.8, 0.3), 1);
+    CU_ASSERT_EQUAL(rm_rdzv_eval_add(ev, &n, 1, 0.7, 0.4), 1);
+    CU_ASSERT_EQUAL(rm_rdzv_eval_add(ev, &n, 1, 0.7, 0.4), 0);
+    CU_ASSERT_EQUAL(rm_rdzv_eval_add(ev, &n, 0, 0.7, 0.4), 0);
+    CU_ASSERT_EQUAL(n, 2);
+    CU_ASSERT_EQUAL(ev[0].epoch, 1);
+    for (int k = 3; k <= RM_RDZV_MAX_EVALS + 5; k++)
+        rm_rdzv_eval_add(ev, &n, k, 0.9, 0.1);
+    CU_ASSERT_EQUAL(n, RM_RDZV_MAX_EVALS);
+    CU_ASSERT_EQUAL(ev[RM_RDZV_MAX_EVALS - 1].epoch, RM_RDZV_MAX_EVALS);
 }
 
 void rm_suite_sweep(void)
