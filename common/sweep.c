@@ -961,6 +961,20 @@ static int parse_status(const cJSON *so, rm_sweep *sw, rm_err *err)
         rm_json_parse_time(x->valuestring, &st->start_time);
     if ((x = cJSON_GetObjectItemCaseSensitive(so, "completionTime")) && cJSON_IsString(x))
         rm_json_parse_time(x->valuestring, &st->completion_time);
+    const cJSON *cnt = cJSON_GetObjectItemCaseSensitive(so, "trials");
+    if (cJSON_IsObject(cnt)) {
+        static const char *const ks[] = {"pending", "running", "succeeded", "failed", "stopped"};
+        int *dst[] = {&st->pending, &st->running, &st->succeeded, &st->failed, &st->stopped};
+        for (int k = 0; k < 5; k++)
+            if ((x = cJSON_GetObjectItemCaseSensitive(cnt, ks[k])) && cJSON_IsNumber(x))
+                *dst[k] = (int)x->valuedouble;
+    }
+    const cJSON *bi = rm_json_path(so, "best.index"), *bo = rm_json_path(so, "best.objective");
+    if (cJSON_IsNumber(bi) && bi->valuedouble >= 0 && bi->valuedouble < st->total &&
+        cJSON_IsNumber(bo)) {
+        st->best = (int)bi->valuedouble;
+        st->best_objective = bo->valuedouble;
+    }
     const cJSON *tt = cJSON_GetObjectItemCaseSensitive(so, "trialStatuses");
     for (const cJSON *t = cJSON_IsArray(tt) ? tt->child : NULL; t; t = t->next) {
         const cJSON *ix = cJSON_GetObjectItemCaseSensitive(t, "index");

@@ -461,7 +461,10 @@ static void test_reconcile_flow(void)
     rm_sweep_action a[16];
     rm_sweep_out out = {.actions = a, .cap = 16};
     CU_ASSERT_EQUAL(rm_sweep_reconcile(&back, o, 5, 150, &out), RM_OK);
+    CU_ASSERT_FALSE(out.status_changed);   /* nothing to write: the operator does not churn */
     CU_ASSERT_EQUAL(back.status.phase, RM_SWEEP_SUCCEEDED);
+    CU_ASSERT_EQUAL(back.status.best, 4);
+    CU_ASSERT_EQUAL(back.status.stopped, 1);
     CU_ASSERT_EQUAL(out.status.best, 4);
     CU_ASSERT_EQUAL(out.status.trials[2].phase, RM_TRIAL_STOPPED);
     size_t nc = 0;
