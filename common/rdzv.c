@@ -83,6 +83,8 @@ typedef struct job {
     bool have_result;
     double test_accuracy, train_loss, seconds, samples_per_second;
     int64_t steps;
+    rm_rdzv_eval evals[RM_RDZV_MAX_EVALS];   /* rank 0's, ascending epoch; kept across rounds */
+    int nevals;
 } job;
 
 struct rm_rdzv {
@@ -240,6 +242,31 @@ static void job_clear(job *j)
     j->mem = NULL;
     j->nmem = 0;
     j->have_result = false;
+    j->nevals = 0;
+}
+
+int rm_rdzv_eval_add(rm_rdzv_eval *a, int *n, int epoch, double acc, double loss)
+{
+    int i = 0;
+    if (epoch < 1)
+        return 0;
+    while (i < *n && a[i].epoch < epoch)
+        i++;
+    if (i < *n && a[i].epoch == epoch) {
+        if (a[i].test_accuracy == acc && a[i].train_loss == loss)
+            return 0;
+        a[i].test_accuracy = acc;
+        a[i].train_loss = loss;
+        return 1;
+    }
+    if (i >= RM_RDZV_MAX_EVALS)
+        return 0;
+    int last = *n < RM_RDZV_MAX_EVALS ? *n : RM_RDZV_MAX_EVALS - 1;
+    memmove(&a[i + 1], &a[i], (size_t)(last - i) * sizeof a[0]);
+    a[i] = (rm_rdzv_eval){.epoch = epoch, .test_accuracy = acc, .train_loss = loss};
+    if (*n < RM_RDZV_MAX_EVALS)
+        (*n)++;
+    return 1;
 }
 
 static int member_find(const job *j, const char *wid)
@@ -572,7 +599,7 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
     int64_t epoch = 0, rank = -1, step = 0, train_epoch = 0, ckpt = 0, ckfail = 0;
     double loss = 0, sps = 0, gbps = 0;
     const char *ckerr = NULL;
-    const cJSON *res = NULL;
+    const cJSON *res = NULL, *ev = NULL;
     cJSON *body = rm_json_parse(req->body, req->body_len, &e);
     if (!body)
         return rm_http_reply_error(resp, 400, "report: %s", e.msg);
@@ -588,7 +615,8 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
         bad(rm_json_str(body, "state", false, "", &state, &e)) ||
         bad(rm_json_int(body, "checkpointFailures", false, "", &ckfail, &e)) ||
         bad(rm_json_str(body, "checkpointError", false, "", &ckerr, &e)) ||
-        bad(rm_json_obj(body, "result", false, "", &res, &e))) {
+        bad(rm_json_obj(body, "result", false, "", &res, &e)) ||
+        bad(rm_json_arr(body, "evaluations", false, "", &ev, &e))) {
         rc = rm_http_reply_error(resp, 400, "report: %s", e.msg[0] ? e.msg : "body must be an object");
         goto out;
     }
@@ -608,6 +636,21 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
                 bad(rm_json_int(res, "steps", false, "result", &rsteps, &e)))) {
         rc = rm_http_reply_error(resp, 400, "report: %s", e.msg);
         goto out;
+    }
+    /* rank 0's evaluations (the same on every rank: evaluation is reduced); capped */
+    int nev = 0;
+    for (const cJSON *x = ev ? ev->child : NULL; x && nev < RM_RDZV_MAX_EVALS; x = x->next, nev++) {
+        int64_t ep = 0;
+        double eacc = 0, eloss = 0;
+        if (!cJSON_IsObject(x) || rm_json_int(x, "epoch", true, "evaluations[]", &ep, &e) < 0 ||
+            bad(rm_json_num(x, "testAccuracy", false, "evaluations[]", &eacc, &e)) ||
+            bad(rm_json_num(x, "trainLoss", false, "evaluations[]", &eloss, &e)) || ep < 1 ||
+            ep > 1000000000) {
+            rc = rm_http_reply_error(resp, 400, "report: %s", e.msg[0] ? e.msg : "bad evaluations[]");
+            goto out;
+        }
+        if (rank == 0)
+            rm_rdzv_eval_add(j->evals, &j->nevals, (int)ep, eacc, eloss);
     }
     int i = member_find(j, wid);
     member *m = i >= 0 ? &j->mem[i] : member_add(j, wid);
@@ -968,6 +1011,8 @@ int rm_rdzv_snapshot(rm_rdzv *r, const char *jobname, rm_rdzv_state *out)
         out->seconds = j->seconds;
         out->samples_per_second = j->samples_per_second;
         out->steps = j->steps;
+        out->nevals = j->nevals;
+        memcpy(out->evals, j->evals, (size_t)j->nevals * sizeof j->evals[0]);
     }
     pthread_mutex_unlock(&r->mu);
     return rc;

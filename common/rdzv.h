@@ -13,7 +13,9 @@
  *   POST /v1/jobs/NS/NAME/report  {"workerId","epoch","rank","step","trainEpoch","loss",
  *        "samplesPerSecond","lastCheckpointStep","allreduceGBps","state":"training|done",
  *        "checkpointFailures":N,"checkpointError":"..." (both only while the last write failed),
- *        "result":{"testAccuracy","trainLoss","steps","seconds","samplesPerSecond"}}
+ *        "result":{"testAccuracy","trainLoss","steps","seconds","samplesPerSecond"},
+ *        "evaluations":[{"epoch","testAccuracy","trainLoss"},...] (every end-of-epoch evaluation
+ *        so far, at most RM_RDZV_MAX_EVALS: an epoch shorter than the report period is not lost)}
  *        → 200 {"epoch":CURRENT,"action":"continue"|"rejoin"|"stop"}
  *   GET  /v1/jobs/NS/NAME   → the job's rendezvous state (debugging)
  *
@@ -38,6 +40,16 @@
 
 #define RM_RDZV_MAX_WORLD RM_MAX_WORLD   /* common/rm.h */
 #define RM_RDZV_MAX_KV 65536
+/* End-of-epoch evaluations kept per job (rank 0's, one per training epoch, the first ones): what
+ * the controller copies into status.progress.evaluations for a sweep's early stopping. */
+#define RM_RDZV_MAX_EVALS 64
+typedef struct rm_rdzv_eval {
+    int epoch;                /* finished training epochs at the evaluation (1 = after the first) */
+    double test_accuracy, train_loss;
+} rm_rdzv_eval;
+/* Insert into a[0..*n) (ascending epoch; the same epoch replaces; past RM_RDZV_MAX_EVALS later
+ * epochs are dropped). Returns 1 if anything changed. */
+int rm_rdzv_eval_add(rm_rdzv_eval *a, int *n, int epoch, double test_accuracy, double train_loss);
 
 /* The protocol's name rule, one definition for service and client: a job's namespace or name, a
  * workerId or a kv key is 1..len characters of [A-Za-z0-9._-] (len = the segment's length; the
@@ -95,6 +107,8 @@ typedef struct rm_rdzv_state {
     bool have_result;
     double test_accuracy, train_loss, seconds, samples_per_second;
     int64_t steps;
+    rm_rdzv_eval evals[RM_RDZV_MAX_EVALS];   /* ascending epoch */
+    int nevals;
 } rm_rdzv_state;
 
 /* Copy of the job's state (for the controller's observations). RM_ENOTFOUND if unknown. */
@@ -120,6 +134,8 @@ typedef struct rm_rdzv_report {
     bool have_result;
     double test_accuracy, train_loss, seconds, result_samples_per_second;
     int64_t result_steps;
+    rm_rdzv_eval evals[RM_RDZV_MAX_EVALS]; /* every evaluation so far, ascending */
+    int nevals;
 } rm_rdzv_report;
 
 typedef enum { RM_RDZV_CONTINUE = 0, RM_RDZV_REJOIN, RM_RDZV_STOP } rm_rdzv_action;

@@ -362,6 +362,18 @@ int rm_rdzv_send_report(rm_rdzv_client *c, const rm_rdzv_report *rep, rm_rdzv_ac
         cJSON_AddNumberToObject(o, "checkpointFailures", rep->checkpoint_failures);
         cJSON_AddStringToObject(o, "checkpointError", rep->checkpoint_error ? rep->checkpoint_error : "");
     }
+    if (rep->nevals > 0) {
+        cJSON *evs = cJSON_AddArrayToObject(o, "evaluations");
+        for (int i = 0; evs && i < rep->nevals && i < RM_RDZV_MAX_EVALS; i++) {
+            cJSON *ev = cJSON_CreateObject();
+            if (!ev)
+                break;
+            cJSON_AddNumberToObject(ev, "epoch", rep->evals[i].epoch);
+            cJSON_AddNumberToObject(ev, "testAccuracy", rep->evals[i].test_accuracy);
+            cJSON_AddNumberToObject(ev, "trainLoss", rep->evals[i].train_loss);
+            cJSON_AddItemToArray(evs, ev);
+        }
+    }
     if (rep->have_result) {
         cJSON *res = cJSON_AddObjectToObject(o, "result");
         cJSON_AddNumberToObject(res, "testAccuracy", rep->test_accuracy);

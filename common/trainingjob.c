@@ -1092,6 +1092,19 @@ cJSON *rm_tj_status_to_json(const rm_tj_status *st)
         cJSON_AddNumberToObject(p, "samplesPerSecond", st->progress.samples_per_second);
         cJSON_AddNumberToObject(p, "lastCheckpointStep", (double)st->progress.last_checkpoint_step);
         cJSON_AddNumberToObject(p, "allreduceGBps", st->progress.allreduce_gbps);
+        if (st->progress.nevals > 0) {
+            cJSON *ev = cJSON_AddArrayToObject(p, "evaluations");
+            for (int i = 0; ev && i < st->progress.nevals && i < RM_TJ_MAX_EVALS; i++) {
+                const rm_tj_eval *e = &st->progress.evals[i];
+                cJSON *x = cJSON_CreateObject();
+                if (!x)
+                    break;
+                cJSON_AddNumberToObject(x, "epoch", e->epoch);
+                cJSON_AddNumberToObject(x, "testAccuracy", isfinite(e->test_accuracy) ? e->test_accuracy : 0);
+                cJSON_AddNumberToObject(x, "trainLoss", isfinite(e->train_loss) ? e->train_loss : 0);
+                cJSON_AddItemToArray(ev, x);
+            }
+        }
     }
     if (st->high_step > 0 || st->high_epoch > 0) {
         cJSON *h = cJSON_AddObjectToObject(o, "stepHighWater");
@@ -1234,6 +1247,23 @@ int rm_tj_status_from_json(const cJSON *so, rm_tj_status *st, rm_err *err)
         TRY(p_num(o, "samplesPerSecond", "status.progress", &st->progress.samples_per_second, NULL, 0, err));
         TRY(p_i64(o, "lastCheckpointStep", "status.progress", &st->progress.last_checkpoint_step, NULL, 0, err));
         TRY(p_num(o, "allreduceGBps", "status.progress", &st->progress.allreduce_gbps, NULL, 0, err));
+        const cJSON *ev = NULL;
+        TRY(p_arr(o, "evaluations", "status.progress", &ev, err));
+        int k = 0;
+        for (const cJSON *x = ev ? ev->child : NULL; x; x = x->next, k++) {
+            char ectx[64];
+            rm_sfmt(ectx, sizeof ectx, "status.progress.evaluations[%d]", k);
+            int e = 0;
+            double acc = 0, loss = 0;
+            if (!cJSON_IsObject(x)) {
+                rc = rm_err_field(err, RM_EINVAL, ectx, "must be an object");
+                goto out;
+            }
+            TRY(p_int(x, "epoch", ectx, &e, NULL, 0, err));
+            TRY(p_num(x, "testAccuracy", ectx, &acc, NULL, 0, err));
+            TRY(p_num(x, "trainLoss", ectx, &loss, NULL, 0, err));
+            rm_tj_progress_add_eval(&st->progress, e, acc, loss);
+        }
     }
     TRY(p_obj(so, "stepHighWater", "status", NULL, &o, NULL, err));
     if (o) {
@@ -1371,4 +1401,29 @@ int rm_template_gpus(const cJSON *pod_template)
             return 1024;
     }
     return total;
+}
+
+int rm_tj_progress_add_eval(rm_tj_progress *p, int epoch, double test_accuracy, double train_loss)
+{
+    int i = 0;
+    if (epoch < 1)
+        return 0;
+    while (i < p->nevals && p->evals[i].epoch < epoch)
+        i++;
+    if (i < p->nevals && p->evals[i].epoch == epoch) {
+        rm_tj_eval *e = &p->evals[i];
+        if (e->test_accuracy == test_accuracy && e->train_loss == train_loss)
+            return 0;
+        e->test_accuracy = test_accuracy;
+        e->train_loss = train_loss;
+        return 1;
+    }
+    if (i >= RM_TJ_MAX_EVALS)
+        return 0;
+    int last = p->nevals < RM_TJ_MAX_EVALS ? p->nevals : RM_TJ_MAX_EVALS - 1;
+    memmove(&p->evals[i + 1], &p->evals[i], (size_t)(last - i) * sizeof p->evals[0]);
+    p->evals[i] = (rm_tj_eval){.epoch = epoch, .test_accuracy = test_accuracy, .train_loss = train_loss};
+    if (p->nevals < RM_TJ_MAX_EVALS)
+        p->nevals++;
+    return 1;
 }

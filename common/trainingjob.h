@@ -142,6 +142,15 @@ typedef struct rm_condition {
     bool present;               /* false = not in the list yet */
 } rm_condition;
 
+/* One end-of-epoch evaluation (status.progress.evaluations[]): what a sweep's early stopping reads.
+ * epoch counts finished data epochs (1 = after the first). At most RM_TJ_MAX_EVALS are kept (the
+ * first ones: a sweep decides early). */
+#define RM_TJ_MAX_EVALS 64
+typedef struct rm_tj_eval {
+    int epoch;
+    double test_accuracy, train_loss;
+} rm_tj_eval;
+
 typedef struct rm_tj_progress {
     int64_t step;
     int train_epoch;            /* progress.epoch (data epoch) */
@@ -149,7 +158,12 @@ typedef struct rm_tj_progress {
     double samples_per_second;
     int64_t last_checkpoint_step;
     double allreduce_gbps;      /* busbw reported by rank 0 */
+    rm_tj_eval evals[RM_TJ_MAX_EVALS]; /* evaluations, ascending epoch */
+    int nevals;
 } rm_tj_progress;
+/* Record an evaluation in ascending-epoch order (a re-evaluation of an epoch replaces it; past
+ * RM_TJ_MAX_EVALS entries, later epochs are dropped). Returns 1 if anything changed. */
+int rm_tj_progress_add_eval(rm_tj_progress *p, int epoch, double test_accuracy, double train_loss);
 
 typedef struct rm_tj_result {
     bool present;

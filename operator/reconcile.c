@@ -332,6 +332,11 @@ static void copy_progress(rc_ctx *c, int target)
             st->progress.allreduce_gbps = m->allreduce_gbps;
         }
     }
+    /* per-epoch evaluations: merged, so a rendezvous that forgot them (an operator restart) never
+     * erases what status already holds */
+    for (int i = 0; i < r->nevals && i < RM_RDZV_MAX_EVALS; i++)
+        rm_tj_progress_add_eval(&st->progress, r->evals[i].epoch, r->evals[i].test_accuracy,
+                                r->evals[i].train_loss);
 }
 
 /* R0b: the spec as written is invalid; the job keeps running at its last valid spec. */
@@ -967,8 +972,14 @@ bool rm_reconcile_status_equal(const rm_tj_status *a, const rm_tj_status *b)
     const rm_tj_progress *p = &a->progress, *q = &b->progress;
     if (p->step != q->step || p->train_epoch != q->train_epoch || p->loss != q->loss ||
         p->samples_per_second != q->samples_per_second ||
-        p->last_checkpoint_step != q->last_checkpoint_step || p->allreduce_gbps != q->allreduce_gbps)
+        p->last_checkpoint_step != q->last_checkpoint_step || p->allreduce_gbps != q->allreduce_gbps ||
+        p->nevals != q->nevals)
         return false;
+    for (int i = 0; i < p->nevals && i < RM_TJ_MAX_EVALS; i++)
+        if (p->evals[i].epoch != q->evals[i].epoch ||
+            p->evals[i].test_accuracy != q->evals[i].test_accuracy ||
+            p->evals[i].train_loss != q->evals[i].train_loss)
+            return false;
     const rm_tj_result *r = &a->result, *s = &b->result;
     if (r->present != s->present || r->test_accuracy != s->test_accuracy ||
         r->train_loss != s->train_loss || r->seconds != s->seconds ||

@@ -33,12 +33,13 @@
 #include "common/worker_env.h"
 #include "common/yaml.h"
 #include "operator/local.h"
+#include "operator/sweep_run.h"
 #include "worker/faults.h"
 
 /* ------------------------------------------------------------------ manifest */
 
-static void msg_at(char *msg, size_t cap, const char *path, const rm_yaml_docs *d, size_t i,
-                   const rm_err *e)
+void rm_manifest_msg(char *msg, size_t cap, const char *path, const rm_yaml_docs *d, size_t i,
+                     const rm_err *e)
 {
     int line = 0, col = 0;
     if (d && e->field[0] && rm_yaml_pos(d, i, e->field, &line, &col) == RM_OK && line > 0)
@@ -108,7 +109,7 @@ int rm_manifest_load(const char *path, const rm_manifest_overrides *ov, rm_tj *o
             rc = rm_tj_check_memory_local(out, &e);   /* every worker runs on this machine */
     }
     if (rc != RM_OK) {
-        msg_at(msg, cap, path, d, pick, &e);
+        rm_manifest_msg(msg, cap, path, d, pick, &e);
         rm_escape_ctrl(msg, cap);   /* messages quote manifest values: no raw control characters */
         rm_tj_free(out);
     }
@@ -274,7 +275,7 @@ static bool has_checkpoint(const char *dir)
 }
 
 /* Remove what a previous run left in the checkpoint folder (checkpoints and fault markers). */
-static int fresh_checkpoints(const char *dir)
+int rm_run_fresh_checkpoints(const char *dir)
 {
     static const char *const pats[] = {"ckpt-*.rmck", ".tmp-ckpt-*", ".fault-*-fired"};
     int n = 0;
@@ -398,7 +399,8 @@ static void usage(FILE *f)
             "usage: ringmaster run -f FILE [flags]\n"
             "Run a TrainingJob on this machine: worker processes on 127.0.0.1, the rendezvous\n"
             "in-process, the same controller logic as the Kubernetes operator.\n"
-            "  -f, --filename FILE       the TrainingJob manifest (YAML or JSON; - = stdin)\n"
+            "  -f, --filename FILE       the TrainingJob manifest (YAML or JSON; - = stdin), or a\n"
+            "                            TrainingSweep: its trials, parallelTrials at a time\n"
             "  --replicas N              override spec.replicas (min/max widened to fit)\n"
             "  --epochs N                override spec.training.epochs\n"
             "  --checkpoint-dir DIR      default: spec.checkpoint.path (as written), else\n"
@@ -630,6 +632,17 @@ int rm_run_main(int argc, char **argv)
     rm_log_format lfmt = fl.lfmt;
     rm_manifest_overrides ov = fl.ov;
     rm_log_init(lvl, lfmt, "run");
+    if (rm_sweep_manifest_is(file)) {   /* a TrainingSweep: many trials (operator/sweep_run.h) */
+        if (resume || ov.replicas || ov.epochs) {
+            fprintf(stderr, "ringmaster run: %s is a TrainingSweep: --resume, --replicas and "
+                    "--epochs apply to one TrainingJob; set them in spec.trialTemplate\n", file);
+            return 2;
+        }
+        rm_sweep_run_opts so = {.file = file, .run_dir = run_dir_flag, .checkpoint_dir = ckpt,
+                                .log_format = logfmt_s, .json = json,
+                                .log_json = lfmt == RM_LOG_JSON};
+        return rm_sweep_run(&so);
+    }
 
     rm_tj job;
     char msg[1024];
@@ -685,7 +698,7 @@ int rm_run_main(int argc, char **argv)
         rm_tj_free(&job);
         return 1;
     }
-    int removed = resume ? 0 : fresh_checkpoints(ckpt_dir);
+    int removed = resume ? 0 : rm_run_fresh_checkpoints(ckpt_dir);
 
     ui u = {.out = stderr};
     FILE *term = NULL;
@@ -780,6 +793,8 @@ int rm_validate_main(int argc, char **argv)
         fprintf(stderr, "ringmaster validate: -f FILE is required\n");
         return 2;
     }
+    if (rm_sweep_manifest_is(file))
+        return rm_sweep_validate(file, json);
     rm_tj job;
     char msg[1024];
     if (rm_manifest_load(file, NULL, &job, msg, sizeof msg) != RM_OK) {

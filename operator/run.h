@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include "common/rm.h"
 #include "common/trainingjob.h"
+#include "common/yaml.h"
 
 #define RM_VERSION "0.1.0"
 
@@ -28,6 +29,14 @@ typedef struct rm_manifest_overrides {
  * the loader's "FILE:LINE:COL: message"). */
 int rm_manifest_load(const char *path, const rm_manifest_overrides *ov, rm_tj *out, char *msg,
                      size_t cap);
+
+/* One line for a manifest error: "FILE:LINE: field: message" when the field (or, for an error
+ * with no field, the document) has a known line in document i of d, else "FILE: message". */
+void rm_manifest_msg(char *msg, size_t cap, const char *path, const rm_yaml_docs *d, size_t i,
+                     const rm_err *e);
+/* Remove what an earlier run left in a checkpoint folder (checkpoints, temporaries, fault
+ * markers); returns how many files went. */
+int rm_run_fresh_checkpoints(const char *dir);
 
 /* The checkpoint folder of `ringmaster run` (into buf): --checkpoint-dir when given, else
  * spec.checkpoint.path as written (relative or absolute) unless it is the cluster default

@@ -620,6 +620,8 @@ typedef struct trainer {
     /* results and rates */
     double test_acc, test_loss, train_loss;
     int64_t eval_step;          /* step of the last evaluation, -1 none */
+    rm_rdzv_eval evals[RM_RDZV_MAX_EVALS]; /* every end-of-epoch evaluation, for the reports */
+    int nevals;
     double t_start, train_seconds;
     int64_t samples_local;
     double rep_t;               /* last loss read for the reporter */
@@ -1205,6 +1207,8 @@ static int evaluate(trainer *t, rm_err *err)
     }
     t->test_acc = correct / n;
     t->eval_step = t->step;
+    /* per-epoch numbers for the controller (a sweep's early stopping): the epoch just finished */
+    rm_rdzv_eval_add(t->evals, &t->nevals, t->train_epoch + 1, t->test_acc, t->train_loss);
     t->test_loss = loss / n;
     rm_series_set(t->wm.test_acc, t->test_acc);
     rm_info("evaluation train_epoch=%d step=%lld test_accuracy=%.4f test_loss=%.4f",
@@ -1315,6 +1319,11 @@ static void reporter_publish(trainer *t, bool active)
     r->snap.loss = t->train_loss;
     r->snap.allreduce_gbps = t->ar_gbps;
     r->snap.checkpoint_failures = t->ckpt_failures;
+    if (r->snap.nevals != t->nevals || (t->nevals > 0 &&
+        r->snap.evals[t->nevals - 1].epoch != t->evals[t->nevals - 1].epoch)) {
+        memcpy(r->snap.evals, t->evals, (size_t)t->nevals * sizeof t->evals[0]);
+        r->snap.nevals = t->nevals;   /* copied only when it changed: publish runs every step */
+    }
     if (strcmp(r->ckpt_err, t->ckpt_err) != 0)
         memcpy(r->ckpt_err, t->ckpt_err, sizeof r->ckpt_err);
     r->samples = t->samples_local;
@@ -1357,6 +1366,8 @@ static int report(trainer *t, bool done)
         .loss = t->train_loss, .samples_per_second = t->rate, .allreduce_gbps = t->ar_gbps,
         .done = done, .checkpoint_failures = t->ckpt_failures, .checkpoint_error = t->ckpt_err,
     };
+    memcpy(rep.evals, t->evals, (size_t)t->nevals * sizeof t->evals[0]);
+    rep.nevals = t->nevals;
     if (done) {
         rep.have_result = true;
         rep.test_accuracy = t->test_acc;

@@ -27,6 +27,7 @@
 #include "operator/kube/client.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/leader.h"
+#include "operator/kube/sweepctl.h"
 #include "operator/kube/metrics.h"
 #include "operator/kube/runtime.h"
 #include "operator/kube/workqueue.h"
@@ -55,6 +56,7 @@ typedef struct rm_op {
     rm_informer *pods, *services, *secrets, *nodes;
     rm_wq *q;
     rm_kube_rt *rt;
+    rm_sweepctl *sweeps;          /* the TrainingSweep controller (own informers and queue) */
     rm_leader *leader;
     pthread_t th[MAX_WORKERS];
     int nth;
@@ -163,6 +165,8 @@ static void on_leading(void *ud, bool leading)
     }
     atomic_store(&op->leading, leading);
     rm_op_metrics_leader(&op->om, leading);
+    if (leading)
+        rm_sweepctl_enqueue_all(op->sweeps);
     pthread_mutex_unlock(&op->lmu);
     if (leading)
         enqueue_all(op);
@@ -502,6 +506,14 @@ int rm_operator_main(int argc, char **argv)
         rm_error("runtime: %s", err.msg);
         goto out;
     }
+    {   /* the second controller: TrainingSweeps, whose trials are TrainingJobs */
+        rm_sweepctl_cfg sc = {.client = op.client, .reg = op.reg, .leading = &op.leading,
+                              .namespaces = op.namespaces, .nns = op.nns};
+        if (rm_sweepctl_start(&sc, &op.sweeps, &err)) {
+            rm_error("sweep controller: %s", err.msg);
+            goto out;
+        }
+    }
     for (int i = 0; i < op.workers; i++) {
         if (pthread_create(&op.th[i], NULL, worker, &op)) {
             rm_error("cannot start worker threads");
@@ -557,8 +569,10 @@ int rm_operator_main(int argc, char **argv)
             malloc_trim(64 * 1024);   /* hand bursts' freed heap back (every ~5 s) */
         if (op.resync_s > 0 && rm_mono() - last_resync >= op.resync_s) {
             last_resync = rm_mono();
-            if (atomic_load(&op.leading))
+            if (atomic_load(&op.leading)) {
                 enqueue_all(&op);
+                rm_sweepctl_enqueue_all(op.sweeps);
+            }
         }
     }
     exit_code = 0;
@@ -570,6 +584,7 @@ out:
         rm_wq_shutdown(op.q);
     for (int i = 0; i < op.nth; i++)
         pthread_join(op.th[i], NULL);
+    rm_sweepctl_stop(op.sweeps);
     rm_leader_stop(op.leader);     /* releases the Lease so a successor starts at once */
     pthread_mutex_lock(&op.lmu);
     rm_op_rdzv_stop(op.rdzv, op.rdzv_srv, false);

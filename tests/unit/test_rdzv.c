@@ -605,6 +605,22 @@ static void test_report(void)
     CU_ASSERT_DOUBLE_EQUAL(s->seconds, 12.5, 1e-9);
     CU_ASSERT_DOUBLE_EQUAL(s->samples_per_second, 4000, 1e-9);
     CU_ASSERT_EQUAL(s->steps, 20);
+    CU_ASSERT_EQUAL(s->nevals, 0);
+    /* per-epoch evaluations (a sweep's early stopping reads them): every report carries them all,
+     * the service keeps rank 0's in epoch order; another rank's are ignored */
+    rm_rdzv_eval_add(rep.evals, &rep.nevals, 2, 0.85, 0.4);
+    rm_rdzv_eval_add(rep.evals, &rep.nevals, 1, 0.80, 0.6);
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
+    s = snap(&f);
+    CU_ASSERT_EQUAL_FATAL(s->nevals, 2);
+    CU_ASSERT_EQUAL(s->evals[0].epoch, 1);
+    CU_ASSERT_DOUBLE_EQUAL(s->evals[0].test_accuracy, 0.80, 1e-9);
+    CU_ASSERT_DOUBLE_EQUAL(s->evals[1].train_loss, 0.4, 1e-9);
+    rm_rdzv_report other = rep;
+    other.rank = 1;
+    other.evals[0].test_accuracy = 0.1;
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &other, &act, &cur, &e), RM_OK);
+    CU_ASSERT_DOUBLE_EQUAL(snap(&f)->evals[0].test_accuracy, 0.80, 1e-9);
     /* a report from an old epoch is told to re-join */
     int ne = 0;
     CU_ASSERT_EQUAL(rm_rdzv_restart(f.r, JOB, 1, &ne), RM_OK);

@@ -739,7 +739,7 @@ static void fill_status(rm_tj_status *st)
     st->ready_replicas = 3;
     st->epoch = 2;
     st->restarts = 1;
-    st->progress = (rm_tj_progress){ 1840, 3, 0.3125, 21000.5, 1800, 1.75 };
+    st->progress = (rm_tj_progress){ .step = 1840, .train_epoch = 3, .loss = 0.3125, .samples_per_second = 21000.5, .last_checkpoint_step = 1800, .allreduce_gbps = 1.75 };
     st->result = (rm_tj_result){ true, 0.891, 0.28, 74.25, 8100, 9370 };
     st->start_time = 1795248000;
     st->completion_time = 1795248100;
