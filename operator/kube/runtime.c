@@ -1038,7 +1038,9 @@ static int observe_job(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, 
 {
     *skip = false;
     /* managedBy: another controller's job is not ours to touch */
-    const cJSON *mb = rm_json_path(obj, "spec.runPolicy.managedBy");
+    const cJSON *mb = rm_json_path(obj, "spec.managedBy");   /* where MultiKueue writes it */
+    if (!cJSON_IsString(mb) || !mb->valuestring[0])
+        mb = rm_json_path(obj, "spec.runPolicy.managedBy");
     if (cJSON_IsString(mb) && mb->valuestring[0] && strcmp(mb->valuestring, RM_MANAGER) != 0) {
         rm_debug("skipping job managed by another controller job=%s managedBy=%s", key, mb->valuestring);
         *skip = true;
