@@ -3,12 +3,7 @@
  * reads the objects, calls these, and executes what they decide. Reference:
  * ../shared/docs/gang-kueue.md (§1 Volcano, §2 coscheduling, §4(b) self-managed Workload, §6).
  *
- *  - rm_pod_requests: a pod's effective requests by Kubernetes' own rule
- *    (k8s.io/component-helpers/resource PodRequests): requests default to limits per resource
- *    (the API server's defaulting, so `nvidia.com/gpu` given only as a limit is requested);
- *    regular containers add up; sidecars (init containers with restartPolicy Always) add to that
- *    sum and to every later init container; the pod needs max(sum, each init container) plus
- *    spec.overhead.
+ *  - a pod's effective requests: common/podres.h (shared with kubesim's scheduler).
  *  - rm_gang_podgroup: the PodGroup of a job (name = job, controller ownerReference, minMember =
  *    the gang size = spec.minReplicas (defaulted to replicas), minResources = the policy's or gang
  *    size x one worker's requests, Volcano queue/priority, coscheduling scheduleTimeoutSeconds).
@@ -26,6 +21,7 @@
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include "common/podres.h"
 #include "common/rm.h"
 #include "common/trainingjob.h"
 
@@ -51,33 +47,6 @@ const char *rm_gang_name(rm_gang_kind k);
 /* API group/version of the kind's PodGroup; NULL for none. */
 const char *rm_gang_group(rm_gang_kind k);
 const char *rm_gang_version(rm_gang_kind k);
-
-/* ---- resource lists (name -> milli-units) ---- */
-#define RM_RES_MAX 16
-typedef struct rm_res {
-    char name[128];
-    int64_t milli;
-} rm_res;
-typedef struct rm_reslist {
-    rm_res r[RM_RES_MAX];
-    int n;
-} rm_reslist;
-int64_t rm_reslist_get(const rm_reslist *l, const char *name);
-/* a[name] += milli (RM_ETOOBIG past RM_RES_MAX names, RM_EINVAL on overflow) */
-int rm_reslist_add(rm_reslist *l, const char *name, int64_t milli);
-int rm_reslist_sum(rm_reslist *a, const rm_reslist *b);          /* a += b */
-int rm_reslist_max(rm_reslist *a, const rm_reslist *b);          /* a = max(a, b) per name */
-int rm_reslist_scale(rm_reslist *a, int64_t k);                   /* a *= k */
-/* {"cpu": "4", "memory": "8Gi"} in Kubernetes' canonical quantity text. */
-cJSON *rm_reslist_to_json(const rm_reslist *l);
-/* A ResourceList object; err names `field` and the resource. */
-int rm_reslist_from_json(const cJSON *o, const char *field, rm_reslist *l, rm_err *err);
-
-/* One container's requests after the API server's defaulting (a resource with a limit and no
- * request requests its limit). */
-int rm_container_requests(const cJSON *container, const char *field, rm_reslist *out, rm_err *err);
-/* A PodSpec's effective requests (see the top of this file). pod_spec NULL -> empty list. */
-int rm_pod_requests(const cJSON *pod_spec, rm_reslist *out, rm_err *err);
 
 /* Gang size: spec.minReplicas (rm_tj_defaults sets it to replicas when absent), at least 1. */
 int rm_gang_size(const rm_tj *tj);

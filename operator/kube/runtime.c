@@ -1329,6 +1329,7 @@ static int gang_step(rm_kube_rt *rt, const rm_tj *tj, job_mem *m, bool invalid, 
     int rc = rm_kube_json(rt->c.client, "GET", item, NULL, NULL, &have, err);
     if (rc && rc != RM_ENOTFOUND)
         return rc;
+    rc = RM_OK;
     bool terminal = tj->status.phase == RM_PHASE_SUCCEEDED || tj->status.phase == RM_PHASE_FAILED;
     cJSON *want = NULL;
     if (!terminal && !tj->spec.run.suspend && !invalid) {
