@@ -1,7 +1,7 @@
 /* sched.c — kubesim's schedulers, on only when nodes are given (--node NAME:cpu=8,gpu=4,...).
  *
  *  - default scheduler (pods with no schedulerName or "default-scheduler"): binds a pod to the
- *    first node where its effective requests (common/podres.h, Kubernetes' PodRequests rule) fit
+ *    first node whose labels match its spec.nodeSelector and where its effective requests (common/podres.h, Kubernetes' PodRequests rule) fit
  *    what the node's allocatable leaves after the requests of the non-terminal pods bound there,
  *    and the node's pod count; otherwise PodScheduled=False reason Unschedulable ("0/N nodes are
  *    available: ...") and it is tried again every pass, so it binds as capacity frees. Among the
@@ -92,12 +92,14 @@ bool ks_node_ours(const ks_server *s, const char *node)
 /* ---- one pass ---- */
 typedef struct sc_node {
     const ks_node_spec *spec;
+    const cJSON *labels;   /* the Node object's metadata.labels (borrowed from the pass' snapshot) */
     rm_reslist used;
     int64_t pods;     /* milli */
 } sc_node;
 
 typedef struct sc_pod {
     const cJSON *j;
+    const cJSON *selector;   /* spec.nodeSelector */
     const char *ns, *name, *sched, *group;
     rm_reslist req;
     int prio;
@@ -119,6 +121,20 @@ static int64_t alloc_of(const ks_node_spec *n, const char *res)
     return 0;   /* an extended resource no node has */
 }
 
+/* spec.nodeSelector: every key must be a label of the node with that value */
+static bool selects(const sc_node *n, const cJSON *selector)
+{
+    const cJSON *kv;
+    cJSON_ArrayForEach(kv, selector)
+    {
+        const cJSON *l = cJSON_GetObjectItemCaseSensitive(n->labels, kv->string);
+        if (!cJSON_IsString(kv) || !cJSON_IsString(l) || strcmp(l->valuestring, kv->valuestring))
+            return false;
+    }
+    return true;
+}
+
+static bool fits_pod(const sc_node *n, const sc_pod *p);
 static bool fits(const sc_node *n, const rm_reslist *req)
 {
     if (n->pods + 1000 > n->spec->pods)
@@ -128,6 +144,11 @@ static bool fits(const sc_node *n, const rm_reslist *req)
             rm_reslist_get(&n->used, req->r[i].name) + req->r[i].milli > alloc_of(n->spec, req->r[i].name))
             return false;
     return true;
+}
+
+static bool fits_pod(const sc_node *n, const sc_pod *p)
+{
+    return selects(n, p->selector) && fits(n, &p->req);
 }
 
 static void take(sc_node *n, const rm_reslist *req)
@@ -266,7 +287,7 @@ static bool place_all(ks_server *s, sc_node *nodes, int nn, sc_pod **v, int n, c
     for (int i = 0; i < n && ok; i++) {
         where[i] = -1;
         for (int k = 0; k < nn; k++)
-            if (fits(&tmp[k], &v[i]->req)) {
+            if (fits_pod(&tmp[k], v[i])) {
                 take(&tmp[k], &v[i]->req);
                 where[i] = k;
                 break;
@@ -433,6 +454,8 @@ void ks_sched_tick(ks_server *s)
     size_t np = 0, nv = 0, nc = 0;
     pthread_rwlock_rdlock(&s->lock);
     ks_obj **objs = ks_table_list(pk->tab, NULL, &np);
+    size_t nno = 0;
+    ks_obj **nobjs = ks_table_list(ks_core_kind(s, KS_T_NODE)->tab, NULL, &nno);
     ks_kind *vk = ks_kind_find(s, "scheduling.volcano.sh", "v1beta1", "podgroups");
     ks_kind *ck = ks_kind_find(s, "scheduling.x-k8s.io", "v1alpha1", "podgroups");
     ks_obj **vpg = vk && vk->served ? ks_table_list(vk->tab, NULL, &nv) : NULL;
@@ -441,8 +464,15 @@ void ks_sched_tick(ks_server *s)
     const char *cos = s->opts.cosched_scheduler[0] ? s->opts.cosched_scheduler : COSCHED_DEFAULT;
     sc_node nodes[KS_MAX_NODES];
     memset(nodes, 0, sizeof nodes);
-    for (int i = 0; i < nn; i++)
+    for (int i = 0; i < nn; i++) {
         nodes[i].spec = &s->opts.nodes[i];
+        for (size_t k = 0; k < nno; k++) {
+            const cJSON *md = oget(nobjs[k]->j, "metadata");
+            const char *nm = ks_sget(md, "name");
+            if (nm && !strcmp(nm, nodes[i].spec->name))
+                nodes[i].labels = oget(md, "labels");
+        }
+    }
     sc_pod *pods = calloc(np ? np : 1, sizeof(*pods));
     sc_pod **pend = calloc(np ? np : 1, sizeof(*pend));
     size_t npend = 0;
@@ -458,6 +488,7 @@ void ks_sched_tick(ks_server *s)
             p->terminal = true;
             continue;
         }
+        p->selector = oget(spec, "nodeSelector");
         p->sched = ks_sget(spec, "schedulerName");
         if (!p->sched || !*p->sched)
             p->sched = "default-scheduler";
@@ -509,20 +540,21 @@ void ks_sched_tick(ks_server *s)
             sc_pod *p = pend[i];
             int at = -1;
             for (int k = 0; k < nn && at < 0; k++)
-                if (fits(&nodes[k], &p->req))
+                if (fits_pod(&nodes[k], p))
                     at = k;
             if (at >= 0) {
                 take(&nodes[at], &p->req);
                 p->node = at;
                 do_bind(s, p, nodes[at].spec->name, "default-scheduler");
             } else {
-                do_unsched(s, p, nn, "Insufficient resources (the pod's requests fit no node's free allocatable)");
+                do_unsched(s, p, nn, "no node matches the pod's node selector and has room for its requests");
             }
         }
     }
     free(pods);
     free(pend);
     ks_objs_free(objs, np);
+    ks_objs_free(nobjs, nno);
     if (vpg)
         ks_objs_free(vpg, nv);
     if (cpg)
