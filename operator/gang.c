@@ -414,10 +414,14 @@ cJSON *rm_kueue_restore_patch(const cJSON *job_spec, const cJSON *wl)
     cJSON_ArrayForEach(kv, wns)
         cJSON_AddItemToObject(ns, kv->string, cJSON_Duplicate(kv, 1));
     cJSON *tp = cJSON_AddObjectToObject(cJSON_AddObjectToObject(sp, "template"), "spec");
-    if (ns->child)
-        cJSON_AddItemToObject(tp, "nodeSelector", ns);
-    else
+    if (!(wns && wns->child) && jns) {
         cJSON_Delete(ns);
+        cJSON_AddNullToObject(tp, "nodeSelector");   /* the template had none: remove it whole */
+    } else if (ns->child) {
+        cJSON_AddItemToObject(tp, "nodeSelector", ns);
+    } else {
+        cJSON_Delete(ns);
+    }
     const cJSON *wt = oget(wsp, "tolerations");
     if (wt)
         cJSON_AddItemToObject(tp, "tolerations", cJSON_Duplicate(wt, 1));

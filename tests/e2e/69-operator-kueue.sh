@@ -115,7 +115,7 @@ log "evicted: suspended, pods gone, admission cleared, checkpoints kept ($(ls "$
 admit
 wait_for 240 "job Succeeded" tj_phase_is kq Succeeded
 d=$(grep -o 'data_dir=[^ ]*' "$T/kubesim.log" | head -1 | cut -d= -f2)
-grep -h "resume: continuing" "$d"/logs/*/*.log >"$T/resume.txt" 2>/dev/null || true
+grep -h "checkpoint loaded" "$d"/logs/*/*.log >"$T/resume.txt" 2>/dev/null || true
 [ -s "$T/resume.txt" ] || fail "no worker resumed from a checkpoint"
 step=$(grep -o 'step=[0-9]*' "$T/resume.txt" | head -1 | cut -d= -f2)
 [ "$step" -ge "$ck" ] || fail "resumed from step $step, before the checkpoint at $ck"

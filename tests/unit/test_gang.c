@@ -332,18 +332,30 @@ static void test_workload(void)
     cJSON_AddStringToObject(cJSON_GetObjectItem(tsp, "nodeSelector"), "pool", "fast");
     cJSON_AddItemToObject(tsp, "tolerations", cJSON_Duplicate(rm_json_path(p, "spec.template.spec.tolerations"), 1));
     CU_ASSERT_TRUE(rm_kueue_template_injected(jspec, wl));
+    /* a Workload whose template had no nodeSelector: the whole injected one goes */
+    cJSON *r0 = rm_kueue_restore_patch(jspec, wl);
+    CU_ASSERT_TRUE(cJSON_IsNull(rm_json_path(r0, "spec.template.spec.nodeSelector")));
+    cJSON_Delete(r0);
+    /* the job's own disk=ssd was in the Workload's template too (it was copied from the job) */
+    cJSON *wtsp = (cJSON *)rm_json_path(wl, "spec.podSets[0].template.spec");
+    cJSON_AddItemToObject(wtsp, "nodeSelector", cJSON_Parse("{\"disk\":\"ssd\"}"));
     cJSON *r = rm_kueue_restore_patch(jspec, wl);
     CU_ASSERT_TRUE(cJSON_IsTrue(rm_json_path(r, "spec.runPolicy.suspend")));
     CU_ASSERT_EQUAL(rm_json_path(r, "spec.replicas")->valueint, 4);
+    /* the Workload's template keeps disk=ssd: only the injected key goes */
     CU_ASSERT_TRUE(cJSON_IsNull(rm_json_path(r, "spec.template.spec.nodeSelector.pool")));
+    CU_ASSERT_STRING_EQUAL(rm_json_path(r, "spec.template.spec.nodeSelector.disk")->valuestring, "ssd");
     CU_ASSERT_TRUE(cJSON_IsNull(rm_json_path(r, "spec.template.spec.tolerations")));
     cJSON_Delete(r);
     cJSON_Delete(p);
     cJSON_Delete(flv);
     cJSON_Delete(job);
     /* a job equal to its Workload is not injected */
-    cJSON *plain = cJSON_Parse("{\"replicas\":4}");
+    cJSON *plain = cJSON_Parse("{\"replicas\":4,\"template\":{\"spec\":{\"nodeSelector\":{\"disk\":\"ssd\"}}}}");
     CU_ASSERT_FALSE(rm_kueue_template_injected(plain, wl));
+    cJSON_Delete(plain);
+    plain = cJSON_Parse("{\"replicas\":4}");   /* lost the Workload's selector: differs */
+    CU_ASSERT_TRUE(rm_kueue_template_injected(plain, wl));
     cJSON_Delete(plain);
     /* conditions */
     rm_kueue_set_condition(wl, "Admitted", true, "Admitted", "ok", "2026-01-01T00:00:00Z");
