@@ -111,6 +111,10 @@ for mode in volcano coscheduling; do
   k wait --for condition=established --timeout=20s "crd/$res" >/dev/null
   start_operator "$mode" --gang-scheduler "$mode"
   wait_for 20 "operator ready" curl -fsS "http://127.0.0.1:$(eval echo \$OP_PROBE_$mode)/readyz"
+  # every pod version, as a watch sees it (the jobs take a few seconds: polling can miss a pod)
+  k get pods -w -o json >"$T/watch-$mode.json" 2>/dev/null &
+  WPID=$!; PIDS+=("$WPID")
+  sleep 1
   { gang_job gang-a; echo ---; gang_job gang-b; } | k apply -f - >/dev/null
   wait_for 30 "two PodGroups" bash -c "[ \$(kubectl get $res --no-headers 2>/dev/null | grep -c .) -eq 2 ]"
   k get "$res" gang-a -o json | MODE=$mode $PY -c '
@@ -131,7 +135,6 @@ else:
     a=$(bound_active gang-a); b=$(bound_active gang-b)
     [ $((a + b)) -gt $maxb ] && maxb=$((a + b))
     [ "$a" -gt 0 ] && [ "$b" -gt 0 ] && overlap=1
-    [ -s "$T/pod-$mode.json" ] || k get pod gang-a-worker-0 -o json >"$T/pod-$mode.json" 2>/dev/null || rm -f "$T/pod-$mode.json"
     for j in gang-a gang-b; do
       tj_phase_is $j Succeeded && [[ "$order" != *"$j"* ]] && order="$order $j"
     done
@@ -174,7 +177,17 @@ print(f"{first} ran, then {second}; {second}'s PodGroup: {' -> '.join(phases[sec
 PY
   [ $maxb -le 4 ] || fail "$mode: more than 4 workers bound"
   # the pods were gang-scheduled
-  [ -s "$T/pod-$mode.json" ] || fail "$mode: never saw gang-a-worker-0"
+  kill "$WPID" 2>/dev/null || true
+  $PY -c '
+import json,sys
+t=open(sys.argv[1]).read(); d=json.JSONDecoder(); i=0; last=None
+while True:
+    while i < len(t) and t[i].isspace(): i+=1
+    if i >= len(t): break
+    o,i=d.raw_decode(t,i)
+    if o.get("metadata",{}).get("name")=="gang-a-worker-0": last=o
+assert last, "the watch never saw gang-a-worker-0"
+json.dump(last, open(sys.argv[2],"w"))' "$T/watch-$mode.json" "$T/pod-$mode.json" || fail "$mode: never saw gang-a-worker-0"
   MODE=$mode $PY -c '
 import json,os,sys
 p=json.load(sys.stdin); md=p["metadata"]
@@ -186,6 +199,12 @@ else:
     assert md["labels"]["scheduling.x-k8s.io/pod-group"]=="gang-a", md
 ' <"$T/pod-$mode.json" || fail "$mode pod decoration"
   wait_for 20 "no PodGroup left" bash -c "[ -z \"\$(kubectl get $res --no-headers 2>/dev/null)\" ]"
+  # RBAC: exactly the PodGroup verbs deploy/20-rbac.yaml grants (patch: only when a spec changes)
+  if [ $mode = volcano ]; then other=scheduling.x-k8s.io; mine=scheduling.volcano.sh; else other=scheduling.volcano.sh; mine=scheduling.x-k8s.io; fi
+  curl -fsS "$KS_URL/kubesim/requests" >"$T/requests-$mode.json"
+  $PY "$RM_ROOT/tests/e2e/fixtures/rbac_check.py" "$RM_ROOT/deploy/20-rbac.yaml" "$T/requests-$mode.json" podgroups \
+    "$mine:podgroups:patch" "$other:podgroups:get" "$other:podgroups:create" "$other:podgroups:patch" "$other:podgroups:delete" ||
+    fail "$mode: the operator's PodGroup requests do not match deploy/20-rbac.yaml"
   grep -q 'PodGroupDeleted' <(k get events -o json) || fail "$mode: no PodGroupDeleted event"
 done
 

@@ -122,4 +122,8 @@ step=$(grep -o 'step=[0-9]*' "$T/resume.txt" | head -1 | cut -d= -f2)
 wait_for 30 "Workload Finished" bash -c "kubectl get workloads.kueue.x-k8s.io $WL -o jsonpath='{.status.conditions[?(@.type==\"Finished\")].status}' | grep -qx True"
 [ "$(k get workloads.kueue.x-k8s.io "$WL" -o jsonpath='{.status.conditions[?(@.type=="Finished")].reason}')" = Succeeded ] || fail "Finished reason"
 log "re-admitted: resumed from step $step, Succeeded, Workload Finished"
+curl -fsS "$KS_URL/kubesim/requests" >"$T/requests.json"
+$PY "$RM_ROOT/tests/e2e/fixtures/rbac_check.py" "$RM_ROOT/deploy/20-rbac.yaml" "$T/requests.json" \
+  workloads,workloads/status,resourceflavors,trainingjobs ringmaster.dev:trainingjobs:delete ringmaster.dev:trainingjobs:get ||
+  fail "the operator's Kueue requests do not match deploy/20-rbac.yaml"
 echo "PASS 69-operator-kueue"
