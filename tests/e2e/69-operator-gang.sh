@@ -7,6 +7,8 @@
 #  - volcano and coscheduling (PodGroup CRDs from the real projects' schemas, fixtures/crds/):
 #    both jobs Succeed one after the other (never more than 4 workers bound, never both jobs at
 #    once), their PodGroups carry minMember/minResources/owner, and no PodGroup is left;
+#    with Volcano each job's pods are created only after its PodGroup left Pending (ordered by the
+#    global resourceVersion of two watches);
 #  - --gang-scheduler volcano without the PodGroup CRD exits at once naming the resource.
 # e2e-timeout: 900
 source "$(dirname "$0")/6x-operator-lib.bash"
@@ -114,6 +116,8 @@ for mode in volcano coscheduling; do
   # every pod version, as a watch sees it (the jobs take a few seconds: polling can miss a pod)
   k get pods -w -o json >"$T/watch-$mode.json" 2>/dev/null &
   WPID=$!; PIDS+=("$WPID")
+  k get "$res" -w -o json >"$T/watch-pg-$mode.json" 2>/dev/null &
+  WPGPID=$!; PIDS+=("$WPGPID")
   sleep 1
   { gang_job gang-a; echo ---; gang_job gang-b; } | k apply -f - >/dev/null
   wait_for 30 "two PodGroups" bash -c "[ \$(kubectl get $res --no-headers 2>/dev/null | grep -c .) -eq 2 ]"
@@ -177,7 +181,27 @@ print(f"{first} ran, then {second}; {second}'s PodGroup: {' -> '.join(phases[sec
 PY
   [ $maxb -le 4 ] || fail "$mode: more than 4 workers bound"
   # the pods were gang-scheduled
-  kill "$WPID" 2>/dev/null || true
+  kill "$WPID" "$WPGPID" 2>/dev/null || true
+  if [ $mode = volcano ]; then
+    # Volcano: each job's pods were created only after its PodGroup left Pending. resourceVersion
+    # is one counter for all kinds, so the two watches can be ordered by it.
+    $PY - "$T/watch-$mode.json" "$T/watch-pg-$mode.json" <<'PY' || fail "volcano: pods were created while their PodGroup was Pending"
+import json,sys
+def objs(f):
+    t=open(f).read(); d=json.JSONDecoder(); i=0
+    while True:
+        while i < len(t) and t[i].isspace(): i+=1
+        if i >= len(t): return
+        o,i=d.raw_decode(t,i); yield o
+rv=lambda o: int(o["metadata"]["resourceVersion"])
+for job in ("gang-a","gang-b"):
+    left=min((rv(o) for o in objs(sys.argv[2]) if o["metadata"]["name"]==job and o.get("status",{}).get("phase") not in (None,"","Pending")), default=None)
+    created=min((rv(o) for o in objs(sys.argv[1]) if o["metadata"].get("labels",{}).get("ringmaster.dev/job-name")==job), default=None)
+    assert left is not None and created is not None, (job, left, created)
+    assert created > left, (job, "first pod at rv", created, "PodGroup left Pending at rv", left)
+    print(f"{job}: PodGroup left Pending at rv {left}, first pod at rv {created}")
+PY
+  fi
   $PY -c '
 import json,sys
 t=open(sys.argv[1]).read(); d=json.JSONDecoder(); i=0; last=None
