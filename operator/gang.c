@@ -304,6 +304,11 @@ void rm_kueue_decide(const rm_kueue_in *in, rm_kueue_out *out)
         out->hold_pods = true;
         return;
     }
+    if (!in->job_suspended && in->wl_admitted && in->count_mismatch) { /* K6 */
+        out->act = RM_KUEUE_REPLACE;
+        out->hold_pods = true;
+        return;
+    }
     if (!in->job_suspended && !in->wl_admitted) {                   /* K5 */
         out->act = RM_KUEUE_SUSPEND;
         out->hold_pods = true;
@@ -333,6 +338,12 @@ static int admitted_count(const cJSON *wl, const cJSON *ps)
     }
     const cJSON *c = oget(ps, "count");
     return cJSON_IsNumber(c) ? c->valueint : 0;
+}
+
+int rm_kueue_admitted_count(const cJSON *wl)
+{
+    const cJSON *ps = workload_podset(wl);
+    return ps ? admitted_count(wl, ps) : 0;
 }
 
 cJSON *rm_kueue_run_patch(const cJSON *job_spec, const cJSON *wl, const cJSON *flavors, rm_err *err)
@@ -427,6 +438,13 @@ cJSON *rm_kueue_restore_patch(const cJSON *job_spec, const cJSON *wl)
         cJSON_AddItemToObject(tp, "tolerations", cJSON_Duplicate(wt, 1));
     else if (oget(jsp, "tolerations"))
         cJSON_AddNullToObject(tp, "tolerations");
+    return p;
+}
+
+cJSON *rm_kueue_replace_patch(const cJSON *job_spec, const cJSON *wl)
+{
+    cJSON *p = rm_kueue_restore_patch(job_spec, wl);
+    cJSON_DeleteItemFromObjectCaseSensitive(cJSON_GetObjectItemCaseSensitive(p, "spec"), "replicas");
     return p;
 }
 

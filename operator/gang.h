@@ -107,6 +107,8 @@ typedef struct rm_kueue_in {
     bool wl_finished;           /* Finished=True */
     bool wl_quota_reserved;     /* QuotaReserved=True or status.admission present */
     bool template_injected;     /* the job's template/replicas differ from the Workload's */
+    bool count_mismatch;        /* running and admitted, but spec.replicas is not the admitted
+                                 * count: the user resized it (rm_kueue_admitted_count) */
 } rm_kueue_in;
 typedef enum {
     RM_KUEUE_NOTHING = 0,
@@ -115,6 +117,8 @@ typedef enum {
     RM_KUEUE_CLEAR_ADMISSION,   /* status: no admission, QuotaReserved=False, Admitted=False, Requeued=True */
     RM_KUEUE_RUN,               /* merge admitted nodeSelector/tolerations, admitted count, suspend=false */
     RM_KUEUE_FINISH,            /* status: Finished=True reason Succeeded|Failed */
+    RM_KUEUE_REPLACE,           /* suspend (template restored, the user's replicas kept) and delete
+                                 * the Workload: the next pass creates one for the new count */
 } rm_kueue_action;
 typedef struct rm_kueue_out {
     rm_kueue_action act;
@@ -124,7 +128,9 @@ typedef struct rm_kueue_out {
  * K2 no Workload: CREATE_WORKLOAD (+ suspend), hold pods. K3 Evicted: SUSPEND (restore) while
  * unsuspended; once suspended with no active pod and quota still reserved, CLEAR_ADMISSION.
  * K4 suspended and admitted: RUN. K5 running but not admitted: SUSPEND (a job never starts
- * outside Kueue's quota). Otherwise nothing. */
+ * outside Kueue's quota). K6 running and admitted with spec.replicas edited away from the admitted
+ * count: REPLACE (jobframework's ensureOneWorkload: the pod sets no longer match). Otherwise
+ * nothing. */
 void rm_kueue_decide(const rm_kueue_in *in, rm_kueue_out *out);
 
 /* A merge patch for the job's spec that runs it as admitted: suspend false, replicas = the
@@ -137,6 +143,11 @@ cJSON *rm_kueue_run_patch(const cJSON *job_spec, const cJSON *workload, const cJ
 /* The merge patch that suspends the job and restores what RUN injected: suspend true, replicas
  * and template nodeSelector/tolerations back to the Workload's pod set (RestorePodSetsInfo). */
 cJSON *rm_kueue_restore_patch(const cJSON *job_spec, const cJSON *workload);
+/* The count admitted for pod set "worker" (podSetAssignments, else the pod set's count); 0 when
+ * the Workload has no such pod set. */
+int rm_kueue_admitted_count(const cJSON *workload);
+/* rm_kueue_restore_patch without restoring spec.replicas (REPLACE keeps the user's count). */
+cJSON *rm_kueue_replace_patch(const cJSON *job_spec, const cJSON *workload);
 /* Does the job's spec carry an admission (replicas, nodeSelector or tolerations differ from the
  * Workload's pod set)? */
 bool rm_kueue_template_injected(const cJSON *job_spec, const cJSON *workload);

@@ -1471,6 +1471,8 @@ static int kueue_step(rm_kube_rt *rt, const cJSON *obj, const rm_tj *tj, job_mem
         .wl_quota_reserved = rm_kueue_condition(wl, "QuotaReserved") || rm_json_path(wl, "status.admission"),
         .template_injected = wl && rm_kueue_template_injected(spec, wl),
     };
+    in.count_mismatch = in.wl_admitted && !tj->spec.run.suspend &&
+                        rm_kueue_admitted_count(wl) != tj->spec.replicas;
     rm_kueue_out o;
     rm_kueue_decide(&in, &o);
     rm_json_time(now, rm_wall());
@@ -1524,6 +1526,23 @@ static int kueue_step(rm_kube_rt *rt, const cJSON *obj, const rm_tj *tj, job_mem
             job_event(rt, tj, false, "Admitted", note);
         }
         break;
+    case RM_KUEUE_REPLACE: {
+        patch = rm_kueue_replace_patch(spec, wl);
+        rc = patch_job(rt, tj, m, patch, err);
+        cJSON *opts = cJSON_CreateObject();
+        cJSON_AddStringToObject(opts, "propagationPolicy", "Background");
+        if (!rc)
+            rc = rm_kube_json(rt->c.client, "DELETE", item, NULL, opts, NULL, err);
+        cJSON_Delete(opts);
+        if (rc == RM_ENOTFOUND)
+            rc = RM_OK;
+        if (!rc) {
+            snprintf(note, sizeof note, "spec.replicas changed to %d while admitted for %d: suspended; "
+                     "a new Workload asks Kueue for the new count", tj->spec.replicas, rm_kueue_admitted_count(wl));
+            job_event(rt, tj, false, "WorkloadReplaced", note);
+        }
+        break;
+    }
     case RM_KUEUE_FINISH:
         rm_kueue_set_condition(wl, "Finished", true, in.job_succeeded ? "Succeeded" : "Failed",
                                in.job_succeeded ? "The job succeeded" : "The job failed", now);

@@ -8,7 +8,9 @@
 #    flavor's node labels as nodeSelector, on the matching node only;
 #  - Evicted: suspended, pods gone, checkpoints kept, the injected nodeSelector restored, the
 #    admission cleared (QuotaReserved=False, Requeued=True);
-#  - re-admitted: it resumes from its checkpoint and Succeeds; the Workload ends Finished.
+#  - re-admitted: it resumes from its checkpoint; resized (kubectl scale) while admitted, it is
+#    suspended and its Workload replaced by one for the new count; admitted again it Succeeds on
+#    that count; the Workload ends Finished.
 source "$(dirname "$0")/6x-operator-lib.bash"
 FIX="$RM_ROOT/tests/e2e/fixtures/crds"
 RDZV_PORT=$(free_port)
@@ -111,7 +113,19 @@ sleep 3
 [ "$(pod_count kq)" = 0 ] || fail "pods came back while evicted"
 log "evicted: suspended, pods gone, admission cleared, checkpoints kept ($(ls "$T/ckpt/default/kq" | wc -l) files)"
 
-# re-admitted: resumes from the checkpoint and Succeeds
+# re-admitted: resumes from the checkpoint
+admit
+wait_for 30 "2 pods after re-admission" bash -c "[ \$(kubectl get pods -l ringmaster.dev/job-name=kq --no-headers 2>/dev/null | grep -c .) -eq 2 ]"
+# resized while admitted (the pod sets no longer match the Workload): suspended, the Workload is
+# replaced by one asking for the new count, which the test admits; the job finishes on 1 worker
+olduid=$(k get workloads.kueue.x-k8s.io "$WL" -o jsonpath='{.metadata.uid}')
+k scale tj kq --replicas=1 >/dev/null
+wait_for 30 "Workload replaced" bash -c "u=\$(kubectl get workloads.kueue.x-k8s.io $WL -o jsonpath='{.metadata.uid}' 2>/dev/null); [ -n \"\$u\" ] && [ \"\$u\" != $olduid ]"
+[ "$(k get workloads.kueue.x-k8s.io "$WL" -o jsonpath='{.spec.podSets[0].count}')" = 1 ] || fail "new Workload count"
+[ "$(k get tj kq -o jsonpath='{.spec.runPolicy.suspend}')" = true ] || fail "resized job not suspended"
+wait_for 60 "pods gone after resize" bash -c "[ \$(kubectl get pods -l ringmaster.dev/job-name=kq --no-headers 2>/dev/null | grep -c .) -eq 0 ]"
+log "resized to 1: suspended, Workload replaced (count 1)"
+ADMISSION='{"clusterQueue":"cq","podSetAssignments":[{"name":"worker","count":1,"flavors":{"cpu":"fast"},"resourceUsage":{"cpu":"1"}}]}'
 admit
 wait_for 240 "job Succeeded" tj_phase_is kq Succeeded
 d=$(grep -o 'data_dir=[^ ]*' "$T/kubesim.log" | head -1 | cut -d= -f2)

@@ -347,6 +347,12 @@ static void test_workload(void)
     CU_ASSERT_STRING_EQUAL(rm_json_path(r, "spec.template.spec.nodeSelector.disk")->valuestring, "ssd");
     CU_ASSERT_TRUE(cJSON_IsNull(rm_json_path(r, "spec.template.spec.tolerations")));
     cJSON_Delete(r);
+    CU_ASSERT_EQUAL(rm_kueue_admitted_count(wl), 3);
+    r = rm_kueue_replace_patch(jspec, wl);   /* keeps the user's replicas, restores the rest */
+    CU_ASSERT_PTR_NULL(rm_json_path(r, "spec.replicas"));
+    CU_ASSERT_TRUE(cJSON_IsTrue(rm_json_path(r, "spec.runPolicy.suspend")));
+    CU_ASSERT_TRUE(cJSON_IsNull(rm_json_path(r, "spec.template.spec.nodeSelector.pool")));
+    cJSON_Delete(r);
     cJSON_Delete(p);
     cJSON_Delete(flv);
     cJSON_Delete(job);
@@ -374,27 +380,29 @@ static void test_kueue_decide(void)
 {
     static const struct {
         const char *what; bool term, succ, susp; int active; bool exists, admitted, evicted, finished, reserved, injected;
-        rm_kueue_action act; bool hold;
+        rm_kueue_action act; bool hold; bool mismatch;
     } t[] = {
-        {"new job: Workload, suspended", false, false, false, 0, false, false, false, false, false, false, RM_KUEUE_CREATE_WORKLOAD, true},
-        {"new suspended job: Workload", false, false, true, 0, false, false, false, false, false, false, RM_KUEUE_CREATE_WORKLOAD, true},
-        {"waiting for admission", false, false, true, 0, true, false, false, false, false, false, RM_KUEUE_NOTHING, false},
-        {"unsuspended by hand, not admitted", false, false, false, 2, true, false, false, false, false, false, RM_KUEUE_SUSPEND, true},
-        {"admitted: run", false, false, true, 0, true, true, false, false, true, false, RM_KUEUE_RUN, true},
-        {"running admitted", false, false, false, 4, true, true, false, false, true, true, RM_KUEUE_NOTHING, false},
-        {"evicted while running: suspend", false, false, false, 4, true, true, true, false, true, true, RM_KUEUE_SUSPEND, true},
-        {"evicted, restore pending", false, false, true, 4, true, false, true, false, true, true, RM_KUEUE_SUSPEND, false},
-        {"evicted, pods still going", false, false, true, 2, true, false, true, false, true, false, RM_KUEUE_NOTHING, false},
-        {"evicted, no pod left: clear", false, false, true, 0, true, false, true, false, true, false, RM_KUEUE_CLEAR_ADMISSION, false},
-        {"evicted, cleared: wait", false, false, true, 0, true, false, true, false, false, false, RM_KUEUE_NOTHING, false},
-        {"succeeded: finish", true, true, false, 0, true, true, false, false, true, true, RM_KUEUE_FINISH, false},
-        {"failed: finish", true, false, false, 0, true, true, false, false, true, true, RM_KUEUE_FINISH, false},
-        {"finished already", true, true, false, 0, true, true, false, true, true, true, RM_KUEUE_NOTHING, false},
-        {"finished job, no Workload", true, true, false, 0, false, false, false, false, false, false, RM_KUEUE_NOTHING, false},
+        {"new job: Workload, suspended", false, false, false, 0, false, false, false, false, false, false, RM_KUEUE_CREATE_WORKLOAD, true, false},
+        {"new suspended job: Workload", false, false, true, 0, false, false, false, false, false, false, RM_KUEUE_CREATE_WORKLOAD, true, false},
+        {"waiting for admission", false, false, true, 0, true, false, false, false, false, false, RM_KUEUE_NOTHING, false, false},
+        {"unsuspended by hand, not admitted", false, false, false, 2, true, false, false, false, false, false, RM_KUEUE_SUSPEND, true, false},
+        {"admitted: run", false, false, true, 0, true, true, false, false, true, false, RM_KUEUE_RUN, true, false},
+        {"running admitted", false, false, false, 4, true, true, false, false, true, true, RM_KUEUE_NOTHING, false, false},
+        {"evicted while running: suspend", false, false, false, 4, true, true, true, false, true, true, RM_KUEUE_SUSPEND, true, false},
+        {"evicted, restore pending", false, false, true, 4, true, false, true, false, true, true, RM_KUEUE_SUSPEND, false, false},
+        {"evicted, pods still going", false, false, true, 2, true, false, true, false, true, false, RM_KUEUE_NOTHING, false, false},
+        {"evicted, no pod left: clear", false, false, true, 0, true, false, true, false, true, false, RM_KUEUE_CLEAR_ADMISSION, false, false},
+        {"evicted, cleared: wait", false, false, true, 0, true, false, true, false, false, false, RM_KUEUE_NOTHING, false, false},
+        {"succeeded: finish", true, true, false, 0, true, true, false, false, true, true, RM_KUEUE_FINISH, false, false},
+        {"failed: finish", true, false, false, 0, true, true, false, false, true, true, RM_KUEUE_FINISH, false, false},
+        {"finished already", true, true, false, 0, true, true, false, true, true, true, RM_KUEUE_NOTHING, false, false},
+        {"finished job, no Workload", true, true, false, 0, false, false, false, false, false, false, RM_KUEUE_NOTHING, false, false},
+        {"resized while admitted: replace", false, false, false, 4, true, true, false, false, true, true, RM_KUEUE_REPLACE, true, true},
+        {"resized while evicted: eviction first", false, false, false, 4, true, true, true, false, true, true, RM_KUEUE_SUSPEND, true, true},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         rm_kueue_in in = {t[i].term, t[i].succ, t[i].susp, t[i].active, t[i].exists, t[i].admitted,
-                          t[i].evicted, t[i].finished, t[i].reserved, t[i].injected};
+                          t[i].evicted, t[i].finished, t[i].reserved, t[i].injected, t[i].mismatch};
         rm_kueue_out o;
         rm_kueue_decide(&in, &o);
         if (o.act != t[i].act || o.hold_pods != t[i].hold)
