@@ -275,9 +275,24 @@ cJSON *rm_kueue_workload(const rm_tj *tj, const char *default_image, rm_err *err
     return wl;
 }
 
+static void kueue_decide_act(const rm_kueue_in *in, rm_kueue_out *out);
+
 void rm_kueue_decide(const rm_kueue_in *in, rm_kueue_out *out)
 {
     memset(out, 0, sizeof(*out));
+    kueue_decide_act(in, out);
+    /* K7 */
+    out->pods_ready = -1;
+    if (in->wl_exists && !in->wl_finished) {
+        bool want = !in->job_terminal && !in->job_suspended && in->wl_admitted && !in->wl_evicted &&
+                    in->admitted_count > 0 && in->ready_pods >= in->admitted_count;
+        if (want != in->wl_pods_ready)
+            out->pods_ready = want;
+    }
+}
+
+static void kueue_decide_act(const rm_kueue_in *in, rm_kueue_out *out)
+{
     if (in->job_terminal) {                                         /* K1 */
         if (in->wl_exists && !in->wl_finished)
             out->act = RM_KUEUE_FINISH;

@@ -109,6 +109,8 @@ typedef struct rm_kueue_in {
     bool template_injected;     /* the job's template/replicas differ from the Workload's */
     bool count_mismatch;        /* running and admitted, but spec.replicas is not the admitted
                                  * count: the user resized it (rm_kueue_admitted_count) */
+    bool wl_pods_ready;         /* PodsReady=True on the Workload */
+    int ready_pods, admitted_count;   /* the job's ready workers; the admitted count */
 } rm_kueue_in;
 typedef enum {
     RM_KUEUE_NOTHING = 0,
@@ -122,6 +124,7 @@ typedef enum {
 } rm_kueue_action;
 typedef struct rm_kueue_out {
     rm_kueue_action act;
+    int pods_ready;             /* K7: -1 leave PodsReady alone, 0/1 write it False/True */
     bool hold_pods;             /* do not reconcile workers this pass (the job is about to change) */
 } rm_kueue_out;
 /* K1 terminal: FINISH once (Workload exists, not Finished); pods are the core's business.
@@ -130,7 +133,8 @@ typedef struct rm_kueue_out {
  * K4 suspended and admitted: RUN. K5 running but not admitted: SUSPEND (a job never starts
  * outside Kueue's quota). K6 running and admitted with spec.replicas edited away from the admitted
  * count: REPLACE (jobframework's ensureOneWorkload: the pod sets no longer match). Otherwise
- * nothing. */
+ * nothing. K7 (beside any action, for Kueue's waitForPodsReady): PodsReady is True while the job
+ * runs admitted with at least the admitted count of workers ready, False otherwise once set. */
 void rm_kueue_decide(const rm_kueue_in *in, rm_kueue_out *out);
 
 /* A merge patch for the job's spec that runs it as admitted: suspend false, replicas = the

@@ -1473,6 +1473,9 @@ static int kueue_step(rm_kube_rt *rt, const cJSON *obj, const rm_tj *tj, job_mem
     };
     in.count_mismatch = in.wl_admitted && !tj->spec.run.suspend &&
                         rm_kueue_admitted_count(wl) != tj->spec.replicas;
+    in.wl_pods_ready = rm_kueue_condition(wl, "PodsReady");
+    in.ready_pods = tj->status.ready_replicas;
+    in.admitted_count = wl ? rm_kueue_admitted_count(wl) : 0;
     rm_kueue_out o;
     rm_kueue_decide(&in, &o);
     rm_json_time(now, rm_wall());
@@ -1548,6 +1551,13 @@ static int kueue_step(rm_kube_rt *rt, const cJSON *obj, const rm_tj *tj, job_mem
                                in.job_succeeded ? "The job succeeded" : "The job failed", now);
         rc = put_wl_status(rt, item, wl, err);
         break;
+    }
+    if (!rc && o.pods_ready >= 0 && (o.act == RM_KUEUE_NOTHING || o.act == RM_KUEUE_SUSPEND)) {
+        /* the Workload as it is now (a SUSPEND does not write it) */
+        rm_kueue_set_condition(wl, "PodsReady", o.pods_ready == 1, o.pods_ready ? "PodsReady" : "PodsNotReady",
+                               o.pods_ready ? "All admitted workers are ready" : "Not all admitted workers are ready",
+                               now);
+        rc = put_wl_status(rt, item, wl, err);
     }
     if (!rc && o.hold_pods && o.act != RM_KUEUE_NOTHING)
         *skip = true;

@@ -5,7 +5,7 @@
 #  - a job labelled kueue.x-k8s.io/queue-name is suspended at once, gets its Workload (one pod set
 #    "worker", count, queue, owner) and no pod until admitted;
 #  - admitted (status.admission with flavor "fast" + QuotaReserved/Admitted): it runs with the
-#    flavor's node labels as nodeSelector, on the matching node only;
+#    flavor's node labels as nodeSelector, on the matching node only; PodsReady=True once all ready;
 #  - Evicted: suspended, pods gone, checkpoints kept, the injected nodeSelector restored, the
 #    admission cleared (QuotaReserved=False, Requeued=True);
 #  - re-admitted: it resumes from its checkpoint; resized (kubectl scale) while admitted, it is
@@ -91,13 +91,15 @@ for p in json.load(sys.stdin)["items"]:
 ' || fail "admitted pods lack the flavor nodeSelector"
 wait_for 30 "pods bound to kq-fast" bash -c "[ \"\$(kubectl get pods -l ringmaster.dev/job-name=kq -o jsonpath='{.items[*].spec.nodeName}')\" = 'kq-fast kq-fast' ]"
 [ "$(k get tj kq -o jsonpath='{.spec.runPolicy.suspend}')" = false ] || fail "job not unsuspended"
+wl_cond() { k get workloads.kueue.x-k8s.io "$WL" -o jsonpath="{.status.conditions[?(@.type==\"$1\")].status}"; }
+wait_for 60 "Workload PodsReady=True" bash -c "[ \"\$(kubectl get workloads.kueue.x-k8s.io $WL -o jsonpath='{.status.conditions[?(@.type==\"PodsReady\")].status}')\" = True ]"
 wait_for 120 "a checkpoint" bash -c "[ \"\$(kubectl get tj kq -o jsonpath='{.status.progress.lastCheckpointStep}')\" -ge 40 ] 2>/dev/null"
 ck=$(tj_field kq '{.status.progress.lastCheckpointStep}')
 log "admitted: running on kq-fast with nodeSelector pool=fast, checkpoint at step $ck"
 
 # Kueue evicts it (preempted)
 k patch workloads.kueue.x-k8s.io "$WL" --subresource=status --type merge -p \
-  "{\"status\":{\"conditions\":[$(cond QuotaReserved True QuotaReserved),$(cond Admitted True Admitted),$(cond Evicted True Preempted)]}}" >/dev/null
+  "{\"status\":{\"conditions\":[$(cond QuotaReserved True QuotaReserved),$(cond Admitted True Admitted),$(cond PodsReady True PodsReady),$(cond Evicted True Preempted)]}}" >/dev/null
 wait_for 30 "job suspended by eviction" bash -c "[ \"\$(kubectl get tj kq -o jsonpath='{.spec.runPolicy.suspend}')\" = true ]"
 wait_for 60 "pods gone" bash -c "[ \$(kubectl get pods -l ringmaster.dev/job-name=kq --no-headers 2>/dev/null | grep -c .) -eq 0 ]"
 [ -z "$(k get tj kq -o jsonpath='{.spec.template.spec.nodeSelector}')" ] || fail "nodeSelector not restored: $(k get tj kq -o jsonpath='{.spec.template.spec.nodeSelector}')"
@@ -109,6 +111,7 @@ assert c["QuotaReserved"]["status"]=="False" and c["Requeued"]["status"]=="True"
 ' || fail "Workload conditions after eviction"
 ls "$T/ckpt/default/kq" | grep -q . || fail "checkpoints removed on eviction"
 wait_for 20 "phase Suspended" tj_phase_is kq Suspended
+[ "$(wl_cond PodsReady)" = False ] || fail "PodsReady is '$(wl_cond PodsReady)' after the eviction, not False"
 sleep 3
 [ "$(pod_count kq)" = 0 ] || fail "pods came back while evicted"
 log "evicted: suspended, pods gone, admission cleared, checkpoints kept ($(ls "$T/ckpt/default/kq" | wc -l) files)"

@@ -402,13 +402,49 @@ static void test_kueue_decide(void)
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         rm_kueue_in in = {t[i].term, t[i].succ, t[i].susp, t[i].active, t[i].exists, t[i].admitted,
-                          t[i].evicted, t[i].finished, t[i].reserved, t[i].injected, t[i].mismatch};
+                          t[i].evicted, t[i].finished, t[i].reserved, t[i].injected, t[i].mismatch, false, 0, 0};
         rm_kueue_out o;
         rm_kueue_decide(&in, &o);
+        CU_ASSERT_EQUAL(o.pods_ready, -1);   /* PodsReady False and nothing ready: unchanged */
         if (o.act != t[i].act || o.hold_pods != t[i].hold)
             fprintf(stderr, "kueue decide %s: act %d hold %d\n", t[i].what, o.act, o.hold_pods);
         CU_ASSERT_EQUAL(o.act, t[i].act);
         CU_ASSERT_EQUAL(o.hold_pods, t[i].hold);
+    }
+}
+
+/* K7: PodsReady follows the admitted workers' readiness */
+static void test_kueue_pods_ready(void)
+{
+    static const struct { bool term, susp, admitted, evicted, finished, wl_ready; int ready, count, want; } t[] = {
+        {false, false, true, false, false, false, 4, 4, 1},    /* all ready: True */
+        {false, false, true, false, false, false, 3, 4, -1},   /* not yet: stays False */
+        {false, false, true, false, false, true, 4, 4, -1},    /* already True */
+        {false, false, true, false, false, true, 3, 4, 0},     /* a worker lost readiness */
+        {false, true, false, false, false, true, 0, 4, 0},     /* suspended */
+        {false, false, true, true, false, true, 4, 4, 0},      /* evicted */
+        {true, false, true, false, false, true, 0, 4, 0},      /* ended, not yet Finished */
+        {true, false, true, false, true, true, 0, 4, -1},      /* Finished: left as it was */
+        {false, false, true, false, false, false, 2, 2, 1},    /* partial admission: 2 of 4 */
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        rm_kueue_in in;
+        memset(&in, 0, sizeof in);
+        in.job_terminal = t[i].term;
+        in.job_suspended = t[i].susp;
+        in.wl_exists = true;
+        in.wl_admitted = t[i].admitted;
+        in.wl_evicted = t[i].evicted;
+        in.wl_finished = t[i].finished;
+        in.wl_quota_reserved = true;
+        in.wl_pods_ready = t[i].wl_ready;
+        in.ready_pods = t[i].ready;
+        in.admitted_count = t[i].count;
+        rm_kueue_out o;
+        rm_kueue_decide(&in, &o);
+        if (o.pods_ready != t[i].want)
+            fprintf(stderr, "pods ready row %zu: %d want %d\n", i, o.pods_ready, t[i].want);
+        CU_ASSERT_EQUAL(o.pods_ready, t[i].want);
     }
 }
 
@@ -470,7 +506,8 @@ void rm_suite_gang(void)
         {"quantity", test_quantity}, {"pod_requests", test_pod_requests},
         {"podgroups", test_podgroups}, {"decorate", test_decorate},
         {"gang_decide", test_gang_decide}, {"workload", test_workload},
-        {"kueue_decide", test_kueue_decide}, {"api", test_api},
+        {"kueue_decide", test_kueue_decide}, {"kueue_pods_ready", test_kueue_pods_ready},
+        {"api", test_api},
     };
     RM_ADD_SUITE("gang", NULL, NULL, cases);
 }
