@@ -10,6 +10,7 @@
  * first violation with err->field set to the exact path. Serialization omits unset fields, so
  * to_json(from_json(x)) == x for any x, defaulted or not. */
 #include "common/trainingjob.h"
+#include "common/quantity.h"
 #include "common/json.h"
 #include <ctype.h>
 #include <limits.h>
@@ -363,6 +364,7 @@ void rm_training_defaults(rm_training_spec *t)
 
 /* Strings a job prints or uses as paths (checkpoint path, data folder, managedBy) carry no
  * control characters: they reach terminals and logs as they are. */
+static int validate_scheduling(const rm_tj_spec *s, rm_err *err);
 static int has_ctrl(const char *s)
 {
     for (; s && *s; s++)
@@ -726,6 +728,7 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
         return rm_err_field(err, RM_EINVAL, "spec.runPolicy.managedBy", "must not contain control characters");
     if (s->checkpoint.interval_steps < 1)
         return rm_err_field(err, RM_EINVAL, "spec.checkpoint.intervalSteps", "must be >= 1");
+    RM_CHECK(validate_scheduling(s, err));
     if (s->checkpoint.keep < 1)
         return rm_err_field(err, RM_EINVAL, "spec.checkpoint.keep", "must be >= 1");
     if (s->template && !cJSON_IsObject(s->template))
@@ -751,6 +754,55 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
     return check_template_memory(tj, err);
 }
 
+/* spec.managedBy and spec.runPolicy.schedulingPolicy. Names follow Kubernetes' own rules: a queue
+ * (Volcano Queue, Kueue LocalQueue) and a PriorityClass are DNS-1123 subdomains (<= 253). */
+static bool dns1123_subdomain(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 253)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+        if (!alnum && c != '-' && c != '.')
+            return false;
+        if ((i == 0 || i == n - 1) && !alnum)
+            return false;
+    }
+    return true;
+}
+
+static int validate_scheduling(const rm_tj_spec *s, rm_err *err)
+{
+    if (s->managed_by && (!*s->managed_by || strlen(s->managed_by) > 63 || has_ctrl(s->managed_by)))
+        return rm_err_field(err, RM_EINVAL, "spec.managedBy",
+                            "must be 1 to 63 printable characters (\"" RM_TJ_MANAGED_BY_US "\" or \""
+                            RM_TJ_MANAGED_BY_MULTIKUEUE "\")");
+    if (s->managed_by && s->run.managed_by && strcmp(s->managed_by, s->run.managed_by) != 0)
+        return rm_err_field(err, RM_EINVAL, "spec.runPolicy.managedBy",
+                            "\"%s\" differs from spec.managedBy \"%s\" (spec.managedBy replaces it: set only that)",
+                            s->run.managed_by, s->managed_by);
+    if (s->sched.queue && !dns1123_subdomain(s->sched.queue))
+        return rm_err_field(err, RM_EINVAL, "spec.runPolicy.schedulingPolicy.queue",
+                            "\"%s\" must be a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', at most 253)",
+                            s->sched.queue);
+    if (s->sched.priority_class && !dns1123_subdomain(s->sched.priority_class))
+        return rm_err_field(err, RM_EINVAL, "spec.runPolicy.schedulingPolicy.priorityClass",
+                            "\"%s\" must be a DNS-1123 subdomain (a PriorityClass name)",
+                            s->sched.priority_class);
+    if (s->sched.schedule_timeout_seconds < 0)
+        return rm_err_field(err, RM_EINVAL, "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds",
+                            "must be >= 0");
+    return RM_OK;
+}
+
+const char *rm_tj_managed_by(const rm_tj *tj)
+{
+    if (tj->spec.managed_by)
+        return tj->spec.managed_by;
+    return tj->spec.run.managed_by;
+}
+
 int64_t rm_training_samples(const rm_training_spec *t)
 {
     bool builtin_dir = !t->data_dir || strcmp(t->data_dir, RM_TJ_FASHION_MNIST_DIR) == 0;
@@ -761,15 +813,49 @@ int64_t rm_training_samples(const rm_training_spec *t)
 
 /* ---- spec / object parse ------------------------------------------------------------------------ */
 
+/* spec.runPolicy.schedulingPolicy (see trainingjob.h); minResources values must be quantities. */
+static int sched_policy_from_json(const cJSON *run, const char *uctx, rm_tj_spec *s, rm_err *err)
+{
+    static const char *const k_sched[] = { "queue", "priorityClass", "minResources",
+                                           "scheduleTimeoutSeconds", NULL };
+    char sctx[FIELD_CAP];
+    const cJSON *o, *mr;
+    int rc = RM_OK;
+    TRY(p_obj(run, "schedulingPolicy", uctx, k_sched, &o, sctx, err));
+    if (!o)
+        return RM_OK;
+    TRY(p_str(o, "queue", sctx, &s->sched.queue, err));
+    TRY(p_str(o, "priorityClass", sctx, &s->sched.priority_class, err));
+    TRY(p_int(o, "scheduleTimeoutSeconds", sctx, &s->sched.schedule_timeout_seconds, NULL, 0, err));
+    TRY(p_obj(o, "minResources", sctx, NULL, &mr, NULL, err));
+    if (mr) {
+        const cJSON *q;
+        cJSON_ArrayForEach(q, mr)
+        {
+            int64_t milli;
+            if (rm_quantity_json_milli(q, &milli) != RM_OK)
+                return rm_err_field(err, RM_EINVAL, "spec.runPolicy.schedulingPolicy.minResources",
+                                    "%s: \"%s\" is not a resource quantity (e.g. \"4\", \"500m\", \"16Gi\")",
+                                    q->string, cJSON_IsString(q) ? q->valuestring : "(not a string)");
+        }
+        cJSON_Delete(s->sched.min_resources);
+        if (!(s->sched.min_resources = cJSON_Duplicate(mr, 1)))
+            rc = rm_errf(err, RM_ENOMEM, "out of memory");
+    }
+out:
+    return rc;
+}
+
 static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
 {
     static const char *const k_spec[] = { "replicas", "minReplicas", "maxReplicas", "backend",
                                           "restartPolicy", "runPolicy", "checkpoint", "training",
-                                          "template", NULL };
+                                          "template", "managedBy", NULL };
     static const char *const k_restart[] = { "maxRestarts", "backoffSeconds",
                                              "progressDeadlineSeconds", NULL };
     static const char *const k_run[] = { "activeDeadlineSeconds", "ttlSecondsAfterFinished",
-                                         "cleanPodPolicy", "suspend", "managedBy", NULL };
+                                         "cleanPodPolicy", "suspend", "managedBy",
+                                         "schedulingPolicy", NULL };
     static const char *const k_ckpt[] = { "path", "intervalSteps", "keep", NULL };
     char rctx[FIELD_CAP], uctx[FIELD_CAP], cctx[FIELD_CAP];
     const cJSON *o;
@@ -798,7 +884,9 @@ static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
         s->run.clean_pod_policy = (rm_clean_policy)iv;
         TRY(p_bool(o, "suspend", uctx, &s->run.suspend, NULL, 0, err));
         TRY(p_str(o, "managedBy", uctx, &s->run.managed_by, err));
+        TRY(sched_policy_from_json(o, uctx, s, err));
     }
+    TRY(p_str(sp, "managedBy", "spec", &s->managed_by, err));
     TRY(p_obj(sp, "checkpoint", "spec", k_ckpt, &o, cctx, err));
     if (o) {
         TRY(p_str(o, "path", cctx, &s->checkpoint.path, err));
@@ -818,6 +906,10 @@ out:
 static void spec_free(rm_tj_spec *s)
 {
     free(s->run.managed_by);
+    free(s->managed_by);
+    free(s->sched.queue);
+    free(s->sched.priority_class);
+    cJSON_Delete(s->sched.min_resources);
     free(s->checkpoint.path);
     rm_training_free(&s->training);
     cJSON_Delete(s->template);
@@ -1028,7 +1120,18 @@ cJSON *rm_tj_spec_to_json(const rm_tj_spec *s)
                                 clean_names[s->run.clean_pod_policy <= RM_CLEAN_NONE ? s->run.clean_pod_policy : 0]);
         cJSON_AddBoolToObject(u, "suspend", s->run.suspend);
         add_str(u, "managedBy", s->run.managed_by);
+        if (s->sched.queue || s->sched.priority_class || s->sched.min_resources ||
+            s->sched.schedule_timeout_seconds) {
+            cJSON *sc = cJSON_AddObjectToObject(u, "schedulingPolicy");
+            add_str(sc, "queue", s->sched.queue);
+            add_str(sc, "priorityClass", s->sched.priority_class);
+            if (s->sched.min_resources)
+                cJSON_AddItemToObject(sc, "minResources", cJSON_Duplicate(s->sched.min_resources, 1));
+            if (s->sched.schedule_timeout_seconds)
+                cJSON_AddNumberToObject(sc, "scheduleTimeoutSeconds", s->sched.schedule_timeout_seconds);
+        }
     }
+    add_str(o, "managedBy", s->managed_by);
     cJSON *c = cJSON_AddObjectToObject(o, "checkpoint");
     if (c) {
         add_str(c, "path", s->checkpoint.path);
@@ -1320,6 +1423,10 @@ int rm_tj_copy(rm_tj *dst, const rm_tj *src)
     rc |= dup_json(&dst->labels, src->labels);
     rc |= dup_json(&dst->annotations, src->annotations);
     rc |= dup_str(&d->run.managed_by, s->run.managed_by);
+    rc |= dup_str(&d->managed_by, s->managed_by);
+    rc |= dup_str(&d->sched.queue, s->sched.queue);
+    rc |= dup_str(&d->sched.priority_class, s->sched.priority_class);
+    rc |= dup_json(&d->sched.min_resources, s->sched.min_resources);
     rc |= dup_str(&d->checkpoint.path, s->checkpoint.path);
     rc |= dup_str(&d->training.dataset, s->training.dataset);
     rc |= dup_str(&d->training.data_dir, s->training.data_dir);

@@ -115,7 +115,8 @@ typedef struct rm_tj_spec {
         int64_t ttl_seconds_after_finished;/* -1 = keep forever (default) */
         rm_clean_policy clean_pod_policy;  /* default Running */
         bool suspend;
-        char *managed_by;                  /* NULL = ringmaster.dev/operator */
+        char *managed_by;                  /* NULL = ringmaster.dev/operator; deprecated place:
+                                            * spec.managedBy (below) is the one Kueue reads */
     } run;
     struct {
         char *path;             /* default "/checkpoints" (run: ./checkpoints/<name>) */
@@ -125,7 +126,22 @@ typedef struct rm_tj_spec {
     rm_training_spec training;
     cJSON *template;            /* PodTemplateSpec, opaque; NULL = default worker container */
     uint32_t set;               /* RM_TJ_SET_*: given explicitly (see rm_training_spec.set) */
+    /* spec.runPolicy.schedulingPolicy (Kubeflow's names; ../shared/docs/gang-kueue.md §3): what a
+     * gang scheduler's PodGroup gets. Strings NULL = unset; min_resources an owned object of
+     * resource name -> quantity (NULL = computed from the template, operator/gang.h). */
+    struct {
+        char *queue;                    /* Volcano queue; default "default" */
+        char *priority_class;           /* PriorityClass name, also given to every worker pod */
+        cJSON *min_resources;
+        int schedule_timeout_seconds;   /* coscheduling Permit wait; 0 = unset */
+    } sched;
+    /* spec.managedBy: the controller that reconciles this job; NULL or RM_TJ_MANAGED_BY_US =
+     * this operator; RM_TJ_MANAGED_BY_MULTIKUEUE = Kueue's MultiKueue adapter (it reads this
+     * field, at the top level of spec): the operator then leaves the job alone. */
+    char *managed_by;
 } rm_tj_spec;
+#define RM_TJ_MANAGED_BY_US "ringmaster.dev/operator"
+#define RM_TJ_MANAGED_BY_MULTIKUEUE "kueue.x-k8s.io/multikueue"
 enum {
     RM_TJ_SET_MAX_RESTARTS = 1u << 0, RM_TJ_SET_BACKOFF = 1u << 1, RM_TJ_SET_PROGRESS_DEADLINE = 1u << 2,
     RM_TJ_SET_TTL = 1u << 3, RM_TJ_SET_REPLICAS = 1u << 4, RM_TJ_SET_MIN_REPLICAS = 1u << 5,
@@ -270,6 +286,9 @@ int rm_tj_check_memory_local(const rm_tj *tj, rm_err *err);
  * PodTemplateSpec (cJSON, borrowed; NULL -> 0). Values may be numbers or strings ("1"). Bad values
  * count as 0. Capped at 1024. */
 int rm_template_gpus(const cJSON *pod_template);
+/* The controller a job names (spec.managedBy, else the deprecated spec.runPolicy.managedBy),
+ * NULL when neither is set (this operator's). Borrowed. */
+const char *rm_tj_managed_by(const rm_tj *tj);
 const char *rm_phase_name(rm_phase p);          /* "Running" */
 const char *rm_cond_name(rm_cond_type c);       /* "Restarting" */
 #endif

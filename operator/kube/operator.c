@@ -31,6 +31,7 @@
 #include "operator/kube/metrics.h"
 #include "operator/kube/runtime.h"
 #include "operator/kube/workqueue.h"
+#include "operator/gang.h"
 
 #define MAX_NS 16
 #define MAX_WORKERS 64
@@ -44,6 +45,9 @@ typedef struct rm_op {
     int workers, worker_metrics_port;
     double qps, resync_s, force_delete_s;
     int burst;
+    rm_gang_kind gang;
+    const char *cosched_scheduler;
+    int kueue;                    /* 0 none, 1 auto (when Workloads are served), 2 workload (required) */
     /* parts */
     rm_kube_client *client;
     rm_metrics *reg;
@@ -77,6 +81,8 @@ static void usage(FILE *f)
             "         [--worker-image IMAGE] [--resync-period S] [--pod-events true|false]\n"
             "         [--force-delete-after S (pods stuck Terminating on a NotReady node; 30)]\n"
             "         [--worker-metrics-port P (" RM_STR(RM_PORT_WORKER_METRICS) "; 0 = any, for hosts shared by many pods)]\n"
+            "         [--gang-scheduler none|volcano|coscheduling] [--coscheduling-scheduler-name NAME]\n"
+            "         [--kueue-integration auto|workload|none]\n"
             "         [--log-format text|json] [--log-level debug|info|warn|error]\n");
 }
 
@@ -234,7 +240,7 @@ static void *worker(void *arg)
 static int parse_flags(rm_op *op, int argc, char **argv)
 {
     enum { O_KC = 1000, O_NS, O_MA, O_PA, O_LE, O_LENS, O_LEID, O_W, O_QPS, O_BURST, O_RB, O_RU,
-           O_WI, O_LF, O_LL, O_RS, O_PE, O_FD, O_WMP, O_H };
+           O_WI, O_LF, O_LL, O_RS, O_PE, O_FD, O_WMP, O_H, O_GANG, O_COS, O_KQ };
     static const struct option lo[] = {
         {"kubeconfig", required_argument, 0, O_KC}, {"namespace", required_argument, 0, O_NS},
         {"metrics-bind-address", required_argument, 0, O_MA},
@@ -249,7 +255,10 @@ static int parse_flags(rm_op *op, int argc, char **argv)
         {"log-level", required_argument, 0, O_LL}, {"resync-period", required_argument, 0, O_RS},
         {"pod-events", required_argument, 0, O_PE},
         {"force-delete-after", required_argument, 0, O_FD},
-        {"worker-metrics-port", required_argument, 0, O_WMP}, {"help", no_argument, 0, O_H}, {0, 0, 0, 0}};
+        {"worker-metrics-port", required_argument, 0, O_WMP}, {"help", no_argument, 0, O_H},
+        {"gang-scheduler", required_argument, 0, O_GANG},
+        {"coscheduling-scheduler-name", required_argument, 0, O_COS},
+        {"kueue-integration", required_argument, 0, O_KQ}, {0, 0, 0, 0}};
     rm_log_level lvl = RM_LOG_INFO;
     rm_log_format fmt = RM_LOG_TEXT;
     optind = 1;
@@ -328,6 +337,26 @@ static int parse_flags(rm_op *op, int argc, char **argv)
                 return 2;
             }
             break;
+        case O_GANG:
+            if (rm_gang_parse(optarg, &op->gang)) {
+                fprintf(stderr, "ringmaster operator: bad --gang-scheduler %s (none, volcano or coscheduling)\n", optarg);
+                return 2;
+            }
+            break;
+        case O_COS:
+            if (!*optarg) {
+                fprintf(stderr, "ringmaster operator: --coscheduling-scheduler-name must not be empty\n");
+                return 2;
+            }
+            op->cosched_scheduler = optarg;
+            break;
+        case O_KQ:
+            op->kueue = !strcmp(optarg, "none") ? 0 : !strcmp(optarg, "auto") ? 1 : !strcmp(optarg, "workload") ? 2 : -1;
+            if (op->kueue < 0) {
+                fprintf(stderr, "ringmaster operator: bad --kueue-integration %s (auto, workload or none)\n", optarg);
+                return 2;
+            }
+            break;
         case O_H: usage(stdout); return 1;
         default: usage(stderr); return 2;
         }
@@ -360,6 +389,59 @@ static void metrics_probe_routes(rm_op *op, rm_err *err, int *rc)
             return;
         rm_info("probes serving addr=%s port=%d", op->probe_addr, rm_http_port(op->probe_srv));
     }
+}
+
+/* Discovery: does the API server serve `plural` in group/version? RM_OK yes, RM_ENOTFOUND no,
+ * another code when it cannot be asked. */
+static int served(rm_op *op, const char *group, const char *version, const char *plural, rm_err *err)
+{
+    char p[256];
+    snprintf(p, sizeof p, "/apis/%s/%s", group, version);
+    cJSON *rl = NULL;
+    int rc = rm_kube_json(op->client, "GET", p, NULL, NULL, &rl, err);
+    if (rc)
+        return rc;
+    const cJSON *r;
+    rc = RM_ENOTFOUND;
+    cJSON_ArrayForEach(r, cJSON_GetObjectItemCaseSensitive(rl, "resources"))
+    {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(r, "name");
+        if (cJSON_IsString(n) && !strcmp(n->valuestring, plural))
+            rc = RM_OK;
+    }
+    cJSON_Delete(rl);
+    return rc;
+}
+
+/* --gang-scheduler and --kueue-integration need their kinds served: fail fast naming the missing
+ * resource (kubeflow/trainer#1811: a missing CRD used to fail silently). */
+static int check_crds(rm_op *op)
+{
+    rm_err err = {0};
+    if (op->gang != RM_GANG_NONE) {
+        int rc = served(op, rm_gang_group(op->gang), rm_gang_version(op->gang), RM_PODGROUP_PLURAL, &err);
+        if (rc) {
+            rm_error("--gang-scheduler %s: the API server does not serve " RM_PODGROUP_PLURAL ".%s/%s "
+                     "(kind PodGroup): install %s and its PodGroup CRD, or run with --gang-scheduler none%s%s",
+                     rm_gang_name(op->gang), rm_gang_group(op->gang), rm_gang_version(op->gang),
+                     op->gang == RM_GANG_VOLCANO ? "Volcano" : "scheduler-plugins (coscheduling)",
+                     rc == RM_ENOTFOUND ? "" : "; discovery failed: ", rc == RM_ENOTFOUND ? "" : err.msg);
+            return rc;
+        }
+        rm_info("gang scheduling scheduler=%s podgroups=%s/%s", rm_gang_name(op->gang), rm_gang_group(op->gang), rm_gang_version(op->gang));
+    }
+    if (op->kueue) {
+        int rc = served(op, RM_KUEUE_GROUP, RM_KUEUE_VERSION, "workloads", &err);
+        if (rc && op->kueue == 2) {
+            rm_error("--kueue-integration workload: the API server does not serve workloads." RM_KUEUE_GROUP "/"
+                     RM_KUEUE_VERSION " (kind Workload): install Kueue or run with --kueue-integration none");
+            return rc;
+        }
+        if (rc)
+            rm_info("Kueue Workloads are not served: jobs labelled " RM_KUEUE_QUEUE_LABEL " run without Kueue");
+        op->kueue = rc ? 0 : 2;
+    }
+    return RM_OK;
 }
 
 static int start_informer(rm_op *op, const char *name, const char *path, const char *sel,
@@ -395,6 +477,7 @@ int rm_operator_main(int argc, char **argv)
     op.pod_events = true;
     op.worker_metrics_port = RM_PORT_WORKER_METRICS;
     op.rdzv_bind = ":" RM_STR(RM_PORT_RENDEZVOUS);
+    op.kueue = 1;
     int rc = parse_flags(&op, argc, argv);
     if (rc)
         return rc == 1 ? 0 : 2;
@@ -434,6 +517,8 @@ int rm_operator_main(int argc, char **argv)
         goto out;
     }
     rm_health_set_ready(op.health, false, "starting");
+    if (check_crds(&op))
+        goto out;
     rc = 0;
     metrics_probe_routes(&op, &err, &rc);
     if (rc) {
@@ -499,7 +584,9 @@ int rm_operator_main(int argc, char **argv)
                                 .rdzv = op.rdzv, .metrics = &op.om, .rdzv_url = op.rdzv_url_buf,
                                 .worker_image = op.worker_image, .instance = op.identity,
                                 .pod_events = op.pod_events, .force_delete_after_s = op.force_delete_s,
-                                .worker_metrics_port = op.worker_metrics_port};
+                                .worker_metrics_port = op.worker_metrics_port,
+                                .gang = (int)op.gang, .cosched_scheduler = op.cosched_scheduler,
+                                .kueue = op.kueue != 0};
     for (int i = 0; i < op.njobs; i++)
         rc_cfg.jobs_inf[i] = op.jobs[i];
     if (rm_kube_rt_new(&rc_cfg, &op.rt, &err)) {

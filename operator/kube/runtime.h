@@ -45,6 +45,13 @@ typedef struct rm_kube_rt_config {
                                       * free port (hosts shared by many pods, e.g. kubesim);
                                       * <0 = RM_PORT_WORKER_METRICS */
     double force_delete_after_s;     /* Terminating on a NotReady node → force; default 30 */
+    /* gang scheduling and Kueue (operator/gang.h): per job a PodGroup of this kind (an
+     * rm_gang_kind; 0 = none) and decorated pods; cosched_scheduler is the coscheduling pods'
+     * schedulerName (NULL = scheduler-plugins-scheduler). kueue: jobs labelled
+     * kueue.x-k8s.io/queue-name get a self-managed Workload (gang-kueue.md §4(b)). */
+    int gang;
+    const char *cosched_scheduler;
+    bool kueue;
 } rm_kube_rt_config;
 
 int rm_kube_rt_new(const rm_kube_rt_config *cfg, rm_kube_rt **out, rm_err *err);

@@ -2,7 +2,7 @@
  *
  * POST /kubesim/faults {"failNext":N,"code":500|429|409,"verb":"create","resource":"pods",
  *   "watch410":N,"delayMs":D,"dropWatches":true,"nodeReady":false,"expireContinue":true,
- *   "restart":true,"fresh":false}; GET /kubesim/faults shows them; shortcuts:
+ *   "restart":true,"fresh":false,"schedulerHold":true}; GET /kubesim/faults shows them; shortcuts:
  *   POST /kubesim/drop-watches, /kubesim/watch-410, /kubesim/node-not-ready, /kubesim/node-ready,
  *   /kubesim/restart[?fresh=true]. GET /kubesim/requests[?verb=&resource=&group=&namespace=]
  *   lists every request (method, path, verb, group, version, resource, subresource, namespace,
@@ -90,6 +90,7 @@ static cJSON *fault_state(ks_server *s)
     cJSON_AddNumberToObject(o, "watch410", s->faults.watch_410_n);
     cJSON_AddNumberToObject(o, "delayMs", s->faults.delay_ms);
     cJSON_AddBoolToObject(o, "nodeReady", !s->faults.node_not_ready);
+    cJSON_AddBoolToObject(o, "schedulerHold", s->faults.sched_hold);
     cJSON_AddNumberToObject(o, "watchGeneration", atomic_load(&s->faults.watch_gen));
     pthread_mutex_unlock(&s->faults.mu);
     return o;
@@ -119,6 +120,8 @@ static int apply_faults(ks_server *s, const cJSON *f, rm_http_resp *resp)
         s->faults.watch_410_n = (int)v->valuedouble;
     if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(f, "delayMs")))
         s->faults.delay_ms = v->valuedouble < 0 ? 0 : v->valuedouble > 60000 ? 60000 : (int)v->valuedouble;
+    if (cJSON_IsBool(v = cJSON_GetObjectItemCaseSensitive(f, "schedulerHold")))
+        s->faults.sched_hold = cJSON_IsTrue(v);   /* sched.c binds nothing while set */
     pthread_mutex_unlock(&s->faults.mu);
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "dropWatches")))
         atomic_fetch_add(&s->faults.watch_gen, 1);

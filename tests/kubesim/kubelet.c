@@ -1162,6 +1162,7 @@ static void tick(ks_kubelet *kl)
     pthread_mutex_unlock(&kl->mu);
     if (not_ready)
         return; /* a NotReady node: processes keep running, nothing is reported, deletions hang */
+    ks_sched_tick(s);   /* with --node: the schedulers bind pods (sched.c); else nothing */
     size_t n;
     pthread_rwlock_rdlock(&s->lock);
     ks_obj **pods = ks_table_list(pk->tab, NULL, &n);
@@ -1183,7 +1184,7 @@ static void tick(ks_kubelet *kl)
         if (p)
             p->removed = false;
         if (!node) {
-            if (!deleting) {
+            if (!deleting && !s->opts.nnodes) {   /* with --node, sched.c binds */
                 char nsb[128], nb[256], ub[64];
                 snprintf(nsb, sizeof(nsb), "%s", ns);
                 snprintf(nb, sizeof(nb), "%s", name);
@@ -1196,7 +1197,7 @@ static void tick(ks_kubelet *kl)
             }
             continue;
         }
-        if (strcmp(node, KS_NODE_NAME))
+        if (!ks_node_ours(s, node))
             continue;
         bool terminal_phase = phase && (!strcmp(phase, "Succeeded") || !strcmp(phase, "Failed"));
         if (!p) {

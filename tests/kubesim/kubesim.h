@@ -109,6 +109,7 @@ typedef struct ks_faults {
     int watch_410_n;                /* answer the next N watches with a 410 ERROR event */
     int delay_ms;                   /* delay every response */
     bool node_not_ready;
+    bool sched_hold;                /* the schedulers bind nothing (tests line pods up first) */
     atomic_uint watch_gen;          /* drop-watches bumps it; streams end when it changes */
 } ks_faults;
 
@@ -123,6 +124,15 @@ typedef struct ks_reqrec {
 struct ks_kubelet;
 struct ks_snapshots;
 
+/* --node NAME:cpu=8,memory=16Gi,gpu=4,pods=110: a node with allocatable resources (milli-units;
+ * a resource not given is 0, pods defaults to 110). With none, the one kubesim-node without
+ * resources and the kubelet's bind-everything behaviour stay (sched.c). */
+#define KS_MAX_NODES 16
+typedef struct ks_node_spec {
+    char name[64];
+    int64_t cpu, memory, gpu, pods;
+} ks_node_spec;
+
 typedef struct ks_opts {
     char addr[128];
     char kubeconfig_out[512];
@@ -131,6 +141,9 @@ typedef struct ks_opts {
     int nimage_map;
     bool no_kubelet;
     bool podman;                    /* --runtime podman: pods' containers run with podman (podman.h) */
+    ks_node_spec nodes[KS_MAX_NODES];
+    int nnodes;
+    char cosched_scheduler[128];    /* the coscheduling profile's schedulerName */
 } ks_opts;
 
 typedef struct ks_server {
@@ -217,7 +230,15 @@ int ks_internal_delete(ks_server *s, ks_kind *k, const char *ns, const char *nam
 int ks_internal_create(ks_server *s, ks_kind *k, const char *ns, cJSON *obj);
 /* Final removal (kubelet after processes exited; ignores grace). */
 int ks_internal_remove(ks_server *s, ks_kind *k, const char *ns, const char *name, const char *uid);
-ks_kind *ks_core_kind(ks_server *s, int type);   /* pods, namespaces...; caller needs no lock */
+ks_kind *ks_core_kind(ks_server *s, int type);
+/* ---- scheduling (sched.c) ---- */
+/* One pass of the default scheduler and the volcano / coscheduling gang binders (only with
+ * --node). Called from the kubelet's loop. */
+void ks_sched_tick(ks_server *s);
+/* Is node a node this kubesim's kubelet runs pods for? */
+bool ks_node_ours(const ks_server *s, const char *node);
+/* Parse "NAME:cpu=8,memory=16Gi,gpu=4,pods=110"; false with msg on error. */
+bool ks_node_parse(const char *arg, ks_node_spec *out, char *msg, size_t cap);   /* pods, namespaces...; caller needs no lock */
 
 /* ---- garbage collector (gc.c) --------------------------------------------------------------- */
 int ks_gc_start(ks_server *s);

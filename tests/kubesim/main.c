@@ -27,6 +27,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: kubesim [--addr 127.0.0.1:0] [--kubeconfig-out FILE] [--image-map IMAGE=PROGRAM]...\n"
             "               [--no-kubelet] [--runtime process|podman] [--data-dir DIR] [--log-level LEVEL]\n"
+            "               [--node NAME:cpu=8,memory=16Gi,gpu=4,pods=110]... [--coscheduling-scheduler-name NAME]\n"
             "A Kubernetes API double (v1.32) with a process kubelet; see tests/kubesim/README.md.\n");
 }
 
@@ -94,6 +95,17 @@ int main(int argc, char **argv)
                 return 2;
             }
             o.podman = !strcmp(v, "podman");
+            i++;
+        } else if (!strcmp(a, "--node") && v) {
+            char msg[256];
+            if (o.nnodes >= KS_MAX_NODES || !ks_node_parse(v, &o.nodes[o.nnodes], msg, sizeof msg)) {
+                fprintf(stderr, "kubesim: %s\n", o.nnodes >= KS_MAX_NODES ? "at most 16 --node" : msg);
+                return 2;
+            }
+            o.nnodes++;
+            i++;
+        } else if (!strcmp(a, "--coscheduling-scheduler-name") && v) {
+            snprintf(o.cosched_scheduler, sizeof(o.cosched_scheduler), "%s", v);
             i++;
         } else if (!strcmp(a, "--addr") && v) {
             snprintf(o.addr, sizeof(o.addr), "%s", v);

@@ -6,6 +6,7 @@
  * evicting the oldest event records its rv so a watch from an older rv gets 410 (rule F5).
  * Object versions are shared between table and ring by reference count, never copied. */
 #include "tests/kubesim/kubesim.h"
+#include "common/quantity.h"
 #include "tests/kubesim/selectors.h"
 #include <stdarg.h>
 #include <stdio.h>
@@ -610,6 +611,30 @@ static void seed_object(ks_server *s, int type, const char *json)
     ks_commit(s, k, "", namebuf, o, KS_EV_ADDED, NULL);
 }
 
+/* A --node: Ready, with capacity = allocatable = the given resources. */
+static void seed_node(ks_server *s, const ks_node_spec *n)
+{
+    char cpu[48], mem[48], gpu[48], pods[48], buf[2048];
+    rm_quantity_format(n->cpu, cpu, sizeof cpu);
+    rm_quantity_format(n->memory, mem, sizeof mem);
+    rm_quantity_format(n->gpu, gpu, sizeof gpu);
+    rm_quantity_format(n->pods, pods, sizeof pods);
+    char res[300];
+    snprintf(res, sizeof res, "{\"cpu\":\"%s\",\"memory\":\"%s\",\"nvidia.com/gpu\":\"%s\",\"pods\":\"%s\"}",
+             cpu, mem, gpu, pods);
+    snprintf(buf, sizeof buf,
+             "{\"kind\":\"Node\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"%s\","
+             "\"labels\":{\"kubernetes.io/hostname\":\"%s\",\"kubernetes.io/os\":\"linux\"}},"
+             "\"spec\":{},\"status\":{\"capacity\":%s,\"allocatable\":%s,\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\","
+             "\"reason\":\"KubeletReady\",\"message\":\"kubesim process kubelet is posting ready status\"}],"
+             "\"addresses\":[{\"type\":\"InternalIP\",\"address\":\"127.0.0.1\"},"
+             "{\"type\":\"Hostname\",\"address\":\"%s\"}],"
+             "\"nodeInfo\":{\"kubeletVersion\":\"v1.32.0\",\"operatingSystem\":\"linux\","
+             "\"architecture\":\"amd64\",\"containerRuntimeVersion\":\"kubesim://1\"}}}",
+             n->name, n->name, res, res, n->name);
+    seed_object(s, KS_T_NODE, buf);
+}
+
 static void seed(ks_server *s)
 {
     static const char *nss[] = {"default", "kube-system", "kube-public", "kube-node-lease"};
@@ -621,6 +646,11 @@ static void seed(ks_server *s)
                  "[\"kubernetes\"]},\"status\":{\"phase\":\"Active\"}}",
                  nss[i], nss[i]);
         seed_object(s, KS_T_NAMESPACE, buf);
+    }
+    if (s->opts.nnodes) {
+        for (int i = 0; i < s->opts.nnodes; i++)
+            seed_node(s, &s->opts.nodes[i]);
+        return;
     }
     seed_object(s, KS_T_NODE,
                 "{\"kind\":\"Node\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"" KS_NODE_NAME "\","
