@@ -100,6 +100,7 @@ void rm_train_usage(FILE *out)
             "  --schedule cosine|step|constant\n"
             "  --seed N                   data/model seed (default 42)\n"
             "  --fusion-mb X              fusion bucket threshold in MiB (default 25; 0 = per layer)\n"
+            "  --sharding none|optimizer|gradients|full  ZeRO stage (spec.training.sharding)\n"
             "  --data-dir DIR             Fashion-MNIST IDX files (default %s)\n"
             "  --checkpoint-dir DIR       env RINGMASTER_CHECKPOINT_DIR; none = no checkpoints\n"
             "  --checkpoint-interval N    steps between checkpoints (default 200)\n"
@@ -256,7 +257,7 @@ static int parse_hidden(const char *s, rm_training_spec *t, rm_err *err)
 
 enum {
     O_CONFIG = 256, O_EPOCHS, O_BATCH, O_LR, O_DATA, O_CKDIR, O_CKINT, O_CKKEEP, O_METRICS,
-    O_BACKEND, O_MAXSTEPS, O_LOGFMT, O_LOGLVL, O_OPT, O_MOM, O_WD, O_HIDDEN, O_WARM, O_SCHED,
+    O_BACKEND, O_MAXSTEPS, O_LOGFMT, O_LOGLVL, O_OPT, O_MOM, O_WD, O_HIDDEN, O_WARM, O_SCHED, O_SHARD,
     O_SEED, O_FUSION, O_DEVICE, O_CTIMEOUT, O_PEERS, O_RANK, O_RESUME, O_CHECK, O_HELP
 };
 
@@ -360,6 +361,7 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
         {"hidden", required_argument, 0, O_HIDDEN},
         {"warmup-epochs", required_argument, 0, O_WARM},
         {"schedule", required_argument, 0, O_SCHED},
+        {"sharding", required_argument, 0, O_SHARD},
         {"seed", required_argument, 0, O_SEED},
         {"fusion-mb", required_argument, 0, O_FUSION},
         {"device", required_argument, 0, O_DEVICE},
@@ -484,6 +486,18 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
                 goto fail;
             }
             break;
+        case O_SHARD: {
+            int i = 0;
+            while (rm_sharding_names[i] && strcmp(rm_sharding_names[i], optarg) != 0)
+                i++;
+            if (!rm_sharding_names[i]) {
+                rc = rm_errf(err, RM_EINVAL, "--sharding: none|optimizer|gradients|full, got \"%s\"",
+                             optarg);
+                goto fail;
+            }
+            cfg->t.sharding = (rm_sharding)i;
+            break;
+        }
         case O_DEVICE: setstr(&cfg->device, optarg); break;
         case O_PEERS: setstr(&cfg->static_peers, optarg); break;
         case O_RESUME: RM_CHECK_GOTO(parse_resume("--resume", optarg, cfg, err), rc, fail); break;
