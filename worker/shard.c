@@ -1,6 +1,8 @@
 /* shard.c — the shard layout and the re-sharding plan (worker/shard.h). */
 #include "worker/shard.h"
 
+#include <string.h>
+
 void rm_shard_range(size_t count, int world, int rank, size_t *off, size_t *len)
 {
     if (world < 1 || rank < 0 || rank >= world) {
@@ -65,4 +67,34 @@ int rm_shard_plan(size_t count, int old_world, int new_world, int new_rank, rm_s
         at += take;
     }
     return n;
+}
+
+int rm_unit_shard_make(const size_t *unit_off, const size_t *unit_len, int nunits, int world, int rank,
+                       rm_unit_shard *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!unit_off || !unit_len || nunits < 1 || nunits > RM_SHARD_MAX_UNITS || world < 1 || rank < 0 ||
+        rank >= world)
+        return -1;
+    for (int u = 1; u < nunits; u++)
+        if (unit_off[u] < unit_off[u - 1] + unit_len[u - 1]) {
+            memset(out, 0, sizeof *out);
+            return -1;
+        }
+    out->nunits = nunits;
+    out->world = world;
+    out->rank = rank;
+    for (int u = 0; u < nunits; u++) {
+        size_t o, l;
+        rm_shard_range(unit_len[u], world, rank, &o, &l);
+        out->unit_off[u] = unit_off[u];
+        out->unit_len[u] = unit_len[u];
+        out->off[u] = unit_off[u] + o;
+        out->len[u] = l;
+        out->soff[u] = out->total;
+        out->total += l;
+        if (unit_len[u] > out->max_unit)
+            out->max_unit = unit_len[u];
+    }
+    return 0;
 }

@@ -37,4 +37,24 @@ typedef struct rm_shard_piece {
  * arguments (world < 1, rank out of range). */
 int rm_shard_plan(size_t count, int old_world, int new_world, int new_rank, rm_shard_piece *out,
                   int cap);
+
+/* A flat vector of contiguous units (a model's layers) sharded unit by unit, as FSDP does: rank's
+ * piece of unit u is the layout above applied to the unit ([unit_off + rm_shard_off(unit_len),
+ * + rm_shard_len)); the rank keeps its pieces back to back in a compact shard buffer. Gathering or
+ * reduce-scattering one unit is then one collective on [unit_off, unit_off + unit_len). */
+#define RM_SHARD_MAX_UNITS 64
+typedef struct rm_unit_shard {
+    int nunits, world, rank;
+    size_t unit_off[RM_SHARD_MAX_UNITS], unit_len[RM_SHARD_MAX_UNITS];
+    size_t off[RM_SHARD_MAX_UNITS];   /* this rank's piece of unit u: offset in the flat vector */
+    size_t len[RM_SHARD_MAX_UNITS];
+    size_t soff[RM_SHARD_MAX_UNITS];  /* ... and in the compact shard */
+    size_t total;                     /* floats in the compact shard */
+    size_t max_unit;                  /* the longest unit (what one gather holds) */
+} rm_unit_shard;
+
+/* Units must be in increasing, non-overlapping order; 1 <= nunits <= RM_SHARD_MAX_UNITS,
+ * 0 <= rank < world. Returns 0, or -1 on bad arguments (out zeroed). */
+int rm_unit_shard_make(const size_t *unit_off, const size_t *unit_len, int nunits, int world, int rank,
+                       rm_unit_shard *out);
 #endif

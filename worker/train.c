@@ -642,6 +642,7 @@ typedef struct trainer {
     int64_t log_step;
     double fail_t;              /* failure detected at (mono), 0 none */
     int restarts;
+    int64_t gather_step;        /* step of the last sharded state_gather (-1 none) */
 
     rm_wmetrics wm;
     rm_faults faults;
@@ -716,6 +717,7 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     t->eval_step = -1;
     t->test_acc = -1;
     t->last_ckpt_step = -1;
+    t->gather_step = -1;
     if (cfg->t.precision != RM_PREC_FP32 && strcmp(cfg->device, "cuda") != 0)
         return rm_errf(err, RM_EUNSUPPORTED,
                        "precision %s needs the GPU path (--device cuda); the CPU path is fp32",
@@ -760,7 +762,7 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     rm_lr_sched_from_spec(&t->sched, &cfg->t);
     t->strat = rm_step_strategy("allreduce");
     rm_step_env env = {.k = t->k, .m = &t->m, .opt = &t->opt, .amp = &t->amp,
-                       .fusion_mb = cfg->t.fusion_buffer_mb};
+                       .fusion_mb = cfg->t.fusion_buffer_mb, .sharding = cfg->t.sharding};
     RM_CHECK(t->strat->init(&env, &t->st, err));
     t->perm = malloc((size_t)t->tr.n * sizeof *t->perm);
     t->stage_bytes = (size_t)(1 + t->opt.nstate) * t->m.layout.total * sizeof(float);
@@ -1027,6 +1029,21 @@ static int ckpt_write(trainer *t, rm_err *err)
     return RM_OK;
 }
 
+/* Sharded stages spread the state over the ranks: before a checkpoint every rank assembles the
+ * whole payload in host_stage (a collective, so only where all ranks are at the same step: the
+ * interval and the end, never SIGTERM). The previous write is finished first: it owns host_stage. */
+static int ckpt_gather(trainer *t, rm_err *err)
+{
+    /* the same decision on every rank (last_ckpt_step is rank 0's writer's business) */
+    if (!t->strat->state_gather || !t->cfg->checkpoint_dir || !t->have_state ||
+        t->step == t->gather_step)
+        return RM_OK;
+    ckpt_collect(t, true);
+    RM_CHECK(t->strat->state_gather(t->st, t->host_stage, err));
+    t->gather_step = t->step;
+    return RM_OK;
+}
+
 /* Write this step's checkpoint and wait until it is on disk (exit paths). */
 static int ckpt_write_sync(trainer *t, rm_err *err)
 {
@@ -1149,6 +1166,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     rm_series_set(t->wm.epoch, t->rdzv_epoch);
     rm_series_set(t->wm.world, t->world);
     rm_info("round ready epoch=%d world=%d backend=%s", t->rdzv_epoch, t->world, t->ops->name);
+    t->gather_step = -1;   /* a sharded gather is per round: every rank starts without one */
     rm_step_round sr = {.ops = t->ops, .comm = t->comm, .rank = t->rank, .world = t->world};
     RM_CHECK(t->strat->round_begin(t->st, &sr, err));
 
@@ -1174,6 +1192,8 @@ static double read_loss(trainer *t);
 
 static int evaluate(trainer *t, rm_err *err)
 {
+    if (t->strat->materialize)   /* sharding full: every layer whole for the forward passes */
+        RM_CHECK(t->strat->materialize(t->st, err));
     if (t->step > 0)
         t->train_loss = read_loss(t);   /* the last step's; evaluation reuses the loss scalar */
     int n = t->te.n, per = (n + t->world - 1) / t->world;
@@ -1498,9 +1518,13 @@ static int run_round(trainer *t, rm_err *err)
         rm_series_set(t->wm.step, (double)t->step);
         rm_series_inc(t->wm.samples, t->B);
         rm_series_set(t->wm.train_epoch, t->train_epoch);
-        if (cfg->checkpoint_interval > 0 && t->step % cfg->checkpoint_interval == 0)
+        if (cfg->checkpoint_interval > 0 && t->step % cfg->checkpoint_interval == 0) {
+            int grc = ckpt_gather(t, err);   /* sharded state: every rank, collectively */
+            if (grc)
+                return grc;
             ckpt_write(t, err);   /* handed to the writer; a failed write is logged, counted
                                      and reported, and training goes on */
+        }
         ckpt_collect(t, false);   /* a finished write's result, if any (no waiting) */
         double now = rm_mono();
         if (now - t->rep_t >= 1.0) {   /* the loss needs the device: read it here, ~1/s */
@@ -1681,6 +1705,10 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
                 goto out;
         }
         rm_err e = {0};
+        if (t.strat->materialize && (rc = t.strat->materialize(t.st, err)) != RM_OK)
+            goto out;   /* the checksum below reads every parameter */
+        if ((rc = ckpt_gather(&t, err)) != RM_OK)
+            goto out;
         ckpt_write_sync(&t, &e);
         char scratch[4096];
         uint64_t sum = rm_model_checksum(&t.m, scratch, sizeof scratch);
