@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <sys/resource.h>
 #include <math.h>
 #include <stddef.h>
 #include <pthread.h>
@@ -1029,6 +1030,26 @@ static int ckpt_write(trainer *t, rm_err *err)
     return RM_OK;
 }
 
+/* ringmaster_worker_memory_bytes{kind} from the strategy, and the peak RSS; with log set, also a
+ * "memory" log line (the end of training: bench/shard reads it). */
+static void report_memory(trainer *t, bool log)
+{
+    rm_step_memory mem = {0};
+    if (t->strat->memory)
+        t->strat->memory(t->st, &mem);
+    struct rusage ru;
+    double rss = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : 0;
+    rm_err e = {0};
+    if (rm_wmetrics_set_memory(&t->wm, (double)mem.params, (double)mem.grads, (double)mem.optimizer,
+                               (double)mem.activations, rss, &e) != RM_OK)
+        rm_warn("memory gauges: %s", e.msg);
+    if (log)
+        rm_info("memory sharding=%s params_bytes=%llu grads_bytes=%llu optimizer_bytes=%llu "
+                "activations_bytes=%llu peak_rss_bytes=%.0f", rm_sharding_names[t->cfg->t.sharding],
+                (unsigned long long)mem.params, (unsigned long long)mem.grads,
+                (unsigned long long)mem.optimizer, (unsigned long long)mem.activations, rss);
+}
+
 /* Sharded stages spread the state over the ranks: before a checkpoint every rank assembles the
  * whole payload in host_stage (a collective, so only where all ranks are at the same step: the
  * interval and the end, never SIGTERM). The previous write is finished first: it owns host_stage. */
@@ -1180,6 +1201,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     }
     RM_CHECK(state_sync(t, err));
     t->have_state = true;
+    report_memory(t, false);
     rm_series_set(t->wm.last_ckpt, (double)(t->last_ckpt_step > 0 ? t->last_ckpt_step : 0));
     rm_health_set_ready(t->wm.health, true, NULL);
     rm_health_beat(t->wm.health);
@@ -1528,6 +1550,7 @@ static int run_round(trainer *t, rm_err *err)
         ckpt_collect(t, false);   /* a finished write's result, if any (no waiting) */
         double now = rm_mono();
         if (now - t->rep_t >= 1.0) {   /* the loss needs the device: read it here, ~1/s */
+            report_memory(t, false);
             t->train_loss = read_loss(t);
             rm_series_set(t->wm.loss, t->train_loss);
             t->rep_t = now;
@@ -1710,6 +1733,7 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
         if ((rc = ckpt_gather(&t, err)) != RM_OK)
             goto out;
         ckpt_write_sync(&t, &e);
+        report_memory(&t, true);
         char scratch[4096];
         uint64_t sum = rm_model_checksum(&t.m, scratch, sizeof scratch);
         rm_info("training done steps=%lld train_epoch=%d test_accuracy=%.4f train_loss=%.4f "

@@ -119,6 +119,44 @@ static void test_plan_table(void) {
                 }
 }
 
+static void test_unit_shard(void) {
+    /* three layers of 10, 7 and 2 floats at 0, 10, 17; world 3 */
+    const size_t off[] = {0, 10, 17}, len[] = {10, 7, 2};
+    rm_unit_shard u;
+    CU_ASSERT_EQUAL_FATAL(rm_unit_shard_make(off, len, 3, 3, 1, &u), 0);
+    CU_ASSERT_EQUAL(u.nunits, 3);
+    CU_ASSERT_EQUAL(u.off[0], 4);    /* layer 0: 4,3,3 -> rank 1 [4,7) */
+    CU_ASSERT_EQUAL(u.len[0], 3);
+    CU_ASSERT_EQUAL(u.off[1], 13);   /* layer 1: 3,2,2 -> rank 1 [13,15) */
+    CU_ASSERT_EQUAL(u.len[1], 2);
+    CU_ASSERT_EQUAL(u.off[2], 18);   /* layer 2: 1,1,0 -> rank 1 [18,19) */
+    CU_ASSERT_EQUAL(u.len[2], 1);
+    CU_ASSERT_EQUAL(u.soff[0], 0);
+    CU_ASSERT_EQUAL(u.soff[1], 3);
+    CU_ASSERT_EQUAL(u.soff[2], 5);
+    CU_ASSERT_EQUAL(u.total, 6);
+    CU_ASSERT_EQUAL(u.max_unit, 10);
+    CU_ASSERT_EQUAL_FATAL(rm_unit_shard_make(off, len, 3, 3, 2, &u), 0);
+    CU_ASSERT_EQUAL(u.len[2], 0);
+    CU_ASSERT_EQUAL(u.total, 5);
+    /* the ranks' pieces tile every layer */
+    for (int w = 1; w <= 8; w++) {
+        size_t tot = 0;
+        for (int r = 0; r < w; r++) {
+            CU_ASSERT_EQUAL_FATAL(rm_unit_shard_make(off, len, 3, w, r, &u), 0);
+            tot += u.total;
+        }
+        CU_ASSERT_EQUAL(tot, 19);
+    }
+    /* bad arguments */
+    const size_t overlap[] = {0, 5, 17};
+    CU_ASSERT_EQUAL(rm_unit_shard_make(overlap, len, 3, 2, 0, &u), -1);
+    CU_ASSERT_EQUAL(u.nunits, 0);
+    CU_ASSERT_EQUAL(rm_unit_shard_make(off, len, 0, 2, 0, &u), -1);
+    CU_ASSERT_EQUAL(rm_unit_shard_make(off, len, 3, 2, 2, &u), -1);
+    CU_ASSERT_EQUAL(rm_unit_shard_make(off, len, RM_SHARD_MAX_UNITS + 1, 2, 0, &u), -1);
+}
+
 /* ---- collectives ------------------------------------------------------------------------- */
 
 #define MAXW 8
@@ -323,6 +361,7 @@ void rm_suite_shard(void) {
     static const rm_test_case cases[] = {
         {"layout_table", test_layout_table},
         {"plan_table", test_plan_table},
+        {"unit_shard_table", test_unit_shard},
         {"ring_rs_ag_1_to_8_awkward_counts", test_ring_rs_ag_sizes},
         {"local_and_arguments", test_local_and_args},
     };
