@@ -95,6 +95,9 @@ typedef struct rm_rdzv_state {
     bool have_result;
     double test_accuracy, train_loss, seconds, samples_per_second;
     int64_t steps;
+    /* the largest of every rank's reported memory (bytes; 0 = none reported): what one worker
+     * needs, for status.result.memoryBytes / peakRssBytes */
+    double mem_params, mem_grads, mem_optimizer, mem_activations, peak_rss;
 } rm_rdzv_state;
 
 /* Copy of the job's state (for the controller's observations). RM_ENOTFOUND if unknown. */
@@ -120,6 +123,9 @@ typedef struct rm_rdzv_report {
     bool have_result;
     double test_accuracy, train_loss, seconds, result_samples_per_second;
     int64_t result_steps;
+    /* this rank's memory in bytes (ringmaster_worker_memory_bytes, peak RSS); sent when
+     * peak_rss > 0 */
+    double mem_params, mem_grads, mem_optimizer, mem_activations, peak_rss;
 } rm_rdzv_report;
 
 typedef enum { RM_RDZV_CONTINUE = 0, RM_RDZV_REJOIN, RM_RDZV_STOP } rm_rdzv_action;

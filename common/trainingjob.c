@@ -1119,6 +1119,14 @@ cJSON *rm_tj_status_to_json(const rm_tj_status *st)
             cJSON_AddNumberToObject(r, "steps", (double)st->result.steps);
             cJSON_AddNumberToObject(r, "seconds", st->result.seconds);
             cJSON_AddNumberToObject(r, "samplesPerSecond", st->result.samples_per_second);
+            if (st->result.peak_rss_bytes > 0) {
+                cJSON *m = cJSON_AddObjectToObject(r, "memoryBytes");
+                cJSON_AddNumberToObject(m, "params", st->result.memory_params);
+                cJSON_AddNumberToObject(m, "grads", st->result.memory_grads);
+                cJSON_AddNumberToObject(m, "optimizer", st->result.memory_optimizer);
+                cJSON_AddNumberToObject(m, "activations", st->result.memory_activations);
+                cJSON_AddNumberToObject(r, "peakRssBytes", st->result.peak_rss_bytes);
+            }
         }
     }
     add_time(o, "startTime", st->start_time);
@@ -1259,6 +1267,16 @@ int rm_tj_status_from_json(const cJSON *so, rm_tj_status *st, rm_err *err)
         TRY(p_i64(o, "steps", "status.result", &st->result.steps, NULL, 0, err));
         TRY(p_num(o, "seconds", "status.result", &st->result.seconds, NULL, 0, err));
         TRY(p_num(o, "samplesPerSecond", "status.result", &st->result.samples_per_second, NULL, 0, err));
+        TRY(p_num(o, "peakRssBytes", "status.result", &st->result.peak_rss_bytes, NULL, 0, err));
+        const cJSON *mb = NULL;
+        TRY(p_obj(o, "memoryBytes", "status.result", NULL, &mb, NULL, err));
+        if (mb) {
+            TRY(p_num(mb, "params", "status.result.memoryBytes", &st->result.memory_params, NULL, 0, err));
+            TRY(p_num(mb, "grads", "status.result.memoryBytes", &st->result.memory_grads, NULL, 0, err));
+            TRY(p_num(mb, "optimizer", "status.result.memoryBytes", &st->result.memory_optimizer, NULL, 0, err));
+            TRY(p_num(mb, "activations", "status.result.memoryBytes", &st->result.memory_activations,
+                      NULL, 0, err));
+        }
     }
     TRY(p_time(so, "startTime", "status", &st->start_time, err));
     TRY(p_time(so, "completionTime", "status", &st->completion_time, err));

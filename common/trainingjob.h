@@ -160,6 +160,9 @@ typedef struct rm_tj_result {
     bool present;
     double test_accuracy, train_loss, seconds, samples_per_second;
     int64_t steps;
+    /* memoryBytes {params, grads, optimizer, activations} and peakRssBytes of the largest rank;
+     * all 0 = not reported (left out of the JSON) */
+    double memory_params, memory_grads, memory_optimizer, memory_activations, peak_rss_bytes;
 } rm_tj_result;
 
 typedef struct rm_tj_status {

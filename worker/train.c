@@ -644,6 +644,8 @@ typedef struct trainer {
     double fail_t;              /* failure detected at (mono), 0 none */
     int restarts;
     int64_t gather_step;        /* step of the last sharded state_gather (-1 none) */
+    rm_step_memory mem;         /* the strategy's bytes per kind, and the peak RSS (report_memory) */
+    double peak_rss;
 
     rm_wmetrics wm;
     rm_faults faults;
@@ -1039,6 +1041,8 @@ static void report_memory(trainer *t, bool log)
         t->strat->memory(t->st, &mem);
     struct rusage ru;
     double rss = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : 0;
+    t->mem = mem;
+    t->peak_rss = rss;
     rm_err e = {0};
     if (rm_wmetrics_set_memory(&t->wm, (double)mem.params, (double)mem.grads, (double)mem.optimizer,
                                (double)mem.activations, rss, &e) != RM_OK)
@@ -1405,6 +1409,9 @@ static int report(trainer *t, bool done)
         .last_checkpoint_step = t->last_ckpt_step > 0 ? t->last_ckpt_step : 0,
         .loss = t->train_loss, .samples_per_second = t->rate, .allreduce_gbps = t->ar_gbps,
         .done = done, .checkpoint_failures = t->ckpt_failures, .checkpoint_error = t->ckpt_err,
+        .mem_params = (double)t->mem.params, .mem_grads = (double)t->mem.grads,
+        .mem_optimizer = (double)t->mem.optimizer, .mem_activations = (double)t->mem.activations,
+        .peak_rss = t->peak_rss,
     };
     if (done) {
         rep.have_result = true;

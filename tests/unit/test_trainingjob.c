@@ -745,7 +745,7 @@ static void fill_status(rm_tj_status *st)
     st->epoch = 2;
     st->restarts = 1;
     st->progress = (rm_tj_progress){ 1840, 3, 0.3125, 21000.5, 1800, 1.75 };
-    st->result = (rm_tj_result){ true, 0.891, 0.28, 74.25, 8100, 9370 };
+    st->result = (rm_tj_result){ true, 0.891, 0.28, 74.25, 8100, 9370, 1e6, 2e6, 5e5, 3e4, 9.5e7 };
     st->start_time = 1795248000;
     st->completion_time = 1795248100;
     st->last_restart_time = 1795248060;
@@ -766,6 +766,8 @@ static void test_round_trip(void)
     CU_ASSERT_TRUE(cJSON_Compare(j1, j2, 1));
     CU_ASSERT_EQUAL(memcmp(&a.status, &b.status, sizeof a.status), 0);
     CU_ASSERT_EQUAL(b.spec.training.seed, 7);
+    CU_ASSERT_EQUAL(rm_json_path(j1, "status.result.memoryBytes.optimizer")->valuedouble, 5e5);
+    CU_ASSERT_EQUAL(rm_json_path(j1, "status.result.peakRssBytes")->valuedouble, 9.5e7);
     CU_ASSERT_STRING_EQUAL(rm_json_path(j1, "status.conditions[1].type")->valuestring, "Restarting");
     CU_ASSERT_STRING_EQUAL(rm_json_path(j1, "status.conditions[1].lastTransitionTime")->valuestring,
                            "2026-11-21T08:01:00Z");
