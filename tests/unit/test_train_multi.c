@@ -707,7 +707,7 @@ static void test_sharding_resume_4_on_2(void)
     const char *dirs[2] = {h.ck, ck2};
     char fnv[2][2][17];
     for (int m = 0; m < 2; m++) {
-        rm_rdzv_job_stop(h.r, JOB);
+        rm_rdzv_job_remove(h.r, JOB);   /* a stopped job stays stopped: a fresh run instead */
         rm_rdzv_job_set(h.r, JOB, TOKEN, 2, 2, 0.5);
         h.sharding = modes[m];
         h.resume = "required";
