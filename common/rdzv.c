@@ -85,6 +85,7 @@ typedef struct job {
     int64_t steps;
     rm_rdzv_eval evals[RM_RDZV_MAX_EVALS];   /* rank 0's, ascending epoch; kept across rounds */
     int nevals;
+    double memmax[5];      /* largest reported: params, grads, optimizer, activations, peak RSS */
 } job;
 
 struct rm_rdzv {
@@ -599,7 +600,9 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
     int64_t epoch = 0, rank = -1, step = 0, train_epoch = 0, ckpt = 0, ckfail = 0;
     double loss = 0, sps = 0, gbps = 0;
     const char *ckerr = NULL;
-    const cJSON *res = NULL, *ev = NULL;
+    const cJSON *res = NULL, *ev = NULL, *memo = NULL;
+    double mem[5] = {0};
+    static const char *const mem_keys[5] = {"params", "grads", "optimizer", "activations", "peakRss"};
     cJSON *body = rm_json_parse(req->body, req->body_len, &e);
     if (!body)
         return rm_http_reply_error(resp, 400, "report: %s", e.msg);
@@ -616,7 +619,8 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
         bad(rm_json_int(body, "checkpointFailures", false, "", &ckfail, &e)) ||
         bad(rm_json_str(body, "checkpointError", false, "", &ckerr, &e)) ||
         bad(rm_json_obj(body, "result", false, "", &res, &e)) ||
-        bad(rm_json_arr(body, "evaluations", false, "", &ev, &e))) {
+        bad(rm_json_arr(body, "evaluations", false, "", &ev, &e)) ||
+        bad(rm_json_obj(body, "memory", false, "", &memo, &e))) {
         rc = rm_http_reply_error(resp, 400, "report: %s", e.msg[0] ? e.msg : "body must be an object");
         goto out;
     }
@@ -652,6 +656,13 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
         if (rank == 0)
             rm_rdzv_eval_add(j->evals, &j->nevals, (int)ep, eacc, eloss);
     }
+    for (int k = 0; memo && k < 5; k++) {
+        if (bad(rm_json_num(memo, mem_keys[k], false, "memory", &mem[k], &e)) || !(mem[k] >= 0) ||
+            mem[k] > 1e18) {
+            rc = rm_http_reply_error(resp, 400, "report: %s", e.msg[0] ? e.msg : "memory: bad value");
+            goto out;
+        }
+    }
     int i = member_find(j, wid);
     member *m = i >= 0 ? &j->mem[i] : member_add(j, wid);
     if (!m) {
@@ -672,6 +683,9 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
     m->m.done = state && strcmp(state, "done") == 0;
     m->m.checkpoint_failures = (int)ckfail;
     snprintf(m->m.checkpoint_error, sizeof m->m.checkpoint_error, "%s", ckfail > 0 && ckerr ? ckerr : "");
+    for (int k = 0; k < 5; k++)
+        if (mem[k] > j->memmax[k])
+            j->memmax[k] = mem[k];
     if (res) {
         j->have_result = true;
         j->test_accuracy = ta;
@@ -1013,6 +1027,11 @@ int rm_rdzv_snapshot(rm_rdzv *r, const char *jobname, rm_rdzv_state *out)
         out->steps = j->steps;
         out->nevals = j->nevals;
         memcpy(out->evals, j->evals, (size_t)j->nevals * sizeof j->evals[0]);
+        out->mem_params = j->memmax[0];
+        out->mem_grads = j->memmax[1];
+        out->mem_optimizer = j->memmax[2];
+        out->mem_activations = j->memmax[3];
+        out->peak_rss = j->memmax[4];
     }
     pthread_mutex_unlock(&r->mu);
     return rc;

@@ -109,6 +109,9 @@ typedef struct rm_rdzv_state {
     int64_t steps;
     rm_rdzv_eval evals[RM_RDZV_MAX_EVALS];   /* ascending epoch */
     int nevals;
+    /* the largest of every rank's reported memory (bytes; 0 = none reported): what one worker
+     * needs, for status.result.memoryBytes / peakRssBytes */
+    double mem_params, mem_grads, mem_optimizer, mem_activations, peak_rss;
 } rm_rdzv_state;
 
 /* Copy of the job's state (for the controller's observations). RM_ENOTFOUND if unknown. */
@@ -136,6 +139,9 @@ typedef struct rm_rdzv_report {
     int64_t result_steps;
     rm_rdzv_eval evals[RM_RDZV_MAX_EVALS]; /* every evaluation so far, ascending */
     int nevals;
+    /* this rank's memory in bytes (ringmaster_worker_memory_bytes, peak RSS); sent when
+     * peak_rss > 0 */
+    double mem_params, mem_grads, mem_optimizer, mem_activations, peak_rss;
 } rm_rdzv_report;
 
 typedef enum { RM_RDZV_CONTINUE = 0, RM_RDZV_REJOIN, RM_RDZV_STOP } rm_rdzv_action;

@@ -374,6 +374,14 @@ int rm_rdzv_send_report(rm_rdzv_client *c, const rm_rdzv_report *rep, rm_rdzv_ac
             cJSON_AddItemToArray(evs, ev);
         }
     }
+    if (rep->peak_rss > 0) {
+        cJSON *mem = cJSON_AddObjectToObject(o, "memory");
+        cJSON_AddNumberToObject(mem, "params", rep->mem_params);
+        cJSON_AddNumberToObject(mem, "grads", rep->mem_grads);
+        cJSON_AddNumberToObject(mem, "optimizer", rep->mem_optimizer);
+        cJSON_AddNumberToObject(mem, "activations", rep->mem_activations);
+        cJSON_AddNumberToObject(mem, "peakRss", rep->peak_rss);
+    }
     if (rep->have_result) {
         cJSON *res = cJSON_AddObjectToObject(o, "result");
         cJSON_AddNumberToObject(res, "testAccuracy", rep->test_accuracy);

@@ -26,6 +26,7 @@ static const char *const clean_names[] = { "Running", "All", "None", NULL };
 static const char *const mode_names[] = { "train", "bench", NULL };
 static const char *const sched_names[] = { "cosine", "step", "constant", NULL };
 static const char *const opt_names[] = { "sgd", "adam", "adagrad", NULL };
+const char *const rm_sharding_names[] = { "none", "optimizer", "gradients", "full", NULL };
 static const char *const phase_names[] = { "Pending", "Running", "Restarting", "Succeeded",
                                             "Failed", "Suspended", NULL };
 static const char *const cond_names[] = { "Created", "Running", "Restarting", "Succeeded",
@@ -183,7 +184,7 @@ int rm_training_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t,
     static const char *const k_training[] = {
         "mode", "dataset", "dataDir", "model", "epochs", "batchSizePerWorker", "optimizer",
         "warmupEpochs", "schedule", "stepGamma", "stepEveryEpochs", "precision", "fusionBufferMB",
-        "seed", "maxSteps", "bench", NULL };
+        "seed", "maxSteps", "bench", "sharding", NULL };
     static const char *const k_model[] = { "type", "hidden", NULL };
     static const char *const k_opt[] = { "type", "lr", "momentum", "weightDecay", "beta1", "beta2",
                                          "eps", NULL };
@@ -257,6 +258,9 @@ int rm_training_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t,
     TRY(p_enum(tr, "precision", ctx, rm_precision_names, &iv, err));
     t->precision = (rm_precision)iv;
     TRY(p_num(tr, "fusionBufferMB", ctx, &t->fusion_buffer_mb, &t->set, RM_TR_SET_FUSION, err));
+    iv = (int)t->sharding;
+    TRY(p_enum(tr, "sharding", ctx, rm_sharding_names, &iv, err));
+    t->sharding = (rm_sharding)iv;
     {
         int64_t seed = 0;
         uint32_t s = 0;
@@ -606,6 +610,11 @@ int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err
         return bad(err, ctx, "precision", "must be one of fp32, bf16, fp16");
     if (!(t->fusion_buffer_mb >= 0 && t->fusion_buffer_mb <= 4096))
         return bad(err, ctx, "fusionBufferMB", "must be between 0 and 4096");
+    if ((unsigned)t->sharding > RM_SHARD_FULL)
+        return bad(err, ctx, "sharding", "must be one of none, optimizer, gradients, full");
+    if (t->sharding != RM_SHARD_NONE && t->precision != RM_PREC_FP32)
+        return bad(err, ctx, "sharding", "%s needs %s.precision fp32 in this version (got %s)",
+                   rm_sharding_names[t->sharding], ctx, rm_precision_names[t->precision]);
     if (t->max_steps < 0)
         return bad(err, ctx, "maxSteps", "must be >= 0");
     if (t->bench_min_bytes < 4 || t->bench_min_bytes > (int64_t)1 << 40)
@@ -1080,6 +1089,8 @@ cJSON *rm_training_to_json(const rm_training_spec *t)
     add_num(o, "stepEveryEpochs", t->step_every_epochs, t->set & RM_TR_SET_STEP_EVERY);
     cJSON_AddStringToObject(o, "precision", rm_precision_names[t->precision <= RM_PREC_FP16 ? t->precision : 0]);
     add_num(o, "fusionBufferMB", t->fusion_buffer_mb, t->set & RM_TR_SET_FUSION);
+    if (t->sharding != RM_SHARD_NONE && (unsigned)t->sharding <= RM_SHARD_FULL)   /* none: omitted */
+        cJSON_AddStringToObject(o, "sharding", rm_sharding_names[t->sharding]);
     add_num(o, "seed", (double)t->seed, t->set & RM_TR_SET_SEED);
     add_num(o, "maxSteps", t->max_steps, false);
     cJSON *b = cJSON_AddObjectToObject(o, "bench");
@@ -1224,6 +1235,14 @@ cJSON *rm_tj_status_to_json(const rm_tj_status *st)
             cJSON_AddNumberToObject(r, "steps", (double)st->result.steps);
             cJSON_AddNumberToObject(r, "seconds", st->result.seconds);
             cJSON_AddNumberToObject(r, "samplesPerSecond", st->result.samples_per_second);
+            if (st->result.peak_rss_bytes > 0) {
+                cJSON *m = cJSON_AddObjectToObject(r, "memoryBytes");
+                cJSON_AddNumberToObject(m, "params", st->result.memory_params);
+                cJSON_AddNumberToObject(m, "grads", st->result.memory_grads);
+                cJSON_AddNumberToObject(m, "optimizer", st->result.memory_optimizer);
+                cJSON_AddNumberToObject(m, "activations", st->result.memory_activations);
+                cJSON_AddNumberToObject(r, "peakRssBytes", st->result.peak_rss_bytes);
+            }
         }
     }
     add_time(o, "startTime", st->start_time);
@@ -1381,6 +1400,16 @@ int rm_tj_status_from_json(const cJSON *so, rm_tj_status *st, rm_err *err)
         TRY(p_i64(o, "steps", "status.result", &st->result.steps, NULL, 0, err));
         TRY(p_num(o, "seconds", "status.result", &st->result.seconds, NULL, 0, err));
         TRY(p_num(o, "samplesPerSecond", "status.result", &st->result.samples_per_second, NULL, 0, err));
+        TRY(p_num(o, "peakRssBytes", "status.result", &st->result.peak_rss_bytes, NULL, 0, err));
+        const cJSON *mb = NULL;
+        TRY(p_obj(o, "memoryBytes", "status.result", NULL, &mb, NULL, err));
+        if (mb) {
+            TRY(p_num(mb, "params", "status.result.memoryBytes", &st->result.memory_params, NULL, 0, err));
+            TRY(p_num(mb, "grads", "status.result.memoryBytes", &st->result.memory_grads, NULL, 0, err));
+            TRY(p_num(mb, "optimizer", "status.result.memoryBytes", &st->result.memory_optimizer, NULL, 0, err));
+            TRY(p_num(mb, "activations", "status.result.memoryBytes", &st->result.memory_activations,
+                      NULL, 0, err));
+        }
     }
     TRY(p_time(so, "startTime", "status", &st->start_time, err));
     TRY(p_time(so, "completionTime", "status", &st->completion_time, err));

@@ -40,6 +40,10 @@ typedef enum { RM_CLEAN_RUNNING = 0, RM_CLEAN_ALL, RM_CLEAN_NONE } rm_clean_poli
 typedef enum { RM_MODE_TRAIN = 0, RM_MODE_BENCH } rm_mode;
 typedef enum { RM_SCHED_COSINE = 0, RM_SCHED_STEP, RM_SCHED_CONSTANT } rm_schedule;
 typedef enum { RM_OPT_SGD = 0, RM_OPT_ADAM, RM_OPT_ADAGRAD } rm_opt_type;
+/* spec.training.sharding (strategies.md; ZeRO stages 1-3 / FSDP): what each worker holds of the
+ * optimizer state, the gradients and the parameters. */
+typedef enum { RM_SHARD_NONE = 0, RM_SHARD_OPTIMIZER, RM_SHARD_GRADIENTS, RM_SHARD_FULL } rm_sharding;
+extern const char *const rm_sharding_names[];   /* "none", "optimizer", "gradients", "full", NULL */
 typedef enum {
     RM_PHASE_PENDING = 0, RM_PHASE_RUNNING, RM_PHASE_RESTARTING, RM_PHASE_SUCCEEDED,
     RM_PHASE_FAILED, RM_PHASE_SUSPENDED
@@ -77,6 +81,7 @@ typedef struct rm_training_spec {
     int step_every_epochs;      /* step schedule: default 3 */
     rm_precision precision;     /* default fp32 */
     double fusion_buffer_mb;    /* default 25 */
+    rm_sharding sharding;       /* default none; needs precision fp32 */
     uint64_t seed;              /* default 42 */
     int max_steps;              /* 0 = no limit (testing knob) */
     /* bench mode (nccl-tests flags): minBytes, maxBytes, stepFactor, iters, warmupIters, check */
@@ -185,6 +190,9 @@ typedef struct rm_tj_result {
     bool present;
     double test_accuracy, train_loss, seconds, samples_per_second;
     int64_t steps;
+    /* memoryBytes {params, grads, optimizer, activations} and peakRssBytes of the largest rank;
+     * all 0 = not reported (left out of the JSON) */
+    double memory_params, memory_grads, memory_optimizer, memory_activations, peak_rss_bytes;
 } rm_tj_result;
 
 typedef struct rm_tj_status {

@@ -253,6 +253,11 @@ static void copy_result(rc_ctx *c)
     res->seconds = r->seconds;
     res->samples_per_second = r->samples_per_second;
     res->steps = r->steps;
+    res->memory_params = r->mem_params;
+    res->memory_grads = r->mem_grads;
+    res->memory_optimizer = r->mem_optimizer;
+    res->memory_activations = r->mem_activations;
+    res->peak_rss_bytes = r->peak_rss;
 }
 
 static void finish_succeeded(rc_ctx *c)
@@ -983,7 +988,10 @@ bool rm_reconcile_status_equal(const rm_tj_status *a, const rm_tj_status *b)
     const rm_tj_result *r = &a->result, *s = &b->result;
     if (r->present != s->present || r->test_accuracy != s->test_accuracy ||
         r->train_loss != s->train_loss || r->seconds != s->seconds ||
-        r->samples_per_second != s->samples_per_second || r->steps != s->steps)
+        r->samples_per_second != s->samples_per_second || r->steps != s->steps ||
+        r->memory_params != s->memory_params || r->memory_grads != s->memory_grads ||
+        r->memory_optimizer != s->memory_optimizer || r->memory_activations != s->memory_activations ||
+        r->peak_rss_bytes != s->peak_rss_bytes)
         return false;
     for (int t = 0; t < RM_COND__COUNT; t++) {
         const rm_condition *c = &a->conditions[t], *d = &b->conditions[t];

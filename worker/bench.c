@@ -1,10 +1,12 @@
-/* bench.c — `ringmaster-worker bench`: allreduce busbw in nccl-tests' format (see bench.h).
+/* bench.c — `ringmaster-worker bench`: allreduce, reduce_scatter and all_gather busbw in
+ * nccl-tests' format (see bench.h; --op picks the collective).
  *
  * Design follows nccl-tests' harness: per size, warm-up, a timed loop of -n iterations (the time
  * of one iteration averaged over the ranks), out-of-place and in-place, and a separate checked
  * run on fresh rank-dependent data whose exact sum is known (small integers, so float sums are
- * exact and #wrong is an exact count). algbw = bytes / time, busbw = algbw * 2(n-1)/n, GB = 1e9
- * bytes. Buffers are allocated once at the largest size (on the GPU for --backend nccl when the
+ * exact and #wrong is an exact count). algbw = bytes / time, busbw = algbw * 2(n-1)/n for the
+ * allreduce and algbw * (n-1)/n for reduce_scatter and all_gather (as nccl-tests; size is the full
+ * vector, each rank's shard is the layout of worker/shard.h), GB = 1e9 bytes. Buffers are allocated once at the largest size (on the GPU for --backend nccl when the
  * CUDA kernels table is available, as nccl-tests does). Output on rank 0 only. */
 #include "worker/bench.h"
 #include "common/clock.h"
@@ -23,6 +25,7 @@
 #include "worker/comm.h"
 #include "worker/fusion.h"
 #include "worker/net.h"
+#include "worker/shard.h"
 
 typedef struct bench_opts {
     size_t minb, maxb;
@@ -30,6 +33,7 @@ typedef struct bench_opts {
     long stepbytes;
     int iters, warmup, check;
     const char *backend, *json, *peers, *token;
+    const char *op;            /* allreduce | reduce_scatter | all_gather */
     int world, rank;
     double timeout_s;
     /* --fusion mode */
@@ -63,6 +67,7 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: ringmaster-worker bench [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-i STEPBYTES]\n"
             "         [-n ITERS] [-w WARMUP] [-c 0|1] [--backend ring|mpi|nccl|local] [--json FILE]\n"
+            "         [--op allreduce|reduce_scatter|all_gather]\n"
             "         [--world N --rank R --peers HOST:PORT,...] [--token T] [--timeout S]\n"
             "  sizes take K/M/G suffixes; defaults -b 32M -e 32M -f 2 -n 20 -w 5 -c 1.\n"
             "  --fusion [--layers 200] [--layer-floats 10000] [--compute-us 20]\n"
@@ -75,7 +80,7 @@ static void usage(FILE *f) {
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
     enum { OPT_BACKEND = 1000, OPT_JSON, OPT_WORLD, OPT_RANK, OPT_PEERS, OPT_TOKEN, OPT_TIMEOUT,
-           OPT_FUSION, OPT_LAYERS, OPT_LFLOATS, OPT_COMPUTE, OPT_THRESH };
+           OPT_FUSION, OPT_LAYERS, OPT_LFLOATS, OPT_COMPUTE, OPT_THRESH, OPT_OP };
     static const struct option lo[] = {
         {"minbytes", required_argument, NULL, 'b'}, {"maxbytes", required_argument, NULL, 'e'},
         {"stepfactor", required_argument, NULL, 'f'}, {"stepbytes", required_argument, NULL, 'i'},
@@ -87,7 +92,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         {"fusion", no_argument, NULL, OPT_FUSION}, {"layers", required_argument, NULL, OPT_LAYERS},
         {"layer-floats", required_argument, NULL, OPT_LFLOATS},
         {"compute-us", required_argument, NULL, OPT_COMPUTE},
-        {"thresholds", required_argument, NULL, OPT_THRESH},
+        {"thresholds", required_argument, NULL, OPT_THRESH}, {"op", required_argument, NULL, OPT_OP},
         {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     *o = (bench_opts){.minb = 32u << 20, .maxb = 32u << 20, .factor = 2, .iters = 20, .warmup = 5,
                       .check = 1, .backend = NULL, .world = 0, .rank = -1, .timeout_s = 30,
@@ -166,6 +171,15 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             if (*end || o->compute_us < 0 || o->compute_us > 1e6) goto bad;
             break;
         case OPT_THRESH: o->thresholds = optarg; break;
+        case OPT_OP:
+            if (strcmp(optarg, "allreduce") != 0 && strcmp(optarg, "reduce_scatter") != 0 &&
+                strcmp(optarg, "all_gather") != 0) {
+                fprintf(stderr, "bench: --op must be allreduce, reduce_scatter or all_gather (got \"%s\")\n",
+                        optarg);
+                return 2;
+            }
+            o->op = optarg;
+            break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return 2;
         }
@@ -200,6 +214,22 @@ static long count_wrong(const float *b, size_t count, int world) {
     for (size_t i = 0; i < count; i++)
         if (b[i] != (float)(tri * (int)(i % 13 + 1))) wrong++;
     return wrong;
+}
+
+/* The same check for elements [off, off + len) of the full vector held in b[0..len). */
+static long count_wrong_range(const float *b, size_t off, size_t len, int world) {
+    long wrong = 0;
+    int tri = world * (world + 1) / 2;
+    for (size_t k = 0; k < len; k++)
+        if (b[k] != (float)(tri * (int)((off + k) % 13 + 1))) wrong++;
+    return wrong;
+}
+
+/* The expected all-gather result's range [off, off + len) into b[0..len) (what each rank holds
+ * of the reduced vector before gathering it). */
+static void fill_result_range(float *b, size_t off, size_t len, int world) {
+    int tri = world * (world + 1) / 2;
+    for (size_t k = 0; k < len; k++) b[k] = (float)(tri * (int)((off + k) % 13 + 1));
 }
 
 /* ---- world setup ---- */
@@ -312,35 +342,73 @@ static void to_dev(const bench_bufs *b, float *dst, size_t count) {
     if (b->dev) b->dev->h2d(dst, b->host, count * sizeof(float));
 }
 
+typedef enum { OP_ALLREDUCE = 0, OP_REDUCE_SCATTER, OP_ALL_GATHER } bench_op;
+
+static bench_op op_of(const bench_opts *o) {
+    if (o->op && strcmp(o->op, "reduce_scatter") == 0) return OP_REDUCE_SCATTER;
+    if (o->op && strcmp(o->op, "all_gather") == 0) return OP_ALL_GATHER;
+    return OP_ALLREDUCE;
+}
+
+/* One collective as nccl-tests runs it: out of place send -> out; in place (out == send) the
+ * shard lives inside the full buffer at its offset. reduce_scatter: send is the full vector, the
+ * shard lands in out (or send + off); all_gather: the shard is send[0..len) (or send + off), the
+ * full vector lands in out (or send). */
+static int coll(bench_world *w, bench_op op, float *send, float *out, size_t count, rm_err *err) {
+    size_t off = rm_shard_off(count, w->size, w->rank);
+    int inplace = send == out;
+    switch (op) {
+    case OP_REDUCE_SCATTER:
+        return w->ops->reduce_scatter(w->comm, send, inplace ? send + off : out, count, RM_DT_F32, RM_OP_SUM,
+                                      err);
+    case OP_ALL_GATHER:
+        return w->ops->all_gather(w->comm, inplace ? send + off : send, out, count, RM_DT_F32, err);
+    case OP_ALLREDUCE: break;
+    }
+    return w->ops->allreduce_oop(w->comm, send, out, count, RM_DT_F32, RM_OP_SUM, err);
+}
+
 static int run_one(bench_world *w, const bench_opts *o, const bench_bufs *b, size_t count,
                    int inplace, double *t_us, long *wrong, rm_err *err) {
     float *send = b->send, *out = inplace ? b->send : b->recv;
+    const bench_op op = op_of(o);
+    size_t off, len;
+    rm_shard_range(count, w->size, w->rank, &off, &len);
     fill(b->dev ? b->host : send, count, w->rank);
     to_dev(b, send, count);
     for (int i = 0; i < o->warmup; i++)
-        RM_CHECK(w->ops->allreduce_oop(w->comm, send, out, count, RM_DT_F32, RM_OP_SUM, err));
+        RM_CHECK(coll(w, op, send, out, count, err));
     RM_CHECK(w->ops->barrier(w->comm, err));
     double t0 = rm_mono();
     for (int i = 0; i < o->iters; i++)
-        RM_CHECK(w->ops->allreduce_oop(w->comm, send, out, count, RM_DT_F32, RM_OP_SUM, err));
+        RM_CHECK(coll(w, op, send, out, count, err));
     double t = (rm_mono() - t0) / o->iters * 1e6;
     RM_CHECK(avg_over(w, &t, err));
     *t_us = t;
     *wrong = 0;
     if (o->check) {
-        fill(b->dev ? b->host : send, count, w->rank);
+        float *h = b->dev ? b->host : send;
+        if (op == OP_ALL_GATHER) {   /* every rank holds only its range of the result */
+            for (size_t i = 0; i < count; i++) h[i] = -1.0f;
+            fill_result_range(inplace ? h + off : h, off, len, w->size);
+        } else {
+            fill(h, count, w->rank);
+        }
         to_dev(b, send, count);
         if (!inplace) {
             if (b->dev) b->dev->memset0(out, count * sizeof(float));
             else memset(out, 0xff, count * sizeof(float));
         }
-        RM_CHECK(w->ops->allreduce_oop(w->comm, send, out, count, RM_DT_F32, RM_OP_SUM, err));
-        const float *res = out;
+        RM_CHECK(coll(w, op, send, out, count, err));
+        /* reduce_scatter: only this rank's shard is defined */
+        size_t n = op == OP_REDUCE_SCATTER ? len : count;
+        const float *res = op == OP_REDUCE_SCATTER && inplace ? out + off : out;
         if (b->dev) {
-            b->dev->d2h(b->host, out, count * sizeof(float));
+            b->dev->d2h(b->host, res, n * sizeof(float));
             res = b->host;
         }
-        double wr = (double)count_wrong(res, count, w->size);
+        double wr = (double)(op == OP_REDUCE_SCATTER ? count_wrong_range(res, off, len, w->size)
+                                                     : count_wrong(res, count, w->size));
         float x = (float)wr;
         RM_CHECK(w->ops->allreduce(w->comm, &x, 1, RM_DT_F32, RM_OP_SUM, err));
         *wrong = (long)x;
@@ -348,14 +416,14 @@ static int run_one(bench_world *w, const bench_opts *o, const bench_bufs *b, siz
     return RM_OK;
 }
 
-static void write_json(const char *path, const bench_world *w, const bench_row *rows, int nrows,
-                       double avg_busbw) {
+static void write_json(const char *path, const char *op, const bench_world *w, const bench_row *rows,
+                       int nrows, double avg_busbw) {
     FILE *f = fopen(path, "w");
     if (!f) {
         rm_warn("bench cannot write json path=%s", path);
         return;
     }
-    fprintf(f, "{\"backend\":\"%s\",\"world\":%d,\"type\":\"float\",\"redop\":\"sum\",\"rows\":[", w->ops->name,
+    fprintf(f, "{\"op\":\"%s\",\"backend\":\"%s\",\"world\":%d,\"type\":\"float\",\"redop\":\"sum\",\"rows\":[", op, w->ops->name,
             w->size);
     for (int i = 0; i < nrows; i++) {
         const bench_row *r = &rows[i];
@@ -509,10 +577,12 @@ int rm_worker_bench_main(int argc, char **argv) {
     int maxrows = 4096, nrows = 0;
     rows = calloc((size_t)maxrows, sizeof *rows);
     if (!rows) goto out;
-    const double busf = w.size > 1 ? 2.0 * (w.size - 1) / w.size : 0.0;
+    const char *opname = o.op ? o.op : "allreduce";
+    /* nccl-tests' bus bandwidth factors: allreduce 2(n-1)/n, reduce_scatter and all_gather (n-1)/n */
+    const double busf = w.size > 1 ? (op_of(&o) == OP_ALLREDUCE ? 2.0 : 1.0) * (w.size - 1) / w.size : 0.0;
     if (w.rank == 0) {
-        printf("# ringmaster-worker bench: allreduce, backend %s, %d ranks, %d iters, %d warmup, check %d\n",
-               w.ops->name, w.size, o.iters, o.warmup, o.check);
+        printf("# ringmaster-worker bench: %s, backend %s, %d ranks, %d iters, %d warmup, check %d\n",
+               opname, w.ops->name, w.size, o.iters, o.warmup, o.check);
         printf("#\n#%62s%37s\n", "out-of-place", "in-place");
         printf("#%12s%14s%10s%8s%8s%11s%8s%8s%7s%11s%8s%8s%7s\n", "size", "count", "type", "redop", "root",
                "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
@@ -530,7 +600,7 @@ int rm_worker_bench_main(int argc, char **argv) {
         for (int ip = 0; ip < 2; ip++) {
             rc = run_one(&w, &o, &bb, count, ip, &r->t_us[ip], &r->wrong[ip], &err);
             if (rc) {
-                fprintf(stderr, "bench: rank %d: allreduce of %zu bytes failed: %s (%s)\n", w.rank, r->size,
+                fprintf(stderr, "bench: rank %d: %s of %zu bytes failed: %s (%s)\n", w.rank, opname, r->size,
                         err.msg, rm_strerror(rc));
                 goto out;
             }
@@ -555,7 +625,7 @@ int rm_worker_bench_main(int argc, char **argv) {
         printf("# Out of bounds values : %ld %s\n", wrong_total, wrong_total ? "FAILED" : "OK");
         printf("# Avg bus bandwidth    : %.4f\n#\n", avg);
         fflush(stdout);
-        if (o.json) write_json(o.json, &w, rows, nrows, avg);
+        if (o.json) write_json(o.json, opname, &w, rows, nrows, avg);
     }
     status = wrong_total ? 1 : 0;
 out:

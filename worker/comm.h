@@ -67,6 +67,20 @@ typedef struct rm_comm_ops {
     /* Out of place: send is only read; recv gets the result. send == recv behaves as in place. */
     int (*allreduce_oop)(rm_comm *c, const void *send, void *recv, size_t count, rm_dtype dt,
                          rm_redop op, rm_err *err);
+    /* Reduce-scatter over the shard layout (worker/shard.h; rank r's shard is
+     * [rm_shard_off, + rm_shard_len) of count): buf holds count elements on every rank and is
+     * clobbered (scratch for partial sums); on return shard (rm_shard_len elements) holds the
+     * reduction of every rank's copy of this rank's range. shard may be buf + off (in place).
+     * Ring: the allreduce's first half, pipelined the same way, bit-identical to the allreduce's
+     * result for that range; mpi: MPI_Reduce_scatter(_block); nccl: ncclReduceScatter (padded when
+     * count % world != 0). count 0 is a no-op that succeeds. */
+    int (*reduce_scatter)(rm_comm *c, void *buf, void *shard, size_t count, rm_dtype dt, rm_redop op,
+                          rm_err *err);
+    /* All-gather over the shard layout: shard holds this rank's rm_shard_len elements (only
+     * read); on return buf holds count elements, every rank's shard at its offset. shard may be
+     * buf + off (in place). Ring: the allreduce's second half; mpi: MPI_Allgather(v); nccl:
+     * ncclAllGather (padded when uneven). */
+    int (*all_gather)(rm_comm *c, const void *shard, void *buf, size_t count, rm_dtype dt, rm_err *err);
     int (*barrier)(rm_comm *c, rm_err *err);
     void (*abort)(rm_comm *c);   /* any thread; NULL ok */
     void (*destroy)(rm_comm *c); /* NULL ok */

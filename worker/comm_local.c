@@ -41,6 +41,23 @@ static int local_allreduce(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_
     return local_allreduce_oop(c, buf, buf, count, dt, op, err);
 }
 
+/* World of one: the shard is the whole vector. */
+static int local_reduce_scatter(rm_comm *c, void *buf, void *shard, size_t count, rm_dtype dt, rm_redop op,
+                                rm_err *err) {
+    (void)op;
+    int rc = local_check(c, dt, err);
+    if (rc) return rc;
+    if (count && buf != shard) memmove(shard, buf, count * rm_dtype_size(dt));
+    return RM_OK;
+}
+
+static int local_all_gather(rm_comm *c, const void *shard, void *buf, size_t count, rm_dtype dt, rm_err *err) {
+    int rc = local_check(c, dt, err);
+    if (rc) return rc;
+    if (count && buf != shard) memmove(buf, shard, count * rm_dtype_size(dt));
+    return RM_OK;
+}
+
 static int local_barrier(rm_comm *c, rm_err *err) { return local_check(c, RM_DT_F32, err); }
 static void local_abort(rm_comm *c) {
     if (c) c->aborted = 1;
@@ -52,6 +69,8 @@ static const rm_comm_ops local_ops = {
     .init = local_init,
     .allreduce = local_allreduce,
     .allreduce_oop = local_allreduce_oop,
+    .reduce_scatter = local_reduce_scatter,
+    .all_gather = local_all_gather,
     .barrier = local_barrier,
     .abort = local_abort,
     .destroy = local_destroy,

@@ -1,7 +1,9 @@
 /* comm_ring.c — the "ring" backend: bandwidth-optimal ring allreduce over TCP.
  *
- * Algorithm (Patarasuk & Yuan; Baidu/Horovod ring): the buffer is cut into n segments; in 2(n-1)
- * steps each rank sends one segment to next = (r+1)%n and receives one from prev. Steps
+ * Algorithm (Patarasuk & Yuan; Baidu/Horovod ring): the buffer is cut into n segments (the shard
+ * layout of worker/shard.h); in 2(n-1) steps each rank sends one segment to next = (r+1)%n and
+ * receives one from prev (step t sends segment r-1-t, so the scatter-reduce leaves rank r with
+ * segment r: reduce-scatter and all-gather are the two halves, see ring_kind_steps). Steps
  * 0..n-2 are scatter-reduce (received data lands in a small scratch piece and is added into the
  * destination: dst = src + scratch), steps n-1..2n-3 are all-gather (received data lands directly
  * in the destination, zero copy). Each rank sends and receives 2(n-1)/n of the buffer. Every
@@ -60,6 +62,7 @@
 #include "common/log.h"
 #include "common/ratelimit.h"
 #include "worker/net.h"
+#include "worker/shard.h"
 
 #define RING_MAGIC 0x524d5247u    /* "RMRG" handshake */
 #define RING_VERSION 1u
@@ -98,6 +101,7 @@ struct rm_comm {
     const float *j_src;
     float *j_dst;
     size_t j_count;
+    int j_kind;               /* ring_kind */
     atomic_size_t rx_count;   /* pieces received (and reduced) in the current job */
     int fail_rc;              /* first failure of the current job (under mu) */
     rm_err fail_err;
@@ -685,25 +689,26 @@ static void reduce_add(float *dst, const float *a, const float *restrict b, size
     }
 }
 
+/* Segment s of the ring is shard s of the layout (worker/shard.h): a reduce-scatter is exactly
+ * the allreduce's first half. */
 static void seg_range(size_t count, int n, int s, size_t *off, size_t *len) {
-    size_t base = count / (size_t)n, rem = count % (size_t)n, us = (size_t)s;
-    *off = us * base + (us < rem ? us : rem);
-    *len = base + (us < rem ? 1 : 0);
+    rm_shard_range(count, n, s, off, len);
 }
 
 static size_t npieces(size_t len, size_t piece) { return (len + piece - 1) / piece; }
 
 /* Move one direction of the ring past finished (j == np) or empty steps. Step t works on segment
- * (base - t) mod n: base = rank for sending, rank - 1 for receiving. When dep is set, the pieces of
- * every finished step >= 1 are added to it (the sender waits for that many received pieces). */
+ * (base - t) mod n: base = rank - shift for sending, rank - 1 - shift for receiving. When dep is
+ * set, the pieces of every finished step > t0 (the first step run) are added to it (the sender
+ * waits for that many received pieces). */
 static inline void ring_advance(int *t, size_t *j, size_t *np, size_t *off, size_t *len,
-                                size_t *dep, int T, size_t count, int n, int base, size_t P) {
+                                size_t *dep, int t0, int T, size_t count, int n, int base, size_t P) {
     while (*t < T && *j == *np) {
-        if (dep && *t >= 1) *dep += *np;
+        if (dep && *t >= t0 + 1) *dep += *np;
         (*t)++;
         *j = 0;
         if (*t < T) {
-            seg_range(count, n, (base - *t + 2 * n) % n, off, len);
+            seg_range(count, n, (base - *t + 4 * n) % n, off, len);
             *np = npieces(*len, P);
         }
     }
@@ -757,42 +762,65 @@ static int fail_io(rm_comm *c, int rc, rm_err *err, const char *what, int peer) 
 
 enum { RING_SEND = 1, RING_RECV = 2 };
 
-/* One rank's side of the ring allreduce. mode RING_SEND|RING_RECV drives both sockets from this
- * thread; with the sender thread, the caller runs RING_RECV and the sender thread RING_SEND, the
- * dependency "piece j of step t-1 received" then travels through c->rx_count. */
-static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t count, rm_redop op,
-                              int mode, rm_err *err) {
-    const int n = c->n, r = c->rank, T = 2 * (n - 1);
+/* Which steps of the 2(n-1)-step ring schedule a collective runs. Segments are rotated by one
+ * (step t sends segment r-1-t) so that after the scatter-reduce rank r holds segment r = its shard
+ * of the layout: reduce-scatter is steps 0..n-2, all-gather steps n-1..2n-3 (its first step sends
+ * the own shard), the allreduce all of them. All three use the same rotation, so every element is
+ * summed along the same chain of ranks and reduce-scatter + all-gather is the allreduce bit for
+ * bit (ZeRO-2 then matches plain data parallelism exactly). */
+typedef enum { RING_ALLREDUCE = 0, RING_REDUCE_SCATTER, RING_ALL_GATHER } ring_kind;
+
+static void ring_kind_steps(ring_kind k, int n, int *t0, int *t1, int *shift) {
+    *t0 = k == RING_ALL_GATHER ? n - 1 : 0;
+    *t1 = k == RING_REDUCE_SCATTER ? n - 1 : 2 * (n - 1);
+    *shift = 1;
+}
+
+static const char *ring_kind_name(ring_kind k) {
+    return k == RING_REDUCE_SCATTER ? "reduce_scatter" : k == RING_ALL_GATHER ? "all_gather" : "allreduce";
+}
+
+/* One rank's side of a ring collective (steps t0..T-1 of kind). mode RING_SEND|RING_RECV drives
+ * both sockets from this thread; with the sender thread, the caller runs RING_RECV and the sender
+ * thread RING_SEND, the dependency "piece j of step t-1 received" then travels through
+ * c->rx_count. Steps < n-1 reduce into dst (partial sums; dst may alias src); later steps copy. */
+static int ring_collective_f32(rm_comm *c, const float *src, float *dst, size_t count, rm_redop op,
+                               int mode, ring_kind kind, rm_err *err) {
+    const int n = c->n, r = c->rank;
+    int t0, T, shift;
+    ring_kind_steps(kind, n, &t0, &T, &shift);
+    const char *what = ring_kind_name(kind);
     const size_t P = c->piece;
     const int prev = (r + n - 1) % n, next = (r + 1) % n;
     const float inv = 1.0f / (float)n;
 
     /* sender state */
-    int st = 0;
+    int st = t0;
     size_t sj = 0, s_done = 0, s_np, s_segoff, s_seglen, dep_base = 0;
     frame_hdr shdr;
     /* receiver state */
-    int rt = 0;
+    int rt = t0;
     size_t rj = 0, r_done = 0, r_np, r_segoff, r_seglen, recv_count = 0;
     frame_hdr rhdr;
 
     const int shared = mode != (RING_SEND | RING_RECV);
     if (!(mode & RING_SEND)) st = T;
     if (!(mode & RING_RECV)) rt = T;
-    seg_range(count, n, r, &s_segoff, &s_seglen);           /* step 0: (base - 0) mod n */
+    const int sbase = r - shift, rbase = r - 1 - shift;
+    seg_range(count, n, (sbase - t0 + 4 * n) % n, &s_segoff, &s_seglen);   /* (base - t0) mod n */
     s_np = npieces(s_seglen, P);
-    seg_range(count, n, (r - 1 + n) % n, &r_segoff, &r_seglen);
+    seg_range(count, n, (rbase - t0 + 4 * n) % n, &r_segoff, &r_seglen);
     r_np = npieces(r_seglen, P);
     /* skip empty steps (count < n) */
-    ring_advance(&st, &sj, &s_np, &s_segoff, &s_seglen, &dep_base, T, count, n, r, P);
-    ring_advance(&rt, &rj, &r_np, &r_segoff, &r_seglen, NULL, T, count, n, r - 1, P);
+    ring_advance(&st, &sj, &s_np, &s_segoff, &s_seglen, &dep_base, t0, T, count, n, sbase, P);
+    ring_advance(&rt, &rj, &r_np, &r_segoff, &r_seglen, NULL, t0, T, count, n, rbase, P);
 
     double last_progress = rm_mono();
     while (st < T || rt < T) {
         int progress = 0;
         if (atomic_load_explicit(&c->aborted, memory_order_relaxed) ||
             (shared && atomic_load_explicit(&c->broken, memory_order_relaxed)))
-            return fail_io(c, RM_ECLOSED, err, "allreduce", rt < T ? prev : next);
+            return fail_io(c, RM_ECLOSED, err, what, rt < T ? prev : next);
         /* ---- receive as much as is there ---- */
         while (rt < T) {
             size_t plen = r_seglen - rj * P < P ? r_seglen - rj * P : P;
@@ -811,11 +839,11 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
             }
             struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)niov};
             ssize_t got = recvmsg(c->prev_fd, &mh, MSG_DONTWAIT);
-            if (got == 0) return fail_io(c, RM_ECLOSED, err, "allreduce", prev);
+            if (got == 0) return fail_io(c, RM_ECLOSED, err, what, prev);
             if (got < 0) {
                 if (errno == EAGAIN || errno == EWOULDBLOCK) break;
                 if (errno == EINTR) continue;
-                return fail_io(c, errno == ECONNRESET ? RM_ECLOSED : RM_EIO, err, "allreduce", prev);
+                return fail_io(c, errno == ECONNRESET ? RM_ECLOSED : RM_EIO, err, what, prev);
             }
             progress = 1;
             size_t before = r_done;
@@ -849,15 +877,15 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
             }
             r_done = 0;
             rj++;
-            ring_advance(&rt, &rj, &r_np, &r_segoff, &r_seglen, NULL, T, count, n, r - 1, P);
+            ring_advance(&rt, &rj, &r_np, &r_segoff, &r_seglen, NULL, t0, T, count, n, rbase, P);
             break;   /* a completed piece may unlock a send: go send */
         }
         /* ---- send what is ready ---- */
         if (shared && st < T) recv_count = atomic_load_explicit(&c->rx_count, memory_order_acquire);
-        while (st < T && (st == 0 || recv_count > dep_base + sj)) {
+        while (st < T && (st == t0 || recv_count > dep_base + sj)) {
             size_t plen = s_seglen - sj * P < P ? s_seglen - sj * P : P;
             size_t total = sizeof(frame_hdr) + plen * sizeof(float);
-            const float *from = (st == 0 ? src : dst) + s_segoff + sj * P;
+            const float *from = (st == 0 ? src : dst) + s_segoff + sj * P;   /* all-gather: dst */
             if (s_done == 0) {
                 shdr.magic = FRAME_MAGIC;
                 shdr.seq = c->send_seq;
@@ -881,7 +909,7 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
                 if (errno == EAGAIN || errno == EWOULDBLOCK) break;
                 if (errno == EINTR) continue;
                 return fail_io(c, (errno == EPIPE || errno == ECONNRESET) ? RM_ECLOSED : RM_EIO, err,
-                               "allreduce", next);
+                               what, next);
             }
             progress = 1;
             s_done += (size_t)put;
@@ -889,7 +917,7 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
             c->send_seq++;
             s_done = 0;
             sj++;
-            ring_advance(&st, &sj, &s_np, &s_segoff, &s_seglen, &dep_base, T, count, n, r, P);
+            ring_advance(&st, &sj, &s_np, &s_segoff, &s_seglen, &dep_base, t0, T, count, n, sbase, P);
         }
         if (progress) {
             last_progress = -1;   /* refresh lazily: clock only read before sleeping */
@@ -898,8 +926,8 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
         double now = rm_mono();
         if (last_progress < 0) last_progress = now;
         double left = last_progress + c->timeout_s - now;
-        if (left <= 0) return fail_io(c, RM_ETIMEDOUT, err, "allreduce", rt < T ? prev : next);
-        int can_send = st < T && (st == 0 || recv_count > dep_base + sj);
+        if (left <= 0) return fail_io(c, RM_ETIMEDOUT, err, what, rt < T ? prev : next);
+        int can_send = st < T && (st == t0 || recv_count > dep_base + sj);
         if (shared && rt >= T && st < T && !can_send) {
             /* sender thread waiting for the receiver's next piece */
             struct timespec ts;
@@ -917,7 +945,7 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
                 pthread_cond_timedwait(&c->cv, &c->mu, &ts);
             pthread_mutex_unlock(&c->mu);
             if (atomic_load(&c->broken) || atomic_load(&c->aborted))
-                return fail_io(c, RM_ECLOSED, err, "allreduce", prev);
+                return fail_io(c, RM_ECLOSED, err, what, prev);
             if (atomic_load(&c->rx_count) > dep_base + sj) last_progress = -1;
             continue;
         }
@@ -927,9 +955,9 @@ static int ring_allreduce_f32(rm_comm *c, const float *src, float *dst, size_t c
             {.fd = st < T ? c->next_fd : -1, .events = (short)(POLLRDHUP | (can_send ? POLLOUT : 0))},
         };
         int pr = poll(pf, 2, (int)(left * 1000.0) + 1);
-        if (pr < 0 && errno != EINTR) return fail_io(c, RM_EIO, err, "allreduce poll", prev);
+        if (pr < 0 && errno != EINTR) return fail_io(c, RM_EIO, err, "poll", prev);
         if (pr > 0 && st < T && (pf[1].revents & (POLLRDHUP | POLLHUP | POLLERR)))
-            return fail_io(c, RM_ECLOSED, err, "allreduce", next);
+            return fail_io(c, RM_ECLOSED, err, what, next);
     }
     return RM_OK;
 }
@@ -943,9 +971,10 @@ static void *ring_tx_main(void *arg) {
         const float *src = c->j_src;
         float *dst = c->j_dst;
         size_t count = c->j_count;
+        int kind = c->j_kind;
         pthread_mutex_unlock(&c->mu);
         rm_err e = {0};
-        (void)ring_allreduce_f32(c, src, dst, count, RM_OP_SUM, RING_SEND, &e);   /* failures recorded */
+        (void)ring_collective_f32(c, src, dst, count, RM_OP_SUM, RING_SEND, (ring_kind)kind, &e);   /* failures recorded */
         pthread_mutex_lock(&c->mu);
         c->tx_done = c->tx_job;
         pthread_cond_broadcast(&c->cv);
@@ -955,19 +984,20 @@ static void *ring_tx_main(void *arg) {
 }
 
 /* Large collectives: this thread receives and reduces while the sender thread sends. */
-static int ring_allreduce_threaded(rm_comm *c, const float *src, float *dst, size_t count, rm_redop op,
-                                   rm_err *err) {
+static int ring_collective_threaded(rm_comm *c, const float *src, float *dst, size_t count, rm_redop op,
+                                    ring_kind kind, rm_err *err) {
     pthread_mutex_lock(&c->mu);
     c->j_src = src;
     c->j_dst = dst;
     c->j_count = count;
+    c->j_kind = (int)kind;
     atomic_store(&c->rx_count, 0);
     c->fail_rc = 0;
     c->tx_job++;
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     rm_err e = {0};
-    (void)ring_allreduce_f32(c, src, dst, count, op, RING_RECV, &e);
+    (void)ring_collective_f32(c, src, dst, count, op, RING_RECV, kind, &e);
     pthread_mutex_lock(&c->mu);
     while (c->tx_done != c->tx_job) pthread_cond_wait(&c->cv, &c->mu);   /* bounded: see tx timeouts */
     int rc = c->fail_rc;
@@ -1064,14 +1094,28 @@ static int exchange2_f32(rm_comm *c, const float *src, float *dst, size_t count,
     return RM_OK;
 }
 
-static int ring_allreduce_oop(rm_comm *c, const void *send, void *recv, size_t count, rm_dtype dt,
-                              rm_redop op, rm_err *err) {
-    if (!c || (count && (!send || !recv))) return rm_errf(err, RM_EINVAL, "ring: NULL argument");
+/* Arguments and state every collective checks first. */
+static int ring_precheck(rm_comm *c, int bufs_ok, rm_dtype dt, rm_redop op, rm_err *err) {
+    if (!c || !bufs_ok) return rm_errf(err, RM_EINVAL, "ring: NULL argument");
     if (dt != RM_DT_F32)
         return rm_errf(err, RM_EUNSUPPORTED, "ring: only float32 is supported (got %s)", rm_dtype_name(dt));
     if (op != RM_OP_SUM && op != RM_OP_AVG) return rm_errf(err, RM_EINVAL, "ring: unknown reduction");
     if (atomic_load(&c->aborted)) return rm_errf(err, RM_ECLOSED, "ring: aborted");
     if (atomic_load(&c->broken)) return rm_errf(err, RM_ECLOSED, "ring: unusable after an earlier failure");
+    return RM_OK;
+}
+
+/* Run kind on the full-length buffers (the sender thread for large ones). */
+static int ring_run(rm_comm *c, const float *src, float *dst, size_t count, rm_redop op, ring_kind kind,
+                    rm_err *err) {
+    if (c->tx_started && count * sizeof(float) >= RING_TX_MIN_BYTES)
+        return ring_collective_threaded(c, src, dst, count, op, kind, err);
+    return ring_collective_f32(c, src, dst, count, op, RING_SEND | RING_RECV, kind, err);
+}
+
+static int ring_allreduce_oop(rm_comm *c, const void *send, void *recv, size_t count, rm_dtype dt,
+                              rm_redop op, rm_err *err) {
+    RM_CHECK(ring_precheck(c, !count || (send && recv), dt, op, err));
     if (count == 0) return RM_OK;
     if (c->n == 1) {
         if (send != recv) memmove(recv, send, count * sizeof(float));
@@ -1079,9 +1123,34 @@ static int ring_allreduce_oop(rm_comm *c, const void *send, void *recv, size_t c
     }
     if (c->n == 2 && count * sizeof(float) <= RING_EXCHANGE_MAX_BYTES && count <= c->piece)
         return exchange2_f32(c, send, recv, count, op, err);
-    if (c->tx_started && count * sizeof(float) >= RING_TX_MIN_BYTES)
-        return ring_allreduce_threaded(c, send, recv, count, op, err);
-    return ring_allreduce_f32(c, send, recv, count, op, RING_SEND | RING_RECV, err);
+    return ring_run(c, send, recv, count, op, RING_ALLREDUCE, err);
+}
+
+/* The allreduce's first half, rotated so that rank r ends up with shard r (comm.h). buf is the
+ * partial-sum scratch; the shard is moved out afterwards when it is not in place. */
+static int ring_reduce_scatter(rm_comm *c, void *buf, void *shard, size_t count, rm_dtype dt, rm_redop op,
+                               rm_err *err) {
+    RM_CHECK(ring_precheck(c, !count || (buf && shard), dt, op, err));
+    if (count == 0) return RM_OK;
+    size_t off, len;
+    rm_shard_range(count, c->n, c->rank, &off, &len);
+    float *b = buf;
+    if (c->n > 1) RM_CHECK(ring_run(c, b, b, count, op, RING_REDUCE_SCATTER, err));
+    if (len && (float *)shard != b + off) memmove(shard, b + off, len * sizeof(float));
+    return RM_OK;
+}
+
+/* The allreduce's second half: the own shard goes round the ring, every rank copies (zero-copy
+ * receives straight into buf). */
+static int ring_all_gather(rm_comm *c, const void *shard, void *buf, size_t count, rm_dtype dt, rm_err *err) {
+    RM_CHECK(ring_precheck(c, !count || (buf && shard), dt, RM_OP_SUM, err));
+    if (count == 0) return RM_OK;
+    size_t off, len;
+    rm_shard_range(count, c->n, c->rank, &off, &len);
+    float *b = buf;
+    if (len && (const float *)shard != b + off) memmove(b + off, shard, len * sizeof(float));
+    if (c->n == 1) return RM_OK;
+    return ring_run(c, b, b, count, RM_OP_SUM, RING_ALL_GATHER, err);
 }
 
 static int ring_allreduce(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_redop op, rm_err *err) {
@@ -1098,6 +1167,8 @@ static const rm_comm_ops ring_ops = {
     .init = ring_init,
     .allreduce = ring_allreduce,
     .allreduce_oop = ring_allreduce_oop,
+    .reduce_scatter = ring_reduce_scatter,
+    .all_gather = ring_all_gather,
     .barrier = ring_barrier,
     .abort = ring_abort,
     .destroy = ring_destroy,

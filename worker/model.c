@@ -137,9 +137,16 @@ int rm_model_init_params(rm_model *m, uint64_t seed, rm_err *err)
 
 void rm_model_forward(rm_model *m, int rows)
 {
+    rm_model_forward_hooked(m, rows, NULL, NULL);
+}
+
+void rm_model_forward_hooked(rm_model *m, int rows, rm_layer_pre_fn pre, void *ud)
+{
     const rm_kernels *k = m->k;
     const float *in = m->x;
     for (int l = 0; l < m->shape.nlayers; l++) {
+        if (pre)
+            pre(ud, l);
         int di = m->shape.dims[l], dout = m->shape.dims[l + 1];
         const float *W = m->params + m->layout.w_off[l];
         const float *b = m->params + m->layout.b_off[l];
@@ -151,6 +158,12 @@ void rm_model_forward(rm_model *m, int rows)
 }
 
 void rm_model_backward(rm_model *m, int rows, float inv_batch, rm_layer_ready_fn ready, void *ud)
+{
+    rm_model_backward_hooked(m, rows, inv_batch, NULL, ready, ud);
+}
+
+void rm_model_backward_hooked(rm_model *m, int rows, float inv_batch, rm_layer_pre_fn pre,
+                              rm_layer_ready_fn ready, void *ud)
 {
     const rm_kernels *k = m->k;
     int L = m->shape.nlayers;
@@ -168,6 +181,8 @@ void rm_model_backward(rm_model *m, int rows, float inv_batch, rm_layer_ready_fn
         k->bias_act_bwd(dy, m->act[l], db, rows, dout, l == L - 1 ? RM_ACT_NONE : RM_ACT_RELU);
         k->gemm(true, false, di, dout, rows, 1.0f, in, di, dy, dout, 0.0f, dW, dout);
         if (l > 0) {
+            if (pre)
+                pre(ud, l);
             float *dx = m->delta[pp];
             pp ^= 1;
             const float *W = m->params + m->layout.w_off[l];

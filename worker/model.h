@@ -78,10 +78,19 @@ int rm_model_init_params(rm_model *m, uint64_t seed, rm_err *err);
 
 /* Forward on m->x (rows <= max_batch); logits end in m->act[nlayers-1]. */
 void rm_model_forward(rm_model *m, int rows);
+/* Called before layer l's forward (or backward) uses its parameters (sharded stage "full"
+ * gathers them here); may be NULL. */
+typedef void (*rm_layer_pre_fn)(void *ud, int layer);
+/* rm_model_forward with pre(ud, l) before each layer (pre may be NULL). */
+void rm_model_forward_hooked(rm_model *m, int rows, rm_layer_pre_fn pre, void *ud);
 /* After forward: loss (sum written to m->loss_sum), dlogits scaled by inv_batch, then backward
  * layer by layer in reverse, calling ready(ud, l) as each layer's gradient is final (ready may be
  * NULL). Gradients are overwritten, not accumulated. */
 void rm_model_backward(rm_model *m, int rows, float inv_batch, rm_layer_ready_fn ready, void *ud);
+/* rm_model_backward with pre(ud, l) before layer l's backward reads its weights (only layers
+ * l > 0 read them: layer 0 computes no input gradient). */
+void rm_model_backward_hooked(rm_model *m, int rows, float inv_batch, rm_layer_pre_fn pre,
+                              rm_layer_ready_fn ready, void *ud);
 /* After forward: m->correct = rows whose argmax equals the label. */
 void rm_model_count_correct(rm_model *m, int rows);
 

@@ -47,25 +47,38 @@ void rm_optim_free(rm_optim *o)
     memset(o, 0, sizeof *o);
 }
 
-void rm_optim_step(rm_optim *o, float *params, const float *grads, float lr)
+void rm_optim_tick(rm_optim *o)
+{
+    o->t++;
+}
+
+void rm_optim_update_range(const rm_optim *o, float *params, const float *grads, float *const *state,
+                           size_t n, float lr)
 {
     const rm_optimizer_spec *s = &o->spec;
-    o->t++;
+    if (n == 0)
+        return;
     switch (s->type) {
     case RM_OPT_SGD:
-        o->k->sgd_momentum_update(params, grads, o->state[0], o->n, lr, (float)s->momentum,
+        o->k->sgd_momentum_update(params, grads, state[0], n, lr, (float)s->momentum,
                                   (float)s->weight_decay);
         break;
     case RM_OPT_ADAM: {
         float bc1 = (float)(1.0 - pow(s->beta1, (double)o->t));
         float bc2 = (float)(1.0 - pow(s->beta2, (double)o->t));
-        o->k->adam_update(params, grads, o->state[0], o->state[1], o->n, lr, (float)s->beta1,
+        o->k->adam_update(params, grads, state[0], state[1], n, lr, (float)s->beta1,
                           (float)s->beta2, (float)s->eps, (float)s->weight_decay, bc1, bc2);
         break;
     }
     case RM_OPT_ADAGRAD:
-        o->k->adagrad_update(params, grads, o->state[0], o->n, lr, (float)s->eps,
+        o->k->adagrad_update(params, grads, state[0], n, lr, (float)s->eps,
                              (float)s->weight_decay);
         break;
     }
+}
+
+void rm_optim_step(rm_optim *o, float *params, const float *grads, float lr)
+{
+    rm_optim_tick(o);
+    rm_optim_update_range(o, params, grads, o->state, o->n, lr);
 }

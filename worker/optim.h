@@ -29,6 +29,13 @@ int rm_optim_init(rm_optim *o, const rm_kernels *k, const rm_optimizer_spec *spe
 void rm_optim_free(rm_optim *o);
 /* One update of params with grads at learning rate lr. Allocates nothing. */
 void rm_optim_step(rm_optim *o, float *params, const float *grads, float lr);
+/* The same update split into pieces (sharded stages: each rank updates only its shard, with its
+ * shard of the state): rm_optim_tick once per step, then rm_optim_update_range for each piece of n
+ * elements with that piece's state buffers (state[i] for i < nstate). Element-wise, so the pieces
+ * together give exactly rm_optim_step's result. */
+void rm_optim_tick(rm_optim *o);
+void rm_optim_update_range(const rm_optim *o, float *params, const float *grads, float *const *state,
+                           size_t n, float lr);
 const char *rm_optim_name(rm_opt_type t);   /* "sgd" | "adam" | "adagrad" */
 /* State buffers an optimizer of this type keeps (what rm_optim_init sets as nstate). */
 static inline int rm_optim_nstate(rm_opt_type t) { return t == RM_OPT_ADAM ? 2 : 1; }

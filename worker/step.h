@@ -8,8 +8,8 @@
  * module, step_<name>.c, exporting one rm_step_ops; rm_step_strategy(name) finds it.
  *   allreduce  synchronous data parallelism: gradients averaged through fusion buckets over the
  *              round's comm backend (ring, NCCL, MPI), every rank applies the same update
- *              (step_allreduce.c). Parameter servers and pipelines are later entries; sharding
- *              (ZeRO) a mode of allreduce.
+ *              (step_allreduce.c); env.sharding selects a ZeRO stage (optimizer / gradients /
+ *              full) of it. Parameter servers and pipelines are later entries.
  *
  * Lifecycle: init (once per process, before any round) -> for each round: round_begin ->
  * [state_restore from a checkpoint | state_fresh] -> state_sync -> step ... -> round_end ->
@@ -45,7 +45,14 @@ typedef struct rm_step_env {
     rm_optim *opt;           /* optimizer and its state buffers */
     rm_amp *amp;             /* mixed precision (fp16 loss scaling); a no-op for fp32 */
     double fusion_mb;        /* fusion bucket threshold in MiB (0 = one bucket per layer) */
+    rm_sharding sharding;    /* allreduce: ZeRO stage (spec.training.sharding) */
 } rm_step_env;
+
+/* Bytes this rank holds at the peak of a step, per kind (the ringmaster_worker_memory_bytes
+ * gauge and status.result.memoryBytes). */
+typedef struct rm_step_memory {
+    uint64_t params, grads, optimizer, activations;
+} rm_step_memory;
 
 /* The round a strategy runs in (borrowed until round_end). */
 typedef struct rm_step_round {
@@ -94,6 +101,18 @@ typedef struct rm_step_ops {
     int (*step)(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *err);
     void (*round_end)(rm_step *s);
     void (*destroy)(rm_step *s);
+    /* Optional (NULL: not needed). Collective, every rank of the round at the same point: make
+     * env->m->params hold every parameter until the next step (sharding "full" keeps only its
+     * shard between uses); the driver calls it before evaluating and before the final checksum. */
+    int (*materialize)(rm_step *s, rm_err *err);
+    /* Optional. Collective: assemble the whole checkpoint payload (state_bytes(s, 0) bytes, host
+     * memory) in dst on every rank from the ranks' shards; until the next step, state_bytes(s, 0)
+     * is then non-zero and state_save on rank 0 takes the payload from dst. Without it (a sharded
+     * state at a point where the ranks cannot meet, e.g. SIGTERM), state_bytes answers 0 and the
+     * newest checkpoint stands. */
+    int (*state_gather)(rm_step *s, void *dst, rm_err *err);
+    /* Optional. Peak bytes per kind this rank holds in a step (after round_begin). */
+    void (*memory)(const rm_step *s, rm_step_memory *out);
 } rm_step_ops;
 
 /* The strategy called name ("allreduce"); NULL if there is none. */

@@ -8,14 +8,42 @@
  * the parameters and optimizer state, and agreeing on state when a round forms is a broadcast from
  * rank 0, done as an allreduce SUM where the other ranks contribute zeros (exact in floating
  * point: x + 0 + ... + 0 == x).
- * The fusion plan and its comm thread live for one round; nothing is allocated per step. */
+ * The fusion plan and its comm thread live for one round; nothing is allocated per step.
+ *
+ * Sharding (env.sharding, ZeRO stages; strategies.md). The unit of sharding is a layer (W and b):
+ * rank r owns its piece of every layer (worker/shard.h, rm_unit_shard) and keeps the optimizer
+ * state of its pieces only, back to back in a compact buffer (the driver's full-size state buffers
+ * are released at init).
+ *   optimizer (ZeRO-1): gradients allreduced as above; each rank updates its pieces with its state;
+ *             each layer's parameters are all-gathered.
+ *   gradients (ZeRO-2): the fusion layer reduce-scatters each layer's gradient (one bucket per
+ *             layer, still overlapped with backward on the comm thread); then as ZeRO-1.
+ *   full (ZeRO-3/FSDP): between uses a rank holds only its pieces of the parameters; each layer is
+ *             all-gathered just before its forward and again before its backward, and released
+ *             after (host memory: the pages outside the own piece are given back with madvise, so
+ *             the resident set really shrinks; device memory keeps its allocation). Gradients are
+ *             reduce-scattered layer by layer as backward produces them, on this thread (the
+ *             gathers use the same comm), and their pages released the same way. No prefetch in
+ *             this version: gathers are not overlapped with compute.
+ * The update is element-wise, so every stage computes the same parameters as none; ZeRO-1 is
+ * bit-identical (same allreduce), the others differ only by the summation order of per-layer
+ * instead of per-bucket collectives.
+ * Checkpoints keep the unsharded format (params, then each full optimizer buffer): state_gather
+ * all-gathers the pieces into the staging buffer on the ranks' common path (interval and end),
+ * state_restore takes each rank's pieces from a full payload — so a checkpoint written at any world
+ * size, sharded or not, restores at any other (re-sharding by construction). */
 #include "worker/step.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "worker/fusion.h"
+#include "worker/shard.h"
 
 #define SYNC_FLOATS 16
 
@@ -25,15 +53,41 @@ struct rm_step {
     rm_fusion *fusion;        /* world > 1 only */
     int fusion_err;
     float *dev_small;         /* SYNC_FLOATS of device memory: the state-sync header */
+    /* sharding (mode != none) */
+    rm_sharding mode;
+    rm_unit_shard us;         /* this round's pieces (valid between round_begin and round_end) */
+    float *sstate[2];         /* compact optimizer state of the pieces (kernels memory) */
+    size_t sstate_cap;        /* floats allocated per buffer */
+    bool state_set;           /* the pieces' state was restored or made fresh in this round */
+    int64_t state_t;          /* ... at this optimizer count */
+    int hook_err;             /* first failure inside a forward/backward hook */
+    double stat_s;            /* this step: seconds in collectives, bytes moved */
+    uint64_t stat_bytes;
+    rm_err hook_e;
+    uint64_t gathered;        /* stage full: bit l = layer l's parameters are whole */
+    void *gathered_dst;       /* state_gather's payload, valid until the next step */
 };
 
 static int ar_init(const rm_step_env *env, rm_step **out, rm_err *err)
 {
     *out = NULL;
+    if ((unsigned)env->sharding > RM_SHARD_FULL)
+        return rm_errf(err, RM_EINVAL, "allreduce strategy: unknown sharding %d", (int)env->sharding);
+    if (env->sharding != RM_SHARD_NONE && env->m->shape.nlayers > RM_SHARD_MAX_UNITS)
+        return rm_errf(err, RM_EINVAL, "allreduce strategy: sharding supports at most %d layers",
+                       RM_SHARD_MAX_UNITS);
     rm_step *s = calloc(1, sizeof *s);
     if (!s)
         return rm_errf(err, RM_ENOMEM, "allreduce strategy: out of memory");
     s->env = *env;
+    s->mode = env->sharding;
+    if (s->mode != RM_SHARD_NONE) {
+        /* the pieces' state replaces the driver's full-size buffers: give those back */
+        for (int i = 0; i < env->opt->nstate; i++) {
+            env->k->free(env->opt->state[i]);
+            env->opt->state[i] = NULL;
+        }
+    }
     s->dev_small = env->k->alloc(SYNC_FLOATS * sizeof(float));
     if (!s->dev_small) {
         free(s);
@@ -52,18 +106,103 @@ static void ar_round_end(rm_step *s)
         s->fusion = NULL;
     }
     memset(&s->r, 0, sizeof s->r);
+    s->state_set = false;
+    s->gathered_dst = NULL;
+}
+
+/* ---- sharding helpers ---- */
+
+/* Give back the whole pages of [from, to) floats of base (host memory only; they read as zeros
+ * until written again). The own piece is never inside: callers pass ranges outside it, and only
+ * pages entirely within the range are released. */
+static void release_range(const rm_step *s, float *base, size_t from, size_t to)
+{
+    if (!s->env.k->host_memory || to <= from)
+        return;
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)(base + from) + pg - 1) & ~(pg - 1);
+    uintptr_t b = (uintptr_t)(base + to) & ~(pg - 1);
+    if (b > a)
+        (void)madvise((void *)a, b - a, MADV_DONTNEED);
+}
+
+/* Layer l of buf (params or grads) outside this rank's piece. */
+static void release_unit(const rm_step *s, float *buf, int l)
+{
+    const rm_unit_shard *u = &s->us;
+    release_range(s, buf, u->unit_off[l], u->off[l]);
+    release_range(s, buf, u->off[l] + u->len[l], u->unit_off[l] + u->unit_len[l]);
+}
+
+static int gather_unit(rm_step *s, int l, rm_err *err)
+{
+    const rm_unit_shard *u = &s->us;
+    float *p = s->env.m->params;
+    if (s->gathered & (1ull << l))
+        return RM_OK;
+    RM_CHECK(s->r.ops->all_gather(s->r.comm, p + u->off[l], p + u->unit_off[l], u->unit_len[l],
+                                  RM_DT_F32, err));
+    s->gathered |= 1ull << l;
+    return RM_OK;
+}
+
+static void drop_unit(rm_step *s, int l)
+{
+    if (!(s->gathered & (1ull << l)))
+        return;
+    release_unit(s, s->env.m->params, l);
+    s->gathered &= ~(1ull << l);
+}
+
+/* Stage full, between uses: keep only the own pieces. */
+static void drop_all_units(rm_step *s)
+{
+    for (int l = 0; l < s->us.nunits; l++) {
+        s->gathered |= 1ull << l;
+        drop_unit(s, l);
+    }
 }
 
 static int ar_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
 {
     ar_round_end(s);
     s->r = *r;
-    if (r->world > 1) {
-        rm_model *m = s->env.m;
-        size_t thr = (size_t)(s->env.fusion_mb * 1024.0 * 1024.0);
+    rm_model *m = s->env.m;
+    if (s->mode != RM_SHARD_NONE) {
+        if (!r->ops->reduce_scatter || !r->ops->all_gather)
+            return rm_errf(err, RM_EUNSUPPORTED, "sharding: comm backend %s has no reduce_scatter/all_gather",
+                           r->ops->name);
+        if (rm_unit_shard_make(m->layout.layer_off, m->layout.layer_len, m->shape.nlayers, r->world,
+                               r->rank, &s->us) != 0)
+            return rm_errf(err, RM_EINVAL, "sharding: bad layer layout");
+        size_t need = s->us.total ? s->us.total : 1;
+        if (need > s->sstate_cap) {   /* the pieces grow when the world shrinks */
+            for (int i = 0; i < 2; i++) {
+                s->env.k->free(s->sstate[i]);
+                s->sstate[i] = NULL;
+            }
+            s->sstate_cap = 0;
+            for (int i = 0; i < s->env.opt->nstate; i++) {
+                s->sstate[i] = s->env.k->alloc(need * sizeof(float));
+                if (!s->sstate[i])
+                    return rm_errf(err, RM_ENOMEM, "sharding: out of memory for %zu floats of "
+                                   "optimizer state", need);
+            }
+            s->sstate_cap = need;
+        }
+        s->gathered = (1ull << m->shape.nlayers) - 1;   /* params whole until state_sync */
+        rm_info("sharding ready stage=%s rank=%d world=%d layers=%d shard_floats=%zu of %zu",
+                rm_sharding_names[s->mode], r->rank, r->world, s->us.nunits, s->us.total,
+                m->layout.total);
+    }
+    if (r->world > 1 && s->mode != RM_SHARD_FULL) {
+        /* gradients: one bucket per layer, reduce-scattered (the unit of sharding is a layer) */
+        size_t thr = s->mode == RM_SHARD_GRADIENTS ? 0 : (size_t)(s->env.fusion_mb * 1024.0 * 1024.0);
         RM_CHECK(rm_fusion_new(r->ops, r->comm, m->grads, m->layout.layer_off,
                                m->layout.layer_len, m->shape.nlayers, thr, &s->fusion, err));
         rm_fusion_set_world_size(s->fusion, r->world);
+        if (s->mode == RM_SHARD_GRADIENTS)
+            rm_fusion_set_reduce_scatter(s->fusion, r->rank, r->world);
     }
     return RM_OK;
 }
@@ -74,6 +213,8 @@ static void ar_destroy(rm_step *s)
         return;
     ar_round_end(s);
     s->env.k->free(s->dev_small);
+    for (int i = 0; i < 2; i++)
+        s->env.k->free(s->sstate[i]);
     free(s);
 }
 
@@ -81,16 +222,24 @@ static int ar_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
 {
     const rm_step_env *e = &s->env;
     int rc = rm_model_init_params(e->m, seed, err);
-    for (int i = 0; i < e->opt->nstate; i++)
+    if (s->mode != RM_SHARD_NONE) {
+        for (int i = 0; i < e->opt->nstate; i++)
+            e->k->memset0(s->sstate[i], s->sstate_cap * sizeof(float));
+        s->state_set = true;
+        s->state_t = 0;
+        s->gathered = (1ull << e->m->shape.nlayers) - 1;
+    }
+    for (int i = 0; s->mode == RM_SHARD_NONE && i < e->opt->nstate; i++)
         e->k->memset0(e->opt->state[i], e->opt->n * sizeof(float));
     e->opt->t = 0;
     return rc;
 }
 
-/* Replicas are identical: rank 0 writes the whole state (params, then each optimizer buffer). */
+/* Replicas are identical: rank 0 writes the whole state (params, then each optimizer buffer).
+ * Sharded: only once state_gather assembled it at this step. */
 static size_t ar_state_bytes(const rm_step *s, int rank)
 {
-    if (rank != 0)
+    if (rank != 0 || (s->mode != RM_SHARD_NONE && !s->gathered_dst))
         return 0;
     return (size_t)(1 + s->env.opt->nstate) * s->env.m->layout.total * sizeof(float);
 }
@@ -99,6 +248,13 @@ static int ar_state_save(rm_step *s, void *dst, rm_err *err)
 {
     const rm_step_env *e = &s->env;
     size_t n = e->m->layout.total * sizeof(float);
+    if (s->mode != RM_SHARD_NONE) {
+        if (!s->gathered_dst)
+            return rm_errf(err, RM_EINVAL, "checkpoint: sharded state was not gathered at this step");
+        if (dst != s->gathered_dst)
+            memcpy(dst, s->gathered_dst, (size_t)(1 + e->opt->nstate) * n);
+        return RM_OK;
+    }
     int rc = e->k->d2h(dst, e->m->params, n);   /* a memcpy for host-memory tables */
     for (int i = 0; rc == RM_OK && i < e->opt->nstate; i++)
         rc = e->k->d2h((char *)dst + (size_t)(1 + i) * n, e->opt->state[i], n);
@@ -115,7 +271,20 @@ static void ar_state_restore(rm_step *s, const void *src, int64_t opt_t, float l
     const rm_step_env *e = &s->env;
     size_t n = e->m->layout.total * sizeof(float);
     e->k->h2d(e->m->params, src, n);
-    for (int i = 0; i < e->opt->nstate; i++)
+    if (s->mode != RM_SHARD_NONE) {
+        /* re-shard: whatever world wrote the payload, take this round's pieces of each buffer */
+        const rm_unit_shard *u = &s->us;
+        for (int i = 0; i < e->opt->nstate; i++) {
+            const float *full = (const float *)((const char *)src + (size_t)(1 + i) * n);
+            for (int l = 0; l < u->nunits; l++)
+                if (u->len[l])
+                    e->k->h2d(s->sstate[i] + u->soff[l], full + u->off[l], u->len[l] * sizeof(float));
+        }
+        s->state_set = true;
+        s->state_t = opt_t;
+        s->gathered = (1ull << e->m->shape.nlayers) - 1;
+    }
+    for (int i = 0; s->mode == RM_SHARD_NONE && i < e->opt->nstate; i++)
         e->k->h2d(e->opt->state[i], (const char *)src + (size_t)(1 + i) * n, n);
     e->opt->t = opt_t;
     if (loss_scale > 0)
@@ -159,14 +328,36 @@ static int ar_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
     RM_CHECK(r->ops->allreduce(r->comm, s->dev_small, SYNC_FLOATS, RM_DT_F32, RM_OP_SUM, err));
     e->k->d2h(meta, s->dev_small, sizeof meta);
     size_t n = e->m->layout.total;
+    const int nfull = s->mode == RM_SHARD_NONE ? e->opt->nstate : 0;   /* full state buffers */
     if (r->rank != 0) {
         e->k->memset0(e->m->params, n * sizeof(float));
-        for (int i = 0; i < e->opt->nstate; i++)
+        for (int i = 0; i < nfull; i++)
             e->k->memset0(e->opt->state[i], n * sizeof(float));
     }
     RM_CHECK(r->ops->allreduce(r->comm, e->m->params, n, RM_DT_F32, RM_OP_SUM, err));
-    for (int i = 0; i < e->opt->nstate; i++)
+    for (int i = 0; i < nfull; i++)
         RM_CHECK(r->ops->allreduce(r->comm, e->opt->state[i], n, RM_DT_F32, RM_OP_SUM, err));
+    if (s->mode != RM_SHARD_NONE) {
+        /* Each rank's pieces of the state came from its own restore (or fresh start): they fit
+         * together only if every rank set them in this round at rank 0's optimizer count. If not
+         * (no checkpoints configured and the group re-formed), the pieces are lost: restart the
+         * optimizer state everywhere rather than mix steps. */
+        float bad = (!s->state_set || s->state_t != get64(meta + 6)) ? 1.0f : 0.0f;
+        e->k->h2d(s->dev_small, &bad, sizeof bad);
+        RM_CHECK(r->ops->allreduce(r->comm, s->dev_small, 1, RM_DT_F32, RM_OP_SUM, err));
+        e->k->d2h(&bad, s->dev_small, sizeof bad);
+        if (bad > 0) {
+            rm_warn("sharded optimizer state could not be reassembled (ranks without it=%d): it "
+                    "restarts from zero; configure checkpoints to keep it across failures", (int)bad);
+            for (int i = 0; i < e->opt->nstate; i++)
+                e->k->memset0(s->sstate[i], s->sstate_cap * sizeof(float));
+        }
+        s->state_set = true;
+        s->state_t = get64(meta + 6);
+        s->gathered = (1ull << e->m->shape.nlayers) - 1;
+        if (s->mode == RM_SHARD_FULL)
+            drop_all_units(s);
+    }
     pos->step = get64(meta);
     pos->data_pos = get64(meta + 3);
     e->opt->t = get64(meta + 6);
@@ -189,10 +380,123 @@ static void on_layer_ready(void *ud, int layer)
         s->fusion_err = rc;
 }
 
+/* Stage full: before layer l's forward or backward reads its weights. In forward the previous
+ * layer is released first, so at most one layer is whole at a time. */
+static void on_layer_pre(void *ud, int layer)
+{
+    rm_step *s = ud;
+    if (s->hook_err)
+        return;
+    for (int l = 0; l < s->us.nunits; l++)
+        if (l != layer)
+            drop_unit(s, l);
+    int rc = gather_unit(s, layer, &s->hook_e);
+    if (rc)
+        s->hook_err = rc;
+}
+
+/* Stage full: layer l's gradient is final: reduce-scatter it (average), then let go of its
+ * weights and of the gradient outside the own piece. */
+static void on_layer_done_full(void *ud, int layer)
+{
+    rm_step *s = ud;
+    if (s->hook_err)
+        return;
+    const rm_unit_shard *u = &s->us;
+    float *g = s->env.m->grads + u->unit_off[layer];
+    double t0 = rm_mono();
+    int rc = s->r.ops->reduce_scatter(s->r.comm, g, s->env.m->grads + u->off[layer], u->unit_len[layer],
+                                      RM_DT_F32, RM_OP_AVG, &s->hook_e);
+    s->stat_s += rm_mono() - t0;
+    s->stat_bytes += u->unit_len[layer] * sizeof(float);
+    if (rc) {
+        s->hook_err = rc;
+        return;
+    }
+    release_unit(s, s->env.m->grads, layer);
+    drop_unit(s, layer);
+}
+
+/* Update this rank's pieces with their state (grads hold at least the average of the pieces). */
+static void update_pieces(rm_step *s, float lr)
+{
+    const rm_step_env *e = &s->env;
+    const rm_unit_shard *u = &s->us;
+    rm_optim_tick(e->opt);
+    for (int l = 0; l < u->nunits; l++) {
+        float *st[2] = {NULL, NULL};
+        for (int i = 0; i < e->opt->nstate; i++)
+            st[i] = s->sstate[i] + u->soff[l];
+        rm_optim_update_range(e->opt, e->m->params + u->off[l], e->m->grads + u->off[l], st, u->len[l], lr);
+    }
+    s->state_t = e->opt->t;
+}
+
+static int gather_params(rm_step *s, rm_err *err)
+{
+    double t0 = rm_mono();
+    for (int l = 0; l < s->us.nunits; l++) {
+        s->gathered &= ~(1ull << l);
+        RM_CHECK(gather_unit(s, l, err));
+        s->stat_bytes += s->us.unit_len[l] * sizeof(float);
+    }
+    s->stat_s += rm_mono() - t0;
+    return RM_OK;
+}
+
+static int ar_step_sharded(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *err)
+{
+    const rm_step_env *e = &s->env;
+    s->gathered_dst = NULL;
+    s->stat_s = 0;
+    s->stat_bytes = 0;
+    s->hook_err = 0;
+    float inv_batch = 1.0f / (float)rows;   /* fp32 only: no loss scale */
+    if (s->mode == RM_SHARD_FULL) {
+        rm_model_forward_hooked(e->m, rows, on_layer_pre, s);
+        if (!s->hook_err)
+            rm_model_backward_hooked(e->m, rows, inv_batch, on_layer_pre, on_layer_done_full, s);
+        if (s->hook_err)
+            return rm_errf(err, s->hook_err, "%s", s->hook_e.msg);
+        update_pieces(s, lr);   /* the parameters stay sharded until their next use */
+    } else {
+        rm_model_forward(e->m, rows);
+        if (s->fusion) {
+            s->fusion_err = 0;
+            rm_fusion_begin(s->fusion);
+            rm_model_backward(e->m, rows, inv_batch, on_layer_ready, s);
+            int rc = rm_fusion_finish(s->fusion, err);
+            if (rc == RM_OK && s->fusion_err)
+                rc = rm_errf(err, s->fusion_err, "fusion: bad layer hand-off");
+            if (rc)
+                return rc;
+            rm_fusion_stats fs;
+            rm_fusion_get_stats(s->fusion, &fs);
+            s->stat_s += fs.allreduce_s;
+            s->stat_bytes += fs.bytes;
+        } else {
+            rm_model_backward(e->m, rows, inv_batch, NULL, NULL);
+        }
+        update_pieces(s, lr);
+        if (s->r.world > 1)
+            RM_CHECK(gather_params(s, err));
+    }
+    if (s->r.world > 1) {
+        st->comm = true;
+        st->allreduce_s = s->stat_s;
+        st->bytes = s->stat_bytes;
+        st->busbw_gbps = s->stat_s > 0 ? (double)s->stat_bytes / s->stat_s / 1e9 *
+                                             (double)(s->r.world - 1) / s->r.world : 0;
+    }
+    return RM_OK;
+}
+
 static int ar_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *err)
 {
     const rm_step_env *e = &s->env;
     memset(st, 0, sizeof *st);
+    if (s->mode != RM_SHARD_NONE)
+        return ar_step_sharded(s, rows, lr, st, err);
     rm_model_forward(e->m, rows);
     float inv_batch = rm_amp_loss_scale(e->amp) / (float)rows;
     if (s->fusion) {
@@ -221,6 +525,73 @@ static int ar_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     return RM_OK;
 }
 
+/* Stage full: every layer whole (evaluation, the final checksum). */
+static int ar_materialize(rm_step *s, rm_err *err)
+{
+    if (s->mode != RM_SHARD_FULL || s->r.world < 1 || !s->r.ops)
+        return RM_OK;
+    for (int l = 0; l < s->us.nunits; l++)
+        RM_CHECK(gather_unit(s, l, err));
+    return RM_OK;
+}
+
+/* The unsharded checkpoint payload from every rank's pieces: params (whole already, or gathered),
+ * then each optimizer buffer gathered layer by layer straight into dst. */
+static int ar_state_gather(rm_step *s, void *dst, rm_err *err)
+{
+    const rm_step_env *e = &s->env;
+    if (s->mode == RM_SHARD_NONE || !s->r.ops)
+        return RM_OK;
+    const rm_unit_shard *u = &s->us;
+    size_t n = e->m->layout.total;
+    float *d = dst;
+    RM_CHECK(ar_materialize(s, err));
+    int rc = e->k->d2h(d, e->m->params, n * sizeof(float));
+    if (rc != RM_OK)
+        return rm_errf(err, rc, "checkpoint: reading the weights failed");
+    for (int i = 0; i < e->opt->nstate; i++) {
+        float *full = d + (size_t)(1 + i) * n;
+        for (int l = 0; l < u->nunits; l++)
+            RM_CHECK(s->r.ops->all_gather(s->r.comm, s->sstate[i] + u->soff[l], full + u->unit_off[l],
+                                          u->unit_len[l], RM_DT_F32, err));
+    }
+    s->gathered_dst = dst;
+    return RM_OK;
+}
+
+static void ar_memory(const rm_step *s, rm_step_memory *out)
+{
+    const rm_step_env *e = &s->env;
+    const rm_model *m = e->m;
+    uint64_t T = m->layout.total, S = s->us.total, U = s->us.max_unit, f = sizeof(float);
+    memset(out, 0, sizeof *out);
+    uint64_t act = (uint64_t)m->max_batch * (uint64_t)m->shape.dims[0];   /* x */
+    int wmax = 0;
+    for (int l = 0; l < m->shape.nlayers; l++) {
+        act += (uint64_t)m->max_batch * (uint64_t)m->shape.dims[l + 1];
+        if (l + 1 < m->shape.nlayers && m->shape.dims[l + 1] > wmax)
+            wmax = m->shape.dims[l + 1];
+    }
+    act += 2ull * (uint64_t)m->max_batch * (uint64_t)wmax;
+    out->activations = act * f;
+    uint64_t nst = (uint64_t)e->opt->nstate;
+    switch (s->mode) {
+    case RM_SHARD_NONE:
+        out->params = out->grads = T * f;
+        out->optimizer = nst * T * f;
+        break;
+    case RM_SHARD_OPTIMIZER:
+    case RM_SHARD_GRADIENTS:   /* backward writes every layer's gradient before the reduce-scatter */
+        out->params = out->grads = T * f;
+        out->optimizer = nst * S * f;
+        break;
+    case RM_SHARD_FULL:        /* the pieces plus one whole layer at a time (host memory) */
+        out->params = out->grads = e->k->host_memory ? (S + U) * f : T * f;
+        out->optimizer = nst * S * f;
+        break;
+    }
+}
+
 const rm_step_ops rm_step_allreduce_ops = {
     .name = "allreduce",
     .init = ar_init,
@@ -233,4 +604,7 @@ const rm_step_ops rm_step_allreduce_ops = {
     .step = ar_step,
     .round_end = ar_round_end,
     .destroy = ar_destroy,
+    .materialize = ar_materialize,
+    .state_gather = ar_state_gather,
+    .memory = ar_memory,
 };

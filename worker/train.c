@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <sys/resource.h>
 #include <math.h>
 #include <stddef.h>
 #include <pthread.h>
@@ -100,6 +101,7 @@ void rm_train_usage(FILE *out)
             "  --schedule cosine|step|constant\n"
             "  --seed N                   data/model seed (default 42)\n"
             "  --fusion-mb X              fusion bucket threshold in MiB (default 25; 0 = per layer)\n"
+            "  --sharding none|optimizer|gradients|full  ZeRO stage (spec.training.sharding)\n"
             "  --data-dir DIR             Fashion-MNIST IDX files (default %s)\n"
             "  --checkpoint-dir DIR       env RINGMASTER_CHECKPOINT_DIR; none = no checkpoints\n"
             "  --checkpoint-interval N    steps between checkpoints (default 200)\n"
@@ -256,7 +258,7 @@ static int parse_hidden(const char *s, rm_training_spec *t, rm_err *err)
 
 enum {
     O_CONFIG = 256, O_EPOCHS, O_BATCH, O_LR, O_DATA, O_CKDIR, O_CKINT, O_CKKEEP, O_METRICS,
-    O_BACKEND, O_MAXSTEPS, O_LOGFMT, O_LOGLVL, O_OPT, O_MOM, O_WD, O_HIDDEN, O_WARM, O_SCHED,
+    O_BACKEND, O_MAXSTEPS, O_LOGFMT, O_LOGLVL, O_OPT, O_MOM, O_WD, O_HIDDEN, O_WARM, O_SCHED, O_SHARD,
     O_SEED, O_FUSION, O_DEVICE, O_CTIMEOUT, O_PEERS, O_RANK, O_RESUME, O_CHECK, O_HELP
 };
 
@@ -360,6 +362,7 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
         {"hidden", required_argument, 0, O_HIDDEN},
         {"warmup-epochs", required_argument, 0, O_WARM},
         {"schedule", required_argument, 0, O_SCHED},
+        {"sharding", required_argument, 0, O_SHARD},
         {"seed", required_argument, 0, O_SEED},
         {"fusion-mb", required_argument, 0, O_FUSION},
         {"device", required_argument, 0, O_DEVICE},
@@ -484,6 +487,18 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
                 goto fail;
             }
             break;
+        case O_SHARD: {
+            int i = 0;
+            while (rm_sharding_names[i] && strcmp(rm_sharding_names[i], optarg) != 0)
+                i++;
+            if (!rm_sharding_names[i]) {
+                rc = rm_errf(err, RM_EINVAL, "--sharding: none|optimizer|gradients|full, got \"%s\"",
+                             optarg);
+                goto fail;
+            }
+            cfg->t.sharding = (rm_sharding)i;
+            break;
+        }
         case O_DEVICE: setstr(&cfg->device, optarg); break;
         case O_PEERS: setstr(&cfg->static_peers, optarg); break;
         case O_RESUME: RM_CHECK_GOTO(parse_resume("--resume", optarg, cfg, err), rc, fail); break;
@@ -630,6 +645,9 @@ typedef struct trainer {
     int64_t log_step;
     double fail_t;              /* failure detected at (mono), 0 none */
     int restarts;
+    int64_t gather_step;        /* step of the last sharded state_gather (-1 none) */
+    rm_step_memory mem;         /* the strategy's bytes per kind, and the peak RSS (report_memory) */
+    double peak_rss;
 
     rm_wmetrics wm;
     rm_faults faults;
@@ -704,6 +722,7 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     t->eval_step = -1;
     t->test_acc = -1;
     t->last_ckpt_step = -1;
+    t->gather_step = -1;
     if (cfg->t.precision != RM_PREC_FP32 && strcmp(cfg->device, "cuda") != 0)
         return rm_errf(err, RM_EUNSUPPORTED,
                        "precision %s needs the GPU path (--device cuda); the CPU path is fp32",
@@ -748,7 +767,7 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     rm_lr_sched_from_spec(&t->sched, &cfg->t);
     t->strat = rm_step_strategy("allreduce");
     rm_step_env env = {.k = t->k, .m = &t->m, .opt = &t->opt, .amp = &t->amp,
-                       .fusion_mb = cfg->t.fusion_buffer_mb};
+                       .fusion_mb = cfg->t.fusion_buffer_mb, .sharding = cfg->t.sharding};
     RM_CHECK(t->strat->init(&env, &t->st, err));
     t->perm = malloc((size_t)t->tr.n * sizeof *t->perm);
     t->stage_bytes = (size_t)(1 + t->opt.nstate) * t->m.layout.total * sizeof(float);
@@ -1015,6 +1034,43 @@ static int ckpt_write(trainer *t, rm_err *err)
     return RM_OK;
 }
 
+/* ringmaster_worker_memory_bytes{kind} from the strategy, and the peak RSS; with log set, also a
+ * "memory" log line (the end of training: bench/shard reads it). */
+static void report_memory(trainer *t, bool log)
+{
+    rm_step_memory mem = {0};
+    if (t->strat->memory)
+        t->strat->memory(t->st, &mem);
+    struct rusage ru;
+    double rss = getrusage(RUSAGE_SELF, &ru) == 0 ? (double)ru.ru_maxrss * 1024.0 : 0;
+    t->mem = mem;
+    t->peak_rss = rss;
+    rm_err e = {0};
+    if (rm_wmetrics_set_memory(&t->wm, (double)mem.params, (double)mem.grads, (double)mem.optimizer,
+                               (double)mem.activations, rss, &e) != RM_OK)
+        rm_warn("memory gauges: %s", e.msg);
+    if (log)
+        rm_info("memory sharding=%s params_bytes=%llu grads_bytes=%llu optimizer_bytes=%llu "
+                "activations_bytes=%llu peak_rss_bytes=%.0f", rm_sharding_names[t->cfg->t.sharding],
+                (unsigned long long)mem.params, (unsigned long long)mem.grads,
+                (unsigned long long)mem.optimizer, (unsigned long long)mem.activations, rss);
+}
+
+/* Sharded stages spread the state over the ranks: before a checkpoint every rank assembles the
+ * whole payload in host_stage (a collective, so only where all ranks are at the same step: the
+ * interval and the end, never SIGTERM). The previous write is finished first: it owns host_stage. */
+static int ckpt_gather(trainer *t, rm_err *err)
+{
+    /* the same decision on every rank (last_ckpt_step is rank 0's writer's business) */
+    if (!t->strat->state_gather || !t->cfg->checkpoint_dir || !t->have_state ||
+        t->step == t->gather_step)
+        return RM_OK;
+    ckpt_collect(t, true);
+    RM_CHECK(t->strat->state_gather(t->st, t->host_stage, err));
+    t->gather_step = t->step;
+    return RM_OK;
+}
+
 /* Write this step's checkpoint and wait until it is on disk (exit paths). */
 static int ckpt_write_sync(trainer *t, rm_err *err)
 {
@@ -1137,6 +1193,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     rm_series_set(t->wm.epoch, t->rdzv_epoch);
     rm_series_set(t->wm.world, t->world);
     rm_info("round ready epoch=%d world=%d backend=%s", t->rdzv_epoch, t->world, t->ops->name);
+    t->gather_step = -1;   /* a sharded gather is per round: every rank starts without one */
     rm_step_round sr = {.ops = t->ops, .comm = t->comm, .rank = t->rank, .world = t->world};
     RM_CHECK(t->strat->round_begin(t->st, &sr, err));
 
@@ -1150,6 +1207,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     }
     RM_CHECK(state_sync(t, err));
     t->have_state = true;
+    report_memory(t, false);
     rm_series_set(t->wm.last_ckpt, (double)(t->last_ckpt_step > 0 ? t->last_ckpt_step : 0));
     rm_health_set_ready(t->wm.health, true, NULL);
     rm_health_beat(t->wm.health);
@@ -1167,6 +1225,8 @@ static int read_loss(trainer *t, rm_err *err);
 
 static int evaluate(trainer *t, rm_err *err)
 {
+    if (t->strat->materialize)   /* sharding full: every layer whole for the forward passes */
+        RM_CHECK(t->strat->materialize(t->st, err));
     if (t->step > 0)
         RM_CHECK(read_loss(t, err));   /* the last step's; evaluation reuses the loss scalar */
     int n = t->te.n, per = (n + t->world - 1) / t->world;
@@ -1365,6 +1425,9 @@ static int report(trainer *t, bool done)
         .last_checkpoint_step = t->last_ckpt_step > 0 ? t->last_ckpt_step : 0,
         .loss = t->train_loss, .samples_per_second = t->rate, .allreduce_gbps = t->ar_gbps,
         .done = done, .checkpoint_failures = t->ckpt_failures, .checkpoint_error = t->ckpt_err,
+        .mem_params = (double)t->mem.params, .mem_grads = (double)t->mem.grads,
+        .mem_optimizer = (double)t->mem.optimizer, .mem_activations = (double)t->mem.activations,
+        .peak_rss = t->peak_rss,
     };
     memcpy(rep.evals, t->evals, (size_t)t->nevals * sizeof t->evals[0]);
     rep.nevals = t->nevals;
@@ -1515,12 +1578,17 @@ static int run_round(trainer *t, rm_err *err)
         rm_series_set(t->wm.step, (double)t->step);
         rm_series_inc(t->wm.samples, t->B);
         rm_series_set(t->wm.train_epoch, t->train_epoch);
-        if (cfg->checkpoint_interval > 0 && t->step % cfg->checkpoint_interval == 0)
+        if (cfg->checkpoint_interval > 0 && t->step % cfg->checkpoint_interval == 0) {
+            int grc = ckpt_gather(t, err);   /* sharded state: every rank, collectively */
+            if (grc)
+                return grc;
             ckpt_write(t, err);   /* handed to the writer; a failed write is logged, counted
                                      and reported, and training goes on */
+        }
         ckpt_collect(t, false);   /* a finished write's result, if any (no waiting) */
         double now = rm_mono();
         if (now - t->rep_t >= 1.0) {   /* the loss needs the device: read it here, ~1/s */
+            report_memory(t, false);
             if ((rc = read_loss(t, err)) != RM_OK)
                 return rc;
             rm_series_set(t->wm.loss, t->train_loss);
@@ -1700,7 +1768,12 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
                 goto out;
         }
         rm_err e = {0};
+        if (t.strat->materialize && (rc = t.strat->materialize(t.st, err)) != RM_OK)
+            goto out;   /* the checksum below reads every parameter */
+        if ((rc = ckpt_gather(&t, err)) != RM_OK)
+            goto out;
         ckpt_write_sync(&t, &e);
+        report_memory(&t, true);
         char scratch[4096];
         uint64_t sum = rm_model_checksum(&t.m, scratch, sizeof scratch);
         rm_info("training done steps=%lld train_epoch=%d test_accuracy=%.4f train_loss=%.4f "

@@ -9,6 +9,8 @@
 #include <string.h>
 
 static const char *const LABELS[] = {"job", "rank", NULL};
+static const char *const MEM_LABELS[] = {"job", "rank", "kind", NULL};
+static const char *const MEM_KINDS[] = {"params", "grads", "optimizer", "activations"};
 
 int rm_wmetrics_start(rm_wmetrics *w, const char *addr, const char *job, double deadline_s,
                       rm_err *err)
@@ -44,6 +46,11 @@ int rm_wmetrics_start(rm_wmetrics *w, const char *addr, const char *job, double 
     G(f_test_acc, "ringmaster_worker_test_accuracy", "Test-set accuracy of the last evaluation.");
     G(f_world, "ringmaster_worker_world_size", "Workers in the current rendezvous round.");
     G(f_samples_per_s, "ringmaster_worker_samples_per_second", "Training samples per second on this worker (last interval).");
+    G(f_peak_rss, "ringmaster_worker_peak_rss_bytes", "Peak resident set size of this worker process.");
+    RM_CHECK_GOTO(rm_metrics_gauge(w->reg, "ringmaster_worker_memory_bytes",
+                                   "Bytes this rank holds at the peak of a step, by kind (params, grads, "
+                                   "optimizer, activations); sharding lowers them.", MEM_LABELS,
+                                   &w->f_memory, err), rc, fail);
 #undef G
 #undef C
 #undef H
@@ -97,6 +104,32 @@ int rm_wmetrics_set_rank(rm_wmetrics *w, int rank, rm_err *err)
             rm_metric_remove(m[i].f, vals);   /* no stale series for a rank we no longer are */
         }
     }
+    if (had) {
+        const char *const vals[] = {w->job, old};
+        rm_metric_remove(w->f_peak_rss, vals);
+        for (size_t k = 0; k < RM_ARRAY_LEN(MEM_KINDS); k++) {
+            const char *const mv[] = {w->job, old, MEM_KINDS[k]};
+            rm_metric_remove(w->f_memory, mv);
+        }
+    }
+    return RM_OK;
+}
+
+int rm_wmetrics_set_memory(rm_wmetrics *w, double params, double grads, double optimizer,
+                           double activations, double peak_rss, rm_err *err)
+{
+    const double v[] = {params, grads, optimizer, activations};
+    for (size_t k = 0; k < RM_ARRAY_LEN(MEM_KINDS); k++) {
+        const char *const mv[] = {w->job, w->rank, MEM_KINDS[k]};
+        rm_series *s = rm_metric_with(w->f_memory, mv);
+        if (!s)
+            return rm_errf(err, RM_ENOMEM, "metrics: out of memory");
+        rm_series_set(s, v[k]);
+    }
+    rm_series *s = rm_metric_with2(w->f_peak_rss, w->job, w->rank);
+    if (!s)
+        return rm_errf(err, RM_ENOMEM, "metrics: out of memory");
+    rm_series_set(s, peak_rss);
     return RM_OK;
 }
 

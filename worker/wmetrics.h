@@ -21,10 +21,16 @@ typedef struct rm_wmetrics {
     char rank[16];
     rm_metric *f_step, *f_loss, *f_samples, *f_epoch, *f_train_epoch, *f_restarts, *f_ar_seconds,
         *f_ar_bytes, *f_ckpt_seconds, *f_last_ckpt, *f_recovery, *f_test_acc, *f_world,
-        *f_samples_per_s;
+        *f_samples_per_s, *f_memory, *f_peak_rss;
     rm_series *step, *loss, *samples, *epoch, *train_epoch, *restarts, *ar_seconds, *ar_bytes,
         *ckpt_seconds, *last_ckpt, *recovery, *test_acc, *world, *samples_per_s;
 } rm_wmetrics;
+
+/* ringmaster_worker_memory_bytes{kind=params|grads|optimizer|activations} (what the training
+ * strategy holds at the peak of a step) and ringmaster_worker_peak_rss_bytes, under the current
+ * rank. */
+int rm_wmetrics_set_memory(rm_wmetrics *w, double params, double grads, double optimizer,
+                           double activations, double peak_rss, rm_err *err);
 
 /* addr "" or NULL or "off" = no HTTP server (metrics still recorded). deadline_s for /healthz. */
 int rm_wmetrics_start(rm_wmetrics *w, const char *addr, const char *job, double deadline_s,

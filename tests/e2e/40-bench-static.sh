@@ -71,6 +71,28 @@ cat "$TMPDIR/out.2"
 awk '/^ +[0-9]+ +[0-9]+ +[0-9.]+/ { n++; b[n] = $2; if ($7 != 0) { print "wrong: " $0; exit 1 } }
      END { if (n != 3 || b[1] != 20 || b[2] != 10 || b[3] != 1) { print "bad fusion rows n=" n " buckets " b[1] "," b[2] "," b[3]; exit 1 } }' "$TMPDIR/out.2"
 
+# --op reduce_scatter / all_gather (issue 14): same table, #wrong 0 (reduce_scatter checks each rank's
+# shard, all_gather the whole vector), counts not divisible by the world, busbw = algbw * (n-1)/n
+for op in reduce_scatter all_gather; do
+  run_world 3 --op "$op" -b 4 -e 40008 -i 13332 -n 3 -w 1 --timeout 20 --json "$TMPDIR/$op.json"
+  check_table "$TMPDIR/out.3" 4
+  grep -q "^# ringmaster-worker bench: $op, backend ring, 3 ranks" "$TMPDIR/out.3"
+  $py - "$TMPDIR/$op.json" "$op" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["op"] == sys.argv[2] and d["world"] == 3, d
+for r in d["rows"]:
+    assert r["oop"]["wrong"] == 0 and r["ip"]["wrong"] == 0
+    for k in ("oop", "ip"):
+        assert abs(r[k]["busbw"] - r[k]["algbw"] * 2 / 3) <= 1e-3 + 1e-3 * r[k]["algbw"], r
+print(sys.argv[2], "json ok")
+PY
+done
+set +e
+"$W" bench --op broadcast > /dev/null 2>&1; rc=$?
+set -e
+[ "$rc" -eq 2 ] || { echo "bad --op: want exit 2, got $rc"; exit 1; }
+
 # a rank with the wrong token: both sides fail (no hang), exit status non-zero
 peers=$(free_ports 2)
 "$W" bench --world 2 --rank 1 --peers "$peers" --token bad --timeout 2 -b 1K -e 1K > "$TMPDIR/tok1.log" 2>&1 &

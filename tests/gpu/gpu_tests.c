@@ -589,6 +589,23 @@ static void test_nccl_one_rank(void)
     rc = ops->allreduce(c, dy, n, RM_DT_BF16, RM_OP_SUM, &e);
     G->d2h(gb, dy, n * 2);
     CHECK(rc == RM_OK && memcmp(gb, hb, n * 2) == 0, "bf16 allreduce: %s", e.msg);
+    /* reduce_scatter / all_gather (issue 14): one rank's shard is the whole vector; an odd count
+     * on device memory takes the direct path at world 1, host memory the padded staging path */
+    G->h2d(dx, x, n * 4);
+    rc = ops->reduce_scatter(c, dx, dy, n, RM_DT_F32, RM_OP_AVG, &e);
+    free(gx);
+    gx = from_gpu(dy, n * 4);
+    CHECK(rc == RM_OK && memcmp(gx, x, n * 4) == 0, "reduce_scatter: %s", e.msg);
+    G->memset0(dx, n * 4);
+    rc = ops->all_gather(c, dy, dx, n, RM_DT_F32, &e);
+    free(gx);
+    gx = from_gpu(dx, n * 4);
+    CHECK(rc == RM_OK && memcmp(gx, x, n * 4) == 0, "all_gather: %s", e.msg);
+    float hs[7] = {1, 2, 3, 4, 5, 6, 7}, hg[7] = {0};
+    rc = ops->all_gather(c, hs, hg, 7, RM_DT_F32, &e);
+    CHECK(rc == RM_OK && memcmp(hs, hg, sizeof hs) == 0, "host all_gather: %s", e.msg);
+    rc = ops->reduce_scatter(c, hg, hs, 0, RM_DT_F32, RM_OP_SUM, &e);
+    CHECK(rc == RM_OK, "reduce_scatter count 0: %s", e.msg);
     /* host buffer (staged): e.g. the loss-scaler flag */
     float flag = 1.0f;
     rc = ops->allreduce(c, &flag, 1, RM_DT_F32, RM_OP_SUM, &e);

@@ -19,7 +19,7 @@ static const char *k_job =
     "\"spec\":{\"replicas\":3,\"minReplicas\":2,\"maxReplicas\":4,\"backend\":\"ring\","
     "\"checkpoint\":{\"path\":\"/data/ck\",\"intervalSteps\":50,\"keep\":7},"
     "\"restartPolicy\":{\"maxRestarts\":4,\"backoffSeconds\":2,\"progressDeadlineSeconds\":45},"
-    "\"training\":{\"epochs\":2,\"batchSizePerWorker\":32,\"seed\":7,"
+    "\"training\":{\"epochs\":2,\"batchSizePerWorker\":32,\"seed\":7,\"sharding\":\"gradients\","
     "\"optimizer\":{\"type\":\"adam\",\"lr\":0.002}},"
     "\"template\":{\"spec\":{\"containers\":[{\"name\":\"worker\","
     "\"env\":[{\"name\":\"RINGMASTER_CHECKPOINT_KEEP\",\"value\":\"1\"},"
@@ -138,6 +138,9 @@ static void test_same_settings(void)
     cJSON *tr = cJSON_Parse(envp_get(envp, RM_ENV_TRAINING));
     CU_ASSERT_PTR_NOT_NULL(tr);
     CU_ASSERT_EQUAL(cJSON_GetObjectItemCaseSensitive(tr, "batchSizePerWorker")->valueint, 32);
+    /* spec.training.sharding reaches the worker in both runtimes (TRAINING is compared above) */
+    const cJSON *shd = cJSON_GetObjectItemCaseSensitive(tr, "sharding");
+    CU_ASSERT_TRUE(cJSON_IsString(shd) && strcmp(shd->valuestring, "gradients") == 0);
     cJSON_Delete(tr);
 
     /* the placement: what each runtime decides */

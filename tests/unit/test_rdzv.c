@@ -580,6 +580,17 @@ static void test_report(void)
     CU_ASSERT(m.last_report > 1e9 && m.last_progress > 1e9);
     CU_ASSERT(!m.done);
     CU_ASSERT(!s->have_result);
+    CU_ASSERT(s->peak_rss == 0 && s->mem_optimizer == 0);   /* nothing reported yet */
+    /* memory (issue 14): the job keeps the largest reported value, kind by kind */
+    rm_rdzv_report mr = rep;
+    mr.mem_params = 400, mr.mem_grads = 300, mr.mem_optimizer = 800, mr.mem_activations = 10;
+    mr.peak_rss = 5000;
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &mr, &act, &cur, &e), RM_OK);
+    mr.mem_params = 100, mr.mem_grads = 900, mr.mem_optimizer = 200, mr.peak_rss = 7000;
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &mr, &act, &cur, &e), RM_OK);
+    s = snap(&f);
+    CU_ASSERT(s->mem_params == 400 && s->mem_grads == 900 && s->mem_optimizer == 800 &&
+              s->mem_activations == 10 && s->peak_rss == 7000);
     /* the same step again is not progress; a higher step is */
     sleep_ms(20);
     CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
@@ -709,6 +720,9 @@ static void test_garbage(void)
         "{\"workerId\":\"0\",\"epoch\":1,\"result\":5}",
         "{\"workerId\":\"0\",\"epoch\":1,\"result\":{\"testAccuracy\":\"high\"}}",
         "{\"workerId\":\"0\",\"epoch\":1,\"loss\":[1]}",
+        "{\"workerId\":\"0\",\"epoch\":1,\"memory\":3}",
+        "{\"workerId\":\"0\",\"epoch\":1,\"memory\":{\"params\":-1}}",
+        "{\"workerId\":\"0\",\"epoch\":1,\"memory\":{\"peakRss\":\"big\"}}",
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(bad_report); i++) {
         long st = raw(&f, "POST", P("/report"), BEARER, bad_report[i], strlen(bad_report[i]), NULL);

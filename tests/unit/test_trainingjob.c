@@ -230,6 +230,9 @@ static void test_parse_rules(void)
           "spec.training.schedule: must be one of cosine, step, constant (got \"linear\")" },
         { "spec.training.precision", "\"fp8\"",
           "spec.training.precision: must be one of fp32, bf16, fp16 (got \"fp8\")" },
+        { "spec.training.sharding", "\"zero3\"",
+          "spec.training.sharding: must be one of none, optimizer, gradients, full (got \"zero3\")" },
+        { "spec.training.sharding", "3", "spec.training.sharding: must be a string" },
         { "spec.training.optimizer.type", "\"rmsprop\"",
           "spec.training.optimizer.type: must be one of sgd, adam, adagrad (got \"rmsprop\")" },
         /* the object itself */
@@ -353,6 +356,8 @@ static void test_validation_rules(void)
         { "spec.training.stepEveryEpochs", "0", "spec.training.stepEveryEpochs: must be >= 1" },
         { "spec.training.fusionBufferMB", "-1", "spec.training.fusionBufferMB: must be between 0 and 4096" },
         { "spec.training.fusionBufferMB", "0", NULL },
+        { "spec.training.sharding", "\"full\"", NULL },
+        { "spec.training.sharding", "\"none\"", NULL },
         { "spec.training.maxSteps", "-1", "spec.training.maxSteps: must be >= 0" },
         { "spec.training.bench.minBytes", "2", "spec.training.bench.minBytes: must be between 4 and 2^40" },
         { "spec.training.bench.maxBytes", "512",
@@ -740,7 +745,7 @@ static void fill_status(rm_tj_status *st)
     st->epoch = 2;
     st->restarts = 1;
     st->progress = (rm_tj_progress){ .step = 1840, .train_epoch = 3, .loss = 0.3125, .samples_per_second = 21000.5, .last_checkpoint_step = 1800, .allreduce_gbps = 1.75 };
-    st->result = (rm_tj_result){ true, 0.891, 0.28, 74.25, 8100, 9370 };
+    st->result = (rm_tj_result){ true, 0.891, 0.28, 74.25, 8100, 9370, 1e6, 2e6, 5e5, 3e4, 9.5e7 };
     st->start_time = 1795248000;
     st->completion_time = 1795248100;
     st->last_restart_time = 1795248060;
@@ -761,6 +766,8 @@ static void test_round_trip(void)
     CU_ASSERT_TRUE(cJSON_Compare(j1, j2, 1));
     CU_ASSERT_EQUAL(memcmp(&a.status, &b.status, sizeof a.status), 0);
     CU_ASSERT_EQUAL(b.spec.training.seed, 7);
+    CU_ASSERT_EQUAL(rm_json_path(j1, "status.result.memoryBytes.optimizer")->valuedouble, 5e5);
+    CU_ASSERT_EQUAL(rm_json_path(j1, "status.result.peakRssBytes")->valuedouble, 9.5e7);
     CU_ASSERT_STRING_EQUAL(rm_json_path(j1, "status.conditions[1].type")->valuestring, "Restarting");
     CU_ASSERT_STRING_EQUAL(rm_json_path(j1, "status.conditions[1].lastTransitionTime")->valuestring,
                            "2026-11-21T08:01:00Z");
@@ -799,6 +806,50 @@ static void test_round_trip(void)
     rm_training_free(&t);
     cJSON_Delete(tj_json);
     cJSON_Delete(tj_json2);
+    rm_tj_free(&a);
+    cJSON_Delete(d);
+}
+
+/* spec.training.sharding (issue 14): parsed, defaulted to none (and then left out of the worker's
+ * JSON, so jobs without it render as before), carried to the worker, fp32 only. */
+static void test_sharding(void)
+{
+    rm_err e = { 0 };
+    cJSON *d = base_doc();
+    rm_tj a;
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
+    rm_tj_defaults(&a);
+    CU_ASSERT_EQUAL(a.spec.training.sharding, RM_SHARD_NONE);
+    cJSON *tj = rm_training_to_json(&a.spec.training);
+    CU_ASSERT_PTR_NULL(cJSON_GetObjectItemCaseSensitive(tj, "sharding"));
+    cJSON_Delete(tj);
+    rm_tj_free(&a);
+    const char *names[] = { "optimizer", "gradients", "full" };
+    for (int i = 0; i < 3; i++) {
+        char v[32];
+        snprintf(v, sizeof v, "\"%s\"", names[i]);
+        set_path(d, "spec.training.sharding", v);
+        CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
+        rm_tj_defaults(&a);
+        CU_ASSERT_EQUAL(a.spec.training.sharding, (rm_sharding)(i + 1));
+        CU_ASSERT_EQUAL(rm_tj_validate(&a, &e), RM_OK);
+        tj = rm_training_to_json(&a.spec.training);
+        const cJSON *sh = cJSON_GetObjectItemCaseSensitive(tj, "sharding");
+        CU_ASSERT(cJSON_IsString(sh) && strcmp(sh->valuestring, names[i]) == 0);
+        rm_training_spec t;
+        CU_ASSERT_EQUAL(rm_training_from_json(tj, "spec.training", &t, &e), RM_OK);
+        CU_ASSERT_EQUAL(t.sharding, (rm_sharding)(i + 1));
+        rm_training_free(&t);
+        cJSON_Delete(tj);
+        rm_tj_free(&a);
+    }
+    /* sharding with fp16/bf16 names both fields */
+    set_path(d, "spec.training.precision", "\"fp16\"");
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
+    rm_tj_defaults(&a);
+    CU_ASSERT_EQUAL(rm_tj_validate(&a, &e), RM_EINVAL);
+    CU_ASSERT_STRING_EQUAL(e.msg, "spec.training.sharding: full needs spec.training.precision fp32 in "
+                                  "this version (got fp16)");
     rm_tj_free(&a);
     cJSON_Delete(d);
 }
@@ -901,6 +952,7 @@ void rm_suite_trainingjob(void)
         { "non_finite_numbers", test_non_finite_numbers },
         { "defaults", test_defaults },
         { "round_trip", test_round_trip },
+        { "sharding", test_sharding },
         { "status_and_conditions", test_status_and_conditions },
         { "names", test_names },
         { "yaml_error_points_at_line", test_yaml_error_points_at_line },

@@ -39,6 +39,7 @@
 #include "worker/comm.h"
 #include "kernels/kernels_cuda.h"
 #include "worker/nccl_wait.h"
+#include "worker/shard.h"
 
 #define NCCL_ID_KEY "nccl-id"
 #define NCCL_INIT_MIN_TIMEOUT_S 30.0   /* NCCL init over several nodes can take seconds */
@@ -399,6 +400,112 @@ static int nccl_allreduce(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_r
     return nccl_allreduce_oop(c, buf, buf, count, dt, op, err);
 }
 
+/* Reduce-scatter / all-gather over the shard layout (worker/shard.h). NCCL's collectives take one
+ * count per rank, so:
+ *  - even counts with device buffers go straight to ncclReduceScatter / ncclAllGather (the
+ *    layout's shard r is then exactly NCCL's block r, and in-place calls are NCCL's in-place form);
+ *  - uneven counts or host buffers go through the staging buffer padded to world blocks of
+ *    max_len = ceil(count/world) (zeros in the padding for a reduction), one copy of each rank's
+ *    range in and out. */
+typedef enum { NCCL_RS, NCCL_AG } nccl_shard_kind;
+
+static int nccl_shard_collective(rm_comm *c, nccl_shard_kind kind, const void *in, void *out,
+                                 size_t count, rm_dtype dt, rm_redop op, rm_err *err)
+{
+    int rc = RM_OK;
+    ncclDataType_t ndt;
+    ncclRedOp_t nop;
+    const char *what = kind == NCCL_RS ? "ncclReduceScatter" : "ncclAllGather";
+    if (!c)
+        return rm_errf(err, RM_EINVAL, "nccl: no communicator");
+    if (nccl_dtype(dt, &ndt) != RM_OK || nccl_op(op, &nop) != RM_OK)
+        return rm_errf(err, RM_EUNSUPPORTED, "nccl: dtype %d / op %d not supported", (int)dt, (int)op);
+    if (count == 0)
+        return RM_OK;
+    if (!in || !out)
+        return rm_errf(err, RM_EINVAL, "nccl: NULL buffer");
+    size_t es = rm_dtype_size(dt), off, len;
+    rm_shard_range(count, c->world, c->rank, &off, &len);
+    size_t M = rm_shard_max_len(count, c->world), W = (size_t)c->world;
+    /* RS: in = full buf, out = shard; AG: in = shard, out = full buf */
+    const void *full = kind == NCCL_RS ? in : out;
+    const void *part = kind == NCCL_RS ? out : in;
+    bool dev_full = is_device_ptr(full), dev_part = is_device_ptr(part);
+    bool direct = dev_full && dev_part && count % W == 0;
+
+    RM_CHECK(rm_nccl_guard_begin(&c->guard, err));
+    RM_CUDA_GOTO_ERR(cudaSetDevice(c->device), rc, out_label, err);
+    double timeout = rm_nccl_collective_timeout(!c->first_done, c->timeout_s, c->init_timeout_s);
+    cudaStream_t compute = (cudaStream_t)rm_cuda_compute_stream();
+    RM_CUDA_GOTO_ERR(cudaEventRecord(c->ready, compute ? compute : cudaStreamLegacy), rc, out_label, err);
+    RM_CUDA_GOTO_ERR(cudaStreamWaitEvent(c->stream, c->ready, 0), rc, out_label, err);
+    if (direct) {
+        if (kind == NCCL_RS)
+            RM_NCCL_GOTO_ERR(ncclReduceScatter(in, out, len, ndt, nop, c->comm, c->stream), rc, out_label, err);
+        else
+            RM_NCCL_GOTO_ERR(ncclAllGather(in, out, len, ndt, c->comm, c->stream), rc, out_label, err);
+        RM_CHECK_GOTO(wait_nccl_ready(c, c->comm, timeout, what, err), rc, out_label);
+        RM_CHECK_GOTO(wait_stream(c, timeout, what, err), rc, out_label);
+    } else {
+        /* stage: [W blocks of M][one block of M] */
+        RM_CHECK_GOTO(ensure_stage(c, (W + 1) * M * es, err), rc, out_label);
+        char *st = c->stage, *blk = st + W * M * es;
+        if (kind == NCCL_RS) {
+            RM_CUDA_GOTO_ERR(cudaMemsetAsync(st, 0, W * M * es, c->stream), rc, out_label, err);
+            for (int r = 0; r < c->world; r++) {
+                size_t o, l;
+                rm_shard_range(count, c->world, r, &o, &l);
+                if (l)
+                    RM_CUDA_GOTO_ERR(cudaMemcpyAsync(st + (size_t)r * M * es, (const char *)in + o * es, l * es,
+                                                     dev_full ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice,
+                                                     c->stream), rc, out_label, err);
+            }
+            RM_NCCL_GOTO_ERR(ncclReduceScatter(st, blk, M, ndt, nop, c->comm, c->stream), rc, out_label, err);
+            RM_CHECK_GOTO(wait_nccl_ready(c, c->comm, timeout, what, err), rc, out_label);
+            RM_CHECK_GOTO(wait_stream(c, timeout, what, err), rc, out_label);
+            if (len)
+                RM_CUDA_GOTO_ERR(cudaMemcpyAsync(out, blk, len * es,
+                                                 dev_part ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost,
+                                                 c->stream), rc, out_label, err);
+        } else {
+            if (len)
+                RM_CUDA_GOTO_ERR(cudaMemcpyAsync(blk, in, len * es,
+                                                 dev_part ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice,
+                                                 c->stream), rc, out_label, err);
+            RM_NCCL_GOTO_ERR(ncclAllGather(blk, st, M, ndt, c->comm, c->stream), rc, out_label, err);
+            RM_CHECK_GOTO(wait_nccl_ready(c, c->comm, timeout, what, err), rc, out_label);
+            RM_CHECK_GOTO(wait_stream(c, timeout, what, err), rc, out_label);
+            for (int r = 0; r < c->world; r++) {
+                size_t o, l;
+                rm_shard_range(count, c->world, r, &o, &l);
+                if (l)
+                    RM_CUDA_GOTO_ERR(cudaMemcpyAsync((char *)out + o * es, st + (size_t)r * M * es, l * es,
+                                                     dev_full ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost,
+                                                     c->stream), rc, out_label, err);
+            }
+        }
+        RM_CHECK_GOTO(wait_stream(c, timeout, "nccl shard copy-back", err), rc, out_label);
+    }
+    c->first_done = true;
+out_label:
+    rc = rm_nccl_guard_end(&c->guard, rc, err);
+    if (rc != RM_OK)
+        rm_warn("nccl %s failed, communicator aborted rank=%d rc=%s", what, c->rank, rm_strerror(rc));
+    return rc;
+}
+
+static int nccl_reduce_scatter(rm_comm *c, void *buf, void *shard, size_t count, rm_dtype dt,
+                               rm_redop op, rm_err *err)
+{
+    return nccl_shard_collective(c, NCCL_RS, buf, shard, count, dt, op, err);
+}
+
+static int nccl_all_gather(rm_comm *c, const void *shard, void *buf, size_t count, rm_dtype dt,
+                           rm_err *err)
+{
+    return nccl_shard_collective(c, NCCL_AG, shard, buf, count, dt, RM_OP_SUM, err);
+}
+
 /* A one-float allreduce: returns once every rank has entered it (NCCL has no barrier). */
 static int nccl_barrier(rm_comm *c, rm_err *err)
 {
@@ -460,6 +567,8 @@ static const rm_comm_ops nccl_ops = {
     .init = nccl_init,
     .allreduce = nccl_allreduce,
     .allreduce_oop = nccl_allreduce_oop,
+    .reduce_scatter = nccl_reduce_scatter,
+    .all_gather = nccl_all_gather,
     .barrier = nccl_barrier,
     .abort = nccl_abort,
     .destroy = nccl_destroy,
