@@ -8,8 +8,9 @@
  * module, step_<name>.c, exporting one rm_step_ops; rm_step_strategy(name) finds it.
  *   allreduce  synchronous data parallelism: gradients averaged through fusion buckets over the
  *              round's comm backend (ring, NCCL, MPI), every rank applies the same update
- *              (step_allreduce.c). Parameter servers and pipelines are later entries; sharding
- *              (ZeRO) a mode of allreduce.
+ *              (step_allreduce.c). Sharding (ZeRO) is a mode of allreduce.
+ *   parameterServer  centralized: gradients pushed to S server shards, parameters fetched back,
+ *              sync (with backup workers) or async Downpour (step_ps.c; servers: ps_server.c).
  *
  * Lifecycle: init (once per process, before any round) -> for each round: round_begin ->
  * [state_restore from a checkpoint | state_fresh] -> state_sync -> step ... -> round_end ->
@@ -45,7 +46,25 @@ typedef struct rm_step_env {
     rm_optim *opt;           /* optimizer and its state buffers */
     rm_amp *amp;             /* mixed precision (fp16 loss scaling); a no-op for fp32 */
     double fusion_mb;        /* fusion bucket threshold in MiB (0 = one bucket per layer) */
+    /* what strategies that plan their own data position need (claim below) */
+    const char *token;       /* the job token (parameter-server connections) */
+    double timeout_s;        /* bound on each wait for a peer */
+    int64_t train_samples;   /* training-set size */
+    int batch;               /* per-worker batch */
+    int epochs;              /* spec.training.epochs */
+    int64_t max_steps;       /* 0 = none */
 } rm_step_env;
+
+/* Where the next step's batch comes from, when the strategy decides it (claim): the global
+ * position (step, data epoch, cursor into that epoch's permutation) and this worker's slot of the
+ * batch (rows slot*B .. of the global batch at data_pos; nslots = 1: the batch at data_pos). */
+typedef struct rm_step_claim {
+    int64_t step;
+    int train_epoch;
+    int64_t data_pos;
+    int slot, nslots;
+    bool done;               /* the job's budget is spent: no step; the driver ends the job */
+} rm_step_claim;
 
 /* The round a strategy runs in (borrowed until round_end). */
 typedef struct rm_step_round {
@@ -94,6 +113,11 @@ typedef struct rm_step_ops {
     int (*step)(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *err);
     void (*round_end)(rm_step *s);
     void (*destroy)(rm_step *s);
+    /* Optional (NULL: the driver walks the schedule itself, every rank in lock step). A strategy
+     * whose workers do not move together (parameter servers: epochs are a global budget,
+     * strategies.md "Progress") says before each step where its batch is, and when the job is
+     * done; the driver then evaluates on this worker alone (no collective) at data-epoch ends. */
+    int (*claim)(rm_step *s, rm_step_claim *c, rm_err *err);
 } rm_step_ops;
 
 /* The strategy called name ("allreduce"); NULL if there is none. */
@@ -102,4 +126,5 @@ const rm_step_ops *rm_step_strategy(const char *name);
 const char *rm_step_strategy_names(void);
 
 extern const rm_step_ops rm_step_allreduce_ops;
+extern const rm_step_ops rm_step_ps_ops;   /* "parameterServer" (step_ps.c) */
 #endif

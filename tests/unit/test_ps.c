@@ -11,6 +11,7 @@
 #include "common/trainingjob.h"
 #include "common/yaml.h"
 #include "tests/unit/testutil.h"
+#include "worker/faults.h"
 #include "worker/optim.h"
 #include "worker/ps_core.h"
 
@@ -323,6 +324,45 @@ static void test_adagrad_shards_reference(void)
         rm_optim_free(&os[s]);
 }
 
+/* ---- RINGMASTER_FAULT: the slow kind and role=ps ---- */
+
+static void test_faults_slow_and_ps(void)
+{
+    rm_faults fs;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_faults_parse("slow:rank=1:factor=4;slow:rank=2:factor=3:step=10:until=20;"
+                                          "exit:role=ps:index=1:step=50", &fs, &e), RM_OK);
+    CU_ASSERT_EQUAL(fs.n, 3);
+    static const struct { int rank; int64_t step; double f; } T[] = {
+        {1, 0, 4}, {1, 100000, 4}, {0, 5, 1}, {2, 9, 1}, {2, 10, 3}, {2, 19, 3}, {2, 20, 1},
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(T); i++)
+        CU_ASSERT_DOUBLE_EQUAL(rm_faults_slow(&fs, T[i].rank, T[i].step), T[i].f, 1e-12);
+    /* slow faults never "fire"; the server's exit fires for its pseudo-rank only */
+    CU_ASSERT_PTR_NULL(rm_faults_due(&fs, 1, 0));
+    CU_ASSERT_PTR_NULL(rm_faults_due(&fs, 1, 50));
+    const rm_fault *f = rm_faults_due(&fs, RM_FAULT_PS_RANK(1), 50);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    CU_ASSERT_EQUAL(f->kind, RM_FAULT_EXIT);
+    CU_ASSERT_PTR_NULL(rm_faults_due(&fs, RM_FAULT_PS_RANK(1), 50));   /* once */
+    static const char *const bad[] = {
+        "slow:rank=1",                      /* no factor */
+        "slow:rank=1:factor=0.5",           /* < 1 */
+        "slow:rank=1:factor=2:step=5:until=5",
+        "slow:role=ps:index=0:factor=2",    /* servers are not slowed */
+        "exit:role=ps:step=3",              /* role=ps without index */
+        "exit:role=ps:index=0:rank=1:step=3",
+        "exit:role=boss:index=0:step=3",
+        "exit:rank=1:step=3:factor=2",
+        "exit:role=ps:index=64:step=1",
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(bad); i++) {
+        memset(&e, 0, sizeof e);
+        CU_ASSERT_EQUAL(rm_faults_parse(bad[i], &fs, &e), RM_EINVAL);
+        CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "RINGMASTER_FAULT"));
+    }
+}
+
 void rm_suite_ps(void)
 {
     static const rm_test_case cases[] = {
@@ -334,6 +374,7 @@ void rm_suite_ps(void)
         {"sync b=0 and a shrinking world", test_sync_b0_and_shrink},
         {"staleness bound", test_staleness_bound},
         {"adagrad shards vs reference", test_adagrad_shards_reference},
+        {"faults: slow and role=ps", test_faults_slow_and_ps},
     };
     RM_ADD_SUITE("ps", NULL, NULL, cases);
 }
