@@ -1207,6 +1207,13 @@ cJSON *rm_tj_status_to_json(const rm_tj_status *st)
     }
     cJSON_AddNumberToObject(o, "replicas", st->replicas);
     cJSON_AddNumberToObject(o, "readyReplicas", st->ready_replicas);
+    if (st->ps_replicas > 0) {
+        cJSON *ps = cJSON_AddObjectToObject(o, "parameterServers");
+        if (ps) {
+            cJSON_AddNumberToObject(ps, "replicas", st->ps_replicas);
+            cJSON_AddNumberToObject(ps, "readyReplicas", st->ps_ready);
+        }
+    }
     cJSON_AddNumberToObject(o, "epoch", st->epoch);
     cJSON_AddNumberToObject(o, "restarts", st->restarts);
     cJSON *p = cJSON_AddObjectToObject(o, "progress");
@@ -1349,6 +1356,13 @@ int rm_tj_status_from_json(const cJSON *so, rm_tj_status *st, rm_err *err)
     }
     TRY(p_int(so, "replicas", "status", &st->replicas, NULL, 0, err));
     TRY(p_int(so, "readyReplicas", "status", &st->ready_replicas, NULL, 0, err));
+    {
+        const cJSON *ps = cJSON_GetObjectItemCaseSensitive(so, "parameterServers");
+        if (cJSON_IsObject(ps)) {
+            TRY(p_int(ps, "replicas", "status.parameterServers", &st->ps_replicas, NULL, 0, err));
+            TRY(p_int(ps, "readyReplicas", "status.parameterServers", &st->ps_ready, NULL, 0, err));
+        }
+    }
     TRY(p_int(so, "epoch", "status", &st->epoch, NULL, 0, err));
     TRY(p_int(so, "restarts", "status", &st->restarts, NULL, 0, err));
     TRY(p_obj(so, "progress", "status", NULL, &o, NULL, err));

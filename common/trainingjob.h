@@ -190,6 +190,7 @@ typedef struct rm_tj_status {
     int64_t observed_generation;
     rm_condition conditions[RM_COND__COUNT];   /* indexed by rm_cond_type */
     int replicas, ready_replicas;
+    int ps_replicas, ps_ready;  /* status.parameterServers {replicas, readyReplicas}; 0 = none */
     int epoch;                  /* rendezvous epoch */
     int restarts;               /* group restarts */
     rm_tj_progress progress;

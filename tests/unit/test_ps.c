@@ -10,10 +10,13 @@
 
 #include "common/trainingjob.h"
 #include "common/yaml.h"
+#include "operator/ps_reconcile.h"
 #include "tests/unit/testutil.h"
 #include "worker/faults.h"
 #include "worker/optim.h"
 #include "worker/ps_core.h"
+
+static void test_ps_reconcile_table(void);
 
 /* ---- spec ---- */
 
@@ -375,6 +378,64 @@ void rm_suite_ps(void)
         {"staleness bound", test_staleness_bound},
         {"adagrad shards vs reference", test_adagrad_shards_reference},
         {"faults: slow and role=ps", test_faults_slow_and_ps},
+        {"servers: create, replace, delete", test_ps_reconcile_table},
     };
     RM_ADD_SUITE("ps", NULL, NULL, cases);
+}
+
+/* ---- the servers' reconcile rules ---- */
+
+static void test_ps_reconcile_table(void)
+{
+    typedef struct { rm_ps_act_kind k; int i; bool replace; } A;
+    static const struct {
+        const char *name;
+        rm_strategy strategy;
+        rm_phase phase;
+        bool suspend;
+        int S, nobs;
+        rm_ps_observed obs[4];
+        int nact;
+        A act[4];
+        int ready;
+    } T[] = {
+        {"fresh job: create all", RM_STRATEGY_PS, RM_PHASE_PENDING, false, 2, 0, {{0}}, 2,
+         {{RM_PS_ACT_CREATE, 0, false}, {RM_PS_ACT_CREATE, 1, false}}, 0},
+        {"all serving: nothing", RM_STRATEGY_PS, RM_PHASE_RUNNING, false, 2, 2,
+         {{true, false, true}, {true, false, true}}, 0, {{0}}, 2},
+        {"server 1 died: replaced alone", RM_STRATEGY_PS, RM_PHASE_RUNNING, false, 2, 2,
+         {{true, false, true}, {true, true, false}}, 1, {{RM_PS_ACT_CREATE, 1, true}}, 1},
+        {"starting: wait", RM_STRATEGY_PS, RM_PHASE_RUNNING, false, 2, 2,
+         {{true, false, false}, {true, false, true}}, 0, {{0}}, 1},
+        {"succeeded: delete all", RM_STRATEGY_PS, RM_PHASE_SUCCEEDED, false, 2, 2,
+         {{true, false, true}, {true, true, false}}, 2,
+         {{RM_PS_ACT_DELETE, 0, false}, {RM_PS_ACT_DELETE, 1, false}}, 0},
+        {"suspended: delete", RM_STRATEGY_PS, RM_PHASE_RUNNING, true, 1, 1, {{true, false, true}},
+         1, {{RM_PS_ACT_DELETE, 0, false}}, 0},
+        {"scaled down 3 -> 1", RM_STRATEGY_PS, RM_PHASE_RUNNING, false, 1, 3,
+         {{true, false, true}, {true, false, true}, {false, false, false}}, 1,
+         {{RM_PS_ACT_DELETE, 1, false}}, 1},
+        {"allreduce job: none, leftovers deleted", RM_STRATEGY_ALLREDUCE, RM_PHASE_RUNNING, false,
+         1, 1, {{true, false, true}}, 1, {{RM_PS_ACT_DELETE, 0, false}}, 0},
+    };
+    for (size_t c = 0; c < RM_ARRAY_LEN(T); c++) {
+        rm_tj job;
+        memset(&job, 0, sizeof job);
+        job.spec.strategy = T[c].strategy;
+        job.spec.ps.replicas = T[c].S;
+        job.spec.run.suspend = T[c].suspend;
+        job.status.phase = T[c].phase;
+        rm_ps_action out[8];
+        int ready = -1;
+        int n = rm_ps_reconcile(&job, T[c].obs, T[c].nobs, out, 8, &ready);
+        if (n != T[c].nact)
+            fprintf(stderr, "case \"%s\": %d actions, want %d\n", T[c].name, n, T[c].nact);
+        CU_ASSERT_EQUAL(n, T[c].nact);
+        for (int i = 0; i < n && i < T[c].nact; i++) {
+            CU_ASSERT_EQUAL(out[i].kind, T[c].act[i].k);
+            CU_ASSERT_EQUAL(out[i].index, T[c].act[i].i);
+            CU_ASSERT_EQUAL(out[i].replace, T[c].act[i].replace);
+        }
+        CU_ASSERT_EQUAL(ready, T[c].ready);
+    }
 }
