@@ -175,14 +175,16 @@ static int op_fetch(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
     pthread_mutex_lock(&s->mu);
     double until = rm_mono() + s->timeout_s;
     if (s->ps.mode == RM_PS_SYNC) {
-        while (!g_ps_term && s->sync.version < q->step && rm_mono() < until)
+        /* wait for the step in progress only: a shard further behind (restored from an older
+         * checkpoint) answers at once, and the workers go back to its step to catch it up */
+        while (!g_ps_term && s->sync.version + 1 == q->step && rm_mono() < until)
             timed_wait(s, until);
     } else {
         rm_ps_clocks_note(&s->clocks, (int)q->worker, q->step, rm_mono());   /* step: its clock */
         staleness_wait(s, (int)q->worker, q->step);
     }
     r->version = cur_version(s);
-    if (s->ps.mode == RM_PS_SYNC && r->version < q->step) {
+    if (s->ps.mode == RM_PS_SYNC && r->version + 1 == q->step) {
         r->status = RM_PS_ST_TIMEOUT;
     } else {
         memcpy(c->buf, s->params, s->len * sizeof(float));
@@ -371,13 +373,31 @@ static void *accept_main(void *arg)
 
 /* ---- checkpoints ---- */
 
+/* A shard's checkpoint is a worker checkpoint (worker/checkpoint.h: atomic, checksummed) of a
+ * one-layer pseudo-model with exactly the shard's length (len-1 inputs, 1 output: the format ties
+ * the parameter count to the shape); which shard of which model it holds is in the header's
+ * reserved words: rng[0] = offset, rng[1] = the model's parameters, rng[2] = the model's shape
+ * (a hash), world_size = S, rdzv_epoch = index. A restore checks all of them. */
+static uint64_t shape_hash(const rm_model_shape *sh)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i <= sh->nlayers && i < RM_MODEL_MAX_LAYERS + 1; i++)
+        h = (h ^ (uint64_t)(uint32_t)sh->dims[i]) * 1099511628211ull;
+    return h;
+}
+
 static void ckpt_expect(const server *s, rm_ckpt_meta *m)
 {
     memset(m, 0, sizeof *m);
-    m->shape = s->shape;
+    m->shape.nlayers = 1;
+    m->shape.dims[0] = (int)(s->len - 1);
+    m->shape.dims[1] = 1;
     m->opt_type = (int32_t)s->t.optimizer.type;
     m->nstate = s->opt.nstate;
     m->nparams = s->len;
+    m->rng[0] = s->off;
+    m->rng[1] = s->total;
+    m->rng[2] = shape_hash(&s->shape);
 }
 
 static int ckpt_restore(server *s)
@@ -394,7 +414,9 @@ static int ckpt_restore(server *s)
     int skipped = 0;
     rm_err e = {0};
     int rc = rm_ckpt_load_newest(s->ckpt_dir, &exp, &meta, buf, cap, path, sizeof path, &skipped, &e);
-    if (rc == RM_OK && (meta.world_size != s->nservers || meta.rdzv_epoch != s->index)) {
+    if (rc == RM_OK && (meta.world_size != s->nservers || meta.rdzv_epoch != s->index ||
+                        meta.rng[0] != exp.rng[0] || meta.rng[1] != exp.rng[1] ||
+                        meta.rng[2] != exp.rng[2])) {
         rm_warn("checkpoint of another shard layout ignored path=%s servers=%d index=%d", path,
                 meta.world_size, meta.rdzv_epoch);
         rc = RM_EINVAL;

@@ -239,18 +239,20 @@ static int fetch_all(rm_step *s, int64_t want, rm_err *err)
                        .step = s->ps.mode == RM_PS_SYNC ? want : s->clock};
         RM_CHECK(exchange(s, q, NULL, s->env.m->params, rep, err));
         bool late = false;
-        int64_t newest = 0;
+        int64_t oldest = INT64_MAX;
         for (int i = 0; i < s->S; i++) {
             if (rep[i].status == RM_PS_ST_TIMEOUT)
                 late = true;
             else
                 s->ver[i] = rep[i].version;
-            if (rep[i].version > newest)
-                newest = rep[i].version;
+            if (rep[i].version < oldest)
+                oldest = rep[i].version;
         }
         if (!late) {
+            /* the job's step is the slowest shard's: a shard already past it drops our gradient
+             * as late, one restored from an older checkpoint catches up on it */
             if (s->ps.mode == RM_PS_SYNC)
-                s->version = newest;
+                s->version = oldest;
             return RM_OK;
         }
         if (rm_mono() >= deadline)

@@ -14,7 +14,7 @@ RINGMASTER_FAULT="exit:role=ps:index=1:step=300" \
   run_job srv -f "$RM_ROOT/deploy/examples/fashion-mnist-ps.yaml" -o json
 [ $RC -eq 0 ] || { psdump; fail "server kill: exit $RC"; }
 [ "$(jget srv 'j["status"]["phase"]')" = Succeeded ] || { psdump; fail "server kill: phase"; }
-grep -q 'fault injected kind=exit role=ps index=1 version=300' "$W/run-srv/ps-1.log" || { psdump; fail "the fault did not fire"; }
+grep -q 'fault injected" kind=exit role=ps index=1 version=300' "$W/run-srv/ps-1.log" || { psdump; fail "the fault did not fire"; }
 grep -q 'parameter server 1 exited; replacing it' "$W/srv.err" || fail "no replacement"
 grep -q 'shard restored' "$W/run-srv/ps-1.log" || { psdump; fail "the replacement did not restore its shard"; }
 [ "$(grep -c 'incarnation' "$W/run-srv/ps-1.log")" -ge 2 ] || fail "server 1 ran once only"
@@ -48,8 +48,8 @@ step_of() { curl -fsS --max-time 2 "http://127.0.0.1:$1/metrics" 2>/dev/null |
             awk '/^ringmaster_worker_step\{/ {print int($2)}'; }
 m0=""; pid2=""
 for i in $(seq 1 300); do
-  m0=$(sed -n 's/.*worker started index=0 .*metrics=127.0.0.1:\([0-9]*\).*/\1/p' "$W/async.err" | tail -1)
-  pid2=$(sed -n 's/.*worker started index=2 pid=\([0-9]*\).*/\1/p' "$W/async.err" | head -1)
+  m0=$(sed -n 's/.*worker started" index=0 .*metrics=127.0.0.1:\([0-9]*\).*/\1/p' "$W/async.err" | tail -1)
+  pid2=$(sed -n 's/.*worker started" index=2 pid=\([0-9]*\).*/\1/p' "$W/async.err" | head -1)
   [ -n "$m0" ] && [ -n "$pid2" ] && [ -n "$(step_of "$m0")" ] && [ "$(step_of "$m0")" -ge 50 ] && break
   sleep 0.2
 done

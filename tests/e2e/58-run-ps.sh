@@ -14,7 +14,7 @@ RUNNER_PID=$!
 # the servers' addresses and metrics ports, from the runner's log
 port=""; mport=""
 for i in $(seq 1 300); do
-  line=$(grep -m1 'parameter server started index=0' "$W/ps.err" 2>/dev/null || true)
+  line=$(grep -m1 'msg="parameter server started" index=0' "$W/ps.err" 2>/dev/null || true)
   if [ -n "$line" ]; then
     port=$(sed -n 's/.* port=\([0-9]*\).*/\1/p' <<<"$line")
     mport=$(sed -n 's/.*metrics=127.0.0.1:\([0-9]*\).*/\1/p' <<<"$line")

@@ -10,6 +10,8 @@
 
 #include "common/trainingjob.h"
 #include "common/yaml.h"
+#include "operator/kube/runtime.h"
+#include "operator/launch.h"
 #include "operator/ps_reconcile.h"
 #include "tests/unit/testutil.h"
 #include "worker/faults.h"
@@ -17,6 +19,7 @@
 #include "worker/ps_core.h"
 
 static void test_ps_reconcile_table(void);
+static void test_ps_pods(void);
 
 /* ---- spec ---- */
 
@@ -379,6 +382,7 @@ void rm_suite_ps(void)
         {"adagrad shards vs reference", test_adagrad_shards_reference},
         {"faults: slow and role=ps", test_faults_slow_and_ps},
         {"servers: create, replace, delete", test_ps_reconcile_table},
+        {"server pods and PS worker pods", test_ps_pods},
     };
     RM_ADD_SUITE("ps", NULL, NULL, cases);
 }
@@ -438,4 +442,69 @@ static void test_ps_reconcile_table(void)
         }
         CU_ASSERT_EQUAL(ready, T[c].ready);
     }
+}
+
+/* ---- the launch contract for servers, rendered as pods ---- */
+
+static const char *pod_env(const cJSON *pod, const char *name, bool *secret)
+{
+    const cJSON *c = cJSON_GetArrayItem(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "spec"), "containers"), 0);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(c, "env"))
+    {
+        if (strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(e, "name")), name) != 0)
+            continue;
+        if (secret)
+            *secret = cJSON_GetObjectItem(e, "valueFrom") != NULL;
+        const cJSON *v = cJSON_GetObjectItem(e, "value");
+        return v ? cJSON_GetStringValue(v) : "";
+    }
+    return NULL;
+}
+
+static void test_ps_pods(void)
+{
+    rm_tj tj;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(parse_job("  strategy: parameterServer\n  parameterServer: {replicas: 2, "
+                                    "mode: async}\n", &tj, &e), RM_OK);
+    cJSON *pod = rm_kube_ps_pod(&tj, 1, NULL, -1, &e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
+    const cJSON *md = cJSON_GetObjectItem(pod, "metadata"), *lb = cJSON_GetObjectItem(md, "labels");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(md, "name")), "ps-ps-1");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(lb, RM_LABEL_ROLE)), "ps");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(lb, RM_LABEL_PS_INDEX)), "1");
+    CU_ASSERT_PTR_NULL(cJSON_GetObjectItem(lb, RM_LABEL_INDEX));   /* never counted as a worker */
+    CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_ROLE, NULL), "ps");
+    CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_PS_INDEX, NULL), "1");
+    CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_PS_ADDRS, NULL), "ps-ps-0.ps:29600,ps-ps-1.ps:29600");
+    CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_WORLD_SIZE, NULL), "4");
+    bool secret = false;
+    CU_ASSERT_PTR_NOT_NULL(pod_env(pod, RM_ENV_TOKEN, &secret));
+    CU_ASSERT(secret);   /* from the job's Secret, never inline */
+    const char *ps = pod_env(pod, RM_ENV_PS_SPEC, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ps);
+    CU_ASSERT_PTR_NOT_NULL(strstr(ps, "\"mode\":\"async\""));
+    const cJSON *args = cJSON_GetObjectItem(cJSON_GetArrayItem(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "spec"), "containers"), 0), "args");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetArrayItem(args, 0)), "ps");
+    /* the pod informer's projection sees a server, not a worker */
+    rm_kube_pod *kp = rm_kube_pod_transform(NULL, pod);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(kp);
+    CU_ASSERT_EQUAL(kp->ps_index, 1);
+    CU_ASSERT_EQUAL(kp->index, -1);
+    free(kp);
+    cJSON_Delete(pod);
+    /* a worker of the same job: role label, strategy and the servers' addresses */
+    pod = rm_kube_worker_pod(NULL, &tj, 2, 1, "http://rdzv:29400", NULL, &e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
+    lb = cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "metadata"), "labels");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(lb, RM_LABEL_ROLE)), "worker");
+    CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_STRATEGY, NULL), "parameterServer");
+    CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_PS_ADDRS, NULL), "ps-ps-0.ps:29600,ps-ps-1.ps:29600");
+    cJSON_Delete(pod);
+    /* an index past the servers is refused */
+    CU_ASSERT_PTR_NULL(rm_kube_ps_pod(&tj, 2, NULL, -1, &e));
+    rm_tj_free(&tj);
 }
