@@ -672,6 +672,114 @@ int rm_tj_name_max(int max_replicas)
     return RM_TJ_LABEL_MAX - (int)strlen(RM_TJ_WORKER_INFIX) - decimal_digits(max_replicas - 1);
 }
 
+/* ---- spec.strategy / spec.parameterServer (strategies.md; issue 12) ------------------------------ */
+
+static void add_num(cJSON *o, const char *k, double v, bool given);
+
+const char *const rm_strategy_names[] = { "allreduce", "parameterServer", NULL };
+const char *const rm_ps_mode_names[] = { "sync", "async", NULL };
+
+int rm_ps_from_json(const cJSON *o, const char *ctx, rm_ps_spec *ps, rm_err *err)
+{
+    static const char *const k_ps[] = { "replicas", "mode", "backupWorkers", "stalenessBound",
+                                        "pushEverySteps", "fetchEverySteps", NULL };
+    int rc = rm_json_no_unknown(o, k_ps, ctx, err), iv;
+    if (rc)
+        return rc;
+    ps->present = true;
+    TRY(p_int(o, "replicas", ctx, &ps->replicas, &ps->set, RM_PS_SET_REPLICAS, err));
+    iv = (int)ps->mode;
+    TRY(p_enum(o, "mode", ctx, rm_ps_mode_names, &iv, err));
+    if (cJSON_GetObjectItemCaseSensitive(o, "mode"))
+        ps->set |= RM_PS_SET_MODE;
+    ps->mode = (rm_ps_mode)iv;
+    TRY(p_int(o, "backupWorkers", ctx, &ps->backup_workers, &ps->set, RM_PS_SET_BACKUP, err));
+    TRY(p_int(o, "stalenessBound", ctx, &ps->staleness_bound, &ps->set, RM_PS_SET_STALENESS, err));
+    TRY(p_int(o, "pushEverySteps", ctx, &ps->push_every_steps, &ps->set, RM_PS_SET_PUSH, err));
+    TRY(p_int(o, "fetchEverySteps", ctx, &ps->fetch_every_steps, &ps->set, RM_PS_SET_FETCH, err));
+out:
+    return rc;
+}
+
+void rm_ps_defaults(rm_ps_spec *ps)
+{
+    uint32_t m = ps->set;
+    if (!(m & RM_PS_SET_REPLICAS) && ps->replicas == 0)
+        ps->replicas = 1;
+    if (!(m & RM_PS_SET_STALENESS) && ps->staleness_bound == 0)
+        ps->staleness_bound = 4;
+    if (!(m & RM_PS_SET_PUSH) && ps->push_every_steps == 0)
+        ps->push_every_steps = 1;
+    if (!(m & RM_PS_SET_FETCH) && ps->fetch_every_steps == 0)
+        ps->fetch_every_steps = 1;
+}
+
+cJSON *rm_ps_to_json(const rm_ps_spec *ps)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    uint32_t m = ps->set;
+    add_num(o, "replicas", ps->replicas, m & RM_PS_SET_REPLICAS);
+    if (ps->mode != RM_PS_SYNC || (m & RM_PS_SET_MODE))
+        cJSON_AddStringToObject(o, "mode", rm_ps_mode_names[ps->mode == RM_PS_ASYNC]);
+    add_num(o, "backupWorkers", ps->backup_workers, m & RM_PS_SET_BACKUP);
+    add_num(o, "stalenessBound", ps->staleness_bound, m & RM_PS_SET_STALENESS);
+    add_num(o, "pushEverySteps", ps->push_every_steps, m & RM_PS_SET_PUSH);
+    add_num(o, "fetchEverySteps", ps->fetch_every_steps, m & RM_PS_SET_FETCH);
+    return o;
+}
+
+/* spec.parameterServer against spec.strategy and the rest of the spec; combinations that make no
+ * sense name both fields. */
+static int ps_validate(const rm_tj_spec *s, rm_err *err)
+{
+    const rm_ps_spec *ps = &s->ps;
+    const char *P = "spec.parameterServer";
+    if ((unsigned)s->strategy > RM_STRATEGY_PS)
+        return rm_err_field(err, RM_EINVAL, "spec.strategy", "must be one of allreduce, parameterServer");
+    if (s->strategy != RM_STRATEGY_PS) {
+        if (ps->present)
+            return rm_err_field(err, RM_EINVAL, P, "is only used with spec.strategy: parameterServer "
+                                "(spec.strategy is allreduce)");
+        return RM_OK;
+    }
+    if (ps->replicas < 1 || ps->replicas > RM_PS_MAX_SERVERS)
+        return bad(err, P, "replicas", "must be between 1 and %d (got %d)", RM_PS_MAX_SERVERS,
+                   ps->replicas);
+    if ((unsigned)ps->mode > RM_PS_ASYNC)
+        return bad(err, P, "mode", "must be one of sync, async");
+    if (ps->backup_workers < 0)
+        return bad(err, P, "backupWorkers", "must be >= 0");
+    if (ps->backup_workers >= s->replicas || (s->min_replicas > 0 && ps->backup_workers >= s->min_replicas))
+        return bad(err, P, "backupWorkers", "must be < spec.replicas (%d) and spec.minReplicas (%d): "
+                   "a step needs at least one gradient", s->replicas, s->min_replicas);
+    if (ps->backup_workers > 0 && ps->mode == RM_PS_ASYNC)
+        return bad(err, P, "backupWorkers", "is for spec.parameterServer.mode: sync only (mode is "
+                   "async, where nobody waits for a straggler)");
+    if (ps->staleness_bound < 0 || ps->staleness_bound > 1000000)
+        return bad(err, P, "stalenessBound", "must be between 0 (unbounded) and 1000000");
+    if (ps->push_every_steps < 1 || ps->push_every_steps > 10000)
+        return bad(err, P, "pushEverySteps", "must be between 1 and 10000");
+    if (ps->fetch_every_steps < 1 || ps->fetch_every_steps > 10000)
+        return bad(err, P, "fetchEverySteps", "must be between 1 and 10000");
+    if (ps->mode == RM_PS_SYNC && (ps->push_every_steps != 1 || ps->fetch_every_steps != 1))
+        return bad(err, P, ps->push_every_steps != 1 ? "pushEverySteps" : "fetchEverySteps",
+                   "must be 1 with spec.parameterServer.mode: sync (Downpour's n_push/n_fetch are "
+                   "for mode: async)");
+    if (s->backend == RM_BACKEND_NCCL || s->backend == RM_BACKEND_MPI)
+        return rm_err_field(err, RM_EINVAL, "spec.backend", "%s cannot be used with spec.strategy: "
+                            "parameterServer (servers and workers talk TCP; use auto or ring)",
+                            rm_backend_name(s->backend));
+    if (s->training.mode != RM_MODE_TRAIN)
+        return rm_err_field(err, RM_EINVAL, "spec.training.mode", "must be train with spec.strategy: "
+                            "parameterServer");
+    if (s->training.precision != RM_PREC_FP32)
+        return rm_err_field(err, RM_EINVAL, "spec.training.precision", "must be fp32 with "
+                            "spec.strategy: parameterServer (servers apply fp32 updates on the CPU)");
+    return RM_OK;
+}
+
 int rm_tj_validate(const rm_tj *tj, rm_err *err)
 {
     const rm_tj_spec *s = &tj->spec;
@@ -744,6 +852,8 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
         return rm_err_field(err, RM_EINVAL, "spec.template", "must be an object");
     int rc = rm_training_validate(&s->training, "spec.training", err);
     if (rc)
+        return rc;
+    if ((rc = ps_validate(s, err)))
         return rc;
     /* An epoch is train_samples / global batch steps (the tail is dropped), so a global batch
      * larger than the training set makes epochs of zero steps: the group would re-form forever
@@ -859,7 +969,7 @@ static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
 {
     static const char *const k_spec[] = { "replicas", "minReplicas", "maxReplicas", "backend",
                                           "restartPolicy", "runPolicy", "checkpoint", "training",
-                                          "template", "managedBy", NULL };
+                                          "template", "managedBy", "strategy", "parameterServer", NULL };
     static const char *const k_restart[] = { "maxRestarts", "backoffSeconds",
                                              "progressDeadlineSeconds", NULL };
     static const char *const k_run[] = { "activeDeadlineSeconds", "ttlSecondsAfterFinished",
@@ -907,7 +1017,13 @@ static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
         TRY(rm_training_from_json(o, "spec.training", &s->training, err));
     TRY(p_obj(sp, "template", "spec", NULL, &o, NULL, err));
     if (o && !(s->template = cJSON_Duplicate(o, 1)))
-        rc = rm_errf(err, RM_ENOMEM, "out of memory");
+        TRY(rm_errf(err, RM_ENOMEM, "out of memory"));
+    iv = (int)s->strategy;
+    TRY(p_enum(sp, "strategy", "spec", rm_strategy_names, &iv, err));
+    s->strategy = (rm_strategy)iv;
+    TRY(p_obj(sp, "parameterServer", "spec", NULL, &o, NULL, err));
+    if (o)
+        TRY(rm_ps_from_json(o, "spec.parameterServer", &s->ps, err));
 out:
     return rc;
 }
@@ -1032,6 +1148,8 @@ void rm_tj_defaults(rm_tj *tj)
         s->checkpoint.keep = 3;
     s->set = 0x1ffu;
     rm_training_defaults(&s->training);
+    if (s->strategy == RM_STRATEGY_PS)
+        rm_ps_defaults(&s->ps);
 }
 
 /* ---- serialization ----------------------------------------------------------------------------- */
@@ -1157,6 +1275,13 @@ cJSON *rm_tj_spec_to_json(const rm_tj_spec *s)
         if (tp)
             cJSON_AddItemToObject(o, "template", tp);
     }
+    if (s->strategy != RM_STRATEGY_ALLREDUCE)
+        cJSON_AddStringToObject(o, "strategy", rm_strategy_names[s->strategy == RM_STRATEGY_PS]);
+    if (s->ps.present || s->strategy == RM_STRATEGY_PS) {
+        cJSON *ps = rm_ps_to_json(&s->ps);
+        if (ps)
+            cJSON_AddItemToObject(o, "parameterServer", ps);
+    }
     return o;
 }
 
@@ -1196,6 +1321,13 @@ cJSON *rm_tj_status_to_json(const rm_tj_status *st)
     }
     cJSON_AddNumberToObject(o, "replicas", st->replicas);
     cJSON_AddNumberToObject(o, "readyReplicas", st->ready_replicas);
+    if (st->ps_replicas > 0) {
+        cJSON *ps = cJSON_AddObjectToObject(o, "parameterServers");
+        if (ps) {
+            cJSON_AddNumberToObject(ps, "replicas", st->ps_replicas);
+            cJSON_AddNumberToObject(ps, "readyReplicas", st->ps_ready);
+        }
+    }
     cJSON_AddNumberToObject(o, "epoch", st->epoch);
     cJSON_AddNumberToObject(o, "restarts", st->restarts);
     cJSON *p = cJSON_AddObjectToObject(o, "progress");
@@ -1359,6 +1491,13 @@ int rm_tj_status_from_json(const cJSON *so, rm_tj_status *st, rm_err *err)
     }
     TRY(p_int(so, "replicas", "status", &st->replicas, NULL, 0, err));
     TRY(p_int(so, "readyReplicas", "status", &st->ready_replicas, NULL, 0, err));
+    {
+        const cJSON *ps = cJSON_GetObjectItemCaseSensitive(so, "parameterServers");
+        if (cJSON_IsObject(ps)) {
+            TRY(p_int(ps, "replicas", "status.parameterServers", &st->ps_replicas, NULL, 0, err));
+            TRY(p_int(ps, "readyReplicas", "status.parameterServers", &st->ps_ready, NULL, 0, err));
+        }
+    }
     TRY(p_int(so, "epoch", "status", &st->epoch, NULL, 0, err));
     TRY(p_int(so, "restarts", "status", &st->restarts, NULL, 0, err));
     TRY(p_obj(so, "progress", "status", NULL, &o, NULL, err));

@@ -105,6 +105,32 @@ enum {
     RM_TR_SET_BENCH_ITERS = 1u << 18,
 };
 
+/* spec.strategy and spec.parameterServer (../shared/docs/strategies.md; issue 12). */
+typedef enum { RM_STRATEGY_ALLREDUCE = 0, RM_STRATEGY_PS } rm_strategy;
+typedef enum { RM_PS_SYNC = 0, RM_PS_ASYNC } rm_ps_mode;
+#define RM_PS_MAX_SERVERS 64
+typedef struct rm_ps_spec {
+    bool present;               /* spec.parameterServer was given */
+    int replicas;               /* server shards S; default 1 */
+    rm_ps_mode mode;            /* default sync */
+    int backup_workers;         /* sync: apply step k after N-b gradients; default 0 */
+    int staleness_bound;        /* async: max steps ahead of the slowest live worker; 0 = unbounded;
+                                   default 4 */
+    int push_every_steps;       /* async (Downpour n_push); default 1 */
+    int fetch_every_steps;      /* async (Downpour n_fetch); default 1 */
+    uint32_t set;               /* RM_PS_SET_*: given explicitly */
+} rm_ps_spec;
+enum {
+    RM_PS_SET_REPLICAS = 1u << 0, RM_PS_SET_BACKUP = 1u << 1, RM_PS_SET_STALENESS = 1u << 2,
+    RM_PS_SET_PUSH = 1u << 3, RM_PS_SET_FETCH = 1u << 4, RM_PS_SET_MODE = 1u << 5,
+};
+extern const char *const rm_strategy_names[];   /* "allreduce", "parameterServer", NULL */
+extern const char *const rm_ps_mode_names[];    /* "sync", "async", NULL */
+/* spec.parameterServer as JSON (the worker's RINGMASTER_PARAMETER_SERVER) and back. */
+cJSON *rm_ps_to_json(const rm_ps_spec *ps);
+int rm_ps_from_json(const cJSON *o, const char *ctx, rm_ps_spec *out, rm_err *err);
+void rm_ps_defaults(rm_ps_spec *ps);
+
 typedef struct rm_tj_spec {
     int replicas;               /* >= 1; default 1 */
     int min_replicas;           /* default replicas */
@@ -130,6 +156,8 @@ typedef struct rm_tj_spec {
     } checkpoint;
     rm_training_spec training;
     cJSON *template;            /* PodTemplateSpec, opaque; NULL = default worker container */
+    rm_strategy strategy;       /* spec.strategy; default allreduce */
+    rm_ps_spec ps;              /* spec.parameterServer (strategy parameterServer) */
     uint32_t set;               /* RM_TJ_SET_*: given explicitly (see rm_training_spec.set) */
     /* spec.runPolicy.schedulingPolicy (Kubeflow's names; ../shared/docs/gang-kueue.md §3): what a
      * gang scheduler's PodGroup gets. Strings NULL = unset; min_resources an owned object of
@@ -200,6 +228,7 @@ typedef struct rm_tj_status {
     int64_t observed_generation;
     rm_condition conditions[RM_COND__COUNT];   /* indexed by rm_cond_type */
     int replicas, ready_replicas;
+    int ps_replicas, ps_ready;  /* status.parameterServers {replicas, readyReplicas}; 0 = none */
     int epoch;                  /* rendezvous epoch */
     int restarts;               /* group restarts */
     rm_tj_progress progress;

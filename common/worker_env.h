@@ -22,6 +22,12 @@
 #define RM_ENV_BIND_ADDR "RINGMASTER_BIND_ADDR"         /* address the worker listens on */
 #define RM_ENV_BACKEND "RINGMASTER_BACKEND"             /* resolved: ring | nccl | mpi */
 #define RM_ENV_TRAINING "RINGMASTER_TRAINING"           /* spec.training as compact JSON */
+/* parameter servers (strategies.md; issue 12) */
+#define RM_ENV_STRATEGY "RINGMASTER_STRATEGY"           /* "allreduce" | "parameterServer" */
+#define RM_ENV_PS_SPEC "RINGMASTER_PARAMETER_SERVER"    /* spec.parameterServer as compact JSON */
+#define RM_ENV_PS_ADDRS "RINGMASTER_PS_ADDRS"           /* "host:port,..." index order */
+#define RM_ENV_PS_INDEX "RINGMASTER_PS_INDEX"           /* a server's shard index (role ps) */
+#define RM_PORT_PS 29600                                /* a server's port on a cluster */
 /* read by the worker, set by users (never by a controller) */
 #define RM_ENV_FAULT "RINGMASTER_FAULT"
 #define RM_ENV_DEVICE "RINGMASTER_DEVICE"

@@ -16,7 +16,8 @@ static const char *const ours[] = {
     RM_ENV_PROGRESS_DEADLINE, RM_ENV_BIND_ADDR, RM_ENV_BACKEND, RM_ENV_TRAINING, RM_ENV_RANK,
     RM_ENV_WORLD_SIZE, RM_ENV_LOCAL_RANK, RM_ENV_LOCAL_WORLD_SIZE, RM_ENV_NODE_NAME,
     RM_ENV_MASTER_ADDR, RM_ENV_MASTER_PORT, RM_ENV_PET_NNODES, RM_ENV_PET_NODE_RANK,
-    RM_ENV_PET_NPROC_PER_NODE, RM_ENV_PET_MASTER_ADDR, RM_ENV_PET_MASTER_PORT, NULL};
+    RM_ENV_PET_NPROC_PER_NODE, RM_ENV_PET_MASTER_ADDR, RM_ENV_PET_MASTER_PORT,
+    RM_ENV_STRATEGY, RM_ENV_PS_SPEC, RM_ENV_PS_ADDRS, RM_ENV_PS_INDEX, NULL};
 
 bool rm_launch_is_ours(const char *name)
 {
@@ -100,6 +101,103 @@ static void arg(builder *b, const char *fmt, ...)
     va_end(ap);
     if (v)
         b->l->args[b->l->nargs++] = v;
+}
+
+const char *rm_launch_ps_addrs(const rm_tj *job, const rm_launch_placement *p, char *buf,
+                               size_t cap)
+{
+    if (p->ps_addrs) {
+        rm_sfmt(buf, cap, "%s", p->ps_addrs);
+        return buf;
+    }
+    size_t n = 0;
+    buf[0] = 0;
+    for (int i = 0; i < job->spec.ps.replicas && n + 1 < cap; i++) {
+        int w = snprintf(buf + n, cap - n, "%s%s-ps-%d.%s:%d", i ? "," : "", job->name, i,
+                         job->name, RM_PORT_PS);
+        if (w < 0)
+            break;
+        n += (size_t)w;
+    }
+    return buf;
+}
+
+/* What a worker and a server of a parameterServer job both get beyond the common contract. */
+static void ps_env(builder *b, const rm_tj *job, const rm_launch_placement *p)
+{
+    char addrs[8192];
+    ENV(b, RM_ENV_STRATEGY, "%s", rm_strategy_names[RM_STRATEGY_PS]);
+    ENV(b, RM_ENV_PS_ADDRS, "%s", rm_launch_ps_addrs(job, p, addrs, sizeof addrs));
+    if (!b->rc) {
+        cJSON *o = rm_ps_to_json(&job->spec.ps);
+        char *js = o ? cJSON_PrintUnformatted(o) : NULL;
+        cJSON_Delete(o);
+        if (js)
+            ENV(b, RM_ENV_PS_SPEC, "%s", js);
+        else
+            b->rc = RM_ENOMEM;
+        free(js);
+    }
+}
+
+int rm_launch_build_ps(const rm_tj *job, int index, const rm_launch_placement *p, rm_launch *out,
+                       rm_err *err)
+{
+    if (!out)
+        return rm_errf(err, RM_EINVAL, "launch: no output");
+    memset(out, 0, sizeof *out);
+    if (!job || !p || !job->name || job->spec.strategy != RM_STRATEGY_PS)
+        return rm_errf(err, RM_EINVAL, "launch: a parameterServer job is required");
+    if (index < 0 || index >= job->spec.ps.replicas)
+        return rm_errf(err, RM_EINVAL, "launch: server index %d out of range [0, %d)", index,
+                       job->spec.ps.replicas);
+    const rm_tj_spec *sp = &job->spec;
+    builder b = {.l = out, .rc = RM_OK};
+    char ckpt[1200];
+    if (p->checkpoint_dir)
+        rm_sfmt(ckpt, sizeof ckpt, "%s", p->checkpoint_dir);
+    else
+        rm_launch_checkpoint_dir(job, ckpt, sizeof ckpt);
+    int port = p->metrics_port < 0 ? RM_PORT_WORKER_METRICS : p->metrics_port;
+    arg(&b, "ps");
+    arg(&b, "--metrics-addr");
+    arg(&b, "%s:%d", p->metrics_host ? p->metrics_host : "$(" RM_ENV_BIND_ADDR ")", port);
+    if (p->log_format) {
+        arg(&b, "--log-format");
+        arg(&b, "%s", p->log_format);
+    }
+    ENV(&b, RM_ENV_ROLE, "ps");
+    ENV(&b, RM_ENV_PS_INDEX, "%d", index);
+    ENV(&b, RM_ENV_JOB, "%s/%s", job->namespace_ ? job->namespace_ : "default", job->name);
+    if (p->token)
+        ENV(&b, RM_ENV_TOKEN, "%s", p->token);
+    else
+        env_src(&b, RM_ENV_TOKEN, RM_LAUNCH_SECRET, "%s-rendezvous", job->name);
+    if (p->bind_addr)
+        ENV(&b, RM_ENV_BIND_ADDR, "%s", p->bind_addr);
+    else
+        env_src(&b, RM_ENV_BIND_ADDR, RM_LAUNCH_FIELD, "status.podIP");
+    ENV(&b, RM_ENV_CHECKPOINT_DIR, "%s", ckpt);
+    ENV(&b, RM_ENV_CHECKPOINT_INTERVAL, "%d", sp->checkpoint.interval_steps);
+    ENV(&b, RM_ENV_CHECKPOINT_KEEP, "%d", sp->checkpoint.keep > 0 ? sp->checkpoint.keep : 3);
+    ENV(&b, RM_ENV_WORLD_SIZE, "%d", sp->replicas);
+    if (!b.rc) {
+        cJSON *tj = rm_training_to_json(&sp->training);
+        char *js = tj ? cJSON_PrintUnformatted(tj) : NULL;
+        cJSON_Delete(tj);
+        if (js)
+            ENV(&b, RM_ENV_TRAINING, "%s", js);
+        else
+            b.rc = RM_ENOMEM;
+        free(js);
+    }
+    ps_env(&b, job, p);
+    if (b.rc) {
+        rm_launch_free(out);
+        return rm_errf(err, b.rc, "server %d: %s building its settings", index,
+                       b.rc == RM_ENOMEM ? "out of memory" : "too many settings");
+    }
+    return RM_OK;
 }
 
 int rm_launch_build(const rm_tj *job, int index, int epoch, const rm_launch_placement *p,
@@ -192,6 +290,8 @@ int rm_launch_build(const rm_tj *job, int index, int epoch, const rm_launch_plac
             b.rc = RM_ENOMEM;
         free(js);
     }
+    if (sp->strategy == RM_STRATEGY_PS)
+        ps_env(&b, job, p);
     /* torchrun's view: one process per node slot */
     ENV(&b, RM_ENV_RANK, "%d", index);
     ENV(&b, RM_ENV_WORLD_SIZE, "%d", world);

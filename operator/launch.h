@@ -58,6 +58,9 @@ typedef struct rm_launch_placement {
                                   * > 1 (every worker on this machine): LOCAL_RANK = index */
     int gpus;                    /* GPUs each worker gets (for backend auto); 0 = CPU */
     const char *log_format;      /* "text" | "json" passed as --log-format; NULL = not passed */
+    /* spec.strategy parameterServer: the servers' "host:port,..." in index order; NULL = the
+     * cluster's "<job>-ps-<i>.<job>:29600" (headless Service names) */
+    const char *ps_addrs;
 } rm_launch_placement;
 
 /* Build the settings of worker `index` created for `epoch`. job must be defaulted (rm_tj_defaults).
@@ -66,6 +69,15 @@ typedef struct rm_launch_placement {
 int rm_launch_build(const rm_tj *job, int index, int epoch, const rm_launch_placement *p,
                     rm_launch *out, rm_err *err);
 void rm_launch_free(rm_launch *l);
+/* The settings of parameter server `index` (spec.strategy parameterServer): `ringmaster-worker ps`
+ * with RINGMASTER_ROLE=ps, RINGMASTER_PS_INDEX and what a server needs of the contract (token,
+ * job, bind address, checkpoints, spec.training, spec.parameterServer, the servers' addresses,
+ * WORLD_SIZE = spec.replicas). Errors as rm_launch_build. */
+int rm_launch_build_ps(const rm_tj *job, int index, const rm_launch_placement *p, rm_launch *out,
+                       rm_err *err);
+/* The servers' address list for placement p into buf ("h:p,..."); returns buf. */
+const char *rm_launch_ps_addrs(const rm_tj *job, const rm_launch_placement *p, char *buf,
+                               size_t cap);
 
 /* The variable `name`, or NULL. Borrowed from l. */
 const rm_launch_var *rm_launch_find(const rm_launch *l, const char *name);

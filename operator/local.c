@@ -39,6 +39,7 @@
 #include "common/rdzv.h"
 #include "operator/apply.h"
 #include "operator/launch.h"
+#include "operator/ps_reconcile.h"
 #include "operator/reconcile.h"
 
 extern char **environ;
@@ -101,6 +102,13 @@ typedef struct local {
     double started;
     rm_local_result *res;
     rm_rdzv_state snap;
+    /* parameter servers (spec.strategy parameterServer; the rules: operator/ps_reconcile.h) */
+    struct {
+        pid_t pid;              /* 0: none */
+        bool exited;
+        int port, mport, incarnation;
+    } ps[RM_PS_MAX_SERVERS];
+    char ps_addrs[RM_PS_MAX_SERVERS * 24];
 } local;
 
 static void say(local *l, const char *fmt, ...) RM_PRINTF(2, 3);
@@ -366,7 +374,10 @@ int rm_local_launch(const rm_tj *job, int index, int epoch, const rm_local_where
         .workers_per_node = job->spec.replicas, .gpus = 0,
         .log_format = job->spec.training.mode == RM_MODE_BENCH ? NULL
                       : w->log_format ? w->log_format : "text",
+        .ps_addrs = w->ps_addrs,
     };
+    if (index < 0)   /* a parameter server: -1 - its index */
+        return rm_launch_build_ps(job, -1 - index, &p, out, err);
     return rm_launch_build(job, index, epoch, &p, out, err);
 }
 
@@ -407,15 +418,15 @@ int rm_local_render(const rm_launch *ln, const char *bin, char *const *base, cha
     return RM_OK;
 }
 
-static int spawn(local *l, int idx, int epoch, rm_err *err)
+/* fork/exec one process of the job (a worker, or a server when idx < 0: -1 - its index) in its
+ * own process group, output appended to logpath; *out gets its pid. */
+static int spawn_exec(local *l, int idx, int epoch, int port, const char *logpath,
+                      const char *banner, pid_t *out, rm_err *err)
 {
-    wslot *w = &l->w[idx];
-    int port = free_port();
-    if (port <= 0)
-        return rm_errf(err, RM_EIO, "no free port for worker %d metrics", idx);
     rm_local_where where = {
         .rdzv_port = l->rdzv_port, .token = l->token, .checkpoint_dir = l->o->checkpoint_dir,
         .metrics_port = port, .log_format = l->o->worker_log_format, .node_name = l->hostname,
+        .ps_addrs = l->ps_addrs[0] ? l->ps_addrs : NULL,
     };
     rm_launch ln;
     char **argv = NULL, **envp = NULL;
@@ -426,9 +437,6 @@ static int spawn(local *l, int idx, int epoch, rm_err *err)
     rm_launch_free(&ln);
     if (rc)
         return rc;
-
-    char logpath[PATH_MAX];
-    snprintf(logpath, sizeof logpath, "%s/worker-%d.log", l->o->run_dir, idx);
     int logfd = -1, nullfd = -1;
     logfd = open(logpath, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     nullfd = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -436,9 +444,7 @@ static int spawn(local *l, int idx, int epoch, rm_err *err)
         rc = rm_errf(err, RM_EIO, "open %s: %s", logpath, strerror(errno));
         goto out;
     }
-    l->incarnations[idx]++;
-    dprintf(logfd, "=== ringmaster: worker %d incarnation %d epoch %d ===\n", idx,
-            l->incarnations[idx], epoch);
+    dprintf(logfd, "%s", banner);
     pid_t parent = getpid();
     fflush(NULL);
     pid_t pid = fork();
@@ -472,6 +478,32 @@ static int spawn(local *l, int idx, int epoch, rm_err *err)
         _exit(127);
     }
     setpgid(pid, pid);
+    *out = pid;
+out:
+    if (logfd >= 0)
+        close(logfd);
+    if (nullfd >= 0)
+        close(nullfd);
+    rm_local_strv_free(argv);
+    rm_local_strv_free(envp);
+    return rc;
+}
+
+static void wait_wake(local *l, double seconds);
+
+static int spawn(local *l, int idx, int epoch, rm_err *err)
+{
+    wslot *w = &l->w[idx];
+    int port = free_port();
+    if (port <= 0)
+        return rm_errf(err, RM_EIO, "no free port for worker %d metrics", idx);
+    char logpath[PATH_MAX], banner[128];
+    snprintf(logpath, sizeof logpath, "%s/worker-%d.log", l->o->run_dir, idx);
+    snprintf(banner, sizeof banner, "=== ringmaster: worker %d incarnation %d epoch %d ===\n", idx,
+             l->incarnations[idx] + 1, epoch);
+    pid_t pid = 0;
+    RM_CHECK(spawn_exec(l, idx, epoch, port, logpath, banner, &pid, err));
+    l->incarnations[idx]++;
     memset(w, 0, sizeof *w);
     w->used = true;
     w->pid = pid;
@@ -481,14 +513,111 @@ static int spawn(local *l, int idx, int epoch, rm_err *err)
     w->metrics_port = l->bench ? 0 : port;
     rm_info("worker started index=%d pid=%d epoch=%d incarnation=%d metrics=127.0.0.1:%d", idx,
             (int)pid, epoch, w->incarnation, w->metrics_port);
-out:
-    if (logfd >= 0)
-        close(logfd);
-    if (nullfd >= 0)
-        close(nullfd);
-    rm_local_strv_free(argv);
-    rm_local_strv_free(envp);
-    return rc;
+    return RM_OK;
+}
+
+/* ---- parameter servers: processes on fixed ports, kept to operator/ps_reconcile.h's rules ---- */
+
+static int ps_spawn(local *l, int i, rm_err *err)
+{
+    char logpath[PATH_MAX], banner[128];
+    snprintf(logpath, sizeof logpath, "%s/ps-%d.log", l->o->run_dir, i);
+    snprintf(banner, sizeof banner, "=== ringmaster: parameter server %d incarnation %d ===\n", i,
+             l->ps[i].incarnation + 1);
+    int mport = free_port();
+    if (mport <= 0)
+        return rm_errf(err, RM_EIO, "no free port for parameter server %d metrics", i);
+    pid_t pid = 0;
+    RM_CHECK(spawn_exec(l, -1 - i, 0, mport, logpath, banner, &pid, err));
+    l->ps[i].pid = pid;
+    l->ps[i].exited = false;
+    l->ps[i].mport = mport;
+    l->ps[i].incarnation++;
+    rm_info("parameter server started index=%d pid=%d port=%d incarnation=%d "
+            "metrics=127.0.0.1:%d", i, (int)pid, l->ps[i].port, l->ps[i].incarnation, mport);
+    return RM_OK;
+}
+
+/* Observe, ask the rules, act; status.parameterServers follows. */
+static void ps_reconcile(local *l)
+{
+    int S = l->job->spec.strategy == RM_STRATEGY_PS ? l->job->spec.ps.replicas : 0;
+    if (S == 0)
+        return;
+    rm_ps_observed obs[RM_PS_MAX_SERVERS];
+    for (int i = 0; i < S; i++)
+        obs[i] = (rm_ps_observed){.exists = l->ps[i].pid > 0, .finished = l->ps[i].exited,
+                                  .ready = l->ps[i].pid > 0 && !l->ps[i].exited};
+    rm_ps_action act[2 * RM_PS_MAX_SERVERS];
+    int ready = 0;
+    int n = rm_ps_reconcile(l->job, obs, S, act, (int)RM_ARRAY_LEN(act), &ready);
+    for (int k = 0; k < n; k++) {
+        int i = act[k].index;
+        rm_err e = {0};
+        if (act[k].kind == RM_PS_ACT_CREATE) {
+            if (act[k].replace)
+                say(l, "ringmaster: parameter server %d exited; replacing it (it restores its "
+                    "shard from its checkpoint)\n", i);
+            if (ps_spawn(l, i, &e) != RM_OK)
+                rm_error("parameter server %d: cannot start err=\"%s\"", i, e.msg);
+        } else if (l->ps[i].pid > 0 && !l->ps[i].exited) {
+            kill(-l->ps[i].pid, SIGTERM);
+        }
+    }
+    l->job->status.ps_replicas = S;
+    l->job->status.ps_ready = ready;
+}
+
+static bool ps_reap(local *l, pid_t pid, int st)
+{
+    for (int i = 0; i < RM_PS_MAX_SERVERS; i++) {
+        if (l->ps[i].pid != pid || l->ps[i].exited)
+            continue;
+        l->ps[i].exited = true;
+        kill(-pid, SIGKILL);
+        int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (code)
+            rm_warn("parameter server exited index=%d pid=%d code=%d", i, (int)pid, code);
+        else
+            rm_info("parameter server exited index=%d pid=%d code=0", i, (int)pid);
+        return true;
+    }
+    return false;
+}
+
+/* At the end: SIGTERM (they write their checkpoint), then SIGKILL after grace. */
+static void ps_stop_all(local *l, double grace)
+{
+    double give_up = rm_wall() + grace;
+    for (int i = 0; i < RM_PS_MAX_SERVERS; i++)
+        if (l->ps[i].pid > 0 && !l->ps[i].exited)
+            kill(-l->ps[i].pid, SIGTERM);
+    for (;;) {
+        int alive = 0;
+        for (int i = 0; i < RM_PS_MAX_SERVERS; i++) {
+            if (l->ps[i].pid <= 0 || l->ps[i].exited)
+                continue;
+            int st;
+            pid_t r = waitpid(l->ps[i].pid, &st, WNOHANG);
+            if (r == l->ps[i].pid)
+                ps_reap(l, r, st);
+            else
+                alive++;
+        }
+        if (alive == 0)
+            break;
+        if (rm_wall() > give_up) {
+            for (int i = 0; i < RM_PS_MAX_SERVERS; i++)
+                if (l->ps[i].pid > 0 && !l->ps[i].exited) {
+                    kill(-l->ps[i].pid, SIGKILL);
+                    int st;
+                    if (waitpid(l->ps[i].pid, &st, 0) == l->ps[i].pid)
+                        ps_reap(l, l->ps[i].pid, st);
+                }
+            break;
+        }
+        wait_wake(l, 0.05);
+    }
 }
 
 static void signal_group(wslot *w, int sig)
@@ -506,6 +635,8 @@ static void reap(local *l)
         pid_t pid = waitpid(-1, &st, WNOHANG);
         if (pid <= 0)
             break;
+        if (ps_reap(l, pid, st))
+            continue;
         for (int i = 0; i < MAXW; i++) {
             wslot *w = &l->w[i];
             if (!w->used || w->pid != pid || w->exited)
@@ -1009,6 +1140,22 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
         l->rdzv_min = job->spec.min_replicas > 0 ? job->spec.min_replicas : job->spec.replicas;
     }
     sd_update(l);
+    if (job->spec.strategy == RM_STRATEGY_PS) {
+        size_t n = 0;
+        for (int i = 0; i < job->spec.ps.replicas; i++) {
+            l->ps[i].port = free_port();
+            if (l->ps[i].port <= 0) {
+                rc = rm_errf(err, RM_EIO, "no free port for parameter server %d", i);
+                goto out;
+            }
+            n += (size_t)snprintf(l->ps_addrs + n, sizeof l->ps_addrs - n, "%s127.0.0.1:%d",
+                                  i ? "," : "", l->ps[i].port);
+        }
+        ps_reconcile(l);   /* the servers first: workers retry until they answer */
+        say(l, "ringmaster: %d parameter servers (%s, logs %s/ps-<i>.log): %s\n",
+            job->spec.ps.replicas, rm_ps_mode_names[job->spec.ps.mode == RM_PS_ASYNC],
+            o->run_dir, l->ps_addrs);
+    }
 
     say(l, "ringmaster: job %s: %d workers, backend %s%s\n", l->jobkey, job->spec.replicas,
         rm_backend_name(rm_launch_backend(job, 0)), l->bench ? ", allreduce benchmark" : "");
@@ -1033,6 +1180,7 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
         kill_timers(l, now);
         probe(l, now);
         reconcile_passes(l, now);
+        ps_reconcile(l);
         recovery_check(l);
         update_gauges(l);
         sd_update(l);
@@ -1050,6 +1198,7 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
         wait_wake(l, tick);
     }
     reap(l);
+    ps_stop_all(l, o->term_grace_s > 0 ? o->term_grace_s : 15);
     rm_rdzv_job_stop(l->rdzv, l->jobkey);
     update_gauges(l);
     {   /* the last scrape, kept with the logs: a finished run's numbers stay readable */

@@ -81,7 +81,9 @@ typedef struct rm_local_where {
     int metrics_port;
     const char *log_format;     /* NULL = "text" */
     const char *node_name;      /* NULL = "localhost" */
+    const char *ps_addrs;       /* the parameter servers' "127.0.0.1:port,..."; NULL = none */
 } rm_local_where;
+/* index < 0: parameter server -1 - index (rm_launch_build_ps). */
 int rm_local_launch(const rm_tj *job, int index, int epoch, const rm_local_where *w,
                     rm_launch *out, rm_err *err);
 /* Render launch settings for execve: *argv = bin + l->args; *envp = base minus every contract

@@ -131,16 +131,9 @@ static uint32_t get32(const uint8_t *p) {
 
 static void ring_mac(const char *token, const char *role, uint32_t epoch, uint32_t a, uint32_t b,
                      const uint8_t nc[16], const uint8_t na[16], uint8_t out[32]) {
-    uint8_t msg[32 + 12 + 32];
-    size_t m = 0;
-    int rl = snprintf((char *)msg, 32, "ringmaster-ring-v1 %s", role);
-    m = (size_t)(rl > 31 ? 31 : rl);
-    put32(msg + m, epoch); m += 4;
-    put32(msg + m, a); m += 4;
-    put32(msg + m, b); m += 4;
-    memcpy(msg + m, nc, 16); m += 16;
-    memcpy(msg + m, na, 16); m += 16;
-    rm_hmac_sha256(token, strlen(token), msg, m, out);
+    char label[32];
+    snprintf(label, sizeof label, "ringmaster-ring-v1 %s", role);
+    rm_net_hs_mac(token, label, epoch, a, b, nc, na, out);
 }
 
 static int ring_connect(rm_comm *c, const rm_comm_cfg *cfg, double deadline, uint8_t nonce_c[16],

@@ -21,7 +21,7 @@ const rm_fault *rm_faults_due(rm_faults *fs, int rank, int64_t step)
 {
     for (int i = 0; i < fs->n; i++) {
         rm_fault *f = &fs->f[i];
-        if (f->fired || f->rank != rank || f->step != step)
+        if (f->kind == RM_FAULT_SLOW || f->fired || f->rank != rank || f->step != step)
             continue;
         f->fired = true;
         if (fs->dir[0]) {

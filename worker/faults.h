@@ -2,7 +2,12 @@
  *   "exit:rank=1:step=300"                 rank 1 dies abruptly (_exit(137)) when it reaches step 300
  *   "hang:rank=2:step=100"                 rank 2 stops making progress (no steps, reports, beats)
  *   "exit:rank=1:step=300;exit:rank=2:step=900"   several, separated by ';'
- * Keys may come in any order; both rank and step are required. Off unless set.
+ *   "exit:role=ps:index=0:step=500"        parameter server 0 dies at version 500 (issue 12)
+ *   "slow:rank=1:factor=4[:step=S][:until=U]"  a straggler: from step S (default 0) to step U
+ *                                          (default: the end) rank 1's every step takes factor
+ *                                          times as long (it sleeps (factor-1)x its compute time)
+ * Keys may come in any order; exit/hang need rank (or role=ps with index) and step; slow needs
+ * rank and factor. Off unless set. A slow fault has no "fired" marker: it is a range.
  *
  * Once per job: before a fault fires, a marker file DIR/.fault-<i>-fired is created (O_EXCL,
  * fsync'd) in the job's checkpoint folder, and a fault whose marker exists never fires again, so a
@@ -18,13 +23,18 @@
 
 #define RM_FAULTS_MAX 16
 
-typedef enum { RM_FAULT_EXIT = 0, RM_FAULT_HANG } rm_fault_kind;
+typedef enum { RM_FAULT_EXIT = 0, RM_FAULT_HANG, RM_FAULT_SLOW } rm_fault_kind;
+/* role=ps:index=I selects parameter server I: its faults carry this pseudo-rank, which no worker
+ * has (ranks are < RM_RDZV_MAX_WORLD). */
+#define RM_FAULT_PS_RANK(i) ((1 << 24) + (i))
 
 typedef struct rm_fault {
     rm_fault_kind kind;
     int rank;
     int64_t step;
     bool fired;
+    double factor;       /* slow: >= 1 */
+    int64_t until;       /* slow: last step slowed (exclusive); 0 = to the end */
 } rm_fault;
 
 typedef struct rm_faults {
@@ -41,4 +51,6 @@ void rm_faults_set_dir(rm_faults *fs, const char *dir);
  * is marked fired (marker written) before it is returned, so the caller just acts on it. */
 const rm_fault *rm_faults_due(rm_faults *fs, int rank, int64_t step);
 const char *rm_fault_kind_name(rm_fault_kind k);
+/* The slow-down factor for (rank, step): the largest of the slow faults covering it, 1 if none. */
+double rm_faults_slow(const rm_faults *fs, int rank, int64_t step);
 #endif

@@ -7,7 +7,22 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *rm_fault_kind_name(rm_fault_kind k) { return k == RM_FAULT_HANG ? "hang" : "exit"; }
+const char *rm_fault_kind_name(rm_fault_kind k)
+{
+    return k == RM_FAULT_HANG ? "hang" : k == RM_FAULT_SLOW ? "slow" : "exit";
+}
+
+double rm_faults_slow(const rm_faults *fs, int rank, int64_t step)
+{
+    double f = 1;
+    for (int i = 0; fs && i < fs->n; i++) {
+        const rm_fault *x = &fs->f[i];
+        if (x->kind == RM_FAULT_SLOW && x->rank == rank && step >= x->step &&
+            (x->until == 0 || step < x->until) && x->factor > f)
+            f = x->factor;
+    }
+    return f;
+}
 
 static int parse_num(const char *s, size_t len, long long lo, long long hi, long long *out)
 {
@@ -35,10 +50,13 @@ static int parse_one(const char *s, size_t len, rm_fault *f, rm_err *err)
         f->kind = RM_FAULT_EXIT;
     else if (kl == 4 && !memcmp(p, "hang", 4))
         f->kind = RM_FAULT_HANG;
+    else if (kl == 4 && !memcmp(p, "slow", 4))
+        f->kind = RM_FAULT_SLOW;
     else
-        return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: unknown fault kind \"%.*s\" (exit|hang)",
-                       (int)kl, p);
-    bool have_rank = false, have_step = false;
+        return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: unknown fault kind \"%.*s\" "
+                       "(exit|hang|slow)", (int)kl, p);
+    bool have_rank = false, have_step = false, ps = false, have_index = false;
+    int index = 0;
     p = colon ? colon + 1 : end;
     while (p < end) {
         const char *q = memchr(p, ':', (size_t)(end - p));
@@ -62,12 +80,64 @@ static int parse_one(const char *s, size_t len, rm_fault *f, rm_err *err)
                                (int)(q - eq - 1), eq + 1);
             f->step = v;
             have_step = true;
+        } else if (klen == 4 && !memcmp(p, "role", 4)) {
+            size_t vl = (size_t)(q - eq - 1);
+            if (vl == 2 && !memcmp(eq + 1, "ps", 2))
+                ps = true;
+            else if (!(vl == 6 && !memcmp(eq + 1, "worker", 6)))
+                return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: bad role \"%.*s\" (worker|ps)",
+                               (int)vl, eq + 1);
+        } else if (klen == 5 && !memcmp(p, "index", 5)) {
+            if (parse_num(eq + 1, (size_t)(q - eq - 1), 0, 63, &v))
+                return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: bad index \"%.*s\" (0..63)",
+                               (int)(q - eq - 1), eq + 1);
+            index = (int)v;
+            have_index = true;
+        } else if (klen == 6 && !memcmp(p, "factor", 6)) {
+            char nb[32];
+            size_t vl = (size_t)(q - eq - 1);
+            char *e2;
+            if (vl == 0 || vl >= sizeof nb)
+                return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: bad factor");
+            memcpy(nb, eq + 1, vl);
+            nb[vl] = 0;
+            errno = 0;
+            f->factor = strtod(nb, &e2);
+            if (errno || *e2 || !(f->factor >= 1 && f->factor <= 1000))
+                return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: bad factor \"%s\" (1..1000)", nb);
+        } else if (klen == 5 && !memcmp(p, "until", 5)) {
+            if (parse_num(eq + 1, (size_t)(q - eq - 1), 1, (long long)1 << 50, &v))
+                return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: bad until \"%.*s\"",
+                               (int)(q - eq - 1), eq + 1);
+            f->until = v;
         } else {
-            return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: unknown key \"%.*s\" (rank|step)",
-                           (int)klen, p);
+            return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: unknown key \"%.*s\" "
+                           "(rank|step|role|index|factor|until)", (int)klen, p);
         }
         p = q < end ? q + 1 : end;
     }
+    if (ps != have_index || (ps && have_rank))
+        return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\": role=ps goes with index= "
+                       "(and no rank=)", (int)len, s);
+    if (ps) {
+        if (f->kind == RM_FAULT_SLOW)
+            return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\": slow is for workers",
+                           (int)len, s);
+        f->rank = RM_FAULT_PS_RANK(index);
+        have_rank = true;
+    }
+    if (f->kind == RM_FAULT_SLOW) {
+        if (!have_rank || f->factor < 1)
+            return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\" needs rank= and factor=",
+                           (int)len, s);
+        if (f->until && f->until <= f->step)
+            return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\": until must be > step",
+                           (int)len, s);
+        return RM_OK;
+    }
+    if (f->factor || f->until)
+        return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\": factor/until are for slow",
+                       (int)len, s);
     if (!have_rank || !have_step)
         return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\" needs rank= and step=",
                        (int)len, s);

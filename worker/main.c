@@ -1,23 +1,29 @@
 /* main.c — ringmaster-worker: the program inside every worker pod.
  *   ringmaster-worker train [flags]   data-parallel training (worker/train.c)
  *   ringmaster-worker bench [flags]   allreduce benchmark in nccl-tests' format (worker/bench.c)
+ *   ringmaster-worker ps [flags]      a parameter server (worker/ps_server.c); RINGMASTER_ROLE=ps
+ *                                     selects it too, whatever the command
  * Exit codes: 0 success (also on SIGTERM after the checkpoint, and on the rendezvous' "stop"),
  * 1 runtime failure (missing/corrupt data, unrecoverable comm error), 2 bad usage (also settings
  * found unusable at start: a checkpoint folder that cannot be written, --resume with nothing to
  * resume, a global batch larger than the training set). */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
 #include "common/rm.h"
+#include "common/worker_env.h"
 #include "worker/bench.h"
+#include "worker/ps_server.h"
 #include "worker/train.h"
 
 static void usage(FILE *out)
 {
     fprintf(out, "usage: ringmaster-worker train [flags] | bench [flags] | --help\n"
                  "  train   synchronous data-parallel training (see `ringmaster-worker train --help`)\n"
-                 "  bench   allreduce benchmark, nccl-tests format (see `ringmaster-worker bench --help`)\n");
+                 "  bench   allreduce benchmark, nccl-tests format (see `ringmaster-worker bench --help`)\n"
+                 "  ps      a parameter server (env RINGMASTER_ROLE=ps selects it too)\n");
 }
 
 int main(int argc, char **argv)
@@ -31,6 +37,9 @@ int main(int argc, char **argv)
         usage(stdout);
         return 0;
     }
+    const char *role = getenv(RM_ENV_ROLE);
+    if (!strcmp(argv[1], "ps") || (role && !strcmp(role, "ps")))
+        return rm_ps_server_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "bench"))
         return rm_worker_bench_main(argc - 1, argv + 1);
     if (strcmp(argv[1], "train") != 0) {

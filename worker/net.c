@@ -328,3 +328,21 @@ void rm_net_random(void *buf, size_t len) {
         return;
     }
 }
+
+void rm_net_hs_mac(const char *token, const char *label, uint32_t epoch, uint32_t a, uint32_t b,
+                   const uint8_t nc[16], const uint8_t na[16], uint8_t out[32])
+{
+    uint8_t msg[32 + 12 + 32];
+    size_t m = strlen(label);
+    if (m > 31)
+        m = 31;
+    memcpy(msg, label, m);
+    uint32_t v[3] = {htonl(epoch), htonl(a), htonl(b)};
+    memcpy(msg + m, v, 12);
+    m += 12;
+    memcpy(msg + m, nc, 16);
+    m += 16;
+    memcpy(msg + m, na, 16);
+    m += 16;
+    rm_hmac_sha256(token, strlen(token), msg, m, out);
+}

@@ -35,6 +35,11 @@ int rm_net_wait(int fd, short events, double deadline);
 /* SHA-256 and HMAC-SHA256 (RFC 2104); out gets 32 bytes. */
 void rm_sha256(const void *data, size_t len, uint8_t out[32]);
 void rm_hmac_sha256(const void *key, size_t keylen, const void *msg, size_t len, uint8_t out[32]);
+/* The handshake MAC of every ringmaster TCP connection (the ring, parameter servers):
+ * HMAC-SHA256(token, label | epoch | a | b | nonce_c | nonce_a), label at most 31 bytes, the
+ * numbers big-endian. Each protocol binds its own label ("ringmaster-ring-v1 acc", ...). */
+void rm_net_hs_mac(const char *token, const char *label, uint32_t epoch, uint32_t a, uint32_t b,
+                   const uint8_t nc[16], const uint8_t na[16], uint8_t out[32]);
 /* Constant-time compare: 1 when equal. */
 int rm_net_ct_equal(const void *a, const void *b, size_t n);
 /* Fill buf with random bytes (getrandom, falling back to clock noise). */

@@ -6,6 +6,7 @@
 
 static const rm_step_ops *const STRATEGIES[] = {
     &rm_step_allreduce_ops,
+    &rm_step_ps_ops,
 };
 
 const rm_step_ops *rm_step_strategy(const char *name)
@@ -16,4 +17,4 @@ const rm_step_ops *rm_step_strategy(const char *name)
     return NULL;
 }
 
-const char *rm_step_strategy_names(void) { return "allreduce"; }
+const char *rm_step_strategy_names(void) { return "allreduce, parameterServer"; }

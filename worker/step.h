@@ -9,7 +9,9 @@
  *   allreduce  synchronous data parallelism: gradients averaged through fusion buckets over the
  *              round's comm backend (ring, NCCL, MPI), every rank applies the same update
  *              (step_allreduce.c); env.sharding selects a ZeRO stage (optimizer / gradients /
- *              full) of it. Parameter servers and pipelines are later entries.
+ *              full) of it.
+ *   parameterServer  centralized: gradients pushed to S server shards, parameters fetched back,
+ *              sync (with backup workers) or async Downpour (step_ps.c; servers: ps_server.c).
  *
  * Lifecycle: init (once per process, before any round) -> for each round: round_begin ->
  * [state_restore from a checkpoint | state_fresh] -> state_sync -> step ... -> round_end ->
@@ -46,6 +48,13 @@ typedef struct rm_step_env {
     rm_amp *amp;             /* mixed precision (fp16 loss scaling); a no-op for fp32 */
     double fusion_mb;        /* fusion bucket threshold in MiB (0 = one bucket per layer) */
     rm_sharding sharding;    /* allreduce: ZeRO stage (spec.training.sharding) */
+    /* what strategies that plan their own data position need (claim below) */
+    const char *token;       /* the job token (parameter-server connections) */
+    double timeout_s;        /* bound on each wait for a peer */
+    int64_t train_samples;   /* training-set size */
+    int batch;               /* per-worker batch */
+    int epochs;              /* spec.training.epochs */
+    int64_t max_steps;       /* 0 = none */
 } rm_step_env;
 
 /* Bytes this rank holds at the peak of a step, per kind (the ringmaster_worker_memory_bytes
@@ -53,6 +62,17 @@ typedef struct rm_step_env {
 typedef struct rm_step_memory {
     uint64_t params, grads, optimizer, activations;
 } rm_step_memory;
+
+/* Where the next step's batch comes from, when the strategy decides it (claim): the global
+ * position (step, data epoch, cursor into that epoch's permutation) and this worker's slot of the
+ * batch (rows slot*B .. of the global batch at data_pos; nslots = 1: the batch at data_pos). */
+typedef struct rm_step_claim {
+    int64_t step;
+    int train_epoch;
+    int64_t data_pos;
+    int slot, nslots;
+    bool done;               /* the job's budget is spent: no step; the driver ends the job */
+} rm_step_claim;
 
 /* The round a strategy runs in (borrowed until round_end). */
 typedef struct rm_step_round {
@@ -113,6 +133,11 @@ typedef struct rm_step_ops {
     int (*state_gather)(rm_step *s, void *dst, rm_err *err);
     /* Optional. Peak bytes per kind this rank holds in a step (after round_begin). */
     void (*memory)(const rm_step *s, rm_step_memory *out);
+    /* Optional (NULL: the driver walks the schedule itself, every rank in lock step). A strategy
+     * whose workers do not move together (parameter servers: epochs are a global budget,
+     * strategies.md "Progress") says before each step where its batch is, and when the job is
+     * done; the driver then evaluates on this worker alone (no collective) at data-epoch ends. */
+    int (*claim)(rm_step *s, rm_step_claim *c, rm_err *err);
 } rm_step_ops;
 
 /* The strategy called name ("allreduce"); NULL if there is none. */
@@ -121,4 +146,5 @@ const rm_step_ops *rm_step_strategy(const char *name);
 const char *rm_step_strategy_names(void);
 
 extern const rm_step_ops rm_step_allreduce_ops;
+extern const rm_step_ops rm_step_ps_ops;   /* "parameterServer" (step_ps.c) */
 #endif

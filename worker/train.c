@@ -765,9 +765,16 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     RM_CHECK(rm_model_init(&t->m, t->k, &shape, t->B, err));
     RM_CHECK(rm_optim_init(&t->opt, t->k, &cfg->t.optimizer, t->m.layout.total, err));
     rm_lr_sched_from_spec(&t->sched, &cfg->t);
-    t->strat = rm_step_strategy("allreduce");
+    const char *sname = getenv(RM_ENV_STRATEGY);
+    t->strat = rm_step_strategy(sname && *sname ? sname : "allreduce");
+    if (!t->strat)
+        return rm_err_field(err, RM_EINVAL, RM_ENV_STRATEGY, "unknown strategy \"%s\" (%s)",
+                            sname, rm_step_strategy_names());
     rm_step_env env = {.k = t->k, .m = &t->m, .opt = &t->opt, .amp = &t->amp,
-                       .fusion_mb = cfg->t.fusion_buffer_mb, .sharding = cfg->t.sharding};
+                       .fusion_mb = cfg->t.fusion_buffer_mb, .sharding = cfg->t.sharding,
+                       .token = cfg->token,
+                       .timeout_s = cfg->comm_timeout_s, .train_samples = t->tr.n, .batch = t->B,
+                       .epochs = cfg->t.epochs, .max_steps = cfg->t.max_steps};
     RM_CHECK(t->strat->init(&env, &t->st, err));
     t->perm = malloc((size_t)t->tr.n * sizeof *t->perm);
     t->stage_bytes = (size_t)(1 + t->opt.nstate) * t->m.layout.total * sizeof(float);
@@ -1170,8 +1177,8 @@ static int round_setup(trainer *t, bool first, rm_err *err)
                             "training set (%d samples): an epoch would have 0 steps",
                             (long long)G, t->B, t->world, t->tr.n);
     }
-    if (t->world == 1 && !mpi)
-        be = "local";
+    if ((t->world == 1 || t->strat->claim) && !mpi)
+        be = "local";   /* a world of one, or workers that never talk to each other (servers) */
     t->ops = rm_comm_backend(be);
     if (!t->ops) {
         rm_rdzv_round_free(&rr);
@@ -1181,7 +1188,8 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     snprintf(fields, sizeof fields, "rank=%d", t->rank);
     rm_log_set_fields(fields);
     rm_comm_cfg cc = {
-        .rank = t->rank, .world_size = t->world, .epoch = t->rdzv_epoch, .peers = rr.peers,
+        .rank = t->strat->claim ? 0 : t->rank, .world_size = t->strat->claim ? 1 : t->world,
+        .epoch = t->rdzv_epoch, .peers = rr.peers,
         .token = cfg->token, .listener = t->ring_lst, .listen_fd = t->listen_fd, .timeout_s = cfg->comm_timeout_s,
         .rdzv = t->rdzv, .device = t->gpu,
     };
@@ -1229,8 +1237,10 @@ static int evaluate(trainer *t, rm_err *err)
         RM_CHECK(t->strat->materialize(t->st, err));
     if (t->step > 0)
         RM_CHECK(read_loss(t, err));   /* the last step's; evaluation reuses the loss scalar */
-    int n = t->te.n, per = (n + t->world - 1) / t->world;
-    int start = t->rank * per, end = start + per < n ? start + per : n;
+    /* workers that do not move together (claim) evaluate alone, on the whole test set */
+    int eworld = t->strat->claim ? 1 : t->world, erank = t->strat->claim ? 0 : t->rank;
+    int n = t->te.n, per = (n + eworld - 1) / eworld;
+    int start = erank * per, end = start + per < n ? start + per : n;
     double correct = 0, loss = 0;
     for (int s = start; s < end; s += t->B) {
         int rows = end - s < t->B ? end - s : t->B;
@@ -1257,7 +1267,7 @@ static int evaluate(trainer *t, rm_err *err)
         correct += c;
         loss += ls;
     }
-    if (t->world > 1) {
+    if (eworld > 1) {
         float v[4] = {(float)correct, (float)(end > start ? end - start : 0), (float)loss, 0};
         RM_CHECK(dev_copy(t, t->k->h2d(t->dev_small, v, sizeof v), "evaluation sums", err));
         RM_CHECK(t->ops->allreduce(t->comm, t->dev_small, 4, RM_DT_F32, RM_OP_SUM, err));
@@ -1475,6 +1485,17 @@ static void fire_fault(trainer *t, const rm_fault *f)
     }
 }
 
+/* The `slow` fault (a straggler): this step takes factor times its compute time. */
+static void straggle(trainer *t, double compute_s)
+{
+    double f = rm_faults_slow(&t->faults, t->rank, t->step);
+    if (f > 1 && compute_s > 0) {
+        double d = (f - 1) * compute_s;
+        struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
 /* One step on this rank's shard: the driver gathers the batch and sets the LR from the schedule
  * position; the strategy does the rest. Negative on a collective failure. */
 static int step_once(trainer *t, rm_err *err)
@@ -1496,7 +1517,9 @@ static int step_once(trainer *t, rm_err *err)
     double epos = t->train_epoch + (double)t->data_pos / t->tr.n;
     t->lr = rm_lr_at(&t->sched, epos, G);
     rm_step_stats st;
+    double t0 = rm_mono();
     RM_CHECK(t->strat->step(t->st, t->B, (float)t->lr, &st, err));
+    straggle(t, rm_mono() - t0 - st.allreduce_s);
     if (st.comm) {
         rm_series_observe(t->wm.ar_seconds, st.allreduce_s);
         rm_series_inc(t->wm.ar_bytes, (double)st.bytes);
@@ -1608,6 +1631,90 @@ static int run_round(trainer *t, rm_err *err)
                     (double)(t->step - t->log_step) * t->B / (now - log_t), t->ar_gbps);
             t->log_step = t->step;
             log_t = now;
+        }
+    }
+}
+
+/* One step of a strategy that claimed its batch (parameter servers): the batch is the claim's
+ * slot of its global position; the schedule's LR is the position's. */
+static int step_claimed(trainer *t, const rm_step_claim *c, rm_err *err)
+{
+    if (t->perm_epoch != c->train_epoch) {
+        rm_perm_make(t->perm, t->tr.n, t->cfg->t.seed, c->train_epoch);
+        t->perm_epoch = c->train_epoch;
+    }
+    rm_data_gather(&t->tr, t->perm, c->data_pos, c->slot, c->nslots, t->B, t->m.x, t->m.labels);
+    double epos = c->train_epoch + (double)c->data_pos / t->tr.n;
+    t->lr = rm_lr_at(&t->sched, epos, t->B * t->world);
+    rm_step_stats st;
+    double t0 = rm_mono();
+    RM_CHECK(t->strat->step(t->st, t->B, (float)t->lr, &st, err));
+    straggle(t, rm_mono() - t0 - st.allreduce_s);
+    rm_series_observe(t->wm.ar_seconds, st.allreduce_s);
+    rm_series_inc(t->wm.ar_bytes, (double)st.bytes);
+    t->step = c->step + 1;
+    t->samples_local += t->B;
+    return RM_OK;
+}
+
+/* The loop of a strategy that claims its batches (parameter servers: epochs are a global budget,
+ * strategies.md "Progress"): before each step the strategy says where the job is; rank 0
+ * evaluates (alone) when a data epoch ended; the job ends when the strategy says the budget is
+ * spent. Checkpoints are the servers'. */
+static int run_round_claimed(trainer *t, rm_err *err)
+{
+    const rm_train_cfg *cfg = t->cfg;
+    t->rep_t = rm_mono();
+    reporter_publish(t, true);
+    reporter_kick(t);
+    t->log_step = t->step;
+    double log_t = rm_mono();
+    int64_t log_samples = t->samples_local;
+    for (;;) {
+        if (g_train_term)
+            return R_TERM;
+        const rm_fault *f = rm_faults_due(&t->faults, t->rank, t->step);
+        if (f)
+            fire_fault(t, f);
+        rm_step_claim c;
+        RM_CHECK(t->strat->claim(t->st, &c, err));
+        if (c.train_epoch > t->train_epoch && t->rank == 0 && cfg->eval_every_epoch &&
+            !c.done && t->eval_step != t->step)
+            RM_CHECK(evaluate(t, err));
+        t->step = c.step;
+        t->train_epoch = c.train_epoch;
+        t->data_pos = c.data_pos;
+        rm_series_set(t->wm.train_epoch, t->train_epoch);
+        if (c.done)
+            return R_DONE;
+        RM_CHECK(step_claimed(t, &c, err));
+        if (t->fail_t > 0) {
+            double rec = rm_mono() - t->fail_t;
+            rm_series_observe(t->wm.recovery, rec);
+            rm_info("recovered seconds=%.2f step=%lld", rec, (long long)t->step);
+            t->fail_t = 0;
+        }
+        rm_health_beat(t->wm.health);
+        rm_series_set(t->wm.step, (double)t->step);
+        rm_series_inc(t->wm.samples, t->B);
+        double now = rm_mono();
+        if (now - t->rep_t >= 1.0) {
+            t->train_loss = read_loss(t);
+            rm_series_set(t->wm.loss, t->train_loss);
+            t->rep_t = now;
+        }
+        reporter_publish(t, true);
+        int a = reporter_action(t);
+        if (a)
+            return a;
+        if (cfg->log_every > 0 && t->step - t->log_step >= cfg->log_every) {
+            t->train_loss = read_loss(t);
+            rm_info("progress step=%lld train_epoch=%d loss=%.4f lr=%.5f samples_per_s=%.0f",
+                    (long long)t->step, t->train_epoch, t->train_loss, t->lr,
+                    (double)(t->samples_local - log_samples) / (now - log_t));
+            t->log_step = t->step;
+            log_t = now;
+            log_samples = t->samples_local;
         }
     }
 }
@@ -1726,7 +1833,7 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
             continue;
         }
         setup_failures = 0;
-        rc = run_round(&t, err);
+        rc = t.strat->claim ? run_round_claimed(&t, err) : run_round(&t, err);
         if (rc == R_DONE || rc == R_STOP || rc == R_TERM) {
             outcome = rc;
             break;

@@ -24,6 +24,7 @@
 #include "operator/apply.h"
 #include "operator/gang.h"
 #include "operator/launch.h"
+#include "operator/ps_reconcile.h"
 #include "operator/reconcile.h"
 
 #define MAX_IDX RM_MAX_WORLD
@@ -248,7 +249,9 @@ void *rm_kube_pod_transform(void *ud, const cJSON *obj)
     if (!p)
         return NULL;
     const char *idx = label(obj, RM_LABEL_INDEX), *ep = label(obj, RM_LABEL_EPOCH);
-    p->index = idx ? atoi(idx) : -1;
+    const char *psi = label(obj, RM_LABEL_PS_INDEX);
+    p->ps_index = psi ? atoi(psi) : -1;
+    p->index = idx && !psi ? atoi(idx) : -1;
     p->epoch = ep ? atoi(ep) : 0;
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
     const cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");
@@ -459,18 +462,40 @@ static void env_render(cJSON *env, const rm_launch_var *v, char *overridden, siz
     cJSON_AddItemToArray(env, e);
 }
 
+static cJSON *build_pod(const rm_tj *tj, int index, int epoch, int ps_index, const char *rdzv_url,
+                        const char *worker_image, int metrics_port, char *overridden,
+                        size_t overridden_cap, rm_err *err);
+
+cJSON *rm_kube_ps_pod(const void *tj, int ps_index, const char *worker_image, int metrics_port,
+                      rm_err *err)
+{
+    return build_pod(tj, -1, 0, ps_index, NULL, worker_image, metrics_port, NULL, 0, err);
+}
+
 cJSON *rm_kube_worker_pod_ex(const cJSON *job_obj, const void *tjv, int index, int epoch,
                              const char *rdzv_url, const char *worker_image, int metrics_port,
                              char *overridden, size_t overridden_cap, rm_err *err)
 {
     (void)job_obj;
-    const rm_tj *tj = tjv;
+    return build_pod(tjv, index, epoch, -1, rdzv_url, worker_image, metrics_port, overridden,
+                     overridden_cap, err);
+}
+
+/* A worker's pod (ps_index < 0) or parameter server ps_index's: the launch contract rendered
+ * into the job's template. */
+static cJSON *build_pod(const rm_tj *tj, int index, int epoch, int ps_index, const char *rdzv_url,
+                        const char *worker_image, int metrics_port, char *overridden,
+                        size_t overridden_cap, rm_err *err)
+{
     char name[320], svc[256], buf[64];
     rm_launch ln;
     memset(&ln, 0, sizeof(ln));
     if (overridden && overridden_cap)
         overridden[0] = 0;
-    snprintf(name, sizeof(name), "%s-worker-%d", tj->name, index);
+    if (ps_index >= 0)
+        snprintf(name, sizeof(name), "%s-ps-%d", tj->name, ps_index);
+    else
+        snprintf(name, sizeof(name), "%s-worker-%d", tj->name, index);
     snprintf(svc, sizeof(svc), "%s", tj->name);
     if (!worker_image)
         worker_image = RM_DEFAULT_WORKER_IMAGE;
@@ -478,7 +503,8 @@ cJSON *rm_kube_worker_pod_ex(const cJSON *job_obj, const void *tjv, int index, i
         .rdzv_url = rdzv_url ? rdzv_url : "", .metrics_port = metrics_port,
         .workers_per_node = 1, .gpus = rm_template_gpus(tj->spec.template),
     };
-    if (rm_launch_build(tj, index, epoch, &where, &ln, err) != RM_OK)
+    if ((ps_index >= 0 ? rm_launch_build_ps(tj, ps_index, &where, &ln, err)
+                       : rm_launch_build(tj, index, epoch, &where, &ln, err)) != RM_OK)
         return NULL;
     cJSON *pod = cJSON_CreateObject();
     cJSON *tmpl = tj->spec.template ? cJSON_Duplicate(tj->spec.template, 1) : cJSON_CreateObject();
@@ -496,10 +522,18 @@ cJSON *rm_kube_worker_pod_ex(const cJSON *job_obj, const void *tjv, int index, i
         if (cJSON_IsString(it) && !cJSON_GetObjectItemCaseSensitive(labels, it->string))
             cJSON_AddStringToObject(labels, it->string, it->valuestring);
     }
-    snprintf(buf, sizeof(buf), "%d", index);
-    cJSON_AddStringToObject(labels, RM_LABEL_INDEX, buf);
-    snprintf(buf, sizeof(buf), "%d", epoch);
-    cJSON_AddStringToObject(labels, RM_LABEL_EPOCH, buf);
+    if (ps_index >= 0) {
+        cJSON_AddStringToObject(labels, RM_LABEL_ROLE, "ps");
+        snprintf(buf, sizeof(buf), "%d", ps_index);
+        cJSON_AddStringToObject(labels, RM_LABEL_PS_INDEX, buf);
+    } else {
+        if (tj->spec.strategy == RM_STRATEGY_PS)
+            cJSON_AddStringToObject(labels, RM_LABEL_ROLE, "worker");
+        snprintf(buf, sizeof(buf), "%d", index);
+        cJSON_AddStringToObject(labels, RM_LABEL_INDEX, buf);
+        snprintf(buf, sizeof(buf), "%d", epoch);
+        cJSON_AddStringToObject(labels, RM_LABEL_EPOCH, buf);
+    }
     const cJSON *ta = cJSON_GetObjectItemCaseSensitive(tmd, "annotations");
     if (cJSON_IsObject(ta))
         cJSON_AddItemToObject(md, "annotations", cJSON_Duplicate(ta, 1));
@@ -1582,6 +1616,86 @@ static size_t drop_creates(rm_action *a, size_t n)
     return k;
 }
 
+/* ---- parameter servers: <job>-ps-<i> pods kept to operator/ps_reconcile.h's rules ---- */
+typedef struct ps_obs_ctx {
+    rm_ps_observed obs[RM_PS_MAX_SERVERS];
+    int n;
+} ps_obs_ctx;
+
+static int collect_ps_pod(void *ud, const char *key, const void *item)
+{
+    ps_obs_ctx *o = ud;
+    const rm_kube_pod *p = item;
+    (void)key;
+    if (p->ps_index < 0 || p->ps_index >= RM_PS_MAX_SERVERS)
+        return 0;
+    rm_ps_observed *x = &o->obs[p->ps_index];
+    x->exists = true;
+    x->finished = p->phase == RM_WORKER_FAILED || p->phase == RM_WORKER_SUCCEEDED;
+    x->ready = p->ready && p->phase == RM_WORKER_RUNNING;
+    if (p->ps_index + 1 > o->n)
+        o->n = p->ps_index + 1;
+    return 0;
+}
+
+static void ps_pod_delete(rm_kube_rt *rt, const rm_tj *tj, int i)
+{
+    char p[640];
+    rm_err e = {0};
+    snprintf(p, sizeof(p), "/api/v1/namespaces/%s/pods/%s-ps-%d", tj->namespace_, tj->name, i);
+    int arc = rm_kube_json(rt->c.client, "DELETE", p, NULL, NULL, NULL, &e);
+    if (arc && arc != RM_ENOTFOUND)
+        rm_warn("parameter server pod delete failed job=%s/%s index=%d err=\"%s\"",
+                tj->namespace_, tj->name, i, e.msg);
+}
+
+/* Observe the job's server pods, ask the rules (on the status this pass computed), act. */
+static void ps_sync(rm_kube_rt *rt, const char *key, const rm_tj *tj, rm_reconcile_out *ro)
+{
+    ps_obs_ctx o;
+    memset(&o, 0, sizeof(o));
+    rm_informer_rlock(rt->c.pods);
+    rm_informer_by_index(rt->c.pods, key, collect_ps_pod, &o);
+    rm_informer_runlock(rt->c.pods);
+    if (o.n == 0 && tj->spec.strategy != RM_STRATEGY_PS)
+        return;
+    rm_tj view = *tj;   /* shallow: the rules read spec and the new phase only */
+    view.status = ro->status_changed ? ro->status : tj->status;
+    rm_ps_action act[2 * RM_PS_MAX_SERVERS];
+    int ready = 0;
+    int n = rm_ps_reconcile(&view, o.obs, o.n, act, (int)RM_ARRAY_LEN(act), &ready);
+    char jobpods[512];
+    snprintf(jobpods, sizeof(jobpods), "/api/v1/namespaces/%s/pods", tj->namespace_);
+    for (int k = 0; k < n; k++) {
+        rm_err e = {0};
+        if (act[k].kind == RM_PS_ACT_DELETE || act[k].replace) {
+            ps_pod_delete(rt, tj, act[k].index);   /* a replacement is created next pass */
+            continue;
+        }
+        cJSON *pod = rm_kube_ps_pod(tj, act[k].index, rt->worker_image, rt->c.worker_metrics_port,
+                                    &e);
+        bool created = false;
+        int arc = pod ? create(rt, jobpods, pod, &created, &e) : RM_ENOMEM;
+        cJSON_Delete(pod);
+        if (arc)
+            rm_warn("parameter server pod create failed job=%s index=%d err=\"%s\"", key,
+                    act[k].index, e.msg);
+        else if (created)
+            rm_info("parameter server pod created job=%s index=%d", key, act[k].index);
+    }
+    int want = view.status.phase == RM_PHASE_SUCCEEDED || view.status.phase == RM_PHASE_FAILED ||
+                       tj->spec.strategy != RM_STRATEGY_PS
+                   ? 0 : tj->spec.ps.replicas;
+    if (!ro->status_changed) {
+        if (tj->status.ps_replicas == want && tj->status.ps_ready == ready)
+            return;
+        ro->status = tj->status;
+        ro->status_changed = true;
+    }
+    ro->status.ps_replicas = want;
+    ro->status.ps_ready = ready;
+}
+
 /* observe -> reconcile -> apply -> commit status. */
 static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
                     double *requeue_after, rm_err *err)
@@ -1662,6 +1776,7 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
                  ka->ncreated == 1 ? "" : "s", tj.name, ranges, ka->created_epoch);
         job_event(rt, &tj, false, "SuccessfulCreatePod", note);
     }
+    ps_sync(rt, key, &tj, &ro_out);
     /* commit status */
     if (ro_out.status_changed)
         RM_CHECK_GOTO(commit_status(rt, key, obj, &tj, &ro_out.status, m, err), rc, out);

@@ -25,6 +25,8 @@
 #define RM_LABEL_JOB "ringmaster.dev/job-name"
 #define RM_LABEL_INDEX "ringmaster.dev/replica-index"
 #define RM_LABEL_EPOCH "ringmaster.dev/epoch"
+#define RM_LABEL_ROLE "ringmaster.dev/role"          /* worker | ps (strategies.md) */
+#define RM_LABEL_PS_INDEX "ringmaster.dev/ps-index"  /* a parameter server's shard index */
 #define RM_MANAGER "ringmaster.dev/operator"
 #define RM_DEFAULT_WORKER_IMAGE "ringmaster/worker:latest"
 
@@ -77,7 +79,8 @@ int rm_kube_job_index(void *ud, const cJSON *obj, char *buf, size_t cap);  /* "n
 
 /* Kept small on purpose: one per worker pod in the cache (8,000 pods ≈ 0.6 MB). */
 typedef struct rm_kube_pod {
-    int index, epoch;
+    int index, epoch;          /* index -1: not a worker (e.g. a parameter server) */
+    int ps_index;              /* a parameter server's shard, -1 for workers */
     unsigned char phase;       /* rm_worker_phase */
     bool ready;
     int exit_code;
@@ -94,6 +97,9 @@ typedef struct rm_kube_node {
     bool ready;
 } rm_kube_node;
 
+/* Build parameter server `ps_index`'s pod "<job>-ps-<i>" (label ringmaster.dev/role: ps). */
+cJSON *rm_kube_ps_pod(const void *tj /* const rm_tj* */, int ps_index, const char *worker_image,
+                      int metrics_port, rm_err *err);
 /* Build the worker pod for index i (exposed for unit tests). Owned cJSON or NULL with err. */
 cJSON *rm_kube_worker_pod(const cJSON *job_obj, const void *tj /* const rm_tj* */, int index,
                           int epoch, const char *rdzv_url, const char *worker_image, rm_err *err);

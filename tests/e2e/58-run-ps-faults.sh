@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# e2e-timeout: 1200
+# Parameter-server failures with `ringmaster run` (issue 12, strategies.md "Failure semantics"):
+#  1. a server dies mid-run (RINGMASTER_FAULT=exit:role=ps:index=1:step=300): it is replaced, the
+#     replacement restores its shard from its own checkpoint, workers retry and go on, the job
+#     Succeeds with testAccuracy >= 0.875 and no group restart;
+#  2. async (Downpour): a worker is SIGKILLed mid-run; the other workers' step counters (their
+#     /metrics) move on (after the pause of the rendezvous re-forming: a known limit), the
+#     replacement fetches fresh parameters, and the job Succeeds.
+source "$(dirname "$0")/5x-run-lib.bash"
+psdump() { for f in "$W"/run-*/ps-*.log; do [ -f "$f" ] && { echo "---- $f (tail)"; tail -n 20 "$f"; }; done >&2; }
+
+# 1. a server dies
+RINGMASTER_FAULT="exit:role=ps:index=1:step=300" \
+  run_job srv -f "$RM_ROOT/deploy/examples/fashion-mnist-ps.yaml" -o json
+[ $RC -eq 0 ] || { psdump; fail "server kill: exit $RC"; }
+[ "$(jget srv 'j["status"]["phase"]')" = Succeeded ] || { psdump; fail "server kill: phase"; }
+grep -q 'fault injected" kind=exit role=ps index=1 version=300' "$W/run-srv/ps-1.log" || { psdump; fail "the fault did not fire"; }
+grep -q 'parameter server 1 exited; replacing it' "$W/srv.err" || fail "no replacement"
+grep -q 'shard restored' "$W/run-srv/ps-1.log" || { psdump; fail "the replacement did not restore its shard"; }
+[ "$(grep -c 'incarnation' "$W/run-srv/ps-1.log")" -ge 2 ] || fail "server 1 ran once only"
+[ "$(jget srv 'j["status"]["restarts"]')" = 0 ] || fail "a server's death restarted the workers"
+acc=$(jget srv 'j["status"]["result"]["testAccuracy"]')
+$PY -c "import sys; sys.exit(0 if $acc >= 0.875 else 1)" || fail "testAccuracy $acc < 0.875 after a server died"
+log "server killed and replaced: testAccuracy=$acc"
+
+# 2. async: a worker dies, the others never stop
+cat > "$W/async.yaml" <<YAML
+apiVersion: ringmaster.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: async}
+spec:
+  replicas: 4
+  strategy: parameterServer
+  parameterServer: {replicas: 2, mode: async, stalenessBound: 0}
+  restartPolicy: {maxRestarts: 5, backoffSeconds: 0.2, progressDeadlineSeconds: 60}
+  checkpoint: {intervalSteps: 100}
+  training:
+    model: {type: mlp, hidden: [128]}
+    epochs: 3
+    batchSizePerWorker: 64
+    optimizer: {type: adagrad, lr: 0.01}
+    warmupEpochs: 0
+YAML
+"$RM_BIN/ringmaster" run -f "$W/async.yaml" -o json --checkpoint-dir "$W/ck-async" \
+   --run-dir "$W/run-async" >"$W/async.out" 2>"$W/async.err" &
+RUNNER_PID=$!
+step_of() { curl -fsS --max-time 2 "http://127.0.0.1:$1/metrics" 2>/dev/null |
+            awk '/^ringmaster_worker_step\{/ {print int($2)}'; }
+m0=""; pid2=""
+for i in $(seq 1 300); do
+  m0=$(sed -n 's/.*worker started" index=0 .*metrics=127.0.0.1:\([0-9]*\).*/\1/p' "$W/async.err" | tail -1)
+  pid2=$(sed -n 's/.*worker started" index=2 pid=\([0-9]*\).*/\1/p' "$W/async.err" | head -1)
+  [ -n "$m0" ] && [ -n "$pid2" ] && [ -n "$(step_of "$m0")" ] && [ "$(step_of "$m0")" -ge 50 ] && break
+  sleep 0.2
+done
+[ -n "$pid2" ] && [ "$(step_of "$m0")" -ge 50 ] || { psdump; fail "async job never trained"; }
+kill -9 "$pid2"
+# Known limit (README): the survivors re-join the rendezvous round that replaces worker 2, so their
+# counters pause while the replacement starts; they must move again, well before the deadline.
+a=$(step_of "$m0"); resumed=""
+for i in $(seq 1 600); do
+  b=$(step_of "$m0")
+  if [ -n "$b" ] && [ "$b" -gt $((a + 20)) ]; then resumed=$i; break; fi
+  sleep 0.1
+done
+log "worker 0's step after worker 2 was killed: $a -> ${b:-?} after $(( ${resumed:-600} / 10 )) s"
+[ -n "$resumed" ] || { psdump; fail "worker 0 did not go on after worker 2 was killed ($a -> $b)"; }
+set +e; wait "$RUNNER_PID"; rc=$?; set -e; RUNNER_PID=""
+[ $rc -eq 0 ] || { psdump; fail "async: exit $rc"; }
+[ "$(jget async 'j["status"]["phase"]')" = Succeeded ] || fail "async phase"
+aacc=$(jget async 'j["status"]["result"]["testAccuracy"]')
+assert_no_workers
+log "PASS server kill testAccuracy=$acc; async with a killed worker testAccuracy=$aacc"

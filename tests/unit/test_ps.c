@@ -1,0 +1,510 @@
+/* test_ps.c — parameter servers (issue 12): spec.parameterServer parse/default/validate with
+ * field-named errors; the pure cores of worker/ps_core.h as tables: shard partitioning (every
+ * size, S 1..8, remainders, layer snapping), the synchronous rule with backup workers (which
+ * gradient is applied, averaged or dropped, in what order), the staleness bound (a fast worker
+ * blocks, then proceeds when the slow one advances, and a dead one never holds it), and the
+ * server's Adagrad on a shard against a hand-written reference. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/trainingjob.h"
+#include "common/yaml.h"
+#include "operator/kube/runtime.h"
+#include "operator/launch.h"
+#include "operator/ps_reconcile.h"
+#include "tests/unit/testutil.h"
+#include "worker/faults.h"
+#include "worker/optim.h"
+#include "worker/ps_core.h"
+
+static void test_ps_reconcile_table(void);
+static void test_ps_pods(void);
+
+/* ---- spec ---- */
+
+static int parse_job(const char *spec_tail, rm_tj *tj, rm_err *e)
+{
+    char y[2048];
+    snprintf(y, sizeof y,
+             "apiVersion: ringmaster.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: ps}\n"
+             "spec:\n  replicas: 4\n%s", spec_tail);
+    rm_yaml_docs *d = NULL;
+    memset(tj, 0, sizeof *tj);
+    int rc = rm_yaml_load(y, strlen(y), "t", &d, e);
+    if (rc)
+        return rc;
+    cJSON *j = rm_yaml_take(d, 0);
+    rm_yaml_free(d);
+    rc = rm_tj_from_json(j, tj, e);
+    cJSON_Delete(j);
+    if (rc == RM_OK) {
+        rm_tj_defaults(tj);
+        rc = rm_tj_validate(tj, e);
+    }
+    return rc;
+}
+
+static void test_spec_defaults(void)
+{
+    rm_tj tj;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(parse_job("  strategy: parameterServer\n", &tj, &e), RM_OK);
+    CU_ASSERT_EQUAL(tj.spec.strategy, RM_STRATEGY_PS);
+    CU_ASSERT_EQUAL(tj.spec.ps.replicas, 1);
+    CU_ASSERT_EQUAL(tj.spec.ps.mode, RM_PS_SYNC);
+    CU_ASSERT_EQUAL(tj.spec.ps.backup_workers, 0);
+    CU_ASSERT_EQUAL(tj.spec.ps.staleness_bound, 4);
+    CU_ASSERT_EQUAL(tj.spec.ps.push_every_steps, 1);
+    CU_ASSERT_EQUAL(tj.spec.ps.fetch_every_steps, 1);
+    /* round trip keeps the strategy and the explicit zero */
+    rm_tj_free(&tj);
+    CU_ASSERT_EQUAL_FATAL(parse_job("  strategy: parameterServer\n  parameterServer: {replicas: 2, "
+                                    "mode: async, stalenessBound: 0, pushEverySteps: 3}\n",
+                                    &tj, &e), RM_OK);
+    CU_ASSERT_EQUAL(tj.spec.ps.staleness_bound, 0);
+    cJSON *j = rm_tj_spec_to_json(&tj.spec);
+    const cJSON *ps = cJSON_GetObjectItem(j, "parameterServer");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(j, "strategy")), "parameterServer");
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(ps, "stalenessBound")->valueint, 0);
+    CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(ps, "mode")), "async");
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(ps, "pushEverySteps")->valueint, 3);
+    cJSON_Delete(j);
+    rm_tj_free(&tj);
+    /* allreduce jobs serialize without the new fields (older readers unaffected) */
+    CU_ASSERT_EQUAL_FATAL(parse_job("", &tj, &e), RM_OK);
+    j = rm_tj_spec_to_json(&tj.spec);
+    CU_ASSERT_PTR_NULL(cJSON_GetObjectItem(j, "strategy"));
+    CU_ASSERT_PTR_NULL(cJSON_GetObjectItem(j, "parameterServer"));
+    cJSON_Delete(j);
+    rm_tj_free(&tj);
+}
+
+static void test_spec_errors(void)
+{
+    static const struct { const char *tail, *field, *msg; } T[] = {
+        {"  strategy: ps\n", "spec.strategy", "allreduce, parameterServer"},
+        {"  parameterServer: {replicas: 2}\n", "spec.parameterServer", "spec.strategy: parameterServer"},
+        {"  strategy: parameterServer\n  parameterServer: {backupWorkers: 4}\n",
+         "spec.parameterServer.backupWorkers", "must be < spec.replicas"},
+        {"  strategy: parameterServer\n  parameterServer: {backupWorkers: -1}\n",
+         "spec.parameterServer.backupWorkers", ">= 0"},
+        {"  strategy: parameterServer\n  parameterServer: {mode: async, backupWorkers: 1}\n",
+         "spec.parameterServer.backupWorkers", "mode: sync only"},
+        {"  strategy: parameterServer\n  parameterServer: {replicas: 0}\n",
+         "spec.parameterServer.replicas", "between 1 and 64"},
+        {"  strategy: parameterServer\n  parameterServer: {replicas: 65}\n",
+         "spec.parameterServer.replicas", "between 1 and 64"},
+        {"  strategy: parameterServer\n  parameterServer: {mode: later}\n",
+         "spec.parameterServer.mode", "sync, async"},
+        {"  strategy: parameterServer\n  parameterServer: {stalenessBound: -2}\n",
+         "spec.parameterServer.stalenessBound", "0 (unbounded)"},
+        {"  strategy: parameterServer\n  parameterServer: {mode: async, pushEverySteps: 0}\n",
+         "spec.parameterServer.pushEverySteps", "between 1 and 10000"},
+        {"  strategy: parameterServer\n  parameterServer: {fetchEverySteps: 2}\n",
+         "spec.parameterServer.fetchEverySteps", "mode: sync"},
+        {"  strategy: parameterServer\n  parameterServer: {replica: 2}\n",
+         "spec.parameterServer.replica", ""},
+        {"  strategy: parameterServer\n  backend: nccl\n", "spec.backend", "spec.strategy: parameterServer"},
+        {"  strategy: parameterServer\n  training: {precision: bf16}\n", "spec.training.precision",
+         "spec.strategy: parameterServer"},
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(T); i++) {
+        rm_tj tj;
+        rm_err e = {0};
+        int rc = parse_job(T[i].tail, &tj, &e);
+        CU_ASSERT_NOT_EQUAL(rc, RM_OK);
+        if (strcmp(e.field, T[i].field) != 0 || !strstr(e.msg, T[i].msg))
+            fprintf(stderr, "case %zu: field=%s msg=%s\n", i, e.field, e.msg);
+        CU_ASSERT_STRING_EQUAL(e.field, T[i].field);
+        CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, T[i].msg));
+        rm_tj_free(&tj);
+    }
+}
+
+/* ---- partition ---- */
+
+static void check_partition(size_t total, const size_t *b, int nb, int S)
+{
+    size_t off[64], len[64];
+    rm_err e = {0};
+    int rc = rm_ps_partition(total, b, nb, S, off, len, &e);
+    if ((size_t)S > total) {
+        CU_ASSERT_EQUAL(rc, RM_EINVAL);
+        return;
+    }
+    CU_ASSERT_EQUAL_FATAL(rc, RM_OK);
+    size_t pos = 0, slack = total / (8 * (size_t)S);
+    for (int i = 0; i < S; i++) {
+        CU_ASSERT_EQUAL(off[i], pos);          /* contiguous, in order */
+        CU_ASSERT(len[i] >= 1);                /* never empty */
+        /* within two snaps (one per end) of 1/S, rounding included */
+        double ideal = (double)total / S;
+        CU_ASSERT(fabs((double)len[i] - ideal) <= 2.0 * (double)slack + 1.0);
+        pos += len[i];
+    }
+    CU_ASSERT_EQUAL(pos, total);               /* covers everything */
+}
+
+static void test_partition_every_size(void)
+{
+    /* every size up to 300 with and without layer boundaries, S = 1..8 */
+    for (size_t total = 1; total <= 300; total++) {
+        size_t b[4] = {0, total / 3, total / 2 + 1, total};
+        for (int S = 1; S <= 8; S++) {
+            check_partition(total, NULL, 0, S);
+            check_partition(total, b, 4, S);
+        }
+    }
+    /* the default MLP 784-512-256-10: layer starts 0, 401920, 533504 (total 535818) */
+    size_t mlp[] = {0, 401920, 533504, 535818};
+    for (int S = 1; S <= 8; S++)
+        check_partition(535818, mlp, 4, S);
+    rm_err e = {0};
+    size_t off[64], len[64];
+    CU_ASSERT_EQUAL(rm_ps_partition(10, NULL, 0, 0, off, len, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_ps_partition(1000, NULL, 0, 65, off, len, &e), RM_EINVAL);
+}
+
+static void test_partition_snaps(void)
+{
+    static const struct { size_t total; size_t b[3]; int S; size_t want_cut; } T[] = {
+        {1000, {0, 510, 1000}, 2, 510},   /* 10 away, slack 62: snapped to the layer boundary */
+        {1000, {0, 600, 1000}, 2, 500},   /* 100 away: cut inside the layer */
+        {1000, {0, 440, 1000}, 2, 440},   /* 60 away: still within slack */
+        {1001, {0, 0, 1001}, 2, 500},     /* remainder: floor(1001/2) */
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(T); i++) {
+        size_t off[2], len[2];
+        rm_err e = {0};
+        CU_ASSERT_EQUAL_FATAL(rm_ps_partition(T[i].total, T[i].b, 3, T[i].S, off, len, &e), RM_OK);
+        CU_ASSERT_EQUAL(off[1], T[i].want_cut);
+        CU_ASSERT_EQUAL(len[0] + len[1], T[i].total);
+    }
+}
+
+/* ---- the synchronous rule ---- */
+
+static void test_sync_rule_table(void)
+{
+    /* 3 workers, b = 1: need 2. Each row: worker, tag, gradient value -> outcome, version after */
+    static const struct { int w; int64_t tag; float g; rm_ps_outcome out; } T[] = {
+        {0, 0, 1.0f, RM_PS_ACCEPTED},
+        {0, 0, 9.0f, RM_PS_DROP_DUP},     /* same worker twice: not counted twice */
+        {2, 1, 9.0f, RM_PS_AHEAD},        /* from the future: refused */
+        {2, 0, 3.0f, RM_PS_COMPLETE},     /* the N-b-th: step 0 applies with avg(1, 3) = 2 */
+        {1, 0, 100.0f, RM_PS_DROP_LATE},  /* the straggler's gradient for step 0: dropped */
+        {1, 1, 5.0f, RM_PS_ACCEPTED},     /* it fetched and computes step 1: accepted */
+        {0, 1, 7.0f, RM_PS_COMPLETE},     /* avg(5, 7) = 6 */
+        {5000, 2, 1.0f, RM_PS_BAD},
+    };
+    rm_ps_sync s;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_ps_sync_init(&s, 2, 0, 2, &e), RM_OK);
+    float avg[2];
+    float want_avg[] = {2.0f, 6.0f};
+    int napplied = 0;
+    for (size_t i = 0; i < RM_ARRAY_LEN(T); i++) {
+        float g[2] = {T[i].g, -T[i].g};
+        rm_ps_outcome o = rm_ps_sync_push(&s, T[i].w, T[i].tag, g);
+        CU_ASSERT_EQUAL(o, T[i].out);
+        if (o == RM_PS_COMPLETE) {
+            CU_ASSERT(rm_ps_sync_ready(&s));
+            CU_ASSERT_EQUAL(rm_ps_sync_average(&s, avg), 2);
+            CU_ASSERT_DOUBLE_EQUAL(avg[0], want_avg[napplied], 1e-6);
+            CU_ASSERT_DOUBLE_EQUAL(avg[1], -want_avg[napplied], 1e-6);
+            napplied++;
+            CU_ASSERT_EQUAL(s.version, napplied);
+        }
+    }
+    CU_ASSERT_EQUAL(napplied, 2);
+    CU_ASSERT_EQUAL(s.dropped, 2);   /* one duplicate, one late */
+    CU_ASSERT_EQUAL(rm_ps_sync_average(&s, avg), 0);   /* nothing pending */
+    rm_ps_sync_free(&s);
+}
+
+static void test_sync_b0_and_shrink(void)
+{
+    /* b = 0 with 3 workers: nothing applies until all three arrived; averaged in full */
+    rm_ps_sync s;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_ps_sync_init(&s, 1, 10, 3, &e), RM_OK);
+    float g1 = 1, g2 = 2, g3 = 6, out = 0;
+    CU_ASSERT_EQUAL(rm_ps_sync_push(&s, 0, 10, &g1), RM_PS_ACCEPTED);
+    CU_ASSERT_EQUAL(rm_ps_sync_push(&s, 1, 10, &g2), RM_PS_ACCEPTED);
+    CU_ASSERT_FALSE(rm_ps_sync_ready(&s));
+    /* the controller declared worker 2 dead: the world shrank to 2, the step completes now */
+    rm_ps_sync_set_need(&s, 2);
+    CU_ASSERT(rm_ps_sync_ready(&s));
+    CU_ASSERT_EQUAL(rm_ps_sync_average(&s, &out), 2);
+    CU_ASSERT_DOUBLE_EQUAL(out, 1.5, 1e-6);
+    CU_ASSERT_EQUAL(s.version, 11);
+    /* its replacement is taken back at the next step */
+    rm_ps_sync_set_need(&s, 3);
+    CU_ASSERT_EQUAL(rm_ps_sync_push(&s, 2, 11, &g3), RM_PS_ACCEPTED);
+    CU_ASSERT_EQUAL(rm_ps_sync_push(&s, 0, 11, &g1), RM_PS_ACCEPTED);
+    CU_ASSERT_EQUAL(rm_ps_sync_push(&s, 1, 11, &g2), RM_PS_COMPLETE);
+    CU_ASSERT_EQUAL(rm_ps_sync_average(&s, &out), 3);
+    CU_ASSERT_DOUBLE_EQUAL(out, 3.0, 1e-6);
+    rm_ps_sync_free(&s);
+}
+
+/* ---- the staleness bound ---- */
+
+static void test_staleness_bound(void)
+{
+    static rm_ps_clocks c;   /* large: not on the stack */
+    memset(&c, 0, sizeof c);
+    double dead = 10;
+    /* s = 2: worker 0 fast, worker 1 slow */
+    rm_ps_clocks_note(&c, 0, 0, 1.0);
+    rm_ps_clocks_note(&c, 1, 0, 1.0);
+    static const struct { int w; int64_t step; double now; bool ok; } T[] = {
+        {0, 1, 1.1, true},
+        {0, 2, 1.2, true},    /* 2 ahead of the slowest: allowed */
+        {0, 3, 1.3, false},   /* 3 ahead: blocks */
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(T); i++) {
+        CU_ASSERT_EQUAL(rm_ps_clocks_may_proceed(&c, T[i].w, T[i].step, 2, T[i].now, dead), T[i].ok);
+        if (T[i].ok)
+            rm_ps_clocks_note(&c, T[i].w, T[i].step, T[i].now);
+    }
+    /* the slow one advances: the fast one proceeds */
+    rm_ps_clocks_note(&c, 1, 1, 2.0);
+    CU_ASSERT(rm_ps_clocks_may_proceed(&c, 0, 3, 2, 2.0, dead));
+    CU_ASSERT_EQUAL(rm_ps_clocks_min(&c, 2.0, dead), 1);
+    /* unbounded (s = 0) never blocks */
+    CU_ASSERT(rm_ps_clocks_may_proceed(&c, 0, 1000, 0, 2.0, dead));
+    /* the slow one dies (silent for longer than dead_after): it no longer holds anybody */
+    rm_ps_clocks_note(&c, 0, 3, 20.0);
+    CU_ASSERT(rm_ps_clocks_may_proceed(&c, 0, 4, 2, 20.0, dead));
+    CU_ASSERT_EQUAL(rm_ps_clocks_min(&c, 20.0, dead), 3);
+    /* a clock never goes backwards (a late message from before a fetch) */
+    rm_ps_clocks_note(&c, 0, 1, 20.5);
+    CU_ASSERT_EQUAL(c.step[0], 3);
+    CU_ASSERT_EQUAL(rm_ps_staleness(10, 7), 3);
+    CU_ASSERT_EQUAL(rm_ps_staleness(7, 10), 0);
+}
+
+/* ---- Adagrad on a shard == a reference, and shards == the whole vector ---- */
+
+static void test_adagrad_shards_reference(void)
+{
+    enum { N = 37, STEPS = 5 };
+    rm_optimizer_spec sp = {.type = RM_OPT_ADAGRAD, .eps = 1e-10, .weight_decay = 0.01};
+    float whole[N], sharded[N];
+    double ref[N], acc[N];
+    for (int i = 0; i < N; i++) {
+        whole[i] = sharded[i] = (float)(0.1 * i - 1.0);
+        ref[i] = whole[i];
+        acc[i] = 0;
+    }
+    rm_err e = {0};
+    rm_optim ow;
+    CU_ASSERT_EQUAL_FATAL(rm_optim_init(&ow, rm_kernels_cpu(), &sp, N, &e), RM_OK);
+    size_t off[3], len[3];
+    CU_ASSERT_EQUAL_FATAL(rm_ps_partition(N, NULL, 0, 3, off, len, &e), RM_OK);
+    rm_optim os[3];
+    for (int s = 0; s < 3; s++)
+        CU_ASSERT_EQUAL_FATAL(rm_optim_init(&os[s], rm_kernels_cpu(), &sp, len[s], &e), RM_OK);
+    float lr = 0.05f;
+    for (int t = 0; t < STEPS; t++) {
+        float g[N];
+        for (int i = 0; i < N; i++)
+            g[i] = (float)sin(0.7 * i + t);
+        rm_optim_step(&ow, whole, g, lr);
+        for (int s = 0; s < 3; s++)
+            rm_optim_step(&os[s], sharded + off[s], g + off[s], lr);
+        for (int i = 0; i < N; i++) {   /* g += wd w; G += g^2; w -= lr g / (sqrt(G) + eps) */
+            double gi = g[i] + 0.01 * ref[i];
+            acc[i] += gi * gi;
+            ref[i] -= lr * gi / (sqrt(acc[i]) + 1e-10);
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        CU_ASSERT_DOUBLE_EQUAL(whole[i], ref[i], 1e-5);
+        CU_ASSERT_EQUAL(whole[i], sharded[i]);   /* element-wise: bit-identical */
+    }
+    rm_optim_free(&ow);
+    for (int s = 0; s < 3; s++)
+        rm_optim_free(&os[s]);
+}
+
+/* ---- RINGMASTER_FAULT: the slow kind and role=ps ---- */
+
+static void test_faults_slow_and_ps(void)
+{
+    rm_faults fs;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_faults_parse("slow:rank=1:factor=4;slow:rank=2:factor=3:step=10:until=20;"
+                                          "exit:role=ps:index=1:step=50", &fs, &e), RM_OK);
+    CU_ASSERT_EQUAL(fs.n, 3);
+    static const struct { int rank; int64_t step; double f; } T[] = {
+        {1, 0, 4}, {1, 100000, 4}, {0, 5, 1}, {2, 9, 1}, {2, 10, 3}, {2, 19, 3}, {2, 20, 1},
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(T); i++)
+        CU_ASSERT_DOUBLE_EQUAL(rm_faults_slow(&fs, T[i].rank, T[i].step), T[i].f, 1e-12);
+    /* slow faults never "fire"; the server's exit fires for its pseudo-rank only */
+    CU_ASSERT_PTR_NULL(rm_faults_due(&fs, 1, 0));
+    CU_ASSERT_PTR_NULL(rm_faults_due(&fs, 1, 50));
+    const rm_fault *f = rm_faults_due(&fs, RM_FAULT_PS_RANK(1), 50);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    CU_ASSERT_EQUAL(f->kind, RM_FAULT_EXIT);
+    CU_ASSERT_PTR_NULL(rm_faults_due(&fs, RM_FAULT_PS_RANK(1), 50));   /* once */
+    static const char *const bad[] = {
+        "slow:rank=1",                      /* no factor */
+        "slow:rank=1:factor=0.5",           /* < 1 */
+        "slow:rank=1:factor=2:step=5:until=5",
+        "slow:role=ps:index=0:factor=2",    /* servers are not slowed */
+        "exit:role=ps:step=3",              /* role=ps without index */
+        "exit:role=ps:index=0:rank=1:step=3",
+        "exit:role=boss:index=0:step=3",
+        "exit:rank=1:step=3:factor=2",
+        "exit:role=ps:index=64:step=1",
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(bad); i++) {
+        memset(&e, 0, sizeof e);
+        CU_ASSERT_EQUAL(rm_faults_parse(bad[i], &fs, &e), RM_EINVAL);
+        CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "RINGMASTER_FAULT"));
+    }
+}
+
+void rm_suite_ps(void)
+{
+    static const rm_test_case cases[] = {
+        {"spec defaults and round trip", test_spec_defaults},
+        {"spec errors name the field", test_spec_errors},
+        {"partition every size S=1..8", test_partition_every_size},
+        {"partition snaps to layer boundaries", test_partition_snaps},
+        {"sync rule with backup workers", test_sync_rule_table},
+        {"sync b=0 and a shrinking world", test_sync_b0_and_shrink},
+        {"staleness bound", test_staleness_bound},
+        {"adagrad shards vs reference", test_adagrad_shards_reference},
+        {"faults: slow and role=ps", test_faults_slow_and_ps},
+        {"servers: create, replace, delete", test_ps_reconcile_table},
+        {"server pods and PS worker pods", test_ps_pods},
+    };
+    RM_ADD_SUITE("ps", NULL, NULL, cases);
+}
+
+/* ---- the servers' reconcile rules ---- */
+
+static void test_ps_reconcile_table(void)
+{
+    typedef struct { rm_ps_act_kind k; int i; bool replace; } A;
+    static const struct {
+        const char *name;
+        rm_strategy strategy;
+        rm_phase phase;
+        bool suspend;
+        int S, nobs;
+        rm_ps_observed obs[4];
+        int nact;
+        A act[4];
+        int ready;
+    } T[] = {
+        {"fresh job: create all", RM_STRATEGY_PS, RM_PHASE_PENDING, false, 2, 0, {{0}}, 2,
+         {{RM_PS_ACT_CREATE, 0, false}, {RM_PS_ACT_CREATE, 1, false}}, 0},
+        {"all serving: nothing", RM_STRATEGY_PS, RM_PHASE_RUNNING, false, 2, 2,
+         {{true, false, true}, {true, false, true}}, 0, {{0}}, 2},
+        {"server 1 died: replaced alone", RM_STRATEGY_PS, RM_PHASE_RUNNING, false, 2, 2,
+         {{true, false, true}, {true, true, false}}, 1, {{RM_PS_ACT_CREATE, 1, true}}, 1},
+        {"starting: wait", RM_STRATEGY_PS, RM_PHASE_RUNNING, false, 2, 2,
+         {{true, false, false}, {true, false, true}}, 0, {{0}}, 1},
+        {"succeeded: delete all", RM_STRATEGY_PS, RM_PHASE_SUCCEEDED, false, 2, 2,
+         {{true, false, true}, {true, true, false}}, 2,
+         {{RM_PS_ACT_DELETE, 0, false}, {RM_PS_ACT_DELETE, 1, false}}, 0},
+        {"suspended: delete", RM_STRATEGY_PS, RM_PHASE_RUNNING, true, 1, 1, {{true, false, true}},
+         1, {{RM_PS_ACT_DELETE, 0, false}}, 0},
+        {"scaled down 3 -> 1", RM_STRATEGY_PS, RM_PHASE_RUNNING, false, 1, 3,
+         {{true, false, true}, {true, false, true}, {false, false, false}}, 1,
+         {{RM_PS_ACT_DELETE, 1, false}}, 1},
+        {"allreduce job: none, leftovers deleted", RM_STRATEGY_ALLREDUCE, RM_PHASE_RUNNING, false,
+         1, 1, {{true, false, true}}, 1, {{RM_PS_ACT_DELETE, 0, false}}, 0},
+    };
+    for (size_t c = 0; c < RM_ARRAY_LEN(T); c++) {
+        rm_tj job;
+        memset(&job, 0, sizeof job);
+        job.spec.strategy = T[c].strategy;
+        job.spec.ps.replicas = T[c].S;
+        job.spec.run.suspend = T[c].suspend;
+        job.status.phase = T[c].phase;
+        rm_ps_action out[8];
+        int ready = -1;
+        int n = rm_ps_reconcile(&job, T[c].obs, T[c].nobs, out, 8, &ready);
+        if (n != T[c].nact)
+            fprintf(stderr, "case \"%s\": %d actions, want %d\n", T[c].name, n, T[c].nact);
+        CU_ASSERT_EQUAL(n, T[c].nact);
+        for (int i = 0; i < n && i < T[c].nact; i++) {
+            CU_ASSERT_EQUAL(out[i].kind, T[c].act[i].k);
+            CU_ASSERT_EQUAL(out[i].index, T[c].act[i].i);
+            CU_ASSERT_EQUAL(out[i].replace, T[c].act[i].replace);
+        }
+        CU_ASSERT_EQUAL(ready, T[c].ready);
+    }
+}
+
+/* ---- the launch contract for servers, rendered as pods ---- */
+
+static const char *pod_env(const cJSON *pod, const char *name, bool *secret)
+{
+    const cJSON *c = cJSON_GetArrayItem(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "spec"), "containers"), 0);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItem(c, "env"))
+    {
+        if (strcmp(cJSON_GetStringValue(cJSON_GetObjectItem(e, "name")), name) != 0)
+            continue;
+        if (secret)
+            *secret = cJSON_GetObjectItem(e, "valueFrom") != NULL;
+        const cJSON *v = cJSON_GetObjectItem(e, "value");
+        return v ? cJSON_GetStringValue(v) : "";
+    }
+    return NULL;
+}
+
+static void test_ps_pods(void)
+{
+    rm_tj tj;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(parse_job("  strategy: parameterServer\n  parameterServer: {replicas: 2, "
+                                    "mode: async}\n", &tj, &e), RM_OK);
+    cJSON *pod = rm_kube_ps_pod(&tj, 1, NULL, -1, &e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
+    const cJSON *md = cJSON_GetObjectItem(pod, "metadata"), *lb = cJSON_GetObjectItem(md, "labels");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(md, "name")), "ps-ps-1");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(lb, RM_LABEL_ROLE)), "ps");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(lb, RM_LABEL_PS_INDEX)), "1");
+    CU_ASSERT_PTR_NULL(cJSON_GetObjectItem(lb, RM_LABEL_INDEX));   /* never counted as a worker */
+    CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_ROLE, NULL), "ps");
+    CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_PS_INDEX, NULL), "1");
+    CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_PS_ADDRS, NULL), "ps-ps-0.ps:29600,ps-ps-1.ps:29600");
+    CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_WORLD_SIZE, NULL), "4");
+    bool secret = false;
+    CU_ASSERT_PTR_NOT_NULL(pod_env(pod, RM_ENV_TOKEN, &secret));
+    CU_ASSERT(secret);   /* from the job's Secret, never inline */
+    const char *ps = pod_env(pod, RM_ENV_PS_SPEC, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ps);
+    CU_ASSERT_PTR_NOT_NULL(strstr(ps, "\"mode\":\"async\""));
+    const cJSON *args = cJSON_GetObjectItem(cJSON_GetArrayItem(
+        cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "spec"), "containers"), 0), "args");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetArrayItem(args, 0)), "ps");
+    /* the pod informer's projection sees a server, not a worker */
+    rm_kube_pod *kp = rm_kube_pod_transform(NULL, pod);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(kp);
+    CU_ASSERT_EQUAL(kp->ps_index, 1);
+    CU_ASSERT_EQUAL(kp->index, -1);
+    free(kp);
+    cJSON_Delete(pod);
+    /* a worker of the same job: role label, strategy and the servers' addresses */
+    pod = rm_kube_worker_pod(NULL, &tj, 2, 1, "http://rdzv:29400", NULL, &e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
+    lb = cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "metadata"), "labels");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(lb, RM_LABEL_ROLE)), "worker");
+    CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_STRATEGY, NULL), "parameterServer");
+    CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_PS_ADDRS, NULL), "ps-ps-0.ps:29600,ps-ps-1.ps:29600");
+    cJSON_Delete(pod);
+    /* an index past the servers is refused */
+    CU_ASSERT_PTR_NULL(rm_kube_ps_pod(&tj, 2, NULL, -1, &e));
+    rm_tj_free(&tj);
+}

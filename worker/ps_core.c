@@ -1,0 +1,142 @@
+/* ps_core.c — the parameter server's pure rules (see ps_core.h). */
+#include "worker/ps_core.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int rm_ps_partition(size_t total, const size_t *bounds, int nb, int S, size_t *off, size_t *len,
+                    rm_err *err)
+{
+    if (S < 1 || S > 64)
+        return rm_errf(err, RM_EINVAL, "parameter servers: %d shards (want 1..64)", S);
+    if ((size_t)S > total)
+        return rm_errf(err, RM_EINVAL, "parameter servers: %d shards for %zu parameters", S, total);
+    size_t slack = total / (8 * (size_t)S);
+    size_t cut[65];
+    cut[0] = 0;
+    cut[S] = total;
+    for (int i = 1; i < S; i++) {
+        size_t ideal = (size_t)((unsigned __int128)total * (unsigned)i / (unsigned)S);
+        size_t best = ideal, bestd = slack + 1;
+        for (int j = 0; j < nb; j++) {
+            size_t b = bounds[j];
+            size_t d = b > ideal ? b - ideal : ideal - b;
+            if (b > 0 && b < total && d <= slack && d < bestd) {
+                best = b;
+                bestd = d;
+            }
+        }
+        /* keep the ranges non-empty and ordered: a snap never crosses a neighbour's ideal */
+        if (best <= cut[i - 1])
+            best = ideal > cut[i - 1] ? ideal : cut[i - 1] + 1;
+        cut[i] = best;
+    }
+    for (int i = 0; i < S; i++) {
+        off[i] = cut[i];
+        len[i] = cut[i + 1] - cut[i];
+    }
+    return RM_OK;
+}
+
+const char *rm_ps_outcome_name(rm_ps_outcome o)
+{
+    switch (o) {
+    case RM_PS_ACCEPTED: return "accepted";
+    case RM_PS_COMPLETE: return "complete";
+    case RM_PS_DROP_LATE: return "dropped_late";
+    case RM_PS_DROP_DUP: return "dropped_duplicate";
+    case RM_PS_AHEAD: return "ahead";
+    case RM_PS_BAD: return "bad";
+    }
+    return "?";
+}
+
+int rm_ps_sync_init(rm_ps_sync *s, size_t n, int64_t version, int need, rm_err *err)
+{
+    memset(s, 0, sizeof *s);
+    s->accum = calloc(n ? n : 1, sizeof(float));
+    if (!s->accum)
+        return rm_errf(err, RM_ENOMEM, "parameter server: out of memory (%zu floats)", n);
+    s->n = n;
+    s->version = version;
+    s->need = need < 1 ? 1 : need;
+    return RM_OK;
+}
+
+void rm_ps_sync_free(rm_ps_sync *s)
+{
+    if (!s)
+        return;
+    free(s->accum);
+    memset(s, 0, sizeof *s);
+}
+
+void rm_ps_sync_set_need(rm_ps_sync *s, int need) { s->need = need < 1 ? 1 : need; }
+
+bool rm_ps_sync_ready(const rm_ps_sync *s) { return s->count > 0 && s->count >= s->need; }
+
+rm_ps_outcome rm_ps_sync_push(rm_ps_sync *s, int worker, int64_t tag, const float *grad)
+{
+    if (worker < 0 || worker >= RM_PS_MAX_WORKERS)
+        return RM_PS_BAD;
+    if (tag < s->version) {
+        s->dropped++;
+        return RM_PS_DROP_LATE;
+    }
+    if (tag > s->version)
+        return RM_PS_AHEAD;
+    uint64_t bit = 1ull << (worker % 64);
+    if (s->seen[worker / 64] & bit) {
+        s->dropped++;
+        return RM_PS_DROP_DUP;
+    }
+    s->seen[worker / 64] |= bit;
+    for (size_t i = 0; i < s->n; i++)
+        s->accum[i] += grad[i];
+    s->count++;
+    return s->count >= s->need ? RM_PS_COMPLETE : RM_PS_ACCEPTED;
+}
+
+int rm_ps_sync_average(rm_ps_sync *s, float *out)
+{
+    int c = s->count;
+    if (c == 0)
+        return 0;
+    float inv = 1.0f / (float)c;
+    for (size_t i = 0; i < s->n; i++) {
+        out[i] = s->accum[i] * inv;
+        s->accum[i] = 0;
+    }
+    memset(s->seen, 0, sizeof s->seen);
+    s->count = 0;
+    s->version++;
+    return c;
+}
+
+void rm_ps_clocks_note(rm_ps_clocks *c, int worker, int64_t step, double now)
+{
+    if (worker < 0 || worker >= RM_PS_MAX_WORKERS)
+        return;
+    if (c->seen[worker] == 0 || step > c->step[worker])
+        c->step[worker] = step;
+    c->seen[worker] = now > 0 ? now : 1e-9;
+}
+
+int64_t rm_ps_clocks_min(const rm_ps_clocks *c, double now, double dead_after)
+{
+    int64_t m = INT64_MAX;
+    for (int w = 0; w < RM_PS_MAX_WORKERS; w++)
+        if (c->seen[w] > 0 && now - c->seen[w] <= dead_after && c->step[w] < m)
+            m = c->step[w];
+    return m;
+}
+
+bool rm_ps_clocks_may_proceed(const rm_ps_clocks *c, int worker, int64_t step, int bound,
+                              double now, double dead_after)
+{
+    (void)worker;
+    if (bound <= 0)
+        return true;
+    int64_t m = rm_ps_clocks_min(c, now, dead_after);
+    return m == INT64_MAX || step - m <= bound;
+}

@@ -1,0 +1,85 @@
+/* ps_core.h — the parameter server's pure rules (issue 12; ../shared/docs/strategies.md): how the
+ * flat parameter vector is split into shards, which pushed gradient a server applies, averages or
+ * drops (synchronous mode with backup workers, Chen et al. 2016), and when a fast worker must wait
+ * for the slowest live one (bounded staleness, asynchronous Downpour). No I/O, no clocks of their
+ * own, no allocation after init: worker/ps_server.c executes what these functions decide, and
+ * tests/unit/test_ps.c checks them as tables.
+ *
+ * Ownership: rm_ps_sync owns its accumulator (rm_ps_sync_free); everything else is plain values. */
+#ifndef RM_WORKER_PS_CORE_H
+#define RM_WORKER_PS_CORE_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "common/rm.h"
+
+#define RM_PS_MAX_WORKERS 1024
+
+/* ---- shards ----
+ * S contiguous ranges [off[i], off[i]+len[i]) covering [0, total) in order. Each cut starts at its
+ * balanced position i*total/S and moves to the nearest layer boundary when one lies within
+ * total/(8S) of it, so a shard is never more than one such step (a quarter of 1/S in all) from
+ * 1/S of the floats, and whole layers stay on one server when that costs little balance.
+ * bounds: the layer boundaries (offsets of layer starts, ascending, may include 0 and total);
+ * nb may be 0. RM_EINVAL when S < 1, S > total or S > 64. */
+int rm_ps_partition(size_t total, const size_t *bounds, int nb, int S, size_t *off, size_t *len,
+                    rm_err *err);
+
+/* ---- synchronous rule ----
+ * Step k (= the server's version) is applied as soon as `need` (N - b) distinct workers pushed a
+ * gradient tagged k; exactly those are summed and averaged; later pushes tagged k (or older) are
+ * dropped and counted; a second push from the same worker for k is a duplicate (dropped). */
+typedef enum {
+    RM_PS_ACCEPTED = 0,   /* counted; the step still waits for more */
+    RM_PS_COMPLETE,       /* counted and the step has its N-b: call rm_ps_sync_average, apply */
+    RM_PS_DROP_LATE,      /* tagged with an older version: the step was applied without it */
+    RM_PS_DROP_DUP,       /* this worker already pushed for this version */
+    RM_PS_AHEAD,          /* tagged with a version the server does not have yet: a bug or a stale
+                             server (restored from an older checkpoint); refused */
+    RM_PS_BAD,            /* worker id out of range */
+} rm_ps_outcome;
+const char *rm_ps_outcome_name(rm_ps_outcome o);
+
+typedef struct rm_ps_sync {
+    size_t n;                 /* floats of the shard */
+    int64_t version;          /* steps applied */
+    int need;                 /* N - b (>= 1) */
+    int count;                /* gradients summed for `version` so far */
+    uint64_t seen[RM_PS_MAX_WORKERS / 64];
+    float *accum;             /* owned, n floats */
+    uint64_t dropped;         /* late + duplicate pushes dropped so far */
+} rm_ps_sync;
+
+int rm_ps_sync_init(rm_ps_sync *s, size_t n, int64_t version, int need, rm_err *err);
+void rm_ps_sync_free(rm_ps_sync *s);
+/* need changes take effect for the step in progress (a world that shrank completes it sooner). */
+void rm_ps_sync_set_need(rm_ps_sync *s, int need);
+/* Judge (and on ACCEPTED/COMPLETE, add) one worker's gradient of n floats for step tag. */
+rm_ps_outcome rm_ps_sync_push(rm_ps_sync *s, int worker, int64_t tag, const float *grad);
+/* After COMPLETE (or when count >= need after a shrink): out = accum / count, the accumulator is
+ * cleared and version advances. Returns how many gradients were averaged (0: nothing pending). */
+int rm_ps_sync_average(rm_ps_sync *s, float *out);
+/* Is the step in progress complete (count >= need, count > 0)? */
+bool rm_ps_sync_ready(const rm_ps_sync *s);
+
+/* ---- bounded staleness (stale synchronous parallel) ----
+ * The clocks of the workers a server has heard from: their step and when. A worker at step c may
+ * go on when bound == 0 (unbounded) or c - min(step of every live worker) <= bound; a worker is
+ * live when heard from within dead_after seconds (a dead one never holds the others). */
+typedef struct rm_ps_clocks {
+    int64_t step[RM_PS_MAX_WORKERS];
+    double seen[RM_PS_MAX_WORKERS];   /* 0: never */
+} rm_ps_clocks;
+void rm_ps_clocks_note(rm_ps_clocks *c, int worker, int64_t step, double now);
+/* The slowest live worker's step (INT64_MAX when none is live). */
+int64_t rm_ps_clocks_min(const rm_ps_clocks *c, double now, double dead_after);
+bool rm_ps_clocks_may_proceed(const rm_ps_clocks *c, int worker, int64_t step, int bound,
+                              double now, double dead_after);
+
+/* Staleness of an asynchronous push: how many updates the server applied since the version the
+ * gradient was computed from (0 when the worker was current; never negative). */
+static inline int64_t rm_ps_staleness(int64_t server_version, int64_t from_version)
+{
+    return server_version > from_version ? server_version - from_version : 0;
+}
+#endif

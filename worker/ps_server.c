@@ -1,0 +1,721 @@
+/* ps_server.c — `ringmaster-worker ps`: one parameter server (see ps_server.h).
+ *
+ * Design: the rules (which gradient counts, when a worker may go on) are worker/ps_core.h's pure
+ * functions; this file only executes them: sockets, threads, the optimizer, checkpoints, metrics.
+ * Requests are dispatched through a small op table (OPS below) so later strategies add entries. */
+#include "worker/ps_server.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include "common/clock.h"
+#include "common/http.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/metrics.h"
+#include "common/ratelimit.h"
+#include "common/trainingjob.h"
+#include "common/worker_env.h"
+#include "kernels/kernels.h"
+#include "worker/checkpoint.h"
+#include "worker/comm.h"
+#include "worker/faults.h"
+#include "worker/model.h"
+#include "worker/net.h"
+#include "worker/optim.h"
+#include "worker/ps_core.h"
+#include "worker/ps_wire.h"
+
+#define PS_IDLE_S 600.0          /* a connection silent this long is closed */
+#define PS_DEAD_AFTER_S 10.0     /* a worker silent this long no longer holds the others */
+
+static volatile sig_atomic_t g_ps_term;
+static void ps_on_term(int sig)
+{
+    (void)sig;
+    g_ps_term = 1;
+}
+
+typedef struct server server;
+
+typedef struct conn {
+    server *s;
+    int fd;
+    char who[64];
+    pthread_t th;
+    float *buf;                  /* shard-sized: a push's gradient in, a fetch's floats out */
+} conn;
+
+struct server {
+    /* settings */
+    int index, nservers, world;
+    rm_ps_spec ps;
+    rm_training_spec t;
+    char token[256];
+    char job[256];
+    char addrs[RM_PS_MAX_SERVERS][128];
+    char bind[128];
+    int port;
+    char ckpt_dir[4096];         /* "" = none */
+    int ckpt_interval, ckpt_keep;
+    double timeout_s;
+    char metrics_addr[128];
+    rm_faults faults;
+
+    /* shard */
+    rm_model_shape shape;
+    size_t total, off, len;
+    float *params;
+    float *gbuf;                 /* averaged gradient (sync) */
+    rm_optim opt;
+    rm_ps_sync sync;             /* sync: accumulator + version */
+    int64_t version;             /* async: updates applied (sync: sync.version) */
+    int64_t draws;               /* server 0, async: global batches handed out */
+    rm_ps_clocks clocks;
+    int64_t last_ckpt_version;
+
+    /* concurrency */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;           /* monotonic clock; broadcast on every apply */
+    atomic_int nconns;
+    int lfd;
+
+    /* metrics */
+    rm_metrics *reg;
+    rm_http_server *http;
+    rm_series *m_pushes, *m_fetches, *m_dropped, *m_staleness, *m_version, *m_apply, *m_draws;
+};
+
+static rm_ratelimit g_ps_refuse_rl = RM_RATELIMIT_INIT(5, 10.0);
+
+static int64_t cur_version(const server *s)
+{
+    return s->ps.mode == RM_PS_SYNC ? s->sync.version : s->version;
+}
+
+static void timed_wait(server *s, double until)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double now = rm_mono(), dt = until - now;
+    if (dt <= 0)
+        return;
+    if (dt > 0.5)
+        dt = 0.5;   /* wake at least twice a second: dead workers stop holding anybody */
+    ts.tv_sec += (time_t)dt;
+    ts.tv_nsec += (long)((dt - (double)(time_t)dt) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+}
+
+/* A fault for this server (role=ps, index), due at this version. Under mu. */
+static void check_fault(server *s)
+{
+    const rm_fault *f = rm_faults_due(&s->faults, RM_FAULT_PS_RANK(s->index), cur_version(s));
+    if (f) {
+        rm_warn("fault injected kind=%s role=ps index=%d version=%lld", rm_fault_kind_name(f->kind),
+                s->index, (long long)cur_version(s));
+        _exit(137);
+    }
+}
+
+static void applied(server *s, double t0)
+{
+    rm_series_observe(s->m_apply, rm_mono() - t0);
+    rm_series_set(s->m_version, (double)cur_version(s));
+    pthread_cond_broadcast(&s->cv);
+    check_fault(s);
+}
+
+/* ---- ops ---- */
+
+typedef int (*op_fn)(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r);
+
+static int op_info(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
+{
+    (void)c;
+    (void)q;
+    pthread_mutex_lock(&s->mu);
+    r->version = cur_version(s);
+    pthread_mutex_unlock(&s->mu);
+    r->a = (int64_t)s->off;
+    r->b = (int64_t)s->len;
+    return RM_OK;
+}
+
+/* Wait (bounded) while the staleness bound holds this worker back. Under mu. */
+static void staleness_wait(server *s, int worker, int64_t clock)
+{
+    double until = rm_mono() + s->timeout_s;
+    while (!g_ps_term && !rm_ps_clocks_may_proceed(&s->clocks, worker, clock, s->ps.staleness_bound,
+                                                   rm_mono(), PS_DEAD_AFTER_S) &&
+           rm_mono() < until) {
+        timed_wait(s, until);
+        rm_ps_clocks_note(&s->clocks, worker, clock, rm_mono());   /* waiting is not dying */
+    }
+}
+
+static int op_fetch(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
+{
+    pthread_mutex_lock(&s->mu);
+    double until = rm_mono() + s->timeout_s;
+    if (s->ps.mode == RM_PS_SYNC) {
+        /* wait for the step in progress only: a shard further behind (restored from an older
+         * checkpoint) answers at once, and the workers go back to its step to catch it up */
+        while (!g_ps_term && s->sync.version + 1 == q->step && rm_mono() < until)
+            timed_wait(s, until);
+    } else {
+        rm_ps_clocks_note(&s->clocks, (int)q->worker, q->step, rm_mono());   /* step: its clock */
+        staleness_wait(s, (int)q->worker, q->step);
+    }
+    r->version = cur_version(s);
+    if (s->ps.mode == RM_PS_SYNC && r->version + 1 == q->step) {
+        r->status = RM_PS_ST_TIMEOUT;
+    } else {
+        memcpy(c->buf, s->params, s->len * sizeof(float));
+        r->nfloats = (uint32_t)s->len;
+    }
+    pthread_mutex_unlock(&s->mu);
+    rm_series_inc(s->m_fetches, 1);
+    return RM_OK;
+}
+
+static int op_push(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
+{
+    rm_series_inc(s->m_pushes, 1);
+    pthread_mutex_lock(&s->mu);
+    double t0 = rm_mono();
+    if (s->ps.mode == RM_PS_SYNC) {
+        int world = q->world < 1 ? 1 : q->world > RM_PS_MAX_WORKERS ? RM_PS_MAX_WORKERS : (int)q->world;
+        rm_ps_sync_set_need(&s->sync, world - s->ps.backup_workers);
+        rm_ps_outcome o = rm_ps_sync_push(&s->sync, (int)q->worker, q->step, c->buf);
+        if (o == RM_PS_AHEAD) {
+            /* this shard was restored from a checkpoint older than the job's step: it follows the
+             * workers (the updates since its checkpoint are lost, as strategies.md allows) */
+            rm_warn("shard behind the workers; adopting their step version=%lld step=%lld",
+                    (long long)s->sync.version, (long long)q->step);
+            int need = s->sync.need;
+            size_t n = s->sync.n;
+            rm_ps_sync_free(&s->sync);
+            rm_err e = {0};
+            if (rm_ps_sync_init(&s->sync, n, q->step, need, &e) != RM_OK) {
+                pthread_mutex_unlock(&s->mu);
+                rm_error("parameter server: %s", e.msg);
+                return RM_ENOMEM;
+            }
+            o = rm_ps_sync_push(&s->sync, (int)q->worker, q->step, c->buf);
+        }
+        if (o == RM_PS_DROP_LATE || o == RM_PS_DROP_DUP) {
+            r->status = RM_PS_ST_DROPPED;
+            rm_series_inc(s->m_dropped, 1);
+        } else if (o == RM_PS_BAD) {
+            r->status = RM_PS_ST_BAD;
+        }
+        if (rm_ps_sync_ready(&s->sync)) {
+            rm_ps_sync_average(&s->sync, s->gbuf);
+            rm_optim_step(&s->opt, s->params, s->gbuf, q->lr);
+            applied(s, t0);
+        }
+    } else {
+        int64_t st = rm_ps_staleness(s->version, q->from_version);
+        rm_series_observe(s->m_staleness, (double)st);
+        rm_optim_step(&s->opt, s->params, c->buf, q->lr);
+        s->version++;
+        applied(s, t0);
+        rm_ps_clocks_note(&s->clocks, (int)q->worker, q->step, rm_mono());
+        staleness_wait(s, (int)q->worker, q->step);
+    }
+    r->version = cur_version(s);
+    pthread_mutex_unlock(&s->mu);
+    return RM_OK;
+}
+
+static int op_draw(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
+{
+    (void)c;
+    pthread_mutex_lock(&s->mu);
+    if (s->draws >= q->step) {
+        r->status = RM_PS_ST_DONE;
+    } else {
+        r->a = s->draws++;
+        rm_series_set(s->m_draws, (double)s->draws);
+    }
+    r->version = cur_version(s);
+    pthread_mutex_unlock(&s->mu);
+    return RM_OK;
+}
+
+/* The op table: what a request may carry and who handles it. */
+static const struct {
+    uint32_t op;
+    const char *name;
+    bool shard_payload;     /* the request carries exactly the shard's floats */
+    op_fn fn;
+} OPS[] = {
+    {RM_PS_OP_INFO, "info", false, op_info},
+    {RM_PS_OP_FETCH, "fetch", false, op_fetch},
+    {RM_PS_OP_PUSH, "push", true, op_push},
+    {RM_PS_OP_DRAW, "draw", false, op_draw},
+};
+
+static void refuse(const char *who, const char *why)
+{
+    unsigned long sup = 0;
+    if (rm_ratelimit_take(&g_ps_refuse_rl, rm_mono(), &sup))
+        rm_warn("parameter server refused connection from=%s reason=\"%s\" suppressed=%lu", who,
+                why, sup);
+}
+
+static void *conn_main(void *arg)
+{
+    conn *c = arg;
+    server *s = c->s;
+    rm_err e = {0};
+    int worker = -1;
+    int rc = rm_ps_hs_accept(c->fd, s->token, s->index, s->nservers,
+                             rm_mono() + RM_PS_HANDSHAKE_S, &worker, &e);
+    if (rc) {
+        refuse(c->who, e.msg);
+        goto out;
+    }
+    rm_debug("worker connected from=%s worker=%d", c->who, worker);
+    for (;;) {
+        rm_ps_req q;
+        rm_ps_rep r;
+        rc = rm_net_recv_all(c->fd, &q, sizeof q, rm_mono() + PS_IDLE_S, &e);
+        if (rc)
+            break;   /* closed, idle or reset: the worker reconnects when it needs us */
+        size_t i = 0;
+        while (i < RM_ARRAY_LEN(OPS) && OPS[i].op != q.op)
+            i++;
+        if (q.magic != RM_PS_MAGIC || q.check != rm_ps_req_check(&q) || i == RM_ARRAY_LEN(OPS) ||
+            q.worker != (uint32_t)worker ||
+            (OPS[i].shard_payload ? q.nfloats != s->len : q.nfloats != 0)) {
+            refuse(c->who, "malformed request");
+            break;
+        }
+        if (q.nfloats && (rc = rm_net_recv_all(c->fd, c->buf, s->len * sizeof(float),
+                                               rm_mono() + s->timeout_s, &e)))
+            break;
+        memset(&r, 0, sizeof r);
+        r.magic = RM_PS_MAGIC;
+        if (OPS[i].fn(s, c, &q, &r) != RM_OK)
+            break;
+        r.check = rm_ps_rep_check(&r);
+        if (rm_net_send_all(c->fd, &r, sizeof r, rm_mono() + s->timeout_s, &e) ||
+            (r.nfloats && rm_net_send_all(c->fd, c->buf, (size_t)r.nfloats * sizeof(float),
+                                          rm_mono() + s->timeout_s, &e)))
+            break;
+    }
+out:
+    close(c->fd);
+    free(c->buf);
+    free(c);
+    atomic_fetch_sub(&s->nconns, 1);
+    return NULL;
+}
+
+static void *accept_main(void *arg)
+{
+    server *s = arg;
+    while (!g_ps_term) {
+        char who[64] = "?";
+        int fd = -1;
+        rm_err e = {0};
+        if (rm_net_accept(s->lfd, rm_mono() + 0.5, &fd, who, sizeof who, &e) != RM_OK)
+            continue;
+        if (atomic_load(&s->nconns) >= RM_PS_MAX_CONNS) {
+            refuse(who, "too many connections");
+            close(fd);
+            continue;
+        }
+        conn *c = calloc(1, sizeof *c);
+        float *buf = c ? malloc(s->len * sizeof(float)) : NULL;
+        if (!c || !buf) {
+            free(c);
+            free(buf);
+            close(fd);
+            continue;
+        }
+        c->s = s;
+        c->fd = fd;
+        c->buf = buf;
+        snprintf(c->who, sizeof c->who, "%s", who);
+        atomic_fetch_add(&s->nconns, 1);
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        if (pthread_create(&c->th, &at, conn_main, c) != 0) {
+            atomic_fetch_sub(&s->nconns, 1);
+            close(fd);
+            free(buf);
+            free(c);
+        }
+        pthread_attr_destroy(&at);
+    }
+    return NULL;
+}
+
+/* ---- checkpoints ---- */
+
+/* A shard's checkpoint is a worker checkpoint (worker/checkpoint.h: atomic, checksummed) of a
+ * one-layer pseudo-model with exactly the shard's length (len-1 inputs, 1 output: the format ties
+ * the parameter count to the shape); which shard of which model it holds is in the header's
+ * reserved words: rng[0] = offset, rng[1] = the model's parameters, rng[2] = the model's shape
+ * (a hash), world_size = S, rdzv_epoch = index. A restore checks all of them. */
+static uint64_t shape_hash(const rm_model_shape *sh)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i <= sh->nlayers && i < RM_MODEL_MAX_LAYERS + 1; i++)
+        h = (h ^ (uint64_t)(uint32_t)sh->dims[i]) * 1099511628211ull;
+    return h;
+}
+
+static void ckpt_expect(const server *s, rm_ckpt_meta *m)
+{
+    memset(m, 0, sizeof *m);
+    m->shape.nlayers = 1;
+    m->shape.dims[0] = (int)(s->len - 1);
+    m->shape.dims[1] = 1;
+    m->opt_type = (int32_t)s->t.optimizer.type;
+    m->nstate = s->opt.nstate;
+    m->nparams = s->len;
+    m->rng[0] = s->off;
+    m->rng[1] = s->total;
+    m->rng[2] = shape_hash(&s->shape);
+}
+
+static int ckpt_restore(server *s)
+{
+    if (!s->ckpt_dir[0])
+        return 0;
+    rm_ckpt_meta exp, meta;
+    ckpt_expect(s, &exp);
+    size_t cap = (size_t)(1 + s->opt.nstate) * s->len * sizeof(float);
+    char *buf = malloc(cap);
+    if (!buf)
+        return 0;
+    char path[4200];
+    int skipped = 0;
+    rm_err e = {0};
+    int rc = rm_ckpt_load_newest(s->ckpt_dir, &exp, &meta, buf, cap, path, sizeof path, &skipped, &e);
+    if (rc == RM_OK && (meta.world_size != s->nservers || meta.rdzv_epoch != s->index ||
+                        meta.rng[0] != exp.rng[0] || meta.rng[1] != exp.rng[1] ||
+                        meta.rng[2] != exp.rng[2])) {
+        rm_warn("checkpoint of another shard layout ignored path=%s servers=%d index=%d", path,
+                meta.world_size, meta.rdzv_epoch);
+        rc = RM_EINVAL;
+    }
+    if (rc == RM_OK) {
+        memcpy(s->params, buf, s->len * sizeof(float));
+        for (int i = 0; i < s->opt.nstate; i++)
+            memcpy(s->opt.state[i], buf + (size_t)(1 + i) * s->len * sizeof(float),
+                   s->len * sizeof(float));
+        s->opt.t = meta.opt_t;
+        s->version = meta.step;
+        s->sync.version = meta.step;
+        s->draws = meta.data_pos;
+        s->last_ckpt_version = meta.step;
+        rm_info("shard restored path=%s version=%lld draws=%lld skipped_invalid=%d", path,
+                (long long)meta.step, (long long)meta.data_pos, skipped);
+    } else if (skipped) {
+        rm_warn("no usable shard checkpoint reason=\"%s\"", e.msg);
+    }
+    free(buf);
+    return rc == RM_OK;
+}
+
+/* Snapshot under mu into stage, write outside it. */
+static void ckpt_write(server *s, char *stage, bool force)
+{
+    if (!s->ckpt_dir[0])
+        return;
+    rm_ckpt_meta meta;
+    ckpt_expect(s, &meta);
+    pthread_mutex_lock(&s->mu);
+    int64_t v = cur_version(s);
+    if (v == s->last_ckpt_version || (!force && v < s->last_ckpt_version + s->ckpt_interval)) {
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+    memcpy(stage, s->params, s->len * sizeof(float));
+    for (int i = 0; i < s->opt.nstate; i++)
+        memcpy(stage + (size_t)(1 + i) * s->len * sizeof(float), s->opt.state[i],
+               s->len * sizeof(float));
+    meta.step = v;
+    meta.opt_t = s->opt.t;
+    meta.data_pos = s->draws;
+    pthread_mutex_unlock(&s->mu);
+    meta.world_size = s->nservers;
+    meta.rdzv_epoch = s->index;
+    meta.seed = s->t.seed;
+    meta.batch_per_worker = s->t.batch_size_per_worker;
+    meta.loss_scale = 1;
+    rm_ckpt_seg seg = {stage, (size_t)(1 + s->opt.nstate) * s->len * sizeof(float)};
+    char path[4200];
+    rm_err e = {0};
+    double t0 = rm_mono();
+    if (rm_ckpt_write(s->ckpt_dir, &meta, &seg, 1, s->ckpt_keep, path, sizeof path, &e) != RM_OK) {
+        rm_error("shard checkpoint write failed version=%lld err=\"%s\"", (long long)v, e.msg);
+        return;
+    }
+    s->last_ckpt_version = v;
+    rm_info("shard checkpoint written path=%s version=%lld seconds=%.3f", path, (long long)v,
+            rm_mono() - t0);
+}
+
+/* ---- settings ---- */
+
+static int env_int(const char *name, int lo, int hi, int dflt, int *out, rm_err *err)
+{
+    const char *v = getenv(name);
+    if (!v || !*v) {
+        *out = dflt;
+        return RM_OK;
+    }
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || *end || x < lo || x > hi)
+        return rm_err_field(err, RM_EINVAL, name, "want an integer in [%d, %d], got \"%s\"", lo, hi,
+                            v);
+    *out = (int)x;
+    return RM_OK;
+}
+
+static int settings(server *s, int argc, char **argv, rm_err *err)
+{
+    const char *v;
+    snprintf(s->metrics_addr, sizeof s->metrics_addr, ":%d", RM_PORT_WORKER_METRICS);
+    rm_log_level lvl = RM_LOG_INFO;
+    rm_log_format fmt = RM_LOG_TEXT;
+    static const struct option opts[] = {
+        {"metrics-addr", required_argument, 0, 'm'},
+        {"log-format", required_argument, 0, 'f'},
+        {"log-level", required_argument, 0, 'l'},
+        {0, 0, 0, 0},
+    };
+    optind = 1;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'm')
+            snprintf(s->metrics_addr, sizeof s->metrics_addr, "%s", optarg);
+        else if (c == 'f' && rm_log_parse_format(optarg, &fmt) == RM_OK)
+            ;
+        else if (c == 'l' && rm_log_parse_level(optarg, &lvl) == RM_OK)
+            ;
+        else
+            return rm_errf(err, RM_EINVAL, "ps: unknown or bad flag %s", argv[optind - 1]);
+    }
+    rm_log_init(lvl, fmt, "ps");
+    if (!strcmp(s->metrics_addr, "off"))
+        s->metrics_addr[0] = 0;
+    RM_CHECK(env_int(RM_ENV_PS_INDEX, 0, RM_PS_MAX_SERVERS - 1, 0, &s->index, err));
+    RM_CHECK(env_int(RM_ENV_WORLD_SIZE, 1, RM_PS_MAX_WORKERS, 1, &s->world, err));
+    RM_CHECK(env_int(RM_ENV_CHECKPOINT_INTERVAL, 1, INT32_MAX, 200, &s->ckpt_interval, err));
+    RM_CHECK(env_int(RM_ENV_CHECKPOINT_KEEP, 1, 1000, 3, &s->ckpt_keep, err));
+    v = getenv(RM_ENV_TOKEN);
+    if (!v || !*v || strlen(v) >= sizeof s->token)
+        return rm_err_field(err, RM_EAUTH, RM_ENV_TOKEN, "missing, empty or too long: a parameter "
+                            "server only serves workers that prove the job's token");
+    snprintf(s->token, sizeof s->token, "%s", v);
+    snprintf(s->job, sizeof s->job, "%s", (v = getenv(RM_ENV_JOB)) && *v ? v : "default/local");
+    RM_CHECK(rm_ps_parse_addrs(getenv(RM_ENV_PS_ADDRS), s->addrs, RM_PS_MAX_SERVERS, &s->nservers,
+                               err));
+    if (s->index >= s->nservers)
+        return rm_err_field(err, RM_EINVAL, RM_ENV_PS_INDEX, "%d, but %s lists %d servers",
+                            s->index, RM_ENV_PS_ADDRS, s->nservers);
+    char host[128];
+    RM_CHECK(rm_comm_split_addr(s->addrs[s->index], host, sizeof host, &s->port, err));
+    snprintf(s->bind, sizeof s->bind, "%s", (v = getenv(RM_ENV_BIND_ADDR)) && *v ? v : "0.0.0.0");
+    if ((v = getenv(RM_ENV_CHECKPOINT_DIR)) && *v)
+        snprintf(s->ckpt_dir, sizeof s->ckpt_dir, "%s/ps-%d", v, s->index);
+    s->timeout_s = 10;
+    /* spec.training and spec.parameterServer */
+    rm_training_defaults(&s->t);
+    if ((v = getenv(RM_ENV_TRAINING)) && *v) {
+        cJSON *o = rm_json_parse(v, strlen(v), err);
+        if (!o)
+            return rm_err_field(err, RM_EINVAL, RM_ENV_TRAINING, "not JSON");
+        rm_training_free(&s->t);
+        memset(&s->t, 0, sizeof s->t);
+        int rc = rm_training_from_json(o, "spec.training", &s->t, err);
+        cJSON_Delete(o);
+        RM_CHECK(rc);
+        rm_training_defaults(&s->t);
+    }
+    RM_CHECK(rm_training_validate(&s->t, "spec.training", err));
+    if ((v = getenv(RM_ENV_PS_SPEC)) && *v) {
+        cJSON *o = rm_json_parse(v, strlen(v), err);
+        if (!o)
+            return rm_err_field(err, RM_EINVAL, RM_ENV_PS_SPEC, "not JSON");
+        int rc = rm_ps_from_json(o, "spec.parameterServer", &s->ps, err);
+        cJSON_Delete(o);
+        RM_CHECK(rc);
+    }
+    rm_ps_defaults(&s->ps);
+    if (s->ps.replicas != s->nservers)
+        return rm_err_field(err, RM_EINVAL, RM_ENV_PS_ADDRS, "lists %d servers, "
+                            "spec.parameterServer.replicas is %d", s->nservers, s->ps.replicas);
+    if (s->ps.backup_workers >= s->world)
+        return rm_err_field(err, RM_EINVAL, "spec.parameterServer.backupWorkers",
+                            "must be < spec.replicas (%d)", s->world);
+    RM_CHECK(rm_faults_parse(getenv(RM_ENV_FAULT), &s->faults, err));
+    if (s->ckpt_dir[0])
+        rm_faults_set_dir(&s->faults, s->ckpt_dir);
+    return RM_OK;
+}
+
+static int setup(server *s, rm_err *err)
+{
+    const rm_kernels *k = rm_kernels_cpu();
+    RM_CHECK(rm_model_shape_make(&s->shape, RM_MODEL_INPUT, s->t.hidden, s->t.nhidden,
+                                 RM_MODEL_CLASSES, err));
+    rm_param_layout lay;
+    rm_model_layout(&s->shape, &lay);
+    s->total = lay.total;
+    size_t off[RM_PS_MAX_SERVERS], len[RM_PS_MAX_SERVERS];
+    RM_CHECK(rm_ps_partition(lay.total, lay.layer_off, lay.nlayers, s->nservers, off, len, err));
+    s->off = off[s->index];
+    s->len = len[s->index];
+    s->params = malloc(s->len * sizeof(float));
+    s->gbuf = malloc(s->len * sizeof(float));
+    if (!s->params || !s->gbuf)
+        return rm_errf(err, RM_ENOMEM, "parameter server: out of memory");
+    RM_CHECK(rm_optim_init(&s->opt, k, &s->t.optimizer, s->len, err));
+    RM_CHECK(rm_ps_sync_init(&s->sync, s->len, 0, s->world - s->ps.backup_workers, err));
+    if (!ckpt_restore(s)) {
+        /* the same initial weights every worker's model would draw from the seed */
+        rm_model m;
+        RM_CHECK(rm_model_init(&m, k, &s->shape, 1, err));
+        int rc = rm_model_init_params(&m, s->t.seed, err);
+        if (rc == RM_OK)
+            memcpy(s->params, m.params + s->off, s->len * sizeof(float));
+        rm_model_free(&m);
+        RM_CHECK(rc);
+    }
+    s->reg = rm_metrics_new();
+    if (!s->reg)
+        return rm_errf(err, RM_ENOMEM, "metrics: out of memory");
+    static const char *const L[] = {"job", "shard", NULL};
+    static const double st_b[] = {0, 1, 2, 4, 8, 16, 32, 64, 128};
+    static const double ap_b[] = {1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5};
+    rm_metric *f;
+    char shard[16];
+    snprintf(shard, sizeof shard, "%d", s->index);
+#define FAM(kind, var, name, help)                                                  \
+    do {                                                                            \
+        RM_CHECK(rm_metrics_##kind(s->reg, name, help, L, &f, err));                \
+        if (!(s->var = rm_metric_with2(f, s->job, shard)))                          \
+            return rm_errf(err, RM_ENOMEM, "metrics: out of memory");               \
+    } while (0)
+#define HIST(var, name, help, b)                                                                \
+    do {                                                                                        \
+        RM_CHECK(rm_metrics_histogram(s->reg, name, help, L, b, RM_ARRAY_LEN(b), &f, err));    \
+        if (!(s->var = rm_metric_with2(f, s->job, shard)))                                      \
+            return rm_errf(err, RM_ENOMEM, "metrics: out of memory");                           \
+    } while (0)
+    FAM(counter, m_pushes, "ringmaster_ps_pushes_total", "Gradient pushes received by this server.");
+    FAM(counter, m_fetches, "ringmaster_ps_fetches_total", "Parameter fetches served by this server.");
+    FAM(counter, m_dropped, "ringmaster_ps_dropped_gradients_total",
+        "Gradients dropped (sync: late for a step already applied with N-b, or duplicates).");
+    FAM(gauge, m_version, "ringmaster_ps_version", "Updates applied to this shard (sync: the global step).");
+    FAM(gauge, m_draws, "ringmaster_ps_draws", "Global batches handed out (server 0, async).");
+    HIST(m_staleness, "ringmaster_ps_staleness", "Async: updates applied between a gradient's fetch and its push.", st_b);
+    HIST(m_apply, "ringmaster_ps_apply_seconds", "Time to apply one update to this shard.", ap_b);
+#undef FAM
+#undef HIST
+    rm_series_set(s->m_version, (double)cur_version(s));
+    if (s->metrics_addr[0]) {
+        rm_http_route routes[] = {{"GET", "/metrics", 0, rm_metrics_handler, s->reg}};
+        rm_http_opts o = {.bind = s->metrics_addr};
+        RM_CHECK(rm_http_start(&o, routes, RM_ARRAY_LEN(routes), &s->http, err));
+    }
+    return rm_net_listen(s->bind, s->port, 64, &s->lfd, &s->port, err);
+}
+
+int rm_ps_server_main(int argc, char **argv)
+{
+    static server S;   /* large (the clocks table); one per process */
+    server *s = &S;
+    memset(s, 0, sizeof *s);
+    s->lfd = -1;
+    rm_err err = {0};
+    int rc = settings(s, argc, argv, &err);
+    if (rc) {
+        rm_error("parameter server: bad settings err=\"%s\"", err.msg);
+        return 2;
+    }
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&s->mu, NULL);
+    char *stage = NULL;
+    pthread_t acc;
+    bool acc_started = false;
+    rc = setup(s, &err);
+    if (rc == RM_OK) {
+        stage = malloc((size_t)(1 + s->opt.nstate) * s->len * sizeof(float));
+        if (!stage)
+            rc = rm_errf(&err, RM_ENOMEM, "parameter server: out of memory");
+    }
+    if (rc == RM_OK) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = ps_on_term;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGTERM, &sa, NULL);
+        sigaction(SIGINT, &sa, NULL);
+        signal(SIGPIPE, SIG_IGN);
+        if (pthread_create(&acc, NULL, accept_main, s) != 0)
+            rc = rm_errf(&err, RM_ERR, "parameter server: cannot start the acceptor");
+        else
+            acc_started = true;
+    }
+    if (rc == RM_OK) {
+        rm_info("parameter server ready index=%d of=%d listen=%s:%d shard_offset=%zu shard_len=%zu "
+                "of_total=%zu mode=%s backup_workers=%d staleness_bound=%d version=%lld "
+                "optimizer=%s metrics=%s",
+                s->index, s->nservers, s->bind, s->port, s->off, s->len, s->total,
+                rm_ps_mode_names[s->ps.mode == RM_PS_ASYNC], s->ps.backup_workers,
+                s->ps.staleness_bound, (long long)cur_version(s),
+                rm_optim_name(s->t.optimizer.type), s->metrics_addr[0] ? s->metrics_addr : "off");
+        while (!g_ps_term) {
+            struct timespec ts = {0, 200 * 1000000L};
+            nanosleep(&ts, NULL);
+            ckpt_write(s, stage, false);
+        }
+        rm_info("SIGTERM: writing the shard checkpoint and exiting version=%lld",
+                (long long)cur_version(s));
+        ckpt_write(s, stage, true);
+    } else {
+        rm_error("parameter server failed err=\"%s\"", err.msg);
+    }
+    if (acc_started) {
+        pthread_mutex_lock(&s->mu);
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(acc, NULL);
+    }
+    /* connection threads are detached and may still hold the shard: exit without freeing it */
+    rm_http_stop(s->http);
+    return rc ? (err.field[0] ? 2 : 1) : 0;
+}

@@ -1,0 +1,34 @@
+/* ps_server.h — `ringmaster-worker ps`: one parameter server (issue 12; strategies.md).
+ *
+ * The server holds shard `index` of S (worker/ps_core.h's partition of the model's flat parameter
+ * vector) with its optimizer state, and serves the ops of worker/ps_wire.h to the job's workers
+ * over TCP, authenticated with the job token. Synchronous mode applies step k once N-b workers
+ * pushed it (averaging exactly those, dropping and counting later ones); asynchronous mode
+ * (Downpour) applies every push on arrival with the job's optimizer (Adagrad, as Downpour did),
+ * records its staleness, and holds a worker more than stalenessBound steps ahead of the slowest
+ * live one. Server 0 also hands out the global batch budget in async mode (DRAW).
+ *
+ * Threads: an acceptor; one thread per connection (at most RM_PS_MAX_CONNS; more are refused at
+ * once), each bounded: handshake within RM_PS_HANDSHAKE_S, a request within the idle bound, every
+ * wait for a version or for the slowest worker within the comm timeout. State lives under one
+ * mutex; a connection's buffers are allocated once when it is accepted, so steps allocate nothing.
+ * The main thread writes checkpoints (every checkpoint interval of versions, atomic and
+ * checksummed, in <checkpoint dir>/ps-<index>/) from a snapshot taken under the mutex, and on
+ * SIGTERM writes a last one and exits 0. A start restores the newest valid checkpoint of its shard
+ * (params, optimizer state, version, draw counter).
+ *
+ * Settings: the worker launch contract (common/worker_env.h): RINGMASTER_PS_INDEX,
+ * RINGMASTER_PS_ADDRS (this server listens on the port of its own entry, on RINGMASTER_BIND_ADDR),
+ * RINGMASTER_PARAMETER_SERVER, RINGMASTER_TRAINING, RINGMASTER_TOKEN, WORLD_SIZE,
+ * RINGMASTER_CHECKPOINT_*, RINGMASTER_JOB, RINGMASTER_FAULT (exit:role=ps:index=I:step=V).
+ *
+ * Ownership: everything is created and freed inside rm_ps_server_main. */
+#ifndef RM_WORKER_PS_SERVER_H
+#define RM_WORKER_PS_SERVER_H
+
+#define RM_PS_MAX_CONNS 64
+#define RM_PS_DEFAULT_PORT 29600
+
+/* argv[0] == "ps". Exit code: 0 (SIGTERM after its checkpoint), 1 runtime failure, 2 settings. */
+int rm_ps_server_main(int argc, char **argv);
+#endif

@@ -1,0 +1,391 @@
+/* step_ps.c — the "parameterServer" strategy, the worker's side (step.h; issue 12;
+ * ../shared/docs/strategies.md). The servers are worker/ps_server.c; the wire worker/ps_wire.h.
+ *
+ * Sync (Chen et al. 2016): the worker holds the parameters of global step k (fetched), computes
+ * its gradient on its slot of step k's global batch, pushes each shard's slice tagged k to its
+ * server, then fetches step k+1 (each server answers once N-b gradients of step k arrived). A
+ * straggler whose push came too late was dropped on the server; its fetch returns the newest
+ * step, so it skips ahead (claim below takes the servers' step as its own). With b = 0 the
+ * arithmetic is the allreduce strategy's: the mean of the N gradients, the same optimizer, the
+ * same learning rate, applied once (only the summation order differs).
+ * Async (Downpour, Dean et al. 2012): the worker draws its next global batch from server 0 (epochs
+ * are a global budget), accumulates gradients and pushes them every pushEverySteps steps (each
+ * applied on arrival by the servers' optimizer, Adagrad as in Downpour), and fetches fresh
+ * parameters every fetchEverySteps; the servers hold it back when it is more than stalenessBound
+ * steps ahead of the slowest live worker.
+ *
+ * Requests to the S servers are pipelined (all sent, then all answered); a server that fails
+ * (died, being replaced) is retried alone with bounded back-off until timeout_s x 6 has passed,
+ * then the step fails and the driver re-forms the round. Nothing is allocated per step: the
+ * accumulator and connections are made once. Checkpoints are the servers' (state_bytes is 0).
+ * Settings: env RINGMASTER_PS_ADDRS and RINGMASTER_PARAMETER_SERVER (the launch contract). */
+#include "worker/step.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "common/json.h"
+#include "common/log.h"
+#include "common/trainingjob.h"
+#include "common/worker_env.h"
+#include "worker/ps_core.h"
+#include "worker/ps_wire.h"
+
+#define PS_RETRY_FACTOR 6.0   /* a server may be away this many comm timeouts */
+
+struct rm_step {
+    rm_step_env env;
+    rm_step_round r;
+    rm_ps_spec ps;
+    int S, worker;
+    char addrs[RM_PS_MAX_SERVERS][128];
+    rm_ps_conn conn[RM_PS_MAX_SERVERS];
+    size_t off[RM_PS_MAX_SERVERS], len[RM_PS_MAX_SERVERS];
+    int64_t ver[RM_PS_MAX_SERVERS];   /* each shard's version at our last fetch */
+    int64_t version;                  /* sync: the global step our parameters are at */
+    float *acc;                       /* async: gradients accumulated since the last push */
+    int64_t clock;                    /* async: steps this worker computed */
+    int pending;                      /* async: steps in acc */
+    bool done;
+};
+
+static void sleep_s(double s)
+{
+    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+static int ps_init(const rm_step_env *env, rm_step **out, rm_err *err)
+{
+    *out = NULL;
+    if (!env->k->host_memory)
+        return rm_errf(err, RM_EUNSUPPORTED, "parameterServer strategy: the CPU path only "
+                       "(--device cpu)");
+    rm_step *s = calloc(1, sizeof *s);
+    if (!s)
+        return rm_errf(err, RM_ENOMEM, "parameterServer strategy: out of memory");
+    s->env = *env;
+    for (int i = 0; i < RM_PS_MAX_SERVERS; i++)
+        s->conn[i].fd = -1;
+    int rc = rm_ps_parse_addrs(getenv(RM_ENV_PS_ADDRS), s->addrs, RM_PS_MAX_SERVERS, &s->S, err);
+    const char *js = getenv(RM_ENV_PS_SPEC);
+    if (rc == RM_OK && js && *js) {
+        cJSON *o = rm_json_parse(js, strlen(js), err);
+        rc = o ? rm_ps_from_json(o, "spec.parameterServer", &s->ps, err)
+               : rm_err_field(err, RM_EINVAL, RM_ENV_PS_SPEC, "not JSON");
+        cJSON_Delete(o);
+    }
+    rm_ps_defaults(&s->ps);
+    if (rc == RM_OK && s->ps.replicas != s->S)
+        rc = rm_err_field(err, RM_EINVAL, RM_ENV_PS_ADDRS, "lists %d servers, "
+                          "spec.parameterServer.replicas is %d", s->S, s->ps.replicas);
+    const rm_param_layout *lay = &env->m->layout;
+    if (rc == RM_OK)
+        rc = rm_ps_partition(lay->total, lay->layer_off, lay->nlayers, s->S, s->off, s->len, err);
+    if (rc == RM_OK && s->ps.mode == RM_PS_ASYNC &&
+        !(s->acc = calloc(lay->total, sizeof(float))))
+        rc = rm_errf(err, RM_ENOMEM, "parameterServer strategy: out of memory");
+    if (rc) {
+        free(s->acc);
+        free(s);
+        return rc;
+    }
+    *out = s;
+    return RM_OK;
+}
+
+static void ps_round_end(rm_step *s)
+{
+    if (s)
+        memset(&s->r, 0, sizeof s->r);   /* connections to the servers outlive rounds */
+}
+
+static int ps_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
+{
+    s->r = *r;
+    /* the stable replica id names this worker to the servers (ranks may move between rounds) */
+    const char *id = getenv(RM_ENV_WORKER_ID);
+    s->worker = id && *id ? atoi(id) : r->rank;
+    if (s->worker < 0 || s->worker >= RM_PS_MAX_WORKERS)
+        return rm_errf(err, RM_EINVAL, "parameterServer strategy: worker id %d out of range",
+                       s->worker);
+    return RM_OK;
+}
+
+static void ps_destroy(rm_step *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < s->S; i++)
+        rm_ps_conn_close(&s->conn[i]);
+    free(s->acc);
+    free(s);
+}
+
+static int ps_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
+{
+    const rm_step_env *e = &s->env;   /* the servers hold the truth; this is what they drew */
+    for (int i = 0; i < e->opt->nstate; i++)
+        e->k->memset0(e->opt->state[i], e->opt->n * sizeof(float));
+    e->opt->t = 0;
+    return rm_model_init_params(e->m, seed, err);
+}
+
+static size_t ps_state_bytes(const rm_step *s, int rank)
+{
+    (void)s;
+    (void)rank;
+    return 0;   /* every shard is checkpointed by its server */
+}
+
+static int ps_state_save(rm_step *s, void *dst, rm_err *err)
+{
+    (void)s;
+    (void)dst;
+    (void)err;
+    return RM_OK;
+}
+
+static void ps_state_restore(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
+                             int scaler_tracker)
+{
+    (void)s;
+    (void)src;
+    (void)opt_t;
+    (void)loss_scale;
+    (void)scaler_tracker;
+}
+
+/* (Re)connect to server i, retrying with bounded back-off until deadline. */
+static int ensure_conn(rm_step *s, int i, double deadline, rm_err *err)
+{
+    if (s->conn[i].fd >= 0)
+        return RM_OK;
+    double backoff = 0.1;
+    for (;;) {
+        rm_err e = {0};
+        double dl = rm_mono() + s->env.timeout_s;
+        int rc = rm_ps_conn_open(&s->conn[i], s->addrs[i], i, s->S, s->worker, s->env.token,
+                                 dl < deadline ? dl : deadline, &e);
+        if (rc == RM_OK)
+            return RM_OK;
+        if (rc == RM_EAUTH || rm_mono() + backoff > deadline)
+            return rm_errf(err, rc, "%s", e.msg);
+        rm_warn("parameter server %d unreachable, retrying in %.1f s err=\"%s\"", i, backoff, e.msg);
+        sleep_s(backoff);
+        backoff = backoff * 2 > 2 ? 2 : backoff * 2;
+    }
+}
+
+/* One request to every server (pipelined), replies' floats into dst + off[i] (when dst).
+ * q is the template (nfloats/payload per server from src + off[i] when src). A server that fails
+ * is retried alone with back-off until the retry deadline. rep[i] gets each reply. */
+static int exchange(rm_step *s, rm_ps_req q, const float *src, float *dst, rm_ps_rep *rep,
+                    rm_err *err)
+{
+    double deadline = rm_mono() + s->env.timeout_s * PS_RETRY_FACTOR;
+    bool bad[RM_PS_MAX_SERVERS] = {false};
+    for (int i = 0; i < s->S; i++) {
+        rm_err e = {0};
+        rm_ps_req qi = q;
+        qi.nfloats = src ? (uint32_t)s->len[i] : 0;
+        if (ensure_conn(s, i, deadline, &e) ||
+            rm_ps_send(&s->conn[i], &qi, src ? src + s->off[i] : NULL,
+                       rm_mono() + s->env.timeout_s, &e))
+            bad[i] = true;
+    }
+    for (int i = 0; i < s->S; i++) {
+        rm_err e = {0};
+        /* a fetch may wait on the server for up to its timeout: allow for it */
+        if (!bad[i] && rm_ps_recv(&s->conn[i], &rep[i], dst ? dst + s->off[i] : NULL,
+                                  dst ? s->len[i] : 0, rm_mono() + 2 * s->env.timeout_s + 1, &e))
+            bad[i] = true;
+        if (!bad[i] && dst && rep[i].status == RM_PS_ST_OK && rep[i].nfloats != s->len[i]) {
+            rm_ps_conn_close(&s->conn[i]);
+            return rm_errf(err, RM_EPROTO, "parameter server %d sent %u floats, its shard is %zu "
+                           "(another model or shard layout?)", i, rep[i].nfloats, s->len[i]);
+        }
+        while (bad[i]) {
+            rm_ps_conn_close(&s->conn[i]);
+            if (rm_mono() >= deadline)
+                return rm_errf(err, RM_ETIMEDOUT, "parameter server %d: no answer within %.0f s "
+                               "(%s)", i, s->env.timeout_s * PS_RETRY_FACTOR, e.msg);
+            rm_ps_req qi = q;
+            qi.nfloats = src ? (uint32_t)s->len[i] : 0;
+            if (ensure_conn(s, i, deadline, &e) == RM_OK &&
+                rm_ps_send(&s->conn[i], &qi, src ? src + s->off[i] : NULL,
+                           rm_mono() + s->env.timeout_s, &e) == RM_OK &&
+                rm_ps_recv(&s->conn[i], &rep[i], dst ? dst + s->off[i] : NULL,
+                           dst ? s->len[i] : 0, rm_mono() + 2 * s->env.timeout_s + 1, &e) == RM_OK)
+                bad[i] = false;
+            else
+                sleep_s(0.2);
+        }
+    }
+    return RM_OK;
+}
+
+/* Fetch every shard at a version >= want (sync; async: want 0), retrying servers that answer
+ * "not yet" until the retry deadline. Sets ver[] and, for sync, version = the newest. */
+static int fetch_all(rm_step *s, int64_t want, rm_err *err)
+{
+    double deadline = rm_mono() + s->env.timeout_s * PS_RETRY_FACTOR;
+    rm_ps_rep rep[RM_PS_MAX_SERVERS];
+    for (;;) {
+        rm_ps_req q = {.op = RM_PS_OP_FETCH, .worker = (uint32_t)s->worker,
+                       .world = (uint32_t)s->r.world,
+                       .step = s->ps.mode == RM_PS_SYNC ? want : s->clock};
+        RM_CHECK(exchange(s, q, NULL, s->env.m->params, rep, err));
+        bool late = false;
+        int64_t oldest = INT64_MAX;
+        for (int i = 0; i < s->S; i++) {
+            if (rep[i].status == RM_PS_ST_TIMEOUT)
+                late = true;
+            else
+                s->ver[i] = rep[i].version;
+            if (rep[i].version < oldest)
+                oldest = rep[i].version;
+        }
+        if (!late) {
+            /* the job's step is the slowest shard's: a shard already past it drops our gradient
+             * as late, one restored from an older checkpoint catches up on it */
+            if (s->ps.mode == RM_PS_SYNC)
+                s->version = oldest;
+            return RM_OK;
+        }
+        if (rm_mono() >= deadline)
+            return rm_errf(err, RM_ETIMEDOUT, "parameter servers: step %lld not applied within "
+                           "%.0f s (fewer than N-b workers pushing?)", (long long)want,
+                           s->env.timeout_s * PS_RETRY_FACTOR);
+    }
+}
+
+static int ps_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
+{
+    RM_CHECK(fetch_all(s, 0, err));
+    if (s->ps.mode == RM_PS_SYNC)
+        pos->step = s->version;
+    pos->eval_done = false;
+    return RM_OK;
+}
+
+static int64_t budget(const rm_step *s, int64_t per_epoch)
+{
+    int64_t b = (int64_t)s->env.epochs * per_epoch;
+    if (s->env.max_steps > 0 && s->env.max_steps < b)
+        b = s->env.max_steps;
+    return b;
+}
+
+static int ps_claim(rm_step *s, rm_step_claim *c, rm_err *err)
+{
+    memset(c, 0, sizeof *c);
+    int B = s->env.batch, N = s->r.world > 0 ? s->r.world : 1;
+    if (s->ps.mode == RM_PS_SYNC) {
+        int64_t spe = s->env.train_samples / ((int64_t)B * N);
+        if (spe < 1)
+            return rm_errf(err, RM_EINVAL, "global batch larger than the training set");
+        c->step = s->version;
+        c->done = s->version >= budget(s, spe);
+        c->train_epoch = (int)(s->version / spe);
+        c->data_pos = (s->version % spe) * (int64_t)B * N;
+        c->slot = s->r.rank;
+        c->nslots = N;
+        return RM_OK;
+    }
+    int64_t spe = s->env.train_samples / B;   /* async: batches of B drawn from the permutation */
+    if (spe < 1)
+        return rm_errf(err, RM_EINVAL, "batch larger than the training set");
+    rm_ps_rep rep;
+    rm_ps_req q = {.op = RM_PS_OP_DRAW, .worker = (uint32_t)s->worker,
+                   .world = (uint32_t)N, .step = budget(s, spe)};
+    double deadline = rm_mono() + s->env.timeout_s * PS_RETRY_FACTOR;
+    for (;;) {   /* server 0 alone: a small exchange */
+        rm_err e = {0};
+        if (ensure_conn(s, 0, deadline, &e) == RM_OK &&
+            rm_ps_send(&s->conn[0], &q, NULL, rm_mono() + s->env.timeout_s, &e) == RM_OK &&
+            rm_ps_recv(&s->conn[0], &rep, NULL, 0, rm_mono() + s->env.timeout_s, &e) == RM_OK)
+            break;
+        rm_ps_conn_close(&s->conn[0]);
+        if (rm_mono() >= deadline)
+            return rm_errf(err, RM_ETIMEDOUT, "parameter server 0: cannot draw a batch (%s)", e.msg);
+        sleep_s(0.2);
+    }
+    if (rep.status == RM_PS_ST_DONE) {
+        /* the budget is drawn: evaluate the servers' newest parameters (a partial accumulation
+         * of fewer than pushEverySteps steps is not pushed: Downpour drops it too) */
+        if (!s->done)
+            RM_CHECK(fetch_all(s, 0, err));
+        s->done = true;
+        c->done = true;
+        c->step = budget(s, spe);
+        c->train_epoch = (int)(c->step / spe);
+        return RM_OK;
+    }
+    c->step = rep.a;
+    c->train_epoch = (int)(rep.a / spe);
+    c->data_pos = (rep.a % spe) * B;
+    c->slot = 0;
+    c->nslots = 1;
+    return RM_OK;
+}
+
+static int ps_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *err)
+{
+    const rm_step_env *e = &s->env;
+    rm_model *m = e->m;
+    memset(st, 0, sizeof *st);
+    rm_model_forward(m, rows);
+    rm_model_backward(m, rows, 1.0f / (float)rows, NULL, NULL);
+    double t0 = rm_mono();
+    rm_ps_rep rep[RM_PS_MAX_SERVERS];
+    int N = s->r.world > 0 ? s->r.world : 1;
+    size_t n = m->layout.total;
+    if (s->ps.mode == RM_PS_SYNC) {
+        rm_ps_req q = {.op = RM_PS_OP_PUSH, .worker = (uint32_t)s->worker, .world = (uint32_t)N,
+                       .step = s->version, .from_version = s->version, .lr = lr};
+        RM_CHECK(exchange(s, q, m->grads, NULL, rep, err));
+        RM_CHECK(fetch_all(s, s->version + 1, err));
+    } else {
+        s->clock++;
+        const float *g = m->grads;
+        if (s->ps.push_every_steps > 1) {
+            for (size_t i = 0; i < n; i++)
+                s->acc[i] += m->grads[i];
+            g = s->acc;
+        }
+        if (++s->pending >= s->ps.push_every_steps) {
+            /* per-batch learning rate: the driver's is scaled for the global batch B x N */
+            rm_ps_req q = {.op = RM_PS_OP_PUSH, .worker = (uint32_t)s->worker,
+                           .world = (uint32_t)N, .step = s->clock, .lr = lr / (float)N};
+            q.from_version = s->ver[0];   /* every push reaches every shard: they move together */
+            RM_CHECK(exchange(s, q, g, NULL, rep, err));
+            if (g == s->acc)
+                memset(s->acc, 0, n * sizeof(float));
+            s->pending = 0;
+        }
+        if (s->clock % s->ps.fetch_every_steps == 0)
+            RM_CHECK(fetch_all(s, 0, err));
+    }
+    st->comm = true;
+    st->allreduce_s = rm_mono() - t0;
+    st->bytes = (uint64_t)n * sizeof(float) * 2;
+    return RM_OK;
+}
+
+const rm_step_ops rm_step_ps_ops = {
+    .name = "parameterServer",
+    .init = ps_init,
+    .round_begin = ps_round_begin,
+    .state_fresh = ps_state_fresh,
+    .state_bytes = ps_state_bytes,
+    .state_save = ps_state_save,
+    .state_restore = ps_state_restore,
+    .state_sync = ps_state_sync,
+    .step = ps_step,
+    .round_end = ps_round_end,
+    .destroy = ps_destroy,
+    .claim = ps_claim,
+};
