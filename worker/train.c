@@ -1699,7 +1699,7 @@ static int run_round_claimed(trainer *t, rm_err *err)
         rm_series_inc(t->wm.samples, t->B);
         double now = rm_mono();
         if (now - t->rep_t >= 1.0) {
-            t->train_loss = read_loss(t);
+            RM_CHECK(read_loss(t, err));
             rm_series_set(t->wm.loss, t->train_loss);
             t->rep_t = now;
         }
@@ -1708,7 +1708,7 @@ static int run_round_claimed(trainer *t, rm_err *err)
         if (a)
             return a;
         if (cfg->log_every > 0 && t->step - t->log_step >= cfg->log_every) {
-            t->train_loss = read_loss(t);
+            RM_CHECK(read_loss(t, err));
             rm_info("progress step=%lld train_epoch=%d loss=%.4f lr=%.5f samples_per_s=%.0f",
                     (long long)t->step, t->train_epoch, t->train_loss, t->lr,
                     (double)(t->samples_local - log_samples) / (now - log_t));
