@@ -17,8 +17,9 @@ declare -A entry=(
   [kubesim]=bench/kubesim/run.sh
   [operator]=bench/operator/bench-operator.sh
   [gpu]=bench/gpu/run.sh
+  [ps]=bench/ps/run.sh
 )
-order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu)
+order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu ps)
 sel=(${BENCH:-${order[@]}})
 rc=0
 for b in "${sel[@]}"; do
