@@ -18,8 +18,10 @@ declare -A entry=(
   [operator]=bench/operator/bench-operator.sh
   [gpu]=bench/gpu/run.sh
   [shard]=bench/shard/run.sh
+  [ps]=bench/ps/run.sh
+  [sweep]=bench/sweep/run.sh
 )
-order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard)
+order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard ps sweep)
 sel=(${BENCH:-${order[@]}})
 rc=0
 for b in "${sel[@]}"; do

@@ -28,6 +28,7 @@
  * round is broken (the driver tears it down and re-joins). */
 #ifndef RM_WORKER_STEP_H
 #define RM_WORKER_STEP_H
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -55,6 +56,7 @@ typedef struct rm_step_env {
     int batch;               /* per-worker batch */
     int epochs;              /* spec.training.epochs */
     int64_t max_steps;       /* 0 = none */
+    volatile sig_atomic_t *cancel;   /* non-zero (SIGTERM): end any retry loop at once */
 } rm_step_env;
 
 /* Bytes this rank holds at the peak of a step, per kind (the ringmaster_worker_memory_bytes

@@ -57,6 +57,8 @@ static void sleep_s(double s)
     nanosleep(&ts, NULL);
 }
 
+static bool canceled(const rm_step *s) { return s->env.cancel && *s->env.cancel; }
+
 static int ps_init(const rm_step_env *env, rm_step **out, rm_err *err)
 {
     *out = NULL;
@@ -173,6 +175,8 @@ static int ensure_conn(rm_step *s, int i, double deadline, rm_err *err)
             return RM_OK;
         if (rc == RM_EAUTH || rm_mono() + backoff > deadline)
             return rm_errf(err, rc, "%s", e.msg);
+        if (canceled(s))
+            return rm_errf(err, RM_ECANCELED, "parameter server %d: canceled", i);
         rm_warn("parameter server %d unreachable, retrying in %.1f s err=\"%s\"", i, backoff, e.msg);
         sleep_s(backoff);
         backoff = backoff * 2 > 2 ? 2 : backoff * 2;
@@ -209,6 +213,8 @@ static int exchange(rm_step *s, rm_ps_req q, const float *src, float *dst, rm_ps
         }
         while (bad[i]) {
             rm_ps_conn_close(&s->conn[i]);
+            if (canceled(s))
+                return rm_errf(err, RM_ECANCELED, "parameter server %d: canceled", i);
             if (rm_mono() >= deadline)
                 return rm_errf(err, RM_ETIMEDOUT, "parameter server %d: no answer within %.0f s "
                                "(%s)", i, s->env.timeout_s * PS_RETRY_FACTOR, e.msg);
@@ -255,6 +261,8 @@ static int fetch_all(rm_step *s, int64_t want, rm_err *err)
                 s->version = oldest;
             return RM_OK;
         }
+        if (canceled(s))
+            return rm_errf(err, RM_ECANCELED, "parameter servers: canceled");
         if (rm_mono() >= deadline)
             return rm_errf(err, RM_ETIMEDOUT, "parameter servers: step %lld not applied within "
                            "%.0f s (fewer than N-b workers pushing?)", (long long)want,
@@ -309,6 +317,8 @@ static int ps_claim(rm_step *s, rm_step_claim *c, rm_err *err)
             rm_ps_recv(&s->conn[0], &rep, NULL, 0, rm_mono() + s->env.timeout_s, &e) == RM_OK)
             break;
         rm_ps_conn_close(&s->conn[0]);
+        if (canceled(s))
+            return rm_errf(err, RM_ECANCELED, "parameter server 0: canceled");
         if (rm_mono() >= deadline)
             return rm_errf(err, RM_ETIMEDOUT, "parameter server 0: cannot draw a batch (%s)", e.msg);
         sleep_s(0.2);

@@ -774,7 +774,8 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
                        .fusion_mb = cfg->t.fusion_buffer_mb, .sharding = cfg->t.sharding,
                        .token = cfg->token,
                        .timeout_s = cfg->comm_timeout_s, .train_samples = t->tr.n, .batch = t->B,
-                       .epochs = cfg->t.epochs, .max_steps = cfg->t.max_steps};
+                       .epochs = cfg->t.epochs, .max_steps = cfg->t.max_steps,
+                       .cancel = &g_train_term};
     RM_CHECK(t->strat->init(&env, &t->st, err));
     t->perm = malloc((size_t)t->tr.n * sizeof *t->perm);
     t->stage_bytes = (size_t)(1 + t->opt.nstate) * t->m.layout.total * sizeof(float);

@@ -37,7 +37,7 @@ spec:
   checkpoint: {intervalSteps: 100}
   training:
     model: {type: mlp, hidden: [128]}
-    epochs: 3
+    epochs: 8
     batchSizePerWorker: 64
     optimizer: {type: adagrad, lr: 0.01}
     warmupEpochs: 0
@@ -45,7 +45,7 @@ YAML
 "$RM_BIN/ringmaster" run -f "$W/async.yaml" -o json --checkpoint-dir "$W/ck-async" \
    --run-dir "$W/run-async" >"$W/async.out" 2>"$W/async.err" &
 RUNNER_PID=$!
-step_of() { curl -fsS --max-time 2 "http://127.0.0.1:$1/metrics" 2>/dev/null |
+step_of() { { curl -fsS --max-time 2 "http://127.0.0.1:$1/metrics" 2>/dev/null || true; } |
             awk '/^ringmaster_worker_step\{/ {print int($2)}'; }
 m0=""; pid2=""
 for i in $(seq 1 300); do
@@ -58,14 +58,17 @@ done
 kill -9 "$pid2"
 # Known limit (README): the survivors re-join the rendezvous round that replaces worker 2, so their
 # counters pause while the replacement starts; they must move again, well before the deadline.
-a=$(step_of "$m0"); resumed=""
-for i in $(seq 1 600); do
-  b=$(step_of "$m0")
-  if [ -n "$b" ] && [ "$b" -gt $((a + 20)) ]; then resumed=$i; break; fi
-  sleep 0.1
+a=$(step_of "$m0" || true); last=${a:-0}; t_last=$(date +%s.%N); pause=0; b=$a
+for i in $(seq 1 100); do   # 20 s: the longest time worker 0's counter stood still
+  sleep 0.2
+  b=$(step_of "$m0" || true); [ -n "$b" ] || break   # the job may have finished
+  now=$(date +%s.%N)
+  if [ "$b" -gt "$last" ]; then last=$b; t_last=$now; fi
+  pause=$($PY -c "print(max($pause, $now - $t_last))")
 done
-log "worker 0's step after worker 2 was killed: $a -> ${b:-?} after $(( ${resumed:-600} / 10 )) s"
-[ -n "$resumed" ] || { psdump; fail "worker 0 did not go on after worker 2 was killed ($a -> $b)"; }
+log "worker 0's step after worker 2 was killed: $a -> $last; longest stand-still $(printf %.1f "$pause") s"
+[ "$last" -gt "$a" ] || { psdump; fail "worker 0 did not go on after worker 2 was killed ($a -> $last)"; }
+$PY -c "import sys; sys.exit(0 if $pause < 60 else 1)" || fail "worker 0 stood still ${pause} s"
 set +e; wait "$RUNNER_PID"; rc=$?; set -e; RUNNER_PID=""
 [ $rc -eq 0 ] || { psdump; fail "async: exit $rc"; }
 [ "$(jget async 'j["status"]["phase"]')" = Succeeded ] || fail "async phase"
