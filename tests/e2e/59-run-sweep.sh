@@ -56,13 +56,17 @@ grep -c 'msg="trial started"' "$W/sweep.err" | grep -qx 6 || fail "trials starte
 assert_no_workers
 
 log "Ctrl-C mid-sweep"
-"$RM_BIN/ringmaster" run -f "$S" --checkpoint-dir "$W/ck-int" --run-dir "$W/run-int" \
+# long trials (30 epochs), so the sweep is surely still running when it is interrupted
+sed 's/epochs: 4/epochs: 30/' "$S" > "$W/long.yaml"
+"$RM_BIN/ringmaster" run -f "$W/long.yaml" --checkpoint-dir "$W/ck-int" --run-dir "$W/run-int" \
    >"$W/int.out" 2>"$W/int.err" &
 RUNNER_PID=$!
-for i in $(seq 1 200); do
-  [ -n "$(our_workers)" ] && break; sleep 0.1
+end=$(( $(date +%s) + 90 ))
+until ls "$W"/run-int/small-sweep-*/worker-0.log >/dev/null 2>&1 && [ -n "$(our_workers)" ]; do
+  [ "$(date +%s)" -ge "$end" ] && fail "no trial worker started within 90 s"
+  kill -0 "$RUNNER_PID" 2>/dev/null || fail "the sweep ended before it could be interrupted"
+  sleep 0.5
 done
-[ -n "$(our_workers)" ] || fail "no trial worker started"
 kill -INT "$RUNNER_PID"
 set +e; wait "$RUNNER_PID"; rc=$?; set -e; RUNNER_PID=""
 [ $rc -eq 130 ] || fail "interrupted sweep: exit $rc"
