@@ -1057,11 +1057,22 @@ static void report_memory(trainer *t, bool log)
     if (rm_wmetrics_set_memory(&t->wm, (double)mem.params, (double)mem.grads, (double)mem.optimizer,
                                (double)mem.activations, rss, &e) != RM_OK)
         rm_warn("memory gauges: %s", e.msg);
-    if (log)
+    if (log) {
+        /* the resident set now, besides the high-water mark: start-up touches every buffer whole
+         * (the parameters are initialised whole), so sharding shows in the current RSS */
+        long pages = 0, res = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (f) {
+            if (fscanf(f, "%ld %ld", &pages, &res) != 2)
+                res = 0;
+            fclose(f);
+        }
         rm_info("memory sharding=%s params_bytes=%llu grads_bytes=%llu optimizer_bytes=%llu "
-                "activations_bytes=%llu peak_rss_bytes=%.0f", rm_sharding_names[t->cfg->t.sharding],
-                (unsigned long long)mem.params, (unsigned long long)mem.grads,
-                (unsigned long long)mem.optimizer, (unsigned long long)mem.activations, rss);
+                "activations_bytes=%llu peak_rss_bytes=%.0f rss_bytes=%.0f",
+                rm_sharding_names[t->cfg->t.sharding], (unsigned long long)mem.params,
+                (unsigned long long)mem.grads, (unsigned long long)mem.optimizer,
+                (unsigned long long)mem.activations, rss, (double)res * (double)sysconf(_SC_PAGESIZE));
+    }
 }
 
 /* Sharded stages spread the state over the ranks: before a checkpoint every rank assembles the
@@ -1870,6 +1881,7 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
         rm_err e = {0};
         ckpt_write_sync(&t, &e);
     } else if (outcome == R_DONE) {
+        report_memory(&t, true);   /* after the last step: before the evaluation makes every layer whole */
         if (t.eval_step != t.step) {
             rc = evaluate(&t, err);
             if (rc)
@@ -1881,7 +1893,6 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
         if ((rc = ckpt_gather(&t, err)) != RM_OK)
             goto out;
         ckpt_write_sync(&t, &e);
-        report_memory(&t, true);
         char scratch[4096];
         uint64_t sum = rm_model_checksum(&t.m, scratch, sizeof scratch);
         rm_info("training done steps=%lld train_epoch=%d test_accuracy=%.4f train_loss=%.4f "
