@@ -436,6 +436,8 @@ static int nccl_shard_collective(rm_comm *c, nccl_shard_kind kind, const void *i
     RM_CHECK(rm_nccl_guard_begin(&c->guard, err));
     RM_CUDA_GOTO_ERR(cudaSetDevice(c->device), rc, out_label, err);
     double timeout = rm_nccl_collective_timeout(!c->first_done, c->timeout_s, c->init_timeout_s);
+    if (is_device_ptr(out))   /* the kernels table keeps no 16-bit copy of what NCCL overwrites */
+        rm_cuda_note_written(out, (kind == NCCL_RS ? len : count) * es);
     cudaStream_t compute = (cudaStream_t)rm_cuda_compute_stream();
     RM_CUDA_GOTO_ERR(cudaEventRecord(c->ready, compute ? compute : cudaStreamLegacy), rc, out_label, err);
     RM_CUDA_GOTO_ERR(cudaStreamWaitEvent(c->stream, c->ready, 0), rc, out_label, err);
