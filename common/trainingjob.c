@@ -777,6 +777,10 @@ static int ps_validate(const rm_tj_spec *s, rm_err *err)
     if (s->training.precision != RM_PREC_FP32)
         return rm_err_field(err, RM_EINVAL, "spec.training.precision", "must be fp32 with "
                             "spec.strategy: parameterServer (servers apply fp32 updates on the CPU)");
+    if (s->training.sharding != RM_SHARD_NONE)
+        return rm_err_field(err, RM_EINVAL, "spec.training.sharding", "must be none with spec.strategy: "
+                            "parameterServer (the servers already hold the parameters in shards; "
+                            "sharding is a mode of spec.strategy: allreduce)");
     return RM_OK;
 }
 

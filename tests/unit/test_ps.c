@@ -108,6 +108,8 @@ static void test_spec_errors(void)
         {"  strategy: parameterServer\n  backend: nccl\n", "spec.backend", "spec.strategy: parameterServer"},
         {"  strategy: parameterServer\n  training: {precision: bf16}\n", "spec.training.precision",
          "spec.strategy: parameterServer"},
+        {"  strategy: parameterServer\n  training: {sharding: optimizer}\n", "spec.training.sharding",
+         "spec.strategy: parameterServer"},
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(T); i++) {
         rm_tj tj;
