@@ -18,8 +18,9 @@ declare -A entry=(
   [operator]=bench/operator/bench-operator.sh
   [gpu]=bench/gpu/run.sh
   [shard]=bench/shard/run.sh
+  [shm]=bench/shm/run.sh
 )
-order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard)
+order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard shm)
 sel=(${BENCH:-${order[@]}})
 rc=0
 for b in "${sel[@]}"; do
