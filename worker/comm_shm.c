@@ -51,6 +51,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdalign.h>
 #include <stdatomic.h>
@@ -76,6 +77,7 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
 #define SHM_VERSION 1u
 #define SHM_STAGE_DEFAULT (1u << 20)
 #define SHM_SLICE_S 0.05
+#define SHM_YIELDS 32   /* sched_yield rounds between spinning and the futex */
 
 typedef struct shm_hdr {
     _Atomic uint32_t magic;     /* written last by rank 0: the rest of the header is valid */
@@ -237,6 +239,10 @@ static int shm_wait(rm_comm *c, wait_what w, uint64_t g, double deadline, rm_err
 #if defined(__x86_64__) || defined(__i386__)
             __builtin_ia32_pause();
 #endif
+            continue;
+        }
+        if (spin < 64 + SHM_YIELDS) {   /* let a peer on this core run before sleeping */
+            sched_yield();
             continue;
         }
         if (atomic_load(&c->slots[q].left))
