@@ -20,8 +20,9 @@ declare -A entry=(
   [shard]=bench/shard/run.sh
   [ps]=bench/ps/run.sh
   [sweep]=bench/sweep/run.sh
+  [shm]=bench/shm/run.sh
 )
-order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard ps sweep)
+order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard ps sweep shm)
 sel=(${BENCH:-${order[@]}})
 rc=0
 for b in "${sel[@]}"; do

@@ -53,4 +53,9 @@
 #define RM_PORT_MASTER 29500          /* MASTER_PORT, PET_MASTER_PORT, the Service's "master" port */
 #define RM_PORT_WORKER_METRICS 9090   /* a worker's /metrics and /healthz */
 #define RM_PORT_RENDEZVOUS 29400      /* the operator's rendezvous service */
+/* Shared-memory collectives for ranks on one host (worker/comm_shm.c, issue 19): "0" = always the
+ * TCP ring; "1" = use shm whenever every rank advertised the same host (needed inside a pod, which
+ * must then share the node's IPC namespace: hostIPC, or hostPath /dev/shm + hostNetwork); unset =
+ * automatic outside Kubernetes (ringmaster run), off inside a pod. */
+#define RM_ENV_SHM "RINGMASTER_SHM"
 #endif

@@ -66,7 +66,7 @@ static int parse_size(const char *s, size_t *out) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: ringmaster-worker bench [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-i STEPBYTES]\n"
-            "         [-n ITERS] [-w WARMUP] [-c 0|1] [--backend ring|mpi|nccl|local] [--json FILE]\n"
+            "         [-n ITERS] [-w WARMUP] [-c 0|1] [--backend ring|shm|mpi|nccl|local] [--json FILE]\n"
             "         [--op allreduce|reduce_scatter|all_gather]\n"
             "         [--world N --rank R --peers HOST:PORT,...] [--token T] [--timeout S]\n"
             "  sizes take K/M/G suffixes; defaults -b 32M -e 32M -f 2 -n 20 -w 5 -c 1.\n"

@@ -1,7 +1,8 @@
 /* comm.h — collective communication for ringmaster-worker: one function table per backend.
  *
- * Backends: "ring" (TCP ring allreduce, comm_ring.c), "mpi" (Open MPI's MPI_Allreduce when the
- * worker runs under mpirun, comm_mpi.c), "local" (world size 1, comm_local.c) and "nccl"
+ * Backends: "ring" (TCP ring allreduce, comm_ring.c), "shm" (ranks on one host, through shared
+ * memory, comm_shm.c), "mpi" (Open MPI's MPI_Allreduce when the worker runs under mpirun,
+ * comm_mpi.c), "local" (world size 1, comm_local.c) and "nccl"
  * (worker/cuda/comm_nccl.c, only when CUDA is on). The trainer picks a table with
  * rm_comm_backend(name) and only ever talks to the table, so a backend is data, not a branch.
  *
@@ -97,6 +98,18 @@ const rm_comm_ops *rm_comm_nccl_ops(void);
 const rm_comm_ops *rm_comm_ring_ops(void);
 const rm_comm_ops *rm_comm_local_ops(void);
 const rm_comm_ops *rm_comm_mpi_ops(void);   /* NULL when built without Open MPI */
+/* "shm" (comm_shm.c): ranks on one host through a POSIX shared-memory segment. Its init fails with
+ * RM_EUNSUPPORTED when the peers' advertised hosts differ. rm_comm_shm_name: the segment's name
+ * ("/rm-<hex>", already unlinked once init returned; for tests); "" for NULL. */
+const rm_comm_ops *rm_comm_shm_ops(void);
+const char *rm_comm_shm_name(const rm_comm *c);
+/* The segment name a formation uses: "/rm-" + hex(HMAC-SHA256(token, "ringmaster-shm-v1|epoch|
+ * world|addr0|addr1...")[0..20)). RM_EINVAL without peers. */
+#define RM_COMM_SHM_NAME_MAX 48
+int rm_comm_shm_segment_name(const rm_comm_cfg *cfg, char name[RM_COMM_SHM_NAME_MAX], rm_err *err);
+/* Tests only: when set, init uses this name instead of the derived one (a stranger that found the
+ * name in /dev/shm). NULL in production. */
+extern const char *rm_comm_shm_test_name;
 /* Rank and size of an mpi-backend comm (MPI decides them, not the rendezvous). RM_EUNSUPPORTED
  * without Open MPI. */
 int rm_comm_mpi_world(rm_comm *c, int *rank, int *size);

@@ -1112,6 +1112,30 @@ static void round_teardown(trainer *t)
     }
 }
 
+/* The shm backend instead of the ring: every rank advertised the same host, and RINGMASTER_SHM
+ * allows it (unset: yes outside Kubernetes, no inside a pod, where ranks sharing a node also need
+ * the node's IPC namespace; see common/worker_env.h). */
+static bool shm_wanted(const rm_rdzv_peer *peers, int world)
+{
+    const char *e = getenv(RM_ENV_SHM);
+    if (e && !strcmp(e, "0"))
+        return false;
+    if (!(e && !strcmp(e, "1")) && getenv("KUBERNETES_SERVICE_HOST"))
+        return false;
+    if (!peers || world < 2)
+        return false;
+    const char *c0 = strrchr(peers[0].addr, ':');
+    if (!c0)
+        return false;
+    size_t hl = (size_t)(c0 - peers[0].addr);
+    for (int q = 1; q < world; q++) {
+        const char *cq = strrchr(peers[q].addr, ':');
+        if (!cq || (size_t)(cq - peers[q].addr) != hl || memcmp(peers[q].addr, peers[0].addr, hl))
+            return false;
+    }
+    return true;
+}
+
 /* Join (or go alone), init the comm, restore state. R_STOP/R_TERM or a negative error. */
 static int round_setup(trainer *t, bool first, rm_err *err)
 {
@@ -1191,6 +1215,8 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     }
     if ((t->world == 1 || t->strat->claim) && !mpi)
         be = "local";   /* a world of one, or workers that never talk to each other (servers) */
+    if (!strcmp(be, "ring") && shm_wanted(rr.peers, t->world))
+        be = "shm";     /* every rank on this host: shared memory instead of loopback TCP */
     t->ops = rm_comm_backend(be);
     if (!t->ops) {
         rm_rdzv_round_free(&rr);

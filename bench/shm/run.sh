@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# bench/shm/run.sh — allreduce busbw of the shm backend (worker/comm_shm.c) beside the TCP ring, both
+# through `ringmaster-worker bench` (static world on 127.0.0.1), with the machine's memcpy bandwidth
+# as the limit beside them. Side by side in one run; prints nccl-tests tables and writes
+# bench/results/shm.md. Usage: RM_BIN=bin bench/shm/run.sh   (QUICK=1: 1 KiB..16 MiB, few iters)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+W="${RM_BIN:-$root/bin}/ringmaster-worker"
+OUT="${OUT:-$root/bench/results/shm.md}"
+RAW=$(mktemp -d); trap 'rm -rf "$RAW"' EXIT
+WORLDS=(${WORLDS:-2 4})
+if [ "${QUICK:-0}" = 1 ]; then ARGS=(-b 1K -e 16M -f 4 -n 5 -w 1); else ARGS=(-b 1K -e 256M -f 4 -n 10 -w 2); fi
+
+free_ports() {
+  python3 - "$1" <<'PY'
+import socket, sys
+ss = []
+for _ in range(int(sys.argv[1])):
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); ss.append(s)
+print(",".join("127.0.0.1:%d" % s.getsockname()[1] for s in ss))
+PY
+}
+
+run() {   # run BACKEND N OUTFILE
+  local be=$1 n=$2 out=$3 peers pids=()
+  peers=$(free_ports "$n")
+  for r in $(seq 1 $((n - 1))); do
+    timeout 300 "$W" bench --backend "$be" --world "$n" --rank "$r" --peers "$peers" --timeout 60 "${ARGS[@]}" > /dev/null 2>> "$out.err" &
+    pids+=($!)
+  done
+  timeout 300 "$W" bench --backend "$be" --world "$n" --rank 0 --peers "$peers" --timeout 60 "${ARGS[@]}" >> "$out" 2>> "$out.err" || echo "# FAILED rc=$?" >> "$out"
+  for p in "${pids[@]}"; do wait "$p" || true; done
+}
+
+cc -O2 -o "$RAW/memcpy" "$root/bench/shm/memcpy.c"
+{
+  echo "# Shared-memory allreduce (bench/shm/run.sh)"
+  echo
+  echo "Machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), kernel $(uname -r), $(date -u +%Y-%m-%dT%H:%M:%SZ)."
+  echo "Load average at start: $(cut -d' ' -f1-3 /proc/loadavg). Command: \`RM_BIN=bin QUICK=${QUICK:-0} bench/shm/run.sh\`."
+  echo
+  echo "Limit: $("$RAW/memcpy" 64 10)"
+} > "$RAW/report"
+for n in "${WORLDS[@]}"; do
+  for be in shm ring; do
+    echo "== $n ranks: $be"
+    run "$be" "$n" "$RAW/$be.$n"
+    { echo; echo "## $n ranks, backend $be"; echo; echo '```'; cat "$RAW/$be.$n"; echo '```'; } >> "$RAW/report"
+  done
+done
+echo "" >> "$RAW/report"
+echo "Load average at end: $(cut -d' ' -f1-3 /proc/loadavg)." >> "$RAW/report"
+for f in "$RAW"/*.err; do [ -s "$f" ] && { echo "--- $f"; tail -5 "$f"; }; done || true
+mkdir -p "$(dirname "$OUT")"
+cp "$RAW/report" "$OUT"
+cat "$OUT"

@@ -1,0 +1,658 @@
+/* comm_shm.c — the "shm" backend: collectives through one POSIX shared-memory segment for ranks on
+ * the same host (issue 19 item 2). Selected by name ("shm"), and by the trainer instead of the TCP
+ * ring when every rank of the round advertised the same host (worker/train.c; RINGMASTER_SHM=0
+ * turns that off).
+ *
+ * Segment: one per job and rendezvous formation, created by rank 0 with shm_open(O_CREAT|O_EXCL,
+ * 0600) + ftruncate + mmap, attached by the others, and shm_unlink'ed by rank 0 the moment every
+ * rank has attached and proved the token — before the first collective. Any rank whose init fails
+ * (timeout, bad proof, a peer that left) unlinks the name too, so a kill -9 of any rank at any time
+ * leaves nothing in /dev/shm as long as one rank of the formation lives to its timeout; after a
+ * normal start the name is already gone and the kernel frees the memory with the last mapping.
+ *
+ * Token (why this design): the segment's name is "/rm-" + hex(HMAC-SHA256(token, "ringmaster-shm-v1"
+ * | epoch | world | every rank's advertised address)), so a rank without the token (or from another
+ * formation) cannot compute the name and never finds the segment. Knowing the name is not enough:
+ * rank 0 writes HMAC(token, "hdr" | name | nonce) into the header, which attachers check (a
+ * stranger cannot pre-create a fake segment), and every attacher writes HMAC(token, "rank" | r |
+ * name | nonce) into its slot, which rank 0 checks before it declares the segment ready (a
+ * stranger that found the name in /dev/shm cannot take a rank's place: RM_EAUTH). Mode 0600 keeps
+ * other users out entirely. This needs no extra TCP exchange (the token never crosses any wire)
+ * and no state beyond the rendezvous round. What it cannot do: stop a process of the same user
+ * that already mapped the segment from scribbling on it (that process could ptrace the workers
+ * too) — the token gates membership, the uid gates memory.
+ *
+ * Algorithm (reduce-scatter + all-gather through shared memory, single reader per element): the
+ * buffer is split by the shard layout of worker/shard.h; each shard is walked in pieces of P
+ * elements, one piece of every shard per round. In a round every rank (1) copies its pieces into
+ * its staging area in[b][rank], (2) reduces its own shard's piece reading every rank's staged copy
+ * directly, in rank order 0..n-1 (so each element is summed in one fixed order: bit-identical on
+ * every rank, since only the owner computes it), writing into out[b], (3) copies every shard's
+ * reduced piece out of out[b]. Two buffer sets b = round & 1 pipeline the rounds: a rank stages
+ * round g+1 while slower ranks still gather round g. Per byte of buffer each rank moves ~3 memory
+ * passes (copy in, read n/n, copy out) instead of the TCP ring's 2(n-1)/n through the kernel.
+ * reduce_scatter is phases 1-2 (written into the caller's shard), all_gather is phase 3 with
+ * every rank's shard staged into out[b]; both bit-identical to the allreduce's values.
+ *
+ * Signalling: per-rank monotonic counters (staged, reduced, gathered = the last round done) in
+ * their own cache lines, one futex "bell" word bumped after every counter store and woken only
+ * when someone sleeps on it. Every wait is a loop of short spins and futex waits of at most 50 ms
+ * that re-checks: the peer counters, the segment's failed word (set by any rank whose collective
+ * fails, aborts or that destroys mid-collective), the peers' left words (a clean destroy), the
+ * peers' pids (kill(pid, 0) == ESRCH, when all ranks share a pid namespace: a dead peer is noticed
+ * in ~50 ms) and the deadline cfg.timeout_s (a hung peer, or one in another pid namespace).
+ * A call descriptor (kind, count) staged with every round makes mismatched calls RM_EPROTO.
+ *
+ * Ownership: init() returns an owned rm_comm (mapping + fd); destroy() unmaps. cfg is borrowed
+ * during init only. Threads: as comm.h (abort() from any thread). f32 only (RM_EUNSUPPORTED else).
+ * Test knob: RINGMASTER_SHM_STAGE_BYTES (rank 0 only, 4 KiB .. 64 MiB; default 1 MiB) is the
+ * staging area per rank per buffer set; the header carries the piece size to every rank. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "worker/comm.h"
+#include "worker/net.h"
+#include "worker/shard.h"
+
+_Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
+               "shared-memory counters need lock-free atomics");
+
+#define SHM_MAGIC 0x524d5348u   /* "RMSH" */
+#define SHM_VERSION 1u
+#define SHM_STAGE_DEFAULT (1u << 20)
+#define SHM_SLICE_S 0.05
+#define SHM_YIELDS 32   /* sched_yield rounds between spinning and the futex */
+
+typedef struct shm_hdr {
+    _Atomic uint32_t magic;     /* written last by rank 0: the rest of the header is valid */
+    uint32_t version, world, epoch;
+    uint64_t piece, size;       /* elements per shard piece; segment bytes */
+    uint8_t nonce[16];
+    uint8_t mac[32];            /* HMAC(token, "hdr" | name | nonce) */
+    char pidns[48];             /* rank 0's /proc/self/ns/pid link ("" = unknown) */
+    alignas(64) _Atomic uint32_t ready;   /* rank 0: every proof checked, name unlinked */
+    _Atomic uint32_t failed;    /* 1 = some rank broke the comm; failed_rank says which */
+    _Atomic int32_t failed_rank;
+    alignas(64) _Atomic uint32_t bell;    /* futex word: bumped after every counter store */
+    _Atomic uint32_t sleepers;
+} shm_hdr;
+
+typedef struct shm_slot {
+    _Atomic uint32_t attached;  /* set after proof is written */
+    _Atomic uint32_t left;      /* clean destroy */
+    int32_t pid;
+    char pidns[48];
+    uint8_t proof[32];          /* HMAC(token, "rank" | r | name | nonce) */
+    alignas(64) _Atomic uint64_t staged;
+    alignas(64) _Atomic uint64_t reduced;
+    alignas(64) _Atomic uint64_t gathered;
+    alignas(64) _Atomic uint64_t desc[2];  /* (kind << 56) | count of the round using buffer set b */
+} shm_slot;
+
+#define HDR_BYTES ((sizeof(shm_hdr) + 255) & ~(size_t)255)
+
+struct rm_comm {
+    int rank, n;
+    double timeout_s;
+    int fd;
+    size_t size;
+    unsigned char *base;
+    shm_hdr *h;
+    shm_slot *slots;
+    float *in[2];   /* in[b] + q * n * P = rank q's staging area */
+    float *out[2];  /* out[b] + s * P = shard s's reduced piece */
+    size_t P;
+    uint64_t seq;   /* rounds done on this comm (same on every rank) */
+    int same_pidns;
+    atomic_int aborted;
+    int broken;
+    int foreign;    /* attach refused the segment (not ours): leave it untouched */
+    char name[RM_COMM_SHM_NAME_MAX];
+};
+
+enum { K_AR = 1, K_RS = 2, K_AG = 3, K_BAR = 4 };
+
+/* ---------------------------------------------------------------------------------------------- */
+/* naming, token proofs                                                                           */
+
+static void hexify(const uint8_t *b, size_t n, char *out) {
+    static const char hx[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = hx[b[i] >> 4];
+        out[2 * i + 1] = hx[b[i] & 15];
+    }
+    out[2 * n] = 0;
+}
+
+static const char *tok(const char *t) { return t ? t : ""; }
+
+const char *rm_comm_shm_test_name;
+
+int rm_comm_shm_segment_name(const rm_comm_cfg *cfg, char name[RM_COMM_SHM_NAME_MAX], rm_err *err) {
+    if (!cfg || !cfg->peers || cfg->world_size < 1 || cfg->world_size > RM_RDZV_MAX_WORLD)
+        return rm_errf(err, RM_EINVAL, "shm: no peer list");
+    char msg[64 + RM_RDZV_MAX_WORLD * 66];
+    int m = snprintf(msg, sizeof msg, "ringmaster-shm-v1|%d|%d", cfg->epoch, cfg->world_size);
+    for (int q = 0; q < cfg->world_size; q++) {
+        int k = snprintf(msg + m, sizeof msg - (size_t)m, "|%s", cfg->peers[q].addr);
+        if (k < 0 || (size_t)k >= sizeof msg - (size_t)m)
+            return rm_errf(err, RM_EINVAL, "shm: peer list too long");
+        m += k;
+    }
+    uint8_t mac[32];
+    const char *t = tok(cfg->token);
+    rm_hmac_sha256(t, strlen(t), msg, (size_t)m, mac);
+    memcpy(name, "/rm-", 4);
+    hexify(mac, 20, name + 4);
+    return RM_OK;
+}
+
+static void shm_mac(const char *token, const char *label, int rank, const char *name,
+                    const uint8_t nonce[16], uint8_t out[32]) {
+    char msg[160];
+    int m = snprintf(msg, sizeof msg, "%s|%d|%s|", label, rank, name);
+    memcpy(msg + m, nonce, 16);
+    const char *t = tok(token);
+    rm_hmac_sha256(t, strlen(t), msg, (size_t)m + 16, out);
+}
+
+static void read_pidns(char *out, size_t cap) {
+    ssize_t k = readlink("/proc/self/ns/pid", out, cap - 1);
+    out[k > 0 ? k : 0] = 0;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* signalling                                                                                     */
+
+static void ring_bell(rm_comm *c) {
+    atomic_fetch_add(&c->h->bell, 1);
+    if (atomic_load(&c->h->sleepers) > 0)
+        syscall(SYS_futex, (uint32_t *)&c->h->bell, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+static void mark_failed(rm_comm *c) {
+    if (!c->h) return;
+    int32_t none = -1;
+    atomic_compare_exchange_strong(&c->h->failed_rank, &none, c->rank);
+    atomic_store(&c->h->failed, 1);
+    ring_bell(c);
+}
+
+typedef enum { W_STAGED, W_REDUCED, W_GATHERED, W_ATTACHED } wait_what;
+
+static uint64_t slot_val(shm_slot *s, wait_what w) {
+    switch (w) {
+    case W_STAGED: return atomic_load_explicit(&s->staged, memory_order_acquire);
+    case W_REDUCED: return atomic_load_explicit(&s->reduced, memory_order_acquire);
+    case W_GATHERED: return atomic_load_explicit(&s->gathered, memory_order_acquire);
+    case W_ATTACHED: return atomic_load_explicit(&s->attached, memory_order_acquire);
+    }
+    return 0;
+}
+
+static const char *what_name(wait_what w) {
+    switch (w) {
+    case W_STAGED: return "stage";
+    case W_REDUCED: return "reduce";
+    case W_GATHERED: return "gather";
+    case W_ATTACHED: return "attach";
+    }
+    return "?";
+}
+
+/* First rank whose counter is below g, or -1 when all reached it. */
+static int lagging(rm_comm *c, wait_what w, uint64_t g) {
+    for (int q = 0; q < c->n; q++)
+        if (slot_val(&c->slots[q], w) < g) return q;
+    return -1;
+}
+
+/* Wait until every rank's counter w reaches g (for W_ATTACHED: g = 1), bounded by the deadline;
+ * notices abort, a failed segment, a peer that left or whose process is gone. */
+static int shm_wait(rm_comm *c, wait_what w, uint64_t g, double deadline, rm_err *err) {
+    double next_pid_check = 0;
+    for (int spin = 0;; spin++) {
+        int q = lagging(c, w, g);
+        if (q < 0) return RM_OK;
+        if (atomic_load(&c->aborted)) return rm_errf(err, RM_ECLOSED, "shm: aborted");
+        if (atomic_load(&c->h->failed)) {
+            int fr = atomic_load(&c->h->failed_rank);
+            return rm_errf(err, RM_ECLOSED, "shm: rank %d failed or aborted its collective", fr);
+        }
+        if (spin < 64) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+            continue;
+        }
+        if (spin < 64 + SHM_YIELDS) {   /* let a peer on this core run before sleeping */
+            sched_yield();
+            continue;
+        }
+        if (atomic_load(&c->slots[q].left))
+            return rm_errf(err, RM_ECLOSED, "shm: rank %d left the comm", q);
+        double now = rm_mono();
+        if (w != W_ATTACHED && c->same_pidns && now >= next_pid_check) {
+            next_pid_check = now + SHM_SLICE_S;
+            for (int p = 0; p < c->n; p++) {
+                pid_t pid = (pid_t)c->slots[p].pid;
+                if (p != c->rank && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH)
+                    return rm_errf(err, RM_ECLOSED, "shm: rank %d (pid %d) exited", p, (int)pid);
+            }
+        }
+        if (now >= deadline)
+            return rm_errf(err, RM_ETIMEDOUT, "shm: rank %d did not %s (round %llu) within %.1f s",
+                           q, what_name(w), (unsigned long long)g, c->timeout_s);
+        uint32_t v = atomic_load(&c->h->bell);
+        atomic_fetch_add(&c->h->sleepers, 1);
+        if (lagging(c, w, g) >= 0 && !atomic_load(&c->h->failed) && !atomic_load(&c->aborted)) {
+            double left = deadline - now;
+            if (left > SHM_SLICE_S) left = SHM_SLICE_S;
+            struct timespec ts = {(time_t)left, (long)((left - (double)(time_t)left) * 1e9)};
+            syscall(SYS_futex, (uint32_t *)&c->h->bell, FUTEX_WAIT, v, &ts, NULL, 0);
+        }
+        atomic_fetch_sub(&c->h->sleepers, 1);
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* init / destroy                                                                                 */
+
+static int shm_map(rm_comm *c, size_t size, rm_err *err) {
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, c->fd, 0);
+    if (p == MAP_FAILED) return rm_errf(err, RM_EIO, "shm: mmap %s (%zu bytes): %s", c->name, size, strerror(errno));
+    c->base = p;
+    c->size = size;
+    c->h = (shm_hdr *)p;
+    return RM_OK;
+}
+
+static size_t seg_bytes(int n, size_t P) {
+    size_t per_set = ((size_t)n * (size_t)n * P + (size_t)n * P) * sizeof(float);
+    return HDR_BYTES + (size_t)n * sizeof(shm_slot) + 2 * per_set;
+}
+
+static void shm_layout(rm_comm *c) {
+    unsigned char *p = c->base + HDR_BYTES;
+    c->slots = (shm_slot *)p;
+    p += (size_t)c->n * sizeof(shm_slot);
+    size_t nP = (size_t)c->n * c->P;
+    for (int b = 0; b < 2; b++) {
+        c->in[b] = (float *)p;
+        p += (size_t)c->n * nP * sizeof(float);
+        c->out[b] = (float *)p;
+        p += nP * sizeof(float);
+    }
+}
+
+static size_t stage_bytes(void) {
+    const char *s = getenv("RINGMASTER_SHM_STAGE_BYTES");
+    if (!s || !*s) return SHM_STAGE_DEFAULT;
+    char *e = NULL;
+    unsigned long long v = strtoull(s, &e, 10);
+    if (*e || v < 4096 || v > (64ull << 20)) return SHM_STAGE_DEFAULT;
+    return (size_t)v;
+}
+
+static int create_segment(rm_comm *c, const rm_comm_cfg *cfg, rm_err *err) {
+    size_t P = stage_bytes() / sizeof(float) / (size_t)c->n;
+    P &= ~(size_t)15;   /* pieces start on cache lines */
+    if (P < 16) P = 16;
+    c->P = P;
+    size_t size = seg_bytes(c->n, P);
+    shm_unlink(c->name);   /* a stale one from a formation whose ranks all died during init */
+    c->fd = shm_open(c->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (c->fd < 0) return rm_errf(err, RM_EIO, "shm: create %s: %s", c->name, strerror(errno));
+    if (ftruncate(c->fd, (off_t)size) != 0)
+        return rm_errf(err, RM_EIO, "shm: size %s to %zu bytes: %s (is /dev/shm big enough?)", c->name,
+                       size, strerror(errno));
+    int rc = shm_map(c, size, err);
+    if (rc) return rc;
+    /* fallocate-like touch: fail here (SIGBUS later otherwise) when /dev/shm cannot hold it */
+    if (posix_fallocate(c->fd, 0, (off_t)size) != 0)
+        return rm_errf(err, RM_EIO, "shm: /dev/shm cannot hold %zu bytes for %d ranks", size, c->n);
+    shm_hdr *h = c->h;
+    h->version = SHM_VERSION;
+    h->world = (uint32_t)c->n;
+    h->epoch = (uint32_t)cfg->epoch;
+    h->piece = P;
+    h->size = size;
+    rm_net_random(h->nonce, sizeof h->nonce);
+    shm_mac(cfg->token, "hdr", 0, c->name, h->nonce, h->mac);
+    read_pidns(h->pidns, sizeof h->pidns);
+    atomic_store(&h->failed_rank, -1);
+    atomic_store_explicit(&h->magic, SHM_MAGIC, memory_order_release);
+    return RM_OK;
+}
+
+static int attach_segment(rm_comm *c, const rm_comm_cfg *cfg, double deadline, rm_err *err) {
+    for (;;) {
+        if (atomic_load(&c->aborted)) return rm_errf(err, RM_ECLOSED, "shm: aborted");
+        if (c->fd < 0) c->fd = shm_open(c->name, O_RDWR | O_CLOEXEC, 0600);
+        if (c->fd >= 0) {
+            struct stat st;
+            if (fstat(c->fd, &st) == 0 && (size_t)st.st_size >= HDR_BYTES) {
+                if (!c->base) {
+                    int rc = shm_map(c, HDR_BYTES, err);
+                    if (rc) return rc;
+                }
+                if (atomic_load_explicit(&c->h->magic, memory_order_acquire) == SHM_MAGIC &&
+                    (size_t)st.st_size >= c->h->size)
+                    break;
+            }
+        } else if (errno != ENOENT) {
+            return rm_errf(err, RM_EIO, "shm: open %s: %s", c->name, strerror(errno));
+        }
+        if (rm_mono() >= deadline)
+            return rm_errf(err, RM_ETIMEDOUT,
+                           "shm: rank 0's segment did not appear within %.1f s (rank 0 gone, another "
+                           "host or IPC namespace, or a different job token)", c->timeout_s);
+        usleep(2000);
+    }
+    shm_hdr *h = c->h;
+    uint8_t mac[32];
+    shm_mac(cfg->token, "hdr", 0, c->name, h->nonce, mac);
+    c->foreign = 1;
+    if (!rm_net_ct_equal(mac, h->mac, 32))
+        return rm_errf(err, RM_EAUTH, "shm: segment %s was not made with this job's token", c->name);
+    if (h->version != SHM_VERSION || h->world != (uint32_t)c->n || h->epoch != (uint32_t)cfg->epoch ||
+        h->piece < 16 || h->size != seg_bytes(c->n, (size_t)h->piece))
+        return rm_errf(err, RM_EPROTO, "shm: segment %s header does not match this formation", c->name);
+    c->foreign = 0;
+    c->P = (size_t)h->piece;
+    size_t size = (size_t)h->size;
+    munmap(c->base, c->size);
+    c->base = NULL;
+    c->h = NULL;
+    return shm_map(c, size, err);
+}
+
+static void shm_destroy(rm_comm *c) {
+    if (!c) return;
+    if (c->h) {
+        if (c->broken) mark_failed(c);
+        if (c->slots) {
+            atomic_store(&c->slots[c->rank].left, 1);
+            ring_bell(c);
+        }
+        munmap(c->base, c->size);
+    }
+    if (c->fd >= 0) close(c->fd);
+    free(c);
+}
+
+static int shm_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
+    if (!cfg || !out) return rm_errf(err, RM_EINVAL, "shm: NULL argument");
+    *out = NULL;
+    int n = cfg->world_size;
+    if (n < 1 || n > RM_RDZV_MAX_WORLD || cfg->rank < 0 || cfg->rank >= n)
+        return rm_errf(err, RM_EINVAL, "shm: rank %d of world %d out of range", cfg->rank, n);
+    if (!cfg->peers) return rm_errf(err, RM_EINVAL, "shm: no peer list");
+    /* every rank must be on this host: compare the advertised hosts */
+    char h0[64], hq[64];
+    int port;
+    for (int q = 0; q < n; q++) {
+        RM_CHECK(rm_comm_split_addr(cfg->peers[q].addr, q ? hq : h0, 64, &port, err));
+        if (q && strcmp(h0, hq) != 0)
+            return rm_errf(err, RM_EUNSUPPORTED, "shm: rank %d is on %s, rank 0 on %s: not one host", q,
+                           hq, h0);
+    }
+    rm_comm *c = calloc(1, sizeof *c);
+    if (!c) return rm_errf(err, RM_ENOMEM, "out of memory");
+    c->rank = cfg->rank;
+    c->n = n;
+    c->fd = -1;
+    c->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 10;
+    double deadline = rm_mono() + c->timeout_s;
+    int rc = rm_comm_shm_segment_name(cfg, c->name, err);
+    if (!rc && rm_comm_shm_test_name) snprintf(c->name, sizeof c->name, "%s", rm_comm_shm_test_name);
+    if (!rc) rc = c->rank == 0 ? create_segment(c, cfg, err) : attach_segment(c, cfg, deadline, err);
+    if (rc) goto fail;
+    shm_layout(c);
+    shm_slot *me = &c->slots[c->rank];
+    me->pid = (int32_t)getpid();
+    read_pidns(me->pidns, sizeof me->pidns);
+    shm_mac(cfg->token, "rank", c->rank, c->name, c->h->nonce, me->proof);
+    atomic_store_explicit(&me->attached, 1, memory_order_release);
+    ring_bell(c);
+    if (c->rank == 0) {
+        rc = shm_wait(c, W_ATTACHED, 1, deadline, err);
+        if (rc) goto fail;
+        shm_unlink(c->name);   /* everyone is in: nothing stays in /dev/shm from here on */
+        for (int q = 1; q < n; q++) {
+            uint8_t mac[32];
+            shm_mac(cfg->token, "rank", q, c->name, c->h->nonce, mac);
+            if (!rm_net_ct_equal(mac, c->slots[q].proof, 32)) {
+                rc = rm_errf(err, RM_EAUTH, "shm: rank %d's slot was taken without the job token", q);
+                goto fail;
+            }
+        }
+        atomic_store_explicit(&c->h->ready, 1, memory_order_release);
+        ring_bell(c);
+    } else {
+        for (;;) {
+            if (atomic_load_explicit(&c->h->ready, memory_order_acquire)) break;
+            if (atomic_load(&c->h->failed)) {
+                rc = rm_errf(err, RM_ECLOSED, "shm: rank %d gave up forming the comm",
+                             (int)atomic_load(&c->h->failed_rank));
+                goto fail;
+            }
+            if (atomic_load(&c->aborted)) {
+                rc = rm_errf(err, RM_ECLOSED, "shm: aborted");
+                goto fail;
+            }
+            if (rm_mono() >= deadline) {
+                rc = rm_errf(err, RM_ETIMEDOUT, "shm: rank %d did not attach within %.1f s",
+                             lagging(c, W_ATTACHED, 1), c->timeout_s);
+                goto fail;
+            }
+            usleep(1000);
+        }
+    }
+    c->same_pidns = 1;
+    for (int q = 0; q < n; q++)
+        if (!c->slots[q].pidns[0] || strcmp(c->slots[q].pidns, me->pidns) != 0) c->same_pidns = 0;
+    *out = c;
+    return RM_OK;
+fail:
+    if (c->foreign) {      /* a segment we could not authenticate: touch nothing in it */
+        if (c->base) munmap(c->base, c->size);
+        c->h = NULL;
+    } else {
+        shm_unlink(c->name);   /* the formation failed: the name must not outlive it */
+        c->broken = 1;
+    }
+    shm_destroy(c);
+    return rc;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* collectives                                                                                    */
+
+static void piece_of(size_t count, int n, int s, size_t j, size_t P, size_t *off, size_t *len) {
+    size_t so, sl;
+    rm_shard_range(count, n, s, &so, &sl);
+    size_t start = j * P;
+    *off = so + start;
+    *len = sl > start ? (sl - start < P ? sl - start : P) : 0;
+}
+
+static int shm_check(rm_comm *c, rm_dtype dt, rm_redop op, rm_err *err) {
+    if (!c) return rm_errf(err, RM_EINVAL, "shm: NULL comm");
+    if (atomic_load(&c->aborted)) return rm_errf(err, RM_ECLOSED, "shm: aborted");
+    if (c->broken) return rm_errf(err, RM_ECLOSED, "shm: comm broken by an earlier error");
+    if (dt != RM_DT_F32) return rm_errf(err, RM_EUNSUPPORTED, "shm: dtype %s not supported (float only)", rm_dtype_name(dt));
+    if (op != RM_OP_SUM && op != RM_OP_AVG) return rm_errf(err, RM_EINVAL, "shm: unknown reduction");
+    return RM_OK;
+}
+
+/* One collective of kind k. AR: src -> dst (count); RS: src (count) -> shard; AG: shard -> dst. */
+static int shm_run(rm_comm *c, int k, const float *src, float *dst, float *shard, size_t count,
+                   rm_redop op, rm_err *err) {
+    int n = c->n, me = c->rank;
+    size_t P = c->P;
+    size_t rounds = (rm_shard_max_len(count, n) + P - 1) / P;
+    if (k == K_BAR) rounds = 1;
+    const float inv = 1.0f / (float)n;
+    uint64_t desc = ((uint64_t)k << 56) | (uint64_t)count;
+    int rc = RM_OK;
+    for (size_t j = 0; j < rounds; j++) {
+        uint64_t g = ++c->seq;
+        int b = (int)(g & 1);
+        double deadline = rm_mono() + c->timeout_s;
+        if (g > 2 && (rc = shm_wait(c, W_GATHERED, g - 2, deadline, err))) goto fail;
+        shm_slot *ms = &c->slots[me];
+        atomic_store_explicit(&ms->desc[b], desc, memory_order_relaxed);
+        size_t off, len;
+        if (k == K_AR || k == K_RS) {
+            float *stage = c->in[b] + (size_t)me * (size_t)n * P;
+            for (int s = 0; s < n; s++) {
+                piece_of(count, n, s, j, P, &off, &len);
+                if (len) memcpy(stage + (size_t)s * P, src + off, len * sizeof(float));
+            }
+            atomic_store_explicit(&ms->staged, g, memory_order_release);
+            ring_bell(c);
+            if ((rc = shm_wait(c, W_STAGED, g, deadline, err))) goto fail;
+            for (int q = 0; q < n; q++)
+                if (atomic_load_explicit(&c->slots[q].desc[b], memory_order_relaxed) != desc) {
+                    rc = rm_errf(err, RM_EPROTO, "shm: rank %d is in a different collective or count "
+                                 "(round %llu)", q, (unsigned long long)g);
+                    goto fail;
+                }
+            piece_of(count, n, me, j, P, &off, &len);
+            float *o = k == K_RS ? shard + j * P : c->out[b] + (size_t)me * P;
+            if (len) {
+                const float *x0 = c->in[b] + (size_t)me * P;
+                size_t stride = (size_t)n * P;
+                for (size_t i = 0; i < len; i++) o[i] = x0[i];
+                for (int q = 1; q < n; q++) {
+                    const float *x = x0 + (size_t)q * stride;
+                    for (size_t i = 0; i < len; i++) o[i] += x[i];
+                }
+                if (op == RM_OP_AVG)
+                    for (size_t i = 0; i < len; i++) o[i] *= inv;
+            }
+            atomic_store_explicit(&ms->reduced, g, memory_order_release);
+            if (k == K_RS) atomic_store_explicit(&ms->gathered, g, memory_order_release);
+            ring_bell(c);
+            if (k == K_RS) continue;
+        } else {
+            if (k == K_AG) {
+                piece_of(count, n, me, j, P, &off, &len);
+                if (len) memcpy(c->out[b] + (size_t)me * P, shard + j * P, len * sizeof(float));
+            }
+            atomic_store_explicit(&ms->staged, g, memory_order_release);
+            atomic_store_explicit(&ms->reduced, g, memory_order_release);
+            ring_bell(c);
+        }
+        if ((rc = shm_wait(c, W_REDUCED, g, deadline, err))) goto fail;
+        if (k != K_AR)
+            for (int q = 0; q < n; q++)
+                if (atomic_load_explicit(&c->slots[q].desc[b], memory_order_relaxed) != desc) {
+                    rc = rm_errf(err, RM_EPROTO, "shm: rank %d is in a different collective or count "
+                                 "(round %llu)", q, (unsigned long long)g);
+                    goto fail;
+                }
+        if (k != K_BAR) {
+            for (int s = 0; s < n; s++) {
+                piece_of(count, n, s, j, P, &off, &len);
+                if (!len) continue;
+                float *d = dst + off;
+                const float *from = c->out[b] + (size_t)s * P;
+                if (k == K_AG && s == me && d == shard + j * P) continue;  /* in place */
+                memcpy(d, from, len * sizeof(float));
+            }
+        }
+        atomic_store_explicit(&ms->gathered, g, memory_order_release);
+        ring_bell(c);
+    }
+    return RM_OK;
+fail:
+    c->broken = 1;
+    mark_failed(c);
+    return rc;
+}
+
+static int shm_allreduce_oop(rm_comm *c, const void *send, void *recv, size_t count, rm_dtype dt,
+                             rm_redop op, rm_err *err) {
+    RM_CHECK(shm_check(c, dt, op, err));
+    if (!count) return RM_OK;
+    if (!send || !recv) return rm_errf(err, RM_EINVAL, "shm: NULL buffer");
+    if (c->n == 1) {
+        if (send != recv) memmove(recv, send, count * sizeof(float));
+        return RM_OK;
+    }
+    return shm_run(c, K_AR, send, recv, NULL, count, op, err);
+}
+
+static int shm_allreduce(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_redop op, rm_err *err) {
+    return shm_allreduce_oop(c, buf, buf, count, dt, op, err);
+}
+
+static int shm_reduce_scatter(rm_comm *c, void *buf, void *shard, size_t count, rm_dtype dt, rm_redop op,
+                              rm_err *err) {
+    RM_CHECK(shm_check(c, dt, op, err));
+    if (!count) return RM_OK;
+    if (!buf || !shard) return rm_errf(err, RM_EINVAL, "shm: NULL buffer");
+    if (c->n == 1) {
+        if (shard != buf) memmove(shard, buf, count * sizeof(float));
+        return RM_OK;
+    }
+    return shm_run(c, K_RS, buf, NULL, shard, count, op, err);
+}
+
+static int shm_all_gather(rm_comm *c, const void *shard, void *buf, size_t count, rm_dtype dt, rm_err *err) {
+    RM_CHECK(shm_check(c, dt, RM_OP_SUM, err));
+    if (!count) return RM_OK;
+    if (!buf || !shard) return rm_errf(err, RM_EINVAL, "shm: NULL buffer");
+    size_t off = rm_shard_off(count, c->n, c->rank), len = rm_shard_len(count, c->n, c->rank);
+    if (c->n == 1) {
+        if ((float *)buf + off != shard) memmove((float *)buf + off, shard, len * sizeof(float));
+        return RM_OK;
+    }
+    return shm_run(c, K_AG, NULL, buf, (float *)shard, count, RM_OP_SUM, err);
+}
+
+static int shm_barrier(rm_comm *c, rm_err *err) {
+    RM_CHECK(shm_check(c, RM_DT_F32, RM_OP_SUM, err));
+    if (c->n == 1) return RM_OK;
+    return shm_run(c, K_BAR, NULL, NULL, NULL, 0, RM_OP_SUM, err);
+}
+
+static void shm_abort(rm_comm *c) {
+    if (!c) return;
+    atomic_store(&c->aborted, 1);
+    if (c->h) mark_failed(c);
+}
+
+static const rm_comm_ops shm_ops = {
+    .name = "shm",
+    .init = shm_init,
+    .allreduce = shm_allreduce,
+    .allreduce_oop = shm_allreduce_oop,
+    .reduce_scatter = shm_reduce_scatter,
+    .all_gather = shm_all_gather,
+    .barrier = shm_barrier,
+    .abort = shm_abort,
+    .destroy = shm_destroy,
+};
+
+const rm_comm_ops *rm_comm_shm_ops(void) { return &shm_ops; }
+
+const char *rm_comm_shm_name(const rm_comm *c) { return c ? c->name : ""; }
