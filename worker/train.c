@@ -540,6 +540,10 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
     }
     if (!strcmp(cfg->metrics_addr, "off"))
         setstr(&cfg->metrics_addr, "");
+    if (cfg->checkpoint_dir && !strcmp(cfg->checkpoint_dir, "none")) {   /* as the help says */
+        free(cfg->checkpoint_dir);
+        cfg->checkpoint_dir = NULL;
+    }
     return RM_OK;
 fail:
     rm_train_cfg_free(cfg);

@@ -136,12 +136,36 @@ static void test_missing_token(void)
     clear_env();
 }
 
+/* --checkpoint-dir none (or the env) means no checkpoints, not a folder called "none". */
+static void test_checkpoint_dir_none(void)
+{
+    clear_env();
+    rm_train_cfg cfg;
+    rm_err e;
+    const char *const a[] = {"--checkpoint-dir", "none", NULL};
+    CU_ASSERT_EQUAL_FATAL(parse(&cfg, &e, a), RM_OK);
+    CU_ASSERT_PTR_NULL(cfg.checkpoint_dir);
+    rm_train_cfg_free(&cfg);
+    const char *const b[] = {"--checkpoint-dir", "/tmp/ck-x", NULL};
+    CU_ASSERT_EQUAL_FATAL(parse(&cfg, &e, b), RM_OK);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(cfg.checkpoint_dir);
+    CU_ASSERT_STRING_EQUAL(cfg.checkpoint_dir, "/tmp/ck-x");
+    rm_train_cfg_free(&cfg);
+    setenv("RINGMASTER_CHECKPOINT_DIR", "none", 1);
+    const char *const c[] = {NULL};
+    CU_ASSERT_EQUAL_FATAL(parse(&cfg, &e, c), RM_OK);
+    CU_ASSERT_PTR_NULL(cfg.checkpoint_dir);
+    rm_train_cfg_free(&cfg);
+    clear_env();
+}
+
 void rm_suite_train(void)
 {
     static const rm_test_case cases[] = {
         {"numeric_flags_table", test_numeric_flags},
         {"backend_and_resume", test_backend_and_resume},
         {"missing_token", test_missing_token},
+        {"checkpoint_dir_none", test_checkpoint_dir_none},
     };
     RM_ADD_SUITE("train", NULL, NULL, cases);
 }
