@@ -2048,6 +2048,12 @@ static int handle_create(ks_server *s, const rm_http_req *req, rm_http_resp *res
         cJSON_Delete(o);
         if (r.code)
             return reply_wfail(resp, k, namebuf, &r);
+        /* a new dependent whose owner is already gone (or in another namespace, J5) is the
+         * collector's business at once, as for Kubernetes' GC on an add event; without this it
+         * waited for some later deletion to wake the collector */
+        if (r.obj && cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(
+                         cJSON_GetObjectItemCaseSensitive(r.obj->j, "metadata"), "ownerReferences")) > 0)
+            atomic_store(&s->gc_dirty, true);
         int rc = reply_stored(resp, 201, k, r.obj);
         ks_obj_unref(r.obj);
         return rc;
