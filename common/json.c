@@ -293,3 +293,23 @@ int rm_json_parse_time(const char *s, double *out)
     *out = (double)t - (double)offset + frac;
     return RM_OK;
 }
+
+int rm_json_add_controller_ref(cJSON *md, const char *api_version, const char *kind,
+                               const char *name, const char *uid)
+{
+    cJSON *refs = cJSON_GetObjectItemCaseSensitive(md, "ownerReferences");
+    if (!cJSON_IsArray(refs)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(md, "ownerReferences");
+        refs = cJSON_AddArrayToObject(md, "ownerReferences");
+    }
+    cJSON *r = cJSON_CreateObject();
+    if (!refs || !r || !cJSON_AddStringToObject(r, "apiVersion", api_version) ||
+        !cJSON_AddStringToObject(r, "kind", kind) || !cJSON_AddStringToObject(r, "name", name) ||
+        !cJSON_AddStringToObject(r, "uid", uid ? uid : "") ||
+        !cJSON_AddBoolToObject(r, "controller", 1) ||
+        !cJSON_AddBoolToObject(r, "blockOwnerDeletion", 1) || !cJSON_AddItemToArray(refs, r)) {
+        cJSON_Delete(r);
+        return RM_ENOMEM;
+    }
+    return RM_OK;
+}

@@ -40,4 +40,10 @@ const cJSON *rm_json_path(const cJSON *root, const char *path);
 void rm_json_time(char buf[32], double unix_seconds);
 void rm_json_microtime(char buf[40], double unix_seconds);
 int rm_json_parse_time(const char *s, double *out); /* accepts both forms; RM_EINVAL if bad */
+/* Append a controller ownerReference {apiVersion, kind, name, uid, controller: true,
+ * blockOwnerDeletion: true} to metadata `md` (creating its ownerReferences array when absent).
+ * Strings are copied; NULL uid is written as "". RM_OK, or RM_ENOMEM with `md` unchanged
+ * except possibly for an empty ownerReferences array. */
+int rm_json_add_controller_ref(cJSON *md, const char *api_version, const char *kind,
+                               const char *name, const char *uid);
 #endif

@@ -56,19 +56,6 @@ int rm_gang_min_resources(const rm_tj *tj, rm_reslist *out, rm_err *err)
 }
 
 /* ---------------- PodGroup ---------------- */
-static void add_owner(cJSON *md, const rm_tj *tj)
-{
-    cJSON *refs = cJSON_AddArrayToObject(md, "ownerReferences");
-    cJSON *r = cJSON_CreateObject();
-    cJSON_AddStringToObject(r, "apiVersion", RM_TJ_API_VERSION);
-    cJSON_AddStringToObject(r, "kind", RM_TJ_KIND);
-    cJSON_AddStringToObject(r, "name", tj->name);
-    cJSON_AddStringToObject(r, "uid", tj->uid ? tj->uid : "");
-    cJSON_AddBoolToObject(r, "controller", 1);
-    cJSON_AddBoolToObject(r, "blockOwnerDeletion", 1);
-    cJSON_AddItemToArray(refs, r);
-}
-
 static const char *volcano_queue(const rm_tj *tj)
 {
     if (tj->spec.sched.queue)
@@ -98,7 +85,7 @@ cJSON *rm_gang_podgroup(const rm_tj *tj, rm_gang_kind kind, rm_err *err)
     cJSON *l = cJSON_AddObjectToObject(md, "labels");
     cJSON_AddStringToObject(l, "ringmaster.dev/job-name", tj->name);
     cJSON_AddStringToObject(l, "app.kubernetes.io/managed-by", "ringmaster");
-    add_owner(md, tj);
+    rm_json_add_controller_ref(md, RM_TJ_API_VERSION, RM_TJ_KIND, tj->name, tj->uid);
     cJSON *sp = cJSON_AddObjectToObject(pg, "spec");
     cJSON_AddNumberToObject(sp, "minMember", gang);
     if (kind == RM_GANG_VOLCANO) {
@@ -246,7 +233,7 @@ cJSON *rm_kueue_workload(const rm_tj *tj, const char *default_image, rm_err *err
     cJSON *l = cJSON_AddObjectToObject(md, "labels");
     cJSON_AddStringToObject(l, RM_KUEUE_JOB_UID_LABEL, tj->uid ? tj->uid : "");
     cJSON_AddStringToObject(l, "ringmaster.dev/job-name", tj->name);
-    add_owner(md, tj);
+    rm_json_add_controller_ref(md, RM_TJ_API_VERSION, RM_TJ_KIND, tj->name, tj->uid);
     cJSON *sp = cJSON_AddObjectToObject(wl, "spec");
     cJSON_AddStringToObject(sp, "queueName", q);
     if (tj->spec.sched.priority_class) {

@@ -362,19 +362,6 @@ void *rm_kube_node_transform(void *ud, const cJSON *obj)
 }
 
 /* ---------------- object builders ---------------- */
-static void owner_ref(cJSON *md, const rm_tj *tj)
-{
-    cJSON *refs = cJSON_AddArrayToObject(md, "ownerReferences");
-    cJSON *r = cJSON_CreateObject();
-    cJSON_AddStringToObject(r, "apiVersion", RM_TJ_API_VERSION);
-    cJSON_AddStringToObject(r, "kind", RM_TJ_KIND);
-    cJSON_AddStringToObject(r, "name", tj->name);
-    cJSON_AddStringToObject(r, "uid", tj->uid ? tj->uid : "");
-    cJSON_AddBoolToObject(r, "controller", 1);
-    cJSON_AddBoolToObject(r, "blockOwnerDeletion", 1);
-    cJSON_AddItemToArray(refs, r);
-}
-
 static cJSON *base_meta(cJSON *obj, const rm_tj *tj, const char *name)
 {
     cJSON *md = cJSON_AddObjectToObject(obj, "metadata");
@@ -383,7 +370,7 @@ static cJSON *base_meta(cJSON *obj, const rm_tj *tj, const char *name)
     cJSON *l = cJSON_AddObjectToObject(md, "labels");
     cJSON_AddStringToObject(l, RM_LABEL_JOB, tj->name);
     cJSON_AddStringToObject(l, "app.kubernetes.io/managed-by", "ringmaster");
-    owner_ref(md, tj);
+    rm_json_add_controller_ref(md, RM_TJ_API_VERSION, RM_TJ_KIND, tj->name, tj->uid);
     return md;
 }
 

@@ -217,20 +217,10 @@ static int create_trial(rm_sweepctl *s, const rm_sweep *sw, int index, rm_err *e
     if (!tj)
         return err->code ? err->code : RM_ENOMEM;
     cJSON *md = cJSON_GetObjectItemCaseSensitive(tj, "metadata");
-    cJSON *refs = cJSON_AddArrayToObject(md, "ownerReferences");
-    cJSON *ref = cJSON_CreateObject();
-    if (!refs || !ref) {
-        cJSON_Delete(ref);
+    if (rm_json_add_controller_ref(md, RM_TJ_API_VERSION, RM_SWEEP_KIND, sw->name, sw->uid)) {
         cJSON_Delete(tj);
         return rm_errf(err, RM_ENOMEM, "out of memory");
     }
-    cJSON_AddStringToObject(ref, "apiVersion", RM_TJ_API_VERSION);
-    cJSON_AddStringToObject(ref, "kind", RM_SWEEP_KIND);
-    cJSON_AddStringToObject(ref, "name", sw->name);
-    cJSON_AddStringToObject(ref, "uid", sw->uid ? sw->uid : "");
-    cJSON_AddBoolToObject(ref, "controller", true);
-    cJSON_AddBoolToObject(ref, "blockOwnerDeletion", true);
-    cJSON_AddItemToArray(refs, ref);
     char path[512];
     rm_sfmt(path, sizeof path, "/apis/%s/%s/namespaces/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION,
             sw->namespace_, RM_TJ_PLURAL);

@@ -137,6 +137,29 @@ static void test_path(void)
     cJSON_Delete(j);
 }
 
+static void test_controller_ref(void)
+{
+    cJSON *md = doc("{\"name\":\"p\",\"ownerReferences\":[{\"kind\":\"Other\"}]}");
+    CU_ASSERT_EQUAL(rm_json_add_controller_ref(md, "ringmaster.dev/v1", "TrainingJob", "j", "u-1"), RM_OK);
+    CU_ASSERT_EQUAL(rm_json_add_controller_ref(md, "v1", "K", "k", NULL), RM_OK);
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(rm_json_path(md, "ownerReferences")), 3);
+    CU_ASSERT_STRING_EQUAL(rm_json_path(md, "ownerReferences[0].kind")->valuestring, "Other");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(md, "ownerReferences[1].apiVersion")->valuestring,
+                           "ringmaster.dev/v1");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(md, "ownerReferences[1].kind")->valuestring, "TrainingJob");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(md, "ownerReferences[1].name")->valuestring, "j");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(md, "ownerReferences[1].uid")->valuestring, "u-1");
+    CU_ASSERT(cJSON_IsTrue(rm_json_path(md, "ownerReferences[1].controller")));
+    CU_ASSERT(cJSON_IsTrue(rm_json_path(md, "ownerReferences[1].blockOwnerDeletion")));
+    CU_ASSERT_STRING_EQUAL(rm_json_path(md, "ownerReferences[2].uid")->valuestring, "");
+    cJSON_Delete(md);
+    /* a non-array ownerReferences is replaced, not appended to */
+    md = doc("{\"ownerReferences\":5}");
+    CU_ASSERT_EQUAL(rm_json_add_controller_ref(md, "v1", "K", "k", "u"), RM_OK);
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(rm_json_path(md, "ownerReferences")), 1);
+    cJSON_Delete(md);
+}
+
 static void test_time(void)
 {
     char b[32], m[40];
@@ -181,6 +204,7 @@ void rm_suite_json(void)
         { "no_unknown", test_no_unknown },
         { "parse_errors", test_parse },
         { "path", test_path },
+        { "controller_ref", test_controller_ref },
         { "time", test_time },
     };
     RM_ADD_SUITE("json", NULL, NULL, cases);
