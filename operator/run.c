@@ -33,6 +33,7 @@
 #include "common/worker_env.h"
 #include "common/yaml.h"
 #include "operator/local.h"
+#include "operator/sigwake.h"
 #include "operator/sweep_run.h"
 #include "worker/faults.h"
 
@@ -117,53 +118,6 @@ int rm_manifest_load(const char *path, const rm_manifest_overrides *ov, rm_tj *o
     return rc;
 }
 
-/* ------------------------------------------------------------------ signals */
-
-static volatile sig_atomic_t g_stop;     /* the only file-level state: what a handler may touch */
-static int g_wake_w = -1;
-
-static void on_signal(int sig)
-{
-    int saved = errno;
-    g_stop = g_stop ? SIGKILL : sig;    /* a second Ctrl-C: no more grace */
-    if (g_wake_w >= 0) {
-        ssize_t n = write(g_wake_w, "s", 1);
-        (void)n;
-    }
-    errno = saved;
-}
-
-static void on_child(int sig)
-{
-    (void)sig;
-    int saved = errno;
-    if (g_wake_w >= 0) {
-        ssize_t n = write(g_wake_w, "c", 1);
-        (void)n;
-    }
-    errno = saved;
-}
-
-static int install_signals(int *wake_r)
-{
-    int p[2];
-    if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0)
-        return -1;
-    *wake_r = p[0];
-    g_wake_w = p[1];
-    struct sigaction sa = {0};
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);   /* a closed terminal: checkpoint and stop, as for SIGTERM */
-    sa.sa_handler = on_child;
-    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-    sigaction(SIGCHLD, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    return 0;
-}
 
 /* ------------------------------------------------------------------ progress display */
 
@@ -728,7 +682,7 @@ int rm_run_main(int argc, char **argv)
         fprintf(u.out, "  runner log:  %s\n", runner_log);
 
     int wake_r = -1;
-    if (install_signals(&wake_r) != 0) {
+    if (rm_sigwake_install(&wake_r, true) != 0) {
         fprintf(stderr, "ringmaster run: pipe: %s\n", strerror(errno));
         rm_tj_free(&job);
         return 1;
@@ -736,7 +690,7 @@ int rm_run_main(int argc, char **argv)
     rm_local_opts lo = {
         .run_dir = run_dir, .checkpoint_dir = ckpt_dir, .metrics_addr = metrics,
         .worker_log_format = logfmt_s, .human = u.out, .on_tick = on_tick, .on_event = on_event,
-        .ud = &u, .stop_signal = &g_stop, .wake_fd = wake_r,
+        .ud = &u, .stop_signal = &rm_sig_stop, .wake_fd = wake_r,
     };
     static rm_local_result res;
     rm_err e = {0};

@@ -24,6 +24,7 @@
 #include "common/yaml.h"
 #include "operator/local.h"
 #include "operator/run.h"
+#include "operator/sigwake.h"
 
 #define LINE_CAP (256 * 1024)     /* one status line from a trial (64 evaluations fit many times) */
 #define TICK_MS 200
@@ -137,55 +138,6 @@ int rm_sweep_validate(const char *file, bool json)
     return 0;
 }
 
-/* ------------------------------------------------------------------ signals */
-
-static volatile sig_atomic_t g_stop;   /* runner: SIGINT/SIGTERM; child: the stop request */
-static int g_wake_w = -1;
-
-static void on_signal(int sig)
-{
-    int saved = errno;
-    g_stop = sig;
-    if (g_wake_w >= 0) {
-        ssize_t n = write(g_wake_w, "s", 1);
-        (void)n;
-    }
-    errno = saved;
-}
-
-static void on_child(int sig)
-{
-    (void)sig;
-    int saved = errno;
-    if (g_wake_w >= 0) {
-        ssize_t n = write(g_wake_w, "c", 1);
-        (void)n;
-    }
-    errno = saved;
-}
-
-/* New self-pipe and handlers (the runner at start; each trial child again after fork). */
-static int install_signals(int *wake_r)
-{
-    int p[2];
-    if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0)
-        return -1;
-    *wake_r = p[0];
-    g_wake_w = p[1];
-    g_stop = 0;
-    struct sigaction sa = {0};
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    sigaction(SIGHUP, &sa, NULL);
-    sa.sa_handler = on_child;
-    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-    sigaction(SIGCHLD, &sa, NULL);
-    signal(SIGPIPE, SIG_IGN);
-    return 0;
-}
 
 /* ------------------------------------------------------------------ the trial child */
 
@@ -237,7 +189,7 @@ static void trial_child(const rm_sweep *sw, int index, int fd, const char *run_d
 {
     prctl(PR_SET_PDEATHSIG, SIGTERM);   /* a runner that dies takes its trials with it */
     int wake_r = -1;
-    if (install_signals(&wake_r) != 0)
+    if (rm_sigwake_install(&wake_r, false) != 0)
         _exit(3);
     if (getppid() == 1)
         _exit(3);
@@ -261,7 +213,7 @@ static void trial_child(const rm_sweep *sw, int index, int fd, const char *run_d
     rm_local_opts lo = {
         .run_dir = run_dir, .checkpoint_dir = ckpt_dir, .metrics_addr = "127.0.0.1:0",
         .worker_log_format = log_format, .human = human ? human : stderr, .on_tick = child_tick,
-        .ud = &cc, .stop_signal = &g_stop, .wake_fd = wake_r,
+        .ud = &cc, .stop_signal = &rm_sig_stop, .wake_fd = wake_r,
     };
     static rm_local_result res;
     int rc = rm_local_run(&job, &lo, &res, &e);
@@ -592,7 +544,7 @@ int rm_sweep_run(const rm_sweep_run_opts *o)
         if (lfd >= 0)
             close(lfd);
     }
-    if (install_signals(&wake_r) != 0) {
+    if (rm_sigwake_install(&wake_r, false) != 0) {
         fprintf(stderr, "ringmaster run: pipe: %s\n", strerror(errno));
         goto out;
     }
@@ -615,8 +567,8 @@ int rm_sweep_run(const rm_sweep_run_opts *o)
     double last_draw = 0;
     for (;;) {
         reap(&r);
-        if (g_stop && !stopping) {
-            stopping = g_stop;
+        if (rm_sig_stop && !stopping) {
+            stopping = rm_sig_stop;
             stop_at = rm_wall();
             stop_all(&r, SIGTERM);   /* each trial checkpoints and stops */
             fprintf(r.out, "ringmaster: stopping every trial (signal %d)\n", stopping);
