@@ -313,3 +313,26 @@ int rm_json_add_controller_ref(cJSON *md, const char *api_version, const char *k
     }
     return RM_OK;
 }
+
+cJSON *rm_json_object_head(const char *api_version, const char *kind, const char *name,
+                           const char *namespace_, const char *uid, const char *resource_version,
+                           int64_t generation, cJSON **md)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *m = NULL;
+    if (!o || !cJSON_AddStringToObject(o, "apiVersion", api_version) ||
+        !cJSON_AddStringToObject(o, "kind", kind) || !(m = cJSON_AddObjectToObject(o, "metadata")))
+        goto oom;
+    const char *keys[] = { "name", "namespace", "uid", "resourceVersion" };
+    const char *vals[] = { name, namespace_, uid, resource_version };
+    for (int i = 0; i < 4; i++)
+        if (vals[i] && !cJSON_AddStringToObject(m, keys[i], vals[i]))
+            goto oom;
+    if (generation && !cJSON_AddNumberToObject(m, "generation", (double)generation))
+        goto oom;
+    *md = m;
+    return o;
+oom:
+    cJSON_Delete(o);
+    return NULL;
+}

@@ -40,6 +40,12 @@ const cJSON *rm_json_path(const cJSON *root, const char *path);
 void rm_json_time(char buf[32], double unix_seconds);
 void rm_json_microtime(char buf[40], double unix_seconds);
 int rm_json_parse_time(const char *s, double *out); /* accepts both forms; RM_EINVAL if bad */
+/* The head every API object shares: {"apiVersion", "kind", "metadata": {name, namespace, uid,
+ * resourceVersion, generation}}, leaving out NULL strings and a zero generation. Returns a new
+ * object the caller owns and sets *md to its metadata (borrowed); NULL when out of memory. */
+cJSON *rm_json_object_head(const char *api_version, const char *kind, const char *name,
+                           const char *namespace_, const char *uid, const char *resource_version,
+                           int64_t generation, cJSON **md);
 /* Append a controller ownerReference {apiVersion, kind, name, uid, controller: true,
  * blockOwnerDeletion: true} to metadata `md` (creating its ownerReferences array when absent).
  * Strings are copied; NULL uid is written as "". RM_OK, or RM_ENOMEM with `md` unchanged

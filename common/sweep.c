@@ -908,24 +908,11 @@ cJSON *rm_sweep_status_to_json(const rm_sweep *sw)
 
 cJSON *rm_sweep_to_json(const rm_sweep *sw)
 {
-    cJSON *o = cJSON_CreateObject();
+    cJSON *md;
+    cJSON *o = rm_json_object_head(RM_TJ_API_VERSION, RM_SWEEP_KIND, sw->name, sw->namespace_,
+                                   sw->uid, sw->resource_version, sw->generation, &md);
     if (!o)
         return NULL;
-    cJSON_AddStringToObject(o, "apiVersion", RM_TJ_API_VERSION);
-    cJSON_AddStringToObject(o, "kind", RM_SWEEP_KIND);
-    cJSON *md = cJSON_AddObjectToObject(o, "metadata");
-    if (md) {
-        if (sw->name)
-            cJSON_AddStringToObject(md, "name", sw->name);
-        if (sw->namespace_)
-            cJSON_AddStringToObject(md, "namespace", sw->namespace_);
-        if (sw->uid)
-            cJSON_AddStringToObject(md, "uid", sw->uid);
-        if (sw->resource_version)
-            cJSON_AddStringToObject(md, "resourceVersion", sw->resource_version);
-        if (sw->generation)
-            cJSON_AddNumberToObject(md, "generation", (double)sw->generation);
-    }
     cJSON *sp = spec_to_json(&sw->spec);
     if (sp)
         cJSON_AddItemToObject(o, "spec", sp);

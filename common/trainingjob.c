@@ -1391,26 +1391,18 @@ cJSON *rm_tj_status_to_json(const rm_tj_status *st)
 
 cJSON *rm_tj_to_json(const rm_tj *tj)
 {
-    cJSON *o = cJSON_CreateObject();
+    cJSON *md;
+    cJSON *o = rm_json_object_head(RM_TJ_API_VERSION, RM_TJ_KIND, tj->name, tj->namespace_,
+                                   tj->uid, tj->resource_version, tj->generation, &md);
     if (!o)
         return NULL;
-    cJSON_AddStringToObject(o, "apiVersion", RM_TJ_API_VERSION);
-    cJSON_AddStringToObject(o, "kind", RM_TJ_KIND);
-    cJSON *md = cJSON_AddObjectToObject(o, "metadata");
-    if (md) {
-        add_str(md, "name", tj->name);
-        add_str(md, "namespace", tj->namespace_);
-        add_str(md, "uid", tj->uid);
-        add_str(md, "resourceVersion", tj->resource_version);
-        add_num(md, "generation", (double)tj->generation, false);
-        if (tj->labels)
-            cJSON_AddItemToObject(md, "labels", cJSON_Duplicate(tj->labels, 1));
-        if (tj->annotations)
-            cJSON_AddItemToObject(md, "annotations", cJSON_Duplicate(tj->annotations, 1));
-    }
+    if (tj->labels)
+        cJSON_AddItemToObject(md, "labels", cJSON_Duplicate(tj->labels, 1));
+    if (tj->annotations)
+        cJSON_AddItemToObject(md, "annotations", cJSON_Duplicate(tj->annotations, 1));
     cJSON *sp = rm_tj_spec_to_json(&tj->spec);
     cJSON *st = rm_tj_status_to_json(&tj->status);
-    if (!md || !sp || !st) {
+    if (!sp || !st) {
         cJSON_Delete(sp);
         cJSON_Delete(st);
         cJSON_Delete(o);

@@ -160,6 +160,25 @@ static void test_controller_ref(void)
     cJSON_Delete(md);
 }
 
+static void test_object_head(void)
+{
+    cJSON *md = NULL;
+    cJSON *o = rm_json_object_head("ringmaster.dev/v1", "TrainingJob", "j", NULL, "u", NULL, 0, &md);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(o);
+    CU_ASSERT_PTR_EQUAL(md, rm_json_path(o, "metadata"));
+    char *s = rm_json_print(o);
+    CU_ASSERT_STRING_EQUAL(s, "{\"apiVersion\":\"ringmaster.dev/v1\",\"kind\":\"TrainingJob\","
+                              "\"metadata\":{\"name\":\"j\",\"uid\":\"u\"}}");
+    free(s);
+    cJSON_Delete(o);
+    o = rm_json_object_head("v1", "K", "n", "ns", "u", "42", 3, &md);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(o);
+    CU_ASSERT_STRING_EQUAL(rm_json_path(o, "metadata.namespace")->valuestring, "ns");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(o, "metadata.resourceVersion")->valuestring, "42");
+    CU_ASSERT_EQUAL(rm_json_path(o, "metadata.generation")->valueint, 3);
+    cJSON_Delete(o);
+}
+
 static void test_time(void)
 {
     char b[32], m[40];
@@ -205,6 +224,7 @@ void rm_suite_json(void)
         { "parse_errors", test_parse },
         { "path", test_path },
         { "controller_ref", test_controller_ref },
+        { "object_head", test_object_head },
         { "time", test_time },
     };
     RM_ADD_SUITE("json", NULL, NULL, cases);
