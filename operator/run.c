@@ -229,6 +229,22 @@ static bool has_checkpoint(const char *dir)
 }
 
 /* Remove what a previous run left in the checkpoint folder (checkpoints and fault markers). */
+FILE *rm_run_tty_to_log(const char *log_path)
+{
+    FILE *term = NULL;
+    int tfd = dup(2);
+    int lfd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (tfd >= 0 && lfd >= 0 && (term = fdopen(tfd, "w")) != NULL) {
+        fcntl(tfd, F_SETFD, FD_CLOEXEC);
+        dup2(lfd, 2);
+    } else if (tfd >= 0) {
+        close(tfd);
+    }
+    if (lfd >= 0)
+        close(lfd);
+    return term;
+}
+
 int rm_run_fresh_checkpoints(const char *dir)
 {
     static const char *const pats[] = {"ckpt-*.rmck", ".tmp-ckpt-*", ".fault-*-fired"};
@@ -661,19 +677,10 @@ int rm_run_main(int argc, char **argv)
     rm_sfmt(runner_log, sizeof runner_log, "%s/ringmaster.log", run_dir);
     if (u.tty) {
         /* the structured log goes to a file; the terminal gets the progress line and events */
-        int tfd = dup(2);
-        int lfd = open(runner_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-        if (tfd >= 0 && lfd >= 0 && (term = fdopen(tfd, "w")) != NULL) {
-            fcntl(tfd, F_SETFD, FD_CLOEXEC);
-            dup2(lfd, 2);
+        if ((term = rm_run_tty_to_log(runner_log)) != NULL)
             u.out = term;
-        } else {
+        else
             u.tty = false;
-            if (tfd >= 0)
-                close(tfd);
-        }
-        if (lfd >= 0)
-            close(lfd);
     }
     if (removed > 0)
         fprintf(u.out, "ringmaster: removed %d files of an earlier run from %s (--resume keeps "

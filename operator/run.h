@@ -10,6 +10,7 @@
  * checkpoint, the final status is printed). A malformed RINGMASTER_FAULT is refused with exit 2. */
 #ifndef RM_RUN_H
 #define RM_RUN_H
+#include <stdio.h>
 #include <stddef.h>
 #include "common/rm.h"
 #include "common/trainingjob.h"
@@ -37,6 +38,10 @@ void rm_manifest_msg(char *msg, size_t cap, const char *path, const rm_yaml_docs
 /* Remove what an earlier run left in a checkpoint folder (checkpoints, temporaries, fault
  * markers); returns how many files went. */
 int rm_run_fresh_checkpoints(const char *dir);
+/* Send this process's stderr (the structured log) to `log_path` (appended) and return a stream on
+ * the original terminal for the live display; the caller owns and fcloses it. NULL (stderr left
+ * as it was) when the log file or the duplicate cannot be opened. */
+FILE *rm_run_tty_to_log(const char *log_path);
 
 /* The checkpoint folder of `ringmaster run` (into buf): --checkpoint-dir when given, else
  * spec.checkpoint.path as written (relative or absolute) unless it is the cluster default

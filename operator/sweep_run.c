@@ -530,19 +530,10 @@ int rm_sweep_run(const rm_sweep_run_opts *o)
         /* the structured log goes to a file; the terminal gets the live table */
         char lp[PATH_MAX + 32];
         rm_sfmt(lp, sizeof lp, "%s/ringmaster.log", r.run_dir);
-        int tfd = dup(2);
-        int lfd = open(lp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-        if (tfd >= 0 && lfd >= 0 && (term = fdopen(tfd, "w")) != NULL) {
-            fcntl(tfd, F_SETFD, FD_CLOEXEC);
-            dup2(lfd, 2);
+        if ((term = rm_run_tty_to_log(lp)) != NULL)
             r.out = term;
-        } else {
+        else
             r.tty = false;
-            if (tfd >= 0)
-                close(tfd);
-        }
-        if (lfd >= 0)
-            close(lfd);
     }
     if (rm_sigwake_install(&wake_r, false) != 0) {
         fprintf(stderr, "ringmaster run: pipe: %s\n", strerror(errno));
