@@ -68,7 +68,10 @@ static void node_ready(ks_server *s, bool ready)
     pthread_mutex_lock(&s->faults.mu);
     s->faults.node_not_ready = !ready;
     pthread_mutex_unlock(&s->faults.mu);
-    ks_internal_update(s, ks_core_kind(s, KS_T_NODE), "", KS_NODE_NAME, set_node_ready, &ready);
+    if (!s->opts.nnodes)
+        ks_internal_update(s, ks_core_kind(s, KS_T_NODE), "", KS_NODE_NAME, set_node_ready, &ready);
+    for (int i = 0; i < s->opts.nnodes; i++)   /* --node / --nodes: every node (the kubelet serves them all) */
+        ks_internal_update(s, ks_core_kind(s, KS_T_NODE), "", s->opts.nodes[i].name, set_node_ready, &ready);
 }
 
 static void request_restart(ks_server *s, bool fresh)

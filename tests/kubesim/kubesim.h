@@ -131,6 +131,9 @@ struct ks_snapshots;
 typedef struct ks_node_spec {
     char name[64];
     int64_t cpu, memory, gpu, pods;
+    /* --nodes N (tests/kubesim/netns.sh): the node's network namespace (a name under /run/netns)
+     * and its address there; both empty for a plain --node */
+    char netns[64], addr[48];
 } ks_node_spec;
 
 typedef struct ks_opts {
@@ -144,6 +147,7 @@ typedef struct ks_opts {
     ks_node_spec nodes[KS_MAX_NODES];
     int nnodes;
     char cosched_scheduler[128];    /* the coscheduling profile's schedulerName */
+    int nodes_netns;                /* --nodes N: nodes[0..N) are network namespaces (netns.sh) */
 } ks_opts;
 
 typedef struct ks_server {
@@ -238,7 +242,14 @@ void ks_sched_tick(ks_server *s);
 /* Is node a node this kubesim's kubelet runs pods for? */
 bool ks_node_ours(const ks_server *s, const char *node);
 /* Parse "NAME:cpu=8,memory=16Gi,gpu=4,pods=110"; false with msg on error. */
-bool ks_node_parse(const char *arg, ks_node_spec *out, char *msg, size_t cap);   /* pods, namespaces...; caller needs no lock */
+bool ks_node_parse(const char *arg, ks_node_spec *out, char *msg, size_t cap);
+/* --nodes N: gives nodes[0..n) the namespaces and addresses in env (KUBESIM_NETNS_NODES, written
+ * by tests/kubesim/netns.sh: "NETNS=IPV4 NETNS=IPV4 ..."). With no --node, nodes node-0..node-(n-1)
+ * with cpu=32,memory=128Gi,pods=110 are made; with --node, their count must be n. check_paths:
+ * each /run/netns/NETNS must exist. Returns false with msg (naming --nodes) on any mismatch. */
+bool ks_nodes_netns(ks_opts *o, int n, const char *env, bool check_paths, char *msg, size_t cap);
+/* The node spec named node (NULL when none or not ours). */
+const ks_node_spec *ks_node_find(const ks_server *s, const char *node);   /* pods, namespaces...; caller needs no lock */
 
 /* ---- garbage collector (gc.c) --------------------------------------------------------------- */
 int ks_gc_start(ks_server *s);

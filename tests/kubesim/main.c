@@ -28,6 +28,7 @@ static void usage(FILE *f)
             "usage: kubesim [--addr 127.0.0.1:0] [--kubeconfig-out FILE] [--image-map IMAGE=PROGRAM]...\n"
             "               [--no-kubelet] [--runtime process|podman] [--data-dir DIR] [--log-level LEVEL]\n"
             "               [--node NAME:cpu=8,memory=16Gi,gpu=4,pods=110]... [--coscheduling-scheduler-name NAME]\n"
+            "               [--nodes N]   (nodes as network namespaces: run under tests/kubesim/netns.sh)\n"
             "A Kubernetes API double (v1.32) with a process kubelet; see tests/kubesim/README.md.\n");
 }
 
@@ -81,6 +82,7 @@ int main(int argc, char **argv)
     memset(&o, 0, sizeof(o));
     snprintf(o.addr, sizeof(o.addr), "127.0.0.1:0");
     rm_log_level lvl = RM_LOG_INFO;
+    int nodes_netns = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -103,6 +105,15 @@ int main(int argc, char **argv)
                 return 2;
             }
             o.nnodes++;
+            i++;
+        } else if (!strcmp(a, "--nodes") && v) {
+            char *end = NULL;
+            long n = strtol(v, &end, 10);
+            if (!*v || *end || n < 1 || n > KS_MAX_NODES) {
+                fprintf(stderr, "kubesim: --nodes wants a count from 1 to %d, not %s\n", KS_MAX_NODES, v);
+                return 2;
+            }
+            nodes_netns = (int)n;
             i++;
         } else if (!strcmp(a, "--coscheduling-scheduler-name") && v) {
             snprintf(o.cosched_scheduler, sizeof(o.cosched_scheduler), "%s", v);
@@ -146,7 +157,20 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (nodes_netns) {
+        char msg[512];
+        if (o.podman) {
+            fprintf(stderr, "kubesim: --nodes runs pods with --runtime process only (podman's own networking is not joined to the node namespaces)\n");
+            return 2;
+        }
+        if (!ks_nodes_netns(&o, nodes_netns, getenv("KUBESIM_NETNS_NODES"), true, msg, sizeof msg)) {
+            fprintf(stderr, "kubesim: %s\n", msg);
+            return 2;
+        }
+    }
     rm_log_init(lvl, RM_LOG_TEXT, "kubesim");
+    for (int i = 0; i < o.nodes_netns; i++)
+        rm_info("kubesim node=%s netns=%s addr=%s", o.nodes[i].name, o.nodes[i].netns, o.nodes[i].addr);
     bool temp_dir = false;
     if (!o.data_dir[0]) {
         const char *td = getenv("TMPDIR");

@@ -21,12 +21,17 @@
  *    resources, then all its pending pods bound at once (Permit); phases Pending -> Scheduling ->
  *    Running -> Finished.
  *  - any other schedulerName: the pod waits for that scheduler (nothing is written).
+ *  - with --nodes N (namespaced nodes, netns.sh) the default scheduler spreads: of the nodes that
+ *    fit, the one with the fewest bound pods (ties: the first), as kube-scheduler's scoring would.
  * A pass sees one snapshot; binds and status writes go through ks_internal_update. With the
  * fault sched_hold nothing binds (tests line pods up first). */
 #include "tests/kubesim/kubesim.h"
+#include <arpa/inet.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "common/json.h"
 #include "common/log.h"
 #include "common/podres.h"
@@ -75,6 +80,88 @@ bool ks_node_parse(const char *arg, ks_node_spec *out, char *msg, size_t cap)
         }
     }
     return true;
+}
+
+bool ks_nodes_netns(ks_opts *o, int n, const char *env, bool check_paths, char *msg, size_t cap)
+{
+    if (n < 1 || n > KS_MAX_NODES) {
+        snprintf(msg, cap, "--nodes %d: wants 1 to %d", n, KS_MAX_NODES);
+        return false;
+    }
+    if (!env || !*env) {
+        snprintf(msg, cap, "--nodes %d: KUBESIM_NETNS_NODES is not set (run kubesim under tests/kubesim/netns.sh run "
+                 "--nodes %d -- ..., which makes the namespaces)", n, n);
+        return false;
+    }
+    if (o->nnodes && o->nnodes != n) {
+        snprintf(msg, cap, "--nodes %d: %d --node given; give none (defaults) or exactly %d", n, o->nnodes, n);
+        return false;
+    }
+    char buf[2048];
+    if (strlen(env) >= sizeof buf) {
+        snprintf(msg, cap, "--nodes %d: KUBESIM_NETNS_NODES is longer than %zu bytes", n, sizeof buf - 1);
+        return false;
+    }
+    snprintf(buf, sizeof buf, "%s", env);
+    ks_node_spec got[KS_MAX_NODES];
+    int k = 0;
+    char *save = NULL;
+    for (char *e = strtok_r(buf, " \t\n", &save); e; e = strtok_r(NULL, " \t\n", &save)) {
+        if (k >= n) {
+            snprintf(msg, cap, "--nodes %d: KUBESIM_NETNS_NODES names more than %d namespaces", n, n);
+            return false;
+        }
+        char *eq = strchr(e, '=');
+        size_t nl = eq ? (size_t)(eq - e) : 0;
+        struct in_addr a;
+        if (!eq || nl == 0 || nl >= sizeof got[0].netns || strspn(e, "abcdefghijklmnopqrstuvwxyz"
+                                                                       "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != nl) {
+            snprintf(msg, cap, "--nodes %d: KUBESIM_NETNS_NODES entry \"%.80s\" is not NETNS=IPV4 (a namespace name "
+                     "of letters, digits, . _ -)", n, e);
+            return false;
+        }
+        if (strlen(eq + 1) >= sizeof got[0].addr || inet_pton(AF_INET, eq + 1, &a) != 1) {
+            snprintf(msg, cap, "--nodes %d: KUBESIM_NETNS_NODES entry %.80s: \"%.60s\" is not an IPv4 address", n, e, eq + 1);
+            return false;
+        }
+        memset(&got[k], 0, sizeof got[k]);
+        memcpy(got[k].netns, e, nl);
+        snprintf(got[k].addr, sizeof got[k].addr, "%s", eq + 1);
+        if (check_paths) {
+            char path[128];
+            snprintf(path, sizeof path, "/run/netns/%s", got[k].netns);
+            if (access(path, F_OK) != 0) {
+                snprintf(msg, cap, "--nodes %d: network namespace %s does not exist (%s)", n, got[k].netns, strerror(errno));
+                return false;
+            }
+        }
+        k++;
+    }
+    if (k != n) {
+        snprintf(msg, cap, "--nodes %d: KUBESIM_NETNS_NODES names %d namespaces", n, k);
+        return false;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!o->nnodes) {
+            char arg[64];
+            snprintf(arg, sizeof arg, "node-%d:cpu=32,memory=128Gi,pods=110", i);
+            if (!ks_node_parse(arg, &o->nodes[i], msg, cap))
+                return false;
+        }
+        snprintf(o->nodes[i].netns, sizeof o->nodes[i].netns, "%s", got[i].netns);
+        snprintf(o->nodes[i].addr, sizeof o->nodes[i].addr, "%s", got[i].addr);
+    }
+    o->nnodes = n;
+    o->nodes_netns = n;
+    return true;
+}
+
+const ks_node_spec *ks_node_find(const ks_server *s, const char *node)
+{
+    for (int i = 0; node && i < s->opts.nnodes; i++)
+        if (!strcmp(s->opts.nodes[i].name, node))
+            return &s->opts.nodes[i];
+    return NULL;
 }
 
 bool ks_node_ours(const ks_server *s, const char *node)
@@ -539,8 +626,10 @@ void ks_sched_tick(ks_server *s)
         for (size_t i = 0; i < npend; i++) {
             sc_pod *p = pend[i];
             int at = -1;
-            for (int k = 0; k < nn && at < 0; k++)
-                if (fits_pod(&nodes[k], p))
+            for (int k = 0; k < nn && (at < 0 || s->opts.nodes_netns); k++)
+                /* --nodes: among the nodes that fit, the one with the fewest pods (kube-scheduler's
+                 * default scoring spreads; first fit would put a whole job on node-0) */
+                if (fits_pod(&nodes[k], p) && (at < 0 || nodes[k].pods < nodes[at].pods))
                     at = k;
             if (at >= 0) {
                 take(&nodes[at], &p->req);
