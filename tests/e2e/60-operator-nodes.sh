@@ -49,7 +49,7 @@ echo "$KUBESIM_NETNS_FABRIC $KUBESIM_NETNS_CP $(for e in $KUBESIM_NETNS_NODES; d
 RDZV_PORT=$(free_port)
 start_kubesim
 install_crd
-start_operator a
+start_operator a --force-delete-after 3
 wait_for 30 "operator ready" curl -fsS "http://127.0.0.1:$OP_PROBE_a/readyz"
 # Node objects: node-0, node-1, Ready, InternalIP = the namespace's address
 k get nodes -o json | $PY -c '
@@ -103,4 +103,35 @@ $PY -c "import sys; sys.exit(0 if 0.7 < float('$acc') <= 1 else 1)" || fail "acc
 d0=$(( $(sent vh0) - s0 )); d1=$(( $(sent vh1) - s1 ))
 log "accuracy=$acc; bytes sent into node-0: $d0, into node-1: $d1 (tbf $(tc -n "$KUBESIM_NETNS_FABRIC" qdisc show dev vh0 | grep -o 'rate [^ ]*'))"
 [ "$d0" -gt 1048576 ] && [ "$d1" -gt 1048576 ] || fail "the workers' traffic did not cross the fabric ($d0, $d1 bytes)"
+
+# One node lost alone, for real: node-not-ready?node=X marks only X NotReady and takes its bridge
+# port down (its worker keeps running, cut off). The worker pod there is deleted (an eviction); it
+# stays Terminating (X's kubelet is gone) until the operator force-deletes it; the replacement is
+# scheduled on the node that is still Ready, and the job Succeeds without X ever coming back.
+HIDDEN=256 fast_job lost 2 2 | k apply -f - >/dev/null
+wait_for 90 "lost Running" tj_phase_is lost Running
+wait_for 60 "lost's workers Running" bash -c "[ \$(kubectl get pods -l ringmaster.dev/job-name=lost --field-selector=status.phase=Running --no-headers 2>/dev/null | grep -c .) -eq 2 ]"
+X=$(k get pod lost-worker-1 -o jsonpath='{.spec.nodeName}')
+Y=$(k get pod lost-worker-0 -o jsonpath='{.spec.nodeName}')
+[ -n "$X" ] && [ -n "$Y" ] && [ "$X" != "$Y" ] || fail "lost's workers are not on two nodes ($X, $Y)"
+uid=$(k get pod lost-worker-1 -o jsonpath='{.metadata.uid}')
+code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "$KS_URL/kubesim/node-not-ready?node=no-such-node")
+[ "$code" = 404 ] || fail "node-not-ready for an unknown node answered $code, not 404"
+curl -fsS -X POST "$KS_URL/kubesim/node-not-ready?node=$X" >/dev/null
+[ "$(k get node "$X" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = False ] || fail "$X not NotReady"
+[ "$(k get node "$Y" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ] || fail "$Y lost too"
+ip -n "$KUBESIM_NETNS_FABRIC" -o link show "vh${X#node-}" | grep -q 'state DOWN' || fail "$X's link is still up"
+log "$X lost (link down); deleting lost-worker-1 there"
+k delete pod lost-worker-1 --wait=false >/dev/null
+sleep 1
+[ -n "$(k get pod lost-worker-1 -o jsonpath='{.metadata.deletionTimestamp}' 2>/dev/null)" ] || fail "lost-worker-1 not stuck Terminating on the lost node"
+wait_for 30 "force delete" bash -c "[ \"\$(kubectl get pod lost-worker-1 -o jsonpath='{.metadata.uid}' 2>/dev/null)\" != '$uid' ]"
+wait_for 60 "a replacement lost-worker-1" bash -c "[ -n \"\$(kubectl get pod lost-worker-1 -o jsonpath='{.spec.nodeName}' 2>/dev/null)\" ]"
+[ "$(k get pod lost-worker-1 -o jsonpath='{.spec.nodeName}')" = "$Y" ] || fail "the replacement was not scheduled on the Ready node $Y"
+wait_for 300 "lost Succeeded with $X still lost" tj_phase_is lost Succeeded
+[ "$(k get node "$X" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = False ] || fail "$X came back by itself"
+log "lost Succeeded on $Y alone: restarts=$(tj_field lost '{.status.restarts}') accuracy=$(tj_field lost '{.status.result.testAccuracy}')"
+curl -fsS -X POST "$KS_URL/kubesim/node-ready?node=$X" >/dev/null
+ip -n "$KUBESIM_NETNS_FABRIC" -o link show "vh${X#node-}" | grep -q 'state DOWN' && fail "$X's link still down after node-ready"
+[ "$(k get node "$X" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ] || fail "$X not Ready again"
 log "PASS"

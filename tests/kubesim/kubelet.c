@@ -77,6 +77,7 @@ typedef struct kl_pod {
     char uid[64], ns[128], name[256], ip[48];
     char hostip[48];                        /* 127.0.0.1, or the node's address (--nodes) */
     char netns[64];                         /* --nodes: the node's namespace its processes join */
+    int node_idx;                           /* index in opts.nodes, -1 for kubesim-node */
     int nc;
     kl_ctr c[KL_MAX_CONTAINERS];
     bool terminating, sigkill_sent, final, removed;
@@ -903,6 +904,7 @@ static kl_pod *new_pod(ks_kubelet *kl, const cJSON *pod)
     const cJSON *spec = oget(pod, "spec");
     snprintf(p->restart_policy, sizeof(p->restart_policy), "%s", ks_sget(spec, "restartPolicy") ? ks_sget(spec, "restartPolicy") : "Always");
     const ks_node_spec *node = ks_node_find(kl->s, ks_sget(spec, "nodeName"));
+    p->node_idx = node ? (int)(node - kl->s->opts.nodes) : -1;
     if (node && node->netns[0]) {
         /* a namespaced node: the pod lives in the node's network namespace, at its address (as
          * hostNetwork pods do; podIP = hostIP) */
@@ -1226,6 +1228,9 @@ static void tick(ks_kubelet *kl)
         }
         if (!ks_node_ours(s, node))
             continue;
+        const ks_node_spec *nspec = ks_node_find(s, node);
+        if (nspec && ks_node_lost(s, (int)(nspec - s->opts.nodes)))
+            continue;   /* its node is lost alone: its processes run on, nothing is reported or started */
         bool terminal_phase = phase && (!strcmp(phase, "Succeeded") || !strcmp(phase, "Failed"));
         if (!p) {
             if (deleting) {
@@ -1312,7 +1317,7 @@ static void tick(ks_kubelet *kl)
     kl_pod **pp = &kl->pods;
     while (*pp) {
         kl_pod *p = *pp;
-        if (p->removed) {
+        if (p->removed && !ks_node_lost(s, p->node_idx)) {   /* a lost node's kubelet kills it once back */
             kill_pod(kl, p, SIGKILL);
             *pp = p->next;
             free_pod(p);

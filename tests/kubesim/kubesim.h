@@ -109,6 +109,7 @@ typedef struct ks_faults {
     int watch_410_n;                /* answer the next N watches with a 410 ERROR event */
     int delay_ms;                   /* delay every response */
     bool node_not_ready;
+    unsigned node_lost;             /* bit i: opts.nodes[i] lost alone (node-not-ready?node=NAME) */
     bool sched_hold;                /* the schedulers bind nothing (tests line pods up first) */
     atomic_uint watch_gen;          /* drop-watches bumps it; streams end when it changes */
 } ks_faults;
@@ -148,6 +149,7 @@ typedef struct ks_opts {
     int nnodes;
     char cosched_scheduler[128];    /* the coscheduling profile's schedulerName */
     int nodes_netns;                /* --nodes N: nodes[0..N) are network namespaces (netns.sh) */
+    char fabric_netns[64];          /* --nodes: netns.sh's fabric namespace (bridge ports vhI), or "" */
 } ks_opts;
 
 typedef struct ks_server {
@@ -249,7 +251,9 @@ bool ks_node_parse(const char *arg, ks_node_spec *out, char *msg, size_t cap);
  * each /run/netns/NETNS must exist. Returns false with msg (naming --nodes) on any mismatch. */
 bool ks_nodes_netns(ks_opts *o, int n, const char *env, bool check_paths, char *msg, size_t cap);
 /* The node spec named node (NULL when none or not ours). */
-const ks_node_spec *ks_node_find(const ks_server *s, const char *node);   /* pods, namespaces...; caller needs no lock */
+const ks_node_spec *ks_node_find(const ks_server *s, const char *node);
+/* Is opts.nodes[i] lost alone (faults.node_lost)? Takes faults.mu. */
+bool ks_node_lost(ks_server *s, int i);   /* pods, namespaces...; caller needs no lock */
 
 /* ---- garbage collector (gc.c) --------------------------------------------------------------- */
 int ks_gc_start(ks_server *s);

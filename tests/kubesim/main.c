@@ -167,6 +167,11 @@ int main(int argc, char **argv)
             fprintf(stderr, "kubesim: %s\n", msg);
             return 2;
         }
+        /* netns.sh's fabric: node-not-ready?node= takes that node's bridge port down */
+        const char *fab = getenv("KUBESIM_NETNS_FABRIC");
+        if (fab && *fab && strlen(fab) < sizeof o.fabric_netns &&
+            strspn(fab, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == strlen(fab))
+            snprintf(o.fabric_netns, sizeof o.fabric_netns, "%s", fab);
     }
     rm_log_init(lvl, RM_LOG_TEXT, "kubesim");
     for (int i = 0; i < o.nodes_netns; i++)

@@ -156,6 +156,14 @@ bool ks_nodes_netns(ks_opts *o, int n, const char *env, bool check_paths, char *
     return true;
 }
 
+bool ks_node_lost(ks_server *s, int i)
+{
+    pthread_mutex_lock(&s->faults.mu);
+    bool lost = i >= 0 && i < KS_MAX_NODES && (s->faults.node_lost >> i) & 1u;
+    pthread_mutex_unlock(&s->faults.mu);
+    return lost;
+}
+
 const ks_node_spec *ks_node_find(const ks_server *s, const char *node)
 {
     for (int i = 0; node && i < s->opts.nnodes; i++)
@@ -179,6 +187,7 @@ bool ks_node_ours(const ks_server *s, const char *node)
 /* ---- one pass ---- */
 typedef struct sc_node {
     const ks_node_spec *spec;
+    bool lost;        /* NotReady alone (node-not-ready?node=): nothing new binds there */
     const cJSON *labels;   /* the Node object's metadata.labels (borrowed from the pass' snapshot) */
     rm_reslist used;
     int64_t pods;     /* milli */
@@ -224,7 +233,7 @@ static bool selects(const sc_node *n, const cJSON *selector)
 static bool fits_pod(const sc_node *n, const sc_pod *p);
 static bool fits(const sc_node *n, const rm_reslist *req)
 {
-    if (n->pods + 1000 > n->spec->pods)
+    if (n->lost || n->pods + 1000 > n->spec->pods)
         return false;
     for (int i = 0; i < req->n; i++)
         if (req->r[i].milli > 0 &&
@@ -553,6 +562,7 @@ void ks_sched_tick(ks_server *s)
     memset(nodes, 0, sizeof nodes);
     for (int i = 0; i < nn; i++) {
         nodes[i].spec = &s->opts.nodes[i];
+        nodes[i].lost = ks_node_lost(s, i);
         for (size_t k = 0; k < nno; k++) {
             const cJSON *md = oget(nobjs[k]->j, "metadata");
             const char *nm = ks_sget(md, "name");
