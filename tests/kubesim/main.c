@@ -2,6 +2,9 @@
  *
  *   kubesim --addr 127.0.0.1:0 --kubeconfig-out FILE [--image-map IMAGE=PROGRAM]...
  *           [--no-kubelet] [--data-dir DIR] [--log-level debug|info|warn|error]
+ *           [--node NAME:RES=Q,...]... [--nodes N]
+ * (--nodes N: the nodes are network namespaces made by tests/kubesim/netns.sh, read from
+ * KUBESIM_NETNS_NODES; see tests/kubesim/README.md)
  *
  * Prints "kubesim listening on http://127.0.0.1:PORT" on stdout once it serves, writes a
  * kubeconfig (server http://..., user {}), and on SIGTERM/SIGINT stops serving, kills every pod
