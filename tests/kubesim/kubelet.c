@@ -489,6 +489,9 @@ static pid_t spawn_logged(kl_ctr *c, char *const argv[], char *const envp[], con
     if (c->ever_started && c->log[0])
         rename(c->log, c->prev_log);
     int fd = open(c->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    char nspath[128] = "";   /* built before fork: the child only makes system calls */
+    if (netns && *netns)
+        snprintf(nspath, sizeof nspath, "/run/netns/%s", netns);
     pid_t pid = fork();
     if (pid == 0) {
         setsid();
@@ -505,12 +508,10 @@ static pid_t spawn_logged(kl_ctr *c, char *const argv[], char *const envp[], con
             dup2(fd, 1);
             dup2(fd, 2);
         }
-        if (netns && *netns) {
-            char path[128];
-            snprintf(path, sizeof path, "/run/netns/%s", netns);
-            int nfd = open(path, O_RDONLY | O_CLOEXEC);
+        if (nspath[0]) {
+            int nfd = open(nspath, O_RDONLY | O_CLOEXEC);
             if (nfd < 0 || setns(nfd, CLONE_NEWNET) != 0) {
-                dprintf(2, "kubesim: join the node's network namespace %s: %s\n", path, strerror(errno));
+                dprintf(2, "kubesim: join the node's network namespace %s: %s\n", nspath, strerror(errno));
                 _exit(127);
             }
             close(nfd);
