@@ -5,6 +5,15 @@
 set -euo pipefail
 : "${RM_BIN:?RM_BIN must name the binaries folder}"
 : "${RM_ROOT:=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
+# RM_KUBESIM_NODES=N (optional RM_KUBESIM_NODE_LINK=RATE[,DELAY]): the same test on N nodes that are
+# network namespaces (issue 19): the script re-runs itself under tests/kubesim/netns.sh, inside the
+# control-plane namespace (so kubectl, curl, kubesim and the operator share its loopback), kubesim
+# gets --nodes N and the operator's rendezvous listens on the control plane's fabric address, which
+# the pods on the nodes reach over the bridge. Nothing else in a test changes.
+if [ -n "${RM_KUBESIM_NODES:-}" ] && [ -z "${KUBESIM_NETNS_CP:-}" ]; then
+  exec "$RM_ROOT/tests/kubesim/netns.sh" run --nodes "$RM_KUBESIM_NODES" \
+       ${RM_KUBESIM_NODE_LINK:+--node-link "$RM_KUBESIM_NODE_LINK"} -- bash "$0" "$@"
+fi
 T=$(mktemp -d "${TMPDIR:-/tmp}/rm-op-e2e.XXXXXX")
 export KUBECONFIG="$T/kubeconfig" KUBECACHEDIR="$T/kcache"
 PIDS=()
@@ -51,7 +60,8 @@ wait_for() {
 # start_kubesim [extra args...]: sets KS_URL, KS_PID
 start_kubesim() {
   "$RM_BIN/kubesim" --addr 127.0.0.1:0 --kubeconfig-out "$KUBECONFIG" \
-     --image-map "ringmaster/worker=$RM_BIN/ringmaster-worker" "$@" >"$T/kubesim.log" 2>&1 &
+     --image-map "ringmaster/worker=$RM_BIN/ringmaster-worker" ${KUBESIM_NETNS_CP:+--nodes "$RM_KUBESIM_NODES"} \
+     "$@" >"$T/kubesim.log" 2>&1 &
   KS_PID=$!; PIDS+=("$KS_PID")
   local i
   for i in $(seq 1 100); do
@@ -77,7 +87,7 @@ start_operator() {
   mport=$(free_port); pport=$(free_port)
   "$RM_BIN/ringmaster" operator --kubeconfig "$KUBECONFIG" \
      --metrics-bind-address "127.0.0.1:$mport" --health-probe-bind-address "127.0.0.1:$pport" \
-     --rendezvous-bind-address "127.0.0.1:${RDZV_PORT:?}" --workers 4 \
+     --rendezvous-bind-address "${KUBESIM_CP_ADDR:-127.0.0.1}:${RDZV_PORT:?}" --workers 4 \
      --worker-metrics-port 0 "$@" >>"$T/operator-$name.log" 2>&1 &
   # (--worker-metrics-port 0: pod IPs of two kubesims running at once can coincide on one host)
   local pid=$!; PIDS+=("$pid")

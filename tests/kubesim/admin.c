@@ -4,17 +4,24 @@
  *   "watch410":N,"delayMs":D,"dropWatches":true,"nodeReady":false,"expireContinue":true,
  *   "restart":true,"fresh":false,"schedulerHold":true}; GET /kubesim/faults shows them; shortcuts:
  *   POST /kubesim/drop-watches, /kubesim/watch-410, /kubesim/node-not-ready, /kubesim/node-ready,
- *   /kubesim/restart[?fresh=true]. GET /kubesim/requests[?verb=&resource=&group=&namespace=]
+ *   /kubesim/restart[?fresh=true]; node-not-ready?node=NAME / node-ready?node=NAME lose (or bring
+ *   back) one node alone, with its link under --nodes. GET /kubesim/requests[?verb=&resource=&group=&namespace=]
  *   lists every request (method, path, verb, group, version, resource, subresource, namespace,
  *   name, code); DELETE /kubesim/requests resets it.
  * Design: one mutex over a small fault table consulted once per API request; the log is a ring
  * of fixed-size records (no allocation per request). */
 #include "tests/kubesim/kubesim.h"
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 #include "common/json.h"
+#include "common/log.h"
+
+extern char **environ;
 
 void ks_snapshots_clear(ks_server *s);
 
@@ -68,7 +75,43 @@ static void node_ready(ks_server *s, bool ready)
     pthread_mutex_lock(&s->faults.mu);
     s->faults.node_not_ready = !ready;
     pthread_mutex_unlock(&s->faults.mu);
-    ks_internal_update(s, ks_core_kind(s, KS_T_NODE), "", KS_NODE_NAME, set_node_ready, &ready);
+    if (!s->opts.nnodes)
+        ks_internal_update(s, ks_core_kind(s, KS_T_NODE), "", KS_NODE_NAME, set_node_ready, &ready);
+    for (int i = 0; i < s->opts.nnodes; i++)   /* --node / --nodes: every node (the kubelet serves them all) */
+        ks_internal_update(s, ks_core_kind(s, KS_T_NODE), "", s->opts.nodes[i].name, set_node_ready, &ready);
+}
+
+/* One node lost alone (node-not-ready?node=NAME) or back: its Node's Ready condition, the kubelet
+ * stops serving only its pods, nothing new binds there; under --nodes its bridge port in netns.sh's
+ * fabric goes down too (a real partition: its pods' connections stall), up again when it is back. */
+static int node_ready_one(ks_server *s, const char *name, bool ready)
+{
+    int idx = -1;
+    for (int i = 0; i < s->opts.nnodes; i++)
+        if (!strcmp(s->opts.nodes[i].name, name))
+            idx = i;
+    if (idx < 0)
+        return -1;
+    pthread_mutex_lock(&s->faults.mu);
+    if (ready)
+        s->faults.node_lost &= ~(1u << idx);
+    else
+        s->faults.node_lost |= 1u << idx;
+    pthread_mutex_unlock(&s->faults.mu);
+    ks_internal_update(s, ks_core_kind(s, KS_T_NODE), "", s->opts.nodes[idx].name, set_node_ready, &ready);
+    if (s->opts.nodes[idx].netns[0] && s->opts.fabric_netns[0]) {
+        char port[16];
+        snprintf(port, sizeof port, "vh%d", idx);
+        char *argv[] = {"ip", "-n", s->opts.fabric_netns, "link", "set", port, ready ? "up" : "down", NULL};
+        pid_t pid = -1;
+        int st = -1;
+        if (posix_spawnp(&pid, "ip", NULL, NULL, argv, environ) != 0 || waitpid(pid, &st, 0) < 0 || st != 0)
+            rm_warn("kubesim: ip -n %s link set %s %s failed (status %d)", s->opts.fabric_netns, port,
+                    ready ? "up" : "down", st);
+        else
+            rm_info("kubesim node=%s link %s %s", name, port, ready ? "up" : "down");
+    }
+    return 0;
 }
 
 static void request_restart(ks_server *s, bool fresh)
@@ -90,6 +133,10 @@ static cJSON *fault_state(ks_server *s)
     cJSON_AddNumberToObject(o, "watch410", s->faults.watch_410_n);
     cJSON_AddNumberToObject(o, "delayMs", s->faults.delay_ms);
     cJSON_AddBoolToObject(o, "nodeReady", !s->faults.node_not_ready);
+    cJSON *lost = cJSON_AddArrayToObject(o, "nodesLost");
+    for (int i = 0; i < s->opts.nnodes && i < KS_MAX_NODES; i++)
+        if ((s->faults.node_lost >> i) & 1u)
+            cJSON_AddItemToArray(lost, cJSON_CreateString(s->opts.nodes[i].name));
     cJSON_AddBoolToObject(o, "schedulerHold", s->faults.sched_hold);
     cJSON_AddNumberToObject(o, "watchGeneration", atomic_load(&s->faults.watch_gen));
     pthread_mutex_unlock(&s->faults.mu);
@@ -171,6 +218,12 @@ int ks_admin(ks_server *s, const rm_http_req *req, rm_http_resp *resp)
         return reply(resp, 200, fault_state(s));
     }
     if (post && (!strcmp(a, "node-not-ready") || !strcmp(a, "node-ready"))) {
+        const char *one = rm_http_query(req, "node");
+        if (one && *one) {
+            if (node_ready_one(s, one, !strcmp(a, "node-ready")) < 0)
+                return ks_status(resp, 404, "NotFound", NULL, NULL, NULL, "nodes \"%s\" not found (node= names a --node or --nodes node)", one) < 0 ? RM_ENOMEM : 1;
+            return reply(resp, 200, fault_state(s));
+        }
         node_ready(s, !strcmp(a, "node-ready"));
         return reply(resp, 200, fault_state(s));
     }

@@ -8,7 +8,9 @@
  * (first restart at once, then 10 s doubling to 300 s; KUBESIM_BACKOFF_BASE_S scales it), runs
  * httpGet/tcpSocket probes against podIP:port, handles graceful deletion (SIGTERM to the group,
  * SIGKILL after the grace period, then the final removal) and writes status only when it changed.
- * Every pod gets its own loopback address 127.0.x.y. Images map to programs with --image-map;
+ * Every pod gets its own loopback address 127.0.x.y — except on a --nodes node (netns.sh), where
+ * its processes join the node's network namespace (setns before exec) and podIP = hostIP = the
+ * node's address. Images map to programs with --image-map;
  * a container's command overrides the entrypoint and is looked up on PATH. Init containers and
  * exec probes are not run.
  * With --runtime podman (podman.h) each container is a `podman run` of its image instead: the same
@@ -23,6 +25,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,7 +74,10 @@ typedef struct kl_ctr {
 } kl_ctr;
 
 typedef struct kl_pod {
-    char uid[64], ns[128], name[256], ip[20];
+    char uid[64], ns[128], name[256], ip[48];
+    char hostip[48];                        /* 127.0.0.1, or the node's address (--nodes) */
+    char netns[64];                         /* --nodes: the node's namespace its processes join */
+    int node_idx;                           /* index in opts.nodes, -1 for kubesim-node */
     int nc;
     kl_ctr c[KL_MAX_CONTAINERS];
     bool terminating, sigkill_sent, final, removed;
@@ -228,8 +234,8 @@ static const cJSON *field_ref(const cJSON *pod, const char *path, char *buf, siz
 }
 
 /* Builds the env of container c; returns 0, or -1 with msg (CreateContainerConfigError). */
-static int build_env(ks_server *s, const cJSON *pod, const cJSON *c, const char *ip, envv *e, char *msg, size_t mcap,
-                     bool inherit)
+static int build_env(ks_server *s, const cJSON *pod, const cJSON *c, const char *ip, const char *hostip, envv *e,
+                     char *msg, size_t mcap, bool inherit)
 {
     extern char **environ;
     for (char **p = environ; inherit && *p; p++) {
@@ -307,9 +313,10 @@ static int build_env(ks_server *s, const cJSON *pod, const cJSON *c, const char 
             if (!strcmp(fp, "status.podIP") || !strcmp(fp, "status.podIPs")) {
                 env_set(e, name, ip);
             } else if (!strcmp(fp, "status.hostIP") || !strcmp(fp, "status.hostIPs")) {
-                env_set(e, name, "127.0.0.1");
+                env_set(e, name, hostip);
             } else if (!strcmp(fp, "spec.nodeName")) {
-                env_set(e, name, KS_NODE_NAME);
+                const char *nn = ks_sget(oget(pod, "spec"), "nodeName");
+                env_set(e, name, nn ? nn : KS_NODE_NAME);
             } else {
                 const cJSON *fv = field_ref(pod, fp, buf, sizeof(buf));
                 if (cJSON_IsString(fv))
@@ -475,12 +482,16 @@ static void started(ks_kubelet *kl, kl_pod *p, kl_ctr *c, pid_t pid)
  * /dev/null, stdout+stderr appended to the container's log (the previous run's log kept as
  * prev_log, for `kubectl logs --previous`). envp NULL inherits kubesim's environment (podman mode:
  * the container's env travels as -e flags); wd, when set, is the working directory. Returns the
- * child's pid, or -1 with errno from fork. */
-static pid_t spawn_logged(kl_ctr *c, char *const argv[], char *const envp[], const char *wd)
+ * child's pid, or -1 with errno from fork. netns, when set, is a namespace under /run/netns the
+ * child joins (setns) before exec: a pod on a --nodes node runs inside its node's network. */
+static pid_t spawn_logged(kl_ctr *c, char *const argv[], char *const envp[], const char *wd, const char *netns)
 {
     if (c->ever_started && c->log[0])
         rename(c->log, c->prev_log);
     int fd = open(c->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    char nspath[128] = "";   /* built before fork: the child only makes system calls */
+    if (netns && *netns)
+        snprintf(nspath, sizeof nspath, "/run/netns/%s", netns);
     pid_t pid = fork();
     if (pid == 0) {
         setsid();
@@ -496,6 +507,14 @@ static pid_t spawn_logged(kl_ctr *c, char *const argv[], char *const envp[], con
         if (fd >= 0) {
             dup2(fd, 1);
             dup2(fd, 2);
+        }
+        if (nspath[0]) {
+            int nfd = open(nspath, O_RDONLY | O_CLOEXEC);
+            if (nfd < 0 || setns(nfd, CLONE_NEWNET) != 0) {
+                dprintf(2, "kubesim: join the node's network namespace %s: %s\n", nspath, strerror(errno));
+                _exit(127);
+            }
+            close(nfd);
         }
         if (wd && *wd && chdir(wd) != 0) {
             dprintf(2, "kubesim: chdir %s: %s\n", wd, strerror(errno));
@@ -563,7 +582,7 @@ static int start_podman(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *pod, 
         c->next_start = rm_mono() + 2;
         return -1;
     }
-    pid_t pid = spawn_logged(c, argv, NULL, NULL);
+    pid_t pid = spawn_logged(c, argv, NULL, NULL, p->netns);
     int fork_errno = errno;
     ks_podman_argv_free(argv);
     return spawned(kl, p, c, pid, fork_errno);
@@ -587,7 +606,7 @@ static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *po
         c->next_start = rm_mono() + 5;
         return -1;
     }
-    if (build_env(s, pod, cj, p->ip, &env, msg, sizeof(msg), !kl->podman) < 0) {
+    if (build_env(s, pod, cj, p->ip, p->hostip, &env, msg, sizeof(msg), !kl->podman) < 0) {
         snprintf(c->reason, sizeof(c->reason), "CreateContainerConfigError");
         snprintf(c->message, sizeof(c->message), "%s", msg);
         c->next_start = rm_mono() + 1;
@@ -628,7 +647,7 @@ static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *po
             argv[argc++] = expand(&env, a->valuestring);
     argv[argc] = NULL;
     const char *wd = ks_sget(cj, "workingDir");
-    pid_t pid = spawn_logged(c, argv, env.v, wd);
+    pid_t pid = spawn_logged(c, argv, env.v, wd, p->netns);
     int fork_errno = errno;
     for (int i = 0; i < argc; i++)
         free(argv[i]);
@@ -763,10 +782,10 @@ static void write_status(ks_kubelet *kl, kl_pod *p)
         }
         cJSON_AddItemToArray(conds, c);
     }
-    cJSON_AddStringToObject(st, "hostIP", "127.0.0.1");
+    cJSON_AddStringToObject(st, "hostIP", p->hostip);
     cJSON *hips = cJSON_AddArrayToObject(st, "hostIPs");
     cJSON *hip = cJSON_CreateObject();
-    cJSON_AddStringToObject(hip, "ip", "127.0.0.1");
+    cJSON_AddStringToObject(hip, "ip", p->hostip);
     cJSON_AddItemToArray(hips, hip);
     cJSON_AddStringToObject(st, "podIP", p->ip);
     cJSON *pips = cJSON_AddArrayToObject(st, "podIPs");
@@ -885,7 +904,18 @@ static kl_pod *new_pod(ks_kubelet *kl, const cJSON *pod)
     snprintf(p->name, sizeof(p->name), "%s", ks_sget(md, "name") ? ks_sget(md, "name") : "");
     const cJSON *spec = oget(pod, "spec");
     snprintf(p->restart_policy, sizeof(p->restart_policy), "%s", ks_sget(spec, "restartPolicy") ? ks_sget(spec, "restartPolicy") : "Always");
-    alloc_ip(kl, p->ip, sizeof(p->ip));
+    const ks_node_spec *node = ks_node_find(kl->s, ks_sget(spec, "nodeName"));
+    p->node_idx = node ? (int)(node - kl->s->opts.nodes) : -1;
+    if (node && node->netns[0]) {
+        /* a namespaced node: the pod lives in the node's network namespace, at its address (as
+         * hostNetwork pods do; podIP = hostIP) */
+        snprintf(p->ip, sizeof(p->ip), "%s", node->addr);
+        snprintf(p->hostip, sizeof(p->hostip), "%s", node->addr);
+        snprintf(p->netns, sizeof(p->netns), "%s", node->netns);
+    } else {
+        alloc_ip(kl, p->ip, sizeof(p->ip));
+        snprintf(p->hostip, sizeof(p->hostip), "127.0.0.1");
+    }
     p->start_time = rm_wall();
     char dir[800];
     snprintf(dir, sizeof(dir), "%s/%.60s_%.60s_%.40s", kl->logdir, p->ns, p->name, p->uid);
@@ -1199,6 +1229,9 @@ static void tick(ks_kubelet *kl)
         }
         if (!ks_node_ours(s, node))
             continue;
+        const ks_node_spec *nspec = ks_node_find(s, node);
+        if (nspec && ks_node_lost(s, (int)(nspec - s->opts.nodes)))
+            continue;   /* its node is lost alone: its processes run on, nothing is reported or started */
         bool terminal_phase = phase && (!strcmp(phase, "Succeeded") || !strcmp(phase, "Failed"));
         if (!p) {
             if (deleting) {
@@ -1285,7 +1318,7 @@ static void tick(ks_kubelet *kl)
     kl_pod **pp = &kl->pods;
     while (*pp) {
         kl_pod *p = *pp;
-        if (p->removed) {
+        if (p->removed && !ks_node_lost(s, p->node_idx)) {   /* a lost node's kubelet kills it once back */
             kill_pod(kl, p, SIGKILL);
             *pp = p->next;
             free_pod(p);

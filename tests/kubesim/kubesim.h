@@ -109,6 +109,7 @@ typedef struct ks_faults {
     int watch_410_n;                /* answer the next N watches with a 410 ERROR event */
     int delay_ms;                   /* delay every response */
     bool node_not_ready;
+    unsigned node_lost;             /* bit i: opts.nodes[i] lost alone (node-not-ready?node=NAME) */
     bool sched_hold;                /* the schedulers bind nothing (tests line pods up first) */
     atomic_uint watch_gen;          /* drop-watches bumps it; streams end when it changes */
 } ks_faults;
@@ -131,6 +132,9 @@ struct ks_snapshots;
 typedef struct ks_node_spec {
     char name[64];
     int64_t cpu, memory, gpu, pods;
+    /* --nodes N (tests/kubesim/netns.sh): the node's network namespace (a name under /run/netns)
+     * and its address there; both empty for a plain --node */
+    char netns[64], addr[48];
 } ks_node_spec;
 
 typedef struct ks_opts {
@@ -144,6 +148,8 @@ typedef struct ks_opts {
     ks_node_spec nodes[KS_MAX_NODES];
     int nnodes;
     char cosched_scheduler[128];    /* the coscheduling profile's schedulerName */
+    int nodes_netns;                /* --nodes N: nodes[0..N) are network namespaces (netns.sh) */
+    char fabric_netns[64];          /* --nodes: netns.sh's fabric namespace (bridge ports vhI), or "" */
 } ks_opts;
 
 typedef struct ks_server {
@@ -238,7 +244,16 @@ void ks_sched_tick(ks_server *s);
 /* Is node a node this kubesim's kubelet runs pods for? */
 bool ks_node_ours(const ks_server *s, const char *node);
 /* Parse "NAME:cpu=8,memory=16Gi,gpu=4,pods=110"; false with msg on error. */
-bool ks_node_parse(const char *arg, ks_node_spec *out, char *msg, size_t cap);   /* pods, namespaces...; caller needs no lock */
+bool ks_node_parse(const char *arg, ks_node_spec *out, char *msg, size_t cap);
+/* --nodes N: gives nodes[0..n) the namespaces and addresses in env (KUBESIM_NETNS_NODES, written
+ * by tests/kubesim/netns.sh: "NETNS=IPV4 NETNS=IPV4 ..."). With no --node, nodes node-0..node-(n-1)
+ * with cpu=32,memory=128Gi,pods=110 are made; with --node, their count must be n. check_paths:
+ * each /run/netns/NETNS must exist. Returns false with msg (naming --nodes) on any mismatch. */
+bool ks_nodes_netns(ks_opts *o, int n, const char *env, bool check_paths, char *msg, size_t cap);
+/* The node spec named node (NULL when none or not ours). */
+const ks_node_spec *ks_node_find(const ks_server *s, const char *node);
+/* Is opts.nodes[i] lost alone (faults.node_lost)? Takes faults.mu. */
+bool ks_node_lost(ks_server *s, int i);   /* pods, namespaces...; caller needs no lock */
 
 /* ---- garbage collector (gc.c) --------------------------------------------------------------- */
 int ks_gc_start(ks_server *s);

@@ -2,6 +2,9 @@
  *
  *   kubesim --addr 127.0.0.1:0 --kubeconfig-out FILE [--image-map IMAGE=PROGRAM]...
  *           [--no-kubelet] [--data-dir DIR] [--log-level debug|info|warn|error]
+ *           [--node NAME:RES=Q,...]... [--nodes N]
+ * (--nodes N: the nodes are network namespaces made by tests/kubesim/netns.sh, read from
+ * KUBESIM_NETNS_NODES; see tests/kubesim/README.md)
  *
  * Prints "kubesim listening on http://127.0.0.1:PORT" on stdout once it serves, writes a
  * kubeconfig (server http://..., user {}), and on SIGTERM/SIGINT stops serving, kills every pod
@@ -28,6 +31,7 @@ static void usage(FILE *f)
             "usage: kubesim [--addr 127.0.0.1:0] [--kubeconfig-out FILE] [--image-map IMAGE=PROGRAM]...\n"
             "               [--no-kubelet] [--runtime process|podman] [--data-dir DIR] [--log-level LEVEL]\n"
             "               [--node NAME:cpu=8,memory=16Gi,gpu=4,pods=110]... [--coscheduling-scheduler-name NAME]\n"
+            "               [--nodes N]   (nodes as network namespaces: run under tests/kubesim/netns.sh)\n"
             "A Kubernetes API double (v1.32) with a process kubelet; see tests/kubesim/README.md.\n");
 }
 
@@ -81,6 +85,7 @@ int main(int argc, char **argv)
     memset(&o, 0, sizeof(o));
     snprintf(o.addr, sizeof(o.addr), "127.0.0.1:0");
     rm_log_level lvl = RM_LOG_INFO;
+    int nodes_netns = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -103,6 +108,15 @@ int main(int argc, char **argv)
                 return 2;
             }
             o.nnodes++;
+            i++;
+        } else if (!strcmp(a, "--nodes") && v) {
+            char *end = NULL;
+            long n = strtol(v, &end, 10);
+            if (!*v || *end || n < 1 || n > KS_MAX_NODES) {
+                fprintf(stderr, "kubesim: --nodes wants a count from 1 to %d, not %s\n", KS_MAX_NODES, v);
+                return 2;
+            }
+            nodes_netns = (int)n;
             i++;
         } else if (!strcmp(a, "--coscheduling-scheduler-name") && v) {
             snprintf(o.cosched_scheduler, sizeof(o.cosched_scheduler), "%s", v);
@@ -146,7 +160,25 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    if (nodes_netns) {
+        char msg[512];
+        if (o.podman) {
+            fprintf(stderr, "kubesim: --nodes runs pods with --runtime process only (podman's own networking is not joined to the node namespaces)\n");
+            return 2;
+        }
+        if (!ks_nodes_netns(&o, nodes_netns, getenv("KUBESIM_NETNS_NODES"), true, msg, sizeof msg)) {
+            fprintf(stderr, "kubesim: %s\n", msg);
+            return 2;
+        }
+        /* netns.sh's fabric: node-not-ready?node= takes that node's bridge port down */
+        const char *fab = getenv("KUBESIM_NETNS_FABRIC");
+        if (fab && *fab && strlen(fab) < sizeof o.fabric_netns &&
+            strspn(fab, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == strlen(fab))
+            snprintf(o.fabric_netns, sizeof o.fabric_netns, "%s", fab);
+    }
     rm_log_init(lvl, RM_LOG_TEXT, "kubesim");
+    for (int i = 0; i < o.nodes_netns; i++)
+        rm_info("kubesim node=%s netns=%s addr=%s", o.nodes[i].name, o.nodes[i].netns, o.nodes[i].addr);
     bool temp_dir = false;
     if (!o.data_dir[0]) {
         const char *td = getenv("TMPDIR");

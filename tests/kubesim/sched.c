@@ -21,12 +21,17 @@
  *    resources, then all its pending pods bound at once (Permit); phases Pending -> Scheduling ->
  *    Running -> Finished.
  *  - any other schedulerName: the pod waits for that scheduler (nothing is written).
+ *  - with --nodes N (namespaced nodes, netns.sh) the default scheduler spreads: of the nodes that
+ *    fit, the one with the fewest bound pods (ties: the first), as kube-scheduler's scoring would.
  * A pass sees one snapshot; binds and status writes go through ks_internal_update. With the
  * fault sched_hold nothing binds (tests line pods up first). */
 #include "tests/kubesim/kubesim.h"
+#include <arpa/inet.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "common/json.h"
 #include "common/log.h"
 #include "common/podres.h"
@@ -77,6 +82,96 @@ bool ks_node_parse(const char *arg, ks_node_spec *out, char *msg, size_t cap)
     return true;
 }
 
+bool ks_nodes_netns(ks_opts *o, int n, const char *env, bool check_paths, char *msg, size_t cap)
+{
+    if (n < 1 || n > KS_MAX_NODES) {
+        snprintf(msg, cap, "--nodes %d: wants 1 to %d", n, KS_MAX_NODES);
+        return false;
+    }
+    if (!env || !*env) {
+        snprintf(msg, cap, "--nodes %d: KUBESIM_NETNS_NODES is not set (run kubesim under tests/kubesim/netns.sh run "
+                 "--nodes %d -- ..., which makes the namespaces)", n, n);
+        return false;
+    }
+    if (o->nnodes && o->nnodes != n) {
+        snprintf(msg, cap, "--nodes %d: %d --node given; give none (defaults) or exactly %d", n, o->nnodes, n);
+        return false;
+    }
+    char buf[2048];
+    if (strlen(env) >= sizeof buf) {
+        snprintf(msg, cap, "--nodes %d: KUBESIM_NETNS_NODES is longer than %zu bytes", n, sizeof buf - 1);
+        return false;
+    }
+    snprintf(buf, sizeof buf, "%s", env);
+    ks_node_spec got[KS_MAX_NODES];
+    int k = 0;
+    char *save = NULL;
+    for (char *e = strtok_r(buf, " \t\n", &save); e; e = strtok_r(NULL, " \t\n", &save)) {
+        if (k >= n) {
+            snprintf(msg, cap, "--nodes %d: KUBESIM_NETNS_NODES names more than %d namespaces", n, n);
+            return false;
+        }
+        char *eq = strchr(e, '=');
+        size_t nl = eq ? (size_t)(eq - e) : 0;
+        struct in_addr a;
+        if (!eq || nl == 0 || nl >= sizeof got[0].netns || strspn(e, "abcdefghijklmnopqrstuvwxyz"
+                                                                       "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != nl) {
+            snprintf(msg, cap, "--nodes %d: KUBESIM_NETNS_NODES entry \"%.80s\" is not NETNS=IPV4 (a namespace name "
+                     "of letters, digits, . _ -)", n, e);
+            return false;
+        }
+        if (strlen(eq + 1) >= sizeof got[0].addr || inet_pton(AF_INET, eq + 1, &a) != 1) {
+            snprintf(msg, cap, "--nodes %d: KUBESIM_NETNS_NODES entry %.80s: \"%.60s\" is not an IPv4 address", n, e, eq + 1);
+            return false;
+        }
+        memset(&got[k], 0, sizeof got[k]);
+        memcpy(got[k].netns, e, nl);
+        snprintf(got[k].addr, sizeof got[k].addr, "%s", eq + 1);
+        if (check_paths) {
+            char path[128];
+            snprintf(path, sizeof path, "/run/netns/%s", got[k].netns);
+            if (access(path, F_OK) != 0) {
+                snprintf(msg, cap, "--nodes %d: network namespace %s does not exist (%s)", n, got[k].netns, strerror(errno));
+                return false;
+            }
+        }
+        k++;
+    }
+    if (k != n) {
+        snprintf(msg, cap, "--nodes %d: KUBESIM_NETNS_NODES names %d namespaces", n, k);
+        return false;
+    }
+    for (int i = 0; i < n; i++) {
+        if (!o->nnodes) {
+            char arg[64];
+            snprintf(arg, sizeof arg, "node-%d:cpu=32,memory=128Gi,pods=110", i);
+            if (!ks_node_parse(arg, &o->nodes[i], msg, cap))
+                return false;
+        }
+        snprintf(o->nodes[i].netns, sizeof o->nodes[i].netns, "%s", got[i].netns);
+        snprintf(o->nodes[i].addr, sizeof o->nodes[i].addr, "%s", got[i].addr);
+    }
+    o->nnodes = n;
+    o->nodes_netns = n;
+    return true;
+}
+
+bool ks_node_lost(ks_server *s, int i)
+{
+    pthread_mutex_lock(&s->faults.mu);
+    bool lost = i >= 0 && i < KS_MAX_NODES && (s->faults.node_lost >> i) & 1u;
+    pthread_mutex_unlock(&s->faults.mu);
+    return lost;
+}
+
+const ks_node_spec *ks_node_find(const ks_server *s, const char *node)
+{
+    for (int i = 0; node && i < s->opts.nnodes; i++)
+        if (!strcmp(s->opts.nodes[i].name, node))
+            return &s->opts.nodes[i];
+    return NULL;
+}
+
 bool ks_node_ours(const ks_server *s, const char *node)
 {
     if (!node)
@@ -92,6 +187,7 @@ bool ks_node_ours(const ks_server *s, const char *node)
 /* ---- one pass ---- */
 typedef struct sc_node {
     const ks_node_spec *spec;
+    bool lost;        /* NotReady alone (node-not-ready?node=): nothing new binds there */
     const cJSON *labels;   /* the Node object's metadata.labels (borrowed from the pass' snapshot) */
     rm_reslist used;
     int64_t pods;     /* milli */
@@ -137,7 +233,7 @@ static bool selects(const sc_node *n, const cJSON *selector)
 static bool fits_pod(const sc_node *n, const sc_pod *p);
 static bool fits(const sc_node *n, const rm_reslist *req)
 {
-    if (n->pods + 1000 > n->spec->pods)
+    if (n->lost || n->pods + 1000 > n->spec->pods)
         return false;
     for (int i = 0; i < req->n; i++)
         if (req->r[i].milli > 0 &&
@@ -466,6 +562,7 @@ void ks_sched_tick(ks_server *s)
     memset(nodes, 0, sizeof nodes);
     for (int i = 0; i < nn; i++) {
         nodes[i].spec = &s->opts.nodes[i];
+        nodes[i].lost = ks_node_lost(s, i);
         for (size_t k = 0; k < nno; k++) {
             const cJSON *md = oget(nobjs[k]->j, "metadata");
             const char *nm = ks_sget(md, "name");
@@ -539,8 +636,10 @@ void ks_sched_tick(ks_server *s)
         for (size_t i = 0; i < npend; i++) {
             sc_pod *p = pend[i];
             int at = -1;
-            for (int k = 0; k < nn && at < 0; k++)
-                if (fits_pod(&nodes[k], p))
+            for (int k = 0; k < nn && (at < 0 || s->opts.nodes_netns); k++)
+                /* --nodes: among the nodes that fit, the one with the fewest pods (kube-scheduler's
+                 * default scoring spreads; first fit would put a whole job on node-0) */
+                if (fits_pod(&nodes[k], p) && (at < 0 || nodes[k].pods < nodes[at].pods))
                     at = k;
             if (at >= 0) {
                 take(&nodes[at], &p->req);

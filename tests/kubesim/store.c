@@ -611,7 +611,8 @@ static void seed_object(ks_server *s, int type, const char *json)
     ks_commit(s, k, "", namebuf, o, KS_EV_ADDED, NULL);
 }
 
-/* A --node: Ready, with capacity = allocatable = the given resources. */
+/* A --node: Ready, with capacity = allocatable = the given resources; InternalIP its namespace's
+ * address under --nodes, else 127.0.0.1. */
 static void seed_node(ks_server *s, const ks_node_spec *n)
 {
     char cpu[48], mem[48], gpu[48], pods[48], buf[2048];
@@ -627,11 +628,11 @@ static void seed_node(ks_server *s, const ks_node_spec *n)
              "\"labels\":{\"kubernetes.io/hostname\":\"%s\",\"kubernetes.io/os\":\"linux\"}},"
              "\"spec\":{},\"status\":{\"capacity\":%s,\"allocatable\":%s,\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\","
              "\"reason\":\"KubeletReady\",\"message\":\"kubesim process kubelet is posting ready status\"}],"
-             "\"addresses\":[{\"type\":\"InternalIP\",\"address\":\"127.0.0.1\"},"
+             "\"addresses\":[{\"type\":\"InternalIP\",\"address\":\"%s\"},"
              "{\"type\":\"Hostname\",\"address\":\"%s\"}],"
              "\"nodeInfo\":{\"kubeletVersion\":\"v1.32.0\",\"operatingSystem\":\"linux\","
              "\"architecture\":\"amd64\",\"containerRuntimeVersion\":\"kubesim://1\"}}}",
-             n->name, n->name, res, res, n->name);
+             n->name, n->name, res, res, n->addr[0] ? n->addr : "127.0.0.1", n->name);
     seed_object(s, KS_T_NODE, buf);
 }
 

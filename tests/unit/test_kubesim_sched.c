@@ -53,8 +53,79 @@ static void test_node_ours(void)
     CU_ASSERT_FALSE(ks_node_ours(&s, KS_NODE_NAME));  /* with --node it is not seeded */
 }
 
+/* --nodes N: KUBESIM_NETNS_NODES as netns.sh writes it, and every way it can disagree */
+static void test_nodes_netns(void)
+{
+    static const struct {
+        int n; const char *nodes[3]; const char *env; bool ok; const char *err;
+    } t[] = {
+        {2, {NULL}, "rmks-n0-1=10.213.0.10 rmks-n1-1=10.213.0.11", true, NULL},
+        {1, {NULL}, "  a.b_c-1=192.168.0.5\n", true, NULL},
+        {2, {"big:gpu=4", "small:cpu=1", NULL}, "x=10.0.0.1 y=10.0.0.2", true, NULL},
+        {2, {NULL}, NULL, false, "KUBESIM_NETNS_NODES is not set"},
+        {2, {NULL}, "", false, "KUBESIM_NETNS_NODES is not set"},
+        {2, {NULL}, "a=10.0.0.1", false, "names 1 namespaces"},
+        {1, {NULL}, "a=10.0.0.1 b=10.0.0.2", false, "more than 1"},
+        {1, {NULL}, "a=10.0.0.256", false, "is not an IPv4 address"},
+        {1, {NULL}, "a=::1", false, "is not an IPv4 address"},
+        {1, {NULL}, "10.0.0.1", false, "is not NETNS=IPV4"},
+        {1, {NULL}, "=10.0.0.1", false, "is not NETNS=IPV4"},
+        {1, {NULL}, "../../etc=10.0.0.1", false, "is not NETNS=IPV4"},
+        {2, {"only:cpu=1", NULL}, "a=10.0.0.1 b=10.0.0.2", false, "1 --node given"},
+        {0, {NULL}, "a=10.0.0.1", false, "wants 1 to 16"},
+        {17, {NULL}, "a=10.0.0.1", false, "wants 1 to 16"},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        static ks_opts o;
+        memset(&o, 0, sizeof o);
+        char msg[512] = "";
+        for (int k = 0; t[i].nodes[k]; k++)
+            CU_ASSERT_TRUE_FATAL(ks_node_parse(t[i].nodes[k], &o.nodes[o.nnodes++], msg, sizeof msg));
+        bool ok = ks_nodes_netns(&o, t[i].n, t[i].env, false, msg, sizeof msg);
+        CU_ASSERT_EQUAL(ok, t[i].ok);
+        if (!ok) {
+            if (!t[i].err || !strstr(msg, t[i].err))
+                fprintf(stderr, "case %zu: %s\n", i, msg);
+            CU_ASSERT_PTR_NOT_NULL(t[i].err ? strstr(msg, t[i].err) : NULL);
+            CU_ASSERT_EQUAL(o.nodes_netns, 0);
+            continue;
+        }
+        CU_ASSERT_EQUAL(o.nnodes, t[i].n);
+        CU_ASSERT_EQUAL(o.nodes_netns, t[i].n);
+    }
+    /* what the kubelet and the Node objects read */
+    static ks_server s;
+    memset(&s, 0, sizeof s);
+    char msg[512];
+    CU_ASSERT_TRUE_FATAL(ks_nodes_netns(&s.opts, 2, "rmks-n0-7=10.213.0.10 rmks-n1-7=10.213.0.11", false, msg, sizeof msg));
+    CU_ASSERT_STRING_EQUAL(s.opts.nodes[1].name, "node-1");
+    CU_ASSERT_STRING_EQUAL(s.opts.nodes[1].netns, "rmks-n1-7");
+    CU_ASSERT_STRING_EQUAL(s.opts.nodes[1].addr, "10.213.0.11");
+    CU_ASSERT_EQUAL(s.opts.nodes[0].cpu, 32000);
+    CU_ASSERT_EQUAL(s.opts.nodes[0].pods, 110000);
+    CU_ASSERT_PTR_EQUAL(ks_node_find(&s, "node-1"), &s.opts.nodes[1]);
+    CU_ASSERT_PTR_NULL(ks_node_find(&s, "node-2"));
+    CU_ASSERT_PTR_NULL(ks_node_find(&s, NULL));
+    CU_ASSERT_TRUE(ks_node_ours(&s, "node-0"));
+    /* given --node specs keep their names and resources, in order */
+    memset(&s, 0, sizeof s);
+    CU_ASSERT_TRUE_FATAL(ks_node_parse("gpu-a:gpu=4", &s.opts.nodes[0], msg, sizeof msg));
+    CU_ASSERT_TRUE_FATAL(ks_node_parse("gpu-b:gpu=2", &s.opts.nodes[1], msg, sizeof msg));
+    s.opts.nnodes = 2;
+    CU_ASSERT_TRUE_FATAL(ks_nodes_netns(&s.opts, 2, "x=10.0.0.1 y=10.0.0.2", false, msg, sizeof msg));
+    CU_ASSERT_STRING_EQUAL(s.opts.nodes[1].name, "gpu-b");
+    CU_ASSERT_EQUAL(s.opts.nodes[1].gpu, 2000);
+    CU_ASSERT_STRING_EQUAL(s.opts.nodes[1].addr, "10.0.0.2");
+    CU_ASSERT_STRING_EQUAL(s.opts.nodes[0].netns, "x");
+    /* check_paths: a namespace that does not exist is named */
+    memset(&s, 0, sizeof s);
+    CU_ASSERT_FALSE(ks_nodes_netns(&s.opts, 1, "rm-no-such-netns-0=10.0.0.1", true, msg, sizeof msg));
+    CU_ASSERT_PTR_NOT_NULL(strstr(msg, "rm-no-such-netns-0 does not exist"));
+}
+
 void rm_suite_kubesim_sched(void)
 {
-    static const rm_test_case cases[] = {{"node_parse", test_node_parse}, {"node_ours", test_node_ours}};
+    static const rm_test_case cases[] = {{"node_parse", test_node_parse}, {"node_ours", test_node_ours},
+                                         {"nodes_netns", test_nodes_netns}};
     RM_ADD_SUITE("kubesim_sched", NULL, NULL, cases);
 }
