@@ -1050,26 +1050,7 @@ static void update_hosts(ks_kubelet *kl)
 static int bind_cb(cJSON *pod, void *ud)
 {
     (void)ud;
-    cJSON *spec = oget(pod, "spec");
-    if (!cJSON_IsObject(spec) || ks_sget(spec, "nodeName"))
-        return 0;
-    cJSON_AddStringToObject(spec, "nodeName", KS_NODE_NAME);
-    cJSON *st = oget(pod, "status");
-    if (!cJSON_IsObject(st)) {
-        cJSON_DeleteItemFromObjectCaseSensitive(pod, "status");
-        st = cJSON_AddObjectToObject(pod, "status");
-    }
-    cJSON_DeleteItemFromObjectCaseSensitive(st, "conditions");
-    cJSON *conds = cJSON_AddArrayToObject(st, "conditions");
-    cJSON *c = cJSON_CreateObject();
-    char ts[32];
-    rm_json_time(ts, rm_wall());
-    cJSON_AddStringToObject(c, "type", "PodScheduled");
-    cJSON_AddStringToObject(c, "status", "True");
-    cJSON_AddNullToObject(c, "lastProbeTime");
-    cJSON_AddStringToObject(c, "lastTransitionTime", ts);
-    cJSON_AddItemToArray(conds, c);
-    return 1;
+    return ks_pod_bind(pod, KS_NODE_NAME, false);
 }
 
 static void on_exit_status(kl_ctr *c, int status)

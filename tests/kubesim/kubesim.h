@@ -241,6 +241,9 @@ ks_kind *ks_core_kind(ks_server *s, int type);
 /* One pass of the default scheduler and the volcano / coscheduling gang binders (only with
  * --node). Called from the kubelet's loop. */
 void ks_sched_tick(ks_server *s);
+/* Bind an unbound pod (a patch callback's body): spec.nodeName = node and a PodScheduled=True
+ * condition. 0 (nothing changed) when already bound or, with skip_deleting, being deleted. */
+int ks_pod_bind(cJSON *pod, const char *node, bool skip_deleting);
 /* Is node a node this kubesim's kubelet runs pods for? */
 bool ks_node_ours(const ks_server *s, const char *node);
 /* Parse "NAME:cpu=8,memory=16Gi,gpu=4,pods=110"; false with msg on error. */

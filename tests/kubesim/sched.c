@@ -269,42 +269,16 @@ static bool cluster_fits(const sc_node *nodes, int nn, const rm_reslist *need, c
     return true;
 }
 
-static int bind_to(cJSON *pod, void *ud)
+/* status.conditions becomes one PodScheduled condition: True, or with unsched_msg False with
+ * reason Unschedulable. */
+static void set_scheduled(cJSON *pod, const char *unsched_msg)
 {
-    const char *node = ud;
-    cJSON *spec = cJSON_GetObjectItemCaseSensitive(pod, "spec");
-    if (!cJSON_IsObject(spec) || ks_sget(spec, "nodeName") || oget(oget(pod, "metadata"), "deletionTimestamp"))
-        return 0;
-    cJSON_AddStringToObject(spec, "nodeName", node);
     cJSON *st = cJSON_GetObjectItemCaseSensitive(pod, "status");
     if (!cJSON_IsObject(st)) {
         cJSON_DeleteItemFromObjectCaseSensitive(pod, "status");
         st = cJSON_AddObjectToObject(pod, "status");
     }
-    cJSON_DeleteItemFromObjectCaseSensitive(st, "conditions");
-    cJSON *conds = cJSON_AddArrayToObject(st, "conditions");
-    cJSON *c = cJSON_CreateObject();
-    char ts[32];
-    rm_json_time(ts, rm_wall());
-    cJSON_AddStringToObject(c, "type", "PodScheduled");
-    cJSON_AddStringToObject(c, "status", "True");
-    cJSON_AddNullToObject(c, "lastProbeTime");
-    cJSON_AddStringToObject(c, "lastTransitionTime", ts);
-    cJSON_AddItemToArray(conds, c);
-    return 1;
-}
-
-static int mark_unsched(cJSON *pod, void *ud)
-{
-    const char *msg = ud;
-    if (ks_sget(oget(pod, "spec"), "nodeName"))
-        return 0;
-    cJSON *st = cJSON_GetObjectItemCaseSensitive(pod, "status");
-    if (!cJSON_IsObject(st)) {
-        cJSON_DeleteItemFromObjectCaseSensitive(pod, "status");
-        st = cJSON_AddObjectToObject(pod, "status");
-    }
-    if (!ks_sget(st, "phase"))
+    if (unsched_msg && !ks_sget(st, "phase"))
         cJSON_AddStringToObject(st, "phase", "Pending");
     cJSON_DeleteItemFromObjectCaseSensitive(st, "conditions");
     cJSON *conds = cJSON_AddArrayToObject(st, "conditions");
@@ -312,12 +286,37 @@ static int mark_unsched(cJSON *pod, void *ud)
     char ts[32];
     rm_json_time(ts, rm_wall());
     cJSON_AddStringToObject(c, "type", "PodScheduled");
-    cJSON_AddStringToObject(c, "status", "False");
+    cJSON_AddStringToObject(c, "status", unsched_msg ? "False" : "True");
     cJSON_AddNullToObject(c, "lastProbeTime");
     cJSON_AddStringToObject(c, "lastTransitionTime", ts);
-    cJSON_AddStringToObject(c, "reason", "Unschedulable");
-    cJSON_AddStringToObject(c, "message", msg);
+    if (unsched_msg) {
+        cJSON_AddStringToObject(c, "reason", "Unschedulable");
+        cJSON_AddStringToObject(c, "message", unsched_msg);
+    }
     cJSON_AddItemToArray(conds, c);
+}
+
+int ks_pod_bind(cJSON *pod, const char *node, bool skip_deleting)
+{
+    cJSON *spec = cJSON_GetObjectItemCaseSensitive(pod, "spec");
+    if (!cJSON_IsObject(spec) || ks_sget(spec, "nodeName") ||
+        (skip_deleting && oget(oget(pod, "metadata"), "deletionTimestamp")))
+        return 0;
+    cJSON_AddStringToObject(spec, "nodeName", node);
+    set_scheduled(pod, NULL);
+    return 1;
+}
+
+static int bind_to(cJSON *pod, void *ud)
+{
+    return ks_pod_bind(pod, ud, true);
+}
+
+static int mark_unsched(cJSON *pod, void *ud)
+{
+    if (ks_sget(oget(pod, "spec"), "nodeName"))
+        return 0;
+    set_scheduled(pod, ud);
     return 1;
 }
 
