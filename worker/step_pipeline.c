@@ -98,6 +98,8 @@ struct rm_step {
     uint64_t nstep;                 /* steps in this round */
     bool dirty;                     /* stale ranges: steps since the state was whole */
     bool gathered;                  /* state_gather assembled the state at this step */
+    double tot_wait, tot_sched;     /* this round, after its first step: the bench's numbers */
+    uint64_t tot_steps;
     /* preallocated (init) */
     float *in_act;                  /* [B x widest] received activations (stage input) */
     float *out_grad;                /* [B x widest] received output gradients */
@@ -369,10 +371,24 @@ static int pl_init(const rm_step_env *env, rm_step **out, rm_err *err)
     return RM_OK;
 }
 
+static void pl_memory(const rm_step *s, rm_step_memory *out);
+
 static void pl_round_end(rm_step *s)
 {
     if (!s)
         return;
+    if (s->tot_steps > 0) {   /* measured over the round (bench/pipeline reads this line) */
+        rm_step_memory mem;
+        pl_memory(s, &mem);
+        rm_info("pipeline stats stage=%d stages=%d micro_batches=%d schedule=%s steps=%llu "
+                "bubble=%.4f textbook_bubble=%.4f schedule_ms=%.3f activations_bytes=%llu",
+                s->pl.stage, s->P, s->M, s->schedule ? "gpipe" : "1f1b",
+                (unsigned long long)s->tot_steps, s->tot_sched > 0 ? s->tot_wait / s->tot_sched : 0,
+                rm_pipe_textbook_bubble(s->P, s->M), 1e3 * s->tot_sched / (double)s->tot_steps,
+                (unsigned long long)mem.activations);
+        s->tot_steps = 0;
+        s->tot_wait = s->tot_sched = 0;
+    }
     /* wake the receivers: a blocked poll ends within its slice either way */
     rx_stop(&s->rx_prev);
     rx_stop(&s->rx_next);
@@ -662,6 +678,11 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
         }
     }
     double sched_s = rm_mono() - t0;
+    if (s->nstep > 0) {   /* the round's first step includes the neighbours' start-up */
+        s->tot_wait += waited;
+        s->tot_sched += sched_s;
+        s->tot_steps++;
+    }
     float loss = 0;
     for (int mb = 0; mb < s->M; mb++)
         loss += s->loss_mb[mb];
