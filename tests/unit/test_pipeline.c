@@ -2,10 +2,15 @@
  * default MLP's parameter counts, every P dividing the layers, remainders, one heavy layer), the
  * micro-batch split, both schedules' per-stage event lists, their in-flight activation counts and
  * the simulated bubble against the textbook (P-1)/(M+P-1). */
+#include "common/worker_env.h"
 #include "tests/unit/testutil.h"
+#include "worker/comm.h"
+#include "worker/gpu.h"
 #include "worker/pipeline_core.h"
+#include "worker/step.h"
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void test_placement(void)
@@ -192,6 +197,103 @@ static void test_bubble(void)
     CU_ASSERT_EQUAL(rm_pipe_simulate(0, 2, 0, 1, 1, idle, &span, &e), RM_EINVAL);
 }
 
+/* Gradient accumulation in the pipeline strategy (one stage, a world of one, in process): with one
+ * micro-batch it steps bit-for-bit like the allreduce strategy; with M = 4 and M = 5 (uneven
+ * micro-batches of a 16-row batch) it computes the same batch gradient up to float summation
+ * order, and reports the batch's loss. */
+typedef struct acc_rig {
+    rm_model m;
+    rm_optim o;
+    rm_amp amp;
+    rm_step *st;
+    const rm_step_ops *ops;
+    rm_comm *comm;
+} acc_rig;
+
+static void rig_up(acc_rig *r, const rm_step_ops *ops, int B)
+{
+    const rm_kernels *k = rm_kernels_get("cpu");
+    rm_err e = { 0 };
+    rm_model_shape sh;
+    static const int hidden[] = { 32, 16 };
+    memset(r, 0, sizeof *r);
+    CU_ASSERT_EQUAL_FATAL(rm_model_shape_make(&sh, RM_MODEL_INPUT, hidden, 2, RM_MODEL_CLASSES, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(rm_model_init(&r->m, k, &sh, B, &e), RM_OK);
+    rm_optimizer_spec os = { .type = RM_OPT_SGD, .lr = 0.05, .momentum = 0.9 };
+    CU_ASSERT_EQUAL_FATAL(rm_optim_init(&r->o, k, &os, r->m.layout.total, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(rm_amp_init(&r->amp, k, RM_PREC_FP32, &e), RM_OK);
+    rm_step_env env = { .k = k, .m = &r->m, .opt = &r->o, .amp = &r->amp, .fusion_mb = 25,
+                        .sharding = RM_SHARD_NONE, .token = "t", .timeout_s = 5, .train_samples = 1000,
+                        .batch = B, .epochs = 1 };
+    r->ops = ops;
+    CU_ASSERT_EQUAL_FATAL(ops->init(&env, &r->st, &e), RM_OK);
+    rm_comm_cfg cc = { .rank = 0, .world_size = 1, .epoch = 1 };
+    CU_ASSERT_EQUAL_FATAL(rm_comm_local_ops()->init(&cc, &r->comm, &e), RM_OK);
+    rm_step_round rd = { .ops = rm_comm_local_ops(), .comm = r->comm, .rank = 0, .world = 1, .epoch = 1 };
+    CU_ASSERT_EQUAL_FATAL(ops->round_begin(r->st, &rd, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(ops->state_fresh(r->st, 5, &e), RM_OK);
+    for (int i = 0; i < B * RM_MODEL_INPUT; i++)
+        r->m.x[i] = (float)((i * 7919) % 255) / 255.0f;
+    for (int i = 0; i < B; i++)
+        r->m.labels[i] = (int32_t)((i * 3) % RM_MODEL_CLASSES);
+}
+
+static void rig_down(acc_rig *r)
+{
+    r->ops->round_end(r->st);
+    r->ops->destroy(r->st);
+    rm_comm_local_ops()->destroy(r->comm);
+    rm_amp_free(&r->amp);
+    rm_optim_free(&r->o);
+    rm_model_free(&r->m);
+}
+
+static void test_accumulation(void)
+{
+    enum { B = 16, STEPS = 3 };
+    acc_rig ref;
+    rig_up(&ref, &rm_step_allreduce_ops, B);
+    rm_err e = { 0 };
+    rm_step_stats st;
+    for (int i = 0; i < STEPS; i++)
+        CU_ASSERT_EQUAL_FATAL(ref.ops->step(ref.st, B, 0.05f, &st, &e), RM_OK);
+    float ref_loss = *ref.m.loss_sum;
+    static const int Ms[] = { 1, 4, 5 };
+    for (size_t t = 0; t < 3; t++) {
+        char js[96];
+        snprintf(js, sizeof js, "{\"microBatches\": %d, \"schedule\": \"%s\"}", Ms[t], t == 1 ? "gpipe" : "1f1b");
+        setenv(RM_ENV_PARALLELISM, js, 1);
+        acc_rig r;
+        rig_up(&r, &rm_step_pipeline_ops, B);
+        for (int i = 0; i < STEPS; i++) {
+            CU_ASSERT_EQUAL_FATAL(r.ops->step(r.st, B, 0.05f, &st, &e), RM_OK);
+            CU_ASSERT(st.pipe);
+            CU_ASSERT_EQUAL(st.pipe_stage, 0);
+        }
+        size_t n = r.m.layout.total;
+        if (Ms[t] == 1) {
+            CU_ASSERT_EQUAL(memcmp(r.m.params, ref.m.params, n * sizeof(float)), 0);
+        } else {
+            double worst = 0;
+            for (size_t i = 0; i < n; i++) {
+                double d = fabs((double)r.m.params[i] - (double)ref.m.params[i]);
+                double rel = d / (fabs((double)ref.m.params[i]) + 1e-3);
+                if (rel > worst)
+                    worst = rel;
+            }
+            CU_ASSERT(worst < 1e-4);
+            if (!(worst < 1e-4))
+                fprintf(stderr, "\n  M=%d: worst relative parameter difference %g", Ms[t], worst);
+        }
+        CU_ASSERT_DOUBLE_EQUAL(*r.m.loss_sum, ref_loss, 1e-3 * fabs(ref_loss) + 1e-4);
+        /* the optimizer moved: not the fresh parameters */
+        CU_ASSERT_EQUAL(r.o.t, STEPS);
+        rig_down(&r);
+    }
+    unsetenv(RM_ENV_PARALLELISM);
+    rig_down(&ref);
+}
+
 void rm_suite_pipeline(void)
 {
     static const rm_test_case cases[] = {
@@ -200,6 +302,7 @@ void rm_suite_pipeline(void)
         { "micro_rows", test_micro_rows },
         { "schedules", test_schedules },
         { "bubble", test_bubble },
+        { "accumulation", test_accumulation },
     };
     RM_ADD_SUITE("pipeline", NULL, NULL, cases);
 }
