@@ -373,22 +373,29 @@ static int pl_init(const rm_step_env *env, rm_step **out, rm_err *err)
 
 static void pl_memory(const rm_step *s, rm_step_memory *out);
 
+/* The round's measured numbers so far (bench/pipeline reads the last such line): at every
+ * materialize (evaluations, the end of training) and at round end. */
+static void log_stats(rm_step *s)
+{
+    if (s->tot_steps == 0)
+        return;
+    rm_step_memory mem;
+    pl_memory(s, &mem);
+    rm_info("pipeline stats stage=%d stages=%d micro_batches=%d schedule=%s steps=%llu "
+            "bubble=%.4f textbook_bubble=%.4f schedule_ms=%.3f activations_bytes=%llu",
+            s->pl.stage, s->P, s->M, s->schedule ? "gpipe" : "1f1b",
+            (unsigned long long)s->tot_steps, s->tot_sched > 0 ? s->tot_wait / s->tot_sched : 0,
+            rm_pipe_textbook_bubble(s->P, s->M), 1e3 * s->tot_sched / (double)s->tot_steps,
+            (unsigned long long)mem.activations);
+}
+
 static void pl_round_end(rm_step *s)
 {
     if (!s)
         return;
-    if (s->tot_steps > 0) {   /* measured over the round (bench/pipeline reads this line) */
-        rm_step_memory mem;
-        pl_memory(s, &mem);
-        rm_info("pipeline stats stage=%d stages=%d micro_batches=%d schedule=%s steps=%llu "
-                "bubble=%.4f textbook_bubble=%.4f schedule_ms=%.3f activations_bytes=%llu",
-                s->pl.stage, s->P, s->M, s->schedule ? "gpipe" : "1f1b",
-                (unsigned long long)s->tot_steps, s->tot_sched > 0 ? s->tot_wait / s->tot_sched : 0,
-                rm_pipe_textbook_bubble(s->P, s->M), 1e3 * s->tot_sched / (double)s->tot_steps,
-                (unsigned long long)mem.activations);
-        s->tot_steps = 0;
-        s->tot_wait = s->tot_sched = 0;
-    }
+    log_stats(s);
+    s->tot_steps = 0;
+    s->tot_wait = s->tot_sched = 0;
     /* wake the receivers: a blocked poll ends within its slice either way */
     rx_stop(&s->rx_prev);
     rx_stop(&s->rx_next);
@@ -550,6 +557,7 @@ static int whole(rm_step *s, float *buf, rm_err *err)
 
 static int pl_materialize(rm_step *s, rm_err *err)
 {
+    log_stats(s);
     if (!s->dirty || !s->r.ops)
         return RM_OK;
     RM_CHECK(whole(s, s->env.m->params, err));

@@ -62,7 +62,7 @@ for P in "${PS[@]}"; do
       "$RMB/ringmaster" run -f "$RAW/$n.yaml" --checkpoint-dir "$RAW/ck-$n" --run-dir "$RAW/run-$n" \
         >"$RAW/$n.out" 2>"$RAW/$n.err" || { echo "$n failed: $(tail -3 "$RAW/$n.err")" >&2; continue; }
       for f in "$RAW"/run-"$n"/worker-*.log; do
-        l=$(grep -h 'msg="pipeline stats"' "$f" | tail -1)
+        l=$(grep -h 'msg="pipeline stats"' "$f" | tail -1 || true)
         [ -n "$l" ] || continue
         rows+=("$($py - "$l" <<'PY'
 import re, sys
