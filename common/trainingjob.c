@@ -784,6 +784,107 @@ static int ps_validate(const rm_tj_spec *s, rm_err *err)
     return RM_OK;
 }
 
+/* ---- spec.parallelism (strategies.md; issue 15) ------------------------------------------------ */
+
+const char *const rm_pipe_schedule_names[] = { "1f1b", "gpipe", NULL };
+
+int rm_par_from_json(const cJSON *o, const char *ctx, rm_par_spec *par, rm_err *err)
+{
+    static const char *const k_par[] = { "pipelineStages", "microBatches", "schedule", NULL };
+    int rc = rm_json_no_unknown(o, k_par, ctx, err), iv;
+    if (rc)
+        return rc;
+    par->present = true;
+    TRY(p_int(o, "pipelineStages", ctx, &par->pipeline_stages, &par->set, RM_PAR_SET_STAGES, err));
+    TRY(p_int(o, "microBatches", ctx, &par->micro_batches, &par->set, RM_PAR_SET_MICRO, err));
+    iv = (int)par->schedule;
+    TRY(p_enum(o, "schedule", ctx, rm_pipe_schedule_names, &iv, err));
+    if (cJSON_GetObjectItemCaseSensitive(o, "schedule"))
+        par->set |= RM_PAR_SET_SCHEDULE;
+    par->schedule = (rm_pipe_schedule)iv;
+out:
+    return rc;
+}
+
+void rm_par_defaults(rm_par_spec *par)
+{
+    if (!(par->set & RM_PAR_SET_STAGES) && par->pipeline_stages == 0)
+        par->pipeline_stages = 1;
+    if (!(par->set & RM_PAR_SET_MICRO) && par->micro_batches == 0)
+        par->micro_batches = 1;
+}
+
+cJSON *rm_par_to_json(const rm_par_spec *par)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    add_num(o, "pipelineStages", par->pipeline_stages, par->set & RM_PAR_SET_STAGES);
+    add_num(o, "microBatches", par->micro_batches, par->set & RM_PAR_SET_MICRO);
+    if (par->schedule != RM_PIPE_1F1B || (par->set & RM_PAR_SET_SCHEDULE))
+        cJSON_AddStringToObject(o, "schedule",
+                                rm_pipe_schedule_names[par->schedule == RM_PIPE_GPIPE]);
+    return o;
+}
+
+int rm_par_validate(const rm_tj_spec *s, rm_err *err)
+{
+    const rm_par_spec *par = &s->par;
+    const char *P = "spec.parallelism";
+    /* an unset field validates as its default (a spec parsed without rm_tj_defaults) */
+    int p = par->pipeline_stages, mb = par->micro_batches;
+    if (p == 0 && !(par->set & RM_PAR_SET_STAGES))
+        p = 1;
+    if (mb == 0 && !(par->set & RM_PAR_SET_MICRO))
+        mb = 1;
+    if (p < 1 || p > RM_TJ_MAX_REPLICAS)
+        return bad(err, P, "pipelineStages", "must be between 1 and %d (got %d)", RM_TJ_MAX_REPLICAS, p);
+    if (mb < 1)
+        return bad(err, P, "microBatches", "must be >= 1 (got %d)", mb);
+    if ((unsigned)par->schedule > RM_PIPE_GPIPE)
+        return bad(err, P, "schedule", "must be one of 1f1b, gpipe");
+    const rm_training_spec *t = &s->training;
+    if (t->mode == RM_MODE_TRAIN && mb > t->batch_size_per_worker)
+        return bad(err, P, "microBatches", "must be <= spec.training.batchSizePerWorker (%d): every "
+                   "micro-batch needs at least one sample (got %d)", t->batch_size_per_worker,
+                   mb);
+    if (p == 1)
+        return RM_OK;
+    if (s->replicas % p)
+        return rm_err_field(err, RM_EINVAL, "spec.replicas", "must be a multiple of "
+                            "spec.parallelism.pipelineStages (%d): the workers form a grid of %d "
+                            "stages x replicas/%d data-parallel replicas (got %d)", p, p, p, s->replicas);
+    if (s->min_replicas % p)
+        return rm_err_field(err, RM_EINVAL, "spec.minReplicas", "must be a multiple of "
+                            "spec.parallelism.pipelineStages (%d) (got %d)", p, s->min_replicas);
+    if (s->max_replicas % p)
+        return rm_err_field(err, RM_EINVAL, "spec.maxReplicas", "must be a multiple of "
+                            "spec.parallelism.pipelineStages (%d) (got %d)", p, s->max_replicas);
+    int layers = t->nhidden + 1;
+    if (p > layers)
+        return bad(err, P, "pipelineStages", "must be <= the model's %d linear layers "
+                   "(spec.training.model.hidden has %d widths; each stage holds at least one layer) "
+                   "(got %d)", layers, t->nhidden, p);
+    if (s->strategy != RM_STRATEGY_ALLREDUCE)
+        return rm_err_field(err, RM_EINVAL, "spec.parallelism.pipelineStages", "must be 1 with "
+                            "spec.strategy: parameterServer in this version (got %d)", p);
+    if (t->sharding != RM_SHARD_NONE)
+        return rm_err_field(err, RM_EINVAL, "spec.training.sharding", "must be none with "
+                            "spec.parallelism.pipelineStages > 1 in this version (a stage already "
+                            "holds only its own layers)");
+    if (t->mode != RM_MODE_TRAIN)
+        return rm_err_field(err, RM_EINVAL, "spec.training.mode", "must be train with "
+                            "spec.parallelism.pipelineStages > 1");
+    if (t->precision != RM_PREC_FP32)
+        return rm_err_field(err, RM_EINVAL, "spec.training.precision", "must be fp32 with "
+                            "spec.parallelism.pipelineStages > 1 in this version");
+    if (s->backend == RM_BACKEND_NCCL || s->backend == RM_BACKEND_MPI)
+        return rm_err_field(err, RM_EINVAL, "spec.backend", "%s cannot be used with "
+                            "spec.parallelism.pipelineStages > 1 in this version (stages talk TCP; "
+                            "use auto or ring)", rm_backend_name(s->backend));
+    return RM_OK;
+}
+
 int rm_tj_validate(const rm_tj *tj, rm_err *err)
 {
     const rm_tj_spec *s = &tj->spec;
@@ -858,6 +959,8 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
     if (rc)
         return rc;
     if ((rc = ps_validate(s, err)))
+        return rc;
+    if ((rc = rm_par_validate(s, err)))
         return rc;
     /* An epoch is train_samples / global batch steps (the tail is dropped), so a global batch
      * larger than the training set makes epochs of zero steps: the group would re-form forever
@@ -973,7 +1076,8 @@ static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
 {
     static const char *const k_spec[] = { "replicas", "minReplicas", "maxReplicas", "backend",
                                           "restartPolicy", "runPolicy", "checkpoint", "training",
-                                          "template", "managedBy", "strategy", "parameterServer", NULL };
+                                          "template", "managedBy", "strategy", "parameterServer",
+                                          "parallelism", NULL };
     static const char *const k_restart[] = { "maxRestarts", "backoffSeconds",
                                              "progressDeadlineSeconds", NULL };
     static const char *const k_run[] = { "activeDeadlineSeconds", "ttlSecondsAfterFinished",
@@ -1028,6 +1132,9 @@ static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
     TRY(p_obj(sp, "parameterServer", "spec", NULL, &o, NULL, err));
     if (o)
         TRY(rm_ps_from_json(o, "spec.parameterServer", &s->ps, err));
+    TRY(p_obj(sp, "parallelism", "spec", NULL, &o, NULL, err));
+    if (o)
+        TRY(rm_par_from_json(o, "spec.parallelism", &s->par, err));
 out:
     return rc;
 }
@@ -1154,6 +1261,7 @@ void rm_tj_defaults(rm_tj *tj)
     rm_training_defaults(&s->training);
     if (s->strategy == RM_STRATEGY_PS)
         rm_ps_defaults(&s->ps);
+    rm_par_defaults(&s->par);
 }
 
 /* ---- serialization ----------------------------------------------------------------------------- */
@@ -1285,6 +1393,11 @@ cJSON *rm_tj_spec_to_json(const rm_tj_spec *s)
         cJSON *ps = rm_ps_to_json(&s->ps);
         if (ps)
             cJSON_AddItemToObject(o, "parameterServer", ps);
+    }
+    if (s->par.present) {
+        cJSON *par = rm_par_to_json(&s->par);
+        if (par)
+            cJSON_AddItemToObject(o, "parallelism", par);
     }
     return o;
 }

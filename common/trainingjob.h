@@ -131,6 +131,32 @@ cJSON *rm_ps_to_json(const rm_ps_spec *ps);
 int rm_ps_from_json(const cJSON *o, const char *ctx, rm_ps_spec *out, rm_err *err);
 void rm_ps_defaults(rm_ps_spec *ps);
 
+/* spec.parallelism (strategies.md; issue 15): pipeline model parallelism. The job's replicas form
+ * a grid of P pipeline stages x D = replicas / P data-parallel replicas; rank r = d*P + p is stage
+ * p of replica d. Each worker's batch (batchSizePerWorker rows) is split into M micro-batches that
+ * flow through the stages under the schedule; the global batch is D x batchSizePerWorker. */
+typedef enum { RM_PIPE_1F1B = 0, RM_PIPE_GPIPE } rm_pipe_schedule;
+extern const char *const rm_pipe_schedule_names[];   /* "1f1b", "gpipe", NULL */
+typedef struct rm_par_spec {
+    bool present;               /* spec.parallelism was given */
+    int pipeline_stages;        /* P >= 1; default 1 */
+    int micro_batches;          /* M >= 1; default 1 */
+    rm_pipe_schedule schedule;  /* default 1f1b */
+    uint32_t set;               /* RM_PAR_SET_*: given explicitly */
+} rm_par_spec;
+enum { RM_PAR_SET_STAGES = 1u << 0, RM_PAR_SET_MICRO = 1u << 1, RM_PAR_SET_SCHEDULE = 1u << 2 };
+/* spec.parallelism as JSON (the worker's RINGMASTER_PARALLELISM) and back; defaults fill unset
+ * fields (1, 1, 1f1b). */
+cJSON *rm_par_to_json(const rm_par_spec *par);
+int rm_par_from_json(const cJSON *o, const char *ctx, rm_par_spec *out, rm_err *err);
+void rm_par_defaults(rm_par_spec *par);
+/* spec.parallelism against the rest of the spec (what rm_tj_validate applies): P >= 1 dividing
+ * spec.replicas (and minReplicas/maxReplicas), P <= the model's linear layers, 1 <= M <=
+ * batchSizePerWorker, and with P > 1: strategy allreduce, sharding none, precision fp32, mode
+ * train, backend auto or ring. Errors name the field. */
+struct rm_tj_spec;
+int rm_par_validate(const struct rm_tj_spec *s, rm_err *err);
+
 typedef struct rm_tj_spec {
     int replicas;               /* >= 1; default 1 */
     int min_replicas;           /* default replicas */
@@ -158,6 +184,7 @@ typedef struct rm_tj_spec {
     cJSON *template;            /* PodTemplateSpec, opaque; NULL = default worker container */
     rm_strategy strategy;       /* spec.strategy; default allreduce */
     rm_ps_spec ps;              /* spec.parameterServer (strategy parameterServer) */
+    rm_par_spec par;            /* spec.parallelism (pipeline stages; issue 15) */
     uint32_t set;               /* RM_TJ_SET_*: given explicitly (see rm_training_spec.set) */
     /* spec.runPolicy.schedulingPolicy (Kubeflow's names; ../shared/docs/gang-kueue.md §3): what a
      * gang scheduler's PodGroup gets. Strings NULL = unset; min_resources an owned object of

@@ -28,6 +28,10 @@
 #define RM_ENV_PS_ADDRS "RINGMASTER_PS_ADDRS"           /* "host:port,..." index order */
 #define RM_ENV_PS_INDEX "RINGMASTER_PS_INDEX"           /* a server's shard index (role ps) */
 #define RM_PORT_PS 29600                                /* a server's port on a cluster */
+/* pipeline stages (strategies.md; issue 15): spec.parallelism as compact JSON, set when
+ * pipelineStages or microBatches is above 1. The worker derives its stage, data-parallel group
+ * and neighbours from its rendezvous rank: rank r = d*P + p (worker/pipeline_core.h). */
+#define RM_ENV_PARALLELISM "RINGMASTER_PARALLELISM"
 /* read by the worker, set by users (never by a controller) */
 #define RM_ENV_FAULT "RINGMASTER_FAULT"
 #define RM_ENV_DEVICE "RINGMASTER_DEVICE"

@@ -17,7 +17,7 @@ static const char *const ours[] = {
     RM_ENV_WORLD_SIZE, RM_ENV_LOCAL_RANK, RM_ENV_LOCAL_WORLD_SIZE, RM_ENV_NODE_NAME,
     RM_ENV_MASTER_ADDR, RM_ENV_MASTER_PORT, RM_ENV_PET_NNODES, RM_ENV_PET_NODE_RANK,
     RM_ENV_PET_NPROC_PER_NODE, RM_ENV_PET_MASTER_ADDR, RM_ENV_PET_MASTER_PORT,
-    RM_ENV_STRATEGY, RM_ENV_PS_SPEC, RM_ENV_PS_ADDRS, RM_ENV_PS_INDEX, NULL};
+    RM_ENV_STRATEGY, RM_ENV_PS_SPEC, RM_ENV_PS_ADDRS, RM_ENV_PS_INDEX, RM_ENV_PARALLELISM, NULL};
 
 bool rm_launch_is_ours(const char *name)
 {
@@ -292,6 +292,16 @@ int rm_launch_build(const rm_tj *job, int index, int epoch, const rm_launch_plac
     }
     if (sp->strategy == RM_STRATEGY_PS)
         ps_env(&b, job, p);
+    if (sp->par.pipeline_stages > 1 || sp->par.micro_batches > 1) {   /* pipeline (issue 15) */
+        cJSON *po = b.rc ? NULL : rm_par_to_json(&sp->par);
+        char *js = po ? cJSON_PrintUnformatted(po) : NULL;
+        cJSON_Delete(po);
+        if (js)
+            ENV(&b, RM_ENV_PARALLELISM, "%s", js);
+        else if (!b.rc)
+            b.rc = RM_ENOMEM;
+        free(js);
+    }
     /* torchrun's view: one process per node slot */
     ENV(&b, RM_ENV_RANK, "%d", index);
     ENV(&b, RM_ENV_WORLD_SIZE, "%d", world);

@@ -55,6 +55,11 @@ typedef struct rm_comm_cfg {
                                     <= 0 means 10 s */
     struct rm_rdzv_client *rdzv; /* for NCCL's unique-id bootstrap through the kv area; may be NULL */
     int device;                  /* GPU ordinal for nccl; ignored elsewhere */
+    /* ring only: 0 = the round's world; 1..65535 = a sub-group of it formed over the same
+     * listener in the same epoch (rank/world_size/peers are then the sub-group's). Each group's
+     * connections are parked and claimed apart (pipeline stages: a stage's data-parallel group,
+     * the link between two neighbouring stages; worker/step_pipeline.c). */
+    uint32_t group;
 } rm_comm_cfg;
 
 typedef struct rm_comm rm_comm;  /* opaque; each backend defines its own */
@@ -96,6 +101,11 @@ const rm_comm_ops *rm_comm_backend(const char *name);
 const rm_comm_ops *rm_comm_nccl_ops(void);
 /* The other tables, for callers that want one directly. */
 const rm_comm_ops *rm_comm_ring_ops(void);
+/* The two authenticated sockets of a ring comm (world >= 2): to_next is written towards rank+1,
+ * from_prev read from rank-1 (for a world of 2, one socket per direction between the pair). For
+ * point-to-point users (pipeline stages); the fds stay owned by the comm (destroy closes them),
+ * and the caller must not run collectives on the comm while using them. RM_EINVAL for world 1. */
+int rm_comm_ring_link_fds(rm_comm *c, int *to_next, int *from_prev);
 const rm_comm_ops *rm_comm_local_ops(void);
 const rm_comm_ops *rm_comm_mpi_ops(void);   /* NULL when built without Open MPI */
 /* "shm" (comm_shm.c): ranks on one host through a POSIX shared-memory segment. Its init fails with

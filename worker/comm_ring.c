@@ -66,8 +66,7 @@
 
 #define RING_MAGIC 0x524d5247u    /* "RMRG" handshake */
 #define RING_VERSION 1u
-#define FRAME_MAGIC 0x524d4652u   /* "RMFR" data frames */
-#define FRAME_CHECK 0x5a17c3e1u
+#define FRAME_MAGIC RM_NET_FRAME_MAGIC   /* "RMFR" data frames (worker/net.h: shared framing) */
 #define RING_SOCKBUF (4 << 20)
 #define RING_DEFAULT_PIECE_BYTES (512u << 10)
 #define RING_HANDSHAKE_S 2.0          /* accept -> proof checked, or the connection is dropped */
@@ -81,6 +80,7 @@
 
 struct rm_comm {
     int rank, n, epoch;
+    uint32_t group;           /* rm_comm_cfg.group: 0 = the round's world, else a sub-group */
     int next_fd, prev_fd;
     double timeout_s;
     atomic_int aborted;
@@ -110,9 +110,7 @@ struct rm_comm {
 static void ring_wake(rm_comm *c);
 static void *ring_tx_main(void *arg);
 
-typedef struct frame_hdr {
-    uint32_t magic, seq, len, check;
-} frame_hdr;
+typedef rm_net_frame frame_hdr;
 
 /* ------------------------------------------------------------------------------------------ */
 /* handshake                                                                                    */
@@ -151,7 +149,7 @@ static int ring_connect(rm_comm *c, const rm_comm_cfg *cfg, double deadline, uin
     put32(hello + 4, RING_VERSION);
     put32(hello + 8, (uint32_t)c->epoch);
     put32(hello + 12, (uint32_t)c->rank);
-    put32(hello + 16, (uint32_t)c->n);
+    put32(hello + 16, (uint32_t)c->n | c->group << 16);   /* the group rides in the high bits */
     rm_net_random(nonce_c, 16);
     memcpy(hello + 20, nonce_c, 16);
     return rm_net_send_all(c->next_fd, hello, sizeof hello, deadline, err);
@@ -252,7 +250,7 @@ static void rl_park(rm_ring_listener *l, int fd, uint32_t epoch, uint32_t rank, 
     pthread_mutex_lock(&l->mu);
     int slot = -1;
     for (int i = 0; i < l->nready; i++)
-        if (l->ready[i].epoch == epoch && l->ready[i].rank == rank) slot = i;
+        if (l->ready[i].epoch == epoch && l->ready[i].rank == rank && l->ready[i].world == world) slot = i;
     if (slot < 0 && l->nready == RL_READY_MAX) {
         slot = 0;
         for (int i = 1; i < l->nready; i++)
@@ -283,7 +281,7 @@ static void rl_step(rm_ring_listener *l, int i) {
     p->got = 0;
     if (p->stage == 0) {
         const uint8_t *h = p->in;
-        uint32_t epoch = get32(h + 8), rank = get32(h + 12), world = get32(h + 16);
+        uint32_t epoch = get32(h + 8), rank = get32(h + 12), world = get32(h + 16) & 0xffffu;
         pthread_mutex_lock(&l->mu);
         uint32_t min_epoch = l->min_epoch;
         pthread_mutex_unlock(&l->mu);
@@ -325,7 +323,8 @@ static void rl_step(rm_ring_listener *l, int i) {
         return;
     }
     const uint8_t *h = p->hello;
-    uint32_t epoch = get32(h + 8), rank = get32(h + 12), world = get32(h + 16);
+    uint32_t epoch = get32(h + 8), rank = get32(h + 12), wfield = get32(h + 16);
+    uint32_t world = wfield & 0xffffu;
     uint8_t mac[32], ok[OK_LEN];
     ring_mac(l->token, "con", epoch, rank, (rank + 1) % world, h + 20, p->na, mac);
     put32(ok, RING_MAGIC);
@@ -342,7 +341,7 @@ static void rl_step(rm_ring_listener *l, int i) {
     }
     int fd = p->fd;
     l->pend[i] = l->pend[--l->npend];
-    rl_park(l, fd, epoch, rank, world);
+    rl_park(l, fd, epoch, rank, wfield);   /* world with its group: sub-groups park apart */
 }
 
 /* A new connection: make room (per source, then overall: the oldest handshake goes) and start. */
@@ -505,7 +504,9 @@ static int ring_claim(rm_comm *c, rm_ring_listener *l, double deadline, rm_err *
         for (int i = l->nready - 1; i >= 0; i--) {
             rl_ready *r = &l->ready[i];
             if (r->epoch > ep) continue;   /* a peer already in a later epoch: keep it */
-            if (r->epoch == ep && r->world == (uint32_t)c->n && r->rank == (uint32_t)prev && fd < 0) {
+            if (r->epoch == ep && (r->world >> 16) != c->group) continue;   /* another group's */
+            if (r->epoch == ep && r->world == ((uint32_t)c->n | c->group << 16) &&
+                r->rank == (uint32_t)prev && fd < 0) {
                 fd = r->fd;
             } else {
                 if (r->epoch == ep)
@@ -568,6 +569,11 @@ static int ring_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
     c->rank = cfg->rank;
     c->n = cfg->world_size;
     c->epoch = cfg->epoch;
+    if (cfg->group > 0xffffu) {
+        free(c);
+        return rm_errf(err, RM_EINVAL, "ring: group %u out of range (0..65535)", cfg->group);
+    }
+    c->group = cfg->group;
     c->next_fd = c->prev_fd = -1;
     c->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 10.0;
     atomic_init(&c->aborted, 0);
@@ -842,9 +848,7 @@ static int ring_collective_f32(rm_comm *c, const float *src, float *dst, size_t 
             size_t before = r_done;
             r_done += (size_t)got;
             if (before < sizeof(frame_hdr) && r_done >= sizeof(frame_hdr)) {
-                if (rhdr.magic != FRAME_MAGIC || rhdr.seq != c->recv_seq ||
-                    rhdr.len != (uint32_t)(plen * sizeof(float)) ||
-                    rhdr.check != (FRAME_MAGIC ^ rhdr.seq ^ rhdr.len ^ FRAME_CHECK)) {
+                if (!rm_net_frame_ok(&rhdr, c->recv_seq, (uint32_t)(plen * sizeof(float)))) {
                     rm_err pe = {0};
                     rm_errf(&pe, RM_EPROTO,
                             "ring: garbage or desync from rank %d (frame magic %08x seq %u len %u, "
@@ -880,10 +884,7 @@ static int ring_collective_f32(rm_comm *c, const float *src, float *dst, size_t 
             size_t total = sizeof(frame_hdr) + plen * sizeof(float);
             const float *from = (st == 0 ? src : dst) + s_segoff + sj * P;   /* all-gather: dst */
             if (s_done == 0) {
-                shdr.magic = FRAME_MAGIC;
-                shdr.seq = c->send_seq;
-                shdr.len = (uint32_t)(plen * sizeof(float));
-                shdr.check = FRAME_MAGIC ^ shdr.seq ^ shdr.len ^ FRAME_CHECK;
+                rm_net_frame_make(&shdr, c->send_seq, (uint32_t)(plen * sizeof(float)));
             }
             struct iovec iov[2];
             int niov = 0;
@@ -1005,8 +1006,8 @@ static int ring_collective_threaded(rm_comm *c, const float *src, float *dst, si
 static int exchange2_f32(rm_comm *c, const float *src, float *dst, size_t count, rm_redop op, rm_err *err) {
     const int peer = 1 - c->rank;
     const size_t bytes = count * sizeof(float), total = sizeof(frame_hdr) + bytes;
-    frame_hdr shdr = {FRAME_MAGIC, c->send_seq, (uint32_t)bytes, 0}, rhdr;
-    shdr.check = FRAME_MAGIC ^ shdr.seq ^ shdr.len ^ FRAME_CHECK;
+    frame_hdr shdr, rhdr;
+    rm_net_frame_make(&shdr, c->send_seq, (uint32_t)bytes);
     size_t sent = 0, got = 0;
     double last_progress = rm_mono();
     while (sent < total || got < total) {
@@ -1053,8 +1054,7 @@ static int exchange2_f32(rm_comm *c, const float *src, float *dst, size_t count,
                 got += (size_t)k;
                 progress = 1;
                 if (before < sizeof rhdr && got >= sizeof rhdr &&
-                    (rhdr.magic != FRAME_MAGIC || rhdr.seq != c->recv_seq || rhdr.len != (uint32_t)bytes ||
-                     rhdr.check != (FRAME_MAGIC ^ rhdr.seq ^ rhdr.len ^ FRAME_CHECK))) {
+                    !rm_net_frame_ok(&rhdr, c->recv_seq, (uint32_t)bytes)) {
                     ring_break(c);
                     return rm_errf(err, RM_EPROTO,
                                    "ring: garbage or desync from rank %d (frame magic %08x seq %u len %u, "
@@ -1168,3 +1168,10 @@ static const rm_comm_ops ring_ops = {
 };
 
 const rm_comm_ops *rm_comm_ring_ops(void) { return &ring_ops; }
+
+int rm_comm_ring_link_fds(rm_comm *c, int *to_next, int *from_prev) {
+    if (!c || c->n < 2 || c->next_fd < 0 || c->prev_fd < 0) return RM_EINVAL;
+    *to_next = c->next_fd;
+    *from_prev = c->prev_fd;
+    return RM_OK;
+}

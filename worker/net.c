@@ -346,3 +346,19 @@ void rm_net_hs_mac(const char *token, const char *label, uint32_t epoch, uint32_
     m += 16;
     rm_hmac_sha256(token, strlen(token), msg, m, out);
 }
+
+#define RM_NET_FRAME_CHECK 0x5a17c3e1u
+
+void rm_net_frame_make(rm_net_frame *h, uint32_t seq, uint32_t len)
+{
+    h->magic = RM_NET_FRAME_MAGIC;
+    h->seq = seq;
+    h->len = len;
+    h->check = RM_NET_FRAME_MAGIC ^ seq ^ len ^ RM_NET_FRAME_CHECK;
+}
+
+int rm_net_frame_ok(const rm_net_frame *h, uint32_t seq, uint32_t len)
+{
+    return h->magic == RM_NET_FRAME_MAGIC && h->seq == seq && h->len == len &&
+           h->check == (RM_NET_FRAME_MAGIC ^ h->seq ^ h->len ^ RM_NET_FRAME_CHECK);
+}

@@ -40,6 +40,17 @@ void rm_hmac_sha256(const void *key, size_t keylen, const void *msg, size_t len,
  * numbers big-endian. Each protocol binds its own label ("ringmaster-ring-v1 acc", ...). */
 void rm_net_hs_mac(const char *token, const char *label, uint32_t epoch, uint32_t a, uint32_t b,
                    const uint8_t nc[16], const uint8_t na[16], uint8_t out[32]);
+/* The data frame of every ringmaster TCP stream after its handshake (the ring's pieces, pipeline
+ * activations): a 16-byte header {magic "RMFR", sequence number, payload length, check} in host
+ * byte order (peers run the same build), then len payload bytes. A header whose magic, sequence,
+ * length or check is off means the peer is out of step or not a peer: RM_EPROTO. */
+#define RM_NET_FRAME_MAGIC 0x524d4652u
+typedef struct rm_net_frame {
+    uint32_t magic, seq, len, check;
+} rm_net_frame;
+void rm_net_frame_make(rm_net_frame *h, uint32_t seq, uint32_t len);
+/* 1 when h is a well-formed header with sequence number seq and payload length len. */
+int rm_net_frame_ok(const rm_net_frame *h, uint32_t seq, uint32_t len);
 /* Constant-time compare: 1 when equal. */
 int rm_net_ct_equal(const void *a, const void *b, size_t n);
 /* Fill buf with random bytes (getrandom, falling back to clock noise). */

@@ -7,6 +7,7 @@
 static const rm_step_ops *const STRATEGIES[] = {
     &rm_step_allreduce_ops,
     &rm_step_ps_ops,
+    &rm_step_pipeline_ops,
 };
 
 const rm_step_ops *rm_step_strategy(const char *name)
@@ -17,4 +18,4 @@ const rm_step_ops *rm_step_strategy(const char *name)
     return NULL;
 }
 
-const char *rm_step_strategy_names(void) { return "allreduce, parameterServer"; }
+const char *rm_step_strategy_names(void) { return "allreduce, parameterServer, pipeline"; }

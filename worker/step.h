@@ -12,6 +12,10 @@
  *              full) of it.
  *   parameterServer  centralized: gradients pushed to S server shards, parameters fetched back,
  *              sync (with backup workers) or async Downpour (step_ps.c; servers: ps_server.c).
+ *   pipeline   pipeline model parallelism (spec.parallelism, issue 15): the model's layers split
+ *              into P stages, micro-batches scheduled by GPipe or 1F1B between neighbouring
+ *              ranks, gradients allreduced within each stage's data-parallel group
+ *              (step_pipeline.c; the pure parts: pipeline_core.h).
  *
  * Lifecycle: init (once per process, before any round) -> for each round: round_begin ->
  * [state_restore from a checkpoint | state_fresh] -> state_sync -> step ... -> round_end ->
@@ -81,6 +85,12 @@ typedef struct rm_step_round {
     const rm_comm_ops *ops;
     rm_comm *comm;
     int rank, world;
+    /* For strategies that form their own sub-groups over the ring listener (pipeline); valid
+     * during round_begin only: peers (world entries, index = rank), the worker's long-lived ring
+     * listener (NULL without one) and the round's rendezvous epoch. */
+    const rm_rdzv_peer *peers;
+    rm_ring_listener *listener;
+    int epoch;
 } rm_step_round;
 
 /* Where the job is in its schedule: what a checkpoint or rank 0 decides, never a survivor's
@@ -99,6 +109,11 @@ typedef struct rm_step_stats {
     double allreduce_s;
     uint64_t bytes;
     double busbw_gbps;
+    /* pipeline (step_pipeline.c): valid when pipe is set */
+    bool pipe;
+    int pipe_stage;
+    double pipe_bubble;      /* time waiting for a neighbour / time of the schedule, this step */
+    uint64_t pipe_sent, pipe_recv;   /* bytes to / from neighbouring stages, this step */
 } rm_step_stats;
 
 typedef struct rm_step_ops {
@@ -140,6 +155,10 @@ typedef struct rm_step_ops {
      * strategies.md "Progress") says before each step where its batch is, and when the job is
      * done; the driver then evaluates on this worker alone (no collective) at data-epoch ends. */
     int (*claim)(rm_step *s, rm_step_claim *c, rm_err *err);
+    /* Optional (NULL: slot = rank, nslots = world). Which slice of the global batch this rank
+     * trains on in lock-step mode (rows slot*B .. of nslots*B): pipeline stages of one
+     * data-parallel replica share a slot. Valid after round_begin. */
+    void (*data_slot)(const rm_step *s, int *slot, int *nslots);
 } rm_step_ops;
 
 /* The strategy called name ("allreduce"); NULL if there is none. */
@@ -149,4 +168,5 @@ const char *rm_step_strategy_names(void);
 
 extern const rm_step_ops rm_step_allreduce_ops;
 extern const rm_step_ops rm_step_ps_ops;   /* "parameterServer" (step_ps.c) */
+extern const rm_step_ops rm_step_pipeline_ops;   /* "pipeline" (step_pipeline.c; issue 15) */
 #endif

@@ -671,6 +671,17 @@ static bool backend_is(const rm_train_cfg *cfg, rm_backend b)
 
 static void ckpt_writer_stop(trainer *t);
 
+/* This rank's slice of the global batch: rank of world, unless the strategy groups ranks onto
+ * one slice (pipeline stages of a data-parallel replica share it). */
+static void data_slot(const trainer *t, int *slot, int *nslots)
+{
+    *slot = t->rank;
+    *nslots = t->world;
+    if (t->strat->data_slot && t->st)
+        t->strat->data_slot(t->st, slot, nslots);
+}
+
+
 /* A rendezvous client for these settings. The client constructor only answers NULL, so the
  * settings it rejects are named here: a missing token is the usual one (not "out of memory"). */
 static int rdzv_client_make(const rm_train_cfg *cfg, rm_rdzv_client **out, rm_err *err)
@@ -770,6 +781,9 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     RM_CHECK(rm_optim_init(&t->opt, t->k, &cfg->t.optimizer, t->m.layout.total, err));
     rm_lr_sched_from_spec(&t->sched, &cfg->t);
     const char *sname = getenv(RM_ENV_STRATEGY);
+    const char *par = getenv(RM_ENV_PARALLELISM);   /* pipeline stages (issue 15) */
+    if (par && *par && (!sname || !*sname || !strcmp(sname, "allreduce")))
+        sname = "pipeline";
     t->strat = rm_step_strategy(sname && *sname ? sname : "allreduce");
     if (!t->strat)
         return rm_err_field(err, RM_EINVAL, RM_ENV_STRATEGY, "unknown strategy \"%s\" (%s)",
@@ -1236,16 +1250,25 @@ static int round_setup(trainer *t, bool first, rm_err *err)
         .rdzv = t->rdzv, .device = t->gpu,
     };
     int rc = t->ops->init(&cc, &t->comm, err);
-    rm_rdzv_round_free(&rr);
-    if (rc)
+    if (rc) {
+        rm_rdzv_round_free(&rr);
         return rc;
-    RM_CHECK(rm_wmetrics_set_rank(&t->wm, t->rank, err));
+    }
+    if ((rc = rm_wmetrics_set_rank(&t->wm, t->rank, err))) {
+        rm_rdzv_round_free(&rr);
+        return rc;
+    }
     rm_series_set(t->wm.epoch, t->rdzv_epoch);
     rm_series_set(t->wm.world, t->world);
     rm_info("round ready epoch=%d world=%d backend=%s", t->rdzv_epoch, t->world, t->ops->name);
     t->gather_step = -1;   /* a sharded gather is per round: every rank starts without one */
-    rm_step_round sr = {.ops = t->ops, .comm = t->comm, .rank = t->rank, .world = t->world};
-    RM_CHECK(t->strat->round_begin(t->st, &sr, err));
+    /* peers and the listener: for strategies that form sub-groups (pipeline), round_begin only */
+    rm_step_round sr = {.ops = t->ops, .comm = t->comm, .rank = t->rank, .world = t->world,
+                        .peers = rr.peers, .listener = t->ring_lst, .epoch = t->rdzv_epoch};
+    rc = t->strat->round_begin(t->st, &sr, err);
+    rm_rdzv_round_free(&rr);
+    if (rc)
+        return rc;
 
     /* state: newest checkpoint, else fresh; then everyone takes rank 0's. A write still in
      * flight finishes first: it may be the newest checkpoint, and it owns host_stage. */
@@ -1484,12 +1507,14 @@ static int report(trainer *t, bool done)
     memcpy(rep.evals, t->evals, (size_t)t->nevals * sizeof t->evals[0]);
     rep.nevals = t->nevals;
     if (done) {
+        int rslot, rslots;   /* the group's samples: each data-parallel slice once */
+        data_slot(t, &rslot, &rslots);
         rep.have_result = true;
         rep.test_accuracy = t->test_acc;
         rep.train_loss = t->train_loss;
         rep.seconds = t->train_seconds;
         rep.result_samples_per_second =
-            t->train_seconds > 0 ? (double)t->samples_local * t->world / t->train_seconds : 0;
+            t->train_seconds > 0 ? (double)t->samples_local * rslots / t->train_seconds : 0;
         rep.result_steps = t->step;
     }
     rm_rdzv_action act = RM_RDZV_CONTINUE;
@@ -1542,16 +1567,18 @@ static void straggle(trainer *t, double compute_s)
  * position; the strategy does the rest. Negative on a collective failure. */
 static int step_once(trainer *t, rm_err *err)
 {
-    int G = t->B * t->world;
+    int slot, nslots;
+    data_slot(t, &slot, &nslots);
+    int G = t->B * nslots;
     if (t->perm_epoch != t->train_epoch) {
         rm_perm_make(t->perm, t->tr.n, t->cfg->t.seed, t->train_epoch);
         t->perm_epoch = t->train_epoch;
     }
     if (t->k->host_memory) {
-        rm_data_gather(&t->tr, t->perm, t->data_pos, t->rank, t->world, t->B, t->m.x,
+        rm_data_gather(&t->tr, t->perm, t->data_pos, slot, nslots, t->B, t->m.x,
                        t->m.labels);
     } else {
-        rm_data_gather(&t->tr, t->perm, t->data_pos, t->rank, t->world, t->B, t->host_x,
+        rm_data_gather(&t->tr, t->perm, t->data_pos, slot, nslots, t->B, t->host_x,
                        t->host_labels);
         t->k->h2d(t->m.x, t->host_x, (size_t)t->B * RM_MODEL_INPUT * sizeof(float));
         t->k->h2d(t->m.labels, t->host_labels, (size_t)t->B * sizeof(int32_t));
@@ -1567,6 +1594,9 @@ static int step_once(trainer *t, rm_err *err)
         rm_series_inc(t->wm.ar_bytes, (double)st.bytes);
         t->ar_gbps = st.busbw_gbps;
     }
+    if (st.pipe)
+        rm_wmetrics_set_pipeline(&t->wm, st.pipe_stage, st.pipe_bubble, (double)st.pipe_sent,
+                                 (double)st.pipe_recv);
     t->step++;
     t->data_pos += G;
     t->samples_local += t->B;
@@ -1597,7 +1627,9 @@ static int read_loss(trainer *t, rm_err *err)
 static int run_round(trainer *t, rm_err *err)
 {
     const rm_train_cfg *cfg = t->cfg;
-    int G = t->B * t->world;
+    int slot, nslots;
+    data_slot(t, &slot, &nslots);
+    int G = t->B * nslots;
     int64_t max_steps = cfg->t.max_steps;
     if (rm_data_steps_per_epoch(t->tr.n, G) < 1)
         return rm_errf(err, RM_EINVAL, "global batch %d larger than the training set (%d)", G,

@@ -144,3 +144,37 @@ void rm_wmetrics_stop(rm_wmetrics *w)
     rm_health_free(w->health);
     memset(w, 0, sizeof *w);
 }
+
+void rm_wmetrics_set_pipeline(rm_wmetrics *w, int stage, double bubble, double sent, double recv)
+{
+    static const char *const L2[] = {"job", "rank", NULL};
+    static const char *const L3[] = {"job", "rank", "direction", NULL};
+    rm_err e = {0};
+    if (!w->reg)
+        return;
+    if (!w->f_pipe_stage &&
+        (rm_metrics_gauge(w->reg, "ringmaster_worker_pipeline_stage",
+                          "Pipeline stage of this rank (rank = replica x stages + stage).", L2,
+                          &w->f_pipe_stage, &e) ||
+         rm_metrics_gauge(w->reg, "ringmaster_worker_pipeline_bubble_ratio",
+                          "Time waiting for a neighbouring stage over the time of the micro-batch "
+                          "schedule, last step.", L2, &w->f_pipe_bubble, &e) ||
+         rm_metrics_counter(w->reg, "ringmaster_worker_pipeline_bytes_total",
+                            "Bytes of activations and activation gradients exchanged with "
+                            "neighbouring stages.", L3, &w->f_pipe_bytes, &e))) {
+        rm_warn("pipeline metrics: %s", e.msg);
+        return;
+    }
+    rm_series *st = rm_metric_with2(w->f_pipe_stage, w->job, w->rank);
+    rm_series *bu = rm_metric_with2(w->f_pipe_bubble, w->job, w->rank);
+    const char *const vs[] = {w->job, w->rank, "sent"}, *const vr[] = {w->job, w->rank, "received"};
+    rm_series *bs = rm_metric_with(w->f_pipe_bytes, vs), *br = rm_metric_with(w->f_pipe_bytes, vr);
+    if (st)
+        rm_series_set(st, stage);
+    if (bu)
+        rm_series_set(bu, bubble);
+    if (bs)
+        rm_series_inc(bs, sent);
+    if (br)
+        rm_series_inc(br, recv);
+}

@@ -22,6 +22,7 @@ typedef struct rm_wmetrics {
     rm_metric *f_step, *f_loss, *f_samples, *f_epoch, *f_train_epoch, *f_restarts, *f_ar_seconds,
         *f_ar_bytes, *f_ckpt_seconds, *f_last_ckpt, *f_recovery, *f_test_acc, *f_world,
         *f_samples_per_s, *f_memory, *f_peak_rss;
+    rm_metric *f_pipe_stage, *f_pipe_bubble, *f_pipe_bytes;   /* pipelines only (lazily) */
     rm_series *step, *loss, *samples, *epoch, *train_epoch, *restarts, *ar_seconds, *ar_bytes,
         *ckpt_seconds, *last_ckpt, *recovery, *test_acc, *world, *samples_per_s;
 } rm_wmetrics;
@@ -31,6 +32,12 @@ typedef struct rm_wmetrics {
  * rank. */
 int rm_wmetrics_set_memory(rm_wmetrics *w, double params, double grads, double optimizer,
                            double activations, double peak_rss, rm_err *err);
+
+/* Pipeline stages (issue 15): ringmaster_worker_pipeline_stage (gauge), _pipeline_bubble_ratio
+ * (gauge: time waiting for a neighbouring stage / time of the schedule, last step) and
+ * _pipeline_bytes_total{direction=sent|received} (counters) under the current rank; the
+ * families are registered on the first call. Errors (out of memory) are logged, not returned. */
+void rm_wmetrics_set_pipeline(rm_wmetrics *w, int stage, double bubble, double sent, double recv);
 
 /* addr "" or NULL or "off" = no HTTP server (metrics still recorded). deadline_s for /healthz. */
 int rm_wmetrics_start(rm_wmetrics *w, const char *addr, const char *job, double deadline_s,

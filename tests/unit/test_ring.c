@@ -639,6 +639,103 @@ static void test_forged_proof_refused(void) {
     world_close(&w);
 }
 
+/* Sub-groups (rm_comm_cfg.group; pipeline stages, issue 15): the world ring, two data-parallel
+ * groups {0,2} and {1,3} and a link {0,1} form at once, in the same epoch, over the same long-lived
+ * listeners; each group's connections are claimed by its own formation only, an allreduce in a
+ * group sums only its members, and the link's sockets carry a frame from rank 0 to rank 1. */
+typedef struct sub_ctx {
+    world *w;
+    int wrank;                  /* world rank */
+    int n, me, members[MAXW];   /* the group */
+    uint32_t group;
+    rm_comm *comm;
+    int rc;
+    rm_err err;
+} sub_ctx;
+
+static void *sub_init_thread(void *arg) {
+    sub_ctx *c = arg;
+    rm_rdzv_peer peers[MAXW];
+    for (int i = 0; i < c->n; i++) peers[i] = c->w->peers[c->members[i]];
+    rm_comm_cfg cfg = {.rank = c->me, .world_size = c->n, .epoch = c->w->epoch, .peers = peers,
+                       .token = c->w->tokens[c->wrank], .listener = c->w->lst[c->wrank], .listen_fd = -1,
+                       .timeout_s = c->w->timeout_s, .group = c->group};
+    c->rc = ring()->init(&cfg, &c->comm, &c->err);
+    return NULL;
+}
+
+typedef struct sub_ar {
+    sub_ctx *c;
+    float buf[3];
+    int rc;
+    rm_err err;
+} sub_ar;
+
+static void *sub_ar_thread(void *arg) {
+    sub_ar *j = arg;
+    j->rc = ring()->allreduce(j->c->comm, j->buf, 3, RM_DT_F32, RM_OP_SUM, &j->err);
+    return NULL;
+}
+
+static void test_subgroups(void) {
+    world w;
+    world_listen_persistent(&w, 4);
+    enum { NS = 4 + 4 + 2 };
+    sub_ctx sc[NS];
+    memset(sc, 0, sizeof sc);
+    int k = 0;
+    for (int r = 0; r < 4; r++)   /* the world */
+        sc[k++] = (sub_ctx){.w = &w, .wrank = r, .n = 4, .me = r, .members = {0, 1, 2, 3}, .group = 0};
+    for (int r = 0; r < 4; r++)   /* stage groups {0,2} and {1,3} */
+        sc[k++] = (sub_ctx){.w = &w, .wrank = r, .n = 2, .me = r / 2, .members = {r % 2, r % 2 + 2},
+                            .group = 0x2000u + (uint32_t)(r % 2)};
+    for (int r = 0; r < 2; r++)   /* the link between ranks 0 and 1 */
+        sc[k++] = (sub_ctx){.w = &w, .wrank = r, .n = 2, .me = r, .members = {0, 1}, .group = 0x4000u};
+    pthread_t th[NS];
+    for (int i = 0; i < NS; i++) pthread_create(&th[i], NULL, sub_init_thread, &sc[i]);
+    for (int i = 0; i < NS; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < NS; i++) {
+        CU_ASSERT_EQUAL(sc[i].rc, 0);
+        if (sc[i].rc) fprintf(stderr, "\n  formation %d (group %#x): %s", i, sc[i].group, sc[i].err.msg);
+    }
+    if (sc[4].rc == 0 && sc[6].rc == 0) {
+        /* group {0,2}: world ranks 0 and 2 contribute 1 and 10; the ring blocks until both take
+         * part, so one runs on a thread */
+        sub_ar job = {.c = &sc[6], .buf = {10, 10, 10}};
+        pthread_t t;
+        pthread_create(&t, NULL, sub_ar_thread, &job);
+        float a[3] = {1, 1, 1};
+        rm_err e = {0};
+        CU_ASSERT_EQUAL(ring()->allreduce(sc[4].comm, a, 3, RM_DT_F32, RM_OP_SUM, &e), 0);
+        pthread_join(t, NULL);
+        CU_ASSERT_EQUAL(job.rc, 0);
+        for (int i = 0; i < 3; i++) {
+            CU_ASSERT_DOUBLE_EQUAL(a[i], 11.0, 0);
+            CU_ASSERT_DOUBLE_EQUAL(job.buf[i], 11.0, 0);
+        }
+    }
+    if (sc[8].rc == 0 && sc[9].rc == 0) {
+        int to0 = -1, from0 = -1, to1 = -1, from1 = -1;
+        CU_ASSERT_EQUAL(rm_comm_ring_link_fds(sc[8].comm, &to0, &from0), 0);
+        CU_ASSERT_EQUAL(rm_comm_ring_link_fds(sc[9].comm, &to1, &from1), 0);
+        rm_net_frame h, g;
+        float payload[4] = {1, 2, 3, 4}, got[4] = {0};
+        rm_net_frame_make(&h, 0, sizeof payload);
+        rm_err e = {0};
+        double dl = rm_mono() + 5;
+        CU_ASSERT_EQUAL(rm_net_send_all(to0, &h, sizeof h, dl, &e), 0);
+        CU_ASSERT_EQUAL(rm_net_send_all(to0, payload, sizeof payload, dl, &e), 0);
+        CU_ASSERT_EQUAL(rm_net_recv_all(from1, &g, sizeof g, dl, &e), 0);
+        CU_ASSERT(rm_net_frame_ok(&g, 0, sizeof payload));
+        CU_ASSERT_FALSE(rm_net_frame_ok(&g, 1, sizeof payload));   /* wrong sequence */
+        CU_ASSERT_EQUAL(rm_net_recv_all(from1, got, sizeof got, dl, &e), 0);
+        CU_ASSERT_EQUAL(memcmp(got, payload, sizeof got), 0);
+        CU_ASSERT_EQUAL(rm_comm_ring_link_fds(sc[0].comm, &to0, &from0), 0);
+    }
+    for (int i = 0; i < NS; i++) ring()->destroy(sc[i].comm);
+    world_close(&w);
+}
+
 void rm_suite_ring(void);
 void rm_suite_ring(void) {
     static const rm_test_case cases[] = {
@@ -658,6 +755,7 @@ void rm_suite_ring(void) {
         {"barrier_synchronises_world_2_to_4", test_barrier_synchronises},
         {"strangers_during_training_cost_no_restart", test_strangers_during_training},
         {"forged_proof_refused_stale_epoch_closed", test_forged_proof_refused},
+        {"subgroups_form_apart_in_one_epoch", test_subgroups},
     };
     RM_ADD_SUITE("ring", NULL, NULL, cases);
 }

@@ -939,6 +939,115 @@ static void test_yaml_error_points_at_line(void)
     }
 }
 
+/* spec.parallelism (issue 15): defaults, round trip and every rule, each with its field-named
+ * message. A case applies up to three path=value edits to the base job (replicas 4, min 2, max 8,
+ * hidden [512, 256] = 3 layers, batch 64, backend ring). */
+static void test_parallelism(void)
+{
+    typedef struct {
+        const char *path[3], *value[3];
+        const char *msg;   /* NULL = valid */
+    } par_case;
+    static const par_case cases[] = {
+        { { "spec.parallelism", NULL }, { "{}" }, NULL },
+        { { "spec.parallelism", NULL }, { "{\"pipelineStages\": 2, \"microBatches\": 4}" }, NULL },
+        { { "spec.parallelism", NULL }, { "{\"pipelineStages\": 2, \"schedule\": \"gpipe\"}" }, NULL },
+        { { "spec.parallelism", "spec.replicas" }, { "{\"pipelineStages\": 3}", "3" },
+          "spec.minReplicas: must be a multiple of spec.parallelism.pipelineStages (3) (got 2)" },
+        { { "spec.parallelism", "spec.replicas", "spec.minReplicas" },
+          { "{\"pipelineStages\": 3}", "6", "3" },
+          "spec.maxReplicas: must be a multiple of spec.parallelism.pipelineStages (3) (got 8)" },
+        { { "spec.parallelism", "spec.replicas", "spec.minReplicas" },
+          { "{\"pipelineStages\": 2}", "3", "2" },
+          "spec.replicas: must be a multiple of spec.parallelism.pipelineStages (2): the workers form "
+          "a grid of 2 stages x replicas/2 data-parallel replicas (got 3)" },
+        { { "spec.parallelism", "spec.replicas", "spec.maxReplicas" },
+          { "{\"pipelineStages\": 4}", "4", "4" },
+          "spec.minReplicas: must be a multiple of spec.parallelism.pipelineStages (4) (got 2)" },
+        { { "spec.parallelism", "spec.minReplicas", "spec.maxReplicas" },
+          { "{\"pipelineStages\": 4}", "4", "4" },
+          "spec.parallelism.pipelineStages: must be <= the model's 3 linear layers "
+          "(spec.training.model.hidden has 2 widths; each stage holds at least one layer) (got 4)" },
+        { { "spec.parallelism", NULL }, { "{\"pipelineStages\": 0}" },
+          "spec.parallelism.pipelineStages: must be between 1 and 1024 (got 0)" },
+        { { "spec.parallelism", NULL }, { "{\"microBatches\": 0}" },
+          "spec.parallelism.microBatches: must be >= 1 (got 0)" },
+        { { "spec.parallelism", NULL }, { "{\"microBatches\": -3}" },
+          "spec.parallelism.microBatches: must be >= 1 (got -3)" },
+        { { "spec.parallelism", NULL }, { "{\"microBatches\": 65}" },
+          "spec.parallelism.microBatches: must be <= spec.training.batchSizePerWorker (64): every "
+          "micro-batch needs at least one sample (got 65)" },
+        { { "spec.parallelism", NULL }, { "{\"schedule\": \"zigzag\"}" },
+          "spec.parallelism.schedule: must be one of 1f1b, gpipe (got \"zigzag\")" },
+        { { "spec.parallelism", NULL }, { "{\"stages\": 2}" }, "spec.parallelism.stages: unknown field" },
+        { { "spec.parallelism", "spec.strategy" }, { "{\"pipelineStages\": 2}", "\"parameterServer\"" },
+          "spec.parallelism.pipelineStages: must be 1 with spec.strategy: parameterServer in this "
+          "version (got 2)" },
+        { { "spec.parallelism", "spec.training.sharding" }, { "{\"pipelineStages\": 2}", "\"optimizer\"" },
+          "spec.training.sharding: must be none with spec.parallelism.pipelineStages > 1 in this "
+          "version (a stage already holds only its own layers)" },
+        { { "spec.parallelism", "spec.training.precision" }, { "{\"pipelineStages\": 2}", "\"bf16\"" },
+          "spec.training.precision: must be fp32 with spec.parallelism.pipelineStages > 1 in this version" },
+        { { "spec.parallelism", "spec.backend" }, { "{\"pipelineStages\": 2}", "\"nccl\"" },
+          "spec.backend: nccl cannot be used with spec.parallelism.pipelineStages > 1 in this version "
+          "(stages talk TCP; use auto or ring)" },
+        /* P = 1 with parameter servers is fine: nothing is split */
+        { { "spec.parallelism", "spec.strategy" }, { "{\"pipelineStages\": 1, \"microBatches\": 1}",
+          "\"parameterServer\"" }, NULL },
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        cJSON *d = base_doc();
+        for (int k = 0; k < 3 && cases[i].path[k]; k++)
+            set_path(d, cases[i].path[k], cases[i].value[k]);
+        rm_err e;
+        int rc = check(d, &e);
+        if (cases[i].msg) {
+            CU_ASSERT_EQUAL(rc, RM_EINVAL);
+            CU_ASSERT_STRING_EQUAL(e.msg, cases[i].msg);
+            if (rc != RM_EINVAL || strcmp(e.msg, cases[i].msg) != 0)
+                fprintf(stderr, "\n  parallelism case %zu: got rc=%d \"%s\"\n", i, rc, e.msg);
+        } else {
+            CU_ASSERT_EQUAL(rc, RM_OK);
+            if (rc)
+                fprintf(stderr, "\n  parallelism case %zu: unexpected \"%s\"\n", i, e.msg);
+        }
+        cJSON_Delete(d);
+    }
+    /* defaults (1, 1, 1f1b) without the field, and none of it written back */
+    rm_err e = { 0 };
+    cJSON *d = base_doc();
+    rm_tj a;
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
+    rm_tj_defaults(&a);
+    CU_ASSERT_FALSE(a.spec.par.present);
+    CU_ASSERT_EQUAL(a.spec.par.pipeline_stages, 1);
+    CU_ASSERT_EQUAL(a.spec.par.micro_batches, 1);
+    CU_ASSERT_EQUAL(a.spec.par.schedule, RM_PIPE_1F1B);
+    cJSON *j = rm_tj_spec_to_json(&a.spec);
+    CU_ASSERT_PTR_NULL(cJSON_GetObjectItemCaseSensitive(j, "parallelism"));
+    cJSON_Delete(j);
+    rm_tj_free(&a);
+    /* round trip keeps every field */
+    set_path(d, "spec.parallelism", "{\"pipelineStages\": 2, \"microBatches\": 8, \"schedule\": \"gpipe\"}");
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
+    rm_tj_defaults(&a);
+    cJSON *full = rm_tj_to_json(&a);
+    rm_tj b;
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(full, &b, &e), RM_OK);
+    CU_ASSERT(b.spec.par.present);
+    CU_ASSERT_EQUAL(b.spec.par.pipeline_stages, 2);
+    CU_ASSERT_EQUAL(b.spec.par.micro_batches, 8);
+    CU_ASSERT_EQUAL(b.spec.par.schedule, RM_PIPE_GPIPE);
+    rm_tj c;
+    CU_ASSERT_EQUAL_FATAL(rm_tj_copy(&c, &b), RM_OK);
+    CU_ASSERT_EQUAL(c.spec.par.micro_batches, 8);
+    rm_tj_free(&c);
+    rm_tj_free(&b);
+    cJSON_Delete(full);
+    rm_tj_free(&a);
+    cJSON_Delete(d);
+}
+
 void rm_suite_trainingjob(void)
 {
     static const rm_test_case cases[] = {
@@ -953,6 +1062,7 @@ void rm_suite_trainingjob(void)
         { "defaults", test_defaults },
         { "round_trip", test_round_trip },
         { "sharding", test_sharding },
+        { "parallelism", test_parallelism },
         { "status_and_conditions", test_status_and_conditions },
         { "names", test_names },
         { "yaml_error_points_at_line", test_yaml_error_points_at_line },

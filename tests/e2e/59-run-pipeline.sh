@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# e2e-timeout: 900
+# Pipeline stages (issue 15) with `ringmaster run`:
+#  - bad spec.parallelism is a field-named validation error (exit 2);
+#  - the math: after 100 steps a 2-stage pipeline with one micro-batch holds bit-for-bit the
+#    parameters of the 1-stage run (params_fnv64), and GPipe and 1F1B with 4 micro-batches hold the
+#    same parameters as each other;
+#  - a 2-stage job and a 2x2 job (2 stages x 2 data-parallel replicas) Succeed at accuracy within
+#    0.3 points of the 1-stage runs with the same global batch; the workers export the pipeline
+#    metrics and log the stage layout;
+#  - a stage killed by RINGMASTER_FAULT is replaced, the pipeline re-forms from the newest
+#    checkpoint and the job Succeeds.
+source "$(dirname "$0")/5x-run-lib.bash"
+
+# edit FILE REPLICAS P M SCHEDULE [EXTRA-TRAINING-LINE]: the pipeline fixture with these settings
+mk() {
+  sed -e "s/^  replicas: 2$/  replicas: $2/" \
+      -e "s/pipelineStages: 2, microBatches: 4, schedule: 1f1b/pipelineStages: $3, microBatches: $4, schedule: $5/" \
+      "$FIX/pipeline.yaml" > "$W/$1.yaml"
+  if [ -n "${6:-}" ]; then sed -i "s/^    epochs: 2$/    epochs: 2\n    $6/" "$W/$1.yaml"; fi
+  grep -q "pipelineStages: $3, microBatches: $4, schedule: $5" "$W/$1.yaml" || fail "fixture edit $1"
+}
+fnv() { grep -h 'msg="training done"' "$W"/run-"$1"/worker-*.log | grep -o 'params_fnv64=[0-9a-f]*' | sort -u; }
+
+# ---- validation
+"$RM_BIN/ringmaster" validate -f "$FIX/pipeline.yaml" > "$W/v.out" || fail "validate the fixture"
+grep -q 'pipeline: 2 stages x 1 data-parallel replicas (rank r = d\*2 + p), 4 micro-batches, schedule 1f1b' "$W/v.out" ||
+  fail "validate's pipeline line: $(cat "$W/v.out")"
+mk bad3 3 2 1 1f1b
+set +e; "$RM_BIN/ringmaster" validate -f "$W/bad3.yaml" >"$W/v.out" 2>"$W/v.err"; rc=$?; set -e
+[ $rc -eq 2 ] || fail "validate replicas 3 / 2 stages: exit $rc"
+grep -q 'spec.minReplicas: must be a multiple of spec.parallelism.pipelineStages (2)\|spec.replicas: must be a multiple of spec.parallelism.pipelineStages (2)' "$W/v.err" ||
+  fail "no field-named error: $(cat "$W/v.err")"
+mk bad4 3 3 1 1f1b   # 3 stages for a 2-layer model
+set +e; "$RM_BIN/ringmaster" validate -f "$W/bad4.yaml" >"$W/v.out" 2>"$W/v.err"; rc=$?; set -e
+[ $rc -eq 2 ] || fail "validate 3 stages: exit $rc"
+grep -q "spec.parallelism.pipelineStages: must be <= the model's 2 linear layers" "$W/v.err" ||
+  fail "no field-named error: $(cat "$W/v.err")"
+mk bad5 2 2 0 1f1b
+set +e; "$RM_BIN/ringmaster" validate -f "$W/bad5.yaml" >"$W/v.out" 2>"$W/v.err"; rc=$?; set -e
+[ $rc -eq 2 ] && grep -q 'spec.parallelism.microBatches: must be >= 1 (got 0)' "$W/v.err" ||
+  fail "microBatches 0: exit $rc $(cat "$W/v.err")"
+
+# ---- the same math: 100 steps
+mk eq1 1 1 1 1f1b "maxSteps: 100"
+mk eq2 2 2 1 1f1b "maxSteps: 100"
+mk eqg 2 2 4 gpipe "maxSteps: 100"
+mk eqf 2 2 4 1f1b "maxSteps: 100"
+for n in eq1 eq2 eqg eqf; do
+  run_job $n -f "$W/$n.yaml" --epochs 1 -o json
+  [ $RC -eq 0 ] || fail "$n exit $RC"
+  [ "$(fnv $n | wc -l)" = 1 ] || fail "$n: ranks disagree on the parameters: $(fnv $n)"
+done
+[ "$(fnv eq1)" = "$(fnv eq2)" ] || fail "2 stages x 1 micro-batch $(fnv eq2) != 1 stage $(fnv eq1)"
+[ "$(fnv eqg)" = "$(fnv eqf)" ] || fail "gpipe $(fnv eqg) != 1f1b $(fnv eqf)"
+grep -q 'msg="pipeline" stages=2 micro_batches=4 schedule=gpipe stage=1 replica=0 of 1 in_flight=4' "$W"/run-eqg/worker-1.log ||
+  fail "gpipe stage 1 layout line"
+grep -q 'msg="pipeline" stages=2 micro_batches=4 schedule=1f1b stage=0 replica=0 of 1 in_flight=2 layout="0:layers\[0,1)=100480 1:layers\[1,2)=1290"' "$W"/run-eqf/worker-0.log ||
+  fail "1f1b stage 0 layout line: $(grep 'msg="pipeline"' "$W"/run-eqf/worker-0.log)"
+
+# ---- accuracy against 1-stage runs with the same global batch (2 epochs)
+mk one 1 1 1 1f1b          # 1 worker x 64
+mk two 2 2 4 1f1b          # 2 stages, 1 replica x 64
+mk dp2 2 1 1 1f1b          # 2 data-parallel workers x 64 (P = 1)
+mk grid 4 2 4 gpipe        # 2 stages x 2 replicas x 64
+P=$(free_port)
+for n in one two dp2 grid; do
+  if [ $n = grid ]; then
+    "$RM_BIN/ringmaster" run --checkpoint-dir "$W/ck-$n" --run-dir "$W/run-$n" -f "$W/$n.yaml" -o json \
+      >"$W/$n.out" 2>"$W/$n.err" &
+    RUNNER_PID=$!
+    # a worker's /metrics has the pipeline series while it trains
+    got=0
+    for i in $(seq 1 300); do
+      for f in "$W"/run-grid/worker-*.log; do
+        [ -f "$f" ] || continue
+        port=$(grep -o 'msg="metrics listening" port=[0-9]*' "$f" | head -1 | grep -o '[0-9]*$' || true)
+        [ -n "$port" ] || continue
+        if curl -fsS --max-time 2 "http://127.0.0.1:$port/metrics" -o "$W/pm.txt" 2>/dev/null &&
+           grep -q '^ringmaster_worker_pipeline_bubble_ratio{' "$W/pm.txt" &&
+           grep -q '^ringmaster_worker_pipeline_bytes_total{.*direction="sent"' "$W/pm.txt" &&
+           grep -q '^ringmaster_worker_pipeline_stage{' "$W/pm.txt"; then got=1; break 2; fi
+      done
+      sleep 0.2
+    done
+    set +e; wait "$RUNNER_PID"; RC=$?; set -e; RUNNER_PID=""
+    [ $got = 1 ] || fail "no pipeline metrics on a worker's /metrics"
+  else
+    run_job $n -f "$W/$n.yaml" -o json
+  fi
+  [ $RC -eq 0 ] || fail "$n exit $RC"
+  [ "$(jget $n 'j["status"]["phase"]')" = Succeeded ] || fail "$n phase"
+done
+acc() { jget "$1" 'j["status"]["result"]["testAccuracy"]'; }
+a1=$(acc one); a2=$(acc two); d2=$(acc dp2); g4=$(acc grid)
+$PY -c "import sys; sys.exit(0 if abs($a2-$a1) <= 0.003 else 1)" || fail "2 stages $a2 vs 1 stage $a1 (> 0.3 points)"
+$PY -c "import sys; sys.exit(0 if abs($g4-$d2) <= 0.003 else 1)" || fail "2x2 $g4 vs 2 data-parallel $d2 (> 0.3 points)"
+$PY -c "import sys; sys.exit(0 if $a2 >= 0.80 and $g4 >= 0.80 else 1)" || fail "accuracy too low: $a2 $g4"
+# the 2x2 grid: rank r = d*P + p
+for r in 0 1 2 3; do
+  grep -q "msg=\"pipeline\" stages=2 micro_batches=4 schedule=gpipe stage=$((r % 2)) replica=$((r / 2)) of 2" "$W"/run-grid/worker-*.log ||
+    fail "rank $r placement line"
+done
+
+# ---- a stage dies: the pipeline re-forms from the newest checkpoint and the job Succeeds
+mk flt 4 2 4 1f1b
+RINGMASTER_FAULT="exit:rank=1:step=400" run_job flt -f "$W/flt.yaml" -o json
+[ $RC -eq 0 ] || fail "faulted run exit $RC"
+[ "$(jget flt 'j["status"]["phase"]')" = Succeeded ] || fail "faulted phase"
+[ "$(jget flt 'j["status"]["restarts"]')" -ge 1 ] || fail "no restart"
+grep -q 'msg="checkpoint loaded" .*step=[1-9]' "$W"/run-flt/worker-*.log || fail "the re-formed pipeline loaded no checkpoint"
+af=$(acc flt)
+$PY -c "import sys; sys.exit(0 if abs($af-$d2) <= 0.005 else 1)" || fail "faulted 2x2 $af vs $d2"
+assert_no_workers
+log "PASS 1-stage=$a1 2-stage=$a2 dp2=$d2 2x2=$g4 faulted=$af fnv=$(fnv eq1)"

@@ -1,0 +1,308 @@
+/* Tests for worker/pipeline_core (issue 15) as tables: grid placement, stage partitioning (the
+ * default MLP's parameter counts, every P dividing the layers, remainders, one heavy layer), the
+ * micro-batch split, both schedules' per-stage event lists, their in-flight activation counts and
+ * the simulated bubble against the textbook (P-1)/(M+P-1). */
+#include "common/worker_env.h"
+#include "tests/unit/testutil.h"
+#include "worker/comm.h"
+#include "worker/gpu.h"
+#include "worker/pipeline_core.h"
+#include "worker/step.h"
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void test_placement(void)
+{
+    static const struct { int rank, world, P, stage, replica, prev, next; } t[] = {
+        { 0, 1, 1, 0, 0, -1, -1 },
+        { 0, 2, 2, 0, 0, -1, 1 },
+        { 1, 2, 2, 1, 0, 0, -1 },
+        { 2, 4, 2, 0, 1, -1, 3 },   /* r = d*P + p: rank 2 is stage 0 of replica 1 */
+        { 3, 4, 2, 1, 1, 2, -1 },
+        { 4, 6, 3, 1, 1, 3, 5 },
+        { 3, 4, 1, 0, 3, -1, -1 },  /* P = 1: pure data parallelism */
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        rm_pipe_place pl;
+        rm_err e = { 0 };
+        CU_ASSERT_EQUAL_FATAL(rm_pipe_place_of(t[i].rank, t[i].world, t[i].P, &pl, &e), RM_OK);
+        CU_ASSERT_EQUAL(pl.stage, t[i].stage);
+        CU_ASSERT_EQUAL(pl.replica, t[i].replica);
+        CU_ASSERT_EQUAL(pl.prev, t[i].prev);
+        CU_ASSERT_EQUAL(pl.next, t[i].next);
+        CU_ASSERT_EQUAL(pl.replicas, t[i].world / t[i].P);
+        CU_ASSERT_EQUAL(rm_pipe_rank(t[i].P, pl.replica, pl.stage), t[i].rank);
+    }
+    rm_pipe_place pl;
+    rm_err e = { 0 };
+    CU_ASSERT_EQUAL(rm_pipe_place_of(0, 3, 2, &pl, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_pipe_place_of(4, 4, 2, &pl, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_pipe_place_of(0, 4, 0, &pl, &e), RM_EINVAL);
+}
+
+static void test_partition(void)
+{
+    /* 784-512-256-10: 401920, 131328, 2570 parameters */
+    static const uint64_t mlp[] = { 401920, 131328, 2570 };
+    static const uint64_t six[] = { 10, 10, 10, 10, 10, 10 };
+    static const uint64_t five[] = { 7, 7, 7, 7, 7 };
+    static const uint64_t heavy[] = { 1, 1, 100, 1, 1, 1 };
+    static const uint64_t deep[] = { 803840, 1049600, 1049600, 1049600, 1049600, 1049600, 1049600,
+                                     1049600, 10250 };   /* 784-8x1024-10 */
+    static const struct {
+        const uint64_t *cost;
+        int n, P;
+        int bounds[RM_PIPE_MAX_STAGES + 1];
+    } t[] = {
+        { mlp, 3, 1, { 0, 3 } },
+        { mlp, 3, 2, { 0, 1, 3 } },          /* W0 alone outweighs the rest */
+        { mlp, 3, 3, { 0, 1, 2, 3 } },
+        { six, 6, 1, { 0, 6 } },             /* every P that divides 6: equal stages */
+        { six, 6, 2, { 0, 3, 6 } },
+        { six, 6, 3, { 0, 2, 4, 6 } },
+        { six, 6, 6, { 0, 1, 2, 3, 4, 5, 6 } },
+        { five, 5, 2, { 0, 3, 5 } },         /* remainders: earlier stages take the extra layer */
+        { five, 5, 3, { 0, 2, 4, 5 } },
+        { five, 5, 4, { 0, 2, 3, 4, 5 } },
+        { heavy, 6, 2, { 0, 3, 6 } },        /* the heavy layer bounds the max; ties go front */
+        { heavy, 6, 3, { 0, 2, 3, 6 } },     /* heavy alone */
+        { deep, 9, 2, { 0, 4, 9 } },
+        { deep, 9, 4, { 0, 2, 4, 6, 9 } },
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        int b[RM_PIPE_MAX_STAGES + 1];
+        rm_err e = { 0 };
+        CU_ASSERT_EQUAL_FATAL(rm_pipe_partition(t[i].cost, t[i].n, t[i].P, b, &e), RM_OK);
+        int ok = 1;
+        for (int p = 0; p <= t[i].P; p++)
+            ok &= b[p] == t[i].bounds[p];
+        CU_ASSERT(ok);
+        if (!ok) {
+            fprintf(stderr, "\n  partition case %zu:", i);
+            for (int p = 0; p <= t[i].P; p++)
+                fprintf(stderr, " %d", b[p]);
+        }
+    }
+    /* the chosen split is optimal: no split of 'deep' into 4 has a smaller max (brute force) */
+    uint64_t best = UINT64_MAX;
+    for (int a = 1; a < 9; a++)
+        for (int b2 = a + 1; b2 < 9; b2++)
+            for (int c = b2 + 1; c < 9; c++) {
+                int cut[5] = { 0, a, b2, c, 9 };
+                uint64_t mx = 0;
+                for (int p = 0; p < 4; p++) {
+                    uint64_t s = 0;
+                    for (int l = cut[p]; l < cut[p + 1]; l++)
+                        s += deep[l];
+                    if (s > mx)
+                        mx = s;
+                }
+                if (mx < best)
+                    best = mx;
+            }
+    CU_ASSERT_EQUAL(best, 1049600ULL * 2 + 10250);
+    int b[RM_PIPE_MAX_STAGES + 1];
+    rm_err e = { 0 };
+    CU_ASSERT_EQUAL(rm_pipe_partition(mlp, 3, 4, b, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_pipe_partition(mlp, 3, 0, b, &e), RM_EINVAL);
+}
+
+static void test_micro_rows(void)
+{
+    static const struct { int rows, M, m, off, n; } t[] = {
+        { 64, 1, 0, 0, 64 }, { 64, 4, 0, 0, 16 }, { 64, 4, 3, 48, 16 },
+        { 10, 4, 0, 0, 3 }, { 10, 4, 1, 3, 3 }, { 10, 4, 2, 6, 2 }, { 10, 4, 3, 8, 2 },
+        { 3, 4, 3, 3, 0 }, { 64, 4, 4, 0, 0 },
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        int off, n;
+        rm_pipe_micro_rows(t[i].rows, t[i].M, t[i].m, &off, &n);
+        CU_ASSERT_EQUAL(off, t[i].off);
+        CU_ASSERT_EQUAL(n, t[i].n);
+    }
+}
+
+/* "F0 F1 B0 ..." for a stage's events */
+static void events_str(int schedule, int P, int p, int M, char *out, size_t cap)
+{
+    rm_pipe_event ev[64];
+    int n = rm_pipe_schedule_events(schedule, P, p, M, ev);
+    size_t len = 0;
+    out[0] = 0;
+    for (int i = 0; i < n && len < cap; i++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%c%d", i ? " " : "",
+                                ev[i].kind == RM_PIPE_EV_F ? 'F' : 'B', ev[i].mb);
+}
+
+static void test_schedules(void)
+{
+    static const struct { int sched, P, p, M; const char *events; int inflight; } t[] = {
+        /* GPipe: all forwards, then all backwards; M activations alive */
+        { 1, 2, 0, 4, "F0 F1 F2 F3 B0 B1 B2 B3", 4 },
+        { 1, 2, 1, 4, "F0 F1 F2 F3 B0 B1 B2 B3", 4 },
+        { 1, 1, 0, 1, "F0 B0", 1 },
+        /* 1F1B: P-1-p warm-up forwards, alternate, drain; min(P-p, M) alive */
+        { 0, 2, 0, 4, "F0 F1 B0 F2 B1 F3 B2 B3", 2 },
+        { 0, 2, 1, 4, "F0 B0 F1 B1 F2 B2 F3 B3", 1 },
+        { 0, 4, 0, 8, "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7", 4 },
+        { 0, 4, 1, 8, "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7", 3 },
+        { 0, 4, 2, 8, "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 B7", 2 },
+        { 0, 4, 3, 8, "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7", 1 },
+        /* fewer micro-batches than the warm-up: 1F1B degenerates to GPipe */
+        { 0, 4, 0, 2, "F0 F1 B0 B1", 2 },
+        { 0, 1, 0, 3, "F0 B0 F1 B1 F2 B2", 1 },
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        char s[512];
+        events_str(t[i].sched, t[i].P, t[i].p, t[i].M, s, sizeof s);
+        CU_ASSERT_STRING_EQUAL(s, t[i].events);
+        if (strcmp(s, t[i].events))
+            fprintf(stderr, "\n  schedule case %zu: got \"%s\"", i, s);
+        rm_pipe_event ev[64];
+        int n = rm_pipe_schedule_events(t[i].sched, t[i].P, t[i].p, t[i].M, ev);
+        CU_ASSERT_EQUAL(n, 2 * t[i].M);
+        CU_ASSERT_EQUAL(rm_pipe_max_inflight(ev, n), t[i].inflight);
+    }
+    rm_pipe_event ev[8];
+    CU_ASSERT_EQUAL(rm_pipe_schedule_events(2, 2, 0, 4, ev), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_pipe_schedule_events(0, 2, 2, 4, ev), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_pipe_schedule_events(0, 2, 0, 0, ev), RM_EINVAL);
+}
+
+static void test_bubble(void)
+{
+    /* with equal forward and backward costs both schedules meet the textbook bubble exactly */
+    static const int Ps[] = { 1, 2, 4 }, Ms[] = { 1, 4, 8, 16 };
+    for (int s = 0; s < 2; s++)
+        for (size_t i = 0; i < 3; i++)
+            for (size_t j = 0; j < 4; j++) {
+                double idle[RM_PIPE_MAX_STAGES], span;
+                rm_err e = { 0 };
+                CU_ASSERT_EQUAL_FATAL(rm_pipe_simulate(s, Ps[i], Ms[j], 1, 1, idle, &span, &e), RM_OK);
+                double want = rm_pipe_textbook_bubble(Ps[i], Ms[j]);
+                CU_ASSERT_DOUBLE_EQUAL(span, 2.0 * (Ms[j] + Ps[i] - 1), 1e-9);
+                for (int p = 0; p < Ps[i]; p++)
+                    CU_ASSERT_DOUBLE_EQUAL(idle[p], want, 1e-9);
+            }
+    CU_ASSERT_DOUBLE_EQUAL(rm_pipe_textbook_bubble(2, 8), 1.0 / 9.0, 1e-12);
+    /* backward twice the forward: makespan (M + P - 1) * 3 for GPipe at P=2, M=4 */
+    double idle[RM_PIPE_MAX_STAGES], span;
+    rm_err e = { 0 };
+    CU_ASSERT_EQUAL(rm_pipe_simulate(1, 2, 4, 1, 2, idle, &span, &e), RM_OK);
+    CU_ASSERT_DOUBLE_EQUAL(span, 15.0, 1e-9);
+    CU_ASSERT_EQUAL(rm_pipe_simulate(0, 2, 4, 1, 2, idle, &span, &e), RM_OK);
+    CU_ASSERT_DOUBLE_EQUAL(span, 15.0, 1e-9);
+    CU_ASSERT_EQUAL(rm_pipe_simulate(0, 2, 0, 1, 1, idle, &span, &e), RM_EINVAL);
+}
+
+/* Gradient accumulation in the pipeline strategy (one stage, a world of one, in process): with one
+ * micro-batch it steps bit-for-bit like the allreduce strategy; with M = 4 and M = 5 (uneven
+ * micro-batches of a 16-row batch) it computes the same batch gradient up to float summation
+ * order, and reports the batch's loss. */
+typedef struct acc_rig {
+    rm_model m;
+    rm_optim o;
+    rm_amp amp;
+    rm_step *st;
+    const rm_step_ops *ops;
+    rm_comm *comm;
+} acc_rig;
+
+static void rig_up(acc_rig *r, const rm_step_ops *ops, int B)
+{
+    const rm_kernels *k = rm_kernels_get("cpu");
+    rm_err e = { 0 };
+    rm_model_shape sh;
+    static const int hidden[] = { 32, 16 };
+    memset(r, 0, sizeof *r);
+    CU_ASSERT_EQUAL_FATAL(rm_model_shape_make(&sh, RM_MODEL_INPUT, hidden, 2, RM_MODEL_CLASSES, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(rm_model_init(&r->m, k, &sh, B, &e), RM_OK);
+    rm_optimizer_spec os = { .type = RM_OPT_SGD, .lr = 0.05, .momentum = 0.9 };
+    CU_ASSERT_EQUAL_FATAL(rm_optim_init(&r->o, k, &os, r->m.layout.total, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(rm_amp_init(&r->amp, k, RM_PREC_FP32, &e), RM_OK);
+    rm_step_env env = { .k = k, .m = &r->m, .opt = &r->o, .amp = &r->amp, .fusion_mb = 25,
+                        .sharding = RM_SHARD_NONE, .token = "t", .timeout_s = 5, .train_samples = 1000,
+                        .batch = B, .epochs = 1 };
+    r->ops = ops;
+    CU_ASSERT_EQUAL_FATAL(ops->init(&env, &r->st, &e), RM_OK);
+    rm_comm_cfg cc = { .rank = 0, .world_size = 1, .epoch = 1 };
+    CU_ASSERT_EQUAL_FATAL(rm_comm_local_ops()->init(&cc, &r->comm, &e), RM_OK);
+    rm_step_round rd = { .ops = rm_comm_local_ops(), .comm = r->comm, .rank = 0, .world = 1, .epoch = 1 };
+    CU_ASSERT_EQUAL_FATAL(ops->round_begin(r->st, &rd, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(ops->state_fresh(r->st, 5, &e), RM_OK);
+    for (int i = 0; i < B * RM_MODEL_INPUT; i++)
+        r->m.x[i] = (float)((i * 7919) % 255) / 255.0f;
+    for (int i = 0; i < B; i++)
+        r->m.labels[i] = (int32_t)((i * 3) % RM_MODEL_CLASSES);
+}
+
+static void rig_down(acc_rig *r)
+{
+    r->ops->round_end(r->st);
+    r->ops->destroy(r->st);
+    rm_comm_local_ops()->destroy(r->comm);
+    rm_amp_free(&r->amp);
+    rm_optim_free(&r->o);
+    rm_model_free(&r->m);
+}
+
+static void test_accumulation(void)
+{
+    enum { B = 16, STEPS = 3 };
+    acc_rig ref;
+    rig_up(&ref, &rm_step_allreduce_ops, B);
+    rm_err e = { 0 };
+    rm_step_stats st;
+    for (int i = 0; i < STEPS; i++)
+        CU_ASSERT_EQUAL_FATAL(ref.ops->step(ref.st, B, 0.05f, &st, &e), RM_OK);
+    float ref_loss = *ref.m.loss_sum;
+    static const int Ms[] = { 1, 4, 5 };
+    for (size_t t = 0; t < 3; t++) {
+        char js[96];
+        snprintf(js, sizeof js, "{\"microBatches\": %d, \"schedule\": \"%s\"}", Ms[t], t == 1 ? "gpipe" : "1f1b");
+        setenv(RM_ENV_PARALLELISM, js, 1);
+        acc_rig r;
+        rig_up(&r, &rm_step_pipeline_ops, B);
+        for (int i = 0; i < STEPS; i++) {
+            CU_ASSERT_EQUAL_FATAL(r.ops->step(r.st, B, 0.05f, &st, &e), RM_OK);
+            CU_ASSERT(st.pipe);
+            CU_ASSERT_EQUAL(st.pipe_stage, 0);
+        }
+        size_t n = r.m.layout.total;
+        if (Ms[t] == 1) {
+            CU_ASSERT_EQUAL(memcmp(r.m.params, ref.m.params, n * sizeof(float)), 0);
+        } else {
+            double worst = 0;
+            for (size_t i = 0; i < n; i++) {
+                double d = fabs((double)r.m.params[i] - (double)ref.m.params[i]);
+                double rel = d / (fabs((double)ref.m.params[i]) + 1e-3);
+                if (rel > worst)
+                    worst = rel;
+            }
+            CU_ASSERT(worst < 1e-4);
+            if (!(worst < 1e-4))
+                fprintf(stderr, "\n  M=%d: worst relative parameter difference %g", Ms[t], worst);
+        }
+        CU_ASSERT_DOUBLE_EQUAL(*r.m.loss_sum, ref_loss, 1e-3 * fabs(ref_loss) + 1e-4);
+        /* the optimizer moved: not the fresh parameters */
+        CU_ASSERT_EQUAL(r.o.t, STEPS);
+        rig_down(&r);
+    }
+    unsetenv(RM_ENV_PARALLELISM);
+    rig_down(&ref);
+}
+
+void rm_suite_pipeline(void)
+{
+    static const rm_test_case cases[] = {
+        { "placement", test_placement },
+        { "partition", test_partition },
+        { "micro_rows", test_micro_rows },
+        { "schedules", test_schedules },
+        { "bubble", test_bubble },
+        { "accumulation", test_accumulation },
+    };
+    RM_ADD_SUITE("pipeline", NULL, NULL, cases);
+}

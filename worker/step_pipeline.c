@@ -1,0 +1,764 @@
+/* step_pipeline.c — the "pipeline" strategy (issue 15; strategies.md): pipeline model parallelism
+ * combined with data parallelism, on the grid of worker/pipeline_core.h (rank r = d*P + p is
+ * stage p of data-parallel replica d).
+ *
+ * A step: the batch (this replica's slot of the global batch) is split into M micro-batches; the
+ * stage runs its event table (GPipe or 1F1B): F(m) takes micro-batch m's input (stage 0: the
+ * batch rows; later stages: the activations received from stage p-1), runs the stage's layers and
+ * sends its output to stage p+1 (the last stage computes the loss and dlogits instead); B(m)
+ * takes the gradient of its output (received from p+1, or dlogits), runs the layers backward
+ * accumulating W/b gradients, and sends the input gradient to p-1. After the schedule the stage's
+ * gradient range is averaged over its data-parallel group (a ring sub-group of D ranks) and the
+ * optimizer steps the stage's range. The math is the full-batch step's: the loss is scaled by
+ * 1/B for every micro-batch, so the accumulated gradient is the batch gradient (bit-identical
+ * to P = 1 for M = 1; float summation order otherwise).
+ *
+ * Transport: each link between neighbouring stages is a ring comm of two ranks formed over the
+ * worker's ring listener as its own sub-group (rm_comm_cfg.group: the ring's HMAC handshake),
+ * giving one authenticated socket per direction; frames are rm_net_frame headers (the ring's
+ * framing, worker/net.h) with sequence numbers, so a desync is RM_EPROTO. A receiver thread per
+ * inbound socket drains frames into preallocated buffers at the micro-batch's rows (so sends
+ * never deadlock on full socket buffers); the compute thread waits for frame k with the round's
+ * timeout (a dead or hung neighbour fails the round; the driver re-forms it from the newest
+ * checkpoint). The loss of each micro-batch rides backward on the gradient frames (one trailing
+ * float), so every stage reports the job's loss. Nothing is allocated per step.
+ *
+ * State: every rank keeps the whole flat parameter/optimizer buffers (the allreduce strategy's
+ * layout, so checkpoints are interchangeable with P = 1), but computes and updates only its
+ * stage's range; the other ranges go stale between materialize calls. materialize and
+ * state_gather assemble the whole state on every rank (each stage's range from replica 0, zeros
+ * elsewhere, summed over the world: exact), so evaluation, the final checksum and checkpoints
+ * (rank 0 writes the whole payload; the stage layout is logged at round start) see one model.
+ * Fresh state, restore and state_sync delegate to the allreduce strategy (sharding none).
+ * Limits of this version: CPU kernels (host memory), fp32, backend ring/shm for the world with
+ * ring sub-groups; parameter memory per worker is not reduced (activations are: see memory()).
+ *
+ * Ownership: rm_step owns its buffers, the inner allreduce state, the sub-group comms and the
+ * receiver threads (round_end stops and frees the per-round parts; destroy everything). */
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include <cjson/cJSON.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/trainingjob.h"
+#include "common/worker_env.h"
+#include "worker/net.h"
+#include "worker/pipeline_core.h"
+#include "worker/step.h"
+
+#define PIPE_GROUP_DP 0x2000u     /* + stage: a stage's data-parallel group */
+#define PIPE_GROUP_LINK 0x4000u   /* + lower rank: the link between stage p and p+1 */
+#define PIPE_RX_SLICE_MS 200
+
+typedef struct pipe_rx {
+    int fd;                   /* borrowed from the link comm */
+    float *buf;               /* [B x width], micro-batch m at its rows */
+    int width, B, M;
+    float *extra;             /* [M] trailing float per frame (the loss), or NULL */
+    pthread_t th;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;        /* CLOCK_MONOTONIC */
+    uint64_t got;             /* frames received (under mu) */
+    int rc;                   /* first failure (under mu) */
+    char msg[200];
+    atomic_int stop;
+    atomic_ullong bytes;
+} pipe_rx;
+
+struct rm_step {
+    rm_step_env env;
+    const rm_step_ops *inner_ops;   /* the allreduce strategy: fresh/save/restore/sync */
+    rm_step *inner;
+    int P, M, schedule;
+    /* this round */
+    rm_step_round r;
+    rm_pipe_place pl;
+    bool round_ok;
+    int bounds[RM_PIPE_MAX_STAGES + 1];
+    int l0, l1;                     /* this stage's layers [l0, l1) */
+    size_t poff, plen;              /* its parameter range (floats) */
+    rm_pipe_event ev[2 * RM_PIPE_MAX_MICRO];
+    int nev, inflight;
+    const rm_comm_ops *ring;
+    rm_comm *dp;                    /* data-parallel group of this stage (D > 1) */
+    rm_comm *link_prev, *link_next; /* to stage p-1 / p+1 */
+    int to_prev, to_next;           /* send sockets (borrowed from the link comms) */
+    pipe_rx rx_prev, rx_next;       /* activations from p-1 / gradients from p+1 */
+    uint32_t seq_prev, seq_next;    /* frames sent towards p-1 / p+1 */
+    uint64_t nstep;                 /* steps in this round */
+    bool dirty;                     /* stale ranges: steps since the state was whole */
+    bool gathered;                  /* state_gather assembled the state at this step */
+    double tot_wait, tot_sched;     /* this round, after its first step: the bench's numbers */
+    uint64_t tot_steps;
+    /* preallocated (init) */
+    float *in_act;                  /* [B x widest] received activations (stage input) */
+    float *out_grad;                /* [B x widest] received output gradients */
+    float *dx;                      /* [B x widest] input gradients to send */
+    float *dbs;                     /* [widest] bias-gradient scratch */
+    float *loss_mb;                 /* [M] */
+    float *loss_rx;                 /* [M] losses riding on gradient frames */
+    int widest;
+};
+
+/* ---------------------------------------------------------------------------------------------- */
+/* receiver threads                                                                                */
+
+static int rx_read(pipe_rx *x, void *buf, size_t len)
+{
+    size_t done = 0;
+    while (done < len) {
+        if (atomic_load(&x->stop))
+            return RM_ECANCELED;
+        struct pollfd p = {.fd = x->fd, .events = POLLIN};
+        int pr = poll(&p, 1, PIPE_RX_SLICE_MS);
+        if (pr < 0 && errno != EINTR)
+            return RM_EIO;
+        if (pr <= 0)
+            continue;
+        ssize_t n = recv(x->fd, (char *)buf + done, len - done, MSG_DONTWAIT);
+        if (n == 0)
+            return RM_ECLOSED;
+        if (n < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+                continue;
+            return errno == ECONNRESET ? RM_ECLOSED : RM_EIO;
+        }
+        done += (size_t)n;
+    }
+    atomic_fetch_add(&x->bytes, (unsigned long long)len);
+    return RM_OK;
+}
+
+static void rx_fail(pipe_rx *x, int rc, const char *msg)
+{
+    pthread_mutex_lock(&x->mu);
+    if (!x->rc) {
+        x->rc = rc;
+        snprintf(x->msg, sizeof x->msg, "%s", msg);
+    }
+    pthread_cond_broadcast(&x->cv);
+    pthread_mutex_unlock(&x->mu);
+}
+
+static void *rx_main(void *arg)
+{
+    pipe_rx *x = arg;
+    uint32_t seq = 0;
+    for (uint64_t k = 0;; k++, seq++) {
+        rm_net_frame h;
+        int rc = rx_read(x, &h, sizeof h);
+        int mb = (int)(k % (uint64_t)x->M), off, n;
+        rm_pipe_micro_rows(x->B, x->M, mb, &off, &n);
+        uint32_t len = (uint32_t)(((size_t)n * (size_t)x->width + (x->extra ? 1 : 0)) * sizeof(float));
+        if (rc == RM_OK && !rm_net_frame_ok(&h, seq, len)) {
+            char m[200];
+            snprintf(m, sizeof m, "garbage or desync (frame magic %08x seq %u len %u, want seq %u len %u)",
+                     h.magic, h.seq, h.len, seq, len);
+            rx_fail(x, RM_EPROTO, m);
+            return NULL;
+        }
+        if (rc == RM_OK)
+            rc = rx_read(x, x->buf + (size_t)off * (size_t)x->width, (size_t)n * (size_t)x->width * sizeof(float));
+        if (rc == RM_OK && x->extra)
+            rc = rx_read(x, &x->extra[mb], sizeof(float));
+        if (rc) {
+            rx_fail(x, rc, rc == RM_ECLOSED ? "the neighbour closed the connection" :
+                           rc == RM_ECANCELED ? "stopped" : "read failed");
+            return NULL;
+        }
+        pthread_mutex_lock(&x->mu);
+        x->got = k + 1;
+        pthread_cond_broadcast(&x->cv);
+        pthread_mutex_unlock(&x->mu);
+    }
+}
+
+static int rx_start(pipe_rx *x, int fd, float *buf, int width, int B, int M, float *extra,
+                    rm_err *err)
+{
+    memset(x, 0, sizeof *x);
+    x->fd = fd;
+    x->buf = buf;
+    x->width = width;
+    x->B = B;
+    x->M = M;
+    x->extra = extra;
+    atomic_init(&x->stop, 0);
+    atomic_init(&x->bytes, 0);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    int ok = pthread_mutex_init(&x->mu, NULL) == 0;
+    ok = ok && pthread_cond_init(&x->cv, &ca) == 0;
+    pthread_condattr_destroy(&ca);
+    if (!ok || pthread_create(&x->th, NULL, rx_main, x) != 0)
+        return rm_errf(err, RM_ENOMEM, "pipeline: cannot start a receiver thread");
+    x->started = true;
+    return RM_OK;
+}
+
+static void rx_stop(pipe_rx *x)
+{
+    if (!x->started)
+        return;
+    atomic_store(&x->stop, 1);
+    pthread_join(x->th, NULL);
+    pthread_cond_destroy(&x->cv);
+    pthread_mutex_destroy(&x->mu);
+    x->started = false;
+}
+
+/* Wait until `want` frames arrived; *waited += seconds spent. */
+static int rx_wait(pipe_rx *x, uint64_t want, double timeout_s, double *waited, const char *who,
+                   rm_err *err)
+{
+    double t0 = rm_mono(), deadline = t0 + timeout_s;
+    int rc = RM_OK;
+    pthread_mutex_lock(&x->mu);
+    while (x->got < want && !x->rc) {
+        double now = rm_mono();
+        if (now >= deadline) {
+            rc = RM_ETIMEDOUT;
+            break;
+        }
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        double left = deadline - now;
+        ts.tv_sec += (time_t)left;
+        ts.tv_nsec += (long)((left - (double)(time_t)left) * 1e9);
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&x->cv, &x->mu, &ts);
+    }
+    if (x->got < want && x->rc)
+        rc = rm_errf(err, x->rc, "pipeline: %s: %s", who, x->msg);
+    pthread_mutex_unlock(&x->mu);
+    *waited += rm_mono() - t0;
+    if (rc == RM_ETIMEDOUT)
+        return rm_errf(err, rc, "pipeline: %s sent nothing for %.1f s (dead or hung)", who, timeout_s);
+    return rc;
+}
+
+static int link_send(rm_step *s, int fd, uint32_t *seq, const float *rows, size_t nfloats,
+                     const float *extra, const char *who, rm_err *err)
+{
+    rm_net_frame h;
+    rm_net_frame_make(&h, (*seq)++, (uint32_t)((nfloats + (extra ? 1 : 0)) * sizeof(float)));
+    double deadline = rm_mono() + s->env.timeout_s;
+    rm_err e = {0};
+    int rc = rm_net_send_all(fd, &h, sizeof h, deadline, &e);
+    if (!rc)
+        rc = rm_net_send_all(fd, rows, nfloats * sizeof(float), deadline, &e);
+    if (!rc && extra)
+        rc = rm_net_send_all(fd, extra, sizeof(float), deadline, &e);
+    if (rc)
+        return rm_errf(err, rc, "pipeline: sending to %s: %s", who, e.msg);
+    return RM_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* lifecycle                                                                                       */
+
+static int parse_env(rm_step *s, rm_err *err)
+{
+    const char *js = getenv(RM_ENV_PARALLELISM);
+    rm_par_spec par;
+    memset(&par, 0, sizeof par);
+    if (js && *js) {
+        cJSON *o = cJSON_Parse(js);
+        if (!o || !cJSON_IsObject(o)) {
+            cJSON_Delete(o);
+            return rm_err_field(err, RM_EINVAL, RM_ENV_PARALLELISM, "not a JSON object");
+        }
+        int rc = rm_par_from_json(o, "spec.parallelism", &par, err);
+        cJSON_Delete(o);
+        if (rc)
+            return rc;
+    }
+    rm_par_defaults(&par);
+    if (par.pipeline_stages < 1 || par.pipeline_stages > RM_PIPE_MAX_STAGES)
+        return rm_err_field(err, RM_EINVAL, "spec.parallelism.pipelineStages", "must be 1..%d here (got %d)",
+                            RM_PIPE_MAX_STAGES, par.pipeline_stages);
+    if (par.micro_batches < 1 || par.micro_batches > RM_PIPE_MAX_MICRO ||
+        par.micro_batches > s->env.batch)
+        return rm_err_field(err, RM_EINVAL, "spec.parallelism.microBatches",
+                            "must be 1..min(%d, batchSizePerWorker %d) (got %d)", RM_PIPE_MAX_MICRO,
+                            s->env.batch, par.micro_batches);
+    if (par.pipeline_stages > s->env.m->shape.nlayers)
+        return rm_err_field(err, RM_EINVAL, "spec.parallelism.pipelineStages",
+                            "must be <= the model's %d linear layers (got %d)", s->env.m->shape.nlayers,
+                            par.pipeline_stages);
+    s->P = par.pipeline_stages;
+    s->M = par.micro_batches;
+    s->schedule = par.schedule == RM_PIPE_GPIPE ? 1 : 0;
+    return RM_OK;
+}
+
+static void pl_round_end(rm_step *s);
+
+static void pl_destroy(rm_step *s)
+{
+    if (!s)
+        return;
+    pl_round_end(s);
+    if (s->inner_ops)
+        s->inner_ops->destroy(s->inner);
+    free(s->in_act);
+    free(s->out_grad);
+    free(s->dx);
+    free(s->dbs);
+    free(s->loss_mb);
+    free(s->loss_rx);
+    free(s);
+}
+
+static int pl_init(const rm_step_env *env, rm_step **out, rm_err *err)
+{
+    if (!env->k->host_memory)
+        return rm_errf(err, RM_EUNSUPPORTED, "pipeline stages run on the CPU kernels in this "
+                       "version (device %s)", env->k->name);
+    if (env->sharding != RM_SHARD_NONE)
+        return rm_err_field(err, RM_EINVAL, "spec.training.sharding", "must be none with pipeline "
+                            "stages in this version");
+    rm_step *s = calloc(1, sizeof *s);
+    if (!s)
+        return rm_errf(err, RM_ENOMEM, "out of memory");
+    s->env = *env;
+    s->to_prev = s->to_next = -1;
+    int rc = parse_env(s, err);
+    if (rc) {
+        free(s);
+        return rc;
+    }
+    s->inner_ops = &rm_step_allreduce_ops;
+    rm_step_env ie = *env;
+    ie.sharding = RM_SHARD_NONE;
+    if ((rc = s->inner_ops->init(&ie, &s->inner, err))) {
+        s->inner_ops = NULL;
+        pl_destroy(s);
+        return rc;
+    }
+    const rm_model *m = env->m;
+    int w = 0;
+    for (int l = 0; l <= m->shape.nlayers; l++)
+        if (m->shape.dims[l] > w)
+            w = m->shape.dims[l];
+    s->widest = w;
+    size_t rows = (size_t)env->batch;
+    s->in_act = calloc(rows * (size_t)w, sizeof(float));
+    s->out_grad = calloc(rows * (size_t)w, sizeof(float));
+    s->dx = calloc(rows * (size_t)w, sizeof(float));
+    s->dbs = calloc((size_t)w, sizeof(float));
+    s->loss_mb = calloc((size_t)s->M, sizeof(float));
+    s->loss_rx = calloc((size_t)s->M, sizeof(float));
+    if (!s->in_act || !s->out_grad || !s->dx || !s->dbs || !s->loss_mb || !s->loss_rx) {
+        pl_destroy(s);
+        return rm_errf(err, RM_ENOMEM, "pipeline: out of memory for the stage buffers");
+    }
+    *out = s;
+    return RM_OK;
+}
+
+static void pl_memory(const rm_step *s, rm_step_memory *out);
+
+/* The round's measured numbers so far (bench/pipeline reads the last such line): at every
+ * materialize (evaluations, the end of training) and at round end. */
+static void log_stats(rm_step *s)
+{
+    if (s->tot_steps == 0)
+        return;
+    rm_step_memory mem;
+    pl_memory(s, &mem);
+    rm_info("pipeline stats stage=%d stages=%d micro_batches=%d schedule=%s steps=%llu "
+            "bubble=%.4f textbook_bubble=%.4f schedule_ms=%.3f activations_bytes=%llu",
+            s->pl.stage, s->P, s->M, s->schedule ? "gpipe" : "1f1b",
+            (unsigned long long)s->tot_steps, s->tot_sched > 0 ? s->tot_wait / s->tot_sched : 0,
+            rm_pipe_textbook_bubble(s->P, s->M), 1e3 * s->tot_sched / (double)s->tot_steps,
+            (unsigned long long)mem.activations);
+}
+
+static void pl_round_end(rm_step *s)
+{
+    if (!s)
+        return;
+    log_stats(s);
+    s->tot_steps = 0;
+    s->tot_wait = s->tot_sched = 0;
+    /* wake the receivers: a blocked poll ends within its slice either way */
+    rx_stop(&s->rx_prev);
+    rx_stop(&s->rx_next);
+    if (s->ring) {
+        s->ring->destroy(s->link_prev);
+        s->ring->destroy(s->link_next);
+        s->ring->destroy(s->dp);
+    }
+    s->link_prev = s->link_next = s->dp = NULL;
+    s->to_prev = s->to_next = -1;
+    if (s->inner_ops && s->round_ok)
+        s->inner_ops->round_end(s->inner);
+    s->round_ok = false;
+}
+
+/* A ring sub-group: ranks[] (n of them, world ranks) with this rank at index me. */
+static int form_group(rm_step *s, const rm_step_round *r, const int *ranks, int n, int me,
+                      uint32_t group, rm_comm **out, rm_err *err)
+{
+    rm_rdzv_peer peers[RM_RDZV_MAX_WORLD > 1024 ? 1024 : RM_RDZV_MAX_WORLD];
+    if (n > (int)RM_ARRAY_LEN(peers))
+        return rm_errf(err, RM_EINVAL, "pipeline: group of %d ranks is too large", n);
+    for (int i = 0; i < n; i++)
+        peers[i] = r->peers[ranks[i]];
+    rm_comm_cfg cc = {
+        .rank = me, .world_size = n, .epoch = r->epoch, .peers = peers, .token = s->env.token,
+        .listener = r->listener, .listen_fd = -1, .timeout_s = s->env.timeout_s, .group = group,
+    };
+    return s->ring->init(&cc, out, err);
+}
+
+static int pl_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
+{
+    pl_round_end(s);
+    s->r = *r;
+    s->r.peers = NULL;   /* only valid during round_begin */
+    s->r.listener = NULL;
+    RM_CHECK(rm_pipe_place_of(r->rank, r->world, s->P, &s->pl, err));
+    const rm_model *m = s->env.m;
+    uint64_t cost[RM_MODEL_MAX_LAYERS];
+    for (int l = 0; l < m->shape.nlayers; l++)
+        cost[l] = m->layout.layer_len[l];
+    RM_CHECK(rm_pipe_partition(cost, m->shape.nlayers, s->P, s->bounds, err));
+    int p = s->pl.stage;
+    s->l0 = s->bounds[p];
+    s->l1 = s->bounds[p + 1];
+    s->poff = m->layout.layer_off[s->l0];
+    s->plen = m->layout.layer_off[s->l1 - 1] + m->layout.layer_len[s->l1 - 1] - s->poff;
+    s->nev = rm_pipe_schedule_events(s->schedule, s->P, p, s->M, s->ev);
+    if (s->nev < 0)
+        return rm_errf(err, RM_EINVAL, "pipeline: bad schedule");
+    s->inflight = rm_pipe_max_inflight(s->ev, s->nev);
+    s->nstep = 0;
+    s->seq_prev = s->seq_next = 0;
+    s->gathered = false;
+    /* the world round for state sync, materialize and evaluation */
+    RM_CHECK(s->inner_ops->round_begin(s->inner, r, err));
+    s->round_ok = true;
+    if (r->rank == 0 || r->world <= 8) {
+        char lay[256];
+        size_t n = 0;
+        for (int q = 0; q < s->P && n < sizeof lay; q++) {
+            uint64_t sum = 0;
+            for (int l = s->bounds[q]; l < s->bounds[q + 1]; l++)
+                sum += cost[l];
+            n += (size_t)snprintf(lay + n, sizeof lay - n, "%s%d:layers[%d,%d)=%llu", q ? " " : "", q,
+                                  s->bounds[q], s->bounds[q + 1], (unsigned long long)sum);
+        }
+        rm_info("pipeline stages=%d micro_batches=%d schedule=%s stage=%d replica=%d of %d "
+                "in_flight=%d layout=\"%s\"", s->P, s->M, s->schedule ? "gpipe" : "1f1b", p,
+                s->pl.replica, s->pl.replicas, s->inflight, lay);
+    }
+    if (s->P == 1 && s->pl.replicas == 1)
+        return RM_OK;
+    if (!r->listener || !r->peers)
+        return rm_errf(err, RM_EUNSUPPORTED, "pipeline: stages need the worker's ring listener and "
+                       "the rendezvous peer list (backend ring or shm under a rendezvous)");
+    s->ring = rm_comm_ring_ops();
+    /* links first, lower stage connecting: every pair forms independently of the others */
+    if (s->pl.next >= 0) {
+        int ranks[2] = { r->rank, s->pl.next };
+        RM_CHECK(form_group(s, r, ranks, 2, 0, PIPE_GROUP_LINK + (uint32_t)r->rank, &s->link_next, err));
+        int from = -1;
+        RM_CHECK(rm_comm_ring_link_fds(s->link_next, &s->to_next, &from));
+        int wout = m->shape.dims[s->l1];
+        RM_CHECK(rx_start(&s->rx_next, from, s->out_grad, wout, s->env.batch, s->M, s->loss_rx, err));
+    }
+    if (s->pl.prev >= 0) {
+        int ranks[2] = { s->pl.prev, r->rank };
+        RM_CHECK(form_group(s, r, ranks, 2, 1, PIPE_GROUP_LINK + (uint32_t)s->pl.prev, &s->link_prev, err));
+        int from = -1;
+        RM_CHECK(rm_comm_ring_link_fds(s->link_prev, &s->to_prev, &from));
+        int win = m->shape.dims[s->l0];
+        RM_CHECK(rx_start(&s->rx_prev, from, s->in_act, win, s->env.batch, s->M, NULL, err));
+    }
+    if (s->pl.replicas > 1) {
+        int ranks[RM_RDZV_MAX_WORLD > 1024 ? 1024 : RM_RDZV_MAX_WORLD];
+        for (int d = 0; d < s->pl.replicas; d++)
+            ranks[d] = rm_pipe_rank(s->P, d, p);
+        RM_CHECK(form_group(s, r, ranks, s->pl.replicas, s->pl.replica, PIPE_GROUP_DP + (uint32_t)p,
+                            &s->dp, err));
+    }
+    return RM_OK;
+}
+
+static int pl_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
+{
+    s->dirty = false;
+    s->gathered = false;
+    return s->inner_ops->state_fresh(s->inner, seed, err);
+}
+
+static size_t pl_state_bytes(const rm_step *s, int rank)
+{
+    if (s->dirty && !s->gathered)
+        return 0;   /* stale ranges: only a gathered state is a checkpoint */
+    return s->inner_ops->state_bytes(s->inner, rank);
+}
+
+static int pl_state_save(rm_step *s, void *dst, rm_err *err)
+{
+    if (s->dirty && !s->gathered)
+        return rm_errf(err, RM_EINVAL, "checkpoint: pipeline state was not gathered at this step");
+    return s->inner_ops->state_save(s->inner, dst, err);
+}
+
+static void pl_state_restore(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
+                             int scaler_tracker)
+{
+    s->inner_ops->state_restore(s->inner, src, opt_t, loss_scale, scaler_tracker);
+    s->dirty = false;
+    s->gathered = false;
+}
+
+static int pl_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
+{
+    if (s->dirty)
+        return rm_errf(err, RM_EUNSUPPORTED, "pipeline: the group re-formed without a checkpoint to "
+                       "start from; pipeline stages need spec.checkpoint (each stage's layers live "
+                       "only on its workers between checkpoints)");
+    return s->inner_ops->state_sync(s->inner, pos, err);
+}
+
+/* Every rank gets the whole buffer: this stage's range from replica 0, zeros elsewhere, summed
+ * over the world (x + 0 + ... + 0 = x exactly). */
+static int whole(rm_step *s, float *buf, rm_err *err)
+{
+    size_t n = s->env.m->layout.total;
+    if (s->r.world == 1)
+        return RM_OK;
+    if (s->pl.replica != 0) {
+        memset(buf, 0, n * sizeof(float));
+    } else {
+        memset(buf, 0, s->poff * sizeof(float));
+        memset(buf + s->poff + s->plen, 0, (n - s->poff - s->plen) * sizeof(float));
+    }
+    return s->r.ops->allreduce(s->r.comm, buf, n, RM_DT_F32, RM_OP_SUM, err);
+}
+
+static int pl_materialize(rm_step *s, rm_err *err)
+{
+    log_stats(s);
+    if (!s->dirty || !s->r.ops)
+        return RM_OK;
+    RM_CHECK(whole(s, s->env.m->params, err));
+    return RM_OK;
+}
+
+static int pl_state_gather(rm_step *s, void *dst, rm_err *err)
+{
+    if (!s->r.ops)
+        return RM_OK;
+    if (s->dirty) {
+        RM_CHECK(whole(s, s->env.m->params, err));
+        for (int i = 0; i < s->env.opt->nstate; i++)
+            RM_CHECK(whole(s, s->env.opt->state[i], err));
+        s->dirty = false;
+    }
+    s->gathered = true;
+    (void)dst;   /* the whole state is in the model's buffers; state_save copies it */
+    return RM_OK;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* the step                                                                                        */
+
+static void stage_forward(rm_step *s, int off, int n, const float *in0)
+{
+    const rm_kernels *k = s->env.k;
+    const rm_model *m = s->env.m;
+    int L = m->shape.nlayers;
+    const float *in = in0;
+    for (int l = s->l0; l < s->l1; l++) {
+        int di = m->shape.dims[l], dout = m->shape.dims[l + 1];
+        float *y = m->act[l] + (size_t)off * (size_t)dout;
+        k->gemm(false, false, n, dout, di, 1.0f, in, di, m->params + m->layout.w_off[l], dout, 0.0f, y,
+                dout);
+        k->bias_act_fwd(y, m->params + m->layout.b_off[l], n, dout, l == L - 1 ? RM_ACT_NONE : RM_ACT_RELU);
+        in = y;
+    }
+}
+
+/* dy: gradient of the stage output for these rows; first: the first backward of the step
+ * (gradients are written, later ones accumulate). The input gradient lands in s->dx rows. */
+static void stage_backward(rm_step *s, int off, int n, float *dy, const float *in0, bool first)
+{
+    const rm_kernels *k = s->env.k;
+    rm_model *m = s->env.m;
+    int L = m->shape.nlayers, pp = 0;
+    for (int l = s->l1 - 1; l >= s->l0; l--) {
+        int di = m->shape.dims[l], dout = m->shape.dims[l + 1];
+        const float *in = l == s->l0 ? in0 : m->act[l - 1] + (size_t)off * (size_t)di;
+        float *db = m->grads + m->layout.b_off[l];
+        k->bias_act_bwd(dy, m->act[l] + (size_t)off * (size_t)dout, first ? db : s->dbs, n, dout,
+                        l == L - 1 ? RM_ACT_NONE : RM_ACT_RELU);
+        if (!first)
+            for (int c = 0; c < dout; c++)
+                db[c] += s->dbs[c];
+        k->gemm(true, false, di, dout, n, 1.0f, in, di, dy, dout, first ? 0.0f : 1.0f,
+                m->grads + m->layout.w_off[l], dout);
+        if (l > s->l0 || s->pl.stage > 0) {
+            float *dxo = l > s->l0 ? m->delta[pp] : s->dx + (size_t)off * (size_t)di;
+            pp ^= 1;
+            k->gemm(false, true, n, di, dout, 1.0f, dy, dout, m->params + m->layout.w_off[l], dout, 0.0f,
+                    dxo, di);
+            dy = dxo;
+        }
+    }
+}
+
+static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *err)
+{
+    memset(st, 0, sizeof *st);
+    const rm_kernels *k = s->env.k;
+    rm_model *m = s->env.m;
+    int L = m->shape.nlayers, C = m->shape.dims[L];
+    int din = m->shape.dims[s->l0], dout = m->shape.dims[s->l1];
+    bool first_stage = s->pl.stage == 0, last_stage = s->pl.stage == s->P - 1;
+    if (rows != s->env.batch)
+        return rm_errf(err, RM_EINVAL, "pipeline: batch of %d rows, the stages were sized for %d", rows,
+                       s->env.batch);
+    uint64_t base = s->nstep * (uint64_t)s->M;
+    uint64_t b0_prev = atomic_load(&s->rx_prev.bytes), b0_next = atomic_load(&s->rx_next.bytes);
+    uint64_t sent = 0;
+    double t0 = rm_mono(), waited = 0;
+    float inv_batch = 1.0f / (float)rows;
+    bool first_b = true;
+    for (int i = 0; i < s->nev; i++) {
+        int mb = s->ev[i].mb, off, n;
+        rm_pipe_micro_rows(rows, s->M, mb, &off, &n);
+        const float *in0 = first_stage ? m->x + (size_t)off * (size_t)din
+                                       : s->in_act + (size_t)off * (size_t)din;
+        if (s->ev[i].kind == RM_PIPE_EV_F) {
+            if (!first_stage)
+                RM_CHECK(rx_wait(&s->rx_prev, base + (uint64_t)mb + 1, s->env.timeout_s, &waited,
+                                 "the previous stage", err));
+            if (n == 0)
+                continue;
+            stage_forward(s, off, n, in0);
+            float *y = m->act[s->l1 - 1] + (size_t)off * (size_t)dout;
+            if (last_stage) {
+                k->softmax_xent_fwd_bwd(y, m->labels + off, n, C, inv_batch, y, m->loss_sum);
+                s->loss_mb[mb] = *m->loss_sum;   /* host memory (checked at init) */
+            } else {
+                RM_CHECK(link_send(s, s->to_next, &s->seq_next, y, (size_t)n * (size_t)dout, NULL,
+                                   "the next stage", err));
+                sent += (size_t)n * (size_t)dout * sizeof(float) + sizeof(rm_net_frame);
+            }
+        } else {
+            float *dy;
+            if (last_stage) {
+                dy = m->act[L - 1] + (size_t)off * (size_t)C;
+            } else {
+                RM_CHECK(rx_wait(&s->rx_next, base + (uint64_t)mb + 1, s->env.timeout_s, &waited,
+                                 "the next stage", err));
+                dy = s->out_grad + (size_t)off * (size_t)dout;
+                s->loss_mb[mb] = s->loss_rx[mb];
+            }
+            if (n > 0) {
+                stage_backward(s, off, n, dy, in0, first_b);
+                first_b = false;
+            }
+            if (!first_stage) {
+                RM_CHECK(link_send(s, s->to_prev, &s->seq_prev, s->dx + (size_t)off * (size_t)din,
+                                   (size_t)n * (size_t)din, &s->loss_mb[mb], "the previous stage", err));
+                sent += ((size_t)n * (size_t)din + 1) * sizeof(float) + sizeof(rm_net_frame);
+            }
+        }
+    }
+    double sched_s = rm_mono() - t0;
+    if (s->nstep > 0) {   /* the round's first step includes the neighbours' start-up */
+        s->tot_wait += waited;
+        s->tot_sched += sched_s;
+        s->tot_steps++;
+    }
+    float loss = 0;
+    for (int mb = 0; mb < s->M; mb++)
+        loss += s->loss_mb[mb];
+    *m->loss_sum = loss;   /* the batch's loss sum, on every stage (the driver reads it) */
+    s->nstep++;
+    s->dirty = s->r.world > 1;
+    s->gathered = false;
+    if (s->dp) {
+        double a0 = rm_mono();
+        RM_CHECK(s->ring->allreduce(s->dp, m->grads + s->poff, s->plen, RM_DT_F32, RM_OP_AVG, err));
+        st->comm = true;
+        st->allreduce_s = rm_mono() - a0;
+        st->bytes = s->plen * sizeof(float);
+        int D = s->pl.replicas;
+        st->busbw_gbps = st->allreduce_s > 0 ? (double)st->bytes / st->allreduce_s / 1e9 * 2.0 *
+                                                   (double)(D - 1) / D : 0;
+    }
+    rm_optim_tick(s->env.opt);
+    float *state[2] = { NULL, NULL };
+    for (int i = 0; i < s->env.opt->nstate; i++)
+        state[i] = s->env.opt->state[i] + s->poff;
+    rm_optim_update_range(s->env.opt, m->params + s->poff, m->grads + s->poff, state, s->plen, lr);
+    st->pipe = true;
+    st->pipe_stage = s->pl.stage;
+    st->pipe_bubble = sched_s > 0 ? waited / sched_s : 0;
+    st->pipe_sent = sent;
+    st->pipe_recv = (atomic_load(&s->rx_prev.bytes) - b0_prev) + (atomic_load(&s->rx_next.bytes) - b0_next);
+    return RM_OK;
+}
+
+static void pl_data_slot(const rm_step *s, int *slot, int *nslots)
+{
+    *slot = s->pl.replica;
+    *nslots = s->pl.replicas > 0 ? s->pl.replicas : 1;
+}
+
+/* Parameters, gradients and optimizer state are whole-model buffers in this version; the
+ * activations are what the stage keeps alive at its peak: in-flight micro-batches times the
+ * stage's layer outputs per micro-batch, plus the receive and send buffers. */
+static void pl_memory(const rm_step *s, rm_step_memory *out)
+{
+    const rm_model *m = s->env.m;
+    uint64_t T = m->layout.total, f = sizeof(float);
+    memset(out, 0, sizeof *out);
+    out->params = out->grads = T * f;
+    out->optimizer = (uint64_t)s->env.opt->nstate * T * f;
+    uint64_t mbrows = (uint64_t)((s->env.batch + s->M - 1) / s->M), per = 0;
+    for (int l = s->l0; l < s->l1; l++)
+        per += (uint64_t)m->shape.dims[l + 1];
+    if (s->pl.stage > 0)
+        per += (uint64_t)m->shape.dims[s->l0];   /* received input */
+    out->activations = (uint64_t)s->inflight * mbrows * per * f;
+}
+
+const rm_step_ops rm_step_pipeline_ops = {
+    .name = "pipeline",
+    .init = pl_init,
+    .round_begin = pl_round_begin,
+    .state_fresh = pl_state_fresh,
+    .state_bytes = pl_state_bytes,
+    .state_save = pl_state_save,
+    .state_restore = pl_state_restore,
+    .state_sync = pl_state_sync,
+    .step = pl_step,
+    .round_end = pl_round_end,
+    .destroy = pl_destroy,
+    .materialize = pl_materialize,
+    .state_gather = pl_state_gather,
+    .memory = pl_memory,
+    .data_slot = pl_data_slot,
+};
