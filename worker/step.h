@@ -149,4 +149,7 @@ const char *rm_step_strategy_names(void);
 
 extern const rm_step_ops rm_step_allreduce_ops;
 extern const rm_step_ops rm_step_ps_ops;   /* "parameterServer" (step_ps.c) */
+/* parameterServer with spec.training.optimizer.type lbfgs: Sandblaster L-BFGS (step_lbfgs.c;
+ * train.c picks it by the optimizer, not by name) */
+extern const rm_step_ops rm_step_lbfgs_ops;
 #endif
