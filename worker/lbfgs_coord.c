@@ -24,6 +24,8 @@ struct rm_lbfgs_shard {
     float *params;          /* borrowed: slot RM_LV_X */
     float *vecs;            /* owned: slots 1..nslots-1, len floats each */
     int64_t pass;           /* pass id whose pushes are accepted */
+    int64_t incarnation;    /* this process' shard: a coordinator that sees it change knows the
+                               shard was replaced and its vectors (not its X) are gone */
     uint8_t *seen;          /* P bits: portions already added to G in this pass */
 };
 
@@ -52,6 +54,12 @@ int rm_lbfgs_shard_new(float *params, size_t len, int history, int portions, rm_
         return rm_errf(err, RM_ENOMEM, "lbfgs shard: out of memory for %d vectors of %zu floats",
                        nslots, len);
     }
+    /* X0 = X: a line search that copies X0 back into X on a shard that was just replaced (and
+     * restored X from its checkpoint) keeps that X instead of zeroing it */
+    memcpy(slot(sh, RM_LV_X0), params, len * sizeof(float));
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    sh->incarnation = ((int64_t)ts.tv_sec << 24 ^ (int64_t)ts.tv_nsec ^ (int64_t)getpid()) & INT64_MAX;
     *out = sh;
     return RM_OK;
 }
@@ -71,6 +79,11 @@ void rm_lbfgs_shard_vec(rm_lbfgs_shard *sh, const rm_ps_req *q, rm_ps_rep *r)
         b = (int)((q->step >> 24) & 0xffff);
     double alpha = rm_lb_bitsd(q->from_version);
     size_t n = sh->len;
+    r->version = sh->incarnation;
+    if (code == RM_LBV_COMMIT) {   /* an accepted point: the server bumps its version (checkpoint) */
+        r->b = 1;
+        return;
+    }
     if (code == RM_LBV_BEGIN) {   /* a new pass: G = 0, no portion seen, pushes of pass q->world */
         memset(slot(sh, RM_LV_G), 0, n * sizeof(float));
         memset(sh->seen, 0, (size_t)sh->P / 8 + 1);
@@ -145,6 +158,10 @@ struct rm_lbfgs_coord {
     double *issued_at;               /* P: when each portion was last issued */
     int64_t portion_size, full;
 
+    int64_t inc[RM_PS_MAX_SERVERS];  /* each shard's incarnation as last seen (0: not yet) */
+    bool replaced;                   /* a shard was replaced since the last check */
+    int64_t passes_done;             /* restored from / saved to the state file */
+
     rm_series *m_passes, *m_trials, *m_gnorm, *m_loss, *m_reissued;
     rm_series **m_portions;          /* per worker */
 };
@@ -208,6 +225,12 @@ static int vec_all(rm_lbfgs_coord *c, int code, int a, int b, double alpha, doub
         }
         if (r.status != RM_PS_ST_OK)
             return rm_errf(err, RM_EPROTO, "lbfgs coordinator: server %d refused op %d", i, code);
+        if (c->inc[i] && c->inc[i] != r.version) {
+            rm_warn("lbfgs: server %d was replaced (its L-BFGS vectors are gone); the iteration "
+                    "restarts from the current parameters with an empty history", i);
+            c->replaced = true;
+        }
+        c->inc[i] = r.version;
         total += rm_lb_bitsd(r.a);
     }
     if (sum)
@@ -232,6 +255,44 @@ static int v_copy(void *ctx, int dst, int src, rm_err *err)
     return vec_all(ctx, RM_LBV_COPY, dst, src, 0, NULL, err);
 }
 
+/* The coordinator's state file (in server 0's checkpoint folder): the passes done, so a replaced
+ * server 0 resumes the budget instead of starting it over. Written atomically (tmp + rename). */
+static void state_save(rm_lbfgs_coord *c)
+{
+    if (!c->cfg.state_dir || !c->cfg.state_dir[0])
+        return;
+    char path[4200], tmp[4210];
+    snprintf(path, sizeof path, "%s/lbfgs-coordinator", c->cfg.state_dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) {
+        rm_warn("lbfgs: cannot write the coordinator state path=%s", tmp);
+        return;
+    }
+    fprintf(f, "passes=%lld\n", (long long)c->passes_done);
+    bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, path) != 0)
+        rm_warn("lbfgs: cannot write the coordinator state path=%s", path);
+}
+
+static void state_load(rm_lbfgs_coord *c)
+{
+    if (!c->cfg.state_dir || !c->cfg.state_dir[0])
+        return;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/lbfgs-coordinator", c->cfg.state_dir);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return;
+    long long p = 0;
+    if (fscanf(f, "passes=%lld", &p) == 1 && p > 0 && p <= 100000) {
+        c->passes_done = p;
+        rm_info("lbfgs coordinator state restored path=%s passes=%lld", path, p);
+    }
+    fclose(f);
+}
+
 /* One pass at the shards' X: G = mean gradient over the full batch, *f = mean loss. */
 static int run_pass(rm_lbfgs_coord *c, int64_t pass_no, double *f, rm_err *err)
 {
@@ -254,6 +315,8 @@ static int run_pass(rm_lbfgs_coord *c, int64_t pass_no, double *f, rm_err *err)
     *f = loss / (double)c->full;
     rm_series_inc(c->m_passes, 1);
     rm_series_set(c->m_loss, *f);
+    c->passes_done = pass_no + 1;
+    state_save(c);
     rm_info("lbfgs pass=%lld id=%lld loss=%.6f seconds=%.2f reissued=%lld duplicates=%lld",
             (long long)pass_no, (long long)id, *f, rm_mono() - t0, (long long)c->ps.reissued,
             (long long)c->ps.duplicates);
@@ -267,13 +330,22 @@ static void *coord_main(void *arg)
     rm_lbfgs_hist h;
     rm_lbfgs_hist_init(&h, c->t.optimizer.history);
     rm_err e = {0};
-    int64_t budget = c->t.epochs, passes = 0;
+    int64_t budget = c->t.epochs, passes = c->passes_done;
     if (c->t.max_steps > 0 && c->t.max_steps < budget)
         budget = c->t.max_steps;
     bool fixed = c->t.optimizer.line_search == RM_LS_FIXED;
-    double f, gd, gg;
-    int rc = run_pass(c, passes++, &f, &e);
+    double f = 0, gd, gg;
+    int rc = passes < budget ? run_pass(c, passes++, &f, &e) : RM_OK;
+    if (rc == RM_OK && passes <= budget)
+        rc = vec_all(c, RM_LBV_COMMIT, 0, 0, 0, NULL, &e);
     while (rc == RM_OK && passes < budget) {
+        if (c->replaced) {   /* a shard lost its vectors: forget the history, re-evaluate here */
+            c->replaced = false;
+            rm_lbfgs_hist_init(&h, c->t.optimizer.history);
+            if ((rc = run_pass(c, passes++, &f, &e)))
+                break;
+            continue;
+        }
         if ((rc = v_dot(c, RM_LV_G, RM_LV_G, &gg, &e)))
             break;
         rm_series_set(c->m_gnorm, sqrt(gg));
@@ -301,10 +373,14 @@ static void *coord_main(void *arg)
             if ((rc = run_pass(c, passes++, &fn, &e)))
                 break;
             rm_series_inc(c->m_trials, 1);
+            if (c->replaced)
+                break;   /* the trial is not comparable: recover at the top */
             vd = rm_armijo_feed(&a, fn);
         }
         if (rc)
             break;
+        if (c->replaced)
+            continue;
         if (vd == RM_LS_ACCEPT) {
             bool pushed;
             if ((rc = rm_lbfgs_update_pair(&v, &h, &pushed, &e)))
@@ -312,6 +388,8 @@ static void *coord_main(void *arg)
             rm_info("lbfgs step accepted t=%g trials=%d loss=%.6f grad_norm=%.6f history=%d",
                     a.t, a.trials, fn, sqrt(gg), h.count);
             f = fn;
+            if ((rc = vec_all(c, RM_LBV_COMMIT, 0, 0, 0, NULL, &e)))   /* servers checkpoint X */
+                break;
         } else {   /* gave up, or the budget ended mid-search: back to the last accepted point */
             if ((rc = v_copy(c, RM_LV_X, RM_LV_X0, &e)) || (rc = v_copy(c, RM_LV_G, RM_LV_G0, &e)))
                 break;
@@ -345,6 +423,7 @@ int rm_lbfgs_coord_start(const rm_lbfgs_coord_cfg *cfg, rm_lbfgs_coord **out, rm
     c->t = *cfg->t;
     for (int i = 0; i < RM_PS_MAX_SERVERS; i++)
         c->conn[i].fd = -1;
+    state_load(c);
     /* the training-set size: the built-in dataset's, else the first worker's claim says it */
     if (cfg->train_samples > 0)
         set_size(c, cfg->train_samples);

@@ -23,9 +23,13 @@
  *     count). The coordinator connects to every server (itself included) over the same
  *     authenticated TCP as the workers (worker id RM_LBFGS_COORD_ID).
  *
- * Coordinator restart: a replaced server 0 starts a new coordinator from the parameters the
- * shards hold (the last trial point or the accepted one), with an empty history and a new pass
- * id; workers see the new pass id and fetch. The history itself is not checkpointed.
+ * Server replacement: every server checkpoints its slice of X at each accepted point (COMMIT bumps
+ * its version; interval 1). A replaced server restores X from there; its other vectors are gone,
+ * which the coordinator sees as a new shard incarnation: it drops the history and re-evaluates at
+ * the current parameters (a fresh pass), then goes on. A replaced server 0 starts a new
+ * coordinator, which resumes the pass budget from its state file (passes done) with an empty
+ * history and a new pass id space; workers see the new pass id and fetch. The (s, y) history
+ * itself is not checkpointed: after a server death L-BFGS restarts its curvature estimate.
  *
  * Threads: the shard functions run under the server's mutex (the caller holds it). The
  * coordinator has its own mutex; rm_lbfgs_coord_claim/report/worker_lost are called from server 0's
@@ -44,8 +48,11 @@
 #define RM_LBFGS_COORD_ID 1023   /* the coordinator's worker id on the servers' handshake */
 
 /* LB_VEC request encoding: step = code | a << 8 | b << 24 (a, b vector slots), from_version =
- * the IEEE bits of alpha (double); the reply's a = the IEEE bits of a dot's partial. */
-enum { RM_LBV_COPY = 1, RM_LBV_AXPY, RM_LBV_SCALE, RM_LBV_DOT, RM_LBV_BEGIN, RM_LBV_ZERO };
+ * the IEEE bits of alpha (double); the reply's a = the IEEE bits of a dot's partial, version = the
+ * shard's incarnation, b = 1 after COMMIT (the server then bumps its version, which checkpoints X:
+ * an lbfgs server checkpoints every accepted point). */
+enum { RM_LBV_COPY = 1, RM_LBV_AXPY, RM_LBV_SCALE, RM_LBV_DOT, RM_LBV_BEGIN, RM_LBV_ZERO,
+       RM_LBV_COMMIT };
 static inline int64_t rm_lbv_code(int code, int a, int b)
 {
     return (int64_t)code | ((int64_t)a << 8) | ((int64_t)b << 24);
@@ -86,6 +93,7 @@ typedef struct rm_lbfgs_coord_cfg {
     int64_t train_samples;          /* training-set size; 0: unknown (the first claim says) */
     double timeout_s;
     rm_metrics *reg;                /* server 0's registry: ringmaster_lbfgs_* series */
+    const char *state_dir;          /* server 0's checkpoint folder (the passes done); NULL: none */
 } rm_lbfgs_coord_cfg;
 
 int rm_lbfgs_coord_start(const rm_lbfgs_coord_cfg *cfg, rm_lbfgs_coord **out, rm_err *err);

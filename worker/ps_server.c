@@ -276,6 +276,10 @@ static int op_lb_vec(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
     }
     pthread_mutex_lock(&s->mu);
     rm_lbfgs_shard_vec(s->lb, q, r);
+    if (r->b == 1) {   /* COMMIT: an accepted point; the version bump checkpoints it */
+        s->sync.version++;
+        applied(s, rm_mono());
+    }
     pthread_mutex_unlock(&s->mu);
     return RM_OK;
 }
@@ -671,9 +675,11 @@ static int setup(server *s, rm_err *err)
         rm_model_free(&m);
         RM_CHECK(rc);
     }
-    if (s->t.optimizer.type == RM_OPT_LBFGS)
+    if (s->t.optimizer.type == RM_OPT_LBFGS) {   /* checkpoints every accepted point */
         RM_CHECK(rm_lbfgs_shard_new(s->params, s->len, s->t.optimizer.history,
                                     s->t.optimizer.portions, &s->lb, err));
+        s->ckpt_interval = 1;
+    }
     s->reg = rm_metrics_new();
     if (!s->reg)
         return rm_errf(err, RM_ENOMEM, "metrics: out of memory");
@@ -755,7 +761,8 @@ int rm_ps_server_main(int argc, char **argv)
             rm_lbfgs_coord_cfg cc = {.t = &s->t, .world = s->world, .nservers = s->nservers,
                                      .addrs = s->addrs, .token = s->token, .job = s->job,
                                      .train_samples = rm_training_samples(&s->t),
-                                     .timeout_s = s->timeout_s, .reg = s->reg};
+                                     .timeout_s = s->timeout_s, .reg = s->reg,
+                                     .state_dir = s->ckpt_dir};
             rc = rm_lbfgs_coord_start(&cc, &s->coord, &err);
         }
         if (rc != RM_OK)

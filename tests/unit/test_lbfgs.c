@@ -4,6 +4,7 @@
  * the minimum; the Armijo search as a table; portion assignment, deadline reissue,
  * first-answer-wins and lost workers as a table. */
 #include "worker/lbfgs_core.h"
+#include "worker/lbfgs_coord.h"
 #include "tests/unit/testutil.h"
 #include <math.h>
 #include <stdlib.h>
@@ -421,6 +422,75 @@ static void test_hist_curvature(void)
     CU_ASSERT_DOUBLE_EQUAL(h.rho[0], 1.0, 0);
 }
 
+/* The server side (worker/lbfgs_coord.c): a shard executes the coordinator's vector ops on its
+ * slice (X is the server's own parameter array), adds a portion's pushed gradient once per pass
+ * (first answer wins; another pass' push is stale), flags COMMIT, and names its incarnation. */
+static void vec(rm_lbfgs_shard *sh, int code, int a, int b, double alpha, rm_ps_rep *r)
+{
+    rm_ps_req q = {.op = RM_PS_OP_LB_VEC, .step = rm_lbv_code(code, a, b),
+                   .from_version = rm_lb_dbits(alpha)};
+    memset(r, 0, sizeof *r);
+    rm_lbfgs_shard_vec(sh, &q, r);
+}
+static int push(rm_lbfgs_shard *sh, int64_t pass, uint32_t portion, const float *g)
+{
+    rm_ps_req q = {.op = RM_PS_OP_LB_PUSH, .step = pass, .world = portion};
+    rm_ps_rep r = {0};
+    rm_lbfgs_shard_push(sh, &q, g, &r);
+    return (int)r.status;
+}
+
+static void test_shard_ops(void)
+{
+    float params[4] = {1, 2, 3, 4};
+    rm_lbfgs_shard *sh = NULL;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_lbfgs_shard_new(params, 4, 2, 3, &sh, &e), RM_OK);
+    rm_ps_rep r;
+    /* X0 starts as X: a fresh (or restored) shard's line-search restore keeps its parameters */
+    vec(sh, RM_LBV_DOT, RM_LV_X0, RM_LV_X, 0, &r);
+    CU_ASSERT_EQUAL(r.status, RM_PS_ST_OK);
+    CU_ASSERT_DOUBLE_EQUAL(rm_lb_bitsd(r.a), 30.0, 0);
+    int64_t inc = r.version;
+    CU_ASSERT(inc > 0);
+    vec(sh, RM_LBV_BEGIN, 0, 0, 77.0, &r);   /* pass 77: G = 0 */
+    CU_ASSERT_EQUAL(r.version, inc);
+    const float g1[4] = {1, 1, 1, 1}, g2[4] = {10, 10, 10, 10};
+    CU_ASSERT_EQUAL(push(sh, 77, 0, g1), RM_PS_ST_OK);
+    CU_ASSERT_EQUAL(push(sh, 77, 0, g2), RM_PS_ST_DROPPED);   /* the same portion again: dropped */
+    CU_ASSERT_EQUAL(push(sh, 76, 1, g2), RM_PS_ST_DROPPED);   /* another pass: stale */
+    CU_ASSERT_EQUAL(push(sh, 77, 3, g2), RM_PS_ST_DROPPED);   /* no such portion */
+    CU_ASSERT_EQUAL(push(sh, 77, 2, g1), RM_PS_ST_OK);
+    vec(sh, RM_LBV_DOT, RM_LV_G, RM_LV_G, 0, &r);   /* G = 2 each: 4 * 4 */
+    CU_ASSERT_DOUBLE_EQUAL(rm_lb_bitsd(r.a), 16.0, 0);
+    /* D = G; D *= -0.5; X += 2 D  ->  X = {-1, 0, 1, 2} */
+    vec(sh, RM_LBV_COPY, RM_LV_D, RM_LV_G, 0, &r);
+    vec(sh, RM_LBV_SCALE, RM_LV_D, RM_LV_D, -0.5, &r);
+    vec(sh, RM_LBV_AXPY, RM_LV_X, RM_LV_D, 2.0, &r);
+    CU_ASSERT_EQUAL(r.status, RM_PS_ST_OK);
+    CU_ASSERT_DOUBLE_EQUAL(params[0], -1.0f, 0);
+    CU_ASSERT_DOUBLE_EQUAL(params[3], 2.0f, 0);
+    /* history slots exist up to m = 2 pairs; one past them is refused */
+    vec(sh, RM_LBV_COPY, RM_LV_Y(1), RM_LV_X, 0, &r);
+    CU_ASSERT_EQUAL(r.status, RM_PS_ST_OK);
+    vec(sh, RM_LBV_COPY, RM_LV_Y(1) + 1, RM_LV_X, 0, &r);
+    CU_ASSERT_EQUAL(r.status, RM_PS_ST_BAD);
+    vec(sh, 99, 0, 0, 0, &r);
+    CU_ASSERT_EQUAL(r.status, RM_PS_ST_BAD);
+    vec(sh, RM_LBV_COMMIT, 0, 0, 0, &r);
+    CU_ASSERT_EQUAL(r.b, 1);
+    /* a new pass takes that pass' portions afresh */
+    vec(sh, RM_LBV_BEGIN, 0, 0, 78.0, &r);
+    CU_ASSERT_EQUAL(push(sh, 78, 0, g2), RM_PS_ST_OK);
+    vec(sh, RM_LBV_DOT, RM_LV_G, RM_LV_G, 0, &r);
+    CU_ASSERT_DOUBLE_EQUAL(rm_lb_bitsd(r.a), 400.0, 0);
+    rm_lbfgs_shard_free(sh);
+    /* the portion size: whole batches, the tail left out */
+    CU_ASSERT_EQUAL(rm_lbfgs_portion_size(60000, 16, 250), 3750);
+    CU_ASSERT_EQUAL(rm_lbfgs_portion_size(60000, 64, 64), 896);
+    CU_ASSERT_EQUAL(rm_lbfgs_portion_size(100, 4, 64), 0);
+}
+
 void rm_suite_lbfgs(void)
 {
     static const rm_test_case cases[] = {
@@ -429,6 +499,7 @@ void rm_suite_lbfgs(void)
         { "armijo_table", test_armijo_table },
         { "portions_table", test_portions_table },
         { "hist_curvature", test_hist_curvature },
+        { "shard_ops", test_shard_ops },
     };
     RM_ADD_SUITE("lbfgs", NULL, NULL, cases);
 }
