@@ -160,6 +160,7 @@ struct rm_lbfgs_coord {
 
     int64_t inc[RM_PS_MAX_SERVERS];  /* each shard's incarnation as last seen (0: not yet) */
     bool replaced;                   /* a shard was replaced since the last check */
+    bool static_split;               /* RINGMASTER_LBFGS_STATIC_SPLIT=1: the benchmark's baseline */
     int64_t passes_done;             /* restored from / saved to the state file */
 
     rm_series *m_passes, *m_trials, *m_gnorm, *m_loss, *m_reissued;
@@ -424,6 +425,11 @@ int rm_lbfgs_coord_start(const rm_lbfgs_coord_cfg *cfg, rm_lbfgs_coord **out, rm
     for (int i = 0; i < RM_PS_MAX_SERVERS; i++)
         c->conn[i].fd = -1;
     state_load(c);
+    const char *ss = getenv("RINGMASTER_LBFGS_STATIC_SPLIT");
+    c->static_split = ss && !strcmp(ss, "1");
+    if (c->static_split)
+        rm_warn("lbfgs: static split (portion i to worker i %% N, no reissue): a benchmark "
+                "baseline, not Sandblaster");
     /* the training-set size: the built-in dataset's, else the first worker's claim says it */
     if (cfg->train_samples > 0)
         set_size(c, cfg->train_samples);
@@ -532,7 +538,8 @@ void rm_lbfgs_coord_claim(rm_lbfgs_coord *c, int w, const rm_ps_req *q, rm_ps_re
             double now = rm_mono();
             c->ps.deadline_s = c->portion_mean_s * 4 > 1.0 ? c->portion_mean_s * 4 : 1.0;
             int64_t before = c->ps.reissued;
-            int p = rm_portions_claim(&c->ps, w, now);
+            int p = c->static_split ? rm_portions_claim_static(&c->ps, w)
+                                    : rm_portions_claim(&c->ps, w, now);
             if (p >= 0) {
                 if (c->ps.reissued > before) {
                     rm_series_inc(c->m_reissued, 1);

@@ -31,6 +31,9 @@
  * history and a new pass id space; workers see the new pass id and fetch. The (s, y) history
  * itself is not checkpointed: after a server death L-BFGS restarts its curvature estimate.
  *
+ * RINGMASTER_LBFGS_STATIC_SPLIT=1 (server 0's environment; bench/lbfgs only) replaces on-demand
+ * portions by an equal static split without reissue, the baseline the straggler benchmark needs.
+ *
  * Threads: the shard functions run under the server's mutex (the caller holds it). The
  * coordinator has its own mutex; rm_lbfgs_coord_claim/report/worker_lost are called from server 0's
  * connection threads. Ownership: rm_lbfgs_shard_new/free, rm_lbfgs_coord_start/stop own their

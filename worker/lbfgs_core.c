@@ -191,6 +191,21 @@ int rm_portions_claim(rm_portions *ps, int w, double now)
     return best;
 }
 
+int rm_portions_claim_static(rm_portions *ps, int w)
+{
+    if (ps->done == ps->P)
+        return RM_PORTION_DONE;
+    for (int i = w; w >= 0 && i < ps->P; i += ps->nworkers) {
+        if (ps->p[i].state == 0) {
+            ps->p[i].state = 1;
+            ps->p[i].holder = w;
+            ps->p[i].issues++;
+            return i;
+        }
+    }
+    return RM_PORTION_NONE;
+}
+
 bool rm_portions_complete(rm_portions *ps, int64_t pass, int i, int w)
 {
     if (pass != ps->pass || i < 0 || i >= ps->P || w < 0 || w >= ps->nworkers)

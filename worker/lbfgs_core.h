@@ -129,6 +129,9 @@ void rm_portions_begin(rm_portions *ps, int64_t pass);
  * deadline that w does not hold (reissued; the deadline restarts); else RM_PORTION_NONE, or
  * RM_PORTION_DONE when all are in. */
 int rm_portions_claim(rm_portions *ps, int w, double now);
+/* The static split (the benchmark's baseline, not Sandblaster): worker w only ever gets the
+ * portions i with i % nworkers == w, lowest first, and nothing is reissued. */
+int rm_portions_claim_static(rm_portions *ps, int w);
 /* Worker w's answer for portion i of pass: true when it is the first (counted for w and the
  * portion is done); false for a duplicate, a stale pass or a bad index. */
 bool rm_portions_complete(rm_portions *ps, int64_t pass, int i, int w);

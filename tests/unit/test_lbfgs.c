@@ -397,6 +397,20 @@ static void test_portions_table(void)
     CU_ASSERT_EQUAL(ps.reissued, 1);
     CU_ASSERT_EQUAL(ps.duplicates, 2);
     rm_portions_free(&ps);
+    /* the static split: 5 portions over 2 workers, w0 {0, 2, 4}, w1 {1, 3}; never reissued */
+    CU_ASSERT_EQUAL_FATAL(rm_portions_init(&ps, 5, 2, 0.001, &e), RM_OK);
+    rm_portions_begin(&ps, 1);
+    CU_ASSERT_EQUAL(rm_portions_claim_static(&ps, 0), 0);
+    CU_ASSERT_EQUAL(rm_portions_claim_static(&ps, 0), 2);
+    CU_ASSERT_EQUAL(rm_portions_claim_static(&ps, 1), 1);
+    CU_ASSERT_EQUAL(rm_portions_claim_static(&ps, 0), 4);
+    CU_ASSERT_EQUAL(rm_portions_claim_static(&ps, 0), RM_PORTION_NONE);   /* 1 and 3 are w1's */
+    CU_ASSERT_EQUAL(rm_portions_claim_static(&ps, 1), 3);
+    for (int i = 0; i < 5; i++)
+        CU_ASSERT_TRUE(rm_portions_complete(&ps, 1, i, i % 2));
+    CU_ASSERT_EQUAL(rm_portions_claim_static(&ps, 1), RM_PORTION_DONE);
+    CU_ASSERT_EQUAL(ps.reissued, 0);
+    rm_portions_free(&ps);
     CU_ASSERT_EQUAL(rm_portions_init(&ps, 0, 3, 1.0, &e), RM_EINVAL);
     CU_ASSERT_EQUAL(rm_portions_init(&ps, 4, 0, 1.0, &e), RM_EINVAL);
     CU_ASSERT_EQUAL(rm_portions_init(&ps, 4, 1, 0.0, &e), RM_EINVAL);
