@@ -318,7 +318,7 @@ static int run_pass(rm_lbfgs_coord *c, int64_t pass_no, double *f, rm_err *err)
     rm_series_set(c->m_loss, *f);
     c->passes_done = pass_no + 1;
     state_save(c);
-    rm_info("lbfgs pass=%lld id=%lld loss=%.6f seconds=%.2f reissued=%lld duplicates=%lld",
+    rm_info("lbfgs pass done pass=%lld id=%lld loss=%.6f seconds=%.2f reissued=%lld duplicates=%lld",
             (long long)pass_no, (long long)id, *f, rm_mono() - t0, (long long)c->ps.reissued,
             (long long)c->ps.duplicates);
     return RM_OK;
