@@ -80,6 +80,6 @@ loss_at() {  # loss_at METHOD PASS
   echo "| straggler (rank 1 slowed ${FACTOR}x) | mean pass seconds | vs no straggler |"
   echo "|---|---|---|"
   echo "| none, on-demand portions | $base | 1.00 |"
-  awk -v a="$od" -v b="$base" 'BEGIN {printf "| slowed, on-demand portions | %s | %.2f |\n", a, b > 0 ? a / b : 0}'
-  awk -v a="$st" -v b="$base" 'BEGIN {printf "| slowed, equal static split | %s | %.2f |\n", a, b > 0 ? a / b : 0}'
+  awk -v a="$od" -v b="$base" 'BEGIN {printf "| slowed, on-demand portions | %s | %.2f |\n", a, (b > 0 ? a / b : 0)}'
+  awk -v a="$st" -v b="$base" 'BEGIN {printf "| slowed, equal static split | %s | %.2f |\n", a, (b > 0 ? a / b : 0)}'
 } | tee "$OUT"
