@@ -310,6 +310,7 @@ static int run_pass(rm_lbfgs_coord *c, int64_t pass_no, double *f, rm_err *err)
         cwait(c, 0.5);
     c->open = false;
     double loss = c->loss_sum;
+    long long reissued = (long long)c->ps.reissued, dups = (long long)c->ps.duplicates;
     pthread_mutex_unlock(&c->mu);
     if (atomic_load(&c->stop))
         return rm_errf(err, RM_ECANCELED, "lbfgs coordinator: stopped");
@@ -319,8 +320,7 @@ static int run_pass(rm_lbfgs_coord *c, int64_t pass_no, double *f, rm_err *err)
     c->passes_done = pass_no + 1;
     state_save(c);
     rm_info("lbfgs pass done pass=%lld id=%lld loss=%.6f seconds=%.2f reissued=%lld duplicates=%lld",
-            (long long)pass_no, (long long)id, *f, rm_mono() - t0, (long long)c->ps.reissued,
-            (long long)c->ps.duplicates);
+            (long long)pass_no, (long long)id, *f, rm_mono() - t0, reissued, dups);
     return RM_OK;
 }
 
@@ -409,8 +409,17 @@ static void *coord_main(void *arg)
     c->pass_id++;   /* workers fetch the final parameters */
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
-    if (rc == RM_OK)
-        rm_info("lbfgs done passes=%lld loss=%.6f", (long long)passes, f);
+    if (rc == RM_OK) {
+        char per[512];   /* portions completed per worker, "w0,w1,..." (truncated past 512 bytes) */
+        size_t o = 0;
+        pthread_mutex_lock(&c->mu);
+        for (int w = 0; w < c->cfg.world && o + 24 < sizeof per; w++)
+            o += (size_t)snprintf(per + o, sizeof per - o, "%s%lld", w ? "," : "",
+                                  (long long)c->ps.completed[w]);
+        pthread_mutex_unlock(&c->mu);
+        per[o] = 0;
+        rm_info("lbfgs done passes=%lld loss=%.6f portions_per_worker=%s", (long long)passes, f, per);
+    }
     return NULL;
 }
 

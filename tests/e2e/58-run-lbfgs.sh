@@ -50,7 +50,16 @@ grep -q 'msg="lbfgs done" passes=12' "$P0" || { psdump; fail "the coordinator di
 first=$(grep -m1 ' pass=0 ' "$P0" | sed -n 's/.* loss=\([0-9.]*\).*/\1/p')
 last=$(sed -n 's/.*msg="lbfgs done" passes=[0-9]* loss=\([0-9.]*\).*/\1/p' "$P0")
 $PY -c "import sys; sys.exit(0 if $last < 0.6 * $first else 1)" || fail "loss $first -> $last did not fall by 40%"
-# every worker took portions (on demand; the final counts are in the coordinator's log of passes)
+# every worker took portions (on demand), and every portion of every pass counted exactly once
+per_worker() { sed -n 's/.*msg="lbfgs done" .*portions_per_worker=\([0-9,]*\).*/\1/p' "$1"; }
+check_portions() {  # LOG: 4 workers, 12 passes x 16 portions, each won once
+  $PY - "$(per_worker "$1")" <<'PY' || fail "portions per worker: $(per_worker "$1")"
+import sys
+c = [int(x) for x in sys.argv[1].split(",")]
+sys.exit(0 if len(c) == 4 and sum(c) == 12 * 16 and min(c) > 0 else 1)
+PY
+}
+check_portions "$P0"
 acc=$(jget lb 'j["status"]["result"]["testAccuracy"]')
 $PY -c "import sys; sys.exit(0 if $acc >= 0.6 else 1)" || fail "testAccuracy $acc < 0.6 after 12 passes"
 assert_no_workers
@@ -66,6 +75,7 @@ grep -q 'fault injected' "$W"/run-kill/worker-1*.log 2>/dev/null || grep -q 'fau
 grep -Eq 'msg="lbfgs worker lost" worker=[0-9]+ portions_requeued=1' "$K0" ||
   { psdump; fail "the dead worker's portion was not requeued"; }
 grep -q 'msg="lbfgs done" passes=12' "$K0" || { psdump; fail "the coordinator did not finish after the kill"; }
+check_portions "$K0"
 assert_no_workers
 log "PASS worker killed mid-pass: $(grep -m1 'lbfgs worker lost' "$K0" | sed 's/.*msg=//')"
 
