@@ -25,7 +25,8 @@
 static const char *const clean_names[] = { "Running", "All", "None", NULL };
 static const char *const mode_names[] = { "train", "bench", NULL };
 static const char *const sched_names[] = { "cosine", "step", "constant", NULL };
-static const char *const opt_names[] = { "sgd", "adam", "adagrad", NULL };
+static const char *const opt_names[] = { "sgd", "adam", "adagrad", "lbfgs", NULL };
+const char *const rm_line_search_names[] = { "armijo", "fixed", NULL };
 const char *const rm_sharding_names[] = { "none", "optimizer", "gradients", "full", NULL };
 static const char *const phase_names[] = { "Pending", "Running", "Restarting", "Succeeded",
                                             "Failed", "Suspended", NULL };
@@ -187,7 +188,7 @@ int rm_training_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t,
         "seed", "maxSteps", "bench", "sharding", NULL };
     static const char *const k_model[] = { "type", "hidden", NULL };
     static const char *const k_opt[] = { "type", "lr", "momentum", "weightDecay", "beta1", "beta2",
-                                         "eps", NULL };
+                                         "eps", "history", "portions", "lineSearch", NULL };
     static const char *const k_bench[] = { "minBytes", "maxBytes", "stepFactor", "iters",
                                            "warmupIters", "check", NULL };
     char mctx[FIELD_CAP], octx[FIELD_CAP], bctx[FIELD_CAP];
@@ -247,6 +248,13 @@ int rm_training_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t,
         TRY(p_num(opt, "beta1", octx, &t->optimizer.beta1, &t->set, RM_TR_SET_BETA1, err));
         TRY(p_num(opt, "beta2", octx, &t->optimizer.beta2, &t->set, RM_TR_SET_BETA2, err));
         TRY(p_num(opt, "eps", octx, &t->optimizer.eps, &t->set, RM_TR_SET_EPS, err));
+        TRY(p_int(opt, "history", octx, &t->optimizer.history, &t->set, RM_TR_SET_HISTORY, err));
+        TRY(p_int(opt, "portions", octx, &t->optimizer.portions, &t->set, RM_TR_SET_PORTIONS, err));
+        iv = (int)t->optimizer.line_search;
+        TRY(p_enum(opt, "lineSearch", octx, rm_line_search_names, &iv, err));
+        t->optimizer.line_search = (rm_line_search)iv;
+        if (cJSON_GetObjectItemCaseSensitive(opt, "lineSearch"))
+            t->optimizer.line_search_given = true;
     }
     TRY(p_num(tr, "warmupEpochs", ctx, &t->warmup_epochs, &t->set, RM_TR_SET_WARMUP, err));
     iv = (int)t->schedule;
@@ -329,7 +337,12 @@ void rm_training_defaults(rm_training_spec *t)
         t->batch_size_per_worker = 64;
     rm_optimizer_spec *o = &t->optimizer;
     if (UNSET(m, RM_TR_SET_LR, o->lr))
-        o->lr = o->type == RM_OPT_ADAM ? 0.001 : o->type == RM_OPT_ADAGRAD ? 0.01 : 0.02;
+        o->lr = o->type == RM_OPT_ADAM ? 0.001 : o->type == RM_OPT_ADAGRAD ? 0.01 :
+                o->type == RM_OPT_LBFGS ? 1.0 : 0.02;
+    if (o->type == RM_OPT_LBFGS && UNSET(m, RM_TR_SET_HISTORY, o->history))
+        o->history = 10;
+    if (o->type == RM_OPT_LBFGS && UNSET(m, RM_TR_SET_PORTIONS, o->portions))
+        o->portions = 64;
     if (UNSET(m, RM_TR_SET_MOMENTUM, o->momentum) && o->type == RM_OPT_SGD)
         o->momentum = 0.9;
     if (UNSET(m, RM_TR_SET_BETA1, o->beta1))
@@ -582,8 +595,24 @@ int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err
     if (t->batch_size_per_worker < 1 || t->batch_size_per_worker > 65536)
         return bad(err, ctx, "batchSizePerWorker", "must be between 1 and 65536");
     const rm_optimizer_spec *o = &t->optimizer;
-    if ((unsigned)o->type > RM_OPT_ADAGRAD)
-        return bad(err, octx, "type", "must be one of sgd, adam, adagrad");
+    if ((unsigned)o->type > RM_OPT_LBFGS)
+        return bad(err, octx, "type", "must be one of sgd, adam, adagrad, lbfgs");
+    if (o->type == RM_OPT_LBFGS) {
+        if (o->history < 1 || o->history > RM_LBFGS_MAX_HISTORY)
+            return bad(err, octx, "history", "must be between 1 and %d (got %d)", RM_LBFGS_MAX_HISTORY,
+                       o->history);
+        if (o->portions < 1 || o->portions > RM_LBFGS_MAX_PORTIONS)
+            return bad(err, octx, "portions", "must be between 1 and %d (got %d)",
+                       RM_LBFGS_MAX_PORTIONS, o->portions);
+        if ((unsigned)o->line_search > RM_LS_FIXED)
+            return bad(err, octx, "lineSearch", "must be one of armijo, fixed");
+        if (t->precision != RM_PREC_FP32)
+            return bad(err, ctx, "precision", "must be fp32 with %s.type: lbfgs", octx);
+    } else if (o->history || o->portions || o->line_search_given) {
+        return bad(err, octx, o->history ? "history" : o->portions ? "portions" : "lineSearch",
+                   "is only used with %s.type: lbfgs (type is %s)", octx,
+                   opt_names[o->type <= RM_OPT_LBFGS ? o->type : 0]);
+    }
     if (!(o->lr > 0) || !isfinite(o->lr) || o->lr > 100)
         return bad(err, octx, "lr", "must be > 0 and <= 100");
     if (!(o->momentum >= 0 && o->momentum < 1))
@@ -885,6 +914,28 @@ int rm_par_validate(const rm_tj_spec *s, rm_err *err)
     return RM_OK;
 }
 
+/* spec.training.optimizer.type lbfgs (Sandblaster, issue 13) against the rest of the spec: the
+ * coordinator and the (s, y) history live on the parameter servers, and a pass is a synchronous
+ * full-batch evaluation, so it needs spec.strategy parameterServer in mode sync; stragglers are
+ * answered by reissuing portions, so backup workers have no meaning there. */
+static int lbfgs_validate(const rm_tj_spec *s, rm_err *err)
+{
+    const char *O = "spec.training.optimizer.type";
+    if (s->training.optimizer.type != RM_OPT_LBFGS)
+        return RM_OK;
+    if (s->strategy != RM_STRATEGY_PS)
+        return rm_err_field(err, RM_EINVAL, O, "lbfgs needs spec.strategy: parameterServer (the "
+                            "parameters and the L-BFGS history live on the server shards; "
+                            "spec.strategy is allreduce)");
+    if (s->ps.mode != RM_PS_SYNC)
+        return rm_err_field(err, RM_EINVAL, "spec.parameterServer.mode", "must be sync with %s: "
+                            "lbfgs (every pass evaluates the full batch at one set of parameters)", O);
+    if (s->ps.backup_workers != 0)
+        return rm_err_field(err, RM_EINVAL, "spec.parameterServer.backupWorkers", "must be 0 with "
+                            "%s: lbfgs (a straggler's portions are reissued to other workers instead)", O);
+    return RM_OK;
+}
+
 int rm_tj_validate(const rm_tj *tj, rm_err *err)
 {
     const rm_tj_spec *s = &tj->spec;
@@ -961,6 +1012,8 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
     if ((rc = ps_validate(s, err)))
         return rc;
     if ((rc = rm_par_validate(s, err)))
+        return rc;
+    if ((rc = lbfgs_validate(s, err)))
         return rc;
     /* An epoch is train_samples / global batch steps (the tail is dropped), so a global batch
      * larger than the training set makes epochs of zero steps: the group would re-form forever
@@ -1305,13 +1358,18 @@ cJSON *rm_training_to_json(const rm_training_spec *t)
     cJSON *op = cJSON_AddObjectToObject(o, "optimizer");
     if (op) {
         const rm_optimizer_spec *x = &t->optimizer;
-        cJSON_AddStringToObject(op, "type", opt_names[x->type <= RM_OPT_ADAGRAD ? x->type : 0]);
+        cJSON_AddStringToObject(op, "type", opt_names[x->type <= RM_OPT_LBFGS ? x->type : 0]);
         add_num(op, "lr", x->lr, t->set & RM_TR_SET_LR);
         add_num(op, "momentum", x->momentum, t->set & RM_TR_SET_MOMENTUM);
         add_num(op, "weightDecay", x->weight_decay, false);
         add_num(op, "beta1", x->beta1, t->set & RM_TR_SET_BETA1);
         add_num(op, "beta2", x->beta2, t->set & RM_TR_SET_BETA2);
         add_num(op, "eps", x->eps, t->set & RM_TR_SET_EPS);
+        add_num(op, "history", x->history, t->set & RM_TR_SET_HISTORY);
+        add_num(op, "portions", x->portions, t->set & RM_TR_SET_PORTIONS);
+        if (x->type == RM_OPT_LBFGS)
+            cJSON_AddStringToObject(op, "lineSearch",
+                                    rm_line_search_names[x->line_search <= RM_LS_FIXED ? x->line_search : 0]);
     }
     add_num(o, "warmupEpochs", t->warmup_epochs, t->set & RM_TR_SET_WARMUP);
     cJSON_AddStringToObject(o, "schedule", sched_names[t->schedule <= RM_SCHED_CONSTANT ? t->schedule : 0]);

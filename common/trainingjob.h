@@ -39,7 +39,10 @@
 typedef enum { RM_CLEAN_RUNNING = 0, RM_CLEAN_ALL, RM_CLEAN_NONE } rm_clean_policy;
 typedef enum { RM_MODE_TRAIN = 0, RM_MODE_BENCH } rm_mode;
 typedef enum { RM_SCHED_COSINE = 0, RM_SCHED_STEP, RM_SCHED_CONSTANT } rm_schedule;
-typedef enum { RM_OPT_SGD = 0, RM_OPT_ADAM, RM_OPT_ADAGRAD } rm_opt_type;
+typedef enum { RM_OPT_SGD = 0, RM_OPT_ADAM, RM_OPT_ADAGRAD, RM_OPT_LBFGS } rm_opt_type;
+/* spec.training.optimizer.lineSearch (lbfgs only; issue 13). */
+typedef enum { RM_LS_ARMIJO = 0, RM_LS_FIXED } rm_line_search;
+extern const char *const rm_line_search_names[];   /* "armijo", "fixed", NULL */
 /* spec.training.sharding (strategies.md; ZeRO stages 1-3 / FSDP): what each worker holds of the
  * optimizer state, the gradients and the parameters. */
 typedef enum { RM_SHARD_NONE = 0, RM_SHARD_OPTIMIZER, RM_SHARD_GRADIENTS, RM_SHARD_FULL } rm_sharding;
@@ -63,6 +66,13 @@ typedef struct rm_optimizer_spec {
     double momentum;        /* sgd; default 0.9 */
     double weight_decay;    /* default 0 */
     double beta1, beta2, eps; /* adam: 0.9, 0.999, 1e-8; adagrad eps 1e-10 */
+    /* lbfgs (Sandblaster, issue 13; only with spec.strategy parameterServer, mode sync): lr is the
+     * first trial step of each line search (armijo) or the step itself (fixed), not scaled by the
+     * batch; default 1. */
+    int history;            /* m, (s, y) pairs kept; default 10, 1..100 */
+    int portions;           /* P, portions each full-batch pass is cut into; default 64 */
+    rm_line_search line_search;   /* default armijo */
+    bool line_search_given;       /* lineSearch was in the input (an error with another type) */
 } rm_optimizer_spec;
 
 typedef struct rm_training_spec {
@@ -102,8 +112,10 @@ enum {
     RM_TR_SET_EPOCHS = 1u << 9, RM_TR_SET_BATCH = 1u << 10, RM_TR_SET_LR = 1u << 11,
     RM_TR_SET_EPS = 1u << 12, RM_TR_SET_STEP_GAMMA = 1u << 13, RM_TR_SET_STEP_EVERY = 1u << 14,
     RM_TR_SET_BENCH_MIN = 1u << 15, RM_TR_SET_BENCH_MAX = 1u << 16, RM_TR_SET_BENCH_FACTOR = 1u << 17,
-    RM_TR_SET_BENCH_ITERS = 1u << 18,
+    RM_TR_SET_BENCH_ITERS = 1u << 18, RM_TR_SET_HISTORY = 1u << 19, RM_TR_SET_PORTIONS = 1u << 20,
 };
+#define RM_LBFGS_MAX_HISTORY 100
+#define RM_LBFGS_MAX_PORTIONS 100000
 
 /* spec.strategy and spec.parameterServer (../shared/docs/strategies.md; issue 12). */
 typedef enum { RM_STRATEGY_ALLREDUCE = 0, RM_STRATEGY_PS } rm_strategy;

@@ -12,6 +12,7 @@ const char *rm_optim_name(rm_opt_type t)
     case RM_OPT_SGD: return "sgd";
     case RM_OPT_ADAM: return "adam";
     case RM_OPT_ADAGRAD: return "adagrad";
+    case RM_OPT_LBFGS: return "lbfgs";
     }
     return "?";
 }
@@ -22,7 +23,8 @@ int rm_optim_init(rm_optim *o, const rm_kernels *k, const rm_optimizer_spec *spe
     memset(o, 0, sizeof *o);
     if (!k || !spec || n == 0)
         return rm_errf(err, RM_EINVAL, "optimizer: bad arguments");
-    if (spec->type != RM_OPT_SGD && spec->type != RM_OPT_ADAM && spec->type != RM_OPT_ADAGRAD)
+    if (spec->type != RM_OPT_SGD && spec->type != RM_OPT_ADAM && spec->type != RM_OPT_ADAGRAD &&
+        spec->type != RM_OPT_LBFGS)
         return rm_errf(err, RM_EINVAL, "optimizer: unknown type %d", (int)spec->type);
     o->k = k;
     o->spec = *spec;
@@ -73,6 +75,11 @@ void rm_optim_update_range(const rm_optim *o, float *params, const float *grads,
     case RM_OPT_ADAGRAD:
         o->k->adagrad_update(params, grads, state[0], n, lr, (float)s->eps,
                              (float)s->weight_decay);
+        break;
+    case RM_OPT_LBFGS:
+        /* The L-BFGS update runs on the parameter servers (worker/lbfgs_coord.c); a worker of an
+         * lbfgs job only computes gradients. Here, for completeness, a plain gradient step. */
+        o->k->sgd_momentum_update(params, grads, state[0], n, lr, 0.0f, (float)s->weight_decay);
         break;
     }
 }

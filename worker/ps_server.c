@@ -32,6 +32,7 @@
 #include "worker/checkpoint.h"
 #include "worker/comm.h"
 #include "worker/faults.h"
+#include "worker/lbfgs_coord.h"
 #include "worker/model.h"
 #include "worker/net.h"
 #include "worker/optim.h"
@@ -96,6 +97,11 @@ struct server {
     rm_metrics *reg;
     rm_http_server *http;
     rm_series *m_pushes, *m_fetches, *m_dropped, *m_staleness, *m_version, *m_apply, *m_draws;
+
+    /* Sandblaster L-BFGS (optimizer lbfgs; worker/lbfgs_coord.h): this shard's vectors, and on
+     * server 0 the coordinator */
+    rm_lbfgs_shard *lb;
+    rm_lbfgs_coord *coord;
 };
 
 static rm_ratelimit g_ps_refuse_rl = RM_RATELIMIT_INIT(5, 10.0);
@@ -260,6 +266,59 @@ static int op_draw(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
     return RM_OK;
 }
 
+/* Sandblaster L-BFGS ops (worker/lbfgs_coord.h): refused unless the job's optimizer is lbfgs. */
+static int op_lb_vec(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
+{
+    (void)c;
+    if (!s->lb || q->worker != RM_LBFGS_COORD_ID) {
+        r->status = RM_PS_ST_BAD;
+        return RM_OK;
+    }
+    pthread_mutex_lock(&s->mu);
+    rm_lbfgs_shard_vec(s->lb, q, r);
+    if (r->b == 1) {   /* COMMIT: an accepted point; the version bump checkpoints it */
+        s->sync.version++;
+        applied(s, rm_mono());
+    }
+    pthread_mutex_unlock(&s->mu);
+    return RM_OK;
+}
+
+static int op_lb_push(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
+{
+    if (!s->lb) {
+        r->status = RM_PS_ST_BAD;
+        return RM_OK;
+    }
+    rm_series_inc(s->m_pushes, 1);
+    pthread_mutex_lock(&s->mu);
+    rm_lbfgs_shard_push(s->lb, q, c->buf, r);
+    pthread_mutex_unlock(&s->mu);
+    if (r->status == RM_PS_ST_DROPPED)
+        rm_series_inc(s->m_dropped, 1);
+    return RM_OK;
+}
+
+static int op_lb_claim(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
+{
+    (void)c;
+    if (!s->coord)
+        r->status = RM_PS_ST_BAD;
+    else
+        rm_lbfgs_coord_claim(s->coord, (int)q->worker, q, r);
+    return RM_OK;
+}
+
+static int op_lb_report(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
+{
+    (void)c;
+    if (!s->coord)
+        r->status = RM_PS_ST_BAD;
+    else
+        rm_lbfgs_coord_report(s->coord, (int)q->worker, q, r);
+    return RM_OK;
+}
+
 /* The op table: what a request may carry and who handles it. */
 static const struct {
     uint32_t op;
@@ -271,6 +330,10 @@ static const struct {
     {RM_PS_OP_FETCH, "fetch", false, op_fetch},
     {RM_PS_OP_PUSH, "push", true, op_push},
     {RM_PS_OP_DRAW, "draw", false, op_draw},
+    {RM_PS_OP_LB_VEC, "lb_vec", false, op_lb_vec},
+    {RM_PS_OP_LB_PUSH, "lb_push", true, op_lb_push},
+    {RM_PS_OP_LB_CLAIM, "lb_claim", false, op_lb_claim},
+    {RM_PS_OP_LB_REPORT, "lb_report", false, op_lb_report},
 };
 
 static void refuse(const char *who, const char *why)
@@ -323,6 +386,8 @@ static void *conn_main(void *arg)
             break;
     }
 out:
+    if (s->coord && worker >= 0)
+        rm_lbfgs_coord_worker_lost(s->coord, worker);   /* its portions go back to the queue */
     close(c->fd);
     free(c->buf);
     free(c);
@@ -610,6 +675,11 @@ static int setup(server *s, rm_err *err)
         rm_model_free(&m);
         RM_CHECK(rc);
     }
+    if (s->t.optimizer.type == RM_OPT_LBFGS) {   /* checkpoints every accepted point */
+        RM_CHECK(rm_lbfgs_shard_new(s->params, s->len, s->t.optimizer.history,
+                                    s->t.optimizer.portions, &s->lb, err));
+        s->ckpt_interval = 1;
+    }
     s->reg = rm_metrics_new();
     if (!s->reg)
         return rm_errf(err, RM_ENOMEM, "metrics: out of memory");
@@ -685,7 +755,19 @@ int rm_ps_server_main(int argc, char **argv)
         sigaction(SIGTERM, &sa, NULL);
         sigaction(SIGINT, &sa, NULL);
         signal(SIGPIPE, SIG_IGN);
-        if (pthread_create(&acc, NULL, accept_main, s) != 0)
+        /* server 0 hosts the L-BFGS coordinator; started before the acceptor, which reads
+         * s->coord (its own connections to this server wait in the listen backlog) */
+        if (s->lb && s->index == 0) {
+            rm_lbfgs_coord_cfg cc = {.t = &s->t, .world = s->world, .nservers = s->nservers,
+                                     .addrs = s->addrs, .token = s->token, .job = s->job,
+                                     .train_samples = rm_training_samples(&s->t),
+                                     .timeout_s = s->timeout_s, .reg = s->reg,
+                                     .state_dir = s->ckpt_dir};
+            rc = rm_lbfgs_coord_start(&cc, &s->coord, &err);
+        }
+        if (rc != RM_OK)
+            ;
+        else if (pthread_create(&acc, NULL, accept_main, s) != 0)
             rc = rm_errf(&err, RM_ERR, "parameter server: cannot start the acceptor");
         else
             acc_started = true;
@@ -709,6 +791,7 @@ int rm_ps_server_main(int argc, char **argv)
     } else {
         rm_error("parameter server failed err=\"%s\"", err.msg);
     }
+    rm_lbfgs_coord_stop(s->coord);
     if (acc_started) {
         pthread_mutex_lock(&s->mu);
         pthread_cond_broadcast(&s->cv);

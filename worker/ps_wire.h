@@ -36,7 +36,11 @@
 #define RM_PS_REFUSED 1u
 #define RM_PS_MAX_FLOATS (1u << 30) /* the largest model (RM_TJ_MAX_PARAMS) */
 
-enum { RM_PS_OP_INFO = 1, RM_PS_OP_FETCH, RM_PS_OP_PUSH, RM_PS_OP_DRAW, RM_PS_OP__COUNT };
+/* LB_* (Sandblaster L-BFGS, worker/lbfgs_coord.h): LB_VEC a vector op on the shard's L-BFGS
+ * vectors (from the coordinator), LB_PUSH a portion's gradient (shard payload), LB_CLAIM and
+ * LB_REPORT (server 0: the coordinator's portions). */
+enum { RM_PS_OP_INFO = 1, RM_PS_OP_FETCH, RM_PS_OP_PUSH, RM_PS_OP_DRAW, RM_PS_OP_LB_VEC,
+       RM_PS_OP_LB_PUSH, RM_PS_OP_LB_CLAIM, RM_PS_OP_LB_REPORT, RM_PS_OP__COUNT };
 enum { RM_PS_ST_OK = 0, RM_PS_ST_DROPPED, RM_PS_ST_TIMEOUT, RM_PS_ST_BAD, RM_PS_ST_DONE };
 
 typedef struct rm_ps_req {

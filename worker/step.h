@@ -169,4 +169,7 @@ const char *rm_step_strategy_names(void);
 extern const rm_step_ops rm_step_allreduce_ops;
 extern const rm_step_ops rm_step_ps_ops;   /* "parameterServer" (step_ps.c) */
 extern const rm_step_ops rm_step_pipeline_ops;   /* "pipeline" (step_pipeline.c; issue 15) */
+/* parameterServer with spec.training.optimizer.type lbfgs: Sandblaster L-BFGS (step_lbfgs.c;
+ * train.c picks it by the optimizer, not by name) */
+extern const rm_step_ops rm_step_lbfgs_ops;
 #endif

@@ -785,6 +785,8 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     if (par && *par && (!sname || !*sname || !strcmp(sname, "allreduce")))
         sname = "pipeline";
     t->strat = rm_step_strategy(sname && *sname ? sname : "allreduce");
+    if (t->strat == &rm_step_ps_ops && cfg->t.optimizer.type == RM_OPT_LBFGS)
+        t->strat = &rm_step_lbfgs_ops;   /* Sandblaster L-BFGS (issue 13) */
     if (!t->strat)
         return rm_err_field(err, RM_EINVAL, RM_ENV_STRATEGY, "unknown strategy \"%s\" (%s)",
                             sname, rm_step_strategy_names());

@@ -234,7 +234,7 @@ static void test_parse_rules(void)
           "spec.training.sharding: must be one of none, optimizer, gradients, full (got \"zero3\")" },
         { "spec.training.sharding", "3", "spec.training.sharding: must be a string" },
         { "spec.training.optimizer.type", "\"rmsprop\"",
-          "spec.training.optimizer.type: must be one of sgd, adam, adagrad (got \"rmsprop\")" },
+          "spec.training.optimizer.type: must be one of sgd, adam, adagrad, lbfgs (got \"rmsprop\")" },
         /* the object itself */
         { "metadata.name", NULL, "metadata.name: required" },
         { "metadata.name", "5", "metadata.name: must be a string" },
@@ -1048,6 +1048,89 @@ static void test_parallelism(void)
     cJSON_Delete(d);
 }
 
+/* spec.training.optimizer.type lbfgs (issue 13): defaults, round trip, and every rule that ties it
+ * to spec.strategy parameterServer / mode sync / backupWorkers 0, each naming its field. */
+static void test_lbfgs(void)
+{
+    rm_err e = { 0 };
+    rm_tj a;
+    cJSON *d = base_doc();
+    set_path(d, "spec.training.optimizer", "{\"type\": \"lbfgs\"}");
+    set_path(d, "spec.training.precision", NULL);
+    /* allreduce (the default strategy): refused, naming the optimizer type */
+    CU_ASSERT_EQUAL(check(d, &e), RM_EINVAL);
+    CU_ASSERT_STRING_EQUAL(e.msg, "spec.training.optimizer.type: lbfgs needs spec.strategy: "
+                                  "parameterServer (the parameters and the L-BFGS history live on "
+                                  "the server shards; spec.strategy is allreduce)");
+    set_path(d, "spec.strategy", "\"parameterServer\"");
+    set_path(d, "spec.parameterServer", "{\"replicas\": 2}");
+    set_path(d, "spec.backend", "\"ring\"");
+    CU_ASSERT_EQUAL_FATAL(check(d, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
+    rm_tj_defaults(&a);
+    const rm_optimizer_spec *o = &a.spec.training.optimizer;
+    CU_ASSERT_EQUAL(o->type, RM_OPT_LBFGS);
+    CU_ASSERT_EQUAL(o->history, 10);
+    CU_ASSERT_EQUAL(o->portions, 64);
+    CU_ASSERT_EQUAL(o->line_search, RM_LS_ARMIJO);
+    CU_ASSERT_DOUBLE_EQUAL(o->lr, 1.0, 0);
+    rm_tj_free(&a);
+    /* explicit values survive a round trip through the worker's JSON */
+    set_path(d, "spec.training.optimizer",
+             "{\"type\": \"lbfgs\", \"history\": 5, \"portions\": 16, \"lineSearch\": \"fixed\", \"lr\": 0.5}");
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
+    rm_tj_defaults(&a);
+    CU_ASSERT_EQUAL(rm_tj_validate(&a, &e), RM_OK);
+    cJSON *tj = rm_training_to_json(&a.spec.training);
+    rm_training_spec t;
+    CU_ASSERT_EQUAL_FATAL(rm_training_from_json(tj, "spec.training", &t, &e), RM_OK);
+    rm_training_defaults(&t);
+    CU_ASSERT_EQUAL(t.optimizer.type, RM_OPT_LBFGS);
+    CU_ASSERT_EQUAL(t.optimizer.history, 5);
+    CU_ASSERT_EQUAL(t.optimizer.portions, 16);
+    CU_ASSERT_EQUAL(t.optimizer.line_search, RM_LS_FIXED);
+    CU_ASSERT_DOUBLE_EQUAL(t.optimizer.lr, 0.5, 0);
+    rm_training_free(&t);
+    cJSON_Delete(tj);
+    rm_tj_free(&a);
+    static const struct { const char *path, *value, *msg; } bad[] = {
+        { "spec.parameterServer.mode", "\"async\"",
+          "spec.parameterServer.mode: must be sync with spec.training.optimizer.type: lbfgs (every "
+          "pass evaluates the full batch at one set of parameters)" },
+        { "spec.parameterServer.backupWorkers", "1",
+          "spec.parameterServer.backupWorkers: must be 0 with spec.training.optimizer.type: lbfgs (a "
+          "straggler's portions are reissued to other workers instead)" },
+        { "spec.training.optimizer.history", "0",
+          "spec.training.optimizer.history: must be between 1 and 100 (got 0)" },
+        { "spec.training.optimizer.history", "101",
+          "spec.training.optimizer.history: must be between 1 and 100 (got 101)" },
+        { "spec.training.optimizer.portions", "0",
+          "spec.training.optimizer.portions: must be between 1 and 100000 (got 0)" },
+        { "spec.training.optimizer.lineSearch", "\"wolfe\"",
+          "spec.training.optimizer.lineSearch: must be one of armijo, fixed (got \"wolfe\")" },
+        { "spec.training.precision", "\"bf16\"",
+          "spec.training.precision: must be fp32 with spec.training.optimizer.type: lbfgs" },
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cJSON *c = cJSON_Duplicate(d, 1);
+        set_path(c, "spec.training.optimizer", "{\"type\": \"lbfgs\"}");
+        set_path(c, bad[i].path, bad[i].value);
+        CU_ASSERT_EQUAL(check(c, &e), RM_EINVAL);
+        CU_ASSERT_STRING_EQUAL(e.msg, bad[i].msg);
+        cJSON_Delete(c);
+    }
+    /* the lbfgs-only fields with another optimizer name the field */
+    set_path(d, "spec.training.optimizer", "{\"type\": \"sgd\", \"portions\": 8}");
+    CU_ASSERT_EQUAL(check(d, &e), RM_EINVAL);
+    CU_ASSERT_STRING_EQUAL(e.msg, "spec.training.optimizer.portions: is only used with "
+                                  "spec.training.optimizer.type: lbfgs (type is sgd)");
+    set_path(d, "spec.training.optimizer", "{\"type\": \"adam\", \"lineSearch\": \"armijo\"}");
+    CU_ASSERT_EQUAL(check(d, &e), RM_EINVAL);
+    CU_ASSERT_STRING_EQUAL(e.msg, "spec.training.optimizer.lineSearch: is only used with "
+                                  "spec.training.optimizer.type: lbfgs (type is adam)");
+    cJSON_Delete(d);
+}
+
 void rm_suite_trainingjob(void)
 {
     static const rm_test_case cases[] = {
@@ -1063,6 +1146,7 @@ void rm_suite_trainingjob(void)
         { "round_trip", test_round_trip },
         { "sharding", test_sharding },
         { "parallelism", test_parallelism },
+        { "lbfgs", test_lbfgs },
         { "status_and_conditions", test_status_and_conditions },
         { "names", test_names },
         { "yaml_error_points_at_line", test_yaml_error_points_at_line },
