@@ -390,6 +390,18 @@ static int reply_waiting(rm_http_resp *resp, int epoch)
     return rm_http_reply_text(resp, 202, "application/json", buf);
 }
 
+/* 202 for a join that asked not to be held ("wait": 0): also how many workers joined the open
+ * round so far and whether `settle` seconds passed since the last join (the joiners are then the
+ * workers still alive: what parameter servers proceed with, rdzv.h "Polling joins"). */
+static int reply_waiting_count(rm_http_resp *resp, const job *j, double now)
+{
+    char buf[128];
+    snprintf(buf, sizeof buf, "{\"status\":\"waiting\",\"epoch\":%d,\"joined\":%d,\"settled\":%s}",
+             j->epoch, j->closed ? j->world : round_count(j),
+             !j->closed && now - j->last_join >= j->settle ? "true" : "false");
+    return rm_http_reply_text(resp, 202, "application/json", buf);
+}
+
 static int reply_cjson(rm_http_resp *resp, int status, cJSON *o)
 {
     if (!o)
@@ -431,22 +443,24 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
     int rc;
     const char *wid = NULL, *addr = NULL;
     int64_t last_epoch = 0;
+    double wait_s = JOIN_POLL_S;
     cJSON *body = rm_json_parse(req->body, req->body_len, &e);
     if (!body)
         return rm_http_reply_error(resp, 400, "join: %s", e.msg);
     if (!cJSON_IsObject(body) ||
         rm_json_str(body, "workerId", true, "", &wid, &e) < 0 ||
         rm_json_str(body, "addr", true, "", &addr, &e) < 0 ||
-        bad(rm_json_int(body, "lastEpoch", false, "", &last_epoch, &e))) {
+        bad(rm_json_int(body, "lastEpoch", false, "", &last_epoch, &e)) ||
+        bad(rm_json_num(body, "wait", false, "", &wait_s, &e))) {
         rc = rm_http_reply_error(resp, 400, "join: %s", e.msg[0] ? e.msg : "body must be an object");
         goto out;
     }
     if (!name_ok(wid, sizeof(((rm_rdzv_member *)0)->worker_id) - 1) || !addr_ok(addr) ||
-        last_epoch < -1 || last_epoch > 1000000000) {
-        rc = rm_http_reply_error(resp, 400, "join: bad workerId, addr or lastEpoch");
+        last_epoch < -1 || last_epoch > 1000000000 || !(wait_s >= 0 && wait_s <= JOIN_POLL_S)) {
+        rc = rm_http_reply_error(resp, 400, "join: bad workerId, addr, lastEpoch or wait");
         goto out;
     }
-    double deadline = rm_mono() + JOIN_POLL_S;
+    double deadline = rm_mono() + wait_s;
     int seen_epoch = 0;
     for (;;) {
         job *j = job_find(r, name);
@@ -480,7 +494,8 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
             break;
         }
         if (now >= deadline) {
-            rc = reply_waiting(resp, j->epoch);
+            rc = wait_s < JOIN_POLL_S ? reply_waiting_count(resp, j, rm_mono())
+                                      : reply_waiting(resp, j->epoch);
             break;
         }
         double wake = deadline;

@@ -84,6 +84,8 @@ struct server {
     int64_t version;             /* async: updates applied (sync: sync.version) */
     int64_t draws;               /* server 0, async: global batches handed out */
     rm_ps_clocks clocks;
+    rm_ps_view view;             /* sync: the newest view of the workers alive (ps_core.h) */
+    float lr;                    /* sync: the learning rate of the newest push */
     int64_t last_ckpt_version;
 
     /* concurrency */
@@ -170,11 +172,43 @@ static void staleness_wait(server *s, int worker, int64_t clock)
     }
 }
 
+/* Sync: take the request's view of the workers alive (ps_core.h); when it shrank the step in
+ * progress may now have its live - b gradients: apply it. Under mu. */
+static void sync_view(server *s, const rm_ps_req *q)
+{
+    if (!rm_ps_view_note(&s->view, q->group, (int)q->world))
+        return;
+    int need = rm_ps_sync_need_for(s->view.live, s->ps.backup_workers);
+    if (need != s->sync.need)
+        rm_info("workers alive changed; a step now waits for %d gradients epoch=%lld live=%d "
+                "version=%lld", need, (long long)s->view.epoch, s->view.live,
+                (long long)s->sync.version);
+    rm_ps_sync_set_need(&s->sync, need);
+}
+
+/* Sync: apply the step in progress if it has its gradients (the linear rule when fewer workers
+ * than the job's are alive). Under mu. */
+static void sync_maybe_apply(server *s, double t0)
+{
+    if (!rm_ps_sync_ready(&s->sync))
+        return;
+    int c = rm_ps_sync_average(&s->sync, s->gbuf);
+    float lr = s->lr * rm_ps_lr_scale(s->view.live, s->world);
+    rm_optim_step(&s->opt, s->params, s->gbuf, lr);
+    if (s->view.live < s->world)
+        rm_info("step applied with the survivors version=%lld gradients=%d live=%d lr=%.5f",
+                (long long)s->sync.version, c, s->view.live, (double)lr);
+    applied(s, t0);
+}
+
 static int op_fetch(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
 {
     pthread_mutex_lock(&s->mu);
-    double until = rm_mono() + s->timeout_s;
+    /* sync: answer "not yet" within a second, so the worker asks again with its newest view */
+    double until = rm_mono() + (s->ps.mode == RM_PS_SYNC && s->timeout_s > 1 ? 1 : s->timeout_s);
     if (s->ps.mode == RM_PS_SYNC) {
+        sync_view(s, q);
+        sync_maybe_apply(s, rm_mono());
         /* wait for the step in progress only: a shard further behind (restored from an older
          * checkpoint) answers at once, and the workers go back to its step to catch it up */
         while (!g_ps_term && s->sync.version + 1 == q->step && rm_mono() < until)
@@ -201,8 +235,8 @@ static int op_push(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
     pthread_mutex_lock(&s->mu);
     double t0 = rm_mono();
     if (s->ps.mode == RM_PS_SYNC) {
-        int world = q->world < 1 ? 1 : q->world > RM_PS_MAX_WORKERS ? RM_PS_MAX_WORKERS : (int)q->world;
-        rm_ps_sync_set_need(&s->sync, world - s->ps.backup_workers);
+        sync_view(s, q);
+        s->lr = q->lr;
         rm_ps_outcome o = rm_ps_sync_push(&s->sync, (int)q->worker, q->step, c->buf);
         if (o == RM_PS_AHEAD) {
             /* this shard was restored from a checkpoint older than the job's step: it follows the
@@ -226,11 +260,7 @@ static int op_push(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
         } else if (o == RM_PS_BAD) {
             r->status = RM_PS_ST_BAD;
         }
-        if (rm_ps_sync_ready(&s->sync)) {
-            rm_ps_sync_average(&s->sync, s->gbuf);
-            rm_optim_step(&s->opt, s->params, s->gbuf, q->lr);
-            applied(s, t0);
-        }
+        sync_maybe_apply(s, t0);
     } else {
         int64_t st = rm_ps_staleness(s->version, q->from_version);
         rm_series_observe(s->m_staleness, (double)st);
@@ -600,6 +630,7 @@ static int setup(server *s, rm_err *err)
         return rm_errf(err, RM_ENOMEM, "parameter server: out of memory");
     RM_CHECK(rm_optim_init(&s->opt, k, &s->t.optimizer, s->len, err));
     RM_CHECK(rm_ps_sync_init(&s->sync, s->len, 0, s->world - s->ps.backup_workers, err));
+    s->view = (rm_ps_view){0, s->world};
     if (!ckpt_restore(s)) {
         /* the same initial weights every worker's model would draw from the seed */
         rm_model m;

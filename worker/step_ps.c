@@ -233,6 +233,19 @@ static int exchange(rm_step *s, rm_ps_req q, const float *src, float *dst, rm_ps
     return RM_OK;
 }
 
+/* A request's view of the group (ps_core.h "the workers alive"): the driver's, else the round's. */
+static void set_view(const rm_step *s, rm_ps_req *q)
+{
+    long long v = s->env.view ? atomic_load(s->env.view) : 0;
+    int live = RM_STEP_VIEW_LIVE(v);
+    if (v && live >= 1) {
+        q->group = (uint32_t)RM_STEP_VIEW_EPOCH(v);
+        q->world = (uint32_t)live;
+    } else {
+        q->world = (uint32_t)(s->r.world > 0 ? s->r.world : 1);
+    }
+}
+
 /* Fetch every shard at a version >= want (sync; async: want 0), retrying servers that answer
  * "not yet" until the retry deadline. Sets ver[] and, for sync, version = the newest. */
 static int fetch_all(rm_step *s, int64_t want, rm_err *err)
@@ -243,6 +256,7 @@ static int fetch_all(rm_step *s, int64_t want, rm_err *err)
         rm_ps_req q = {.op = RM_PS_OP_FETCH, .worker = (uint32_t)s->worker,
                        .world = (uint32_t)s->r.world,
                        .step = s->ps.mode == RM_PS_SYNC ? want : s->clock};
+        set_view(s, &q);   /* asked again every second: the newest view each time */
         RM_CHECK(exchange(s, q, NULL, s->env.m->params, rep, err));
         bool late = false;
         int64_t oldest = INT64_MAX;
@@ -356,6 +370,7 @@ static int ps_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     if (s->ps.mode == RM_PS_SYNC) {
         rm_ps_req q = {.op = RM_PS_OP_PUSH, .worker = (uint32_t)s->worker, .world = (uint32_t)N,
                        .step = s->version, .from_version = s->version, .lr = lr};
+        set_view(s, &q);
         RM_CHECK(exchange(s, q, m->grads, NULL, rep, err));
         RM_CHECK(fetch_all(s, s->version + 1, err));
     } else {
