@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/ratelimit.h"
+#include "common/rdzv.h"
 #include "common/trainingjob.h"
 #include "common/worker_env.h"
 #include "kernels/kernels.h"
@@ -73,6 +74,9 @@ struct server {
     double timeout_s;
     char metrics_addr[128];
     rm_faults faults;
+    rm_rdzv_client *rdzv;        /* RINGMASTER_RENDEZVOUS: where this server registers (NULL: none) */
+    char advertise[128];         /* the host workers reach this server at (port: s->port) */
+    double registered_at;        /* monotonic; 0: not yet */
 
     /* shard */
     rm_model_shape shape;
@@ -509,6 +513,30 @@ static void ckpt_write(server *s, char *stage, bool force)
             rm_mono() - t0);
 }
 
+/* ---- registration with the rendezvous (rdzv.h "Servers") ----
+ * Workers find servers through the rendezvous, as they find each other: a cluster's names need no
+ * DNS and a replacement at a new address is found by the workers' next reconnect. Registered at
+ * start and again every 10 s (the rendezvous may have restarted: an operator fail-over). */
+static void rdzv_register(server *s)
+{
+    if (!s->rdzv || (s->registered_at > 0 && rm_mono() - s->registered_at < 10))
+        return;
+    rm_err e = {0};
+    char addr[160];
+    snprintf(addr, sizeof addr, "%.100s:%d", s->advertise, s->port);
+    int rc = rm_rdzv_server_register(s->rdzv, s->index, addr, &e);
+    if (rc == RM_OK) {
+        if (s->registered_at == 0)
+            rm_info("registered with the rendezvous addr=%s", addr);
+        s->registered_at = rm_mono();
+    } else if (rc == RM_ECLOSED) {
+        s->registered_at = rm_mono();   /* the job finished: nothing to serve for */
+    } else {
+        rm_warn("rendezvous registration failed, retrying err=\"%s\"", e.msg);
+        s->registered_at = rm_mono() - 9;   /* again in about a second */
+    }
+}
+
 /* ---- settings ---- */
 
 static int env_int(const char *name, int lo, int hi, int dflt, int *out, rm_err *err)
@@ -574,6 +602,15 @@ static int settings(server *s, int argc, char **argv, rm_err *err)
     char host[128];
     RM_CHECK(rm_comm_split_addr(s->addrs[s->index], host, sizeof host, &s->port, err));
     snprintf(s->bind, sizeof s->bind, "%s", (v = getenv(RM_ENV_BIND_ADDR)) && *v ? v : "0.0.0.0");
+    /* where workers reach us: the bind address when it names one, else the listed host */
+    snprintf(s->advertise, sizeof s->advertise, "%s",
+             strcmp(s->bind, "0.0.0.0") && strcmp(s->bind, "::") ? s->bind : host);
+    if ((v = getenv(RM_ENV_RENDEZVOUS)) && *v) {
+        s->rdzv = rm_rdzv_client_new(v, s->job, s->token, "ps");
+        if (!s->rdzv)
+            return rm_err_field(err, RM_EINVAL, RM_ENV_RENDEZVOUS, "cannot use \"%s\" (with job %s)",
+                                v, s->job);
+    }
     if ((v = getenv(RM_ENV_CHECKPOINT_DIR)) && *v)
         snprintf(s->ckpt_dir, sizeof s->ckpt_dir, "%s/ps-%d", v, s->index);
     s->timeout_s = 10;
@@ -730,6 +767,7 @@ int rm_ps_server_main(int argc, char **argv)
                 s->ps.staleness_bound, (long long)cur_version(s),
                 rm_optim_name(s->t.optimizer.type), s->metrics_addr[0] ? s->metrics_addr : "off");
         while (!g_ps_term) {
+            rdzv_register(s);
             struct timespec ts = {0, 200 * 1000000L};
             nanosleep(&ts, NULL);
             ckpt_write(s, stage, false);
@@ -748,5 +786,6 @@ int rm_ps_server_main(int argc, char **argv)
     }
     /* connection threads are detached and may still hold the shard: exit without freeing it */
     rm_http_stop(s->http);
+    rm_rdzv_client_free(s->rdzv);
     return rc ? (err.field[0] ? 2 : 1) : 0;
 }

@@ -576,6 +576,9 @@ typedef struct reporter {
     bool detached;              /* set before the thread starts */
     const char *my_addr;        /* borrowed from the trainer */
     atomic_int regroup_from;    /* the epoch being left; 0: none */
+    atomic_int joining_epoch;   /* the epoch of the round joined in the background: what the
+                                   reports say meanwhile (the controller then counts this worker
+                                   as a member of the round it is in, not a stray to re-form for) */
     atomic_llong view;          /* RM_STEP_VIEW(epoch, workers alive) for the strategy (step.h) */
     atomic_int new_rank, new_world, new_epoch;   /* a round that closed in the background
                                                     (new_epoch written last) */
@@ -1353,6 +1356,8 @@ static void regroup_poll(reporter *r)
     bool settled = false;
     rm_err e = {0};
     int rc = rm_rdzv_join_poll(r->client, r->my_addr, from, 0, &rr, &joined, &settled, &e);
+    if ((rc == RM_OK || rc == RM_EAGAIN) && rr.epoch > from)
+        atomic_store(&r->joining_epoch, rr.epoch);
     if (rc == RM_OK) {
         atomic_store(&r->new_rank, rr.rank);
         atomic_store(&r->new_world, rr.world_size);
@@ -1419,6 +1424,15 @@ static void *reporter_main(void *arg)
         }
         if (atomic_load(&r->regroup_from) > 0)
             regroup_poll(r);
+        if (r->detached) {   /* report the round joined in the background, not the one left */
+            int je = atomic_load(&r->joining_epoch), ne = atomic_load(&r->new_epoch);
+            if (ne > rep.epoch) {
+                rep.epoch = ne;
+                rep.rank = atomic_load(&r->new_rank);
+            } else if (atomic_load(&r->regroup_from) > 0 && je > rep.epoch) {
+                rep.epoch = je;
+            }
+        }
         rm_rdzv_action act = RM_RDZV_CONTINUE;
         int cur = 0;
         rm_err e = {0};
@@ -1802,6 +1816,7 @@ static int run_round_claimed(trainer *t, rm_err *err)
     const rm_train_cfg *cfg = t->cfg;
     /* a round formed the ordinary way: no background re-join is pending for it */
     atomic_store(&t->rp.regroup_from, 0);
+    atomic_store(&t->rp.joining_epoch, 0);
     atomic_store(&t->rp.new_epoch, t->rdzv_epoch);
     atomic_store(&t->rp.view, RM_STEP_VIEW(t->rdzv_epoch, t->world));
     t->rep_t = rm_mono();

@@ -1062,6 +1062,54 @@ static void test_join_poll(void)
     fx_stop(&f);
 }
 
+/* Parameter servers register their addresses; workers read them (rdzv.h "Servers"). */
+static void test_servers_registry(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, 2, 2, 0) == 0);
+    rm_rdzv_client *ps = rm_rdzv_client_new(f.url, JOB, TOKEN, "ps");
+    rm_rdzv_client *w = rm_rdzv_client_new(f.url, JOB, TOKEN, "0");
+    rm_rdzv_client *bad = rm_rdzv_client_new(f.url, JOB, "wrong-token-0123456789", "0");
+    CU_ASSERT_FATAL(ps && w && bad);
+    static char got[8][128];
+    int n = -1;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(rm_rdzv_servers(w, got, 8, &n, &e), RM_OK);
+    CU_ASSERT_EQUAL(n, 0);   /* none yet */
+    CU_ASSERT_EQUAL(rm_rdzv_server_register(ps, 1, "127.0.0.7:29600", &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_rdzv_servers(w, got, 8, &n, &e), RM_OK);
+    CU_ASSERT_EQUAL(n, 2);
+    CU_ASSERT_STRING_EQUAL(got[0], "");   /* server 0 not yet */
+    CU_ASSERT_STRING_EQUAL(got[1], "127.0.0.7:29600");
+    CU_ASSERT_EQUAL(rm_rdzv_server_register(ps, 0, "127.0.0.6:29600", &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_rdzv_server_register(ps, 1, "127.0.0.9:29600", &e), RM_OK);   /* replaced */
+    CU_ASSERT_EQUAL(rm_rdzv_servers(w, got, 8, &n, &e), RM_OK);
+    CU_ASSERT_EQUAL(n, 2);
+    CU_ASSERT_STRING_EQUAL(got[0], "127.0.0.6:29600");
+    CU_ASSERT_STRING_EQUAL(got[1], "127.0.0.9:29600");
+    CU_ASSERT_EQUAL(rm_rdzv_servers(w, got, 1, &n, &e), RM_OK);   /* capped by the caller */
+    CU_ASSERT_EQUAL(n, 1);
+    /* strangers and bad input */
+    CU_ASSERT_EQUAL(rm_rdzv_server_register(bad, 0, "127.0.0.66:1", &e), RM_EAUTH);
+    CU_ASSERT_EQUAL(rm_rdzv_servers(bad, got, 8, &n, &e), RM_EAUTH);
+    CU_ASSERT_EQUAL(rm_rdzv_server_register(ps, 64, "127.0.0.1:1", &e), RM_EINVAL);
+    static const char *const bodies[] = {"{}", "[]", "{\"addr\":\"no port\"}", "{\"addr\":5}"};
+    for (size_t i = 0; i < RM_ARRAY_LEN(bodies); i++)
+        CU_ASSERT_EQUAL(raw(&f, "PUT", P("/servers/0"), BEARER, bodies[i], strlen(bodies[i]), NULL),
+                        400);
+    CU_ASSERT_EQUAL(raw(&f, "PUT", P("/servers/64"), BEARER, "{\"addr\":\"127.0.0.1:1\"}", 22, NULL),
+                    400);
+    CU_ASSERT_EQUAL(raw(&f, "PUT", P("/servers/x"), BEARER, "{\"addr\":\"127.0.0.1:1\"}", 22, NULL),
+                    400);
+    CU_ASSERT_EQUAL(raw(&f, "POST", P("/servers"), BEARER, "", 0, NULL), 405);
+    CU_ASSERT_EQUAL(rm_rdzv_servers(w, got, 8, &n, &e), RM_OK);
+    CU_ASSERT_STRING_EQUAL(got[0], "127.0.0.6:29600");   /* nothing bad got in */
+    rm_rdzv_client_free(ps);
+    rm_rdzv_client_free(w);
+    rm_rdzv_client_free(bad);
+    fx_stop(&f);
+}
+
 void rm_suite_rdzv(void)
 {
     static const rm_test_case cases[] = {
@@ -1083,6 +1131,7 @@ void rm_suite_rdzv(void)
         {"bad_token_logs_rate_limited", test_bad_token_logs_rate_limited},
         {"sigint_flag_ends_join_long_poll", test_join_cancel},
         {"polling_join_counts_settles_never_held", test_join_poll},
+        {"parameter_servers_register_workers_read", test_servers_registry},
     };
     RM_ADD_SUITE("rdzv", NULL, NULL, cases);
 }
