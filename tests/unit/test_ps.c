@@ -550,7 +550,7 @@ static void test_ps_pods(void)
     rm_err e = {0};
     CU_ASSERT_EQUAL_FATAL(parse_job("  strategy: parameterServer\n  parameterServer: {replicas: 2, "
                                     "mode: async}\n", &tj, &e), RM_OK);
-    cJSON *pod = rm_kube_ps_pod(&tj, 1, NULL, -1, &e);
+    cJSON *pod = rm_kube_ps_pod(&tj, 1, "http://rdzv:29400", NULL, -1, &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
     const cJSON *md = cJSON_GetObjectItem(pod, "metadata"), *lb = cJSON_GetObjectItem(md, "labels");
     CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(md, "name")), "ps-ps-1");
@@ -561,6 +561,8 @@ static void test_ps_pods(void)
     CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_PS_INDEX, NULL), "1");
     CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_PS_ADDRS, NULL), "ps-ps-0.ps:29600,ps-ps-1.ps:29600");
     CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_WORLD_SIZE, NULL), "4");
+    /* it registers its address there: workers find it without cluster DNS */
+    CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_RENDEZVOUS, NULL), "http://rdzv:29400");
     bool secret = false;
     CU_ASSERT_PTR_NOT_NULL(pod_env(pod, RM_ENV_TOKEN, &secret));
     CU_ASSERT(secret);   /* from the job's Secret, never inline */
@@ -586,6 +588,6 @@ static void test_ps_pods(void)
     CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_PS_ADDRS, NULL), "ps-ps-0.ps:29600,ps-ps-1.ps:29600");
     cJSON_Delete(pod);
     /* an index past the servers is refused */
-    CU_ASSERT_PTR_NULL(rm_kube_ps_pod(&tj, 2, NULL, -1, &e));
+    CU_ASSERT_PTR_NULL(rm_kube_ps_pod(&tj, 2, NULL, NULL, -1, &e));
     rm_tj_free(&tj);
 }
