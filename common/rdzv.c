@@ -86,6 +86,7 @@ typedef struct job {
     rm_rdzv_eval evals[RM_RDZV_MAX_EVALS];   /* rank 0's, ascending epoch; kept across rounds */
     int nevals;
     double memmax[5];      /* largest reported: params, grads, optimizer, activations, peak RSS */
+    char servers[RM_RDZV_MAX_SERVERS][64];   /* parameter servers' addresses by index ("" none) */
 } job;
 
 struct rm_rdzv {
@@ -390,6 +391,18 @@ static int reply_waiting(rm_http_resp *resp, int epoch)
     return rm_http_reply_text(resp, 202, "application/json", buf);
 }
 
+/* 202 for a join that asked not to be held ("wait": 0): also how many workers joined the open
+ * round so far and whether `settle` seconds passed since the last join (the joiners are then the
+ * workers still alive: what parameter servers proceed with, rdzv.h "Polling joins"). */
+static int reply_waiting_count(rm_http_resp *resp, const job *j, double now)
+{
+    char buf[128];
+    snprintf(buf, sizeof buf, "{\"status\":\"waiting\",\"epoch\":%d,\"joined\":%d,\"settled\":%s}",
+             j->epoch, j->closed ? j->world : round_count(j),
+             !j->closed && now - j->last_join >= j->settle ? "true" : "false");
+    return rm_http_reply_text(resp, 202, "application/json", buf);
+}
+
 static int reply_cjson(rm_http_resp *resp, int status, cJSON *o)
 {
     if (!o)
@@ -431,22 +444,24 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
     int rc;
     const char *wid = NULL, *addr = NULL;
     int64_t last_epoch = 0;
+    double wait_s = JOIN_POLL_S;
     cJSON *body = rm_json_parse(req->body, req->body_len, &e);
     if (!body)
         return rm_http_reply_error(resp, 400, "join: %s", e.msg);
     if (!cJSON_IsObject(body) ||
         rm_json_str(body, "workerId", true, "", &wid, &e) < 0 ||
         rm_json_str(body, "addr", true, "", &addr, &e) < 0 ||
-        bad(rm_json_int(body, "lastEpoch", false, "", &last_epoch, &e))) {
+        bad(rm_json_int(body, "lastEpoch", false, "", &last_epoch, &e)) ||
+        bad(rm_json_num(body, "wait", false, "", &wait_s, &e))) {
         rc = rm_http_reply_error(resp, 400, "join: %s", e.msg[0] ? e.msg : "body must be an object");
         goto out;
     }
     if (!name_ok(wid, sizeof(((rm_rdzv_member *)0)->worker_id) - 1) || !addr_ok(addr) ||
-        last_epoch < -1 || last_epoch > 1000000000) {
-        rc = rm_http_reply_error(resp, 400, "join: bad workerId, addr or lastEpoch");
+        last_epoch < -1 || last_epoch > 1000000000 || !(wait_s >= 0 && wait_s <= JOIN_POLL_S)) {
+        rc = rm_http_reply_error(resp, 400, "join: bad workerId, addr, lastEpoch or wait");
         goto out;
     }
-    double deadline = rm_mono() + JOIN_POLL_S;
+    double deadline = rm_mono() + wait_s;
     int seen_epoch = 0;
     for (;;) {
         job *j = job_find(r, name);
@@ -480,7 +495,8 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
             break;
         }
         if (now >= deadline) {
-            rc = reply_waiting(resp, j->epoch);
+            rc = wait_s < JOIN_POLL_S ? reply_waiting_count(resp, j, rm_mono())
+                                      : reply_waiting(resp, j->epoch);
             break;
         }
         double wake = deadline;
@@ -491,6 +507,57 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
 out:
     cJSON_Delete(body);
     return rc;
+}
+
+/* Parameter servers (rdzv.h "Servers"): PUT servers/I {"addr"} registers server I's address
+ * (a replacement overwrites it); GET servers lists them. Under r->mu. */
+static int handle_server_put(job *j, const char *idx, const rm_http_req *req, rm_http_resp *resp)
+{
+    char *end;
+    errno = 0;
+    long i = strtol(idx, &end, 10);
+    if (errno || end == idx || *end || i < 0 || i >= RM_RDZV_MAX_SERVERS)
+        return rm_http_reply_error(resp, 400, "servers/INDEX: INDEX must be 0..%d",
+                                   RM_RDZV_MAX_SERVERS - 1);
+    if (j->stopped)
+        return reply_stop(resp);
+    rm_err e = {0};
+    const char *addr = NULL;
+    cJSON *body = rm_json_parse(req->body, req->body_len, &e);
+    int rc;
+    if (!cJSON_IsObject(body) || rm_json_str(body, "addr", true, "", &addr, &e) < 0 ||
+        !addr_ok(addr) || strlen(addr) >= sizeof j->servers[0]) {
+        rc = rm_http_reply_error(resp, 400, "servers: body must be {\"addr\":\"host:port\"}");
+    } else {
+        if (strcmp(j->servers[i], addr) != 0)
+            rm_info("parameter server registered job=%s index=%ld addr=%s", j->name, i, addr);
+        snprintf(j->servers[i], sizeof j->servers[i], "%s", addr);
+        rc = rm_http_reply_text(resp, 204, "application/json", "");
+    }
+    cJSON_Delete(body);
+    return rc;
+}
+
+static int handle_servers_get(const job *j, rm_http_resp *resp)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *a = o ? cJSON_AddArrayToObject(o, "servers") : NULL;
+    int n = 0;
+    for (int i = 0; i < RM_RDZV_MAX_SERVERS; i++)
+        if (j->servers[i][0])
+            n = i + 1;
+    for (int i = 0; a && i < n; i++) {
+        cJSON *x = cJSON_CreateString(j->servers[i]);
+        if (!x || !cJSON_AddItemToArray(a, x)) {
+            cJSON_Delete(x);
+            a = NULL;
+        }
+    }
+    if (!a) {
+        cJSON_Delete(o);
+        o = NULL;
+    }
+    return reply_cjson(resp, 200, o);
 }
 
 /* "kv/EPOCH/KEY" → epoch and key; false if malformed. */
@@ -789,6 +856,16 @@ static int dispatch(rm_rdzv *r, const char *name, const char *rest, const rm_htt
         if (!post)
             goto bad_method;
         return handle_report(r, j, req, resp);
+    }
+    if (strcmp(rest, "servers") == 0) {
+        if (!get)
+            goto bad_method;
+        return handle_servers_get(j, resp);
+    }
+    if (strncmp(rest, "servers/", 8) == 0) {
+        if (!put)
+            goto bad_method;
+        return handle_server_put(j, rest + 8, req, resp);
     }
     if (strncmp(rest, "kv/", 3) == 0) {
         int epoch;

@@ -18,6 +18,15 @@
  *        so far, at most RM_RDZV_MAX_EVALS: an epoch shorter than the report period is not lost)}
  *        → 200 {"epoch":CURRENT,"action":"continue"|"rejoin"|"stop"}
  *   GET  /v1/jobs/NS/NAME   → the job's rendezvous state (debugging)
+ * Servers (parameter servers, strategies.md "Roles"): servers register where they serve, workers
+ *        read the list (a replaced server overwrites its entry; cluster names need no DNS):
+ *   PUT  /v1/jobs/NS/NAME/servers/I   {"addr":"host:port"}, I in 0..RM_RDZV_MAX_SERVERS-1 → 204
+ *   GET  /v1/jobs/NS/NAME/servers     → 200 {"servers":["host:port" | "" (not yet), ...]} (index order)
+ * Polling joins: a join body may carry "wait": seconds (0..10, default 10) to hold it less; such
+ *        a join's 202 also says {"joined":n,"settled":bool}: the workers in the open round so far,
+ *        and whether `settle` seconds passed since the last of them joined. Workers that never
+ *        talk to each other (parameter servers) re-join that way from their reporter while they
+ *        go on training, and take a settled count as the workers still alive.
  *
  * Epochs start at 1; a worker that never trained sends lastEpoch 0 (or -1).
  * Rounds: epoch E's round opens empty; each join adds (workerId, addr). It closes when `desired`
@@ -40,6 +49,7 @@
 
 #define RM_RDZV_MAX_WORLD RM_MAX_WORLD   /* common/rm.h */
 #define RM_RDZV_MAX_KV 65536
+#define RM_RDZV_MAX_SERVERS 64           /* parameter servers per job (RM_PS_MAX_SERVERS) */
 /* End-of-epoch evaluations kept per job (rank 0's, one per training epoch, the first ones): what
  * the controller copies into status.progress.evaluations for a sweep's early stopping. */
 #define RM_RDZV_MAX_EVALS 64
@@ -157,6 +167,18 @@ void rm_rdzv_client_set_cancel(rm_rdzv_client *c, const volatile sig_atomic_t *f
  * stop. my_addr is where this worker's ring listener accepts. */
 int rm_rdzv_join(rm_rdzv_client *c, const char *my_addr, int last_epoch, double timeout_s,
                  rm_rdzv_round *out, rm_err *err);
+/* Polling join (see "Polling joins"): one join held at most wait_s (0..10) seconds. RM_OK: the
+ * round closed, out filled; RM_EAGAIN: still open, *joined / *settled (either may be NULL) say how
+ * many joined it and whether they settled (for an epoch other than the last_epoch + 1 the worker
+ * expects, out->epoch tells which). Errors as rm_rdzv_join. */
+int rm_rdzv_join_poll(rm_rdzv_client *c, const char *my_addr, int last_epoch, double wait_s,
+                      rm_rdzv_round *out, int *joined, bool *settled, rm_err *err);
+/* Register parameter server `index` at addr ("host:port"). Retries no-answer for a few
+ * seconds; RM_ENOTFOUND while the job is not registered yet (the caller retries). */
+int rm_rdzv_server_register(rm_rdzv_client *c, int index, const char *addr, rm_err *err);
+/* The servers' addresses: addrs[i] (cap bytes each) for i < *n (at most max; "" where server i has
+ * not registered yet). */
+int rm_rdzv_servers(rm_rdzv_client *c, char (*addrs)[128], int max, int *n, rm_err *err);
 int rm_rdzv_kv_put(rm_rdzv_client *c, int epoch, const char *key, const void *val, size_t len,
                    rm_err *err);
 /* *val owned (free()). RM_ETIMEDOUT when not published within timeout_s; RM_EEPOCH if gone. */

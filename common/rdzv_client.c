@@ -279,6 +279,110 @@ int rm_rdzv_join(rm_rdzv_client *c, const char *my_addr, int last_epoch, double 
     return rc;
 }
 
+int rm_rdzv_join_poll(rm_rdzv_client *c, const char *my_addr, int last_epoch, double wait_s,
+                      rm_rdzv_round *out, int *joined, bool *settled, rm_err *err)
+{
+    if (joined)
+        *joined = 0;
+    if (settled)
+        *settled = false;
+    if (!c || !my_addr || !out || !(wait_s >= 0 && wait_s <= 10))
+        return rm_errf(err, RM_EINVAL, "rendezvous join: bad arguments");
+    memset(out, 0, sizeof *out);
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "workerId", c->worker_id);
+    cJSON_AddStringToObject(o, "addr", my_addr);
+    cJSON_AddNumberToObject(o, "lastEpoch", last_epoch);
+    cJSON_AddNumberToObject(o, "wait", wait_s);
+    char *body = rm_json_print(o);
+    cJSON_Delete(o);
+    if (!body)
+        return rm_errf(err, RM_ENOMEM, "rendezvous join: out of memory");
+    rm_httpc_resp resp;
+    int rc = call(c, "POST", "/join", "application/json", body, strlen(body),
+                  rm_mono() + wait_s + SHORT_TRY_S, wait_s + SHORT_TRY_S, MAX_REPLY, &resp, err);
+    free(body);
+    if (rc < 0)
+        return rc;
+    if (resp.status == 200) {
+        rc = parse_round(resp.body, out, err);
+    } else if (resp.status == 202) {
+        rc = RM_EAGAIN;
+        cJSON *w = cJSON_Parse(resp.body);
+        const cJSON *ep = cJSON_GetObjectItemCaseSensitive(w, "epoch");
+        const cJSON *jn = cJSON_GetObjectItemCaseSensitive(w, "joined");
+        if (cJSON_IsNumber(ep) && ep->valuedouble >= 0 && ep->valuedouble < 1e9)
+            out->epoch = (int)ep->valuedouble;
+        if (joined && cJSON_IsNumber(jn) && jn->valuedouble >= 0 &&
+            jn->valuedouble <= RM_RDZV_MAX_WORLD)
+            *joined = (int)jn->valuedouble;
+        if (settled)
+            *settled = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(w, "settled"));
+        cJSON_Delete(w);
+    } else {
+        rc = status_err(&resp, "join", err);
+    }
+    rm_httpc_resp_free(&resp);
+    return rc;
+}
+
+int rm_rdzv_server_register(rm_rdzv_client *c, int index, const char *addr, rm_err *err)
+{
+    if (!c || !addr || index < 0 || index >= RM_RDZV_MAX_SERVERS || strlen(addr) >= 64)
+        return rm_errf(err, RM_EINVAL, "rendezvous server register: bad arguments");
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "addr", addr);
+    char *body = rm_json_print(o);
+    cJSON_Delete(o);
+    if (!body)
+        return rm_errf(err, RM_ENOMEM, "rendezvous server register: out of memory");
+    char suffix[32];
+    snprintf(suffix, sizeof suffix, "/servers/%d", index);
+    rm_httpc_resp resp;
+    int rc = call(c, "PUT", suffix, "application/json", body, strlen(body),
+                  rm_mono() + SHORT_TRY_S, SHORT_TRY_S, 4096, &resp, err);
+    free(body);
+    if (rc < 0)
+        return rc;
+    rc = resp.status / 100 == 2 ? RM_OK : status_err(&resp, "server register", err);
+    rm_httpc_resp_free(&resp);
+    return rc;
+}
+
+int rm_rdzv_servers(rm_rdzv_client *c, char (*addrs)[128], int max, int *n, rm_err *err)
+{
+    *n = 0;
+    if (!c || !addrs || max < 1)
+        return rm_errf(err, RM_EINVAL, "rendezvous servers: bad arguments");
+    rm_httpc_resp resp;
+    int rc = call(c, "GET", "/servers", "application/json", NULL, 0, rm_mono() + SHORT_TRY_S,
+                  SHORT_TRY_S, 64 * 1024, &resp, err);
+    if (rc < 0)
+        return rc;
+    if (resp.status != 200) {
+        rc = status_err(&resp, "servers", err);
+        rm_httpc_resp_free(&resp);
+        return rc;
+    }
+    cJSON *o = resp.body ? cJSON_Parse(resp.body) : NULL;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "servers"), *x;
+    rc = cJSON_IsArray(a) ? RM_OK
+                          : rm_errf(err, RM_EPROTO, "rendezvous servers: bad reply (no servers array)");
+    cJSON_ArrayForEach(x, a) {
+        if (rc || *n >= max)
+            break;
+        if (!cJSON_IsString(x) || strlen(x->valuestring) >= 128) {
+            rc = rm_errf(err, RM_EPROTO, "rendezvous servers: bad entry %d", *n);
+            break;
+        }
+        snprintf(addrs[*n], 128, "%s", x->valuestring);
+        (*n)++;
+    }
+    cJSON_Delete(o);
+    rm_httpc_resp_free(&resp);
+    return rc;
+}
+
 int rm_rdzv_kv_put(rm_rdzv_client *c, int epoch, const char *key, const void *val, size_t len,
                    rm_err *err)
 {

@@ -168,6 +168,8 @@ int rm_launch_build_ps(const rm_tj *job, int index, const rm_launch_placement *p
     }
     ENV(&b, RM_ENV_ROLE, "ps");
     ENV(&b, RM_ENV_PS_INDEX, "%d", index);
+    if (p->rdzv_url && *p->rdzv_url)   /* servers register their address there (rdzv.h) */
+        ENV(&b, RM_ENV_RENDEZVOUS, "%s", p->rdzv_url);
     ENV(&b, RM_ENV_JOB, "%s/%s", job->namespace_ ? job->namespace_ : "default", job->name);
     if (p->token)
         ENV(&b, RM_ENV_TOKEN, "%s", p->token);

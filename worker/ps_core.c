@@ -140,3 +140,27 @@ bool rm_ps_clocks_may_proceed(const rm_ps_clocks *c, int worker, int64_t step, i
     int64_t m = rm_ps_clocks_min(c, now, dead_after);
     return m == INT64_MAX || step - m <= bound;
 }
+
+bool rm_ps_view_note(rm_ps_view *v, int64_t epoch, int live)
+{
+    if (live < 1 || live > RM_PS_MAX_WORKERS || epoch < 0)
+        return false;
+    if (epoch < v->epoch || (epoch == v->epoch && live <= v->live))
+        return false;
+    v->epoch = epoch;
+    v->live = live;
+    return true;
+}
+
+int rm_ps_sync_need_for(int live, int backups)
+{
+    int n = live - (backups > 0 ? backups : 0);
+    return n < 1 ? 1 : n;
+}
+
+float rm_ps_lr_scale(int live, int n)
+{
+    if (n < 1 || live >= n)
+        return 1.0f;
+    return live < 1 ? 1.0f / (float)n : (float)live / (float)n;
+}

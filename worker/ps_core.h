@@ -62,6 +62,27 @@ int rm_ps_sync_average(rm_ps_sync *s, float *out);
 /* Is the step in progress complete (count >= need, count > 0)? */
 bool rm_ps_sync_ready(const rm_ps_sync *s);
 
+/* ---- the workers alive (who a synchronous step waits for; strategies.md "Failure semantics") ----
+ * Every request carries the worker's view of the group: the rendezvous epoch of that view and how
+ * many workers are alive in it — the round's world, or, once the controller declared a worker dead
+ * (it opens the next epoch) and the survivors' re-joins settled, how many re-joined. Within one
+ * epoch the count only grows (joiners accumulate; another death opens another epoch), so the
+ * newest view is the greatest (epoch, live); an older one, still carried by a worker that has not
+ * heard yet, is ignored. A step then waits for live - b gradients (at least 1), so with b = 0 the
+ * servers proceed with the survivors and take the replacement back when its round closes. */
+typedef struct rm_ps_view {
+    int64_t epoch;
+    int live;
+} rm_ps_view;
+/* Take (epoch, live) when it is newer than *v; true when *v changed. A live outside
+ * 1..RM_PS_MAX_WORKERS or a negative epoch is ignored. */
+bool rm_ps_view_note(rm_ps_view *v, int64_t epoch, int live);
+/* Gradients a synchronous step waits for: live - backups, at least 1. */
+int rm_ps_sync_need_for(int live, int backups);
+/* The learning-rate factor of a step averaged over the batches of `live` of the job's n workers:
+ * the linear scaling rule (Goyal et al. 2017), live / n; 1 when live >= n or n < 1. */
+float rm_ps_lr_scale(int live, int n);
+
 /* ---- bounded staleness (stale synchronous parallel) ----
  * The clocks of the workers a server has heard from: their step and when. A worker at step c may
  * go on when bound == 0 (unbounded) or c - min(step of every live worker) <= bound; a worker is

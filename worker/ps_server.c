@@ -26,6 +26,7 @@
 #include "common/log.h"
 #include "common/metrics.h"
 #include "common/ratelimit.h"
+#include "common/rdzv.h"
 #include "common/trainingjob.h"
 #include "common/worker_env.h"
 #include "kernels/kernels.h"
@@ -74,6 +75,9 @@ struct server {
     double timeout_s;
     char metrics_addr[128];
     rm_faults faults;
+    rm_rdzv_client *rdzv;        /* RINGMASTER_RENDEZVOUS: where this server registers (NULL: none) */
+    char advertise[128];         /* the host workers reach this server at (port: s->port) */
+    double registered_at;        /* monotonic; 0: not yet */
 
     /* shard */
     rm_model_shape shape;
@@ -85,6 +89,8 @@ struct server {
     int64_t version;             /* async: updates applied (sync: sync.version) */
     int64_t draws;               /* server 0, async: global batches handed out */
     rm_ps_clocks clocks;
+    rm_ps_view view;             /* sync: the newest view of the workers alive (ps_core.h) */
+    float lr;                    /* sync: the learning rate of the newest push */
     int64_t last_ckpt_version;
 
     /* concurrency */
@@ -176,11 +182,43 @@ static void staleness_wait(server *s, int worker, int64_t clock)
     }
 }
 
+/* Sync: take the request's view of the workers alive (ps_core.h); when it shrank the step in
+ * progress may now have its live - b gradients: apply it. Under mu. */
+static void sync_view(server *s, const rm_ps_req *q)
+{
+    if (!rm_ps_view_note(&s->view, q->group, (int)q->world))
+        return;
+    int need = rm_ps_sync_need_for(s->view.live, s->ps.backup_workers);
+    if (need != s->sync.need)
+        rm_info("workers alive changed; a step now waits for %d gradients epoch=%lld live=%d "
+                "version=%lld", need, (long long)s->view.epoch, s->view.live,
+                (long long)s->sync.version);
+    rm_ps_sync_set_need(&s->sync, need);
+}
+
+/* Sync: apply the step in progress if it has its gradients (the linear rule when fewer workers
+ * than the job's are alive). Under mu. */
+static void sync_maybe_apply(server *s, double t0)
+{
+    if (!rm_ps_sync_ready(&s->sync))
+        return;
+    int c = rm_ps_sync_average(&s->sync, s->gbuf);
+    float lr = s->lr * rm_ps_lr_scale(s->view.live, s->world);
+    rm_optim_step(&s->opt, s->params, s->gbuf, lr);
+    if (s->view.live < s->world)
+        rm_info("step applied with the survivors version=%lld gradients=%d live=%d lr=%.5f",
+                (long long)s->sync.version, c, s->view.live, (double)lr);
+    applied(s, t0);
+}
+
 static int op_fetch(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
 {
     pthread_mutex_lock(&s->mu);
-    double until = rm_mono() + s->timeout_s;
+    /* sync: answer "not yet" within a second, so the worker asks again with its newest view */
+    double until = rm_mono() + (s->ps.mode == RM_PS_SYNC && s->timeout_s > 1 ? 1 : s->timeout_s);
     if (s->ps.mode == RM_PS_SYNC) {
+        sync_view(s, q);
+        sync_maybe_apply(s, rm_mono());
         /* wait for the step in progress only: a shard further behind (restored from an older
          * checkpoint) answers at once, and the workers go back to its step to catch it up */
         while (!g_ps_term && s->sync.version + 1 == q->step && rm_mono() < until)
@@ -207,8 +245,8 @@ static int op_push(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
     pthread_mutex_lock(&s->mu);
     double t0 = rm_mono();
     if (s->ps.mode == RM_PS_SYNC) {
-        int world = q->world < 1 ? 1 : q->world > RM_PS_MAX_WORKERS ? RM_PS_MAX_WORKERS : (int)q->world;
-        rm_ps_sync_set_need(&s->sync, world - s->ps.backup_workers);
+        sync_view(s, q);
+        s->lr = q->lr;
         rm_ps_outcome o = rm_ps_sync_push(&s->sync, (int)q->worker, q->step, c->buf);
         if (o == RM_PS_AHEAD) {
             /* this shard was restored from a checkpoint older than the job's step: it follows the
@@ -232,11 +270,7 @@ static int op_push(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
         } else if (o == RM_PS_BAD) {
             r->status = RM_PS_ST_BAD;
         }
-        if (rm_ps_sync_ready(&s->sync)) {
-            rm_ps_sync_average(&s->sync, s->gbuf);
-            rm_optim_step(&s->opt, s->params, s->gbuf, q->lr);
-            applied(s, t0);
-        }
+        sync_maybe_apply(s, t0);
     } else {
         int64_t st = rm_ps_staleness(s->version, q->from_version);
         rm_series_observe(s->m_staleness, (double)st);
@@ -544,6 +578,30 @@ static void ckpt_write(server *s, char *stage, bool force)
             rm_mono() - t0);
 }
 
+/* ---- registration with the rendezvous (rdzv.h "Servers") ----
+ * Workers find servers through the rendezvous, as they find each other: a cluster's names need no
+ * DNS and a replacement at a new address is found by the workers' next reconnect. Registered at
+ * start and again every 10 s (the rendezvous may have restarted: an operator fail-over). */
+static void rdzv_register(server *s)
+{
+    if (!s->rdzv || (s->registered_at > 0 && rm_mono() - s->registered_at < 10))
+        return;
+    rm_err e = {0};
+    char addr[160];
+    snprintf(addr, sizeof addr, "%.100s:%d", s->advertise, s->port);
+    int rc = rm_rdzv_server_register(s->rdzv, s->index, addr, &e);
+    if (rc == RM_OK) {
+        if (s->registered_at == 0)
+            rm_info("registered with the rendezvous addr=%s", addr);
+        s->registered_at = rm_mono();
+    } else if (rc == RM_ECLOSED) {
+        s->registered_at = rm_mono();   /* the job finished: nothing to serve for */
+    } else {
+        rm_warn("rendezvous registration failed, retrying err=\"%s\"", e.msg);
+        s->registered_at = rm_mono() - 9;   /* again in about a second */
+    }
+}
+
 /* ---- settings ---- */
 
 static int env_int(const char *name, int lo, int hi, int dflt, int *out, rm_err *err)
@@ -609,6 +667,15 @@ static int settings(server *s, int argc, char **argv, rm_err *err)
     char host[128];
     RM_CHECK(rm_comm_split_addr(s->addrs[s->index], host, sizeof host, &s->port, err));
     snprintf(s->bind, sizeof s->bind, "%s", (v = getenv(RM_ENV_BIND_ADDR)) && *v ? v : "0.0.0.0");
+    /* where workers reach us: the bind address when it names one, else the listed host */
+    snprintf(s->advertise, sizeof s->advertise, "%s",
+             strcmp(s->bind, "0.0.0.0") && strcmp(s->bind, "::") ? s->bind : host);
+    if ((v = getenv(RM_ENV_RENDEZVOUS)) && *v) {
+        s->rdzv = rm_rdzv_client_new(v, s->job, s->token, "ps");
+        if (!s->rdzv)
+            return rm_err_field(err, RM_EINVAL, RM_ENV_RENDEZVOUS, "cannot use \"%s\" (with job %s)",
+                                v, s->job);
+    }
     if ((v = getenv(RM_ENV_CHECKPOINT_DIR)) && *v)
         snprintf(s->ckpt_dir, sizeof s->ckpt_dir, "%s/ps-%d", v, s->index);
     s->timeout_s = 10;
@@ -665,6 +732,7 @@ static int setup(server *s, rm_err *err)
         return rm_errf(err, RM_ENOMEM, "parameter server: out of memory");
     RM_CHECK(rm_optim_init(&s->opt, k, &s->t.optimizer, s->len, err));
     RM_CHECK(rm_ps_sync_init(&s->sync, s->len, 0, s->world - s->ps.backup_workers, err));
+    s->view = (rm_ps_view){0, s->world};
     if (!ckpt_restore(s)) {
         /* the same initial weights every worker's model would draw from the seed */
         rm_model m;
@@ -781,6 +849,7 @@ int rm_ps_server_main(int argc, char **argv)
                 s->ps.staleness_bound, (long long)cur_version(s),
                 rm_optim_name(s->t.optimizer.type), s->metrics_addr[0] ? s->metrics_addr : "off");
         while (!g_ps_term) {
+            rdzv_register(s);
             struct timespec ts = {0, 200 * 1000000L};
             nanosleep(&ts, NULL);
             ckpt_write(s, stage, false);
@@ -800,5 +869,6 @@ int rm_ps_server_main(int argc, char **argv)
     }
     /* connection threads are detached and may still hold the shard: exit without freeing it */
     rm_http_stop(s->http);
+    rm_rdzv_client_free(s->rdzv);
     return rc ? (err.field[0] ? 2 : 1) : 0;
 }

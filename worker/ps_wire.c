@@ -134,7 +134,6 @@ int rm_ps_send(rm_ps_conn *c, rm_ps_req *q, const float *payload, double deadlin
     if (c->fd < 0)
         return rm_errf(err, RM_ECLOSED, "parameter server %d: not connected", c->index);
     q->magic = RM_PS_MAGIC;
-    q->pad = 0;
     q->check = rm_ps_req_check(q);
     RM_CHECK(rm_net_send_all(c->fd, q, sizeof *q, deadline, err));
     if (q->nfloats)

@@ -47,7 +47,9 @@ typedef struct rm_ps_req {
     uint32_t magic, op, worker, world;
     int64_t step, from_version;
     float lr;
-    uint32_t nfloats, check, pad;
+    uint32_t nfloats, check;
+    uint32_t group;   /* the rendezvous epoch of the worker's view; world = the workers alive in it
+                         (ps_core.h "the workers alive") */
 } rm_ps_req;
 
 typedef struct rm_ps_rep {

@@ -33,6 +33,7 @@
 #ifndef RM_WORKER_STEP_H
 #define RM_WORKER_STEP_H
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -61,7 +62,15 @@ typedef struct rm_step_env {
     int epochs;              /* spec.training.epochs */
     int64_t max_steps;       /* 0 = none */
     volatile sig_atomic_t *cancel;   /* non-zero (SIGTERM): end any retry loop at once */
+    /* For strategies that claim their batches (workers that never talk to each other): the
+     * group as the driver knows it while it re-forms in the background (the round goes on):
+     * RM_STEP_VIEW(rendezvous epoch, workers alive in it). The driver's reporter thread writes
+     * it; NULL without a rendezvous. */
+    const atomic_llong *view;
 } rm_step_env;
+#define RM_STEP_VIEW(epoch, live) (((long long)(epoch) << 32) | (long long)(unsigned)(live))
+#define RM_STEP_VIEW_EPOCH(v) ((int)((v) >> 32))
+#define RM_STEP_VIEW_LIVE(v) ((int)((v) & 0xffffffffLL))
 
 /* Bytes this rank holds at the peak of a step, per kind (the ringmaster_worker_memory_bytes
  * gauge and status.result.memoryBytes). */

@@ -21,6 +21,7 @@
  * Settings: env RINGMASTER_PS_ADDRS and RINGMASTER_PARAMETER_SERVER (the launch contract). */
 #include "worker/step.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -28,6 +29,7 @@
 #include "common/clock.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "common/rdzv.h"
 #include "common/trainingjob.h"
 #include "common/worker_env.h"
 #include "worker/ps_core.h"
@@ -49,6 +51,7 @@ struct rm_step {
     int64_t clock;                    /* async: steps this worker computed */
     int pending;                      /* async: steps in acc */
     bool done;
+    rm_rdzv_client *rdzv;             /* servers' addresses from the rendezvous (NULL: the list) */
 };
 
 static void sleep_s(double s)
@@ -80,6 +83,20 @@ static int ps_init(const rm_step_env *env, rm_step **out, rm_err *err)
         cJSON_Delete(o);
     }
     rm_ps_defaults(&s->ps);
+    /* with a rendezvous the servers' addresses come from it (they register there, rdzv.h
+     * "Servers"); the launch contract's list then only says how many there are */
+    const char *url = getenv(RM_ENV_RENDEZVOUS), *job = getenv(RM_ENV_JOB),
+               *wid = getenv(RM_ENV_WORKER_ID);
+    if (rc == RM_OK && url && *url && env->token && *env->token) {
+        s->rdzv = rm_rdzv_client_new(url, job && *job ? job : "default/local", env->token,
+                                     wid && *wid ? wid : "0");
+        if (!s->rdzv)
+            rc = rm_err_field(err, RM_EINVAL, RM_ENV_RENDEZVOUS, "cannot use \"%s\"", url);
+        else
+            rm_rdzv_client_set_cancel(s->rdzv, env->cancel);
+        for (int i = 0; i < s->S; i++)
+            s->addrs[i][0] = 0;   /* unknown until the rendezvous says */
+    }
     if (rc == RM_OK && s->ps.replicas != s->S)
         rc = rm_err_field(err, RM_EINVAL, RM_ENV_PS_ADDRS, "lists %d servers, "
                           "spec.parameterServer.replicas is %d", s->S, s->ps.replicas);
@@ -90,6 +107,7 @@ static int ps_init(const rm_step_env *env, rm_step **out, rm_err *err)
         !(s->acc = calloc(lay->total, sizeof(float))))
         rc = rm_errf(err, RM_ENOMEM, "parameterServer strategy: out of memory");
     if (rc) {
+        rm_rdzv_client_free(s->rdzv);
         free(s->acc);
         free(s);
         return rc;
@@ -122,6 +140,7 @@ static void ps_destroy(rm_step *s)
         return;
     for (int i = 0; i < s->S; i++)
         rm_ps_conn_close(&s->conn[i]);
+    rm_rdzv_client_free(s->rdzv);
     free(s->acc);
     free(s);
 }
@@ -160,6 +179,22 @@ static void ps_state_restore(rm_step *s, const void *src, int64_t opt_t, float l
     (void)scaler_tracker;
 }
 
+/* Server i's address from the rendezvous (a replacement may serve elsewhere). */
+static void refresh_addrs(rm_step *s, int i, rm_err *e)
+{
+    static char got[RM_PS_MAX_SERVERS][128];   /* one strategy per process, one thread */
+    int n = 0;
+    if (rm_rdzv_servers(s->rdzv, got, RM_PS_MAX_SERVERS, &n, e) != RM_OK)
+        return;
+    if (i < n && got[i][0]) {
+        if (strcmp(s->addrs[i], got[i]) != 0)
+            rm_info("parameter server %d is at %s (rendezvous)", i, got[i]);
+        snprintf(s->addrs[i], sizeof s->addrs[i], "%s", got[i]);
+    } else {
+        rm_errf(e, RM_ENOTFOUND, "parameter server %d has not registered with the rendezvous", i);
+    }
+}
+
 /* (Re)connect to server i, retrying with bounded back-off until deadline. */
 static int ensure_conn(rm_step *s, int i, double deadline, rm_err *err)
 {
@@ -168,6 +203,17 @@ static int ensure_conn(rm_step *s, int i, double deadline, rm_err *err)
     double backoff = 0.1;
     for (;;) {
         rm_err e = {0};
+        if (s->rdzv)
+            refresh_addrs(s, i, &e);
+        if (!s->addrs[i][0]) {
+            if (rm_mono() + backoff > deadline)
+                return rm_errf(err, RM_ETIMEDOUT, "%s", e.msg);
+            if (canceled(s))
+                return rm_errf(err, RM_ECANCELED, "parameter server %d: canceled", i);
+            sleep_s(backoff);
+            backoff = backoff * 2 > 2 ? 2 : backoff * 2;
+            continue;
+        }
         double dl = rm_mono() + s->env.timeout_s;
         int rc = rm_ps_conn_open(&s->conn[i], s->addrs[i], i, s->S, s->worker, s->env.token,
                                  dl < deadline ? dl : deadline, &e);
@@ -233,6 +279,19 @@ static int exchange(rm_step *s, rm_ps_req q, const float *src, float *dst, rm_ps
     return RM_OK;
 }
 
+/* A request's view of the group (ps_core.h "the workers alive"): the driver's, else the round's. */
+static void set_view(const rm_step *s, rm_ps_req *q)
+{
+    long long v = s->env.view ? atomic_load(s->env.view) : 0;
+    int live = RM_STEP_VIEW_LIVE(v);
+    if (v && live >= 1) {
+        q->group = (uint32_t)RM_STEP_VIEW_EPOCH(v);
+        q->world = (uint32_t)live;
+    } else {
+        q->world = (uint32_t)(s->r.world > 0 ? s->r.world : 1);
+    }
+}
+
 /* Fetch every shard at a version >= want (sync; async: want 0), retrying servers that answer
  * "not yet" until the retry deadline. Sets ver[] and, for sync, version = the newest. */
 static int fetch_all(rm_step *s, int64_t want, rm_err *err)
@@ -243,6 +302,7 @@ static int fetch_all(rm_step *s, int64_t want, rm_err *err)
         rm_ps_req q = {.op = RM_PS_OP_FETCH, .worker = (uint32_t)s->worker,
                        .world = (uint32_t)s->r.world,
                        .step = s->ps.mode == RM_PS_SYNC ? want : s->clock};
+        set_view(s, &q);   /* asked again every second: the newest view each time */
         RM_CHECK(exchange(s, q, NULL, s->env.m->params, rep, err));
         bool late = false;
         int64_t oldest = INT64_MAX;
@@ -356,6 +416,7 @@ static int ps_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     if (s->ps.mode == RM_PS_SYNC) {
         rm_ps_req q = {.op = RM_PS_OP_PUSH, .worker = (uint32_t)s->worker, .world = (uint32_t)N,
                        .step = s->version, .from_version = s->version, .lr = lr};
+        set_view(s, &q);
         RM_CHECK(exchange(s, q, m->grads, NULL, rep, err));
         RM_CHECK(fetch_all(s, s->version + 1, err));
     } else {

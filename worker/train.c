@@ -569,6 +569,19 @@ typedef struct reporter {
     atomic_int action_epoch;
     double last_rate;           /* guarded by mu; the training thread copies it to the gauge
                                    (the gauge's series changes with the rank label) */
+    /* Workers that never talk to each other (a strategy that claims its batches: parameter
+     * servers) do not stop when the rendezvous moves on (strategies.md "Failure semantics":
+     * nobody waits): the reporter re-joins in the background with polling joins while the
+     * training thread goes on, and hands over the round once it closed. */
+    bool detached;              /* set before the thread starts */
+    const char *my_addr;        /* borrowed from the trainer */
+    atomic_int regroup_from;    /* the epoch being left; 0: none */
+    atomic_int joining_epoch;   /* the epoch of the round joined in the background: what the
+                                   reports say meanwhile (the controller then counts this worker
+                                   as a member of the round it is in, not a stray to re-form for) */
+    atomic_llong view;          /* RM_STEP_VIEW(epoch, workers alive) for the strategy (step.h) */
+    atomic_int new_rank, new_world, new_epoch;   /* a round that closed in the background
+                                                    (new_epoch written last) */
 } reporter;
 
 /* The checkpoint writer thread (see "checkpoints, off the critical path" below). */
@@ -795,7 +808,7 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
                        .token = cfg->token,
                        .timeout_s = cfg->comm_timeout_s, .train_samples = t->tr.n, .batch = t->B,
                        .epochs = cfg->t.epochs, .max_steps = cfg->t.max_steps,
-                       .cancel = &g_train_term};
+                       .cancel = &g_train_term, .view = cfg->rdzv_url ? &t->rp.view : NULL};
     RM_CHECK(t->strat->init(&env, &t->st, err));
     t->perm = malloc((size_t)t->tr.n * sizeof *t->perm);
     t->stage_bytes = (size_t)(1 + t->opt.nstate) * t->m.layout.total * sizeof(float);
@@ -1355,6 +1368,46 @@ static int evaluate(trainer *t, rm_err *err)
 
 /* ---------------- reporting ---------------- */
 
+/* One polling join of the group being re-formed in the background (reporter.detached): the
+ * round closed -> hand it to the training thread; still open and settled -> the joiners are the
+ * workers alive (what parameter servers proceed with). Reporter thread, outside mu. */
+static void regroup_poll(reporter *r)
+{
+    int from = atomic_load(&r->regroup_from);
+    if (from <= 0)
+        return;
+    rm_rdzv_round rr;
+    int joined = 0;
+    bool settled = false;
+    rm_err e = {0};
+    int rc = rm_rdzv_join_poll(r->client, r->my_addr, from, 0, &rr, &joined, &settled, &e);
+    if ((rc == RM_OK || rc == RM_EAGAIN) && rr.epoch > from)
+        atomic_store(&r->joining_epoch, rr.epoch);
+    if (rc == RM_OK) {
+        atomic_store(&r->new_rank, rr.rank);
+        atomic_store(&r->new_world, rr.world_size);
+        atomic_store(&r->new_epoch, rr.epoch);
+        atomic_store(&r->view, RM_STEP_VIEW(rr.epoch, rr.world_size));
+        atomic_store(&r->regroup_from, 0);
+        rm_info("group re-formed in the background epoch=%d world=%d rank=%d", rr.epoch,
+                rr.world_size, rr.rank);
+        rm_rdzv_round_free(&rr);
+    } else if (rc == RM_EAGAIN) {
+        long long v = atomic_load(&r->view);
+        if (settled && joined > 0 && rr.epoch > 0 &&
+            v != RM_STEP_VIEW(rr.epoch, joined)) {
+            atomic_store(&r->view, RM_STEP_VIEW(rr.epoch, joined));
+            rm_info("the workers alive settled while the group re-forms epoch=%d live=%d",
+                    rr.epoch, joined);
+        }
+    } else if (rc == RM_ECLOSED) {
+        atomic_store(&r->action_epoch, from);
+        atomic_store(&r->action, R_STOP);
+    } else {
+        rm_warn("background re-join failed, retrying err=\"%s\"", e.msg);
+    }
+}
+
 static void *reporter_main(void *arg)
 {
     reporter *r = arg;
@@ -1364,7 +1417,15 @@ static void *reporter_main(void *arg)
     while (!r->quit) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += 1;
+        if (atomic_load(&r->regroup_from) > 0) {   /* re-joining: poll four times a second */
+            ts.tv_nsec += 250 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+        } else {
+            ts.tv_sec += 1;
+        }
         pthread_cond_timedwait(&r->cv, &r->mu, &ts);
         if (r->quit)
             break;
@@ -1386,6 +1447,17 @@ static void *reporter_main(void *arg)
             pthread_mutex_lock(&r->mu);
             continue;
         }
+        if (atomic_load(&r->regroup_from) > 0)
+            regroup_poll(r);
+        if (r->detached) {   /* report the round joined in the background, not the one left */
+            int je = atomic_load(&r->joining_epoch), ne = atomic_load(&r->new_epoch);
+            if (ne > rep.epoch) {
+                rep.epoch = ne;
+                rep.rank = atomic_load(&r->new_rank);
+            } else if (atomic_load(&r->regroup_from) > 0 && je > rep.epoch) {
+                rep.epoch = je;
+            }
+        }
         rm_rdzv_action act = RM_RDZV_CONTINUE;
         int cur = 0;
         rm_err e = {0};
@@ -1395,7 +1467,14 @@ static void *reporter_main(void *arg)
         else if (rc)
             rm_warn("report failed err=\"%s\"", e.msg);
         if (rc == RM_OK || rc == RM_ECLOSED) {
-            if (act == RM_RDZV_STOP || act == RM_RDZV_REJOIN) {
+            if (act == RM_RDZV_REJOIN && r->detached) {
+                if (atomic_load(&r->regroup_from) == 0) {
+                    rm_info("rendezvous moved on; re-joining in the background, training goes on "
+                            "epoch=%d current=%d", rep.epoch, cur);
+                    atomic_store(&r->regroup_from, rep.epoch);
+                    regroup_poll(r);
+                }
+            } else if (act == RM_RDZV_STOP || act == RM_RDZV_REJOIN) {
                 if (act == RM_RDZV_REJOIN)
                     rm_info("rendezvous moved on; rejoining epoch=%d current=%d", rep.epoch, cur);
                 atomic_store(&r->action_epoch, rep.epoch);
@@ -1414,6 +1493,10 @@ static int reporter_start(trainer *t, rm_err *err)
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     r->inited = true;
+    /* workers that never talk to each other re-form in the background (see reporter) */
+    r->detached = t->strat->claim && t->cfg->rdzv_url && !t->cfg->static_peers &&
+                  !backend_is(t->cfg, RM_BACKEND_MPI);
+    r->my_addr = t->my_addr;
     if (t->cfg->rdzv_url)
         RM_CHECK(rdzv_client_make(t->cfg, &r->client, err));
     if (pthread_create(&r->th, NULL, reporter_main, r) != 0)
@@ -1737,9 +1820,39 @@ static int step_claimed(trainer *t, const rm_step_claim *c, rm_err *err)
  * strategies.md "Progress"): before each step the strategy says where the job is; rank 0
  * evaluates (alone) when a data epoch ended; the job ends when the strategy says the budget is
  * spent. Checkpoints are the servers'. */
+/* Take the round the reporter re-formed in the background (reporter.detached), if any: the new
+ * epoch, rank and world, without stopping (the strategy keeps its connections and state). */
+static int adopt_background_round(trainer *t, rm_err *err)
+{
+    int ne = atomic_load(&t->rp.new_epoch);
+    if (ne <= t->rdzv_epoch)
+        return RM_OK;
+    t->rank = atomic_load(&t->rp.new_rank);
+    t->world = atomic_load(&t->rp.new_world);
+    t->rdzv_epoch = ne;
+    char fields[128];
+    snprintf(fields, sizeof fields, "rank=%d", t->rank);
+    rm_log_set_fields(fields);
+    RM_CHECK(rm_wmetrics_set_rank(&t->wm, t->rank, err));
+    rm_series_set(t->wm.epoch, t->rdzv_epoch);
+    rm_series_set(t->wm.world, t->world);
+    rm_step_round sr = {.ops = t->ops, .comm = t->comm, .rank = t->rank, .world = t->world};
+    RM_CHECK(t->strat->round_begin(t->st, &sr, err));
+    rm_info("round adopted without stopping epoch=%d world=%d step=%lld", t->rdzv_epoch, t->world,
+            (long long)t->step);
+    reporter_publish(t, true);
+    reporter_kick(t);
+    return RM_OK;
+}
+
 static int run_round_claimed(trainer *t, rm_err *err)
 {
     const rm_train_cfg *cfg = t->cfg;
+    /* a round formed the ordinary way: no background re-join is pending for it */
+    atomic_store(&t->rp.regroup_from, 0);
+    atomic_store(&t->rp.joining_epoch, 0);
+    atomic_store(&t->rp.new_epoch, t->rdzv_epoch);
+    atomic_store(&t->rp.view, RM_STEP_VIEW(t->rdzv_epoch, t->world));
     t->rep_t = rm_mono();
     reporter_publish(t, true);
     reporter_kick(t);
@@ -1779,6 +1892,7 @@ static int run_round_claimed(trainer *t, rm_err *err)
             rm_series_set(t->wm.loss, t->train_loss);
             t->rep_t = now;
         }
+        RM_CHECK(adopt_background_round(t, err));
         reporter_publish(t, true);
         int a = reporter_action(t);
         if (a)

@@ -10,7 +10,8 @@
 # Knobs (env): WORKERS (4), SERVERS (1), EPOCHS (6), HIDDEN ("512, 256"), BATCH (64),
 # TARGET (0.88), FACTOR (4), TRANSIENT ("100:400" = slow from step 100 to 400),
 # VARIANTS ("ring sync-b0 sync-b1 async-s0 async-s4"), STRAGGLERS ("none persistent transient"),
-# OUT (bench/results/ps.md). A smoke run: EPOCHS=1 HIDDEN=128 VARIANTS="ring sync-b1" ...
+# OUT (bench/results/ps.md), ANCHOR (1: then bench/ps/anchor.sh, the torch.distributed.rpc peer;
+# 0: skip). A smoke run: EPOCHS=1 HIDDEN=128 VARIANTS="ring sync-b1" ANCHOR=0 ...
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${RM_BIN:-$root/bin}
@@ -106,3 +107,6 @@ done
   echo "|---|---|---|---|---|---|---|"
   printf '%s\n' "${rows[@]}"
 } | tee "$OUT"
+if [ "${ANCHOR:-1}" = 1 ]; then   # the PyTorch parameter-server peer, same model, batch and optimizer
+  RM_BIN="$BIN" HIDDEN="$HIDDEN" BATCH="$BATCH" EPOCHS="$EPOCHS" bash "$root/bench/ps/anchor.sh"
+fi

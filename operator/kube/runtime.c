@@ -453,10 +453,10 @@ static cJSON *build_pod(const rm_tj *tj, int index, int epoch, int ps_index, con
                         const char *worker_image, int metrics_port, char *overridden,
                         size_t overridden_cap, rm_err *err);
 
-cJSON *rm_kube_ps_pod(const void *tj, int ps_index, const char *worker_image, int metrics_port,
-                      rm_err *err)
+cJSON *rm_kube_ps_pod(const void *tj, int ps_index, const char *rdzv_url, const char *worker_image,
+                      int metrics_port, rm_err *err)
 {
-    return build_pod(tj, -1, 0, ps_index, NULL, worker_image, metrics_port, NULL, 0, err);
+    return build_pod(tj, -1, 0, ps_index, rdzv_url, worker_image, metrics_port, NULL, 0, err);
 }
 
 cJSON *rm_kube_worker_pod_ex(const cJSON *job_obj, const void *tjv, int index, int epoch,
@@ -1659,8 +1659,8 @@ static void ps_sync(rm_kube_rt *rt, const char *key, const rm_tj *tj, rm_reconci
             ps_pod_delete(rt, tj, act[k].index);   /* a replacement is created next pass */
             continue;
         }
-        cJSON *pod = rm_kube_ps_pod(tj, act[k].index, rt->worker_image, rt->c.worker_metrics_port,
-                                    &e);
+        cJSON *pod = rm_kube_ps_pod(tj, act[k].index, rt->rdzv_url, rt->worker_image,
+                                    rt->c.worker_metrics_port, &e);
         bool created = false;
         int arc = pod ? create(rt, jobpods, pod, &created, &e) : RM_ENOMEM;
         cJSON_Delete(pod);

@@ -97,9 +97,10 @@ typedef struct rm_kube_node {
     bool ready;
 } rm_kube_node;
 
-/* Build parameter server `ps_index`'s pod "<job>-ps-<i>" (label ringmaster.dev/role: ps). */
-cJSON *rm_kube_ps_pod(const void *tj /* const rm_tj* */, int ps_index, const char *worker_image,
-                      int metrics_port, rm_err *err);
+/* Build parameter server `ps_index`'s pod "<job>-ps-<i>" (label ringmaster.dev/role: ps); it
+ * registers its address with the rendezvous at rdzv_url (NULL: none). */
+cJSON *rm_kube_ps_pod(const void *tj /* const rm_tj* */, int ps_index, const char *rdzv_url,
+                      const char *worker_image, int metrics_port, rm_err *err);
 /* Build the worker pod for index i (exposed for unit tests). Owned cJSON or NULL with err. */
 cJSON *rm_kube_worker_pod(const cJSON *job_obj, const void *tj /* const rm_tj* */, int index,
                           int epoch, const char *rdzv_url, const char *worker_image, rm_err *err);

@@ -4,9 +4,10 @@
 #  1. a server dies mid-run (RINGMASTER_FAULT=exit:role=ps:index=1:step=300): it is replaced, the
 #     replacement restores its shard from its own checkpoint, workers retry and go on, the job
 #     Succeeds with testAccuracy >= 0.875 and no group restart;
-#  2. async (Downpour): a worker is SIGKILLed mid-run; the other workers' step counters (their
-#     /metrics) move on (after the pause of the rendezvous re-forming: a known limit), the
-#     replacement fetches fresh parameters, and the job Succeeds.
+#  2. async (Downpour): a worker is SIGKILLed mid-run; nobody waits: the other workers' step
+#     counters (their /metrics) keep increasing across the kill (the survivors re-join the
+#     rendezvous in the background), the replacement fetches fresh parameters and joins, and the
+#     job Succeeds.
 source "$(dirname "$0")/5x-run-lib.bash"
 psdump() { for f in "$W"/run-*/ps-*.log; do [ -f "$f" ] && { echo "---- $f (tail)"; tail -n 20 "$f"; }; done >&2; }
 
@@ -56,8 +57,8 @@ for i in $(seq 1 300); do
 done
 [ -n "$pid2" ] && [ "$(step_of "$m0")" -ge 50 ] || { psdump; fail "async job never trained"; }
 kill -9 "$pid2"
-# Known limit (README): the survivors re-join the rendezvous round that replaces worker 2, so their
-# counters pause while the replacement starts; they must move again, well before the deadline.
+# The survivors re-join the round that takes worker 2's replacement in the background: worker 0's
+# counter never stands still for the time a re-formation takes (it did: 1.7-4 s before).
 a=$(step_of "$m0" || true); last=${a:-0}; t_last=$(date +%s.%N); pause=0; b=$a
 for i in $(seq 1 100); do   # 20 s: the longest time worker 0's counter stood still
   sleep 0.2
@@ -68,7 +69,13 @@ for i in $(seq 1 100); do   # 20 s: the longest time worker 0's counter stood st
 done
 log "worker 0's step after worker 2 was killed: $a -> $last; longest stand-still $(printf %.1f "$pause") s"
 [ "$last" -gt "$a" ] || { psdump; fail "worker 0 did not go on after worker 2 was killed ($a -> $last)"; }
-$PY -c "import sys; sys.exit(0 if $pause < 60 else 1)" || fail "worker 0 stood still ${pause} s"
+$PY -c "import sys; sys.exit(0 if $pause < 1.5 else 1)" || { psdump; fail "worker 0 stood still ${pause} s after worker 2 died"; }
+grep -q 're-joining in the background, training goes on' "$W/run-async/worker-0.log" ||
+  fail "worker 0 did not re-join in the background"
+grep -q 'round adopted without stopping' "$W/run-async/worker-0.log" ||
+  fail "worker 0 never adopted the round with worker 2's replacement"
+! grep -q 'round ready epoch=[2-9]' "$W/run-async/worker-0.log" ||
+  fail "worker 0 went back through the rendezvous (a stop)"
 set +e; wait "$RUNNER_PID"; rc=$?; set -e; RUNNER_PID=""
 [ $rc -eq 0 ] || { psdump; fail "async: exit $rc"; }
 [ "$(jget async 'j["status"]["phase"]')" = Succeeded ] || fail "async phase"

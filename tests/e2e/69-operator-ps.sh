@@ -4,9 +4,9 @@
 # launch contract's server settings, the token from the job's Secret) beside <job>-worker-<i> pods
 # (role: worker), the server processes start and serve (kubesim's kubelet runs ringmaster-worker
 # ps), status.parameterServers reports {replicas: 2, readyReplicas: 2}, a deleted server pod is
-# recreated, and `kubectl delete tj` removes every pod. (Training itself is not checked here:
-# kubesim's process kubelet serves no cluster DNS for the servers' <job>-ps-<i>.<job> names; the
-# training paths are tests/e2e/58-run-ps*.sh.)
+# recreated, and `kubectl delete tj` removes every pod. (The job trains meanwhile — the servers
+# register with the rendezvous — and is given epochs enough to outlast these checks; training to
+# the end with a server killed is tests/e2e/69-operator-ps-train.sh.)
 source "$(dirname "$0")/6x-operator-lib.bash"
 RDZV_PORT=$(free_port)
 start_kubesim
@@ -26,7 +26,7 @@ spec:
   checkpoint: {path: $T/ckpt, intervalSteps: 50}
   training:
     model: {type: mlp, hidden: [64]}
-    epochs: 1
+    epochs: 200
     optimizer: {type: adagrad, lr: 0.01}
   template:
     spec:

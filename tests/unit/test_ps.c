@@ -251,6 +251,84 @@ static void test_sync_b0_and_shrink(void)
     rm_ps_sync_free(&s);
 }
 
+/* The view rule (who a step waits for) as a table driving the sync rule: 4 workers. Each row is
+ * one request as the server sees it: the worker's view (epoch, live), then optionally its push
+ * for a step; the row says whether the view was taken, what the step then needs, whether the
+ * step completes and with how many gradients. */
+static void test_sync_view_table(void)
+{
+    static const struct {
+        const char *what;
+        int64_t epoch;
+        int live, b, w;
+        int64_t tag;        /* -1: no push (a fetch carrying the view) */
+        bool taken;
+        int need;
+        rm_ps_outcome out;  /* of the push */
+        int averaged;       /* > 0: the step completes with this many */
+    } T[] = {
+        {"w0 pushes step 0 in round 1", 1, 4, 0, 0, 0, true, 4, RM_PS_ACCEPTED, 0},
+        {"w1", 1, 4, 0, 1, 0, false, 4, RM_PS_ACCEPTED, 0},
+        {"w2", 1, 4, 0, 2, 0, false, 4, RM_PS_ACCEPTED, 0},
+        /* w3 died; the controller opened epoch 2 and the survivors' re-joins settled at 3 */
+        {"survivor fetch: epoch 2, 3 alive", 2, 3, 0, 0, -1, true, 3, RM_PS_ACCEPTED, 3},
+        {"a late view of round 1 is ignored", 1, 4, 0, 1, 1, false, 3, RM_PS_ACCEPTED, 0},
+        {"w0 step 1", 2, 3, 0, 0, 1, false, 3, RM_PS_ACCEPTED, 0},
+        {"w2 step 1: complete with 3", 2, 3, 0, 2, 1, false, 3, RM_PS_COMPLETE, 3},
+        /* the replacement joined: round 2 closed with 4 */
+        {"replacement's view", 2, 4, 0, 3, 2, true, 4, RM_PS_ACCEPTED, 0},
+        {"survivor with the old count: ignored", 2, 3, 0, 0, 2, false, 4, RM_PS_ACCEPTED, 0},
+        {"w1", 2, 4, 0, 1, 2, false, 4, RM_PS_ACCEPTED, 0},
+        {"w2: the fourth, the replacement's among them", 2, 4, 0, 2, 2, false, 4, RM_PS_COMPLETE, 4},
+        {"bad live ignored", 3, 0, 0, 0, -1, false, 4, RM_PS_ACCEPTED, 0},
+        /* b = 1 and two deaths at once: need live - b = 1 */
+        {"epoch 3, 2 alive, b=1", 3, 2, 1, 0, 3, true, 1, RM_PS_COMPLETE, 1},
+        {"the other survivor is late for step 3", 3, 2, 1, 1, 3, false, 1, RM_PS_DROP_LATE, 0},
+    };
+    rm_ps_sync s;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_ps_sync_init(&s, 1, 0, 4, &e), RM_OK);
+    rm_ps_view v = {0, 4};
+    for (size_t i = 0; i < RM_ARRAY_LEN(T); i++) {
+        bool taken = rm_ps_view_note(&v, T[i].epoch, T[i].live);
+        rm_ps_sync_set_need(&s, rm_ps_sync_need_for(v.live, T[i].b));
+        if (taken != T[i].taken || s.need != T[i].need)
+            fprintf(stderr, "row %zu (%s): taken %d need %d\n", i, T[i].what, taken, s.need);
+        CU_ASSERT_EQUAL(taken, T[i].taken);
+        CU_ASSERT_EQUAL(s.need, T[i].need);
+        float g = (float)(T[i].w + 1);
+        if (T[i].tag >= 0)
+            CU_ASSERT_EQUAL(rm_ps_sync_push(&s, T[i].w, T[i].tag, &g), T[i].out);
+        if (T[i].averaged) {
+            float out;
+            CU_ASSERT(rm_ps_sync_ready(&s));
+            CU_ASSERT_EQUAL(rm_ps_sync_average(&s, &out), T[i].averaged);
+        } else {
+            CU_ASSERT_FALSE(rm_ps_sync_ready(&s));
+        }
+    }
+    CU_ASSERT_EQUAL(s.version, 4);
+    rm_ps_sync_free(&s);
+    /* need and the linear rule */
+    CU_ASSERT_EQUAL(rm_ps_sync_need_for(4, 0), 4);
+    CU_ASSERT_EQUAL(rm_ps_sync_need_for(4, 1), 3);
+    CU_ASSERT_EQUAL(rm_ps_sync_need_for(1, 1), 1);
+    CU_ASSERT_EQUAL(rm_ps_sync_need_for(2, -3), 2);
+    CU_ASSERT_DOUBLE_EQUAL(rm_ps_lr_scale(4, 4), 1.0, 1e-7);
+    CU_ASSERT_DOUBLE_EQUAL(rm_ps_lr_scale(3, 4), 0.75, 1e-7);
+    CU_ASSERT_DOUBLE_EQUAL(rm_ps_lr_scale(5, 4), 1.0, 1e-7);
+    CU_ASSERT_DOUBLE_EQUAL(rm_ps_lr_scale(0, 4), 0.25, 1e-7);
+    CU_ASSERT_DOUBLE_EQUAL(rm_ps_lr_scale(3, 0), 1.0, 1e-7);
+    rm_ps_view w = {5, 2};
+    CU_ASSERT_FALSE(rm_ps_view_note(&w, -1, 3));
+    CU_ASSERT_FALSE(rm_ps_view_note(&w, 6, RM_PS_MAX_WORKERS + 1));
+    CU_ASSERT_FALSE(rm_ps_view_note(&w, 5, 2));
+    CU_ASSERT(rm_ps_view_note(&w, 5, 3));
+    CU_ASSERT(rm_ps_view_note(&w, 6, 1));
+    CU_ASSERT_EQUAL(w.epoch, 6);
+    CU_ASSERT_EQUAL(w.live, 1);
+}
+
 /* ---- the staleness bound ---- */
 
 static void test_staleness_bound(void)
@@ -380,6 +458,7 @@ void rm_suite_ps(void)
         {"partition snaps to layer boundaries", test_partition_snaps},
         {"sync rule with backup workers", test_sync_rule_table},
         {"sync b=0 and a shrinking world", test_sync_b0_and_shrink},
+        {"sync: who a step waits for (views)", test_sync_view_table},
         {"staleness bound", test_staleness_bound},
         {"adagrad shards vs reference", test_adagrad_shards_reference},
         {"faults: slow and role=ps", test_faults_slow_and_ps},
@@ -471,7 +550,7 @@ static void test_ps_pods(void)
     rm_err e = {0};
     CU_ASSERT_EQUAL_FATAL(parse_job("  strategy: parameterServer\n  parameterServer: {replicas: 2, "
                                     "mode: async}\n", &tj, &e), RM_OK);
-    cJSON *pod = rm_kube_ps_pod(&tj, 1, NULL, -1, &e);
+    cJSON *pod = rm_kube_ps_pod(&tj, 1, "http://rdzv:29400", NULL, -1, &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
     const cJSON *md = cJSON_GetObjectItem(pod, "metadata"), *lb = cJSON_GetObjectItem(md, "labels");
     CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(md, "name")), "ps-ps-1");
@@ -482,6 +561,8 @@ static void test_ps_pods(void)
     CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_PS_INDEX, NULL), "1");
     CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_PS_ADDRS, NULL), "ps-ps-0.ps:29600,ps-ps-1.ps:29600");
     CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_WORLD_SIZE, NULL), "4");
+    /* it registers its address there: workers find it without cluster DNS */
+    CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_RENDEZVOUS, NULL), "http://rdzv:29400");
     bool secret = false;
     CU_ASSERT_PTR_NOT_NULL(pod_env(pod, RM_ENV_TOKEN, &secret));
     CU_ASSERT(secret);   /* from the job's Secret, never inline */
@@ -507,6 +588,6 @@ static void test_ps_pods(void)
     CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_PS_ADDRS, NULL), "ps-ps-0.ps:29600,ps-ps-1.ps:29600");
     cJSON_Delete(pod);
     /* an index past the servers is refused */
-    CU_ASSERT_PTR_NULL(rm_kube_ps_pod(&tj, 2, NULL, -1, &e));
+    CU_ASSERT_PTR_NULL(rm_kube_ps_pod(&tj, 2, NULL, NULL, -1, &e));
     rm_tj_free(&tj);
 }

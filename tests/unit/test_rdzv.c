@@ -704,6 +704,9 @@ static void test_garbage(void)
         "{\"workerId\":\"0\",\"addr\":\"127.0.0.1:1\",\"lastEpoch\":1.5}",
         "{\"workerId\":\"../x\",\"addr\":\"127.0.0.1:1\"}",
         "{\"workerId\":\"0123456789012345678901234567890123\",\"addr\":\"127.0.0.1:1\"}",
+        "{\"workerId\":\"0\",\"addr\":\"127.0.0.1:1\",\"wait\":11}",
+        "{\"workerId\":\"0\",\"addr\":\"127.0.0.1:1\",\"wait\":-1}",
+        "{\"workerId\":\"0\",\"addr\":\"127.0.0.1:1\",\"wait\":\"soon\"}",
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(bad_join); i++) {
         char *reply = NULL;
@@ -995,6 +998,118 @@ static void test_join_cancel(void)
     fx_stop(&f);
 }
 
+/* Polling joins (rdzv.h): the background re-join of workers that never talk to each other. Three
+ * workers, non-elastic (min 3), settle 0.3 s. After the controller declared one dead, the two
+ * survivors poll: never held, told how many joined and whether that settled; the replacement's
+ * join closes the round and the next poll gets the round. */
+static void test_join_poll(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, 3, 3, 0.3) == 0);
+    static const char *const three[] = {"0", "1", "2"};
+    joiner js[3];
+    for (int i = 0; i < 3; i++)
+        join_start(&js[i], f.url, three[i], 0, 10);
+    for (int i = 0; i < 3; i++)
+        join_wait(&js[i]);
+    check_round(js, 3, 1, three);
+    free_rounds(js, 3);
+    int ne = 0;
+    CU_ASSERT_EQUAL(rm_rdzv_restart(f.r, JOB, 1, &ne), RM_OK);   /* worker 2 declared dead */
+    CU_ASSERT_EQUAL(ne, 2);
+    rm_rdzv_client *c0 = rm_rdzv_client_new(f.url, JOB, TOKEN, "0");
+    rm_rdzv_client *c1 = rm_rdzv_client_new(f.url, JOB, TOKEN, "1");
+    CU_ASSERT_FATAL(c0 && c1);
+    rm_rdzv_round rr;
+    int joined = -1;
+    bool settled = true;
+    rm_err e = {0};
+    double t0 = mono();
+    CU_ASSERT_EQUAL(rm_rdzv_join_poll(c0, "127.0.0.1:1000", 1, 0, &rr, &joined, &settled, &e),
+                    RM_EAGAIN);
+    CU_ASSERT(mono() - t0 < 1.0);   /* not held */
+    CU_ASSERT_EQUAL(rr.epoch, 2);
+    CU_ASSERT_EQUAL(joined, 1);
+    CU_ASSERT_FALSE(settled);
+    CU_ASSERT_EQUAL(rm_rdzv_join_poll(c1, "127.0.0.1:1001", 1, 0, &rr, &joined, &settled, &e),
+                    RM_EAGAIN);
+    CU_ASSERT_EQUAL(joined, 2);
+    CU_ASSERT_FALSE(settled);
+    sleep_ms(400);
+    CU_ASSERT_EQUAL(rm_rdzv_join_poll(c0, "127.0.0.1:1000", 1, 0, &rr, &joined, &settled, &e),
+                    RM_EAGAIN);
+    CU_ASSERT_EQUAL(joined, 2);   /* the survivors, settled: the round stays open (min 3) */
+    CU_ASSERT(settled);
+    CU_ASSERT_EQUAL(snap(&f)->epoch, 2);   /* polling opened no epoch */
+    CU_ASSERT_FALSE(snap(&f)->closed);
+    /* the replacement joins (a new process: lastEpoch 0): the round closes with 3 */
+    joiner rep;
+    join_start(&rep, f.url, "2", 0, 10);
+    join_wait(&rep);
+    CU_ASSERT_EQUAL(rep.rc, RM_OK);
+    CU_ASSERT_EQUAL(rep.round.world_size, 3);
+    rm_rdzv_round_free(&rep.round);
+    CU_ASSERT_EQUAL(rm_rdzv_join_poll(c1, "127.0.0.1:1001", 1, 0, &rr, &joined, &settled, &e),
+                    RM_OK);
+    CU_ASSERT_EQUAL(rr.epoch, 2);
+    CU_ASSERT_EQUAL(rr.rank, 1);
+    CU_ASSERT_EQUAL(rr.world_size, 3);
+    rm_rdzv_round_free(&rr);
+    /* a wait outside 0..10 is refused by the client; by the service as a 400 */
+    CU_ASSERT_EQUAL(rm_rdzv_join_poll(c0, "127.0.0.1:1000", 1, 11, &rr, NULL, NULL, &e), RM_EINVAL);
+    rm_rdzv_client_free(c0);
+    rm_rdzv_client_free(c1);
+    fx_stop(&f);
+}
+
+/* Parameter servers register their addresses; workers read them (rdzv.h "Servers"). */
+static void test_servers_registry(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, 2, 2, 0) == 0);
+    rm_rdzv_client *ps = rm_rdzv_client_new(f.url, JOB, TOKEN, "ps");
+    rm_rdzv_client *w = rm_rdzv_client_new(f.url, JOB, TOKEN, "0");
+    rm_rdzv_client *bad = rm_rdzv_client_new(f.url, JOB, "wrong-token-0123456789", "0");
+    CU_ASSERT_FATAL(ps && w && bad);
+    static char got[8][128];
+    int n = -1;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(rm_rdzv_servers(w, got, 8, &n, &e), RM_OK);
+    CU_ASSERT_EQUAL(n, 0);   /* none yet */
+    CU_ASSERT_EQUAL(rm_rdzv_server_register(ps, 1, "127.0.0.7:29600", &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_rdzv_servers(w, got, 8, &n, &e), RM_OK);
+    CU_ASSERT_EQUAL(n, 2);
+    CU_ASSERT_STRING_EQUAL(got[0], "");   /* server 0 not yet */
+    CU_ASSERT_STRING_EQUAL(got[1], "127.0.0.7:29600");
+    CU_ASSERT_EQUAL(rm_rdzv_server_register(ps, 0, "127.0.0.6:29600", &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_rdzv_server_register(ps, 1, "127.0.0.9:29600", &e), RM_OK);   /* replaced */
+    CU_ASSERT_EQUAL(rm_rdzv_servers(w, got, 8, &n, &e), RM_OK);
+    CU_ASSERT_EQUAL(n, 2);
+    CU_ASSERT_STRING_EQUAL(got[0], "127.0.0.6:29600");
+    CU_ASSERT_STRING_EQUAL(got[1], "127.0.0.9:29600");
+    CU_ASSERT_EQUAL(rm_rdzv_servers(w, got, 1, &n, &e), RM_OK);   /* capped by the caller */
+    CU_ASSERT_EQUAL(n, 1);
+    /* strangers and bad input */
+    CU_ASSERT_EQUAL(rm_rdzv_server_register(bad, 0, "127.0.0.66:1", &e), RM_EAUTH);
+    CU_ASSERT_EQUAL(rm_rdzv_servers(bad, got, 8, &n, &e), RM_EAUTH);
+    CU_ASSERT_EQUAL(rm_rdzv_server_register(ps, 64, "127.0.0.1:1", &e), RM_EINVAL);
+    static const char *const bodies[] = {"{}", "[]", "{\"addr\":\"no port\"}", "{\"addr\":5}"};
+    for (size_t i = 0; i < RM_ARRAY_LEN(bodies); i++)
+        CU_ASSERT_EQUAL(raw(&f, "PUT", P("/servers/0"), BEARER, bodies[i], strlen(bodies[i]), NULL),
+                        400);
+    CU_ASSERT_EQUAL(raw(&f, "PUT", P("/servers/64"), BEARER, "{\"addr\":\"127.0.0.1:1\"}", 22, NULL),
+                    400);
+    CU_ASSERT_EQUAL(raw(&f, "PUT", P("/servers/x"), BEARER, "{\"addr\":\"127.0.0.1:1\"}", 22, NULL),
+                    400);
+    CU_ASSERT_EQUAL(raw(&f, "POST", P("/servers"), BEARER, "", 0, NULL), 405);
+    CU_ASSERT_EQUAL(rm_rdzv_servers(w, got, 8, &n, &e), RM_OK);
+    CU_ASSERT_STRING_EQUAL(got[0], "127.0.0.6:29600");   /* nothing bad got in */
+    rm_rdzv_client_free(ps);
+    rm_rdzv_client_free(w);
+    rm_rdzv_client_free(bad);
+    fx_stop(&f);
+}
+
 void rm_suite_rdzv(void)
 {
     static const rm_test_case cases[] = {
@@ -1015,6 +1130,8 @@ void rm_suite_rdzv(void)
         {"nan_timeout_refused", test_nan_timeout_refused},
         {"bad_token_logs_rate_limited", test_bad_token_logs_rate_limited},
         {"sigint_flag_ends_join_long_poll", test_join_cancel},
+        {"polling_join_counts_settles_never_held", test_join_poll},
+        {"parameter_servers_register_workers_read", test_servers_registry},
     };
     RM_ADD_SUITE("rdzv", NULL, NULL, cases);
 }
