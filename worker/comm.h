@@ -1,7 +1,7 @@
 /* comm.h — collective communication for ringmaster-worker: one function table per backend.
  *
  * Backends: "ring" (TCP ring allreduce, comm_ring.c), "shm" (ranks on one host, through shared
- * memory, comm_shm.c), "mpi" (Open MPI's MPI_Allreduce when the worker runs under mpirun,
+ * memory, comm_shm.c), "hier" (hierarchical: intra-node then inter-node, comm_hier.c), "mpi" (Open MPI's MPI_Allreduce when the worker runs under mpirun,
  * comm_mpi.c), "local" (world size 1, comm_local.c) and "nccl"
  * (worker/cuda/comm_nccl.c, only when CUDA is on). The trainer picks a table with
  * rm_comm_backend(name) and only ever talks to the table, so a backend is data, not a branch.
@@ -55,6 +55,12 @@ typedef struct rm_comm_cfg {
                                     <= 0 means 10 s */
     struct rm_rdzv_client *rdzv; /* for NCCL's unique-id bootstrap through the kv area; may be NULL */
     int device;                  /* GPU ordinal for nccl; ignored elsewhere */
+    /* Hierarchical allreduce (comm_hier.c, issue 19). ring_tag: which ring of one formation this
+     * is, so rings of the same epoch can share one listener (0 = the flat ring; comm_hier uses
+     * 1..3; 0..255). shm_ok: the "hier" backend may use shared memory for a node's ranks when they
+     * also advertised one host (the caller applied RINGMASTER_SHM). */
+    int ring_tag;
+    int shm_ok;
 } rm_comm_cfg;
 
 typedef struct rm_comm rm_comm;  /* opaque; each backend defines its own */
@@ -110,6 +116,14 @@ int rm_comm_shm_segment_name(const rm_comm_cfg *cfg, char name[RM_COMM_SHM_NAME_
 /* Tests only: when set, init uses this name instead of the derived one (a stranger that found the
  * name in /dev/shm). NULL in production. */
 extern const char *rm_comm_shm_test_name;
+/* "hier" (comm_hier.c, issue 19): hierarchical allreduce over the peers' node names (intra-node
+ * shm or ring, inter-node ring among ranks of one local index); the flat ring (or shm) when the
+ * ranks are on one node, one rank per node, or unevenly spread. rm_comm_hier_is_hier: 1 when a
+ * hier comm runs hierarchically, 0 when flat (or NULL); rm_comm_hier_desc: what it runs, for logs
+ * ("" for NULL). Both only for comms of this table. */
+const rm_comm_ops *rm_comm_hier_ops(void);
+int rm_comm_hier_is_hier(const rm_comm *c);
+const char *rm_comm_hier_desc(const rm_comm *c);
 /* Rank and size of an mpi-backend comm (MPI decides them, not the rendezvous). RM_EUNSUPPORTED
  * without Open MPI. */
 int rm_comm_mpi_world(rm_comm *c, int *rank, int *size);
