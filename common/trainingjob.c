@@ -27,6 +27,7 @@ static const char *const mode_names[] = { "train", "bench", NULL };
 static const char *const sched_names[] = { "cosine", "step", "constant", NULL };
 static const char *const opt_names[] = { "sgd", "adam", "adagrad", NULL };
 const char *const rm_sharding_names[] = { "none", "optimizer", "gradients", "full", NULL };
+const char *const rm_allreduce_names[] = { "auto", "ring", "hierarchical", NULL };
 static const char *const phase_names[] = { "Pending", "Running", "Restarting", "Succeeded",
                                             "Failed", "Suspended", NULL };
 static const char *const cond_names[] = { "Created", "Running", "Restarting", "Succeeded",
@@ -184,7 +185,7 @@ int rm_training_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t,
     static const char *const k_training[] = {
         "mode", "dataset", "dataDir", "model", "epochs", "batchSizePerWorker", "optimizer",
         "warmupEpochs", "schedule", "stepGamma", "stepEveryEpochs", "precision", "fusionBufferMB",
-        "seed", "maxSteps", "bench", "sharding", NULL };
+        "seed", "maxSteps", "bench", "sharding", "allreduce", NULL };
     static const char *const k_model[] = { "type", "hidden", NULL };
     static const char *const k_opt[] = { "type", "lr", "momentum", "weightDecay", "beta1", "beta2",
                                          "eps", NULL };
@@ -261,6 +262,9 @@ int rm_training_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t,
     iv = (int)t->sharding;
     TRY(p_enum(tr, "sharding", ctx, rm_sharding_names, &iv, err));
     t->sharding = (rm_sharding)iv;
+    iv = (int)t->allreduce;
+    TRY(p_enum(tr, "allreduce", ctx, rm_allreduce_names, &iv, err));
+    t->allreduce = (rm_allreduce_algo)iv;
     {
         int64_t seed = 0;
         uint32_t s = 0;
@@ -615,6 +619,8 @@ int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err
     if (t->sharding != RM_SHARD_NONE && t->precision != RM_PREC_FP32)
         return bad(err, ctx, "sharding", "%s needs %s.precision fp32 in this version (got %s)",
                    rm_sharding_names[t->sharding], ctx, rm_precision_names[t->precision]);
+    if ((unsigned)t->allreduce > RM_AR_HIER)
+        return bad(err, ctx, "allreduce", "must be one of auto, ring, hierarchical");
     if (t->max_steps < 0)
         return bad(err, ctx, "maxSteps", "must be >= 0");
     if (t->bench_min_bytes < 4 || t->bench_min_bytes > (int64_t)1 << 40)
@@ -859,6 +865,13 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
         return rc;
     if ((rc = ps_validate(s, err)))
         return rc;
+    if (s->training.allreduce == RM_AR_HIER && (s->backend == RM_BACKEND_NCCL || s->backend == RM_BACKEND_MPI))
+        return rm_err_field(err, RM_EINVAL, "spec.training.allreduce", "hierarchical needs spec.backend "
+                            "auto or ring (got %s, which picks its own algorithm: NCCL_ALGO / Open MPI's "
+                            "coll_tuned settings)", rm_backend_name(s->backend));
+    if (s->training.allreduce == RM_AR_HIER && s->strategy == RM_STRATEGY_PS)
+        return rm_err_field(err, RM_EINVAL, "spec.training.allreduce", "hierarchical needs spec.strategy: "
+                            "allreduce (parameter-server workers never allreduce)");
     /* An epoch is train_samples / global batch steps (the tail is dropped), so a global batch
      * larger than the training set makes epochs of zero steps: the group would re-form forever
      * without training. Checked at the largest world the job may reach (maxReplicas). */
@@ -1213,6 +1226,8 @@ cJSON *rm_training_to_json(const rm_training_spec *t)
     add_num(o, "fusionBufferMB", t->fusion_buffer_mb, t->set & RM_TR_SET_FUSION);
     if (t->sharding != RM_SHARD_NONE && (unsigned)t->sharding <= RM_SHARD_FULL)   /* none: omitted */
         cJSON_AddStringToObject(o, "sharding", rm_sharding_names[t->sharding]);
+    if (t->allreduce != RM_AR_AUTO && (unsigned)t->allreduce <= RM_AR_HIER)   /* auto: omitted */
+        cJSON_AddStringToObject(o, "allreduce", rm_allreduce_names[t->allreduce]);
     add_num(o, "seed", (double)t->seed, t->set & RM_TR_SET_SEED);
     add_num(o, "maxSteps", t->max_steps, false);
     cJSON *b = cJSON_AddObjectToObject(o, "bench");

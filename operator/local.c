@@ -360,6 +360,24 @@ static bool env_is_ours(const char *kv)
     return rm_launch_is_ours(name);
 }
 
+int rm_local_node_name(const char *host, const char *nodes, int index, int replicas, char *buf,
+                       size_t cap, rm_err *err)
+{
+    if (!host || !*host)
+        host = "localhost";
+    if (!nodes || !*nodes || index < 0) {
+        rm_sfmt(buf, cap, "%s", host);
+        return RM_OK;
+    }
+    char *end = NULL;
+    long n = strtol(nodes, &end, 10);
+    if (*end || n < 1 || n > replicas || replicas < 1)
+        return rm_err_field(err, RM_EINVAL, RM_ENV_RUN_NODES, "must be a whole number of fake nodes "
+                            "from 1 to spec.replicas (%d), got \"%.32s\"", replicas, nodes);
+    rm_sfmt(buf, cap, "%s-n%ld", host, (long)index * n / replicas);
+    return RM_OK;
+}
+
 int rm_local_launch(const rm_tj *job, int index, int epoch, const rm_local_where *w,
                     rm_launch *out, rm_err *err)
 {
@@ -423,9 +441,12 @@ int rm_local_render(const rm_launch *ln, const char *bin, char *const *base, cha
 static int spawn_exec(local *l, int idx, int epoch, int port, const char *logpath,
                       const char *banner, pid_t *out, rm_err *err)
 {
+    char node[300];
+    RM_CHECK(rm_local_node_name(l->hostname, getenv(RM_ENV_RUN_NODES), idx, l->job->spec.replicas,
+                                node, sizeof node, err));
     rm_local_where where = {
         .rdzv_port = l->rdzv_port, .token = l->token, .checkpoint_dir = l->o->checkpoint_dir,
-        .metrics_port = port, .log_format = l->o->worker_log_format, .node_name = l->hostname,
+        .metrics_port = port, .log_format = l->o->worker_log_format, .node_name = node,
         .ps_addrs = l->ps_addrs[0] ? l->ps_addrs : NULL,
     };
     rm_launch ln;

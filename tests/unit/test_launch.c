@@ -269,6 +269,35 @@ static void test_run_checkpoint_dir(void)
     cJSON_Delete(obj);
 }
 
+/* RINGMASTER_RUN_NODES fakes nodes on one host (issue 19): contiguous blocks of workers. */
+static void test_run_fake_nodes(void)
+{
+    static const struct {
+        const char *nodes;
+        int index, replicas;
+        const char *want;
+    } ok[] = {
+        {NULL, 3, 4, "box"},      {"", 3, 4, "box"},        {"1", 3, 4, "box-n0"},
+        {"2", 0, 4, "box-n0"},    {"2", 1, 4, "box-n0"},    {"2", 2, 4, "box-n1"},
+        {"2", 3, 4, "box-n1"},    {"3", 5, 6, "box-n2"},    {"2", -1, 4, "box"},
+        {"4", 3, 4, "box-n3"},    {"2", 2, 5, "box-n0"},    {"2", 3, 5, "box-n1"},
+    };
+    rm_err e = {0};
+    char buf[64];
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        CU_ASSERT_EQUAL(rm_local_node_name("box", ok[i].nodes, ok[i].index, ok[i].replicas, buf,
+                                           sizeof buf, &e), RM_OK);
+        CU_ASSERT_STRING_EQUAL(buf, ok[i].want);
+    }
+    CU_ASSERT_EQUAL(rm_local_node_name(NULL, NULL, 0, 2, buf, sizeof buf, &e), RM_OK);
+    CU_ASSERT_STRING_EQUAL(buf, "localhost");
+    static const char *const bad[] = {"0", "5", "x", "2x", "-1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CU_ASSERT_EQUAL(rm_local_node_name("box", bad[i], 0, 4, buf, sizeof buf, &e), RM_EINVAL);
+        CU_ASSERT_STRING_EQUAL(e.field, RM_ENV_RUN_NODES);
+    }
+}
+
 void rm_suite_launch(void)
 {
     static const rm_test_case cases[] = {
@@ -276,6 +305,7 @@ void rm_suite_launch(void)
         {"bench arguments are the same in both runtimes", test_bench_args},
         {"bad arguments and non-literal values are refused", test_build_errors},
         {"ringmaster run honours an absolute checkpoint path", test_run_checkpoint_dir},
+        {"ringmaster run fakes nodes on one host", test_run_fake_nodes},
     };
     RM_ADD_SUITE("launch", NULL, NULL, cases);
 }
