@@ -865,6 +865,9 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
         return rc;
     if ((rc = ps_validate(s, err)))
         return rc;
+    if (s->placement.present && (s->placement.workers_per_node < 1 || s->placement.workers_per_node > RM_MAX_WORLD))
+        return rm_err_field(err, RM_EINVAL, "spec.placement.workersPerNode", "must be between 1 and %d "
+                            "(required with spec.placement)", RM_MAX_WORLD);
     if (s->training.allreduce == RM_AR_HIER && (s->backend == RM_BACKEND_NCCL || s->backend == RM_BACKEND_MPI))
         return rm_err_field(err, RM_EINVAL, "spec.training.allreduce", "hierarchical needs spec.backend "
                             "auto or ring (got %s, which picks its own algorithm: NCCL_ALGO / Open MPI's "
@@ -986,7 +989,8 @@ static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
 {
     static const char *const k_spec[] = { "replicas", "minReplicas", "maxReplicas", "backend",
                                           "restartPolicy", "runPolicy", "checkpoint", "training",
-                                          "template", "managedBy", "strategy", "parameterServer", NULL };
+                                          "template", "managedBy", "strategy", "parameterServer",
+                                          "placement", NULL };
     static const char *const k_restart[] = { "maxRestarts", "backoffSeconds",
                                              "progressDeadlineSeconds", NULL };
     static const char *const k_run[] = { "activeDeadlineSeconds", "ttlSecondsAfterFinished",
@@ -1041,6 +1045,15 @@ static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
     TRY(p_obj(sp, "parameterServer", "spec", NULL, &o, NULL, err));
     if (o)
         TRY(rm_ps_from_json(o, "spec.parameterServer", &s->ps, err));
+    {
+        static const char *const k_place[] = { "workersPerNode", NULL };
+        char pctx[FIELD_CAP];
+        TRY(p_obj(sp, "placement", "spec", k_place, &o, pctx, err));
+        if (o) {
+            s->placement.present = true;
+            TRY(p_int(o, "workersPerNode", pctx, &s->placement.workers_per_node, NULL, 0, err));
+        }
+    }
 out:
     return rc;
 }
@@ -1300,6 +1313,11 @@ cJSON *rm_tj_spec_to_json(const rm_tj_spec *s)
         cJSON *ps = rm_ps_to_json(&s->ps);
         if (ps)
             cJSON_AddItemToObject(o, "parameterServer", ps);
+    }
+    if (s->placement.present) {
+        cJSON *pl = cJSON_AddObjectToObject(o, "placement");
+        if (pl && s->placement.workers_per_node)
+            cJSON_AddNumberToObject(pl, "workersPerNode", s->placement.workers_per_node);
     }
     return o;
 }

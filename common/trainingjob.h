@@ -179,6 +179,14 @@ typedef struct rm_tj_spec {
      * this operator; RM_TJ_MANAGED_BY_MULTIKUEUE = Kueue's MultiKueue adapter (it reads this
      * field, at the top level of spec): the operator then leaves the job alone. */
     char *managed_by;
+    /* spec.placement (strategies.md, issue 19): how the operator places worker pods on nodes.
+     * workers_per_node k >= 1: workers go to nodes in groups of k (group = replica index / k),
+     * rendered as pod affinity / anti-affinity on kubernetes.io/hostname (operator/kube/runtime.c);
+     * 0 = not given (the scheduler decides). Ignored by `ringmaster run` (one host). */
+    struct {
+        bool present;
+        int workers_per_node;
+    } placement;
 } rm_tj_spec;
 #define RM_TJ_MANAGED_BY_US "ringmaster.dev/operator"
 #define RM_TJ_MANAGED_BY_MULTIKUEUE "kueue.x-k8s.io/multikueue"

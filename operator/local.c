@@ -418,6 +418,13 @@ int rm_local_render(const rm_launch *ln, const char *bin, char *const *base, cha
         if (!env_is_ours(*e))
             strv_add(&ev, "%s", *e);
     for (int i = 0; i < ln->nenv; i++) {
+        bool user_set = false;   /* a default the runner's environment already sets */
+        for (char *const *e = base; ln->env[i].user_wins && e && *e; e++) {
+            size_t nl = strlen(ln->env[i].name);
+            user_set |= strncmp(*e, ln->env[i].name, nl) == 0 && (*e)[nl] == '=';
+        }
+        if (user_set)
+            continue;
         if (ln->env[i].src != RM_LAUNCH_LITERAL) {
             strv_free(&av);
             strv_free(&ev);
@@ -1138,6 +1145,11 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
     }
     if (gethostname(l->hostname, sizeof l->hostname - 1) != 0 || !l->hostname[0])
         snprintf(l->hostname, sizeof l->hostname, "localhost");
+    {   /* fake nodes (RINGMASTER_RUN_NODES): a bad value stops the run here, not every spawn */
+        char node[300];
+        RM_CHECK_GOTO(rm_local_node_name(l->hostname, getenv(RM_ENV_RUN_NODES), 0,
+                                         job->spec.replicas, node, sizeof node, err), rc, out);
+    }
     random_token(l->token);
     rm_reconcile_opts_default(&l->ropts);
     l->cap = RM_RECONCILE_ACTIONS(MAXW);
