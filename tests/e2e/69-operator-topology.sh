@@ -24,6 +24,8 @@ spec:
   replicas: 2
   placement: {workersPerNode: 1}
   restartPolicy: {maxRestarts: 0}
+  # no GPU here: the workers fail at once and the job Fails; cleanPodPolicy None keeps the pods
+  runPolicy: {cleanPodPolicy: None}
   training: {mode: train, epochs: 1}
   template:
     spec:
