@@ -8,7 +8,9 @@
 #  2. a CPU job with spec.placement.workersPerNode 2 and spec.training.allreduce hierarchical:
 #     node-group labels 0,0,1,1, pod affinity to its own group, anti-affinity to the other; none of
 #     the NCCL defaults; it trains to Succeeded, and every worker's topology line counts the nodes
-#     kubesim really put the pods on (NODE_NAME reached the workers and the rendezvous).
+#     kubesim really put the pods on (NODE_NAME reached the workers and the rendezvous). kubesim's
+#     scheduler does not evaluate pod affinity, so where the pods land is kubesim's choice; the
+#     rendered terms are what this checks.
 source "$(dirname "$0")/6x-operator-lib.bash"
 RDZV_PORT=$(free_port)
 start_kubesim --node node-a:cpu=64,memory=64Gi,gpu=4,pods=110 --node node-b:cpu=64,memory=64Gi,gpu=4,pods=110
@@ -67,6 +69,7 @@ spec:
   backend: ring
   placement: {workersPerNode: 2}
   restartPolicy: {maxRestarts: 3, backoffSeconds: 1, progressDeadlineSeconds: 120}
+  runPolicy: {cleanPodPolicy: None}   # keep the pods: their spec.nodeName is checked below
   checkpoint: {path: $T/ckpt, intervalSteps: 100}
   training:
     mode: train
