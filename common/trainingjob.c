@@ -872,6 +872,10 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
         return rm_err_field(err, RM_EINVAL, "spec.training.allreduce", "hierarchical needs spec.backend "
                             "auto or ring (got %s, which picks its own algorithm: NCCL_ALGO / Open MPI's "
                             "coll_tuned settings)", rm_backend_name(s->backend));
+    if (s->training.allreduce == RM_AR_HIER && s->backend == RM_BACKEND_AUTO && rm_template_gpus(s->template) > 0)
+        return rm_err_field(err, RM_EINVAL, "spec.training.allreduce", "hierarchical is the CPU ring's; with "
+                            "nvidia.com/gpu requested spec.backend auto resolves to nccl, which picks its own "
+                            "algorithm (set spec.backend: ring to use it)");
     if (s->training.allreduce == RM_AR_HIER && s->strategy == RM_STRATEGY_PS)
         return rm_err_field(err, RM_EINVAL, "spec.training.allreduce", "hierarchical needs spec.strategy: "
                             "allreduce (parameter-server workers never allreduce)");

@@ -624,6 +624,7 @@ typedef struct trainer {
     rm_step *st;
     int rank, world, rdzv_epoch;
     int local_rank, local_world, nnodes;   /* this round's topology (rm_rdzv_topology) */
+    char node[RM_RDZV_NODE_MAX + 1];       /* this rank's node as the rendezvous reported it */
     bool join_gave_up;          /* no round within the join deadline: fatal */
 
     /* training state (what a checkpoint holds) */
@@ -1241,6 +1242,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     rm_rdzv_topo topo = {.nnodes = 1, .local_world = 1, .uniform = true};
     if (rr.peers && t->world > 1 && rm_rdzv_topology(rr.peers, t->world, t->rank, &topo) != RM_OK)
         topo = (rm_rdzv_topo){.nnodes = 1, .local_world = 1, .uniform = true};
+    snprintf(t->node, sizeof t->node, "%s", rr.peers && t->rank < t->world ? rr.peers[t->rank].node : "");
     t->local_rank = topo.local_rank;
     t->local_world = topo.local_world;
     t->nnodes = topo.nnodes;
@@ -1274,8 +1276,8 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     rm_series_set(t->wm.epoch, t->rdzv_epoch);
     rm_series_set(t->wm.world, t->world);
     rm_info("round ready epoch=%d world=%d backend=%s", t->rdzv_epoch, t->world, t->ops->name);
-    rm_info("topology nodes=%d local_rank=%d local_world_size=%d allreduce=\"%s\"", t->nnodes,
-            t->local_rank, t->local_world,
+    rm_info("topology nodes=%d node=%s local_rank=%d local_world_size=%d allreduce=\"%s\"", t->nnodes,
+            t->node[0] ? t->node : "\"\"", t->local_rank, t->local_world,
             t->ops == rm_comm_hier_ops() ? rm_comm_hier_desc(t->comm) : t->ops->name);
     t->gather_step = -1;   /* a sharded gather is per round: every rank starts without one */
     rm_step_round sr = {.ops = t->ops, .comm = t->comm, .rank = t->rank, .world = t->world};

@@ -28,10 +28,10 @@ RINGMASTER_RUN_NODES=2 run_job hier -f "$W/small4.yaml" -o json
 [ "$(jget hier 'j["status"]["phase"]')" = Succeeded ] || fail "hier phase"
 acc1=$(jget hier 'j["status"]["result"]["testAccuracy"]')
 for i in 0 1 2 3; do
-  grep -q 'msg="topology" nodes=2 local_rank=[01] local_world_size=2 allreduce="hierarchical 2 nodes x 2 ranks (intra shm, inter ring)"' \
+  grep -q 'msg="topology" nodes=2 node=[^ ]*-n[01] local_rank=[01] local_world_size=2 allreduce="hierarchical 2 nodes x 2 ranks (intra shm, inter ring)"' \
     "$W/run-hier/worker-$i.log" || fail "worker $i did not run hierarchically: $(grep -h 'topology\|round ready' "$W/run-hier/worker-$i.log")"
 done
-grep -q 'local_rank=1 ' "$W/run-hier/worker-3.log" || fail "worker 3 is not local rank 1 of node 1"
+grep -q 'node=[^ ]*-n1 local_rank=1 ' "$W/run-hier/worker-3.log" || fail "worker 3 is not local rank 1 of node 1"
 $PY -c "import sys; sys.exit(0 if abs($acc1-$acc0) <= 0.005 else 1)" || fail "hier accuracy $acc1 vs flat $acc0 (> 0.5 points)"
 
 # a worker killed on each node

