@@ -4,7 +4,8 @@
 # 2 ranks on this host; spec.training.allreduce auto then picks the hierarchical comm (shm inside
 # each fake node, a TCP ring per local index between them). The job Succeeds with the accuracy of
 # the flat ring (within 0.5 points: only the summation order differs), and survives a worker
-# killed on either node (RINGMASTER_FAULT on rank 1 = node 0 and rank 2 = node 1).
+# killed on either node (RINGMASTER_FAULT on rank 1 = node 0 and rank 2 = node 1); ZeRO-3 sharding
+# over it trains to the same accuracy; a bad RINGMASTER_RUN_NODES stops the run with its name.
 source "$(dirname "$0")/5x-run-lib.bash"
 # 4 workers loading the data set at once on a shared 2-core machine can take longer than the
 # fixture's 20 s progress deadline before the first round: this test counts restarts exactly
@@ -46,9 +47,19 @@ $PY -c "import sys; sys.exit(0 if abs($acc2-$acc1) <= 0.005 else 1)" || fail "fa
 n=$(cat "$W"/run-fault/worker-*.log | grep -c 'allreduce="hierarchical 2 nodes x 2 ranks' || true)
 [ "$n" -ge 12 ] || fail "$n hierarchical formations in the faulted run, want >= 12"
 
+# ZeRO-3 over the hierarchical comm (its reduce-scatter / all-gather are the hierarchical allreduce
+# plus a copy): same accuracy
+sed 's/^    mode: train$/    mode: train\n    sharding: full/' "$W/small4.yaml" > "$W/full4.yaml"
+grep -q '^    sharding: full$' "$W/full4.yaml" || fail "fixture edit (sharding)"
+RINGMASTER_RUN_NODES=2 run_job full -f "$W/full4.yaml" -o json
+[ $RC -eq 0 ] || fail "sharded hier run exit $RC: $(tail -5 "$W/full.err")"
+acc3=$(jget full 'j["status"]["result"]["testAccuracy"]')
+grep -q 'allreduce="hierarchical 2 nodes x 2 ranks' "$W/run-full/worker-0.log" || fail "sharded run was not hierarchical"
+$PY -c "import sys; sys.exit(0 if abs($acc3-$acc0) <= 0.005 else 1)" || fail "sharded hier accuracy $acc3 vs flat $acc0"
+
 # a bad RINGMASTER_RUN_NODES is refused by name
 RINGMASTER_RUN_NODES=9 run_job badnodes -f "$W/small4.yaml" -o json
 [ $RC -ne 0 ] || fail "RINGMASTER_RUN_NODES=9 with 4 replicas was accepted"
 grep -q RINGMASTER_RUN_NODES "$W/badnodes.err" || fail "the error does not name RINGMASTER_RUN_NODES: $(tail -3 "$W/badnodes.err")"
 assert_no_workers
-log "PASS flat=$acc0 hier=$acc1 faulted=$acc2"
+log "PASS flat=$acc0 hier=$acc1 faulted=$acc2 sharded-full=$acc3"
