@@ -21,9 +21,10 @@ declare -A entry=(
   [ps]=bench/ps/run.sh
   [sweep]=bench/sweep/run.sh
   [shm]=bench/shm/run.sh
+  [hier]=bench/hier/run.sh
   [topo]=bench/topo/run.sh
 )
-order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard ps sweep shm topo)
+order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard ps sweep shm hier topo)
 sel=(${BENCH:-${order[@]}})
 rc=0
 for b in "${sel[@]}"; do

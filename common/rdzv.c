@@ -345,8 +345,8 @@ static void round_maybe_close(rm_rdzv *r, job *j, double now)
 enum { J_ASSIGNED, J_WAIT, J_STOP, J_FULL };
 
 /* One evaluation of a join; safe to repeat after every wake-up (see the file comment). */
-static int join_eval(rm_rdzv *r, job *j, const char *wid, const char *addr, int last_epoch,
-                     double now)
+static int join_eval(rm_rdzv *r, job *j, const char *wid, const char *addr, const char *node,
+                     int last_epoch, double now)
 {
     if (j->stopped)
         return J_STOP;
@@ -365,6 +365,8 @@ static int join_eval(rm_rdzv *r, job *j, const char *wid, const char *addr, int 
     }
     if (!m && !(m = member_add(j, wid)))
         return J_FULL;
+    if (strcmp(m->m.node, node) != 0)   /* the round is open here: its members' latest word */
+        snprintf(m->m.node, sizeof m->m.node, "%s", node);
     if (m->round != j->epoch || strcmp(m->m.addr, addr) != 0) {
         m->round = j->epoch;
         snprintf(m->m.addr, sizeof m->m.addr, "%s", addr);
@@ -431,6 +433,7 @@ static cJSON *round_json(const job *j, const member *me)
         cJSON_AddNumberToObject(e, "rank", p->m.rank);
         cJSON_AddStringToObject(e, "workerId", p->m.worker_id);
         cJSON_AddStringToObject(e, "addr", p->m.addr);
+        cJSON_AddStringToObject(e, "node", p->m.node);
     }
     return o;
 fail:
@@ -442,7 +445,7 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
 {
     rm_err e = {0};
     int rc;
-    const char *wid = NULL, *addr = NULL;
+    const char *wid = NULL, *addr = NULL, *node = "";
     int64_t last_epoch = 0;
     double wait_s = JOIN_POLL_S;
     cJSON *body = rm_json_parse(req->body, req->body_len, &e);
@@ -452,13 +455,21 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
         rm_json_str(body, "workerId", true, "", &wid, &e) < 0 ||
         rm_json_str(body, "addr", true, "", &addr, &e) < 0 ||
         bad(rm_json_int(body, "lastEpoch", false, "", &last_epoch, &e)) ||
-        bad(rm_json_num(body, "wait", false, "", &wait_s, &e))) {
+        bad(rm_json_num(body, "wait", false, "", &wait_s, &e)) ||
+        bad(rm_json_str(body, "node", false, "", &node, &e))) {
         rc = rm_http_reply_error(resp, 400, "join: %s", e.msg[0] ? e.msg : "body must be an object");
         goto out;
     }
     if (!name_ok(wid, sizeof(((rm_rdzv_member *)0)->worker_id) - 1) || !addr_ok(addr) ||
         last_epoch < -1 || last_epoch > 1000000000 || !(wait_s >= 0 && wait_s <= JOIN_POLL_S)) {
         rc = rm_http_reply_error(resp, 400, "join: bad workerId, addr, lastEpoch or wait");
+        goto out;
+    }
+    if (!node)
+        node = "";
+    if (node[0] && !name_ok(node, RM_RDZV_NODE_MAX)) {
+        rc = rm_http_reply_error(resp, 400, "join: bad node (at most %d of [A-Za-z0-9._-])",
+                                 RM_RDZV_NODE_MAX);
         goto out;
     }
     double deadline = rm_mono() + wait_s;
@@ -480,7 +491,7 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
             break;
         }
         double now = rm_mono();
-        int out = join_eval(r, j, wid, addr, (int)last_epoch, now);
+        int out = join_eval(r, j, wid, addr, node, (int)last_epoch, now);
         seen_epoch = j->epoch;
         if (out == J_STOP) {
             rc = reply_stop(resp);
@@ -791,6 +802,7 @@ static int handle_state(job *j, rm_http_resp *resp)
             goto fail;
         cJSON_AddStringToObject(e, "workerId", m->worker_id);
         cJSON_AddStringToObject(e, "addr", m->addr);
+        cJSON_AddStringToObject(e, "node", m->node);
         cJSON_AddNumberToObject(e, "rank", m->rank);
         cJSON_AddNumberToObject(e, "epoch", m->epoch);
         cJSON_AddNumberToObject(e, "step", (double)m->step);
@@ -1112,4 +1124,61 @@ int rm_rdzv_snapshot(rm_rdzv *r, const char *jobname, rm_rdzv_state *out)
     }
     pthread_mutex_unlock(&r->mu);
     return rc;
+}
+
+/* ---------------- topology (issue 19) ---------------- */
+
+int rm_rdzv_node_index(const rm_rdzv_peer *peers, int world, int *idx)
+{
+    if (!peers || !idx || world < 1 || world > RM_RDZV_MAX_WORLD)
+        return RM_EINVAL;
+    int nnodes = 0;
+    for (int q = 0; q < world; q++) {
+        idx[q] = -1;
+        for (int p = 0; p < q; p++)
+            if (strcmp(peers[p].node, peers[q].node) == 0) {
+                idx[q] = idx[p];
+                break;
+            }
+        if (idx[q] < 0)
+            idx[q] = nnodes++;
+    }
+    return nnodes;
+}
+
+int rm_rdzv_topology(const rm_rdzv_peer *peers, int world, int rank, rm_rdzv_topo *out)
+{
+    if (!out || rank < 0 || rank >= world)
+        return RM_EINVAL;
+    int *idx = malloc((size_t)(world > 0 ? world : 1) * sizeof *idx);
+    if (!idx)
+        return RM_ENOMEM;
+    int nn = rm_rdzv_node_index(peers, world, idx);
+    if (nn < 0) {
+        free(idx);
+        return nn;
+    }
+    int *cnt = calloc((size_t)nn, sizeof *cnt);
+    if (!cnt) {
+        free(idx);
+        return RM_ENOMEM;
+    }
+    memset(out, 0, sizeof *out);
+    out->nnodes = nn;
+    out->node_index = idx[rank];
+    for (int q = 0; q < world; q++) {
+        if (q == rank)
+            out->local_rank = cnt[idx[q]];
+        cnt[idx[q]]++;
+    }
+    out->local_world = cnt[idx[rank]];
+    out->min_local = out->max_local = cnt[0];
+    for (int k = 1; k < nn; k++) {
+        out->min_local = cnt[k] < out->min_local ? cnt[k] : out->min_local;
+        out->max_local = cnt[k] > out->max_local ? cnt[k] : out->max_local;
+    }
+    out->uniform = out->min_local == out->max_local;
+    free(cnt);
+    free(idx);
+    return RM_OK;
 }

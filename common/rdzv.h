@@ -3,9 +3,11 @@
  *
  * Protocol: HTTP/1.1 + JSON, every request carries "Authorization: Bearer <job token>"
  * (wrong/missing → 401, unknown job → 404). JOB is "namespace/name", URL-escaped as ns/name.
- *   POST /v1/jobs/NS/NAME/join   {"workerId":"3","addr":"127.0.0.5:40123","lastEpoch":E}
+ *   POST /v1/jobs/NS/NAME/join   {"workerId":"3","addr":"127.0.0.5:40123","lastEpoch":E,
+ *        "node":"node-a"}   (node optional: the worker's node name, NODE_NAME; issue 19)
  *        long poll (server holds up to ~10 s) →
- *        200 {"epoch":E,"rank":r,"worldSize":n,"peers":[{"rank":0,"workerId":"0","addr":"..."},..]}
+ *        200 {"epoch":E,"rank":r,"worldSize":n,"peers":[{"rank":0,"workerId":"0","addr":"...",
+ *             "node":"node-a"},..]}   (a peer's "node" is "" when it sent none)
  *        202 {"status":"waiting","epoch":E}  (round not closed yet: call again)
  *        409 {"status":"stop"}                (job finished/removed: exit)
  *   PUT  /v1/jobs/NS/NAME/kv/EPOCH/KEY   body = value (≤ 64 KiB)    → 204
@@ -50,6 +52,9 @@
 #define RM_RDZV_MAX_WORLD RM_MAX_WORLD   /* common/rm.h */
 #define RM_RDZV_MAX_KV 65536
 #define RM_RDZV_MAX_SERVERS 64           /* parameter servers per job (RM_PS_MAX_SERVERS) */
+/* A node name (a Kubernetes node name is a DNS subdomain: at most 253 characters; the rendezvous
+ * accepts rm_rdzv_name_ok's characters). */
+#define RM_RDZV_NODE_MAX 253
 /* End-of-epoch evaluations kept per job (rank 0's, one per training epoch, the first ones): what
  * the controller copies into status.progress.evaluations for a sweep's early stopping. */
 #define RM_RDZV_MAX_EVALS 64
@@ -105,6 +110,7 @@ typedef struct rm_rdzv_member {
     bool done;                /* reported state "done" */
     int checkpoint_failures;  /* consecutive failed checkpoint writes (0 = the last one succeeded) */
     char checkpoint_error[128]; /* the last failed write's message; "" when none */
+    char node[RM_RDZV_NODE_MAX + 1]; /* the node the worker reported at its last join; "" = none */
 } rm_rdzv_member;
 
 typedef struct rm_rdzv_state {
@@ -130,7 +136,28 @@ int rm_rdzv_snapshot(rm_rdzv *r, const char *job, rm_rdzv_state *out);
 /* ---------------- client (one per worker thread) ---------------- */
 typedef struct rm_rdzv_client rm_rdzv_client;
 
-typedef struct rm_rdzv_peer { int rank; char worker_id[32]; char addr[64]; } rm_rdzv_peer;
+typedef struct rm_rdzv_peer {
+    int rank;
+    char worker_id[32];
+    char addr[64];
+    char node[RM_RDZV_NODE_MAX + 1];   /* the node it runs on ("" = not reported) */
+} rm_rdzv_peer;
+
+/* Where the ranks of a round sit (issue 19; pure, from the peers' node names). Nodes are numbered
+ * in order of their lowest rank; a rank's local rank is its position among its node's ranks in rank
+ * order, local_world their number. Ranks that reported no node ("") count as one node "". */
+typedef struct rm_rdzv_topo {
+    int nnodes;          /* distinct nodes */
+    int node_index;      /* this rank's node, 0..nnodes-1 */
+    int local_rank, local_world;
+    bool uniform;        /* every node holds the same number of ranks */
+    int min_local, max_local;   /* fewest / most ranks on one node */
+} rm_rdzv_topo;
+/* Fill *out for `rank` of peers[0..world). RM_EINVAL on bad arguments. */
+int rm_rdzv_topology(const rm_rdzv_peer *peers, int world, int rank, rm_rdzv_topo *out);
+/* The node index of every rank (nodes numbered as above) into idx[0..world); returns nnodes, or
+ * RM_EINVAL. */
+int rm_rdzv_node_index(const rm_rdzv_peer *peers, int world, int *idx);
 typedef struct rm_rdzv_round {
     int epoch, rank, world_size;
     rm_rdzv_peer *peers;      /* owned, world_size entries, index = rank; rm_rdzv_round_free */
@@ -160,6 +187,9 @@ typedef enum { RM_RDZV_CONTINUE = 0, RM_RDZV_REJOIN, RM_RDZV_STOP } rm_rdzv_acti
 rm_rdzv_client *rm_rdzv_client_new(const char *url, const char *job, const char *token,
                                    const char *worker_id);
 void rm_rdzv_client_free(rm_rdzv_client *c);
+/* The node this worker reports at every join (copied; NULL or "" = none). RM_EINVAL when the name
+ * is longer than RM_RDZV_NODE_MAX or has characters outside rm_rdzv_name_ok's. */
+int rm_rdzv_client_set_node(rm_rdzv_client *c, const char *node, rm_err *err);
 /* Cancel flag (borrowed, e.g. the worker's SIGINT/SIGTERM flag; NULL = none): once *flag is
  * non-zero every call, long polls included, returns RM_ECANCELED within about a second. */
 void rm_rdzv_client_set_cancel(rm_rdzv_client *c, const volatile sig_atomic_t *flag);

@@ -20,6 +20,8 @@
 #include "common/httpc.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "common/worker_env.h"
+#include <unistd.h>
 
 #define JOIN_TRY_S 15.0          /* server holds a join ≤ 10 s */
 #define SHORT_TRY_S 10.0         /* kv put, report */
@@ -34,6 +36,7 @@ struct rm_rdzv_client {
     char base[512];              /* URL + "/v1/jobs/NS/NAME" */
     char auth[300];              /* "Authorization: Bearer TOKEN" */
     char worker_id[32];
+    char node[RM_RDZV_NODE_MAX + 1];   /* reported at every join; "" = none */
 };
 
 static void sleep_s(double s)
@@ -89,7 +92,32 @@ rm_rdzv_client *rm_rdzv_client_new(const char *url, const char *job, const char 
     snprintf(c->base, sizeof c->base, "%.*s/v1/jobs/%s", (int)ulen, url, job);
     snprintf(c->auth, sizeof c->auth, "Authorization: Bearer %s", token);
     snprintf(c->worker_id, sizeof c->worker_id, "%s", worker_id);
+    /* the node: NODE_NAME (the pod's spec.nodeName; `ringmaster run` sets it), else the host's
+     * name; a value the rendezvous would refuse is not sent (rm_rdzv_client_set_node says why) */
+    char host[RM_RDZV_NODE_MAX + 2] = "";
+    const char *node = getenv(RM_ENV_NODE_NAME);
+    if (!node || !*node) {
+        if (gethostname(host, sizeof host - 1) != 0)
+            host[0] = 0;
+        node = host;
+    }
+    if (rm_rdzv_client_set_node(c, node, NULL) != RM_OK)
+        c->node[0] = 0;
     return c;
+}
+
+int rm_rdzv_client_set_node(rm_rdzv_client *c, const char *node, rm_err *err)
+{
+    if (!c)
+        return rm_errf(err, RM_EINVAL, "rendezvous: no client");
+    if (!node)
+        node = "";
+    size_t n = strlen(node);
+    if (n > RM_RDZV_NODE_MAX || (n && !rm_rdzv_name_ok(node, n)))
+        return rm_errf(err, RM_EINVAL, "node name \"%.64s\" is not a node name (at most %d of "
+                       "[A-Za-z0-9._-])", node, RM_RDZV_NODE_MAX);
+    memcpy(c->node, node, n + 1);
+    return RM_OK;
 }
 
 void rm_rdzv_client_free(rm_rdzv_client *c)
@@ -197,11 +225,14 @@ static int parse_round(const char *body, rm_rdzv_round *out, rm_err *err)
     const cJSON *it;
     cJSON_ArrayForEach(it, peers) {
         int64_t pr;
-        const char *wid, *addr;
+        const char *wid, *addr, *node = NULL;
+        int nrc = 0;
         if (rm_json_int(it, "rank", true, "peers", &pr, &e) < 0 ||
             rm_json_str(it, "workerId", true, "peers", &wid, &e) < 0 ||
             rm_json_str(it, "addr", true, "peers", &addr, &e) < 0 || pr != i ||
-            strlen(wid) >= sizeof p[i].worker_id || strlen(addr) >= sizeof p[i].addr) {
+            ((nrc = rm_json_str(it, "node", false, "peers", &node, &e)) < 0 && nrc != RM_ENOTFOUND) ||
+            strlen(wid) >= sizeof p[i].worker_id || strlen(addr) >= sizeof p[i].addr ||
+            (node && strlen(node) >= sizeof p[i].node)) {
             rm_errf(err, RM_EPROTO, "rendezvous join: bad peer %d: %s", i,
                     e.msg[0] ? e.msg : "rank out of order or field too long");
             goto out;
@@ -209,6 +240,7 @@ static int parse_round(const char *body, rm_rdzv_round *out, rm_err *err)
         p[i].rank = i;
         snprintf(p[i].worker_id, sizeof p[i].worker_id, "%s", wid);
         snprintf(p[i].addr, sizeof p[i].addr, "%s", addr);
+        snprintf(p[i].node, sizeof p[i].node, "%s", node ? node : "");
         i++;
     }
     out->epoch = (int)epoch;
@@ -234,6 +266,8 @@ int rm_rdzv_join(rm_rdzv_client *c, const char *my_addr, int last_epoch, double 
     cJSON_AddStringToObject(o, "workerId", c->worker_id);
     cJSON_AddStringToObject(o, "addr", my_addr);
     cJSON_AddNumberToObject(o, "lastEpoch", last_epoch);
+    if (c->node[0])
+        cJSON_AddStringToObject(o, "node", c->node);
     char *body = rm_json_print(o);
     cJSON_Delete(o);
     if (!body)

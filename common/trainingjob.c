@@ -28,6 +28,7 @@ static const char *const sched_names[] = { "cosine", "step", "constant", NULL };
 static const char *const opt_names[] = { "sgd", "adam", "adagrad", "lbfgs", NULL };
 const char *const rm_line_search_names[] = { "armijo", "fixed", NULL };
 const char *const rm_sharding_names[] = { "none", "optimizer", "gradients", "full", NULL };
+const char *const rm_allreduce_names[] = { "auto", "ring", "hierarchical", NULL };
 static const char *const phase_names[] = { "Pending", "Running", "Restarting", "Succeeded",
                                             "Failed", "Suspended", NULL };
 static const char *const cond_names[] = { "Created", "Running", "Restarting", "Succeeded",
@@ -185,7 +186,7 @@ int rm_training_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t,
     static const char *const k_training[] = {
         "mode", "dataset", "dataDir", "model", "epochs", "batchSizePerWorker", "optimizer",
         "warmupEpochs", "schedule", "stepGamma", "stepEveryEpochs", "precision", "fusionBufferMB",
-        "seed", "maxSteps", "bench", "sharding", NULL };
+        "seed", "maxSteps", "bench", "sharding", "allreduce", NULL };
     static const char *const k_model[] = { "type", "hidden", NULL };
     static const char *const k_opt[] = { "type", "lr", "momentum", "weightDecay", "beta1", "beta2",
                                          "eps", "history", "portions", "lineSearch", NULL };
@@ -269,6 +270,9 @@ int rm_training_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t,
     iv = (int)t->sharding;
     TRY(p_enum(tr, "sharding", ctx, rm_sharding_names, &iv, err));
     t->sharding = (rm_sharding)iv;
+    iv = (int)t->allreduce;
+    TRY(p_enum(tr, "allreduce", ctx, rm_allreduce_names, &iv, err));
+    t->allreduce = (rm_allreduce_algo)iv;
     {
         int64_t seed = 0;
         uint32_t s = 0;
@@ -644,6 +648,8 @@ int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err
     if (t->sharding != RM_SHARD_NONE && t->precision != RM_PREC_FP32)
         return bad(err, ctx, "sharding", "%s needs %s.precision fp32 in this version (got %s)",
                    rm_sharding_names[t->sharding], ctx, rm_precision_names[t->precision]);
+    if ((unsigned)t->allreduce > RM_AR_HIER)
+        return bad(err, ctx, "allreduce", "must be one of auto, ring, hierarchical");
     if (t->max_steps < 0)
         return bad(err, ctx, "maxSteps", "must be >= 0");
     if (t->bench_min_bytes < 4 || t->bench_min_bytes > (int64_t)1 << 40)
@@ -1015,6 +1021,20 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
         return rc;
     if ((rc = lbfgs_validate(s, err)))
         return rc;
+    if (s->placement.present && (s->placement.workers_per_node < 1 || s->placement.workers_per_node > RM_MAX_WORLD))
+        return rm_err_field(err, RM_EINVAL, "spec.placement.workersPerNode", "must be between 1 and %d "
+                            "(required with spec.placement)", RM_MAX_WORLD);
+    if (s->training.allreduce == RM_AR_HIER && (s->backend == RM_BACKEND_NCCL || s->backend == RM_BACKEND_MPI))
+        return rm_err_field(err, RM_EINVAL, "spec.training.allreduce", "hierarchical needs spec.backend "
+                            "auto or ring (got %s, which picks its own algorithm: NCCL_ALGO / Open MPI's "
+                            "coll_tuned settings)", rm_backend_name(s->backend));
+    if (s->training.allreduce == RM_AR_HIER && s->backend == RM_BACKEND_AUTO && rm_template_gpus(s->template) > 0)
+        return rm_err_field(err, RM_EINVAL, "spec.training.allreduce", "hierarchical is the CPU ring's; with "
+                            "nvidia.com/gpu requested spec.backend auto resolves to nccl, which picks its own "
+                            "algorithm (set spec.backend: ring to use it)");
+    if (s->training.allreduce == RM_AR_HIER && s->strategy == RM_STRATEGY_PS)
+        return rm_err_field(err, RM_EINVAL, "spec.training.allreduce", "hierarchical needs spec.strategy: "
+                            "allreduce (parameter-server workers never allreduce)");
     /* An epoch is train_samples / global batch steps (the tail is dropped), so a global batch
      * larger than the training set makes epochs of zero steps: the group would re-form forever
      * without training. Checked at the largest world the job may reach (maxReplicas). */
@@ -1130,7 +1150,7 @@ static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
     static const char *const k_spec[] = { "replicas", "minReplicas", "maxReplicas", "backend",
                                           "restartPolicy", "runPolicy", "checkpoint", "training",
                                           "template", "managedBy", "strategy", "parameterServer",
-                                          "parallelism", NULL };
+                                          "parallelism", "placement", NULL };
     static const char *const k_restart[] = { "maxRestarts", "backoffSeconds",
                                              "progressDeadlineSeconds", NULL };
     static const char *const k_run[] = { "activeDeadlineSeconds", "ttlSecondsAfterFinished",
@@ -1188,6 +1208,15 @@ static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
     TRY(p_obj(sp, "parallelism", "spec", NULL, &o, NULL, err));
     if (o)
         TRY(rm_par_from_json(o, "spec.parallelism", &s->par, err));
+    {
+        static const char *const k_place[] = { "workersPerNode", NULL };
+        char pctx[FIELD_CAP];
+        TRY(p_obj(sp, "placement", "spec", k_place, &o, pctx, err));
+        if (o) {
+            s->placement.present = true;
+            TRY(p_int(o, "workersPerNode", pctx, &s->placement.workers_per_node, NULL, 0, err));
+        }
+    }
 out:
     return rc;
 }
@@ -1379,6 +1408,8 @@ cJSON *rm_training_to_json(const rm_training_spec *t)
     add_num(o, "fusionBufferMB", t->fusion_buffer_mb, t->set & RM_TR_SET_FUSION);
     if (t->sharding != RM_SHARD_NONE && (unsigned)t->sharding <= RM_SHARD_FULL)   /* none: omitted */
         cJSON_AddStringToObject(o, "sharding", rm_sharding_names[t->sharding]);
+    if (t->allreduce != RM_AR_AUTO && (unsigned)t->allreduce <= RM_AR_HIER)   /* auto: omitted */
+        cJSON_AddStringToObject(o, "allreduce", rm_allreduce_names[t->allreduce]);
     add_num(o, "seed", (double)t->seed, t->set & RM_TR_SET_SEED);
     add_num(o, "maxSteps", t->max_steps, false);
     cJSON *b = cJSON_AddObjectToObject(o, "bench");
@@ -1456,6 +1487,11 @@ cJSON *rm_tj_spec_to_json(const rm_tj_spec *s)
         cJSON *par = rm_par_to_json(&s->par);
         if (par)
             cJSON_AddItemToObject(o, "parallelism", par);
+    }
+    if (s->placement.present) {
+        cJSON *pl = cJSON_AddObjectToObject(o, "placement");
+        if (pl && s->placement.workers_per_node)
+            cJSON_AddNumberToObject(pl, "workersPerNode", s->placement.workers_per_node);
     }
     return o;
 }

@@ -47,6 +47,12 @@ extern const char *const rm_line_search_names[];   /* "armijo", "fixed", NULL */
  * optimizer state, the gradients and the parameters. */
 typedef enum { RM_SHARD_NONE = 0, RM_SHARD_OPTIMIZER, RM_SHARD_GRADIENTS, RM_SHARD_FULL } rm_sharding;
 extern const char *const rm_sharding_names[];   /* "none", "optimizer", "gradients", "full", NULL */
+/* spec.training.allreduce (strategies.md, issue 19): how the CPU ring allreduce runs. auto =
+ * hierarchical when the round spans > 1 node with > 1 rank on each (and the same number on every
+ * node), else flat; ring = always flat; hierarchical = intra-node then inter-node (flat when the
+ * topology does not allow it). Only for spec.backend ring/auto without GPUs. */
+typedef enum { RM_AR_AUTO = 0, RM_AR_RING, RM_AR_HIER } rm_allreduce_algo;
+extern const char *const rm_allreduce_names[];  /* "auto", "ring", "hierarchical", NULL */
 typedef enum {
     RM_PHASE_PENDING = 0, RM_PHASE_RUNNING, RM_PHASE_RESTARTING, RM_PHASE_SUCCEEDED,
     RM_PHASE_FAILED, RM_PHASE_SUSPENDED
@@ -92,6 +98,7 @@ typedef struct rm_training_spec {
     rm_precision precision;     /* default fp32 */
     double fusion_buffer_mb;    /* default 25 */
     rm_sharding sharding;       /* default none; needs precision fp32 */
+    rm_allreduce_algo allreduce; /* default auto */
     uint64_t seed;              /* default 42 */
     int max_steps;              /* 0 = no limit (testing knob) */
     /* bench mode (nccl-tests flags): minBytes, maxBytes, stepFactor, iters, warmupIters, check */
@@ -211,6 +218,14 @@ typedef struct rm_tj_spec {
      * this operator; RM_TJ_MANAGED_BY_MULTIKUEUE = Kueue's MultiKueue adapter (it reads this
      * field, at the top level of spec): the operator then leaves the job alone. */
     char *managed_by;
+    /* spec.placement (strategies.md, issue 19): how the operator places worker pods on nodes.
+     * workers_per_node k >= 1: workers go to nodes in groups of k (group = replica index / k),
+     * rendered as pod affinity / anti-affinity on kubernetes.io/hostname (operator/kube/runtime.c);
+     * 0 = not given (the scheduler decides). Ignored by `ringmaster run` (one host). */
+    struct {
+        bool present;
+        int workers_per_node;
+    } placement;
 } rm_tj_spec;
 #define RM_TJ_MANAGED_BY_US "ringmaster.dev/operator"
 #define RM_TJ_MANAGED_BY_MULTIKUEUE "kueue.x-k8s.io/multikueue"

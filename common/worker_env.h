@@ -62,4 +62,14 @@
  * must then share the node's IPC namespace: hostIPC, or hostPath /dev/shm + hostNetwork); unset =
  * automatic outside Kubernetes (ringmaster run), off inside a pod. */
 #define RM_ENV_SHM "RINGMASTER_SHM"
+/* GPU defaults (issue 19): set on workers that request nvidia.com/gpu, unless the pod template's
+ * container already sets the name (the user's value wins). NCCL_SOCKET_IFNAME is the pod network's
+ * interface: a pod's primary interface is eth0 under every CNI plugin the operator supports (the
+ * Kubernetes network model gives each pod one interface in its own network namespace), so NCCL
+ * never picks lo or a docker bridge; override it in the template for multi-NIC (Multus) pods. */
+#define RM_ENV_NCCL_SOCKET_IFNAME "NCCL_SOCKET_IFNAME"
+#define RM_ENV_NCCL_ASYNC_ERROR_HANDLING "NCCL_ASYNC_ERROR_HANDLING"
+#define RM_ENV_TORCH_NCCL_ASYNC_ERROR_HANDLING "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+#define RM_ENV_NCCL_DEBUG "NCCL_DEBUG"
+#define RM_POD_NET_IFNAME "eth0"
 #endif

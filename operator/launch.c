@@ -91,6 +91,14 @@ static void env_src(builder *b, const char *name, rm_launch_src src, const char 
 }
 
 #define ENV(b, name, ...) env_src(b, name, RM_LAUNCH_LITERAL, __VA_ARGS__)
+/* A default the user's own value overrides (rm_launch_var.user_wins). */
+#define ENV_DEFAULT(b, name, ...)                                                                  \
+    do {                                                                                           \
+        int n0_ = (b)->l->nenv;                                                                    \
+        env_src(b, name, RM_LAUNCH_LITERAL, __VA_ARGS__);                                          \
+        if ((b)->l->nenv > n0_)                                                                    \
+            (b)->l->env[n0_].user_wins = true;                                                     \
+    } while (0)
 
 static void arg(builder *b, const char *fmt, ...) RM_PRINTF(2, 3);
 static void arg(builder *b, const char *fmt, ...)
@@ -316,6 +324,13 @@ int rm_launch_build(const rm_tj *job, int index, int epoch, const rm_launch_plac
     ENV(&b, RM_ENV_PET_NPROC_PER_NODE, "1");
     ENV(&b, RM_ENV_PET_MASTER_ADDR, "%s", master);
     ENV(&b, RM_ENV_PET_MASTER_PORT, "%d", RM_PORT_MASTER);
+    /* GPU workers: the NCCL settings a user would otherwise hand-tune (issue 19) */
+    if (p->gpus > 0) {
+        ENV_DEFAULT(&b, RM_ENV_NCCL_SOCKET_IFNAME, "%s", p->net_ifname ? p->net_ifname : RM_POD_NET_IFNAME);
+        ENV_DEFAULT(&b, RM_ENV_NCCL_ASYNC_ERROR_HANDLING, "1");
+        ENV_DEFAULT(&b, RM_ENV_TORCH_NCCL_ASYNC_ERROR_HANDLING, "1");
+        ENV_DEFAULT(&b, RM_ENV_NCCL_DEBUG, "WARN");
+    }
     if (b.rc) {
         rm_launch_free(out);
         return rm_errf(err, b.rc, "worker %d: %s building its settings", index,

@@ -20,7 +20,7 @@
 #include "common/trainingjob.h"
 #include "common/worker_env.h"
 
-#define RM_LAUNCH_MAX_ENV 40
+#define RM_LAUNCH_MAX_ENV 48
 /* spec.checkpoint.path's default (common/trainingjob.c): a volume path on a cluster */
 #define RM_DEFAULT_CHECKPOINT_PATH "/checkpoints"
 #define RM_LAUNCH_MAX_ARGS 24
@@ -35,6 +35,8 @@ typedef struct rm_launch_var {
     const char *name;    /* static (common/worker_env.h) */
     char *value;         /* owned */
     rm_launch_src src;
+    bool user_wins;      /* a default (issue 19: the GPU/NCCL settings): a value the user already
+                          * set (template env, the runner's environment) is kept, not replaced */
 } rm_launch_var;
 
 typedef struct rm_launch {
@@ -56,7 +58,9 @@ typedef struct rm_launch_placement {
     int metrics_port;            /* < 0 = RM_PORT_WORKER_METRICS; 0 = any free port */
     int workers_per_node;        /* 1 (a pod per node slot): LOCAL_RANK 0, LOCAL_WORLD_SIZE 1;
                                   * > 1 (every worker on this machine): LOCAL_RANK = index */
-    int gpus;                    /* GPUs each worker gets (for backend auto); 0 = CPU */
+    int gpus;                    /* GPUs each worker gets (for backend auto); 0 = CPU. > 0 also
+                                  * adds the NCCL defaults (common/worker_env.h), user_wins */
+    const char *net_ifname;      /* NCCL_SOCKET_IFNAME with GPUs; NULL = RM_POD_NET_IFNAME */
     const char *log_format;      /* "text" | "json" passed as --log-format; NULL = not passed */
     /* spec.strategy parameterServer: the servers' "host:port,..." in index order; NULL = the
      * cluster's "<job>-ps-<i>.<job>:29600" (headless Service names) */

@@ -360,6 +360,24 @@ static bool env_is_ours(const char *kv)
     return rm_launch_is_ours(name);
 }
 
+int rm_local_node_name(const char *host, const char *nodes, int index, int replicas, char *buf,
+                       size_t cap, rm_err *err)
+{
+    if (!host || !*host)
+        host = "localhost";
+    if (!nodes || !*nodes || index < 0) {
+        rm_sfmt(buf, cap, "%s", host);
+        return RM_OK;
+    }
+    char *end = NULL;
+    long n = strtol(nodes, &end, 10);
+    if (*end || n < 1 || n > replicas || replicas < 1)
+        return rm_err_field(err, RM_EINVAL, RM_ENV_RUN_NODES, "must be a whole number of fake nodes "
+                            "from 1 to spec.replicas (%d), got \"%.32s\"", replicas, nodes);
+    rm_sfmt(buf, cap, "%s-n%ld", host, (long)index * n / replicas);
+    return RM_OK;
+}
+
 int rm_local_launch(const rm_tj *job, int index, int epoch, const rm_local_where *w,
                     rm_launch *out, rm_err *err)
 {
@@ -400,6 +418,13 @@ int rm_local_render(const rm_launch *ln, const char *bin, char *const *base, cha
         if (!env_is_ours(*e))
             strv_add(&ev, "%s", *e);
     for (int i = 0; i < ln->nenv; i++) {
+        bool user_set = false;   /* a default the runner's environment already sets */
+        for (char *const *e = base; ln->env[i].user_wins && e && *e; e++) {
+            size_t nl = strlen(ln->env[i].name);
+            user_set |= strncmp(*e, ln->env[i].name, nl) == 0 && (*e)[nl] == '=';
+        }
+        if (user_set)
+            continue;
         if (ln->env[i].src != RM_LAUNCH_LITERAL) {
             strv_free(&av);
             strv_free(&ev);
@@ -423,9 +448,12 @@ int rm_local_render(const rm_launch *ln, const char *bin, char *const *base, cha
 static int spawn_exec(local *l, int idx, int epoch, int port, const char *logpath,
                       const char *banner, pid_t *out, rm_err *err)
 {
+    char node[300];
+    RM_CHECK(rm_local_node_name(l->hostname, getenv(RM_ENV_RUN_NODES), idx, l->job->spec.replicas,
+                                node, sizeof node, err));
     rm_local_where where = {
         .rdzv_port = l->rdzv_port, .token = l->token, .checkpoint_dir = l->o->checkpoint_dir,
-        .metrics_port = port, .log_format = l->o->worker_log_format, .node_name = l->hostname,
+        .metrics_port = port, .log_format = l->o->worker_log_format, .node_name = node,
         .ps_addrs = l->ps_addrs[0] ? l->ps_addrs : NULL,
     };
     rm_launch ln;
@@ -1117,6 +1145,11 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
     }
     if (gethostname(l->hostname, sizeof l->hostname - 1) != 0 || !l->hostname[0])
         snprintf(l->hostname, sizeof l->hostname, "localhost");
+    {   /* fake nodes (RINGMASTER_RUN_NODES): a bad value stops the run here, not every spawn */
+        char node[300];
+        RM_CHECK_GOTO(rm_local_node_name(l->hostname, getenv(RM_ENV_RUN_NODES), 0,
+                                         job->spec.replicas, node, sizeof node, err), rc, out);
+    }
     random_token(l->token);
     rm_reconcile_opts_default(&l->ropts);
     l->cap = RM_RECONCILE_ACTIONS(MAXW);

@@ -33,6 +33,7 @@ typedef struct bench_opts {
     long stepbytes;
     int iters, warmup, check;
     const char *backend, *json, *peers, *token;
+    const char *nodes;         /* --nodes: static mode's node name per rank ("a,a,b,b"), or NULL */
     const char *op;            /* allreduce | reduce_scatter | all_gather */
     int world, rank;
     double timeout_s;
@@ -68,7 +69,9 @@ static void usage(FILE *f) {
             "usage: ringmaster-worker bench [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-i STEPBYTES]\n"
             "         [-n ITERS] [-w WARMUP] [-c 0|1] [--backend ring|shm|mpi|nccl|local] [--json FILE]\n"
             "         [--op allreduce|reduce_scatter|all_gather]\n"
-            "         [--world N --rank R --peers HOST:PORT,...] [--token T] [--timeout S]\n"
+            "         [--world N --rank R --peers HOST:PORT,...] [--nodes NODE,...] [--token T] [--timeout S]\n"
+            "  --backend hier: hierarchical allreduce over the ranks' nodes (--nodes in static mode,\n"
+            "         NODE_NAME or the host name with the rendezvous).\n"
             "  sizes take K/M/G suffixes; defaults -b 32M -e 32M -f 2 -n 20 -w 5 -c 1.\n"
             "  --fusion [--layers 200] [--layer-floats 10000] [--compute-us 20]\n"
             "         [--thresholds 0,262144,...]: time per training step with per-layer\n"
@@ -80,7 +83,7 @@ static void usage(FILE *f) {
 
 static int parse_args(int argc, char **argv, bench_opts *o) {
     enum { OPT_BACKEND = 1000, OPT_JSON, OPT_WORLD, OPT_RANK, OPT_PEERS, OPT_TOKEN, OPT_TIMEOUT,
-           OPT_FUSION, OPT_LAYERS, OPT_LFLOATS, OPT_COMPUTE, OPT_THRESH, OPT_OP };
+           OPT_FUSION, OPT_LAYERS, OPT_LFLOATS, OPT_COMPUTE, OPT_THRESH, OPT_OP, OPT_NODES };
     static const struct option lo[] = {
         {"minbytes", required_argument, NULL, 'b'}, {"maxbytes", required_argument, NULL, 'e'},
         {"stepfactor", required_argument, NULL, 'f'}, {"stepbytes", required_argument, NULL, 'i'},
@@ -93,6 +96,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
         {"layer-floats", required_argument, NULL, OPT_LFLOATS},
         {"compute-us", required_argument, NULL, OPT_COMPUTE},
         {"thresholds", required_argument, NULL, OPT_THRESH}, {"op", required_argument, NULL, OPT_OP},
+        {"nodes", required_argument, NULL, OPT_NODES},
         {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     *o = (bench_opts){.minb = 32u << 20, .maxb = 32u << 20, .factor = 2, .iters = 20, .warmup = 5,
                       .check = 1, .backend = NULL, .world = 0, .rank = -1, .timeout_s = 30,
@@ -152,6 +156,7 @@ static int parse_args(int argc, char **argv, bench_opts *o) {
             if (*end || o->rank < 0) goto bad;
             break;
         case OPT_PEERS: o->peers = optarg; break;
+        case OPT_NODES: o->nodes = optarg; break;
         case OPT_TOKEN: o->token = optarg; break;
         case OPT_TIMEOUT:
             o->timeout_s = strtod(optarg, &end);
@@ -251,7 +256,9 @@ static int world_open(const bench_opts *o, bench_world *w, rm_err *err) {
     if (!be) be = rm_comm_under_mpi() && !o->peers ? "mpi" : "ring";
     w->ops = rm_comm_backend(be);
     if (!w->ops) return rm_errf(err, RM_EUNSUPPORTED, "backend \"%s\" is not available in this build", be);
-    rm_comm_cfg cfg = {.listen_fd = -1, .timeout_s = o->timeout_s, .token = o->token};
+    const char *shm_env = getenv(RM_ENV_SHM);
+    rm_comm_cfg cfg = {.listen_fd = -1, .timeout_s = o->timeout_s, .token = o->token,
+                       .shm_ok = !(shm_env && !strcmp(shm_env, "0"))};   /* hier: shm inside a node */
     if (strcmp(be, "mpi") == 0) {
         RM_CHECK(w->ops->init(&cfg, &w->comm, err));
         return rm_comm_mpi_world(w->comm, &w->rank, &w->size);
@@ -268,6 +275,19 @@ static int world_open(const bench_opts *o, bench_world *w, rm_err *err) {
             if (o->rank < 0 || o->rank >= n) return rm_errf(err, RM_EINVAL, "--rank must be in [0, %d)", n);
             w->rank = o->rank;
             w->size = n;
+            if (o->nodes) {   /* node of every rank, comma-separated, in rank order */
+                const char *p = o->nodes;
+                for (int q = 0; q < n; q++) {
+                    size_t len = strcspn(p, ",");
+                    if (len == 0 || len >= sizeof w->peers[q].node || !rm_rdzv_name_ok(p, len) ||
+                        (q < n - 1 && p[len] != ',') || (q == n - 1 && p[len]))
+                        return rm_errf(err, RM_EINVAL, "--nodes: give one node name per rank (%d, [A-Za-z0-9._-]), "
+                                       "comma-separated", n);
+                    memcpy(w->peers[q].node, p, len);
+                    w->peers[q].node[len] = 0;
+                    p += len + (p[len] == ',');
+                }
+            }
         }
         cfg.rank = w->rank;
         cfg.world_size = w->size;

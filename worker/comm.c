@@ -55,6 +55,7 @@ const rm_comm_ops *rm_comm_backend(const char *name) {
     if (strcmp(name, "local") == 0) return rm_comm_local_ops();
     if (strcmp(name, "mpi") == 0) return rm_comm_mpi_ops();
     if (strcmp(name, "shm") == 0) return rm_comm_shm_ops();
+    if (strcmp(name, "hier") == 0) return rm_comm_hier_ops();
     if (strcmp(name, "nccl") == 0) {
 #ifdef RM_COMM_HAVE_NCCL_FILE
         return rm_comm_nccl_ops();

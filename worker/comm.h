@@ -1,7 +1,7 @@
 /* comm.h — collective communication for ringmaster-worker: one function table per backend.
  *
  * Backends: "ring" (TCP ring allreduce, comm_ring.c), "shm" (ranks on one host, through shared
- * memory, comm_shm.c), "mpi" (Open MPI's MPI_Allreduce when the worker runs under mpirun,
+ * memory, comm_shm.c), "hier" (hierarchical: intra-node then inter-node, comm_hier.c), "mpi" (Open MPI's MPI_Allreduce when the worker runs under mpirun,
  * comm_mpi.c), "local" (world size 1, comm_local.c) and "nccl"
  * (worker/cuda/comm_nccl.c, only when CUDA is on). The trainer picks a table with
  * rm_comm_backend(name) and only ever talks to the table, so a backend is data, not a branch.
@@ -57,9 +57,13 @@ typedef struct rm_comm_cfg {
     int device;                  /* GPU ordinal for nccl; ignored elsewhere */
     /* ring only: 0 = the round's world; 1..65535 = a sub-group of it formed over the same
      * listener in the same epoch (rank/world_size/peers are then the sub-group's). Each group's
-     * connections are parked and claimed apart (pipeline stages: a stage's data-parallel group,
-     * the link between two neighbouring stages; worker/step_pipeline.c). */
+     * connections are parked and claimed apart. Users: comm_hier.c's intra- and inter-node rings
+     * (1..3) and worker/step_pipeline.c's stage links (0x4000 + the lower rank) and data-parallel groups
+     * (0x2000 + stage). */
     uint32_t group;
+    /* "hier" only (comm_hier.c, issue 19): a node's ranks may use shared memory when they also
+     * advertised one host (the caller applied RINGMASTER_SHM). */
+    int shm_ok;
 } rm_comm_cfg;
 
 typedef struct rm_comm rm_comm;  /* opaque; each backend defines its own */
@@ -120,6 +124,14 @@ int rm_comm_shm_segment_name(const rm_comm_cfg *cfg, char name[RM_COMM_SHM_NAME_
 /* Tests only: when set, init uses this name instead of the derived one (a stranger that found the
  * name in /dev/shm). NULL in production. */
 extern const char *rm_comm_shm_test_name;
+/* "hier" (comm_hier.c, issue 19): hierarchical allreduce over the peers' node names (intra-node
+ * shm or ring, inter-node ring among ranks of one local index); the flat ring (or shm) when the
+ * ranks are on one node, one rank per node, or unevenly spread. rm_comm_hier_is_hier: 1 when a
+ * hier comm runs hierarchically, 0 when flat (or NULL); rm_comm_hier_desc: what it runs, for logs
+ * ("" for NULL). Both only for comms of this table. */
+const rm_comm_ops *rm_comm_hier_ops(void);
+int rm_comm_hier_is_hier(const rm_comm *c);
+const char *rm_comm_hier_desc(const rm_comm *c);
 /* Rank and size of an mpi-backend comm (MPI decides them, not the rendezvous). RM_EUNSUPPORTED
  * without Open MPI. */
 int rm_comm_mpi_world(rm_comm *c, int *rank, int *size);

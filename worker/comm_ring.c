@@ -77,10 +77,16 @@
 #define RL_READY_MAX 16                 /* authenticated connections parked for ring_init */
 #define RING_EXCHANGE_MAX_BYTES (64u << 10)   /* 2 ranks up to here: one exchange, not 2 steps */
 #define RING_TX_MIN_BYTES (1u << 20)          /* from here on a sender thread sends */
+/* A HELLO's world word carries the ring's group (rm_comm_cfg.group) above the world size, so one
+ * listener keeps the connections of several rings of one epoch apart (comm_hier.c's intra- and
+ * inter-node rings, a pipeline's stage links and data-parallel groups). Group 0 is the round's
+ * world: its HELLO is unchanged. */
+#define RING_TAG_SHIFT 16
+_Static_assert(RM_RDZV_MAX_WORLD < (1 << RING_TAG_SHIFT), "world must fit below the ring tag");
 
 struct rm_comm {
     int rank, n, epoch;
-    uint32_t group;           /* rm_comm_cfg.group: 0 = the round's world, else a sub-group */
+    uint32_t tag;             /* cfg.group: which ring of the formation (0 = the round's world) */
     int next_fd, prev_fd;
     double timeout_s;
     atomic_int aborted;
@@ -149,7 +155,7 @@ static int ring_connect(rm_comm *c, const rm_comm_cfg *cfg, double deadline, uin
     put32(hello + 4, RING_VERSION);
     put32(hello + 8, (uint32_t)c->epoch);
     put32(hello + 12, (uint32_t)c->rank);
-    put32(hello + 16, (uint32_t)c->n | c->group << 16);   /* the group rides in the high bits */
+    put32(hello + 16, (uint32_t)c->n | c->tag << RING_TAG_SHIFT);   /* world | ring tag */
     rm_net_random(nonce_c, 16);
     memcpy(hello + 20, nonce_c, 16);
     return rm_net_send_all(c->next_fd, hello, sizeof hello, deadline, err);
@@ -211,7 +217,7 @@ typedef struct rl_conn {
 
 typedef struct rl_ready {
     int fd;
-    uint32_t epoch, rank, world;
+    uint32_t epoch, rank, world, tag;
 } rl_ready;
 
 struct rm_ring_listener {
@@ -247,10 +253,12 @@ static void rl_drop(rm_ring_listener *l, int i, const char *why) {
 /* Park an authenticated connection for ring_init (under mu). A newer one for the same
  * (epoch, rank) replaces the older; when full, the lowest epoch goes. */
 static void rl_park(rm_ring_listener *l, int fd, uint32_t epoch, uint32_t rank, uint32_t world) {
+    uint32_t tag = world >> RING_TAG_SHIFT;
+    world &= (1u << RING_TAG_SHIFT) - 1;
     pthread_mutex_lock(&l->mu);
     int slot = -1;
     for (int i = 0; i < l->nready; i++)
-        if (l->ready[i].epoch == epoch && l->ready[i].rank == rank && l->ready[i].world == world) slot = i;
+        if (l->ready[i].epoch == epoch && l->ready[i].rank == rank && l->ready[i].tag == tag) slot = i;
     if (slot < 0 && l->nready == RL_READY_MAX) {
         slot = 0;
         for (int i = 1; i < l->nready; i++)
@@ -258,7 +266,7 @@ static void rl_park(rm_ring_listener *l, int fd, uint32_t epoch, uint32_t rank, 
     }
     if (slot >= 0) close(l->ready[slot].fd);
     else slot = l->nready++;
-    l->ready[slot] = (rl_ready){fd, epoch, rank, world};
+    l->ready[slot] = (rl_ready){fd, epoch, rank, world, tag};
     pthread_cond_broadcast(&l->cv);
     pthread_mutex_unlock(&l->mu);
 }
@@ -281,7 +289,8 @@ static void rl_step(rm_ring_listener *l, int i) {
     p->got = 0;
     if (p->stage == 0) {
         const uint8_t *h = p->in;
-        uint32_t epoch = get32(h + 8), rank = get32(h + 12), world = get32(h + 16) & 0xffffu;
+        uint32_t epoch = get32(h + 8), rank = get32(h + 12);
+        uint32_t world = get32(h + 16) & ((1u << RING_TAG_SHIFT) - 1);
         pthread_mutex_lock(&l->mu);
         uint32_t min_epoch = l->min_epoch;
         pthread_mutex_unlock(&l->mu);
@@ -323,10 +332,10 @@ static void rl_step(rm_ring_listener *l, int i) {
         return;
     }
     const uint8_t *h = p->hello;
-    uint32_t epoch = get32(h + 8), rank = get32(h + 12), wfield = get32(h + 16);
-    uint32_t world = wfield & 0xffffu;
+    uint32_t epoch = get32(h + 8), rank = get32(h + 12), world = get32(h + 16);   /* with the tag */
+    uint32_t wsize = world & ((1u << RING_TAG_SHIFT) - 1);
     uint8_t mac[32], ok[OK_LEN];
-    ring_mac(l->token, "con", epoch, rank, (rank + 1) % world, h + 20, p->na, mac);
+    ring_mac(l->token, "con", epoch, rank, (rank + 1) % wsize, h + 20, p->na, mac);
     put32(ok, RING_MAGIC);
     if (get32(p->in) != RING_MAGIC || !rm_net_ct_equal(mac, p->in + 4, 32)) {
         put32(ok + 4, RING_REFUSED);   /* say so: only this is the peer's "wrong token" */
@@ -341,7 +350,7 @@ static void rl_step(rm_ring_listener *l, int i) {
     }
     int fd = p->fd;
     l->pend[i] = l->pend[--l->npend];
-    rl_park(l, fd, epoch, rank, wfield);   /* world with its group: sub-groups park apart */
+    rl_park(l, fd, epoch, rank, world);   /* world with its group: sub-groups park apart */
 }
 
 /* A new connection: make room (per source, then overall: the oldest handshake goes) and start. */
@@ -504,9 +513,8 @@ static int ring_claim(rm_comm *c, rm_ring_listener *l, double deadline, rm_err *
         for (int i = l->nready - 1; i >= 0; i--) {
             rl_ready *r = &l->ready[i];
             if (r->epoch > ep) continue;   /* a peer already in a later epoch: keep it */
-            if (r->epoch == ep && (r->world >> 16) != c->group) continue;   /* another group's */
-            if (r->epoch == ep && r->world == ((uint32_t)c->n | c->group << 16) &&
-                r->rank == (uint32_t)prev && fd < 0) {
+            if (r->epoch == ep && r->tag != c->tag) continue;   /* another ring of this epoch */
+            if (r->epoch == ep && r->world == (uint32_t)c->n && r->rank == (uint32_t)prev && fd < 0) {
                 fd = r->fd;
             } else {
                 if (r->epoch == ep)
@@ -571,9 +579,9 @@ static int ring_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
     c->epoch = cfg->epoch;
     if (cfg->group > 0xffffu) {
         free(c);
-        return rm_errf(err, RM_EINVAL, "ring: group %u out of range (0..65535)", cfg->group);
+        return rm_errf(err, RM_EINVAL, "ring: group %u out of range [0, 65535]", cfg->group);
     }
-    c->group = cfg->group;
+    c->tag = cfg->group;
     c->next_fd = c->prev_fd = -1;
     c->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 10.0;
     atomic_init(&c->aborted, 0);

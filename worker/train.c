@@ -636,6 +636,8 @@ typedef struct trainer {
     const rm_step_ops *strat;   /* the training strategy (worker/step.h) */
     rm_step *st;
     int rank, world, rdzv_epoch;
+    int local_rank, local_world, nnodes;   /* this round's topology (rm_rdzv_topology) */
+    char node[RM_RDZV_NODE_MAX + 1];       /* this rank's node as the rendezvous reported it */
     bool join_gave_up;          /* no round within the join deadline: fatal */
 
     /* training state (what a checkpoint holds) */
@@ -710,6 +712,16 @@ static int rdzv_client_make(const rm_train_cfg *cfg, rm_rdzv_client **out, rm_er
                             "must be namespace/name, names and the worker id DNS-like, the token "
                             "one line of at most 255 bytes)",
                             cfg->rdzv_url, cfg->job, cfg->worker_id);
+    /* the node reported to the rendezvous (issue 19): NODE_NAME, else the host's name */
+    const char *node = getenv(RM_ENV_NODE_NAME);
+    if (node && *node) {
+        rm_err e2 = {0};
+        if (rm_rdzv_client_set_node(*out, node, &e2) != RM_OK) {
+            rm_rdzv_client_free(*out);
+            *out = NULL;
+            return rm_err_field(err, RM_EINVAL, RM_ENV_NODE_NAME, "%s", e2.msg);
+        }
+    }
     return RM_OK;
 }
 
@@ -1148,12 +1160,19 @@ static void round_teardown(trainer *t)
 /* The shm backend instead of the ring: every rank advertised the same host, and RINGMASTER_SHM
  * allows it (unset: yes outside Kubernetes, no inside a pod, where ranks sharing a node also need
  * the node's IPC namespace; see common/worker_env.h). */
-static bool shm_wanted(const rm_rdzv_peer *peers, int world)
+static bool shm_allowed(void)
 {
     const char *e = getenv(RM_ENV_SHM);
     if (e && !strcmp(e, "0"))
         return false;
     if (!(e && !strcmp(e, "1")) && getenv("KUBERNETES_SERVICE_HOST"))
+        return false;
+    return true;
+}
+
+static bool shm_wanted(const rm_rdzv_peer *peers, int world)
+{
+    if (!shm_allowed())
         return false;
     if (!peers || world < 2)
         return false;
@@ -1248,7 +1267,21 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     }
     if ((t->world == 1 || t->strat->claim) && !mpi)
         be = "local";   /* a world of one, or workers that never talk to each other (servers) */
-    if (!strcmp(be, "ring") && shm_wanted(rr.peers, t->world))
+    /* where the ranks sit (issue 19): the rendezvous hands every rank each peer's node */
+    rm_rdzv_topo topo = {.nnodes = 1, .local_world = 1, .uniform = true};
+    if (rr.peers && t->world > 1 && rm_rdzv_topology(rr.peers, t->world, t->rank, &topo) != RM_OK)
+        topo = (rm_rdzv_topo){.nnodes = 1, .local_world = 1, .uniform = true};
+    snprintf(t->node, sizeof t->node, "%s", rr.peers && t->rank < t->world ? rr.peers[t->rank].node : "");
+    t->local_rank = topo.local_rank;
+    t->local_world = topo.local_world;
+    t->nnodes = topo.nnodes;
+    /* spec.training.allreduce: hierarchical always takes the "hier" backend (which runs flat when
+     * the topology does not allow it); auto only when it runs hierarchically */
+    if (!strcmp(be, "ring") && rr.peers && t->world > 1 &&
+        (cfg->t.allreduce == RM_AR_HIER ||
+         (cfg->t.allreduce == RM_AR_AUTO && topo.nnodes > 1 && topo.local_world > 1 && topo.uniform)))
+        be = "hier";
+    else if (!strcmp(be, "ring") && shm_wanted(rr.peers, t->world))
         be = "shm";     /* every rank on this host: shared memory instead of loopback TCP */
     t->ops = rm_comm_backend(be);
     if (!t->ops) {
@@ -1262,7 +1295,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
         .rank = t->strat->claim ? 0 : t->rank, .world_size = t->strat->claim ? 1 : t->world,
         .epoch = t->rdzv_epoch, .peers = rr.peers,
         .token = cfg->token, .listener = t->ring_lst, .listen_fd = t->listen_fd, .timeout_s = cfg->comm_timeout_s,
-        .rdzv = t->rdzv, .device = t->gpu,
+        .rdzv = t->rdzv, .device = t->gpu, .shm_ok = shm_allowed(),
     };
     int rc = t->ops->init(&cc, &t->comm, err);
     if (rc) {
@@ -1276,6 +1309,9 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     rm_series_set(t->wm.epoch, t->rdzv_epoch);
     rm_series_set(t->wm.world, t->world);
     rm_info("round ready epoch=%d world=%d backend=%s", t->rdzv_epoch, t->world, t->ops->name);
+    rm_info("topology nodes=%d node=%s local_rank=%d local_world_size=%d allreduce=\"%s\"", t->nnodes,
+            t->node[0] ? t->node : "\"\"", t->local_rank, t->local_world,
+            t->ops == rm_comm_hier_ops() ? rm_comm_hier_desc(t->comm) : t->ops->name);
     t->gather_step = -1;   /* a sharded gather is per round: every rank starts without one */
     /* peers and the listener: for strategies that form sub-groups (pipeline), round_begin only */
     rm_step_round sr = {.ops = t->ops, .comm = t->comm, .rank = t->rank, .world = t->world,

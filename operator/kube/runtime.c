@@ -424,6 +424,15 @@ cJSON *rm_kube_worker_pod_port(const cJSON *job_obj, const void *tj, int index, 
  * name; its name is appended to overridden). */
 static void env_render(cJSON *env, const rm_launch_var *v, char *overridden, size_t cap)
 {
+    if (v->user_wins) {   /* a default: the template's own entry stays */
+        const cJSON *it;
+        cJSON_ArrayForEach(it, env)
+        {
+            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
+            if (cJSON_IsString(nm) && strcmp(nm->valuestring, v->name) == 0)
+                return;
+        }
+    }
     for (int i = cJSON_GetArraySize(env) - 1; i >= 0; i--) {
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(env, i), "name");
         if (!cJSON_IsString(nm) || strcmp(nm->valuestring, v->name) != 0)
@@ -466,6 +475,65 @@ cJSON *rm_kube_worker_pod_ex(const cJSON *job_obj, const void *tjv, int index, i
     (void)job_obj;
     return build_pod(tjv, index, epoch, -1, rdzv_url, worker_image, metrics_port, overridden,
                      overridden_cap, err);
+}
+
+/* spec.placement.workersPerNode = k (issue 19) for worker `index`: label the pod with its node
+ * group g = index / k and, on kubernetes.io/hostname,
+ *   affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution (k > 1 only): a node that
+ *     runs a worker of this job with group g (the group's first pod matches itself, so it may go
+ *     anywhere; the other k-1 follow it);
+ *   affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution: no node that runs a
+ *     worker of this job with another group.
+ * So k workers share each node (k = 1: one worker per node, spread) and the job uses
+ * ceil(replicas / k) nodes. A node must fit k workers' requests, else the group's later pods stay
+ * Pending. Either term is left out when the template already sets it (the user's wins). */
+static void placement_render(cJSON *spec, cJSON *labels, const rm_tj *tj, int index)
+{
+    int k = tj->spec.placement.workers_per_node;
+    if (k < 1 || index < 0)
+        return;
+    char g[32];
+    snprintf(g, sizeof(g), "%d", index / k);
+    cJSON_DeleteItemFromObjectCaseSensitive(labels, RM_LABEL_NODE_GROUP);
+    cJSON_AddStringToObject(labels, RM_LABEL_NODE_GROUP, g);
+    cJSON *aff = cJSON_GetObjectItemCaseSensitive(spec, "affinity");
+    if (!cJSON_IsObject(aff)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(spec, "affinity");
+        aff = cJSON_AddObjectToObject(spec, "affinity");
+    }
+    if (k > 1 && !cJSON_GetObjectItemCaseSensitive(aff, "podAffinity")) {
+        cJSON *term = cJSON_CreateObject();
+        cJSON *ml = cJSON_AddObjectToObject(cJSON_AddObjectToObject(term, "labelSelector"), "matchLabels");
+        cJSON_AddStringToObject(ml, RM_LABEL_JOB, tj->name);
+        cJSON_AddStringToObject(ml, RM_LABEL_NODE_GROUP, g);
+        cJSON_AddStringToObject(term, "topologyKey", "kubernetes.io/hostname");
+        cJSON *req = cJSON_AddArrayToObject(cJSON_AddObjectToObject(aff, "podAffinity"),
+                                            "requiredDuringSchedulingIgnoredDuringExecution");
+        cJSON_AddItemToArray(req, term);
+    }
+    if (!cJSON_GetObjectItemCaseSensitive(aff, "podAntiAffinity")) {
+        cJSON *term = cJSON_CreateObject();
+        cJSON *me = cJSON_AddArrayToObject(cJSON_AddObjectToObject(term, "labelSelector"), "matchExpressions");
+        const char *job[] = {tj->name}, *grp[] = {g};
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "key", RM_LABEL_JOB);
+        cJSON_AddStringToObject(e, "operator", "In");
+        cJSON_AddItemToObject(e, "values", cJSON_CreateStringArray(job, 1));
+        cJSON_AddItemToArray(me, e);
+        e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "key", RM_LABEL_NODE_GROUP);
+        cJSON_AddStringToObject(e, "operator", "Exists");
+        cJSON_AddItemToArray(me, e);
+        e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "key", RM_LABEL_NODE_GROUP);
+        cJSON_AddStringToObject(e, "operator", "NotIn");
+        cJSON_AddItemToObject(e, "values", cJSON_CreateStringArray(grp, 1));
+        cJSON_AddItemToArray(me, e);
+        cJSON_AddStringToObject(term, "topologyKey", "kubernetes.io/hostname");
+        cJSON *req = cJSON_AddArrayToObject(cJSON_AddObjectToObject(aff, "podAntiAffinity"),
+                                            "requiredDuringSchedulingIgnoredDuringExecution");
+        cJSON_AddItemToArray(req, term);
+    }
 }
 
 /* A worker's pod (ps_index < 0) or parameter server ps_index's: the launch contract rendered
@@ -528,6 +596,8 @@ static cJSON *build_pod(const rm_tj *tj, int index, int epoch, int ps_index, con
     if (!spec)
         spec = cJSON_CreateObject();
     cJSON_AddItemToObject(pod, "spec", spec);
+    if (ps_index < 0)
+        placement_render(spec, labels, tj, index);
     /* group restarts are ours: the kubelet must not restart a worker in place */
     cJSON_DeleteItemFromObjectCaseSensitive(spec, "restartPolicy");
     cJSON_AddStringToObject(spec, "restartPolicy", "Never");

@@ -27,6 +27,9 @@
 #define RM_LABEL_EPOCH "ringmaster.dev/epoch"
 #define RM_LABEL_ROLE "ringmaster.dev/role"          /* worker | ps (strategies.md) */
 #define RM_LABEL_PS_INDEX "ringmaster.dev/ps-index"  /* a parameter server's shard index */
+/* spec.placement.workersPerNode k (issue 19): a worker's node group, replica index / k; workers of
+ * one group share a node (required pod affinity), groups never do (required anti-affinity). */
+#define RM_LABEL_NODE_GROUP "ringmaster.dev/node-group"
 #define RM_MANAGER "ringmaster.dev/operator"
 #define RM_DEFAULT_WORKER_IMAGE "ringmaster/worker:latest"
 

@@ -269,6 +269,191 @@ static void test_run_checkpoint_dir(void)
     cJSON_Delete(obj);
 }
 
+static cJSON *pod_of(const char *job, int index, rm_tj *tj)
+{
+    rm_err e = {0};
+    cJSON *obj = cJSON_Parse(job);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(obj);
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(obj, tj, &e), RM_OK);
+    rm_tj_defaults(tj);
+    CU_ASSERT_EQUAL_FATAL(rm_tj_validate(tj, &e), RM_OK);
+    cJSON *pod = rm_kube_worker_pod_ex(obj, tj, index, 1, "http://r", NULL, -1, NULL, 0, &e);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
+    cJSON_Delete(obj);
+    return pod;
+}
+
+#define JOB_HEAD "{\"apiVersion\":\"ringmaster.dev/v1alpha1\",\"kind\":\"TrainingJob\"," \
+                 "\"metadata\":{\"name\":\"g\",\"namespace\":\"ml\",\"uid\":\"u\"},"
+
+/* GPU workers get the NCCL defaults (issue 19); the template's own values win; CPU workers get
+ * none of them; NODE_NAME is the pod's spec.nodeName either way. */
+static void test_gpu_defaults(void)
+{
+    rm_tj tj;
+    cJSON *pod = pod_of(JOB_HEAD "\"spec\":{\"replicas\":2,\"template\":{\"spec\":{\"containers\":[{"
+                        "\"name\":\"worker\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":1}},"
+                        "\"env\":[{\"name\":\"NCCL_DEBUG\",\"value\":\"INFO\"}]}]}}}}", 1, &tj);
+    CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_NCCL_SOCKET_IFNAME), "eth0");
+    CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_NCCL_ASYNC_ERROR_HANDLING), "1");
+    CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_TORCH_NCCL_ASYNC_ERROR_HANDLING), "1");
+    CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_NCCL_DEBUG), "INFO");   /* the user's, once */
+    CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_BACKEND), "nccl");
+    const cJSON *nn = rm_json_path(pod_var(pod, RM_ENV_NODE_NAME), "valueFrom.fieldRef.fieldPath");
+    CU_ASSERT_TRUE(cJSON_IsString(nn) && strcmp(nn->valuestring, "spec.nodeName") == 0);
+    /* a pod sees only its own GPUs: its local view is itself; the node-level local rank comes from
+     * the rendezvous (the worker's "topology" log line) */
+    CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_LOCAL_RANK), "0");
+    CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_LOCAL_WORLD_SIZE), "1");
+    cJSON_Delete(pod);
+    rm_tj_free(&tj);
+    pod = pod_of(JOB_HEAD "\"spec\":{\"replicas\":2}}", 0, &tj);
+    CU_ASSERT_PTR_NULL(pod_var(pod, RM_ENV_NCCL_SOCKET_IFNAME));
+    CU_ASSERT_PTR_NULL(pod_var(pod, RM_ENV_NCCL_DEBUG));
+    CU_ASSERT_PTR_NULL(pod_var(pod, RM_ENV_NCCL_ASYNC_ERROR_HANDLING));
+    CU_ASSERT_PTR_NULL(pod_var(pod, RM_ENV_TORCH_NCCL_ASYNC_ERROR_HANDLING));
+    nn = rm_json_path(pod_var(pod, RM_ENV_NODE_NAME), "valueFrom.fieldRef.fieldPath");
+    CU_ASSERT_TRUE(cJSON_IsString(nn) && strcmp(nn->valuestring, "spec.nodeName") == 0);
+    cJSON_Delete(pod);
+    rm_tj_free(&tj);
+    /* the same defaults through the contract itself, and a local process keeps the runner's value */
+    rm_launch ln;
+    rm_err e = {0};
+    cJSON *obj = cJSON_Parse(JOB_HEAD "\"spec\":{\"replicas\":2}}");
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(obj, &tj, &e), RM_OK);
+    rm_tj_defaults(&tj);
+    rm_launch_placement p = {.rdzv_url = "http://r", .token = "t", .bind_addr = "127.0.0.1",
+                             .node_name = "n", .gpus = 1, .metrics_port = -1, .net_ifname = "ib0"};
+    CU_ASSERT_EQUAL_FATAL(rm_launch_build(&tj, 0, 1, &p, &ln, &e), RM_OK);
+    const rm_launch_var *v = rm_launch_find(&ln, RM_ENV_NCCL_SOCKET_IFNAME);
+    CU_ASSERT_TRUE(v && v->user_wins && strcmp(v->value, "ib0") == 0);
+    CU_ASSERT_FALSE(rm_launch_find(&ln, RM_ENV_RANK)->user_wins);
+    char *base[] = {"NCCL_DEBUG=TRACE", NULL};
+    char **argv = NULL, **envp = NULL;
+    CU_ASSERT_EQUAL_FATAL(rm_local_render(&ln, "/bin/w", base, &argv, &envp, &e), RM_OK);
+    CU_ASSERT_EQUAL(envp_count(envp, RM_ENV_NCCL_DEBUG), 1);
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_NCCL_DEBUG), "TRACE");
+    CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_NCCL_SOCKET_IFNAME), "ib0");
+    rm_local_strv_free(argv);
+    rm_local_strv_free(envp);
+    rm_launch_free(&ln);
+    rm_tj_free(&tj);
+    cJSON_Delete(obj);
+}
+
+static const char *str_at(const cJSON *o, const char *path)
+{
+    const cJSON *v = rm_json_path(o, path);
+    return cJSON_IsString(v) ? v->valuestring : "";
+}
+
+/* spec.placement.workersPerNode (issue 19): node groups as pod affinity / anti-affinity. */
+static void test_placement(void)
+{
+    rm_tj tj;
+    /* k = 2: worker 3 is in group 1, with worker 2; away from every other group */
+    cJSON *pod = pod_of(JOB_HEAD "\"spec\":{\"replicas\":4,\"placement\":{\"workersPerNode\":2}}}", 3, &tj);
+    const cJSON *lab = cJSON_GetObjectItemCaseSensitive(rm_json_path(pod, "metadata.labels"), RM_LABEL_NODE_GROUP);
+    CU_ASSERT_TRUE(cJSON_IsString(lab) && strcmp(lab->valuestring, "1") == 0);
+    const cJSON *pa = rm_json_path(pod, "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution");
+    CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(pa), 1);
+    const cJSON *t0 = cJSON_GetArrayItem(pa, 0);
+    CU_ASSERT_STRING_EQUAL(str_at(t0, "topologyKey"), "kubernetes.io/hostname");
+    const cJSON *ml = rm_json_path(t0, "labelSelector.matchLabels");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItemCaseSensitive(ml, RM_LABEL_NODE_GROUP)->valuestring, "1");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItemCaseSensitive(ml, RM_LABEL_JOB)->valuestring, "g");
+    const cJSON *aa = rm_json_path(pod, "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution");
+    CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(aa), 1);
+    const cJSON *t1 = cJSON_GetArrayItem(aa, 0);
+    CU_ASSERT_STRING_EQUAL(str_at(t1, "topologyKey"), "kubernetes.io/hostname");
+    const cJSON *me = rm_json_path(t1, "labelSelector.matchExpressions");
+    CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(me), 3);
+    CU_ASSERT_STRING_EQUAL(str_at(cJSON_GetArrayItem(me, 0), "operator"), "In");
+    CU_ASSERT_STRING_EQUAL(str_at(cJSON_GetArrayItem(me, 1), "operator"), "Exists");
+    CU_ASSERT_STRING_EQUAL(str_at(cJSON_GetArrayItem(me, 2), "operator"), "NotIn");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(rm_json_path(cJSON_GetArrayItem(me, 2), "values"), 0)->valuestring, "1");
+    cJSON_Delete(pod);
+    rm_tj_free(&tj);
+    /* k = 1 (spread): no pod affinity, anti-affinity against every other worker of the job */
+    pod = pod_of(JOB_HEAD "\"spec\":{\"replicas\":4,\"placement\":{\"workersPerNode\":1}}}", 2, &tj);
+    CU_ASSERT_PTR_NULL(rm_json_path(pod, "spec.affinity.podAffinity"));
+    aa = rm_json_path(pod, "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution");
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(aa), 1);
+    cJSON_Delete(pod);
+    rm_tj_free(&tj);
+    /* the template's own anti-affinity wins (kept as written); ours is only the pod affinity */
+    pod = pod_of(JOB_HEAD "\"spec\":{\"replicas\":4,\"placement\":{\"workersPerNode\":2},"
+                 "\"template\":{\"spec\":{\"affinity\":{\"podAntiAffinity\":{\"mine\":true}}}}}}", 0, &tj);
+    CU_ASSERT_TRUE(cJSON_IsTrue(rm_json_path(pod, "spec.affinity.podAntiAffinity.mine")));
+    CU_ASSERT_PTR_NULL(rm_json_path(pod, "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution"));
+    CU_ASSERT_PTR_NOT_NULL(rm_json_path(pod, "spec.affinity.podAffinity"));
+    cJSON_Delete(pod);
+    rm_tj_free(&tj);
+    /* no placement: nothing added */
+    pod = pod_of(JOB_HEAD "\"spec\":{\"replicas\":4}}", 0, &tj);
+    CU_ASSERT_PTR_NULL(rm_json_path(pod, "spec.affinity"));
+    CU_ASSERT_PTR_NULL(cJSON_GetObjectItemCaseSensitive(rm_json_path(pod, "metadata.labels"), RM_LABEL_NODE_GROUP));
+    cJSON_Delete(pod);
+    rm_tj_free(&tj);
+    /* validation names the field; the spec round-trips */
+    static const char *const bad[] = {
+        JOB_HEAD "\"spec\":{\"placement\":{}}}",
+        JOB_HEAD "\"spec\":{\"placement\":{\"workersPerNode\":0}}}",
+        JOB_HEAD "\"spec\":{\"placement\":{\"workersPerNode\":\"x\"}}}",
+        JOB_HEAD "\"spec\":{\"placement\":{\"workersPerNod\":2}}}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        rm_err e = {0};
+        cJSON *obj = cJSON_Parse(bad[i]);
+        int rc = rm_tj_from_json(obj, &tj, &e);
+        if (rc == RM_OK) {
+            rm_tj_defaults(&tj);
+            rc = rm_tj_validate(&tj, &e);
+        }
+        CU_ASSERT_EQUAL(rc, RM_EINVAL);
+        CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "spec.placement"));
+        rm_tj_free(&tj);
+        cJSON_Delete(obj);
+    }
+    rm_err e = {0};
+    cJSON *obj = cJSON_Parse(JOB_HEAD "\"spec\":{\"placement\":{\"workersPerNode\":3}}}");
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(obj, &tj, &e), RM_OK);
+    cJSON *back = rm_tj_to_json(&tj);
+    CU_ASSERT_EQUAL(rm_json_path(back, "spec.placement.workersPerNode")->valueint, 3);
+    cJSON_Delete(back);
+    rm_tj_free(&tj);
+    cJSON_Delete(obj);
+}
+
+/* RINGMASTER_RUN_NODES fakes nodes on one host (issue 19): contiguous blocks of workers. */
+static void test_run_fake_nodes(void)
+{
+    static const struct {
+        const char *nodes;
+        int index, replicas;
+        const char *want;
+    } ok[] = {
+        {NULL, 3, 4, "box"},      {"", 3, 4, "box"},        {"1", 3, 4, "box-n0"},
+        {"2", 0, 4, "box-n0"},    {"2", 1, 4, "box-n0"},    {"2", 2, 4, "box-n1"},
+        {"2", 3, 4, "box-n1"},    {"3", 5, 6, "box-n2"},    {"2", -1, 4, "box"},
+        {"4", 3, 4, "box-n3"},    {"2", 2, 5, "box-n0"},    {"2", 3, 5, "box-n1"},
+    };
+    rm_err e = {0};
+    char buf[64];
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        CU_ASSERT_EQUAL(rm_local_node_name("box", ok[i].nodes, ok[i].index, ok[i].replicas, buf,
+                                           sizeof buf, &e), RM_OK);
+        CU_ASSERT_STRING_EQUAL(buf, ok[i].want);
+    }
+    CU_ASSERT_EQUAL(rm_local_node_name(NULL, NULL, 0, 2, buf, sizeof buf, &e), RM_OK);
+    CU_ASSERT_STRING_EQUAL(buf, "localhost");
+    static const char *const bad[] = {"0", "5", "x", "2x", "-1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CU_ASSERT_EQUAL(rm_local_node_name("box", bad[i], 0, 4, buf, sizeof buf, &e), RM_EINVAL);
+        CU_ASSERT_STRING_EQUAL(e.field, RM_ENV_RUN_NODES);
+    }
+}
+
 void rm_suite_launch(void)
 {
     static const rm_test_case cases[] = {
@@ -276,6 +461,9 @@ void rm_suite_launch(void)
         {"bench arguments are the same in both runtimes", test_bench_args},
         {"bad arguments and non-literal values are refused", test_build_errors},
         {"ringmaster run honours an absolute checkpoint path", test_run_checkpoint_dir},
+        {"ringmaster run fakes nodes on one host", test_run_fake_nodes},
+        {"GPU workers get the NCCL defaults, the template's values win", test_gpu_defaults},
+        {"spec.placement.workersPerNode renders node groups", test_placement},
     };
     RM_ADD_SUITE("launch", NULL, NULL, cases);
 }

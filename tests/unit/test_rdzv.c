@@ -15,6 +15,7 @@
 
 #include "common/httpc.h"
 #include "common/rdzv.h"
+#include "common/worker_env.h"
 #include "tests/unit/testutil.h"
 
 #define JOB "default/mnist"
@@ -1110,10 +1111,90 @@ static void test_servers_registry(void)
     fx_stop(&f);
 }
 
+/* ---------------- node identity (issue 19) ---------------- */
+
+typedef struct node_joiner {
+    const char *url, *wid, *node;   /* node NULL: the client's default (NODE_NAME, hostname) */
+    int rc;
+    rm_rdzv_round round;
+    rm_err err;
+    pthread_t th;
+} node_joiner;
+
+static void *node_join_main(void *arg)
+{
+    node_joiner *j = arg;
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", 21000 + atoi(j->wid));
+    rm_rdzv_client *c = rm_rdzv_client_new(j->url, JOB, TOKEN, j->wid);
+    j->rc = !c ? RM_ENOMEM : j->node ? rm_rdzv_client_set_node(c, j->node, &j->err) : RM_OK;
+    if (!j->rc)
+        j->rc = rm_rdzv_join(c, addr, 0, 10, &j->round, &j->err);
+    rm_rdzv_client_free(c);
+    return NULL;
+}
+
+static void test_nodes_reach_every_rank(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, 4, 4, 30) == 0);
+    setenv(RM_ENV_NODE_NAME, "env-node", 1);
+    node_joiner js[4] = {{f.url, "0", "node-b", 0, {0}, {0}, 0},
+                         {f.url, "1", "node-a", 0, {0}, {0}, 0},
+                         {f.url, "2", "node-b", 0, {0}, {0}, 0},
+                         {f.url, "3", NULL, 0, {0}, {0}, 0}};
+    for (int i = 0; i < 4; i++)
+        CU_ASSERT_FATAL(pthread_create(&js[i].th, NULL, node_join_main, &js[i]) == 0);
+    for (int i = 0; i < 4; i++)
+        pthread_join(js[i].th, NULL);
+    unsetenv(RM_ENV_NODE_NAME);
+    static const char *const want[] = {"node-b", "node-a", "node-b", "env-node"};
+    for (int i = 0; i < 4; i++) {
+        CU_ASSERT_EQUAL_FATAL(js[i].rc, RM_OK);
+        CU_ASSERT_EQUAL_FATAL(js[i].round.world_size, 4);
+        for (int q = 0; q < 4; q++)
+            CU_ASSERT_STRING_EQUAL(js[i].round.peers[q].node, want[q]);
+    }
+    /* rank 2: node-b (node 0, by its lowest rank 0), the second of its two ranks */
+    rm_rdzv_topo t;
+    CU_ASSERT_EQUAL(rm_rdzv_topology(js[2].round.peers, 4, 2, &t), RM_OK);
+    CU_ASSERT_EQUAL(t.nnodes, 3);
+    CU_ASSERT_EQUAL(t.node_index, 0);
+    CU_ASSERT_EQUAL(t.local_rank, 1);
+    CU_ASSERT_EQUAL(t.local_world, 2);
+    CU_ASSERT(!t.uniform);
+    rm_rdzv_state *s = snap(&f);
+    CU_ASSERT_STRING_EQUAL(s->members[1].node, "node-a");
+    for (int i = 0; i < 4; i++)
+        rm_rdzv_round_free(&js[i].round);
+    /* bad node names: refused by the client and by the service */
+    rm_rdzv_client *c = rm_rdzv_client_new(f.url, JOB, TOKEN, "9");
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(rm_rdzv_client_set_node(c, "a/b", &e), RM_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "node name"));
+    char longname[300];
+    memset(longname, 'n', sizeof longname - 1);
+    longname[sizeof longname - 1] = 0;
+    CU_ASSERT_EQUAL(rm_rdzv_client_set_node(c, longname, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_rdzv_client_set_node(c, "", &e), RM_OK);
+    rm_rdzv_client_free(c);
+    static const char *const bad[] = {
+        "{\"workerId\":\"7\",\"addr\":\"127.0.0.1:1\",\"node\":\"a b\"}",
+        "{\"workerId\":\"7\",\"addr\":\"127.0.0.1:1\",\"node\":5}",
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(bad); i++) {
+        char *reply = NULL;
+        CU_ASSERT_EQUAL(raw(&f, "POST", P("/join"), BEARER, bad[i], strlen(bad[i]), &reply), 400);
+        free(reply);
+    }
+    fx_stop(&f);
+}
+
 void rm_suite_rdzv(void)
 {
     static const rm_test_case cases[] = {
         {"join_four_ranks_by_numeric_worker_id", test_join_four},
+        {"nodes_reach_every_rank", test_nodes_reach_every_rank},
         {"bad_token_unknown_job_bad_args", test_bad_token},
         {"elastic_settle_and_grow_back", test_elastic_settle_and_grow_back},
         {"late_joiner_full_group_and_new_incarnation", test_late_joiner_full_group},

@@ -854,6 +854,66 @@ static void test_sharding(void)
     cJSON_Delete(d);
 }
 
+/* spec.training.allreduce (issue 19): parsed, defaulted to auto (left out of the worker's JSON),
+ * carried to the worker; hierarchical refused with nccl/mpi and with parameter servers. */
+static void test_allreduce_algo(void)
+{
+    rm_err e = { 0 };
+    cJSON *d = base_doc();
+    rm_tj a;
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
+    rm_tj_defaults(&a);
+    CU_ASSERT_EQUAL(a.spec.training.allreduce, RM_AR_AUTO);
+    cJSON *tj = rm_training_to_json(&a.spec.training);
+    CU_ASSERT_PTR_NULL(cJSON_GetObjectItemCaseSensitive(tj, "allreduce"));
+    cJSON_Delete(tj);
+    rm_tj_free(&a);
+    for (int i = RM_AR_RING; i <= RM_AR_HIER; i++) {
+        char v[32];
+        snprintf(v, sizeof v, "\"%s\"", rm_allreduce_names[i]);
+        set_path(d, "spec.training.allreduce", v);
+        CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
+        rm_tj_defaults(&a);
+        CU_ASSERT_EQUAL(a.spec.training.allreduce, (rm_allreduce_algo)i);
+        CU_ASSERT_EQUAL(rm_tj_validate(&a, &e), RM_OK);
+        tj = rm_training_to_json(&a.spec.training);
+        rm_training_spec t;
+        CU_ASSERT_EQUAL(rm_training_from_json(tj, "spec.training", &t, &e), RM_OK);
+        CU_ASSERT_EQUAL(t.allreduce, (rm_allreduce_algo)i);
+        rm_training_free(&t);
+        cJSON_Delete(tj);
+        rm_tj_free(&a);
+    }
+    set_path(d, "spec.training.allreduce", "\"tree\"");
+    CU_ASSERT_EQUAL(rm_tj_from_json(d, &a, &e), RM_EINVAL);
+    CU_ASSERT_STRING_EQUAL(e.msg, "spec.training.allreduce: must be one of auto, ring, hierarchical (got \"tree\")");
+    rm_tj_free(&a);
+    set_path(d, "spec.training.allreduce", "\"hierarchical\"");
+    set_path(d, "spec.backend", "\"nccl\"");
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
+    rm_tj_defaults(&a);
+    CU_ASSERT_EQUAL(rm_tj_validate(&a, &e), RM_EINVAL);
+    CU_ASSERT_STRING_EQUAL(e.field, "spec.training.allreduce");
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "spec.backend"));
+    rm_tj_free(&a);
+    set_path(d, "spec.backend", "\"ring\"");
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
+    rm_tj_defaults(&a);
+    CU_ASSERT_EQUAL(rm_tj_validate(&a, &e), RM_OK);
+    rm_tj_free(&a);
+    /* auto with GPUs resolves to nccl: hierarchical would be silently unused */
+    set_path(d, "spec.backend", "\"auto\"");
+    set_path(d, "spec.template", "{\"spec\":{\"containers\":[{\"name\":\"worker\",\"resources\":"
+                                 "{\"limits\":{\"nvidia.com/gpu\":1}}}]}}");
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
+    rm_tj_defaults(&a);
+    CU_ASSERT_EQUAL(rm_tj_validate(&a, &e), RM_EINVAL);
+    CU_ASSERT_STRING_EQUAL(e.field, "spec.training.allreduce");
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "nvidia.com/gpu"));
+    rm_tj_free(&a);
+    cJSON_Delete(d);
+}
+
 static void test_status_and_conditions(void)
 {
     rm_tj_status st;
@@ -1147,6 +1207,7 @@ void rm_suite_trainingjob(void)
         { "sharding", test_sharding },
         { "parallelism", test_parallelism },
         { "lbfgs", test_lbfgs },
+        { "allreduce_algo", test_allreduce_algo },
         { "status_and_conditions", test_status_and_conditions },
         { "names", test_names },
         { "yaml_error_points_at_line", test_yaml_error_points_at_line },
