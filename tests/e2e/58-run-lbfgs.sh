@@ -7,9 +7,10 @@
 #     and portions per worker, and every worker completed portions (on demand);
 #  2. a worker killed mid-pass (exit:rank=1:step=20, inside its second portion of 15 batches): its
 #     outstanding portion goes back to the queue and is done by another worker; the job Succeeds;
-#  3. a server killed at its 3rd accepted point (exit:role=ps:index=1:step=3): it is replaced,
-#     restores its slice of the parameters from its checkpoint, the coordinator sees the new shard,
-#     restarts the iteration with an empty history, and the job Succeeds with a falling loss.
+#  3. a server killed as its 5th pass begins (exit:role=ps:index=1:step=5; a server's version counts
+#     passes): it is replaced and restores its shard and its L-BFGS vectors (the last accepted point
+#     and the (s, y) history) from its checkpoint; the coordinator sees the new shard, finds every
+#     shard at its last commit, resumes from there with the history kept, and the job Succeeds.
 source "$(dirname "$0")/5x-run-lib.bash"
 psdump() { for f in "$W"/run-*/ps-*.log; do [ -f "$f" ] && { echo "---- $f (tail)"; tail -n 30 "$f"; }; done >&2; }
 EX="$RM_ROOT/deploy/examples/fashion-mnist-lbfgs.yaml"
@@ -80,14 +81,16 @@ assert_no_workers
 log "PASS worker killed mid-pass: $(grep -m1 'lbfgs worker lost' "$K0" | sed 's/.*msg=//')"
 
 # 3. a server killed mid-run
-RINGMASTER_FAULT="exit:role=ps:index=1:step=3" run_job srv -f "$EX" -o json
+RINGMASTER_FAULT="exit:role=ps:index=1:step=5" run_job srv -f "$EX" -o json
 [ $RC -eq 0 ] || { psdump; fail "server kill: exit $RC"; }
 [ "$(jget srv 'j["status"]["phase"]')" = Succeeded ] || { psdump; fail "server kill: phase"; }
 S0="$W/run-srv/ps-0.log"; S1="$W/run-srv/ps-1.log"
-grep -q 'fault injected" kind=exit role=ps index=1 version=3' "$S1" || { psdump; fail "the server fault did not fire"; }
+grep -q 'fault injected" kind=exit role=ps index=1 version=5' "$S1" || { psdump; fail "the server fault did not fire"; }
 grep -q 'parameter server 1 exited; replacing it' "$W/srv.err" || fail "no replacement"
 grep -q 'shard restored' "$S1" || { psdump; fail "the replacement did not restore its shard"; }
+grep -q 'lbfgs vectors restored' "$S1" || { psdump; fail "the replacement did not restore its L-BFGS vectors"; }
 grep -q 'lbfgs: server 1 was replaced' "$S0" || { psdump; fail "the coordinator did not notice the new shard"; }
+grep -q 'msg="lbfgs resumed at the last accepted point"' "$S0" || { psdump; fail "the coordinator did not resume the last commit"; }
 grep -q 'msg="lbfgs done" passes=12' "$S0" || { psdump; fail "the coordinator did not finish after the server died"; }
 first=$(grep -m1 ' pass=0 ' "$S0" | sed -n 's/.* loss=\([0-9.]*\).*/\1/p')
 last=$(sed -n 's/.*msg="lbfgs done" passes=[0-9]* loss=\([0-9.]*\).*/\1/p' "$S0")
