@@ -9,7 +9,8 @@
 #    0.3 points of the 1-stage runs with the same global batch; the workers export the pipeline
 #    metrics and log the stage layout;
 #  - a stage killed by RINGMASTER_FAULT is replaced, the pipeline re-forms from the newest
-#    checkpoint and the job Succeeds.
+#    checkpoint and the job Succeeds; a hung stage is caught by the progress deadline and the job
+#    Succeeds.
 source "$(dirname "$0")/5x-run-lib.bash"
 
 # edit FILE REPLICAS P M SCHEDULE [EXTRA-TRAINING-LINE]: the pipeline fixture with these settings
@@ -111,5 +112,13 @@ RINGMASTER_FAULT="exit:rank=1:step=400" run_job flt -f "$W/flt.yaml" -o json
 grep -q 'msg="checkpoint loaded" .*step=[1-9]' "$W"/run-flt/worker-*.log || fail "the re-formed pipeline loaded no checkpoint"
 af=$(acc flt)
 $PY -c "import sys; sys.exit(0 if abs($af-$d2) <= 0.005 else 1)" || fail "faulted 2x2 $af vs $d2"
+# ---- a stage hangs: its neighbour times out and re-joins, the progress deadline restarts the
+# group, the pipeline re-forms from the newest checkpoint and the job Succeeds
+mk hang 2 2 4 1f1b
+RINGMASTER_FAULT="hang:rank=1:step=300" run_job hang -f "$W/hang.yaml" --epochs 1 -o json
+[ $RC -eq 0 ] || fail "hung run exit $RC"
+[ "$(jget hang 'j["status"]["phase"]')" = Succeeded ] || fail "hung phase"
+[ "$(jget hang 'j["status"]["restarts"]')" -ge 1 ] || fail "no restart after the hang"
+grep -q 'reason=ProgressDeadlineExceeded' "$W/hang.err" || fail "the hang was not caught by the progress deadline"
 assert_no_workers
 log "PASS 1-stage=$a1 2-stage=$a2 dp2=$d2 2x2=$g4 faulted=$af fnv=$(fnv eq1)"
