@@ -21,8 +21,9 @@ declare -A entry=(
   [ps]=bench/ps/run.sh
   [sweep]=bench/sweep/run.sh
   [shm]=bench/shm/run.sh
+  [pipeline]=bench/pipeline/run.sh
 )
-order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard ps sweep shm)
+order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard ps sweep shm pipeline)
 sel=(${BENCH:-${order[@]}})
 rc=0
 for b in "${sel[@]}"; do
