@@ -4,7 +4,7 @@
 #  - bad spec.parallelism is a field-named validation error (exit 2);
 #  - the math: after 100 steps a 2-stage pipeline with one micro-batch holds bit-for-bit the
 #    parameters of the 1-stage run (params_fnv64), and GPipe and 1F1B with 4 micro-batches hold the
-#    same parameters as each other;
+#    same parameters as each other; the same for 4 stages of a 4-layer model (60 steps, M = 8);
 #  - a 2-stage job and a 2x2 job (2 stages x 2 data-parallel replicas) Succeed at accuracy within
 #    0.3 points of the 1-stage runs with the same global batch; the workers export the pipeline
 #    metrics and log the stage layout;
@@ -58,6 +58,23 @@ grep -q 'msg="pipeline" stages=2 micro_batches=4 schedule=gpipe stage=1 replica=
   fail "gpipe stage 1 layout line"
 grep -q 'msg="pipeline" stages=2 micro_batches=4 schedule=1f1b stage=0 replica=0 of 1 in_flight=2 layout="0:layers\[0,1)=100480 1:layers\[1,2)=1290"' "$W"/run-eqf/worker-0.log ||
   fail "1f1b stage 0 layout line: $(grep 'msg="pipeline"' "$W"/run-eqf/worker-0.log)"
+
+# ---- 4 stages (middle stages have both neighbours) on a 4-layer model: the same, 60 steps
+deep() {   # NAME REPLICAS P M SCHEDULE
+  mk "$1" "$2" "$3" "$4" "$5" "maxSteps: 60"
+  sed -i 's/hidden: \[128\]/hidden: [128, 64, 32]/' "$W/$1.yaml"
+  grep -q 'hidden: \[128, 64, 32\]' "$W/$1.yaml" || fail "fixture edit $1"
+}
+deep d1 1 1 1 1f1b; deep d4 4 4 1 1f1b; deep d4g 4 4 8 gpipe; deep d4f 4 4 8 1f1b
+for n in d1 d4 d4g d4f; do
+  run_job $n -f "$W/$n.yaml" --epochs 1 -o json
+  [ $RC -eq 0 ] || fail "$n exit $RC"
+  [ "$(fnv $n | wc -l)" = 1 ] || fail "$n: ranks disagree on the parameters: $(fnv $n)"
+done
+[ "$(fnv d1)" = "$(fnv d4)" ] || fail "4 stages x 1 micro-batch $(fnv d4) != 1 stage $(fnv d1)"
+[ "$(fnv d4g)" = "$(fnv d4f)" ] || fail "4 stages: gpipe $(fnv d4g) != 1f1b $(fnv d4f)"
+grep -q 'msg="pipeline" stages=4 micro_batches=8 schedule=1f1b stage=1 replica=0 of 1 in_flight=3 ' "$W"/run-d4f/worker-1.log ||
+  fail "4-stage 1f1b stage 1 line"
 
 # ---- accuracy against 1-stage runs with the same global batch (2 epochs)
 mk one 1 1 1 1f1b          # 1 worker x 64
