@@ -23,8 +23,9 @@ declare -A entry=(
   [shm]=bench/shm/run.sh
   [hier]=bench/hier/run.sh
   [topo]=bench/topo/run.sh
+  [pipeline]=bench/pipeline/run.sh
 )
-order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard ps sweep shm hier topo)
+order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard ps sweep shm hier topo pipeline)
 sel=(${BENCH:-${order[@]}})
 rc=0
 for b in "${sel[@]}"; do

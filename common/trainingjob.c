@@ -612,6 +612,9 @@ int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err
             return bad(err, octx, "lineSearch", "must be one of armijo, fixed");
         if (t->precision != RM_PREC_FP32)
             return bad(err, ctx, "precision", "must be fp32 with %s.type: lbfgs", octx);
+        if (o->weight_decay != 0)
+            return bad(err, octx, "weightDecay", "must be 0 with %s.type: lbfgs (the full-batch "
+                       "objective has no L2 term in this version)", octx);
     } else if (o->history || o->portions || o->line_search_given) {
         return bad(err, octx, o->history ? "history" : o->portions ? "portions" : "lineSearch",
                    "is only used with %s.type: lbfgs (type is %s)", octx,

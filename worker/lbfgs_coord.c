@@ -3,6 +3,7 @@
 #include "worker/lbfgs_coord.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -27,15 +28,81 @@ struct rm_lbfgs_shard {
     int64_t incarnation;    /* this process' shard: a coordinator that sees it change knows the
                                shard was replaced and its vectors (not its X) are gone */
     uint8_t *seen;          /* P bits: portions already added to G in this pass */
+    int64_t commit;         /* the accepted point the vectors hold (staged/restored); -1: none */
+    float *stage;           /* owned: the vectors (slots 1..) as of the last COMMIT */
+    int64_t staged, written;   /* commits staged / written to the vectors file */
+    char path[4200];        /* <checkpoint dir>/lbfgs-vectors; "" = none */
 };
+
+/* The vectors file: a header, then (nslots - 1) x len floats; FNV-1a 64 of the floats. */
+typedef struct {
+    uint32_t magic, nslots;
+    uint64_t len;
+    int64_t commit;
+    uint64_t sum;
+} vec_hdr;
+#define VEC_MAGIC 0x524d4c42u   /* "RMLB" */
+
+static uint64_t fnv(const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ull;
+    return h;
+}
+
+/* The shard's vectors from its file when it holds them for `commit`-able state; false otherwise. */
+static bool vec_load(rm_lbfgs_shard *sh)
+{
+    FILE *f = sh->path[0] ? fopen(sh->path, "rb") : NULL;
+    if (!f)
+        return false;
+    vec_hdr h;
+    size_t n = (size_t)(sh->nslots - 1) * sh->len;
+    bool ok = fread(&h, sizeof h, 1, f) == 1 && h.magic == VEC_MAGIC &&
+              h.nslots == (uint32_t)sh->nslots && h.len == sh->len &&
+              fread(sh->stage, sizeof(float), n, f) == n && fnv(sh->stage, n * sizeof(float)) == h.sum;
+    fclose(f);
+    if (!ok) {
+        rm_warn("lbfgs vectors file unusable (another layout, truncated or corrupt) path=%s", sh->path);
+        return false;
+    }
+    memcpy(sh->vecs, sh->stage, n * sizeof(float));
+    sh->commit = sh->staged = sh->written = h.commit;
+    rm_info("lbfgs vectors restored path=%s commit=%lld", sh->path, (long long)h.commit);
+    return true;
+}
+
+/* Write the staged vectors (atomic: tmp + fsync + rename); under the server's mutex. */
+static void vec_write(rm_lbfgs_shard *sh)
+{
+    if (!sh->path[0] || sh->staged == sh->written)
+        return;
+    size_t n = (size_t)(sh->nslots - 1) * sh->len;
+    vec_hdr h = {VEC_MAGIC, (uint32_t)sh->nslots, sh->len, sh->staged, fnv(sh->stage, n * sizeof(float))};
+    char tmp[4210];
+    snprintf(tmp, sizeof tmp, "%s.tmp", sh->path);
+    FILE *f = fopen(tmp, "wb");
+    bool ok = f && fwrite(&h, sizeof h, 1, f) == 1 && fwrite(sh->stage, sizeof(float), n, f) == n &&
+              fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (f)
+        ok = fclose(f) == 0 && ok;
+    ok = ok && rename(tmp, sh->path) == 0;
+    if (ok)
+        sh->written = sh->staged;
+    int64_t commit = sh->staged;
+    if (!ok)
+        rm_warn("lbfgs vectors checkpoint failed path=%s commit=%lld", sh->path, (long long)commit);
+}
 
 static float *slot(rm_lbfgs_shard *sh, int i)
 {
     return i == RM_LV_X ? sh->params : sh->vecs + (size_t)(i - 1) * sh->len;
 }
 
-int rm_lbfgs_shard_new(float *params, size_t len, int history, int portions, rm_lbfgs_shard **out,
-                       rm_err *err)
+int rm_lbfgs_shard_new(float *params, size_t len, int history, int portions, const char *dir,
+                       rm_lbfgs_shard **out, rm_err *err)
 {
     *out = NULL;
     rm_lbfgs_shard *sh = calloc(1, sizeof *sh);
@@ -48,15 +115,20 @@ int rm_lbfgs_shard_new(float *params, size_t len, int history, int portions, rm_
     sh->pass = -1;
     sh->vecs = calloc((size_t)(sh->nslots - 1) * (len ? len : 1), sizeof(float));
     sh->seen = calloc((size_t)portions / 8 + 1, 1);
-    if (!sh->vecs || !sh->seen) {
+    sh->stage = calloc((size_t)(sh->nslots - 1) * (len ? len : 1), sizeof(float));
+    sh->commit = sh->staged = sh->written = -1;
+    if (dir && dir[0])
+        snprintf(sh->path, sizeof sh->path, "%s/lbfgs-vectors", dir);
+    if (!sh->vecs || !sh->seen || !sh->stage) {
         int nslots = sh->nslots;
         rm_lbfgs_shard_free(sh);
         return rm_errf(err, RM_ENOMEM, "lbfgs shard: out of memory for %d vectors of %zu floats",
                        nslots, len);
     }
-    /* X0 = X: a line search that copies X0 back into X on a shard that was just replaced (and
-     * restored X from its checkpoint) keeps that X instead of zeroing it */
-    memcpy(slot(sh, RM_LV_X0), params, len * sizeof(float));
+    /* the vectors of the last accepted point, or X0 = X: a line search that copies X0 back into
+     * X on a shard that was just replaced keeps its restored X instead of zeroing it */
+    if (!vec_load(sh))
+        memcpy(slot(sh, RM_LV_X0), params, len * sizeof(float));
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     sh->incarnation = ((int64_t)ts.tv_sec << 24 ^ (int64_t)ts.tv_nsec ^ (int64_t)getpid()) & INT64_MAX;
@@ -70,6 +142,7 @@ void rm_lbfgs_shard_free(rm_lbfgs_shard *sh)
         return;
     free(sh->vecs);
     free(sh->seen);
+    free(sh->stage);
     free(sh);
 }
 
@@ -80,14 +153,21 @@ void rm_lbfgs_shard_vec(rm_lbfgs_shard *sh, const rm_ps_req *q, rm_ps_rep *r)
     double alpha = rm_lb_bitsd(q->from_version);
     size_t n = sh->len;
     r->version = sh->incarnation;
-    if (code == RM_LBV_COMMIT) {   /* an accepted point: the server bumps its version (checkpoint) */
-        r->b = 1;
+    if (code == RM_LBV_COMMIT) {   /* an accepted point (X0 = X, G0 = G): its vectors, durable */
+        sh->commit = sh->staged = (int64_t)alpha;
+        memcpy(sh->stage, sh->vecs, (size_t)(sh->nslots - 1) * n * sizeof(float));
+        vec_write(sh);   /* before the answer: the coordinator's commit is on disk here */
         return;
     }
-    if (code == RM_LBV_BEGIN) {   /* a new pass: G = 0, no portion seen, pushes of pass q->world */
+    if (code == RM_LBV_STATUS) {   /* the accepted point this shard's vectors hold */
+        r->a = sh->commit;
+        return;
+    }
+    if (code == RM_LBV_BEGIN) {   /* a new pass: G = 0, no portion seen, pushes of pass alpha */
         memset(slot(sh, RM_LV_G), 0, n * sizeof(float));
         memset(sh->seen, 0, (size_t)sh->P / 8 + 1);
         sh->pass = (int64_t)alpha;
+        r->b = 1;   /* the server bumps its version: X is checkpointed once per pass */
         return;
     }
     if (a < 0 || a >= sh->nslots || b < 0 || b >= sh->nslots) {
@@ -162,6 +242,9 @@ struct rm_lbfgs_coord {
     bool replaced;                   /* a shard was replaced since the last check */
     bool static_split;               /* RINGMASTER_LBFGS_STATIC_SPLIT=1: the benchmark's baseline */
     int64_t passes_done;             /* restored from / saved to the state file */
+    int64_t commit;                  /* accepted points committed (the shards' vectors' commit) */
+    double f_commit;                 /* the loss at the last commit */
+    rm_lbfgs_hist hist;              /* the history at the last commit */
 
     rm_series *m_passes, *m_trials, *m_gnorm, *m_loss, *m_reissued;
     rm_series **m_portions;          /* per worker */
@@ -256,8 +339,18 @@ static int v_copy(void *ctx, int dst, int src, rm_err *err)
     return vec_all(ctx, RM_LBV_COPY, dst, src, 0, NULL, err);
 }
 
-/* The coordinator's state file (in server 0's checkpoint folder): the passes done, so a replaced
- * server 0 resumes the budget instead of starting it over. Written atomically (tmp + rename). */
+/* The coordinator's state file (in server 0's checkpoint folder): passes done, the last commit,
+ * its loss and history, so a replaced server 0 resumes the budget (and, when every shard's vectors
+ * are at that commit, the iteration). Written atomically (tmp + rename), checksummed. */
+typedef struct {
+    uint32_t magic, pad;
+    int64_t passes, commit;
+    double f;
+    rm_lbfgs_hist hist;
+    uint64_t sum;
+} coord_state;
+#define STATE_MAGIC 0x524d4c43u   /* "RMLC" */
+
 static void state_save(rm_lbfgs_coord *c)
 {
     if (!c->cfg.state_dir || !c->cfg.state_dir[0])
@@ -265,14 +358,18 @@ static void state_save(rm_lbfgs_coord *c)
     char path[4200], tmp[4210];
     snprintf(path, sizeof path, "%s/lbfgs-coordinator", c->cfg.state_dir);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) {
-        rm_warn("lbfgs: cannot write the coordinator state path=%s", tmp);
-        return;
-    }
-    fprintf(f, "passes=%lld\n", (long long)c->passes_done);
-    bool ok = fflush(f) == 0 && fsync(fileno(f)) == 0;
-    ok = fclose(f) == 0 && ok;
+    coord_state st;
+    memset(&st, 0, sizeof st);
+    st.magic = STATE_MAGIC;
+    st.passes = c->passes_done;
+    st.commit = c->commit;
+    st.f = c->f_commit;
+    st.hist = c->hist;
+    st.sum = fnv(&st, offsetof(coord_state, sum));
+    FILE *f = fopen(tmp, "wb");
+    bool ok = f && fwrite(&st, sizeof st, 1, f) == 1 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (f)
+        ok = fclose(f) == 0 && ok;
     if (!ok || rename(tmp, path) != 0)
         rm_warn("lbfgs: cannot write the coordinator state path=%s", path);
 }
@@ -283,15 +380,66 @@ static void state_load(rm_lbfgs_coord *c)
         return;
     char path[4200];
     snprintf(path, sizeof path, "%s/lbfgs-coordinator", c->cfg.state_dir);
-    FILE *f = fopen(path, "r");
+    FILE *f = fopen(path, "rb");
     if (!f)
         return;
-    long long p = 0;
-    if (fscanf(f, "passes=%lld", &p) == 1 && p > 0 && p <= 100000) {
-        c->passes_done = p;
-        rm_info("lbfgs coordinator state restored path=%s passes=%lld", path, p);
-    }
+    coord_state st;
+    bool ok = fread(&st, sizeof st, 1, f) == 1 && st.magic == STATE_MAGIC &&
+              st.sum == fnv(&st, offsetof(coord_state, sum)) && st.passes >= 0 &&
+              st.hist.m == c->t.optimizer.history && st.hist.count >= 0 && st.hist.count <= st.hist.m;
     fclose(f);
+    if (!ok) {
+        rm_warn("lbfgs coordinator state unusable (another history size or corrupt) path=%s", path);
+        return;
+    }
+    c->passes_done = st.passes;
+    c->commit = st.commit;
+    c->f_commit = st.f;
+    c->hist = st.hist;
+    rm_info("lbfgs coordinator state restored path=%s passes=%lld commit=%lld history=%d", path,
+            (long long)st.passes, (long long)st.commit, st.hist.count);
+}
+
+/* The accepted point: X0 = X and G0 = G on every shard, then COMMIT (each shard stages its vectors,
+ * and its server writes them), then the coordinator's state. */
+static int commit_point(rm_lbfgs_coord *c, const rm_lbfgs_hist *h, double f, rm_err *err)
+{
+    RM_CHECK(vec_all(c, RM_LBV_COPY, RM_LV_X0, RM_LV_X, 0, NULL, err));
+    RM_CHECK(vec_all(c, RM_LBV_COPY, RM_LV_G0, RM_LV_G, 0, NULL, err));
+    RM_CHECK(vec_all(c, RM_LBV_COMMIT, 0, 0, (double)(c->commit + 1), NULL, err));
+    c->commit++;
+    c->f_commit = f;
+    c->hist = *h;
+    state_save(c);
+    return RM_OK;
+}
+
+/* Are every shard's vectors at the coordinator's last commit? 1 yes, 0 no, negative: an error. */
+static int shards_at_commit(rm_lbfgs_coord *c, rm_err *err)
+{
+    if (c->commit < 1)
+        return 0;
+    for (int i = 0; i < c->cfg.nservers; i++) {
+        rm_ps_req q = {.op = RM_PS_OP_LB_VEC, .worker = RM_LBFGS_COORD_ID,
+                       .step = rm_lbv_code(RM_LBV_STATUS, 0, 0)};
+        rm_ps_rep r;
+        rm_err e = {0};
+        if ((c->conn[i].fd < 0 &&
+             rm_ps_conn_open(&c->conn[i], c->cfg.addrs[i], i, c->cfg.nservers, RM_LBFGS_COORD_ID,
+                             c->cfg.token, rm_mono() + c->cfg.timeout_s, &e) != RM_OK) ||
+            rm_ps_send(&c->conn[i], &q, NULL, rm_mono() + c->cfg.timeout_s, &e) != RM_OK ||
+            rm_ps_recv(&c->conn[i], &r, NULL, 0, rm_mono() + c->cfg.timeout_s, &e) != RM_OK) {
+            rm_ps_conn_close(&c->conn[i]);
+            return rm_errf(err, RM_ETIMEDOUT, "lbfgs coordinator: server %d status: %s", i, e.msg);
+        }
+        c->inc[i] = r.version;
+        if (r.a != c->commit) {
+            rm_info("lbfgs: server %d holds commit %lld, the coordinator's is %lld", i,
+                    (long long)r.a, (long long)c->commit);
+            return 0;
+        }
+    }
+    return 1;
 }
 
 /* One pass at the shards' X: G = mean gradient over the full batch, *f = mean loss. */
@@ -318,10 +466,26 @@ static int run_pass(rm_lbfgs_coord *c, int64_t pass_no, double *f, rm_err *err)
     rm_series_inc(c->m_passes, 1);
     rm_series_set(c->m_loss, *f);
     c->passes_done = pass_no + 1;
-    state_save(c);
+    state_save(c);   /* the budget survives a coordinator restart */
     rm_info("lbfgs pass done pass=%lld id=%lld loss=%.6f seconds=%.2f reissued=%lld duplicates=%lld",
             (long long)pass_no, (long long)id, *f, rm_mono() - t0, reissued, dups);
     return RM_OK;
+}
+
+/* Back to the last commit on every shard (X = X0, G = G0) with its history and loss, when every
+ * shard's vectors are at it (after a server was replaced, or at a coordinator restart): true. */
+static bool resume_commit(rm_lbfgs_coord *c, rm_lbfgs_hist *h, double *f, rm_err *err)
+{
+    int at = shards_at_commit(c, err);
+    if (at != 1 || vec_all(c, RM_LBV_COPY, RM_LV_X, RM_LV_X0, 0, NULL, err) != RM_OK ||
+        vec_all(c, RM_LBV_COPY, RM_LV_G, RM_LV_G0, 0, NULL, err) != RM_OK)
+        return false;
+    *h = c->hist;
+    *f = c->f_commit;
+    c->replaced = false;
+    rm_info("lbfgs resumed at the last accepted point commit=%lld loss=%.6f history=%d",
+            (long long)c->commit, *f, h->count);
+    return true;
 }
 
 static void *coord_main(void *arg)
@@ -336,14 +500,24 @@ static void *coord_main(void *arg)
         budget = c->t.max_steps;
     bool fixed = c->t.optimizer.line_search == RM_LS_FIXED;
     double f = 0, gd, gg;
-    int rc = passes < budget ? run_pass(c, passes++, &f, &e) : RM_OK;
-    if (rc == RM_OK && passes <= budget)
-        rc = vec_all(c, RM_LBV_COMMIT, 0, 0, 0, NULL, &e);
+    int rc = RM_OK;
+    /* a restarted coordinator resumes its last commit when the shards hold it */
+    bool resumed = c->commit > 0 && passes < budget && resume_commit(c, &h, &f, &e);
+    if (!resumed && passes < budget) {
+        rm_lbfgs_hist_init(&h, c->t.optimizer.history);
+        rc = run_pass(c, passes++, &f, &e);
+        if (rc == RM_OK)
+            rc = commit_point(c, &h, f, &e);
+    }
     while (rc == RM_OK && passes < budget) {
-        if (c->replaced) {   /* a shard lost its vectors: forget the history, re-evaluate here */
+        if (c->replaced) {   /* a shard was replaced: resume its last commit, else start over here */
             c->replaced = false;
+            if (resume_commit(c, &h, &f, &e))
+                continue;
+            rm_warn("lbfgs: the shards do not hold the last accepted point; history reset, "
+                    "re-evaluating at the current parameters");
             rm_lbfgs_hist_init(&h, c->t.optimizer.history);
-            if ((rc = run_pass(c, passes++, &f, &e)))
+            if ((rc = run_pass(c, passes++, &f, &e)) || (rc = commit_point(c, &h, f, &e)))
                 break;
             continue;
         }
@@ -359,8 +533,9 @@ static void *coord_main(void *arg)
                 break;
             gd = -gg;
         }
-        if ((rc = v_copy(c, RM_LV_X0, RM_LV_X, &e)) || (rc = v_copy(c, RM_LV_G0, RM_LV_G, &e)))
-            break;
+        if (c->replaced)
+            continue;
+        /* X0 = X, G0 = G since the last commit */
         double t0 = c->t.optimizer.lr;
         if (h.count == 0 && !fixed && gg > 1)
             t0 *= 1.0 / sqrt(gg);   /* the first step: at most lr in length */
@@ -389,7 +564,7 @@ static void *coord_main(void *arg)
             rm_info("lbfgs step accepted t=%g trials=%d loss=%.6f grad_norm=%.6f history=%d",
                     a.t, a.trials, fn, sqrt(gg), h.count);
             f = fn;
-            if ((rc = vec_all(c, RM_LBV_COMMIT, 0, 0, 0, NULL, &e)))   /* servers checkpoint X */
+            if ((rc = commit_point(c, &h, f, &e)))
                 break;
         } else {   /* gave up, or the budget ended mid-search: back to the last accepted point */
             if ((rc = v_copy(c, RM_LV_X, RM_LV_X0, &e)) || (rc = v_copy(c, RM_LV_G, RM_LV_G0, &e)))

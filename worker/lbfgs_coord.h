@@ -23,13 +23,17 @@
  *     count). The coordinator connects to every server (itself included) over the same
  *     authenticated TCP as the workers (worker id RM_LBFGS_COORD_ID).
  *
- * Server replacement: every server checkpoints its slice of X at each accepted point (COMMIT bumps
- * its version; interval 1). A replaced server restores X from there; its other vectors are gone,
- * which the coordinator sees as a new shard incarnation: it drops the history and re-evaluates at
- * the current parameters (a fresh pass), then goes on. A replaced server 0 starts a new
- * coordinator, which resumes the pass budget from its state file (passes done) with an empty
- * history and a new pass id space; workers see the new pass id and fetch. The (s, y) history
- * itself is not checkpointed: after a server death L-BFGS restarts its curvature estimate.
+ * Checkpoints and replacement: at every accepted point (a commit) the coordinator sets X0 = X and
+ * G0 = G on every shard and sends COMMIT; each server writes its vectors before it answers (X0, G0, the (s, y) pairs:
+ * everything but X) to <checkpoint dir>/lbfgs-vectors, and the coordinator its state (passes,
+ * commit, loss, history bookkeeping) to <server 0's checkpoint dir>/lbfgs-coordinator; X itself is
+ * in the server's ordinary shard checkpoint, written every pass (BEGIN bumps its version). A
+ * replaced server restores both; the coordinator sees its new incarnation and asks every shard
+ * which commit it holds: all at the coordinator's last commit -> every shard goes back to it
+ * (X = X0, G = G0) and the iteration restarts from there with the history intact; otherwise the
+ * history is dropped and the coordinator re-evaluates at the current parameters. A replaced
+ * server 0 starts a new coordinator that restores its state file and resumes the same way, with a
+ * new pass id space (workers see the new id and fetch).
  *
  * RINGMASTER_LBFGS_STATIC_SPLIT=1 (server 0's environment; bench/lbfgs only) replaces on-demand
  * portions by an equal static split without reissue, the baseline the straggler benchmark needs.
@@ -40,6 +44,7 @@
  * allocations; the server owns params (borrowed by the shard as X). */
 #ifndef RM_WORKER_LBFGS_COORD_H
 #define RM_WORKER_LBFGS_COORD_H
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
@@ -52,10 +57,11 @@
 
 /* LB_VEC request encoding: step = code | a << 8 | b << 24 (a, b vector slots), from_version =
  * the IEEE bits of alpha (double); the reply's a = the IEEE bits of a dot's partial, version = the
- * shard's incarnation, b = 1 after COMMIT (the server then bumps its version, which checkpoints X:
- * an lbfgs server checkpoints every accepted point). */
+ * shard's incarnation, b = 1 after BEGIN (the server then bumps its version, which checkpoints X:
+ * an lbfgs server's version counts passes); COMMIT n (alpha = n) stages the vectors of accepted
+ * point n for the server's vectors file; STATUS answers a = the commit the vectors hold. */
 enum { RM_LBV_COPY = 1, RM_LBV_AXPY, RM_LBV_SCALE, RM_LBV_DOT, RM_LBV_BEGIN, RM_LBV_ZERO,
-       RM_LBV_COMMIT };
+       RM_LBV_COMMIT, RM_LBV_STATUS };
 static inline int64_t rm_lbv_code(int code, int a, int b)
 {
     return (int64_t)code | ((int64_t)a << 8) | ((int64_t)b << 24);
@@ -75,8 +81,11 @@ static inline double rm_lb_bitsd(int64_t v)
 
 /* ---- shard ---- */
 typedef struct rm_lbfgs_shard rm_lbfgs_shard;
-int rm_lbfgs_shard_new(float *params, size_t len, int history, int portions, rm_lbfgs_shard **out,
-                       rm_err *err);
+/* dir: the server's checkpoint folder (its vectors file lbfgs-vectors is restored from there when
+ * usable); NULL or "": none. */
+int rm_lbfgs_shard_new(float *params, size_t len, int history, int portions, const char *dir,
+                       rm_lbfgs_shard **out, rm_err *err);
+
 void rm_lbfgs_shard_free(rm_lbfgs_shard *sh);
 /* LB_VEC: q->step and q->from_version as above; fills r (status, a). Under the server's mutex. */
 void rm_lbfgs_shard_vec(rm_lbfgs_shard *sh, const rm_ps_req *q, rm_ps_rep *r);

@@ -310,7 +310,7 @@ static int op_lb_vec(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
     }
     pthread_mutex_lock(&s->mu);
     rm_lbfgs_shard_vec(s->lb, q, r);
-    if (r->b == 1) {   /* COMMIT: an accepted point; the version bump checkpoints it */
+    if (r->b == 1) {   /* BEGIN: a pass; the version bump checkpoints X */
         s->sync.version++;
         applied(s, rm_mono());
     }
@@ -745,7 +745,7 @@ static int setup(server *s, rm_err *err)
     }
     if (s->t.optimizer.type == RM_OPT_LBFGS) {   /* checkpoints every accepted point */
         RM_CHECK(rm_lbfgs_shard_new(s->params, s->len, s->t.optimizer.history,
-                                    s->t.optimizer.portions, &s->lb, err));
+                                    s->t.optimizer.portions, s->ckpt_dir, &s->lb, err));
         s->ckpt_interval = 1;
     }
     s->reg = rm_metrics_new();

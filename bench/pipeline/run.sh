@@ -9,14 +9,16 @@
 #  sub-groups of step_pipeline.c).
 #  Anchor: PyTorch 1.13's torch.distributed.pipeline.sync.Pipe (GPipe, one process, both partitions
 #  on the CPU, chunks = M) on the same model: step time (ANCHOR=0 skips it).
-# Writes bench/results/pipeline.md (OUT=...); raw logs in $RAW (default a temp dir, removed).
+# Prints its table (`make bench` keeps it in bench/results/raw/pipeline.txt; OUT=FILE also writes it
+# there); bench/results/pipeline.md is the curated section BENCHMARKS.md is assembled from. Raw logs
+# in $RAW (default a temp dir, removed).
 # QUICK=1: a smoke run (10 steps per point). STEPS=N, MS="1 4 8", PS="2" adjust a run.
 # RM_BIN (default ./bin) must hold ringmaster. Runs alone; run it inside `unshare -n` on a shared
 # machine (it listens on loopback ports).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 RMB="${RM_BIN:-$root/bin}"
-OUT="${OUT:-$root/bench/results/pipeline.md}"
+OUT="${OUT:-}"
 py=/usr/bin/python3
 keep_raw=1
 RAW="${RAW:-}"
@@ -125,5 +127,6 @@ fi
   echo "micro-batch schedule (ringmaster_worker_pipeline_bubble_ratio, averaged over the run after the"
   echo "first step). Peak live activations: in-flight micro-batches x the stage's layer outputs (and"
   echo "received inputs) per micro-batch."
-} > "$OUT"
-cat "$OUT"
+} > "$RAW/table.md"
+cat "$RAW/table.md"
+[ -z "$OUT" ] || cp "$RAW/table.md" "$OUT"

@@ -7,9 +7,13 @@
 #     and portions per worker, and every worker completed portions (on demand);
 #  2. a worker killed mid-pass (exit:rank=1:step=20, inside its second portion of 15 batches): its
 #     outstanding portion goes back to the queue and is done by another worker; the job Succeeds;
-#  3. a server killed at its 3rd accepted point (exit:role=ps:index=1:step=3): it is replaced,
-#     restores its slice of the parameters from its checkpoint, the coordinator sees the new shard,
-#     restarts the iteration with an empty history, and the job Succeeds with a falling loss.
+#  3. a server killed as its 5th pass begins (exit:role=ps:index=1:step=5; a server's version counts
+#     passes): it is replaced and restores its shard and its L-BFGS vectors (the last accepted point
+#     and the (s, y) history) from its checkpoint; the coordinator sees the new shard, finds every
+#     shard at its last commit, resumes from there with the history kept, and the job Succeeds;
+#  4. server 0 — the coordinator's host — killed as its 5th pass begins: the replacement restores
+#     its shard, its vectors and the coordinator's state file, resumes the last accepted point with
+#     the history, and every pass' loss from there on equals the uninterrupted run's (part 1).
 source "$(dirname "$0")/5x-run-lib.bash"
 psdump() { for f in "$W"/run-*/ps-*.log; do [ -f "$f" ] && { echo "---- $f (tail)"; tail -n 30 "$f"; }; done >&2; }
 EX="$RM_ROOT/deploy/examples/fashion-mnist-lbfgs.yaml"
@@ -80,17 +84,39 @@ assert_no_workers
 log "PASS worker killed mid-pass: $(grep -m1 'lbfgs worker lost' "$K0" | sed 's/.*msg=//')"
 
 # 3. a server killed mid-run
-RINGMASTER_FAULT="exit:role=ps:index=1:step=3" run_job srv -f "$EX" -o json
+RINGMASTER_FAULT="exit:role=ps:index=1:step=5" run_job srv -f "$EX" -o json
 [ $RC -eq 0 ] || { psdump; fail "server kill: exit $RC"; }
 [ "$(jget srv 'j["status"]["phase"]')" = Succeeded ] || { psdump; fail "server kill: phase"; }
 S0="$W/run-srv/ps-0.log"; S1="$W/run-srv/ps-1.log"
-grep -q 'fault injected" kind=exit role=ps index=1 version=3' "$S1" || { psdump; fail "the server fault did not fire"; }
+grep -q 'fault injected" kind=exit role=ps index=1 version=5' "$S1" || { psdump; fail "the server fault did not fire"; }
 grep -q 'parameter server 1 exited; replacing it' "$W/srv.err" || fail "no replacement"
 grep -q 'shard restored' "$S1" || { psdump; fail "the replacement did not restore its shard"; }
+grep -q 'lbfgs vectors restored' "$S1" || { psdump; fail "the replacement did not restore its L-BFGS vectors"; }
 grep -q 'lbfgs: server 1 was replaced' "$S0" || { psdump; fail "the coordinator did not notice the new shard"; }
+grep -q 'msg="lbfgs resumed at the last accepted point"' "$S0" || { psdump; fail "the coordinator did not resume the last commit"; }
 grep -q 'msg="lbfgs done" passes=12' "$S0" || { psdump; fail "the coordinator did not finish after the server died"; }
 first=$(grep -m1 ' pass=0 ' "$S0" | sed -n 's/.* loss=\([0-9.]*\).*/\1/p')
 last=$(sed -n 's/.*msg="lbfgs done" passes=[0-9]* loss=\([0-9.]*\).*/\1/p' "$S0")
 $PY -c "import sys; sys.exit(0 if $last < 0.8 * $first else 1)" || fail "server kill: loss $first -> $last"
 assert_no_workers
 log "PASS server killed and replaced: loss $first -> $last"
+
+# 4. server 0 (the coordinator) killed mid-run: the resumed run retraces the uninterrupted one
+RINGMASTER_FAULT="exit:role=ps:index=0:step=5" run_job s0 -f "$EX" -o json
+[ $RC -eq 0 ] || { psdump; fail "server 0 kill: exit $RC"; }
+[ "$(jget s0 'j["status"]["phase"]')" = Succeeded ] || { psdump; fail "server 0 kill: phase"; }
+Z0="$W/run-s0/ps-0.log"
+grep -q 'fault injected" kind=exit role=ps index=0 version=5' "$Z0" || { psdump; fail "the server 0 fault did not fire"; }
+grep -q 'msg="lbfgs coordinator state restored"' "$Z0" || { psdump; fail "the coordinator state was not restored"; }
+grep -q 'msg="lbfgs resumed at the last accepted point"' "$Z0" || { psdump; fail "the new coordinator did not resume"; }
+grep -q 'msg="lbfgs done" passes=12' "$Z0" || { psdump; fail "the coordinator did not finish its budget after a restart"; }
+passes() { sed -n 's/.*msg="lbfgs pass done" pass=\([0-9]*\) .* loss=\([0-9.]*\).*/\1 \2/p' "$1"; }
+$PY - <(passes "$P0") <(passes "$Z0") <<'PY' || fail "the resumed run's losses differ from the uninterrupted run's"
+import sys
+ref = dict(l.split() for l in open(sys.argv[1]))
+got = [l.split() for l in open(sys.argv[2])]
+ok = len(got) >= 12 and all(abs(float(ref[p]) - float(v)) <= 1e-3 * float(ref[p]) for p, v in got)
+sys.exit(0 if ok else 1)
+PY
+assert_no_workers
+log "PASS server 0 killed: the coordinator resumed at its last commit and retraced the run"

@@ -4,12 +4,13 @@
 #  - bad spec.parallelism is a field-named validation error (exit 2);
 #  - the math: after 100 steps a 2-stage pipeline with one micro-batch holds bit-for-bit the
 #    parameters of the 1-stage run (params_fnv64), and GPipe and 1F1B with 4 micro-batches hold the
-#    same parameters as each other;
+#    same parameters as each other; the same for 4 stages of a 4-layer model (60 steps, M = 8);
 #  - a 2-stage job and a 2x2 job (2 stages x 2 data-parallel replicas) Succeed at accuracy within
 #    0.3 points of the 1-stage runs with the same global batch; the workers export the pipeline
 #    metrics and log the stage layout;
 #  - a stage killed by RINGMASTER_FAULT is replaced, the pipeline re-forms from the newest
-#    checkpoint and the job Succeeds.
+#    checkpoint and the job Succeeds; a hung stage is caught by the progress deadline and the job
+#    Succeeds.
 source "$(dirname "$0")/5x-run-lib.bash"
 
 # edit FILE REPLICAS P M SCHEDULE [EXTRA-TRAINING-LINE]: the pipeline fixture with these settings
@@ -57,6 +58,23 @@ grep -q 'msg="pipeline" stages=2 micro_batches=4 schedule=gpipe stage=1 replica=
   fail "gpipe stage 1 layout line"
 grep -q 'msg="pipeline" stages=2 micro_batches=4 schedule=1f1b stage=0 replica=0 of 1 in_flight=2 layout="0:layers\[0,1)=100480 1:layers\[1,2)=1290"' "$W"/run-eqf/worker-0.log ||
   fail "1f1b stage 0 layout line: $(grep 'msg="pipeline"' "$W"/run-eqf/worker-0.log)"
+
+# ---- 4 stages (middle stages have both neighbours) on a 4-layer model: the same, 60 steps
+deep() {   # NAME REPLICAS P M SCHEDULE
+  mk "$1" "$2" "$3" "$4" "$5" "maxSteps: 60"
+  sed -i 's/hidden: \[128\]/hidden: [128, 64, 32]/' "$W/$1.yaml"
+  grep -q 'hidden: \[128, 64, 32\]' "$W/$1.yaml" || fail "fixture edit $1"
+}
+deep d1 1 1 1 1f1b; deep d4 4 4 1 1f1b; deep d4g 4 4 8 gpipe; deep d4f 4 4 8 1f1b
+for n in d1 d4 d4g d4f; do
+  run_job $n -f "$W/$n.yaml" --epochs 1 -o json
+  [ $RC -eq 0 ] || fail "$n exit $RC"
+  [ "$(fnv $n | wc -l)" = 1 ] || fail "$n: ranks disagree on the parameters: $(fnv $n)"
+done
+[ "$(fnv d1)" = "$(fnv d4)" ] || fail "4 stages x 1 micro-batch $(fnv d4) != 1 stage $(fnv d1)"
+[ "$(fnv d4g)" = "$(fnv d4f)" ] || fail "4 stages: gpipe $(fnv d4g) != 1f1b $(fnv d4f)"
+grep -q 'msg="pipeline" stages=4 micro_batches=8 schedule=1f1b stage=1 replica=0 of 1 in_flight=3 ' "$W"/run-d4f/worker-1.log ||
+  fail "4-stage 1f1b stage 1 line"
 
 # ---- accuracy against 1-stage runs with the same global batch (2 epochs)
 mk one 1 1 1 1f1b          # 1 worker x 64
@@ -111,5 +129,13 @@ RINGMASTER_FAULT="exit:rank=1:step=400" run_job flt -f "$W/flt.yaml" -o json
 grep -q 'msg="checkpoint loaded" .*step=[1-9]' "$W"/run-flt/worker-*.log || fail "the re-formed pipeline loaded no checkpoint"
 af=$(acc flt)
 $PY -c "import sys; sys.exit(0 if abs($af-$d2) <= 0.005 else 1)" || fail "faulted 2x2 $af vs $d2"
+# ---- a stage hangs: its neighbour times out and re-joins, the progress deadline restarts the
+# group, the pipeline re-forms from the newest checkpoint and the job Succeeds
+mk hang 2 2 4 1f1b
+RINGMASTER_FAULT="hang:rank=1:step=300" run_job hang -f "$W/hang.yaml" --epochs 1 -o json
+[ $RC -eq 0 ] || fail "hung run exit $RC"
+[ "$(jget hang 'j["status"]["phase"]')" = Succeeded ] || fail "hung phase"
+[ "$(jget hang 'j["status"]["restarts"]')" -ge 1 ] || fail "no restart after the hang"
+grep -q 'reason=ProgressDeadlineExceeded' "$W/hang.err" || fail "the hang was not caught by the progress deadline"
 assert_no_workers
 log "PASS 1-stage=$a1 2-stage=$a2 dp2=$d2 2x2=$g4 faulted=$af fnv=$(fnv eq1)"

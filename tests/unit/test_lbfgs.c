@@ -9,6 +9,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <stdio.h>
+#include <unistd.h>
 
 /* ---- vectors split into shards -------------------------------------------------------------- */
 
@@ -459,7 +461,7 @@ static void test_shard_ops(void)
     float params[4] = {1, 2, 3, 4};
     rm_lbfgs_shard *sh = NULL;
     rm_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(rm_lbfgs_shard_new(params, 4, 2, 3, &sh, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(rm_lbfgs_shard_new(params, 4, 2, 3, NULL, &sh, &e), RM_OK);
     rm_ps_rep r;
     /* X0 starts as X: a fresh (or restored) shard's line-search restore keeps its parameters */
     vec(sh, RM_LBV_DOT, RM_LV_X0, RM_LV_X, 0, &r);
@@ -467,8 +469,9 @@ static void test_shard_ops(void)
     CU_ASSERT_DOUBLE_EQUAL(rm_lb_bitsd(r.a), 30.0, 0);
     int64_t inc = r.version;
     CU_ASSERT(inc > 0);
-    vec(sh, RM_LBV_BEGIN, 0, 0, 77.0, &r);   /* pass 77: G = 0 */
+    vec(sh, RM_LBV_BEGIN, 0, 0, 77.0, &r);   /* pass 77: G = 0; the server bumps its version */
     CU_ASSERT_EQUAL(r.version, inc);
+    CU_ASSERT_EQUAL(r.b, 1);
     const float g1[4] = {1, 1, 1, 1}, g2[4] = {10, 10, 10, 10};
     CU_ASSERT_EQUAL(push(sh, 77, 0, g1), RM_PS_ST_OK);
     CU_ASSERT_EQUAL(push(sh, 77, 0, g2), RM_PS_ST_DROPPED);   /* the same portion again: dropped */
@@ -491,14 +494,50 @@ static void test_shard_ops(void)
     CU_ASSERT_EQUAL(r.status, RM_PS_ST_BAD);
     vec(sh, 99, 0, 0, 0, &r);
     CU_ASSERT_EQUAL(r.status, RM_PS_ST_BAD);
-    vec(sh, RM_LBV_COMMIT, 0, 0, 0, &r);
-    CU_ASSERT_EQUAL(r.b, 1);
+    vec(sh, RM_LBV_STATUS, 0, 0, 0, &r);
+    CU_ASSERT_EQUAL(r.a, -1);   /* no commit yet */
+    vec(sh, RM_LBV_COMMIT, 0, 0, 5.0, &r);
+    CU_ASSERT_EQUAL(r.b, 0);
+    vec(sh, RM_LBV_STATUS, 0, 0, 0, &r);
+    CU_ASSERT_EQUAL(r.a, 5);
     /* a new pass takes that pass' portions afresh */
     vec(sh, RM_LBV_BEGIN, 0, 0, 78.0, &r);
     CU_ASSERT_EQUAL(push(sh, 78, 0, g2), RM_PS_ST_OK);
     vec(sh, RM_LBV_DOT, RM_LV_G, RM_LV_G, 0, &r);
     CU_ASSERT_DOUBLE_EQUAL(rm_lb_bitsd(r.a), 400.0, 0);
     rm_lbfgs_shard_free(sh);
+    /* with a checkpoint folder, COMMIT writes the vectors; a new shard (a replaced server) restores
+     * them and answers STATUS with that commit; a corrupt file is not used */
+    char dir[] = "/tmp/rm-lbfgs-test.XXXXXX";
+    CU_ASSERT_PTR_NOT_NULL_FATAL(mkdtemp(dir));
+    float p2[4] = {1, 2, 3, 4};
+    CU_ASSERT_EQUAL_FATAL(rm_lbfgs_shard_new(p2, 4, 2, 3, dir, &sh, &e), RM_OK);
+    vec(sh, RM_LBV_BEGIN, 0, 0, 1.0, &r);
+    CU_ASSERT_EQUAL(push(sh, 1, 0, g2), RM_PS_ST_OK);
+    vec(sh, RM_LBV_COPY, RM_LV_G0, RM_LV_G, 0, &r);
+    vec(sh, RM_LBV_COMMIT, 0, 0, 3.0, &r);
+    vec(sh, RM_LBV_COPY, RM_LV_G0, RM_LV_X, 0, &r);   /* changed after the commit: not saved */
+    rm_lbfgs_shard_free(sh);
+    float p3[4] = {0, 0, 0, 0};
+    CU_ASSERT_EQUAL_FATAL(rm_lbfgs_shard_new(p3, 4, 2, 3, dir, &sh, &e), RM_OK);
+    vec(sh, RM_LBV_STATUS, 0, 0, 0, &r);
+    CU_ASSERT_EQUAL(r.a, 3);
+    vec(sh, RM_LBV_DOT, RM_LV_G0, RM_LV_G0, 0, &r);   /* G0 = {10, 10, 10, 10} as committed */
+    CU_ASSERT_DOUBLE_EQUAL(rm_lb_bitsd(r.a), 400.0, 0);
+    rm_lbfgs_shard_free(sh);
+    char path[64];
+    snprintf(path, sizeof path, "%s/lbfgs-vectors", dir);
+    FILE *f = fopen(path, "r+b");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fseek(f, -4, SEEK_END);
+    fputc(0x7f, f);
+    fclose(f);
+    CU_ASSERT_EQUAL_FATAL(rm_lbfgs_shard_new(p3, 4, 2, 3, dir, &sh, &e), RM_OK);
+    vec(sh, RM_LBV_STATUS, 0, 0, 0, &r);
+    CU_ASSERT_EQUAL(r.a, -1);   /* corrupt: the history is not trusted */
+    rm_lbfgs_shard_free(sh);
+    remove(path);
+    rmdir(dir);
     /* the portion size: whole batches, the tail left out */
     CU_ASSERT_EQUAL(rm_lbfgs_portion_size(60000, 16, 250), 3750);
     CU_ASSERT_EQUAL(rm_lbfgs_portion_size(60000, 64, 64), 896);

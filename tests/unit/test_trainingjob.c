@@ -1170,6 +1170,9 @@ static void test_lbfgs(void)
           "spec.training.optimizer.lineSearch: must be one of armijo, fixed (got \"wolfe\")" },
         { "spec.training.precision", "\"bf16\"",
           "spec.training.precision: must be fp32 with spec.training.optimizer.type: lbfgs" },
+        { "spec.training.optimizer.weightDecay", "0.001",
+          "spec.training.optimizer.weightDecay: must be 0 with spec.training.optimizer.type: lbfgs "
+          "(the full-batch objective has no L2 term in this version)" },
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cJSON *c = cJSON_Duplicate(d, 1);
