@@ -8,8 +8,8 @@
 #  2. a CPU job with spec.placement.workersPerNode 2 and spec.training.allreduce hierarchical:
 #     node-group labels 0,0,1,1, pod affinity to its own group, anti-affinity to the other; none of
 #     the NCCL defaults; kubesim binds the pods 2 + 2 (2 pod slots per node) and the job Succeeds;
-#     every worker's topology line counts exactly the nodes the workers reported through NODE_NAME
-#     (and runs hierarchically when that is 2). kubesim's scheduler does not evaluate pod affinity,
+#     every worker reports its own node through NODE_NAME (node-a, node-b) and runs the
+#     hierarchical allreduce, 2 nodes x 2 ranks. kubesim's scheduler does not evaluate pod affinity,
 #     so which workers pair up is kubesim's choice; the rendered terms are what this checks.
 source "$(dirname "$0")/6x-operator-lib.bash"
 RDZV_PORT=$(free_port)
@@ -108,21 +108,19 @@ log "packed placement rendered; waiting for training"
 wait_for 400 "topo Succeeded" tj_phase_is topo Succeeded
 nodes=$(k get pods -l ringmaster.dev/job-name=topo -o jsonpath='{range .items[*]}{.spec.nodeName}{"\n"}{end}' | sort -u | grep -c . || true)
 log "kubesim placed the 4 workers on $nodes node(s): $(k get pods -l ringmaster.dev/job-name=topo -o jsonpath='{range .items[*]}{.metadata.name}={.spec.nodeName} {end}')"
-# What each worker reported: its node (the NODE_NAME the kubelet resolved from spec.nodeName) and the
-# node count the rendezvous derived; every worker must agree with the set of nodes reported. (kubesim's
-# process kubelet resolves spec.nodeName to its one name, kubesim-node, whatever node the pod is bound
-# to: then the job runs flat on "one node"; with per-node names it must run hierarchically.)
+# What each worker reported: its node (the NODE_NAME the kubelet resolves from spec.nodeName through
+# the downward API) and the node count the rendezvous derived: 2 nodes x 2 ranks, so every worker
+# must run hierarchically.
 for i in 0 1 2 3; do
   k logs "topo-worker-$i" > "$T/w$i.txt" 2>/dev/null || true
   { grep -h 'msg="topology"' "$T/w$i.txt" || true; } | tail -1 > "$T/t$i.txt"
   [ -s "$T/t$i.txt" ] || fail "worker $i logged no topology line"
 done
 reported=$(cat "$T"/t*.txt | grep -o ' node=[^ ]*' | sort -u | grep -c . || true)
+[ "$reported" = 2 ] || fail "the workers reported $reported node(s), not node-a and node-b: $(cat "$T"/t*.txt)"
 for i in 0 1 2 3; do
   grep -q "nodes=$reported node=" "$T/t$i.txt" || fail "worker $i counts other nodes than the $reported reported: $(cat "$T/t$i.txt")"
-  if [ "$reported" = 2 ]; then
-    grep -q 'local_world_size=2 allreduce="hierarchical 2 nodes x 2 ranks' "$T/t$i.txt" || fail "2 nodes x 2 but not hierarchical: $(cat "$T/t$i.txt")"
-  fi
+  grep -q 'local_world_size=2 allreduce="hierarchical 2 nodes x 2 ranks' "$T/t$i.txt" || fail "2 nodes x 2 but not hierarchical: $(cat "$T/t$i.txt")"
 done
 log "workers reported $reported node(s): $(cat "$T"/t*.txt | grep -o ' node=[^ ]*' | tr '\n' ' ')"
 log "PASS accuracy=$(tj_field topo '{.status.result.testAccuracy}') nodes=$nodes"
