@@ -28,10 +28,12 @@
  * The update is element-wise, so every stage computes the same parameters as none; ZeRO-1 is
  * bit-identical (same allreduce), the others differ only by the summation order of per-layer
  * instead of per-bucket collectives.
- * Checkpoints keep the unsharded format (params, then each full optimizer buffer): state_gather
- * all-gathers the pieces into the staging buffer on the ranks' common path (interval and end),
- * state_restore takes each rank's pieces from a full payload — so a checkpoint written at any world
- * size, sharded or not, restores at any other (re-sharding by construction). */
+ * Checkpoints (sharded stages) are per rank (worker/ckpt_shard.h): state_save gives this rank's
+ * compact shard — its pieces of the parameters, then of each optimizer buffer — with no
+ * collective, so interval, end and SIGTERM checkpoints all work; a restore gets every parameter
+ * whole plus this round's pieces of the optimizer state, re-sharded by the driver's loader from
+ * whatever world wrote the set (state_restore_shard). A whole checkpoint (sharding none, or an
+ * older run) restores too: state_restore takes this round's pieces from the full payload. */
 #include "worker/step.h"
 
 #include <stdint.h>
@@ -65,7 +67,8 @@ struct rm_step {
     uint64_t stat_bytes;
     rm_err hook_e;
     uint64_t gathered;        /* stage full: bit l = layer l's parameters are whole */
-    void *gathered_dst;       /* state_gather's payload, valid until the next step */
+    bool pieces_valid;        /* the pieces hold a real state (fresh, restored, synced or stepped) */
+    bool torn;                /* a step began updating the pieces and did not finish */
 };
 
 static int ar_init(const rm_step_env *env, rm_step **out, rm_err *err)
@@ -106,8 +109,7 @@ static void ar_round_end(rm_step *s)
         s->fusion = NULL;
     }
     memset(&s->r, 0, sizeof s->r);
-    s->state_set = false;
-    s->gathered_dst = NULL;
+    s->state_set = false;   /* the pieces (us) and pieces_valid stay: the SIGTERM checkpoint */
 }
 
 /* ---- sharding helpers ---- */
@@ -228,6 +230,8 @@ static int ar_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
         s->state_set = true;
         s->state_t = 0;
         s->gathered = (1ull << e->m->shape.nlayers) - 1;
+        s->pieces_valid = true;
+        s->torn = false;
     }
     for (int i = 0; s->mode == RM_SHARD_NONE && i < e->opt->nstate; i++)
         e->k->memset0(e->opt->state[i], e->opt->n * sizeof(float));
@@ -236,10 +240,13 @@ static int ar_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
 }
 
 /* Replicas are identical: rank 0 writes the whole state (params, then each optimizer buffer).
- * Sharded: only once state_gather assembled it at this step. */
+ * Sharded: every rank its compact shard, while its pieces hold a whole step's state. */
 static size_t ar_state_bytes(const rm_step *s, int rank)
 {
-    if (rank != 0 || (s->mode != RM_SHARD_NONE && !s->gathered_dst))
+    if (s->mode != RM_SHARD_NONE)
+        return s->pieces_valid && !s->torn && s->us.nunits > 0
+                   ? (size_t)(1 + s->env.opt->nstate) * s->us.total * sizeof(float) : 0;
+    if (rank != 0)
         return 0;
     return (size_t)(1 + s->env.opt->nstate) * s->env.m->layout.total * sizeof(float);
 }
@@ -248,21 +255,53 @@ static int ar_state_save(rm_step *s, void *dst, rm_err *err)
 {
     const rm_step_env *e = &s->env;
     size_t n = e->m->layout.total * sizeof(float);
+    int rc = RM_OK;
     if (s->mode != RM_SHARD_NONE) {
-        if (!s->gathered_dst)
-            return rm_errf(err, RM_EINVAL, "checkpoint: sharded state was not gathered at this step");
-        if (dst != s->gathered_dst)
-            memcpy(dst, s->gathered_dst, (size_t)(1 + e->opt->nstate) * n);
-        return RM_OK;
+        const rm_unit_shard *u = &s->us;
+        if (!ar_state_bytes(s, 0))
+            return rm_errf(err, RM_EINVAL, "checkpoint: the shard holds no whole step's state");
+        float *d = dst;
+        for (int l = 0; rc == RM_OK && l < u->nunits; l++)   /* the own pieces are always resident */
+            if (u->len[l])
+                rc = e->k->d2h(d + u->soff[l], e->m->params + u->off[l], u->len[l] * sizeof(float));
+        for (int i = 0; rc == RM_OK && i < e->opt->nstate; i++)
+            if (u->total)
+                rc = e->k->d2h(d + (size_t)(1 + i) * u->total, s->sstate[i], u->total * sizeof(float));
+    } else {
+        rc = e->k->d2h(dst, e->m->params, n);   /* a memcpy for host-memory tables */
+        for (int i = 0; rc == RM_OK && i < e->opt->nstate; i++)
+            rc = e->k->d2h((char *)dst + (size_t)(1 + i) * n, e->opt->state[i], n);
     }
-    int rc = e->k->d2h(dst, e->m->params, n);   /* a memcpy for host-memory tables */
-    for (int i = 0; rc == RM_OK && i < e->opt->nstate; i++)
-        rc = e->k->d2h((char *)dst + (size_t)(1 + i) * n, e->opt->state[i], n);
     if (rc != RM_OK) {
         int crc = e->k->check(err);
         return crc != RM_OK ? crc : rm_errf(err, rc, "checkpoint: reading the weights failed");
     }
     return RM_OK;
+}
+
+static bool ar_state_sharded(const rm_step *s)
+{
+    return s->mode != RM_SHARD_NONE;
+}
+
+/* Every parameter, then this round's pieces of each optimizer buffer (compact). */
+static void ar_state_restore_shard(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
+                                   int scaler_tracker)
+{
+    const rm_step_env *e = &s->env;
+    size_t n = e->m->layout.total;
+    const float *f = src;
+    e->k->h2d(e->m->params, f, n * sizeof(float));
+    for (int i = 0; i < e->opt->nstate && s->us.total; i++)
+        e->k->h2d(s->sstate[i], f + n + (size_t)i * s->us.total, s->us.total * sizeof(float));
+    s->state_set = true;
+    s->state_t = opt_t;
+    s->gathered = (1ull << e->m->shape.nlayers) - 1;
+    s->pieces_valid = true;
+    s->torn = false;
+    e->opt->t = opt_t;
+    if (loss_scale > 0)
+        rm_loss_scaler_restore(&e->amp->scaler, loss_scale, scaler_tracker);
 }
 
 static void ar_state_restore(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
@@ -283,6 +322,8 @@ static void ar_state_restore(rm_step *s, const void *src, int64_t opt_t, float l
         s->state_set = true;
         s->state_t = opt_t;
         s->gathered = (1ull << e->m->shape.nlayers) - 1;
+        s->pieces_valid = true;
+        s->torn = false;
     }
     for (int i = 0; s->mode == RM_SHARD_NONE && i < e->opt->nstate; i++)
         e->k->h2d(e->opt->state[i], (const char *)src + (size_t)(1 + i) * n, n);
@@ -355,6 +396,8 @@ static int ar_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
         s->state_set = true;
         s->state_t = get64(meta + 6);
         s->gathered = (1ull << e->m->shape.nlayers) - 1;
+        s->pieces_valid = true;
+        s->torn = false;
         if (s->mode == RM_SHARD_FULL)
             drop_all_units(s);
     }
@@ -447,7 +490,6 @@ static int gather_params(rm_step *s, rm_err *err)
 static int ar_step_sharded(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *err)
 {
     const rm_step_env *e = &s->env;
-    s->gathered_dst = NULL;
     s->stat_s = 0;
     s->stat_bytes = 0;
     s->hook_err = 0;
@@ -458,6 +500,7 @@ static int ar_step_sharded(rm_step *s, int rows, float lr, rm_step_stats *st, rm
             rm_model_backward_hooked(e->m, rows, inv_batch, on_layer_pre, on_layer_done_full, s);
         if (s->hook_err)
             return rm_errf(err, s->hook_err, "%s", s->hook_e.msg);
+        s->torn = true;
         update_pieces(s, lr);   /* the parameters stay sharded until their next use */
     } else {
         rm_model_forward(e->m, rows);
@@ -477,10 +520,12 @@ static int ar_step_sharded(rm_step *s, int rows, float lr, rm_step_stats *st, rm
         } else {
             rm_model_backward(e->m, rows, inv_batch, NULL, NULL);
         }
+        s->torn = true;   /* until the step returns: a checkpoint would mix steps */
         update_pieces(s, lr);
         if (s->r.world > 1)
             RM_CHECK(gather_params(s, err));
     }
+    s->torn = false;
     if (s->r.world > 1) {
         st->comm = true;
         st->allreduce_s = s->stat_s;
@@ -535,30 +580,6 @@ static int ar_materialize(rm_step *s, rm_err *err)
     return RM_OK;
 }
 
-/* The unsharded checkpoint payload from every rank's pieces: params (whole already, or gathered),
- * then each optimizer buffer gathered layer by layer straight into dst. */
-static int ar_state_gather(rm_step *s, void *dst, rm_err *err)
-{
-    const rm_step_env *e = &s->env;
-    if (s->mode == RM_SHARD_NONE || !s->r.ops)
-        return RM_OK;
-    const rm_unit_shard *u = &s->us;
-    size_t n = e->m->layout.total;
-    float *d = dst;
-    RM_CHECK(ar_materialize(s, err));
-    int rc = e->k->d2h(d, e->m->params, n * sizeof(float));
-    if (rc != RM_OK)
-        return rm_errf(err, rc, "checkpoint: reading the weights failed");
-    for (int i = 0; i < e->opt->nstate; i++) {
-        float *full = d + (size_t)(1 + i) * n;
-        for (int l = 0; l < u->nunits; l++)
-            RM_CHECK(s->r.ops->all_gather(s->r.comm, s->sstate[i] + u->soff[l], full + u->unit_off[l],
-                                          u->unit_len[l], RM_DT_F32, err));
-    }
-    s->gathered_dst = dst;
-    return RM_OK;
-}
-
 static void ar_memory(const rm_step *s, rm_step_memory *out)
 {
     const rm_step_env *e = &s->env;
@@ -605,6 +626,7 @@ const rm_step_ops rm_step_allreduce_ops = {
     .round_end = ar_round_end,
     .destroy = ar_destroy,
     .materialize = ar_materialize,
-    .state_gather = ar_state_gather,
     .memory = ar_memory,
+    .state_sharded = ar_state_sharded,
+    .state_restore_shard = ar_state_restore_shard,
 };
