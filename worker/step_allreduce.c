@@ -26,9 +26,11 @@
  *             all-gathered just before its forward and again before its backward, and released
  *             after (host memory: the pages outside the own piece are given back with madvise, so
  *             the resident set really shrinks; device memory keeps its allocation). Gradients are
- *             reduce-scattered layer by layer as backward produces them, on this thread (the
- *             gathers use the same comm), and their pages released the same way. No prefetch in
- *             this version: gathers are not overlapped with compute.
+ *             reduce-scattered layer by layer as backward produces them, on this thread, and their
+ *             pages released the same way. Prefetch: while layer l computes, a prefetch thread
+ *             all-gathers the next layer (l+1 in forward, l-1 in backward); the training thread
+ *             waits for it before any collective of its own, so the comm runs one at a time, and
+ *             at most two layers' parameters are whole at once.
  * The update is element-wise, so every stage computes the same parameters as none; ZeRO-1 is
  * bit-identical (same allreduce), the others differ only by the summation order of per-layer
  * instead of per-bucket collectives.
@@ -40,6 +42,7 @@
  * older run) restores too: state_restore takes this round's pieces from the full payload. */
 #include "worker/step.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -77,6 +80,17 @@ struct rm_step {
      * and the comm thread has not given back yet, and the most at once so far (the grads gauge) */
     _Atomic long long rs_out;
     long long rs_peak;
+    /* stage full: the prefetch thread gathers the next layer while this one computes (one
+     * collective at a time: the training thread waits for it before any collective of its own) */
+    pthread_t pf_th;
+    pthread_mutex_t pf_mu;
+    pthread_cond_t pf_cv;
+    bool pf_started, pf_stop;
+    int pf_job;               /* layer to gather (-1 none), guarded by pf_mu */
+    bool pf_busy;             /* a gather was launched and not yet waited for (training thread) */
+    int pf_layer, pf_rc;      /* the launched layer and its result (pf_mu) */
+    bool pf_done;
+    rm_err pf_err;
     bool torn;                /* a step began updating the pieces and did not finish */
 };
 
@@ -109,10 +123,13 @@ static int ar_init(const rm_step_env *env, rm_step **out, rm_err *err)
     return RM_OK;
 }
 
+static void pf_stop(rm_step *s);
+
 static void ar_round_end(rm_step *s)
 {
     if (!s)
         return;
+    pf_stop(s);   /* after an abort its collective has returned */
     if (s->fusion) {
         rm_fusion_free(s->fusion);
         s->fusion = NULL;
@@ -174,6 +191,99 @@ static void drop_all_units(rm_step *s)
     }
 }
 
+/* ---- stage full: prefetch of the next layer's parameters ---- */
+
+static void *pf_main(void *arg)
+{
+    rm_step *s = arg;
+    pthread_mutex_lock(&s->pf_mu);
+    for (;;) {
+        while (!s->pf_stop && s->pf_job < 0)
+            pthread_cond_wait(&s->pf_cv, &s->pf_mu);
+        if (s->pf_stop)
+            break;
+        int l = s->pf_job;
+        s->pf_job = -1;
+        pthread_mutex_unlock(&s->pf_mu);
+        const rm_unit_shard *u = &s->us;
+        float *p = s->env.m->params;
+        rm_err e = {0};
+        int rc = s->r.ops->all_gather(s->r.comm, p + u->off[l], p + u->unit_off[l], u->unit_len[l],
+                                      RM_DT_F32, &e);
+        pthread_mutex_lock(&s->pf_mu);
+        s->pf_rc = rc;
+        s->pf_err = e;
+        s->pf_done = true;
+        pthread_cond_broadcast(&s->pf_cv);
+    }
+    pthread_mutex_unlock(&s->pf_mu);
+    return NULL;
+}
+
+static void pf_stop(rm_step *s)
+{
+    if (!s->pf_started)
+        return;
+    pthread_mutex_lock(&s->pf_mu);
+    s->pf_stop = true;
+    pthread_cond_broadcast(&s->pf_cv);
+    pthread_mutex_unlock(&s->pf_mu);
+    pthread_join(s->pf_th, NULL);
+    pthread_mutex_destroy(&s->pf_mu);
+    pthread_cond_destroy(&s->pf_cv);
+    s->pf_started = false;
+    s->pf_busy = false;
+}
+
+static int pf_start(rm_step *s, rm_err *err)
+{
+    s->pf_stop = false;
+    s->pf_job = -1;
+    s->pf_busy = false;
+    pthread_mutex_init(&s->pf_mu, NULL);
+    pthread_cond_init(&s->pf_cv, NULL);
+    if (pthread_create(&s->pf_th, NULL, pf_main, s) != 0) {
+        pthread_mutex_destroy(&s->pf_mu);
+        pthread_cond_destroy(&s->pf_cv);
+        return rm_errf(err, RM_ERR, "sharding: cannot start the prefetch thread");
+    }
+    s->pf_started = true;
+    return RM_OK;
+}
+
+/* Wait for the gather in flight (if any); on success its layer is whole. Every collective of the
+ * training thread comes after this, so the comm never runs two at once. */
+static int pf_wait(rm_step *s, rm_err *err)
+{
+    if (!s->pf_busy)
+        return RM_OK;
+    pthread_mutex_lock(&s->pf_mu);
+    while (!s->pf_done)
+        pthread_cond_wait(&s->pf_cv, &s->pf_mu);
+    int rc = s->pf_rc;
+    if (rc)
+        *err = s->pf_err;
+    pthread_mutex_unlock(&s->pf_mu);
+    s->pf_busy = false;
+    if (rc == RM_OK)
+        s->gathered |= 1ull << s->pf_layer;
+    return rc;
+}
+
+/* Start gathering layer l on the prefetch thread (nothing if it is whole or out of range). */
+static void pf_launch(rm_step *s, int l)
+{
+    if (!s->pf_started || s->pf_busy || l < 0 || l >= s->us.nunits || (s->gathered & (1ull << l)))
+        return;
+    pthread_mutex_lock(&s->pf_mu);
+    s->pf_done = false;
+    s->pf_layer = l;
+    s->pf_job = l;
+    pthread_cond_broadcast(&s->pf_cv);
+    pthread_mutex_unlock(&s->pf_mu);
+    s->pf_busy = true;
+}
+
 /* Stage gradients, on the fusion's comm thread: bucket [off, off+len) (one layer: the bucket
  * threshold is 0) was reduce-scattered; give back its pages outside this rank's piece. */
 static void on_grad_bucket_done(void *ud, size_t off, size_t len)
@@ -228,6 +338,8 @@ static int ar_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
             s->sstate_cap = need;
         }
         s->gathered = (1ull << m->shape.nlayers) - 1;   /* params whole until state_sync */
+        if (s->mode == RM_SHARD_FULL && r->world > 1)
+            RM_CHECK(pf_start(s, err));
         rm_info("sharding ready stage=%s rank=%d world=%d layers=%d shard_floats=%zu of %zu",
                 rm_sharding_names[s->mode], r->rank, r->world, s->us.nunits, s->us.total,
                 m->layout.total);
@@ -464,17 +576,32 @@ static void on_layer_ready(void *ud, int layer)
 
 /* Stage full: before layer l's forward or backward reads its weights. In forward the previous
  * layer is released first, so at most one layer is whole at a time. */
-static void on_layer_pre(void *ud, int layer)
+static void layer_pre(rm_step *s, int layer, int next)
 {
-    rm_step *s = ud;
     if (s->hook_err)
         return;
-    for (int l = 0; l < s->us.nunits; l++)
+    int rc = pf_wait(s, &s->hook_e);   /* usually this very layer, gathered meanwhile */
+    for (int l = 0; rc == RM_OK && l < s->us.nunits; l++)
         if (l != layer)
             drop_unit(s, l);
-    int rc = gather_unit(s, layer, &s->hook_e);
-    if (rc)
+    if (rc == RM_OK)
+        rc = gather_unit(s, layer, &s->hook_e);
+    if (rc) {
         s->hook_err = rc;
+        return;
+    }
+    pf_launch(s, next);   /* overlapped with this layer's compute */
+}
+
+/* Forward: the next layer up is gathered while this one computes; backward: the next one down. */
+static void on_layer_pre(void *ud, int layer)
+{
+    layer_pre(ud, layer, layer + 1);
+}
+
+static void on_layer_pre_bwd(void *ud, int layer)
+{
+    layer_pre(ud, layer, layer - 1);
 }
 
 /* Stage full: layer l's gradient is final: reduce-scatter it (average), then let go of its
@@ -487,7 +614,9 @@ static void on_layer_done_full(void *ud, int layer)
     const rm_unit_shard *u = &s->us;
     float *g = s->env.m->grads + u->unit_off[layer];
     double t0 = rm_mono();
-    int rc = s->r.ops->reduce_scatter(s->r.comm, g, s->env.m->grads + u->off[layer], u->unit_len[layer],
+    int rc = pf_wait(s, &s->hook_e);   /* the next layer's gather first: one collective at a time */
+    if (rc == RM_OK)
+        rc = s->r.ops->reduce_scatter(s->r.comm, g, s->env.m->grads + u->off[layer], u->unit_len[layer],
                                       RM_DT_F32, RM_OP_AVG, &s->hook_e);
     s->stat_s += rm_mono() - t0;
     s->stat_bytes += u->unit_len[layer] * sizeof(float);
@@ -536,7 +665,10 @@ static int ar_step_sharded(rm_step *s, int rows, float lr, rm_step_stats *st, rm
     if (s->mode == RM_SHARD_FULL) {
         rm_model_forward_hooked(e->m, rows, on_layer_pre, s);
         if (!s->hook_err)
-            rm_model_backward_hooked(e->m, rows, inv_batch, on_layer_pre, on_layer_done_full, s);
+            rm_model_backward_hooked(e->m, rows, inv_batch, on_layer_pre_bwd, on_layer_done_full, s);
+        int prc = pf_wait(s, &s->hook_e);   /* nothing should be in flight here; never leave one */
+        if (prc && !s->hook_err)
+            s->hook_err = prc;
         if (s->hook_err)
             return rm_errf(err, s->hook_err, "%s", s->hook_e.msg);
         s->torn = true;
@@ -616,6 +748,7 @@ static int ar_materialize(rm_step *s, rm_err *err)
 {
     if (s->mode != RM_SHARD_FULL || s->r.world < 1 || !s->r.ops)
         return RM_OK;
+    RM_CHECK(pf_wait(s, err));
     for (int l = 0; l < s->us.nunits; l++)
         RM_CHECK(gather_unit(s, l, err));
     return RM_OK;
@@ -655,10 +788,18 @@ static void ar_memory(const rm_step *s, rm_step_memory *out)
                          ? (S + (s->rs_peak > 0 ? (uint64_t)s->rs_peak : U)) * f : T * f;
         out->optimizer = nst * S * f;
         break;
-    case RM_SHARD_FULL:        /* the pieces plus one whole layer at a time (host memory) */
-        out->params = out->grads = e->k->host_memory ? (S + U) * f : T * f;
+    case RM_SHARD_FULL: {
+        /* host memory: the pieces plus the whole layers: gradients one at a time, parameters two
+         * (the one computing and the next, prefetched) when world > 1 */
+        uint64_t pair = U;
+        for (int l = 0; s->us.world > 1 && l + 1 < s->us.nunits; l++)
+            if (s->us.unit_len[l] + s->us.unit_len[l + 1] > pair)
+                pair = s->us.unit_len[l] + s->us.unit_len[l + 1];
+        out->params = e->k->host_memory ? (S + pair) * f : T * f;
+        out->grads = e->k->host_memory ? (S + U) * f : T * f;
         out->optimizer = nst * S * f;
         break;
+    }
     }
 }
 
