@@ -2,7 +2,8 @@
 # Sharded, elastic checkpoints through `ringmaster run` (issue 14), sharding full with Adam:
 #  1. 4 workers stop at maxSteps 150 and leave one shard file per rank plus a manifest per
 #     checkpoint (nothing gathered into one file); the same job on 2 workers resumes from that
-#     4-worker set (re-sharded onto 2 ranks), continues and Succeeds;
+#     4-worker set (--resume; re-sharded onto 2 ranks), continues and Succeeds; a fresh run (no
+#     --resume) removes the sets and starts at step 0;
 #  2. 4 workers with minReplicas 3: rank 3 is killed by RINGMASTER_FAULT with node=lost, so its
 #     replica can never be created again: the runner scales the job down to 3, the survivors
 #     re-shard the newest 4-worker set onto 3 ranks, continue and Succeed.
@@ -36,7 +37,7 @@ done
 [ "$(ls "$CK" | grep -c '^shard-')" = 12 ] || fail "shards: $(ls "$CK" | tr '\n' ' ')"
 grep -qE 'msg="?sharded checkpoint complete"?' "$W/run-a"/worker-*.log || fail "no 'sharded checkpoint complete' log"
 set +e
-"$RM_BIN/ringmaster" run --checkpoint-dir "$CK" --run-dir "$W/run-b" -f "$W/two.yaml" -o json >"$W/b.out" 2>"$W/b.err"
+"$RM_BIN/ringmaster" run --checkpoint-dir "$CK" --run-dir "$W/run-b" -f "$W/two.yaml" --resume -o json >"$W/b.out" 2>"$W/b.err"
 RC=$?
 set -e
 [ $RC -eq 0 ] || fail "2-worker resume exit $RC"
@@ -49,6 +50,34 @@ done
 accb=$(jget b 'j["status"]["result"]["testAccuracy"]')
 $PY -c "import sys; sys.exit(0 if $accb >= 0.80 else 1)" || fail "resumed accuracy $accb < 0.80"
 log "resize 4->2: resumed at step 150, testAccuracy=$accb"
+# without --resume a run starts fresh: the earlier run's sets are removed, not loaded
+sed 's/^    sharding: full$/    sharding: full\n    maxSteps: 20/' "$W/two.yaml" > "$W/two-20.yaml"
+set +e
+"$RM_BIN/ringmaster" run --checkpoint-dir "$CK" --run-dir "$W/run-c" -f "$W/two-20.yaml" -o json >"$W/c.out" 2>"$W/c.err"
+RC=$?
+set -e
+[ $RC -eq 0 ] || fail "fresh run exit $RC"
+grep -qE 'ringmaster: removed [0-9]+ files' "$W/c.err" "$W/c.out" || fail "the fresh run did not remove the earlier sets"
+! grep -q 'checkpoint loaded' "$W/run-c"/worker-*.log || fail "the fresh run loaded an earlier run's set"
+! ls "$CK" | grep -qE '^(manifest|shard)-000000000150-' || fail "step-150 set still there after a fresh run"
+
+# ---- SIGTERM: every rank writes its shard on the way out, no collective: the set completes
+"$RM_BIN/ringmaster" run -f "$W/four.yaml" --epochs 30 --checkpoint-dir "$W/ck-term" \
+   --run-dir "$W/run-term" -o json >"$W/term.out" 2>"$W/term.err" &
+RUNNER_PID=$!
+for i in $(seq 1 600); do ls "$W/ck-term" 2>/dev/null | grep -qE '^manifest-0*[1-9][0-9]{2,}-' && break; sleep 0.1; done
+ls "$W/ck-term" | grep -qE '^manifest-0*[1-9][0-9]{2,}-' || fail "no sharded checkpoint at step >= 100 within 60 s"
+kill -TERM "$RUNNER_PID"
+set +e; wait "$RUNNER_PID"; rc=$?; set -e; RUNNER_PID=""
+[ $rc -eq 143 ] || fail "SIGTERM: exit $rc, want 143"
+for i in 0 1 2 3; do
+  awk '/SIGTERM: writing a checkpoint/ {t=1} t && /checkpoint written"? path=[^ ]*manifest-/ {ok=1} END {exit !ok}' \
+    "$W/run-term/worker-$i.log" || fail "worker $i: no complete sharded checkpoint after SIGTERM"
+done
+tstep=$(awk '/SIGTERM: writing a checkpoint/ {t=1} t && /checkpoint written/ {sub(/.* step=/, ""); sub(/ .*/, ""); print; exit}' "$W/run-term/worker-0.log")
+m=$(ls "$W/ck-term" | grep -E "^manifest-0*$tstep-[0-9]+-4\.rmmf$" || true)
+[ -n "$m" ] || fail "no manifest for the SIGTERM step $tstep"
+log "SIGTERM: sharded set written at step $tstep ($m)"
 
 # ---- 2. a worker lost for good: elastic shrink 4 -> 3 with re-sharding
 RINGMASTER_FAULT="exit:rank=3:step=120:node=lost" run_job lost -f "$W/elastic.yaml" -o json
