@@ -29,8 +29,6 @@ struct rm_fusion {
     float *grads;
     int nlayers, nb, world;
     int rs, rs_rank;          /* reduce-scatter mode (rm_fusion_set_reduce_scatter) */
-    void (*on_done)(void *ud, size_t off, size_t len);   /* rm_fusion_set_on_done */
-    void *on_done_ud;
     fbucket *b;
     int *layer_bucket;
     int *pending;             /* per bucket: layers not yet ready this step */
@@ -72,8 +70,6 @@ static void *fusion_thread(void *arg) {
             else
                 rc = f->ops->allreduce(f->comm, g, f->b[id].len, RM_DT_F32, RM_OP_AVG, &e);
             dt = rm_mono() - t0;
-            if (rc == RM_OK && f->on_done)
-                f->on_done(f->on_done_ud, f->b[id].off, f->b[id].len);
         }
         pthread_mutex_lock(&f->mu);
         f->ar_s += dt;
@@ -179,12 +175,6 @@ void rm_fusion_set_reduce_scatter(rm_fusion *f, int rank, int world_size) {
     f->rs = 1;
     f->rs_rank = rank;
     f->world = world_size;
-}
-
-void rm_fusion_set_on_done(rm_fusion *f, void (*cb)(void *ud, size_t off, size_t len), void *ud) {
-    if (!f) return;
-    f->on_done = cb;
-    f->on_done_ud = ud;
 }
 
 void rm_fusion_set_world_size(rm_fusion *f, int world_size) {

@@ -68,12 +68,6 @@ void rm_fusion_set_world_size(rm_fusion *f, int world_size);
  * rest is scratch. busbw then uses (n-1)/n. Call before a step, never during one. */
 void rm_fusion_set_reduce_scatter(rm_fusion *f, int rank, int world_size);
 
-/* Optional: cb(ud, off, len) runs on the comm thread right after bucket [off, off+len)'s
- * collective succeeded (the caller's backward no longer touches those floats in this step). The
- * sharded stage "gradients" gives back the pages outside its own piece there, so a rank keeps only
- * its gradient shard once reduce-scattered. cb must not call into the comm. Set before a step. */
-void rm_fusion_set_on_done(rm_fusion *f, void (*cb)(void *ud, size_t off, size_t len), void *ud);
-
 /* The planned buckets, for tests and logs: bucket b covers floats [off, off+len) and layers
  * [first_layer, last_layer]. Buckets are numbered in launch order (bucket 0 holds the last layer).
  * RM_EINVAL when b is out of range. */

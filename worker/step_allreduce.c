@@ -17,11 +17,11 @@
  *   optimizer (ZeRO-1): gradients allreduced as above; each rank updates its pieces with its state;
  *             each layer's parameters are all-gathered.
  *   gradients (ZeRO-2): the fusion layer reduce-scatters each layer's gradient (one bucket per
- *             layer, still overlapped with backward on the comm thread); then as ZeRO-1. On host
- *             memory the comm thread gives back each layer's gradient pages outside the own piece
- *             as soon as it is reduce-scattered, so between layers a rank holds only its gradient
- *             shard; the grads gauge is the pieces plus the most whole-layer floats resident at
- *             once (measured: backward may run ahead of the comm thread).
+ *             layer, still overlapped with backward on the comm thread); then as ZeRO-1. The
+ *             whole gradient buffer stays resident: giving back each layer's pages outside the
+ *             own piece after its reduce-scatter (madvise, as stage full does) was measured at
+ *             ~2x the step time of none on the loaded CI machine for a 1.3x smaller peak, and
+ *             was taken out again (BENCHMARKS.md).
  *   full (ZeRO-3/FSDP): between uses a rank holds only its pieces of the parameters; each layer is
  *             all-gathered just before its forward and again before its backward, and released
  *             after (host memory: the pages outside the own piece are given back with madvise, so
@@ -43,7 +43,6 @@
 #include "worker/step.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,10 +75,6 @@ struct rm_step {
     rm_err hook_e;
     uint64_t gathered;        /* stage full: bit l = layer l's parameters are whole */
     bool pieces_valid;        /* the pieces hold a real state (fresh, restored, synced or stepped) */
-    /* stage gradients (host memory): gradient floats outside the own pieces that backward wrote
-     * and the comm thread has not given back yet, and the most at once so far (the grads gauge) */
-    _Atomic long long rs_out;
-    long long rs_peak;
     /* stage full: the prefetch thread gathers the next layer while this one computes (one
      * collective at a time: the training thread waits for it before any collective of its own) */
     pthread_t pf_th;
@@ -284,32 +279,6 @@ static void pf_launch(rm_step *s, int l)
     s->pf_busy = true;
 }
 
-/* Stage gradients, on the fusion's comm thread: bucket [off, off+len) (one layer: the bucket
- * threshold is 0) was reduce-scattered; give back its pages outside this rank's piece. */
-static void on_grad_bucket_done(void *ud, size_t off, size_t len)
-{
-    rm_step *s = ud;
-    const rm_unit_shard *u = &s->us;
-    for (int l = 0; l < u->nunits; l++) {
-        if (u->unit_off[l] != off || u->unit_len[l] != len)
-            continue;
-        release_unit(s, s->env.m->grads, l);
-        atomic_fetch_sub(&s->rs_out, (long long)(u->unit_len[l] - u->len[l]));
-        return;
-    }
-}
-
-/* Stage gradients: layer l's backward is about to write its whole gradient. */
-static void on_grad_layer_pre(void *ud, int layer)
-{
-    rm_step *s = ud;
-    const rm_unit_shard *u = &s->us;
-    long long add = (long long)(u->unit_len[layer] - u->len[layer]);
-    long long now = atomic_fetch_add(&s->rs_out, add) + add;
-    if (now > s->rs_peak)
-        s->rs_peak = now;
-}
-
 static int ar_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
 {
     ar_round_end(s);
@@ -350,12 +319,8 @@ static int ar_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
         RM_CHECK(rm_fusion_new(r->ops, r->comm, m->grads, m->layout.layer_off,
                                m->layout.layer_len, m->shape.nlayers, thr, &s->fusion, err));
         rm_fusion_set_world_size(s->fusion, r->world);
-        if (s->mode == RM_SHARD_GRADIENTS) {
+        if (s->mode == RM_SHARD_GRADIENTS)
             rm_fusion_set_reduce_scatter(s->fusion, r->rank, r->world);
-            if (s->env.k->host_memory)   /* keep only the gradient shard once reduce-scattered */
-                rm_fusion_set_on_done(s->fusion, on_grad_bucket_done, s);
-            atomic_store(&s->rs_out, 0);
-        }
     }
     return RM_OK;
 }
@@ -678,9 +643,7 @@ static int ar_step_sharded(rm_step *s, int rows, float lr, rm_step_stats *st, rm
         if (s->fusion) {
             s->fusion_err = 0;
             rm_fusion_begin(s->fusion);
-            bool count = s->mode == RM_SHARD_GRADIENTS && e->k->host_memory;
-            rm_model_backward_hooked(e->m, rows, inv_batch, count ? on_grad_layer_pre : NULL,
-                                     on_layer_ready, s);
+            rm_model_backward(e->m, rows, inv_batch, on_layer_ready, s);
             int rc = rm_fusion_finish(s->fusion, err);
             if (rc == RM_OK && s->fusion_err)
                 rc = rm_errf(err, s->fusion_err, "fusion: bad layer hand-off");
@@ -776,16 +739,8 @@ static void ar_memory(const rm_step *s, rm_step_memory *out)
         out->optimizer = nst * T * f;
         break;
     case RM_SHARD_OPTIMIZER:
+    case RM_SHARD_GRADIENTS:   /* backward writes every layer's gradient before the reduce-scatter */
         out->params = out->grads = T * f;
-        out->optimizer = nst * S * f;
-        break;
-    case RM_SHARD_GRADIENTS:
-        /* host memory, world > 1: the own pieces plus the whole layers backward has written and
-         * the comm thread not yet reduce-scattered and given back (measured; before any step, one
-         * layer). Otherwise every layer's gradient stays resident. */
-        out->params = T * f;
-        out->grads = e->k->host_memory && s->us.world > 1
-                         ? (S + (s->rs_peak > 0 ? (uint64_t)s->rs_peak : U)) * f : T * f;
         out->optimizer = nst * S * f;
         break;
     case RM_SHARD_FULL: {

@@ -181,48 +181,6 @@ static void test_error_propagates(void) {
     rm_fusion_free(f);
 }
 
-/* on_done: once per bucket, after its collective, with the bucket's range; never after a failed
- * collective (the sharded stage "gradients" releases memory there). */
-typedef struct { atomic_int n; size_t off[16], len[16]; int calls_at[16]; struct rm_comm *fc; } done_log;
-static void record_done(void *ud, size_t off, size_t len) {
-    done_log *d = ud;
-    int i = atomic_load(&d->n);
-    if (i < 16) {
-        d->off[i] = off;
-        d->len[i] = len;
-        d->calls_at[i] = atomic_load(&d->fc->calls);   /* the collective already ran */
-    }
-    atomic_store(&d->n, i + 1);
-}
-
-static void test_on_done(void) {
-    float g[150];
-    struct rm_comm fc = {.base = g, .fail_at = -1};
-    done_log d = {.fc = &fc};
-    rm_fusion *f = NULL;
-    rm_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(rm_fusion_new(&fake_ops, &fc, g, OFF5, LEN5, 5, 0, &f, &e), 0);
-    rm_fusion_set_on_done(f, record_done, &d);
-    rm_fusion_begin(f);
-    for (int l = 4; l >= 0; l--) rm_fusion_ready(f, l);
-    CU_ASSERT_EQUAL(rm_fusion_finish(f, &e), 0);
-    CU_ASSERT_EQUAL(atomic_load(&d.n), 5);
-    for (int i = 0; i < 5; i++) {
-        CU_ASSERT_EQUAL(d.off[i], OFF5[4 - i]);
-        CU_ASSERT_EQUAL(d.len[i], LEN5[4 - i]);
-        CU_ASSERT_EQUAL(d.calls_at[i], i + 1);
-    }
-    /* a failing collective: no callback for it or for the skipped ones after it */
-    atomic_store(&d.n, 0);
-    atomic_store(&fc.calls, 0);
-    fc.fail_at = 1;
-    rm_fusion_begin(f);
-    for (int l = 4; l >= 0; l--) rm_fusion_ready(f, l);
-    CU_ASSERT_EQUAL(rm_fusion_finish(f, &e), RM_ETIMEDOUT);
-    CU_ASSERT_EQUAL(atomic_load(&d.n), 1);
-    rm_fusion_free(f);
-}
-
 /* ---- fused == unfused over a real ring ---- */
 #define NR 3
 #define NL 40
@@ -318,7 +276,6 @@ void rm_suite_fusion(void) {
         {"calls_in_reverse_order", test_calls_in_reverse_order},
         {"overlap_with_backward", test_overlap},
         {"error_propagates", test_error_propagates},
-        {"on_done_after_each_bucket", test_on_done},
         {"fused_equals_unfused_ring", test_fused_equals_unfused},
     };
     RM_ADD_SUITE("fusion", NULL, NULL, cases);
