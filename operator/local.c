@@ -41,6 +41,7 @@
 #include "operator/launch.h"
 #include "operator/ps_reconcile.h"
 #include "operator/reconcile.h"
+#include "worker/faults.h"
 
 extern char **environ;
 
@@ -820,7 +821,11 @@ static int op_create(void *rt, int index, int epoch, rm_err *err)
     local *l = rt;
     if (index < 0 || index >= MAXW || l->w[index].used)
         return RM_OK;
-    int rc = spawn(l, index, epoch, err);
+    /* RINGMASTER_FAULT ...:node=lost: this replica's "node" is gone (worker/faults.h) */
+    int rc = rm_faults_index_lost(l->o->checkpoint_dir, index)
+                 ? rm_errf(err, RM_EUNSUPPORTED, "worker %d cannot start: its node is lost "
+                           "(RINGMASTER_FAULT node=lost)", index)
+                 : spawn(l, index, epoch, err);
     if (rc != RM_OK) {
         l->create_failures[index]++;
         rm_warn("worker create failed index=%d err=\"%s\"", index, err->msg);

@@ -217,18 +217,22 @@ static void on_event(void *ud, bool warning, const char *reason, const char *mes
 
 /* ------------------------------------------------------------------ helpers */
 
-/* Is there a checkpoint file in dir (what --resume would continue from)? */
+/* Is there a checkpoint in dir (what --resume would continue from): a whole file, or a complete
+ * sharded set (its manifest, worker/ckpt_shard.h)? */
 static bool has_checkpoint(const char *dir)
 {
-    char pat[PATH_MAX + 32];
-    rm_sfmt(pat, sizeof pat, "%s/ckpt-*.rmck", dir);
-    glob_t g;
-    bool yes = glob(pat, GLOB_NOSORT, NULL, &g) == 0 && g.gl_pathc > 0;
-    globfree(&g);
+    static const char *const pats[] = {"ckpt-*.rmck", "manifest-*.rmmf"};
+    bool yes = false;
+    for (size_t p = 0; p < RM_ARRAY_LEN(pats) && !yes; p++) {
+        char pat[PATH_MAX + 32];
+        rm_sfmt(pat, sizeof pat, "%s/%s", dir, pats[p]);
+        glob_t g;
+        yes = glob(pat, GLOB_NOSORT, NULL, &g) == 0 && g.gl_pathc > 0;
+        globfree(&g);
+    }
     return yes;
 }
 
-/* Remove what a previous run left in the checkpoint folder (checkpoints and fault markers). */
 FILE *rm_run_tty_to_log(const char *log_path)
 {
     FILE *term = NULL;
@@ -245,9 +249,12 @@ FILE *rm_run_tty_to_log(const char *log_path)
     return term;
 }
 
+/* Remove what a previous run left in the checkpoint folder (checkpoints, sharded sets — manifests
+ * first, so a set is never complete with shards missing — and fault markers). */
 int rm_run_fresh_checkpoints(const char *dir)
 {
-    static const char *const pats[] = {"ckpt-*.rmck", ".tmp-ckpt-*", ".fault-*-fired"};
+    static const char *const pats[] = {"ckpt-*.rmck", "manifest-*.rmmf", "shard-*.rmck", ".tmp-ckpt-*",
+                                       ".fault-*-fired", ".fault-lost-worker-*"};
     int n = 0;
     for (size_t p = 0; p < RM_ARRAY_LEN(pats); p++) {
         char pat[PATH_MAX];

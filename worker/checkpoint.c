@@ -25,7 +25,7 @@
 typedef struct wbuf { unsigned char *p; size_t n, cap; } wbuf;
 static void put(wbuf *w, const void *v, size_t n)
 {
-    if (w->n + n <= w->cap)
+    if (w->n <= w->cap && n <= w->cap - w->n)
         memcpy(w->p + w->n, v, n);
     w->n += n;
 }
@@ -64,6 +64,9 @@ static void hdr_encode(const rm_ckpt_meta *m, uint64_t payload_bytes, uint32_t p
         put(&w, (const char *)m + HDR_FIELDS[i].off, HDR_FIELDS[i].len);
     put(&w, &payload_bytes, 8);
     put(&w, &payload_crc, 4);
+    put(&w, &m->shard_rank, 4);
+    put(&w, &m->shard_world, 4);
+    put(&w, &m->shard_floats, 8);
     /* header CRC in the last 4 bytes, over everything before it */
     uint32_t hcrc = (uint32_t)crc32(0L, out, HDR_BYTES - 4);
     memcpy(out + HDR_BYTES - 4, &hcrc, 4);
@@ -91,9 +94,16 @@ static int hdr_decode(const char *path, const unsigned char in[HDR_BYTES], rm_ck
     int32_t nl = m->shape.nlayers;
     get(&w, payload_bytes, 8);
     get(&w, payload_crc, 4);
+    get(&w, &m->shard_rank, 4);
+    get(&w, &m->shard_world, 4);
+    get(&w, &m->shard_floats, 8);
+    bool sharded = m->shard_world != 0;
+    uint64_t floats = sharded ? m->shard_floats : m->nparams;
     if (nl < 1 || nl > RM_MODEL_MAX_LAYERS || m->nstate < 0 || m->nstate > RM_CKPT_MAX_STATE ||
         m->step < 0 || m->data_pos < 0 || m->world_size < 1 ||
-        *payload_bytes != (uint64_t)(1 + m->nstate) * m->nparams * sizeof(float))
+        (sharded && (m->shard_world < 1 || m->shard_rank < 0 || m->shard_rank >= m->shard_world ||
+                     m->shard_floats > m->nparams)) ||
+        *payload_bytes != (uint64_t)(1 + m->nstate) * floats * sizeof(float))
         return rm_errf(err, RM_EINVAL, "%s: inconsistent header fields", path);
     rm_param_layout lay;
     rm_model_layout(&m->shape, &lay);
@@ -122,6 +132,11 @@ static int fsync_dir(const char *dir)
     int rc = fsync(fd);
     close(fd);
     return rc;
+}
+
+int rm_ckpt_fsync_dir(const char *dir)
+{
+    return fsync_dir(dir);
 }
 
 /* "ckpt-000000000200.rmck" or "ckpt-000000000200-3.rmck" -> step, suffix. */
@@ -271,16 +286,13 @@ static void prune(const char *dir, const rm_ckpt_meta *meta, const char *self, i
     free(v);
 }
 
-int rm_ckpt_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_seg *segs, int nsegs,
-                  int keep, char *path_out, size_t path_cap, rm_err *err)
+/* CRC32 and total size of the payload segments. */
+static uint32_t segs_crc(const rm_ckpt_seg *segs, int nsegs, uint64_t *bytes)
 {
-    int rc = RM_OK;
-    FILE *f = NULL;
-    char tmp[4096], final[4096];
-    uint64_t payload = 0;
     uint32_t pcrc = (uint32_t)crc32(0L, Z_NULL, 0);
+    *bytes = 0;
     for (int i = 0; i < nsegs; i++) {
-        payload += segs[i].bytes;
+        *bytes += segs[i].bytes;
         const unsigned char *p = segs[i].p;
         size_t left = segs[i].bytes;
         while (left) {
@@ -290,28 +302,20 @@ int rm_ckpt_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_seg *
             left -= chunk;
         }
     }
-    if (payload != (uint64_t)(1 + meta->nstate) * meta->nparams * sizeof(float))
-        return rm_errf(err, RM_EINVAL, "checkpoint: payload %llu bytes does not match the header",
-                       (unsigned long long)payload);
-    RM_CHECK(rm_mkdir_p(dir, err));
-    /* never overwrite an existing file, valid or not: start at the first free name; placing the
-     * file below re-checks atomically (something may appear there while we write) */
-    struct stat st;
-    int suf = 0;
-    for (;; suf++) {
-        RM_CHECK(ckpt_name(final, sizeof final, dir, meta->step, suf, err));
-        if (stat(final, &st) != 0)
-            break;
-    }
-    snprintf(tmp, sizeof tmp, "%s/.tmp-ckpt-%012lld.%ld", dir, (long long)meta->step,
-             (long)getpid());
-    unsigned char hdr[HDR_BYTES];
-    hdr_encode(meta, payload, pcrc, hdr);
-    f = fopen(tmp, "wb");
+    return pcrc;
+}
+
+/* Write segs to a fresh temp file in dir (tmp, its path) and fsync it. The temp name carries tag,
+ * the pid and the thread's stack address, so concurrent writers never share one. */
+static int write_tmp(const char *dir, const char *tag, const rm_ckpt_seg *segs, int nsegs,
+                     char *tmp, size_t tmp_cap, rm_err *err)
+{
+    int local;
+    snprintf(tmp, tmp_cap, "%s/.tmp-ckpt-%s.%ld.%lx", dir, tag, (long)getpid(),
+             (unsigned long)(uintptr_t)&local & 0xffffffUL);
+    FILE *f = fopen(tmp, "wb");
     if (!f)
         return rm_errf(err, RM_EIO, "checkpoint: create %s: %s", tmp, strerror(errno));
-    if (fwrite(hdr, 1, HDR_BYTES, f) != HDR_BYTES)
-        goto ioerr;
     for (int i = 0; i < nsegs; i++)
         if (segs[i].bytes && fwrite(segs[i].p, 1, segs[i].bytes, f) != segs[i].bytes)
             goto ioerr;
@@ -321,26 +325,21 @@ int rm_ckpt_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_seg *
         f = NULL;
         goto ioerr;
     }
-    f = NULL;
-    for (;;) {
-        int pr = place_noreplace(tmp, final);
-        if (pr == 0)
-            break;
-        if (errno != EEXIST)
-            goto ioerr;
-        rc = ckpt_name(final, sizeof final, dir, meta->step, ++suf, err);
-        if (rc) {
-            unlink(tmp);
-            return rc;
-        }
-    }
-    if (fsync_dir(dir) != 0) {
-        rc = rm_errf(err, RM_EIO, "checkpoint: fsync %s: %s", dir, strerror(errno));
-        return rc;   /* the file is in place; report but keep it */
-    }
-    if (path_out)
-        snprintf(path_out, path_cap, "%s", final);
-    /* temp files left by a writer that died mid-write (older than a minute: never one in flight) */
+    return RM_OK;
+ioerr:;
+    int rc = rm_errf(err, RM_EIO, "checkpoint: write %s: %s", tmp, strerror(errno ? errno : EIO));
+    if (f)
+        fclose(f);
+    unlink(tmp);
+    return rc;
+}
+
+/* After a file is placed: fsync dir, then remove temp files left by a writer that died mid-write
+ * (older than a minute: never one in flight). */
+static int finish_dir(const char *dir, rm_err *err)
+{
+    if (fsync_dir(dir) != 0)
+        return rm_errf(err, RM_EIO, "checkpoint: fsync %s: %s", dir, strerror(errno));
     DIR *dd = opendir(dir);
     if (dd) {
         struct dirent *de;
@@ -356,15 +355,138 @@ int rm_ckpt_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_seg *
         }
         closedir(dd);
     }
+    return RM_OK;
+}
+
+/* The header + payload segments of one checkpoint file, checked against the header. */
+static int encode_file(const rm_ckpt_meta *meta, const rm_ckpt_seg *segs, int nsegs,
+                       unsigned char hdr[HDR_BYTES], rm_ckpt_seg *all, rm_err *err)
+{
+    uint64_t payload = 0;
+    uint32_t pcrc = segs_crc(segs, nsegs, &payload);
+    uint64_t floats = meta->shard_world ? meta->shard_floats : meta->nparams;
+    if (payload != (uint64_t)(1 + meta->nstate) * floats * sizeof(float))
+        return rm_errf(err, RM_EINVAL, "checkpoint: payload %llu bytes does not match the header",
+                       (unsigned long long)payload);
+    hdr_encode(meta, payload, pcrc, hdr);
+    all[0] = (rm_ckpt_seg){hdr, HDR_BYTES};
+    for (int i = 0; i < nsegs; i++)
+        all[1 + i] = segs[i];
+    return RM_OK;
+}
+
+#define MAX_SEGS 8
+
+int rm_ckpt_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_seg *segs, int nsegs,
+                  int keep, char *path_out, size_t path_cap, rm_err *err)
+{
+    char tmp[4200], final[4096];
+    unsigned char hdr[HDR_BYTES];
+    rm_ckpt_seg all[1 + MAX_SEGS];
+    if (nsegs < 0 || nsegs > MAX_SEGS)
+        return rm_errf(err, RM_EINVAL, "checkpoint: %d payload segments (at most %d)", nsegs, MAX_SEGS);
+    RM_CHECK(encode_file(meta, segs, nsegs, hdr, all, err));
+    RM_CHECK(rm_mkdir_p(dir, err));
+    /* never overwrite an existing file, valid or not: start at the first free name; placing the
+     * file below re-checks atomically (something may appear there while we write) */
+    struct stat st;
+    int suf = 0;
+    for (;; suf++) {
+        RM_CHECK(ckpt_name(final, sizeof final, dir, meta->step, suf, err));
+        if (stat(final, &st) != 0)
+            break;
+    }
+    char tag[32];
+    snprintf(tag, sizeof tag, "%012lld", (long long)meta->step);
+    RM_CHECK(write_tmp(dir, tag, all, 1 + nsegs, tmp, sizeof tmp, err));
+    for (;;) {
+        if (place_noreplace(tmp, final) == 0)
+            break;
+        if (errno != EEXIST) {
+            int rc = rm_errf(err, RM_EIO, "checkpoint: write %s: %s", tmp, strerror(errno));
+            unlink(tmp);
+            return rc;
+        }
+        int rc = ckpt_name(final, sizeof final, dir, meta->step, ++suf, err);
+        if (rc) {
+            unlink(tmp);
+            return rc;
+        }
+    }
+    RM_CHECK(finish_dir(dir, err));   /* the file is in place; a failure is reported, it is kept */
+    if (path_out)
+        snprintf(path_out, path_cap, "%s", final);
     if (keep >= 1)
         prune(dir, meta, strrchr(final, '/') + 1, keep);
     return RM_OK;
-ioerr:
-    rc = rm_errf(err, RM_EIO, "checkpoint: write %s: %s", tmp, strerror(errno ? errno : EIO));
-    if (f)
-        fclose(f);
-    unlink(tmp);
-    return rc;
+}
+
+/* Place tmp at DIR/name without replacing anything (RM_ECONFLICT if it exists; tmp removed). */
+static int place_named(const char *dir, const char *name, const char *tmp, char *final,
+                       size_t cap, rm_err *err)
+{
+    int w = snprintf(final, cap, "%s/%s", dir, name);
+    if (w < 0 || (size_t)w >= cap) {
+        unlink(tmp);
+        return rm_errf(err, RM_EINVAL, "checkpoint: path too long");
+    }
+    if (place_noreplace(tmp, final) != 0) {
+        int e = errno;
+        unlink(tmp);
+        if (e == EEXIST)
+            return rm_errf(err, RM_ECONFLICT, "checkpoint: %s exists already", final);
+        return rm_errf(err, RM_EIO, "checkpoint: place %s: %s", final, strerror(e));
+    }
+    return finish_dir(dir, err);
+}
+
+int rm_ckpt_write_named(const char *dir, const char *name, const rm_ckpt_meta *meta,
+                        const rm_ckpt_seg *segs, int nsegs, char *path_out, size_t path_cap,
+                        rm_err *err)
+{
+    char tmp[4200], final[4400];
+    unsigned char hdr[HDR_BYTES];
+    rm_ckpt_seg all[1 + MAX_SEGS];
+    if (nsegs < 0 || nsegs > MAX_SEGS)
+        return rm_errf(err, RM_EINVAL, "checkpoint: %d payload segments (at most %d)", nsegs, MAX_SEGS);
+    if (!name || !*name || strchr(name, '/'))
+        return rm_errf(err, RM_EINVAL, "checkpoint: bad file name");
+    RM_CHECK(encode_file(meta, segs, nsegs, hdr, all, err));
+    RM_CHECK(rm_mkdir_p(dir, err));
+    RM_CHECK(write_tmp(dir, name, all, 1 + nsegs, tmp, sizeof tmp, err));
+    RM_CHECK(place_named(dir, name, tmp, final, sizeof final, err));
+    if (path_out)
+        snprintf(path_out, path_cap, "%s", final);
+    return RM_OK;
+}
+
+int rm_ckpt_put_file(const char *dir, const char *name, const void *bytes, size_t n, rm_err *err)
+{
+    char tmp[4200], final[4400];
+    if (!name || !*name || strchr(name, '/'))
+        return rm_errf(err, RM_EINVAL, "checkpoint: bad file name");
+    RM_CHECK(rm_mkdir_p(dir, err));
+    rm_ckpt_seg seg = {bytes, n};
+    RM_CHECK(write_tmp(dir, name, &seg, 1, tmp, sizeof tmp, err));
+    return place_named(dir, name, tmp, final, sizeof final, err);
+}
+
+int rm_ckpt_read_header(const char *path, rm_ckpt_meta *meta, uint32_t *payload_crc, rm_err *err)
+{
+    unsigned char hdr[HDR_BYTES];
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return rm_errf(err, RM_EIO, "%s: %s", path, strerror(errno));
+    size_t got = fread(hdr, 1, HDR_BYTES, f);
+    fclose(f);
+    if (got != HDR_BYTES)
+        return rm_errf(err, RM_EINVAL, "%s: truncated header", path);
+    uint64_t pb;
+    uint32_t pc;
+    RM_CHECK(hdr_decode(path, hdr, meta, &pb, &pc, err));
+    if (payload_crc)
+        *payload_crc = pc;
+    return RM_OK;
 }
 
 /* ---------------- read ---------------- */

@@ -46,6 +46,12 @@ typedef struct rm_ckpt_meta {
     int32_t scaler_tracker;
     rm_model_shape shape;
     uint64_t nparams;
+    /* One rank's shard of a sharded checkpoint (worker/ckpt_shard.h); shard_world 0: a whole
+     * checkpoint. A shard's payload is (1 + nstate) * shard_floats floats (its pieces of the
+     * parameters, then of each optimizer buffer). Stored after the payload checksum, in what
+     * version 1 headers left as zeros, so every older file reads as whole. */
+    int32_t shard_rank, shard_world;
+    uint64_t shard_floats;
 } rm_ckpt_meta;
 
 /* A payload segment (host memory). */
@@ -57,6 +63,20 @@ typedef struct rm_ckpt_seg { const void *p; size_t bytes; } rm_ckpt_seg;
 int rm_ckpt_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_seg *segs, int nsegs,
                   int keep, char *path_out, size_t path_cap, rm_err *err);
 
+/* Write one file atomically under exactly DIR/name (no suffix, no pruning): temp file, fsync,
+ * placed without replacing anything, fsync DIR. RM_ECONFLICT when name exists already; RM_EIO on
+ * a file-system failure. The sharded checkpoints' shard files (worker/ckpt_shard.h). */
+int rm_ckpt_write_named(const char *dir, const char *name, const rm_ckpt_meta *meta,
+                        const rm_ckpt_seg *segs, int nsegs, char *path_out, size_t path_cap,
+                        rm_err *err);
+
+/* The same atomic placement for any bytes (a sharded checkpoint's manifest). */
+int rm_ckpt_put_file(const char *dir, const char *name, const void *bytes, size_t n, rm_err *err);
+
+/* Decode and check one file's header only (not the payload); payload_crc (may be NULL) gets the
+ * payload checksum it records. */
+int rm_ckpt_read_header(const char *path, rm_ckpt_meta *meta, uint32_t *payload_crc, rm_err *err);
+
 /* Read and verify one file into payload (cap bytes, host memory). expect may be NULL; otherwise
  * the file's shape, opt_type and nstate must match it. payload may be written even on failure. */
 int rm_ckpt_read(const char *path, const rm_ckpt_meta *expect, rm_ckpt_meta *meta, void *payload,
@@ -67,6 +87,9 @@ int rm_ckpt_read(const char *path, const rm_ckpt_meta *expect, rm_ckpt_meta *met
 int rm_ckpt_load_newest(const char *dir, const rm_ckpt_meta *expect, rm_ckpt_meta *meta,
                         void *payload, size_t cap, char *path_out, size_t path_cap, int *skipped,
                         rm_err *err);
+
+/* fsync a folder (after removing files from it); -1 with errno on failure. */
+int rm_ckpt_fsync_dir(const char *dir);
 
 /* mkdir -p (mode 0755). */
 int rm_mkdir_p(const char *path, rm_err *err);

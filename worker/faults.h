@@ -6,6 +6,10 @@
  *   "slow:rank=1:factor=4[:step=S][:until=U]"  a straggler: from step S (default 0) to step U
  *                                          (default: the end) rank 1's every step takes factor
  *                                          times as long (it sleeps (factor-1)x its compute time)
+ *   "exit:rank=3:step=120:node=lost"       rank 3 dies and its node is gone for good: before
+ *                                          exiting it leaves DIR/.fault-lost-worker-<worker id>,
+ *                                          and `ringmaster run` cannot create that replica again
+ *                                          (an elastic job shrinks to minReplicas instead)
  * Keys may come in any order; exit/hang need rank (or role=ps with index) and step; slow needs
  * rank and factor. Off unless set. A slow fault has no "fired" marker: it is a range.
  *
@@ -35,6 +39,7 @@ typedef struct rm_fault {
     bool fired;
     double factor;       /* slow: >= 1 */
     int64_t until;       /* slow: last step slowed (exclusive); 0 = to the end */
+    bool lost;           /* exit with node=lost: the replica cannot be recreated */
 } rm_fault;
 
 typedef struct rm_faults {
@@ -51,6 +56,10 @@ void rm_faults_set_dir(rm_faults *fs, const char *dir);
  * is marked fired (marker written) before it is returned, so the caller just acts on it. */
 const rm_fault *rm_faults_due(rm_faults *fs, int rank, int64_t step);
 const char *rm_fault_kind_name(rm_fault_kind k);
+/* node=lost: the worker marks its replica index (worker id) lost in dir (fsync'd) before it
+ * exits; the local runner asks before creating a replica. 0 / -1 (errno). */
+int rm_faults_mark_lost(const char *dir, const char *worker_id);
+bool rm_faults_index_lost(const char *dir, int index);
 /* The slow-down factor for (rank, step): the largest of the slow faults covering it, 1 if none. */
 double rm_faults_slow(const rm_faults *fs, int rank, int64_t step);
 #endif

@@ -4,6 +4,10 @@
 #include "worker/faults.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,12 +114,21 @@ static int parse_one(const char *s, size_t len, rm_fault *f, rm_err *err)
                 return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: bad until \"%.*s\"",
                                (int)(q - eq - 1), eq + 1);
             f->until = v;
+        } else if (klen == 4 && !memcmp(p, "node", 4)) {
+            size_t vl = (size_t)(q - eq - 1);
+            if (!(vl == 4 && !memcmp(eq + 1, "lost", 4)))
+                return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: bad node \"%.*s\" (lost)",
+                               (int)vl, eq + 1);
+            f->lost = true;
         } else {
             return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: unknown key \"%.*s\" "
-                           "(rank|step|role|index|factor|until)", (int)klen, p);
+                           "(rank|step|role|index|factor|until|node)", (int)klen, p);
         }
         p = q < end ? q + 1 : end;
     }
+    if (f->lost && (f->kind != RM_FAULT_EXIT || ps))
+        return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\": node=lost is for a worker's exit",
+                       (int)len, s);
     if (ps != have_index || (ps && have_rank))
         return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\": role=ps goes with index= "
                        "(and no rank=)", (int)len, s);
@@ -178,3 +191,33 @@ int rm_faults_parse(const char *spec, rm_faults *out, rm_err *err)
     return RM_OK;
 }
 
+
+/* ---- node=lost: the exited worker's replica index can never be recreated (faults.h) ---- */
+
+static int lost_path(char *out, size_t cap, const char *dir, const char *worker_id)
+{
+    int w = snprintf(out, cap, "%s/.fault-lost-worker-%s", dir, worker_id);
+    return w < 0 || (size_t)w >= cap ? -1 : 0;
+}
+
+int rm_faults_mark_lost(const char *dir, const char *worker_id)
+{
+    char p[1200];
+    if (!dir || !*dir || !worker_id || !*worker_id || strchr(worker_id, '/') ||
+        lost_path(p, sizeof p, dir, worker_id) != 0)
+        return -1;
+    int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return -1;
+    int rc = fsync(fd);
+    close(fd);
+    return rc;
+}
+
+bool rm_faults_index_lost(const char *dir, int index)
+{
+    char p[1200], id[16];
+    snprintf(id, sizeof id, "%d", index);
+    struct stat st;
+    return dir && *dir && lost_path(p, sizeof p, dir, id) == 0 && stat(p, &st) == 0;
+}

@@ -57,4 +57,14 @@ typedef struct rm_unit_shard {
  * 0 <= rank < world. Returns 0, or -1 on bad arguments (out zeroed). */
 int rm_unit_shard_make(const size_t *unit_off, const size_t *unit_len, int nunits, int world, int rank,
                        rm_unit_shard *out);
+
+/* The re-sharding plan of a vector sharded unit by unit (rm_unit_shard, the sharded checkpoints of
+ * worker/ckpt_shard.h): which ranges of which old ranks' compact shards (old_world) make up
+ * new_rank's compact shard (new_world). Piece offsets are within the compact shards: src_off in
+ * old rank src_rank's, dst_off in new_rank's. In unit order, then old-rank order; they tile the
+ * new compact shard exactly. new_world = 1 is the unsharded vector (unit pieces back to back).
+ * Writes at most cap pieces, returns how many the plan has (at most nunits * old_world), or -1 on
+ * bad arguments. */
+int rm_unit_shard_plan(const size_t *unit_len, int nunits, int old_world, int new_world, int new_rank,
+                       rm_shard_piece *out, int cap);
 #endif

@@ -168,6 +168,17 @@ typedef struct rm_step_ops {
      * trains on in lock-step mode (rows slot*B .. of nslots*B): pipeline stages of one
      * data-parallel replica share a slot. Valid after round_begin. */
     void (*data_slot)(const rm_step *s, int *slot, int *nslots);
+    /* Optional (NULL: false). The state is sharded across the round's ranks by the model's layers
+     * (worker/shard.h rm_unit_shard; checkpoints: worker/ckpt_shard.h): every rank's state_bytes
+     * and state_save are then its compact shard — its pieces of the parameters, then its pieces of
+     * each optimizer buffer — and the driver writes one shard file per rank plus the manifest, no
+     * collective needed (so also at SIGTERM); state_bytes answers 0 while the pieces are torn (a
+     * step failed half way). A restore from a sharded set calls state_restore_shard. */
+    bool (*state_sharded)(const rm_step *s);
+    /* Required with state_sharded: every parameter (whole), then this round's pieces of each
+     * optimizer buffer (compact), as rm_ckpt_shard_load_newest re-shards them for this rank. */
+    void (*state_restore_shard)(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
+                                int scaler_tracker);
 } rm_step_ops;
 
 /* The strategy called name ("allreduce"); NULL if there is none. */

@@ -17,23 +17,32 @@
  *   optimizer (ZeRO-1): gradients allreduced as above; each rank updates its pieces with its state;
  *             each layer's parameters are all-gathered.
  *   gradients (ZeRO-2): the fusion layer reduce-scatters each layer's gradient (one bucket per
- *             layer, still overlapped with backward on the comm thread); then as ZeRO-1.
+ *             layer, still overlapped with backward on the comm thread); then as ZeRO-1. The
+ *             whole gradient buffer stays resident: giving back each layer's pages outside the
+ *             own piece after its reduce-scatter (madvise, as stage full does) was measured at
+ *             ~2x the step time of none on the loaded CI machine for a 1.3x smaller peak, and
+ *             was taken out again (BENCHMARKS.md).
  *   full (ZeRO-3/FSDP): between uses a rank holds only its pieces of the parameters; each layer is
  *             all-gathered just before its forward and again before its backward, and released
  *             after (host memory: the pages outside the own piece are given back with madvise, so
  *             the resident set really shrinks; device memory keeps its allocation). Gradients are
- *             reduce-scattered layer by layer as backward produces them, on this thread (the
- *             gathers use the same comm), and their pages released the same way. No prefetch in
- *             this version: gathers are not overlapped with compute.
+ *             reduce-scattered layer by layer as backward produces them, on this thread, and their
+ *             pages released the same way. Prefetch: while layer l computes, a prefetch thread
+ *             all-gathers the next layer (l+1 in forward, l-1 in backward); the training thread
+ *             waits for it before any collective of its own, so the comm runs one at a time, and
+ *             at most two layers' parameters are whole at once.
  * The update is element-wise, so every stage computes the same parameters as none; ZeRO-1 is
  * bit-identical (same allreduce), the others differ only by the summation order of per-layer
  * instead of per-bucket collectives.
- * Checkpoints keep the unsharded format (params, then each full optimizer buffer): state_gather
- * all-gathers the pieces into the staging buffer on the ranks' common path (interval and end),
- * state_restore takes each rank's pieces from a full payload — so a checkpoint written at any world
- * size, sharded or not, restores at any other (re-sharding by construction). */
+ * Checkpoints (sharded stages) are per rank (worker/ckpt_shard.h): state_save gives this rank's
+ * compact shard — its pieces of the parameters, then of each optimizer buffer — with no
+ * collective, so interval, end and SIGTERM checkpoints all work; a restore gets every parameter
+ * whole plus this round's pieces of the optimizer state, re-sharded by the driver's loader from
+ * whatever world wrote the set (state_restore_shard). A whole checkpoint (sharding none, or an
+ * older run) restores too: state_restore takes this round's pieces from the full payload. */
 #include "worker/step.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,7 +74,19 @@ struct rm_step {
     uint64_t stat_bytes;
     rm_err hook_e;
     uint64_t gathered;        /* stage full: bit l = layer l's parameters are whole */
-    void *gathered_dst;       /* state_gather's payload, valid until the next step */
+    bool pieces_valid;        /* the pieces hold a real state (fresh, restored, synced or stepped) */
+    /* stage full: the prefetch thread gathers the next layer while this one computes (one
+     * collective at a time: the training thread waits for it before any collective of its own) */
+    pthread_t pf_th;
+    pthread_mutex_t pf_mu;
+    pthread_cond_t pf_cv;
+    bool pf_started, pf_stop;
+    int pf_job;               /* layer to gather (-1 none), guarded by pf_mu */
+    bool pf_busy;             /* a gather was launched and not yet waited for (training thread) */
+    int pf_layer, pf_rc;      /* the launched layer and its result (pf_mu) */
+    bool pf_done;
+    rm_err pf_err;
+    bool torn;                /* a step began updating the pieces and did not finish */
 };
 
 static int ar_init(const rm_step_env *env, rm_step **out, rm_err *err)
@@ -97,17 +118,19 @@ static int ar_init(const rm_step_env *env, rm_step **out, rm_err *err)
     return RM_OK;
 }
 
+static void pf_stop(rm_step *s);
+
 static void ar_round_end(rm_step *s)
 {
     if (!s)
         return;
+    pf_stop(s);   /* after an abort its collective has returned */
     if (s->fusion) {
         rm_fusion_free(s->fusion);
         s->fusion = NULL;
     }
     memset(&s->r, 0, sizeof s->r);
-    s->state_set = false;
-    s->gathered_dst = NULL;
+    s->state_set = false;   /* the pieces (us) and pieces_valid stay: the SIGTERM checkpoint */
 }
 
 /* ---- sharding helpers ---- */
@@ -163,6 +186,99 @@ static void drop_all_units(rm_step *s)
     }
 }
 
+/* ---- stage full: prefetch of the next layer's parameters ---- */
+
+static void *pf_main(void *arg)
+{
+    rm_step *s = arg;
+    pthread_mutex_lock(&s->pf_mu);
+    for (;;) {
+        while (!s->pf_stop && s->pf_job < 0)
+            pthread_cond_wait(&s->pf_cv, &s->pf_mu);
+        if (s->pf_stop)
+            break;
+        int l = s->pf_job;
+        s->pf_job = -1;
+        pthread_mutex_unlock(&s->pf_mu);
+        const rm_unit_shard *u = &s->us;
+        float *p = s->env.m->params;
+        rm_err e = {0};
+        int rc = s->r.ops->all_gather(s->r.comm, p + u->off[l], p + u->unit_off[l], u->unit_len[l],
+                                      RM_DT_F32, &e);
+        pthread_mutex_lock(&s->pf_mu);
+        s->pf_rc = rc;
+        s->pf_err = e;
+        s->pf_done = true;
+        pthread_cond_broadcast(&s->pf_cv);
+    }
+    pthread_mutex_unlock(&s->pf_mu);
+    return NULL;
+}
+
+static void pf_stop(rm_step *s)
+{
+    if (!s->pf_started)
+        return;
+    pthread_mutex_lock(&s->pf_mu);
+    s->pf_stop = true;
+    pthread_cond_broadcast(&s->pf_cv);
+    pthread_mutex_unlock(&s->pf_mu);
+    pthread_join(s->pf_th, NULL);
+    pthread_mutex_destroy(&s->pf_mu);
+    pthread_cond_destroy(&s->pf_cv);
+    s->pf_started = false;
+    s->pf_busy = false;
+}
+
+static int pf_start(rm_step *s, rm_err *err)
+{
+    s->pf_stop = false;
+    s->pf_job = -1;
+    s->pf_busy = false;
+    pthread_mutex_init(&s->pf_mu, NULL);
+    pthread_cond_init(&s->pf_cv, NULL);
+    if (pthread_create(&s->pf_th, NULL, pf_main, s) != 0) {
+        pthread_mutex_destroy(&s->pf_mu);
+        pthread_cond_destroy(&s->pf_cv);
+        return rm_errf(err, RM_ERR, "sharding: cannot start the prefetch thread");
+    }
+    s->pf_started = true;
+    return RM_OK;
+}
+
+/* Wait for the gather in flight (if any); on success its layer is whole. Every collective of the
+ * training thread comes after this, so the comm never runs two at once. */
+static int pf_wait(rm_step *s, rm_err *err)
+{
+    if (!s->pf_busy)
+        return RM_OK;
+    pthread_mutex_lock(&s->pf_mu);
+    while (!s->pf_done)
+        pthread_cond_wait(&s->pf_cv, &s->pf_mu);
+    int rc = s->pf_rc;
+    if (rc)
+        *err = s->pf_err;
+    pthread_mutex_unlock(&s->pf_mu);
+    s->pf_busy = false;
+    if (rc == RM_OK)
+        s->gathered |= 1ull << s->pf_layer;
+    return rc;
+}
+
+/* Start gathering layer l on the prefetch thread (nothing if it is whole or out of range). */
+static void pf_launch(rm_step *s, int l)
+{
+    if (!s->pf_started || s->pf_busy || l < 0 || l >= s->us.nunits || (s->gathered & (1ull << l)))
+        return;
+    pthread_mutex_lock(&s->pf_mu);
+    s->pf_done = false;
+    s->pf_layer = l;
+    s->pf_job = l;
+    pthread_cond_broadcast(&s->pf_cv);
+    pthread_mutex_unlock(&s->pf_mu);
+    s->pf_busy = true;
+}
+
 static int ar_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
 {
     ar_round_end(s);
@@ -191,6 +307,8 @@ static int ar_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
             s->sstate_cap = need;
         }
         s->gathered = (1ull << m->shape.nlayers) - 1;   /* params whole until state_sync */
+        if (s->mode == RM_SHARD_FULL && r->world > 1)
+            RM_CHECK(pf_start(s, err));
         rm_info("sharding ready stage=%s rank=%d world=%d layers=%d shard_floats=%zu of %zu",
                 rm_sharding_names[s->mode], r->rank, r->world, s->us.nunits, s->us.total,
                 m->layout.total);
@@ -228,6 +346,8 @@ static int ar_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
         s->state_set = true;
         s->state_t = 0;
         s->gathered = (1ull << e->m->shape.nlayers) - 1;
+        s->pieces_valid = true;
+        s->torn = false;
     }
     for (int i = 0; s->mode == RM_SHARD_NONE && i < e->opt->nstate; i++)
         e->k->memset0(e->opt->state[i], e->opt->n * sizeof(float));
@@ -236,10 +356,13 @@ static int ar_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
 }
 
 /* Replicas are identical: rank 0 writes the whole state (params, then each optimizer buffer).
- * Sharded: only once state_gather assembled it at this step. */
+ * Sharded: every rank its compact shard, while its pieces hold a whole step's state. */
 static size_t ar_state_bytes(const rm_step *s, int rank)
 {
-    if (rank != 0 || (s->mode != RM_SHARD_NONE && !s->gathered_dst))
+    if (s->mode != RM_SHARD_NONE)
+        return s->pieces_valid && !s->torn && s->us.nunits > 0
+                   ? (size_t)(1 + s->env.opt->nstate) * s->us.total * sizeof(float) : 0;
+    if (rank != 0)
         return 0;
     return (size_t)(1 + s->env.opt->nstate) * s->env.m->layout.total * sizeof(float);
 }
@@ -248,21 +371,53 @@ static int ar_state_save(rm_step *s, void *dst, rm_err *err)
 {
     const rm_step_env *e = &s->env;
     size_t n = e->m->layout.total * sizeof(float);
+    int rc = RM_OK;
     if (s->mode != RM_SHARD_NONE) {
-        if (!s->gathered_dst)
-            return rm_errf(err, RM_EINVAL, "checkpoint: sharded state was not gathered at this step");
-        if (dst != s->gathered_dst)
-            memcpy(dst, s->gathered_dst, (size_t)(1 + e->opt->nstate) * n);
-        return RM_OK;
+        const rm_unit_shard *u = &s->us;
+        if (!ar_state_bytes(s, 0))
+            return rm_errf(err, RM_EINVAL, "checkpoint: the shard holds no whole step's state");
+        float *d = dst;
+        for (int l = 0; rc == RM_OK && l < u->nunits; l++)   /* the own pieces are always resident */
+            if (u->len[l])
+                rc = e->k->d2h(d + u->soff[l], e->m->params + u->off[l], u->len[l] * sizeof(float));
+        for (int i = 0; rc == RM_OK && i < e->opt->nstate; i++)
+            if (u->total)
+                rc = e->k->d2h(d + (size_t)(1 + i) * u->total, s->sstate[i], u->total * sizeof(float));
+    } else {
+        rc = e->k->d2h(dst, e->m->params, n);   /* a memcpy for host-memory tables */
+        for (int i = 0; rc == RM_OK && i < e->opt->nstate; i++)
+            rc = e->k->d2h((char *)dst + (size_t)(1 + i) * n, e->opt->state[i], n);
     }
-    int rc = e->k->d2h(dst, e->m->params, n);   /* a memcpy for host-memory tables */
-    for (int i = 0; rc == RM_OK && i < e->opt->nstate; i++)
-        rc = e->k->d2h((char *)dst + (size_t)(1 + i) * n, e->opt->state[i], n);
     if (rc != RM_OK) {
         int crc = e->k->check(err);
         return crc != RM_OK ? crc : rm_errf(err, rc, "checkpoint: reading the weights failed");
     }
     return RM_OK;
+}
+
+static bool ar_state_sharded(const rm_step *s)
+{
+    return s->mode != RM_SHARD_NONE;
+}
+
+/* Every parameter, then this round's pieces of each optimizer buffer (compact). */
+static void ar_state_restore_shard(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
+                                   int scaler_tracker)
+{
+    const rm_step_env *e = &s->env;
+    size_t n = e->m->layout.total;
+    const float *f = src;
+    e->k->h2d(e->m->params, f, n * sizeof(float));
+    for (int i = 0; i < e->opt->nstate && s->us.total; i++)
+        e->k->h2d(s->sstate[i], f + n + (size_t)i * s->us.total, s->us.total * sizeof(float));
+    s->state_set = true;
+    s->state_t = opt_t;
+    s->gathered = (1ull << e->m->shape.nlayers) - 1;
+    s->pieces_valid = true;
+    s->torn = false;
+    e->opt->t = opt_t;
+    if (loss_scale > 0)
+        rm_loss_scaler_restore(&e->amp->scaler, loss_scale, scaler_tracker);
 }
 
 static void ar_state_restore(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
@@ -283,6 +438,8 @@ static void ar_state_restore(rm_step *s, const void *src, int64_t opt_t, float l
         s->state_set = true;
         s->state_t = opt_t;
         s->gathered = (1ull << e->m->shape.nlayers) - 1;
+        s->pieces_valid = true;
+        s->torn = false;
     }
     for (int i = 0; s->mode == RM_SHARD_NONE && i < e->opt->nstate; i++)
         e->k->h2d(e->opt->state[i], (const char *)src + (size_t)(1 + i) * n, n);
@@ -355,6 +512,8 @@ static int ar_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
         s->state_set = true;
         s->state_t = get64(meta + 6);
         s->gathered = (1ull << e->m->shape.nlayers) - 1;
+        s->pieces_valid = true;
+        s->torn = false;
         if (s->mode == RM_SHARD_FULL)
             drop_all_units(s);
     }
@@ -382,17 +541,32 @@ static void on_layer_ready(void *ud, int layer)
 
 /* Stage full: before layer l's forward or backward reads its weights. In forward the previous
  * layer is released first, so at most one layer is whole at a time. */
-static void on_layer_pre(void *ud, int layer)
+static void layer_pre(rm_step *s, int layer, int next)
 {
-    rm_step *s = ud;
     if (s->hook_err)
         return;
-    for (int l = 0; l < s->us.nunits; l++)
+    int rc = pf_wait(s, &s->hook_e);   /* usually this very layer, gathered meanwhile */
+    for (int l = 0; rc == RM_OK && l < s->us.nunits; l++)
         if (l != layer)
             drop_unit(s, l);
-    int rc = gather_unit(s, layer, &s->hook_e);
-    if (rc)
+    if (rc == RM_OK)
+        rc = gather_unit(s, layer, &s->hook_e);
+    if (rc) {
         s->hook_err = rc;
+        return;
+    }
+    pf_launch(s, next);   /* overlapped with this layer's compute */
+}
+
+/* Forward: the next layer up is gathered while this one computes; backward: the next one down. */
+static void on_layer_pre(void *ud, int layer)
+{
+    layer_pre(ud, layer, layer + 1);
+}
+
+static void on_layer_pre_bwd(void *ud, int layer)
+{
+    layer_pre(ud, layer, layer - 1);
 }
 
 /* Stage full: layer l's gradient is final: reduce-scatter it (average), then let go of its
@@ -405,7 +579,9 @@ static void on_layer_done_full(void *ud, int layer)
     const rm_unit_shard *u = &s->us;
     float *g = s->env.m->grads + u->unit_off[layer];
     double t0 = rm_mono();
-    int rc = s->r.ops->reduce_scatter(s->r.comm, g, s->env.m->grads + u->off[layer], u->unit_len[layer],
+    int rc = pf_wait(s, &s->hook_e);   /* the next layer's gather first: one collective at a time */
+    if (rc == RM_OK)
+        rc = s->r.ops->reduce_scatter(s->r.comm, g, s->env.m->grads + u->off[layer], u->unit_len[layer],
                                       RM_DT_F32, RM_OP_AVG, &s->hook_e);
     s->stat_s += rm_mono() - t0;
     s->stat_bytes += u->unit_len[layer] * sizeof(float);
@@ -447,7 +623,6 @@ static int gather_params(rm_step *s, rm_err *err)
 static int ar_step_sharded(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *err)
 {
     const rm_step_env *e = &s->env;
-    s->gathered_dst = NULL;
     s->stat_s = 0;
     s->stat_bytes = 0;
     s->hook_err = 0;
@@ -455,9 +630,13 @@ static int ar_step_sharded(rm_step *s, int rows, float lr, rm_step_stats *st, rm
     if (s->mode == RM_SHARD_FULL) {
         rm_model_forward_hooked(e->m, rows, on_layer_pre, s);
         if (!s->hook_err)
-            rm_model_backward_hooked(e->m, rows, inv_batch, on_layer_pre, on_layer_done_full, s);
+            rm_model_backward_hooked(e->m, rows, inv_batch, on_layer_pre_bwd, on_layer_done_full, s);
+        int prc = pf_wait(s, &s->hook_e);   /* nothing should be in flight here; never leave one */
+        if (prc && !s->hook_err)
+            s->hook_err = prc;
         if (s->hook_err)
             return rm_errf(err, s->hook_err, "%s", s->hook_e.msg);
+        s->torn = true;
         update_pieces(s, lr);   /* the parameters stay sharded until their next use */
     } else {
         rm_model_forward(e->m, rows);
@@ -477,10 +656,12 @@ static int ar_step_sharded(rm_step *s, int rows, float lr, rm_step_stats *st, rm
         } else {
             rm_model_backward(e->m, rows, inv_batch, NULL, NULL);
         }
+        s->torn = true;   /* until the step returns: a checkpoint would mix steps */
         update_pieces(s, lr);
         if (s->r.world > 1)
             RM_CHECK(gather_params(s, err));
     }
+    s->torn = false;
     if (s->r.world > 1) {
         st->comm = true;
         st->allreduce_s = s->stat_s;
@@ -530,32 +711,9 @@ static int ar_materialize(rm_step *s, rm_err *err)
 {
     if (s->mode != RM_SHARD_FULL || s->r.world < 1 || !s->r.ops)
         return RM_OK;
+    RM_CHECK(pf_wait(s, err));
     for (int l = 0; l < s->us.nunits; l++)
         RM_CHECK(gather_unit(s, l, err));
-    return RM_OK;
-}
-
-/* The unsharded checkpoint payload from every rank's pieces: params (whole already, or gathered),
- * then each optimizer buffer gathered layer by layer straight into dst. */
-static int ar_state_gather(rm_step *s, void *dst, rm_err *err)
-{
-    const rm_step_env *e = &s->env;
-    if (s->mode == RM_SHARD_NONE || !s->r.ops)
-        return RM_OK;
-    const rm_unit_shard *u = &s->us;
-    size_t n = e->m->layout.total;
-    float *d = dst;
-    RM_CHECK(ar_materialize(s, err));
-    int rc = e->k->d2h(d, e->m->params, n * sizeof(float));
-    if (rc != RM_OK)
-        return rm_errf(err, rc, "checkpoint: reading the weights failed");
-    for (int i = 0; i < e->opt->nstate; i++) {
-        float *full = d + (size_t)(1 + i) * n;
-        for (int l = 0; l < u->nunits; l++)
-            RM_CHECK(s->r.ops->all_gather(s->r.comm, s->sstate[i] + u->soff[l], full + u->unit_off[l],
-                                          u->unit_len[l], RM_DT_F32, err));
-    }
-    s->gathered_dst = dst;
     return RM_OK;
 }
 
@@ -585,10 +743,18 @@ static void ar_memory(const rm_step *s, rm_step_memory *out)
         out->params = out->grads = T * f;
         out->optimizer = nst * S * f;
         break;
-    case RM_SHARD_FULL:        /* the pieces plus one whole layer at a time (host memory) */
-        out->params = out->grads = e->k->host_memory ? (S + U) * f : T * f;
+    case RM_SHARD_FULL: {
+        /* host memory: the pieces plus the whole layers: gradients one at a time, parameters two
+         * (the one computing and the next, prefetched) when world > 1 */
+        uint64_t pair = U;
+        for (int l = 0; s->us.world > 1 && l + 1 < s->us.nunits; l++)
+            if (s->us.unit_len[l] + s->us.unit_len[l + 1] > pair)
+                pair = s->us.unit_len[l] + s->us.unit_len[l + 1];
+        out->params = e->k->host_memory ? (S + pair) * f : T * f;
+        out->grads = e->k->host_memory ? (S + U) * f : T * f;
         out->optimizer = nst * S * f;
         break;
+    }
     }
 }
 
@@ -605,6 +771,7 @@ const rm_step_ops rm_step_allreduce_ops = {
     .round_end = ar_round_end,
     .destroy = ar_destroy,
     .materialize = ar_materialize,
-    .state_gather = ar_state_gather,
     .memory = ar_memory,
+    .state_sharded = ar_state_sharded,
+    .state_restore_shard = ar_state_restore_shard,
 };

@@ -39,6 +39,7 @@
 #include "common/yaml.h"
 #include "kernels/kernels.h"
 #include "worker/checkpoint.h"
+#include "worker/ckpt_shard.h"
 #include "worker/comm.h"
 #include "worker/data.h"
 #include "worker/faults.h"
@@ -596,6 +597,8 @@ typedef struct ckpt_writer {
     atomic_bool done;           /* the write in flight finished; the result below is ready */
     const char *dir;            /* borrowed from the settings */
     int keep;
+    rm_ckpt_units units;        /* the model's layers (sharded sets; borrowed from the model) */
+    double wait_s;              /* sharded: how long to wait for the other ranks' shards */
     rm_ckpt_meta meta;          /* the write in flight (guarded by mu) */
     const void *buf;            /* host_stage */
     size_t bytes;
@@ -876,24 +879,55 @@ static void ckpt_expect(const trainer *t, rm_ckpt_meta *e)
     e->nparams = t->m.layout.total;
 }
 
-/* Every rank reads the newest valid checkpoint (if any). Returns 1 if loaded, 0 if none. */
+static bool state_sharded(const trainer *t)
+{
+    return t->strat->state_sharded && t->strat->state_sharded(t->st);
+}
+
+/* Every rank reads the newest valid checkpoint (if any): a whole one (ckpt-*.rmck) or a sharded
+ * set (worker/ckpt_shard.h), whichever is newer; a sharded set is re-sharded for this round
+ * (sharded strategy: this rank of this world; otherwise world 1, the whole payload). Every rank
+ * sees the same files and verifies every shard, so all choose the same checkpoint. Returns 1 if
+ * loaded, 0 if none. */
 static int state_load(trainer *t)
 {
     if (!t->cfg->checkpoint_dir)
         return 0;
-    rm_ckpt_meta exp, meta;
+    rm_ckpt_meta exp, meta, smeta;
     ckpt_expect(t, &exp);
     char path[4200];
-    int skipped = 0;
-    rm_err e = {0};
-    if (rm_ckpt_load_newest(t->cfg->checkpoint_dir, &exp, &meta, t->host_stage, t->stage_bytes,
-                            path, sizeof path, &skipped, &e) != RM_OK) {
-        if (skipped)
-            rm_warn("no usable checkpoint reason=\"%s\"", e.msg);
+    int skipped = 0, sskipped = 0;
+    rm_err e = {0}, se = {0};
+    bool whole = rm_ckpt_load_newest(t->cfg->checkpoint_dir, &exp, &meta, t->host_stage,
+                                     t->stage_bytes, path, sizeof path, &skipped, &e) == RM_OK;
+    /* a newer sharded set replaces it (loaded aside: host_stage keeps the whole one until then) */
+    bool sharded = state_sharded(t);
+    int nw = sharded ? t->world : 1, nr = sharded ? t->rank : 0;
+    rm_ckpt_units units = {t->m.shape.nlayers, t->m.layout.layer_off, t->m.layout.layer_len};
+    size_t need = rm_ckpt_shard_dst_bytes(&units, t->opt.nstate, nw, nr);
+    void *buf = need <= t->stage_bytes ? malloc(need ? need : 1) : NULL;
+    char spath[4200];
+    bool set = buf && rm_ckpt_shard_load_newest(t->cfg->checkpoint_dir, &exp, &units, nw, nr,
+                                                whole ? meta.step : -1, buf, need, &smeta, spath,
+                                                sizeof spath, &sskipped, &se) == RM_OK;
+    if (set) {
+        memcpy(t->host_stage, buf, need);
+        meta = smeta;
+        snprintf(path, sizeof path, "%s", spath);
+    }
+    free(buf);
+    if (!whole && !set) {
+        if (skipped || sskipped)
+            rm_warn("no usable checkpoint reason=\"%s%s%s\"", e.msg, sskipped ? "; " : "",
+                    sskipped ? se.msg : "");
         return 0;
     }
-    t->strat->state_restore(t->st, t->host_stage, meta.opt_t, meta.loss_scale,
-                            meta.scaler_tracker);
+    if (set && sharded)
+        t->strat->state_restore_shard(t->st, t->host_stage, meta.opt_t, meta.loss_scale,
+                                      meta.scaler_tracker);
+    else   /* a whole payload (a file, or a set re-sharded to world 1) */
+        t->strat->state_restore(t->st, t->host_stage, meta.opt_t, meta.loss_scale,
+                                meta.scaler_tracker);
     t->step = meta.step;
     t->train_epoch = meta.train_epoch;
     t->data_pos = meta.data_pos;
@@ -903,9 +937,9 @@ static int state_load(trainer *t)
      * still ahead of it — whatever this process remembers having evaluated before the failure. */
     t->eval_step = -1;
     rm_info("checkpoint loaded path=%s step=%lld train_epoch=%d data_pos=%lld written_world=%d "
-            "skipped_invalid=%d",
+            "sharded=%s resharded_to=%d skipped_invalid=%d",
             path, (long long)meta.step, meta.train_epoch, (long long)meta.data_pos,
-            meta.world_size, skipped);
+            meta.world_size, set ? "yes" : "no", set ? nw : 0, skipped + sskipped);
     return 1;
 }
 
@@ -949,11 +983,16 @@ static void *ckpt_writer_main(void *arg)
             break;
         rm_ckpt_meta meta = w->meta;
         rm_ckpt_seg seg = {w->buf, w->bytes};
+        double wait_s = w->wait_s;
         pthread_mutex_unlock(&w->mu);
         rm_err e = {0};
         char path[4200] = "";
         double t0 = rm_mono();
-        int rc = rm_ckpt_write(w->dir, &meta, &seg, 1, w->keep, path, sizeof path, &e);
+        /* sharded: this rank's shard, then the set completes (manifest) or the wait runs out */
+        int rc = meta.shard_world
+                     ? rm_ckpt_shard_write(w->dir, &meta, &w->units, &seg, 1, w->keep, wait_s, path,
+                                           sizeof path, &e)
+                     : rm_ckpt_write(w->dir, &meta, &seg, 1, w->keep, path, sizeof path, &e);
         double dt = rm_mono() - t0;
         pthread_mutex_lock(&w->mu);
         w->rc = rc;
@@ -976,6 +1015,7 @@ static int ckpt_writer_start(trainer *t, rm_err *err)
     w->inited = true;
     w->dir = t->cfg->checkpoint_dir;
     w->keep = t->cfg->checkpoint_keep;
+    w->units = (rm_ckpt_units){t->m.shape.nlayers, t->m.layout.layer_off, t->m.layout.layer_len};
     if (pthread_create(&w->th, NULL, ckpt_writer_main, w) != 0)
         return rm_errf(err, RM_ERR, "checkpoint writer thread: cannot start");
     w->started = true;
@@ -1073,9 +1113,17 @@ static int ckpt_write(trainer *t, rm_err *err)
     meta.lr = t->lr;
     meta.loss_scale = t->amp.scaler.scale;
     meta.scaler_tracker = t->amp.scaler.growth_tracker;
+    if (state_sharded(t)) {   /* one shard per rank (worker/ckpt_shard.h) */
+        meta.shard_world = t->world;
+        meta.shard_rank = t->rank;
+        meta.shard_floats = bytes / ((size_t)(1 + t->opt.nstate) * sizeof(float));
+    }
     /* after a device fault the reads fail: never write that as a checkpoint */
     RM_CHECK(t->strat->state_save(t->st, t->host_stage, err));
     pthread_mutex_lock(&w->mu);
+    /* the other ranks' shards come within moments at an interval or the end; at SIGTERM the
+     * grace period is short and a peer may have stopped a step apart */
+    w->wait_s = g_train_term ? 10 : 60;
     w->blocked = rm_mono() - t0;
     w->meta = meta;
     w->buf = t->host_stage;
@@ -1663,6 +1711,9 @@ static void fire_fault(trainer *t, const rm_fault *f)
 {
     rm_warn("fault injected kind=%s rank=%d step=%lld", rm_fault_kind_name(f->kind), t->rank,
             (long long)t->step);
+    if (f->kind == RM_FAULT_EXIT && f->lost &&
+        rm_faults_mark_lost(t->cfg->checkpoint_dir, t->cfg->worker_id) != 0)
+        rm_warn("fault node=lost: cannot mark worker %s lost", t->cfg->worker_id);
     if (f->kind == RM_FAULT_EXIT)
         _exit(137);
     reporter_publish(t, false);   /* a hung worker sends no reports */
@@ -1985,6 +2036,17 @@ static int preflight(const rm_train_cfg *cfg, rm_err *err)
     int skipped = 0;
     int rc = rm_ckpt_load_newest(cfg->checkpoint_dir, &exp, &meta, buf, cap, path, sizeof path,
                                  &skipped, &e);
+    if (rc != RM_OK) {   /* or a sharded set (any world: it re-shards) */
+        rm_ckpt_units units = {shape.nlayers, lay.layer_off, lay.layer_len};
+        rm_err se = {0};
+        int sskipped = 0;
+        if (rm_ckpt_shard_load_newest(cfg->checkpoint_dir, &exp, &units, 1, 0, -1, buf, cap, &meta,
+                                      path, sizeof path, &sskipped, &se) == RM_OK)
+            rc = RM_OK;
+        else if (sskipped)
+            rm_sfmt(e.msg + strlen(e.msg), sizeof e.msg - strlen(e.msg), "; %s", se.msg);
+        skipped += sskipped;
+    }
     free(buf);
     rm_model_shape_str(&shape, sh, sizeof sh);
     if (rc == RM_OK) {

@@ -8,7 +8,8 @@
 #     Adam) at 2 and 4 workers (static world over loopback, a few steps each).
 # Writes bench/results/shard.md (OUT=...), raw outputs in $RAW (default a temp dir, removed).
 # QUICK=1: a smoke run (a few minutes under load: small sizes, hidden 1024x3, 2 workers, 3 steps).
-# HIDDEN_OVERRIDE, STEPS_OVERRIDE, WORLDS_OVERRIDE ("2 4") and COLL=0 (stages only) adjust a run.
+# HIDDEN_OVERRIDE, STEPS_OVERRIDE, WORLDS_OVERRIDE ("2 4"), STAGES_OVERRIDE ("none full") and
+# COLL=0 (stages only) adjust a run.
 # RM_BIN (default ./bin) must hold ringmaster-worker. Runs alone; never in parallel with others.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -39,6 +40,7 @@ fi
 [ -n "${WORLDS_OVERRIDE:-}" ] && read -r -a WORLDS <<< "$WORLDS_OVERRIDE"
 COLL="${COLL:-1}"
 STAGES=(none optimizer gradients full)
+[ -n "${STAGES_OVERRIDE:-}" ] && read -r -a STAGES <<< "$STAGES_OVERRIDE"
 
 free_ports() {
   $py - "$1" <<'PY'

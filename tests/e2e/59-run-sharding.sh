@@ -2,7 +2,7 @@
 # spec.training.sharding (issue 14) through `ringmaster run`: the small Fashion-MNIST job with 4
 # workers (Adam) Succeeds at every ZeRO stage with test accuracy within 0.3 points of sharding
 # none; with sharding full a worker killed by RINGMASTER_FAULT is replaced and the group resumes
-# from the checkpoint the ranks gathered (re-sharded into the new round) and Succeeds within 0.5
+# from the newest complete set of per-rank shards (re-sharded into the new round) and Succeeds within 0.5
 # points; the workers log their stage and the memory they hold (optimizer state falls ~4x).
 # e2e-timeout: 900
 source "$(dirname "$0")/5x-run-lib.bash"
@@ -29,8 +29,8 @@ for st in optimizer gradients full; do
   $PY -c "import sys; sys.exit(0 if abs(${opt[$st]}*4-${opt[none]}) <= 64 else 1)" ||
     fail "$st optimizer bytes ${opt[$st]} not a quarter of ${opt[none]}"
 done
-# sharding full, a worker killed and replaced: the checkpoint every rank gathered restores into
-# the new round's pieces
+# sharding full, a worker killed and replaced: the shards every rank wrote (and the manifest)
+# restore into the new round's pieces
 RINGMASTER_FAULT="exit:rank=2:step=120" run_job fault -f "$W/full.yaml" -o json
 [ $RC -eq 0 ] || fail "fault run exit $RC"
 [ "$(jget fault 'j["status"]["phase"]')" = Succeeded ] || fail "fault: phase"

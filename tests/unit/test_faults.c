@@ -25,6 +25,17 @@ static void test_parse(void)
     CU_ASSERT_EQUAL(f.f[1].kind, RM_FAULT_HANG);
     CU_ASSERT_EQUAL(f.f[1].rank, 2);
     CU_ASSERT_EQUAL(f.f[1].step, 100);
+    CU_ASSERT_FALSE(f.f[0].lost);
+    /* node=lost (an exit whose replica cannot be recreated) */
+    CU_ASSERT_EQUAL(rm_faults_parse("exit:rank=3:step=120:node=lost", &f, &e), RM_OK);
+    CU_ASSERT_TRUE(f.f[0].lost);
+    const char *bad_lost[] = {"hang:rank=1:step=3:node=lost", "exit:rank=1:step=3:node=gone",
+                              "exit:role=ps:index=0:step=3:node=lost", "slow:rank=1:factor=2:node=lost"};
+    for (size_t i = 0; i < sizeof bad_lost / sizeof *bad_lost; i++) {
+        memset(&e, 0, sizeof e);
+        CU_ASSERT_EQUAL(rm_faults_parse(bad_lost[i], &f, &e), RM_EINVAL);
+        CU_ASSERT(strstr(e.msg, "node") != NULL);
+    }
     const char *bad[] = {"boom:rank=1:step=3", "exit:rank=1", "exit:step=3", "exit:rank=x:step=3",
                          "exit:rank=1:step=-4", "exit:rank=1:step=3:color=red", "exit:rank1:step=3",
                          "exit:rank=1:step=", "exit"};
@@ -34,6 +45,20 @@ static void test_parse(void)
         CU_ASSERT(strstr(e.msg, "RINGMASTER_FAULT") != NULL);
         CU_ASSERT_EQUAL(f.n, 0);
     }
+}
+
+/* node=lost: the marker names the replica index; another index is not lost */
+static void test_lost_marker(void)
+{
+    char *dir = rm_test_tmpdir("lost");
+    CU_ASSERT_FALSE(rm_faults_index_lost(dir, 2));
+    CU_ASSERT_EQUAL(rm_faults_mark_lost(dir, "2"), 0);
+    CU_ASSERT_TRUE(rm_faults_index_lost(dir, 2));
+    CU_ASSERT_FALSE(rm_faults_index_lost(dir, 1));
+    CU_ASSERT_FALSE(rm_faults_index_lost(NULL, 2));
+    CU_ASSERT_EQUAL(rm_faults_mark_lost(dir, "../x"), -1);
+    CU_ASSERT_EQUAL(rm_faults_mark_lost(NULL, "2"), -1);
+    rm_test_tmpdir_free(&dir);
 }
 
 static void test_once(void)
@@ -96,6 +121,7 @@ static void test_fires_before_folder_exists(void)
 void rm_suite_faults(void)
 {
     static const rm_test_case cases[] = {{"parse", test_parse}, {"once_per_job", test_once},
-                                         {"fires_before_folder_exists", test_fires_before_folder_exists}};
+                                         {"fires_before_folder_exists", test_fires_before_folder_exists},
+                                         {"lost_marker", test_lost_marker}};
     RM_ADD_SUITE("faults", NULL, NULL, cases);
 }

@@ -5,6 +5,7 @@
  * backend; and reduce-scatter + all-gather composing to the allreduce bit for bit. CUnit asserts
  * run on the main thread only (rank threads record results). */
 #include <math.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,6 +118,78 @@ static void test_plan_table(void) {
                     }
                     CU_ASSERT_EQUAL(at, len);
                 }
+}
+
+/* The unit-by-unit re-sharding plan (sharded checkpoints): which ranges of which old ranks'
+ * compact shards make up a new rank's compact shard. Units [5, 3]: world 2 compact shards are
+ * rank 0 = u0[0,3) u1[0,2) (5 floats), rank 1 = u0[3,5) u1[2,3) (3 floats). */
+static void test_unit_plan_table(void) {
+    static const size_t ulen[2] = {5, 3};
+    static const struct {
+        int ow, nw, nr, n;
+        rm_shard_piece p[6];
+    } t[] = {
+        /* 2 -> 1: the whole vector, u0 from r0 [0,3) r1 [0,2), u1 from r0 [3,5) r1 [2,3) */
+        {2, 1, 0, 4, {{0, 0, 0, 3}, {1, 0, 3, 2}, {0, 3, 5, 2}, {1, 2, 7, 1}}},
+        /* 1 -> 2: rank 1 = u0[3,5) and u1[2,3) of the single file (offsets 3 and 5+2) */
+        {1, 2, 1, 2, {{0, 3, 0, 2}, {0, 7, 2, 1}}},
+        /* 2 -> 3: rank 0 = u0[0,2) (old r0 [0,2)), u1[0,1) (old r0 compact 3) */
+        {2, 3, 0, 2, {{0, 0, 0, 2}, {0, 3, 2, 1}}},
+        /* 2 -> 3: rank 1 = u0[2,4) (old r0 [2,3) + old r1 [0,1)), u1[1,2) (old r0 compact 4) */
+        {2, 3, 1, 3, {{0, 2, 0, 1}, {1, 0, 1, 1}, {0, 4, 2, 1}}},
+        /* 2 -> 3: rank 2 = u0[4,5) (old r1 [1,2)), u1[2,3) (old r1 compact 2) */
+        {2, 3, 2, 2, {{1, 1, 0, 1}, {1, 2, 1, 1}}},
+        /* 4 -> 2: rank 0 = u0[0,3) = old r0 [0,2) + r1 u0[0,1); u1[0,2) = r0 u1 (compact 2) + r1 u1 (compact 1) */
+        {4, 2, 0, 4, {{0, 0, 0, 2}, {1, 0, 2, 1}, {0, 2, 3, 1}, {1, 1, 4, 1}}},
+        /* same world: the identity */
+        {2, 2, 1, 2, {{1, 0, 0, 2}, {1, 2, 2, 1}}},
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(t); i++) {
+        rm_shard_piece p[8];
+        int n = rm_unit_shard_plan(ulen, 2, t[i].ow, t[i].nw, t[i].nr, p, 8);
+        CU_ASSERT_EQUAL(n, t[i].n);
+        for (int k = 0; k < n && k < t[i].n; k++) {
+            bool ok = p[k].src_rank == t[i].p[k].src_rank && p[k].src_off == t[i].p[k].src_off &&
+                      p[k].dst_off == t[i].p[k].dst_off && p[k].len == t[i].p[k].len;
+            CU_ASSERT(ok);
+            if (!ok)
+                fprintf(stderr, "unit plan row %zu piece %d: got {%d,%zu,%zu,%zu}\n", i, k, p[k].src_rank,
+                        p[k].src_off, p[k].dst_off, p[k].len);
+        }
+    }
+    CU_ASSERT_EQUAL(rm_unit_shard_plan(ulen, 2, 0, 2, 0, NULL, 0), -1);
+    CU_ASSERT_EQUAL(rm_unit_shard_plan(ulen, 2, 2, 2, 2, NULL, 0), -1);
+    CU_ASSERT_EQUAL(rm_unit_shard_plan(ulen, 0, 2, 2, 0, NULL, 0), -1);
+    /* every case up to world 8 on odd units: applying the plan to the old compact shards of a
+     * known vector gives exactly the new compact shard */
+    static const size_t u3[3] = {7, 1, 12};
+    static const size_t o3[3] = {0, 7, 8};
+    for (int ow = 1; ow <= 8; ow++)
+        for (int nw = 1; nw <= 8; nw++)
+            for (int nr = 0; nr < nw; nr++) {
+                rm_unit_shard ns, os[8];
+                rm_unit_shard_make(o3, u3, 3, nw, nr, &ns);
+                float old[8][20], got[20];
+                for (int r = 0; r < ow; r++) {
+                    rm_unit_shard_make(o3, u3, 3, ow, r, &os[r]);
+                    for (int u = 0; u < 3; u++)
+                        for (size_t k = 0; k < os[r].len[u]; k++)
+                            old[r][os[r].soff[u] + k] = (float)(os[r].off[u] + k);
+                }
+                rm_shard_piece p[64];
+                int n = rm_unit_shard_plan(u3, 3, ow, nw, nr, p, 64);
+                CU_ASSERT(n >= 0 && n <= 3 * ow);
+                size_t covered = 0;
+                for (int k = 0; k < n; k++) {
+                    for (size_t j = 0; j < p[k].len; j++)
+                        got[p[k].dst_off + j] = old[p[k].src_rank][p[k].src_off + j];
+                    covered += p[k].len;
+                }
+                CU_ASSERT_EQUAL(covered, ns.total);
+                for (int u = 0; u < 3; u++)
+                    for (size_t k = 0; k < ns.len[u]; k++)
+                        CU_ASSERT_EQUAL(got[ns.soff[u] + k], (float)(ns.off[u] + k));
+            }
 }
 
 static void test_unit_shard(void) {
@@ -362,6 +435,7 @@ void rm_suite_shard(void) {
         {"layout_table", test_layout_table},
         {"plan_table", test_plan_table},
         {"unit_shard_table", test_unit_shard},
+        {"unit_plan_table", test_unit_plan_table},
         {"ring_rs_ag_1_to_8_awkward_counts", test_ring_rs_ag_sizes},
         {"local_and_arguments", test_local_and_args},
     };

@@ -1,0 +1,604 @@
+/* ckpt_shard.c — sharded, elastic checkpoints: shard files, the manifest, re-sharding on load
+ * (format and guarantees in ckpt_shard.h). The files themselves are written and verified by
+ * worker/checkpoint.c; this module names them, ties a set together and plans the re-sharding. */
+#include "worker/ckpt_shard.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "worker/shard.h"
+
+#define MANIFEST_MAGIC "ringmaster-shard-manifest 1"
+#define MAX_WORLD 4096
+#define NAME_CAP 96
+
+/* ---------------- names ---------------- */
+
+int rm_ckpt_shard_name(char *out, size_t cap, int64_t step, int epoch, int rank, int world)
+{
+    int w = snprintf(out, cap, "shard-%012lld-%d-%d-of-%d.rmck", (long long)step, epoch, rank, world);
+    return w < 0 || (size_t)w >= cap ? -1 : 0;
+}
+
+int rm_ckpt_manifest_name(char *out, size_t cap, int64_t step, int epoch, int world)
+{
+    int w = snprintf(out, cap, "manifest-%012lld-%d-%d.rmmf", (long long)step, epoch, world);
+    return w < 0 || (size_t)w >= cap ? -1 : 0;
+}
+
+/* Parse by scanning and re-formatting: only the canonical spelling is a set's file. */
+static bool parse_manifest_name(const char *name, int64_t *step, int *epoch, int *world)
+{
+    long long s;
+    int e, w;
+    char back[NAME_CAP];
+    if (sscanf(name, "manifest-%12lld-%d-%d.rmmf", &s, &e, &w) != 3 || s < 0 || w < 1 ||
+        w > MAX_WORLD || rm_ckpt_manifest_name(back, sizeof back, s, e, w) != 0 || strcmp(back, name))
+        return false;
+    *step = s;
+    *epoch = e;
+    *world = w;
+    return true;
+}
+
+static bool parse_shard_name(const char *name, int64_t *step, int *epoch, int *rank, int *world)
+{
+    long long s;
+    int e, r, w;
+    char back[NAME_CAP];
+    if (sscanf(name, "shard-%12lld-%d-%d-of-%d.rmck", &s, &e, &r, &w) != 4 || s < 0 || w < 1 ||
+        r < 0 || r >= w || rm_ckpt_shard_name(back, sizeof back, s, e, r, w) != 0 || strcmp(back, name))
+        return false;
+    *step = s;
+    *epoch = e;
+    *rank = r;
+    *world = w;
+    return true;
+}
+
+static void join(char *out, size_t cap, const char *dir, const char *name)
+{
+    snprintf(out, cap, "%s/%s", dir, name);
+}
+
+/* ---------------- the manifest ---------------- */
+
+typedef struct mshard {
+    uint64_t floats;
+    uint32_t crc;
+    char name[NAME_CAP];
+} mshard;
+
+typedef struct manifest {
+    int64_t step;
+    int epoch, world;
+    uint64_t nparams;
+    int nstate, opt_type;
+    int nunits;
+    size_t uoff[RM_SHARD_MAX_UNITS], ulen[RM_SHARD_MAX_UNITS];
+    mshard *sh;   /* world of them, owned */
+} manifest;
+
+static void manifest_free(manifest *m)
+{
+    free(m->sh);
+    m->sh = NULL;
+}
+
+/* Text of m into a malloc'd buffer (*out, *n). */
+static int manifest_encode(const manifest *m, char **out, size_t *n, rm_err *err)
+{
+    size_t cap = 512 + (size_t)m->nunits * 48 + (size_t)m->world * (NAME_CAP + 64);
+    char *b = malloc(cap);
+    if (!b)
+        return rm_errf(err, RM_ENOMEM, "checkpoint manifest: out of memory");
+    size_t at = 0;
+#define EMIT(...) at += (size_t)snprintf(b + at, at < cap ? cap - at : 0, __VA_ARGS__)
+    EMIT("%s\nstep %lld\nrdzv_epoch %d\nworld %d\nnparams %llu\nnstate %d\nopt_type %d\nunits %d\n",
+         MANIFEST_MAGIC, (long long)m->step, m->epoch, m->world, (unsigned long long)m->nparams,
+         m->nstate, m->opt_type, m->nunits);
+    for (int u = 0; u < m->nunits; u++)
+        EMIT("unit %zu %zu\n", m->uoff[u], m->ulen[u]);
+    for (int r = 0; r < m->world; r++)
+        EMIT("shard %d %llu %08x %s\n", r, (unsigned long long)m->sh[r].floats, m->sh[r].crc,
+             m->sh[r].name);
+    if (at + 32 >= cap) {
+        free(b);
+        return rm_errf(err, RM_ETOOBIG, "checkpoint manifest: too long");
+    }
+    uint32_t crc = (uint32_t)crc32(0L, (const unsigned char *)b, (uInt)at);
+    EMIT("end %08x\n", crc);
+#undef EMIT
+    *out = b;
+    *n = at;
+    return RM_OK;
+}
+
+/* Read and verify the manifest at path (capped at RM_CKPT_MANIFEST_MAX bytes). */
+static int manifest_read(const char *path, manifest *m, rm_err *err)
+{
+    memset(m, 0, sizeof *m);
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return rm_errf(err, errno == ENOENT ? RM_ENOTFOUND : RM_EIO, "%s: %s", path, strerror(errno));
+    char *b = malloc(RM_CKPT_MANIFEST_MAX + 1);
+    if (!b) {
+        fclose(f);
+        return rm_errf(err, RM_ENOMEM, "%s: out of memory", path);
+    }
+    size_t n = fread(b, 1, RM_CKPT_MANIFEST_MAX + 1, f);
+    fclose(f);
+    int rc = RM_OK;
+    if (n > RM_CKPT_MANIFEST_MAX) {
+        rc = rm_errf(err, RM_ETOOBIG, "%s: manifest larger than %d bytes", path, RM_CKPT_MANIFEST_MAX);
+        goto out;
+    }
+    b[n] = 0;
+    /* the checksum line is the last one */
+    char *end = n >= 2 ? b + n - 2 : b;
+    while (end > b && end[-1] != '\n')
+        end--;
+    unsigned want = 0;
+    int used = 0;
+    if (n < 2 || b[n - 1] != '\n' || sscanf(end, "end %8x\n%n", &want, &used) != 1 ||
+        (size_t)(end - b) + (size_t)used != n) {
+        rc = rm_errf(err, RM_EINVAL, "%s: truncated manifest (no checksum line)", path);
+        goto out;
+    }
+    if ((uint32_t)crc32(0L, (const unsigned char *)b, (uInt)(end - b)) != (uint32_t)want) {
+        rc = rm_errf(err, RM_EINVAL, "%s: manifest checksum mismatch", path);
+        goto out;
+    }
+    *end = 0;
+    char *save = NULL, *line = strtok_r(b, "\n", &save);
+    long long ll;
+    unsigned long long ull;
+    int nsh = 0, nu = 0;
+    if (!line || strcmp(line, MANIFEST_MAGIC) != 0) {
+        rc = rm_errf(err, RM_EINVAL, "%s: not a ringmaster shard manifest", path);
+        goto out;
+    }
+    while ((line = strtok_r(NULL, "\n", &save))) {
+        int r, k;
+        size_t a, l;
+        unsigned c;
+        char name[NAME_CAP];
+        if (sscanf(line, "step %lld", &ll) == 1)
+            m->step = ll;
+        else if (sscanf(line, "rdzv_epoch %d", &k) == 1)
+            m->epoch = k;
+        else if (sscanf(line, "world %d", &k) == 1) {
+            if (k < 1 || k > MAX_WORLD || m->sh)
+                goto bad;
+            m->world = k;
+            m->sh = calloc((size_t)k, sizeof *m->sh);
+            if (!m->sh) {
+                rc = rm_errf(err, RM_ENOMEM, "%s: out of memory", path);
+                goto out;
+            }
+        } else if (sscanf(line, "nparams %llu", &ull) == 1)
+            m->nparams = ull;
+        else if (sscanf(line, "nstate %d", &k) == 1)
+            m->nstate = k;
+        else if (sscanf(line, "opt_type %d", &k) == 1)
+            m->opt_type = k;
+        else if (sscanf(line, "units %d", &k) == 1) {
+            if (k < 1 || k > RM_SHARD_MAX_UNITS)
+                goto bad;
+            m->nunits = k;
+        } else if (sscanf(line, "unit %zu %zu", &a, &l) == 2) {
+            if (nu >= m->nunits || l == 0)
+                goto bad;
+            m->uoff[nu] = a;
+            m->ulen[nu++] = l;
+        } else if (sscanf(line, "shard %d %llu %8x %95s", &r, &ull, &c, name) == 4) {
+            if (!m->sh || r != nsh || r >= m->world)
+                goto bad;
+            m->sh[r].floats = ull;
+            m->sh[r].crc = c;
+            memcpy(m->sh[r].name, name, sizeof name);
+            nsh++;
+        } else {
+            goto bad;
+        }
+    }
+    if (!m->sh || nsh != m->world || m->nunits < 1 || nu != m->nunits || m->nstate < 0 ||
+        m->nstate > RM_CKPT_MAX_STATE)
+        goto bad;
+    goto out;
+bad:
+    rc = rm_errf(err, RM_EINVAL, "%s: malformed manifest", path);
+out:
+    free(b);
+    if (rc)
+        manifest_free(m);
+    return rc;
+}
+
+/* ---------------- listing ---------------- */
+
+typedef struct mcand { int64_t step; int epoch, world; char name[NAME_CAP]; } mcand;
+
+static int mcand_desc(const void *a, const void *b)
+{
+    const mcand *x = a, *y = b;
+    if (x->step != y->step)
+        return x->step < y->step ? 1 : -1;
+    return x->epoch < y->epoch ? 1 : (x->epoch > y->epoch ? -1 : 0);
+}
+
+/* Manifests in dir, newest first. *out owned (free()). */
+static int list_manifests(const char *dir, mcand **out, int *n)
+{
+    *out = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT ? RM_ENOTFOUND : RM_EIO;
+    mcand *v = NULL;
+    int cnt = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        mcand c;
+        if (strlen(e->d_name) >= sizeof c.name || !parse_manifest_name(e->d_name, &c.step, &c.epoch, &c.world))
+            continue;
+        if (cnt == cap) {
+            int ncap = cap ? cap * 2 : 16;
+            mcand *nv = realloc(v, (size_t)ncap * sizeof *nv);
+            if (!nv) {
+                free(v);
+                closedir(d);
+                return RM_ENOMEM;
+            }
+            v = nv;
+            cap = ncap;
+        }
+        memcpy(c.name, e->d_name, strlen(e->d_name) + 1);
+        v[cnt++] = c;
+    }
+    closedir(d);
+    if (cnt)
+        qsort(v, (size_t)cnt, sizeof *v, mcand_desc);
+    *out = v;
+    *n = cnt;
+    return RM_OK;
+}
+
+static bool units_ok(const rm_ckpt_units *u, uint64_t nparams)
+{
+    if (!u || u->n < 1 || u->n > RM_SHARD_MAX_UNITS)
+        return false;
+    size_t at = 0;
+    for (int i = 0; i < u->n; i++) {
+        if (u->off[i] != at || u->len[i] == 0)
+            return false;
+        at += u->len[i];
+    }
+    return at == nparams;
+}
+
+static bool same_model(const manifest *m, uint64_t nparams, int nstate, int opt_type,
+                       const rm_ckpt_units *u)
+{
+    if (m->nparams != nparams || m->nstate != nstate || m->opt_type != opt_type || m->nunits != u->n)
+        return false;
+    for (int i = 0; i < u->n; i++)
+        if (m->uoff[i] != u->off[i] || m->ulen[i] != u->len[i])
+            return false;
+    return true;
+}
+
+/* ---------------- retention ---------------- */
+
+/* The manifest writer's pruning (ckpt_shard.h "Write"). */
+static void prune_sets(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units, int keep)
+{
+    mcand *v = NULL;
+    int n = 0;
+    if (keep < 1 || list_manifests(dir, &v, &n) != RM_OK)
+        return;
+    int kept = 0;
+    int64_t newest = -1;
+    mcand *keepv = calloc((size_t)(keep > n ? n : keep) + 1, sizeof *keepv);
+    for (int i = 0; i < n && keepv; i++) {
+        char p[4096 + NAME_CAP];
+        join(p, sizeof p, dir, v[i].name);
+        manifest m;
+        rm_err e = {0};
+        if (manifest_read(p, &m, &e) != RM_OK) {
+            rm_debug("manifest kept (unreadable) path=%s", p);
+            continue;
+        }
+        if (!same_model(&m, meta->nparams, meta->nstate, meta->opt_type, units)) {
+            manifest_free(&m);
+            continue;   /* another model's: never ours to remove */
+        }
+        if (kept < keep) {
+            keepv[kept++] = v[i];
+            if (newest < 0)
+                newest = m.step;
+            manifest_free(&m);
+            continue;
+        }
+        /* the manifest first: the set is never complete with shards missing */
+        if (unlink(p) == 0) {
+            (void)rm_ckpt_fsync_dir(dir);
+            for (int r = 0; r < m.world; r++) {
+                char sp[4096 + NAME_CAP];
+                join(sp, sizeof sp, dir, m.sh[r].name);
+                unlink(sp);
+            }
+            rm_debug("sharded checkpoint pruned manifest=%s shards=%d", p, m.world);
+        }
+        manifest_free(&m);
+    }
+    free(v);
+    if (newest < 0 || !keepv) {
+        free(keepv);
+        return;
+    }
+    /* shards of no kept set, older than the newest complete one: they can never complete */
+    DIR *d = opendir(dir);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            int64_t step;
+            int ep, r, w;
+            if (!parse_shard_name(e->d_name, &step, &ep, &r, &w) || step >= newest)
+                continue;
+            bool in_kept = false;
+            for (int i = 0; i < kept; i++)
+                if (keepv[i].step == step && keepv[i].epoch == ep && keepv[i].world == w)
+                    in_kept = true;
+            if (in_kept)
+                continue;
+            char p[4096 + 300];
+            join(p, sizeof p, dir, e->d_name);
+            rm_ckpt_meta hm;
+            rm_err he = {0};
+            if (rm_ckpt_read_header(p, &hm, NULL, &he) != RM_OK || hm.nparams != meta->nparams ||
+                hm.nstate != meta->nstate || hm.opt_type != meta->opt_type)
+                continue;
+            if (unlink(p) == 0)
+                rm_debug("incomplete shard pruned path=%s", p);
+        }
+        closedir(d);
+    }
+    free(keepv);
+}
+
+/* ---------------- write ---------------- */
+
+int rm_ckpt_shard_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
+                        const rm_ckpt_seg *segs, int nsegs, int keep, double wait_s,
+                        char *path_out, size_t path_cap, rm_err *err)
+{
+    const int W = meta->shard_world, me = meta->shard_rank, ep = meta->rdzv_epoch;
+    if (W < 1 || W > MAX_WORLD || me < 0 || me >= W)
+        return rm_errf(err, RM_EINVAL, "sharded checkpoint: rank %d of world %d", me, W);
+    if (!units_ok(units, meta->nparams))
+        return rm_errf(err, RM_EINVAL, "sharded checkpoint: units do not tile the %llu parameters",
+                       (unsigned long long)meta->nparams);
+    char name[NAME_CAP], mname[NAME_CAP], mpath[4096 + NAME_CAP];
+    if (rm_ckpt_shard_name(name, sizeof name, meta->step, ep, me, W) != 0 ||
+        rm_ckpt_manifest_name(mname, sizeof mname, meta->step, ep, W) != 0)
+        return rm_errf(err, RM_EINVAL, "sharded checkpoint: name too long");
+    join(mpath, sizeof mpath, dir, mname);
+    RM_CHECK(rm_ckpt_write_named(dir, name, meta, segs, nsegs, NULL, 0, err));
+    if (path_out)
+        snprintf(path_out, path_cap, "%s", mpath);
+    double deadline = rm_mono() + (wait_s > 0 ? wait_s : 0);
+    for (;;) {
+        struct stat st;
+        if (stat(mpath, &st) == 0)
+            return RM_OK;   /* another rank completed the set */
+        char missing[256] = "";
+        size_t ml = 0;
+        int nmissing = 0;
+        for (int r = 0; r < W; r++) {
+            char sn[NAME_CAP], sp[4096 + NAME_CAP];
+            rm_ckpt_shard_name(sn, sizeof sn, meta->step, ep, r, W);
+            join(sp, sizeof sp, dir, sn);
+            if (stat(sp, &st) != 0) {
+                if (ml + 16 < sizeof missing)
+                    ml += (size_t)snprintf(missing + ml, sizeof missing - ml, "%s%d", nmissing ? "," : "", r);
+                nmissing++;
+            }
+        }
+        if (nmissing == 0)
+            break;
+        if (rm_mono() >= deadline)
+            return rm_errf(err, RM_ETIMEDOUT, "sharded checkpoint step %lld: %d of %d shards missing "
+                           "after %.0f s (ranks %s): the set is incomplete and will not be loaded",
+                           (long long)meta->step, nmissing, W, wait_s, missing);
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    /* every shard is there: the manifest records their checksums */
+    manifest m = {.step = meta->step, .epoch = ep, .world = W, .nparams = meta->nparams,
+                  .nstate = meta->nstate, .opt_type = meta->opt_type, .nunits = units->n};
+    for (int u = 0; u < units->n; u++) {
+        m.uoff[u] = units->off[u];
+        m.ulen[u] = units->len[u];
+    }
+    m.sh = calloc((size_t)W, sizeof *m.sh);
+    if (!m.sh)
+        return rm_errf(err, RM_ENOMEM, "sharded checkpoint: out of memory");
+    int rc = RM_OK;
+    for (int r = 0; r < W && rc == RM_OK; r++) {
+        char sp[4096 + NAME_CAP];
+        rm_ckpt_shard_name(m.sh[r].name, sizeof m.sh[r].name, meta->step, ep, r, W);
+        join(sp, sizeof sp, dir, m.sh[r].name);
+        rm_ckpt_meta hm;
+        rc = rm_ckpt_read_header(sp, &hm, &m.sh[r].crc, err);
+        if (rc == RM_OK && (hm.step != meta->step || hm.shard_rank != r || hm.shard_world != W ||
+                            hm.rdzv_epoch != ep || hm.nparams != meta->nparams))
+            rc = rm_errf(err, RM_EINVAL, "%s: shard header does not match its name", sp);
+        m.sh[r].floats = hm.shard_floats;
+    }
+    char *text = NULL;
+    size_t tn = 0;
+    if (rc == RM_OK)
+        rc = manifest_encode(&m, &text, &tn, err);
+    manifest_free(&m);
+    if (rc)
+        return rc;
+    rc = rm_ckpt_put_file(dir, mname, text, tn, err);
+    free(text);
+    if (rc == RM_ECONFLICT) {   /* another rank wrote it at the same time: the set is complete */
+        memset(err, 0, sizeof *err);
+        return RM_OK;
+    }
+    if (rc)
+        return rc;
+    rm_info("sharded checkpoint complete manifest=%s shards=%d", mpath, W);
+    prune_sets(dir, meta, units, keep);
+    return RM_OK;
+}
+
+/* ---------------- read ---------------- */
+
+size_t rm_ckpt_shard_dst_bytes(const rm_ckpt_units *units, int nstate, int new_world, int new_rank)
+{
+    size_t total = 0, mine = 0;
+    for (int u = 0; u < units->n; u++) {
+        total += units->len[u];
+        mine += rm_shard_len(units->len[u], new_world, new_rank);
+    }
+    return (total + (size_t)nstate * mine) * sizeof(float);
+}
+
+/* Load one set: every shard verified, the planned pieces copied into dst. */
+static int load_set(const char *dir, const manifest *m, const rm_ckpt_meta *expect,
+                    const rm_ckpt_units *units, int new_world, int new_rank, float *dst,
+                    rm_ckpt_meta *meta, rm_err *err)
+{
+    const int W = m->world, K = m->nstate;
+    int np = rm_unit_shard_plan(units->len, units->n, W, new_world, new_rank, NULL, 0);
+    if (np < 0)
+        return rm_errf(err, RM_EINVAL, "re-sharding plan: bad layout");
+    rm_shard_piece *plan = calloc((size_t)np + 1, sizeof *plan);
+    rm_unit_shard old0;
+    if (!plan || rm_unit_shard_make(units->off, units->len, units->n, W, 0, &old0) != 0) {
+        free(plan);
+        return rm_errf(err, RM_ENOMEM, "re-sharding plan: out of memory");
+    }
+    rm_unit_shard_plan(units->len, units->n, W, new_world, new_rank, plan, np);
+    size_t new_total = 0;
+    for (int u = 0; u < units->n; u++)
+        new_total += rm_shard_len(units->len[u], new_world, new_rank);
+    size_t cap = (size_t)(1 + K) * (old0.total ? old0.total : 1) * sizeof(float);   /* rank 0's is the longest */
+    float *buf = malloc(cap);
+    int rc = buf ? RM_OK : rm_errf(err, RM_ENOMEM, "sharded checkpoint: out of memory");
+    for (int r = 0; r < W && rc == RM_OK; r++) {
+        char sp[4096 + NAME_CAP];
+        join(sp, sizeof sp, dir, m->sh[r].name);
+        rm_ckpt_meta hm;
+        uint32_t crc = 0;
+        rm_err e = {0};
+        rm_unit_shard old;
+        rc = rm_ckpt_read(sp, expect, &hm, buf, cap, &e);
+        if (rc == RM_OK)
+            rc = rm_ckpt_read_header(sp, &hm, &crc, &e);
+        if (rc == RM_OK && (hm.shard_rank != r || hm.shard_world != W || hm.step != m->step ||
+                            hm.rdzv_epoch != m->epoch || crc != m->sh[r].crc ||
+                            hm.shard_floats != m->sh[r].floats))
+            rc = rm_errf(&e, RM_EINVAL, "%s: does not match the manifest (rank, world, step, epoch "
+                         "or checksum)", sp);
+        if (rc == RM_OK && (rm_unit_shard_make(units->off, units->len, units->n, W, r, &old) != 0 ||
+                            old.total != hm.shard_floats))
+            rc = rm_errf(&e, RM_EINVAL, "%s: %llu floats, the layout says another count", sp,
+                         (unsigned long long)hm.shard_floats);
+        if (rc) {
+            rc = rm_errf(err, rc, "shard %d of %d (%s) unusable: %s", r, W, m->sh[r].name, e.msg);
+            break;
+        }
+        if (r == 0)
+            *meta = hm;
+        for (int u = 0; u < units->n; u++)   /* this rank's pieces of the parameters */
+            memcpy(dst + old.off[u], buf + old.soff[u], old.len[u] * sizeof(float));
+        for (int i = 0; i < np; i++) {       /* and the planned pieces of the optimizer state */
+            if (plan[i].src_rank != r)
+                continue;
+            for (int k = 0; k < K; k++)
+                memcpy(dst + m->nparams + (size_t)k * new_total + plan[i].dst_off,
+                       buf + (size_t)(1 + k) * old.total + plan[i].src_off, plan[i].len * sizeof(float));
+        }
+    }
+    free(buf);
+    free(plan);
+    return rc;
+}
+
+int rm_ckpt_shard_load_newest(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_units *units,
+                              int new_world, int new_rank, int64_t min_step, void *dst, size_t cap,
+                              rm_ckpt_meta *meta, char *path_out, size_t path_cap, int *skipped,
+                              rm_err *err)
+{
+    if (skipped)
+        *skipped = 0;
+    if (!units_ok(units, expect->nparams) || new_world < 1 || new_rank < 0 || new_rank >= new_world)
+        return rm_errf(err, RM_EINVAL, "sharded checkpoint: bad layout or rank");
+    if (rm_ckpt_shard_dst_bytes(units, expect->nstate, new_world, new_rank) > cap)
+        return rm_errf(err, RM_EINVAL, "sharded checkpoint: destination too small");
+    mcand *v = NULL;
+    int n = 0, bad = 0;
+    char first[200] = "";   /* the newest set's reason, for the caller's message */
+    int rc = list_manifests(dir, &v, &n);
+    if (rc == RM_ENOTFOUND)
+        return rm_errf(err, RM_ENOTFOUND, "no checkpoint dir %s", dir);
+    if (rc)
+        return rm_errf(err, rc, "checkpoint: cannot list %s", dir);
+    rc = RM_ENOTFOUND;
+    for (int i = 0; i < n; i++) {
+        if (v[i].step <= min_step)
+            break;
+        char p[4096 + NAME_CAP];
+        join(p, sizeof p, dir, v[i].name);
+        manifest m;
+        rm_err e = {0};
+        int lrc = manifest_read(p, &m, &e);
+        if (lrc == RM_OK && (m.step != v[i].step || m.epoch != v[i].epoch || m.world != v[i].world)) {
+            lrc = rm_errf(&e, RM_EINVAL, "%s: contents do not match its name", p);
+            manifest_free(&m);
+        } else if (lrc == RM_OK && !same_model(&m, expect->nparams, expect->nstate, expect->opt_type, units)) {
+            lrc = rm_errf(&e, RM_EINVAL, "%s: another model or optimizer", p);
+            manifest_free(&m);
+        }
+        if (lrc == RM_OK) {
+            lrc = load_set(dir, &m, expect, units, new_world, new_rank, dst, meta, &e);
+            manifest_free(&m);
+        }
+        if (lrc == RM_OK) {
+            if (path_out)
+                snprintf(path_out, path_cap, "%s", p);
+            rc = RM_OK;
+            break;
+        }
+        if (!bad++)
+            rm_sfmt(first, sizeof first, "%s", e.msg);
+        rm_warn("sharded checkpoint skipped (invalid) step=%lld manifest=%s reason=\"%s\"",
+                (long long)v[i].step, p, e.msg);
+    }
+    free(v);
+    if (skipped)
+        *skipped = bad;
+    if (rc)
+        return rm_errf(err, RM_ENOTFOUND, "no valid sharded checkpoint newer than step %lld in %s "
+                       "(%d invalid skipped%s%s)", (long long)min_step, dir, bad, bad ? "; newest: " : "",
+                       first);
+    if (bad)   /* an older set was used: say why the newer ones were not (err is informational) */
+        rm_sfmt(err->msg, sizeof err->msg, "%s", first);
+    return RM_OK;
+}

@@ -1,0 +1,75 @@
+/* ckpt_shard.h — sharded, elastic checkpoints (issue 14): every rank writes its own shard, the
+ * last one to finish writes a small manifest, and a restore at any world size re-shards.
+ *
+ * A set (one step of one round) in DIR:
+ *   shard-<step, 12 digits>-<rdzv epoch>-<rank>-of-<world>.rmck  one per rank: a checkpoint file
+ *       (worker/checkpoint.h, written by rm_ckpt_write_named: atomic, checksummed) whose header
+ *       has shard_rank/shard_world/shard_floats set and whose payload is the rank's compact shard:
+ *       its pieces of the parameters, then of each optimizer buffer, the vector sharded unit by
+ *       unit (worker/shard.h rm_unit_shard; units = the model's layers);
+ *   manifest-<step>-<rdzv epoch>-<world>.rmmf  text, written last: format version, step, epoch,
+ *       world, nparams, nstate, opt_type, the units (offset, length), one line per shard (rank,
+ *       floats, payload CRC32, file name), and a CRC32 of everything before it.
+ * A set is complete only when its manifest exists: shards without one (a rank died, SIGTERM caught
+ * the ranks at different steps) are never loaded.
+ *
+ * Write (rm_ckpt_shard_write, each rank, off the training thread): write the own shard; then,
+ * until wait_s passes, look for the manifest — or, when every shard of the set is there, read
+ * their headers (the checksums they record) and write the manifest (no-replace: when two ranks
+ * race, one wins and the other finds it). No collective: it works at SIGTERM too. The rank that
+ * wrote the manifest prunes: the newest `keep` complete sets of this model stay; an older set goes
+ * manifest first (so it is never complete with shards missing), then its shards; shards of no
+ * kept set older than the newest complete one (they can never complete) go too. Whole checkpoints
+ * (ckpt-*.rmck) are pruned by their own writer, not here.
+ *
+ * Read (rm_ckpt_shard_load_newest, each rank): manifests newest first (step, then epoch); a set
+ * of another model is passed over; every shard of a candidate set is read and verified (its own
+ * checksums, and the manifest's checksum, rank, world, step and epoch for it) — by every rank,
+ * even shards whose pieces it does not need, so all ranks choose the same set — and a corrupt or
+ * missing shard is logged naming the file and the next older set is tried. From each shard the
+ * reader keeps: its pieces of the parameters (so the parameters are whole on every rank, as the
+ * strategies' state agreement expects) and the pieces of the optimizer state that the re-sharding
+ * plan (rm_unit_shard_plan) assigns to new_rank of new_world.
+ *
+ * Ownership: all buffers are the caller's; nothing is kept between calls. */
+#ifndef RM_WORKER_CKPT_SHARD_H
+#define RM_WORKER_CKPT_SHARD_H
+#include <stddef.h>
+#include <stdint.h>
+#include "common/rm.h"
+#include "worker/checkpoint.h"
+
+#define RM_CKPT_MANIFEST_MAX 65536   /* bytes a manifest may have (read cap) */
+
+/* The units a vector is sharded by: contiguous, in order, covering [0, nparams). */
+typedef struct rm_ckpt_units {
+    int n;
+    const size_t *off, *len;
+} rm_ckpt_units;
+
+/* Write this rank's shard (meta->shard_rank/shard_world/shard_floats set; segs its compact shard,
+ * (1 + nstate) * shard_floats floats) and wait up to wait_s for the set to complete (see above).
+ * RM_OK: the set is complete (path_out: the manifest). RM_ETIMEDOUT: the shard is on disk but
+ * the set did not complete in time (err names the missing ranks). RM_EIO/RM_EINVAL: the shard
+ * could not be written. */
+int rm_ckpt_shard_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
+                        const rm_ckpt_seg *segs, int nsegs, int keep, double wait_s,
+                        char *path_out, size_t path_cap, rm_err *err);
+
+/* Bytes rm_ckpt_shard_load_newest needs in dst: nparams floats (every parameter) plus nstate
+ * buffers of new_rank's compact shard. */
+size_t rm_ckpt_shard_dst_bytes(const rm_ckpt_units *units, int nstate, int new_world, int new_rank);
+
+/* Newest complete, valid set with step > min_step, re-sharded for new_rank of new_world into dst
+ * (layout above; cap bytes). meta gets rank 0's shard header (the scalars of the position).
+ * RM_ENOTFOUND when there is none; skipped (may be NULL) counts the sets passed over as invalid.
+ * dst may be written even when an older set is loaded in the end. */
+int rm_ckpt_shard_load_newest(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_units *units,
+                              int new_world, int new_rank, int64_t min_step, void *dst, size_t cap,
+                              rm_ckpt_meta *meta, char *path_out, size_t path_cap, int *skipped,
+                              rm_err *err);
+
+/* File names (for tests and messages): "shard-...rmck" and "manifest-...rmmf" in dir. */
+int rm_ckpt_shard_name(char *out, size_t cap, int64_t step, int epoch, int rank, int world);
+int rm_ckpt_manifest_name(char *out, size_t cap, int64_t step, int epoch, int world);
+#endif
