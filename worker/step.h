@@ -132,6 +132,9 @@ typedef struct rm_step_ops {
     int (*round_begin)(rm_step *s, const rm_step_round *r, rm_err *err);
     /* Fresh state: parameters from seed, zero optimizer state (opt->t = 0). */
     int (*state_fresh)(rm_step *s, uint64_t seed, rm_err *err);
+    /* The three checkpoint entries are NULL together for a strategy whose state the workers do not
+     * checkpoint (parameter servers, L-BFGS: the servers do); the driver then neither writes nor
+     * loads a worker checkpoint. */
     /* Bytes of this rank's checkpoint payload (host memory); 0: this rank writes none. */
     size_t (*state_bytes)(const rm_step *s, int rank);
     /* Copy this rank's payload (state_bytes of it) into dst, host memory. Fails (and dst must not

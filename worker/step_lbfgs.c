@@ -16,7 +16,7 @@
  * A round ending (a peer died and the group re-forms) abandons a half-done portion: the coordinator
  * reissues it after its deadline. Requests to a server that fails are retried with bounded
  * back-off (timeout x 6), as step_ps.c does. Nothing is allocated per step; checkpoints are the
- * servers' (state_bytes 0). CPU path only. */
+ * servers' (no state_* entries). CPU path only. */
 #include "worker/step.h"
 
 #include <stdlib.h>
@@ -127,29 +127,6 @@ static int lb_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
 {
     return rm_model_init_params(s->env.m, seed, err);   /* what the servers drew; fetched anyway */
 }
-static size_t lb_state_bytes(const rm_step *s, int rank)
-{
-    (void)s;
-    (void)rank;
-    return 0;
-}
-static int lb_state_save(rm_step *s, void *dst, rm_err *err)
-{
-    (void)s;
-    (void)dst;
-    (void)err;
-    return RM_OK;
-}
-static void lb_state_restore(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
-                             int scaler_tracker)
-{
-    (void)s;
-    (void)src;
-    (void)opt_t;
-    (void)loss_scale;
-    (void)scaler_tracker;
-}
-
 /* One request to server i and its reply (payload floats from src, reply floats into dst, at most
  * cap), reconnecting with bounded back-off until the retry deadline. */
 static int call(rm_step *s, int i, rm_ps_req q, const float *src, float *dst, size_t cap,
@@ -296,9 +273,6 @@ const rm_step_ops rm_step_lbfgs_ops = {
     .init = lb_init,
     .round_begin = lb_round_begin,
     .state_fresh = lb_state_fresh,
-    .state_bytes = lb_state_bytes,
-    .state_save = lb_state_save,
-    .state_restore = lb_state_restore,
     .state_sync = lb_state_sync,
     .step = lb_step,
     .round_end = lb_round_end,

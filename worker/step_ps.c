@@ -17,7 +17,7 @@
  * Requests to the S servers are pipelined (all sent, then all answered); a server that fails
  * (died, being replaced) is retried alone with bounded back-off until timeout_s x 6 has passed,
  * then the step fails and the driver re-forms the round. Nothing is allocated per step: the
- * accumulator and connections are made once. Checkpoints are the servers' (state_bytes is 0).
+ * accumulator and connections are made once. Checkpoints are the servers' (no state_* entries).
  * Settings: env RINGMASTER_PS_ADDRS and RINGMASTER_PARAMETER_SERVER (the launch contract). */
 #include "worker/step.h"
 
@@ -152,31 +152,6 @@ static int ps_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
         e->k->memset0(e->opt->state[i], e->opt->n * sizeof(float));
     e->opt->t = 0;
     return rm_model_init_params(e->m, seed, err);
-}
-
-static size_t ps_state_bytes(const rm_step *s, int rank)
-{
-    (void)s;
-    (void)rank;
-    return 0;   /* every shard is checkpointed by its server */
-}
-
-static int ps_state_save(rm_step *s, void *dst, rm_err *err)
-{
-    (void)s;
-    (void)dst;
-    (void)err;
-    return RM_OK;
-}
-
-static void ps_state_restore(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
-                             int scaler_tracker)
-{
-    (void)s;
-    (void)src;
-    (void)opt_t;
-    (void)loss_scale;
-    (void)scaler_tracker;
 }
 
 /* Server i's address from the rendezvous (a replacement may serve elsewhere). */
@@ -451,9 +426,6 @@ const rm_step_ops rm_step_ps_ops = {
     .init = ps_init,
     .round_begin = ps_round_begin,
     .state_fresh = ps_state_fresh,
-    .state_bytes = ps_state_bytes,
-    .state_save = ps_state_save,
-    .state_restore = ps_state_restore,
     .state_sync = ps_state_sync,
     .step = ps_step,
     .round_end = ps_round_end,

@@ -891,8 +891,8 @@ static bool state_sharded(const trainer *t)
  * loaded, 0 if none. */
 static int state_load(trainer *t)
 {
-    if (!t->cfg->checkpoint_dir)
-        return 0;
+    if (!t->cfg->checkpoint_dir || !t->strat->state_restore)
+        return 0;   /* a strategy whose state lives elsewhere (the servers') loads nothing here */
     rm_ckpt_meta exp, meta, smeta;
     ckpt_expect(t, &exp);
     char path[4200];
@@ -1086,7 +1086,7 @@ static void ckpt_writer_stop(trainer *t)
  * the strategy says who writes). Waits only for a previous write still in flight. */
 static int ckpt_write(trainer *t, rm_err *err)
 {
-    size_t bytes = t->strat->state_bytes(t->st, t->rank);
+    size_t bytes = t->strat->state_bytes ? t->strat->state_bytes(t->st, t->rank) : 0;
     if (!t->cfg->checkpoint_dir || !t->have_state || bytes == 0 || t->step == t->last_ckpt_step)
         return RM_OK;
     ckpt_writer *w = &t->cw;
