@@ -3,6 +3,9 @@
 # through `ringmaster-worker bench` (static world on 127.0.0.1), with the machine's memcpy bandwidth
 # as the limit beside them. Side by side in one run; prints nccl-tests tables and writes
 # bench/results/shm.md. Usage: RM_BIN=bin bench/shm/run.sh   (QUICK=1: 1 KiB..16 MiB, few iters)
+# PEERS=1 (default) also runs, in the same loop and with the same sizes, PyTorch 1.13's Gloo
+# (/usr/bin/python3, bench/allreduce/gloo_peer.py) and Open MPI's vader shared-memory transport with
+# single-copy (CMA) on and off; PEERS=0 skips them.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 W="${RM_BIN:-$root/bin}/ringmaster-worker"
@@ -32,6 +35,28 @@ run() {   # run BACKEND N OUTFILE
   for p in "${pids[@]}"; do wait "$p" || true; done
 }
 
+py=/usr/bin/python3
+gloo() {   # gloo N OUTFILE
+  local n=$1 out=$2 store="$RAW/gloo-store.$RANDOM$RANDOM" pids=()
+  for r in $(seq 1 $((n - 1))); do
+    OMP_NUM_THREADS=1 timeout 300 $py "$root/bench/allreduce/gloo_peer.py" --rank "$r" --world "$n" --init "file://$store" "${ARGS[@]}" > /dev/null 2>> "$out.err" &
+    pids+=($!)
+  done
+  OMP_NUM_THREADS=1 timeout 300 $py "$root/bench/allreduce/gloo_peer.py" --rank 0 --world "$n" --init "file://$store" "${ARGS[@]}" >> "$out" 2>> "$out.err" || echo "# FAILED rc=$?" >> "$out"
+  for p in "${pids[@]}"; do wait "$p" || true; done
+  rm -f "$store"
+}
+vader() {   # vader N SINGLE_COPY(cma|none) OUTFILE
+  OMPI_MCA_btl_vader_single_copy_mechanism=$2 OMPI_MCA_plm_rsh_agent=false \
+  timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$1" --mca btl vader,self \
+    "$W" bench --backend mpi "${ARGS[@]}" >> "$3" 2>> "$3.err" || echo "# FAILED rc=$?" >> "$3"
+}
+BACKENDS=(shm ring)
+if [ "${PEERS:-1}" = 1 ]; then
+  $py -c 'import torch.distributed' 2>/dev/null && BACKENDS+=(gloo)
+  command -v mpirun >/dev/null 2>&1 && BACKENDS+=(vader-cma vader-nocopy)
+fi
+
 cc -O2 -o "$RAW/memcpy" "$root/bench/shm/memcpy.c"
 {
   echo "# Shared-memory allreduce (bench/shm/run.sh)"
@@ -42,9 +67,14 @@ cc -O2 -o "$RAW/memcpy" "$root/bench/shm/memcpy.c"
   echo "Limit: $("$RAW/memcpy" 64 10)"
 } > "$RAW/report"
 for n in "${WORLDS[@]}"; do
-  for be in shm ring; do
+  for be in "${BACKENDS[@]}"; do
     echo "== $n ranks: $be"
-    run "$be" "$n" "$RAW/$be.$n"
+    case $be in
+      gloo) gloo "$n" "$RAW/$be.$n" ;;
+      vader-cma) vader "$n" cma "$RAW/$be.$n" ;;
+      vader-nocopy) vader "$n" none "$RAW/$be.$n" ;;
+      *) run "$be" "$n" "$RAW/$be.$n" ;;
+    esac
     { echo; echo "## $n ranks, backend $be"; echo; echo '```'; cat "$RAW/$be.$n"; echo '```'; } >> "$RAW/report"
   done
 done

@@ -8,11 +8,11 @@
 #   RM_BIN=bin bench/topo/run.sh            (QUICK=1 by default here: 1 MiB..16 MiB, few iterations)
 #   LINK=1gbit,200us   the inter-node link (default)
 #   QUICK=0            1 MiB..256 MiB, more iterations
-#   TOPO_VARIANTS      space-separated NAME[:ENV=VAL[,ENV=VAL...]] run side by side, default "ring".
-#                      The hook for the hierarchical backend (issue 19 item 3): a variant such as
-#                      "hierarchical:RINGMASTER_ALLREDUCE=hierarchical" (whatever name that backend
-#                      reads) runs with that environment; NAME is only the table's label, every
-#                      variant runs `bench --backend ring` (BACKEND_<NAME>=... overrides it).
+#   TOPO_VARIANTS      space-separated NAME[:ENV=VAL[,ENV=VAL...]] run side by side, default
+#                      "ring hier": the flat TCP ring and the hierarchical allreduce (comm_hier.c:
+#                      shared memory inside each node, a TCP ring across the link). NAME is the
+#                      backend unless BACKEND_<NAME>=... says otherwise; the hier backend is told
+#                      the ranks' nodes (--nodes node-0,node-0,node-1,node-1).
 # Needs root (network namespaces); never changes the caller's own namespace.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -33,16 +33,17 @@ PEERS="$(addr_of 0):29500,$(addr_of 0):29501,$(addr_of 1):29500,$(addr_of 1):295
 run() {   # run NAME ENVLIST OUTFILE
   local name=$1 envs=$2 out=$3 pids=() be r
   local bvar="BACKEND_${name//[^A-Za-z0-9_]/_}"
-  be=${!bvar:-ring}
-  local envargs=()
+  be=${!bvar:-$name}
+  local envargs=() nodes=()
+  [ "$be" = hier ] && nodes=(--nodes node-0,node-0,node-1,node-1)
   [ -n "$envs" ] && IFS=, read -r -a envargs <<<"$envs"
   for r in 3 2 1; do
     ip netns exec "$(ns_of $((r / 2)))" env "${envargs[@]}" timeout 600 "$W" bench --backend "$be" --world 4 --rank "$r" \
-       --peers "$PEERS" --timeout 120 "${ARGS[@]}" >/dev/null 2>>"$out.err" &
+       --peers "$PEERS" "${nodes[@]}" --timeout 120 "${ARGS[@]}" >/dev/null 2>>"$out.err" &
     pids+=($!)
   done
   ip netns exec "$(ns_of 0)" env "${envargs[@]}" timeout 600 "$W" bench --backend "$be" --world 4 --rank 0 \
-     --peers "$PEERS" --timeout 120 "${ARGS[@]}" >>"$out" 2>>"$out.err" || echo "# FAILED rc=$?" >>"$out"
+     --peers "$PEERS" "${nodes[@]}" --timeout 120 "${ARGS[@]}" >>"$out" 2>>"$out.err" || echo "# FAILED rc=$?" >>"$out"
   for p in "${pids[@]}"; do wait "$p" || true; done
 }
 
@@ -57,7 +58,7 @@ run() {   # run NAME ENVLIST OUTFILE
   else echo "no delay (this kernel has no sch_netem: only the rate is shaped)."; fi
   echo "A flat ring's busbw cannot exceed the link rate (each node link carries 2(n-1)/n of the buffer)."
 } >"$RAW/report"
-for v in ${TOPO_VARIANTS:-ring}; do
+for v in ${TOPO_VARIANTS:-ring hier}; do
   name=${v%%:*}; envs=""
   [ "$name" != "$v" ] && envs=${v#*:}
   echo "== 2x2 ranks: $name${envs:+ ($envs)}"
