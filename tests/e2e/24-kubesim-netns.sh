@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-host: ip netns nodes
 # 24-kubesim-netns: tests/kubesim/netns.sh and kubesim --nodes on their own. The namespaces exist
 # while the command runs (fabric with a bridge, control plane, nodes, addresses, tbf on both ends of
 # each node link) and are all gone after it exits normally, fails, or netns.sh is signalled; the

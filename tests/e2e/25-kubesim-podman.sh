@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-host: podman containers
 # 25-kubesim-podman: kubesim's kubelet in container mode (--runtime podman) runs pods from their spec
 # with podman, checked from inside the containers: image + command/args, env (value, fieldRef,
 # secretKeyRef, configMapKeyRef, envFrom), runAsUser/runAsGroup, readOnlyRootFilesystem (the root is

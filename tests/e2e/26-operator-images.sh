@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-host: podman containers
 # 26-operator-images: the whole path with images (issue 18, item 4). kubesim runs pods as podman
 # containers (--runtime podman) behind a TLS front (the operator's in-cluster client speaks only
 # HTTPS and verifies the service account's ca.crt):

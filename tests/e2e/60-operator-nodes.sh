@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-host: ip netns nodes
 # e2e-timeout: 2400
 # 60-operator-nodes: kubesim's nodes as network namespaces (issue 19 item 1), with the operator and
 # workers unchanged. Part 1 (this script, re-run by 6x-operator-lib.bash inside the control-plane

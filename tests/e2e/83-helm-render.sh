@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# e2e-host: podman images
 # 83-helm-render: the Helm chart rendered for real (tests/helm-render: Go text/template + sprig +
 # Helm's built-ins, values checked against values.schema.json with gojsonschema as Helm does):
 #  1. every tests/helm-render/values/ok-*.yaml renders to valid YAML; the defaults render the same
