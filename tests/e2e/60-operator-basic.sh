@@ -22,10 +22,11 @@ metadata: {name: broken}
 spec: {replicas: 2, minReplicas: 3, maxReplicas: 4, template: {spec: {containers: [{name: worker, image: ringmaster/worker:latest}]}}}
 YAML
 wait_for 20 "2 pods created" bash -c "[ \$(kubectl get pods -l ringmaster.dev/job-name=mnist --no-headers 2>/dev/null | grep -c .) -eq 2 ]"
+# the job trains for seconds and its pods are cleaned up when it Succeeds: read the pod at once
+pod=$(k get pod mnist-worker-1 -o json)
 k get secret mnist-rendezvous >/dev/null || fail "no rendezvous Secret"
 [ "$(k get svc mnist -o jsonpath='{.spec.clusterIP}')" = "None" ] || fail "service not headless"
 [ "$(k get svc mnist -o jsonpath='{.spec.publishNotReadyAddresses}')" = "true" ] || fail "publishNotReadyAddresses"
-pod=$(k get pod mnist-worker-1 -o json)
 echo "$pod" | $PY -c '
 import json,sys
 p=json.load(sys.stdin); md=p["metadata"]; sp=p["spec"]
