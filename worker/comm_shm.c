@@ -39,8 +39,10 @@
  *
  * Signalling: per-rank monotonic counters (staged, reduced, gathered = the last round done) in
  * their own cache lines, one futex "bell" word bumped after every counter store and woken only
- * when someone sleeps on it. Every wait is a loop of short spins and futex waits of at most 50 ms
- * that re-checks: the peer counters, the segment's failed word (set by any rank whose collective
+ * when someone sleeps on it. Every wait busy-waits up to 20 us (a peer a round behind catches up in
+ * that time; cut to ~64 pauses when the ranks outnumber the CPUs this rank may run on, where spinning
+ * only delays a peer sharing the CPU), yields 32 times, then loops on futex waits of at most 50 ms
+ * and re-checks: the peer counters, the segment's failed word (set by any rank whose collective
  * fails, aborts or that destroys mid-collective), the peers' left words (a clean destroy), the
  * peers' pids (kill(pid, 0) == ESRCH, when all ranks share a pid namespace: a dead peer is noticed
  * in ~50 ms) and the deadline cfg.timeout_s (a hung peer, or one in another pid namespace).
@@ -82,7 +84,7 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
 #define SHM_SETS 4   /* buffer sets: a rank may run up to SHM_SETS - 1 rounds ahead of the slowest */
 #define SHM_SLICE_S 0.05
 #define SHM_YIELDS 32   /* sched_yield rounds between spinning and the futex */
-#define SHM_SPIN_S 20e-6   /* busy-wait this long before yielding */
+#define SHM_SPIN_S 20e-6   /* busy-wait this long before yielding (when every rank can have a CPU) */
 
 typedef struct shm_hdr {
     _Atomic uint32_t magic;     /* written last by rank 0: the rest of the header is valid */
@@ -125,6 +127,7 @@ struct rm_comm {
     size_t P;
     uint64_t seq;   /* rounds done on this comm (same on every rank) */
     int same_pidns;
+    double spin_s;  /* busy-wait before yielding: SHM_SPIN_S, 0 when ranks outnumber this rank's CPUs */
     atomic_int aborted;
     int broken;
     int foreign;    /* attach refused the segment (not ours): leave it untouched */
@@ -247,7 +250,7 @@ static int shm_wait(rm_comm *c, wait_what w, uint64_t g, double deadline, rm_err
 #endif
             if ((spin & 31) == 31) {
                 double t = rm_mono();
-                if (spin_end == 0) spin_end = t + SHM_SPIN_S;
+                if (spin_end == 0) spin_end = t + c->spin_s;
                 else if (t >= spin_end) spin_phase = 0, spin = 0;
             }
             continue;
@@ -476,6 +479,10 @@ static int shm_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
             usleep(1000);
         }
     }
+    /* more ranks than CPUs: a spinning rank only keeps a peer that shares its CPU from running, so
+     * go straight to sched_yield and the futex */
+    cpu_set_t cpus;
+    c->spin_s = sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) < n ? 0 : SHM_SPIN_S;
     c->same_pidns = 1;
     for (int q = 0; q < n; q++)
         if (!c->slots[q].pidns[0] || strcmp(c->slots[q].pidns, me->pidns) != 0) c->same_pidns = 0;
