@@ -29,7 +29,9 @@
  * its own shard's piece in one fused pass reading its own input in place and every peer's staged
  * copy, in rank order 0..n-1 (so each element is summed in one fixed order: bit-identical on every
  * rank, since only the owner computes it), writing the result straight into its output and into
- * out[b] for the peers, (3) copies the other shards' reduced pieces out of out[b]. SHM_SETS buffer
+ * out[b] for the peers, (3) copies the other shards' reduced pieces out of out[b] (an allreduce does
+ * this for round g after round g + 1's staging barrier, which already proves every rank reduced
+ * round g: one barrier per round instead of two). SHM_SETS buffer
  * sets b = round % SHM_SETS pipeline the rounds: a rank stages and reduces later rounds while slower
  * ranks still gather earlier ones. Per byte of buffer and rank that is 2(n-1)/n + 1 reads and
  * 2(n-1)/n + 2/n writes (2 + 2 for n = 2), and with P sized so a round's pieces stay in L2 (default
@@ -561,6 +563,20 @@ static int desc_mismatch(rm_comm *c, int b, uint64_t desc, uint64_t g, rm_err *e
     return RM_OK;
 }
 
+/* Phase 3 of round j (buffer set b): the reduced pieces of the other shards from out[b] into dst
+ * (AG: also this rank's own piece unless it is gathered in place). */
+static void gather_round(rm_comm *c, int k, float *dst, const float *shard, size_t count, size_t j, int b) {
+    size_t P = c->P, off, len;
+    for (int s = 0; s < c->n; s++) {
+        if (k == K_AR && s == c->rank) continue;   /* written by the reduce */
+        piece_of(count, c->n, s, j, P, &off, &len);
+        if (!len) continue;
+        float *d = dst + off;
+        if (k == K_AG && s == c->rank && d == shard + j * P) continue;  /* in place */
+        memcpy(d, c->out[b] + (size_t)s * P, len * sizeof(float));
+    }
+}
+
 /* One collective of kind k. AR: src -> dst (count); RS: src (count) -> shard; AG: shard -> dst.
  * Memory passes per rank and round (world n, piece P of every shard):
  *   stage:   copy the n-1 pieces that other ranks own from src into in[b][me]   ((n-1)P read + write)
@@ -621,19 +637,20 @@ static int shm_run(rm_comm *c, int k, const float *src, float *dst, float *shard
             atomic_store_explicit(&ms->reduced, g, memory_order_release);
             ring_bell(c);
         }
+        if (k == K_AR) {
+            /* gather the previous round now: every rank stored reduced(g - 1) before staged(g), so
+             * the wait for staged(g) above already proved every piece of round g - 1 reduced. One
+             * barrier per round (staged) instead of two (staged, reduced). */
+            if (j > 0) {
+                gather_round(c, K_AR, dst, NULL, count, j - 1, (int)((g - 1) % SHM_SETS));
+                atomic_store_explicit(&ms->gathered, g - 1, memory_order_release);
+                ring_bell(c);
+            }
+            if (j + 1 < rounds) continue;
+        }
         if ((rc = shm_wait(c, W_REDUCED, g, deadline, err))) goto fail;
         if (k != K_AR && (rc = desc_mismatch(c, b, desc, g, err))) goto fail;
-        if (k != K_BAR) {
-            for (int s = 0; s < n; s++) {
-                if (k == K_AR && s == me) continue;   /* written by the reduce */
-                piece_of(count, n, s, j, P, &off, &len);
-                if (!len) continue;
-                float *d = dst + off;
-                const float *from = c->out[b] + (size_t)s * P;
-                if (k == K_AG && s == me && d == shard + j * P) continue;  /* in place */
-                memcpy(d, from, len * sizeof(float));
-            }
-        }
+        if (k != K_BAR) gather_round(c, k, dst, shard, count, j, b);
         atomic_store_explicit(&ms->gathered, g, memory_order_release);
         ring_bell(c);
     }
