@@ -35,7 +35,7 @@
  * sets b = round % SHM_SETS pipeline the rounds: a rank stages and reduces later rounds while slower
  * ranks still gather earlier ones. Per byte of buffer and rank that is 2(n-1)/n + 1 reads and
  * 2(n-1)/n + 2/n writes (2 + 2 for n = 2), and with P sized so a round's pieces stay in L2 (default
- * 256 KiB of staging per rank), the shared-memory side of it stays in cache.
+ * 256 KiB of staging per rank), the shared-memory side of it can stay in cache (not yet measured idle).
  * reduce_scatter is phases 1-2 (written into the caller's shard), all_gather is phase 3 with
  * every rank's shard staged into out[b]; both bit-identical to the allreduce's values.
  *

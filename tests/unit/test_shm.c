@@ -251,7 +251,7 @@ static void test_repeated_calls_and_barrier(void) {
     sworld w;
     sworld_make(&w, 3);
     CU_ASSERT_EQUAL_FATAL(sworld_init(&w), 0);
-    /* many collectives on one comm: the round counter and both buffer sets keep in step */
+    /* many collectives on one comm: the round counter and every buffer set keep in step */
     for (int it = 0; it < 20; it++) {
         w.count = (size_t)(it * 37 % 1500);
         for (int q = 0; q < 3; q++) {
