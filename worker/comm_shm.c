@@ -24,20 +24,27 @@
  *
  * Algorithm (reduce-scatter + all-gather through shared memory, single reader per element): the
  * buffer is split by the shard layout of worker/shard.h; each shard is walked in pieces of P
- * elements, one piece of every shard per round. In a round every rank (1) copies its pieces into
- * its staging area in[b][rank], (2) reduces its own shard's piece reading every rank's staged copy
- * directly, in rank order 0..n-1 (so each element is summed in one fixed order: bit-identical on
- * every rank, since only the owner computes it), writing into out[b], (3) copies every shard's
- * reduced piece out of out[b]. Two buffer sets b = round & 1 pipeline the rounds: a rank stages
- * round g+1 while slower ranks still gather round g. Per byte of buffer each rank moves ~3 memory
- * passes (copy in, read n/n, copy out) instead of the TCP ring's 2(n-1)/n through the kernel.
+ * elements, one piece of every shard per round. In a round every rank (1) copies the pieces of the
+ * OTHER ranks' shards into its staging area in[b][rank] (its own piece it never stages), (2) reduces
+ * its own shard's piece in one fused pass reading its own input in place and every peer's staged
+ * copy, in rank order 0..n-1 (so each element is summed in one fixed order: bit-identical on every
+ * rank, since only the owner computes it), writing the result straight into its output and into
+ * out[b] for the peers, (3) copies the other shards' reduced pieces out of out[b] (an allreduce does
+ * this for round g after round g + 1's staging barrier, which already proves every rank reduced
+ * round g: one barrier per round instead of two). SHM_SETS buffer
+ * sets b = round % SHM_SETS pipeline the rounds: a rank stages and reduces later rounds while slower
+ * ranks still gather earlier ones. Per byte of buffer and rank that is 2(n-1)/n + 1 reads and
+ * 2(n-1)/n + 2/n writes (2 + 2 for n = 2), and with P sized so a round's pieces stay in L2 (default
+ * 256 KiB of staging per rank), the shared-memory side of it can stay in cache (not yet measured idle).
  * reduce_scatter is phases 1-2 (written into the caller's shard), all_gather is phase 3 with
  * every rank's shard staged into out[b]; both bit-identical to the allreduce's values.
  *
  * Signalling: per-rank monotonic counters (staged, reduced, gathered = the last round done) in
  * their own cache lines, one futex "bell" word bumped after every counter store and woken only
- * when someone sleeps on it. Every wait is a loop of short spins and futex waits of at most 50 ms
- * that re-checks: the peer counters, the segment's failed word (set by any rank whose collective
+ * when someone sleeps on it. Every wait busy-waits up to 20 us (a peer a round behind catches up in
+ * that time; cut to ~64 pauses when the ranks outnumber the CPUs this rank may run on, where spinning
+ * only delays a peer sharing the CPU), yields 32 times, then loops on futex waits of at most 50 ms
+ * and re-checks: the peer counters, the segment's failed word (set by any rank whose collective
  * fails, aborts or that destroys mid-collective), the peers' left words (a clean destroy), the
  * peers' pids (kill(pid, 0) == ESRCH, when all ranks share a pid namespace: a dead peer is noticed
  * in ~50 ms) and the deadline cfg.timeout_s (a hung peer, or one in another pid namespace).
@@ -45,7 +52,7 @@
  *
  * Ownership: init() returns an owned rm_comm (mapping + fd); destroy() unmaps. cfg is borrowed
  * during init only. Threads: as comm.h (abort() from any thread). f32 only (RM_EUNSUPPORTED else).
- * Test knob: RINGMASTER_SHM_STAGE_BYTES (rank 0 only, 4 KiB .. 64 MiB; default 1 MiB) is the
+ * Test knob: RINGMASTER_SHM_STAGE_BYTES (rank 0 only, 4 KiB .. 64 MiB; default 256 KiB) is the
  * staging area per rank per buffer set; the header carries the piece size to every rank. */
 #include <errno.h>
 #include <fcntl.h>
@@ -74,10 +81,12 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
                "shared-memory counters need lock-free atomics");
 
 #define SHM_MAGIC 0x524d5348u   /* "RMSH" */
-#define SHM_VERSION 1u
-#define SHM_STAGE_DEFAULT (1u << 20)
+#define SHM_VERSION 2u
+#define SHM_STAGE_DEFAULT (256u << 10)
+#define SHM_SETS 4   /* buffer sets: a rank may run up to SHM_SETS - 1 rounds ahead of the slowest */
 #define SHM_SLICE_S 0.05
 #define SHM_YIELDS 32   /* sched_yield rounds between spinning and the futex */
+#define SHM_SPIN_S 20e-6   /* busy-wait this long before yielding (when every rank can have a CPU) */
 
 typedef struct shm_hdr {
     _Atomic uint32_t magic;     /* written last by rank 0: the rest of the header is valid */
@@ -102,7 +111,7 @@ typedef struct shm_slot {
     alignas(64) _Atomic uint64_t staged;
     alignas(64) _Atomic uint64_t reduced;
     alignas(64) _Atomic uint64_t gathered;
-    alignas(64) _Atomic uint64_t desc[2];  /* (kind << 56) | count of the round using buffer set b */
+    alignas(64) _Atomic uint64_t desc[SHM_SETS];  /* (kind << 56) | count of the round using set b */
 } shm_slot;
 
 #define HDR_BYTES ((sizeof(shm_hdr) + 255) & ~(size_t)255)
@@ -115,11 +124,12 @@ struct rm_comm {
     unsigned char *base;
     shm_hdr *h;
     shm_slot *slots;
-    float *in[2];   /* in[b] + q * n * P = rank q's staging area */
-    float *out[2];  /* out[b] + s * P = shard s's reduced piece */
+    float *in[SHM_SETS];   /* in[b] + (q * n + s) * P = rank q's staged piece of shard s (s != q) */
+    float *out[SHM_SETS];  /* out[b] + s * P = shard s's reduced piece */
     size_t P;
     uint64_t seq;   /* rounds done on this comm (same on every rank) */
     int same_pidns;
+    double spin_s;  /* busy-wait before yielding: SHM_SPIN_S, 0 when ranks outnumber this rank's CPUs */
     atomic_int aborted;
     int broken;
     int foreign;    /* attach refused the segment (not ours): leave it untouched */
@@ -226,7 +236,8 @@ static int lagging(rm_comm *c, wait_what w, uint64_t g) {
 /* Wait until every rank's counter w reaches g (for W_ATTACHED: g = 1), bounded by the deadline;
  * notices abort, a failed segment, a peer that left or whose process is gone. */
 static int shm_wait(rm_comm *c, wait_what w, uint64_t g, double deadline, rm_err *err) {
-    double next_pid_check = 0;
+    double next_pid_check = 0, spin_end = 0;
+    int spin_phase = 1;
     for (int spin = 0;; spin++) {
         int q = lagging(c, w, g);
         if (q < 0) return RM_OK;
@@ -235,13 +246,18 @@ static int shm_wait(rm_comm *c, wait_what w, uint64_t g, double deadline, rm_err
             int fr = atomic_load(&c->h->failed_rank);
             return rm_errf(err, RM_ECLOSED, "shm: rank %d failed or aborted its collective", fr);
         }
-        if (spin < 64) {
+        if (spin_phase) {   /* busy-wait up to SHM_SPIN_S: a peer a round behind catches up in µs */
 #if defined(__x86_64__) || defined(__i386__)
             __builtin_ia32_pause();
 #endif
+            if ((spin & 31) == 31) {
+                double t = rm_mono();
+                if (spin_end == 0) spin_end = t + c->spin_s;
+                else if (t >= spin_end) spin_phase = 0, spin = 0;
+            }
             continue;
         }
-        if (spin < 64 + SHM_YIELDS) {   /* let a peer on this core run before sleeping */
+        if (spin < SHM_YIELDS) {   /* let a peer on this core run before sleeping */
             sched_yield();
             continue;
         }
@@ -285,7 +301,7 @@ static int shm_map(rm_comm *c, size_t size, rm_err *err) {
 
 static size_t seg_bytes(int n, size_t P) {
     size_t per_set = ((size_t)n * (size_t)n * P + (size_t)n * P) * sizeof(float);
-    return HDR_BYTES + (size_t)n * sizeof(shm_slot) + 2 * per_set;
+    return HDR_BYTES + (size_t)n * sizeof(shm_slot) + SHM_SETS * per_set;
 }
 
 static void shm_layout(rm_comm *c) {
@@ -293,7 +309,7 @@ static void shm_layout(rm_comm *c) {
     c->slots = (shm_slot *)p;
     p += (size_t)c->n * sizeof(shm_slot);
     size_t nP = (size_t)c->n * c->P;
-    for (int b = 0; b < 2; b++) {
+    for (int b = 0; b < SHM_SETS; b++) {
         c->in[b] = (float *)p;
         p += (size_t)c->n * nP * sizeof(float);
         c->out[b] = (float *)p;
@@ -465,6 +481,10 @@ static int shm_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
             usleep(1000);
         }
     }
+    /* more ranks than CPUs: a spinning rank only keeps a peer that shares its CPU from running, so
+     * go straight to sched_yield and the futex */
+    cpu_set_t cpus;
+    c->spin_s = sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) < n ? 0 : SHM_SPIN_S;
     c->same_pidns = 1;
     for (int q = 0; q < n; q++)
         if (!c->slots[q].pidns[0] || strcmp(c->slots[q].pidns, me->pidns) != 0) c->same_pidns = 0;
@@ -502,7 +522,70 @@ static int shm_check(rm_comm *c, rm_dtype dt, rm_redop op, rm_err *err) {
     return RM_OK;
 }
 
-/* One collective of kind k. AR: src -> dst (count); RS: src (count) -> shard; AG: shard -> dst. */
+/* out[i] = ((x[0][i] + x[1][i]) + x[2][i]) + ... (* inv for AVG), the same order for every element
+ * and every call, written to o1 and, when o2 is not NULL, to o2 as well. Works in L1-sized blocks
+ * through a local accumulator, so one pass over the inputs serves any world size, the loops
+ * vectorize without alias checks, and o1/o2 may be the very same elements as one of the inputs (an
+ * in-place allreduce reads its own input where it writes its result). */
+#define SHM_BLOCK 1024
+static void reduce_into(float *o1, float *o2, const float *const *x, int n, size_t len, int avg, float inv) {
+    float acc[SHM_BLOCK];
+    for (size_t at = 0; at < len; at += SHM_BLOCK) {
+        size_t m = len - at < SHM_BLOCK ? len - at : SHM_BLOCK;
+        const float *a = x[0] + at, *b = x[1] + at;
+        if (m == SHM_BLOCK) {   /* fixed trip count: vectorized even at -O2 */
+            for (size_t i = 0; i < SHM_BLOCK; i++) acc[i] = a[i] + b[i];
+            for (int q = 2; q < n; q++) {
+                const float *y = x[q] + at;
+                for (size_t i = 0; i < SHM_BLOCK; i++) acc[i] += y[i];
+            }
+            if (avg)
+                for (size_t i = 0; i < SHM_BLOCK; i++) acc[i] *= inv;
+        } else {
+            for (size_t i = 0; i < m; i++) acc[i] = a[i] + b[i];
+            for (int q = 2; q < n; q++) {
+                const float *y = x[q] + at;
+                for (size_t i = 0; i < m; i++) acc[i] += y[i];
+            }
+            if (avg)
+                for (size_t i = 0; i < m; i++) acc[i] *= inv;
+        }
+        memcpy(o1 + at, acc, m * sizeof(float));
+        if (o2) memcpy(o2 + at, acc, m * sizeof(float));
+    }
+}
+
+static int desc_mismatch(rm_comm *c, int b, uint64_t desc, uint64_t g, rm_err *err) {
+    for (int q = 0; q < c->n; q++)
+        if (atomic_load_explicit(&c->slots[q].desc[b], memory_order_relaxed) != desc)
+            return rm_errf(err, RM_EPROTO, "shm: rank %d is in a different collective or count (round %llu)",
+                           q, (unsigned long long)g);
+    return RM_OK;
+}
+
+/* Phase 3 of round j (buffer set b): the reduced pieces of the other shards from out[b] into dst
+ * (AG: also this rank's own piece unless it is gathered in place). */
+static void gather_round(rm_comm *c, int k, float *dst, const float *shard, size_t count, size_t j, int b) {
+    size_t P = c->P, off, len;
+    for (int s = 0; s < c->n; s++) {
+        if (k == K_AR && s == c->rank) continue;   /* written by the reduce */
+        piece_of(count, c->n, s, j, P, &off, &len);
+        if (!len) continue;
+        float *d = dst + off;
+        if (k == K_AG && s == c->rank && d == shard + j * P) continue;  /* in place */
+        memcpy(d, c->out[b] + (size_t)s * P, len * sizeof(float));
+    }
+}
+
+/* One collective of kind k. AR: src -> dst (count); RS: src (count) -> shard; AG: shard -> dst.
+ * Memory passes per rank and round (world n, piece P of every shard):
+ *   stage:   copy the n-1 pieces that other ranks own from src into in[b][me]   ((n-1)P read + write)
+ *   reduce:  own piece = src (private, read in place) + every peer's staged copy, one fused pass,
+ *            written to dst directly and (AR only) to out[b][me] for the peers  (nP read, 2P write)
+ *   gather:  the n-1 other reduced pieces from out[b] into dst                  ((n-1)P read + write)
+ * For n = 2 that is 2 reads + 2 writes per byte of buffer (the first version staged and gathered its
+ * own piece too: 3 reads + 2.5 writes), and with pieces sized for L2 the shared-memory traffic stays
+ * in cache: what reaches DRAM is mostly reading src and writing dst, as a memcpy does. */
 static int shm_run(rm_comm *c, int k, const float *src, float *dst, float *shard, size_t count,
                    rm_redop op, rm_err *err) {
     int n = c->n, me = c->rank;
@@ -511,42 +594,35 @@ static int shm_run(rm_comm *c, int k, const float *src, float *dst, float *shard
     if (k == K_BAR) rounds = 1;
     const float inv = 1.0f / (float)n;
     uint64_t desc = ((uint64_t)k << 56) | (uint64_t)count;
+    const float *xs[RM_RDZV_MAX_WORLD];
     int rc = RM_OK;
     for (size_t j = 0; j < rounds; j++) {
         uint64_t g = ++c->seq;
-        int b = (int)(g & 1);
+        int b = (int)(g % SHM_SETS);
         double deadline = rm_mono() + c->timeout_s;
-        if (g > 2 && (rc = shm_wait(c, W_GATHERED, g - 2, deadline, err))) goto fail;
+        if (g > SHM_SETS && (rc = shm_wait(c, W_GATHERED, g - SHM_SETS, deadline, err))) goto fail;
         shm_slot *ms = &c->slots[me];
         atomic_store_explicit(&ms->desc[b], desc, memory_order_relaxed);
         size_t off, len;
         if (k == K_AR || k == K_RS) {
             float *stage = c->in[b] + (size_t)me * (size_t)n * P;
             for (int s = 0; s < n; s++) {
+                if (s == me) continue;   /* the owner reads its own piece from src itself */
                 piece_of(count, n, s, j, P, &off, &len);
                 if (len) memcpy(stage + (size_t)s * P, src + off, len * sizeof(float));
             }
             atomic_store_explicit(&ms->staged, g, memory_order_release);
             ring_bell(c);
             if ((rc = shm_wait(c, W_STAGED, g, deadline, err))) goto fail;
-            for (int q = 0; q < n; q++)
-                if (atomic_load_explicit(&c->slots[q].desc[b], memory_order_relaxed) != desc) {
-                    rc = rm_errf(err, RM_EPROTO, "shm: rank %d is in a different collective or count "
-                                 "(round %llu)", q, (unsigned long long)g);
-                    goto fail;
-                }
+            if ((rc = desc_mismatch(c, b, desc, g, err))) goto fail;
             piece_of(count, n, me, j, P, &off, &len);
-            float *o = k == K_RS ? shard + j * P : c->out[b] + (size_t)me * P;
             if (len) {
-                const float *x0 = c->in[b] + (size_t)me * P;
-                size_t stride = (size_t)n * P;
-                for (size_t i = 0; i < len; i++) o[i] = x0[i];
-                for (int q = 1; q < n; q++) {
-                    const float *x = x0 + (size_t)q * stride;
-                    for (size_t i = 0; i < len; i++) o[i] += x[i];
-                }
-                if (op == RM_OP_AVG)
-                    for (size_t i = 0; i < len; i++) o[i] *= inv;
+                for (int q = 0; q < n; q++)
+                    xs[q] = q == me ? src + off : c->in[b] + ((size_t)q * (size_t)n + (size_t)me) * P;
+                if (k == K_RS)
+                    reduce_into(shard + j * P, NULL, xs, n, len, op == RM_OP_AVG, inv);
+                else
+                    reduce_into(c->out[b] + (size_t)me * P, dst + off, xs, n, len, op == RM_OP_AVG, inv);
             }
             atomic_store_explicit(&ms->reduced, g, memory_order_release);
             if (k == K_RS) atomic_store_explicit(&ms->gathered, g, memory_order_release);
@@ -561,24 +637,20 @@ static int shm_run(rm_comm *c, int k, const float *src, float *dst, float *shard
             atomic_store_explicit(&ms->reduced, g, memory_order_release);
             ring_bell(c);
         }
-        if ((rc = shm_wait(c, W_REDUCED, g, deadline, err))) goto fail;
-        if (k != K_AR)
-            for (int q = 0; q < n; q++)
-                if (atomic_load_explicit(&c->slots[q].desc[b], memory_order_relaxed) != desc) {
-                    rc = rm_errf(err, RM_EPROTO, "shm: rank %d is in a different collective or count "
-                                 "(round %llu)", q, (unsigned long long)g);
-                    goto fail;
-                }
-        if (k != K_BAR) {
-            for (int s = 0; s < n; s++) {
-                piece_of(count, n, s, j, P, &off, &len);
-                if (!len) continue;
-                float *d = dst + off;
-                const float *from = c->out[b] + (size_t)s * P;
-                if (k == K_AG && s == me && d == shard + j * P) continue;  /* in place */
-                memcpy(d, from, len * sizeof(float));
+        if (k == K_AR) {
+            /* gather the previous round now: every rank stored reduced(g - 1) before staged(g), so
+             * the wait for staged(g) above already proved every piece of round g - 1 reduced. One
+             * barrier per round (staged) instead of two (staged, reduced). */
+            if (j > 0) {
+                gather_round(c, K_AR, dst, NULL, count, j - 1, (int)((g - 1) % SHM_SETS));
+                atomic_store_explicit(&ms->gathered, g - 1, memory_order_release);
+                ring_bell(c);
             }
+            if (j + 1 < rounds) continue;
         }
+        if ((rc = shm_wait(c, W_REDUCED, g, deadline, err))) goto fail;
+        if (k != K_AR && (rc = desc_mismatch(c, b, desc, g, err))) goto fail;
+        if (k != K_BAR) gather_round(c, k, dst, shard, count, j, b);
         atomic_store_explicit(&ms->gathered, g, memory_order_release);
         ring_bell(c);
     }

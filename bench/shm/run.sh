@@ -5,7 +5,11 @@
 # bench/results/shm.md. Usage: RM_BIN=bin bench/shm/run.sh   (QUICK=1: 1 KiB..16 MiB, few iters)
 # PEERS=1 (default) also runs, in the same loop and with the same sizes, PyTorch 1.13's Gloo
 # (/usr/bin/python3, bench/allreduce/gloo_peer.py) and Open MPI's vader shared-memory transport with
-# single-copy (CMA) on and off; PEERS=0 skips them.
+# single-copy (CMA) on and off; PEERS=0 skips them. SHM_STAGES="262144 1048576" (default) runs the shm
+# backend once per staging size (RINGMASTER_SHM_STAGE_BYTES, bytes per rank and buffer set; rows
+# "shm@256K", "shm@1024K"), so an idle run shows which piece size the machine's caches favour.
+# SHM_OLD_BIN=DIR adds a row "shm-old" with DIR/ringmaster-worker (e.g. a build of an older commit) at
+# its own default staging, in the same loop: old vs new side by side.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 W="${RM_BIN:-$root/bin}/ringmaster-worker"
@@ -24,15 +28,17 @@ print(",".join("127.0.0.1:%d" % s.getsockname()[1] for s in ss))
 PY
 }
 
-run() {   # run BACKEND N OUTFILE
-  local be=$1 n=$2 out=$3 peers pids=()
+run() {   # run BACKEND N OUTFILE [STAGE_BYTES]
+  local be=$1 n=$2 out=$3 peers pids=() w=${WBIN:-$W}
+  if [ -n "${4:-}" ]; then export RINGMASTER_SHM_STAGE_BYTES=$4; else unset RINGMASTER_SHM_STAGE_BYTES; fi
   peers=$(free_ports "$n")
   for r in $(seq 1 $((n - 1))); do
-    timeout 300 "$W" bench --backend "$be" --world "$n" --rank "$r" --peers "$peers" --timeout 60 "${ARGS[@]}" > /dev/null 2>> "$out.err" &
+    timeout 300 "$w" bench --backend "$be" --world "$n" --rank "$r" --peers "$peers" --timeout 60 "${ARGS[@]}" > /dev/null 2>> "$out.err" &
     pids+=($!)
   done
-  timeout 300 "$W" bench --backend "$be" --world "$n" --rank 0 --peers "$peers" --timeout 60 "${ARGS[@]}" >> "$out" 2>> "$out.err" || echo "# FAILED rc=$?" >> "$out"
+  timeout 300 "$w" bench --backend "$be" --world "$n" --rank 0 --peers "$peers" --timeout 60 "${ARGS[@]}" >> "$out" 2>> "$out.err" || echo "# FAILED rc=$?" >> "$out"
   for p in "${pids[@]}"; do wait "$p" || true; done
+  unset RINGMASTER_SHM_STAGE_BYTES
 }
 
 py=/usr/bin/python3
@@ -51,7 +57,10 @@ vader() {   # vader N SINGLE_COPY(cma|none) OUTFILE
   timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$1" --mca btl vader,self \
     "$W" bench --backend mpi "${ARGS[@]}" >> "$3" 2>> "$3.err" || echo "# FAILED rc=$?" >> "$3"
 }
-BACKENDS=(shm ring)
+BACKENDS=()
+for st in ${SHM_STAGES:-262144 1048576}; do BACKENDS+=("shm@$((st / 1024))K"); done
+[ -n "${SHM_OLD_BIN:-}" ] && BACKENDS+=(shm-old)
+BACKENDS+=(ring)
 if [ "${PEERS:-1}" = 1 ]; then
   $py -c 'import torch.distributed' 2>/dev/null && BACKENDS+=(gloo)
   command -v mpirun >/dev/null 2>&1 && BACKENDS+=(vader-cma vader-nocopy)
@@ -73,6 +82,8 @@ for n in "${WORLDS[@]}"; do
       gloo) gloo "$n" "$RAW/$be.$n" ;;
       vader-cma) vader "$n" cma "$RAW/$be.$n" ;;
       vader-nocopy) vader "$n" none "$RAW/$be.$n" ;;
+      shm@*) k=${be#shm@}; run shm "$n" "$RAW/$be.$n" $((${k%K} * 1024)) ;;
+      shm-old) WBIN="$SHM_OLD_BIN/ringmaster-worker" run shm "$n" "$RAW/$be.$n" ;;
       *) run "$be" "$n" "$RAW/$be.$n" ;;
     esac
     { echo; echo "## $n ranks, backend $be"; echo; echo '```'; cat "$RAW/$be.$n"; echo '```'; } >> "$RAW/report"

@@ -34,6 +34,7 @@ typedef struct srank {
     rm_err err;
     float *buf, *out, *shard;
     double elapsed;
+    long bad;       /* mismatches a rank thread found in its own results (mixed_thread) */
 } srank;
 
 struct sworld {
@@ -110,6 +111,32 @@ static void sworld_close(sworld *w) {
 
 static float val(int rank, size_t i) { return (float)((int)((i * 7 + (size_t)rank * 13) % 1001) - 500) * 0.37f + (float)rank * 0.001f; }
 
+/* One collective of the given mode on rank r's buffers (modes as sworld.mode); the RS result of
+ * modes 2 and 3 is kept in r->out. */
+static int run_mode(srank *r, size_t count, int mode, rm_redop op) {
+    size_t off = rm_shard_off(count, r->w->n, r->rank), len = rm_shard_len(count, r->w->n, r->rank);
+    int rc = RM_EINVAL;
+    switch (mode) {
+    case 0: rc = shm()->allreduce(r->comm, r->buf, count, RM_DT_F32, op, &r->err); break;
+    case 1: rc = shm()->allreduce_oop(r->comm, r->buf, r->out, count, RM_DT_F32, op, &r->err); break;
+    case 2:
+        rc = shm()->reduce_scatter(r->comm, r->buf, r->shard, count, RM_DT_F32, op, &r->err);
+        if (!rc) {
+            memcpy(r->out, r->shard, len * sizeof(float));   /* keep the RS result */
+            rc = shm()->all_gather(r->comm, r->shard, r->buf, count, RM_DT_F32, &r->err);
+        }
+        break;
+    case 3:
+        rc = shm()->reduce_scatter(r->comm, r->buf, r->buf + off, count, RM_DT_F32, op, &r->err);
+        if (!rc) {
+            memcpy(r->out, r->buf + off, len * sizeof(float));
+            rc = shm()->all_gather(r->comm, r->buf + off, r->buf, count, RM_DT_F32, &r->err);
+        }
+        break;
+    }
+    return rc;
+}
+
 static void *coll_thread(void *arg) {
     srank *r = arg;
     sworld *w = r->w;
@@ -122,25 +149,7 @@ static void *coll_thread(void *arg) {
         r->rc = 0;
         return NULL;
     }
-    size_t off = rm_shard_off(count, w->n, r->rank), len = rm_shard_len(count, w->n, r->rank);
-    switch (w->mode) {
-    case 0: r->rc = shm()->allreduce(r->comm, r->buf, count, RM_DT_F32, w->op, &r->err); break;
-    case 1: r->rc = shm()->allreduce_oop(r->comm, r->buf, r->out, count, RM_DT_F32, w->op, &r->err); break;
-    case 2:
-        r->rc = shm()->reduce_scatter(r->comm, r->buf, r->shard, count, RM_DT_F32, w->op, &r->err);
-        if (!r->rc) {
-            memcpy(r->out, r->shard, len * sizeof(float));   /* keep the RS result */
-            r->rc = shm()->all_gather(r->comm, r->shard, r->buf, count, RM_DT_F32, &r->err);
-        }
-        break;
-    case 3:
-        r->rc = shm()->reduce_scatter(r->comm, r->buf, r->buf + off, count, RM_DT_F32, w->op, &r->err);
-        if (!r->rc) {
-            memcpy(r->out, r->buf + off, len * sizeof(float));
-            r->rc = shm()->all_gather(r->comm, r->buf + off, r->buf, count, RM_DT_F32, &r->err);
-        }
-        break;
-    }
+    r->rc = run_mode(r, count, w->mode, w->op);
     r->elapsed = rm_mono() - t0;
     return NULL;
 }
@@ -242,7 +251,7 @@ static void test_repeated_calls_and_barrier(void) {
     sworld w;
     sworld_make(&w, 3);
     CU_ASSERT_EQUAL_FATAL(sworld_init(&w), 0);
-    /* many collectives on one comm: the round counter and both buffer sets keep in step */
+    /* many collectives on one comm: the round counter and every buffer set keep in step */
     for (int it = 0; it < 20; it++) {
         w.count = (size_t)(it * 37 % 1500);
         for (int q = 0; q < 3; q++) {
@@ -259,6 +268,54 @@ static void test_repeated_calls_and_barrier(void) {
         }
     }
     sworld_close(&w);
+}
+
+/* Every rank runs a whole sequence of mixed collectives on one comm without any join between them
+ * (one rank starts each call 1 ms late, in turn), so ranks drift through the pipelined buffer sets
+ * and an allreduce's deferred gather meets the next call's rounds; checks its own results. */
+#define MIXED_ITERS 12
+static void *mixed_thread(void *arg) {
+    srank *r = arg;
+    int n = r->w->n;
+    size_t cap = 3001 + (MIXED_ITERS - 1) * 977;
+    r->buf = malloc(cap * sizeof(float));
+    r->out = calloc(cap, sizeof(float));
+    r->shard = calloc(cap, sizeof(float));
+    long bad = 0;
+    for (int it = 0; it < MIXED_ITERS && !r->rc && !bad; it++) {
+        size_t count = 3001 + (size_t)it * 977;
+        int mode = it % 4;
+        rm_redop op = mode < 2 && it % 3 == 1 ? RM_OP_AVG : RM_OP_SUM;
+        for (size_t i = 0; i < count; i++) r->buf[i] = val(r->rank, i + (size_t)it);
+        if (r->rank == it % n) usleep(1000);
+        if ((r->rc = run_mode(r, count, mode, op))) break;
+        size_t off = rm_shard_off(count, n, r->rank), len = rm_shard_len(count, n, r->rank);
+        for (size_t i = 0; i < count; i++) {
+            float ref = val(0, i + (size_t)it);
+            for (int q = 1; q < n; q++) ref += val(q, i + (size_t)it);
+            if (op == RM_OP_AVG) ref *= 1.0f / (float)n;
+            const float *res = mode == 1 ? r->out : r->buf;
+            if (memcmp(&res[i], &ref, sizeof ref) != 0) bad++;
+            if (mode >= 2 && i >= off && i < off + len && memcmp(&r->out[i - off], &ref, sizeof ref) != 0) bad++;
+        }
+    }
+    r->bad = bad;
+    return NULL;
+}
+
+static void test_mixed_sequence_drifting(void) {
+    for (int n = 2; n <= 4; n++) {
+        sworld w;
+        sworld_make(&w, n);
+        CU_ASSERT_EQUAL_FATAL(sworld_init(&w), 0);
+        run_all(&w, mixed_thread);
+        for (int q = 0; q < n; q++) {
+            if (w.r[q].rc) fprintf(stderr, "n=%d rank %d: %s\n", n, q, w.r[q].err.msg);
+            CU_ASSERT_EQUAL(w.r[q].rc, 0);
+            CU_ASSERT_EQUAL(w.r[q].bad, 0);
+        }
+        sworld_close(&w);
+    }
 }
 
 static void test_bad_args(void) {
@@ -520,6 +577,7 @@ void rm_suite_shm(void) {
         {"oop, avg, reduce_scatter + all_gather", test_oop_avg_and_sharded},
         {"large buffers, default staging", test_large_default_stage},
         {"repeated collectives on one comm", test_repeated_calls_and_barrier},
+        {"mixed collectives, ranks drifting through the pipeline", test_mixed_sequence_drifting},
         {"bad arguments", test_bad_args},
         {"mismatched calls are EPROTO", test_mismatch_is_eproto},
         {"peer leaves mid-collective", test_peer_leaves},
