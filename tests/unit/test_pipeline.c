@@ -453,6 +453,53 @@ static void test_stage_checkpoint(void)
     rm_test_tmpdir_free(&s_dir);
 }
 
+/* rm_model_release_range (what a stage does to the other stages' ranges): only whole pages inside
+ * [from, to) read as zeros afterwards; every float outside keeps its value, and the resident set
+ * shrinks by the released pages. */
+static void test_release_range(void)
+{
+    const rm_kernels *k = rm_kernels_get("cpu");
+    rm_model m;
+    memset(&m, 0, sizeof m);
+    m.k = k;
+    size_t n = (size_t)4 << 20;   /* 16 MiB */
+    float *buf = k->alloc(n * sizeof(float));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (float)(i % 1000) + 1.0f;
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t from = 1000, to = n - 777;   /* not page-aligned ends */
+    long before = 0, after = 0, pages;
+    FILE *f = fopen("/proc/self/statm", "r");
+    CU_ASSERT(f && fscanf(f, "%ld %ld", &pages, &before) == 2);
+    if (f)
+        fclose(f);
+    rm_model_release_range(&m, buf, from, to);
+    f = fopen("/proc/self/statm", "r");
+    CU_ASSERT(f && fscanf(f, "%ld %ld", &pages, &after) == 2);
+    if (f)
+        fclose(f);
+    size_t bad = 0, zeros = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool inside = i >= from && i < to;
+        if (!inside && buf[i] != (float)(i % 1000) + 1.0f)
+            bad++;
+        if (inside && buf[i] == 0.0f)
+            zeros++;
+        if (inside && buf[i] != 0.0f && buf[i] != (float)(i % 1000) + 1.0f)
+            bad++;
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    /* all but at most a page at either end of the range reads as zero */
+    CU_ASSERT(zeros + 2 * (size_t)pg / sizeof(float) >= to - from);
+    CU_ASSERT(before - after >= (long)((to - from) * sizeof(float) / (size_t)pg) - 8);
+    /* empty and inverted ranges are no-ops */
+    rm_model_release_range(&m, buf, 10, 10);
+    rm_model_release_range(&m, buf, 20, 10);
+    CU_ASSERT_EQUAL(buf[10], 11.0f);
+    k->free(buf);
+}
+
 void rm_suite_pipeline(void)
 {
     static const rm_test_case cases[] = {
@@ -463,6 +510,7 @@ void rm_suite_pipeline(void)
         { "bubble", test_bubble },
         { "accumulation", test_accumulation },
         { "stage_checkpoint", test_stage_checkpoint },
+        { "release_range", test_release_range },
     };
     RM_ADD_SUITE("pipeline", NULL, NULL, cases);
 }
