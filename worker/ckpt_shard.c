@@ -87,6 +87,8 @@ typedef struct manifest {
     int nstate, opt_type;
     int nunits;
     size_t uoff[RM_SHARD_MAX_UNITS], ulen[RM_SHARD_MAX_UNITS];
+    int nstages;                          /* stage layout (ckpt_shard.h); 0: balanced */
+    int sbound[RM_SHARD_MAX_UNITS + 1];
     mshard *sh;   /* world of them, owned */
 } manifest;
 
@@ -110,6 +112,12 @@ static int manifest_encode(const manifest *m, char **out, size_t *n, rm_err *err
          m->nstate, m->opt_type, m->nunits);
     for (int u = 0; u < m->nunits; u++)
         EMIT("unit %zu %zu\n", m->uoff[u], m->ulen[u]);
+    if (m->nstages > 0) {
+        EMIT("stages %d", m->nstages);
+        for (int i = 0; i <= m->nstages; i++)
+            EMIT(" %d", m->sbound[i]);
+        EMIT("\n");
+    }
     for (int r = 0; r < m->world; r++)
         EMIT("shard %d %llu %08x %s\n", r, (unsigned long long)m->sh[r].floats, m->sh[r].crc,
              m->sh[r].name);
@@ -123,6 +131,17 @@ static int manifest_encode(const manifest *m, char **out, size_t *n, rm_err *err
     *out = b;
     *n = at;
     return RM_OK;
+}
+
+/* A stage layout: one stage per shard, bounds increasing from unit 0 to the last. */
+static bool stages_ok(int nstages, const int *b, int world, int nunits)
+{
+    if (nstages != world || nstages < 1 || nstages > nunits || b[0] != 0 || b[nstages] != nunits)
+        return false;
+    for (int i = 0; i < nstages; i++)
+        if (b[i + 1] <= b[i])
+            return false;
+    return true;
 }
 
 /* Read and verify the manifest at path (capped at RM_CKPT_MANIFEST_MAX bytes). */
@@ -202,6 +221,19 @@ static int manifest_read(const char *path, manifest *m, rm_err *err)
                 goto bad;
             m->uoff[nu] = a;
             m->ulen[nu++] = l;
+        } else if (sscanf(line, "stages %d%n", &k, &r) == 1) {
+            if (k < 1 || k > RM_SHARD_MAX_UNITS || m->nstages)
+                goto bad;
+            const char *q = line + r;
+            for (int i = 0; i <= k; i++) {
+                int adv = 0;
+                if (sscanf(q, " %d%n", &m->sbound[i], &adv) != 1)
+                    goto bad;
+                q += adv;
+            }
+            if (*q)
+                goto bad;
+            m->nstages = k;
         } else if (sscanf(line, "shard %d %llu %8x %95s", &r, &ull, &c, name) == 4) {
             if (!m->sh || r != nsh || r >= m->world)
                 goto bad;
@@ -214,7 +246,8 @@ static int manifest_read(const char *path, manifest *m, rm_err *err)
         }
     }
     if (!m->sh || nsh != m->world || m->nunits < 1 || nu != m->nunits || m->nstate < 0 ||
-        m->nstate > RM_CKPT_MAX_STATE)
+        m->nstate > RM_CKPT_MAX_STATE ||
+        (m->nstages && !stages_ok(m->nstages, m->sbound, m->world, m->nunits)))
         goto bad;
     goto out;
 bad:
@@ -380,9 +413,10 @@ static void prune_sets(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_
 
 /* ---------------- write ---------------- */
 
-int rm_ckpt_shard_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
-                        const rm_ckpt_seg *segs, int nsegs, int keep, double wait_s,
-                        char *path_out, size_t path_cap, rm_err *err)
+/* Both layouts: stage_bounds NULL is the balanced one. */
+static int set_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
+                     const int *stage_bounds, const rm_ckpt_seg *segs, int nsegs, int keep,
+                     double wait_s, char *path_out, size_t path_cap, rm_err *err)
 {
     const int W = meta->shard_world, me = meta->shard_rank, ep = meta->rdzv_epoch;
     if (W < 1 || W > MAX_WORLD || me < 0 || me >= W)
@@ -390,6 +424,9 @@ int rm_ckpt_shard_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt
     if (!units_ok(units, meta->nparams))
         return rm_errf(err, RM_EINVAL, "sharded checkpoint: units do not tile the %llu parameters",
                        (unsigned long long)meta->nparams);
+    if (stage_bounds && (W > RM_SHARD_MAX_UNITS || !stages_ok(W, stage_bounds, W, units->n)))
+        return rm_errf(err, RM_EINVAL, "stage checkpoint: %d stages over %d layers (bounds must "
+                       "rise from 0 to %d)", W, units->n, units->n);
     char name[NAME_CAP], mname[NAME_CAP], mpath[4096 + NAME_CAP];
     if (rm_ckpt_shard_name(name, sizeof name, meta->step, ep, me, W) != 0 ||
         rm_ckpt_manifest_name(mname, sizeof mname, meta->step, ep, W) != 0)
@@ -432,6 +469,9 @@ int rm_ckpt_shard_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt
         m.uoff[u] = units->off[u];
         m.ulen[u] = units->len[u];
     }
+    m.nstages = stage_bounds ? W : 0;
+    for (int i = 0; stage_bounds && i <= W; i++)
+        m.sbound[i] = stage_bounds[i];
     m.sh = calloc((size_t)W, sizeof *m.sh);
     if (!m.sh)
         return rm_errf(err, RM_ENOMEM, "sharded checkpoint: out of memory");
@@ -462,9 +502,26 @@ int rm_ckpt_shard_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt
     }
     if (rc)
         return rc;
-    rm_info("sharded checkpoint complete manifest=%s shards=%d", mpath, W);
+    rm_info("sharded checkpoint complete manifest=%s shards=%d layout=%s", mpath, W,
+            stage_bounds ? "stages" : "balanced");
     prune_sets(dir, meta, units, keep);
     return RM_OK;
+}
+
+int rm_ckpt_shard_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
+                        const rm_ckpt_seg *segs, int nsegs, int keep, double wait_s,
+                        char *path_out, size_t path_cap, rm_err *err)
+{
+    return set_write(dir, meta, units, NULL, segs, nsegs, keep, wait_s, path_out, path_cap, err);
+}
+
+int rm_ckpt_stage_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
+                        const int *stage_bounds, const rm_ckpt_seg *segs, int nsegs, int keep,
+                        double wait_s, char *path_out, size_t path_cap, rm_err *err)
+{
+    if (!stage_bounds)
+        return rm_errf(err, RM_EINVAL, "stage checkpoint: no stage bounds");
+    return set_write(dir, meta, units, stage_bounds, segs, nsegs, keep, wait_s, path_out, path_cap, err);
 }
 
 /* ---------------- read ---------------- */
@@ -479,26 +536,89 @@ size_t rm_ckpt_shard_dst_bytes(const rm_ckpt_units *units, int nstate, int new_w
     return (total + (size_t)nstate * mine) * sizeof(float);
 }
 
+/* Old rank r's shard in rm_unit_shard terms (its piece of each unit: off/len in the vector, soff in
+ * the compact shard): the balanced layout, or the stage layout's whole units of stage r and no
+ * piece of the others. Returns 0, or -1 on a bad layout. */
+static int old_shard(const manifest *m, const rm_ckpt_units *units, int r, rm_unit_shard *out)
+{
+    if (!m->nstages)
+        return rm_unit_shard_make(units->off, units->len, units->n, m->world, r, out);
+    memset(out, 0, sizeof *out);
+    if (r < 0 || r >= m->nstages)
+        return -1;
+    out->nunits = units->n;
+    out->world = m->world;
+    out->rank = r;
+    for (int u = 0; u < units->n; u++) {
+        bool mine = u >= m->sbound[r] && u < m->sbound[r + 1];
+        out->unit_off[u] = out->off[u] = units->off[u];
+        out->unit_len[u] = units->len[u];
+        out->len[u] = mine ? units->len[u] : 0;
+        out->soff[u] = out->total;
+        out->total += out->len[u];
+        if (units->len[u] > out->max_unit)
+            out->max_unit = units->len[u];
+    }
+    return 0;
+}
+
+/* The re-sharding plan of a stage-layout set (the counterpart of rm_unit_shard_plan): new_rank's
+ * piece of each unit comes whole from the one stage that holds the unit. Same contract. */
+static int stage_plan(const manifest *m, const rm_ckpt_units *units, int new_world, int new_rank,
+                      rm_shard_piece *out, int cap)
+{
+    int n = 0, st = 0;
+    size_t dst = 0, base = 0;   /* base: the unit's offset in its stage's compact shard */
+    for (int u = 0; u < units->n; u++) {
+        if (u == m->sbound[st + 1]) {
+            st++;
+            base = 0;
+        }
+        size_t off, len;
+        rm_shard_range(units->len[u], new_world, new_rank, &off, &len);
+        if (len > 0) {
+            if (n < cap)
+                out[n] = (rm_shard_piece){.src_rank = st, .src_off = base + off, .dst_off = dst, .len = len};
+            n++;
+            dst += len;
+        }
+        base += units->len[u];
+    }
+    return n;
+}
+
 /* Load one set: every shard verified, the planned pieces copied into dst. */
 static int load_set(const char *dir, const manifest *m, const rm_ckpt_meta *expect,
                     const rm_ckpt_units *units, int new_world, int new_rank, float *dst,
                     rm_ckpt_meta *meta, rm_err *err)
 {
     const int W = m->world, K = m->nstate;
-    int np = rm_unit_shard_plan(units->len, units->n, W, new_world, new_rank, NULL, 0);
+    int np = m->nstages ? stage_plan(m, units, new_world, new_rank, NULL, 0)
+                        : rm_unit_shard_plan(units->len, units->n, W, new_world, new_rank, NULL, 0);
     if (np < 0)
         return rm_errf(err, RM_EINVAL, "re-sharding plan: bad layout");
     rm_shard_piece *plan = calloc((size_t)np + 1, sizeof *plan);
-    rm_unit_shard old0;
-    if (!plan || rm_unit_shard_make(units->off, units->len, units->n, W, 0, &old0) != 0) {
-        free(plan);
-        return rm_errf(err, RM_ENOMEM, "re-sharding plan: out of memory");
+    size_t longest = 0;   /* the longest old shard (balanced: rank 0's) */
+    for (int r = 0; r < W && plan; r++) {
+        rm_unit_shard o;
+        if (old_shard(m, units, r, &o) != 0) {
+            free(plan);
+            return rm_errf(err, RM_EINVAL, "re-sharding plan: bad layout");
+        }
+        longest = o.total > longest ? o.total : longest;
+        if (!m->nstages)
+            break;
     }
-    rm_unit_shard_plan(units->len, units->n, W, new_world, new_rank, plan, np);
+    if (!plan)
+        return rm_errf(err, RM_ENOMEM, "re-sharding plan: out of memory");
+    if (m->nstages)
+        stage_plan(m, units, new_world, new_rank, plan, np);
+    else
+        rm_unit_shard_plan(units->len, units->n, W, new_world, new_rank, plan, np);
     size_t new_total = 0;
     for (int u = 0; u < units->n; u++)
         new_total += rm_shard_len(units->len[u], new_world, new_rank);
-    size_t cap = (size_t)(1 + K) * (old0.total ? old0.total : 1) * sizeof(float);   /* rank 0's is the longest */
+    size_t cap = (size_t)(1 + K) * (longest ? longest : 1) * sizeof(float);
     float *buf = malloc(cap);
     int rc = buf ? RM_OK : rm_errf(err, RM_ENOMEM, "sharded checkpoint: out of memory");
     for (int r = 0; r < W && rc == RM_OK; r++) {
@@ -516,8 +636,7 @@ static int load_set(const char *dir, const manifest *m, const rm_ckpt_meta *expe
                             hm.shard_floats != m->sh[r].floats))
             rc = rm_errf(&e, RM_EINVAL, "%s: does not match the manifest (rank, world, step, epoch "
                          "or checksum)", sp);
-        if (rc == RM_OK && (rm_unit_shard_make(units->off, units->len, units->n, W, r, &old) != 0 ||
-                            old.total != hm.shard_floats))
+        if (rc == RM_OK && (old_shard(m, units, r, &old) != 0 || old.total != hm.shard_floats))
             rc = rm_errf(&e, RM_EINVAL, "%s: %llu floats, the layout says another count", sp,
                          (unsigned long long)hm.shard_floats);
         if (rc) {

@@ -8,8 +8,9 @@
  *       its pieces of the parameters, then of each optimizer buffer, the vector sharded unit by
  *       unit (worker/shard.h rm_unit_shard; units = the model's layers);
  *   manifest-<step>-<rdzv epoch>-<world>.rmmf  text, written last: format version, step, epoch,
- *       world, nparams, nstate, opt_type, the units (offset, length), one line per shard (rank,
- *       floats, payload CRC32, file name), and a CRC32 of everything before it.
+ *       world, nparams, nstate, opt_type, the units (offset, length), for a stage-layout set
+ *       (pipeline stages, rm_ckpt_stage_write) the stage bounds, one line per shard (rank, floats,
+ *       payload CRC32, file name), and a CRC32 of everything before it.
  * A set is complete only when its manifest exists: shards without one (a rank died, SIGTERM caught
  * the ranks at different steps) are never loaded.
  *
@@ -55,6 +56,16 @@ typedef struct rm_ckpt_units {
 int rm_ckpt_shard_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
                         const rm_ckpt_seg *segs, int nsegs, int keep, double wait_s,
                         char *path_out, size_t path_cap, rm_err *err);
+
+/* rm_ckpt_shard_write for a stage-layout set (pipeline stages, issue 15): shard r (r < shard_world
+ * = P) holds the whole units [stage_bounds[r], stage_bounds[r + 1]) — their parameters, then their
+ * range of each optimizer buffer — instead of a piece of every unit. stage_bounds: P + 1 entries
+ * rising from 0 to units->n (RM_EINVAL otherwise). The manifest records them ("stages P b0 .. bP"),
+ * so a reader needs nothing but the model's units: rm_ckpt_shard_load_newest re-shards a
+ * stage-layout set to any new_world like a balanced one (new_world 1: the whole payload). */
+int rm_ckpt_stage_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
+                        const int *stage_bounds, const rm_ckpt_seg *segs, int nsegs, int keep,
+                        double wait_s, char *path_out, size_t path_cap, rm_err *err);
 
 /* Bytes rm_ckpt_shard_load_newest needs in dst: nparams floats (every parameter) plus nstate
  * buffers of new_rank's compact shard. */

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "worker/data.h"
 
@@ -224,4 +226,15 @@ uint64_t rm_model_checksum(const rm_model *m, void *scratch, size_t scratch_byte
         done += n;
     }
     return h;
+}
+
+void rm_model_release_range(const rm_model *m, float *base, size_t from, size_t to)
+{
+    if (!m->k->host_memory || !base || to <= from)
+        return;
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t a = ((uintptr_t)(base + from) + pg - 1) & ~(pg - 1);
+    uintptr_t b = (uintptr_t)(base + to) & ~(pg - 1);
+    if (b > a)
+        (void)madvise((void *)a, b - a, MADV_DONTNEED);
 }

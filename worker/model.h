@@ -98,5 +98,10 @@ void rm_model_count_correct(rm_model *m, int rows);
  * is allocated); for the cross-rank bit-identity check. */
 uint64_t rm_model_checksum(const rm_model *m, void *scratch, size_t scratch_bytes);
 uint64_t rm_fnv1a64(const void *p, size_t n, uint64_t h);
+/* Give back the whole pages of floats [from, to) of a flat buffer of m's kernels (host memory
+ * only; a no-op for device tables): they read as zeros until written again and stop counting in
+ * the resident set. Only pages entirely inside the range are released, so floats outside it are
+ * never touched. For strategies that keep part of a flat vector (pipeline stages). */
+void rm_model_release_range(const rm_model *m, float *base, size_t from, size_t to);
 #define RM_FNV64_INIT 0xcbf29ce484222325ULL
 #endif

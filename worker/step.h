@@ -182,6 +182,13 @@ typedef struct rm_step_ops {
      * optimizer buffer (compact), as rm_ckpt_shard_load_newest re-shards them for this rank. */
     void (*state_restore_shard)(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
                                 int scaler_tracker);
+    /* Optional (NULL: false). The state is checkpointed per pipeline stage (issue 15): when this
+     * answers true, state_bytes/state_save are this rank's stage's layers (their parameters, then
+     * their range of each optimizer buffer; 0 bytes on ranks that do not write), written as shard
+     * *shard_rank of *shard_world of a stage-layout set (worker/ckpt_shard.h) whose manifest
+     * records the layer bounds (bounds: shard_world + 1 entries, at most RM_MODEL_MAX_LAYERS + 1).
+     * A restore takes the whole payload re-assembled from such a set (state_restore). */
+    bool (*ckpt_stages)(const rm_step *s, int *shard_rank, int *shard_world, int *bounds);
 } rm_step_ops;
 
 /* The strategy called name ("allreduce"); NULL if there is none. */

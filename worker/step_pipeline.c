@@ -23,15 +23,23 @@
  * checkpoint). The loss of each micro-batch rides backward on the gradient frames (one trailing
  * float), so every stage reports the job's loss. Nothing is allocated per step.
  *
- * State: every rank keeps the whole flat parameter/optimizer buffers (the allreduce strategy's
- * layout, so checkpoints are interchangeable with P = 1), but computes and updates only its
- * stage's range; the other ranges go stale between materialize calls. materialize and
- * state_gather assemble the whole state on every rank (each stage's range from replica 0, zeros
- * elsewhere, summed over the world: exact), so evaluation, the final checksum and checkpoints
- * (rank 0 writes the whole payload; the stage layout is logged at round start) see one model.
- * Fresh state, restore and state_sync delegate to the allreduce strategy (sharding none).
- * Limits of this version: CPU kernels (host memory), fp32, backend ring/shm for the world with
- * ring sub-groups; parameter memory per worker is not reduced (activations are: see memory()).
+ * State (per stage): the flat parameter/gradient/optimizer buffers keep the allreduce strategy's
+ * whole-model layout (so offsets, checkpoints and the P = 1 path are unchanged), but a stage holds
+ * only its own layers' range [poff, poff + plen) of each: before each step the pages outside it
+ * are given back (rm_model_release_range: host memory, they read as zeros), so parameters,
+ * gradients and optimizer state resident per worker — and ringmaster_worker_memory_bytes{kind=
+ * params|grads|optimizer} — are the stage's, as the activations are. The whole model is present
+ * only transiently: at start-up (the seeded init and the state agreement are whole), and at
+ * materialize (evaluation, the final checksum: each stage's range from replica 0, zeros elsewhere,
+ * summed over the world: exact), after which the next step gives the other ranges back again.
+ * Checkpoints (P > 1) are per stage, no collective: replica 0 of stage p writes its layers'
+ * parameters then its layers' range of each optimizer buffer as shard p of P of a stage-layout
+ * set (worker/ckpt_shard.h: the manifest records P and the layer bounds; ckpt_stages below);
+ * any restore (this P, another P, P = 1, the allreduce strategy) re-assembles the whole payload
+ * from the set and takes it like a whole checkpoint. P = 1 writes the allreduce strategy's whole
+ * checkpoint as before. Fresh state, restore and state_sync delegate to the allreduce strategy
+ * (sharding none). Limits of this version: CPU kernels (host memory), fp32, backend ring/shm for
+ * the world with ring sub-groups.
  *
  * Ownership: rm_step owns its buffers, the inner allreduce state, the sub-group comms and the
  * receiver threads (round_end stops and frees the per-round parts; destroy everything). */
@@ -98,6 +106,7 @@ struct rm_step {
     uint64_t nstep;                 /* steps in this round */
     bool dirty;                     /* stale ranges: steps since the state was whole */
     bool gathered;                  /* state_gather assembled the state at this step */
+    bool release;                   /* buffers may be whole: give back the other stages' pages */
     double tot_wait, tot_sched;     /* this round, after its first step: the bench's numbers */
     uint64_t tot_steps;
     /* preallocated (init) */
@@ -451,6 +460,7 @@ static int pl_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
     s->nstep = 0;
     s->seq_prev = s->seq_next = 0;
     s->gathered = false;
+    s->release = true;   /* the stage's range may be another one than last round's */
     /* the world round for state sync, materialize and evaluation */
     RM_CHECK(s->inner_ops->round_begin(s->inner, r, err));
     s->round_ok = true;
@@ -505,11 +515,22 @@ static int pl_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
 {
     s->dirty = false;
     s->gathered = false;
+    s->release = true;
     return s->inner_ops->state_fresh(s->inner, seed, err);
+}
+
+/* P > 1: replica 0 of each stage writes its layers (shard p of P of a stage-layout set); the
+ * stage's range is always current on its own ranks, so no collective and no gathering is needed
+ * (SIGTERM included). P = 1: the allreduce strategy's whole checkpoint, rank 0 (as before). */
+static bool stage_ckpt(const rm_step *s)
+{
+    return s->P > 1 && s->plen > 0;
 }
 
 static size_t pl_state_bytes(const rm_step *s, int rank)
 {
+    if (stage_ckpt(s))
+        return s->pl.replica == 0 ? (size_t)(1 + s->env.opt->nstate) * s->plen * sizeof(float) : 0;
     if (s->dirty && !s->gathered)
         return 0;   /* stale ranges: only a gathered state is a checkpoint */
     return s->inner_ops->state_bytes(s->inner, rank);
@@ -517,9 +538,27 @@ static size_t pl_state_bytes(const rm_step *s, int rank)
 
 static int pl_state_save(rm_step *s, void *dst, rm_err *err)
 {
+    if (stage_ckpt(s)) {   /* host memory (checked at init): the stage's parameters, then its state */
+        float *d = dst;
+        memcpy(d, s->env.m->params + s->poff, s->plen * sizeof(float));
+        for (int i = 0; i < s->env.opt->nstate; i++)
+            memcpy(d + (size_t)(1 + i) * s->plen, s->env.opt->state[i] + s->poff, s->plen * sizeof(float));
+        return RM_OK;
+    }
     if (s->dirty && !s->gathered)
         return rm_errf(err, RM_EINVAL, "checkpoint: pipeline state was not gathered at this step");
     return s->inner_ops->state_save(s->inner, dst, err);
+}
+
+static bool pl_ckpt_stages(const rm_step *s, int *shard_rank, int *shard_world, int *bounds)
+{
+    if (!stage_ckpt(s))
+        return false;
+    *shard_rank = s->pl.stage;
+    *shard_world = s->P;
+    for (int p = 0; p <= s->P; p++)
+        bounds[p] = s->bounds[p];
+    return true;
 }
 
 static void pl_state_restore(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
@@ -528,6 +567,7 @@ static void pl_state_restore(rm_step *s, const void *src, int64_t opt_t, float l
     s->inner_ops->state_restore(s->inner, src, opt_t, loss_scale, scaler_tracker);
     s->dirty = false;
     s->gathered = false;
+    s->release = true;
 }
 
 static int pl_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
@@ -536,6 +576,7 @@ static int pl_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
         return rm_errf(err, RM_EUNSUPPORTED, "pipeline: the group re-formed without a checkpoint to "
                        "start from; pipeline stages need spec.checkpoint (each stage's layers live "
                        "only on its workers between checkpoints)");
+    s->release = true;
     return s->inner_ops->state_sync(s->inner, pos, err);
 }
 
@@ -560,14 +601,15 @@ static int pl_materialize(rm_step *s, rm_err *err)
     log_stats(s);
     if (!s->dirty || !s->r.ops)
         return RM_OK;
+    s->release = true;
     RM_CHECK(whole(s, s->env.m->params, err));
     return RM_OK;
 }
 
 static int pl_state_gather(rm_step *s, void *dst, rm_err *err)
 {
-    if (!s->r.ops)
-        return RM_OK;
+    if (!s->r.ops || stage_ckpt(s))
+        return RM_OK;   /* P > 1: every stage writes its own layers, nothing to assemble */
     if (s->dirty) {
         RM_CHECK(whole(s, s->env.m->params, err));
         for (int i = 0; i < s->env.opt->nstate; i++)
@@ -626,9 +668,29 @@ static void stage_backward(rm_step *s, int off, int n, float *dy, const float *i
     }
 }
 
+/* Give back every page of the parameter, gradient and optimizer buffers outside this stage's
+ * range (P > 1): what start-up, a restore, the state agreement or materialize made whole. */
+static void release_others(rm_step *s)
+{
+    s->release = false;
+    if (s->P == 1)
+        return;
+    rm_model *m = s->env.m;
+    size_t n = m->layout.total, a = s->poff, b = s->poff + s->plen;
+    float *bufs[2 + 2] = { m->params, m->grads, NULL, NULL };
+    for (int i = 0; i < s->env.opt->nstate && i < 2; i++)
+        bufs[2 + i] = s->env.opt->state[i];
+    for (int i = 0; i < 4; i++) {
+        rm_model_release_range(m, bufs[i], 0, a);
+        rm_model_release_range(m, bufs[i], b, n);
+    }
+}
+
 static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *err)
 {
     memset(st, 0, sizeof *st);
+    if (s->release)
+        release_others(s);
     const rm_kernels *k = s->env.k;
     rm_model *m = s->env.m;
     int L = m->shape.nlayers, C = m->shape.dims[L];
@@ -727,13 +789,14 @@ static void pl_data_slot(const rm_step *s, int *slot, int *nslots)
     *nslots = s->pl.replicas > 0 ? s->pl.replicas : 1;
 }
 
-/* Parameters, gradients and optimizer state are whole-model buffers in this version; the
- * activations are what the stage keeps alive at its peak: in-flight micro-batches times the
- * stage's layer outputs per micro-batch, plus the receive and send buffers. */
+/* Parameters, gradients and optimizer state: the stage's layers only (the other ranges are given
+ * back before each step, see "State" above); the activations are what the stage keeps alive at its
+ * peak: in-flight micro-batches times the stage's layer outputs per micro-batch, plus the received
+ * input. */
 static void pl_memory(const rm_step *s, rm_step_memory *out)
 {
     const rm_model *m = s->env.m;
-    uint64_t T = m->layout.total, f = sizeof(float);
+    uint64_t T = s->plen ? s->plen : m->layout.total, f = sizeof(float);
     memset(out, 0, sizeof *out);
     out->params = out->grads = T * f;
     out->optimizer = (uint64_t)s->env.opt->nstate * T * f;
@@ -761,4 +824,5 @@ const rm_step_ops rm_step_pipeline_ops = {
     .state_gather = pl_state_gather,
     .memory = pl_memory,
     .data_slot = pl_data_slot,
+    .ckpt_stages = pl_ckpt_stages,
 };

@@ -598,6 +598,8 @@ typedef struct ckpt_writer {
     const char *dir;            /* borrowed from the settings */
     int keep;
     rm_ckpt_units units;        /* the model's layers (sharded sets; borrowed from the model) */
+    int nstages;                /* the write in flight is a pipeline stage set (mu) */
+    int stage_bounds[RM_MODEL_MAX_LAYERS + 1];   /* ... with these layer bounds (mu) */
     double wait_s;              /* sharded: how long to wait for the other ranks' shards */
     rm_ckpt_meta meta;          /* the write in flight (guarded by mu) */
     const void *buf;            /* host_stage */
@@ -984,12 +986,16 @@ static void *ckpt_writer_main(void *arg)
         rm_ckpt_meta meta = w->meta;
         rm_ckpt_seg seg = {w->buf, w->bytes};
         double wait_s = w->wait_s;
+        bool stages = w->nstages > 0;   /* stage_bounds stay put until this write is collected */
         pthread_mutex_unlock(&w->mu);
         rm_err e = {0};
         char path[4200] = "";
         double t0 = rm_mono();
         /* sharded: this rank's shard, then the set completes (manifest) or the wait runs out */
-        int rc = meta.shard_world
+        int rc = meta.shard_world && stages   /* pipeline stages: per-stage layers */
+                     ? rm_ckpt_stage_write(w->dir, &meta, &w->units, w->stage_bounds, &seg, 1, w->keep,
+                                           wait_s, path, sizeof path, &e)
+                 : meta.shard_world
                      ? rm_ckpt_shard_write(w->dir, &meta, &w->units, &seg, 1, w->keep, wait_s, path,
                                            sizeof path, &e)
                      : rm_ckpt_write(w->dir, &meta, &seg, 1, w->keep, path, sizeof path, &e);
@@ -1117,6 +1123,17 @@ static int ckpt_write(trainer *t, rm_err *err)
         meta.shard_world = t->world;
         meta.shard_rank = t->rank;
         meta.shard_floats = bytes / ((size_t)(1 + t->opt.nstate) * sizeof(float));
+    }
+    /* pipeline stages: this stage's layers as one shard of a stage-layout set (the writer is idle
+     * here: collected above, so its units may change) */
+    int sr = 0, sw = 0;
+    w->nstages = 0;
+    if (!meta.shard_world && t->strat->ckpt_stages &&
+        t->strat->ckpt_stages(t->st, &sr, &sw, w->stage_bounds)) {
+        meta.shard_world = sw;
+        meta.shard_rank = sr;
+        meta.shard_floats = bytes / ((size_t)(1 + t->opt.nstate) * sizeof(float));
+        w->nstages = sw;
     }
     /* after a device fault the reads fail: never write that as a checkpoint */
     RM_CHECK(t->strat->state_save(t->st, t->host_stage, err));

@@ -1,20 +1,34 @@
 #!/usr/bin/env bash
-# bench/pipeline/run.sh — issue 15: pipeline stages, GPipe against 1F1B.
-#  For P = 2 stages and M = 1, 4, 8 micro-batches on a deep MLP (8 hidden layers of 1024, batch 64
-#  per replica): each stage's measured bubble (time waiting for a neighbour / time of the
-#  micro-batch schedule, averaged over the run after its first step) beside the textbook
-#  (P-1)/(M+P-1), the schedule's time per step, and the stage's peak live activation bytes (in-flight
-#  micro-batches x the stage's layer outputs per micro-batch: 1F1B bounds them by P-p, GPipe keeps M).
-#  Jobs run through `ringmaster run` (2 worker processes on this machine, a rendezvous, the ring
+# bench/pipeline/run.sh — issue 15: pipeline stages, GPipe against 1F1B, and the 2x2 grid against
+# 4-way data parallelism.
+#
+# The full run, on an idle machine (>= 4 CPUs; P = 4 runs 4 worker processes), one command from the
+# repository root after `make`:
+#     unshare -n sh -c 'ip link set lo up; OUT=bench/results/raw/pipeline.txt bench/pipeline/run.sh'
+# (`unshare -n` only isolates its loopback ports; without it the ports are the host's.) See
+# bench/results/pipeline.md for how long it takes. `make bench` runs it too (bench/run-all.sh).
+#
+# Part 1: for P = 2, 4 stages and M = 1, 4, 8, 16 micro-batches, GPipe and 1F1B, on a deep MLP
+#  (8 hidden layers of 1024, batch 64 per replica): each stage's measured bubble (time waiting for a
+#  neighbour / time of the micro-batch schedule, averaged over the run after its first step; the
+#  ringmaster_worker_pipeline_bubble_ratio gauge) beside the textbook (P-1)/(M+P-1), the schedule's
+#  time per step, the stage's peak live activation bytes (in-flight micro-batches x the stage's
+#  layer outputs per micro-batch: 1F1B bounds them by P-p, GPipe keeps M) and the parameter bytes
+#  the stage holds (ringmaster_worker_memory_bytes{kind=params}: its own layers only).
+# Part 2: the 2-D grid (P = 2 stages x D = 2 replicas, 1F1B, M = 8) against pure data parallelism
+#  with 4 workers (allreduce) on the same model and the same global batch (256): throughput
+#  (global samples/s over the slowest worker's training time) and per-worker parameter, gradient and
+#  optimizer bytes.
+#  Jobs run through `ringmaster run` (worker processes on this machine, a rendezvous, the ring
 #  sub-groups of step_pipeline.c).
 #  Anchor: PyTorch 1.13's torch.distributed.pipeline.sync.Pipe (GPipe, one process, both partitions
 #  on the CPU, chunks = M) on the same model: step time (ANCHOR=0 skips it).
-# Prints its table (`make bench` keeps it in bench/results/raw/pipeline.txt; OUT=FILE also writes it
-# there); bench/results/pipeline.md is the curated section BENCHMARKS.md is assembled from. Raw logs
-# in $RAW (default a temp dir, removed).
-# QUICK=1: a smoke run (10 steps per point). STEPS=N, MS="1 4 8", PS="2" adjust a run.
-# RM_BIN (default ./bin) must hold ringmaster. Runs alone; run it inside `unshare -n` on a shared
-# machine (it listens on loopback ports).
+# Prints its table (OUT=FILE also writes it there; `make bench` keeps it in
+# bench/results/raw/pipeline.txt); bench/results/pipeline.md is the curated section BENCHMARKS.md is
+# assembled from. Raw logs in $RAW (default a temp dir, removed).
+# QUICK=1: a smoke run (10 steps per point, P = 2, M = 1 4 8). STEPS=N, MS="1 4 8 16", PS="2 4",
+# GRID=0 (skip part 2) adjust a run.
+# RM_BIN (default ./bin) must hold ringmaster.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 RMB="${RM_BIN:-$root/bin}"
@@ -27,13 +41,17 @@ mkdir -p "$RAW"
 cleanup() { [ "$keep_raw" = 1 ] || rm -rf "$RAW"; }
 trap cleanup EXIT
 [ -x "$RMB/ringmaster" ] || { echo "no $RMB/ringmaster: build first (make)"; exit 1; }
+T0=$(date +%s)
 QUICK="${QUICK:-0}"
 STEPS="${STEPS:-$([ "$QUICK" = 1 ] && echo 10 || echo 60)}"
-read -r -a MS <<< "${MS:-1 4 8}"
-read -r -a PS <<< "${PS:-2}"
+read -r -a MS <<< "${MS:-$([ "$QUICK" = 1 ] && echo "1 4 8" || echo "1 4 8 16")}"
+read -r -a PS <<< "${PS:-$([ "$QUICK" = 1 ] && echo "2" || echo "2 4")}"
 ANCHOR="${ANCHOR:-1}"
+GRID="${GRID:-1}"
 
-manifest() {   # NAME P M SCHEDULE
+manifest() {   # NAME REPLICAS P M SCHEDULE BATCH (P = 0: no spec.parallelism, the allreduce strategy)
+  local par=""
+  [ "$3" = 0 ] || par="  parallelism: {pipelineStages: $3, microBatches: $4, schedule: $5}"
   cat > "$RAW/$1.yaml" <<EOF
 apiVersion: ringmaster.dev/v1alpha1
 kind: TrainingJob
@@ -43,41 +61,75 @@ spec:
   backend: ring
   restartPolicy: {maxRestarts: 0, progressDeadlineSeconds: 300}
   checkpoint: {intervalSteps: 1000000}
-  parallelism: {pipelineStages: $2, microBatches: $3, schedule: $4}
+$par
   training:
     model: {type: mlp, hidden: [1024, 1024, 1024, 1024, 1024, 1024, 1024, 1024]}
     epochs: 1
     maxSteps: $STEPS
-    batchSizePerWorker: 64
+    batchSizePerWorker: $6
     optimizer: {type: sgd, lr: 0.005, momentum: 0.9}
     warmupEpochs: 0
 EOF
 }
+
+# kv LINE KEY: a key=value of a log line
+kv() { printf '%s\n' "$1" | grep -o " $2=[^ ]*" | head -1 | cut -d= -f2; }
 
 rows=()
 for P in "${PS[@]}"; do
   for M in "${MS[@]}"; do
     for S in gpipe 1f1b; do
       n="p$P-m$M-$S"
-      manifest "$n" "$P" "$M" "$S"
+      manifest "$n" "$P" "$P" "$M" "$S" 64
       echo "== $n ($STEPS steps)" >&2
       "$RMB/ringmaster" run -f "$RAW/$n.yaml" --checkpoint-dir "$RAW/ck-$n" --run-dir "$RAW/run-$n" \
         >"$RAW/$n.out" 2>"$RAW/$n.err" || { echo "$n failed: $(tail -3 "$RAW/$n.err")" >&2; continue; }
       for f in "$RAW"/run-"$n"/worker-*.log; do
         l=$(grep -h 'msg="pipeline stats"' "$f" | tail -1 || true)
         [ -n "$l" ] || continue
-        rows+=("$($py - "$l" <<'PY'
+        pb=$(kv "$(grep -h 'msg="memory"' "$f" | tail -1 || true)" params_bytes)
+        rows+=("$($py - "$l" "${pb:-0}" <<'PY'
 import re, sys
 kv = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', sys.argv[1]))
-print("| %s | %s | %s | %s | %.3f | %.3f | %.1f | %.1f |" % (
+print("| %s | %s | %s | %s | %.3f | %.3f | %.1f | %.1f | %.1f |" % (
     kv["stages"], kv["micro_batches"], kv["schedule"], kv["stage"], float(kv["bubble"]),
-    float(kv["textbook_bubble"]), float(kv["schedule_ms"]), int(kv["activations_bytes"]) / 1024))
+    float(kv["textbook_bubble"]), float(kv["schedule_ms"]), int(kv["activations_bytes"]) / 1024,
+    int(sys.argv[2]) / 2**20))
 PY
 )")
       done
     done
   done
 done
+
+# ---- part 2: the 2x2 grid against 4-way data parallelism, global batch 256 either way
+grid=()
+if [ "$GRID" = 1 ]; then
+  manifest grid 4 2 8 1f1b 128   # 2 stages x 2 replicas, 128 rows per replica
+  manifest dp4 4 0 1 none 64     # 4 data-parallel workers x 64
+  for n in grid dp4; do
+    echo "== $n ($STEPS steps)" >&2
+    "$RMB/ringmaster" run -f "$RAW/$n.yaml" --checkpoint-dir "$RAW/ck-$n" --run-dir "$RAW/run-$n" \
+      >"$RAW/$n.out" 2>"$RAW/$n.err" || { echo "$n failed: $(tail -3 "$RAW/$n.err")" >&2; continue; }
+    secs=0; pmax=0; gmax=0; omax=0; steps=0
+    for f in "$RAW"/run-"$n"/worker-*.log; do
+      d=$(grep -h 'msg="training done"' "$f" | tail -1 || true)
+      m=$(grep -h 'msg="memory"' "$f" | tail -1 || true)
+      [ -n "$d" ] && [ -n "$m" ] || continue
+      steps=$(kv "$d" steps)
+      secs=$($py -c "print(max($secs, $(kv "$d" seconds)))")
+      pmax=$($py -c "print(max($pmax, $(kv "$m" params_bytes)))")
+      gmax=$($py -c "print(max($gmax, $(kv "$m" grads_bytes)))")
+      omax=$($py -c "print(max($omax, $(kv "$m" optimizer_bytes)))")
+    done
+    label="D = 4 (allreduce)"
+    [ "$n" = grid ] && label="P = 2 x D = 2 (1F1B, M = 8)"
+    grid+=("$($py -c "
+s, st = $secs, $steps
+print('| $label | %s | %.0f | %.1f | %.1f | %.1f |' % (st, 256 * st / s if s > 0 else 0,
+      $pmax / 2**20, $gmax / 2**20, $omax / 2**20))")")
+  done
+fi
 
 anchor=""
 if [ "$ANCHOR" = 1 ]; then
@@ -115,13 +167,21 @@ fi
   echo "# Pipeline stages: GPipe vs 1F1B (issue 15)"
   echo
   echo "Machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), load average at start: $(cut -d' ' -f1-3 /proc/loadavg)."
-  echo "Date: $(date -u +%Y-%m-%dT%H:%MZ). Command: \`QUICK=$QUICK STEPS=$STEPS bench/pipeline/run.sh\`."
+  echo "Date: $(date -u +%Y-%m-%dT%H:%MZ). Command: \`QUICK=$QUICK STEPS=$STEPS PS=\"${PS[*]}\" MS=\"${MS[*]}\" bench/pipeline/run.sh\`. Took $(( $(date +%s) - T0 )) s."
   echo "Model: MLP 784-8x1024-10 (SGD), batch 64 per replica, $STEPS steps per point, \`ringmaster run\` with P workers."
   echo
-  echo "| P | M | schedule | stage | measured bubble | textbook (P-1)/(M+P-1) | schedule ms/step | peak live activations KiB |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "| P | M | schedule | stage | measured bubble | textbook (P-1)/(M+P-1) | schedule ms/step | peak live activations KiB | params MiB (this stage) |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${rows[@]}"
   echo
+  if [ "${#grid[@]}" -gt 0 ]; then
+    echo "The 2-D grid against 4-way data parallelism (global batch 256, $STEPS steps; memory: the largest worker's):"
+    echo
+    echo "| layout | steps | samples/s | params MiB/worker | grads MiB/worker | optimizer MiB/worker |"
+    echo "|---|---|---|---|---|---|"
+    printf '%s\n' "${grid[@]}"
+    echo
+  fi
   [ -n "$anchor" ] && { echo "Anchor:"; echo; printf '%s' "$anchor"; echo; }
   echo "The measured bubble is each stage's time waiting for its neighbour over the time of its"
   echo "micro-batch schedule (ringmaster_worker_pipeline_bubble_ratio, averaged over the run after the"

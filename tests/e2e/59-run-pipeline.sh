@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# e2e-timeout: 900
+# e2e-timeout: 1100
 # Pipeline stages (issue 15) with `ringmaster run`:
 #  - bad spec.parallelism is a field-named validation error (exit 2);
 #  - the math: after 100 steps a 2-stage pipeline with one micro-batch holds bit-for-bit the
@@ -8,9 +8,14 @@
 #  - a 2-stage job and a 2x2 job (2 stages x 2 data-parallel replicas) Succeed at accuracy within
 #    0.3 points of the 1-stage runs with the same global batch; the workers export the pipeline
 #    metrics and log the stage layout;
+#  - a stage holds only its own layers: ringmaster_worker_memory_bytes{kind=params} (the memory
+#    log line) is the stage's layer range, not the model's;
+#  - checkpoints are per stage: each stage's replica 0 writes its layers, the manifest records the
+#    layout (P and the layer bounds); a 2-stage set resumes on 1 stage and a 1-stage checkpoint on 2
+#    stages, bit-for-bit the uninterrupted run's parameters;
 #  - a stage killed by RINGMASTER_FAULT is replaced, the pipeline re-forms from the newest
-#    checkpoint and the job Succeeds; a hung stage is caught by the progress deadline and the job
-#    Succeeds.
+#    (per-stage) checkpoint and the job Succeeds; a hung stage is caught by the progress deadline
+#    and the job Succeeds.
 source "$(dirname "$0")/5x-run-lib.bash"
 
 # edit FILE REPLICAS P M SCHEDULE [EXTRA-TRAINING-LINE]: the pipeline fixture with these settings
@@ -53,6 +58,37 @@ for n in eq1 eq2 eqg eqf; do
   [ "$(fnv $n | wc -l)" = 1 ] || fail "$n: ranks disagree on the parameters: $(fnv $n)"
 done
 [ "$(fnv eq1)" = "$(fnv eq2)" ] || fail "2 stages x 1 micro-batch $(fnv eq2) != 1 stage $(fnv eq1)"
+# per-stage memory: stage 0 holds layer 0 (784x128+128 floats), stage 1 layer 1 (128x10+10)
+memb() { grep -h 'msg="memory"' "$W/run-$1/worker-$2.log" | tail -1 | grep -o "$3_bytes=[0-9]*" | cut -d= -f2; }
+[ "$(memb eq2 0 params)" = $(( (784 * 128 + 128) * 4 )) ] || fail "stage 0 params_bytes $(memb eq2 0 params)"
+[ "$(memb eq2 1 params)" = $(( (128 * 10 + 10) * 4 )) ] || fail "stage 1 params_bytes $(memb eq2 1 params)"
+[ "$(memb eq2 1 optimizer)" = $(( (128 * 10 + 10) * 4 )) ] || fail "stage 1 optimizer_bytes $(memb eq2 1 optimizer)"
+[ "$(memb eq1 0 params)" = $(( (784 * 128 + 128 + 128 * 10 + 10) * 4 )) ] || fail "1 stage params_bytes $(memb eq1 0 params)"
+# per-stage checkpoints (interval 50): stage p wrote shard p of 2, the manifest has the layout
+mf=$(ls "$W"/ck-eq2/manifest-000000000100-*-2.rmmf 2>/dev/null | head -1)
+[ -n "$mf" ] || fail "no stage manifest at step 100: $(ls "$W/ck-eq2")"
+grep -qx 'stages 2 0 1 2' "$mf" || fail "the manifest does not record the stage layout: $(cat "$mf")"
+ls "$W"/ck-eq2/shard-000000000050-*-1-of-2.rmck >/dev/null || fail "no stage 1 file at step 50"
+! ls "$W"/ck-eq2/ckpt-*.rmck >/dev/null 2>&1 || fail "a 2-stage job wrote a whole checkpoint"
+# resume across layouts from step 50: 2 stages -> 1 stage, 1 stage -> 2 stages; both continue to
+# step 100 with exactly the parameters of the uninterrupted runs
+resume() {   # NAME FIXTURE FROM-CKPT-DIR
+  mkdir -p "$W/ck-$1"
+  cp "$3"/*-000000000050-* "$3"/ckpt-000000000050*.rmck "$W/ck-$1"/ 2>/dev/null || true
+  [ -n "$(ls "$W/ck-$1")" ] || fail "$1: no step-50 checkpoint in $3: $(ls "$3")"
+  set +e
+  "$RM_BIN/ringmaster" run --resume --checkpoint-dir "$W/ck-$1" --run-dir "$W/run-$1" -f "$2" --epochs 1 -o json \
+    >"$W/$1.out" 2>"$W/$1.err"
+  RC=$?; set -e
+  [ $RC -eq 0 ] || fail "$1 exit $RC"
+  grep -q 'msg="checkpoint loaded" .*step=50 ' "$W/run-$1/worker-0.log" || fail "$1 did not resume at step 50"
+}
+resume r21 "$W/eq1.yaml" "$W/ck-eq2"
+grep -q 'msg="checkpoint loaded" path=[^ ]*manifest-000000000050-[^ ]* .*sharded=yes' "$W/run-r21/worker-0.log" ||
+  fail "the 1-stage run did not load the 2-stage set"
+[ "$(fnv r21)" = "$(fnv eq1)" ] || fail "2-stage checkpoint resumed on 1 stage: $(fnv r21) != $(fnv eq1)"
+resume r12 "$W/eq2.yaml" "$W/ck-eq1"
+[ "$(fnv r12)" = "$(fnv eq1)" ] || fail "1-stage checkpoint resumed on 2 stages: $(fnv r12) != $(fnv eq1)"
 [ "$(fnv eqg)" = "$(fnv eqf)" ] || fail "gpipe $(fnv eqg) != 1f1b $(fnv eqf)"
 grep -q 'msg="pipeline" stages=2 micro_batches=4 schedule=gpipe stage=1 replica=0 of 1 in_flight=4' "$W"/run-eqg/worker-1.log ||
   fail "gpipe stage 1 layout line"
@@ -126,7 +162,8 @@ RINGMASTER_FAULT="exit:rank=1:step=400" run_job flt -f "$W/flt.yaml" -o json
 [ $RC -eq 0 ] || fail "faulted run exit $RC"
 [ "$(jget flt 'j["status"]["phase"]')" = Succeeded ] || fail "faulted phase"
 [ "$(jget flt 'j["status"]["restarts"]')" -ge 1 ] || fail "no restart"
-grep -q 'msg="checkpoint loaded" .*step=[1-9]' "$W"/run-flt/worker-*.log || fail "the re-formed pipeline loaded no checkpoint"
+grep -q 'msg="checkpoint loaded" path=[^ ]*manifest-[^ ]* step=[1-9].* sharded=yes' "$W"/run-flt/worker-*.log ||
+  fail "the re-formed pipeline loaded no per-stage checkpoint"
 af=$(acc flt)
 $PY -c "import sys; sys.exit(0 if abs($af-$d2) <= 0.005 else 1)" || fail "faulted 2x2 $af vs $d2"
 # ---- a stage hangs: its neighbour times out and re-joins, the progress deadline restarts the

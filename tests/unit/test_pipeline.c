@@ -4,14 +4,17 @@
  * the simulated bubble against the textbook (P-1)/(M+P-1). */
 #include "common/worker_env.h"
 #include "tests/unit/testutil.h"
+#include "worker/ckpt_shard.h"
 #include "worker/comm.h"
 #include "worker/gpu.h"
 #include "worker/pipeline_core.h"
+#include "worker/shard.h"
 #include "worker/step.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void test_placement(void)
 {
@@ -294,6 +297,209 @@ static void test_accumulation(void)
     rig_down(&ref);
 }
 
+/* ---- stage checkpoints (worker/ckpt_shard.h rm_ckpt_stage_write): each stage writes its layers,
+ * the manifest records the layout, any world re-assembles; a corrupt or missing stage file falls
+ * back to the older complete set, naming the file. Model 20-7-5-3 (layers of 147, 40, 18 floats),
+ * Adam (2 optimizer buffers). */
+static rm_ckpt_meta s_meta;
+static rm_param_layout s_lay;
+static rm_ckpt_units s_units;
+static char *s_dir;
+
+static float sval(int64_t step, int b, size_t i) { return (float)step * 1000.0f + (float)b * 300.0f + (float)i; }
+
+/* Stage r of the layout `bounds` (P stages) at step: its layers' params then each optimizer buffer's
+ * range. wait_s 0 except for the last stage written. */
+static int stage_write(const int *bounds, int P, int r, int64_t step, double wait_s, rm_err *e)
+{
+    size_t a = s_lay.layer_off[bounds[r]];
+    size_t b = s_lay.layer_off[bounds[r + 1] - 1] + s_lay.layer_len[bounds[r + 1] - 1];
+    size_t n = b - a;
+    float *buf = calloc(3 * n, sizeof(float));
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < n; i++)
+            buf[(size_t)k * n + i] = sval(step, k, a + i);
+    rm_ckpt_meta m = s_meta;
+    m.step = step;
+    m.rdzv_epoch = 2;
+    m.world_size = 2 * P;   /* D = 2: only replica 0 of each stage writes */
+    m.shard_world = P;
+    m.shard_rank = r;
+    m.shard_floats = n;
+    rm_ckpt_seg seg = {buf, 3 * n * sizeof(float)};
+    char path[4200];
+    int rc = rm_ckpt_stage_write(s_dir, &m, &s_units, bounds, &seg, 1, 5, wait_s, path, sizeof path, e);
+    free(buf);
+    return rc;
+}
+
+static void stage_set(const int *bounds, int P, int64_t step)
+{
+    for (int r = 0; r < P; r++) {
+        rm_err e = {0};
+        CU_ASSERT_EQUAL(stage_write(bounds, P, r, step, r == P - 1 ? 5 : 0, &e), r == P - 1 ? RM_OK : RM_ETIMEDOUT);
+    }
+}
+
+/* Load re-sharded for (nw, nr); checks every parameter and the optimizer pieces; returns the step. */
+static int64_t stage_load(int nw, int nr, int *skipped, rm_err *e)
+{
+    size_t need = rm_ckpt_shard_dst_bytes(&s_units, 2, nw, nr);
+    float *dst = calloc(need / sizeof(float) + 1, sizeof(float));
+    rm_ckpt_meta meta;
+    char path[4200];
+    int64_t step = -1;
+    if (rm_ckpt_shard_load_newest(s_dir, &s_meta, &s_units, nw, nr, -1, dst, need, &meta, path,
+                                  sizeof path, skipped, e) == RM_OK) {
+        step = meta.step;
+        bool ok = true;
+        for (size_t i = 0; i < s_lay.total; i++)
+            ok = ok && dst[i] == sval(step, 0, i);
+        rm_unit_shard us;
+        rm_unit_shard_make(s_lay.layer_off, s_lay.layer_len, s_units.n, nw, nr, &us);
+        for (int b = 1; b <= 2; b++)
+            for (int u = 0; u < us.nunits; u++)
+                for (size_t k = 0; k < us.len[u]; k++)
+                    ok = ok && dst[s_lay.total + (size_t)(b - 1) * us.total + us.soff[u] + k] ==
+                                   sval(step, b, us.off[u] + k);
+        CU_ASSERT(ok);
+    }
+    free(dst);
+    return step;
+}
+
+static bool manifest_has(int64_t step, int P, const char *want)
+{
+    char name[128], p[4200], buf[4096];
+    rm_ckpt_manifest_name(name, sizeof name, step, 2, P);
+    snprintf(p, sizeof p, "%s/%s", s_dir, name);
+    FILE *f = fopen(p, "rb");
+    if (!f)
+        return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    return strstr(buf, want) != NULL;
+}
+
+static void test_stage_checkpoint(void)
+{
+    s_dir = rm_test_tmpdir("pipeck");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s_dir);
+    memset(&s_meta, 0, sizeof s_meta);
+    int hidden[2] = {7, 5};
+    rm_err e = {0};
+    rm_model_shape_make(&s_meta.shape, 20, hidden, 2, 3, &e);
+    rm_model_layout(&s_meta.shape, &s_lay);
+    s_meta.nparams = s_lay.total;
+    s_meta.opt_type = 1;
+    s_meta.nstate = 2;
+    s_meta.loss_scale = 1;
+    s_units = (rm_ckpt_units){.n = s_meta.shape.nlayers, .off = s_lay.layer_off, .len = s_lay.layer_len};
+    static const int b2[] = {0, 1, 3}, b3[] = {0, 1, 2, 3}, b1[] = {0, 3}, bad[] = {0, 2, 2};
+    /* P = 2: the manifest records the layout; every world re-assembles (1 = the whole payload) */
+    stage_set(b2, 2, 100);
+    CU_ASSERT(manifest_has(100, 2, "\nstages 2 0 1 3\n"));
+    for (int nw = 1; nw <= 3; nw++)
+        for (int nr = 0; nr < nw; nr++) {
+            int sk = -1;
+            memset(&e, 0, sizeof e);
+            CU_ASSERT_EQUAL(stage_load(nw, nr, &sk, &e), 100);
+            CU_ASSERT_EQUAL(sk, 0);
+        }
+    /* P = 3 and P = 1 sets load the same way (newest wins) */
+    stage_set(b3, 3, 200);
+    CU_ASSERT(manifest_has(200, 3, "\nstages 3 0 1 2 3\n"));
+    CU_ASSERT_EQUAL(stage_load(1, 0, NULL, &e), 200);
+    stage_set(b1, 1, 300);
+    CU_ASSERT_EQUAL(stage_load(2, 1, NULL, &e), 300);
+    /* a corrupt stage file of the newest set: the older complete set, the file named */
+    rm_test_clear_dir(s_dir);
+    stage_set(b2, 2, 100);
+    stage_set(b2, 2, 200);
+    char name[128], p[4200];
+    rm_ckpt_shard_name(name, sizeof name, 200, 2, 1, 2);
+    snprintf(p, sizeof p, "%s/%s", s_dir, name);
+    FILE *f = fopen(p, "r+b");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(f);
+    fseek(f, 300, SEEK_SET);
+    int c = fgetc(f);
+    fseek(f, 300, SEEK_SET);
+    fputc(c ^ 0x40, f);
+    fclose(f);
+    int sk = -1;
+    memset(&e, 0, sizeof e);
+    CU_ASSERT_EQUAL(stage_load(1, 0, &sk, &e), 100);
+    CU_ASSERT_EQUAL(sk, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "shard 1 of 2"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, name));
+    /* a missing stage file: the same */
+    rm_ckpt_shard_name(name, sizeof name, 100, 2, 0, 2);
+    stage_set(b2, 2, 300);
+    rm_ckpt_shard_name(name, sizeof name, 300, 2, 0, 2);
+    snprintf(p, sizeof p, "%s/%s", s_dir, name);
+    CU_ASSERT_EQUAL(unlink(p), 0);
+    memset(&e, 0, sizeof e);
+    CU_ASSERT_EQUAL(stage_load(2, 0, &sk, &e), 100);
+    CU_ASSERT_EQUAL(sk, 2);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, name));
+    /* bounds that are not a layout of the set are refused at write */
+    memset(&e, 0, sizeof e);
+    CU_ASSERT_EQUAL(stage_write(bad, 2, 0, 400, 0, &e), RM_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "stage checkpoint"));
+    static const int short_[] = {0, 1, 2};   /* does not reach the last layer */
+    memset(&e, 0, sizeof e);
+    CU_ASSERT_EQUAL(stage_write(short_, 2, 0, 400, 0, &e), RM_EINVAL);
+    rm_test_tmpdir_free(&s_dir);
+}
+
+/* rm_model_release_range (what a stage does to the other stages' ranges): only whole pages inside
+ * [from, to) read as zeros afterwards; every float outside keeps its value, and the resident set
+ * shrinks by the released pages. */
+static void test_release_range(void)
+{
+    const rm_kernels *k = rm_kernels_get("cpu");
+    rm_model m;
+    memset(&m, 0, sizeof m);
+    m.k = k;
+    size_t n = (size_t)4 << 20;   /* 16 MiB */
+    float *buf = k->alloc(n * sizeof(float));
+    CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
+    for (size_t i = 0; i < n; i++)
+        buf[i] = (float)(i % 1000) + 1.0f;
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t from = 1000, to = n - 777;   /* not page-aligned ends */
+    long before = 0, after = 0, pages;
+    FILE *f = fopen("/proc/self/statm", "r");
+    CU_ASSERT(f && fscanf(f, "%ld %ld", &pages, &before) == 2);
+    if (f)
+        fclose(f);
+    rm_model_release_range(&m, buf, from, to);
+    f = fopen("/proc/self/statm", "r");
+    CU_ASSERT(f && fscanf(f, "%ld %ld", &pages, &after) == 2);
+    if (f)
+        fclose(f);
+    size_t bad = 0, zeros = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool inside = i >= from && i < to;
+        if (!inside && buf[i] != (float)(i % 1000) + 1.0f)
+            bad++;
+        if (inside && buf[i] == 0.0f)
+            zeros++;
+        if (inside && buf[i] != 0.0f && buf[i] != (float)(i % 1000) + 1.0f)
+            bad++;
+    }
+    CU_ASSERT_EQUAL(bad, 0);
+    /* all but at most a page at either end of the range reads as zero */
+    CU_ASSERT(zeros + 2 * (size_t)pg / sizeof(float) >= to - from);
+    CU_ASSERT(before - after >= (long)((to - from) * sizeof(float) / (size_t)pg) - 8);
+    /* empty and inverted ranges are no-ops */
+    rm_model_release_range(&m, buf, 10, 10);
+    rm_model_release_range(&m, buf, 20, 10);
+    CU_ASSERT_EQUAL(buf[10], 11.0f);
+    k->free(buf);
+}
+
 void rm_suite_pipeline(void)
 {
     static const rm_test_case cases[] = {
@@ -303,6 +509,8 @@ void rm_suite_pipeline(void)
         { "schedules", test_schedules },
         { "bubble", test_bubble },
         { "accumulation", test_accumulation },
+        { "stage_checkpoint", test_stage_checkpoint },
+        { "release_range", test_release_range },
     };
     RM_ADD_SUITE("pipeline", NULL, NULL, cases);
 }
