@@ -282,8 +282,8 @@ static int vec_all(rm_lbfgs_coord *c, int code, int a, int b, double alpha, doub
     bool sent[RM_PS_MAX_SERVERS] = {false};
     for (int i = 0; i < S; i++) {
         rm_err e = {0};
-        if (rm_ps_registry_connect(&c->reg, &c->conn[i], i, RM_LBFGS_COORD_ID, c->cfg.token,
-                                   c->cfg.timeout_s, 0, &e) != RM_OK)
+        if (rm_ps_registry_connect(&c->reg, &c->conn[i], i, RM_LBFGS_COORD_ID, c->cfg.token, 0,
+                                   &e) != RM_OK)
             continue;   /* one try here; the loop below retries it */
         rm_ps_req qi = q;
         sent[i] = rm_ps_send(&c->conn[i], &qi, NULL, rm_mono() + c->cfg.timeout_s, &e) == RM_OK;
@@ -304,7 +304,7 @@ static int vec_all(rm_lbfgs_coord *c, int code, int a, int b, double alpha, doub
             nanosleep(&ts, NULL);
             rm_ps_req qi = q;
             ok = rm_ps_registry_connect(&c->reg, &c->conn[i], i, RM_LBFGS_COORD_ID, c->cfg.token,
-                                        c->cfg.timeout_s, deadline, &e) == RM_OK &&
+                                        deadline, &e) == RM_OK &&
                  rm_ps_send(&c->conn[i], &qi, NULL, rm_mono() + c->cfg.timeout_s, &e) == RM_OK &&
                  rm_ps_recv(&c->conn[i], &r, NULL, 0, rm_mono() + c->cfg.timeout_s, &e) == RM_OK;
         }
@@ -425,8 +425,8 @@ static int shards_at_commit(rm_lbfgs_coord *c, rm_err *err)
                        .step = rm_lbv_code(RM_LBV_STATUS, 0, 0)};
         rm_ps_rep r;
         rm_err e = {0};
-        if (rm_ps_registry_connect(&c->reg, &c->conn[i], i, RM_LBFGS_COORD_ID, c->cfg.token,
-                                   c->cfg.timeout_s, 0, &e) != RM_OK ||
+        if (rm_ps_registry_connect(&c->reg, &c->conn[i], i, RM_LBFGS_COORD_ID, c->cfg.token, 0,
+                                   &e) != RM_OK ||
             rm_ps_send(&c->conn[i], &q, NULL, rm_mono() + c->cfg.timeout_s, &e) != RM_OK ||
             rm_ps_recv(&c->conn[i], &r, NULL, 0, rm_mono() + c->cfg.timeout_s, &e) != RM_OK) {
             rm_ps_conn_close(&c->conn[i]);

@@ -77,7 +77,7 @@ int rm_ps_registry_lookup(rm_ps_registry *g, int i, rm_err *err)
 }
 
 int rm_ps_registry_connect(rm_ps_registry *g, rm_ps_conn *c, int i, int worker, const char *token,
-                           double attempt_s, double deadline, rm_err *err)
+                           double deadline, rm_err *err)
 {
     if (c->fd >= 0)
         return RM_OK;
@@ -88,7 +88,7 @@ int rm_ps_registry_connect(rm_ps_registry *g, rm_ps_conn *c, int i, int worker, 
         rm_err e = {0};
         int rc = rm_ps_registry_lookup(g, i, &e);   /* a replacement may serve elsewhere */
         if (g->addrs[i][0]) {
-            double dl = rm_mono() + attempt_s;
+            double dl = rm_mono() + RM_PS_TRY_S;
             rc = rm_ps_conn_open(c, g->addrs[i], i, g->n, worker, token,
                                  deadline > rm_mono() && deadline < dl ? deadline : dl, &e);
             if (rc == RM_OK)

@@ -51,10 +51,13 @@ bool rm_ps_registry_canceled(const rm_ps_registry *g);
 int rm_ps_registry_lookup(rm_ps_registry *g, int i, rm_err *err);
 
 /* Open c to server i unless it is open: look its address up, connect and run the handshake as
- * `worker` with token, each try within attempt_s; a server that is not registered or not reachable
- * is tried again with back-off (0.1 s doubling to 2 s) while the next try can start before
- * deadline (rm_mono() seconds; deadline <= now: one try). RM_EAUTH at once; RM_ECANCELED;
- * otherwise the last try's error (RM_ETIMEDOUT when the address was never known). */
+ * `worker` with token, each try within RM_PS_TRY_S (a dead server's address is refused until the
+ * try's deadline: a short try gets to the next lookup, which names its replacement, soon); a server
+ * that is not registered or not reachable is tried again with back-off (0.1 s doubling to 2 s)
+ * while the next try can start before deadline (rm_mono() seconds; deadline <= now: one try).
+ * RM_EAUTH at once; RM_ECANCELED; otherwise the last try's error (RM_ETIMEDOUT when the address
+ * was never known). */
+#define RM_PS_TRY_S (RM_PS_HANDSHAKE_S + 1.0)   /* the server drops a handshake after 2 s */
 int rm_ps_registry_connect(rm_ps_registry *g, rm_ps_conn *c, int i, int worker, const char *token,
-                           double attempt_s, double deadline, rm_err *err);
+                           double deadline, rm_err *err);
 #endif

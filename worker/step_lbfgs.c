@@ -150,7 +150,7 @@ static int call(rm_step *s, int i, rm_ps_req q, const float *src, float *dst, si
     for (;;) {
         rm_err e = {0};
         int rc = rm_ps_registry_connect(&s->reg, &s->conn[i], i, s->worker, s->env.token,
-                                        s->env.timeout_s, deadline, &e);
+                                        deadline, &e);
         if (rc == RM_EAUTH || rc == RM_ECANCELED)
             return rm_errf(err, rc, "%s", e.msg);
         if (rc != RM_OK)   /* the registry retried until the deadline */

@@ -153,8 +153,8 @@ static int ps_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
  * bounded back-off until deadline. */
 static int ensure_conn(rm_step *s, int i, double deadline, rm_err *err)
 {
-    return rm_ps_registry_connect(&s->reg, &s->conn[i], i, s->worker, s->env.token,
-                                  s->env.timeout_s, deadline, err);
+    return rm_ps_registry_connect(&s->reg, &s->conn[i], i, s->worker, s->env.token, deadline,
+                                  err);
 }
 
 /* One request to every server (pipelined), replies' floats into dst + off[i] (when dst).
