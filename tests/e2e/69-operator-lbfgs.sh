@@ -120,6 +120,10 @@ addr1b=$(sed -n 's/.*parameter server 1 is at \([0-9.:]*\).*/\1/p' <<<"$P0" | ta
   fail "the coordinator did not find server 1's replacement at a new address ($addr1 -> ${addr1b:-none})"
 accepted=$(grep -c 'lbfgs step accepted' <<<"$P0" || true)
 [ "$accepted" -ge 2 ] || fail "only $accepted accepted line-search steps"
+# Armijo: every accepted point is below the one before (a resume goes back to the last of them)
+acc_losses=$(sed -n 's/.*lbfgs step accepted.* loss=\([0-9.]*\) .*/\1/p' <<<"$P0" | tr '\n' ' ')
+$PY -c "import sys; l=[float(x) for x in '$acc_losses'.split()]; sys.exit(0 if all(b < a for a, b in zip(l, l[1:])) else 1)" ||
+  fail "the accepted points' losses do not fall: $acc_losses"
 first=$(grep -m1 'msg="lbfgs pass done"' <<<"$P0" | sed -n 's/.* loss=\([0-9.]*\).*/\1/p')
 last=$(sed -n 's/.*msg="lbfgs done" passes=[0-9]* loss=\([0-9.]*\).*/\1/p' <<<"$P0")
 $PY -c "import sys; sys.exit(0 if $last < 0.8 * $first else 1)" || fail "loss $first -> $last did not fall by 20%"
@@ -144,4 +148,4 @@ $PY -c "import sys; c=[int(x) for x in '$done_per'.split(',')]; sys.exit(0 if le
 [ "$(tj_field lbtrain '{.status.restarts}')" = 0 ] || fail "a server's death restarted the workers"
 k delete tj lbtrain lbbad --wait=true --timeout=60s >/dev/null
 grep 'msg="lbfgs pass done"' <<<"$P0" | sed -n 's/.*\(pass=[0-9]*\) id=[0-9]* \(loss=[0-9.]*\) \(seconds=[0-9.]*\).*/  \1 \2 \3/p'
-log "PASS operator L-BFGS job (2 servers, 4 workers, 8 passes x 16 portions) Succeeded after server 1 was killed (found again at $addr1b): loss $first -> $last, $accepted accepted steps, portions per worker $done_per"
+log "PASS operator L-BFGS job (2 servers, 4 workers, 8 passes x 16 portions) Succeeded after server 1 was killed (found again at $addr1b): loss $first -> $last, $accepted accepted steps (losses $acc_losses), portions per worker $done_per"
