@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/ratelimit.h"
 #include "worker/lbfgs_core.h"
+#include "worker/ps_registry.h"
 
 /* ---- shard ----------------------------------------------------------------------------------- */
 
@@ -222,6 +223,7 @@ int64_t rm_lbfgs_portion_size(int64_t train_samples, int portions, int batch)
 struct rm_lbfgs_coord {
     rm_lbfgs_coord_cfg cfg;
     rm_training_spec t;
+    rm_ps_registry reg;              /* where the shards are (ps_registry.h); the thread's own */
     rm_ps_conn conn[RM_PS_MAX_SERVERS];
     pthread_t th;
     bool started;
@@ -280,10 +282,9 @@ static int vec_all(rm_lbfgs_coord *c, int code, int a, int b, double alpha, doub
     bool sent[RM_PS_MAX_SERVERS] = {false};
     for (int i = 0; i < S; i++) {
         rm_err e = {0};
-        if (c->conn[i].fd < 0 &&
-            rm_ps_conn_open(&c->conn[i], c->cfg.addrs[i], i, S, RM_LBFGS_COORD_ID, c->cfg.token,
-                            rm_mono() + c->cfg.timeout_s, &e) != RM_OK)
-            continue;
+        if (rm_ps_registry_connect(&c->reg, &c->conn[i], i, RM_LBFGS_COORD_ID, c->cfg.token, 0,
+                                   &e) != RM_OK)
+            continue;   /* one try here; the loop below retries it */
         rm_ps_req qi = q;
         sent[i] = rm_ps_send(&c->conn[i], &qi, NULL, rm_mono() + c->cfg.timeout_s, &e) == RM_OK;
     }
@@ -302,8 +303,8 @@ static int vec_all(rm_lbfgs_coord *c, int code, int a, int b, double alpha, doub
             struct timespec ts = {0, 200 * 1000000L};
             nanosleep(&ts, NULL);
             rm_ps_req qi = q;
-            ok = rm_ps_conn_open(&c->conn[i], c->cfg.addrs[i], i, S, RM_LBFGS_COORD_ID,
-                                 c->cfg.token, rm_mono() + c->cfg.timeout_s, &e) == RM_OK &&
+            ok = rm_ps_registry_connect(&c->reg, &c->conn[i], i, RM_LBFGS_COORD_ID, c->cfg.token,
+                                        deadline, &e) == RM_OK &&
                  rm_ps_send(&c->conn[i], &qi, NULL, rm_mono() + c->cfg.timeout_s, &e) == RM_OK &&
                  rm_ps_recv(&c->conn[i], &r, NULL, 0, rm_mono() + c->cfg.timeout_s, &e) == RM_OK;
         }
@@ -424,9 +425,8 @@ static int shards_at_commit(rm_lbfgs_coord *c, rm_err *err)
                        .step = rm_lbv_code(RM_LBV_STATUS, 0, 0)};
         rm_ps_rep r;
         rm_err e = {0};
-        if ((c->conn[i].fd < 0 &&
-             rm_ps_conn_open(&c->conn[i], c->cfg.addrs[i], i, c->cfg.nservers, RM_LBFGS_COORD_ID,
-                             c->cfg.token, rm_mono() + c->cfg.timeout_s, &e) != RM_OK) ||
+        if (rm_ps_registry_connect(&c->reg, &c->conn[i], i, RM_LBFGS_COORD_ID, c->cfg.token, 0,
+                                   &e) != RM_OK ||
             rm_ps_send(&c->conn[i], &q, NULL, rm_mono() + c->cfg.timeout_s, &e) != RM_OK ||
             rm_ps_recv(&c->conn[i], &r, NULL, 0, rm_mono() + c->cfg.timeout_s, &e) != RM_OK) {
             rm_ps_conn_close(&c->conn[i]);
@@ -608,6 +608,14 @@ int rm_lbfgs_coord_start(const rm_lbfgs_coord_cfg *cfg, rm_lbfgs_coord **out, rm
     c->t = *cfg->t;
     for (int i = 0; i < RM_PS_MAX_SERVERS; i++)
         c->conn[i].fd = -1;
+    /* the shards' addresses: from the rendezvous, where the servers register (no cluster DNS) */
+    int rc = rm_ps_registry_init(&c->reg, (const char (*)[128])cfg->addrs, cfg->nservers,
+                                 cfg->rendezvous, cfg->job, cfg->token, "lbfgs-coordinator", err);
+    if (rc) {
+        free(c);
+        return rc;
+    }
+    rm_ps_registry_set_cancel(&c->reg, NULL, &c->stop);
     state_load(c);
     const char *ss = getenv("RINGMASTER_LBFGS_STATIC_SPLIT");
     c->static_split = ss && !strcmp(ss, "1");
@@ -620,7 +628,7 @@ int rm_lbfgs_coord_start(const rm_lbfgs_coord_cfg *cfg, rm_lbfgs_coord **out, rm
     /* a pass id space no earlier coordinator of this job used: a restarted one starts anew */
     c->pass_id = (int64_t)time(NULL) << 20;
     c->portion_mean_s = 0;
-    int rc = rm_portions_init(&c->ps, c->t.optimizer.portions, cfg->world, 1.0, err);
+    rc = rm_portions_init(&c->ps, c->t.optimizer.portions, cfg->world, 1.0, err);
     c->issued_at = calloc((size_t)c->t.optimizer.portions, sizeof(double));
     c->m_portions = calloc((size_t)cfg->world, sizeof *c->m_portions);
     if (rc == RM_OK && (!c->issued_at || !c->m_portions))
@@ -655,6 +663,7 @@ int rm_lbfgs_coord_start(const rm_lbfgs_coord_cfg *cfg, rm_lbfgs_coord **out, rm
         rm_portions_free(&c->ps);
         free(c->issued_at);
         free(c->m_portions);
+        rm_ps_registry_free(&c->reg);
         free(c);
         return rc;
     }
@@ -668,6 +677,7 @@ int rm_lbfgs_coord_start(const rm_lbfgs_coord_cfg *cfg, rm_lbfgs_coord **out, rm
         rm_portions_free(&c->ps);
         free(c->issued_at);
         free(c->m_portions);
+        rm_ps_registry_free(&c->reg);
         free(c);
         return rm_errf(err, RM_ERR, "lbfgs coordinator: cannot start its thread");
     }
@@ -693,6 +703,7 @@ void rm_lbfgs_coord_stop(rm_lbfgs_coord *c)
         pthread_join(c->th, NULL);
     for (int i = 0; i < c->cfg.nservers; i++)
         rm_ps_conn_close(&c->conn[i]);
+    rm_ps_registry_free(&c->reg);   /* the coordinator thread's alone, and it has ended */
     /* connection threads may still call in: the coordinator lives until the process exits */
 }
 

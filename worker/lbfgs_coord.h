@@ -99,7 +99,9 @@ typedef struct rm_lbfgs_coord_cfg {
     const rm_training_spec *t;      /* borrowed for the coordinator's life */
     int world;                      /* workers */
     int nservers;
-    char (*addrs)[128];             /* nservers "host:port" */
+    char (*addrs)[128];             /* nservers "host:port" (the launch contract's list) */
+    const char *rendezvous;         /* its URL: the shards' addresses come from its server
+                                       registry (ps_registry.h), no DNS; NULL/"": the list's */
     const char *token;
     const char *job;
     int64_t train_samples;          /* training-set size; 0: unknown (the first claim says) */

@@ -830,7 +830,8 @@ int rm_ps_server_main(int argc, char **argv)
                                      .addrs = s->addrs, .token = s->token, .job = s->job,
                                      .train_samples = rm_training_samples(&s->t),
                                      .timeout_s = s->timeout_s, .reg = s->reg,
-                                     .state_dir = s->ckpt_dir};
+                                     .state_dir = s->ckpt_dir,
+                                     .rendezvous = getenv(RM_ENV_RENDEZVOUS)};
             rc = rm_lbfgs_coord_start(&cc, &s->coord, &err);
         }
         if (rc != RM_OK)

@@ -14,9 +14,11 @@
  * the budget is spent, claim fetches the final parameters and answers done.
  *
  * A round ending (a peer died and the group re-forms) abandons a half-done portion: the coordinator
- * reissues it after its deadline. Requests to a server that fails are retried with bounded
- * back-off (timeout x 6), as step_ps.c does. Nothing is allocated per step; checkpoints are the
- * servers' (no state_* entries). CPU path only. */
+ * reissues it after its deadline. The servers are found as step_ps.c finds them (ps_registry.h:
+ * through the rendezvous, where they register, so no cluster DNS is needed; looked up again at
+ * every reconnect, so a server replaced at a new address is found); requests to a server that
+ * fails are retried with bounded back-off (timeout x 6). Nothing is allocated per step;
+ * checkpoints are the servers' (no state_* entries). CPU path only. */
 #include "worker/step.h"
 
 #include <stdlib.h>
@@ -29,6 +31,7 @@
 #include "common/worker_env.h"
 #include "worker/lbfgs_coord.h"
 #include "worker/ps_core.h"
+#include "worker/ps_registry.h"
 #include "worker/ps_wire.h"
 
 #define LB_RETRY_FACTOR 6.0
@@ -37,7 +40,7 @@ struct rm_step {
     rm_step_env env;
     rm_step_round r;
     int S, worker, P;
-    char addrs[RM_PS_MAX_SERVERS][128];
+    rm_ps_registry reg;         /* where the servers are (the rendezvous, else the list) */
     rm_ps_conn conn[RM_PS_MAX_SERVERS];
     size_t off[RM_PS_MAX_SERVERS], len[RM_PS_MAX_SERVERS];
     int64_t portion_size, full;
@@ -74,7 +77,15 @@ static int lb_init(const rm_step_env *env, rm_step **out, rm_err *err)
     for (int i = 0; i < RM_PS_MAX_SERVERS; i++)
         s->conn[i].fd = -1;
     s->P = env->opt->spec.portions;
-    int rc = rm_ps_parse_addrs(getenv(RM_ENV_PS_ADDRS), s->addrs, RM_PS_MAX_SERVERS, &s->S, err);
+    char addrs[RM_PS_MAX_SERVERS][128];
+    int rc = rm_ps_parse_addrs(getenv(RM_ENV_PS_ADDRS), addrs, RM_PS_MAX_SERVERS, &s->S, err);
+    const char *url = getenv(RM_ENV_RENDEZVOUS);
+    if (rc == RM_OK)
+        rc = rm_ps_registry_init(&s->reg, (const char (*)[128])addrs, s->S,
+                                 env->token && *env->token ? url : NULL, getenv(RM_ENV_JOB),
+                                 env->token, getenv(RM_ENV_WORKER_ID), err);
+    if (rc == RM_OK)
+        rm_ps_registry_set_cancel(&s->reg, env->cancel, NULL);
     const rm_param_layout *lay = &env->m->layout;
     if (rc == RM_OK)
         rc = rm_ps_partition(lay->total, lay->layer_off, lay->nlayers, s->S, s->off, s->len, err);
@@ -87,6 +98,7 @@ static int lb_init(const rm_step_env *env, rm_step **out, rm_err *err)
     if (rc == RM_OK && !(s->acc = calloc(lay->total, sizeof(float))))
         rc = rm_errf(err, RM_ENOMEM, "lbfgs: out of memory");
     if (rc) {
+        rm_ps_registry_free(&s->reg);
         free(s->acc);
         free(s);
         return rc;
@@ -119,6 +131,7 @@ static void lb_destroy(rm_step *s)
         return;
     for (int i = 0; i < s->S; i++)
         rm_ps_conn_close(&s->conn[i]);
+    rm_ps_registry_free(&s->reg);
     free(s->acc);
     free(s);
 }
@@ -128,34 +141,34 @@ static int lb_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
     return rm_model_init_params(s->env.m, seed, err);   /* what the servers drew; fetched anyway */
 }
 /* One request to server i and its reply (payload floats from src, reply floats into dst, at most
- * cap), reconnecting with bounded back-off until the retry deadline. */
+ * cap), reconnecting (ps_registry.h: the server's address looked up again) with bounded back-off
+ * until the retry deadline. */
 static int call(rm_step *s, int i, rm_ps_req q, const float *src, float *dst, size_t cap,
                 rm_ps_rep *rep, rm_err *err)
 {
-    double deadline = rm_mono() + s->env.timeout_s * LB_RETRY_FACTOR, backoff = 0.1;
+    double deadline = rm_mono() + s->env.timeout_s * LB_RETRY_FACTOR;
     for (;;) {
         rm_err e = {0};
-        int rc = RM_OK;
-        if (s->conn[i].fd < 0)
-            rc = rm_ps_conn_open(&s->conn[i], s->addrs[i], i, s->S, s->worker, s->env.token,
-                                 rm_mono() + s->env.timeout_s, &e);
-        if (rc == RM_OK)
-            rc = rm_ps_send(&s->conn[i], &q, src, rm_mono() + s->env.timeout_s, &e);
+        int rc = rm_ps_registry_connect(&s->reg, &s->conn[i], i, s->worker, s->env.token,
+                                        deadline, &e);
+        if (rc == RM_EAUTH || rc == RM_ECANCELED)
+            return rm_errf(err, rc, "%s", e.msg);
+        if (rc != RM_OK)   /* the registry retried until the deadline */
+            return rm_errf(err, RM_ETIMEDOUT, "parameter server %d: no answer within %.0f s (%s)",
+                           i, s->env.timeout_s * LB_RETRY_FACTOR, e.msg);
+        rc = rm_ps_send(&s->conn[i], &q, src, rm_mono() + s->env.timeout_s, &e);
         if (rc == RM_OK)
             rc = rm_ps_recv(&s->conn[i], rep, dst, cap, rm_mono() + 2 * s->env.timeout_s + 1, &e);
         if (rc == RM_OK)
             return RM_OK;
         rm_ps_conn_close(&s->conn[i]);
-        if (rc == RM_EAUTH)
-            return rm_errf(err, rc, "parameter server %d: %s", i, e.msg);
         if (canceled(s))
             return rm_errf(err, RM_ECANCELED, "parameter server %d: canceled", i);
-        if (rm_mono() + backoff > deadline)
+        if (rm_mono() + 0.2 > deadline)
             return rm_errf(err, RM_ETIMEDOUT, "parameter server %d: no answer within %.0f s (%s)",
                            i, s->env.timeout_s * LB_RETRY_FACTOR, e.msg);
-        rm_warn("parameter server %d unreachable, retrying in %.1f s err=\"%s\"", i, backoff, e.msg);
-        sleep_s(backoff);
-        backoff = backoff * 2 > 2 ? 2 : backoff * 2;
+        rm_warn("parameter server %d failed, reconnecting err=\"%s\"", i, e.msg);
+        sleep_s(0.2);
     }
 }
 

@@ -29,10 +29,10 @@
 #include "common/clock.h"
 #include "common/json.h"
 #include "common/log.h"
-#include "common/rdzv.h"
 #include "common/trainingjob.h"
 #include "common/worker_env.h"
 #include "worker/ps_core.h"
+#include "worker/ps_registry.h"
 #include "worker/ps_wire.h"
 
 #define PS_RETRY_FACTOR 6.0   /* a server may be away this many comm timeouts */
@@ -42,7 +42,7 @@ struct rm_step {
     rm_step_round r;
     rm_ps_spec ps;
     int S, worker;
-    char addrs[RM_PS_MAX_SERVERS][128];
+    rm_ps_registry reg;               /* where the servers are (the rendezvous, else the list) */
     rm_ps_conn conn[RM_PS_MAX_SERVERS];
     size_t off[RM_PS_MAX_SERVERS], len[RM_PS_MAX_SERVERS];
     int64_t ver[RM_PS_MAX_SERVERS];   /* each shard's version at our last fetch */
@@ -51,7 +51,6 @@ struct rm_step {
     int64_t clock;                    /* async: steps this worker computed */
     int pending;                      /* async: steps in acc */
     bool done;
-    rm_rdzv_client *rdzv;             /* servers' addresses from the rendezvous (NULL: the list) */
 };
 
 static void sleep_s(double s)
@@ -74,7 +73,8 @@ static int ps_init(const rm_step_env *env, rm_step **out, rm_err *err)
     s->env = *env;
     for (int i = 0; i < RM_PS_MAX_SERVERS; i++)
         s->conn[i].fd = -1;
-    int rc = rm_ps_parse_addrs(getenv(RM_ENV_PS_ADDRS), s->addrs, RM_PS_MAX_SERVERS, &s->S, err);
+    char addrs[RM_PS_MAX_SERVERS][128];
+    int rc = rm_ps_parse_addrs(getenv(RM_ENV_PS_ADDRS), addrs, RM_PS_MAX_SERVERS, &s->S, err);
     const char *js = getenv(RM_ENV_PS_SPEC);
     if (rc == RM_OK && js && *js) {
         cJSON *o = rm_json_parse(js, strlen(js), err);
@@ -85,18 +85,13 @@ static int ps_init(const rm_step_env *env, rm_step **out, rm_err *err)
     rm_ps_defaults(&s->ps);
     /* with a rendezvous the servers' addresses come from it (they register there, rdzv.h
      * "Servers"); the launch contract's list then only says how many there are */
-    const char *url = getenv(RM_ENV_RENDEZVOUS), *job = getenv(RM_ENV_JOB),
-               *wid = getenv(RM_ENV_WORKER_ID);
-    if (rc == RM_OK && url && *url && env->token && *env->token) {
-        s->rdzv = rm_rdzv_client_new(url, job && *job ? job : "default/local", env->token,
-                                     wid && *wid ? wid : "0");
-        if (!s->rdzv)
-            rc = rm_err_field(err, RM_EINVAL, RM_ENV_RENDEZVOUS, "cannot use \"%s\"", url);
-        else
-            rm_rdzv_client_set_cancel(s->rdzv, env->cancel);
-        for (int i = 0; i < s->S; i++)
-            s->addrs[i][0] = 0;   /* unknown until the rendezvous says */
-    }
+    const char *url = getenv(RM_ENV_RENDEZVOUS), *wid = getenv(RM_ENV_WORKER_ID);
+    if (rc == RM_OK)
+        rc = rm_ps_registry_init(&s->reg, (const char (*)[128])addrs, s->S,
+                                 env->token && *env->token ? url : NULL, getenv(RM_ENV_JOB),
+                                 env->token, wid, err);
+    if (rc == RM_OK)
+        rm_ps_registry_set_cancel(&s->reg, env->cancel, NULL);
     if (rc == RM_OK && s->ps.replicas != s->S)
         rc = rm_err_field(err, RM_EINVAL, RM_ENV_PS_ADDRS, "lists %d servers, "
                           "spec.parameterServer.replicas is %d", s->S, s->ps.replicas);
@@ -107,7 +102,7 @@ static int ps_init(const rm_step_env *env, rm_step **out, rm_err *err)
         !(s->acc = calloc(lay->total, sizeof(float))))
         rc = rm_errf(err, RM_ENOMEM, "parameterServer strategy: out of memory");
     if (rc) {
-        rm_rdzv_client_free(s->rdzv);
+        rm_ps_registry_free(&s->reg);
         free(s->acc);
         free(s);
         return rc;
@@ -140,7 +135,7 @@ static void ps_destroy(rm_step *s)
         return;
     for (int i = 0; i < s->S; i++)
         rm_ps_conn_close(&s->conn[i]);
-    rm_rdzv_client_free(s->rdzv);
+    rm_ps_registry_free(&s->reg);
     free(s->acc);
     free(s);
 }
@@ -154,54 +149,12 @@ static int ps_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
     return rm_model_init_params(e->m, seed, err);
 }
 
-/* Server i's address from the rendezvous (a replacement may serve elsewhere). */
-static void refresh_addrs(rm_step *s, int i, rm_err *e)
-{
-    static char got[RM_PS_MAX_SERVERS][128];   /* one strategy per process, one thread */
-    int n = 0;
-    if (rm_rdzv_servers(s->rdzv, got, RM_PS_MAX_SERVERS, &n, e) != RM_OK)
-        return;
-    if (i < n && got[i][0]) {
-        if (strcmp(s->addrs[i], got[i]) != 0)
-            rm_info("parameter server %d is at %s (rendezvous)", i, got[i]);
-        snprintf(s->addrs[i], sizeof s->addrs[i], "%s", got[i]);
-    } else {
-        rm_errf(e, RM_ENOTFOUND, "parameter server %d has not registered with the rendezvous", i);
-    }
-}
-
-/* (Re)connect to server i, retrying with bounded back-off until deadline. */
+/* (Re)connect to server i (ps_registry.h: its address looked up again each try), retrying with
+ * bounded back-off until deadline. */
 static int ensure_conn(rm_step *s, int i, double deadline, rm_err *err)
 {
-    if (s->conn[i].fd >= 0)
-        return RM_OK;
-    double backoff = 0.1;
-    for (;;) {
-        rm_err e = {0};
-        if (s->rdzv)
-            refresh_addrs(s, i, &e);
-        if (!s->addrs[i][0]) {
-            if (rm_mono() + backoff > deadline)
-                return rm_errf(err, RM_ETIMEDOUT, "%s", e.msg);
-            if (canceled(s))
-                return rm_errf(err, RM_ECANCELED, "parameter server %d: canceled", i);
-            sleep_s(backoff);
-            backoff = backoff * 2 > 2 ? 2 : backoff * 2;
-            continue;
-        }
-        double dl = rm_mono() + s->env.timeout_s;
-        int rc = rm_ps_conn_open(&s->conn[i], s->addrs[i], i, s->S, s->worker, s->env.token,
-                                 dl < deadline ? dl : deadline, &e);
-        if (rc == RM_OK)
-            return RM_OK;
-        if (rc == RM_EAUTH || rm_mono() + backoff > deadline)
-            return rm_errf(err, rc, "%s", e.msg);
-        if (canceled(s))
-            return rm_errf(err, RM_ECANCELED, "parameter server %d: canceled", i);
-        rm_warn("parameter server %d unreachable, retrying in %.1f s err=\"%s\"", i, backoff, e.msg);
-        sleep_s(backoff);
-        backoff = backoff * 2 > 2 ? 2 : backoff * 2;
-    }
+    return rm_ps_registry_connect(&s->reg, &s->conn[i], i, s->worker, s->env.token, deadline,
+                                  err);
 }
 
 /* One request to every server (pipelined), replies' floats into dst + off[i] (when dst).
