@@ -13,7 +13,8 @@ start_operator a
 wait_for 20 "operator ready" curl -fsS "http://127.0.0.1:$OP_PROBE_a/readyz"
 curl -fsS "http://127.0.0.1:$OP_PROBE_a/healthz" >/dev/null || fail "healthz"
 
-fast_job mnist 2 1 | k apply -f - >/dev/null
+# the pods outlive the 1-epoch job so their shape can be read on a slow machine (KEEP_PODS)
+KEEP_PODS=1 fast_job mnist 2 1 | k apply -f - >/dev/null
 # invalid: minReplicas > replicas (the operator checks it even if the API server does no CEL)
 cat <<YAML | k apply --validate=false -f - >/dev/null
 apiVersion: ringmaster.dev/v1alpha1

@@ -7,7 +7,8 @@ RDZV_PORT=$(free_port)
 start_kubesim
 install_crd
 start_operator a --log-format json
-fast_job crashy 2 1 "        env: [{name: RINGMASTER_FAULT, value: 'exit:rank=1:step=120'}]" | k apply -f - >/dev/null
+# the pods outlive the job: worker-0's uid is read after the restart, when a fast job may be done
+KEEP_PODS=1 fast_job crashy 2 1 "        env: [{name: RINGMASTER_FAULT, value: 'exit:rank=1:step=120'}]" | k apply -f - >/dev/null
 wait_for 30 "2 pods" bash -c "[ \$(kubectl get pods -l ringmaster.dev/job-name=crashy --no-headers 2>/dev/null | grep -c .) -eq 2 ]"
 uid0=$(k get pod crashy-worker-0 -o jsonpath='{.metadata.uid}')
 wait_for 90 "a restart" bash -c "[ \"\$(kubectl get tj crashy -o jsonpath='{.status.restarts}')\" = 1 ]"

@@ -8,14 +8,15 @@ RDZV_PORT=$(free_port)
 HIDDEN="1024, 1024"
 start_kubesim
 install_crd
-start_operator a --force-delete-after 3
+start_operator a --force-delete-after 6
 fast_job stranded 2 2 | k apply -f - >/dev/null
 wait_for 60 "Running" tj_phase_is stranded Running
 uid=$(k get pod stranded-worker-1 -o jsonpath='{.metadata.uid}')
 curl -fsS -X POST "$KS_URL/kubesim/node-not-ready" >/dev/null
 sleep 1
 k delete pod stranded-worker-1 --wait=false >/dev/null
-sleep 1
+# read at once: after --force-delete-after (6 s) the operator removes it (two kubectl calls on a
+# loaded machine took more than the 3 s this used to allow)
 [ -n "$(k get pod stranded-worker-1 -o jsonpath='{.metadata.deletionTimestamp}' 2>/dev/null)" ] || fail "pod not stuck Terminating"
 # force-deleted: the object with the old uid disappears (a replacement may appear under the same name)
 wait_for 20 "force delete" bash -c "[ \"\$(kubectl get pod stranded-worker-1 -o jsonpath='{.metadata.uid}' 2>/dev/null)\" != '$uid' ]"

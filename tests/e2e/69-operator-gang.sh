@@ -120,8 +120,22 @@ for mode in volcano coscheduling; do
   WPGPID=$!; PIDS+=("$WPGPID")
   sleep 1
   { gang_job gang-a; echo ---; gang_job gang-b; } | k apply -f - >/dev/null
-  wait_for 30 "two PodGroups" bash -c "[ \$(kubectl get $res --no-headers 2>/dev/null | grep -c .) -eq 2 ]"
-  k get "$res" gang-a -o json | MODE=$mode $PY -c '
+  # from the watch: a job of a few seconds may be done (and its PodGroup gone) before a get
+  pg_seen() { $PY - "$T/watch-pg-$mode.json" "$@" <<'PY'
+import json,sys
+text=open(sys.argv[1]).read(); dec=json.JSONDecoder(); i=0; first={}
+while True:
+    while i < len(text) and text[i].isspace(): i+=1
+    if i >= len(text): break
+    try: o,i=dec.raw_decode(text,i)
+    except ValueError: break          # a version still being written
+    first.setdefault(o["metadata"]["name"],o)
+if sys.argv[2]=="names": sys.exit(0 if {"gang-a","gang-b"} <= set(first) else 1)
+print(json.dumps(first[sys.argv[2]]))
+PY
+  }
+  wait_for 30 "two PodGroups" pg_seen names
+  pg_seen gang-a | MODE=$mode $PY -c '
 import json,os,sys
 pg=json.load(sys.stdin); sp=pg["spec"]; md=pg["metadata"]
 o=md["ownerReferences"][0]

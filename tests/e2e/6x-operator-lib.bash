@@ -104,8 +104,11 @@ tj_phase_is() { [ "$(tj_field "$1" '{.status.phase}')" = "$2" ]; }
 pod_count() { k get pods -l "ringmaster.dev/job-name=$1" --no-headers 2>/dev/null | grep -c . || true; }
 
 # A small fast job: N workers, MLP [$HIDDEN] (default 128), 1 epoch, checkpoints in $T/ckpt.
+# KEEP_PODS=1 adds runPolicy.cleanPodPolicy None: the pods outlive the job (it trains for seconds), so a
+# test can read them however slow the machine is; deleting the job removes them (ownerReferences).
 fast_job() {  # fast_job NAME WORKERS [EPOCHS] [EXTRA_ENV_YAML]
-  local name=$1 n=$2 epochs=${3:-1} env=${4:-}
+  local name=$1 n=$2 epochs=${3:-1} env=${4:-} keep=
+  [ -n "${KEEP_PODS:-}" ] && keep="  runPolicy: {cleanPodPolicy: None}"
   mkdir -p "$T/ckpt/default/$name"   # stands in for the shared volume a cluster would mount
   cat <<YAML
 apiVersion: ringmaster.dev/v1alpha1
@@ -113,6 +116,7 @@ kind: TrainingJob
 metadata:
   name: $name
 spec:
+$keep
   replicas: $n
   backend: ring
   restartPolicy: {maxRestarts: 3, backoffSeconds: 1, progressDeadlineSeconds: 60}
