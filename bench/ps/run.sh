@@ -13,7 +13,8 @@
 # runs it with k servers instead of SERVERS), STRAGGLERS ("none persistent transient"),
 # REPEAT (1: each straggler x variant once; k: k passes, the variants alternating within each, so
 # a change of the machine's load hits them all), OUT (bench/results/ps.md), ANCHOR (1: then
-# bench/ps/anchor.sh, the torch.distributed.rpc peer; 0: skip).
+# bench/ps/anchor.sh, the torch.distributed.rpc peer, for ANCHOR_EPOCHS (EPOCHS) epochs, its
+# table to ANCHOR_OUT (bench/results/ps-anchor.md); 0: skip).
 # The samples/s column is rank 0's median "progress" rate times WORKERS (every worker draws the
 # same per-worker batch). The whole experiment in one command: bench/ps/full.sh.
 # A smoke run: EPOCHS=1 HIDDEN=128 VARIANTS="ring sync-b1" ANCHOR=0 ...
@@ -113,7 +114,7 @@ done
   echo "## Parameter servers: the straggler experiment (issue 12)"
   echo
   echo "\`bench/ps/run.sh\` on $(hostname) ($(nproc) CPUs), $(date -u +%Y-%m-%d), load average at the end:"
-  echo "$(cut -d' ' -f1-3 /proc/loadavg). Workers $WORKERS, servers $SERVERS, MLP [$HIDDEN], $EPOCHS epochs,"
+  echo "$(cut -d' ' -f1-3 /proc/loadavg). Workers $WORKERS, servers $SERVERS (a -S<k> variant: k), MLP [$HIDDEN], $EPOCHS epochs,"
   echo "batch $BATCH per worker, straggler rank 1 slowed ${FACTOR}x (transient: steps $TRANSIENT); time to $TARGET"
   echo "from the start of \`ringmaster run\` to rank 0's first evaluation at or above it."
   echo
@@ -122,5 +123,6 @@ done
   printf '%s\n' "${rows[@]}"
 } | tee "$OUT"
 if [ "${ANCHOR:-1}" = 1 ]; then   # the PyTorch parameter-server peer, same model, batch and optimizer
-  RM_BIN="$BIN" HIDDEN="$HIDDEN" BATCH="$BATCH" EPOCHS="$EPOCHS" bash "$root/bench/ps/anchor.sh"
+  RM_BIN="$BIN" HIDDEN="$HIDDEN" BATCH="$BATCH" EPOCHS="${ANCHOR_EPOCHS:-$EPOCHS}" \
+      OUT="${ANCHOR_OUT:-$root/bench/results/ps-anchor.md}" bash "$root/bench/ps/anchor.sh"
 fi
