@@ -91,8 +91,12 @@ rm_ps_outcome rm_ps_sync_push(rm_ps_sync *s, int worker, int64_t tag, const floa
         return RM_PS_DROP_DUP;
     }
     s->seen[worker / 64] |= bit;
-    for (size_t i = 0; i < s->n; i++)
-        s->accum[i] += grad[i];
+    if (s->count == 0) {
+        memcpy(s->accum, grad, s->n * sizeof(float));
+    } else {
+        for (size_t i = 0; i < s->n; i++)
+            s->accum[i] += grad[i];
+    }
     s->count++;
     return s->count >= s->need ? RM_PS_COMPLETE : RM_PS_ACCEPTED;
 }
@@ -103,10 +107,11 @@ int rm_ps_sync_average(rm_ps_sync *s, float *out)
     if (c == 0)
         return 0;
     float inv = 1.0f / (float)c;
-    for (size_t i = 0; i < s->n; i++) {
-        out[i] = s->accum[i] * inv;
-        s->accum[i] = 0;
-    }
+    if (c == 1 && out == s->accum)
+        ;   /* the one gradient is its own mean */
+    else
+        for (size_t i = 0; i < s->n; i++)
+            out[i] = s->accum[i] * inv;
     memset(s->seen, 0, sizeof s->seen);
     s->count = 0;
     s->version++;

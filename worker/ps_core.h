@@ -46,7 +46,8 @@ typedef struct rm_ps_sync {
     int need;                 /* N - b (>= 1) */
     int count;                /* gradients summed for `version` so far */
     uint64_t seen[RM_PS_MAX_WORKERS / 64];
-    float *accum;             /* owned, n floats */
+    float *accum;             /* owned, n floats; meaningful only while count > 0 (the first
+                                 gradient of a step is copied in, later ones added: no clearing) */
     uint64_t dropped;         /* late + duplicate pushes dropped so far */
 } rm_ps_sync;
 
@@ -56,8 +57,9 @@ void rm_ps_sync_free(rm_ps_sync *s);
 void rm_ps_sync_set_need(rm_ps_sync *s, int need);
 /* Judge (and on ACCEPTED/COMPLETE, add) one worker's gradient of n floats for step tag. */
 rm_ps_outcome rm_ps_sync_push(rm_ps_sync *s, int worker, int64_t tag, const float *grad);
-/* After COMPLETE (or when count >= need after a shrink): out = accum / count, the accumulator is
- * cleared and version advances. Returns how many gradients were averaged (0: nothing pending). */
+/* After COMPLETE (or when count >= need after a shrink): out = accum / count (out may be accum
+ * itself: averaged in place, one pass over the shard, read before the next push), the step's
+ * gradients are forgotten and version advances. Returns how many were averaged (0: none). */
 int rm_ps_sync_average(rm_ps_sync *s, float *out);
 /* Is the step in progress complete (count >= need, count > 0)? */
 bool rm_ps_sync_ready(const rm_ps_sync *s);

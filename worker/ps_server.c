@@ -83,7 +83,6 @@ struct server {
     rm_model_shape shape;
     size_t total, off, len;
     float *params;
-    float *gbuf;                 /* averaged gradient (sync) */
     rm_optim opt;
     rm_ps_sync sync;             /* sync: accumulator + version */
     int64_t version;             /* async: updates applied (sync: sync.version) */
@@ -202,9 +201,10 @@ static void sync_maybe_apply(server *s, double t0)
 {
     if (!rm_ps_sync_ready(&s->sync))
         return;
-    int c = rm_ps_sync_average(&s->sync, s->gbuf);
+    float *g = s->sync.accum;   /* averaged in place: read before the next push (under mu) */
+    int c = rm_ps_sync_average(&s->sync, g);
     float lr = s->lr * rm_ps_lr_scale(s->view.live, s->world);
-    rm_optim_step(&s->opt, s->params, s->gbuf, lr);
+    rm_optim_step(&s->opt, s->params, g, lr);
     if (s->view.live < s->world)
         rm_info("step applied with the survivors version=%lld gradients=%d live=%d lr=%.5f",
                 (long long)s->sync.version, c, s->view.live, (double)lr);
@@ -413,10 +413,7 @@ static void *conn_main(void *arg)
         r.magic = RM_PS_MAGIC;
         if (OPS[i].fn(s, c, &q, &r) != RM_OK)
             break;
-        r.check = rm_ps_rep_check(&r);
-        if (rm_net_send_all(c->fd, &r, sizeof r, rm_mono() + s->timeout_s, &e) ||
-            (r.nfloats && rm_net_send_all(c->fd, c->buf, (size_t)r.nfloats * sizeof(float),
-                                          rm_mono() + s->timeout_s, &e)))
+        if (rm_ps_reply(c->fd, &r, c->buf, rm_mono() + s->timeout_s, &e))
             break;
     }
 out:
@@ -451,6 +448,9 @@ static void *accept_main(void *arg)
             close(fd);
             continue;
         }
+        /* as the worker's end (ps_wire.c): no Nagle delay on the small reply headers, and buffers
+         * that take a shard slice without a wake-up per 64 KiB */
+        rm_net_tune(fd, 4 << 20);
         c->s = s;
         c->fd = fd;
         c->buf = buf;
@@ -727,8 +727,7 @@ static int setup(server *s, rm_err *err)
     s->off = off[s->index];
     s->len = len[s->index];
     s->params = malloc(s->len * sizeof(float));
-    s->gbuf = malloc(s->len * sizeof(float));
-    if (!s->params || !s->gbuf)
+    if (!s->params)
         return rm_errf(err, RM_ENOMEM, "parameter server: out of memory");
     RM_CHECK(rm_optim_init(&s->opt, k, &s->t.optimizer, s->len, err));
     RM_CHECK(rm_ps_sync_init(&s->sync, s->len, 0, s->world - s->ps.backup_workers, err));

@@ -2,9 +2,14 @@
 #include "worker/ps_wire.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "worker/comm.h"
@@ -129,16 +134,75 @@ int rm_ps_conn_open(rm_ps_conn *c, const char *addr, int index, int nservers, in
     return RM_OK;
 }
 
+/* Write iov[0..n) whole: one gather write (one syscall, no small header segment of its own) when
+ * the socket buffer has room; partial writes resume where they stopped. iov is consumed. */
+static int sendv_all(int fd, struct iovec *iov, int n, double deadline, rm_err *err)
+{
+    while (n > 0) {
+        if (iov[0].iov_len == 0) {
+            iov++;
+            n--;
+            continue;
+        }
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int rc = rm_net_wait(fd, POLLOUT, deadline);
+            if (rc == RM_ETIMEDOUT)
+                return rm_errf(err, rc, "send: peer did not read in time");
+            if (rc)
+                return rm_errf(err, rc, "send: poll: %s", strerror(errno));
+            continue;
+        }
+        if (w < 0 && (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN))
+            return rm_errf(err, RM_ECLOSED, "send: peer closed (%s)", strerror(errno));
+        if (w < 0)
+            return rm_errf(err, RM_EIO, "send: %s", strerror(errno));
+        size_t left = (size_t)w;
+        while (n > 0 && left >= iov[0].iov_len) {
+            left -= iov[0].iov_len;
+            iov++;
+            n--;
+        }
+        if (n > 0) {
+            iov[0].iov_base = (char *)iov[0].iov_base + left;
+            iov[0].iov_len -= left;
+        }
+    }
+    return RM_OK;
+}
+
 int rm_ps_send(rm_ps_conn *c, rm_ps_req *q, const float *payload, double deadline, rm_err *err)
+{
+    return rm_ps_send2(c, q, payload, NULL, deadline, err);
+}
+
+int rm_ps_send2(rm_ps_conn *c, rm_ps_req *q, const float *payload, rm_ps_req *q2,
+                double deadline, rm_err *err)
 {
     if (c->fd < 0)
         return rm_errf(err, RM_ECLOSED, "parameter server %d: not connected", c->index);
     q->magic = RM_PS_MAGIC;
     q->check = rm_ps_req_check(q);
-    RM_CHECK(rm_net_send_all(c->fd, q, sizeof *q, deadline, err));
-    if (q->nfloats)
-        RM_CHECK(rm_net_send_all(c->fd, payload, (size_t)q->nfloats * sizeof(float), deadline, err));
-    return RM_OK;
+    struct iovec iov[3] = {{q, sizeof *q},
+                           {(void *)(uintptr_t)payload, q->nfloats ? (size_t)q->nfloats * sizeof(float) : 0},
+                           {q2, q2 ? sizeof *q2 : 0}};
+    if (q2) {
+        q2->magic = RM_PS_MAGIC;
+        q2->check = rm_ps_req_check(q2);
+    }
+    return sendv_all(c->fd, iov, 3, deadline, err);
+}
+
+int rm_ps_reply(int fd, rm_ps_rep *r, const float *payload, double deadline, rm_err *err)
+{
+    r->magic = RM_PS_MAGIC;
+    r->check = rm_ps_rep_check(r);
+    struct iovec iov[2] = {{r, sizeof *r},
+                           {(void *)(uintptr_t)payload, r->nfloats ? (size_t)r->nfloats * sizeof(float) : 0}};
+    return sendv_all(fd, iov, 2, deadline, err);
 }
 
 int rm_ps_recv(rm_ps_conn *c, rm_ps_rep *r, float *buf, size_t cap, double deadline, rm_err *err)

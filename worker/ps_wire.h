@@ -86,6 +86,13 @@ int rm_ps_conn_open(rm_ps_conn *c, const char *addr, int index, int nservers, in
 void rm_ps_conn_close(rm_ps_conn *c);
 /* Send a request (header + payload of q->nfloats floats; payload may be NULL when 0). */
 int rm_ps_send(rm_ps_conn *c, rm_ps_req *q, const float *payload, double deadline, rm_err *err);
+/* rm_ps_send, then (q2 not NULL) a second request without payload, in one gather write: the sync
+ * step's push and the fetch behind it (step_ps.c). q2 must have nfloats 0. */
+int rm_ps_send2(rm_ps_conn *c, rm_ps_req *q, const float *payload, rm_ps_req *q2,
+                double deadline, rm_err *err);
+/* Server side: a reply header (magic and check set here) and its r->nfloats floats from payload,
+ * in one gather write. */
+int rm_ps_reply(int fd, rm_ps_rep *r, const float *payload, double deadline, rm_err *err);
 /* Receive a reply header and its payload into buf (cap floats); a reply larger than cap, with a
  * bad magic or check is RM_EPROTO. */
 int rm_ps_recv(rm_ps_conn *c, rm_ps_rep *r, float *buf, size_t cap, double deadline, rm_err *err);

@@ -14,9 +14,11 @@
  * parameters every fetchEverySteps; the servers hold it back when it is more than stalenessBound
  * steps ahead of the slowest live worker.
  *
- * Requests to the S servers are pipelined (all sent, then all answered); a server that fails
- * (died, being replaced) is retried alone with bounded back-off until timeout_s x 6 has passed,
- * then the step fails and the driver re-forms the round. Nothing is allocated per step: the
+ * Requests to the S servers are pipelined (all sent, then all answered); a sync step is one round
+ * trip per server (push_fetch: the push and the next step's fetch in one gather write, the
+ * gradient sent straight from the model's buffer, the parameters read straight into the model's);
+ * a server that fails (died, being replaced) is retried alone with bounded back-off until
+ * timeout_s x 6 has passed, then the step fails and the driver re-forms the round. Nothing is allocated per step: the
  * accumulator and connections are made once. Checkpoints are the servers' (no state_* entries).
  * Settings: env RINGMASTER_PS_ADDRS and RINGMASTER_PARAMETER_SERVER (the launch contract). */
 #include "worker/step.h"
@@ -258,6 +260,64 @@ static int fetch_all(rm_step *s, int64_t want, rm_err *err)
     }
 }
 
+/* Sync, the steady state: push step k's gradient and ask for step k+1's parameters in one round
+ * trip per server. Both requests go out in one gather write per connection (a server answers its
+ * requests in order: the fetch waits there until the push and the others' made step k+1), then
+ * both replies are read; every server's push is on the wire before any reply is awaited.
+ * A fetch answered "not yet" (the step took more than a second to gather) leaves the connections
+ * in step: fetch_all asks again. A broken connection falls back to the step-by-step path
+ * (exchange, then fetch_all: servers retried with back-off) on fresh connections (replies still
+ * queued on the others would desynchronise them); a push a server already took is then dropped
+ * there as a duplicate (or as late, once the step is applied), so nothing is counted twice. */
+static int push_fetch(rm_step *s, const rm_ps_req *push, const float *grads, rm_err *err)
+{
+    rm_ps_rep rep[RM_PS_MAX_SERVERS], frep[RM_PS_MAX_SERVERS];
+    rm_ps_req f = {.op = RM_PS_OP_FETCH, .worker = push->worker, .world = push->world,
+                   .step = push->step + 1};
+    set_view(s, &f);
+    bool broken = false, late = false;
+    for (int i = 0; i < s->S && !broken; i++) {
+        rm_err e = {0};
+        rm_ps_req qi = *push, fi = f;
+        qi.nfloats = (uint32_t)s->len[i];
+        if (s->conn[i].fd < 0 ||
+            rm_ps_send2(&s->conn[i], &qi, grads + s->off[i], &fi, rm_mono() + s->env.timeout_s,
+                        &e))
+            broken = true;
+    }
+    for (int i = 0; i < s->S && !broken; i++) {
+        rm_err e = {0};
+        /* the fetch may wait on the server for up to a second ("not yet"), as in fetch_all */
+        double dl = rm_mono() + 2 * s->env.timeout_s + 1;
+        if (rm_ps_recv(&s->conn[i], &rep[i], NULL, 0, dl, &e) ||
+            rm_ps_recv(&s->conn[i], &frep[i], s->env.m->params + s->off[i], s->len[i], dl, &e)) {
+            broken = true;
+        } else if (frep[i].status != RM_PS_ST_OK) {
+            late = true;
+        } else if (frep[i].nfloats != s->len[i]) {
+            rm_ps_conn_close(&s->conn[i]);
+            return rm_errf(err, RM_EPROTO, "parameter server %d sent %u floats, its shard is %zu "
+                           "(another model or shard layout?)", i, frep[i].nfloats, s->len[i]);
+        }
+    }
+    if (broken) {
+        for (int i = 0; i < s->S; i++)
+            rm_ps_conn_close(&s->conn[i]);
+        RM_CHECK(exchange(s, *push, grads, NULL, rep, err));
+        return fetch_all(s, push->step + 1, err);
+    }
+    if (late)
+        return fetch_all(s, push->step + 1, err);
+    int64_t oldest = INT64_MAX;
+    for (int i = 0; i < s->S; i++) {
+        s->ver[i] = frep[i].version;
+        if (frep[i].version < oldest)
+            oldest = frep[i].version;
+    }
+    s->version = oldest;   /* as fetch_all: the job's step is the slowest shard's */
+    return RM_OK;
+}
+
 static int ps_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
 {
     RM_CHECK(fetch_all(s, 0, err));
@@ -345,8 +405,7 @@ static int ps_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
         rm_ps_req q = {.op = RM_PS_OP_PUSH, .worker = (uint32_t)s->worker, .world = (uint32_t)N,
                        .step = s->version, .from_version = s->version, .lr = lr};
         set_view(s, &q);
-        RM_CHECK(exchange(s, q, m->grads, NULL, rep, err));
-        RM_CHECK(fetch_all(s, s->version + 1, err));
+        RM_CHECK(push_fetch(s, &q, m->grads, err));
     } else {
         s->clock++;
         const float *g = m->grads;

@@ -1812,6 +1812,62 @@ static int read_loss(trainer *t, rm_err *err)
     return RM_OK;
 }
 
+/* The tail every step loop shares (run_round, run_round_claimed): after a step, its metrics and
+ * the recovery it ends; then, about once a second, the loss and memory; the report to the
+ * controller and its answer; the progress line every log_every steps. */
+typedef struct step_log {
+    double t;              /* when the last progress line was logged */
+    int64_t samples;       /* samples_local then */
+} step_log;
+
+static step_log step_log_start(trainer *t)
+{
+    t->log_step = t->step;
+    return (step_log){rm_mono(), t->samples_local};
+}
+
+static void step_note(trainer *t)
+{
+    if (t->fail_t > 0) {   /* the first step after a failure: recovery ends here */
+        double rec = rm_mono() - t->fail_t;
+        rm_series_observe(t->wm.recovery, rec);
+        rm_info("recovered seconds=%.2f step=%lld", rec, (long long)t->step);
+        t->fail_t = 0;
+    }
+    rm_health_beat(t->wm.health);
+    rm_series_set(t->wm.step, (double)t->step);
+    rm_series_inc(t->wm.samples, t->B);
+    rm_series_set(t->wm.train_epoch, t->train_epoch);
+}
+
+/* 0 to go on; an R_* action of the controller or an error code to end the round. */
+static int step_report(trainer *t, step_log *lg, rm_err *err)
+{
+    double now = rm_mono();
+    if (now - t->rep_t >= 1.0) {   /* the loss needs the device: read it here, ~1/s */
+        report_memory(t, false);
+        RM_CHECK(read_loss(t, err));
+        rm_series_set(t->wm.loss, t->train_loss);
+        t->rep_t = now;
+    }
+    reporter_publish(t, true);
+    int a = reporter_action(t);
+    if (a)
+        return a;
+    if (t->cfg->log_every > 0 && t->step - t->log_step >= t->cfg->log_every) {
+        RM_CHECK(read_loss(t, err));
+        rm_series_set(t->wm.loss, t->train_loss);
+        rm_info("progress step=%lld train_epoch=%d loss=%.4f lr=%.5f samples_per_s=%.0f "
+                "allreduce_gbps=%.2f",
+                (long long)t->step, t->train_epoch, t->train_loss, t->lr,
+                (double)(t->samples_local - lg->samples) / (now - lg->t), t->ar_gbps);
+        t->log_step = t->step;
+        lg->t = now;
+        lg->samples = t->samples_local;
+    }
+    return 0;
+}
+
 /* Steps until the job ends or the round breaks. */
 static int run_round(trainer *t, rm_err *err)
 {
@@ -1826,9 +1882,7 @@ static int run_round(trainer *t, rm_err *err)
     t->rep_t = rm_mono();
     reporter_publish(t, true);
     reporter_kick(t);
-    t->log_step = t->step;
-    double log_t = rm_mono();
-    bool first_step = true;
+    step_log lg = step_log_start(t);
     for (;;) {
         if (g_train_term)
             return R_TERM;
@@ -1851,19 +1905,7 @@ static int run_round(trainer *t, rm_err *err)
         int rc = step_once(t, err);
         if (rc)
             return rc;
-        if (first_step) {
-            first_step = false;
-            if (t->fail_t > 0) {
-                double rec = rm_mono() - t->fail_t;
-                rm_series_observe(t->wm.recovery, rec);
-                rm_info("recovered seconds=%.2f step=%lld", rec, (long long)t->step);
-                t->fail_t = 0;
-            }
-        }
-        rm_health_beat(t->wm.health);
-        rm_series_set(t->wm.step, (double)t->step);
-        rm_series_inc(t->wm.samples, t->B);
-        rm_series_set(t->wm.train_epoch, t->train_epoch);
+        step_note(t);
         if (cfg->checkpoint_interval > 0 && t->step % cfg->checkpoint_interval == 0) {
             int grc = ckpt_gather(t, err);   /* sharded state: every rank, collectively */
             if (grc)
@@ -1872,29 +1914,8 @@ static int run_round(trainer *t, rm_err *err)
                                      and reported, and training goes on */
         }
         ckpt_collect(t, false);   /* a finished write's result, if any (no waiting) */
-        double now = rm_mono();
-        if (now - t->rep_t >= 1.0) {   /* the loss needs the device: read it here, ~1/s */
-            report_memory(t, false);
-            if ((rc = read_loss(t, err)) != RM_OK)
-                return rc;
-            rm_series_set(t->wm.loss, t->train_loss);
-            t->rep_t = now;
-        }
-        reporter_publish(t, true);
-        int a = reporter_action(t);
-        if (a)
-            return a;
-        if (cfg->log_every > 0 && t->step - t->log_step >= cfg->log_every) {
-            if ((rc = read_loss(t, err)) != RM_OK)
-                return rc;
-            rm_series_set(t->wm.loss, t->train_loss);
-            rm_info("progress step=%lld train_epoch=%d loss=%.4f lr=%.5f samples_per_s=%.0f "
-                    "allreduce_gbps=%.2f",
-                    (long long)t->step, t->train_epoch, t->train_loss, t->lr,
-                    (double)(t->step - t->log_step) * t->B / (now - log_t), t->ar_gbps);
-            t->log_step = t->step;
-            log_t = now;
-        }
+        if ((rc = step_report(t, &lg, err)) != 0)
+            return rc;
     }
 }
 
@@ -1920,10 +1941,6 @@ static int step_claimed(trainer *t, const rm_step_claim *c, rm_err *err)
     return RM_OK;
 }
 
-/* The loop of a strategy that claims its batches (parameter servers: epochs are a global budget,
- * strategies.md "Progress"): before each step the strategy says where the job is; rank 0
- * evaluates (alone) when a data epoch ended; the job ends when the strategy says the budget is
- * spent. Checkpoints are the servers'. */
 /* Take the round the reporter re-formed in the background (reporter.detached), if any: the new
  * epoch, rank and world, without stopping (the strategy keeps its connections and state). */
 static int adopt_background_round(trainer *t, rm_err *err)
@@ -1949,6 +1966,10 @@ static int adopt_background_round(trainer *t, rm_err *err)
     return RM_OK;
 }
 
+/* The loop of a strategy that claims its batches (parameter servers: epochs are a global budget,
+ * strategies.md "Progress"): before each step the strategy says where the job is; rank 0
+ * evaluates (alone) when a data epoch ended; the job ends when the strategy says the budget is
+ * spent. Checkpoints are the servers'. */
 static int run_round_claimed(trainer *t, rm_err *err)
 {
     const rm_train_cfg *cfg = t->cfg;
@@ -1960,9 +1981,7 @@ static int run_round_claimed(trainer *t, rm_err *err)
     t->rep_t = rm_mono();
     reporter_publish(t, true);
     reporter_kick(t);
-    t->log_step = t->step;
-    double log_t = rm_mono();
-    int64_t log_samples = t->samples_local;
+    step_log lg = step_log_start(t);
     for (;;) {
         if (g_train_term)
             return R_TERM;
@@ -1981,35 +2000,11 @@ static int run_round_claimed(trainer *t, rm_err *err)
         if (c.done)
             return R_DONE;
         RM_CHECK(step_claimed(t, &c, err));
-        if (t->fail_t > 0) {
-            double rec = rm_mono() - t->fail_t;
-            rm_series_observe(t->wm.recovery, rec);
-            rm_info("recovered seconds=%.2f step=%lld", rec, (long long)t->step);
-            t->fail_t = 0;
-        }
-        rm_health_beat(t->wm.health);
-        rm_series_set(t->wm.step, (double)t->step);
-        rm_series_inc(t->wm.samples, t->B);
-        double now = rm_mono();
-        if (now - t->rep_t >= 1.0) {
-            RM_CHECK(read_loss(t, err));
-            rm_series_set(t->wm.loss, t->train_loss);
-            t->rep_t = now;
-        }
+        step_note(t);
         RM_CHECK(adopt_background_round(t, err));
-        reporter_publish(t, true);
-        int a = reporter_action(t);
+        int a = step_report(t, &lg, err);
         if (a)
             return a;
-        if (cfg->log_every > 0 && t->step - t->log_step >= cfg->log_every) {
-            RM_CHECK(read_loss(t, err));
-            rm_info("progress step=%lld train_epoch=%d loss=%.4f lr=%.5f samples_per_s=%.0f",
-                    (long long)t->step, t->train_epoch, t->train_loss, t->lr,
-                    (double)(t->samples_local - log_samples) / (now - log_t));
-            t->log_step = t->step;
-            log_t = now;
-            log_samples = t->samples_local;
-        }
     }
 }
 

@@ -9,27 +9,35 @@
 #
 # Knobs (env): WORKERS (4), SERVERS (1), EPOCHS (6), HIDDEN ("512, 256"), BATCH (64),
 # TARGET (0.88), FACTOR (4), TRANSIENT ("100:400" = slow from step 100 to 400),
-# VARIANTS ("ring sync-b0 sync-b1 async-s0 async-s4"), STRAGGLERS ("none persistent transient"),
-# OUT (bench/results/ps.md), ANCHOR (1: then bench/ps/anchor.sh, the torch.distributed.rpc peer;
-# 0: skip). A smoke run: EPOCHS=1 HIDDEN=128 VARIANTS="ring sync-b1" ANCHOR=0 ...
+# VARIANTS ("ring sync-b0 sync-b0-S2 sync-b1 async-s0 async-s4"; a "-S<k>" suffix on a PS variant
+# runs it with k servers instead of SERVERS), STRAGGLERS ("none persistent transient"),
+# REPEAT (1: each straggler x variant once; k: k passes, the variants alternating within each, so
+# a change of the machine's load hits them all), OUT (bench/results/ps.md), ANCHOR (1: then
+# bench/ps/anchor.sh, the torch.distributed.rpc peer, for ANCHOR_EPOCHS (EPOCHS) epochs, its
+# table to ANCHOR_OUT (bench/results/ps-anchor.md); 0: skip).
+# The samples/s column is rank 0's median "progress" rate times WORKERS (every worker draws the
+# same per-worker batch). The whole experiment in one command: bench/ps/full.sh.
+# A smoke run: EPOCHS=1 HIDDEN=128 VARIANTS="ring sync-b1" ANCHOR=0 ...
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${RM_BIN:-$root/bin}
 WORKERS=${WORKERS:-4} SERVERS=${SERVERS:-1} EPOCHS=${EPOCHS:-6} HIDDEN=${HIDDEN:-512, 256}
 BATCH=${BATCH:-64} TARGET=${TARGET:-0.88} FACTOR=${FACTOR:-4} TRANSIENT=${TRANSIENT:-100:400}
-VARIANTS=${VARIANTS:-ring sync-b0 sync-b1 async-s0 async-s4}
+VARIANTS=${VARIANTS:-ring sync-b0 sync-b0-S2 sync-b1 async-s0 async-s4} REPEAT=${REPEAT:-1}
 STRAGGLERS=${STRAGGLERS:-none persistent transient}
 OUT=${OUT:-$root/bench/results/ps.md}
 work=$(mktemp -d "${TMPDIR:-/tmp}/rm-bench-ps.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 strategy() {
-  case $1 in
+  local v=$1 ns=$SERVERS
+  case $v in *-S[0-9]*) ns=${v##*-S}; v=${v%-S*};; esac
+  case $v in
     ring) echo "  backend: ring";;
-    sync-b0) echo "  strategy: parameterServer"; echo "  parameterServer: {replicas: $SERVERS, mode: sync, backupWorkers: 0}";;
-    sync-b1) echo "  strategy: parameterServer"; echo "  parameterServer: {replicas: $SERVERS, mode: sync, backupWorkers: 1}";;
-    async-s0) echo "  strategy: parameterServer"; echo "  parameterServer: {replicas: $SERVERS, mode: async, stalenessBound: 0}";;
-    async-s4) echo "  strategy: parameterServer"; echo "  parameterServer: {replicas: $SERVERS, mode: async, stalenessBound: 4}";;
+    sync-b0) echo "  strategy: parameterServer"; echo "  parameterServer: {replicas: $ns, mode: sync, backupWorkers: 0}";;
+    sync-b1) echo "  strategy: parameterServer"; echo "  parameterServer: {replicas: $ns, mode: sync, backupWorkers: 1}";;
+    async-s0) echo "  strategy: parameterServer"; echo "  parameterServer: {replicas: $ns, mode: async, stalenessBound: 0}";;
+    async-s4) echo "  strategy: parameterServer"; echo "  parameterServer: {replicas: $ns, mode: async, stalenessBound: 4}";;
     *) echo "unknown variant $1" >&2; exit 2;;
   esac
 }
@@ -45,13 +53,14 @@ fault() {
 }
 
 rows=()
+for pass in $(seq 1 "$REPEAT"); do
 for st in $STRAGGLERS; do
   for v in $VARIANTS; do
-    name="b-$v-$st"
+    name="b-$v-$st-$pass"
     {
       echo "apiVersion: ringmaster.dev/v1alpha1"
       echo "kind: TrainingJob"
-      echo "metadata: {name: b-${v//_/-}}"
+      echo "metadata: {name: b-$(echo "${v//_/-}" | tr 'A-Z' 'a-z')}"
       echo "spec:"
       echo "  replicas: $WORKERS"
       strategy "$v"
@@ -73,40 +82,47 @@ for st in $STRAGGLERS; do
     rc=$?
     set -e
     t1=$(date +%s.%N)
-    row=$(python3 - "$work/$name.out" "$work/run-$name/worker-0.log" "$t0" "$t1" "$TARGET" "$rc" <<'PY'
-import json, re, sys, datetime
+    row=$(python3 - "$work/$name.out" "$work/run-$name/worker-0.log" "$t0" "$t1" "$TARGET" "$rc" "$WORKERS" <<'PY'
+import json, re, sys, datetime, statistics
 out, log, t0, t1, target, rc = sys.argv[1], sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), int(sys.argv[6])
+workers = int(sys.argv[7])
 try:
     j = json.loads(open(out).read().strip().splitlines()[-1]); st = j["status"]
     phase, acc = st["phase"], st.get("result", {}).get("testAccuracy", float("nan"))
     steps = st.get("result", {}).get("steps", 0)
 except Exception:
     phase, acc, steps = f"error rc={rc}", float("nan"), 0
-tt = "-"
+tt, rates = "-", []
 for line in open(log, errors="replace"):
     m = re.search(r'^ts=(\S+) .*msg="evaluation".*test_accuracy=([0-9.]+)', line)
-    if m and float(m.group(2)) >= target:
+    if m and float(m.group(2)) >= target and tt == "-":
         t = datetime.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()
-        tt = f"{t - t0:.1f}"; break
-print(f"{phase} | {t1 - t0:.1f} | {tt} | {acc:.4f} | {steps}")
+        tt = f"{t - t0:.1f}"
+    m = re.search(r'msg="progress".*samples_per_s=([0-9.]+)', line)
+    if m:
+        rates.append(float(m.group(1)))
+sps = f"{statistics.median(rates) * workers:.0f}" if rates else "-"
+print(f"{phase} | {t1 - t0:.1f} | {tt} | {sps} | {acc:.4f} | {steps}")
 PY
 )
-    rows+=("| $st | $v | $row |")
+    rows+=("| $st | $v | $pass | $row | $(cut -d' ' -f1 /proc/loadavg) |")
     echo "   ${rows[-1]}" >&2
   done
+done
 done
 {
   echo "## Parameter servers: the straggler experiment (issue 12)"
   echo
   echo "\`bench/ps/run.sh\` on $(hostname) ($(nproc) CPUs), $(date -u +%Y-%m-%d), load average at the end:"
-  echo "$(cut -d' ' -f1-3 /proc/loadavg). Workers $WORKERS, servers $SERVERS, MLP [$HIDDEN], $EPOCHS epochs,"
+  echo "$(cut -d' ' -f1-3 /proc/loadavg). Workers $WORKERS, servers $SERVERS (a -S<k> variant: k), MLP [$HIDDEN], $EPOCHS epochs,"
   echo "batch $BATCH per worker, straggler rank 1 slowed ${FACTOR}x (transient: steps $TRANSIENT); time to $TARGET"
   echo "from the start of \`ringmaster run\` to rank 0's first evaluation at or above it."
   echo
-  echo "| straggler | strategy | phase | wall s | s to $TARGET | test accuracy | steps |"
-  echo "|---|---|---|---|---|---|---|"
+  echo "| straggler | strategy | pass | phase | wall s | s to $TARGET | samples/s | test accuracy | steps | load 1m |"
+  echo "|---|---|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${rows[@]}"
 } | tee "$OUT"
 if [ "${ANCHOR:-1}" = 1 ]; then   # the PyTorch parameter-server peer, same model, batch and optimizer
-  RM_BIN="$BIN" HIDDEN="$HIDDEN" BATCH="$BATCH" EPOCHS="$EPOCHS" bash "$root/bench/ps/anchor.sh"
+  RM_BIN="$BIN" HIDDEN="$HIDDEN" BATCH="$BATCH" EPOCHS="${ANCHOR_EPOCHS:-$EPOCHS}" \
+      OUT="${ANCHOR_OUT:-$root/bench/results/ps-anchor.md}" bash "$root/bench/ps/anchor.sh"
 fi

@@ -225,6 +225,33 @@ static void test_sync_rule_table(void)
     rm_ps_sync_free(&s);
 }
 
+/* The server averages in place (out == accum): the next step's first gradient must replace the
+ * mean left there, not add to it; one gradient alone is its own mean. */
+static void test_sync_average_in_place(void)
+{
+    rm_ps_sync s;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_ps_sync_init(&s, 2, 0, 2, &e), RM_OK);
+    float a[2] = {1, 10}, b[2] = {3, 30}, c[2] = {5, -4}, d[2] = {7, 8};
+    CU_ASSERT_EQUAL(rm_ps_sync_push(&s, 0, 0, a), RM_PS_ACCEPTED);
+    CU_ASSERT_EQUAL(rm_ps_sync_push(&s, 1, 0, b), RM_PS_COMPLETE);
+    CU_ASSERT_EQUAL(rm_ps_sync_average(&s, s.accum), 2);
+    CU_ASSERT_DOUBLE_EQUAL(s.accum[0], 2, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(s.accum[1], 20, 1e-6);
+    CU_ASSERT_EQUAL(rm_ps_sync_push(&s, 1, 1, c), RM_PS_ACCEPTED);
+    CU_ASSERT_EQUAL(rm_ps_sync_push(&s, 0, 1, d), RM_PS_COMPLETE);
+    CU_ASSERT_EQUAL(rm_ps_sync_average(&s, s.accum), 2);
+    CU_ASSERT_DOUBLE_EQUAL(s.accum[0], 6, 1e-6);   /* (5 + 7) / 2, nothing of step 0 left */
+    CU_ASSERT_DOUBLE_EQUAL(s.accum[1], 2, 1e-6);
+    rm_ps_sync_set_need(&s, 1);   /* a single survivor */
+    CU_ASSERT_EQUAL(rm_ps_sync_push(&s, 0, 2, a), RM_PS_COMPLETE);
+    CU_ASSERT_EQUAL(rm_ps_sync_average(&s, s.accum), 1);
+    CU_ASSERT_DOUBLE_EQUAL(s.accum[0], 1, 1e-6);
+    CU_ASSERT_DOUBLE_EQUAL(s.accum[1], 10, 1e-6);
+    CU_ASSERT_EQUAL(s.version, 3);
+    rm_ps_sync_free(&s);
+}
+
 static void test_sync_b0_and_shrink(void)
 {
     /* b = 0 with 3 workers: nothing applies until all three arrived; averaged in full */
@@ -458,6 +485,7 @@ void rm_suite_ps(void)
         {"partition snaps to layer boundaries", test_partition_snaps},
         {"sync rule with backup workers", test_sync_rule_table},
         {"sync b=0 and a shrinking world", test_sync_b0_and_shrink},
+        {"sync: averaged in place, no residue", test_sync_average_in_place},
         {"sync: who a step waits for (views)", test_sync_view_table},
         {"staleness bound", test_staleness_bound},
         {"adagrad shards vs reference", test_adagrad_shards_reference},
