@@ -41,6 +41,7 @@ for n in worlds:
             L.append("\n%s" % gnote)
         elif op != "allreduce" and not gloo:
             L.append("\nGloo: not measured (torch not installed when this ran)." if meta.get("torch") == "none" else "\nGloo: no rows.")
+train_at = len(L)   # the stage table and its notes: dropped when no stage ran (TRAIN=0)
 L.append("\n**Step time and memory per rank, MLP hidden %s, Adam, batch 64/worker, %s steps**\n" % (
     meta.get("hidden"), meta.get("steps")))
 L.append("| workers | sharding | step (s) | params MB | grads MB | optimizer MB | peak RSS MB | RSS after last step MB | result |")
@@ -83,4 +84,6 @@ and the next, prefetched), so params are the pieces plus the two largest layers'
 Step time includes the first step and the round setup (few steps: an upper bound); the workers'
 `step phases` log line splits the steady step into forward/backward/update/gather.
 PyTorch FSDP on CPU/Gloo and a PyTorch DDP anchor were not run here.""")
+if not tworlds:
+    del L[train_at:]
 open(out, "w").write("\n".join(L) + "\n")
