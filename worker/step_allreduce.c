@@ -25,17 +25,19 @@
  *             next bucket is computed into the other buffer. Then as ZeRO-1. (An earlier version
  *             wrote the whole gradient and gave back pages with madvise: 2-3x slower for a 1.3x
  *             smaller peak, because page faults refilled the buffer every step.)
- *   full (ZeRO-3/FSDP): between uses a rank holds only its pieces of the parameters; each layer is
- *             all-gathered just before its forward and again before its backward, and released
- *             after (host memory: the pages outside the own piece are given back with madvise, so
- *             the resident set really shrinks; device memory keeps its allocation). Gradients as in
- *             stage gradients (staging buckets into gshard). Prefetch: while layer l computes, the comm thread
- *             all-gathers the next layer (l+1 in forward, l-1 in backward); the training thread
- *             waits for it before any collective of its own, so the comm runs one at a time, and
- *             at most two layers' parameters are whole at once.
+ *   full (ZeRO-3/FSDP): m->params keeps only the rank's pieces resident (host memory: the other
+ *             pages are given back with madvise once, when the parameters were last made whole by
+ *             a restore, sync or evaluation; device memory keeps its allocation). In a step each
+ *             layer is all-gathered into unit buffer ubuf[l & 1] just before its forward, and the
+ *             model reads it there (rm_model.lparams); backward gathers again only the layers no
+ *             longer in a unit buffer (the last two stay from forward). Gradients as in stage
+ *             gradients. Prefetch: while layer l computes, the comm thread all-gathers the next
+ *             layer (l+1 in forward, l-1 in backward) into the other unit buffer; the training
+ *             thread waits for it before any collective of its own, so the comm runs one at a
+ *             time, and at most two layers' parameters are whole at once.
  * The update is element-wise, so every stage computes the same parameters as none; ZeRO-1 is
- * bit-identical (same allreduce), the others differ only by the summation order of per-layer
- * instead of per-bucket collectives.
+ * bit-identical (same allreduce), the others differ only by the summation order of per-bucket
+ * reduce-scatters instead of the fusion's allreduce segments.
  * Checkpoints (sharded stages) are per rank (worker/ckpt_shard.h): state_save gives this rank's
  * compact shard — its pieces of the parameters, then of each optimizer buffer — with no
  * collective, so interval, end and SIGTERM checkpoints all work; a restore gets every parameter
