@@ -160,35 +160,33 @@ static int parse_name(const char *name, long long *step, int *suffix)
     return 0;
 }
 
-typedef struct cand { long long step; int suffix; char name[64]; } cand;
-
-static int cand_cmp_desc(const void *a, const void *b)
+static int entry_desc(const void *a, const void *b)
 {
-    const cand *x = a, *y = b;
-    if (x->step != y->step)
-        return x->step < y->step ? 1 : -1;
-    return x->suffix < y->suffix ? 1 : (x->suffix > y->suffix ? -1 : 0);
+    const rm_ckpt_entry *x = a, *y = b;
+    for (int i = 0; i < 2; i++)
+        if (x->key[i] != y->key[i])
+            return x->key[i] < y->key[i] ? 1 : -1;
+    return 0;
 }
 
-/* Checkpoint files in dir, newest first. *out owned (free()). */
-static int list_ckpts(const char *dir, cand **out, int *n)
+int rm_ckpt_list(const char *dir, rm_ckpt_parse_fn parse, rm_ckpt_entry **out, int *n)
 {
     *out = NULL;
     *n = 0;
     DIR *d = opendir(dir);
     if (!d)
         return errno == ENOENT ? RM_ENOTFOUND : RM_EIO;
-    cand *v = NULL;
+    rm_ckpt_entry *v = NULL;
     int cnt = 0, cap = 0;
     struct dirent *e;
     while ((e = readdir(d))) {
-        long long step;
-        int suf;
-        if (strlen(e->d_name) >= sizeof v->name || parse_name(e->d_name, &step, &suf) != 0)
+        rm_ckpt_entry c = {{0, 0}, 0, ""};
+        size_t len = strlen(e->d_name);
+        if (len >= sizeof c.name || !parse(e->d_name, &c))
             continue;
         if (cnt == cap) {
             int ncap = cap ? cap * 2 : 16;
-            cand *nv = realloc(v, (size_t)ncap * sizeof *nv);
+            rm_ckpt_entry *nv = realloc(v, (size_t)ncap * sizeof *nv);
             if (!nv) {
                 free(v);
                 closedir(d);
@@ -197,17 +195,33 @@ static int list_ckpts(const char *dir, cand **out, int *n)
             v = nv;
             cap = ncap;
         }
-        v[cnt].step = step;
-        v[cnt].suffix = suf;
-        memcpy(v[cnt].name, e->d_name, strlen(e->d_name) + 1);   /* length checked above */
-        cnt++;
+        memcpy(c.name, e->d_name, len + 1);   /* length checked above */
+        v[cnt++] = c;
     }
     closedir(d);
     if (cnt)
-        qsort(v, (size_t)cnt, sizeof *v, cand_cmp_desc);
+        qsort(v, (size_t)cnt, sizeof *v, entry_desc);
     *out = v;
     *n = cnt;
     return RM_OK;
+}
+
+/* A whole checkpoint's file: key[0] = step, key[1] = suffix. */
+static bool parse_ckpt_entry(const char *name, rm_ckpt_entry *e)
+{
+    long long step;
+    int suf;
+    if (parse_name(name, &step, &suf) != 0)
+        return false;
+    e->key[0] = step;
+    e->key[1] = suf;
+    return true;
+}
+
+/* Checkpoint files in dir, newest first. *out owned (free()). */
+static int list_ckpts(const char *dir, rm_ckpt_entry **out, int *n)
+{
+    return rm_ckpt_list(dir, parse_ckpt_entry, out, n);
 }
 
 /* DIR/ckpt-<step>.rmck, or DIR/ckpt-<step>-<suf>.rmck for suf >= 1. */
@@ -263,7 +277,7 @@ static int read_header(const char *path, rm_ckpt_meta *m)
  * header does not decode is left alone: pruning only ever removes what this run could load. */
 static void prune(const char *dir, const rm_ckpt_meta *meta, const char *self, int keep)
 {
-    cand *v = NULL;
+    rm_ckpt_entry *v = NULL;
     int n = 0;
     if (list_ckpts(dir, &v, &n) != RM_OK)
         return;
@@ -566,7 +580,7 @@ int rm_ckpt_load_newest(const char *dir, const rm_ckpt_meta *expect, rm_ckpt_met
                         void *payload, size_t cap, char *path_out, size_t path_cap, int *skipped,
                         rm_err *err)
 {
-    cand *v = NULL;
+    rm_ckpt_entry *v = NULL;
     int n = 0, bad = 0;
     if (skipped)
         *skipped = 0;

@@ -88,6 +88,21 @@ int rm_ckpt_load_newest(const char *dir, const rm_ckpt_meta *expect, rm_ckpt_met
                         void *payload, size_t cap, char *path_out, size_t path_cap, int *skipped,
                         rm_err *err);
 
+/* Listing a checkpoint folder (the one listing of whole checkpoints here and of sharded sets in
+ * worker/ckpt_shard.c). parse(name, e) says whether a directory entry is one of the caller's
+ * files and fills its keys; the entries come newest first: key[0] descending, then key[1]
+ * descending. aux is the caller's (kept, not sorted on). */
+#define RM_CKPT_NAME_CAP 96
+typedef struct rm_ckpt_entry {
+    int64_t key[2];
+    int aux;
+    char name[RM_CKPT_NAME_CAP];
+} rm_ckpt_entry;
+typedef bool (*rm_ckpt_parse_fn)(const char *name, rm_ckpt_entry *e);
+/* *out owned (free(), NULL when empty). RM_ENOTFOUND when dir is missing, RM_EIO when it cannot
+ * be read, RM_ENOMEM. Names of RM_CKPT_NAME_CAP bytes or more are never the caller's. */
+int rm_ckpt_list(const char *dir, rm_ckpt_parse_fn parse, rm_ckpt_entry **out, int *n);
+
 /* fsync a folder (after removing files from it); -1 with errno on failure. */
 int rm_ckpt_fsync_dir(const char *dir);
 

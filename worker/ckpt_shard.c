@@ -261,51 +261,23 @@ out:
 
 /* ---------------- listing ---------------- */
 
-typedef struct mcand { int64_t step; int epoch, world; char name[NAME_CAP]; } mcand;
-
-static int mcand_desc(const void *a, const void *b)
+/* A manifest as a listing entry: key[0] = step, key[1] = epoch, aux = world. */
+static bool parse_manifest_entry(const char *name, rm_ckpt_entry *e)
 {
-    const mcand *x = a, *y = b;
-    if (x->step != y->step)
-        return x->step < y->step ? 1 : -1;
-    return x->epoch < y->epoch ? 1 : (x->epoch > y->epoch ? -1 : 0);
+    int64_t step;
+    int epoch, world;
+    if (!parse_manifest_name(name, &step, &epoch, &world))
+        return false;
+    e->key[0] = step;
+    e->key[1] = epoch;
+    e->aux = world;
+    return true;
 }
 
-/* Manifests in dir, newest first. *out owned (free()). */
-static int list_manifests(const char *dir, mcand **out, int *n)
+/* Manifests in dir, newest first (step, then epoch). *out owned (free()). */
+static int list_manifests(const char *dir, rm_ckpt_entry **out, int *n)
 {
-    *out = NULL;
-    *n = 0;
-    DIR *d = opendir(dir);
-    if (!d)
-        return errno == ENOENT ? RM_ENOTFOUND : RM_EIO;
-    mcand *v = NULL;
-    int cnt = 0, cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        mcand c;
-        if (strlen(e->d_name) >= sizeof c.name || !parse_manifest_name(e->d_name, &c.step, &c.epoch, &c.world))
-            continue;
-        if (cnt == cap) {
-            int ncap = cap ? cap * 2 : 16;
-            mcand *nv = realloc(v, (size_t)ncap * sizeof *nv);
-            if (!nv) {
-                free(v);
-                closedir(d);
-                return RM_ENOMEM;
-            }
-            v = nv;
-            cap = ncap;
-        }
-        memcpy(c.name, e->d_name, strlen(e->d_name) + 1);
-        v[cnt++] = c;
-    }
-    closedir(d);
-    if (cnt)
-        qsort(v, (size_t)cnt, sizeof *v, mcand_desc);
-    *out = v;
-    *n = cnt;
-    return RM_OK;
+    return rm_ckpt_list(dir, parse_manifest_entry, out, n);
 }
 
 static bool units_ok(const rm_ckpt_units *u, uint64_t nparams)
@@ -337,13 +309,13 @@ static bool same_model(const manifest *m, uint64_t nparams, int nstate, int opt_
 /* The manifest writer's pruning (ckpt_shard.h "Write"). */
 static void prune_sets(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units, int keep)
 {
-    mcand *v = NULL;
+    rm_ckpt_entry *v = NULL;
     int n = 0;
     if (keep < 1 || list_manifests(dir, &v, &n) != RM_OK)
         return;
     int kept = 0;
     int64_t newest = -1;
-    mcand *keepv = calloc((size_t)(keep > n ? n : keep) + 1, sizeof *keepv);
+    rm_ckpt_entry *keepv = calloc((size_t)(keep > n ? n : keep) + 1, sizeof *keepv);
     for (int i = 0; i < n && keepv; i++) {
         char p[4096 + NAME_CAP];
         join(p, sizeof p, dir, v[i].name);
@@ -392,7 +364,7 @@ static void prune_sets(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_
                 continue;
             bool in_kept = false;
             for (int i = 0; i < kept; i++)
-                if (keepv[i].step == step && keepv[i].epoch == ep && keepv[i].world == w)
+                if (keepv[i].key[0] == step && keepv[i].key[1] == ep && keepv[i].aux == w)
                     in_kept = true;
             if (in_kept)
                 continue;
@@ -671,7 +643,7 @@ int rm_ckpt_shard_load_newest(const char *dir, const rm_ckpt_meta *expect, const
         return rm_errf(err, RM_EINVAL, "sharded checkpoint: bad layout or rank");
     if (rm_ckpt_shard_dst_bytes(units, expect->nstate, new_world, new_rank) > cap)
         return rm_errf(err, RM_EINVAL, "sharded checkpoint: destination too small");
-    mcand *v = NULL;
+    rm_ckpt_entry *v = NULL;
     int n = 0, bad = 0;
     char first[200] = "";   /* the newest set's reason, for the caller's message */
     int rc = list_manifests(dir, &v, &n);
@@ -681,14 +653,14 @@ int rm_ckpt_shard_load_newest(const char *dir, const rm_ckpt_meta *expect, const
         return rm_errf(err, rc, "checkpoint: cannot list %s", dir);
     rc = RM_ENOTFOUND;
     for (int i = 0; i < n; i++) {
-        if (v[i].step <= min_step)
+        if (v[i].key[0] <= min_step)
             break;
         char p[4096 + NAME_CAP];
         join(p, sizeof p, dir, v[i].name);
         manifest m;
         rm_err e = {0};
         int lrc = manifest_read(p, &m, &e);
-        if (lrc == RM_OK && (m.step != v[i].step || m.epoch != v[i].epoch || m.world != v[i].world)) {
+        if (lrc == RM_OK && (m.step != v[i].key[0] || m.epoch != v[i].key[1] || m.world != v[i].aux)) {
             lrc = rm_errf(&e, RM_EINVAL, "%s: contents do not match its name", p);
             manifest_free(&m);
         } else if (lrc == RM_OK && !same_model(&m, expect->nparams, expect->nstate, expect->opt_type, units)) {
@@ -708,7 +680,7 @@ int rm_ckpt_shard_load_newest(const char *dir, const rm_ckpt_meta *expect, const
         if (!bad++)
             rm_sfmt(first, sizeof first, "%s", e.msg);
         rm_warn("sharded checkpoint skipped (invalid) step=%lld manifest=%s reason=\"%s\"",
-                (long long)v[i].step, p, e.msg);
+                (long long)v[i].key[0], p, e.msg);
     }
     free(v);
     if (skipped)

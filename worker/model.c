@@ -137,6 +137,12 @@ int rm_model_init_params(rm_model *m, uint64_t seed, rm_err *err)
     return RM_OK;
 }
 
+/* Layer l's [W | b]: the override when set (model.h lparams), else its place in params. */
+static const float *layer_params(const rm_model *m, int l)
+{
+    return m->lparams[l] ? m->lparams[l] : m->params + m->layout.w_off[l];
+}
+
 void rm_model_forward(rm_model *m, int rows)
 {
     rm_model_forward_hooked(m, rows, NULL, NULL);
@@ -150,8 +156,8 @@ void rm_model_forward_hooked(rm_model *m, int rows, rm_layer_pre_fn pre, void *u
         if (pre)
             pre(ud, l);
         int di = m->shape.dims[l], dout = m->shape.dims[l + 1];
-        const float *W = m->params + m->layout.w_off[l];
-        const float *b = m->params + m->layout.b_off[l];
+        const float *W = layer_params(m, l);
+        const float *b = W + (m->layout.b_off[l] - m->layout.w_off[l]);
         k->gemm(false, false, rows, dout, di, 1.0f, in, di, W, dout, 0.0f, m->act[l], dout);
         k->bias_act_fwd(m->act[l], b, rows, dout,
                         l == m->shape.nlayers - 1 ? RM_ACT_NONE : RM_ACT_RELU);
@@ -164,8 +170,12 @@ void rm_model_backward(rm_model *m, int rows, float inv_batch, rm_layer_ready_fn
     rm_model_backward_hooked(m, rows, inv_batch, NULL, ready, ud);
 }
 
-void rm_model_backward_hooked(rm_model *m, int rows, float inv_batch, rm_layer_pre_fn pre,
-                              rm_layer_ready_fn ready, void *ud)
+/* Backward, one layer at a time. ready/pre as rm_model_backward_hooked. With place == NULL each
+ * layer's gradient goes to m->grads; otherwise the bias gradient goes to db_scratch and place(ud,
+ * &g) computes whatever ranges of the weight gradient it wants (rm_model_grad_range) while dY is
+ * still valid (the next layer down overwrites it). */
+static void backward_impl(rm_model *m, int rows, float inv_batch, rm_layer_pre_fn pre,
+                          rm_layer_ready_fn ready, rm_layer_grad_fn place, float *db_scratch, void *ud)
 {
     const rm_kernels *k = m->k;
     int L = m->shape.nlayers;
@@ -177,22 +187,68 @@ void rm_model_backward_hooked(rm_model *m, int rows, float inv_batch, rm_layer_p
     for (int l = L - 1; l >= 0; l--) {
         int di = m->shape.dims[l], dout = m->shape.dims[l + 1];
         const float *in = l ? m->act[l - 1] : m->x;
-        float *dW = m->grads + m->layout.w_off[l];
-        float *db = m->grads + m->layout.b_off[l];
+        float *db = place ? db_scratch : m->grads + m->layout.b_off[l];
         /* dY through the activation (identity for the last layer), bias gradient */
         k->bias_act_bwd(dy, m->act[l], db, rows, dout, l == L - 1 ? RM_ACT_NONE : RM_ACT_RELU);
-        k->gemm(true, false, di, dout, rows, 1.0f, in, di, dy, dout, 0.0f, dW, dout);
+        if (place) {
+            rm_layer_grad g = {l, rows, di, dout, in, dy, db};
+            place(ud, &g);
+        } else {
+            float *dW = m->grads + m->layout.w_off[l];
+            k->gemm(true, false, di, dout, rows, 1.0f, in, di, dy, dout, 0.0f, dW, dout);
+        }
         if (l > 0) {
             if (pre)
                 pre(ud, l);
             float *dx = m->delta[pp];
             pp ^= 1;
-            const float *W = m->params + m->layout.w_off[l];
+            const float *W = layer_params(m, l);
             k->gemm(false, true, rows, di, dout, 1.0f, dy, dout, W, dout, 0.0f, dx, di);
             dy = dx;
         }
         if (ready)
             ready(ud, l);
+    }
+}
+
+void rm_model_backward_hooked(rm_model *m, int rows, float inv_batch, rm_layer_pre_fn pre,
+                              rm_layer_ready_fn ready, void *ud)
+{
+    backward_impl(m, rows, inv_batch, pre, ready, NULL, NULL, ud);
+}
+
+void rm_model_backward_placed(rm_model *m, int rows, float inv_batch, rm_layer_pre_fn pre,
+                              rm_layer_grad_fn place, rm_layer_ready_fn ready, float *db_scratch,
+                              void *ud)
+{
+    backward_impl(m, rows, inv_batch, pre, ready, place, db_scratch, ud);
+}
+
+/* dW[i][j] = sum_r in[r][i] * dy[r][j]: rows of dW are columns of in, so any run of whole rows is
+ * one GEMM on an offset pointer, and a partial row a 1-row GEMM on a column range of dy. The bias
+ * follows W in the layer ([W | b]). */
+void rm_model_grad_range(const rm_kernels *k, const rm_layer_grad *g, size_t from, size_t to, float *dst)
+{
+    size_t dout = (size_t)g->dout, wlen = (size_t)g->di * dout;
+    size_t at = from, wend = to < wlen ? to : wlen;
+    while (at < wend) {
+        size_t i = at / dout, j = at % dout, n;
+        if (j == 0 && wend - at >= dout) {   /* whole rows */
+            size_t nr = (wend - at) / dout;
+            n = nr * dout;
+            k->gemm(true, false, (int)nr, g->dout, g->rows, 1.0f, g->in + i, g->di, g->dy, g->dout, 0.0f,
+                    dst, g->dout);
+        } else {                             /* a part of one row */
+            n = dout - j < wend - at ? dout - j : wend - at;
+            k->gemm(true, false, 1, (int)n, g->rows, 1.0f, g->in + i, g->di, g->dy + j, g->dout, 0.0f,
+                    dst, (int)n);
+        }
+        dst += n;
+        at += n;
+    }
+    if (to > wlen && to > at) {              /* the bias part */
+        size_t b0 = at > wlen ? at - wlen : 0;
+        k->d2d(dst, g->db + b0, (to - wlen - b0) * sizeof(float));
     }
 }
 

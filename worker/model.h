@@ -66,6 +66,10 @@ typedef struct rm_model {
     float *delta[2];        /* ping-pong dX buffers [max_batch x max hidden width] */
     float *loss_sum;        /* device scalar */
     int32_t *correct;       /* device scalar */
+    /* Where forward/backward read layer l's [W | b] (layout.layer_len[l] floats); NULL (the
+     * default) = params + layout.layer_off[l]. Sharded stage "full" points them at the unit
+     * buffers it gathers into; borrowed, never freed by the model. */
+    const float *lparams[RM_MODEL_MAX_LAYERS];
 } rm_model;
 
 /* Allocate everything for batches up to max_batch. Params are zero until rm_model_init_params. */
@@ -91,6 +95,26 @@ void rm_model_backward(rm_model *m, int rows, float inv_batch, rm_layer_ready_fn
  * l > 0 read them: layer 0 computes no input gradient). */
 void rm_model_backward_hooked(rm_model *m, int rows, float inv_batch, rm_layer_pre_fn pre,
                               rm_layer_ready_fn ready, void *ud);
+/* Backward that leaves placing each layer's gradient to the caller (sharded stages keep only a
+ * piece of it): for each layer l (L-1 .. 0), once its output gradient and bias gradient are final,
+ * place(ud, &g) is called; inside the call (and only there: the next layer overwrites dy) the
+ * caller computes the ranges of the layer's gradient it wants with rm_model_grad_range. m->grads
+ * is neither read nor written (it may be NULL); the bias gradient goes to db_scratch (the caller's,
+ * at least the widest dims[l+1] floats). pre and ready as in rm_model_backward_hooked (pre after
+ * place; ready once the layer is done). */
+typedef struct rm_layer_grad {
+    int layer, rows, di, dout;
+    const float *in;   /* [rows x di] the layer's input */
+    const float *dy;   /* [rows x dout] gradient w.r.t. its pre-activation output */
+    const float *db;   /* [dout] the bias gradient */
+} rm_layer_grad;
+typedef void (*rm_layer_grad_fn)(void *ud, const rm_layer_grad *g);
+void rm_model_backward_placed(rm_model *m, int rows, float inv_batch, rm_layer_pre_fn pre,
+                              rm_layer_grad_fn place, rm_layer_ready_fn ready, float *db_scratch,
+                              void *ud);
+/* Floats [from, to) of layer g->layer's gradient in its flat layout ([W | b], as in m->grads at
+ * layout.layer_off) into dst (to - from floats, the kernels' memory); from <= to <= di*dout+dout. */
+void rm_model_grad_range(const rm_kernels *k, const rm_layer_grad *g, size_t from, size_t to, float *dst);
 /* After forward: m->correct = rows whose argmax equals the label. */
 void rm_model_count_correct(rm_model *m, int rows);
 

@@ -130,3 +130,33 @@ int rm_unit_shard_plan(const size_t *unit_len, int nunits, int old_world, int ne
     }
     return n;
 }
+
+rm_shard_bucket rm_shard_buckets(size_t unit_len, int world, size_t cap)
+{
+    rm_shard_bucket b = {0, 0};
+    if (world < 1)
+        return b;
+    size_t base = unit_len / (size_t)world;
+    b.chunk = cap / (size_t)world ? cap / (size_t)world : 1;
+    b.nbuckets = base ? (int)((base + b.chunk - 1) / b.chunk) : 1;
+    return b;
+}
+
+size_t rm_shard_bucket_total(size_t unit_len, int world, size_t cap, int k)
+{
+    rm_shard_bucket b = rm_shard_buckets(unit_len, world, cap);
+    if (k < 0 || k >= b.nbuckets)
+        return 0;
+    size_t w = (size_t)world, base = unit_len / w, rem = unit_len % w;
+    if (k + 1 < b.nbuckets)
+        return w * b.chunk;
+    return w * (base - (size_t)k * b.chunk) + rem;
+}
+
+size_t rm_shard_bucket_cap(size_t cap, int world)
+{
+    if (world < 1)
+        return 0;
+    size_t w = (size_t)world, chunk = cap / w ? cap / w : 1;
+    return w * chunk + w - 1;
+}

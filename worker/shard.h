@@ -67,4 +67,26 @@ int rm_unit_shard_make(const size_t *unit_off, const size_t *unit_len, int nunit
  * bad arguments. */
 int rm_unit_shard_plan(const size_t *unit_len, int nunits, int old_world, int new_world, int new_rank,
                        rm_shard_piece *out, int cap);
+
+/* ZeRO-2 staging buckets. A unit (a layer's gradient, unit_len floats) is reduce-scattered in
+ * buckets of at most about cap floats, each written into a reusable staging buffer, so that the
+ * ordinary reduce-scatter of bucket k (rank r gets [rm_shard_off(total_k), + rm_shard_len) of
+ * it) leaves every rank exactly the next part of ITS OWN piece of the unit (the layout above):
+ * bucket k holds, for each rank r in order, the unit's floats
+ *     [rm_shard_off(unit_len, world, r) + k * chunk, + rm_shard_len(total_k, world, r)).
+ * Every bucket but the last takes `chunk` floats from every rank (total world * chunk); the last
+ * takes what is left (the pieces' remainder included), so the buckets of one rank tile its piece
+ * in order and rank r's part of bucket k lands at compact offset soff + k * chunk.
+ * chunk = max(1, cap / world); buckets = ceil(base / chunk) (at least 1), base = unit_len / world.
+ * No bucket holds more than rm_shard_bucket_cap(cap, world) floats (the staging buffer's size). */
+typedef struct rm_shard_bucket {
+    int nbuckets;
+    size_t chunk;        /* floats each rank contributes to every bucket but the last */
+} rm_shard_bucket;
+/* world >= 1 (else nbuckets 0). */
+rm_shard_bucket rm_shard_buckets(size_t unit_len, int world, size_t cap);
+/* Floats in bucket k (0 <= k < nbuckets; else 0). */
+size_t rm_shard_bucket_total(size_t unit_len, int world, size_t cap, int k);
+/* The largest bucket any unit can have for this cap: world * max(1, cap / world) + world - 1. */
+size_t rm_shard_bucket_cap(size_t cap, int world);
 #endif

@@ -16,24 +16,28 @@
  * are released at init).
  *   optimizer (ZeRO-1): gradients allreduced as above; each rank updates its pieces with its state;
  *             each layer's parameters are all-gathered.
- *   gradients (ZeRO-2): the fusion layer reduce-scatters each layer's gradient (one bucket per
- *             layer, still overlapped with backward on the comm thread); then as ZeRO-1. The
- *             whole gradient buffer stays resident: giving back each layer's pages outside the
- *             own piece after its reduce-scatter (madvise, as stage full does) was measured at
- *             ~2x the step time of none on the loaded CI machine for a 1.3x smaller peak, and
- *             was taken out again (BENCHMARKS.md).
- *   full (ZeRO-3/FSDP): between uses a rank holds only its pieces of the parameters; each layer is
- *             all-gathered just before its forward and again before its backward, and released
- *             after (host memory: the pages outside the own piece are given back with madvise, so
- *             the resident set really shrinks; device memory keeps its allocation). Gradients are
- *             reduce-scattered layer by layer as backward produces them, on this thread, and their
- *             pages released the same way. Prefetch: while layer l computes, a prefetch thread
- *             all-gathers the next layer (l+1 in forward, l-1 in backward); the training thread
- *             waits for it before any collective of its own, so the comm runs one at a time, and
- *             at most two layers' parameters are whole at once.
+ *   gradients (ZeRO-2): a rank keeps only its pieces of the gradient (gshard, compact) plus two
+ *             staging buckets; the model's whole gradient buffer is freed at init. Backward hands
+ *             each layer's dY to on_layer_grad_staged (rm_model_backward_placed), which computes
+ *             the layer's gradient bucket by bucket (worker/shard.h rm_shard_buckets: bucket k is
+ *             the k-th part of every rank's piece, in rank order) into a staging buffer, and
+ *             reduce-scatters each full bucket on the comm thread straight into gshard while the
+ *             next bucket is computed into the other buffer. Then as ZeRO-1. (An earlier version
+ *             wrote the whole gradient and gave back pages with madvise: 2-3x slower for a 1.3x
+ *             smaller peak, because page faults refilled the buffer every step.)
+ *   full (ZeRO-3/FSDP): m->params keeps only the rank's pieces resident (host memory: the other
+ *             pages are given back with madvise once, when the parameters were last made whole by
+ *             a restore, sync or evaluation; device memory keeps its allocation). In a step each
+ *             layer is all-gathered into unit buffer ubuf[l & 1] just before its forward, and the
+ *             model reads it there (rm_model.lparams); backward gathers again only the layers no
+ *             longer in a unit buffer (the last two stay from forward). Gradients as in stage
+ *             gradients. Prefetch: while layer l computes, the comm thread all-gathers the next
+ *             layer (l+1 in forward, l-1 in backward) into the other unit buffer; the training
+ *             thread waits for it before any collective of its own, so the comm runs one at a
+ *             time, and at most two layers' parameters are whole at once.
  * The update is element-wise, so every stage computes the same parameters as none; ZeRO-1 is
- * bit-identical (same allreduce), the others differ only by the summation order of per-layer
- * instead of per-bucket collectives.
+ * bit-identical (same allreduce), the others differ only by the summation order of per-bucket
+ * reduce-scatters instead of the fusion's allreduce segments.
  * Checkpoints (sharded stages) are per rank (worker/ckpt_shard.h): state_save gives this rank's
  * compact shard — its pieces of the parameters, then of each optimizer buffer — with no
  * collective, so interval, end and SIGTERM checkpoints all work; a restore gets every parameter
@@ -73,7 +77,14 @@ struct rm_step {
     double stat_s;            /* this step: seconds in collectives, bytes moved */
     uint64_t stat_bytes;
     rm_err hook_e;
-    uint64_t gathered;        /* stage full: bit l = layer l's parameters are whole */
+    uint64_t gathered;        /* stage full: bit l = layer l's parameters are whole in m->params */
+    /* stage full, world > 1: during a step layer l is gathered into unit buffer ubuf[l & 1] (max_unit
+     * floats each, allocated once) and the model reads it there (m->lparams); m->params keeps
+     * only the own pieces resident, so no page is faulted in or given back per step. slot[i] is
+     * the layer ubuf[i] holds for this step's parameters (-1: none). */
+    float *ubuf[2];
+    size_t ubuf_cap;
+    int slot[2];
     bool pieces_valid;        /* the pieces hold a real state (fresh, restored, synced or stepped) */
     /* stage full: the prefetch thread gathers the next layer while this one computes (one
      * collective at a time: the training thread waits for it before any collective of its own) */
@@ -81,13 +92,55 @@ struct rm_step {
     pthread_mutex_t pf_mu;
     pthread_cond_t pf_cv;
     bool pf_started, pf_stop;
-    int pf_job;               /* layer to gather (-1 none), guarded by pf_mu */
+    int pf_job;               /* layer to gather (-1 none; PF_RS: the reduce-scatter below), pf_mu */
+    float *rs_buf, *rs_dst;   /* PF_RS job: reduce-scatter (AVG) rs_count floats of rs_buf into rs_dst */
+    size_t rs_count;
+    double pf_secs;           /* seconds the thread spent in collectives since the last pf_wait */
     bool pf_busy;             /* a gather was launched and not yet waited for (training thread) */
     int pf_layer, pf_rc;      /* the launched layer and its result (pf_mu) */
+    float *pf_dst;            /* where the launched gather writes (a unit buffer) */
     bool pf_done;
     rm_err pf_err;
     bool torn;                /* a step began updating the pieces and did not finish */
+    /* stages gradients and full: backward writes each layer's gradient bucket by bucket into one
+     * of two staging buffers (stage_cap floats each) and each full bucket is reduce-scattered on
+     * the comm thread into gshard (this rank's compact pieces, us layout) while the next bucket is
+     * computed; the model's whole gradient buffer is given back at init. */
+    float *gshard;            /* us.total floats (gshard_cap allocated) */
+    size_t gshard_cap;
+    float *stage[2];
+    size_t stage_cap;         /* floats per staging buffer (world-dependent) */
+    size_t bucket;            /* staging bucket target in floats (rm_shard_buckets' cap) */
+    float *dbs;               /* the bias gradient of the layer in backward (widest layer) */
+    int stage_next;           /* the staging buffer the next bucket fills */
+    /* where a round's step time goes (logged at round end): seconds summed over ph_steps steps */
+    double ph_fwd, ph_bwd, ph_upd, ph_gather, ph_wait;
+    int64_t ph_steps;
 };
+
+/* The phase split of this round's steps, averaged, then reset (training thread). */
+static void phases_log(rm_step *s)
+{
+    if (s->ph_steps > 0) {
+        double k = 1e3 / (double)s->ph_steps;
+        rm_info("step phases stage=%s world=%d steps=%lld forward_ms=%.2f backward_ms=%.2f "
+                "update_ms=%.2f gather_ms=%.2f comm_wait_ms=%.2f",
+                rm_sharding_names[s->mode], s->r.world, (long long)s->ph_steps, s->ph_fwd * k,
+                s->ph_bwd * k, s->ph_upd * k, s->ph_gather * k, s->ph_wait * k);
+    }
+    s->ph_fwd = s->ph_bwd = s->ph_upd = s->ph_gather = s->ph_wait = 0;
+    s->ph_steps = 0;
+}
+
+#define PF_RS (-2)
+/* ZeRO-2/3 staging bucket: small enough that two of them are little next to a 1/N gradient shard
+ * of a large model, large enough that each rank's part is tens of GEMM rows. */
+#define STAGE_BUCKET_BYTES (2u << 20)
+
+static bool staged_grads(const rm_step *s)
+{
+    return s->mode == RM_SHARD_GRADIENTS || s->mode == RM_SHARD_FULL;
+}
 
 static int ar_init(const rm_step_env *env, rm_step **out, rm_err *err)
 {
@@ -102,6 +155,7 @@ static int ar_init(const rm_step_env *env, rm_step **out, rm_err *err)
         return rm_errf(err, RM_ENOMEM, "allreduce strategy: out of memory");
     s->env = *env;
     s->mode = env->sharding;
+    s->slot[0] = s->slot[1] = -1;
     if (s->mode != RM_SHARD_NONE) {
         /* the pieces' state replaces the driver's full-size buffers: give those back */
         for (int i = 0; i < env->opt->nstate; i++) {
@@ -109,8 +163,28 @@ static int ar_init(const rm_step_env *env, rm_step **out, rm_err *err)
             env->opt->state[i] = NULL;
         }
     }
+    if (staged_grads(s)) {
+        /* the gradient lives as this rank's pieces (gshard) plus two staging buckets: the whole
+         * buffer is never written (rm_model_backward_placed), give it back */
+        env->k->free(env->m->grads);
+        env->m->grads = NULL;
+        double mb = env->fusion_mb > 0 && env->fusion_mb * 1048576.0 < STAGE_BUCKET_BYTES
+                        ? env->fusion_mb * 1048576.0 : (double)STAGE_BUCKET_BYTES;
+        s->bucket = (size_t)(mb / sizeof(float));
+        if (s->bucket < 1)
+            s->bucket = 1;
+        int widest = 1;
+        for (int l = 1; l <= env->m->shape.nlayers; l++)
+            widest = env->m->shape.dims[l] > widest ? env->m->shape.dims[l] : widest;
+        s->dbs = env->k->alloc((size_t)widest * sizeof(float));
+        if (!s->dbs) {
+            free(s);
+            return rm_errf(err, RM_ENOMEM, "allreduce strategy: out of memory");
+        }
+    }
     s->dev_small = env->k->alloc(SYNC_FLOATS * sizeof(float));
     if (!s->dev_small) {
+        env->k->free(s->dbs);
         free(s);
         return rm_errf(err, RM_ENOMEM, "allreduce strategy: out of device memory");
     }
@@ -125,6 +199,7 @@ static void ar_round_end(rm_step *s)
     if (!s)
         return;
     pf_stop(s);   /* after an abort its collective has returned */
+    phases_log(s);
     if (s->fusion) {
         rm_fusion_free(s->fusion);
         s->fusion = NULL;
@@ -186,6 +261,42 @@ static void drop_all_units(rm_step *s)
     }
 }
 
+/* ---- stage full: unit buffers ---- */
+
+static void slot_clear(rm_step *s, int i)
+{
+    if (s->slot[i] >= 0)
+        s->env.m->lparams[s->slot[i]] = NULL;
+    s->slot[i] = -1;
+}
+
+static void slot_set(rm_step *s, int l)
+{
+    slot_clear(s, l & 1);
+    s->slot[l & 1] = l;
+    s->env.m->lparams[l] = s->ubuf[l & 1];
+}
+
+/* The parameters changed (an update, a restore, a sync): no unit buffer holds them any more. */
+static void slots_reset(rm_step *s)
+{
+    slot_clear(s, 0);
+    slot_clear(s, 1);
+}
+
+/* Layer l into its unit buffer on this thread (after pf_wait: one collective at a time). */
+static int slot_gather(rm_step *s, int l, rm_err *err)
+{
+    if (s->slot[l & 1] == l)
+        return RM_OK;
+    slot_clear(s, l & 1);
+    const rm_unit_shard *u = &s->us;
+    RM_CHECK(s->r.ops->all_gather(s->r.comm, s->env.m->params + u->off[l], s->ubuf[l & 1], u->unit_len[l],
+                                  RM_DT_F32, err));
+    slot_set(s, l);
+    return RM_OK;
+}
+
 /* ---- stage full: prefetch of the next layer's parameters ---- */
 
 static void *pf_main(void *arg)
@@ -193,7 +304,7 @@ static void *pf_main(void *arg)
     rm_step *s = arg;
     pthread_mutex_lock(&s->pf_mu);
     for (;;) {
-        while (!s->pf_stop && s->pf_job < 0)
+        while (!s->pf_stop && s->pf_job == -1)
             pthread_cond_wait(&s->pf_cv, &s->pf_mu);
         if (s->pf_stop)
             break;
@@ -203,9 +314,14 @@ static void *pf_main(void *arg)
         const rm_unit_shard *u = &s->us;
         float *p = s->env.m->params;
         rm_err e = {0};
-        int rc = s->r.ops->all_gather(s->r.comm, p + u->off[l], p + u->unit_off[l], u->unit_len[l],
-                                      RM_DT_F32, &e);
+        double t0 = rm_mono();
+        int rc = l == PF_RS ? s->r.ops->reduce_scatter(s->r.comm, s->rs_buf, s->rs_dst, s->rs_count,
+                                                       RM_DT_F32, RM_OP_AVG, &e)
+                            : s->r.ops->all_gather(s->r.comm, p + u->off[l], s->pf_dst,
+                                                   u->unit_len[l], RM_DT_F32, &e);
+        double dt = rm_mono() - t0;
         pthread_mutex_lock(&s->pf_mu);
+        s->pf_secs += dt;
         s->pf_rc = rc;
         s->pf_err = e;
         s->pf_done = true;
@@ -234,6 +350,7 @@ static int pf_start(rm_step *s, rm_err *err)
 {
     s->pf_stop = false;
     s->pf_job = -1;
+    s->pf_secs = 0;
     s->pf_busy = false;
     pthread_mutex_init(&s->pf_mu, NULL);
     pthread_cond_init(&s->pf_cv, NULL);
@@ -252,24 +369,49 @@ static int pf_wait(rm_step *s, rm_err *err)
 {
     if (!s->pf_busy)
         return RM_OK;
+    double t0 = rm_mono();
     pthread_mutex_lock(&s->pf_mu);
     while (!s->pf_done)
         pthread_cond_wait(&s->pf_cv, &s->pf_mu);
+    s->ph_wait += rm_mono() - t0;
     int rc = s->pf_rc;
     if (rc)
         *err = s->pf_err;
+    if (s->pf_layer == PF_RS)   /* a gather's time is the prefetch's: hidden, not counted */
+        s->stat_s += s->pf_secs;
+    s->pf_secs = 0;
     pthread_mutex_unlock(&s->pf_mu);
     s->pf_busy = false;
-    if (rc == RM_OK)
-        s->gathered |= 1ull << s->pf_layer;
+    if (rc == RM_OK && s->pf_layer >= 0)
+        slot_set(s, s->pf_layer);
     return rc;
 }
 
-/* Start gathering layer l on the prefetch thread (nothing if it is whole or out of range). */
+/* Start reduce-scattering count floats of buf (a staging bucket) into dst on the comm thread. The
+ * caller waited for the previous job (pf_wait) and leaves buf alone until the next pf_wait. */
+static void rs_launch(rm_step *s, float *buf, float *dst, size_t count)
+{
+    pthread_mutex_lock(&s->pf_mu);
+    s->rs_buf = buf;
+    s->rs_dst = dst;
+    s->rs_count = count;
+    s->pf_done = false;
+    s->pf_layer = PF_RS;
+    s->pf_job = PF_RS;
+    pthread_cond_broadcast(&s->pf_cv);
+    pthread_mutex_unlock(&s->pf_mu);
+    s->pf_busy = true;
+}
+
+/* Start gathering layer l into its unit buffer on the prefetch thread (nothing if it is there or
+ * out of range). The buffer's previous layer is done with: forward gathers l+1 while l computes
+ * (l-1 is finished), backward l-1 while l computes (l+1 is finished). */
 static void pf_launch(rm_step *s, int l)
 {
-    if (!s->pf_started || s->pf_busy || l < 0 || l >= s->us.nunits || (s->gathered & (1ull << l)))
+    if (!s->pf_started || s->pf_busy || l < 0 || l >= s->us.nunits || s->slot[l & 1] == l)
         return;
+    slot_clear(s, l & 1);
+    s->pf_dst = s->ubuf[l & 1];
     pthread_mutex_lock(&s->pf_mu);
     s->pf_done = false;
     s->pf_layer = l;
@@ -306,21 +448,58 @@ static int ar_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
             }
             s->sstate_cap = need;
         }
+        if (staged_grads(s)) {
+            if (need > s->gshard_cap) {
+                s->env.k->free(s->gshard);
+                s->gshard_cap = 0;
+                s->gshard = s->env.k->alloc(need * sizeof(float));
+                if (!s->gshard)
+                    return rm_errf(err, RM_ENOMEM, "sharding: out of memory for %zu floats of "
+                                   "gradient shard", need);
+                s->gshard_cap = need;
+            }
+            /* no bucket is larger than its unit: a small model stages at most its widest layer */
+            size_t sc = r->world > 1 ? rm_shard_bucket_cap(s->bucket, r->world) : 0;
+            if (sc > s->us.max_unit)
+                sc = s->us.max_unit;
+            if (sc != s->stage_cap) {
+                for (int i = 0; i < 2; i++) {
+                    s->env.k->free(s->stage[i]);
+                    s->stage[i] = NULL;
+                }
+                s->stage_cap = 0;
+                for (int i = 0; i < 2 && sc; i++)
+                    if (!(s->stage[i] = s->env.k->alloc(sc * sizeof(float))))
+                        return rm_errf(err, RM_ENOMEM, "sharding: out of memory for the gradient "
+                                       "staging buffers (%zu floats)", sc);
+                s->stage_cap = sc;
+            }
+        }
+        if (s->mode == RM_SHARD_FULL && r->world > 1 && s->us.max_unit > s->ubuf_cap) {
+            for (int i = 0; i < 2; i++) {
+                s->env.k->free(s->ubuf[i]);
+                s->ubuf[i] = NULL;
+            }
+            s->ubuf_cap = 0;
+            for (int i = 0; i < 2; i++)
+                if (!(s->ubuf[i] = s->env.k->alloc(s->us.max_unit * sizeof(float))))
+                    return rm_errf(err, RM_ENOMEM, "sharding: out of memory for the unit buffers "
+                                   "(%zu floats)", s->us.max_unit);
+            s->ubuf_cap = s->us.max_unit;
+        }
+        slots_reset(s);
         s->gathered = (1ull << m->shape.nlayers) - 1;   /* params whole until state_sync */
-        if (s->mode == RM_SHARD_FULL && r->world > 1)
+        if (staged_grads(s) && r->world > 1)
             RM_CHECK(pf_start(s, err));
         rm_info("sharding ready stage=%s rank=%d world=%d layers=%d shard_floats=%zu of %zu",
                 rm_sharding_names[s->mode], r->rank, r->world, s->us.nunits, s->us.total,
                 m->layout.total);
     }
-    if (r->world > 1 && s->mode != RM_SHARD_FULL) {
-        /* gradients: one bucket per layer, reduce-scattered (the unit of sharding is a layer) */
-        size_t thr = s->mode == RM_SHARD_GRADIENTS ? 0 : (size_t)(s->env.fusion_mb * 1024.0 * 1024.0);
+    if (r->world > 1 && !staged_grads(s)) {
+        size_t thr = (size_t)(s->env.fusion_mb * 1024.0 * 1024.0);
         RM_CHECK(rm_fusion_new(r->ops, r->comm, m->grads, m->layout.layer_off,
                                m->layout.layer_len, m->shape.nlayers, thr, &s->fusion, err));
         rm_fusion_set_world_size(s->fusion, r->world);
-        if (s->mode == RM_SHARD_GRADIENTS)
-            rm_fusion_set_reduce_scatter(s->fusion, r->rank, r->world);
     }
     return RM_OK;
 }
@@ -331,8 +510,13 @@ static void ar_destroy(rm_step *s)
         return;
     ar_round_end(s);
     s->env.k->free(s->dev_small);
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
         s->env.k->free(s->sstate[i]);
+        s->env.k->free(s->stage[i]);
+        s->env.k->free(s->ubuf[i]);
+    }
+    s->env.k->free(s->gshard);
+    s->env.k->free(s->dbs);
     free(s);
 }
 
@@ -539,18 +723,16 @@ static void on_layer_ready(void *ud, int layer)
         s->fusion_err = rc;
 }
 
-/* Stage full: before layer l's forward or backward reads its weights. In forward the previous
- * layer is released first, so at most one layer is whole at a time. */
+/* Stage full: before layer l's forward or backward reads its weights: they are in its unit
+ * buffer (usually prefetched meanwhile; backward finds the last two layers still there from
+ * forward). World 1: every layer is always whole in m->params. */
 static void layer_pre(rm_step *s, int layer, int next)
 {
-    if (s->hook_err)
+    if (s->hook_err || s->r.world < 2)
         return;
     int rc = pf_wait(s, &s->hook_e);   /* usually this very layer, gathered meanwhile */
-    for (int l = 0; rc == RM_OK && l < s->us.nunits; l++)
-        if (l != layer)
-            drop_unit(s, l);
     if (rc == RM_OK)
-        rc = gather_unit(s, layer, &s->hook_e);
+        rc = slot_gather(s, layer, &s->hook_e);
     if (rc) {
         s->hook_err = rc;
         return;
@@ -569,28 +751,41 @@ static void on_layer_pre_bwd(void *ud, int layer)
     layer_pre(ud, layer, layer - 1);
 }
 
-/* Stage full: layer l's gradient is final: reduce-scatter it (average), then let go of its
- * weights and of the gradient outside the own piece. */
-static void on_layer_done_full(void *ud, int layer)
+/* Stages gradients and full: layer l's dY and bias gradient are final. Its gradient is made
+ * bucket by bucket (worker/shard.h, rm_shard_buckets): every rank's part of bucket k is computed
+ * into the staging buffer in rank order, and the bucket is reduce-scattered (average) on the comm
+ * thread straight into this rank's pieces (gshard) while the next bucket is computed into the other
+ * staging buffer. The whole layer gradient never exists. World 1: the piece is the layer. */
+static void on_layer_grad_staged(void *ud, const rm_layer_grad *g)
 {
     rm_step *s = ud;
     if (s->hook_err)
         return;
+    const rm_kernels *k = s->env.k;
     const rm_unit_shard *u = &s->us;
-    float *g = s->env.m->grads + u->unit_off[layer];
-    double t0 = rm_mono();
-    int rc = pf_wait(s, &s->hook_e);   /* the next layer's gather first: one collective at a time */
-    if (rc == RM_OK)
-        rc = s->r.ops->reduce_scatter(s->r.comm, g, s->env.m->grads + u->off[layer], u->unit_len[layer],
-                                      RM_DT_F32, RM_OP_AVG, &s->hook_e);
-    s->stat_s += rm_mono() - t0;
-    s->stat_bytes += u->unit_len[layer] * sizeof(float);
-    if (rc) {
-        s->hook_err = rc;
+    int l = g->layer, n = u->world;
+    size_t len = u->unit_len[l];
+    if (n == 1) {
+        rm_model_grad_range(k, g, 0, len, s->gshard + u->soff[l]);
         return;
     }
-    release_unit(s, s->env.m->grads, layer);
-    drop_unit(s, layer);
+    rm_shard_bucket b = rm_shard_buckets(len, n, s->bucket);
+    for (int kb = 0; kb < b.nbuckets; kb++) {
+        size_t tot = rm_shard_bucket_total(len, n, s->bucket, kb);
+        float *buf = s->stage[s->stage_next];
+        for (int r = 0; r < n; r++) {
+            size_t from = rm_shard_off(len, n, r) + (size_t)kb * b.chunk;
+            rm_model_grad_range(k, g, from, from + rm_shard_len(tot, n, r), buf + rm_shard_off(tot, n, r));
+        }
+        int rc = pf_wait(s, &s->hook_e);   /* the other buffer's bucket (or a prefetch) */
+        if (rc) {
+            s->hook_err = rc;
+            return;
+        }
+        rs_launch(s, buf, s->gshard + u->soff[l] + (size_t)kb * b.chunk, tot);
+        s->stat_bytes += tot * sizeof(float);
+        s->stage_next ^= 1;
+    }
 }
 
 /* Update this rank's pieces with their state (grads hold at least the average of the pieces). */
@@ -603,7 +798,8 @@ static void update_pieces(rm_step *s, float lr)
         float *st[2] = {NULL, NULL};
         for (int i = 0; i < e->opt->nstate; i++)
             st[i] = s->sstate[i] + u->soff[l];
-        rm_optim_update_range(e->opt, e->m->params + u->off[l], e->m->grads + u->off[l], st, u->len[l], lr);
+        const float *gp = staged_grads(s) ? s->gshard + u->soff[l] : e->m->grads + u->off[l];
+        rm_optim_update_range(e->opt, e->m->params + u->off[l], gp, st, u->len[l], lr);
     }
     s->state_t = e->opt->t;
 }
@@ -627,19 +823,39 @@ static int ar_step_sharded(rm_step *s, int rows, float lr, rm_step_stats *st, rm
     s->stat_bytes = 0;
     s->hook_err = 0;
     float inv_batch = 1.0f / (float)rows;   /* fp32 only: no loss scale */
-    if (s->mode == RM_SHARD_FULL) {
-        rm_model_forward_hooked(e->m, rows, on_layer_pre, s);
+    double t0 = rm_mono(), t1, t2, t3;
+    if (staged_grads(s)) {
+        bool full = s->mode == RM_SHARD_FULL;
+        s->stage_next = 0;
+        if (full && s->r.world > 1 && s->gathered) {
+            /* whole in m->params since a restore, sync or evaluation: from here on the unit
+             * buffers hold them; give the pages outside the own pieces back once */
+            slots_reset(s);
+            drop_all_units(s);
+        }
+        if (full)
+            rm_model_forward_hooked(e->m, rows, on_layer_pre, s);
+        else
+            rm_model_forward(e->m, rows);
+        t1 = rm_mono();
         if (!s->hook_err)
-            rm_model_backward_hooked(e->m, rows, inv_batch, on_layer_pre_bwd, on_layer_done_full, s);
-        int prc = pf_wait(s, &s->hook_e);   /* nothing should be in flight here; never leave one */
+            rm_model_backward_placed(e->m, rows, inv_batch, full ? on_layer_pre_bwd : NULL,
+                                     on_layer_grad_staged, NULL, s->dbs, s);
+        int prc = pf_wait(s, &s->hook_e);   /* the last bucket; never leave a job in flight */
         if (prc && !s->hook_err)
             s->hook_err = prc;
         if (s->hook_err)
             return rm_errf(err, s->hook_err, "%s", s->hook_e.msg);
+        t2 = rm_mono();
         s->torn = true;
-        update_pieces(s, lr);   /* the parameters stay sharded until their next use */
+        update_pieces(s, lr);   /* full: the parameters stay sharded until their next use */
+        slots_reset(s);
+        t3 = rm_mono();
+        if (!full && s->r.world > 1)
+            RM_CHECK(gather_params(s, err));
     } else {
         rm_model_forward(e->m, rows);
+        t1 = rm_mono();
         if (s->fusion) {
             s->fusion_err = 0;
             rm_fusion_begin(s->fusion);
@@ -656,12 +872,19 @@ static int ar_step_sharded(rm_step *s, int rows, float lr, rm_step_stats *st, rm
         } else {
             rm_model_backward(e->m, rows, inv_batch, NULL, NULL);
         }
+        t2 = rm_mono();
         s->torn = true;   /* until the step returns: a checkpoint would mix steps */
         update_pieces(s, lr);
+        t3 = rm_mono();
         if (s->r.world > 1)
             RM_CHECK(gather_params(s, err));
     }
     s->torn = false;
+    s->ph_fwd += t1 - t0;
+    s->ph_bwd += t2 - t1;
+    s->ph_upd += t3 - t2;
+    s->ph_gather += rm_mono() - t3;
+    s->ph_steps++;
     if (s->r.world > 1) {
         st->comm = true;
         st->allreduce_s = s->stat_s;
@@ -678,7 +901,9 @@ static int ar_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     memset(st, 0, sizeof *st);
     if (s->mode != RM_SHARD_NONE)
         return ar_step_sharded(s, rows, lr, st, err);
+    double t0 = rm_mono();
     rm_model_forward(e->m, rows);
+    double t1 = rm_mono();
     float inv_batch = rm_amp_loss_scale(e->amp) / (float)rows;
     if (s->fusion) {
         s->fusion_err = 0;
@@ -698,11 +923,16 @@ static int ar_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     } else {
         rm_model_backward(e->m, rows, inv_batch, NULL, NULL);
     }
+    double t2 = rm_mono();
     bool apply = true;
     /* no flag agreement: the allreduced gradients are the same on every rank (worker/gpu.h) */
     RM_CHECK(rm_amp_finish(e->amp, e->m->grads, e->m->layout.total, NULL, NULL, &apply, err));
     if (apply)   /* fp16 overflow: every rank skips this update together */
         rm_optim_step(e->opt, e->m->params, e->m->grads, lr);
+    s->ph_fwd += t1 - t0;
+    s->ph_bwd += t2 - t1;
+    s->ph_upd += rm_mono() - t2;
+    s->ph_steps++;
     return RM_OK;
 }
 
@@ -714,6 +944,7 @@ static int ar_materialize(rm_step *s, rm_err *err)
     RM_CHECK(pf_wait(s, err));
     for (int l = 0; l < s->us.nunits; l++)
         RM_CHECK(gather_unit(s, l, err));
+    slots_reset(s);   /* the model reads m->params again */
     return RM_OK;
 }
 
@@ -722,6 +953,8 @@ static void ar_memory(const rm_step *s, rm_step_memory *out)
     const rm_step_env *e = &s->env;
     const rm_model *m = e->m;
     uint64_t T = m->layout.total, S = s->us.total, U = s->us.max_unit, f = sizeof(float);
+    if (staged_grads(s) && !s->us.nunits)   /* before the first round: the pieces of world 1 */
+        S = T;
     memset(out, 0, sizeof *out);
     uint64_t act = (uint64_t)m->max_batch * (uint64_t)m->shape.dims[0];   /* x */
     int wmax = 0;
@@ -739,19 +972,21 @@ static void ar_memory(const rm_step *s, rm_step_memory *out)
         out->optimizer = nst * T * f;
         break;
     case RM_SHARD_OPTIMIZER:
-    case RM_SHARD_GRADIENTS:   /* backward writes every layer's gradient before the reduce-scatter */
         out->params = out->grads = T * f;
         out->optimizer = nst * S * f;
         break;
+    case RM_SHARD_GRADIENTS:   /* the gradient pieces plus the two staging buckets */
+        out->params = T * f;
+        out->grads = (S + 2 * (uint64_t)s->stage_cap) * f;
+        out->optimizer = nst * S * f;
+        break;
     case RM_SHARD_FULL: {
-        /* host memory: the pieces plus the whole layers: gradients one at a time, parameters two
-         * (the one computing and the next, prefetched) when world > 1 */
-        uint64_t pair = U;
-        for (int l = 0; s->us.world > 1 && l + 1 < s->us.nunits; l++)
-            if (s->us.unit_len[l] + s->us.unit_len[l + 1] > pair)
-                pair = s->us.unit_len[l] + s->us.unit_len[l + 1];
-        out->params = e->k->host_memory ? (S + pair) * f : T * f;
-        out->grads = e->k->host_memory ? (S + U) * f : T * f;
+        /* world > 1: the own pieces resident in m->params (host memory: the rest of its pages
+         * are given back; device memory keeps the allocation) plus the two unit buffers (the
+         * layer computing and the next, prefetched); gradients as stage gradients */
+        uint64_t ub = s->us.world > 1 ? 2 * U : 0;
+        out->params = ((e->k->host_memory || s->us.world < 2 ? S : T) + ub) * f;
+        out->grads = (S + 2 * (uint64_t)s->stage_cap) * f;
         out->optimizer = nst * S * f;
         break;
     }

@@ -2136,6 +2136,12 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
         rc = t.strat->claim ? run_round_claimed(&t, err) : run_round(&t, err);
         if (rc == R_DONE || rc == R_STOP || rc == R_TERM) {
             outcome = rc;
+            /* SIGTERM seen at a step boundary: peers already in the next step's first collective
+             * would wait for this rank until the comm timeout, past the 10 s its sharded
+             * checkpoint waits for their shards; abort so they fail now and write theirs (their
+             * state is still the last whole step's) */
+            if (rc == R_TERM && t.ops && t.comm && t.ops->abort)
+                t.ops->abort(t.comm);
             break;
         }
         /* the round broke: a collective failed, or the rendezvous moved on */

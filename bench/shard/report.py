@@ -41,6 +41,7 @@ for n in worlds:
             L.append("\n%s" % gnote)
         elif op != "allreduce" and not gloo:
             L.append("\nGloo: not measured (torch not installed when this ran)." if meta.get("torch") == "none" else "\nGloo: no rows.")
+train_at = len(L)   # the stage table and its notes: dropped when no stage ran (TRAIN=0)
 L.append("\n**Step time and memory per rank, MLP hidden %s, Adam, batch 64/worker, %s steps**\n" % (
     meta.get("hidden"), meta.get("steps")))
 L.append("| workers | sharding | step (s) | params MB | grads MB | optimizer MB | peak RSS MB | RSS after last step MB | result |")
@@ -74,10 +75,15 @@ strategy accounts it (`ringmaster_worker_memory_bytes{kind}`), peak RSS is the p
 `ru_maxrss` and the other its resident set right after the last step (both the largest rank's; both include
 the Fashion-MNIST arrays, ~220 MB). Start-up allocates and zeroes the full-size model buffers and
 initialises the parameters whole on every rank, so the high-water mark is set before sharding
-applies; the resident set after the last step shows what a rank keeps. `optimizer` holds each rank's shard of Adam's two buffers from stage 1 on; `gradients`
-still materialises every layer's gradient in the flat buffer before its reduce-scatter, so its grads
-bytes equal none's in this version; `full` releases every layer's parameters and gradients outside
-the rank's piece after use (madvise on host memory), so params and grads are the rank's pieces plus
-one whole layer. Step time includes the first step and the round setup (few steps: an upper bound).
+applies; the resident set after the last step shows what a rank keeps. `optimizer` holds each rank's
+shard of Adam's two buffers from stage 1 on; from `gradients` on a rank holds only its gradient shard
+plus two staging buckets (<= 2 MiB each: backward computes each layer's gradient bucket by bucket and
+each bucket is reduce-scattered into the shard while the next is computed); `full` keeps only its
+parameter pieces resident and gathers each layer into one of two unit buffers (the layer computing
+and the next, prefetched), so params are the pieces plus the two largest layers' worth.
+Step time includes the first step and the round setup (few steps: an upper bound); the workers'
+`step phases` log line splits the steady step into forward/backward/update/gather.
 PyTorch FSDP on CPU/Gloo and a PyTorch DDP anchor were not run here.""")
+if not tworlds:
+    del L[train_at:]
 open(out, "w").write("\n".join(L) + "\n")

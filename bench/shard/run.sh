@@ -8,8 +8,10 @@
 #     Adam) at 2 and 4 workers (static world over loopback, a few steps each).
 # Writes bench/results/shard.md (OUT=...), raw outputs in $RAW (default a temp dir, removed).
 # QUICK=1: a smoke run (a few minutes under load: small sizes, hidden 1024x3, 2 workers, 3 steps).
-# HIDDEN_OVERRIDE, STEPS_OVERRIDE, WORLDS_OVERRIDE ("2 4"), STAGES_OVERRIDE ("none full") and
-# COLL=0 (stages only) adjust a run.
+# HIDDEN_OVERRIDE, STEPS_OVERRIDE, WORLDS_OVERRIDE ("2 4"), STAGES_OVERRIDE ("none full"),
+# COLL=0 (stages only) and TRAIN=0 (collectives only) adjust a run.
+# The collectives against Gloo and Open MPI alone, on an idle machine (one command, ~10 min):
+#   TRAIN=0 bench/shard/run.sh        (QUICK=1 TRAIN=0: a one-minute smoke of the same)
 # RM_BIN (default ./bin) must hold ringmaster-worker. Runs alone; never in parallel with others.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -39,6 +41,7 @@ fi
 [ -n "${STEPS_OVERRIDE:-}" ] && STEPS=$STEPS_OVERRIDE
 [ -n "${WORLDS_OVERRIDE:-}" ] && read -r -a WORLDS <<< "$WORLDS_OVERRIDE"
 COLL="${COLL:-1}"
+TRAIN="${TRAIN:-1}"
 STAGES=(none optimizer gradients full)
 [ -n "${STAGES_OVERRIDE:-}" ] && read -r -a STAGES <<< "$STAGES_OVERRIDE"
 
@@ -124,6 +127,7 @@ for n in "${WORLDS[@]}"; do
     fi
   done
   for st in "${STAGES[@]}"; do
+    [ "$TRAIN" = 1 ] || continue
     echo "== $n workers: train sharding=$st"
     train "$n" "$st" "$RAW/train.$st.$n"
   done

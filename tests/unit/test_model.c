@@ -110,6 +110,65 @@ static void test_gradcheck(void)
     rm_model_free(&m);   /* idempotent */
 }
 
+/* rm_model_backward_placed + rm_model_grad_range (ZeRO-2 staging) give the same gradient as the
+ * ordinary backward, for ranges that start and end mid-row, cover whole rows, straddle W and b or
+ * lie in b only; m->grads is not touched. Compared within float rounding (a 1-row GEMM may take
+ * another BLAS path). */
+typedef struct { rm_model *m; const float *want; int bad, calls; size_t cut; } placed_log;
+static void on_place(void *ud, const rm_layer_grad *g)
+{
+    placed_log *p = ud;
+    size_t len = p->m->layout.layer_len[g->layer], off = p->m->layout.layer_off[g->layer];
+    float *dst = calloc(len, sizeof(float));
+    /* ranges of varying size: cut, 1, cut + 2, 1, ... to the end (and one empty range) */
+    size_t at = 0, step[] = {p->cut, 1, p->cut + 2, 0};
+    for (int i = 0; at < len; i++) {
+        size_t n = step[i % 4];
+        if (n > len - at)
+            n = len - at;
+        rm_model_grad_range(p->m->k, g, at, at + n, dst + at);
+        at += n;
+    }
+    for (size_t i = 0; i < len; i++)
+        if (fabsf(dst[i] - p->want[off + i]) > 1e-6f * (1 + fabsf(p->want[off + i])))
+            p->bad++;
+    p->calls++;
+    free(dst);
+}
+
+static void test_backward_placed(void)
+{
+    const rm_kernels *k = rm_kernels_cpu();
+    rm_model_shape s;
+    rm_err e = {0};
+    int hidden[2] = {7, 5};
+    CU_ASSERT_EQUAL_FATAL(rm_model_shape_make(&s, 9, hidden, 2, 4, &e), RM_OK);
+    rm_model m;
+    CU_ASSERT_EQUAL_FATAL(rm_model_init(&m, k, &s, 6, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(rm_model_init_params(&m, 11, &e), RM_OK);
+    for (int i = 0; i < 6 * 9; i++)
+        m.x[i] = (float)((i * 29) % 13) / 13.0f - 0.3f;
+    int32_t lab[6] = {1, 3, 0, 2, 2, 1};
+    memcpy(m.labels, lab, sizeof lab);
+    rm_model_forward(&m, 6);
+    rm_model_backward(&m, 6, 1.0f / 6, NULL, NULL);
+    float *want = malloc(m.layout.total * sizeof(float));
+    memcpy(want, m.grads, m.layout.total * sizeof(float));
+    for (size_t cut = 1; cut < 12; cut += 4) {
+        memset(m.grads, 0, m.layout.total * sizeof(float));
+        float db[16];
+        placed_log p = {.m = &m, .want = want, .cut = cut};
+        rm_model_forward(&m, 6);
+        rm_model_backward_placed(&m, 6, 1.0f / 6, NULL, on_place, NULL, db, &p);
+        CU_ASSERT_EQUAL(p.calls, 3);
+        CU_ASSERT_EQUAL(p.bad, 0);
+        for (size_t i = 0; i < m.layout.total; i++)
+            CU_ASSERT_EQUAL_FATAL(m.grads[i], 0.0f);   /* untouched */
+    }
+    free(want);
+    rm_model_free(&m);
+}
+
 static void test_init_deterministic(void)
 {
     const rm_kernels *k = rm_kernels_cpu();
@@ -209,6 +268,7 @@ void rm_suite_model(void)
     static const rm_test_case cases[] = {
         {"layout", test_layout},
         {"gradcheck_and_ready_order", test_gradcheck},
+        {"backward_placed_ranges", test_backward_placed},
         {"init_deterministic_checksum", test_init_deterministic},
         {"training_reduces_loss", test_training_reduces_loss},
         {"oom_message_counts_params", test_oom_message},

@@ -429,6 +429,52 @@ static void test_local_and_args(void) {
     s_close(&w);
 }
 
+/* ZeRO-2 staging buckets: a table of small cases, then the property that makes them correct — for
+ * every rank, the parts the ordinary reduce-scatter of each bucket leaves it are, in order, exactly
+ * its own piece of the unit (same floats, contiguous, compact offsets k * chunk), and no bucket is
+ * larger than rm_shard_bucket_cap. */
+static void test_bucket_table(void) {
+    static const struct { size_t len; int world; size_t cap; int nb; size_t chunk, t0, tlast; } t[] = {
+        {10, 2, 4, 3, 2, 4, 2},      /* base 5: chunks 2,2,1 per rank */
+        {11, 2, 4, 3, 2, 4, 3},      /* the remainder rides in the last bucket */
+        {10, 4, 100, 1, 25, 10, 10}, /* one bucket: the unit itself */
+        {3, 4, 8, 1, 2, 3, 3},       /* fewer floats than ranks: one bucket of the remainder */
+        {0, 3, 8, 1, 2, 0, 0},
+        {7, 1, 3, 3, 3, 3, 1},       /* world 1: plain chunks */
+        {9, 4, 2, 2, 1, 4, 5},       /* cap < world still moves one float per rank */
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        rm_shard_bucket b = rm_shard_buckets(t[i].len, t[i].world, t[i].cap);
+        CU_ASSERT_EQUAL(b.nbuckets, t[i].nb);
+        CU_ASSERT_EQUAL(b.chunk, t[i].chunk);
+        CU_ASSERT_EQUAL(rm_shard_bucket_total(t[i].len, t[i].world, t[i].cap, 0), t[i].t0);
+        CU_ASSERT_EQUAL(rm_shard_bucket_total(t[i].len, t[i].world, t[i].cap, b.nbuckets - 1), t[i].tlast);
+        CU_ASSERT_EQUAL(rm_shard_bucket_total(t[i].len, t[i].world, t[i].cap, b.nbuckets), 0);
+    }
+    CU_ASSERT_EQUAL(rm_shard_buckets(10, 0, 4).nbuckets, 0);
+    CU_ASSERT_EQUAL(rm_shard_bucket_cap(8, 3), 3 * 2 + 2);
+    for (size_t len = 0; len < 40; len++)
+        for (int w = 1; w <= 6; w++)
+            for (size_t cap = 1; cap <= 13; cap += 3) {
+                rm_shard_bucket b = rm_shard_buckets(len, w, cap);
+                for (int r = 0; r < w; r++) {
+                    size_t at = rm_shard_off(len, w, r), got = 0;
+                    for (int k = 0; k < b.nbuckets; k++) {
+                        size_t tot = rm_shard_bucket_total(len, w, cap, k);
+                        CU_ASSERT(tot <= rm_shard_bucket_cap(cap, w));
+                        CU_ASSERT_EQUAL(got, (size_t)k * b.chunk);   /* compact offset */
+                        size_t part = rm_shard_len(tot, w, r);
+                        if (k + 1 < b.nbuckets)
+                            CU_ASSERT_EQUAL(part, b.chunk);
+                        at += part;
+                        got += part;
+                    }
+                    CU_ASSERT_EQUAL(got, rm_shard_len(len, w, r));   /* the piece, exactly */
+                    CU_ASSERT_EQUAL(at, rm_shard_off(len, w, r) + rm_shard_len(len, w, r));
+                }
+            }
+}
+
 void rm_suite_shard(void);
 void rm_suite_shard(void) {
     static const rm_test_case cases[] = {
@@ -436,6 +482,7 @@ void rm_suite_shard(void) {
         {"plan_table", test_plan_table},
         {"unit_shard_table", test_unit_shard},
         {"unit_plan_table", test_unit_plan_table},
+        {"zero2_bucket_table", test_bucket_table},
         {"ring_rs_ag_1_to_8_awkward_counts", test_ring_rs_ag_sizes},
         {"local_and_arguments", test_local_and_args},
     };
