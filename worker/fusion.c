@@ -15,7 +15,6 @@
 #include <string.h>
 
 #include "worker/net.h"
-#include "worker/shard.h"
 
 typedef struct fbucket {
     size_t off, len;          /* floats */
@@ -28,7 +27,6 @@ struct rm_fusion {
     rm_comm *comm;
     float *grads;
     int nlayers, nb, world;
-    int rs, rs_rank;          /* reduce-scatter mode (rm_fusion_set_reduce_scatter) */
     fbucket *b;
     int *layer_bucket;
     int *pending;             /* per bucket: layers not yet ready this step */
@@ -64,11 +62,7 @@ static void *fusion_thread(void *arg) {
         double t0 = rm_mono(), dt = 0;
         if (!failed && f->b[id].len > 0) {
             float *g = f->grads + f->b[id].off;
-            if (f->rs)
-                rc = f->ops->reduce_scatter(f->comm, g, g + rm_shard_off(f->b[id].len, f->world, f->rs_rank),
-                                            f->b[id].len, RM_DT_F32, RM_OP_AVG, &e);
-            else
-                rc = f->ops->allreduce(f->comm, g, f->b[id].len, RM_DT_F32, RM_OP_AVG, &e);
+            rc = f->ops->allreduce(f->comm, g, f->b[id].len, RM_DT_F32, RM_OP_AVG, &e);
             dt = rm_mono() - t0;
         }
         pthread_mutex_lock(&f->mu);
@@ -170,13 +164,6 @@ int rm_fusion_new(const rm_comm_ops *ops, rm_comm *comm, float *grads, const siz
     return RM_OK;
 }
 
-void rm_fusion_set_reduce_scatter(rm_fusion *f, int rank, int world_size) {
-    if (!f || world_size < 1 || rank < 0 || rank >= world_size) return;
-    f->rs = 1;
-    f->rs_rank = rank;
-    f->world = world_size;
-}
-
 void rm_fusion_set_world_size(rm_fusion *f, int world_size) {
     if (f && world_size >= 1) f->world = world_size;
 }
@@ -272,7 +259,7 @@ int rm_fusion_finish(rm_fusion *f, rm_err *err) {
         s->steps++;
     }
     s->algbw_gbps = f->ar_s > 0 ? (double)bytes / f->ar_s / 1e9 : 0;
-    s->busbw_gbps = s->algbw_gbps * (f->world > 1 ? (f->rs ? 1.0 : 2.0) * (f->world - 1) / f->world : 0.0);
+    s->busbw_gbps = s->algbw_gbps * (f->world > 1 ? 2.0 * (f->world - 1) / f->world : 0.0);
     pthread_mutex_unlock(&f->mu);
     return rc;
 }

@@ -62,11 +62,6 @@ void rm_fusion_free(rm_fusion *f);
 void rm_fusion_get_stats(const rm_fusion *f, rm_fusion_stats *out);
 /* World size used only for busbw in the stats (default 1, which reports busbw 0). */
 void rm_fusion_set_world_size(rm_fusion *f, int world_size);
-/* Sharded stage "gradients": reduce-scatter (AVG) each bucket in place over the shard layout of
- * the bucket (worker/shard.h) instead of allreducing it, as rank of world; after finish only this
- * rank's piece of each bucket, at grads + off + rm_shard_off(len, world, rank), is the average, the
- * rest is scratch. busbw then uses (n-1)/n. Call before a step, never during one. */
-void rm_fusion_set_reduce_scatter(rm_fusion *f, int rank, int world_size);
 
 /* The planned buckets, for tests and logs: bucket b covers floats [off, off+len) and layers
  * [first_layer, last_layer]. Buckets are numbered in launch order (bucket 0 holds the last layer).
