@@ -125,7 +125,7 @@ uint64_t rm_fnv1a64(const void *p, size_t n, uint64_t h);
 /* Give back the whole pages of floats [from, to) of a flat buffer of m's kernels (host memory
  * only; a no-op for device tables): they read as zeros until written again and stop counting in
  * the resident set. Only pages entirely inside the range are released, so floats outside it are
- * never touched. For strategies that keep part of a flat vector (pipeline stages). */
+ * never touched. For strategies that keep part of a flat vector (pipeline stages, ZeRO-3 units). */
 void rm_model_release_range(const rm_model *m, float *base, size_t from, size_t to);
 #define RM_FNV64_INIT 0xcbf29ce484222325ULL
 #endif

@@ -50,7 +50,6 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -210,26 +209,13 @@ static void ar_round_end(rm_step *s)
 
 /* ---- sharding helpers ---- */
 
-/* Give back the whole pages of [from, to) floats of base (host memory only; they read as zeros
- * until written again). The own piece is never inside: callers pass ranges outside it, and only
- * pages entirely within the range are released. */
-static void release_range(const rm_step *s, float *base, size_t from, size_t to)
-{
-    if (!s->env.k->host_memory || to <= from)
-        return;
-    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-    uintptr_t a = ((uintptr_t)(base + from) + pg - 1) & ~(pg - 1);
-    uintptr_t b = (uintptr_t)(base + to) & ~(pg - 1);
-    if (b > a)
-        (void)madvise((void *)a, b - a, MADV_DONTNEED);
-}
-
 /* Layer l of buf (params or grads) outside this rank's piece. */
 static void release_unit(const rm_step *s, float *buf, int l)
 {
     const rm_unit_shard *u = &s->us;
-    release_range(s, buf, u->unit_off[l], u->off[l]);
-    release_range(s, buf, u->off[l] + u->len[l], u->unit_off[l] + u->unit_len[l]);
+    /* (the own piece is never inside: the two ranges are outside it) */
+    rm_model_release_range(s->env.m, buf, u->unit_off[l], u->off[l]);
+    rm_model_release_range(s->env.m, buf, u->off[l] + u->len[l], u->unit_off[l] + u->unit_len[l]);
 }
 
 static int gather_unit(rm_step *s, int l, rm_err *err)
