@@ -11,7 +11,8 @@ start_kubesim
 install_crd
 start_operator a
 wait_for 20 "operator ready" curl -fsS "http://127.0.0.1:$OP_PROBE_a/readyz"
-fast_job pipe 4 2 | sed 's/^  backend: ring$/  backend: ring\n  parallelism: {pipelineStages: 2, microBatches: 4, schedule: 1f1b}/' > "$T/pipe.yaml"
+# KEEP_PODS: the 2-epoch job can Succeed in 4 s on an idle machine, before its logs are read below
+KEEP_PODS=1 fast_job pipe 4 2 | sed 's/^  backend: ring$/  backend: ring\n  parallelism: {pipelineStages: 2, microBatches: 4, schedule: 1f1b}/' > "$T/pipe.yaml"
 grep -q 'pipelineStages: 2' "$T/pipe.yaml" || fail "fixture edit"
 k apply -f "$T/pipe.yaml" >/dev/null
 fast_job odd 3 1 | sed 's/^  backend: ring$/  backend: ring\n  parallelism: {pipelineStages: 2}/' |
@@ -28,8 +29,8 @@ msg=$(tj_field odd '{.status.conditions[?(@.type=="Failed")].message}')
 echo "$msg" | grep -q "spec.replicas: must be a multiple of spec.parallelism.pipelineStages" ||
   fail "Failed condition does not name spec.replicas: $msg"
 [ "$(pod_count odd)" -eq 0 ] || fail "pods created for an invalid job"
-# the grid: rank r = d*P + p (worker 3 is stage 1 of replica 1), the layout printed at start (read
-# while the job runs: its pods go when it Succeeds); the rank comes from the rendezvous, so look
+# the grid: rank r = d*P + p (worker 3 is stage 1 of replica 1), the layout printed at start (the
+# pods outlive the job: KEEP_PODS above); the rank comes from the rendezvous, so look
 # for the line on whichever pod is rank 3
 placed() {
   local i
