@@ -125,6 +125,9 @@ for mode in volcano coscheduling; do
   # every pod version, as a watch sees it (the jobs take a few seconds: polling can miss a pod)
   k get pods -w -o json >"$T/watch-$mode.json" 2>/dev/null &
   WPID=$!; PIDS+=("$WPID")
+  # the same with the event types (a DELETED pod stops counting): replayed for "never both gangs"
+  k get pods -w --output-watch-events -o json >"$T/watch-ev-$mode.json" 2>/dev/null &
+  WEVPID=$!; PIDS+=("$WEVPID")
   k get "$res" -w -o json >"$T/watch-pg-$mode.json" 2>/dev/null &
   WPGPID=$!; PIDS+=("$WPGPID")
   sleep 1
@@ -180,6 +183,33 @@ else:
   done
   log "$mode: both Succeeded in order:$order; at most $maxb workers bound at once (sampled)"
   [ $overlap = 0 ] || fail "$mode: both jobs had workers bound at the same time"
+  # the same without sampling: replay every pod version the watch saw, in resourceVersion order.
+  # Bound = a node and not Succeeded/Failed, until DELETED (a terminating pod still holds its
+  # node, as in kube-scheduler). Each gang's 4 must be seen bound together, never both gangs.
+  $PY - "$T/watch-ev-$mode.json" <<'PY' || fail "$mode: the pod watch saw both jobs' workers bound at once, or not each gang whole"
+import json,sys
+t=open(sys.argv[1]).read(); d=json.JSONDecoder(); i=0
+live={}; n=0; maxb=0; both=None
+while True:
+    while i < len(t) and t[i].isspace(): i+=1
+    if i >= len(t): break
+    try: e,i=d.raw_decode(t,i)
+    except ValueError: break          # a version still being written
+    o=e.get("object") or {}
+    if e.get("type") not in ("ADDED","MODIFIED","DELETED") or o.get("kind") not in (None,"Pod"): continue
+    md=o["metadata"]; job=md.get("labels",{}).get("ringmaster.dev/job-name")
+    if job not in ("gang-a","gang-b"): continue
+    n+=1
+    if e["type"]=="DELETED": live.pop(md["name"],None)
+    else: live[md["name"]]=(job, bool(o["spec"].get("nodeName")) and o.get("status",{}).get("phase") not in ("Succeeded","Failed"))
+    c={"gang-a":0,"gang-b":0}
+    for j,b in live.values(): c[j]+=b
+    maxb=max(maxb,c["gang-a"]+c["gang-b"])
+    if c["gang-a"] and c["gang-b"] and both is None: both=(md["name"], md["resourceVersion"], c)
+print(f"pod watch: {n} versions of the jobs' pods; at most {maxb} workers bound at once")
+assert both is None, ("both gangs bound after this version", both)
+assert maxb==4, ("a gang of 4 was never seen bound whole", maxb)
+PY
   # one after the other, from kubesim's own record (the jobs take seconds; sampling can miss):
   # every pod of the second gang was bound after every worker of the first had exited, and the
   # second PodGroup waited (volcano: Pending, then Inqueue; coscheduling: Scheduling) first
@@ -204,7 +234,7 @@ print(f"{first} ran, then {second}; {second}'s PodGroup: {' -> '.join(phases[sec
 PY
   [ $maxb -le 4 ] || fail "$mode: more than 4 workers bound"
   # the pods were gang-scheduled
-  kill "$WPID" "$WPGPID" 2>/dev/null || true
+  kill "$WPID" "$WPGPID" "$WEVPID" 2>/dev/null || true
   if [ $mode = volcano ]; then
     # Volcano: each job's pods were created only after its PodGroup left Pending. resourceVersion
     # is one counter for all kinds, so the two watches can be ordered by it.
