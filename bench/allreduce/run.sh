@@ -34,15 +34,7 @@ else
   FUSION=(--fusion -n 20 -w 3)
 fi
 
-free_ports() {
-  $py - "$1" <<'PY'
-import socket, sys
-ss = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); ss.append(s)
-print(",".join("127.0.0.1:%d" % s.getsockname()[1] for s in ss))
-PY
-}
+source "$root/bench/lib/ports.sh"   # free_ports, gloo_ranks
 
 ring() {   # ring N OUTFILE bench-args...
   local n=$1 out=$2; shift 2
@@ -59,16 +51,7 @@ ring() {   # ring N OUTFILE bench-args...
 
 gloo() {   # gloo N OUTFILE args...
   local n=$1 out=$2; shift 2
-  local store="$RAW/gloo-store.$RANDOM$RANDOM"
-  pids=()
-  for r in $(seq 1 $((n - 1))); do
-    OMP_NUM_THREADS=1 timeout 300 $py "$root/bench/allreduce/gloo_peer.py" --rank "$r" --world "$n" --init "file://$store" "$@" > /dev/null 2>> "$out.err" &
-    pids+=($!)
-  done
-  OMP_NUM_THREADS=1 timeout 300 $py "$root/bench/allreduce/gloo_peer.py" --rank 0 --world "$n" --init "file://$store" "$@" >> "$out" 2>> "$out.err" || echo "# FAILED rc=$?" >> "$out"
-  for p in "${pids[@]}"; do wait "$p" || true; done
-  pids=()
-  rm -f "$store"
+  gloo_ranks "$n" "$out" "$root/bench/allreduce/gloo_peer.py" 300 "$@"
 }
 
 mpi() {   # mpi N BTL OUTFILE args...

@@ -17,15 +17,7 @@ N=4
 NODES=${NODES:-a,a,b,b}
 if [ "${QUICK:-0}" = 1 ]; then ARGS=(-b 1K -e 16M -f 4 -n 5 -w 1); else ARGS=(-b 1K -e 256M -f 4 -n 10 -w 2); fi
 
-free_ports() {
-  /usr/bin/python3 - "$1" <<'PY'
-import socket, sys
-ss = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); ss.append(s)
-print(",".join("127.0.0.1:%d" % s.getsockname()[1] for s in ss))
-PY
-}
+source "$root/bench/lib/ports.sh"   # free_ports, gloo_ranks
 
 run() {   # run BACKEND OUTFILE
   local be=$1 out=$2 peers pids=()

@@ -45,15 +45,7 @@ TRAIN="${TRAIN:-1}"
 STAGES=(none optimizer gradients full)
 [ -n "${STAGES_OVERRIDE:-}" ] && read -r -a STAGES <<< "$STAGES_OVERRIDE"
 
-free_ports() {
-  $py - "$1" <<'PY'
-import socket, sys
-ss = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); ss.append(s)
-print(",".join("127.0.0.1:%d" % s.getsockname()[1] for s in ss))
-PY
-}
+source "$root/bench/lib/ports.sh"   # free_ports, gloo_ranks
 
 ring() {   # ring N OUTFILE bench-args...
   local n=$1 out=$2; shift 2
@@ -78,16 +70,7 @@ mpi() {   # mpi N OUTFILE args...
 
 gloo() {   # gloo N OUTFILE args...
   local n=$1 out=$2; shift 2
-  local store="$RAW/gloo-store.$RANDOM$RANDOM"
-  pids=()
-  for r in $(seq 1 $((n - 1))); do
-    OMP_NUM_THREADS=1 timeout 600 $py "$root/bench/shard/gloo_shard_peer.py" --rank "$r" --world "$n" --init "file://$store" "$@" > /dev/null 2>> "$out.err" &
-    pids+=($!)
-  done
-  OMP_NUM_THREADS=1 timeout 600 $py "$root/bench/shard/gloo_shard_peer.py" --rank 0 --world "$n" --init "file://$store" "$@" >> "$out" 2>> "$out.err" || echo "# FAILED rc=$?" >> "$out"
-  for p in "${pids[@]}"; do wait "$p" || true; done
-  pids=()
-  rm -f "$store"
+  gloo_ranks "$n" "$out" "$root/bench/shard/gloo_shard_peer.py" 600 "$@"
 }
 
 train() {   # train N STAGE OUTPREFIX: a static world of N workers, STEPS steps, logs per rank

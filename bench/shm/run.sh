@@ -18,15 +18,7 @@ RAW=$(mktemp -d); trap 'rm -rf "$RAW"' EXIT
 WORLDS=(${WORLDS:-2 4})
 if [ "${QUICK:-0}" = 1 ]; then ARGS=(-b 1K -e 16M -f 4 -n 5 -w 1); else ARGS=(-b 1K -e 256M -f 4 -n 10 -w 2); fi
 
-free_ports() {
-  python3 - "$1" <<'PY'
-import socket, sys
-ss = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket(); s.bind(("127.0.0.1", 0)); ss.append(s)
-print(",".join("127.0.0.1:%d" % s.getsockname()[1] for s in ss))
-PY
-}
+source "$root/bench/lib/ports.sh"   # free_ports, gloo_ranks
 
 run() {   # run BACKEND N OUTFILE [STAGE_BYTES]
   local be=$1 n=$2 out=$3 peers pids=() w=${WBIN:-$W}
@@ -43,14 +35,7 @@ run() {   # run BACKEND N OUTFILE [STAGE_BYTES]
 
 py=/usr/bin/python3
 gloo() {   # gloo N OUTFILE
-  local n=$1 out=$2 store="$RAW/gloo-store.$RANDOM$RANDOM" pids=()
-  for r in $(seq 1 $((n - 1))); do
-    OMP_NUM_THREADS=1 timeout 300 $py "$root/bench/allreduce/gloo_peer.py" --rank "$r" --world "$n" --init "file://$store" "${ARGS[@]}" > /dev/null 2>> "$out.err" &
-    pids+=($!)
-  done
-  OMP_NUM_THREADS=1 timeout 300 $py "$root/bench/allreduce/gloo_peer.py" --rank 0 --world "$n" --init "file://$store" "${ARGS[@]}" >> "$out" 2>> "$out.err" || echo "# FAILED rc=$?" >> "$out"
-  for p in "${pids[@]}"; do wait "$p" || true; done
-  rm -f "$store"
+  gloo_ranks "$1" "$2" "$root/bench/allreduce/gloo_peer.py" 300 "${ARGS[@]}"
 }
 vader() {   # vader N SINGLE_COPY(cma|none) OUTFILE
   OMPI_MCA_btl_vader_single_copy_mechanism=$2 OMPI_MCA_plm_rsh_agent=false \
