@@ -427,6 +427,33 @@ static int write_pg_status(cJSON *pg, void *ud)
     return 1;
 }
 
+/* Volcano's enqueue admits a job only when its minResources fit what is idle minus the
+ * minResources of EVERY job already Inqueue (the overcommit plugin sums them before the enqueue
+ * loop), whatever their order. So before any Pending group is looked at, each Inqueue group with
+ * none of its pods bound yet (it holds its place; once bound, its pods count on the nodes) adds
+ * its minResources to *reserved. Reserving while walking the groups instead let an older Pending
+ * group (gang-a) be enqueued beside a newer Inqueue one (gang-b) that it was sorted before. */
+static void hold_inqueue(const sc_pod *pods, size_t np, ks_obj **pgs, size_t npg, rm_reslist *reserved)
+{
+    for (size_t g = 0; g < npg; g++) {
+        const cJSON *pg = pgs[g]->j, *md = oget(pg, "metadata");
+        const char *ns = ks_sget(md, "namespace"), *name = ks_sget(md, "name");
+        const char *phase = ks_sget(oget(pg, "status"), "phase");
+        if (!ns || !name || oget(md, "deletionTimestamp") || !phase || strcmp(phase, "Inqueue"))
+            continue;
+        bool bound = false;
+        for (size_t i = 0; i < np && !bound; i++) {
+            const sc_pod *p = &pods[i];
+            bound = !strcmp(p->ns, ns) && p->group && !strcmp(p->group, name) && !strcmp(p->sched, "volcano") &&
+                    p->node >= 0 && !p->terminal;
+        }
+        rm_reslist need;
+        rm_err e = {0};
+        if (!bound && !rm_reslist_from_json(rm_json_path(pg, "spec.minResources"), "spec.minResources", &need, &e))
+            rm_reslist_sum(reserved, &need);
+    }
+}
+
 /* One PodGroup kind's pass. volcano: true for Volcano's phases and enqueue step. */
 static void gang_pass(ks_server *s, ks_kind *k, bool volcano, const char *sched_name, sc_pod *pods,
                       size_t np, sc_node *nodes, int nn, ks_obj **pgs, size_t npg, rm_reslist *reserved)
@@ -434,6 +461,8 @@ static void gang_pass(ks_server *s, ks_kind *k, bool volcano, const char *sched_
     sc_pod **mem = malloc(sizeof(*mem) * (np ? np : 1));
     if (!mem)
         return;
+    if (volcano)
+        hold_inqueue(pods, np, pgs, npg, reserved);
     for (size_t g = 0; g < npg; g++) {
         const cJSON *pg = pgs[g]->j, *md = oget(pg, "metadata");
         const char *ns = ks_sget(md, "namespace"), *name = ks_sget(md, "name");
@@ -475,9 +504,7 @@ static void gang_pass(ks_server *s, ks_kind *k, bool volcano, const char *sched_
                 } else {
                     next = "Pending";
                 }
-            } else if (!strcmp(phase, "Inqueue") && active_bound == 0) {
-                rm_reslist_sum(reserved, &need);   /* still holds its place in the queue */
-            }
+            }   /* an Inqueue group with nothing bound already holds its place (hold_inqueue) */
             may_bind = strcmp(next, "Pending") != 0 && strcmp(next, "Completed") != 0;
         } else {
             /* PreFilter: enough labelled pods, minResources fit the free resources */

@@ -1,6 +1,8 @@
-/* test_kubesim_sched.c — kubesim's --node parsing and node ownership (tests/kubesim/sched.c); the
- * scheduling itself is proven end to end by tests/e2e/69-operator-gang.sh and 69-operator-kueue.sh. */
+/* test_kubesim_sched.c — kubesim's --node parsing and node ownership (tests/kubesim/sched.c), and
+ * Volcano's enqueue order on an in-process store (no HTTP, no kubelet); the rest of the scheduling
+ * is proven end to end by tests/e2e/69-operator-gang.sh and 69-operator-kueue.sh. */
 #include <CUnit/CUnit.h>
+#include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
 #include "tests/kubesim/kubesim.h"
@@ -123,9 +125,111 @@ static void test_nodes_netns(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(msg, "rm-no-such-netns-0 does not exist"));
 }
 
+/* ---- Volcano enqueue: every Inqueue group's reservation counts, whatever the groups' order ---- */
+static int set_phase(cJSON *o, void *ud)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(o, "status");
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(o, "status"), "phase", ud);
+    return 1;
+}
+
+static const char *pg_phase(ks_server *s, ks_kind *k, const char *name, char *buf, size_t cap)
+{
+    pthread_rwlock_rdlock(&s->lock);
+    ks_obj *o = ks_table_get(k->tab, "default", name);
+    const char *ph = o ? ks_sget(cJSON_GetObjectItemCaseSensitive(o->j, "status"), "phase") : NULL;
+    snprintf(buf, cap, "%s", ph ? ph : "");
+    pthread_rwlock_unlock(&s->lock);
+    return buf;
+}
+
+static int bound_pods(ks_server *s, const char *job)
+{
+    ks_kind *pk = ks_core_kind(s, KS_T_POD);
+    int n = 0;
+    char name[64];
+    pthread_rwlock_rdlock(&s->lock);
+    for (int i = 0; i < 4; i++) {
+        snprintf(name, sizeof name, "%s-worker-%d", job, i);
+        ks_obj *o = ks_table_get(pk->tab, "default", name);
+        n += o && ks_sget(cJSON_GetObjectItemCaseSensitive(o->j, "spec"), "nodeName") != NULL;
+    }
+    pthread_rwlock_unlock(&s->lock);
+    return n;
+}
+
+static void add_gang(ks_server *s, ks_kind *pgk, const char *job, bool pods)
+{
+    char buf[1024];
+    snprintf(buf, sizeof buf,
+             "{\"apiVersion\":\"scheduling.volcano.sh/v1beta1\",\"kind\":\"PodGroup\",\"metadata\":{\"name\":\"%s\"},"
+             "\"spec\":{\"minMember\":4,\"minResources\":{\"cpu\":\"4\"}}}", job);
+    CU_ASSERT_EQUAL_FATAL(ks_internal_create(s, pgk, "default", cJSON_Parse(buf)), RM_OK);
+    for (int i = 0; pods && i < 4; i++) {
+        snprintf(buf, sizeof buf,
+                 "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"%s-worker-%d\","
+                 "\"annotations\":{\"scheduling.k8s.io/group-name\":\"%s\"}},\"spec\":{\"schedulerName\":\"volcano\","
+                 "\"containers\":[{\"name\":\"worker\",\"image\":\"w\",\"resources\":{\"requests\":{\"cpu\":\"1\"}}}]}}",
+                 job, i, job);
+        CU_ASSERT_EQUAL_FATAL(ks_internal_create(s, ks_core_kind(s, KS_T_POD), "default", cJSON_Parse(buf)), RM_OK);
+    }
+}
+
+/* Two nodes with room for one gang of 4. gang-b was enqueued first (it holds 4 CPUs; its pods
+ * exist, unbound); gang-a, sorted before it (same second, name order), is new. One pass must bind
+ * gang-b and leave gang-a Pending: the e2e 69 run where gang-a went "" -> Inqueue beside it. Once
+ * gang-b's pods Succeeded, gang-b is Completed and then gang-a enqueued. */
+static void test_volcano_enqueue_order(void)
+{
+    static ks_server s;
+    static ks_opts o;
+    memset(&o, 0, sizeof o);
+    char msg[128], ph[32];
+    CU_ASSERT_TRUE_FATAL(ks_node_parse("n1:cpu=2,memory=8Gi", &o.nodes[0], msg, sizeof msg));
+    CU_ASSERT_TRUE_FATAL(ks_node_parse("n2:cpu=2,memory=8Gi", &o.nodes[1], msg, sizeof msg));
+    o.nnodes = 2;
+    CU_ASSERT_EQUAL_FATAL(ks_server_init(&s, &o), RM_OK);
+    ks_kind proto;
+    memset(&proto, 0, sizeof proto);
+    snprintf(proto.group, sizeof proto.group, "scheduling.volcano.sh");
+    snprintf(proto.version, sizeof proto.version, "v1beta1");
+    snprintf(proto.resource, sizeof proto.resource, "podgroups");
+    snprintf(proto.singular, sizeof proto.singular, "podgroup");
+    snprintf(proto.kind, sizeof proto.kind, "PodGroup");
+    snprintf(proto.list_kind, sizeof proto.list_kind, "PodGroupList");
+    proto.namespaced = proto.served = proto.has_status = proto.storage = true;
+    proto.type = KS_T_CR;
+    pthread_rwlock_wrlock(&s.lock);
+    ks_kind *pgk = ks_kind_add(&s, &proto);
+    pthread_rwlock_unlock(&s.lock);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pgk);
+
+    add_gang(&s, pgk, "gang-a", false);   /* created first: the pass looks at it first */
+    add_gang(&s, pgk, "gang-b", true);
+    CU_ASSERT_EQUAL(ks_internal_update(&s, pgk, "default", "gang-b", set_phase, "Inqueue"), RM_OK);
+    ks_sched_tick(&s);
+    CU_ASSERT_STRING_EQUAL(pg_phase(&s, pgk, "gang-a", ph, sizeof ph), "Pending");
+    CU_ASSERT_STRING_EQUAL(pg_phase(&s, pgk, "gang-b", ph, sizeof ph), "Inqueue");
+    CU_ASSERT_EQUAL(bound_pods(&s, "gang-b"), 4);
+    ks_sched_tick(&s);   /* gang-b's pods now count on the nodes: still no room */
+    CU_ASSERT_STRING_EQUAL(pg_phase(&s, pgk, "gang-a", ph, sizeof ph), "Pending");
+
+    for (int i = 0; i < 4; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "gang-b-worker-%d", i);
+        CU_ASSERT_EQUAL(ks_internal_update(&s, ks_core_kind(&s, KS_T_POD), "default", name, set_phase, "Succeeded"), RM_OK);
+    }
+    ks_sched_tick(&s);   /* gang-b was still Inqueue when the pass began: Completed at its end */
+    CU_ASSERT_STRING_EQUAL(pg_phase(&s, pgk, "gang-b", ph, sizeof ph), "Completed");
+    ks_sched_tick(&s);
+    CU_ASSERT_STRING_EQUAL(pg_phase(&s, pgk, "gang-a", ph, sizeof ph), "Inqueue");
+    ks_server_fini(&s);
+}
+
 void rm_suite_kubesim_sched(void)
 {
     static const rm_test_case cases[] = {{"node_parse", test_node_parse}, {"node_ours", test_node_ours},
-                                         {"nodes_netns", test_nodes_netns}};
+                                         {"nodes_netns", test_nodes_netns},
+                                         {"volcano_enqueue_order", test_volcano_enqueue_order}};
     RM_ADD_SUITE("kubesim_sched", NULL, NULL, cases);
 }
