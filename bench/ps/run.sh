@@ -8,7 +8,9 @@
 # "-" when never reached), written as a markdown table to bench/results/ps.md (and stdout).
 #
 # Knobs (env): WORKERS (4), SERVERS (1), EPOCHS (6), HIDDEN ("512, 256"), BATCH (64),
-# TARGET (0.88), FACTOR (4), TRANSIENT ("100:400" = slow from step 100 to 400),
+# TARGET (0.88), FACTOR (4), TRANSIENT ("200:204" = slow from the job's step 200 to 203: a
+# straggler that bounded staleness s = 4 can absorb, delayed by less than s steps' worth of time
+# in all; a longer one makes s = 4 wait like sync, see BENCHMARKS.md "Under CPU caps"),
 # VARIANTS ("ring sync-b0 sync-b0-S2 sync-b1 async-s0 async-s0-w async-s4 async-s4-w"; a "-S<k>"
 # suffix on a PS variant runs it with k servers instead of SERVERS; a "-w" suffix on an async one
 # gives it Dean et al.'s warm start, spec.parameterServer.warmStartSteps = WARM, by default one
@@ -33,7 +35,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${RM_BIN:-$root/bin}
 WORKERS=${WORKERS:-4} SERVERS=${SERVERS:-1} EPOCHS=${EPOCHS:-6} HIDDEN=${HIDDEN:-512, 256}
-BATCH=${BATCH:-64} TARGET=${TARGET:-0.88} FACTOR=${FACTOR:-4} TRANSIENT=${TRANSIENT:-100:400}
+BATCH=${BATCH:-64} TARGET=${TARGET:-0.88} FACTOR=${FACTOR:-4} TRANSIENT=${TRANSIENT:-200:204}
 VARIANTS=${VARIANTS:-ring sync-b0 sync-b0-S2 sync-b1 async-s0 async-s0-w async-s4 async-s4-w} REPEAT=${REPEAT:-1}
 TRAIN_SAMPLES=${TRAIN_SAMPLES:-60000} WARM=${WARM:-$((TRAIN_SAMPLES / BATCH))}
 STRAGGLERS=${STRAGGLERS:-none persistent transient}
