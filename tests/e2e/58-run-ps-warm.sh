@@ -2,10 +2,10 @@
 # e2e-timeout: 900
 # Asynchronous parameter servers with a warm start (spec.parameterServer.warmStartSteps, Dean et
 # al.'s Downpour warm start; ps_core.h) through `ringmaster run`: 3 workers, stalenessBound 4,
-# warmStartSteps 150. The first 150 updates are worker 0's alone (server 0 counts every other
-# worker's push before version 150: none), the others join at version 150 (server 0's "warm start
+# warmStartSteps 40. The first 40 updates are worker 0's alone (server 0 counts every other
+# worker's push before version 40: none), the others join at version 40 (server 0's "warm start
 # done" line) and then train (their own progress in their logs, after that line), worker 0 is not
-# held by the staleness bound while the others wait (it reaches version 150 without a 10 s
+# held by the staleness bound while the others wait (it reaches version 40 without a 10 s
 # stand-still: the bound of 4 would otherwise park it at step 5 until the waiting workers count as
 # dead), and the job Succeeds having drawn its whole budget. A warmStartSteps with mode: sync is
 # refused by `ringmaster validate` and `ringmaster run` with a field-named error, nothing started.
@@ -17,7 +17,7 @@ metadata: {name: warm}
 spec:
   replicas: 3
   strategy: parameterServer
-  parameterServer: {replicas: 1, mode: async, stalenessBound: 4, warmStartSteps: 150}
+  parameterServer: {replicas: 1, mode: async, stalenessBound: 4, warmStartSteps: 40}
   restartPolicy: {maxRestarts: 2, progressDeadlineSeconds: 300}
   checkpoint: {intervalSteps: 100000}
   training:
@@ -34,10 +34,10 @@ line=$(grep 'warm start done' "$W/run-warm/ps-0.log" || true)
 [ -n "$line" ] || fail "server 0 never released the other workers"
 ver=$(sed -n 's/.* version=\([0-9]*\).*/\1/p' <<<"$line")
 others=$(sed -n 's/.*others_pushes_during_warm_start=\([0-9]*\).*/\1/p' <<<"$line")
-[ "$ver" -ge 150 ] || fail "the others joined at version $ver < 150"
+[ "$ver" -ge 40 ] || fail "the others joined at version $ver < 40"
 [ "$others" = 0 ] || fail "$others pushes by other workers during the warm start"
 t_done=$(sed -n 's/^ts=\([^ ]*\) .*/\1/p' <<<"$line")
-# worker 0 found the server (its training starts) and reached version 150 without waiting on the bound
+# worker 0 found the server (its training starts) and reached version 40 without waiting on the bound
 t_w0=$(grep -m1 'msg="parameter server 0 is at' "$W/run-warm/worker-0.log" | sed -n 's/^ts=\([^ ]*\) .*/\1/p')
 [ -n "$t_w0" ] || fail "worker 0 never found server 0"
 secs() { $PY -c "import datetime,sys; f=lambda s: datetime.datetime.strptime(s,'%Y-%m-%dT%H:%M:%S.%fZ').timestamp(); print(f(sys.argv[2]) - f(sys.argv[1]))" "$1" "$2"; }
@@ -53,13 +53,13 @@ steps=$(jget warm 'j["status"]["result"]["steps"]')
 warm_s=$(secs "$t_w0" "$t_done")
 log "warm start: released at version $ver, ${warm_s} s after worker 0 found the server; others' pushes during it: $others"
 # the bound holding worker 0 at step 5 for the 10 s that the waiting workers need to count as
-# dead would show as a warm start of about 10 s for 150 steps of an MLP [64] (here: under 1 s;
+# dead would show as a warm start of about 10 s for 40 steps of an MLP [64] (0.25 s for 150 steps here;
 # 0.8 s for 200 steps of an MLP [128] at a 0.4-CPU cap and load average 70)
 $PY -c "import sys; sys.exit(0 if $warm_s < 8 else 1)" ||
   fail "the warm start took ${warm_s} s: worker 0 waited on the staleness bound?"
 
 # a warm start in sync mode: refused, nothing started
-sed 's/mode: async, stalenessBound: 4, warmStartSteps: 150/mode: sync, warmStartSteps: 150/' \
+sed 's/mode: async, stalenessBound: 4, warmStartSteps: 40/mode: sync, warmStartSteps: 40/' \
   "$W/warm.yaml" > "$W/bad.yaml"
 set +e; "$RM_BIN/ringmaster" validate -f "$W/bad.yaml" >"$W/v.out" 2>"$W/v.err"; vrc=$?; set -e
 [ $vrc -ne 0 ] || fail "validate accepted warmStartSteps with mode: sync"
