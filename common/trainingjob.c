@@ -720,7 +720,8 @@ const char *const rm_ps_mode_names[] = { "sync", "async", NULL };
 int rm_ps_from_json(const cJSON *o, const char *ctx, rm_ps_spec *ps, rm_err *err)
 {
     static const char *const k_ps[] = { "replicas", "mode", "backupWorkers", "stalenessBound",
-                                        "pushEverySteps", "fetchEverySteps", NULL };
+                                        "pushEverySteps", "fetchEverySteps", "warmStartSteps",
+                                        NULL };
     int rc = rm_json_no_unknown(o, k_ps, ctx, err), iv;
     if (rc)
         return rc;
@@ -735,6 +736,7 @@ int rm_ps_from_json(const cJSON *o, const char *ctx, rm_ps_spec *ps, rm_err *err
     TRY(p_int(o, "stalenessBound", ctx, &ps->staleness_bound, &ps->set, RM_PS_SET_STALENESS, err));
     TRY(p_int(o, "pushEverySteps", ctx, &ps->push_every_steps, &ps->set, RM_PS_SET_PUSH, err));
     TRY(p_int(o, "fetchEverySteps", ctx, &ps->fetch_every_steps, &ps->set, RM_PS_SET_FETCH, err));
+    TRY(p_int(o, "warmStartSteps", ctx, &ps->warm_start_steps, &ps->set, RM_PS_SET_WARM, err));
 out:
     return rc;
 }
@@ -765,6 +767,7 @@ cJSON *rm_ps_to_json(const rm_ps_spec *ps)
     add_num(o, "stalenessBound", ps->staleness_bound, m & RM_PS_SET_STALENESS);
     add_num(o, "pushEverySteps", ps->push_every_steps, m & RM_PS_SET_PUSH);
     add_num(o, "fetchEverySteps", ps->fetch_every_steps, m & RM_PS_SET_FETCH);
+    add_num(o, "warmStartSteps", ps->warm_start_steps, m & RM_PS_SET_WARM);
     return o;
 }
 
@@ -801,6 +804,11 @@ static int ps_validate(const rm_tj_spec *s, rm_err *err)
         return bad(err, P, "pushEverySteps", "must be between 1 and 10000");
     if (ps->fetch_every_steps < 1 || ps->fetch_every_steps > 10000)
         return bad(err, P, "fetchEverySteps", "must be between 1 and 10000");
+    if (ps->warm_start_steps < 0 || ps->warm_start_steps > 100000000)
+        return bad(err, P, "warmStartSteps", "must be between 0 (no warm start) and 100000000");
+    if (ps->warm_start_steps > 0 && ps->mode != RM_PS_ASYNC)
+        return bad(err, P, "warmStartSteps", "is for spec.parameterServer.mode: async only (mode "
+                   "is sync, where every step already waits for the workers)");
     if (ps->mode == RM_PS_SYNC && (ps->push_every_steps != 1 || ps->fetch_every_steps != 1))
         return bad(err, P, ps->push_every_steps != 1 ? "pushEverySteps" : "fetchEverySteps",
                    "must be 1 with spec.parameterServer.mode: sync (Downpour's n_push/n_fetch are "

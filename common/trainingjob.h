@@ -137,11 +137,14 @@ typedef struct rm_ps_spec {
                                    default 4 */
     int push_every_steps;       /* async (Downpour n_push); default 1 */
     int fetch_every_steps;      /* async (Downpour n_fetch); default 1 */
+    int warm_start_steps;       /* async: the first W updates come from worker 0 alone (Dean et
+                                   al.'s warm start); default 0 = none */
     uint32_t set;               /* RM_PS_SET_*: given explicitly */
 } rm_ps_spec;
 enum {
     RM_PS_SET_REPLICAS = 1u << 0, RM_PS_SET_BACKUP = 1u << 1, RM_PS_SET_STALENESS = 1u << 2,
     RM_PS_SET_PUSH = 1u << 3, RM_PS_SET_FETCH = 1u << 4, RM_PS_SET_MODE = 1u << 5,
+    RM_PS_SET_WARM = 1u << 6,
 };
 extern const char *const rm_strategy_names[];   /* "allreduce", "parameterServer", NULL */
 extern const char *const rm_ps_mode_names[];    /* "sync", "async", NULL */

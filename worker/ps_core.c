@@ -146,6 +146,20 @@ bool rm_ps_clocks_may_proceed(const rm_ps_clocks *c, int worker, int64_t step, i
     return m == INT64_MAX || step - m <= bound;
 }
 
+bool rm_ps_warm_holds(int worker, int64_t applied, int64_t warm, const rm_ps_clocks *c,
+                      double now, double dead_after)
+{
+    if (warm <= 0 || applied >= warm || worker == 0)
+        return false;
+    bool w0_gone = c->seen[0] > 0 && now - c->seen[0] > dead_after;
+    return !w0_gone;
+}
+
+int rm_ps_warm_bound(int bound, int64_t applied, int64_t warm)
+{
+    return warm > 0 && applied < warm ? 0 : bound;
+}
+
 bool rm_ps_view_note(rm_ps_view *v, int64_t epoch, int live)
 {
     if (live < 1 || live > RM_PS_MAX_WORKERS || epoch < 0)

@@ -99,6 +99,19 @@ int64_t rm_ps_clocks_min(const rm_ps_clocks *c, double now, double dead_after);
 bool rm_ps_clocks_may_proceed(const rm_ps_clocks *c, int worker, int64_t step, int bound,
                               double now, double dead_after);
 
+/* ---- warm start (asynchronous mode; Dean et al. 2012, Downpour: "warmstarting" with one replica
+ * before the others join) ----
+ * spec.parameterServer.warmStartSteps W > 0: until W updates are applied (the server's version),
+ * only worker 0 draws batches; every other worker is held at its draw and starts once the W-th
+ * update is applied. A worker 0 that was heard from (ps_clocks) and then silent for dead_after no
+ * longer holds the others (a dead warm-up worker must not stall the job); one never heard from yet
+ * is still starting and holds them. W = 0: nobody is held. */
+bool rm_ps_warm_holds(int worker, int64_t applied, int64_t warm, const rm_ps_clocks *c,
+                      double now, double dead_after);
+/* The staleness bound in force: 0 (unbounded) during the warm-up, where worker 0 runs alone and
+ * must not wait for the workers held at their draws; `bound` after it. */
+int rm_ps_warm_bound(int bound, int64_t applied, int64_t warm);
+
 /* Staleness of an asynchronous push: how many updates the server applied since the version the
  * gradient was computed from (0 when the worker was current; never negative). */
 static inline int64_t rm_ps_staleness(int64_t server_version, int64_t from_version)

@@ -87,6 +87,8 @@ struct server {
     rm_ps_sync sync;             /* sync: accumulator + version */
     int64_t version;             /* async: updates applied (sync: sync.version) */
     int64_t draws;               /* server 0, async: global batches handed out */
+    int64_t warm_others;         /* async: pushes by workers other than 0 during the warm start */
+    bool warm_logged;            /* server 0: "warm start done" was logged */
     rm_ps_clocks clocks;
     rm_ps_view view;             /* sync: the newest view of the workers alive (ps_core.h) */
     float lr;                    /* sync: the learning rate of the newest push */
@@ -173,7 +175,8 @@ static int op_info(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
 static void staleness_wait(server *s, int worker, int64_t clock)
 {
     double until = rm_mono() + s->timeout_s;
-    while (!g_ps_term && !rm_ps_clocks_may_proceed(&s->clocks, worker, clock, s->ps.staleness_bound,
+    int bound = rm_ps_warm_bound(s->ps.staleness_bound, s->version, s->ps.warm_start_steps);
+    while (!g_ps_term && !rm_ps_clocks_may_proceed(&s->clocks, worker, clock, bound,
                                                    rm_mono(), PS_DEAD_AFTER_S) &&
            rm_mono() < until) {
         timed_wait(s, until);
@@ -272,6 +275,8 @@ static int op_push(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
         }
         sync_maybe_apply(s, t0);
     } else {
+        if (s->version < s->ps.warm_start_steps && q->worker != 0)
+            s->warm_others++;   /* a push that is not worker 0's during the warm start */
         int64_t st = rm_ps_staleness(s->version, q->from_version);
         rm_series_observe(s->m_staleness, (double)st);
         rm_optim_step(&s->opt, s->params, c->buf, q->lr);
@@ -289,6 +294,27 @@ static int op_draw(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
 {
     (void)c;
     pthread_mutex_lock(&s->mu);
+    /* warm start (ps_core.h): a worker other than 0 waits here, up to a second at a time (it asks
+     * again: "not yet"), until worker 0 alone made the first warmStartSteps updates */
+    int64_t warm = s->ps.mode == RM_PS_ASYNC ? s->ps.warm_start_steps : 0;
+    double until = rm_mono() + 1;
+    while (!g_ps_term && rm_ps_warm_holds((int)q->worker, s->version, warm, &s->clocks, rm_mono(),
+                                          PS_DEAD_AFTER_S) && rm_mono() < until)
+        timed_wait(s, until);
+    r->version = cur_version(s);
+    r->b = warm > 0 ? s->version : 0;   /* where a worker that starts now sets its clock */
+    if (rm_ps_warm_holds((int)q->worker, s->version, warm, &s->clocks, rm_mono(),
+                         PS_DEAD_AFTER_S)) {
+        r->status = RM_PS_ST_TIMEOUT;
+        pthread_mutex_unlock(&s->mu);
+        return RM_OK;
+    }
+    if (warm > 0 && q->worker != 0 && !s->warm_logged) {
+        s->warm_logged = true;
+        rm_info("warm start done: the other workers join version=%lld warm_start_steps=%lld "
+                "others_pushes_during_warm_start=%lld", (long long)s->version, (long long)warm,
+                (long long)s->warm_others);
+    }
     if (s->draws >= q->step) {
         r->status = RM_PS_ST_DONE;
     } else {

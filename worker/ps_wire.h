@@ -19,7 +19,9 @@
  *   PUSH   step = tag (sync: the version the gradient is for; async: the worker's clock),
  *          from_version, lr, world, floats = the gradient of the shard -> status, version
  *   DRAW   (server 0, async) step = the budget in batches -> a = the next global batch, or
- *          status DONE when the budget is drawn
+ *          status DONE when the budget is drawn, or status TIMEOUT ("not yet": ask again) while
+ *          the warm start holds the worker (ps_core.h); b = the version a worker starting now
+ *          takes as its clock (0 without a warm start)
  *
  * Ownership: rm_ps_conn owns its socket (rm_ps_conn_close). */
 #ifndef RM_WORKER_PS_WIRE_H

@@ -12,7 +12,8 @@
  * are a global budget), accumulates gradients and pushes them every pushEverySteps steps (each
  * applied on arrival by the servers' optimizer, Adagrad as in Downpour), and fetches fresh
  * parameters every fetchEverySteps; the servers hold it back when it is more than stalenessBound
- * steps ahead of the slowest live worker.
+ * steps ahead of the slowest live worker. With warmStartSteps W (Dean et al.'s warm start) the
+ * servers hold every worker but 0 at its first draw until worker 0 alone made W updates.
  *
  * Requests to the S servers are pipelined (all sent, then all answered); a sync step is one round
  * trip per server (push_fetch: the push and the next step's fetch in one gather write, the
@@ -358,12 +359,21 @@ static int ps_claim(rm_step *s, rm_step_claim *c, rm_err *err)
     rm_ps_req q = {.op = RM_PS_OP_DRAW, .worker = (uint32_t)s->worker,
                    .world = (uint32_t)N, .step = budget(s, spe)};
     double deadline = rm_mono() + s->env.timeout_s * PS_RETRY_FACTOR;
+    bool held = false;
     for (;;) {   /* server 0 alone: a small exchange */
         rm_err e = {0};
         if (ensure_conn(s, 0, deadline, &e) == RM_OK &&
             rm_ps_send(&s->conn[0], &q, NULL, rm_mono() + s->env.timeout_s, &e) == RM_OK &&
-            rm_ps_recv(&s->conn[0], &rep, NULL, 0, rm_mono() + s->env.timeout_s, &e) == RM_OK)
-            break;
+            rm_ps_recv(&s->conn[0], &rep, NULL, 0, rm_mono() + s->env.timeout_s, &e) == RM_OK) {
+            if (rep.status != RM_PS_ST_TIMEOUT)
+                break;
+            /* held by the warm start (ps_core.h): the server answered, so it is no failure */
+            if (canceled(s))
+                return rm_errf(err, RM_ECANCELED, "parameter server 0: canceled");
+            deadline = rm_mono() + s->env.timeout_s * PS_RETRY_FACTOR;
+            held = true;
+            continue;
+        }
         rm_ps_conn_close(&s->conn[0]);
         if (canceled(s))
             return rm_errf(err, RM_ECANCELED, "parameter server 0: canceled");
@@ -382,6 +392,10 @@ static int ps_claim(rm_step *s, rm_step_claim *c, rm_err *err)
         c->train_epoch = (int)(c->step / spe);
         return RM_OK;
     }
+    if (s->ps.warm_start_steps > 0 && s->clock == 0)
+        s->clock = rep.b;   /* joining after the warm start: at the job's clock, not 0 behind */
+    if (held)   /* our parameters are from before the warm start: W updates old */
+        RM_CHECK(fetch_all(s, 0, err));
     c->step = rep.a;
     c->train_epoch = (int)(rep.a / spe);
     c->data_pos = (rep.a % spe) * B;

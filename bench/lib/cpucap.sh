@@ -11,6 +11,14 @@
 #                                  PS CPUs (default: WORKER); exports RINGMASTER_WORKER_BIN so that
 #                                  `ringmaster run` starts the processes through cpucap-exec
 #   cpucap_stop                 -> removes the cgroups (waits for their processes to be gone)
+#   CPUCAP_SHARES=K (env, optional) -> the job's cpu.shares (v1) or cpu.weight (v2), set on the
+#                                  group holding all its processes' groups: its weight against
+#                                  processes outside the job (1024 / 100 is one ordinary process). On a machine busy with other work a capped process
+#                                  gets less than its cap, and a straggler's sleep then hands its
+#                                  share to the others again; a large weight makes the cap the
+#                                  process's actual speed, at the expense of the other work.
+# A process with a cap of at most one CPU runs one BLAS thread (OPENBLAS_NUM_THREADS=1 unless
+# set): a second thread would only spin on the same quota.
 # The cap is a ceiling (cfs_quota over a 10 ms period): a capped process gets at most that share
 # of one core; it gets it only if the machine has it to spare, so the caps of all processes of a
 # job should add up to less than the cores (the scripts print the sum).
@@ -34,8 +42,13 @@ cpucap_start() {  # cpucap_start WORKER_CPUS [PS_CPUS]
   local w=$1 p=${2:-$1} kind root
   read -r kind root < <(cpucap__root) || { echo "cpucap: no writable cgroup cpu controller" >&2; return 1; }
   export RM_CPUCAP_KIND=$kind RM_CPUCAP_DIR="$root/ringmaster-bench-$$" RM_CPUCAP_WORKER=$w RM_CPUCAP_PS=$p
+  export RM_CPUCAP_SHARES=${CPUCAP_SHARES:-}
   mkdir -p "$RM_CPUCAP_DIR"
   if [ "$kind" = v2 ]; then echo +cpu > "$RM_CPUCAP_DIR/cgroup.subtree_control" 2>/dev/null || true; fi
+  if [ -n "$RM_CPUCAP_SHARES" ]; then   # the parent competes with the rest of the machine
+    if [ "$kind" = v2 ]; then echo "$RM_CPUCAP_SHARES" > "$RM_CPUCAP_DIR/cpu.weight"
+    else echo "$RM_CPUCAP_SHARES" > "$RM_CPUCAP_DIR/cpu.shares"; fi
+  fi
   export RM_CPUCAP_REAL=${RINGMASTER_WORKER_BIN:-${BIN:?cpucap_start: set BIN or RINGMASTER_WORKER_BIN}/ringmaster-worker}
   export RINGMASTER_WORKER_BIN="$CPUCAP_LIB/cpucap-exec"
 }

@@ -8,13 +8,26 @@
 # "-" when never reached), written as a markdown table to bench/results/ps.md (and stdout).
 #
 # Knobs (env): WORKERS (4), SERVERS (1), EPOCHS (6), HIDDEN ("512, 256"), BATCH (64),
-# TARGET (0.88), FACTOR (4), TRANSIENT ("100:400" = slow from step 100 to 400),
-# VARIANTS ("ring sync-b0 sync-b0-S2 sync-b1 async-s0 async-s4"; a "-S<k>" suffix on a PS variant
-# runs it with k servers instead of SERVERS), STRAGGLERS ("none persistent transient"),
+# TARGET (0.88), FACTOR (4), TRANSIENT ("200:204" = slow from the job's step 200 to 203: a
+# straggler that bounded staleness s = 4 can absorb, delayed by less than s steps' worth of time
+# in all; a longer one makes s = 4 wait like sync, see BENCHMARKS.md "Under CPU caps"),
+# VARIANTS ("ring sync-b0 sync-b0-S2 sync-b1 async-s0 async-s0-w async-s4 async-s4-w"; a "-S<k>"
+# suffix on a PS variant runs it with k servers instead of SERVERS; a "-w" suffix on an async one
+# gives it Dean et al.'s warm start, spec.parameterServer.warmStartSteps = WARM, by default one
+# epoch's batches, TRAIN_SAMPLES (60000, Fashion-MNIST's training set) / BATCH: fixed before any
+# run, not tuned on the test set), STRAGGLERS ("none persistent transient"),
 # REPEAT (1: each straggler x variant once; k: k passes, the variants alternating within each, so
 # a change of the machine's load hits them all), OUT (bench/results/ps.md), ANCHOR (1: then
 # bench/ps/anchor.sh, the torch.distributed.rpc peer, for ANCHOR_EPOCHS (EPOCHS) epochs, its
-# table to ANCHOR_OUT (bench/results/ps-anchor.md); 0: skip).
+# table to ANCHOR_OUT (bench/results/ps-anchor.md); 0: skip), KEEP (1: keep the run directories).
+# CPUCAP ("auto"), CPUCAP_PS (0.3), CPUCAP_SHARES (unset): one emulated machine per process
+# (bench/lib/cpucap.sh): every worker capped at CPUCAP CPUs, every server at CPUCAP_PS. "auto" is
+# 0.4 when a writable cgroup cpu controller is there (root), else 0 = no caps. Without caps the 4
+# workers and the server share this machine's cores, and the straggler's `slow` sleep hands its
+# core to the others, so a "4x" straggler slows the ring far less than 4x; with caps it sleeps on
+# its own machine. The caps and their sum (per run: WORKERS x CPUCAP + servers x CPUCAP_PS) are
+# printed in the header; keep the sum below the cores. CPUCAP_SHARES weighs the capped processes
+# against other work on a busy machine (cpucap.sh).
 # The samples/s column is rank 0's median "progress" rate times WORKERS (every worker draws the
 # same per-worker batch). The whole experiment in one command: bench/ps/full.sh.
 # A smoke run: EPOCHS=1 HIDDEN=128 VARIANTS="ring sync-b1" ANCHOR=0 ...
@@ -22,22 +35,39 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${RM_BIN:-$root/bin}
 WORKERS=${WORKERS:-4} SERVERS=${SERVERS:-1} EPOCHS=${EPOCHS:-6} HIDDEN=${HIDDEN:-512, 256}
-BATCH=${BATCH:-64} TARGET=${TARGET:-0.88} FACTOR=${FACTOR:-4} TRANSIENT=${TRANSIENT:-100:400}
-VARIANTS=${VARIANTS:-ring sync-b0 sync-b0-S2 sync-b1 async-s0 async-s4} REPEAT=${REPEAT:-1}
+BATCH=${BATCH:-64} TARGET=${TARGET:-0.88} FACTOR=${FACTOR:-4} TRANSIENT=${TRANSIENT:-200:204}
+VARIANTS=${VARIANTS:-ring sync-b0 sync-b0-S2 sync-b1 async-s0 async-s0-w async-s4 async-s4-w} REPEAT=${REPEAT:-1}
+TRAIN_SAMPLES=${TRAIN_SAMPLES:-60000} WARM=${WARM:-$((TRAIN_SAMPLES / BATCH))}
 STRAGGLERS=${STRAGGLERS:-none persistent transient}
 OUT=${OUT:-$root/bench/results/ps.md}
+CPUCAP=${CPUCAP:-auto} CPUCAP_PS=${CPUCAP_PS:-0.3}
 work=$(mktemp -d "${TMPDIR:-/tmp}/rm-bench-ps.XXXXXX")
-trap 'rm -rf "$work"' EXIT
+# shellcheck source=../lib/cpucap.sh
+source "$root/bench/lib/cpucap.sh"
+if [ "$CPUCAP" = auto ]; then
+  if cpucap_available; then CPUCAP=0.4; else CPUCAP=0; fi
+fi
+trap 'cpucap_stop; if [ "${KEEP:-0}" = 1 ]; then echo "kept $work" >&2; else rm -rf "$work"; fi' EXIT
+if [ "$CPUCAP" != 0 ]; then
+  cpucap_start "$CPUCAP" "$CPUCAP_PS"
+  caps="worker $CPUCAP CPUs, server $CPUCAP_PS CPUs$(awk -v w="$WORKERS" -v s="$SERVERS" -v c="$CPUCAP" \
+      -v p="$CPUCAP_PS" 'BEGIN { printf " (sum: %.2f CPUs for the ring, %.2f with %d server(s))", w*c, w*c+s*p, s }')"
+  if [ -n "${CPUCAP_SHARES:-}" ]; then caps="$caps, cpu.shares $CPUCAP_SHARES"; fi
+else
+  caps="none (the processes share the machine's cores)"
+fi
+echo "== CPU caps: $caps" >&2
 
 strategy() {
-  local v=$1 ns=$SERVERS
+  local v=$1 ns=$SERVERS warm=""
   case $v in *-S[0-9]*) ns=${v##*-S}; v=${v%-S*};; esac
+  case $v in async-*-w) warm=", warmStartSteps: $WARM"; v=${v%-w};; esac
   case $v in
     ring) echo "  backend: ring";;
     sync-b0) echo "  strategy: parameterServer"; echo "  parameterServer: {replicas: $ns, mode: sync, backupWorkers: 0}";;
     sync-b1) echo "  strategy: parameterServer"; echo "  parameterServer: {replicas: $ns, mode: sync, backupWorkers: 1}";;
-    async-s0) echo "  strategy: parameterServer"; echo "  parameterServer: {replicas: $ns, mode: async, stalenessBound: 0}";;
-    async-s4) echo "  strategy: parameterServer"; echo "  parameterServer: {replicas: $ns, mode: async, stalenessBound: 4}";;
+    async-s0) echo "  strategy: parameterServer"; echo "  parameterServer: {replicas: $ns, mode: async, stalenessBound: 0$warm}";;
+    async-s4) echo "  strategy: parameterServer"; echo "  parameterServer: {replicas: $ns, mode: async, stalenessBound: 4$warm}";;
     *) echo "unknown variant $1" >&2; exit 2;;
   esac
 }
@@ -115,8 +145,9 @@ done
   echo
   echo "\`bench/ps/run.sh\` on $(hostname) ($(nproc) CPUs), $(date -u +%Y-%m-%d), load average at the end:"
   echo "$(cut -d' ' -f1-3 /proc/loadavg). Workers $WORKERS, servers $SERVERS (a -S<k> variant: k), MLP [$HIDDEN], $EPOCHS epochs,"
-  echo "batch $BATCH per worker, straggler rank 1 slowed ${FACTOR}x (transient: steps $TRANSIENT); time to $TARGET"
+  echo "batch $BATCH per worker, straggler rank 1 slowed ${FACTOR}x (transient: steps $TRANSIENT), -w: warmStartSteps $WARM; time to $TARGET"
   echo "from the start of \`ringmaster run\` to rank 0's first evaluation at or above it."
+  echo "CPU caps (bench/lib/cpucap.sh, one emulated machine per process): $caps."
   echo
   echo "| straggler | strategy | pass | phase | wall s | s to $TARGET | samples/s | test accuracy | steps | load 1m |"
   echo "|---|---|---|---|---|---|---|---|---|---|"

@@ -57,10 +57,12 @@ static void test_spec_defaults(void)
     CU_ASSERT_EQUAL(tj.spec.ps.staleness_bound, 4);
     CU_ASSERT_EQUAL(tj.spec.ps.push_every_steps, 1);
     CU_ASSERT_EQUAL(tj.spec.ps.fetch_every_steps, 1);
+    CU_ASSERT_EQUAL(tj.spec.ps.warm_start_steps, 0);
     /* round trip keeps the strategy and the explicit zero */
     rm_tj_free(&tj);
     CU_ASSERT_EQUAL_FATAL(parse_job("  strategy: parameterServer\n  parameterServer: {replicas: 2, "
-                                    "mode: async, stalenessBound: 0, pushEverySteps: 3}\n",
+                                    "mode: async, stalenessBound: 0, pushEverySteps: 3, "
+                                    "warmStartSteps: 937}\n",
                                     &tj, &e), RM_OK);
     CU_ASSERT_EQUAL(tj.spec.ps.staleness_bound, 0);
     cJSON *j = rm_tj_spec_to_json(&tj.spec);
@@ -69,6 +71,8 @@ static void test_spec_defaults(void)
     CU_ASSERT_EQUAL(cJSON_GetObjectItem(ps, "stalenessBound")->valueint, 0);
     CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(ps, "mode")), "async");
     CU_ASSERT_EQUAL(cJSON_GetObjectItem(ps, "pushEverySteps")->valueint, 3);
+    CU_ASSERT_EQUAL(tj.spec.ps.warm_start_steps, 937);
+    CU_ASSERT_EQUAL(cJSON_GetObjectItem(ps, "warmStartSteps")->valueint, 937);
     cJSON_Delete(j);
     rm_tj_free(&tj);
     /* allreduce jobs serialize without the new fields (older readers unaffected) */
@@ -103,6 +107,12 @@ static void test_spec_errors(void)
          "spec.parameterServer.pushEverySteps", "between 1 and 10000"},
         {"  strategy: parameterServer\n  parameterServer: {fetchEverySteps: 2}\n",
          "spec.parameterServer.fetchEverySteps", "mode: sync"},
+        {"  strategy: parameterServer\n  parameterServer: {warmStartSteps: 100}\n",
+         "spec.parameterServer.warmStartSteps", "mode: async only"},
+        {"  strategy: parameterServer\n  parameterServer: {mode: async, warmStartSteps: -1}\n",
+         "spec.parameterServer.warmStartSteps", "between 0 (no warm start)"},
+        {"  strategy: parameterServer\n  parameterServer: {mode: async, warmStartSteps: 200000000}\n",
+         "spec.parameterServer.warmStartSteps", "between 0 (no warm start)"},
         {"  strategy: parameterServer\n  parameterServer: {replica: 2}\n",
          "spec.parameterServer.replica", ""},
         {"  strategy: parameterServer\n  backend: nccl\n", "spec.backend", "spec.strategy: parameterServer"},
@@ -393,6 +403,49 @@ static void test_staleness_bound(void)
     CU_ASSERT_EQUAL(rm_ps_staleness(7, 10), 0);
 }
 
+/* ---- warm start: who is held at the draw, and the bound in force ---- */
+
+static void test_warm_start(void)
+{
+    static rm_ps_clocks c;   /* large: not on the stack */
+    double dead = 10;
+    /* seen0: when worker 0 was last heard from (0: never) */
+    static const struct { int w; int64_t applied, warm; double seen0, now; bool held; } T[] = {
+        {1, 0, 0, 1.0, 2.0, false},       /* no warm start: nobody waits */
+        {0, 0, 100, 1.0, 2.0, false},     /* worker 0 is the warm-up replica */
+        {0, 99, 100, 1.0, 2.0, false},
+        {1, 0, 100, 1.0, 2.0, true},      /* the others wait for the first 100 updates */
+        {3, 99, 100, 1.0, 2.0, true},     /* one short */
+        {3, 100, 100, 1.0, 2.0, false},   /* the 100th applied: everybody goes */
+        {2, 5000, 100, 1.0, 2.0, false},  /* long after (or a server restored past it) */
+        {1, 0, 100, 0.0, 50.0, true},     /* worker 0 never heard from: still starting, wait */
+        {1, 40, 100, 1.0, 11.0, true},    /* worker 0 silent 10 s: not yet dead */
+        {1, 40, 100, 1.0, 11.5, false},   /* silent longer: it no longer holds the others */
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(T); i++) {
+        memset(&c, 0, sizeof c);
+        if (T[i].seen0 > 0)
+            rm_ps_clocks_note(&c, 0, T[i].applied, T[i].seen0);
+        bool h = rm_ps_warm_holds(T[i].w, T[i].applied, T[i].warm, &c, T[i].now, dead);
+        if (h != T[i].held)
+            fprintf(stderr, "warm case %zu: held=%d\n", i, h);
+        CU_ASSERT_EQUAL(h, T[i].held);
+    }
+    /* the staleness bound is off while worker 0 runs alone, in force from the W-th update on */
+    static const struct { int bound; int64_t applied, warm; int want; } B[] = {
+        {4, 0, 0, 4}, {4, 0, 100, 0}, {4, 99, 100, 0}, {4, 100, 100, 4}, {0, 10, 100, 0},
+        {0, 200, 100, 0},
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(B); i++)
+        CU_ASSERT_EQUAL(rm_ps_warm_bound(B[i].bound, B[i].applied, B[i].warm), B[i].want);
+    /* with the bound off, worker 0 runs 99 steps ahead of workers parked at clock 0 */
+    memset(&c, 0, sizeof c);
+    rm_ps_clocks_note(&c, 1, 0, 1.0);
+    rm_ps_clocks_note(&c, 0, 99, 1.5);
+    CU_ASSERT(rm_ps_clocks_may_proceed(&c, 0, 99, rm_ps_warm_bound(4, 98, 100), 1.5, dead));
+    CU_ASSERT(!rm_ps_clocks_may_proceed(&c, 0, 101, rm_ps_warm_bound(4, 100, 100), 1.5, dead));
+}
+
 /* ---- Adagrad on a shard == a reference, and shards == the whole vector ---- */
 
 static void test_adagrad_shards_reference(void)
@@ -488,6 +541,7 @@ void rm_suite_ps(void)
         {"sync: averaged in place, no residue", test_sync_average_in_place},
         {"sync: who a step waits for (views)", test_sync_view_table},
         {"staleness bound", test_staleness_bound},
+        {"warm start: held draws, bound off", test_warm_start},
         {"adagrad shards vs reference", test_adagrad_shards_reference},
         {"faults: slow and role=ps", test_faults_slow_and_ps},
         {"servers: create, replace, delete", test_ps_reconcile_table},
