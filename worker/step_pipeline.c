@@ -108,7 +108,10 @@ struct rm_step {
     bool gathered;                  /* state_gather assembled the state at this step */
     bool release;                   /* buffers may be whole: give back the other stages' pages */
     double tot_wait, tot_sched;     /* this round, after its first step: the bench's numbers */
-    uint64_t tot_steps;
+    double tot_fwd, tot_bwd;        /* busy time of the F / B events (their waits excluded) */
+    double tot_cycle;               /* step start to next step start (tot_cycles of them) */
+    uint64_t tot_steps, tot_cycles;
+    double last_t0;                 /* when the last step's schedule began (0: none this round) */
     /* preallocated (init) */
     float *in_act;                  /* [B x widest] received activations (stage input) */
     float *out_grad;                /* [B x widest] received output gradients */
@@ -390,11 +393,15 @@ static void log_stats(rm_step *s)
         return;
     rm_step_memory mem;
     pl_memory(s, &mem);
+    double n = (double)s->tot_steps;
     rm_info("pipeline stats stage=%d stages=%d micro_batches=%d schedule=%s steps=%llu "
-            "bubble=%.4f textbook_bubble=%.4f schedule_ms=%.3f activations_bytes=%llu",
+            "bubble=%.4f textbook_bubble=%.4f schedule_ms=%.3f wait_ms=%.3f fwd_ms=%.3f bwd_ms=%.3f "
+            "cycle_ms=%.3f activations_bytes=%llu",
             s->pl.stage, s->P, s->M, s->schedule ? "gpipe" : "1f1b",
             (unsigned long long)s->tot_steps, s->tot_sched > 0 ? s->tot_wait / s->tot_sched : 0,
-            rm_pipe_textbook_bubble(s->P, s->M), 1e3 * s->tot_sched / (double)s->tot_steps,
+            rm_pipe_textbook_bubble(s->P, s->M), 1e3 * s->tot_sched / n, 1e3 * s->tot_wait / n,
+            1e3 * s->tot_fwd / n, 1e3 * s->tot_bwd / n,
+            s->tot_cycles ? 1e3 * s->tot_cycle / (double)s->tot_cycles : 0,
             (unsigned long long)mem.activations);
 }
 
@@ -403,8 +410,9 @@ static void pl_round_end(rm_step *s)
     if (!s)
         return;
     log_stats(s);
-    s->tot_steps = 0;
-    s->tot_wait = s->tot_sched = 0;
+    s->tot_steps = s->tot_cycles = 0;
+    s->tot_wait = s->tot_sched = s->tot_fwd = s->tot_bwd = s->tot_cycle = 0;
+    s->last_t0 = 0;
     /* wake the receivers: a blocked poll ends within its slice either way */
     rx_stop(&s->rx_prev);
     rx_stop(&s->rx_next);
@@ -702,10 +710,11 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     uint64_t base = s->nstep * (uint64_t)s->M;
     uint64_t b0_prev = atomic_load(&s->rx_prev.bytes), b0_next = atomic_load(&s->rx_next.bytes);
     uint64_t sent = 0;
-    double t0 = rm_mono(), waited = 0;
+    double t0 = rm_mono(), waited = 0, busy[2] = { 0, 0 };
     float inv_batch = 1.0f / (float)rows;
     bool first_b = true;
     for (int i = 0; i < s->nev; i++) {
+        double e0 = rm_mono(), w0 = waited;
         int mb = s->ev[i].mb, off, n;
         rm_pipe_micro_rows(rows, s->M, mb, &off, &n);
         const float *in0 = first_stage ? m->x + (size_t)off * (size_t)din
@@ -715,7 +724,7 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
                 RM_CHECK(rx_wait(&s->rx_prev, base + (uint64_t)mb + 1, s->env.timeout_s, &waited,
                                  "the previous stage", err));
             if (n == 0)
-                continue;
+                goto next;
             stage_forward(s, off, n, in0);
             float *y = m->act[s->l1 - 1] + (size_t)off * (size_t)dout;
             if (last_stage) {
@@ -746,13 +755,22 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
                 sent += ((size_t)n * (size_t)din + 1) * sizeof(float) + sizeof(rm_net_frame);
             }
         }
+next:   /* an event's busy time: its compute and sends, not its wait */
+        busy[s->ev[i].kind == RM_PIPE_EV_F ? 0 : 1] += rm_mono() - e0 - (waited - w0);
     }
     double sched_s = rm_mono() - t0;
     if (s->nstep > 0) {   /* the round's first step includes the neighbours' start-up */
         s->tot_wait += waited;
         s->tot_sched += sched_s;
+        s->tot_fwd += busy[0];
+        s->tot_bwd += busy[1];
         s->tot_steps++;
+        if (s->last_t0 > 0) {   /* schedule + what the stage does between schedules */
+            s->tot_cycle += t0 - s->last_t0;
+            s->tot_cycles++;
+        }
     }
+    s->last_t0 = t0;
     float loss = 0;
     for (int mb = 0; mb < s->M; mb++)
         loss += s->loss_mb[mb];
