@@ -104,6 +104,7 @@ struct rm_step {
     pipe_rx rx_prev, rx_next;       /* activations from p-1 / gradients from p+1 */
     uint32_t seq_prev, seq_next;    /* frames sent towards p-1 / p+1 */
     uint64_t nstep;                 /* steps in this round */
+    uint64_t nfwd, nbwd;            /* frames expected so far from p-1 / p+1 this round */
     bool dirty;                     /* stale ranges: steps since the state was whole */
     bool gathered;                  /* state_gather assembled the state at this step */
     bool release;                   /* buffers may be whole: give back the other stages' pages */
@@ -466,6 +467,7 @@ static int pl_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
         return rm_errf(err, RM_EINVAL, "pipeline: bad schedule");
     s->inflight = rm_pipe_max_inflight(s->ev, s->nev);
     s->nstep = 0;
+    s->nfwd = s->nbwd = 0;
     s->seq_prev = s->seq_next = 0;
     s->gathered = false;
     s->release = true;   /* the stage's range may be another one than last round's */
@@ -524,7 +526,15 @@ static int pl_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
     s->dirty = false;
     s->gathered = false;
     s->release = true;
-    return s->inner_ops->state_fresh(s->inner, seed, err);
+    if (s->P == 1 || s->plen == 0)
+        return s->inner_ops->state_fresh(s->inner, seed, err);
+    /* P > 1: this stage's layers only (the values P = 1 gives them), its range of the optimizer
+     * state zero; the other stages' pages are never touched (host memory, checked at init) */
+    RM_CHECK(rm_model_init_params_layers(s->env.m, seed, s->l0, s->l1, err));
+    for (int i = 0; i < s->env.opt->nstate; i++)
+        memset(s->env.opt->state[i] + s->poff, 0, s->plen * sizeof(float));
+    s->env.opt->t = 0;
+    return RM_OK;
 }
 
 /* P > 1: replica 0 of each stage writes its layers (shard p of P of a stage-layout set); the
@@ -585,7 +595,23 @@ static int pl_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
                        "start from; pipeline stages need spec.checkpoint (each stage's layers live "
                        "only on its workers between checkpoints)");
     s->release = true;
-    return s->inner_ops->state_sync(s->inner, pos, err);
+    if (s->P == 1 || s->plen == 0)
+        return s->inner_ops->state_sync(s->inner, pos, err);
+    /* P > 1: the position from rank 0 over the world; the stage's layers (and its range of the
+     * optimizer state) from its replica 0 over its data-parallel group, nothing else touched */
+    RM_CHECK(rm_step_allreduce_sync_pos(s->inner, pos, err));
+    if (!s->dp)
+        return RM_OK;
+    float *bufs[3] = { s->env.m->params, NULL, NULL };
+    int nb = 1;
+    for (int i = 0; i < s->env.opt->nstate && i < 2; i++)
+        bufs[nb++] = s->env.opt->state[i];
+    for (int i = 0; i < nb; i++) {
+        if (s->pl.replica != 0)
+            memset(bufs[i] + s->poff, 0, s->plen * sizeof(float));
+        RM_CHECK(s->ring->allreduce(s->dp, bufs[i] + s->poff, s->plen, RM_DT_F32, RM_OP_SUM, err));
+    }
+    return RM_OK;
 }
 
 /* Every rank gets the whole buffer: this stage's range from replica 0, zeros elsewhere, summed
@@ -607,7 +633,9 @@ static int whole(rm_step *s, float *buf, rm_err *err)
 static int pl_materialize(rm_step *s, rm_err *err)
 {
     log_stats(s);
-    if (!s->dirty || !s->r.ops)
+    /* P > 1: nothing to assemble: evaluation runs through the stages (pl_eval_forward) and the
+     * checksum is chained over them (pl_checksum) */
+    if (!s->dirty || !s->r.ops || s->P > 1)
         return RM_OK;
     s->release = true;
     RM_CHECK(whole(s, s->env.m->params, err));
@@ -707,7 +735,6 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     if (rows != s->env.batch)
         return rm_errf(err, RM_EINVAL, "pipeline: batch of %d rows, the stages were sized for %d", rows,
                        s->env.batch);
-    uint64_t base = s->nstep * (uint64_t)s->M;
     uint64_t b0_prev = atomic_load(&s->rx_prev.bytes), b0_next = atomic_load(&s->rx_next.bytes);
     uint64_t sent = 0;
     double t0 = rm_mono(), waited = 0, busy[2] = { 0, 0 };
@@ -721,7 +748,7 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
                                        : s->in_act + (size_t)off * (size_t)din;
         if (s->ev[i].kind == RM_PIPE_EV_F) {
             if (!first_stage)
-                RM_CHECK(rx_wait(&s->rx_prev, base + (uint64_t)mb + 1, s->env.timeout_s, &waited,
+                RM_CHECK(rx_wait(&s->rx_prev, s->nfwd + (uint64_t)mb + 1, s->env.timeout_s, &waited,
                                  "the previous stage", err));
             if (n == 0)
                 goto next;
@@ -740,7 +767,7 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
             if (last_stage) {
                 dy = m->act[L - 1] + (size_t)off * (size_t)C;
             } else {
-                RM_CHECK(rx_wait(&s->rx_next, base + (uint64_t)mb + 1, s->env.timeout_s, &waited,
+                RM_CHECK(rx_wait(&s->rx_next, s->nbwd + (uint64_t)mb + 1, s->env.timeout_s, &waited,
                                  "the next stage", err));
                 dy = s->out_grad + (size_t)off * (size_t)dout;
                 s->loss_mb[mb] = s->loss_rx[mb];
@@ -759,6 +786,8 @@ next:   /* an event's busy time: its compute and sends, not its wait */
         busy[s->ev[i].kind == RM_PIPE_EV_F ? 0 : 1] += rm_mono() - e0 - (waited - w0);
     }
     double sched_s = rm_mono() - t0;
+    s->nfwd += (uint64_t)s->M;
+    s->nbwd += (uint64_t)s->M;
     if (s->nstep > 0) {   /* the round's first step includes the neighbours' start-up */
         s->tot_wait += waited;
         s->tot_sched += sched_s;
@@ -798,6 +827,85 @@ next:   /* an event's busy time: its compute and sends, not its wait */
     st->pipe_bubble = sched_s > 0 ? waited / sched_s : 0;
     st->pipe_sent = sent;
     st->pipe_recv = (atomic_load(&s->rx_prev.bytes) - b0_prev) + (atomic_load(&s->rx_next.bytes) - b0_next);
+    return RM_OK;
+}
+
+/* Evaluation through the stages (P > 1): every stage of a replica has the same `rows` of the test
+ * set; the batch is padded to the stages' B rows (the frames' fixed shape) and split into the M
+ * micro-batches; stage 0 forwards from m->x, the others from what p-1 sent, the last stage ends
+ * with the logits of all B rows in act[L-1] (the driver counts the first `rows`). No backward
+ * runs, so flow control is explicit: once a stage has used its input of this batch it sends M
+ * (content-free) frames back to p-1, and a stage sends nothing more forward until p+1's M frames
+ * of this batch arrived, so the next batch (or step) never overwrites an input still in use. */
+static int pl_eval_forward(rm_step *s, int rows, bool *logits, rm_err *err)
+{
+    rm_model *m = s->env.m;
+    *logits = true;
+    if (s->P == 1) {
+        rm_model_forward(m, rows);
+        return RM_OK;
+    }
+    int B = s->env.batch, din = m->shape.dims[s->l0], dout = m->shape.dims[s->l1];
+    bool first_stage = s->pl.stage == 0, last_stage = s->pl.stage == s->P - 1;
+    if (rows < 1 || rows > B)
+        return rm_errf(err, RM_EINVAL, "pipeline: evaluation batch of %d rows (1..%d)", rows, B);
+    if (first_stage && rows < B)   /* host memory (checked at init) */
+        memset(m->x + (size_t)rows * (size_t)din, 0, (size_t)(B - rows) * (size_t)din * sizeof(float));
+    double waited = 0;
+    for (int mb = 0; mb < s->M; mb++) {
+        int off, n;
+        rm_pipe_micro_rows(B, s->M, mb, &off, &n);
+        if (!first_stage)
+            RM_CHECK(rx_wait(&s->rx_prev, s->nfwd + (uint64_t)mb + 1, s->env.timeout_s, &waited,
+                             "the previous stage", err));
+        const float *in0 = first_stage ? m->x + (size_t)off * (size_t)din
+                                       : s->in_act + (size_t)off * (size_t)din;
+        stage_forward(s, off, n, in0);
+        if (!last_stage)
+            RM_CHECK(link_send(s, s->to_next, &s->seq_next, m->act[s->l1 - 1] + (size_t)off * (size_t)dout,
+                               (size_t)n * (size_t)dout, NULL, "the next stage", err));
+    }
+    if (!first_stage)
+        for (int mb = 0; mb < s->M; mb++) {   /* this batch's inputs are used: p-1 may go on */
+            int off, n;
+            rm_pipe_micro_rows(B, s->M, mb, &off, &n);
+            RM_CHECK(link_send(s, s->to_prev, &s->seq_prev, s->dx + (size_t)off * (size_t)din,
+                               (size_t)n * (size_t)din, &s->loss_mb[mb], "the previous stage", err));
+        }
+    if (!last_stage)
+        RM_CHECK(rx_wait(&s->rx_next, s->nbwd + (uint64_t)s->M, s->env.timeout_s, &waited,
+                         "the next stage", err));
+    s->nfwd += (uint64_t)s->M;
+    s->nbwd += (uint64_t)s->M;
+    *logits = last_stage;
+    return RM_OK;
+}
+
+/* FNV-1a 64 of the whole parameter vector without assembling it (P > 1): the stages' ranges are
+ * contiguous and in stage order, so the hash runs stage by stage, each replica 0 continuing from
+ * the previous stage's value; each value reaches every rank in four exact 16-bit pieces over the
+ * world (the other ranks add zeros). The same value as rm_model_checksum of the whole vector. */
+static int pl_checksum(rm_step *s, uint64_t *out, rm_err *err)
+{
+    uint64_t h = RM_FNV64_INIT;
+    if (s->P == 1 || !s->r.ops) {
+        char scratch[4096];
+        *out = rm_model_checksum(s->env.m, scratch, sizeof scratch);
+        return RM_OK;
+    }
+    for (int q = 0; q < s->P; q++) {
+        float v[4] = { 0, 0, 0, 0 };
+        if (s->pl.stage == q && s->pl.replica == 0) {
+            h = rm_fnv1a64(s->env.m->params + s->poff, s->plen * sizeof(float), h);
+            for (int i = 0; i < 4; i++)
+                v[i] = (float)((h >> (16 * i)) & 0xffffu);
+        }
+        RM_CHECK(s->r.ops->allreduce(s->r.comm, v, 4, RM_DT_F32, RM_OP_SUM, err));
+        h = 0;
+        for (int i = 0; i < 4; i++)
+            h |= (uint64_t)v[i] << (16 * i);
+    }
+    *out = h;
     return RM_OK;
 }
 
@@ -843,4 +951,6 @@ const rm_step_ops rm_step_pipeline_ops = {
     .memory = pl_memory,
     .data_slot = pl_data_slot,
     .ckpt_stages = pl_ckpt_stages,
+    .eval_forward = pl_eval_forward,
+    .checksum = pl_checksum,
 };
