@@ -25,21 +25,26 @@
  *
  * State (per stage): the flat parameter/gradient/optimizer buffers keep the allreduce strategy's
  * whole-model layout (so offsets, checkpoints and the P = 1 path are unchanged), but a stage holds
- * only its own layers' range [poff, poff + plen) of each: before each step the pages outside it
- * are given back (rm_model_release_range: host memory, they read as zeros), so parameters,
- * gradients and optimizer state resident per worker — and ringmaster_worker_memory_bytes{kind=
- * params|grads|optimizer} — are the stage's, as the activations are. The whole model is present
- * only transiently: at start-up (the seeded init and the state agreement are whole), and at
- * materialize (evaluation, the final checksum: each stage's range from replica 0, zeros elsewhere,
- * summed over the world: exact), after which the next step gives the other ranges back again.
+ * only its own layers' range [poff, poff + plen) of each, and (P > 1) never writes the others'
+ * pages: the CPU table's allocations read as zeros without being resident, the seeded init
+ * writes the stage's layers only (rm_model_init_params_layers: the values P = 1 gives them), the
+ * state agreement takes the position over the world and the stage's range from its replica 0 over
+ * its data-parallel group (rm_step_allreduce_sync_pos + a range allreduce), evaluation runs the
+ * forward through the stages (pl_eval_forward: the last stages count) and the final checksum is
+ * the FNV-1a of the stages' ranges chained in order (pl_checksum: the whole model's value). So
+ * parameters, gradients and optimizer state resident per worker, its peak RSS, and
+ * ringmaster_worker_memory_bytes{kind=params|grads|optimizer} are the stage's, as the activations
+ * are. One path is still whole: a restore (the payload re-assembled from the newest checkpoint,
+ * below) — after it, and whenever a round re-forms, the next step gives the other ranges back
+ * (rm_model_release_range).
  * Checkpoints (P > 1) are per stage, no collective: replica 0 of stage p writes its layers'
  * parameters then its layers' range of each optimizer buffer as shard p of P of a stage-layout
  * set (worker/ckpt_shard.h: the manifest records P and the layer bounds; ckpt_stages below);
  * any restore (this P, another P, P = 1, the allreduce strategy) re-assembles the whole payload
  * from the set and takes it like a whole checkpoint. P = 1 writes the allreduce strategy's whole
- * checkpoint as before. Fresh state, restore and state_sync delegate to the allreduce strategy
- * (sharding none). Limits of this version: CPU kernels (host memory), fp32, backend ring/shm for
- * the world with ring sub-groups.
+ * checkpoint as before; P = 1 delegates fresh state, restore and state_sync to the allreduce
+ * strategy (sharding none). Limits of this version: CPU kernels (host memory), fp32, backend
+ * ring/shm for the world with ring sub-groups.
  *
  * Ownership: rm_step owns its buffers, the inner allreduce state, the sub-group comms and the
  * receiver threads (round_end stops and frees the per-round parts; destroy everything). */
