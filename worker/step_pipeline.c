@@ -34,9 +34,9 @@
  * the FNV-1a of the stages' ranges chained in order (pl_checksum: the whole model's value). So
  * parameters, gradients and optimizer state resident per worker, its peak RSS, and
  * ringmaster_worker_memory_bytes{kind=params|grads|optimizer} are the stage's, as the activations
- * are. One path is still whole: a restore (the payload re-assembled from the newest checkpoint,
- * below) — after it, and whenever a round re-forms, the next step gives the other ranges back
- * (rm_model_release_range).
+ * are. A restore takes the stage's range of the payload only, but the driver still reads the
+ * whole payload (re-assembled from the newest checkpoint, below) into its staging buffer; after a
+ * round re-forms, the next step gives any other ranges back (rm_model_release_range).
  * Checkpoints (P > 1) are per stage, no collective: replica 0 of stage p writes its layers'
  * parameters then its layers' range of each optimizer buffer as shard p of P of a stage-layout
  * set (worker/ckpt_shard.h: the manifest records P and the layer bounds; ckpt_stages below);
@@ -587,7 +587,19 @@ static bool pl_ckpt_stages(const rm_step *s, int *shard_rank, int *shard_world, 
 static void pl_state_restore(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
                              int scaler_tracker)
 {
-    s->inner_ops->state_restore(s->inner, src, opt_t, loss_scale, scaler_tracker);
+    if (s->P == 1 || s->plen == 0) {
+        s->inner_ops->state_restore(s->inner, src, opt_t, loss_scale, scaler_tracker);
+    } else {   /* P > 1: take this stage's range of the whole payload, write nothing else */
+        const float *f = src;
+        size_t n = s->env.m->layout.total;
+        memcpy(s->env.m->params + s->poff, f + s->poff, s->plen * sizeof(float));
+        for (int i = 0; i < s->env.opt->nstate; i++)
+            memcpy(s->env.opt->state[i] + s->poff, f + (size_t)(1 + i) * n + s->poff,
+                   s->plen * sizeof(float));
+        s->env.opt->t = opt_t;
+        if (loss_scale > 0)
+            rm_loss_scaler_restore(&s->env.amp->scaler, loss_scale, scaler_tracker);
+    }
     s->dirty = false;
     s->gathered = false;
     s->release = true;
