@@ -18,6 +18,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 /* OpenBLAS' thread control; declared here because cblas.h from the reference (netlib) CBLAS
  * alternative does not declare it. */
@@ -34,7 +36,18 @@ static void *cpu_alloc(size_t bytes)
         sz = 64;
     if (posix_memalign(&p, 64, sz) != 0)
         return NULL;
-    memset(p, 0, sz);
+    /* Zero it without touching it: the whole pages inside are given back (private anonymous
+     * memory reads as zeros after MADV_DONTNEED and is resident only once written), only the
+     * partial pages at the ends are cleared. A strategy that uses part of a large buffer (a
+     * pipeline stage's layers of the flat parameter vector) then holds only the pages it writes. */
+    uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)p, e = a + sz;
+    uintptr_t a1 = (a + pg - 1) & ~(pg - 1), e0 = e & ~(pg - 1);
+    if (e0 > a1 && madvise((void *)a1, e0 - a1, MADV_DONTNEED) == 0) {
+        memset(p, 0, a1 - a);
+        memset((void *)e0, 0, e - e0);
+    } else {
+        memset(p, 0, sz);
+    }
     return p;
 }
 

@@ -119,21 +119,38 @@ int rm_model_init(rm_model *m, const rm_kernels *k, const rm_model_shape *shape,
 
 int rm_model_init_params(rm_model *m, uint64_t seed, rm_err *err)
 {
-    float *host = calloc(m->layout.total, sizeof(float));
+    return rm_model_init_params_layers(m, seed, 0, m->shape.nlayers, err);
+}
+
+int rm_model_init_params_layers(rm_model *m, uint64_t seed, int l0, int l1, rm_err *err)
+{
+    if (l0 < 0 || l1 > m->shape.nlayers || l0 >= l1)
+        return rm_errf(err, RM_EINVAL, "model: bad layer range [%d, %d) of %d", l0, l1, m->shape.nlayers);
+    size_t off = m->layout.layer_off[l0];
+    size_t len = m->layout.layer_off[l1 - 1] + m->layout.layer_len[l1 - 1] - off;
+    /* host tables: straight into the parameters; device tables: a staging copy of the range */
+    float *host = m->k->host_memory ? m->params + off : calloc(len, sizeof(float));
     if (!host)
         return rm_errf(err, RM_ENOMEM, "model: out of memory for init");
     rm_rng r;
     rm_rng_seed(&r, seed);
-    for (int l = 0; l < m->shape.nlayers; l++) {
+    for (int l = 0; l < l1; l++) {
         size_t in = (size_t)m->shape.dims[l], o = (size_t)m->shape.dims[l + 1];
+        if (l < l0) {   /* the same stream as the whole model's: draw the layer's values, drop them */
+            for (size_t i = 0; i < in * o; i++)
+                (void)rm_rng_normal(&r);
+            continue;
+        }
         double std = sqrt(2.0 / (double)in);   /* He / Kaiming normal, fan_in, for ReLU */
-        float *w = host + m->layout.w_off[l];
+        float *w = host + (m->layout.w_off[l] - off);
         for (size_t i = 0; i < in * o; i++)
             w[i] = (float)(rm_rng_normal(&r) * std);
-        /* biases stay 0 */
+        memset(host + (m->layout.b_off[l] - off), 0, o * sizeof(float));   /* biases 0 */
     }
-    m->k->h2d(m->params, host, m->layout.total * sizeof(float));
-    free(host);
+    if (!m->k->host_memory) {
+        m->k->h2d(m->params + off, host, len * sizeof(float));
+        free(host);
+    }
     return RM_OK;
 }
 

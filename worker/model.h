@@ -79,6 +79,11 @@ void rm_model_free(rm_model *m);
 /* He (Kaiming normal, fan_in) weights from a generator seeded by `seed`, zero biases; identical on
  * every rank for the same seed. Allocates one host staging buffer (init time only). */
 int rm_model_init_params(rm_model *m, uint64_t seed, rm_err *err);
+/* The same values for layers [l0, l1) only (a pipeline stage's): the generator draws the earlier
+ * layers' values and drops them, so layer l gets exactly what rm_model_init_params gives it; the
+ * parameters outside the range are not touched. Host tables write in place (no staging); device
+ * tables stage the range only. RM_EINVAL for an empty or out-of-range range. */
+int rm_model_init_params_layers(rm_model *m, uint64_t seed, int l0, int l1, rm_err *err);
 
 /* Forward on m->x (rows <= max_batch); logits end in m->act[nlayers-1]. */
 void rm_model_forward(rm_model *m, int rows);

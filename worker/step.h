@@ -189,6 +189,16 @@ typedef struct rm_step_ops {
      * records the layer bounds (bounds: shard_world + 1 entries, at most RM_MODEL_MAX_LAYERS + 1).
      * A restore takes the whole payload re-assembled from such a set (state_restore). */
     bool (*ckpt_stages)(const rm_step *s, int *shard_rank, int *shard_world, int *bounds);
+    /* Optional (NULL: rm_model_forward on each rank's own slice of the test set). Collective, every
+     * rank of the round at the same point with the same rows (<= the batch): the forward of the
+     * evaluation batch in env->m->x / labels (every rank of a data_slot loads the same rows: the
+     * driver splits the test set by data_slot when this is set). *logits is set on the ranks that
+     * then hold the batch's logits in act[nlayers-1] (a pipeline's last stages): only they count
+     * it, and the driver sums the counts over the round. */
+    int (*eval_forward)(rm_step *s, int rows, bool *logits, rm_err *err);
+    /* Optional (NULL: rm_model_checksum of env->m->params after materialize). Collective: the
+     * FNV-1a 64 of every parameter's bytes in layout order, the same on every rank. */
+    int (*checksum)(rm_step *s, uint64_t *out, rm_err *err);
 } rm_step_ops;
 
 /* The strategy called name ("allreduce"); NULL if there is none. */
@@ -197,6 +207,10 @@ const rm_step_ops *rm_step_strategy(const char *name);
 const char *rm_step_strategy_names(void);
 
 extern const rm_step_ops rm_step_allreduce_ops;
+/* The position half of the allreduce strategy's state_sync on its step s (after its round_begin):
+ * every rank takes rank 0's position, optimizer count and loss scale, and no parameters (the
+ * pipeline strategy agrees on its stages' layers within each stage's group itself). */
+int rm_step_allreduce_sync_pos(rm_step *s, rm_step_pos *pos, rm_err *err);
 extern const rm_step_ops rm_step_ps_ops;   /* "parameterServer" (step_ps.c) */
 extern const rm_step_ops rm_step_pipeline_ops;   /* "pipeline" (step_pipeline.c; issue 15) */
 /* parameterServer with spec.training.optimizer.type lbfgs: Sandblaster L-BFGS (step_lbfgs.c;

@@ -633,13 +633,12 @@ static int64_t get64(const float *f)
 
 /* Make every rank hold rank 0's exact state and position: allreduce SUM where the others
  * contribute zeros. The position includes whether this step's end-of-epoch evaluation is done. */
-static int ar_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
+/* The position half: rank 0's position, optimizer count and loss scale into meta on every rank. */
+static int sync_meta(rm_step *s, const rm_step_pos *pos, float *meta, rm_err *err)
 {
     const rm_step_env *e = &s->env;
     const rm_step_round *r = &s->r;
-    if (r->world == 1)
-        return RM_OK;
-    float meta[SYNC_FLOATS] = {0};
+    memset(meta, 0, SYNC_FLOATS * sizeof(float));
     if (r->rank == 0) {
         put64(meta, pos->step);
         put64(meta + 3, pos->data_pos);
@@ -650,10 +649,49 @@ static int ar_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
         meta[14] = (float)e->amp->scaler.growth_tracker;
         meta[15] = pos->eval_done ? 1.0f : 0.0f;
     }
-    int64_t my_step = pos->step;
-    e->k->h2d(s->dev_small, meta, sizeof meta);
+    e->k->h2d(s->dev_small, meta, SYNC_FLOATS * sizeof(float));
     RM_CHECK(r->ops->allreduce(r->comm, s->dev_small, SYNC_FLOATS, RM_DT_F32, RM_OP_SUM, err));
-    e->k->d2h(meta, s->dev_small, sizeof meta);
+    e->k->d2h(meta, s->dev_small, SYNC_FLOATS * sizeof(float));
+    return RM_OK;
+}
+
+/* ...and taking it (my_step: this rank's step before, for the warning). */
+static void apply_meta(rm_step *s, const float *meta, int64_t my_step, rm_step_pos *pos)
+{
+    const rm_step_env *e = &s->env;
+    pos->step = get64(meta);
+    pos->data_pos = get64(meta + 3);
+    e->opt->t = get64(meta + 6);
+    pos->last_ckpt_step = get64(meta + 9) - 1;
+    pos->train_epoch = (int)meta[12];
+    pos->eval_done = meta[15] > 0.5f;
+    if (meta[13] > 0)
+        rm_loss_scaler_restore(&e->amp->scaler, meta[13], (int)meta[14]);
+    if (s->r.rank != 0 && my_step != pos->step)
+        rm_warn("state differed from rank 0; took rank 0's my_step=%lld step=%lld",
+                (long long)my_step, (long long)pos->step);
+}
+
+int rm_step_allreduce_sync_pos(rm_step *s, rm_step_pos *pos, rm_err *err)
+{
+    if (s->r.world == 1)
+        return RM_OK;
+    float meta[SYNC_FLOATS];
+    int64_t my_step = pos->step;
+    RM_CHECK(sync_meta(s, pos, meta, err));
+    apply_meta(s, meta, my_step, pos);
+    return RM_OK;
+}
+
+static int ar_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
+{
+    const rm_step_env *e = &s->env;
+    const rm_step_round *r = &s->r;
+    if (r->world == 1)
+        return RM_OK;
+    float meta[SYNC_FLOATS];
+    int64_t my_step = pos->step;
+    RM_CHECK(sync_meta(s, pos, meta, err));
     size_t n = e->m->layout.total;
     const int nfull = s->mode == RM_SHARD_NONE ? e->opt->nstate : 0;   /* full state buffers */
     if (r->rank != 0) {
@@ -687,17 +725,7 @@ static int ar_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
         if (s->mode == RM_SHARD_FULL)
             drop_all_units(s);
     }
-    pos->step = get64(meta);
-    pos->data_pos = get64(meta + 3);
-    e->opt->t = get64(meta + 6);
-    pos->last_ckpt_step = get64(meta + 9) - 1;
-    pos->train_epoch = (int)meta[12];
-    pos->eval_done = meta[15] > 0.5f;
-    if (meta[13] > 0)
-        rm_loss_scaler_restore(&e->amp->scaler, meta[13], (int)meta[14]);
-    if (r->rank != 0 && my_step != pos->step)
-        rm_warn("state differed from rank 0; took rank 0's my_step=%lld step=%lld",
-                (long long)my_step, (long long)pos->step);
+    apply_meta(s, meta, my_step, pos);
     return RM_OK;
 }
 

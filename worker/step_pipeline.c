@@ -25,21 +25,26 @@
  *
  * State (per stage): the flat parameter/gradient/optimizer buffers keep the allreduce strategy's
  * whole-model layout (so offsets, checkpoints and the P = 1 path are unchanged), but a stage holds
- * only its own layers' range [poff, poff + plen) of each: before each step the pages outside it
- * are given back (rm_model_release_range: host memory, they read as zeros), so parameters,
- * gradients and optimizer state resident per worker — and ringmaster_worker_memory_bytes{kind=
- * params|grads|optimizer} — are the stage's, as the activations are. The whole model is present
- * only transiently: at start-up (the seeded init and the state agreement are whole), and at
- * materialize (evaluation, the final checksum: each stage's range from replica 0, zeros elsewhere,
- * summed over the world: exact), after which the next step gives the other ranges back again.
+ * only its own layers' range [poff, poff + plen) of each, and (P > 1) never writes the others'
+ * pages: the CPU table's allocations read as zeros without being resident, the seeded init
+ * writes the stage's layers only (rm_model_init_params_layers: the values P = 1 gives them), the
+ * state agreement takes the position over the world and the stage's range from its replica 0 over
+ * its data-parallel group (rm_step_allreduce_sync_pos + a range allreduce), evaluation runs the
+ * forward through the stages (pl_eval_forward: the last stages count) and the final checksum is
+ * the FNV-1a of the stages' ranges chained in order (pl_checksum: the whole model's value). So
+ * parameters, gradients and optimizer state resident per worker, its peak RSS, and
+ * ringmaster_worker_memory_bytes{kind=params|grads|optimizer} are the stage's, as the activations
+ * are. A restore takes the stage's range of the payload only, but the driver still reads the
+ * whole payload (re-assembled from the newest checkpoint, below) into its staging buffer; after a
+ * round re-forms, the next step gives any other ranges back (rm_model_release_range).
  * Checkpoints (P > 1) are per stage, no collective: replica 0 of stage p writes its layers'
  * parameters then its layers' range of each optimizer buffer as shard p of P of a stage-layout
  * set (worker/ckpt_shard.h: the manifest records P and the layer bounds; ckpt_stages below);
  * any restore (this P, another P, P = 1, the allreduce strategy) re-assembles the whole payload
  * from the set and takes it like a whole checkpoint. P = 1 writes the allreduce strategy's whole
- * checkpoint as before. Fresh state, restore and state_sync delegate to the allreduce strategy
- * (sharding none). Limits of this version: CPU kernels (host memory), fp32, backend ring/shm for
- * the world with ring sub-groups.
+ * checkpoint as before; P = 1 delegates fresh state, restore and state_sync to the allreduce
+ * strategy (sharding none). Limits of this version: CPU kernels (host memory), fp32, backend
+ * ring/shm for the world with ring sub-groups.
  *
  * Ownership: rm_step owns its buffers, the inner allreduce state, the sub-group comms and the
  * receiver threads (round_end stops and frees the per-round parts; destroy everything). */
@@ -104,11 +109,15 @@ struct rm_step {
     pipe_rx rx_prev, rx_next;       /* activations from p-1 / gradients from p+1 */
     uint32_t seq_prev, seq_next;    /* frames sent towards p-1 / p+1 */
     uint64_t nstep;                 /* steps in this round */
+    uint64_t nfwd, nbwd;            /* frames expected so far from p-1 / p+1 this round */
     bool dirty;                     /* stale ranges: steps since the state was whole */
     bool gathered;                  /* state_gather assembled the state at this step */
     bool release;                   /* buffers may be whole: give back the other stages' pages */
     double tot_wait, tot_sched;     /* this round, after its first step: the bench's numbers */
-    uint64_t tot_steps;
+    double tot_fwd, tot_bwd;        /* busy time of the F / B events (their waits excluded) */
+    double tot_cycle;               /* step start to next step start (tot_cycles of them) */
+    uint64_t tot_steps, tot_cycles;
+    double last_t0;                 /* when the last step's schedule began (0: none this round) */
     /* preallocated (init) */
     float *in_act;                  /* [B x widest] received activations (stage input) */
     float *out_grad;                /* [B x widest] received output gradients */
@@ -390,11 +399,15 @@ static void log_stats(rm_step *s)
         return;
     rm_step_memory mem;
     pl_memory(s, &mem);
+    double n = (double)s->tot_steps;
     rm_info("pipeline stats stage=%d stages=%d micro_batches=%d schedule=%s steps=%llu "
-            "bubble=%.4f textbook_bubble=%.4f schedule_ms=%.3f activations_bytes=%llu",
+            "bubble=%.4f textbook_bubble=%.4f schedule_ms=%.3f wait_ms=%.3f fwd_ms=%.3f bwd_ms=%.3f "
+            "cycle_ms=%.3f activations_bytes=%llu",
             s->pl.stage, s->P, s->M, s->schedule ? "gpipe" : "1f1b",
             (unsigned long long)s->tot_steps, s->tot_sched > 0 ? s->tot_wait / s->tot_sched : 0,
-            rm_pipe_textbook_bubble(s->P, s->M), 1e3 * s->tot_sched / (double)s->tot_steps,
+            rm_pipe_textbook_bubble(s->P, s->M), 1e3 * s->tot_sched / n, 1e3 * s->tot_wait / n,
+            1e3 * s->tot_fwd / n, 1e3 * s->tot_bwd / n,
+            s->tot_cycles ? 1e3 * s->tot_cycle / (double)s->tot_cycles : 0,
             (unsigned long long)mem.activations);
 }
 
@@ -403,8 +416,9 @@ static void pl_round_end(rm_step *s)
     if (!s)
         return;
     log_stats(s);
-    s->tot_steps = 0;
-    s->tot_wait = s->tot_sched = 0;
+    s->tot_steps = s->tot_cycles = 0;
+    s->tot_wait = s->tot_sched = s->tot_fwd = s->tot_bwd = s->tot_cycle = 0;
+    s->last_t0 = 0;
     /* wake the receivers: a blocked poll ends within its slice either way */
     rx_stop(&s->rx_prev);
     rx_stop(&s->rx_next);
@@ -458,6 +472,7 @@ static int pl_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
         return rm_errf(err, RM_EINVAL, "pipeline: bad schedule");
     s->inflight = rm_pipe_max_inflight(s->ev, s->nev);
     s->nstep = 0;
+    s->nfwd = s->nbwd = 0;
     s->seq_prev = s->seq_next = 0;
     s->gathered = false;
     s->release = true;   /* the stage's range may be another one than last round's */
@@ -516,7 +531,15 @@ static int pl_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
     s->dirty = false;
     s->gathered = false;
     s->release = true;
-    return s->inner_ops->state_fresh(s->inner, seed, err);
+    if (s->P == 1 || s->plen == 0)
+        return s->inner_ops->state_fresh(s->inner, seed, err);
+    /* P > 1: this stage's layers only (the values P = 1 gives them), its range of the optimizer
+     * state zero; the other stages' pages are never touched (host memory, checked at init) */
+    RM_CHECK(rm_model_init_params_layers(s->env.m, seed, s->l0, s->l1, err));
+    for (int i = 0; i < s->env.opt->nstate; i++)
+        memset(s->env.opt->state[i] + s->poff, 0, s->plen * sizeof(float));
+    s->env.opt->t = 0;
+    return RM_OK;
 }
 
 /* P > 1: replica 0 of each stage writes its layers (shard p of P of a stage-layout set); the
@@ -564,7 +587,19 @@ static bool pl_ckpt_stages(const rm_step *s, int *shard_rank, int *shard_world, 
 static void pl_state_restore(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
                              int scaler_tracker)
 {
-    s->inner_ops->state_restore(s->inner, src, opt_t, loss_scale, scaler_tracker);
+    if (s->P == 1 || s->plen == 0) {
+        s->inner_ops->state_restore(s->inner, src, opt_t, loss_scale, scaler_tracker);
+    } else {   /* P > 1: take this stage's range of the whole payload, write nothing else */
+        const float *f = src;
+        size_t n = s->env.m->layout.total;
+        memcpy(s->env.m->params + s->poff, f + s->poff, s->plen * sizeof(float));
+        for (int i = 0; i < s->env.opt->nstate; i++)
+            memcpy(s->env.opt->state[i] + s->poff, f + (size_t)(1 + i) * n + s->poff,
+                   s->plen * sizeof(float));
+        s->env.opt->t = opt_t;
+        if (loss_scale > 0)
+            rm_loss_scaler_restore(&s->env.amp->scaler, loss_scale, scaler_tracker);
+    }
     s->dirty = false;
     s->gathered = false;
     s->release = true;
@@ -577,7 +612,23 @@ static int pl_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
                        "start from; pipeline stages need spec.checkpoint (each stage's layers live "
                        "only on its workers between checkpoints)");
     s->release = true;
-    return s->inner_ops->state_sync(s->inner, pos, err);
+    if (s->P == 1 || s->plen == 0)
+        return s->inner_ops->state_sync(s->inner, pos, err);
+    /* P > 1: the position from rank 0 over the world; the stage's layers (and its range of the
+     * optimizer state) from its replica 0 over its data-parallel group, nothing else touched */
+    RM_CHECK(rm_step_allreduce_sync_pos(s->inner, pos, err));
+    if (!s->dp)
+        return RM_OK;
+    float *bufs[3] = { s->env.m->params, NULL, NULL };
+    int nb = 1;
+    for (int i = 0; i < s->env.opt->nstate && i < 2; i++)
+        bufs[nb++] = s->env.opt->state[i];
+    for (int i = 0; i < nb; i++) {
+        if (s->pl.replica != 0)
+            memset(bufs[i] + s->poff, 0, s->plen * sizeof(float));
+        RM_CHECK(s->ring->allreduce(s->dp, bufs[i] + s->poff, s->plen, RM_DT_F32, RM_OP_SUM, err));
+    }
+    return RM_OK;
 }
 
 /* Every rank gets the whole buffer: this stage's range from replica 0, zeros elsewhere, summed
@@ -599,7 +650,9 @@ static int whole(rm_step *s, float *buf, rm_err *err)
 static int pl_materialize(rm_step *s, rm_err *err)
 {
     log_stats(s);
-    if (!s->dirty || !s->r.ops)
+    /* P > 1: nothing to assemble: evaluation runs through the stages (pl_eval_forward) and the
+     * checksum is chained over them (pl_checksum) */
+    if (!s->dirty || !s->r.ops || s->P > 1)
         return RM_OK;
     s->release = true;
     RM_CHECK(whole(s, s->env.m->params, err));
@@ -699,23 +752,23 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     if (rows != s->env.batch)
         return rm_errf(err, RM_EINVAL, "pipeline: batch of %d rows, the stages were sized for %d", rows,
                        s->env.batch);
-    uint64_t base = s->nstep * (uint64_t)s->M;
     uint64_t b0_prev = atomic_load(&s->rx_prev.bytes), b0_next = atomic_load(&s->rx_next.bytes);
     uint64_t sent = 0;
-    double t0 = rm_mono(), waited = 0;
+    double t0 = rm_mono(), waited = 0, busy[2] = { 0, 0 };
     float inv_batch = 1.0f / (float)rows;
     bool first_b = true;
     for (int i = 0; i < s->nev; i++) {
+        double e0 = rm_mono(), w0 = waited;
         int mb = s->ev[i].mb, off, n;
         rm_pipe_micro_rows(rows, s->M, mb, &off, &n);
         const float *in0 = first_stage ? m->x + (size_t)off * (size_t)din
                                        : s->in_act + (size_t)off * (size_t)din;
         if (s->ev[i].kind == RM_PIPE_EV_F) {
             if (!first_stage)
-                RM_CHECK(rx_wait(&s->rx_prev, base + (uint64_t)mb + 1, s->env.timeout_s, &waited,
+                RM_CHECK(rx_wait(&s->rx_prev, s->nfwd + (uint64_t)mb + 1, s->env.timeout_s, &waited,
                                  "the previous stage", err));
             if (n == 0)
-                continue;
+                goto next;
             stage_forward(s, off, n, in0);
             float *y = m->act[s->l1 - 1] + (size_t)off * (size_t)dout;
             if (last_stage) {
@@ -731,7 +784,7 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
             if (last_stage) {
                 dy = m->act[L - 1] + (size_t)off * (size_t)C;
             } else {
-                RM_CHECK(rx_wait(&s->rx_next, base + (uint64_t)mb + 1, s->env.timeout_s, &waited,
+                RM_CHECK(rx_wait(&s->rx_next, s->nbwd + (uint64_t)mb + 1, s->env.timeout_s, &waited,
                                  "the next stage", err));
                 dy = s->out_grad + (size_t)off * (size_t)dout;
                 s->loss_mb[mb] = s->loss_rx[mb];
@@ -746,13 +799,24 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
                 sent += ((size_t)n * (size_t)din + 1) * sizeof(float) + sizeof(rm_net_frame);
             }
         }
+next:   /* an event's busy time: its compute and sends, not its wait */
+        busy[s->ev[i].kind == RM_PIPE_EV_F ? 0 : 1] += rm_mono() - e0 - (waited - w0);
     }
     double sched_s = rm_mono() - t0;
+    s->nfwd += (uint64_t)s->M;
+    s->nbwd += (uint64_t)s->M;
     if (s->nstep > 0) {   /* the round's first step includes the neighbours' start-up */
         s->tot_wait += waited;
         s->tot_sched += sched_s;
+        s->tot_fwd += busy[0];
+        s->tot_bwd += busy[1];
         s->tot_steps++;
+        if (s->last_t0 > 0) {   /* schedule + what the stage does between schedules */
+            s->tot_cycle += t0 - s->last_t0;
+            s->tot_cycles++;
+        }
     }
+    s->last_t0 = t0;
     float loss = 0;
     for (int mb = 0; mb < s->M; mb++)
         loss += s->loss_mb[mb];
@@ -780,6 +844,85 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     st->pipe_bubble = sched_s > 0 ? waited / sched_s : 0;
     st->pipe_sent = sent;
     st->pipe_recv = (atomic_load(&s->rx_prev.bytes) - b0_prev) + (atomic_load(&s->rx_next.bytes) - b0_next);
+    return RM_OK;
+}
+
+/* Evaluation through the stages (P > 1): every stage of a replica has the same `rows` of the test
+ * set; the batch is padded to the stages' B rows (the frames' fixed shape) and split into the M
+ * micro-batches; stage 0 forwards from m->x, the others from what p-1 sent, the last stage ends
+ * with the logits of all B rows in act[L-1] (the driver counts the first `rows`). No backward
+ * runs, so flow control is explicit: once a stage has used its input of this batch it sends M
+ * (content-free) frames back to p-1, and a stage sends nothing more forward until p+1's M frames
+ * of this batch arrived, so the next batch (or step) never overwrites an input still in use. */
+static int pl_eval_forward(rm_step *s, int rows, bool *logits, rm_err *err)
+{
+    rm_model *m = s->env.m;
+    *logits = true;
+    if (s->P == 1) {
+        rm_model_forward(m, rows);
+        return RM_OK;
+    }
+    int B = s->env.batch, din = m->shape.dims[s->l0], dout = m->shape.dims[s->l1];
+    bool first_stage = s->pl.stage == 0, last_stage = s->pl.stage == s->P - 1;
+    if (rows < 1 || rows > B)
+        return rm_errf(err, RM_EINVAL, "pipeline: evaluation batch of %d rows (1..%d)", rows, B);
+    if (first_stage && rows < B)   /* host memory (checked at init) */
+        memset(m->x + (size_t)rows * (size_t)din, 0, (size_t)(B - rows) * (size_t)din * sizeof(float));
+    double waited = 0;
+    for (int mb = 0; mb < s->M; mb++) {
+        int off, n;
+        rm_pipe_micro_rows(B, s->M, mb, &off, &n);
+        if (!first_stage)
+            RM_CHECK(rx_wait(&s->rx_prev, s->nfwd + (uint64_t)mb + 1, s->env.timeout_s, &waited,
+                             "the previous stage", err));
+        const float *in0 = first_stage ? m->x + (size_t)off * (size_t)din
+                                       : s->in_act + (size_t)off * (size_t)din;
+        stage_forward(s, off, n, in0);
+        if (!last_stage)
+            RM_CHECK(link_send(s, s->to_next, &s->seq_next, m->act[s->l1 - 1] + (size_t)off * (size_t)dout,
+                               (size_t)n * (size_t)dout, NULL, "the next stage", err));
+    }
+    if (!first_stage)
+        for (int mb = 0; mb < s->M; mb++) {   /* this batch's inputs are used: p-1 may go on */
+            int off, n;
+            rm_pipe_micro_rows(B, s->M, mb, &off, &n);
+            RM_CHECK(link_send(s, s->to_prev, &s->seq_prev, s->dx + (size_t)off * (size_t)din,
+                               (size_t)n * (size_t)din, &s->loss_mb[mb], "the previous stage", err));
+        }
+    if (!last_stage)
+        RM_CHECK(rx_wait(&s->rx_next, s->nbwd + (uint64_t)s->M, s->env.timeout_s, &waited,
+                         "the next stage", err));
+    s->nfwd += (uint64_t)s->M;
+    s->nbwd += (uint64_t)s->M;
+    *logits = last_stage;
+    return RM_OK;
+}
+
+/* FNV-1a 64 of the whole parameter vector without assembling it (P > 1): the stages' ranges are
+ * contiguous and in stage order, so the hash runs stage by stage, each replica 0 continuing from
+ * the previous stage's value; each value reaches every rank in four exact 16-bit pieces over the
+ * world (the other ranks add zeros). The same value as rm_model_checksum of the whole vector. */
+static int pl_checksum(rm_step *s, uint64_t *out, rm_err *err)
+{
+    uint64_t h = RM_FNV64_INIT;
+    if (s->P == 1 || !s->r.ops) {
+        char scratch[4096];
+        *out = rm_model_checksum(s->env.m, scratch, sizeof scratch);
+        return RM_OK;
+    }
+    for (int q = 0; q < s->P; q++) {
+        float v[4] = { 0, 0, 0, 0 };
+        if (s->pl.stage == q && s->pl.replica == 0) {
+            h = rm_fnv1a64(s->env.m->params + s->poff, s->plen * sizeof(float), h);
+            for (int i = 0; i < 4; i++)
+                v[i] = (float)((h >> (16 * i)) & 0xffffu);
+        }
+        RM_CHECK(s->r.ops->allreduce(s->r.comm, v, 4, RM_DT_F32, RM_OP_SUM, err));
+        h = 0;
+        for (int i = 0; i < 4; i++)
+            h |= (uint64_t)v[i] << (16 * i);
+    }
+    *out = h;
     return RM_OK;
 }
 
@@ -825,4 +968,6 @@ const rm_step_ops rm_step_pipeline_ops = {
     .memory = pl_memory,
     .data_slot = pl_data_slot,
     .ckpt_stages = pl_ckpt_stages,
+    .eval_forward = pl_eval_forward,
+    .checksum = pl_checksum,
 };

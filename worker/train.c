@@ -1420,6 +1420,9 @@ static int evaluate(trainer *t, rm_err *err)
         RM_CHECK(read_loss(t, err));   /* the last step's; evaluation reuses the loss scalar */
     /* workers that do not move together (claim) evaluate alone, on the whole test set */
     int eworld = t->strat->claim ? 1 : t->world, erank = t->strat->claim ? 0 : t->rank;
+    bool piped = t->strat->eval_forward != NULL;   /* a pipeline: a replica's stages share a slice */
+    if (piped)
+        data_slot(t, &erank, &eworld);
     int n = t->te.n, per = (n + eworld - 1) / eworld;
     int start = erank * per, end = start + per < n ? start + per : n;
     double correct = 0, loss = 0;
@@ -1434,7 +1437,13 @@ static int evaluate(trainer *t, rm_err *err)
             RM_CHECK(dev_copy(t, t->k->h2d(t->m.labels, t->host_labels, (size_t)rows * sizeof(int32_t)),
                               "evaluation labels", err));
         }
-        rm_model_forward(&t->m, rows);
+        bool have_logits = true;
+        if (piped)
+            RM_CHECK(t->strat->eval_forward(t->st, rows, &have_logits, err));
+        else
+            rm_model_forward(&t->m, rows);
+        if (!have_logits)
+            continue;
         rm_model_count_correct(&t->m, rows);
         int L = t->m.shape.nlayers;
         float *logits = t->m.act[L - 1];
@@ -1448,7 +1457,7 @@ static int evaluate(trainer *t, rm_err *err)
         correct += c;
         loss += ls;
     }
-    if (eworld > 1) {
+    if (eworld > 1 || (piped && t->world > 1)) {
         float v[4] = {(float)correct, (float)(end > start ? end - start : 0), (float)loss, 0};
         RM_CHECK(dev_copy(t, t->k->h2d(t->dev_small, v, sizeof v), "evaluation sums", err));
         RM_CHECK(t->ops->allreduce(t->comm, t->dev_small, 4, RM_DT_F32, RM_OP_SUM, err));
@@ -2188,7 +2197,11 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
             goto out;
         ckpt_write_sync(&t, &e);
         char scratch[4096];
-        uint64_t sum = rm_model_checksum(&t.m, scratch, sizeof scratch);
+        uint64_t sum = 0;
+        if (!t.strat->checksum)
+            sum = rm_model_checksum(&t.m, scratch, sizeof scratch);
+        else if ((rc = t.strat->checksum(t.st, &sum, err)) != RM_OK)
+            goto out;
         rm_info("training done steps=%lld train_epoch=%d test_accuracy=%.4f train_loss=%.4f "
                 "seconds=%.2f samples_per_s=%.0f params_fnv64=%016llx restarts=%d",
                 (long long)t.step, t.train_epoch, t.test_acc, t.train_loss, t.train_seconds,

@@ -28,6 +28,17 @@
 # assembled from. Raw logs in $RAW (default a temp dir, removed).
 # QUICK=1: a smoke run (10 steps per point, P = 2, M = 1 4 8). STEPS=N, MS="1 4 8 16", PS="2 4",
 # GRID=0 (skip part 2) adjust a run.
+# CPUCAP=X (default 0.45 where bench/lib/cpucap.sh finds a writable cgroup cpu controller, else off;
+#  CPUCAP=0 turns it off): every worker process runs under a CPU cap of X CPUs of its own, one
+#  emulated machine per stage, as the textbook assumes (a stage that waits leaves its cycles idle
+#  instead of lending them to its neighbour; P = 4 on a 2-core machine measures the schedule, not the
+#  fight for cores). Keep P x X below the cores: 0.45 x 4 = 1.8 on 2 cores. The caps are printed.
+# Beside the textbook (equal stages) the table gives the bubble the same schedule has with this
+# run's measured stage times: stage p's forward and backward busy time per micro-batch (tf_p, tb_p,
+# waits excluded) give a makespan of sum_p(tf_p + tb_p) + (M-1) * max_p(tf_p + tb_p) (1F1B; GPipe
+# sum_p(tf_p + tb_p) + (M-1) * (max_p tf_p + max_p tb_p)), and stage p idles 1 - M(tf_p + tb_p) /
+# makespan of it: the textbook again when the stages are equal, and the share of a stage's wait that
+# is the layer split's imbalance (the slowest stage paces the others) rather than the schedule.
 # RM_BIN (default ./bin) must hold ringmaster.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -48,6 +59,17 @@ read -r -a MS <<< "${MS:-$([ "$QUICK" = 1 ] && echo "1 4 8" || echo "1 4 8 16")}
 read -r -a PS <<< "${PS:-$([ "$QUICK" = 1 ] && echo "2" || echo "2 4")}"
 ANCHOR="${ANCHOR:-1}"
 GRID="${GRID:-1}"
+# shellcheck source=bench/lib/cpucap.sh
+. "$root/bench/lib/cpucap.sh"
+CPUCAP="${CPUCAP:-$(cpucap_available && echo 0.45 || echo 0)}"
+capnote="none (CPUCAP=0: the P workers share this machine's $(nproc) CPUs)"
+if [ "$CPUCAP" != 0 ]; then
+  export BIN="$RMB"
+  cpucap_start "$CPUCAP"
+  trap 'cpucap_stop; cleanup' EXIT
+  capnote="$CPUCAP CPU per worker process (its own cgroup CFS quota, bench/lib/cpucap.sh): P = 4 uses $($py -c "print(round(4 * $CPUCAP, 2))") of $(nproc) CPUs"
+fi
+echo "CPU caps: $capnote" >&2
 
 manifest() {   # NAME REPLICAS P M SCHEDULE BATCH (P = 0: no spec.parallelism, the allreduce strategy)
   local par=""
@@ -84,20 +106,36 @@ for P in "${PS[@]}"; do
       echo "== $n ($STEPS steps)" >&2
       "$RMB/ringmaster" run -f "$RAW/$n.yaml" --checkpoint-dir "$RAW/ck-$n" --run-dir "$RAW/run-$n" \
         >"$RAW/$n.out" 2>"$RAW/$n.err" || { echo "$n failed: $(tail -3 "$RAW/$n.err")" >&2; continue; }
+      lines=()
       for f in "$RAW"/run-"$n"/worker-*.log; do
         l=$(grep -h 'msg="pipeline stats"' "$f" | tail -1 || true)
         [ -n "$l" ] || continue
         pb=$(kv "$(grep -h 'msg="memory"' "$f" | tail -1 || true)" params_bytes)
-        rows+=("$($py - "$l" "${pb:-0}" <<'PY'
-import re, sys
-kv = dict(re.findall(r'(\w+)=("[^"]*"|\S+)', sys.argv[1]))
-print("| %s | %s | %s | %s | %.3f | %.3f | %.1f | %.1f | %.1f |" % (
-    kv["stages"], kv["micro_batches"], kv["schedule"], kv["stage"], float(kv["bubble"]),
-    float(kv["textbook_bubble"]), float(kv["schedule_ms"]), int(kv["activations_bytes"]) / 1024,
-    int(sys.argv[2]) / 2**20))
-PY
-)")
+        lines+=("$l params_bytes=${pb:-0}")
       done
+      [ "${#lines[@]}" -gt 0 ] || continue
+      while IFS= read -r row; do rows+=("$row"); done < <($py - "${lines[@]}" <<'PY'
+import re, sys
+st = [dict(re.findall(r'(\w+)=("[^"]*"|\S+)', a)) for a in sys.argv[1:]]
+st.sort(key=lambda k: int(k["stage"]))
+M = int(st[0]["micro_batches"])
+tf = [float(k["fwd_ms"]) / M for k in st]
+tb = [float(k["bwd_ms"]) / M for k in st]
+t = [a + b for a, b in zip(tf, tb)]
+if st[0]["schedule"] == "gpipe":
+    span = sum(t) + (M - 1) * (max(tf) + max(tb))
+else:
+    span = sum(t) + (M - 1) * max(t)
+for k, tp in zip(st, t):
+    pred = 1 - M * tp / span if span > 0 else 0
+    meas = float(k["bubble"])
+    print("| %s | %s | %s | %s | %.3f | %.3f | %.3f | %.2f | %.1f | %.1f | %.1f | %.1f | %.1f |" % (
+        k["stages"], k["micro_batches"], k["schedule"], k["stage"], meas,
+        float(k["textbook_bubble"]), pred, meas / pred if pred > 0 else 0,
+        float(k["schedule_ms"]), M * tp, float(k.get("cycle_ms", 0)),
+        int(k["activations_bytes"]) / 1024, int(k["params_bytes"]) / 2**20))
+PY
+)
     done
   done
 done
@@ -169,9 +207,10 @@ fi
   echo "Machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), load average at start: $(cut -d' ' -f1-3 /proc/loadavg)."
   echo "Date: $(date -u +%Y-%m-%dT%H:%MZ). Command: \`QUICK=$QUICK STEPS=$STEPS PS=\"${PS[*]}\" MS=\"${MS[*]}\" bench/pipeline/run.sh\`. Took $(( $(date +%s) - T0 )) s."
   echo "Model: MLP 784-8x1024-10 (SGD), batch 64 per replica, $STEPS steps per point, \`ringmaster run\` with P workers."
+  echo "CPU caps: $capnote."
   echo
-  echo "| P | M | schedule | stage | measured bubble | textbook (P-1)/(M+P-1) | schedule ms/step | peak live activations KiB | params MiB (this stage) |"
-  echo "|---|---|---|---|---|---|---|---|---|"
+  echo "| P | M | schedule | stage | measured bubble | textbook (P-1)/(M+P-1) | textbook at these stage times | measured / stage-time textbook | schedule ms/step | busy ms/step | cycle ms/step | peak live activations KiB | params MiB (this stage) |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
   printf '%s\n' "${rows[@]}"
   echo
   if [ "${#grid[@]}" -gt 0 ]; then
@@ -185,8 +224,11 @@ fi
   [ -n "$anchor" ] && { echo "Anchor:"; echo; printf '%s' "$anchor"; echo; }
   echo "The measured bubble is each stage's time waiting for its neighbour over the time of its"
   echo "micro-batch schedule (ringmaster_worker_pipeline_bubble_ratio, averaged over the run after the"
-  echo "first step). Peak live activations: in-flight micro-batches x the stage's layer outputs (and"
-  echo "received inputs) per micro-batch."
+  echo "first step). Textbook at these stage times: the same formula's generalisation to the stages'"
+  echo "measured busy times (see the script's header); busy: the stage's forward and backward work and"
+  echo "sends per step; cycle: from one step's schedule to the next (busy + waits + the optimizer, the"
+  echo "allreduce and the driver). Peak live activations: in-flight micro-batches x the stage's layer"
+  echo "outputs (and received inputs) per micro-batch."
 } > "$RAW/table.md"
 cat "$RAW/table.md"
 [ -z "$OUT" ] || cp "$RAW/table.md" "$OUT"

@@ -48,6 +48,21 @@ static void test_lookup(void)
         CU_ASSERT_EQUAL(p[i], 0.0f);
     k->free(p);
     k->free(NULL);
+    /* large blocks are zeroed by giving their whole pages back: reused dirty memory, odd sizes and
+     * both partial end pages still read as zeros */
+    for (size_t sz = (1u << 20) + 12; sz < (3u << 20); sz += (1u << 20) + 4100) {
+        unsigned char *d = malloc(sz);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(d);
+        memset(d, 0xab, sz);
+        free(d);
+        unsigned char *z = k->alloc(sz);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(z);
+        size_t nz = 0;
+        for (size_t i = 0; i < sz; i++)
+            nz += z[i] != 0;
+        CU_ASSERT_EQUAL(nz, 0);
+        k->free(z);
+    }
 }
 
 static void test_gemm(void)

@@ -204,6 +204,48 @@ static void test_init_deterministic(void)
     rm_model_free(&b);
 }
 
+/* A pipeline stage's init (rm_model_init_params_layers): every layer range gets exactly the
+ * whole init's values, nothing outside the range is written, the biases are zeroed, the hashes of
+ * the stages' ranges chained in order give the whole checksum, and bad ranges are refused. */
+static void test_init_layers(void)
+{
+    const rm_kernels *k = rm_kernels_cpu();
+    rm_model_shape s;
+    rm_err e = {0};
+    int hidden[3] = {48, 40, 24};
+    rm_model_shape_make(&s, 30, hidden, 3, 10, &e);
+    rm_model whole, part;
+    CU_ASSERT_EQUAL_FATAL(rm_model_init(&whole, k, &s, 4, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(rm_model_init(&part, k, &s, 4, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(rm_model_init_params(&whole, 77, &e), RM_OK);
+    size_t n = whole.layout.total;
+    for (int l0 = 0; l0 < s.nlayers; l0++)
+        for (int l1 = l0 + 1; l1 <= s.nlayers; l1++) {
+            for (size_t i = 0; i < n; i++)
+                part.params[i] = 7.0f;   /* sentinel: must survive outside the range */
+            CU_ASSERT_EQUAL_FATAL(rm_model_init_params_layers(&part, 77, l0, l1, &e), RM_OK);
+            size_t a = part.layout.layer_off[l0];
+            size_t b = part.layout.layer_off[l1 - 1] + part.layout.layer_len[l1 - 1];
+            CU_ASSERT_EQUAL(memcmp(part.params + a, whole.params + a, (b - a) * sizeof(float)), 0);
+            size_t bad = 0;
+            for (size_t i = 0; i < n; i++)
+                bad += (i < a || i >= b) && part.params[i] != 7.0f;
+            CU_ASSERT_EQUAL(bad, 0);
+        }
+    /* chained stage hashes = the whole checksum (what the pipeline's checksum relies on) */
+    char scratch[256];
+    uint64_t h = RM_FNV64_INIT;
+    size_t cut = whole.layout.layer_off[2];
+    h = rm_fnv1a64(whole.params, cut * sizeof(float), h);
+    h = rm_fnv1a64(whole.params + cut, (n - cut) * sizeof(float), h);
+    CU_ASSERT_EQUAL(h, rm_model_checksum(&whole, scratch, sizeof scratch));
+    CU_ASSERT_EQUAL(rm_model_init_params_layers(&part, 77, 2, 2, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_model_init_params_layers(&part, 77, 0, s.nlayers + 1, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_model_init_params_layers(&part, 77, -1, 1, &e), RM_EINVAL);
+    rm_model_free(&whole);
+    rm_model_free(&part);
+}
+
 static void test_training_reduces_loss(void)
 {
     const rm_kernels *k = rm_kernels_cpu();
@@ -270,6 +312,7 @@ void rm_suite_model(void)
         {"gradcheck_and_ready_order", test_gradcheck},
         {"backward_placed_ranges", test_backward_placed},
         {"init_deterministic_checksum", test_init_deterministic},
+        {"init_layers_match_whole", test_init_layers},
         {"training_reduces_loss", test_training_reduces_loss},
         {"oom_message_counts_params", test_oom_message},
     };
