@@ -74,7 +74,16 @@ void rm_ps_sync_free(rm_ps_sync *s)
     memset(s, 0, sizeof *s);
 }
 
-void rm_ps_sync_set_need(rm_ps_sync *s, int need) { s->need = need < 1 ? 1 : need; }
+void rm_ps_sync_set_need(rm_ps_sync *s, int need)
+{
+    need = need < 1 ? 1 : need;
+    if (s->napplied > 0 && need > s->need) {
+        s->need_next = need;
+        return;
+    }
+    s->need = need;
+    s->need_next = 0;
+}
 
 bool rm_ps_sync_ready(const rm_ps_sync *s) { return s->count > 0 && s->count >= s->need; }
 
@@ -202,6 +211,10 @@ int rm_ps_sync_chunk_average(rm_ps_sync *s, int c, bool *step_done)
         memset(s->delivered, 0, RM_PS_MAX_WORKERS * sizeof *s->delivered);
         s->napplied = 0;
         s->version++;
+        if (s->need_next) {
+            s->need = s->need_next;
+            s->need_next = 0;
+        }
         *step_done = true;
     }
     return k;

@@ -55,12 +55,17 @@ typedef struct rm_ps_sync {
     int nchunks, napplied;    /* napplied: chunks of `version` applied (0: none, the step whole) */
     int *ccount;              /* gradients summed into chunk c for `version` */
     int *delivered;           /* per worker: its chunks summed for `version` (a prefix: 0..) */
+    int need_next;            /* chunked: a need that grew while the step was half applied
+                                 (0: none); it takes effect with the next step */
     unsigned char *capplied;  /* chunk c already averaged and applied for `version` */
 } rm_ps_sync;
 
 int rm_ps_sync_init(rm_ps_sync *s, size_t n, int64_t version, int need, rm_err *err);
 void rm_ps_sync_free(rm_ps_sync *s);
-/* need changes take effect for the step in progress (a world that shrank completes it sooner). */
+/* need changes take effect for the step in progress (a world that shrank completes it sooner);
+ * chunked, a need that grew while some chunks of the step are already applied takes effect with
+ * the next step (the step's other chunks are applied with the gradients it already has: the
+ * joiner cannot fetch a half-applied step, so it could never bring the missing one). */
 void rm_ps_sync_set_need(rm_ps_sync *s, int need);
 /* Judge (and on ACCEPTED/COMPLETE, add) one worker's gradient of n floats for step tag. */
 rm_ps_outcome rm_ps_sync_push(rm_ps_sync *s, int worker, int64_t tag, const float *grad);

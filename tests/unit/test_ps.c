@@ -324,14 +324,32 @@ static void test_sync_chunked_table(void)
         {C, 0, 2, 0, 1, RM_PS_CHUNK_READY, 1, 2},   /* need 1 */
         {C, 0, 2, 1, 1, RM_PS_CHUNK_READY, 1, 2},
         {C, 0, 2, 2, 1, RM_PS_CHUNK_READY, 1, 3},
-        {B, 0, 3, 0, 0, RM_PS_ACCEPTED, 0, 3},      /* a whole push, then its duplicate */
-        {C, 0, 3, 0, 2, RM_PS_CHUNK_READY, 1, 3},
-        {N, 0, 0, 0, 2, -1, 0, 3},                  /* need 2 again: chunks 1, 2 wait */
-        {C, 0, 3, 1, 2, RM_PS_CHUNK_ADDED, 0, 3},
-        {C, 0, 3, 2, 2, RM_PS_CHUNK_ADDED, 0, 3},
-        {B, 0, 3, 0, 0, RM_PS_DROP_DUP, 0, 3},
+        {B, 0, 3, 0, 0, RM_PS_ACCEPTED, 0, 3},
+        {C, 0, 3, 0, 2, RM_PS_CHUNK_READY, 1, 3},   /* need 1: 2 */
+        /* a joiner (need 2) once chunk 0 is applied: the step finishes with need 1 (the joiner
+         * cannot fetch a half-applied step to bring the missing gradient), the next needs 2 */
+        {N, 0, 0, 0, 2, -1, 0, 3},
+        {C, 0, 3, 1, 2, RM_PS_CHUNK_READY, 1, 3},
+        {C, 0, 3, 2, 2, RM_PS_CHUNK_READY, 1, 4},
+        {B, 0, 4, 0, 0, RM_PS_ACCEPTED, 0, 4},      /* a whole push, then its duplicate */
+        {C, 0, 4, 0, 1, RM_PS_CHUNK_ADDED, 0, 4},
+        {C, 0, 4, 1, 1, RM_PS_CHUNK_ADDED, 0, 4},
+        {C, 0, 4, 2, 1, RM_PS_CHUNK_ADDED, 0, 4},
+        {B, 0, 4, 0, 0, RM_PS_DROP_DUP, 0, 4},
+        {B, 1, 4, 0, 0, RM_PS_ACCEPTED, 0, 4},
+        {C, 1, 4, 0, 5, RM_PS_CHUNK_READY, 1, 4},   /* (1+5)/2 = 3 */
+        {N, 0, 0, 0, 3, -1, 0, 4},                  /* grew mid-step: deferred */
+        {C, 1, 4, 1, 3, RM_PS_CHUNK_READY, 1, 4},   /* still by 2: (1+3)/2 = 2 */
+        {C, 1, 4, 2, 3, RM_PS_CHUNK_READY, 1, 5},   /* then need 3 */
+        {B, 0, 5, 0, 0, RM_PS_ACCEPTED, 0, 5},
+        {B, 1, 5, 0, 0, RM_PS_ACCEPTED, 0, 5},
+        {C, 0, 5, 0, 1, RM_PS_CHUNK_ADDED, 0, 5},
+        {C, 1, 5, 0, 1, RM_PS_CHUNK_ADDED, 0, 5},   /* 2 of 3: waits */
+        {N, 0, 0, 0, 2, -1, 1, 5},                  /* a death: shrinks at once, (1+1)/2 */
+        {B, 2, 5, 0, 0, RM_PS_ACCEPTED, 0, 5},
+        {C, 2, 5, 0, 9, RM_PS_CHUNK_LATE, 0, 5},    /* chunk 0 was applied without it */
     };
-    static const float want[] = {2, 6, 3, 15, 8, 9, 1, 1, 1, 2};   /* averages, in order */
+    static const float want[] = {2, 6, 3, 15, 8, 9, 1, 1, 1, 2, 2, 2, 3, 2, 2, 1};   /* in order */
     rm_ps_sync s;
     rm_err e = {0};
     CU_ASSERT_EQUAL_FATAL(rm_ps_sync_init(&s, 5, 0, 2, &e), RM_OK);
@@ -373,6 +391,7 @@ static void test_sync_chunked_table(void)
     }
     CU_ASSERT_EQUAL(k, (int)RM_ARRAY_LEN(want));
     CU_ASSERT_EQUAL(s.dropped, 3);   /* two late pushes, one duplicate */
+    CU_ASSERT_EQUAL(s.need, 2);
     bool done = true;
     CU_ASSERT_EQUAL(rm_ps_sync_chunk_average(&s, 0, &done), 0);   /* nothing pending */
     CU_ASSERT_FALSE(done);
