@@ -12,6 +12,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/trainingjob.h"
 #include "worker/comm.h"
 #include "worker/net.h"
 
@@ -216,6 +218,149 @@ int rm_ps_recv(rm_ps_conn *c, rm_ps_rep *r, float *buf, size_t cap, double deadl
     if (r->nfloats)
         RM_CHECK(rm_net_recv_all(c->fd, buf, (size_t)r->nfloats * sizeof(float), deadline, err));
     return RM_OK;
+}
+
+/* ---- the pipelined step's duplex exchange ---- */
+
+typedef struct dx {
+    struct iovec iov[2];   /* what is left to send: the request header, its floats */
+    int niov, stage;       /* stage: 0 push reply, 1 fetch reply, 2 its floats, 3 done */
+    size_t got;            /* bytes of the stage received */
+} dx;
+
+/* Send what the socket takes now. */
+static int dx_send(int fd, dx *d, rm_err *err)
+{
+    while (d->niov > 0) {
+        struct iovec *iov = d->iov + (2 - d->niov);
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t)d->niov};
+        ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return RM_OK;
+        if (w < 0)
+            return rm_errf(err, errno == EPIPE || errno == ECONNRESET ? RM_ECLOSED : RM_EIO,
+                           "send: %s", strerror(errno));
+        size_t left = (size_t)w;
+        while (d->niov > 0 && left >= iov[0].iov_len) {
+            left -= iov[0].iov_len;
+            iov++;
+            d->niov--;
+        }
+        if (d->niov > 0) {
+            iov[0].iov_base = (char *)iov[0].iov_base + left;
+            iov[0].iov_len -= left;
+        }
+    }
+    return RM_OK;
+}
+
+/* Receive what has arrived, stage by stage, checking each header before its floats. */
+static int dx_recv(int fd, dx *d, rm_ps_rep *rep, rm_ps_rep *frep, float *dst, size_t cap,
+                   rm_err *err)
+{
+    while (d->stage < 3) {
+        char *p;
+        size_t want;
+        if (d->stage == 0) {
+            p = (char *)rep;
+            want = sizeof *rep;
+        } else if (d->stage == 1) {
+            p = (char *)frep;
+            want = sizeof *frep;
+        } else {
+            p = (char *)dst;
+            want = (size_t)frep->nfloats * sizeof(float);
+        }
+        ssize_t r = recv(fd, p + d->got, want - d->got, MSG_DONTWAIT);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return RM_OK;
+        if (r < 0)
+            return rm_errf(err, errno == ECONNRESET ? RM_ECLOSED : RM_EIO, "recv: %s",
+                           strerror(errno));
+        if (r == 0)
+            return rm_errf(err, RM_ECLOSED, "recv: peer closed");
+        d->got += (size_t)r;
+        if (d->got < want)
+            continue;
+        d->got = 0;
+        if (d->stage == 0) {
+            if (rep->magic != RM_PS_MAGIC || rep->check != rm_ps_rep_check(rep) || rep->nfloats)
+                return rm_errf(err, RM_EPROTO, "bad push reply (magic %08x, %u floats)",
+                               rep->magic, rep->nfloats);
+            d->stage = 1;
+        } else if (d->stage == 1) {
+            if (frep->magic != RM_PS_MAGIC || frep->check != rm_ps_rep_check(frep) ||
+                frep->nfloats > cap)
+                return rm_errf(err, RM_EPROTO, "bad fetch reply (magic %08x, %u floats, cap %zu)",
+                               frep->magic, frep->nfloats, cap);
+            d->stage = frep->nfloats ? 2 : 3;
+        } else {
+            d->stage = 3;
+        }
+    }
+    return RM_OK;
+}
+
+int rm_ps_duplex(rm_ps_conn *const *c, int n, rm_ps_req *q, const float *const *payload,
+                 rm_ps_rep *rep, rm_ps_rep *frep, float *const *dst, const size_t *cap,
+                 double deadline, int *bad, rm_err *err)
+{
+    dx d[RM_PS_MAX_SERVERS];
+    *bad = -1;
+    if (n < 1 || n > RM_PS_MAX_SERVERS)
+        return rm_errf(err, RM_EINVAL, "duplex over %d connections", n);
+    for (int i = 0; i < n; i++) {
+        if (c[i]->fd < 0) {
+            *bad = i;
+            return rm_errf(err, RM_ECLOSED, "parameter server %d: not connected", c[i]->index);
+        }
+        q[i].magic = RM_PS_MAGIC;
+        q[i].check = rm_ps_req_check(&q[i]);
+        d[i] = (dx){.iov = {{&q[i], sizeof q[i]},
+                            {(void *)(uintptr_t)payload[i], (size_t)q[i].nfloats * sizeof(float)}},
+                    .niov = 2};
+    }
+    for (;;) {
+        struct pollfd pf[RM_PS_MAX_SERVERS];
+        int idx[RM_PS_MAX_SERVERS], np = 0;
+        for (int i = 0; i < n; i++) {
+            short ev = (short)((d[i].niov > 0 ? POLLOUT : 0) | (d[i].stage < 3 ? POLLIN : 0));
+            if (!ev)
+                continue;
+            pf[np] = (struct pollfd){.fd = c[i]->fd, .events = ev};
+            idx[np++] = i;
+        }
+        if (np == 0)
+            return RM_OK;
+        double left = deadline - rm_mono();
+        if (left <= 0) {
+            *bad = idx[0];
+            return rm_errf(err, RM_ETIMEDOUT, "parameter server %d: no reply in time",
+                           c[idx[0]]->index);
+        }
+        int rc = poll(pf, (nfds_t)np, (int)(left * 1000) + 1);
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc < 0)
+            return rm_errf(err, RM_EIO, "poll: %s", strerror(errno));
+        for (int j = 0; j < np; j++) {
+            int i = idx[j];
+            rm_err e = {0};
+            int r = RM_OK;
+            if (pf[j].revents & (POLLIN | POLLERR | POLLHUP | POLLNVAL))
+                r = dx_recv(c[i]->fd, &d[i], &rep[i], &frep[i], dst[i], cap[i], &e);
+            if (r == RM_OK && (pf[j].revents & (POLLOUT | POLLERR)))
+                r = dx_send(c[i]->fd, &d[i], &e);
+            if (r) {
+                *bad = i;
+                return rm_errf(err, r, "parameter server %d: %s", c[i]->index, e.msg);
+            }
+        }
+    }
 }
 
 int rm_ps_parse_addrs(const char *list, char addrs[][128], int max, int *n, rm_err *err)

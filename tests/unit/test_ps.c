@@ -288,6 +288,170 @@ static void test_sync_b0_and_shrink(void)
     rm_ps_sync_free(&s);
 }
 
+/* The chunked rule (the b = 0 pipeline) as a table: a shard of 5 floats in chunks of 2 (2, 2, 1),
+ * 2 workers (need 2). Each row is one event: B = a push's header (worker, tag), C = chunk c of
+ * that worker's push (its floats all = g), N = the need changes (a death); then the outcome
+ * (begin's or the chunk's), whether chunk c is ready after it, and the version after applying
+ * every ready chunk (the server applies ready chunks at once). */
+static void test_sync_chunked_table(void)
+{
+    enum { B, C, N };
+    static const struct {
+        int ev, w;
+        int64_t tag;
+        int c;
+        float g;
+        int out;          /* rm_ps_outcome for B, rm_ps_chunk_outcome for C, -1 for N */
+        int applied;      /* chunks applied by this row (their averages checked below) */
+        int64_t version;  /* after the row */
+    } T[] = {
+        {B, 0, 0, 0, 0, RM_PS_ACCEPTED, 0, 0},
+        {C, 0, 0, 0, 1, RM_PS_CHUNK_ADDED, 0, 0},
+        /* worker 0's connection broke after chunk 0: its re-push resumes, chunk 0 not twice */
+        {B, 0, 0, 0, 0, RM_PS_ACCEPTED, 0, 0},
+        {C, 0, 0, 0, 50, RM_PS_CHUNK_DUP, 0, 0},
+        {C, 0, 0, 2, 50, RM_PS_CHUNK_LATE, 0, 0},   /* out of order: never summed */
+        {B, 1, 1, 0, 0, RM_PS_AHEAD, 0, 0},
+        {B, 1, 0, 0, 0, RM_PS_ACCEPTED, 0, 0},
+        {C, 1, 0, 0, 3, RM_PS_CHUNK_READY, 1, 0},   /* chunk 0 = (1+3)/2 = 2 before the rest */
+        {C, 1, 0, 1, 5, RM_PS_CHUNK_ADDED, 0, 0},   /* worker 1 ahead of worker 0 in chunk 1 */
+        {C, 0, 0, 1, 7, RM_PS_CHUNK_READY, 1, 0},   /* (5+7)/2 = 6 */
+        {C, 0, 0, 2, 2, RM_PS_CHUNK_ADDED, 0, 0},
+        {C, 1, 0, 2, 4, RM_PS_CHUNK_READY, 1, 1},   /* 3: the last chunk, version 1 */
+        {B, 0, 0, 0, 0, RM_PS_DROP_LATE, 0, 1},     /* a re-push of the applied step */
+        {C, 1, 0, 2, 4, RM_PS_CHUNK_LATE, 0, 1},    /* a chunk of step 0 after it: not added */
+        {B, 1, 0, 0, 0, RM_PS_DROP_LATE, 0, 1},
+        /* step 1: worker 1 dies after its chunk 0; the need shrinks to 1 (survivor) */
+        {B, 0, 1, 0, 0, RM_PS_ACCEPTED, 0, 1},
+        {B, 1, 1, 0, 0, RM_PS_ACCEPTED, 0, 1},
+        {C, 1, 1, 0, 10, RM_PS_CHUNK_ADDED, 0, 1},
+        {C, 0, 1, 0, 20, RM_PS_CHUNK_READY, 1, 1},  /* both arrived: 15 */
+        {B, 0, 1, 0, 0, RM_PS_ACCEPTED, 0, 1},      /* (resumed, nothing new yet) */
+        {C, 0, 1, 1, 8, RM_PS_CHUNK_ADDED, 0, 1},
+        {N, 0, 0, 0, 1, -1, 1, 1},                  /* need 1: chunk 1 = 8 (the survivor's) */
+        {C, 0, 1, 2, 9, RM_PS_CHUNK_READY, 1, 2},   /* 9, version 2 */
+        {B, 0, 2, 0, 0, RM_PS_ACCEPTED, 0, 2},
+        {C, 0, 2, 0, 1, RM_PS_CHUNK_READY, 1, 2},   /* need 1 */
+        {C, 0, 2, 1, 1, RM_PS_CHUNK_READY, 1, 2},
+        {C, 0, 2, 2, 1, RM_PS_CHUNK_READY, 1, 3},
+        {B, 0, 3, 0, 0, RM_PS_ACCEPTED, 0, 3},
+        {C, 0, 3, 0, 2, RM_PS_CHUNK_READY, 1, 3},   /* need 1: 2 */
+        /* a joiner (need 2) once chunk 0 is applied: the step finishes with need 1 (the joiner
+         * cannot fetch a half-applied step to bring the missing gradient), the next needs 2 */
+        {N, 0, 0, 0, 2, -1, 0, 3},
+        {C, 0, 3, 1, 2, RM_PS_CHUNK_READY, 1, 3},
+        {C, 0, 3, 2, 2, RM_PS_CHUNK_READY, 1, 4},
+        {B, 0, 4, 0, 0, RM_PS_ACCEPTED, 0, 4},      /* a whole push, then its duplicate */
+        {C, 0, 4, 0, 1, RM_PS_CHUNK_ADDED, 0, 4},
+        {C, 0, 4, 1, 1, RM_PS_CHUNK_ADDED, 0, 4},
+        {C, 0, 4, 2, 1, RM_PS_CHUNK_ADDED, 0, 4},
+        {B, 0, 4, 0, 0, RM_PS_DROP_DUP, 0, 4},
+        {B, 1, 4, 0, 0, RM_PS_ACCEPTED, 0, 4},
+        {C, 1, 4, 0, 5, RM_PS_CHUNK_READY, 1, 4},   /* (1+5)/2 = 3 */
+        {N, 0, 0, 0, 3, -1, 0, 4},                  /* grew mid-step: deferred */
+        {C, 1, 4, 1, 3, RM_PS_CHUNK_READY, 1, 4},   /* still by 2: (1+3)/2 = 2 */
+        {C, 1, 4, 2, 3, RM_PS_CHUNK_READY, 1, 5},   /* then need 3 */
+        {B, 0, 5, 0, 0, RM_PS_ACCEPTED, 0, 5},
+        {B, 1, 5, 0, 0, RM_PS_ACCEPTED, 0, 5},
+        {C, 0, 5, 0, 1, RM_PS_CHUNK_ADDED, 0, 5},
+        {C, 1, 5, 0, 1, RM_PS_CHUNK_ADDED, 0, 5},   /* 2 of 3: waits */
+        {N, 0, 0, 0, 2, -1, 1, 5},                  /* a death: shrinks at once, (1+1)/2 */
+        {B, 2, 5, 0, 0, RM_PS_ACCEPTED, 0, 5},
+        {C, 2, 5, 0, 9, RM_PS_CHUNK_LATE, 0, 5},    /* chunk 0 was applied without it */
+    };
+    static const float want[] = {2, 6, 3, 15, 8, 9, 1, 1, 1, 2, 2, 2, 3, 2, 2, 1};   /* in order */
+    rm_ps_sync s;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_ps_sync_init(&s, 5, 0, 2, &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_ps_sync_chunked(&s, 0, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL_FATAL(rm_ps_sync_chunked(&s, 2, &e), RM_OK);
+    CU_ASSERT_EQUAL(s.nchunks, 3);
+    CU_ASSERT_EQUAL(rm_ps_sync_chunk_len(&s, 2), 1);
+    int k = 0;
+    for (size_t i = 0; i < RM_ARRAY_LEN(T); i++) {
+        float g[2] = {T[i].g, T[i].g};
+        int applied = 0;
+        if (T[i].ev == B) {
+            CU_ASSERT_EQUAL(rm_ps_sync_begin(&s, T[i].w, T[i].tag), (rm_ps_outcome)T[i].out);
+        } else if (T[i].ev == C) {
+            CU_ASSERT_EQUAL(rm_ps_sync_chunk_push(&s, T[i].w, T[i].tag, T[i].c, g),
+                            (rm_ps_chunk_outcome)T[i].out);
+        } else {
+            rm_ps_sync_set_need(&s, (int)T[i].g);
+        }
+        for (int c = 0; c < s.nchunks; c++) {
+            if (!rm_ps_sync_chunk_ready(&s, c))
+                continue;
+            bool done = false;
+            float *a = s.accum + rm_ps_sync_chunk_off(&s, c);
+            size_t n = rm_ps_sync_chunk_len(&s, c);
+            CU_ASSERT(rm_ps_sync_chunk_average(&s, c, &done) > 0);
+            for (size_t j = 0; j < n && k < (int)RM_ARRAY_LEN(want); j++)
+                CU_ASSERT_DOUBLE_EQUAL(a[j], want[k], 1e-6);
+            k++;
+            applied++;
+            if (done)
+                break;   /* the next step's chunks are all fresh */
+        }
+        if (applied != T[i].applied || s.version != T[i].version)
+            fprintf(stderr, "chunked row %zu: applied %d (want %d) version %lld (want %lld)\n", i,
+                    applied, T[i].applied, (long long)s.version, (long long)T[i].version);
+        CU_ASSERT_EQUAL(applied, T[i].applied);
+        CU_ASSERT_EQUAL(s.version, T[i].version);
+    }
+    CU_ASSERT_EQUAL(k, (int)RM_ARRAY_LEN(want));
+    CU_ASSERT_EQUAL(s.dropped, 3);   /* two late pushes, one duplicate */
+    CU_ASSERT_EQUAL(s.need, 2);
+    bool done = true;
+    CU_ASSERT_EQUAL(rm_ps_sync_chunk_average(&s, 0, &done), 0);   /* nothing pending */
+    CU_ASSERT_FALSE(done);
+    rm_ps_sync_free(&s);
+}
+
+/* The pipeline must not change the arithmetic: for any arrival order of chunks, the chunked rule's
+ * averages are bit for bit the whole-step rule's (same first-copied, then-added order per float). */
+static void test_sync_chunked_matches_whole(void)
+{
+    enum { W = 3, NF = 1000, CH = 96 };
+    static float g[W][NF];
+    unsigned x = 12345;
+    for (int w = 0; w < W; w++)
+        for (int i = 0; i < NF; i++) {
+            x = x * 1103515245u + 12345u;
+            g[w][i] = (float)((x >> 8) & 0xffff) / 977.0f - 33.0f;
+        }
+    rm_ps_sync a, b;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_ps_sync_init(&a, NF, 0, W, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(rm_ps_sync_init(&b, NF, 0, W, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(rm_ps_sync_chunked(&b, CH, &e), RM_OK);
+    for (int w = 0; w < W; w++)
+        rm_ps_sync_push(&a, w, 0, g[w]);
+    CU_ASSERT_EQUAL(rm_ps_sync_average(&a, a.accum), W);
+    for (int w = 0; w < W; w++)
+        CU_ASSERT_EQUAL(rm_ps_sync_begin(&b, w, 0), RM_PS_ACCEPTED);
+    /* chunk-major, workers in order within each chunk (the server's mutex serialises them so) but
+     * the chunks of different workers interleaved */
+    int applied = 0;
+    bool done = false;
+    for (int c = 0; c < b.nchunks; c++)
+        for (int w = 0; w < W; w++) {
+            rm_ps_chunk_outcome o = rm_ps_sync_chunk_push(&b, w, 0, c,
+                                                          g[w] + rm_ps_sync_chunk_off(&b, c));
+            CU_ASSERT_EQUAL(o, w == W - 1 ? RM_PS_CHUNK_READY : RM_PS_CHUNK_ADDED);
+            if (o == RM_PS_CHUNK_READY) {
+                CU_ASSERT_EQUAL(rm_ps_sync_chunk_average(&b, c, &done), W);
+                applied++;
+            }
+        }
+    CU_ASSERT(done);
+    CU_ASSERT_EQUAL(applied, (NF + CH - 1) / CH);
+    CU_ASSERT_EQUAL(b.version, 1);
+    CU_ASSERT_EQUAL(memcmp(a.accum, b.accum, sizeof g[0]), 0);
+    rm_ps_sync_free(&a);
+    rm_ps_sync_free(&b);
+}
+
 /* The view rule (who a step waits for) as a table driving the sync rule: 4 workers. Each row is
  * one request as the server sees it: the worker's view (epoch, live), then optionally its push
  * for a step; the row says whether the view was taken, what the step then needs, whether the
@@ -539,6 +703,8 @@ void rm_suite_ps(void)
         {"sync rule with backup workers", test_sync_rule_table},
         {"sync b=0 and a shrinking world", test_sync_b0_and_shrink},
         {"sync: averaged in place, no residue", test_sync_average_in_place},
+        {"sync chunked: the b=0 pipeline's rule", test_sync_chunked_table},
+        {"sync chunked: same bits as whole steps", test_sync_chunked_matches_whole},
         {"sync: who a step waits for (views)", test_sync_view_table},
         {"staleness bound", test_staleness_bound},
         {"warm start: held draws, bound off", test_warm_start},
