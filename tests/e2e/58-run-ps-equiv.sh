@@ -4,6 +4,15 @@
 # same 4-worker job on one seed, run once with the ring allreduce and once with 2 parameter-server
 # shards, holds the same parameters after 200 steps (rank 0's checkpoint against the two shards'
 # checkpoints, concatenated), equal within float summation order.
+# Why lr 0.02: the servers sum a step's gradients in arrival order, the ring in rank order, so the
+# two runs differ in the last bits of each step. At lr 0.05 (momentum 0.9, warm-up 0.5) this
+# trajectory has a knife-edge: with the servers forced to sum in rank order 0,1,2,3 the result is
+# bit-identical to the ring, but in order 3,2,1,0 or 1,3,0,2 it lands on a second, macroscopically
+# different outcome (max relative difference 0.054, rank 0's loss 0.6323 against 0.6303) — which is
+# what this test hit about once in 20 runs, when the workers' arrival order happened to be such an
+# order. At lr 0.02 all 24 summation orders stay within 3.3e-7 of the ring (measured 2026-11-24
+# with a build that fixes the servers' order), so the check below tests the strategy, not the luck
+# of the arrival order.
 source "$(dirname "$0")/5x-run-lib.bash"
 job() {  # job NAME STRATEGY-LINES
   cat > "$W/$1.yaml" <<YAML
@@ -21,7 +30,7 @@ $2
     maxSteps: 200
     batchSizePerWorker: 32
     seed: 7
-    optimizer: {type: sgd, lr: 0.05, momentum: 0.9}
+    optimizer: {type: sgd, lr: 0.02, momentum: 0.9}
     warmupEpochs: 0.5
 YAML
 }
