@@ -116,6 +116,11 @@ typedef struct rm_step_pos {
 typedef struct rm_step_stats {
     bool comm;               /* the step communicated (world > 1); the fields below are valid */
     double allreduce_s;
+    /* Seconds this rank computed (forward, backward, update), waits for communication excluded;
+     * 0 when the strategy does not measure it: the driver then takes the step's time less
+     * allreduce_s, which undercounts when the allreduce overlaps the backward pass (fusion). The
+     * `slow` fault scales this. Valid whatever comm says. */
+    double compute_s;
     uint64_t bytes;
     double busbw_gbps;
     /* pipeline (step_pipeline.c): valid when pipe is set */

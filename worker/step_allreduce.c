@@ -909,6 +909,19 @@ static int ar_step_sharded(rm_step *s, int rows, float lr, rm_step_stats *st, rm
     return RM_OK;
 }
 
+/* Backward FLOPs over forward FLOPs of an MLP: every layer's weight gradient (as many as its
+ * forward), and the input gradient of every layer but the first. */
+static double bwd_flop_ratio(const rm_model_shape *sh)
+{
+    double fwd = 0, bwd = 0;
+    for (int l = 0; l < sh->nlayers; l++) {
+        double f = (double)sh->dims[l] * (double)sh->dims[l + 1];
+        fwd += f;
+        bwd += l > 0 ? 2 * f : f;
+    }
+    return fwd > 0 ? bwd / fwd : 2.0;
+}
+
 static int ar_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *err)
 {
     const rm_step_env *e = &s->env;
@@ -943,10 +956,14 @@ static int ar_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     RM_CHECK(rm_amp_finish(e->amp, e->m->grads, e->m->layout.total, NULL, NULL, &apply, err));
     if (apply)   /* fp16 overflow: every rank skips this update together */
         rm_optim_step(e->opt, e->m->params, e->m->grads, lr);
+    double t3 = rm_mono();
     s->ph_fwd += t1 - t0;
     s->ph_bwd += t2 - t1;
-    s->ph_upd += rm_mono() - t2;
+    s->ph_upd += t3 - t2;
     s->ph_steps++;
+    /* the backward pass overlaps the allreduce (its hand-offs may wait on the comm thread), so
+     * it cannot be timed alone: its compute is the forward's time scaled by the FLOP ratio */
+    st->compute_s = (t1 - t0) * (1.0 + bwd_flop_ratio(&e->m->shape)) + (t3 - t2);
     return RM_OK;
 }
 

@@ -451,9 +451,11 @@ static int ps_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     const rm_step_env *e = &s->env;
     rm_model *m = e->m;
     memset(st, 0, sizeof *st);
+    double tc = rm_mono();
     rm_model_forward(m, rows);
     rm_model_backward(m, rows, 1.0f / (float)rows, NULL, NULL);
     double t0 = rm_mono();
+    st->compute_s = t0 - tc;
     rm_ps_rep rep[RM_PS_MAX_SERVERS];
     int N = s->r.world > 0 ? s->r.world : 1;
     size_t n = m->layout.total;

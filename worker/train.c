@@ -1786,7 +1786,7 @@ static int step_once(trainer *t, rm_err *err)
     rm_step_stats st;
     double t0 = rm_mono();
     RM_CHECK(t->strat->step(t->st, t->B, (float)t->lr, &st, err));
-    straggle(t, rm_mono() - t0 - st.allreduce_s);
+    straggle(t, st.compute_s > 0 ? st.compute_s : rm_mono() - t0 - st.allreduce_s);
     if (st.comm) {
         rm_series_observe(t->wm.ar_seconds, st.allreduce_s);
         rm_series_inc(t->wm.ar_bytes, (double)st.bytes);
@@ -1942,7 +1942,7 @@ static int step_claimed(trainer *t, const rm_step_claim *c, rm_err *err)
     rm_step_stats st;
     double t0 = rm_mono();
     RM_CHECK(t->strat->step(t->st, t->B, (float)t->lr, &st, err));
-    straggle(t, rm_mono() - t0 - st.allreduce_s);
+    straggle(t, st.compute_s > 0 ? st.compute_s : rm_mono() - t0 - st.allreduce_s);
     rm_series_observe(t->wm.ar_seconds, st.allreduce_s);
     rm_series_inc(t->wm.ar_bytes, (double)st.bytes);
     t->step = c->step + 1;
