@@ -15,7 +15,9 @@
 # suffix on a PS variant runs it with k servers instead of SERVERS; a "-w" suffix on an async one
 # gives it Dean et al.'s warm start, spec.parameterServer.warmStartSteps = WARM, by default one
 # epoch's batches, TRAIN_SAMPLES (60000, Fashion-MNIST's training set) / BATCH: fixed before any
-# run, not tuned on the test set), STRAGGLERS ("none persistent transient"),
+# run, not tuned on the test set), STRAGGLERS ("none persistent transient"; also "machine": no
+# fault, but worker 1's CPU cap is CPUCAP / FACTOR, a machine FACTOR x slower at everything, its
+# share of the allreduce and of the pushes included, where the `slow` fault slows compute only),
 # REPEAT (1: each straggler x variant once; k: k passes, the variants alternating within each, so
 # a change of the machine's load hits them all), OUT (bench/results/ps.md), ANCHOR (1: then
 # bench/ps/anchor.sh, the torch.distributed.rpc peer, for ANCHOR_EPOCHS (EPOCHS) epochs, its
@@ -76,12 +78,15 @@ optimizer() {  # Downpour used Adagrad; the synchronous variants the project's d
 }
 fault() {
   case $1 in
-    none) echo "";;
+    none|machine) echo "";;
     persistent) echo "slow:rank=1:factor=$FACTOR";;
     transient) echo "slow:rank=1:factor=$FACTOR:step=${TRANSIENT%%:*}:until=${TRANSIENT##*:}";;
   esac
 }
 
+case " $STRAGGLERS " in
+  *" machine "*) [ "$CPUCAP" != 0 ] || { echo "STRAGGLERS=machine needs the CPU caps (CPUCAP)" >&2; exit 2; };;
+esac
 rows=()
 for pass in $(seq 1 "$REPEAT"); do
 for st in $STRAGGLERS; do
@@ -107,7 +112,8 @@ for st in $STRAGGLERS; do
     echo "== $v, straggler $st ${f:+($f)}" >&2
     t0=$(date +%s.%N)
     set +e
-    RINGMASTER_FAULT="$f" "$BIN/ringmaster" run -f "$work/$name.yaml" -o json \
+    slowm=""; if [ "$st" = machine ]; then slowm="1:$FACTOR"; fi
+    RM_CPUCAP_SLOW="$slowm" RINGMASTER_FAULT="$f" "$BIN/ringmaster" run -f "$work/$name.yaml" -o json \
         --checkpoint-dir "$work/ck-$name" --run-dir "$work/run-$name" > "$work/$name.out" 2> "$work/$name.err"
     rc=$?
     set -e
