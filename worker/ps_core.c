@@ -87,10 +87,7 @@ void rm_ps_sync_set_need(rm_ps_sync *s, int need)
 
 bool rm_ps_sync_ready(const rm_ps_sync *s) { return s->count > 0 && s->count >= s->need; }
 
-/* The judgement a whole push and a chunked one share: RM_PS_ACCEPTED when tag is the step in
- * progress and the worker has not pushed it yet (its bit is then set), else why not. resumable: a
- * chunked push whose connection broke may begin again until all its chunks were delivered. */
-static rm_ps_outcome judge(rm_ps_sync *s, int worker, int64_t tag, bool resumable)
+rm_ps_outcome rm_ps_sync_push(rm_ps_sync *s, int worker, int64_t tag, const float *grad)
 {
     if (worker < 0 || worker >= RM_PS_MAX_WORKERS)
         return RM_PS_BAD;
@@ -101,19 +98,11 @@ static rm_ps_outcome judge(rm_ps_sync *s, int worker, int64_t tag, bool resumabl
     if (tag > s->version)
         return RM_PS_AHEAD;
     uint64_t bit = 1ull << (worker % 64);
-    if ((s->seen[worker / 64] & bit) && !(resumable && s->delivered[worker] < s->nchunks)) {
+    if (s->seen[worker / 64] & bit) {
         s->dropped++;
         return RM_PS_DROP_DUP;
     }
     s->seen[worker / 64] |= bit;
-    return RM_PS_ACCEPTED;
-}
-
-rm_ps_outcome rm_ps_sync_push(rm_ps_sync *s, int worker, int64_t tag, const float *grad)
-{
-    rm_ps_outcome o = judge(s, worker, tag, false);
-    if (o != RM_PS_ACCEPTED)
-        return o;
     if (s->count == 0) {
         memcpy(s->accum, grad, s->n * sizeof(float));
     } else {
@@ -154,7 +143,21 @@ int rm_ps_sync_chunked(rm_ps_sync *s, size_t chunk, rm_err *err)
 
 rm_ps_outcome rm_ps_sync_begin(rm_ps_sync *s, int worker, int64_t tag)
 {
-    return judge(s, worker, tag, true);
+    if (worker < 0 || worker >= RM_PS_MAX_WORKERS)
+        return RM_PS_BAD;
+    if (tag < s->version) {
+        s->dropped++;
+        return RM_PS_DROP_LATE;
+    }
+    if (tag > s->version)
+        return RM_PS_AHEAD;
+    uint64_t bit = 1ull << (worker % 64);
+    if ((s->seen[worker / 64] & bit) && s->delivered[worker] >= s->nchunks) {
+        s->dropped++;
+        return RM_PS_DROP_DUP;
+    }
+    s->seen[worker / 64] |= bit;
+    return RM_PS_ACCEPTED;
 }
 
 rm_ps_chunk_outcome rm_ps_sync_chunk_push(rm_ps_sync *s, int worker, int64_t tag, int c,
