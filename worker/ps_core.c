@@ -68,22 +68,10 @@ void rm_ps_sync_free(rm_ps_sync *s)
     if (!s)
         return;
     free(s->accum);
-    free(s->ccount);
-    free(s->capplied);
-    free(s->delivered);
     memset(s, 0, sizeof *s);
 }
 
-void rm_ps_sync_set_need(rm_ps_sync *s, int need)
-{
-    need = need < 1 ? 1 : need;
-    if (s->napplied > 0 && need > s->need) {
-        s->need_next = need;
-        return;
-    }
-    s->need = need;
-    s->need_next = 0;
-}
+void rm_ps_sync_set_need(rm_ps_sync *s, int need) { s->need = need < 1 ? 1 : need; }
 
 bool rm_ps_sync_ready(const rm_ps_sync *s) { return s->count > 0 && s->count >= s->need; }
 
@@ -111,113 +99,6 @@ rm_ps_outcome rm_ps_sync_push(rm_ps_sync *s, int worker, int64_t tag, const floa
     }
     s->count++;
     return s->count >= s->need ? RM_PS_COMPLETE : RM_PS_ACCEPTED;
-}
-
-int rm_ps_sync_chunked(rm_ps_sync *s, size_t chunk, rm_err *err)
-{
-    if (chunk < 1)
-        return rm_errf(err, RM_EINVAL, "parameter server: chunk of 0 floats");
-    size_t nc = s->n ? (s->n + chunk - 1) / chunk : 1;
-    if (nc > INT32_MAX)
-        return rm_errf(err, RM_EINVAL, "parameter server: %zu chunks", nc);
-    free(s->ccount);
-    free(s->capplied);
-    free(s->delivered);
-    s->ccount = calloc(nc, sizeof *s->ccount);
-    s->capplied = calloc(nc, 1);
-    s->delivered = calloc(RM_PS_MAX_WORKERS, sizeof *s->delivered);
-    if (!s->ccount || !s->capplied || !s->delivered) {
-        free(s->ccount);
-        free(s->capplied);
-        free(s->delivered);
-        s->ccount = NULL;
-        s->capplied = NULL;
-        s->delivered = NULL;
-        return rm_errf(err, RM_ENOMEM, "parameter server: out of memory (%zu chunks)", nc);
-    }
-    s->chunk = chunk;
-    s->nchunks = (int)nc;
-    s->napplied = 0;
-    return RM_OK;
-}
-
-rm_ps_outcome rm_ps_sync_begin(rm_ps_sync *s, int worker, int64_t tag)
-{
-    if (worker < 0 || worker >= RM_PS_MAX_WORKERS)
-        return RM_PS_BAD;
-    if (tag < s->version) {
-        s->dropped++;
-        return RM_PS_DROP_LATE;
-    }
-    if (tag > s->version)
-        return RM_PS_AHEAD;
-    uint64_t bit = 1ull << (worker % 64);
-    if ((s->seen[worker / 64] & bit) && s->delivered[worker] >= s->nchunks) {
-        s->dropped++;
-        return RM_PS_DROP_DUP;
-    }
-    s->seen[worker / 64] |= bit;
-    return RM_PS_ACCEPTED;
-}
-
-rm_ps_chunk_outcome rm_ps_sync_chunk_push(rm_ps_sync *s, int worker, int64_t tag, int c,
-                                          const float *grad)
-{
-    if (worker < 0 || worker >= RM_PS_MAX_WORKERS || tag != s->version || c < 0 ||
-        c >= s->nchunks)
-        return RM_PS_CHUNK_LATE;
-    if (c < s->delivered[worker])
-        return RM_PS_CHUNK_DUP;
-    if (c != s->delivered[worker])
-        return RM_PS_CHUNK_LATE;   /* out of order: never summed */
-    s->delivered[worker]++;
-    if (s->capplied[c])
-        return RM_PS_CHUNK_LATE;   /* applied without it (the need shrank) */
-    float *a = s->accum + rm_ps_sync_chunk_off(s, c);
-    size_t n = rm_ps_sync_chunk_len(s, c);
-    if (s->ccount[c] == 0) {
-        memcpy(a, grad, n * sizeof(float));
-    } else {
-        for (size_t i = 0; i < n; i++)
-            a[i] += grad[i];
-    }
-    s->ccount[c]++;
-    return s->ccount[c] >= s->need ? RM_PS_CHUNK_READY : RM_PS_CHUNK_ADDED;
-}
-
-bool rm_ps_sync_chunk_ready(const rm_ps_sync *s, int c)
-{
-    return c >= 0 && c < s->nchunks && !s->capplied[c] && s->ccount[c] > 0 &&
-           s->ccount[c] >= s->need;
-}
-
-int rm_ps_sync_chunk_average(rm_ps_sync *s, int c, bool *step_done)
-{
-    *step_done = false;
-    if (!rm_ps_sync_chunk_ready(s, c))
-        return 0;
-    int k = s->ccount[c];
-    if (k > 1) {
-        float inv = 1.0f / (float)k, *a = s->accum + rm_ps_sync_chunk_off(s, c);
-        size_t n = rm_ps_sync_chunk_len(s, c);
-        for (size_t i = 0; i < n; i++)
-            a[i] *= inv;
-    }
-    s->capplied[c] = 1;
-    if (++s->napplied == s->nchunks) {
-        memset(s->seen, 0, sizeof s->seen);
-        memset(s->ccount, 0, (size_t)s->nchunks * sizeof *s->ccount);
-        memset(s->capplied, 0, (size_t)s->nchunks);
-        memset(s->delivered, 0, RM_PS_MAX_WORKERS * sizeof *s->delivered);
-        s->napplied = 0;
-        s->version++;
-        if (s->need_next) {
-            s->need = s->need_next;
-            s->need_next = 0;
-        }
-        *step_done = true;
-    }
-    return k;
 }
 
 int rm_ps_sync_average(rm_ps_sync *s, float *out)

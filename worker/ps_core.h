@@ -49,23 +49,11 @@ typedef struct rm_ps_sync {
     float *accum;             /* owned, n floats; meaningful only while count > 0 (the first
                                  gradient of a step is copied in, later ones added: no clearing) */
     uint64_t dropped;         /* late + duplicate pushes dropped so far */
-    /* chunked mode (rm_ps_sync_chunked; the b = 0 pipeline): the shard in nchunks pieces of
-     * `chunk` floats (the last shorter), each counted and applied on its own. Owned. */
-    size_t chunk;
-    int nchunks, napplied;    /* napplied: chunks of `version` applied (0: none, the step whole) */
-    int *ccount;              /* gradients summed into chunk c for `version` */
-    int *delivered;           /* per worker: its chunks summed for `version` (a prefix: 0..) */
-    int need_next;            /* chunked: a need that grew while the step was half applied
-                                 (0: none); it takes effect with the next step */
-    unsigned char *capplied;  /* chunk c already averaged and applied for `version` */
 } rm_ps_sync;
 
 int rm_ps_sync_init(rm_ps_sync *s, size_t n, int64_t version, int need, rm_err *err);
 void rm_ps_sync_free(rm_ps_sync *s);
-/* need changes take effect for the step in progress (a world that shrank completes it sooner);
- * chunked, a need that grew while some chunks of the step are already applied takes effect with
- * the next step (the step's other chunks are applied with the gradients it already has: the
- * joiner cannot fetch a half-applied step, so it could never bring the missing one). */
+/* need changes take effect for the step in progress (a world that shrank completes it sooner). */
 void rm_ps_sync_set_need(rm_ps_sync *s, int need);
 /* Judge (and on ACCEPTED/COMPLETE, add) one worker's gradient of n floats for step tag. */
 rm_ps_outcome rm_ps_sync_push(rm_ps_sync *s, int worker, int64_t tag, const float *grad);
@@ -75,53 +63,6 @@ rm_ps_outcome rm_ps_sync_push(rm_ps_sync *s, int worker, int64_t tag, const floa
 int rm_ps_sync_average(rm_ps_sync *s, float *out);
 /* Is the step in progress complete (count >= need, count > 0)? */
 bool rm_ps_sync_ready(const rm_ps_sync *s);
-
-/* ---- synchronous rule, chunked (the b = 0 pipeline; ps_server.c streams push and fetch) ----
- * The same rule at the granularity of a chunk: a push is judged once, at its header
- * (rm_ps_sync_begin: late, duplicate, ahead or accepted, exactly as rm_ps_sync_push), then its
- * chunks are added as they arrive (rm_ps_sync_chunk_push); chunk c of step k is ready once `need`
- * gradients' chunk c arrived and is then averaged and applied on its own
- * (rm_ps_sync_chunk_average), so the server applies chunk c while chunk c + 1 is still on the
- * wire and a fetch streams chunk c out before the rest is summed. The step (version) advances
- * when its last chunk is applied. A chunk of a push admitted for an older step, or arriving after
- * its chunk was applied (the need shrank under it: a death), is late and not added. Each chunk is
- * the mean of exactly the gradients summed into it; with every worker pushing whole gradients (the
- * steady state) that is the whole step's mean, chunk by chunk. */
-#define RM_PS_CHUNK_FLOATS 65536   /* 256 KiB */
-typedef enum {
-    RM_PS_CHUNK_ADDED = 0,   /* summed; the chunk still waits for more */
-    RM_PS_CHUNK_READY,       /* summed and the chunk has its `need`: average and apply it */
-    RM_PS_CHUNK_LATE,        /* its push was for an older step, or the chunk was applied */
-    RM_PS_CHUNK_DUP,         /* this worker's chunk c is already summed (a resumed push) */
-} rm_ps_chunk_outcome;
-/* Switch s (fresh from rm_ps_sync_init) to chunks of `chunk` floats (>= 1); allocates the
- * per-chunk counters (freed by rm_ps_sync_free). */
-int rm_ps_sync_chunked(rm_ps_sync *s, size_t chunk, rm_err *err);
-/* Judge a push's header: as rm_ps_sync_push, without adding anything (ACCEPTED, never COMPLETE).
- * A worker whose push of this step broke off mid-payload (its connection lost) is ACCEPTED again:
- * the chunks it delivered are not summed twice (RM_PS_CHUNK_DUP), the rest complete it. Only a
- * push whose every chunk was summed makes a second one a duplicate. */
-rm_ps_outcome rm_ps_sync_begin(rm_ps_sync *s, int worker, int64_t tag);
-/* Chunk c's floats (rm_ps_sync_chunk_len of them) of worker's push begun (accepted) with tag;
- * a push's chunks arrive in order (c = 0, 1, ...). */
-rm_ps_chunk_outcome rm_ps_sync_chunk_push(rm_ps_sync *s, int worker, int64_t tag, int c,
-                                          const float *grad);
-bool rm_ps_sync_chunk_ready(const rm_ps_sync *s, int c);
-/* Average chunk c in place (accum + chunk_off(c); read it before the next push); returns how
- * many were averaged (0: not ready, nothing done). *step_done: that was the step's last chunk
- * (version advanced, the step's pushes forgotten). */
-int rm_ps_sync_chunk_average(rm_ps_sync *s, int c, bool *step_done);
-static inline size_t rm_ps_sync_chunk_off(const rm_ps_sync *s, int c) { return (size_t)c * s->chunk; }
-static inline size_t rm_ps_sync_chunk_len(const rm_ps_sync *s, int c)
-{
-    size_t o = (size_t)c * s->chunk;
-    return o + s->chunk <= s->n ? s->chunk : s->n - o;
-}
-/* The version chunk c of the parameters is at: version, or version + 1 once applied. */
-static inline int64_t rm_ps_sync_chunk_version(const rm_ps_sync *s, int c)
-{
-    return s->version + (s->capplied[c] ? 1 : 0);
-}
 
 /* ---- the workers alive (who a synchronous step waits for; strategies.md "Failure semantics") ----
  * Every request carries the worker's view of the group: the rendezvous epoch of that view and how

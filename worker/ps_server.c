@@ -6,7 +6,6 @@
 #include "worker/ps_server.h"
 
 #include <errno.h>
-#include <math.h>
 #include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
@@ -86,8 +85,6 @@ struct server {
     float *params;
     rm_optim opt;
     rm_ps_sync sync;             /* sync: accumulator + version */
-    bool chunked;                /* sync, b = 0: the pipelined step (PUSH_FETCH; chunked rule) */
-    double apply_s;              /* chunked: seconds spent applying the step in progress */
     int64_t version;             /* async: updates applied (sync: sync.version) */
     int64_t draws;               /* server 0, async: global batches handed out */
     int64_t warm_others;         /* async: pushes by workers other than 0 during the warm start */
@@ -203,44 +200,8 @@ static void sync_view(server *s, const rm_ps_req *q)
 
 /* Sync: apply the step in progress if it has its gradients (the linear rule when fewer workers
  * than the job's are alive). Under mu. */
-/* Chunked: average and apply chunk c of the step in progress if it has its gradients; the
- * step's last chunk advances the version. Wakes the fetches streaming it. Under mu. */
-static void chunk_apply(server *s, int c)
-{
-    double t0 = rm_mono();
-    bool first = s->sync.napplied == 0, done = false;
-    size_t o = rm_ps_sync_chunk_off(&s->sync, c), n = rm_ps_sync_chunk_len(&s->sync, c);
-    int k = rm_ps_sync_chunk_average(&s->sync, c, &done);
-    if (!k)
-        return;
-    if (first)
-        rm_optim_tick(&s->opt);   /* once per step: rm_optim_step's arithmetic, range by range */
-    float *st[2] = {NULL, NULL};
-    for (int i = 0; i < s->opt.nstate; i++)
-        st[i] = s->opt.state[i] + o;
-    float lr = s->lr * rm_ps_lr_scale(s->view.live, s->world);
-    rm_optim_update_range(&s->opt, s->params + o, s->sync.accum + o, st, n, lr);
-    s->apply_s += rm_mono() - t0;
-    if (!done) {
-        pthread_cond_broadcast(&s->cv);
-        return;
-    }
-    if (s->view.live < s->world)
-        rm_info("step applied with the survivors version=%lld gradients=%d live=%d lr=%.5f",
-                (long long)s->sync.version, k, s->view.live, (double)lr);
-    double spent = s->apply_s;
-    s->apply_s = 0;
-    applied(s, rm_mono() - spent);
-}
-
 static void sync_maybe_apply(server *s, double t0)
 {
-    if (s->chunked) {
-        for (int c = 0; c < s->sync.nchunks; c++)
-            if (rm_ps_sync_chunk_ready(&s->sync, c))
-                chunk_apply(s, c);
-        return;
-    }
     if (!rm_ps_sync_ready(&s->sync))
         return;
     float *g = s->sync.accum;   /* averaged in place: read before the next push (under mu) */
@@ -263,15 +224,14 @@ static int op_fetch(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
         sync_maybe_apply(s, rm_mono());
         /* wait for the step in progress only: a shard further behind (restored from an older
          * checkpoint) answers at once, and the workers go back to its step to catch it up */
-        while (!g_ps_term && (s->sync.version + 1 == q->step || s->sync.napplied > 0) &&
-               rm_mono() < until)
-            timed_wait(s, until);   /* chunked: never a step half applied (napplied > 0) */
+        while (!g_ps_term && s->sync.version + 1 == q->step && rm_mono() < until)
+            timed_wait(s, until);
     } else {
         rm_ps_clocks_note(&s->clocks, (int)q->worker, q->step, rm_mono());   /* step: its clock */
         staleness_wait(s, (int)q->worker, q->step);
     }
     r->version = cur_version(s);
-    if (s->ps.mode == RM_PS_SYNC && (r->version + 1 == q->step || s->sync.napplied > 0)) {
+    if (s->ps.mode == RM_PS_SYNC && r->version + 1 == q->step) {
         r->status = RM_PS_ST_TIMEOUT;
     } else {
         memcpy(c->buf, s->params, s->len * sizeof(float));
@@ -279,24 +239,6 @@ static int op_fetch(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
     }
     pthread_mutex_unlock(&s->mu);
     rm_series_inc(s->m_fetches, 1);
-    return RM_OK;
-}
-
-/* Sync: this shard was restored from a checkpoint older than the job's step: it follows the
- * workers (the updates since its checkpoint are lost, as strategies.md allows). Under mu. */
-static int sync_adopt(server *s, int64_t step)
-{
-    rm_warn("shard behind the workers; adopting their step version=%lld step=%lld",
-            (long long)s->sync.version, (long long)step);
-    int need = s->sync.need;
-    size_t n = s->sync.n;
-    rm_ps_sync_free(&s->sync);
-    rm_err e = {0};
-    if (rm_ps_sync_init(&s->sync, n, step, need, &e) != RM_OK ||
-        (s->chunked && rm_ps_sync_chunked(&s->sync, RM_PS_CHUNK_FLOATS, &e) != RM_OK)) {
-        rm_error("parameter server: %s", e.msg);
-        return RM_ENOMEM;
-    }
     return RM_OK;
 }
 
@@ -308,24 +250,23 @@ static int op_push(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
     if (s->ps.mode == RM_PS_SYNC) {
         sync_view(s, q);
         s->lr = q->lr;
-        rm_ps_outcome o = s->chunked ? rm_ps_sync_begin(&s->sync, (int)q->worker, q->step)
-                                     : rm_ps_sync_push(&s->sync, (int)q->worker, q->step, c->buf);
+        rm_ps_outcome o = rm_ps_sync_push(&s->sync, (int)q->worker, q->step, c->buf);
         if (o == RM_PS_AHEAD) {
-            if (sync_adopt(s, q->step) != RM_OK) {
+            /* this shard was restored from a checkpoint older than the job's step: it follows the
+             * workers (the updates since its checkpoint are lost, as strategies.md allows) */
+            rm_warn("shard behind the workers; adopting their step version=%lld step=%lld",
+                    (long long)s->sync.version, (long long)q->step);
+            int need = s->sync.need;
+            size_t n = s->sync.n;
+            rm_ps_sync_free(&s->sync);
+            rm_err e = {0};
+            if (rm_ps_sync_init(&s->sync, n, q->step, need, &e) != RM_OK) {
                 pthread_mutex_unlock(&s->mu);
+                rm_error("parameter server: %s", e.msg);
                 return RM_ENOMEM;
             }
-            o = s->chunked ? rm_ps_sync_begin(&s->sync, (int)q->worker, q->step)
-                           : rm_ps_sync_push(&s->sync, (int)q->worker, q->step, c->buf);
+            o = rm_ps_sync_push(&s->sync, (int)q->worker, q->step, c->buf);
         }
-        bool late = false;
-        for (int k = 0; s->chunked && o == RM_PS_ACCEPTED && k < s->sync.nchunks; k++)
-            if (rm_ps_sync_chunk_push(&s->sync, (int)q->worker, q->step, k,
-                                      c->buf + rm_ps_sync_chunk_off(&s->sync, k)) ==
-                RM_PS_CHUNK_LATE)
-                late = true;
-        if (late)
-            rm_series_inc(s->m_dropped, 1);   /* in part: the need shrank under it */
         if (o == RM_PS_DROP_LATE || o == RM_PS_DROP_DUP) {
             r->status = RM_PS_ST_DROPPED;
             rm_series_inc(s->m_dropped, 1);
@@ -346,166 +287,6 @@ static int op_push(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
     }
     r->version = cur_version(s);
     pthread_mutex_unlock(&s->mu);
-    return RM_OK;
-}
-
-/* ---- the pipelined sync step (PUSH_FETCH, ps_wire.h; chunked mode only) ----
- * One connection thread reads the push chunk by chunk, adds each chunk under mu (the last
- * gradient of a chunk applies it at once), and between chunks streams out whatever chunks of the
- * fetch are already applied; after the push it streams the rest as other threads apply them.
- * c->buf serves both: a push chunk is summed before the thread copies a fetch chunk over it, and
- * a fetch chunk is sent whole before the push's next chunk lands (one thread, in order). */
-typedef struct fstream {
-    int64_t want;        /* the version the fetch asks for (the push's step + 1) */
-    bool hdr, done;
-    int next;            /* the next chunk to send */
-    double hdr_until;    /* "not yet" after this (set once the push is read) */
-    double chunk_until;  /* a chunk not applied by then: the connection is given up */
-} fstream;
-
-/* Send what of the fetch can go now; with wait, until it is all sent (bounded). */
-static int fetch_pump(server *s, conn *c, fstream *f, bool wait, rm_err *e)
-{
-    while (!f->done) {
-        rm_ps_rep r = {.magic = RM_PS_MAGIC};
-        pthread_mutex_lock(&s->mu);
-        int64_t v = s->sync.version;
-        if (!f->hdr) {
-            /* in progress: stream once its first chunk is applied; a step already applied (or
-             * this shard behind) is answered whole, never half-way through the next step */
-            bool progress = v + 1 == f->want;
-            bool wait_hdr = progress ? !s->sync.capplied[0] : s->sync.napplied > 0;
-            if (wait_hdr && !(wait && !g_ps_term && rm_mono() < f->hdr_until)) {
-                pthread_mutex_unlock(&s->mu);
-                if (!wait)
-                    return RM_OK;
-                r.status = RM_PS_ST_TIMEOUT;   /* not yet: the worker asks again (fetch_all) */
-                r.version = v;
-                f->done = true;
-                rm_series_inc(s->m_fetches, 1);
-                return rm_ps_reply(c->fd, &r, NULL, rm_mono() + s->timeout_s, e);
-            }
-            if (wait_hdr) {
-                timed_wait(s, f->hdr_until);
-                pthread_mutex_unlock(&s->mu);
-                continue;
-            }
-            r.nfloats = (uint32_t)s->len;
-            rm_series_inc(s->m_fetches, 1);
-            if (!progress) {
-                r.version = v;
-                memcpy(c->buf, s->params, s->len * sizeof(float));
-                pthread_mutex_unlock(&s->mu);
-                f->done = true;
-                return rm_ps_reply(c->fd, &r, c->buf, rm_mono() + s->timeout_s, e);
-            }
-            pthread_mutex_unlock(&s->mu);
-            r.version = f->want;
-            r.magic = RM_PS_MAGIC;
-            r.check = rm_ps_rep_check(&r);
-            f->hdr = true;
-            f->chunk_until = rm_mono() + s->timeout_s;
-            RM_CHECK(rm_net_send_all(c->fd, &r, sizeof r, f->chunk_until, e));
-            continue;
-        }
-        int k = f->next;
-        int64_t cv = v + (s->sync.capplied[k] ? 1 : 0);   /* chunk k's version */
-        if (cv == f->want) {
-            size_t o = rm_ps_sync_chunk_off(&s->sync, k), n = rm_ps_sync_chunk_len(&s->sync, k);
-            memcpy(c->buf + o, s->params + o, n * sizeof(float));
-            pthread_mutex_unlock(&s->mu);
-            f->chunk_until = rm_mono() + s->timeout_s;
-            RM_CHECK(rm_net_send_all(c->fd, c->buf + o, n * sizeof(float), f->chunk_until, e));
-            if (++f->next == s->sync.nchunks)
-                f->done = true;
-            continue;
-        }
-        if (cv > f->want) {   /* the next step already moved it (a false death): start over */
-            pthread_mutex_unlock(&s->mu);
-            return rm_errf(e, RM_ECLOSED, "chunk %d moved past version %lld mid-fetch", k,
-                           (long long)f->want);
-        }
-        if (!wait) {
-            pthread_mutex_unlock(&s->mu);
-            return RM_OK;
-        }
-        if (g_ps_term || rm_mono() >= f->chunk_until) {
-            pthread_mutex_unlock(&s->mu);
-            return rm_errf(e, RM_ETIMEDOUT, "chunk %d of version %lld not applied in time", k,
-                           (long long)f->want);
-        }
-        timed_wait(s, f->chunk_until);
-        pthread_mutex_unlock(&s->mu);
-    }
-    return RM_OK;
-}
-
-/* PUSH_FETCH: the push judged on its header and answered at once, its chunks summed (and applied)
- * as they arrive, the fetch of step + 1 streamed meanwhile. Any failure closes the connection
- * (non-OK): the worker then pushes and fetches step by step. */
-static int op_push_fetch(server *s, conn *c, const rm_ps_req *q)
-{
-    rm_err e = {0};
-    rm_ps_rep r = {.magic = RM_PS_MAGIC};
-    rm_series_inc(s->m_pushes, 1);
-    pthread_mutex_lock(&s->mu);
-    rm_ps_outcome o = RM_PS_BAD;
-    if (s->chunked) {
-        sync_view(s, q);
-        sync_maybe_apply(s, rm_mono());
-        s->lr = q->lr;
-        o = rm_ps_sync_begin(&s->sync, (int)q->worker, q->step);
-        if (o == RM_PS_AHEAD) {
-            if (sync_adopt(s, q->step) != RM_OK) {
-                pthread_mutex_unlock(&s->mu);
-                return RM_ENOMEM;
-            }
-            o = rm_ps_sync_begin(&s->sync, (int)q->worker, q->step);
-        }
-    }
-    r.version = cur_version(s);
-    pthread_mutex_unlock(&s->mu);
-    if (o == RM_PS_DROP_LATE || o == RM_PS_DROP_DUP) {
-        r.status = RM_PS_ST_DROPPED;
-        rm_series_inc(s->m_dropped, 1);
-    } else if (o != RM_PS_ACCEPTED) {
-        r.status = RM_PS_ST_BAD;
-    }
-    double dl = rm_mono() + s->timeout_s;
-    if (rm_ps_reply(c->fd, &r, NULL, dl, &e))
-        return RM_ECLOSED;
-    fstream f = {.want = q->step + 1, .hdr_until = INFINITY};
-    bool late = false;
-    int nch = s->chunked ? s->sync.nchunks : 1;   /* fixed for the shard: adopt keeps it */
-    for (int k = 0; k < nch; k++) {
-        size_t off = s->chunked ? rm_ps_sync_chunk_off(&s->sync, k) : 0;
-        size_t n = s->chunked ? rm_ps_sync_chunk_len(&s->sync, k) : s->len;
-        if (rm_net_recv_all(c->fd, c->buf + off, n * sizeof(float), rm_mono() + s->timeout_s, &e))
-            return RM_ECLOSED;
-        if (o != RM_PS_ACCEPTED)
-            continue;   /* read and dropped: the frame stays in step */
-        pthread_mutex_lock(&s->mu);
-        rm_ps_chunk_outcome co = rm_ps_sync_chunk_push(&s->sync, (int)q->worker, q->step, k,
-                                                       c->buf + off);
-        if (co == RM_PS_CHUNK_READY)
-            chunk_apply(s, k);
-        late |= co == RM_PS_CHUNK_LATE;
-        pthread_mutex_unlock(&s->mu);
-        if (fetch_pump(s, c, &f, false, &e))
-            return RM_ECLOSED;
-    }
-    if (late)
-        rm_series_inc(s->m_dropped, 1);   /* in part: the need shrank under it */
-    if (!s->chunked) {   /* not a b = 0 sync server: refused, after its payload */
-        r = (rm_ps_rep){.magic = RM_PS_MAGIC, .status = RM_PS_ST_BAD};
-        return rm_ps_reply(c->fd, &r, NULL, rm_mono() + s->timeout_s, &e) ? RM_ECLOSED : RM_OK;
-    }
-    /* sync: answer "not yet" within a second, so the worker asks again with its newest view */
-    f.hdr_until = rm_mono() + (s->timeout_s > 1 ? 1 : s->timeout_s);
-    if (fetch_pump(s, c, &f, true, &e)) {
-        rm_debug("pipelined fetch abandoned worker=%u err=\"%s\"", q->worker, e.msg);
-        return RM_ECLOSED;
-    }
     return RM_OK;
 }
 
@@ -603,7 +384,7 @@ static const struct {
     uint32_t op;
     const char *name;
     bool shard_payload;     /* the request carries exactly the shard's floats */
-    op_fn fn;               /* NULL: streamed (reads its payload, writes its replies itself) */
+    op_fn fn;
 } OPS[] = {
     {RM_PS_OP_INFO, "info", false, op_info},
     {RM_PS_OP_FETCH, "fetch", false, op_fetch},
@@ -613,7 +394,6 @@ static const struct {
     {RM_PS_OP_LB_PUSH, "lb_push", true, op_lb_push},
     {RM_PS_OP_LB_CLAIM, "lb_claim", false, op_lb_claim},
     {RM_PS_OP_LB_REPORT, "lb_report", false, op_lb_report},
-    {RM_PS_OP_PUSH_FETCH, "push_fetch", true, NULL},
 };
 
 static void refuse(const char *who, const char *why)
@@ -651,11 +431,6 @@ static void *conn_main(void *arg)
             (OPS[i].shard_payload ? q.nfloats != s->len : q.nfloats != 0)) {
             refuse(c->who, "malformed request");
             break;
-        }
-        if (!OPS[i].fn) {
-            if (op_push_fetch(s, c, &q) != RM_OK)
-                break;
-            continue;
         }
         if (q.nfloats && (rc = rm_net_recv_all(c->fd, c->buf, s->len * sizeof(float),
                                                rm_mono() + s->timeout_s, &e)))
@@ -798,12 +573,8 @@ static void ckpt_write(server *s, char *stage, bool force)
     rm_ckpt_meta meta;
     ckpt_expect(s, &meta);
     pthread_mutex_lock(&s->mu);
-    double until = rm_mono() + 2;
-    while (s->sync.napplied > 0 && rm_mono() < until)
-        timed_wait(s, until);   /* chunked: never a step half applied */
     int64_t v = cur_version(s);
-    if (s->sync.napplied > 0 || v == s->last_ckpt_version ||
-        (!force && v < s->last_ckpt_version + s->ckpt_interval)) {
+    if (v == s->last_ckpt_version || (!force && v < s->last_ckpt_version + s->ckpt_interval)) {
         pthread_mutex_unlock(&s->mu);
         return;
     }
@@ -986,13 +757,6 @@ static int setup(server *s, rm_err *err)
         return rm_errf(err, RM_ENOMEM, "parameter server: out of memory");
     RM_CHECK(rm_optim_init(&s->opt, k, &s->t.optimizer, s->len, err));
     RM_CHECK(rm_ps_sync_init(&s->sync, s->len, 0, s->world - s->ps.backup_workers, err));
-    /* b = 0: every gradient is waited for, so chunk c can be applied as soon as all arrived (the
-     * pipelined step); with backup workers a step stays whole (which N-b count is decided by
-     * whole gradients, as Chen et al.) */
-    s->chunked = s->ps.mode == RM_PS_SYNC && s->ps.backup_workers == 0 &&
-                 s->t.optimizer.type != RM_OPT_LBFGS;
-    if (s->chunked)
-        RM_CHECK(rm_ps_sync_chunked(&s->sync, RM_PS_CHUNK_FLOATS, err));
     s->view = (rm_ps_view){0, s->world};
     if (!ckpt_restore(s)) {
         /* the same initial weights every worker's model would draw from the seed */

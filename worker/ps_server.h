@@ -6,9 +6,7 @@
  * pushed it (averaging exactly those, dropping and counting later ones); asynchronous mode
  * (Downpour) applies every push on arrival with the job's optimizer (Adagrad, as Downpour did),
  * records its staleness, and holds a worker more than stalenessBound steps ahead of the slowest
- * live one. With b = 0 the sync step is pipelined (PUSH_FETCH, ps_wire.h; ps_core.h's chunked
- * rule): each chunk of the shard is applied as soon as every gradient's chunk arrived and streamed
- * back to the workers at once, while the rest of the gradients still arrive. Server 0 also hands out the global batch budget in async mode (DRAW).
+ * live one. Server 0 also hands out the global batch budget in async mode (DRAW).
  *
  * Threads: an acceptor; one thread per connection (at most RM_PS_MAX_CONNS; more are refused at
  * once), each bounded: handshake within RM_PS_HANDSHAKE_S, a request within the idle bound, every

@@ -22,15 +22,6 @@
  *          status DONE when the budget is drawn, or status TIMEOUT ("not yet": ask again) while
  *          the warm start holds the worker (ps_core.h); b = the version a worker starting now
  *          takes as its clock (0 without a warm start)
- *   PUSH_FETCH  (sync, b = 0: the pipelined step) a PUSH, and the FETCH of step + 1 behind it, in
- *          one request: the reply is the push's reply (sent at once, judged on the header), then
- *          the fetch's, whose floats stream out chunk by chunk (ps_core.h RM_PS_CHUNK_FLOATS) as
- *          each chunk of the step is applied, while the push's own chunks still arrive. The worker
- *          must read while it writes (rm_ps_duplex): neither side waits for the other's whole
- *          payload, so shards larger than the socket buffers cannot deadlock. The fetch reply is
- *          "not yet" (TIMEOUT, no floats) when its first chunk is not applied within a second of
- *          the push's end; once its header is out, a chunk not applied within the comm timeout
- *          closes the connection (the worker falls back to PUSH and FETCH).
  *
  * Ownership: rm_ps_conn owns its socket (rm_ps_conn_close). */
 #ifndef RM_WORKER_PS_WIRE_H
@@ -51,8 +42,7 @@
  * vectors (from the coordinator), LB_PUSH a portion's gradient (shard payload), LB_CLAIM and
  * LB_REPORT (server 0: the coordinator's portions). */
 enum { RM_PS_OP_INFO = 1, RM_PS_OP_FETCH, RM_PS_OP_PUSH, RM_PS_OP_DRAW, RM_PS_OP_LB_VEC,
-       RM_PS_OP_LB_PUSH, RM_PS_OP_LB_CLAIM, RM_PS_OP_LB_REPORT, RM_PS_OP_PUSH_FETCH,
-       RM_PS_OP__COUNT };
+       RM_PS_OP_LB_PUSH, RM_PS_OP_LB_CLAIM, RM_PS_OP_LB_REPORT, RM_PS_OP__COUNT };
 enum { RM_PS_ST_OK = 0, RM_PS_ST_DROPPED, RM_PS_ST_TIMEOUT, RM_PS_ST_BAD, RM_PS_ST_DONE };
 
 typedef struct rm_ps_req {
@@ -108,15 +98,6 @@ int rm_ps_reply(int fd, rm_ps_rep *r, const float *payload, double deadline, rm_
 /* Receive a reply header and its payload into buf (cap floats); a reply larger than cap, with a
  * bad magic or check is RM_EPROTO. */
 int rm_ps_recv(rm_ps_conn *c, rm_ps_rep *r, float *buf, size_t cap, double deadline, rm_err *err);
-
-/* One PUSH_FETCH per connection, all at once: each c[i] sends q[i] (nfloats from payload[i]) and
- * reads, while it writes, the push's reply into rep[i] and the fetch's into frep[i] with its floats
- * into dst[i] (at most cap[i]; a fetch answered with another count than cap[i] is RM_EPROTO only
- * when larger). poll(2) over every connection until all are done or the deadline passes. On
- * failure *bad is the index of the connection that failed (-1: none in particular). */
-int rm_ps_duplex(rm_ps_conn *const *c, int n, rm_ps_req *q, const float *const *payload,
-                 rm_ps_rep *rep, rm_ps_rep *frep, float *const *dst, const size_t *cap,
-                 double deadline, int *bad, rm_err *err);
 
 /* "h:p,h:p,..." into addrs (n at most max; strings copied into addrs[i], 128 bytes each). */
 int rm_ps_parse_addrs(const char *list, char addrs[][128], int max, int *n, rm_err *err);

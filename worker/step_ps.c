@@ -16,11 +16,8 @@
  * servers hold every worker but 0 at its first draw until worker 0 alone made W updates.
  *
  * Requests to the S servers are pipelined (all sent, then all answered); a sync step is one round
- * trip per server (push_fetch: the push and the next step's fetch in one request, the gradient
- * sent straight from the model's buffer, the parameters read straight into the model's). With
- * b = 0 that request is PUSH_FETCH (ps_wire.h): the servers apply the step chunk by chunk as the
- * last gradient's chunks arrive and stream each applied chunk back at once, and the worker reads
- * them (rm_ps_duplex) while its own gradient is still being written;
+ * trip per server (push_fetch: the push and the next step's fetch in one gather write, the
+ * gradient sent straight from the model's buffer, the parameters read straight into the model's);
  * a server that fails (died, being replaced) is retried alone with bounded back-off until
  * timeout_s x 6 has passed, then the step fails and the driver re-forms the round. Nothing is allocated per step: the
  * accumulator and connections are made once. Checkpoints are the servers' (no state_* entries).
@@ -265,11 +262,9 @@ static int fetch_all(rm_step *s, int64_t want, rm_err *err)
 }
 
 /* Sync, the steady state: push step k's gradient and ask for step k+1's parameters in one round
- * trip per server. b = 0: one PUSH_FETCH per server, all written and read at once (rm_ps_duplex;
- * the parameters arrive chunk by chunk while the gradient is still going out). b >= 1: both
- * requests go out in one gather write per connection (a server answers its requests in order:
- * the fetch waits there until the push and the others' made step k+1), then both replies are
- * read; every server's push is on the wire before any reply is awaited.
+ * trip per server. Both requests go out in one gather write per connection (a server answers its
+ * requests in order: the fetch waits there until the push and the others' made step k+1), then
+ * both replies are read; every server's push is on the wire before any reply is awaited.
  * A fetch answered "not yet" (the step took more than a second to gather) leaves the connections
  * in step: fetch_all asks again. A broken connection falls back to the step-by-step path
  * (exchange, then fetch_all: servers retried with back-off) on fresh connections (replies still
@@ -282,44 +277,7 @@ static int push_fetch(rm_step *s, const rm_ps_req *push, const float *grads, rm_
                    .step = push->step + 1};
     set_view(s, &f);
     bool broken = false, late = false;
-    if (s->ps.backup_workers == 0) {
-        /* b = 0: the pipelined step (ps_wire.h PUSH_FETCH): the parameters stream back chunk by
-         * chunk as the servers apply them, read while the gradient is still being written */
-        rm_ps_conn *cs[RM_PS_MAX_SERVERS];
-        rm_ps_req qs[RM_PS_MAX_SERVERS];
-        const float *pl[RM_PS_MAX_SERVERS];
-        float *dst[RM_PS_MAX_SERVERS];
-        for (int i = 0; i < s->S; i++) {
-            cs[i] = &s->conn[i];
-            qs[i] = *push;
-            qs[i].op = RM_PS_OP_PUSH_FETCH;
-            qs[i].nfloats = (uint32_t)s->len[i];
-            pl[i] = grads + s->off[i];
-            dst[i] = s->env.m->params + s->off[i];
-        }
-        rm_err e = {0};
-        int bad = -1;
-        broken = rm_ps_duplex(cs, s->S, qs, pl, rep, frep, dst, s->len,
-                              rm_mono() + 2 * s->env.timeout_s + 1, &bad, &e) != RM_OK;
-        if (broken)
-            rm_debug("pipelined step fell back to push, then fetch: %s", e.msg);
-        for (int i = 0; i < s->S && !broken; i++) {
-            if (rep[i].status == RM_PS_ST_BAD || frep[i].status == RM_PS_ST_BAD) {
-                rm_ps_conn_close(&s->conn[i]);
-                return rm_errf(err, RM_EPROTO, "parameter server %d refused the pipelined step "
-                               "(not a backupWorkers: 0 sync server?)", i);
-            }
-            if (frep[i].status != RM_PS_ST_OK) {
-                late = true;
-            } else if (frep[i].nfloats != s->len[i]) {
-                rm_ps_conn_close(&s->conn[i]);
-                return rm_errf(err, RM_EPROTO, "parameter server %d sent %u floats, its shard is "
-                               "%zu (another model or shard layout?)", i, frep[i].nfloats,
-                               s->len[i]);
-            }
-        }
-    }
-    for (int i = 0; i < s->S && !broken && s->ps.backup_workers > 0; i++) {
+    for (int i = 0; i < s->S && !broken; i++) {
         rm_err e = {0};
         rm_ps_req qi = *push, fi = f;
         qi.nfloats = (uint32_t)s->len[i];
@@ -328,7 +286,7 @@ static int push_fetch(rm_step *s, const rm_ps_req *push, const float *grads, rm_
                         &e))
             broken = true;
     }
-    for (int i = 0; i < s->S && !broken && s->ps.backup_workers > 0; i++) {
+    for (int i = 0; i < s->S && !broken; i++) {
         rm_err e = {0};
         /* the fetch may wait on the server for up to a second ("not yet"), as in fetch_all */
         double dl = rm_mono() + 2 * s->env.timeout_s + 1;
