@@ -7,6 +7,7 @@
 #include "worker/ckpt_shard.h"
 #include "worker/comm.h"
 #include "worker/gpu.h"
+#include "worker/pipe_link.h"
 #include "worker/pipeline_core.h"
 #include "worker/shard.h"
 #include "worker/step.h"
@@ -576,6 +577,49 @@ static void test_link_plan(void)
     CU_ASSERT_EQUAL(rm_pipe_xfer_plan(ev, nev, 2, 2, 8, 4, true, xf, 4), RM_EINVAL);   /* stage */
 }
 
+/* The transport table: one entry per kind; the NCCL entry refuses host buffers (and, built
+ * without CUDA, everything) with a clear error instead of touching them. */
+static void test_link_table(void)
+{
+    const rm_pipe_link_ops *tcp = rm_pipe_link_ops_of(rm_pipe_link_for(true));
+    const rm_pipe_link_ops *nccl = rm_pipe_link_ops_of(rm_pipe_link_for(false));
+    CU_ASSERT_PTR_EQUAL(tcp, rm_pipe_link_tcp_ops());
+    CU_ASSERT_PTR_EQUAL(nccl, rm_pipe_link_nccl_ops());
+    CU_ASSERT_STRING_EQUAL(tcp->name, "tcp");
+    CU_ASSERT_STRING_EQUAL(nccl->name, "nccl");
+    const rm_pipe_link_ops *all[2] = { tcp, nccl };
+    for (int i = 0; i < 2; i++) {
+        CU_ASSERT(all[i]->open && all[i]->begin && all[i]->send && all[i]->recv && all[i]->end &&
+                  all[i]->wait && all[i]->flush && all[i]->bytes_in && all[i]->close);
+    }
+    float rx[8];
+    rm_pipe_links_cfg cfg = { .B = 4, .M = 2, .timeout_s = 1, .k = rm_kernels_cpu() };
+    cfg.side[RM_PIPE_SIDE_PREV] = (rm_pipe_link_cfg){ .tcp = NULL, .rx = rx, .width = 2 };
+    rm_pipe_links *l = (rm_pipe_links *)&cfg;
+    rm_err e = { 0 };
+    int rc = nccl->open(&cfg, &l, &e);
+    CU_ASSERT_PTR_NULL(l);
+#if RM_HAVE_CUDA
+    CU_ASSERT_EQUAL(rc, RM_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "device buffers"));
+#else
+    CU_ASSERT_EQUAL(rc, RM_EUNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "without CUDA"));
+#endif
+    nccl->close(NULL);
+    tcp->close(NULL);
+    /* the TCP entry with no neighbour: open, nothing to send to, nothing moved */
+    l = NULL;
+    CU_ASSERT_EQUAL(tcp->open(&cfg, &l, &e), RM_OK);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(l);
+    CU_ASSERT_EQUAL(tcp->send(l, RM_PIPE_SIDE_NEXT, rx, 2, NULL, &e), RM_EINVAL);
+    double waited = 0;
+    CU_ASSERT_EQUAL(tcp->wait(l, RM_PIPE_SIDE_PREV, 1, &waited, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(tcp->flush(l, &waited, &e), RM_OK);
+    CU_ASSERT_EQUAL(tcp->bytes_in(l), 0u);
+    tcp->close(l);
+}
+
 void rm_suite_pipeline(void)
 {
     static const rm_test_case cases[] = {
@@ -588,6 +632,7 @@ void rm_suite_pipeline(void)
         { "stage_checkpoint", test_stage_checkpoint },
         { "release_range", test_release_range },
         { "link_plan", test_link_plan },
+        { "link_table", test_link_table },
     };
     RM_ADD_SUITE("pipeline", NULL, NULL, cases);
 }
