@@ -14,14 +14,18 @@
  * to P = 1 for M = 1; float summation order otherwise).
  *
  * Transport: each link between neighbouring stages is a ring comm of two ranks formed over the
- * worker's ring listener as its own sub-group (rm_comm_cfg.group: the ring's HMAC handshake),
- * giving one authenticated socket per direction; frames are rm_net_frame headers (the ring's
- * framing, worker/net.h) with sequence numbers, so a desync is RM_EPROTO. A receiver thread per
- * inbound socket drains frames into preallocated buffers at the micro-batch's rows (so sends
- * never deadlock on full socket buffers); the compute thread waits for frame k with the round's
- * timeout (a dead or hung neighbour fails the round; the driver re-forms it from the newest
- * checkpoint). The loss of each micro-batch rides backward on the gradient frames (one trailing
- * float), so every stage reports the job's loss. Nothing is allocated per step.
+ * worker's ring listener as its own sub-group (rm_comm_cfg.group: the ring's HMAC handshake). What
+ * moves over it is the link table's (worker/pipe_link.h), picked by rm_pipe_link_for: host memory
+ * (the CPU kernels) uses "tcp" (pipe_link_tcp.c: rm_net_frame frames with sequence numbers on one
+ * socket per direction, a receiver thread per inbound socket draining into the preallocated
+ * buffers at the micro-batch's rows); device memory (a GPU) uses "nccl" (cuda/pipe_link_nccl.c: a
+ * 2-rank NCCL communicator per link whose id crosses the TCP link, ncclSend/ncclRecv on a link
+ * stream). The step runs the stage's transfer plan (rm_pipe_xfer_plan: per event a receive before
+ * its compute and a send after it, the send grouped with the next event's receive so neighbours
+ * never deadlock); the compute thread waits for frame k with the round's timeout (a dead or hung
+ * neighbour fails the round; the driver re-forms it from the newest checkpoint); the time blocked
+ * there is the bubble. The loss of each micro-batch rides backward on the gradient frames (one
+ * trailing float), so every stage reports the job's loss. Nothing is allocated per step.
  *
  * State (per stage): the flat parameter/gradient/optimizer buffers keep the allreduce strategy's
  * whole-model layout (so offsets, checkpoints and the P = 1 path are unchanged), but a stage holds
@@ -43,8 +47,11 @@
  * any restore (this P, another P, P = 1, the allreduce strategy) re-assembles the whole payload
  * from the set and takes it like a whole checkpoint. P = 1 writes the allreduce strategy's whole
  * checkpoint as before; P = 1 delegates fresh state, restore and state_sync to the allreduce
- * strategy (sharding none). Limits of this version: CPU kernels (host memory), fp32, backend
- * ring/shm for the world with ring sub-groups.
+ * strategy (sharding none). Limits of this version: fp32, backend ring/shm for the world with
+ * ring sub-groups; on a GPU one data-parallel replica per stage (the stage group's allreduce is the
+ * CPU ring's), buffers through the kernels table (device memory: copies where the CPU path touches
+ * host memory), and the model's device buffers are still allocated whole (only the CPU table's
+ * untouched pages stay unresident); the GPU path is compiled and linked but was not run here.
  *
  * Ownership: rm_step owns its buffers, the inner allreduce state, the sub-group comms and the
  * receiver threads (round_end stops and frees the per-round parts; destroy everything). */
@@ -401,7 +408,7 @@ static int pl_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
     if (s->P == 1 || s->plen == 0)
         return s->inner_ops->state_fresh(s->inner, seed, err);
     /* P > 1: this stage's layers only (the values P = 1 gives them), its range of the optimizer
-     * state zero; the other stages' pages are never touched (host memory, checked at init) */
+     * state zero; the other stages' pages are never touched */
     RM_CHECK(rm_model_init_params_layers(s->env.m, seed, s->l0, s->l1, err));
     for (int i = 0; i < s->env.opt->nstate; i++) {
         if (s->env.k->host_memory)
