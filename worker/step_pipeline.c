@@ -644,13 +644,14 @@ static void release_others(rm_step *s)
 /* Issue the plan's group starting at xfer *xi (one ncclGroupStart/End on NCCL; TCP: the send now,
  * the receive is the receiver thread's): a send carries the output rows of its micro-batch to
  * p+1 (forward) or the input-gradient rows and the micro-batch's loss to p-1 (backward); a
- * receive lands at its micro-batch's rows. *sent += the bytes sent (frame headers counted as the
- * TCP link sends them). */
+ * receive lands at its micro-batch's rows. *sent += the bytes sent (with the TCP link's frame
+ * headers; NCCL sends none). */
 static int issue_group(rm_step *s, int *xi, uint64_t *sent, rm_err *err)
 {
     const rm_model *m = s->env.m;
     int din = m->shape.dims[s->l0], dout = m->shape.dims[s->l1];
     int g = s->xf[*xi].group;
+    size_t hdr = s->lk == rm_pipe_link_tcp_ops() ? sizeof(rm_net_frame) : 0;
     RM_CHECK(s->lk->begin(s->links, err));
     int rc = RM_OK;
     for (; *xi < s->nxf && s->xf[*xi].group == g && rc == RM_OK; (*xi)++) {
@@ -660,11 +661,11 @@ static int issue_group(rm_step *s, int *xi, uint64_t *sent, rm_err *err)
         } else if (!x->grad) {   /* forward: this stage's output rows to p+1 */
             const float *y = m->act[s->l1 - 1] + (size_t)x->row_off * (size_t)dout;
             rc = s->lk->send(s->links, RM_PIPE_SIDE_NEXT, y, (size_t)x->rows * (size_t)dout, NULL, err);
-            *sent += (size_t)x->rows * (size_t)dout * sizeof(float) + sizeof(rm_net_frame);
+            *sent += (size_t)x->rows * (size_t)dout * sizeof(float) + hdr;
         } else {                 /* backward: the input gradient rows and the loss to p-1 */
             rc = s->lk->send(s->links, RM_PIPE_SIDE_PREV, s->dx + (size_t)x->row_off * (size_t)din,
                              (size_t)x->rows * (size_t)din, &s->loss_mb[x->mb], err);
-            *sent += ((size_t)x->rows * (size_t)din + 1) * sizeof(float) + sizeof(rm_net_frame);
+            *sent += ((size_t)x->rows * (size_t)din + 1) * sizeof(float) + hdr;
         }
     }
     int erc = s->lk->end(s->links, rc ? NULL : err);
