@@ -3,8 +3,11 @@
  * worker/step_pipeline.c unchanged in behaviour: one socket per direction per link, rm_net_frame
  * headers with sequence numbers, a receiver thread per inbound socket draining frames into the
  * preallocated receive buffer at the micro-batch's rows (frame k is micro-batch k % M), waits
- * bounded by the round's timeout, synchronous sends with a deadline. Groups and recv() are no-ops:
- * the receiver threads always drain, so neighbours never block each other.
+ * bounded by the round's timeout, synchronous sends with a deadline. Groups and recv() move
+ * nothing (the receiver threads always drain, so neighbours never block each other), but the entry
+ * holds its caller to the NCCL entry's contract — transfers only inside begin()/end(), a wait only
+ * for frames whose recv() was posted, no wait or flush inside a group (RM_EINVAL / RM_EPROTO
+ * otherwise) — so the CPU runs prove the driver would post what a GPU's links need.
  * Ownership: the links own the receiver threads; fds are borrowed from the ring comms. */
 #include <errno.h>
 #include <poll.h>
@@ -44,6 +47,8 @@ struct rm_pipe_links {
     bool tx_extra[2];
     pipe_rx rx[2];
     double timeout_s;
+    bool in_group;       /* between begin() and end() */
+    uint64_t posted[2];  /* recv() calls per side this round (the NCCL contract) */
 };
 
 static int rx_read(pipe_rx *x, void *buf, size_t len)
@@ -230,19 +235,30 @@ static int tcp_open(const rm_pipe_links_cfg *cfg, rm_pipe_links **out, rm_err *e
     return RM_OK;
 }
 
-static int tcp_nop(rm_pipe_links *l, rm_err *err)
+static int tcp_begin(rm_pipe_links *l, rm_err *err)
 {
-    (void)l;
-    (void)err;
+    if (l->in_group)
+        return rm_errf(err, RM_EINVAL, "pipeline link: a group is already open");
+    l->in_group = true;
+    return RM_OK;
+}
+
+static int tcp_end(rm_pipe_links *l, rm_err *err)
+{
+    if (!l->in_group)
+        return rm_errf(err, RM_EINVAL, "pipeline link: no group is open");
+    l->in_group = false;
     return RM_OK;
 }
 
 static int tcp_send(rm_pipe_links *l, int side, const float *rows, size_t nfloats, const float *extra,
                     rm_err *err)
 {
+    if (side < 0 || side > 1 || l->to[side] < 0)
+        return rm_errf(err, RM_EINVAL, "pipeline: no link to %s", side >= 0 && side <= 1 ? side_who(side) : "?");
+    if (!l->in_group)
+        return rm_errf(err, RM_EINVAL, "pipeline link: a send outside a group");
     int fd = l->to[side];
-    if (fd < 0)
-        return rm_errf(err, RM_EINVAL, "pipeline: no link to %s", side_who(side));
     if (!l->tx_extra[side])
         extra = NULL;
     rm_net_frame h;
@@ -261,24 +277,37 @@ static int tcp_send(rm_pipe_links *l, int side, const float *rows, size_t nfloat
 
 static int tcp_recv(rm_pipe_links *l, int side, int mb, rm_err *err)
 {
-    (void)mb;
-    if (!l->rx[side].started)
-        return rm_errf(err, RM_EINVAL, "pipeline: no link to %s", side_who(side));
-    return RM_OK;   /* the receiver thread drains every frame as it comes */
+    if (side < 0 || side > 1 || !l->rx[side].started)
+        return rm_errf(err, RM_EINVAL, "pipeline: no link to %s", side >= 0 && side <= 1 ? side_who(side) : "?");
+    if (!l->in_group)
+        return rm_errf(err, RM_EINVAL, "pipeline link: a receive outside a group");
+    /* the receiver thread drains every frame as it comes; frame k is micro-batch k % M */
+    if ((uint64_t)mb != l->posted[side] % (uint64_t)l->rx[side].M)
+        return rm_errf(err, RM_EPROTO, "pipeline link: receive %llu from %s posted for micro-batch %d, "
+                       "the link carries micro-batch %llu next", (unsigned long long)l->posted[side],
+                       side_who(side), mb, (unsigned long long)(l->posted[side] % (uint64_t)l->rx[side].M));
+    l->posted[side]++;
+    return RM_OK;
 }
 
 static int tcp_wait(rm_pipe_links *l, int side, uint64_t frames, double *waited, rm_err *err)
 {
-    if (!l->rx[side].started)
-        return rm_errf(err, RM_EINVAL, "pipeline: no link to %s", side_who(side));
+    if (side < 0 || side > 1 || !l->rx[side].started)
+        return rm_errf(err, RM_EINVAL, "pipeline: no link to %s", side >= 0 && side <= 1 ? side_who(side) : "?");
+    if (l->in_group)
+        return rm_errf(err, RM_EINVAL, "pipeline link: a wait inside an open group");
+    if (frames > l->posted[side])
+        return rm_errf(err, RM_EPROTO, "pipeline link: waiting for frame %llu from %s, only %llu "
+                       "receives were posted", (unsigned long long)frames, side_who(side),
+                       (unsigned long long)l->posted[side]);
     return rx_wait(&l->rx[side], frames, l->timeout_s, waited, side_who(side), err);
 }
 
 static int tcp_flush(rm_pipe_links *l, double *waited, rm_err *err)
 {
-    (void)l;
     (void)waited;
-    (void)err;
+    if (l->in_group)
+        return rm_errf(err, RM_EINVAL, "pipeline link: a flush inside an open group");
     return RM_OK;   /* sends are synchronous */
 }
 
@@ -292,8 +321,8 @@ static uint64_t tcp_bytes_in(rm_pipe_links *l)
 }
 
 static const rm_pipe_link_ops tcp_ops = {
-    .name = "tcp", .open = tcp_open, .begin = tcp_nop, .send = tcp_send, .recv = tcp_recv,
-    .end = tcp_nop, .wait = tcp_wait, .flush = tcp_flush, .bytes_in = tcp_bytes_in,
+    .name = "tcp", .open = tcp_open, .begin = tcp_begin, .send = tcp_send, .recv = tcp_recv,
+    .end = tcp_end, .wait = tcp_wait, .flush = tcp_flush, .bytes_in = tcp_bytes_in,
     .close = tcp_close,
 };
 

@@ -616,6 +616,15 @@ static void test_link_table(void)
     double waited = 0;
     CU_ASSERT_EQUAL(tcp->wait(l, RM_PIPE_SIDE_PREV, 1, &waited, &e), RM_EINVAL);
     CU_ASSERT_EQUAL(tcp->flush(l, &waited, &e), RM_OK);
+    /* the NCCL entry's contract, held on the CPU too: groups neither nest nor close twice, no
+     * flush inside one */
+    CU_ASSERT_EQUAL(tcp->begin(l, &e), RM_OK);
+    CU_ASSERT_EQUAL(tcp->begin(l, &e), RM_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "already open"));
+    CU_ASSERT_EQUAL(tcp->flush(l, &waited, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(tcp->end(l, &e), RM_OK);
+    CU_ASSERT_EQUAL(tcp->end(l, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(waited, 0.0);
     CU_ASSERT_EQUAL(tcp->bytes_in(l), 0u);
     tcp->close(l);
 }

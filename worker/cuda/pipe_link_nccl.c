@@ -398,6 +398,11 @@ static int nl_recv(rm_pipe_links *l, int side, int mb, rm_err *err)
     nccl_side *s = &l->sd[side];
     if (mb < 0 || mb >= l->M)
         return rm_errf(err, RM_EINVAL, "pipeline link nccl: micro-batch %d of %d", mb, l->M);
+    /* NCCL meets the k-th send with the k-th receive: the sender sends micro-batch k % M */
+    if ((uint64_t)mb != s->posted % (uint64_t)l->M)
+        return rm_errf(err, RM_EPROTO, "pipeline link nccl: receive %llu from %s posted for micro-batch "
+                       "%d, the link carries micro-batch %llu next", (unsigned long long)s->posted,
+                       side_who(side), mb, (unsigned long long)(s->posted % (uint64_t)l->M));
     int peer = 1 - s->me, off, n;
     rm_pipe_micro_rows(l->B, l->M, mb, &off, &n);
     size_t cnt = (size_t)n * (size_t)s->width;
