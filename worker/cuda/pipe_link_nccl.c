@@ -7,14 +7,15 @@
  *    channel); the upper stage reads it with the handshake's deadline. Both of a stage's
  *    communicators are made non-blocking (ncclConfig_t.blocking = 0) and initialised together, so
  *    no chain of neighbours waits on another's init.
- *  - Transfers run on one dedicated CUDA stream per stage. begin() records an event on the compute
- *    stream (rm_cuda_compute_stream) and makes the link stream wait on it: a send reads only what
- *    the compute has written, a receive overwrites only what it has finished reading; then
- *    ncclGroupStart. send()/recv() enqueue ncclSend/ncclRecv of the micro-batch's rows (and the
+ *  - Transfers run on a dedicated CUDA stream per link (NCCL kernels of different communicators on
+ *    one stream would serialize, and a group holding a send to p+1 and a receive from p-1 needs
+ *    both in flight). begin() records an event on the compute stream (rm_cuda_compute_stream) and
+ *    makes each link stream wait on it: a send reads only what the compute has written, a receive
+ *    overwrites only what it has finished reading; then ncclGroupStart. send()/recv() enqueue ncclSend/ncclRecv of the micro-batch's rows (and the
  *    trailing loss float on the gradient direction); end() is ncclGroupEnd: a stage that both
  *    sends and receives in one group (1F1B's steady state) cannot deadlock with its neighbour
  *    (pipeline_core.h rm_pipe_plan_check).
- *  - wait()/flush() poll the stream (worker/nccl_wait.h, as comm_nccl): the deadline starts when the
+ *  - wait()/flush() poll the link streams (worker/nccl_wait.h, as comm_nccl): the deadline starts when the
  *    compute event has fired; an asynchronous NCCL error or a dead peer fails at once (RM_ECLOSED)
  *    and aborts the communicator exactly once (rm_nccl_guard). The time blocked there is the
  *    stage's bubble. Once the host has seen a receive complete, compute launched after it reads
@@ -42,6 +43,7 @@ typedef struct nccl_side {
     bool used;
     int me;                 /* 0: lower stage of the link, 1: upper */
     ncclComm_t comm;        /* NULL once aborted/destroyed */
+    cudaStream_t stream;    /* this link's transfers */
     rm_nccl_guard guard;
     bool guard_ok;
     float *rx;
@@ -53,8 +55,7 @@ typedef struct nccl_side {
 
 struct rm_pipe_links {
     nccl_side sd[2];
-    cudaStream_t stream;
-    cudaEvent_t ready;
+    cudaEvent_t ready;      /* recorded on the compute stream at each group */
     int device, B, M;
     double timeout_s, init_timeout_s;
     bool first_done;        /* a transfer completed: NCCL's connections exist */
@@ -149,7 +150,18 @@ static int probe_inputs_ready(void *ctx, char *why, size_t cap)
 
 static int probe_stream_done(void *ctx, char *why, size_t cap)
 {
-    return cuda_query(cudaStreamQuery(((rm_pipe_links *)ctx)->stream), "cudaStreamQuery", why, cap);
+    rm_pipe_links *l = ctx;
+    int res = RM_NW_DONE;
+    for (int i = 0; i < 2; i++) {
+        if (!l->sd[i].used || !l->sd[i].stream)
+            continue;
+        int r = cuda_query(cudaStreamQuery(l->sd[i].stream), "cudaStreamQuery", why, cap);
+        if (r < 0)
+            return r;
+        if (r == RM_NW_PENDING)
+            res = RM_NW_PENDING;
+    }
+    return res;
 }
 
 static int probe_async_error(void *ctx, char *why, size_t cap)
@@ -264,12 +276,13 @@ static void nl_close(rm_pipe_links *l)
         }
         rm_nccl_guard_destroy(&s->guard);
     }
+    for (int i = 0; i < 2; i++)
+        if (l->sd[i].stream) {
+            RM_CUDA_WARN(cudaStreamSynchronize(l->sd[i].stream));
+            RM_CUDA_WARN(cudaStreamDestroy(l->sd[i].stream));
+        }
     if (l->ready)
         RM_CUDA_WARN(cudaEventDestroy(l->ready));
-    if (l->stream) {
-        RM_CUDA_WARN(cudaStreamSynchronize(l->stream));
-        RM_CUDA_WARN(cudaStreamDestroy(l->stream));
-    }
     free(l);
 }
 
@@ -297,7 +310,6 @@ static int nl_open(const rm_pipe_links_cfg *cfg, rm_pipe_links **out, rm_err *er
     if (dev >= 0)
         RM_CUDA_GOTO_ERR(cudaSetDevice(dev), rc, fail, err);
     RM_CUDA_GOTO_ERR(cudaGetDevice(&l->device), rc, fail, err);
-    RM_CUDA_GOTO_ERR(cudaStreamCreateWithFlags(&l->stream, cudaStreamNonBlocking), rc, fail, err);
     RM_CUDA_GOTO_ERR(cudaEventCreateWithFlags(&l->ready, cudaEventDisableTiming), rc, fail, err);
 
     ncclUniqueId id[2];
@@ -319,6 +331,7 @@ static int nl_open(const rm_pipe_links_cfg *cfg, rm_pipe_links **out, rm_err *er
         s->tx_extra = c->tx_extra;
         rm_nccl_guard_init(&s->guard, abort_side, s);
         s->guard_ok = true;
+        RM_CUDA_GOTO_ERR(cudaStreamCreateWithFlags(&s->stream, cudaStreamNonBlocking), rc, fail, err);
         if (c->lower) {
             RM_NCCL_GOTO_ERR(ncclGetUniqueId(&id[i]), rc, fail, err);
             RM_CHECK_GOTO(send_id(c->tcp, &id[i], l->init_timeout_s, side_who(i), err), rc, fail);
@@ -359,7 +372,9 @@ static int nl_begin(rm_pipe_links *l, rm_err *err)
     RM_CUDA_GOTO_ERR(cudaSetDevice(l->device), rc, out, err);
     cudaStream_t compute = (cudaStream_t)rm_cuda_compute_stream();
     RM_CUDA_GOTO_ERR(cudaEventRecord(l->ready, compute ? compute : cudaStreamLegacy), rc, out, err);
-    RM_CUDA_GOTO_ERR(cudaStreamWaitEvent(l->stream, l->ready, 0), rc, out, err);
+    for (int i = 0; i < 2; i++)
+        if (l->sd[i].used)
+            RM_CUDA_GOTO_ERR(cudaStreamWaitEvent(l->sd[i].stream, l->ready, 0), rc, out, err);
     RM_NCCL_GOTO_ERR(ncclGroupStart(), rc, out, err);
     l->in_group = true;
 out:
@@ -384,9 +399,9 @@ static int nl_send(rm_pipe_links *l, int side, const float *rows, size_t nfloats
     nccl_side *s = &l->sd[side];
     int peer = 1 - s->me;
     if (nfloats > 0)
-        RM_NCCL_GOTO_ERR(ncclSend(rows, nfloats, ncclFloat32, peer, s->comm, l->stream), rc, out, err);
+        RM_NCCL_GOTO_ERR(ncclSend(rows, nfloats, ncclFloat32, peer, s->comm, s->stream), rc, out, err);
     if (s->tx_extra && extra)
-        RM_NCCL_GOTO_ERR(ncclSend(extra, 1, ncclFloat32, peer, s->comm, l->stream), rc, out, err);
+        RM_NCCL_GOTO_ERR(ncclSend(extra, 1, ncclFloat32, peer, s->comm, s->stream), rc, out, err);
 out:
     return rc;
 }
@@ -409,10 +424,10 @@ static int nl_recv(rm_pipe_links *l, int side, int mb, rm_err *err)
     if (cnt > 0) {
         rm_cuda_note_written(s->rx + (size_t)off * (size_t)s->width, cnt * sizeof(float));
         RM_NCCL_GOTO_ERR(ncclRecv(s->rx + (size_t)off * (size_t)s->width, cnt, ncclFloat32, peer, s->comm,
-                                  l->stream), rc, out, err);
+                                  s->stream), rc, out, err);
     }
     if (s->rx_extra)
-        RM_NCCL_GOTO_ERR(ncclRecv(s->rx_extra + mb, 1, ncclFloat32, peer, s->comm, l->stream), rc, out,
+        RM_NCCL_GOTO_ERR(ncclRecv(s->rx_extra + mb, 1, ncclFloat32, peer, s->comm, s->stream), rc, out,
                          err);
     s->posted++;
     l->bytes_pending += (cnt + (s->rx_extra ? 1 : 0)) * sizeof(float);
@@ -435,7 +450,7 @@ out:
     return rc;
 }
 
-/* Everything issued on the link stream has run. */
+/* Everything issued on the link streams has run. */
 static int drain(rm_pipe_links *l, double *waited, rm_err *err)
 {
     if (!l->issued)
