@@ -255,7 +255,8 @@ static int tcp_send(rm_pipe_links *l, int side, const float *rows, size_t nfloat
                     rm_err *err)
 {
     if (side < 0 || side > 1 || l->to[side] < 0)
-        return rm_errf(err, RM_EINVAL, "pipeline: no link to %s", side >= 0 && side <= 1 ? side_who(side) : "?");
+        return rm_errf(err, RM_EINVAL, "pipeline: no link to %s",
+                       side >= 0 && side <= 1 ? side_who(side) : "?");
     if (!l->in_group)
         return rm_errf(err, RM_EINVAL, "pipeline link: a send outside a group");
     int fd = l->to[side];
@@ -278,7 +279,8 @@ static int tcp_send(rm_pipe_links *l, int side, const float *rows, size_t nfloat
 static int tcp_recv(rm_pipe_links *l, int side, int mb, rm_err *err)
 {
     if (side < 0 || side > 1 || !l->rx[side].started)
-        return rm_errf(err, RM_EINVAL, "pipeline: no link to %s", side >= 0 && side <= 1 ? side_who(side) : "?");
+        return rm_errf(err, RM_EINVAL, "pipeline: no link to %s",
+                       side >= 0 && side <= 1 ? side_who(side) : "?");
     if (!l->in_group)
         return rm_errf(err, RM_EINVAL, "pipeline link: a receive outside a group");
     /* the receiver thread drains every frame as it comes; frame k is micro-batch k % M */
@@ -293,7 +295,8 @@ static int tcp_recv(rm_pipe_links *l, int side, int mb, rm_err *err)
 static int tcp_wait(rm_pipe_links *l, int side, uint64_t frames, double *waited, rm_err *err)
 {
     if (side < 0 || side > 1 || !l->rx[side].started)
-        return rm_errf(err, RM_EINVAL, "pipeline: no link to %s", side >= 0 && side <= 1 ? side_who(side) : "?");
+        return rm_errf(err, RM_EINVAL, "pipeline: no link to %s",
+                       side >= 0 && side <= 1 ? side_who(side) : "?");
     if (l->in_group)
         return rm_errf(err, RM_EINVAL, "pipeline link: a wait inside an open group");
     if (frames > l->posted[side])

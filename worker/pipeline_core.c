@@ -235,12 +235,13 @@ int rm_pipe_xfer_plan(const rm_pipe_event *ev, int nev, int P, int p, int rows, 
         return RM_EINVAL;
     int n = 0, group = -1, side, grad;
     /* the receive before event 0 opens the first group; then, per event, its send and the next
-     * event's receive share one */
+     * event's receive share one when they use the same link (one communicator per group) */
     for (int i = 0; i < nev; i++) {
         if (ev[i].mb < 0 || ev[i].mb >= M)
             return RM_EINVAL;
         if (recv_before(&ev[i], P, p, &side, &grad)) {
-            bool joins = grouped && n > 0 && out[n - 1].op == RM_PIPE_XF_SEND && out[n - 1].event == i - 1;
+            bool joins = grouped && n > 0 && out[n - 1].op == RM_PIPE_XF_SEND && out[n - 1].event == i - 1 &&
+                         out[n - 1].side == side;
             if (!joins)
                 group++;
             if (xf_add(out, cap, &n, RM_PIPE_XF_RECV, side, grad, i, ev[i].mb, rows, M, group))

@@ -75,10 +75,12 @@ rm_pipe_link_kind rm_pipe_link_for(bool host_memory);
  * a receive before its compute (F(m): the activations of m from p-1; B(m): the gradient of m from
  * p+1) and a send after it (F(m): the output of m to p+1; B(m): the input gradient of m to p-1,
  * with one trailing float, the micro-batch's loss). Grouped, the send after event i and the
- * receive before event i+1 form one group (one ncclGroupStart/End): a stage that sends to a
- * neighbour that is itself sending to it (1F1B's steady state: F(m+1)'s output goes to p+1 while
- * p+1 sends B(m)'s gradient back) never blocks on a send whose receive the peer posts only after
- * its own send (the neighbours' deadlock); rm_pipe_plan_check proves it per schedule. */
+ * receive before event i+1 form one group (one ncclGroupStart/End) when both use the same link: a
+ * stage that sends to a neighbour that is itself sending to it (1F1B's steady state: F(m+1)'s
+ * output goes to p+1 while p+1 sends B(m)'s gradient back) never blocks on a send whose receive
+ * the peer posts only after its own send (the neighbours' deadlock). A send and a receive on
+ * different links stay two groups in that order (a group never spans two communicators, whose
+ * kernels could serialize); rm_pipe_plan_check proves the plans deadlock-free per schedule. */
 typedef enum { RM_PIPE_SIDE_PREV = 0, RM_PIPE_SIDE_NEXT = 1 } rm_pipe_side;
 typedef enum { RM_PIPE_XF_RECV = 0, RM_PIPE_XF_SEND = 1 } rm_pipe_xf_op;
 typedef struct rm_pipe_xfer {

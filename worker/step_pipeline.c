@@ -21,11 +21,12 @@
  * buffers at the micro-batch's rows); device memory (a GPU) uses "nccl" (cuda/pipe_link_nccl.c: a
  * 2-rank NCCL communicator per link whose id crosses the TCP link, ncclSend/ncclRecv on a link
  * stream). The step runs the stage's transfer plan (rm_pipe_xfer_plan: per event a receive before
- * its compute and a send after it, the send grouped with the next event's receive so neighbours
- * never deadlock); the compute thread waits for frame k with the round's timeout (a dead or hung
- * neighbour fails the round; the driver re-forms it from the newest checkpoint); the time blocked
- * there is the bubble. The loss of each micro-batch rides backward on the gradient frames (one
- * trailing float), so every stage reports the job's loss. Nothing is allocated per step.
+ * its compute and a send after it, the send grouped with the next event's receive on the same
+ * link so neighbours never deadlock); the compute thread waits for frame k with the round's
+ * timeout (a dead or hung neighbour fails the round; the driver re-forms it from the newest
+ * checkpoint); the time blocked there is the bubble. The loss of each micro-batch rides backward
+ * on the gradient frames (one trailing float), so every stage reports the job's loss. Nothing is
+ * allocated per step.
  *
  * State (per stage): the flat parameter/gradient/optimizer buffers keep the allreduce strategy's
  * whole-model layout (so offsets, checkpoints and the P = 1 path are unchanged), but a stage holds

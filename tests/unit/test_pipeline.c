@@ -529,9 +529,10 @@ static void test_link_plan(void)
         { 0, 2, 0, 2, 5, true, "0:SaN0@0+3 1:SaN1@3+2 1:RgN0@0+3 2:RgN1@3+2" },
         { 0, 2, 1, 2, 5, true, "0:RaP0@0+3 1:SgP0@0+3 1:RaP1@3+2 2:SgP1@3+2" },
         { 0, 2, 0, 2, 5, false, "0:SaN0@0+3 1:SaN1@3+2 2:RgN0@0+3 3:RgN1@3+2" },
-        /* a middle stage: every send shares a group with the next event's receive */
+        /* a middle stage: a send shares a group with the next event's receive on the same link
+         * (F1's output to p+1 with B0's gradient from p+1); across links they stay apart, in order */
         { 0, 3, 1, 2, 5, true,
-          "0:RaP0@0+3 1:SaN0@0+3 1:RaP1@3+2 2:SaN1@3+2 2:RgN0@0+3 3:SgP0@0+3 3:RgN1@3+2 4:SgP1@3+2" },
+          "0:RaP0@0+3 1:SaN0@0+3 2:RaP1@3+2 3:SaN1@3+2 3:RgN0@0+3 4:SgP0@0+3 5:RgN1@3+2 6:SgP1@3+2" },
         /* GPipe: forwards, then backwards; the last forward's send meets B0's receive */
         { 1, 2, 0, 3, 3, true, "0:SaN0@0+1 1:SaN1@1+1 2:SaN2@2+1 2:RgN0@0+1 3:RgN1@1+1 4:RgN2@2+1" },
         { 1, 2, 1, 3, 3, true, "0:RaP0@0+1 1:RaP1@1+1 2:RaP2@2+1 3:SgP0@0+1 4:SgP1@1+1 5:SgP2@2+1" },

@@ -8,20 +8,20 @@
  *    communicators are made non-blocking (ncclConfig_t.blocking = 0) and initialised together, so
  *    no chain of neighbours waits on another's init.
  *  - Transfers run on a dedicated CUDA stream per link (NCCL kernels of different communicators on
- *    one stream would serialize, and a group holding a send to p+1 and a receive from p-1 needs
- *    both in flight). begin() records an event on the compute stream (rm_cuda_compute_stream) and
- *    makes each link stream wait on it: a send reads only what the compute has written, a receive
- *    overwrites only what it has finished reading; then ncclGroupStart. send()/recv() enqueue ncclSend/ncclRecv of the micro-batch's rows (and the
+ *    one stream would serialize). begin() records an event on the compute stream
+ *    (rm_cuda_compute_stream) and makes each link stream wait on it: a send reads only what the
+ *    compute has written, a receive overwrites only what it has finished reading; then
+ *    ncclGroupStart. send()/recv() enqueue ncclSend/ncclRecv of the micro-batch's rows (and the
  *    trailing loss float on the gradient direction); end() is ncclGroupEnd: a stage that both
- *    sends and receives in one group (1F1B's steady state) cannot deadlock with its neighbour
- *    (pipeline_core.h rm_pipe_plan_check).
- *  - wait()/flush() poll the link streams (worker/nccl_wait.h, as comm_nccl): the deadline starts when the
- *    compute event has fired; an asynchronous NCCL error or a dead peer fails at once (RM_ECLOSED)
- *    and aborts the communicator exactly once (rm_nccl_guard). The time blocked there is the
- *    stage's bubble. Once the host has seen a receive complete, compute launched after it reads
- *    the data.
- * Nothing is allocated per step (the stream, the event and the communicators are made at open).
- * Ownership: the links own their communicators, stream and event; buffers and TCP comms are
+ *    sends and receives on one link in one group (1F1B's steady state) cannot deadlock with its
+ *    neighbour (pipeline_core.h rm_pipe_plan_check; the plan never puts two links in one group).
+ *  - wait()/flush() poll the link streams (worker/nccl_wait.h, as comm_nccl): the deadline starts
+ *    when the compute event has fired; an asynchronous NCCL error or a dead peer fails at once
+ *    (RM_ECLOSED) and aborts the communicators, each exactly once (rm_nccl_guard). The time
+ *    blocked there is the stage's bubble. Once the host has seen a receive complete, compute
+ *    launched after it reads the data.
+ * Nothing is allocated per step (the streams, the event and the communicators are made at open).
+ * Ownership: the links own their communicators, streams and event; buffers and TCP comms are
  * borrowed. One caller thread. */
 #include <sched.h>
 #include <stdio.h>
