@@ -362,7 +362,7 @@ static int pl_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
         return RM_OK;
     if (!r->listener || !r->peers)
         return rm_errf(err, RM_EUNSUPPORTED, "pipeline: stages need the worker's ring listener and "
-                       "the rendezvous peer list (backend ring or shm under a rendezvous)");
+                       "the rendezvous peer list (backend ring, shm or nccl under a rendezvous)");
     if (!s->env.k->host_memory && s->pl.replicas > 1)
         return rm_err_field(err, RM_EUNSUPPORTED, "spec.replicas", "pipeline stages on a GPU run one "
                             "data-parallel replica in this version (replicas = pipelineStages = %d); "

@@ -110,8 +110,9 @@ fi
 
 # ---- a 2-stage pipeline on two GPUs: activations over NCCL send/recv (issue 15) -----------------
 # `ringmaster run` of the pipeline fixture (2 stages, 4 micro-batches, 1F1B; LOCAL_RANK picks GPU 0
-# and 1) with RINGMASTER_DEVICE=cuda: the stage links are worker/cuda/pipe_link_nccl.c (one 2-rank
-# communicator per link, its id over the authenticated TCP link). It must Succeed, log the NCCL
+# and 1) with RINGMASTER_DEVICE=cuda and backend nccl (the world's collectives on the GPU): the
+# stage links are worker/cuda/pipe_link_nccl.c (one 2-rank communicator per link, its id over the
+# authenticated TCP link on the ring listener). The CPU run keeps the fixture's backend ring. It must Succeed, log the NCCL
 # links, and reach the CPU 2-stage run's accuracy within 1 point. NCCL cannot put both ranks of a
 # link on one device, so one GPU skips it (saying so). Never run on the machine this was written on.
 step "2-stage pipeline on GPUs (NCCL send/recv links)"
@@ -126,8 +127,11 @@ else
   pacc() { grep -h 'msg="training done"' "$1"/worker-*.log | sed -n 's/.*test_accuracy=\([0-9.]*\).*/\1/p' | tail -n1; }
   for dev in cuda cpu; do
     rm -rf "$out/pipe-$dev" "$out/pipe-ck-$dev"
+    be=ring; [ "$dev" = cuda ] && be=nccl
+    sed "s/^  backend: ring$/  backend: $be/" tests/e2e/fixtures/pipeline.yaml > "$out/pipe-$dev.yaml"
+    grep -q "^  backend: $be$" "$out/pipe-$dev.yaml" || { echo "FAIL fixture edit (backend $be)"; fail=1; }
     set +e
-    RINGMASTER_DEVICE=$dev timeout 900 "$RM_BIN/ringmaster" run -f tests/e2e/fixtures/pipeline.yaml --epochs 1 \
+    RINGMASTER_DEVICE=$dev timeout 900 "$RM_BIN/ringmaster" run -f "$out/pipe-$dev.yaml" --epochs 1 \
       --checkpoint-dir "$out/pipe-ck-$dev" --run-dir "$out/pipe-$dev" >"$out/pipe-$dev.out" 2>&1
     rc=$?
     set -e
