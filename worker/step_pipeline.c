@@ -49,7 +49,8 @@
  * from the set and takes it like a whole checkpoint. P = 1 writes the allreduce strategy's whole
  * checkpoint as before; P = 1 delegates fresh state, restore and state_sync to the allreduce
  * strategy (sharding none). Limits of this version: fp32, backend ring/shm for the world with
- * ring sub-groups; on a GPU one data-parallel replica per stage (the stage group's allreduce is the
+ * ring sub-groups (on a GPU backend nccl for the world, the ring listener for the links'
+ * handshake); on a GPU one data-parallel replica per stage (the stage group's allreduce is the
  * CPU ring's), buffers through the kernels table (device memory: copies where the CPU path touches
  * host memory), and the model's device buffers are still allocated whole (only the CPU table's
  * untouched pages stay unresident); the GPU path is compiled and linked but was not run here.
