@@ -924,10 +924,11 @@ int rm_par_validate(const rm_tj_spec *s, rm_err *err)
     if (t->precision != RM_PREC_FP32)
         return rm_err_field(err, RM_EINVAL, "spec.training.precision", "must be fp32 with "
                             "spec.parallelism.pipelineStages > 1 in this version");
-    if (s->backend == RM_BACKEND_NCCL || s->backend == RM_BACKEND_MPI)
+    /* nccl: GPU stages (the world's collectives on the GPU, the stage links NCCL send/recv) */
+    if (s->backend == RM_BACKEND_MPI)
         return rm_err_field(err, RM_EINVAL, "spec.backend", "%s cannot be used with "
-                            "spec.parallelism.pipelineStages > 1 in this version (stages talk TCP; "
-                            "use auto or ring)", rm_backend_name(s->backend));
+                            "spec.parallelism.pipelineStages > 1 in this version (stages talk TCP, "
+                            "or NCCL on GPUs; use auto, ring or nccl)", rm_backend_name(s->backend));
     return RM_OK;
 }
 

@@ -15,6 +15,7 @@
  * worker/step_pipeline.c runs them). Ownership: nothing is kept past a call. */
 #ifndef RM_WORKER_PIPELINE_CORE_H
 #define RM_WORKER_PIPELINE_CORE_H
+#include <stdbool.h>
 #include <stdint.h>
 #include "common/rm.h"
 
@@ -63,4 +64,45 @@ int rm_pipe_simulate(int schedule, int P, int M, double tf, double tb, double *i
                      double *makespan, rm_err *err);
 /* The textbook bubble fraction (P-1)/(M+P-1). */
 double rm_pipe_textbook_bubble(int P, int M);
+/* ---- the links between neighbouring stages (issue 15 item 3) ---------------------------------- */
+/* Which transport carries a stage's activations and activation-gradients: authenticated TCP frames
+ * (worker/pipe_link_tcp.c) when the kernels' memory is host memory (the CPU table), NCCL
+ * send/recv on device buffers (worker/cuda/pipe_link_nccl.c) when it is not (a GPU). */
+typedef enum { RM_PIPE_LINK_TCP = 0, RM_PIPE_LINK_NCCL = 1 } rm_pipe_link_kind;
+rm_pipe_link_kind rm_pipe_link_for(bool host_memory);
+
+/* One transfer of a stage's step, in issue order. Every event i of the stage's table has at most
+ * a receive before its compute (F(m): the activations of m from p-1; B(m): the gradient of m from
+ * p+1) and a send after it (F(m): the output of m to p+1; B(m): the input gradient of m to p-1,
+ * with one trailing float, the micro-batch's loss). Grouped, the send after event i and the
+ * receive before event i+1 form one group (one ncclGroupStart/End) when both use the same link: a
+ * stage that sends to a neighbour that is itself sending to it (1F1B's steady state: F(m+1)'s
+ * output goes to p+1 while p+1 sends B(m)'s gradient back) never blocks on a send whose receive
+ * the peer posts only after its own send (the neighbours' deadlock). A send and a receive on
+ * different links stay two groups in that order (a group never spans two communicators, whose
+ * kernels could serialize); rm_pipe_plan_check proves the plans deadlock-free per schedule. */
+typedef enum { RM_PIPE_SIDE_PREV = 0, RM_PIPE_SIDE_NEXT = 1 } rm_pipe_side;
+typedef enum { RM_PIPE_XF_RECV = 0, RM_PIPE_XF_SEND = 1 } rm_pipe_xf_op;
+typedef struct rm_pipe_xfer {
+    uint8_t op;        /* rm_pipe_xf_op */
+    uint8_t side;      /* rm_pipe_side: the neighbour */
+    uint8_t grad;      /* 1: activation-gradient (+ the loss float), 0: activations */
+    int32_t event;     /* index of its event: a receive runs before that event's compute, a send after */
+    int32_t mb;        /* micro-batch */
+    int32_t row_off, rows;   /* its rows of the batch (rm_pipe_micro_rows) */
+    int32_t group;     /* transfers with equal group are issued together, groups in order from 0 */
+} rm_pipe_xfer;
+/* Stage p's transfers for its event table ev[0..nev) of a batch of `rows` in M micro-batches, in
+ * issue order, into out (cap entries; 2*nev always suffice). grouped = false: every transfer is its
+ * own group. Returns the count, or RM_EINVAL for bad arguments or a too small cap. */
+int rm_pipe_xfer_plan(const rm_pipe_event *ev, int nev, int P, int p, int rows, int M, bool grouped,
+                      rm_pipe_xfer *out, int cap);
+/* Plays every stage's plan of a schedule against its neighbours under blocking semantics (a
+ * transfer completes only while its peer's matching transfer is posted, a stage posts its next
+ * group only once the current one completed; the k-th send on a link direction meets the k-th
+ * receive). RM_OK when every stage finishes with every send meeting the receive of the same
+ * micro-batch and rows; RM_EPROTO naming the stage when the plans deadlock or mismatch; RM_EINVAL
+ * for bad arguments (P <= RM_PIPE_MAX_STAGES, M <= RM_PIPE_CHECK_MAX_MICRO). */
+#define RM_PIPE_CHECK_MAX_MICRO 32
+int rm_pipe_plan_check(int schedule, int P, int M, int rows, bool grouped, rm_err *err);
 #endif

@@ -14,14 +14,19 @@
  * to P = 1 for M = 1; float summation order otherwise).
  *
  * Transport: each link between neighbouring stages is a ring comm of two ranks formed over the
- * worker's ring listener as its own sub-group (rm_comm_cfg.group: the ring's HMAC handshake),
- * giving one authenticated socket per direction; frames are rm_net_frame headers (the ring's
- * framing, worker/net.h) with sequence numbers, so a desync is RM_EPROTO. A receiver thread per
- * inbound socket drains frames into preallocated buffers at the micro-batch's rows (so sends
- * never deadlock on full socket buffers); the compute thread waits for frame k with the round's
+ * worker's ring listener as its own sub-group (rm_comm_cfg.group: the ring's HMAC handshake). What
+ * moves over it is the link table's (worker/pipe_link.h), picked by rm_pipe_link_for: host memory
+ * (the CPU kernels) uses "tcp" (pipe_link_tcp.c: rm_net_frame frames with sequence numbers on one
+ * socket per direction, a receiver thread per inbound socket draining into the preallocated
+ * buffers at the micro-batch's rows); device memory (a GPU) uses "nccl" (cuda/pipe_link_nccl.c: a
+ * 2-rank NCCL communicator per link whose id crosses the TCP link, ncclSend/ncclRecv on a link
+ * stream). The step runs the stage's transfer plan (rm_pipe_xfer_plan: per event a receive before
+ * its compute and a send after it, the send grouped with the next event's receive on the same
+ * link so neighbours never deadlock); the compute thread waits for frame k with the round's
  * timeout (a dead or hung neighbour fails the round; the driver re-forms it from the newest
- * checkpoint). The loss of each micro-batch rides backward on the gradient frames (one trailing
- * float), so every stage reports the job's loss. Nothing is allocated per step.
+ * checkpoint); the time blocked there is the bubble. The loss of each micro-batch rides backward
+ * on the gradient frames (one trailing float), so every stage reports the job's loss. Nothing is
+ * allocated per step.
  *
  * State (per stage): the flat parameter/gradient/optimizer buffers keep the allreduce strategy's
  * whole-model layout (so offsets, checkpoints and the P = 1 path are unchanged), but a stage holds
@@ -43,8 +48,12 @@
  * any restore (this P, another P, P = 1, the allreduce strategy) re-assembles the whole payload
  * from the set and takes it like a whole checkpoint. P = 1 writes the allreduce strategy's whole
  * checkpoint as before; P = 1 delegates fresh state, restore and state_sync to the allreduce
- * strategy (sharding none). Limits of this version: CPU kernels (host memory), fp32, backend
- * ring/shm for the world with ring sub-groups.
+ * strategy (sharding none). Limits of this version: fp32, backend ring/shm for the world with
+ * ring sub-groups (on a GPU backend nccl for the world, the ring listener for the links'
+ * handshake); on a GPU one data-parallel replica per stage (the stage group's allreduce is the
+ * CPU ring's), buffers through the kernels table (device memory: copies where the CPU path touches
+ * host memory), and the model's device buffers are still allocated whole (only the CPU table's
+ * untouched pages stay unresident); the GPU path is compiled and linked but was not run here.
  *
  * Ownership: rm_step owns its buffers, the inner allreduce state, the sub-group comms and the
  * receiver threads (round_end stops and frees the per-round parts; destroy everything). */
@@ -65,28 +74,12 @@
 #include "common/trainingjob.h"
 #include "common/worker_env.h"
 #include "worker/net.h"
+#include "worker/pipe_link.h"
 #include "worker/pipeline_core.h"
 #include "worker/step.h"
 
 #define PIPE_GROUP_DP 0x2000u     /* + stage: a stage's data-parallel group */
 #define PIPE_GROUP_LINK 0x4000u   /* + lower rank: the link between stage p and p+1 */
-#define PIPE_RX_SLICE_MS 200
-
-typedef struct pipe_rx {
-    int fd;                   /* borrowed from the link comm */
-    float *buf;               /* [B x width], micro-batch m at its rows */
-    int width, B, M;
-    float *extra;             /* [M] trailing float per frame (the loss), or NULL */
-    pthread_t th;
-    bool started;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;        /* CLOCK_MONOTONIC */
-    uint64_t got;             /* frames received (under mu) */
-    int rc;                   /* first failure (under mu) */
-    char msg[200];
-    atomic_int stop;
-    atomic_ullong bytes;
-} pipe_rx;
 
 struct rm_step {
     rm_step_env env;
@@ -105,9 +98,10 @@ struct rm_step {
     const rm_comm_ops *ring;
     rm_comm *dp;                    /* data-parallel group of this stage (D > 1) */
     rm_comm *link_prev, *link_next; /* to stage p-1 / p+1 */
-    int to_prev, to_next;           /* send sockets (borrowed from the link comms) */
-    pipe_rx rx_prev, rx_next;       /* activations from p-1 / gradients from p+1 */
-    uint32_t seq_prev, seq_next;    /* frames sent towards p-1 / p+1 */
+    const rm_pipe_link_ops *lk;     /* the links' transport: tcp (host memory) or nccl (device) */
+    rm_pipe_links *links;           /* activations from p-1 / gradients from p+1 (this round) */
+    rm_pipe_xfer *xf;               /* [4*M] the step's transfers in issue order (init) */
+    int nxf;
     uint64_t nstep;                 /* steps in this round */
     uint64_t nfwd, nbwd;            /* frames expected so far from p-1 / p+1 this round */
     bool dirty;                     /* stale ranges: steps since the state was whole */
@@ -125,169 +119,24 @@ struct rm_step {
     float *dbs;                     /* [widest] bias-gradient scratch */
     float *loss_mb;                 /* [M] */
     float *loss_rx;                 /* [M] losses riding on gradient frames */
+    float *loss_h;                  /* [M] host copy of loss_mb (device memory) */
+    float *one;                     /* one float 1.0 (device memory: the bias-gradient sum) */
     int widest;
 };
 
 /* ---------------------------------------------------------------------------------------------- */
-/* receiver threads                                                                                */
-
-static int rx_read(pipe_rx *x, void *buf, size_t len)
-{
-    size_t done = 0;
-    while (done < len) {
-        if (atomic_load(&x->stop))
-            return RM_ECANCELED;
-        struct pollfd p = {.fd = x->fd, .events = POLLIN};
-        int pr = poll(&p, 1, PIPE_RX_SLICE_MS);
-        if (pr < 0 && errno != EINTR)
-            return RM_EIO;
-        if (pr <= 0)
-            continue;
-        ssize_t n = recv(x->fd, (char *)buf + done, len - done, MSG_DONTWAIT);
-        if (n == 0)
-            return RM_ECLOSED;
-        if (n < 0) {
-            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-                continue;
-            return errno == ECONNRESET ? RM_ECLOSED : RM_EIO;
-        }
-        done += (size_t)n;
-    }
-    atomic_fetch_add(&x->bytes, (unsigned long long)len);
-    return RM_OK;
-}
-
-static void rx_fail(pipe_rx *x, int rc, const char *msg)
-{
-    pthread_mutex_lock(&x->mu);
-    if (!x->rc) {
-        x->rc = rc;
-        snprintf(x->msg, sizeof x->msg, "%s", msg);
-    }
-    pthread_cond_broadcast(&x->cv);
-    pthread_mutex_unlock(&x->mu);
-}
-
-static void *rx_main(void *arg)
-{
-    pipe_rx *x = arg;
-    uint32_t seq = 0;
-    for (uint64_t k = 0;; k++, seq++) {
-        rm_net_frame h;
-        int rc = rx_read(x, &h, sizeof h);
-        int mb = (int)(k % (uint64_t)x->M), off, n;
-        rm_pipe_micro_rows(x->B, x->M, mb, &off, &n);
-        uint32_t len = (uint32_t)(((size_t)n * (size_t)x->width + (x->extra ? 1 : 0)) * sizeof(float));
-        if (rc == RM_OK && !rm_net_frame_ok(&h, seq, len)) {
-            char m[200];
-            snprintf(m, sizeof m, "garbage or desync (frame magic %08x seq %u len %u, want seq %u len %u)",
-                     h.magic, h.seq, h.len, seq, len);
-            rx_fail(x, RM_EPROTO, m);
-            return NULL;
-        }
-        if (rc == RM_OK)
-            rc = rx_read(x, x->buf + (size_t)off * (size_t)x->width, (size_t)n * (size_t)x->width * sizeof(float));
-        if (rc == RM_OK && x->extra)
-            rc = rx_read(x, &x->extra[mb], sizeof(float));
-        if (rc) {
-            rx_fail(x, rc, rc == RM_ECLOSED ? "the neighbour closed the connection" :
-                           rc == RM_ECANCELED ? "stopped" : "read failed");
-            return NULL;
-        }
-        pthread_mutex_lock(&x->mu);
-        x->got = k + 1;
-        pthread_cond_broadcast(&x->cv);
-        pthread_mutex_unlock(&x->mu);
-    }
-}
-
-static int rx_start(pipe_rx *x, int fd, float *buf, int width, int B, int M, float *extra,
-                    rm_err *err)
-{
-    memset(x, 0, sizeof *x);
-    x->fd = fd;
-    x->buf = buf;
-    x->width = width;
-    x->B = B;
-    x->M = M;
-    x->extra = extra;
-    atomic_init(&x->stop, 0);
-    atomic_init(&x->bytes, 0);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int ok = pthread_mutex_init(&x->mu, NULL) == 0;
-    ok = ok && pthread_cond_init(&x->cv, &ca) == 0;
-    pthread_condattr_destroy(&ca);
-    if (!ok || pthread_create(&x->th, NULL, rx_main, x) != 0)
-        return rm_errf(err, RM_ENOMEM, "pipeline: cannot start a receiver thread");
-    x->started = true;
-    return RM_OK;
-}
-
-static void rx_stop(pipe_rx *x)
-{
-    if (!x->started)
-        return;
-    atomic_store(&x->stop, 1);
-    pthread_join(x->th, NULL);
-    pthread_cond_destroy(&x->cv);
-    pthread_mutex_destroy(&x->mu);
-    x->started = false;
-}
-
-/* Wait until `want` frames arrived; *waited += seconds spent. */
-static int rx_wait(pipe_rx *x, uint64_t want, double timeout_s, double *waited, const char *who,
-                   rm_err *err)
-{
-    double t0 = rm_mono(), deadline = t0 + timeout_s;
-    int rc = RM_OK;
-    pthread_mutex_lock(&x->mu);
-    while (x->got < want && !x->rc) {
-        double now = rm_mono();
-        if (now >= deadline) {
-            rc = RM_ETIMEDOUT;
-            break;
-        }
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        double left = deadline - now;
-        ts.tv_sec += (time_t)left;
-        ts.tv_nsec += (long)((left - (double)(time_t)left) * 1e9);
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        pthread_cond_timedwait(&x->cv, &x->mu, &ts);
-    }
-    if (x->got < want && x->rc)
-        rc = rm_errf(err, x->rc, "pipeline: %s: %s", who, x->msg);
-    pthread_mutex_unlock(&x->mu);
-    *waited += rm_mono() - t0;
-    if (rc == RM_ETIMEDOUT)
-        return rm_errf(err, rc, "pipeline: %s sent nothing for %.1f s (dead or hung)", who, timeout_s);
-    return rc;
-}
-
-static int link_send(rm_step *s, int fd, uint32_t *seq, const float *rows, size_t nfloats,
-                     const float *extra, const char *who, rm_err *err)
-{
-    rm_net_frame h;
-    rm_net_frame_make(&h, (*seq)++, (uint32_t)((nfloats + (extra ? 1 : 0)) * sizeof(float)));
-    double deadline = rm_mono() + s->env.timeout_s;
-    rm_err e = {0};
-    int rc = rm_net_send_all(fd, &h, sizeof h, deadline, &e);
-    if (!rc)
-        rc = rm_net_send_all(fd, rows, nfloats * sizeof(float), deadline, &e);
-    if (!rc && extra)
-        rc = rm_net_send_all(fd, extra, sizeof(float), deadline, &e);
-    if (rc)
-        return rm_errf(err, rc, "pipeline: sending to %s: %s", who, e.msg);
-    return RM_OK;
-}
-
-/* ---------------------------------------------------------------------------------------------- */
 /* lifecycle                                                                                       */
+
+/* A kernels-table memory operation's result, named (device memory: the table's own error). */
+static int dev_rc(const rm_step *s, int rc, rm_err *err)
+{
+    if (rc == RM_OK)
+        return RM_OK;
+    rm_err e = {0};
+    if (s->env.k->check && s->env.k->check(&e) != RM_OK)
+        return rm_errf(err, rc, "pipeline: %s: %s", s->env.k->name, e.msg);
+    return rm_errf(err, rc, "pipeline: a %s memory operation failed", s->env.k->name);
+}
 
 static int parse_env(rm_step *s, rm_err *err)
 {
@@ -333,20 +182,21 @@ static void pl_destroy(rm_step *s)
     pl_round_end(s);
     if (s->inner_ops)
         s->inner_ops->destroy(s->inner);
-    free(s->in_act);
-    free(s->out_grad);
-    free(s->dx);
-    free(s->dbs);
-    free(s->loss_mb);
-    free(s->loss_rx);
+    const rm_kernels *k = s->env.k;
+    k->free(s->in_act);
+    k->free(s->out_grad);
+    k->free(s->dx);
+    k->free(s->dbs);
+    k->free(s->loss_mb);
+    k->free(s->loss_rx);
+    k->free(s->one);
+    free(s->loss_h);
+    free(s->xf);
     free(s);
 }
 
 static int pl_init(const rm_step_env *env, rm_step **out, rm_err *err)
 {
-    if (!env->k->host_memory)
-        return rm_errf(err, RM_EUNSUPPORTED, "pipeline stages run on the CPU kernels in this "
-                       "version (device %s)", env->k->name);
     if (env->sharding != RM_SHARD_NONE)
         return rm_err_field(err, RM_EINVAL, "spec.training.sharding", "must be none with pipeline "
                             "stages in this version");
@@ -354,7 +204,8 @@ static int pl_init(const rm_step_env *env, rm_step **out, rm_err *err)
     if (!s)
         return rm_errf(err, RM_ENOMEM, "out of memory");
     s->env = *env;
-    s->to_prev = s->to_next = -1;
+    /* the links between stages: TCP frames for host memory, NCCL send/recv for device buffers */
+    s->lk = rm_pipe_link_ops_of(rm_pipe_link_for(env->k->host_memory));
     int rc = parse_env(s, err);
     if (rc) {
         free(s);
@@ -375,15 +226,29 @@ static int pl_init(const rm_step_env *env, rm_step **out, rm_err *err)
             w = m->shape.dims[l];
     s->widest = w;
     size_t rows = (size_t)env->batch;
-    s->in_act = calloc(rows * (size_t)w, sizeof(float));
-    s->out_grad = calloc(rows * (size_t)w, sizeof(float));
-    s->dx = calloc(rows * (size_t)w, sizeof(float));
-    s->dbs = calloc((size_t)w, sizeof(float));
-    s->loss_mb = calloc((size_t)s->M, sizeof(float));
-    s->loss_rx = calloc((size_t)s->M, sizeof(float));
-    if (!s->in_act || !s->out_grad || !s->dx || !s->dbs || !s->loss_mb || !s->loss_rx) {
+    /* the kernels' memory (zero-filled): host on the CPU, device on a GPU */
+    const rm_kernels *k = env->k;
+    s->in_act = k->alloc(rows * (size_t)w * sizeof(float));
+    s->out_grad = k->alloc(rows * (size_t)w * sizeof(float));
+    s->dx = k->alloc(rows * (size_t)w * sizeof(float));
+    s->dbs = k->alloc((size_t)w * sizeof(float));
+    s->loss_mb = k->alloc((size_t)s->M * sizeof(float));
+    s->loss_rx = k->alloc((size_t)s->M * sizeof(float));
+    s->loss_h = calloc((size_t)s->M, sizeof(float));
+    s->xf = calloc(4 * (size_t)s->M, sizeof *s->xf);
+    if (!k->host_memory)
+        s->one = k->alloc(sizeof(float));
+    if (!s->in_act || !s->out_grad || !s->dx || !s->dbs || !s->loss_mb || !s->loss_rx || !s->loss_h ||
+        !s->xf || (!k->host_memory && !s->one)) {
         pl_destroy(s);
         return rm_errf(err, RM_ENOMEM, "pipeline: out of memory for the stage buffers");
+    }
+    if (s->one) {
+        const float one = 1.0f;
+        if ((rc = k->h2d(s->one, &one, sizeof one)) != RM_OK) {
+            pl_destroy(s);
+            return rm_errf(err, rc, "pipeline: cannot set up the stage buffers on %s", k->name);
+        }
     }
     *out = s;
     return RM_OK;
@@ -419,16 +284,15 @@ static void pl_round_end(rm_step *s)
     s->tot_steps = s->tot_cycles = 0;
     s->tot_wait = s->tot_sched = s->tot_fwd = s->tot_bwd = s->tot_cycle = 0;
     s->last_t0 = 0;
-    /* wake the receivers: a blocked poll ends within its slice either way */
-    rx_stop(&s->rx_prev);
-    rx_stop(&s->rx_next);
+    if (s->lk)
+        s->lk->close(s->links);   /* stops the receivers / closes the NCCL communicators */
+    s->links = NULL;
     if (s->ring) {
         s->ring->destroy(s->link_prev);
         s->ring->destroy(s->link_next);
         s->ring->destroy(s->dp);
     }
     s->link_prev = s->link_next = s->dp = NULL;
-    s->to_prev = s->to_next = -1;
     if (s->inner_ops && s->round_ok)
         s->inner_ops->round_end(s->inner);
     s->round_ok = false;
@@ -473,7 +337,9 @@ static int pl_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
     s->inflight = rm_pipe_max_inflight(s->ev, s->nev);
     s->nstep = 0;
     s->nfwd = s->nbwd = 0;
-    s->seq_prev = s->seq_next = 0;
+    s->nxf = rm_pipe_xfer_plan(s->ev, s->nev, s->P, p, s->env.batch, s->M, true, s->xf, 4 * s->M);
+    if (s->nxf < 0)
+        return rm_errf(err, RM_EINVAL, "pipeline: no transfer plan for stage %d", p);
     s->gathered = false;
     s->release = true;   /* the stage's range may be another one than last round's */
     /* the world round for state sync, materialize and evaluation */
@@ -497,25 +363,35 @@ static int pl_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
         return RM_OK;
     if (!r->listener || !r->peers)
         return rm_errf(err, RM_EUNSUPPORTED, "pipeline: stages need the worker's ring listener and "
-                       "the rendezvous peer list (backend ring or shm under a rendezvous)");
+                       "the rendezvous peer list (backend ring, shm or nccl under a rendezvous)");
+    if (!s->env.k->host_memory && s->pl.replicas > 1)
+        return rm_err_field(err, RM_EUNSUPPORTED, "spec.replicas", "pipeline stages on a GPU run one "
+                            "data-parallel replica in this version (replicas = pipelineStages = %d); "
+                            "the stage's data-parallel allreduce is the CPU ring's", s->P);
     s->ring = rm_comm_ring_ops();
     /* links first, lower stage connecting: every pair forms independently of the others */
     if (s->pl.next >= 0) {
         int ranks[2] = { r->rank, s->pl.next };
         RM_CHECK(form_group(s, r, ranks, 2, 0, PIPE_GROUP_LINK + (uint32_t)r->rank, &s->link_next, err));
-        int from = -1;
-        RM_CHECK(rm_comm_ring_link_fds(s->link_next, &s->to_next, &from));
-        int wout = m->shape.dims[s->l1];
-        RM_CHECK(rx_start(&s->rx_next, from, s->out_grad, wout, s->env.batch, s->M, s->loss_rx, err));
     }
     if (s->pl.prev >= 0) {
         int ranks[2] = { s->pl.prev, r->rank };
         RM_CHECK(form_group(s, r, ranks, 2, 1, PIPE_GROUP_LINK + (uint32_t)s->pl.prev, &s->link_prev, err));
-        int from = -1;
-        RM_CHECK(rm_comm_ring_link_fds(s->link_prev, &s->to_prev, &from));
-        int win = m->shape.dims[s->l0];
-        RM_CHECK(rx_start(&s->rx_prev, from, s->in_act, win, s->env.batch, s->M, NULL, err));
     }
+    /* the transport over the authenticated links (TCP: receiver threads on their sockets; NCCL: a
+     * communicator per link, its id sent over the link) */
+    rm_pipe_links_cfg lc = {
+        .side = {
+            [RM_PIPE_SIDE_PREV] = { .tcp = s->link_prev, .lower = false, .rx = s->in_act,
+                                    .width = m->shape.dims[s->l0], .rx_extra = NULL, .tx_extra = true },
+            [RM_PIPE_SIDE_NEXT] = { .tcp = s->link_next, .lower = true, .rx = s->out_grad,
+                                    .width = m->shape.dims[s->l1], .rx_extra = s->loss_rx,
+                                    .tx_extra = false },
+        },
+        .B = s->env.batch, .M = s->M, .timeout_s = s->env.timeout_s, .k = s->env.k,
+    };
+    if (s->link_prev || s->link_next)
+        RM_CHECK(s->lk->open(&lc, &s->links, err));
     if (s->pl.replicas > 1) {
         int ranks[RM_RDZV_MAX_WORLD > 1024 ? 1024 : RM_RDZV_MAX_WORLD];
         for (int d = 0; d < s->pl.replicas; d++)
@@ -534,10 +410,15 @@ static int pl_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
     if (s->P == 1 || s->plen == 0)
         return s->inner_ops->state_fresh(s->inner, seed, err);
     /* P > 1: this stage's layers only (the values P = 1 gives them), its range of the optimizer
-     * state zero; the other stages' pages are never touched (host memory, checked at init) */
+     * state zero; the other stages' pages are never touched */
     RM_CHECK(rm_model_init_params_layers(s->env.m, seed, s->l0, s->l1, err));
-    for (int i = 0; i < s->env.opt->nstate; i++)
-        memset(s->env.opt->state[i] + s->poff, 0, s->plen * sizeof(float));
+    for (int i = 0; i < s->env.opt->nstate; i++) {
+        if (s->env.k->host_memory)
+            memset(s->env.opt->state[i] + s->poff, 0, s->plen * sizeof(float));
+        else
+            RM_CHECK(dev_rc(s, s->env.k->memset0(s->env.opt->state[i] + s->poff, s->plen * sizeof(float)),
+                            err));
+    }
     s->env.opt->t = 0;
     return RM_OK;
 }
@@ -561,7 +442,16 @@ static size_t pl_state_bytes(const rm_step *s, int rank)
 
 static int pl_state_save(rm_step *s, void *dst, rm_err *err)
 {
-    if (stage_ckpt(s)) {   /* host memory (checked at init): the stage's parameters, then its state */
+    if (stage_ckpt(s) && !s->env.k->host_memory) {   /* device memory: the same, copied down */
+        float *d = dst;
+        const rm_kernels *k = s->env.k;
+        RM_CHECK(dev_rc(s, k->d2h(d, s->env.m->params + s->poff, s->plen * sizeof(float)), err));
+        for (int i = 0; i < s->env.opt->nstate; i++)
+            RM_CHECK(dev_rc(s, k->d2h(d + (size_t)(1 + i) * s->plen, s->env.opt->state[i] + s->poff,
+                                      s->plen * sizeof(float)), err));
+        return RM_OK;
+    }
+    if (stage_ckpt(s)) {   /* host memory: the stage's parameters, then its state */
         float *d = dst;
         memcpy(d, s->env.m->params + s->poff, s->plen * sizeof(float));
         for (int i = 0; i < s->env.opt->nstate; i++)
@@ -592,10 +482,21 @@ static void pl_state_restore(rm_step *s, const void *src, int64_t opt_t, float l
     } else {   /* P > 1: take this stage's range of the whole payload, write nothing else */
         const float *f = src;
         size_t n = s->env.m->layout.total;
-        memcpy(s->env.m->params + s->poff, f + s->poff, s->plen * sizeof(float));
-        for (int i = 0; i < s->env.opt->nstate; i++)
-            memcpy(s->env.opt->state[i] + s->poff, f + (size_t)(1 + i) * n + s->poff,
-                   s->plen * sizeof(float));
+        const rm_kernels *k = s->env.k;
+        if (k->host_memory) {
+            memcpy(s->env.m->params + s->poff, f + s->poff, s->plen * sizeof(float));
+            for (int i = 0; i < s->env.opt->nstate; i++)
+                memcpy(s->env.opt->state[i] + s->poff, f + (size_t)(1 + i) * n + s->poff,
+                       s->plen * sizeof(float));
+        } else {   /* device memory; a failed copy surfaces at the next step's kernel check */
+            int rc = k->h2d(s->env.m->params + s->poff, f + s->poff, s->plen * sizeof(float));
+            for (int i = 0; i < s->env.opt->nstate && rc == RM_OK; i++)
+                rc = k->h2d(s->env.opt->state[i] + s->poff, f + (size_t)(1 + i) * n + s->poff,
+                            s->plen * sizeof(float));
+            if (rc != RM_OK)
+                rm_warn("pipeline: restoring stage %d's range on %s failed rc=%s", s->pl.stage, k->name,
+                        rm_strerror(rc));
+        }
         s->env.opt->t = opt_t;
         if (loss_scale > 0)
             rm_loss_scaler_restore(&s->env.amp->scaler, loss_scale, scaler_tracker);
@@ -706,9 +607,12 @@ static void stage_backward(rm_step *s, int off, int n, float *dy, const float *i
         float *db = m->grads + m->layout.b_off[l];
         k->bias_act_bwd(dy, m->act[l] + (size_t)off * (size_t)dout, first ? db : s->dbs, n, dout,
                         l == L - 1 ? RM_ACT_NONE : RM_ACT_RELU);
-        if (!first)
+        if (!first && k->host_memory) {
             for (int c = 0; c < dout; c++)
                 db[c] += s->dbs[c];
+        } else if (!first) {   /* device memory: db[1 x dout] += one[1 x 1] * dbs[1 x dout] */
+            k->gemm(false, false, 1, dout, 1, 1.0f, s->one, 1, s->dbs, dout, 1.0f, db, dout);
+        }
         k->gemm(true, false, di, dout, n, 1.0f, in, di, dy, dout, first ? 0.0f : 1.0f,
                 m->grads + m->layout.w_off[l], dout);
         if (l > s->l0 || s->pl.stage > 0) {
@@ -739,6 +643,37 @@ static void release_others(rm_step *s)
     }
 }
 
+/* Issue the plan's group starting at xfer *xi (one ncclGroupStart/End on NCCL; TCP: the send now,
+ * the receive is the receiver thread's): a send carries the output rows of its micro-batch to
+ * p+1 (forward) or the input-gradient rows and the micro-batch's loss to p-1 (backward); a
+ * receive lands at its micro-batch's rows. *sent += the bytes sent (with the TCP link's frame
+ * headers; NCCL sends none). */
+static int issue_group(rm_step *s, int *xi, uint64_t *sent, rm_err *err)
+{
+    const rm_model *m = s->env.m;
+    int din = m->shape.dims[s->l0], dout = m->shape.dims[s->l1];
+    int g = s->xf[*xi].group;
+    size_t hdr = s->lk == rm_pipe_link_tcp_ops() ? sizeof(rm_net_frame) : 0;
+    RM_CHECK(s->lk->begin(s->links, err));
+    int rc = RM_OK;
+    for (; *xi < s->nxf && s->xf[*xi].group == g && rc == RM_OK; (*xi)++) {
+        const rm_pipe_xfer *x = &s->xf[*xi];
+        if (x->op == RM_PIPE_XF_RECV) {
+            rc = s->lk->recv(s->links, x->side, x->mb, err);
+        } else if (!x->grad) {   /* forward: this stage's output rows to p+1 */
+            const float *y = m->act[s->l1 - 1] + (size_t)x->row_off * (size_t)dout;
+            rc = s->lk->send(s->links, RM_PIPE_SIDE_NEXT, y, (size_t)x->rows * (size_t)dout, NULL, err);
+            *sent += (size_t)x->rows * (size_t)dout * sizeof(float) + hdr;
+        } else {                 /* backward: the input gradient rows and the loss to p-1 */
+            rc = s->lk->send(s->links, RM_PIPE_SIDE_PREV, s->dx + (size_t)x->row_off * (size_t)din,
+                             (size_t)x->rows * (size_t)din, &s->loss_mb[x->mb], err);
+            *sent += ((size_t)x->rows * (size_t)din + 1) * sizeof(float) + hdr;
+        }
+    }
+    int erc = s->lk->end(s->links, rc ? NULL : err);
+    return rc ? rc : erc;
+}
+
 static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *err)
 {
     memset(st, 0, sizeof *st);
@@ -752,56 +687,64 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     if (rows != s->env.batch)
         return rm_errf(err, RM_EINVAL, "pipeline: batch of %d rows, the stages were sized for %d", rows,
                        s->env.batch);
-    uint64_t b0_prev = atomic_load(&s->rx_prev.bytes), b0_next = atomic_load(&s->rx_next.bytes);
+    uint64_t b0 = s->links ? s->lk->bytes_in(s->links) : 0;
     uint64_t sent = 0;
     double t0 = rm_mono(), waited = 0, busy[2] = { 0, 0 };
     float inv_batch = 1.0f / (float)rows;
     bool first_b = true;
+    int xi = 0;   /* transfers [0, xi) of the plan are issued */
     for (int i = 0; i < s->nev; i++) {
         double e0 = rm_mono(), w0 = waited;
         int mb = s->ev[i].mb, off, n;
         rm_pipe_micro_rows(rows, s->M, mb, &off, &n);
         const float *in0 = first_stage ? m->x + (size_t)off * (size_t)din
                                        : s->in_act + (size_t)off * (size_t)din;
+        /* a receive that opens its group (no send before it to share one): issue it now */
+        if (xi < s->nxf && s->xf[xi].event == i && s->xf[xi].op == RM_PIPE_XF_RECV)
+            RM_CHECK(issue_group(s, &xi, &sent, err));
         if (s->ev[i].kind == RM_PIPE_EV_F) {
             if (!first_stage)
-                RM_CHECK(rx_wait(&s->rx_prev, s->nfwd + (uint64_t)mb + 1, s->env.timeout_s, &waited,
-                                 "the previous stage", err));
-            if (n == 0)
-                goto next;
-            stage_forward(s, off, n, in0);
-            float *y = m->act[s->l1 - 1] + (size_t)off * (size_t)dout;
-            if (last_stage) {
-                k->softmax_xent_fwd_bwd(y, m->labels + off, n, C, inv_batch, y, m->loss_sum);
-                s->loss_mb[mb] = *m->loss_sum;   /* host memory (checked at init) */
-            } else {
-                RM_CHECK(link_send(s, s->to_next, &s->seq_next, y, (size_t)n * (size_t)dout, NULL,
-                                   "the next stage", err));
-                sent += (size_t)n * (size_t)dout * sizeof(float) + sizeof(rm_net_frame);
+                RM_CHECK(s->lk->wait(s->links, RM_PIPE_SIDE_PREV, s->nfwd + (uint64_t)mb + 1, &waited, err));
+            if (n > 0) {
+                stage_forward(s, off, n, in0);
+                if (last_stage) {
+                    float *y = m->act[s->l1 - 1] + (size_t)off * (size_t)dout;
+                    k->softmax_xent_fwd_bwd(y, m->labels + off, n, C, inv_batch, y, m->loss_sum);
+                    if (k->host_memory)
+                        s->loss_mb[mb] = *m->loss_sum;
+                    else
+                        RM_CHECK(dev_rc(s, k->d2d(s->loss_mb + mb, m->loss_sum, sizeof(float)), err));
+                }
             }
         } else {
             float *dy;
             if (last_stage) {
                 dy = m->act[L - 1] + (size_t)off * (size_t)C;
             } else {
-                RM_CHECK(rx_wait(&s->rx_next, s->nbwd + (uint64_t)mb + 1, s->env.timeout_s, &waited,
-                                 "the next stage", err));
+                RM_CHECK(s->lk->wait(s->links, RM_PIPE_SIDE_NEXT, s->nbwd + (uint64_t)mb + 1, &waited, err));
                 dy = s->out_grad + (size_t)off * (size_t)dout;
-                s->loss_mb[mb] = s->loss_rx[mb];
+                if (k->host_memory)
+                    s->loss_mb[mb] = s->loss_rx[mb];
+                else
+                    RM_CHECK(dev_rc(s, k->d2d(s->loss_mb + mb, s->loss_rx + mb, sizeof(float)), err));
             }
             if (n > 0) {
                 stage_backward(s, off, n, dy, in0, first_b);
                 first_b = false;
             }
-            if (!first_stage) {
-                RM_CHECK(link_send(s, s->to_prev, &s->seq_prev, s->dx + (size_t)off * (size_t)din,
-                                   (size_t)n * (size_t)din, &s->loss_mb[mb], "the previous stage", err));
-                sent += ((size_t)n * (size_t)din + 1) * sizeof(float) + sizeof(rm_net_frame);
-            }
         }
-next:   /* an event's busy time: its compute and sends, not its wait */
+        /* the event's send (and the next event's receive in the same group) */
+        if (xi < s->nxf && s->xf[xi].event == i && s->xf[xi].op == RM_PIPE_XF_SEND)
+            RM_CHECK(issue_group(s, &xi, &sent, err));
+        /* an event's busy time: its compute and sends, not its wait */
         busy[s->ev[i].kind == RM_PIPE_EV_F ? 0 : 1] += rm_mono() - e0 - (waited - w0);
     }
+    if (xi != s->nxf)
+        return rm_errf(err, RM_EPROTO, "pipeline: stage %d issued %d of its %d transfers", s->pl.stage,
+                       xi, s->nxf);
+    /* every send has left its buffer before the next step writes it (NCCL; TCP sends are done) */
+    if (s->links)
+        RM_CHECK(s->lk->flush(s->links, &waited, err));
     double sched_s = rm_mono() - t0;
     s->nfwd += (uint64_t)s->M;
     s->nbwd += (uint64_t)s->M;
@@ -817,10 +760,19 @@ next:   /* an event's busy time: its compute and sends, not its wait */
         }
     }
     s->last_t0 = t0;
+    const float *lmb = s->loss_mb;
+    if (!k->host_memory) {
+        RM_CHECK(dev_rc(s, k->d2h(s->loss_h, s->loss_mb, (size_t)s->M * sizeof(float)), err));
+        lmb = s->loss_h;
+    }
     float loss = 0;
     for (int mb = 0; mb < s->M; mb++)
-        loss += s->loss_mb[mb];
-    *m->loss_sum = loss;   /* the batch's loss sum, on every stage (the driver reads it) */
+        loss += lmb[mb];
+    /* the batch's loss sum, on every stage (the driver reads it) */
+    if (k->host_memory)
+        *m->loss_sum = loss;
+    else
+        RM_CHECK(dev_rc(s, k->h2d(m->loss_sum, &loss, sizeof loss), err));
     s->nstep++;
     s->dirty = s->r.world > 1;
     s->gathered = false;
@@ -843,8 +795,23 @@ next:   /* an event's busy time: its compute and sends, not its wait */
     st->pipe_stage = s->pl.stage;
     st->pipe_bubble = sched_s > 0 ? waited / sched_s : 0;
     st->pipe_sent = sent;
-    st->pipe_recv = (atomic_load(&s->rx_prev.bytes) - b0_prev) + (atomic_load(&s->rx_next.bytes) - b0_next);
+    st->pipe_recv = s->links ? s->lk->bytes_in(s->links) - b0 : 0;
     return RM_OK;
+}
+
+/* One group of at most one receive (rx_side >= 0: micro-batch rx_mb from that side) and one send
+ * (tx_side >= 0: n floats of rows and the extra float). */
+static int pl_group(rm_step *s, int rx_side, int rx_mb, int tx_side, const float *rows, size_t n,
+                    const float *extra, rm_err *err)
+{
+    RM_CHECK(s->lk->begin(s->links, err));
+    int rc = RM_OK;
+    if (tx_side >= 0)
+        rc = s->lk->send(s->links, tx_side, rows, n, extra, err);
+    if (!rc && rx_side >= 0)
+        rc = s->lk->recv(s->links, rx_side, rx_mb, err);
+    int erc = s->lk->end(s->links, rc ? NULL : err);
+    return rc ? rc : erc;
 }
 
 /* Evaluation through the stages (P > 1): every stage of a replica has the same `rows` of the test
@@ -866,32 +833,39 @@ static int pl_eval_forward(rm_step *s, int rows, bool *logits, rm_err *err)
     bool first_stage = s->pl.stage == 0, last_stage = s->pl.stage == s->P - 1;
     if (rows < 1 || rows > B)
         return rm_errf(err, RM_EINVAL, "pipeline: evaluation batch of %d rows (1..%d)", rows, B);
-    if (first_stage && rows < B)   /* host memory (checked at init) */
-        memset(m->x + (size_t)rows * (size_t)din, 0, (size_t)(B - rows) * (size_t)din * sizeof(float));
+    if (first_stage && rows < B)
+        RM_CHECK(dev_rc(s, s->env.k->memset0(m->x + (size_t)rows * (size_t)din,
+                                             (size_t)(B - rows) * (size_t)din * sizeof(float)), err));
     double waited = 0;
+    const rm_pipe_link_ops *lk = s->lk;
     for (int mb = 0; mb < s->M; mb++) {
         int off, n;
         rm_pipe_micro_rows(B, s->M, mb, &off, &n);
-        if (!first_stage)
-            RM_CHECK(rx_wait(&s->rx_prev, s->nfwd + (uint64_t)mb + 1, s->env.timeout_s, &waited,
-                             "the previous stage", err));
+        if (!first_stage) {
+            RM_CHECK(pl_group(s, RM_PIPE_SIDE_PREV, mb, -1, NULL, 0, NULL, err));   /* its receive */
+            RM_CHECK(lk->wait(s->links, RM_PIPE_SIDE_PREV, s->nfwd + (uint64_t)mb + 1, &waited, err));
+        }
         const float *in0 = first_stage ? m->x + (size_t)off * (size_t)din
                                        : s->in_act + (size_t)off * (size_t)din;
         stage_forward(s, off, n, in0);
         if (!last_stage)
-            RM_CHECK(link_send(s, s->to_next, &s->seq_next, m->act[s->l1 - 1] + (size_t)off * (size_t)dout,
-                               (size_t)n * (size_t)dout, NULL, "the next stage", err));
+            RM_CHECK(pl_group(s, -1, 0, RM_PIPE_SIDE_NEXT, m->act[s->l1 - 1] + (size_t)off * (size_t)dout,
+                              (size_t)n * (size_t)dout, NULL, err));
     }
     if (!first_stage)
         for (int mb = 0; mb < s->M; mb++) {   /* this batch's inputs are used: p-1 may go on */
             int off, n;
             rm_pipe_micro_rows(B, s->M, mb, &off, &n);
-            RM_CHECK(link_send(s, s->to_prev, &s->seq_prev, s->dx + (size_t)off * (size_t)din,
-                               (size_t)n * (size_t)din, &s->loss_mb[mb], "the previous stage", err));
+            RM_CHECK(pl_group(s, -1, 0, RM_PIPE_SIDE_PREV, s->dx + (size_t)off * (size_t)din,
+                              (size_t)n * (size_t)din, &s->loss_mb[mb], err));
         }
-    if (!last_stage)
-        RM_CHECK(rx_wait(&s->rx_next, s->nbwd + (uint64_t)s->M, s->env.timeout_s, &waited,
-                         "the next stage", err));
+    if (!last_stage) {
+        for (int mb = 0; mb < s->M; mb++)
+            RM_CHECK(pl_group(s, RM_PIPE_SIDE_NEXT, mb, -1, NULL, 0, NULL, err));
+        RM_CHECK(lk->wait(s->links, RM_PIPE_SIDE_NEXT, s->nbwd + (uint64_t)s->M, &waited, err));
+    }
+    if (s->links)
+        RM_CHECK(lk->flush(s->links, &waited, err));
     s->nfwd += (uint64_t)s->M;
     s->nbwd += (uint64_t)s->M;
     *logits = last_stage;
@@ -912,7 +886,19 @@ static int pl_checksum(rm_step *s, uint64_t *out, rm_err *err)
     }
     for (int q = 0; q < s->P; q++) {
         float v[4] = { 0, 0, 0, 0 };
-        if (s->pl.stage == q && s->pl.replica == 0) {
+        if (s->pl.stage == q && s->pl.replica == 0 && !s->env.k->host_memory) {
+            /* device memory: hash a host copy of the stage's range (once, at the end) */
+            float *hp = malloc(s->plen * sizeof(float));
+            if (!hp)
+                return rm_errf(err, RM_ENOMEM, "pipeline: out of memory for the checksum");
+            int rc = dev_rc(s, s->env.k->d2h(hp, s->env.m->params + s->poff, s->plen * sizeof(float)), err);
+            if (rc == RM_OK)
+                h = rm_fnv1a64(hp, s->plen * sizeof(float), h);
+            free(hp);
+            RM_CHECK(rc);
+            for (int i = 0; i < 4; i++)
+                v[i] = (float)((h >> (16 * i)) & 0xffffu);
+        } else if (s->pl.stage == q && s->pl.replica == 0) {
             h = rm_fnv1a64(s->env.m->params + s->poff, s->plen * sizeof(float), h);
             for (int i = 0; i < 4; i++)
                 v[i] = (float)((h >> (16 * i)) & 0xffffu);

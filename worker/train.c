@@ -842,7 +842,9 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     if (cfg->rdzv_url) {
         RM_CHECK(rdzv_client_make(cfg, &t->rdzv, err));
         rm_rdzv_client_set_cancel(t->rdzv, &g_train_term);   /* SIGINT/SIGTERM end long polls */
-        if (backend_is(cfg, RM_BACKEND_RING)) {
+        /* ring; or nccl with pipeline stages: their links' TCP handshake (worker/pipe_link.h) */
+        if (backend_is(cfg, RM_BACKEND_RING) ||
+            (backend_is(cfg, RM_BACKEND_NCCL) && t->strat == &rm_step_pipeline_ops)) {
             int port = 0;
             RM_CHECK(rm_comm_listen(cfg->bind_addr, &t->listen_fd, &port, err));
             /* strangers on the ring port are handled from now on, not at the next formation */

@@ -8,7 +8,8 @@
 # 3. with one: gpu_tests (every CUDA kernel vs its C oracle, loss scaler, one-rank NCCL allreduce,
 #    checkpoint GPU<->CPU), `bench --backend nccl` on one rank, a Fashion-MNIST training on the GPU
 #    compared with the CPU path's accuracy, and compute-sanitizer memcheck + racecheck on
-#    `gpu_tests --quick` (skipped, saying so, when compute-sanitizer is not installed).
+#    `gpu_tests --quick` (skipped, saying so, when compute-sanitizer is not installed); with two
+#    GPUs a 2-stage pipeline job whose stage links are NCCL send/recv (GPU_PIPE_SKIP=1 skips it).
 # gpu_tests and the GPU training run with RINGMASTER_CUDA_SYNC_CHECK=1 (a synchronisation and check
 # after every launch, so a fault names its kernel); the benchmarks never do.
 # Env: RM_BIN (binaries, default bin/), CUDA_HOME, GPU_TRAIN_EPOCHS (default 2), GPU_TRAIN_SKIP=1.
@@ -104,6 +105,44 @@ else
   # TF32 and a different summation order change the trajectory a little, never the outcome
   if [ -z "$ga" ] || [ -z "$ca" ] || ! awk -v g="$ga" -v c="$ca" 'BEGIN{exit !(g >= c - 0.01)}'; then
     echo "FAIL GPU accuracy ${ga:-?} is not within 1 point of the CPU path's ${ca:-?}"; fail=1
+  fi
+fi
+
+# ---- a 2-stage pipeline on two GPUs: activations over NCCL send/recv (issue 15) -----------------
+# `ringmaster run` of the pipeline fixture (2 stages, 4 micro-batches, 1F1B; LOCAL_RANK picks GPU 0
+# and 1) with RINGMASTER_DEVICE=cuda and backend nccl (the world's collectives on the GPU): the
+# stage links are worker/cuda/pipe_link_nccl.c (one 2-rank communicator per link, its id over the
+# authenticated TCP link on the ring listener). The CPU run keeps the fixture's backend ring. It must Succeed, log the NCCL
+# links, and reach the CPU 2-stage run's accuracy within 1 point. NCCL cannot put both ranks of a
+# link on one device, so one GPU skips it (saying so). Never run on the machine this was written on.
+step "2-stage pipeline on GPUs (NCCL send/recv links)"
+ngpu=$(grep -c '^GPU ' <<<"$smi" || true)
+if [ "${GPU_PIPE_SKIP:-0}" = 1 ]; then
+  echo "skipped (GPU_PIPE_SKIP=1)"
+elif [ "$ngpu" -lt 2 ]; then
+  echo "skipped: needs 2 GPUs (found $ngpu; NCCL puts each rank of a link on its own device)"
+elif [ ! -d "${RM_DATA_DIR:-/usr/share/datasets/fashion-mnist}" ]; then
+  echo "FAIL dataset not found (set RM_DATA_DIR)"; fail=1
+else
+  pacc() { grep -h 'msg="training done"' "$1"/worker-*.log | sed -n 's/.*test_accuracy=\([0-9.]*\).*/\1/p' | tail -n1; }
+  for dev in cuda cpu; do
+    rm -rf "$out/pipe-$dev" "$out/pipe-ck-$dev"
+    be=ring; [ "$dev" = cuda ] && be=nccl
+    sed "s/^  backend: ring$/  backend: $be/" tests/e2e/fixtures/pipeline.yaml > "$out/pipe-$dev.yaml"
+    grep -q "^  backend: $be$" "$out/pipe-$dev.yaml" || { echo "FAIL fixture edit (backend $be)"; fail=1; }
+    set +e
+    RINGMASTER_DEVICE=$dev timeout 900 "$RM_BIN/ringmaster" run -f "$out/pipe-$dev.yaml" --epochs 1 \
+      --checkpoint-dir "$out/pipe-ck-$dev" --run-dir "$out/pipe-$dev" >"$out/pipe-$dev.out" 2>&1
+    rc=$?
+    set -e
+    [ "$rc" -eq 0 ] || { echo "FAIL 2-stage pipeline on $dev rc=$rc"; tail -n 20 "$out/pipe-$dev.out"; fail=1; }
+  done
+  grep -qh 'pipeline links nccl ready' "$out"/pipe-cuda/worker-*.log 2>/dev/null ||
+    { echo "FAIL the GPU stages did not open NCCL links"; fail=1; }
+  ga=$(pacc "$out/pipe-cuda" 2>/dev/null || true); ca=$(pacc "$out/pipe-cpu" 2>/dev/null || true)
+  echo "2-stage pipeline test accuracy: cuda=${ga:-?} cpu=${ca:-?}"
+  if [ -z "$ga" ] || [ -z "$ca" ] || ! awk -v g="$ga" -v c="$ca" 'BEGIN{exit !(g >= c - 0.01)}'; then
+    echo "FAIL GPU pipeline accuracy ${ga:-?} is not within 1 point of the CPU pipeline's ${ca:-?}"; fail=1
   fi
 fi
 

@@ -7,6 +7,7 @@
 #include "worker/ckpt_shard.h"
 #include "worker/comm.h"
 #include "worker/gpu.h"
+#include "worker/pipe_link.h"
 #include "worker/pipeline_core.h"
 #include "worker/shard.h"
 #include "worker/step.h"
@@ -500,6 +501,135 @@ static void test_release_range(void)
     k->free(buf);
 }
 
+/* ---- links: transport selection, per-event transfer plans, deadlock freedom --------------------- */
+
+static void plan_str(int sched, int P, int p, int M, int rows, bool grouped, char *out, size_t cap)
+{
+    rm_pipe_event ev[64];
+    rm_pipe_xfer xf[128];
+    int nev = rm_pipe_schedule_events(sched, P, p, M, ev);
+    int n = rm_pipe_xfer_plan(ev, nev, P, p, rows, M, grouped, xf, 128);
+    size_t len = 0;
+    out[0] = 0;
+    for (int i = 0; i < n && len < cap; i++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%d:%c%c%c%d@%d+%d", i ? " " : "", xf[i].group,
+                                xf[i].op == RM_PIPE_XF_SEND ? 'S' : 'R', xf[i].grad ? 'g' : 'a',
+                                xf[i].side == RM_PIPE_SIDE_NEXT ? 'N' : 'P', xf[i].mb, xf[i].row_off,
+                                xf[i].rows);
+}
+
+static void test_link_plan(void)
+{
+    CU_ASSERT_EQUAL(rm_pipe_link_for(true), RM_PIPE_LINK_TCP);    /* CPU kernels: host buffers */
+    CU_ASSERT_EQUAL(rm_pipe_link_for(false), RM_PIPE_LINK_NCCL);  /* device buffers */
+    /* group:S(end)/R(eceive) a(ctivations)/g(radients) to P(rev)/N(ext) micro-batch @ rows */
+    static const struct { int sched, P, p, M, rows; bool grouped; const char *plan; } t[] = {
+        /* 1F1B P=2: stage 0 sends F1's output in one group with B0's gradient receive, stage 1 sends
+         * B0's gradient in one group with F1's activation receive: the pair meets */
+        { 0, 2, 0, 2, 5, true, "0:SaN0@0+3 1:SaN1@3+2 1:RgN0@0+3 2:RgN1@3+2" },
+        { 0, 2, 1, 2, 5, true, "0:RaP0@0+3 1:SgP0@0+3 1:RaP1@3+2 2:SgP1@3+2" },
+        { 0, 2, 0, 2, 5, false, "0:SaN0@0+3 1:SaN1@3+2 2:RgN0@0+3 3:RgN1@3+2" },
+        /* a middle stage: a send shares a group with the next event's receive on the same link
+         * (F1's output to p+1 with B0's gradient from p+1); across links they stay apart, in order */
+        { 0, 3, 1, 2, 5, true,
+          "0:RaP0@0+3 1:SaN0@0+3 2:RaP1@3+2 3:SaN1@3+2 3:RgN0@0+3 4:SgP0@0+3 5:RgN1@3+2 6:SgP1@3+2" },
+        /* GPipe: forwards, then backwards; the last forward's send meets B0's receive */
+        { 1, 2, 0, 3, 3, true, "0:SaN0@0+1 1:SaN1@1+1 2:SaN2@2+1 2:RgN0@0+1 3:RgN1@1+1 4:RgN2@2+1" },
+        { 1, 2, 1, 3, 3, true, "0:RaP0@0+1 1:RaP1@1+1 2:RaP2@2+1 3:SgP0@0+1 4:SgP1@1+1 5:SgP2@2+1" },
+        /* fewer rows than micro-batches: empty micro-batches still transfer (0 rows, the loss) */
+        { 1, 2, 1, 2, 1, true, "0:RaP0@0+1 1:RaP1@1+0 2:SgP0@0+1 3:SgP1@1+0" },
+        /* one stage: nothing to move */
+        { 0, 1, 0, 4, 8, true, "" },
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+        char s[512];
+        plan_str(t[i].sched, t[i].P, t[i].p, t[i].M, t[i].rows, t[i].grouped, s, sizeof s);
+        CU_ASSERT_STRING_EQUAL(s, t[i].plan);
+        if (strcmp(s, t[i].plan))
+            fprintf(stderr, "\n  plan case %zu: got \"%s\"", i, s);
+    }
+    /* every schedule's grouped plans meet without deadlock, micro-batch for micro-batch */
+    for (int sched = 0; sched <= 1; sched++)
+        for (int P = 1; P <= 8; P++)
+            for (int M = 1; M <= 16; M++) {
+                rm_err e = { 0 };
+                int rc = rm_pipe_plan_check(sched, P, M, 3 * M + 1, true, &e);
+                CU_ASSERT_EQUAL(rc, RM_OK);
+                if (rc)
+                    fprintf(stderr, "\n  plan check sched %d P %d M %d: %s", sched, P, M, e.msg);
+            }
+    rm_err e = { 0 };
+    CU_ASSERT_EQUAL(rm_pipe_plan_check(0, RM_PIPE_MAX_STAGES, RM_PIPE_CHECK_MAX_MICRO, 7, true, &e), RM_OK);
+    /* ungrouped, 1F1B's steady state deadlocks (both neighbours block in a send), GPipe does not */
+    for (int P = 2; P <= 4; P++) {
+        memset(&e, 0, sizeof e);
+        CU_ASSERT_EQUAL(rm_pipe_plan_check(0, P, 4, 8, false, &e), RM_EPROTO);
+        CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "deadlock"));
+        CU_ASSERT_EQUAL(rm_pipe_plan_check(1, P, 4, 8, false, &e), RM_OK);
+    }
+    CU_ASSERT_EQUAL(rm_pipe_plan_check(0, 2, 1, 8, false, &e), RM_OK);   /* M = 1: no steady state */
+    /* bad arguments */
+    CU_ASSERT_EQUAL(rm_pipe_plan_check(0, 2, RM_PIPE_CHECK_MAX_MICRO + 1, 8, true, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_pipe_plan_check(2, 2, 4, 8, true, &e), RM_EINVAL);
+    rm_pipe_event ev[8];
+    rm_pipe_xfer xf[4];
+    int nev = rm_pipe_schedule_events(1, 2, 0, 4, ev);
+    CU_ASSERT_EQUAL(rm_pipe_xfer_plan(ev, nev, 2, 0, 8, 4, true, xf, 4), RM_EINVAL);   /* cap: 8 needed */
+    CU_ASSERT_EQUAL(rm_pipe_xfer_plan(ev, nev, 2, 2, 8, 4, true, xf, 4), RM_EINVAL);   /* stage */
+}
+
+/* The transport table: one entry per kind; the NCCL entry refuses host buffers (and, built
+ * without CUDA, everything) with a clear error instead of touching them. */
+static void test_link_table(void)
+{
+    const rm_pipe_link_ops *tcp = rm_pipe_link_ops_of(rm_pipe_link_for(true));
+    const rm_pipe_link_ops *nccl = rm_pipe_link_ops_of(rm_pipe_link_for(false));
+    CU_ASSERT_PTR_EQUAL(tcp, rm_pipe_link_tcp_ops());
+    CU_ASSERT_PTR_EQUAL(nccl, rm_pipe_link_nccl_ops());
+    CU_ASSERT_STRING_EQUAL(tcp->name, "tcp");
+    CU_ASSERT_STRING_EQUAL(nccl->name, "nccl");
+    const rm_pipe_link_ops *all[2] = { tcp, nccl };
+    for (int i = 0; i < 2; i++) {
+        CU_ASSERT(all[i]->open && all[i]->begin && all[i]->send && all[i]->recv && all[i]->end &&
+                  all[i]->wait && all[i]->flush && all[i]->bytes_in && all[i]->close);
+    }
+    float rx[8];
+    rm_pipe_links_cfg cfg = { .B = 4, .M = 2, .timeout_s = 1, .k = rm_kernels_cpu() };
+    cfg.side[RM_PIPE_SIDE_PREV] = (rm_pipe_link_cfg){ .tcp = NULL, .rx = rx, .width = 2 };
+    rm_pipe_links *l = (rm_pipe_links *)&cfg;
+    rm_err e = { 0 };
+    int rc = nccl->open(&cfg, &l, &e);
+    CU_ASSERT_PTR_NULL(l);
+#if RM_HAVE_CUDA
+    CU_ASSERT_EQUAL(rc, RM_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "device buffers"));
+#else
+    CU_ASSERT_EQUAL(rc, RM_EUNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "without CUDA"));
+#endif
+    nccl->close(NULL);
+    tcp->close(NULL);
+    /* the TCP entry with no neighbour: open, nothing to send to, nothing moved */
+    l = NULL;
+    CU_ASSERT_EQUAL(tcp->open(&cfg, &l, &e), RM_OK);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(l);
+    CU_ASSERT_EQUAL(tcp->send(l, RM_PIPE_SIDE_NEXT, rx, 2, NULL, &e), RM_EINVAL);
+    double waited = 0;
+    CU_ASSERT_EQUAL(tcp->wait(l, RM_PIPE_SIDE_PREV, 1, &waited, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(tcp->flush(l, &waited, &e), RM_OK);
+    /* the NCCL entry's contract, held on the CPU too: groups neither nest nor close twice, no
+     * flush inside one */
+    CU_ASSERT_EQUAL(tcp->begin(l, &e), RM_OK);
+    CU_ASSERT_EQUAL(tcp->begin(l, &e), RM_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "already open"));
+    CU_ASSERT_EQUAL(tcp->flush(l, &waited, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(tcp->end(l, &e), RM_OK);
+    CU_ASSERT_EQUAL(tcp->end(l, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(waited, 0.0);
+    CU_ASSERT_EQUAL(tcp->bytes_in(l), 0u);
+    tcp->close(l);
+}
+
 void rm_suite_pipeline(void)
 {
     static const rm_test_case cases[] = {
@@ -511,6 +641,8 @@ void rm_suite_pipeline(void)
         { "accumulation", test_accumulation },
         { "stage_checkpoint", test_stage_checkpoint },
         { "release_range", test_release_range },
+        { "link_plan", test_link_plan },
+        { "link_table", test_link_table },
     };
     RM_ADD_SUITE("pipeline", NULL, NULL, cases);
 }

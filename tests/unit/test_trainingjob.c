@@ -1048,9 +1048,11 @@ static void test_parallelism(void)
           "version (a stage already holds only its own layers)" },
         { { "spec.parallelism", "spec.training.precision" }, { "{\"pipelineStages\": 2}", "\"bf16\"" },
           "spec.training.precision: must be fp32 with spec.parallelism.pipelineStages > 1 in this version" },
-        { { "spec.parallelism", "spec.backend" }, { "{\"pipelineStages\": 2}", "\"nccl\"" },
-          "spec.backend: nccl cannot be used with spec.parallelism.pipelineStages > 1 in this version "
-          "(stages talk TCP; use auto or ring)" },
+        { { "spec.parallelism", "spec.backend" }, { "{\"pipelineStages\": 2}", "\"mpi\"" },
+          "spec.backend: mpi cannot be used with spec.parallelism.pipelineStages > 1 in this version "
+          "(stages talk TCP, or NCCL on GPUs; use auto, ring or nccl)" },
+        /* nccl: GPU stages, whose links are NCCL send/recv (worker/cuda/pipe_link_nccl.c) */
+        { { "spec.parallelism", "spec.backend" }, { "{\"pipelineStages\": 2}", "\"nccl\"" }, NULL },
         /* P = 1 with parameter servers is fine: nothing is split */
         { { "spec.parallelism", "spec.strategy" }, { "{\"pipelineStages\": 1, \"microBatches\": 1}",
           "\"parameterServer\"" }, NULL },
