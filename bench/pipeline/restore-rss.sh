@@ -26,7 +26,9 @@ mkdir -p "$RAW"
 cleanup() { [ "$keep_raw" = 1 ] || rm -rf "$RAW"; }
 trap cleanup EXIT
 for b in "${BINS[@]}"; do
-  [ -x "$b/ringmaster" ] && [ -x "$b/ringmaster-worker" ] || { echo "no $b/ringmaster(-worker): build first"; exit 1; }
+  if [ ! -x "$b/ringmaster" ] || [ ! -x "$b/ringmaster-worker" ]; then
+    echo "no $b/ringmaster(-worker): build first"; exit 1
+  fi
 done
 
 manifest() {   # NAME P STEPS
@@ -52,7 +54,9 @@ EOF
 kv() { printf '%s\n' "$1" | grep -o " $2=[^ ]*" | head -1 | cut -d= -f2; }
 
 run() {   # BIN NAME YAML CKDIR [--resume]
-  "$1/ringmaster" run -f "$3" --checkpoint-dir "$4" --run-dir "$RAW/run-$2" ${5:-} \
+  local extra=()
+  [ -z "${5:-}" ] || extra=("$5")
+  "$1/ringmaster" run -f "$3" --checkpoint-dir "$4" --run-dir "$RAW/run-$2" "${extra[@]}" \
     >"$RAW/$2.out" 2>"$RAW/$2.err" || { echo "$2 failed: $(tail -3 "$RAW/$2.err")" >&2; return 1; }
 }
 
@@ -61,7 +65,7 @@ rows() {   # LABEL NAME: one row per worker
     m=$(grep -h 'msg="memory"' "$f" | tail -1 || true)
     l=$(grep -h 'msg="checkpoint loaded"' "$f" | tail -1 || true)
     loaded="fresh"
-    [ -z "$l" ] || loaded="step $(kv "$l" step)$(b=$(kv "$l" bytes); [ -z "$b" ] || printf ', kept %.1f MB' "$(echo "$b / 1048576" | bc -l)")"
+    [ -z "$l" ] || loaded="step $(kv "$l" step)$(b=$(kv "$l" bytes); [ -z "$b" ] || printf ', kept %.1f MiB' "$(echo "$b / 1048576" | bc -l)")"
     printf '| %s | %s | %s | %.1f |\n' "$1" "$(basename "$f" .log)" "$loaded" \
       "$(echo "$(kv "$m" peak_rss_bytes) / 1000000" | bc -l)"
   done
