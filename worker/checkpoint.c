@@ -515,6 +515,23 @@ static int shape_eq(const rm_model_shape *a, const rm_model_shape *b)
     return 1;
 }
 
+/* The file's model and optimizer are the expected ones (expect NULL: anything). */
+static int expect_ok(const char *path, const rm_ckpt_meta *meta, const rm_ckpt_meta *expect, rm_err *err)
+{
+    if (!expect)
+        return RM_OK;
+    if (!shape_eq(&meta->shape, &expect->shape)) {
+        char a[256], b[256];
+        rm_model_shape_str(&meta->shape, a, sizeof a);
+        rm_model_shape_str(&expect->shape, b, sizeof b);
+        return rm_errf(err, RM_EINVAL, "%s: model shape %s, this job has %s", path, a, b);
+    }
+    if (meta->opt_type != expect->opt_type || meta->nstate != expect->nstate)
+        return rm_errf(err, RM_EINVAL, "%s: optimizer state does not match this job's optimizer",
+                       path);
+    return RM_OK;
+}
+
 int rm_ckpt_read(const char *path, const rm_ckpt_meta *expect, rm_ckpt_meta *meta, void *payload,
                  size_t cap, rm_err *err)
 {
@@ -530,20 +547,7 @@ int rm_ckpt_read(const char *path, const rm_ckpt_meta *expect, rm_ckpt_meta *met
         goto out;
     }
     RM_CHECK_GOTO(hdr_decode(path, hdr, meta, &pbytes, &pcrc, err), rc, out);
-    if (expect) {
-        if (!shape_eq(&meta->shape, &expect->shape)) {
-            char a[256], b[256];
-            rm_model_shape_str(&meta->shape, a, sizeof a);
-            rm_model_shape_str(&expect->shape, b, sizeof b);
-            rc = rm_errf(err, RM_EINVAL, "%s: model shape %s, this job has %s", path, a, b);
-            goto out;
-        }
-        if (meta->opt_type != expect->opt_type || meta->nstate != expect->nstate) {
-            rc = rm_errf(err, RM_EINVAL, "%s: optimizer state does not match this job's optimizer",
-                         path);
-            goto out;
-        }
-    }
+    RM_CHECK_GOTO(expect_ok(path, meta, expect, err), rc, out);
     if (pbytes > cap) {
         rc = rm_errf(err, RM_EINVAL, "%s: payload %llu bytes larger than expected %zu", path,
                      (unsigned long long)pbytes, cap);
@@ -595,6 +599,111 @@ int rm_ckpt_load_newest(const char *dir, const rm_ckpt_meta *expect, rm_ckpt_met
         snprintf(p, sizeof p, "%s/%s", dir, v[i].name);
         rm_err e = {0};
         if (rm_ckpt_read(p, expect, meta, payload, cap, &e) == RM_OK) {
+            if (path_out)
+                snprintf(path_out, path_cap, "%s", p);
+            rc = RM_OK;
+            break;
+        }
+        bad++;
+        rm_warn("checkpoint skipped (invalid) path=%s reason=\"%s\"", p, e.msg);
+    }
+    free(v);
+    if (skipped)
+        *skipped = bad;
+    if (rc)
+        return rm_errf(err, RM_ENOTFOUND, "no valid checkpoint in %s (%d invalid skipped)", dir,
+                       bad);
+    return RM_OK;
+}
+
+/* ---------------- ranged read (pipeline stages: only the own layers stay) ---------------- */
+
+#define RANGE_CHUNK (1u << 20)   /* bytes streamed at a time */
+
+int rm_ckpt_read_ranges(const char *path, const rm_ckpt_meta *expect, const rm_ckpt_range *r, int nr,
+                        void *dst, size_t cap, rm_ckpt_meta *meta, uint32_t *payload_crc, rm_err *err)
+{
+    unsigned char hdr[HDR_BYTES];
+    uint64_t pbytes = 0;
+    uint32_t pcrc = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return rm_errf(err, RM_EIO, "%s: %s", path, strerror(errno));
+    unsigned char *chunk = NULL;
+    int rc = RM_OK;
+    if (fread(hdr, 1, HDR_BYTES, f) != HDR_BYTES) {
+        rc = rm_errf(err, RM_EINVAL, "%s: truncated header", path);
+        goto out;
+    }
+    RM_CHECK_GOTO(hdr_decode(path, hdr, meta, &pbytes, &pcrc, err), rc, out);
+    RM_CHECK_GOTO(expect_ok(path, meta, expect, err), rc, out);
+    for (int i = 0; i < nr; i++)
+        if (r[i].src > pbytes || r[i].len > pbytes - r[i].src || r[i].dst > cap || r[i].len > cap - r[i].dst) {
+            rc = rm_errf(err, RM_EINVAL, "%s: range %d (payload bytes %llu+%llu) outside the payload "
+                         "(%llu bytes) or the destination (%zu)", path, i, (unsigned long long)r[i].src,
+                         (unsigned long long)r[i].len, (unsigned long long)pbytes, cap);
+            goto out;
+        }
+    chunk = malloc(RANGE_CHUNK);
+    if (!chunk) {
+        rc = rm_errf(err, RM_ENOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    uint32_t c = (uint32_t)crc32(0L, Z_NULL, 0);
+    for (uint64_t at = 0; at < pbytes;) {
+        size_t n = pbytes - at > RANGE_CHUNK ? RANGE_CHUNK : (size_t)(pbytes - at);
+        if (fread(chunk, 1, n, f) != n) {
+            rc = rm_errf(err, RM_EINVAL, "%s: truncated payload", path);
+            goto out;
+        }
+        c = (uint32_t)crc32(c, chunk, (uInt)n);
+        for (int i = 0; i < nr; i++) {   /* the part of each range in [at, at + n) */
+            uint64_t lo = r[i].src > at ? r[i].src : at, hi = r[i].src + r[i].len;
+            hi = hi < at + n ? hi : at + n;
+            if (lo < hi)
+                memcpy((char *)dst + r[i].dst + (lo - r[i].src), chunk + (lo - at), (size_t)(hi - lo));
+        }
+        at += n;
+    }
+    unsigned char extra;
+    if (fread(&extra, 1, 1, f) != 0) {
+        rc = rm_errf(err, RM_EINVAL, "%s: trailing bytes after the payload", path);
+        goto out;
+    }
+    if (c != pcrc) {
+        rc = rm_errf(err, RM_EINVAL, "%s: payload checksum mismatch", path);
+        goto out;
+    }
+    if (payload_crc)
+        *payload_crc = pcrc;
+out:
+    free(chunk);
+    fclose(f);
+    return rc;
+}
+
+int rm_ckpt_load_newest_ranges(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_range *r,
+                               int nr, void *dst, size_t cap, rm_ckpt_meta *meta, char *path_out,
+                               size_t path_cap, int *skipped, rm_err *err)
+{
+    rm_ckpt_entry *v = NULL;
+    int n = 0, bad = 0;
+    if (skipped)
+        *skipped = 0;
+    int rc = list_ckpts(dir, &v, &n);
+    if (rc == RM_ENOTFOUND)
+        return rm_errf(err, RM_ENOTFOUND, "no checkpoint dir %s", dir);
+    if (rc)
+        return rm_errf(err, rc, "checkpoint: cannot list %s", dir);
+    rc = RM_ENOTFOUND;
+    for (int i = 0; i < n; i++) {
+        char p[4096 + 64];
+        snprintf(p, sizeof p, "%s/%s", dir, v[i].name);
+        rm_err e = {0};
+        int lrc = rm_ckpt_read_ranges(p, expect, r, nr, dst, cap, meta, NULL, &e);
+        if (lrc == RM_OK && meta->shard_world != 0)
+            lrc = rm_errf(&e, RM_EINVAL, "%s: a shard's header under a whole checkpoint's name", p);
+        if (lrc == RM_OK) {
             if (path_out)
                 snprintf(path_out, path_cap, "%s", p);
             rc = RM_OK;

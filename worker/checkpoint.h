@@ -114,4 +114,25 @@ int rm_mkdir_p(const char *path, rm_err *err);
  * the reason otherwise, so a worker refuses a folder it could never checkpoint into at start
  * instead of failing every write later. */
 int rm_ckpt_dir_check(const char *dir, rm_err *err);
+
+/* A ranged read (pipeline stages restore their own layers only): bytes [src, src + len) of a
+ * file's payload go to dst + dst. */
+typedef struct rm_ckpt_range {
+    uint64_t src, len;
+    size_t dst;
+} rm_ckpt_range;
+
+/* rm_ckpt_read keeping only the nr ranges: the whole payload is still read and its checksum
+ * verified, streamed through a fixed 1 MiB buffer (memory: dst's cap bytes plus that, whatever
+ * the file's size), but only the ranges are copied into dst. RM_EINVAL when a range lies outside
+ * the payload or cap (checked before any byte is copied). payload_crc (may be NULL) gets the
+ * checksum the header records. dst may be written even on failure. */
+int rm_ckpt_read_ranges(const char *path, const rm_ckpt_meta *expect, const rm_ckpt_range *r, int nr,
+                        void *dst, size_t cap, rm_ckpt_meta *meta, uint32_t *payload_crc, rm_err *err);
+
+/* rm_ckpt_load_newest with rm_ckpt_read_ranges: the ranges of the newest valid whole checkpoint
+ * (every candidate verified in full; the same fallback to older files). */
+int rm_ckpt_load_newest_ranges(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_range *r,
+                               int nr, void *dst, size_t cap, rm_ckpt_meta *meta, char *path_out,
+                               size_t path_cap, int *skipped, rm_err *err);
 #endif

@@ -559,6 +559,21 @@ static int stage_plan(const manifest *m, const rm_ckpt_units *units, int new_wor
     return n;
 }
 
+/* Old shard r's header (and the payload checksum it records) against the manifest and the layout;
+ * old gets the shard's pieces. */
+static int shard_matches(const manifest *m, const rm_ckpt_units *units, int r, const char *sp,
+                         const rm_ckpt_meta *hm, uint32_t crc, rm_unit_shard *old, rm_err *e)
+{
+    if (hm->shard_rank != r || hm->shard_world != m->world || hm->step != m->step ||
+        hm->rdzv_epoch != m->epoch || crc != m->sh[r].crc || hm->shard_floats != m->sh[r].floats)
+        return rm_errf(e, RM_EINVAL, "%s: does not match the manifest (rank, world, step, epoch "
+                       "or checksum)", sp);
+    if (old_shard(m, units, r, old) != 0 || old->total != hm->shard_floats)
+        return rm_errf(e, RM_EINVAL, "%s: %llu floats, the layout says another count", sp,
+                       (unsigned long long)hm->shard_floats);
+    return RM_OK;
+}
+
 /* Load one set: every shard verified, the planned pieces copied into dst. */
 static int load_set(const char *dir, const manifest *m, const rm_ckpt_meta *expect,
                     const rm_ckpt_units *units, int new_world, int new_rank, float *dst,
@@ -603,14 +618,8 @@ static int load_set(const char *dir, const manifest *m, const rm_ckpt_meta *expe
         rc = rm_ckpt_read(sp, expect, &hm, buf, cap, &e);
         if (rc == RM_OK)
             rc = rm_ckpt_read_header(sp, &hm, &crc, &e);
-        if (rc == RM_OK && (hm.shard_rank != r || hm.shard_world != W || hm.step != m->step ||
-                            hm.rdzv_epoch != m->epoch || crc != m->sh[r].crc ||
-                            hm.shard_floats != m->sh[r].floats))
-            rc = rm_errf(&e, RM_EINVAL, "%s: does not match the manifest (rank, world, step, epoch "
-                         "or checksum)", sp);
-        if (rc == RM_OK && (old_shard(m, units, r, &old) != 0 || old.total != hm.shard_floats))
-            rc = rm_errf(&e, RM_EINVAL, "%s: %llu floats, the layout says another count", sp,
-                         (unsigned long long)hm.shard_floats);
+        if (rc == RM_OK)
+            rc = shard_matches(m, units, r, sp, &hm, crc, &old, &e);
         if (rc) {
             rc = rm_errf(err, rc, "shard %d of %d (%s) unusable: %s", r, W, m->sh[r].name, e.msg);
             break;
@@ -632,17 +641,73 @@ static int load_set(const char *dir, const manifest *m, const rm_ckpt_meta *expe
     return rc;
 }
 
-int rm_ckpt_shard_load_newest(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_units *units,
-                              int new_world, int new_rank, int64_t min_step, void *dst, size_t cap,
-                              rm_ckpt_meta *meta, char *path_out, size_t path_cap, int *skipped,
-                              rm_err *err)
+/* The stage range [u0, u1) of the units: its first parameter and its length. */
+static void layer_span(const rm_ckpt_units *units, int u0, int u1, size_t *off, size_t *len)
+{
+    *off = units->off[u0];
+    *len = units->off[u1 - 1] + units->len[u1 - 1] - *off;
+}
+
+size_t rm_ckpt_layers_bytes(const rm_ckpt_units *units, int nstate, int u0, int u1)
+{
+    if (!units || u0 < 0 || u1 <= u0 || u1 > units->n)
+        return 0;
+    size_t off, len;
+    layer_span(units, u0, u1, &off, &len);
+    return (size_t)(1 + nstate) * len * sizeof(float);
+}
+
+/* Load layers [u0, u1) of one set: every shard read and verified in full (streamed), only the
+ * pieces of the range kept (ckpt_shard.h rm_ckpt_set_load_layers). */
+static int load_set_layers(const char *dir, const manifest *m, const rm_ckpt_meta *expect,
+                           const rm_ckpt_units *units, int u0, int u1, float *dst, size_t cap,
+                           rm_ckpt_meta *meta, rm_err *err)
+{
+    const int K = m->nstate;
+    size_t poff, plen;
+    layer_span(units, u0, u1, &poff, &plen);
+    rm_ckpt_range rg[(1 + RM_CKPT_MAX_STATE) * RM_SHARD_MAX_UNITS];
+    for (int r = 0; r < m->world; r++) {
+        char sp[4096 + NAME_CAP];
+        join(sp, sizeof sp, dir, m->sh[r].name);
+        rm_unit_shard old;
+        if (old_shard(m, units, r, &old) != 0)
+            return rm_errf(err, RM_EINVAL, "re-sharding plan: bad layout");
+        int nr = 0;   /* old shard r's pieces of the range: each unit's, of every buffer */
+        for (int u = u0; u < u1; u++)
+            for (int b = 0; b <= K && old.len[u] > 0; b++)
+                rg[nr++] = (rm_ckpt_range){
+                    .src = ((uint64_t)b * old.total + old.soff[u]) * sizeof(float),
+                    .len = (uint64_t)old.len[u] * sizeof(float),
+                    .dst = ((size_t)b * plen + old.off[u] - poff) * sizeof(float)};
+        rm_ckpt_meta hm;
+        uint32_t crc = 0;
+        rm_err e = {0};
+        /* every shard, also one with no piece of the range (nr 0): all stages choose one set */
+        int rc = rm_ckpt_read_ranges(sp, expect, rg, nr, dst, cap, &hm, &crc, &e);
+        if (rc == RM_OK)
+            rc = shard_matches(m, units, r, sp, &hm, crc, &old, &e);
+        if (rc)
+            return rm_errf(err, rc, "shard %d of %d (%s) unusable: %s", r, m->world, m->sh[r].name, e.msg);
+        if (r == 0)
+            *meta = hm;
+    }
+    return RM_OK;
+}
+
+/* What a load keeps: new_rank's re-sharded payload, or (u1 > 0) layers [u0, u1) only. */
+typedef struct load_want {
+    int new_world, new_rank;
+    int u0, u1;
+} load_want;
+
+static int load_newest(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_units *units,
+                       const load_want *w, int64_t min_step, void *dst, size_t cap,
+                       rm_ckpt_meta *meta, char *path_out, size_t path_cap, int *skipped,
+                       rm_err *err)
 {
     if (skipped)
         *skipped = 0;
-    if (!units_ok(units, expect->nparams) || new_world < 1 || new_rank < 0 || new_rank >= new_world)
-        return rm_errf(err, RM_EINVAL, "sharded checkpoint: bad layout or rank");
-    if (rm_ckpt_shard_dst_bytes(units, expect->nstate, new_world, new_rank) > cap)
-        return rm_errf(err, RM_EINVAL, "sharded checkpoint: destination too small");
     rm_ckpt_entry *v = NULL;
     int n = 0, bad = 0;
     char first[200] = "";   /* the newest set's reason, for the caller's message */
@@ -668,7 +733,8 @@ int rm_ckpt_shard_load_newest(const char *dir, const rm_ckpt_meta *expect, const
             manifest_free(&m);
         }
         if (lrc == RM_OK) {
-            lrc = load_set(dir, &m, expect, units, new_world, new_rank, dst, meta, &e);
+            lrc = w->u1 > 0 ? load_set_layers(dir, &m, expect, units, w->u0, w->u1, dst, cap, meta, &e)
+                            : load_set(dir, &m, expect, units, w->new_world, w->new_rank, dst, meta, &e);
             manifest_free(&m);
         }
         if (lrc == RM_OK) {
@@ -692,4 +758,57 @@ int rm_ckpt_shard_load_newest(const char *dir, const rm_ckpt_meta *expect, const
     if (bad)   /* an older set was used: say why the newer ones were not (err is informational) */
         rm_sfmt(err->msg, sizeof err->msg, "%s", first);
     return RM_OK;
+}
+
+int rm_ckpt_shard_load_newest(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_units *units,
+                              int new_world, int new_rank, int64_t min_step, void *dst, size_t cap,
+                              rm_ckpt_meta *meta, char *path_out, size_t path_cap, int *skipped,
+                              rm_err *err)
+{
+    if (skipped)
+        *skipped = 0;
+    if (!units_ok(units, expect->nparams) || new_world < 1 || new_rank < 0 || new_rank >= new_world)
+        return rm_errf(err, RM_EINVAL, "sharded checkpoint: bad layout or rank");
+    if (rm_ckpt_shard_dst_bytes(units, expect->nstate, new_world, new_rank) > cap)
+        return rm_errf(err, RM_EINVAL, "sharded checkpoint: destination too small");
+    load_want w = {.new_world = new_world, .new_rank = new_rank};
+    return load_newest(dir, expect, units, &w, min_step, dst, cap, meta, path_out, path_cap, skipped, err);
+}
+
+int rm_ckpt_set_load_layers(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_units *units,
+                            int u0, int u1, int64_t min_step, void *dst, size_t cap,
+                            rm_ckpt_meta *meta, char *path_out, size_t path_cap, int *skipped,
+                            rm_err *err)
+{
+    if (skipped)
+        *skipped = 0;
+    if (!units_ok(units, expect->nparams) || u0 < 0 || u1 <= u0 || u1 > units->n)
+        return rm_errf(err, RM_EINVAL, "stage checkpoint: layers [%d, %d) of %d", u0, u1,
+                       units ? units->n : 0);
+    if (rm_ckpt_layers_bytes(units, expect->nstate, u0, u1) > cap)
+        return rm_errf(err, RM_EINVAL, "stage checkpoint: destination too small");
+    load_want w = {.u0 = u0, .u1 = u1};
+    return load_newest(dir, expect, units, &w, min_step, dst, cap, meta, path_out, path_cap, skipped, err);
+}
+
+int rm_ckpt_whole_load_layers(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_units *units,
+                              int u0, int u1, void *dst, size_t cap, rm_ckpt_meta *meta,
+                              char *path_out, size_t path_cap, int *skipped, rm_err *err)
+{
+    if (skipped)
+        *skipped = 0;
+    if (!units_ok(units, expect->nparams) || u0 < 0 || u1 <= u0 || u1 > units->n ||
+        expect->nstate < 0 || expect->nstate > RM_CKPT_MAX_STATE)
+        return rm_errf(err, RM_EINVAL, "checkpoint: layers [%d, %d) of %d", u0, u1, units ? units->n : 0);
+    if (rm_ckpt_layers_bytes(units, expect->nstate, u0, u1) > cap)
+        return rm_errf(err, RM_EINVAL, "checkpoint: destination too small");
+    size_t poff, plen;
+    layer_span(units, u0, u1, &poff, &plen);
+    rm_ckpt_range rg[1 + RM_CKPT_MAX_STATE];
+    for (int b = 0; b <= expect->nstate; b++)   /* the range of the parameters, then of each buffer */
+        rg[b] = (rm_ckpt_range){.src = ((uint64_t)b * expect->nparams + poff) * sizeof(float),
+                                .len = (uint64_t)plen * sizeof(float),
+                                .dst = (size_t)b * plen * sizeof(float)};
+    return rm_ckpt_load_newest_ranges(dir, expect, rg, 1 + expect->nstate, dst, cap, meta, path_out,
+                                      path_cap, skipped, err);
 }

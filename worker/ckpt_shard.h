@@ -83,4 +83,33 @@ int rm_ckpt_shard_load_newest(const char *dir, const rm_ckpt_meta *expect, const
 /* File names (for tests and messages): "shard-...rmck" and "manifest-...rmmf" in dir. */
 int rm_ckpt_shard_name(char *out, size_t cap, int64_t step, int epoch, int rank, int world);
 int rm_ckpt_manifest_name(char *out, size_t cap, int64_t step, int epoch, int world);
+
+/* ---- ranged restore (pipeline stages, issue 15): a stage keeps only its own layers ----
+ * The payload a ranged load leaves in dst: layers [u0, u1)'s parameters (len floats, len = the
+ * layers' parameter count), then their range of each of the nstate optimizer buffers (len floats
+ * each) — the stage's compact layout, as a stage writes its own shard. Memory: dst plus a fixed
+ * 1 MiB read buffer (worker/checkpoint.h rm_ckpt_read_ranges), never the whole model's payload.
+ * What is verified is what the whole loaders verify: the manifest, and every shard of a set in
+ * full (its checksum streamed, its header against the manifest) — also shards with no piece of
+ * the range, so a corrupt or missing shard anywhere skips the set on every stage alike and all
+ * stages restore the same step (a stage that took a set whose other shards are bad would restore
+ * a step its neighbours fall back from). Only the pieces inside the range are copied: from a
+ * stage-layout set of any P (a range may span several old stages: each contributes its units),
+ * from a balanced set (each rank's piece of each unit), or from a whole checkpoint. */
+
+/* Bytes a ranged load of layers [u0, u1) needs in dst ((1 + nstate) * len floats); 0 on a bad range. */
+size_t rm_ckpt_layers_bytes(const rm_ckpt_units *units, int nstate, int u0, int u1);
+
+/* rm_ckpt_shard_load_newest keeping layers [u0, u1) only (layout above): the newest complete,
+ * valid set (any layout) with step > min_step. Same returns, fallback and meta as there. */
+int rm_ckpt_set_load_layers(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_units *units,
+                            int u0, int u1, int64_t min_step, void *dst, size_t cap,
+                            rm_ckpt_meta *meta, char *path_out, size_t path_cap, int *skipped,
+                            rm_err *err);
+
+/* The same from the newest valid whole checkpoint (ckpt-*.rmck, worker/checkpoint.h
+ * rm_ckpt_load_newest's selection and fallback): layers [u0, u1) of it. */
+int rm_ckpt_whole_load_layers(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_units *units,
+                              int u0, int u1, void *dst, size_t cap, rm_ckpt_meta *meta,
+                              char *path_out, size_t path_cap, int *skipped, rm_err *err);
 #endif

@@ -192,8 +192,18 @@ typedef struct rm_step_ops {
      * their range of each optimizer buffer; 0 bytes on ranks that do not write), written as shard
      * *shard_rank of *shard_world of a stage-layout set (worker/ckpt_shard.h) whose manifest
      * records the layer bounds (bounds: shard_world + 1 entries, at most RM_MODEL_MAX_LAYERS + 1).
-     * A restore takes the whole payload re-assembled from such a set (state_restore). */
+     * A restore takes the whole payload re-assembled from such a set (state_restore), or, with
+     * restore_layers below, just the rank's layers of it. */
     bool (*ckpt_stages)(const rm_step *s, int *shard_rank, int *shard_world, int *bounds);
+    /* Optional (NULL: false). This rank restores layers [*u0, *u1) only (pipeline stages): when
+     * this answers true (after round_begin), the driver reads just that range of the newest
+     * checkpoint, whole file or set of any layout (worker/ckpt_shard.h rm_ckpt_set_load_layers,
+     * rm_ckpt_whole_load_layers), into a staging buffer of the range's size, and calls
+     * state_restore_layers (required then) with the range's parameters, then its range of each
+     * optimizer buffer (the layout state_save writes for a stage), instead of state_restore. */
+    bool (*restore_layers)(const rm_step *s, int *u0, int *u1);
+    void (*state_restore_layers)(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
+                                 int scaler_tracker);
     /* Optional (NULL: rm_model_forward on each rank's own slice of the test set). Collective, every
      * rank of the round at the same point with the same rows (<= the batch): the forward of the
      * evaluation batch in env->m->x / labels (every rank of a data_slot loads the same rows: the

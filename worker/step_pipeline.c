@@ -39,9 +39,10 @@
  * the FNV-1a of the stages' ranges chained in order (pl_checksum: the whole model's value). So
  * parameters, gradients and optimizer state resident per worker, its peak RSS, and
  * ringmaster_worker_memory_bytes{kind=params|grads|optimizer} are the stage's, as the activations
- * are. A restore takes the stage's range of the payload only, but the driver still reads the
- * whole payload (re-assembled from the newest checkpoint, below) into its staging buffer; after a
- * round re-forms, the next step gives any other ranges back (rm_model_release_range).
+ * are. A restore reads the stage's layers only (restore_layers: the driver streams the newest
+ * checkpoint, whole or a set of any P, verifying every file but keeping just the stage's range, in
+ * a staging buffer of the stage's size); after a round re-forms, the next step gives any other
+ * ranges back (rm_model_release_range).
  * Checkpoints (P > 1) are per stage, no collective: replica 0 of stage p writes its layers'
  * parameters then its layers' range of each optimizer buffer as shard p of P of a stage-layout
  * set (worker/ckpt_shard.h: the manifest records P and the layer bounds; ckpt_stages below);
@@ -937,6 +938,42 @@ static void pl_memory(const rm_step *s, rm_step_memory *out)
     out->activations = (uint64_t)s->inflight * mbrows * per * f;
 }
 
+/* P > 1: a restore reads this stage's layers only (worker/step.h restore_layers), in the layout
+ * pl_state_save writes: the range's parameters, then its range of each optimizer buffer. */
+static bool pl_restore_layers(const rm_step *s, int *u0, int *u1)
+{
+    if (!stage_ckpt(s))
+        return false;
+    *u0 = s->l0;
+    *u1 = s->l1;
+    return true;
+}
+
+static void pl_state_restore_layers(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
+                                    int scaler_tracker)
+{
+    const float *f = src;
+    const rm_kernels *k = s->env.k;
+    int rc = RM_OK;
+    for (int i = -1; i < s->env.opt->nstate && rc == RM_OK; i++) {
+        float *d = (i < 0 ? s->env.m->params : s->env.opt->state[i]) + s->poff;
+        const float *from = f + (size_t)(1 + i) * s->plen;
+        if (k->host_memory)
+            memcpy(d, from, s->plen * sizeof(float));
+        else   /* a failed copy surfaces at the next step's kernel check */
+            rc = k->h2d(d, from, s->plen * sizeof(float));
+    }
+    if (rc != RM_OK)
+        rm_warn("pipeline: restoring stage %d's layers on %s failed rc=%s", s->pl.stage, k->name,
+                rm_strerror(rc));
+    s->env.opt->t = opt_t;
+    if (loss_scale > 0)
+        rm_loss_scaler_restore(&s->env.amp->scaler, loss_scale, scaler_tracker);
+    s->dirty = false;
+    s->gathered = false;
+    s->release = true;
+}
+
 const rm_step_ops rm_step_pipeline_ops = {
     .name = "pipeline",
     .init = pl_init,
@@ -954,6 +991,8 @@ const rm_step_ops rm_step_pipeline_ops = {
     .memory = pl_memory,
     .data_slot = pl_data_slot,
     .ckpt_stages = pl_ckpt_stages,
+    .restore_layers = pl_restore_layers,
+    .state_restore_layers = pl_state_restore_layers,
     .eval_forward = pl_eval_forward,
     .checksum = pl_checksum,
 };

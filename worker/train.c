@@ -893,10 +893,15 @@ static bool state_sharded(const trainer *t)
  * (sharded strategy: this rank of this world; otherwise world 1, the whole payload). Every rank
  * sees the same files and verifies every shard, so all choose the same checkpoint. Returns 1 if
  * loaded, 0 if none. */
+static int state_load_layers(trainer *t, int u0, int u1);
+
 static int state_load(trainer *t)
 {
     if (!t->cfg->checkpoint_dir || !t->strat->state_restore)
         return 0;   /* a strategy whose state lives elsewhere (the servers') loads nothing here */
+    int u0, u1;
+    if (t->strat->restore_layers && t->strat->restore_layers(t->st, &u0, &u1))
+        return state_load_layers(t, u0, u1);
     rm_ckpt_meta exp, meta, smeta;
     ckpt_expect(t, &exp);
     char path[4200];
@@ -944,6 +949,59 @@ static int state_load(trainer *t)
             "sharded=%s resharded_to=%d skipped_invalid=%d",
             path, (long long)meta.step, meta.train_epoch, (long long)meta.data_pos,
             meta.world_size, set ? "yes" : "no", set ? nw : 0, skipped + sskipped);
+    return 1;
+}
+
+/* state_load for a rank that restores layers [u0, u1) only (worker/step.h restore_layers: a
+ * pipeline stage): the same choice of checkpoint (a whole one or a set, whichever is newer; every
+ * file verified in full), but only the range is kept, in host_stage's first bytes (the range's
+ * size: the rest of host_stage is never touched, so the peak resident set stays the stage's). */
+static int state_load_layers(trainer *t, int u0, int u1)
+{
+    rm_ckpt_meta exp, meta, smeta;
+    ckpt_expect(t, &exp);
+    rm_ckpt_units units = {t->m.shape.nlayers, t->m.layout.layer_off, t->m.layout.layer_len};
+    size_t need = rm_ckpt_layers_bytes(&units, t->opt.nstate, u0, u1);
+    if (need == 0 || need > t->stage_bytes) {
+        rm_warn("checkpoint: cannot restore layers [%d, %d) of %d", u0, u1, units.n);
+        return 0;
+    }
+    const char *dir = t->cfg->checkpoint_dir;
+    char path[4200], spath[4200];
+    int skipped = 0, sskipped = 0;
+    rm_err e = {0}, se = {0};
+    bool whole = rm_ckpt_whole_load_layers(dir, &exp, &units, u0, u1, t->host_stage, need, &meta,
+                                           path, sizeof path, &skipped, &e) == RM_OK;
+    /* a newer set replaces it (loaded aside while host_stage holds the whole file's range) */
+    void *buf = whole ? malloc(need) : t->host_stage;
+    bool set = buf && rm_ckpt_set_load_layers(dir, &exp, &units, u0, u1, whole ? meta.step : -1, buf,
+                                              need, &smeta, spath, sizeof spath, &sskipped,
+                                              &se) == RM_OK;
+    if (set) {
+        if (buf != t->host_stage)
+            memcpy(t->host_stage, buf, need);
+        meta = smeta;
+        snprintf(path, sizeof path, "%s", spath);
+    }
+    if (buf != t->host_stage)
+        free(buf);
+    if (!whole && !set) {
+        if (skipped || sskipped)
+            rm_warn("no usable checkpoint reason=\"%s%s%s\"", e.msg, sskipped ? "; " : "",
+                    sskipped ? se.msg : "");
+        return 0;
+    }
+    t->strat->state_restore_layers(t->st, t->host_stage, meta.opt_t, meta.loss_scale,
+                                   meta.scaler_tracker);
+    t->step = meta.step;
+    t->train_epoch = meta.train_epoch;
+    t->data_pos = meta.data_pos;
+    t->last_ckpt_step = meta.step;
+    t->eval_step = -1;   /* as state_load: the restored position's evaluation is still ahead */
+    rm_info("checkpoint loaded path=%s step=%lld train_epoch=%d data_pos=%lld written_world=%d "
+            "sharded=%s layers=%d-%d bytes=%zu skipped_invalid=%d",
+            path, (long long)meta.step, meta.train_epoch, (long long)meta.data_pos,
+            meta.world_size, set ? "yes" : "no", u0, u1, need, skipped + sskipped);
     return 1;
 }
 

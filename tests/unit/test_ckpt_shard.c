@@ -298,6 +298,234 @@ static void test_concurrent_ranks(void)
     CU_ASSERT_EQUAL(write_shard(700, 5, 4, 1, 0, 3, &e), RM_ECONFLICT);
 }
 
+/* ---- ranged loads (pipeline stages keep only their layers: rm_ckpt_set_load_layers,
+ * rm_ckpt_whole_load_layers) ---- */
+
+/* Stage r of a stage-layout set (bounds, P stages) at step: its layers' params, then each
+ * optimizer buffer's range. The last stage completes the set. */
+static void stage_shard(const int *bounds, int P, int r, int64_t step, int epoch)
+{
+    size_t a = g_lay.layer_off[bounds[r]];
+    size_t b = g_lay.layer_off[bounds[r + 1] - 1] + g_lay.layer_len[bounds[r + 1] - 1];
+    size_t n = b - a;
+    float *buf = calloc(3 * n, sizeof(float));
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < n; i++)
+            buf[(size_t)k * n + i] = val(step, k, a + i);
+    rm_ckpt_meta m = g_meta;
+    m.step = step;
+    m.opt_t = step;
+    m.rdzv_epoch = epoch;
+    m.world_size = P;
+    m.shard_world = P;
+    m.shard_rank = r;
+    m.shard_floats = n;
+    rm_ckpt_seg seg = {buf, 3 * n * sizeof(float)};
+    char path[4200];
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(rm_ckpt_stage_write(g_dir, &m, &g_units, bounds, &seg, 1, 5, r == P - 1 ? 5 : 0,
+                                        path, sizeof path, &e), r == P - 1 ? RM_OK : RM_ETIMEDOUT);
+    free(buf);
+}
+
+static void stage_set(const int *bounds, int P, int64_t step, int epoch)
+{
+    for (int r = 0; r < P; r++)
+        stage_shard(bounds, P, r, step, epoch);
+}
+
+/* A whole checkpoint (ckpt-*.rmck) at step. */
+static void whole_ckpt(int64_t step)
+{
+    size_t T = g_lay.total;
+    float *buf = malloc(3 * T * sizeof(float));
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < T; i++)
+            buf[(size_t)k * T + i] = val(step, k, i);
+    rm_ckpt_meta m = g_meta;
+    m.step = step;
+    m.opt_t = step;
+    m.world_size = 1;
+    rm_ckpt_seg seg = {buf, 3 * T * sizeof(float)};
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(rm_ckpt_write(g_dir, &m, &seg, 1, 5, NULL, 0, &e), RM_OK);
+    free(buf);
+}
+
+/* Load layers [u0, u1) (from a set, or whole: a ckpt-*.rmck) into a buffer of exactly the range's
+ * size (ASan: nothing past it is written) and check every float; returns the step, -1 none. */
+static int64_t layers_check(bool whole, int u0, int u1, int *skipped, rm_err *e)
+{
+    size_t need = rm_ckpt_layers_bytes(&g_units, 2, u0, u1);
+    size_t a = g_lay.layer_off[u0], n = g_lay.layer_off[u1 - 1] + g_lay.layer_len[u1 - 1] - a;
+    CU_ASSERT_EQUAL_FATAL(need, 3 * n * sizeof(float));
+    float *dst = malloc(need);
+    rm_ckpt_meta meta;
+    char path[4200];
+    int rc = whole ? rm_ckpt_whole_load_layers(g_dir, &g_meta, &g_units, u0, u1, dst, need, &meta,
+                                               path, sizeof path, skipped, e)
+                   : rm_ckpt_set_load_layers(g_dir, &g_meta, &g_units, u0, u1, -1, dst, need, &meta,
+                                             path, sizeof path, skipped, e);
+    int64_t step = -1;
+    if (rc == RM_OK) {
+        step = meta.step;
+        CU_ASSERT_EQUAL(meta.opt_t, step);
+        bool ok = true;
+        for (int k = 0; k < 3; k++)
+            for (size_t i = 0; i < n; i++)
+                ok = ok && dst[(size_t)k * n + i] == val(step, k, a + i);
+        CU_ASSERT(ok);
+    }
+    free(dst);
+    return step;
+}
+
+/* Every layout a stage may resume from (a balanced set, stage sets of P = 1, 2, 3 with either
+ * split, a whole file) x every layer range: exactly the range's parameters and optimizer ranges;
+ * a range spanning pieces of several old stages reads just those. */
+static void test_layers_any_layout(void)
+{
+    static const int b1[] = {0, 3}, b2a[] = {0, 1, 3}, b2b[] = {0, 2, 3}, b3[] = {0, 1, 2, 3};
+    static const struct { const int *b; int P; } lay[] = {{NULL, 4}, {b1, 1}, {b2a, 2}, {b2b, 2}, {b3, 3}};
+    static const int rng[][2] = {{0, 1}, {1, 2}, {2, 3}, {0, 2}, {1, 3}, {0, 3}};
+    for (size_t l = 0; l < RM_ARRAY_LEN(lay); l++) {
+        rm_test_clear_dir(g_dir);
+        if (lay[l].b)
+            stage_set(lay[l].b, lay[l].P, 100 + (int64_t)l, 1);
+        else
+            write_set(100 + (int64_t)l, 1, lay[l].P, 3);
+        for (size_t r = 0; r < RM_ARRAY_LEN(rng); r++) {
+            rm_err e = {0};
+            int sk = -1;
+            CU_ASSERT_EQUAL(layers_check(false, rng[r][0], rng[r][1], &sk, &e), 100 + (int64_t)l);
+            CU_ASSERT_EQUAL(sk, 0);
+        }
+    }
+    rm_test_clear_dir(g_dir);
+    whole_ckpt(40);
+    for (size_t r = 0; r < RM_ARRAY_LEN(rng); r++) {
+        rm_err e = {0};
+        CU_ASSERT_EQUAL(layers_check(true, rng[r][0], rng[r][1], NULL, &e), 40);
+    }
+    /* no set: not found; a bad range or a short buffer: refused */
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(layers_check(false, 0, 1, NULL, &e), -1);
+    float small[8];
+    rm_ckpt_meta meta;
+    CU_ASSERT_EQUAL(rm_ckpt_set_load_layers(g_dir, &g_meta, &g_units, 1, 1, -1, small, sizeof small,
+                                            &meta, NULL, 0, NULL, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_ckpt_set_load_layers(g_dir, &g_meta, &g_units, 2, 4, -1, small, sizeof small,
+                                            &meta, NULL, 0, NULL, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_ckpt_whole_load_layers(g_dir, &g_meta, &g_units, 2, 3, small, sizeof small,
+                                              &meta, NULL, 0, NULL, &e), RM_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "too small"));
+    CU_ASSERT_EQUAL(rm_ckpt_layers_bytes(&g_units, 2, 0, 0), 0);
+}
+
+/* What a ranged load still verifies: everything a whole load does. A corrupt, truncated or missing
+ * shard OUTSIDE the stage's layers still skips the set (chosen so that every stage of the pipeline
+ * falls back to the same step: a stage that loaded the newest set while its neighbours, whose
+ * shards are the bad ones, fell back would restore a mixed model), as does a bad manifest or a bad
+ * shard inside the range; the older complete set is loaded instead, the reason naming the file.
+ * What it need not do: keep (or allocate room for) any byte outside the range. */
+static void test_layers_corrupt_outside_range_falls_back(void)
+{
+    static const int b3[] = {0, 1, 2, 3}, b2[] = {0, 1, 3};
+    enum { FLIP_OUT, FLIP_IN, TRUNC_OUT, MISSING_OUT, MANIFEST };
+    static const struct { int what, shard; const char *why; } cases[] = {
+        {FLIP_OUT, 2, "checksum"}, {FLIP_IN, 0, "checksum"}, {TRUNC_OUT, 1, "truncated"},
+        {MISSING_OUT, 2, "shard 2 of 3"}, {MANIFEST, 0, "manifest checksum"},
+    };
+    for (size_t c = 0; c < RM_ARRAY_LEN(cases); c++) {
+        rm_test_clear_dir(g_dir);
+        stage_set(b2, 2, 100, 1);   /* the older set: another P */
+        stage_set(b3, 3, 200, 2);
+        char name[128], p[4200];
+        rm_ckpt_shard_name(name, sizeof name, 200, 2, cases[c].shard, 3);
+        snprintf(p, sizeof p, "%s/%s", g_dir, name);
+        switch (cases[c].what) {
+        case FLIP_OUT:
+        case FLIP_IN:
+            corrupt(name, 600);   /* a payload byte */
+            break;
+        case TRUNC_OUT:
+            CU_ASSERT_EQUAL(truncate(p, 700), 0);
+            break;
+        case MISSING_OUT:
+            CU_ASSERT_EQUAL(unlink(p), 0);
+            break;
+        default:
+            rm_ckpt_manifest_name(name, sizeof name, 200, 2, 3);
+            corrupt(name, 40);
+        }
+        rm_err e = {0};
+        int sk = -1;
+        CU_ASSERT_EQUAL(layers_check(false, 0, 1, &sk, &e), 100);   /* stage 0 of the new P = 2 */
+        CU_ASSERT_EQUAL(sk, 1);
+        CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, cases[c].why));
+        if (cases[c].what != MANIFEST)
+            CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, name));
+        /* the uncorrupted set loads for every range when it is the newest one */
+    }
+    /* whole files: a corrupt newest one falls back to the older file */
+    rm_test_clear_dir(g_dir);
+    whole_ckpt(10);
+    whole_ckpt(20);
+    char name[128];
+    snprintf(name, sizeof name, "ckpt-%012d.rmck", 20);
+    corrupt(name, 600);
+    rm_err e = {0};
+    int sk = -1;
+    CU_ASSERT_EQUAL(layers_check(true, 2, 3, &sk, &e), 10);
+    CU_ASSERT_EQUAL(sk, 1);
+}
+
+/* The streamed read across its 1 MiB chunks: a model of 4.5 MB (Adam), layer 1 (1.4 MB, starting
+ * mid-chunk) of each buffer lands whole; a range outside the payload is refused before any copy. */
+static void test_read_ranges_across_chunks(void)
+{
+    rm_test_clear_dir(g_dir);
+    rm_ckpt_meta m;
+    memset(&m, 0, sizeof m);
+    int hidden[2] = {600, 600};
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_model_shape_make(&m.shape, 20, hidden, 2, 3, &e), RM_OK);
+    rm_param_layout lay;
+    rm_model_layout(&m.shape, &lay);
+    m.nparams = lay.total;
+    m.opt_type = 1;
+    m.nstate = 2;
+    m.world_size = 1;
+    m.loss_scale = 1;
+    m.step = 7;
+    size_t T = lay.total;
+    float *buf = malloc(3 * T * sizeof(float));
+    for (size_t i = 0; i < 3 * T; i++)
+        buf[i] = (float)(i % 1000003);
+    rm_ckpt_seg seg = {buf, 3 * T * sizeof(float)};
+    CU_ASSERT_EQUAL_FATAL(rm_ckpt_write(g_dir, &m, &seg, 1, 5, NULL, 0, &e), RM_OK);
+    rm_ckpt_units u = {m.shape.nlayers, lay.layer_off, lay.layer_len};
+    size_t need = rm_ckpt_layers_bytes(&u, 2, 1, 2), n = lay.layer_len[1], a = lay.layer_off[1];
+    CU_ASSERT_TRUE(n * sizeof(float) > (1u << 20));
+    float *dst = malloc(need);
+    rm_ckpt_meta got;
+    CU_ASSERT_EQUAL(rm_ckpt_whole_load_layers(g_dir, &m, &u, 1, 2, dst, need, &got, NULL, 0, NULL, &e), RM_OK);
+    bool ok = true;
+    for (int k = 0; k < 3; k++)
+        for (size_t i = 0; i < n; i++)
+            ok = ok && dst[(size_t)k * n + i] == buf[(size_t)k * T + a + i];
+    CU_ASSERT(ok);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/ckpt-%012d.rmck", g_dir, 7);
+    rm_ckpt_range out = {.src = 3 * T * sizeof(float) - 4, .len = 8, .dst = 0};
+    memset(dst, 0, need);
+    CU_ASSERT_EQUAL(rm_ckpt_read_ranges(p, &m, &out, 1, dst, need, &got, NULL, &e), RM_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "outside"));
+    CU_ASSERT_EQUAL(dst[0], 0.0f);
+    free(dst);
+    free(buf);
+}
+
 void rm_suite_ckpt_shard(void);
 void rm_suite_ckpt_shard(void)
 {
@@ -307,6 +535,9 @@ void rm_suite_ckpt_shard(void)
         {"corrupt_or_missing_shard_falls_back", test_corrupt_or_missing_shard_falls_back},
         {"retention_keeps_sets_together", test_retention_keeps_sets_together},
         {"concurrent_ranks", test_concurrent_ranks},
+        {"layers_any_layout", test_layers_any_layout},
+        {"layers_corrupt_outside_range_falls_back", test_layers_corrupt_outside_range_falls_back},
+        {"read_ranges_across_chunks", test_read_ranges_across_chunks},
     };
     RM_ADD_SUITE("ckpt_shard", suite_init, suite_clean, cases);
 }
