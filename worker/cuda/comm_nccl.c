@@ -37,6 +37,7 @@
 #include "kernels/cuda/rm_cuda.h"
 #include "common/clock.h"
 #include "worker/comm.h"
+#include "worker/cuda/nccl_probes.h"
 #include "kernels/kernels_cuda.h"
 #include "worker/nccl_wait.h"
 #include "worker/shard.h"
@@ -56,25 +57,6 @@ struct rm_comm {
     void *stage;                /* device staging for host buffers */
     size_t stage_bytes;
 };
-
-/* Waits after the first millisecond so a long allreduce does not burn a core that the data loader
- * or the fusion thread needs; short ones (latency-bound) only spin. */
-static void poll_pause(void *ctx, double waited_s)
-{
-    (void)ctx;
-    if (waited_s < 1e-3) {
-        sched_yield();
-        return;
-    }
-    struct timespec ts = {0, waited_s < 0.1 ? 20000 : 200000};
-    nanosleep(&ts, NULL);
-}
-
-static double poll_now(void *ctx)
-{
-    (void)ctx;
-    return rm_mono();
-}
 
 static int nccl_dtype(rm_dtype dt, ncclDataType_t *out)
 {
@@ -109,63 +91,38 @@ static void abort_comm(void *ctx)
 
 /* ---- probes for rm_nccl_wait ---- */
 
-static int nccl_state(ncclComm_t comm, char *why, size_t cap)
-{
-    ncclResult_t st = ncclInProgress;
-    ncclResult_t r = ncclCommGetAsyncError(comm, &st);
-    if (r != ncclSuccess) {
-        snprintf(why, cap, "ncclCommGetAsyncError: %s", ncclGetErrorString(r));
-        return RM_EIO;
-    }
-    if (st == ncclSuccess)
-        return RM_NW_DONE;
-    if (st == ncclInProgress)
-        return RM_NW_PENDING;
-    snprintf(why, cap, "%s (%s)", ncclGetErrorString(st), ncclGetLastError(comm));
-    return st == ncclRemoteError ? RM_ECLOSED : RM_EIO;
-}
-
 /* init / enqueue: done when the communicator leaves ncclInProgress */
 static int probe_comm_ready(void *ctx, char *why, size_t cap)
 {
-    return nccl_state(*(ncclComm_t *)ctx, why, cap);
-}
-
-static int cuda_query(cudaError_t q, const char *what, char *why, size_t cap)
-{
-    if (q == cudaSuccess)
-        return RM_NW_DONE;
-    if (q == cudaErrorNotReady)
-        return RM_NW_PENDING;
-    (void)cudaGetLastError();
-    snprintf(why, cap, "%s: %s", what, cudaGetErrorString(q));
-    return RM_EIO;
+    return rm_nccl_comm_state(*(ncclComm_t *)ctx, why, cap);
 }
 
 static int probe_inputs_ready(void *ctx, char *why, size_t cap)
 {
-    return cuda_query(cudaEventQuery(((rm_comm *)ctx)->ready), "cudaEventQuery", why, cap);
+    return rm_nccl_cuda_query(cudaEventQuery(((rm_comm *)ctx)->ready), "cudaEventQuery", why,
+                              cap);
 }
 
 static int probe_stream_done(void *ctx, char *why, size_t cap)
 {
-    return cuda_query(cudaStreamQuery(((rm_comm *)ctx)->stream), "cudaStreamQuery", why, cap);
+    return rm_nccl_cuda_query(cudaStreamQuery(((rm_comm *)ctx)->stream), "cudaStreamQuery", why,
+                              cap);
 }
 
 /* while the stream runs: an error is a failure, in progress or success is not */
 static int probe_async_error(void *ctx, char *why, size_t cap)
 {
-    int r = nccl_state(((rm_comm *)ctx)->comm, why, cap);
+    int r = rm_nccl_comm_state(((rm_comm *)ctx)->comm, why, cap);
     return r < 0 ? r : RM_NW_DONE;
 }
 
 static const rm_nccl_probe comm_ready_probe = {
-    .started = NULL, .done = probe_comm_ready, .async_error = NULL, .now = poll_now,
-    .pause = poll_pause,
+    .started = NULL, .done = probe_comm_ready, .async_error = NULL, .now = rm_nccl_poll_now,
+    .pause = rm_nccl_poll_pause,
 };
 static const rm_nccl_probe stream_probe = {
     .started = probe_inputs_ready, .done = probe_stream_done, .async_error = probe_async_error,
-    .now = poll_now, .pause = poll_pause,
+    .now = rm_nccl_poll_now, .pause = rm_nccl_poll_pause,
 };
 
 /* Poll a non-blocking communicator until the pending operation (init, finalize, or the enqueue of a

@@ -33,6 +33,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "kernels/kernels_cuda.h"
+#include "worker/cuda/nccl_probes.h"
 #include "worker/nccl_wait.h"
 #include "worker/net.h"
 #include "worker/pipe_link.h"
@@ -82,39 +83,6 @@ static void abort_side(void *ctx)
 
 /* ---- probes (worker/nccl_wait.h) ---- */
 
-static void poll_pause(void *ctx, double waited_s)
-{
-    (void)ctx;
-    if (waited_s < 1e-3) {
-        sched_yield();
-        return;
-    }
-    struct timespec ts = {0, waited_s < 0.1 ? 20000 : 200000};
-    nanosleep(&ts, NULL);
-}
-
-static double poll_now(void *ctx)
-{
-    (void)ctx;
-    return rm_mono();
-}
-
-static int comm_state(ncclComm_t comm, char *why, size_t cap)
-{
-    ncclResult_t st = ncclInProgress;
-    ncclResult_t r = ncclCommGetAsyncError(comm, &st);
-    if (r != ncclSuccess) {
-        snprintf(why, cap, "ncclCommGetAsyncError: %s", ncclGetErrorString(r));
-        return RM_EIO;
-    }
-    if (st == ncclSuccess)
-        return RM_NW_DONE;
-    if (st == ncclInProgress)
-        return RM_NW_PENDING;
-    snprintf(why, cap, "%s (%s)", ncclGetErrorString(st), ncclGetLastError(comm));
-    return st == ncclRemoteError ? RM_ECLOSED : RM_EIO;
-}
-
 /* every used communicator has left ncclInProgress (init, group end) */
 static int probe_comms_ready(void *ctx, char *why, size_t cap)
 {
@@ -123,7 +91,7 @@ static int probe_comms_ready(void *ctx, char *why, size_t cap)
     for (int i = 0; i < 2; i++) {
         if (!l->sd[i].used || !l->sd[i].comm)
             continue;
-        int r = comm_state(l->sd[i].comm, why, cap);
+        int r = rm_nccl_comm_state(l->sd[i].comm, why, cap);
         if (r < 0)
             return r;
         if (r == RM_NW_PENDING)
@@ -132,20 +100,10 @@ static int probe_comms_ready(void *ctx, char *why, size_t cap)
     return res;
 }
 
-static int cuda_query(cudaError_t q, const char *what, char *why, size_t cap)
-{
-    if (q == cudaSuccess)
-        return RM_NW_DONE;
-    if (q == cudaErrorNotReady)
-        return RM_NW_PENDING;
-    (void)cudaGetLastError();
-    snprintf(why, cap, "%s: %s", what, cudaGetErrorString(q));
-    return RM_EIO;
-}
-
 static int probe_inputs_ready(void *ctx, char *why, size_t cap)
 {
-    return cuda_query(cudaEventQuery(((rm_pipe_links *)ctx)->ready), "cudaEventQuery", why, cap);
+    return rm_nccl_cuda_query(cudaEventQuery(((rm_pipe_links *)ctx)->ready), "cudaEventQuery",
+                              why, cap);
 }
 
 static int probe_stream_done(void *ctx, char *why, size_t cap)
@@ -155,7 +113,7 @@ static int probe_stream_done(void *ctx, char *why, size_t cap)
     for (int i = 0; i < 2; i++) {
         if (!l->sd[i].used || !l->sd[i].stream)
             continue;
-        int r = cuda_query(cudaStreamQuery(l->sd[i].stream), "cudaStreamQuery", why, cap);
+        int r = rm_nccl_cuda_query(cudaStreamQuery(l->sd[i].stream), "cudaStreamQuery", why, cap);
         if (r < 0)
             return r;
         if (r == RM_NW_PENDING)
@@ -171,12 +129,12 @@ static int probe_async_error(void *ctx, char *why, size_t cap)
 }
 
 static const rm_nccl_probe comms_ready_probe = {
-    .started = NULL, .done = probe_comms_ready, .async_error = NULL, .now = poll_now,
-    .pause = poll_pause,
+    .started = NULL, .done = probe_comms_ready, .async_error = NULL, .now = rm_nccl_poll_now,
+    .pause = rm_nccl_poll_pause,
 };
 static const rm_nccl_probe stream_probe = {
     .started = probe_inputs_ready, .done = probe_stream_done, .async_error = probe_async_error,
-    .now = poll_now, .pause = poll_pause,
+    .now = rm_nccl_poll_now, .pause = rm_nccl_poll_pause,
 };
 
 /* Run a wait under both guards: a failure (or an abort meanwhile) aborts the communicators. */
