@@ -580,9 +580,10 @@ out:
     return rc;
 }
 
-int rm_ckpt_load_newest(const char *dir, const rm_ckpt_meta *expect, rm_ckpt_meta *meta,
-                        void *payload, size_t cap, char *path_out, size_t path_cap, int *skipped,
-                        rm_err *err)
+/* The newest file of dir that try_one accepts (newest first; each one refused is logged and
+ * counted in *skipped): its path in path_out. try_one reads the file into the caller's buffers. */
+static int load_newest_with(const char *dir, int (*try_one)(const char *path, void *ctx, rm_err *e),
+                            void *ctx, char *path_out, size_t path_cap, int *skipped, rm_err *err)
 {
     rm_ckpt_entry *v = NULL;
     int n = 0, bad = 0;
@@ -598,7 +599,7 @@ int rm_ckpt_load_newest(const char *dir, const rm_ckpt_meta *expect, rm_ckpt_met
         char p[4096 + 64];
         snprintf(p, sizeof p, "%s/%s", dir, v[i].name);
         rm_err e = {0};
-        if (rm_ckpt_read(p, expect, meta, payload, cap, &e) == RM_OK) {
+        if (try_one(p, ctx, &e) == RM_OK) {
             if (path_out)
                 snprintf(path_out, path_cap, "%s", p);
             rc = RM_OK;
@@ -614,6 +615,27 @@ int rm_ckpt_load_newest(const char *dir, const rm_ckpt_meta *expect, rm_ckpt_met
         return rm_errf(err, RM_ENOTFOUND, "no valid checkpoint in %s (%d invalid skipped)", dir,
                        bad);
     return RM_OK;
+}
+
+typedef struct whole_try {
+    const rm_ckpt_meta *expect;
+    rm_ckpt_meta *meta;
+    void *payload;
+    size_t cap;
+} whole_try;
+
+static int try_whole(const char *path, void *ctx, rm_err *e)
+{
+    whole_try *w = ctx;
+    return rm_ckpt_read(path, w->expect, w->meta, w->payload, w->cap, e);
+}
+
+int rm_ckpt_load_newest(const char *dir, const rm_ckpt_meta *expect, rm_ckpt_meta *meta,
+                        void *payload, size_t cap, char *path_out, size_t path_cap, int *skipped,
+                        rm_err *err)
+{
+    whole_try w = {expect, meta, payload, cap};
+    return load_newest_with(dir, try_whole, &w, path_out, path_cap, skipped, err);
 }
 
 /* ---------------- ranged read (pipeline stages: only the own layers stay) ---------------- */
@@ -682,41 +704,28 @@ out:
     return rc;
 }
 
+typedef struct ranges_try {
+    const rm_ckpt_meta *expect;
+    const rm_ckpt_range *r;
+    int nr;
+    void *dst;
+    size_t cap;
+    rm_ckpt_meta *meta;
+} ranges_try;
+
+static int try_ranges(const char *path, void *ctx, rm_err *e)
+{
+    ranges_try *t = ctx;
+    int rc = rm_ckpt_read_ranges(path, t->expect, t->r, t->nr, t->dst, t->cap, t->meta, NULL, e);
+    if (rc == RM_OK && t->meta->shard_world != 0)
+        rc = rm_errf(e, RM_EINVAL, "%s: a shard's header under a whole checkpoint's name", path);
+    return rc;
+}
+
 int rm_ckpt_load_newest_ranges(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_range *r,
                                int nr, void *dst, size_t cap, rm_ckpt_meta *meta, char *path_out,
                                size_t path_cap, int *skipped, rm_err *err)
 {
-    rm_ckpt_entry *v = NULL;
-    int n = 0, bad = 0;
-    if (skipped)
-        *skipped = 0;
-    int rc = list_ckpts(dir, &v, &n);
-    if (rc == RM_ENOTFOUND)
-        return rm_errf(err, RM_ENOTFOUND, "no checkpoint dir %s", dir);
-    if (rc)
-        return rm_errf(err, rc, "checkpoint: cannot list %s", dir);
-    rc = RM_ENOTFOUND;
-    for (int i = 0; i < n; i++) {
-        char p[4096 + 64];
-        snprintf(p, sizeof p, "%s/%s", dir, v[i].name);
-        rm_err e = {0};
-        int lrc = rm_ckpt_read_ranges(p, expect, r, nr, dst, cap, meta, NULL, &e);
-        if (lrc == RM_OK && meta->shard_world != 0)
-            lrc = rm_errf(&e, RM_EINVAL, "%s: a shard's header under a whole checkpoint's name", p);
-        if (lrc == RM_OK) {
-            if (path_out)
-                snprintf(path_out, path_cap, "%s", p);
-            rc = RM_OK;
-            break;
-        }
-        bad++;
-        rm_warn("checkpoint skipped (invalid) path=%s reason=\"%s\"", p, e.msg);
-    }
-    free(v);
-    if (skipped)
-        *skipped = bad;
-    if (rc)
-        return rm_errf(err, RM_ENOTFOUND, "no valid checkpoint in %s (%d invalid skipped)", dir,
-                       bad);
-    return RM_OK;
+    ranges_try t = {expect, r, nr, dst, cap, meta};
+    return load_newest_with(dir, try_ranges, &t, path_out, path_cap, skipped, err);
 }
