@@ -888,13 +888,35 @@ static bool state_sharded(const trainer *t)
     return t->strat->state_sharded && t->strat->state_sharded(t->st);
 }
 
+/* Neither a whole checkpoint nor a set could be used: say why when some were skipped as invalid
+ * (state_load, state_load_layers). */
+static void warn_unusable(int skipped, int sskipped, const rm_err *e, const rm_err *se)
+{
+    if (skipped || sskipped)
+        rm_warn("no usable checkpoint reason=\"%s%s%s\"", e->msg, sskipped ? "; " : "",
+                sskipped ? se->msg : "");
+}
+
+/* The schedule position of a loaded checkpoint. A checkpoint is written after its step and before
+ * that step's end-of-epoch evaluation (which runs at the top of the next iteration), so a restored
+ * position has its evaluation still ahead of it — whatever this process remembers having
+ * evaluated before the failure. */
+static void take_position(trainer *t, const rm_ckpt_meta *meta)
+{
+    t->step = meta->step;
+    t->train_epoch = meta->train_epoch;
+    t->data_pos = meta->data_pos;
+    t->last_ckpt_step = meta->step;
+    t->eval_step = -1;
+}
+
+static int state_load_layers(trainer *t, int u0, int u1);
+
 /* Every rank reads the newest valid checkpoint (if any): a whole one (ckpt-*.rmck) or a sharded
  * set (worker/ckpt_shard.h), whichever is newer; a sharded set is re-sharded for this round
  * (sharded strategy: this rank of this world; otherwise world 1, the whole payload). Every rank
  * sees the same files and verifies every shard, so all choose the same checkpoint. Returns 1 if
  * loaded, 0 if none. */
-static int state_load_layers(trainer *t, int u0, int u1);
-
 static int state_load(trainer *t)
 {
     if (!t->cfg->checkpoint_dir || !t->strat->state_restore)
@@ -926,9 +948,7 @@ static int state_load(trainer *t)
     }
     free(buf);
     if (!whole && !set) {
-        if (skipped || sskipped)
-            rm_warn("no usable checkpoint reason=\"%s%s%s\"", e.msg, sskipped ? "; " : "",
-                    sskipped ? se.msg : "");
+        warn_unusable(skipped, sskipped, &e, &se);
         return 0;
     }
     if (set && sharded)
@@ -937,14 +957,7 @@ static int state_load(trainer *t)
     else   /* a whole payload (a file, or a set re-sharded to world 1) */
         t->strat->state_restore(t->st, t->host_stage, meta.opt_t, meta.loss_scale,
                                 meta.scaler_tracker);
-    t->step = meta.step;
-    t->train_epoch = meta.train_epoch;
-    t->data_pos = meta.data_pos;
-    t->last_ckpt_step = meta.step;
-    /* A checkpoint is written after its step and before that step's end-of-epoch evaluation
-     * (which runs at the top of the next iteration), so a restored position has its evaluation
-     * still ahead of it — whatever this process remembers having evaluated before the failure. */
-    t->eval_step = -1;
+    take_position(t, &meta);
     rm_info("checkpoint loaded path=%s step=%lld train_epoch=%d data_pos=%lld written_world=%d "
             "sharded=%s resharded_to=%d skipped_invalid=%d",
             path, (long long)meta.step, meta.train_epoch, (long long)meta.data_pos,
@@ -986,18 +999,12 @@ static int state_load_layers(trainer *t, int u0, int u1)
     if (buf != t->host_stage)
         free(buf);
     if (!whole && !set) {
-        if (skipped || sskipped)
-            rm_warn("no usable checkpoint reason=\"%s%s%s\"", e.msg, sskipped ? "; " : "",
-                    sskipped ? se.msg : "");
+        warn_unusable(skipped, sskipped, &e, &se);
         return 0;
     }
     t->strat->state_restore_layers(t->st, t->host_stage, meta.opt_t, meta.loss_scale,
                                    meta.scaler_tracker);
-    t->step = meta.step;
-    t->train_epoch = meta.train_epoch;
-    t->data_pos = meta.data_pos;
-    t->last_ckpt_step = meta.step;
-    t->eval_step = -1;   /* as state_load: the restored position's evaluation is still ahead */
+    take_position(t, &meta);
     rm_info("checkpoint loaded path=%s step=%lld train_epoch=%d data_pos=%lld written_world=%d "
             "sharded=%s layers=%d-%d bytes=%zu skipped_invalid=%d",
             path, (long long)meta.step, meta.train_epoch, (long long)meta.data_pos,
