@@ -475,6 +475,23 @@ static bool pl_ckpt_stages(const rm_step *s, int *shard_rank, int *shard_world, 
     return true;
 }
 
+/* After a restore (whole or the stage's layers): the optimizer's step count and the loss scale
+ * the checkpoint recorded. */
+static void restored_meta(rm_step *s, int64_t opt_t, float loss_scale, int scaler_tracker)
+{
+    s->env.opt->t = opt_t;
+    if (loss_scale > 0)
+        rm_loss_scaler_restore(&s->env.amp->scaler, loss_scale, scaler_tracker);
+}
+
+/* After a restore: nothing to write back, nothing gathered, the other stages' pages may go. */
+static void restored_flags(rm_step *s)
+{
+    s->dirty = false;
+    s->gathered = false;
+    s->release = true;
+}
+
 static void pl_state_restore(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
                              int scaler_tracker)
 {
@@ -498,13 +515,9 @@ static void pl_state_restore(rm_step *s, const void *src, int64_t opt_t, float l
                 rm_warn("pipeline: restoring stage %d's range on %s failed rc=%s", s->pl.stage, k->name,
                         rm_strerror(rc));
         }
-        s->env.opt->t = opt_t;
-        if (loss_scale > 0)
-            rm_loss_scaler_restore(&s->env.amp->scaler, loss_scale, scaler_tracker);
+        restored_meta(s, opt_t, loss_scale, scaler_tracker);
     }
-    s->dirty = false;
-    s->gathered = false;
-    s->release = true;
+    restored_flags(s);
 }
 
 static int pl_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
@@ -966,12 +979,8 @@ static void pl_state_restore_layers(rm_step *s, const void *src, int64_t opt_t, 
     if (rc != RM_OK)
         rm_warn("pipeline: restoring stage %d's layers on %s failed rc=%s", s->pl.stage, k->name,
                 rm_strerror(rc));
-    s->env.opt->t = opt_t;
-    if (loss_scale > 0)
-        rm_loss_scaler_restore(&s->env.amp->scaler, loss_scale, scaler_tracker);
-    s->dirty = false;
-    s->gathered = false;
-    s->release = true;
+    restored_meta(s, opt_t, loss_scale, scaler_tracker);
+    restored_flags(s);
 }
 
 const rm_step_ops rm_step_pipeline_ops = {
