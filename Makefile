@@ -14,6 +14,9 @@
 # Release objects go to build/release and binaries to bin/; ASAN/UBSAN/DEBUG builds go to
 # build/<variant>/ with their binaries in build/<variant>/bin/ so they never clobber bin/.
 
+# `make` alone builds everything: the configuration rule below comes first in the file.
+.DEFAULT_GOAL := all
+
 DEBUG  ?= 0
 ASAN   ?= 0
 UBSAN  ?= 0
