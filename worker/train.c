@@ -1344,7 +1344,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
         t->rdzv_epoch = 1;
     } else if (t->rdzv && !mpi) {
         int last = first ? 0 : t->rdzv_epoch;
-        double deadline = rm_mono() + 900;
+        double started = rm_mono(), deadline = started + 900, next_note = started + 60;
         for (;;) {
             rm_health_beat(t->wm.health);   /* waiting for peers is not a hang */
             if (g_train_term)
@@ -1372,6 +1372,10 @@ static int round_setup(trainer *t, bool first, rm_err *err)
             if (rc != RM_ETIMEDOUT) {
                 rm_warn("rendezvous join failed, retrying err=\"%s\"", e.msg);
                 sleep(1);
+            } else if (rm_mono() >= next_note) {   /* a long silent wait looks like a hang */
+                next_note = rm_mono() + 60;
+                rm_warn("still waiting for a rendezvous round waited_s=%.0f gives_up_after_s=900 "
+                        "last=\"%s\"", rm_mono() - started, e.msg);
             }
         }
         t->rank = rr.rank;
