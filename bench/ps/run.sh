@@ -32,6 +32,11 @@
 # against other work on a busy machine (cpucap.sh).
 # The samples/s column is rank 0's median "progress" rate times WORKERS (every worker draws the
 # same per-worker batch). The whole experiment in one command: bench/ps/full.sh.
+# ASYNC_LR (0.01: Adagrad's learning rate for the async variants, PyTorch's default),
+# ASYNC_OPTIMIZER (unset; a whole optimizer for them, e.g. "{type: sgd, lr: 0.01, momentum: 0.9}"),
+# SYNC_LR (0.02: SGD with momentum 0.9 for the ring and the sync variants, the project's example).
+# Run it inside `unshare -n sh -c 'ip link set lo up && exec bench/ps/run.sh'` to keep its ports
+# off the host's; `unshare -n` alone leaves loopback down and nothing can connect.
 # A smoke run: EPOCHS=1 HIDDEN=128 VARIANTS="ring sync-b1" ANCHOR=0 ...
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -43,6 +48,7 @@ TRAIN_SAMPLES=${TRAIN_SAMPLES:-60000} WARM=${WARM:-$((TRAIN_SAMPLES / BATCH))}
 STRAGGLERS=${STRAGGLERS:-none persistent transient}
 OUT=${OUT:-$root/bench/results/ps.md}
 CPUCAP=${CPUCAP:-auto} CPUCAP_PS=${CPUCAP_PS:-0.3}
+ASYNC_LR=${ASYNC_LR:-0.01} SYNC_LR=${SYNC_LR:-0.02}
 work=$(mktemp -d "${TMPDIR:-/tmp}/rm-bench-ps.XXXXXX")
 # shellcheck source=../lib/cpucap.sh
 source "$root/bench/lib/cpucap.sh"
@@ -74,7 +80,7 @@ strategy() {
   esac
 }
 optimizer() {  # Downpour used Adagrad; the synchronous variants the project's default SGD
-  case $1 in async-*) echo "{type: adagrad, lr: 0.01}";; *) echo "{type: sgd, lr: 0.02, momentum: 0.9}";; esac
+  case $1 in async-*) echo "${ASYNC_OPTIMIZER:-{type: adagrad, lr: $ASYNC_LR\}}";; *) echo "{type: sgd, lr: $SYNC_LR, momentum: 0.9}";; esac
 }
 fault() {
   case $1 in
