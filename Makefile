@@ -133,13 +133,18 @@ all: $(RINGMASTER) $(WORKER) $(KUBESIM)
 info:
 	@echo "variant=$(VARIANT) builddir=$(BUILDDIR) bindir=$(BINDIR) cuda=$(CUDA_ON) werror=$(WERROR)"
 
-# The compile commands themselves, rewritten only when they change (like config.mk): an edit of
-# the flags here (or CFLAGS=... on the command line) rebuilds the objects instead of linking stale ones.
-FLAGS_STAMP := $(BUILDDIR)/flags.txt
+# The compile commands themselves, rewritten only when they change (like config.mk, and like it an
+# included makefile, remade before anything else, so a make with nothing to do still says so): an
+# edit of the flags here (or CFLAGS=... on the command line) rebuilds the objects instead of
+# linking stale ones. The file holds them as comments.
+FLAGS_STAMP := $(BUILDDIR)/flags.mk
+ifneq ($(filter-out $(NOCONFIG_GOALS),$(or $(MAKECMDGOALS),all)),)
 $(FLAGS_STAMP): FORCE
 	@mkdir -p $(dir $@)
-	@printf '%s\n' '$(CC) $(CFLAGS)' '$(NVCC) $(NVCCFLAGS)' > $@.tmp
+	@printf '# %s\n' '$(CC) $(CFLAGS)' '$(NVCC) $(NVCCFLAGS)' > $@.tmp
 	@if cmp -s $@.tmp $@; then rm -f $@.tmp; else mv $@.tmp $@; fi
+include $(FLAGS_STAMP)
+endif
 
 $(BUILDDIR)/%.o: %.c $(CONFIG_MK) $(FLAGS_STAMP) | config-check
 	@mkdir -p $(dir $@)
