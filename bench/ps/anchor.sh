@@ -33,7 +33,7 @@ YAML
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 t0=$(date +%s.%N)
 "$BIN/ringmaster" run -f "$work/job.yaml" -o json --checkpoint-dir "$work/ck" --run-dir "$work/run" \
-  > "$work/rm.out" 2> "$work/rm.err"
+  > "$work/rm.out" 2> "$work/rm.err" || { echo "anchor: ringmaster run failed:" >&2; tail -20 "$work/rm.err" >&2; exit 1; }
 t1=$(date +%s.%N)
 rm_row=$(python3 - "$work/rm.out" "$t0" "$t1" <<'PY'
 import json, sys
@@ -42,7 +42,9 @@ print(f"| ringmaster sync PS b=0 | {r.get('samplesPerSecond', 0):.0f} | {float(s
 PY
 )
 /usr/bin/python3 "$root/bench/ps/torch_rpc_ps.py" --world "$WORKERS" --epochs "$EPOCHS" --batch "$BATCH" \
-  --hidden "${HIDDEN// /}" --max-seconds "$MAX_SECONDS" > "$work/torch.out" 2> "$work/torch.err"
+  --hidden "${HIDDEN// /}" --max-seconds "$MAX_SECONDS" > "$work/torch.out" 2> "$work/torch.err" \
+  || { echo "anchor: the PyTorch peer failed (python3-torch comes with make deps-bench):" >&2
+       tail -20 "$work/torch.err" >&2; exit 1; }
 torch_row=$(python3 - "$work/torch.out" <<'PY'
 import json, sys
 j = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]
