@@ -75,6 +75,9 @@ typedef struct job {
     bool closed, stopped, removed;
     int world;
     double closed_at;      /* unix seconds */
+    int trained_epoch;     /* newest epoch whose closed round had a member report (0 = none) */
+    double trained_at;     /* unix seconds of that epoch's first such report */
+    int trained_world;     /* that round's world size */
     double last_join;      /* monotonic seconds of the last change to the open round */
     member *mem;           /* sorted by workerId (numeric first), at most RM_RDZV_MAX_WORLD */
     int nmem;
@@ -752,6 +755,14 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
         m->m.last_progress = now;
     m->m.last_report = now;
     m->m.epoch = (int)epoch;
+    /* the group trains again: the first report of a member of the closed round (kept when
+     * the next epoch opens, so a failure right after a recovery cannot hide it) */
+    if (j->closed && (int)epoch == j->epoch && m->round == j->epoch && m->m.rank >= 0 &&
+        j->trained_epoch < j->epoch) {
+        j->trained_epoch = j->epoch;
+        j->trained_at = now;
+        j->trained_world = j->world;
+    }
     m->m.step = step;
     m->m.train_epoch = (int)train_epoch;
     m->m.last_checkpoint_step = ckpt;
@@ -1106,6 +1117,9 @@ int rm_rdzv_snapshot(rm_rdzv *r, const char *jobname, rm_rdzv_state *out)
         out->closed = j->closed;
         out->world_size = j->closed ? j->world : 0;
         out->closed_at = j->closed ? j->closed_at : 0;
+        out->trained_epoch = j->trained_epoch;
+        out->trained_at = j->trained_at;
+        out->trained_world = j->trained_world;
         for (int i = 0; i < j->nmem && out->nmembers < (int)RM_ARRAY_LEN(out->members); i++)
             out->members[out->nmembers++] = j->mem[i].m;
         out->have_result = j->have_result;

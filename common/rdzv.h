@@ -120,6 +120,9 @@ typedef struct rm_rdzv_state {
     int nmembers;
     rm_rdzv_member members[64];   /* first 64 members (by workerId) — enough for local runs/status */
     double closed_at;         /* unix seconds the current round closed */
+    int trained_epoch;        /* newest epoch whose closed round had a member report (0 = none) */
+    double trained_at;        /* unix seconds of that first report: the group training again */
+    int trained_world;        /* that round's world size */
     bool have_result;
     double test_accuracy, train_loss, seconds, samples_per_second;
     int64_t steps;

@@ -911,6 +911,8 @@ static const rm_runtime_ops local_ops = {
     .set_rdzv = op_set_rdzv, .stop_rdzv = op_stop_rdzv, .event = op_event,
 };
 
+static void recovery_check(local *l);
+
 /* The shared transition -> metrics diff, rendered as this runtime's counters. */
 static void count_transition(local *l, const rm_tj_status *prev, double now)
 {
@@ -921,6 +923,9 @@ static void count_transition(local *l, const rm_tj_status *prev, double now)
         rm_series_inc(l->m_created, 1);
     if (t.restarts > 0) {
         rm_series_inc(l->m_restarted, t.restarts);
+        /* a failure right after a recovery (within a tick of the group training again): the
+         * recovery still counts, from the snapshot taken before this failure's restart */
+        recovery_check(l);
         if (!l->recov_pending) {
             l->recov_pending = true;
             l->recov_t0 = now;
@@ -969,29 +974,20 @@ static void recovery_check(local *l)
 {
     if (!l->recov_pending)
         return;
-    rm_rdzv_state *r = &l->snap;
-    if (!r->closed || r->epoch < l->recov_epoch)
+    const rm_rdzv_state *r = &l->snap;
+    if (r->trained_epoch < l->recov_epoch || r->trained_at <= 0)
         return;
-    double first = 0;
-    for (int i = 0; i < r->nmembers; i++) {
-        const rm_rdzv_member *m = &r->members[i];
-        if (m->epoch == r->epoch && m->rank >= 0 && m->last_report >= r->closed_at &&
-            (first == 0 || m->last_report < first))
-            first = m->last_report;
-    }
-    if (first == 0)
-        return;
-    double rec = first - l->recov_t0;
+    double rec = r->trained_at - l->recov_t0;
     if (rec < 0)
         rec = 0;
     l->recov_pending = false;
     rm_series_observe(l->m_recovery, rec);
-    rm_info("group training again recovery_seconds=%.3f epoch=%d world=%d", rec, r->epoch,
-            r->world_size);
+    rm_info("group training again recovery_seconds=%.3f epoch=%d world=%d", rec, r->trained_epoch,
+            r->trained_world);
     if (l->o->on_event) {
         char m[160];
         snprintf(m, sizeof m, "group training again at epoch %d with %d workers, %.2f s after the "
-                 "failure was detected", r->epoch, r->world_size, rec);
+                 "failure was detected", r->trained_epoch, r->trained_world, rec);
         l->o->on_event(l->o->ud, false, "Recovered", m);
     }
     if (l->res->recoveries < RM_LOCAL_MAX_RECOVERIES)

@@ -7,7 +7,9 @@
 # ring training again within 2 s of the round closing (before the fix the flood filled the
 # 2,048-connection cap: new requests were refused and one kill -9 cost 3 restarts and 54.6 s).
 source "$(dirname "$0")/5x-run-lib.bash"
-"$RM_BIN/ringmaster" run -f "$FIX/small.yaml" --epochs 10 --checkpoint-dir "$W/ck" \
+# 40 epochs: the job must outlive the flood's set-up and the probes (10 epochs, ~5 s here, ended
+# before the flood was ready on a fast machine, and the probes met closed ports)
+"$RM_BIN/ringmaster" run -f "$FIX/small.yaml" --epochs 40 --checkpoint-dir "$W/ck" \
    --run-dir "$W/run" -o json >"$W/s.out" 2>"$W/s.err" &
 RUNNER_PID=$!
 has_ckpt() { ls "$W/ck" 2>/dev/null | grep -q '^ckpt-.*\.rmck$'; }
