@@ -643,6 +643,50 @@ static void test_report(void)
     fx_stop(&f);
 }
 
+/* "The group trains again" (the runner's recovery time) is the first report of a member of the
+ * closed round. It must survive the next failure: a restart that opens a new epoch a moment
+ * after that report still leaves the trained epoch and its time in the snapshot (the runner
+ * miscounted 3 kills as 2 recoveries when a kill came within a tick of the recovery). */
+static void test_trained_epoch_survives_restart(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, 1, 1, 0) == 0);
+    rm_rdzv_client *c = client(&f, "0");
+    rm_rdzv_round round = {0};
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_rdzv_join(c, "127.0.0.1:20000", 0, 5, &round, &e), RM_OK);
+    rm_rdzv_round_free(&round);
+    CU_ASSERT(snap(&f)->closed);
+    CU_ASSERT_EQUAL(snap(&f)->trained_epoch, 0);   /* closed, but nobody reported yet */
+    rm_rdzv_report rep = {.epoch = 1, .rank = 0, .step = 1};
+    rm_rdzv_action act = RM_RDZV_STOP;
+    int cur = 0;
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
+    rm_rdzv_state st = *snap(&f);
+    CU_ASSERT_EQUAL(st.trained_epoch, 1);
+    CU_ASSERT_EQUAL(st.trained_world, 1);
+    CU_ASSERT(st.trained_at >= st.closed_at && st.trained_at > 0);
+    /* a later report keeps the first one's time */
+    rep.step = 2;
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
+    CU_ASSERT_EQUAL(snap(&f)->trained_at, st.trained_at);
+    /* the next failure opens epoch 2: the trained epoch 1 is still there */
+    int ne = 0;
+    CU_ASSERT_EQUAL(rm_rdzv_restart(f.r, JOB, 1, &ne), RM_OK);
+    CU_ASSERT_EQUAL(ne, 2);
+    rm_rdzv_state *after = snap(&f);
+    CU_ASSERT_EQUAL(after->epoch, 2);
+    CU_ASSERT(!after->closed);
+    CU_ASSERT_EQUAL(after->trained_epoch, 1);
+    CU_ASSERT_EQUAL(after->trained_at, st.trained_at);
+    /* a report from the old epoch does not make the open epoch 2 "trained" */
+    rep.step = 3;
+    rm_rdzv_send_report(c, &rep, &act, &cur, &e);
+    CU_ASSERT_EQUAL(snap(&f)->trained_epoch, 1);
+    rm_rdzv_client_free(c);
+    fx_stop(&f);
+}
+
 static void test_stop_and_remove(void)
 {
     fx f;
@@ -1202,6 +1246,7 @@ void rm_suite_rdzv(void)
         {"restart_while_a_join_is_held", test_restart_while_held},
         {"kv_put_get_wait_timeout_limits_epochs", test_kv},
         {"report_updates_snapshot_old_epoch_rejoins", test_report},
+        {"trained_epoch_survives_the_next_restart", test_trained_epoch_survives_restart},
         {"stop_and_remove", test_stop_and_remove},
         {"garbage_requests_get_4xx", test_garbage},
         {"free_and_shutdown_wake_long_polls", test_free_wakes_long_poll},
