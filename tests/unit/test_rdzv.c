@@ -550,15 +550,29 @@ static void test_kv(void)
     fx_stop(&f);
 }
 
+/* A one-worker job whose worker "0" has joined (round 1 closed): its client, or NULL. */
+static rm_rdzv_client *joined_alone(fx *f)
+{
+    if (fx_start(f, 1, 1, 0) != 0)
+        return NULL;
+    rm_rdzv_client *c = client(f, "0");
+    rm_rdzv_round round = {0};
+    rm_err e = {0};
+    if (!c || rm_rdzv_join(c, "127.0.0.1:20000", 0, 5, &round, &e) != RM_OK) {
+        rm_rdzv_client_free(c);
+        fx_stop(f);
+        return NULL;
+    }
+    rm_rdzv_round_free(&round);
+    return c;
+}
+
 static void test_report(void)
 {
     fx f;
-    CU_ASSERT_FATAL(fx_start(&f, 1, 1, 0) == 0);
-    rm_rdzv_client *c = client(&f, "0");
-    rm_rdzv_round round = {0};
+    rm_rdzv_client *c = joined_alone(&f);
+    CU_ASSERT_FATAL(c != NULL);
     rm_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(rm_rdzv_join(c, "127.0.0.1:20000", 0, 5, &round, &e), RM_OK);
-    rm_rdzv_round_free(&round);
     rm_rdzv_report rep = {.epoch = 1, .rank = 0, .step = 10, .train_epoch = 1, .loss = 0.5,
                           .samples_per_second = 1000, .last_checkpoint_step = 8,
                           .allreduce_gbps = 2.5};
@@ -650,12 +664,9 @@ static void test_report(void)
 static void test_trained_epoch_survives_restart(void)
 {
     fx f;
-    CU_ASSERT_FATAL(fx_start(&f, 1, 1, 0) == 0);
-    rm_rdzv_client *c = client(&f, "0");
-    rm_rdzv_round round = {0};
+    rm_rdzv_client *c = joined_alone(&f);
+    CU_ASSERT_FATAL(c != NULL);
     rm_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(rm_rdzv_join(c, "127.0.0.1:20000", 0, 5, &round, &e), RM_OK);
-    rm_rdzv_round_free(&round);
     CU_ASSERT(snap(&f)->closed);
     CU_ASSERT_EQUAL(snap(&f)->trained_epoch, 0);   /* closed, but nobody reported yet */
     rm_rdzv_report rep = {.epoch = 1, .rank = 0, .step = 1};
