@@ -755,10 +755,10 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
         m->m.last_progress = now;
     m->m.last_report = now;
     m->m.epoch = (int)epoch;
-    /* the group trains again: the first report of a member of the closed round (kept when
-     * the next epoch opens, so a failure right after a recovery cannot hide it) */
-    if (j->closed && (int)epoch == j->epoch && m->round == j->epoch && m->m.rank >= 0 &&
-        j->trained_epoch < j->epoch) {
+    /* the group trains again: the first report of a member of the closed round (rank >= 0
+     * only there; kept when the next epoch opens, so a failure right after a recovery cannot
+     * hide it) */
+    if (j->closed && (int)epoch == j->epoch && m->m.rank >= 0 && j->trained_epoch < j->epoch) {
         j->trained_epoch = j->epoch;
         j->trained_at = now;
         j->trained_world = j->world;
