@@ -399,13 +399,7 @@ static void *sweeper_main(void *arg)
             else if (e->phase == CONN_HEAD && e->served > 0 && now - e->since > s->idle_timeout_s)
                 conn_cut(s, e, "keep-alive connection idle or trickling too long");
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_nsec += RM_HTTP_SWEEP_MS * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = rm_mono_ts_in(RM_HTTP_SWEEP_MS / 1000.0);
         pthread_cond_timedwait(&s->ccv, &s->cmu, &ts);
     }
     pthread_mutex_unlock(&s->cmu);
@@ -695,11 +689,7 @@ int rm_http_start(const rm_http_opts *opts, const rm_http_route *routes, size_t 
     s->max_pending = o.max_pending;
     s->max_pending_per_ip = o.max_pending_per_ip;
     pthread_mutex_init(&s->cmu, NULL);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->ccv, &ca);
-    pthread_condattr_destroy(&ca);
+    rm_mono_cond_init(&s->ccv);
     if (nroutes) {
         s->routes = calloc(nroutes, sizeof *s->routes);
         if (!s->routes) {

@@ -105,12 +105,7 @@ struct rm_rdzv {
 /* Wait on r->cv until woken or the monotonic deadline passes. */
 static void wait_until(rm_rdzv *r, double deadline)
 {
-    struct timespec ts;
-    double s = deadline < 0 ? 0 : deadline;
-    ts.tv_sec = (time_t)s;
-    ts.tv_nsec = (long)((s - (double)ts.tv_sec) * 1e9);
-    if (ts.tv_nsec >= 1000000000L)
-        ts.tv_nsec = 999999999L;
+    struct timespec ts = rm_mono_ts(deadline);
     pthread_cond_timedwait(&r->cv, &r->mu, &ts);
 }
 
@@ -942,11 +937,7 @@ rm_rdzv *rm_rdzv_new(void)
     rm_rdzv *r = calloc(1, sizeof *r);
     if (!r)
         return NULL;
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    int rc = pthread_cond_init(&r->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    int rc = rm_mono_cond_init(&r->cv);
     if (rc != 0) {
         free(r);
         return NULL;

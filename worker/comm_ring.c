@@ -445,7 +445,6 @@ int rm_ring_listener_start(int fd, int own_fd, const char *token, rm_ring_listen
     snprintf(l->token, sizeof l->token, "%s", token);
     l->wake[0] = l->wake[1] = -1;
     int rc = RM_OK;
-    pthread_condattr_t ca;
     if (pipe2(l->wake, O_CLOEXEC | O_NONBLOCK) != 0) {
         rc = rm_errf(err, RM_EIO, "ring listener: pipe: %s", strerror(errno));
         goto fail;
@@ -455,10 +454,7 @@ int rm_ring_listener_start(int fd, int own_fd, const char *token, rm_ring_listen
         rc = rm_errf(err, RM_EIO, "ring listener: fcntl: %s", strerror(errno));
         goto fail;
     }
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&l->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    rm_mono_cond_init(&l->cv);
     pthread_mutex_init(&l->mu, NULL);
     if (pthread_create(&l->th, NULL, rl_main, l) != 0) {
         pthread_cond_destroy(&l->cv);
@@ -533,11 +529,7 @@ static int ring_claim(rm_comm *c, rm_ring_listener *l, double deadline, rm_err *
                            "epoch %d within %.1f s (%lu unauthenticated connections dropped meanwhile)",
                            prev, c->epoch, c->timeout_s, d);
         }
-        struct timespec ts;
-        double dl = deadline;
-        ts.tv_sec = (time_t)dl;
-        ts.tv_nsec = (long)((dl - (double)ts.tv_sec) * 1e9);
-        if (ts.tv_nsec >= 1000000000L) ts.tv_nsec = 999999999L;
+        struct timespec ts = rm_mono_ts(deadline);
         pthread_cond_timedwait(&l->cv, &l->mu, &ts);
     }
     pthread_mutex_unlock(&l->mu);
@@ -637,7 +629,7 @@ static int ring_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
     int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
     if (tt ? atoi(tt) != 0 : ncpu >= 4) {
         if (pthread_mutex_init(&c->mu, NULL) == 0) {
-            if (pthread_cond_init(&c->cv, NULL) == 0) {
+            if (rm_mono_cond_init(&c->cv) == 0) {
                 if (pthread_create(&c->tx, NULL, ring_tx_main, c) == 0) c->tx_started = 1;
                 else pthread_cond_destroy(&c->cv);
             }
@@ -932,15 +924,7 @@ static int ring_collective_f32(rm_comm *c, const float *src, float *dst, size_t 
         int can_send = st < T && (st == t0 || recv_count > dep_base + sj);
         if (shared && rt >= T && st < T && !can_send) {
             /* sender thread waiting for the receiver's next piece */
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            double w = left < 0.05 ? left : 0.05;
-            ts.tv_sec += (time_t)w;
-            ts.tv_nsec += (long)((w - (double)(time_t)w) * 1e9);
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
+            struct timespec ts = rm_mono_ts_in(left < 0.05 ? left : 0.05);
             pthread_mutex_lock(&c->mu);
             if (atomic_load(&c->rx_count) <= dep_base + sj && !atomic_load(&c->broken) &&
                 !atomic_load(&c->aborted))

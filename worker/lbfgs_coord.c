@@ -254,13 +254,7 @@ struct rm_lbfgs_coord {
 
 static void cwait(rm_lbfgs_coord *c, double dt)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_nsec += (long)(dt * 1e9);
-    while (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = rm_mono_ts_in(dt);
     pthread_cond_timedwait(&c->cv, &c->mu, &ts);
 }
 
@@ -667,11 +661,7 @@ int rm_lbfgs_coord_start(const rm_lbfgs_coord_cfg *cfg, rm_lbfgs_coord **out, rm
         free(c);
         return rc;
     }
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&c->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    rm_mono_cond_init(&c->cv);
     pthread_mutex_init(&c->mu, NULL);
     if (pthread_create(&c->th, NULL, coord_main, c) != 0) {
         rm_portions_free(&c->ps);

@@ -133,12 +133,8 @@ static int rx_start(pipe_rx *x, int fd, float *buf, int width, int B, int M, flo
     x->extra = extra;
     atomic_init(&x->stop, 0);
     atomic_init(&x->bytes, 0);
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     int ok = pthread_mutex_init(&x->mu, NULL) == 0;
-    ok = ok && pthread_cond_init(&x->cv, &ca) == 0;
-    pthread_condattr_destroy(&ca);
+    ok = ok && rm_mono_cond_init(&x->cv) == 0;
     if (!ok || pthread_create(&x->th, NULL, rx_main, x) != 0)
         return rm_errf(err, RM_ENOMEM, "pipeline: cannot start a receiver thread");
     x->started = true;
@@ -169,15 +165,7 @@ static int rx_wait(pipe_rx *x, uint64_t want, double timeout_s, double *waited, 
             rc = RM_ETIMEDOUT;
             break;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        double left = deadline - now;
-        ts.tv_sec += (time_t)left;
-        ts.tv_nsec += (long)((left - (double)(time_t)left) * 1e9);
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = rm_mono_ts(deadline);
         pthread_cond_timedwait(&x->cv, &x->mu, &ts);
     }
     if (x->got < want && x->rc)

@@ -120,19 +120,12 @@ static int64_t cur_version(const server *s)
 
 static void timed_wait(server *s, double until)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
     double now = rm_mono(), dt = until - now;
     if (dt <= 0)
         return;
     if (dt > 0.5)
         dt = 0.5;   /* wake at least twice a second: dead workers stop holding anybody */
-    ts.tv_sec += (time_t)dt;
-    ts.tv_nsec += (long)((dt - (double)(time_t)dt) * 1e9);
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = rm_mono_ts(now + dt);
     pthread_cond_timedwait(&s->cv, &s->mu, &ts);
 }
 
@@ -825,11 +818,7 @@ int rm_ps_server_main(int argc, char **argv)
         rm_error("parameter server: bad settings err=\"%s\"", err.msg);
         return 2;
     }
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&s->cv, &ca);
-    pthread_condattr_destroy(&ca);
+    rm_mono_cond_init(&s->cv);
     pthread_mutex_init(&s->mu, NULL);
     char *stage = NULL;
     pthread_t acc;

@@ -1596,17 +1596,8 @@ static void *reporter_main(void *arg)
     int64_t last_samples = 0;
     pthread_mutex_lock(&r->mu);
     while (!r->quit) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        if (atomic_load(&r->regroup_from) > 0) {   /* re-joining: poll four times a second */
-            ts.tv_nsec += 250 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
-        } else {
-            ts.tv_sec += 1;
-        }
+        /* re-joining: poll four times a second */
+        struct timespec ts = rm_mono_ts_in(atomic_load(&r->regroup_from) > 0 ? 0.25 : 1.0);
         pthread_cond_timedwait(&r->cv, &r->mu, &ts);
         if (r->quit)
             break;
@@ -1672,7 +1663,7 @@ static int reporter_start(trainer *t, rm_err *err)
 {
     reporter *r = &t->rp;
     pthread_mutex_init(&r->mu, NULL);
-    pthread_cond_init(&r->cv, NULL);
+    rm_mono_cond_init(&r->cv);
     r->inited = true;
     /* workers that never talk to each other re-form in the background (see reporter) */
     r->detached = t->strat->claim && t->cfg->rdzv_url && !t->cfg->static_peers &&

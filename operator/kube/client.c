@@ -31,27 +31,6 @@
 #define POOL_MAX 32
 #define KUBECONFIG_CAP (4u << 20)
 
-void rm_kube_cond_init(pthread_cond_t *cv)
-{
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(cv, &ca);
-    pthread_condattr_destroy(&ca);
-}
-
-void rm_kube_deadline(struct timespec *ts, double s)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-    double whole = floor(s);
-    ts->tv_sec += (time_t)whole;
-    ts->tv_nsec += (long)((s - whole) * 1e9);
-    if (ts->tv_nsec >= 1000000000L) {
-        ts->tv_sec++;
-        ts->tv_nsec -= 1000000000L;
-    }
-}
-
 static void sleep_s(double s)
 {
     if (s <= 0)

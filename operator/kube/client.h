@@ -150,11 +150,5 @@ int rm_kube_stream(rm_kube_client *c, const char *path, size_t line_cap, double 
 
 /* Percent-encode a query value (labelSelector etc.) into buf; returns buf. */
 char *rm_kube_escape(const char *s, char *buf, size_t cap);
-/* Clocks: rm_mono() and rm_wall() from common/clock.h. */
-/* Timed waits of the kube threads (informer, leader, workqueue) run on CLOCK_MONOTONIC, so a
- * wall-clock step neither cuts a back-off short nor stretches it. rm_kube_cond_init makes such a
- * condition variable; rm_kube_deadline sets *ts to s seconds from now on that clock, for
- * pthread_cond_timedwait. */
-void rm_kube_cond_init(pthread_cond_t *cv);
-void rm_kube_deadline(struct timespec *ts, double s);
+/* Clocks and the kube threads' timed waits (informer, leader, workqueue): common/clock.h. */
 #endif

@@ -210,8 +210,7 @@ out:
 /* ---------------- thread helpers ---------------- */
 static bool wait_stop(rm_informer *inf, double s)
 {
-    struct timespec ts;
-    rm_kube_deadline(&ts, s);
+    struct timespec ts = rm_mono_ts_in(s);
     pthread_mutex_lock(&inf->wmu);
     while (!atomic_load(&inf->stop)) {
         if (pthread_cond_timedwait(&inf->wcv, &inf->wmu, &ts) == ETIMEDOUT)
@@ -535,7 +534,7 @@ int rm_informer_start(rm_kube_client *c, const rm_informer_opts *opts, rm_inform
     if (!inf->o.line_cap)
         inf->o.line_cap = 4u << 20;
     pthread_mutex_init(&inf->wmu, NULL);
-    rm_kube_cond_init(&inf->wcv);
+    rm_mono_cond_init(&inf->wcv);
     pthread_rwlock_init(&inf->lk, NULL);
     if (pthread_create(&inf->th, NULL, run, inf)) {
         rm_informer_stop(inf);

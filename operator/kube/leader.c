@@ -90,7 +90,7 @@ int rm_leader_new(rm_kube_client *c, const rm_leader_opts *opts, rm_leader **out
     l->on_change = opts->on_change;
     l->ud = opts->ud;
     pthread_mutex_init(&l->mu, NULL);
-    rm_kube_cond_init(&l->cv);
+    rm_mono_cond_init(&l->cv);
     if (!l->ns || !l->name || !l->id) {
         rm_leader_stop(l);
         return rm_errf(err, RM_ENOMEM, "leader: out of memory");
@@ -222,8 +222,7 @@ int rm_leader_release(rm_leader *l)
 /* Sleep up to s; true if stop was requested. */
 static bool nap(rm_leader *l, double s)
 {
-    struct timespec ts;
-    rm_kube_deadline(&ts, s);
+    struct timespec ts = rm_mono_ts_in(s);
     pthread_mutex_lock(&l->mu);
     while (!l->stop)
         if (pthread_cond_timedwait(&l->cv, &l->mu, &ts) == ETIMEDOUT)

@@ -65,7 +65,7 @@ rm_wq *rm_wq_new(const rm_wq_opts *opts)
     if (!q->o.now)
         q->o.now = mono_now;
     pthread_mutex_init(&q->mu, NULL);
-    rm_kube_cond_init(&q->cv);
+    rm_mono_cond_init(&q->cv);
     rm_kube_bucket_init(&q->bucket, q->o.qps < 0 ? 0 : q->o.qps, q->o.burst, now_of(q));
     return q;
 }
@@ -350,8 +350,7 @@ int rm_wq_get(rm_wq *q, double timeout_s, char **key)
         if (wait < 0) {
             pthread_cond_wait(&q->cv, &q->mu);
         } else {
-            struct timespec ts;
-            rm_kube_deadline(&ts, wait);
+            struct timespec ts = rm_mono_ts_in(wait);
             pthread_cond_timedwait(&q->cv, &q->mu, &ts);
         }
     }

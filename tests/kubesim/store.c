@@ -6,6 +6,7 @@
  * evicting the oldest event records its rv so a watch from an older rv gets 410 (rule F5).
  * Object versions are shared between table and ring by reference count, never copied. */
 #include "tests/kubesim/kubesim.h"
+#include "common/clock.h"
 #include "common/quantity.h"
 #include "tests/kubesim/selectors.h"
 #include <stdarg.h>
@@ -281,11 +282,7 @@ void ks_wake(ks_table *t, const char *ns, const cJSON *newj, const cJSON *oldj)
 
 void ks_waiter_add(ks_table *t, ks_waiter *w, const char *ns)
 {
-    pthread_condattr_t ca;
-    pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&w->cond, &ca);
-    pthread_condattr_destroy(&ca);
+    rm_mono_cond_init(&w->cond);
     snprintf(w->ns, sizeof(w->ns), "%s", ns ? ns : "");
     w->signaled = 0;
     /* w->ls / w->fs are set by the caller before adding */
@@ -331,14 +328,7 @@ bool ks_waiter_wait(ks_table *t, ks_waiter *w, int timeout_ms)
 {
     pthread_mutex_lock(&t->mu);
     if (!w->signaled) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        ts.tv_sec += timeout_ms / 1000;
-        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
+        struct timespec ts = rm_mono_ts_in(timeout_ms / 1000.0);
         pthread_cond_timedwait(&w->cond, &t->mu, &ts);
     }
     bool sig = w->signaled;
