@@ -60,7 +60,10 @@ MPI ?= 1
 NVCC := $(CUDA_HOME)/bin/nvcc
 CONFIG_MK := $(BUILDDIR)/config.mk
 NOCONFIG_GOALS := deps deps-build deps-bench deps-images clean distclean images test-fresh crd-docs
-ifneq ($(filter-out $(NOCONFIG_GOALS),$(or $(MAKECMDGOALS),all)),)
+# non-empty when some goal of this make compiles (plain `make` is `all`): only then are config.mk
+# and flags.mk (below) remade and included; `make deps` must not configure before it installs.
+BUILDING := $(filter-out $(NOCONFIG_GOALS),$(or $(MAKECMDGOALS),all))
+ifneq ($(BUILDING),)
 $(CONFIG_MK): FORCE
 	@MPI='$(MPI)' CUDA='$(CUDA)' CUDA_HOME='$(CUDA_HOME)' scripts/configure.sh $@
 include $(CONFIG_MK)
@@ -138,7 +141,7 @@ info:
 # edit of the flags here (or CFLAGS=... on the command line) rebuilds the objects instead of
 # linking stale ones. The file holds them as comments.
 FLAGS_STAMP := $(BUILDDIR)/flags.mk
-ifneq ($(filter-out $(NOCONFIG_GOALS),$(or $(MAKECMDGOALS),all)),)
+ifneq ($(BUILDING),)
 $(FLAGS_STAMP): FORCE
 	@mkdir -p $(dir $@)
 	@printf '# %s\n' '$(CC) $(CFLAGS)' '$(NVCC) $(NVCCFLAGS)' > $@.tmp
