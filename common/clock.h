@@ -6,9 +6,12 @@
  *   rm_mono_cond_init(cv): initialise *cv to time its waits on CLOCK_MONOTONIC (pthread's rc);
  *   rm_mono_ts(t):         the absolute timespec of rm_mono() time t (t <= 0: the clock's origin);
  *   rm_mono_ts_in(s):      s seconds from now (s <= 0: now).
+ * rm_sleep(s): sleep s seconds on CLOCK_MONOTONIC, all of them: a signal does not cut it short
+ * (s <= 0 or NaN: return at once). Loops that must notice a cancel flag sleep in short slices.
  * Header-only; nothing is allocated, the caller owns *cv (pthread_cond_destroy). */
 #ifndef RM_CLOCK_H
 #define RM_CLOCK_H
+#include <errno.h>
 #include <pthread.h>
 #include <time.h>
 
@@ -56,5 +59,14 @@ static inline struct timespec rm_mono_ts(double t)
 static inline struct timespec rm_mono_ts_in(double s)
 {
     return rm_mono_ts(rm_mono() + (s > 0 ? s : 0));
+}
+
+static inline void rm_sleep(double s)
+{
+    if (!(s > 0))
+        return;
+    struct timespec until = rm_mono_ts_in(s);
+    while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &until, NULL) == EINTR) {
+    }
 }
 #endif

@@ -39,14 +39,6 @@ struct rm_rdzv_client {
     char node[RM_RDZV_NODE_MAX + 1];   /* reported at every join; "" = none */
 };
 
-static void sleep_s(double s)
-{
-    if (s <= 0)
-        return;
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
 static bool canceled(const rm_rdzv_client *c) { return c->cancel && *c->cancel; }
 
 /* A back-off that ends early (within 50 ms) when the cancel flag rises. */
@@ -54,7 +46,7 @@ static void nap(const rm_rdzv_client *c, double s)
 {
     while (s > 0 && !canceled(c)) {
         double step = s < 0.05 ? s : 0.05;
-        sleep_s(step);
+        rm_sleep(step);
         s -= step;
     }
 }

@@ -9,12 +9,6 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
 int rm_ps_registry_init(rm_ps_registry *g, const char (*addrs)[128], int n,
                         const char *rendezvous, const char *job, const char *token,
                         const char *id, rm_err *err)
@@ -105,7 +99,7 @@ int rm_ps_registry_connect(rm_ps_registry *g, rm_ps_conn *c, int i, int worker, 
         if (g->addrs[i][0])
             rm_warn("parameter server %d unreachable, retrying in %.1f s err=\"%s\"", i, backoff,
                     e.msg);
-        sleep_s(backoff);
+        rm_sleep(backoff);
         backoff = backoff * 2 > 2 ? 2 : backoff * 2;
     }
 }

@@ -55,12 +55,6 @@ struct rm_step {
     bool done;
 };
 
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
 static bool canceled(const rm_step *s) { return s->env.cancel && *s->env.cancel; }
 
 static int lb_init(const rm_step_env *env, rm_step **out, rm_err *err)
@@ -168,7 +162,7 @@ static int call(rm_step *s, int i, rm_ps_req q, const float *src, float *dst, si
             return rm_errf(err, RM_ETIMEDOUT, "parameter server %d: no answer within %.0f s (%s)",
                            i, s->env.timeout_s * LB_RETRY_FACTOR, e.msg);
         rm_warn("parameter server %d failed, reconnecting err=\"%s\"", i, e.msg);
-        sleep_s(0.2);
+        rm_sleep(0.2);
     }
 }
 

@@ -56,12 +56,6 @@ struct rm_step {
     bool done;
 };
 
-static void sleep_s(double s)
-{
-    struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
-    nanosleep(&ts, NULL);
-}
-
 static bool canceled(const rm_step *s) { return s->env.cancel && *s->env.cancel; }
 
 static int ps_init(const rm_step_env *env, rm_step **out, rm_err *err)
@@ -204,7 +198,7 @@ static int exchange(rm_step *s, rm_ps_req q, const float *src, float *dst, rm_ps
                            dst ? s->len[i] : 0, rm_mono() + 2 * s->env.timeout_s + 1, &e) == RM_OK)
                 bad[i] = false;
             else
-                sleep_s(0.2);
+                rm_sleep(0.2);
         }
     }
     return RM_OK;
@@ -379,7 +373,7 @@ static int ps_claim(rm_step *s, rm_step_claim *c, rm_err *err)
             return rm_errf(err, RM_ECANCELED, "parameter server 0: canceled");
         if (rm_mono() >= deadline)
             return rm_errf(err, RM_ETIMEDOUT, "parameter server 0: cannot draw a batch (%s)", e.msg);
-        sleep_s(0.2);
+        rm_sleep(0.2);
     }
     if (rep.status == RM_PS_ST_DONE) {
         /* the budget is drawn: evaluate the servers' newest parameters (a partial accumulation

@@ -31,15 +31,6 @@
 #define POOL_MAX 32
 #define KUBECONFIG_CAP (4u << 20)
 
-static void sleep_s(double s)
-{
-    if (s <= 0)
-        return;
-    struct timespec ts = {(time_t)s, (long)((s - floor(s)) * 1e9)};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
-
 /* ---------------- files ---------------- */
 static int read_file_capped(const char *path, size_t cap, char **out, size_t *len)
 {
@@ -780,7 +771,7 @@ int rm_kube_request(rm_kube_client *c, const char *method, const char *path,
     bool reauth_done = false;
     double backoff = c->o.backoff_base_s;
     for (int attempt = 0; attempt <= c->o.max_retries; attempt++) {
-        sleep_s(rm_kube_bucket_reserve(&c->bucket, rm_mono()));
+        rm_sleep(rm_kube_bucket_reserve(&c->bucket, rm_mono()));
         CURL *h = pool_get(c);
         if (!h) {
             rc = rm_errf(err, RM_ENOMEM, "kube: curl_easy_init failed");
@@ -853,7 +844,7 @@ int rm_kube_request(rm_kube_client *c, const char *method, const char *path,
             if (backoff > c->o.backoff_cap_s)
                 backoff = c->o.backoff_cap_s;
             rm_debug("kube retry method=%s path=%s status=%ld delay_s=%.3f", method, path, st, d);
-            sleep_s(d);
+            rm_sleep(d);
             continue;
         } else {
             rc = RM_OK;
@@ -862,7 +853,7 @@ int rm_kube_request(rm_kube_client *c, const char *method, const char *path,
         if (attempt < c->o.max_retries) {
             double d = backoff;
             backoff = backoff * 2 > c->o.backoff_cap_s ? c->o.backoff_cap_s : backoff * 2;
-            sleep_s(d);
+            rm_sleep(d);
         }
     }
     if (!out->body) {
@@ -979,7 +970,7 @@ int rm_kube_stream(rm_kube_client *c, const char *path, size_t line_cap, double 
     char *url = make_url(c, path);
     if (!url)
         return rm_errf(err, RM_ENOMEM, "kube: out of memory");
-    sleep_s(rm_kube_bucket_reserve(&c->bucket, rm_mono()));
+    rm_sleep(rm_kube_bucket_reserve(&c->bucket, rm_mono()));
     CURL *h = curl_easy_init();   /* a stream owns its connection for its whole life */
     if (!h) {
         free(url);

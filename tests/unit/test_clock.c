@@ -1,10 +1,13 @@
 /* Tests for common/clock.h's timed-wait helpers: rm_mono_ts converts rm_mono() times exactly and
  * clamps what cannot be a deadline; a condition variable from rm_mono_cond_init times out on
- * CLOCK_MONOTONIC at the deadline rm_mono_ts_in gives, neither early nor seconds late. */
+ * CLOCK_MONOTONIC at the deadline rm_mono_ts_in gives, neither early nor seconds late; rm_sleep
+ * sleeps all of its time although a signal arrives in the middle. */
 #include "common/clock.h"
 #include "tests/unit/testutil.h"
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
+#include <string.h>
 
 static void test_mono_ts_converts_and_clamps(void)
 {
@@ -69,12 +72,48 @@ static void test_mono_cond_times_out_on_monotonic(void)
     pthread_cond_destroy(&cv);
 }
 
+static void on_usr1(int sig) { (void)sig; }
+
+static void *poke_main(void *arg)
+{
+    rm_sleep(0.05);
+    pthread_kill(*(pthread_t *)arg, SIGUSR1);
+    rm_sleep(0.05);
+    pthread_kill(*(pthread_t *)arg, SIGUSR1);
+    return NULL;
+}
+
+static void test_sleep_outlasts_signals(void)
+{
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_usr1;   /* no SA_RESTART: a plain nanosleep returns EINTR at the first poke */
+    sigemptyset(&sa.sa_mask);
+    CU_ASSERT_EQUAL_FATAL(sigaction(SIGUSR1, &sa, &old), 0);
+    pthread_t self = pthread_self(), th;
+    double t0 = rm_mono();
+    CU_ASSERT_EQUAL_FATAL(pthread_create(&th, NULL, poke_main, &self), 0);
+    rm_sleep(0.3);
+    double slept = rm_mono() - t0;
+    pthread_join(th, NULL);
+    sigaction(SIGUSR1, &old, NULL);
+    CU_ASSERT(slept >= 0.3 - 1e-3);
+    CU_ASSERT(slept < 5.0);
+    /* nothing to sleep: back at once */
+    t0 = rm_mono();
+    rm_sleep(0);
+    rm_sleep(-1);
+    rm_sleep(NAN);
+    CU_ASSERT(rm_mono() - t0 < 0.1);
+}
+
 void rm_suite_clock(void)
 {
     static const rm_test_case cases[] = {
         { "mono_ts_converts_and_clamps", test_mono_ts_converts_and_clamps },
         { "mono_ts_in_is_from_now", test_mono_ts_in_is_from_now },
         { "mono_cond_times_out_on_monotonic", test_mono_cond_times_out_on_monotonic },
+        { "sleep_outlasts_signals", test_sleep_outlasts_signals },
     };
     RM_ADD_SUITE("clock", NULL, NULL, cases);
 }

@@ -5,6 +5,7 @@
 #include "common/buf.h"
 #include "common/httpc.h"
 #include "common/json.h"
+#include "common/clock.h"
 #include "tests/unit/testutil.h"
 #include <arpa/inet.h>
 #include <errno.h>
@@ -26,12 +27,6 @@ static double now_s(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-    nanosleep(&ts, NULL);
 }
 
 /* Raw request: writes `req` to 127.0.0.1:port and reads until close (5 s cap). Owned result. */
@@ -101,7 +96,7 @@ static int h_block(const rm_http_req *req, rm_http_resp *resp, void *ud)
     atomic_fetch_add(&g.entered, 1);
     double end = now_s() + 5;
     while (!atomic_load(&g.release) && now_s() < end)
-        sleep_ms(2);
+        rm_sleep(0.002);
     return rm_http_reply_text(resp, 200, NULL, "released");
 }
 
@@ -110,7 +105,7 @@ static int h_poll(const rm_http_req *req, rm_http_resp *resp, void *ud)
     atomic_fetch_add(&g.entered, 1);
     double end = now_s() + 8;
     while (!rm_http_stopping(g.srv) && now_s() < end)
-        sleep_ms(2);
+        rm_sleep(0.002);
     return rm_http_reply_text(resp, 200, NULL, rm_http_stopping(g.srv) ? "stopped" : "timeout");
 }
 
@@ -344,7 +339,7 @@ static void test_blocking_handler_does_not_block_others(void)
     pthread_create(&th, NULL, fetch_thread, &f);
     double end = now_s() + 5;
     while (!atomic_load(&g.entered) && now_s() < end)
-        sleep_ms(2);
+        rm_sleep(0.002);
     CU_ASSERT_EQUAL(atomic_load(&g.entered), 1);
     char u[256];
     url(u, sizeof u, s, "/hello");
@@ -378,7 +373,7 @@ static void test_streaming(void)
     rm_httpc_resp_free(&r);
     double end = now_s() + 2;
     while (!atomic_load(&g.freed) && now_s() < end)
-        sleep_ms(2);
+        rm_sleep(0.002);
     CU_ASSERT_EQUAL(atomic_load(&g.freed), 1);
     CU_ASSERT_EQUAL(atomic_load(&g.chunks), 5);
     /* the reply is chunked */
@@ -408,7 +403,7 @@ static void test_client_gone_frees_stream(void)
     close(fd); /* the stream never ends by itself; the server must notice we left */
     double end = now_s() + 3;
     while (!atomic_load(&g.freed) && now_s() < end)
-        sleep_ms(5);
+        rm_sleep(0.005);
     CU_ASSERT_EQUAL(atomic_load(&g.freed), 1);
     rm_http_stop(s);
 }
@@ -429,9 +424,9 @@ static void test_graceful_stop_with_long_poll(void)
     pthread_create(&th2, NULL, fetch_thread, &f2);
     double end = now_s() + 5;
     while (atomic_load(&g.entered) < 2 && now_s() < end)
-        sleep_ms(2);
+        rm_sleep(0.002);
     CU_ASSERT_EQUAL(atomic_load(&g.entered), 2);
-    sleep_ms(50);
+    rm_sleep(0.05);
     double t0 = now_s();
     rm_http_stop(s);
     CU_ASSERT(now_s() - t0 < 3.0);
@@ -770,7 +765,7 @@ static void test_slow_flood(void)
     pthread_t th;
     pthread_create(&th, NULL, long_call, &lp);
     for (int i = 0; i < 200 && !atomic_load(&g.entered); i++)
-        sleep_ms(10);
+        rm_sleep(0.01);
     CU_ASSERT_EQUAL(atomic_load(&g.entered), 1);
 
     int fds[FLOOD], nf = 0;
@@ -780,7 +775,7 @@ static void test_slow_flood(void)
             fds[nf++] = fd;
     }
     CU_ASSERT(nf >= FLOOD - 5);
-    sleep_ms(500);   /* the flood is in (and holding slots): a legit request comes along */
+    rm_sleep(0.5);   /* the flood is in (and holding slots): a legit request comes along */
     /* a legit request during the flood answers promptly */
     char u[128];
     url(u, sizeof u, s, "/hello");
@@ -806,7 +801,7 @@ static void test_slow_flood(void)
                 (void)send(fds[i], "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
             }
         }
-        sleep_ms(250);
+        rm_sleep(0.25);
     }
     CU_ASSERT_EQUAL(closed, nf);
     CU_ASSERT(rm_http_cut_count(s) >= (unsigned long)nf);

@@ -16,6 +16,7 @@
 #include "common/httpc.h"
 #include "common/rdzv.h"
 #include "common/worker_env.h"
+#include "common/clock.h"
 #include "tests/unit/testutil.h"
 
 #define JOB "default/mnist"
@@ -32,12 +33,6 @@ static double mono(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static void sleep_ms(int ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
 }
 
 static int fx_start_at(fx *f, const char *bind, int desired, int min, double settle)
@@ -88,7 +83,7 @@ static bool wait_state(fx *f, int epoch, int joined)
             n += s->members[k].epoch == epoch;
         if (s->epoch == epoch && (joined < 0 || n >= joined))
             return true;
-        sleep_ms(10);
+        rm_sleep(0.01);
     }
     return false;
 }
@@ -502,7 +497,7 @@ static void test_kv(void)
     getter g = {.c = b, .key = "late", .timeout = 5};
     pthread_t th;
     CU_ASSERT_FATAL(pthread_create(&th, NULL, get_main, &g) == 0);
-    sleep_ms(300);
+    rm_sleep(0.3);
     CU_ASSERT_EQUAL(rm_rdzv_kv_put(a, 1, "late", "v2", 2, &e), RM_OK);
     pthread_join(th, NULL);
     CU_ASSERT_EQUAL(g.rc, RM_OK);
@@ -607,7 +602,7 @@ static void test_report(void)
     CU_ASSERT(s->mem_params == 400 && s->mem_grads == 900 && s->mem_optimizer == 800 &&
               s->mem_activations == 10 && s->peak_rss == 7000);
     /* the same step again is not progress; a higher step is */
-    sleep_ms(20);
+    rm_sleep(0.02);
     CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
     CU_ASSERT_DOUBLE_EQUAL(snap(&f)->members[0].last_progress, m.last_progress, 1e-9);
     CU_ASSERT(snap(&f)->members[0].last_report > m.last_report);
@@ -712,7 +707,7 @@ static void test_stop_and_remove(void)
     joiner j;
     join_start(&j, f.url, "0", 0, 20);
     CU_ASSERT(wait_state(&f, 1, 2));   /* "1" by its report, "0" by its join */
-    sleep_ms(100);
+    rm_sleep(0.1);
     double t0 = mono();
     CU_ASSERT_EQUAL(rm_rdzv_job_stop(f.r, JOB), RM_OK);
     join_wait(&j);
@@ -854,7 +849,7 @@ static void test_free_wakes_long_poll(void)
     pthread_t th;
     CU_ASSERT_FATAL(pthread_create(&th, NULL, poll_main, &p) == 0);
     CU_ASSERT(wait_state(&f, 1, 1));
-    sleep_ms(100);
+    rm_sleep(0.1);
     double t0 = mono();
     rm_rdzv_free(f.r);     /* the poll is inside the handler: free wakes it and waits for it */
     double secs = mono() - t0;
@@ -890,7 +885,7 @@ static void test_controller_starts_late(void)
     snprintf(bind_addr, sizeof bind_addr, "127.0.0.1:%d", port);
     joiner j;
     join_start(&j, url, "0", 0, 8);
-    sleep_ms(500);
+    rm_sleep(0.5);
     fx f;
     int started = fx_start_at(&f, bind_addr, 1, 1, 0);
     join_wait(&j);
@@ -1039,7 +1034,7 @@ static void test_join_cancel(void)
     pthread_t th;
     pthread_create(&th, NULL, cancel_join_thread, &cj);
     CU_ASSERT(wait_state(&f, 1, 1));   /* held in the long poll now */
-    sleep_ms(200);
+    rm_sleep(0.2);
     double t0 = mono();
     flag = 1;
     pthread_join(th, NULL);
@@ -1091,7 +1086,7 @@ static void test_join_poll(void)
                     RM_EAGAIN);
     CU_ASSERT_EQUAL(joined, 2);
     CU_ASSERT_FALSE(settled);
-    sleep_ms(400);
+    rm_sleep(0.4);
     CU_ASSERT_EQUAL(rm_rdzv_join_poll(c0, "127.0.0.1:1000", 1, 0, &rr, &joined, &settled, &e),
                     RM_EAGAIN);
     CU_ASSERT_EQUAL(joined, 2);   /* the survivors, settled: the round stays open (min 3) */
