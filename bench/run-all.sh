@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `make bench`: every benchmark, one after the other (they share 2 cores, so never in parallel).
-# allreduce, train and gpu rewrite bench/results/<area>.md themselves; the others print their
-# tables/JSON, kept in bench/results/raw/<area>.txt for bench/results/<area>.md to be updated from.
-# Then BENCHMARKS.md is rebuilt from bench/results/*.md. BENCH="allreduce train" runs a subset.
+# Most rewrite bench/results/<area>.md themselves; the others print their tables/JSON, kept in
+# bench/results/raw/<area>.txt for the curated bench/notes/<area>.md to be updated from by hand.
+# Then BENCHMARKS.md is rebuilt from both (bench/assemble.sh lists the parts). BENCH="allreduce train" runs a subset.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"

@@ -6,7 +6,7 @@
 # repository root after `make`:
 #     unshare -n sh -c 'ip link set lo up; OUT=bench/results/raw/pipeline.txt bench/pipeline/run.sh'
 # (`unshare -n` only isolates its loopback ports; without it the ports are the host's.) See
-# bench/results/pipeline.md for how long it takes. `make bench` runs it too (bench/run-all.sh).
+# bench/notes/pipeline.md for how long it takes. `make bench` runs it too (bench/run-all.sh).
 #
 # Part 1: for P = 2, 4 stages and M = 1, 4, 8, 16 micro-batches, GPipe and 1F1B, on a deep MLP
 #  (8 hidden layers of 1024, batch 64 per replica): each stage's measured bubble (time waiting for a
@@ -24,7 +24,7 @@
 #  Anchor: PyTorch 1.13's torch.distributed.pipeline.sync.Pipe (GPipe, one process, both partitions
 #  on the CPU, chunks = M) on the same model: step time (ANCHOR=0 skips it).
 # Prints its table (OUT=FILE also writes it there; `make bench` keeps it in
-# bench/results/raw/pipeline.txt); bench/results/pipeline.md is the curated section BENCHMARKS.md is
+# bench/results/raw/pipeline.txt); bench/notes/pipeline.md is the curated section BENCHMARKS.md is
 # assembled from. Raw logs in $RAW (default a temp dir, removed).
 # QUICK=1: a smoke run (10 steps per point, P = 2, M = 1 4 8). STEPS=N, MS="1 4 8 16", PS="2 4",
 # GRID=0 (skip part 2) adjust a run.
