@@ -77,6 +77,11 @@
 #define RL_READY_MAX 16                 /* authenticated connections parked for ring_init */
 #define RING_EXCHANGE_MAX_BYTES (64u << 10)   /* 2 ranks up to here: one exchange, not 2 steps */
 #define RING_TX_MIN_BYTES (1u << 20)          /* from here on a sender thread sends */
+/* Before sleeping in poll(), retry the non-blocking socket calls this long, yielding the CPU between
+ * tries: a sleeping rank is woken by the peer's data only after the scheduler (in a VM, the vCPU's
+ * wake-up IPI) gets to it, 10-15 us here, against a few us for the data itself. sched_yield() hands
+ * the core to a runnable peer when ranks outnumber cores. RINGMASTER_RING_SPIN_US overrides. */
+#define RING_SPIN_US_DEFAULT 50
 /* A HELLO's world word carries the ring's group (rm_comm_cfg.group) above the world size, so one
  * listener keeps the connections of several rings of one epoch apart (comm_hier.c's intra- and
  * inter-node rings, a pipeline's stage links and data-parallel groups). Group 0 is the round's
@@ -89,6 +94,7 @@ struct rm_comm {
     uint32_t tag;             /* cfg.group: which ring of the formation (0 = the round's world) */
     int next_fd, prev_fd;
     double timeout_s;
+    double spin_s;            /* busy-poll this long before sleeping in poll() (0: never) */
     atomic_int aborted;
     atomic_int broken;        /* a collective failed: peers may be out of step */
     uint32_t send_seq, recv_seq;   /* send_seq: sending thread only; recv_seq: receiving only */
@@ -627,6 +633,9 @@ static int ring_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
     const char *tt = getenv("RINGMASTER_RING_TX_THREAD");
     cpu_set_t cpus;
     int ncpu = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    const char *sp = getenv("RINGMASTER_RING_SPIN_US");
+    long spin_us = sp && *sp ? strtol(sp, NULL, 10) : RING_SPIN_US_DEFAULT;
+    c->spin_s = spin_us > 0 && spin_us <= 1000000 ? (double)spin_us * 1e-6 : 0;
     if (tt ? atoi(tt) != 0 : ncpu >= 4) {
         if (pthread_mutex_init(&c->mu, NULL) == 0) {
             if (rm_mono_cond_init(&c->cv) == 0) {
@@ -935,6 +944,10 @@ static int ring_collective_f32(rm_comm *c, const float *src, float *dst, size_t 
             if (atomic_load(&c->rx_count) > dep_base + sj) last_progress = -1;
             continue;
         }
+        if (now - last_progress < c->spin_s) {   /* stalled only just now: try again before sleeping */
+            sched_yield();
+            continue;
+        }
         /* only the sockets this side still needs: a finished neighbour may close legitimately */
         struct pollfd pf[2] = {
             {.fd = rt < T ? c->prev_fd : -1, .events = POLLIN},
@@ -1064,6 +1077,10 @@ static int exchange2_f32(rm_comm *c, const float *src, float *dst, size_t count,
         if (last_progress < 0) last_progress = now;
         double left = last_progress + c->timeout_s - now;
         if (left <= 0) return fail_io(c, RM_ETIMEDOUT, err, "allreduce", peer);
+        if (now - last_progress < c->spin_s) {
+            sched_yield();
+            continue;
+        }
         struct pollfd pf[2] = {
             {.fd = got < total ? c->prev_fd : -1, .events = POLLIN},
             {.fd = sent < total ? c->next_fd : -1, .events = POLLRDHUP | POLLOUT},
