@@ -77,11 +77,16 @@
 #define RL_READY_MAX 16                 /* authenticated connections parked for ring_init */
 #define RING_EXCHANGE_MAX_BYTES (64u << 10)   /* 2 ranks up to here: one exchange, not 2 steps */
 #define RING_TX_MIN_BYTES (1u << 20)          /* from here on a sender thread sends */
-/* Before sleeping in poll(), retry the non-blocking socket calls this long, yielding the CPU between
- * tries: a sleeping rank is woken by the peer's data only after the scheduler (in a VM, the vCPU's
- * wake-up IPI) gets to it, 10-15 us here, against a few us for the data itself. sched_yield() hands
- * the core to a runnable peer when ranks outnumber cores. RINGMASTER_RING_SPIN_US overrides. */
-#define RING_SPIN_US_DEFAULT 50
+/* RINGMASTER_RING_SPIN_US=N: before sleeping in poll(), retry the non-blocking socket calls for up to
+ * N us, yielding the CPU between tries. A sleeping rank is woken by the peer's data only after the
+ * scheduler (in a VM, the vCPU's wake-up) gets to it, 10-15 us here, against a few us for the data
+ * itself: with 50 us a 2-rank 1 KiB allreduce takes 7 us instead of 20 on an idle machine. Off by
+ * default: training on an idle machine gained nothing measurable, and with other processes on the
+ * cores (or a pod's CPU quota) the spinning took their CPU and slowed a small-model job by about 20%
+ * (BENCHMARKS.md, allreduce notes). Only collectives up to RING_SPIN_MAX_BYTES spin: larger ones are
+ * bandwidth-bound and stall many times per call. */
+#define RING_SPIN_US_DEFAULT 0
+#define RING_SPIN_MAX_BYTES (1u << 20)
 /* A HELLO's world word carries the ring's group (rm_comm_cfg.group) above the world size, so one
  * listener keeps the connections of several rings of one epoch apart (comm_hier.c's intra- and
  * inter-node rings, a pipeline's stage links and data-parallel groups). Group 0 is the round's
@@ -801,6 +806,7 @@ static int ring_collective_f32(rm_comm *c, const float *src, float *dst, size_t 
     const size_t P = c->piece;
     const int prev = (r + n - 1) % n, next = (r + 1) % n;
     const float inv = 1.0f / (float)n;
+    const double spin_s = count * sizeof(float) <= RING_SPIN_MAX_BYTES ? c->spin_s : 0;
 
     /* sender state */
     int st = t0;
@@ -944,7 +950,7 @@ static int ring_collective_f32(rm_comm *c, const float *src, float *dst, size_t 
             if (atomic_load(&c->rx_count) > dep_base + sj) last_progress = -1;
             continue;
         }
-        if (now - last_progress < c->spin_s) {   /* stalled only just now: try again before sleeping */
+        if (now - last_progress < spin_s) {   /* stalled only just now: try again before sleeping */
             sched_yield();
             continue;
         }

@@ -242,6 +242,44 @@ static void test_large_single_thread(void) {
     unsetenv("RINGMASTER_RING_PIECE_KB");
 }
 
+static void test_spin(void) {
+    /* RINGMASTER_RING_SPIN_US: the busy-poll path gives the same results (2 ranks: the exchange; 3
+     * and 4: the ring) and still notices a dead peer at once and a hung one at the timeout. The
+     * spin is longer than every wait here, so the tries before poll() do the whole job. */
+    setenv("RINGMASTER_RING_SPIN_US", "200000", 1);
+    setenv("RINGMASTER_RING_PIECE_KB", "8", 1);
+    for (int n = 2; n <= 4; n++) {
+        world w;
+        world_listen(&w, n);
+        CU_ASSERT_EQUAL_FATAL(world_init(&w), 0);
+        size_t counts[] = {1, 257, 4099, 16384, (1u << 18) + 3};   /* the last one: 1 MiB + 12 B, no spin */
+        for (size_t c = 0; c < RM_ARRAY_LEN(counts); c++)
+            CU_ASSERT_EQUAL(check_allreduce(&w, counts[c], c % 2 ? RM_OP_AVG : RM_OP_SUM, (int)(c % 2)), 0);
+        world_close(&w);
+    }
+    world w;
+    world_listen(&w, 3);
+    w.timeout_s = 10;
+    CU_ASSERT_EQUAL_FATAL(world_init(&w), 0);
+    w.behave[2] = 2;   /* dies */
+    check_allreduce(&w, 1 << 14, RM_OP_SUM, 0);
+    for (int i = 0; i < 2; i++) {
+        CU_ASSERT_EQUAL(w.r[i].rc, RM_ECLOSED);
+        CU_ASSERT(w.r[i].elapsed < 5.0);
+    }
+    world_close(&w);
+    world_listen(&w, 3);
+    w.timeout_s = 1.0;
+    CU_ASSERT_EQUAL_FATAL(world_init(&w), 0);
+    w.behave[1] = 1;   /* hangs: the spin must not stretch the timeout */
+    check_allreduce(&w, 1 << 14, RM_OP_SUM, 0);
+    CU_ASSERT(w.r[0].rc == RM_ETIMEDOUT || w.r[2].rc == RM_ETIMEDOUT);
+    CU_ASSERT(w.r[2].elapsed < 3.0);
+    world_close(&w);
+    unsetenv("RINGMASTER_RING_SPIN_US");
+    unsetenv("RINGMASTER_RING_PIECE_KB");
+}
+
 static void test_bad_dtype(void) {
     world w;
     world_listen(&w, 1);
@@ -740,6 +778,7 @@ void rm_suite_ring(void);
 void rm_suite_ring(void) {
     static const rm_test_case cases[] = {
         {"sizes_1_to_8_awkward_counts", test_sizes},
+        {"spin_same_results_same_failures", test_spin},
         {"large_default_pieces", test_large_default_pieces},
         {"large_single_thread", test_large_single_thread},
         {"bf16_unsupported", test_bad_dtype},
