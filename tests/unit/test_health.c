@@ -1,29 +1,24 @@
 /* Tests for common/health: liveness deadline, readiness flag, and the HTTP handlers. */
 #include "common/health.h"
+#include "common/clock.h"
 #include "common/httpc.h"
 #include "tests/unit/testutil.h"
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
-static void nap(int ms)
-{
-    struct timespec ts = { 0, (long)ms * 1000000L };
-    nanosleep(&ts, NULL);
-}
-
 static void test_live_deadline(void)
 {
     rm_health *h = rm_health_new(0.05);
     CU_ASSERT_PTR_NOT_NULL_FATAL(h);
     CU_ASSERT_TRUE(rm_health_live(h));
-    nap(120);
+    rm_sleep(0.12);
     CU_ASSERT_FALSE(rm_health_live(h));
     CU_ASSERT(rm_health_since_beat(h) >= 0.1);
     rm_health_beat(h);
     CU_ASSERT_TRUE(rm_health_live(h));
     CU_ASSERT(rm_health_since_beat(h) < 0.05);
-    nap(120);
+    rm_sleep(0.12);
     rm_health_set_deadline(h, 0); /* disabled */
     CU_ASSERT_TRUE(rm_health_live(h));
     rm_health_free(h);
@@ -52,7 +47,7 @@ static void test_handlers(void)
     CU_ASSERT_EQUAL(r.status, 200);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "\"status\":\"ok\""));
     rm_httpc_resp_free(&r);
-    nap(700);
+    rm_sleep(0.7);
     CU_ASSERT_EQUAL(rm_httpc_get(hz, 5000, &r, &e), RM_OK);
     CU_ASSERT_EQUAL(r.status, 503);
     CU_ASSERT_PTR_NOT_NULL(strstr(r.body, "\"status\":\"stalled\""));

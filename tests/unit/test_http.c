@@ -22,13 +22,6 @@
 #include <time.h>
 #include <unistd.h>
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
 /* Raw request: writes `req` to 127.0.0.1:port and reads until close (5 s cap). Owned result. */
 static char *raw_http(int port, const char *req, size_t reqlen)
 {
@@ -94,8 +87,8 @@ static int h_fail(const rm_http_req *req, rm_http_resp *resp, void *ud)
 static int h_block(const rm_http_req *req, rm_http_resp *resp, void *ud)
 {
     atomic_fetch_add(&g.entered, 1);
-    double end = now_s() + 5;
-    while (!atomic_load(&g.release) && now_s() < end)
+    double end = rm_mono() + 5;
+    while (!atomic_load(&g.release) && rm_mono() < end)
         rm_sleep(0.002);
     return rm_http_reply_text(resp, 200, NULL, "released");
 }
@@ -103,8 +96,8 @@ static int h_block(const rm_http_req *req, rm_http_resp *resp, void *ud)
 static int h_poll(const rm_http_req *req, rm_http_resp *resp, void *ud)
 {
     atomic_fetch_add(&g.entered, 1);
-    double end = now_s() + 8;
-    while (!rm_http_stopping(g.srv) && now_s() < end)
+    double end = rm_mono() + 8;
+    while (!rm_http_stopping(g.srv) && rm_mono() < end)
         rm_sleep(0.002);
     return rm_http_reply_text(resp, 200, NULL, rm_http_stopping(g.srv) ? "stopped" : "timeout");
 }
@@ -337,18 +330,18 @@ static void test_blocking_handler_does_not_block_others(void)
     url(f.url, sizeof f.url, s, "/block");
     pthread_t th;
     pthread_create(&th, NULL, fetch_thread, &f);
-    double end = now_s() + 5;
-    while (!atomic_load(&g.entered) && now_s() < end)
+    double end = rm_mono() + 5;
+    while (!atomic_load(&g.entered) && rm_mono() < end)
         rm_sleep(0.002);
     CU_ASSERT_EQUAL(atomic_load(&g.entered), 1);
     char u[256];
     url(u, sizeof u, s, "/hello");
     rm_httpc_resp r;
     rm_err e = { 0 };
-    double t0 = now_s();
+    double t0 = rm_mono();
     CU_ASSERT_EQUAL(rm_httpc_get(u, 3000, &r, &e), RM_OK);
     CU_ASSERT_EQUAL(r.status, 200);
-    CU_ASSERT(now_s() - t0 < 2.0);
+    CU_ASSERT(rm_mono() - t0 < 2.0);
     rm_httpc_resp_free(&r);
     CU_ASSERT_EQUAL(atomic_load(&g.release), 0); /* the blocked one is still blocked */
     atomic_store(&g.release, 1);
@@ -371,8 +364,8 @@ static void test_streaming(void)
     CU_ASSERT_EQUAL(r.status, 200);
     CU_ASSERT_STRING_EQUAL(r.body, "line 1\nline 2\nline 3\nline 4\nline 5\n");
     rm_httpc_resp_free(&r);
-    double end = now_s() + 2;
-    while (!atomic_load(&g.freed) && now_s() < end)
+    double end = rm_mono() + 2;
+    while (!atomic_load(&g.freed) && rm_mono() < end)
         rm_sleep(0.002);
     CU_ASSERT_EQUAL(atomic_load(&g.freed), 1);
     CU_ASSERT_EQUAL(atomic_load(&g.chunks), 5);
@@ -401,8 +394,8 @@ static void test_client_gone_frees_stream(void)
     ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
     CU_ASSERT(n > 0);
     close(fd); /* the stream never ends by itself; the server must notice we left */
-    double end = now_s() + 3;
-    while (!atomic_load(&g.freed) && now_s() < end)
+    double end = rm_mono() + 3;
+    while (!atomic_load(&g.freed) && rm_mono() < end)
         rm_sleep(0.005);
     CU_ASSERT_EQUAL(atomic_load(&g.freed), 1);
     rm_http_stop(s);
@@ -422,14 +415,14 @@ static void test_graceful_stop_with_long_poll(void)
     pthread_t th, th2;
     pthread_create(&th, NULL, fetch_thread, &f);
     pthread_create(&th2, NULL, fetch_thread, &f2);
-    double end = now_s() + 5;
-    while (atomic_load(&g.entered) < 2 && now_s() < end)
+    double end = rm_mono() + 5;
+    while (atomic_load(&g.entered) < 2 && rm_mono() < end)
         rm_sleep(0.002);
     CU_ASSERT_EQUAL(atomic_load(&g.entered), 2);
     rm_sleep(0.05);
-    double t0 = now_s();
+    double t0 = rm_mono();
     rm_http_stop(s);
-    CU_ASSERT(now_s() - t0 < 3.0);
+    CU_ASSERT(rm_mono() - t0 < 3.0);
     pthread_join(th, NULL);
     pthread_join(th2, NULL);
     /* the long poll saw stopping and its answer was delivered */
@@ -579,9 +572,9 @@ static void test_client_caps_and_timeouts(void)
     rm_httpc_resp_free(&r);
     /* bounded wait */
     url(u, sizeof u, s, "/block");
-    double t0 = now_s();
+    double t0 = rm_mono();
     CU_ASSERT_EQUAL(rm_httpc_do(c, "GET", u, NULL, NULL, 0, 200, 0, &r, &e), RM_ETIMEDOUT);
-    CU_ASSERT(now_s() - t0 < 2.0);
+    CU_ASSERT(rm_mono() - t0 < 2.0);
     rm_httpc_resp_free(&r);
     atomic_store(&g.release, 1);
     rm_http_stop(s);
@@ -780,9 +773,9 @@ static void test_slow_flood(void)
     char u[128];
     url(u, sizeof u, s, "/hello");
     rm_httpc_resp r;
-    double t0 = now_s();
+    double t0 = rm_mono();
     int rc = rm_httpc_get(u, 3000, &r, &e);
-    double took = now_s() - t0;
+    double took = rm_mono() - t0;
     CU_ASSERT_EQUAL(rc, RM_OK);
     CU_ASSERT_EQUAL(r.status, 200);
     CU_ASSERT(took < 2.0);
@@ -790,7 +783,7 @@ static void test_slow_flood(void)
     /* keep trickling; every flood connection is cut within the header deadline + slack */
     int closed = 0;
     char *gone = calloc((size_t)nf, 1);
-    for (double end = now_s() + 3.0; now_s() < end && closed < nf;) {
+    for (double end = rm_mono() + 3.0; rm_mono() < end && closed < nf;) {
         for (int i = 0; i < nf; i++) {
             if (gone[i])
                 continue;

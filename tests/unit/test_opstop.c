@@ -12,17 +12,11 @@
 #include "common/rdzv.h"
 #include "operator/kube/operator.h"
 #include "operator/kube/runtime.h"
+#include "common/clock.h"
 #include "tests/unit/testutil.h"
 
 #define JOB "ns/j"
 #define TOKEN "secret-token"
-
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
 
 typedef struct joiner {
     char url[64], wid[8], addr[32];
@@ -73,9 +67,9 @@ static void test_stop_wakes_long_polls(void)
         usleep(10000);
     CU_ASSERT_EQUAL_FATAL(members(r), 1);   /* precondition: the poll is in the server */
     usleep(100000);
-    double t0 = mono();
+    double t0 = rm_mono();
     rm_op_rdzv_stop(r, srv, true);
-    double took = mono() - t0;
+    double took = rm_mono() - t0;
     fprintf(stderr, "(stop took %.3f s) ", took);
     CU_ASSERT_TRUE(took < 1.0);
     pthread_join(a.th, NULL);

@@ -150,8 +150,7 @@ typedef struct {
 static void *register_later(void *arg)
 {
     later_reg *l = arg;
-    struct timespec ts = {(time_t)l->after_s, (long)((l->after_s - (time_t)l->after_s) * 1e9)};
-    nanosleep(&ts, NULL);
+    rm_sleep(l->after_s);
     rm_err e = {0};
     rm_rdzv_server_register(l->x->ps, 1, l->addr, &e);
     return NULL;

@@ -28,13 +28,6 @@ typedef struct fx {
     char url[64];
 } fx;
 
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 static int fx_start_at(fx *f, const char *bind, int desired, int min, double settle)
 {
     rm_err e = {0};
@@ -104,10 +97,10 @@ typedef struct joiner {
 static void *join_main(void *arg)
 {
     joiner *j = arg;
-    double t0 = mono();
+    double t0 = rm_mono();
     rm_rdzv_client *c = rm_rdzv_client_new(j->url, j->job, j->token, j->wid);
     j->rc = c ? rm_rdzv_join(c, j->addr, j->last_epoch, j->timeout, &j->round, &j->err) : RM_ENOMEM;
-    j->secs = mono() - t0;
+    j->secs = rm_mono() - t0;
     rm_rdzv_client_free(c);
     return NULL;
 }
@@ -256,9 +249,9 @@ static void test_bad_token(void)
     rm_rdzv_client *c = rm_rdzv_client_new(f.url, JOB, "wrong-token", "1");
     rm_rdzv_round round = {0};
     rm_err e = {0};
-    double t0 = mono();
+    double t0 = rm_mono();
     int rc = rm_rdzv_join(c, "127.0.0.1:1", 0, 5, &round, &e);
-    double secs = mono() - t0;
+    double secs = rm_mono() - t0;
     rm_rdzv_client_free(c);
     fflush(stderr);
     dup2(saved, 2);
@@ -282,9 +275,9 @@ static void test_bad_token(void)
     CU_ASSERT_EQUAL(raw(&f, "GET", P(""), BEARER, NULL, 0, NULL), 200);
     /* an unknown job: retried (the controller may not have registered it) until the timeout */
     c = rm_rdzv_client_new(f.url, "default/other", TOKEN, "0");
-    t0 = mono();
+    t0 = rm_mono();
     rc = rm_rdzv_join(c, "127.0.0.1:1", 0, 0.6, &round, &e);
-    secs = mono() - t0;
+    secs = rm_mono() - t0;
     rm_rdzv_client_free(c);
     CU_ASSERT_EQUAL(rc, RM_ENOTFOUND);
     CU_ASSERT(secs >= 0.5 && secs < 3.0);
@@ -305,12 +298,12 @@ static void test_elastic_settle_and_grow_back(void)
     CU_ASSERT_FATAL(fx_start(&f, 3, 2, 0.5) == 0);
     static const char *const two[] = {"0", "1"};
     joiner js[3];
-    double t0 = mono();
+    double t0 = rm_mono();
     join_start(&js[0], f.url, "1", 0, 10);
     join_start(&js[1], f.url, "0", 0, 10);
     join_wait(&js[0]);
     join_wait(&js[1]);
-    double secs = mono() - t0;
+    double secs = rm_mono() - t0;
     check_round(js, 2, 1, two);
     CU_ASSERT(secs >= 0.45 && secs < 3.0);
     free_rounds(js, 2);
@@ -438,12 +431,12 @@ static void test_restart_while_held(void)
     join_start(&js[0], f.url, "0", 0, 10);
     CU_ASSERT(wait_state(&f, 1, 1));
     int ne = 0;
-    double t0 = mono();
+    double t0 = rm_mono();
     CU_ASSERT_EQUAL(rm_rdzv_restart(f.r, JOB, 1, &ne), RM_OK);
     CU_ASSERT_EQUAL(ne, 2);
     /* the held join is answered 202 at once and the client re-joins epoch 2 by itself */
     CU_ASSERT(wait_state(&f, 2, 1));
-    CU_ASSERT(mono() - t0 < 2.0);
+    CU_ASSERT(rm_mono() - t0 < 2.0);
     join_start(&js[1], f.url, "1", 0, 10);
     join_wait(&js[0]);
     join_wait(&js[1]);
@@ -466,9 +459,9 @@ typedef struct getter {
 static void *get_main(void *arg)
 {
     getter *g = arg;
-    double t0 = mono();
+    double t0 = rm_mono();
     g->rc = rm_rdzv_kv_get(g->c, 1, g->key, g->timeout, &g->val, &g->len, &g->err);
-    g->secs = mono() - t0;
+    g->secs = rm_mono() - t0;
     return NULL;
 }
 
@@ -505,10 +498,10 @@ static void test_kv(void)
     CU_ASSERT(g.secs >= 0.25 && g.secs < 3.0);
     free(g.val);
     /* never published: times out close to the timeout */
-    double t0 = mono();
+    double t0 = rm_mono();
     val = NULL;
     CU_ASSERT_EQUAL(rm_rdzv_kv_get(b, 1, "never", 0.5, &val, &len, &e), RM_ETIMEDOUT);
-    double secs = mono() - t0;
+    double secs = rm_mono() - t0;
     CU_ASSERT(secs >= 0.45 && secs < 2.5);
     CU_ASSERT_PTR_NULL(val);
     /* limits */
@@ -708,11 +701,11 @@ static void test_stop_and_remove(void)
     join_start(&j, f.url, "0", 0, 20);
     CU_ASSERT(wait_state(&f, 1, 2));   /* "1" by its report, "0" by its join */
     rm_sleep(0.1);
-    double t0 = mono();
+    double t0 = rm_mono();
     CU_ASSERT_EQUAL(rm_rdzv_job_stop(f.r, JOB), RM_OK);
     join_wait(&j);
     CU_ASSERT_EQUAL(j.rc, RM_ECLOSED);
-    CU_ASSERT(mono() - t0 < 2.0);
+    CU_ASSERT(rm_mono() - t0 < 2.0);
     CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
     CU_ASSERT_EQUAL(act, RM_RDZV_STOP);
     void *val = NULL;
@@ -835,9 +828,9 @@ static void *poll_main(void *arg)
 {
     poller *p = arg;
     static const char body[] = "{\"workerId\":\"0\",\"addr\":\"127.0.0.1:20000\"}";
-    double t0 = mono();
+    double t0 = rm_mono();
     p->status = raw(p->f, "POST", P("/join"), BEARER, body, sizeof body - 1, NULL);
-    p->secs = mono() - t0;
+    p->secs = rm_mono() - t0;
     return NULL;
 }
 
@@ -850,9 +843,9 @@ static void test_free_wakes_long_poll(void)
     CU_ASSERT_FATAL(pthread_create(&th, NULL, poll_main, &p) == 0);
     CU_ASSERT(wait_state(&f, 1, 1));
     rm_sleep(0.1);
-    double t0 = mono();
+    double t0 = rm_mono();
     rm_rdzv_free(f.r);     /* the poll is inside the handler: free wakes it and waits for it */
-    double secs = mono() - t0;
+    double secs = rm_mono() - t0;
     pthread_join(th, NULL);
     CU_ASSERT(secs < 1.5);
     CU_ASSERT_EQUAL(p.status, 503);
@@ -964,12 +957,12 @@ static void test_nan_timeout_refused(void)
     rm_err e = {0};
     void *v = NULL;
     size_t n = 0;
-    double t0 = mono();
+    double t0 = rm_mono();
     CU_ASSERT_EQUAL(rm_rdzv_join(c, "127.0.0.1:5", 0, NAN, &rd, &e), RM_EINVAL);
     CU_ASSERT_EQUAL(rm_rdzv_kv_get(c, 1, "k", NAN, &v, &n, &e), RM_EINVAL);
     /* a deadline already past is a plain timeout, as before */
     CU_ASSERT_EQUAL(rm_rdzv_join(c, "127.0.0.1:5", 0, -1, &rd, &e), RM_ETIMEDOUT);
-    CU_ASSERT(mono() - t0 < 1.0);
+    CU_ASSERT(rm_mono() - t0 < 1.0);
     CU_ASSERT_PTR_NULL(v);
     rm_rdzv_client_free(c);
 }
@@ -1015,7 +1008,7 @@ static void *cancel_join_thread(void *arg)
     rm_rdzv_round round = {0};
     rm_err e = {0};
     cj->rc = rm_rdzv_join(cj->c, "127.0.0.1:1", 0, 30, &round, &e);
-    cj->ended = mono();
+    cj->ended = rm_mono();
     rm_rdzv_round_free(&round);
     return NULL;
 }
@@ -1035,7 +1028,7 @@ static void test_join_cancel(void)
     pthread_create(&th, NULL, cancel_join_thread, &cj);
     CU_ASSERT(wait_state(&f, 1, 1));   /* held in the long poll now */
     rm_sleep(0.2);
-    double t0 = mono();
+    double t0 = rm_mono();
     flag = 1;
     pthread_join(th, NULL);
     CU_ASSERT_EQUAL(cj.rc, RM_ECANCELED);
@@ -1075,10 +1068,10 @@ static void test_join_poll(void)
     int joined = -1;
     bool settled = true;
     rm_err e = {0};
-    double t0 = mono();
+    double t0 = rm_mono();
     CU_ASSERT_EQUAL(rm_rdzv_join_poll(c0, "127.0.0.1:1000", 1, 0, &rr, &joined, &settled, &e),
                     RM_EAGAIN);
-    CU_ASSERT(mono() - t0 < 1.0);   /* not held */
+    CU_ASSERT(rm_mono() - t0 < 1.0);   /* not held */
     CU_ASSERT_EQUAL(rr.epoch, 2);
     CU_ASSERT_EQUAL(joined, 1);
     CU_ASSERT_FALSE(settled);

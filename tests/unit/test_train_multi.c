@@ -31,6 +31,7 @@
 #include "common/http.h"
 #include "common/httpc.h"
 #include "common/rdzv.h"
+#include "common/clock.h"
 #include "tests/unit/testutil.h"
 
 #define JOB "test/multi"
@@ -49,13 +50,6 @@ typedef struct harness {
     const char *optimizer;     /* --optimizer (NULL: the default, sgd) */
     const char *resume;        /* RINGMASTER_RESUME (NULL: unset) */
 } harness;
-
-static double mono(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int h_start_min(harness *h, int desired, int min)
 {
@@ -173,9 +167,9 @@ static void spawn_group(harness *h, int n, const char *fault, const char *ckdir,
 /* Wait for pid up to timeout_s; returns the exit code, 128+sig, or -1 on timeout (then killed). */
 static int wait_exit(pid_t p, double timeout_s)
 {
-    double end = mono() + timeout_s;
+    double end = rm_mono() + timeout_s;
     int st;
-    while (mono() < end) {
+    while (rm_mono() < end) {
         pid_t r = waitpid(p, &st, WNOHANG);
         if (r == p)
             return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
@@ -260,7 +254,7 @@ static void test_kill_and_recover(void)
     /* the victim dies at step 120 with 137 */
     int rc1 = wait_exit(p[1], 90);
     CU_ASSERT_EQUAL(rc1, 137);
-    double died = mono();
+    double died = rm_mono();
     /* replacement, same worker id (as the controller does) */
     pid_t r1 = spawn(&h, "1", "w1b", fault, h.ck, 300, false);
     CU_ASSERT_EQUAL(wait_exit(p[0], 120), 0);
@@ -385,7 +379,7 @@ static void test_checkpoint_failures_reported(void)
     CU_ASSERT_EQUAL_FATAL(rename(h.ck, aside), 0);
     rm_test_write_file(h.ck, "not a folder", 12);
     rm_rdzv_member seen = {0};
-    for (double end = mono() + 60; mono() < end && seen.checkpoint_failures < 2;) {
+    for (double end = rm_mono() + 60; rm_mono() < end && seen.checkpoint_failures < 2;) {
         rm_rdzv_state st;
         if (rm_rdzv_snapshot(h.r, JOB, &st) == RM_OK)
             for (int i = 0; i < st.nmembers; i++)
@@ -410,8 +404,8 @@ static void test_checkpoint_failures_reported(void)
 /* Wait until the log `tag` contains `what`; false after timeout_s. */
 static bool wait_log(harness *h, const char *tag, const char *what, double timeout_s)
 {
-    double end = mono() + timeout_s;
-    while (mono() < end) {
+    double end = rm_mono() + timeout_s;
+    while (rm_mono() < end) {
         char *l = read_log(h, tag);
         bool hit = l && strstr(l, what);
         free(l);
@@ -433,9 +427,9 @@ static void test_hang_detected(void)
     pid_t p[3];
     spawn_group(&h, 3, fault, h.ck, 160, p);
     CU_ASSERT_FATAL(wait_log(&h, "w2", "kind=hang", 60));
-    double hung = mono();
+    double hung = rm_mono();
     CU_ASSERT(wait_log(&h, "w0", "collective failed", 15));
-    double noticed = mono() - hung;
+    double noticed = rm_mono() - hung;
     fprintf(stderr, "hang_detected: survivors noticed after %.2f s\n", noticed);
     CU_ASSERT(noticed < 8.0);   /* comm timeout 5 s + polling slack */
     kill(p[2], SIGKILL);
@@ -469,13 +463,13 @@ static void test_controller_restart(void)
     spawn_group(&h, 2, NULL, NULL, 6000, p);
     CU_ASSERT_FATAL(wait_log(&h, "w0", "msg=\"progress\" step=100 ", 60));
     rm_rdzv_state st;
-    double until = mono() + 5;
+    double until = rm_mono() + 5;
     do {   /* progress reports arrive while training (the reporter sends every ~1 s) */
         CU_ASSERT_EQUAL_FATAL(rm_rdzv_snapshot(h.r, JOB, &st), RM_OK);
         if (st.members[0].last_report > 0 && st.members[0].step > 0)
             break;
         usleep(50000);
-    } while (mono() < until);
+    } while (rm_mono() < until);
     CU_ASSERT_EQUAL(st.epoch, 1);
     CU_ASSERT(st.members[0].last_report > 0);
     CU_ASSERT(st.members[0].step > 0);
@@ -560,7 +554,7 @@ static double scrape_rate(const char *url, const char *rank)
     snprintf(want, sizeof want,
              "ringmaster_worker_samples_per_second{job=\"test/multi\",rank=\"%s\"} ", rank);
     double rate = 0;
-    for (double end = mono() + 20; mono() < end && rate <= 0;) {
+    for (double end = rm_mono() + 20; rm_mono() < end && rate <= 0;) {
         usleep(250000);
         rm_httpc_resp r = {0};
         rm_err e = {0};
