@@ -42,7 +42,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { $PY -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1]);s.close()'; }
+free_port() { "$RM_ROOT/tests/e2e/free-port.py"; }   # below the ephemeral range: see there
 
 # run_job NAME [ringmaster run args...]: runs in the foreground with its own checkpoint and run
 # folders; stdout -> $W/NAME.out, stderr -> $W/NAME.err; sets RC.

@@ -45,7 +45,7 @@ command -v kubectl >/dev/null 2>&1 || {
   echo "SKIP: kubectl is not installed (the real kubectl is not in Debian bookworm; install kubectl, e.g. the Cloud SDK's, to run this test)"
   exit 0; }
 
-free_port() { $PY -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1]);s.close()'; }
+free_port() { "$RM_ROOT/tests/e2e/free-port.py"; }   # below the ephemeral range: see there
 
 # wait_for SECONDS DESCRIPTION COMMAND... : poll every 0.2 s until COMMAND succeeds.
 wait_for() {

@@ -8,7 +8,7 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; sleep 0.5;
             for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
-freeport() { /usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+freeport() { "$RM_ROOT/tests/e2e/free-port.py"; }   # below the ephemeral range: see there
 waitfor() { for _ in $(seq 1 "$2"); do eval "$1" >/dev/null 2>&1 && return 0; sleep 0.5; done; echo "timed out: $1"; return 1; }
 
 promtool check rules "$root/deploy/prometheus/rules.yaml"
