@@ -5,9 +5,11 @@
 # Layout of sources (wildcards, so a new module needs no Makefile edit):
 #   common/*.c            -> libcommon.a        (shared runtime)
 #   kernels/*.c           -> libkernels.a       (C reference kernels)
-#   kernels/cuda/*.{c,cu}, worker/cuda/*.{c,cu} (only when CUDA is on)
-#   kernels/nocuda/*.c, worker/nocuda/*.c       (only when CUDA is off)
-#   worker/*.c - main.c   -> libworker.a,  worker/main.c   -> bin/ringmaster-worker
+#   kernels/cuda/*.{c,cu}, worker/**/cuda/*.{c,cu}  (only when CUDA is on)
+#   kernels/nocuda/*.c, worker/**/nocuda/*.c        (only when CUDA is off)
+#   worker/**.c - main.c  -> libworker.a,  worker/main.c   -> bin/ringmaster-worker
+#                            (every folder of worker/ by concern; cuda/ and nocuda/ halves beside
+#                            each backend table)
 #   operator/**.c - main.c-> liboperator.a, operator/main.c -> bin/ringmaster
 #   tests/kubesim/*.c     -> bin/kubesim
 #   tests/unit/test_*.c   -> unit-tests (one CUnit runner; each file defines rm_suite_<name>())
@@ -99,20 +101,22 @@ endif
 # ---- sources --------------------------------------------------------------------------------
 COMMON_SRC   := $(wildcard common/*.c)
 KERNELS_SRC  := $(wildcard kernels/*.c)
-WORKER_SRC   := $(filter-out worker/main.c,$(wildcard worker/*.c))
+# worker/ is one level of folders by concern, each with optional cuda/ and nocuda/ halves.
+WORKER_DIRS  := worker $(patsubst %/,%,$(filter-out %/cuda/ %/nocuda/,$(wildcard worker/*/)))
+WORKER_SRC   := $(filter-out worker/main.c,$(wildcard $(addsuffix /*.c,$(WORKER_DIRS))))
 OPERATOR_SRC := $(filter-out operator/main.c,$(wildcard operator/*.c operator/*/*.c))
 KUBESIM_SRC  := $(filter-out tests/kubesim/main.c,$(wildcard tests/kubesim/*.c))
 UNIT_SRC     := $(wildcard tests/unit/*.c)
 ifeq ($(CUDA_ON),1)
 KERNELS_CU   := $(wildcard kernels/cuda/*.cu)
 KERNELS_SRC  += $(wildcard kernels/cuda/*.c)
-WORKER_SRC   += $(wildcard worker/cuda/*.c)
-WORKER_CU    := $(wildcard worker/cuda/*.cu)
+WORKER_SRC   += $(wildcard $(addsuffix /cuda/*.c,$(WORKER_DIRS)))
+WORKER_CU    := $(wildcard $(addsuffix /cuda/*.cu,$(WORKER_DIRS)))
 else
 KERNELS_CU   :=
 WORKER_CU    :=
 KERNELS_SRC  += $(wildcard kernels/nocuda/*.c)
-WORKER_SRC   += $(wildcard worker/nocuda/*.c)
+WORKER_SRC   += $(wildcard $(addsuffix /nocuda/*.c,$(WORKER_DIRS)))
 endif
 
 obj = $(patsubst %.c,$(BUILDDIR)/%.o,$(1))
@@ -167,8 +171,8 @@ $(ALL_LIBS):
 	@rm -f $@
 	$(AR) rcs $@ $^
 
-# (worker/faults_parse.o: the runner checks RINGMASTER_FAULT with the worker's own parser)
-$(RINGMASTER): $(call obj,operator/main.c) $(LIBOPERATOR) $(call obj,worker/faults_parse.c) $(LIBCOMMON)
+# (the runner checks RINGMASTER_FAULT with the worker's own parser, common/faults_parse.c)
+$(RINGMASTER): $(call obj,operator/main.c) $(LIBOPERATOR) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LIBS)
 # Libraries in dependency order (worker -> kernels -> common); none calls back up.

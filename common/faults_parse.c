@@ -1,7 +1,7 @@
 /* faults_parse.c — parse RINGMASTER_FAULT (see faults.h). A translation unit of its own with no
  * dependency beyond common/, so `ringmaster run` links the very same parser and refuses a
  * malformed spec before it starts any worker. */
-#include "worker/faults.h"
+#include "common/faults.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -408,7 +408,7 @@ static int bad(rm_err *err, const char *ctx, const char *key, const char *fmt, .
 
 /* ---- memory estimate ------------------------------------------------------------------------- */
 
-/* fashion-mnist's shape (worker/model.h RM_MODEL_INPUT, RM_MODEL_CLASSES) and its test set */
+/* fashion-mnist's shape (worker/model/model.h RM_MODEL_INPUT, RM_MODEL_CLASSES) and its test set */
 #define TJ_INPUTS 784
 #define TJ_CLASSES 10
 #define TJ_TEST_SAMPLES 10000

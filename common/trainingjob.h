@@ -348,7 +348,7 @@ int rm_tj_set_condition(rm_tj_status *st, rm_cond_type type, bool status, const 
 
 /* rm_backend, rm_precision, their names and rm_backend_resolve: common/backend.h. */
 /* What one worker of this training spec needs in memory, estimated from the worker's own
- * allocations (worker/model.c, optim.c, train.c): fp32 weights, gradients, optimizer state (sgd and
+ * allocations (worker/model/model.c, optim.c, train.c): fp32 weights, gradients, optimizer state (sgd and
  * adagrad 1, adam 2) and checkpoint staging (weights + state); activations and deltas for the
  * batch; the dataset (uint8 images, labels, permutation) when its size is known; plus a fixed
  * RM_TJ_MEM_OVERHEAD for the process, its libraries and threads. All in bytes. */

@@ -30,7 +30,7 @@
 #define RM_PORT_PS 29600                                /* a server's port on a cluster */
 /* pipeline stages (strategies.md; issue 15): spec.parallelism as compact JSON, set when
  * pipelineStages or microBatches is above 1. The worker derives its stage, data-parallel group
- * and neighbours from its rendezvous rank: rank r = d*P + p (worker/pipeline_core.h). */
+ * and neighbours from its rendezvous rank: rank r = d*P + p (worker/pipeline/pipeline_core.h). */
 #define RM_ENV_PARALLELISM "RINGMASTER_PARALLELISM"
 /* read by the worker, set by users (never by a controller) */
 #define RM_ENV_FAULT "RINGMASTER_FAULT"
@@ -57,7 +57,7 @@
 #define RM_PORT_MASTER 29500          /* MASTER_PORT, PET_MASTER_PORT, the Service's "master" port */
 #define RM_PORT_WORKER_METRICS 9090   /* a worker's /metrics and /healthz */
 #define RM_PORT_RENDEZVOUS 29400      /* the operator's rendezvous service */
-/* Shared-memory collectives for ranks on one host (worker/comm_shm.c, issue 19): "0" = always the
+/* Shared-memory collectives for ranks on one host (worker/comm/comm_shm.c, issue 19): "0" = always the
  * TCP ring; "1" = use shm whenever every rank advertised the same host (needed inside a pod, which
  * must then share the node's IPC namespace: hostIPC, or hostPath /dev/shm + hostNetwork); unset =
  * automatic outside Kubernetes (ringmaster run), off inside a pod. */

@@ -41,7 +41,7 @@
 #include "operator/launch.h"
 #include "operator/ps_reconcile.h"
 #include "operator/reconcile.h"
-#include "worker/faults.h"
+#include "common/faults.h"
 
 extern char **environ;
 
@@ -821,7 +821,7 @@ static int op_create(void *rt, int index, int epoch, rm_err *err)
     local *l = rt;
     if (index < 0 || index >= MAXW || l->w[index].used)
         return RM_OK;
-    /* RINGMASTER_FAULT ...:node=lost: this replica's "node" is gone (worker/faults.h) */
+    /* RINGMASTER_FAULT ...:node=lost: this replica's "node" is gone (common/faults.h) */
     int rc = rm_faults_index_lost(l->o->checkpoint_dir, index)
                  ? rm_errf(err, RM_EUNSUPPORTED, "worker %d cannot start: its node is lost "
                            "(RINGMASTER_FAULT node=lost)", index)

@@ -35,7 +35,7 @@
 #include "operator/local.h"
 #include "operator/sigwake.h"
 #include "operator/sweep_run.h"
-#include "worker/faults.h"
+#include "common/faults.h"
 
 /* ------------------------------------------------------------------ manifest */
 
@@ -218,7 +218,7 @@ static void on_event(void *ud, bool warning, const char *reason, const char *mes
 /* ------------------------------------------------------------------ helpers */
 
 /* Is there a checkpoint in dir (what --resume would continue from): a whole file, or a complete
- * sharded set (its manifest, worker/ckpt_shard.h)? */
+ * sharded set (its manifest, worker/checkpoint/ckpt_shard.h)? */
 static bool has_checkpoint(const char *dir)
 {
     static const char *const pats[] = {"ckpt-*.rmck", "manifest-*.rmmf"};

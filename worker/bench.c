@@ -6,7 +6,7 @@
  * run on fresh rank-dependent data whose exact sum is known (small integers, so float sums are
  * exact and #wrong is an exact count). algbw = bytes / time, busbw = algbw * 2(n-1)/n for the
  * allreduce and algbw * (n-1)/n for reduce_scatter and all_gather (as nccl-tests; size is the full
- * vector, each rank's shard is the layout of worker/shard.h), GB = 1e9 bytes. Buffers are allocated once at the largest size (on the GPU for --backend nccl when the
+ * vector, each rank's shard is the layout of worker/allreduce/shard.h), GB = 1e9 bytes. Buffers are allocated once at the largest size (on the GPU for --backend nccl when the
  * CUDA kernels table is available, as nccl-tests does). Output on rank 0 only. */
 #include "worker/bench.h"
 #include "common/clock.h"
@@ -22,10 +22,10 @@
 #include "common/rm.h"
 #include "common/worker_env.h"
 #include "kernels/kernels.h"
-#include "worker/comm.h"
-#include "worker/fusion.h"
-#include "worker/net.h"
-#include "worker/shard.h"
+#include "worker/comm/comm.h"
+#include "worker/allreduce/fusion.h"
+#include "worker/comm/net.h"
+#include "worker/allreduce/shard.h"
 
 typedef struct bench_opts {
     size_t minb, maxb;

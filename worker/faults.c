@@ -1,8 +1,8 @@
 /* faults.c — decide when a fault fires; see faults.h (the parser is in faults_parse.c).
  * Design: the marker is written before the fault fires, so even an _exit right after cannot lose
  * it; a marker that cannot be written means the fault does not fire (never fire twice). */
-#include "worker/faults.h"
-#include "worker/checkpoint.h"
+#include "common/faults.h"
+#include "worker/checkpoint/checkpoint.h"
 
 #include <errno.h>
 #include <fcntl.h>

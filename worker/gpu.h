@@ -20,7 +20,7 @@
 #include "common/rm.h"
 #include "kernels/kernels.h"
 #include "kernels/kernels_cuda.h"
-#include "worker/comm.h"
+#include "worker/comm/comm.h"
 
 /* ---------------- device choice ---------------- */
 

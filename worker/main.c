@@ -1,7 +1,7 @@
 /* main.c — ringmaster-worker: the program inside every worker pod.
  *   ringmaster-worker train [flags]   data-parallel training (worker/train.c)
  *   ringmaster-worker bench [flags]   allreduce benchmark in nccl-tests' format (worker/bench.c)
- *   ringmaster-worker ps [flags]      a parameter server (worker/ps_server.c); RINGMASTER_ROLE=ps
+ *   ringmaster-worker ps [flags]      a parameter server (worker/ps/ps_server.c); RINGMASTER_ROLE=ps
  *                                     selects it too, whatever the command
  * Exit codes: 0 success (also on SIGTERM after the checkpoint, and on the rendezvous' "stop"),
  * 1 runtime failure (missing/corrupt data, unrecoverable comm error), 2 bad usage (also settings
@@ -15,7 +15,7 @@
 #include "common/rm.h"
 #include "common/worker_env.h"
 #include "worker/bench.h"
-#include "worker/ps_server.h"
+#include "worker/ps/ps_server.h"
 #include "worker/train.h"
 
 static void usage(FILE *out)

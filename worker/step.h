@@ -4,7 +4,7 @@
  * workers, and how its state is made fresh, saved into a checkpoint, restored from one and agreed
  * on when a round (one rendezvous epoch) forms. worker/train.c is the driver — data, model,
  * metrics, evaluation, checkpoint files, the in-place restart loop — and talks to a strategy only
- * through this table, as it talks to a comm backend only through worker/comm.h. A strategy is one
+ * through this table, as it talks to a comm backend only through worker/comm/comm.h. A strategy is one
  * module, step_<name>.c, exporting one rm_step_ops; rm_step_strategy(name) finds it.
  *   allreduce  synchronous data parallelism: gradients averaged through fusion buckets over the
  *              round's comm backend (ring, NCCL, MPI), every rank applies the same update
@@ -39,10 +39,10 @@
 #include <stdint.h>
 #include "common/rm.h"
 #include "kernels/kernels.h"
-#include "worker/comm.h"
+#include "worker/comm/comm.h"
 #include "worker/gpu.h"
-#include "worker/model.h"
-#include "worker/optim.h"
+#include "worker/model/model.h"
+#include "worker/optim/optim.h"
 
 typedef struct rm_step rm_step;   /* a strategy's state; each module defines its own */
 
@@ -177,7 +177,7 @@ typedef struct rm_step_ops {
      * data-parallel replica share a slot. Valid after round_begin. */
     void (*data_slot)(const rm_step *s, int *slot, int *nslots);
     /* Optional (NULL: false). The state is sharded across the round's ranks by the model's layers
-     * (worker/shard.h rm_unit_shard; checkpoints: worker/ckpt_shard.h): every rank's state_bytes
+     * (worker/allreduce/shard.h rm_unit_shard; checkpoints: worker/checkpoint/ckpt_shard.h): every rank's state_bytes
      * and state_save are then its compact shard — its pieces of the parameters, then its pieces of
      * each optimizer buffer — and the driver writes one shard file per rank plus the manifest, no
      * collective needed (so also at SIGTERM); state_bytes answers 0 while the pieces are torn (a
@@ -190,14 +190,14 @@ typedef struct rm_step_ops {
     /* Optional (NULL: false). The state is checkpointed per pipeline stage (issue 15): when this
      * answers true, state_bytes/state_save are this rank's stage's layers (their parameters, then
      * their range of each optimizer buffer; 0 bytes on ranks that do not write), written as shard
-     * *shard_rank of *shard_world of a stage-layout set (worker/ckpt_shard.h) whose manifest
+     * *shard_rank of *shard_world of a stage-layout set (worker/checkpoint/ckpt_shard.h) whose manifest
      * records the layer bounds (bounds: shard_world + 1 entries, at most RM_MODEL_MAX_LAYERS + 1).
      * A restore takes the whole payload re-assembled from such a set (state_restore), or, with
      * restore_layers below, just the rank's layers of it. */
     bool (*ckpt_stages)(const rm_step *s, int *shard_rank, int *shard_world, int *bounds);
     /* Optional (NULL: false). This rank restores layers [*u0, *u1) only (pipeline stages): when
      * this answers true (after round_begin), the driver reads just that range of the newest
-     * checkpoint, whole file or set of any layout (worker/ckpt_shard.h rm_ckpt_set_load_layers,
+     * checkpoint, whole file or set of any layout (worker/checkpoint/ckpt_shard.h rm_ckpt_set_load_layers,
      * rm_ckpt_whole_load_layers), into a staging buffer of the range's size, and calls
      * state_restore_layers (required then) with the range's parameters, then its range of each
      * optimizer buffer (the layout state_save writes for a stage), instead of state_restore. */

@@ -38,15 +38,15 @@
 #include "common/worker_env.h"
 #include "common/yaml.h"
 #include "kernels/kernels.h"
-#include "worker/checkpoint.h"
-#include "worker/ckpt_shard.h"
-#include "worker/comm.h"
-#include "worker/data.h"
-#include "worker/faults.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/checkpoint/ckpt_shard.h"
+#include "worker/comm/comm.h"
+#include "worker/data/data.h"
+#include "common/faults.h"
 #include "worker/gpu.h"
-#include "worker/model.h"
-#include "worker/optim.h"
-#include "worker/schedule.h"
+#include "worker/model/model.h"
+#include "worker/optim/optim.h"
+#include "worker/optim/schedule.h"
 #include "worker/step.h"
 #include "worker/wmetrics.h"
 
@@ -842,7 +842,7 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     if (cfg->rdzv_url) {
         RM_CHECK(rdzv_client_make(cfg, &t->rdzv, err));
         rm_rdzv_client_set_cancel(t->rdzv, &g_train_term);   /* SIGINT/SIGTERM end long polls */
-        /* ring; or nccl with pipeline stages: their links' TCP handshake (worker/pipe_link.h) */
+        /* ring; or nccl with pipeline stages: their links' TCP handshake (worker/pipeline/pipe_link.h) */
         if (backend_is(cfg, RM_BACKEND_RING) ||
             (backend_is(cfg, RM_BACKEND_NCCL) && t->strat == &rm_step_pipeline_ops)) {
             int port = 0;
@@ -913,7 +913,7 @@ static void take_position(trainer *t, const rm_ckpt_meta *meta)
 static int state_load_layers(trainer *t, int u0, int u1);
 
 /* Every rank reads the newest valid checkpoint (if any): a whole one (ckpt-*.rmck) or a sharded
- * set (worker/ckpt_shard.h), whichever is newer; a sharded set is re-sharded for this round
+ * set (worker/checkpoint/ckpt_shard.h), whichever is newer; a sharded set is re-sharded for this round
  * (sharded strategy: this rank of this world; otherwise world 1, the whole payload). Every rank
  * sees the same files and verifies every shard, so all choose the same checkpoint. Returns 1 if
  * loaded, 0 if none. */
@@ -1186,7 +1186,7 @@ static int ckpt_write(trainer *t, rm_err *err)
     meta.lr = t->lr;
     meta.loss_scale = t->amp.scaler.scale;
     meta.scaler_tracker = t->amp.scaler.growth_tracker;
-    if (state_sharded(t)) {   /* one shard per rank (worker/ckpt_shard.h) */
+    if (state_sharded(t)) {   /* one shard per rank (worker/checkpoint/ckpt_shard.h) */
         meta.shard_world = t->world;
         meta.shard_rank = t->rank;
         meta.shard_floats = bytes / ((size_t)(1 + t->opt.nstate) * sizeof(float));

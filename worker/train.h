@@ -6,12 +6,12 @@
  * rejoin/stop). How a step turns a batch into updated parameters across the workers is the
  * training strategy's (worker/step.h; today "allreduce", step_allreduce.c).
  *
- * Buffers (see worker/model.h for the exact offsets):
+ * Buffers (see worker/model/model.h for the exact offsets):
  *   - ONE flat fp32 parameter buffer and ONE flat gradient buffer, layers contiguous in forward
- *     order (W0,b0,W1,b1,...); fusion buckets (worker/fusion.h) are contiguous ranges of the
+ *     order (W0,b0,W1,b1,...); fusion buckets (worker/allreduce/fusion.h) are contiguous ranges of the
  *     gradient buffer, allreduced while earlier layers' backward still runs.
- *   - Optimizer state (worker/optim.h) is one or two more flat buffers with the same layout; a
- *     checkpoint (worker/checkpoint.h) is those flat arrays plus the scalars of the position in
+ *   - Optimizer state (worker/optim/optim.h) is one or two more flat buffers with the same layout; a
+ *     checkpoint (worker/checkpoint/checkpoint.h) is those flat arrays plus the scalars of the position in
  *     the schedule (step, data cursor, optimizer count, loss scaler).
  *   - Model and optimizer buffers come from the kernels table (kernels/kernels.h); they and the
  *     host checkpoint staging buffer are allocated once, before the first step; a step allocates

@@ -163,7 +163,7 @@ if fus:
             L.append("")
 L.append("## Notes")
 L.append("")
-L.append("- Ring design (worker/comm_ring.c): scatter-reduce then all-gather, segments cut into 512 KiB pieces "
+L.append("- Ring design (worker/comm/comm_ring.c): scatter-reduce then all-gather, segments cut into 512 KiB pieces "
          "pipelined across steps, non-blocking sendmsg/recvmsg + poll on one thread, all-gather received "
          "straight into the destination, scatter-reduce into a scratch piece then a vectorised add; 2 ranks "
          "≤ 64 KiB use one exchange (half the latency). With ≥ 4 CPUs a sender thread sends ≥ 1 MiB "

@@ -1,6 +1,6 @@
 /* nccl_bench.c — one-rank NCCL latency: raw ncclAllReduce vs ringmaster's NCCL backend
- * (worker/cuda/comm_nccl.c, the path `ringmaster-worker bench --backend nccl` takes) vs the fusion
- * path (worker/fusion.h: buckets of a gradient buffer allreduced by the comm thread), same bytes.
+ * (worker/comm/cuda/comm_nccl.c, the path `ringmaster-worker bench --backend nccl` takes) vs the fusion
+ * path (worker/allreduce/fusion.h: buckets of a gradient buffer allreduced by the comm thread), same bytes.
  *
  * Why one rank: NCCL cannot put two ranks on one GPU, and the lent machines have one. With one
  * rank the "allreduce" is NCCL's one-rank copy/scale kernel, so this measures the fixed costs our
@@ -18,8 +18,8 @@
 
 #include "kernels/cuda/rm_cuda.h"
 #include "kernels/kernels.h"
-#include "worker/comm.h"
-#include "worker/fusion.h"
+#include "worker/comm/comm.h"
+#include "worker/allreduce/fusion.h"
 #include "worker/gpu.h"
 
 static double now_s(void)

@@ -3,7 +3,7 @@
  *
  * One step = upload nothing (the batch stays on the device, as a data loader with prefetch would
  * hide it), forward, softmax cross-entropy, backward, SGD-momentum update, exactly the calls
- * worker/train.c makes through the kernels table (worker/model.h), on one GPU without comm.
+ * worker/train.c makes through the kernels table (worker/model/model.h), on one GPU without comm.
  * Timing: W warm-up steps, then N steps between two host syncs; ms/step and the achieved
  * TFLOP/s of the matrix products (forward 2*B*in*out per layer, backward 4*B*in*out except layer 0
  * which has no dX product: what the model actually computes).
@@ -16,7 +16,7 @@
 
 #include "kernels/kernels.h"
 #include "worker/gpu.h"
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 static double now_s(void)
 {

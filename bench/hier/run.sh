@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/hier/run.sh — hierarchical allreduce (worker/comm_hier.c, backend "hier") beside the flat
+# bench/hier/run.sh — hierarchical allreduce (worker/comm/comm_hier.c, backend "hier") beside the flat
 # TCP ring and the flat shm comm, 4 ranks on this host faked as 2 nodes x 2 ranks (--nodes
 # a,a,b,b: shm inside each fake node, a TCP ring per local index between them), through
 # `ringmaster-worker bench` in static mode. Side by side in one run; prints nccl-tests tables and

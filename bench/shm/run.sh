@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/shm/run.sh — allreduce busbw of the shm backend (worker/comm_shm.c) beside the TCP ring, both
+# bench/shm/run.sh — allreduce busbw of the shm backend (worker/comm/comm_shm.c) beside the TCP ring, both
 # through `ringmaster-worker bench` (static world on 127.0.0.1), with the machine's memcpy bandwidth
 # as the limit beside them. Side by side in one run; prints nccl-tests tables and writes
 # bench/results/shm.md. Usage: RM_BIN=bin bench/shm/run.sh   (QUICK=1: 1 KiB..16 MiB, few iters)

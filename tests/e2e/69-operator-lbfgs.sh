@@ -3,7 +3,7 @@
 # 69-operator-lbfgs: Sandblaster L-BFGS through the operator on kubesim (issue 13). kubesim's
 # process kubelet serves no cluster DNS, so this shows that the L-BFGS workers and the coordinator
 # (a thread of server 0) find the shards the way the parameter-server workers do
-# (worker/ps_registry.h): each server registers its pod IP with the rendezvous, clients read the
+# (worker/ps/ps_registry.h): each server registers its pod IP with the rendezvous, clients read the
 # list before every connection they open.
 #  1. a bad spec (optimizer lbfgs with strategy allreduce, applied without client-side validation
 #     since kubesim evaluates no CEL) is Failed with reason InvalidSpec naming the field; no pods;

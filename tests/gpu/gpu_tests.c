@@ -16,10 +16,10 @@
 #include <unistd.h>
 
 #include "kernels/kernels.h"
-#include "worker/checkpoint.h"
-#include "worker/comm.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/comm/comm.h"
 #include "worker/gpu.h"
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 static int g_fail, g_checks;
 static int g_quick;

@@ -111,7 +111,7 @@ fi
 # ---- a 2-stage pipeline on two GPUs: activations over NCCL send/recv (issue 15) -----------------
 # `ringmaster run` of the pipeline fixture (2 stages, 4 micro-batches, 1F1B; LOCAL_RANK picks GPU 0
 # and 1) with RINGMASTER_DEVICE=cuda and backend nccl (the world's collectives on the GPU): the
-# stage links are worker/cuda/pipe_link_nccl.c (one 2-rank communicator per link, its id over the
+# stage links are worker/pipeline/cuda/pipe_link_nccl.c (one 2-rank communicator per link, its id over the
 # authenticated TCP link on the ring listener). The CPU run keeps the fixture's backend ring. It must Succeed, log the NCCL
 # links, and reach the CPU 2-stage run's accuracy within 1 point. NCCL cannot put both ranks of a
 # link on one device, so one GPU skips it (saying so). Never run on the machine this was written on.

@@ -19,7 +19,7 @@
 #include <utime.h>
 
 #include "tests/unit/testutil.h"
-#include "worker/checkpoint.h"
+#include "worker/checkpoint/checkpoint.h"
 
 static char *g_dir;
 enum { N = 1000 };

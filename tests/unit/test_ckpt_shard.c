@@ -1,4 +1,4 @@
-/* test_ckpt_shard.c — sharded, elastic checkpoints (worker/ckpt_shard.h): a set written by 4
+/* test_ckpt_shard.c — sharded, elastic checkpoints (worker/checkpoint/ckpt_shard.h): a set written by 4
  * "ranks" (the last one writes the manifest; the others time out waiting, their shards kept)
  * restores re-sharded at worlds 1, 2, 3, 4 and 5 to exactly the pieces the layout says; a set
  * without its manifest is never loaded; a corrupt or missing shard of the newest set makes the
@@ -16,8 +16,8 @@
 #include <unistd.h>
 
 #include "tests/unit/testutil.h"
-#include "worker/ckpt_shard.h"
-#include "worker/shard.h"
+#include "worker/checkpoint/ckpt_shard.h"
+#include "worker/allreduce/shard.h"
 
 static char *g_dir;
 

@@ -1,5 +1,5 @@
-/* Tests for worker/comm.c (backend table, address helpers, listener), worker/comm_local.c
- * (world of one) and worker/net.c (SHA-256/HMAC test vectors, bounded waits). */
+/* Tests for worker/comm/comm.c (backend table, address helpers, listener), worker/comm/comm_local.c
+ * (world of one) and worker/comm/net.c (SHA-256/HMAC test vectors, bounded waits). */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,8 +13,8 @@
 #include "common/rdzv.h"
 
 #include "tests/unit/testutil.h"
-#include "worker/comm.h"
-#include "worker/net.h"
+#include "worker/comm/comm.h"
+#include "worker/comm/net.h"
 
 static void hex(const uint8_t *d, size_t n, char *out) {
     for (size_t i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", d[i]);

@@ -9,7 +9,7 @@
 #include <zlib.h>
 
 #include "tests/unit/testutil.h"
-#include "worker/data.h"
+#include "worker/data/data.h"
 
 static char *g_dir;
 

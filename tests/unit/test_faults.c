@@ -6,7 +6,7 @@
 #include <sys/stat.h>
 
 #include "tests/unit/testutil.h"
-#include "worker/faults.h"
+#include "common/faults.h"
 
 static void test_parse(void)
 {

@@ -1,4 +1,4 @@
-/* Tests for worker/fusion.c: bucket plans in reverse layer order (threshold 0 = per layer), the
+/* Tests for worker/allreduce/fusion.c: bucket plans in reverse layer order (threshold 0 = per layer), the
  * order and ranges of the collectives issued, overlap (a bucket is reduced while later layers
  * are still being produced), error propagation, bad input, and that fused results equal an
  * unfused allreduce over a real 3-rank ring. A fake backend records calls. */
@@ -11,9 +11,9 @@
 
 #include "tests/unit/testutil.h"
 #include "common/clock.h"
-#include "worker/comm.h"
-#include "worker/fusion.h"
-#include "worker/net.h"
+#include "worker/comm/comm.h"
+#include "worker/allreduce/fusion.h"
+#include "worker/comm/net.h"
 
 /* ---- fake backend ---- */
 struct rm_comm {

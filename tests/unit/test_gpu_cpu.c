@@ -16,7 +16,7 @@
 #include "kernels/cuda/gemm_map.h"
 #include "kernels/kernels.h"
 #include "tests/unit/testutil.h"
-#include "worker/comm.h"
+#include "worker/comm/comm.h"
 #include "common/trainingjob.h"
 #include "worker/gpu.h"
 

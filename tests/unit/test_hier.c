@@ -1,4 +1,4 @@
-/* Tests for worker/comm_hier.c (the "hier" backend) and the rendezvous topology helpers
+/* Tests for worker/comm/comm_hier.c (the "hier" backend) and the rendezvous topology helpers
  * (rm_rdzv_topology / rm_rdzv_node_index in common/rdzv.c). Ranks are threads of this process,
  * each with its own loopback listener (a long-lived rm_ring_listener, as a worker has, or only a
  * listening socket); nodes are faked through rm_rdzv_peer.node. Checked: node splits 2x2, 2x3,
@@ -18,8 +18,8 @@
 #include "tests/unit/testutil.h"
 #include "common/clock.h"
 #include "common/rdzv.h"
-#include "worker/comm.h"
-#include "worker/shard.h"
+#include "worker/comm/comm.h"
+#include "worker/allreduce/shard.h"
 
 #define MAXW 8
 

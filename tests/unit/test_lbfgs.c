@@ -3,8 +3,8 @@
  * quadratic with exact line search ends in n steps; on Rosenbrock with the Armijo search it reaches
  * the minimum; the Armijo search as a table; portion assignment, deadline reissue,
  * first-answer-wins and lost workers as a table. */
-#include "worker/lbfgs_core.h"
-#include "worker/lbfgs_coord.h"
+#include "worker/ps/lbfgs_core.h"
+#include "worker/ps/lbfgs_coord.h"
 #include "tests/unit/testutil.h"
 #include <math.h>
 #include <stdlib.h>
@@ -438,7 +438,7 @@ static void test_hist_curvature(void)
     CU_ASSERT_DOUBLE_EQUAL(h.rho[0], 1.0, 0);
 }
 
-/* The server side (worker/lbfgs_coord.c): a shard executes the coordinator's vector ops on its
+/* The server side (worker/ps/lbfgs_coord.c): a shard executes the coordinator's vector ops on its
  * slice (X is the server's own parameter array), adds a portion's pushed gradient once per pass
  * (first answer wins; another pass' push is stale), flags COMMIT, and names its incarnation. */
 static void vec(rm_lbfgs_shard *sh, int code, int a, int b, double alpha, rm_ps_rep *r)

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "tests/unit/testutil.h"
-#include "worker/model.h"
-#include "worker/optim.h"
+#include "worker/model/model.h"
+#include "worker/optim/optim.h"
 
 static void test_layout(void)
 {

@@ -1,4 +1,4 @@
-/* test_nccl_wait.c — the NCCL backend's wait/timeout/abort state machine (worker/nccl_wait.h),
+/* test_nccl_wait.c — the NCCL backend's wait/timeout/abort state machine (worker/comm/nccl_wait.h),
  * driven by a fake communicator on a virtual clock: a collective in flight that completes, one
  * whose inputs are late (the deadline must not run meanwhile), an async error, a dead peer (remote
  * error) and a hung one (timeout), and abort() from another thread while a collective is polled or
@@ -10,7 +10,7 @@
 #include <time.h>
 
 #include "tests/unit/testutil.h"
-#include "worker/nccl_wait.h"
+#include "worker/comm/nccl_wait.h"
 
 /* The fake: times are virtual seconds, advanced by pause() (so timeouts run instantly). */
 typedef struct fake_comm {

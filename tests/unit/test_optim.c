@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "tests/unit/testutil.h"
-#include "worker/optim.h"
+#include "worker/optim/optim.h"
 
 static void test_sgd(void)
 {

@@ -4,12 +4,12 @@
  * the simulated bubble against the textbook (P-1)/(M+P-1). */
 #include "common/worker_env.h"
 #include "tests/unit/testutil.h"
-#include "worker/ckpt_shard.h"
-#include "worker/comm.h"
+#include "worker/checkpoint/ckpt_shard.h"
+#include "worker/comm/comm.h"
 #include "worker/gpu.h"
-#include "worker/pipe_link.h"
-#include "worker/pipeline_core.h"
-#include "worker/shard.h"
+#include "worker/pipeline/pipe_link.h"
+#include "worker/pipeline/pipeline_core.h"
+#include "worker/allreduce/shard.h"
 #include "worker/step.h"
 #include <math.h>
 #include <stdio.h>
@@ -298,7 +298,7 @@ static void test_accumulation(void)
     rig_down(&ref);
 }
 
-/* ---- stage checkpoints (worker/ckpt_shard.h rm_ckpt_stage_write): each stage writes its layers,
+/* ---- stage checkpoints (worker/checkpoint/ckpt_shard.h rm_ckpt_stage_write): each stage writes its layers,
  * the manifest records the layout, any world re-assembles; a corrupt or missing stage file falls
  * back to the older complete set, naming the file. Model 20-7-5-3 (layers of 147, 40, 18 floats),
  * Adam (2 optimizer buffers). */

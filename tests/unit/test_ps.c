@@ -1,5 +1,5 @@
 /* test_ps.c — parameter servers (issue 12): spec.parameterServer parse/default/validate with
- * field-named errors; the pure cores of worker/ps_core.h as tables: shard partitioning (every
+ * field-named errors; the pure cores of worker/ps/ps_core.h as tables: shard partitioning (every
  * size, S 1..8, remainders, layer snapping), the synchronous rule with backup workers (which
  * gradient is applied, averaged or dropped, in what order), the staleness bound (a fast worker
  * blocks, then proceeds when the slow one advances, and a dead one never holds it), and the
@@ -14,9 +14,9 @@
 #include "operator/launch.h"
 #include "operator/ps_reconcile.h"
 #include "tests/unit/testutil.h"
-#include "worker/faults.h"
-#include "worker/optim.h"
-#include "worker/ps_core.h"
+#include "common/faults.h"
+#include "worker/optim/optim.h"
+#include "worker/ps/ps_core.h"
 
 static void test_ps_reconcile_table(void);
 static void test_ps_pods(void);

@@ -4,10 +4,10 @@
  * registered times out by the deadline; a server replaced at a new address (the registry still
  * names the dead one) is found again once it registers; a wrong token fails at once (no retry); a
  * stop flag ends the retries; without a rendezvous the launch contract's list is used as is. */
-#include "worker/ps_registry.h"
+#include "worker/ps/ps_registry.h"
 #include "common/clock.h"
 #include "common/http.h"
-#include "worker/net.h"
+#include "worker/comm/net.h"
 #include "tests/unit/testutil.h"
 #include <poll.h>
 #include <pthread.h>

@@ -1,4 +1,4 @@
-/* Tests for worker/comm_ring.c: a world of n ranks as threads in this process over loopback
+/* Tests for worker/comm/comm_ring.c: a world of n ranks as threads in this process over loopback
  * sockets. Correctness against a naive sum for world sizes 1..8 and awkward counts (0, 1, 3,
  * n-1, odd, multi-piece), bit-identical results across ranks, out-of-place and AVG; strangers and
  * garbage refused while the ring still forms; wrong token; a dead or hung peer noticed within the
@@ -18,8 +18,8 @@
 
 #include "tests/unit/testutil.h"
 #include "common/clock.h"
-#include "worker/comm.h"
-#include "worker/net.h"
+#include "worker/comm/comm.h"
+#include "worker/comm/net.h"
 
 #define MAXW 8
 

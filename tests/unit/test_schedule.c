@@ -4,7 +4,7 @@
 #include <math.h>
 
 #include "tests/unit/testutil.h"
-#include "worker/schedule.h"
+#include "worker/optim/schedule.h"
 
 static rm_lr_sched mk(rm_schedule type, double warm)
 {

@@ -1,4 +1,4 @@
-/* Tests for worker/shard.c (the shard layout and the re-sharding plan, as tables) and for the
+/* Tests for worker/allreduce/shard.c (the shard layout and the re-sharding plan, as tables) and for the
  * reduce-scatter / all-gather collectives of the comm table: the ring backend as n threads over
  * loopback for world sizes 1..8 and awkward counts (0, 1, < world, odd, multi-piece, through the
  * sender thread), against a naive reference, in place and out of place, SUM and AVG; the local
@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "tests/unit/testutil.h"
-#include "worker/comm.h"
-#include "worker/shard.h"
+#include "worker/comm/comm.h"
+#include "worker/allreduce/shard.h"
 
 /* ---- layout ---------------------------------------------------------------------------- */
 

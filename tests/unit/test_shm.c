@@ -1,4 +1,4 @@
-/* Tests for worker/comm_shm.c (the "shm" backend). Ranks are threads of this process for the
+/* Tests for worker/comm/comm_shm.c (the "shm" backend). Ranks are threads of this process for the
  * correctness matrix (world 2..8, counts 0, 1, < world, odd, multi-round, large) against a naive
  * reference summed in the same rank order, so results must be exactly equal and bit-identical
  * across ranks; allreduce in place and out of place, AVG, reduce_scatter + all_gather in and out of
@@ -20,8 +20,8 @@
 
 #include "tests/unit/testutil.h"
 #include "common/clock.h"
-#include "worker/comm.h"
-#include "worker/shard.h"
+#include "worker/comm/comm.h"
+#include "worker/allreduce/shard.h"
 
 #define MAXW 8
 

@@ -1051,7 +1051,7 @@ static void test_parallelism(void)
         { { "spec.parallelism", "spec.backend" }, { "{\"pipelineStages\": 2}", "\"mpi\"" },
           "spec.backend: mpi cannot be used with spec.parallelism.pipelineStages > 1 in this version "
           "(stages talk TCP, or NCCL on GPUs; use auto, ring or nccl)" },
-        /* nccl: GPU stages, whose links are NCCL send/recv (worker/cuda/pipe_link_nccl.c) */
+        /* nccl: GPU stages, whose links are NCCL send/recv (worker/pipeline/cuda/pipe_link_nccl.c) */
         { { "spec.parallelism", "spec.backend" }, { "{\"pipelineStages\": 2}", "\"nccl\"" }, NULL },
         /* P = 1 with parameter servers is fine: nothing is split */
         { { "spec.parallelism", "spec.strategy" }, { "{\"pipelineStages\": 1, \"microBatches\": 1}",

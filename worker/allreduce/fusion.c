@@ -7,14 +7,14 @@
  * are marked ready in a slightly different order — a different order would desynchronise the ring.
  * After the first failure in a step the remaining buckets are skipped (the comm is unusable) and
  * finish() returns that first error. */
-#include "worker/fusion.h"
+#include "worker/allreduce/fusion.h"
 #include "common/clock.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/net.h"
+#include "worker/comm/net.h"
 
 typedef struct fbucket {
     size_t off, len;          /* floats */

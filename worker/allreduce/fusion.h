@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "common/rm.h"
-#include "worker/comm.h"
+#include "worker/comm/comm.h"
 
 typedef struct rm_fusion rm_fusion;
 

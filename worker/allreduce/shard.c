@@ -1,5 +1,5 @@
-/* shard.c — the shard layout and the re-sharding plan (worker/shard.h). */
-#include "worker/shard.h"
+/* shard.c — the shard layout and the re-sharding plan (worker/allreduce/shard.h). */
+#include "worker/allreduce/shard.h"
 
 #include <string.h>
 

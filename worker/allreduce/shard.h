@@ -7,7 +7,7 @@
  * [off_r, off_r + len_r) with len_r = base + (r < rem) and off_r = r * base + min(r, rem). Shards
  * are contiguous, in rank order, cover the vector exactly once, and differ in length by at most
  * one element; ranks beyond `count` own empty shards. It is also the segment split of the ring
- * allreduce (worker/comm_ring.c), so a reduce-scatter is exactly the allreduce's first half.
+ * allreduce (worker/comm/comm_ring.c), so a reduce-scatter is exactly the allreduce's first half.
  *
  * Ownership: callers own every array passed in; nothing is kept. */
 #ifndef RM_WORKER_SHARD_H
@@ -59,7 +59,7 @@ int rm_unit_shard_make(const size_t *unit_off, const size_t *unit_len, int nunit
                        rm_unit_shard *out);
 
 /* The re-sharding plan of a vector sharded unit by unit (rm_unit_shard, the sharded checkpoints of
- * worker/ckpt_shard.h): which ranges of which old ranks' compact shards (old_world) make up
+ * worker/checkpoint/ckpt_shard.h): which ranges of which old ranks' compact shards (old_world) make up
  * new_rank's compact shard (new_world). Piece offsets are within the compact shards: src_off in
  * old rank src_rank's, dst_off in new_rank's. In unit order, then old-rank order; they tile the
  * new compact shard exactly. new_world = 1 is the unsharded vector (unit pieces back to back).

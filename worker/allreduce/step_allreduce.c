@@ -1,7 +1,7 @@
 /* step_allreduce.c — the "allreduce" strategy: synchronous data parallelism (step.h).
  *
  * One step: forward -> backward layer by layer, each finished layer handed to the fusion layer
- * (worker/fusion.h) so its bucket allreduces while earlier layers are still computed ->
+ * (worker/allreduce/fusion.h) so its bucket allreduces while earlier layers are still computed ->
  * rm_fusion_finish (gradients averaged) -> mixed-precision finish (fp16: unscale, agree on
  * overflow) -> optimizer update at the driver's LR. Every rank does the same arithmetic on the same
  * averaged gradients, so replicas stay bit-identical; a checkpoint is therefore rank 0's copy of
@@ -11,7 +11,7 @@
  * The fusion plan and its comm thread live for one round; nothing is allocated per step.
  *
  * Sharding (env.sharding, ZeRO stages; strategies.md). The unit of sharding is a layer (W and b):
- * rank r owns its piece of every layer (worker/shard.h, rm_unit_shard) and keeps the optimizer
+ * rank r owns its piece of every layer (worker/allreduce/shard.h, rm_unit_shard) and keeps the optimizer
  * state of its pieces only, back to back in a compact buffer (the driver's full-size state buffers
  * are released at init).
  *   optimizer (ZeRO-1): gradients allreduced as above; each rank updates its pieces with its state;
@@ -19,7 +19,7 @@
  *   gradients (ZeRO-2): a rank keeps only its pieces of the gradient (gshard, compact) plus two
  *             staging buckets; the model's whole gradient buffer is freed at init. Backward hands
  *             each layer's dY to on_layer_grad_staged (rm_model_backward_placed), which computes
- *             the layer's gradient bucket by bucket (worker/shard.h rm_shard_buckets: bucket k is
+ *             the layer's gradient bucket by bucket (worker/allreduce/shard.h rm_shard_buckets: bucket k is
  *             the k-th part of every rank's piece, in rank order) into a staging buffer, and
  *             reduce-scatters each full bucket on the comm thread straight into gshard while the
  *             next bucket is computed into the other buffer. Then as ZeRO-1. (An earlier version
@@ -38,7 +38,7 @@
  * The update is element-wise, so every stage computes the same parameters as none; ZeRO-1 is
  * bit-identical (same allreduce), the others differ only by the summation order of per-bucket
  * reduce-scatters instead of the fusion's allreduce segments.
- * Checkpoints (sharded stages) are per rank (worker/ckpt_shard.h): state_save gives this rank's
+ * Checkpoints (sharded stages) are per rank (worker/checkpoint/ckpt_shard.h): state_save gives this rank's
  * compact shard — its pieces of the parameters, then of each optimizer buffer — with no
  * collective, so interval, end and SIGTERM checkpoints all work; a restore gets every parameter
  * whole plus this round's pieces of the optimizer state, re-sharded by the driver's loader from
@@ -54,8 +54,8 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "worker/fusion.h"
-#include "worker/shard.h"
+#include "worker/allreduce/fusion.h"
+#include "worker/allreduce/shard.h"
 
 #define SYNC_FLOATS 16
 
@@ -766,7 +766,7 @@ static void on_layer_pre_bwd(void *ud, int layer)
 }
 
 /* Stages gradients and full: layer l's dY and bias gradient are final. Its gradient is made
- * bucket by bucket (worker/shard.h, rm_shard_buckets): every rank's part of bucket k is computed
+ * bucket by bucket (worker/allreduce/shard.h, rm_shard_buckets): every rank's part of bucket k is computed
  * into the staging buffer in rank order, and the bucket is reduce-scattered (average) on the comm
  * thread straight into this rank's pieces (gshard) while the next bucket is computed into the other
  * staging buffer. The whole layer gradient never exists. World 1: the piece is the layer. */

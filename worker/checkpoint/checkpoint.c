@@ -2,7 +2,7 @@
  * Design: the header is serialised field by field into a fixed byte layout (no struct padding in
  * the file) and protected by its own CRC32, the payload by another, so a flipped bit anywhere is
  * caught before any byte reaches the model. zlib's crc32 is used (already linked for the data). */
-#include "worker/checkpoint.h"
+#include "worker/checkpoint/checkpoint.h"
 #include "common/fs.h"
 
 #include <dirent.h>

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "common/rm.h"
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 #define RM_CKPT_MAGIC "RMCKPT01"
 #define RM_CKPT_VERSION 1
@@ -46,7 +46,7 @@ typedef struct rm_ckpt_meta {
     int32_t scaler_tracker;
     rm_model_shape shape;
     uint64_t nparams;
-    /* One rank's shard of a sharded checkpoint (worker/ckpt_shard.h); shard_world 0: a whole
+    /* One rank's shard of a sharded checkpoint (worker/checkpoint/ckpt_shard.h); shard_world 0: a whole
      * checkpoint. A shard's payload is (1 + nstate) * shard_floats floats (its pieces of the
      * parameters, then of each optimizer buffer). Stored after the payload checksum, in what
      * version 1 headers left as zeros, so every older file reads as whole. */
@@ -65,7 +65,7 @@ int rm_ckpt_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_seg *
 
 /* Write one file atomically under exactly DIR/name (no suffix, no pruning): temp file, fsync,
  * placed without replacing anything, fsync DIR. RM_ECONFLICT when name exists already; RM_EIO on
- * a file-system failure. The sharded checkpoints' shard files (worker/ckpt_shard.h). */
+ * a file-system failure. The sharded checkpoints' shard files (worker/checkpoint/ckpt_shard.h). */
 int rm_ckpt_write_named(const char *dir, const char *name, const rm_ckpt_meta *meta,
                         const rm_ckpt_seg *segs, int nsegs, char *path_out, size_t path_cap,
                         rm_err *err);
@@ -89,7 +89,7 @@ int rm_ckpt_load_newest(const char *dir, const rm_ckpt_meta *expect, rm_ckpt_met
                         rm_err *err);
 
 /* Listing a checkpoint folder (the one listing of whole checkpoints here and of sharded sets in
- * worker/ckpt_shard.c). parse(name, e) says whether a directory entry is one of the caller's
+ * worker/checkpoint/ckpt_shard.c). parse(name, e) says whether a directory entry is one of the caller's
  * files and fills its keys; the entries come newest first: key[0] descending, then key[1]
  * descending. aux is the caller's (kept, not sorted on). */
 #define RM_CKPT_NAME_CAP 96

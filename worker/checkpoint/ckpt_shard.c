@@ -1,7 +1,7 @@
 /* ckpt_shard.c — sharded, elastic checkpoints: shard files, the manifest, re-sharding on load
  * (format and guarantees in ckpt_shard.h). The files themselves are written and verified by
- * worker/checkpoint.c; this module names them, ties a set together and plans the re-sharding. */
-#include "worker/ckpt_shard.h"
+ * worker/checkpoint/checkpoint.c; this module names them, ties a set together and plans the re-sharding. */
+#include "worker/checkpoint/ckpt_shard.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -17,7 +17,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "worker/shard.h"
+#include "worker/allreduce/shard.h"
 
 #define MANIFEST_MAGIC "ringmaster-shard-manifest 1"
 #define MAX_WORLD 4096

@@ -3,10 +3,10 @@
  *
  * A set (one step of one round) in DIR:
  *   shard-<step, 12 digits>-<rdzv epoch>-<rank>-of-<world>.rmck  one per rank: a checkpoint file
- *       (worker/checkpoint.h, written by rm_ckpt_write_named: atomic, checksummed) whose header
+ *       (worker/checkpoint/checkpoint.h, written by rm_ckpt_write_named: atomic, checksummed) whose header
  *       has shard_rank/shard_world/shard_floats set and whose payload is the rank's compact shard:
  *       its pieces of the parameters, then of each optimizer buffer, the vector sharded unit by
- *       unit (worker/shard.h rm_unit_shard; units = the model's layers);
+ *       unit (worker/allreduce/shard.h rm_unit_shard; units = the model's layers);
  *   manifest-<step>-<rdzv epoch>-<world>.rmmf  text, written last: format version, step, epoch,
  *       world, nparams, nstate, opt_type, the units (offset, length), for a stage-layout set
  *       (pipeline stages, rm_ckpt_stage_write) the stage bounds, one line per shard (rank, floats,
@@ -38,7 +38,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "common/rm.h"
-#include "worker/checkpoint.h"
+#include "worker/checkpoint/checkpoint.h"
 
 #define RM_CKPT_MANIFEST_MAX 65536   /* bytes a manifest may have (read cap) */
 
@@ -88,7 +88,7 @@ int rm_ckpt_manifest_name(char *out, size_t cap, int64_t step, int epoch, int wo
  * The payload a ranged load leaves in dst: layers [u0, u1)'s parameters (len floats, len = the
  * layers' parameter count), then their range of each of the nstate optimizer buffers (len floats
  * each) — the stage's compact layout, as a stage writes its own shard. Memory: dst plus a fixed
- * 1 MiB read buffer (worker/checkpoint.h rm_ckpt_read_ranges), never the whole model's payload.
+ * 1 MiB read buffer (worker/checkpoint/checkpoint.h rm_ckpt_read_ranges), never the whole model's payload.
  * What is verified is what the whole loaders verify: the manifest, and every shard of a set in
  * full (its checksum streamed, its header against the manifest) — also shards with no piece of
  * the range, so a corrupt or missing shard anywhere skips the set on every stage alike and all
@@ -107,7 +107,7 @@ int rm_ckpt_set_load_layers(const char *dir, const rm_ckpt_meta *expect, const r
                             rm_ckpt_meta *meta, char *path_out, size_t path_cap, int *skipped,
                             rm_err *err);
 
-/* The same from the newest valid whole checkpoint (ckpt-*.rmck, worker/checkpoint.h
+/* The same from the newest valid whole checkpoint (ckpt-*.rmck, worker/checkpoint/checkpoint.h
  * rm_ckpt_load_newest's selection and fallback): layers [u0, u1) of it. */
 int rm_ckpt_whole_load_layers(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_units *units,
                               int u0, int u1, void *dst, size_t cap, rm_ckpt_meta *meta,

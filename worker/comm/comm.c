@@ -1,21 +1,21 @@
 /* comm.c — the backend table (name -> rm_comm_ops) and helpers shared by the backends and their
  * callers: dtype names, the rendezvous listener, "host:port" lists for static mode.
  *
- * The NCCL table lives in worker/cuda/comm_nccl.c (CUDA builds) or worker/nocuda/comm_nccl_stub.c
+ * The NCCL table lives in worker/comm/cuda/comm_nccl.c (CUDA builds) or worker/comm/nocuda/comm_nccl_stub.c
  * (CPU builds); the __has_include guard only matters for a CUDA build from a tree without the GPU
  * file, where "nccl" answers NULL. The ring backend's listener (rm_ring_listener) is in
  * comm_ring.c with the handshake it runs. */
-#include "worker/comm.h"
+#include "worker/comm/comm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/net.h"
+#include "worker/comm/net.h"
 
 #if RM_HAVE_CUDA
 #if defined(__has_include)
-#if __has_include("worker/cuda/comm_nccl.c")
+#if __has_include("worker/comm/cuda/comm_nccl.c")
 #define RM_COMM_HAVE_NCCL_FILE 1
 #endif
 #endif

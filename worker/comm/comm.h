@@ -3,7 +3,7 @@
  * Backends: "ring" (TCP ring allreduce, comm_ring.c), "shm" (ranks on one host, through shared
  * memory, comm_shm.c), "hier" (hierarchical: intra-node then inter-node, comm_hier.c), "mpi" (Open MPI's MPI_Allreduce when the worker runs under mpirun,
  * comm_mpi.c), "local" (world size 1, comm_local.c) and "nccl"
- * (worker/cuda/comm_nccl.c, only when CUDA is on). The trainer picks a table with
+ * (worker/comm/cuda/comm_nccl.c, only when CUDA is on). The trainer picks a table with
  * rm_comm_backend(name) and only ever talks to the table, so a backend is data, not a branch.
  *
  * Ownership: rm_comm_cfg is borrowed for the duration of init() only (peers, token and rdzv are
@@ -58,7 +58,7 @@ typedef struct rm_comm_cfg {
     /* ring only: 0 = the round's world; 1..65535 = a sub-group of it formed over the same
      * listener in the same epoch (rank/world_size/peers are then the sub-group's). Each group's
      * connections are parked and claimed apart. Users: comm_hier.c's intra- and inter-node rings
-     * (1..3) and worker/step_pipeline.c's stage links (0x4000 + the lower rank) and data-parallel groups
+     * (1..3) and worker/pipeline/step_pipeline.c's stage links (0x4000 + the lower rank) and data-parallel groups
      * (0x2000 + stage). */
     uint32_t group;
     /* "hier" only (comm_hier.c, issue 19): a node's ranks may use shared memory when they also
@@ -77,7 +77,7 @@ typedef struct rm_comm_ops {
     /* Out of place: send is only read; recv gets the result. send == recv behaves as in place. */
     int (*allreduce_oop)(rm_comm *c, const void *send, void *recv, size_t count, rm_dtype dt,
                          rm_redop op, rm_err *err);
-    /* Reduce-scatter over the shard layout (worker/shard.h; rank r's shard is
+    /* Reduce-scatter over the shard layout (worker/allreduce/shard.h; rank r's shard is
      * [rm_shard_off, + rm_shard_len) of count): buf holds count elements on every rank and is
      * clobbered (scratch for partial sums); on return shard (rm_shard_len elements) holds the
      * reduction of every rank's copy of this rank's range. shard may be buf + off (in place).
@@ -100,8 +100,8 @@ typedef struct rm_comm_ops {
  * CUDA, mpi without Open MPI). Static storage; never freed. */
 const rm_comm_ops *rm_comm_backend(const char *name);
 
-/* Hook for the GPU build: worker/cuda/comm_nccl.c defines it when CUDA is on; the CPU build's
- * worker/nocuda/comm_nccl_stub.c returns NULL. */
+/* Hook for the GPU build: worker/comm/cuda/comm_nccl.c defines it when CUDA is on; the CPU build's
+ * worker/comm/nocuda/comm_nccl_stub.c returns NULL. */
 const rm_comm_ops *rm_comm_nccl_ops(void);
 /* The other tables, for callers that want one directly. */
 const rm_comm_ops *rm_comm_ring_ops(void);

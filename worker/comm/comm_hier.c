@@ -9,7 +9,7 @@
  *          their lowest rank): a TCP "ring" (ring tag 2).
  * The tags keep both rings' connections apart on the worker's one ring listener (comm_ring.c).
  * allreduce = intra reduce-scatter (local rank l ends with the node's sum of shard l of the
- * buffer, shard layout of worker/shard.h over the local world m) -> inter allreduce of that shard
+ * buffer, shard layout of worker/allreduce/shard.h over the local world m) -> inter allreduce of that shard
  * among the l-th ranks of every node -> (AVG: scale the shard by 1/world) -> intra all-gather.
  * Across the slow links each rank moves 2(k-1)/k of 1/m of the buffer (k nodes) instead of the
  * flat ring's 2(n-1)/n of all of it.
@@ -44,9 +44,9 @@
 #include <unistd.h>
 
 #include "common/log.h"
-#include "worker/comm.h"
-#include "worker/net.h"
-#include "worker/shard.h"
+#include "worker/comm/comm.h"
+#include "worker/comm/net.h"
+#include "worker/allreduce/shard.h"
 
 #define HIER_TAG_INTRA 1
 #define HIER_TAG_INTER 2

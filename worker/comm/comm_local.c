@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/comm.h"
+#include "worker/comm/comm.h"
 
 struct rm_comm {
     int aborted;

@@ -1,5 +1,5 @@
 /* comm_mpi.c — the "mpi" backend: Open MPI's MPI_Allreduce (and MPI_Reduce_scatter(_block) /
- * MPI_Allgather(v) over the shard layout of worker/shard.h) when the worker runs under mpirun.
+ * MPI_Allgather(v) over the shard layout of worker/allreduce/shard.h) when the worker runs under mpirun.
  *
  * MPI is initialised only when this backend's init() is called (never at program start), with
  * MPI_THREAD_SERIALIZED because the fusion comm thread, not main, makes the calls. Rank and world
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "worker/comm.h"
+#include "worker/comm/comm.h"
 
 /* The Makefile decides (scripts/configure.sh): RM_HAVE_MPI=1 needs Open MPI and a missing <mpi.h>
  * is a compile error, never a silently dropped backend; RM_HAVE_MPI=0 is `make MPI=0`, on purpose. */
@@ -23,7 +23,7 @@
 #include <limits.h>
 #include <mpi.h>
 
-#include "worker/shard.h"
+#include "worker/allreduce/shard.h"
 
 struct rm_comm {
     int rank, size;

@@ -1,7 +1,7 @@
 /* comm_ring.c — the "ring" backend: bandwidth-optimal ring allreduce over TCP.
  *
  * Algorithm (Patarasuk & Yuan; Baidu/Horovod ring): the buffer is cut into n segments (the shard
- * layout of worker/shard.h); in 2(n-1) steps each rank sends one segment to next = (r+1)%n and
+ * layout of worker/allreduce/shard.h); in 2(n-1) steps each rank sends one segment to next = (r+1)%n and
  * receives one from prev (step t sends segment r-1-t, so the scatter-reduce leaves rank r with
  * segment r: reduce-scatter and all-gather are the two halves, see ring_kind_steps). Steps
  * 0..n-2 are scatter-reduce (received data lands in a small scratch piece and is added into the
@@ -57,16 +57,16 @@
 
 #include <arpa/inet.h>
 
-#include "worker/comm.h"
+#include "worker/comm/comm.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/ratelimit.h"
-#include "worker/net.h"
-#include "worker/shard.h"
+#include "worker/comm/net.h"
+#include "worker/allreduce/shard.h"
 
 #define RING_MAGIC 0x524d5247u    /* "RMRG" handshake */
 #define RING_VERSION 1u
-#define FRAME_MAGIC RM_NET_FRAME_MAGIC   /* "RMFR" data frames (worker/net.h: shared framing) */
+#define FRAME_MAGIC RM_NET_FRAME_MAGIC   /* "RMFR" data frames (worker/comm/net.h: shared framing) */
 #define RING_SOCKBUF (4 << 20)
 #define RING_DEFAULT_PIECE_BYTES (512u << 10)
 #define RING_HANDSHAKE_S 2.0          /* accept -> proof checked, or the connection is dropped */
@@ -702,7 +702,7 @@ static void reduce_add(float *dst, const float *a, const float *restrict b, size
     }
 }
 
-/* Segment s of the ring is shard s of the layout (worker/shard.h): a reduce-scatter is exactly
+/* Segment s of the ring is shard s of the layout (worker/allreduce/shard.h): a reduce-scatter is exactly
  * the allreduce's first half. */
 static void seg_range(size_t count, int n, int s, size_t *off, size_t *len) {
     rm_shard_range(count, n, s, off, len);

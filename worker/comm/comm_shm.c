@@ -23,7 +23,7 @@
  * too) — the token gates membership, the uid gates memory.
  *
  * Algorithm (reduce-scatter + all-gather through shared memory, single reader per element): the
- * buffer is split by the shard layout of worker/shard.h; each shard is walked in pieces of P
+ * buffer is split by the shard layout of worker/allreduce/shard.h; each shard is walked in pieces of P
  * elements, one piece of every shard per round. In a round every rank (1) copies the pieces of the
  * OTHER ranks' shards into its staging area in[b][rank] (its own piece it never stages), (2) reduces
  * its own shard's piece in one fused pass reading its own input in place and every peer's staged
@@ -73,9 +73,9 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "worker/comm.h"
-#include "worker/net.h"
-#include "worker/shard.h"
+#include "worker/comm/comm.h"
+#include "worker/comm/net.h"
+#include "worker/allreduce/shard.h"
 
 _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
                "shared-memory counters need lock-free atomics");

@@ -1,6 +1,6 @@
-/* nccl_wait.c — the NCCL backend's wait and abort state machine (worker/nccl_wait.h). Plain C, no
- * CUDA: worker/cuda/comm_nccl.c plugs CUDA/NCCL queries into the probe table. */
-#include "worker/nccl_wait.h"
+/* nccl_wait.c — the NCCL backend's wait and abort state machine (worker/comm/nccl_wait.h). Plain C, no
+ * CUDA: worker/comm/cuda/comm_nccl.c plugs CUDA/NCCL queries into the probe table. */
+#include "worker/comm/nccl_wait.h"
 
 #include <stdio.h>
 

@@ -1,5 +1,5 @@
 /* nccl_wait.h — the wait / timeout / abort state machine of the NCCL backend
- * (worker/cuda/comm_nccl.c), behind a small probe table so that it compiles in every build and a
+ * (worker/comm/cuda/comm_nccl.c), behind a small probe table so that it compiles in every build and a
  * unit test drives it with a fake communicator (tests/unit/test_nccl_wait.c): in flight, async
  * error, peer death, abort from another thread.
  *

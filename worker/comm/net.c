@@ -1,6 +1,6 @@
 /* net.c — bounded TCP helpers and HMAC-SHA256 for the comm backends (see net.h).
  * Every wait is poll() on a non-blocking socket with the time left to an absolute deadline. */
-#include "worker/net.h"
+#include "worker/comm/net.h"
 #include "common/clock.h"
 
 #include <arpa/inet.h>

@@ -2,7 +2,7 @@
  * permutations and batch gathering. See data.h for the file checks and the sharding rule.
  * Design: every check happens while loading, so the training loop never sees bad data; errors
  * name the file and the failed check so an operator can tell "missing" from "corrupt". */
-#include "worker/data.h"
+#include "worker/data/data.h"
 
 #include <errno.h>
 #include <limits.h>

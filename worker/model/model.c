@@ -3,7 +3,7 @@
  * Design: every buffer is sized for max_batch at init; forward/backward only issue kernels.
  * The first layer's input gradient is never computed (nothing consumes it), which saves the
  * largest of the backward GEMMs. */
-#include "worker/model.h"
+#include "worker/model/model.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -12,7 +12,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "worker/data.h"
+#include "worker/data/data.h"
 
 int rm_model_shape_make(rm_model_shape *s, int inputs, const int *hidden, int nhidden, int classes,
                         rm_err *err)

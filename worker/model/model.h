@@ -1,7 +1,7 @@
 /* model.h — the MLP (784-512-256-10 by default, ReLU, softmax cross-entropy) on top of a kernels
  * table, with the flat buffer layout the data-parallel step is built around.
  *
- * Layout (the contract with worker/fusion.h and worker/checkpoint.h):
+ * Layout (the contract with worker/allreduce/fusion.h and worker/checkpoint/checkpoint.h):
  *   ONE flat fp32 parameter buffer and ONE flat gradient buffer of the same shape. Layers are
  *   contiguous in forward order, each layer's weights then its bias:
  *       [ W0 (d0 x d1) | b0 (d1) | W1 (d1 x d2) | b1 (d2) | ... | W{L-1} | b{L-1} ]

@@ -1,7 +1,7 @@
 /* optim.c — dispatch from the optimizer spec to the kernels table's update entries; see optim.h.
  * Design: bias corrections for Adam are computed here in double precision once per step and
  * passed down, so kernels stay element-wise and identical on CPU and GPU. */
-#include "worker/optim.h"
+#include "worker/optim/optim.h"
 
 #include <math.h>
 #include <string.h>
@@ -77,7 +77,7 @@ void rm_optim_update_range(const rm_optim *o, float *params, const float *grads,
                              (float)s->weight_decay);
         break;
     case RM_OPT_LBFGS:
-        /* The L-BFGS update runs on the parameter servers (worker/lbfgs_coord.c); a worker of an
+        /* The L-BFGS update runs on the parameter servers (worker/ps/lbfgs_coord.c); a worker of an
          * lbfgs job only computes gradients. Here, for completeness, a plain gradient step. */
         o->k->sgd_momentum_update(params, grads, state[0], n, lr, 0.0f, (float)s->weight_decay);
         break;

@@ -1,9 +1,9 @@
 /* optim.h — optimizers on the flat fp32 parameter buffer: SGD with momentum, Adam, Adagrad
  * (the optimizer DistBelief's Downpour SGD used), all with L2 weight decay (PyTorch semantics).
  *
- * Design: state buffers have the parameter buffer's layout (worker/model.h), so one kernel call
+ * Design: state buffers have the parameter buffer's layout (worker/model/model.h), so one kernel call
  * updates the whole model and a checkpoint stores the state as flat arrays. The learning rate is
- * given per step by the caller (worker/schedule.h), so the optimizer holds no schedule.
+ * given per step by the caller (worker/optim/schedule.h), so the optimizer holds no schedule.
  *
  * Ownership: rm_optim owns its state buffers (kernels memory; rm_optim_free, NULL-safe). The
  * kernels table is borrowed. params/grads passed to rm_optim_step are borrowed. */

@@ -1,5 +1,5 @@
 /* schedule.c — the linear-scaling + warmup + decay rule; see schedule.h. */
-#include "worker/schedule.h"
+#include "worker/optim/schedule.h"
 
 #include <math.h>
 

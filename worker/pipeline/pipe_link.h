@@ -1,20 +1,20 @@
 /* pipe_link.h — the transport table of the links between neighbouring pipeline stages (issue 15
  * item 3): how a stage's activations go to stage p+1 and its activation-gradients to stage p-1.
- * One function table, one file per backend (the house style of worker/comm.h):
- *   "tcp"  worker/pipe_link_tcp.c — host buffers (the CPU kernels). The link's authenticated
+ * One function table, one file per backend (the house style of worker/comm/comm.h):
+ *   "tcp"  worker/pipeline/pipe_link_tcp.c — host buffers (the CPU kernels). The link's authenticated
  *          2-rank ring comm gives one socket per direction; frames are rm_net_frame headers with
  *          sequence numbers (a desync is RM_EPROTO); a receiver thread per inbound socket drains
  *          frames into the preallocated receive buffer at the micro-batch's rows, so a send never
  *          blocks on a full socket buffer; sends are synchronous; groups and recv() are no-ops.
- *   "nccl" worker/cuda/pipe_link_nccl.c — device buffers (a GPU). One 2-rank NCCL communicator
+ *   "nccl" worker/pipeline/cuda/pipe_link_nccl.c — device buffers (a GPU). One 2-rank NCCL communicator
  *          per link, its ncclUniqueId made by the lower stage and sent over the same authenticated
  *          TCP link (which stays the handshake and control channel); each group of the plan
  *          (pipeline_core.h rm_pipe_xfer_plan) is one ncclGroupStart/End of ncclSend/ncclRecv of
  *          the micro-batch's rows on a dedicated CUDA stream that first waits on an event recorded
  *          on the compute stream (the sends read what the compute wrote; the receives overwrite
- *          what it read); waits are bounded and abortable (worker/nccl_wait.h, as comm_nccl).
- *          worker/nocuda/pipe_link_nccl_stub.c: open() fails with RM_EUNSUPPORTED.
- * The driver (worker/step_pipeline.c) picks the entry with rm_pipe_link_for(k->host_memory) and,
+ *          what it read); waits are bounded and abortable (worker/comm/nccl_wait.h, as comm_nccl).
+ *          worker/pipeline/nocuda/pipe_link_nccl_stub.c: open() fails with RM_EUNSUPPORTED.
+ * The driver (worker/pipeline/step_pipeline.c) picks the entry with rm_pipe_link_for(k->host_memory) and,
  * per step, runs the plan: for each group begin(), send()/recv() of its transfers, end(); before
  * the compute that reads a receive, wait() for it (the time blocked there is the bubble); at the
  * step's end flush() (every send has left its buffer before the next step overwrites it).
@@ -33,8 +33,8 @@
 
 #include "common/rm.h"
 #include "kernels/kernels.h"
-#include "worker/comm.h"
-#include "worker/pipeline_core.h"
+#include "worker/comm/comm.h"
+#include "worker/pipeline/pipeline_core.h"
 
 typedef struct rm_pipe_links rm_pipe_links;   /* a stage's ends of its (up to two) links */
 

@@ -1,6 +1,6 @@
-/* pipe_link_tcp.c — the "tcp" entry of the pipeline link table (worker/pipe_link.h): host buffers
+/* pipe_link_tcp.c — the "tcp" entry of the pipeline link table (worker/pipeline/pipe_link.h): host buffers
  * over the authenticated 2-rank ring links (the ring's handshake and framing). Moved here from
- * worker/step_pipeline.c unchanged in behaviour: one socket per direction per link, rm_net_frame
+ * worker/pipeline/step_pipeline.c unchanged in behaviour: one socket per direction per link, rm_net_frame
  * headers with sequence numbers, a receiver thread per inbound socket draining frames into the
  * preallocated receive buffer at the micro-batch's rows (frame k is micro-batch k % M), waits
  * bounded by the round's timeout, synchronous sends with a deadline. Groups and recv() move
@@ -20,8 +20,8 @@
 #include <time.h>
 
 #include "common/clock.h"
-#include "worker/net.h"
-#include "worker/pipe_link.h"
+#include "worker/comm/net.h"
+#include "worker/pipeline/pipe_link.h"
 
 #define PIPE_RX_SLICE_MS 200
 

@@ -1,6 +1,6 @@
 /* pipeline_core.c — placement, stage partitioning, micro-batches and the GPipe/1F1B event tables
  * (see pipeline_core.h). Pure: no I/O, no allocation. */
-#include "worker/pipeline_core.h"
+#include "worker/pipeline/pipeline_core.h"
 
 int rm_pipe_place_of(int rank, int world, int P, rm_pipe_place *out, rm_err *err)
 {

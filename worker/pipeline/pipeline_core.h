@@ -12,7 +12,7 @@
  * and reports each stage's idle fraction: with tf = tb the textbook bubble (P-1)/(M+P-1).
  *
  * No I/O, no allocation: callers pass arrays (tests/unit/test_pipeline.c checks them as tables;
- * worker/step_pipeline.c runs them). Ownership: nothing is kept past a call. */
+ * worker/pipeline/step_pipeline.c runs them). Ownership: nothing is kept past a call. */
 #ifndef RM_WORKER_PIPELINE_CORE_H
 #define RM_WORKER_PIPELINE_CORE_H
 #include <stdbool.h>
@@ -66,8 +66,8 @@ int rm_pipe_simulate(int schedule, int P, int M, double tf, double tb, double *i
 double rm_pipe_textbook_bubble(int P, int M);
 /* ---- the links between neighbouring stages (issue 15 item 3) ---------------------------------- */
 /* Which transport carries a stage's activations and activation-gradients: authenticated TCP frames
- * (worker/pipe_link_tcp.c) when the kernels' memory is host memory (the CPU table), NCCL
- * send/recv on device buffers (worker/cuda/pipe_link_nccl.c) when it is not (a GPU). */
+ * (worker/pipeline/pipe_link_tcp.c) when the kernels' memory is host memory (the CPU table), NCCL
+ * send/recv on device buffers (worker/pipeline/cuda/pipe_link_nccl.c) when it is not (a GPU). */
 typedef enum { RM_PIPE_LINK_TCP = 0, RM_PIPE_LINK_NCCL = 1 } rm_pipe_link_kind;
 rm_pipe_link_kind rm_pipe_link_for(bool host_memory);
 

@@ -1,5 +1,5 @@
 /* step_pipeline.c — the "pipeline" strategy (issue 15; strategies.md): pipeline model parallelism
- * combined with data parallelism, on the grid of worker/pipeline_core.h (rank r = d*P + p is
+ * combined with data parallelism, on the grid of worker/pipeline/pipeline_core.h (rank r = d*P + p is
  * stage p of data-parallel replica d).
  *
  * A step: the batch (this replica's slot of the global batch) is split into M micro-batches; the
@@ -15,7 +15,7 @@
  *
  * Transport: each link between neighbouring stages is a ring comm of two ranks formed over the
  * worker's ring listener as its own sub-group (rm_comm_cfg.group: the ring's HMAC handshake). What
- * moves over it is the link table's (worker/pipe_link.h), picked by rm_pipe_link_for: host memory
+ * moves over it is the link table's (worker/pipeline/pipe_link.h), picked by rm_pipe_link_for: host memory
  * (the CPU kernels) uses "tcp" (pipe_link_tcp.c: rm_net_frame frames with sequence numbers on one
  * socket per direction, a receiver thread per inbound socket draining into the preallocated
  * buffers at the micro-batch's rows); device memory (a GPU) uses "nccl" (cuda/pipe_link_nccl.c: a
@@ -45,7 +45,7 @@
  * ranges back (rm_model_release_range).
  * Checkpoints (P > 1) are per stage, no collective: replica 0 of stage p writes its layers'
  * parameters then its layers' range of each optimizer buffer as shard p of P of a stage-layout
- * set (worker/ckpt_shard.h: the manifest records P and the layer bounds; ckpt_stages below);
+ * set (worker/checkpoint/ckpt_shard.h: the manifest records P and the layer bounds; ckpt_stages below);
  * any restore (this P, another P, P = 1, the allreduce strategy) re-assembles the whole payload
  * from the set and takes it like a whole checkpoint. P = 1 writes the allreduce strategy's whole
  * checkpoint as before; P = 1 delegates fresh state, restore and state_sync to the allreduce
@@ -74,9 +74,9 @@
 #include "common/log.h"
 #include "common/trainingjob.h"
 #include "common/worker_env.h"
-#include "worker/net.h"
-#include "worker/pipe_link.h"
-#include "worker/pipeline_core.h"
+#include "worker/comm/net.h"
+#include "worker/pipeline/pipe_link.h"
+#include "worker/pipeline/pipeline_core.h"
 #include "worker/step.h"
 
 #define PIPE_GROUP_DP 0x2000u     /* + stage: a stage's data-parallel group */

@@ -1,6 +1,6 @@
 /* lbfgs_coord.c — Sandblaster L-BFGS shards and coordinator (see lbfgs_coord.h). The algorithm's
- * rules are worker/lbfgs_core.h's pure functions; this file executes them over sockets. */
-#include "worker/lbfgs_coord.h"
+ * rules are worker/ps/lbfgs_core.h's pure functions; this file executes them over sockets. */
+#include "worker/ps/lbfgs_coord.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -15,8 +15,8 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/ratelimit.h"
-#include "worker/lbfgs_core.h"
-#include "worker/ps_registry.h"
+#include "worker/ps/lbfgs_core.h"
+#include "worker/ps/ps_registry.h"
 
 /* ---- shard ----------------------------------------------------------------------------------- */
 

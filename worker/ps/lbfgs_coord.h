@@ -1,7 +1,7 @@
 /* lbfgs_coord.h — Sandblaster L-BFGS on the parameter servers (issue 13; Dean et al. 2012).
  *
  * Two parts, both hosted by `ringmaster-worker ps` processes of a job with
- * spec.training.optimizer.type lbfgs (worker/ps_server.c calls in through its op table):
+ * spec.training.optimizer.type lbfgs (worker/ps/ps_server.c calls in through its op table):
  *
  *   shard (every server): the L-BFGS vectors of its slice of the parameter vector — X (the
  *     server's own parameter array, so FETCH serves the current trial point), G (the pass'
@@ -17,7 +17,7 @@
  *     on it at the current parameters, push the gradient to every shard and report the loss
  *     (LB_REPORT; the first answer for a portion wins); a portion out longer than its deadline
  *     (4x the mean portion time, at least 1 s) is reissued to another worker. Between passes the
- *     coordinator runs the two-loop recursion (worker/lbfgs_core.h) over the shards by LB_VEC ops,
+ *     coordinator runs the two-loop recursion (worker/ps/lbfgs_core.h) over the shards by LB_VEC ops,
  *     then the Armijo line search (every trial step is another pass), then the curvature-pair
  *     update, also on the shards. The job's budget is spec.training.epochs passes (trial passes
  *     count). The coordinator connects to every server (itself included) over the same
@@ -51,7 +51,7 @@
 #include "common/metrics.h"
 #include "common/rm.h"
 #include "common/trainingjob.h"
-#include "worker/ps_wire.h"
+#include "worker/ps/ps_wire.h"
 
 #define RM_LBFGS_COORD_ID 1023   /* the coordinator's worker id on the servers' handshake */
 

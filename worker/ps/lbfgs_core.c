@@ -1,6 +1,6 @@
 /* lbfgs_core.c — two-loop recursion over shard operations, Armijo line search, portion
  * assignment; see lbfgs_core.h. Pure: no I/O, no clocks (callers pass `now`). */
-#include "worker/lbfgs_core.h"
+#include "worker/ps/lbfgs_core.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /* ps_core.c — the parameter server's pure rules (see ps_core.h). */
-#include "worker/ps_core.h"
+#include "worker/ps/ps_core.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * flat parameter vector is split into shards, which pushed gradient a server applies, averages or
  * drops (synchronous mode with backup workers, Chen et al. 2016), and when a fast worker must wait
  * for the slowest live one (bounded staleness, asynchronous Downpour). No I/O, no clocks of their
- * own, no allocation after init: worker/ps_server.c executes what these functions decide, and
+ * own, no allocation after init: worker/ps/ps_server.c executes what these functions decide, and
  * tests/unit/test_ps.c checks them as tables.
  *
  * Ownership: rm_ps_sync owns its accumulator (rm_ps_sync_free); everything else is plain values. */

@@ -1,6 +1,6 @@
 /* ps_registry.c — the parameter servers' addresses from the rendezvous, and bounded-retry
  * connections to them (ps_registry.h). */
-#include "worker/ps_registry.h"
+#include "worker/ps/ps_registry.h"
 
 #include <stdio.h>
 #include <string.h>

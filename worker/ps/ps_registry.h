@@ -21,7 +21,7 @@
 #include "common/rdzv.h"
 #include "common/rm.h"
 #include "common/trainingjob.h"
-#include "worker/ps_wire.h"
+#include "worker/ps/ps_wire.h"
 
 typedef struct rm_ps_registry {
     int n;                                       /* servers */

@@ -1,9 +1,9 @@
 /* ps_server.c — `ringmaster-worker ps`: one parameter server (see ps_server.h).
  *
- * Design: the rules (which gradient counts, when a worker may go on) are worker/ps_core.h's pure
+ * Design: the rules (which gradient counts, when a worker may go on) are worker/ps/ps_core.h's pure
  * functions; this file only executes them: sockets, threads, the optimizer, checkpoints, metrics.
  * Requests are dispatched through a small op table (OPS below) so later strategies add entries. */
-#include "worker/ps_server.h"
+#include "worker/ps/ps_server.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -30,15 +30,15 @@
 #include "common/trainingjob.h"
 #include "common/worker_env.h"
 #include "kernels/kernels.h"
-#include "worker/checkpoint.h"
-#include "worker/comm.h"
-#include "worker/faults.h"
-#include "worker/lbfgs_coord.h"
-#include "worker/model.h"
-#include "worker/net.h"
-#include "worker/optim.h"
-#include "worker/ps_core.h"
-#include "worker/ps_wire.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/comm/comm.h"
+#include "common/faults.h"
+#include "worker/ps/lbfgs_coord.h"
+#include "worker/model/model.h"
+#include "worker/comm/net.h"
+#include "worker/optim/optim.h"
+#include "worker/ps/ps_core.h"
+#include "worker/ps/ps_wire.h"
 
 #define PS_IDLE_S 600.0          /* a connection silent this long is closed */
 #define PS_DEAD_AFTER_S 10.0     /* a worker silent this long no longer holds the others */
@@ -105,7 +105,7 @@ struct server {
     rm_http_server *http;
     rm_series *m_pushes, *m_fetches, *m_dropped, *m_staleness, *m_version, *m_apply, *m_draws;
 
-    /* Sandblaster L-BFGS (optimizer lbfgs; worker/lbfgs_coord.h): this shard's vectors, and on
+    /* Sandblaster L-BFGS (optimizer lbfgs; worker/ps/lbfgs_coord.h): this shard's vectors, and on
      * server 0 the coordinator */
     rm_lbfgs_shard *lb;
     rm_lbfgs_coord *coord;
@@ -319,7 +319,7 @@ static int op_draw(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
     return RM_OK;
 }
 
-/* Sandblaster L-BFGS ops (worker/lbfgs_coord.h): refused unless the job's optimizer is lbfgs. */
+/* Sandblaster L-BFGS ops (worker/ps/lbfgs_coord.h): refused unless the job's optimizer is lbfgs. */
 static int op_lb_vec(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
 {
     (void)c;
@@ -491,7 +491,7 @@ static void *accept_main(void *arg)
 
 /* ---- checkpoints ---- */
 
-/* A shard's checkpoint is a worker checkpoint (worker/checkpoint.h: atomic, checksummed) of a
+/* A shard's checkpoint is a worker checkpoint (worker/checkpoint/checkpoint.h: atomic, checksummed) of a
  * one-layer pseudo-model with exactly the shard's length (len-1 inputs, 1 output: the format ties
  * the parameter count to the shape); which shard of which model it holds is in the header's
  * reserved words: rng[0] = offset, rng[1] = the model's parameters, rng[2] = the model's shape

@@ -1,7 +1,7 @@
 /* ps_server.h — `ringmaster-worker ps`: one parameter server (issue 12; strategies.md).
  *
- * The server holds shard `index` of S (worker/ps_core.h's partition of the model's flat parameter
- * vector) with its optimizer state, and serves the ops of worker/ps_wire.h to the job's workers
+ * The server holds shard `index` of S (worker/ps/ps_core.h's partition of the model's flat parameter
+ * vector) with its optimizer state, and serves the ops of worker/ps/ps_wire.h to the job's workers
  * over TCP, authenticated with the job token. Synchronous mode applies step k once N-b workers
  * pushed it (averaging exactly those, dropping and counting later ones); asynchronous mode
  * (Downpour) applies every push on arrival with the job's optimizer (Adagrad, as Downpour did),

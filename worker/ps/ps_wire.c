@@ -1,5 +1,5 @@
 /* ps_wire.c — the parameter-server protocol: handshake and framing (see ps_wire.h). */
-#include "worker/ps_wire.h"
+#include "worker/ps/ps_wire.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -12,8 +12,8 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "worker/comm.h"
-#include "worker/net.h"
+#include "worker/comm/comm.h"
+#include "worker/comm/net.h"
 
 enum { HELLO_LEN = 16 + 16, CHAL_LEN = 16 + 16 + 32, PROOF_LEN = 4 + 32, ACK_LEN = 8 };
 

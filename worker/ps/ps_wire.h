@@ -1,7 +1,7 @@
 /* ps_wire.h — the parameter-server protocol (issue 12): the authenticated TCP connection a worker
  * holds to each server, its framing, and the small op table a server dispatches on.
  *
- * Handshake (the ring's, worker/comm_ring.c, with its own labels; the token never crosses the
+ * Handshake (the ring's, worker/comm/comm_ring.c, with its own labels; the token never crosses the
  * wire; rm_net_hs_mac): HELLO{magic, version, worker, server index, nonce_c} ->
  * CHALLENGE{magic, version, index, 0, nonce_s, HMAC(token, "ringmaster-ps-v1 acc"|index|worker|S|
  * nonces)} -> PROOF{magic, HMAC(token, "ringmaster-ps-v1 con"|...)} -> ACK{magic, 0 | REFUSED}.
@@ -38,7 +38,7 @@
 #define RM_PS_REFUSED 1u
 #define RM_PS_MAX_FLOATS (1u << 30) /* the largest model (RM_TJ_MAX_PARAMS) */
 
-/* LB_* (Sandblaster L-BFGS, worker/lbfgs_coord.h): LB_VEC a vector op on the shard's L-BFGS
+/* LB_* (Sandblaster L-BFGS, worker/ps/lbfgs_coord.h): LB_VEC a vector op on the shard's L-BFGS
  * vectors (from the coordinator), LB_PUSH a portion's gradient (shard payload), LB_CLAIM and
  * LB_REPORT (server 0: the coordinator's portions). */
 enum { RM_PS_OP_INFO = 1, RM_PS_OP_FETCH, RM_PS_OP_PUSH, RM_PS_OP_DRAW, RM_PS_OP_LB_VEC,

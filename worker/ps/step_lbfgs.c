@@ -1,5 +1,5 @@
 /* step_lbfgs.c — the worker's side of Sandblaster L-BFGS (step.h; issue 13; the coordinator and
- * shards are worker/lbfgs_coord.h). Chosen by worker/train.c for spec.strategy parameterServer with
+ * shards are worker/ps/lbfgs_coord.h). Chosen by worker/train.c for spec.strategy parameterServer with
  * spec.training.optimizer.type lbfgs.
  *
  * claim asks server 0's coordinator for a portion (on demand: a fast worker simply asks more
@@ -29,10 +29,10 @@
 #include "common/log.h"
 #include "common/trainingjob.h"
 #include "common/worker_env.h"
-#include "worker/lbfgs_coord.h"
-#include "worker/ps_core.h"
-#include "worker/ps_registry.h"
-#include "worker/ps_wire.h"
+#include "worker/ps/lbfgs_coord.h"
+#include "worker/ps/ps_core.h"
+#include "worker/ps/ps_registry.h"
+#include "worker/ps/ps_wire.h"
 
 #define LB_RETRY_FACTOR 6.0
 

@@ -1,5 +1,5 @@
 /* step_ps.c — the "parameterServer" strategy, the worker's side (step.h; issue 12;
- * ../shared/docs/strategies.md). The servers are worker/ps_server.c; the wire worker/ps_wire.h.
+ * ../shared/docs/strategies.md). The servers are worker/ps/ps_server.c; the wire worker/ps/ps_wire.h.
  *
  * Sync (Chen et al. 2016): the worker holds the parameters of global step k (fetched), computes
  * its gradient on its slot of step k's global batch, pushes each shard's slice tagged k to its
@@ -34,9 +34,9 @@
 #include "common/log.h"
 #include "common/trainingjob.h"
 #include "common/worker_env.h"
-#include "worker/ps_core.h"
-#include "worker/ps_registry.h"
-#include "worker/ps_wire.h"
+#include "worker/ps/ps_core.h"
+#include "worker/ps/ps_registry.h"
+#include "worker/ps/ps_wire.h"
 
 #define PS_RETRY_FACTOR 6.0   /* a server may be away this many comm timeouts */
 

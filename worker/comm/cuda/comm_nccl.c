@@ -1,11 +1,11 @@
-/* comm_nccl.c — the "nccl" comm backend (worker/comm.h) for GPU workers.
+/* comm_nccl.c — the "nccl" comm backend (worker/comm/comm.h) for GPU workers.
  *
  * Design (following nccl-tests and PyTorch's ProcessGroupNCCL watchdog):
  *  - Bootstrap per rendezvous epoch through the kv area: rank 0 calls ncclGetUniqueId and publishes
  *    it hex-encoded as kv[epoch]["nccl-id"]; the others long-poll for it. A new epoch means a new id
  *    and a new communicator, so the in-place restart needs nothing else.
  *  - The communicator is non-blocking (ncclConfig_t.blocking = 0): init and every collective return
- *    at once and we poll them through worker/nccl_wait.h (the state machine, unit-tested on the CPU
+ *    at once and we poll them through worker/comm/nccl_wait.h (the state machine, unit-tested on the CPU
  *    with a fake communicator). A dead or hung peer turns into RM_ETIMEDOUT / RM_ECLOSED, and the
  *    communicator is aborted (ncclCommAbort, exactly once), never left blocking the process; the
  *    worker re-joins and builds a new one. A collective's deadline (cfg.timeout_s) starts when its
@@ -36,11 +36,11 @@
 
 #include "kernels/cuda/rm_cuda.h"
 #include "common/clock.h"
-#include "worker/comm.h"
-#include "worker/cuda/nccl_probes.h"
+#include "worker/comm/comm.h"
+#include "worker/comm/cuda/nccl_probes.h"
 #include "kernels/kernels_cuda.h"
-#include "worker/nccl_wait.h"
-#include "worker/shard.h"
+#include "worker/comm/nccl_wait.h"
+#include "worker/allreduce/shard.h"
 
 #define NCCL_ID_KEY "nccl-id"
 #define NCCL_INIT_MIN_TIMEOUT_S 30.0   /* NCCL init over several nodes can take seconds */
@@ -357,7 +357,7 @@ static int nccl_allreduce(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_r
     return nccl_allreduce_oop(c, buf, buf, count, dt, op, err);
 }
 
-/* Reduce-scatter / all-gather over the shard layout (worker/shard.h). NCCL's collectives take one
+/* Reduce-scatter / all-gather over the shard layout (worker/allreduce/shard.h). NCCL's collectives take one
  * count per rank, so:
  *  - even counts with device buffers go straight to ncclReduceScatter / ncclAllGather (the
  *    layout's shard r is then exactly NCCL's block r, and in-place calls are NCCL's in-place form);

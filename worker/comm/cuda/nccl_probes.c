@@ -1,12 +1,12 @@
 /* nccl_probes.c — see nccl_probes.h. */
-#include "worker/cuda/nccl_probes.h"
+#include "worker/comm/cuda/nccl_probes.h"
 
 #include <sched.h>
 #include <stdio.h>
 #include <time.h>
 
 #include "common/clock.h"
-#include "worker/nccl_wait.h"
+#include "worker/comm/nccl_wait.h"
 
 int rm_nccl_comm_state(ncclComm_t comm, char *why, size_t cap)
 {

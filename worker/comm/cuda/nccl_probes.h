@@ -1,5 +1,5 @@
-/* nccl_probes.h — the pieces of a worker/nccl_wait.h probe table that every NCCL user shares
- * (worker/cuda/comm_nccl.c, the allreduce backend; worker/cuda/pipe_link_nccl.c, the pipeline's
+/* nccl_probes.h — the pieces of a worker/comm/nccl_wait.h probe table that every NCCL user shares
+ * (worker/comm/cuda/comm_nccl.c, the allreduce backend; worker/pipeline/cuda/pipe_link_nccl.c, the pipeline's
  * stage links): what a communicator's or a CUDA query's state means as RM_NW_DONE /
  * RM_NW_PENDING / an error, and how the poll loop waits and reads the clock.
  * Ownership: nothing is kept; `why` is the caller's buffer of `cap` bytes. CUDA builds only. */

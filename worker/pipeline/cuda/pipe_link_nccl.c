@@ -1,4 +1,4 @@
-/* pipe_link_nccl.c — the "nccl" entry of the pipeline link table (worker/pipe_link.h): device
+/* pipe_link_nccl.c — the "nccl" entry of the pipeline link table (worker/pipeline/pipe_link.h): device
  * buffers between neighbouring stages on a GPU.
  *
  *  - One 2-rank NCCL communicator per link (rank 0 = the link's lower stage). The lower stage makes
@@ -15,7 +15,7 @@
  *    trailing loss float on the gradient direction); end() is ncclGroupEnd: a stage that both
  *    sends and receives on one link in one group (1F1B's steady state) cannot deadlock with its
  *    neighbour (pipeline_core.h rm_pipe_plan_check; the plan never puts two links in one group).
- *  - wait()/flush() poll the link streams (worker/nccl_wait.h, as comm_nccl): the deadline starts
+ *  - wait()/flush() poll the link streams (worker/comm/nccl_wait.h, as comm_nccl): the deadline starts
  *    when the compute event has fired; an asynchronous NCCL error or a dead peer fails at once
  *    (RM_ECLOSED) and aborts the communicators, each exactly once (rm_nccl_guard). The time
  *    blocked there is the stage's bubble. Once the host has seen a receive complete, compute
@@ -33,10 +33,10 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "kernels/kernels_cuda.h"
-#include "worker/cuda/nccl_probes.h"
-#include "worker/nccl_wait.h"
-#include "worker/net.h"
-#include "worker/pipe_link.h"
+#include "worker/comm/cuda/nccl_probes.h"
+#include "worker/comm/nccl_wait.h"
+#include "worker/comm/net.h"
+#include "worker/pipeline/pipe_link.h"
 
 #define PIPE_NCCL_INIT_MIN_TIMEOUT_S 30.0
 
@@ -81,7 +81,7 @@ static void abort_side(void *ctx)
     }
 }
 
-/* ---- probes (worker/nccl_wait.h) ---- */
+/* ---- probes (worker/comm/nccl_wait.h) ---- */
 
 /* every used communicator has left ncclInProgress (init, group end) */
 static int probe_comms_ready(void *ctx, char *why, size_t cap)

@@ -1,7 +1,7 @@
-/* pipe_link_nccl_stub.c — the CPU build's "nccl" pipeline link (worker/pipe_link.h): an entry that
- * only says no. The GPU build compiles worker/cuda/pipe_link_nccl.c instead (the Makefile picks
+/* pipe_link_nccl_stub.c — the CPU build's "nccl" pipeline link (worker/pipeline/pipe_link.h): an entry that
+ * only says no. The GPU build compiles worker/pipeline/cuda/pipe_link_nccl.c instead (the Makefile picks
  * one folder), so step_pipeline.c needs no #if. */
-#include "worker/pipe_link.h"
+#include "worker/pipeline/pipe_link.h"
 
 static int stub_open(const rm_pipe_links_cfg *cfg, rm_pipe_links **out, rm_err *err)
 {
