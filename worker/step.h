@@ -191,7 +191,7 @@ typedef struct rm_step_ops {
      * answers true, state_bytes/state_save are this rank's stage's layers (their parameters, then
      * their range of each optimizer buffer; 0 bytes on ranks that do not write), written as shard
      * *shard_rank of *shard_world of a stage-layout set (worker/checkpoint/ckpt_shard.h) whose manifest
-     * records the layer bounds (bounds: shard_world + 1 entries, at most RM_MODEL_MAX_LAYERS + 1).
+     * records the layer bounds (bounds: shard_world + 1 entries, at most RM_MODEL_MAX_UNITS + 1).
      * A restore takes the whole payload re-assembled from such a set (state_restore), or, with
      * restore_layers below, just the rank's layers of it. */
     bool (*ckpt_stages)(const rm_step *s, int *shard_rank, int *shard_world, int *bounds);

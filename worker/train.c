@@ -599,7 +599,7 @@ typedef struct ckpt_writer {
     int keep;
     rm_ckpt_units units;        /* the model's layers (sharded sets; borrowed from the model) */
     int nstages;                /* the write in flight is a pipeline stage set (mu) */
-    int stage_bounds[RM_MODEL_MAX_LAYERS + 1];   /* ... with these layer bounds (mu) */
+    int stage_bounds[RM_MODEL_MAX_UNITS + 1];    /* ... with these unit bounds (mu) */
     double wait_s;              /* sharded: how long to wait for the other ranks' shards */
     rm_ckpt_meta meta;          /* the write in flight (guarded by mu) */
     const void *buf;            /* host_stage */
@@ -798,17 +798,19 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     double t0 = rm_mono();
     RM_CHECK(rm_dataset_load(cfg->t.data_dir, true, &t->tr, err));
     RM_CHECK(rm_dataset_load(cfg->t.data_dir, false, &t->te, err));
-    if (t->tr.rows * t->tr.cols != RM_MODEL_INPUT || t->te.rows * t->te.cols != RM_MODEL_INPUT)
-        return rm_errf(err, RM_EINVAL, "data: images are %dx%d, the model wants %d pixels",
-                       t->tr.rows, t->tr.cols, RM_MODEL_INPUT);
+    if (t->te.rows != t->tr.rows || t->te.cols != t->tr.cols || t->te.classes > t->tr.classes)
+        return rm_errf(err, RM_EINVAL, "data: test images %dx%d with %d classes, training images "
+                       "%dx%d with %d", t->te.rows, t->te.cols, t->te.classes, t->tr.rows, t->tr.cols,
+                       t->tr.classes);
     rm_info("data loaded train=%d test=%d seconds=%.2f dir=%s", t->tr.n, t->te.n,
             rm_mono() - t0, cfg->t.data_dir ? cfg->t.data_dir : RM_DATA_DEFAULT_DIR);
 
     rm_model_shape shape;
-    RM_CHECK(rm_model_shape_make(&shape, RM_MODEL_INPUT, cfg->t.hidden, cfg->t.nhidden,
-                                 RM_MODEL_CLASSES, err));
-    RM_CHECK(rm_model_init(&t->m, t->k, &shape, t->B, err));
-    RM_CHECK(rm_optim_init(&t->opt, t->k, &cfg->t.optimizer, t->m.layout.total, err));
+    const rm_model_family *fam;
+    rm_model_data md = { .inputs = t->tr.rows * t->tr.cols, .classes = t->tr.classes };
+    RM_CHECK(rm_model_shape_for(&cfg->t, &md, &fam, &shape, err));
+    RM_CHECK(rm_model_init(&t->m, t->k, fam, &shape, t->B, err));
+    RM_CHECK(rm_optim_init(&t->opt, t->k, &cfg->t.optimizer, t->m.nparams, err));
     rm_lr_sched_from_spec(&t->sched, &cfg->t);
     const char *sname = getenv(RM_ENV_STRATEGY);
     const char *par = getenv(RM_ENV_PARALLELISM);   /* pipeline stages (issue 15) */
@@ -828,11 +830,11 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
                        .cancel = &g_train_term, .view = cfg->rdzv_url ? &t->rp.view : NULL};
     RM_CHECK(t->strat->init(&env, &t->st, err));
     t->perm = malloc((size_t)t->tr.n * sizeof *t->perm);
-    t->stage_bytes = (size_t)(1 + t->opt.nstate) * t->m.layout.total * sizeof(float);
+    t->stage_bytes = (size_t)(1 + t->opt.nstate) * t->m.nparams * sizeof(float);
     t->host_stage = rm_kernels_host_alloc(t->k, t->stage_bytes);
     t->dev_small = t->k->alloc(32 * sizeof(float));
     if (!t->k->host_memory) {
-        t->host_x = rm_kernels_host_alloc(t->k, (size_t)t->B * RM_MODEL_INPUT * sizeof(float));
+        t->host_x = rm_kernels_host_alloc(t->k, (size_t)t->B * t->m.x_row_bytes);
         t->host_labels = rm_kernels_host_alloc(t->k, (size_t)t->B * sizeof(int32_t));
     }
     if (!t->perm || !t->host_stage || !t->dev_small ||
@@ -856,9 +858,9 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
         }
     }
     char sh[128];
-    rm_model_shape_str(&shape, sh, sizeof sh);
-    rm_info("model ready shape=%s params=%zu optimizer=%s device=%s precision=%s", sh,
-            t->m.layout.total, rm_optim_name(cfg->t.optimizer.type), t->k->name,
+    rm_model_shape_str(&t->m, sh, sizeof sh);
+    rm_info("model ready type=%s shape=%s params=%zu optimizer=%s device=%s precision=%s",
+            fam->name, sh, t->m.nparams, rm_optim_name(cfg->t.optimizer.type), t->k->name,
             rm_precision_str(cfg->t.precision));
     return RM_OK;
 }
@@ -880,7 +882,7 @@ static void ckpt_expect(const trainer *t, rm_ckpt_meta *e)
     e->shape = t->m.shape;
     e->opt_type = (int32_t)t->cfg->t.optimizer.type;
     e->nstate = t->opt.nstate;
-    e->nparams = t->m.layout.total;
+    e->nparams = t->m.nparams;
 }
 
 static bool state_sharded(const trainer *t)
@@ -934,7 +936,7 @@ static int state_load(trainer *t)
     /* a newer sharded set replaces it (loaded aside: host_stage keeps the whole one until then) */
     bool sharded = state_sharded(t);
     int nw = sharded ? t->world : 1, nr = sharded ? t->rank : 0;
-    rm_ckpt_units units = {t->m.shape.nlayers, t->m.layout.layer_off, t->m.layout.layer_len};
+    rm_ckpt_units units = {t->m.nunits, t->m.unit_off, t->m.unit_len};
     size_t need = rm_ckpt_shard_dst_bytes(&units, t->opt.nstate, nw, nr);
     void *buf = need <= t->stage_bytes ? malloc(need ? need : 1) : NULL;
     char spath[4200];
@@ -973,7 +975,7 @@ static int state_load_layers(trainer *t, int u0, int u1)
 {
     rm_ckpt_meta exp, meta, smeta;
     ckpt_expect(t, &exp);
-    rm_ckpt_units units = {t->m.shape.nlayers, t->m.layout.layer_off, t->m.layout.layer_len};
+    rm_ckpt_units units = {t->m.nunits, t->m.unit_off, t->m.unit_len};
     size_t need = rm_ckpt_layers_bytes(&units, t->opt.nstate, u0, u1);
     if (need == 0 || need > t->stage_bytes) {
         rm_warn("checkpoint: cannot restore layers [%d, %d) of %d", u0, u1, units.n);
@@ -1088,7 +1090,7 @@ static int ckpt_writer_start(trainer *t, rm_err *err)
     w->inited = true;
     w->dir = t->cfg->checkpoint_dir;
     w->keep = t->cfg->checkpoint_keep;
-    w->units = (rm_ckpt_units){t->m.shape.nlayers, t->m.layout.layer_off, t->m.layout.layer_len};
+    w->units = (rm_ckpt_units){t->m.nunits, t->m.unit_off, t->m.unit_len};
     if (pthread_create(&w->th, NULL, ckpt_writer_main, w) != 0)
         return rm_errf(err, RM_ERR, "checkpoint writer thread: cannot start");
     w->started = true;
@@ -1503,7 +1505,7 @@ static int evaluate(trainer *t, rm_err *err)
             rm_data_slice(&t->te, s, rows, t->m.x, t->m.labels);
         } else {
             rm_data_slice(&t->te, s, rows, t->host_x, t->host_labels);
-            RM_CHECK(dev_copy(t, t->k->h2d(t->m.x, t->host_x, (size_t)rows * RM_MODEL_INPUT * sizeof(float)),
+            RM_CHECK(dev_copy(t, t->k->h2d(t->m.x, t->host_x, (size_t)rows * t->m.x_row_bytes),
                               "evaluation batch", err));
             RM_CHECK(dev_copy(t, t->k->h2d(t->m.labels, t->host_labels, (size_t)rows * sizeof(int32_t)),
                               "evaluation labels", err));
@@ -1516,11 +1518,8 @@ static int evaluate(trainer *t, rm_err *err)
         if (!have_logits)
             continue;
         rm_model_count_correct(&t->m, rows);
-        int L = t->m.shape.nlayers;
-        float *logits = t->m.act[L - 1];
-        /* loss only (dlogits land in the activation buffer, unused) */
-        t->k->softmax_xent_fwd_bwd(logits, t->m.labels, rows, t->m.shape.dims[L], 1.0f, logits,
-                                   t->m.loss_sum);
+        /* loss only (its gradient lands in the output buffer, unused) */
+        rm_model_loss(&t->m, 0, rows, 1.0f, t->m.loss_sum);
         int32_t c = 0;
         float ls = 0;
         RM_CHECK(dev_copy(t, t->k->d2h(&c, t->m.correct, sizeof c), "evaluation count", err));
@@ -1840,7 +1839,7 @@ static int step_once(trainer *t, rm_err *err)
     } else {
         rm_data_gather(&t->tr, t->perm, t->data_pos, slot, nslots, t->B, t->host_x,
                        t->host_labels);
-        t->k->h2d(t->m.x, t->host_x, (size_t)t->B * RM_MODEL_INPUT * sizeof(float));
+        t->k->h2d(t->m.x, t->host_x, (size_t)t->B * t->m.x_row_bytes);
         t->k->h2d(t->m.labels, t->host_labels, (size_t)t->B * sizeof(int32_t));
     }
     double epos = t->train_epoch + (double)t->data_pos / t->tr.n;
@@ -2101,17 +2100,19 @@ static int preflight(const rm_train_cfg *cfg, rm_err *err)
                             "needs a checkpoint folder (--checkpoint-dir or "
                             "RINGMASTER_CHECKPOINT_DIR)");
     rm_model_shape shape;
-    RM_CHECK(rm_model_shape_make(&shape, RM_MODEL_INPUT, cfg->t.hidden, cfg->t.nhidden,
-                                 RM_MODEL_CLASSES, err));
-    rm_param_layout lay;
-    rm_model_layout(&shape, &lay);
+    const rm_model_family *fam;
+    rm_model_data md;
+    rm_model lay;   /* the plan only: units and sizes, nothing allocated */
+    RM_CHECK(rm_dataset_probe(cfg->t.data_dir, &md.inputs, &md.classes, err));
+    RM_CHECK(rm_model_shape_for(&cfg->t, &md, &fam, &shape, err));
+    RM_CHECK(rm_model_plan(&lay, fam, &shape, err));
     rm_ckpt_meta exp, meta;
     memset(&exp, 0, sizeof exp);
     exp.shape = shape;
     exp.opt_type = (int32_t)cfg->t.optimizer.type;
     exp.nstate = rm_optim_nstate(cfg->t.optimizer.type);
-    exp.nparams = lay.total;
-    size_t cap = (size_t)(1 + exp.nstate) * lay.total * sizeof(float);
+    exp.nparams = lay.nparams;
+    size_t cap = (size_t)(1 + exp.nstate) * lay.nparams * sizeof(float);
     void *buf = malloc(cap ? cap : 1);
     if (!buf)
         return rm_errf(err, RM_ENOMEM, "--resume: out of memory (%zu bytes)", cap);
@@ -2120,7 +2121,7 @@ static int preflight(const rm_train_cfg *cfg, rm_err *err)
     int rc = rm_ckpt_load_newest(cfg->checkpoint_dir, &exp, &meta, buf, cap, path, sizeof path,
                                  &skipped, &e);
     if (rc != RM_OK) {   /* or a sharded set (any world: it re-shards) */
-        rm_ckpt_units units = {shape.nlayers, lay.layer_off, lay.layer_len};
+        rm_ckpt_units units = {lay.nunits, lay.unit_off, lay.unit_len};
         rm_err se = {0};
         int sskipped = 0;
         if (rm_ckpt_shard_load_newest(cfg->checkpoint_dir, &exp, &units, 1, 0, -1, buf, cap, &meta,
@@ -2131,7 +2132,7 @@ static int preflight(const rm_train_cfg *cfg, rm_err *err)
         skipped += sskipped;
     }
     free(buf);
-    rm_model_shape_str(&shape, sh, sizeof sh);
+    rm_model_shape_str(&lay, sh, sizeof sh);
     if (rc == RM_OK) {
         rm_info("resume: continuing from path=%s step=%lld skipped_invalid=%d", path,
                 (long long)meta.step, skipped);

@@ -16,7 +16,7 @@
 
 #include "kernels/kernels.h"
 #include "worker/gpu.h"
-#include "worker/model/model.h"
+#include "worker/model/mlp.h"
 
 static double now_s(void)
 {
@@ -70,15 +70,15 @@ int main(int argc, char **argv)
     rm_model_shape shape;
     rm_model m;
     memset(&m, 0, sizeof m);
-    if (rm_model_shape_make(&shape, RM_MODEL_INPUT, hidden, nh, RM_MODEL_CLASSES, &e) != RM_OK ||
-        rm_model_init(&m, k, &shape, batch, &e) != RM_OK || rm_model_init_params(&m, 42, &e) != RM_OK) {
+    if (rm_mlp_shape(&shape, 784, hidden, nh, 10, &e) != RM_OK ||
+        rm_model_init(&m, k, &rm_model_mlp, &shape, batch, &e) != RM_OK || rm_model_init_params(&m, 42, &e) != RM_OK) {
         fprintf(stderr, "model: %s\n", e.msg);
         return 1;
     }
-    size_t nx = (size_t)batch * RM_MODEL_INPUT;
+    size_t nx = (size_t)batch * 784;
     float *hx = malloc(nx * sizeof *hx);
     int32_t *hl = malloc((size_t)batch * sizeof *hl);
-    float *mom = k->alloc(m.layout.total * sizeof(float));
+    float *mom = k->alloc(m.nparams * sizeof(float));
     if (!hx || !hl || !mom) {
         fprintf(stderr, "out of memory\n");
         return 1;
@@ -89,7 +89,7 @@ int main(int argc, char **argv)
         hx[i] = (float)(r >> 40) / 16777216.0f;
     }
     for (int i = 0; i < batch; i++)
-        hl[i] = i % RM_MODEL_CLASSES;
+        hl[i] = i % 10;
     k->h2d(m.x, hx, nx * sizeof(float));
     k->h2d(m.labels, hl, (size_t)batch * sizeof(int32_t));
     double flops = 0;
@@ -103,7 +103,7 @@ int main(int argc, char **argv)
         }
         rm_model_forward(&m, batch);
         rm_model_backward(&m, batch, 1.0f / (float)batch, NULL, NULL);
-        k->sgd_momentum_update(m.params, m.grads, mom, m.layout.total, 0.01f, 0.9f, 0.0f);
+        k->sgd_momentum_update(m.params, m.grads, mom, m.nparams, 0.01f, 0.9f, 0.0f);
     }
     k->sync();
     double dt = (now_s() - t0) / (steps > 0 ? steps : 1);
@@ -114,7 +114,7 @@ int main(int argc, char **argv)
         return 1;
     }
     char sh[128];
-    rm_model_shape_str(&shape, sh, sizeof sh);
+    rm_model_shape_str(&m, sh, sizeof sh);
     printf("RESULT impl=ringmaster name=%s shape=%s batch=%d precision=%s ms_per_step=%.4f "
            "tflops=%.1f loss=%.4f\n", name, sh, batch, rm_precision_str(prec), dt * 1e3,
            flops / dt / 1e12, loss / (float)batch);

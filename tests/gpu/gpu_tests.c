@@ -19,7 +19,7 @@
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/comm/comm.h"
 #include "worker/gpu.h"
-#include "worker/model/model.h"
+#include "worker/model/mlp.h"
 
 static int g_fail, g_checks;
 static int g_quick;
@@ -642,30 +642,30 @@ static void test_checkpoint_roundtrip(void)
     rm_model_shape shape;
     int hidden[2] = {512, 256};
     rm_err e = {0};
-    CHECK(rm_model_shape_make(&shape, RM_MODEL_INPUT, hidden, 2, RM_MODEL_CLASSES, &e) == RM_OK, "%s", e.msg);
+    CHECK(rm_mlp_shape(&shape, 784, hidden, 2, 10, &e) == RM_OK, "%s", e.msg);
     int batch = 64;
     rm_model gm, cm;
     memset(&gm, 0, sizeof gm);
     memset(&cm, 0, sizeof cm);
-    if (rm_model_init(&gm, G, &shape, batch, &e) != RM_OK || rm_model_init(&cm, C, &shape, batch, &e) != RM_OK) {
+    if (rm_model_init(&gm, G, &rm_model_mlp, &shape, batch, &e) != RM_OK || rm_model_init(&cm, C, &rm_model_mlp, &shape, batch, &e) != RM_OK) {
         CHECK(0, "model init: %s", e.msg);
         goto out;
     }
     CHECK(rm_model_init_params(&gm, 1234, &e) == RM_OK, "%s", e.msg);
     /* a few SGD steps on the GPU so the weights are not just the initial ones */
-    float *x = hrand((size_t)batch * RM_MODEL_INPUT, 1.0f);
+    float *x = hrand((size_t)batch * 784, 1.0f);
     int32_t lab[64];
     for (int i = 0; i < batch; i++)
-        lab[i] = i % RM_MODEL_CLASSES;
-    G->h2d(gm.x, x, (size_t)batch * RM_MODEL_INPUT * 4);
+        lab[i] = i % 10;
+    G->h2d(gm.x, x, (size_t)batch * 784 * 4);
     G->h2d(gm.labels, lab, sizeof lab);
-    float *mom = G->alloc(gm.layout.total * 4);
+    float *mom = G->alloc(gm.nparams * 4);
     for (int s = 0; s < 3; s++) {
         rm_model_forward(&gm, batch);
         rm_model_backward(&gm, batch, 1.0f / batch, NULL, NULL);
-        G->sgd_momentum_update(gm.params, gm.grads, mom, gm.layout.total, 0.05f, 0.9f, 0.0f);
+        G->sgd_momentum_update(gm.params, gm.grads, mom, gm.nparams, 0.05f, 0.9f, 0.0f);
     }
-    size_t np = gm.layout.total;
+    size_t np = gm.nparams;
     float *hp = malloc(np * 4), *payload = malloc(np * 4), *back = malloc(np * 4);
     G->d2h(hp, gm.params, np * 4);
     char tmpl[] = "/tmp/rm-gpu-ckpt.XXXXXX";
@@ -688,16 +688,16 @@ static void test_checkpoint_roundtrip(void)
     CHECK(memcmp(payload, hp, np * 4) == 0, "GPU -> checkpoint -> host changed bits");
     /* into the CPU model: same logits as the GPU model (within TF32 tolerance) */
     C->h2d(cm.params, payload, np * 4);
-    C->h2d(cm.x, x, (size_t)batch * RM_MODEL_INPUT * 4);
+    C->h2d(cm.x, x, (size_t)batch * 784 * 4);
     rm_model_forward(&cm, batch);
     rm_model_forward(&gm, batch);
     int L = shape.nlayers;
-    size_t nl = (size_t)batch * RM_MODEL_CLASSES;
-    float *glog = from_gpu(gm.act[L - 1], nl * 4);
+    size_t nl = (size_t)batch * 10;
+    float *glog = from_gpu(rm_model_output(&gm, L - 1, 0), nl * 4);
     double worst = 0;
     for (size_t i = 0; i < nl; i++) {
-        double d = fabs((double)glog[i] - (double)cm.act[L - 1][i]);
-        double tol = 2e-2 * (1.0 + fabs((double)cm.act[L - 1][i]));
+        double d = fabs((double)glog[i] - (double)rm_model_output(&cm, L - 1, 0)[i]);
+        double tol = 2e-2 * (1.0 + fabs((double)rm_model_output(&cm, L - 1, 0)[i]));
         if (d / tol > worst)
             worst = d / tol;
     }

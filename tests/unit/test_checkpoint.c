@@ -20,6 +20,7 @@
 
 #include "tests/unit/testutil.h"
 #include "worker/checkpoint/checkpoint.h"
+#include "worker/model/mlp.h"
 
 static char *g_dir;
 enum { N = 1000 };
@@ -30,10 +31,10 @@ static rm_ckpt_meta mkmeta(int64_t step)
     memset(&m, 0, sizeof m);
     int hidden[1] = {40};
     rm_err e = {0};
-    rm_model_shape_make(&m.shape, 20, hidden, 1, 4, &e);   /* 20*40+40+40*4+4 = 1004 */
-    rm_param_layout L;
-    rm_model_layout(&m.shape, &L);
-    m.nparams = L.total;
+    rm_mlp_shape(&m.shape, 20, hidden, 1, 4, &e);   /* 20*40+40+40*4+4 = 1004 */
+    rm_model L;
+    rm_model_plan(&L, &rm_model_mlp, &m.shape, NULL);
+    m.nparams = L.nparams;
     m.step = step;
     m.train_epoch = 3;
     m.data_pos = 1280;
@@ -204,13 +205,13 @@ static void test_wrong_shape_and_garbage(void)
     rm_ckpt_meta m = mkmeta(500);
     int hidden[1] = {41};
     rm_err e = {0};
-    rm_model_shape_make(&m.shape, 20, hidden, 1, 4, &e);
-    rm_param_layout L;
-    rm_model_layout(&m.shape, &L);
-    m.nparams = L.total;
+    rm_mlp_shape(&m.shape, 20, hidden, 1, 4, &e);
+    rm_model L;
+    rm_model_plan(&L, &rm_model_mlp, &m.shape, NULL);
+    m.nparams = L.nparams;
     m.nstate = 0;
-    float *w = calloc(L.total, sizeof(float));
-    rm_ckpt_seg seg = {w, L.total * sizeof(float)};
+    float *w = calloc(L.nparams, sizeof(float));
+    rm_ckpt_seg seg = {w, L.nparams * sizeof(float)};
     CU_ASSERT_EQUAL(rm_ckpt_write(g_dir, &m, &seg, 1, 10, NULL, 0, &e), RM_OK);
     free(w);
     /* a stranger file with a checkpoint name */
@@ -275,10 +276,10 @@ static int write_hidden(int64_t step, int hidden, int keep)
     rm_ckpt_meta m = mkmeta(step);
     rm_err e = {0};
     int h[1] = {hidden};
-    rm_model_shape_make(&m.shape, 20, h, 1, 4, &e);
-    rm_param_layout L;
-    rm_model_layout(&m.shape, &L);
-    m.nparams = L.total;
+    rm_mlp_shape(&m.shape, 20, h, 1, 4, &e);
+    rm_model L;
+    rm_model_plan(&L, &rm_model_mlp, &m.shape, NULL);
+    m.nparams = L.nparams;
     float *p = mkpayload(&m, 2.0f);
     rm_ckpt_seg seg = {p, (size_t)(1 + m.nstate) * m.nparams * sizeof(float)};
     int rc = rm_ckpt_write(g_dir, &m, &seg, 1, keep, NULL, 0, &e);
@@ -317,7 +318,7 @@ static void test_keep_other_models(void)
     rm_ckpt_meta want = mkmeta(0), got;
     int h[1] = {40};
     rm_err e = {0};
-    rm_model_shape_make(&want.shape, 20, h, 1, 4, &e);
+    rm_mlp_shape(&want.shape, 20, h, 1, 4, &e);
     size_t cap = (size_t)(1 + want.nstate) * 1004 * sizeof(float);
     float *b = malloc(cap);
     CU_ASSERT_EQUAL(rm_ckpt_load_newest(g_dir, &want, &got, b, cap, NULL, 0, NULL, &e), RM_OK);
@@ -385,10 +386,10 @@ static void test_no_overwrite_race(void)
     rm_ckpt_meta m = mkmeta(777);
     int hidden[1] = {4096};
     rm_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(rm_model_shape_make(&m.shape, 784, hidden, 1, 10, &e), RM_OK);
-    rm_param_layout L;
-    rm_model_layout(&m.shape, &L);
-    m.nparams = L.total;
+    CU_ASSERT_EQUAL_FATAL(rm_mlp_shape(&m.shape, 784, hidden, 1, 10, &e), RM_OK);
+    rm_model L;
+    rm_model_plan(&L, &rm_model_mlp, &m.shape, NULL);
+    m.nparams = L.nparams;
     size_t bytes = (size_t)(1 + m.nstate) * m.nparams * sizeof(float);
     float *p = calloc(1, bytes);
     CU_ASSERT_PTR_NOT_NULL_FATAL(p);

@@ -18,12 +18,13 @@
 #include "tests/unit/testutil.h"
 #include "worker/checkpoint/ckpt_shard.h"
 #include "worker/allreduce/shard.h"
+#include "worker/model/mlp.h"
 
 static char *g_dir;
 
 /* a model of 3 layers: 20x7+7 = 147, 7x5+5 = 40, 5x3+3 = 18 -> 205 floats; Adam (2 buffers) */
 static rm_ckpt_meta g_meta;
-static rm_param_layout g_lay;
+static rm_model g_lay;
 static rm_ckpt_units g_units;
 
 static int suite_init(void)
@@ -32,14 +33,14 @@ static int suite_init(void)
     memset(&g_meta, 0, sizeof g_meta);
     int hidden[2] = {7, 5};
     rm_err e = {0};
-    rm_model_shape_make(&g_meta.shape, 20, hidden, 2, 3, &e);
-    rm_model_layout(&g_meta.shape, &g_lay);
-    g_meta.nparams = g_lay.total;
+    rm_mlp_shape(&g_meta.shape, 20, hidden, 2, 3, &e);
+    rm_model_plan(&g_lay, &rm_model_mlp, &g_meta.shape, NULL);
+    g_meta.nparams = g_lay.nparams;
     g_meta.opt_type = 1;
     g_meta.nstate = 2;
     g_meta.world_size = 4;
     g_meta.loss_scale = 1;
-    g_units = (rm_ckpt_units){g_meta.shape.nlayers, g_lay.layer_off, g_lay.layer_len};
+    g_units = (rm_ckpt_units){g_meta.shape.nlayers, g_lay.unit_off, g_lay.unit_len};
     return g_dir ? 0 : 1;
 }
 static int suite_clean(void) { return rm_test_tmpdir_free(&g_dir); }
@@ -51,7 +52,7 @@ static float val(int64_t step, int b, size_t i) { return (float)step * 1000.0f +
 static int write_shard(int64_t step, int epoch, int W, int r, double wait_s, int keep, rm_err *e)
 {
     rm_unit_shard us;
-    CU_ASSERT_EQUAL_FATAL(rm_unit_shard_make(g_lay.layer_off, g_lay.layer_len, g_units.n, W, r, &us), 0);
+    CU_ASSERT_EQUAL_FATAL(rm_unit_shard_make(g_lay.unit_off, g_lay.unit_len, g_units.n, W, r, &us), 0);
     size_t T = us.total ? us.total : 0;
     float *buf = calloc(3 * T + 1, sizeof(float));
     for (int b = 0; b < 3; b++)
@@ -99,17 +100,17 @@ static int64_t load_check(int nw, int nr, int64_t min_step, int *skipped, rm_err
         step = meta.step;
         CU_ASSERT_EQUAL(meta.shard_rank, 0);
         CU_ASSERT_PTR_NOT_NULL(strstr(path, "manifest-"));
-        for (size_t i = 0; i < g_lay.total; i++)
+        for (size_t i = 0; i < g_lay.nparams; i++)
             if (dst[i] != val(step, 0, i)) {
                 CU_FAIL("a parameter differs");
                 break;
             }
         rm_unit_shard us;
-        rm_unit_shard_make(g_lay.layer_off, g_lay.layer_len, g_units.n, nw, nr, &us);
+        rm_unit_shard_make(g_lay.unit_off, g_lay.unit_len, g_units.n, nw, nr, &us);
         for (int b = 1; b <= 2; b++)
             for (int u = 0; u < us.nunits; u++)
                 for (size_t k = 0; k < us.len[u]; k++)
-                    if (dst[g_lay.total + (size_t)(b - 1) * us.total + us.soff[u] + k] != val(step, b, us.off[u] + k)) {
+                    if (dst[g_lay.nparams + (size_t)(b - 1) * us.total + us.soff[u] + k] != val(step, b, us.off[u] + k)) {
                         CU_FAIL("an optimizer piece differs");
                         u = us.nunits;
                         b = 3;
@@ -305,8 +306,8 @@ static void test_concurrent_ranks(void)
  * optimizer buffer's range. The last stage completes the set. */
 static void stage_shard(const int *bounds, int P, int r, int64_t step, int epoch)
 {
-    size_t a = g_lay.layer_off[bounds[r]];
-    size_t b = g_lay.layer_off[bounds[r + 1] - 1] + g_lay.layer_len[bounds[r + 1] - 1];
+    size_t a = g_lay.unit_off[bounds[r]];
+    size_t b = g_lay.unit_off[bounds[r + 1] - 1] + g_lay.unit_len[bounds[r + 1] - 1];
     size_t n = b - a;
     float *buf = calloc(3 * n, sizeof(float));
     for (int k = 0; k < 3; k++)
@@ -337,7 +338,7 @@ static void stage_set(const int *bounds, int P, int64_t step, int epoch)
 /* A whole checkpoint (ckpt-*.rmck) at step. */
 static void whole_ckpt(int64_t step)
 {
-    size_t T = g_lay.total;
+    size_t T = g_lay.nparams;
     float *buf = malloc(3 * T * sizeof(float));
     for (int k = 0; k < 3; k++)
         for (size_t i = 0; i < T; i++)
@@ -357,7 +358,7 @@ static void whole_ckpt(int64_t step)
 static int64_t layers_check(bool whole, int u0, int u1, int *skipped, rm_err *e)
 {
     size_t need = rm_ckpt_layers_bytes(&g_units, 2, u0, u1);
-    size_t a = g_lay.layer_off[u0], n = g_lay.layer_off[u1 - 1] + g_lay.layer_len[u1 - 1] - a;
+    size_t a = g_lay.unit_off[u0], n = g_lay.unit_off[u1 - 1] + g_lay.unit_len[u1 - 1] - a;
     CU_ASSERT_EQUAL_FATAL(need, 3 * n * sizeof(float));
     float *dst = malloc(need);
     rm_ckpt_meta meta;
@@ -489,23 +490,23 @@ static void test_read_ranges_across_chunks(void)
     memset(&m, 0, sizeof m);
     int hidden[2] = {600, 600};
     rm_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(rm_model_shape_make(&m.shape, 20, hidden, 2, 3, &e), RM_OK);
-    rm_param_layout lay;
-    rm_model_layout(&m.shape, &lay);
-    m.nparams = lay.total;
+    CU_ASSERT_EQUAL_FATAL(rm_mlp_shape(&m.shape, 20, hidden, 2, 3, &e), RM_OK);
+    rm_model lay;
+    rm_model_plan(&lay, &rm_model_mlp, &m.shape, NULL);
+    m.nparams = lay.nparams;
     m.opt_type = 1;
     m.nstate = 2;
     m.world_size = 1;
     m.loss_scale = 1;
     m.step = 7;
-    size_t T = lay.total;
+    size_t T = lay.nparams;
     float *buf = malloc(3 * T * sizeof(float));
     for (size_t i = 0; i < 3 * T; i++)
         buf[i] = (float)(i % 1000003);
     rm_ckpt_seg seg = {buf, 3 * T * sizeof(float)};
     CU_ASSERT_EQUAL_FATAL(rm_ckpt_write(g_dir, &m, &seg, 1, 5, NULL, 0, &e), RM_OK);
-    rm_ckpt_units u = {m.shape.nlayers, lay.layer_off, lay.layer_len};
-    size_t need = rm_ckpt_layers_bytes(&u, 2, 1, 2), n = lay.layer_len[1], a = lay.layer_off[1];
+    rm_ckpt_units u = {m.shape.nlayers, lay.unit_off, lay.unit_len};
+    size_t need = rm_ckpt_layers_bytes(&u, 2, 1, 2), n = lay.unit_len[1], a = lay.unit_off[1];
     CU_ASSERT_TRUE(n * sizeof(float) > (1u << 20));
     float *dst = malloc(need);
     rm_ckpt_meta got;

@@ -6,6 +6,7 @@
 #include "tests/unit/testutil.h"
 #include "worker/checkpoint/ckpt_shard.h"
 #include "worker/comm/comm.h"
+#include "worker/model/mlp.h"
 #include "worker/gpu.h"
 #include "worker/pipeline/pipe_link.h"
 #include "worker/pipeline/pipeline_core.h"
@@ -221,10 +222,10 @@ static void rig_up(acc_rig *r, const rm_step_ops *ops, int B)
     rm_model_shape sh;
     static const int hidden[] = { 32, 16 };
     memset(r, 0, sizeof *r);
-    CU_ASSERT_EQUAL_FATAL(rm_model_shape_make(&sh, RM_MODEL_INPUT, hidden, 2, RM_MODEL_CLASSES, &e), RM_OK);
-    CU_ASSERT_EQUAL_FATAL(rm_model_init(&r->m, k, &sh, B, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(rm_mlp_shape(&sh, 784, hidden, 2, 10, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(rm_model_init(&r->m, k, &rm_model_mlp, &sh, B, &e), RM_OK);
     rm_optimizer_spec os = { .type = RM_OPT_SGD, .lr = 0.05, .momentum = 0.9 };
-    CU_ASSERT_EQUAL_FATAL(rm_optim_init(&r->o, k, &os, r->m.layout.total, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(rm_optim_init(&r->o, k, &os, r->m.nparams, &e), RM_OK);
     CU_ASSERT_EQUAL_FATAL(rm_amp_init(&r->amp, k, RM_PREC_FP32, &e), RM_OK);
     rm_step_env env = { .k = k, .m = &r->m, .opt = &r->o, .amp = &r->amp, .fusion_mb = 25,
                         .sharding = RM_SHARD_NONE, .token = "t", .timeout_s = 5, .train_samples = 1000,
@@ -236,10 +237,10 @@ static void rig_up(acc_rig *r, const rm_step_ops *ops, int B)
     rm_step_round rd = { .ops = rm_comm_local_ops(), .comm = r->comm, .rank = 0, .world = 1, .epoch = 1 };
     CU_ASSERT_EQUAL_FATAL(ops->round_begin(r->st, &rd, &e), RM_OK);
     CU_ASSERT_EQUAL_FATAL(ops->state_fresh(r->st, 5, &e), RM_OK);
-    for (int i = 0; i < B * RM_MODEL_INPUT; i++)
-        r->m.x[i] = (float)((i * 7919) % 255) / 255.0f;
+    for (int i = 0; i < B * 784; i++)
+        ((float *)r->m.x)[i] = (float)((i * 7919) % 255) / 255.0f;
     for (int i = 0; i < B; i++)
-        r->m.labels[i] = (int32_t)((i * 3) % RM_MODEL_CLASSES);
+        r->m.labels[i] = (int32_t)((i * 3) % 10);
 }
 
 static void rig_down(acc_rig *r)
@@ -274,7 +275,7 @@ static void test_accumulation(void)
             CU_ASSERT(st.pipe);
             CU_ASSERT_EQUAL(st.pipe_stage, 0);
         }
-        size_t n = r.m.layout.total;
+        size_t n = r.m.nparams;
         if (Ms[t] == 1) {
             CU_ASSERT_EQUAL(memcmp(r.m.params, ref.m.params, n * sizeof(float)), 0);
         } else {
@@ -303,7 +304,7 @@ static void test_accumulation(void)
  * back to the older complete set, naming the file. Model 20-7-5-3 (layers of 147, 40, 18 floats),
  * Adam (2 optimizer buffers). */
 static rm_ckpt_meta s_meta;
-static rm_param_layout s_lay;
+static rm_model s_lay;
 static rm_ckpt_units s_units;
 static char *s_dir;
 
@@ -313,8 +314,8 @@ static float sval(int64_t step, int b, size_t i) { return (float)step * 1000.0f 
  * range. wait_s 0 except for the last stage written. */
 static int stage_write(const int *bounds, int P, int r, int64_t step, double wait_s, rm_err *e)
 {
-    size_t a = s_lay.layer_off[bounds[r]];
-    size_t b = s_lay.layer_off[bounds[r + 1] - 1] + s_lay.layer_len[bounds[r + 1] - 1];
+    size_t a = s_lay.unit_off[bounds[r]];
+    size_t b = s_lay.unit_off[bounds[r + 1] - 1] + s_lay.unit_len[bounds[r + 1] - 1];
     size_t n = b - a;
     float *buf = calloc(3 * n, sizeof(float));
     for (int k = 0; k < 3; k++)
@@ -354,14 +355,14 @@ static int64_t stage_load(int nw, int nr, int *skipped, rm_err *e)
                                   sizeof path, skipped, e) == RM_OK) {
         step = meta.step;
         bool ok = true;
-        for (size_t i = 0; i < s_lay.total; i++)
+        for (size_t i = 0; i < s_lay.nparams; i++)
             ok = ok && dst[i] == sval(step, 0, i);
         rm_unit_shard us;
-        rm_unit_shard_make(s_lay.layer_off, s_lay.layer_len, s_units.n, nw, nr, &us);
+        rm_unit_shard_make(s_lay.unit_off, s_lay.unit_len, s_units.n, nw, nr, &us);
         for (int b = 1; b <= 2; b++)
             for (int u = 0; u < us.nunits; u++)
                 for (size_t k = 0; k < us.len[u]; k++)
-                    ok = ok && dst[s_lay.total + (size_t)(b - 1) * us.total + us.soff[u] + k] ==
+                    ok = ok && dst[s_lay.nparams + (size_t)(b - 1) * us.total + us.soff[u] + k] ==
                                    sval(step, b, us.off[u] + k);
         CU_ASSERT(ok);
     }
@@ -390,13 +391,13 @@ static void test_stage_checkpoint(void)
     memset(&s_meta, 0, sizeof s_meta);
     int hidden[2] = {7, 5};
     rm_err e = {0};
-    rm_model_shape_make(&s_meta.shape, 20, hidden, 2, 3, &e);
-    rm_model_layout(&s_meta.shape, &s_lay);
-    s_meta.nparams = s_lay.total;
+    rm_mlp_shape(&s_meta.shape, 20, hidden, 2, 3, &e);
+    rm_model_plan(&s_lay, &rm_model_mlp, &s_meta.shape, NULL);
+    s_meta.nparams = s_lay.nparams;
     s_meta.opt_type = 1;
     s_meta.nstate = 2;
     s_meta.loss_scale = 1;
-    s_units = (rm_ckpt_units){.n = s_meta.shape.nlayers, .off = s_lay.layer_off, .len = s_lay.layer_len};
+    s_units = (rm_ckpt_units){.n = s_meta.shape.nlayers, .off = s_lay.unit_off, .len = s_lay.unit_len};
     static const int b2[] = {0, 1, 3}, b3[] = {0, 1, 2, 3}, b1[] = {0, 3}, bad[] = {0, 2, 2};
     /* P = 2: the manifest records the layout; every world re-assembles (1 = the whole payload) */
     stage_set(b2, 2, 100);

@@ -29,7 +29,7 @@
  *             pages are given back with madvise once, when the parameters were last made whole by
  *             a restore, sync or evaluation; device memory keeps its allocation). In a step each
  *             layer is all-gathered into unit buffer ubuf[l & 1] just before its forward, and the
- *             model reads it there (rm_model.lparams); backward gathers again only the layers no
+ *             model reads it there (rm_model.uparams); backward gathers again only the layers no
  *             longer in a unit buffer (the last two stay from forward). Gradients as in stage
  *             gradients. Prefetch: while layer l computes, the comm thread all-gathers the next
  *             layer (l+1 in forward, l-1 in backward) into the other unit buffer; the training
@@ -78,7 +78,7 @@ struct rm_step {
     rm_err hook_e;
     uint64_t gathered;        /* stage full: bit l = layer l's parameters are whole in m->params */
     /* stage full, world > 1: during a step layer l is gathered into unit buffer ubuf[l & 1] (max_unit
-     * floats each, allocated once) and the model reads it there (m->lparams); m->params keeps
+     * floats each, allocated once) and the model reads it there (m->uparams); m->params keeps
      * only the own pieces resident, so no page is faulted in or given back per step. slot[i] is
      * the layer ubuf[i] holds for this step's parameters (-1: none). */
     float *ubuf[2];
@@ -110,7 +110,6 @@ struct rm_step {
     float *stage[2];
     size_t stage_cap;         /* floats per staging buffer (world-dependent) */
     size_t bucket;            /* staging bucket target in floats (rm_shard_buckets' cap) */
-    float *dbs;               /* the bias gradient of the layer in backward (widest layer) */
     int stage_next;           /* the staging buffer the next bucket fills */
     /* where a round's step time goes (logged at round end): seconds summed over ph_steps steps */
     double ph_fwd, ph_bwd, ph_upd, ph_gather, ph_wait;
@@ -146,7 +145,7 @@ static int ar_init(const rm_step_env *env, rm_step **out, rm_err *err)
     *out = NULL;
     if ((unsigned)env->sharding > RM_SHARD_FULL)
         return rm_errf(err, RM_EINVAL, "allreduce strategy: unknown sharding %d", (int)env->sharding);
-    if (env->sharding != RM_SHARD_NONE && env->m->shape.nlayers > RM_SHARD_MAX_UNITS)
+    if (env->sharding != RM_SHARD_NONE && env->m->nunits > RM_SHARD_MAX_UNITS)
         return rm_errf(err, RM_EINVAL, "allreduce strategy: sharding supports at most %d layers",
                        RM_SHARD_MAX_UNITS);
     rm_step *s = calloc(1, sizeof *s);
@@ -172,18 +171,9 @@ static int ar_init(const rm_step_env *env, rm_step **out, rm_err *err)
         s->bucket = (size_t)(mb / sizeof(float));
         if (s->bucket < 1)
             s->bucket = 1;
-        int widest = 1;
-        for (int l = 1; l <= env->m->shape.nlayers; l++)
-            widest = env->m->shape.dims[l] > widest ? env->m->shape.dims[l] : widest;
-        s->dbs = env->k->alloc((size_t)widest * sizeof(float));
-        if (!s->dbs) {
-            free(s);
-            return rm_errf(err, RM_ENOMEM, "allreduce strategy: out of memory");
-        }
     }
     s->dev_small = env->k->alloc(SYNC_FLOATS * sizeof(float));
     if (!s->dev_small) {
-        env->k->free(s->dbs);
         free(s);
         return rm_errf(err, RM_ENOMEM, "allreduce strategy: out of device memory");
     }
@@ -252,7 +242,7 @@ static void drop_all_units(rm_step *s)
 static void slot_clear(rm_step *s, int i)
 {
     if (s->slot[i] >= 0)
-        s->env.m->lparams[s->slot[i]] = NULL;
+        s->env.m->uparams[s->slot[i]] = NULL;
     s->slot[i] = -1;
 }
 
@@ -260,7 +250,7 @@ static void slot_set(rm_step *s, int l)
 {
     slot_clear(s, l & 1);
     s->slot[l & 1] = l;
-    s->env.m->lparams[l] = s->ubuf[l & 1];
+    s->env.m->uparams[l] = s->ubuf[l & 1];
 }
 
 /* The parameters changed (an update, a restore, a sync): no unit buffer holds them any more. */
@@ -416,7 +406,7 @@ static int ar_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
         if (!r->ops->reduce_scatter || !r->ops->all_gather)
             return rm_errf(err, RM_EUNSUPPORTED, "sharding: comm backend %s has no reduce_scatter/all_gather",
                            r->ops->name);
-        if (rm_unit_shard_make(m->layout.layer_off, m->layout.layer_len, m->shape.nlayers, r->world,
+        if (rm_unit_shard_make(m->unit_off, m->unit_len, m->nunits, r->world,
                                r->rank, &s->us) != 0)
             return rm_errf(err, RM_EINVAL, "sharding: bad layer layout");
         size_t need = s->us.total ? s->us.total : 1;
@@ -474,17 +464,17 @@ static int ar_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
             s->ubuf_cap = s->us.max_unit;
         }
         slots_reset(s);
-        s->gathered = (1ull << m->shape.nlayers) - 1;   /* params whole until state_sync */
+        s->gathered = (1ull << m->nunits) - 1;   /* params whole until state_sync */
         if (staged_grads(s) && r->world > 1)
             RM_CHECK(pf_start(s, err));
         rm_info("sharding ready stage=%s rank=%d world=%d layers=%d shard_floats=%zu of %zu",
                 rm_sharding_names[s->mode], r->rank, r->world, s->us.nunits, s->us.total,
-                m->layout.total);
+                m->nparams);
     }
     if (r->world > 1 && !staged_grads(s)) {
         size_t thr = (size_t)(s->env.fusion_mb * 1024.0 * 1024.0);
-        RM_CHECK(rm_fusion_new(r->ops, r->comm, m->grads, m->layout.layer_off,
-                               m->layout.layer_len, m->shape.nlayers, thr, &s->fusion, err));
+        RM_CHECK(rm_fusion_new(r->ops, r->comm, m->grads, m->unit_off,
+                               m->unit_len, m->nunits, thr, &s->fusion, err));
         rm_fusion_set_world_size(s->fusion, r->world);
     }
     return RM_OK;
@@ -502,7 +492,6 @@ static void ar_destroy(rm_step *s)
         s->env.k->free(s->ubuf[i]);
     }
     s->env.k->free(s->gshard);
-    s->env.k->free(s->dbs);
     free(s);
 }
 
@@ -515,7 +504,7 @@ static int ar_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
             e->k->memset0(s->sstate[i], s->sstate_cap * sizeof(float));
         s->state_set = true;
         s->state_t = 0;
-        s->gathered = (1ull << e->m->shape.nlayers) - 1;
+        s->gathered = (1ull << e->m->nunits) - 1;
         s->pieces_valid = true;
         s->torn = false;
     }
@@ -534,13 +523,13 @@ static size_t ar_state_bytes(const rm_step *s, int rank)
                    ? (size_t)(1 + s->env.opt->nstate) * s->us.total * sizeof(float) : 0;
     if (rank != 0)
         return 0;
-    return (size_t)(1 + s->env.opt->nstate) * s->env.m->layout.total * sizeof(float);
+    return (size_t)(1 + s->env.opt->nstate) * s->env.m->nparams * sizeof(float);
 }
 
 static int ar_state_save(rm_step *s, void *dst, rm_err *err)
 {
     const rm_step_env *e = &s->env;
-    size_t n = e->m->layout.total * sizeof(float);
+    size_t n = e->m->nparams * sizeof(float);
     int rc = RM_OK;
     if (s->mode != RM_SHARD_NONE) {
         const rm_unit_shard *u = &s->us;
@@ -575,14 +564,14 @@ static void ar_state_restore_shard(rm_step *s, const void *src, int64_t opt_t, f
                                    int scaler_tracker)
 {
     const rm_step_env *e = &s->env;
-    size_t n = e->m->layout.total;
+    size_t n = e->m->nparams;
     const float *f = src;
     e->k->h2d(e->m->params, f, n * sizeof(float));
     for (int i = 0; i < e->opt->nstate && s->us.total; i++)
         e->k->h2d(s->sstate[i], f + n + (size_t)i * s->us.total, s->us.total * sizeof(float));
     s->state_set = true;
     s->state_t = opt_t;
-    s->gathered = (1ull << e->m->shape.nlayers) - 1;
+    s->gathered = (1ull << e->m->nunits) - 1;
     s->pieces_valid = true;
     s->torn = false;
     e->opt->t = opt_t;
@@ -594,7 +583,7 @@ static void ar_state_restore(rm_step *s, const void *src, int64_t opt_t, float l
                              int scaler_tracker)
 {
     const rm_step_env *e = &s->env;
-    size_t n = e->m->layout.total * sizeof(float);
+    size_t n = e->m->nparams * sizeof(float);
     e->k->h2d(e->m->params, src, n);
     if (s->mode != RM_SHARD_NONE) {
         /* re-shard: whatever world wrote the payload, take this round's pieces of each buffer */
@@ -607,7 +596,7 @@ static void ar_state_restore(rm_step *s, const void *src, int64_t opt_t, float l
         }
         s->state_set = true;
         s->state_t = opt_t;
-        s->gathered = (1ull << e->m->shape.nlayers) - 1;
+        s->gathered = (1ull << e->m->nunits) - 1;
         s->pieces_valid = true;
         s->torn = false;
     }
@@ -692,7 +681,7 @@ static int ar_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
     float meta[SYNC_FLOATS];
     int64_t my_step = pos->step;
     RM_CHECK(sync_meta(s, pos, meta, err));
-    size_t n = e->m->layout.total;
+    size_t n = e->m->nparams;
     const int nfull = s->mode == RM_SHARD_NONE ? e->opt->nstate : 0;   /* full state buffers */
     if (r->rank != 0) {
         e->k->memset0(e->m->params, n * sizeof(float));
@@ -719,7 +708,7 @@ static int ar_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
         }
         s->state_set = true;
         s->state_t = get64(meta + 6);
-        s->gathered = (1ull << e->m->shape.nlayers) - 1;
+        s->gathered = (1ull << e->m->nunits) - 1;
         s->pieces_valid = true;
         s->torn = false;
         if (s->mode == RM_SHARD_FULL)
@@ -770,17 +759,16 @@ static void on_layer_pre_bwd(void *ud, int layer)
  * into the staging buffer in rank order, and the bucket is reduce-scattered (average) on the comm
  * thread straight into this rank's pieces (gshard) while the next bucket is computed into the other
  * staging buffer. The whole layer gradient never exists. World 1: the piece is the layer. */
-static void on_layer_grad_staged(void *ud, const rm_layer_grad *g)
+static void on_layer_grad_staged(void *ud, const rm_unit_grad *g)
 {
     rm_step *s = ud;
     if (s->hook_err)
         return;
-    const rm_kernels *k = s->env.k;
     const rm_unit_shard *u = &s->us;
-    int l = g->layer, n = u->world;
+    int l = g->unit, n = u->world;
     size_t len = u->unit_len[l];
     if (n == 1) {
-        rm_model_grad_range(k, g, 0, len, s->gshard + u->soff[l]);
+        rm_model_grad_range(s->env.m, g, 0, len, s->gshard + u->soff[l]);
         return;
     }
     rm_shard_bucket b = rm_shard_buckets(len, n, s->bucket);
@@ -789,7 +777,7 @@ static void on_layer_grad_staged(void *ud, const rm_layer_grad *g)
         float *buf = s->stage[s->stage_next];
         for (int r = 0; r < n; r++) {
             size_t from = rm_shard_off(len, n, r) + (size_t)kb * b.chunk;
-            rm_model_grad_range(k, g, from, from + rm_shard_len(tot, n, r), buf + rm_shard_off(tot, n, r));
+            rm_model_grad_range(s->env.m, g, from, from + rm_shard_len(tot, n, r), buf + rm_shard_off(tot, n, r));
         }
         int rc = pf_wait(s, &s->hook_e);   /* the other buffer's bucket (or a prefetch) */
         if (rc) {
@@ -854,7 +842,7 @@ static int ar_step_sharded(rm_step *s, int rows, float lr, rm_step_stats *st, rm
         t1 = rm_mono();
         if (!s->hook_err)
             rm_model_backward_placed(e->m, rows, inv_batch, full ? on_layer_pre_bwd : NULL,
-                                     on_layer_grad_staged, NULL, s->dbs, s);
+                                     on_layer_grad_staged, NULL, s);
         int prc = pf_wait(s, &s->hook_e);   /* the last bucket; never leave a job in flight */
         if (prc && !s->hook_err)
             s->hook_err = prc;
@@ -909,19 +897,6 @@ static int ar_step_sharded(rm_step *s, int rows, float lr, rm_step_stats *st, rm
     return RM_OK;
 }
 
-/* Backward FLOPs over forward FLOPs of an MLP: every layer's weight gradient (as many as its
- * forward), and the input gradient of every layer but the first. */
-static double bwd_flop_ratio(const rm_model_shape *sh)
-{
-    double fwd = 0, bwd = 0;
-    for (int l = 0; l < sh->nlayers; l++) {
-        double f = (double)sh->dims[l] * (double)sh->dims[l + 1];
-        fwd += f;
-        bwd += l > 0 ? 2 * f : f;
-    }
-    return fwd > 0 ? bwd / fwd : 2.0;
-}
-
 static int ar_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *err)
 {
     const rm_step_env *e = &s->env;
@@ -953,7 +928,7 @@ static int ar_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     double t2 = rm_mono();
     bool apply = true;
     /* no flag agreement: the allreduced gradients are the same on every rank (worker/gpu.h) */
-    RM_CHECK(rm_amp_finish(e->amp, e->m->grads, e->m->layout.total, NULL, NULL, &apply, err));
+    RM_CHECK(rm_amp_finish(e->amp, e->m->grads, e->m->nparams, NULL, NULL, &apply, err));
     if (apply)   /* fp16 overflow: every rank skips this update together */
         rm_optim_step(e->opt, e->m->params, e->m->grads, lr);
     double t3 = rm_mono();
@@ -963,7 +938,7 @@ static int ar_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     s->ph_steps++;
     /* the backward pass overlaps the allreduce (its hand-offs may wait on the comm thread), so
      * it cannot be timed alone: its compute is the forward's time scaled by the FLOP ratio */
-    st->compute_s = (t1 - t0) * (1.0 + bwd_flop_ratio(&e->m->shape)) + (t3 - t2);
+    st->compute_s = (t1 - t0) * (1.0 + rm_model_bwd_flop_ratio(e->m)) + (t3 - t2);
     return RM_OK;
 }
 
@@ -983,19 +958,11 @@ static void ar_memory(const rm_step *s, rm_step_memory *out)
 {
     const rm_step_env *e = &s->env;
     const rm_model *m = e->m;
-    uint64_t T = m->layout.total, S = s->us.total, U = s->us.max_unit, f = sizeof(float);
+    uint64_t T = m->nparams, S = s->us.total, U = s->us.max_unit, f = sizeof(float);
     if (staged_grads(s) && !s->us.nunits)   /* before the first round: the pieces of world 1 */
         S = T;
     memset(out, 0, sizeof *out);
-    uint64_t act = (uint64_t)m->max_batch * (uint64_t)m->shape.dims[0];   /* x */
-    int wmax = 0;
-    for (int l = 0; l < m->shape.nlayers; l++) {
-        act += (uint64_t)m->max_batch * (uint64_t)m->shape.dims[l + 1];
-        if (l + 1 < m->shape.nlayers && m->shape.dims[l + 1] > wmax)
-            wmax = m->shape.dims[l + 1];
-    }
-    act += 2ull * (uint64_t)m->max_batch * (uint64_t)wmax;
-    out->activations = act * f;
+    out->activations = rm_model_act_bytes(m);
     uint64_t nst = (uint64_t)e->opt->nstate;
     switch (s->mode) {
     case RM_SHARD_NONE:

@@ -99,16 +99,12 @@ static int hdr_decode(const char *path, const unsigned char in[HDR_BYTES], rm_ck
     get(&w, &m->shard_floats, 8);
     bool sharded = m->shard_world != 0;
     uint64_t floats = sharded ? m->shard_floats : m->nparams;
-    if (nl < 1 || nl > RM_MODEL_MAX_LAYERS || m->nstate < 0 || m->nstate > RM_CKPT_MAX_STATE ||
+    if (nl < 1 || nl >= RM_MODEL_SHAPE_WORDS || m->nstate < 0 || m->nstate > RM_CKPT_MAX_STATE ||
         m->step < 0 || m->data_pos < 0 || m->world_size < 1 ||
         (sharded && (m->shard_world < 1 || m->shard_rank < 0 || m->shard_rank >= m->shard_world ||
                      m->shard_floats > m->nparams)) ||
         *payload_bytes != (uint64_t)(1 + m->nstate) * floats * sizeof(float))
         return rm_errf(err, RM_EINVAL, "%s: inconsistent header fields", path);
-    rm_param_layout lay;
-    rm_model_layout(&m->shape, &lay);
-    if (lay.total != m->nparams)
-        return rm_errf(err, RM_EINVAL, "%s: parameter count does not match the model shape", path);
     return RM_OK;
 }
 
@@ -522,10 +518,14 @@ static int expect_ok(const char *path, const rm_ckpt_meta *meta, const rm_ckpt_m
         return RM_OK;
     if (!shape_eq(&meta->shape, &expect->shape)) {
         char a[256], b[256];
-        rm_model_shape_str(&meta->shape, a, sizeof a);
-        rm_model_shape_str(&expect->shape, b, sizeof b);
+        rm_model_shape_words(&meta->shape, a, sizeof a);
+        rm_model_shape_words(&expect->shape, b, sizeof b);
         return rm_errf(err, RM_EINVAL, "%s: model shape %s, this job has %s", path, a, b);
     }
+    /* the shape record is the family's; the parameter count it implies is the job's */
+    if (expect->nparams && meta->nparams != expect->nparams)
+        return rm_errf(err, RM_EINVAL, "%s: %lld parameters, this job's model has %lld", path,
+                       (long long)meta->nparams, (long long)expect->nparams);
     if (meta->opt_type != expect->opt_type || meta->nstate != expect->nstate)
         return rm_errf(err, RM_EINVAL, "%s: optimizer state does not match this job's optimizer",
                        path);

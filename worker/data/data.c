@@ -179,6 +179,39 @@ static int find_file(const char *dir, const char *name, char *path, size_t cap, 
                    dir, name);
 }
 
+static int max_label(const uint8_t *labels, int n)
+{
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        m = labels[i] > m ? labels[i] : m;
+    return m;
+}
+
+int rm_dataset_probe(const char *dir, int *inputs, int *classes, rm_err *err)
+{
+    char ipath[4096], lpath[4096];
+    if (!dir || !*dir)
+        dir = RM_DATA_DEFAULT_DIR;
+    RM_CHECK(find_file(dir, "train-images-idx3-ubyte", ipath, sizeof ipath, err));
+    RM_CHECK(find_file(dir, "train-labels-idx1-ubyte", lpath, sizeof lpath, err));
+    unsigned char hdr[16];
+    gzFile f = NULL;
+    int rc = idx_open(ipath, IDX_MAGIC_IMAGES, "images", hdr, sizeof hdr, &f, err);
+    if (f)
+        gzclose(f);
+    RM_CHECK(rc);
+    uint32_t rows = be32(hdr + 8), cols = be32(hdr + 12);
+    if (rows < 1 || cols < 1 || (uint64_t)rows * cols > RM_DATA_MAX_PIXELS)
+        return rm_errf(err, RM_EINVAL, "%s: implausible image size %ux%u", ipath, rows, cols);
+    uint8_t *labels = NULL;
+    int n = 0;
+    RM_CHECK(rm_idx_load_labels(lpath, RM_DATA_MAX_CLASSES, &labels, &n, err));
+    *inputs = (int)(rows * cols);
+    *classes = 1 + max_label(labels, n);
+    free(labels);
+    return RM_OK;
+}
+
 int rm_dataset_load(const char *dir, bool train, rm_dataset *out, rm_err *err)
 {
     memset(out, 0, sizeof *out);
@@ -193,10 +226,10 @@ int rm_dataset_load(const char *dir, bool train, rm_dataset *out, rm_err *err)
     RM_CHECK(find_file(dir, iname, ipath, sizeof ipath, err));
     RM_CHECK(find_file(dir, lname, lpath, sizeof lpath, err));
     int ni = 0, nl = 0;
-    out->classes = 10;
     RM_CHECK_GOTO(rm_idx_load_images(ipath, &out->images, &ni, &out->rows, &out->cols, err), rc,
                   fail);
-    RM_CHECK_GOTO(rm_idx_load_labels(lpath, out->classes, &out->labels, &nl, err), rc, fail);
+    RM_CHECK_GOTO(rm_idx_load_labels(lpath, RM_DATA_MAX_CLASSES, &out->labels, &nl, err), rc, fail);
+    out->classes = 1 + max_label(out->labels, nl);
     if (ni != nl) {
         rc = rm_errf(err, RM_EINVAL, "%s has %d images but %s has %d labels", ipath, ni, lpath, nl);
         goto fail;

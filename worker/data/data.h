@@ -26,10 +26,11 @@
 #define RM_DATA_DEFAULT_DIR "/usr/share/datasets/fashion-mnist"
 #define RM_DATA_MAX_N 10000000
 #define RM_DATA_MAX_PIXELS 4096
+#define RM_DATA_MAX_CLASSES 256   /* u8 labels */
 
 typedef struct rm_dataset {
     int n, rows, cols;        /* samples, image rows, image cols */
-    int classes;              /* label range (10) */
+    int classes;              /* label range: 1 + the largest label */
     uint8_t *images;          /* n * rows * cols */
     uint8_t *labels;          /* n */
 } rm_dataset;
@@ -38,7 +39,10 @@ typedef struct rm_dataset {
  * RM_EINVAL (bad magic, dims, size, label) with err naming the file and what is wrong; *out zeroed. */
 int rm_idx_load_images(const char *path, uint8_t **out, int *n, int *rows, int *cols, rm_err *err);
 int rm_idx_load_labels(const char *path, int classes, uint8_t **out, int *n, rm_err *err);
-/* Load "train" or "t10k" from dir (train = true -> train-*). */
+/* The training set's shape from dir without loading its images: pixels per image (rows x cols)
+ * and classes (1 + the largest label). */
+int rm_dataset_probe(const char *dir, int *inputs, int *classes, rm_err *err);
+/* Load "train" or "t10k" from dir (train = true -> train-*). classes = 1 + the largest label. */
 int rm_dataset_load(const char *dir, bool train, rm_dataset *out, rm_err *err);
 void rm_dataset_free(rm_dataset *d);
 

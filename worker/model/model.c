@@ -1,67 +1,60 @@
-/* model.c — the MLP over a kernels table: layout, He init, forward, backward with per-layer
- * "gradient ready" callbacks (for fusion/overlap), accuracy counting and a parameter checksum.
- * Design: every buffer is sized for max_batch at init; forward/backward only issue kernels.
- * The first layer's input gradient is never computed (nothing consumes it), which saves the
- * largest of the backward GEMMs. */
+/* model.c — the model interface over a family table (model.h): the whole-batch passes built from
+ * unit-range passes, parameter init through a host staging copy, and what every family shares
+ * (the checksum, page release, the memory and FLOP sums over units). Names no family but the
+ * default one a spec without model.type gets. */
 #include "worker/model/model.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "worker/data/data.h"
+static const rm_model_family *const families[] = { &rm_model_mlp };
 
-int rm_model_shape_make(rm_model_shape *s, int inputs, const int *hidden, int nhidden, int classes,
-                        rm_err *err)
+const rm_model_family *rm_model_family_find(const char *name)
 {
-    memset(s, 0, sizeof *s);
-    if (nhidden < 0 || nhidden > RM_TJ_MAX_HIDDEN)
-        return rm_err_field(err, RM_EINVAL, "model.hidden", "at most %d hidden layers",
-                            RM_TJ_MAX_HIDDEN);
-    if (inputs < 1 || classes < 2)
-        return rm_errf(err, RM_EINVAL, "model: bad input/class count %d/%d", inputs, classes);
-    s->dims[0] = inputs;
-    for (int i = 0; i < nhidden; i++) {
-        if (hidden[i] < 1 || hidden[i] > 65536)
-            return rm_err_field(err, RM_EINVAL, "model.hidden", "width %d out of range 1..65536",
-                                hidden[i]);
-        s->dims[i + 1] = hidden[i];
-    }
-    s->dims[nhidden + 1] = classes;
-    s->nlayers = nhidden + 1;
-    return RM_OK;
+    if (!name || !*name)
+        return families[0];
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+        if (strcmp(families[i]->name, name) == 0)
+            return families[i];
+    return NULL;
 }
 
-void rm_model_layout(const rm_model_shape *s, rm_param_layout *out)
+int rm_model_shape_for(const rm_training_spec *t, const rm_model_data *d, const rm_model_family **fam,
+                       rm_model_shape *out, rm_err *err)
 {
     memset(out, 0, sizeof *out);
-    size_t off = 0;
-    out->nlayers = s->nlayers;
-    for (int l = 0; l < s->nlayers; l++) {
-        size_t in = (size_t)s->dims[l], o = (size_t)s->dims[l + 1];
-        out->w_off[l] = off;
-        out->layer_off[l] = off;
-        out->b_off[l] = off + in * o;
-        out->layer_len[l] = in * o + o;
-        off += in * o + o;
-    }
-    out->total = off;
+    const rm_model_family *f = rm_model_family_find(t->model_type);
+    if (!f)
+        return rm_err_field(err, RM_EINVAL, "spec.training.model.type", "unknown model type '%s'",
+                            t->model_type);
+    *fam = f;
+    return f->shape(t, d, out, err);
 }
 
-void rm_model_shape_str(const rm_model_shape *s, char *buf, size_t cap)
+int rm_model_plan(rm_model *m, const rm_model_family *f, const rm_model_shape *shape, rm_err *err)
 {
-    size_t used = 0;
-    if (cap)
-        buf[0] = 0;
-    for (int i = 0; i <= s->nlayers && used < cap; i++) {
-        int w = snprintf(buf + used, cap - used, "%s%d", i ? "-" : "", s->dims[i]);
-        if (w < 0)
-            break;
-        used += (size_t)w;
+    memset(m, 0, sizeof *m);
+    if (!f || !shape)
+        return rm_errf(err, RM_EINVAL, "model: no family or shape");
+    m->family = f;
+    m->shape = *shape;
+    RM_CHECK(f->plan(m, err));
+    if (m->nunits < 1 || m->nunits > RM_MODEL_MAX_UNITS)
+        return rm_errf(err, RM_EINVAL, "model: %d units (1..%d)", m->nunits, RM_MODEL_MAX_UNITS);
+    size_t at = 0;
+    for (int u = 0; u < m->nunits; u++) {   /* the units tile the flat buffer in order */
+        if (m->unit[u].off != at)
+            return rm_errf(err, RM_EINVAL, "model: unit %d starts at %zu, not %zu", u, m->unit[u].off, at);
+        at += m->unit[u].len;
+        m->unit_off[u] = m->unit[u].off;
+        m->unit_len[u] = m->unit[u].len;
     }
+    if (at != m->nparams)
+        return rm_errf(err, RM_EINVAL, "model: units cover %zu of %zu parameters", at, m->nparams);
+    return RM_OK;
 }
 
 void rm_model_free(rm_model *m)
@@ -69,48 +62,39 @@ void rm_model_free(rm_model *m)
     if (!m || !m->k)
         return;
     const rm_kernels *k = m->k;
+    if (m->family && m->priv)
+        m->family->release(m);
     k->free(m->params);
     k->free(m->grads);
     k->free(m->x);
     k->free(m->labels);
-    for (int l = 0; l < RM_MODEL_MAX_LAYERS; l++)
-        k->free(m->act[l]);
-    k->free(m->delta[0]);
-    k->free(m->delta[1]);
     k->free(m->loss_sum);
     k->free(m->correct);
     memset(m, 0, sizeof *m);
 }
 
-int rm_model_init(rm_model *m, const rm_kernels *k, const rm_model_shape *shape, int max_batch,
-                  rm_err *err)
+int rm_model_init(rm_model *m, const rm_kernels *k, const rm_model_family *f,
+                  const rm_model_shape *shape, int max_batch, rm_err *err)
 {
-    memset(m, 0, sizeof *m);
-    if (!k || !shape || shape->nlayers < 1 || shape->nlayers > RM_MODEL_MAX_LAYERS || max_batch < 1)
+    if (!k || max_batch < 1) {
+        memset(m, 0, sizeof *m);
         return rm_errf(err, RM_EINVAL, "model: bad shape or batch");
+    }
+    RM_CHECK(rm_model_plan(m, f, shape, err));
     m->k = k;
-    m->shape = *shape;
     m->max_batch = max_batch;
-    rm_model_layout(shape, &m->layout);
-    size_t B = (size_t)max_batch, widest = 1;
-    for (int l = 1; l < shape->nlayers; l++)
-        widest = (size_t)shape->dims[l] > widest ? (size_t)shape->dims[l] : widest;
-    m->params = k->alloc(m->layout.total * sizeof(float));
-    m->grads = k->alloc(m->layout.total * sizeof(float));
-    m->x = k->alloc(B * (size_t)shape->dims[0] * sizeof(float));
-    m->labels = k->alloc(B * sizeof(int32_t));
-    m->delta[0] = k->alloc(B * widest * sizeof(float));
-    m->delta[1] = k->alloc(B * widest * sizeof(float));
+    size_t B = (size_t)max_batch;
+    m->params = k->alloc(m->nparams * sizeof(float));
+    m->grads = k->alloc(m->nparams * sizeof(float));
+    m->x = k->alloc(B * m->x_row_bytes);
+    m->labels = k->alloc(B * (size_t)m->label_row * sizeof(int32_t));
     m->loss_sum = k->alloc(sizeof(float));
     m->correct = k->alloc(sizeof(int32_t));
-    int ok = m->params && m->grads && m->x && m->labels && m->delta[0] && m->delta[1] &&
-             m->loss_sum && m->correct;
-    for (int l = 0; l < shape->nlayers; l++) {
-        m->act[l] = k->alloc(B * (size_t)shape->dims[l + 1] * sizeof(float));
-        ok = ok && m->act[l];
-    }
+    int ok = m->params && m->grads && m->x && m->labels && m->loss_sum && m->correct;
+    if (ok && f->alloc(m, err) != RM_OK)
+        ok = 0;
     if (!ok) {
-        size_t total = m->layout.total;   /* rm_model_free zeroes *m */
+        size_t total = m->nparams;   /* rm_model_free zeroes *m */
         rm_model_free(m);
         return rm_errf(err, RM_ENOMEM, "model: out of memory (%zu params, batch %d)", total, max_batch);
     }
@@ -119,34 +103,19 @@ int rm_model_init(rm_model *m, const rm_kernels *k, const rm_model_shape *shape,
 
 int rm_model_init_params(rm_model *m, uint64_t seed, rm_err *err)
 {
-    return rm_model_init_params_layers(m, seed, 0, m->shape.nlayers, err);
+    return rm_model_init_params_units(m, seed, 0, m->nunits, err);
 }
 
-int rm_model_init_params_layers(rm_model *m, uint64_t seed, int l0, int l1, rm_err *err)
+int rm_model_init_params_units(rm_model *m, uint64_t seed, int u0, int u1, rm_err *err)
 {
-    if (l0 < 0 || l1 > m->shape.nlayers || l0 >= l1)
-        return rm_errf(err, RM_EINVAL, "model: bad layer range [%d, %d) of %d", l0, l1, m->shape.nlayers);
-    size_t off = m->layout.layer_off[l0];
-    size_t len = m->layout.layer_off[l1 - 1] + m->layout.layer_len[l1 - 1] - off;
+    if (u0 < 0 || u1 > m->nunits || u0 >= u1)
+        return rm_errf(err, RM_EINVAL, "model: bad unit range [%d, %d) of %d", u0, u1, m->nunits);
+    size_t off = rm_model_units_off(m, u0), len = rm_model_units_len(m, u0, u1);
     /* host tables: straight into the parameters; device tables: a staging copy of the range */
     float *host = m->k->host_memory ? m->params + off : calloc(len, sizeof(float));
     if (!host)
         return rm_errf(err, RM_ENOMEM, "model: out of memory for init");
-    rm_rng r;
-    rm_rng_seed(&r, seed);
-    for (int l = 0; l < l1; l++) {
-        size_t in = (size_t)m->shape.dims[l], o = (size_t)m->shape.dims[l + 1];
-        if (l < l0) {   /* the same stream as the whole model's: draw the layer's values, drop them */
-            for (size_t i = 0; i < in * o; i++)
-                (void)rm_rng_normal(&r);
-            continue;
-        }
-        double std = sqrt(2.0 / (double)in);   /* He / Kaiming normal, fan_in, for ReLU */
-        float *w = host + (m->layout.w_off[l] - off);
-        for (size_t i = 0; i < in * o; i++)
-            w[i] = (float)(rm_rng_normal(&r) * std);
-        memset(host + (m->layout.b_off[l] - off), 0, o * sizeof(float));   /* biases 0 */
-    }
+    m->family->init_params(m, seed, u0, u1, host);
     if (!m->k->host_memory) {
         m->k->h2d(m->params + off, host, len * sizeof(float));
         free(host);
@@ -154,10 +123,42 @@ int rm_model_init_params_layers(rm_model *m, uint64_t seed, int l0, int l1, rm_e
     return RM_OK;
 }
 
-/* Layer l's [W | b]: the override when set (model.h lparams), else its place in params. */
-static const float *layer_params(const rm_model *m, int l)
+void rm_model_shape_str(const rm_model *m, char *buf, size_t cap)
 {
-    return m->lparams[l] ? m->lparams[l] : m->params + m->layout.w_off[l];
+    m->family->describe(&m->shape, buf, cap);
+}
+
+void rm_model_shape_words(const rm_model_shape *s, char *buf, size_t cap)
+{
+    size_t used = 0;
+    if (cap)
+        buf[0] = 0;
+    for (int i = 0; i <= s->nlayers && i < RM_MODEL_SHAPE_WORDS && used < cap; i++) {
+        int w = snprintf(buf + used, cap - used, "%s%d", i ? "-" : "", s->dims[i]);
+        if (w < 0)
+            break;
+        used += (size_t)w;
+    }
+}
+
+void rm_model_forward_pass(rm_model *m, const rm_model_pass *p)
+{
+    m->family->forward(m, p);
+}
+
+void rm_model_backward_pass(rm_model *m, const rm_model_pass *p)
+{
+    m->family->backward(m, p);
+}
+
+void rm_model_loss(rm_model *m, int off, int rows, float inv_batch, float *loss_sum)
+{
+    m->family->loss(m, off, rows, inv_batch, loss_sum);
+}
+
+float *rm_model_output(const rm_model *m, int unit, int off)
+{
+    return m->family->output(m, unit, off);
 }
 
 void rm_model_forward(rm_model *m, int rows)
@@ -165,114 +166,76 @@ void rm_model_forward(rm_model *m, int rows)
     rm_model_forward_hooked(m, rows, NULL, NULL);
 }
 
-void rm_model_forward_hooked(rm_model *m, int rows, rm_layer_pre_fn pre, void *ud)
+void rm_model_forward_hooked(rm_model *m, int rows, rm_unit_pre_fn pre, void *ud)
 {
-    const rm_kernels *k = m->k;
-    const float *in = m->x;
-    for (int l = 0; l < m->shape.nlayers; l++) {
-        if (pre)
-            pre(ud, l);
-        int di = m->shape.dims[l], dout = m->shape.dims[l + 1];
-        const float *W = layer_params(m, l);
-        const float *b = W + (m->layout.b_off[l] - m->layout.w_off[l]);
-        k->gemm(false, false, rows, dout, di, 1.0f, in, di, W, dout, 0.0f, m->act[l], dout);
-        k->bias_act_fwd(m->act[l], b, rows, dout,
-                        l == m->shape.nlayers - 1 ? RM_ACT_NONE : RM_ACT_RELU);
-        in = m->act[l];
-    }
+    rm_model_pass p = { .u0 = 0, .u1 = m->nunits, .off = 0, .rows = rows, .pre = pre, .ud = ud };
+    m->family->forward(m, &p);
 }
 
-void rm_model_backward(rm_model *m, int rows, float inv_batch, rm_layer_ready_fn ready, void *ud)
+/* The loss over the whole batch, then backward of every unit from the loss gradient. */
+static void backward_whole(rm_model *m, int rows, float inv_batch, rm_unit_pre_fn pre,
+                           rm_unit_ready_fn ready, rm_unit_grad_fn place, void *ud)
 {
-    rm_model_backward_hooked(m, rows, inv_batch, NULL, ready, ud);
+    m->family->loss(m, 0, rows, inv_batch, m->loss_sum);
+    rm_model_pass p = { .u0 = 0, .u1 = m->nunits, .off = 0, .rows = rows,
+                        .dy = m->family->output(m, m->nunits - 1, 0), .pre = pre, .ready = ready,
+                        .place = place, .ud = ud };
+    m->family->backward(m, &p);
 }
 
-/* Backward, one layer at a time. ready/pre as rm_model_backward_hooked. With place == NULL each
- * layer's gradient goes to m->grads; otherwise the bias gradient goes to db_scratch and place(ud,
- * &g) computes whatever ranges of the weight gradient it wants (rm_model_grad_range) while dY is
- * still valid (the next layer down overwrites it). */
-static void backward_impl(rm_model *m, int rows, float inv_batch, rm_layer_pre_fn pre,
-                          rm_layer_ready_fn ready, rm_layer_grad_fn place, float *db_scratch, void *ud)
+void rm_model_backward(rm_model *m, int rows, float inv_batch, rm_unit_ready_fn ready, void *ud)
 {
-    const rm_kernels *k = m->k;
-    int L = m->shape.nlayers;
-    float *logits = m->act[L - 1];
-    k->softmax_xent_fwd_bwd(logits, m->labels, rows, m->shape.dims[L], inv_batch, logits,
-                            m->loss_sum);
-    float *dy = logits;   /* gradient w.r.t. the current layer's output (after activation) */
-    int pp = 0;
-    for (int l = L - 1; l >= 0; l--) {
-        int di = m->shape.dims[l], dout = m->shape.dims[l + 1];
-        const float *in = l ? m->act[l - 1] : m->x;
-        float *db = place ? db_scratch : m->grads + m->layout.b_off[l];
-        /* dY through the activation (identity for the last layer), bias gradient */
-        k->bias_act_bwd(dy, m->act[l], db, rows, dout, l == L - 1 ? RM_ACT_NONE : RM_ACT_RELU);
-        if (place) {
-            rm_layer_grad g = {l, rows, di, dout, in, dy, db};
-            place(ud, &g);
-        } else {
-            float *dW = m->grads + m->layout.w_off[l];
-            k->gemm(true, false, di, dout, rows, 1.0f, in, di, dy, dout, 0.0f, dW, dout);
-        }
-        if (l > 0) {
-            if (pre)
-                pre(ud, l);
-            float *dx = m->delta[pp];
-            pp ^= 1;
-            const float *W = layer_params(m, l);
-            k->gemm(false, true, rows, di, dout, 1.0f, dy, dout, W, dout, 0.0f, dx, di);
-            dy = dx;
-        }
-        if (ready)
-            ready(ud, l);
-    }
+    backward_whole(m, rows, inv_batch, NULL, ready, NULL, ud);
 }
 
-void rm_model_backward_hooked(rm_model *m, int rows, float inv_batch, rm_layer_pre_fn pre,
-                              rm_layer_ready_fn ready, void *ud)
+void rm_model_backward_hooked(rm_model *m, int rows, float inv_batch, rm_unit_pre_fn pre,
+                              rm_unit_ready_fn ready, void *ud)
 {
-    backward_impl(m, rows, inv_batch, pre, ready, NULL, NULL, ud);
+    backward_whole(m, rows, inv_batch, pre, ready, NULL, ud);
 }
 
-void rm_model_backward_placed(rm_model *m, int rows, float inv_batch, rm_layer_pre_fn pre,
-                              rm_layer_grad_fn place, rm_layer_ready_fn ready, float *db_scratch,
-                              void *ud)
+void rm_model_backward_placed(rm_model *m, int rows, float inv_batch, rm_unit_pre_fn pre,
+                              rm_unit_grad_fn place, rm_unit_ready_fn ready, void *ud)
 {
-    backward_impl(m, rows, inv_batch, pre, ready, place, db_scratch, ud);
+    backward_whole(m, rows, inv_batch, pre, ready, place, ud);
 }
 
-/* dW[i][j] = sum_r in[r][i] * dy[r][j]: rows of dW are columns of in, so any run of whole rows is
- * one GEMM on an offset pointer, and a partial row a 1-row GEMM on a column range of dy. The bias
- * follows W in the layer ([W | b]). */
-void rm_model_grad_range(const rm_kernels *k, const rm_layer_grad *g, size_t from, size_t to, float *dst)
+void rm_model_grad_range(const rm_model *m, const rm_unit_grad *g, size_t from, size_t to, float *dst)
 {
-    size_t dout = (size_t)g->dout, wlen = (size_t)g->di * dout;
-    size_t at = from, wend = to < wlen ? to : wlen;
-    while (at < wend) {
-        size_t i = at / dout, j = at % dout, n;
-        if (j == 0 && wend - at >= dout) {   /* whole rows */
-            size_t nr = (wend - at) / dout;
-            n = nr * dout;
-            k->gemm(true, false, (int)nr, g->dout, g->rows, 1.0f, g->in + i, g->di, g->dy, g->dout, 0.0f,
-                    dst, g->dout);
-        } else {                             /* a part of one row */
-            n = dout - j < wend - at ? dout - j : wend - at;
-            k->gemm(true, false, 1, (int)n, g->rows, 1.0f, g->in + i, g->di, g->dy + j, g->dout, 0.0f,
-                    dst, (int)n);
-        }
-        dst += n;
-        at += n;
-    }
-    if (to > wlen && to > at) {              /* the bias part */
-        size_t b0 = at > wlen ? at - wlen : 0;
-        k->d2d(dst, g->db + b0, (to - wlen - b0) * sizeof(float));
-    }
+    m->family->grad_range(m, g, from, to, dst);
 }
 
 void rm_model_count_correct(rm_model *m, int rows)
 {
-    int L = m->shape.nlayers;
-    m->k->argmax_correct(m->act[L - 1], m->labels, rows, m->shape.dims[L], m->correct);
+    m->family->count_correct(m, rows, m->correct);
+}
+
+double rm_model_bwd_flop_ratio(const rm_model *m)
+{
+    double fwd = 0, bwd = 0;
+    for (int u = 0; u < m->nunits; u++) {
+        fwd += (double)m->unit[u].flops_fwd;
+        bwd += (double)(u > 0 ? m->unit[u].flops_bwd : m->unit[u].flops_bwd_first);
+    }
+    return fwd > 0 ? bwd / fwd : 2.0;
+}
+
+int rm_model_widest(const rm_model *m)
+{
+    int w = 0;
+    for (int u = 0; u < m->nunits; u++) {
+        w = m->unit[u].in_width > w ? m->unit[u].in_width : w;
+        w = m->unit[u].out_width > w ? m->unit[u].out_width : w;
+    }
+    return w;
+}
+
+uint64_t rm_model_act_bytes(const rm_model *m)
+{
+    uint64_t per = m->scratch_row;
+    for (int u = 0; u < m->nunits; u++)
+        per += m->unit[u].act_floats;
+    return (uint64_t)m->max_batch * ((uint64_t)m->x_row_bytes + per * sizeof(float));
 }
 
 uint64_t rm_fnv1a64(const void *p, size_t n, uint64_t h)
@@ -288,7 +251,7 @@ uint64_t rm_fnv1a64(const void *p, size_t n, uint64_t h)
 uint64_t rm_model_checksum(const rm_model *m, void *scratch, size_t scratch_bytes)
 {
     uint64_t h = RM_FNV64_INIT;
-    size_t total = m->layout.total * sizeof(float), done = 0;
+    size_t total = m->nparams * sizeof(float), done = 0;
     const unsigned char *src = (const unsigned char *)m->params;
     if (m->k->host_memory)
         return rm_fnv1a64(src, total, h);

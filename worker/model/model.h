@@ -1,127 +1,224 @@
-/* model.h — the MLP (784-512-256-10 by default, ReLU, softmax cross-entropy) on top of a kernels
- * table, with the flat buffer layout the data-parallel step is built around.
+/* model.h — the model interface: what every strategy, checkpoint and metric knows of a model.
  *
- * Layout (the contract with worker/allreduce/fusion.h and worker/checkpoint/checkpoint.h):
- *   ONE flat fp32 parameter buffer and ONE flat gradient buffer of the same shape. Layers are
- *   contiguous in forward order, each layer's weights then its bias:
- *       [ W0 (d0 x d1) | b0 (d1) | W1 (d1 x d2) | b1 (d2) | ... | W{L-1} | b{L-1} ]
- *   "Layer l" for fusion is the range [layer_off[l], layer_off[l] + layer_len[l]) in floats
- *   (W_l and b_l together). Backward finishes layers from L-1 down to 0, so a fusion bucket is a
- *   contiguous range taken from the end of the gradient buffer: no packing, no copies.
- *   Optimizer state buffers (momentum, Adam m/v, Adagrad sums) use the same layout, so a checkpoint
- *   is params + state as flat arrays.
+ * A model is an ordered list of *units* (an embedding, a transformer block, a linear layer, a
+ * head; docs/models-and-data.md, "The model interface"). A model family (mlp.c; later gpt.c) is
+ * one file that fills an rm_model_family table; nothing outside worker/model/ names a family.
  *
- * Activations are kept per layer for a fixed maximum batch (allocated once), so forward/backward
- * allocate nothing. Every buffer lives in the kernels table's memory.
+ * Layout (the contract with fusion, ZeRO shards, pipeline stages, parameter-server shards and
+ * checkpoints): ONE flat fp32 parameter buffer and ONE flat gradient buffer of the same shape.
+ * Unit u owns the contiguous range [unit[u].off, unit[u].off + unit[u].len) of both, units in
+ * forward order and tiling the buffer. Backward finishes units from the last down to the first, so
+ * a fusion bucket is a contiguous range taken from the end of the gradient buffer: no packing, no
+ * copies. Optimizer state buffers (momentum, Adam m/v, Adagrad sums) use the same layout.
  *
- * Ownership: rm_model owns every buffer it allocates (rm_model_free, NULL ok). The kernels table is
- * borrowed (static). Pointers returned by accessors are borrowed, valid until rm_model_free. */
+ * Passes: forward and backward run over a range of units [u0, u1) and a window of batch rows
+ * [off, off + rows) (a pipeline stage's units, a micro-batch's rows), with hooks before each unit
+ * reads its parameters (ZeRO-3's gather), after each unit's gradient is final (fusion) or to place
+ * a unit's gradient piece by piece (ZeRO-2/3's reduce-scatter buckets). Activations are sized once
+ * for max_batch rows: forward and backward allocate nothing.
+ *
+ * Batch buffers: m->x holds max_batch rows of x_row_bytes each (the family's input: floats for
+ * the MLP); m->labels holds max_batch rows of label_row int32 each. Activations passed between
+ * units (a pipeline's sends) are fp32 rows of unit[u].out_width floats.
+ *
+ * Ownership: rm_model owns every buffer it or its family allocates (rm_model_free, NULL ok). The
+ * kernels table and the family table are borrowed (static). Pointers returned by accessors are
+ * borrowed, valid until rm_model_free. */
 #ifndef RM_WORKER_MODEL_H
 #define RM_WORKER_MODEL_H
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "common/rm.h"
 #include "common/trainingjob.h"
 #include "kernels/kernels.h"
 
-#define RM_MODEL_MAX_LAYERS (RM_TJ_MAX_HIDDEN + 1)
-#define RM_MODEL_INPUT 784
-#define RM_MODEL_CLASSES 10
+/* Units of one model; ZeRO keeps a 64-bit "gathered" mask per unit (worker/allreduce/shard.h). */
+#define RM_MODEL_MAX_UNITS 64
+/* The shape record a checkpoint header stores and compares: a count and that many + 1 words, the
+ * family's to define (the MLP: layers, and the widths from inputs to classes). Its size is part
+ * of the checkpoint format (worker/checkpoint/checkpoint.h). */
+#define RM_MODEL_SHAPE_WORDS 18
 
 typedef struct rm_model_shape {
-    int nlayers;                        /* linear layers = hidden + 1 */
-    int dims[RM_MODEL_MAX_LAYERS + 1];  /* dims[0] = inputs ... dims[nlayers] = classes */
+    int nlayers;                       /* the family's count (MLP: linear layers) */
+    int dims[RM_MODEL_SHAPE_WORDS];    /* the family's words (MLP: dims[0] inputs .. classes) */
 } rm_model_shape;
 
-typedef struct rm_param_layout {
-    int nlayers;
-    size_t w_off[RM_MODEL_MAX_LAYERS];     /* floats from the start of the flat buffer */
-    size_t b_off[RM_MODEL_MAX_LAYERS];
-    size_t layer_off[RM_MODEL_MAX_LAYERS]; /* == w_off: W then b, contiguous */
-    size_t layer_len[RM_MODEL_MAX_LAYERS]; /* d_l * d_{l+1} + d_{l+1} */
-    size_t total;                          /* floats in the flat buffer */
-} rm_param_layout;
+/* What the data set tells the model (docs/models-and-data.md, "Shapes and status"). */
+typedef struct rm_model_data {
+    int inputs;     /* features per sample (IDX: rows x cols) */
+    int classes;    /* label range (IDX: 1 + max label) */
+} rm_model_data;
 
-/* Build a shape from hidden widths (nhidden 0..RM_TJ_MAX_HIDDEN, each 1..65536). RM_EINVAL if bad. */
-int rm_model_shape_make(rm_model_shape *s, int inputs, const int *hidden, int nhidden, int classes,
-                        rm_err *err);
-void rm_model_layout(const rm_model_shape *s, rm_param_layout *out);
-/* "784-512-256-10" into buf. */
-void rm_model_shape_str(const rm_model_shape *s, char *buf, size_t cap);
+typedef struct rm_model_unit {
+    const char *kind;      /* "linear", "embedding", "block", "head" (static) */
+    size_t off, len;       /* its range of the flat buffers, in floats */
+    int in_width;          /* fp32 floats per row at its input (what a pipeline stage receives) */
+    int out_width;         /* fp32 floats per row at its output (what it sends on) */
+    uint64_t act_floats;   /* activation floats per row it keeps for backward */
+    uint64_t flops_fwd;    /* forward FLOPs per row (a multiply-add counts 2) */
+    uint64_t flops_bwd;    /* backward FLOPs per row, its input gradient included */
+    uint64_t flops_bwd_first;   /* ... without the input gradient (the first unit skips it) */
+} rm_model_unit;
 
-/* Called by backward after layer l's gradient (W_l and b_l) is final; layers come L-1 .. 0. */
-typedef void (*rm_layer_ready_fn)(void *ud, int layer);
+typedef struct rm_model rm_model;
+typedef struct rm_model_family rm_model_family;
 
-typedef struct rm_model {
+/* Called before unit u reads its parameters in a pass; may be NULL. */
+typedef void (*rm_unit_pre_fn)(void *ud, int unit);
+/* Called once unit u's gradient is final (units come last .. first); may be NULL. */
+typedef void (*rm_unit_ready_fn)(void *ud, int unit);
+/* A unit's gradient, available to be placed piece by piece: inside the call (and only there) the
+ * caller takes the ranges it wants with rm_model_grad_range. The fields after `unit` are the
+ * family's (the MLP: the linear layer's input, output gradient and bias gradient). */
+typedef struct rm_unit_grad {
+    int unit, rows, di, dout;
+    const float *in;   /* [rows x di] */
+    const float *dy;   /* [rows x dout] */
+    const float *db;   /* [dout] */
+    const void *fam;   /* anything else the family needs */
+} rm_unit_grad;
+typedef void (*rm_unit_grad_fn)(void *ud, const rm_unit_grad *g);
+
+/* One pass over units [u0, u1) and batch rows [off, off + rows). */
+typedef struct rm_model_pass {
+    int u0, u1;
+    int off, rows;
+    const float *in;        /* u0's input rows (in_width floats each); NULL: the model's input m->x */
+    float *dy;              /* backward: gradient of unit u1-1's output rows (overwritten) */
+    float *dx;              /* backward: u0's input gradient rows; NULL: not computed */
+    bool accumulate;        /* backward: add to m->grads instead of overwriting them */
+    rm_unit_pre_fn pre;
+    rm_unit_ready_fn ready;
+    rm_unit_grad_fn place;  /* backward: set -> m->grads is neither read nor written */
+    void *ud;
+} rm_model_pass;
+
+/* A model family's operations (one file each; worker/model/mlp.c). */
+struct rm_model_family {
+    const char *name;   /* spec.training.model.type */
+    /* The shape record for a training spec and a data set; field-named errors. */
+    int (*shape)(const rm_training_spec *t, const rm_model_data *d, rm_model_shape *out, rm_err *err);
+    /* m->shape, k, max_batch set: fill nunits, unit[], nparams, x_row_bytes, label_row, classes. */
+    int (*plan)(rm_model *m, rm_err *err);
+    /* Allocate the family's activations and scratch (m->priv) for max_batch rows. */
+    int (*alloc)(rm_model *m, rm_err *err);
+    void (*release)(rm_model *m);
+    /* Initial values of units [u0, u1) into host (floats of that range, starting at unit[u0].off),
+     * the same values whatever the range: a stage's units get what the whole model gives them. */
+    void (*init_params)(const rm_model *m, uint64_t seed, int u0, int u1, float *host);
+    void (*forward)(rm_model *m, const rm_model_pass *p);
+    /* After forward of the last unit over rows [off, off+rows): writes the summed loss to
+     * *loss_sum (device scalar) and replaces the output rows by the loss gradient scaled by
+     * inv_batch. */
+    void (*loss)(rm_model *m, int off, int rows, float inv_batch, float *loss_sum);
+    void (*backward)(rm_model *m, const rm_model_pass *p);
+    void (*grad_range)(const rm_model *m, const rm_unit_grad *g, size_t from, size_t to, float *dst);
+    /* After forward: *correct (device scalar) = rows whose prediction equals the label. */
+    void (*count_correct)(rm_model *m, int rows, int32_t *correct);
+    /* The output rows of unit u from row off (fp32, out_width floats per row). */
+    float *(*output)(const rm_model *m, int unit, int off);
+    /* "784-512-256-10" */
+    void (*describe)(const rm_model_shape *s, char *buf, size_t cap);
+};
+
+struct rm_model {
     const rm_kernels *k;
+    const rm_model_family *family;
     rm_model_shape shape;
-    rm_param_layout layout;
     int max_batch;
-    float *params;          /* flat, layout.total floats */
-    float *grads;           /* flat, same layout */
-    float *x;               /* input batch [max_batch x dims[0]] */
-    int32_t *labels;        /* [max_batch] */
-    float *act[RM_MODEL_MAX_LAYERS];   /* act[l] = output of layer l [max_batch x dims[l+1]];
-                                          the last one holds logits, then dlogits after backward */
-    float *delta[2];        /* ping-pong dX buffers [max_batch x max hidden width] */
+    int nunits;
+    rm_model_unit unit[RM_MODEL_MAX_UNITS];
+    size_t nparams;         /* floats in the flat buffers */
+    size_t unit_off[RM_MODEL_MAX_UNITS];   /* unit[u].off and .len as arrays (fusion, shards, */
+    size_t unit_len[RM_MODEL_MAX_UNITS];   /* checkpoints take ranges as two arrays) */
+    int classes;            /* what a label can be (the loss's range) */
+    size_t x_row_bytes;     /* bytes of one input row in x */
+    int label_row;          /* int32 labels per row */
+    uint64_t scratch_row;   /* floats per row of the family's backward scratch (memory estimates) */
+    float *params;          /* flat, nparams floats */
+    float *grads;           /* flat, same layout (a strategy may free it and place gradients) */
+    void *x;                /* input batch [max_batch x x_row_bytes] */
+    int32_t *labels;        /* [max_batch x label_row] */
     float *loss_sum;        /* device scalar */
     int32_t *correct;       /* device scalar */
-    /* Where forward/backward read layer l's [W | b] (layout.layer_len[l] floats); NULL (the
-     * default) = params + layout.layer_off[l]. Sharded stage "full" points them at the unit
-     * buffers it gathers into; borrowed, never freed by the model. */
-    const float *lparams[RM_MODEL_MAX_LAYERS];
-} rm_model;
+    /* Where passes read unit u's parameters (unit[u].len floats); NULL (the default) =
+     * params + unit[u].off. ZeRO-3 points them at the unit buffers it gathers into; borrowed. */
+    const float *uparams[RM_MODEL_MAX_UNITS];
+    void *priv;             /* the family's activations and scratch */
+};
+
+/* The family named `name` ("mlp"; NULL or "" = "mlp"), or NULL. */
+const rm_model_family *rm_model_family_find(const char *name);
+/* The family of t->model_type and its shape for data d; field-named errors. */
+int rm_model_shape_for(const rm_training_spec *t, const rm_model_data *d, const rm_model_family **fam,
+                       rm_model_shape *out, rm_err *err);
+/* Units and sizes of a shape without allocating anything (the memory estimate, a parameter
+ * server's shard table): fills m's plan fields only; rm_model_free is not needed. */
+int rm_model_plan(rm_model *m, const rm_model_family *f, const rm_model_shape *shape, rm_err *err);
 
 /* Allocate everything for batches up to max_batch. Params are zero until rm_model_init_params. */
-int rm_model_init(rm_model *m, const rm_kernels *k, const rm_model_shape *shape, int max_batch,
-                  rm_err *err);
+int rm_model_init(rm_model *m, const rm_kernels *k, const rm_model_family *f,
+                  const rm_model_shape *shape, int max_batch, rm_err *err);
 void rm_model_free(rm_model *m);
-/* He (Kaiming normal, fan_in) weights from a generator seeded by `seed`, zero biases; identical on
- * every rank for the same seed. Allocates one host staging buffer (init time only). */
+/* The family's initial values, identical on every rank for the same seed. Allocates one host
+ * staging buffer on device tables (init time only). */
 int rm_model_init_params(rm_model *m, uint64_t seed, rm_err *err);
-/* The same values for layers [l0, l1) only (a pipeline stage's): the generator draws the earlier
- * layers' values and drops them, so layer l gets exactly what rm_model_init_params gives it; the
- * parameters outside the range are not touched. Host tables write in place (no staging); device
- * tables stage the range only. RM_EINVAL for an empty or out-of-range range. */
-int rm_model_init_params_layers(rm_model *m, uint64_t seed, int l0, int l1, rm_err *err);
+/* The same values for units [u0, u1) only (a pipeline stage's); the parameters outside the range
+ * are not touched. RM_EINVAL for an empty or out-of-range range. */
+int rm_model_init_params_units(rm_model *m, uint64_t seed, int u0, int u1, rm_err *err);
+void rm_model_shape_str(const rm_model *m, char *buf, size_t cap);
+/* A shape record's words 0..nlayers joined by '-' (what a checkpoint names when shapes differ; the
+ * MLP's description: "784-512-256-10"). */
+void rm_model_shape_words(const rm_model_shape *s, char *buf, size_t cap);
 
-/* Forward on m->x (rows <= max_batch); logits end in m->act[nlayers-1]. */
+/* Whole-batch passes (rows from 0, every unit). */
 void rm_model_forward(rm_model *m, int rows);
-/* Called before layer l's forward (or backward) uses its parameters (sharded stage "full"
- * gathers them here); may be NULL. */
-typedef void (*rm_layer_pre_fn)(void *ud, int layer);
-/* rm_model_forward with pre(ud, l) before each layer (pre may be NULL). */
-void rm_model_forward_hooked(rm_model *m, int rows, rm_layer_pre_fn pre, void *ud);
-/* After forward: loss (sum written to m->loss_sum), dlogits scaled by inv_batch, then backward
- * layer by layer in reverse, calling ready(ud, l) as each layer's gradient is final (ready may be
- * NULL). Gradients are overwritten, not accumulated. */
-void rm_model_backward(rm_model *m, int rows, float inv_batch, rm_layer_ready_fn ready, void *ud);
-/* rm_model_backward with pre(ud, l) before layer l's backward reads its weights (only layers
- * l > 0 read them: layer 0 computes no input gradient). */
-void rm_model_backward_hooked(rm_model *m, int rows, float inv_batch, rm_layer_pre_fn pre,
-                              rm_layer_ready_fn ready, void *ud);
-/* Backward that leaves placing each layer's gradient to the caller (sharded stages keep only a
- * piece of it): for each layer l (L-1 .. 0), once its output gradient and bias gradient are final,
- * place(ud, &g) is called; inside the call (and only there: the next layer overwrites dy) the
- * caller computes the ranges of the layer's gradient it wants with rm_model_grad_range. m->grads
- * is neither read nor written (it may be NULL); the bias gradient goes to db_scratch (the caller's,
- * at least the widest dims[l+1] floats). pre and ready as in rm_model_backward_hooked (pre after
- * place; ready once the layer is done). */
-typedef struct rm_layer_grad {
-    int layer, rows, di, dout;
-    const float *in;   /* [rows x di] the layer's input */
-    const float *dy;   /* [rows x dout] gradient w.r.t. its pre-activation output */
-    const float *db;   /* [dout] the bias gradient */
-} rm_layer_grad;
-typedef void (*rm_layer_grad_fn)(void *ud, const rm_layer_grad *g);
-void rm_model_backward_placed(rm_model *m, int rows, float inv_batch, rm_layer_pre_fn pre,
-                              rm_layer_grad_fn place, rm_layer_ready_fn ready, float *db_scratch,
-                              void *ud);
-/* Floats [from, to) of layer g->layer's gradient in its flat layout ([W | b], as in m->grads at
- * layout.layer_off) into dst (to - from floats, the kernels' memory); from <= to <= di*dout+dout. */
-void rm_model_grad_range(const rm_kernels *k, const rm_layer_grad *g, size_t from, size_t to, float *dst);
-/* After forward: m->correct = rows whose argmax equals the label. */
+void rm_model_forward_hooked(rm_model *m, int rows, rm_unit_pre_fn pre, void *ud);
+/* After forward: the loss (sum to m->loss_sum), its gradient scaled by inv_batch, then backward
+ * unit by unit in reverse, ready(ud, u) as each unit's gradient is final (may be NULL). Gradients
+ * are overwritten, not accumulated. The first unit's input gradient is not computed. */
+void rm_model_backward(rm_model *m, int rows, float inv_batch, rm_unit_ready_fn ready, void *ud);
+void rm_model_backward_hooked(rm_model *m, int rows, float inv_batch, rm_unit_pre_fn pre,
+                              rm_unit_ready_fn ready, void *ud);
+/* Backward that leaves placing each unit's gradient to the caller (place, see rm_unit_grad):
+ * m->grads is neither read nor written (it may be NULL). */
+void rm_model_backward_placed(rm_model *m, int rows, float inv_batch, rm_unit_pre_fn pre,
+                              rm_unit_grad_fn place, rm_unit_ready_fn ready, void *ud);
+/* Floats [from, to) of unit g->unit's gradient, in its flat layout, into dst (the kernels'
+ * memory); from <= to <= unit[g->unit].len. */
+void rm_model_grad_range(const rm_model *m, const rm_unit_grad *g, size_t from, size_t to, float *dst);
+
+/* Passes over a unit and row range (pipeline stages, micro-batches). */
+void rm_model_forward_pass(rm_model *m, const rm_model_pass *p);
+void rm_model_backward_pass(rm_model *m, const rm_model_pass *p);
+/* The loss of rows [off, off + rows) after the last unit's forward, into loss_sum (device scalar);
+ * the output rows become the loss gradient scaled by inv_batch. */
+void rm_model_loss(rm_model *m, int off, int rows, float inv_batch, float *loss_sum);
+/* The output rows of unit u from row off (valid until the next pass writes them). */
+float *rm_model_output(const rm_model *m, int unit, int off);
+/* Row off of the input batch. */
+static inline void *rm_model_input(const rm_model *m, int off)
+{
+    return (char *)m->x + (size_t)off * m->x_row_bytes;
+}
+/* After forward: m->correct = rows whose prediction equals the label. */
 void rm_model_count_correct(rm_model *m, int rows);
+
+/* Units [u0, u1)'s range of the flat buffers. */
+static inline size_t rm_model_units_off(const rm_model *m, int u0) { return m->unit[u0].off; }
+static inline size_t rm_model_units_len(const rm_model *m, int u0, int u1)
+{
+    return m->unit[u1 - 1].off + m->unit[u1 - 1].len - m->unit[u0].off;
+}
+/* Backward FLOPs over forward FLOPs of a whole-model step. */
+double rm_model_bwd_flop_ratio(const rm_model *m);
+/* The widest in/out width of any unit (buffers a pipeline stage sizes once). */
+int rm_model_widest(const rm_model *m);
+/* Bytes of activations for the whole batch: the input rows, every unit's kept activations and the
+ * family's backward scratch. */
+uint64_t rm_model_act_bytes(const rm_model *m);
 
 /* FNV-1a 64 over the parameter bytes (copied to host in chunks through a caller buffer so nothing
  * is allocated); for the cross-rank bit-identity check. */
@@ -133,4 +230,7 @@ uint64_t rm_fnv1a64(const void *p, size_t n, uint64_t h);
  * never touched. For strategies that keep part of a flat vector (pipeline stages, ZeRO-3 units). */
 void rm_model_release_range(const rm_model *m, float *base, size_t from, size_t to);
 #define RM_FNV64_INIT 0xcbf29ce484222325ULL
+
+/* The families built in (worker/model/mlp.c). */
+extern const rm_model_family rm_model_mlp;
 #endif

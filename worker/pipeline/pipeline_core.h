@@ -19,7 +19,7 @@
 #include <stdint.h>
 #include "common/rm.h"
 
-#define RM_PIPE_MAX_STAGES 17        /* every stage holds >= 1 layer: RM_MODEL_MAX_LAYERS */
+#define RM_PIPE_MAX_STAGES 17        /* every stage holds >= 1 unit of the model */
 #define RM_PIPE_MAX_MICRO 4096       /* micro-batches per step (>= 1 sample each) */
 
 typedef enum { RM_PIPE_EV_F = 0, RM_PIPE_EV_B = 1 } rm_pipe_ev_kind;

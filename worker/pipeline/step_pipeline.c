@@ -32,7 +32,7 @@
  * whole-model layout (so offsets, checkpoints and the P = 1 path are unchanged), but a stage holds
  * only its own layers' range [poff, poff + plen) of each, and (P > 1) never writes the others'
  * pages: the CPU table's allocations read as zeros without being resident, the seeded init
- * writes the stage's layers only (rm_model_init_params_layers: the values P = 1 gives them), the
+ * writes the stage's layers only (rm_model_init_params_units: the values P = 1 gives them), the
  * state agreement takes the position over the world and the stage's range from its replica 0 over
  * its data-parallel group (rm_step_allreduce_sync_pos + a range allreduce), evaluation runs the
  * forward through the stages (pl_eval_forward: the last stages count) and the final checksum is
@@ -117,11 +117,9 @@ struct rm_step {
     float *in_act;                  /* [B x widest] received activations (stage input) */
     float *out_grad;                /* [B x widest] received output gradients */
     float *dx;                      /* [B x widest] input gradients to send */
-    float *dbs;                     /* [widest] bias-gradient scratch */
     float *loss_mb;                 /* [M] */
     float *loss_rx;                 /* [M] losses riding on gradient frames */
     float *loss_h;                  /* [M] host copy of loss_mb (device memory) */
-    float *one;                     /* one float 1.0 (device memory: the bias-gradient sum) */
     int widest;
 };
 
@@ -164,9 +162,9 @@ static int parse_env(rm_step *s, rm_err *err)
         return rm_err_field(err, RM_EINVAL, "spec.parallelism.microBatches",
                             "must be 1..min(%d, batchSizePerWorker %d) (got %d)", RM_PIPE_MAX_MICRO,
                             s->env.batch, par.micro_batches);
-    if (par.pipeline_stages > s->env.m->shape.nlayers)
+    if (par.pipeline_stages > s->env.m->nunits)
         return rm_err_field(err, RM_EINVAL, "spec.parallelism.pipelineStages",
-                            "must be <= the model's %d linear layers (got %d)", s->env.m->shape.nlayers,
+                            "must be <= the model's %d units (got %d)", s->env.m->nunits,
                             par.pipeline_stages);
     s->P = par.pipeline_stages;
     s->M = par.micro_batches;
@@ -187,10 +185,8 @@ static void pl_destroy(rm_step *s)
     k->free(s->in_act);
     k->free(s->out_grad);
     k->free(s->dx);
-    k->free(s->dbs);
     k->free(s->loss_mb);
     k->free(s->loss_rx);
-    k->free(s->one);
     free(s->loss_h);
     free(s->xf);
     free(s);
@@ -221,10 +217,7 @@ static int pl_init(const rm_step_env *env, rm_step **out, rm_err *err)
         return rc;
     }
     const rm_model *m = env->m;
-    int w = 0;
-    for (int l = 0; l <= m->shape.nlayers; l++)
-        if (m->shape.dims[l] > w)
-            w = m->shape.dims[l];
+    int w = rm_model_widest(m);
     s->widest = w;
     size_t rows = (size_t)env->batch;
     /* the kernels' memory (zero-filled): host on the CPU, device on a GPU */
@@ -232,24 +225,13 @@ static int pl_init(const rm_step_env *env, rm_step **out, rm_err *err)
     s->in_act = k->alloc(rows * (size_t)w * sizeof(float));
     s->out_grad = k->alloc(rows * (size_t)w * sizeof(float));
     s->dx = k->alloc(rows * (size_t)w * sizeof(float));
-    s->dbs = k->alloc((size_t)w * sizeof(float));
     s->loss_mb = k->alloc((size_t)s->M * sizeof(float));
     s->loss_rx = k->alloc((size_t)s->M * sizeof(float));
     s->loss_h = calloc((size_t)s->M, sizeof(float));
     s->xf = calloc(4 * (size_t)s->M, sizeof *s->xf);
-    if (!k->host_memory)
-        s->one = k->alloc(sizeof(float));
-    if (!s->in_act || !s->out_grad || !s->dx || !s->dbs || !s->loss_mb || !s->loss_rx || !s->loss_h ||
-        !s->xf || (!k->host_memory && !s->one)) {
+    if (!s->in_act || !s->out_grad || !s->dx || !s->loss_mb || !s->loss_rx || !s->loss_h || !s->xf) {
         pl_destroy(s);
         return rm_errf(err, RM_ENOMEM, "pipeline: out of memory for the stage buffers");
-    }
-    if (s->one) {
-        const float one = 1.0f;
-        if ((rc = k->h2d(s->one, &one, sizeof one)) != RM_OK) {
-            pl_destroy(s);
-            return rm_errf(err, rc, "pipeline: cannot set up the stage buffers on %s", k->name);
-        }
     }
     *out = s;
     return RM_OK;
@@ -323,15 +305,15 @@ static int pl_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
     s->r.listener = NULL;
     RM_CHECK(rm_pipe_place_of(r->rank, r->world, s->P, &s->pl, err));
     const rm_model *m = s->env.m;
-    uint64_t cost[RM_MODEL_MAX_LAYERS];
-    for (int l = 0; l < m->shape.nlayers; l++)
-        cost[l] = m->layout.layer_len[l];
-    RM_CHECK(rm_pipe_partition(cost, m->shape.nlayers, s->P, s->bounds, err));
+    uint64_t cost[RM_MODEL_MAX_UNITS];
+    for (int l = 0; l < m->nunits; l++)
+        cost[l] = m->unit_len[l];
+    RM_CHECK(rm_pipe_partition(cost, m->nunits, s->P, s->bounds, err));
     int p = s->pl.stage;
     s->l0 = s->bounds[p];
     s->l1 = s->bounds[p + 1];
-    s->poff = m->layout.layer_off[s->l0];
-    s->plen = m->layout.layer_off[s->l1 - 1] + m->layout.layer_len[s->l1 - 1] - s->poff;
+    s->poff = rm_model_units_off(m, s->l0);
+    s->plen = rm_model_units_len(m, s->l0, s->l1);
     s->nev = rm_pipe_schedule_events(s->schedule, s->P, p, s->M, s->ev);
     if (s->nev < 0)
         return rm_errf(err, RM_EINVAL, "pipeline: bad schedule");
@@ -384,9 +366,9 @@ static int pl_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
     rm_pipe_links_cfg lc = {
         .side = {
             [RM_PIPE_SIDE_PREV] = { .tcp = s->link_prev, .lower = false, .rx = s->in_act,
-                                    .width = m->shape.dims[s->l0], .rx_extra = NULL, .tx_extra = true },
+                                    .width = m->unit[s->l0].in_width, .rx_extra = NULL, .tx_extra = true },
             [RM_PIPE_SIDE_NEXT] = { .tcp = s->link_next, .lower = true, .rx = s->out_grad,
-                                    .width = m->shape.dims[s->l1], .rx_extra = s->loss_rx,
+                                    .width = m->unit[s->l1 - 1].out_width, .rx_extra = s->loss_rx,
                                     .tx_extra = false },
         },
         .B = s->env.batch, .M = s->M, .timeout_s = s->env.timeout_s, .k = s->env.k,
@@ -412,7 +394,7 @@ static int pl_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
         return s->inner_ops->state_fresh(s->inner, seed, err);
     /* P > 1: this stage's layers only (the values P = 1 gives them), its range of the optimizer
      * state zero; the other stages' pages are never touched */
-    RM_CHECK(rm_model_init_params_layers(s->env.m, seed, s->l0, s->l1, err));
+    RM_CHECK(rm_model_init_params_units(s->env.m, seed, s->l0, s->l1, err));
     for (int i = 0; i < s->env.opt->nstate; i++) {
         if (s->env.k->host_memory)
             memset(s->env.opt->state[i] + s->poff, 0, s->plen * sizeof(float));
@@ -499,7 +481,7 @@ static void pl_state_restore(rm_step *s, const void *src, int64_t opt_t, float l
         s->inner_ops->state_restore(s->inner, src, opt_t, loss_scale, scaler_tracker);
     } else {   /* P > 1: take this stage's range of the whole payload, write nothing else */
         const float *f = src;
-        size_t n = s->env.m->layout.total;
+        size_t n = s->env.m->nparams;
         const rm_kernels *k = s->env.k;
         if (k->host_memory) {
             memcpy(s->env.m->params + s->poff, f + s->poff, s->plen * sizeof(float));
@@ -550,7 +532,7 @@ static int pl_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
  * over the world (x + 0 + ... + 0 = x exactly). */
 static int whole(rm_step *s, float *buf, rm_err *err)
 {
-    size_t n = s->env.m->layout.total;
+    size_t n = s->env.m->nparams;
     if (s->r.world == 1)
         return RM_OK;
     if (s->pl.replica != 0) {
@@ -592,51 +574,24 @@ static int pl_state_gather(rm_step *s, void *dst, rm_err *err)
 /* ---------------------------------------------------------------------------------------------- */
 /* the step                                                                                        */
 
+/* in0: the stage's input rows (NULL on the first stage: the model's input batch) */
 static void stage_forward(rm_step *s, int off, int n, const float *in0)
 {
-    const rm_kernels *k = s->env.k;
-    const rm_model *m = s->env.m;
-    int L = m->shape.nlayers;
-    const float *in = in0;
-    for (int l = s->l0; l < s->l1; l++) {
-        int di = m->shape.dims[l], dout = m->shape.dims[l + 1];
-        float *y = m->act[l] + (size_t)off * (size_t)dout;
-        k->gemm(false, false, n, dout, di, 1.0f, in, di, m->params + m->layout.w_off[l], dout, 0.0f, y,
-                dout);
-        k->bias_act_fwd(y, m->params + m->layout.b_off[l], n, dout, l == L - 1 ? RM_ACT_NONE : RM_ACT_RELU);
-        in = y;
-    }
+    rm_model_pass p = { .u0 = s->l0, .u1 = s->l1, .off = off, .rows = n, .in = in0 };
+    rm_model_forward_pass(s->env.m, &p);
 }
 
 /* dy: gradient of the stage output for these rows; first: the first backward of the step
- * (gradients are written, later ones accumulate). The input gradient lands in s->dx rows. */
+ * (gradients are written, later ones accumulate). The input gradient lands in s->dx rows (not on
+ * the first stage: nothing consumes it). */
 static void stage_backward(rm_step *s, int off, int n, float *dy, const float *in0, bool first)
 {
-    const rm_kernels *k = s->env.k;
     rm_model *m = s->env.m;
-    int L = m->shape.nlayers, pp = 0;
-    for (int l = s->l1 - 1; l >= s->l0; l--) {
-        int di = m->shape.dims[l], dout = m->shape.dims[l + 1];
-        const float *in = l == s->l0 ? in0 : m->act[l - 1] + (size_t)off * (size_t)di;
-        float *db = m->grads + m->layout.b_off[l];
-        k->bias_act_bwd(dy, m->act[l] + (size_t)off * (size_t)dout, first ? db : s->dbs, n, dout,
-                        l == L - 1 ? RM_ACT_NONE : RM_ACT_RELU);
-        if (!first && k->host_memory) {
-            for (int c = 0; c < dout; c++)
-                db[c] += s->dbs[c];
-        } else if (!first) {   /* device memory: db[1 x dout] += one[1 x 1] * dbs[1 x dout] */
-            k->gemm(false, false, 1, dout, 1, 1.0f, s->one, 1, s->dbs, dout, 1.0f, db, dout);
-        }
-        k->gemm(true, false, di, dout, n, 1.0f, in, di, dy, dout, first ? 0.0f : 1.0f,
-                m->grads + m->layout.w_off[l], dout);
-        if (l > s->l0 || s->pl.stage > 0) {
-            float *dxo = l > s->l0 ? m->delta[pp] : s->dx + (size_t)off * (size_t)di;
-            pp ^= 1;
-            k->gemm(false, true, n, di, dout, 1.0f, dy, dout, m->params + m->layout.w_off[l], dout, 0.0f,
-                    dxo, di);
-            dy = dxo;
-        }
-    }
+    rm_model_pass p = { .u0 = s->l0, .u1 = s->l1, .off = off, .rows = n, .in = in0, .dy = dy,
+                        .accumulate = !first };
+    if (s->pl.stage > 0)
+        p.dx = s->dx + (size_t)off * (size_t)m->unit[s->l0].in_width;
+    rm_model_backward_pass(m, &p);
 }
 
 /* Give back every page of the parameter, gradient and optimizer buffers outside this stage's
@@ -647,7 +602,7 @@ static void release_others(rm_step *s)
     if (s->P == 1)
         return;
     rm_model *m = s->env.m;
-    size_t n = m->layout.total, a = s->poff, b = s->poff + s->plen;
+    size_t n = m->nparams, a = s->poff, b = s->poff + s->plen;
     float *bufs[2 + 2] = { m->params, m->grads, NULL, NULL };
     for (int i = 0; i < s->env.opt->nstate && i < 2; i++)
         bufs[2 + i] = s->env.opt->state[i];
@@ -665,7 +620,7 @@ static void release_others(rm_step *s)
 static int issue_group(rm_step *s, int *xi, uint64_t *sent, rm_err *err)
 {
     const rm_model *m = s->env.m;
-    int din = m->shape.dims[s->l0], dout = m->shape.dims[s->l1];
+    int din = m->unit[s->l0].in_width, dout = m->unit[s->l1 - 1].out_width;
     int g = s->xf[*xi].group;
     size_t hdr = s->lk == rm_pipe_link_tcp_ops() ? sizeof(rm_net_frame) : 0;
     RM_CHECK(s->lk->begin(s->links, err));
@@ -675,7 +630,7 @@ static int issue_group(rm_step *s, int *xi, uint64_t *sent, rm_err *err)
         if (x->op == RM_PIPE_XF_RECV) {
             rc = s->lk->recv(s->links, x->side, x->mb, err);
         } else if (!x->grad) {   /* forward: this stage's output rows to p+1 */
-            const float *y = m->act[s->l1 - 1] + (size_t)x->row_off * (size_t)dout;
+            const float *y = rm_model_output(m, s->l1 - 1, x->row_off);
             rc = s->lk->send(s->links, RM_PIPE_SIDE_NEXT, y, (size_t)x->rows * (size_t)dout, NULL, err);
             *sent += (size_t)x->rows * (size_t)dout * sizeof(float) + hdr;
         } else {                 /* backward: the input gradient rows and the loss to p-1 */
@@ -695,8 +650,7 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
         release_others(s);
     const rm_kernels *k = s->env.k;
     rm_model *m = s->env.m;
-    int L = m->shape.nlayers, C = m->shape.dims[L];
-    int din = m->shape.dims[s->l0], dout = m->shape.dims[s->l1];
+    int L = m->nunits, din = m->unit[s->l0].in_width;
     bool first_stage = s->pl.stage == 0, last_stage = s->pl.stage == s->P - 1;
     if (rows != s->env.batch)
         return rm_errf(err, RM_EINVAL, "pipeline: batch of %d rows, the stages were sized for %d", rows,
@@ -711,8 +665,7 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
         double e0 = rm_mono(), w0 = waited;
         int mb = s->ev[i].mb, off, n;
         rm_pipe_micro_rows(rows, s->M, mb, &off, &n);
-        const float *in0 = first_stage ? m->x + (size_t)off * (size_t)din
-                                       : s->in_act + (size_t)off * (size_t)din;
+        const float *in0 = first_stage ? NULL : s->in_act + (size_t)off * (size_t)din;
         /* a receive that opens its group (no send before it to share one): issue it now */
         if (xi < s->nxf && s->xf[xi].event == i && s->xf[xi].op == RM_PIPE_XF_RECV)
             RM_CHECK(issue_group(s, &xi, &sent, err));
@@ -722,8 +675,7 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
             if (n > 0) {
                 stage_forward(s, off, n, in0);
                 if (last_stage) {
-                    float *y = m->act[s->l1 - 1] + (size_t)off * (size_t)dout;
-                    k->softmax_xent_fwd_bwd(y, m->labels + off, n, C, inv_batch, y, m->loss_sum);
+                    rm_model_loss(m, off, n, inv_batch, m->loss_sum);
                     if (k->host_memory)
                         s->loss_mb[mb] = *m->loss_sum;
                     else
@@ -733,10 +685,10 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
         } else {
             float *dy;
             if (last_stage) {
-                dy = m->act[L - 1] + (size_t)off * (size_t)C;
+                dy = rm_model_output(m, L - 1, off);
             } else {
                 RM_CHECK(s->lk->wait(s->links, RM_PIPE_SIDE_NEXT, s->nbwd + (uint64_t)mb + 1, &waited, err));
-                dy = s->out_grad + (size_t)off * (size_t)dout;
+                dy = s->out_grad + (size_t)off * (size_t)m->unit[s->l1 - 1].out_width;
                 if (k->host_memory)
                     s->loss_mb[mb] = s->loss_rx[mb];
                 else
@@ -843,13 +795,13 @@ static int pl_eval_forward(rm_step *s, int rows, bool *logits, rm_err *err)
         rm_model_forward(m, rows);
         return RM_OK;
     }
-    int B = s->env.batch, din = m->shape.dims[s->l0], dout = m->shape.dims[s->l1];
+    int B = s->env.batch, din = m->unit[s->l0].in_width, dout = m->unit[s->l1 - 1].out_width;
     bool first_stage = s->pl.stage == 0, last_stage = s->pl.stage == s->P - 1;
     if (rows < 1 || rows > B)
         return rm_errf(err, RM_EINVAL, "pipeline: evaluation batch of %d rows (1..%d)", rows, B);
     if (first_stage && rows < B)
-        RM_CHECK(dev_rc(s, s->env.k->memset0(m->x + (size_t)rows * (size_t)din,
-                                             (size_t)(B - rows) * (size_t)din * sizeof(float)), err));
+        RM_CHECK(dev_rc(s, s->env.k->memset0(rm_model_input(m, rows),
+                                             (size_t)(B - rows) * m->x_row_bytes), err));
     double waited = 0;
     const rm_pipe_link_ops *lk = s->lk;
     for (int mb = 0; mb < s->M; mb++) {
@@ -859,11 +811,10 @@ static int pl_eval_forward(rm_step *s, int rows, bool *logits, rm_err *err)
             RM_CHECK(pl_group(s, RM_PIPE_SIDE_PREV, mb, -1, NULL, 0, NULL, err));   /* its receive */
             RM_CHECK(lk->wait(s->links, RM_PIPE_SIDE_PREV, s->nfwd + (uint64_t)mb + 1, &waited, err));
         }
-        const float *in0 = first_stage ? m->x + (size_t)off * (size_t)din
-                                       : s->in_act + (size_t)off * (size_t)din;
+        const float *in0 = first_stage ? NULL : s->in_act + (size_t)off * (size_t)din;
         stage_forward(s, off, n, in0);
         if (!last_stage)
-            RM_CHECK(pl_group(s, -1, 0, RM_PIPE_SIDE_NEXT, m->act[s->l1 - 1] + (size_t)off * (size_t)dout,
+            RM_CHECK(pl_group(s, -1, 0, RM_PIPE_SIDE_NEXT, rm_model_output(m, s->l1 - 1, off),
                               (size_t)n * (size_t)dout, NULL, err));
     }
     if (!first_stage)
@@ -939,15 +890,15 @@ static void pl_data_slot(const rm_step *s, int *slot, int *nslots)
 static void pl_memory(const rm_step *s, rm_step_memory *out)
 {
     const rm_model *m = s->env.m;
-    uint64_t T = s->plen ? s->plen : m->layout.total, f = sizeof(float);
+    uint64_t T = s->plen ? s->plen : m->nparams, f = sizeof(float);
     memset(out, 0, sizeof *out);
     out->params = out->grads = T * f;
     out->optimizer = (uint64_t)s->env.opt->nstate * T * f;
     uint64_t mbrows = (uint64_t)((s->env.batch + s->M - 1) / s->M), per = 0;
     for (int l = s->l0; l < s->l1; l++)
-        per += (uint64_t)m->shape.dims[l + 1];
+        per += m->unit[l].act_floats;
     if (s->pl.stage > 0)
-        per += (uint64_t)m->shape.dims[s->l0];   /* received input */
+        per += (uint64_t)m->unit[s->l0].in_width;   /* received input */
     out->activations = (uint64_t)s->inflight * mbrows * per * f;
 }
 

@@ -38,6 +38,7 @@
 #include "worker/comm/net.h"
 #include "worker/optim/optim.h"
 #include "worker/ps/ps_core.h"
+#include "worker/data/data.h"
 #include "worker/ps/ps_wire.h"
 
 #define PS_IDLE_S 600.0          /* a connection silent this long is closed */
@@ -499,7 +500,7 @@ static void *accept_main(void *arg)
 static uint64_t shape_hash(const rm_model_shape *sh)
 {
     uint64_t h = 1469598103934665603ull;
-    for (int i = 0; i <= sh->nlayers && i < RM_MODEL_MAX_LAYERS + 1; i++)
+    for (int i = 0; i <= sh->nlayers && i < RM_MODEL_SHAPE_WORDS; i++)
         h = (h ^ (uint64_t)(uint32_t)sh->dims[i]) * 1099511628211ull;
     return h;
 }
@@ -736,13 +737,16 @@ static int settings(server *s, int argc, char **argv, rm_err *err)
 static int setup(server *s, rm_err *err)
 {
     const rm_kernels *k = rm_kernels_cpu();
-    RM_CHECK(rm_model_shape_make(&s->shape, RM_MODEL_INPUT, s->t.hidden, s->t.nhidden,
-                                 RM_MODEL_CLASSES, err));
-    rm_param_layout lay;
-    rm_model_layout(&s->shape, &lay);
-    s->total = lay.total;
+    /* the model's shape from the data set's headers, as every worker reads them */
+    const rm_model_family *fam;
+    rm_model_data md;
+    rm_model lay;   /* the plan only: units and sizes */
+    RM_CHECK(rm_dataset_probe(s->t.data_dir, &md.inputs, &md.classes, err));
+    RM_CHECK(rm_model_shape_for(&s->t, &md, &fam, &s->shape, err));
+    RM_CHECK(rm_model_plan(&lay, fam, &s->shape, err));
+    s->total = lay.nparams;
     size_t off[RM_PS_MAX_SERVERS], len[RM_PS_MAX_SERVERS];
-    RM_CHECK(rm_ps_partition(lay.total, lay.layer_off, lay.nlayers, s->nservers, off, len, err));
+    RM_CHECK(rm_ps_partition(lay.nparams, lay.unit_off, lay.nunits, s->nservers, off, len, err));
     s->off = off[s->index];
     s->len = len[s->index];
     s->params = malloc(s->len * sizeof(float));
@@ -754,7 +758,7 @@ static int setup(server *s, rm_err *err)
     if (!ckpt_restore(s)) {
         /* the same initial weights every worker's model would draw from the seed */
         rm_model m;
-        RM_CHECK(rm_model_init(&m, k, &s->shape, 1, err));
+        RM_CHECK(rm_model_init(&m, k, fam, &s->shape, 1, err));
         int rc = rm_model_init_params(&m, s->t.seed, err);
         if (rc == RM_OK)
             memcpy(s->params, m.params + s->off, s->len * sizeof(float));

@@ -80,16 +80,16 @@ static int lb_init(const rm_step_env *env, rm_step **out, rm_err *err)
                                  env->token, getenv(RM_ENV_WORKER_ID), err);
     if (rc == RM_OK)
         rm_ps_registry_set_cancel(&s->reg, env->cancel, NULL);
-    const rm_param_layout *lay = &env->m->layout;
+    const rm_model *mod = env->m;
     if (rc == RM_OK)
-        rc = rm_ps_partition(lay->total, lay->layer_off, lay->nlayers, s->S, s->off, s->len, err);
+        rc = rm_ps_partition(mod->nparams, mod->unit_off, mod->nunits, s->S, s->off, s->len, err);
     s->portion_size = rm_lbfgs_portion_size(env->train_samples, s->P, env->batch);
     s->full = s->portion_size * s->P;
     if (rc == RM_OK && s->portion_size < 1)
         rc = rm_err_field(err, RM_EINVAL, "spec.training.optimizer.portions", "%d portions of at "
                           "least one batch (%d) do not fit the training set (%lld samples)", s->P,
                           env->batch, (long long)env->train_samples);
-    if (rc == RM_OK && !(s->acc = calloc(lay->total, sizeof(float))))
+    if (rc == RM_OK && !(s->acc = calloc(mod->nparams, sizeof(float))))
         rc = rm_errf(err, RM_ENOMEM, "lbfgs: out of memory");
     if (rc) {
         rm_ps_registry_free(&s->reg);
@@ -229,7 +229,7 @@ static int lb_claim(rm_step *s, rm_step_claim *c, rm_err *err)
             s->portion_start = rep.b;
             s->chunk = 0;
             s->loss_sum = 0;
-            memset(s->acc, 0, s->env.m->layout.total * sizeof(float));
+            memset(s->acc, 0, s->env.m->nparams * sizeof(float));
             answer(s, c);
             return RM_OK;
         }
@@ -242,7 +242,7 @@ static int lb_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
 {
     (void)lr;
     rm_model *m = s->env.m;
-    size_t n = m->layout.total;
+    size_t n = m->nparams;
     memset(st, 0, sizeof *st);
     if (s->portion < 0)
         return rm_errf(err, RM_EINVAL, "lbfgs: a step without a portion");

@@ -92,11 +92,11 @@ static int ps_init(const rm_step_env *env, rm_step **out, rm_err *err)
     if (rc == RM_OK && s->ps.replicas != s->S)
         rc = rm_err_field(err, RM_EINVAL, RM_ENV_PS_ADDRS, "lists %d servers, "
                           "spec.parameterServer.replicas is %d", s->S, s->ps.replicas);
-    const rm_param_layout *lay = &env->m->layout;
+    const rm_model *mod = env->m;
     if (rc == RM_OK)
-        rc = rm_ps_partition(lay->total, lay->layer_off, lay->nlayers, s->S, s->off, s->len, err);
+        rc = rm_ps_partition(mod->nparams, mod->unit_off, mod->nunits, s->S, s->off, s->len, err);
     if (rc == RM_OK && s->ps.mode == RM_PS_ASYNC &&
-        !(s->acc = calloc(lay->total, sizeof(float))))
+        !(s->acc = calloc(mod->nparams, sizeof(float))))
         rc = rm_errf(err, RM_ENOMEM, "parameterServer strategy: out of memory");
     if (rc) {
         rm_ps_registry_free(&s->reg);
@@ -410,7 +410,7 @@ static int ps_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     st->compute_s = t0 - tc;
     rm_ps_rep rep[RM_PS_MAX_SERVERS];
     int N = s->r.world > 0 ? s->r.world : 1;
-    size_t n = m->layout.total;
+    size_t n = m->nparams;
     if (s->ps.mode == RM_PS_SYNC) {
         rm_ps_req q = {.op = RM_PS_OP_PUSH, .worker = (uint32_t)s->worker, .world = (uint32_t)N,
                        .step = s->version, .from_version = s->version, .lr = lr};
