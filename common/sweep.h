@@ -1,5 +1,5 @@
 /* sweep.h — the TrainingSweep kind (group ringmaster.dev, v1alpha1; fields fixed by
- * ../shared/docs/strategies.md, "TrainingSweep"): hyperparameter parallelism, many TrainingJobs
+ * docs/strategies.md#trainingsweep): hyperparameter parallelism, many TrainingJobs
  * ("trials") from one manifest, with median early stopping.
  *
  * This module is the pure core shared by `ringmaster validate`, `ringmaster run -f sweep.yaml` and

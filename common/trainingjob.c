@@ -1,5 +1,5 @@
 /* trainingjob.c — the TrainingJob type: strict parse, defaults, validation, serialization
- * (see trainingjob.h and ../shared/docs/trainingjob-api.md).
+ * (see trainingjob.h and docs/trainingjob-api.md).
  *
  * Design: one table of names per enum and one small parser per JSON object, each of which first
  * rejects unknown keys (so a typo like "spec.training.epoch" is an error naming its path, not a

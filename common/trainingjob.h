@@ -1,5 +1,5 @@
 /* trainingjob.h — the TrainingJob type (group ringmaster.dev, v1alpha1; see
- * ../shared/docs/trainingjob-api.md and the CRD in deploy/crd/): parse from JSON (strict: unknown
+ * docs/trainingjob-api.md and the CRD in deploy/crd/): parse from JSON (strict: unknown
  * fields are errors naming their path), apply defaults, validate with errors that name the field
  * ("spec.minReplicas: must be <= spec.replicas"), serialize back.
  *
@@ -124,7 +124,7 @@ enum {
 #define RM_LBFGS_MAX_HISTORY 100
 #define RM_LBFGS_MAX_PORTIONS 100000
 
-/* spec.strategy and spec.parameterServer (../shared/docs/strategies.md; issue 12). */
+/* spec.strategy and spec.parameterServer (docs/strategies.md#parameter-servers). */
 typedef enum { RM_STRATEGY_ALLREDUCE = 0, RM_STRATEGY_PS } rm_strategy;
 typedef enum { RM_PS_SYNC = 0, RM_PS_ASYNC } rm_ps_mode;
 #define RM_PS_MAX_SERVERS 64
@@ -208,7 +208,7 @@ typedef struct rm_tj_spec {
     rm_ps_spec ps;              /* spec.parameterServer (strategy parameterServer) */
     rm_par_spec par;            /* spec.parallelism (pipeline stages; issue 15) */
     uint32_t set;               /* RM_TJ_SET_*: given explicitly (see rm_training_spec.set) */
-    /* spec.runPolicy.schedulingPolicy (Kubeflow's names; ../shared/docs/gang-kueue.md §3): what a
+    /* spec.runPolicy.schedulingPolicy (Kubeflow's names; docs/gang-kueue.md §3): what a
      * gang scheduler's PodGroup gets. Strings NULL = unset; min_resources an owned object of
      * resource name -> quantity (NULL = computed from the template, operator/gang.h). */
     struct {

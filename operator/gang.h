@@ -1,7 +1,7 @@
 /* gang.h — gang scheduling (Volcano / scheduler-plugins coscheduling PodGroups) and Kueue's
  * Workload protocol as PURE cores: no I/O, no clock; the kube runtime (operator/kube/runtime.c)
  * reads the objects, calls these, and executes what they decide. Reference:
- * ../shared/docs/gang-kueue.md (§1 Volcano, §2 coscheduling, §4(b) self-managed Workload, §6).
+ * docs/gang-kueue.md (§1 Volcano, §2 coscheduling, §4(b) self-managed Workload, §6).
  *
  *  - a pod's effective requests: common/podres.h (shared with kubesim's scheduler).
  *  - rm_gang_podgroup: the PodGroup of a job (name = job, controller ownerReference, minMember =

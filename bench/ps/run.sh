@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/ps/run.sh — the straggler experiment of issue 12 (../shared/docs/strategies.md): the same
+# bench/ps/run.sh — the straggler experiment (docs/strategies.md#parameter-servers): the same
 # Fashion-MNIST job through the ring allreduce, synchronous parameter servers (b = 0 and b = 1
 # backup workers) and asynchronous Downpour (s = 0 unbounded, s = 4), with no straggler, a
 # persistent one (slow:rank=1:factor=4) and a transient one (slow only between two steps), all

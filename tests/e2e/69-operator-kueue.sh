@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 69-operator-kueue: the self-managed Workload protocol (../shared/docs/gang-kueue.md §4(b)) as a
+# 69-operator-kueue: the self-managed Workload protocol (docs/gang-kueue.md §4(b)) as a
 # contract test: Kueue itself is not simulated, the test plays Kueue by writing the Workload's
 # status with kubectl (Workload and ResourceFlavor CRDs: the real schemas, fixtures/crds/).
 #  - a job labelled kueue.x-k8s.io/queue-name is suspended at once, gets its Workload (one pod set

@@ -1,6 +1,6 @@
 /* api.c — kubesim's REST layer: path parsing, verbs, CRUD, list paging, watch streams, patch,
  * deletion, status/scale subresources and the generic update rules (rules D–K of
- * ../shared/docs/kube-api-double.md).
+ * docs/kube-api-double.md).
  *
  * Design: every request is parsed into a ks_ri (kind, namespace, name, subresource, verb), logged,
  * checked against the fault table, then dispatched. Writes build the candidate object on a

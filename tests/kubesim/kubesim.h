@@ -1,5 +1,5 @@
 /* kubesim.h — the shared context of the Kubernetes API double (see tests/kubesim/README.md and
- * ../shared/docs/kube-api-double.md for the rules it follows).
+ * docs/kube-api-double.md for the rules it follows).
  *
  * Design: one process-wide context (ks_server) owns everything: the kind registry, one hash table
  * per kind (core and events.k8s.io Events share one), the global resourceVersion counter, the

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Rule-by-rule checks of kubesim's API (../shared/docs/kube-api-double.md) over raw HTTP:
+"""Rule-by-rule checks of kubesim's API (docs/kube-api-double.md) over raw HTTP:
 resourceVersion/409, paging + continue + 410, watch replay/bookmarks/410/selector transitions,
 label and field selectors, finalizers, foreground/orphan deletion, generateName, status
 subresource and generation, patches, fieldValidation, errors, scale, events, namespaces,
