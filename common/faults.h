@@ -2,7 +2,7 @@
  *   "exit:rank=1:step=300"                 rank 1 dies abruptly (_exit(137)) when it reaches step 300
  *   "hang:rank=2:step=100"                 rank 2 stops making progress (no steps, reports, beats)
  *   "exit:rank=1:step=300;exit:rank=2:step=900"   several, separated by ';'
- *   "exit:role=ps:index=0:step=500"        parameter server 0 dies at version 500 (issue 12)
+ *   "exit:role=ps:index=0:step=500"        parameter server 0 dies at version 500
  *   "slow:rank=1:factor=4[:step=S][:until=U]"  a straggler: from step S (default 0) to step U
  *                                          (default: the end) rank 1's every step takes factor
  *                                          times as long (it sleeps (factor-1)x its compute time)

@@ -8,18 +8,18 @@
  * Shutdown is graceful: stop accepting (quiesce), raise the `stopping` flag that long polls and
  * streams watch, wait (bounded) for in-flight requests to complete, then stop MHD.
  *
- * Slow clients (issue 20 items 4-5: 2,100 never-finished requests used to fill the connection cap
- * and silence the rendezvous and the probes): every connection is tracked from MHD's connection
- * notifications in a list with its phase — waiting for a request's headers, reading its body, or
- * served (a handler runs or a response goes out: never cut, long polls and watch streams live
- * here). A sweeper thread cuts (shutdown(2), so MHD's own thread sees EOF and cleans up) any
- * connection whose headers have not all arrived header_timeout_s after its accept, or whose body
- * has not body_timeout_s after its headers; MHD's idle timeout covers idle keep-alive. And when a
- * connection arrives while its address already has max_pending_per_ip unserved connections (or
- * the server max_pending), the oldest of them is cut to make room: a client that sends its request
- * at once is never the oldest, so a slow flood from one address costs that address its own slots
- * and nobody else's. NOTIFY_CLOSED runs before MHD closes the socket and takes the list lock, so
- * a cut never reaches a reused descriptor. Cuts are logged at most 5 per 10 s. */
+ * Slow clients (docs/architecture.md#robustness: 2,100 never-finished requests used to fill the
+ * connection cap and silence the rendezvous and the probes): every connection is tracked from MHD's
+ * connection notifications in a list with its phase — waiting for a request's headers, reading its
+ * body, or served (a handler runs or a response goes out: never cut, long polls and watch streams live
+ * here). A sweeper thread cuts (shutdown(2), so MHD's own thread sees EOF and cleans up) any connection
+ * whose headers have not all arrived header_timeout_s after its accept, or whose body has not
+ * body_timeout_s after its headers; MHD's idle timeout covers idle keep-alive. And when a connection
+ * arrives while its address already has max_pending_per_ip unserved connections (or the server
+ * max_pending), the oldest of them is cut to make room: a client that sends its request at once is
+ * never the oldest, so a slow flood from one address costs that address its own slots and nobody
+ * else's. NOTIFY_CLOSED runs before MHD closes the socket and takes the list lock, so a cut never
+ * reaches a reused descriptor. Cuts are logged at most 5 per 10 s. */
 #include "common/http.h"
 #include "common/clock.h"
 #include "common/buf.h"

@@ -1131,7 +1131,7 @@ int rm_rdzv_snapshot(rm_rdzv *r, const char *jobname, rm_rdzv_state *out)
     return rc;
 }
 
-/* ---------------- topology (issue 19) ---------------- */
+/* ---------------- topology (docs/strategies.md#topology) ---------------- */
 
 int rm_rdzv_node_index(const rm_rdzv_peer *peers, int world, int *idx)
 {

@@ -4,7 +4,7 @@
  * Protocol: HTTP/1.1 + JSON, every request carries "Authorization: Bearer <job token>"
  * (wrong/missing → 401, unknown job → 404). JOB is "namespace/name", URL-escaped as ns/name.
  *   POST /v1/jobs/NS/NAME/join   {"workerId":"3","addr":"127.0.0.5:40123","lastEpoch":E,
- *        "node":"node-a"}   (node optional: the worker's node name, NODE_NAME; issue 19)
+ *        "node":"node-a"}   (node optional: the worker's node name, NODE_NAME)
  *        long poll (server holds up to ~10 s) →
  *        200 {"epoch":E,"rank":r,"worldSize":n,"peers":[{"rank":0,"workerId":"0","addr":"...",
  *             "node":"node-a"},..]}   (a peer's "node" is "" when it sent none)
@@ -20,8 +20,8 @@
  *        so far, at most RM_RDZV_MAX_EVALS: an epoch shorter than the report period is not lost)}
  *        → 200 {"epoch":CURRENT,"action":"continue"|"rejoin"|"stop"}
  *   GET  /v1/jobs/NS/NAME   → the job's rendezvous state (debugging)
- * Servers (parameter servers, strategies.md "Roles"): servers register where they serve, workers
- *        read the list (a replaced server overwrites its entry; cluster names need no DNS):
+ * Servers (docs/strategies.md#roles-names-environment): parameter servers register where they serve,
+ *        workers read the list (a replaced server overwrites its entry; cluster names need no DNS):
  *   PUT  /v1/jobs/NS/NAME/servers/I   {"addr":"host:port"}, I in 0..RM_RDZV_MAX_SERVERS-1 → 204
  *   GET  /v1/jobs/NS/NAME/servers     → 200 {"servers":["host:port" | "" (not yet), ...]} (index order)
  * Polling joins: a join body may carry "wait": seconds (0..10, default 10) to hold it less; such
@@ -146,9 +146,10 @@ typedef struct rm_rdzv_peer {
     char node[RM_RDZV_NODE_MAX + 1];   /* the node it runs on ("" = not reported) */
 } rm_rdzv_peer;
 
-/* Where the ranks of a round sit (issue 19; pure, from the peers' node names). Nodes are numbered
- * in order of their lowest rank; a rank's local rank is its position among its node's ranks in rank
- * order, local_world their number. Ranks that reported no node ("") count as one node "". */
+/* Where the ranks of a round sit (docs/strategies.md#topology; pure, from the peers' node names).
+ * Nodes are numbered in order of their lowest rank; a rank's local rank is its position among its
+ * node's ranks in rank order, local_world their number. Ranks that reported no node ("") count as
+ * one node "". */
 typedef struct rm_rdzv_topo {
     int nnodes;          /* distinct nodes */
     int node_index;      /* this rank's node, 0..nnodes-1 */

@@ -710,7 +710,7 @@ int rm_tj_name_max(int max_replicas)
     return RM_TJ_LABEL_MAX - (int)strlen(RM_TJ_WORKER_INFIX) - decimal_digits(max_replicas - 1);
 }
 
-/* ---- spec.strategy / spec.parameterServer (strategies.md; issue 12) ------------------------------ */
+/* ---- spec.strategy / spec.parameterServer (docs/strategies.md#parameter-servers) ---------------- */
 
 static void add_num(cJSON *o, const char *k, double v, bool given);
 
@@ -830,7 +830,7 @@ static int ps_validate(const rm_tj_spec *s, rm_err *err)
     return RM_OK;
 }
 
-/* ---- spec.parallelism (strategies.md; issue 15) ------------------------------------------------ */
+/* ---- spec.parallelism (docs/strategies.md#pipeline-stages) -------------------------------------- */
 
 const char *const rm_pipe_schedule_names[] = { "1f1b", "gpipe", NULL };
 
@@ -932,10 +932,10 @@ int rm_par_validate(const rm_tj_spec *s, rm_err *err)
     return RM_OK;
 }
 
-/* spec.training.optimizer.type lbfgs (Sandblaster, issue 13) against the rest of the spec: the
- * coordinator and the (s, y) history live on the parameter servers, and a pass is a synchronous
- * full-batch evaluation, so it needs spec.strategy parameterServer in mode sync; stragglers are
- * answered by reissuing portions, so backup workers have no meaning there. */
+/* spec.training.optimizer.type lbfgs (docs/strategies.md#sandblaster-l-bfgs) against the rest of the
+ * spec: the coordinator and the (s, y) history live on the parameter servers, and a pass is a
+ * synchronous full-batch evaluation, so it needs spec.strategy parameterServer in mode sync; stragglers
+ * are answered by reissuing portions, so backup workers have no meaning there. */
 static int lbfgs_validate(const rm_tj_spec *s, rm_err *err)
 {
     const char *O = "spec.training.optimizer.type";

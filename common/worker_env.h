@@ -9,7 +9,7 @@
 #define RM_WORKER_ENV_H
 
 /* ringmaster's own contract */
-#define RM_ENV_ROLE "RINGMASTER_ROLE"                   /* "worker" (strategies.md: | "ps") */
+#define RM_ENV_ROLE "RINGMASTER_ROLE"                   /* "worker" | "ps" (docs/strategies.md) */
 #define RM_ENV_RENDEZVOUS "RINGMASTER_RENDEZVOUS"       /* http://host:port of the rendezvous */
 #define RM_ENV_JOB "RINGMASTER_JOB"                     /* "namespace/name" */
 #define RM_ENV_TOKEN "RINGMASTER_TOKEN"                 /* rendezvous + ring handshake secret */
@@ -22,13 +22,13 @@
 #define RM_ENV_BIND_ADDR "RINGMASTER_BIND_ADDR"         /* address the worker listens on */
 #define RM_ENV_BACKEND "RINGMASTER_BACKEND"             /* resolved: ring | nccl | mpi */
 #define RM_ENV_TRAINING "RINGMASTER_TRAINING"           /* spec.training as compact JSON */
-/* parameter servers (strategies.md; issue 12) */
+/* parameter servers (docs/strategies.md#parameter-servers) */
 #define RM_ENV_STRATEGY "RINGMASTER_STRATEGY"           /* "allreduce" | "parameterServer" */
 #define RM_ENV_PS_SPEC "RINGMASTER_PARAMETER_SERVER"    /* spec.parameterServer as compact JSON */
 #define RM_ENV_PS_ADDRS "RINGMASTER_PS_ADDRS"           /* "host:port,..." index order */
 #define RM_ENV_PS_INDEX "RINGMASTER_PS_INDEX"           /* a server's shard index (role ps) */
 #define RM_PORT_PS 29600                                /* a server's port on a cluster */
-/* pipeline stages (strategies.md; issue 15): spec.parallelism as compact JSON, set when
+/* pipeline stages (docs/strategies.md#pipeline-stages): spec.parallelism as compact JSON, set when
  * pipelineStages or microBatches is above 1. The worker derives its stage, data-parallel group
  * and neighbours from its rendezvous rank: rank r = d*P + p (worker/pipeline/pipeline_core.h). */
 #define RM_ENV_PARALLELISM "RINGMASTER_PARALLELISM"
@@ -57,15 +57,15 @@
 #define RM_PORT_MASTER 29500          /* MASTER_PORT, PET_MASTER_PORT, the Service's "master" port */
 #define RM_PORT_WORKER_METRICS 9090   /* a worker's /metrics and /healthz */
 #define RM_PORT_RENDEZVOUS 29400      /* the operator's rendezvous service */
-/* Shared-memory collectives for ranks on one host (worker/comm/comm_shm.c, issue 19): "0" = always the
+/* Shared-memory collectives for ranks on one host (worker/comm/comm_shm.c): "0" = always the
  * TCP ring; "1" = use shm whenever every rank advertised the same host (needed inside a pod, which
  * must then share the node's IPC namespace: hostIPC, or hostPath /dev/shm + hostNetwork); unset =
  * automatic outside Kubernetes (ringmaster run), off inside a pod. */
 #define RM_ENV_SHM "RINGMASTER_SHM"
-/* GPU defaults (issue 19): set on workers that request nvidia.com/gpu, unless the pod template's
- * container already sets the name (the user's value wins). NCCL_SOCKET_IFNAME is the pod network's
- * interface: a pod's primary interface is eth0 under every CNI plugin the operator supports (the
- * Kubernetes network model gives each pod one interface in its own network namespace), so NCCL
+/* GPU defaults (docs/strategies.md#topology): set on workers that request nvidia.com/gpu, unless the
+ * pod template's container already sets the name (the user's value wins). NCCL_SOCKET_IFNAME is the pod
+ * network's interface: a pod's primary interface is eth0 under every CNI plugin the operator supports
+ * (the Kubernetes network model gives each pod one interface in its own network namespace), so NCCL
  * never picks lo or a docker bridge; override it in the template for multi-NIC (Multus) pods. */
 #define RM_ENV_NCCL_SOCKET_IFNAME "NCCL_SOCKET_IFNAME"
 #define RM_ENV_NCCL_ASYNC_ERROR_HANDLING "NCCL_ASYNC_ERROR_HANDLING"

@@ -87,7 +87,7 @@ typedef struct rm_gang_out {
  * coscheduling never holds (its Permit stage gates binding). */
 void rm_gang_decide(const rm_gang_in *in, rm_gang_out *out);
 
-/* ---- Kueue (self-managed Workload, gang-kueue.md §4(b)) ---- */
+/* ---- Kueue (self-managed Workload, docs/gang-kueue.md §4(b)) ---- */
 /* The queue name from the job's label kueue.x-k8s.io/queue-name; NULL when not queued. */
 const char *rm_kueue_queue_name(const rm_tj *tj);
 /* "trainingjob-<job>-<5 hex of the uid's hash>", <= 253. Writes buf. */

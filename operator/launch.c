@@ -302,7 +302,7 @@ int rm_launch_build(const rm_tj *job, int index, int epoch, const rm_launch_plac
     }
     if (sp->strategy == RM_STRATEGY_PS)
         ps_env(&b, job, p);
-    if (sp->par.pipeline_stages > 1 || sp->par.micro_batches > 1) {   /* pipeline (issue 15) */
+    if (sp->par.pipeline_stages > 1 || sp->par.micro_batches > 1) {   /* pipeline stages */
         cJSON *po = b.rc ? NULL : rm_par_to_json(&sp->par);
         char *js = po ? cJSON_PrintUnformatted(po) : NULL;
         cJSON_Delete(po);
@@ -324,7 +324,7 @@ int rm_launch_build(const rm_tj *job, int index, int epoch, const rm_launch_plac
     ENV(&b, RM_ENV_PET_NPROC_PER_NODE, "1");
     ENV(&b, RM_ENV_PET_MASTER_ADDR, "%s", master);
     ENV(&b, RM_ENV_PET_MASTER_PORT, "%d", RM_PORT_MASTER);
-    /* GPU workers: the NCCL settings a user would otherwise hand-tune (issue 19) */
+    /* GPU workers: the NCCL settings a user would otherwise hand-tune (docs/strategies.md#topology) */
     if (p->gpus > 0) {
         ENV_DEFAULT(&b, RM_ENV_NCCL_SOCKET_IFNAME, "%s", p->net_ifname ? p->net_ifname : RM_POD_NET_IFNAME);
         ENV_DEFAULT(&b, RM_ENV_NCCL_ASYNC_ERROR_HANDLING, "1");

@@ -35,7 +35,7 @@ typedef struct rm_launch_var {
     const char *name;    /* static (common/worker_env.h) */
     char *value;         /* owned */
     rm_launch_src src;
-    bool user_wins;      /* a default (issue 19: the GPU/NCCL settings): a value the user already
+    bool user_wins;      /* a default (the GPU/NCCL settings): a value the user already
                           * set (template env, the runner's environment) is kept, not replaced */
 } rm_launch_var;
 

@@ -83,11 +83,11 @@ typedef struct rm_local_where {
     const char *node_name;      /* NULL = "localhost" */
     const char *ps_addrs;       /* the parameter servers' "127.0.0.1:port,..."; NULL = none */
 } rm_local_where;
-/* The node `ringmaster run` reports for worker `index` (NODE_NAME; issue 19): host (the machine's
- * name), or — when nodes (RINGMASTER_RUN_NODES, for tests and benchmarks) is "N" — N fake nodes
- * on this host, "<host>-n<k>" with k = index * N / replicas (contiguous blocks of workers, so ranks
- * 0..replicas/N-1 share node 0). nodes NULL or "" = no faking; parameter servers (index < 0) get
- * host. RM_EINVAL (naming RINGMASTER_RUN_NODES) unless 1 <= N <= replicas. */
+/* The node `ringmaster run` reports for worker `index` (NODE_NAME; docs/strategies.md#topology): host
+ * (the machine's name), or — when nodes (RINGMASTER_RUN_NODES, for tests and benchmarks) is "N" — N
+ * fake nodes on this host, "<host>-n<k>" with k = index * N / replicas (contiguous blocks of workers,
+ * so ranks 0..replicas/N-1 share node 0). nodes NULL or "" = no faking; parameter servers (index < 0)
+ * get host. RM_EINVAL (naming RINGMASTER_RUN_NODES) unless 1 <= N <= replicas. */
 #define RM_ENV_RUN_NODES "RINGMASTER_RUN_NODES"
 int rm_local_node_name(const char *host, const char *nodes, int index, int replicas, char *buf,
                        size_t cap, rm_err *err);

@@ -1,6 +1,6 @@
-/* ps_reconcile.h — the parameter servers' reconcile rules (issue 12), a pure function tested as
- * a table (tests/unit/test_ps.c). Both runtimes execute its answer: the local runner as server
- * processes, the operator as <job>-ps-<i> pods (label ringmaster.dev/role: ps).
+/* ps_reconcile.h — the parameter servers' reconcile rules (docs/strategies.md#parameter-servers), a
+ * pure function tested as a table (tests/unit/test_ps.c). Both runtimes execute its answer: the local
+ * runner as server processes, the operator as <job>-ps-<i> pods (label ringmaster.dev/role: ps).
  *
  * Rules: a parameterServer job that is neither finished nor suspended has exactly
  * spec.parameterServer.replicas servers; one that exited or failed is replaced (it restores its

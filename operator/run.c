@@ -781,7 +781,7 @@ int rm_validate_main(int argc, char **argv)
                file, job.namespace_ ? job.namespace_ : "default", job.name, job.spec.replicas,
                job.spec.min_replicas, job.spec.max_replicas, rm_backend_name(job.spec.backend),
                job.spec.training.mode == RM_MODE_BENCH ? "bench" : "train");
-        const rm_par_spec *par = &job.spec.par;   /* pipeline stages (issue 15) */
+        const rm_par_spec *par = &job.spec.par;   /* pipeline stages */
         if (par->pipeline_stages > 1 || par->micro_batches > 1)
             printf("  pipeline: %d stages x %d data-parallel replicas (rank r = d*%d + p), "
                    "%d micro-batches, schedule %s\n", par->pipeline_stages,

@@ -477,8 +477,8 @@ cJSON *rm_kube_worker_pod_ex(const cJSON *job_obj, const void *tjv, int index, i
                      overridden_cap, err);
 }
 
-/* spec.placement.workersPerNode = k (issue 19) for worker `index`: label the pod with its node
- * group g = index / k and, on kubernetes.io/hostname,
+/* spec.placement.workersPerNode = k (docs/strategies.md#topology) for worker `index`: label the pod
+ * with its node group g = index / k and, on kubernetes.io/hostname,
  *   affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution (k > 1 only): a node that
  *     runs a worker of this job with group g (the group's first pod matches itself, so it may go
  *     anywhere; the other k-1 follow it);
@@ -1485,7 +1485,7 @@ static int gang_step(rm_kube_rt *rt, const rm_tj *tj, job_mem *m, bool invalid, 
     return rc;
 }
 
-/* ---- Kueue: the self-managed Workload (operator/gang.h rm_kueue_decide, gang-kueue.md §4(b)) ---- */
+/* ---- Kueue: the self-managed Workload (operator/gang.h rm_kueue_decide, docs/gang-kueue.md §4(b)) ---- */
 static int patch_job(rm_kube_rt *rt, const rm_tj *tj, job_mem *m, const cJSON *patch, rm_err *err)
 {
     char p[640];

@@ -25,10 +25,11 @@
 #define RM_LABEL_JOB "ringmaster.dev/job-name"
 #define RM_LABEL_INDEX "ringmaster.dev/replica-index"
 #define RM_LABEL_EPOCH "ringmaster.dev/epoch"
-#define RM_LABEL_ROLE "ringmaster.dev/role"          /* worker | ps (strategies.md) */
+#define RM_LABEL_ROLE "ringmaster.dev/role"          /* worker | ps (docs/strategies.md) */
 #define RM_LABEL_PS_INDEX "ringmaster.dev/ps-index"  /* a parameter server's shard index */
-/* spec.placement.workersPerNode k (issue 19): a worker's node group, replica index / k; workers of
- * one group share a node (required pod affinity), groups never do (required anti-affinity). */
+/* spec.placement.workersPerNode k (docs/strategies.md#topology): a worker's node group, replica index /
+ * k; workers of one group share a node (required pod affinity), groups never do (required
+ * anti-affinity). */
 #define RM_LABEL_NODE_GROUP "ringmaster.dev/node-group"
 #define RM_MANAGER "ringmaster.dev/operator"
 #define RM_DEFAULT_WORKER_IMAGE "ringmaster/worker:latest"
@@ -53,7 +54,7 @@ typedef struct rm_kube_rt_config {
     /* gang scheduling and Kueue (operator/gang.h): per job a PodGroup of this kind (an
      * rm_gang_kind; 0 = none) and decorated pods; cosched_scheduler is the coscheduling pods'
      * schedulerName (NULL = scheduler-plugins-scheduler). kueue: jobs labelled
-     * kueue.x-k8s.io/queue-name get a self-managed Workload (gang-kueue.md §4(b)). */
+     * kueue.x-k8s.io/queue-name get a self-managed Workload (docs/gang-kueue.md §4(b)). */
     int gang;
     const char *cosched_scheduler;
     bool kueue;
