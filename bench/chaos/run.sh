@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench/chaos/run.sh — a bounded chaos soak of `ringmaster run` (issue 20 item 9; `make bench`,
-# not `make test`). JOBS small jobs (bench/chaos/job.yaml: 2 workers, 3 epochs of 117 steps,
+# bench/chaos/run.sh — a bounded chaos soak of `ringmaster run` (docs/architecture.md#robustness; `make
+# bench`, not `make test`). JOBS small jobs (bench/chaos/job.yaml: 2 workers, 3 epochs of 117 steps,
 # checkpoints every 10) run one after another, each with 1..MAXKILLS worker deaths
 # (RINGMASTER_FAULT exit, i.e. _exit(137)) at random steps of the whole run — epoch boundaries and
 # the steps between a boundary and the next checkpoint included — on random ranks, seeded by SEED

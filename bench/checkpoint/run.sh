@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/checkpoint/run.sh — what checkpoints cost the training step (issue 20 item 8).
+# bench/checkpoint/run.sh — what checkpoints cost the training step.
 # `ringmaster run` of deploy/examples/fashion-mnist.yaml with 1 worker for EPOCHS epochs, with the
 # example's checkpoint.intervalSteps: 100 and with checkpoints effectively off (intervalSteps
 # 10^9: only the final one), alternated A/B/A/B... PAIRS times in one run so that the machine's

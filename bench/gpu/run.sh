@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench/gpu/run.sh — the GPU benchmarks of issue 7, side by side, written to bench/results/gpu.md.
+# bench/gpu/run.sh — the GPU benchmarks (docs/architecture.md#performance-stance), side by side,
+# written to bench/results/gpu.md.
 #
 #   1. training step time, bf16, ringmaster (bench/gpu/step_bench.c: the worker's model through the
 #      CUDA kernels table) vs PyTorch eager+autocast and torch.compile (bench/gpu/torch_step.py),

@@ -6,7 +6,7 @@
 # writes bench/results/hier.md.
 # What this measures: on ONE host the "inter-node" ring is loopback TCP, as fast as the flat ring's
 # links, so this shows the hierarchical comm's overhead (extra phases, two comms), not its win; the
-# win needs a slow link between nodes (kubesim's namespaced nodes with tc shaping, issue 19 item 1).
+# win needs a slow link between nodes (kubesim's namespaced nodes with tc shaping, tests/kubesim/netns.sh).
 # Usage: RM_BIN=bin bench/hier/run.sh   (QUICK=1: 1 KiB..16 MiB, few iters)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)

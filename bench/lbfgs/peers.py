@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""bench/lbfgs/peers.py — the anchors of bench/lbfgs/run.sh (issue 13), in PyTorch 1.13 on the same
+"""bench/lbfgs/peers.py — the anchors of bench/lbfgs/run.sh in PyTorch 1.13 on the same
 model (784-HIDDEN-10 MLP, ReLU, softmax cross-entropy), the same data (Fashion-MNIST, pixels / 255,
 the first FULL training samples) and the same initial-weight scheme (PyTorch's default init, not
 ringmaster's): training loss over the full batch after each pass over the data for

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench/lbfgs/run.sh — Sandblaster L-BFGS (issue 13) with `ringmaster run` on this machine:
+# bench/lbfgs/run.sh — Sandblaster L-BFGS (docs/strategies.md#sandblaster-l-bfgs) with `ringmaster run`
+# on this machine:
 #  1. training loss per pass over the data (and wall time) for ringmaster's L-BFGS (WORKERS workers,
 #     SERVERS shards, PORTIONS portions, history 10, Armijo; every line-search trial is a pass),
 #     beside the PyTorch anchors of bench/lbfgs/peers.py on the same model and data: full-batch

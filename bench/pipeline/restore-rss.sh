@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/pipeline/restore-rss.sh — issue 15: a pipeline stage's peak resident set (VmHWM, the
+# bench/pipeline/restore-rss.sh — a pipeline stage's peak resident set (VmHWM, the
 # workers' `msg="memory"` peak_rss_bytes) when it restores from a checkpoint, against the same job
 # started fresh. A stage restores only its own layers (worker/checkpoint/ckpt_shard.h rm_ckpt_set_load_layers:
 # every file verified in full, streamed through 1 MiB, only the stage's range kept), so restoring

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench/pipeline/run.sh — issue 15: pipeline stages, GPipe against 1F1B, and the 2x2 grid against
-# 4-way data parallelism.
+# bench/pipeline/run.sh — pipeline stages (docs/strategies.md#pipeline-stages), GPipe against 1F1B, and
+# the 2x2 grid against 4-way data parallelism.
 #
 # The full run, on an idle machine (>= 4 CPUs; P = 4 runs 4 worker processes), one command from the
 # repository root after `make`:

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# bench/ps/full.sh — every parameter-server measurement of issue 12 in one command, for an idle
-# machine (about 12 minutes on 2 CPUs; longer under load: the table records the load per run):
+# bench/ps/full.sh — every parameter-server measurement (docs/strategies.md#parameter-servers) in one
+# command, for an idle machine (about 12 minutes on 2 CPUs; longer under load: the table records the
+# load per run):
 #   1. throughput at 2 workers, no straggler: ring vs sync PS b = 0 with S = 1 and S = 2 servers,
 #      3 passes with the variants alternating (bench/results/ps-throughput.md);
 #   2. the straggler experiment at 4 workers: ring, sync b = 0 (S = 1, 2), sync b = 1, async

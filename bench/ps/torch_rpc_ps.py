@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""torch_rpc_ps.py — the PyTorch 1.13 anchor for bench/ps (issue 12): PyTorch's own parameter-server
+"""torch_rpc_ps.py — the PyTorch 1.13 anchor for bench/ps: PyTorch's own parameter-server
 style, a server process holding the model and its optimizer, trainers talking to it through
 torch.distributed.rpc, as in PyTorch's tutorial "Implementing Batch RPC Processing Using
 Asynchronous Executions" (BatchUpdateParameterServer): each trainer computes the gradient of its

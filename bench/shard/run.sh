@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/shard/run.sh — issue 14: what sharding (ZeRO stages) costs and saves.
+# bench/shard/run.sh — what sharding (ZeRO stages, docs/strategies.md#sharding) costs and saves.
 #  1. reduce_scatter and all_gather busbw (nccl-tests format, factor (n-1)/n) of ringmaster's ring
 #     against Open MPI (TCP) and PyTorch Gloo (all_gather; reduce_scatter only if this torch's Gloo
 #     has it — 1.13's does not, and the report says so), next to the ring allreduce, 2 and 4 ranks.

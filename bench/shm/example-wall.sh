@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# bench/shm/example-wall.sh — issue 19's second shm target: the Fashion-MNIST example's wall time under
-# `ringmaster run` with the shared-memory transport (the default on one host) vs the TCP ring
-# (RINGMASTER_SHM=0, which the workers inherit from the runner), back to back and alternating
-# (shm, ring, shm, ring, ...) so drifting machine load hits both alike. Prints one line per run (wall
-# seconds of the whole `ringmaster run`, the job's status.result.seconds, test accuracy, the backend
-# the workers logged) and the medians; writes the table to $OUT (default bench/results/shm-example.md).
+# bench/shm/example-wall.sh — the second shared-memory target (docs/strategies.md#topology): the
+# Fashion-MNIST example's wall time under `ringmaster run` with the shared-memory transport (the
+# default on one host) vs the TCP ring (RINGMASTER_SHM=0, which the workers inherit from the runner),
+# back to back and alternating (shm, ring, shm, ring, ...) so drifting machine load hits both alike.
+# Prints one line per run (wall seconds of the whole `ringmaster run`, the job's status.result.seconds,
+# test accuracy, the backend the workers logged) and the medians; writes the table to $OUT (default
+# bench/results/shm-example.md).
 # Usage: RM_BIN=bin [REPS=3] [SPEC=deploy/examples/fashion-mnist.yaml] [EPOCHS=n] bench/shm/example-wall.sh
 # EPOCHS=n rewrites the spec's epochs (a short smoke run); extra arguments go to `ringmaster run`.
 set -euo pipefail

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# bench/topo/run.sh — allreduce busbw of 2 nodes x 2 ranks across a shaped inter-node link (issue 19):
+# bench/topo/run.sh — allreduce busbw of 2 nodes x 2 ranks across a shaped inter-node link
+# (docs/strategies.md#topology):
 # the nodes are kubesim's network namespaces (tests/kubesim/netns.sh, bridge + veth, tbf at LINK's
 # rate and netem delay where the kernel has netem), each rank a `ringmaster-worker bench` inside its
 # node's namespace (static world: ranks 0,1 on node-0, 2,3 on node-1, so the flat ring crosses the

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# 12-build-config: the fresh-machine trap (issue 18). Package-dependent flags are computed by
-# scripts/configure.sh on every make, into $(BUILDDIR)/config.mk, and objects depend on it:
+# 12-build-config: the fresh-machine trap (docs/architecture.md#building-on-a-fresh-machine).
+# Package-dependent flags are computed by scripts/configure.sh on every make, into
+# $(BUILDDIR)/config.mk, and objects depend on it:
 #  1. with Open MPI "not installed" (a PKG_CONFIG_LIBDIR holding every .pc file but Open MPI's)
 #     a build fails loudly naming libopenmpi-dev — never a worker without the mpi backend;
 #  2. `MPI=0` builds without it on purpose (the object has no MPI symbols);

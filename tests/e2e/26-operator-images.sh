@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # e2e-host: podman containers
-# 26-operator-images: the whole path with images (issue 18, item 4). kubesim runs pods as podman
-# containers (--runtime podman) behind a TLS front (the operator's in-cluster client speaks only
-# HTTPS and verifies the service account's ca.crt):
+# 26-operator-images: the whole path with images (docs/architecture.md#building-on-a-fresh-machine).
+# kubesim runs pods as podman containers (--runtime podman) behind a TLS front (the operator's
+# in-cluster client speaks only HTTPS and verifies the service account's ca.crt):
 #  1. `kubectl apply -f deploy/`, then one Pod from the operator Deployment's own template (kubesim
 #     has no Deployment controller: this test plays it): ringmaster/operator:latest as UID 65532 with
 #     a read-only root, the service account token mounted, in-cluster config, the readiness probe on
@@ -91,8 +91,8 @@ victim=$("${RM_PODMAN[@]}" ps --filter label=io.kubesim.pod=default/fashion-mnis
 "${RM_PODMAN[@]}" exec "$victim" id -u | grep -qx 65532 || fail "the worker does not run as 65532"
 ok "the worker runs as UID 65532"
 # The kill restores the last checkpoint (every 50 steps; 234 steps per epoch) and the group must go on
-# past the next epoch boundary: before the epoch-position fix (issue 20, item 1) a restored mid-epoch
-# checkpoint made every rank break the ring at the epoch's end and re-form forever.
+# past the next epoch boundary: before the epoch-position fix (docs/architecture.md#robustness) a
+# restored mid-epoch checkpoint made every rank break the ring at the epoch's end and re-form forever.
 KILL=${RM_E2E_KILL:-1}
 if [ "$KILL" = 1 ]; then
   "${RM_PODMAN[@]}" kill "$victim" >/dev/null

@@ -71,8 +71,9 @@ cat "$TMPDIR/out.2"
 awk '/^ +[0-9]+ +[0-9]+ +[0-9.]+/ { n++; b[n] = $2; if ($7 != 0) { print "wrong: " $0; exit 1 } }
      END { if (n != 3 || b[1] != 20 || b[2] != 10 || b[3] != 1) { print "bad fusion rows n=" n " buckets " b[1] "," b[2] "," b[3]; exit 1 } }' "$TMPDIR/out.2"
 
-# --op reduce_scatter / all_gather (issue 14): same table, #wrong 0 (reduce_scatter checks each rank's
-# shard, all_gather the whole vector), counts not divisible by the world, busbw = algbw * (n-1)/n
+# --op reduce_scatter / all_gather (docs/strategies.md#sharding): same table, #wrong 0 (reduce_scatter
+# checks each rank's shard, all_gather the whole vector), counts not divisible by the world, busbw =
+# algbw * (n-1)/n
 for op in reduce_scatter all_gather; do
   run_world 3 --op "$op" -b 4 -e 40008 -i 13332 -n 3 -w 1 --timeout 20 --json "$TMPDIR/$op.json"
   check_table "$TMPDIR/out.3" 4

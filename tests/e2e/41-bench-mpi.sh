@@ -20,8 +20,8 @@ rows=$(grep -cE '^ +[0-9]+ +[0-9]+ +float +sum +-1 ' "$out")
 [ "$rows" -eq 4 ] || { echo "want 4 rows, got $rows"; exit 1; }
 awk '/^ +[0-9]+ +[0-9]+ +float/ { if ($9 != 0 || $13 != 0) { print "wrong values: " $0; exit 1 } }' "$out"
 /usr/bin/python3 -c "import json,sys; d=json.load(open(sys.argv[1])); assert d['backend']=='mpi' and d['world']==2 and all(r['ip']['wrong']==0 for r in d['rows'])" "$TMPDIR/mpi.json"
-# reduce_scatter / all_gather over MPI (issue 14): even counts take the _block forms, odd element
-# counts (-i 12 steps from 4 bytes) the per-rank-count forms; #wrong 0 either way
+# reduce_scatter / all_gather over MPI (docs/strategies.md#sharding): even counts take the _block
+# forms, odd element counts (-i 12 steps from 4 bytes) the per-rank-count forms; #wrong 0 either way
 for op in reduce_scatter all_gather; do
   for sz in "-b 1K -e 64K -f 8" "-b 4 -e 40 -i 12"; do
     # shellcheck disable=SC2086

@@ -35,7 +35,7 @@ expect backend  "backend\.yaml:7: spec\.backend: .*gloo"
 expect deep     "deep\.yaml:9: spec\.training\.optimizer\.mometum: unknown field"
 [ ! -s "$W/unknown.o" ] || fail "stdout must stay empty on a manifest error"
 
-# names a cluster would reject (issue 20 item 10): the job name is the headless Service's name
+# names a cluster would reject (docs/architecture.md#robustness): the job name is the headless Service's name
 # (a DNS-1035 label) and the prefix of every pod hostname "<name>-worker-<i>" (at most 63)
 for n in a.b 1job aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa; do
   printf 'apiVersion: ringmaster.dev/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: %s\nspec:\n  replicas: 2\n' "$n" > "$W/name.yaml"
@@ -46,14 +46,14 @@ for n in a.b 1job aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa; 
 done
 grep -q 'would be 69 characters' "$W/name.e" || fail "60-character name: $(cat "$W/name.e")"
 
-# a global batch over the 60,000 training images (issue 20 item 2: `run` re-formed forever at "step 0/0")
+# a global batch over the 60,000 training images (`run` once re-formed forever at "step 0/0")
 mk bigbatch '  replicas: 2
   training:
     batchSizePerWorker: 40000'
 expect bigbatch "bigbatch\.yaml:8: spec\.training\.batchSizePerWorker: the global batch spec\.replicas \(2\) x spec\.training\.batchSizePerWorker \(40000\) = 80000 samples is larger than the 60000 training samples"
 
-# a memory budget (issue 20 items 6, 9): a total-size cap, the container's memory limit, and locally
-# every worker on this machine (RINGMASTER_MEMORY_LIMIT stands in for the physical memory here)
+# a memory budget (docs/architecture.md#robustness): a total-size cap, the container's memory limit,
+# and locally every worker on this machine (RINGMASTER_MEMORY_LIMIT stands in for the physical memory here)
 mk huge '  replicas: 1
   training:
     model: {type: mlp, hidden: [65536, 65536]}'
@@ -72,7 +72,7 @@ set +e; RINGMASTER_MEMORY_LIMIT=300Mi "$RM_BIN/ringmaster" validate -f "$W/local
 RINGMASTER_MEMORY_LIMIT=400Mi "$RM_BIN/ringmaster" validate -f "$W/local.yaml" >/dev/null || fail "400Mi must fit 4 workers"
 log "ok local memory: $(cat "$W/local.e")"
 
-# clarity (issue 20 item 11): control characters are escaped, a second job is an error, unknown
+# clarity: control characters are escaped, a second job is an error, unknown
 # top-level fields are errors, 2^63-1 is out of range, .inf is not finite, a folder is no manifest
 printf '%s\n  replicas: 2\n  backend: "\\e[31mred\\a"\n' "$head" > "$W/ctrl.yaml"
 set +e; "$RM_BIN/ringmaster" validate -f "$W/ctrl.yaml" >/dev/null 2>"$W/ctrl.e"; rc=$?; set -e

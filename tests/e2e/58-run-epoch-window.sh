@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Issue 20 item 1: a death anywhere around an epoch boundary never livelocks the ring. One job
-# (fixtures/window.yaml: 117 steps an epoch, checkpoints every 10) gets one kill at every step
+# A death anywhere around an epoch boundary (docs/architecture.md#robustness) never livelocks the ring.
+# One job (fixtures/window.yaml: 117 steps an epoch, checkpoints every 10) gets one kill at every step
 # from 115 to 121 — before the boundary at 117, on it, between it and the checkpoint at 120 (the
 # window where a survivor used to remember an evaluation its replacement had still to run, and
 # the two desynchronised forever), on the checkpoint and after it — alternating the rank that

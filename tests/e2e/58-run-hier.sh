@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # e2e-timeout: 1200
-# Hierarchical allreduce under `ringmaster run` (issue 19): RINGMASTER_RUN_NODES=2 fakes 2 nodes x
-# 2 ranks on this host; spec.training.allreduce auto then picks the hierarchical comm (shm inside
-# each fake node, a TCP ring per local index between them). The job Succeeds with the accuracy of
-# the flat ring (within 0.5 points: only the summation order differs), and survives a worker
+# Hierarchical allreduce under `ringmaster run` (docs/strategies.md#topology): RINGMASTER_RUN_NODES=2
+# fakes 2 nodes x 2 ranks on this host; spec.training.allreduce auto then picks the hierarchical comm
+# (shm inside each fake node, a TCP ring per local index between them). The job Succeeds with the
+# accuracy of the flat ring (within 0.5 points: only the summation order differs), and survives a worker
 # killed on either node (RINGMASTER_FAULT on rank 1 = node 0 and rank 2 = node 1); ZeRO-3 sharding
 # over it trains to the same accuracy; a bad RINGMASTER_RUN_NODES stops the run with its name.
 source "$(dirname "$0")/5x-run-lib.bash"

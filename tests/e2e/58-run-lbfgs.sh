@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # e2e-timeout: 1200
-# Sandblaster L-BFGS with `ringmaster run` (issue 13): deploy/examples/fashion-mnist-lbfgs.yaml
-# (4 workers, 2 server shards, server 0 hosting the coordinator, 16 portions per pass, 12 passes)
+# Sandblaster L-BFGS with `ringmaster run` (docs/strategies.md#sandblaster-l-bfgs):
+# deploy/examples/fashion-mnist-lbfgs.yaml (4 workers, 2 server shards, server 0 hosting the
+# coordinator, 16 portions per pass, 12 passes)
 #  1. Succeeds with no restart; the coordinator ran every pass and accepted line-search steps; the
 #     loss fell; server 0's metrics carry passes, line-search trials, gradient norm, loss per pass
 #     and portions per worker, and every worker completed portions (on demand);

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # e2e-timeout: 900
-# Synchronous parameter servers with no backup worker are plain synchronous SGD (issue 12): the
-# same 4-worker job on one seed, run once with the ring allreduce and once with 2 parameter-server
-# shards, holds the same parameters after 200 steps (rank 0's checkpoint against the two shards'
-# checkpoints, concatenated), equal within float summation order.
+# Synchronous parameter servers with no backup worker are plain synchronous SGD
+# (docs/strategies.md#parameter-servers): the same 4-worker job on one seed, run once with the ring
+# allreduce and once with 2 parameter-server shards, holds the same parameters after 200 steps (rank
+# 0's checkpoint against the two shards' checkpoints, concatenated), equal within float summation order.
 # Why lr 0.02: the servers sum a step's gradients in arrival order, the ring in rank order, so the
 # two runs differ in the last bits of each step. At lr 0.05 (momentum 0.9, warm-up 0.5) this
 # trajectory has a knife-edge: with the servers forced to sum in rank order 0,1,2,3 the result is

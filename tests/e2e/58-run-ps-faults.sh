@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # e2e-timeout: 1200
-# Parameter-server failures with `ringmaster run` (issue 12, strategies.md "Failure semantics"):
+# Parameter-server failures with `ringmaster run` (docs/strategies.md#failure-semantics):
 #  1. a server dies mid-run (RINGMASTER_FAULT=exit:role=ps:index=1:step=300): it is replaced, the
 #     replacement restores its shard from its own checkpoint, workers retry and go on, the job
 #     Succeeds with testAccuracy >= 0.875 and no group restart;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # e2e-timeout: 900
-# Synchronous parameter servers with b = 0 when a worker dies (issue 12, strategies.md "Failure
+# Synchronous parameter servers with b = 0 when a worker dies (docs/strategies.md, "Failure
 # semantics": the servers proceed with the survivors once it is declared dead, and take the
 # replacement back). Worker 2 exits at step 150 (RINGMASTER_FAULT); the test holds its replacement
 # (SIGSTOP before it can join, SIGCONT once the servers went on with 3 for a while), so the survivors must train on without it:

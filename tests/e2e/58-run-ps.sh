@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # e2e-timeout: 900
-# Parameter servers with `ringmaster run` (issue 12): deploy/examples/fashion-mnist-ps.yaml (4
-# workers, 2 server shards, sync with one backup worker) Succeeds with testAccuracy >= 0.88 and
-# status.parameterServers {replicas: 2}; while it trains, a stranger at server 0 (garbage, a silent
-# connection, a forged proof, a burst of 80 connections) is refused and logged and the server
-# keeps serving; the server's metrics count pushes, fetches and the version; nothing is left
-# running afterwards.
+# Parameter servers with `ringmaster run` (docs/strategies.md#parameter-servers):
+# deploy/examples/fashion-mnist-ps.yaml (4 workers, 2 server shards, sync with one backup worker)
+# Succeeds with testAccuracy >= 0.88 and status.parameterServers {replicas: 2}; while it trains, a
+# stranger at server 0 (garbage, a silent connection, a forged proof, a burst of 80 connections) is
+# refused and logged and the server keeps serving; the server's metrics count pushes, fetches and the
+# version; nothing is left running afterwards.
 source "$(dirname "$0")/5x-run-lib.bash"
 psdump() { for f in "$W"/run-*/ps-*.log; do [ -f "$f" ] && { echo "---- $f (tail)"; tail -n 20 "$f"; }; done >&2; }
 "$RM_BIN/ringmaster" run -f "$RM_ROOT/deploy/examples/fashion-mnist-ps.yaml" -o json \

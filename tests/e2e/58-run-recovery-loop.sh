@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# A job whose group can only re-form, never train (issue 20: a global batch larger than the
-# training set re-formed 13,772 times in 90 s with "step 0/0") must not spin: the controller's
-# recovery-loop rule (reconcile.h R10) fails it with reason RecoveryLoop within seconds — or
+# A job whose group can only re-form, never train (docs/architecture.md#robustness: a global batch
+# larger than the training set re-formed 13,772 times in 90 s with "step 0/0") must not spin: the
+# controller's recovery-loop rule (reconcile.h R10) fails it with reason RecoveryLoop within seconds — or
 # validation refuses the manifest outright (exit 2), which is just as good.
 source "$(dirname "$0")/5x-run-lib.bash"
 sed 's/batchSizePerWorker: 64/batchSizePerWorker: 40000/' "$FIX/small.yaml" > "$W/huge-batch.yaml"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 20 item 3, the probe as an outsider without the token: while a 2-worker job trains, open
+# An outsider without the token (docs/architecture.md#robustness): while a 2-worker job trains, open
 # 120 silent connections to every worker's ring port and send one HELLO forged for the next epoch
 # (right magic, version, ranks; it never proves the token), keep them all open, then kill -9 one
 # worker. The group must re-form at once as if nobody were there: the job Succeeds with restarts 1

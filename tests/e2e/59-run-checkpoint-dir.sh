@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Issue 20 items 4 and 7 (runner + worker): checkpoints that could never be written, or a resume
-# with nothing to resume, are refused up front instead of silently costing the user their work.
+# Checkpoint folders (docs/architecture.md#robustness; runner + worker): checkpoints that could never
+# be written, or a resume with nothing to resume, are refused up front instead of silently costing the
+# user their work.
 #   1. --checkpoint-dir that is a regular file, or /proc/self: exit 2 naming the folder, no worker;
 #   2. --resume into an empty folder: exit 2, "nothing this job can continue from";
 #   3. a run with hidden [128] leaves checkpoints; --resume of the same job with hidden [64]

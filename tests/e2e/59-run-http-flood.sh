@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 20 items 4-5, a bounded version of the probe's slow flood: while a 2-worker job trains,
+# A bounded slow flood of HTTP clients (docs/architecture.md#robustness): while a 2-worker job trains,
 # 2,700 never-finished HTTP requests (a partial header, then one byte a second, reconnecting
 # what the server cuts, 40 s in all) go to the rendezvous (2,100: more than its 2,048-connection
 # cap), the runner's /metrics (200) and both workers' /metrics+/healthz ports (200 each). Every server must keep answering (a plain request

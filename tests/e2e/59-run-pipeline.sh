@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # e2e-timeout: 1100
-# Pipeline stages (issue 15) with `ringmaster run`:
+# Pipeline stages (docs/strategies.md#pipeline-stages) with `ringmaster run`:
 #  - bad spec.parallelism is a field-named validation error (exit 2);
 #  - the math: after 100 steps a 2-stage pipeline with one micro-batch holds bit-for-bit the
 #    parameters of the 1-stage run (params_fnv64), and GPipe and 1F1B with 4 micro-batches hold the

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Sharded, elastic checkpoints through `ringmaster run` (issue 14), sharding full with Adam:
+# Sharded, elastic checkpoints through `ringmaster run` (docs/strategies.md#sharding), sharding full
+# with Adam:
 #  1. 4 workers stop at maxSteps 150 and leave one shard file per rank plus a manifest per
 #     checkpoint (nothing gathered into one file); the same job on 2 workers resumes from that
 #     4-worker set (--resume; re-sharded onto 2 ranks), continues and Succeeds; a fresh run (no

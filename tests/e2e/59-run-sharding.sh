@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# spec.training.sharding (issue 14) through `ringmaster run`: the small Fashion-MNIST job with 4
-# workers (Adam) Succeeds at every ZeRO stage with test accuracy within 0.3 points of sharding
-# none; with sharding full a worker killed by RINGMASTER_FAULT is replaced and the group resumes
-# from the newest complete set of per-rank shards (re-sharded into the new round) and Succeeds within 0.5
-# points; the workers log their stage and the memory they hold (optimizer state falls ~4x).
+# spec.training.sharding (docs/strategies.md#sharding) through `ringmaster run`: the small
+# Fashion-MNIST job with 4 workers (Adam) Succeeds at every ZeRO stage with test accuracy within 0.3
+# points of sharding none; with sharding full a worker killed by RINGMASTER_FAULT is replaced and the
+# group resumes from the newest complete set of per-rank shards (re-sharded into the new round) and
+# Succeeds within 0.5 points; the workers log their stage and the memory they hold (optimizer state
+# falls ~4x).
 # e2e-timeout: 900
 source "$(dirname "$0")/5x-run-lib.bash"
 sed -e 's/^  replicas: 2$/  replicas: 4/' -e 's/optimizer: {type: sgd, lr: 0.02, momentum: 0.9}/optimizer: {type: adam, lr: 0.001}/' \

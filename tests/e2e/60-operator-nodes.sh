@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # e2e-host: ip netns nodes
 # e2e-timeout: 2400
-# 60-operator-nodes: kubesim's nodes as network namespaces (issue 19 item 1), with the operator and
+# 60-operator-nodes: kubesim's nodes as network namespaces
+# (docs/kube-api-double.md#beyond-the-api-what-kubesim-adds), with the operator and
 # workers unchanged. Part 1 (this script, re-run by 6x-operator-lib.bash inside the control-plane
 # namespace of 2 nodes with a 1gbit link): a 2-worker job lands one pod per node (node-0, node-1),
 # each with podIP = hostIP = its node's address and spec.nodeName, its worker process inside that

@@ -24,7 +24,7 @@ ttl_done() { tj_phase_is shortlived Succeeded ||
 wait_for 120 "ttl job Succeeded" ttl_done
 wait_for 20 "ttl job deleted" bash -c "! kubectl get tj shortlived >/dev/null 2>&1"
 wait_for 20 "its pods gone" bash -c "[ \$(kubectl get pods -l ringmaster.dev/job-name=shortlived --no-headers 2>/dev/null | grep -c .) -eq 0 ]"
-# an invalid update of a running job keeps it running at its last valid spec (issue 20): never
+# an invalid update of a running job keeps it running at its last valid spec (operator/reconcile.h R0b): never
 # Failed, no pod deleted, condition InvalidSpec; a valid spec again resumes normal operation
 # (400 epochs: it must still be running when the repair below lands; a fast machine finishes 6 epochs
 # in about 3 s, and a finished job is not reconciled again, so its condition would stay)

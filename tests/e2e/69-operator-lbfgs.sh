@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # e2e-timeout: 900
-# 69-operator-lbfgs: Sandblaster L-BFGS through the operator on kubesim (issue 13). kubesim's
-# process kubelet serves no cluster DNS, so this shows that the L-BFGS workers and the coordinator
-# (a thread of server 0) find the shards the way the parameter-server workers do
-# (worker/ps/ps_registry.h): each server registers its pod IP with the rendezvous, clients read the
-# list before every connection they open.
+# 69-operator-lbfgs: Sandblaster L-BFGS through the operator on kubesim
+# (docs/strategies.md#sandblaster-l-bfgs). kubesim's process kubelet serves no cluster DNS, so this
+# shows that the L-BFGS workers and the coordinator (a thread of server 0) find the shards the way the
+# parameter-server workers do (worker/ps/ps_registry.h): each server registers its pod IP with the
+# rendezvous, clients read the list before every connection they open.
 #  1. a bad spec (optimizer lbfgs with strategy allreduce, applied without client-side validation
 #     since kubesim evaluates no CEL) is Failed with reason InvalidSpec naming the field; no pods;
 #  2. an L-BFGS job (2 servers, 4 workers, 8 passes of 16 portions): server 0's metrics carry

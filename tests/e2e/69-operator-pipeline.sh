@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# 69-operator-pipeline: pipeline stages (issue 15) through the operator on kubesim with the real
-# kubectl — a 2x2 TrainingJob (spec.parallelism: 2 stages x 2 data-parallel replicas, 4
-# micro-batches) gets spec.parallelism in its pods through the launch contract
+# 69-operator-pipeline: pipeline stages (docs/strategies.md#pipeline-stages) through the operator on
+# kubesim with the real kubectl — a 2x2 TrainingJob (spec.parallelism: 2 stages x 2 data-parallel
+# replicas, 4 micro-batches) gets spec.parallelism in its pods through the launch contract
 # (RINGMASTER_PARALLELISM), its workers place themselves by rank r = d*P + p and the job Succeeds
 # with its accuracy in status; a job whose replicas the stages do not divide is Failed with a
 # condition naming spec.replicas.

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # e2e-timeout: 1200
 # 69-operator-ps-train: the operator on kubesim trains a parameterServer TrainingJob to the end
-# (issue 12): 2 servers (<job>-ps-<i> pods), 4 workers, synchronous with one backup worker, on
-# Fashion-MNIST. kubesim's process kubelet serves no cluster DNS, so this is what shows that
-# workers find the servers the way strategies.md asks: each server registers its address (its pod
+# (docs/strategies.md#parameter-servers): 2 servers (<job>-ps-<i> pods), 4 workers, synchronous with
+# one backup worker, on Fashion-MNIST. kubesim's process kubelet serves no cluster DNS, so this is what
+# shows that workers find the servers the way docs/strategies.md asks: each server registers its address (its pod
 # IP) with the rendezvous, workers read the list from there. Mid-run server 1's process is
 # SIGKILLed: the operator replaces its pod, the replacement restores its shard from its own newest
 # checkpoint and registers again, workers reconnect (bounded back-off) without a group restart, and

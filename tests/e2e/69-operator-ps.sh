@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# 69-operator-ps: the operator on kubesim with a parameterServer TrainingJob (issue 12): it creates
-# <job>-ps-<i> pods (label ringmaster.dev/role: ps, ringmaster.dev/ps-index, no replica-index, the
-# launch contract's server settings, the token from the job's Secret) beside <job>-worker-<i> pods
-# (role: worker), the server processes start and serve (kubesim's kubelet runs ringmaster-worker
-# ps), status.parameterServers reports {replicas: 2, readyReplicas: 2}, a deleted server pod is
-# recreated, and `kubectl delete tj` removes every pod. (The job trains meanwhile — the servers
-# register with the rendezvous — and is given epochs enough to outlast these checks; training to
-# the end with a server killed is tests/e2e/69-operator-ps-train.sh.)
+# 69-operator-ps: the operator on kubesim with a parameterServer TrainingJob
+# (docs/strategies.md#parameter-servers): it creates <job>-ps-<i> pods (label ringmaster.dev/role: ps,
+# ringmaster.dev/ps-index, no replica-index, the launch contract's server settings, the token from the
+# job's Secret) beside <job>-worker-<i> pods (role: worker), the server processes start and serve
+# (kubesim's kubelet runs ringmaster-worker ps), status.parameterServers reports {replicas: 2,
+# readyReplicas: 2}, a deleted server pod is recreated, and `kubectl delete tj` removes every pod. (The
+# job trains meanwhile — the servers register with the rendezvous — and is given epochs enough to
+# outlast these checks; training to the end with a server killed is tests/e2e/69-operator-ps-train.sh.)
 source "$(dirname "$0")/6x-operator-lib.bash"
 RDZV_PORT=$(free_port)
 start_kubesim

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # e2e-timeout: 900
-# 69-operator-topology (issue 19 item 4): the pods the operator renders on kubesim with 2 nodes.
+# 69-operator-topology (docs/strategies.md#topology): the pods the operator renders on kubesim with 2 nodes.
 #  1. a GPU job (nvidia.com/gpu: 1 in the template, the template sets NCCL_DEBUG=INFO): every worker
 #     pod gets NCCL_SOCKET_IFNAME=eth0, NCCL_ASYNC_ERROR_HANDLING=1, TORCH_NCCL_ASYNC_ERROR_HANDLING=1,
 #     the template's NCCL_DEBUG (exactly once), NODE_NAME from spec.nodeName; workersPerNode 1 gives

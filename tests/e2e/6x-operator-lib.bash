@@ -6,7 +6,7 @@ set -euo pipefail
 : "${RM_BIN:?RM_BIN must name the binaries folder}"
 : "${RM_ROOT:=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
 # RM_KUBESIM_NODES=N (optional RM_KUBESIM_NODE_LINK=RATE[,DELAY]): the same test on N nodes that are
-# network namespaces (issue 19): the script re-runs itself under tests/kubesim/netns.sh, inside the
+# network namespaces: the script re-runs itself under tests/kubesim/netns.sh, inside the
 # control-plane namespace (so kubectl, curl, kubesim and the operator share its loopback), kubesim
 # gets --nodes N and the operator's rendezvous listens on the control plane's fabric address, which
 # the pods on the nodes reach over the bridge. Nothing else in a test changes.

@@ -589,8 +589,9 @@ static void test_nccl_one_rank(void)
     rc = ops->allreduce(c, dy, n, RM_DT_BF16, RM_OP_SUM, &e);
     G->d2h(gb, dy, n * 2);
     CHECK(rc == RM_OK && memcmp(gb, hb, n * 2) == 0, "bf16 allreduce: %s", e.msg);
-    /* reduce_scatter / all_gather (issue 14): one rank's shard is the whole vector; an odd count
-     * on device memory takes the direct path at world 1, host memory the padded staging path */
+    /* reduce_scatter / all_gather (docs/strategies.md#sharding): one rank's shard is the whole vector;
+     * an odd count on device memory takes the direct path at world 1, host memory the padded staging
+     * path */
     G->h2d(dx, x, n * 4);
     rc = ops->reduce_scatter(c, dx, dy, n, RM_DT_F32, RM_OP_AVG, &e);
     free(gx);

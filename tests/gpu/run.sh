@@ -108,7 +108,7 @@ else
   fi
 fi
 
-# ---- a 2-stage pipeline on two GPUs: activations over NCCL send/recv (issue 15) -----------------
+# ---- a 2-stage pipeline on two GPUs: activations over NCCL send/recv ---------------------------
 # `ringmaster run` of the pipeline fixture (2 stages, 4 micro-batches, 1F1B; LOCAL_RANK picks GPU 0
 # and 1) with RINGMASTER_DEVICE=cuda and backend nccl (the world's collectives on the GPU): the
 # stage links are worker/pipeline/cuda/pipe_link_nccl.c (one 2-rank communicator per link, its id over the

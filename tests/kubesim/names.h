@@ -1,5 +1,5 @@
 /* names.h — the API server's rules for object names and metadata, as kubesim enforces them
- * (kube-api-double.md G5; kubernetes 1.32: k8s.io/apimachinery/pkg/util/validation and
+ * (docs/kube-api-double.md G5; kubernetes 1.32: k8s.io/apimachinery/pkg/util/validation and
  * pkg/api/validation, pkg/apis/core/validation). Pure functions over cJSON, so the unit tests
  * drive them directly and api.c only maps a kind to its rule and the causes to a Status.
  *

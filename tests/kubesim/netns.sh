@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# netns.sh — kubesim's namespaced nodes (issue 19): a private "fabric" network namespace with a
-# bridge, one namespace per node and one for the control plane, each joined to the bridge by a veth
-# pair, then runs a command inside the control-plane namespace and deletes every namespace it made
-# when that command ends (normally, on failure, or on INT/TERM/HUP).
+# netns.sh — kubesim's namespaced nodes (docs/strategies.md#topology): a private "fabric" network
+# namespace with a bridge, one namespace per node and one for the control plane, each joined to the
+# bridge by a veth pair, then runs a command inside the control-plane namespace and deletes every
+# namespace it made when that command ends (normally, on failure, or on INT/TERM/HUP).
 #
 #   tests/kubesim/netns.sh run --nodes N [--node-link RATE[,DELAY]] -- COMMAND [ARGS...]
 #

@@ -268,7 +268,7 @@ static void test_keep(void)
     CU_ASSERT_EQUAL(rm_ckpt_write("/proc/rm-no-such", &m, NULL, 0, 3, NULL, 0, &e), RM_EINVAL);
 }
 
-/* Issue 20 item 7: pruning keeps only this model's newest K. An earlier run's checkpoints of
+/* Pruning (docs/architecture.md#robustness) keeps only this model's newest K. An earlier run's checkpoints of
  * another model shape (which --resume could not continue from) and a file whose header does not
  * decode are never deleted, however many newer checkpoints the new run writes. */
 static int write_hidden(int64_t step, int hidden, int keep)
@@ -326,7 +326,7 @@ static void test_keep_other_models(void)
     free(b);
 }
 
-/* Issue 20 item 4: a checkpoint folder that can never be written is refused up front. */
+/* A checkpoint folder that can never be written is refused up front (docs/architecture.md#robustness). */
 static void test_dir_check(void)
 {
     rm_test_clear_dir(g_dir);

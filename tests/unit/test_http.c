@@ -688,7 +688,7 @@ static void test_capbuf(void)
     rm_capbuf_free(NULL);
 }
 
-/* ---- slow flood (issue 20 items 4-5) ---- */
+/* ---- slow flood (docs/architecture.md#robustness) ---- */
 
 typedef struct { char url[128]; long status; char body[64]; } poll_call;
 static void *long_call(void *arg)

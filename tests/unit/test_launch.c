@@ -286,8 +286,8 @@ static cJSON *pod_of(const char *job, int index, rm_tj *tj)
 #define JOB_HEAD "{\"apiVersion\":\"ringmaster.dev/v1alpha1\",\"kind\":\"TrainingJob\"," \
                  "\"metadata\":{\"name\":\"g\",\"namespace\":\"ml\",\"uid\":\"u\"},"
 
-/* GPU workers get the NCCL defaults (issue 19); the template's own values win; CPU workers get
- * none of them; NODE_NAME is the pod's spec.nodeName either way. */
+/* GPU workers get the NCCL defaults (docs/strategies.md#topology); the template's own values win; CPU
+ * workers get none of them; NODE_NAME is the pod's spec.nodeName either way. */
 static void test_gpu_defaults(void)
 {
     rm_tj tj;
@@ -347,7 +347,8 @@ static const char *str_at(const cJSON *o, const char *path)
     return cJSON_IsString(v) ? v->valuestring : "";
 }
 
-/* spec.placement.workersPerNode (issue 19): node groups as pod affinity / anti-affinity. */
+/* spec.placement.workersPerNode (docs/strategies.md#topology): node groups as pod affinity /
+ * anti-affinity. */
 static void test_placement(void)
 {
     rm_tj tj;
@@ -425,7 +426,7 @@ static void test_placement(void)
     cJSON_Delete(obj);
 }
 
-/* RINGMASTER_RUN_NODES fakes nodes on one host (issue 19): contiguous blocks of workers. */
+/* RINGMASTER_RUN_NODES fakes nodes on one host: contiguous blocks of workers. */
 static void test_run_fake_nodes(void)
 {
     static const struct {

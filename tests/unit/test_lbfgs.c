@@ -1,8 +1,8 @@
-/* Tests for worker/lbfgs_core (issue 13): the two-loop recursion run over vectors split into
- * shards (partial dots summed, as the coordinator does) against a dense BFGS reference; L-BFGS on a
- * quadratic with exact line search ends in n steps; on Rosenbrock with the Armijo search it reaches
- * the minimum; the Armijo search as a table; portion assignment, deadline reissue,
- * first-answer-wins and lost workers as a table. */
+/* Tests for worker/ps/lbfgs_core (docs/strategies.md#sandblaster-l-bfgs): the two-loop recursion run
+ * over vectors split into shards (partial dots summed, as the coordinator does) against a dense BFGS
+ * reference; L-BFGS on a quadratic with exact line search ends in n steps; on Rosenbrock with the
+ * Armijo search it reaches the minimum; the Armijo search as a table; portion assignment, deadline
+ * reissue, first-answer-wins and lost workers as a table. */
 #include "worker/ps/lbfgs_core.h"
 #include "worker/ps/lbfgs_coord.h"
 #include "tests/unit/testutil.h"

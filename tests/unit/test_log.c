@@ -233,7 +233,7 @@ static void test_concurrent_lines_do_not_interleave(void)
     free(dir);
 }
 
-/* Issue 11 item 5: an RM_CHECK trail logs its first failing hop at warn (with its file:line),
+/* An RM_CHECK trail (docs/c-style.md#the-habits) logs its first failing hop at warn (with its file:line),
  * the hops that pass the error on at debug; a new error starts a new trail. */
 static int trail_inner(rm_err *e) { return rm_errf(e, RM_EIO, "disk on fire"); }
 static int trail_middle(rm_err *e) { RM_CHECK(trail_inner(e)); return RM_OK; }

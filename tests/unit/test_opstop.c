@@ -1,5 +1,5 @@
 /* test_opstop.c — the operator stops serving its rendezvous promptly while workers long-poll it
- * (issue 11: stop used to wait out every held join, up to 10 s, holding the leadership lock), and
+ * (stop used to wait out every held join, up to 10 s, holding the leadership lock), and
  * serves again after a lost-then-regained leadership. */
 #include <CUnit/CUnit.h>
 #include <dlfcn.h>

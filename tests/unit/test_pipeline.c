@@ -1,7 +1,7 @@
-/* Tests for worker/pipeline_core (issue 15) as tables: grid placement, stage partitioning (the
- * default MLP's parameter counts, every P dividing the layers, remainders, one heavy layer), the
- * micro-batch split, both schedules' per-stage event lists, their in-flight activation counts and
- * the simulated bubble against the textbook (P-1)/(M+P-1). */
+/* Tests for worker/pipeline/pipeline_core (docs/strategies.md#pipeline-stages) as tables: grid
+ * placement, stage partitioning (the default MLP's parameter counts, every P dividing the layers,
+ * remainders, one heavy layer), the micro-batch split, both schedules' per-stage event lists, their
+ * in-flight activation counts and the simulated bubble against the textbook (P-1)/(M+P-1). */
 #include "common/worker_env.h"
 #include "tests/unit/testutil.h"
 #include "worker/checkpoint/ckpt_shard.h"

@@ -1,8 +1,8 @@
-/* test_ps.c — parameter servers (issue 12): spec.parameterServer parse/default/validate with
- * field-named errors; the pure cores of worker/ps/ps_core.h as tables: shard partitioning (every
- * size, S 1..8, remainders, layer snapping), the synchronous rule with backup workers (which
- * gradient is applied, averaged or dropped, in what order), the staleness bound (a fast worker
- * blocks, then proceeds when the slow one advances, and a dead one never holds it), and the
+/* test_ps.c — parameter servers (docs/strategies.md#parameter-servers): spec.parameterServer
+ * parse/default/validate with field-named errors; the pure cores of worker/ps/ps_core.h as tables:
+ * shard partitioning (every size, S 1..8, remainders, layer snapping), the synchronous rule with backup
+ * workers (which gradient is applied, averaged or dropped, in what order), the staleness bound (a fast
+ * worker blocks, then proceeds when the slow one advances, and a dead one never holds it), and the
  * server's Adagrad on a shard against a hand-written reference. */
 #include <math.h>
 #include <stdlib.h>

@@ -1,9 +1,9 @@
-/* Tests for worker/ps_registry (issues 12, 13): the parameter servers' addresses from the
- * rendezvous' server registry and bounded-retry connections to them, against a real in-process
- * rendezvous and fake servers that run the real handshake (rm_ps_hs_accept). A server that has not
- * registered times out by the deadline; a server replaced at a new address (the registry still
- * names the dead one) is found again once it registers; a wrong token fails at once (no retry); a
- * stop flag ends the retries; without a rendezvous the launch contract's list is used as is. */
+/* Tests for worker/ps/ps_registry (docs/strategies.md#roles-names-environment): the parameter servers'
+ * addresses from the rendezvous' server registry and bounded-retry connections to them, against a real
+ * in-process rendezvous and fake servers that run the real handshake (rm_ps_hs_accept). A server that
+ * has not registered times out by the deadline; a server replaced at a new address (the registry still
+ * names the dead one) is found again once it registers; a wrong token fails at once (no retry); a stop
+ * flag ends the retries; without a rendezvous the launch contract's list is used as is. */
 #include "worker/ps/ps_registry.h"
 #include "common/clock.h"
 #include "common/http.h"

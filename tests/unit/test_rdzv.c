@@ -584,7 +584,7 @@ static void test_report(void)
     CU_ASSERT(!m.done);
     CU_ASSERT(!s->have_result);
     CU_ASSERT(s->peak_rss == 0 && s->mem_optimizer == 0);   /* nothing reported yet */
-    /* memory (issue 14): the job keeps the largest reported value, kind by kind */
+    /* memory (docs/strategies.md#sharding): the job keeps the largest reported value, kind by kind */
     rm_rdzv_report mr = rep;
     mr.mem_params = 400, mr.mem_grads = 300, mr.mem_optimizer = 800, mr.mem_activations = 10;
     mr.peak_rss = 5000;
@@ -1014,7 +1014,7 @@ static void *cancel_join_thread(void *arg)
 }
 
 /* SIGINT during the join long poll: the worker's flag ends it within about a second, not after
- * the server's 10 s hold (issue 20 item 11). */
+ * the server's 10 s hold. */
 static void test_join_cancel(void)
 {
     fx f;
@@ -1154,7 +1154,7 @@ static void test_servers_registry(void)
     fx_stop(&f);
 }
 
-/* ---------------- node identity (issue 19) ---------------- */
+/* ---------------- node identity (docs/strategies.md#topology) ---------------- */
 
 typedef struct node_joiner {
     const char *url, *wid, *node;   /* node NULL: the client's default (NODE_NAME, hostname) */

@@ -668,7 +668,7 @@ static const scen table[] = {
      .replicas = 2, .minr = 2, .maxr = 4, .rdzv_desired = 4, .workers = ALL4, .rdzv = CLOSED0,
      .actions = "S2/2 E:ScaledDown D2 D3 R1 E:Resized Q25", .ephase = RM_PHASE_RUNNING,
      .eepoch = 2},
-    /* R10 recovery loop (issue 20: a group that re-forms without getting past its step) */
+    /* R10 recovery loop (a group that re-forms without getting past its step) */
     {.name = "re-formed 20 epochs without passing the high-water step: RecoveryLoop", .phase = RM_PHASE_RUNNING, .conds = CREATED_ | RUNNING_, .start_time = 500,
      .epoch = 21, .hw_step = 200, .hw_epoch = 1, .workers = ALL4,
      .rdzv = "21 C@990 0/21/0/995 1/21/1/995 2/21/2/995 3/21/3/995",
@@ -704,7 +704,7 @@ static const scen table[] = {
      .conds = CREATED_ | RUNNING_ | CKFAIL_, .workers = ALL4, .rdzv = CLOSED0, .actions = "Q25",
      .ephase = RM_PHASE_RUNNING, .eepoch = 1,
      .econds = "CheckpointFailing=F:CheckpointWritten Running=T"},
-    /* R0b invalid update of a running job (issue 20: kubectl scale --replicas=10000) */
+    /* R0b invalid update of a running job (kubectl scale --replicas=10000) */
     {.name = "invalid update, last valid spec given: keep running, InvalidSpec condition",
      RUNNING_ST, .invalid = "spec.replicas: must be <= 1024", .workers = ALL4, .rdzv = CLOSED0,
      .actions = "W:InvalidSpec Q25", .ephase = RM_PHASE_RUNNING, .eepoch = 1,

@@ -545,7 +545,7 @@ static void test_barrier_synchronises(void) {
     }
 }
 
-/* --- strangers while the ring trains (issue 20 item 3) --- */
+/* --- strangers while the ring trains (docs/architecture.md#robustness) --- */
 
 /* A raw connection from src (e.g. "127.0.0.2") to port, not waited for. -1 on failure. */
 static int raw_connect(const char *src, int port) {
@@ -677,7 +677,7 @@ static void test_forged_proof_refused(void) {
     world_close(&w);
 }
 
-/* Sub-groups (rm_comm_cfg.group; pipeline stages, issue 15): the world ring, two data-parallel
+/* Sub-groups (rm_comm_cfg.group; pipeline stages): the world ring, two data-parallel
  * groups {0,2} and {1,3} and a link {0,1} form at once, in the same epoch, over the same long-lived
  * listeners; each group's connections are claimed by its own formation only, an allreduce in a
  * group sums only its members, and the link's sockets carry a frame from rank 0 to rank 1. */

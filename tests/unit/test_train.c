@@ -111,7 +111,7 @@ static void test_backend_and_resume(void)
     CU_ASSERT_STRING_EQUAL(e.msg, "--resume: required or if-present, got \"maybe\"");
 }
 
-/* Issue 11 item 5: a rendezvous without a token says so (it used to be "out of memory"), and a
+/* A rendezvous without a token says so (it used to be "out of memory"), and a
  * start refuses it as a setting at fault (err.field: exit 2), before loading any data. */
 static void test_missing_token(void)
 {

@@ -291,14 +291,14 @@ static void test_kill_and_recover(void)
     h_stop(&h);
 }
 
-/* Issue 20 item 1: a death between an epoch boundary and the next checkpoint. 2 workers x 32 =
- * 64 samples a step, so epoch 0 ends after step 937 (60000 / 64) and its evaluation runs there;
- * rank 0 dies at step 940, everyone restores the newest checkpoint before it: step 900, or an
- * earlier one when the background write of 900 was still in flight at the death (it takes a few ms
- * and the 40 steps to 940 can take less, so CI saw 850 once). The survivor has evaluated
- * at 937 and its replacement has not: the evaluation ahead is a function of the checkpoint, not of
- * memory, or the survivor skips the evaluation's allreduce the replacement runs and the ring
- * desynchronises on every re-formation (a livelock: this test then times out). */
+/* A death between an epoch boundary and the next checkpoint (docs/architecture.md#robustness). 2
+ * workers x 32 = 64 samples a step, so epoch 0 ends after step 937 (60000 / 64) and its evaluation runs
+ * there; rank 0 dies at step 940, everyone restores the newest checkpoint before it: step 900, or an
+ * earlier one when the background write of 900 was still in flight at the death (it takes a few ms and
+ * the 40 steps to 940 can take less, so CI saw 850 once). The survivor has evaluated at 937 and its
+ * replacement has not: the evaluation ahead is a function of the checkpoint, not of memory, or the
+ * survivor skips the evaluation's allreduce the replacement runs and the ring desynchronises on every
+ * re-formation (a livelock: this test then times out). */
 static void test_kill_after_epoch_boundary(void)
 {
     harness h;
@@ -339,7 +339,7 @@ static void test_kill_after_epoch_boundary(void)
     h_stop(&h);
 }
 
-/* Issue 20 item 2: a global batch larger than the training set (0 steps an epoch) is a
+/* A global batch larger than the training set (0 steps an epoch; docs/architecture.md#robustness) is a
  * configuration error no re-formation heals: every worker exits 2 at once, naming it, instead of
  * re-forming the ring forever. */
 static void test_batch_exceeds_dataset(void)
@@ -362,9 +362,9 @@ static void test_batch_exceeds_dataset(void)
 /* Wait until the log `tag` contains `what`; false after timeout_s. */
 static bool wait_log(harness *h, const char *tag, const char *what, double timeout_s);
 
-/* Issue 20 item 4: failed checkpoint writes reach the controller. After the first checkpoint the
- * folder is swapped for a regular file, so every later write fails; rank 0's progress reports
- * carry the count of consecutive failures and the last error, and the workers keep training. */
+/* Failed checkpoint writes reach the controller (docs/architecture.md#robustness). After the first
+ * checkpoint the folder is swapped for a regular file, so every later write fails; rank 0's progress
+ * reports carry the count of consecutive failures and the last error, and the workers keep training. */
 static void test_checkpoint_failures_reported(void)
 {
     harness h;
@@ -611,11 +611,11 @@ static void log_result(harness *h, const char *tag, double *acc, double *loss)
     free(s);
 }
 
-/* Issue 14: every ZeRO stage trains 3 workers to the same parameters as plain data parallelism,
- * for SGD, Adam and Adagrad. "optimizer" reduces exactly as none does (same fusion buckets, same
- * allreduce), so it is bit-identical; "gradients" and "full" reduce layer by layer (another ring
- * segmentation, so another summation order): the same within float tolerance, seen through the
- * final loss and accuracy (and in practice bit-identical too). */
+/* Every ZeRO stage (docs/strategies.md#sharding) trains 3 workers to the same parameters as plain data
+ * parallelism, for SGD, Adam and Adagrad. "optimizer" reduces exactly as none does (same fusion
+ * buckets, same allreduce), so it is bit-identical; "gradients" and "full" reduce layer by layer
+ * (another ring segmentation, so another summation order): the same within float tolerance, seen
+ * through the final loss and accuracy (and in practice bit-identical too). */
 static void test_sharding_stages_match_none(void)
 {
     static const char *const opts[] = {"sgd", "adam", "adagrad"};

@@ -460,8 +460,9 @@ static void test_crd_bounds_match(void)
     run_cases(cases, RM_ARRAY_LEN(cases));
 }
 
-/* Issue 20 item 2: a global batch over the training set gives epochs of zero steps (a livelock
- * at run time), so it is refused with both fields named; base: 4 replicas, max 8, 60,000 images. */
+/* A global batch over the training set (docs/architecture.md#robustness) gives epochs of zero steps (a
+ * livelock at run time), so it is refused with both fields named; base: 4 replicas, max 8, 60,000
+ * images. */
 static void test_global_batch_fits_dataset(void)
 {
     static const tj_case cases[] = {
@@ -507,7 +508,7 @@ static void test_global_batch_fits_dataset(void)
     cJSON_Delete(d);
 }
 
-/* Issue 20 items 6 and 9: a memory budget. The estimate follows the worker's allocations; a model
+/* A memory budget (docs/architecture.md#robustness). The estimate follows the worker's allocations; a model
  * over RM_TJ_MAX_PARAMS is refused everywhere, one over the container's memory limit by
  * rm_tj_validate, and rm_tj_check_memory applies any other cap (the local machine). */
 static void test_memory_budget(void)
@@ -810,8 +811,8 @@ static void test_round_trip(void)
     cJSON_Delete(d);
 }
 
-/* spec.training.sharding (issue 14): parsed, defaulted to none (and then left out of the worker's
- * JSON, so jobs without it render as before), carried to the worker, fp32 only. */
+/* spec.training.sharding (docs/strategies.md#sharding): parsed, defaulted to none (and then left out of
+ * the worker's JSON, so jobs without it render as before), carried to the worker, fp32 only. */
 static void test_sharding(void)
 {
     rm_err e = { 0 };
@@ -854,8 +855,9 @@ static void test_sharding(void)
     cJSON_Delete(d);
 }
 
-/* spec.training.allreduce (issue 19): parsed, defaulted to auto (left out of the worker's JSON),
- * carried to the worker; hierarchical refused with nccl/mpi and with parameter servers. */
+/* spec.training.allreduce (docs/strategies.md#topology): parsed, defaulted to auto (left out of the
+ * worker's JSON), carried to the worker; hierarchical refused with nccl/mpi and with parameter servers.
+ * */
 static void test_allreduce_algo(void)
 {
     rm_err e = { 0 };
@@ -999,9 +1001,9 @@ static void test_yaml_error_points_at_line(void)
     }
 }
 
-/* spec.parallelism (issue 15): defaults, round trip and every rule, each with its field-named
- * message. A case applies up to three path=value edits to the base job (replicas 4, min 2, max 8,
- * hidden [512, 256] = 3 layers, batch 64, backend ring). */
+/* spec.parallelism (docs/strategies.md#pipeline-stages): defaults, round trip and every rule, each with
+ * its field-named message. A case applies up to three path=value edits to the base job (replicas 4, min
+ * 2, max 8, hidden [512, 256] = 3 layers, batch 64, backend ring). */
 static void test_parallelism(void)
 {
     typedef struct {
@@ -1110,8 +1112,9 @@ static void test_parallelism(void)
     cJSON_Delete(d);
 }
 
-/* spec.training.optimizer.type lbfgs (issue 13): defaults, round trip, and every rule that ties it
- * to spec.strategy parameterServer / mode sync / backupWorkers 0, each naming its field. */
+/* spec.training.optimizer.type lbfgs (docs/strategies.md#sandblaster-l-bfgs): defaults, round trip, and
+ * every rule that ties it to spec.strategy parameterServer / mode sync / backupWorkers 0, each naming
+ * its field. */
 static void test_lbfgs(void)
 {
     rm_err e = { 0 };
