@@ -1,6 +1,7 @@
-/* rm_cuda.h — the CUDA/NCCL/cuBLAS includes and check macros shared by kernels/cuda and worker/cuda.
+/* rm_cuda.h — the CUDA/NCCL/cuBLAS includes and check macros shared by kernels/cuda and the worker's
+ * cuda/ folders (worker/comm/cuda, worker/pipeline/cuda).
  *
- * Usable from C11 (the .c files of worker/cuda) and C++ (the .cu files). The vendor headers declare a few `f()`
+ * Usable from C11 (the .c files of those folders) and C++ (the .cu files). The vendor headers declare a few `f()`
  * functions that -Wstrict-prototypes rejects in C, so they are included here with that warning off.
  *
  * Check macros follow NCCL's checks.h: every failing call logs file:line, the call text and the
