@@ -1,7 +1,7 @@
 /* informer.c — list+watch into an indexed cache (see informer.h).
  *
- * Design: one thread per informer; the cache is a kmap key → cent under a rwlock, and an index
- * kmap index-key → doubly linked list of cents, so lookups by owner are O(items of that owner).
+ * Design: one thread per informer; the cache is a rm_kmap key → cent under a rwlock, and an index
+ * rm_kmap index-key → doubly linked list of cents, so lookups by owner are O(items of that owner).
  * Changes are applied to the cache first and handlers called afterwards without the lock, so a
  * handler may read the cache. A re-list builds the complete new state off to the side, then
  * swaps it in and reports the differences. */
@@ -41,9 +41,9 @@ struct rm_informer {
     pthread_mutex_t wmu;         /* stop wake-up */
     pthread_cond_t wcv;
     pthread_rwlock_t lk;
-    kmap items;                  /* key → cent* */
-    kmap index;                  /* index key → cent* (head) */
-    kmap interned;               /* index key → refcount (intptr): one copy of each owner key;
+    rm_kmap items;                  /* key → cent* */
+    rm_kmap index;                  /* index key → cent* (head) */
+    rm_kmap interned;               /* index key → refcount (intptr): one copy of each owner key;
                                   * only the informer thread touches it */
     char rv[32];
     atomic_bool synced;
@@ -60,9 +60,9 @@ static void index_unlink(rm_informer *inf, cent *e)
         e->iprev->inext = e->inext;
     else {
         if (e->inext)
-            kmap_put(&inf->index, e->index, e->inext, NULL);
+            rm_kmap_put(&inf->index, e->index, e->inext, NULL);
         else
-            kmap_del(&inf->index, e->index);
+            rm_kmap_del(&inf->index, e->index);
     }
     if (e->inext)
         e->inext->iprev = e->iprev;
@@ -73,12 +73,12 @@ static void index_link(rm_informer *inf, cent *e)
 {
     if (!e->index)
         return;
-    cent *head = kmap_get(&inf->index, e->index);
+    cent *head = rm_kmap_get(&inf->index, e->index);
     e->iprev = NULL;
     e->inext = head;
     if (head)
         head->iprev = e;
-    if (kmap_put(&inf->index, e->index, e, NULL)) {
+    if (rm_kmap_put(&inf->index, e->index, e, NULL)) {
         /* ENOMEM: leave it unindexed rather than corrupt the list */
         if (head)
             head->iprev = NULL;
@@ -88,11 +88,11 @@ static void index_link(rm_informer *inf, cent *e)
 
 static const char *intern(rm_informer *inf, const char *s)
 {
-    kmap_ent *e = kmap_find(&inf->interned, s);
+    rm_kmap_ent *e = rm_kmap_find(&inf->interned, s);
     if (!e) {
-        if (kmap_put(&inf->interned, s, (void *)0, NULL))
+        if (rm_kmap_put(&inf->interned, s, (void *)0, NULL))
             return NULL;
-        e = kmap_find(&inf->interned, s);
+        e = rm_kmap_find(&inf->interned, s);
     }
     e->val = (void *)((intptr_t)e->val + 1);
     return e->key;
@@ -100,14 +100,14 @@ static const char *intern(rm_informer *inf, const char *s)
 
 static void unintern(rm_informer *inf, const char *s)
 {
-    kmap_ent *e = s ? kmap_find(&inf->interned, s) : NULL;
+    rm_kmap_ent *e = s ? rm_kmap_find(&inf->interned, s) : NULL;
     if (!e)
         return;
     e->val = (void *)((intptr_t)e->val - 1);
     if ((intptr_t)e->val <= 0) {
-        char tmp[512];   /* kmap_del needs the key after the entry (and its key) may be gone */
+        char tmp[512];   /* rm_kmap_del needs the key after the entry (and its key) may be gone */
         snprintf(tmp, sizeof(tmp), "%s", s);
-        kmap_del(&inf->interned, tmp);
+        rm_kmap_del(&inf->interned, tmp);
     }
 }
 
@@ -147,7 +147,7 @@ static cent *cent_make(rm_informer *inf, const cJSON *obj)
         return NULL;
     e->key = (char *)e->data + il;
     memcpy(e->key, key, kl + 1);
-    e->rvh = kmap_hash(rv);
+    e->rvh = rm_kmap_hash(rv);
     void *item = inf->o.transform ? inf->o.transform(inf->o.ud, obj) : NULL;
     if (inf->o.transform && !item) {
         free(e);
@@ -254,12 +254,12 @@ static void apply(rm_informer *inf, bool deleted, const cJSON *obj)
     }
     pthread_rwlock_wrlock(&inf->lk);
     if (deleted) {
-        old = kmap_del(&inf->items, key);
+        old = rm_kmap_del(&inf->items, key);
         if (old)
             index_unlink(inf, old);
     } else {
         void *prev = NULL;
-        if (kmap_put_ref(&inf->items, nw->key, nw, &prev)) {
+        if (rm_kmap_put_ref(&inf->items, nw->key, nw, &prev)) {
             pthread_rwlock_unlock(&inf->lk);
             cent_free(inf, nw);
             inf->relist = true;   /* ENOMEM: recover by re-listing later */
@@ -293,7 +293,7 @@ static void build_path(rm_informer *inf, char *buf, size_t cap, const char *extr
 /* LIST every page into a fresh map, then swap and diff. */
 static int do_list(rm_informer *inf, rm_err *err)
 {
-    kmap fresh = {0};
+    rm_kmap fresh = {0};
     char cont[2048] = "", rv[32] = "";
     int rc = RM_OK;
     for (;;) {
@@ -310,7 +310,7 @@ static int do_list(rm_informer *inf, rm_err *err)
         rc = rm_kube_json(inf->c, "GET", path, NULL, NULL, &list, err);
         if (rc) {
             if (rc == RM_EEPOCH && cont[0]) {   /* continue token expired: start over */
-                kmap_clear(&fresh, NULL);
+                rm_kmap_clear(&fresh, NULL);
                 cont[0] = 0;
                 continue;
             }
@@ -329,7 +329,7 @@ static int do_list(rm_informer *inf, rm_err *err)
             if (!e)
                 continue;
             void *prev = NULL;
-            if (kmap_put_ref(&fresh, e->key, e, &prev)) {
+            if (rm_kmap_put_ref(&fresh, e->key, e, &prev)) {
                 cent_free(inf, e);
                 cJSON_Delete(list);
                 rc = rm_errf(err, RM_ENOMEM, "informer %s: out of memory", inf->name);
@@ -354,14 +354,14 @@ static int do_list(rm_informer *inf, rm_err *err)
     }
     pthread_rwlock_wrlock(&inf->lk);
     size_t it;
-    for (kmap_ent *e = kmap_first(&inf->items, &it); e; e = kmap_next(&inf->items, &it, e)) {
+    for (rm_kmap_ent *e = rm_kmap_first(&inf->items, &it); e; e = rm_kmap_next(&inf->items, &it, e)) {
         cent *old = e->val;
-        if (!kmap_find(&fresh, old->key))
+        if (!rm_kmap_find(&fresh, old->key))
             ch[nch++] = (change){RM_INF_DELETED, old, NULL, NULL};
     }
-    for (kmap_ent *e = kmap_first(&fresh, &it); e; e = kmap_next(&fresh, &it, e)) {
+    for (rm_kmap_ent *e = rm_kmap_first(&fresh, &it); e; e = rm_kmap_next(&fresh, &it, e)) {
         cent *nw = e->val;
-        cent *old = kmap_get(&inf->items, nw->key);
+        cent *old = rm_kmap_get(&inf->items, nw->key);
         if (!old)
             ch[nch++] = (change){RM_INF_ADDED, NULL, nw, NULL};
         else if (old->rvh != nw->rvh)
@@ -370,19 +370,19 @@ static int do_list(rm_informer *inf, rm_err *err)
             ch[nch++] = (change){RM_INF_UPDATED, old, NULL, nw};   /* unchanged: keep old, drop nw */
     }
     /* rebuild the maps from scratch over the winning entries (unchanged ones keep their item) */
-    kmap_clear(&inf->index, NULL);
-    kmap_clear(&inf->items, NULL);
+    rm_kmap_clear(&inf->index, NULL);
+    rm_kmap_clear(&inf->items, NULL);
     for (size_t i = 0; i < nch; i++) {
         cent *keep = NULL;
         if (ch[i].ev == RM_INF_DELETED)
             continue;
         keep = ch[i].ev == RM_INF_UPDATED && !ch[i].nw ? ch[i].old : ch[i].nw;
         keep->iprev = keep->inext = NULL;
-        kmap_put_ref(&inf->items, keep->key, keep, NULL);
+        rm_kmap_put_ref(&inf->items, keep->key, keep, NULL);
         index_link(inf, keep);
     }
     /* fresh's entries point at the dropped duplicates' keys: clear it before freeing them */
-    kmap_clear(&fresh, NULL);
+    rm_kmap_clear(&fresh, NULL);
     for (size_t i = 0; i < nch; i++)
         cent_free(inf, ch[i].drop);
     snprintf(inf->rv, sizeof(inf->rv), "%s", rv);
@@ -409,9 +409,9 @@ static int do_list(rm_informer *inf, rm_err *err)
 fail:
     {
         size_t i2;
-        for (kmap_ent *e = kmap_first(&fresh, &i2); e; e = kmap_next(&fresh, &i2, e))
+        for (rm_kmap_ent *e = rm_kmap_first(&fresh, &i2); e; e = rm_kmap_next(&fresh, &i2, e))
             cent_free(inf, e->val);
-        kmap_clear(&fresh, NULL);
+        rm_kmap_clear(&fresh, NULL);
     }
     return rc;
 }
@@ -561,11 +561,11 @@ void rm_informer_stop(rm_informer *inf)
     if (inf->started)
         pthread_join(inf->th, NULL);
     size_t it;
-    for (kmap_ent *e = kmap_first(&inf->items, &it); e; e = kmap_next(&inf->items, &it, e))
+    for (rm_kmap_ent *e = rm_kmap_first(&inf->items, &it); e; e = rm_kmap_next(&inf->items, &it, e))
         free_cent_cb(inf, e->val);
-    kmap_clear(&inf->items, NULL);
-    kmap_clear(&inf->index, NULL);
-    kmap_clear(&inf->interned, NULL);
+    rm_kmap_clear(&inf->items, NULL);
+    rm_kmap_clear(&inf->index, NULL);
+    rm_kmap_clear(&inf->interned, NULL);
     pthread_rwlock_destroy(&inf->lk);
     pthread_mutex_destroy(&inf->wmu);
     pthread_cond_destroy(&inf->wcv);
@@ -621,7 +621,7 @@ void rm_informer_runlock(rm_informer *inf)
 
 const void *rm_informer_get(rm_informer *inf, const char *key)
 {
-    cent *e = kmap_get(&inf->items, key);
+    cent *e = rm_kmap_get(&inf->items, key);
     return e ? e->item : NULL;
 }
 
@@ -636,7 +636,7 @@ size_t rm_informer_count(rm_informer *inf)
 void rm_informer_by_index(rm_informer *inf, const char *index_key,
                           int (*fn)(void *ud, const char *key, const void *item), void *ud)
 {
-    for (cent *e = kmap_get(&inf->index, index_key); e; e = e->inext)
+    for (cent *e = rm_kmap_get(&inf->index, index_key); e; e = e->inext)
         if (fn(ud, e->key, e->item) < 0)
             break;
 }
@@ -645,7 +645,7 @@ void rm_informer_foreach(rm_informer *inf, int (*fn)(void *ud, const char *key, 
                          void *ud)
 {
     size_t it;
-    for (kmap_ent *e = kmap_first(&inf->items, &it); e; e = kmap_next(&inf->items, &it, e)) {
+    for (rm_kmap_ent *e = rm_kmap_first(&inf->items, &it); e; e = rm_kmap_next(&inf->items, &it, e)) {
         cent *c = e->val;
         if (fn(ud, c->key, c->item) < 0)
             break;

@@ -6,7 +6,7 @@
 #include <string.h>
 #include "common/rm.h"
 
-size_t kmap_hash(const char *s)
+size_t rm_kmap_hash(const char *s)
 {
     size_t h = (size_t)1469598103934665603ULL;
     for (; *s; s++) {
@@ -16,33 +16,33 @@ size_t kmap_hash(const char *s)
     return h;
 }
 
-kmap_ent *kmap_find(const kmap *m, const char *key)
+rm_kmap_ent *rm_kmap_find(const rm_kmap *m, const char *key)
 {
     if (!m->nb)
         return NULL;
-    size_t h = kmap_hash(key);
-    for (kmap_ent *e = m->b[h & (m->nb - 1)]; e; e = e->next)
+    size_t h = rm_kmap_hash(key);
+    for (rm_kmap_ent *e = m->b[h & (m->nb - 1)]; e; e = e->next)
         if (e->hash == h && strcmp(e->key, key) == 0)
             return e;
     return NULL;
 }
 
-void *kmap_get(const kmap *m, const char *key)
+void *rm_kmap_get(const rm_kmap *m, const char *key)
 {
-    kmap_ent *e = kmap_find(m, key);
+    rm_kmap_ent *e = rm_kmap_find(m, key);
     return e ? e->val : NULL;
 }
 
-static int grow(kmap *m)
+static int grow(rm_kmap *m)
 {
     size_t nb = m->nb ? m->nb * 2 : 16;
-    kmap_ent **b = calloc(nb, sizeof(*b));
+    rm_kmap_ent **b = calloc(nb, sizeof(*b));
     if (!b)
         return RM_ENOMEM;
     for (size_t i = 0; i < m->nb; i++) {
-        kmap_ent *e = m->b[i];
+        rm_kmap_ent *e = m->b[i];
         while (e) {
-            kmap_ent *nx = e->next;
+            rm_kmap_ent *nx = e->next;
             size_t j = e->hash & (nb - 1);
             e->next = b[j];
             b[j] = e;
@@ -55,11 +55,11 @@ static int grow(kmap *m)
     return RM_OK;
 }
 
-static int put(kmap *m, const char *key, void *val, void **old, bool copy)
+static int put(rm_kmap *m, const char *key, void *val, void **old, bool copy)
 {
     if (old)
         *old = NULL;
-    kmap_ent *e = kmap_find(m, key);
+    rm_kmap_ent *e = rm_kmap_find(m, key);
     if (e) {
         if (old)
             *old = e->val;
@@ -80,7 +80,7 @@ static int put(kmap *m, const char *key, void *val, void **old, bool copy)
     } else {
         e->key = key;
     }
-    e->hash = kmap_hash(key);
+    e->hash = rm_kmap_hash(key);
     e->val = val;
     size_t j = e->hash & (m->nb - 1);
     e->next = m->b[j];
@@ -89,24 +89,24 @@ static int put(kmap *m, const char *key, void *val, void **old, bool copy)
     return RM_OK;
 }
 
-int kmap_put(kmap *m, const char *key, void *val, void **old)
+int rm_kmap_put(rm_kmap *m, const char *key, void *val, void **old)
 {
     return put(m, key, val, old, true);
 }
 
-int kmap_put_ref(kmap *m, const char *key, void *val, void **old)
+int rm_kmap_put_ref(rm_kmap *m, const char *key, void *val, void **old)
 {
     return put(m, key, val, old, false);
 }
 
-void *kmap_del(kmap *m, const char *key)
+void *rm_kmap_del(rm_kmap *m, const char *key)
 {
     if (!m->nb)
         return NULL;
-    size_t h = kmap_hash(key);
-    kmap_ent **pp = &m->b[h & (m->nb - 1)];
+    size_t h = rm_kmap_hash(key);
+    rm_kmap_ent **pp = &m->b[h & (m->nb - 1)];
     for (; *pp; pp = &(*pp)->next) {
-        kmap_ent *e = *pp;
+        rm_kmap_ent *e = *pp;
         if (e->hash == h && strcmp(e->key, key) == 0) {
             void *v = e->val;
             *pp = e->next;
@@ -118,7 +118,7 @@ void *kmap_del(kmap *m, const char *key)
     return NULL;
 }
 
-kmap_ent *kmap_first(const kmap *m, size_t *it)
+rm_kmap_ent *rm_kmap_first(const rm_kmap *m, size_t *it)
 {
     for (*it = 0; *it < m->nb; (*it)++)
         if (m->b[*it])
@@ -126,7 +126,7 @@ kmap_ent *kmap_first(const kmap *m, size_t *it)
     return NULL;
 }
 
-kmap_ent *kmap_next(const kmap *m, size_t *it, kmap_ent *e)
+rm_kmap_ent *rm_kmap_next(const rm_kmap *m, size_t *it, rm_kmap_ent *e)
 {
     if (e->next)
         return e->next;
@@ -136,12 +136,12 @@ kmap_ent *kmap_next(const kmap *m, size_t *it, kmap_ent *e)
     return NULL;
 }
 
-void kmap_clear(kmap *m, void (*vfree)(void *))
+void rm_kmap_clear(rm_kmap *m, void (*vfree)(void *))
 {
     for (size_t i = 0; i < m->nb; i++) {
-        kmap_ent *e = m->b[i];
+        rm_kmap_ent *e = m->b[i];
         while (e) {
-            kmap_ent *nx = e->next;
+            rm_kmap_ent *nx = e->next;
             if (vfree)
                 vfree(e->val);
             free(e);

@@ -77,7 +77,7 @@ struct rm_kube_rt {
     rm_kube_rt_config c;
     char *rdzv_url, *worker_image, *instance;
     pthread_mutex_t mu;
-    kmap jobs;                      /* key → job_mem* */
+    rm_kmap jobs;                      /* key → job_mem* */
     atomic_ulong event_seq;
 };
 
@@ -109,7 +109,7 @@ void rm_kube_rt_free(rm_kube_rt *rt)
 {
     if (!rt)
         return;
-    kmap_clear(&rt->jobs, job_mem_free);
+    rm_kmap_clear(&rt->jobs, job_mem_free);
     pthread_mutex_destroy(&rt->mu);
     free(rt->rdzv_url);
     free(rt->worker_image);
@@ -120,10 +120,10 @@ void rm_kube_rt_free(rm_kube_rt *rt)
 static job_mem *mem_get(rm_kube_rt *rt, const char *key, bool create)
 {
     pthread_mutex_lock(&rt->mu);
-    job_mem *m = kmap_get(&rt->jobs, key);
+    job_mem *m = rm_kmap_get(&rt->jobs, key);
     if (!m && create) {
         m = calloc(1, sizeof(*m));
-        if (m && kmap_put(&rt->jobs, key, m, NULL)) {
+        if (m && rm_kmap_put(&rt->jobs, key, m, NULL)) {
             free(m);
             m = NULL;
         }
@@ -135,7 +135,7 @@ static job_mem *mem_get(rm_kube_rt *rt, const char *key, bool create)
 static void mem_drop(rm_kube_rt *rt, const char *key)
 {
     pthread_mutex_lock(&rt->mu);
-    job_mem_free(kmap_del(&rt->jobs, key));
+    job_mem_free(rm_kmap_del(&rt->jobs, key));
     pthread_mutex_unlock(&rt->mu);
 }
 
@@ -259,7 +259,7 @@ void *rm_kube_pod_transform(void *ud, const cJSON *obj)
     p->created_at = time_of(md, "creationTimestamp");
     const cJSON *node = cJSON_GetObjectItemCaseSensitive(spec, "nodeName");
     if (cJSON_IsString(node) && node->valuestring[0])
-        p->node_hash = kmap_hash(node->valuestring) | 1;
+        p->node_hash = rm_kmap_hash(node->valuestring) | 1;
     const cJSON *phase = cJSON_GetObjectItemCaseSensitive(st, "phase");
     const char *ph = cJSON_IsString(phase) ? phase->valuestring : "Pending";
     p->phase = (unsigned char)(strcmp(ph, "Running") == 0 ? RM_WORKER_RUNNING
@@ -867,7 +867,7 @@ static int match_node(void *ud, const char *key, const void *item)
 {
     node_find *f = ud;
     const char *name = key[0] == '/' ? key + 1 : key;
-    if ((kmap_hash(name) | 1) != f->hash)
+    if ((rm_kmap_hash(name) | 1) != f->hash)
         return 0;
     f->ready = ((const rm_kube_node *)item)->ready;
     return -1;
@@ -946,7 +946,7 @@ static int report_invalid(rm_kube_rt *rt, const char *key, cJSON *obj, const rm_
     const cJSON *ph = rm_json_path(obj, "status.phase");
     if (cJSON_IsString(cur) && strncmp(cur->valuestring, perr->msg, 255) == 0 && cJSON_IsString(ph) &&
         strcmp(ph->valuestring, "Failed") == 0) {
-        m->invalid_hash = kmap_hash(perr->msg) | 1;
+        m->invalid_hash = rm_kmap_hash(perr->msg) | 1;
         return RM_OK;   /* already reported (by us, maybe before a restart) */
     }
     rm_tj_status st;
@@ -970,7 +970,7 @@ static int report_invalid(rm_kube_rt *rt, const char *key, cJSON *obj, const rm_
     fake.name = nm->valuestring;
     fake.namespace_ = ns->valuestring;
     fake.uid = cJSON_IsString(uid) ? uid->valuestring : NULL;
-    unsigned long long h = kmap_hash(perr->msg) | 1;
+    unsigned long long h = rm_kmap_hash(perr->msg) | 1;
     if (m->invalid_hash != h) {
         job_event(rt, &fake, true, "InvalidSpec", perr->msg);
         rm_op_metrics_job(rt->c.metrics, RM_JOB_FAILED, ns->valuestring);
@@ -1039,7 +1039,7 @@ void rm_kube_rt_poll_rdzv(rm_kube_rt *rt, void (*enqueue)(void *ud, const char *
     char **keys = NULL;
     pthread_mutex_lock(&rt->mu);
     size_t it;
-    for (kmap_ent *e = kmap_first(&rt->jobs, &it); e; e = kmap_next(&rt->jobs, &it, e)) {
+    for (rm_kmap_ent *e = rm_kmap_first(&rt->jobs, &it); e; e = rm_kmap_next(&rt->jobs, &it, e)) {
         job_mem *m = e->val;
         if (!m->rdzv_desired)
             continue;
@@ -1070,7 +1070,7 @@ void rm_kube_rt_poll_rdzv(rm_kube_rt *rt, void (*enqueue)(void *ud, const char *
                 h = mix(h, (unsigned long long)st->members[k].epoch);
             }
             pthread_mutex_lock(&rt->mu);
-            job_mem *m = kmap_get(&rt->jobs, keys[i]);
+            job_mem *m = rm_kmap_get(&rt->jobs, keys[i]);
             bool changed = m && m->rdzv_sig != h;
             if (m)
                 m->rdzv_sig = h;

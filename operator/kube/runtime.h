@@ -89,7 +89,7 @@ typedef struct rm_kube_pod {
     bool ready;
     int exit_code;
     char reason[24];
-    unsigned long long node_hash;   /* kmap_hash of spec.nodeName; 0 = unscheduled */
+    unsigned long long node_hash;   /* rm_kmap_hash of spec.nodeName; 0 = unscheduled */
     double created_at, finished_at, deletion_started_at;
 } rm_kube_pod;
 

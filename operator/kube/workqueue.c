@@ -27,10 +27,10 @@ struct rm_wq {
     rm_kube_bucket bucket;
     char **fifo;                 /* ring buffer */
     size_t head, count, cap;
-    kmap dirty;                  /* key → dirty_ent* */
-    kmap processing;             /* key → (void*)1 */
-    kmap failures;               /* key → (void*)(intptr_t)n */
-    kmap waiting;                /* key → double* due */
+    rm_kmap dirty;                  /* key → dirty_ent* */
+    rm_kmap processing;             /* key → (void*)1 */
+    rm_kmap failures;               /* key → (void*)(intptr_t)n */
+    rm_kmap waiting;                /* key → double* due */
     heap_ent *heap;
     size_t nheap, capheap;
     bool shutdown;
@@ -80,10 +80,10 @@ void rm_wq_free(rm_wq *q)
     for (size_t i = 0; i < q->nheap; i++)
         free(q->heap[i].key);
     free(q->heap);
-    kmap_clear(&q->dirty, free);
-    kmap_clear(&q->processing, NULL);
-    kmap_clear(&q->failures, NULL);
-    kmap_clear(&q->waiting, free);
+    rm_kmap_clear(&q->dirty, free);
+    rm_kmap_clear(&q->processing, NULL);
+    rm_kmap_clear(&q->failures, NULL);
+    rm_kmap_clear(&q->waiting, free);
     rm_kube_bucket_destroy(&q->bucket);
     pthread_mutex_destroy(&q->mu);
     pthread_cond_destroy(&q->cv);
@@ -135,21 +135,21 @@ static int add_locked(rm_wq *q, const char *key)
         return RM_ECLOSED;
     if (q->o.hooks.added)
         q->o.hooks.added(q->o.hooks.ud);
-    if (kmap_find(&q->dirty, key))
+    if (rm_kmap_find(&q->dirty, key))
         return RM_OK;
     dirty_ent *d = malloc(sizeof(*d));
     if (!d)
         return RM_ENOMEM;
     d->added_at = now_of(q);
-    if (kmap_put(&q->dirty, key, d, NULL)) {
+    if (rm_kmap_put(&q->dirty, key, d, NULL)) {
         free(d);
         return RM_ENOMEM;
     }
-    if (kmap_find(&q->processing, key))
+    if (rm_kmap_find(&q->processing, key))
         return RM_OK;     /* re-queued by rm_wq_done */
     int rc = fifo_push(q, key);
     if (rc) {
-        free(kmap_del(&q->dirty, key));
+        free(rm_kmap_del(&q->dirty, key));
         return rc;
     }
     report_depth(q);
@@ -223,14 +223,14 @@ static int add_after_locked(rm_wq *q, const char *key, double delay)
     if (delay <= 0)
         return add_locked(q, key);
     double when = now_of(q) + delay;
-    double *due = kmap_get(&q->waiting, key);
+    double *due = rm_kmap_get(&q->waiting, key);
     if (due && *due <= when)
         return RM_OK;            /* an earlier add already covers this one */
     if (!due) {
         due = malloc(sizeof(*due));
         if (!due)
             return RM_ENOMEM;
-        if (kmap_put(&q->waiting, key, due, NULL)) {
+        if (rm_kmap_put(&q->waiting, key, due, NULL)) {
             free(due);
             return RM_ENOMEM;
         }
@@ -238,7 +238,7 @@ static int add_after_locked(rm_wq *q, const char *key, double delay)
     *due = when;
     int rc = heap_push(q, when, key);
     if (rc) {
-        free(kmap_del(&q->waiting, key));
+        free(rm_kmap_del(&q->waiting, key));
         return rc;
     }
     pthread_cond_signal(&q->cv);
@@ -255,8 +255,8 @@ int rm_wq_add_after(rm_wq *q, const char *key, double delay_s)
 
 static double when_locked(rm_wq *q, const char *key)
 {
-    intptr_t n = (intptr_t)kmap_get(&q->failures, key);
-    kmap_put(&q->failures, key, (void *)(n + 1), NULL);
+    intptr_t n = (intptr_t)rm_kmap_get(&q->failures, key);
+    rm_kmap_put(&q->failures, key, (void *)(n + 1), NULL);
     double d = q->o.base_delay_s * pow(2.0, (double)(n > 60 ? 60 : n));
     if (d > q->o.max_delay_s)
         d = q->o.max_delay_s;
@@ -283,14 +283,14 @@ int rm_wq_add_rate_limited(rm_wq *q, const char *key)
 void rm_wq_forget(rm_wq *q, const char *key)
 {
     pthread_mutex_lock(&q->mu);
-    kmap_del(&q->failures, key);
+    rm_kmap_del(&q->failures, key);
     pthread_mutex_unlock(&q->mu);
 }
 
 int rm_wq_num_requeues(rm_wq *q, const char *key)
 {
     pthread_mutex_lock(&q->mu);
-    int n = (int)(intptr_t)kmap_get(&q->failures, key);
+    int n = (int)(intptr_t)rm_kmap_get(&q->failures, key);
     pthread_mutex_unlock(&q->mu);
     return n;
 }
@@ -303,9 +303,9 @@ static double promote_locked(rm_wq *q)
         if (q->heap[0].when > now)
             return q->heap[0].when - now;
         heap_ent e = heap_pop(q);
-        double *due = kmap_get(&q->waiting, e.key);
+        double *due = rm_kmap_get(&q->waiting, e.key);
         if (due && *due == e.when) {
-            free(kmap_del(&q->waiting, e.key));
+            free(rm_kmap_del(&q->waiting, e.key));
             add_locked(q, e.key);
         }
         free(e.key);
@@ -323,11 +323,11 @@ int rm_wq_get(rm_wq *q, double timeout_s, char **key)
         double next = promote_locked(q);
         if (q->count) {
             char *k = fifo_pop(q);
-            dirty_ent *d = kmap_del(&q->dirty, k);
+            dirty_ent *d = rm_kmap_del(&q->dirty, k);
             if (d && q->o.hooks.latency)
                 q->o.hooks.latency(q->o.hooks.ud, now_of(q) - d->added_at);
             free(d);
-            kmap_put(&q->processing, k, (void *)1, NULL);
+            rm_kmap_put(&q->processing, k, (void *)1, NULL);
             report_depth(q);
             *key = k;
             rc = RM_OK;
@@ -361,13 +361,13 @@ int rm_wq_get(rm_wq *q, double timeout_s, char **key)
 void rm_wq_done(rm_wq *q, const char *key)
 {
     pthread_mutex_lock(&q->mu);
-    kmap_del(&q->processing, key);
-    if (kmap_find(&q->dirty, key) && !q->shutdown) {
+    rm_kmap_del(&q->processing, key);
+    if (rm_kmap_find(&q->dirty, key) && !q->shutdown) {
         if (fifo_push(q, key) == RM_OK) {
             report_depth(q);
             pthread_cond_signal(&q->cv);
         } else {
-            free(kmap_del(&q->dirty, key));
+            free(rm_kmap_del(&q->dirty, key));
         }
     }
     pthread_mutex_unlock(&q->mu);
