@@ -406,20 +406,6 @@ static const char *template_image(const rm_tj *tj)
     return cJSON_IsString(img) ? img->valuestring : NULL;
 }
 
-cJSON *rm_kube_worker_pod(const cJSON *job_obj, const void *tjv, int index, int epoch,
-                          const char *rdzv_url, const char *worker_image, rm_err *err)
-{
-    return rm_kube_worker_pod_port(job_obj, tjv, index, epoch, rdzv_url, worker_image, -1, err);
-}
-
-cJSON *rm_kube_worker_pod_port(const cJSON *job_obj, const void *tj, int index, int epoch,
-                               const char *rdzv_url, const char *worker_image, int metrics_port,
-                               rm_err *err)
-{
-    return rm_kube_worker_pod_ex(job_obj, tj, index, epoch, rdzv_url, worker_image, metrics_port,
-                                 NULL, 0, err);
-}
-
 /* Render one launch setting as a container env entry (after dropping any user entry of that
  * name; its name is appended to overridden). */
 static void env_render(cJSON *env, const rm_launch_var *v, char *overridden, size_t cap)
@@ -468,13 +454,10 @@ cJSON *rm_kube_ps_pod(const void *tj, int ps_index, const char *rdzv_url, const 
     return build_pod(tj, -1, 0, ps_index, rdzv_url, worker_image, metrics_port, NULL, 0, err);
 }
 
-cJSON *rm_kube_worker_pod_ex(const cJSON *job_obj, const void *tjv, int index, int epoch,
-                             const char *rdzv_url, const char *worker_image, int metrics_port,
-                             char *overridden, size_t overridden_cap, rm_err *err)
+cJSON *rm_kube_worker_pod(const rm_kube_worker_pod_args *a, rm_err *err)
 {
-    (void)job_obj;
-    return build_pod(tjv, index, epoch, -1, rdzv_url, worker_image, metrics_port, overridden,
-                     overridden_cap, err);
+    return build_pod(a->tj, a->index, a->epoch, -1, a->rdzv_url, a->worker_image, a->metrics_port,
+                     a->overridden, a->overridden_cap, err);
 }
 
 /* spec.placement.workersPerNode = k (docs/strategies.md#topology) for worker `index`: label the pod
@@ -1200,7 +1183,6 @@ static int observe_workers(rm_kube_rt *rt, const char *key, const rm_tj *tj, job
 typedef struct kube_apply {
     rm_kube_rt *rt;
     const char *key;
-    const cJSON *obj;
     const rm_tj *tj;
     job_mem *m;
     size_t nobserved;
@@ -1232,9 +1214,12 @@ static int kop_create(void *ud, int index, int epoch, rm_err *err)
     kube_apply *ka = ud;
     rm_kube_rt *rt = ka->rt;
     char over[512];
-    cJSON *pod = rm_kube_worker_pod_ex(ka->obj, ka->tj, index, epoch, rt->rdzv_url,
-                                       rt->worker_image, rt->c.worker_metrics_port, over,
-                                       sizeof(over), err);
+    rm_kube_worker_pod_args pa = {
+        .tj = ka->tj, .index = index, .epoch = epoch, .rdzv_url = rt->rdzv_url,
+        .worker_image = rt->worker_image, .metrics_port = rt->c.worker_metrics_port,
+        .overridden = over, .overridden_cap = sizeof(over),
+    };
+    cJSON *pod = rm_kube_worker_pod(&pa, err);
     if (pod && over[0] && !ka->m->warned_env) {
         char note[768];
         snprintf(note, sizeof(note), "the pod template sets %s; the operator sets these "
@@ -1814,7 +1799,7 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
         goto out;
     }
     /* apply */
-    *ka = (kube_apply){.rt = rt, .key = key, .obj = obj, .tj = &tj, .m = m, .nobserved = oc.n};
+    *ka = (kube_apply){.rt = rt, .key = key, .tj = &tj, .m = m, .nobserved = oc.n};
     snprintf(ka->jobpods, sizeof(ka->jobpods), "/api/v1/namespaces/%s/pods", tj.namespace_);
     if (hold)
         ro_out.nactions = drop_creates(ro_out.actions, ro_out.nactions);

@@ -425,7 +425,9 @@ static void test_worker_pod(void)
     rm_err e = {0};
     CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(o, &tj, &e), RM_OK);
     rm_tj_defaults(&tj);
-    cJSON *pod = rm_kube_worker_pod(o, &tj, 2, 5, "http://127.0.0.1:29400", NULL, &e);
+    rm_kube_worker_pod_args pa = {.tj = &tj, .index = 2, .epoch = 5,
+                                  .rdzv_url = "http://127.0.0.1:29400", .metrics_port = -1};
+    cJSON *pod = rm_kube_worker_pod(&pa, &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
     CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "metadata.name")->valuestring, "tj-worker-2");
     const cJSON *l = rm_json_path(pod, "metadata.labels");
@@ -461,13 +463,16 @@ static void test_worker_pod(void)
     o = cJSON_Parse("{\"apiVersion\":\"ringmaster.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"d\",\"namespace\":\"default\"},\"spec\":{\"replicas\":2}}");
     CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(o, &tj, &e), RM_OK);
     rm_tj_defaults(&tj);
-    pod = rm_kube_worker_pod(o, &tj, 0, 1, "http://r", "ringmaster/worker:dev", &e);
+    pa = (rm_kube_worker_pod_args){.tj = &tj, .index = 0, .epoch = 1, .rdzv_url = "http://r",
+                                   .worker_image = "ringmaster/worker:dev", .metrics_port = -1};
+    pod = rm_kube_worker_pod(&pa, &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
     CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].image")->valuestring, "ringmaster/worker:dev");
     CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].args[0]")->valuestring, "train");
     CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].args[2]")->valuestring, "$(RINGMASTER_BIND_ADDR):9090");
     cJSON_Delete(pod);
-    pod = rm_kube_worker_pod_port(o, &tj, 0, 1, "http://r", "ringmaster/worker:dev", 0, &e);
+    pa.metrics_port = 0;
+    pod = rm_kube_worker_pod(&pa, &e);
     CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].args[2]")->valuestring, "$(RINGMASTER_BIND_ADDR):0");
     CU_ASSERT_STRING_EQUAL(env_val(pod, "RINGMASTER_BACKEND"), "ring");
     CU_ASSERT_STRING_EQUAL(env_val(pod, "RINGMASTER_RENDEZVOUS"), "http://r");
@@ -488,7 +493,9 @@ static void test_worker_pod(void)
         o = cJSON_Parse(js);
         CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(o, &tj, &e), RM_OK);
         rm_tj_defaults(&tj);
-        pod = rm_kube_worker_pod(o, &tj, 0, 1, "http://r", NULL, &e);
+        pa = (rm_kube_worker_pod_args){.tj = &tj, .index = 0, .epoch = 1, .rdzv_url = "http://r",
+                                       .metrics_port = -1};
+        pod = rm_kube_worker_pod(&pa, &e);
         CU_ASSERT_EQUAL(rm_json_path(pod, "spec.containers[0].args") != NULL, imgs[i][1][0] == '1');
         cJSON_Delete(pod);
         rm_tj_free(&tj);

@@ -91,8 +91,10 @@ static void test_same_settings(void)
     CU_ASSERT_EQUAL_FATAL(rm_local_render(&ln, "/bin/w", base, &argv, &envp, &e), RM_OK);
     /* kube: the same worker as a pod */
     char over[256];
-    cJSON *pod = rm_kube_worker_pod_ex(obj, &tj, 1, 6, "http://rdzv:29400", "ringmaster/worker:t",
-                                       -1, over, sizeof over, &e);
+    rm_kube_worker_pod_args pa = {.tj = &tj, .index = 1, .epoch = 6, .rdzv_url = "http://rdzv:29400",
+                                  .worker_image = "ringmaster/worker:t", .metrics_port = -1,
+                                  .overridden = over, .overridden_cap = sizeof over};
+    cJSON *pod = rm_kube_worker_pod(&pa, &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
 
     /* every contract variable the local process gets, the pod gets exactly once, and vice versa */
@@ -208,7 +210,9 @@ static void test_bench_args(void)
     rm_local_where where = {.rdzv_port = 1, .token = "t", .checkpoint_dir = "/c", .metrics_port = 5};
     rm_launch ln;
     CU_ASSERT_EQUAL_FATAL(rm_local_launch(&tj, 0, 1, &where, &ln, &e), RM_OK);
-    cJSON *pod = rm_kube_worker_pod_ex(obj, &tj, 0, 1, "http://r", NULL, -1, NULL, 0, &e);
+    rm_kube_worker_pod_args pa = {.tj = &tj, .index = 0, .epoch = 1, .rdzv_url = "http://r",
+                                  .metrics_port = -1};
+    cJSON *pod = rm_kube_worker_pod(&pa, &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
     const cJSON *args = rm_json_path(pod, "spec.containers[0].args");
     CU_ASSERT_EQUAL(cJSON_GetArraySize(args), ln.nargs);
@@ -277,7 +281,9 @@ static cJSON *pod_of(const char *job, int index, rm_tj *tj)
     CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(obj, tj, &e), RM_OK);
     rm_tj_defaults(tj);
     CU_ASSERT_EQUAL_FATAL(rm_tj_validate(tj, &e), RM_OK);
-    cJSON *pod = rm_kube_worker_pod_ex(obj, tj, index, 1, "http://r", NULL, -1, NULL, 0, &e);
+    rm_kube_worker_pod_args pa = {.tj = tj, .index = index, .epoch = 1, .rdzv_url = "http://r",
+                                  .metrics_port = -1};
+    cJSON *pod = rm_kube_worker_pod(&pa, &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
     cJSON_Delete(obj);
     return pod;

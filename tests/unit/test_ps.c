@@ -662,7 +662,9 @@ static void test_ps_pods(void)
     free(kp);
     cJSON_Delete(pod);
     /* a worker of the same job: role label, strategy and the servers' addresses */
-    pod = rm_kube_worker_pod(NULL, &tj, 2, 1, "http://rdzv:29400", NULL, &e);
+    rm_kube_worker_pod_args pa = {.tj = &tj, .index = 2, .epoch = 1, .rdzv_url = "http://rdzv:29400",
+                                  .metrics_port = -1};
+    pod = rm_kube_worker_pod(&pa, &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
     lb = cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "metadata"), "labels");
     CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(lb, RM_LABEL_ROLE)), "worker");
