@@ -21,6 +21,7 @@
 #include "operator/kube/client.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/metrics.h"
+#include "operator/kube/projections.h"
 
 #define RM_LABEL_JOB "ringmaster.dev/job-name"
 #define RM_LABEL_INDEX "ringmaster.dev/replica-index"
@@ -74,38 +75,11 @@ int rm_kube_rt_sync(rm_kube_rt *rt, const char *key, double *requeue_after, rm_e
  * membership, progress or result changed since the last call. */
 void rm_kube_rt_poll_rdzv(rm_kube_rt *rt, void (*enqueue)(void *ud, const char *key), void *ud);
 
-/* Informer projections and index functions (ud = rm_kube_rt* or NULL). */
-void *rm_kube_tj_transform(void *ud, const cJSON *obj);    /* zlib-compressed compact JSON */
-void *rm_kube_pod_transform(void *ud, const cJSON *obj);   /* rm_kube_pod */
-void *rm_kube_owned_transform(void *ud, const cJSON *obj); /* rm_kube_owned (secrets) */
-void *rm_kube_exists_transform(void *ud, const cJSON *obj); /* a 1-byte marker (services) */
-void *rm_kube_node_transform(void *ud, const cJSON *obj);  /* rm_kube_node */
-int rm_kube_job_index(void *ud, const cJSON *obj, char *buf, size_t cap);  /* "ns/<job-name label>" */
-
-/* Kept small on purpose: one per worker pod in the cache (8,000 pods ≈ 0.6 MB). */
-typedef struct rm_kube_pod {
-    int index, epoch;          /* index -1: not a worker (e.g. a parameter server) */
-    int ps_index;              /* a parameter server's shard, -1 for workers */
-    unsigned char phase;       /* rm_worker_phase */
-    bool ready;
-    int exit_code;
-    char reason[24];
-    unsigned long long node_hash;   /* rm_kmap_hash of spec.nodeName; 0 = unscheduled */
-    double created_at, finished_at, deletion_started_at;
-} rm_kube_pod;
-
-typedef struct rm_kube_owned {
-    char token[96];            /* secrets: data.token decoded; "" otherwise */
-} rm_kube_owned;
-
-typedef struct rm_kube_node {
-    bool ready;
-} rm_kube_node;
-
 /* Build parameter server `ps_index`'s pod "<job>-ps-<i>" (label ringmaster.dev/role: ps); it
  * registers its address with the rendezvous at rdzv_url (NULL: none). */
 cJSON *rm_kube_ps_pod(const void *tj /* const rm_tj* */, int ps_index, const char *rdzv_url,
                       const char *worker_image, int metrics_port, rm_err *err);
+
 /* What a worker pod is built from. Zero-initialised is not a usable default for metrics_port:
  * write -1 for RM_PORT_WORKER_METRICS. */
 typedef struct rm_kube_worker_pod_args {
