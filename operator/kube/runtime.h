@@ -21,6 +21,7 @@
 #include "operator/kube/client.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/metrics.h"
+#include "operator/kube/builders.h"
 #include "operator/kube/projections.h"
 
 #define RM_LABEL_JOB "ringmaster.dev/job-name"
@@ -36,7 +37,6 @@
 #define RM_DEFAULT_WORKER_IMAGE "ringmaster/worker:latest"
 
 typedef struct rm_kube_rt rm_kube_rt;
-struct rm_tj;
 
 typedef struct rm_kube_rt_config {
     rm_kube_client *client;
@@ -75,25 +75,4 @@ int rm_kube_rt_sync(rm_kube_rt *rt, const char *key, double *requeue_after, rm_e
  * membership, progress or result changed since the last call. */
 void rm_kube_rt_poll_rdzv(rm_kube_rt *rt, void (*enqueue)(void *ud, const char *key), void *ud);
 
-/* Build parameter server `ps_index`'s pod "<job>-ps-<i>" (label ringmaster.dev/role: ps); it
- * registers its address with the rendezvous at rdzv_url (NULL: none). */
-cJSON *rm_kube_ps_pod(const void *tj /* const rm_tj* */, int ps_index, const char *rdzv_url,
-                      const char *worker_image, int metrics_port, rm_err *err);
-
-/* What a worker pod is built from. Zero-initialised is not a usable default for metrics_port:
- * write -1 for RM_PORT_WORKER_METRICS. */
-typedef struct rm_kube_worker_pod_args {
-    const struct rm_tj *tj;    /* the parsed, defaulted job (required); borrowed */
-    int index, epoch;          /* replica index and the epoch label */
-    const char *rdzv_url;      /* advertised rendezvous; NULL: none */
-    const char *worker_image;  /* NULL: RM_DEFAULT_WORKER_IMAGE */
-    int metrics_port;          /* as rm_kube_rt_config.worker_metrics_port */
-    char *overridden;          /* may be NULL: gets the comma-separated names of the template's env
-                                * entries the launch contract replaced ("" when none) */
-    size_t overridden_cap;
-} rm_kube_worker_pod_args;
-
-/* Build worker a->index's pod "<job>-worker-<i>": the launch contract rendered into the job's
- * template. Owned cJSON, or NULL with err. */
-cJSON *rm_kube_worker_pod(const rm_kube_worker_pod_args *a, rm_err *err);
 #endif

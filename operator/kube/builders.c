@@ -1,0 +1,333 @@
+/* builders.c — the objects the kube runtime creates (see builders.h).
+ *
+ * Design: a pod is the job's own template with the launch contract (operator/launch.h) rendered
+ * into it: labels, restart policy, hostname/subdomain under the job's headless Service, the
+ * worker container's args and env, and the placement affinity. The template's values win
+ * wherever the contract allows a default; everything the contract owns is ours. */
+#include "operator/kube/builders.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "common/b64.h"
+#include "common/json.h"
+#include "common/trainingjob.h"
+#include "operator/kube/runtime.h"
+#include "operator/launch.h"
+
+static cJSON *base_meta(cJSON *obj, const rm_tj *tj, const char *name)
+{
+    cJSON *md = cJSON_AddObjectToObject(obj, "metadata");
+    cJSON_AddStringToObject(md, "name", name);
+    cJSON_AddStringToObject(md, "namespace", tj->namespace_);
+    cJSON *l = cJSON_AddObjectToObject(md, "labels");
+    cJSON_AddStringToObject(l, RM_LABEL_JOB, tj->name);
+    cJSON_AddStringToObject(l, "app.kubernetes.io/managed-by", "ringmaster");
+    rm_json_add_controller_ref(md, RM_TJ_API_VERSION, RM_TJ_KIND, tj->name, tj->uid);
+    return md;
+}
+
+/* Is this the ringmaster worker image (so it speaks our rendezvous and wants args [train])?
+ * The configured --worker-image, or any image whose last path part (without tag or digest) is
+ * "ringmaster-worker", or "worker" under a path that mentions ringmaster (ringmaster/worker). */
+static bool is_worker_image(const char *image, const char *worker_image)
+{
+    if (!image)
+        return true;
+    if (strcmp(image, worker_image) == 0)
+        return true;
+    const char *slash = strrchr(image, '/');
+    const char *base = slash ? slash + 1 : image;
+    size_t n = strcspn(base, ":@");
+    if (n == 17 && strncmp(base, "ringmaster-worker", 17) == 0)
+        return true;
+    return n == 6 && strncmp(base, "worker", 6) == 0 && slash &&
+           memmem(image, (size_t)(slash - image), "ringmaster", 10) != NULL;
+}
+
+static const char *template_image(const rm_tj *tj)
+{
+    const cJSON *cs = rm_json_path(tj->spec.template, "spec.containers");
+    const cJSON *c0 = NULL, *c;
+    cJSON_ArrayForEach(c, cs)
+    {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(c, "name");
+        if (!c0 || (cJSON_IsString(n) && strcmp(n->valuestring, "worker") == 0))
+            c0 = c;
+    }
+    const cJSON *img = cJSON_GetObjectItemCaseSensitive(c0, "image");
+    return cJSON_IsString(img) ? img->valuestring : NULL;
+}
+
+bool rm_kube_template_runs_worker(const rm_tj *tj, const char *worker_image)
+{
+    return is_worker_image(template_image(tj), worker_image);
+}
+
+/* Render one launch setting as a container env entry (after dropping any user entry of that
+ * name; its name is appended to overridden). */
+static void env_render(cJSON *env, const rm_launch_var *v, char *overridden, size_t cap)
+{
+    if (v->user_wins) {   /* a default: the template's own entry stays */
+        const cJSON *it;
+        cJSON_ArrayForEach(it, env)
+        {
+            const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
+            if (cJSON_IsString(nm) && strcmp(nm->valuestring, v->name) == 0)
+                return;
+        }
+    }
+    for (int i = cJSON_GetArraySize(env) - 1; i >= 0; i--) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(env, i), "name");
+        if (!cJSON_IsString(nm) || strcmp(nm->valuestring, v->name) != 0)
+            continue;
+        cJSON_DeleteItemFromArray(env, i);
+        if (overridden && cap > 0 && !strstr(overridden, v->name)) {
+            size_t len = strlen(overridden);
+            rm_sfmt(overridden + len, cap - len, "%s%s", len ? ", " : "", v->name);
+        }
+    }
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(e, "name", v->name);
+    if (v->src == RM_LAUNCH_LITERAL) {
+        cJSON_AddStringToObject(e, "value", v->value);
+    } else if (v->src == RM_LAUNCH_SECRET) {
+        cJSON *skr = cJSON_AddObjectToObject(cJSON_AddObjectToObject(e, "valueFrom"), "secretKeyRef");
+        cJSON_AddStringToObject(skr, "name", v->value);
+        cJSON_AddStringToObject(skr, "key", "token");
+    } else {
+        cJSON *fr = cJSON_AddObjectToObject(cJSON_AddObjectToObject(e, "valueFrom"), "fieldRef");
+        cJSON_AddStringToObject(fr, "fieldPath", v->value);
+    }
+    cJSON_AddItemToArray(env, e);
+}
+
+static cJSON *build_pod(const rm_tj *tj, int index, int epoch, int ps_index, const char *rdzv_url,
+                        const char *worker_image, int metrics_port, char *overridden,
+                        size_t overridden_cap, rm_err *err);
+
+cJSON *rm_kube_ps_pod(const rm_tj *tj, int ps_index, const char *rdzv_url, const char *worker_image,
+                      int metrics_port, rm_err *err)
+{
+    return build_pod(tj, -1, 0, ps_index, rdzv_url, worker_image, metrics_port, NULL, 0, err);
+}
+
+cJSON *rm_kube_worker_pod(const rm_kube_worker_pod_args *a, rm_err *err)
+{
+    return build_pod(a->tj, a->index, a->epoch, -1, a->rdzv_url, a->worker_image, a->metrics_port,
+                     a->overridden, a->overridden_cap, err);
+}
+
+/* spec.placement.workersPerNode = k (docs/strategies.md#topology) for worker `index`: label the pod
+ * with its node group g = index / k and, on kubernetes.io/hostname,
+ *   affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution (k > 1 only): a node that
+ *     runs a worker of this job with group g (the group's first pod matches itself, so it may go
+ *     anywhere; the other k-1 follow it);
+ *   affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution: no node that runs a
+ *     worker of this job with another group.
+ * So k workers share each node (k = 1: one worker per node, spread) and the job uses
+ * ceil(replicas / k) nodes. A node must fit k workers' requests, else the group's later pods stay
+ * Pending. Either term is left out when the template already sets it (the user's wins). */
+static void placement_render(cJSON *spec, cJSON *labels, const rm_tj *tj, int index)
+{
+    int k = tj->spec.placement.workers_per_node;
+    if (k < 1 || index < 0)
+        return;
+    char g[32];
+    snprintf(g, sizeof(g), "%d", index / k);
+    cJSON_DeleteItemFromObjectCaseSensitive(labels, RM_LABEL_NODE_GROUP);
+    cJSON_AddStringToObject(labels, RM_LABEL_NODE_GROUP, g);
+    cJSON *aff = cJSON_GetObjectItemCaseSensitive(spec, "affinity");
+    if (!cJSON_IsObject(aff)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(spec, "affinity");
+        aff = cJSON_AddObjectToObject(spec, "affinity");
+    }
+    if (k > 1 && !cJSON_GetObjectItemCaseSensitive(aff, "podAffinity")) {
+        cJSON *term = cJSON_CreateObject();
+        cJSON *ml = cJSON_AddObjectToObject(cJSON_AddObjectToObject(term, "labelSelector"), "matchLabels");
+        cJSON_AddStringToObject(ml, RM_LABEL_JOB, tj->name);
+        cJSON_AddStringToObject(ml, RM_LABEL_NODE_GROUP, g);
+        cJSON_AddStringToObject(term, "topologyKey", "kubernetes.io/hostname");
+        cJSON *req = cJSON_AddArrayToObject(cJSON_AddObjectToObject(aff, "podAffinity"),
+                                            "requiredDuringSchedulingIgnoredDuringExecution");
+        cJSON_AddItemToArray(req, term);
+    }
+    if (!cJSON_GetObjectItemCaseSensitive(aff, "podAntiAffinity")) {
+        cJSON *term = cJSON_CreateObject();
+        cJSON *me = cJSON_AddArrayToObject(cJSON_AddObjectToObject(term, "labelSelector"), "matchExpressions");
+        const char *job[] = {tj->name}, *grp[] = {g};
+        cJSON *e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "key", RM_LABEL_JOB);
+        cJSON_AddStringToObject(e, "operator", "In");
+        cJSON_AddItemToObject(e, "values", cJSON_CreateStringArray(job, 1));
+        cJSON_AddItemToArray(me, e);
+        e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "key", RM_LABEL_NODE_GROUP);
+        cJSON_AddStringToObject(e, "operator", "Exists");
+        cJSON_AddItemToArray(me, e);
+        e = cJSON_CreateObject();
+        cJSON_AddStringToObject(e, "key", RM_LABEL_NODE_GROUP);
+        cJSON_AddStringToObject(e, "operator", "NotIn");
+        cJSON_AddItemToObject(e, "values", cJSON_CreateStringArray(grp, 1));
+        cJSON_AddItemToArray(me, e);
+        cJSON_AddStringToObject(term, "topologyKey", "kubernetes.io/hostname");
+        cJSON *req = cJSON_AddArrayToObject(cJSON_AddObjectToObject(aff, "podAntiAffinity"),
+                                            "requiredDuringSchedulingIgnoredDuringExecution");
+        cJSON_AddItemToArray(req, term);
+    }
+}
+
+/* A worker's pod (ps_index < 0) or parameter server ps_index's: the launch contract rendered
+ * into the job's template. */
+static cJSON *build_pod(const rm_tj *tj, int index, int epoch, int ps_index, const char *rdzv_url,
+                        const char *worker_image, int metrics_port, char *overridden,
+                        size_t overridden_cap, rm_err *err)
+{
+    char name[320], svc[256], buf[64];
+    rm_launch ln;
+    memset(&ln, 0, sizeof(ln));
+    if (overridden && overridden_cap)
+        overridden[0] = 0;
+    if (ps_index >= 0)
+        snprintf(name, sizeof(name), "%s-ps-%d", tj->name, ps_index);
+    else
+        snprintf(name, sizeof(name), "%s-worker-%d", tj->name, index);
+    snprintf(svc, sizeof(svc), "%s", tj->name);
+    if (!worker_image)
+        worker_image = RM_DEFAULT_WORKER_IMAGE;
+    rm_launch_placement where = {
+        .rdzv_url = rdzv_url ? rdzv_url : "", .metrics_port = metrics_port,
+        .workers_per_node = 1, .gpus = rm_template_gpus(tj->spec.template),
+    };
+    if ((ps_index >= 0 ? rm_launch_build_ps(tj, ps_index, &where, &ln, err)
+                       : rm_launch_build(tj, index, epoch, &where, &ln, err)) != RM_OK)
+        return NULL;
+    cJSON *pod = cJSON_CreateObject();
+    cJSON *tmpl = tj->spec.template ? cJSON_Duplicate(tj->spec.template, 1) : cJSON_CreateObject();
+    if (!pod || !tmpl)
+        goto nomem;
+    cJSON_AddStringToObject(pod, "apiVersion", "v1");
+    cJSON_AddStringToObject(pod, "kind", "Pod");
+    cJSON *md = base_meta(pod, tj, name);
+    cJSON *labels = cJSON_GetObjectItemCaseSensitive(md, "labels");
+    /* template labels and annotations first, ours win */
+    const cJSON *tmd = cJSON_GetObjectItemCaseSensitive(tmpl, "metadata");
+    const cJSON *tl = cJSON_GetObjectItemCaseSensitive(tmd, "labels"), *it;
+    cJSON_ArrayForEach(it, tl)
+    {
+        if (cJSON_IsString(it) && !cJSON_GetObjectItemCaseSensitive(labels, it->string))
+            cJSON_AddStringToObject(labels, it->string, it->valuestring);
+    }
+    if (ps_index >= 0) {
+        cJSON_AddStringToObject(labels, RM_LABEL_ROLE, "ps");
+        snprintf(buf, sizeof(buf), "%d", ps_index);
+        cJSON_AddStringToObject(labels, RM_LABEL_PS_INDEX, buf);
+    } else {
+        if (tj->spec.strategy == RM_STRATEGY_PS)
+            cJSON_AddStringToObject(labels, RM_LABEL_ROLE, "worker");
+        snprintf(buf, sizeof(buf), "%d", index);
+        cJSON_AddStringToObject(labels, RM_LABEL_INDEX, buf);
+        snprintf(buf, sizeof(buf), "%d", epoch);
+        cJSON_AddStringToObject(labels, RM_LABEL_EPOCH, buf);
+    }
+    const cJSON *ta = cJSON_GetObjectItemCaseSensitive(tmd, "annotations");
+    if (cJSON_IsObject(ta))
+        cJSON_AddItemToObject(md, "annotations", cJSON_Duplicate(ta, 1));
+    cJSON *spec = cJSON_DetachItemFromObjectCaseSensitive(tmpl, "spec");
+    if (!spec)
+        spec = cJSON_CreateObject();
+    cJSON_AddItemToObject(pod, "spec", spec);
+    if (ps_index < 0)
+        placement_render(spec, labels, tj, index);
+    /* group restarts are ours: the kubelet must not restart a worker in place */
+    cJSON_DeleteItemFromObjectCaseSensitive(spec, "restartPolicy");
+    cJSON_AddStringToObject(spec, "restartPolicy", "Never");
+    cJSON_DeleteItemFromObjectCaseSensitive(spec, "hostname");
+    cJSON_AddStringToObject(spec, "hostname", name);
+    cJSON_DeleteItemFromObjectCaseSensitive(spec, "subdomain");
+    cJSON_AddStringToObject(spec, "subdomain", svc);
+    cJSON *cs = cJSON_GetObjectItemCaseSensitive(spec, "containers");
+    if (!cJSON_IsArray(cs)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(spec, "containers");
+        cs = cJSON_AddArrayToObject(spec, "containers");
+    }
+    cJSON *c = NULL, *ci;
+    cJSON_ArrayForEach(ci, cs)
+    {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(ci, "name");
+        if (!c || (cJSON_IsString(n) && strcmp(n->valuestring, "worker") == 0))
+            c = ci;
+    }
+    if (!c) {
+        c = cJSON_CreateObject();
+        cJSON_AddStringToObject(c, "name", "worker");
+        cJSON_AddItemToArray(cs, c);
+    }
+    const cJSON *img = cJSON_GetObjectItemCaseSensitive(c, "image");
+    if (!cJSON_IsString(img) || !img->valuestring[0]) {
+        cJSON_DeleteItemFromObjectCaseSensitive(c, "image");
+        cJSON_AddStringToObject(c, "image", worker_image);
+        img = cJSON_GetObjectItemCaseSensitive(c, "image");
+    }
+    bool ours = is_worker_image(img->valuestring, worker_image);
+    if (ours && !cJSON_GetObjectItemCaseSensitive(c, "command") &&
+        !cJSON_GetObjectItemCaseSensitive(c, "args")) {
+        /* our image without a command of the user's: the contract's arguments (metrics on the
+         * pod IP: right in a pod's own network namespace, and lets kubesim's process kubelet run
+         * many workers on one host without port clashes) */
+        cJSON *args = cJSON_AddArrayToObject(c, "args");
+        for (int i = 0; i < ln.nargs; i++)
+            cJSON_AddItemToArray(args, cJSON_CreateString(ln.args[i]));
+    }
+    cJSON *env = cJSON_GetObjectItemCaseSensitive(c, "env");
+    if (!cJSON_IsArray(env)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(c, "env");
+        env = cJSON_AddArrayToObject(c, "env");
+    }
+    for (int i = 0; i < ln.nenv; i++)
+        env_render(env, &ln.env[i], overridden, overridden_cap);
+    rm_launch_free(&ln);
+    cJSON_Delete(tmpl);
+    return pod;
+nomem:
+    rm_launch_free(&ln);
+    cJSON_Delete(pod);
+    cJSON_Delete(tmpl);
+    rm_errf(err, RM_ENOMEM, "pod: out of memory");
+    return NULL;
+}
+
+cJSON *rm_kube_service(const rm_tj *tj)
+{
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddStringToObject(s, "apiVersion", "v1");
+    cJSON_AddStringToObject(s, "kind", "Service");
+    base_meta(s, tj, tj->name);
+    cJSON *sp = cJSON_AddObjectToObject(s, "spec");
+    cJSON_AddStringToObject(sp, "clusterIP", "None");
+    cJSON_AddBoolToObject(sp, "publishNotReadyAddresses", 1);
+    cJSON *sel = cJSON_AddObjectToObject(sp, "selector");
+    cJSON_AddStringToObject(sel, RM_LABEL_JOB, tj->name);
+    cJSON *ports = cJSON_AddArrayToObject(sp, "ports");
+    cJSON *p = cJSON_CreateObject();
+    cJSON_AddStringToObject(p, "name", "master");
+    cJSON_AddNumberToObject(p, "port", RM_PORT_MASTER);
+    cJSON_AddStringToObject(p, "protocol", "TCP");
+    cJSON_AddItemToArray(ports, p);
+    return s;
+}
+
+cJSON *rm_kube_secret(const rm_tj *tj, const char *token)
+{
+    char name[320];
+    snprintf(name, sizeof(name), "%s-rendezvous", tj->name);
+    cJSON *s = cJSON_CreateObject();
+    cJSON_AddStringToObject(s, "apiVersion", "v1");
+    cJSON_AddStringToObject(s, "kind", "Secret");
+    base_meta(s, tj, name);
+    cJSON_AddStringToObject(s, "type", "Opaque");
+    cJSON *d = cJSON_AddObjectToObject(s, "data");
+    char *b = rm_b64_encode((const unsigned char *)token, strlen(token));
+    cJSON_AddStringToObject(d, "token", b ? b : "");
+    free(b);
+    return s;
+}
