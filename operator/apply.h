@@ -1,6 +1,6 @@
 /* apply.h — what a runtime does with the reconcile core's output, written once.
  *
- * A runtime (operator/local.c: processes; operator/kube/runtime.c: pods) is a table of operations,
+ * A runtime (operator/local.c: processes; operator/kube/sync.c: pods) is a table of operations,
  * one per action kind. rm_apply_actions walks the core's actions in order and calls the matching
  * operation; rm_status_transition turns old status -> new status into the counts both runtimes'
  * metrics need. New roles and kinds plug in as new operations and actions, not new switches.

@@ -1,5 +1,5 @@
 /* gang.h — gang scheduling (Volcano / scheduler-plugins coscheduling PodGroups) and Kueue's
- * Workload protocol as PURE cores: no I/O, no clock; the kube runtime (operator/kube/runtime.c)
+ * Workload protocol as PURE cores: no I/O, no clock; the kube runtime (operator/kube/queueing.c)
  * reads the objects, calls these, and executes what they decide. Reference:
  * docs/gang-kueue.md (§1 Volcano, §2 coscheduling, §4(b) self-managed Workload, §6).
  *

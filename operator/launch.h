@@ -3,7 +3,7 @@
  * rm_launch_build turns (job, replica index, epoch, placement) into the complete list of
  * settings a worker gets: its arguments (after the binary) and its environment (names in
  * common/worker_env.h). The two runtimes only render that list: operator/local.c as argv/envp for
- * fork/exec, operator/kube/runtime.c as a container's args/env. What legitimately differs between
+ * fork/exec, operator/kube/builders.c as a container's args/env. What legitimately differs between
  * them — where the rendezvous is, how the token and the bind address reach the process, how many
  * workers share a node — is the placement, an input, never a branch inside a runtime.
  *

@@ -10,6 +10,10 @@
  * the same computed status again. Events use events.k8s.io/v1 (reportingController
  * ringmaster.dev/operator).
  *
+ * Files: sync.c implements what is declared here; the informer projections (projections.h) and
+ * the object builders (builders.h) have their own headers, included below; runtime_internal.h says
+ * how the files share the work.
+ *
  * Ownership: rm_kube_rt borrows the client, informers, rendezvous service and metrics given in its
  * config; it owns its per-job memory. */
 #ifndef RM_KUBE_RUNTIME_H

@@ -1,4 +1,4 @@
-/* runtime.c — the kube runtime (see runtime.h).
+/* sync.c — the kube runtime's sync loop (see runtime.h; runtime_internal.h lists its other files).
  *
  * Design: rm_kube_rt_sync is "read, decide, act": it reads the job (compact JSON from the informer
  * cache), its pods (owner index), and the rendezvous snapshot into stack structures, calls the pure
@@ -6,7 +6,7 @@
  * has a deterministic name and AlreadyExists is success, so any step may be repeated after a crash.
  * Per-job memory (what SET_RDZV last applied, the token, creation failures) lives in a map guarded
  * by a mutex; one job is only ever synced by one worker at a time (workqueue guarantee). */
-#include "operator/kube/runtime.h"
+#include "operator/kube/runtime_internal.h"
 #include "common/clock.h"
 #include <math.h>
 #include <pthread.h>
@@ -27,27 +27,6 @@
 
 #define MAX_IDX RM_MAX_WORLD
 
-typedef struct job_mem {
-    int rdzv_desired, rdzv_min;
-    char token[96];
-    bool have_service, have_secret;
-    unsigned long long invalid_hash;  /* hash of the last invalid-spec message reported; 0 none */
-    unsigned char *create_failures; /* consecutive failed creations per index; NULL until one fails */
-    int ncreate_failures;
-    bool counted_created;
-    /* resourceVersion our last successful status write returned: until the informer delivers
-     * it, the cached copy is older than our own write and deciding on it could undo that write,
-     * so the sync waits a little (client-go's "expectations"), then falls back to a GET. */
-    unsigned long long latest_rv;
-    int stale_waits;
-    unsigned long long rdzv_sig;     /* last rendezvous signature seen by rm_kube_rt_poll_rdzv */
-    char *last_valid_spec;           /* the job's spec when it last validated, compact JSON (R0b:
-                                      * a string, not a cJSON tree: ~4x smaller per job); NULL none */
-    bool warned_env;                 /* the template's env override Warning was emitted */
-    bool warned_sched;               /* the template's own schedulerName Warning was emitted */
-    bool pg_held_noted;              /* the "waiting for the PodGroup" event was emitted */
-} job_mem;
-
 static void job_mem_free(void *p)
 {
     job_mem *m = p;
@@ -64,20 +43,12 @@ static unsigned long long rv_of(const cJSON *obj)
     return cJSON_IsString(rv) ? strtoull(rv->valuestring, NULL, 10) : 0;
 }
 
-static void remember_latest(job_mem *m, const cJSON *obj)
+void rm_kube_rt_remember_latest(job_mem *m, const cJSON *obj)
 {
     unsigned long long rv = obj ? rv_of(obj) : 0;
     if (rv > m->latest_rv)
         m->latest_rv = rv;
 }
-
-struct rm_kube_rt {
-    rm_kube_rt_config c;
-    char *rdzv_url, *worker_image, *instance;
-    pthread_mutex_t mu;
-    rm_kmap jobs;                      /* key → job_mem* */
-    atomic_ulong event_seq;
-};
 
 int rm_kube_rt_new(const rm_kube_rt_config *cfg, rm_kube_rt **out, rm_err *err)
 {
@@ -139,7 +110,7 @@ static void mem_drop(rm_kube_rt *rt, const char *key)
 
 
 /* ---------------- API helpers ---------------- */
-static int create(rm_kube_rt *rt, const char *path, const cJSON *obj, bool *created, rm_err *err)
+int rm_kube_rt_create(rm_kube_rt *rt, const char *path, const cJSON *obj, bool *created, rm_err *err)
 {
     if (created)
         *created = false;
@@ -191,8 +162,8 @@ static void emit_event(rm_kube_rt *rt, const rm_tj *tj, const char *kind, const 
     cJSON_Delete(e);
 }
 
-static void job_event(rm_kube_rt *rt, const rm_tj *tj, bool warning, const char *reason,
-                      const char *note)
+void rm_kube_rt_job_event(rm_kube_rt *rt, const rm_tj *tj, bool warning, const char *reason,
+                          const char *note)
 {
     if (warning)
         rm_warn("event job=%s/%s reason=%s note=\"%s\"", tj->namespace_, tj->name, reason, note);
@@ -231,7 +202,7 @@ static int ensure_token(rm_kube_rt *rt, const rm_tj *tj, job_mem *m, rm_err *err
     snprintf(path, sizeof(path), "/api/v1/namespaces/%s/secrets", tj->namespace_);
     cJSON *s = rm_kube_secret(tj, m->token);
     bool created = false;
-    int rc = create(rt, path, s, &created, err);
+    int rc = rm_kube_rt_create(rt, path, s, &created, err);
     cJSON_Delete(s);
     if (rc)
         return rc;
@@ -266,7 +237,7 @@ static int ensure_service(rm_kube_rt *rt, const rm_tj *tj, job_mem *m, rm_err *e
     snprintf(path, sizeof(path), "/api/v1/namespaces/%s/services", tj->namespace_);
     cJSON *s = rm_kube_service(tj);
     bool created = false;
-    int rc = create(rt, path, s, &created, err);
+    int rc = rm_kube_rt_create(rt, path, s, &created, err);
     cJSON_Delete(s);
     if (rc)
         return rc;
@@ -372,7 +343,7 @@ static int write_status(rm_kube_rt *rt, const char *ns, const char *name, cJSON 
     cJSON *got = NULL;
     int rc = rm_kube_json(rt->c.client, "PUT", path, NULL, obj, &got, err);
     if (rc == RM_OK)
-        remember_latest(m, got);
+        rm_kube_rt_remember_latest(m, got);
     cJSON_Delete(got);
     return rc;
 }
@@ -418,7 +389,7 @@ static int report_invalid(rm_kube_rt *rt, const char *key, cJSON *obj, const rm_
     fake.uid = cJSON_IsString(uid) ? uid->valuestring : NULL;
     unsigned long long h = rm_kmap_hash(perr->msg) | 1;
     if (m->invalid_hash != h) {
-        job_event(rt, &fake, true, "InvalidSpec", perr->msg);
+        rm_kube_rt_job_event(rt, &fake, true, "InvalidSpec", perr->msg);
         rm_op_metrics_job(rt->c.metrics, RM_JOB_FAILED, ns->valuestring);
     }
     m->invalid_hash = h;
@@ -687,17 +658,18 @@ static int kop_create(void *ud, int index, int epoch, rm_err *err)
         char note[768];
         snprintf(note, sizeof(note), "the pod template sets %s; the operator sets these "
                  "for every worker, so the template's values are not used", over);
-        job_event(rt, ka->tj, true, "EnvOverridden", note);
+        rm_kube_rt_job_event(rt, ka->tj, true, "EnvOverridden", note);
         ka->m->warned_env = true;
     }
     if (pod && rm_gang_decorate_pod(pod, ka->tj, (rm_gang_kind)rt->c.gang, rt->c.cosched_scheduler) &&
         !ka->m->warned_sched) {
-        job_event(rt, ka->tj, true, "SchedulerNameKept", "the pod template names its own schedulerName; "
-                  "the gang scheduler's is not set, so these pods are not gang-scheduled");
+        rm_kube_rt_job_event(rt, ka->tj, true, "SchedulerNameKept",
+                             "the pod template names its own schedulerName; the gang scheduler's "
+                             "is not set, so these pods are not gang-scheduled");
         ka->m->warned_sched = true;
     }
     bool created = false;
-    int arc = pod ? create(rt, ka->jobpods, pod, &created, err) : RM_ENOMEM;
+    int arc = pod ? rm_kube_rt_create(rt, ka->jobpods, pod, &created, err) : RM_ENOMEM;
     cJSON_Delete(pod);
     count_create(ka->m, index, arc);
     if (created && ka->ncreated < (int)RM_ARRAY_LEN(ka->created_idx)) {
@@ -727,7 +699,7 @@ static int kop_delete(void *ud, int index, bool force, const char *why, rm_err *
         char note[512];
         snprintf(note, sizeof(note), "Deleted pod: %s-worker-%d (%s%s)", tj->name, index,
                  why && why[0] ? why : "reconcile", force ? ", forced" : "");
-        job_event(ka->rt, tj, false, "SuccessfulDeletePod", note);
+        rm_kube_rt_job_event(ka->rt, tj, false, "SuccessfulDeletePod", note);
     }
     return arc;
 }
@@ -790,7 +762,7 @@ static int kop_event(void *ud, bool warning, const char *reason, const char *mes
 {
     kube_apply *ka = ud;
     (void)err;
-    job_event(ka->rt, ka->tj, warning, reason, message);
+    rm_kube_rt_job_event(ka->rt, ka->tj, warning, reason, message);
     return RM_OK;
 }
 
@@ -852,263 +824,6 @@ static int commit_status(rm_kube_rt *rt, const char *key, cJSON *obj, const rm_t
         rm_info("job phase job=%s from=%s to=%s restarts=%d epoch=%d", key, rm_phase_name(os->phase),
                 rm_phase_name(ns->phase), ns->restarts, ns->epoch);
     return RM_OK;
-}
-
-/* ---- gang scheduling: the job's PodGroup (operator/gang.h rm_gang_decide) ---- */
-static int gang_step(rm_kube_rt *rt, const rm_tj *tj, job_mem *m, bool invalid, bool *hold,
-                     double *requeue_after, rm_err *err)
-{
-    rm_gang_kind kind = (rm_gang_kind)rt->c.gang;
-    if (kind == RM_GANG_NONE)
-        return RM_OK;
-    char coll[640], item[900];
-    snprintf(coll, sizeof coll, "/apis/%s/%s/namespaces/%s/" RM_PODGROUP_PLURAL, rm_gang_group(kind),
-             rm_gang_version(kind), tj->namespace_);
-    snprintf(item, sizeof item, "%s/%s", coll, tj->name);
-    cJSON *have = NULL;
-    int rc = rm_kube_json(rt->c.client, "GET", item, NULL, NULL, &have, err);
-    if (rc && rc != RM_ENOTFOUND)
-        return rc;
-    rc = RM_OK;
-    bool terminal = tj->status.phase == RM_PHASE_SUCCEEDED || tj->status.phase == RM_PHASE_FAILED;
-    cJSON *want = NULL;
-    if (!terminal && !tj->spec.run.suspend && !invalid) {
-        rm_err perr = {0};
-        want = rm_gang_podgroup(tj, kind, &perr);
-        if (!want)
-            invalid = true;   /* a template whose requests do not parse: the core reports it */
-    }
-    const cJSON *ph = rm_json_path(have, "status.phase");
-    rm_gang_in in = {
-        .kind = kind, .job_terminal = terminal, .job_suspended = tj->spec.run.suspend,
-        .job_invalid = invalid, .pg_exists = have != NULL,
-        .pg_deleting = rm_json_path(have, "metadata.deletionTimestamp") != NULL,
-        .pg_phase = cJSON_IsString(ph) ? ph->valuestring : NULL,
-        .pg_differs = have && want && rm_gang_podgroup_differs(have, want),
-    };
-    rm_gang_out o;
-    rm_gang_decide(&in, &o);
-    if (o.create_pg) {
-        bool created = false;
-        rc = create(rt, coll, want, &created, err);
-        if (!rc && created) {
-            char note[256];
-            snprintf(note, sizeof note, "Created %s PodGroup %s (minMember %d)", rm_gang_name(kind),
-                     tj->name, rm_gang_size(tj));
-            job_event(rt, tj, false, "PodGroupCreated", note);
-        }
-    } else if (o.update_pg) {
-        /* merge patch of the fields we own; Volcano's queue stays whatever the PodGroup has */
-        cJSON *patch = cJSON_CreateObject();
-        cJSON *sp = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(want, "spec"), 1);
-        cJSON_DeleteItemFromObjectCaseSensitive(sp, "queue");
-        cJSON_AddItemToObject(patch, "spec", sp);
-        rc = rm_kube_json(rt->c.client, "PATCH", item, "application/merge-patch+json", patch, NULL, err);
-        cJSON_Delete(patch);
-    } else if (o.delete_pg) {
-        cJSON *opts = cJSON_CreateObject();
-        cJSON_AddStringToObject(opts, "propagationPolicy", "Background");
-        rc = rm_kube_json(rt->c.client, "DELETE", item, NULL, opts, NULL, err);
-        cJSON_Delete(opts);
-        if (rc == RM_ENOTFOUND)
-            rc = RM_OK;
-        if (!rc)
-            job_event(rt, tj, false, "PodGroupDeleted", terminal ? "Deleted the PodGroup: the job finished"
-                                                                 : "Deleted the PodGroup: the job is suspended");
-    }
-    if (o.hold_pods) {
-        *hold = true;
-        if (*requeue_after <= 0 || *requeue_after > 1)
-            *requeue_after = 1;   /* PodGroups are not watched: look at the phase again soon */
-        if (have && !m->pg_held_noted) {
-            job_event(rt, tj, false, "PodGroupPending", "Waiting for the gang scheduler to enqueue the "
-                      "PodGroup before creating pods");
-            m->pg_held_noted = true;
-        }
-    } else {
-        m->pg_held_noted = false;
-    }
-    cJSON_Delete(have);
-    cJSON_Delete(want);
-    return rc;
-}
-
-/* ---- Kueue: the self-managed Workload (operator/gang.h rm_kueue_decide, docs/gang-kueue.md §4(b)) ---- */
-static int patch_job(rm_kube_rt *rt, const rm_tj *tj, job_mem *m, const cJSON *patch, rm_err *err)
-{
-    char p[640];
-    snprintf(p, sizeof p, "/apis/%s/%s/namespaces/%s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION,
-             tj->namespace_, RM_TJ_PLURAL, tj->name);
-    cJSON *got = NULL;
-    int rc = rm_kube_json(rt->c.client, "PATCH", p, "application/merge-patch+json", patch, &got, err);
-    if (!rc)
-        remember_latest(m, got);   /* decide on nothing older than this write */
-    cJSON_Delete(got);
-    return rc;
-}
-
-static int put_wl_status(rm_kube_rt *rt, const char *wlpath, cJSON *wl, rm_err *err)
-{
-    char p[1024];
-    snprintf(p, sizeof p, "%s/status", wlpath);
-    return rm_kube_json(rt->c.client, "PUT", p, NULL, wl, NULL, err);
-}
-
-/* The ResourceFlavors the admission assigned to pod set "worker" (for their nodeLabels and
- * tolerations), as an owned array. */
-static int admitted_flavors(rm_kube_rt *rt, const cJSON *wl, cJSON **out, rm_err *err)
-{
-    *out = cJSON_CreateArray();
-    const cJSON *a;
-    cJSON_ArrayForEach(a, rm_json_path(wl, "status.admission.podSetAssignments"))
-    {
-        const cJSON *f;
-        cJSON_ArrayForEach(f, cJSON_GetObjectItemCaseSensitive(a, "flavors"))
-        {
-            if (!cJSON_IsString(f))
-                continue;
-            bool seen = false;
-            const cJSON *x;
-            cJSON_ArrayForEach(x, *out)
-                seen |= !strcmp(rm_json_path(x, "metadata.name") ? rm_json_path(x, "metadata.name")->valuestring : "", f->valuestring);
-            if (seen)
-                continue;
-            char p[512];
-            snprintf(p, sizeof p, "/apis/" RM_KUEUE_GROUP "/" RM_KUEUE_VERSION "/resourceflavors/%s", f->valuestring);
-            cJSON *rf = NULL;
-            int rc = rm_kube_json(rt->c.client, "GET", p, NULL, NULL, &rf, err);
-            if (rc)
-                return rc;
-            cJSON_AddItemToArray(*out, rf);
-        }
-    }
-    return RM_OK;
-}
-
-/* *skip: the job object was just changed by us; decide again on the new version. */
-static int kueue_step(rm_kube_rt *rt, const cJSON *obj, const rm_tj *tj, job_mem *m, int active_pods,
-                      bool *skip, double *requeue_after, rm_err *err)
-{
-    if (!rt->c.kueue || !rm_kueue_queue_name(tj))
-        return RM_OK;
-    char name[300], coll[640], item[1000], now[40], note[768];
-    rm_kueue_workload_name(tj, name, sizeof name);
-    snprintf(coll, sizeof coll, "/apis/" RM_KUEUE_GROUP "/" RM_KUEUE_VERSION "/namespaces/%s/workloads", tj->namespace_);
-    snprintf(item, sizeof item, "%s/%s", coll, name);
-    cJSON *wl = NULL;
-    int rc = rm_kube_json(rt->c.client, "GET", item, NULL, NULL, &wl, err);
-    if (rc && rc != RM_ENOTFOUND)
-        return rc;
-    rc = RM_OK;
-    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");
-    bool evicted = rm_kueue_condition(wl, "Evicted");
-    rm_kueue_in in = {
-        .job_terminal = tj->status.phase == RM_PHASE_SUCCEEDED || tj->status.phase == RM_PHASE_FAILED,
-        .job_succeeded = tj->status.phase == RM_PHASE_SUCCEEDED,
-        .job_suspended = tj->spec.run.suspend, .active_pods = active_pods, .wl_exists = wl != NULL,
-        .wl_admitted = !evicted && rm_kueue_condition(wl, "Admitted") && rm_json_path(wl, "status.admission"),
-        .wl_evicted = evicted, .wl_finished = rm_kueue_condition(wl, "Finished"),
-        .wl_quota_reserved = rm_kueue_condition(wl, "QuotaReserved") || rm_json_path(wl, "status.admission"),
-        .template_injected = wl && rm_kueue_template_injected(spec, wl),
-    };
-    in.count_mismatch = in.wl_admitted && !tj->spec.run.suspend &&
-                        rm_kueue_admitted_count(wl) != tj->spec.replicas;
-    in.wl_pods_ready = rm_kueue_condition(wl, "PodsReady");
-    in.ready_pods = tj->status.ready_replicas;
-    in.admitted_count = wl ? rm_kueue_admitted_count(wl) : 0;
-    rm_kueue_out o;
-    rm_kueue_decide(&in, &o);
-    rm_json_time(now, rm_wall());
-    cJSON *patch = NULL, *flavors = NULL;
-    switch (o.act) {
-    case RM_KUEUE_NOTHING:
-        break;
-    case RM_KUEUE_CREATE_WORKLOAD: {
-        cJSON *nw = rm_kueue_workload(tj, rt->worker_image, err);
-        bool created = false;
-        rc = nw ? create(rt, coll, nw, &created, err) : RM_ENOMEM;
-        cJSON_Delete(nw);
-        if (!rc && created) {
-            snprintf(note, sizeof note, "Created Workload %s in queue %s; the job waits suspended for admission",
-                     name, rm_kueue_queue_name(tj));
-            job_event(rt, tj, false, "WorkloadCreated", note);
-        }
-        if (!rc && !tj->spec.run.suspend) {
-            patch = cJSON_Parse("{\"spec\":{\"runPolicy\":{\"suspend\":true}}}");
-            rc = patch_job(rt, tj, m, patch, err);
-        }
-        break;
-    }
-    case RM_KUEUE_SUSPEND:
-        patch = rm_kueue_restore_patch(spec, wl);
-        rc = patch_job(rt, tj, m, patch, err);
-        if (!rc && !tj->spec.run.suspend)
-            job_event(rt, tj, false, evicted ? "Evicted" : "Suspended",
-                      evicted ? "Kueue evicted the Workload: suspending (pods deleted, checkpoints kept)"
-                              : "The Workload is not admitted: suspending until Kueue admits it");
-        break;
-    case RM_KUEUE_CLEAR_ADMISSION: {
-        cJSON *st = cJSON_GetObjectItemCaseSensitive(wl, "status");
-        cJSON_DeleteItemFromObjectCaseSensitive(st, "admission");
-        rm_kueue_set_condition(wl, "QuotaReserved", false, "Pending", "The workload was evicted; its pods are gone", now);
-        rm_kueue_set_condition(wl, "Admitted", false, "NoReservation", "The workload has no reservation", now);
-        rm_kueue_set_condition(wl, "Requeued", true, "Evicted", "The workload was evicted and is requeued", now);
-        rc = put_wl_status(rt, item, wl, err);
-        break;
-    }
-    case RM_KUEUE_RUN:
-        rc = admitted_flavors(rt, wl, &flavors, err);
-        if (!rc && !(patch = rm_kueue_run_patch(spec, wl, flavors, err)))
-            rc = err->code ? err->code : RM_EPROTO;
-        if (!rc)
-            rc = patch_job(rt, tj, m, patch, err);
-        if (!rc) {
-            const cJSON *r = rm_json_path(patch, "spec.replicas");
-            snprintf(note, sizeof note, "Kueue admitted Workload %s: running %d workers", name,
-                     cJSON_IsNumber(r) ? r->valueint : tj->spec.replicas);
-            job_event(rt, tj, false, "Admitted", note);
-        }
-        break;
-    case RM_KUEUE_REPLACE: {
-        patch = rm_kueue_replace_patch(spec, wl);
-        rc = patch_job(rt, tj, m, patch, err);
-        cJSON *opts = cJSON_CreateObject();
-        cJSON_AddStringToObject(opts, "propagationPolicy", "Background");
-        if (!rc)
-            rc = rm_kube_json(rt->c.client, "DELETE", item, NULL, opts, NULL, err);
-        cJSON_Delete(opts);
-        if (rc == RM_ENOTFOUND)
-            rc = RM_OK;
-        if (!rc) {
-            snprintf(note, sizeof note, "spec.replicas changed to %d while admitted for %d: suspended; "
-                     "a new Workload asks Kueue for the new count", tj->spec.replicas, rm_kueue_admitted_count(wl));
-            job_event(rt, tj, false, "WorkloadReplaced", note);
-        }
-        break;
-    }
-    case RM_KUEUE_FINISH:
-        rm_kueue_set_condition(wl, "Finished", true, in.job_succeeded ? "Succeeded" : "Failed",
-                               in.job_succeeded ? "The job succeeded" : "The job failed", now);
-        rc = put_wl_status(rt, item, wl, err);
-        break;
-    }
-    if (!rc && o.pods_ready >= 0 && (o.act == RM_KUEUE_NOTHING || o.act == RM_KUEUE_SUSPEND)) {
-        /* the Workload as it is now (a SUSPEND does not write it) */
-        rm_kueue_set_condition(wl, "PodsReady", o.pods_ready == 1, o.pods_ready ? "PodsReady" : "PodsNotReady",
-                               o.pods_ready ? "All admitted workers are ready" : "Not all admitted workers are ready",
-                               now);
-        rc = put_wl_status(rt, item, wl, err);
-    }
-    if (!rc && o.hold_pods && o.act != RM_KUEUE_NOTHING)
-        *skip = true;
-    /* Workloads are not watched: while the job waits on Kueue, look again soon */
-    if (!in.job_terminal && (tj->spec.run.suspend || o.act != RM_KUEUE_NOTHING || evicted) &&
-        (*requeue_after <= 0 || *requeue_after > 1))
-        *requeue_after = 1;
-    cJSON_Delete(patch);
-    cJSON_Delete(flavors);
-    cJSON_Delete(wl);
-    return rc;
 }
 
 /* Drop CREATE_WORKER actions (pods held back for the gang scheduler). */
@@ -1180,7 +895,7 @@ static void ps_sync(rm_kube_rt *rt, const char *key, const rm_tj *tj, rm_reconci
         cJSON *pod = rm_kube_ps_pod(tj, act[k].index, rt->rdzv_url, rt->worker_image,
                                     rt->c.worker_metrics_port, &e);
         bool created = false;
-        int arc = pod ? create(rt, jobpods, pod, &created, &e) : RM_ENOMEM;
+        int arc = pod ? rm_kube_rt_create(rt, jobpods, pod, &created, &e) : RM_ENOMEM;
         cJSON_Delete(pod);
         if (arc)
             rm_warn("parameter server pod create failed job=%s index=%d err=\"%s\"", key,
@@ -1222,11 +937,11 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
     RM_CHECK_GOTO(observe_workers(rt, key, &tj, m, &oc, err), rc, out);
     /* Kueue first (it may suspend or run the job), then the PodGroup */
     bool kskip = false, hold = false;
-    RM_CHECK_GOTO(kueue_step(rt, obj, &tj, m, (int)oc.n, &kskip, requeue_after, err), rc, out);
+    RM_CHECK_GOTO(rm_kube_rt_kueue_step(rt, obj, &tj, m, (int)oc.n, &kskip, requeue_after, err), rc, out);
     if (kskip)
         goto out;
-    RM_CHECK_GOTO(gang_step(rt, &tj, m, verr.msg[0] && !invalid_update && tj.status.start_time <= 0,
-                            &hold, requeue_after, err), rc, out);
+    bool never_valid = verr.msg[0] && !invalid_update && tj.status.start_time <= 0;
+    RM_CHECK_GOTO(rm_kube_rt_gang_step(rt, &tj, m, never_valid, &hold, requeue_after, err), rc, out);
     rs = calloc(1, sizeof(*rs));
     ka = calloc(1, sizeof(*ka));
     if (!rs || !ka) {
@@ -1278,7 +993,7 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
         format_ranges(ka->created_idx, ka->ncreated, ranges, sizeof(ranges));
         snprintf(note, sizeof(note), "Created %d pod%s: %s-worker-{%s} (epoch %d)", ka->ncreated,
                  ka->ncreated == 1 ? "" : "s", tj.name, ranges, ka->created_epoch);
-        job_event(rt, &tj, false, "SuccessfulCreatePod", note);
+        rm_kube_rt_job_event(rt, &tj, false, "SuccessfulCreatePod", note);
     }
     ps_sync(rt, key, &tj, &ro_out);
     /* commit status */
@@ -1367,7 +1082,7 @@ int rm_kube_rt_sync(rm_kube_rt *rt, const char *key, double *requeue_after, rm_e
             break;
         }
         rm_debug("status conflict, reconciling again from fresh state job=%s attempt=%d", key, attempt + 1);
-        remember_latest(m, fresh);
+        rm_kube_rt_remember_latest(m, fresh);
         cJSON_Delete(obj);
         obj = fresh;
     }
