@@ -1048,11 +1048,20 @@ int rm_sweep_obs_from_tj(const rm_sweep *sw, const rm_tj *trial, rm_sweep_obs *o
 
 /* ---- reconcile ---------------------------------------------------------------------------------- */
 
+/* Working state of one rm_sweep_reconcile call, shared by its rules. */
 typedef struct sctx {
     const rm_sweep *sw;
+    const rm_sweep_spec *s;
+    const rm_sweep_obs *obs;
+    size_t nobs;
     rm_sweep_out *out;
+    rm_sweep_status *st;          /* &out->status */
+    int n;                        /* trials in the table */
+    bool *seen;                   /* [n] the trial was observed this call */
+    rm_trial_phase *obs_phase;    /* [n] its observed phase */
+    double *fin;                  /* [n] scratch: finished trials' objectives at one epoch */
     double now;
-    int rc;
+    int rc;                       /* RM_ETOOBIG once the action array overflowed */
 } sctx;
 
 static void act(sctx *c, rm_sweep_act_type type, int index, bool warning, const char *reason,
@@ -1135,48 +1144,38 @@ static bool status_equal(const rm_sweep_status *a, const rm_sweep_status *b)
     return true;
 }
 
-int rm_sweep_reconcile(const rm_sweep *sw, const rm_sweep_obs *obs, size_t nobs, double now,
-                       rm_sweep_out *out)
+/* The table this call starts from: a copy of the recorded one, or a fresh all-Pending one when
+ * there is none yet (or the spec's trial count changed), keeping the recorded phase, conditions
+ * and times. */
+static int start_table(const rm_sweep *sw, rm_sweep_status *st)
 {
-    const rm_sweep_spec *s = &sw->spec;
-    sctx c = {.sw = sw, .out = out, .now = now};
-    out->nactions = 0;
-    out->status_changed = false;
-    memset(&out->status, 0, sizeof out->status);
-    if (sw->status.total == s->trials && sw->status.trials) {
-        if (rm_sweep_status_copy(&out->status, &sw->status) != RM_OK)
-            return RM_ENOMEM;
-    } else {   /* no table yet (or the spec's trial count changed): start one */
-        rm_sweep tmp = *sw;
-        tmp.status.trials = NULL;
-        tmp.status.total = 0;
-        if (rm_sweep_status_init(&tmp) != RM_OK)
-            return RM_ENOMEM;
-        out->status = tmp.status;
-        out->status.phase = sw->status.phase;
-        memcpy(out->status.conditions, sw->status.conditions, sizeof out->status.conditions);
-        out->status.start_time = sw->status.start_time;
-        out->status.completion_time = sw->status.completion_time;
-    }
-    rm_sweep_status *st = &out->status;
-    int N = st->total;
-    bool *seen = calloc((size_t)(N > 0 ? N : 1), sizeof *seen);
-    rm_trial_phase *obs_phase = calloc((size_t)(N > 0 ? N : 1), sizeof *obs_phase);
-    if (!seen || !obs_phase) {
-        free(seen);
-        free(obs_phase);
-        rm_sweep_status_free(st);
+    if (sw->status.total == sw->spec.trials && sw->status.trials)
+        return rm_sweep_status_copy(st, &sw->status) != RM_OK ? RM_ENOMEM : RM_OK;
+    rm_sweep tmp = *sw;
+    tmp.status.trials = NULL;
+    tmp.status.total = 0;
+    if (rm_sweep_status_init(&tmp) != RM_OK)
         return RM_ENOMEM;
-    }
+    *st = tmp.status;
+    st->phase = sw->status.phase;
+    memcpy(st->conditions, sw->status.conditions, sizeof st->conditions);
+    st->start_time = sw->status.start_time;
+    st->completion_time = sw->status.completion_time;
+    return RM_OK;
+}
 
-    /* S1: observe */
-    for (size_t k = 0; k < nobs; k++) {
-        const rm_sweep_obs *o = &obs[k];
-        if (o->index < 0 || o->index >= N)
+/* S1: observe. A recorded-finished trial is final; otherwise the observation sets the phase, the
+ * objective curve and, on success, the final objective. */
+static void rule_observe(sctx *c)
+{
+    const rm_sweep_spec *s = c->s;
+    for (size_t k = 0; k < c->nobs; k++) {
+        const rm_sweep_obs *o = &c->obs[k];
+        if (o->index < 0 || o->index >= c->n)
             continue;
-        seen[o->index] = true;
-        obs_phase[o->index] = o->phase;
-        rm_sweep_trial *t = &st->trials[o->index];
+        c->seen[o->index] = true;
+        c->obs_phase[o->index] = o->phase;
+        rm_sweep_trial *t = &c->st->trials[o->index];
         if (finished(t->phase))
             continue;   /* final */
         for (int e = 0; e < o->nevals; e++) {
@@ -1214,20 +1213,18 @@ int rm_sweep_reconcile(const rm_sweep *sw, const rm_sweep_obs *obs, size_t nobs,
             break;
         }
     }
+}
 
-    /* S2: early stopping */
-    double *fin = malloc((size_t)(N > 0 ? N : 1) * sizeof *fin);
-    if (!fin) {
-        free(seen);
-        free(obs_phase);
-        rm_sweep_status_free(st);
-        return RM_ENOMEM;
-    }
-    for (int i = 0; i < N; i++) {
-        rm_sweep_trial *t = &st->trials[i];
-        if (t->phase == RM_TRIAL_STOPPED && seen[i] && obs_phase[i] == RM_TRIAL_RUNNING &&
+/* S2: early stopping. A running trial worse than the median of the succeeded trials at its latest
+ * epoch is stopped; one recorded Stopped but still seen running is stopped again. */
+static void rule_early_stop(sctx *c)
+{
+    const rm_sweep_spec *s = c->s;
+    for (int i = 0; i < c->n; i++) {
+        rm_sweep_trial *t = &c->st->trials[i];
+        if (t->phase == RM_TRIAL_STOPPED && c->seen[i] && c->obs_phase[i] == RM_TRIAL_RUNNING &&
             strcmp(t->reason, "MedianStop") == 0) {
-            act(&c, RM_SWEEP_ACT_STOP, i, false, "MedianStop", "%s", t->message);   /* again */
+            act(c, RM_SWEEP_ACT_STOP, i, false, "MedianStop", "%s", t->message);   /* again */
             continue;
         }
         if (!s->early_stopping || t->phase != RM_TRIAL_RUNNING)
@@ -1236,52 +1233,57 @@ int rm_sweep_reconcile(const rm_sweep *sw, const rm_sweep_obs *obs, size_t nobs,
         if (e < s->start_epoch || e >= s->epochs || e > t->nobj || !isfinite(t->obj[e - 1]))
             continue;
         int n = 0;
-        for (int j = 0; j < N; j++) {
-            const rm_sweep_trial *f = &st->trials[j];
+        for (int j = 0; j < c->n; j++) {
+            const rm_sweep_trial *f = &c->st->trials[j];
             if (f->phase == RM_TRIAL_SUCCEEDED && f->nobj >= e && isfinite(f->obj[e - 1]))
-                fin[n++] = f->obj[e - 1];
+                c->fin[n++] = f->obj[e - 1];
         }
         double med;
-        if (!rm_sweep_median_stop(t->obj[e - 1], fin, n, s->maximize, s->min_trials, &med))
+        if (!rm_sweep_median_stop(t->obj[e - 1], c->fin, n, s->maximize, s->min_trials, &med))
             continue;
         char name[160];
         t->phase = RM_TRIAL_STOPPED;
         rm_sfmt(t->reason, sizeof t->reason, "MedianStop");
         rm_sfmt(t->message, sizeof t->message, "epoch %d: %s %.4f is worse than the median %.4f "
                 "of %d finished trials", e, rm_sweep_metric_name(s->metric), t->obj[e - 1], med, n);
-        act(&c, RM_SWEEP_ACT_STOP, i, false, "MedianStop", "%s", t->message);
-        act(&c, RM_SWEEP_ACT_EVENT, i, false, "TrialStopped", "%s: %s",
-            rm_sweep_trial_name(sw, i, name, sizeof name), t->message);
+        act(c, RM_SWEEP_ACT_STOP, i, false, "MedianStop", "%s", t->message);
+        act(c, RM_SWEEP_ACT_EVENT, i, false, "TrialStopped", "%s: %s",
+            rm_sweep_trial_name(c->sw, i, name, sizeof name), t->message);
     }
-    free(fin);
+}
 
-    /* S3: create (a created trial that vanished before finishing is created again) */
+/* S3: create. A created trial that vanished before finishing is created again; then the
+ * lowest-index Pending trials while fewer than parallelTrials are unfinished. */
+static void rule_create(sctx *c)
+{
     int unfinished = 0;
-    for (int i = 0; i < N; i++)
-        if (st->trials[i].phase == RM_TRIAL_RUNNING)
+    for (int i = 0; i < c->n; i++)
+        if (c->st->trials[i].phase == RM_TRIAL_RUNNING)
             unfinished++;
-    for (int i = 0; i < N; i++) {
-        rm_sweep_trial *t = &st->trials[i];
-        if (t->phase == RM_TRIAL_RUNNING && !seen[i])
-            act(&c, RM_SWEEP_ACT_CREATE, i, false, "TrialCreated", NULL);
+    for (int i = 0; i < c->n; i++) {
+        rm_sweep_trial *t = &c->st->trials[i];
+        if (t->phase == RM_TRIAL_RUNNING && !c->seen[i])
+            act(c, RM_SWEEP_ACT_CREATE, i, false, "TrialCreated", NULL);
     }
-    for (int i = 0; i < N && unfinished < s->parallel_trials; i++) {
-        rm_sweep_trial *t = &st->trials[i];
+    for (int i = 0; i < c->n && unfinished < c->s->parallel_trials; i++) {
+        rm_sweep_trial *t = &c->st->trials[i];
         if (t->phase != RM_TRIAL_PENDING)
             continue;
-        if (!seen[i])
-            act(&c, RM_SWEEP_ACT_CREATE, i, false, "TrialCreated", NULL);
+        if (!c->seen[i])
+            act(c, RM_SWEEP_ACT_CREATE, i, false, "TrialCreated", NULL);
         t->phase = RM_TRIAL_RUNNING;
         unfinished++;
     }
-    free(seen);
-    free(obs_phase);
+}
 
-    /* S4: counts and best */
+/* S4: counts and the best trial (ties: the lowest index). */
+static void rule_best(sctx *c)
+{
+    rm_sweep_status *st = c->st;
     st->pending = st->running = st->succeeded = st->failed = st->stopped = 0;
     st->best = -1;
     st->best_objective = NAN;
-    for (int i = 0; i < N; i++) {
+    for (int i = 0; i < c->n; i++) {
         const rm_sweep_trial *t = &st->trials[i];
         switch (t->phase) {
         case RM_TRIAL_PENDING: st->pending++; break;
@@ -1291,53 +1293,86 @@ int rm_sweep_reconcile(const rm_sweep *sw, const rm_sweep_obs *obs, size_t nobs,
         case RM_TRIAL_STOPPED: st->stopped++; break;
         }
         if (t->phase == RM_TRIAL_SUCCEEDED && t->have_final && isfinite(t->final_obj) &&
-            (st->best < 0 || better(s, t->final_obj, st->best_objective))) {
+            (st->best < 0 || better(c->s, t->final_obj, st->best_objective))) {
             st->best = i;
             st->best_objective = t->final_obj;
         }
     }
+}
 
-    /* S5, S6: phase and conditions */
-    rm_sweep_phase was = sw->status.phase;
+/* S5, S6: the sweep's phase, times, conditions and the end's Event. */
+static void rule_phase(sctx *c)
+{
+    rm_sweep_status *st = c->st;
+    int N = c->n;
+    rm_sweep_phase was = c->sw->status.phase;
     char msg[200], name[160];
-    st->observed_generation = sw->generation;
+    st->observed_generation = c->sw->generation;
     if (st->pending == N && N > 0 && st->running == 0) {
         st->phase = RM_SWEEP_PENDING;
     } else if (st->pending == 0 && st->running == 0) {
         st->phase = st->succeeded > 0 ? RM_SWEEP_SUCCEEDED : RM_SWEEP_FAILED;
         if (st->completion_time == 0)
-            st->completion_time = now;
+            st->completion_time = c->now;
     } else {
         st->phase = RM_SWEEP_RUNNING;
     }
     if (st->phase != RM_SWEEP_PENDING && st->start_time == 0)
-        st->start_time = now;
+        st->start_time = c->now;
     rm_sfmt(msg, sizeof msg, "%d of %d trials finished (%d succeeded, %d failed, %d stopped), %d "
             "running", st->succeeded + st->failed + st->stopped, N, st->succeeded, st->failed,
             st->stopped, st->running);
     if (st->phase == RM_SWEEP_RUNNING || st->phase == RM_SWEEP_PENDING) {
-        set_cond(&c, RM_SWEEP_COND_RUNNING, st->phase == RM_SWEEP_RUNNING,
+        set_cond(c, RM_SWEEP_COND_RUNNING, st->phase == RM_SWEEP_RUNNING,
                  st->phase == RM_SWEEP_RUNNING ? "TrialsRunning" : "NoTrialYet", msg);
-    } else {
-        set_cond(&c, RM_SWEEP_COND_RUNNING, false, "Finished", msg);
-        if (st->phase == RM_SWEEP_SUCCEEDED) {
-            char best[200];
-            rm_sfmt(best, sizeof best, "best trial %s: %s %.4f; %s",
-                    rm_sweep_trial_name(sw, st->best >= 0 ? st->best : 0, name, sizeof name),
-                    rm_sweep_metric_name(s->metric), st->best_objective, msg);
-            set_cond(&c, RM_SWEEP_COND_SUCCEEDED, true, "SweepSucceeded", best);
-            if (was != RM_SWEEP_SUCCEEDED)
-                act(&c, RM_SWEEP_ACT_EVENT, -1, false, "SweepSucceeded", "%s", best);
-        } else {
-            set_cond(&c, RM_SWEEP_COND_FAILED, true, "NoTrialSucceeded", msg);
-            if (was != RM_SWEEP_FAILED)
-                act(&c, RM_SWEEP_ACT_EVENT, -1, true, "SweepFailed", "%s", msg);
-        }
+        return;
     }
-    out->status_changed = !status_equal(st, &sw->status);
+    set_cond(c, RM_SWEEP_COND_RUNNING, false, "Finished", msg);
+    if (st->phase == RM_SWEEP_SUCCEEDED) {
+        char best[200];
+        rm_sfmt(best, sizeof best, "best trial %s: %s %.4f; %s",
+                rm_sweep_trial_name(c->sw, st->best >= 0 ? st->best : 0, name, sizeof name),
+                rm_sweep_metric_name(c->s->metric), st->best_objective, msg);
+        set_cond(c, RM_SWEEP_COND_SUCCEEDED, true, "SweepSucceeded", best);
+        if (was != RM_SWEEP_SUCCEEDED)
+            act(c, RM_SWEEP_ACT_EVENT, -1, false, "SweepSucceeded", "%s", best);
+    } else {
+        set_cond(c, RM_SWEEP_COND_FAILED, true, "NoTrialSucceeded", msg);
+        if (was != RM_SWEEP_FAILED)
+            act(c, RM_SWEEP_ACT_EVENT, -1, true, "SweepFailed", "%s", msg);
+    }
+}
+
+int rm_sweep_reconcile(const rm_sweep *sw, const rm_sweep_obs *obs, size_t nobs, double now,
+                       rm_sweep_out *out)
+{
+    /* the rules in their fixed order (S1-S6, sweep.h); each reads what the ones before it set */
+    static void (*const rules[])(sctx *) = {
+        rule_observe, rule_early_stop, rule_create, rule_best, rule_phase,
+    };
+    out->nactions = 0;
+    out->status_changed = false;
+    memset(&out->status, 0, sizeof out->status);
+    if (start_table(sw, &out->status) != RM_OK)
+        return RM_ENOMEM;
+    sctx c = {.sw = sw, .s = &sw->spec, .obs = obs, .nobs = nobs, .out = out, .st = &out->status,
+              .n = out->status.total, .now = now};
+    size_t cells = (size_t)(c.n > 0 ? c.n : 1);
+    c.seen = calloc(cells, sizeof *c.seen);
+    c.obs_phase = calloc(cells, sizeof *c.obs_phase);
+    c.fin = malloc(cells * sizeof *c.fin);
+    if (c.seen && c.obs_phase && c.fin)
+        for (size_t i = 0; i < RM_ARRAY_LEN(rules); i++)
+            rules[i](&c);
+    else
+        c.rc = RM_ENOMEM;
+    free(c.seen);
+    free(c.obs_phase);
+    free(c.fin);
     if (c.rc) {
-        rm_sweep_status_free(st);
+        rm_sweep_status_free(&out->status);
         return c.rc;
     }
+    out->status_changed = !status_equal(&out->status, &sw->status);
     return RM_OK;
 }
