@@ -1,4 +1,5 @@
-/* apply.c — the one executor of reconcile actions over a runtime's operations table (apply.h). */
+/* apply.c — the one executor of reconcile actions (and of sweep actions) over a runtime's
+ * operations table (apply.h). */
 #include "operator/apply.h"
 #include <string.h>
 
@@ -52,6 +53,30 @@ int rm_apply_actions(const rm_runtime_ops *ops, void *rt, const rm_action *acts,
         }
     }
     return res->first_rc;
+}
+
+static int sweep_call(const rm_sweep_ops *ops, void *rt, const rm_sweep_action *a, rm_err *err)
+{
+    switch (a->type) {
+    case RM_SWEEP_ACT_CREATE:
+        return ops->create_trial ? ops->create_trial(rt, a->index, err) : RM_OK;
+    case RM_SWEEP_ACT_STOP:
+        return ops->stop_trial ? ops->stop_trial(rt, a->index, a->reason, a->message, err) : RM_OK;
+    case RM_SWEEP_ACT_EVENT:
+        return ops->event ? ops->event(rt, a->index, a->warning, a->reason, a->message, err) : RM_OK;
+    }
+    return rm_errf(err, RM_EINVAL, "unknown sweep action %d", (int)a->type);
+}
+
+int rm_sweep_apply_actions(const rm_sweep_ops *ops, void *rt, const rm_sweep_action *acts, size_t n,
+                           rm_err *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        int rc = sweep_call(ops, rt, &acts[i], err);
+        if (rc)
+            return rc;
+    }
+    return RM_OK;
 }
 
 static bool cond_true(const rm_tj_status *s, rm_cond_type t)

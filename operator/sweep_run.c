@@ -22,6 +22,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "common/yaml.h"
+#include "operator/apply.h"
 #include "operator/local.h"
 #include "operator/run.h"
 #include "operator/sigwake.h"
@@ -462,6 +463,156 @@ static void stop_all(runner *r, int sig)
             kill(r->t[i].pid, sig);
 }
 
+static bool any_alive(const runner *r)
+{
+    for (int i = 0; i < r->sw->spec.trials; i++)
+        if (r->t[i].pid > 0)
+            return true;
+    return false;
+}
+
+/* ---- the sweep operations table (operator/apply.h): a trial is a child process ---- */
+
+static int op_create(void *ud, int index, rm_err *err)
+{
+    runner *r = ud;
+    trial_slot *s = &r->t[index];
+    (void)err;
+    if (s->pid == 0 && start_trial(r, index) != RM_OK) {
+        s->pid = -1;   /* observed as ended with no success: Failed */
+        s->exited = true;
+        s->exit_code = 3;
+    }
+    return RM_OK;
+}
+
+static int op_stop(void *ud, int index, const char *reason, const char *message, rm_err *err)
+{
+    runner *r = ud;
+    trial_slot *s = &r->t[index];
+    (void)err;
+    if (s->pid > 0 && !s->stop_sent) {
+        char name[160];
+        rm_sweep_trial_name(r->sw, index, name, sizeof name);
+        s->stop_sent = true;
+        kill(s->pid, SIGTERM);
+        rm_info("trial stopped trial=%s reason=%s message=\"%s\"", name, reason, message);
+    }
+    return RM_OK;
+}
+
+static int op_event(void *ud, int index, bool warning, const char *reason, const char *message,
+                    rm_err *err)
+{
+    runner *r = ud;
+    (void)err;
+    rm_log_write(warning ? RM_LOG_WARN : RM_LOG_INFO, __FILE__, __LINE__,
+                 "event reason=%s message=\"%s\"", reason, message);
+    if (!r->tty && index >= 0)
+        fprintf(r->out, "event %s: %s\n", reason, message);
+    return RM_OK;
+}
+
+static const rm_sweep_ops local_sweep_ops = {
+    .create_trial = op_create, .stop_trial = op_stop, .event = op_event,
+};
+
+/* One pass: observe every trial, let the sweep core decide, execute its actions. RM_OK, or the
+ * core's error (then the caller stops every trial). */
+static int sweep_pass(runner *r, rm_sweep_obs *obs, rm_sweep_action *acts)
+{
+    rm_sweep *sw = r->sw;
+    size_t n = 0;
+    for (int i = 0; i < sw->spec.trials; i++)
+        if (observe(r, i, &obs[n]))
+            n++;
+    rm_sweep_out so = {.actions = acts, .cap = RM_SWEEP_ACTIONS(sw->spec.trials)};
+    int rc = rm_sweep_reconcile(sw, obs, n, rm_wall(), &so);
+    if (rc != RM_OK) {
+        fprintf(r->out, "ringmaster run: sweep reconcile: %s\n", rm_strerror(rc));
+        return rc;
+    }
+    rm_sweep_status_free(&sw->status);
+    sw->status = so.status;
+    rm_err e = {0};
+    return rm_sweep_apply_actions(&local_sweep_ops, r, acts, so.nactions, &e);   /* never fail */
+}
+
+/* The folders (checkpoints, run logs) and the human channel. 0, or the exit code to end with. */
+static int prepare(runner *r, FILE **term)
+{
+    const rm_sweep_run_opts *o = r->o;
+    const rm_sweep *sw = r->sw;
+    if (o->checkpoint_dir)
+        rm_sfmt(r->ckpt_dir, sizeof r->ckpt_dir, "%s", o->checkpoint_dir);
+    else
+        rm_sfmt(r->ckpt_dir, sizeof r->ckpt_dir, "checkpoints/%s", sw->name);
+    if (r->ckpt_dir[0] != '/') {
+        char cwd[PATH_MAX], tmp[PATH_MAX];
+        if (getcwd(cwd, sizeof cwd)) {
+            rm_sfmt(tmp, sizeof tmp, "%s/%s", cwd, r->ckpt_dir);
+            rm_sfmt(r->ckpt_dir, sizeof r->ckpt_dir, "%s", tmp);
+        }
+    }
+    if (o->run_dir) {
+        rm_sfmt(r->run_dir, sizeof r->run_dir, "%s", o->run_dir);
+    } else {
+        const char *t = getenv("TMPDIR");
+        char ts[32];
+        time_t now = time(NULL);
+        struct tm tmv;
+        gmtime_r(&now, &tmv);
+        strftime(ts, sizeof ts, "%Y%m%d-%H%M%S", &tmv);
+        rm_sfmt(r->run_dir, sizeof r->run_dir, "%s/ringmaster-%s-%s-%d", t && *t ? t : "/tmp",
+                sw->name, ts, (int)getpid());
+    }
+    rm_err e = {0};
+    if (rm_fs_dir_writable(r->ckpt_dir, "checkpoint folder", &e) != RM_OK) {
+        fprintf(stderr, "ringmaster run: %s\n", e.msg);
+        return 2;
+    }
+    if (rm_fs_mkdir_p(r->run_dir, &e) != RM_OK) {
+        fprintf(stderr, "ringmaster run: cannot create %s: %s\n", r->run_dir, e.msg);
+        return 1;
+    }
+    r->tty = isatty(2) && !o->log_json;
+    if (r->tty) {
+        /* the structured log goes to a file; the terminal gets the live table */
+        char lp[PATH_MAX + 32];
+        rm_sfmt(lp, sizeof lp, "%s/ringmaster.log", r->run_dir);
+        if ((*term = rm_run_tty_to_log(lp)) != NULL)
+            r->out = *term;
+        else
+            r->tty = false;
+    }
+    return 0;
+}
+
+/* stdout: the final TrainingSweep (-o json), or the result table unless stopped by a signal. */
+static void print_result(const runner *r, bool stopped)
+{
+    const rm_sweep *sw = r->sw;
+    if (r->o->json) {
+        cJSON *j = rm_sweep_to_json(sw);
+        char *s = j ? cJSON_PrintUnformatted(j) : NULL;
+        cJSON_Delete(j);
+        if (s)
+            printf("%s\n", s);
+        free(s);
+    } else if (!stopped) {
+        const rm_sweep_status *st = &sw->status;
+        printf("%s: %d trials: %d succeeded, %d failed, %d stopped\n",
+               rm_sweep_phase_name(st->phase), st->total, st->succeeded, st->failed, st->stopped);
+        if (st->best >= 0) {
+            char ps[200], name[160];
+            param_str(sw, st->best, ps, sizeof ps);
+            printf("best: %s %s %s %.4f\n", rm_sweep_trial_name(sw, st->best, name, sizeof name),
+                   ps, rm_sweep_metric_name(sw->spec.metric), st->best_objective);
+        }
+    }
+    fflush(stdout);
+}
+
 int rm_sweep_run(const rm_sweep_run_opts *o)
 {
     rm_sweep sw;
@@ -490,51 +641,9 @@ int rm_sweep_run(const rm_sweep_run_opts *o)
         }
         r.t[i].have_tj = true;
     }
-    if (o->checkpoint_dir)
-        rm_sfmt(r.ckpt_dir, sizeof r.ckpt_dir, "%s", o->checkpoint_dir);
-    else
-        rm_sfmt(r.ckpt_dir, sizeof r.ckpt_dir, "checkpoints/%s", sw.name);
-    if (r.ckpt_dir[0] != '/') {
-        char cwd[PATH_MAX], tmp[PATH_MAX];
-        if (getcwd(cwd, sizeof cwd)) {
-            rm_sfmt(tmp, sizeof tmp, "%s/%s", cwd, r.ckpt_dir);
-            rm_sfmt(r.ckpt_dir, sizeof r.ckpt_dir, "%s", tmp);
-        }
-    }
-    if (o->run_dir) {
-        rm_sfmt(r.run_dir, sizeof r.run_dir, "%s", o->run_dir);
-    } else {
-        const char *t = getenv("TMPDIR");
-        char ts[32];
-        time_t now = time(NULL);
-        struct tm tmv;
-        gmtime_r(&now, &tmv);
-        strftime(ts, sizeof ts, "%Y%m%d-%H%M%S", &tmv);
-        rm_sfmt(r.run_dir, sizeof r.run_dir, "%s/ringmaster-%s-%s-%d", t && *t ? t : "/tmp",
-                sw.name, ts, (int)getpid());
-    }
-    {
-        rm_err e = {0};
-        if (rm_fs_dir_writable(r.ckpt_dir, "checkpoint folder", &e) != RM_OK) {
-            fprintf(stderr, "ringmaster run: %s\n", e.msg);
-            code = 2;
-            goto out;
-        }
-        if (rm_fs_mkdir_p(r.run_dir, &e) != RM_OK) {
-            fprintf(stderr, "ringmaster run: cannot create %s: %s\n", r.run_dir, e.msg);
-            goto out;
-        }
-    }
-    r.tty = isatty(2) && !o->log_json;
-    if (r.tty) {
-        /* the structured log goes to a file; the terminal gets the live table */
-        char lp[PATH_MAX + 32];
-        rm_sfmt(lp, sizeof lp, "%s/ringmaster.log", r.run_dir);
-        if ((term = rm_run_tty_to_log(lp)) != NULL)
-            r.out = term;
-        else
-            r.tty = false;
-    }
+    if ((code = prepare(&r, &term)) != 0)
+        goto out;
+    code = 1;
     if (rm_sigwake_install(&wake_r, false) != 0) {
         fprintf(stderr, "ringmaster run: pipe: %s\n", strerror(errno));
         goto out;
@@ -565,66 +674,20 @@ int rm_sweep_run(const rm_sweep_run_opts *o)
             fprintf(r.out, "ringmaster: stopping every trial (signal %d)\n", stopping);
         }
         if (stopping) {
-            bool alive = false;
-            for (int i = 0; i < sw.spec.trials; i++)
-                alive |= r.t[i].pid > 0;
-            if (!alive)
+            if (!any_alive(&r))
                 break;
             if (rm_wall() - stop_at > 30)
                 stop_all(&r, SIGKILL);
         } else {
-            size_t n = 0;
-            for (int i = 0; i < sw.spec.trials; i++)
-                if (observe(&r, i, &obs[n]))
-                    n++;
-            rm_sweep_out so = {.actions = acts, .cap = RM_SWEEP_ACTIONS(sw.spec.trials)};
-            int rc = rm_sweep_reconcile(&sw, obs, n, rm_wall(), &so);
-            if (rc != RM_OK) {
-                fprintf(r.out, "ringmaster run: sweep reconcile: %s\n", rm_strerror(rc));
+            if (sweep_pass(&r, obs, acts) != RM_OK) {
                 stop_all(&r, SIGTERM);
                 stopping = SIGTERM;
                 stop_at = rm_wall();
                 continue;
             }
-            rm_sweep_status_free(&sw.status);
-            sw.status = so.status;
-            for (size_t k = 0; k < so.nactions; k++) {
-                rm_sweep_action *a = &acts[k];
-                char name[160];
-                if (a->index >= 0)
-                    rm_sweep_trial_name(&sw, a->index, name, sizeof name);
-                switch (a->type) {
-                case RM_SWEEP_ACT_CREATE:
-                    if (r.t[a->index].pid == 0 && start_trial(&r, a->index) != RM_OK) {
-                        r.t[a->index].pid = -1;   /* observed as ended with no success: Failed */
-                        r.t[a->index].exited = true;
-                        r.t[a->index].exit_code = 3;
-                    }
-                    break;
-                case RM_SWEEP_ACT_STOP:
-                    if (r.t[a->index].pid > 0 && !r.t[a->index].stop_sent) {
-                        r.t[a->index].stop_sent = true;
-                        kill(r.t[a->index].pid, SIGTERM);
-                        rm_info("trial stopped trial=%s reason=%s message=\"%s\"", name,
-                                a->reason, a->message);
-                    }
-                    break;
-                case RM_SWEEP_ACT_EVENT:
-                    rm_log_write(a->warning ? RM_LOG_WARN : RM_LOG_INFO, __FILE__, __LINE__,
-                                 "event reason=%s message=\"%s\"",
-                           a->reason, a->message);
-                    if (!r.tty && a->index >= 0)
-                        fprintf(r.out, "event %s: %s\n", a->reason, a->message);
-                    break;
-                }
-            }
-            if (sw.status.phase == RM_SWEEP_SUCCEEDED || sw.status.phase == RM_SWEEP_FAILED) {
-                bool alive = false;
-                for (int i = 0; i < sw.spec.trials; i++)
-                    alive |= r.t[i].pid > 0;
-                if (!alive)
-                    break;
-            }
+            if ((sw.status.phase == RM_SWEEP_SUCCEEDED || sw.status.phase == RM_SWEEP_FAILED) &&
+                !any_alive(&r))
+                break;
         }
         double now = rm_wall();
         if (now - last_draw >= (r.tty ? 0.5 : 1.0)) {
@@ -666,25 +729,7 @@ int rm_sweep_run(const rm_sweep_run_opts *o)
     } else {
         code = sw.status.phase == RM_SWEEP_SUCCEEDED ? 0 : 1;
     }
-    if (o->json) {
-        cJSON *j = rm_sweep_to_json(&sw);
-        char *s = j ? cJSON_PrintUnformatted(j) : NULL;
-        cJSON_Delete(j);
-        if (s)
-            printf("%s\n", s);
-        free(s);
-    } else if (!stopping) {
-        const rm_sweep_status *st = &sw.status;
-        printf("%s: %d trials: %d succeeded, %d failed, %d stopped\n",
-               rm_sweep_phase_name(st->phase), st->total, st->succeeded, st->failed, st->stopped);
-        if (st->best >= 0) {
-            char ps[200], name[160];
-            param_str(&sw, st->best, ps, sizeof ps);
-            printf("best: %s %s %s %.4f\n", rm_sweep_trial_name(&sw, st->best, name, sizeof name),
-                   ps, rm_sweep_metric_name(sw.spec.metric), st->best_objective);
-        }
-    }
-    fflush(stdout);
+    print_result(&r, stopping != 0);
 out:
     if (term)
         fclose(term);

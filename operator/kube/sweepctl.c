@@ -11,6 +11,7 @@
 #include "common/json.h"
 #include "common/sweep.h"
 #include "common/trainingjob.h"
+#include "operator/apply.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/workqueue.h"
 
@@ -211,8 +212,18 @@ static int mark_invalid(rm_sweepctl *s, const cJSON *obj, const char *ns, const 
     return write_status(s, obj, st, ns, name, err);
 }
 
-static int create_trial(rm_sweepctl *s, const rm_sweep *sw, int index, rm_err *err)
+/* ---- the sweep operations table (operator/apply.h) ---- */
+typedef struct sweep_apply {
+    rm_sweepctl *s;
+    const rm_sweep *sw;
+    const char *key;
+} sweep_apply;
+
+static int create_trial(void *ud, int index, rm_err *err)
 {
+    const sweep_apply *sa = ud;
+    rm_sweepctl *s = sa->s;
+    const rm_sweep *sw = sa->sw;
     cJSON *tj = rm_sweep_trial_json(sw, index, err);
     if (!tj)
         return err->code ? err->code : RM_ENOMEM;
@@ -237,9 +248,12 @@ static int create_trial(rm_sweepctl *s, const rm_sweep *sw, int index, rm_err *e
     return rc;
 }
 
-static int stop_trial(rm_sweepctl *s, const rm_sweep *sw, int index, const char *reason,
-                      rm_err *err)
+static int stop_trial(void *ud, int index, const char *reason, const char *message, rm_err *err)
 {
+    const sweep_apply *sa = ud;
+    rm_sweepctl *s = sa->s;
+    const rm_sweep *sw = sa->sw;
+    (void)message;
     char name[160], path[512];
     rm_sweep_trial_name(sw, index, name, sizeof name);
     rm_sfmt(path, sizeof path, "/apis/%s/%s/namespaces/%s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION,
@@ -261,6 +275,23 @@ static int stop_trial(rm_sweepctl *s, const rm_sweep *sw, int index, const char 
         rm_info("trial stopped trial=%s/%s reason=%s", sw->namespace_, name, reason);
     return rc;
 }
+
+static int sweep_event(void *ud, int index, bool warning, const char *reason, const char *message,
+                       rm_err *err)
+{
+    const sweep_apply *sa = ud;
+    (void)index;
+    (void)err;
+    rm_log_write(warning ? RM_LOG_WARN : RM_LOG_INFO, __FILE__, __LINE__,
+                 "sweep event sweep=%s reason=%s message=\"%s\"", sa->key, reason, message);
+    return RM_OK;
+}
+
+static const rm_sweep_ops kube_sweep_ops = {
+    .create_trial = create_trial, .stop_trial = stop_trial, .event = sweep_event,
+};
+
+/* ---- one pass: observe the trials, decide, apply, write the status ---- */
 
 /* Returns RM_OK, or an error to requeue with back-off. *requeue_s > 0 asks for a later look. */
 static int reconcile(rm_sweepctl *s, const char *key, double *requeue_s, rm_err *err)
@@ -349,17 +380,8 @@ static int reconcile(rm_sweepctl *s, const char *key, double *requeue_s, rm_err 
         goto out;
     }
     have_out = true;
-    for (size_t k = 0; k < out.nactions && rc == RM_OK; k++) {
-        const rm_sweep_action *a = &acts[k];
-        switch (a->type) {
-        case RM_SWEEP_ACT_CREATE: rc = create_trial(s, &sw, a->index, err); break;
-        case RM_SWEEP_ACT_STOP: rc = stop_trial(s, &sw, a->index, a->reason, err); break;
-        case RM_SWEEP_ACT_EVENT:
-            rm_log_write(a->warning ? RM_LOG_WARN : RM_LOG_INFO, __FILE__, __LINE__,
-                         "sweep event sweep=%s reason=%s message=\"%s\"", key, a->reason, a->message);
-            break;
-        }
-    }
+    sweep_apply sa = {.s = s, .sw = &sw, .key = key};
+    rc = rm_sweep_apply_actions(&kube_sweep_ops, &sa, acts, out.nactions, err);
     if (rc)
         goto out;   /* the status is written on the next pass, after the actions succeeded */
     rm_sweep_status_free(&sw.status);
