@@ -117,6 +117,21 @@ static double time_of(const cJSON *o, const char *key)
     return t;
 }
 
+/* status.conditions' Ready (the last one when repeated) is "True"; dflt when there is none. */
+static bool ready_condition(const cJSON *status, bool dflt)
+{
+    bool ready = dflt;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(status, "conditions"))
+    {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(c, "type");
+        const cJSON *s = cJSON_GetObjectItemCaseSensitive(c, "status");
+        if (cJSON_IsString(t) && strcmp(t->valuestring, "Ready") == 0 && cJSON_IsString(s))
+            ready = strcmp(s->valuestring, "True") == 0;
+    }
+    return ready;
+}
+
 void *rm_kube_pod_transform(void *ud, const cJSON *obj)
 {
     (void)ud;
@@ -143,14 +158,7 @@ void *rm_kube_pod_transform(void *ud, const cJSON *obj)
     const cJSON *reason = cJSON_GetObjectItemCaseSensitive(st, "reason");
     if (cJSON_IsString(reason))
         snprintf(p->reason, sizeof(p->reason), "%s", reason->valuestring);
-    const cJSON *conds = cJSON_GetObjectItemCaseSensitive(st, "conditions"), *c;
-    cJSON_ArrayForEach(c, conds)
-    {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(c, "type");
-        const cJSON *s = cJSON_GetObjectItemCaseSensitive(c, "status");
-        if (cJSON_IsString(t) && strcmp(t->valuestring, "Ready") == 0 && cJSON_IsString(s))
-            p->ready = strcmp(s->valuestring, "True") == 0;
-    }
+    p->ready = ready_condition(st, false);
     const cJSON *css = cJSON_GetObjectItemCaseSensitive(st, "containerStatuses"), *cs;
     cJSON_ArrayForEach(cs, css)
     {
@@ -223,15 +231,7 @@ void *rm_kube_node_transform(void *ud, const cJSON *obj)
     rm_kube_node *n = calloc(1, sizeof(*n));
     if (!n)
         return NULL;
-    n->ready = true;   /* no Ready condition yet: assume ready */
-    const cJSON *st = cJSON_GetObjectItemCaseSensitive(obj, "status");
-    const cJSON *conds = cJSON_GetObjectItemCaseSensitive(st, "conditions"), *c;
-    cJSON_ArrayForEach(c, conds)
-    {
-        const cJSON *t = cJSON_GetObjectItemCaseSensitive(c, "type");
-        const cJSON *s = cJSON_GetObjectItemCaseSensitive(c, "status");
-        if (cJSON_IsString(t) && strcmp(t->valuestring, "Ready") == 0 && cJSON_IsString(s))
-            n->ready = strcmp(s->valuestring, "True") == 0;
-    }
+    /* no Ready condition yet: assume ready */
+    n->ready = ready_condition(cJSON_GetObjectItemCaseSensitive(obj, "status"), true);
     return n;
 }
