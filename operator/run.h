@@ -48,6 +48,16 @@ FILE *rm_run_tty_to_log(const char *log_path);
  * RM_DEFAULT_CHECKPOINT_PATH, else "checkpoints/<name>". Returns buf. */
 const char *rm_run_checkpoint_dir(const char *flag, const rm_tj *job, char *buf, size_t cap);
 
+/* Print obj as one line of compact JSON on stdout (the -o json result); takes and frees obj
+ * (NULL: prints nothing). */
+void rm_run_print_json(cJSON *obj);
+/* Make a relative path absolute against the working directory (in place; unchanged when the
+ * working directory cannot be read). */
+void rm_run_abs_path(char *path, size_t cap);
+/* The run folder of a local run (into buf): flag when given, else
+ * $TMPDIR/ringmaster-<name>-<UTC yyyymmdd-hhmmss>-<pid> (/tmp without TMPDIR). Returns buf. */
+const char *rm_run_dir_name(const char *flag, const char *name, char *buf, size_t cap);
+
 /* argv[0] is the command word ("run", "validate", "version"). Return the process exit code. */
 int rm_run_main(int argc, char **argv);
 int rm_validate_main(int argc, char **argv);

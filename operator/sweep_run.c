@@ -14,7 +14,6 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -547,25 +546,8 @@ static int prepare(runner *r, FILE **term)
         rm_sfmt(r->ckpt_dir, sizeof r->ckpt_dir, "%s", o->checkpoint_dir);
     else
         rm_sfmt(r->ckpt_dir, sizeof r->ckpt_dir, "checkpoints/%s", sw->name);
-    if (r->ckpt_dir[0] != '/') {
-        char cwd[PATH_MAX], tmp[PATH_MAX];
-        if (getcwd(cwd, sizeof cwd)) {
-            rm_sfmt(tmp, sizeof tmp, "%s/%s", cwd, r->ckpt_dir);
-            rm_sfmt(r->ckpt_dir, sizeof r->ckpt_dir, "%s", tmp);
-        }
-    }
-    if (o->run_dir) {
-        rm_sfmt(r->run_dir, sizeof r->run_dir, "%s", o->run_dir);
-    } else {
-        const char *t = getenv("TMPDIR");
-        char ts[32];
-        time_t now = time(NULL);
-        struct tm tmv;
-        gmtime_r(&now, &tmv);
-        strftime(ts, sizeof ts, "%Y%m%d-%H%M%S", &tmv);
-        rm_sfmt(r->run_dir, sizeof r->run_dir, "%s/ringmaster-%s-%s-%d", t && *t ? t : "/tmp",
-                sw->name, ts, (int)getpid());
-    }
+    rm_run_abs_path(r->ckpt_dir, sizeof r->ckpt_dir);
+    rm_run_dir_name(o->run_dir, sw->name, r->run_dir, sizeof r->run_dir);
     rm_err e = {0};
     if (rm_fs_dir_writable(r->ckpt_dir, "checkpoint folder", &e) != RM_OK) {
         fprintf(stderr, "ringmaster run: %s\n", e.msg);
@@ -593,12 +575,7 @@ static void print_result(const runner *r, bool stopped)
 {
     const rm_sweep *sw = r->sw;
     if (r->o->json) {
-        cJSON *j = rm_sweep_to_json(sw);
-        char *s = j ? cJSON_PrintUnformatted(j) : NULL;
-        cJSON_Delete(j);
-        if (s)
-            printf("%s\n", s);
-        free(s);
+        rm_run_print_json(rm_sweep_to_json(sw));
     } else if (!stopped) {
         const rm_sweep_status *st = &sw->status;
         printf("%s: %d trials: %d succeeded, %d failed, %d stopped\n",
