@@ -1,4 +1,4 @@
-/* step.h — the worker's table of training strategies (docs: strategies.md).
+/* step.h — the worker's table of training strategies (docs/strategies.md).
  *
  * A strategy says how one optimizer step turns a batch into updated parameters across the
  * workers, and how its state is made fresh, saved into a checkpoint, restored from one and agreed
@@ -12,7 +12,7 @@
  *              full) of it.
  *   parameterServer  centralized: gradients pushed to S server shards, parameters fetched back,
  *              sync (with backup workers) or async Downpour (step_ps.c; servers: ps_server.c).
- *   pipeline   pipeline model parallelism (spec.parallelism, issue 15): the model's layers split
+ *   pipeline   pipeline model parallelism (spec.parallelism, docs/strategies.md#pipeline-stages): the model's layers split
  *              into P stages, micro-batches scheduled by GPipe or 1F1B between neighbouring
  *              ranks, gradients allreduced within each stage's data-parallel group
  *              (step_pipeline.c; the pure parts: pipeline_core.h).
@@ -24,7 +24,7 @@
  *
  * Position: the driver owns the schedule position (rm_step_pos); state_sync makes every rank hold
  * the same one together with the same parameters, so after a round forms no rank acts on what it
- * remembers from before the failure (issue 20: a remembered evaluation desynchronised the ring).
+ * remembers from before the failure (docs/architecture.md#failures-and-restarts: a remembered evaluation desynchronised the ring).
  *
  * Ownership: everything in rm_step_env is borrowed from the driver and must outlive the strategy;
  * a strategy owns what its init and round_begin create; destroy and round_end accept NULL and are
@@ -169,7 +169,7 @@ typedef struct rm_step_ops {
     void (*memory)(const rm_step *s, rm_step_memory *out);
     /* Optional (NULL: the driver walks the schedule itself, every rank in lock step). A strategy
      * whose workers do not move together (parameter servers: epochs are a global budget,
-     * strategies.md "Progress") says before each step where its batch is, and when the job is
+     * docs/strategies.md#progress-epochs-are-a-global-budget) says before each step where its batch is, and when the job is
      * done; the driver then evaluates on this worker alone (no collective) at data-epoch ends. */
     int (*claim)(rm_step *s, rm_step_claim *c, rm_err *err);
     /* Optional (NULL: slot = rank, nslots = world). Which slice of the global batch this rank
@@ -187,7 +187,7 @@ typedef struct rm_step_ops {
      * optimizer buffer (compact), as rm_ckpt_shard_load_newest re-shards them for this rank. */
     void (*state_restore_shard)(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
                                 int scaler_tracker);
-    /* Optional (NULL: false). The state is checkpointed per pipeline stage (issue 15): when this
+    /* Optional (NULL: false). The state is checkpointed per pipeline stage : when this
      * answers true, state_bytes/state_save are this rank's stage's layers (their parameters, then
      * their range of each optimizer buffer; 0 bytes on ranks that do not write), written as shard
      * *shard_rank of *shard_world of a stage-layout set (worker/checkpoint/ckpt_shard.h) whose manifest
@@ -227,7 +227,7 @@ extern const rm_step_ops rm_step_allreduce_ops;
  * pipeline strategy agrees on its stages' layers within each stage's group itself). */
 int rm_step_allreduce_sync_pos(rm_step *s, rm_step_pos *pos, rm_err *err);
 extern const rm_step_ops rm_step_ps_ops;   /* "parameterServer" (step_ps.c) */
-extern const rm_step_ops rm_step_pipeline_ops;   /* "pipeline" (step_pipeline.c; issue 15) */
+extern const rm_step_ops rm_step_pipeline_ops;   /* "pipeline" (step_pipeline.c) */
 /* parameterServer with spec.training.optimizer.type lbfgs: Sandblaster L-BFGS (step_lbfgs.c;
  * train.c picks it by the optimizer, not by name) */
 extern const rm_step_ops rm_step_lbfgs_ops;

@@ -571,7 +571,7 @@ typedef struct reporter {
     double last_rate;           /* guarded by mu; the training thread copies it to the gauge
                                    (the gauge's series changes with the rank label) */
     /* Workers that never talk to each other (a strategy that claims its batches: parameter
-     * servers) do not stop when the rendezvous moves on (strategies.md "Failure semantics":
+     * servers) do not stop when the rendezvous moves on (docs/strategies.md#failure-semantics:
      * nobody waits): the reporter re-joins in the background with polling joins while the
      * training thread goes on, and hands over the round once it closed. */
     bool detached;              /* set before the thread starts */
@@ -717,7 +717,7 @@ static int rdzv_client_make(const rm_train_cfg *cfg, rm_rdzv_client **out, rm_er
                             "must be namespace/name, names and the worker id DNS-like, the token "
                             "one line of at most 255 bytes)",
                             cfg->rdzv_url, cfg->job, cfg->worker_id);
-    /* the node reported to the rendezvous (issue 19): NODE_NAME, else the host's name */
+    /* the node reported to the rendezvous (docs/strategies.md#topology): NODE_NAME, else the host's name */
     const char *node = getenv(RM_ENV_NODE_NAME);
     if (node && *node) {
         rm_err e2 = {0};
@@ -813,12 +813,12 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     RM_CHECK(rm_optim_init(&t->opt, t->k, &cfg->t.optimizer, t->m.nparams, err));
     rm_lr_sched_from_spec(&t->sched, &cfg->t);
     const char *sname = getenv(RM_ENV_STRATEGY);
-    const char *par = getenv(RM_ENV_PARALLELISM);   /* pipeline stages (issue 15) */
+    const char *par = getenv(RM_ENV_PARALLELISM);   /* pipeline stages  */
     if (par && *par && (!sname || !*sname || !strcmp(sname, "allreduce")))
         sname = "pipeline";
     t->strat = rm_step_strategy(sname && *sname ? sname : "allreduce");
     if (t->strat == &rm_step_ps_ops && cfg->t.optimizer.type == RM_OPT_LBFGS)
-        t->strat = &rm_step_lbfgs_ops;   /* Sandblaster L-BFGS (issue 13) */
+        t->strat = &rm_step_lbfgs_ops;   /* Sandblaster L-BFGS (docs/strategies.md#sandblaster-l-bfgs) */
     if (!t->strat)
         return rm_err_field(err, RM_EINVAL, RM_ENV_STRATEGY, "unknown strategy \"%s\" (%s)",
                             sname, rm_step_strategy_names());
@@ -1016,7 +1016,7 @@ static int state_load_layers(trainer *t, int u0, int u1)
 
 /* Every rank takes rank 0's state and schedule position (the strategy's state_sync): step, data
  * cursor, last checkpoint and whether this step's end-of-epoch evaluation is done, so after a
- * round forms no rank acts on what it remembers from before (issue 20: a survivor that skipped an
+ * round forms no rank acts on what it remembers from before (docs/architecture.md#failures-and-restarts: a survivor that skipped an
  * evaluation its replacement ran desynchronised the ring forever). */
 static int state_sync(trainer *t, rm_err *err)
 {
@@ -1405,7 +1405,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     }
     if ((t->world == 1 || t->strat->claim) && !mpi)
         be = "local";   /* a world of one, or workers that never talk to each other (servers) */
-    /* where the ranks sit (issue 19): the rendezvous hands every rank each peer's node */
+    /* where the ranks sit (docs/strategies.md#topology): the rendezvous hands every rank each peer's node */
     rm_rdzv_topo topo = {.nnodes = 1, .local_world = 1, .uniform = true};
     if (rr.peers && t->world > 1 && rm_rdzv_topology(rr.peers, t->world, t->rank, &topo) != RM_OK)
         topo = (rm_rdzv_topo){.nnodes = 1, .local_world = 1, .uniform = true};
@@ -2037,7 +2037,7 @@ static int adopt_background_round(trainer *t, rm_err *err)
 }
 
 /* The loop of a strategy that claims its batches (parameter servers: epochs are a global budget,
- * strategies.md "Progress"): before each step the strategy says where the job is; rank 0
+ * docs/strategies.md#progress-epochs-are-a-global-budget): before each step the strategy says where the job is; rank 0
  * evaluates (alone) when a data epoch ended; the job ends when the strategy says the budget is
  * spent. Checkpoints are the servers'. */
 static int run_round_claimed(trainer *t, rm_err *err)

@@ -33,7 +33,7 @@ typedef struct rm_wmetrics {
 int rm_wmetrics_set_memory(rm_wmetrics *w, double params, double grads, double optimizer,
                            double activations, double peak_rss, rm_err *err);
 
-/* Pipeline stages (issue 15): ringmaster_worker_pipeline_stage (gauge), _pipeline_bubble_ratio
+/* Pipeline stages (docs/strategies.md#pipeline-stages): ringmaster_worker_pipeline_stage (gauge), _pipeline_bubble_ratio
  * (gauge: time waiting for a neighbouring stage / time of the schedule, last step) and
  * _pipeline_bytes_total{direction=sent|received} (counters) under the current rank; the
  * families are registered on the first call. Errors (out of memory) are logged, not returned. */

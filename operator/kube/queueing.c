@@ -1,7 +1,7 @@
 /* queueing.c — the kube runtime's gang scheduling and Kueue steps (see runtime_internal.h).
  *
  * Design: the decisions are the pure cores' (operator/gang.h: rm_gang_decide for the job's
- * PodGroup, rm_kueue_decide for its self-managed Workload, gang-kueue.md §4(b)); these steps read
+ * PodGroup, rm_kueue_decide for its self-managed Workload, docs/gang-kueue.md §4(b)); these steps read
  * the PodGroup or Workload (neither is watched, so a GET per pass), ask the core, and execute
  * its answer. Both run before the reconcile core in each sync pass, since they may suspend the job,
  * run it, or hold its pods back. */

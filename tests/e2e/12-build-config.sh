@@ -18,7 +18,7 @@ for f in "$pcdir"/*.pc /usr/share/pkgconfig/*.pc; do
   case "$(basename "$f")" in ompi*|mpi*|orte*) ;; *) ln -sf "$f" "$fake/" ;; esac
 done
 export PKG_CONFIG_LIBDIR="$fake" PKG_CONFIG_PATH=""
-B="$TMPDIR/b"; OBJ="$B/worker/comm_mpi.o"
+B="$TMPDIR/b"; OBJ="$B/worker/comm/comm_mpi.o"
 mk() { make -C "$root" --no-print-directory BUILDDIR="$B" BINDIR="$B/bin" CUDA=0 "$@"; }
 
 echo "== 1. Open MPI missing: the build must fail and name the package"

@@ -10,7 +10,7 @@
  * point: x + 0 + ... + 0 == x).
  * The fusion plan and its comm thread live for one round; nothing is allocated per step.
  *
- * Sharding (env.sharding, ZeRO stages; strategies.md). The unit of sharding is a layer (W and b):
+ * Sharding (env.sharding, ZeRO stages; docs/strategies.md). The unit of sharding is a layer (W and b):
  * rank r owns its piece of every layer (worker/allreduce/shard.h, rm_unit_shard) and keeps the optimizer
  * state of its pieces only, back to back in a compact buffer (the driver's full-size state buffers
  * are released at init).

@@ -1,4 +1,4 @@
-/* ckpt_shard.h — sharded, elastic checkpoints (issue 14): every rank writes its own shard, the
+/* ckpt_shard.h — sharded, elastic checkpoints (docs/strategies.md#sharding): every rank writes its own shard, the
  * last one to finish writes a small manifest, and a restore at any world size re-shards.
  *
  * A set (one step of one round) in DIR:
@@ -57,7 +57,7 @@ int rm_ckpt_shard_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt
                         const rm_ckpt_seg *segs, int nsegs, int keep, double wait_s,
                         char *path_out, size_t path_cap, rm_err *err);
 
-/* rm_ckpt_shard_write for a stage-layout set (pipeline stages, issue 15): shard r (r < shard_world
+/* rm_ckpt_shard_write for a stage-layout set (pipeline stages, docs/strategies.md#pipeline-stages): shard r (r < shard_world
  * = P) holds the whole units [stage_bounds[r], stage_bounds[r + 1]) — their parameters, then their
  * range of each optimizer buffer — instead of a piece of every unit. stage_bounds: P + 1 entries
  * rising from 0 to units->n (RM_EINVAL otherwise). The manifest records them ("stages P b0 .. bP"),
@@ -84,7 +84,7 @@ int rm_ckpt_shard_load_newest(const char *dir, const rm_ckpt_meta *expect, const
 int rm_ckpt_shard_name(char *out, size_t cap, int64_t step, int epoch, int rank, int world);
 int rm_ckpt_manifest_name(char *out, size_t cap, int64_t step, int epoch, int world);
 
-/* ---- ranged restore (pipeline stages, issue 15): a stage keeps only its own layers ----
+/* ---- ranged restore (pipeline stages, docs/strategies.md#pipeline-stages): a stage keeps only its own layers ----
  * The payload a ranged load leaves in dst: layers [u0, u1)'s parameters (len floats, len = the
  * layers' parameter count), then their range of each of the nstate optimizer buffers (len floats
  * each) — the stage's compact layout, as a stage writes its own shard. Memory: dst plus a fixed

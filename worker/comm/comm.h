@@ -61,7 +61,7 @@ typedef struct rm_comm_cfg {
      * (1..3) and worker/pipeline/step_pipeline.c's stage links (0x4000 + the lower rank) and data-parallel groups
      * (0x2000 + stage). */
     uint32_t group;
-    /* "hier" only (comm_hier.c, issue 19): a node's ranks may use shared memory when they also
+    /* "hier" only (comm_hier.c, docs/strategies.md#topology): a node's ranks may use shared memory when they also
      * advertised one host (the caller applied RINGMASTER_SHM). */
     int shm_ok;
 } rm_comm_cfg;
@@ -124,7 +124,7 @@ int rm_comm_shm_segment_name(const rm_comm_cfg *cfg, char name[RM_COMM_SHM_NAME_
 /* Tests only: when set, init uses this name instead of the derived one (a stranger that found the
  * name in /dev/shm). NULL in production. */
 extern const char *rm_comm_shm_test_name;
-/* "hier" (comm_hier.c, issue 19): hierarchical allreduce over the peers' node names (intra-node
+/* "hier" (comm_hier.c, docs/strategies.md#topology): hierarchical allreduce over the peers' node names (intra-node
  * shm or ring, inter-node ring among ranks of one local index); the flat ring (or shm) when the
  * ranks are on one node, one rank per node, or unevenly spread. rm_comm_hier_is_hier: 1 when a
  * hier comm runs hierarchically, 0 when flat (or NULL); rm_comm_hier_desc: what it runs, for logs

@@ -1,5 +1,5 @@
 /* comm_hier.c — the "hier" backend: hierarchical allreduce for ranks spread over several nodes
- * (issue 19 item 3; spec.training.allreduce: hierarchical, or auto with > 1 node and > 1 rank per
+ * (docs/strategies.md#topology; spec.training.allreduce: hierarchical, or auto with > 1 node and > 1 rank per
  * node).
  *
  * Composition: two comms built from the other tables, nothing new on the wire.

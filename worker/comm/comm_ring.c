@@ -26,7 +26,7 @@
  * PROOF{HMAC(token, con|epoch|ranks|nonces)} -> ACK{0, or REFUSED when the proof was wrong}. Both
  * MACs bind the epoch and both nonces, so a HELLO replayed or forged for any epoch fails at its proof.
  *
- * Strangers (issue 20): the listener (rm_ring_listener) is a thread that lives as long as the
+ * Strangers (docs/architecture.md#robustness): the listener (rm_ring_listener) is a thread that lives as long as the
  * worker and accepts and handshakes all the time, training included, so nothing waits in the
  * kernel's backlog for the next formation. It runs every handshake at once in one poll loop, drops
  * a connection that has not proved the token within RING_HANDSHAKE_S of its accept, holds at most

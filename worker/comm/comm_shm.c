@@ -1,5 +1,5 @@
 /* comm_shm.c — the "shm" backend: collectives through one POSIX shared-memory segment for ranks on
- * the same host (issue 19 item 2). Selected by name ("shm"), and by the trainer instead of the TCP
+ * the same host (docs/strategies.md#topology). Selected by name ("shm"), and by the trainer instead of the TCP
  * ring when every rank of the round advertised the same host (worker/train.c; RINGMASTER_SHM=0
  * turns that off).
  *

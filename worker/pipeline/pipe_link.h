@@ -1,4 +1,4 @@
-/* pipe_link.h — the transport table of the links between neighbouring pipeline stages (issue 15
+/* pipe_link.h — the transport table of the links between neighbouring pipeline stages (docs/strategies.md#pipeline-stages
  * item 3): how a stage's activations go to stage p+1 and its activation-gradients to stage p-1.
  * One function table, one file per backend (the house style of worker/comm/comm.h):
  *   "tcp"  worker/pipeline/pipe_link_tcp.c — host buffers (the CPU kernels). The link's authenticated

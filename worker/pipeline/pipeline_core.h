@@ -1,4 +1,4 @@
-/* pipeline_core.h — the pure parts of pipeline model parallelism (issue 15; strategies.md):
+/* pipeline_core.h — the pure parts of pipeline model parallelism (docs/strategies.md#pipeline-stages):
  * the grid placement (rank r = d*P + p is stage p of data-parallel replica d), the split of the
  * model's layers into P contiguous stages balanced by cost (parameter count), the split of a batch
  * into M micro-batches, and the two schedules as per-stage event tables:
@@ -64,7 +64,7 @@ int rm_pipe_simulate(int schedule, int P, int M, double tf, double tb, double *i
                      double *makespan, rm_err *err);
 /* The textbook bubble fraction (P-1)/(M+P-1). */
 double rm_pipe_textbook_bubble(int P, int M);
-/* ---- the links between neighbouring stages (issue 15 item 3) ---------------------------------- */
+/* ---- the links between neighbouring stages (docs/strategies.md#pipeline-stages) ---------------------------------- */
 /* Which transport carries a stage's activations and activation-gradients: authenticated TCP frames
  * (worker/pipeline/pipe_link_tcp.c) when the kernels' memory is host memory (the CPU table), NCCL
  * send/recv on device buffers (worker/pipeline/cuda/pipe_link_nccl.c) when it is not (a GPU). */

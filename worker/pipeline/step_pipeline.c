@@ -1,4 +1,4 @@
-/* step_pipeline.c — the "pipeline" strategy (issue 15; strategies.md): pipeline model parallelism
+/* step_pipeline.c — the "pipeline" strategy (docs/strategies.md#pipeline-stages): pipeline model parallelism
  * combined with data parallelism, on the grid of worker/pipeline/pipeline_core.h (rank r = d*P + p is
  * stage p of data-parallel replica d).
  *

@@ -1,4 +1,4 @@
-/* lbfgs_coord.h — Sandblaster L-BFGS on the parameter servers (issue 13; Dean et al. 2012).
+/* lbfgs_coord.h — Sandblaster L-BFGS on the parameter servers (docs/strategies.md#sandblaster-l-bfgs; Dean et al. 2012).
  *
  * Two parts, both hosted by `ringmaster-worker ps` processes of a job with
  * spec.training.optimizer.type lbfgs (worker/ps/ps_server.c calls in through its op table):

@@ -1,4 +1,4 @@
-/* lbfgs_core.h — the pure parts of Sandblaster L-BFGS (issue 13; Dean et al. 2012, "Large Scale
+/* lbfgs_core.h — the pure parts of Sandblaster L-BFGS (docs/strategies.md#sandblaster-l-bfgs; Dean et al. 2012, "Large Scale
  * Distributed Deep Networks", section 4.2): no sockets, no clocks, no threads, so each is tested
  * as a table (tests/unit/test_lbfgs.c).
  *

@@ -1,4 +1,4 @@
-/* ps_core.h — the parameter server's pure rules (issue 12; ../shared/docs/strategies.md): how the
+/* ps_core.h — the parameter server's pure rules (docs/strategies.md#parameter-servers): how the
  * flat parameter vector is split into shards, which pushed gradient a server applies, averages or
  * drops (synchronous mode with backup workers, Chen et al. 2016), and when a fast worker must wait
  * for the slowest live one (bounded staleness, asynchronous Downpour). No I/O, no clocks of their
@@ -64,7 +64,7 @@ int rm_ps_sync_average(rm_ps_sync *s, float *out);
 /* Is the step in progress complete (count >= need, count > 0)? */
 bool rm_ps_sync_ready(const rm_ps_sync *s);
 
-/* ---- the workers alive (who a synchronous step waits for; strategies.md "Failure semantics") ----
+/* ---- the workers alive (who a synchronous step waits for; docs/strategies.md#failure-semantics) ----
  * Every request carries the worker's view of the group: the rendezvous epoch of that view and how
  * many workers are alive in it — the round's world, or, once the controller declared a worker dead
  * (it opens the next epoch) and the survivors' re-joins settled, how many re-joined. Within one

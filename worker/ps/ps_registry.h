@@ -1,5 +1,5 @@
-/* ps_registry.h — where the parameter servers are, and a (re)connection to one of them (issues 12
- * and 13; strategies.md "Roles").
+/* ps_registry.h — where the parameter servers are, and a (re)connection to one of them
+ * (docs/strategies.md#roles-names-environment).
  *
  * The one lookup every client of the servers uses: the parameter-server workers (step_ps.c), the
  * Sandblaster L-BFGS workers (step_lbfgs.c) and the L-BFGS coordinator (lbfgs_coord.c, which talks

@@ -247,7 +247,7 @@ static int op_push(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
         rm_ps_outcome o = rm_ps_sync_push(&s->sync, (int)q->worker, q->step, c->buf);
         if (o == RM_PS_AHEAD) {
             /* this shard was restored from a checkpoint older than the job's step: it follows the
-             * workers (the updates since its checkpoint are lost, as strategies.md allows) */
+             * workers (the updates since its checkpoint are lost, as docs/strategies.md#failure-semantics allows) */
             rm_warn("shard behind the workers; adopting their step version=%lld step=%lld",
                     (long long)s->sync.version, (long long)q->step);
             int need = s->sync.need;

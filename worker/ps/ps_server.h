@@ -1,4 +1,4 @@
-/* ps_server.h — `ringmaster-worker ps`: one parameter server (issue 12; strategies.md).
+/* ps_server.h — `ringmaster-worker ps`: one parameter server (docs/strategies.md#parameter-servers).
  *
  * The server holds shard `index` of S (worker/ps/ps_core.h's partition of the model's flat parameter
  * vector) with its optimizer state, and serves the ops of worker/ps/ps_wire.h to the job's workers

@@ -1,4 +1,4 @@
-/* ps_wire.h — the parameter-server protocol (issue 12): the authenticated TCP connection a worker
+/* ps_wire.h — the parameter-server protocol (docs/strategies.md#parameter-servers): the authenticated TCP connection a worker
  * holds to each server, its framing, and the small op table a server dispatches on.
  *
  * Handshake (the ring's, worker/comm/comm_ring.c, with its own labels; the token never crosses the
@@ -13,7 +13,7 @@
  * so garbage is refused before any payload is read, and nfloats is capped by the receiver (a
  * server takes exactly its shard; a worker at most what it asked for).
  *
- * Ops (a table in the server, so later strategies — Sandblaster L-BFGS, issue 13 — add entries):
+ * Ops (a table in the server, so later strategies — Sandblaster L-BFGS (docs/strategies.md#sandblaster-l-bfgs) — add entries):
  *   INFO   -> a = shard offset, b = shard length, version
  *   FETCH  step = the version wanted: the reply waits (bounded) until the shard has it -> floats
  *   PUSH   step = tag (sync: the version the gradient is for; async: the worker's clock),

@@ -1,4 +1,4 @@
-/* step_lbfgs.c — the worker's side of Sandblaster L-BFGS (step.h; issue 13; the coordinator and
+/* step_lbfgs.c — the worker's side of Sandblaster L-BFGS (step.h; docs/strategies.md#sandblaster-l-bfgs; the coordinator and
  * shards are worker/ps/lbfgs_coord.h). Chosen by worker/train.c for spec.strategy parameterServer with
  * spec.training.optimizer.type lbfgs.
  *

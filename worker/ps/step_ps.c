@@ -1,5 +1,5 @@
-/* step_ps.c — the "parameterServer" strategy, the worker's side (step.h; issue 12;
- * ../shared/docs/strategies.md). The servers are worker/ps/ps_server.c; the wire worker/ps/ps_wire.h.
+/* step_ps.c — the "parameterServer" strategy, the worker's side (step.h;
+ * docs/strategies.md#parameter-servers). The servers are worker/ps/ps_server.c; the wire worker/ps/ps_wire.h.
  *
  * Sync (Chen et al. 2016): the worker holds the parameters of global step k (fetched), computes
  * its gradient on its slot of step k's global batch, pushes each shard's slice tagged k to its
