@@ -1,4 +1,5 @@
-/* backend.c — names and resolution of the comm backend and precision enums (common/backend.h). */
+/* backend.c — names and resolution of the comm backend and precision enums, and the name-table
+ * lookups every enum of the TrainingJob uses (common/backend.h). */
 #include "common/backend.h"
 
 #include <string.h>
@@ -8,14 +9,7 @@
 const char *const rm_backend_names[] = { "auto", "ring", "nccl", "mpi", NULL };
 const char *const rm_precision_names[] = { "fp32", "bf16", "fp16", NULL };
 
-/* names[value] for a value of an enum with `count` names; "unknown" outside it. */
-static const char *name_of(const char *const *names, unsigned count, unsigned value)
-{
-    return value < count ? names[value] : "unknown";
-}
-
-/* Index of s in a NULL-terminated name table, or -1 (also for s NULL). */
-static int name_index(const char *const *names, const char *s)
+int rm_enum_index(const char *const *names, const char *s)
 {
     for (int i = 0; s && names[i]; i++)
         if (strcmp(names[i], s) == 0)
@@ -23,14 +17,22 @@ static int name_index(const char *const *names, const char *s)
     return -1;
 }
 
+const char *rm_enum_name(const char *const *names, int value)
+{
+    for (int i = 0; value >= 0 && names[i]; i++)
+        if (i == value)
+            return names[i];
+    return "unknown";
+}
+
 const char *rm_backend_name(rm_backend b)
 {
-    return name_of(rm_backend_names, RM_BACKEND_MPI + 1, (unsigned)b);
+    return rm_enum_name(rm_backend_names, (int)b);
 }
 
 int rm_backend_parse(const char *s, rm_backend *out)
 {
-    int i = name_index(rm_backend_names, s);
+    int i = rm_enum_index(rm_backend_names, s);
     if (i >= 0)
         *out = (rm_backend)i;
     return i >= 0 ? RM_OK : RM_EINVAL;
@@ -45,12 +47,12 @@ rm_backend rm_backend_resolve(rm_backend spec, int gpus_requested)
 
 const char *rm_precision_str(rm_precision p)
 {
-    return name_of(rm_precision_names, RM_PREC_FP16 + 1, (unsigned)p);
+    return rm_enum_name(rm_precision_names, (int)p);
 }
 
 int rm_precision_parse(const char *s, rm_precision *out)
 {
-    int i = name_index(rm_precision_names, s);
+    int i = rm_enum_index(rm_precision_names, s);
     if (i >= 0)
         *out = (rm_precision)i;
     return i >= 0 ? RM_OK : RM_EINVAL;

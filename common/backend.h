@@ -22,6 +22,13 @@ typedef enum { RM_PREC_FP32 = 0, RM_PREC_BF16, RM_PREC_FP16 } rm_precision;
 extern const char *const rm_backend_names[];
 extern const char *const rm_precision_names[];
 
+/* Lookups in any NULL-terminated name table indexed by its enum (these two, trainingjob.h's):
+ * the one place a name is matched, so every layer spells each value the same way.
+ * rm_enum_index: the value named s, -1 for NULL or an unknown name.
+ * rm_enum_name: names[value], "unknown" for a value outside the table. Static strings. */
+int rm_enum_index(const char *const *names, const char *s);
+const char *rm_enum_name(const char *const *names, int value);
+
 /* "ring"; "unknown" for a value outside the enum. */
 const char *rm_backend_name(rm_backend b);
 /* Name -> enum. RM_EINVAL (and *out untouched) for NULL or an unknown name. */

@@ -87,6 +87,15 @@ int rm_quantity_milli(const char *s, int64_t *out)
     return RM_OK;
 }
 
+int rm_quantity_bytes(const char *s, int64_t *out)
+{
+    int64_t milli;
+    int rc = rm_quantity_milli(s, &milli);
+    if (rc == RM_OK)
+        *out = milli / 1000 + (milli % 1000 != 0);
+    return rc;
+}
+
 int rm_quantity_json_milli(const cJSON *v, int64_t *out)
 {
     if (cJSON_IsString(v))

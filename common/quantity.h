@@ -14,6 +14,9 @@
 
 /* Parse s into milli-units (>= 0; a negative quantity is RM_EINVAL). RM_EINVAL when not a quantity. */
 int rm_quantity_milli(const char *s, int64_t *out_milli);
+/* A quantity in whole units, rounded up ("512Mi", "1.5Gi", "2G", "1e9" bytes; "100m" -> 1): what
+ * a memory limit is in bytes. RM_EINVAL when not a quantity (or above ~9.2e15). */
+int rm_quantity_bytes(const char *s, int64_t *out);
 /* A JSON value that is a quantity: a string, or a number (YAML writes `cpu: 2`). */
 int rm_quantity_json_milli(const cJSON *v, int64_t *out_milli);
 /* Canonical text of a milli value: whole values as an integer ("4", or "8Gi" when an exact

@@ -81,6 +81,16 @@ void rm_escape_ctrl(char *buf, size_t cap);
  * following hops of the same error log at debug. */
 int rm_check_failed(const char *file, int line, const char *call, int rc);
 
+/* TRY(call): for a function with an `int rc` and an `out:` label that frees what it holds:
+ * rc = call, and on any non-zero rc jump to out. Unlike RM_CHECK_GOTO it logs nothing: for
+ * parsers, whose errors are the user's input and are reported once through rm_err. */
+#define TRY(x)             \
+    do {                   \
+        rc = (x);          \
+        if (rc)            \
+            goto out;      \
+    } while (0)
+
 #define RM_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The largest world any module handles: spec.replicas/maxReplicas, rendezvous rounds, replica

@@ -1,5 +1,5 @@
 /* trainingjob.h — the TrainingJob type (group ringmaster.dev, v1alpha1; see
- * docs/trainingjob-api.md and the CRD in deploy/crd/): parse from JSON (strict: unknown
+ * ../shared/docs/trainingjob-api.md and the CRD in deploy/crd/): parse from JSON (strict: unknown
  * fields are errors naming their path), apply defaults, validate with errors that name the field
  * ("spec.minReplicas: must be <= spec.replicas"), serialize back.
  *
@@ -36,18 +36,25 @@
 #define RM_TJ_FASHION_MNIST_TRAIN 60000
 #define RM_TJ_LABEL_MAX 63
 
+/* Every enum of the TrainingJob has one NULL-terminated table of its spellings, indexed by the
+ * enum: the parser, the serializer, the operator and the worker all read names through these
+ * tables and backend.h's rm_enum_index / rm_enum_name, never through their own strcmp chains. */
 typedef enum { RM_CLEAN_RUNNING = 0, RM_CLEAN_ALL, RM_CLEAN_NONE } rm_clean_policy;
+extern const char *const rm_clean_policy_names[];   /* "Running", "All", "None", NULL */
 typedef enum { RM_MODE_TRAIN = 0, RM_MODE_BENCH } rm_mode;
+extern const char *const rm_mode_names[];           /* "train", "bench", NULL */
 typedef enum { RM_SCHED_COSINE = 0, RM_SCHED_STEP, RM_SCHED_CONSTANT } rm_schedule;
+extern const char *const rm_schedule_names[];       /* "cosine", "step", "constant", NULL */
 typedef enum { RM_OPT_SGD = 0, RM_OPT_ADAM, RM_OPT_ADAGRAD, RM_OPT_LBFGS } rm_opt_type;
-/* spec.training.optimizer.lineSearch (lbfgs only; docs/strategies.md#sandblaster-l-bfgs). */
+extern const char *const rm_opt_names[];            /* "sgd", "adam", "adagrad", "lbfgs", NULL */
+/* spec.training.optimizer.lineSearch (lbfgs only; issue 13). */
 typedef enum { RM_LS_ARMIJO = 0, RM_LS_FIXED } rm_line_search;
 extern const char *const rm_line_search_names[];   /* "armijo", "fixed", NULL */
-/* spec.training.sharding (docs/strategies.md#sharding; ZeRO stages 1-3 / FSDP): what each worker holds of the
+/* spec.training.sharding (strategies.md; ZeRO stages 1-3 / FSDP): what each worker holds of the
  * optimizer state, the gradients and the parameters. */
 typedef enum { RM_SHARD_NONE = 0, RM_SHARD_OPTIMIZER, RM_SHARD_GRADIENTS, RM_SHARD_FULL } rm_sharding;
 extern const char *const rm_sharding_names[];   /* "none", "optimizer", "gradients", "full", NULL */
-/* spec.training.allreduce (docs/strategies.md#topology): how the CPU ring allreduce runs. auto =
+/* spec.training.allreduce (strategies.md, issue 19): how the CPU ring allreduce runs. auto =
  * hierarchical when the round spans > 1 node with > 1 rank on each (and the same number on every
  * node), else flat; ring = always flat; hierarchical = intra-node then inter-node (flat when the
  * topology does not allow it). Only for spec.backend ring/auto without GPUs. */
@@ -57,6 +64,7 @@ typedef enum {
     RM_PHASE_PENDING = 0, RM_PHASE_RUNNING, RM_PHASE_RESTARTING, RM_PHASE_SUCCEEDED,
     RM_PHASE_FAILED, RM_PHASE_SUSPENDED
 } rm_phase;
+extern const char *const rm_phase_names[];   /* "Pending", ... "Suspended", NULL */
 /* Condition types, in this order in status.conditions. */
 typedef enum {
     RM_COND_CREATED = 0, RM_COND_RUNNING, RM_COND_RESTARTING, RM_COND_SUCCEEDED,
@@ -65,6 +73,7 @@ typedef enum {
     RM_COND_INVALID_SPEC,         /* an update made the spec invalid; running at the last valid one */
     RM_COND__COUNT
 } rm_cond_type;
+extern const char *const rm_cond_names[];    /* "Created", ... "InvalidSpec", NULL */
 
 typedef struct rm_optimizer_spec {
     rm_opt_type type;       /* default sgd */
@@ -72,7 +81,7 @@ typedef struct rm_optimizer_spec {
     double momentum;        /* sgd; default 0.9 */
     double weight_decay;    /* default 0 */
     double beta1, beta2, eps; /* adam: 0.9, 0.999, 1e-8; adagrad eps 1e-10 */
-    /* lbfgs (Sandblaster; only with spec.strategy parameterServer, mode sync): lr is the
+    /* lbfgs (Sandblaster, issue 13; only with spec.strategy parameterServer, mode sync): lr is the
      * first trial step of each line search (armijo) or the step itself (fixed), not scaled by the
      * batch; default 1. */
     int history;            /* m, (s, y) pairs kept; default 10, 1..100 */
@@ -124,7 +133,7 @@ enum {
 #define RM_LBFGS_MAX_HISTORY 100
 #define RM_LBFGS_MAX_PORTIONS 100000
 
-/* spec.strategy and spec.parameterServer (docs/strategies.md#parameter-servers). */
+/* spec.strategy and spec.parameterServer (../shared/docs/strategies.md; issue 12). */
 typedef enum { RM_STRATEGY_ALLREDUCE = 0, RM_STRATEGY_PS } rm_strategy;
 typedef enum { RM_PS_SYNC = 0, RM_PS_ASYNC } rm_ps_mode;
 #define RM_PS_MAX_SERVERS 64
@@ -153,7 +162,7 @@ cJSON *rm_ps_to_json(const rm_ps_spec *ps);
 int rm_ps_from_json(const cJSON *o, const char *ctx, rm_ps_spec *out, rm_err *err);
 void rm_ps_defaults(rm_ps_spec *ps);
 
-/* spec.parallelism (docs/strategies.md#pipeline-stages): pipeline model parallelism. The job's replicas form
+/* spec.parallelism (strategies.md; issue 15): pipeline model parallelism. The job's replicas form
  * a grid of P pipeline stages x D = replicas / P data-parallel replicas; rank r = d*P + p is stage
  * p of replica d. Each worker's batch (batchSizePerWorker rows) is split into M micro-batches that
  * flow through the stages under the schedule; the global batch is D x batchSizePerWorker. */
@@ -206,9 +215,9 @@ typedef struct rm_tj_spec {
     cJSON *template;            /* PodTemplateSpec, opaque; NULL = default worker container */
     rm_strategy strategy;       /* spec.strategy; default allreduce */
     rm_ps_spec ps;              /* spec.parameterServer (strategy parameterServer) */
-    rm_par_spec par;            /* spec.parallelism (pipeline stages) */
+    rm_par_spec par;            /* spec.parallelism (pipeline stages; issue 15) */
     uint32_t set;               /* RM_TJ_SET_*: given explicitly (see rm_training_spec.set) */
-    /* spec.runPolicy.schedulingPolicy (Kubeflow's names; docs/gang-kueue.md §3): what a
+    /* spec.runPolicy.schedulingPolicy (Kubeflow's names; ../shared/docs/gang-kueue.md §3): what a
      * gang scheduler's PodGroup gets. Strings NULL = unset; min_resources an owned object of
      * resource name -> quantity (NULL = computed from the template, operator/gang.h). */
     struct {
@@ -221,7 +230,7 @@ typedef struct rm_tj_spec {
      * this operator; RM_TJ_MANAGED_BY_MULTIKUEUE = Kueue's MultiKueue adapter (it reads this
      * field, at the top level of spec): the operator then leaves the job alone. */
     char *managed_by;
-    /* spec.placement (docs/strategies.md#topology): how the operator places worker pods on nodes.
+    /* spec.placement (strategies.md, issue 19): how the operator places worker pods on nodes.
      * workers_per_node k >= 1: workers go to nodes in groups of k (group = replica index / k),
      * rendered as pod affinity / anti-affinity on kubernetes.io/hostname (operator/kube/runtime.c);
      * 0 = not given (the scheduler decides). Ignored by `ringmaster run` (one host). */
@@ -362,9 +371,7 @@ typedef struct rm_mem_estimate {
     int64_t total;          /* the sum + RM_TJ_MEM_OVERHEAD */
 } rm_mem_estimate;
 void rm_training_memory(const rm_training_spec *t, rm_mem_estimate *out);
-/* A Kubernetes quantity ("512Mi", "1.5Gi", "2G", "1e9", "100m") in bytes, rounded up.
- * RM_EINVAL if it is not one. */
-int rm_quantity_bytes(const char *s, int64_t *out);
+/* Quantities in bytes (a memory limit): rm_quantity_bytes in common/quantity.h. */
 /* Refuse a train-mode job whose `workers` workers together need more than cap_bytes (cap_what names
  * the cap in the message, e.g. "this machine's 23.4 GiB of physical memory"). RM_OK when it fits or
  * cap_bytes <= 0. The error names spec.training.model and the estimate. rm_tj_validate already

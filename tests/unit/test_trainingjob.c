@@ -2,6 +2,7 @@
  * message and field, so a wrong or missing rule fails), defaults (idempotent, explicit zeros
  * kept), the to_json -> from_json round trip, status parsing and conditions. */
 #include "common/json.h"
+#include "common/quantity.h"
 #include "common/rdzv.h"
 #include "common/trainingjob.h"
 #include "common/yaml.h"

@@ -1,0 +1,143 @@
+/* tj_memory.c — what one worker of a TrainingJob needs in memory, and the checks that refuse a
+ * job that cannot fit (trainingjob.h: rm_training_memory, rm_tj_check_memory*).
+ *
+ * Design: the estimate follows the worker's own allocations (worker/model/, worker/optim/,
+ * worker/train.c) rather than measuring, so `validate`, `run` and the operator can refuse a job
+ * before any pod starts. Quantities (a container's memory limit, RINGMASTER_MEMORY_LIMIT) are
+ * read by common/quantity.c, Kubernetes' own grammar, so the two sides agree on "1.5Gi". */
+#include "common/tj_internal.h"
+#include "common/quantity.h"
+#include "common/json.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* fashion-mnist's shape (worker/model/model.h RM_MODEL_INPUT, RM_MODEL_CLASSES) and its test set */
+#define TJ_INPUTS 784
+#define TJ_CLASSES 10
+#define TJ_TEST_SAMPLES 10000
+
+void tj_fmt_bytes(char *buf, size_t cap, int64_t n)
+{
+    static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1024 && u < 5) {
+        v /= 1024;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, cap, "%lld B", (long long)n);
+    else
+        snprintf(buf, cap, "%.1f %s", v, unit[u]);
+}
+
+void rm_training_memory(const rm_training_spec *t, rm_mem_estimate *out)
+{
+    memset(out, 0, sizeof *out);
+    int64_t params = 0, acts = 0, widest = 1, in = TJ_INPUTS;
+    int nh = t->nhidden < 0 ? 0 : t->nhidden > RM_TJ_MAX_HIDDEN ? RM_TJ_MAX_HIDDEN : t->nhidden;
+    for (int i = 0; i <= nh; i++) {
+        int64_t o = i < nh ? (t->hidden[i] > 0 ? t->hidden[i] : 1) : TJ_CLASSES;
+        params += in * o + o;
+        acts += o;
+        if (i < nh && o > widest)
+            widest = o;
+        in = o;
+    }
+    int nstate = t->optimizer.type == RM_OPT_ADAM ? 2 : 1;
+    int64_t b = t->batch_size_per_worker > 0 ? t->batch_size_per_worker : 1;
+    int64_t n = rm_training_samples(t);
+    out->params = params;
+    out->copies = 2 + nstate + (1 + nstate);      /* weights, grads, state, staging */
+    out->model_bytes = params * out->copies * 4;
+    out->batch_bytes = 4 * b * (TJ_INPUTS + 1 + 2 * widest + acts);
+    out->data_bytes = n > 0 ? (n + TJ_TEST_SAMPLES) * (TJ_INPUTS + 1) + 4 * n : 0;
+    out->total = out->model_bytes + out->batch_bytes + out->data_bytes + RM_TJ_MEM_OVERHEAD;
+}
+
+int rm_tj_check_memory(const rm_tj *tj, int64_t cap_bytes, int workers, const char *cap_what,
+                       rm_err *err)
+{
+    const rm_training_spec *t = &tj->spec.training;
+    if (t->mode != RM_MODE_TRAIN || cap_bytes <= 0)
+        return RM_OK;
+    if (workers < 1)
+        workers = 1;
+    rm_mem_estimate me;
+    rm_training_memory(t, &me);
+    if (me.total <= cap_bytes / workers)
+        return RM_OK;
+    char tot[32], model[32], batch[32], data[32], all[32], capb[32];
+    tj_fmt_bytes(tot, sizeof tot, me.total);
+    tj_fmt_bytes(model, sizeof model, me.model_bytes);
+    tj_fmt_bytes(batch, sizeof batch, me.batch_bytes);
+    tj_fmt_bytes(data, sizeof data, me.data_bytes);
+    tj_fmt_bytes(all, sizeof all, me.total * workers);
+    tj_fmt_bytes(capb, sizeof capb, cap_bytes);
+    char per[64] = "";
+    if (workers > 1)
+        snprintf(per, sizeof per, " x %d workers = %s", workers, all);
+    return rm_err_field(err, RM_EINVAL, "spec.training.model",
+                        "needs an estimated %s per worker (%lld parameters x %d copies = %s, batch %d = "
+                        "%s, dataset %s, runtime 32 MiB)%s, more than %s (%s)", tot,
+                        (long long)me.params, me.copies, model, t->batch_size_per_worker, batch, data,
+                        per, cap_what ? cap_what : "the memory cap", capb);
+}
+
+int rm_tj_check_memory_local(const rm_tj *tj, rm_err *err)
+{
+    const char *env = getenv("RINGMASTER_MEMORY_LIMIT");
+    int64_t cap = 0;
+    char what[128];
+    int workers = tj->spec.max_replicas > tj->spec.replicas ? tj->spec.max_replicas : tj->spec.replicas;
+    if (env && *env) {
+        if (rm_quantity_bytes(env, &cap) != RM_OK)
+            return rm_errf(err, RM_EINVAL, "RINGMASTER_MEMORY_LIMIT: must be a Kubernetes quantity such "
+                           "as 512Mi or 4Gi (got \"%.40s\")", env);
+        snprintf(what, sizeof what, "RINGMASTER_MEMORY_LIMIT for the %d workers on this machine", workers);
+    } else {
+        long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+        if (pages <= 0 || psize <= 0)
+            return RM_OK;
+        cap = (int64_t)pages * psize;
+        snprintf(what, sizeof what, "this machine's physical memory for its %d workers", workers);
+    }
+    return rm_tj_check_memory(tj, cap, workers, what, err);
+}
+
+/* The worker container's resources.limits.memory (the container named "worker", else the first),
+ * checked against the estimate for one worker. */
+int tj_check_template_memory(const rm_tj *tj, rm_err *err)
+{
+    const cJSON *cs = rm_json_path(tj->spec.template, "spec.containers");
+    const cJSON *c, *w = NULL;
+    int i = 0, wi = 0;
+    cJSON_ArrayForEach(c, cs) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(c, "name");
+        if (!w || (cJSON_IsString(n) && strcmp(n->valuestring, "worker") == 0)) {
+            w = c;
+            wi = i;
+        }
+        i++;
+    }
+    const cJSON *m = rm_json_path(w, "resources.limits.memory");
+    if (!m)
+        return RM_OK;
+    char f[FIELD_CAP];
+    snprintf(f, sizeof f, "spec.template.spec.containers[%d].resources.limits.memory", wi);
+    int64_t milli = 0;
+    if (rm_quantity_json_milli(m, &milli) != RM_OK)
+        return rm_err_field(err, RM_EINVAL, f, "must be a Kubernetes quantity such as 512Mi or 4Gi");
+    int64_t cap = milli / 1000 + (milli % 1000 != 0);   /* whole bytes, rounded up */
+    return rm_tj_check_memory(tj, cap, 1, "the worker container's memory limit", err);
+}
+
+int64_t rm_training_samples(const rm_training_spec *t)
+{
+    bool builtin_dir = !t->data_dir || strcmp(t->data_dir, RM_TJ_FASHION_MNIST_DIR) == 0;
+    if ((!t->dataset || strcmp(t->dataset, "fashion-mnist") == 0) && builtin_dir)
+        return RM_TJ_FASHION_MNIST_TRAIN;
+    return 0;
+}
