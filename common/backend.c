@@ -1,5 +1,4 @@
-/* backend.c — names and resolution of the comm backend and precision enums, and the name-table
- * lookups every enum of the TrainingJob uses (common/backend.h). */
+/* backend.c — names and resolution of the comm backend and precision enums (common/backend.h). */
 #include "common/backend.h"
 
 #include <string.h>
@@ -8,22 +7,6 @@
 
 const char *const rm_backend_names[] = { "auto", "ring", "nccl", "mpi", NULL };
 const char *const rm_precision_names[] = { "fp32", "bf16", "fp16", NULL };
-
-int rm_enum_index(const char *const *names, const char *s)
-{
-    for (int i = 0; s && names[i]; i++)
-        if (strcmp(names[i], s) == 0)
-            return i;
-    return -1;
-}
-
-const char *rm_enum_name(const char *const *names, int value)
-{
-    for (int i = 0; value >= 0 && names[i]; i++)
-        if (i == value)
-            return names[i];
-    return "unknown";
-}
 
 const char *rm_backend_name(rm_backend b)
 {

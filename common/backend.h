@@ -18,16 +18,9 @@ typedef enum { RM_BACKEND_AUTO = 0, RM_BACKEND_RING, RM_BACKEND_NCCL, RM_BACKEND
 typedef enum { RM_PREC_FP32 = 0, RM_PREC_BF16, RM_PREC_FP16 } rm_precision;
 
 /* NULL-terminated name tables, indexed by the enum: {"auto","ring","nccl","mpi",NULL} and
- * {"fp32","bf16","fp16",NULL} (the TrainingJob parser reads the enums through them). */
+ * {"fp32","bf16","fp16",NULL} (read through rm.h's rm_enum_index / rm_enum_name). */
 extern const char *const rm_backend_names[];
 extern const char *const rm_precision_names[];
-
-/* Lookups in any NULL-terminated name table indexed by its enum (these two, trainingjob.h's):
- * the one place a name is matched, so every layer spells each value the same way.
- * rm_enum_index: the value named s, -1 for NULL or an unknown name.
- * rm_enum_name: names[value], "unknown" for a value outside the table. Static strings. */
-int rm_enum_index(const char *const *names, const char *s);
-const char *rm_enum_name(const char *const *names, int value);
 
 /* "ring"; "unknown" for a value outside the enum. */
 const char *rm_backend_name(rm_backend b);

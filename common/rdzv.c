@@ -45,6 +45,8 @@
 #include "common/log.h"
 #include "common/ratelimit.h"
 
+const char *const rm_rdzv_action_names[] = { "continue", "rejoin", "stop", NULL };
+
 #define JOIN_POLL_S 10.0       /* how long a join is held before "202 waiting" */
 #define KV_WAIT_MAX_S 30.0     /* cap on ?wait= */
 #define KV_MAX_KEYS 256        /* keys per epoch */
@@ -778,7 +780,8 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
         j->samples_per_second = rsps;
         j->steps = rsteps;
     }
-    const char *action = j->stopped ? "stop" : epoch != j->epoch ? "rejoin" : "continue";
+    const char *action = rm_rdzv_action_names[j->stopped ? RM_RDZV_STOP : epoch != j->epoch ? RM_RDZV_REJOIN
+                                                                                  : RM_RDZV_CONTINUE];
     char buf[96];
     snprintf(buf, sizeof buf, "{\"epoch\":%d,\"action\":\"%s\"}", j->epoch, action);
     rc = rm_http_reply_text(resp, 200, "application/json", buf);

@@ -186,10 +186,15 @@ typedef struct rm_rdzv_report {
 } rm_rdzv_report;
 
 typedef enum { RM_RDZV_CONTINUE = 0, RM_RDZV_REJOIN, RM_RDZV_STOP } rm_rdzv_action;
+/* The report reply's "action", as the service writes it and the client reads it. */
+extern const char *const rm_rdzv_action_names[];   /* "continue", "rejoin", "stop", NULL */
 
-/* url: "http://127.0.0.1:29400", job "ns/name". All strings copied. */
+/* url: "http://127.0.0.1:29400", job "ns/name", token one line (<= 255 bytes), worker_id of
+ * rm_rdzv_name_ok's characters. All strings copied. Returns an owned client, or NULL with err
+ * (may be NULL) saying why: RM_EINVAL naming the argument ("job", "token", "worker_id", "url")
+ * for input the rendezvous would refuse, RM_ENOMEM. */
 rm_rdzv_client *rm_rdzv_client_new(const char *url, const char *job, const char *token,
-                                   const char *worker_id);
+                                   const char *worker_id, rm_err *err);
 void rm_rdzv_client_free(rm_rdzv_client *c);
 /* The node this worker reports at every join (copied; NULL or "" = none). RM_EINVAL when the name
  * is longer than RM_RDZV_NODE_MAX or has characters outside rm_rdzv_name_ok's. */

@@ -60,25 +60,41 @@ void rm_rdzv_client_set_cancel(rm_rdzv_client *c, const volatile sig_atomic_t *f
 }
 
 rm_rdzv_client *rm_rdzv_client_new(const char *url, const char *job, const char *token,
-                                   const char *worker_id)
+                                   const char *worker_id, rm_err *err)
 {
-    if (!url || !job || !token || !worker_id)
+    if (!url || !job || !token || !worker_id) {
+        rm_errf(err, RM_EINVAL, "rendezvous client: url, job, token and worker id are required");
         return NULL;
+    }
     const char *slash = strchr(job, '/');
     size_t ulen = strlen(url);
     while (ulen > 0 && url[ulen - 1] == '/')
         ulen--;
     if (!slash || strchr(slash + 1, '/') || !rm_rdzv_name_ok(job, (size_t)(slash - job)) ||
-        !rm_rdzv_name_ok(slash + 1, strlen(slash + 1)) || !*token || strlen(token) > 255 ||
-        strpbrk(token, "\r\n") || !rm_rdzv_name_ok(worker_id, strlen(worker_id)) ||
-        strlen(worker_id) >= sizeof(((rm_rdzv_client *)0)->worker_id) || ulen == 0 ||
-        ulen + strlen(job) + 16 > sizeof(((rm_rdzv_client *)0)->base))
+        !rm_rdzv_name_ok(slash + 1, strlen(slash + 1))) {
+        rm_err_field(err, RM_EINVAL, "job", "\"%.128s\" must be namespace/name, each of "
+                     "[A-Za-z0-9._-]", job);
         return NULL;
+    }
+    if (!*token || strlen(token) > 255 || strpbrk(token, "\r\n")) {
+        rm_err_field(err, RM_EINVAL, "token", "%s", !*token ? "missing or empty" :
+                     "must be one line of at most 255 bytes");
+        return NULL;
+    }
+    if (!rm_rdzv_name_ok(worker_id, strlen(worker_id)) ||
+        strlen(worker_id) >= sizeof(((rm_rdzv_client *)0)->worker_id)) {
+        rm_err_field(err, RM_EINVAL, "worker_id", "\"%.64s\" must be 1 to %zu of [A-Za-z0-9._-]",
+                     worker_id, sizeof(((rm_rdzv_client *)0)->worker_id) - 1);
+        return NULL;
+    }
+    if (ulen == 0 || ulen + strlen(job) + 16 > sizeof(((rm_rdzv_client *)0)->base)) {
+        rm_err_field(err, RM_EINVAL, "url", "\"%.128s\" is %s", url, ulen ? "too long" : "empty");
+        return NULL;
+    }
     rm_rdzv_client *c = calloc(1, sizeof *c);
-    if (!c)
-        return NULL;
-    if (!(c->h = rm_httpc_new())) {
+    if (!c || !(c->h = rm_httpc_new())) {
         free(c);
+        rm_errf(err, RM_ENOMEM, "rendezvous client: out of memory");
         return NULL;
     }
     snprintf(c->base, sizeof c->base, "%.*s/v1/jobs/%s", (int)ulen, url, job);
@@ -556,15 +572,12 @@ int rm_rdzv_send_report(rm_rdzv_client *c, const rm_rdzv_report *rep, rm_rdzv_ac
         return rm_errf(err, RM_EPROTO, "rendezvous report: epoch %lld out of range",
                        (long long)epoch);
     }
-    rm_rdzv_action a = strcmp(act, "continue") == 0 ? RM_RDZV_CONTINUE
-                       : strcmp(act, "rejoin") == 0 ? RM_RDZV_REJOIN
-                       : strcmp(act, "stop") == 0   ? RM_RDZV_STOP
-                                                    : (rm_rdzv_action)-1;
+    int a = rm_enum_index(rm_rdzv_action_names, act);
     cJSON_Delete(r);
-    if ((int)a < 0)
+    if (a < 0)
         return rm_errf(err, RM_EPROTO, "rendezvous report: unknown action");
     if (action)
-        *action = a;
+        *action = (rm_rdzv_action)a;
     if (current_epoch)
         *current_epoch = (int)epoch;
     return RM_OK;

@@ -124,3 +124,19 @@ void rm_escape_ctrl(char *buf, size_t cap)
     buf[o] = 0;
     free(src);
 }
+
+int rm_enum_index(const char *const *names, const char *s)
+{
+    for (int i = 0; s && names[i]; i++)
+        if (strcmp(names[i], s) == 0)
+            return i;
+    return -1;
+}
+
+const char *rm_enum_name(const char *const *names, int value)
+{
+    for (int i = 0; value >= 0 && names[i]; i++)
+        if (i == value)
+            return names[i];
+    return "unknown";
+}

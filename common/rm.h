@@ -93,6 +93,13 @@ int rm_check_failed(const char *file, int line, const char *call, int rc);
 
 #define RM_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* Lookups in a NULL-terminated name table indexed by its enum (backend.h's, trainingjob.h's,
+ * rdzv.h's): the one place a name is matched, so every layer spells each value the same way.
+ * rm_enum_index: the value named s, -1 for NULL or an unknown name.
+ * rm_enum_name: names[value], "unknown" for a value outside the table. Static strings. */
+int rm_enum_index(const char *const *names, const char *s);
+const char *rm_enum_name(const char *const *names, int value);
+
 /* The largest world any module handles: spec.replicas/maxReplicas, rendezvous rounds, replica
  * indices the controllers track. One number so the modules cannot disagree. */
 #define RM_MAX_WORLD 1024

@@ -31,6 +31,8 @@ int tj_bool(const cJSON *o, const char *k, const char *ctx, bool *out, uint32_t 
 int tj_str(const cJSON *o, const char *k, const char *ctx, char **out, rm_err *err);
 int tj_enum(const cJSON *o, const char *k, const char *ctx, const char *const *names, int *out,
             rm_err *err);
+/* "a, b, c": a name table as a message lists it (cut to cap). */
+void tj_names_list(char *buf, size_t cap, const char *const *names);
 /* Optional object child (*out NULL when absent, borrowed); with `allowed`, its unknown keys are
  * errors named under subctx, which is filled with "<ctx>.<k>" when non-NULL. */
 int tj_obj(const cJSON *o, const char *k, const char *ctx, const char *const *allowed,

@@ -84,6 +84,15 @@ int tj_str(const cJSON *o, const char *k, const char *ctx, char **out, rm_err *e
     return RM_OK;
 }
 
+void tj_names_list(char *buf, size_t cap, const char *const *names)
+{
+    buf[0] = 0;
+    for (int j = 0; names[j]; j++) {
+        size_t l = strlen(buf);
+        snprintf(buf + l, cap - l, "%s%s", j ? ", " : "", names[j]);
+    }
+}
+
 int tj_enum(const cJSON *o, const char *k, const char *ctx, const char *const *names, int *out,
                   rm_err *err)
 {
@@ -93,12 +102,9 @@ int tj_enum(const cJSON *o, const char *k, const char *ctx, const char *const *n
         return rc;
     int i = rm_enum_index(names, s);
     if (i < 0) {
-        char f[FIELD_CAP], list[128] = "";
+        char f[FIELD_CAP], list[128];
         tj_join(f, ctx, k);
-        for (int j = 0; names[j]; j++) {
-            size_t l = strlen(list);
-            snprintf(list + l, sizeof list - l, "%s%s", j ? ", " : "", names[j]);
-        }
+        tj_names_list(list, sizeof list, names);
         return rm_err_field(err, RM_EINVAL, f, "must be one of %s (got \"%s\")", list, s);
     }
     *out = i;

@@ -33,6 +33,14 @@ static int bad(rm_err *err, const char *ctx, const char *key, const char *fmt, .
     return rm_err_field(err, RM_EINVAL, f, "%s", msg);
 }
 
+/* An enum value outside its table (set from C, not parsed): the message lists the table. */
+static int bad_enum(rm_err *err, const char *ctx, const char *key, const char *const *names)
+{
+    char list[128];
+    tj_names_list(list, sizeof list, names);
+    return bad(err, ctx, key, "must be one of %s", list);
+}
+
 int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err)
 {
     char mctx[FIELD_CAP], octx[FIELD_CAP], bctx[FIELD_CAP];
@@ -42,7 +50,7 @@ int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err
     tj_join(octx, ctx, "optimizer");
     tj_join(bctx, ctx, "bench");
     if ((unsigned)t->mode > RM_MODE_BENCH)
-        return bad(err, ctx, "mode", "must be one of train, bench");
+        return bad_enum(err, ctx, "mode", rm_mode_names);
     if (t->dataset && strcmp(t->dataset, "fashion-mnist") != 0)
         return bad(err, ctx, "dataset", "must be fashion-mnist (got \"%s\")", t->dataset);
     if (t->data_dir && !*t->data_dir)
@@ -75,7 +83,7 @@ int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err
         return bad(err, ctx, "batchSizePerWorker", "must be between 1 and 65536");
     const rm_optimizer_spec *o = &t->optimizer;
     if ((unsigned)o->type > RM_OPT_LBFGS)
-        return bad(err, octx, "type", "must be one of sgd, adam, adagrad, lbfgs");
+        return bad_enum(err, octx, "type", rm_opt_names);
     if (o->type == RM_OPT_LBFGS) {
         if (o->history < 1 || o->history > RM_LBFGS_MAX_HISTORY)
             return bad(err, octx, "history", "must be between 1 and %d (got %d)", RM_LBFGS_MAX_HISTORY,
@@ -84,7 +92,7 @@ int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err
             return bad(err, octx, "portions", "must be between 1 and %d (got %d)",
                        RM_LBFGS_MAX_PORTIONS, o->portions);
         if ((unsigned)o->line_search > RM_LS_FIXED)
-            return bad(err, octx, "lineSearch", "must be one of armijo, fixed");
+            return bad_enum(err, octx, "lineSearch", rm_line_search_names);
         if (t->precision != RM_PREC_FP32)
             return bad(err, ctx, "precision", "must be fp32 with %s.type: lbfgs", octx);
         if (o->weight_decay != 0)
@@ -93,7 +101,7 @@ int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err
     } else if (o->history || o->portions || o->line_search_given) {
         return bad(err, octx, o->history ? "history" : o->portions ? "portions" : "lineSearch",
                    "is only used with %s.type: lbfgs (type is %s)", octx,
-                   rm_opt_names[o->type <= RM_OPT_LBFGS ? o->type : 0]);
+                   rm_enum_name(rm_opt_names, (int)o->type));
     }
     if (!(o->lr > 0) || !isfinite(o->lr) || o->lr > 100)
         return bad(err, octx, "lr", "must be > 0 and <= 100");
@@ -112,22 +120,22 @@ int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err
     if (t->warmup_epochs > t->epochs)
         return bad(err, ctx, "warmupEpochs", "must be <= %s.epochs", ctx);
     if ((unsigned)t->schedule > RM_SCHED_CONSTANT)
-        return bad(err, ctx, "schedule", "must be one of cosine, step, constant");
+        return bad_enum(err, ctx, "schedule", rm_schedule_names);
     if (!(t->step_gamma > 0 && t->step_gamma <= 1))
         return bad(err, ctx, "stepGamma", "must be > 0 and <= 1");
     if (t->step_every_epochs < 1)
         return bad(err, ctx, "stepEveryEpochs", "must be >= 1");
     if ((unsigned)t->precision > RM_PREC_FP16)
-        return bad(err, ctx, "precision", "must be one of fp32, bf16, fp16");
+        return bad_enum(err, ctx, "precision", rm_precision_names);
     if (!(t->fusion_buffer_mb >= 0 && t->fusion_buffer_mb <= 4096))
         return bad(err, ctx, "fusionBufferMB", "must be between 0 and 4096");
     if ((unsigned)t->sharding > RM_SHARD_FULL)
-        return bad(err, ctx, "sharding", "must be one of none, optimizer, gradients, full");
+        return bad_enum(err, ctx, "sharding", rm_sharding_names);
     if (t->sharding != RM_SHARD_NONE && t->precision != RM_PREC_FP32)
         return bad(err, ctx, "sharding", "%s needs %s.precision fp32 in this version (got %s)",
                    rm_sharding_names[t->sharding], ctx, rm_precision_names[t->precision]);
     if ((unsigned)t->allreduce > RM_AR_HIER)
-        return bad(err, ctx, "allreduce", "must be one of auto, ring, hierarchical");
+        return bad_enum(err, ctx, "allreduce", rm_allreduce_names);
     if (t->max_steps < 0)
         return bad(err, ctx, "maxSteps", "must be >= 0");
     if (t->bench_min_bytes < 4 || t->bench_min_bytes > (int64_t)1 << 40)
@@ -192,7 +200,7 @@ static int ps_validate(const rm_tj_spec *s, rm_err *err)
     const rm_ps_spec *ps = &s->ps;
     const char *P = "spec.parameterServer";
     if ((unsigned)s->strategy > RM_STRATEGY_PS)
-        return rm_err_field(err, RM_EINVAL, "spec.strategy", "must be one of allreduce, parameterServer");
+        return bad_enum(err, "spec", "strategy", rm_strategy_names);
     if (s->strategy != RM_STRATEGY_PS) {
         if (ps->present)
             return rm_err_field(err, RM_EINVAL, P, "is only used with spec.strategy: parameterServer "
@@ -203,7 +211,7 @@ static int ps_validate(const rm_tj_spec *s, rm_err *err)
         return bad(err, P, "replicas", "must be between 1 and %d (got %d)", RM_PS_MAX_SERVERS,
                    ps->replicas);
     if ((unsigned)ps->mode > RM_PS_ASYNC)
-        return bad(err, P, "mode", "must be one of sync, async");
+        return bad_enum(err, P, "mode", rm_ps_mode_names);
     if (ps->backup_workers < 0)
         return bad(err, P, "backupWorkers", "must be >= 0");
     if (ps->backup_workers >= s->replicas || (s->min_replicas > 0 && ps->backup_workers >= s->min_replicas))
@@ -259,7 +267,7 @@ int rm_par_validate(const rm_tj_spec *s, rm_err *err)
     if (mb < 1)
         return bad(err, P, "microBatches", "must be >= 1 (got %d)", mb);
     if ((unsigned)par->schedule > RM_PIPE_GPIPE)
-        return bad(err, P, "schedule", "must be one of 1f1b, gpipe");
+        return bad_enum(err, P, "schedule", rm_pipe_schedule_names);
     const rm_training_spec *t = &s->training;
     if (t->mode == RM_MODE_TRAIN && mb > t->batch_size_per_worker)
         return bad(err, P, "microBatches", "must be <= spec.training.batchSizePerWorker (%d): every "
@@ -364,7 +372,7 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
                                 decimal_digits(s->max_replicas - 1),
                             RM_TJ_LABEL_MAX);
     if ((unsigned)s->backend > RM_BACKEND_MPI)
-        return rm_err_field(err, RM_EINVAL, "spec.backend", "must be one of auto, ring, nccl, mpi");
+        return bad_enum(err, "spec", "backend", rm_backend_names);
     if (s->restart.max_restarts < 0)
         return rm_err_field(err, RM_EINVAL, "spec.restartPolicy.maxRestarts", "must be >= 0");
     if (!(s->restart.backoff_seconds >= 0 && s->restart.backoff_seconds <= 3600))
@@ -377,8 +385,7 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
     if (s->run.ttl_seconds_after_finished < -1)
         return rm_err_field(err, RM_EINVAL, "spec.runPolicy.ttlSecondsAfterFinished", "must be >= -1");
     if ((unsigned)s->run.clean_pod_policy > RM_CLEAN_NONE)
-        return rm_err_field(err, RM_EINVAL, "spec.runPolicy.cleanPodPolicy",
-                            "must be one of All, Running, None");
+        return bad_enum(err, "spec.runPolicy", "cleanPodPolicy", rm_clean_policy_names);
     if (s->run.managed_by && (!*s->run.managed_by || strlen(s->run.managed_by) > 63))
         return rm_err_field(err, RM_EINVAL, "spec.runPolicy.managedBy",
                             "must be 1 to 63 characters");

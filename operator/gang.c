@@ -7,24 +7,20 @@
 
 static const cJSON *oget(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
 
+static const char *const gang_names[] = { "none", "volcano", "coscheduling", NULL };
+
 int rm_gang_parse(const char *s, rm_gang_kind *out)
 {
-    if (!s)
+    int i = s && !*s ? RM_GANG_NONE : rm_enum_index(gang_names, s);   /* "" is none too */
+    if (i < 0)
         return RM_EINVAL;
-    if (!strcmp(s, "none") || !*s)
-        *out = RM_GANG_NONE;
-    else if (!strcmp(s, "volcano"))
-        *out = RM_GANG_VOLCANO;
-    else if (!strcmp(s, "coscheduling"))
-        *out = RM_GANG_COSCHEDULING;
-    else
-        return RM_EINVAL;
+    *out = (rm_gang_kind)i;
     return RM_OK;
 }
 
 const char *rm_gang_name(rm_gang_kind k)
 {
-    return k == RM_GANG_VOLCANO ? "volcano" : k == RM_GANG_COSCHEDULING ? "coscheduling" : "none";
+    return (unsigned)k <= RM_GANG_COSCHEDULING ? gang_names[k] : "none";
 }
 
 const char *rm_gang_group(rm_gang_kind k)

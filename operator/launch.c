@@ -237,10 +237,10 @@ int rm_launch_build(const rm_tj *job, int index, int epoch, const rm_launch_plac
         rm_launch_checkpoint_dir(job, ckpt, sizeof ckpt);
     rm_backend be = rm_launch_backend(job, p->gpus);
 
-    /* arguments: the mode and what only a flag can say */
+    /* arguments: the mode (the worker's subcommand is its name) and what only a flag can say */
+    arg(&b, "%s", rm_enum_name(rm_mode_names, (int)sp->training.mode));
     if (sp->training.mode == RM_MODE_BENCH) {
         const rm_training_spec *t = &sp->training;
-        arg(&b, "bench");
         arg(&b, "-b");
         arg(&b, "%lld", (long long)t->bench_min_bytes);
         arg(&b, "-e");
@@ -257,7 +257,6 @@ int rm_launch_build(const rm_tj *job, int index, int epoch, const rm_launch_plac
         arg(&b, "%s", rm_backend_name(be));
     } else {
         int port = p->metrics_port < 0 ? RM_PORT_WORKER_METRICS : p->metrics_port;
-        arg(&b, "train");
         arg(&b, "--metrics-addr");
         arg(&b, "%s:%d", p->metrics_host ? p->metrics_host : "$(" RM_ENV_BIND_ADDR ")", port);
         if (p->log_format) {

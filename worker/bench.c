@@ -314,7 +314,7 @@ static int world_open(const bench_opts *o, bench_world *w, rm_err *err) {
     }
     RM_CHECK(rm_net_listen(host, port, 128, &w->lfd, &port, err));
     snprintf(addr, sizeof addr, "%s:%d", host, port);
-    w->rdzv = rm_rdzv_client_new(url, job, tok ? tok : "", wid);
+    w->rdzv = rm_rdzv_client_new(url, job, tok ? tok : "", wid, err);
     if (!w->rdzv) return rm_errf(err, RM_ENOMEM, "rendezvous client");
     double deadline = rm_mono() + 120;
     for (;;) {

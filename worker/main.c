@@ -13,6 +13,7 @@
 
 #include "common/log.h"
 #include "common/rm.h"
+#include "common/trainingjob.h"
 #include "common/worker_env.h"
 #include "worker/bench.h"
 #include "worker/ps/ps_server.h"
@@ -40,9 +41,10 @@ int main(int argc, char **argv)
     const char *role = getenv(RM_ENV_ROLE);
     if (!strcmp(argv[1], "ps") || (role && !strcmp(role, "ps")))
         return rm_ps_server_main(argc - 1, argv + 1);
-    if (!strcmp(argv[1], "bench"))
+    int mode = rm_enum_index(rm_mode_names, argv[1]);   /* the subcommand is spec.training.mode */
+    if (mode == RM_MODE_BENCH)
         return rm_worker_bench_main(argc - 1, argv + 1);
-    if (strcmp(argv[1], "train") != 0) {
+    if (mode != RM_MODE_TRAIN) {
         fprintf(stderr, "ringmaster-worker: unknown command \"%s\"\n", argv[1]);
         usage(stderr);
         return 2;

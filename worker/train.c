@@ -55,7 +55,7 @@ int rm_tr_rdzv_client_make(const rm_train_cfg *cfg, rm_rdzv_client **out, rm_err
         return rm_err_field(err, RM_EAUTH, RM_ENV_TOKEN,
                             "missing or empty: the rendezvous at %s needs the job's token",
                             cfg->rdzv_url);
-    *out = rm_rdzv_client_new(cfg->rdzv_url, cfg->job, cfg->token, cfg->worker_id);
+    *out = rm_rdzv_client_new(cfg->rdzv_url, cfg->job, cfg->token, cfg->worker_id, err);
     if (!*out)
         return rm_err_field(err, RM_EINVAL, RM_ENV_RENDEZVOUS,
                             "cannot use rendezvous %s for job \"%s\" as worker \"%s\" (the job "

@@ -30,7 +30,7 @@ static void *join_main(void *arg)
 {
     joiner *j = arg;
     rm_err e = {0};
-    rm_rdzv_client *c = rm_rdzv_client_new(j->url, JOB, TOKEN, j->wid);
+    rm_rdzv_client *c = rm_rdzv_client_new(j->url, JOB, TOKEN, j->wid, NULL);
     j->rc = c ? rm_rdzv_join(c, j->addr, -1, j->timeout, &j->round, &e) : RM_ENOMEM;
     rm_rdzv_client_free(c);
     return NULL;

@@ -99,7 +99,7 @@ static int rdzv_start(rdzv_fx *x)
         return -1;
     }
     snprintf(x->url, sizeof x->url, "http://127.0.0.1:%d", rm_http_port(x->srv));
-    x->ps = rm_rdzv_client_new(x->url, JOB, TOKEN, "ps");
+    x->ps = rm_rdzv_client_new(x->url, JOB, TOKEN, "ps", NULL);
     return x->ps ? 0 : -1;
 }
 

@@ -98,7 +98,7 @@ static void *join_main(void *arg)
 {
     joiner *j = arg;
     double t0 = rm_mono();
-    rm_rdzv_client *c = rm_rdzv_client_new(j->url, j->job, j->token, j->wid);
+    rm_rdzv_client *c = rm_rdzv_client_new(j->url, j->job, j->token, j->wid, NULL);
     j->rc = c ? rm_rdzv_join(c, j->addr, j->last_epoch, j->timeout, &j->round, &j->err) : RM_ENOMEM;
     j->secs = rm_mono() - t0;
     rm_rdzv_client_free(c);
@@ -165,7 +165,7 @@ static void free_rounds(joiner *js, int n)
 
 static rm_rdzv_client *client(const fx *f, const char *wid)
 {
-    rm_rdzv_client *c = rm_rdzv_client_new(f->url, JOB, TOKEN, wid);
+    rm_rdzv_client *c = rm_rdzv_client_new(f->url, JOB, TOKEN, wid, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(c);
     return c;
 }
@@ -246,7 +246,7 @@ static void test_bad_token(void)
     fflush(stderr);
     int saved = dup(2);
     dup2(fd, 2);
-    rm_rdzv_client *c = rm_rdzv_client_new(f.url, JOB, "wrong-token", "1");
+    rm_rdzv_client *c = rm_rdzv_client_new(f.url, JOB, "wrong-token", "1", NULL);
     rm_rdzv_round round = {0};
     rm_err e = {0};
     double t0 = rm_mono();
@@ -274,17 +274,28 @@ static void test_bad_token(void)
     CU_ASSERT_EQUAL(raw(&f, "GET", P(""), "Bearer s3cret", NULL, 0, NULL), 401);
     CU_ASSERT_EQUAL(raw(&f, "GET", P(""), BEARER, NULL, 0, NULL), 200);
     /* an unknown job: retried (the controller may not have registered it) until the timeout */
-    c = rm_rdzv_client_new(f.url, "default/other", TOKEN, "0");
+    c = rm_rdzv_client_new(f.url, "default/other", TOKEN, "0", NULL);
     t0 = rm_mono();
     rc = rm_rdzv_join(c, "127.0.0.1:1", 0, 0.6, &round, &e);
     secs = rm_mono() - t0;
     rm_rdzv_client_free(c);
     CU_ASSERT_EQUAL(rc, RM_ENOTFOUND);
     CU_ASSERT(secs >= 0.5 && secs < 3.0);
-    /* bad client arguments */
-    CU_ASSERT_PTR_NULL(rm_rdzv_client_new(f.url, "nonamespace", TOKEN, "0"));
-    CU_ASSERT_PTR_NULL(rm_rdzv_client_new(f.url, JOB, "tok\r\nX: y", "0"));
-    CU_ASSERT_PTR_NULL(rm_rdzv_client_new(f.url, JOB, TOKEN, "a/b"));
+    /* bad client arguments: NULL, and the error names the argument (not "out of memory") */
+    static const struct { const char *url, *job, *tok, *wid, *field; } badc[] = {
+        { "http://h:1", "nonamespace", TOKEN, "0", "job" },
+        { "http://h:1", JOB, "tok\r\nX: y", "0", "token" },
+        { "http://h:1", JOB, "", "0", "token" },
+        { "http://h:1", JOB, TOKEN, "a/b", "worker_id" },
+        { "/", JOB, TOKEN, "0", "url" },
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(badc); i++) {
+        rm_err ce = {0};
+        CU_ASSERT_PTR_NULL(rm_rdzv_client_new(badc[i].url, badc[i].job, badc[i].tok, badc[i].wid, &ce));
+        CU_ASSERT_EQUAL(ce.code, RM_EINVAL);
+        CU_ASSERT_STRING_EQUAL(ce.field, badc[i].field);
+    }
+    CU_ASSERT_PTR_NULL(rm_rdzv_client_new(f.url, "nonamespace", TOKEN, "0", NULL));
     CU_ASSERT_EQUAL(rm_rdzv_job_set(f.r, "a/b", "t", 2, 3, 0), RM_EINVAL);
     CU_ASSERT_EQUAL(rm_rdzv_job_set(f.r, "a/b", "t", 0, 0, 0), RM_EINVAL);
     CU_ASSERT_EQUAL(rm_rdzv_job_set(f.r, "ab", "t", 1, 1, 0), RM_EINVAL);
@@ -916,7 +927,7 @@ static void test_client_distrusts_reply_values(void)
         CU_ASSERT_EQUAL_FATAL(rm_http_start(&o, &rt, 1, &s, &e), RM_OK);
         char url[64];
         snprintf(url, sizeof url, "http://127.0.0.1:%d", rm_http_port(s));
-        rm_rdzv_client *c = rm_rdzv_client_new(url, JOB, TOKEN, "0");
+        rm_rdzv_client *c = rm_rdzv_client_new(url, JOB, TOKEN, "0", NULL);
         rm_rdzv_report rep = {.epoch = 1};
         rm_rdzv_action act = RM_RDZV_CONTINUE;
         int cur = 77;
@@ -939,10 +950,10 @@ static void test_name_rule(void)
     CU_ASSERT_FALSE(rm_rdzv_name_ok("a%2F", 4));
     CU_ASSERT_FALSE(rm_rdzv_name_ok("\xc3\xa9", 2));
     /* the client refuses locally exactly the names the service would 400/404 */
-    CU_ASSERT_PTR_NULL(rm_rdzv_client_new("http://127.0.0.1:1", "ns/a b", "t", "0"));
-    CU_ASSERT_PTR_NULL(rm_rdzv_client_new("http://127.0.0.1:1", "ns/a", "t", "w 1"));
-    CU_ASSERT_PTR_NULL(rm_rdzv_client_new("http://127.0.0.1:1", "/a", "t", "0"));
-    rm_rdzv_client *c = rm_rdzv_client_new("http://127.0.0.1:1", "ns-1/a.b_c", "t", "w-1");
+    CU_ASSERT_PTR_NULL(rm_rdzv_client_new("http://127.0.0.1:1", "ns/a b", "t", "0", NULL));
+    CU_ASSERT_PTR_NULL(rm_rdzv_client_new("http://127.0.0.1:1", "ns/a", "t", "w 1", NULL));
+    CU_ASSERT_PTR_NULL(rm_rdzv_client_new("http://127.0.0.1:1", "/a", "t", "0", NULL));
+    rm_rdzv_client *c = rm_rdzv_client_new("http://127.0.0.1:1", "ns-1/a.b_c", "t", "w-1", NULL);
     CU_ASSERT_PTR_NOT_NULL(c);
     rm_rdzv_client_free(c);
 }
@@ -951,7 +962,7 @@ static void test_name_rule(void)
  * against a dead address forever. */
 static void test_nan_timeout_refused(void)
 {
-    rm_rdzv_client *c = rm_rdzv_client_new("http://127.0.0.1:1", JOB, TOKEN, "0");
+    rm_rdzv_client *c = rm_rdzv_client_new("http://127.0.0.1:1", JOB, TOKEN, "0", NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(c);
     rm_rdzv_round rd;
     rm_err e = {0};
@@ -1021,7 +1032,7 @@ static void test_join_cancel(void)
     CU_ASSERT_FATAL(fx_start(&f, 2, 2, 0) == 0);   /* one worker alone: the round never closes */
     static volatile sig_atomic_t flag;
     flag = 0;
-    cancel_join cj = {.c = rm_rdzv_client_new(f.url, JOB, TOKEN, "0")};
+    cancel_join cj = {.c = rm_rdzv_client_new(f.url, JOB, TOKEN, "0", NULL)};
     CU_ASSERT_PTR_NOT_NULL_FATAL(cj.c);
     rm_rdzv_client_set_cancel(cj.c, &flag);
     pthread_t th;
@@ -1061,8 +1072,8 @@ static void test_join_poll(void)
     int ne = 0;
     CU_ASSERT_EQUAL(rm_rdzv_restart(f.r, JOB, 1, &ne), RM_OK);   /* worker 2 declared dead */
     CU_ASSERT_EQUAL(ne, 2);
-    rm_rdzv_client *c0 = rm_rdzv_client_new(f.url, JOB, TOKEN, "0");
-    rm_rdzv_client *c1 = rm_rdzv_client_new(f.url, JOB, TOKEN, "1");
+    rm_rdzv_client *c0 = rm_rdzv_client_new(f.url, JOB, TOKEN, "0", NULL);
+    rm_rdzv_client *c1 = rm_rdzv_client_new(f.url, JOB, TOKEN, "1", NULL);
     CU_ASSERT_FATAL(c0 && c1);
     rm_rdzv_round rr;
     int joined = -1;
@@ -1111,9 +1122,9 @@ static void test_servers_registry(void)
 {
     fx f;
     CU_ASSERT_FATAL(fx_start(&f, 2, 2, 0) == 0);
-    rm_rdzv_client *ps = rm_rdzv_client_new(f.url, JOB, TOKEN, "ps");
-    rm_rdzv_client *w = rm_rdzv_client_new(f.url, JOB, TOKEN, "0");
-    rm_rdzv_client *bad = rm_rdzv_client_new(f.url, JOB, "wrong-token-0123456789", "0");
+    rm_rdzv_client *ps = rm_rdzv_client_new(f.url, JOB, TOKEN, "ps", NULL);
+    rm_rdzv_client *w = rm_rdzv_client_new(f.url, JOB, TOKEN, "0", NULL);
+    rm_rdzv_client *bad = rm_rdzv_client_new(f.url, JOB, "wrong-token-0123456789", "0", NULL);
     CU_ASSERT_FATAL(ps && w && bad);
     static char got[8][128];
     int n = -1;
@@ -1169,7 +1180,7 @@ static void *node_join_main(void *arg)
     node_joiner *j = arg;
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", 21000 + atoi(j->wid));
-    rm_rdzv_client *c = rm_rdzv_client_new(j->url, JOB, TOKEN, j->wid);
+    rm_rdzv_client *c = rm_rdzv_client_new(j->url, JOB, TOKEN, j->wid, NULL);
     j->rc = !c ? RM_ENOMEM : j->node ? rm_rdzv_client_set_node(c, j->node, &j->err) : RM_OK;
     if (!j->rc)
         j->rc = rm_rdzv_join(c, addr, 0, 10, &j->round, &j->err);
@@ -1211,7 +1222,7 @@ static void test_nodes_reach_every_rank(void)
     for (int i = 0; i < 4; i++)
         rm_rdzv_round_free(&js[i].round);
     /* bad node names: refused by the client and by the service */
-    rm_rdzv_client *c = rm_rdzv_client_new(f.url, JOB, TOKEN, "9");
+    rm_rdzv_client *c = rm_rdzv_client_new(f.url, JOB, TOKEN, "9", NULL);
     rm_err e = {0};
     CU_ASSERT_EQUAL(rm_rdzv_client_set_node(c, "a/b", &e), RM_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "node name"));

@@ -23,7 +23,7 @@ int rm_ps_registry_init(rm_ps_registry *g, const char (*addrs)[128], int n,
     if (!rendezvous || !*rendezvous)
         return RM_OK;
     g->rdzv = rm_rdzv_client_new(rendezvous, job && *job ? job : "default/local", token ? token : "",
-                                 id && *id ? id : "0");
+                                 id && *id ? id : "0", err);
     if (!g->rdzv)
         return rm_err_field(err, RM_EINVAL, "RINGMASTER_RENDEZVOUS", "cannot use \"%s\" (job %s, "
                             "a job token and a caller name are needed)", rendezvous,

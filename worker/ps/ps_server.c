@@ -691,7 +691,7 @@ static int settings(server *s, int argc, char **argv, rm_err *err)
     snprintf(s->advertise, sizeof s->advertise, "%s",
              strcmp(s->bind, "0.0.0.0") && strcmp(s->bind, "::") ? s->bind : host);
     if ((v = getenv(RM_ENV_RENDEZVOUS)) && *v) {
-        s->rdzv = rm_rdzv_client_new(v, s->job, s->token, "ps");
+        s->rdzv = rm_rdzv_client_new(v, s->job, s->token, "ps", err);
         if (!s->rdzv)
             return rm_err_field(err, RM_EINVAL, RM_ENV_RENDEZVOUS, "cannot use \"%s\" (with job %s)",
                                 v, s->job);
