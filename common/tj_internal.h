@@ -40,6 +40,23 @@ int tj_obj(const cJSON *o, const char *k, const char *ctx, const char *const *al
 /* Optional array child, *out NULL when absent (borrowed). */
 int tj_arr(const cJSON *o, const char *k, const char *ctx, const cJSON **out, rm_err *err);
 
+/* Validation helpers (tj_validate.c): tj_bad fills err for the field "<ctx>.<key>" and returns
+ * RM_EINVAL; tj_has_ctrl: s holds a control character (NULL: no); tj_dns1123: s is a DNS-1123
+ * label (allow_dot: subdomain) of at most max characters. */
+int tj_bad(rm_err *err, const char *ctx, const char *key, const char *fmt, ...) RM_PRINTF(4, 5);
+/* An enum value outside its table (set from C, not parsed): "must be one of <the table>". */
+int tj_bad_enum(rm_err *err, const char *ctx, const char *key, const char *const *names);
+int tj_has_ctrl(const char *s);
+int tj_dns1123(const char *s, int allow_dot, size_t max);
+/* The fields of docs/models-and-data.md (tj_models_data.c): their ranges, then the
+ * "not supported yet" gate for each value whose feature has not landed. training: called at the
+ * end of rm_training_validate; spec: tensorParallel (from rm_par_validate) and spec.output. */
+/* The folder a data.uri names ("/path", "file:///path" -> "/path", borrowed), else NULL: the
+ * deprecated dataDir's spelling in data.uri. */
+const char *tj_data_folder(const char *uri);
+int tj_validate_models_data(const rm_training_spec *t, const char *ctx, rm_err *err);
+int tj_validate_tensor_parallel(const rm_tj_spec *s, rm_err *err);
+int tj_validate_output(const rm_tj_spec *s, rm_err *err);
 /* "66.3 MiB", "1.5 GiB", "512 B" (tj_memory.c). */
 void tj_fmt_bytes(char *buf, size_t cap, int64_t n);
 /* The worker container's resources.limits.memory against the estimate for one worker

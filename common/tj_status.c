@@ -18,6 +18,13 @@ const char *rm_cond_name(rm_cond_type c)
     return (unsigned)c < RM_COND__COUNT ? rm_cond_names[c] : "Unknown";
 }
 
+/* Reported-only numbers: written when non-zero and finite. */
+static void add_nonzero(cJSON *o, const char *k, double v)
+{
+    if (v != 0 && isfinite(v))
+        cJSON_AddNumberToObject(o, k, v);
+}
+
 static void add_time(cJSON *o, const char *k, double t)
 {
     if (t > 0) {
@@ -81,6 +88,10 @@ cJSON *rm_tj_status_to_json(const rm_tj_status *st)
                 cJSON_AddNumberToObject(x, "epoch", e->epoch);
                 cJSON_AddNumberToObject(x, "testAccuracy", isfinite(e->test_accuracy) ? e->test_accuracy : 0);
                 cJSON_AddNumberToObject(x, "trainLoss", isfinite(e->train_loss) ? e->train_loss : 0);
+                if (e->step > 0)
+                    cJSON_AddNumberToObject(x, "step", (double)e->step);
+                if (e->val_loss != 0 && isfinite(e->val_loss))
+                    cJSON_AddNumberToObject(x, "valLoss", e->val_loss);
                 cJSON_AddItemToArray(ev, x);
             }
         }
@@ -108,7 +119,23 @@ cJSON *rm_tj_status_to_json(const rm_tj_status *st)
                 cJSON_AddNumberToObject(m, "activations", st->result.memory_activations);
                 cJSON_AddNumberToObject(r, "peakRssBytes", st->result.peak_rss_bytes);
             }
+            add_nonzero(r, "valLoss", st->result.val_loss);
+            add_nonzero(r, "tokensPerSecond", st->result.tokens_per_second);
+            add_nonzero(r, "mfu", st->result.mfu);
+            if (st->result.model_uri[0]) {
+                cJSON *m = cJSON_AddObjectToObject(r, "model");
+                cJSON_AddStringToObject(m, "uri", st->result.model_uri);
+                if (st->result.model_sha256[0])
+                    cJSON_AddStringToObject(m, "sha256", st->result.model_sha256);
+                add_nonzero(m, "bytes", (double)st->result.model_bytes);
+            }
         }
+    }
+    if (st->data.uri[0]) {
+        cJSON *d = cJSON_AddObjectToObject(o, "data");
+        cJSON_AddStringToObject(d, "uri", st->data.uri);
+        cJSON_AddNumberToObject(d, "bytes", (double)st->data.bytes);
+        cJSON_AddNumberToObject(d, "totalBytes", (double)st->data.total_bytes);
     }
     add_time(o, "startTime", st->start_time);
     add_time(o, "completionTime", st->completion_time);
@@ -214,7 +241,8 @@ int rm_tj_status_from_json(const cJSON *so, rm_tj_status *st, rm_err *err)
             char ectx[64];
             rm_sfmt(ectx, sizeof ectx, "status.progress.evaluations[%d]", k);
             int e = 0;
-            double acc = 0, loss = 0;
+            int64_t step = 0;
+            double acc = 0, loss = 0, vloss = 0;
             if (!cJSON_IsObject(x)) {
                 rc = rm_err_field(err, RM_EINVAL, ectx, "must be an object");
                 goto out;
@@ -222,7 +250,14 @@ int rm_tj_status_from_json(const cJSON *so, rm_tj_status *st, rm_err *err)
             TRY(tj_int(x, "epoch", ectx, &e, NULL, 0, err));
             TRY(tj_num(x, "testAccuracy", ectx, &acc, NULL, 0, err));
             TRY(tj_num(x, "trainLoss", ectx, &loss, NULL, 0, err));
+            TRY(tj_i64(x, "step", ectx, &step, NULL, 0, err));
+            TRY(tj_num(x, "valLoss", ectx, &vloss, NULL, 0, err));
             rm_tj_progress_add_eval(&st->progress, e, acc, loss);
+            for (int i = 0; i < st->progress.nevals; i++)
+                if (st->progress.evals[i].epoch == e) {
+                    st->progress.evals[i].step = step;
+                    st->progress.evals[i].val_loss = vloss;
+                }
         }
     }
     TRY(tj_obj(so, "stepHighWater", "status", NULL, &o, NULL, err));
@@ -248,6 +283,23 @@ int rm_tj_status_from_json(const cJSON *so, rm_tj_status *st, rm_err *err)
             TRY(tj_num(mb, "activations", "status.result.memoryBytes", &st->result.memory_activations,
                       NULL, 0, err));
         }
+        TRY(tj_num(o, "valLoss", "status.result", &st->result.val_loss, NULL, 0, err));
+        TRY(tj_num(o, "tokensPerSecond", "status.result", &st->result.tokens_per_second, NULL, 0, err));
+        TRY(tj_num(o, "mfu", "status.result", &st->result.mfu, NULL, 0, err));
+        const cJSON *m = NULL;
+        TRY(tj_obj(o, "model", "status.result", NULL, &m, NULL, err));
+        if (m) {
+            TRY(p_buf(m, "uri", "status.result.model", st->result.model_uri, sizeof st->result.model_uri, err));
+            TRY(p_buf(m, "sha256", "status.result.model", st->result.model_sha256,
+                      sizeof st->result.model_sha256, err));
+            TRY(tj_i64(m, "bytes", "status.result.model", &st->result.model_bytes, NULL, 0, err));
+        }
+    }
+    TRY(tj_obj(so, "data", "status", NULL, &o, NULL, err));
+    if (o) {
+        TRY(p_buf(o, "uri", "status.data", st->data.uri, sizeof st->data.uri, err));
+        TRY(tj_i64(o, "bytes", "status.data", &st->data.bytes, NULL, 0, err));
+        TRY(tj_i64(o, "totalBytes", "status.data", &st->data.total_bytes, NULL, 0, err));
     }
     TRY(p_time(so, "startTime", "status", &st->start_time, err));
     TRY(p_time(so, "completionTime", "status", &st->completion_time, err));

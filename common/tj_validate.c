@@ -13,7 +13,7 @@
 /* Strings a job prints or uses as paths (checkpoint path, data folder, managedBy) carry no
  * control characters: they reach terminals and logs as they are. */
 static int validate_scheduling(const rm_tj_spec *s, rm_err *err);
-static int has_ctrl(const char *s)
+int tj_has_ctrl(const char *s)
 {
     for (; s && *s; s++)
         if ((unsigned char)*s < 0x20 || *s == 0x7f)
@@ -21,8 +21,7 @@ static int has_ctrl(const char *s)
     return 0;
 }
 
-static int bad(rm_err *err, const char *ctx, const char *key, const char *fmt, ...) RM_PRINTF(4, 5);
-static int bad(rm_err *err, const char *ctx, const char *key, const char *fmt, ...)
+int tj_bad(rm_err *err, const char *ctx, const char *key, const char *fmt, ...)
 {
     char f[FIELD_CAP], msg[256];
     va_list ap;
@@ -33,12 +32,11 @@ static int bad(rm_err *err, const char *ctx, const char *key, const char *fmt, .
     return rm_err_field(err, RM_EINVAL, f, "%s", msg);
 }
 
-/* An enum value outside its table (set from C, not parsed): the message lists the table. */
-static int bad_enum(rm_err *err, const char *ctx, const char *key, const char *const *names)
+int tj_bad_enum(rm_err *err, const char *ctx, const char *key, const char *const *names)
 {
     char list[128];
     tj_names_list(list, sizeof list, names);
-    return bad(err, ctx, key, "must be one of %s", list);
+    return tj_bad(err, ctx, key, "must be one of %s", list);
 }
 
 int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err)
@@ -50,22 +48,25 @@ int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err
     tj_join(octx, ctx, "optimizer");
     tj_join(bctx, ctx, "bench");
     if ((unsigned)t->mode > RM_MODE_BENCH)
-        return bad_enum(err, ctx, "mode", rm_mode_names);
+        return tj_bad_enum(err, ctx, "mode", rm_mode_names);
     if (t->dataset && strcmp(t->dataset, "fashion-mnist") != 0)
-        return bad(err, ctx, "dataset", "must be fashion-mnist (got \"%s\")", t->dataset);
+        return tj_bad(err, ctx, "dataset", "must be fashion-mnist (got \"%s\")", t->dataset);
     if (t->data_dir && !*t->data_dir)
-        return bad(err, ctx, "dataDir", "must not be empty");
-    if (has_ctrl(t->data_dir))
-        return bad(err, ctx, "dataDir", "must not contain control characters");
-    if (t->model_type && strcmp(t->model_type, "mlp") != 0)
-        return bad(err, mctx, "type", "must be mlp (got \"%s\")", t->model_type);
+        return tj_bad(err, ctx, "dataDir", "must not be empty");
+    if (tj_has_ctrl(t->data_dir))
+        return tj_bad(err, ctx, "dataDir", "must not contain control characters");
+    if (t->model_type && rm_enum_index(rm_model_type_names, t->model_type) < 0) {
+        char list[64];
+        tj_names_list(list, sizeof list, rm_model_type_names);
+        return tj_bad(err, mctx, "type", "must be one of %s (got \"%s\")", list, t->model_type);
+    }
     if (t->nhidden < 0 || t->nhidden > RM_TJ_MAX_HIDDEN)
-        return bad(err, mctx, "hidden", "at most %d layers", RM_TJ_MAX_HIDDEN);
+        return tj_bad(err, mctx, "hidden", "at most %d layers", RM_TJ_MAX_HIDDEN);
     for (int i = 0; i < t->nhidden; i++) {
         if (t->hidden[i] < 1 || t->hidden[i] > 65536) {
             char k[32];
             snprintf(k, sizeof k, "hidden[%d]", i);
-            return bad(err, mctx, k, "must be between 1 and 65536");
+            return tj_bad(err, mctx, k, "must be between 1 and 65536");
         }
     }
     rm_mem_estimate me;
@@ -73,86 +74,86 @@ int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err
     if (me.params > RM_TJ_MAX_PARAMS) {
         char need[32];
         tj_fmt_bytes(need, sizeof need, me.model_bytes);
-        return bad(err, mctx, "hidden", "the model has %lld parameters, more than the %lld a worker may "
+        return tj_bad(err, mctx, "hidden", "the model has %lld parameters, more than the %lld a worker may "
                    "hold (it would need about %s per worker for weights, gradients, optimizer state "
                    "and checkpoint staging)", (long long)me.params, (long long)RM_TJ_MAX_PARAMS, need);
     }
     if (t->epochs < 1 || t->epochs > 100000)
-        return bad(err, ctx, "epochs", "must be between 1 and 100000");
+        return tj_bad(err, ctx, "epochs", "must be between 1 and 100000");
     if (t->batch_size_per_worker < 1 || t->batch_size_per_worker > 65536)
-        return bad(err, ctx, "batchSizePerWorker", "must be between 1 and 65536");
+        return tj_bad(err, ctx, "batchSizePerWorker", "must be between 1 and 65536");
     const rm_optimizer_spec *o = &t->optimizer;
-    if ((unsigned)o->type > RM_OPT_LBFGS)
-        return bad_enum(err, octx, "type", rm_opt_names);
+    if ((unsigned)o->type > RM_OPT_LARS)
+        return tj_bad_enum(err, octx, "type", rm_opt_names);
     if (o->type == RM_OPT_LBFGS) {
         if (o->history < 1 || o->history > RM_LBFGS_MAX_HISTORY)
-            return bad(err, octx, "history", "must be between 1 and %d (got %d)", RM_LBFGS_MAX_HISTORY,
+            return tj_bad(err, octx, "history", "must be between 1 and %d (got %d)", RM_LBFGS_MAX_HISTORY,
                        o->history);
         if (o->portions < 1 || o->portions > RM_LBFGS_MAX_PORTIONS)
-            return bad(err, octx, "portions", "must be between 1 and %d (got %d)",
+            return tj_bad(err, octx, "portions", "must be between 1 and %d (got %d)",
                        RM_LBFGS_MAX_PORTIONS, o->portions);
         if ((unsigned)o->line_search > RM_LS_FIXED)
-            return bad_enum(err, octx, "lineSearch", rm_line_search_names);
+            return tj_bad_enum(err, octx, "lineSearch", rm_line_search_names);
         if (t->precision != RM_PREC_FP32)
-            return bad(err, ctx, "precision", "must be fp32 with %s.type: lbfgs", octx);
+            return tj_bad(err, ctx, "precision", "must be fp32 with %s.type: lbfgs", octx);
         if (o->weight_decay != 0)
-            return bad(err, octx, "weightDecay", "must be 0 with %s.type: lbfgs (the full-batch "
+            return tj_bad(err, octx, "weightDecay", "must be 0 with %s.type: lbfgs (the full-batch "
                        "objective has no L2 term in this version)", octx);
     } else if (o->history || o->portions || o->line_search_given) {
-        return bad(err, octx, o->history ? "history" : o->portions ? "portions" : "lineSearch",
+        return tj_bad(err, octx, o->history ? "history" : o->portions ? "portions" : "lineSearch",
                    "is only used with %s.type: lbfgs (type is %s)", octx,
                    rm_enum_name(rm_opt_names, (int)o->type));
     }
     if (!(o->lr > 0) || !isfinite(o->lr) || o->lr > 100)
-        return bad(err, octx, "lr", "must be > 0 and <= 100");
+        return tj_bad(err, octx, "lr", "must be > 0 and <= 100");
     if (!(o->momentum >= 0 && o->momentum < 1))
-        return bad(err, octx, "momentum", "must be >= 0 and < 1");
+        return tj_bad(err, octx, "momentum", "must be >= 0 and < 1");
     if (!(o->weight_decay >= 0) || !isfinite(o->weight_decay))
-        return bad(err, octx, "weightDecay", "must be >= 0");
+        return tj_bad(err, octx, "weightDecay", "must be >= 0");
     if (!(o->beta1 >= 0 && o->beta1 < 1))
-        return bad(err, octx, "beta1", "must be >= 0 and < 1");
+        return tj_bad(err, octx, "beta1", "must be >= 0 and < 1");
     if (!(o->beta2 >= 0 && o->beta2 < 1))
-        return bad(err, octx, "beta2", "must be >= 0 and < 1");
+        return tj_bad(err, octx, "beta2", "must be >= 0 and < 1");
     if (!(o->eps > 0) || !isfinite(o->eps))
-        return bad(err, octx, "eps", "must be > 0");
+        return tj_bad(err, octx, "eps", "must be > 0");
     if (!(t->warmup_epochs >= 0) || !isfinite(t->warmup_epochs))
-        return bad(err, ctx, "warmupEpochs", "must be >= 0");
+        return tj_bad(err, ctx, "warmupEpochs", "must be >= 0");
     if (t->warmup_epochs > t->epochs)
-        return bad(err, ctx, "warmupEpochs", "must be <= %s.epochs", ctx);
+        return tj_bad(err, ctx, "warmupEpochs", "must be <= %s.epochs", ctx);
     if ((unsigned)t->schedule > RM_SCHED_CONSTANT)
-        return bad_enum(err, ctx, "schedule", rm_schedule_names);
+        return tj_bad_enum(err, ctx, "schedule", rm_schedule_names);
     if (!(t->step_gamma > 0 && t->step_gamma <= 1))
-        return bad(err, ctx, "stepGamma", "must be > 0 and <= 1");
+        return tj_bad(err, ctx, "stepGamma", "must be > 0 and <= 1");
     if (t->step_every_epochs < 1)
-        return bad(err, ctx, "stepEveryEpochs", "must be >= 1");
+        return tj_bad(err, ctx, "stepEveryEpochs", "must be >= 1");
     if ((unsigned)t->precision > RM_PREC_FP16)
-        return bad_enum(err, ctx, "precision", rm_precision_names);
+        return tj_bad_enum(err, ctx, "precision", rm_precision_names);
     if (!(t->fusion_buffer_mb >= 0 && t->fusion_buffer_mb <= 4096))
-        return bad(err, ctx, "fusionBufferMB", "must be between 0 and 4096");
+        return tj_bad(err, ctx, "fusionBufferMB", "must be between 0 and 4096");
     if ((unsigned)t->sharding > RM_SHARD_FULL)
-        return bad_enum(err, ctx, "sharding", rm_sharding_names);
+        return tj_bad_enum(err, ctx, "sharding", rm_sharding_names);
     if (t->sharding != RM_SHARD_NONE && t->precision != RM_PREC_FP32)
-        return bad(err, ctx, "sharding", "%s needs %s.precision fp32 in this version (got %s)",
+        return tj_bad(err, ctx, "sharding", "%s needs %s.precision fp32 in this version (got %s)",
                    rm_sharding_names[t->sharding], ctx, rm_precision_names[t->precision]);
     if ((unsigned)t->allreduce > RM_AR_HIER)
-        return bad_enum(err, ctx, "allreduce", rm_allreduce_names);
+        return tj_bad_enum(err, ctx, "allreduce", rm_allreduce_names);
     if (t->max_steps < 0)
-        return bad(err, ctx, "maxSteps", "must be >= 0");
+        return tj_bad(err, ctx, "maxSteps", "must be >= 0");
     if (t->bench_min_bytes < 4 || t->bench_min_bytes > (int64_t)1 << 40)
-        return bad(err, bctx, "minBytes", "must be between 4 and 2^40");
+        return tj_bad(err, bctx, "minBytes", "must be between 4 and 2^40");
     if (t->bench_max_bytes < t->bench_min_bytes || t->bench_max_bytes > (int64_t)1 << 40)
-        return bad(err, bctx, "maxBytes", "must be >= %s.minBytes and <= 2^40", bctx);
+        return tj_bad(err, bctx, "maxBytes", "must be >= %s.minBytes and <= 2^40", bctx);
     if (t->bench_factor < 2)
-        return bad(err, bctx, "stepFactor", "must be >= 2");
+        return tj_bad(err, bctx, "stepFactor", "must be >= 2");
     if (t->bench_iters < 1 || t->bench_iters > 1000000)
-        return bad(err, bctx, "iters", "must be between 1 and 1000000");
+        return tj_bad(err, bctx, "iters", "must be between 1 and 1000000");
     if (t->bench_warmup < 0 || t->bench_warmup > 1000000)
-        return bad(err, bctx, "warmupIters", "must be between 0 and 1000000");
-    return RM_OK;
+        return tj_bad(err, bctx, "warmupIters", "must be between 0 and 1000000");
+    return tj_validate_models_data(t, ctx, err);
 }
 
 /* DNS-1123: lowercase alphanumerics and '-' ('.' too for subdomains), alnum at both ends. */
-static int dns1123(const char *s, int allow_dot, size_t max)
+int tj_dns1123(const char *s, int allow_dot, size_t max)
 {
     size_t n = s ? strlen(s) : 0;
     if (n == 0 || n > max)
@@ -171,7 +172,7 @@ static int dns1123(const char *s, int allow_dot, size_t max)
 /* DNS-1035 label (a Service name): a DNS-1123 label that starts with a letter. */
 static int dns1035(const char *s)
 {
-    return dns1123(s, 0, 63) && s[0] >= 'a' && s[0] <= 'z';
+    return tj_dns1123(s, 0, 63) && s[0] >= 'a' && s[0] <= 'z';
 }
 
 static int decimal_digits(int v)
@@ -200,7 +201,7 @@ static int ps_validate(const rm_tj_spec *s, rm_err *err)
     const rm_ps_spec *ps = &s->ps;
     const char *P = "spec.parameterServer";
     if ((unsigned)s->strategy > RM_STRATEGY_PS)
-        return bad_enum(err, "spec", "strategy", rm_strategy_names);
+        return tj_bad_enum(err, "spec", "strategy", rm_strategy_names);
     if (s->strategy != RM_STRATEGY_PS) {
         if (ps->present)
             return rm_err_field(err, RM_EINVAL, P, "is only used with spec.strategy: parameterServer "
@@ -208,31 +209,31 @@ static int ps_validate(const rm_tj_spec *s, rm_err *err)
         return RM_OK;
     }
     if (ps->replicas < 1 || ps->replicas > RM_PS_MAX_SERVERS)
-        return bad(err, P, "replicas", "must be between 1 and %d (got %d)", RM_PS_MAX_SERVERS,
+        return tj_bad(err, P, "replicas", "must be between 1 and %d (got %d)", RM_PS_MAX_SERVERS,
                    ps->replicas);
     if ((unsigned)ps->mode > RM_PS_ASYNC)
-        return bad_enum(err, P, "mode", rm_ps_mode_names);
+        return tj_bad_enum(err, P, "mode", rm_ps_mode_names);
     if (ps->backup_workers < 0)
-        return bad(err, P, "backupWorkers", "must be >= 0");
+        return tj_bad(err, P, "backupWorkers", "must be >= 0");
     if (ps->backup_workers >= s->replicas || (s->min_replicas > 0 && ps->backup_workers >= s->min_replicas))
-        return bad(err, P, "backupWorkers", "must be < spec.replicas (%d) and spec.minReplicas (%d): "
+        return tj_bad(err, P, "backupWorkers", "must be < spec.replicas (%d) and spec.minReplicas (%d): "
                    "a step needs at least one gradient", s->replicas, s->min_replicas);
     if (ps->backup_workers > 0 && ps->mode == RM_PS_ASYNC)
-        return bad(err, P, "backupWorkers", "is for spec.parameterServer.mode: sync only (mode is "
+        return tj_bad(err, P, "backupWorkers", "is for spec.parameterServer.mode: sync only (mode is "
                    "async, where nobody waits for a straggler)");
     if (ps->staleness_bound < 0 || ps->staleness_bound > 1000000)
-        return bad(err, P, "stalenessBound", "must be between 0 (unbounded) and 1000000");
+        return tj_bad(err, P, "stalenessBound", "must be between 0 (unbounded) and 1000000");
     if (ps->push_every_steps < 1 || ps->push_every_steps > 10000)
-        return bad(err, P, "pushEverySteps", "must be between 1 and 10000");
+        return tj_bad(err, P, "pushEverySteps", "must be between 1 and 10000");
     if (ps->fetch_every_steps < 1 || ps->fetch_every_steps > 10000)
-        return bad(err, P, "fetchEverySteps", "must be between 1 and 10000");
+        return tj_bad(err, P, "fetchEverySteps", "must be between 1 and 10000");
     if (ps->warm_start_steps < 0 || ps->warm_start_steps > 100000000)
-        return bad(err, P, "warmStartSteps", "must be between 0 (no warm start) and 100000000");
+        return tj_bad(err, P, "warmStartSteps", "must be between 0 (no warm start) and 100000000");
     if (ps->warm_start_steps > 0 && ps->mode != RM_PS_ASYNC)
-        return bad(err, P, "warmStartSteps", "is for spec.parameterServer.mode: async only (mode "
+        return tj_bad(err, P, "warmStartSteps", "is for spec.parameterServer.mode: async only (mode "
                    "is sync, where every step already waits for the workers)");
     if (ps->mode == RM_PS_SYNC && (ps->push_every_steps != 1 || ps->fetch_every_steps != 1))
-        return bad(err, P, ps->push_every_steps != 1 ? "pushEverySteps" : "fetchEverySteps",
+        return tj_bad(err, P, ps->push_every_steps != 1 ? "pushEverySteps" : "fetchEverySteps",
                    "must be 1 with spec.parameterServer.mode: sync (Downpour's n_push/n_fetch are "
                    "for mode: async)");
     if (s->backend == RM_BACKEND_NCCL || s->backend == RM_BACKEND_MPI)
@@ -263,14 +264,17 @@ int rm_par_validate(const rm_tj_spec *s, rm_err *err)
     if (mb == 0 && !(par->set & RM_PAR_SET_MICRO))
         mb = 1;
     if (p < 1 || p > RM_TJ_MAX_REPLICAS)
-        return bad(err, P, "pipelineStages", "must be between 1 and %d (got %d)", RM_TJ_MAX_REPLICAS, p);
+        return tj_bad(err, P, "pipelineStages", "must be between 1 and %d (got %d)", RM_TJ_MAX_REPLICAS, p);
     if (mb < 1)
-        return bad(err, P, "microBatches", "must be >= 1 (got %d)", mb);
+        return tj_bad(err, P, "microBatches", "must be >= 1 (got %d)", mb);
+    int rc = tj_validate_tensor_parallel(s, err);
+    if (rc)
+        return rc;
     if ((unsigned)par->schedule > RM_PIPE_GPIPE)
-        return bad_enum(err, P, "schedule", rm_pipe_schedule_names);
+        return tj_bad_enum(err, P, "schedule", rm_pipe_schedule_names);
     const rm_training_spec *t = &s->training;
     if (t->mode == RM_MODE_TRAIN && mb > t->batch_size_per_worker)
-        return bad(err, P, "microBatches", "must be <= spec.training.batchSizePerWorker (%d): every "
+        return tj_bad(err, P, "microBatches", "must be <= spec.training.batchSizePerWorker (%d): every "
                    "micro-batch needs at least one sample (got %d)", t->batch_size_per_worker,
                    mb);
     if (p == 1)
@@ -287,7 +291,7 @@ int rm_par_validate(const rm_tj_spec *s, rm_err *err)
                             "spec.parallelism.pipelineStages (%d) (got %d)", p, s->max_replicas);
     int layers = t->nhidden + 1;
     if (p > layers)
-        return bad(err, P, "pipelineStages", "must be <= the model's %d linear layers "
+        return tj_bad(err, P, "pipelineStages", "must be <= the model's %d linear layers "
                    "(spec.training.model.hidden has %d widths; each stage holds at least one layer) "
                    "(got %d)", layers, t->nhidden, p);
     if (s->strategy != RM_STRATEGY_ALLREDUCE)
@@ -345,7 +349,7 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
                             "must be a DNS-1035 label: at most 63 lowercase letters, digits or '-', "
                             "starting with a letter and ending with a letter or digit, because it "
                             "names the job's headless Service (got \"%s\")", tj->name);
-    if (tj->namespace_ && !dns1123(tj->namespace_, 0, 63))
+    if (tj->namespace_ && !tj_dns1123(tj->namespace_, 0, 63))
         return rm_err_field(err, RM_EINVAL, "metadata.namespace",
                             "must be a lowercase DNS-1123 label (got \"%s\")", tj->namespace_);
     if (s->replicas < 1)
@@ -372,7 +376,7 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
                                 decimal_digits(s->max_replicas - 1),
                             RM_TJ_LABEL_MAX);
     if ((unsigned)s->backend > RM_BACKEND_MPI)
-        return bad_enum(err, "spec", "backend", rm_backend_names);
+        return tj_bad_enum(err, "spec", "backend", rm_backend_names);
     if (s->restart.max_restarts < 0)
         return rm_err_field(err, RM_EINVAL, "spec.restartPolicy.maxRestarts", "must be >= 0");
     if (!(s->restart.backoff_seconds >= 0 && s->restart.backoff_seconds <= 3600))
@@ -385,15 +389,15 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
     if (s->run.ttl_seconds_after_finished < -1)
         return rm_err_field(err, RM_EINVAL, "spec.runPolicy.ttlSecondsAfterFinished", "must be >= -1");
     if ((unsigned)s->run.clean_pod_policy > RM_CLEAN_NONE)
-        return bad_enum(err, "spec.runPolicy", "cleanPodPolicy", rm_clean_policy_names);
+        return tj_bad_enum(err, "spec.runPolicy", "cleanPodPolicy", rm_clean_policy_names);
     if (s->run.managed_by && (!*s->run.managed_by || strlen(s->run.managed_by) > 63))
         return rm_err_field(err, RM_EINVAL, "spec.runPolicy.managedBy",
                             "must be 1 to 63 characters");
     if (s->checkpoint.path && !*s->checkpoint.path)
         return rm_err_field(err, RM_EINVAL, "spec.checkpoint.path", "must not be empty");
-    if (has_ctrl(s->checkpoint.path))
+    if (tj_has_ctrl(s->checkpoint.path))
         return rm_err_field(err, RM_EINVAL, "spec.checkpoint.path", "must not contain control characters");
-    if (has_ctrl(s->run.managed_by))
+    if (tj_has_ctrl(s->run.managed_by))
         return rm_err_field(err, RM_EINVAL, "spec.runPolicy.managedBy", "must not contain control characters");
     if (s->checkpoint.interval_steps < 1)
         return rm_err_field(err, RM_EINVAL, "spec.checkpoint.intervalSteps", "must be >= 1");
@@ -440,6 +444,8 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
                             t->batch_size_per_worker, (long long)world * t->batch_size_per_worker,
                             (long long)n, t->dataset ? t->dataset : "fashion-mnist",
                             (long long)(n / world));
+    if ((rc = tj_validate_output(s, err)))
+        return rc;
     return tj_check_template_memory(tj, err);
 }
 
@@ -447,7 +453,7 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
  * (Volcano Queue, Kueue LocalQueue) and a PriorityClass are DNS-1123 subdomains (<= 253). */
 static int validate_scheduling(const rm_tj_spec *s, rm_err *err)
 {
-    if (s->managed_by && (!*s->managed_by || strlen(s->managed_by) > 63 || has_ctrl(s->managed_by)))
+    if (s->managed_by && (!*s->managed_by || strlen(s->managed_by) > 63 || tj_has_ctrl(s->managed_by)))
         return rm_err_field(err, RM_EINVAL, "spec.managedBy",
                             "must be 1 to 63 printable characters (\"" RM_TJ_MANAGED_BY_US "\" or \""
                             RM_TJ_MANAGED_BY_MULTIKUEUE "\")");
@@ -455,11 +461,11 @@ static int validate_scheduling(const rm_tj_spec *s, rm_err *err)
         return rm_err_field(err, RM_EINVAL, "spec.runPolicy.managedBy",
                             "\"%s\" differs from spec.managedBy \"%s\" (spec.managedBy replaces it: set only that)",
                             s->run.managed_by, s->managed_by);
-    if (s->sched.queue && !dns1123(s->sched.queue, 1, 253))
+    if (s->sched.queue && !tj_dns1123(s->sched.queue, 1, 253))
         return rm_err_field(err, RM_EINVAL, "spec.runPolicy.schedulingPolicy.queue",
                             "\"%s\" must be a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', at most 253)",
                             s->sched.queue);
-    if (s->sched.priority_class && !dns1123(s->sched.priority_class, 1, 253))
+    if (s->sched.priority_class && !tj_dns1123(s->sched.priority_class, 1, 253))
         return rm_err_field(err, RM_EINVAL, "spec.runPolicy.schedulingPolicy.priorityClass",
                             "\"%s\" must be a DNS-1123 subdomain (a PriorityClass name)",
                             s->sched.priority_class);

@@ -23,7 +23,11 @@
 const char *const rm_clean_policy_names[] = { "Running", "All", "None", NULL };
 const char *const rm_mode_names[] = { "train", "bench", NULL };
 const char *const rm_schedule_names[] = { "cosine", "step", "constant", NULL };
-const char *const rm_opt_names[] = { "sgd", "adam", "adagrad", "lbfgs", NULL };
+const char *const rm_opt_names[] = { "sgd", "adam", "adagrad", "lbfgs", "lamb", "lars", NULL };
+const char *const rm_model_type_names[] = { "mlp", "gpt", NULL };
+const char *const rm_data_format_names[] = { "idx", "tokens", "text", NULL };
+const char *const rm_output_format_names[] = { "safetensors", NULL };
+const char *const rm_output_dtype_names[] = { "float32", "bfloat16", NULL };
 const char *const rm_line_search_names[] = { "armijo", "fixed", NULL };
 const char *const rm_sharding_names[] = { "none", "optimizer", "gradients", "full", NULL };
 const char *const rm_allreduce_names[] = { "auto", "ring", "hierarchical", NULL };
@@ -47,6 +51,52 @@ static void add_num(cJSON *o, const char *k, double v, bool given)
         cJSON_AddNumberToObject(o, k, v);
 }
 
+/* {uri: "..."} under o's key k (model.init): *uri replaced with an owned copy when given. */
+static int uri_obj(const cJSON *o, const char *k, const char *ctx, char **uri, rm_err *err)
+{
+    static const char *const k_uri[] = { "uri", NULL };
+    char sub[FIELD_CAP];
+    const cJSON *u;
+    int rc = tj_obj(o, k, ctx, k_uri, &u, sub, err);
+    if (rc == RM_OK && u)
+        rc = tj_str(u, "uri", sub, uri, err);
+    return rc;
+}
+
+/* spec.training.data (docs/models-and-data.md). */
+static int data_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t, rm_err *err)
+{
+    static const char *const k_data[] = { "uri", "format", "sha256", "secretRef", "validation", NULL };
+    static const char *const k_secret[] = { "name", NULL };
+    static const char *const k_val[] = { "fraction", "uri", NULL };
+    char dctx[FIELD_CAP], sctx[FIELD_CAP], vctx[FIELD_CAP];
+    const cJSON *d, *o;
+    int rc = RM_OK, iv = 0;
+    TRY(tj_obj(tr, "data", ctx, k_data, &d, dctx, err));
+    if (!d)
+        return RM_OK;
+    TRY(tj_str(d, "uri", dctx, &t->data.uri, err));
+    TRY(tj_enum(d, "format", dctx, rm_data_format_names, &iv, err));
+    if (cJSON_GetObjectItemCaseSensitive(d, "format")) {
+        t->data.format = (rm_data_format)iv;
+        t->set2 |= RM_TR_SET2_FORMAT;
+    }
+    TRY(tj_str(d, "sha256", dctx, &t->data.sha256, err));
+    TRY(tj_obj(d, "secretRef", dctx, k_secret, &o, sctx, err));
+    if (o) {
+        const char *name;
+        TRY(rm_json_str(o, "name", true, sctx, &name, err));   /* required */
+        TRY(tj_str(o, "name", sctx, &t->data.secret, err));
+    }
+    TRY(tj_obj(d, "validation", dctx, k_val, &o, vctx, err));
+    if (o) {
+        TRY(tj_num(o, "fraction", vctx, &t->data.val_fraction, &t->set2, RM_TR_SET2_FRACTION, err));
+        TRY(tj_str(o, "uri", vctx, &t->data.val_uri, err));
+    }
+out:
+    return rc;
+}
+
 /* ---- training ---------------------------------------------------------------------------------- */
 
 int rm_training_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t, rm_err *err)
@@ -54,8 +104,10 @@ int rm_training_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t,
     static const char *const k_training[] = {
         "mode", "dataset", "dataDir", "model", "epochs", "batchSizePerWorker", "optimizer",
         "warmupEpochs", "schedule", "stepGamma", "stepEveryEpochs", "precision", "fusionBufferMB",
-        "seed", "maxSteps", "bench", "sharding", "allreduce", NULL };
-    static const char *const k_model[] = { "type", "hidden", NULL };
+        "seed", "maxSteps", "bench", "sharding", "allreduce", "data", "gradClip",
+        "gradientAccumulationSteps", "warmupSteps", "evalEverySteps", NULL };
+    static const char *const k_model[] = { "type", "hidden", "layers", "heads", "embed", "context",
+                                           "vocab", "dropout", "init", NULL };
     static const char *const k_opt[] = { "type", "lr", "momentum", "weightDecay", "beta1", "beta2",
                                          "eps", "history", "portions", "lineSearch", NULL };
     static const char *const k_bench[] = { "minBytes", "maxBytes", "stepFactor", "iters",
@@ -79,6 +131,13 @@ int rm_training_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t,
     TRY(tj_obj(tr, "model", ctx, k_model, &model, mctx, err));
     if (model) {
         TRY(tj_str(model, "type", mctx, &t->model_type, err));
+        TRY(tj_int(model, "layers", mctx, &t->layers, &t->set2, RM_TR_SET2_LAYERS, err));
+        TRY(tj_int(model, "heads", mctx, &t->heads, &t->set2, RM_TR_SET2_HEADS, err));
+        TRY(tj_int(model, "embed", mctx, &t->embed, &t->set2, RM_TR_SET2_EMBED, err));
+        TRY(tj_int(model, "context", mctx, &t->context, &t->set2, RM_TR_SET2_CONTEXT, err));
+        TRY(tj_int(model, "vocab", mctx, &t->vocab, &t->set2, RM_TR_SET2_VOCAB, err));
+        TRY(tj_num(model, "dropout", mctx, &t->dropout, &t->set2, RM_TR_SET2_DROPOUT, err));
+        TRY(uri_obj(model, "init", mctx, &t->init_uri, err));
         TRY(tj_arr(model, "hidden", mctx, &hidden, err));
         if (hidden) {
             char hctx[FIELD_CAP];
@@ -104,6 +163,11 @@ int rm_training_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t,
             t->set |= RM_TR_SET_HIDDEN;
         }
     }
+    TRY(data_from_json(tr, ctx, t, err));
+    TRY(tj_num(tr, "gradClip", ctx, &t->grad_clip, &t->set2, RM_TR_SET2_GRAD_CLIP, err));
+    TRY(tj_int(tr, "gradientAccumulationSteps", ctx, &t->grad_accum, &t->set2, RM_TR_SET2_GRAD_ACCUM, err));
+    TRY(tj_int(tr, "warmupSteps", ctx, &t->warmup_steps, &t->set2, RM_TR_SET2_WARMUP_STEPS, err));
+    TRY(tj_int(tr, "evalEverySteps", ctx, &t->eval_every_steps, &t->set2, RM_TR_SET2_EVAL_EVERY, err));
     TRY(tj_int(tr, "epochs", ctx, &t->epochs, &t->set, RM_TR_SET_EPOCHS, err));
     TRY(tj_int(tr, "batchSizePerWorker", ctx, &t->batch_size_per_worker, &t->set, RM_TR_SET_BATCH, err));
     TRY(tj_obj(tr, "optimizer", ctx, k_opt, &opt, octx, err));
@@ -179,6 +243,11 @@ void rm_training_free(rm_training_spec *t)
     free(t->dataset);
     free(t->data_dir);
     free(t->model_type);
+    free(t->init_uri);
+    free(t->data.uri);
+    free(t->data.sha256);
+    free(t->data.secret);
+    free(t->data.val_uri);
     memset(t, 0, sizeof *t);
 }
 
@@ -196,6 +265,9 @@ void rm_training_defaults(rm_training_spec *t)
         return;
     uint32_t m = t->set;
     t->dataset = dup_default(t->dataset, "fashion-mnist");
+    /* data.uri naming a folder is the deprecated dataDir (what the worker reads today) */
+    if (!t->data_dir && tj_data_folder(t->data.uri))
+        t->data_dir = strdup(tj_data_folder(t->data.uri));
     t->data_dir = dup_default(t->data_dir, RM_TJ_FASHION_MNIST_DIR);
     t->model_type = dup_default(t->model_type, "mlp");
     if (UNSET(m, RM_TR_SET_HIDDEN, t->nhidden)) {
@@ -209,13 +281,13 @@ void rm_training_defaults(rm_training_spec *t)
         t->batch_size_per_worker = 64;
     rm_optimizer_spec *o = &t->optimizer;
     if (UNSET(m, RM_TR_SET_LR, o->lr))
-        o->lr = o->type == RM_OPT_ADAM ? 0.001 : o->type == RM_OPT_ADAGRAD ? 0.01 :
+        o->lr = o->type == RM_OPT_ADAM || o->type == RM_OPT_LAMB ? 0.001 : o->type == RM_OPT_ADAGRAD ? 0.01 :
                 o->type == RM_OPT_LBFGS ? 1.0 : 0.02;
     if (o->type == RM_OPT_LBFGS && UNSET(m, RM_TR_SET_HISTORY, o->history))
         o->history = 10;
     if (o->type == RM_OPT_LBFGS && UNSET(m, RM_TR_SET_PORTIONS, o->portions))
         o->portions = 64;
-    if (UNSET(m, RM_TR_SET_MOMENTUM, o->momentum) && o->type == RM_OPT_SGD)
+    if (UNSET(m, RM_TR_SET_MOMENTUM, o->momentum) && (o->type == RM_OPT_SGD || o->type == RM_OPT_LARS))
         o->momentum = 0.9;
     if (UNSET(m, RM_TR_SET_BETA1, o->beta1))
         o->beta1 = 0.9;
@@ -245,7 +317,12 @@ void rm_training_defaults(rm_training_spec *t)
         t->bench_warmup = 5;
     if (UNSET(m, RM_TR_SET_BENCH_CHECK, t->bench_check))
         t->bench_check = true;
-    /* everything is concrete now: a second call changes nothing */
+    if (!(t->set2 & RM_TR_SET2_GRAD_ACCUM) && t->grad_accum == 0) {
+        t->grad_accum = 1;
+        t->set2 |= RM_TR_SET2_GRAD_ACCUM;
+    }
+    /* everything is concrete now: a second call changes nothing (set2's other fields have no
+     * default: unset stays unset) */
     t->set = 0x7ffffu;
 }
 
@@ -314,11 +391,13 @@ const char *const rm_pipe_schedule_names[] = { "1f1b", "gpipe", NULL };
 
 int rm_par_from_json(const cJSON *o, const char *ctx, rm_par_spec *par, rm_err *err)
 {
-    static const char *const k_par[] = { "pipelineStages", "microBatches", "schedule", NULL };
+    static const char *const k_par[] = { "tensorParallel", "pipelineStages", "microBatches", "schedule",
+                                         NULL };
     int rc = rm_json_no_unknown(o, k_par, ctx, err), iv;
     if (rc)
         return rc;
     par->present = true;
+    TRY(tj_int(o, "tensorParallel", ctx, &par->tensor_parallel, &par->set, RM_PAR_SET_TENSOR, err));
     TRY(tj_int(o, "pipelineStages", ctx, &par->pipeline_stages, &par->set, RM_PAR_SET_STAGES, err));
     TRY(tj_int(o, "microBatches", ctx, &par->micro_batches, &par->set, RM_PAR_SET_MICRO, err));
     iv = (int)par->schedule;
@@ -332,6 +411,8 @@ out:
 
 void rm_par_defaults(rm_par_spec *par)
 {
+    if (!(par->set & RM_PAR_SET_TENSOR) && par->tensor_parallel == 0)
+        par->tensor_parallel = 1;
     if (!(par->set & RM_PAR_SET_STAGES) && par->pipeline_stages == 0)
         par->pipeline_stages = 1;
     if (!(par->set & RM_PAR_SET_MICRO) && par->micro_batches == 0)
@@ -343,6 +424,7 @@ cJSON *rm_par_to_json(const rm_par_spec *par)
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return NULL;
+    add_num(o, "tensorParallel", par->tensor_parallel, par->set & RM_PAR_SET_TENSOR);
     add_num(o, "pipelineStages", par->pipeline_stages, par->set & RM_PAR_SET_STAGES);
     add_num(o, "microBatches", par->micro_batches, par->set & RM_PAR_SET_MICRO);
     if (par->schedule != RM_PIPE_1F1B || (par->set & RM_PAR_SET_SCHEDULE))
@@ -398,7 +480,7 @@ static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
     static const char *const k_spec[] = { "replicas", "minReplicas", "maxReplicas", "backend",
                                           "restartPolicy", "runPolicy", "checkpoint", "training",
                                           "template", "managedBy", "strategy", "parameterServer",
-                                          "parallelism", "placement", NULL };
+                                          "parallelism", "placement", "output", NULL };
     static const char *const k_restart[] = { "maxRestarts", "backoffSeconds",
                                              "progressDeadlineSeconds", NULL };
     static const char *const k_run[] = { "activeDeadlineSeconds", "ttlSecondsAfterFinished",
@@ -465,6 +547,21 @@ static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
             TRY(tj_int(o, "workersPerNode", pctx, &s->placement.workers_per_node, NULL, 0, err));
         }
     }
+    {
+        static const char *const k_out[] = { "uri", "format", "dtype", NULL };
+        char octx[FIELD_CAP];
+        TRY(tj_obj(sp, "output", "spec", k_out, &o, octx, err));
+        if (o) {
+            s->output.present = true;
+            TRY(tj_str(o, "uri", octx, &s->output.uri, err));
+            iv = 0;
+            TRY(tj_enum(o, "format", octx, rm_output_format_names, &iv, err));
+            s->output.format = (rm_output_format)iv;
+            iv = 0;
+            TRY(tj_enum(o, "dtype", octx, rm_output_dtype_names, &iv, err));
+            s->output.dtype = (rm_output_dtype)iv;
+        }
+    }
 out:
     return rc;
 }
@@ -477,6 +574,7 @@ static void spec_free(rm_tj_spec *s)
     free(s->sched.priority_class);
     cJSON_Delete(s->sched.min_resources);
     free(s->checkpoint.path);
+    free(s->output.uri);
     rm_training_free(&s->training);
     cJSON_Delete(s->template);
     memset(s, 0, sizeof *s);
@@ -596,6 +694,15 @@ void rm_tj_defaults(rm_tj *tj)
 
 /* ---- serialization ----------------------------------------------------------------------------- */
 
+/* {uri: "..."} under k when uri is set (model.init). */
+static void add_uri_obj(cJSON *o, const char *k, const char *uri)
+{
+    if (!uri)
+        return;
+    cJSON *u = cJSON_AddObjectToObject(o, k);
+    add_str(u, "uri", uri);
+}
+
 cJSON *rm_training_to_json(const rm_training_spec *t)
 {
     cJSON *o = cJSON_CreateObject();
@@ -604,10 +711,21 @@ cJSON *rm_training_to_json(const rm_training_spec *t)
     cJSON_AddStringToObject(o, "mode", rm_mode_names[t->mode <= RM_MODE_BENCH ? t->mode : 0]);
     add_str(o, "dataset", t->dataset);
     add_str(o, "dataDir", t->data_dir);
-    if (t->model_type || t->nhidden || (t->set & RM_TR_SET_HIDDEN)) {
+    uint32_t g = t->set2;
+    if (t->model_type || t->nhidden || (t->set & RM_TR_SET_HIDDEN) || t->init_uri || t->layers ||
+        t->heads || t->embed || t->context || t->vocab || t->dropout ||
+        (g & (RM_TR_SET2_LAYERS | RM_TR_SET2_HEADS | RM_TR_SET2_EMBED | RM_TR_SET2_CONTEXT |
+              RM_TR_SET2_VOCAB | RM_TR_SET2_DROPOUT))) {
         cJSON *m = cJSON_AddObjectToObject(o, "model");
         if (m) {
             add_str(m, "type", t->model_type);
+            add_num(m, "layers", t->layers, g & RM_TR_SET2_LAYERS);
+            add_num(m, "heads", t->heads, g & RM_TR_SET2_HEADS);
+            add_num(m, "embed", t->embed, g & RM_TR_SET2_EMBED);
+            add_num(m, "context", t->context, g & RM_TR_SET2_CONTEXT);
+            add_num(m, "vocab", t->vocab, g & RM_TR_SET2_VOCAB);
+            add_num(m, "dropout", t->dropout, g & RM_TR_SET2_DROPOUT);
+            add_uri_obj(m, "init", t->init_uri);
             if (t->nhidden || (t->set & RM_TR_SET_HIDDEN)) {
                 int n = t->nhidden < 0 ? 0 : t->nhidden > RM_TJ_MAX_HIDDEN ? RM_TJ_MAX_HIDDEN : t->nhidden;
                 cJSON *h = cJSON_CreateIntArray(t->hidden, n);
@@ -621,7 +739,7 @@ cJSON *rm_training_to_json(const rm_training_spec *t)
     cJSON *op = cJSON_AddObjectToObject(o, "optimizer");
     if (op) {
         const rm_optimizer_spec *x = &t->optimizer;
-        cJSON_AddStringToObject(op, "type", rm_opt_names[x->type <= RM_OPT_LBFGS ? x->type : 0]);
+        cJSON_AddStringToObject(op, "type", rm_opt_names[x->type <= RM_OPT_LARS ? x->type : 0]);
         add_num(op, "lr", x->lr, t->set & RM_TR_SET_LR);
         add_num(op, "momentum", x->momentum, t->set & RM_TR_SET_MOMENTUM);
         add_num(op, "weightDecay", x->weight_decay, false);
@@ -646,6 +764,29 @@ cJSON *rm_training_to_json(const rm_training_spec *t)
         cJSON_AddStringToObject(o, "allreduce", rm_allreduce_names[t->allreduce]);
     add_num(o, "seed", (double)t->seed, t->set & RM_TR_SET_SEED);
     add_num(o, "maxSteps", t->max_steps, false);
+    add_num(o, "gradClip", t->grad_clip, g & RM_TR_SET2_GRAD_CLIP);
+    add_num(o, "gradientAccumulationSteps", t->grad_accum, g & RM_TR_SET2_GRAD_ACCUM);
+    add_num(o, "warmupSteps", t->warmup_steps, g & RM_TR_SET2_WARMUP_STEPS);
+    add_num(o, "evalEverySteps", t->eval_every_steps, g & RM_TR_SET2_EVAL_EVERY);
+    if (t->data.uri || t->data.sha256 || t->data.secret || t->data.val_uri ||
+        (g & (RM_TR_SET2_FORMAT | RM_TR_SET2_FRACTION))) {
+        cJSON *d = cJSON_AddObjectToObject(o, "data");
+        if (d) {
+            add_str(d, "uri", t->data.uri);
+            if (g & RM_TR_SET2_FORMAT)
+                cJSON_AddStringToObject(d, "format", rm_enum_name(rm_data_format_names, (int)t->data.format));
+            add_str(d, "sha256", t->data.sha256);
+            if (t->data.secret) {
+                cJSON *sr = cJSON_AddObjectToObject(d, "secretRef");
+                add_str(sr, "name", t->data.secret);
+            }
+            if (t->data.val_uri || (g & RM_TR_SET2_FRACTION)) {
+                cJSON *v = cJSON_AddObjectToObject(d, "validation");
+                add_num(v, "fraction", t->data.val_fraction, g & RM_TR_SET2_FRACTION);
+                add_str(v, "uri", t->data.val_uri);
+            }
+        }
+    }
     cJSON *b = cJSON_AddObjectToObject(o, "bench");
     if (b) {
         add_num(b, "minBytes", (double)t->bench_min_bytes, t->set & RM_TR_SET_BENCH_MIN);
@@ -727,6 +868,14 @@ cJSON *rm_tj_spec_to_json(const rm_tj_spec *s)
         if (pl && s->placement.workers_per_node)
             cJSON_AddNumberToObject(pl, "workersPerNode", s->placement.workers_per_node);
     }
+    if (s->output.present) {
+        cJSON *ou = cJSON_AddObjectToObject(o, "output");
+        if (ou) {
+            add_str(ou, "uri", s->output.uri);
+            cJSON_AddStringToObject(ou, "format", rm_enum_name(rm_output_format_names, (int)s->output.format));
+            cJSON_AddStringToObject(ou, "dtype", rm_enum_name(rm_output_dtype_names, (int)s->output.dtype));
+        }
+    }
     return o;
 }
 
@@ -793,6 +942,12 @@ int rm_tj_copy(rm_tj *dst, const rm_tj *src)
     rc |= dup_str(&d->training.dataset, s->training.dataset);
     rc |= dup_str(&d->training.data_dir, s->training.data_dir);
     rc |= dup_str(&d->training.model_type, s->training.model_type);
+    rc |= dup_str(&d->training.init_uri, s->training.init_uri);
+    rc |= dup_str(&d->training.data.uri, s->training.data.uri);
+    rc |= dup_str(&d->training.data.sha256, s->training.data.sha256);
+    rc |= dup_str(&d->training.data.secret, s->training.data.secret);
+    rc |= dup_str(&d->training.data.val_uri, s->training.data.val_uri);
+    rc |= dup_str(&d->output.uri, s->output.uri);
     rc |= dup_json(&d->template, s->template);
     if (rc) {
         rm_tj_free(dst);

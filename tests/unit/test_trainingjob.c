@@ -235,7 +235,7 @@ static void test_parse_rules(void)
           "spec.training.sharding: must be one of none, optimizer, gradients, full (got \"zero3\")" },
         { "spec.training.sharding", "3", "spec.training.sharding: must be a string" },
         { "spec.training.optimizer.type", "\"rmsprop\"",
-          "spec.training.optimizer.type: must be one of sgd, adam, adagrad, lbfgs (got \"rmsprop\")" },
+          "spec.training.optimizer.type: must be one of sgd, adam, adagrad, lbfgs, lamb, lars (got \"rmsprop\")" },
         /* the object itself */
         { "metadata.name", NULL, "metadata.name: required" },
         { "metadata.name", "5", "metadata.name: must be a string" },
@@ -333,7 +333,7 @@ static void test_validation_rules(void)
         { "spec.checkpoint.keep", "0", "spec.checkpoint.keep: must be >= 1" },
         { "spec.training.dataset", "\"mnist\"", "spec.training.dataset: must be fashion-mnist (got \"mnist\")" },
         { "spec.training.dataDir", "\"\"", "spec.training.dataDir: must not be empty" },
-        { "spec.training.model.type", "\"cnn\"", "spec.training.model.type: must be mlp (got \"cnn\")" },
+        { "spec.training.model.type", "\"cnn\"", "spec.training.model.type: must be one of mlp, gpt (got \"cnn\")" },
         { "spec.training.model.hidden", "[512, 0]", "spec.training.model.hidden[1]: must be between 1 and 65536" },
         { "spec.training.model.hidden", "[65537]", "spec.training.model.hidden[0]: must be between 1 and 65536" },
         { "spec.training.model.hidden", "[65536]", NULL },
@@ -429,6 +429,16 @@ static void test_crd_bounds_match(void)
         { "training.properties.stepGamma", "spec.training.stepGamma", 1, false },
         { "training.properties.fusionBufferMB", "spec.training.fusionBufferMB", 4096, false },
         { "training.properties.model.properties.hidden.items", "spec.training.model.hidden[0]", 65536, false },
+        { "training.properties.model.properties.layers", "spec.training.model.layers", 1024, false },
+        { "training.properties.model.properties.heads", "spec.training.model.heads", 1024, false },
+        { "training.properties.model.properties.embed", "spec.training.model.embed", 65536, false },
+        { "training.properties.model.properties.context", "spec.training.model.context", 1 << 20, false },
+        { "training.properties.model.properties.vocab", "spec.training.model.vocab", 1 << 24, false },
+        { "training.properties.model.properties.dropout", "spec.training.model.dropout", 1, true },
+        { "training.properties.data.properties.validation.properties.fraction",
+          "spec.training.data.validation.fraction", 1, true },
+        { "training.properties.gradientAccumulationSteps", "spec.training.gradientAccumulationSteps", 65536, false },
+        { "parallelism.properties.tensorParallel", "spec.parallelism.tensorParallel", RM_TJ_MAX_REPLICAS, false },
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(b); i++) {
         char sp[160];
@@ -747,7 +757,8 @@ static void fill_status(rm_tj_status *st)
     st->epoch = 2;
     st->restarts = 1;
     st->progress = (rm_tj_progress){ .step = 1840, .train_epoch = 3, .loss = 0.3125, .samples_per_second = 21000.5, .last_checkpoint_step = 1800, .allreduce_gbps = 1.75 };
-    st->result = (rm_tj_result){ true, 0.891, 0.28, 74.25, 8100, 9370, 1e6, 2e6, 5e5, 3e4, 9.5e7 };
+    st->result = (rm_tj_result){ true, 0.891, 0.28, 74.25, 8100, 9370, 1e6, 2e6, 5e5, 3e4, 9.5e7,
+                                 1.47, 12000, 0.3, "s3://models/run-1/", "", 4096 };
     st->start_time = 1795248000;
     st->completion_time = 1795248100;
     st->last_restart_time = 1795248060;
@@ -1200,6 +1211,244 @@ static void test_lbfgs(void)
     cJSON_Delete(d);
 }
 
+/* The fields of docs/models-and-data.md: each parses into rm_tj and round-trips, a bad value gets
+ * its field-named error, and a valid one whose feature has not landed says "not supported yet";
+ * the spellings of what exists (builtin:fashion-mnist, a folder, idx, mlp, tensorParallel 1) pass.
+ * Cases start from the base job without its dataDir (data.uri replaces it). */
+typedef struct {
+    const char *set[4][2];   /* path, JSON value */
+    const char *msg;         /* NULL = valid */
+} md_case;
+
+#define GPT "{\"type\": \"gpt\", \"layers\": 4, \"heads\": 4, \"embed\": 128, \"context\": 64, \"vocab\": 256}"
+#define NS " is not supported yet"
+static void test_models_and_data(void)
+{
+    static const md_case cases[] = {
+        /* accepted: respellings of what exists */
+        { { { "spec.training.data.uri", "\"builtin:fashion-mnist\"" } }, NULL },
+        { { { "spec.training.data.uri", "\"/data\"" }, { "spec.training.dataDir", "\"/data\"" } }, NULL },
+        { { { "spec.training.data.uri", "\"file:///srv/fmnist\"" } }, NULL },
+        { { { "spec.training.data.format", "\"idx\"" } }, NULL },
+        { { { "spec.parallelism.tensorParallel", "1" } }, NULL },
+        { { { "spec.training.model.type", "\"mlp\"" } }, NULL },
+        { { { "spec.training.gradientAccumulationSteps", "1" }, { "spec.training.warmupSteps", "0" },
+            { "spec.training.evalEverySteps", "0" } }, NULL },
+        /* ranges, named by field */
+        { { { "spec.training.model", "{\"type\": \"gpt\", \"layers\": 0, \"heads\": 4, \"embed\": 128, \"context\": 64}" } },
+          "spec.training.model.layers: must be between 1 and 1024 (got 0)" },
+        { { { "spec.training.model", "{\"type\": \"gpt\", \"layers\": 2, \"heads\": 3, \"embed\": 128, \"context\": 64}" } },
+          "spec.training.model.heads: must divide spec.training.model.embed (3 heads, embed 128)" },
+        { { { "spec.training.model", "{\"type\": \"gpt\", \"layers\": 2, \"heads\": 4, \"embed\": 128, \"context\": 0}" } },
+          "spec.training.model.context: must be between 1 and 1048576 (got 0)" },
+        { { { "spec.training.model", "{\"type\": \"gpt\", \"layers\": 2, \"heads\": 4, \"embed\": 128}" } },
+          "spec.training.model.context: required with spec.training.model.type: gpt" },
+        { { { "spec.training.model", GPT }, { "spec.training.model.vocab", "0" } },
+          "spec.training.model.vocab: must be between 1 and 16777216 (got 0)" },
+        { { { "spec.training.model", GPT }, { "spec.training.model.dropout", "1" } },
+          "spec.training.model.dropout: must be >= 0 and < 1" },
+        { { { "spec.training.model.layers", "4" } },
+          "spec.training.model.layers: is only used with spec.training.model.type: gpt (type is mlp)" },
+        { { { "spec.training.model.init", "{\"uri\": \"\"}" } },
+          "spec.training.model.init.uri: must be 1 to 1023 characters" },
+        { { { "spec.training.model.init", "{\"path\": \"/m\"}" } }, "spec.training.model.init.path: unknown field" },
+        { { { "spec.training.data.uri", "\"ftp://h/x\"" } },
+          "spec.training.data.uri: must be builtin:<name>, /path, file:///path, http(s)://... or s3://bucket/key "
+          "(got \"ftp://h/x\")" },
+        { { { "spec.training.data.uri", "\"/other\"" }, { "spec.training.dataDir", "\"/data\"" } },
+          "spec.training.data.uri: \"/other\" differs from spec.training.dataDir \"/data\" (dataDir is its "
+          "deprecated spelling: set only data.uri)" },
+        { { { "spec.training.data.format", "\"csv\"" } },
+          "spec.training.data.format: must be one of idx, tokens, text (got \"csv\")" },
+        { { { "spec.training.data.sha256", "\"86c4e6aa\"" } }, "spec.training.data.sha256: must be 64 lowercase hex digits" },
+        { { { "spec.training.data.secretRef", "{}" } }, "spec.training.data.secretRef.name: required" },
+        { { { "spec.training.data.secretRef", "{\"name\": \"S3_creds\"}" } },
+          "spec.training.data.secretRef.name: must be a Secret name (a DNS-1123 subdomain; got \"S3_creds\")" },
+        { { { "spec.training.data.validation", "{\"fraction\": 1}" } },
+          "spec.training.data.validation.fraction: must be > 0 and < 1" },
+        { { { "spec.training.data.validation", "{\"fraction\": 0.1, \"uri\": \"/v\"}" } },
+          "spec.training.data.validation.uri: set only one of spec.training.data.validation.fraction and "
+          "spec.training.data.validation.uri" },
+        { { { "spec.training.data.foo", "1" } }, "spec.training.data.foo: unknown field" },
+        { { { "spec.training.gradClip", "0" } }, "spec.training.gradClip: must be > 0" },
+        { { { "spec.training.gradientAccumulationSteps", "0" } },
+          "spec.training.gradientAccumulationSteps: must be between 1 and 65536 (got 0)" },
+        { { { "spec.training.warmupSteps", "-1" } },
+          "spec.training.warmupSteps: must be between 0 and 2147483647 (got -1)" },
+        { { { "spec.training.evalEverySteps", "-5" } },
+          "spec.training.evalEverySteps: must be between 0 and 2147483647 (got -5)" },
+        { { { "spec.training.optimizer.type", "\"lion\"" } },
+          "spec.training.optimizer.type: must be one of sgd, adam, adagrad, lbfgs, lamb, lars (got \"lion\")" },
+        { { { "spec.parallelism.tensorParallel", "0" } },
+          "spec.parallelism.tensorParallel: must be between 1 and 1024 (got 0)" },
+        { { { "spec.output", "{\"dtype\": \"fp16\"}" } },
+          "spec.output.dtype: must be one of float32, bfloat16 (got \"fp16\")" },
+        { { { "spec.output", "{\"format\": \"onnx\"}" } }, "spec.output.format: must be one of safetensors (got \"onnx\")" },
+        { { { "spec.output", "{\"uri\": \"builtin:x\"}" } },
+          "spec.output.uri: must be a folder, file:///path or s3://bucket/prefix (got \"builtin:x\")" },
+        /* valid, but the feature is still to land */
+        { { { "spec.training.model", GPT } }, "spec.training.model.type: gpt" NS },
+        { { { "spec.training.model.init", "{\"uri\": \"s3://models/gpt-small/model.safetensors\"}" } },
+          "spec.training.model.init.uri: starting from saved weights" NS },
+        { { { "spec.training.data.uri", "\"https://example.org/corpus.txt\"" } },
+          "spec.training.data.uri: \"https://example.org/corpus.txt\"" NS },
+        { { { "spec.training.data.uri", "\"builtin:tinyshakespeare\"" } },
+          "spec.training.data.uri: \"builtin:tinyshakespeare\"" NS },
+        { { { "spec.training.data.format", "\"tokens\"" } }, "spec.training.data.format: tokens" NS },
+        { { { "spec.training.data.format", "\"text\"" } }, "spec.training.data.format: text" NS },
+        { { { "spec.training.data.sha256", "\"86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa\"" } },
+          "spec.training.data.sha256: checking the data's checksum" NS },
+        { { { "spec.training.data.secretRef", "{\"name\": \"s3-creds\"}" } },
+          "spec.training.data.secretRef.name: reading object-store credentials" NS },
+        { { { "spec.training.data.validation", "{\"fraction\": 0.1}" } },
+          "spec.training.data.validation.fraction: a validation split" NS },
+        { { { "spec.training.data.validation", "{\"uri\": \"/val\"}" } },
+          "spec.training.data.validation.uri: a validation split" NS },
+        { { { "spec.training.optimizer", "{\"type\": \"lamb\"}" } }, "spec.training.optimizer.type: lamb" NS },
+        { { { "spec.training.optimizer", "{\"type\": \"lars\"}" } }, "spec.training.optimizer.type: lars" NS },
+        { { { "spec.training.gradClip", "1.0" } }, "spec.training.gradClip: gradient clipping" NS },
+        { { { "spec.training.gradientAccumulationSteps", "4" } }, "spec.training.gradientAccumulationSteps: 4" NS },
+        { { { "spec.training.warmupSteps", "100" } },
+          "spec.training.warmupSteps: warmup in steps (use warmupEpochs)" NS },
+        { { { "spec.training.evalEverySteps", "250" } },
+          "spec.training.evalEverySteps: evaluation every N steps" NS },
+        { { { "spec.parallelism.tensorParallel", "2" } }, "spec.parallelism.tensorParallel: 2" NS },
+        { { { "spec.output", "{\"uri\": \"s3://models/run-1/\", \"format\": \"safetensors\", \"dtype\": \"bfloat16\"}" } },
+          "spec.output: exporting the trained model" NS },
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
+        cJSON *d = base_doc();
+        set_path(d, "spec.training.dataDir", NULL);
+        for (int k = 0; k < 4 && cases[i].set[k][0]; k++)
+            set_path(d, cases[i].set[k][0], cases[i].set[k][1]);
+        rm_err e;
+        int rc = check(d, &e);
+        const char *want = cases[i].msg;
+        CU_ASSERT_EQUAL(rc, want ? RM_EINVAL : RM_OK);
+        if (want) {
+            CU_ASSERT_STRING_EQUAL(e.msg, want);
+            size_t fl = strlen(e.field);
+            CU_ASSERT(fl > 0 && strncmp(e.msg, e.field, fl) == 0 && strncmp(e.msg + fl, ": ", 2) == 0);
+        }
+        if ((rc != RM_OK) != (want != NULL) || (want && strcmp(e.msg, want) != 0))
+            fprintf(stderr, "\n  case %zu (%s): got rc=%d \"%s\", want \"%s\"\n", i, cases[i].set[0][0], rc,
+                    rc ? e.msg : "", want ? want : "valid");
+        cJSON_Delete(d);
+    }
+
+    /* every field lands in the struct, and the whole manifest round-trips (spec and worker JSON) */
+    cJSON *d = base_doc();
+    set_path(d, "spec.training.dataDir", NULL);
+    static const char *const manifest[][2] = {
+        { "spec.training.model", "{\"type\": \"gpt\", \"layers\": 4, \"heads\": 4, \"embed\": 128, "
+          "\"context\": 64, \"vocab\": 256, \"dropout\": 0.2, \"init\": {\"uri\": \"s3://m/x.safetensors\"}}" },
+        { "spec.training.data", "{\"uri\": \"https://example.org/corpus.txt\", \"format\": \"text\", "
+          "\"sha256\": \"86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa\", "
+          "\"secretRef\": {\"name\": \"s3-creds\"}, \"validation\": {\"fraction\": 0.1}}" },
+        { "spec.training.optimizer", "{\"type\": \"lamb\", \"lr\": 0.001, \"beta1\": 0.9, \"beta2\": 0.99, "
+          "\"weightDecay\": 0.1}" },
+        { "spec.training.gradClip", "1.0" },
+        { "spec.training.gradientAccumulationSteps", "2" },
+        { "spec.training.warmupSteps", "100" },
+        { "spec.training.evalEverySteps", "250" },
+        { "spec.training.maxSteps", "2000" },
+        { "spec.parallelism", "{\"tensorParallel\": 2, \"pipelineStages\": 1, \"microBatches\": 1}" },
+        { "spec.output", "{\"uri\": \"s3://models/run-1/\", \"format\": \"safetensors\", \"dtype\": \"bfloat16\"}" },
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(manifest); i++)
+        set_path(d, manifest[i][0], manifest[i][1]);
+    rm_err e = { 0 };
+    rm_tj a, b;
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
+    const rm_training_spec *t = &a.spec.training;
+    CU_ASSERT_STRING_EQUAL(t->model_type, "gpt");
+    CU_ASSERT(t->layers == 4 && t->heads == 4 && t->embed == 128 && t->context == 64 && t->vocab == 256);
+    CU_ASSERT_DOUBLE_EQUAL(t->dropout, 0.2, 0);
+    CU_ASSERT_STRING_EQUAL(t->init_uri, "s3://m/x.safetensors");
+    CU_ASSERT_STRING_EQUAL(t->data.uri, "https://example.org/corpus.txt");
+    CU_ASSERT_EQUAL(t->data.format, RM_DATA_TEXT);
+    CU_ASSERT_STRING_EQUAL(t->data.secret, "s3-creds");
+    CU_ASSERT_DOUBLE_EQUAL(t->data.val_fraction, 0.1, 0);
+    CU_ASSERT_EQUAL(t->optimizer.type, RM_OPT_LAMB);
+    CU_ASSERT_DOUBLE_EQUAL(t->grad_clip, 1.0, 0);
+    CU_ASSERT(t->grad_accum == 2 && t->warmup_steps == 100 && t->eval_every_steps == 250 && t->max_steps == 2000);
+    CU_ASSERT_EQUAL(a.spec.par.tensor_parallel, 2);
+    CU_ASSERT(a.spec.output.present && a.spec.output.dtype == RM_DTYPE_BFLOAT16);
+    CU_ASSERT_STRING_EQUAL(a.spec.output.uri, "s3://models/run-1/");
+    rm_tj_defaults(&a);
+    cJSON *j1 = rm_tj_to_json(&a);
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(j1, &b, &e), RM_OK);
+    cJSON *j2 = rm_tj_to_json(&b);
+    CU_ASSERT_TRUE(cJSON_Compare(j1, j2, 1));
+    CU_ASSERT_STRING_EQUAL(rm_json_path(j1, "spec.training.data.secretRef.name")->valuestring, "s3-creds");
+    CU_ASSERT_EQUAL(rm_json_path(j1, "spec.parallelism.tensorParallel")->valuedouble, 2);
+    rm_tj c;
+    CU_ASSERT_EQUAL(rm_tj_copy(&c, &b), RM_OK);
+    cJSON *j3 = rm_tj_to_json(&c);
+    CU_ASSERT_TRUE(cJSON_Compare(j1, j3, 1));
+    cJSON *w1 = rm_training_to_json(&a.spec.training);
+    rm_training_spec wt;
+    CU_ASSERT_EQUAL(rm_training_from_json(w1, "spec.training", &wt, &e), RM_OK);
+    cJSON *w2 = rm_training_to_json(&wt);
+    CU_ASSERT_TRUE(cJSON_Compare(w1, w2, 1));
+    rm_training_free(&wt);
+    cJSON_Delete(w1);
+    cJSON_Delete(w2);
+    cJSON_Delete(j1);
+    cJSON_Delete(j2);
+    cJSON_Delete(j3);
+    rm_tj_free(&a);
+    rm_tj_free(&b);
+    rm_tj_free(&c);
+    cJSON_Delete(d);
+
+    /* data.uri as a folder is the deprecated dataDir: the worker reads it there */
+    d = base_doc();
+    set_path(d, "spec.training.dataDir", NULL);
+    set_path(d, "spec.training.data.uri", "\"file:///srv/fmnist\"");
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
+    rm_tj_defaults(&a);
+    CU_ASSERT_STRING_EQUAL(a.spec.training.data_dir, "/srv/fmnist");
+    CU_ASSERT_EQUAL(rm_training_samples(&a.spec.training), 0);   /* not the built-in folder: unknown */
+    rm_tj_free(&a);
+    set_path(d, "spec.training.data.uri", "\"builtin:fashion-mnist\"");
+    CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
+    rm_tj_defaults(&a);
+    CU_ASSERT_STRING_EQUAL(a.spec.training.data_dir, RM_TJ_FASHION_MNIST_DIR);
+    CU_ASSERT_EQUAL(rm_training_samples(&a.spec.training), RM_TJ_FASHION_MNIST_TRAIN);
+    rm_tj_free(&a);
+    cJSON_Delete(d);
+
+    /* the status fields round-trip, and are left out while unset */
+    rm_tj_status st, back;
+    memset(&st, 0, sizeof st);
+    cJSON *sj = rm_tj_status_to_json(&st);
+    CU_ASSERT_PTR_NULL(rm_json_path(sj, "data"));
+    cJSON_Delete(sj);
+    st.result.present = true;
+    st.result.val_loss = 1.47;
+    st.result.tokens_per_second = 12345;
+    st.result.mfu = 0.31;
+    snprintf(st.result.model_uri, sizeof st.result.model_uri, "s3://models/run-1/model.safetensors");
+    snprintf(st.result.model_sha256, sizeof st.result.model_sha256, "%064d", 7);
+    st.result.model_bytes = 1 << 20;
+    snprintf(st.data.uri, sizeof st.data.uri, "https://example.org/corpus.txt");
+    st.data.bytes = 512;
+    st.data.total_bytes = 1024;
+    rm_tj_progress_add_eval(&st.progress, 1, 0.5, 2.0);
+    st.progress.evals[0].step = 250;
+    st.progress.evals[0].val_loss = 1.9;
+    sj = rm_tj_status_to_json(&st);
+    CU_ASSERT_EQUAL(rm_json_path(sj, "result.model.bytes")->valuedouble, 1 << 20);
+    CU_ASSERT_EQUAL(rm_json_path(sj, "data.totalBytes")->valuedouble, 1024);
+    CU_ASSERT_EQUAL(rm_json_path(sj, "progress.evaluations[0].step")->valuedouble, 250);
+    CU_ASSERT_EQUAL(rm_tj_status_from_json(sj, &back, &e), RM_OK);
+    CU_ASSERT_EQUAL(memcmp(&st, &back, sizeof st), 0);
+    cJSON_Delete(sj);
+}
+#undef GPT
+#undef NS
+
 void rm_suite_trainingjob(void)
 {
     static const rm_test_case cases[] = {
@@ -1220,6 +1469,7 @@ void rm_suite_trainingjob(void)
         { "status_and_conditions", test_status_and_conditions },
         { "names", test_names },
         { "yaml_error_points_at_line", test_yaml_error_points_at_line },
+        { "models_and_data", test_models_and_data },
     };
     RM_ADD_SUITE("trainingjob", NULL, NULL, cases);
 }

@@ -1,0 +1,230 @@
+/* tj_models_data.c — the rules of the manifest fields docs/models-and-data.md adds (the transformer,
+ * the user's data, exported models, tensor parallelism), and the gate that refuses each value whose
+ * feature has not landed yet.
+ *
+ * Design: every field is parsed and range-checked from the start, so the schema's shape is fixed
+ * once and a bad value gets its own field-named error today; what is valid but not implemented
+ * then answers "<field>: <what> is not supported yet". The gate is the `unsupported` calls below,
+ * one per feature: the issue that implements a feature deletes its call and nothing else here.
+ * Values that only respell what exists are accepted: data.uri builtin:fashion-mnist or a folder
+ * (the deprecated dataset / dataDir), data.format idx, model.type mlp, tensorParallel 1. */
+#include "common/tj_internal.h"
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* "<ctx>.<key>: <what> is not supported yet". */
+static int unsupported(rm_err *err, const char *ctx, const char *key, const char *fmt, ...)
+    RM_PRINTF(4, 5);
+static int unsupported(rm_err *err, const char *ctx, const char *key, const char *fmt, ...)
+{
+    char what[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return tj_bad(err, ctx, key, "%s is not supported yet", what);
+}
+
+const char *tj_data_folder(const char *uri)
+{
+    if (!uri)
+        return NULL;
+    if (uri[0] == '/')
+        return uri;
+    if (strncmp(uri, "file:///", 8) == 0)
+        return uri + 7;
+    return NULL;
+}
+
+/* data.uri forms the worker reads today: the built-in set and a folder of IDX files. */
+static bool folder_or_builtin_idx(const char *uri)
+{
+    return tj_data_folder(uri) || strcmp(uri, RM_TJ_BUILTIN_FASHION_MNIST) == 0;
+}
+
+/* The forms data.uri, data.validation.uri and model.init.uri may take (models-and-data.md). */
+static bool uri_form_ok(const char *uri)
+{
+    static const char *const prefixes[] = { "builtin:", "/", "file:///", "http://", "https://", "s3://" };
+    for (size_t i = 0; i < RM_ARRAY_LEN(prefixes); i++) {
+        size_t n = strlen(prefixes[i]);
+        if (strncmp(uri, prefixes[i], n) == 0 && (uri[n] || n == 1))
+            return true;
+    }
+    return false;
+}
+
+/* A URI field given (non-NULL): not empty, printable, of a known form. */
+static int check_uri(const char *uri, const char *ctx, const char *key, rm_err *err)
+{
+    if (!uri)
+        return RM_OK;
+    if (!*uri || strlen(uri) >= RM_TJ_URI_MAX)
+        return tj_bad(err, ctx, key, "must be 1 to %d characters", RM_TJ_URI_MAX - 1);
+    if (tj_has_ctrl(uri))
+        return tj_bad(err, ctx, key, "must not contain control characters");
+    if (!uri_form_ok(uri))
+        return tj_bad(err, ctx, key, "must be builtin:<name>, /path, file:///path, http(s)://... or "
+                      "s3://bucket/key (got \"%s\")", uri);
+    return RM_OK;
+}
+
+/* An int field that is set (given, or non-zero from C) must lie in [lo, hi]. */
+static int check_int(int v, bool given, int lo, int hi, const char *ctx, const char *key, rm_err *err)
+{
+    if ((given || v != 0) && (v < lo || v > hi))
+        return tj_bad(err, ctx, key, "must be between %d and %d (got %d)", lo, hi, v);
+    return RM_OK;
+}
+
+static int model_validate(const rm_training_spec *t, const char *mctx, rm_err *err)
+{
+    uint32_t g = t->set2;
+    bool gpt = t->model_type && strcmp(t->model_type, rm_model_type_names[RM_MODEL_GPT]) == 0;
+    int rc;
+    if ((rc = check_int(t->layers, g & RM_TR_SET2_LAYERS, 1, 1024, mctx, "layers", err)) ||
+        (rc = check_int(t->heads, g & RM_TR_SET2_HEADS, 1, 1024, mctx, "heads", err)) ||
+        (rc = check_int(t->embed, g & RM_TR_SET2_EMBED, 1, 65536, mctx, "embed", err)) ||
+        (rc = check_int(t->context, g & RM_TR_SET2_CONTEXT, 1, 1 << 20, mctx, "context", err)) ||
+        (rc = check_int(t->vocab, g & RM_TR_SET2_VOCAB, 1, 1 << 24, mctx, "vocab", err)))
+        return rc;
+    if (!(t->dropout >= 0 && t->dropout < 1))
+        return tj_bad(err, mctx, "dropout", "must be >= 0 and < 1");
+    if (t->heads > 0 && t->embed > 0 && t->embed % t->heads)
+        return tj_bad(err, mctx, "heads", "must divide %s.embed (%d heads, embed %d)", mctx, t->heads,
+                      t->embed);
+    if (!gpt) {
+        static const struct { uint32_t bit; const char *key; } gpt_only[] = {
+            { RM_TR_SET2_LAYERS, "layers" }, { RM_TR_SET2_HEADS, "heads" }, { RM_TR_SET2_EMBED, "embed" },
+            { RM_TR_SET2_CONTEXT, "context" }, { RM_TR_SET2_VOCAB, "vocab" }, { RM_TR_SET2_DROPOUT, "dropout" },
+        };
+        const int v[] = { t->layers, t->heads, t->embed, t->context, t->vocab, t->dropout != 0 };
+        for (size_t i = 0; i < RM_ARRAY_LEN(gpt_only); i++)
+            if ((g & gpt_only[i].bit) || v[i])
+                return tj_bad(err, mctx, gpt_only[i].key, "is only used with %s.type: gpt (type is %s)",
+                              mctx, t->model_type ? t->model_type : "mlp");
+    } else {
+        static const struct { uint32_t bit; const char *key; } required[] = {
+            { RM_TR_SET2_LAYERS, "layers" }, { RM_TR_SET2_HEADS, "heads" }, { RM_TR_SET2_EMBED, "embed" },
+            { RM_TR_SET2_CONTEXT, "context" },
+        };
+        const int v[] = { t->layers, t->heads, t->embed, t->context };
+        for (size_t i = 0; i < RM_ARRAY_LEN(required); i++)
+            if (!v[i])
+                return tj_bad(err, mctx, required[i].key, "required with %s.type: gpt", mctx);
+    }
+    char ictx[FIELD_CAP];
+    tj_join(ictx, mctx, "init");
+    return check_uri(t->init_uri, ictx, "uri", err);
+}
+
+static int data_validate(const rm_training_spec *t, const char *ctx, const char *dctx, rm_err *err)
+{
+    char sctx[FIELD_CAP], vctx[FIELD_CAP];
+    tj_join(sctx, dctx, "secretRef");
+    tj_join(vctx, dctx, "validation");
+    int rc;
+    if ((rc = check_uri(t->data.uri, dctx, "uri", err)))
+        return rc;
+    /* a folder or the built-in set is the deprecated dataDir / dataset: both given must agree */
+    const char *folder = tj_data_folder(t->data.uri);
+    if (t->data.uri && t->data_dir && strcmp(t->data_dir, RM_TJ_FASHION_MNIST_DIR) != 0 &&
+        (!folder || strcmp(folder, t->data_dir) != 0))
+        return tj_bad(err, dctx, "uri", "\"%s\" differs from %s.dataDir \"%s\" (dataDir is its "
+                      "deprecated spelling: set only data.uri)", t->data.uri, ctx, t->data_dir);
+    if ((unsigned)t->data.format > RM_DATA_TEXT)
+        return tj_bad_enum(err, dctx, "format", rm_data_format_names);
+    if (t->data.sha256) {
+        size_t n = strspn(t->data.sha256, "0123456789abcdef");
+        if (n != 64 || t->data.sha256[n])
+            return tj_bad(err, dctx, "sha256", "must be 64 lowercase hex digits");
+    }
+    if (t->data.secret && !tj_dns1123(t->data.secret, 1, 253))
+        return tj_bad(err, sctx, "name", "must be a Secret name (a DNS-1123 subdomain; got \"%s\")",
+                      t->data.secret);
+    bool frac = (t->set2 & RM_TR_SET2_FRACTION) || t->data.val_fraction != 0;
+    if (frac && !(t->data.val_fraction > 0 && t->data.val_fraction < 1))
+        return tj_bad(err, vctx, "fraction", "must be > 0 and < 1");
+    if (frac && t->data.val_uri)
+        return tj_bad(err, vctx, "uri", "set only one of %s.fraction and %s.uri", vctx, vctx);
+    return check_uri(t->data.val_uri, vctx, "uri", err);
+}
+
+int tj_validate_models_data(const rm_training_spec *t, const char *ctx, rm_err *err)
+{
+    char mctx[FIELD_CAP], dctx[FIELD_CAP], octx[FIELD_CAP];
+    tj_join(mctx, ctx, "model");
+    tj_join(dctx, ctx, "data");
+    tj_join(octx, ctx, "optimizer");
+    uint32_t g = t->set2;
+    int rc;
+    if ((rc = model_validate(t, mctx, err)) || (rc = data_validate(t, ctx, dctx, err)))
+        return rc;
+    if ((g & RM_TR_SET2_GRAD_CLIP || t->grad_clip != 0) && !(t->grad_clip > 0 && isfinite(t->grad_clip)))
+        return tj_bad(err, ctx, "gradClip", "must be > 0");
+    if ((rc = check_int(t->grad_accum, g & RM_TR_SET2_GRAD_ACCUM, 1, 65536, ctx,
+                        "gradientAccumulationSteps", err)) ||
+        (rc = check_int(t->warmup_steps, false, 0, INT32_MAX, ctx, "warmupSteps", err)) ||
+        (rc = check_int(t->eval_every_steps, false, 0, INT32_MAX, ctx, "evalEverySteps", err)))
+        return rc;
+
+    /* the gate: one line per feature still to land */
+    if (t->model_type && strcmp(t->model_type, rm_model_type_names[RM_MODEL_GPT]) == 0)
+        return unsupported(err, mctx, "type", "gpt");
+    if (t->init_uri)
+        return unsupported(err, mctx, "init.uri", "starting from saved weights");
+    if (t->data.uri && !folder_or_builtin_idx(t->data.uri))
+        return unsupported(err, dctx, "uri", "\"%s\"", t->data.uri);
+    if ((g & RM_TR_SET2_FORMAT) && t->data.format != RM_DATA_IDX)
+        return unsupported(err, dctx, "format", "%s", rm_enum_name(rm_data_format_names, (int)t->data.format));
+    if (t->data.sha256)
+        return unsupported(err, dctx, "sha256", "checking the data's checksum");
+    if (t->data.secret)
+        return unsupported(err, dctx, "secretRef.name", "reading object-store credentials");
+    if (t->data.val_uri)
+        return unsupported(err, dctx, "validation.uri", "a validation split");
+    if ((g & RM_TR_SET2_FRACTION) || t->data.val_fraction != 0)
+        return unsupported(err, dctx, "validation.fraction", "a validation split");
+    if (t->optimizer.type == RM_OPT_LAMB || t->optimizer.type == RM_OPT_LARS)
+        return unsupported(err, octx, "type", "%s", rm_enum_name(rm_opt_names, (int)t->optimizer.type));
+    if ((g & RM_TR_SET2_GRAD_CLIP) || t->grad_clip != 0)
+        return unsupported(err, ctx, "gradClip", "gradient clipping");
+    if (t->grad_accum > 1)
+        return unsupported(err, ctx, "gradientAccumulationSteps", "%d", t->grad_accum);
+    if (t->warmup_steps > 0)
+        return unsupported(err, ctx, "warmupSteps", "warmup in steps (use warmupEpochs)");
+    if (t->eval_every_steps > 0)
+        return unsupported(err, ctx, "evalEverySteps", "evaluation every N steps");
+    return RM_OK;
+}
+
+int tj_validate_tensor_parallel(const rm_tj_spec *s, rm_err *err)
+{
+    const rm_par_spec *par = &s->par;
+    int rc = check_int(par->tensor_parallel, par->set & RM_PAR_SET_TENSOR, 1, RM_TJ_MAX_REPLICAS,
+                       "spec.parallelism", "tensorParallel", err);
+    if (rc)
+        return rc;
+    if (par->tensor_parallel > 1)
+        return unsupported(err, "spec.parallelism", "tensorParallel", "%d", par->tensor_parallel);
+    return RM_OK;
+}
+
+int tj_validate_output(const rm_tj_spec *s, rm_err *err)
+{
+    if (!s->output.present)
+        return RM_OK;
+    int rc = check_uri(s->output.uri, "spec.output", "uri", err);
+    if (rc)
+        return rc;
+    if (s->output.uri && strncmp(s->output.uri, "builtin:", 8) == 0)
+        return tj_bad(err, "spec.output", "uri", "must be a folder, file:///path or s3://bucket/prefix "
+                      "(got \"%s\")", s->output.uri);
+    if ((unsigned)s->output.format > RM_OUT_SAFETENSORS)
+        return tj_bad_enum(err, "spec.output", "format", rm_output_format_names);
+    if ((unsigned)s->output.dtype > RM_DTYPE_BFLOAT16)
+        return tj_bad_enum(err, "spec.output", "dtype", rm_output_dtype_names);
+    return unsupported(err, "spec", "output", "exporting the trained model");
+}
