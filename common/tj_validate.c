@@ -10,9 +10,10 @@
 #include <stdio.h>
 #include <string.h>
 
+static int validate_scheduling(const rm_tj_spec *s, rm_err *err);
+
 /* Strings a job prints or uses as paths (checkpoint path, data folder, managedBy) carry no
  * control characters: they reach terminals and logs as they are. */
-static int validate_scheduling(const rm_tj_spec *s, rm_err *err);
 int tj_has_ctrl(const char *s)
 {
     for (; s && *s; s++)
