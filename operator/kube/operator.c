@@ -237,6 +237,9 @@ static void *worker(void *arg)
 }
 
 /* ---------------- flags ---------------- */
+/* --kueue-integration, indexed by rm_op.kueue */
+static const char *const kueue_modes[] = { "none", "auto", "workload", NULL };
+
 static int parse_flags(rm_op *op, int argc, char **argv)
 {
     enum { O_KC = 1000, O_NS, O_MA, O_PA, O_LE, O_LENS, O_LEID, O_W, O_QPS, O_BURST, O_RB, O_RU,
@@ -351,7 +354,7 @@ static int parse_flags(rm_op *op, int argc, char **argv)
             op->cosched_scheduler = optarg;
             break;
         case O_KQ:
-            op->kueue = !strcmp(optarg, "none") ? 0 : !strcmp(optarg, "auto") ? 1 : !strcmp(optarg, "workload") ? 2 : -1;
+            op->kueue = rm_enum_index(kueue_modes, optarg);
             if (op->kueue < 0) {
                 fprintf(stderr, "ringmaster operator: bad --kueue-integration %s (auto, workload or none)\n", optarg);
                 return 2;
