@@ -358,6 +358,40 @@ static void print_bench_table(FILE *out, const char *run_dir)
     fclose(f);
 }
 
+void rm_run_print_json(cJSON *obj)
+{
+    char *s = obj ? cJSON_PrintUnformatted(obj) : NULL;
+    cJSON_Delete(obj);
+    if (s)
+        printf("%s\n", s);
+    free(s);
+}
+
+void rm_run_abs_path(char *path, size_t cap)
+{
+    char cwd[PATH_MAX], tmp[PATH_MAX];
+    if (path[0] != '/' && getcwd(cwd, sizeof cwd)) {
+        rm_sfmt(tmp, sizeof tmp, "%s/%s", cwd, path);
+        rm_sfmt(path, cap, "%s", tmp);
+    }
+}
+
+const char *rm_run_dir_name(const char *flag, const char *name, char *buf, size_t cap)
+{
+    if (flag) {
+        rm_sfmt(buf, cap, "%s", flag);
+        return buf;
+    }
+    const char *t = getenv("TMPDIR");
+    char ts[32];
+    time_t now = time(NULL);
+    struct tm tmv;
+    gmtime_r(&now, &tmv);
+    strftime(ts, sizeof ts, "%Y%m%d-%H%M%S", &tmv);
+    rm_sfmt(buf, cap, "%s/ringmaster-%s-%s-%d", t && *t ? t : "/tmp", name, ts, (int)getpid());
+    return buf;
+}
+
 const char *rm_run_checkpoint_dir(const char *flag, const rm_tj *job, char *buf, size_t cap)
 {
     const char *p = job->spec.checkpoint.path;
@@ -573,12 +607,7 @@ static int report_outcome(const ui *u, rm_tj *job, const rm_local_result *res, c
     if (job->spec.training.mode == RM_MODE_BENCH && st->phase == RM_PHASE_SUCCEEDED)
         print_bench_table(json ? u->out : stdout, run_dir);
     if (json) {
-        cJSON *o = rm_tj_to_json(job);
-        char *s = o ? cJSON_PrintUnformatted(o) : NULL;
-        cJSON_Delete(o);
-        if (s)
-            printf("%s\n", s);
-        free(s);
+        rm_run_print_json(rm_tj_to_json(job));
     } else if (st->phase == RM_PHASE_SUCCEEDED) {
         const rm_tj_result *r = &st->result;
         if (r->present && job->spec.training.mode == RM_MODE_TRAIN)
@@ -635,25 +664,8 @@ int rm_run_main(int argc, char **argv)
 
     char ckpt_dir[PATH_MAX], run_dir[PATH_MAX];
     rm_run_checkpoint_dir(ckpt, &job, ckpt_dir, sizeof ckpt_dir);
-    if (ckpt_dir[0] != '/') {
-        char cwd[PATH_MAX], tmp[PATH_MAX];
-        if (getcwd(cwd, sizeof cwd)) {
-            rm_sfmt(tmp, sizeof tmp, "%s/%s", cwd, ckpt_dir);
-            rm_sfmt(ckpt_dir, sizeof ckpt_dir, "%s", tmp);
-        }
-    }
-    if (run_dir_flag) {
-        rm_sfmt(run_dir, sizeof run_dir, "%s", run_dir_flag);
-    } else {
-        const char *t = getenv("TMPDIR");
-        char ts[32];
-        time_t now = time(NULL);
-        struct tm tmv;
-        gmtime_r(&now, &tmv);
-        strftime(ts, sizeof ts, "%Y%m%d-%H%M%S", &tmv);
-        rm_sfmt(run_dir, sizeof run_dir, "%s/ringmaster-%s-%s-%d", t && *t ? t : "/tmp", job.name,
-                 ts, (int)getpid());
-    }
+    rm_run_abs_path(ckpt_dir, sizeof ckpt_dir);
+    rm_run_dir_name(run_dir_flag, job.name, run_dir, sizeof run_dir);
     {
         rm_err de = {0};   /* a folder no checkpoint can be written to is refused up front */
         if (rm_fs_dir_writable(ckpt_dir, "checkpoint folder", &de) != RM_OK) {
@@ -781,7 +793,7 @@ int rm_validate_main(int argc, char **argv)
                file, job.namespace_ ? job.namespace_ : "default", job.name, job.spec.replicas,
                job.spec.min_replicas, job.spec.max_replicas, rm_backend_name(job.spec.backend),
                rm_enum_name(rm_mode_names, (int)job.spec.training.mode));
-        const rm_par_spec *par = &job.spec.par;   /* pipeline stages (issue 15) */
+        const rm_par_spec *par = &job.spec.par;   /* pipeline stages */
         if (par->pipeline_stages > 1 || par->micro_batches > 1)
             printf("  pipeline: %d stages x %d data-parallel replicas (rank r = d*%d + p), "
                    "%d micro-batches, schedule %s\n", par->pipeline_stages,
