@@ -316,7 +316,7 @@ int rm_par_validate(const rm_tj_spec *s, rm_err *err)
     return RM_OK;
 }
 
-/* spec.training.optimizer.type lbfgs (Sandblaster, issue 13) against the rest of the spec: the
+/* spec.training.optimizer.type lbfgs (Sandblaster, docs/strategies.md#sandblaster-l-bfgs) against the rest of the spec: the
  * coordinator and the (s, y) history live on the parameter servers, and a pass is a synchronous
  * full-batch evaluation, so it needs spec.strategy parameterServer in mode sync; stragglers are
  * answered by reissuing portions, so backup workers have no meaning there. */

@@ -1,5 +1,5 @@
 /* trainingjob.c — the TrainingJob type: its names, strict parse, defaults, serialization and copy
- * (see trainingjob.h and ../shared/docs/trainingjob-api.md). Validation is in tj_validate.c, the
+ * (see trainingjob.h and docs/trainingjob-api.md). Validation is in tj_validate.c, the
  * memory estimate in tj_memory.c, status and conditions in tj_status.c, the field getters in
  * tj_json.c.
  *
@@ -326,7 +326,7 @@ void rm_training_defaults(rm_training_spec *t)
     t->set = 0x7ffffu;
 }
 
-/* ---- spec.strategy / spec.parameterServer (strategies.md; issue 12) ------------------------------ */
+/* ---- spec.strategy / spec.parameterServer (docs/strategies.md#parameter-servers) ------------------------------ */
 
 const char *const rm_strategy_names[] = { "allreduce", "parameterServer", NULL };
 const char *const rm_ps_mode_names[] = { "sync", "async", NULL };
@@ -385,7 +385,7 @@ cJSON *rm_ps_to_json(const rm_ps_spec *ps)
     return o;
 }
 
-/* ---- spec.parallelism (strategies.md; issue 15) ------------------------------------------------ */
+/* ---- spec.parallelism (docs/strategies.md#pipeline-stages) ------------------------------------------------ */
 
 const char *const rm_pipe_schedule_names[] = { "1f1b", "gpipe", NULL };
 

@@ -1,5 +1,5 @@
 /* trainingjob.h — the TrainingJob type (group ringmaster.dev, v1alpha1; see
- * ../shared/docs/trainingjob-api.md and the CRD in deploy/crd/): parse from JSON (strict: unknown
+ * docs/trainingjob-api.md and the CRD in deploy/crd/): parse from JSON (strict: unknown
  * fields are errors naming their path), apply defaults, validate with errors that name the field
  * ("spec.minReplicas: must be <= spec.replicas"), serialize back.
  *
@@ -68,14 +68,14 @@ extern const char *const rm_output_dtype_names[];  /* "float32", "bfloat16", NUL
 #define RM_TJ_URI_MAX 1024
 /* data.uri of the built-in data set (the deprecated `dataset: fashion-mnist`). */
 #define RM_TJ_BUILTIN_FASHION_MNIST "builtin:fashion-mnist"
-/* spec.training.optimizer.lineSearch (lbfgs only; issue 13). */
+/* spec.training.optimizer.lineSearch (lbfgs only; docs/strategies.md#sandblaster-l-bfgs). */
 typedef enum { RM_LS_ARMIJO = 0, RM_LS_FIXED } rm_line_search;
 extern const char *const rm_line_search_names[];   /* "armijo", "fixed", NULL */
-/* spec.training.sharding (strategies.md; ZeRO stages 1-3 / FSDP): what each worker holds of the
+/* spec.training.sharding (docs/strategies.md; ZeRO stages 1-3 / FSDP): what each worker holds of the
  * optimizer state, the gradients and the parameters. */
 typedef enum { RM_SHARD_NONE = 0, RM_SHARD_OPTIMIZER, RM_SHARD_GRADIENTS, RM_SHARD_FULL } rm_sharding;
 extern const char *const rm_sharding_names[];   /* "none", "optimizer", "gradients", "full", NULL */
-/* spec.training.allreduce (strategies.md, issue 19): how the CPU ring allreduce runs. auto =
+/* spec.training.allreduce (docs/strategies.md#topology): how the CPU ring allreduce runs. auto =
  * hierarchical when the round spans > 1 node with > 1 rank on each (and the same number on every
  * node), else flat; ring = always flat; hierarchical = intra-node then inter-node (flat when the
  * topology does not allow it). Only for spec.backend ring/auto without GPUs. */
@@ -102,7 +102,7 @@ typedef struct rm_optimizer_spec {
     double momentum;        /* sgd; default 0.9 */
     double weight_decay;    /* default 0 */
     double beta1, beta2, eps; /* adam: 0.9, 0.999, 1e-8; adagrad eps 1e-10 */
-    /* lbfgs (Sandblaster, issue 13; only with spec.strategy parameterServer, mode sync): lr is the
+    /* lbfgs (Sandblaster, docs/strategies.md#sandblaster-l-bfgs; only with spec.strategy parameterServer, mode sync): lr is the
      * first trial step of each line search (armijo) or the step itself (fixed), not scaled by the
      * batch; default 1. */
     int history;            /* m, (s, y) pairs kept; default 10, 1..100 */
@@ -182,7 +182,7 @@ enum {
 #define RM_LBFGS_MAX_HISTORY 100
 #define RM_LBFGS_MAX_PORTIONS 100000
 
-/* spec.strategy and spec.parameterServer (../shared/docs/strategies.md; issue 12). */
+/* spec.strategy and spec.parameterServer (docs/strategies.md#parameter-servers). */
 typedef enum { RM_STRATEGY_ALLREDUCE = 0, RM_STRATEGY_PS } rm_strategy;
 typedef enum { RM_PS_SYNC = 0, RM_PS_ASYNC } rm_ps_mode;
 #define RM_PS_MAX_SERVERS 64
@@ -211,7 +211,7 @@ cJSON *rm_ps_to_json(const rm_ps_spec *ps);
 int rm_ps_from_json(const cJSON *o, const char *ctx, rm_ps_spec *out, rm_err *err);
 void rm_ps_defaults(rm_ps_spec *ps);
 
-/* spec.parallelism (strategies.md; issue 15): pipeline model parallelism. The job's replicas form
+/* spec.parallelism (docs/strategies.md#pipeline-stages): pipeline model parallelism. The job's replicas form
  * a grid of P pipeline stages x D = replicas / P data-parallel replicas; rank r = d*P + p is stage
  * p of replica d. Each worker's batch (batchSizePerWorker rows) is split into M micro-batches that
  * flow through the stages under the schedule; the global batch is D x batchSizePerWorker. */
@@ -268,9 +268,9 @@ typedef struct rm_tj_spec {
     cJSON *template;            /* PodTemplateSpec, opaque; NULL = default worker container */
     rm_strategy strategy;       /* spec.strategy; default allreduce */
     rm_ps_spec ps;              /* spec.parameterServer (strategy parameterServer) */
-    rm_par_spec par;            /* spec.parallelism (pipeline stages; issue 15) */
+    rm_par_spec par;            /* spec.parallelism (pipeline stages) */
     uint32_t set;               /* RM_TJ_SET_*: given explicitly (see rm_training_spec.set) */
-    /* spec.runPolicy.schedulingPolicy (Kubeflow's names; ../shared/docs/gang-kueue.md §3): what a
+    /* spec.runPolicy.schedulingPolicy (Kubeflow's names; docs/gang-kueue.md §3): what a
      * gang scheduler's PodGroup gets. Strings NULL = unset; min_resources an owned object of
      * resource name -> quantity (NULL = computed from the template, operator/gang.h). */
     struct {
@@ -283,7 +283,7 @@ typedef struct rm_tj_spec {
      * this operator; RM_TJ_MANAGED_BY_MULTIKUEUE = Kueue's MultiKueue adapter (it reads this
      * field, at the top level of spec): the operator then leaves the job alone. */
     char *managed_by;
-    /* spec.placement (strategies.md, issue 19): how the operator places worker pods on nodes.
+    /* spec.placement (docs/strategies.md#topology): how the operator places worker pods on nodes.
      * workers_per_node k >= 1: workers go to nodes in groups of k (group = replica index / k),
      * rendered as pod affinity / anti-affinity on kubernetes.io/hostname (operator/kube/runtime.c);
      * 0 = not given (the scheduler decides). Ignored by `ringmaster run` (one host). */
