@@ -13,7 +13,8 @@
 #include <string.h>
 #include <unistd.h>
 
-/* fashion-mnist's shape (worker/model/model.h RM_MODEL_INPUT, RM_MODEL_CLASSES) and its test set */
+/* builtin:fashion-mnist's shape (28x28 pixels, 10 classes) and test set: the estimate's default; a
+ * user's data set sizes the model from its own headers in the worker (docs/models-and-data.md) */
 #define TJ_INPUTS 784
 #define TJ_CLASSES 10
 #define TJ_TEST_SAMPLES 10000
