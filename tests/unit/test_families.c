@@ -229,11 +229,24 @@ static void tiny_count_correct(rm_model *m, int rows, int32_t *correct)
     m->k->argmax_correct(tiny_output(m, 1, 0), m->labels, rows, TC, correct);
 }
 
+static int tiny_tensors(const rm_model *m, int u, rm_model_tensor *out, int cap)
+{
+    static const char *const names[2][2] = { { "tanh.scale", "tanh.shift" }, { "head.weight", "head.bias" } };
+    int64_t n0 = u == 0 ? TD : TD * TC, n1 = u == 0 ? TD : TC;
+    for (int i = 0; i < 2 && i < cap; i++) {
+        out[i] = (rm_model_tensor){ .off = m->unit[u].off + (i ? (size_t)n0 : 0), .ndim = 1,
+                                    .shape = { i ? n1 : n0 }, .layout = "" };
+        snprintf(out[i].name, sizeof out[i].name, "%s", names[u][i]);
+    }
+    return 2;
+}
+
 static const rm_model_family tiny_family = {
     .name = "tiny", .shape = tiny_shape, .plan = tiny_plan, .alloc = tiny_alloc,
     .release = tiny_release, .init_params = tiny_init_params, .forward = tiny_forward,
     .loss = tiny_loss, .backward = tiny_backward, .grad_range = tiny_grad_range,
     .count_correct = tiny_count_correct, .output = tiny_output, .describe = rm_model_shape_words,
+    .tensors = tiny_tensors,
 };
 
 /* ---- a two-rank world in process ---- */
@@ -490,6 +503,29 @@ static void test_tiny_gradient(void)
     CU_ASSERT(worst < 2e-2);
     if (!(worst < 2e-2))
         fprintf(stderr, "\n  tiny gradient vs finite differences: %g", worst);
+    /* both families' named tensors tile their units */
+    for (int fam = 0; fam < 2; fam++) {
+        rm_model mm;
+        rm_model_shape ms;
+        static const int hidden[] = { 5 };
+        if (fam)
+            CU_ASSERT_EQUAL_FATAL(rm_mlp_shape(&ms, TD, hidden, 1, TC, &e), RM_OK);
+        CU_ASSERT_EQUAL_FATAL(rm_model_plan(&mm, fam ? &rm_model_mlp : &tiny_family, fam ? &ms : &s, &e),
+                              RM_OK);
+        for (int u = 0; u < mm.nunits; u++) {
+            rm_model_tensor t[4];
+            int nt = rm_model_tensors(&mm, u, t, 4);
+            size_t at = mm.unit[u].off;
+            for (int i = 0; i < nt; i++) {
+                size_t n = 1;
+                for (int d = 0; d < t[i].ndim; d++)
+                    n *= (size_t)t[i].shape[d];
+                CU_ASSERT_EQUAL(t[i].off, at);
+                at += n;
+            }
+            CU_ASSERT_EQUAL(at, mm.unit[u].off + mm.unit[u].len);
+        }
+    }
     char buf[64];
     rm_model_shape_str(&m, buf, sizeof buf);
     CU_ASSERT_STRING_EQUAL(buf, "6--1-3");

@@ -274,6 +274,23 @@ static void mlp_count_correct(rm_model *m, int rows, int32_t *correct)
     m->k->argmax_correct(mlp_output(m, m->nunits - 1, 0), m->labels, rows, m->classes, correct);
 }
 
+/* layers.{l}.weight (stored [in x out], exported as nn.Linear's [out x in]) then layers.{l}.bias */
+static int mlp_tensors(const rm_model *m, int u, rm_model_tensor *out, int cap)
+{
+    int64_t in = m->unit[u].in_width, o = m->unit[u].out_width;
+    if (cap >= 1) {
+        out[0] = (rm_model_tensor){ .off = m->unit[u].off, .ndim = 2, .shape = { in, o },
+                                    .layout = "in_out" };
+        snprintf(out[0].name, sizeof out[0].name, "layers.%d.weight", u);
+    }
+    if (cap >= 2) {
+        out[1] = (rm_model_tensor){ .off = m->unit[u].off + (size_t)(in * o), .ndim = 1,
+                                    .shape = { o }, .layout = "" };
+        snprintf(out[1].name, sizeof out[1].name, "layers.%d.bias", u);
+    }
+    return 2;
+}
+
 const rm_model_family rm_model_mlp = {
     .name = "mlp",
     .shape = mlp_shape,
@@ -288,4 +305,5 @@ const rm_model_family rm_model_mlp = {
     .count_correct = mlp_count_correct,
     .output = mlp_output,
     .describe = rm_model_shape_words,
+    .tensors = mlp_tensors,
 };

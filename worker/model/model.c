@@ -210,6 +210,11 @@ void rm_model_count_correct(rm_model *m, int rows)
     m->family->count_correct(m, rows, m->correct);
 }
 
+int rm_model_tensors(const rm_model *m, int u, rm_model_tensor *out, int cap)
+{
+    return m->family->tensors(m, u, out, cap);
+}
+
 double rm_model_bwd_flop_ratio(const rm_model *m)
 {
     double fwd = 0, bwd = 0;

@@ -95,6 +95,20 @@ typedef struct rm_model_pass {
     void *ud;
 } rm_model_pass;
 
+/* A named tensor inside a unit's range (checkpoint manifests, export): row-major fp32 of `shape`
+ * (ndim dims) at `off` floats from the start of the flat buffer. The names are the family's
+ * (docs/models-and-data.md, "Exported models"); `layout` says how the flat copy relates to the
+ * exported one ("" = the same; "in_out" = a Linear weight stored [in x out], exported transposed). */
+#define RM_MODEL_TENSOR_NAME 96
+#define RM_MODEL_MAX_DIMS 4
+typedef struct rm_model_tensor {
+    char name[RM_MODEL_TENSOR_NAME];
+    size_t off;
+    int ndim;
+    int64_t shape[RM_MODEL_MAX_DIMS];
+    const char *layout;
+} rm_model_tensor;
+
 /* A model family's operations (one file each; worker/model/mlp.c). */
 struct rm_model_family {
     const char *name;   /* spec.training.model.type */
@@ -121,6 +135,9 @@ struct rm_model_family {
     float *(*output)(const rm_model *m, int unit, int off);
     /* "784-512-256-10" */
     void (*describe)(const rm_model_shape *s, char *buf, size_t cap);
+    /* The named tensors of unit u, in order, tiling its range: up to cap into out; returns how
+     * many there are (may exceed cap). */
+    int (*tensors)(const rm_model *m, int u, rm_model_tensor *out, int cap);
 };
 
 struct rm_model {
@@ -205,6 +222,8 @@ static inline void *rm_model_input(const rm_model *m, int off)
 }
 /* After forward: m->correct = rows whose prediction equals the label. */
 void rm_model_count_correct(rm_model *m, int rows);
+/* The named tensors of unit u (family op tensors): up to cap into out; returns the count. */
+int rm_model_tensors(const rm_model *m, int u, rm_model_tensor *out, int cap);
 
 /* Units [u0, u1)'s range of the flat buffers. */
 static inline size_t rm_model_units_off(const rm_model *m, int u0) { return m->unit[u0].off; }
