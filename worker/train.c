@@ -97,8 +97,8 @@ static void trainer_free(trainer *t)
         rm_kernels_host_free(t->k, t->host_stage);
     }
     free(t->perm);
-    rm_dataset_free(&t->tr);
-    rm_dataset_free(&t->te);
+    rm_data_close(&t->tr);
+    rm_data_close(&t->te);
     rm_wmetrics_stop(&t->wm);
 }
 
@@ -141,20 +141,26 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
         rm_info("metrics listening port=%d", rm_wmetrics_port(&t->wm));
 
     double t0 = rm_mono();
-    RM_CHECK(rm_dataset_load(cfg->t.data_dir, true, &t->tr, err));
-    RM_CHECK(rm_dataset_load(cfg->t.data_dir, false, &t->te, err));
-    if (t->te.rows != t->tr.rows || t->te.cols != t->tr.cols || t->te.classes > t->tr.classes)
-        return rm_errf(err, RM_EINVAL, "data: test images %dx%d with %d classes, training images "
-                       "%dx%d with %d", t->te.rows, t->te.cols, t->te.classes, t->tr.rows, t->tr.cols,
-                       t->tr.classes);
-    rm_info("data loaded train=%d test=%d seconds=%.2f dir=%s", t->tr.n, t->te.n,
-            rm_mono() - t0, cfg->t.data_dir ? cfg->t.data_dir : RM_DATA_DEFAULT_DIR);
+    RM_CHECK(rm_data_open(&cfg->t, RM_SPLIT_TRAIN, &t->tr, err));
+    RM_CHECK(rm_data_open(&cfg->t, RM_SPLIT_TEST, &t->te, err));
+    const rm_data_info *tri = &t->tr.info, *tei = &t->te.info;
+    if (tei->inputs != tri->inputs || tei->classes > tri->classes)
+        return rm_errf(err, RM_EINVAL, "data: the test split has %d inputs and %d classes, the "
+                       "training split %d and %d", tei->inputs, tei->classes, tri->inputs,
+                       tri->classes);
+    rm_info("data loaded format=%s train=%lld test=%lld seconds=%.2f dir=%s", t->tr.r->format,
+            (long long)tri->n, (long long)tei->n, rm_mono() - t0,
+            cfg->t.data_dir ? cfg->t.data_dir : RM_DATA_DEFAULT_DIR);
 
     rm_model_shape shape;
     const rm_model_family *fam;
-    rm_model_data md = { .inputs = t->tr.rows * t->tr.cols, .classes = t->tr.classes };
+    rm_model_data md = { .inputs = tri->inputs, .classes = tri->classes };
     RM_CHECK(rm_model_shape_for(&cfg->t, &md, &fam, &shape, err));
     RM_CHECK(rm_model_init(&t->m, t->k, fam, &shape, t->B, err));
+    if (t->m.x_row_bytes != tri->x_row_bytes || t->m.label_row != tri->label_row)
+        return rm_errf(err, RM_EINVAL, "data: %s rows of %zu bytes and %d labels, the %s model "
+                       "reads %zu and %d", t->tr.r->format, tri->x_row_bytes, tri->label_row,
+                       fam->name, t->m.x_row_bytes, t->m.label_row);
     RM_CHECK(rm_optim_init(&t->opt, t->k, &cfg->t.optimizer, t->m.nparams, err));
     rm_lr_sched_from_spec(&t->sched, &cfg->t);
     const char *sname = getenv(RM_ENV_STRATEGY);
@@ -170,11 +176,11 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     rm_step_env env = {.k = t->k, .m = &t->m, .opt = &t->opt, .amp = &t->amp,
                        .fusion_mb = cfg->t.fusion_buffer_mb, .sharding = cfg->t.sharding,
                        .token = cfg->token,
-                       .timeout_s = cfg->comm_timeout_s, .train_samples = t->tr.n, .batch = t->B,
+                       .timeout_s = cfg->comm_timeout_s, .train_samples = t->tr.info.n, .batch = t->B,
                        .epochs = cfg->t.epochs, .max_steps = cfg->t.max_steps,
                        .cancel = &rm_train_term, .view = cfg->rdzv_url ? &t->rp.view : NULL};
     RM_CHECK(t->strat->init(&env, &t->st, err));
-    t->perm = malloc((size_t)t->tr.n * sizeof *t->perm);
+    t->perm = malloc((size_t)t->tr.info.n * sizeof *t->perm);
     t->stage_bytes = (size_t)(1 + t->opt.nstate) * t->m.nparams * sizeof(float);
     t->host_stage = rm_kernels_host_alloc(t->k, t->stage_bytes);
     t->dev_small = t->k->alloc(32 * sizeof(float));
@@ -327,12 +333,12 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     }
     /* a configuration error no re-formation can heal: fail now rather than re-form forever */
     int64_t G = (int64_t)t->B * t->world;
-    if (rm_data_steps_per_epoch(t->tr.n, (int)(G < INT32_MAX ? G : INT32_MAX)) < 1) {
+    if (rm_data_steps_per_epoch(t->tr.info.n, (int)(G < INT32_MAX ? G : INT32_MAX)) < 1) {
         rm_rdzv_round_free(&rr);
         return rm_err_field(err, RM_EINVAL, "spec.training.batchSizePerWorker",
                             "global batch %lld (batchSizePerWorker %d x %d workers) exceeds the "
-                            "training set (%d samples): an epoch would have 0 steps",
-                            (long long)G, t->B, t->world, t->tr.n);
+                            "training set (%lld samples): an epoch would have 0 steps",
+                            (long long)G, t->B, t->world, (long long)t->tr.info.n);
     }
     if ((t->world == 1 || t->strat->claim) && !mpi)
         be = "local";   /* a world of one, or workers that never talk to each other (servers) */
@@ -427,15 +433,15 @@ static int evaluate(trainer *t, rm_err *err)
     bool piped = t->strat->eval_forward != NULL;   /* a pipeline: a replica's stages share a slice */
     if (piped)
         rm_tr_data_slot(t, &erank, &eworld);
-    int n = t->te.n, per = (n + eworld - 1) / eworld;
+    int n = t->te.info.n, per = (n + eworld - 1) / eworld;
     int start = erank * per, end = start + per < n ? start + per : n;
     double correct = 0, loss = 0;
     for (int s = start; s < end; s += t->B) {
         int rows = end - s < t->B ? end - s : t->B;
         if (t->k->host_memory) {
-            rm_data_slice(&t->te, s, rows, t->m.x, t->m.labels);
+            rm_data_slice_rows(&t->te, s, rows, t->m.x, t->m.labels);
         } else {
-            rm_data_slice(&t->te, s, rows, t->host_x, t->host_labels);
+            rm_data_slice_rows(&t->te, s, rows, t->host_x, t->host_labels);
             RM_CHECK(dev_copy(t, t->k->h2d(t->m.x, t->host_x, (size_t)rows * t->m.x_row_bytes),
                               "evaluation batch", err));
             RM_CHECK(dev_copy(t, t->k->h2d(t->m.labels, t->host_labels, (size_t)rows * sizeof(int32_t)),
@@ -515,19 +521,19 @@ static int step_once(trainer *t, rm_err *err)
     rm_tr_data_slot(t, &slot, &nslots);
     int G = t->B * nslots;
     if (t->perm_epoch != t->train_epoch) {
-        rm_perm_make(t->perm, t->tr.n, t->cfg->t.seed, t->train_epoch);
+        rm_perm_make(t->perm, t->tr.info.n, t->cfg->t.seed, t->train_epoch);
         t->perm_epoch = t->train_epoch;
     }
     if (t->k->host_memory) {
-        rm_data_gather(&t->tr, t->perm, t->data_pos, slot, nslots, t->B, t->m.x,
+        rm_data_gather_rows(&t->tr, t->perm, t->data_pos, slot, nslots, t->B, t->m.x,
                        t->m.labels);
     } else {
-        rm_data_gather(&t->tr, t->perm, t->data_pos, slot, nslots, t->B, t->host_x,
+        rm_data_gather_rows(&t->tr, t->perm, t->data_pos, slot, nslots, t->B, t->host_x,
                        t->host_labels);
         t->k->h2d(t->m.x, t->host_x, (size_t)t->B * t->m.x_row_bytes);
         t->k->h2d(t->m.labels, t->host_labels, (size_t)t->B * sizeof(int32_t));
     }
-    double epos = t->train_epoch + (double)t->data_pos / t->tr.n;
+    double epos = t->train_epoch + (double)t->data_pos / t->tr.info.n;
     t->lr = rm_lr_at(&t->sched, epos, G);
     rm_step_stats st;
     double t0 = rm_mono();
@@ -631,9 +637,9 @@ static int run_round(trainer *t, rm_err *err)
     rm_tr_data_slot(t, &slot, &nslots);
     int G = t->B * nslots;
     int64_t max_steps = cfg->t.max_steps;
-    if (rm_data_steps_per_epoch(t->tr.n, G) < 1)
-        return rm_errf(err, RM_EINVAL, "global batch %d larger than the training set (%d)", G,
-                       t->tr.n);
+    if (rm_data_steps_per_epoch(t->tr.info.n, G) < 1)
+        return rm_errf(err, RM_EINVAL, "global batch %d larger than the training set (%lld)", G,
+                       (long long)t->tr.info.n);
     t->rep_t = rm_mono();
     rm_tr_reporter_publish(t, true);
     rm_tr_reporter_kick(t);
@@ -645,7 +651,7 @@ static int run_round(trainer *t, rm_err *err)
         if (f)
             fire_fault(t, f);
         /* epoch boundary: evaluate the finished epoch, move the cursor */
-        if (t->data_pos + G > t->tr.n) {
+        if (t->data_pos + G > t->tr.info.n) {
             if (cfg->eval_every_epoch && t->eval_step != t->step) {
                 int rc = evaluate(t, err);
                 if (rc)
@@ -679,11 +685,11 @@ static int run_round(trainer *t, rm_err *err)
 static int step_claimed(trainer *t, const rm_step_claim *c, rm_err *err)
 {
     if (t->perm_epoch != c->train_epoch) {
-        rm_perm_make(t->perm, t->tr.n, t->cfg->t.seed, c->train_epoch);
+        rm_perm_make(t->perm, t->tr.info.n, t->cfg->t.seed, c->train_epoch);
         t->perm_epoch = c->train_epoch;
     }
-    rm_data_gather(&t->tr, t->perm, c->data_pos, c->slot, c->nslots, t->B, t->m.x, t->m.labels);
-    double epos = c->train_epoch + (double)c->data_pos / t->tr.n;
+    rm_data_gather_rows(&t->tr, t->perm, c->data_pos, c->slot, c->nslots, t->B, t->m.x, t->m.labels);
+    double epos = c->train_epoch + (double)c->data_pos / t->tr.info.n;
     t->lr = rm_lr_at(&t->sched, epos, t->B * t->world);
     rm_step_stats st;
     double t0 = rm_mono();
@@ -788,7 +794,9 @@ static int preflight(const rm_train_cfg *cfg, rm_err *err)
     const rm_model_family *fam;
     rm_model_data md;
     rm_model lay;   /* the plan only: units and sizes, nothing allocated */
-    RM_CHECK(rm_dataset_probe(cfg->t.data_dir, &md.inputs, &md.classes, err));
+    rm_data_info di;
+    RM_CHECK(rm_data_probe(&cfg->t, &di, err));
+    md = (rm_model_data){ .inputs = di.inputs, .classes = di.classes };
     RM_CHECK(rm_model_shape_for(&cfg->t, &md, &fam, &shape, err));
     RM_CHECK(rm_model_plan(&lay, fam, &shape, err));
     rm_ckpt_meta exp, meta;

@@ -322,7 +322,7 @@ int rm_tr_ckpt_write(trainer *t, rm_err *err)
     meta.rdzv_epoch = t->rdzv_epoch;
     meta.seed = t->cfg->t.seed;
     meta.opt_t = t->opt.t;
-    meta.epoch_pos = t->train_epoch + (double)t->data_pos / t->tr.n;
+    meta.epoch_pos = t->train_epoch + (double)t->data_pos / t->tr.info.n;
     meta.lr = t->lr;
     meta.loss_scale = t->amp.scaler.scale;
     meta.scaler_tracker = t->amp.scaler.growth_tracker;

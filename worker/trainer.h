@@ -35,6 +35,7 @@
 #include "worker/checkpoint/ckpt_shard.h"
 #include "worker/comm/comm.h"
 #include "worker/data/data.h"
+#include "worker/data/reader.h"
 #include "common/faults.h"
 #include "worker/gpu.h"
 #include "worker/model/model.h"
@@ -109,7 +110,7 @@ typedef struct ckpt_writer {
 typedef struct trainer {
     const rm_train_cfg *cfg;
     const rm_kernels *k;
-    rm_dataset tr, te;
+    rm_data tr, te;             /* the training and test splits */
     rm_model m;
     rm_optim opt;
     rm_lr_sched sched;

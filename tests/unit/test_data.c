@@ -10,6 +10,7 @@
 
 #include "tests/unit/testutil.h"
 #include "worker/data/data.h"
+#include "worker/data/reader.h"
 
 static char *g_dir;
 
@@ -258,12 +259,60 @@ static void test_real_dataset(void)
     rm_dataset_free(&d);
 }
 
+/* The reader interface over IDX: the probe and the open split agree with the files, rows come out
+ * as the IDX functions give them, and a format without a reader yet is a field-named error. */
+static void test_reader(void)
+{
+    rm_test_clear_dir(g_dir);
+    write_pair("train", 20, 4, 3, 0x803, 0x801, 0, 0, -1, 20, false);
+    write_pair("t10k", 10, 4, 3, 0x803, 0x801, 0, 0, -1, 10, true);
+    rm_training_spec t;
+    memset(&t, 0, sizeof t);
+    t.data_dir = g_dir;
+    rm_err e = {0};
+    rm_data_info pi;
+    CU_ASSERT_EQUAL_FATAL(rm_data_probe(&t, &pi, &e), RM_OK);
+    CU_ASSERT_EQUAL(pi.inputs, 12);
+    CU_ASSERT_EQUAL(pi.classes, 10);
+    CU_ASSERT_EQUAL(pi.x_row_bytes, 12 * sizeof(float));
+    rm_data tr, te;
+    CU_ASSERT_EQUAL_FATAL(rm_data_open(&t, RM_SPLIT_TRAIN, &tr, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(rm_data_open(&t, RM_SPLIT_TEST, &te, &e), RM_OK);
+    CU_ASSERT_STRING_EQUAL(tr.r->format, "idx");
+    CU_ASSERT_EQUAL(tr.info.n, 20);
+    CU_ASSERT_EQUAL(te.info.n, 10);
+    rm_dataset d;
+    CU_ASSERT_EQUAL_FATAL(load(&e, &d), RM_OK);
+    uint32_t perm[20];
+    rm_perm_make(perm, 20, 7, 1);
+    float xa[4 * 12], xb[4 * 12];
+    int32_t la[4], lb[4];
+    rm_data_gather_rows(&tr, perm, 4, 1, 2, 4, xa, la);
+    rm_data_gather(&d, perm, 4, 1, 2, 4, xb, lb);
+    CU_ASSERT_EQUAL(memcmp(xa, xb, sizeof xa), 0);
+    CU_ASSERT_EQUAL(memcmp(la, lb, sizeof la), 0);
+    rm_data_slice_rows(&te, 6, 4, xa, la);
+    CU_ASSERT_EQUAL(la[0], 6);
+    rm_dataset_free(&d);
+    rm_data_close(&tr);
+    rm_data_close(&tr);   /* idempotent */
+    rm_data_close(&te);
+    t.set2 |= RM_TR_SET2_FORMAT;
+    t.data.format = RM_DATA_TOKENS;
+    CU_ASSERT_EQUAL(rm_data_open(&t, RM_SPLIT_TRAIN, &tr, &e), RM_EUNSUPPORTED);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "spec.training.data.format"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "not supported yet"));
+    t.data.format = RM_DATA_IDX;
+    t.data_dir = "/nonexistent-ringmaster-data";
+    CU_ASSERT_EQUAL(rm_data_probe(&t, &pi, &e), RM_EIO);
+}
+
 void rm_suite_data(void)
 {
     static const rm_test_case cases[] = {
         {"good_raw_and_gz", test_good_raw_and_gz}, {"bad_files", test_bad_files},
         {"perm", test_perm},                       {"shards_disjoint", test_shards},
-        {"real_test_set", test_real_dataset},
+        {"real_test_set", test_real_dataset},      {"reader", test_reader},
     };
     RM_ADD_SUITE("data", setup, teardown, cases);
 }

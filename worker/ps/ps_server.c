@@ -38,7 +38,7 @@
 #include "worker/comm/net.h"
 #include "worker/optim/optim.h"
 #include "worker/ps/ps_core.h"
-#include "worker/data/data.h"
+#include "worker/data/reader.h"
 #include "worker/ps/ps_wire.h"
 
 #define PS_IDLE_S 600.0          /* a connection silent this long is closed */
@@ -741,7 +741,9 @@ static int setup(server *s, rm_err *err)
     const rm_model_family *fam;
     rm_model_data md;
     rm_model lay;   /* the plan only: units and sizes */
-    RM_CHECK(rm_dataset_probe(s->t.data_dir, &md.inputs, &md.classes, err));
+    rm_data_info di;
+    RM_CHECK(rm_data_probe(&s->t, &di, err));
+    md = (rm_model_data){ .inputs = di.inputs, .classes = di.classes };
     RM_CHECK(rm_model_shape_for(&s->t, &md, &fam, &s->shape, err));
     RM_CHECK(rm_model_plan(&lay, fam, &s->shape, err));
     s->total = lay.nparams;
