@@ -315,7 +315,7 @@ static int world_open(const bench_opts *o, bench_world *w, rm_err *err) {
     RM_CHECK(rm_net_listen(host, port, 128, &w->lfd, &port, err));
     snprintf(addr, sizeof addr, "%s:%d", host, port);
     w->rdzv = rm_rdzv_client_new(url, job, tok ? tok : "", wid, err);
-    if (!w->rdzv) return rm_errf(err, RM_ENOMEM, "rendezvous client");
+    if (!w->rdzv) return err->code;   /* the client said which argument it refused */
     double deadline = rm_mono() + 120;
     for (;;) {
         rc = rm_rdzv_join(w->rdzv, addr, -1, 15, &w->round, err);

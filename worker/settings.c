@@ -438,38 +438,32 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
                 goto fail;
             }
             break;
-        case O_OPT:
+        case O_OPT: {
             opt_flag = true;
-            if (!strcmp(optarg, "sgd"))
-                cfg->t.optimizer.type = RM_OPT_SGD;
-            else if (!strcmp(optarg, "adam"))
-                cfg->t.optimizer.type = RM_OPT_ADAM;
-            else if (!strcmp(optarg, "adagrad"))
-                cfg->t.optimizer.type = RM_OPT_ADAGRAD;
-            else {
+            /* the command line trains with sgd, adam or adagrad (the spec's other optimizers run
+             * on the parameter servers) */
+            int i = rm_enum_index(rm_opt_names, optarg);
+            if (i < 0 || i > RM_OPT_ADAGRAD) {
                 rc = rm_errf(err, RM_EINVAL, "--optimizer: sgd|adam|adagrad, got \"%s\"", optarg);
                 goto fail;
             }
+            cfg->t.optimizer.type = (rm_opt_type)i;
             break;
+        }
         case O_HIDDEN: RM_CHECK_GOTO(parse_hidden(optarg, &cfg->t, err), rc, fail); break;
-        case O_SCHED:
-            if (!strcmp(optarg, "cosine"))
-                cfg->t.schedule = RM_SCHED_COSINE;
-            else if (!strcmp(optarg, "step"))
-                cfg->t.schedule = RM_SCHED_STEP;
-            else if (!strcmp(optarg, "constant"))
-                cfg->t.schedule = RM_SCHED_CONSTANT;
-            else {
+        case O_SCHED: {
+            int i = rm_enum_index(rm_schedule_names, optarg);
+            if (i < 0) {
                 rc = rm_errf(err, RM_EINVAL, "--schedule: cosine|step|constant, got \"%s\"",
                              optarg);
                 goto fail;
             }
+            cfg->t.schedule = (rm_schedule)i;
             break;
+        }
         case O_SHARD: {
-            int i = 0;
-            while (rm_sharding_names[i] && strcmp(rm_sharding_names[i], optarg) != 0)
-                i++;
-            if (!rm_sharding_names[i]) {
+            int i = rm_enum_index(rm_sharding_names, optarg);
+            if (i < 0) {
                 rc = rm_errf(err, RM_EINVAL, "--sharding: none|optimizer|gradients|full, got \"%s\"",
                              optarg);
                 goto fail;

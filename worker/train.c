@@ -56,12 +56,12 @@ int rm_tr_rdzv_client_make(const rm_train_cfg *cfg, rm_rdzv_client **out, rm_err
                             "missing or empty: the rendezvous at %s needs the job's token",
                             cfg->rdzv_url);
     *out = rm_rdzv_client_new(cfg->rdzv_url, cfg->job, cfg->token, cfg->worker_id, err);
-    if (!*out)
-        return rm_err_field(err, RM_EINVAL, RM_ENV_RENDEZVOUS,
-                            "cannot use rendezvous %s for job \"%s\" as worker \"%s\" (the job "
-                            "must be namespace/name, names and the worker id DNS-like, the token "
-                            "one line of at most 255 bytes)",
-                            cfg->rdzv_url, cfg->job, cfg->worker_id);
+    if (!*out) {
+        rm_err why = *err;   /* which argument the client refused, and why */
+        return rm_err_field(err, why.code, RM_ENV_RENDEZVOUS,
+                            "cannot use rendezvous %s for job \"%s\" as worker \"%s\": %s",
+                            cfg->rdzv_url, cfg->job, cfg->worker_id, why.msg);
+    }
     /* the node reported to the rendezvous (docs/strategies.md#topology): NODE_NAME, else the host's name */
     const char *node = getenv(RM_ENV_NODE_NAME);
     if (node && *node) {
@@ -165,9 +165,10 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     rm_lr_sched_from_spec(&t->sched, &cfg->t);
     const char *sname = getenv(RM_ENV_STRATEGY);
     const char *par = getenv(RM_ENV_PARALLELISM);   /* pipeline stages  */
-    if (par && *par && (!sname || !*sname || !strcmp(sname, "allreduce")))
-        sname = "pipeline";
-    t->strat = rm_step_strategy(sname && *sname ? sname : "allreduce");
+    const char *allreduce = rm_enum_name(rm_strategy_names, RM_STRATEGY_ALLREDUCE);
+    if (par && *par && (!sname || !*sname || !strcmp(sname, allreduce)))
+        sname = "pipeline";   /* the step strategy of spec.parallelism (docs/strategies.md) */
+    t->strat = rm_step_strategy(sname && *sname ? sname : allreduce);
     if (t->strat == &rm_step_ps_ops && cfg->t.optimizer.type == RM_OPT_LBFGS)
         t->strat = &rm_step_lbfgs_ops;   /* Sandblaster L-BFGS (docs/strategies.md#sandblaster-l-bfgs) */
     if (!t->strat)

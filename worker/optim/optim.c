@@ -8,13 +8,7 @@
 
 const char *rm_optim_name(rm_opt_type t)
 {
-    switch (t) {
-    case RM_OPT_SGD: return "sgd";
-    case RM_OPT_ADAM: return "adam";
-    case RM_OPT_ADAGRAD: return "adagrad";
-    case RM_OPT_LBFGS: return "lbfgs";
-    }
-    return "?";
+    return rm_enum_name(rm_opt_names, (int)t);
 }
 
 int rm_optim_init(rm_optim *o, const rm_kernels *k, const rm_optimizer_spec *spec, size_t n,

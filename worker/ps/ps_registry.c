@@ -24,10 +24,11 @@ int rm_ps_registry_init(rm_ps_registry *g, const char (*addrs)[128], int n,
         return RM_OK;
     g->rdzv = rm_rdzv_client_new(rendezvous, job && *job ? job : "default/local", token ? token : "",
                                  id && *id ? id : "0", err);
-    if (!g->rdzv)
-        return rm_err_field(err, RM_EINVAL, "RINGMASTER_RENDEZVOUS", "cannot use \"%s\" (job %s, "
-                            "a job token and a caller name are needed)", rendezvous,
-                            job && *job ? job : "default/local");
+    if (!g->rdzv) {
+        rm_err why = *err;   /* which argument the client refused, and why */
+        return rm_err_field(err, why.code, "RINGMASTER_RENDEZVOUS", "cannot use \"%s\" (job %s): %s",
+                            rendezvous, job && *job ? job : "default/local", why.msg);
+    }
     for (int i = 0; i < n; i++)
         g->addrs[i][0] = 0;   /* unknown until the rendezvous says */
     return RM_OK;

@@ -692,9 +692,11 @@ static int settings(server *s, int argc, char **argv, rm_err *err)
              strcmp(s->bind, "0.0.0.0") && strcmp(s->bind, "::") ? s->bind : host);
     if ((v = getenv(RM_ENV_RENDEZVOUS)) && *v) {
         s->rdzv = rm_rdzv_client_new(v, s->job, s->token, "ps", err);
-        if (!s->rdzv)
-            return rm_err_field(err, RM_EINVAL, RM_ENV_RENDEZVOUS, "cannot use \"%s\" (with job %s)",
-                                v, s->job);
+        if (!s->rdzv) {
+            rm_err why = *err;   /* which argument the client refused, and why */
+            return rm_err_field(err, why.code, RM_ENV_RENDEZVOUS, "cannot use \"%s\" (with job %s): %s",
+                                v, s->job, why.msg);
+        }
     }
     if ((v = getenv(RM_ENV_CHECKPOINT_DIR)) && *v)
         snprintf(s->ckpt_dir, sizeof s->ckpt_dir, "%s/ps-%d", v, s->index);
