@@ -308,6 +308,9 @@ static int parse_resume(const char *flag, const char *s, rm_train_cfg *cfg, rm_e
     return RM_OK;
 }
 
+/* One piece on purpose: a getopt_long loop whose switch has a case per flag, all sharing the
+ * config being filled and the one failure path that frees it; the per-flag work is already in
+ * the helpers above (parse_int, parse_dbl, parse_backend, parse_hidden, ...). */
 int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
 {
     memset(cfg, 0, sizeof *cfg);

@@ -466,6 +466,107 @@ static int start_informer(rm_op *op, const char *name, const char *path, const c
     return rm_informer_start(op->client, &o, out, err);
 }
 
+/* The advertised rendezvous URL: explicit, else derived from the bind address. -1 (logged) when
+ * the bind address has no fixed port to derive it from. */
+static int advertise_url(rm_op *op)
+{
+    if (op->rdzv_url) {
+        snprintf(op->rdzv_url_buf, sizeof(op->rdzv_url_buf), "%s", op->rdzv_url);
+    } else {
+        char host[128];
+        int port = 0;
+        if (rm_http_parse_addr(op->rdzv_bind, host, sizeof(host), &port) || port == 0) {
+            rm_error("--rendezvous-bind-address %s needs a fixed port (or give --rendezvous-advertise-url)", op->rdzv_bind);
+            return -1;
+        }
+        if (strcmp(host, "0.0.0.0") == 0 || !host[0]) {
+            char hn[64] = "127.0.0.1";
+            snprintf(op->rdzv_url_buf, sizeof(op->rdzv_url_buf), "http://%s:%d", hn, port);
+        } else {
+            snprintf(op->rdzv_url_buf, sizeof(op->rdzv_url_buf), "http://%s:%d", host, port);
+        }
+    }
+    return 0;
+}
+
+/* The informers: TrainingJobs (all namespaces, or one stream per --namespace), and the owned
+ * objects and nodes across all namespaces. */
+static int start_informers(rm_op *op, rm_err *err)
+{
+    int rc;
+    char path[512];
+    if (op->nns == 0) {
+        snprintf(path, sizeof(path), "/apis/%s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION, RM_TJ_PLURAL);
+        rc = start_informer(op, "trainingjobs", path, NULL, rm_kube_tj_transform, free, NULL, on_job, &op->jobs[0], err);
+        if (rc)
+            return rc;
+        op->njobs = 1;
+    } else {
+        for (int i = 0; i < op->nns; i++) {
+            snprintf(path, sizeof(path), "/apis/%s/%s/namespaces/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION, op->namespaces[i], RM_TJ_PLURAL);
+            rc = start_informer(op, "trainingjobs", path, NULL, rm_kube_tj_transform, free, NULL, on_job, &op->jobs[i], err);
+            if (rc)
+                return rc;
+            op->njobs++;
+        }
+    }
+    /* owned objects across all namespaces (label-selected): fewer streams than one per namespace */
+    rc = start_informer(op, "pods", "/api/v1/pods", RM_LABEL_JOB, rm_kube_pod_transform, free, rm_kube_job_index, on_owned, &op->pods, err);
+    if (!rc)
+        rc = start_informer(op, "services", "/api/v1/services", RM_LABEL_JOB, rm_kube_exists_transform, free, rm_kube_job_index, on_owned, &op->services, err);
+    if (!rc)
+        rc = start_informer(op, "secrets", "/api/v1/secrets", RM_LABEL_JOB, rm_kube_owned_transform, free, rm_kube_job_index, on_owned, &op->secrets, err);
+    if (!rc)
+        rc = start_informer(op, "nodes", "/api/v1/nodes", NULL, rm_kube_node_transform, free, NULL, on_node, &op->nodes, err);
+    return rc;
+}
+
+/* Until SIGTERM/SIGINT: readiness, the rendezvous server while leading, rendezvous polling,
+ * periodic resync; SIGUSR1 logs a memory and cache summary. */
+static void main_loop(rm_op *op, const sigset_t *sigs)
+{
+    double last_resync = rm_mono();
+    unsigned ticks = 0;
+    for (;;) {
+        struct timespec ts = {0, 500 * 1000 * 1000};
+        int sig = sigtimedwait(sigs, NULL, &ts);
+        if (sig == SIGTERM || sig == SIGINT) {
+            rm_info("shutting down signal=%d", sig);
+            break;
+        }
+        if (sig == SIGUSR1) {
+            struct mallinfo2 mi = mallinfo2();
+            size_t njobs = 0;
+            for (int i = 0; i < op->njobs; i++)
+                njobs += rm_informer_count(op->jobs[i]);
+            rm_info("memory heap_bytes=%zu heap_in_use=%zu mmapped=%zu jobs=%zu pods=%zu services=%zu secrets=%zu queue=%zu",
+                    mi.arena, mi.uordblks, mi.hblkhd, njobs, rm_informer_count(op->pods),
+                    rm_informer_count(op->services), rm_informer_count(op->secrets), rm_wq_len(op->q));
+        }
+        update_ready(op);
+        rm_health_beat(op->health);
+        pthread_mutex_lock(&op->lmu);
+        if (atomic_load(&op->leading) && op->rdzv_bind && !op->rdzv_srv) {
+            /* the previous leader may still hold the port for a moment: keep trying */
+            rm_err rerr = {0};
+            if (rm_rdzv_serve(op->rdzv, op->rdzv_bind, &op->rdzv_srv, &rerr) == RM_OK)
+                rm_info("rendezvous serving addr=%s port=%d", op->rdzv_bind, rm_http_port(op->rdzv_srv));
+        }
+        pthread_mutex_unlock(&op->lmu);
+        if (atomic_load(&op->leading))
+            rm_kube_rt_poll_rdzv(op->rt, enqueue_key, op);   /* rounds, progress, results */
+        if (++ticks % 10 == 0)
+            malloc_trim(64 * 1024);   /* hand bursts' freed heap back (every ~5 s) */
+        if (op->resync_s > 0 && rm_mono() - last_resync >= op->resync_s) {
+            last_resync = rm_mono();
+            if (atomic_load(&op->leading)) {
+                enqueue_all(op);
+                rm_sweepctl_enqueue_all(op->sweeps);
+            }
+        }
+    }
+}
+
 int rm_operator_main(int argc, char **argv)
 {
     rm_op op;
@@ -535,52 +636,12 @@ int rm_operator_main(int argc, char **argv)
         rm_error("out of memory");
         goto out;
     }
-    /* advertised rendezvous URL: explicit, else derived from the bind address */
-    if (op.rdzv_url) {
-        snprintf(op.rdzv_url_buf, sizeof(op.rdzv_url_buf), "%s", op.rdzv_url);
-    } else {
-        char host[128];
-        int port = 0;
-        if (rm_http_parse_addr(op.rdzv_bind, host, sizeof(host), &port) || port == 0) {
-            rm_error("--rendezvous-bind-address %s needs a fixed port (or give --rendezvous-advertise-url)", op.rdzv_bind);
-            goto out;
-        }
-        if (strcmp(host, "0.0.0.0") == 0 || !host[0]) {
-            char hn[64] = "127.0.0.1";
-            snprintf(op.rdzv_url_buf, sizeof(op.rdzv_url_buf), "http://%s:%d", hn, port);
-        } else {
-            snprintf(op.rdzv_url_buf, sizeof(op.rdzv_url_buf), "http://%s:%d", host, port);
-        }
-    }
+    if (advertise_url(&op))
+        goto out;
     char hn[64] = "localhost";
     gethostname(hn, sizeof(hn) - 1);
     snprintf(op.identity, sizeof(op.identity), "%s_%d", hn, (int)getpid());
-    /* informers */
-    char path[512];
-    if (op.nns == 0) {
-        snprintf(path, sizeof(path), "/apis/%s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION, RM_TJ_PLURAL);
-        rc = start_informer(&op, "trainingjobs", path, NULL, rm_kube_tj_transform, free, NULL, on_job, &op.jobs[0], &err);
-        if (rc)
-            goto inf_fail;
-        op.njobs = 1;
-    } else {
-        for (int i = 0; i < op.nns; i++) {
-            snprintf(path, sizeof(path), "/apis/%s/%s/namespaces/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION, op.namespaces[i], RM_TJ_PLURAL);
-            rc = start_informer(&op, "trainingjobs", path, NULL, rm_kube_tj_transform, free, NULL, on_job, &op.jobs[i], &err);
-            if (rc)
-                goto inf_fail;
-            op.njobs++;
-        }
-    }
-    /* owned objects across all namespaces (label-selected): fewer streams than one per namespace */
-    rc = start_informer(&op, "pods", "/api/v1/pods", RM_LABEL_JOB, rm_kube_pod_transform, free, rm_kube_job_index, on_owned, &op.pods, &err);
-    if (!rc)
-        rc = start_informer(&op, "services", "/api/v1/services", RM_LABEL_JOB, rm_kube_exists_transform, free, rm_kube_job_index, on_owned, &op.services, &err);
-    if (!rc)
-        rc = start_informer(&op, "secrets", "/api/v1/secrets", RM_LABEL_JOB, rm_kube_owned_transform, free, rm_kube_job_index, on_owned, &op.secrets, &err);
-    if (!rc)
-        rc = start_informer(&op, "nodes", "/api/v1/nodes", NULL, rm_kube_node_transform, free, NULL, on_node, &op.nodes, &err);
-    if (rc)
+    if (start_informers(&op, &err))
         goto inf_fail;
     rm_kube_rt_config rc_cfg = {.client = op.client, .njobs_inf = op.njobs, .pods = op.pods,
                                 .services = op.services, .secrets = op.secrets, .nodes = op.nodes,
@@ -624,47 +685,7 @@ int rm_operator_main(int argc, char **argv)
         on_leading(&op, true);
     }
     update_ready(&op);
-    /* main loop: readiness, periodic resync, signals */
-    double last_resync = rm_mono();
-    unsigned ticks = 0;
-    for (;;) {
-        struct timespec ts = {0, 500 * 1000 * 1000};
-        int sig = sigtimedwait(&sigs, NULL, &ts);
-        if (sig == SIGTERM || sig == SIGINT) {
-            rm_info("shutting down signal=%d", sig);
-            break;
-        }
-        if (sig == SIGUSR1) {
-            struct mallinfo2 mi = mallinfo2();
-            size_t njobs = 0;
-            for (int i = 0; i < op.njobs; i++)
-                njobs += rm_informer_count(op.jobs[i]);
-            rm_info("memory heap_bytes=%zu heap_in_use=%zu mmapped=%zu jobs=%zu pods=%zu services=%zu secrets=%zu queue=%zu",
-                    mi.arena, mi.uordblks, mi.hblkhd, njobs, rm_informer_count(op.pods),
-                    rm_informer_count(op.services), rm_informer_count(op.secrets), rm_wq_len(op.q));
-        }
-        update_ready(&op);
-        rm_health_beat(op.health);
-        pthread_mutex_lock(&op.lmu);
-        if (atomic_load(&op.leading) && op.rdzv_bind && !op.rdzv_srv) {
-            /* the previous leader may still hold the port for a moment: keep trying */
-            rm_err rerr = {0};
-            if (rm_rdzv_serve(op.rdzv, op.rdzv_bind, &op.rdzv_srv, &rerr) == RM_OK)
-                rm_info("rendezvous serving addr=%s port=%d", op.rdzv_bind, rm_http_port(op.rdzv_srv));
-        }
-        pthread_mutex_unlock(&op.lmu);
-        if (atomic_load(&op.leading))
-            rm_kube_rt_poll_rdzv(op.rt, enqueue_key, &op);   /* rounds, progress, results */
-        if (++ticks % 10 == 0)
-            malloc_trim(64 * 1024);   /* hand bursts' freed heap back (every ~5 s) */
-        if (op.resync_s > 0 && rm_mono() - last_resync >= op.resync_s) {
-            last_resync = rm_mono();
-            if (atomic_load(&op.leading)) {
-                enqueue_all(&op);
-                rm_sweepctl_enqueue_all(op.sweeps);
-            }
-        }
-    }
+    main_loop(&op, &sigs);
     exit_code = 0;
     goto out;
 inf_fail:
