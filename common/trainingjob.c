@@ -424,7 +424,10 @@ cJSON *rm_par_to_json(const rm_par_spec *par)
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return NULL;
-    add_num(o, "tensorParallel", par->tensor_parallel, par->set & RM_PAR_SET_TENSOR);
+    /* 1 is no tensor parallelism: left out, so the launch contract's RINGMASTER_PARALLELISM of a
+     * job without it stays what workers of earlier versions read */
+    if (par->tensor_parallel != 1)
+        add_num(o, "tensorParallel", par->tensor_parallel, par->set & RM_PAR_SET_TENSOR);
     add_num(o, "pipelineStages", par->pipeline_stages, par->set & RM_PAR_SET_STAGES);
     add_num(o, "microBatches", par->micro_batches, par->set & RM_PAR_SET_MICRO);
     if (par->schedule != RM_PIPE_1F1B || (par->set & RM_PAR_SET_SCHEDULE))
