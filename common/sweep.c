@@ -15,13 +15,6 @@
 
 #include "common/json.h"
 
-#define TRY(x)             \
-    do {                   \
-        rc = (x);          \
-        if (rc)            \
-            goto out;      \
-    } while (0)
-
 static const char *const algo_names[] = {"grid", "random", NULL};
 static const char *const metric_names[] = {"testAccuracy", "trainLoss", NULL};
 static const char *const sweep_phase_names[] = {"Pending", "Running", "Succeeded", "Failed"};
