@@ -133,7 +133,7 @@ struct rm_model_family {
     void (*count_correct)(rm_model *m, int rows, int32_t *correct);
     /* The output rows of unit u from row off (fp32, out_width floats per row). */
     float *(*output)(const rm_model *m, int unit, int off);
-    /* "784-512-256-10" */
+    /* the shape for logs and errors (the MLP: its widths joined by "-") */
     void (*describe)(const rm_model_shape *s, char *buf, size_t cap);
     /* The named tensors of unit u, in order, tiling its range: up to cap into out; returns how
      * many there are (may exceed cap). */
@@ -187,7 +187,7 @@ int rm_model_init_params(rm_model *m, uint64_t seed, rm_err *err);
 int rm_model_init_params_units(rm_model *m, uint64_t seed, int u0, int u1, rm_err *err);
 void rm_model_shape_str(const rm_model *m, char *buf, size_t cap);
 /* A shape record's words 0..nlayers joined by '-' (what a checkpoint names when shapes differ; the
- * MLP's description: "784-512-256-10"). */
+ * MLP's description). */
 void rm_model_shape_words(const rm_model_shape *s, char *buf, size_t cap);
 
 /* Whole-batch passes (rows from 0, every unit). */
