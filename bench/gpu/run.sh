@@ -79,7 +79,7 @@ get() { # get IMPL NAME FIELD
 ceil=$(grep '^RESULT kind=gemm out=bf16' "$log" | tail -n1 | tr ' ' '\n' | sed -n 's/^tflops=//p')
 ceil32=$(grep '^RESULT kind=gemm out=fp32' "$log" | tail -n1 | tr ' ' '\n' | sed -n 's/^tflops=//p')
 {
-  echo "# GPU benchmarks (issue 7)"
+  echo "# GPU benchmarks"
   echo
   echo "- Device: $gpu, driver $driver; $(nproc) CPU cores ($(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -n1))"
   echo "- Date: $(date -u +%Y-%m-%dT%H:%MZ); PyTorch $torchver ($py); CUDA $("$CUDA_HOME/bin/nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"

@@ -202,7 +202,7 @@ PY
 fi
 
 {
-  echo "# Pipeline stages: GPipe vs 1F1B (issue 15)"
+  echo "# Pipeline stages: GPipe vs 1F1B"
   echo
   echo "Machine: $(nproc) CPUs ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //')), load average at start: $(cut -d' ' -f1-3 /proc/loadavg)."
   echo "Date: $(date -u +%Y-%m-%dT%H:%MZ). Command: \`QUICK=$QUICK STEPS=$STEPS PS=\"${PS[*]}\" MS=\"${MS[*]}\" bench/pipeline/run.sh\`. Took $(( $(date +%s) - T0 )) s."

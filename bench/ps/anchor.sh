@@ -53,7 +53,7 @@ print(f"| torch.distributed.rpc PS (batch update){cut} | {j['samples_per_second'
 PY
 )
 {
-  echo "## Parameter servers beside torch.distributed.rpc (issue 12)"
+  echo "## Parameter servers beside torch.distributed.rpc"
   echo
   echo "\`bench/ps/anchor.sh\` on $(hostname) ($(nproc) CPUs), $(date -u +%Y-%m-%d); load average $load0 at the"
   echo "start, $(cut -d' ' -f1-3 /proc/loadavg) at the end. $WORKERS workers, $SERVERS server(s), MLP [$HIDDEN],"

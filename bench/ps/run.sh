@@ -153,7 +153,7 @@ PY
 done
 done
 {
-  echo "## Parameter servers: the straggler experiment (issue 12)"
+  echo "## Parameter servers: the straggler experiment"
   echo
   echo "\`bench/ps/run.sh\` on $(hostname) ($(nproc) CPUs), $(date -u +%Y-%m-%d), load average at the end:"
   echo "$(cut -d' ' -f1-3 /proc/loadavg). Workers $WORKERS, servers $SERVERS (a -S<k> variant: k), MLP [$HIDDEN], $EPOCHS epochs,"

@@ -17,7 +17,7 @@ def rows(path):
             r[int(m.group(1))] = float(m.group(5))   # out-of-place busbw
     return r, note
 L = []
-L.append("## Sharding: reduce-scatter / all-gather busbw, ZeRO stages (issue 14)\n")
+L.append("## Sharding: reduce-scatter / all-gather busbw, ZeRO stages\n")
 L.append("`bench/shard/run.sh` (%s), %s, %s CPUs (%s), load %s at start, %s at end; torch %s; %s." % (
     "QUICK=1 smoke run" if meta.get("quick") == "1" else "run", meta.get("date"), meta.get("nproc"),
     meta.get("cpu"), meta.get("load_start"), meta.get("load_end"), meta.get("torch"), meta.get("mpi")))
