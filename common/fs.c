@@ -59,3 +59,64 @@ int rm_fs_dir_writable(const char *dir, const char *what, rm_err *err)
                        strerror(bad));
     return RM_OK;
 }
+
+/* write(2) until done: a large buffer may go out in parts */
+static int write_all(int fd, const void *p, size_t n)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return -1;
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int rm_fs_write_atomic(const char *path, const rm_fs_piece *pieces, int n, rm_err *err)
+{
+    char tmp[4200], dir[4200];
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    int w;
+    if (!slash)
+        w = snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        w = snprintf(dir, sizeof dir, "/");
+    else
+        w = snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (!*base || w < 0 || (size_t)w >= sizeof dir ||
+        (size_t)snprintf(tmp, sizeof tmp, "%s/.tmp-%s.%ld", dir, base, (long)getpid()) >= sizeof tmp)
+        return rm_errf(err, RM_EINVAL, "%s: bad or over-long path", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return rm_errf(err, RM_EIO, "%s: cannot create %s (%s)", path, tmp, strerror(errno));
+    const char *step = NULL;
+    for (int i = 0; i < n && !step; i++)
+        if (pieces[i].n && write_all(fd, pieces[i].p, pieces[i].n) != 0)
+            step = "write";
+    if (!step && fsync(fd) != 0)
+        step = "fsync";
+    int e = errno;
+    if (close(fd) != 0 && !step) {
+        step = "close";
+        e = errno;
+    }
+    if (!step && rename(tmp, path) != 0) {
+        step = "rename";
+        e = errno;
+    }
+    if (step) {
+        unlink(tmp);
+        return rm_errf(err, RM_EIO, "%s: %s failed (%s)", path, step, strerror(e ? e : EIO));
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {   /* the rename itself made durable */
+        (void)fsync(dfd);
+        close(dfd);
+    }
+    return RM_OK;
+}
