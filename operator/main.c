@@ -1,5 +1,5 @@
-/* main.c — the `ringmaster` command: dispatch to run / validate / version (operator/run.c) and
- * operator (operator/kube/operator.c). Nothing else lives here, so each command stays testable
+/* main.c — the `ringmaster` command: dispatch to run / validate / version (operator/run.c),
+ * tokenize (operator/tokenize.c) and operator (operator/kube/operator.c). Nothing else lives here, so each command stays testable
  * as a function taking argv. */
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +16,7 @@ static void usage(FILE *f)
             "                     or a TrainingSweep's trials, parallelTrials at a time\n"
             "  operator [flags]   the Kubernetes controller for TrainingJobs and TrainingSweeps\n"
             "  validate -f FILE   check a manifest (errors name the field and line)\n"
+            "  tokenize IN OUT    write a text file as token shards (data.format: tokens)\n"
             "  version            print the version\n"
             "`ringmaster <command> --help` describes each command's flags.\n");
 }
@@ -31,6 +32,8 @@ int main(int argc, char **argv)
         return rm_run_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "validate"))
         return rm_validate_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "tokenize"))
+        return rm_tokenize_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))
         return rm_version_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "operator")) {

@@ -62,4 +62,6 @@ const char *rm_run_dir_name(const char *flag, const char *name, char *buf, size_
 int rm_run_main(int argc, char **argv);
 int rm_validate_main(int argc, char **argv);
 int rm_version_main(int argc, char **argv);
+/* `ringmaster tokenize [flags] INPUT OUTDIR` (operator/tokenize.c): text into token shards. */
+int rm_tokenize_main(int argc, char **argv);
 #endif

@@ -14,7 +14,7 @@ static void info_of(const rm_dataset *d, rm_data_info *out)
                            .label_row = 1 };
 }
 
-static int idx_probe(const char *src, rm_data_info *out, rm_err *err)
+static int idx_probe(const char *src, const rm_training_spec *t, rm_data_info *out, rm_err *err)
 {
     int inputs = 0, classes = 0;
     RM_CHECK(rm_dataset_probe(src, &inputs, &classes, err));
@@ -23,8 +23,8 @@ static int idx_probe(const char *src, rm_data_info *out, rm_err *err)
     return RM_OK;
 }
 
-static int idx_open(const char *src, rm_data_split split, void **state, rm_data_info *info,
-                    rm_err *err)
+static int idx_open(const char *src, const rm_training_spec *t, rm_data_split split, void **state,
+                    rm_data_info *info, rm_err *err)
 {
     rm_dataset *d = calloc(1, sizeof *d);
     if (!d)

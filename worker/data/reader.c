@@ -1,5 +1,5 @@
 /* reader.c — picking the reader and the source of a spec's data, and the calls every format shares
- * (reader.h). Names no format but IDX, the default while it is the only reader. */
+ * (reader.h). IDX is the default format (the built-in data set's). */
 #include "worker/data/reader.h"
 
 #include <string.h>
@@ -11,9 +11,12 @@ const rm_data_reader *rm_data_reader_of(rm_data_format f)
     switch (f) {
     case RM_DATA_IDX:
         return &rm_data_idx;
-    default:
-        return NULL;
+    case RM_DATA_TOKENS:
+        return &rm_data_tokens;
+    case RM_DATA_TEXT:
+        return &rm_data_text;
     }
+    return NULL;
 }
 
 int rm_data_source(const rm_training_spec *t, const rm_data_reader **r, char *src, size_t cap,
@@ -39,7 +42,7 @@ int rm_data_probe(const rm_training_spec *t, rm_data_info *out, rm_err *err)
     char src[4096];
     memset(out, 0, sizeof *out);
     RM_CHECK(rm_data_source(t, &r, src, sizeof src, err));
-    return r->probe(src, out, err);
+    return r->probe(src, t, out, err);
 }
 
 int rm_data_open(const rm_training_spec *t, rm_data_split split, rm_data *out, rm_err *err)
@@ -48,7 +51,7 @@ int rm_data_open(const rm_training_spec *t, rm_data_split split, rm_data *out, r
     char src[4096];
     memset(out, 0, sizeof *out);
     RM_CHECK(rm_data_source(t, &r, src, sizeof src, err));
-    RM_CHECK(r->open(src, split, &out->state, &out->info, err));
+    RM_CHECK(r->open(src, t, split, &out->state, &out->info, err));
     out->r = r;
     return RM_OK;
 }

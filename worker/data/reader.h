@@ -4,7 +4,8 @@
  * names a format.
  *
  * A reader opens one split (train or test) of a source (a folder or file the spec names: data.uri
- * or the deprecated dataDir) and hands out rows: `gather` the rank's rows of a step from the
+ * or the deprecated dataDir) and hands out rows — an image and its label (IDX), or a context
+ * window of tokens and the same window shifted by one (token shards, text): `gather` the rank's rows of a step from the
  * epoch's permutation (the order is a function of (seed, epoch, rank) alone: rm_perm_make, data.h),
  * `slice` contiguous rows (evaluation). A row is x_row_bytes of model input and label_row int32
  * labels. `probe` tells the shape from the headers without loading the set (the validator, a
@@ -35,10 +36,12 @@ typedef struct rm_data_info {
 
 typedef struct rm_data_reader {
     const char *format;   /* spec.training.data.format: "idx" */
-    /* The training split's shape from its headers (nothing loaded). */
-    int (*probe)(const char *src, rm_data_info *out, rm_err *err);
+    /* The training split's shape from its headers (nothing loaded). t: what the spec says of the
+     * model and the data (a token stream's context and vocabulary, the validation fraction). */
+    int (*probe)(const char *src, const rm_training_spec *t, rm_data_info *out, rm_err *err);
     /* Open one split; *state owned by the reader until close. */
-    int (*open)(const char *src, rm_data_split split, void **state, rm_data_info *info, rm_err *err);
+    int (*open)(const char *src, const rm_training_spec *t, rm_data_split split, void **state,
+                rm_data_info *info, rm_err *err);
     void (*close)(void *state);
     /* rows rows for rank of world from permutation position pos (pos + rows * world <= n). */
     void (*gather)(const void *state, const uint32_t *perm, int64_t pos, int rank, int world, int rows,
@@ -76,6 +79,6 @@ static inline void rm_data_slice_rows(const rm_data *d, int64_t start, int rows,
     d->r->slice(d->state, start, rows, x, labels);
 }
 
-/* The readers built in (worker/data/idx.c). */
-extern const rm_data_reader rm_data_idx;
+/* The readers built in: worker/data/idx.c; worker/data/stream.c (token shards, raw text). */
+extern const rm_data_reader rm_data_idx, rm_data_tokens, rm_data_text;
 #endif
