@@ -18,7 +18,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#define HDR_BYTES 512
+#define HDR_BYTES RM_CKPT_HDR_BYTES
 
 /* ---------------- header serialisation ---------------- */
 
@@ -128,6 +128,15 @@ static int fsync_dir(const char *dir)
     int rc = fsync(fd);
     close(fd);
     return rc;
+}
+
+int rm_ckpt_json_name(const char *name, char *out, size_t cap)
+{
+    const char *dot = strrchr(name, '.');
+    if (!dot || dot == name)
+        return -1;
+    int w = snprintf(out, cap, "%.*s.json", (int)(dot - name), name);
+    return w < 0 || (size_t)w >= cap ? -1 : 0;
 }
 
 int rm_ckpt_fsync_dir(const char *dir)
@@ -290,6 +299,12 @@ static void prune(const char *dir, const rm_ckpt_meta *meta, const char *self, i
         }
         if (++same <= keep || mine)
             continue;
+        /* its manifest first: a manifest never names a file that is gone */
+        char jn[RM_CKPT_NAME_CAP], jp[4096 + 64];
+        if (rm_ckpt_json_name(v[i].name, jn, sizeof jn) == 0) {
+            snprintf(jp, sizeof jp, "%s/%s", dir, jn);
+            unlink(jp);
+        }
         if (unlink(p) == 0)
             rm_debug("checkpoint pruned path=%s", p);
     }

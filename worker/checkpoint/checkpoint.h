@@ -27,6 +27,7 @@
 #define RM_CKPT_MAGIC "RMCKPT01"
 #define RM_CKPT_VERSION 1
 #define RM_CKPT_MAX_STATE 2
+#define RM_CKPT_HDR_BYTES 512   /* the fixed header; the payload starts right after it */
 
 typedef struct rm_ckpt_meta {
     int64_t step;             /* optimizer steps completed (global step) */
@@ -102,6 +103,11 @@ typedef bool (*rm_ckpt_parse_fn)(const char *name, rm_ckpt_entry *e);
 /* *out owned (free(), NULL when empty). RM_ENOTFOUND when dir is missing, RM_EIO when it cannot
  * be read, RM_ENOMEM. Names of RM_CKPT_NAME_CAP bytes or more are never the caller's. */
 int rm_ckpt_list(const char *dir, rm_ckpt_parse_fn parse, rm_ckpt_entry **out, int *n);
+
+/* The name of the JSON manifest that pairs with a checkpoint file or a set's .rmmf
+ * (worker/checkpoint/manifest.h): name with its extension replaced by ".json". -1 when it does
+ * not fit cap or name has no extension. Pruning removes it before the file it describes. */
+int rm_ckpt_json_name(const char *name, char *out, size_t cap);
 
 /* fsync a folder (after removing files from it); -1 with errno on failure. */
 int rm_ckpt_fsync_dir(const char *dir);
