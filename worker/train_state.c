@@ -194,18 +194,22 @@ static void *ckpt_writer_main(void *arg)
         rm_ckpt_seg seg = {w->buf, w->bytes};
         double wait_s = w->wait_s;
         bool stages = w->nstages > 0;   /* stage_bounds stay put until this write is collected */
+        const rm_ckpt_model *mf = w->model.n > 0 ? &w->model : NULL;   /* set before the thread */
         pthread_mutex_unlock(&w->mu);
         rm_err e = {0};
         char path[4200] = "";
         double t0 = rm_mono();
         /* sharded: this rank's shard, then the set completes (manifest) or the wait runs out */
         int rc = meta.shard_world && stages   /* pipeline stages: per-stage layers */
-                     ? rm_ckpt_stage_write(w->dir, &meta, &w->units, w->stage_bounds, &seg, 1, w->keep,
-                                           wait_s, path, sizeof path, &e)
+                     ? rm_ckpt_stage_write(w->dir, &meta, &w->units, mf, w->stage_bounds, &seg, 1,
+                                           w->keep, wait_s, path, sizeof path, &e)
                  : meta.shard_world
-                     ? rm_ckpt_shard_write(w->dir, &meta, &w->units, &seg, 1, w->keep, wait_s, path,
-                                           sizeof path, &e)
+                     ? rm_ckpt_shard_write(w->dir, &meta, &w->units, mf, &seg, 1, w->keep, wait_s,
+                                           path, sizeof path, &e)
                      : rm_ckpt_write(w->dir, &meta, &seg, 1, w->keep, path, sizeof path, &e);
+        /* a whole checkpoint's manifest, last (a set's is written by ckpt_shard.c) */
+        if (rc == RM_OK && !meta.shard_world && mf)
+            rc = rm_ckpt_manifest_write_whole(path, &meta, mf, &e);
         double dt = rm_mono() - t0;
         pthread_mutex_lock(&w->mu);
         w->rc = rc;
@@ -219,6 +223,25 @@ static void *ckpt_writer_main(void *arg)
     return NULL;
 }
 
+/* The model's named tensors, unit by unit, for the writer's manifests (manifest.h): they tile
+ * the flat buffer the payload holds. A family that names none writes no manifest. */
+static int ckpt_model_tensors(const rm_model *m, ckpt_writer *w, rm_err *err)
+{
+    int n = 0;
+    for (int u = 0; m->family && m->family->tensors && u < m->nunits; u++)
+        n += rm_model_tensors(m, u, NULL, 0);
+    if (n == 0)
+        return RM_OK;
+    w->tensors = calloc((size_t)n, sizeof *w->tensors);
+    if (!w->tensors)
+        return rm_errf(err, RM_ENOMEM, "checkpoint writer: out of memory");
+    int at = 0;
+    for (int u = 0; u < m->nunits; u++)
+        at += rm_model_tensors(m, u, w->tensors + at, n - at);
+    w->model = (rm_ckpt_model){m->family->name, w->tensors, n};
+    return RM_OK;
+}
+
 int rm_tr_ckpt_writer_start(trainer *t, rm_err *err)
 {
     ckpt_writer *w = &t->cw;
@@ -229,6 +252,7 @@ int rm_tr_ckpt_writer_start(trainer *t, rm_err *err)
     w->dir = t->cfg->checkpoint_dir;
     w->keep = t->cfg->checkpoint_keep;
     w->units = (rm_ckpt_units){t->m.nunits, t->m.unit_off, t->m.unit_len};
+    RM_CHECK(ckpt_model_tensors(&t->m, w, err));
     if (pthread_create(&w->th, NULL, ckpt_writer_main, w) != 0)
         return rm_errf(err, RM_ERR, "checkpoint writer thread: cannot start");
     w->started = true;
@@ -293,6 +317,9 @@ void rm_tr_ckpt_writer_stop(trainer *t)
         pthread_cond_destroy(&w->cv);
         w->inited = false;
     }
+    free(w->tensors);
+    w->tensors = NULL;
+    w->model = (rm_ckpt_model){0};
 }
 
 /* Snapshot the state at this step boundary and hand it to the writer (rank 0 under allreduce:

@@ -33,6 +33,7 @@
 #include "kernels/kernels.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/checkpoint/ckpt_shard.h"
+#include "worker/checkpoint/manifest.h"
 #include "worker/comm/comm.h"
 #include "worker/data/data.h"
 #include "worker/data/reader.h"
@@ -93,6 +94,8 @@ typedef struct ckpt_writer {
     const char *dir;            /* borrowed from the settings */
     int keep;
     rm_ckpt_units units;        /* the model's layers (sharded sets; borrowed from the model) */
+    rm_model_tensor *tensors;   /* the model's named tensors, every unit's (owned) ... */
+    rm_ckpt_model model;        /* ... as every checkpoint's manifest names them (n 0: none) */
     int nstages;                /* the write in flight is a pipeline stage set (mu) */
     int stage_bounds[RM_MODEL_MAX_UNITS + 1];    /* ... with these unit bounds (mu) */
     double wait_s;              /* sharded: how long to wait for the other ranks' shards */

@@ -69,7 +69,7 @@ static int write_shard(int64_t step, int epoch, int W, int r, double wait_s, int
     m.shard_floats = T;
     rm_ckpt_seg seg = {buf, 3 * T * sizeof(float)};
     char path[4200];
-    int rc = rm_ckpt_shard_write(g_dir, &m, &g_units, &seg, 1, keep, wait_s, path, sizeof path, e);
+    int rc = rm_ckpt_shard_write(g_dir, &m, &g_units, NULL, &seg, 1, keep, wait_s, path, sizeof path, e);
     free(buf);
     return rc;
 }
@@ -324,7 +324,7 @@ static void stage_shard(const int *bounds, int P, int r, int64_t step, int epoch
     rm_ckpt_seg seg = {buf, 3 * n * sizeof(float)};
     char path[4200];
     rm_err e = {0};
-    CU_ASSERT_EQUAL(rm_ckpt_stage_write(g_dir, &m, &g_units, bounds, &seg, 1, 5, r == P - 1 ? 5 : 0,
+    CU_ASSERT_EQUAL(rm_ckpt_stage_write(g_dir, &m, &g_units, NULL, bounds, &seg, 1, 5, r == P - 1 ? 5 : 0,
                                         path, sizeof path, &e), r == P - 1 ? RM_OK : RM_ETIMEDOUT);
     free(buf);
 }

@@ -330,7 +330,7 @@ static int stage_write(const int *bounds, int P, int r, int64_t step, double wai
     m.shard_floats = n;
     rm_ckpt_seg seg = {buf, 3 * n * sizeof(float)};
     char path[4200];
-    int rc = rm_ckpt_stage_write(s_dir, &m, &s_units, bounds, &seg, 1, 5, wait_s, path, sizeof path, e);
+    int rc = rm_ckpt_stage_write(s_dir, &m, &s_units, NULL, bounds, &seg, 1, 5, wait_s, path, sizeof path, e);
     free(buf);
     return rc;
 }

@@ -336,7 +336,13 @@ static void prune_sets(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_
             manifest_free(&m);
             continue;
         }
-        /* the manifest first: the set is never complete with shards missing */
+        /* the manifests first (the JSON one, then the .rmmf): the set is never complete with
+         * shards missing, and no manifest names a file that is gone */
+        char jn[NAME_CAP], jp[4096 + NAME_CAP];
+        if (rm_ckpt_json_name(v[i].name, jn, sizeof jn) == 0) {
+            join(jp, sizeof jp, dir, jn);
+            unlink(jp);
+        }
         if (unlink(p) == 0) {
             (void)rm_ckpt_fsync_dir(dir);
             for (int r = 0; r < m.world; r++) {
@@ -385,10 +391,54 @@ static void prune_sets(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_
 
 /* ---------------- write ---------------- */
 
+/* The set's JSON manifest beside its .rmmf (mname): each shard's spans are its pieces of the
+ * units in the layout the .rmmf records (old_shard, below). */
+static int old_shard(const manifest *m, const rm_ckpt_units *units, int r, rm_unit_shard *out);
+static int json_write(const char *dir, const char *mname, const rm_ckpt_meta *meta,
+                      const rm_ckpt_units *units, const rm_ckpt_model *model, const manifest *m,
+                      rm_err *err)
+{
+    char jname[NAME_CAP];
+    if (rm_ckpt_json_name(mname, jname, sizeof jname) != 0)
+        return rm_errf(err, RM_EINVAL, "checkpoint manifest: no name for %s", mname);
+    rm_ckpt_file_map *fm = calloc((size_t)m->world, sizeof *fm);
+    rm_ckpt_span *sp = calloc((size_t)m->world * (size_t)units->n, sizeof *sp);
+    if (!fm || !sp) {
+        free(fm);
+        free(sp);
+        return rm_errf(err, RM_ENOMEM, "checkpoint manifest: out of memory");
+    }
+    int rc = RM_OK;
+    for (int r = 0; r < m->world && rc == RM_OK; r++) {
+        rm_unit_shard o;
+        if (old_shard(m, units, r, &o) != 0) {
+            rc = rm_errf(err, RM_EINVAL, "checkpoint manifest: bad layout");
+            break;
+        }
+        rm_ckpt_span *mine = sp + (size_t)r * (size_t)units->n;
+        fm[r] = (rm_ckpt_file_map){.name = m->sh[r].name, .crc = m->sh[r].crc, .floats = o.total,
+                                   .spans = mine};
+        for (int u = 0; u < units->n; u++)
+            if (o.len[u] > 0)
+                mine[fm[r].nspans++] = (rm_ckpt_span){o.off[u], o.len[u], o.soff[u]};
+    }
+    rm_ckpt_manifest mf;
+    if (rc == RM_OK)
+        rc = rm_ckpt_manifest_build(meta, m->nstages ? "stages" : "sharded", model, fm,
+                                    m->world, &mf, err);
+    if (rc == RM_OK) {
+        rc = rm_ckpt_manifest_write(dir, jname, &mf, err);
+        rm_ckpt_manifest_free(&mf);
+    }
+    free(fm);
+    free(sp);
+    return rc;
+}
+
 /* Both layouts: stage_bounds NULL is the balanced one. */
 static int set_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
-                     const int *stage_bounds, const rm_ckpt_seg *segs, int nsegs, int keep,
-                     double wait_s, char *path_out, size_t path_cap, rm_err *err)
+                     const rm_ckpt_model *model, const int *stage_bounds, const rm_ckpt_seg *segs,
+                     int nsegs, int keep, double wait_s, char *path_out, size_t path_cap, rm_err *err)
 {
     const int W = meta->shard_world, me = meta->shard_rank, ep = meta->rdzv_epoch;
     if (W < 1 || W > MAX_WORLD || me < 0 || me >= W)
@@ -463,37 +513,44 @@ static int set_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_un
     size_t tn = 0;
     if (rc == RM_OK)
         rc = manifest_encode(&m, &text, &tn, err);
-    manifest_free(&m);
-    if (rc)
-        return rc;
-    rc = rm_ckpt_put_file(dir, mname, text, tn, err);
+    if (rc == RM_OK)
+        rc = rm_ckpt_put_file(dir, mname, text, tn, err);
     free(text);
     if (rc == RM_ECONFLICT) {   /* another rank wrote it at the same time: the set is complete */
+        manifest_free(&m);
         memset(err, 0, sizeof *err);
         return RM_OK;
     }
-    if (rc)
+    if (rc) {
+        manifest_free(&m);
         return rc;
+    }
     rm_info("sharded checkpoint complete manifest=%s shards=%d layout=%s", mpath, W,
             stage_bounds ? "stages" : "balanced");
+    /* the JSON manifest last (manifest.h): the set is complete and loadable without it, so a
+     * failure here is reported but never undoes the set, and pruning still runs */
+    rc = model ? json_write(dir, mname, meta, units, model, &m, err) : RM_OK;
+    manifest_free(&m);
     prune_sets(dir, meta, units, keep);
-    return RM_OK;
+    return rc;
 }
 
 int rm_ckpt_shard_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
-                        const rm_ckpt_seg *segs, int nsegs, int keep, double wait_s,
-                        char *path_out, size_t path_cap, rm_err *err)
+                        const rm_ckpt_model *model, const rm_ckpt_seg *segs, int nsegs, int keep,
+                        double wait_s, char *path_out, size_t path_cap, rm_err *err)
 {
-    return set_write(dir, meta, units, NULL, segs, nsegs, keep, wait_s, path_out, path_cap, err);
+    return set_write(dir, meta, units, model, NULL, segs, nsegs, keep, wait_s, path_out, path_cap, err);
 }
 
 int rm_ckpt_stage_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
-                        const int *stage_bounds, const rm_ckpt_seg *segs, int nsegs, int keep,
-                        double wait_s, char *path_out, size_t path_cap, rm_err *err)
+                        const rm_ckpt_model *model, const int *stage_bounds, const rm_ckpt_seg *segs,
+                        int nsegs, int keep, double wait_s, char *path_out, size_t path_cap,
+                        rm_err *err)
 {
     if (!stage_bounds)
         return rm_errf(err, RM_EINVAL, "stage checkpoint: no stage bounds");
-    return set_write(dir, meta, units, stage_bounds, segs, nsegs, keep, wait_s, path_out, path_cap, err);
+    return set_write(dir, meta, units, model, stage_bounds, segs, nsegs, keep, wait_s, path_out,
+                     path_cap, err);
 }
 
 /* ---------------- read ---------------- */

@@ -10,7 +10,10 @@
  *   manifest-<step>-<rdzv epoch>-<world>.rmmf  text, written last: format version, step, epoch,
  *       world, nparams, nstate, opt_type, the units (offset, length), for a stage-layout set
  *       (pipeline stages, rm_ckpt_stage_write) the stage bounds, one line per shard (rank, floats,
- *       payload CRC32, file name), and a CRC32 of everything before it.
+ *       payload CRC32, file name), and a CRC32 of everything before it;
+ *   manifest-<step>-<rdzv epoch>-<world>.json  the set's JSON manifest (worker/checkpoint/manifest.h:
+ *       named tensors and the pieces each shard holds), written right after the .rmmf by the
+ *       rank that wrote it, when the writer was given the model's tensors; readers here ignore it.
  * A set is complete only when its manifest exists: shards without one (a rank died, SIGTERM caught
  * the ranks at different steps) are never loaded.
  *
@@ -39,6 +42,7 @@
 #include <stdint.h>
 #include "common/rm.h"
 #include "worker/checkpoint/checkpoint.h"
+#include "worker/checkpoint/manifest.h"
 
 #define RM_CKPT_MANIFEST_MAX 65536   /* bytes a manifest may have (read cap) */
 
@@ -52,10 +56,12 @@ typedef struct rm_ckpt_units {
  * (1 + nstate) * shard_floats floats) and wait up to wait_s for the set to complete (see above).
  * RM_OK: the set is complete (path_out: the manifest). RM_ETIMEDOUT: the shard is on disk but
  * the set did not complete in time (err names the missing ranks). RM_EIO/RM_EINVAL: the shard
- * could not be written. */
+ * could not be written. model (may be NULL): the named tensors; when set, the rank that writes
+ * the .rmmf writes the set's JSON manifest (worker/checkpoint/manifest.h) right after it (an
+ * error there is returned, the complete set stays). */
 int rm_ckpt_shard_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
-                        const rm_ckpt_seg *segs, int nsegs, int keep, double wait_s,
-                        char *path_out, size_t path_cap, rm_err *err);
+                        const rm_ckpt_model *model, const rm_ckpt_seg *segs, int nsegs, int keep,
+                        double wait_s, char *path_out, size_t path_cap, rm_err *err);
 
 /* rm_ckpt_shard_write for a stage-layout set (pipeline stages, docs/strategies.md#pipeline-stages): shard r (r < shard_world
  * = P) holds the whole units [stage_bounds[r], stage_bounds[r + 1]) — their parameters, then their
@@ -64,8 +70,9 @@ int rm_ckpt_shard_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt
  * so a reader needs nothing but the model's units: rm_ckpt_shard_load_newest re-shards a
  * stage-layout set to any new_world like a balanced one (new_world 1: the whole payload). */
 int rm_ckpt_stage_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
-                        const int *stage_bounds, const rm_ckpt_seg *segs, int nsegs, int keep,
-                        double wait_s, char *path_out, size_t path_cap, rm_err *err);
+                        const rm_ckpt_model *model, const int *stage_bounds, const rm_ckpt_seg *segs,
+                        int nsegs, int keep, double wait_s, char *path_out, size_t path_cap,
+                        rm_err *err);
 
 /* Bytes rm_ckpt_shard_load_newest needs in dst: nparams floats (every parameter) plus nstate
  * buffers of new_rank's compact shard. */
