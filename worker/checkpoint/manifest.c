@@ -145,9 +145,10 @@ int rm_ckpt_manifest_build(const rm_ckpt_meta *meta, const char *kind, const rm_
             rm_ckpt_piece *p = m.pieces + mt->first;
             qsort(p, mt->npieces, sizeof *p, piece_by_start);
             uint64_t at = 0;   /* the files hold every element exactly once */
-            for (size_t k = 0; k < mt->npieces && p[k].start == at; k++)
+            size_t k = 0;
+            for (; k < mt->npieces && p[k].start == at; k++)
                 at = p[k].end;
-            if (at != mt->numel || (mt->npieces && p[mt->npieces - 1].end != mt->numel)) {
+            if (at != mt->numel || k != mt->npieces) {
                 rm_ckpt_manifest_free(&m);
                 return rm_errf(err, RM_EINVAL, "checkpoint manifest: the files do not hold tensor %s "
                                "exactly once", t->name);
@@ -296,7 +297,10 @@ static int field_fail(rm_err *err, int code, const char *path, const char *ctx, 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return rm_err_field(err, code, f, "%s: %s", path, msg);
+    rm_errf(err, code, "%s: %s: %s", path, f, msg);
+    if (err)
+        rm_sfmt(err->field, sizeof err->field, "%s", f);
+    return code;
 }
 
 /* An integer field in [lo, hi]. */
