@@ -258,9 +258,10 @@ static void test_retention_keeps_sets_together(void)
     CU_ASSERT_EQUAL(write_shard(150, 1, 4, 0, 0, 2, &e), RM_ETIMEDOUT);   /* incomplete, older */
     write_set(200, 2, 3, 2);   /* another world (the group shrank) */
     write_set(300, 2, 3, 2);
-    /* keep 2: sets 200 and 300 (3 shards each) stay; set 100 and the lone 150 shard go (a set's
-     * manifests: its .rmmf and its JSON one) */
-    CU_ASSERT_EQUAL(count_files("manifest-"), 4);
+    /* keep 2: sets 200 and 300 (3 shards each) stay; set 100 and the lone 150 shard go, the
+     * set's JSON manifest with it */
+    CU_ASSERT_EQUAL(count_files("manifest-"), 2);
+    CU_ASSERT_EQUAL(count_files("index-manifest-"), 2);
     CU_ASSERT_EQUAL(count_files("shard-"), 6);
     char name[128];
     rm_ckpt_manifest_name(name, sizeof name, 100, 1, 4);
@@ -276,7 +277,7 @@ static void test_retention_keeps_sets_together(void)
     write_set(350, 2, 3, 2);
     rm_ckpt_shard_name(name, sizeof name, 400, 2, 1, 3);
     CU_ASSERT_TRUE(exists(name));
-    CU_ASSERT_EQUAL(count_files("manifest-"), 4);
+    CU_ASSERT_EQUAL(count_files("manifest-"), 2);
     CU_ASSERT_EQUAL(count_files("shard-"), 7);
     /* another model's set is never removed */
     rm_ckpt_meta save = g_meta;
@@ -284,7 +285,8 @@ static void test_retention_keeps_sets_together(void)
     write_set(10, 1, 2, 2);
     g_meta = save;
     write_set(500, 2, 3, 2);
-    CU_ASSERT_EQUAL(count_files("manifest-"), 6);
+    CU_ASSERT_EQUAL(count_files("manifest-"), 3);
+    CU_ASSERT_EQUAL(count_files("index-manifest-"), 3);
     rm_ckpt_manifest_name(name, sizeof name, 10, 1, 2);
     CU_ASSERT_TRUE(exists(name));
     memset(&e, 0, sizeof e);
@@ -300,8 +302,8 @@ static void *rank_main(void *p)
     return NULL;
 }
 
-/* Ranks write concurrently, each waiting: every one returns complete; one manifest (one .rmmf,
- * one JSON manifest: only the rank that placed the .rmmf writes it). */
+/* Ranks write concurrently, each waiting: every one returns complete; one manifest (and one JSON
+ * manifest: only the rank that placed the .rmmf writes it). */
 static void test_concurrent_ranks(void)
 {
     rm_test_clear_dir(g_dir);
@@ -315,7 +317,8 @@ static void test_concurrent_ranks(void)
         pthread_join(th[r], NULL);
         CU_ASSERT_EQUAL(a[r].rc, RM_OK);
     }
-    CU_ASSERT_EQUAL(count_files("manifest-"), 2);
+    CU_ASSERT_EQUAL(count_files("manifest-"), 1);
+    CU_ASSERT_EQUAL(count_files("index-manifest-"), 1);
     CU_ASSERT_EQUAL(count_files(".tmp-"), 0);
     rm_err e = {0};
     CU_ASSERT_EQUAL(load_check(3, 1, -1, NULL, &e), 700);
@@ -616,7 +619,7 @@ static void test_mf_whole(void)
     jpath(path, sizeof path, "ckpt-000000000100.rmck");
     rm_ckpt_manifest m;
     rm_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(read_json("ckpt-000000000100.json", jp, &m), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(read_json("index-ckpt-000000000100.json", jp, &m), RM_OK);
     CU_ASSERT_EQUAL(m.version, RM_CKPT_MF_VERSION);
     CU_ASSERT_STRING_EQUAL(m.kind, "whole");
     CU_ASSERT_STRING_EQUAL(m.family, "mlp");
@@ -704,7 +707,7 @@ static void test_mf_sharded_set(void)
     char jp[4200];
     rm_ckpt_manifest m;
     rm_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(read_json("manifest-000000000200-2-3.json", jp, &m), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(read_json("index-manifest-000000000200-2-3.json", jp, &m), RM_OK);
     CU_ASSERT_STRING_EQUAL(m.kind, "sharded");
     CU_ASSERT_EQUAL(m.step, 200);
     CU_ASSERT_EQUAL_FATAL(m.nfiles, 3);
@@ -743,7 +746,7 @@ static void test_mf_stage_set(void)
     stage_set(bounds, 2, 300, 2);
     char jp[4200];
     rm_ckpt_manifest m;
-    CU_ASSERT_EQUAL_FATAL(read_json("manifest-000000000300-2-2.json", jp, &m), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(read_json("index-manifest-000000000300-2-2.json", jp, &m), RM_OK);
     CU_ASSERT_STRING_EQUAL(m.kind, "stages");
     CU_ASSERT_EQUAL_FATAL(m.nfiles, 2);
     /* layer 0 whole in stage 0's file, layers 1-2 whole in stage 1's (layers.1.weight first) */
@@ -807,7 +810,7 @@ static void test_mf_refused(void)
     char jp[4200];
     whole_ckpt(100);
     whole_ckpt(200);
-    jpath(jp, sizeof jp, "ckpt-000000000200.json");
+    jpath(jp, sizeof jp, "index-ckpt-000000000200.json");
     size_t n = 0;
     char *text = rm_test_read_file(jp, &n);
     CU_ASSERT_PTR_NOT_NULL_FATAL(text);
@@ -854,7 +857,7 @@ static void test_mf_refused(void)
     CU_ASSERT_EQUAL(dst[2 * 205 + 7], val(200, 2, 7));
     free(dst);
     char old[4200];
-    CU_ASSERT_EQUAL_FATAL(read_json("ckpt-000000000100.json", old, &m), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(read_json("index-ckpt-000000000100.json", old, &m), RM_OK);
     CU_ASSERT(assembles(&m, 0, 205));
     rm_ckpt_manifest_free(&m);
     /* oversized: refused at the cap without reading the rest */
@@ -865,7 +868,7 @@ static void test_mf_refused(void)
     CU_ASSERT_EQUAL(rm_ckpt_manifest_read(jp, &m, &e), RM_ETOOBIG);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "larger than"));
     /* missing: its own code, so a caller tells "no manifest" from "a bad one" */
-    jpath(jp, sizeof jp, "ckpt-000000000300.json");
+    jpath(jp, sizeof jp, "index-ckpt-000000000300.json");
     CU_ASSERT_EQUAL(rm_ckpt_manifest_read(jp, &m, &e), RM_ENOTFOUND);
     free(text);
 }
@@ -877,7 +880,7 @@ static void test_mf_old_checkpoint_loads(void)
     rm_test_clear_dir(g_dir);
     char jp[4200];
     whole_ckpt_with(100, NULL, 5);
-    jpath(jp, sizeof jp, "ckpt-000000000100.json");
+    jpath(jp, sizeof jp, "index-ckpt-000000000100.json");
     struct stat st;
     CU_ASSERT_NOT_EQUAL(stat(jp, &st), 0);
     float *dst = calloc(3 * 205, sizeof(float));
@@ -904,24 +907,24 @@ static void test_mf_pruned_with_files(void)
     rm_test_clear_dir(g_dir);
     char jp[4200];
     struct stat st;
-    jpath(jp, sizeof jp, "ckpt-000000000300.json");
+    jpath(jp, sizeof jp, "index-ckpt-000000000300.json");
     CU_ASSERT_EQUAL(rm_test_write_file(jp, "{}", 2), 0);
     for (int s = 1; s <= 3; s++)
         whole_ckpt_with(100 * s, &g_model, 2);
-    jpath(jp, sizeof jp, "ckpt-000000000100.json");
+    jpath(jp, sizeof jp, "index-ckpt-000000000100.json");
     CU_ASSERT_NOT_EQUAL(stat(jp, &st), 0);
-    jpath(jp, sizeof jp, "ckpt-000000000200.json");
+    jpath(jp, sizeof jp, "index-ckpt-000000000200.json");
     CU_ASSERT_EQUAL(stat(jp, &st), 0);
     rm_ckpt_manifest m;
-    CU_ASSERT_EQUAL(read_json("ckpt-000000000300.json", jp, &m), RM_OK);
+    CU_ASSERT_EQUAL(read_json("index-ckpt-000000000300.json", jp, &m), RM_OK);
     CU_ASSERT_EQUAL(m.step, 300);
     rm_ckpt_manifest_free(&m);
     /* sets (keep 1): the older set's JSON manifest goes with its .rmmf and shards */
     write_set(400, 2, 2, 1);
     write_set(500, 2, 2, 1);
-    jpath(jp, sizeof jp, "manifest-000000000400-2-2.json");
+    jpath(jp, sizeof jp, "index-manifest-000000000400-2-2.json");
     CU_ASSERT_NOT_EQUAL(stat(jp, &st), 0);
-    jpath(jp, sizeof jp, "manifest-000000000500-2-2.json");
+    jpath(jp, sizeof jp, "index-manifest-000000000500-2-2.json");
     CU_ASSERT_EQUAL(stat(jp, &st), 0);
 }
 

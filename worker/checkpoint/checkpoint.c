@@ -135,7 +135,7 @@ int rm_ckpt_json_name(const char *name, char *out, size_t cap)
     const char *dot = strrchr(name, '.');
     if (!dot || dot == name)
         return -1;
-    int w = snprintf(out, cap, "%.*s.json", (int)(dot - name), name);
+    int w = snprintf(out, cap, "index-%.*s.json", (int)(dot - name), name);
     return w < 0 || (size_t)w >= cap ? -1 : 0;
 }
 

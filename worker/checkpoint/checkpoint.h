@@ -105,8 +105,10 @@ typedef bool (*rm_ckpt_parse_fn)(const char *name, rm_ckpt_entry *e);
 int rm_ckpt_list(const char *dir, rm_ckpt_parse_fn parse, rm_ckpt_entry **out, int *n);
 
 /* The name of the JSON manifest that pairs with a checkpoint file or a set's .rmmf
- * (worker/checkpoint/manifest.h): name with its extension replaced by ".json". -1 when it does
- * not fit cap or name has no extension. Pruning removes it before the file it describes. */
+ * (worker/checkpoint/manifest.h): "index-" + name without its extension + ".json"
+ * (index-ckpt-<step>.json, index-manifest-<step>-<epoch>-<world>.json). Its own prefix keeps it
+ * out of what lists and counts ckpt-* and manifest-* files. -1 when it does not fit cap or name
+ * has no extension. Pruning removes it before the file it describes. */
 int rm_ckpt_json_name(const char *name, char *out, size_t cap);
 
 /* fsync a folder (after removing files from it); -1 with errno on failure. */

@@ -11,7 +11,7 @@
  *       world, nparams, nstate, opt_type, the units (offset, length), for a stage-layout set
  *       (pipeline stages, rm_ckpt_stage_write) the stage bounds, one line per shard (rank, floats,
  *       payload CRC32, file name), and a CRC32 of everything before it;
- *   manifest-<step>-<rdzv epoch>-<world>.json  the set's JSON manifest (worker/checkpoint/manifest.h:
+ *   index-manifest-<step>-<rdzv epoch>-<world>.json  the set's JSON manifest (worker/checkpoint/manifest.h:
  *       named tensors and the pieces each shard holds), written right after the .rmmf by the
  *       rank that wrote it, when the writer was given the model's tensors; readers here ignore it.
  * A set is complete only when its manifest exists: shards without one (a rank died, SIGTERM caught

@@ -10,9 +10,11 @@
  * between the two) still loads through checkpoint.h and ckpt_shard.h exactly as before. The
  * tensor names are the model family's (worker/model/model.h rm_model_tensors).
  *
- * Name: the checkpoint's own name with ".json" for its extension (rm_ckpt_json_name):
- * ckpt-<step>[-<n>].json beside a whole file, manifest-<step>-<epoch>-<world>.json beside a set's
- * .rmmf. Written like every checkpoint file: temp file, fsync, no-replace rename, fsync of DIR.
+ * Name: "index-" + the name of what it describes without its extension + ".json"
+ * (rm_ckpt_json_name): index-ckpt-<step>[-<n>].json beside a whole file,
+ * index-manifest-<step>-<epoch>-<world>.json beside a set's .rmmf (its own prefix: tools and
+ * tests count ckpt-* and manifest-* files). Written like every checkpoint file: temp file, fsync,
+ * no-replace rename, fsync of DIR.
  *
  * Format (version 1):
  *   {"format": "ringmaster-checkpoint", "version": 1, "kind": "whole" | "sharded" | "stages",
