@@ -791,6 +791,7 @@ static void m_file(cJSON *r) { cJSON_ReplaceItemInObject(piece0(r, 2), "file", c
 static void m_seed(cJSON *r) { cJSON_DeleteItemFromObject(item(r, "data"), "seed"); }
 static void m_order(cJSON *r) { cJSON_SetNumberValue(item(cJSON_GetArrayItem(item(r, "tensors"), 1), "offset"), 0); }
 static void m_name(cJSON *r) { cJSON_ReplaceItemInObject(cJSON_GetArrayItem(item(r, "tensors"), 6), "name", cJSON_CreateString("layers.0.weight")); }
+static void m_shape(cJSON *r) { cJSON_SetNumberValue(cJSON_GetArrayItem(item(item(r, "model"), "shape"), 1), 1e12); }
 static void m_files(cJSON *r)
 {
     cJSON *a = item(r, "files");
@@ -830,6 +831,7 @@ static void test_mf_refused(void)
         {m_order, RM_EINVAL, "tensors[1].offset", "buffer 0's tensors so far end at 140"},
         {m_name, RM_EINVAL, "tensors[6].name", "is not buffer 1's name"},
         {m_files, RM_ETOOBIG, "files", "4097 entries (1 to 4096)"},
+        {m_shape, RM_EINVAL, "model.shape", "word 1 is not an integer"},
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
         CU_ASSERT_EQUAL(parse_mutated(text, cases[i].mutate, &e), cases[i].rc);

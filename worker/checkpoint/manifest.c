@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -400,7 +401,8 @@ static int parse_head(const char *path, const cJSON *root, rm_ckpt_manifest *m, 
     m->shape.nlayers = n - 1;
     for (int i = 0; i < n; i++) {
         const cJSON *w = cJSON_GetArrayItem(a, i);
-        if (!cJSON_IsNumber(w) || w->valuedouble != (double)(int)w->valuedouble)
+        if (!cJSON_IsNumber(w) || !(w->valuedouble >= INT_MIN && w->valuedouble <= INT_MAX) ||
+            w->valuedouble != (double)(int)w->valuedouble)
             return field_fail(err, RM_EINVAL, path, "model", "shape", "word %d is not an integer", i);
         m->shape.dims[i] = (int)w->valuedouble;
     }
