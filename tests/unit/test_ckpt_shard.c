@@ -91,7 +91,8 @@ static int write_shard(int64_t step, int epoch, int W, int r, double wait_s, int
     m.shard_floats = T;
     rm_ckpt_seg seg = {buf, 3 * T * sizeof(float)};
     char path[4200];
-    int rc = rm_ckpt_shard_write(g_dir, &m, &g_units, &g_model, &seg, 1, keep, wait_s, path, sizeof path, e);
+    int rc = rm_ckpt_shard_write(g_dir, &m, &g_units, g_model.n ? &g_model : NULL, &seg, 1, keep,
+                                 wait_s, path, sizeof path, e);
     free(buf);
     return rc;
 }
@@ -900,6 +901,13 @@ static void test_mf_old_checkpoint_loads(void)
     free(dst);
     rm_ckpt_manifest m;
     CU_ASSERT_EQUAL(rm_ckpt_manifest_read(jp, &m, &e), RM_ENOTFOUND);
+    /* a set written the old way (no tensors handed to the writer): no JSON, and it loads */
+    rm_ckpt_model save = g_model;
+    g_model.n = 0;
+    write_set(150, 2, 2, 5);
+    g_model = save;
+    CU_ASSERT_EQUAL(count_files("index-"), 0);
+    CU_ASSERT_EQUAL(load_check(1, 0, -1, NULL, &e), 150);
 }
 
 /* Pruning removes a manifest with the checkpoint it describes, never one of a kept checkpoint;
