@@ -174,8 +174,9 @@ int rm_tr_state_sync(trainer *t, rm_err *err)
 /* ---------------- checkpoints, off the critical path ----------------
  * At a checkpoint step the training thread snapshots the strategy's state into host_stage (a
  * memcpy, or a device-to-host copy) with its metadata and hands it to the writer thread, which
- * does rm_ckpt_write's write + fsync + rename + prune while the next steps run. The training
- * thread waits only when the previous write has not finished by the next checkpoint, before a
+ * does rm_ckpt_write's write + fsync + rename + prune, then the checkpoint's JSON manifest
+ * (worker/checkpoint/manifest.h; a set's comes from ckpt_shard.c), while the next steps run. The
+ * training thread waits only when the previous write has not finished by the next checkpoint, before a
  * round loads checkpoints (rank 0's newest write must be on disk first) and at exit (SIGTERM,
  * done). host_stage belongs to the writer from the hand-off until the result is collected. A
  * write counts (last_ckpt_step, reports, metrics) only once it is complete and renamed: nothing

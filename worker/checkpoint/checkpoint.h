@@ -9,7 +9,8 @@
  * overwritten (a "-<n>" suffix is added instead), also one that appears while the file is written:
  * the move is renameat2(RENAME_NOREPLACE), or link + unlink where that is unsupported, and on
  * EEXIST it takes the next suffix. After a successful write the oldest checkpoints of the same
- * model (shape, optimizer) beyond `keep` are removed — never the one just written, never a file of
+ * model (shape, optimizer) beyond `keep` are removed, each after its JSON manifest
+ * (worker/checkpoint/manifest.h) — never the one just written, never a file of
  * another model or with an unreadable header (an earlier run's, which --resume could not use) —
  * and temp files older than a minute (left by a writer that died mid-write) are removed.
  * Read: candidates newest first (by step, then suffix); a file that is truncated, has a bad magic/
