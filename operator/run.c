@@ -249,12 +249,13 @@ FILE *rm_run_tty_to_log(const char *log_path)
     return term;
 }
 
-/* Remove what a previous run left in the checkpoint folder (checkpoints, sharded sets — manifests
- * first, so a set is never complete with shards missing — and fault markers). */
+/* Remove what a previous run left in the checkpoint folder (the JSON manifests that describe
+ * checkpoints first, then checkpoints, sharded sets — their .rmmf first, so a set is never complete
+ * with shards missing — and fault markers). */
 int rm_run_fresh_checkpoints(const char *dir)
 {
-    static const char *const pats[] = {"ckpt-*.rmck", "manifest-*.rmmf", "shard-*.rmck", ".tmp-ckpt-*",
-                                       ".fault-*-fired", ".fault-lost-worker-*"};
+    static const char *const pats[] = {"index-*.json", "ckpt-*.rmck", "manifest-*.rmmf", "shard-*.rmck",
+                                       ".tmp-ckpt-*", ".fault-*-fired", ".fault-lost-worker-*"};
     int n = 0;
     for (size_t p = 0; p < RM_ARRAY_LEN(pats); p++) {
         char pat[PATH_MAX];
