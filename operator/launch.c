@@ -4,12 +4,18 @@
  * supplies differently (token, bind address, node name) differs only in its source kind, which
  * the placement picks. Adding a setting here adds it to local processes and pods at once. */
 #include "operator/launch.h"
+#include <assert.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cjson/cJSON.h>
 
+/* Every variable a controller sets and a user may not (docs/architecture.md#the-launch-contract):
+ * the one table both runtimes refuse a user's copy from, even where this job leaves the variable
+ * unset (an allreduce job's RINGMASTER_STRATEGY). env_src asserts each setting it makes is listed
+ * here unless it is a default the user's value overrides, so a new contract variable cannot be
+ * left out. */
 static const char *const ours[] = {
     RM_ENV_ROLE, RM_ENV_RENDEZVOUS, RM_ENV_JOB, RM_ENV_TOKEN, RM_ENV_WORKER_ID, RM_ENV_EPOCH,
     RM_ENV_CHECKPOINT_DIR, RM_ENV_CHECKPOINT_INTERVAL, RM_ENV_CHECKPOINT_KEEP,
@@ -78,27 +84,26 @@ static char *take(builder *b, int n, int cap, const char *fmt, va_list ap)
     return p;
 }
 
-static void env_src(builder *b, const char *name, rm_launch_src src, const char *fmt, ...)
-    RM_PRINTF(4, 5);
-static void env_src(builder *b, const char *name, rm_launch_src src, const char *fmt, ...)
+/* user_wins: a default the user's own value overrides (rm_launch_var.user_wins); anything else
+ * must be in ours[]. */
+static void env_any(builder *b, const char *name, rm_launch_src src, bool user_wins,
+                    const char *fmt, ...) RM_PRINTF(5, 6);
+static void env_any(builder *b, const char *name, rm_launch_src src, bool user_wins,
+                    const char *fmt, ...)
 {
+    assert(user_wins || rm_launch_is_ours(name));
     va_list ap;
     va_start(ap, fmt);
     char *v = take(b, b->l->nenv, RM_LAUNCH_MAX_ENV, fmt, ap);
     va_end(ap);
     if (v)
-        b->l->env[b->l->nenv++] = (rm_launch_var){.name = name, .value = v, .src = src};
+        b->l->env[b->l->nenv++] =
+            (rm_launch_var){.name = name, .value = v, .src = src, .user_wins = user_wins};
 }
 
-#define ENV(b, name, ...) env_src(b, name, RM_LAUNCH_LITERAL, __VA_ARGS__)
-/* A default the user's own value overrides (rm_launch_var.user_wins). */
-#define ENV_DEFAULT(b, name, ...)                                                                  \
-    do {                                                                                           \
-        int n0_ = (b)->l->nenv;                                                                    \
-        env_src(b, name, RM_LAUNCH_LITERAL, __VA_ARGS__);                                          \
-        if ((b)->l->nenv > n0_)                                                                    \
-            (b)->l->env[n0_].user_wins = true;                                                     \
-    } while (0)
+#define env_src(b, name, src, ...) env_any(b, name, src, false, __VA_ARGS__)
+#define ENV(b, name, ...) env_any(b, name, RM_LAUNCH_LITERAL, false, __VA_ARGS__)
+#define ENV_DEFAULT(b, name, ...) env_any(b, name, RM_LAUNCH_LITERAL, true, __VA_ARGS__)
 
 static void arg(builder *b, const char *fmt, ...) RM_PRINTF(2, 3);
 static void arg(builder *b, const char *fmt, ...)

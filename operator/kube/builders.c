@@ -63,6 +63,22 @@ bool rm_kube_template_runs_worker(const rm_tj *tj, const char *worker_image)
     return is_worker_image(template_image(tj), worker_image);
 }
 
+/* Drop every template entry named `name` from env; if there was one, append the name to
+ * overridden (once) for the EnvOverridden Warning. */
+static void env_drop(cJSON *env, const char *name, char *overridden, size_t cap)
+{
+    for (int i = cJSON_GetArraySize(env) - 1; i >= 0; i--) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(env, i), "name");
+        if (!cJSON_IsString(nm) || strcmp(nm->valuestring, name) != 0)
+            continue;
+        cJSON_DeleteItemFromArray(env, i);
+        if (overridden && cap > 0 && !strstr(overridden, name)) {
+            size_t len = strlen(overridden);
+            rm_sfmt(overridden + len, cap - len, "%s%s", len ? ", " : "", name);
+        }
+    }
+}
+
 /* Render one launch setting as a container env entry (after dropping any user entry of that
  * name; its name is appended to overridden). */
 static void env_render(cJSON *env, const rm_launch_var *v, char *overridden, size_t cap)
@@ -76,16 +92,7 @@ static void env_render(cJSON *env, const rm_launch_var *v, char *overridden, siz
                 return;
         }
     }
-    for (int i = cJSON_GetArraySize(env) - 1; i >= 0; i--) {
-        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(env, i), "name");
-        if (!cJSON_IsString(nm) || strcmp(nm->valuestring, v->name) != 0)
-            continue;
-        cJSON_DeleteItemFromArray(env, i);
-        if (overridden && cap > 0 && !strstr(overridden, v->name)) {
-            size_t len = strlen(overridden);
-            rm_sfmt(overridden + len, cap - len, "%s%s", len ? ", " : "", v->name);
-        }
-    }
+    env_drop(env, v->name, overridden, cap);
     cJSON *e = cJSON_CreateObject();
     cJSON_AddStringToObject(e, "name", v->name);
     if (v->src == RM_LAUNCH_LITERAL) {
@@ -285,6 +292,17 @@ static cJSON *build_pod(const rm_tj *tj, int index, int epoch, int ps_index, con
     }
     for (int i = 0; i < ln.nenv; i++)
         env_render(env, &ln.env[i], overridden, overridden_cap);
+    /* a contract variable this job leaves unset is still ours: a template copy would change the
+     * job's topology behind its spec (RINGMASTER_STRATEGY, RINGMASTER_PARALLELISM ...) */
+    for (int i = cJSON_GetArraySize(env) - 1; i >= 0; i--) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(env, i), "name");
+        if (cJSON_IsString(nm) && rm_launch_is_ours(nm->valuestring) &&
+            !rm_launch_find(&ln, nm->valuestring)) {
+            char own[64];   /* env_drop frees the entry that holds the name */
+            rm_sfmt(own, sizeof own, "%s", nm->valuestring);
+            env_drop(env, own, overridden, overridden_cap);
+        }
+    }
     rm_launch_free(&ln);
     cJSON_Delete(tmpl);
     return pod;

@@ -347,6 +347,55 @@ static void test_gpu_defaults(void)
     cJSON_Delete(obj);
 }
 
+/* A template copy of a contract variable is refused (the EnvOverridden Warning lists it) even
+ * where the job itself leaves the variable unset: the topology variables of an allreduce job
+ * (docs/architecture.md#the-launch-contract). */
+static void test_template_topology(void)
+{
+#define TOPO_ENV(par)                                                                              \
+    JOB_HEAD "\"spec\":{\"replicas\":2," par "\"template\":{\"spec\":{\"containers\":[{"           \
+             "\"name\":\"worker\",\"env\":[{\"name\":\"RINGMASTER_STRATEGY\",\"value\":\"parameterServer\"},"  \
+             "{\"name\":\"RINGMASTER_PARAMETER_SERVER\",\"value\":\"{\\\"replicas\\\":1}\"},"          \
+             "{\"name\":\"RINGMASTER_PS_ADDRS\",\"value\":\"evil:1\"},"                            \
+             "{\"name\":\"RINGMASTER_PS_INDEX\",\"value\":\"0\"},{\"name\":\"MINE\",\"value\":\"x\"},"  \
+             "{\"name\":\"RINGMASTER_PARALLELISM\",\"value\":\"{\\\"pipelineStages\\\":2}\"}]}]}}}}"
+    static const char *const topo[] = {RM_ENV_STRATEGY, RM_ENV_PS_SPEC, RM_ENV_PS_ADDRS,
+                                       RM_ENV_PS_INDEX, RM_ENV_PARALLELISM};
+    for (int pipe = 0; pipe < 2; pipe++) {
+        const char *job = pipe ? TOPO_ENV("\"parallelism\":{\"pipelineStages\":2},") : TOPO_ENV("");
+        rm_tj tj;
+        rm_err e = {0};
+        cJSON *obj = cJSON_Parse(job);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(obj);
+        CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(obj, &tj, &e), RM_OK);
+        rm_tj_defaults(&tj);
+        CU_ASSERT_EQUAL_FATAL(rm_tj_validate(&tj, &e), RM_OK);
+        char over[512];
+        rm_kube_worker_pod_args pa = {.tj = &tj, .index = 0, .epoch = 1, .rdzv_url = "http://r",
+                                      .metrics_port = -1, .overridden = over,
+                                      .overridden_cap = sizeof over};
+        cJSON *pod = rm_kube_worker_pod(&pa, &e);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
+        for (size_t i = 0; i < RM_ARRAY_LEN(topo); i++) {
+            CU_ASSERT_PTR_NOT_NULL(strstr(over, topo[i]));   /* refused, and named */
+            if (pipe && strcmp(topo[i], RM_ENV_PARALLELISM) == 0)
+                continue;
+            CU_ASSERT_PTR_NULL(pod_var(pod, topo[i]));        /* allreduce: none at all */
+        }
+        CU_ASSERT_STRING_EQUAL(pod_val(pod, "MINE"), "x");
+        CU_ASSERT_PTR_NULL(strstr(over, "MINE"));
+        if (pipe) {   /* the operator's value, from spec.parallelism, not the template's */
+            cJSON *par = cJSON_Parse(pod_val(pod, RM_ENV_PARALLELISM));
+            CU_ASSERT_EQUAL(rm_json_path(par, "pipelineStages")->valueint, 2);
+            cJSON_Delete(par);
+        }
+        cJSON_Delete(pod);
+        rm_tj_free(&tj);
+        cJSON_Delete(obj);
+    }
+#undef TOPO_ENV
+}
+
 static const char *str_at(const cJSON *o, const char *path)
 {
     const cJSON *v = rm_json_path(o, path);
@@ -470,6 +519,7 @@ void rm_suite_launch(void)
         {"ringmaster run honours an absolute checkpoint path", test_run_checkpoint_dir},
         {"ringmaster run fakes nodes on one host", test_run_fake_nodes},
         {"GPU workers get the NCCL defaults, the template's values win", test_gpu_defaults},
+        {"a template's topology variables are refused, set or not", test_template_topology},
         {"spec.placement.workersPerNode renders node groups", test_placement},
     };
     RM_ADD_SUITE("launch", NULL, NULL, cases);
