@@ -445,6 +445,18 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
                             t->batch_size_per_worker, (long long)world * t->batch_size_per_worker,
                             (long long)n, t->dataset ? t->dataset : "fashion-mnist",
                             (long long)(n / world));
+    /* L-BFGS cuts each full-batch pass into `portions` of whole batches (worker/ps/lbfgs_coord.h,
+     * rm_lbfgs_portion_size): with fewer than one batch per portion every worker fails at start
+     * and each restart fails the same way, so refuse it here where the set's size is known. */
+    int64_t per = t->optimizer.portions > 0 && t->batch_size_per_worker > 0
+                      ? (int64_t)t->optimizer.portions * t->batch_size_per_worker : 0;
+    if (t->mode == RM_MODE_TRAIN && t->optimizer.type == RM_OPT_LBFGS && n > 0 && per > n)
+        return rm_err_field(err, RM_EINVAL, "spec.training.optimizer.portions",
+                            "%d portions of at least one batch (spec.training.batchSizePerWorker %d) "
+                            "need %lld samples, more than the %lld training samples of %s (at most "
+                            "%lld portions)", t->optimizer.portions, t->batch_size_per_worker,
+                            (long long)per, (long long)n, t->dataset ? t->dataset : "fashion-mnist",
+                            (long long)(n / t->batch_size_per_worker));
     if ((rc = tj_validate_output(s, err)))
         return rc;
     return tj_check_template_memory(tj, err);

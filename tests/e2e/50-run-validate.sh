@@ -52,6 +52,16 @@ mk bigbatch '  replicas: 2
     batchSizePerWorker: 40000'
 expect bigbatch "bigbatch\.yaml:8: spec\.training\.batchSizePerWorker: the global batch spec\.replicas \(2\) x spec\.training\.batchSizePerWorker \(40000\) = 80000 samples is larger than the 60000 training samples"
 
+# L-BFGS portions of whole batches that do not fit the training set (every worker once failed at start
+# and the restarts burned): refused by validate, naming the field
+mk lbfgs '  replicas: 2
+  strategy: parameterServer
+  parameterServer: {replicas: 1}
+  training:
+    batchSizePerWorker: 250
+    optimizer: {type: lbfgs, portions: 241}'
+expect lbfgs "lbfgs\.yaml:11: spec\.training\.optimizer\.portions: 241 portions of at least one batch \(spec\.training\.batchSizePerWorker 250\) need 60250 samples"
+
 # a memory budget (docs/architecture.md#robustness): a total-size cap, the container's memory limit,
 # and locally every worker on this machine (RINGMASTER_MEMORY_LIMIT stands in for the physical memory here)
 mk huge '  replicas: 1

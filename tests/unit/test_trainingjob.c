@@ -1199,6 +1199,23 @@ static void test_lbfgs(void)
         CU_ASSERT_STRING_EQUAL(e.msg, bad[i].msg);
         cJSON_Delete(c);
     }
+    /* portions of whole batches must fit the built-in set (60000 samples): 240 x 250 does, 241 x
+     * 250 would leave every portion empty and every worker failing at start */
+    set_path(d, "spec.training.batchSizePerWorker", "250");
+    set_path(d, "spec.training.dataDir", NULL);
+    set_path(d, "spec.training.optimizer", "{\"type\": \"lbfgs\", \"portions\": 240}");
+    CU_ASSERT_EQUAL(check(d, &e), RM_OK);
+    set_path(d, "spec.training.optimizer", "{\"type\": \"lbfgs\", \"portions\": 241}");
+    CU_ASSERT_EQUAL(check(d, &e), RM_EINVAL);
+    CU_ASSERT_STRING_EQUAL(e.msg, "spec.training.optimizer.portions: 241 portions of at least one "
+                                  "batch (spec.training.batchSizePerWorker 250) need 60250 samples, "
+                                  "more than the 60000 training samples of fashion-mnist (at most "
+                                  "240 portions)");
+    /* a data set of unknown size: the worker checks it at start */
+    set_path(d, "spec.training.dataDir", "\"/data/mine\"");
+    CU_ASSERT_EQUAL(check(d, &e), RM_OK);
+    set_path(d, "spec.training.dataDir", "\"/data\"");
+    set_path(d, "spec.training.batchSizePerWorker", "64");
     /* the lbfgs-only fields with another optimizer name the field */
     set_path(d, "spec.training.optimizer", "{\"type\": \"sgd\", \"portions\": 8}");
     CU_ASSERT_EQUAL(check(d, &e), RM_EINVAL);
