@@ -51,20 +51,25 @@ void rm_manifest_msg(char *msg, size_t cap, const char *path, const rm_yaml_docs
         rm_sfmt(msg, cap, "%s: %s", path, e->msg);
 }
 
-int rm_manifest_load(const char *path, const rm_manifest_overrides *ov, rm_tj *out, char *msg,
-                     size_t cap)
+int rm_manifest_read(const char *path, rm_yaml_docs **out, char *msg, size_t cap)
 {
-    rm_yaml_docs *d = NULL;
+    rm_err e = {0};
+    msg[0] = 0;
+    int rc = rm_yaml_load_file(path, out, &e);
+    if (rc != RM_OK) {
+        rm_sfmt(msg, cap, "%s", e.msg[0] ? e.msg : rm_strerror(rc));
+        rm_escape_ctrl(msg, cap);
+    }
+    return rc;
+}
+
+int rm_manifest_load(const rm_yaml_docs *d, const char *path, const rm_manifest_overrides *ov,
+                     rm_tj *out, char *msg, size_t cap)
+{
     rm_err e = {0};
     int rc;
     memset(out, 0, sizeof *out);
     msg[0] = 0;
-    rc = rm_yaml_load_file(path, &d, &e);
-    if (rc != RM_OK) {
-        rm_sfmt(msg, cap, "%s", e.msg[0] ? e.msg : rm_strerror(rc));
-        rm_escape_ctrl(msg, cap);
-        return rc;
-    }
     size_t n = rm_yaml_count(d), pick = n;
     for (size_t i = 0; i < n; i++) {
         const cJSON *k = cJSON_GetObjectItemCaseSensitive(rm_yaml_doc(d, i), "kind");
@@ -80,7 +85,6 @@ int rm_manifest_load(const char *path, const rm_manifest_overrides *ov, rm_tj *o
         rm_sfmt(msg, cap, "%s:%d: a second TrainingJob (document %zu): run and validate take one job "
                 "per file; split it", path, line, i + 1);
         rm_escape_ctrl(msg, cap);
-        rm_yaml_free(d);
         return RM_EINVAL;
     }
     if (pick == n) {
@@ -89,7 +93,6 @@ int rm_manifest_load(const char *path, const rm_manifest_overrides *ov, rm_tj *o
         } else {
             rm_sfmt(msg, cap, "%s: no TrainingJob (kind: %s, apiVersion: %s) in the file", path,
                      RM_TJ_KIND, RM_TJ_API_VERSION);
-            rm_yaml_free(d);
             return RM_EINVAL;
         }
     }
@@ -114,7 +117,6 @@ int rm_manifest_load(const char *path, const rm_manifest_overrides *ov, rm_tj *o
         rm_escape_ctrl(msg, cap);   /* messages quote manifest values: no raw control characters */
         rm_tj_free(out);
     }
-    rm_yaml_free(d);
     return rc;
 }
 
@@ -639,21 +641,32 @@ int rm_run_main(int argc, char **argv)
     rm_log_format lfmt = fl.lfmt;
     rm_manifest_overrides ov = fl.ov;
     rm_log_init(lvl, lfmt, "run");
-    if (rm_sweep_manifest_is(file)) {   /* a TrainingSweep: many trials (operator/sweep_run.h) */
+    /* read once, then dispatch by kind: a pipe or stdin cannot be read a second time */
+    rm_yaml_docs *docs = NULL;
+    char msg[1024];
+    if (rm_manifest_read(file, &docs, msg, sizeof msg) != RM_OK) {
+        fprintf(stderr, "%s\n", msg);
+        return 2;
+    }
+    if (rm_sweep_manifest_is(docs)) {   /* a TrainingSweep: many trials (operator/sweep_run.h) */
+        int code = 2;
         if (resume || ov.replicas || ov.epochs) {
             fprintf(stderr, "ringmaster run: %s is a TrainingSweep: --resume, --replicas and "
                     "--epochs apply to one TrainingJob; set them in spec.trialTemplate\n", file);
-            return 2;
+        } else {
+            rm_sweep_run_opts so = {.file = file, .docs = docs, .run_dir = run_dir_flag,
+                                    .checkpoint_dir = ckpt, .log_format = logfmt_s, .json = json,
+                                    .log_json = lfmt == RM_LOG_JSON};
+            code = rm_sweep_run(&so);
         }
-        rm_sweep_run_opts so = {.file = file, .run_dir = run_dir_flag, .checkpoint_dir = ckpt,
-                                .log_format = logfmt_s, .json = json,
-                                .log_json = lfmt == RM_LOG_JSON};
-        return rm_sweep_run(&so);
+        rm_yaml_free(docs);
+        return code;
     }
 
     rm_tj job;
-    char msg[1024];
-    if (rm_manifest_load(file, &ov, &job, msg, sizeof msg) != RM_OK) {
+    int lrc = rm_manifest_load(docs, file, &ov, &job, msg, sizeof msg);
+    rm_yaml_free(docs);
+    if (lrc != RM_OK) {
         fprintf(stderr, "%s\n", msg);
         return 2;
     }
@@ -774,11 +787,21 @@ int rm_validate_main(int argc, char **argv)
         fprintf(stderr, "ringmaster validate: -f FILE is required\n");
         return 2;
     }
-    if (rm_sweep_manifest_is(file))
-        return rm_sweep_validate(file, json);
-    rm_tj job;
+    rm_yaml_docs *docs = NULL;   /* read once: -f may be a pipe (see rm_run_main) */
     char msg[1024];
-    if (rm_manifest_load(file, NULL, &job, msg, sizeof msg) != RM_OK) {
+    if (rm_manifest_read(file, &docs, msg, sizeof msg) != RM_OK) {
+        fprintf(stderr, "%s\n", msg);
+        return 2;
+    }
+    if (rm_sweep_manifest_is(docs)) {
+        int code = rm_sweep_validate(docs, file, json);
+        rm_yaml_free(docs);
+        return code;
+    }
+    rm_tj job;
+    int lrc = rm_manifest_load(docs, file, NULL, &job, msg, sizeof msg);
+    rm_yaml_free(docs);
+    if (lrc != RM_OK) {
         fprintf(stderr, "%s\n", msg);
         return 2;
     }

@@ -24,12 +24,17 @@ typedef struct rm_manifest_overrides {
     int epochs;
 } rm_manifest_overrides;
 
-/* Load the first TrainingJob document of path ("-" = stdin), apply overrides and defaults, and
- * validate. On RM_OK *out is owned by the caller (rm_tj_free). On error *out is zeroed and msg
- * holds one line: "FILE:LINE: spec.minReplicas: must be <= spec.replicas" (YAML syntax errors keep
- * the loader's "FILE:LINE:COL: message"). */
-int rm_manifest_load(const char *path, const rm_manifest_overrides *ov, rm_tj *out, char *msg,
-                     size_t cap);
+/* Read the manifest at path ("-" = stdin) once, with the loader's size cap, so that a pipe
+ * (`-f <(...)`) is read exactly once and its documents dispatched by kind. On RM_OK *out is owned
+ * by the caller (rm_yaml_free). On error msg holds one line (YAML syntax errors keep the loader's
+ * "FILE:LINE:COL: message"). */
+int rm_manifest_read(const char *path, rm_yaml_docs **out, char *msg, size_t cap);
+/* Take the TrainingJob document of d (read from path, named in messages), apply overrides and
+ * defaults, and validate. d is borrowed. On RM_OK *out is owned by the caller (rm_tj_free). On
+ * error *out is zeroed and msg holds one line: "FILE:LINE: spec.minReplicas: must be <=
+ * spec.replicas". */
+int rm_manifest_load(const rm_yaml_docs *d, const char *path, const rm_manifest_overrides *ov,
+                     rm_tj *out, char *msg, size_t cap);
 
 /* One line for a manifest error: "FILE:LINE: field: message" when the field (or, for an error
  * with no field, the document) has a known line in document i of d, else "FILE: message". */

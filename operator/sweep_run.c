@@ -31,33 +31,23 @@
 
 /* ------------------------------------------------------------------ manifest */
 
-bool rm_sweep_manifest_is(const char *path)
+bool rm_sweep_manifest_is(const rm_yaml_docs *d)
 {
-    rm_yaml_docs *d = NULL;
-    rm_err e = {0};
-    if (!path || strcmp(path, "-") == 0 || rm_yaml_load_file(path, &d, &e) != RM_OK)
-        return false;
     bool yes = false;
-    for (size_t i = 0; i < rm_yaml_count(d) && !yes; i++) {
+    for (size_t i = 0; d && i < rm_yaml_count(d) && !yes; i++) {
         const cJSON *k = cJSON_GetObjectItemCaseSensitive(rm_yaml_doc(d, i), "kind");
         yes = cJSON_IsString(k) && strcmp(k->valuestring, RM_SWEEP_KIND) == 0;
     }
-    rm_yaml_free(d);
     return yes;
 }
 
-int rm_sweep_manifest_load(const char *path, rm_sweep *out, char *msg, size_t cap)
+int rm_sweep_manifest_load(const rm_yaml_docs *d, const char *path, rm_sweep *out, char *msg,
+                           size_t cap)
 {
-    rm_yaml_docs *d = NULL;
     rm_err e = {0};
+    int rc;
     memset(out, 0, sizeof *out);
     msg[0] = 0;
-    int rc = rm_yaml_load_file(path, &d, &e);
-    if (rc != RM_OK) {
-        rm_sfmt(msg, cap, "%s", e.msg[0] ? e.msg : rm_strerror(rc));
-        rm_escape_ctrl(msg, cap);
-        return rc;
-    }
     size_t n = rm_yaml_count(d), pick = n;
     for (size_t i = 0; i < n; i++) {
         const cJSON *k = cJSON_GetObjectItemCaseSensitive(rm_yaml_doc(d, i), "kind");
@@ -68,14 +58,12 @@ int rm_sweep_manifest_load(const char *path, rm_sweep *out, char *msg, size_t ca
             rm_yaml_pos(d, i, "kind", &line, &col);
             rm_sfmt(msg, cap, "%s:%d: a second TrainingSweep (document %zu): one sweep per file",
                     path, line, i + 1);
-            rm_yaml_free(d);
             return RM_EINVAL;
         }
         pick = i;
     }
     if (pick == n) {
         rm_sfmt(msg, cap, "%s: no TrainingSweep in the file", path);
-        rm_yaml_free(d);
         return RM_EINVAL;
     }
     rc = rm_sweep_from_json(rm_yaml_doc(d, pick), out, &e);
@@ -100,15 +88,14 @@ int rm_sweep_manifest_load(const char *path, rm_sweep *out, char *msg, size_t ca
         rm_manifest_msg(msg, cap, path, d, pick, &shown);
         rm_escape_ctrl(msg, cap);
     }
-    rm_yaml_free(d);
     return rc;
 }
 
-int rm_sweep_validate(const char *file, bool json)
+int rm_sweep_validate(const rm_yaml_docs *d, const char *file, bool json)
 {
     rm_sweep sw;
     char msg[1024];
-    if (rm_sweep_manifest_load(file, &sw, msg, sizeof msg) != RM_OK) {
+    if (rm_sweep_manifest_load(d, file, &sw, msg, sizeof msg) != RM_OK) {
         fprintf(stderr, "%s\n", msg);
         return 2;
     }
@@ -594,7 +581,7 @@ int rm_sweep_run(const rm_sweep_run_opts *o)
 {
     rm_sweep sw;
     char msg[1024];
-    if (rm_sweep_manifest_load(o->file, &sw, msg, sizeof msg) != RM_OK) {
+    if (rm_sweep_manifest_load(o->docs, o->file, &sw, msg, sizeof msg) != RM_OK) {
         fprintf(stderr, "%s\n", msg);
         return 2;
     }

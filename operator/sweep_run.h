@@ -28,18 +28,22 @@
 #include <stddef.h>
 #include "common/rm.h"
 #include "common/sweep.h"
+#include "common/yaml.h"
 
-/* Does the manifest at path hold a TrainingSweep document? (Reads the file; false on any error,
- * so the TrainingJob path reports it.) */
-bool rm_sweep_manifest_is(const char *path);
+/* Does the manifest d (read once by rm_manifest_read, operator/run.h) hold a TrainingSweep
+ * document? d is borrowed; NULL: false. */
+bool rm_sweep_manifest_is(const rm_yaml_docs *d);
 
-/* Load the TrainingSweep of path: parse, defaults, validation (every trial through the TrainingJob
- * validator, each trial's workers against this machine's memory). On error msg holds one line
- * "FILE:LINE: field: message". *out owned by the caller (rm_sweep_free). */
-int rm_sweep_manifest_load(const char *path, rm_sweep *out, char *msg, size_t cap);
+/* Take the TrainingSweep of d (read from path, named in messages; borrowed): parse, defaults,
+ * validation (every trial through the TrainingJob validator, each trial's workers against this
+ * machine's memory). On error msg holds one line "FILE:LINE: field: message". *out owned by the
+ * caller (rm_sweep_free). */
+int rm_sweep_manifest_load(const rm_yaml_docs *d, const char *path, rm_sweep *out, char *msg,
+                           size_t cap);
 
 typedef struct rm_sweep_run_opts {
-    const char *file;
+    const char *file;           /* named in messages */
+    const rm_yaml_docs *docs;   /* the manifest, read once; borrowed */
     const char *run_dir;        /* NULL: $TMPDIR/ringmaster-<sweep>-<time>-<pid> */
     const char *checkpoint_dir; /* NULL: checkpoints/<sweep> */
     const char *log_format;     /* workers' log format, "text" | "json" */
@@ -50,5 +54,5 @@ typedef struct rm_sweep_run_opts {
 /* The sweep to the end; returns the exit code. */
 int rm_sweep_run(const rm_sweep_run_opts *o);
 /* `validate` for a sweep file; returns the exit code (0 valid, 2 invalid). */
-int rm_sweep_validate(const char *file, bool json);
+int rm_sweep_validate(const rm_yaml_docs *d, const char *file, bool json);
 #endif
