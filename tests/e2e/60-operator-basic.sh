@@ -13,8 +13,11 @@ start_operator a
 wait_for 20 "operator ready" curl -fsS "http://127.0.0.1:$OP_PROBE_a/readyz"
 curl -fsS "http://127.0.0.1:$OP_PROBE_a/healthz" >/dev/null || fail "healthz"
 
-# the pods outlive the 1-epoch job so their shape can be read on a slow machine (KEEP_PODS)
-KEEP_PODS=1 fast_job mnist 2 1 | k apply -f - >/dev/null
+# the pods outlive the 1-epoch job so their shape can be read on a slow machine (KEEP_PODS). The
+# template's copies of contract variables (topology ones this allreduce job leaves unset among them)
+# must not reach the pods: the job still trains as 2 allreduce workers, with an EnvOverridden Warning
+KEEP_PODS=1 fast_job mnist 2 1 "        env: [{name: RINGMASTER_STRATEGY, value: parameterServer}, {name: RINGMASTER_PS_ADDRS, value: 'nowhere:1'}, {name: RINGMASTER_PARALLELISM, value: '{\"pipelineStages\": 2}'}, {name: MINE, value: kept}]" |
+  k apply -f - >/dev/null
 # invalid: minReplicas > replicas (the operator checks it even if the API server does no CEL)
 cat <<YAML | k apply --validate=false -f - >/dev/null
 apiVersion: ringmaster.dev/v1alpha1
@@ -41,6 +44,9 @@ assert env["RINGMASTER_TOKEN"]["valueFrom"]["secretKeyRef"]["name"]=="mnist-rend
 assert env["RINGMASTER_BIND_ADDR"]["valueFrom"]["fieldRef"]["fieldPath"]=="status.podIP"
 assert json.loads(env["RINGMASTER_TRAINING"]["value"])["model"]["hidden"]==[128]
 assert c["args"][0]=="train" and sp["restartPolicy"]=="Never" and sp["subdomain"]=="mnist"
+for k in ("RINGMASTER_STRATEGY","RINGMASTER_PS_ADDRS","RINGMASTER_PARALLELISM"):
+    assert k not in env, (k, env[k])
+assert env["MINE"]["value"]=="kept", env.get("MINE")
 ' || fail "worker pod shape"
 log "pods ok; waiting for training"
 wait_for 30 "broken job Failed" tj_phase_is broken Failed
@@ -76,6 +82,10 @@ r=[(e.get("reason"),e.get("involvedObject",e.get("regarding",{})).get("name")) f
 assert any(x[0]=="SuccessfulCreatePod" for x in r), r
 assert any(x[0]=="Succeeded" or "Succeeded" in (x[0] or "") for x in r), r
 assert any(x[0]=="InvalidSpec" and x[1]=="broken" for x in r), r
+w=[e for e in ev if e.get("reason")=="EnvOverridden"]
+assert w and w[0].get("type")=="Warning", w
+m=w[0].get("message",w[0].get("note",""))
+assert all(k in m for k in ("RINGMASTER_STRATEGY","RINGMASTER_PS_ADDRS","RINGMASTER_PARALLELISM")), m
 ' || fail "events"
 [ "$(metric "$OP_METRICS_a" '^ringmaster_jobs_successful_total')" -ge 1 ] || fail "metric successful"
 [ "$(metric "$OP_METRICS_a" '^ringmaster_is_leader')" -eq 1 ] || fail "metric is_leader"
