@@ -23,13 +23,13 @@ T=$(mktemp -d /tmp/rm-bench-builds.XXXXXX)
 trap 'rm -rf "$T"' EXIT
 py=/usr/bin/python3
 train() {   # bin replicas -> "samples_per_s accuracy"
-  rm -rf "$T/ck"
+  rm -rf "$T/ck" "$T/run"
   "$1/ringmaster" run -f "$root/deploy/examples/fashion-mnist.yaml" --replicas "$2" --epochs 2 \
     --checkpoint-dir "$T/ck" --run-dir "$T/run" -o json 2>/dev/null | tail -1 |
     $py -c 'import json,sys; r=json.load(sys.stdin)["status"]["result"]; print(r["samplesPerSecond"], r["testAccuracy"])'
 }
 allreduce() {   # bin -> "busbw_1K busbw_1M busbw_64M" (in-place, GB/s)
-  rm -rf "$T/ck"
+  rm -rf "$T/ck" "$T/run"
   "$1/ringmaster" run -f "$root/deploy/examples/allreduce-bench.yaml" --replicas 2 \
     --checkpoint-dir "$T/ck" --run-dir "$T/run" 2>/dev/null |
     awk '$1 == 1024 || $1 == 1048576 || $1 == 67108864 { printf "%s ", $12 } END { print "" }'
@@ -53,9 +53,14 @@ for line in open(raw):
     if len(p) < 3:
         continue
     rows.setdefault((p[0], p[1]), []).append([float(x) for x in p[2:]])
+def vals(tag, key, i):
+    return [r[i] for r in rows.get((tag, key), []) if len(r) > i]
 def med(tag, key, i):
-    v = [r[i] for r in rows.get((tag, key), []) if len(r) > i]
+    v = vals(tag, key, i)
     return statistics.median(v) if v else float("nan")
+def rng(tag, key, i, fmt):
+    v = vals(tag, key, i)
+    return (fmt % min(v)) + "–" + (fmt % max(v)) if v else "-"
 cpu = "unknown"
 for l in open("/proc/cpuinfo"):
     if l.startswith("model name"):
@@ -64,15 +69,17 @@ lines = ["## Before and after a restructuring (bench/builds/compare.sh)", "",
          f"Machine: {os.cpu_count()} CPUs ({cpu}); {datetime.date.today()}; command: "
          f"`BASE_BIN=... ROUNDS={rounds} bench/builds/compare.sh`; base `{base_rev}`, new `{new_rev}`; "
          "interleaved rounds, medians.", "",
-         "| benchmark | base | new | new / base |", "|---|---:|---:|---:|"]
+         "| benchmark | base (median) | new (median) | new / base | base range | new range |",
+         "|---|---:|---:|---:|---:|---:|"]
 for key, label in (("train1", "train, 1 worker (samples/s)"), ("train2", "train, 2 workers (samples/s)")):
     a, b = med("base", key, 0), med("new", key, 0)
-    lines.append(f"| {label} | {a:.0f} | {b:.0f} | {b / a:.3f} |")
+    lines.append(f"| {label} | {a:.0f} | {b:.0f} | {b / a:.3f} | {rng('base', key, 0, '%.0f')} | {rng('new', key, 0, '%.0f')} |")
     a, b = med("base", key, 1), med("new", key, 1)
-    lines.append(f"| {label.split(' (')[0]}: test accuracy | {a:.4f} | {b:.4f} | same: {'yes' if a == b else 'NO'} |")
+    same = "yes" if vals("base", key, 1) and set(vals("base", key, 1)) == set(vals("new", key, 1)) else "NO"
+    lines.append(f"| {label.split(' (')[0]}: test accuracy | {a:.4f} | {b:.4f} | identical in every round: {same} | | |")
 for i, size in enumerate(("1 KiB", "1 MiB", "64 MiB")):
     a, b = med("base", "allreduce", i), med("new", "allreduce", i)
-    lines.append(f"| allreduce 2 ranks {size}, in-place busbw (GB/s) | {a:.2f} | {b:.2f} | {b / a:.3f} |")
+    lines.append(f"| allreduce 2 ranks {size}, in-place busbw (GB/s) | {a:.2f} | {b:.2f} | {b / a:.3f} | {rng('base', 'allreduce', i, '%.2f')} | {rng('new', 'allreduce', i, '%.2f')} |")
 open(out, "w").write("\n".join(lines) + "\n")
 print("\n".join(lines))
 PYEOF
