@@ -5,8 +5,8 @@
 
 #include "common/rm.h"
 
-const char *const rm_backend_names[] = { "auto", "ring", "nccl", "mpi", NULL };
-const char *const rm_precision_names[] = { "fp32", "bf16", "fp16", NULL };
+const char *const rm_backend_names[] = {"auto", "ring", "nccl", "mpi", NULL};
+const char *const rm_precision_names[] = {"fp32", "bf16", "fp16", NULL};
 
 const char *rm_backend_name(rm_backend b)
 {

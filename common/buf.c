@@ -13,13 +13,13 @@ int rm_capbuf_append(rm_capbuf *cb, const void *p, size_t n)
 {
     if (cb->len > cb->max || n > cb->max - cb->len || cb->len + n == SIZE_MAX)
         return RM_ETOOBIG;
-    size_t need = cb->len + n + 1;   /* cannot overflow: len + n < SIZE_MAX */
+    size_t need = cb->len + n + 1; /* cannot overflow: len + n < SIZE_MAX */
     if (need > cb->cap) {
         size_t nc = cb->cap ? cb->cap : RM_CAPBUF_FIRST;
         while (nc < need)
             nc = nc > SIZE_MAX / 2 ? need : nc * 2;
         if (cb->max < SIZE_MAX && nc > cb->max + 1)
-            nc = cb->max + 1;   /* >= need, since len + n <= max */
+            nc = cb->max + 1; /* >= need, since len + n <= max */
         char *nb = realloc(cb->b, nc);
         if (!nb)
             return RM_ENOMEM;

@@ -13,10 +13,10 @@
 #include "common/rm.h"
 
 typedef struct rm_capbuf {
-    char *b;      /* NULL until the first append */
-    size_t len;   /* bytes held, excluding the NUL */
-    size_t cap;   /* bytes allocated */
-    size_t max;   /* the cap on len */
+    char *b;    /* NULL until the first append */
+    size_t len; /* bytes held, excluding the NUL */
+    size_t cap; /* bytes allocated */
+    size_t max; /* the cap on len */
 } rm_capbuf;
 
 /* Append n bytes of p. RM_OK, RM_ETOOBIG (len + n > max; nothing appended) or RM_ENOMEM. */

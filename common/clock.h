@@ -46,9 +46,9 @@ static inline struct timespec rm_mono_ts(double t)
 {
     struct timespec ts = {0, 0};
     if (!(t > 0))
-        return ts;        /* also NaN */
+        return ts; /* also NaN */
     if (t > 1e15)
-        t = 1e15;         /* "forever", and no overflow converting to time_t */
+        t = 1e15; /* "forever", and no overflow converting to time_t */
     ts.tv_sec = (time_t)t;
     ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
     if (ts.tv_nsec > 999999999L)

@@ -37,15 +37,15 @@ typedef struct rm_fault {
     int rank;
     int64_t step;
     bool fired;
-    double factor;       /* slow: >= 1 */
-    int64_t until;       /* slow: last step slowed (exclusive); 0 = to the end */
-    bool lost;           /* exit with node=lost: the replica cannot be recreated */
+    double factor; /* slow: >= 1 */
+    int64_t until; /* slow: last step slowed (exclusive); 0 = to the end */
+    bool lost;     /* exit with node=lost: the replica cannot be recreated */
 } rm_fault;
 
 typedef struct rm_faults {
     rm_fault f[RM_FAULTS_MAX];
     int n;
-    char dir[1024];      /* marker folder; "" = none */
+    char dir[1024]; /* marker folder; "" = none */
 } rm_faults;
 
 /* Parse spec (NULL or "" = no faults). RM_EINVAL with a message naming the bad part. */

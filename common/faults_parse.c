@@ -57,8 +57,10 @@ static int parse_one(const char *s, size_t len, rm_fault *f, rm_err *err)
     else if (kl == 4 && !memcmp(p, "slow", 4))
         f->kind = RM_FAULT_SLOW;
     else
-        return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: unknown fault kind \"%.*s\" "
-                       "(exit|hang|slow)", (int)kl, p);
+        return rm_errf(err, RM_EINVAL,
+                       "RINGMASTER_FAULT: unknown fault kind \"%.*s\" "
+                       "(exit|hang|slow)",
+                       (int)kl, p);
     bool have_rank = false, have_step = false, ps = false, have_index = false;
     int index = 0;
     p = colon ? colon + 1 : end;
@@ -68,20 +70,20 @@ static int parse_one(const char *s, size_t len, rm_fault *f, rm_err *err)
             q = end;
         const char *eq = memchr(p, '=', (size_t)(q - p));
         if (!eq)
-            return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: expected key=value, got \"%.*s\"",
-                           (int)(q - p), p);
+            return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: expected key=value, got \"%.*s\"", (int)(q - p),
+                           p);
         long long v;
         size_t klen = (size_t)(eq - p);
         if (klen == 4 && !memcmp(p, "rank", 4)) {
             if (parse_num(eq + 1, (size_t)(q - eq - 1), 0, 1 << 20, &v))
-                return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: bad rank \"%.*s\"",
-                               (int)(q - eq - 1), eq + 1);
+                return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: bad rank \"%.*s\"", (int)(q - eq - 1),
+                               eq + 1);
             f->rank = (int)v;
             have_rank = true;
         } else if (klen == 4 && !memcmp(p, "step", 4)) {
             if (parse_num(eq + 1, (size_t)(q - eq - 1), 0, (long long)1 << 50, &v))
-                return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: bad step \"%.*s\"",
-                               (int)(q - eq - 1), eq + 1);
+                return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: bad step \"%.*s\"", (int)(q - eq - 1),
+                               eq + 1);
             f->step = v;
             have_step = true;
         } else if (klen == 4 && !memcmp(p, "role", 4)) {
@@ -89,8 +91,8 @@ static int parse_one(const char *s, size_t len, rm_fault *f, rm_err *err)
             if (vl == 2 && !memcmp(eq + 1, "ps", 2))
                 ps = true;
             else if (!(vl == 6 && !memcmp(eq + 1, "worker", 6)))
-                return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: bad role \"%.*s\" (worker|ps)",
-                               (int)vl, eq + 1);
+                return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: bad role \"%.*s\" (worker|ps)", (int)vl,
+                               eq + 1);
         } else if (klen == 5 && !memcmp(p, "index", 5)) {
             if (parse_num(eq + 1, (size_t)(q - eq - 1), 0, 63, &v))
                 return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: bad index \"%.*s\" (0..63)",
@@ -111,18 +113,19 @@ static int parse_one(const char *s, size_t len, rm_fault *f, rm_err *err)
                 return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: bad factor \"%s\" (1..1000)", nb);
         } else if (klen == 5 && !memcmp(p, "until", 5)) {
             if (parse_num(eq + 1, (size_t)(q - eq - 1), 1, (long long)1 << 50, &v))
-                return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: bad until \"%.*s\"",
-                               (int)(q - eq - 1), eq + 1);
+                return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: bad until \"%.*s\"", (int)(q - eq - 1),
+                               eq + 1);
             f->until = v;
         } else if (klen == 4 && !memcmp(p, "node", 4)) {
             size_t vl = (size_t)(q - eq - 1);
             if (!(vl == 4 && !memcmp(eq + 1, "lost", 4)))
-                return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: bad node \"%.*s\" (lost)",
-                               (int)vl, eq + 1);
+                return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: bad node \"%.*s\" (lost)", (int)vl, eq + 1);
             f->lost = true;
         } else {
-            return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: unknown key \"%.*s\" "
-                           "(rank|step|role|index|factor|until|node)", (int)klen, p);
+            return rm_errf(err, RM_EINVAL,
+                           "RINGMASTER_FAULT: unknown key \"%.*s\" "
+                           "(rank|step|role|index|factor|until|node)",
+                           (int)klen, p);
         }
         p = q < end ? q + 1 : end;
     }
@@ -130,30 +133,27 @@ static int parse_one(const char *s, size_t len, rm_fault *f, rm_err *err)
         return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\": node=lost is for a worker's exit",
                        (int)len, s);
     if (ps != have_index || (ps && have_rank))
-        return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\": role=ps goes with index= "
-                       "(and no rank=)", (int)len, s);
+        return rm_errf(err, RM_EINVAL,
+                       "RINGMASTER_FAULT: \"%.*s\": role=ps goes with index= "
+                       "(and no rank=)",
+                       (int)len, s);
     if (ps) {
         if (f->kind == RM_FAULT_SLOW)
-            return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\": slow is for workers",
-                           (int)len, s);
+            return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\": slow is for workers", (int)len, s);
         f->rank = RM_FAULT_PS_RANK(index);
         have_rank = true;
     }
     if (f->kind == RM_FAULT_SLOW) {
         if (!have_rank || f->factor < 1)
-            return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\" needs rank= and factor=",
-                           (int)len, s);
+            return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\" needs rank= and factor=", (int)len, s);
         if (f->until && f->until <= f->step)
-            return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\": until must be > step",
-                           (int)len, s);
+            return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\": until must be > step", (int)len, s);
         return RM_OK;
     }
     if (f->factor || f->until)
-        return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\": factor/until are for slow",
-                       (int)len, s);
+        return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\": factor/until are for slow", (int)len, s);
     if (!have_rank || !have_step)
-        return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\" needs rank= and step=",
-                       (int)len, s);
+        return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\" needs rank= and step=", (int)len, s);
     return RM_OK;
 }
 
@@ -176,8 +176,7 @@ int rm_faults_parse(const char *spec, rm_faults *out, rm_err *err)
         if (b > a) {
             if (out->n == RM_FAULTS_MAX) {
                 memset(out, 0, sizeof *out);
-                return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: more than %d faults",
-                               RM_FAULTS_MAX);
+                return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: more than %d faults", RM_FAULTS_MAX);
             }
             int rc = parse_one(a, (size_t)(b - a), &out->f[out->n], err);
             if (rc) {
@@ -190,7 +189,6 @@ int rm_faults_parse(const char *spec, rm_faults *out, rm_err *err)
     }
     return RM_OK;
 }
-
 
 /* ---- node=lost: the exited worker's replica index can never be recreated (faults.h) ---- */
 

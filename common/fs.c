@@ -46,8 +46,7 @@ int rm_fs_dir_writable(const char *dir, const char *what, rm_err *err)
         return rm_errf(err, RM_EINVAL, "%s %s: path too long", what, dir);
     int fd = open(probe, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
-        return rm_errf(err, RM_EINVAL, "%s %s: cannot create a file there (%s)", what, dir,
-                       strerror(errno));
+        return rm_errf(err, RM_EINVAL, "%s %s: cannot create a file there (%s)", what, dir, strerror(errno));
     int bad = 0;
     if (write(fd, "x", 1) != 1 || fsync(fd) != 0)
         bad = errno ? errno : EIO;
@@ -55,8 +54,7 @@ int rm_fs_dir_writable(const char *dir, const char *what, rm_err *err)
     if (unlink(probe) != 0 && !bad)
         bad = errno;
     if (bad)
-        return rm_errf(err, RM_EINVAL, "%s %s: cannot write a file there (%s)", what, dir,
-                       strerror(bad));
+        return rm_errf(err, RM_EINVAL, "%s %s: cannot write a file there (%s)", what, dir, strerror(bad));
     return RM_OK;
 }
 
@@ -114,7 +112,7 @@ int rm_fs_write_atomic(const char *path, const rm_fs_piece *pieces, int n, rm_er
         return rm_errf(err, RM_EIO, "%s: %s failed (%s)", path, step, strerror(e ? e : EIO));
     }
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {   /* the rename itself made durable */
+    if (dfd >= 0) { /* the rename itself made durable */
         (void)fsync(dfd);
         close(dfd);
     }

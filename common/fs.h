@@ -16,7 +16,10 @@ int rm_fs_mkdir_p(const char *path, rm_err *err);
 int rm_fs_dir_writable(const char *dir, const char *what, rm_err *err);
 
 /* A byte range to write. */
-typedef struct rm_fs_piece { const void *p; size_t n; } rm_fs_piece;
+typedef struct rm_fs_piece {
+    const void *p;
+    size_t n;
+} rm_fs_piece;
 /* Write the pieces, in order, as the whole content of path (mode 0644), atomically: a temp file
  * beside it (".tmp-<name>.<pid>"), write, fsync, rename over path, fsync the folder. A reader
  * sees the old file or the whole new one; on failure the temp file is removed and path is as it

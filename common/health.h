@@ -12,12 +12,12 @@
 
 typedef struct rm_health rm_health;
 rm_health *rm_health_new(double deadline_seconds);
-void rm_health_free(rm_health *h);                /* NULL ok */
+void rm_health_free(rm_health *h); /* NULL ok */
 void rm_health_beat(rm_health *h);
 void rm_health_set_deadline(rm_health *h, double deadline_seconds);
 void rm_health_set_ready(rm_health *h, bool ready, const char *reason /* copied; may be NULL */);
 bool rm_health_live(rm_health *h);
-double rm_health_since_beat(rm_health *h);        /* seconds */
+double rm_health_since_beat(rm_health *h); /* seconds */
 int rm_health_healthz(const rm_http_req *req, rm_http_resp *resp, void *health);
 int rm_health_readyz(const rm_http_req *req, rm_http_resp *resp, void *health);
 #endif

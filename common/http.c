@@ -56,10 +56,10 @@ enum { CONN_HEAD = 0, CONN_BODY, CONN_SERVED };
 typedef struct conn_ent {
     struct conn_ent *prev, *next;
     int fd;
-    int phase;                /* CONN_* */
-    int cut;                  /* shutdown() issued */
-    unsigned served;          /* requests answered on it */
-    double since;             /* monotonic: accept, headers complete, or last response */
+    int phase;       /* CONN_* */
+    int cut;         /* shutdown() issued */
+    unsigned served; /* requests answered on it */
+    double since;    /* monotonic: accept, headers complete, or last response */
     char ip[INET6_ADDRSTRLEN];
 } conn_ent;
 
@@ -77,9 +77,9 @@ struct rm_http_server {
     double header_timeout_s, body_timeout_s, idle_timeout_s;
     unsigned max_pending, max_pending_per_ip;
     pthread_mutex_t cmu;
-    pthread_cond_t ccv;       /* wakes the sweeper to stop */
-    conn_ent *conns;          /* newest first */
-    unsigned long ncut;       /* connections cut so far */
+    pthread_cond_t ccv; /* wakes the sweeper to stop */
+    conn_ent *conns;    /* newest first */
+    unsigned long ncut; /* connections cut so far */
     int sweep_stop, sweep_started;
     pthread_t sweeper;
 };
@@ -88,7 +88,7 @@ typedef struct req_ctx {
     rm_http_server *srv;
     struct MHD_Connection *conn;
     const rm_http_route *route;
-    rm_capbuf body;   /* capped at max_body */
+    rm_capbuf body; /* capped at max_body */
     int toobig;
     char ip[INET6_ADDRSTRLEN];
 } req_ctx;
@@ -183,7 +183,10 @@ bool rm_http_stopping(const rm_http_server *s)
     return s && atomic_load(&((rm_http_server *)s)->stopping);
 }
 
-int rm_http_port(const rm_http_server *s) { return s ? s->port : -1; }
+int rm_http_port(const rm_http_server *s)
+{
+    return s ? s->port : -1;
+}
 
 /* ---- responses -------------------------------------------------------------------------------- */
 
@@ -192,8 +195,9 @@ static enum MHD_Result queue_resp(req_ctx *c, rm_http_resp *resp);
 /* Our own 404/405/413/500s go through the same path as handler replies. */
 static enum MHD_Result queue_error(req_ctx *c, int status, const char *msg, const char *allow)
 {
-    rm_http_resp r = { .status = status, .content_type = "application/json",
-                       .body = error_body(status, msg) };   /* NULL (ENOMEM): empty body */
+    rm_http_resp r = {.status = status,
+                      .content_type = "application/json",
+                      .body = error_body(status, msg)}; /* NULL (ENOMEM): empty body */
     if (allow)
         rm_http_add_header(&r, MHD_HTTP_HEADER_ALLOW, allow);
     return queue_resp(c, &r);
@@ -215,12 +219,12 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
         /* nothing yet: wait a little, but notice a client that went away (backing off to 50 ms
          * so a thousand idle streams do not spin) */
         if (sc->fd >= 0) {
-            struct pollfd p = { .fd = sc->fd, .events = POLLRDHUP };
+            struct pollfd p = {.fd = sc->fd, .events = POLLRDHUP};
             int pr = poll(&p, 1, wait_ms);
             if (pr > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)))
                 return MHD_CONTENT_READER_END_WITH_ERROR;
         } else {
-            struct timespec ts = { 0, (long)wait_ms * 1000000L };
+            struct timespec ts = {0, (long)wait_ms * 1000000L};
             nanosleep(&ts, NULL);
         }
         if (wait_ms < 50)
@@ -255,8 +259,8 @@ static enum MHD_Result queue_resp(req_ctx *c, rm_http_resp *resp)
             MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         if (ci)
             sc->fd = ci->connect_fd;
-        r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, RM_HTTP_STREAM_BLOCK, stream_read,
-                                              sc, stream_free);
+        r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, RM_HTTP_STREAM_BLOCK, stream_read, sc,
+                                              stream_free);
         if (!r)
             stream_free(sc);
         free(resp->body);
@@ -296,14 +300,13 @@ static void conn_cut(rm_http_server *s, conn_ent *e, const char *why)
     if (e->fd >= 0)
         shutdown(e->fd, SHUT_RDWR);
     if (rm_ratelimit_take(&g_http_cut_rl, rm_mono(), &sup))
-        rm_warn("http: cut a slow connection remote=%s port=%d reason=\"%s\" suppressed=%lu", e->ip,
-                s->port, why, sup);
+        rm_warn("http: cut a slow connection remote=%s port=%d reason=\"%s\" suppressed=%lu", e->ip, s->port,
+                why, sup);
 }
 
 static void conn_set_phase(struct MHD_Connection *conn, rm_http_server *s, int phase)
 {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     conn_ent *e = ci ? ci->socket_context : NULL;
     if (!e)
         return;
@@ -340,10 +343,9 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         return;
     conn_ent *e = calloc(1, sizeof *e);
     if (!e)
-        return;   /* untracked: MHD's own limits still apply */
+        return; /* untracked: MHD's own limits still apply */
     e->fd = -1;
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci)
         e->fd = ci->connect_fd;
     ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
@@ -365,7 +367,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         if (x->cut || x->phase == CONN_SERVED)
             continue;
         all++;
-        old_all = x;   /* the list is newest first */
+        old_all = x; /* the list is newest first */
         if (strcmp(x->ip, e->ip) == 0) {
             same++;
             old_same = x;
@@ -435,8 +437,8 @@ static int method_match(const rm_http_route *rt, const char *method)
 }
 
 /* Finds the route; 0 found, 404 or 405 (allow filled) otherwise. */
-static int find_route(rm_http_server *s, const char *method, const char *path,
-                      const rm_http_route **out, char *allow, size_t allowcap)
+static int find_route(rm_http_server *s, const char *method, const char *path, const rm_http_route **out,
+                      char *allow, size_t allowcap)
 {
     int path_seen = 0;
     allow[0] = 0;
@@ -457,9 +459,9 @@ static int find_route(rm_http_server *s, const char *method, const char *path,
     return path_seen ? 405 : 404;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version,
-                                  const char *upload_data, size_t *upload_data_size, void **con_cls)
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
+                                  const char *version, const char *upload_data, size_t *upload_data_size,
+                                  void **con_cls)
 {
     rm_http_server *s = cls;
     req_ctx *c = *con_cls;
@@ -473,17 +475,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         c->body.max = s->max_body;
         *con_cls = c;
         atomic_fetch_add(&s->inflight, 1);
-        conn_set_phase(conn, s, CONN_BODY);   /* headers are in; the body has its own deadline */
+        conn_set_phase(conn, s, CONN_BODY); /* headers are in; the body has its own deadline */
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
         if (ci && ci->client_addr) {
             const struct sockaddr *sa = ci->client_addr;
             if (sa->sa_family == AF_INET)
-                inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr,
-                          c->ip, sizeof c->ip);
+                inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, c->ip,
+                          sizeof c->ip);
             else if (sa->sa_family == AF_INET6)
-                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr,
-                          c->ip, sizeof c->ip);
+                inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, c->ip,
+                          sizeof c->ip);
         }
         char allow[128];
         int st = find_route(s, method, url, &c->route, allow, sizeof allow);
@@ -493,8 +495,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return queue_error(c, 404, "not found", NULL);
         if (st == 405)
             return queue_error(c, 405, "method not allowed", allow[0] ? allow : NULL);
-        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (cl) {
             char *e;
             errno = 0;
@@ -513,7 +514,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_YES;
         int arc = rm_capbuf_append(&c->body, upload_data, n);
         if (arc == RM_ETOOBIG) {
-            c->toobig = 1;   /* keep reading (and dropping) so the 413 can be sent */
+            c->toobig = 1; /* keep reading (and dropping) so the 413 can be sent */
             rm_capbuf_free(&c->body);
         }
         return arc == RM_ENOMEM ? MHD_NO : MHD_YES;
@@ -552,7 +553,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)toe;
     if (!c)
         return;
-    conn_set_phase(conn, s, CONN_HEAD);   /* keep-alive: waiting for the next request */
+    conn_set_phase(conn, s, CONN_HEAD); /* keep-alive: waiting for the next request */
     rm_capbuf_free(&c->body);
     free(c);
     *con_cls = NULL;
@@ -651,10 +652,10 @@ static int open_listener(const char *bind_addr, int *fd_out, int *v6_out, int *p
     return RM_OK;
 }
 
-int rm_http_start(const rm_http_opts *opts, const rm_http_route *routes, size_t nroutes,
-                  rm_http_server **out, rm_err *err)
+int rm_http_start(const rm_http_opts *opts, const rm_http_route *routes, size_t nroutes, rm_http_server **out,
+                  rm_err *err)
 {
-    rm_http_opts o = { 0 };
+    rm_http_opts o = {0};
     if (opts)
         o = *opts;
     if (!o.bind)
@@ -710,17 +711,14 @@ int rm_http_start(const rm_http_opts *opts, const rm_http_route *routes, size_t 
         free(s);
         return rc;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                     MHD_USE_POLL | MHD_USE_ITC | (v6 ? MHD_USE_IPv6 : 0);
-    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s,
-                            MHD_OPTION_LISTEN_SOCKET, (MHD_socket)s->listen_fd,
-                            MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)o.max_conns,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o.conn_timeout_s,
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                     MHD_USE_ITC | (v6 ? MHD_USE_IPv6 : 0);
+    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET,
+                            (MHD_socket)s->listen_fd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_LIMIT,
+                            (unsigned)o.max_conns, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o.conn_timeout_s,
                             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
-                            MHD_OPTION_THREAD_STACK_SIZE, (size_t)RM_HTTP_STACK,
-                            MHD_OPTION_END);
+                            MHD_OPTION_THREAD_STACK_SIZE, (size_t)RM_HTTP_STACK, MHD_OPTION_END);
     if (!s->d) {
         close(s->listen_fd);
         pthread_cond_destroy(&s->ccv);
@@ -745,7 +743,7 @@ void rm_http_stop(rm_http_server *s)
     atomic_store(&s->stopping, true);
     double deadline = rm_mono() + RM_HTTP_STOP_WAIT_MS / 1000.0;
     while (atomic_load(&s->inflight) > 0 && rm_mono() < deadline) {
-        struct timespec ts = { 0, 2 * 1000000L };
+        struct timespec ts = {0, 2 * 1000000L};
         nanosleep(&ts, NULL);
     }
     if (s->sweep_started) {
@@ -755,7 +753,7 @@ void rm_http_stop(rm_http_server *s)
         pthread_mutex_unlock(&s->cmu);
         pthread_join(s->sweeper, NULL);
     }
-    MHD_stop_daemon(s->d);   /* every NOTIFY_CLOSED has run when it returns */
+    MHD_stop_daemon(s->d); /* every NOTIFY_CLOSED has run when it returns */
     pthread_cond_destroy(&s->ccv);
     pthread_mutex_destroy(&s->cmu);
     if (lfd != MHD_INVALID_SOCKET)

@@ -19,12 +19,12 @@
 typedef struct rm_http_server rm_http_server;
 
 typedef struct rm_http_req {
-    const char *method;      /* "GET", ... */
-    const char *path;        /* decoded path without query ("/v1/jobs/a/b/join") */
-    const char *body;        /* NUL-terminated copy of the body ("" when none); borrowed */
+    const char *method; /* "GET", ... */
+    const char *path;   /* decoded path without query ("/v1/jobs/a/b/join") */
+    const char *body;   /* NUL-terminated copy of the body ("" when none); borrowed */
     size_t body_len;
-    const char *remote_ip;   /* "127.0.0.5"; borrowed */
-    void *impl;              /* internal */
+    const char *remote_ip; /* "127.0.0.5"; borrowed */
+    void *impl;            /* internal */
 } rm_http_req;
 
 /* Header and query lookups; borrowed strings valid during the handler; NULL when absent. */
@@ -45,12 +45,15 @@ typedef struct rm_http_stream {
 
 #define RM_HTTP_MAX_HEADERS 8
 typedef struct rm_http_resp {
-    int status;                 /* default 200 */
-    const char *content_type;   /* static string; default "application/json" */
-    char *body;                 /* owned by the server after return (free()d); may be NULL */
-    size_t body_len;            /* 0 with body set → strlen(body) */
-    rm_http_stream stream;      /* when stream.read is set, body is ignored and the reply is chunked */
-    struct { char name[64]; char value[256]; } headers[RM_HTTP_MAX_HEADERS];
+    int status;               /* default 200 */
+    const char *content_type; /* static string; default "application/json" */
+    char *body;               /* owned by the server after return (free()d); may be NULL */
+    size_t body_len;          /* 0 with body set → strlen(body) */
+    rm_http_stream stream;    /* when stream.read is set, body is ignored and the reply is chunked */
+    struct {
+        char name[64];
+        char value[256];
+    } headers[RM_HTTP_MAX_HEADERS];
     int nheaders;
 } rm_http_resp;
 
@@ -58,19 +61,19 @@ typedef struct rm_http_resp {
 typedef int (*rm_http_handler)(const rm_http_req *req, rm_http_resp *resp, void *ud);
 
 typedef struct rm_http_route {
-    const char *method;   /* NULL = any method */
+    const char *method; /* NULL = any method */
     const char *path;
-    int prefix;           /* 1: match path prefix */
+    int prefix; /* 1: match path prefix */
     rm_http_handler fn;
     void *ud;
 } rm_http_route;
 
 typedef struct rm_http_opts {
-    const char *bind;          /* "127.0.0.1:0", ":8080", "0.0.0.0:9090"; port 0 picks one */
-    size_t max_body;           /* default 1 MiB */
-    unsigned conn_timeout_s;   /* idle connection timeout (also the bound on a keep-alive
+    const char *bind;        /* "127.0.0.1:0", ":8080", "0.0.0.0:9090"; port 0 picks one */
+    size_t max_body;         /* default 1 MiB */
+    unsigned conn_timeout_s; /* idle connection timeout (also the bound on a keep-alive
                                   connection's wait for its next request); default 60 */
-    unsigned max_conns;        /* default 2048 */
+    unsigned max_conns;      /* default 2048 */
     /* Slow clients (0 = default). A connection whose request headers are not all in
      * header_timeout_s after its accept (default 5), or whose body is not in body_timeout_s after
      * its headers (default 15), is cut. Unserved connections (headers or body still coming, or
@@ -84,9 +87,9 @@ typedef struct rm_http_opts {
 
 /* Start serving in background threads. The route table is copied. On success *out is owned
  * (rm_http_stop). Errors (bad address, port in use) → RM_EINVAL/RM_EIO with err set. */
-int rm_http_start(const rm_http_opts *opts, const rm_http_route *routes, size_t nroutes,
-                  rm_http_server **out, rm_err *err);
-int rm_http_port(const rm_http_server *s);   /* the bound port */
+int rm_http_start(const rm_http_opts *opts, const rm_http_route *routes, size_t nroutes, rm_http_server **out,
+                  rm_err *err);
+int rm_http_port(const rm_http_server *s); /* the bound port */
 /* Graceful: stop accepting, let running handlers finish (streams are ended), join threads, free.
  * NULL ok. */
 void rm_http_stop(rm_http_server *s);
@@ -106,7 +109,7 @@ int rm_http_add_header(rm_http_resp *resp, const char *name, const char *value);
 typedef struct rm_http_blob rm_http_blob;
 rm_http_blob *rm_http_blob_new(const char *content_type);
 void rm_http_blob_set(rm_http_blob *b, const char *data, size_t len);
-char *rm_http_blob_get(rm_http_blob *b, size_t *len);      /* owned copy */
+char *rm_http_blob_get(rm_http_blob *b, size_t *len); /* owned copy */
 int rm_http_blob_handler(const rm_http_req *req, rm_http_resp *resp, void *blob);
 void rm_http_blob_free(rm_http_blob *b);
 

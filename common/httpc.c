@@ -19,17 +19,20 @@
 
 struct rm_httpc {
     CURL *h;
-    const volatile sig_atomic_t *cancel;   /* borrowed; NULL = none */
+    const volatile sig_atomic_t *cancel; /* borrowed; NULL = none */
 };
 
 typedef struct {
-    rm_capbuf body;     /* capped at max_body */
+    rm_capbuf body; /* capped at max_body */
     int toobig, oom;
     double retry_after;
 } sink;
 
 static pthread_once_t g_curl_once = PTHREAD_ONCE_INIT;
-static void curl_init_once(void) { curl_global_init(CURL_GLOBAL_DEFAULT); }
+static void curl_init_once(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+}
 
 rm_httpc *rm_httpc_new(void)
 {
@@ -67,7 +70,7 @@ static int on_progress(void *ud, curl_off_t dlt, curl_off_t dln, curl_off_t ult,
     (void)dln;
     (void)ult;
     (void)uln;
-    return *cancel ? 1 : 0;   /* non-zero aborts with CURLE_ABORTED_BY_CALLBACK */
+    return *cancel ? 1 : 0; /* non-zero aborts with CURLE_ABORTED_BY_CALLBACK */
 }
 
 void rm_httpc_resp_free(rm_httpc_resp *r)
@@ -82,7 +85,7 @@ void rm_httpc_resp_free(rm_httpc_resp *r)
 static size_t on_write(char *ptr, size_t size, size_t nmemb, void *ud)
 {
     sink *s = ud;
-    size_t n = size * nmemb;   /* curl guarantees size == 1 */
+    size_t n = size * nmemb; /* curl guarantees size == 1 */
     int rc = rm_capbuf_append(&s->body, ptr, n);
     if (rc == RM_OK)
         return n;
@@ -133,11 +136,11 @@ static size_t on_header(char *ptr, size_t size, size_t nitems, void *ud)
 }
 
 int rm_httpc_do(rm_httpc *c, const char *method, const char *url, const char *const *headers,
-                const char *body, size_t body_len, long timeout_ms, size_t max_body,
-                rm_httpc_resp *out, rm_err *err)
+                const char *body, size_t body_len, long timeout_ms, size_t max_body, rm_httpc_resp *out,
+                rm_err *err)
 {
     struct curl_slist *hl = NULL;
-    sink s = { .body.max = max_body ? max_body : (16u << 20), .retry_after = -1 };
+    sink s = {.body.max = max_body ? max_body : (16u << 20), .retry_after = -1};
     char ebuf[CURL_ERROR_SIZE] = "";
     int rc = RM_OK;
     memset(out, 0, sizeof *out);
@@ -177,8 +180,7 @@ int rm_httpc_do(rm_httpc *c, const char *method, const char *url, const char *co
     } else {
         curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
     }
-    if (body || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0 ||
-        strcmp(method, "PATCH") == 0) {
+    if (body || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0 || strcmp(method, "PATCH") == 0) {
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, body ? body : "");
         curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)(body ? body_len : 0));
     }
@@ -205,8 +207,7 @@ int rm_httpc_do(rm_httpc *c, const char *method, const char *url, const char *co
     out->retry_after = s.retry_after;
     if (cc != CURLE_OK) {
         if (s.toobig)
-            rc = rm_errf(err, RM_ETOOBIG, "%s %s: response body over %zu bytes", method, url,
-                         s.body.max);
+            rc = rm_errf(err, RM_ETOOBIG, "%s %s: response body over %zu bytes", method, url, s.body.max);
         else if (s.oom)
             rc = rm_errf(err, RM_ENOMEM, "%s %s: out of memory", method, url);
         else if (cc == CURLE_ABORTED_BY_CALLBACK)
@@ -214,8 +215,7 @@ int rm_httpc_do(rm_httpc *c, const char *method, const char *url, const char *co
         else if (cc == CURLE_OPERATION_TIMEDOUT)
             rc = rm_errf(err, RM_ETIMEDOUT, "%s %s: timed out after %ld ms", method, url, timeout_ms);
         else
-            rc = rm_errf(err, RM_EIO, "%s %s: %s", method, url,
-                         ebuf[0] ? ebuf : curl_easy_strerror(cc));
+            rc = rm_errf(err, RM_EIO, "%s %s: %s", method, url, ebuf[0] ? ebuf : curl_easy_strerror(cc));
     }
 out:
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);

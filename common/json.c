@@ -27,8 +27,7 @@ static int field_err(rm_err *err, const char *ctx, const char *key, const char *
  * RM_ENOTFOUND (absent or null, optional: nothing touched), RM_EINVAL ("required" when absent
  * and required, "must be <what>" when `is` says no). */
 static int typed(const cJSON *obj, const char *key, bool required, const char *ctx,
-                 cJSON_bool (*is)(const cJSON *), const char *must_be, const cJSON **item,
-                 rm_err *err)
+                 cJSON_bool (*is)(const cJSON *), const char *must_be, const cJSON **item, rm_err *err)
 {
     const cJSON *it = NULL;
     if (obj && cJSON_IsObject(obj))
@@ -41,17 +40,19 @@ static int typed(const cJSON *obj, const char *key, bool required, const char *c
     return RM_OK;
 }
 
-static cJSON_bool is_string(const cJSON *it) { return cJSON_IsString(it) && it->valuestring; }
+static cJSON_bool is_string(const cJSON *it)
+{
+    return cJSON_IsString(it) && it->valuestring;
+}
 
-int rm_json_int(const cJSON *obj, const char *key, bool required, const char *ctx, int64_t *out,
-                rm_err *err)
+int rm_json_int(const cJSON *obj, const char *key, bool required, const char *ctx, int64_t *out, rm_err *err)
 {
     const cJSON *it = NULL;
     int rc = typed(obj, key, required, ctx, cJSON_IsNumber, "must be an integer", &it, err);
     if (rc != RM_OK)
         return rc;
     double v = it->valuedouble;
-    if (!isfinite(v))   /* YAML's .inf/.nan */
+    if (!isfinite(v)) /* YAML's .inf/.nan */
         return field_err(err, ctx, key, "must be a finite number");
     if (v != floor(v))
         return field_err(err, ctx, key, "must be an integer");
@@ -63,20 +64,18 @@ int rm_json_int(const cJSON *obj, const char *key, bool required, const char *ct
     return RM_OK;
 }
 
-int rm_json_num(const cJSON *obj, const char *key, bool required, const char *ctx, double *out,
-                rm_err *err)
+int rm_json_num(const cJSON *obj, const char *key, bool required, const char *ctx, double *out, rm_err *err)
 {
     const cJSON *it = NULL;
     int rc = typed(obj, key, required, ctx, cJSON_IsNumber, "must be a number", &it, err);
-    if (rc == RM_OK && !isfinite(it->valuedouble))   /* YAML's .inf/.nan: no knob wants them */
+    if (rc == RM_OK && !isfinite(it->valuedouble)) /* YAML's .inf/.nan: no knob wants them */
         return field_err(err, ctx, key, "must be a finite number");
     if (rc == RM_OK)
         *out = it->valuedouble;
     return rc;
 }
 
-int rm_json_bool(const cJSON *obj, const char *key, bool required, const char *ctx, bool *out,
-                 rm_err *err)
+int rm_json_bool(const cJSON *obj, const char *key, bool required, const char *ctx, bool *out, rm_err *err)
 {
     const cJSON *it = NULL;
     int rc = typed(obj, key, required, ctx, cJSON_IsBool, "must be a boolean", &it, err);
@@ -85,8 +84,8 @@ int rm_json_bool(const cJSON *obj, const char *key, bool required, const char *c
     return rc;
 }
 
-int rm_json_str(const cJSON *obj, const char *key, bool required, const char *ctx,
-                const char **out, rm_err *err)
+int rm_json_str(const cJSON *obj, const char *key, bool required, const char *ctx, const char **out,
+                rm_err *err)
 {
     const cJSON *it = NULL;
     int rc = typed(obj, key, required, ctx, is_string, "must be a string", &it, err);
@@ -95,14 +94,14 @@ int rm_json_str(const cJSON *obj, const char *key, bool required, const char *ct
     return rc;
 }
 
-int rm_json_obj(const cJSON *obj, const char *key, bool required, const char *ctx,
-                const cJSON **out, rm_err *err)
+int rm_json_obj(const cJSON *obj, const char *key, bool required, const char *ctx, const cJSON **out,
+                rm_err *err)
 {
     return typed(obj, key, required, ctx, cJSON_IsObject, "must be an object", out, err);
 }
 
-int rm_json_arr(const cJSON *obj, const char *key, bool required, const char *ctx,
-                const cJSON **out, rm_err *err)
+int rm_json_arr(const cJSON *obj, const char *key, bool required, const char *ctx, const cJSON **out,
+                rm_err *err)
 {
     return typed(obj, key, required, ctx, cJSON_IsArray, "must be an array", out, err);
 }
@@ -224,8 +223,14 @@ static void fmt_time(char *buf, size_t cap, double t, int micro)
         snprintf(buf + n, cap - n, "Z");
 }
 
-void rm_json_time(char buf[32], double unix_seconds) { fmt_time(buf, 32, unix_seconds, 0); }
-void rm_json_microtime(char buf[40], double unix_seconds) { fmt_time(buf, 40, unix_seconds, 1); }
+void rm_json_time(char buf[32], double unix_seconds)
+{
+    fmt_time(buf, 32, unix_seconds, 0);
+}
+void rm_json_microtime(char buf[40], double unix_seconds)
+{
+    fmt_time(buf, 40, unix_seconds, 1);
+}
 
 static int digits(const char *s, int n, int *out)
 {
@@ -244,16 +249,15 @@ int rm_json_parse_time(const char *s, double *out)
     int Y, M, D, h, m, sec;
     if (!s || strlen(s) < 20)
         return RM_EINVAL;
-    if (digits(s, 4, &Y) || s[4] != '-' || digits(s + 5, 2, &M) || s[7] != '-' ||
-        digits(s + 8, 2, &D) || (s[10] != 'T' && s[10] != 't' && s[10] != ' ') ||
-        digits(s + 11, 2, &h) || s[13] != ':' || digits(s + 14, 2, &m) || s[16] != ':' ||
-        digits(s + 17, 2, &sec))
+    if (digits(s, 4, &Y) || s[4] != '-' || digits(s + 5, 2, &M) || s[7] != '-' || digits(s + 8, 2, &D) ||
+        (s[10] != 'T' && s[10] != 't' && s[10] != ' ') || digits(s + 11, 2, &h) || s[13] != ':' ||
+        digits(s + 14, 2, &m) || s[16] != ':' || digits(s + 17, 2, &sec))
         return RM_EINVAL;
-    static const int mdays[12] = { 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31 };
+    static const int mdays[12] = {31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
     bool leap = (Y % 4 == 0 && Y % 100 != 0) || Y % 400 == 0;
     /* timegm would roll "02-30" into March: refuse it as Kubernetes does */
-    if (M < 1 || M > 12 || D < 1 || D > mdays[M - 1] || (M == 2 && D == 29 && !leap) || h > 23 ||
-        m > 59 || sec > 60)
+    if (M < 1 || M > 12 || D < 1 || D > mdays[M - 1] || (M == 2 && D == 29 && !leap) || h > 23 || m > 59 ||
+        sec > 60)
         return RM_EINVAL;
     const char *p = s + 19;
     double frac = 0;
@@ -282,7 +286,7 @@ int rm_json_parse_time(const char *s, double *out)
     }
     if (*p)
         return RM_EINVAL;
-    struct tm tm = { 0 };
+    struct tm tm = {0};
     tm.tm_year = Y - 1900;
     tm.tm_mon = M - 1;
     tm.tm_mday = D;
@@ -294,8 +298,8 @@ int rm_json_parse_time(const char *s, double *out)
     return RM_OK;
 }
 
-int rm_json_add_controller_ref(cJSON *md, const char *api_version, const char *kind,
-                               const char *name, const char *uid)
+int rm_json_add_controller_ref(cJSON *md, const char *api_version, const char *kind, const char *name,
+                               const char *uid)
 {
     cJSON *refs = cJSON_GetObjectItemCaseSensitive(md, "ownerReferences");
     if (!cJSON_IsArray(refs)) {
@@ -305,8 +309,7 @@ int rm_json_add_controller_ref(cJSON *md, const char *api_version, const char *k
     cJSON *r = cJSON_CreateObject();
     if (!refs || !r || !cJSON_AddStringToObject(r, "apiVersion", api_version) ||
         !cJSON_AddStringToObject(r, "kind", kind) || !cJSON_AddStringToObject(r, "name", name) ||
-        !cJSON_AddStringToObject(r, "uid", uid ? uid : "") ||
-        !cJSON_AddBoolToObject(r, "controller", 1) ||
+        !cJSON_AddStringToObject(r, "uid", uid ? uid : "") || !cJSON_AddBoolToObject(r, "controller", 1) ||
         !cJSON_AddBoolToObject(r, "blockOwnerDeletion", 1) || !cJSON_AddItemToArray(refs, r)) {
         cJSON_Delete(r);
         return RM_ENOMEM;
@@ -323,8 +326,8 @@ cJSON *rm_json_object_head(const char *api_version, const char *kind, const char
     if (!o || !cJSON_AddStringToObject(o, "apiVersion", api_version) ||
         !cJSON_AddStringToObject(o, "kind", kind) || !(m = cJSON_AddObjectToObject(o, "metadata")))
         goto oom;
-    const char *keys[] = { "name", "namespace", "uid", "resourceVersion" };
-    const char *vals[] = { name, namespace_, uid, resource_version };
+    const char *keys[] = {"name", "namespace", "uid", "resourceVersion"};
+    const char *vals[] = {name, namespace_, uid, resource_version};
     for (int i = 0; i < 4; i++)
         if (vals[i] && !cJSON_AddStringToObject(m, keys[i], vals[i]))
             goto oom;

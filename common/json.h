@@ -12,19 +12,18 @@
 #include <stdint.h>
 #include "common/rm.h"
 
-int rm_json_int(const cJSON *obj, const char *key, bool required, const char *ctx,
-                int64_t *out, rm_err *err);   /* integral number only (3.0 ok, 3.5 not); |v| >= 2^63
+int rm_json_int(const cJSON *obj, const char *key, bool required, const char *ctx, int64_t *out,
+                rm_err *err); /* integral number only (3.0 ok, 3.5 not); |v| >= 2^63
                                                * "out of range"; inf/NaN "must be a finite number" */
-int rm_json_num(const cJSON *obj, const char *key, bool required, const char *ctx,
-                double *out, rm_err *err);    /* finite only: inf/NaN "must be a finite number" */
-int rm_json_bool(const cJSON *obj, const char *key, bool required, const char *ctx,
-                 bool *out, rm_err *err);
-int rm_json_str(const cJSON *obj, const char *key, bool required, const char *ctx,
-                const char **out, rm_err *err);
-int rm_json_obj(const cJSON *obj, const char *key, bool required, const char *ctx,
-                const cJSON **out, rm_err *err);
-int rm_json_arr(const cJSON *obj, const char *key, bool required, const char *ctx,
-                const cJSON **out, rm_err *err);
+int rm_json_num(const cJSON *obj, const char *key, bool required, const char *ctx, double *out,
+                rm_err *err); /* finite only: inf/NaN "must be a finite number" */
+int rm_json_bool(const cJSON *obj, const char *key, bool required, const char *ctx, bool *out, rm_err *err);
+int rm_json_str(const cJSON *obj, const char *key, bool required, const char *ctx, const char **out,
+                rm_err *err);
+int rm_json_obj(const cJSON *obj, const char *key, bool required, const char *ctx, const cJSON **out,
+                rm_err *err);
+int rm_json_arr(const cJSON *obj, const char *key, bool required, const char *ctx, const cJSON **out,
+                rm_err *err);
 /* RM_EINVAL naming the first key of obj not in the NULL-terminated `allowed` list
  * ("spec.foo: unknown field"). */
 int rm_json_no_unknown(const cJSON *obj, const char *const *allowed, const char *ctx, rm_err *err);
@@ -50,6 +49,6 @@ cJSON *rm_json_object_head(const char *api_version, const char *kind, const char
  * blockOwnerDeletion: true} to metadata `md` (creating its ownerReferences array when absent).
  * Strings are copied; NULL uid is written as "". RM_OK, or RM_ENOMEM with `md` unchanged
  * except possibly for an empty ownerReferences array. */
-int rm_json_add_controller_ref(cJSON *md, const char *api_version, const char *kind,
-                               const char *name, const char *uid);
+int rm_json_add_controller_ref(cJSON *md, const char *api_version, const char *kind, const char *name,
+                               const char *uid);
 #endif

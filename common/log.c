@@ -27,13 +27,13 @@ static struct {
     atomic_int fmt;
     char comp[64];
     char fields[512];
-} g_log = { PTHREAD_MUTEX_INITIALIZER, RM_LOG_INFO, RM_LOG_TEXT, "", "" };
+} g_log = {PTHREAD_MUTEX_INITIALIZER, RM_LOG_INFO, RM_LOG_TEXT, "", ""};
 
 static pthread_once_t g_log_once = PTHREAD_ONCE_INIT;
 
 int rm_log_parse_level(const char *s, rm_log_level *out)
 {
-    static const char *const names[] = { "debug", "info", "warn", "error" };
+    static const char *const names[] = {"debug", "info", "warn", "error"};
     if (!s)
         return RM_EINVAL;
     for (int i = 0; i < 4; i++) {
@@ -101,13 +101,18 @@ int rm_log_enabled(rm_log_level lvl)
 /* ---- tokeniser ------------------------------------------------------------------------------ */
 
 typedef struct {
-    const char *k; size_t klen;
-    const char *v; size_t vlen;   /* raw text (inside quotes when quoted) */
-    int quoted;                   /* value had quotes: \" and \\ inside are escapes */
-    int bare;                     /* token without '=' */
+    const char *k;
+    size_t klen;
+    const char *v;
+    size_t vlen; /* raw text (inside quotes when quoted) */
+    int quoted;  /* value had quotes: \" and \\ inside are escapes */
+    int bare;    /* token without '=' */
 } log_kv;
 
-static int is_ws(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+static int is_ws(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
 
 /* After a quote: end of text, or whitespace then a "key=" token. */
 static int closes_value(const char *q)
@@ -197,7 +202,7 @@ static size_t log_tokenise(const char *s, const char **msg, size_t *msglen, log_
 
 typedef struct {
     char *b;
-    size_t cap;   /* usable capacity (reserve excluded) */
+    size_t cap; /* usable capacity (reserve excluded) */
     size_t len;
     int over;
 } log_buf;
@@ -213,8 +218,14 @@ static void lb_put(log_buf *w, const char *s, size_t n)
     memcpy(w->b + w->len, s, n);
     w->len += n;
 }
-static void lb_puts(log_buf *w, const char *s) { lb_put(w, s, strlen(s)); }
-static void lb_putc(log_buf *w, char c) { lb_put(w, &c, 1); }
+static void lb_puts(log_buf *w, const char *s)
+{
+    lb_put(w, s, strlen(s));
+}
+static void lb_putc(log_buf *w, char c)
+{
+    lb_put(w, &c, 1);
+}
 
 /* A quoted string for either format: unescape a quoted value's \" and \\ on the fly, then escape
  * '"', '\\', \n, \r, \t and every other control character (\u00XX), so a value that came from
@@ -227,11 +238,21 @@ static void lb_quoted(log_buf *w, const char *s, size_t n, int unescape)
         if (unescape && c == '\\' && i + 1 < n && (s[i + 1] == '"' || s[i + 1] == '\\'))
             c = (unsigned char)s[++i];
         switch (c) {
-        case '"': lb_puts(w, "\\\""); break;
-        case '\\': lb_puts(w, "\\\\"); break;
-        case '\n': lb_puts(w, "\\n"); break;
-        case '\r': lb_puts(w, "\\r"); break;
-        case '\t': lb_puts(w, "\\t"); break;
+        case '"':
+            lb_puts(w, "\\\"");
+            break;
+        case '\\':
+            lb_puts(w, "\\\\");
+            break;
+        case '\n':
+            lb_puts(w, "\\n");
+            break;
+        case '\r':
+            lb_puts(w, "\\r");
+            break;
+        case '\t':
+            lb_puts(w, "\\t");
+            break;
         default:
             if (c < 0x20 || c == 0x7f) {
                 char u[8];
@@ -288,11 +309,11 @@ static void lb_field(log_buf *w, int json, const char *k, size_t klen, const cha
         w->len = save;
         w->over = 0;
         *truncated = 1;
-        w->cap = save;   /* no later field may slip in after a dropped one */
+        w->cap = save; /* no later field may slip in after a dropped one */
     }
 }
 
-static const char *const level_names[] = { "debug", "info", "warn", "error" };
+static const char *const level_names[] = {"debug", "info", "warn", "error"};
 
 static size_t log_render(char *out, size_t outcap, rm_log_level lvl, const char *file, int line,
                          const char *text)
@@ -325,11 +346,11 @@ static size_t log_render(char *out, size_t outcap, rm_log_level lvl, const char 
     const size_t reserve = 24; /* room for the closing brace, truncated marker and newline */
     if (outcap < reserve + 64) {
         if (outcap)
-            out[0] = 0;   /* still a string for the caller */
+            out[0] = 0; /* still a string for the caller */
         return 0;
     }
-    log_buf w = { out, outcap - reserve, 0, 0 };
-    int truncated = more || fmore;   /* pairs past kv[] were dropped */
+    log_buf w = {out, outcap - reserve, 0, 0};
+    int truncated = more || fmore; /* pairs past kv[] were dropped */
     if (json) {
         lb_puts(&w, "{\"ts\":\"");
         lb_puts(&w, ts);
@@ -346,11 +367,10 @@ static size_t log_render(char *out, size_t outcap, rm_log_level lvl, const char 
         lb_field(&w, json, "comp", 4, comp, strlen(comp), 0, 0, 0, &truncated);
     lb_field(&w, json, "msg", 3, msg, msglen, 0, 0, 1, &truncated);
     for (size_t i = 0; i < n; i++)
-        lb_field(&w, json, kv[i].k, kv[i].klen, kv[i].v, kv[i].vlen, kv[i].quoted, kv[i].bare, 0,
-                 &truncated);
+        lb_field(&w, json, kv[i].k, kv[i].klen, kv[i].v, kv[i].vlen, kv[i].quoted, kv[i].bare, 0, &truncated);
     for (size_t i = 0; i < fn; i++)
-        lb_field(&w, json, fkv[i].k, fkv[i].klen, fkv[i].v, fkv[i].vlen, fkv[i].quoted,
-                 fkv[i].bare, 0, &truncated);
+        lb_field(&w, json, fkv[i].k, fkv[i].klen, fkv[i].v, fkv[i].vlen, fkv[i].quoted, fkv[i].bare, 0,
+                 &truncated);
     if (file && (lvl == RM_LOG_DEBUG || lvl >= RM_LOG_WARN)) {
         char src[128];
         const char *base = strrchr(file, '/');

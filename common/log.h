@@ -29,8 +29,8 @@ void rm_log_write(rm_log_level lvl, const char *file, int line, const char *fmt,
 void rm_log_vwrite(rm_log_level lvl, const char *file, int line, const char *fmt, va_list ap);
 
 #define rm_debug(...) rm_log_write(RM_LOG_DEBUG, __FILE__, __LINE__, __VA_ARGS__)
-#define rm_info(...)  rm_log_write(RM_LOG_INFO, __FILE__, __LINE__, __VA_ARGS__)
-#define rm_warn(...)  rm_log_write(RM_LOG_WARN, __FILE__, __LINE__, __VA_ARGS__)
+#define rm_info(...) rm_log_write(RM_LOG_INFO, __FILE__, __LINE__, __VA_ARGS__)
+#define rm_warn(...) rm_log_write(RM_LOG_WARN, __FILE__, __LINE__, __VA_ARGS__)
 #define rm_error(...) rm_log_write(RM_LOG_ERROR, __FILE__, __LINE__, __VA_ARGS__)
 
 /* Format one line into buf (no newline) exactly as rm_log_write would; for tests. Returns length. */

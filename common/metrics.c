@@ -20,13 +20,13 @@
 #define RM_METRICS_MAX_BUCKETS 64
 
 typedef enum { MT_COUNTER = 0, MT_GAUGE, MT_HISTOGRAM } metric_type;
-static const char *const type_names[] = { "counter", "gauge", "histogram" };
+static const char *const type_names[] = {"counter", "gauge", "histogram"};
 
 struct rm_series {
     rm_metric *f;
     char **values;
-    _Atomic uint64_t val;       /* double bits: counter/gauge value, histogram sum */
-    _Atomic uint64_t *buckets;  /* histogram: nb + 1 (last = +Inf), non-cumulative */
+    _Atomic uint64_t val;      /* double bits: counter/gauge value, histogram sum */
+    _Atomic uint64_t *buckets; /* histogram: nb + 1 (last = +Inf), non-cumulative */
     atomic_bool hidden;
     rm_series *next;
 };
@@ -66,8 +66,7 @@ static void atomic_add_double(_Atomic uint64_t *a, double v)
     uint64_t old = atomic_load_explicit(a, memory_order_relaxed);
     for (;;) {
         uint64_t nw = d2u(u2d(old) + v);
-        if (atomic_compare_exchange_weak_explicit(a, &old, nw, memory_order_relaxed,
-                                                  memory_order_relaxed))
+        if (atomic_compare_exchange_weak_explicit(a, &old, nw, memory_order_relaxed, memory_order_relaxed))
             return;
     }
 }
@@ -165,7 +164,7 @@ static int same_labels(const rm_metric *f, const char *const *labels, size_t n)
 /* "x_count" against histogram "x" and vice versa: both would render the same sample name. */
 static int suffix_clash(const char *a, const rm_metric *hist)
 {
-    static const char *const sfx[] = { "_bucket", "_sum", "_count" };
+    static const char *const sfx[] = {"_bucket", "_sum", "_count"};
     size_t hl = strlen(hist->name);
     if (strncmp(a, hist->name, hl) != 0)
         return 0;
@@ -178,10 +177,10 @@ static int suffix_clash(const char *a, const rm_metric *hist)
 static rm_series *series_new_locked(rm_metric *f, const char *const *values);
 
 static int register_family(rm_metrics *m, metric_type type, const char *name, const char *help,
-                           const char *const *labels, const double *buckets, size_t nbuckets,
-                           rm_metric **out, rm_err *err)
+                           const char *const *labels, const double *buckets, size_t nbuckets, rm_metric **out,
+                           rm_err *err)
 {
-    static const double defaults[] = { .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10 };
+    static const double defaults[] = {.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10};
     size_t nl = 0;
     *out = NULL;
     if (!m)
@@ -191,12 +190,12 @@ static int register_family(rm_metrics *m, metric_type type, const char *name, co
                        name ? name : "(null)");
     for (; labels && labels[nl]; nl++) {
         if (nl >= RM_METRICS_MAX_LABELS)
-            return rm_errf(err, RM_EINVAL, "metric %s: more than %d labels", name,
-                           RM_METRICS_MAX_LABELS);
+            return rm_errf(err, RM_EINVAL, "metric %s: more than %d labels", name, RM_METRICS_MAX_LABELS);
         if (!valid_label_name(labels[nl]))
             return rm_errf(err, RM_EINVAL,
                            "metric %s: label name \"%s\" is invalid (want [a-zA-Z_][a-zA-Z0-9_]*, "
-                           "not starting with __)", name, labels[nl]);
+                           "not starting with __)",
+                           name, labels[nl]);
         if (type == MT_HISTOGRAM && strcmp(labels[nl], "le") == 0)
             return rm_errf(err, RM_EINVAL, "metric %s: label \"le\" is reserved in histograms", name);
         for (size_t j = 0; j < nl; j++)
@@ -213,12 +212,11 @@ static int register_family(rm_metrics *m, metric_type type, const char *name, co
         if (nb > 0 && isinf(b[nb - 1]) && b[nb - 1] > 0)
             nb--; /* +Inf is implicit */
         if (nb > RM_METRICS_MAX_BUCKETS)
-            return rm_errf(err, RM_EINVAL, "metric %s: more than %d buckets", name,
-                           RM_METRICS_MAX_BUCKETS);
+            return rm_errf(err, RM_EINVAL, "metric %s: more than %d buckets", name, RM_METRICS_MAX_BUCKETS);
         for (size_t i = 0; i < nb; i++) {
             if (!isfinite(b[i]) || (i > 0 && !(b[i] > b[i - 1])))
-                return rm_errf(err, RM_EINVAL,
-                               "metric %s: buckets must be finite and strictly increasing", name);
+                return rm_errf(err, RM_EINVAL, "metric %s: buckets must be finite and strictly increasing",
+                               name);
         }
     } else {
         nb = 0;
@@ -235,14 +233,12 @@ static int register_family(rm_metrics *m, metric_type type, const char *name, co
                 *out = f;
             else
                 rc = rm_errf(err, RM_ECONFLICT,
-                             "metric %s already registered with a different type, labels or buckets",
-                             name);
+                             "metric %s already registered with a different type, labels or buckets", name);
             goto out;
         }
         if ((f->type == MT_HISTOGRAM && suffix_clash(name, f)) ||
-            (type == MT_HISTOGRAM && suffix_clash(f->name, &(rm_metric){ .name = (char *)name }))) {
-            rc = rm_errf(err, RM_ECONFLICT, "metric %s clashes with histogram series of %s", name,
-                         f->name);
+            (type == MT_HISTOGRAM && suffix_clash(f->name, &(rm_metric){.name = (char *)name}))) {
+            rc = rm_errf(err, RM_ECONFLICT, "metric %s clashes with histogram series of %s", name, f->name);
             goto out;
         }
     }
@@ -300,9 +296,8 @@ int rm_metrics_gauge(rm_metrics *m, const char *name, const char *help, const ch
     return register_family(m, MT_GAUGE, name, help, labels, NULL, 0, out, err);
 }
 
-int rm_metrics_histogram(rm_metrics *m, const char *name, const char *help,
-                         const char *const *labels, const double *buckets, size_t nbuckets,
-                         rm_metric **out, rm_err *err)
+int rm_metrics_histogram(rm_metrics *m, const char *name, const char *help, const char *const *labels,
+                         const double *buckets, size_t nbuckets, rm_metric **out, rm_err *err)
 {
     return register_family(m, MT_HISTOGRAM, name, help, labels, buckets, nbuckets, out, err);
 }
@@ -388,7 +383,7 @@ rm_series *rm_metric_with1(rm_metric *f, const char *v1)
 {
     if (!f || f->nlabels != 1)
         return NULL;
-    const char *v[] = { v1 };
+    const char *v[] = {v1};
     return rm_metric_with(f, v);
 }
 
@@ -396,7 +391,7 @@ rm_series *rm_metric_with2(rm_metric *f, const char *v1, const char *v2)
 {
     if (!f || f->nlabels != 2)
         return NULL;
-    const char *v[] = { v1, v2 };
+    const char *v[] = {v1, v2};
     return rm_metric_with(f, v);
 }
 
@@ -480,7 +475,10 @@ static void sb_put(sbuf *s, const char *p, size_t n)
     if (!s->oom && rm_capbuf_append(&s->b, p, n) != RM_OK)
         s->oom = 1;
 }
-static void sb_puts(sbuf *s, const char *p) { sb_put(s, p, strlen(p)); }
+static void sb_puts(sbuf *s, const char *p)
+{
+    sb_put(s, p, strlen(p));
+}
 
 /* Shortest %g that round-trips; Prometheus spellings for the specials. */
 static void fmt_double(char *buf, size_t cap, double v)
@@ -518,7 +516,7 @@ static size_t utf8_len(const unsigned char *p)
         return 0;
     }
     for (size_t i = 1; i < n; i++) {
-        if ((p[i] & 0xc0) != 0x80)   /* also stops at the NUL */
+        if ((p[i] & 0xc0) != 0x80) /* also stops at the NUL */
             return 0;
         cp = (cp << 6) | (p[i] & 0x3fu);
     }
@@ -549,8 +547,8 @@ static void sb_escaped(sbuf *s, const char *p, int quote)
 }
 
 /* name{labels,extra} value\n ; extra is an already-formatted le value or NULL */
-static void sb_sample(sbuf *s, const rm_metric *f, const rm_series *se, const char *suffix,
-                      const char *le, const char *value)
+static void sb_sample(sbuf *s, const rm_metric *f, const rm_series *se, const char *suffix, const char *le,
+                      const char *value)
 {
     sb_puts(s, f->name);
     sb_puts(s, suffix);
@@ -578,7 +576,7 @@ static void sb_sample(sbuf *s, const rm_metric *f, const rm_series *se, const ch
 
 char *rm_metrics_render(rm_metrics *m, size_t *len)
 {
-    sbuf s = { .b.max = SIZE_MAX };
+    sbuf s = {.b.max = SIZE_MAX};
     char v[64], le[64];
     if (!m)
         return NULL;

@@ -14,23 +14,22 @@
 #include "common/rm.h"
 #include "common/http.h"
 
-typedef struct rm_metrics rm_metrics;   /* registry */
-typedef struct rm_metric rm_metric;     /* a family: name, help, type, label names */
-typedef struct rm_series rm_series;     /* one label-value combination */
+typedef struct rm_metrics rm_metrics; /* registry */
+typedef struct rm_metric rm_metric;   /* a family: name, help, type, label names */
+typedef struct rm_series rm_series;   /* one label-value combination */
 
 rm_metrics *rm_metrics_new(void);
-void rm_metrics_free(rm_metrics *m);    /* NULL ok */
+void rm_metrics_free(rm_metrics *m); /* NULL ok */
 
 /* labels: NULL-terminated array of label names, or NULL for none. */
-int rm_metrics_counter(rm_metrics *m, const char *name, const char *help,
-                       const char *const *labels, rm_metric **out, rm_err *err);
-int rm_metrics_gauge(rm_metrics *m, const char *name, const char *help,
-                     const char *const *labels, rm_metric **out, rm_err *err);
+int rm_metrics_counter(rm_metrics *m, const char *name, const char *help, const char *const *labels,
+                       rm_metric **out, rm_err *err);
+int rm_metrics_gauge(rm_metrics *m, const char *name, const char *help, const char *const *labels,
+                     rm_metric **out, rm_err *err);
 /* buckets: strictly increasing upper bounds (+Inf is implicit); NULL/0 → Prometheus defaults
  * (.005 .01 .025 .05 .1 .25 .5 1 2.5 5 10). */
-int rm_metrics_histogram(rm_metrics *m, const char *name, const char *help,
-                         const char *const *labels, const double *buckets, size_t nbuckets,
-                         rm_metric **out, rm_err *err);
+int rm_metrics_histogram(rm_metrics *m, const char *name, const char *help, const char *const *labels,
+                         const double *buckets, size_t nbuckets, rm_metric **out, rm_err *err);
 
 /* The series for these label values (as many as the family has label names, in order; any value
  * is allowed, it is escaped on output). Returns NULL only on ENOMEM or a wrong count. */
@@ -42,10 +41,10 @@ rm_series *rm_metric_series(rm_metric *f);
 /* Drop a series (e.g. a deleted job's). */
 void rm_metric_remove(rm_metric *f, const char *const *values);
 
-void rm_series_inc(rm_series *s, double v);      /* counters (v >= 0) and gauges */
-void rm_series_set(rm_series *s, double v);      /* gauges */
-void rm_series_observe(rm_series *s, double v);  /* histograms */
-double rm_series_value(const rm_series *s);      /* counter/gauge value; histogram sum */
+void rm_series_inc(rm_series *s, double v);             /* counters (v >= 0) and gauges */
+void rm_series_set(rm_series *s, double v);             /* gauges */
+void rm_series_observe(rm_series *s, double v);         /* histograms */
+double rm_series_value(const rm_series *s);             /* counter/gauge value; histogram sum */
 unsigned long long rm_series_count(const rm_series *s); /* histogram count */
 
 /* Render everything; owned string (free()), *len set. NULL on ENOMEM. */

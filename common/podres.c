@@ -5,7 +5,10 @@
 #include <string.h>
 #include "common/quantity.h"
 
-static const cJSON *oget(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
+static const cJSON *oget(const cJSON *o, const char *k)
+{
+    return cJSON_GetObjectItemCaseSensitive(o, k);
+}
 
 /* ---------------- resource lists ---------------- */
 static rm_res *res_find(rm_reslist *l, const char *name, bool create)
@@ -162,4 +165,3 @@ int rm_pod_requests(const cJSON *spec, rm_reslist *out, rm_err *err)
     *out = reqs;
     return RM_OK;
 }
-

@@ -26,9 +26,9 @@ int64_t rm_reslist_get(const rm_reslist *l, const char *name);
 bool rm_reslist_has(const rm_reslist *l, const char *name);
 /* a[name] += milli (RM_ETOOBIG past RM_RES_MAX names, RM_EINVAL on overflow) */
 int rm_reslist_add(rm_reslist *l, const char *name, int64_t milli);
-int rm_reslist_sum(rm_reslist *a, const rm_reslist *b);          /* a += b */
-int rm_reslist_max(rm_reslist *a, const rm_reslist *b);          /* a = max(a, b) per name */
-int rm_reslist_scale(rm_reslist *a, int64_t k);                   /* a *= k */
+int rm_reslist_sum(rm_reslist *a, const rm_reslist *b); /* a += b */
+int rm_reslist_max(rm_reslist *a, const rm_reslist *b); /* a = max(a, b) per name */
+int rm_reslist_scale(rm_reslist *a, int64_t k);         /* a *= k */
 /* {"cpu": "4", "memory": "8Gi"} in Kubernetes' canonical quantity text. */
 cJSON *rm_reslist_to_json(const rm_reslist *l);
 /* A ResourceList object; err names `field` and the resource. */

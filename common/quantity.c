@@ -37,8 +37,8 @@ int rm_quantity_milli(const char *s, int64_t *out)
     }
     if (!digits)
         return RM_EINVAL;
-    int dexp = 0;        /* power of ten */
-    int bexp = 0;        /* power of 1024 */
+    int dexp = 0; /* power of ten */
+    int bexp = 0; /* power of 1024 */
     if (!*p) {
     } else if (!strcmp(p, "m")) {
         dexp = -3;
@@ -79,7 +79,7 @@ int rm_quantity_milli(const char *s, int64_t *out)
         unsigned __int128 d = 1;
         for (int i = 0; i < -tenp && d <= ((unsigned __int128)1 << 120) / 10; i++)
             d *= 10;
-        v = (v + d - 1) / d;   /* round up */
+        v = (v + d - 1) / d; /* round up */
     }
     if (v > lim)
         return RM_EINVAL;

@@ -16,15 +16,17 @@
 
 typedef struct rm_ratelimit {
     pthread_mutex_t mu;
-    int burst;                 /* lines allowed per window */
+    int burst; /* lines allowed per window */
     double window_s;
-    double win_start;          /* monotonic seconds; 0 = no window yet */
-    int used;                  /* lines let through in this window */
-    unsigned long suppressed;  /* lines refused since the last line let through */
+    double win_start;         /* monotonic seconds; 0 = no window yet */
+    int used;                 /* lines let through in this window */
+    unsigned long suppressed; /* lines refused since the last line let through */
 } rm_ratelimit;
 
-#define RM_RATELIMIT_INIT(burst_, window_) \
-    { PTHREAD_MUTEX_INITIALIZER, (burst_), (window_), 0.0, 0, 0UL }
+#define RM_RATELIMIT_INIT(burst_, window_)                          \
+    {                                                               \
+        PTHREAD_MUTEX_INITIALIZER, (burst_), (window_), 0.0, 0, 0UL \
+    }
 
 /* True when a line may be written now (now = rm_mono()); *suppressed (may be NULL) gets the number
  * of lines refused since the last one let through, and is reset. */

@@ -45,11 +45,11 @@
 #include "common/log.h"
 #include "common/ratelimit.h"
 
-const char *const rm_rdzv_action_names[] = { "continue", "rejoin", "stop", NULL };
+const char *const rm_rdzv_action_names[] = {"continue", "rejoin", "stop", NULL};
 
-#define JOIN_POLL_S 10.0       /* how long a join is held before "202 waiting" */
-#define KV_WAIT_MAX_S 30.0     /* cap on ?wait= */
-#define KV_MAX_KEYS 256        /* keys per epoch */
+#define JOIN_POLL_S 10.0   /* how long a join is held before "202 waiting" */
+#define KV_WAIT_MAX_S 30.0 /* cap on ?wait= */
+#define KV_MAX_KEYS 256    /* keys per epoch */
 #define KV_MAX_KEY 128
 #define MAX_TOMBSTONES 256
 #define JOB_NAME_MAX 255
@@ -63,8 +63,8 @@ typedef struct kv_ent {
 } kv_ent;
 
 typedef struct member {
-    rm_rdzv_member m;      /* public view; m.rank is the rank in the closed round, else -1 */
-    int round;             /* epoch whose round this worker joined (0 = none) */
+    rm_rdzv_member m; /* public view; m.rank is the rank in the closed round, else -1 */
+    int round;        /* epoch whose round this worker joined (0 = none) */
 } member;
 
 typedef struct job {
@@ -76,30 +76,30 @@ typedef struct job {
     int epoch;
     bool closed, stopped, removed;
     int world;
-    double closed_at;      /* unix seconds */
-    int trained_epoch;     /* newest epoch whose closed round had a member report (0 = none) */
-    double trained_at;     /* unix seconds of that epoch's first such report */
-    int trained_world;     /* that round's world size */
-    double last_join;      /* monotonic seconds of the last change to the open round */
-    member *mem;           /* sorted by workerId (numeric first), at most RM_RDZV_MAX_WORLD */
+    double closed_at;  /* unix seconds */
+    int trained_epoch; /* newest epoch whose closed round had a member report (0 = none) */
+    double trained_at; /* unix seconds of that epoch's first such report */
+    int trained_world; /* that round's world size */
+    double last_join;  /* monotonic seconds of the last change to the open round */
+    member *mem;       /* sorted by workerId (numeric first), at most RM_RDZV_MAX_WORLD */
     int nmem;
-    kv_ent *kv;            /* current epoch's kv only */
+    kv_ent *kv; /* current epoch's kv only */
     int nkv;
     bool have_result;
     double test_accuracy, train_loss, seconds, samples_per_second;
     int64_t steps;
-    rm_rdzv_eval evals[RM_RDZV_MAX_EVALS];   /* rank 0's, ascending epoch; kept across rounds */
+    rm_rdzv_eval evals[RM_RDZV_MAX_EVALS]; /* rank 0's, ascending epoch; kept across rounds */
     int nevals;
-    double memmax[5];      /* largest reported: params, grads, optimizer, activations, peak RSS */
-    char servers[RM_RDZV_MAX_SERVERS][64];   /* parameter servers' addresses by index ("" none) */
+    double memmax[5]; /* largest reported: params, grads, optimizer, activations, peak RSS */
+    char servers[RM_RDZV_MAX_SERVERS][64]; /* parameter servers' addresses by index ("" none) */
 } job;
 
 struct rm_rdzv {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    job *jobs;             /* in creation order */
+    job *jobs; /* in creation order */
     bool shutting;
-    int inflight;          /* handlers running */
+    int inflight; /* handlers running */
 };
 
 /* ---------------- small helpers ---------------- */
@@ -117,8 +117,8 @@ bool rm_rdzv_name_ok(const char *s, size_t len)
         return false;
     for (size_t i = 0; i < len; i++) {
         char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == '_' || c == '-'))
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+              c == '_' || c == '-'))
             return false;
     }
     return true;
@@ -147,8 +147,8 @@ static bool addr_ok(const char *s)
         return false;
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '.' || c == ':' || c == '[' || c == ']' || c == '-' || c == '_'))
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+              c == ':' || c == '[' || c == ']' || c == '-' || c == '_'))
             return false;
     }
     return true;
@@ -337,16 +337,15 @@ static void round_maybe_close(rm_rdzv *r, job *j, double now)
     j->closed = true;
     j->world = n;
     j->closed_at = rm_wall();
-    rm_info("rendezvous round closed job=%s epoch=%d world=%d desired=%d", j->name, j->epoch, n,
-            j->desired);
+    rm_info("rendezvous round closed job=%s epoch=%d world=%d desired=%d", j->name, j->epoch, n, j->desired);
     pthread_cond_broadcast(&r->cv);
 }
 
 enum { J_ASSIGNED, J_WAIT, J_STOP, J_FULL };
 
 /* One evaluation of a join; safe to repeat after every wake-up (see the file comment). */
-static int join_eval(rm_rdzv *r, job *j, const char *wid, const char *addr, const char *node,
-                     int last_epoch, double now)
+static int join_eval(rm_rdzv *r, job *j, const char *wid, const char *addr, const char *node, int last_epoch,
+                     double now)
 {
     if (j->stopped)
         return J_STOP;
@@ -359,13 +358,13 @@ static int join_eval(rm_rdzv *r, job *j, const char *wid, const char *addr, cons
         if (!in_round && j->world >= j->desired)
             return J_WAIT;
         epoch_open(r, j, now,
-                   !in_round                 ? "late joiner, group below desired size"
+                   !in_round                ? "late joiner, group below desired size"
                    : last_epoch == j->epoch ? "member saw the group break"
                                             : "member came back with a new address");
     }
     if (!m && !(m = member_add(j, wid)))
         return J_FULL;
-    if (strcmp(m->m.node, node) != 0)   /* the round is open here: its members' latest word */
+    if (strcmp(m->m.node, node) != 0) /* the round is open here: its members' latest word */
         snprintf(m->m.node, sizeof m->m.node, "%s", node);
     if (m->round != j->epoch || strcmp(m->m.addr, addr) != 0) {
         m->round = j->epoch;
@@ -399,8 +398,8 @@ static int reply_waiting(rm_http_resp *resp, int epoch)
 static int reply_waiting_count(rm_http_resp *resp, const job *j, double now)
 {
     char buf[128];
-    snprintf(buf, sizeof buf, "{\"status\":\"waiting\",\"epoch\":%d,\"joined\":%d,\"settled\":%s}",
-             j->epoch, j->closed ? j->world : round_count(j),
+    snprintf(buf, sizeof buf, "{\"status\":\"waiting\",\"epoch\":%d,\"joined\":%d,\"settled\":%s}", j->epoch,
+             j->closed ? j->world : round_count(j),
              !j->closed && now - j->last_join >= j->settle ? "true" : "false");
     return rm_http_reply_text(resp, 202, "application/json", buf);
 }
@@ -451,8 +450,7 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
     cJSON *body = rm_json_parse(req->body, req->body_len, &e);
     if (!body)
         return rm_http_reply_error(resp, 400, "join: %s", e.msg);
-    if (!cJSON_IsObject(body) ||
-        rm_json_str(body, "workerId", true, "", &wid, &e) < 0 ||
+    if (!cJSON_IsObject(body) || rm_json_str(body, "workerId", true, "", &wid, &e) < 0 ||
         rm_json_str(body, "addr", true, "", &addr, &e) < 0 ||
         bad(rm_json_int(body, "lastEpoch", false, "", &last_epoch, &e)) ||
         bad(rm_json_num(body, "wait", false, "", &wait_s, &e)) ||
@@ -460,16 +458,16 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
         rc = rm_http_reply_error(resp, 400, "join: %s", e.msg[0] ? e.msg : "body must be an object");
         goto out;
     }
-    if (!name_ok(wid, sizeof(((rm_rdzv_member *)0)->worker_id) - 1) || !addr_ok(addr) ||
-        last_epoch < -1 || last_epoch > 1000000000 || !(wait_s >= 0 && wait_s <= JOIN_POLL_S)) {
+    if (!name_ok(wid, sizeof(((rm_rdzv_member *)0)->worker_id) - 1) || !addr_ok(addr) || last_epoch < -1 ||
+        last_epoch > 1000000000 || !(wait_s >= 0 && wait_s <= JOIN_POLL_S)) {
         rc = rm_http_reply_error(resp, 400, "join: bad workerId, addr, lastEpoch or wait");
         goto out;
     }
     if (!node)
         node = "";
     if (node[0] && !name_ok(node, RM_RDZV_NODE_MAX)) {
-        rc = rm_http_reply_error(resp, 400, "join: bad node (at most %d of [A-Za-z0-9._-])",
-                                 RM_RDZV_NODE_MAX);
+        rc =
+            rm_http_reply_error(resp, 400, "join: bad node (at most %d of [A-Za-z0-9._-])", RM_RDZV_NODE_MAX);
         goto out;
     }
     double deadline = rm_mono() + wait_s;
@@ -528,16 +526,15 @@ static int handle_server_put(job *j, const char *idx, const rm_http_req *req, rm
     errno = 0;
     long i = strtol(idx, &end, 10);
     if (errno || end == idx || *end || i < 0 || i >= RM_RDZV_MAX_SERVERS)
-        return rm_http_reply_error(resp, 400, "servers/INDEX: INDEX must be 0..%d",
-                                   RM_RDZV_MAX_SERVERS - 1);
+        return rm_http_reply_error(resp, 400, "servers/INDEX: INDEX must be 0..%d", RM_RDZV_MAX_SERVERS - 1);
     if (j->stopped)
         return reply_stop(resp);
     rm_err e = {0};
     const char *addr = NULL;
     cJSON *body = rm_json_parse(req->body, req->body_len, &e);
     int rc;
-    if (!cJSON_IsObject(body) || rm_json_str(body, "addr", true, "", &addr, &e) < 0 ||
-        !addr_ok(addr) || strlen(addr) >= sizeof j->servers[0]) {
+    if (!cJSON_IsObject(body) || rm_json_str(body, "addr", true, "", &addr, &e) < 0 || !addr_ok(addr) ||
+        strlen(addr) >= sizeof j->servers[0]) {
         rc = rm_http_reply_error(resp, 400, "servers: body must be {\"addr\":\"host:port\"}");
     } else {
         if (strcmp(j->servers[i], addr) != 0)
@@ -627,8 +624,8 @@ static int handle_kv_put(rm_rdzv *r, job *j, int epoch, const char *key, const r
     return RM_OK;
 }
 
-static int handle_kv_get(rm_rdzv *r, const char *name, int epoch, const char *key,
-                         const rm_http_req *req, rm_http_resp *resp)
+static int handle_kv_get(rm_rdzv *r, const char *name, int epoch, const char *key, const rm_http_req *req,
+                         rm_http_resp *resp)
 {
     double wait = 0;
     const char *ws = rm_http_query(req, "wait");
@@ -702,10 +699,9 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
         rc = rm_http_reply_error(resp, 400, "report: %s", e.msg[0] ? e.msg : "body must be an object");
         goto out;
     }
-    if (!name_ok(wid, sizeof(((rm_rdzv_member *)0)->worker_id) - 1) ||
-        epoch < 0 || epoch > 1000000000 || rank < -1 || rank > RM_RDZV_MAX_WORLD ||
-        train_epoch < 0 || train_epoch > 1000000000 || ckfail < 0 || ckfail > 1000000000 ||
-        (state && strcmp(state, "training") != 0 && strcmp(state, "done") != 0)) {
+    if (!name_ok(wid, sizeof(((rm_rdzv_member *)0)->worker_id) - 1) || epoch < 0 || epoch > 1000000000 ||
+        rank < -1 || rank > RM_RDZV_MAX_WORLD || train_epoch < 0 || train_epoch > 1000000000 || ckfail < 0 ||
+        ckfail > 1000000000 || (state && strcmp(state, "training") != 0 && strcmp(state, "done") != 0)) {
         rc = rm_http_reply_error(resp, 400, "report: bad workerId, epoch, rank, trainEpoch or state");
         goto out;
     }
@@ -780,8 +776,9 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
         j->samples_per_second = rsps;
         j->steps = rsteps;
     }
-    const char *action = rm_rdzv_action_names[j->stopped ? RM_RDZV_STOP : epoch != j->epoch ? RM_RDZV_REJOIN
-                                                                                  : RM_RDZV_CONTINUE];
+    const char *action = rm_rdzv_action_names[j->stopped          ? RM_RDZV_STOP
+                                              : epoch != j->epoch ? RM_RDZV_REJOIN
+                                                                  : RM_RDZV_CONTINUE];
     char buf[96];
     snprintf(buf, sizeof buf, "{\"epoch\":%d,\"action\":\"%s\"}", j->epoch, action);
     rc = rm_http_reply_text(resp, 200, "application/json", buf);
@@ -858,7 +855,8 @@ static int dispatch(rm_rdzv *r, const char *name, const char *rest, const rm_htt
         unsigned long sup = 0;
         if (rm_ratelimit_take(&rl, rm_mono(), &sup))
             rm_warn("rendezvous request refused: bad token job=%s remote=%s path=\"%s\" "
-                    "suppressed=%lu", name, req->remote_ip ? req->remote_ip : "?", req->path, sup);
+                    "suppressed=%lu",
+                    name, req->remote_ip ? req->remote_ip : "?", req->path, sup);
         return rm_http_reply_error(resp, 401, "missing or wrong token");
     }
     bool get = strcmp(req->method, "GET") == 0, post = strcmp(req->method, "POST") == 0,
@@ -922,7 +920,7 @@ int rm_rdzv_handler(const rm_http_req *req, rm_http_resp *resp, void *rdzv)
     int rc = dispatch(r, name, rest, req, resp);
     if (--r->inflight == 0 && r->shutting)
         pthread_cond_broadcast(&r->cv);
-    pthread_mutex_unlock(&r->mu);   /* r may be freed from here on */
+    pthread_mutex_unlock(&r->mu); /* r may be freed from here on */
     return rc;
 }
 
@@ -961,9 +959,15 @@ static void set_shutting(rm_rdzv *r, bool on)
     pthread_mutex_unlock(&r->mu);
 }
 
-void rm_rdzv_shutdown(rm_rdzv *r) { set_shutting(r, true); }
+void rm_rdzv_shutdown(rm_rdzv *r)
+{
+    set_shutting(r, true);
+}
 
-void rm_rdzv_resume(rm_rdzv *r) { set_shutting(r, false); }
+void rm_rdzv_resume(rm_rdzv *r)
+{
+    set_shutting(r, false);
+}
 
 void rm_rdzv_free(rm_rdzv *r)
 {
@@ -1008,10 +1012,9 @@ static void tombstones_trim(rm_rdzv *r)
 int rm_rdzv_job_set(rm_rdzv *r, const char *jobname, const char *token, int desired, int min,
                     double settle_seconds)
 {
-    if (!r || !jobname || !token || !job_name_ok(jobname) || !*token ||
-        strlen(token) > TOKEN_MAX || strpbrk(token, "\r\n") || desired < 1 ||
-        desired > RM_RDZV_MAX_WORLD || min < 1 || min > desired || !(settle_seconds >= 0) ||
-        settle_seconds > 3600)
+    if (!r || !jobname || !token || !job_name_ok(jobname) || !*token || strlen(token) > TOKEN_MAX ||
+        strpbrk(token, "\r\n") || desired < 1 || desired > RM_RDZV_MAX_WORLD || min < 1 || min > desired ||
+        !(settle_seconds >= 0) || settle_seconds > 3600)
         return RM_EINVAL;
     pthread_mutex_lock(&r->mu);
     job *j = job_find(r, jobname);
@@ -1056,7 +1059,7 @@ int rm_rdzv_job_remove(rm_rdzv *r, const char *jobname)
         j->removed = j->stopped = true;
         rm_info("rendezvous job removed job=%s", jobname);
         pthread_cond_broadcast(&r->cv);
-        tombstones_trim(r);   /* may free j */
+        tombstones_trim(r); /* may free j */
     }
     pthread_mutex_unlock(&r->mu);
     return rc;

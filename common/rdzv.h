@@ -49,9 +49,9 @@
 #include "common/http.h"
 #include "common/rm.h"
 
-#define RM_RDZV_MAX_WORLD RM_MAX_WORLD   /* common/rm.h */
+#define RM_RDZV_MAX_WORLD RM_MAX_WORLD /* common/rm.h */
 #define RM_RDZV_MAX_KV 65536
-#define RM_RDZV_MAX_SERVERS 64           /* parameter servers per job (RM_PS_MAX_SERVERS) */
+#define RM_RDZV_MAX_SERVERS 64 /* parameter servers per job (RM_PS_MAX_SERVERS) */
 /* A node name (a Kubernetes node name is a DNS subdomain: at most 253 characters; the rendezvous
  * accepts rm_rdzv_name_ok's characters). */
 #define RM_RDZV_NODE_MAX 253
@@ -59,7 +59,7 @@
  * the controller copies into status.progress.evaluations for a sweep's early stopping. */
 #define RM_RDZV_MAX_EVALS 64
 typedef struct rm_rdzv_eval {
-    int epoch;                /* finished training epochs at the evaluation (1 = after the first) */
+    int epoch; /* finished training epochs at the evaluation (1 = after the first) */
     double test_accuracy, train_loss;
 } rm_rdzv_eval;
 /* Insert into a[0..*n) (ascending epoch; the same epoch replaces; past RM_RDZV_MAX_EVALS later
@@ -75,7 +75,7 @@ bool rm_rdzv_name_ok(const char *s, size_t len);
 typedef struct rm_rdzv rm_rdzv;
 
 rm_rdzv *rm_rdzv_new(void);
-void rm_rdzv_free(rm_rdzv *r);    /* wakes every long poll first; NULL ok */
+void rm_rdzv_free(rm_rdzv *r); /* wakes every long poll first; NULL ok */
 /* Wake every long poll and answer every later request 503 at once (clients retry until their
  * timeout). Idempotent. Order to tear down: rm_rdzv_shutdown, rm_http_stop, rm_rdzv_free (free
  * waits for handlers still running, but a request arriving after free would touch freed memory). */
@@ -91,7 +91,7 @@ int rm_rdzv_serve(rm_rdzv *r, const char *bind, rm_http_server **out, rm_err *er
 /* Register or update a job. token copied. desired = spec.replicas, min = spec.minReplicas. */
 int rm_rdzv_job_set(rm_rdzv *r, const char *job, const char *token, int desired, int min,
                     double settle_seconds);
-int rm_rdzv_job_remove(rm_rdzv *r, const char *job);   /* later calls for it get 409 stop */
+int rm_rdzv_job_remove(rm_rdzv *r, const char *job); /* later calls for it get 409 stop */
 /* Mark finished (joins/reports answer stop) without forgetting results. */
 int rm_rdzv_job_stop(rm_rdzv *r, const char *job);
 /* Open epoch from_epoch+1 if from_epoch is current; *new_epoch gets the current epoch either way. */
@@ -100,33 +100,33 @@ int rm_rdzv_restart(rm_rdzv *r, const char *job, int from_epoch, int *new_epoch)
 typedef struct rm_rdzv_member {
     char worker_id[32];
     char addr[64];
-    int rank;                 /* -1 while the round is open */
-    int epoch;                /* epoch of the last join/report */
-    double last_report;       /* unix seconds of the last report; 0 = none */
-    double last_progress;     /* unix seconds when step last increased */
+    int rank;             /* -1 while the round is open */
+    int epoch;            /* epoch of the last join/report */
+    double last_report;   /* unix seconds of the last report; 0 = none */
+    double last_progress; /* unix seconds when step last increased */
     int64_t step, last_checkpoint_step;
     int train_epoch;
     double loss, samples_per_second, allreduce_gbps;
-    bool done;                /* reported state "done" */
-    int checkpoint_failures;  /* consecutive failed checkpoint writes (0 = the last one succeeded) */
-    char checkpoint_error[128]; /* the last failed write's message; "" when none */
+    bool done;                       /* reported state "done" */
+    int checkpoint_failures;         /* consecutive failed checkpoint writes (0 = the last one succeeded) */
+    char checkpoint_error[128];      /* the last failed write's message; "" when none */
     char node[RM_RDZV_NODE_MAX + 1]; /* the node the worker reported at its last join; "" = none */
 } rm_rdzv_member;
 
 typedef struct rm_rdzv_state {
     int epoch;
-    bool closed;              /* the epoch's round has closed (training) */
-    int world_size;           /* members of the closed round, else 0 */
+    bool closed;    /* the epoch's round has closed (training) */
+    int world_size; /* members of the closed round, else 0 */
     int nmembers;
-    rm_rdzv_member members[64];   /* first 64 members (by workerId) — enough for local runs/status */
-    double closed_at;         /* unix seconds the current round closed */
-    int trained_epoch;        /* newest epoch whose closed round had a member report (0 = none) */
-    double trained_at;        /* unix seconds of that first report: the group training again */
-    int trained_world;        /* that round's world size */
+    rm_rdzv_member members[64]; /* first 64 members (by workerId) — enough for local runs/status */
+    double closed_at;           /* unix seconds the current round closed */
+    int trained_epoch;          /* newest epoch whose closed round had a member report (0 = none) */
+    double trained_at;          /* unix seconds of that first report: the group training again */
+    int trained_world;          /* that round's world size */
     bool have_result;
     double test_accuracy, train_loss, seconds, samples_per_second;
     int64_t steps;
-    rm_rdzv_eval evals[RM_RDZV_MAX_EVALS];   /* ascending epoch */
+    rm_rdzv_eval evals[RM_RDZV_MAX_EVALS]; /* ascending epoch */
     int nevals;
     /* the largest of every rank's reported memory (bytes; 0 = none reported): what one worker
      * needs, for status.result.memoryBytes / peakRssBytes */
@@ -143,7 +143,7 @@ typedef struct rm_rdzv_peer {
     int rank;
     char worker_id[32];
     char addr[64];
-    char node[RM_RDZV_NODE_MAX + 1];   /* the node it runs on ("" = not reported) */
+    char node[RM_RDZV_NODE_MAX + 1]; /* the node it runs on ("" = not reported) */
 } rm_rdzv_peer;
 
 /* Where the ranks of a round sit (docs/strategies.md#topology; pure, from the peers' node names).
@@ -151,11 +151,11 @@ typedef struct rm_rdzv_peer {
  * node's ranks in rank order, local_world their number. Ranks that reported no node ("") count as
  * one node "". */
 typedef struct rm_rdzv_topo {
-    int nnodes;          /* distinct nodes */
-    int node_index;      /* this rank's node, 0..nnodes-1 */
+    int nnodes;     /* distinct nodes */
+    int node_index; /* this rank's node, 0..nnodes-1 */
     int local_rank, local_world;
-    bool uniform;        /* every node holds the same number of ranks */
-    int min_local, max_local;   /* fewest / most ranks on one node */
+    bool uniform;             /* every node holds the same number of ranks */
+    int min_local, max_local; /* fewest / most ranks on one node */
 } rm_rdzv_topo;
 /* Fill *out for `rank` of peers[0..world). RM_EINVAL on bad arguments. */
 int rm_rdzv_topology(const rm_rdzv_peer *peers, int world, int rank, rm_rdzv_topo *out);
@@ -164,7 +164,7 @@ int rm_rdzv_topology(const rm_rdzv_peer *peers, int world, int rank, rm_rdzv_top
 int rm_rdzv_node_index(const rm_rdzv_peer *peers, int world, int *idx);
 typedef struct rm_rdzv_round {
     int epoch, rank, world_size;
-    rm_rdzv_peer *peers;      /* owned, world_size entries, index = rank; rm_rdzv_round_free */
+    rm_rdzv_peer *peers; /* owned, world_size entries, index = rank; rm_rdzv_round_free */
 } rm_rdzv_round;
 void rm_rdzv_round_free(rm_rdzv_round *r);
 
@@ -187,14 +187,14 @@ typedef struct rm_rdzv_report {
 
 typedef enum { RM_RDZV_CONTINUE = 0, RM_RDZV_REJOIN, RM_RDZV_STOP } rm_rdzv_action;
 /* The report reply's "action", as the service writes it and the client reads it. */
-extern const char *const rm_rdzv_action_names[];   /* "continue", "rejoin", "stop", NULL */
+extern const char *const rm_rdzv_action_names[]; /* "continue", "rejoin", "stop", NULL */
 
 /* url: "http://127.0.0.1:29400", job "ns/name", token one line (<= 255 bytes), worker_id of
  * rm_rdzv_name_ok's characters. All strings copied. Returns an owned client, or NULL with err
  * (may be NULL) saying why: RM_EINVAL naming the argument ("job", "token", "worker_id", "url")
  * for input the rendezvous would refuse, RM_ENOMEM. */
-rm_rdzv_client *rm_rdzv_client_new(const char *url, const char *job, const char *token,
-                                   const char *worker_id, rm_err *err);
+rm_rdzv_client *rm_rdzv_client_new(const char *url, const char *job, const char *token, const char *worker_id,
+                                   rm_err *err);
 void rm_rdzv_client_free(rm_rdzv_client *c);
 /* The node this worker reports at every join (copied; NULL or "" = none). RM_EINVAL when the name
  * is longer than RM_RDZV_NODE_MAX or has characters outside rm_rdzv_name_ok's. */
@@ -204,8 +204,8 @@ int rm_rdzv_client_set_node(rm_rdzv_client *c, const char *node, rm_err *err);
 void rm_rdzv_client_set_cancel(rm_rdzv_client *c, const volatile sig_atomic_t *flag);
 /* Block until the round closes or timeout_s passes (RM_ETIMEDOUT). RM_EAUTH on 401, RM_ECLOSED on
  * stop. my_addr is where this worker's ring listener accepts. */
-int rm_rdzv_join(rm_rdzv_client *c, const char *my_addr, int last_epoch, double timeout_s,
-                 rm_rdzv_round *out, rm_err *err);
+int rm_rdzv_join(rm_rdzv_client *c, const char *my_addr, int last_epoch, double timeout_s, rm_rdzv_round *out,
+                 rm_err *err);
 /* Polling join (see "Polling joins"): one join held at most wait_s (0..10) seconds. RM_OK: the
  * round closed, out filled; RM_EAGAIN: still open, *joined / *settled (either may be NULL) say how
  * many joined it and whether they settled (for an epoch other than the last_epoch + 1 the worker
@@ -218,11 +218,10 @@ int rm_rdzv_server_register(rm_rdzv_client *c, int index, const char *addr, rm_e
 /* The servers' addresses: addrs[i] (cap bytes each) for i < *n (at most max; "" where server i has
  * not registered yet). */
 int rm_rdzv_servers(rm_rdzv_client *c, char (*addrs)[128], int max, int *n, rm_err *err);
-int rm_rdzv_kv_put(rm_rdzv_client *c, int epoch, const char *key, const void *val, size_t len,
-                   rm_err *err);
+int rm_rdzv_kv_put(rm_rdzv_client *c, int epoch, const char *key, const void *val, size_t len, rm_err *err);
 /* *val owned (free()). RM_ETIMEDOUT when not published within timeout_s; RM_EEPOCH if gone. */
-int rm_rdzv_kv_get(rm_rdzv_client *c, int epoch, const char *key, double timeout_s, void **val,
-                   size_t *len, rm_err *err);
+int rm_rdzv_kv_get(rm_rdzv_client *c, int epoch, const char *key, double timeout_s, void **val, size_t *len,
+                   rm_err *err);
 int rm_rdzv_send_report(rm_rdzv_client *c, const rm_rdzv_report *rep, rm_rdzv_action *action,
                         int *current_epoch, rm_err *err);
 #endif

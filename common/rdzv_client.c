@@ -23,23 +23,26 @@
 #include "common/worker_env.h"
 #include <unistd.h>
 
-#define JOIN_TRY_S 15.0          /* server holds a join ≤ 10 s */
-#define SHORT_TRY_S 10.0         /* kv put, report */
+#define JOIN_TRY_S 15.0  /* server holds a join ≤ 10 s */
+#define SHORT_TRY_S 10.0 /* kv put, report */
 #define REPORT_TOTAL_S 5.0
 #define KV_PUT_TOTAL_S 10.0
 #define KV_WAIT_CAP_S 30.0
-#define MAX_REPLY (1u << 20)     /* a join reply for 1024 peers is ~100 KiB */
+#define MAX_REPLY (1u << 20) /* a join reply for 1024 peers is ~100 KiB */
 
 struct rm_rdzv_client {
     rm_httpc *h;
-    const volatile sig_atomic_t *cancel;   /* borrowed; NULL = none */
-    char base[512];              /* URL + "/v1/jobs/NS/NAME" */
-    char auth[300];              /* "Authorization: Bearer TOKEN" */
+    const volatile sig_atomic_t *cancel; /* borrowed; NULL = none */
+    char base[512];                      /* URL + "/v1/jobs/NS/NAME" */
+    char auth[300];                      /* "Authorization: Bearer TOKEN" */
     char worker_id[32];
-    char node[RM_RDZV_NODE_MAX + 1];   /* reported at every join; "" = none */
+    char node[RM_RDZV_NODE_MAX + 1]; /* reported at every join; "" = none */
 };
 
-static bool canceled(const rm_rdzv_client *c) { return c->cancel && *c->cancel; }
+static bool canceled(const rm_rdzv_client *c)
+{
+    return c->cancel && *c->cancel;
+}
 
 /* A back-off that ends early (within 50 ms) when the cancel flag rises. */
 static void nap(const rm_rdzv_client *c, double s)
@@ -59,8 +62,8 @@ void rm_rdzv_client_set_cancel(rm_rdzv_client *c, const volatile sig_atomic_t *f
     rm_httpc_set_cancel(c->h, flag);
 }
 
-rm_rdzv_client *rm_rdzv_client_new(const char *url, const char *job, const char *token,
-                                   const char *worker_id, rm_err *err)
+rm_rdzv_client *rm_rdzv_client_new(const char *url, const char *job, const char *token, const char *worker_id,
+                                   rm_err *err)
 {
     if (!url || !job || !token || !worker_id) {
         rm_errf(err, RM_EINVAL, "rendezvous client: url, job, token and worker id are required");
@@ -72,19 +75,21 @@ rm_rdzv_client *rm_rdzv_client_new(const char *url, const char *job, const char 
         ulen--;
     if (!slash || strchr(slash + 1, '/') || !rm_rdzv_name_ok(job, (size_t)(slash - job)) ||
         !rm_rdzv_name_ok(slash + 1, strlen(slash + 1))) {
-        rm_err_field(err, RM_EINVAL, "job", "\"%.128s\" must be namespace/name, each of "
-                     "[A-Za-z0-9._-]", job);
+        rm_err_field(err, RM_EINVAL, "job",
+                     "\"%.128s\" must be namespace/name, each of "
+                     "[A-Za-z0-9._-]",
+                     job);
         return NULL;
     }
     if (!*token || strlen(token) > 255 || strpbrk(token, "\r\n")) {
-        rm_err_field(err, RM_EINVAL, "token", "%s", !*token ? "missing or empty" :
-                     "must be one line of at most 255 bytes");
+        rm_err_field(err, RM_EINVAL, "token", "%s",
+                     !*token ? "missing or empty" : "must be one line of at most 255 bytes");
         return NULL;
     }
     if (!rm_rdzv_name_ok(worker_id, strlen(worker_id)) ||
         strlen(worker_id) >= sizeof(((rm_rdzv_client *)0)->worker_id)) {
-        rm_err_field(err, RM_EINVAL, "worker_id", "\"%.64s\" must be 1 to %zu of [A-Za-z0-9._-]",
-                     worker_id, sizeof(((rm_rdzv_client *)0)->worker_id) - 1);
+        rm_err_field(err, RM_EINVAL, "worker_id", "\"%.64s\" must be 1 to %zu of [A-Za-z0-9._-]", worker_id,
+                     sizeof(((rm_rdzv_client *)0)->worker_id) - 1);
         return NULL;
     }
     if (ulen == 0 || ulen + strlen(job) + 16 > sizeof(((rm_rdzv_client *)0)->base)) {
@@ -122,8 +127,10 @@ int rm_rdzv_client_set_node(rm_rdzv_client *c, const char *node, rm_err *err)
         node = "";
     size_t n = strlen(node);
     if (n > RM_RDZV_NODE_MAX || (n && !rm_rdzv_name_ok(node, n)))
-        return rm_errf(err, RM_EINVAL, "node name \"%.64s\" is not a node name (at most %d of "
-                       "[A-Za-z0-9._-])", node, RM_RDZV_NODE_MAX);
+        return rm_errf(err, RM_EINVAL,
+                       "node name \"%.64s\" is not a node name (at most %d of "
+                       "[A-Za-z0-9._-])",
+                       node, RM_RDZV_NODE_MAX);
     memcpy(c->node, node, n + 1);
     return RM_OK;
 }
@@ -165,8 +172,7 @@ static int call(rm_rdzv_client *c, const char *method, const char *suffix, const
         double t = try_s < left ? try_s : left;
         rm_err e = {0};
         memset(out, 0, sizeof *out);
-        int rc = rm_httpc_do(c->h, method, url, headers, body, len, (long)(t * 1000) + 1,
-                             max_reply, out, &e);
+        int rc = rm_httpc_do(c->h, method, url, headers, body, len, (long)(t * 1000) + 1, max_reply, out, &e);
         if (rc == RM_OK && out->status != 502 && out->status != 503)
             return RM_OK;
         if (rc == RM_OK)
@@ -194,12 +200,24 @@ static int status_err(const rm_httpc_resp *resp, const char *what, rm_err *err)
     cJSON_Delete(o);
     int code;
     switch (resp->status) {
-    case 401: code = RM_EAUTH; break;
-    case 404: code = RM_ENOTFOUND; break;
-    case 409: code = RM_ECLOSED; break;
-    case 410: code = RM_EEPOCH; break;
-    case 413: code = RM_ETOOBIG; break;
-    default: code = RM_EPROTO; break;
+    case 401:
+        code = RM_EAUTH;
+        break;
+    case 404:
+        code = RM_ENOTFOUND;
+        break;
+    case 409:
+        code = RM_ECLOSED;
+        break;
+    case 410:
+        code = RM_EEPOCH;
+        break;
+    case 413:
+        code = RM_ETOOBIG;
+        break;
+    default:
+        code = RM_EPROTO;
+        break;
     }
     return rm_errf(err, code, "rendezvous %s: HTTP %ld: %.200s", what, resp->status, text);
 }
@@ -231,7 +249,8 @@ static int parse_round(const char *body, rm_rdzv_round *out, rm_err *err)
     }
     int i = 0;
     const cJSON *it;
-    cJSON_ArrayForEach(it, peers) {
+    cJSON_ArrayForEach(it, peers)
+    {
         int64_t pr;
         const char *wid, *addr, *node = NULL;
         int nrc = 0;
@@ -263,8 +282,8 @@ out:
     return rc;
 }
 
-int rm_rdzv_join(rm_rdzv_client *c, const char *my_addr, int last_epoch, double timeout_s,
-                 rm_rdzv_round *out, rm_err *err)
+int rm_rdzv_join(rm_rdzv_client *c, const char *my_addr, int last_epoch, double timeout_s, rm_rdzv_round *out,
+                 rm_err *err)
 {
     /* a NaN timeout would never run out (every "left <= 0" is false) */
     if (!c || !my_addr || !out || isnan(timeout_s))
@@ -284,17 +303,17 @@ int rm_rdzv_join(rm_rdzv_client *c, const char *my_addr, int last_epoch, double 
     int rc, waiting_epoch = -1;
     for (;;) {
         rm_httpc_resp resp;
-        rc = call(c, "POST", "/join", "application/json", body, strlen(body), deadline, JOIN_TRY_S,
-                  MAX_REPLY, &resp, err);
+        rc = call(c, "POST", "/join", "application/json", body, strlen(body), deadline, JOIN_TRY_S, MAX_REPLY,
+                  &resp, err);
         if (rc == RM_ETIMEDOUT && waiting_epoch >= 0)
-            rm_errf(err, rc, "rendezvous join: round of epoch %d did not close within %.1f s",
-                    waiting_epoch, timeout_s);
+            rm_errf(err, rc, "rendezvous join: round of epoch %d did not close within %.1f s", waiting_epoch,
+                    timeout_s);
         if (rc < 0)
             break;
         if (resp.status == 200) {
             rc = parse_round(resp.body, out, err);
         } else if (resp.status == 202) {
-            rc = RM_EAGAIN;               /* round not closed yet: ask again */
+            rc = RM_EAGAIN; /* round not closed yet: ask again */
             cJSON *w = cJSON_Parse(resp.body);
             const cJSON *ep = cJSON_GetObjectItemCaseSensitive(w, "epoch");
             if (cJSON_IsNumber(ep) && ep->valuedouble >= 0 && ep->valuedouble < 1e9)
@@ -355,8 +374,7 @@ int rm_rdzv_join_poll(rm_rdzv_client *c, const char *my_addr, int last_epoch, do
         const cJSON *jn = cJSON_GetObjectItemCaseSensitive(w, "joined");
         if (cJSON_IsNumber(ep) && ep->valuedouble >= 0 && ep->valuedouble < 1e9)
             out->epoch = (int)ep->valuedouble;
-        if (joined && cJSON_IsNumber(jn) && jn->valuedouble >= 0 &&
-            jn->valuedouble <= RM_RDZV_MAX_WORLD)
+        if (joined && cJSON_IsNumber(jn) && jn->valuedouble >= 0 && jn->valuedouble <= RM_RDZV_MAX_WORLD)
             *joined = (int)jn->valuedouble;
         if (settled)
             *settled = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(w, "settled"));
@@ -381,8 +399,8 @@ int rm_rdzv_server_register(rm_rdzv_client *c, int index, const char *addr, rm_e
     char suffix[32];
     snprintf(suffix, sizeof suffix, "/servers/%d", index);
     rm_httpc_resp resp;
-    int rc = call(c, "PUT", suffix, "application/json", body, strlen(body),
-                  rm_mono() + SHORT_TRY_S, SHORT_TRY_S, 4096, &resp, err);
+    int rc = call(c, "PUT", suffix, "application/json", body, strlen(body), rm_mono() + SHORT_TRY_S,
+                  SHORT_TRY_S, 4096, &resp, err);
     free(body);
     if (rc < 0)
         return rc;
@@ -397,8 +415,8 @@ int rm_rdzv_servers(rm_rdzv_client *c, char (*addrs)[128], int max, int *n, rm_e
     if (!c || !addrs || max < 1)
         return rm_errf(err, RM_EINVAL, "rendezvous servers: bad arguments");
     rm_httpc_resp resp;
-    int rc = call(c, "GET", "/servers", "application/json", NULL, 0, rm_mono() + SHORT_TRY_S,
-                  SHORT_TRY_S, 64 * 1024, &resp, err);
+    int rc = call(c, "GET", "/servers", "application/json", NULL, 0, rm_mono() + SHORT_TRY_S, SHORT_TRY_S,
+                  64 * 1024, &resp, err);
     if (rc < 0)
         return rc;
     if (resp.status != 200) {
@@ -410,7 +428,8 @@ int rm_rdzv_servers(rm_rdzv_client *c, char (*addrs)[128], int max, int *n, rm_e
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "servers"), *x;
     rc = cJSON_IsArray(a) ? RM_OK
                           : rm_errf(err, RM_EPROTO, "rendezvous servers: bad reply (no servers array)");
-    cJSON_ArrayForEach(x, a) {
+    cJSON_ArrayForEach(x, a)
+    {
         if (rc || *n >= max)
             break;
         if (!cJSON_IsString(x) || strlen(x->valuestring) >= 128) {
@@ -425,14 +444,12 @@ int rm_rdzv_servers(rm_rdzv_client *c, char (*addrs)[128], int max, int *n, rm_e
     return rc;
 }
 
-int rm_rdzv_kv_put(rm_rdzv_client *c, int epoch, const char *key, const void *val, size_t len,
-                   rm_err *err)
+int rm_rdzv_kv_put(rm_rdzv_client *c, int epoch, const char *key, const void *val, size_t len, rm_err *err)
 {
     if (!c || !key || (!val && len) || !rm_rdzv_name_ok(key, strlen(key)) || strlen(key) > 128)
         return rm_errf(err, RM_EINVAL, "rendezvous kv put: bad arguments");
     if (len > RM_RDZV_MAX_KV)
-        return rm_errf(err, RM_ETOOBIG, "rendezvous kv put: value of %zu bytes over %d", len,
-                       RM_RDZV_MAX_KV);
+        return rm_errf(err, RM_ETOOBIG, "rendezvous kv put: value of %zu bytes over %d", len, RM_RDZV_MAX_KV);
     char suffix[192];
     snprintf(suffix, sizeof suffix, "/kv/%d/%s", epoch, key);
     rm_httpc_resp resp;
@@ -445,8 +462,8 @@ int rm_rdzv_kv_put(rm_rdzv_client *c, int epoch, const char *key, const void *va
     return rc;
 }
 
-int rm_rdzv_kv_get(rm_rdzv_client *c, int epoch, const char *key, double timeout_s, void **val,
-                   size_t *len, rm_err *err)
+int rm_rdzv_kv_get(rm_rdzv_client *c, int epoch, const char *key, double timeout_s, void **val, size_t *len,
+                   rm_err *err)
 {
     if (!c || !key || !val || !len || !rm_rdzv_name_ok(key, strlen(key)) || strlen(key) > 128 ||
         isnan(timeout_s))
@@ -457,8 +474,10 @@ int rm_rdzv_kv_get(rm_rdzv_client *c, int epoch, const char *key, double timeout
     for (bool first = true;; first = false) {
         double left = deadline - rm_mono();
         if (left <= 0 && !first)
-            return rm_errf(err, RM_ETIMEDOUT, "rendezvous kv get: %s not published in epoch %d "
-                           "within %.1f s", key, epoch, timeout_s);
+            return rm_errf(err, RM_ETIMEDOUT,
+                           "rendezvous kv get: %s not published in epoch %d "
+                           "within %.1f s",
+                           key, epoch, timeout_s);
         double wait = left < 0 ? 0 : left < KV_WAIT_CAP_S ? left : KV_WAIT_CAP_S;
         double t0 = rm_mono();
         char suffix[224];
@@ -470,7 +489,7 @@ int rm_rdzv_kv_get(rm_rdzv_client *c, int epoch, const char *key, double timeout
         if (rc < 0)
             return rc;
         if (resp.status == 200) {
-            *val = resp.body;      /* NUL-terminated, owned */
+            *val = resp.body; /* NUL-terminated, owned */
             *len = resp.len;
             resp.body = NULL;
             rm_httpc_resp_free(&resp);
@@ -499,7 +518,7 @@ int rm_rdzv_send_report(rm_rdzv_client *c, const rm_rdzv_report *rep, rm_rdzv_ac
     cJSON_AddNumberToObject(o, "rank", rep->rank);
     cJSON_AddNumberToObject(o, "step", (double)rep->step);
     cJSON_AddNumberToObject(o, "trainEpoch", rep->train_epoch);
-    cJSON_AddNumberToObject(o, "loss", rep->loss);   /* NaN prints as null = absent */
+    cJSON_AddNumberToObject(o, "loss", rep->loss); /* NaN prints as null = absent */
     cJSON_AddNumberToObject(o, "samplesPerSecond", rep->samples_per_second);
     cJSON_AddNumberToObject(o, "lastCheckpointStep", (double)rep->last_checkpoint_step);
     cJSON_AddNumberToObject(o, "allreduceGBps", rep->allreduce_gbps);
@@ -541,12 +560,12 @@ int rm_rdzv_send_report(rm_rdzv_client *c, const rm_rdzv_report *rep, rm_rdzv_ac
     if (!body)
         return rm_errf(err, RM_ENOMEM, "rendezvous report: out of memory");
     rm_httpc_resp resp;
-    int rc = call(c, "POST", "/report", "application/json", body, strlen(body),
-                  rm_mono() + REPORT_TOTAL_S, SHORT_TRY_S, 4096, &resp, err);
+    int rc = call(c, "POST", "/report", "application/json", body, strlen(body), rm_mono() + REPORT_TOTAL_S,
+                  SHORT_TRY_S, 4096, &resp, err);
     free(body);
     if (rc < 0)
         return rc;
-    if (resp.status == 409) {          /* job gone: the same as being told to stop */
+    if (resp.status == 409) { /* job gone: the same as being told to stop */
         if (action)
             *action = RM_RDZV_STOP;
         rm_httpc_resp_free(&resp);
@@ -567,10 +586,9 @@ int rm_rdzv_send_report(rm_rdzv_client *c, const rm_rdzv_report *rep, rm_rdzv_ac
         cJSON_Delete(r);
         return rm_errf(err, RM_EPROTO, "rendezvous report: bad reply: %s", e.msg);
     }
-    if (epoch < 0 || epoch > 1000000000) {   /* the service's own bound; (int) must not wrap */
+    if (epoch < 0 || epoch > 1000000000) { /* the service's own bound; (int) must not wrap */
         cJSON_Delete(r);
-        return rm_errf(err, RM_EPROTO, "rendezvous report: epoch %lld out of range",
-                       (long long)epoch);
+        return rm_errf(err, RM_EPROTO, "rendezvous report: epoch %lld out of range", (long long)epoch);
     }
     int a = rm_enum_index(rm_rdzv_action_names, act);
     cJSON_Delete(r);

@@ -10,23 +10,40 @@
 const char *rm_strerror(int rc)
 {
     switch (rc) {
-    case RM_OK: return "ok";
-    case RM_ERR: return "error";
-    case RM_EINVAL: return "invalid argument";
-    case RM_ENOMEM: return "out of memory";
-    case RM_EIO: return "i/o error";
-    case RM_ETIMEDOUT: return "timed out";
-    case RM_EPROTO: return "protocol error";
-    case RM_EAUTH: return "unauthorized";
-    case RM_ENOTFOUND: return "not found";
-    case RM_ECONFLICT: return "conflict";
-    case RM_EEPOCH: return "epoch changed";
-    case RM_ECLOSED: return "closed";
-    case RM_ETOOBIG: return "too big";
-    case RM_EAGAIN: return "try again";
-    case RM_EUNSUPPORTED: return "unsupported";
-    case RM_ECANCELED: return "canceled";
-    default: return "unknown error";
+    case RM_OK:
+        return "ok";
+    case RM_ERR:
+        return "error";
+    case RM_EINVAL:
+        return "invalid argument";
+    case RM_ENOMEM:
+        return "out of memory";
+    case RM_EIO:
+        return "i/o error";
+    case RM_ETIMEDOUT:
+        return "timed out";
+    case RM_EPROTO:
+        return "protocol error";
+    case RM_EAUTH:
+        return "unauthorized";
+    case RM_ENOTFOUND:
+        return "not found";
+    case RM_ECONFLICT:
+        return "conflict";
+    case RM_EEPOCH:
+        return "epoch changed";
+    case RM_ECLOSED:
+        return "closed";
+    case RM_ETOOBIG:
+        return "too big";
+    case RM_EAGAIN:
+        return "try again";
+    case RM_EUNSUPPORTED:
+        return "unsupported";
+    case RM_ECANCELED:
+        return "canceled";
+    default:
+        return "unknown error";
     }
 }
 
@@ -41,8 +58,8 @@ int rm_check_failed(const char *file, int line, const char *call, int rc)
     bool first = g_trail_gen != g_err_gen || g_trail_rc != rc;
     g_trail_gen = g_err_gen;
     g_trail_rc = rc;
-    rm_log_write(first ? RM_LOG_WARN : RM_LOG_DEBUG, file, line, "check failed call=\"%s\" rc=%s",
-                 call, rm_strerror(rc));
+    rm_log_write(first ? RM_LOG_WARN : RM_LOG_DEBUG, file, line, "check failed call=\"%s\" rc=%s", call,
+                 rm_strerror(rc));
     return rc;
 }
 
@@ -101,7 +118,7 @@ void rm_escape_ctrl(char *buf, size_t cap)
     if (!bad || cap == 0)
         return;
     char *src = strdup(buf);
-    if (!src) {   /* no memory: blank them in place rather than print them */
+    if (!src) { /* no memory: blank them in place rather than print them */
         for (size_t i = 0; i < n; i++)
             if ((unsigned char)buf[i] < 0x20 || buf[i] == 0x7f)
                 buf[i] = '?';

@@ -10,19 +10,19 @@
 
 enum {
     RM_OK = 0,
-    RM_ERR = -1,        /* unspecified failure */
-    RM_EINVAL = -2,     /* bad argument, bad input, failed validation */
+    RM_ERR = -1,    /* unspecified failure */
+    RM_EINVAL = -2, /* bad argument, bad input, failed validation */
     RM_ENOMEM = -3,
-    RM_EIO = -4,        /* file or socket error */
-    RM_ETIMEDOUT = -5,  /* a bounded wait ran out */
-    RM_EPROTO = -6,     /* peer spoke garbage */
-    RM_EAUTH = -7,      /* wrong or missing token */
+    RM_EIO = -4,       /* file or socket error */
+    RM_ETIMEDOUT = -5, /* a bounded wait ran out */
+    RM_EPROTO = -6,    /* peer spoke garbage */
+    RM_EAUTH = -7,     /* wrong or missing token */
     RM_ENOTFOUND = -8,
-    RM_ECONFLICT = -9,  /* 409-like: stale version, already exists */
-    RM_EEPOCH = -10,    /* the rendezvous epoch moved on: re-join */
-    RM_ECLOSED = -11,   /* peer closed / shutting down */
-    RM_ETOOBIG = -12,   /* a capped buffer would overflow */
-    RM_EAGAIN = -13,    /* try again later (not ready yet) */
+    RM_ECONFLICT = -9, /* 409-like: stale version, already exists */
+    RM_EEPOCH = -10,   /* the rendezvous epoch moved on: re-join */
+    RM_ECLOSED = -11,  /* peer closed / shutting down */
+    RM_ETOOBIG = -12,  /* a capped buffer would overflow */
+    RM_EAGAIN = -13,   /* try again later (not ready yet) */
     RM_EUNSUPPORTED = -14,
     RM_ECANCELED = -15, /* the caller's cancel flag was raised (a signal) */
 };
@@ -61,19 +61,19 @@ void rm_escape_ctrl(char *buf, size_t cap);
 /* Check macros: log file:line on failure so an error reads like a backtrace. The first failing
  * hop of a trail (the innermost check that saw the error) logs at warn, the hops that pass it on
  * at debug — see rm_check_failed. */
-#define RM_CHECK(call)                                                                  \
-    do {                                                                                \
-        int rm_rc_ = (call);                                                            \
-        if (rm_rc_ < 0)                                                                 \
-            return rm_check_failed(__FILE__, __LINE__, #call, rm_rc_);                  \
+#define RM_CHECK(call)                                                 \
+    do {                                                               \
+        int rm_rc_ = (call);                                           \
+        if (rm_rc_ < 0)                                                \
+            return rm_check_failed(__FILE__, __LINE__, #call, rm_rc_); \
     } while (0)
-#define RM_CHECK_GOTO(call, rcvar, label)                                               \
-    do {                                                                                \
-        (rcvar) = (call);                                                               \
-        if ((rcvar) < 0) {                                                              \
-            rm_check_failed(__FILE__, __LINE__, #call, (rcvar));                        \
-            goto label;                                                                 \
-        }                                                                               \
+#define RM_CHECK_GOTO(call, rcvar, label)                        \
+    do {                                                         \
+        (rcvar) = (call);                                        \
+        if ((rcvar) < 0) {                                       \
+            rm_check_failed(__FILE__, __LINE__, #call, (rcvar)); \
+            goto label;                                          \
+        }                                                        \
     } while (0)
 /* The check macros' failure hook: logs "check failed call=... rc=..." with file:line and returns
  * rc. A trail is recognised per thread: the first check failure after a new rm_errf /
@@ -84,11 +84,11 @@ int rm_check_failed(const char *file, int line, const char *call, int rc);
 /* TRY(call): for a function with an `int rc` and an `out:` label that frees what it holds:
  * rc = call, and on any non-zero rc jump to out. Unlike RM_CHECK_GOTO it logs nothing: for
  * parsers, whose errors are the user's input and are reported once through rm_err. */
-#define TRY(x)             \
-    do {                   \
-        rc = (x);          \
-        if (rc)            \
-            goto out;      \
+#define TRY(x)        \
+    do {              \
+        rc = (x);     \
+        if (rc)       \
+            goto out; \
     } while (0)
 
 #define RM_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))

@@ -19,11 +19,11 @@ static const struct {
     const char *name;
     size_t size;
 } dtypes[] = {
-    [RM_ST_BOOL] = { "BOOL", 1 }, [RM_ST_U8] = { "U8", 1 },     [RM_ST_I8] = { "I8", 1 },
-    [RM_ST_I16] = { "I16", 2 },   [RM_ST_U16] = { "U16", 2 },   [RM_ST_F16] = { "F16", 2 },
-    [RM_ST_BF16] = { "BF16", 2 }, [RM_ST_I32] = { "I32", 4 },   [RM_ST_U32] = { "U32", 4 },
-    [RM_ST_F32] = { "F32", 4 },   [RM_ST_F64] = { "F64", 8 },   [RM_ST_I64] = { "I64", 8 },
-    [RM_ST_U64] = { "U64", 8 },
+    [RM_ST_BOOL] = {"BOOL", 1}, [RM_ST_U8] = {"U8", 1},   [RM_ST_I8] = {"I8", 1},
+    [RM_ST_I16] = {"I16", 2},   [RM_ST_U16] = {"U16", 2}, [RM_ST_F16] = {"F16", 2},
+    [RM_ST_BF16] = {"BF16", 2}, [RM_ST_I32] = {"I32", 4}, [RM_ST_U32] = {"U32", 4},
+    [RM_ST_F32] = {"F32", 4},   [RM_ST_F64] = {"F64", 8}, [RM_ST_I64] = {"I64", 8},
+    [RM_ST_U64] = {"U64", 8},
 };
 #define NDTYPES (int)(sizeof dtypes / sizeof dtypes[0])
 
@@ -56,8 +56,7 @@ static uint64_t le64(const unsigned char *p)
 }
 
 /* One tensor's entry: dtype, shape, offsets, and the byte count they imply. */
-static int parse_tensor(const char *what, const cJSON *v, uint64_t data_size, rm_st_tensor *t,
-                        rm_err *err)
+static int parse_tensor(const char *what, const cJSON *v, uint64_t data_size, rm_st_tensor *t, rm_err *err)
 {
     const char *name = v->string;
     if (!cJSON_IsObject(v))
@@ -72,15 +71,14 @@ static int parse_tensor(const char *what, const cJSON *v, uint64_t data_size, rm
         return rm_errf(err, RM_EINVAL, "%s: tensor \"%s\": dtype: not one of the format's (F32, BF16, ...)",
                        what, name);
     if (!cJSON_IsArray(sh) || cJSON_GetArraySize(sh) > RM_ST_MAX_DIMS)
-        return rm_errf(err, RM_EINVAL, "%s: tensor \"%s\": shape: an array of at most %d extents", what,
-                       name, RM_ST_MAX_DIMS);
+        return rm_errf(err, RM_EINVAL, "%s: tensor \"%s\": shape: an array of at most %d extents", what, name,
+                       RM_ST_MAX_DIMS);
     uint64_t count = 1;
     t->ndim = 0;
     for (const cJSON *d = sh->child; d; d = d->next) {
         if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble > 9007199254740992.0 ||
             d->valuedouble != (double)(int64_t)d->valuedouble)
-            return rm_errf(err, RM_EINVAL, "%s: tensor \"%s\": shape: extents are integers >= 0", what,
-                           name);
+            return rm_errf(err, RM_EINVAL, "%s: tensor \"%s\": shape: extents are integers >= 0", what, name);
         t->shape[t->ndim++] = (int64_t)d->valuedouble;
         uint64_t e = (uint64_t)d->valuedouble;
         if (e && count > UINT64_MAX / e)
@@ -93,15 +91,18 @@ static int parse_tensor(const char *what, const cJSON *v, uint64_t data_size, rm
                        name);
     double b = of->child->valuedouble, e = of->child->next->valuedouble;
     if (b < 0 || e < b || e > (double)data_size || b != (double)(uint64_t)b || e != (double)(uint64_t)e)
-        return rm_errf(err, RM_EINVAL, "%s: tensor \"%s\": data_offsets [%.0f, %.0f] outside the %llu-byte "
-                       "data buffer", what, name, b, e, (unsigned long long)data_size);
+        return rm_errf(err, RM_EINVAL,
+                       "%s: tensor \"%s\": data_offsets [%.0f, %.0f] outside the %llu-byte "
+                       "data buffer",
+                       what, name, b, e, (unsigned long long)data_size);
     t->begin = (uint64_t)b;
     t->end = (uint64_t)e;
     size_t es = rm_st_dtype_size(t->dtype);
     if (count > UINT64_MAX / es || t->end - t->begin != count * es)
-        return rm_errf(err, RM_EINVAL, "%s: tensor \"%s\": data_offsets span %llu bytes, its dtype and "
-                       "shape %llu", what, name, (unsigned long long)(t->end - t->begin),
-                       (unsigned long long)(count * es));
+        return rm_errf(err, RM_EINVAL,
+                       "%s: tensor \"%s\": data_offsets span %llu bytes, its dtype and "
+                       "shape %llu",
+                       what, name, (unsigned long long)(t->end - t->begin), (unsigned long long)(count * es));
     t->name = name;
     return RM_OK;
 }
@@ -117,8 +118,7 @@ static int by_name(const void *a, const void *b)
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-static int parse_header(const unsigned char *buf, size_t size, const char *what, rm_st_file *f,
-                        rm_err *err)
+static int parse_header(const unsigned char *buf, size_t size, const char *what, rm_st_file *f, rm_err *err)
 {
     if (size < 8)
         return rm_errf(err, RM_EINVAL, "%s: %zu bytes, shorter than the 8-byte header length", what, size);
@@ -134,7 +134,7 @@ static int parse_header(const unsigned char *buf, size_t size, const char *what,
         cJSON_Delete(h);
         return rm_errf(err, RM_EINVAL, "%s: the header is not valid JSON", what);
     }
-    for (const char *p = end; p && p < (const char *)buf + 8 + n; p++)   /* padding: spaces only */
+    for (const char *p = end; p && p < (const char *)buf + 8 + n; p++) /* padding: spaces only */
         if (*p != ' ') {
             cJSON_Delete(h);
             return rm_errf(err, RM_EINVAL, "%s: bytes after the header's JSON object", what);
@@ -163,7 +163,7 @@ static int parse_header(const unsigned char *buf, size_t size, const char *what,
                                    what, m->string, RM_ST_MAX_META);
             continue;
         }
-        int rc = parse_tensor(what, v, f->data_size, &f->t[f->n], err);   /* the file's fault: no log */
+        int rc = parse_tensor(what, v, f->data_size, &f->t[f->n], err); /* the file's fault: no log */
         if (rc)
             return rc;
         f->n++;
@@ -186,9 +186,10 @@ static int parse_header(const unsigned char *buf, size_t size, const char *what,
     uint64_t at = 0;
     for (int i = 0; i < f->n; i++) {
         if (f->t[i].begin != at)
-            return rm_errf(err, RM_EINVAL, "%s: tensor \"%s\" starts at byte %llu of the data buffer, "
-                           "not %llu: the tensors must tile it without gaps or overlaps", what,
-                           f->t[i].name, (unsigned long long)f->t[i].begin, (unsigned long long)at);
+            return rm_errf(err, RM_EINVAL,
+                           "%s: tensor \"%s\" starts at byte %llu of the data buffer, "
+                           "not %llu: the tensors must tile it without gaps or overlaps",
+                           what, f->t[i].name, (unsigned long long)f->t[i].begin, (unsigned long long)at);
         at = f->t[i].end;
     }
     if (at != f->data_size)
@@ -271,12 +272,12 @@ static cJSON *make_header(const rm_st_entry *e, int n, const char *const *meta, 
     }
     uint64_t at = 0;
     for (int i = 0; i < n; i++) {
-        const char *bad = !e[i].name || !*e[i].name ? "an empty name"
-                          : strcmp(e[i].name, "__metadata__") == 0 ? "the reserved name __metadata__"
+        const char *bad = !e[i].name || !*e[i].name                        ? "an empty name"
+                          : strcmp(e[i].name, "__metadata__") == 0         ? "the reserved name __metadata__"
                           : cJSON_GetObjectItemCaseSensitive(h, e[i].name) ? "a name used twice"
-                          : e[i].ndim < 0 || e[i].ndim > RM_ST_MAX_DIMS ? "too many dimensions"
-                          : rm_st_dtype_size(e[i].dtype) == 0 ? "an unknown dtype"
-                          : NULL;
+                          : e[i].ndim < 0 || e[i].ndim > RM_ST_MAX_DIMS    ? "too many dimensions"
+                          : rm_st_dtype_size(e[i].dtype) == 0              ? "an unknown dtype"
+                                                                           : NULL;
         uint64_t count = 1;
         for (int d = 0; !bad && d < e[i].ndim; d++) {
             if (e[i].shape[d] < 0)
@@ -286,13 +287,13 @@ static cJSON *make_header(const rm_st_entry *e, int n, const char *const *meta, 
         }
         if (bad) {
             cJSON_Delete(h);
-            rm_errf(err, RM_EINVAL, "safetensors: entry %d (\"%s\"): %s", i, e[i].name ? e[i].name : "",
-                    bad);
+            rm_errf(err, RM_EINVAL, "safetensors: entry %d (\"%s\"): %s", i, e[i].name ? e[i].name : "", bad);
             return NULL;
         }
         uint64_t bytes = count * rm_st_dtype_size(e[i].dtype);
         cJSON *t = cJSON_AddObjectToObject(h, e[i].name);
-        cJSON *sh = t ? cJSON_AddArrayToObject(t, "shape") : NULL, *of = t ? cJSON_AddArrayToObject(t, "data_offsets") : NULL;
+        cJSON *sh = t ? cJSON_AddArrayToObject(t, "shape") : NULL,
+              *of = t ? cJSON_AddArrayToObject(t, "data_offsets") : NULL;
         if (!t || !sh || !of || !cJSON_AddStringToObject(t, "dtype", rm_st_dtype_name(e[i].dtype))) {
             cJSON_Delete(h);
             rm_errf(err, RM_ENOMEM, "safetensors: out of memory");
@@ -334,12 +335,12 @@ int rm_st_write(const char *path, const rm_st_entry *e, int n, const char *const
     memcpy(hdr + 8, js, jl);
     memset(hdr + 8 + jl, ' ', padded - jl);
     free(js);
-    pc[0] = (rm_fs_piece){ hdr, 8 + padded };
+    pc[0] = (rm_fs_piece){hdr, 8 + padded};
     for (int i = 0; i < n; i++) {
         uint64_t count = 1;
         for (int d = 0; d < e[i].ndim; d++)
             count *= (uint64_t)e[i].shape[d];
-        pc[i + 1] = (rm_fs_piece){ e[i].data, (size_t)(count * rm_st_dtype_size(e[i].dtype)) };
+        pc[i + 1] = (rm_fs_piece){e[i].data, (size_t)(count * rm_st_dtype_size(e[i].dtype))};
     }
     int rc = rm_fs_write_atomic(path, pc, n + 1, err);
     free(hdr);

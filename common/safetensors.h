@@ -22,14 +22,25 @@
 #include <stdint.h>
 #include "common/rm.h"
 
-#define RM_ST_MAX_HEADER (100u << 20)   /* the format's own cap on the JSON header */
+#define RM_ST_MAX_HEADER (100u << 20) /* the format's own cap on the JSON header */
 #define RM_ST_MAX_TENSORS 65536
 #define RM_ST_MAX_DIMS 8
-#define RM_ST_MAX_META 1024             /* __metadata__ entries */
+#define RM_ST_MAX_META 1024 /* __metadata__ entries */
 
 typedef enum {
-    RM_ST_BOOL = 0, RM_ST_U8, RM_ST_I8, RM_ST_I16, RM_ST_U16, RM_ST_F16, RM_ST_BF16, RM_ST_I32,
-    RM_ST_U32, RM_ST_F32, RM_ST_F64, RM_ST_I64, RM_ST_U64
+    RM_ST_BOOL = 0,
+    RM_ST_U8,
+    RM_ST_I8,
+    RM_ST_I16,
+    RM_ST_U16,
+    RM_ST_F16,
+    RM_ST_BF16,
+    RM_ST_I32,
+    RM_ST_U32,
+    RM_ST_F32,
+    RM_ST_F64,
+    RM_ST_I64,
+    RM_ST_U64
 } rm_st_dtype;
 /* "F32", ... (the format's spelling). */
 const char *rm_st_dtype_name(rm_st_dtype d);
@@ -38,21 +49,21 @@ int rm_st_dtype_parse(const char *s, rm_st_dtype *out);
 size_t rm_st_dtype_size(rm_st_dtype d);
 
 typedef struct rm_st_tensor {
-    const char *name;          /* into the parsed header */
+    const char *name; /* into the parsed header */
     rm_st_dtype dtype;
     int ndim;
     int64_t shape[RM_ST_MAX_DIMS];
-    uint64_t begin, end;       /* bytes of the data buffer */
+    uint64_t begin, end; /* bytes of the data buffer */
 } rm_st_tensor;
 
 typedef struct rm_st_file {
-    void *map;                 /* the whole file, read-only (NULL for a parsed buffer) */
+    void *map; /* the whole file, read-only (NULL for a parsed buffer) */
     size_t size;
     const unsigned char *data; /* the data buffer */
     uint64_t data_size;
     int n;
-    rm_st_tensor *t;           /* in file order (ascending begin) */
-    void *json;                /* the parsed header (cJSON) */
+    rm_st_tensor *t; /* in file order (ascending begin) */
+    void *json;      /* the parsed header (cJSON) */
 } rm_st_file;
 
 /* Map and validate path. RM_EIO (missing, unreadable), RM_EINVAL (the message names the file,

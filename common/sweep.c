@@ -18,8 +18,7 @@
 static const char *const algo_names[] = {"grid", "random", NULL};
 static const char *const metric_names[] = {"testAccuracy", "trainLoss", NULL};
 static const char *const sweep_phase_names[] = {"Pending", "Running", "Succeeded", "Failed"};
-static const char *const trial_phase_names[] = {"Pending", "Running", "Succeeded", "Failed",
-                                                "Stopped"};
+static const char *const trial_phase_names[] = {"Pending", "Running", "Succeeded", "Failed", "Stopped"};
 static const char *const cond_names[] = {"Running", "Succeeded", "Failed"};
 
 const char *rm_sweep_phase_name(rm_sweep_phase p)
@@ -107,8 +106,8 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y ? 1 : 0;
 }
 
-bool rm_sweep_median_stop(double value, const double *finished_v, int n, bool maximize,
-                          int min_trials, double *median)
+bool rm_sweep_median_stop(double value, const double *finished_v, int n, bool maximize, int min_trials,
+                          double *median)
 {
     double tmp[RM_SWEEP_MAX_TRIALS];
     int m = 0;
@@ -142,8 +141,7 @@ static int grid_size(const rm_sweep_spec *s)
 
 static double range_point(const rm_sweep_param *p, double u)
 {
-    double v = p->log ? exp(log(p->min) + u * (log(p->max) - log(p->min)))
-                      : p->min + u * (p->max - p->min);
+    double v = p->log ? exp(log(p->min) + u * (log(p->max) - log(p->min))) : p->min + u * (p->max - p->min);
     if (p->integer)
         v = round(v);
     if (v < p->min)
@@ -197,8 +195,7 @@ const char *rm_sweep_trial_name(const rm_sweep *sw, int index, char *buf, size_t
 }
 
 /* A TrainingJob object from the template with `values` ({path: value}) applied. */
-static cJSON *make_trial(const rm_sweep *sw, const char *name, const cJSON *values, int index,
-                         rm_err *err)
+static cJSON *make_trial(const rm_sweep *sw, const char *name, const cJSON *values, int index, rm_err *err)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON *spec = cJSON_Duplicate(sw->spec.trial_template, 1);
@@ -271,8 +268,8 @@ int rm_sweep_trial_tj(const rm_sweep *sw, int index, rm_tj *out, rm_err *err)
 
 /* ---- parse and validate ------------------------------------------------------------------------- */
 
-static int enum_of(const cJSON *o, const char *k, const char *ctx, const char *const *names,
-                   int *out, rm_err *err)
+static int enum_of(const cJSON *o, const char *k, const char *ctx, const char *const *names, int *out,
+                   rm_err *err)
 {
     const char *s = NULL;
     int rc = rm_json_str(o, k, false, ctx, &s, err);
@@ -294,8 +291,8 @@ static int enum_of(const cJSON *o, const char *k, const char *ctx, const char *c
     return rm_err_field(err, RM_EINVAL, f, "must be one of %s (got \"%s\")", list, s);
 }
 
-static int opt_int(const cJSON *o, const char *k, const char *ctx, int lo, int hi, int *out,
-                   bool *given, rm_err *err)
+static int opt_int(const cJSON *o, const char *k, const char *ctx, int lo, int hi, int *out, bool *given,
+                   rm_err *err)
 {
     int64_t v;
     int rc = rm_json_int(o, k, false, ctx, &v, err);
@@ -306,8 +303,7 @@ static int opt_int(const cJSON *o, const char *k, const char *ctx, int lo, int h
     if (v < lo || v > hi) {
         char f[160];
         rm_sfmt(f, sizeof f, "%s%s%s", ctx, *ctx ? "." : "", k);
-        return rm_err_field(err, RM_EINVAL, f, "must be between %d and %d (got %lld)", lo, hi,
-                            (long long)v);
+        return rm_err_field(err, RM_EINVAL, f, "must be between %d and %d (got %lld)", lo, hi, (long long)v);
     }
     *out = (int)v;
     if (given)
@@ -345,8 +341,7 @@ static int check_value(const rm_sweep *sw, int p, const char *where, const cJSON
         if (e.code == RM_ENOMEM)
             return rm_errf(err, RM_ENOMEM, "out of memory");
         rm_sfmt(f, sizeof f, "%s.path", pctx);
-        return rm_err_field(err, RM_EINVAL, f, "%s is not a TrainingJob spec field (%s)", path,
-                            e.msg);
+        return rm_err_field(err, RM_EINVAL, f, "%s is not a TrainingJob spec field (%s)", path, e.msg);
     }
     rm_tj tj;
     int rc = rm_tj_from_json(o, &tj, &e);
@@ -385,13 +380,18 @@ static int parse_param(const cJSON *po, int p, rm_sweep_param *out, rm_err *err)
     size_t pl = strlen(path);
     if (pl == 0 || pl > 200 || path[0] == '.' || path[pl - 1] == '.' || strstr(path, "..") ||
         strpbrk(path, "[]* "))
-        return rm_err_field(err, RM_EINVAL, f, "must be a dotted path of field names such as "
-                            "training.optimizer.lr (got \"%s\")", path);
+        return rm_err_field(err, RM_EINVAL, f,
+                            "must be a dotted path of field names such as "
+                            "training.optimizer.lr (got \"%s\")",
+                            path);
     if (strcmp(path, "template") == 0 || strncmp(path, "template.", 9) == 0)
-        return rm_err_field(err, RM_EINVAL, f, "%s: the pod template is opaque to ringmaster and "
-                            "cannot be swept; sweep TrainingJob fields such as training.*", path);
+        return rm_err_field(err, RM_EINVAL, f,
+                            "%s: the pod template is opaque to ringmaster and "
+                            "cannot be swept; sweep TrainingJob fields such as training.*",
+                            path);
     if (strcmp(path, "training") == 0)
-        return rm_err_field(err, RM_EINVAL, f, "training: sweep a field inside it, such as "
+        return rm_err_field(err, RM_EINVAL, f,
+                            "training: sweep a field inside it, such as "
                             "training.optimizer.lr");
     out->path = strdup(path);
     if (!out->path)
@@ -405,13 +405,13 @@ static int parse_param(const cJSON *po, int p, rm_sweep_param *out, rm_err *err)
                           cJSON_GetObjectItemCaseSensitive(po, "count");
     if (vals) {
         if (has_range_keys)
-            return rm_err_field(err, RM_EINVAL, ctx, "give either values or min/max/scale/count, "
+            return rm_err_field(err, RM_EINVAL, ctx,
+                                "give either values or min/max/scale/count, "
                                 "not both");
         int n = cJSON_GetArraySize(vals);
         rm_sfmt(f, sizeof f, "%s.values", ctx);
         if (n < 1 || n > RM_SWEEP_MAX_VALUES)
-            return rm_err_field(err, RM_EINVAL, f, "must have 1..%d values (got %d)",
-                                RM_SWEEP_MAX_VALUES, n);
+            return rm_err_field(err, RM_EINVAL, f, "must have 1..%d values (got %d)", RM_SWEEP_MAX_VALUES, n);
         out->values = cJSON_Duplicate(vals, 1);
         return out->values ? RM_OK : rm_errf(err, RM_ENOMEM, "out of memory");
     }
@@ -433,8 +433,8 @@ static int parse_param(const cJSON *po, int p, rm_sweep_param *out, rm_err *err)
         rm_sfmt(f, sizeof f, "%s.min", ctx);
         return rm_err_field(err, RM_EINVAL, f, "must be > 0 with scale: log (got %g)", out->min);
     }
-    out->integer = out->min == floor(out->min) && out->max == floor(out->max) &&
-                   fabs(out->min) < 1e15 && fabs(out->max) < 1e15;
+    out->integer = out->min == floor(out->min) && out->max == floor(out->max) && fabs(out->min) < 1e15 &&
+                   fabs(out->max) < 1e15;
     out->values = cJSON_CreateArray();
     if (!out->values)
         return rm_errf(err, RM_ENOMEM, "out of memory");
@@ -448,9 +448,9 @@ out:
 
 static int parse_spec(const cJSON *sp, rm_sweep *sw, rm_err *err)
 {
-    static const char *const keys[] = {"algorithm", "seed", "maxTrials", "parallelTrials",
-                                       "objective", "earlyStopping", "parameters",
-                                       "trialTemplate", NULL};
+    static const char *const keys[] = {"algorithm",      "seed",          "maxTrials",
+                                       "parallelTrials", "objective",     "earlyStopping",
+                                       "parameters",     "trialTemplate", NULL};
     static const char *const obj_keys[] = {"metric", "goal", NULL};
     static const char *const es_keys[] = {"rule", "startEpoch", "minTrials", NULL};
     static const char *const goals[] = {"maximize", "minimize", NULL};
@@ -476,8 +476,7 @@ static int parse_spec(const cJSON *sp, rm_sweep *sw, rm_err *err)
     }
     TRY(opt_int(sp, "maxTrials", "spec", 1, RM_SWEEP_MAX_TRIALS, &s->max_trials, &max_given, err));
     s->parallel_trials = 1;
-    TRY(opt_int(sp, "parallelTrials", "spec", 1, RM_SWEEP_MAX_PARALLEL, &s->parallel_trials, NULL,
-                err));
+    TRY(opt_int(sp, "parallelTrials", "spec", 1, RM_SWEEP_MAX_PARALLEL, &s->parallel_trials, NULL, err));
     rc = rm_json_obj(sp, "objective", false, "spec", &o, err);
     if (rc && rc != RM_ENOTFOUND)
         goto out;
@@ -506,8 +505,7 @@ static int parse_spec(const cJSON *sp, rm_sweep *sw, rm_err *err)
         TRY(rm_json_no_unknown(o, es_keys, "spec.earlyStopping", err));
         TRY(enum_of(o, "rule", "spec.earlyStopping", rules, &rule, err));
         TRY(opt_int(o, "startEpoch", "spec.earlyStopping", 1, 100000, &s->start_epoch, NULL, err));
-        TRY(opt_int(o, "minTrials", "spec.earlyStopping", 1, RM_SWEEP_MAX_TRIALS, &s->min_trials,
-                    NULL, err));
+        TRY(opt_int(o, "minTrials", "spec.earlyStopping", 1, RM_SWEEP_MAX_TRIALS, &s->min_trials, NULL, err));
     }
     TRY(rm_json_obj(sp, "trialTemplate", true, "spec", &tmpl, err));
     s->trial_template = cJSON_Duplicate(tmpl, 1);
@@ -532,18 +530,18 @@ static int parse_spec(const cJSON *sp, rm_sweep *sw, rm_err *err)
                 if (strcmp(s->params[p].path, s->params[q].path) == 0) {
                     char f[64];
                     rm_sfmt(f, sizeof f, "spec.parameters[%d].path", p);
-                    rc = rm_err_field(err, RM_EINVAL, f, "%s is already parameters[%d]",
-                                      s->params[p].path, q);
+                    rc =
+                        rm_err_field(err, RM_EINVAL, f, "%s is already parameters[%d]", s->params[p].path, q);
                     goto out;
                 }
     }
     if (s->algorithm == RM_SWEEP_GRID) {
         int g = grid_size(s);
         if (!max_given && g > RM_SWEEP_MAX_TRIALS) {
-            rc = rm_err_field(err, RM_EINVAL, "spec.parameters", "the grid has %s%d points, more "
+            rc = rm_err_field(err, RM_EINVAL, "spec.parameters",
+                              "the grid has %s%d points, more "
                               "than %d trials; set spec.maxTrials to run its first ones",
-                              g > 1000000 ? "over " : "", g > 1000000 ? 1000000 : g,
-                              RM_SWEEP_MAX_TRIALS);
+                              g > 1000000 ? "over " : "", g > 1000000 ? 1000000 : g, RM_SWEEP_MAX_TRIALS);
             goto out;
         }
         s->trials = max_given && s->max_trials < g ? s->max_trials : g;
@@ -567,9 +565,9 @@ static int validate(rm_sweep *sw, rm_err *err)
     char name[160];
     rm_err e = {0};
     int rc;
-    {   /* the template alone (with a trial's name, so a too-long sweep name is caught) */
-        cJSON *o = make_trial(sw, rm_sweep_trial_name(sw, s->trials > 0 ? s->trials - 1 : 0, name,
-                                                      sizeof name), NULL, -1, &e);
+    { /* the template alone (with a trial's name, so a too-long sweep name is caught) */
+        cJSON *o = make_trial(
+            sw, rm_sweep_trial_name(sw, s->trials > 0 ? s->trials - 1 : 0, name, sizeof name), NULL, -1, &e);
         if (!o)
             return rm_errf(err, RM_ENOMEM, "out of memory");
         rm_tj tj;
@@ -585,8 +583,10 @@ static int validate(rm_sweep *sw, rm_err *err)
             return rm_errf(err, rc, "out of memory");
         if (rc) {
             if (strncmp(e.field, "metadata.name", 13) == 0)
-                return rm_err_field(err, RM_EINVAL, "metadata.name", "trial names %s-<index> "
-                                    "must be valid TrainingJob names: %s", sw->name, e.msg);
+                return rm_err_field(err, RM_EINVAL, "metadata.name",
+                                    "trial names %s-<index> "
+                                    "must be valid TrainingJob names: %s",
+                                    sw->name, e.msg);
             char f[160];
             /* spec.X -> spec.trialTemplate.X */
             rm_sfmt(f, sizeof f, "spec.trialTemplate%s", e.field[0] ? e.field + 4 : "");
@@ -614,7 +614,7 @@ static int validate(rm_sweep *sw, rm_err *err)
             rm_sfmt(where, sizeof where, "values[%d]", k);
             rc = check_value(sw, p, where, v, err);
             if (rc)
-                return rc;   /* an expected user error: no check-trail log */
+                return rc; /* an expected user error: no check-trail log */
         }
     }
     for (int i = 0; i < s->trials; i++) {
@@ -627,8 +627,7 @@ static int validate(rm_sweep *sw, rm_err *err)
         cJSON *v = rm_sweep_trial_params(sw, i);
         char *vs = v ? cJSON_PrintUnformatted(v) : NULL;
         cJSON_Delete(v);
-        rc = rm_err_field(err, RM_EINVAL, "spec.parameters", "trial %d %s: %s", i,
-                          vs ? vs : "", e.msg);
+        rc = rm_err_field(err, RM_EINVAL, "spec.parameters", "trial %d %s: %s", i, vs ? vs : "", e.msg);
         free(vs);
         return rc;
     }
@@ -650,8 +649,7 @@ int rm_sweep_from_json(const cJSON *obj, rm_sweep *out, rm_err *err)
     TRY(rm_json_no_unknown(obj, k_top, "", err));
     TRY(rm_json_str(obj, "apiVersion", true, "", &s, err));
     if (strcmp(s, RM_TJ_API_VERSION) != 0) {
-        rc = rm_err_field(err, RM_EINVAL, "apiVersion", "must be %s (got \"%s\")",
-                          RM_TJ_API_VERSION, s);
+        rc = rm_err_field(err, RM_EINVAL, "apiVersion", "must be %s (got \"%s\")", RM_TJ_API_VERSION, s);
         goto out;
     }
     TRY(rm_json_str(obj, "kind", true, "", &s, err));
@@ -902,8 +900,8 @@ cJSON *rm_sweep_status_to_json(const rm_sweep *sw)
 cJSON *rm_sweep_to_json(const rm_sweep *sw)
 {
     cJSON *md;
-    cJSON *o = rm_json_object_head(RM_TJ_API_VERSION, RM_SWEEP_KIND, sw->name, sw->namespace_,
-                                   sw->uid, sw->resource_version, sw->generation, &md);
+    cJSON *o = rm_json_object_head(RM_TJ_API_VERSION, RM_SWEEP_KIND, sw->name, sw->namespace_, sw->uid,
+                                   sw->resource_version, sw->generation, &md);
     if (!o)
         return NULL;
     cJSON *sp = spec_to_json(&sw->spec);
@@ -950,8 +948,7 @@ static int parse_status(const cJSON *so, rm_sweep *sw, rm_err *err)
                 *dst[k] = (int)x->valuedouble;
     }
     const cJSON *bi = rm_json_path(so, "best.index"), *bo = rm_json_path(so, "best.objective");
-    if (cJSON_IsNumber(bi) && bi->valuedouble >= 0 && bi->valuedouble < st->total &&
-        cJSON_IsNumber(bo)) {
+    if (cJSON_IsNumber(bi) && bi->valuedouble >= 0 && bi->valuedouble < st->total && cJSON_IsNumber(bo)) {
         st->best = (int)bi->valuedouble;
         st->best_objective = bo->valuedouble;
     }
@@ -1023,15 +1020,22 @@ int rm_sweep_obs_from_tj(const rm_sweep *sw, const rm_tj *trial, rm_sweep_obs *o
     out->index = (int)idx;
     const rm_tj_status *st = &trial->status;
     switch (st->phase) {
-    case RM_PHASE_SUCCEEDED: out->phase = RM_TRIAL_SUCCEEDED; break;
-    case RM_PHASE_FAILED: out->phase = RM_TRIAL_FAILED; break;
-    case RM_PHASE_SUSPENDED: out->phase = RM_TRIAL_STOPPED; break;
-    default: out->phase = trial->spec.run.suspend ? RM_TRIAL_STOPPED : RM_TRIAL_RUNNING; break;
+    case RM_PHASE_SUCCEEDED:
+        out->phase = RM_TRIAL_SUCCEEDED;
+        break;
+    case RM_PHASE_FAILED:
+        out->phase = RM_TRIAL_FAILED;
+        break;
+    case RM_PHASE_SUSPENDED:
+        out->phase = RM_TRIAL_STOPPED;
+        break;
+    default:
+        out->phase = trial->spec.run.suspend ? RM_TRIAL_STOPPED : RM_TRIAL_RUNNING;
+        break;
     }
     if (out->phase == RM_TRIAL_FAILED)
         rm_sfmt(out->reason, sizeof out->reason, "%s", st->conditions[RM_COND_FAILED].reason);
-    out->nevals = st->progress.nevals < RM_SWEEP_MAX_EPOCHS ? st->progress.nevals
-                                                            : RM_SWEEP_MAX_EPOCHS;
+    out->nevals = st->progress.nevals < RM_SWEEP_MAX_EPOCHS ? st->progress.nevals : RM_SWEEP_MAX_EPOCHS;
     memcpy(out->evals, st->progress.evals, (size_t)out->nevals * sizeof out->evals[0]);
     out->have_result = st->result.present;
     out->test_accuracy = st->result.test_accuracy;
@@ -1048,19 +1052,19 @@ typedef struct sctx {
     const rm_sweep_obs *obs;
     size_t nobs;
     rm_sweep_out *out;
-    rm_sweep_status *st;          /* &out->status */
-    int n;                        /* trials in the table */
-    bool *seen;                   /* [n] the trial was observed this call */
-    rm_trial_phase *obs_phase;    /* [n] its observed phase */
-    double *fin;                  /* [n] scratch: finished trials' objectives at one epoch */
+    rm_sweep_status *st;       /* &out->status */
+    int n;                     /* trials in the table */
+    bool *seen;                /* [n] the trial was observed this call */
+    rm_trial_phase *obs_phase; /* [n] its observed phase */
+    double *fin;               /* [n] scratch: finished trials' objectives at one epoch */
     double now;
-    int rc;                       /* RM_ETOOBIG once the action array overflowed */
+    int rc; /* RM_ETOOBIG once the action array overflowed */
 } sctx;
 
-static void act(sctx *c, rm_sweep_act_type type, int index, bool warning, const char *reason,
-                const char *fmt, ...) RM_PRINTF(6, 7);
-static void act(sctx *c, rm_sweep_act_type type, int index, bool warning, const char *reason,
-                const char *fmt, ...)
+static void act(sctx *c, rm_sweep_act_type type, int index, bool warning, const char *reason, const char *fmt,
+                ...) RM_PRINTF(6, 7);
+static void act(sctx *c, rm_sweep_act_type type, int index, bool warning, const char *reason, const char *fmt,
+                ...)
 {
     if (c->out->nactions >= c->out->cap) {
         c->rc = RM_ETOOBIG;
@@ -1080,8 +1084,7 @@ static void act(sctx *c, rm_sweep_act_type type, int index, bool warning, const 
     }
 }
 
-static void set_cond(sctx *c, rm_sweep_cond_type t, bool status, const char *reason,
-                     const char *msg)
+static void set_cond(sctx *c, rm_sweep_cond_type t, bool status, const char *reason, const char *msg)
 {
     rm_sweep_cond *k = &c->out->status.conditions[t];
     if (!k->present || k->status != status)
@@ -1105,14 +1108,12 @@ static bool better(const rm_sweep_spec *s, double a, double b)
 
 static bool status_equal(const rm_sweep_status *a, const rm_sweep_status *b)
 {
-    if (a->phase != b->phase || a->observed_generation != b->observed_generation ||
-        a->total != b->total || a->pending != b->pending || a->running != b->running ||
-        a->succeeded != b->succeeded || a->failed != b->failed || a->stopped != b->stopped ||
-        a->best != b->best || a->start_time != b->start_time ||
-        a->completion_time != b->completion_time)
+    if (a->phase != b->phase || a->observed_generation != b->observed_generation || a->total != b->total ||
+        a->pending != b->pending || a->running != b->running || a->succeeded != b->succeeded ||
+        a->failed != b->failed || a->stopped != b->stopped || a->best != b->best ||
+        a->start_time != b->start_time || a->completion_time != b->completion_time)
         return false;
-    if (!(a->best_objective == b->best_objective ||
-          (isnan(a->best_objective) && isnan(b->best_objective))))
+    if (!(a->best_objective == b->best_objective || (isnan(a->best_objective) && isnan(b->best_objective))))
         return false;
     for (int i = 0; i < a->total; i++) {
         const rm_sweep_trial *x = &a->trials[i], *y = &b->trials[i];
@@ -1128,10 +1129,10 @@ static bool status_equal(const rm_sweep_status *a, const rm_sweep_status *b)
     }
     for (int k = 0; k < RM_SWEEP_COND__COUNT; k++) {
         const rm_sweep_cond *x = &a->conditions[k], *y = &b->conditions[k];
-        if (x->present != y->present || (x->present && (x->status != y->status ||
-            strcmp(x->reason, y->reason) != 0 || strcmp(x->message, y->message) != 0 ||
-            x->last_transition != y->last_transition ||
-            x->observed_generation != y->observed_generation)))
+        if (x->present != y->present ||
+            (x->present && (x->status != y->status || strcmp(x->reason, y->reason) != 0 ||
+                            strcmp(x->message, y->message) != 0 || x->last_transition != y->last_transition ||
+                            x->observed_generation != y->observed_generation)))
             return false;
     }
     return true;
@@ -1170,7 +1171,7 @@ static void rule_observe(sctx *c)
         c->obs_phase[o->index] = o->phase;
         rm_sweep_trial *t = &c->st->trials[o->index];
         if (finished(t->phase))
-            continue;   /* final */
+            continue; /* final */
         for (int e = 0; e < o->nevals; e++) {
             int ep = o->evals[e].epoch;
             if (ep < 1 || ep > RM_SWEEP_MAX_EPOCHS)
@@ -1196,7 +1197,7 @@ static void rule_observe(sctx *c)
             t->phase = RM_TRIAL_FAILED;
             rm_sfmt(t->reason, sizeof t->reason, "%s", o->reason[0] ? o->reason : "Failed");
             break;
-        case RM_TRIAL_STOPPED:   /* stopped by someone else (suspended by hand) */
+        case RM_TRIAL_STOPPED: /* stopped by someone else (suspended by hand) */
             t->phase = RM_TRIAL_STOPPED;
             if (!t->reason[0])
                 rm_sfmt(t->reason, sizeof t->reason, "Suspended");
@@ -1217,7 +1218,7 @@ static void rule_early_stop(sctx *c)
         rm_sweep_trial *t = &c->st->trials[i];
         if (t->phase == RM_TRIAL_STOPPED && c->seen[i] && c->obs_phase[i] == RM_TRIAL_RUNNING &&
             strcmp(t->reason, "MedianStop") == 0) {
-            act(c, RM_SWEEP_ACT_STOP, i, false, "MedianStop", "%s", t->message);   /* again */
+            act(c, RM_SWEEP_ACT_STOP, i, false, "MedianStop", "%s", t->message); /* again */
             continue;
         }
         if (!s->early_stopping || t->phase != RM_TRIAL_RUNNING)
@@ -1237,8 +1238,10 @@ static void rule_early_stop(sctx *c)
         char name[160];
         t->phase = RM_TRIAL_STOPPED;
         rm_sfmt(t->reason, sizeof t->reason, "MedianStop");
-        rm_sfmt(t->message, sizeof t->message, "epoch %d: %s %.4f is worse than the median %.4f "
-                "of %d finished trials", e, rm_sweep_metric_name(s->metric), t->obj[e - 1], med, n);
+        rm_sfmt(t->message, sizeof t->message,
+                "epoch %d: %s %.4f is worse than the median %.4f "
+                "of %d finished trials",
+                e, rm_sweep_metric_name(s->metric), t->obj[e - 1], med, n);
         act(c, RM_SWEEP_ACT_STOP, i, false, "MedianStop", "%s", t->message);
         act(c, RM_SWEEP_ACT_EVENT, i, false, "TrialStopped", "%s: %s",
             rm_sweep_trial_name(c->sw, i, name, sizeof name), t->message);
@@ -1279,11 +1282,21 @@ static void rule_best(sctx *c)
     for (int i = 0; i < c->n; i++) {
         const rm_sweep_trial *t = &st->trials[i];
         switch (t->phase) {
-        case RM_TRIAL_PENDING: st->pending++; break;
-        case RM_TRIAL_RUNNING: st->running++; break;
-        case RM_TRIAL_SUCCEEDED: st->succeeded++; break;
-        case RM_TRIAL_FAILED: st->failed++; break;
-        case RM_TRIAL_STOPPED: st->stopped++; break;
+        case RM_TRIAL_PENDING:
+            st->pending++;
+            break;
+        case RM_TRIAL_RUNNING:
+            st->running++;
+            break;
+        case RM_TRIAL_SUCCEEDED:
+            st->succeeded++;
+            break;
+        case RM_TRIAL_FAILED:
+            st->failed++;
+            break;
+        case RM_TRIAL_STOPPED:
+            st->stopped++;
+            break;
         }
         if (t->phase == RM_TRIAL_SUCCEEDED && t->have_final && isfinite(t->final_obj) &&
             (st->best < 0 || better(c->s, t->final_obj, st->best_objective))) {
@@ -1312,9 +1325,10 @@ static void rule_phase(sctx *c)
     }
     if (st->phase != RM_SWEEP_PENDING && st->start_time == 0)
         st->start_time = c->now;
-    rm_sfmt(msg, sizeof msg, "%d of %d trials finished (%d succeeded, %d failed, %d stopped), %d "
-            "running", st->succeeded + st->failed + st->stopped, N, st->succeeded, st->failed,
-            st->stopped, st->running);
+    rm_sfmt(msg, sizeof msg,
+            "%d of %d trials finished (%d succeeded, %d failed, %d stopped), %d "
+            "running",
+            st->succeeded + st->failed + st->stopped, N, st->succeeded, st->failed, st->stopped, st->running);
     if (st->phase == RM_SWEEP_RUNNING || st->phase == RM_SWEEP_PENDING) {
         set_cond(c, RM_SWEEP_COND_RUNNING, st->phase == RM_SWEEP_RUNNING,
                  st->phase == RM_SWEEP_RUNNING ? "TrialsRunning" : "NoTrialYet", msg);
@@ -1348,8 +1362,14 @@ int rm_sweep_reconcile(const rm_sweep *sw, const rm_sweep_obs *obs, size_t nobs,
     memset(&out->status, 0, sizeof out->status);
     if (start_table(sw, &out->status) != RM_OK)
         return RM_ENOMEM;
-    sctx c = {.sw = sw, .s = &sw->spec, .obs = obs, .nobs = nobs, .out = out, .st = &out->status,
-              .n = out->status.total, .now = now};
+    sctx c = {.sw = sw,
+              .s = &sw->spec,
+              .obs = obs,
+              .nobs = nobs,
+              .out = out,
+              .st = &out->status,
+              .n = out->status.total,
+              .now = now};
     size_t cells = (size_t)(c.n > 0 ? c.n : 1);
     c.seen = calloc(cells, sizeof *c.seen);
     c.obs_phase = calloc(cells, sizeof *c.obs_phase);

@@ -33,61 +33,67 @@
 
 #define RM_SWEEP_KIND "TrainingSweep"
 #define RM_SWEEP_PLURAL "trainingsweeps"
-#define RM_SWEEP_LABEL "ringmaster.dev/sweep-name"     /* on every trial */
+#define RM_SWEEP_LABEL "ringmaster.dev/sweep-name" /* on every trial */
 #define RM_SWEEP_INDEX_LABEL "ringmaster.dev/trial-index"
 #define RM_SWEEP_MAX_PARAMS 8
-#define RM_SWEEP_MAX_VALUES 64      /* values (or count) of one parameter */
-#define RM_SWEEP_MAX_TRIALS 256     /* maxTrials; also the CRD's maximum */
+#define RM_SWEEP_MAX_VALUES 64  /* values (or count) of one parameter */
+#define RM_SWEEP_MAX_TRIALS 256 /* maxTrials; also the CRD's maximum */
 #define RM_SWEEP_MAX_PARALLEL 64
-#define RM_SWEEP_MAX_EPOCHS RM_TJ_MAX_EVALS  /* per-trial objective curve kept in status */
+#define RM_SWEEP_MAX_EPOCHS RM_TJ_MAX_EVALS /* per-trial objective curve kept in status */
 
 typedef enum { RM_SWEEP_GRID = 0, RM_SWEEP_RANDOM } rm_sweep_algo;
 typedef enum { RM_SWEEP_TEST_ACCURACY = 0, RM_SWEEP_TRAIN_LOSS } rm_sweep_metric;
-typedef enum {
-    RM_SWEEP_PENDING = 0, RM_SWEEP_RUNNING, RM_SWEEP_SUCCEEDED, RM_SWEEP_FAILED
-} rm_sweep_phase;
+typedef enum { RM_SWEEP_PENDING = 0, RM_SWEEP_RUNNING, RM_SWEEP_SUCCEEDED, RM_SWEEP_FAILED } rm_sweep_phase;
 /* A trial's state in the sweep's table. Pending = not created yet. */
 typedef enum {
-    RM_TRIAL_PENDING = 0, RM_TRIAL_RUNNING, RM_TRIAL_SUCCEEDED, RM_TRIAL_FAILED, RM_TRIAL_STOPPED
+    RM_TRIAL_PENDING = 0,
+    RM_TRIAL_RUNNING,
+    RM_TRIAL_SUCCEEDED,
+    RM_TRIAL_FAILED,
+    RM_TRIAL_STOPPED
 } rm_trial_phase;
-typedef enum { RM_SWEEP_COND_RUNNING = 0, RM_SWEEP_COND_SUCCEEDED, RM_SWEEP_COND_FAILED,
-               RM_SWEEP_COND__COUNT } rm_sweep_cond_type;
+typedef enum {
+    RM_SWEEP_COND_RUNNING = 0,
+    RM_SWEEP_COND_SUCCEEDED,
+    RM_SWEEP_COND_FAILED,
+    RM_SWEEP_COND__COUNT
+} rm_sweep_cond_type;
 
 typedef struct rm_sweep_param {
-    char *path;             /* "training.optimizer.lr": a dotted path into the trial's spec */
-    cJSON *values;          /* owned array: the given values, or the grid points of a range */
-    bool range;             /* min/max (and scale, count) given instead of values */
+    char *path;    /* "training.optimizer.lr": a dotted path into the trial's spec */
+    cJSON *values; /* owned array: the given values, or the grid points of a range */
+    bool range;    /* min/max (and scale, count) given instead of values */
     double min, max;
-    bool log;               /* scale: log (min > 0) */
-    int count;              /* grid points of a range (>= 1; default 3) */
-    bool integer;           /* min and max both integral: generated values are rounded */
+    bool log;     /* scale: log (min > 0) */
+    int count;    /* grid points of a range (>= 1; default 3) */
+    bool integer; /* min and max both integral: generated values are rounded */
 } rm_sweep_param;
 
 typedef struct rm_sweep_spec {
-    rm_sweep_algo algorithm;        /* default grid */
-    uint64_t seed;                  /* random: default 1 */
-    int max_trials;                 /* grid: default (and at most) the grid size; random: required */
-    int parallel_trials;            /* default 1, <= RM_SWEEP_MAX_PARALLEL */
-    rm_sweep_metric metric;         /* default testAccuracy */
-    bool maximize;                  /* goal; default maximize for testAccuracy, minimize for trainLoss */
-    bool early_stopping;            /* earlyStopping given */
-    int start_epoch;                /* earlyStopping.startEpoch, >= 1, default 2 */
-    int min_trials;                 /* earlyStopping.minTrials: finished trials the median needs; default 2 */
+    rm_sweep_algo algorithm; /* default grid */
+    uint64_t seed;           /* random: default 1 */
+    int max_trials;          /* grid: default (and at most) the grid size; random: required */
+    int parallel_trials;     /* default 1, <= RM_SWEEP_MAX_PARALLEL */
+    rm_sweep_metric metric;  /* default testAccuracy */
+    bool maximize;           /* goal; default maximize for testAccuracy, minimize for trainLoss */
+    bool early_stopping;     /* earlyStopping given */
+    int start_epoch;         /* earlyStopping.startEpoch, >= 1, default 2 */
+    int min_trials;          /* earlyStopping.minTrials: finished trials the median needs; default 2 */
     rm_sweep_param params[RM_SWEEP_MAX_PARAMS];
     int nparams;
-    cJSON *trial_template;          /* owned: the TrainingJob spec as written */
-    int trials;                     /* derived: how many trials the sweep has (set by validation) */
-    int epochs;                     /* derived: the template's training.epochs (after defaults) */
+    cJSON *trial_template; /* owned: the TrainingJob spec as written */
+    int trials;            /* derived: how many trials the sweep has (set by validation) */
+    int epochs;            /* derived: the template's training.epochs (after defaults) */
 } rm_sweep_spec;
 
 typedef struct rm_sweep_trial {
     rm_trial_phase phase;
-    int epoch;                      /* evaluated epochs seen so far */
-    double obj[RM_SWEEP_MAX_EPOCHS];/* objective after epoch e+1 (NaN = not seen) */
+    int epoch;                       /* evaluated epochs seen so far */
+    double obj[RM_SWEEP_MAX_EPOCHS]; /* objective after epoch e+1 (NaN = not seen) */
     int nobj;
     bool have_final;
-    double final_obj;               /* the trial's result (Succeeded), or its last evaluation */
-    char reason[32];                /* Stopped: "MedianStop"; Failed: the trial's failure reason */
+    double final_obj; /* the trial's result (Succeeded), or its last evaluation */
+    char reason[32];  /* Stopped: "MedianStop"; Failed: the trial's failure reason */
     char message[160];
 } rm_sweep_trial;
 
@@ -103,9 +109,9 @@ typedef struct rm_sweep_status {
     rm_sweep_phase phase;
     int64_t observed_generation;
     int total, pending, running, succeeded, failed, stopped;
-    int best;                       /* trial index, -1 none */
+    int best; /* trial index, -1 none */
     double best_objective;
-    rm_sweep_trial *trials;         /* owned, `total` entries (NULL when total is 0) */
+    rm_sweep_trial *trials; /* owned, `total` entries (NULL when total is 0) */
     rm_sweep_cond conditions[RM_SWEEP_COND__COUNT];
     double start_time, completion_time;
 } rm_sweep_status;
@@ -122,7 +128,7 @@ typedef struct rm_sweep {
  * (the operator reading its own status back); its trial table is resized to the spec's trials.
  * On error *out is freed/zeroed and err names the field. */
 int rm_sweep_from_json(const cJSON *obj, rm_sweep *out, rm_err *err);
-void rm_sweep_free(rm_sweep *sw);    /* frees members, zeroes; NULL ok */
+void rm_sweep_free(rm_sweep *sw); /* frees members, zeroes; NULL ok */
 /* Full object (apiVersion, kind, metadata, spec as parsed, status). */
 cJSON *rm_sweep_to_json(const rm_sweep *sw);
 cJSON *rm_sweep_status_to_json(const rm_sweep *sw);
@@ -148,18 +154,18 @@ int rm_sweep_set_path(cJSON *spec, const char *path, const cJSON *value, rm_err 
  * objectives of finished trials at that same epoch. Returns true (stop) when n >= min_trials and
  * value is strictly worse than their median (below it when maximizing, above it when minimizing).
  * *median gets the median (NaN when n == 0). */
-bool rm_sweep_median_stop(double value, const double *finished, int n, bool maximize,
-                          int min_trials, double *median);
+bool rm_sweep_median_stop(double value, const double *finished, int n, bool maximize, int min_trials,
+                          double *median);
 
 /* What a runtime observed of one trial (its TrainingJob, or its local run). */
 typedef struct rm_sweep_obs {
     int index;
-    rm_trial_phase phase;           /* Running (exists, not finished), Succeeded, Failed, Stopped */
+    rm_trial_phase phase; /* Running (exists, not finished), Succeeded, Failed, Stopped */
     int nevals;
-    rm_tj_eval evals[RM_SWEEP_MAX_EPOCHS];  /* per-epoch evaluations, any order */
+    rm_tj_eval evals[RM_SWEEP_MAX_EPOCHS]; /* per-epoch evaluations, any order */
     bool have_result;
     double test_accuracy, train_loss;
-    char reason[32];                /* Failed: why */
+    char reason[32]; /* Failed: why */
 } rm_sweep_obs;
 /* Fill an observation from a trial's TrainingJob (status.phase, status.progress.evaluations,
  * status.result). A Suspended trial counts as Stopped (that is how the operator stops one).
@@ -170,17 +176,17 @@ int rm_sweep_obs_from_tj(const rm_sweep *sw, const rm_tj *trial, rm_sweep_obs *o
 typedef enum { RM_SWEEP_ACT_CREATE = 0, RM_SWEEP_ACT_STOP, RM_SWEEP_ACT_EVENT } rm_sweep_act_type;
 typedef struct rm_sweep_action {
     rm_sweep_act_type type;
-    int index;                      /* CREATE/STOP */
-    bool warning;                   /* EVENT */
+    int index;    /* CREATE/STOP */
+    bool warning; /* EVENT */
     char reason[32];
     char message[200];
 } rm_sweep_action;
 #define RM_SWEEP_ACTIONS(total) (2 * (size_t)(total) + 8)
 
 typedef struct rm_sweep_out {
-    rm_sweep_status status;         /* owned by the caller after the call (rm_sweep_status_free) */
+    rm_sweep_status status; /* owned by the caller after the call (rm_sweep_status_free) */
     bool status_changed;
-    rm_sweep_action *actions;       /* caller-owned, cap entries */
+    rm_sweep_action *actions; /* caller-owned, cap entries */
     size_t cap, nactions;
 } rm_sweep_out;
 
@@ -207,7 +213,7 @@ typedef struct rm_sweep_out {
  * changes nothing. RM_ETOOBIG if actions do not fit cap; RM_ENOMEM. */
 int rm_sweep_reconcile(const rm_sweep *sw, const rm_sweep_obs *obs, size_t nobs, double now,
                        rm_sweep_out *out);
-void rm_sweep_status_free(rm_sweep_status *st);   /* NULL ok */
+void rm_sweep_status_free(rm_sweep_status *st); /* NULL ok */
 int rm_sweep_status_copy(rm_sweep_status *dst, const rm_sweep_status *src);
 
 const char *rm_sweep_phase_name(rm_sweep_phase p);   /* "Running" */

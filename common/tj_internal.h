@@ -22,21 +22,20 @@ int tj_optional(int rc, uint32_t *set, uint32_t bit);
  * error. tj_str replaces *out with an owned copy. tj_enum stores the index in names. */
 int tj_int(const cJSON *o, const char *k, const char *ctx, int *out, uint32_t *set, uint32_t bit,
            rm_err *err);
-int tj_i64(const cJSON *o, const char *k, const char *ctx, int64_t *out, uint32_t *set,
-           uint32_t bit, rm_err *err);
-int tj_num(const cJSON *o, const char *k, const char *ctx, double *out, uint32_t *set,
-           uint32_t bit, rm_err *err);
-int tj_bool(const cJSON *o, const char *k, const char *ctx, bool *out, uint32_t *set,
-            uint32_t bit, rm_err *err);
-int tj_str(const cJSON *o, const char *k, const char *ctx, char **out, rm_err *err);
-int tj_enum(const cJSON *o, const char *k, const char *ctx, const char *const *names, int *out,
+int tj_i64(const cJSON *o, const char *k, const char *ctx, int64_t *out, uint32_t *set, uint32_t bit,
+           rm_err *err);
+int tj_num(const cJSON *o, const char *k, const char *ctx, double *out, uint32_t *set, uint32_t bit,
+           rm_err *err);
+int tj_bool(const cJSON *o, const char *k, const char *ctx, bool *out, uint32_t *set, uint32_t bit,
             rm_err *err);
+int tj_str(const cJSON *o, const char *k, const char *ctx, char **out, rm_err *err);
+int tj_enum(const cJSON *o, const char *k, const char *ctx, const char *const *names, int *out, rm_err *err);
 /* "a, b, c": a name table as a message lists it (cut to cap). */
 void tj_names_list(char *buf, size_t cap, const char *const *names);
 /* Optional object child (*out NULL when absent, borrowed); with `allowed`, its unknown keys are
  * errors named under subctx, which is filled with "<ctx>.<k>" when non-NULL. */
-int tj_obj(const cJSON *o, const char *k, const char *ctx, const char *const *allowed,
-           const cJSON **out, char *subctx, rm_err *err);
+int tj_obj(const cJSON *o, const char *k, const char *ctx, const char *const *allowed, const cJSON **out,
+           char *subctx, rm_err *err);
 /* Optional array child, *out NULL when absent (borrowed). */
 int tj_arr(const cJSON *o, const char *k, const char *ctx, const cJSON **out, rm_err *err);
 

@@ -36,13 +36,12 @@ int tj_optional(int rc, uint32_t *set, uint32_t bit)
     return rc;
 }
 
-int tj_int(const cJSON *o, const char *k, const char *ctx, int *out, uint32_t *set,
-                 uint32_t bit, rm_err *err)
+int tj_int(const cJSON *o, const char *k, const char *ctx, int *out, uint32_t *set, uint32_t bit, rm_err *err)
 {
     int64_t v;
     int rc = rm_json_int(o, k, false, ctx, &v, err);
     if (rc)
-        return tj_optional(rc, NULL, 0);   /* absent: RM_OK; wrong type: the error */
+        return tj_optional(rc, NULL, 0); /* absent: RM_OK; wrong type: the error */
     if (v < INT_MIN || v > INT_MAX) {
         char f[FIELD_CAP];
         tj_join(f, ctx, k);
@@ -52,20 +51,20 @@ int tj_int(const cJSON *o, const char *k, const char *ctx, int *out, uint32_t *s
     return tj_optional(RM_OK, set, bit);
 }
 
-int tj_i64(const cJSON *o, const char *k, const char *ctx, int64_t *out, uint32_t *set,
-                 uint32_t bit, rm_err *err)
+int tj_i64(const cJSON *o, const char *k, const char *ctx, int64_t *out, uint32_t *set, uint32_t bit,
+           rm_err *err)
 {
     return tj_optional(rm_json_int(o, k, false, ctx, out, err), set, bit);
 }
 
-int tj_num(const cJSON *o, const char *k, const char *ctx, double *out, uint32_t *set,
-                 uint32_t bit, rm_err *err)
+int tj_num(const cJSON *o, const char *k, const char *ctx, double *out, uint32_t *set, uint32_t bit,
+           rm_err *err)
 {
     return tj_optional(rm_json_num(o, k, false, ctx, out, err), set, bit);
 }
 
-int tj_bool(const cJSON *o, const char *k, const char *ctx, bool *out, uint32_t *set,
-                  uint32_t bit, rm_err *err)
+int tj_bool(const cJSON *o, const char *k, const char *ctx, bool *out, uint32_t *set, uint32_t bit,
+            rm_err *err)
 {
     return tj_optional(rm_json_bool(o, k, false, ctx, out, err), set, bit);
 }
@@ -93,8 +92,7 @@ void tj_names_list(char *buf, size_t cap, const char *const *names)
     }
 }
 
-int tj_enum(const cJSON *o, const char *k, const char *ctx, const char *const *names, int *out,
-                  rm_err *err)
+int tj_enum(const cJSON *o, const char *k, const char *ctx, const char *const *names, int *out, rm_err *err)
 {
     const char *s = NULL;
     int rc = tj_optional(rm_json_str(o, k, false, ctx, &s, err), NULL, 0);
@@ -111,8 +109,8 @@ int tj_enum(const cJSON *o, const char *k, const char *ctx, const char *const *n
     return RM_OK;
 }
 
-int tj_obj(const cJSON *o, const char *k, const char *ctx, const char *const *allowed,
-                 const cJSON **out, char *subctx, rm_err *err)
+int tj_obj(const cJSON *o, const char *k, const char *ctx, const char *const *allowed, const cJSON **out,
+           char *subctx, rm_err *err)
 {
     *out = NULL;
     if (subctx)

@@ -21,7 +21,7 @@
 
 void tj_fmt_bytes(char *buf, size_t cap, int64_t n)
 {
-    static const char *const unit[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
     double v = (double)n;
     int u = 0;
     while (v >= 1024 && u < 5) {
@@ -51,15 +51,14 @@ void rm_training_memory(const rm_training_spec *t, rm_mem_estimate *out)
     int64_t b = t->batch_size_per_worker > 0 ? t->batch_size_per_worker : 1;
     int64_t n = rm_training_samples(t);
     out->params = params;
-    out->copies = 2 + nstate + (1 + nstate);      /* weights, grads, state, staging */
+    out->copies = 2 + nstate + (1 + nstate); /* weights, grads, state, staging */
     out->model_bytes = params * out->copies * 4;
     out->batch_bytes = 4 * b * (TJ_INPUTS + 1 + 2 * widest + acts);
     out->data_bytes = n > 0 ? (n + TJ_TEST_SAMPLES) * (TJ_INPUTS + 1) + 4 * n : 0;
     out->total = out->model_bytes + out->batch_bytes + out->data_bytes + RM_TJ_MEM_OVERHEAD;
 }
 
-int rm_tj_check_memory(const rm_tj *tj, int64_t cap_bytes, int workers, const char *cap_what,
-                       rm_err *err)
+int rm_tj_check_memory(const rm_tj *tj, int64_t cap_bytes, int workers, const char *cap_what, rm_err *err)
 {
     const rm_training_spec *t = &tj->spec.training;
     if (t->mode != RM_MODE_TRAIN || cap_bytes <= 0)
@@ -82,8 +81,8 @@ int rm_tj_check_memory(const rm_tj *tj, int64_t cap_bytes, int workers, const ch
         snprintf(per, sizeof per, " x %d workers = %s", workers, all);
     return rm_err_field(err, RM_EINVAL, "spec.training.model",
                         "needs an estimated %s per worker (%lld parameters x %d copies = %s, batch %d = "
-                        "%s, dataset %s, runtime 32 MiB)%s, more than %s (%s)", tot,
-                        (long long)me.params, me.copies, model, t->batch_size_per_worker, batch, data,
+                        "%s, dataset %s, runtime 32 MiB)%s, more than %s (%s)",
+                        tot, (long long)me.params, me.copies, model, t->batch_size_per_worker, batch, data,
                         per, cap_what ? cap_what : "the memory cap", capb);
 }
 
@@ -95,8 +94,10 @@ int rm_tj_check_memory_local(const rm_tj *tj, rm_err *err)
     int workers = tj->spec.max_replicas > tj->spec.replicas ? tj->spec.max_replicas : tj->spec.replicas;
     if (env && *env) {
         if (rm_quantity_bytes(env, &cap) != RM_OK)
-            return rm_errf(err, RM_EINVAL, "RINGMASTER_MEMORY_LIMIT: must be a Kubernetes quantity such "
-                           "as 512Mi or 4Gi (got \"%.40s\")", env);
+            return rm_errf(err, RM_EINVAL,
+                           "RINGMASTER_MEMORY_LIMIT: must be a Kubernetes quantity such "
+                           "as 512Mi or 4Gi (got \"%.40s\")",
+                           env);
         snprintf(what, sizeof what, "RINGMASTER_MEMORY_LIMIT for the %d workers on this machine", workers);
     } else {
         long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
@@ -115,7 +116,8 @@ int tj_check_template_memory(const rm_tj *tj, rm_err *err)
     const cJSON *cs = rm_json_path(tj->spec.template, "spec.containers");
     const cJSON *c, *w = NULL;
     int i = 0, wi = 0;
-    cJSON_ArrayForEach(c, cs) {
+    cJSON_ArrayForEach(c, cs)
+    {
         const cJSON *n = cJSON_GetObjectItemCaseSensitive(c, "name");
         if (!w || (cJSON_IsString(n) && strcmp(n->valuestring, "worker") == 0)) {
             w = c;
@@ -131,7 +133,7 @@ int tj_check_template_memory(const rm_tj *tj, rm_err *err)
     int64_t milli = 0;
     if (rm_quantity_json_milli(m, &milli) != RM_OK)
         return rm_err_field(err, RM_EINVAL, f, "must be a Kubernetes quantity such as 512Mi or 4Gi");
-    int64_t cap = milli / 1000 + (milli % 1000 != 0);   /* whole bytes, rounded up */
+    int64_t cap = milli / 1000 + (milli % 1000 != 0); /* whole bytes, rounded up */
     return rm_tj_check_memory(tj, cap, 1, "the worker container's memory limit", err);
 }
 

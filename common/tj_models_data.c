@@ -15,8 +15,7 @@
 #include <string.h>
 
 /* "<ctx>.<key>: <what> is not supported yet". */
-static int unsupported(rm_err *err, const char *ctx, const char *key, const char *fmt, ...)
-    RM_PRINTF(4, 5);
+static int unsupported(rm_err *err, const char *ctx, const char *key, const char *fmt, ...) RM_PRINTF(4, 5);
 static int unsupported(rm_err *err, const char *ctx, const char *key, const char *fmt, ...)
 {
     char what[160];
@@ -47,7 +46,7 @@ static bool folder_or_builtin_idx(const char *uri)
 /* The forms data.uri, data.validation.uri and model.init.uri may take (models-and-data.md). */
 static bool uri_form_ok(const char *uri)
 {
-    static const char *const prefixes[] = { "builtin:", "/", "file:///", "http://", "https://", "s3://" };
+    static const char *const prefixes[] = {"builtin:", "/", "file:///", "http://", "https://", "s3://"};
     for (size_t i = 0; i < RM_ARRAY_LEN(prefixes); i++) {
         size_t n = strlen(prefixes[i]);
         if (strncmp(uri, prefixes[i], n) == 0 && (uri[n] || n == 1))
@@ -66,8 +65,10 @@ static int check_uri(const char *uri, const char *ctx, const char *key, rm_err *
     if (tj_has_ctrl(uri))
         return tj_bad(err, ctx, key, "must not contain control characters");
     if (!uri_form_ok(uri))
-        return tj_bad(err, ctx, key, "must be builtin:<name>, /path, file:///path, http(s)://... or "
-                      "s3://bucket/key (got \"%s\")", uri);
+        return tj_bad(err, ctx, key,
+                      "must be builtin:<name>, /path, file:///path, http(s)://... or "
+                      "s3://bucket/key (got \"%s\")",
+                      uri);
     return RM_OK;
 }
 
@@ -96,21 +97,29 @@ static int model_validate(const rm_training_spec *t, const char *mctx, rm_err *e
         return tj_bad(err, mctx, "heads", "must divide %s.embed (%d heads, embed %d)", mctx, t->heads,
                       t->embed);
     if (!gpt) {
-        static const struct { uint32_t bit; const char *key; } gpt_only[] = {
-            { RM_TR_SET2_LAYERS, "layers" }, { RM_TR_SET2_HEADS, "heads" }, { RM_TR_SET2_EMBED, "embed" },
-            { RM_TR_SET2_CONTEXT, "context" }, { RM_TR_SET2_VOCAB, "vocab" }, { RM_TR_SET2_DROPOUT, "dropout" },
+        static const struct {
+            uint32_t bit;
+            const char *key;
+        } gpt_only[] = {
+            {RM_TR_SET2_LAYERS, "layers"},   {RM_TR_SET2_HEADS, "heads"}, {RM_TR_SET2_EMBED, "embed"},
+            {RM_TR_SET2_CONTEXT, "context"}, {RM_TR_SET2_VOCAB, "vocab"}, {RM_TR_SET2_DROPOUT, "dropout"},
         };
-        const int v[] = { t->layers, t->heads, t->embed, t->context, t->vocab, t->dropout != 0 };
+        const int v[] = {t->layers, t->heads, t->embed, t->context, t->vocab, t->dropout != 0};
         for (size_t i = 0; i < RM_ARRAY_LEN(gpt_only); i++)
             if ((g & gpt_only[i].bit) || v[i])
-                return tj_bad(err, mctx, gpt_only[i].key, "is only used with %s.type: gpt (type is %s)",
-                              mctx, t->model_type ? t->model_type : "mlp");
+                return tj_bad(err, mctx, gpt_only[i].key, "is only used with %s.type: gpt (type is %s)", mctx,
+                              t->model_type ? t->model_type : "mlp");
     } else {
-        static const struct { uint32_t bit; const char *key; } required[] = {
-            { RM_TR_SET2_LAYERS, "layers" }, { RM_TR_SET2_HEADS, "heads" }, { RM_TR_SET2_EMBED, "embed" },
-            { RM_TR_SET2_CONTEXT, "context" },
+        static const struct {
+            uint32_t bit;
+            const char *key;
+        } required[] = {
+            {RM_TR_SET2_LAYERS, "layers"},
+            {RM_TR_SET2_HEADS, "heads"},
+            {RM_TR_SET2_EMBED, "embed"},
+            {RM_TR_SET2_CONTEXT, "context"},
         };
-        const int v[] = { t->layers, t->heads, t->embed, t->context };
+        const int v[] = {t->layers, t->heads, t->embed, t->context};
         for (size_t i = 0; i < RM_ARRAY_LEN(required); i++)
             if (!v[i])
                 return tj_bad(err, mctx, required[i].key, "required with %s.type: gpt", mctx);
@@ -132,8 +141,10 @@ static int data_validate(const rm_training_spec *t, const char *ctx, const char 
     const char *folder = tj_data_folder(t->data.uri);
     if (t->data.uri && t->data_dir && strcmp(t->data_dir, RM_TJ_FASHION_MNIST_DIR) != 0 &&
         (!folder || strcmp(folder, t->data_dir) != 0))
-        return tj_bad(err, dctx, "uri", "\"%s\" differs from %s.dataDir \"%s\" (dataDir is its "
-                      "deprecated spelling: set only data.uri)", t->data.uri, ctx, t->data_dir);
+        return tj_bad(err, dctx, "uri",
+                      "\"%s\" differs from %s.dataDir \"%s\" (dataDir is its "
+                      "deprecated spelling: set only data.uri)",
+                      t->data.uri, ctx, t->data_dir);
     if ((unsigned)t->data.format > RM_DATA_TEXT)
         return tj_bad_enum(err, dctx, "format", rm_data_format_names);
     if (t->data.sha256) {
@@ -164,8 +175,8 @@ int tj_validate_models_data(const rm_training_spec *t, const char *ctx, rm_err *
         return rc;
     if ((g & RM_TR_SET2_GRAD_CLIP || t->grad_clip != 0) && !(t->grad_clip > 0 && isfinite(t->grad_clip)))
         return tj_bad(err, ctx, "gradClip", "must be > 0");
-    if ((rc = check_int(t->grad_accum, g & RM_TR_SET2_GRAD_ACCUM, 1, 65536, ctx,
-                        "gradientAccumulationSteps", err)) ||
+    if ((rc = check_int(t->grad_accum, g & RM_TR_SET2_GRAD_ACCUM, 1, 65536, ctx, "gradientAccumulationSteps",
+                        err)) ||
         (rc = check_int(t->warmup_steps, false, 0, INT32_MAX, ctx, "warmupSteps", err)) ||
         (rc = check_int(t->eval_every_steps, false, 0, INT32_MAX, ctx, "evalEverySteps", err)))
         return rc;
@@ -178,7 +189,8 @@ int tj_validate_models_data(const rm_training_spec *t, const char *ctx, rm_err *
     if (t->data.uri && !folder_or_builtin_idx(t->data.uri))
         return unsupported(err, dctx, "uri", "\"%s\"", t->data.uri);
     if ((g & RM_TR_SET2_FORMAT) && t->data.format != RM_DATA_IDX)
-        return unsupported(err, dctx, "format", "%s", rm_enum_name(rm_data_format_names, (int)t->data.format));
+        return unsupported(err, dctx, "format", "%s",
+                           rm_enum_name(rm_data_format_names, (int)t->data.format));
     if (t->data.sha256)
         return unsupported(err, dctx, "sha256", "checking the data's checksum");
     if (t->data.secret)
@@ -220,8 +232,10 @@ int tj_validate_output(const rm_tj_spec *s, rm_err *err)
     if (rc)
         return rc;
     if (s->output.uri && strncmp(s->output.uri, "builtin:", 8) == 0)
-        return tj_bad(err, "spec.output", "uri", "must be a folder, file:///path or s3://bucket/prefix "
-                      "(got \"%s\")", s->output.uri);
+        return tj_bad(err, "spec.output", "uri",
+                      "must be a folder, file:///path or s3://bucket/prefix "
+                      "(got \"%s\")",
+                      s->output.uri);
     if ((unsigned)s->output.format > RM_OUT_SAFETENSORS)
         return tj_bad_enum(err, "spec.output", "format", rm_output_format_names);
     if ((unsigned)s->output.dtype > RM_DTYPE_BFLOAT16)

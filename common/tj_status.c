@@ -232,7 +232,8 @@ int rm_tj_status_from_json(const cJSON *so, rm_tj_status *st, rm_err *err)
         TRY(tj_int(o, "epoch", "status.progress", &st->progress.train_epoch, NULL, 0, err));
         TRY(tj_num(o, "loss", "status.progress", &st->progress.loss, NULL, 0, err));
         TRY(tj_num(o, "samplesPerSecond", "status.progress", &st->progress.samples_per_second, NULL, 0, err));
-        TRY(tj_i64(o, "lastCheckpointStep", "status.progress", &st->progress.last_checkpoint_step, NULL, 0, err));
+        TRY(tj_i64(o, "lastCheckpointStep", "status.progress", &st->progress.last_checkpoint_step, NULL, 0,
+                   err));
         TRY(tj_num(o, "allreduceGBps", "status.progress", &st->progress.allreduce_gbps, NULL, 0, err));
         const cJSON *ev = NULL;
         TRY(tj_arr(o, "evaluations", "status.progress", &ev, err));
@@ -279,9 +280,10 @@ int rm_tj_status_from_json(const cJSON *so, rm_tj_status *st, rm_err *err)
         if (mb) {
             TRY(tj_num(mb, "params", "status.result.memoryBytes", &st->result.memory_params, NULL, 0, err));
             TRY(tj_num(mb, "grads", "status.result.memoryBytes", &st->result.memory_grads, NULL, 0, err));
-            TRY(tj_num(mb, "optimizer", "status.result.memoryBytes", &st->result.memory_optimizer, NULL, 0, err));
-            TRY(tj_num(mb, "activations", "status.result.memoryBytes", &st->result.memory_activations,
-                      NULL, 0, err));
+            TRY(tj_num(mb, "optimizer", "status.result.memoryBytes", &st->result.memory_optimizer, NULL, 0,
+                       err));
+            TRY(tj_num(mb, "activations", "status.result.memoryBytes", &st->result.memory_activations, NULL,
+                       0, err));
         }
         TRY(tj_num(o, "valLoss", "status.result", &st->result.val_loss, NULL, 0, err));
         TRY(tj_num(o, "tokensPerSecond", "status.result", &st->result.tokens_per_second, NULL, 0, err));
@@ -289,7 +291,8 @@ int rm_tj_status_from_json(const cJSON *so, rm_tj_status *st, rm_err *err)
         const cJSON *m = NULL;
         TRY(tj_obj(o, "model", "status.result", NULL, &m, NULL, err));
         if (m) {
-            TRY(p_buf(m, "uri", "status.result.model", st->result.model_uri, sizeof st->result.model_uri, err));
+            TRY(p_buf(m, "uri", "status.result.model", st->result.model_uri, sizeof st->result.model_uri,
+                      err));
             TRY(p_buf(m, "sha256", "status.result.model", st->result.model_sha256,
                       sizeof st->result.model_sha256, err));
             TRY(tj_i64(m, "bytes", "status.result.model", &st->result.model_bytes, NULL, 0, err));
@@ -335,7 +338,6 @@ int rm_tj_set_condition(rm_tj_status *st, rm_cond_type type, bool status, const 
     c->observed_generation = generation;
     return changed;
 }
-
 
 int rm_tj_progress_add_eval(rm_tj_progress *p, int epoch, double test_accuracy, double train_loss)
 {

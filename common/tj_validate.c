@@ -75,9 +75,11 @@ int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err
     if (me.params > RM_TJ_MAX_PARAMS) {
         char need[32];
         tj_fmt_bytes(need, sizeof need, me.model_bytes);
-        return tj_bad(err, mctx, "hidden", "the model has %lld parameters, more than the %lld a worker may "
-                   "hold (it would need about %s per worker for weights, gradients, optimizer state "
-                   "and checkpoint staging)", (long long)me.params, (long long)RM_TJ_MAX_PARAMS, need);
+        return tj_bad(err, mctx, "hidden",
+                      "the model has %lld parameters, more than the %lld a worker may "
+                      "hold (it would need about %s per worker for weights, gradients, optimizer state "
+                      "and checkpoint staging)",
+                      (long long)me.params, (long long)RM_TJ_MAX_PARAMS, need);
     }
     if (t->epochs < 1 || t->epochs > 100000)
         return tj_bad(err, ctx, "epochs", "must be between 1 and 100000");
@@ -89,21 +91,26 @@ int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err
     if (o->type == RM_OPT_LBFGS) {
         if (o->history < 1 || o->history > RM_LBFGS_MAX_HISTORY)
             return tj_bad(err, octx, "history", "must be between 1 and %d (got %d)", RM_LBFGS_MAX_HISTORY,
-                       o->history);
+                          o->history);
         if (o->portions < 1 || o->portions > RM_LBFGS_MAX_PORTIONS)
-            return tj_bad(err, octx, "portions", "must be between 1 and %d (got %d)",
-                       RM_LBFGS_MAX_PORTIONS, o->portions);
+            return tj_bad(err, octx, "portions", "must be between 1 and %d (got %d)", RM_LBFGS_MAX_PORTIONS,
+                          o->portions);
         if ((unsigned)o->line_search > RM_LS_FIXED)
             return tj_bad_enum(err, octx, "lineSearch", rm_line_search_names);
         if (t->precision != RM_PREC_FP32)
             return tj_bad(err, ctx, "precision", "must be fp32 with %s.type: lbfgs", octx);
         if (o->weight_decay != 0)
-            return tj_bad(err, octx, "weightDecay", "must be 0 with %s.type: lbfgs (the full-batch "
-                       "objective has no L2 term in this version)", octx);
+            return tj_bad(err, octx, "weightDecay",
+                          "must be 0 with %s.type: lbfgs (the full-batch "
+                          "objective has no L2 term in this version)",
+                          octx);
     } else if (o->history || o->portions || o->line_search_given) {
-        return tj_bad(err, octx, o->history ? "history" : o->portions ? "portions" : "lineSearch",
-                   "is only used with %s.type: lbfgs (type is %s)", octx,
-                   rm_enum_name(rm_opt_names, (int)o->type));
+        return tj_bad(err, octx,
+                      o->history    ? "history"
+                      : o->portions ? "portions"
+                                    : "lineSearch",
+                      "is only used with %s.type: lbfgs (type is %s)", octx,
+                      rm_enum_name(rm_opt_names, (int)o->type));
     }
     if (!(o->lr > 0) || !isfinite(o->lr) || o->lr > 100)
         return tj_bad(err, octx, "lr", "must be > 0 and <= 100");
@@ -135,7 +142,7 @@ int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err
         return tj_bad_enum(err, ctx, "sharding", rm_sharding_names);
     if (t->sharding != RM_SHARD_NONE && t->precision != RM_PREC_FP32)
         return tj_bad(err, ctx, "sharding", "%s needs %s.precision fp32 in this version (got %s)",
-                   rm_sharding_names[t->sharding], ctx, rm_precision_names[t->precision]);
+                      rm_sharding_names[t->sharding], ctx, rm_precision_names[t->precision]);
     if ((unsigned)t->allreduce > RM_AR_HIER)
         return tj_bad_enum(err, ctx, "allreduce", rm_allreduce_names);
     if (t->max_steps < 0)
@@ -205,23 +212,27 @@ static int ps_validate(const rm_tj_spec *s, rm_err *err)
         return tj_bad_enum(err, "spec", "strategy", rm_strategy_names);
     if (s->strategy != RM_STRATEGY_PS) {
         if (ps->present)
-            return rm_err_field(err, RM_EINVAL, P, "is only used with spec.strategy: parameterServer "
+            return rm_err_field(err, RM_EINVAL, P,
+                                "is only used with spec.strategy: parameterServer "
                                 "(spec.strategy is allreduce)");
         return RM_OK;
     }
     if (ps->replicas < 1 || ps->replicas > RM_PS_MAX_SERVERS)
         return tj_bad(err, P, "replicas", "must be between 1 and %d (got %d)", RM_PS_MAX_SERVERS,
-                   ps->replicas);
+                      ps->replicas);
     if ((unsigned)ps->mode > RM_PS_ASYNC)
         return tj_bad_enum(err, P, "mode", rm_ps_mode_names);
     if (ps->backup_workers < 0)
         return tj_bad(err, P, "backupWorkers", "must be >= 0");
     if (ps->backup_workers >= s->replicas || (s->min_replicas > 0 && ps->backup_workers >= s->min_replicas))
-        return tj_bad(err, P, "backupWorkers", "must be < spec.replicas (%d) and spec.minReplicas (%d): "
-                   "a step needs at least one gradient", s->replicas, s->min_replicas);
+        return tj_bad(err, P, "backupWorkers",
+                      "must be < spec.replicas (%d) and spec.minReplicas (%d): "
+                      "a step needs at least one gradient",
+                      s->replicas, s->min_replicas);
     if (ps->backup_workers > 0 && ps->mode == RM_PS_ASYNC)
-        return tj_bad(err, P, "backupWorkers", "is for spec.parameterServer.mode: sync only (mode is "
-                   "async, where nobody waits for a straggler)");
+        return tj_bad(err, P, "backupWorkers",
+                      "is for spec.parameterServer.mode: sync only (mode is "
+                      "async, where nobody waits for a straggler)");
     if (ps->staleness_bound < 0 || ps->staleness_bound > 1000000)
         return tj_bad(err, P, "stalenessBound", "must be between 0 (unbounded) and 1000000");
     if (ps->push_every_steps < 1 || ps->push_every_steps > 10000)
@@ -231,24 +242,29 @@ static int ps_validate(const rm_tj_spec *s, rm_err *err)
     if (ps->warm_start_steps < 0 || ps->warm_start_steps > 100000000)
         return tj_bad(err, P, "warmStartSteps", "must be between 0 (no warm start) and 100000000");
     if (ps->warm_start_steps > 0 && ps->mode != RM_PS_ASYNC)
-        return tj_bad(err, P, "warmStartSteps", "is for spec.parameterServer.mode: async only (mode "
-                   "is sync, where every step already waits for the workers)");
+        return tj_bad(err, P, "warmStartSteps",
+                      "is for spec.parameterServer.mode: async only (mode "
+                      "is sync, where every step already waits for the workers)");
     if (ps->mode == RM_PS_SYNC && (ps->push_every_steps != 1 || ps->fetch_every_steps != 1))
         return tj_bad(err, P, ps->push_every_steps != 1 ? "pushEverySteps" : "fetchEverySteps",
-                   "must be 1 with spec.parameterServer.mode: sync (Downpour's n_push/n_fetch are "
-                   "for mode: async)");
+                      "must be 1 with spec.parameterServer.mode: sync (Downpour's n_push/n_fetch are "
+                      "for mode: async)");
     if (s->backend == RM_BACKEND_NCCL || s->backend == RM_BACKEND_MPI)
-        return rm_err_field(err, RM_EINVAL, "spec.backend", "%s cannot be used with spec.strategy: "
+        return rm_err_field(err, RM_EINVAL, "spec.backend",
+                            "%s cannot be used with spec.strategy: "
                             "parameterServer (servers and workers talk TCP; use auto or ring)",
                             rm_backend_name(s->backend));
     if (s->training.mode != RM_MODE_TRAIN)
-        return rm_err_field(err, RM_EINVAL, "spec.training.mode", "must be train with spec.strategy: "
+        return rm_err_field(err, RM_EINVAL, "spec.training.mode",
+                            "must be train with spec.strategy: "
                             "parameterServer");
     if (s->training.precision != RM_PREC_FP32)
-        return rm_err_field(err, RM_EINVAL, "spec.training.precision", "must be fp32 with "
+        return rm_err_field(err, RM_EINVAL, "spec.training.precision",
+                            "must be fp32 with "
                             "spec.strategy: parameterServer (servers apply fp32 updates on the CPU)");
     if (s->training.sharding != RM_SHARD_NONE)
-        return rm_err_field(err, RM_EINVAL, "spec.training.sharding", "must be none with spec.strategy: "
+        return rm_err_field(err, RM_EINVAL, "spec.training.sharding",
+                            "must be none with spec.strategy: "
                             "parameterServer (the servers already hold the parameters in shards; "
                             "sharding is a mode of spec.strategy: allreduce)");
     return RM_OK;
@@ -275,44 +291,60 @@ int rm_par_validate(const rm_tj_spec *s, rm_err *err)
         return tj_bad_enum(err, P, "schedule", rm_pipe_schedule_names);
     const rm_training_spec *t = &s->training;
     if (t->mode == RM_MODE_TRAIN && mb > t->batch_size_per_worker)
-        return tj_bad(err, P, "microBatches", "must be <= spec.training.batchSizePerWorker (%d): every "
-                   "micro-batch needs at least one sample (got %d)", t->batch_size_per_worker,
-                   mb);
+        return tj_bad(err, P, "microBatches",
+                      "must be <= spec.training.batchSizePerWorker (%d): every "
+                      "micro-batch needs at least one sample (got %d)",
+                      t->batch_size_per_worker, mb);
     if (p == 1)
         return RM_OK;
     if (s->replicas % p)
-        return rm_err_field(err, RM_EINVAL, "spec.replicas", "must be a multiple of "
+        return rm_err_field(err, RM_EINVAL, "spec.replicas",
+                            "must be a multiple of "
                             "spec.parallelism.pipelineStages (%d): the workers form a grid of %d "
-                            "stages x replicas/%d data-parallel replicas (got %d)", p, p, p, s->replicas);
+                            "stages x replicas/%d data-parallel replicas (got %d)",
+                            p, p, p, s->replicas);
     if (s->min_replicas % p)
-        return rm_err_field(err, RM_EINVAL, "spec.minReplicas", "must be a multiple of "
-                            "spec.parallelism.pipelineStages (%d) (got %d)", p, s->min_replicas);
+        return rm_err_field(err, RM_EINVAL, "spec.minReplicas",
+                            "must be a multiple of "
+                            "spec.parallelism.pipelineStages (%d) (got %d)",
+                            p, s->min_replicas);
     if (s->max_replicas % p)
-        return rm_err_field(err, RM_EINVAL, "spec.maxReplicas", "must be a multiple of "
-                            "spec.parallelism.pipelineStages (%d) (got %d)", p, s->max_replicas);
+        return rm_err_field(err, RM_EINVAL, "spec.maxReplicas",
+                            "must be a multiple of "
+                            "spec.parallelism.pipelineStages (%d) (got %d)",
+                            p, s->max_replicas);
     int layers = t->nhidden + 1;
     if (p > layers)
-        return tj_bad(err, P, "pipelineStages", "must be <= the model's %d linear layers "
-                   "(spec.training.model.hidden has %d widths; each stage holds at least one layer) "
-                   "(got %d)", layers, t->nhidden, p);
+        return tj_bad(err, P, "pipelineStages",
+                      "must be <= the model's %d linear layers "
+                      "(spec.training.model.hidden has %d widths; each stage holds at least one layer) "
+                      "(got %d)",
+                      layers, t->nhidden, p);
     if (s->strategy != RM_STRATEGY_ALLREDUCE)
-        return rm_err_field(err, RM_EINVAL, "spec.parallelism.pipelineStages", "must be 1 with "
-                            "spec.strategy: parameterServer in this version (got %d)", p);
+        return rm_err_field(err, RM_EINVAL, "spec.parallelism.pipelineStages",
+                            "must be 1 with "
+                            "spec.strategy: parameterServer in this version (got %d)",
+                            p);
     if (t->sharding != RM_SHARD_NONE)
-        return rm_err_field(err, RM_EINVAL, "spec.training.sharding", "must be none with "
+        return rm_err_field(err, RM_EINVAL, "spec.training.sharding",
+                            "must be none with "
                             "spec.parallelism.pipelineStages > 1 in this version (a stage already "
                             "holds only its own layers)");
     if (t->mode != RM_MODE_TRAIN)
-        return rm_err_field(err, RM_EINVAL, "spec.training.mode", "must be train with "
+        return rm_err_field(err, RM_EINVAL, "spec.training.mode",
+                            "must be train with "
                             "spec.parallelism.pipelineStages > 1");
     if (t->precision != RM_PREC_FP32)
-        return rm_err_field(err, RM_EINVAL, "spec.training.precision", "must be fp32 with "
+        return rm_err_field(err, RM_EINVAL, "spec.training.precision",
+                            "must be fp32 with "
                             "spec.parallelism.pipelineStages > 1 in this version");
     /* nccl: GPU stages (the world's collectives on the GPU, the stage links NCCL send/recv) */
     if (s->backend == RM_BACKEND_MPI)
-        return rm_err_field(err, RM_EINVAL, "spec.backend", "%s cannot be used with "
+        return rm_err_field(err, RM_EINVAL, "spec.backend",
+                            "%s cannot be used with "
                             "spec.parallelism.pipelineStages > 1 in this version (stages talk TCP, "
-                            "or NCCL on GPUs; use auto, ring or nccl)", rm_backend_name(s->backend));
+                            "or NCCL on GPUs; use auto, ring or nccl)",
+                            rm_backend_name(s->backend));
     return RM_OK;
 }
 
@@ -326,15 +358,20 @@ static int lbfgs_validate(const rm_tj_spec *s, rm_err *err)
     if (s->training.optimizer.type != RM_OPT_LBFGS)
         return RM_OK;
     if (s->strategy != RM_STRATEGY_PS)
-        return rm_err_field(err, RM_EINVAL, O, "lbfgs needs spec.strategy: parameterServer (the "
+        return rm_err_field(err, RM_EINVAL, O,
+                            "lbfgs needs spec.strategy: parameterServer (the "
                             "parameters and the L-BFGS history live on the server shards; "
                             "spec.strategy is allreduce)");
     if (s->ps.mode != RM_PS_SYNC)
-        return rm_err_field(err, RM_EINVAL, "spec.parameterServer.mode", "must be sync with %s: "
-                            "lbfgs (every pass evaluates the full batch at one set of parameters)", O);
+        return rm_err_field(err, RM_EINVAL, "spec.parameterServer.mode",
+                            "must be sync with %s: "
+                            "lbfgs (every pass evaluates the full batch at one set of parameters)",
+                            O);
     if (s->ps.backup_workers != 0)
-        return rm_err_field(err, RM_EINVAL, "spec.parameterServer.backupWorkers", "must be 0 with "
-                            "%s: lbfgs (a straggler's portions are reissued to other workers instead)", O);
+        return rm_err_field(err, RM_EINVAL, "spec.parameterServer.backupWorkers",
+                            "must be 0 with "
+                            "%s: lbfgs (a straggler's portions are reissued to other workers instead)",
+                            O);
     return RM_OK;
 }
 
@@ -349,7 +386,8 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
         return rm_err_field(err, RM_EINVAL, "metadata.name",
                             "must be a DNS-1035 label: at most 63 lowercase letters, digits or '-', "
                             "starting with a letter and ending with a letter or digit, because it "
-                            "names the job's headless Service (got \"%s\")", tj->name);
+                            "names the job's headless Service (got \"%s\")",
+                            tj->name);
     if (tj->namespace_ && !tj_dns1123(tj->namespace_, 0, 63))
         return rm_err_field(err, RM_EINVAL, "metadata.namespace",
                             "must be a lowercase DNS-1123 label (got \"%s\")", tj->namespace_);
@@ -371,8 +409,9 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
         return rm_err_field(err, RM_EINVAL, "metadata.name",
                             "must be at most %d characters with spec.maxReplicas %d: the pod hostname "
                             "\"%s%s%d\" would be %d characters, and a hostname is a DNS-1123 label of "
-                            "at most %d", rm_tj_name_max(s->max_replicas), s->max_replicas, tj->name,
-                            RM_TJ_WORKER_INFIX, s->max_replicas - 1,
+                            "at most %d",
+                            rm_tj_name_max(s->max_replicas), s->max_replicas, tj->name, RM_TJ_WORKER_INFIX,
+                            s->max_replicas - 1,
                             (int)strlen(tj->name) + (int)strlen(RM_TJ_WORKER_INFIX) +
                                 decimal_digits(s->max_replicas - 1),
                             RM_TJ_LABEL_MAX);
@@ -392,14 +431,14 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
     if ((unsigned)s->run.clean_pod_policy > RM_CLEAN_NONE)
         return tj_bad_enum(err, "spec.runPolicy", "cleanPodPolicy", rm_clean_policy_names);
     if (s->run.managed_by && (!*s->run.managed_by || strlen(s->run.managed_by) > 63))
-        return rm_err_field(err, RM_EINVAL, "spec.runPolicy.managedBy",
-                            "must be 1 to 63 characters");
+        return rm_err_field(err, RM_EINVAL, "spec.runPolicy.managedBy", "must be 1 to 63 characters");
     if (s->checkpoint.path && !*s->checkpoint.path)
         return rm_err_field(err, RM_EINVAL, "spec.checkpoint.path", "must not be empty");
     if (tj_has_ctrl(s->checkpoint.path))
         return rm_err_field(err, RM_EINVAL, "spec.checkpoint.path", "must not contain control characters");
     if (tj_has_ctrl(s->run.managed_by))
-        return rm_err_field(err, RM_EINVAL, "spec.runPolicy.managedBy", "must not contain control characters");
+        return rm_err_field(err, RM_EINVAL, "spec.runPolicy.managedBy",
+                            "must not contain control characters");
     if (s->checkpoint.interval_steps < 1)
         return rm_err_field(err, RM_EINVAL, "spec.checkpoint.intervalSteps", "must be >= 1");
     RM_CHECK(validate_scheduling(s, err));
@@ -416,19 +455,29 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
         return rc;
     if ((rc = lbfgs_validate(s, err)))
         return rc;
-    if (s->placement.present && (s->placement.workers_per_node < 1 || s->placement.workers_per_node > RM_MAX_WORLD))
-        return rm_err_field(err, RM_EINVAL, "spec.placement.workersPerNode", "must be between 1 and %d "
-                            "(required with spec.placement)", RM_MAX_WORLD);
-    if (s->training.allreduce == RM_AR_HIER && (s->backend == RM_BACKEND_NCCL || s->backend == RM_BACKEND_MPI))
-        return rm_err_field(err, RM_EINVAL, "spec.training.allreduce", "hierarchical needs spec.backend "
+    if (s->placement.present &&
+        (s->placement.workers_per_node < 1 || s->placement.workers_per_node > RM_MAX_WORLD))
+        return rm_err_field(err, RM_EINVAL, "spec.placement.workersPerNode",
+                            "must be between 1 and %d "
+                            "(required with spec.placement)",
+                            RM_MAX_WORLD);
+    if (s->training.allreduce == RM_AR_HIER &&
+        (s->backend == RM_BACKEND_NCCL || s->backend == RM_BACKEND_MPI))
+        return rm_err_field(err, RM_EINVAL, "spec.training.allreduce",
+                            "hierarchical needs spec.backend "
                             "auto or ring (got %s, which picks its own algorithm: NCCL_ALGO / Open MPI's "
-                            "coll_tuned settings)", rm_backend_name(s->backend));
-    if (s->training.allreduce == RM_AR_HIER && s->backend == RM_BACKEND_AUTO && rm_template_gpus(s->template) > 0)
-        return rm_err_field(err, RM_EINVAL, "spec.training.allreduce", "hierarchical is the CPU ring's; with "
-                            "nvidia.com/gpu requested spec.backend auto resolves to nccl, which picks its own "
-                            "algorithm (set spec.backend: ring to use it)");
+                            "coll_tuned settings)",
+                            rm_backend_name(s->backend));
+    if (s->training.allreduce == RM_AR_HIER && s->backend == RM_BACKEND_AUTO &&
+        rm_template_gpus(s->template) > 0)
+        return rm_err_field(
+            err, RM_EINVAL, "spec.training.allreduce",
+            "hierarchical is the CPU ring's; with "
+            "nvidia.com/gpu requested spec.backend auto resolves to nccl, which picks its own "
+            "algorithm (set spec.backend: ring to use it)");
     if (s->training.allreduce == RM_AR_HIER && s->strategy == RM_STRATEGY_PS)
-        return rm_err_field(err, RM_EINVAL, "spec.training.allreduce", "hierarchical needs spec.strategy: "
+        return rm_err_field(err, RM_EINVAL, "spec.training.allreduce",
+                            "hierarchical needs spec.strategy: "
                             "allreduce (parameter-server workers never allreduce)");
     /* An epoch is train_samples / global batch steps (the tail is dropped), so a global batch
      * larger than the training set makes epochs of zero steps: the group would re-form forever
@@ -443,19 +492,20 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
                             "have no step (at most %lld per worker)",
                             world == s->replicas ? "spec.replicas" : "spec.maxReplicas", world,
                             t->batch_size_per_worker, (long long)world * t->batch_size_per_worker,
-                            (long long)n, t->dataset ? t->dataset : "fashion-mnist",
-                            (long long)(n / world));
+                            (long long)n, t->dataset ? t->dataset : "fashion-mnist", (long long)(n / world));
     /* L-BFGS cuts each full-batch pass into `portions` of whole batches (worker/ps/lbfgs_coord.h,
      * rm_lbfgs_portion_size): with fewer than one batch per portion every worker fails at start
      * and each restart fails the same way, so refuse it here where the set's size is known. */
     int64_t per = t->optimizer.portions > 0 && t->batch_size_per_worker > 0
-                      ? (int64_t)t->optimizer.portions * t->batch_size_per_worker : 0;
+                      ? (int64_t)t->optimizer.portions * t->batch_size_per_worker
+                      : 0;
     if (t->mode == RM_MODE_TRAIN && t->optimizer.type == RM_OPT_LBFGS && n > 0 && per > n)
         return rm_err_field(err, RM_EINVAL, "spec.training.optimizer.portions",
                             "%d portions of at least one batch (spec.training.batchSizePerWorker %d) "
                             "need %lld samples, more than the %lld training samples of %s (at most "
-                            "%lld portions)", t->optimizer.portions, t->batch_size_per_worker,
-                            (long long)per, (long long)n, t->dataset ? t->dataset : "fashion-mnist",
+                            "%lld portions)",
+                            t->optimizer.portions, t->batch_size_per_worker, (long long)per, (long long)n,
+                            t->dataset ? t->dataset : "fashion-mnist",
                             (long long)(n / t->batch_size_per_worker));
     if ((rc = tj_validate_output(s, err)))
         return rc;
@@ -468,16 +518,18 @@ static int validate_scheduling(const rm_tj_spec *s, rm_err *err)
 {
     if (s->managed_by && (!*s->managed_by || strlen(s->managed_by) > 63 || tj_has_ctrl(s->managed_by)))
         return rm_err_field(err, RM_EINVAL, "spec.managedBy",
-                            "must be 1 to 63 printable characters (\"" RM_TJ_MANAGED_BY_US "\" or \""
-                            RM_TJ_MANAGED_BY_MULTIKUEUE "\")");
+                            "must be 1 to 63 printable characters (\"" RM_TJ_MANAGED_BY_US
+                            "\" or \"" RM_TJ_MANAGED_BY_MULTIKUEUE "\")");
     if (s->managed_by && s->run.managed_by && strcmp(s->managed_by, s->run.managed_by) != 0)
-        return rm_err_field(err, RM_EINVAL, "spec.runPolicy.managedBy",
-                            "\"%s\" differs from spec.managedBy \"%s\" (spec.managedBy replaces it: set only that)",
-                            s->run.managed_by, s->managed_by);
+        return rm_err_field(
+            err, RM_EINVAL, "spec.runPolicy.managedBy",
+            "\"%s\" differs from spec.managedBy \"%s\" (spec.managedBy replaces it: set only that)",
+            s->run.managed_by, s->managed_by);
     if (s->sched.queue && !tj_dns1123(s->sched.queue, 1, 253))
-        return rm_err_field(err, RM_EINVAL, "spec.runPolicy.schedulingPolicy.queue",
-                            "\"%s\" must be a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', at most 253)",
-                            s->sched.queue);
+        return rm_err_field(
+            err, RM_EINVAL, "spec.runPolicy.schedulingPolicy.queue",
+            "\"%s\" must be a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', at most 253)",
+            s->sched.queue);
     if (s->sched.priority_class && !tj_dns1123(s->sched.priority_class, 1, 253))
         return rm_err_field(err, RM_EINVAL, "spec.runPolicy.schedulingPolicy.priorityClass",
                             "\"%s\" must be a DNS-1123 subdomain (a PriorityClass name)",

@@ -17,8 +17,8 @@ static void put32(unsigned char *p, uint32_t v)
         p[i] = (unsigned char)(v >> (8 * i));
 }
 
-int rm_tok_header_parse(const unsigned char hdr[RM_TOK_HEADER_BYTES], uint64_t file_size,
-                        const char *what, rm_tok_header *out, rm_err *err)
+int rm_tok_header_parse(const unsigned char hdr[RM_TOK_HEADER_BYTES], uint64_t file_size, const char *what,
+                        rm_tok_header *out, rm_err *err)
 {
     uint32_t magic = le32(hdr), version = le32(hdr + 4), count = le32(hdr + 8);
     if (magic == RM_TOK_MAGIC_U16 && version == RM_TOK_VERSION_U16)
@@ -34,8 +34,10 @@ int rm_tok_header_parse(const unsigned char hdr[RM_TOK_HEADER_BYTES], uint64_t f
     out->count = count;
     uint64_t want = RM_TOK_HEADER_BYTES + (uint64_t)count * (uint64_t)out->token_bytes;
     if (file_size != want)
-        return rm_errf(err, RM_EINVAL, "%s: the header says %u tokens (%llu bytes), the file has %llu bytes "
-                       "(%s)", what, count, (unsigned long long)want, (unsigned long long)file_size,
+        return rm_errf(err, RM_EINVAL,
+                       "%s: the header says %u tokens (%llu bytes), the file has %llu bytes "
+                       "(%s)",
+                       what, count, (unsigned long long)want, (unsigned long long)file_size,
                        file_size < want ? "truncated" : "trailing bytes");
     return RM_OK;
 }
@@ -65,7 +67,7 @@ int rm_tok_write_shard(const char *path, const uint32_t *tokens, size_t count, r
             p[3] = (unsigned char)(tokens[i] >> 24);
         }
     }
-    rm_fs_piece pc = { buf, RM_TOK_HEADER_BYTES + count * tb };
+    rm_fs_piece pc = {buf, RM_TOK_HEADER_BYTES + count * tb};
     int rc = rm_fs_write_atomic(path, &pc, 1, err);
     free(buf);
     return rc;

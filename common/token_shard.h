@@ -17,17 +17,17 @@
 #define RM_TOK_VERSION_U16 1
 #define RM_TOK_MAGIC_U32 20240801
 #define RM_TOK_VERSION_U32 7
-#define RM_TOK_MAX_COUNT (1ull << 40)   /* a sanity cap on the header's count (4 TiB of uint32) */
+#define RM_TOK_MAX_COUNT (1ull << 40) /* a sanity cap on the header's count (4 TiB of uint32) */
 
 typedef struct rm_tok_header {
-    int token_bytes;     /* 2 or 4 */
-    uint64_t count;      /* tokens after the header */
+    int token_bytes; /* 2 or 4 */
+    uint64_t count;  /* tokens after the header */
 } rm_tok_header;
 
 /* Check a shard's header against the file's size. RM_EINVAL naming `what` (the file) and the
  * field: a bad magic, a version that does not go with it, a count that does not match the size. */
-int rm_tok_header_parse(const unsigned char hdr[RM_TOK_HEADER_BYTES], uint64_t file_size,
-                        const char *what, rm_tok_header *out, rm_err *err);
+int rm_tok_header_parse(const unsigned char hdr[RM_TOK_HEADER_BYTES], uint64_t file_size, const char *what,
+                        rm_tok_header *out, rm_err *err);
 /* Write count tokens as one shard at path, atomically: uint16 (version 1) when every token fits,
  * else uint32 (version 7). */
 int rm_tok_write_shard(const char *path, const uint32_t *tokens, size_t count, rm_err *err);

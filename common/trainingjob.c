@@ -20,22 +20,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *const rm_clean_policy_names[] = { "Running", "All", "None", NULL };
-const char *const rm_mode_names[] = { "train", "bench", NULL };
-const char *const rm_schedule_names[] = { "cosine", "step", "constant", NULL };
-const char *const rm_opt_names[] = { "sgd", "adam", "adagrad", "lbfgs", "lamb", "lars", NULL };
-const char *const rm_model_type_names[] = { "mlp", "gpt", NULL };
-const char *const rm_data_format_names[] = { "idx", "tokens", "text", NULL };
-const char *const rm_output_format_names[] = { "safetensors", NULL };
-const char *const rm_output_dtype_names[] = { "float32", "bfloat16", NULL };
-const char *const rm_line_search_names[] = { "armijo", "fixed", NULL };
-const char *const rm_sharding_names[] = { "none", "optimizer", "gradients", "full", NULL };
-const char *const rm_allreduce_names[] = { "auto", "ring", "hierarchical", NULL };
-const char *const rm_phase_names[] = { "Pending", "Running", "Restarting", "Succeeded",
-                                            "Failed", "Suspended", NULL };
-const char *const rm_cond_names[] = { "Created", "Running", "Restarting", "Succeeded",
-                                           "Failed", "Suspended", "CheckpointFailing",
-                                           "InvalidSpec", NULL };
+const char *const rm_clean_policy_names[] = {"Running", "All", "None", NULL};
+const char *const rm_mode_names[] = {"train", "bench", NULL};
+const char *const rm_schedule_names[] = {"cosine", "step", "constant", NULL};
+const char *const rm_opt_names[] = {"sgd", "adam", "adagrad", "lbfgs", "lamb", "lars", NULL};
+const char *const rm_model_type_names[] = {"mlp", "gpt", NULL};
+const char *const rm_data_format_names[] = {"idx", "tokens", "text", NULL};
+const char *const rm_output_format_names[] = {"safetensors", NULL};
+const char *const rm_output_dtype_names[] = {"float32", "bfloat16", NULL};
+const char *const rm_line_search_names[] = {"armijo", "fixed", NULL};
+const char *const rm_sharding_names[] = {"none", "optimizer", "gradients", "full", NULL};
+const char *const rm_allreduce_names[] = {"auto", "ring", "hierarchical", NULL};
+const char *const rm_phase_names[] = {"Pending", "Running",   "Restarting", "Succeeded",
+                                      "Failed",  "Suspended", NULL};
+const char *const rm_cond_names[] = {"Created",   "Running",           "Restarting",  "Succeeded", "Failed",
+                                     "Suspended", "CheckpointFailing", "InvalidSpec", NULL};
 
 static void add_str(cJSON *o, const char *k, const char *v)
 {
@@ -54,7 +53,7 @@ static void add_num(cJSON *o, const char *k, double v, bool given)
 /* {uri: "..."} under o's key k (model.init): *uri replaced with an owned copy when given. */
 static int uri_obj(const cJSON *o, const char *k, const char *ctx, char **uri, rm_err *err)
 {
-    static const char *const k_uri[] = { "uri", NULL };
+    static const char *const k_uri[] = {"uri", NULL};
     char sub[FIELD_CAP];
     const cJSON *u;
     int rc = tj_obj(o, k, ctx, k_uri, &u, sub, err);
@@ -66,9 +65,9 @@ static int uri_obj(const cJSON *o, const char *k, const char *ctx, char **uri, r
 /* spec.training.data (docs/models-and-data.md). */
 static int data_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t, rm_err *err)
 {
-    static const char *const k_data[] = { "uri", "format", "sha256", "secretRef", "validation", NULL };
-    static const char *const k_secret[] = { "name", NULL };
-    static const char *const k_val[] = { "fraction", "uri", NULL };
+    static const char *const k_data[] = {"uri", "format", "sha256", "secretRef", "validation", NULL};
+    static const char *const k_secret[] = {"name", NULL};
+    static const char *const k_val[] = {"fraction", "uri", NULL};
     char dctx[FIELD_CAP], sctx[FIELD_CAP], vctx[FIELD_CAP];
     const cJSON *d, *o;
     int rc = RM_OK, iv = 0;
@@ -85,7 +84,7 @@ static int data_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t,
     TRY(tj_obj(d, "secretRef", dctx, k_secret, &o, sctx, err));
     if (o) {
         const char *name;
-        TRY(rm_json_str(o, "name", true, sctx, &name, err));   /* required */
+        TRY(rm_json_str(o, "name", true, sctx, &name, err)); /* required */
         TRY(tj_str(o, "name", sctx, &t->data.secret, err));
     }
     TRY(tj_obj(d, "validation", dctx, k_val, &o, vctx, err));
@@ -101,17 +100,36 @@ out:
 
 int rm_training_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t, rm_err *err)
 {
-    static const char *const k_training[] = {
-        "mode", "dataset", "dataDir", "model", "epochs", "batchSizePerWorker", "optimizer",
-        "warmupEpochs", "schedule", "stepGamma", "stepEveryEpochs", "precision", "fusionBufferMB",
-        "seed", "maxSteps", "bench", "sharding", "allreduce", "data", "gradClip",
-        "gradientAccumulationSteps", "warmupSteps", "evalEverySteps", NULL };
-    static const char *const k_model[] = { "type", "hidden", "layers", "heads", "embed", "context",
-                                           "vocab", "dropout", "init", NULL };
-    static const char *const k_opt[] = { "type", "lr", "momentum", "weightDecay", "beta1", "beta2",
-                                         "eps", "history", "portions", "lineSearch", NULL };
-    static const char *const k_bench[] = { "minBytes", "maxBytes", "stepFactor", "iters",
-                                           "warmupIters", "check", NULL };
+    static const char *const k_training[] = {"mode",
+                                             "dataset",
+                                             "dataDir",
+                                             "model",
+                                             "epochs",
+                                             "batchSizePerWorker",
+                                             "optimizer",
+                                             "warmupEpochs",
+                                             "schedule",
+                                             "stepGamma",
+                                             "stepEveryEpochs",
+                                             "precision",
+                                             "fusionBufferMB",
+                                             "seed",
+                                             "maxSteps",
+                                             "bench",
+                                             "sharding",
+                                             "allreduce",
+                                             "data",
+                                             "gradClip",
+                                             "gradientAccumulationSteps",
+                                             "warmupSteps",
+                                             "evalEverySteps",
+                                             NULL};
+    static const char *const k_model[] = {"type",    "hidden", "layers",  "heads", "embed",
+                                          "context", "vocab",  "dropout", "init",  NULL};
+    static const char *const k_opt[] = {"type", "lr",      "momentum", "weightDecay", "beta1", "beta2",
+                                        "eps",  "history", "portions", "lineSearch",  NULL};
+    static const char *const k_bench[] = {"minBytes",    "maxBytes", "stepFactor", "iters",
+                                          "warmupIters", "check",    NULL};
     char mctx[FIELD_CAP], octx[FIELD_CAP], bctx[FIELD_CAP];
     const cJSON *model, *opt, *bench, *hidden;
     int rc = RM_OK, iv;
@@ -153,8 +171,9 @@ int rm_training_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t,
                 if (!cJSON_IsNumber(h) || v != floor(v) || !isfinite(v)) {
                     char f[FIELD_CAP + 16];
                     snprintf(f, sizeof f, "%s[%d]", hctx, i);
-                    rc = rm_err_field(err, RM_EINVAL, f, cJSON_IsNumber(h) && !isfinite(v) ?
-                                      "must be a finite number" : "must be an integer");
+                    rc = rm_err_field(err, RM_EINVAL, f,
+                                      cJSON_IsNumber(h) && !isfinite(v) ? "must be a finite number"
+                                                                        : "must be an integer");
                     goto out;
                 }
                 t->hidden[i] = v > INT_MAX ? INT_MAX : v < INT_MIN ? INT_MIN : (int)v;
@@ -281,8 +300,10 @@ void rm_training_defaults(rm_training_spec *t)
         t->batch_size_per_worker = 64;
     rm_optimizer_spec *o = &t->optimizer;
     if (UNSET(m, RM_TR_SET_LR, o->lr))
-        o->lr = o->type == RM_OPT_ADAM || o->type == RM_OPT_LAMB ? 0.001 : o->type == RM_OPT_ADAGRAD ? 0.01 :
-                o->type == RM_OPT_LBFGS ? 1.0 : 0.02;
+        o->lr = o->type == RM_OPT_ADAM || o->type == RM_OPT_LAMB ? 0.001
+                : o->type == RM_OPT_ADAGRAD                      ? 0.01
+                : o->type == RM_OPT_LBFGS                        ? 1.0
+                                                                 : 0.02;
     if (o->type == RM_OPT_LBFGS && UNSET(m, RM_TR_SET_HISTORY, o->history))
         o->history = 10;
     if (o->type == RM_OPT_LBFGS && UNSET(m, RM_TR_SET_PORTIONS, o->portions))
@@ -328,14 +349,14 @@ void rm_training_defaults(rm_training_spec *t)
 
 /* ---- spec.strategy / spec.parameterServer (docs/strategies.md#parameter-servers) ------------------------------ */
 
-const char *const rm_strategy_names[] = { "allreduce", "parameterServer", NULL };
-const char *const rm_ps_mode_names[] = { "sync", "async", NULL };
+const char *const rm_strategy_names[] = {"allreduce", "parameterServer", NULL};
+const char *const rm_ps_mode_names[] = {"sync", "async", NULL};
 
 int rm_ps_from_json(const cJSON *o, const char *ctx, rm_ps_spec *ps, rm_err *err)
 {
-    static const char *const k_ps[] = { "replicas", "mode", "backupWorkers", "stalenessBound",
-                                        "pushEverySteps", "fetchEverySteps", "warmStartSteps",
-                                        NULL };
+    static const char *const k_ps[] = {
+        "replicas",       "mode", "backupWorkers", "stalenessBound", "pushEverySteps", "fetchEverySteps",
+        "warmStartSteps", NULL};
     int rc = rm_json_no_unknown(o, k_ps, ctx, err), iv;
     if (rc)
         return rc;
@@ -387,12 +408,11 @@ cJSON *rm_ps_to_json(const rm_ps_spec *ps)
 
 /* ---- spec.parallelism (docs/strategies.md#pipeline-stages) ------------------------------------------------ */
 
-const char *const rm_pipe_schedule_names[] = { "1f1b", "gpipe", NULL };
+const char *const rm_pipe_schedule_names[] = {"1f1b", "gpipe", NULL};
 
 int rm_par_from_json(const cJSON *o, const char *ctx, rm_par_spec *par, rm_err *err)
 {
-    static const char *const k_par[] = { "tensorParallel", "pipelineStages", "microBatches", "schedule",
-                                         NULL };
+    static const char *const k_par[] = {"tensorParallel", "pipelineStages", "microBatches", "schedule", NULL};
     int rc = rm_json_no_unknown(o, k_par, ctx, err), iv;
     if (rc)
         return rc;
@@ -431,8 +451,7 @@ cJSON *rm_par_to_json(const rm_par_spec *par)
     add_num(o, "pipelineStages", par->pipeline_stages, par->set & RM_PAR_SET_STAGES);
     add_num(o, "microBatches", par->micro_batches, par->set & RM_PAR_SET_MICRO);
     if (par->schedule != RM_PIPE_1F1B || (par->set & RM_PAR_SET_SCHEDULE))
-        cJSON_AddStringToObject(o, "schedule",
-                                rm_pipe_schedule_names[par->schedule == RM_PIPE_GPIPE]);
+        cJSON_AddStringToObject(o, "schedule", rm_pipe_schedule_names[par->schedule == RM_PIPE_GPIPE]);
     return o;
 }
 
@@ -448,8 +467,8 @@ const char *rm_tj_managed_by(const rm_tj *tj)
 /* spec.runPolicy.schedulingPolicy (see trainingjob.h); minResources values must be quantities. */
 static int sched_policy_from_json(const cJSON *run, const char *uctx, rm_tj_spec *s, rm_err *err)
 {
-    static const char *const k_sched[] = { "queue", "priorityClass", "minResources",
-                                           "scheduleTimeoutSeconds", NULL };
+    static const char *const k_sched[] = {"queue", "priorityClass", "minResources", "scheduleTimeoutSeconds",
+                                          NULL};
     char sctx[FIELD_CAP];
     const cJSON *o, *mr;
     int rc = RM_OK;
@@ -480,16 +499,19 @@ out:
 
 static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
 {
-    static const char *const k_spec[] = { "replicas", "minReplicas", "maxReplicas", "backend",
-                                          "restartPolicy", "runPolicy", "checkpoint", "training",
-                                          "template", "managedBy", "strategy", "parameterServer",
-                                          "parallelism", "placement", "output", NULL };
-    static const char *const k_restart[] = { "maxRestarts", "backoffSeconds",
-                                             "progressDeadlineSeconds", NULL };
-    static const char *const k_run[] = { "activeDeadlineSeconds", "ttlSecondsAfterFinished",
-                                         "cleanPodPolicy", "suspend", "managedBy",
-                                         "schedulingPolicy", NULL };
-    static const char *const k_ckpt[] = { "path", "intervalSteps", "keep", NULL };
+    static const char *const k_spec[] = {"replicas",      "minReplicas", "maxReplicas", "backend",
+                                         "restartPolicy", "runPolicy",   "checkpoint",  "training",
+                                         "template",      "managedBy",   "strategy",    "parameterServer",
+                                         "parallelism",   "placement",   "output",      NULL};
+    static const char *const k_restart[] = {"maxRestarts", "backoffSeconds", "progressDeadlineSeconds", NULL};
+    static const char *const k_run[] = {"activeDeadlineSeconds",
+                                        "ttlSecondsAfterFinished",
+                                        "cleanPodPolicy",
+                                        "suspend",
+                                        "managedBy",
+                                        "schedulingPolicy",
+                                        NULL};
+    static const char *const k_ckpt[] = {"path", "intervalSteps", "keep", NULL};
     char rctx[FIELD_CAP], uctx[FIELD_CAP], cctx[FIELD_CAP];
     const cJSON *o;
     int rc = RM_OK, iv;
@@ -505,13 +527,13 @@ static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
         TRY(tj_int(o, "maxRestarts", rctx, &s->restart.max_restarts, &s->set, RM_TJ_SET_MAX_RESTARTS, err));
         TRY(tj_num(o, "backoffSeconds", rctx, &s->restart.backoff_seconds, &s->set, RM_TJ_SET_BACKOFF, err));
         TRY(tj_num(o, "progressDeadlineSeconds", rctx, &s->restart.progress_deadline_seconds, &s->set,
-                  RM_TJ_SET_PROGRESS_DEADLINE, err));
+                   RM_TJ_SET_PROGRESS_DEADLINE, err));
     }
     TRY(tj_obj(sp, "runPolicy", "spec", k_run, &o, uctx, err));
     if (o) {
         TRY(tj_i64(o, "activeDeadlineSeconds", uctx, &s->run.active_deadline_seconds, NULL, 0, err));
         TRY(tj_i64(o, "ttlSecondsAfterFinished", uctx, &s->run.ttl_seconds_after_finished, &s->set,
-                  RM_TJ_SET_TTL, err));
+                   RM_TJ_SET_TTL, err));
         iv = (int)s->run.clean_pod_policy;
         TRY(tj_enum(o, "cleanPodPolicy", uctx, rm_clean_policy_names, &iv, err));
         s->run.clean_pod_policy = (rm_clean_policy)iv;
@@ -523,7 +545,8 @@ static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
     TRY(tj_obj(sp, "checkpoint", "spec", k_ckpt, &o, cctx, err));
     if (o) {
         TRY(tj_str(o, "path", cctx, &s->checkpoint.path, err));
-        TRY(tj_int(o, "intervalSteps", cctx, &s->checkpoint.interval_steps, &s->set, RM_TJ_SET_CKPT_INTERVAL, err));
+        TRY(tj_int(o, "intervalSteps", cctx, &s->checkpoint.interval_steps, &s->set, RM_TJ_SET_CKPT_INTERVAL,
+                   err));
         TRY(tj_int(o, "keep", cctx, &s->checkpoint.keep, &s->set, RM_TJ_SET_CKPT_KEEP, err));
     }
     TRY(tj_obj(sp, "training", "spec", NULL, &o, NULL, err));
@@ -542,7 +565,7 @@ static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
     if (o)
         TRY(rm_par_from_json(o, "spec.parallelism", &s->par, err));
     {
-        static const char *const k_place[] = { "workersPerNode", NULL };
+        static const char *const k_place[] = {"workersPerNode", NULL};
         char pctx[FIELD_CAP];
         TRY(tj_obj(sp, "placement", "spec", k_place, &o, pctx, err));
         if (o) {
@@ -551,7 +574,7 @@ static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
         }
     }
     {
-        static const char *const k_out[] = { "uri", "format", "dtype", NULL };
+        static const char *const k_out[] = {"uri", "format", "dtype", NULL};
         char octx[FIELD_CAP];
         TRY(tj_obj(sp, "output", "spec", k_out, &o, octx, err));
         if (o) {
@@ -634,7 +657,7 @@ int rm_tj_from_json(const cJSON *obj, rm_tj *out, rm_err *err)
     /* Unknown top-level fields are errors, as everywhere under spec: kubectl's default
      * (--validate=strict, fieldValidation=Strict) refuses them too, and a typo there ("sepc:")
      * must not pass as a job with no spec changes. */
-    static const char *const k_top[] = { "apiVersion", "kind", "metadata", "spec", "status", NULL };
+    static const char *const k_top[] = {"apiVersion", "kind", "metadata", "spec", "status", NULL};
     if (!obj || !cJSON_IsObject(obj))
         return rm_errf(err, RM_EINVAL, "a TrainingJob must be a JSON object");
     TRY(rm_json_no_unknown(obj, k_top, "", err));
@@ -715,8 +738,8 @@ cJSON *rm_training_to_json(const rm_training_spec *t)
     add_str(o, "dataset", t->dataset);
     add_str(o, "dataDir", t->data_dir);
     uint32_t g = t->set2;
-    if (t->model_type || t->nhidden || (t->set & RM_TR_SET_HIDDEN) || t->init_uri || t->layers ||
-        t->heads || t->embed || t->context || t->vocab || t->dropout ||
+    if (t->model_type || t->nhidden || (t->set & RM_TR_SET_HIDDEN) || t->init_uri || t->layers || t->heads ||
+        t->embed || t->context || t->vocab || t->dropout ||
         (g & (RM_TR_SET2_LAYERS | RM_TR_SET2_HEADS | RM_TR_SET2_EMBED | RM_TR_SET2_CONTEXT |
               RM_TR_SET2_VOCAB | RM_TR_SET2_DROPOUT))) {
         cJSON *m = cJSON_AddObjectToObject(o, "model");
@@ -756,14 +779,16 @@ cJSON *rm_training_to_json(const rm_training_spec *t)
                                     rm_line_search_names[x->line_search <= RM_LS_FIXED ? x->line_search : 0]);
     }
     add_num(o, "warmupEpochs", t->warmup_epochs, t->set & RM_TR_SET_WARMUP);
-    cJSON_AddStringToObject(o, "schedule", rm_schedule_names[t->schedule <= RM_SCHED_CONSTANT ? t->schedule : 0]);
+    cJSON_AddStringToObject(o, "schedule",
+                            rm_schedule_names[t->schedule <= RM_SCHED_CONSTANT ? t->schedule : 0]);
     add_num(o, "stepGamma", t->step_gamma, t->set & RM_TR_SET_STEP_GAMMA);
     add_num(o, "stepEveryEpochs", t->step_every_epochs, t->set & RM_TR_SET_STEP_EVERY);
-    cJSON_AddStringToObject(o, "precision", rm_precision_names[t->precision <= RM_PREC_FP16 ? t->precision : 0]);
+    cJSON_AddStringToObject(o, "precision",
+                            rm_precision_names[t->precision <= RM_PREC_FP16 ? t->precision : 0]);
     add_num(o, "fusionBufferMB", t->fusion_buffer_mb, t->set & RM_TR_SET_FUSION);
-    if (t->sharding != RM_SHARD_NONE && (unsigned)t->sharding <= RM_SHARD_FULL)   /* none: omitted */
+    if (t->sharding != RM_SHARD_NONE && (unsigned)t->sharding <= RM_SHARD_FULL) /* none: omitted */
         cJSON_AddStringToObject(o, "sharding", rm_sharding_names[t->sharding]);
-    if (t->allreduce != RM_AR_AUTO && (unsigned)t->allreduce <= RM_AR_HIER)   /* auto: omitted */
+    if (t->allreduce != RM_AR_AUTO && (unsigned)t->allreduce <= RM_AR_HIER) /* auto: omitted */
         cJSON_AddStringToObject(o, "allreduce", rm_allreduce_names[t->allreduce]);
     add_num(o, "seed", (double)t->seed, t->set & RM_TR_SET_SEED);
     add_num(o, "maxSteps", t->max_steps, false);
@@ -824,8 +849,9 @@ cJSON *rm_tj_spec_to_json(const rm_tj_spec *s)
         add_num(u, "activeDeadlineSeconds", (double)s->run.active_deadline_seconds, false);
         add_num(u, "ttlSecondsAfterFinished", (double)s->run.ttl_seconds_after_finished,
                 s->set & RM_TJ_SET_TTL);
-        cJSON_AddStringToObject(u, "cleanPodPolicy",
-                                rm_clean_policy_names[s->run.clean_pod_policy <= RM_CLEAN_NONE ? s->run.clean_pod_policy : 0]);
+        cJSON_AddStringToObject(
+            u, "cleanPodPolicy",
+            rm_clean_policy_names[s->run.clean_pod_policy <= RM_CLEAN_NONE ? s->run.clean_pod_policy : 0]);
         cJSON_AddBoolToObject(u, "suspend", s->run.suspend);
         add_str(u, "managedBy", s->run.managed_by);
         if (s->sched.queue || s->sched.priority_class || s->sched.min_resources ||
@@ -875,7 +901,8 @@ cJSON *rm_tj_spec_to_json(const rm_tj_spec *s)
         cJSON *ou = cJSON_AddObjectToObject(o, "output");
         if (ou) {
             add_str(ou, "uri", s->output.uri);
-            cJSON_AddStringToObject(ou, "format", rm_enum_name(rm_output_format_names, (int)s->output.format));
+            cJSON_AddStringToObject(ou, "format",
+                                    rm_enum_name(rm_output_format_names, (int)s->output.format));
             cJSON_AddStringToObject(ou, "dtype", rm_enum_name(rm_output_dtype_names, (int)s->output.dtype));
         }
     }
@@ -885,8 +912,8 @@ cJSON *rm_tj_spec_to_json(const rm_tj_spec *s)
 cJSON *rm_tj_to_json(const rm_tj *tj)
 {
     cJSON *md;
-    cJSON *o = rm_json_object_head(RM_TJ_API_VERSION, RM_TJ_KIND, tj->name, tj->namespace_,
-                                   tj->uid, tj->resource_version, tj->generation, &md);
+    cJSON *o = rm_json_object_head(RM_TJ_API_VERSION, RM_TJ_KIND, tj->name, tj->namespace_, tj->uid,
+                                   tj->resource_version, tj->generation, &md);
     if (!o)
         return NULL;
     if (tj->labels)
@@ -990,7 +1017,8 @@ int rm_template_gpus(const cJSON *pod_template)
         return 0;
     int total = 0;
     const cJSON *c;
-    cJSON_ArrayForEach(c, containers) {
+    cJSON_ArrayForEach(c, containers)
+    {
         const cJSON *res = cJSON_GetObjectItemCaseSensitive(c, "resources");
         const cJSON *lim = cJSON_GetObjectItemCaseSensitive(res, "limits");
         const cJSON *req = cJSON_GetObjectItemCaseSensitive(res, "requests");

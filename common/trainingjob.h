@@ -40,82 +40,91 @@
  * enum: the parser, the serializer, the operator and the worker all read names through these
  * tables and backend.h's rm_enum_index / rm_enum_name, never through their own strcmp chains. */
 typedef enum { RM_CLEAN_RUNNING = 0, RM_CLEAN_ALL, RM_CLEAN_NONE } rm_clean_policy;
-extern const char *const rm_clean_policy_names[];   /* "Running", "All", "None", NULL */
+extern const char *const rm_clean_policy_names[]; /* "Running", "All", "None", NULL */
 typedef enum { RM_MODE_TRAIN = 0, RM_MODE_BENCH } rm_mode;
-extern const char *const rm_mode_names[];           /* "train", "bench", NULL */
+extern const char *const rm_mode_names[]; /* "train", "bench", NULL */
 typedef enum { RM_SCHED_COSINE = 0, RM_SCHED_STEP, RM_SCHED_CONSTANT } rm_schedule;
-extern const char *const rm_schedule_names[];       /* "cosine", "step", "constant", NULL */
+extern const char *const rm_schedule_names[]; /* "cosine", "step", "constant", NULL */
 typedef enum { RM_OPT_SGD = 0, RM_OPT_ADAM, RM_OPT_ADAGRAD, RM_OPT_LBFGS } rm_opt_type;
 /* lamb and lars (docs/models-and-data.md) parse and validate; the validator answers "not supported
  * yet" for them. They stay outside the enum until the worker implements them, so its switches over
  * rm_opt_type (worker/optim/optim.c) build unchanged; that change moves them in with their cases. */
 #define RM_OPT_LAMB ((rm_opt_type)(RM_OPT_LBFGS + 1))
 #define RM_OPT_LARS ((rm_opt_type)(RM_OPT_LBFGS + 2))
-extern const char *const rm_opt_names[];   /* "sgd", "adam", "adagrad", "lbfgs", "lamb", "lars", NULL */
+extern const char *const rm_opt_names[]; /* "sgd", "adam", "adagrad", "lbfgs", "lamb", "lars", NULL */
 /* The fields of docs/models-and-data.md's manifest. Each is parsed, range-checked and serialized
  * now; rm_training_validate / rm_tj_validate then refuse a value whose feature has not landed with
  * "<field>: ... is not supported yet" (rm_tj_unsupported), so an issue that implements one only
  * drops its check. Accepted now because they spell what exists: data.uri builtin:fashion-mnist or
  * a folder (/path, file:///path), data.format idx, model.type mlp, parallelism.tensorParallel 1. */
 typedef enum { RM_MODEL_MLP = 0, RM_MODEL_GPT } rm_model_type;
-extern const char *const rm_model_type_names[];    /* "mlp", "gpt", NULL */
+extern const char *const rm_model_type_names[]; /* "mlp", "gpt", NULL */
 typedef enum { RM_DATA_IDX = 0, RM_DATA_TOKENS, RM_DATA_TEXT } rm_data_format;
-extern const char *const rm_data_format_names[];   /* "idx", "tokens", "text", NULL */
+extern const char *const rm_data_format_names[]; /* "idx", "tokens", "text", NULL */
 typedef enum { RM_OUT_SAFETENSORS = 0 } rm_output_format;
 extern const char *const rm_output_format_names[]; /* "safetensors", NULL */
 typedef enum { RM_DTYPE_FLOAT32 = 0, RM_DTYPE_BFLOAT16 } rm_output_dtype;
-extern const char *const rm_output_dtype_names[];  /* "float32", "bfloat16", NULL */
+extern const char *const rm_output_dtype_names[]; /* "float32", "bfloat16", NULL */
 #define RM_TJ_URI_MAX 1024
 /* data.uri of the built-in data set (the deprecated `dataset: fashion-mnist`). */
 #define RM_TJ_BUILTIN_FASHION_MNIST "builtin:fashion-mnist"
 /* spec.training.optimizer.lineSearch (lbfgs only; docs/strategies.md#sandblaster-l-bfgs). */
 typedef enum { RM_LS_ARMIJO = 0, RM_LS_FIXED } rm_line_search;
-extern const char *const rm_line_search_names[];   /* "armijo", "fixed", NULL */
+extern const char *const rm_line_search_names[]; /* "armijo", "fixed", NULL */
 /* spec.training.sharding (docs/strategies.md; ZeRO stages 1-3 / FSDP): what each worker holds of the
  * optimizer state, the gradients and the parameters. */
 typedef enum { RM_SHARD_NONE = 0, RM_SHARD_OPTIMIZER, RM_SHARD_GRADIENTS, RM_SHARD_FULL } rm_sharding;
-extern const char *const rm_sharding_names[];   /* "none", "optimizer", "gradients", "full", NULL */
+extern const char *const rm_sharding_names[]; /* "none", "optimizer", "gradients", "full", NULL */
 /* spec.training.allreduce (docs/strategies.md#topology): how the CPU ring allreduce runs. auto =
  * hierarchical when the round spans > 1 node with > 1 rank on each (and the same number on every
  * node), else flat; ring = always flat; hierarchical = intra-node then inter-node (flat when the
  * topology does not allow it). Only for spec.backend ring/auto without GPUs. */
 typedef enum { RM_AR_AUTO = 0, RM_AR_RING, RM_AR_HIER } rm_allreduce_algo;
-extern const char *const rm_allreduce_names[];  /* "auto", "ring", "hierarchical", NULL */
+extern const char *const rm_allreduce_names[]; /* "auto", "ring", "hierarchical", NULL */
 typedef enum {
-    RM_PHASE_PENDING = 0, RM_PHASE_RUNNING, RM_PHASE_RESTARTING, RM_PHASE_SUCCEEDED,
-    RM_PHASE_FAILED, RM_PHASE_SUSPENDED
+    RM_PHASE_PENDING = 0,
+    RM_PHASE_RUNNING,
+    RM_PHASE_RESTARTING,
+    RM_PHASE_SUCCEEDED,
+    RM_PHASE_FAILED,
+    RM_PHASE_SUSPENDED
 } rm_phase;
-extern const char *const rm_phase_names[];   /* "Pending", ... "Suspended", NULL */
+extern const char *const rm_phase_names[]; /* "Pending", ... "Suspended", NULL */
 /* Condition types, in this order in status.conditions. */
 typedef enum {
-    RM_COND_CREATED = 0, RM_COND_RUNNING, RM_COND_RESTARTING, RM_COND_SUCCEEDED,
-    RM_COND_FAILED, RM_COND_SUSPENDED,
-    RM_COND_CHECKPOINT_FAILING,   /* a worker's checkpoint writes keep failing */
-    RM_COND_INVALID_SPEC,         /* an update made the spec invalid; running at the last valid one */
+    RM_COND_CREATED = 0,
+    RM_COND_RUNNING,
+    RM_COND_RESTARTING,
+    RM_COND_SUCCEEDED,
+    RM_COND_FAILED,
+    RM_COND_SUSPENDED,
+    RM_COND_CHECKPOINT_FAILING, /* a worker's checkpoint writes keep failing */
+    RM_COND_INVALID_SPEC,       /* an update made the spec invalid; running at the last valid one */
     RM_COND__COUNT
 } rm_cond_type;
-extern const char *const rm_cond_names[];    /* "Created", ... "InvalidSpec", NULL */
+extern const char *const rm_cond_names[]; /* "Created", ... "InvalidSpec", NULL */
 
 typedef struct rm_optimizer_spec {
-    rm_opt_type type;       /* default sgd */
-    double lr;              /* per 64-sample batch; scaled linearly by global batch / 64. default 0.02 (sgd), 0.001 (adam), 0.01 (adagrad) */
-    double momentum;        /* sgd; default 0.9 */
-    double weight_decay;    /* default 0 */
+    rm_opt_type type; /* default sgd */
+    double
+        lr; /* per 64-sample batch; scaled linearly by global batch / 64. default 0.02 (sgd), 0.001 (adam), 0.01 (adagrad) */
+    double momentum;          /* sgd; default 0.9 */
+    double weight_decay;      /* default 0 */
     double beta1, beta2, eps; /* adam: 0.9, 0.999, 1e-8; adagrad eps 1e-10 */
     /* lbfgs (Sandblaster, docs/strategies.md#sandblaster-l-bfgs; only with spec.strategy parameterServer, mode sync): lr is the
      * first trial step of each line search (armijo) or the step itself (fixed), not scaled by the
      * batch; default 1. */
-    int history;            /* m, (s, y) pairs kept; default 10, 1..100 */
-    int portions;           /* P, portions each full-batch pass is cut into; default 64 */
-    rm_line_search line_search;   /* default armijo */
-    bool line_search_given;       /* lineSearch was in the input (an error with another type) */
+    int history;                /* m, (s, y) pairs kept; default 10, 1..100 */
+    int portions;               /* P, portions each full-batch pass is cut into; default 64 */
+    rm_line_search line_search; /* default armijo */
+    bool line_search_given;     /* lineSearch was in the input (an error with another type) */
 } rm_optimizer_spec;
 
 typedef struct rm_training_spec {
-    rm_mode mode;               /* train | bench */
-    char *dataset;              /* "fashion-mnist" (only value) */
-    char *data_dir;             /* dataDir; default /usr/share/datasets/fashion-mnist */
-    char *model_type;           /* "mlp" | "gpt" (rm_model_type_names); default "mlp" */
+    rm_mode mode;     /* train | bench */
+    char *dataset;    /* "fashion-mnist" (only value) */
+    char *data_dir;   /* dataDir; default /usr/share/datasets/fashion-mnist */
+    char *model_type; /* "mlp" | "gpt" (rm_model_type_names); default "mlp" */
     /* model.{layers,heads,embed,context,vocab,dropout} (gpt) and model.init.uri: 0 / NULL =
      * unset; the RM_TR_SET2_* bit says an explicit value was given (so 0 is refused, not unset). */
     int layers, heads, embed, context, vocab;
@@ -132,25 +141,25 @@ typedef struct rm_training_spec {
         double val_fraction;
         char *val_uri;
     } data;
-    double grad_clip;           /* gradClip; 0 = off */
-    int grad_accum;             /* gradientAccumulationSteps; default 1 */
-    int warmup_steps;           /* warmupSteps; 0 = none (warmupEpochs applies) */
-    int eval_every_steps;       /* evalEverySteps; 0 = at the end only */
-    int hidden[RM_TJ_MAX_HIDDEN];  /* model.hidden; default [512, 256] */
+    double grad_clip;             /* gradClip; 0 = off */
+    int grad_accum;               /* gradientAccumulationSteps; default 1 */
+    int warmup_steps;             /* warmupSteps; 0 = none (warmupEpochs applies) */
+    int eval_every_steps;         /* evalEverySteps; 0 = at the end only */
+    int hidden[RM_TJ_MAX_HIDDEN]; /* model.hidden; default [512, 256] */
     int nhidden;
-    int epochs;                 /* default 10 */
-    int batch_size_per_worker;  /* default 64 */
+    int epochs;                /* default 10 */
+    int batch_size_per_worker; /* default 64 */
     rm_optimizer_spec optimizer;
-    double warmup_epochs;       /* default 1 */
-    rm_schedule schedule;       /* default cosine */
-    double step_gamma;          /* step schedule: factor, default 0.1 */
-    int step_every_epochs;      /* step schedule: default 3 */
-    rm_precision precision;     /* default fp32 */
-    double fusion_buffer_mb;    /* default 25 */
-    rm_sharding sharding;       /* default none; needs precision fp32 */
+    double warmup_epochs;        /* default 1 */
+    rm_schedule schedule;        /* default cosine */
+    double step_gamma;           /* step schedule: factor, default 0.1 */
+    int step_every_epochs;       /* step schedule: default 3 */
+    rm_precision precision;      /* default fp32 */
+    double fusion_buffer_mb;     /* default 25 */
+    rm_sharding sharding;        /* default none; needs precision fp32 */
     rm_allreduce_algo allreduce; /* default auto */
-    uint64_t seed;              /* default 42 */
-    int max_steps;              /* 0 = no limit (testing knob) */
+    uint64_t seed;               /* default 42 */
+    int max_steps;               /* 0 = no limit (testing knob) */
     /* bench mode (nccl-tests flags): minBytes, maxBytes, stepFactor, iters, warmupIters, check */
     int64_t bench_min_bytes, bench_max_bytes;
     int bench_factor, bench_iters, bench_warmup;
@@ -160,24 +169,45 @@ typedef struct rm_training_spec {
      * being replaced by the default. rm_training_defaults fills a field only when its bit is clear
      * AND its value is zero, then sets every bit. In C, set fields after calling the defaults
      * function (or set the bit). Strings: NULL means unset. */
-    uint32_t set;               /* RM_TR_SET_* */
-    uint32_t set2;              /* RM_TR_SET2_*: given explicitly (the fields of models-and-data.md) */
+    uint32_t set;  /* RM_TR_SET_* */
+    uint32_t set2; /* RM_TR_SET2_*: given explicitly (the fields of models-and-data.md) */
 } rm_training_spec;
 enum {
-    RM_TR_SET2_LAYERS = 1u << 0, RM_TR_SET2_HEADS = 1u << 1, RM_TR_SET2_EMBED = 1u << 2,
-    RM_TR_SET2_CONTEXT = 1u << 3, RM_TR_SET2_VOCAB = 1u << 4, RM_TR_SET2_DROPOUT = 1u << 5,
-    RM_TR_SET2_FORMAT = 1u << 6, RM_TR_SET2_FRACTION = 1u << 7, RM_TR_SET2_GRAD_CLIP = 1u << 8,
-    RM_TR_SET2_GRAD_ACCUM = 1u << 9, RM_TR_SET2_WARMUP_STEPS = 1u << 10,
+    RM_TR_SET2_LAYERS = 1u << 0,
+    RM_TR_SET2_HEADS = 1u << 1,
+    RM_TR_SET2_EMBED = 1u << 2,
+    RM_TR_SET2_CONTEXT = 1u << 3,
+    RM_TR_SET2_VOCAB = 1u << 4,
+    RM_TR_SET2_DROPOUT = 1u << 5,
+    RM_TR_SET2_FORMAT = 1u << 6,
+    RM_TR_SET2_FRACTION = 1u << 7,
+    RM_TR_SET2_GRAD_CLIP = 1u << 8,
+    RM_TR_SET2_GRAD_ACCUM = 1u << 9,
+    RM_TR_SET2_WARMUP_STEPS = 1u << 10,
     RM_TR_SET2_EVAL_EVERY = 1u << 11,
 };
 enum {
-    RM_TR_SET_MOMENTUM = 1u << 0, RM_TR_SET_WARMUP = 1u << 1, RM_TR_SET_SEED = 1u << 2,
-    RM_TR_SET_FUSION = 1u << 3, RM_TR_SET_BETA1 = 1u << 4, RM_TR_SET_BENCH_WARMUP = 1u << 5,
-    RM_TR_SET_BENCH_CHECK = 1u << 6, RM_TR_SET_HIDDEN = 1u << 7, RM_TR_SET_BETA2 = 1u << 8,
-    RM_TR_SET_EPOCHS = 1u << 9, RM_TR_SET_BATCH = 1u << 10, RM_TR_SET_LR = 1u << 11,
-    RM_TR_SET_EPS = 1u << 12, RM_TR_SET_STEP_GAMMA = 1u << 13, RM_TR_SET_STEP_EVERY = 1u << 14,
-    RM_TR_SET_BENCH_MIN = 1u << 15, RM_TR_SET_BENCH_MAX = 1u << 16, RM_TR_SET_BENCH_FACTOR = 1u << 17,
-    RM_TR_SET_BENCH_ITERS = 1u << 18, RM_TR_SET_HISTORY = 1u << 19, RM_TR_SET_PORTIONS = 1u << 20,
+    RM_TR_SET_MOMENTUM = 1u << 0,
+    RM_TR_SET_WARMUP = 1u << 1,
+    RM_TR_SET_SEED = 1u << 2,
+    RM_TR_SET_FUSION = 1u << 3,
+    RM_TR_SET_BETA1 = 1u << 4,
+    RM_TR_SET_BENCH_WARMUP = 1u << 5,
+    RM_TR_SET_BENCH_CHECK = 1u << 6,
+    RM_TR_SET_HIDDEN = 1u << 7,
+    RM_TR_SET_BETA2 = 1u << 8,
+    RM_TR_SET_EPOCHS = 1u << 9,
+    RM_TR_SET_BATCH = 1u << 10,
+    RM_TR_SET_LR = 1u << 11,
+    RM_TR_SET_EPS = 1u << 12,
+    RM_TR_SET_STEP_GAMMA = 1u << 13,
+    RM_TR_SET_STEP_EVERY = 1u << 14,
+    RM_TR_SET_BENCH_MIN = 1u << 15,
+    RM_TR_SET_BENCH_MAX = 1u << 16,
+    RM_TR_SET_BENCH_FACTOR = 1u << 17,
+    RM_TR_SET_BENCH_ITERS = 1u << 18,
+    RM_TR_SET_HISTORY = 1u << 19,
+    RM_TR_SET_PORTIONS = 1u << 20,
 };
 #define RM_LBFGS_MAX_HISTORY 100
 #define RM_LBFGS_MAX_PORTIONS 100000
@@ -187,25 +217,29 @@ typedef enum { RM_STRATEGY_ALLREDUCE = 0, RM_STRATEGY_PS } rm_strategy;
 typedef enum { RM_PS_SYNC = 0, RM_PS_ASYNC } rm_ps_mode;
 #define RM_PS_MAX_SERVERS 64
 typedef struct rm_ps_spec {
-    bool present;               /* spec.parameterServer was given */
-    int replicas;               /* server shards S; default 1 */
-    rm_ps_mode mode;            /* default sync */
-    int backup_workers;         /* sync: apply step k after N-b gradients; default 0 */
-    int staleness_bound;        /* async: max steps ahead of the slowest live worker; 0 = unbounded;
+    bool present;          /* spec.parameterServer was given */
+    int replicas;          /* server shards S; default 1 */
+    rm_ps_mode mode;       /* default sync */
+    int backup_workers;    /* sync: apply step k after N-b gradients; default 0 */
+    int staleness_bound;   /* async: max steps ahead of the slowest live worker; 0 = unbounded;
                                    default 4 */
-    int push_every_steps;       /* async (Downpour n_push); default 1 */
-    int fetch_every_steps;      /* async (Downpour n_fetch); default 1 */
-    int warm_start_steps;       /* async: the first W updates come from worker 0 alone (Dean et
+    int push_every_steps;  /* async (Downpour n_push); default 1 */
+    int fetch_every_steps; /* async (Downpour n_fetch); default 1 */
+    int warm_start_steps;  /* async: the first W updates come from worker 0 alone (Dean et
                                    al.'s warm start); default 0 = none */
-    uint32_t set;               /* RM_PS_SET_*: given explicitly */
+    uint32_t set;          /* RM_PS_SET_*: given explicitly */
 } rm_ps_spec;
 enum {
-    RM_PS_SET_REPLICAS = 1u << 0, RM_PS_SET_BACKUP = 1u << 1, RM_PS_SET_STALENESS = 1u << 2,
-    RM_PS_SET_PUSH = 1u << 3, RM_PS_SET_FETCH = 1u << 4, RM_PS_SET_MODE = 1u << 5,
+    RM_PS_SET_REPLICAS = 1u << 0,
+    RM_PS_SET_BACKUP = 1u << 1,
+    RM_PS_SET_STALENESS = 1u << 2,
+    RM_PS_SET_PUSH = 1u << 3,
+    RM_PS_SET_FETCH = 1u << 4,
+    RM_PS_SET_MODE = 1u << 5,
     RM_PS_SET_WARM = 1u << 6,
 };
-extern const char *const rm_strategy_names[];   /* "allreduce", "parameterServer", NULL */
-extern const char *const rm_ps_mode_names[];    /* "sync", "async", NULL */
+extern const char *const rm_strategy_names[]; /* "allreduce", "parameterServer", NULL */
+extern const char *const rm_ps_mode_names[];  /* "sync", "async", NULL */
 /* spec.parameterServer as JSON (the worker's RINGMASTER_PARAMETER_SERVER) and back. */
 cJSON *rm_ps_to_json(const rm_ps_spec *ps);
 int rm_ps_from_json(const cJSON *o, const char *ctx, rm_ps_spec *out, rm_err *err);
@@ -216,17 +250,19 @@ void rm_ps_defaults(rm_ps_spec *ps);
  * p of replica d. Each worker's batch (batchSizePerWorker rows) is split into M micro-batches that
  * flow through the stages under the schedule; the global batch is D x batchSizePerWorker. */
 typedef enum { RM_PIPE_1F1B = 0, RM_PIPE_GPIPE } rm_pipe_schedule;
-extern const char *const rm_pipe_schedule_names[];   /* "1f1b", "gpipe", NULL */
+extern const char *const rm_pipe_schedule_names[]; /* "1f1b", "gpipe", NULL */
 typedef struct rm_par_spec {
-    bool present;               /* spec.parallelism was given */
-    int tensor_parallel;        /* T >= 1; default 1; > 1 not supported yet */
-    int pipeline_stages;        /* P >= 1; default 1 */
-    int micro_batches;          /* M >= 1; default 1 */
-    rm_pipe_schedule schedule;  /* default 1f1b */
-    uint32_t set;               /* RM_PAR_SET_*: given explicitly */
+    bool present;              /* spec.parallelism was given */
+    int tensor_parallel;       /* T >= 1; default 1; > 1 not supported yet */
+    int pipeline_stages;       /* P >= 1; default 1 */
+    int micro_batches;         /* M >= 1; default 1 */
+    rm_pipe_schedule schedule; /* default 1f1b */
+    uint32_t set;              /* RM_PAR_SET_*: given explicitly */
 } rm_par_spec;
 enum {
-    RM_PAR_SET_STAGES = 1u << 0, RM_PAR_SET_MICRO = 1u << 1, RM_PAR_SET_SCHEDULE = 1u << 2,
+    RM_PAR_SET_STAGES = 1u << 0,
+    RM_PAR_SET_MICRO = 1u << 1,
+    RM_PAR_SET_SCHEDULE = 1u << 2,
     RM_PAR_SET_TENSOR = 1u << 3,
 };
 /* spec.parallelism as JSON (the worker's RINGMASTER_PARALLELISM) and back; defaults fill unset
@@ -242,42 +278,42 @@ struct rm_tj_spec;
 int rm_par_validate(const struct rm_tj_spec *s, rm_err *err);
 
 typedef struct rm_tj_spec {
-    int replicas;               /* >= 1; default 1 */
-    int min_replicas;           /* default replicas */
-    int max_replicas;           /* default replicas */
+    int replicas;     /* >= 1; default 1 */
+    int min_replicas; /* default replicas */
+    int max_replicas; /* default replicas */
     rm_backend backend;
     struct {
-        int max_restarts;               /* default 5 */
-        double backoff_seconds;         /* default 1; doubles each restart, capped at 300 s */
+        int max_restarts;                 /* default 5 */
+        double backoff_seconds;           /* default 1; doubles each restart, capped at 300 s */
         double progress_deadline_seconds; /* default 60; 0 disables */
     } restart;
     struct {
-        int64_t active_deadline_seconds;   /* 0 = none */
-        int64_t ttl_seconds_after_finished;/* -1 = keep forever (default) */
-        rm_clean_policy clean_pod_policy;  /* default Running */
+        int64_t active_deadline_seconds;    /* 0 = none */
+        int64_t ttl_seconds_after_finished; /* -1 = keep forever (default) */
+        rm_clean_policy clean_pod_policy;   /* default Running */
         bool suspend;
-        char *managed_by;                  /* NULL = ringmaster.dev/operator; deprecated place:
+        char *managed_by; /* NULL = ringmaster.dev/operator; deprecated place:
                                             * spec.managedBy (below) is the one Kueue reads */
     } run;
     struct {
-        char *path;             /* default "/checkpoints" (run: ./checkpoints/<name>) */
-        int interval_steps;     /* default 200 */
-        int keep;               /* default 3 */
+        char *path;         /* default "/checkpoints" (run: ./checkpoints/<name>) */
+        int interval_steps; /* default 200 */
+        int keep;           /* default 3 */
     } checkpoint;
     rm_training_spec training;
-    cJSON *template;            /* PodTemplateSpec, opaque; NULL = default worker container */
-    rm_strategy strategy;       /* spec.strategy; default allreduce */
-    rm_ps_spec ps;              /* spec.parameterServer (strategy parameterServer) */
-    rm_par_spec par;            /* spec.parallelism (pipeline stages) */
-    uint32_t set;               /* RM_TJ_SET_*: given explicitly (see rm_training_spec.set) */
+    cJSON *template;      /* PodTemplateSpec, opaque; NULL = default worker container */
+    rm_strategy strategy; /* spec.strategy; default allreduce */
+    rm_ps_spec ps;        /* spec.parameterServer (strategy parameterServer) */
+    rm_par_spec par;      /* spec.parallelism (pipeline stages) */
+    uint32_t set;         /* RM_TJ_SET_*: given explicitly (see rm_training_spec.set) */
     /* spec.runPolicy.schedulingPolicy (Kubeflow's names; docs/gang-kueue.md §3): what a
      * gang scheduler's PodGroup gets. Strings NULL = unset; min_resources an owned object of
      * resource name -> quantity (NULL = computed from the template, operator/gang.h). */
     struct {
-        char *queue;                    /* Volcano queue; default "default" */
-        char *priority_class;           /* PriorityClass name, also given to every worker pod */
+        char *queue;          /* Volcano queue; default "default" */
+        char *priority_class; /* PriorityClass name, also given to every worker pod */
         cJSON *min_resources;
-        int schedule_timeout_seconds;   /* coscheduling Permit wait; 0 = unset */
+        int schedule_timeout_seconds; /* coscheduling Permit wait; 0 = unset */
     } sched;
     /* spec.managedBy: the controller that reconciles this job; NULL or RM_TJ_MANAGED_BY_US =
      * this operator; RM_TJ_MANAGED_BY_MULTIKUEUE = Kueue's MultiKueue adapter (it reads this
@@ -303,19 +339,25 @@ typedef struct rm_tj_spec {
 #define RM_TJ_MANAGED_BY_US "ringmaster.dev/operator"
 #define RM_TJ_MANAGED_BY_MULTIKUEUE "kueue.x-k8s.io/multikueue"
 enum {
-    RM_TJ_SET_MAX_RESTARTS = 1u << 0, RM_TJ_SET_BACKOFF = 1u << 1, RM_TJ_SET_PROGRESS_DEADLINE = 1u << 2,
-    RM_TJ_SET_TTL = 1u << 3, RM_TJ_SET_REPLICAS = 1u << 4, RM_TJ_SET_MIN_REPLICAS = 1u << 5,
-    RM_TJ_SET_MAX_REPLICAS = 1u << 6, RM_TJ_SET_CKPT_INTERVAL = 1u << 7, RM_TJ_SET_CKPT_KEEP = 1u << 8,
+    RM_TJ_SET_MAX_RESTARTS = 1u << 0,
+    RM_TJ_SET_BACKOFF = 1u << 1,
+    RM_TJ_SET_PROGRESS_DEADLINE = 1u << 2,
+    RM_TJ_SET_TTL = 1u << 3,
+    RM_TJ_SET_REPLICAS = 1u << 4,
+    RM_TJ_SET_MIN_REPLICAS = 1u << 5,
+    RM_TJ_SET_MAX_REPLICAS = 1u << 6,
+    RM_TJ_SET_CKPT_INTERVAL = 1u << 7,
+    RM_TJ_SET_CKPT_KEEP = 1u << 8,
 };
 
 typedef struct rm_condition {
     rm_cond_type type;
-    bool status;                /* "True"/"False" */
+    bool status; /* "True"/"False" */
     char reason[64];
     char message[256];
-    double last_transition;     /* unix seconds */
+    double last_transition; /* unix seconds */
     int64_t observed_generation;
-    bool present;               /* false = not in the list yet */
+    bool present; /* false = not in the list yet */
 } rm_condition;
 
 /* One end-of-epoch evaluation (status.progress.evaluations[]): what a sweep's early stopping reads.
@@ -325,17 +367,17 @@ typedef struct rm_condition {
 typedef struct rm_tj_eval {
     int epoch;
     double test_accuracy, train_loss;
-    int64_t step;               /* the optimizer step it ran at; 0 = not reported */
-    double val_loss;            /* validation loss; 0 = not reported */
+    int64_t step;    /* the optimizer step it ran at; 0 = not reported */
+    double val_loss; /* validation loss; 0 = not reported */
 } rm_tj_eval;
 
 typedef struct rm_tj_progress {
     int64_t step;
-    int train_epoch;            /* progress.epoch (data epoch) */
+    int train_epoch; /* progress.epoch (data epoch) */
     double loss;
     double samples_per_second;
     int64_t last_checkpoint_step;
-    double allreduce_gbps;      /* busbw reported by rank 0 */
+    double allreduce_gbps;             /* busbw reported by rank 0 */
     rm_tj_eval evals[RM_TJ_MAX_EVALS]; /* evaluations, ascending epoch */
     int nevals;
 } rm_tj_progress;
@@ -361,16 +403,16 @@ typedef struct rm_tj_result {
 typedef struct rm_tj_status {
     rm_phase phase;
     int64_t observed_generation;
-    rm_condition conditions[RM_COND__COUNT];   /* indexed by rm_cond_type */
+    rm_condition conditions[RM_COND__COUNT]; /* indexed by rm_cond_type */
     int replicas, ready_replicas;
-    int ps_replicas, ps_ready;  /* status.parameterServers {replicas, readyReplicas}; 0 = none */
-    int epoch;                  /* rendezvous epoch */
-    int restarts;               /* group restarts */
+    int ps_replicas, ps_ready; /* status.parameterServers {replicas, readyReplicas}; 0 = none */
+    int epoch;                 /* rendezvous epoch */
+    int restarts;              /* group restarts */
     rm_tj_progress progress;
     rm_tj_result result;
-    double start_time, completion_time;   /* unix seconds; 0 = unset */
-    double last_restart_time;             /* for the doubling back-off; 0 = never */
-    char message[256];          /* last reason for Failed etc. */
+    double start_time, completion_time; /* unix seconds; 0 = unset */
+    double last_restart_time;           /* for the doubling back-off; 0 = never */
+    char message[256];                  /* last reason for Failed etc. */
     /* status.stepHighWater: the highest step a worker reported and the rendezvous epoch it was
      * first reached at; a group that re-forms many epochs past it is in a recovery loop */
     int64_t high_step;
@@ -385,7 +427,7 @@ typedef struct rm_tj_status {
 typedef struct rm_tj {
     char *name, *namespace_, *uid, *resource_version;
     int64_t generation;
-    cJSON *labels, *annotations;   /* owned, may be NULL */
+    cJSON *labels, *annotations; /* owned, may be NULL */
     rm_tj_spec spec;
     rm_tj_status status;
 } rm_tj;
@@ -422,7 +464,7 @@ cJSON *rm_training_to_json(const rm_training_spec *t);
 int rm_tj_status_from_json(const cJSON *status, rm_tj_status *out, rm_err *err);
 /* Deep copy; RM_ENOMEM on failure. */
 int rm_tj_copy(rm_tj *dst, const rm_tj *src);
-void rm_tj_free(rm_tj *tj);   /* frees members, zeroes the struct; NULL ok */
+void rm_tj_free(rm_tj *tj); /* frees members, zeroes the struct; NULL ok */
 
 /* Set a condition; lastTransitionTime changes only when status flips (or it is new). Returns 1 if
  * anything changed, 0 if not. */
@@ -437,12 +479,12 @@ int rm_tj_set_condition(rm_tj_status *st, rm_cond_type type, bool status, const 
  * RM_TJ_MEM_OVERHEAD for the process, its libraries and threads. All in bytes. */
 #define RM_TJ_MEM_OVERHEAD (32LL << 20)
 typedef struct rm_mem_estimate {
-    int64_t params;         /* parameters of the model */
-    int copies;             /* parameter-sized fp32 buffers */
-    int64_t model_bytes;    /* params x copies x 4 */
-    int64_t batch_bytes;    /* activations, deltas, inputs for batchSizePerWorker */
-    int64_t data_bytes;     /* the dataset in memory (0 when its size is unknown) */
-    int64_t total;          /* the sum + RM_TJ_MEM_OVERHEAD */
+    int64_t params;      /* parameters of the model */
+    int copies;          /* parameter-sized fp32 buffers */
+    int64_t model_bytes; /* params x copies x 4 */
+    int64_t batch_bytes; /* activations, deltas, inputs for batchSizePerWorker */
+    int64_t data_bytes;  /* the dataset in memory (0 when its size is unknown) */
+    int64_t total;       /* the sum + RM_TJ_MEM_OVERHEAD */
 } rm_mem_estimate;
 void rm_training_memory(const rm_training_spec *t, rm_mem_estimate *out);
 /* Quantities in bytes (a memory limit): rm_quantity_bytes in common/quantity.h. */
@@ -451,8 +493,7 @@ void rm_training_memory(const rm_training_spec *t, rm_mem_estimate *out);
  * cap_bytes <= 0. The error names spec.training.model and the estimate. rm_tj_validate already
  * applies the worker container's resources.limits.memory; `ringmaster run` and `validate` add the
  * local machine (all workers on one host). */
-int rm_tj_check_memory(const rm_tj *tj, int64_t cap_bytes, int workers, const char *cap_what,
-                       rm_err *err);
+int rm_tj_check_memory(const rm_tj *tj, int64_t cap_bytes, int workers, const char *cap_what, rm_err *err);
 /* rm_tj_check_memory for `ringmaster run`/`validate`: every worker (the larger of replicas and
  * maxReplicas) on this machine, against $RINGMASTER_MEMORY_LIMIT (a quantity) when set, else the
  * physical memory. */
@@ -464,6 +505,6 @@ int rm_template_gpus(const cJSON *pod_template);
 /* The controller a job names (spec.managedBy, else the deprecated spec.runPolicy.managedBy),
  * NULL when neither is set (this operator's). Borrowed. */
 const char *rm_tj_managed_by(const rm_tj *tj);
-const char *rm_phase_name(rm_phase p);          /* "Running" */
-const char *rm_cond_name(rm_cond_type c);       /* "Restarting" */
+const char *rm_phase_name(rm_phase p);    /* "Running" */
+const char *rm_cond_name(rm_cond_type c); /* "Restarting" */
 #endif

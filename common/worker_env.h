@@ -9,25 +9,25 @@
 #define RM_WORKER_ENV_H
 
 /* ringmaster's own contract */
-#define RM_ENV_ROLE "RINGMASTER_ROLE"                   /* "worker" | "ps" (docs/strategies.md) */
-#define RM_ENV_RENDEZVOUS "RINGMASTER_RENDEZVOUS"       /* http://host:port of the rendezvous */
-#define RM_ENV_JOB "RINGMASTER_JOB"                     /* "namespace/name" */
-#define RM_ENV_TOKEN "RINGMASTER_TOKEN"                 /* rendezvous + ring handshake secret */
-#define RM_ENV_WORKER_ID "RINGMASTER_WORKER_ID"         /* replica index, decimal */
-#define RM_ENV_EPOCH "RINGMASTER_EPOCH"                 /* epoch the worker was created for */
+#define RM_ENV_ROLE "RINGMASTER_ROLE"             /* "worker" | "ps" (docs/strategies.md) */
+#define RM_ENV_RENDEZVOUS "RINGMASTER_RENDEZVOUS" /* http://host:port of the rendezvous */
+#define RM_ENV_JOB "RINGMASTER_JOB"               /* "namespace/name" */
+#define RM_ENV_TOKEN "RINGMASTER_TOKEN"           /* rendezvous + ring handshake secret */
+#define RM_ENV_WORKER_ID "RINGMASTER_WORKER_ID"   /* replica index, decimal */
+#define RM_ENV_EPOCH "RINGMASTER_EPOCH"           /* epoch the worker was created for */
 #define RM_ENV_CHECKPOINT_DIR "RINGMASTER_CHECKPOINT_DIR"
 #define RM_ENV_CHECKPOINT_INTERVAL "RINGMASTER_CHECKPOINT_INTERVAL" /* spec.checkpoint.intervalSteps */
 #define RM_ENV_CHECKPOINT_KEEP "RINGMASTER_CHECKPOINT_KEEP"         /* spec.checkpoint.keep */
 #define RM_ENV_PROGRESS_DEADLINE "RINGMASTER_PROGRESS_DEADLINE"     /* seconds, %g */
-#define RM_ENV_BIND_ADDR "RINGMASTER_BIND_ADDR"         /* address the worker listens on */
-#define RM_ENV_BACKEND "RINGMASTER_BACKEND"             /* resolved: ring | nccl | mpi */
-#define RM_ENV_TRAINING "RINGMASTER_TRAINING"           /* spec.training as compact JSON */
+#define RM_ENV_BIND_ADDR "RINGMASTER_BIND_ADDR"                     /* address the worker listens on */
+#define RM_ENV_BACKEND "RINGMASTER_BACKEND"                         /* resolved: ring | nccl | mpi */
+#define RM_ENV_TRAINING "RINGMASTER_TRAINING"                       /* spec.training as compact JSON */
 /* parameter servers (docs/strategies.md#parameter-servers) */
-#define RM_ENV_STRATEGY "RINGMASTER_STRATEGY"           /* "allreduce" | "parameterServer" */
-#define RM_ENV_PS_SPEC "RINGMASTER_PARAMETER_SERVER"    /* spec.parameterServer as compact JSON */
-#define RM_ENV_PS_ADDRS "RINGMASTER_PS_ADDRS"           /* "host:port,..." index order */
-#define RM_ENV_PS_INDEX "RINGMASTER_PS_INDEX"           /* a server's shard index (role ps) */
-#define RM_PORT_PS 29600                                /* a server's port on a cluster */
+#define RM_ENV_STRATEGY "RINGMASTER_STRATEGY"        /* "allreduce" | "parameterServer" */
+#define RM_ENV_PS_SPEC "RINGMASTER_PARAMETER_SERVER" /* spec.parameterServer as compact JSON */
+#define RM_ENV_PS_ADDRS "RINGMASTER_PS_ADDRS"        /* "host:port,..." index order */
+#define RM_ENV_PS_INDEX "RINGMASTER_PS_INDEX"        /* a server's shard index (role ps) */
+#define RM_PORT_PS 29600                             /* a server's port on a cluster */
 /* pipeline stages (docs/strategies.md#pipeline-stages): spec.parallelism as compact JSON, set when
  * pipelineStages or microBatches is above 1. The worker derives its stage, data-parallel group
  * and neighbours from its rendezvous rank: rank r = d*P + p (worker/pipeline/pipeline_core.h). */
@@ -35,7 +35,7 @@
 /* read by the worker, set by users (never by a controller) */
 #define RM_ENV_FAULT "RINGMASTER_FAULT"
 #define RM_ENV_DEVICE "RINGMASTER_DEVICE"
-#define RM_ENV_RESUME "RINGMASTER_RESUME"           /* "1" | "if-present": continue an earlier run */
+#define RM_ENV_RESUME "RINGMASTER_RESUME" /* "1" | "if-present": continue an earlier run */
 
 /* torchrun / PyTorch conventions, so foreign images run unchanged */
 #define RM_ENV_RANK "RANK"
@@ -54,9 +54,9 @@
 /* ports (RM_STR(RM_PORT_MASTER) is "29500") */
 #define RM_STR_(x) #x
 #define RM_STR(x) RM_STR_(x)
-#define RM_PORT_MASTER 29500          /* MASTER_PORT, PET_MASTER_PORT, the Service's "master" port */
-#define RM_PORT_WORKER_METRICS 9090   /* a worker's /metrics and /healthz */
-#define RM_PORT_RENDEZVOUS 29400      /* the operator's rendezvous service */
+#define RM_PORT_MASTER 29500        /* MASTER_PORT, PET_MASTER_PORT, the Service's "master" port */
+#define RM_PORT_WORKER_METRICS 9090 /* a worker's /metrics and /healthz */
+#define RM_PORT_RENDEZVOUS 29400    /* the operator's rendezvous service */
 /* Shared-memory collectives for ranks on one host (worker/comm/comm_shm.c): "0" = always the
  * TCP ring; "1" = use shm whenever every rank advertised the same host (needed inside a pod, which
  * must then share the node's IPC namespace: hostIPC, or hostPath /dev/shm + hostNetwork); unset =

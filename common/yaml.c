@@ -19,8 +19,8 @@
 #include <yaml.h>
 
 #define RM_YAML_MAX_FILE (16u << 20)
-#define RM_YAML_MAX_NODES 1000000u       /* whole stream, aliases expanded */
-#define RM_YAML_MAX_ALIAS_NODES 100000u  /* nodes created by alias expansion */
+#define RM_YAML_MAX_NODES 1000000u      /* whole stream, aliases expanded */
+#define RM_YAML_MAX_ALIAS_NODES 100000u /* nodes created by alias expansion */
 #define RM_YAML_MAX_DEPTH 128
 #define RM_YAML_PATH_CAP 1024
 
@@ -42,8 +42,8 @@ struct rm_yaml_docs {
 
 typedef struct {
     char *name;
-    cJSON *node;    /* owned copy */
-    size_t count;   /* nodes in it */
+    cJSON *node;  /* owned copy */
+    size_t count; /* nodes in it */
 } yanchor;
 
 typedef struct {
@@ -53,7 +53,7 @@ typedef struct {
     yanchor *anchors;
     size_t nanchors, capanchors;
     size_t nodes, alias_nodes;
-    ypos_table pos;          /* current document */
+    ypos_table pos; /* current document */
     char path[RM_YAML_PATH_CAP];
     size_t pathlen;
     int path_overflow;
@@ -72,7 +72,10 @@ static int yerr_at(yctx *c, int code, yaml_mark_t m, const char *fmt, ...)
     return rm_errf(c->err, code, "%s:%zu:%zu: %s", c->name, m.line + 1, m.column + 1, msg);
 }
 
-static int oom(yctx *c) { return rm_errf(c->err, RM_ENOMEM, "%s: out of memory", c->name); }
+static int oom(yctx *c)
+{
+    return rm_errf(c->err, RM_ENOMEM, "%s: out of memory", c->name);
+}
 
 static int parser_error(yctx *c)
 {
@@ -80,8 +83,7 @@ static int parser_error(yctx *c)
     if (c->p.error == YAML_MEMORY_ERROR)
         return oom(c);
     if (c->p.context)
-        return yerr_at(c, RM_EINVAL, m, "%s %s", c->p.problem ? c->p.problem : "syntax error",
-                       c->p.context);
+        return yerr_at(c, RM_EINVAL, m, "%s %s", c->p.problem ? c->p.problem : "syntax error", c->p.context);
     return yerr_at(c, RM_EINVAL, m, "%s", c->p.problem ? c->p.problem : "syntax error");
 }
 
@@ -118,7 +120,7 @@ static int record_pos(yctx *c, yaml_mark_t m)
     char *p = strdup(c->path);
     if (!p)
         return oom(c);
-    t->v[t->n++] = (ypos){ p, (int)m.line + 1, (int)m.column + 1 };
+    t->v[t->n++] = (ypos){p, (int)m.line + 1, (int)m.column + 1};
     return RM_OK;
 }
 
@@ -232,10 +234,11 @@ static cJSON *scalar_node(yctx *c, const yaml_event_t *ev, int *rc)
     else if (tag && (strcmp(tag, YAML_INT_TAG) == 0 || strcmp(tag, YAML_FLOAT_TAG) == 0 ||
                      strcmp(tag, YAML_BOOL_TAG) == 0 || strcmp(tag, YAML_NULL_TAG) == 0)) {
         n = plain_scalar(v);
-        int ok = n && ((strcmp(tag, YAML_NULL_TAG) == 0 && cJSON_IsNull(n)) ||
-                       (strcmp(tag, YAML_BOOL_TAG) == 0 && cJSON_IsBool(n)) ||
-                       ((strcmp(tag, YAML_INT_TAG) == 0 || strcmp(tag, YAML_FLOAT_TAG) == 0) &&
-                        cJSON_IsNumber(n)));
+        int ok =
+            n &&
+            ((strcmp(tag, YAML_NULL_TAG) == 0 && cJSON_IsNull(n)) ||
+             (strcmp(tag, YAML_BOOL_TAG) == 0 && cJSON_IsBool(n)) ||
+             ((strcmp(tag, YAML_INT_TAG) == 0 || strcmp(tag, YAML_FLOAT_TAG) == 0) && cJSON_IsNumber(n)));
         if (n && !ok) {
             cJSON_Delete(n);
             *rc = yerr_at(c, RM_EINVAL, ev->start_mark, "value \"%s\" does not match tag %s", v, tag);
@@ -304,12 +307,12 @@ static int parse_node(yctx *c, yaml_event_t *ev, int depth, cJSON **out, size_t 
  * them was quadratic (100k keys took 20 s). Slots borrow the items' own name strings. */
 typedef struct {
     const char **slot;
-    size_t cap, n;   /* cap is 0 or a power of two */
+    size_t cap, n; /* cap is 0 or a power of two */
 } keyset;
 
 static size_t key_hash(const char *k)
 {
-    size_t h = 1469598103934665603u;   /* FNV-1a */
+    size_t h = 1469598103934665603u; /* FNV-1a */
     for (; *k; k++)
         h = (h ^ (unsigned char)*k) * 1099511628211u;
     return h;
@@ -331,13 +334,13 @@ static bool keyset_has(const keyset *ks, const char *k)
 static int keyset_add(keyset *ks, const char *k)
 {
     if ((ks->n + 1) * 2 > ks->cap) {
-        keyset bigger = { calloc(ks->cap ? ks->cap * 2 : 16, sizeof(char *)), 0, 0 };
+        keyset bigger = {calloc(ks->cap ? ks->cap * 2 : 16, sizeof(char *)), 0, 0};
         if (!bigger.slot)
             return RM_ENOMEM;
         bigger.cap = ks->cap ? ks->cap * 2 : 16;
         for (size_t i = 0; i < ks->cap; i++)
             if (ks->slot[i])
-                keyset_add(&bigger, ks->slot[i]);   /* cannot grow again: load stays < 1/2 */
+                keyset_add(&bigger, ks->slot[i]); /* cannot grow again: load stays < 1/2 */
         free(ks->slot);
         *ks = bigger;
     }
@@ -381,8 +384,8 @@ static int merge_into(yctx *c, cJSON *obj, keyset *keys, const cJSON *src, yaml_
 static int parse_mapping(yctx *c, int depth, cJSON *obj, size_t *count)
 {
     cJSON *merges = NULL;
-    keyset keys = { 0 };
-    yaml_mark_t merge_mark = { 0, 0, 0 };
+    keyset keys = {0};
+    yaml_mark_t merge_mark = {0, 0, 0};
     int rc = RM_OK;
     for (;;) {
         yaml_event_t k;
@@ -469,10 +472,14 @@ out:
 static const char *event_anchor(const yaml_event_t *ev)
 {
     switch (ev->type) {
-    case YAML_SCALAR_EVENT: return (const char *)ev->data.scalar.anchor;
-    case YAML_SEQUENCE_START_EVENT: return (const char *)ev->data.sequence_start.anchor;
-    case YAML_MAPPING_START_EVENT: return (const char *)ev->data.mapping_start.anchor;
-    default: return NULL;
+    case YAML_SCALAR_EVENT:
+        return (const char *)ev->data.scalar.anchor;
+    case YAML_SEQUENCE_START_EVENT:
+        return (const char *)ev->data.sequence_start.anchor;
+    case YAML_MAPPING_START_EVENT:
+        return (const char *)ev->data.mapping_start.anchor;
+    default:
+        return NULL;
     }
 }
 
@@ -718,7 +725,7 @@ int rm_yaml_load_file(const char *path, rm_yaml_docs **out, rm_err *err)
                 break;
             }
             char *nb = realloc(buf, cap * 2);
-            if (!nb) {   /* never parse the part read so far as if it were the whole file */
+            if (!nb) { /* never parse the part read so far as if it were the whole file */
                 rc = rm_errf(err, RM_ENOMEM, "%s: out of memory", path);
                 break;
             }
@@ -734,9 +741,11 @@ int rm_yaml_load_file(const char *path, rm_yaml_docs **out, rm_err *err)
         rc = rm_errf(err, RM_ETOOBIG, "%s: larger than %u MiB", path, RM_YAML_MAX_FILE >> 20);
     if (!rc && !buf)
         rc = rm_errf(err, RM_ENOMEM, "%s: out of memory", path);
-    if (!rc && ferror(f))   /* fopen succeeds on a directory; the read then fails with EISDIR */
-        rc = rm_errf(err, RM_EIO, "%s: %s", path, errno == EISDIR ? "is a directory, not a manifest file" :
-                     errno ? strerror(errno) : "read error");
+    if (!rc && ferror(f)) /* fopen succeeds on a directory; the read then fails with EISDIR */
+        rc = rm_errf(err, RM_EIO, "%s: %s", path,
+                     errno == EISDIR ? "is a directory, not a manifest file"
+                     : errno         ? strerror(errno)
+                                     : "read error");
     if (!is_stdin)
         fclose(f);
     if (!rc)
@@ -745,7 +754,10 @@ int rm_yaml_load_file(const char *path, rm_yaml_docs **out, rm_err *err)
     return rc;
 }
 
-size_t rm_yaml_count(const rm_yaml_docs *d) { return d ? d->n : 0; }
+size_t rm_yaml_count(const rm_yaml_docs *d)
+{
+    return d ? d->n : 0;
+}
 
 cJSON *rm_yaml_doc(const rm_yaml_docs *d, size_t i)
 {

@@ -26,20 +26,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define RM_CAST_SLOTS 32   /* 3 operands per layer (X, W, dY): models up to 10 layers hit every time */
+#define RM_CAST_SLOTS 32 /* 3 operands per layer (X, W, dY): models up to 10 layers hit every time */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 typedef struct rm_cast_slot {
-    const void *src;     /* NULL: free (buf and cap are kept for reuse) */
-    size_t span;         /* bytes of src the cast reads */
-    int rows, cols, ld;  /* the stored (untransposed) operand: rows x cols, row stride ld floats */
-    int prec;            /* rm_precision of the copy */
-    void *buf;           /* the caller's 16-bit copy */
-    size_t cap;          /* bytes allocated at buf */
-    uint64_t used;       /* last use (the cache's clock), for least-recently-used replacement */
+    const void *src;    /* NULL: free (buf and cap are kept for reuse) */
+    size_t span;        /* bytes of src the cast reads */
+    int rows, cols, ld; /* the stored (untransposed) operand: rows x cols, row stride ld floats */
+    int prec;           /* rm_precision of the copy */
+    void *buf;          /* the caller's 16-bit copy */
+    size_t cap;         /* bytes allocated at buf */
+    uint64_t used;      /* last use (the cache's clock), for least-recently-used replacement */
 } rm_cast_slot;
 
 typedef struct rm_cast_cache {
@@ -68,15 +68,14 @@ static inline bool rm_cast_overlap(const void *a, size_t an, const void *b, size
  * fails, rm_cast_cache_drop the slot. A miss takes a free slot whose cap is enough, else the free
  * slot with the largest cap, else the least recently used one (so a steady training step reuses the
  * same buffers and allocates nothing). */
-static inline int rm_cast_cache_get(rm_cast_cache *c, const void *src, int rows, int cols, int ld,
-                                    int prec, size_t need, bool *hit)
+static inline int rm_cast_cache_get(rm_cast_cache *c, const void *src, int rows, int cols, int ld, int prec,
+                                    size_t need, bool *hit)
 {
     int fit = -1, freeb = -1, lru = 0;
     c->clock++;
     for (int i = 0; i < RM_CAST_SLOTS; i++) {
         rm_cast_slot *s = &c->slot[i];
-        if (s->src == src && s->rows == rows && s->cols == cols && s->ld == ld && s->prec == prec &&
-            src) {
+        if (s->src == src && s->rows == rows && s->cols == cols && s->ld == ld && s->prec == prec && src) {
             s->used = c->clock;
             c->hits++;
             *hit = true;

@@ -43,7 +43,10 @@ RM_HD float rm_e_act_grad(float dy, float y, int act)
 }
 
 /* Weight decay is L2 added to the gradient (PyTorch semantics): g' = g + wd * w. */
-RM_HD float rm_e_decayed(float g, float w, float wd) { return g + wd * w; }
+RM_HD float rm_e_decayed(float g, float w, float wd)
+{
+    return g + wd * w;
+}
 
 /* SGD with momentum: v = momentum * v + g'; w -= lr * v. */
 RM_HD void rm_e_sgd(float *w, float *v, float g, float lr, float momentum, float wd)
@@ -58,8 +61,8 @@ RM_HD void rm_e_sgd(float *w, float *v, float g, float lr, float momentum, float
  * inv_sqrt_bc2 = 1 / sqrt(1 - b2^t) (rm_e_adam_corrections), so the element does
  * w -= lr * (m * inv_bc1) / (sqrt(v) * inv_sqrt_bc2 + eps) — algebraically PyTorch's
  * lr * (m / bc1) / (sqrt(v / bc2) + eps). */
-RM_HD void rm_e_adam(float *w, float *m, float *v, float g, float lr, float b1, float b2, float eps,
-                     float wd, float inv_bc1, float inv_sqrt_bc2)
+RM_HD void rm_e_adam(float *w, float *m, float *v, float g, float lr, float b1, float b2, float eps, float wd,
+                     float inv_bc1, float inv_sqrt_bc2)
 {
     float gi = rm_e_decayed(g, *w, wd);
     float mi = b1 * *m + (1.0f - b1) * gi;

@@ -39,12 +39,12 @@ extern "C" {
 typedef enum { RM_ACT_NONE = 0, RM_ACT_RELU = 1 } rm_act;
 
 typedef struct rm_kernels {
-    const char *name;           /* "cpu" | "cuda" */
-    bool host_memory;           /* true: device pointers are ordinary host pointers */
+    const char *name; /* "cpu" | "cuda" */
+    bool host_memory; /* true: device pointers are ordinary host pointers */
 
     /* ---- memory ---- */
-    void *(*alloc)(size_t bytes);                 /* zero-filled, 64-byte aligned; NULL on ENOMEM */
-    void (*free)(void *p);                        /* NULL ok */
+    void *(*alloc)(size_t bytes); /* zero-filled, 64-byte aligned; NULL on ENOMEM */
+    void (*free)(void *p);        /* NULL ok */
     /* The entries below return RM_OK or the table's first pending error (see check()): an error
      * raised by an earlier, asynchronous entry surfaces here at the latest, and a failed d2h fills
      * dst with 0xff bytes (a float NaN, an int32 -1) so a value read after a device fault never
@@ -63,8 +63,8 @@ typedef struct rm_kernels {
 
     /* ---- forward / backward ---- */
     /* C = alpha * op(A) . op(B) + beta * C, row-major; op(A) is M x K, op(B) is K x N. */
-    void (*gemm)(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a,
-                 int lda, const float *b, int ldb, float beta, float *c, int ldc);
+    void (*gemm)(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float *a, int lda,
+                 const float *b, int ldb, float beta, float *c, int ldc);
     /* Y[r][c] = act(Y[r][c] + b[c]) for a [rows x cols] Y. */
     void (*bias_act_fwd)(float *y, const float *b, int rows, int cols, rm_act act);
     /* dY *= act'(Y) (relu: 0 where Y <= 0; none: unchanged), then db[c] = sum_r dY[r][c]
@@ -82,13 +82,12 @@ typedef struct rm_kernels {
     /* ---- optimizers: fp32 master weights w, gradients g, state buffers, n elements ----
      * Weight decay is L2 added to the gradient (PyTorch semantics: g' = g + wd * w). */
     /* v = momentum * v + g'; w -= lr * v */
-    void (*sgd_momentum_update)(float *w, const float *g, float *v, size_t n, float lr,
-                                float momentum, float weight_decay);
+    void (*sgd_momentum_update)(float *w, const float *g, float *v, size_t n, float lr, float momentum,
+                                float weight_decay);
     /* m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2; w -= lr * (m / bc1) / (sqrt(v / bc2) + eps)
      * with bias corrections bc1 = 1 - b1^t, bc2 = 1 - b2^t computed by the caller (t >= 1). */
-    void (*adam_update)(float *w, const float *g, float *m, float *v, size_t n, float lr,
-                        float beta1, float beta2, float eps, float weight_decay, float bc1,
-                        float bc2);
+    void (*adam_update)(float *w, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                        float beta2, float eps, float weight_decay, float bc1, float bc2);
     /* s += g'^2; w -= lr * g' / (sqrt(s) + eps) */
     void (*adagrad_update)(float *w, const float *g, float *s, size_t n, float lr, float eps,
                            float weight_decay);

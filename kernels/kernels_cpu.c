@@ -51,7 +51,10 @@ static void *cpu_alloc(size_t bytes)
     return p;
 }
 
-static void cpu_free(void *p) { free(p); }
+static void cpu_free(void *p)
+{
+    free(p);
+}
 static int cpu_memset0(void *p, size_t bytes)
 {
     if (bytes)
@@ -64,7 +67,10 @@ static int cpu_copy(void *dst, const void *src, size_t bytes)
         memmove(dst, src, bytes);
     return RM_OK;
 }
-static int cpu_sync(void) { return RM_OK; }
+static int cpu_sync(void)
+{
+    return RM_OK;
+}
 /* Plain C cannot fail after alloc() succeeded. */
 static int cpu_check(rm_err *err)
 {
@@ -83,12 +89,11 @@ static void cpu_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const f
                 c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
         return;
     }
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m,
-                n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha,
+                a, lda, b, ldb, beta, c, ldc);
 }
 
-static void cpu_bias_act_fwd(float *restrict y, const float *restrict b, int rows, int cols,
-                             rm_act act)
+static void cpu_bias_act_fwd(float *restrict y, const float *restrict b, int rows, int cols, rm_act act)
 {
     for (int r = 0; r < rows; r++) {
         float *restrict yr = y + (size_t)r * cols;
@@ -102,8 +107,8 @@ static void cpu_bias_act_fwd(float *restrict y, const float *restrict b, int row
     }
 }
 
-static void cpu_bias_act_bwd(float *restrict dy, const float *restrict y, float *restrict db,
-                             int rows, int cols, rm_act act)
+static void cpu_bias_act_bwd(float *restrict dy, const float *restrict y, float *restrict db, int rows,
+                             int cols, rm_act act)
 {
     memset(db, 0, (size_t)cols * sizeof(float));
     for (int r = 0; r < rows; r++) {
@@ -161,16 +166,15 @@ static void cpu_argmax_correct(const float *logits, const int32_t *labels, int r
     *correct = n;
 }
 
-static void cpu_sgd(float *restrict w, const float *restrict g, float *restrict v, size_t n,
-                    float lr, float momentum, float wd)
+static void cpu_sgd(float *restrict w, const float *restrict g, float *restrict v, size_t n, float lr,
+                    float momentum, float wd)
 {
     for (size_t i = 0; i < n; i++)
         rm_e_sgd(&w[i], &v[i], g[i], lr, momentum, wd);
 }
 
-static void cpu_adam(float *restrict w, const float *restrict g, float *restrict m,
-                     float *restrict v, size_t n, float lr, float b1, float b2, float eps, float wd,
-                     float bc1, float bc2)
+static void cpu_adam(float *restrict w, const float *restrict g, float *restrict m, float *restrict v,
+                     size_t n, float lr, float b1, float b2, float eps, float wd, float bc1, float bc2)
 {
     float inv_bc1, inv_sqrt_bc2;
     rm_e_adam_corrections(bc1, bc2, &inv_bc1, &inv_sqrt_bc2);
@@ -178,8 +182,8 @@ static void cpu_adam(float *restrict w, const float *restrict g, float *restrict
         rm_e_adam(&w[i], &m[i], &v[i], g[i], lr, b1, b2, eps, wd, inv_bc1, inv_sqrt_bc2);
 }
 
-static void cpu_adagrad(float *restrict w, const float *restrict g, float *restrict s, size_t n,
-                        float lr, float eps, float wd)
+static void cpu_adagrad(float *restrict w, const float *restrict g, float *restrict s, size_t n, float lr,
+                        float eps, float wd)
 {
     for (size_t i = 0; i < n; i++)
         rm_e_adagrad(&w[i], &s[i], g[i], lr, eps, wd);
@@ -191,11 +195,10 @@ static void cpu_scale(float *restrict x, size_t n, float a)
         x[i] *= a;
 }
 
-static void cpu_unscale_check_finite(float *restrict x, size_t n, float inv_scale,
-                                     int32_t *found_inf)
+static void cpu_unscale_check_finite(float *restrict x, size_t n, float inv_scale, int32_t *found_inf)
 {
     int bad = 0;
-    if (inv_scale == 1.0f) {   /* check only (fp32/bf16): a read pass, no writes */
+    if (inv_scale == 1.0f) { /* check only (fp32/bf16): a read pass, no writes */
         for (size_t i = 0; i < n; i++)
             bad |= !isfinite(x[i]);
     } else {
@@ -234,7 +237,10 @@ static const rm_kernels cpu_table = {
 };
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
-static void blas_one_thread(void) { openblas_set_num_threads(1); }
+static void blas_one_thread(void)
+{
+    openblas_set_num_threads(1);
+}
 
 const rm_kernels *rm_kernels_cpu(void)
 {

@@ -12,24 +12,27 @@
 #define RM_KERNELS_PLAN_H
 #include <stddef.h>
 
-#include "kernels/elem.h"   /* RM_HD */
+#include "kernels/elem.h" /* RM_HD */
 
-#define RM_PLAN_THREADS 256        /* threads per block of the 1-D, 2-D and row kernels */
-#define RM_PLAN_BLOCKS_PER_SM 16   /* grid-stride kernels: enough blocks to fill the GPU */
-#define RM_PLAN_MAX_GX 64          /* 2-D kernels: column blocks per row */
-#define RM_PLAN_MAX_GY 65535       /* CUDA's limit on gridDim.y */
-#define RM_PLAN_MAX_PARTIALS 256   /* softmax-xent blocks = partial loss sums = k_sum_partials width */
-#define RM_PLAN_BWD_COLS 32        /* bias-gradient block: 32 columns x 16 row lanes */
+#define RM_PLAN_THREADS 256      /* threads per block of the 1-D, 2-D and row kernels */
+#define RM_PLAN_BLOCKS_PER_SM 16 /* grid-stride kernels: enough blocks to fill the GPU */
+#define RM_PLAN_MAX_GX 64        /* 2-D kernels: column blocks per row */
+#define RM_PLAN_MAX_GY 65535     /* CUDA's limit on gridDim.y */
+#define RM_PLAN_MAX_PARTIALS 256 /* softmax-xent blocks = partial loss sums = k_sum_partials width */
+#define RM_PLAN_BWD_COLS 32      /* bias-gradient block: 32 columns x 16 row lanes */
 #define RM_PLAN_BWD_LANES 16
 #define RM_PLAN_BWD_MAX_CHUNKS 32
-#define RM_PLAN_BWD_MIN_ROWS 256   /* rows per bias-gradient chunk, at least */
-#define RM_PLAN_DEFAULT_SMS 80     /* when the SM count is unknown (<= 0) */
+#define RM_PLAN_BWD_MIN_ROWS 256 /* rows per bias-gradient chunk, at least */
+#define RM_PLAN_DEFAULT_SMS 80   /* when the SM count is unknown (<= 0) */
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-static inline int rm_plan_sms(int sms) { return sms > 0 ? sms : RM_PLAN_DEFAULT_SMS; }
+static inline int rm_plan_sms(int sms)
+{
+    return sms > 0 ? sms : RM_PLAN_DEFAULT_SMS;
+}
 
 /* Grid-stride 1-D kernels over n elements: blocks of RM_PLAN_THREADS, at most 16 per SM, >= 1. */
 static inline unsigned rm_plan_grid1d(size_t n, int sms)
@@ -43,7 +46,9 @@ static inline unsigned rm_plan_grid1d(size_t n, int sms)
 
 /* Rows x columns kernels (rows over grid.y, columns over grid.x, both grid-stride): enough column
  * blocks to cover cols_work (capped at 64), then rows so the grid is about 16 blocks per SM. */
-typedef struct rm_plan2d { unsigned gx, gy; } rm_plan2d;
+typedef struct rm_plan2d {
+    unsigned gx, gy;
+} rm_plan2d;
 static inline rm_plan2d rm_plan_grid2d(int rows, int cols_work, int sms)
 {
     rm_plan2d p;
@@ -67,7 +72,9 @@ static inline rm_plan2d rm_plan_grid2d(int rows, int cols_work, int sms)
 
 /* Bias gradient: column blocks of 32, and the rows split into chunks (each summed by one block row,
  * then the chunks added in order by k_sum_chunks) when the columns alone give too few blocks. */
-typedef struct rm_plan_bwd { int gx, chunks, rows_per_chunk; } rm_plan_bwd;
+typedef struct rm_plan_bwd {
+    int gx, chunks, rows_per_chunk;
+} rm_plan_bwd;
 static inline rm_plan_bwd rm_plan_bias_bwd(int rows, int cols, int sms)
 {
     rm_plan_bwd p;
@@ -117,11 +124,20 @@ static inline int rm_plan_rows(int rows, int cap)
         blocks = cap;
     return blocks > 0 ? blocks : 1;
 }
-static inline int rm_plan_softmax_blocks(int rows) { return rm_plan_rows(rows, RM_PLAN_MAX_PARTIALS); }
-static inline int rm_plan_argmax_blocks(int rows, int sms) { return rm_plan_rows(rows, rm_plan_sms(sms) * 8); }
+static inline int rm_plan_softmax_blocks(int rows)
+{
+    return rm_plan_rows(rows, RM_PLAN_MAX_PARTIALS);
+}
+static inline int rm_plan_argmax_blocks(int rows, int sms)
+{
+    return rm_plan_rows(rows, rm_plan_sms(sms) * 8);
+}
 
 /* What the kernels assume of a plan (the tests check every plan; the CUDA table before launch). */
-static inline int rm_plan_ok_2d(rm_plan2d p) { return p.gx >= 1 && p.gy >= 1 && p.gy <= RM_PLAN_MAX_GY; }
+static inline int rm_plan_ok_2d(rm_plan2d p)
+{
+    return p.gx >= 1 && p.gy >= 1 && p.gy <= RM_PLAN_MAX_GY;
+}
 static inline int rm_plan_ok_bwd(rm_plan_bwd p, int rows)
 {
     return p.gx >= 1 && p.chunks >= 1 && p.chunks <= RM_PLAN_BWD_MAX_CHUNKS && p.chunks <= RM_PLAN_MAX_GY &&

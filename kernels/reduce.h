@@ -16,17 +16,23 @@
 #define RM_KERNELS_REDUCE_H
 #include <math.h>
 
-#include "kernels/elem.h"   /* RM_HD */
+#include "kernels/elem.h" /* RM_HD */
 
 #define RM_WARP 32
-#define RM_WARP_STEPS 5     /* log2(RM_WARP) butterfly steps */
+#define RM_WARP_STEPS 5 /* log2(RM_WARP) butterfly steps */
 
 /* Butterfly partner distance at step s (0..RM_WARP_STEPS-1): 16, 8, 4, 2, 1. */
-RM_HD int rm_xor_offset(int s) { return (RM_WARP / 2) >> s; }
+RM_HD int rm_xor_offset(int s)
+{
+    return (RM_WARP / 2) >> s;
+}
 
 /* Shared-memory tree over n (a power of two) slots: at step s slots [0, rm_tree_offset(n, s))
  * add the slot that far above them; steps run while the offset is > 0. */
-RM_HD int rm_tree_offset(int n, int s) { return (n / 2) >> s; }
+RM_HD int rm_tree_offset(int n, int s)
+{
+    return (n / 2) >> s;
+}
 
 /* ---- softmax cross-entropy: one warp per row ---- */
 
@@ -88,15 +94,15 @@ RM_HD int rm_argmax_final(int bi, float x0, int classes)
 
 /* Lane phase: apply the activation's derivative to dy (written back) and sum this row lane's rows
  * r0 + lane, r0 + lane + lanes, ... of column c, in row order. */
-RM_HD float rm_bwd_lane_sum(float *dy, const float *y, int cols, int c, int r0, int r1, int lane,
-                            int lanes, int act)
+RM_HD float rm_bwd_lane_sum(float *dy, const float *y, int cols, int c, int r0, int r1, int lane, int lanes,
+                            int act)
 {
     float sum = 0.0f;
     for (int r = r0 + lane; r < r1; r += lanes) {
         size_t i = (size_t)r * cols + c;
         float g = rm_e_act_grad(dy[i], y[i], act);
         if (act == RM_ELEM_ACT_RELU && !(y[i] > 0.0f))
-            dy[i] = g;   /* only masked elements are written back */
+            dy[i] = g; /* only masked elements are written back */
         sum += g;
     }
     return sum;

@@ -9,8 +9,7 @@ static int call(const rm_runtime_ops *ops, void *rt, const rm_action *a, rm_err 
     case RM_ACT_CREATE_WORKER:
         return ops->create_worker ? ops->create_worker(rt, a->index, a->epoch, err) : RM_OK;
     case RM_ACT_DELETE_WORKER:
-        return ops->delete_worker ? ops->delete_worker(rt, a->index, a->force, a->reason, err)
-                                  : RM_OK;
+        return ops->delete_worker ? ops->delete_worker(rt, a->index, a->force, a->reason, err) : RM_OK;
     case RM_ACT_RESTART_GROUP:
         return ops->restart_group ? ops->restart_group(rt, a->epoch, err) : RM_OK;
     case RM_ACT_SET_RDZV:
@@ -22,7 +21,7 @@ static int call(const rm_runtime_ops *ops, void *rt, const rm_action *a, rm_err 
     case RM_ACT_DELETE_JOB:
         return ops->delete_job ? ops->delete_job(rt, err) : RM_OK;
     case RM_ACT_REQUEUE_AFTER:
-        return RM_OK;   /* data for the caller, collected below */
+        return RM_OK; /* data for the caller, collected below */
     }
     return rm_errf(err, RM_EINVAL, "unknown action %d", (int)a->type);
 }

@@ -36,10 +36,10 @@ typedef struct rm_runtime_ops {
 } rm_runtime_ops;
 
 typedef struct rm_apply_result {
-    bool again;              /* an operation asked for another pass */
-    double requeue_after;    /* smallest REQUEUE_AFTER; 0 = none */
-    int first_rc;            /* first failing operation's code; RM_OK when none failed */
-    rm_err first_err;        /* its details */
+    bool again;           /* an operation asked for another pass */
+    double requeue_after; /* smallest REQUEUE_AFTER; 0 = none */
+    int first_rc;         /* first failing operation's code; RM_OK when none failed */
+    rm_err first_err;     /* its details */
     int failures;
 } rm_apply_result;
 
@@ -54,8 +54,7 @@ typedef struct rm_sweep_ops {
     int (*create_trial)(void *rt, int index, rm_err *err);
     int (*stop_trial)(void *rt, int index, const char *reason, const char *message, rm_err *err);
     /* index -1: about the sweep itself */
-    int (*event)(void *rt, int index, bool warning, const char *reason, const char *message,
-                 rm_err *err);
+    int (*event)(void *rt, int index, bool warning, const char *reason, const char *message, rm_err *err);
 } rm_sweep_ops;
 
 /* Apply n sweep actions in order, stopping at the first that fails: its code is returned and err
@@ -66,9 +65,9 @@ int rm_sweep_apply_actions(const rm_sweep_ops *ops, void *rt, const rm_sweep_act
 
 /* What changed between two statuses of one job, for metrics and logs. */
 typedef struct rm_transition {
-    bool created;            /* Created became True */
-    bool succeeded, failed;  /* entered Succeeded / Failed */
-    int restarts;            /* restarts added (>= 0) */
+    bool created;           /* Created became True */
+    bool succeeded, failed; /* entered Succeeded / Failed */
+    int restarts;           /* restarts added (>= 0) */
     bool phase_changed;
 } rm_transition;
 void rm_status_transition(const rm_tj_status *old, const rm_tj_status *now, rm_transition *t);

@@ -5,13 +5,16 @@
 #include "common/json.h"
 #include "common/quantity.h"
 
-static const cJSON *oget(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
+static const cJSON *oget(const cJSON *o, const char *k)
+{
+    return cJSON_GetObjectItemCaseSensitive(o, k);
+}
 
-static const char *const gang_names[] = { "none", "volcano", "coscheduling", NULL };
+static const char *const gang_names[] = {"none", "volcano", "coscheduling", NULL};
 
 int rm_gang_parse(const char *s, rm_gang_kind *out)
 {
-    int i = s && !*s ? RM_GANG_NONE : rm_enum_index(gang_names, s);   /* "" is none too */
+    int i = s && !*s ? RM_GANG_NONE : rm_enum_index(gang_names, s); /* "" is none too */
     if (i < 0)
         return RM_EINVAL;
     *out = (rm_gang_kind)i;
@@ -160,7 +163,7 @@ bool rm_gang_decorate_pod(cJSON *pod, const rm_tj *tj, rm_gang_kind kind, const 
     const cJSON *sn = oget(spec, "schedulerName");
     bool foreign = false;
     if (cJSON_IsString(sn) && sn->valuestring[0] && strcmp(sn->valuestring, want) != 0)
-        foreign = true;   /* the user's choice stands (training-operator common/pod.go) */
+        foreign = true; /* the user's choice stands (training-operator common/pod.go) */
     else
         set_str(spec, "schedulerName", want);
     if (kind == RM_GANG_VOLCANO) {
@@ -177,14 +180,14 @@ void rm_gang_decide(const rm_gang_in *in, rm_gang_out *out)
 {
     memset(out, 0, sizeof(*out));
     if (in->kind == RM_GANG_NONE)
-        return;                                           /* G1 */
-    if (in->job_terminal || in->job_suspended) {          /* G2 */
+        return;                                  /* G1 */
+    if (in->job_terminal || in->job_suspended) { /* G2 */
         out->delete_pg = in->pg_exists && !in->pg_deleting;
         return;
     }
-    if (in->job_invalid)                                  /* G3 */
+    if (in->job_invalid) /* G3 */
         return;
-    if (!in->pg_exists || in->pg_deleting) {              /* G4 */
+    if (!in->pg_exists || in->pg_deleting) { /* G4 */
         out->create_pg = !in->pg_exists;
         out->hold_pods = true;
         return;
@@ -276,28 +279,28 @@ void rm_kueue_decide(const rm_kueue_in *in, rm_kueue_out *out)
 
 static void kueue_decide_act(const rm_kueue_in *in, rm_kueue_out *out)
 {
-    if (in->job_terminal) {                                         /* K1 */
+    if (in->job_terminal) { /* K1 */
         if (in->wl_exists && !in->wl_finished)
             out->act = RM_KUEUE_FINISH;
         return;
     }
-    if (!in->wl_exists) {                                           /* K2 */
+    if (!in->wl_exists) { /* K2 */
         out->act = RM_KUEUE_CREATE_WORKLOAD;
         out->hold_pods = true;
         return;
     }
-    if (in->wl_evicted) {                                           /* K3 */
+    if (in->wl_evicted) { /* K3 */
         if (!in->job_suspended) {
             out->act = RM_KUEUE_SUSPEND;
             out->hold_pods = true;
         } else if (in->template_injected) {
-            out->act = RM_KUEUE_SUSPEND;                            /* restore still pending */
+            out->act = RM_KUEUE_SUSPEND; /* restore still pending */
         } else if (in->active_pods == 0 && in->wl_quota_reserved) {
             out->act = RM_KUEUE_CLEAR_ADMISSION;
         }
         return;
     }
-    if (in->job_suspended && in->wl_admitted) {                     /* K4 */
+    if (in->job_suspended && in->wl_admitted) { /* K4 */
         out->act = RM_KUEUE_RUN;
         out->hold_pods = true;
         return;
@@ -307,7 +310,7 @@ static void kueue_decide_act(const rm_kueue_in *in, rm_kueue_out *out)
         out->hold_pods = true;
         return;
     }
-    if (!in->job_suspended && !in->wl_admitted) {                   /* K5 */
+    if (!in->job_suspended && !in->wl_admitted) { /* K5 */
         out->act = RM_KUEUE_SUSPEND;
         out->hold_pods = true;
     }
@@ -376,15 +379,13 @@ cJSON *rm_kueue_run_patch(const cJSON *job_spec, const cJSON *wl, const cJSON *f
     const cJSON *f, *kv;
     cJSON_ArrayForEach(f, flavors)
     {
-        cJSON_ArrayForEach(kv, rm_json_path(f, "spec.nodeLabels"))
-            if (cJSON_IsString(kv))
-                set_str(ns, kv->string, kv->valuestring);
+        cJSON_ArrayForEach(kv, rm_json_path(f, "spec.nodeLabels")) if (cJSON_IsString(kv))
+            set_str(ns, kv->string, kv->valuestring);
         cJSON_ArrayForEach(kv, rm_json_path(f, "spec.tolerations"))
         {
             bool dup = false;
             const cJSON *t;
-            cJSON_ArrayForEach(t, tol)
-                dup |= cJSON_Compare(t, kv, 1);
+            cJSON_ArrayForEach(t, tol) dup |= cJSON_Compare(t, kv, 1);
             if (!dup)
                 cJSON_AddItemToArray(tol, cJSON_Duplicate(kv, 1));
         }
@@ -417,15 +418,12 @@ cJSON *rm_kueue_restore_patch(const cJSON *job_spec, const cJSON *wl)
     /* merge patch: keys the admission added become null, the Workload's values come back */
     const cJSON *jns = oget(jsp, "nodeSelector"), *wns = oget(wsp, "nodeSelector"), *kv;
     cJSON *ns = cJSON_CreateObject();
-    cJSON_ArrayForEach(kv, jns)
-        if (!oget(wns, kv->string))
-            cJSON_AddNullToObject(ns, kv->string);
-    cJSON_ArrayForEach(kv, wns)
-        cJSON_AddItemToObject(ns, kv->string, cJSON_Duplicate(kv, 1));
+    cJSON_ArrayForEach(kv, jns) if (!oget(wns, kv->string)) cJSON_AddNullToObject(ns, kv->string);
+    cJSON_ArrayForEach(kv, wns) cJSON_AddItemToObject(ns, kv->string, cJSON_Duplicate(kv, 1));
     cJSON *tp = cJSON_AddObjectToObject(cJSON_AddObjectToObject(sp, "template"), "spec");
     if (!(wns && wns->child) && jns) {
         cJSON_Delete(ns);
-        cJSON_AddNullToObject(tp, "nodeSelector");   /* the template had none: remove it whole */
+        cJSON_AddNullToObject(tp, "nodeSelector"); /* the template had none: remove it whole */
     } else if (ns->child) {
         cJSON_AddItemToObject(tp, "nodeSelector", ns);
     } else {

@@ -68,17 +68,17 @@ bool rm_gang_decorate_pod(cJSON *pod, const rm_tj *tj, rm_gang_kind kind, const 
 
 typedef struct rm_gang_in {
     rm_gang_kind kind;
-    bool job_terminal;        /* Succeeded or Failed */
-    bool job_suspended;       /* spec.runPolicy.suspend */
-    bool job_invalid;         /* spec does not validate and never ran: nothing is created */
+    bool job_terminal;  /* Succeeded or Failed */
+    bool job_suspended; /* spec.runPolicy.suspend */
+    bool job_invalid;   /* spec does not validate and never ran: nothing is created */
     bool pg_exists;
-    bool pg_deleting;         /* deletionTimestamp set */
-    const char *pg_phase;     /* status.phase; NULL or "" when none yet */
-    bool pg_differs;          /* rm_gang_podgroup_differs */
+    bool pg_deleting;     /* deletionTimestamp set */
+    const char *pg_phase; /* status.phase; NULL or "" when none yet */
+    bool pg_differs;      /* rm_gang_podgroup_differs */
 } rm_gang_in;
 typedef struct rm_gang_out {
     bool create_pg, update_pg, delete_pg;
-    bool hold_pods;           /* drop CREATE_WORKER actions this pass and look again soon */
+    bool hold_pods; /* drop CREATE_WORKER actions this pass and look again soon */
 } rm_gang_out;
 /* G1 none: nothing. G2 terminal or suspended: delete the PodGroup if it exists (no queue
  * capacity stays reserved: kubeflow/trainer#4033, kuberay#4939), create nothing. G3 invalid:
@@ -100,32 +100,32 @@ cJSON *rm_kueue_workload(const rm_tj *tj, const char *default_image, rm_err *err
 /* What the runtime observed of the Workload. */
 typedef struct rm_kueue_in {
     bool job_terminal, job_succeeded, job_suspended;
-    int active_pods;            /* pods of the job that still exist (Kueue's IsActive) */
+    int active_pods; /* pods of the job that still exist (Kueue's IsActive) */
     bool wl_exists;
-    bool wl_admitted;           /* Admitted=True and status.admission present */
-    bool wl_evicted;            /* Evicted=True */
-    bool wl_finished;           /* Finished=True */
-    bool wl_quota_reserved;     /* QuotaReserved=True or status.admission present */
-    bool template_injected;     /* the job's template/replicas differ from the Workload's */
-    bool count_mismatch;        /* running and admitted, but spec.replicas is not the admitted
+    bool wl_admitted;               /* Admitted=True and status.admission present */
+    bool wl_evicted;                /* Evicted=True */
+    bool wl_finished;               /* Finished=True */
+    bool wl_quota_reserved;         /* QuotaReserved=True or status.admission present */
+    bool template_injected;         /* the job's template/replicas differ from the Workload's */
+    bool count_mismatch;            /* running and admitted, but spec.replicas is not the admitted
                                  * count: the user resized it (rm_kueue_admitted_count) */
-    bool wl_pods_ready;         /* PodsReady=True on the Workload */
-    int ready_pods, admitted_count;   /* the job's ready workers; the admitted count */
+    bool wl_pods_ready;             /* PodsReady=True on the Workload */
+    int ready_pods, admitted_count; /* the job's ready workers; the admitted count */
 } rm_kueue_in;
 typedef enum {
     RM_KUEUE_NOTHING = 0,
-    RM_KUEUE_CREATE_WORKLOAD,   /* and suspend the job (created suspended) */
-    RM_KUEUE_SUSPEND,           /* suspend=true and restore the Workload's template and count */
-    RM_KUEUE_CLEAR_ADMISSION,   /* status: no admission, QuotaReserved=False, Admitted=False, Requeued=True */
-    RM_KUEUE_RUN,               /* merge admitted nodeSelector/tolerations, admitted count, suspend=false */
-    RM_KUEUE_FINISH,            /* status: Finished=True reason Succeeded|Failed */
-    RM_KUEUE_REPLACE,           /* suspend (template restored, the user's replicas kept) and delete
+    RM_KUEUE_CREATE_WORKLOAD, /* and suspend the job (created suspended) */
+    RM_KUEUE_SUSPEND,         /* suspend=true and restore the Workload's template and count */
+    RM_KUEUE_CLEAR_ADMISSION, /* status: no admission, QuotaReserved=False, Admitted=False, Requeued=True */
+    RM_KUEUE_RUN,             /* merge admitted nodeSelector/tolerations, admitted count, suspend=false */
+    RM_KUEUE_FINISH,          /* status: Finished=True reason Succeeded|Failed */
+    RM_KUEUE_REPLACE,         /* suspend (template restored, the user's replicas kept) and delete
                                  * the Workload: the next pass creates one for the new count */
 } rm_kueue_action;
 typedef struct rm_kueue_out {
     rm_kueue_action act;
-    int pods_ready;             /* K7: -1 leave PodsReady alone, 0/1 write it False/True */
-    bool hold_pods;             /* do not reconcile workers this pass (the job is about to change) */
+    int pods_ready; /* K7: -1 leave PodsReady alone, 0/1 write it False/True */
+    bool hold_pods; /* do not reconcile workers this pass (the job is about to change) */
 } rm_kueue_out;
 /* K1 terminal: FINISH once (Workload exists, not Finished); pods are the core's business.
  * K2 no Workload: CREATE_WORKLOAD (+ suspend), hold pods. K3 Evicted: SUSPEND (restore) while
@@ -142,8 +142,7 @@ void rm_kueue_decide(const rm_kueue_in *in, rm_kueue_out *out);
  * set's count), template.spec.nodeSelector merged with every flavor's nodeLabels and
  * template.spec.tolerations extended with theirs. flavors: array of ResourceFlavor objects (may
  * be NULL). job_spec is the job's current spec (borrowed). */
-cJSON *rm_kueue_run_patch(const cJSON *job_spec, const cJSON *workload, const cJSON *flavors,
-                          rm_err *err);
+cJSON *rm_kueue_run_patch(const cJSON *job_spec, const cJSON *workload, const cJSON *flavors, rm_err *err);
 /* The merge patch that suspends the job and restores what RUN injected: suspend true, replicas
  * and template nodeSelector/tolerations back to the Workload's pod set (RestorePodSetsInfo). */
 cJSON *rm_kueue_restore_patch(const cJSON *job_spec, const cJSON *workload);

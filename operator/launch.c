@@ -16,14 +16,37 @@
  * unset (an allreduce job's RINGMASTER_STRATEGY). env_src asserts each setting it makes is listed
  * here unless it is a default the user's value overrides, so a new contract variable cannot be
  * left out. */
-static const char *const ours[] = {
-    RM_ENV_ROLE, RM_ENV_RENDEZVOUS, RM_ENV_JOB, RM_ENV_TOKEN, RM_ENV_WORKER_ID, RM_ENV_EPOCH,
-    RM_ENV_CHECKPOINT_DIR, RM_ENV_CHECKPOINT_INTERVAL, RM_ENV_CHECKPOINT_KEEP,
-    RM_ENV_PROGRESS_DEADLINE, RM_ENV_BIND_ADDR, RM_ENV_BACKEND, RM_ENV_TRAINING, RM_ENV_RANK,
-    RM_ENV_WORLD_SIZE, RM_ENV_LOCAL_RANK, RM_ENV_LOCAL_WORLD_SIZE, RM_ENV_NODE_NAME,
-    RM_ENV_MASTER_ADDR, RM_ENV_MASTER_PORT, RM_ENV_PET_NNODES, RM_ENV_PET_NODE_RANK,
-    RM_ENV_PET_NPROC_PER_NODE, RM_ENV_PET_MASTER_ADDR, RM_ENV_PET_MASTER_PORT,
-    RM_ENV_STRATEGY, RM_ENV_PS_SPEC, RM_ENV_PS_ADDRS, RM_ENV_PS_INDEX, RM_ENV_PARALLELISM, NULL};
+static const char *const ours[] = {RM_ENV_ROLE,
+                                   RM_ENV_RENDEZVOUS,
+                                   RM_ENV_JOB,
+                                   RM_ENV_TOKEN,
+                                   RM_ENV_WORKER_ID,
+                                   RM_ENV_EPOCH,
+                                   RM_ENV_CHECKPOINT_DIR,
+                                   RM_ENV_CHECKPOINT_INTERVAL,
+                                   RM_ENV_CHECKPOINT_KEEP,
+                                   RM_ENV_PROGRESS_DEADLINE,
+                                   RM_ENV_BIND_ADDR,
+                                   RM_ENV_BACKEND,
+                                   RM_ENV_TRAINING,
+                                   RM_ENV_RANK,
+                                   RM_ENV_WORLD_SIZE,
+                                   RM_ENV_LOCAL_RANK,
+                                   RM_ENV_LOCAL_WORLD_SIZE,
+                                   RM_ENV_NODE_NAME,
+                                   RM_ENV_MASTER_ADDR,
+                                   RM_ENV_MASTER_PORT,
+                                   RM_ENV_PET_NNODES,
+                                   RM_ENV_PET_NODE_RANK,
+                                   RM_ENV_PET_NPROC_PER_NODE,
+                                   RM_ENV_PET_MASTER_ADDR,
+                                   RM_ENV_PET_MASTER_PORT,
+                                   RM_ENV_STRATEGY,
+                                   RM_ENV_PS_SPEC,
+                                   RM_ENV_PS_ADDRS,
+                                   RM_ENV_PS_INDEX,
+                                   RM_ENV_PARALLELISM,
+                                   NULL};
 
 bool rm_launch_is_ours(const char *name)
 {
@@ -40,8 +63,8 @@ rm_backend rm_launch_backend(const rm_tj *job, int gpus)
 
 const char *rm_launch_checkpoint_dir(const rm_tj *job, char *buf, size_t cap)
 {
-    const char *cp = job->spec.checkpoint.path && job->spec.checkpoint.path[0]
-                         ? job->spec.checkpoint.path : RM_DEFAULT_CHECKPOINT_PATH;
+    const char *cp = job->spec.checkpoint.path && job->spec.checkpoint.path[0] ? job->spec.checkpoint.path
+                                                                               : RM_DEFAULT_CHECKPOINT_PATH;
     rm_sfmt(buf, cap, "%s/%s/%s", cp, job->namespace_ ? job->namespace_ : "default",
             job->name ? job->name : "");
     return buf;
@@ -86,10 +109,9 @@ static char *take(builder *b, int n, int cap, const char *fmt, va_list ap)
 
 /* user_wins: a default the user's own value overrides (rm_launch_var.user_wins); anything else
  * must be in ours[]. */
-static void env_any(builder *b, const char *name, rm_launch_src src, bool user_wins,
-                    const char *fmt, ...) RM_PRINTF(5, 6);
-static void env_any(builder *b, const char *name, rm_launch_src src, bool user_wins,
-                    const char *fmt, ...)
+static void env_any(builder *b, const char *name, rm_launch_src src, bool user_wins, const char *fmt, ...)
+    RM_PRINTF(5, 6);
+static void env_any(builder *b, const char *name, rm_launch_src src, bool user_wins, const char *fmt, ...)
 {
     assert(user_wins || rm_launch_is_ours(name));
     va_list ap;
@@ -116,8 +138,7 @@ static void arg(builder *b, const char *fmt, ...)
         b->l->args[b->l->nargs++] = v;
 }
 
-const char *rm_launch_ps_addrs(const rm_tj *job, const rm_launch_placement *p, char *buf,
-                               size_t cap)
+const char *rm_launch_ps_addrs(const rm_tj *job, const rm_launch_placement *p, char *buf, size_t cap)
 {
     if (p->ps_addrs) {
         rm_sfmt(buf, cap, "%s", p->ps_addrs);
@@ -126,8 +147,8 @@ const char *rm_launch_ps_addrs(const rm_tj *job, const rm_launch_placement *p, c
     size_t n = 0;
     buf[0] = 0;
     for (int i = 0; i < job->spec.ps.replicas && n + 1 < cap; i++) {
-        int w = snprintf(buf + n, cap - n, "%s%s-ps-%d.%s:%d", i ? "," : "", job->name, i,
-                         job->name, RM_PORT_PS);
+        int w =
+            snprintf(buf + n, cap - n, "%s%s-ps-%d.%s:%d", i ? "," : "", job->name, i, job->name, RM_PORT_PS);
         if (w < 0)
             break;
         n += (size_t)w;
@@ -153,8 +174,7 @@ static void ps_env(builder *b, const rm_tj *job, const rm_launch_placement *p)
     }
 }
 
-int rm_launch_build_ps(const rm_tj *job, int index, const rm_launch_placement *p, rm_launch *out,
-                       rm_err *err)
+int rm_launch_build_ps(const rm_tj *job, int index, const rm_launch_placement *p, rm_launch *out, rm_err *err)
 {
     if (!out)
         return rm_errf(err, RM_EINVAL, "launch: no output");
@@ -181,7 +201,7 @@ int rm_launch_build_ps(const rm_tj *job, int index, const rm_launch_placement *p
     }
     ENV(&b, RM_ENV_ROLE, "ps");
     ENV(&b, RM_ENV_PS_INDEX, "%d", index);
-    if (p->rdzv_url && *p->rdzv_url)   /* servers register their address there (rdzv.h) */
+    if (p->rdzv_url && *p->rdzv_url) /* servers register their address there (rdzv.h) */
         ENV(&b, RM_ENV_RENDEZVOUS, "%s", p->rdzv_url);
     ENV(&b, RM_ENV_JOB, "%s/%s", job->namespace_ ? job->namespace_ : "default", job->name);
     if (p->token)
@@ -215,8 +235,8 @@ int rm_launch_build_ps(const rm_tj *job, int index, const rm_launch_placement *p
     return RM_OK;
 }
 
-int rm_launch_build(const rm_tj *job, int index, int epoch, const rm_launch_placement *p,
-                    rm_launch *out, rm_err *err)
+int rm_launch_build(const rm_tj *job, int index, int epoch, const rm_launch_placement *p, rm_launch *out,
+                    rm_err *err)
 {
     if (!out)
         return rm_errf(err, RM_EINVAL, "launch: no output");
@@ -224,8 +244,7 @@ int rm_launch_build(const rm_tj *job, int index, int epoch, const rm_launch_plac
     if (!job || !p || !job->name || !p->rdzv_url)
         return rm_errf(err, RM_EINVAL, "launch: job, name and rendezvous URL are required");
     if (index < 0 || index >= RM_MAX_WORLD)
-        return rm_errf(err, RM_EINVAL, "launch: replica index %d out of range [0, %d)", index,
-                       RM_MAX_WORLD);
+        return rm_errf(err, RM_EINVAL, "launch: replica index %d out of range [0, %d)", index, RM_MAX_WORLD);
     const rm_tj_spec *sp = &job->spec;
     const char *ns = job->namespace_ ? job->namespace_ : "default";
     builder b = {.l = out, .rc = RM_OK};
@@ -276,7 +295,7 @@ int rm_launch_build(const rm_tj *job, int index, int epoch, const rm_launch_plac
     ENV(&b, RM_ENV_JOB, "%s/%s", ns, job->name);
     if (p->token)
         ENV(&b, RM_ENV_TOKEN, "%s", p->token);
-    else   /* the token comes from the job's Secret, never inline */
+    else /* the token comes from the job's Secret, never inline */
         env_src(&b, RM_ENV_TOKEN, RM_LAUNCH_SECRET, "%s-rendezvous", job->name);
     if (p->bind_addr)
         ENV(&b, RM_ENV_BIND_ADDR, "%s", p->bind_addr);
@@ -306,7 +325,7 @@ int rm_launch_build(const rm_tj *job, int index, int epoch, const rm_launch_plac
     }
     if (sp->strategy == RM_STRATEGY_PS)
         ps_env(&b, job, p);
-    if (sp->par.pipeline_stages > 1 || sp->par.micro_batches > 1) {   /* pipeline stages */
+    if (sp->par.pipeline_stages > 1 || sp->par.micro_batches > 1) { /* pipeline stages */
         cJSON *po = b.rc ? NULL : rm_par_to_json(&sp->par);
         char *js = po ? cJSON_PrintUnformatted(po) : NULL;
         cJSON_Delete(po);

@@ -27,41 +27,41 @@
 
 typedef enum {
     RM_LAUNCH_LITERAL = 0,
-    RM_LAUNCH_SECRET,    /* value = Secret name; key "token" */
-    RM_LAUNCH_FIELD,     /* value = Downward-API fieldPath */
+    RM_LAUNCH_SECRET, /* value = Secret name; key "token" */
+    RM_LAUNCH_FIELD,  /* value = Downward-API fieldPath */
 } rm_launch_src;
 
 typedef struct rm_launch_var {
-    const char *name;    /* static (common/worker_env.h) */
-    char *value;         /* owned */
+    const char *name; /* static (common/worker_env.h) */
+    char *value;      /* owned */
     rm_launch_src src;
-    bool user_wins;      /* a default (the GPU/NCCL settings): a value the user already
+    bool user_wins; /* a default (the GPU/NCCL settings): a value the user already
                           * set (template env, the runner's environment) is kept, not replaced */
 } rm_launch_var;
 
 typedef struct rm_launch {
     rm_launch_var env[RM_LAUNCH_MAX_ENV];
     int nenv;
-    char *args[RM_LAUNCH_MAX_ARGS];   /* owned; after the binary: "train", "--metrics-addr", ... */
+    char *args[RM_LAUNCH_MAX_ARGS]; /* owned; after the binary: "train", "--metrics-addr", ... */
     int nargs;
 } rm_launch;
 
 /* Where the worker runs: everything a runtime decides. Borrowed during rm_launch_build. */
 typedef struct rm_launch_placement {
-    const char *rdzv_url;        /* "http://127.0.0.1:PORT" */
-    const char *token;           /* literal token; NULL = from the Secret "<job>-rendezvous" */
-    const char *bind_addr;       /* literal; NULL = the pod IP (fieldRef status.podIP) */
-    const char *node_name;       /* literal; NULL = the pod's node (fieldRef spec.nodeName) */
-    const char *master_host;     /* MASTER_ADDR; NULL = "<job>-worker-0.<job>" (headless Service) */
-    const char *checkpoint_dir;  /* NULL = rm_launch_checkpoint_dir(job) */
-    const char *metrics_host;    /* host part of --metrics-addr; NULL = "$(RINGMASTER_BIND_ADDR)" */
-    int metrics_port;            /* < 0 = RM_PORT_WORKER_METRICS; 0 = any free port */
-    int workers_per_node;        /* 1 (a pod per node slot): LOCAL_RANK 0, LOCAL_WORLD_SIZE 1;
+    const char *rdzv_url;       /* "http://127.0.0.1:PORT" */
+    const char *token;          /* literal token; NULL = from the Secret "<job>-rendezvous" */
+    const char *bind_addr;      /* literal; NULL = the pod IP (fieldRef status.podIP) */
+    const char *node_name;      /* literal; NULL = the pod's node (fieldRef spec.nodeName) */
+    const char *master_host;    /* MASTER_ADDR; NULL = "<job>-worker-0.<job>" (headless Service) */
+    const char *checkpoint_dir; /* NULL = rm_launch_checkpoint_dir(job) */
+    const char *metrics_host;   /* host part of --metrics-addr; NULL = "$(RINGMASTER_BIND_ADDR)" */
+    int metrics_port;           /* < 0 = RM_PORT_WORKER_METRICS; 0 = any free port */
+    int workers_per_node;       /* 1 (a pod per node slot): LOCAL_RANK 0, LOCAL_WORLD_SIZE 1;
                                   * > 1 (every worker on this machine): LOCAL_RANK = index */
-    int gpus;                    /* GPUs each worker gets (for backend auto); 0 = CPU. > 0 also
+    int gpus;                   /* GPUs each worker gets (for backend auto); 0 = CPU. > 0 also
                                   * adds the NCCL defaults (common/worker_env.h), user_wins */
-    const char *net_ifname;      /* NCCL_SOCKET_IFNAME with GPUs; NULL = RM_POD_NET_IFNAME */
-    const char *log_format;      /* "text" | "json" passed as --log-format; NULL = not passed */
+    const char *net_ifname;     /* NCCL_SOCKET_IFNAME with GPUs; NULL = RM_POD_NET_IFNAME */
+    const char *log_format;     /* "text" | "json" passed as --log-format; NULL = not passed */
     /* spec.strategy parameterServer: the servers' "host:port,..." in index order; NULL = the
      * cluster's "<job>-ps-<i>.<job>:29600" (headless Service names) */
     const char *ps_addrs;
@@ -70,8 +70,8 @@ typedef struct rm_launch_placement {
 /* Build the settings of worker `index` created for `epoch`. job must be defaulted (rm_tj_defaults).
  * Returns RM_OK, RM_EINVAL (bad argument, err says which), RM_ENOMEM, RM_ETOOBIG (more settings
  * than the arrays hold: a programming error). On error *out is freed and zeroed. */
-int rm_launch_build(const rm_tj *job, int index, int epoch, const rm_launch_placement *p,
-                    rm_launch *out, rm_err *err);
+int rm_launch_build(const rm_tj *job, int index, int epoch, const rm_launch_placement *p, rm_launch *out,
+                    rm_err *err);
 void rm_launch_free(rm_launch *l);
 /* The settings of parameter server `index` (spec.strategy parameterServer): `ringmaster-worker ps`
  * with RINGMASTER_ROLE=ps, RINGMASTER_PS_INDEX and what a server needs of the contract (token,
@@ -80,8 +80,7 @@ void rm_launch_free(rm_launch *l);
 int rm_launch_build_ps(const rm_tj *job, int index, const rm_launch_placement *p, rm_launch *out,
                        rm_err *err);
 /* The servers' address list for placement p into buf ("h:p,..."); returns buf. */
-const char *rm_launch_ps_addrs(const rm_tj *job, const rm_launch_placement *p, char *buf,
-                               size_t cap);
+const char *rm_launch_ps_addrs(const rm_tj *job, const rm_launch_placement *p, char *buf, size_t cap);
 
 /* The variable `name`, or NULL. Borrowed from l. */
 const rm_launch_var *rm_launch_find(const rm_launch *l, const char *name);

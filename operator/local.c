@@ -45,13 +45,14 @@
 
 extern char **environ;
 
-#define MAXW 256                 /* local runs: plenty */
+#define MAXW 256 /* local runs: plenty */
 #define PROBE_EVERY_S 1.0
 #define PROBE_TIMEOUT_MS 300
 #define ACC_EVERY_S 2.0
-#define SETTLE_S 5.0             /* elastic: close a short round only after 5 s without joins, so slow
+#define SETTLE_S \
+    5.0                   /* elastic: close a short round only after 5 s without joins, so slow
                                   * starters on a loaded machine do not force an extra resize */
-#define FINISH_WAIT_S 5.0        /* after the job ended: let workers exit on their own first */
+#define FINISH_WAIT_S 5.0 /* after the job ended: let workers exit on their own first */
 #define MAX_PASSES 4
 
 typedef struct wslot {
@@ -63,7 +64,7 @@ typedef struct wslot {
     int exit_code;
     char reason[32];
     bool ready;
-    bool up;                /* its metrics server answered once: listed for service discovery */
+    bool up; /* its metrics server answered once: listed for service discovery */
     double last_probe;
     int metrics_port;
 } wslot;
@@ -86,8 +87,8 @@ typedef struct local {
     rm_http_blob *sd;
     rm_health *health;
     int mport;
-    rm_series *m_created, *m_succeeded, *m_failed, *m_restarted, *m_restarts, *m_recovery,
-        *m_ready, *m_desired, *m_epoch, *m_step;
+    rm_series *m_created, *m_succeeded, *m_failed, *m_restarted, *m_restarts, *m_recovery, *m_ready,
+        *m_desired, *m_epoch, *m_step;
     wslot w[MAXW];
     int create_failures[MAXW];
     int incarnations[MAXW];
@@ -105,7 +106,7 @@ typedef struct local {
     rm_rdzv_state snap;
     /* parameter servers (spec.strategy parameterServer; the rules: operator/ps_reconcile.h) */
     struct {
-        pid_t pid;              /* 0: none */
+        pid_t pid; /* 0: none */
         bool exited;
         int port, mport, incarnation;
     } ps[RM_PS_MAX_SERVERS];
@@ -141,8 +142,10 @@ int rm_local_worker_bin(char *buf, size_t cap, rm_err *err)
         snprintf(buf, cap, "%s/ringmaster-worker", self);
     }
     if (access(buf, X_OK) != 0)
-        return rm_errf(err, RM_ENOTFOUND, "worker binary %s: %s (build it with `make`, or set "
-                       "RINGMASTER_WORKER_BIN)", buf, strerror(errno));
+        return rm_errf(err, RM_ENOTFOUND,
+                       "worker binary %s: %s (build it with `make`, or set "
+                       "RINGMASTER_WORKER_BIN)",
+                       buf, strerror(errno));
     return RM_OK;
 }
 
@@ -155,8 +158,7 @@ static int free_port(void)
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     socklen_t len = sizeof a;
     int port = 0;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &len) == 0)
+    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && getsockname(fd, (struct sockaddr *)&a, &len) == 0)
         port = ntohs(a.sin_port);
     close(fd);
     return port;
@@ -172,7 +174,7 @@ static void random_token(char out[65])
         got = n > 0 ? (size_t)n : 0;
         close(fd);
     }
-    for (size_t i = got; i < sizeof b; i++)   /* fallback: never an empty token */
+    for (size_t i = got; i < sizeof b; i++) /* fallback: never an empty token */
         b[i] = (unsigned char)(rand() ^ (int)getpid() ^ (int)(rm_wall() * 1e6));
     for (size_t i = 0; i < sizeof b; i++)
         snprintf(out + 2 * i, 3, "%02x", b[i]);
@@ -222,7 +224,8 @@ static int metrics_setup(local *l, rm_err *err)
     l->m_restarts = rm_metric_with2(f, ns, nm);
     FAM(histogram, "ringmaster_recovery_seconds",
         "From failure detection to the group training again (next closed rendezvous round and "
-        "its first report).", job_l, rec_b, RM_ARRAY_LEN(rec_b));
+        "its first report).",
+        job_l, rec_b, RM_ARRAY_LEN(rec_b));
     l->m_recovery = rm_metric_with2(f, ns, nm);
     FAM(gauge, "ringmaster_workers_ready", "Workers running and passing /healthz.", job_l);
     l->m_ready = rm_metric_with2(f, ns, nm);
@@ -361,8 +364,8 @@ static bool env_is_ours(const char *kv)
     return rm_launch_is_ours(name);
 }
 
-int rm_local_node_name(const char *host, const char *nodes, int index, int replicas, char *buf,
-                       size_t cap, rm_err *err)
+int rm_local_node_name(const char *host, const char *nodes, int index, int replicas, char *buf, size_t cap,
+                       rm_err *err)
 {
     if (!host || !*host)
         host = "localhost";
@@ -373,29 +376,37 @@ int rm_local_node_name(const char *host, const char *nodes, int index, int repli
     char *end = NULL;
     long n = strtol(nodes, &end, 10);
     if (*end || n < 1 || n > replicas || replicas < 1)
-        return rm_err_field(err, RM_EINVAL, RM_ENV_RUN_NODES, "must be a whole number of fake nodes "
-                            "from 1 to spec.replicas (%d), got \"%.32s\"", replicas, nodes);
+        return rm_err_field(err, RM_EINVAL, RM_ENV_RUN_NODES,
+                            "must be a whole number of fake nodes "
+                            "from 1 to spec.replicas (%d), got \"%.32s\"",
+                            replicas, nodes);
     rm_sfmt(buf, cap, "%s-n%ld", host, (long)index * n / replicas);
     return RM_OK;
 }
 
-int rm_local_launch(const rm_tj *job, int index, int epoch, const rm_local_where *w,
-                    rm_launch *out, rm_err *err)
+int rm_local_launch(const rm_tj *job, int index, int epoch, const rm_local_where *w, rm_launch *out,
+                    rm_err *err)
 {
     char url[64];
     rm_sfmt(url, sizeof url, "http://127.0.0.1:%d", w->rdzv_port);
     rm_launch_placement p = {
-        .rdzv_url = url, .token = w->token, .bind_addr = "127.0.0.1",
-        .node_name = w->node_name ? w->node_name : "localhost", .master_host = "127.0.0.1",
-        .checkpoint_dir = w->checkpoint_dir, .metrics_host = "127.0.0.1",
+        .rdzv_url = url,
+        .token = w->token,
+        .bind_addr = "127.0.0.1",
+        .node_name = w->node_name ? w->node_name : "localhost",
+        .master_host = "127.0.0.1",
+        .checkpoint_dir = w->checkpoint_dir,
+        .metrics_host = "127.0.0.1",
         .metrics_port = w->metrics_port,
         /* every worker shares this machine: torchrun's local view is the whole job */
-        .workers_per_node = job->spec.replicas, .gpus = 0,
+        .workers_per_node = job->spec.replicas,
+        .gpus = 0,
         .log_format = job->spec.training.mode == RM_MODE_BENCH ? NULL
-                      : w->log_format ? w->log_format : "text",
+                      : w->log_format                          ? w->log_format
+                                                               : "text",
         .ps_addrs = w->ps_addrs,
     };
-    if (index < 0)   /* a parameter server: -1 - its index */
+    if (index < 0) /* a parameter server: -1 - its index */
         return rm_launch_build_ps(job, -1 - index, &p, out, err);
     return rm_launch_build(job, index, epoch, &p, out, err);
 }
@@ -407,8 +418,8 @@ void rm_local_strv_free(char **v)
     free(v);
 }
 
-int rm_local_render(const rm_launch *ln, const char *bin, char *const *base, char ***argv,
-                    char ***envp, rm_err *err)
+int rm_local_render(const rm_launch *ln, const char *bin, char *const *base, char ***argv, char ***envp,
+                    rm_err *err)
 {
     strv av = {0}, ev = {0};
     *argv = *envp = NULL;
@@ -419,7 +430,7 @@ int rm_local_render(const rm_launch *ln, const char *bin, char *const *base, cha
         if (!env_is_ours(*e))
             strv_add(&ev, "%s", *e);
     for (int i = 0; i < ln->nenv; i++) {
-        bool user_set = false;   /* a default the runner's environment already sets */
+        bool user_set = false; /* a default the runner's environment already sets */
         for (char *const *e = base; ln->env[i].user_wins && e && *e; e++) {
             size_t nl = strlen(ln->env[i].name);
             user_set |= strncmp(*e, ln->env[i].name, nl) == 0 && (*e)[nl] == '=';
@@ -429,8 +440,7 @@ int rm_local_render(const rm_launch *ln, const char *bin, char *const *base, cha
         if (ln->env[i].src != RM_LAUNCH_LITERAL) {
             strv_free(&av);
             strv_free(&ev);
-            return rm_errf(err, RM_EINVAL, "%s: a local process needs a literal value",
-                           ln->env[i].name);
+            return rm_errf(err, RM_EINVAL, "%s: a local process needs a literal value", ln->env[i].name);
         }
         strv_add(&ev, "%s=%s", ln->env[i].name, ln->env[i].value);
     }
@@ -446,15 +456,19 @@ int rm_local_render(const rm_launch *ln, const char *bin, char *const *base, cha
 
 /* fork/exec one process of the job (a worker, or a server when idx < 0: -1 - its index) in its
  * own process group, output appended to logpath; *out gets its pid. */
-static int spawn_exec(local *l, int idx, int epoch, int port, const char *logpath,
-                      const char *banner, pid_t *out, rm_err *err)
+static int spawn_exec(local *l, int idx, int epoch, int port, const char *logpath, const char *banner,
+                      pid_t *out, rm_err *err)
 {
     char node[300];
-    RM_CHECK(rm_local_node_name(l->hostname, getenv(RM_ENV_RUN_NODES), idx, l->job->spec.replicas,
-                                node, sizeof node, err));
+    RM_CHECK(rm_local_node_name(l->hostname, getenv(RM_ENV_RUN_NODES), idx, l->job->spec.replicas, node,
+                                sizeof node, err));
     rm_local_where where = {
-        .rdzv_port = l->rdzv_port, .token = l->token, .checkpoint_dir = l->o->checkpoint_dir,
-        .metrics_port = port, .log_format = l->o->worker_log_format, .node_name = node,
+        .rdzv_port = l->rdzv_port,
+        .token = l->token,
+        .checkpoint_dir = l->o->checkpoint_dir,
+        .metrics_port = port,
+        .log_format = l->o->worker_log_format,
+        .node_name = node,
         .ps_addrs = l->ps_addrs[0] ? l->ps_addrs : NULL,
     };
     rm_launch ln;
@@ -540,8 +554,8 @@ static int spawn(local *l, int idx, int epoch, rm_err *err)
     w->incarnation = l->incarnations[idx];
     w->created_at = rm_wall();
     w->metrics_port = l->bench ? 0 : port;
-    rm_info("worker started index=%d pid=%d epoch=%d incarnation=%d metrics=127.0.0.1:%d", idx,
-            (int)pid, epoch, w->incarnation, w->metrics_port);
+    rm_info("worker started index=%d pid=%d epoch=%d incarnation=%d metrics=127.0.0.1:%d", idx, (int)pid,
+            epoch, w->incarnation, w->metrics_port);
     return RM_OK;
 }
 
@@ -563,7 +577,8 @@ static int ps_spawn(local *l, int i, rm_err *err)
     l->ps[i].mport = mport;
     l->ps[i].incarnation++;
     rm_info("parameter server started index=%d pid=%d port=%d incarnation=%d "
-            "metrics=127.0.0.1:%d", i, (int)pid, l->ps[i].port, l->ps[i].incarnation, mport);
+            "metrics=127.0.0.1:%d",
+            i, (int)pid, l->ps[i].port, l->ps[i].incarnation, mport);
     return RM_OK;
 }
 
@@ -575,7 +590,8 @@ static void ps_reconcile(local *l)
         return;
     rm_ps_observed obs[RM_PS_MAX_SERVERS];
     for (int i = 0; i < S; i++)
-        obs[i] = (rm_ps_observed){.exists = l->ps[i].pid > 0, .finished = l->ps[i].exited,
+        obs[i] = (rm_ps_observed){.exists = l->ps[i].pid > 0,
+                                  .finished = l->ps[i].exited,
                                   .ready = l->ps[i].pid > 0 && !l->ps[i].exited};
     rm_ps_action act[2 * RM_PS_MAX_SERVERS];
     int ready = 0;
@@ -585,8 +601,10 @@ static void ps_reconcile(local *l)
         rm_err e = {0};
         if (act[k].kind == RM_PS_ACT_CREATE) {
             if (act[k].replace)
-                say(l, "ringmaster: parameter server %d exited; replacing it (it restores its "
-                    "shard from its checkpoint)\n", i);
+                say(l,
+                    "ringmaster: parameter server %d exited; replacing it (it restores its "
+                    "shard from its checkpoint)\n",
+                    i);
             if (ps_spawn(l, i, &e) != RM_OK)
                 rm_error("parameter server %d: cannot start err=\"%s\"", i, e.msg);
         } else if (l->ps[i].pid > 0 && !l->ps[i].exited) {
@@ -687,8 +705,8 @@ static void reap(local *l)
                 w->used = false;
             } else {
                 if (w->exit_code)
-                    rm_warn("worker exited index=%d pid=%d code=%d reason=\"%s\"", i, (int)pid,
-                            w->exit_code, w->reason);
+                    rm_warn("worker exited index=%d pid=%d code=%d reason=\"%s\"", i, (int)pid, w->exit_code,
+                            w->reason);
                 else
                     rm_info("worker exited index=%d pid=%d code=0", i, (int)pid);
             }
@@ -748,8 +766,8 @@ static void probe(local *l, double now)
         snprintf(url, sizeof url, "http://127.0.0.1:%d/metrics", l->w[first].metrics_port);
         rm_httpc_resp r = {0};
         rm_err e = {0};
-        if (rm_httpc_do(l->probe, "GET", url, NULL, NULL, 0, PROBE_TIMEOUT_MS, 1 << 20, &r, &e) ==
-                RM_OK && r.status == 200 && r.body) {
+        if (rm_httpc_do(l->probe, "GET", url, NULL, NULL, 0, PROBE_TIMEOUT_MS, 1 << 20, &r, &e) == RM_OK &&
+            r.status == 200 && r.body) {
             const char *key = "\nringmaster_worker_test_accuracy";
             const char *p = strstr(r.body, key);
             if (p) {
@@ -823,8 +841,10 @@ static int op_create(void *rt, int index, int epoch, rm_err *err)
         return RM_OK;
     /* RINGMASTER_FAULT ...:node=lost: this replica's "node" is gone (common/faults.h) */
     int rc = rm_faults_index_lost(l->o->checkpoint_dir, index)
-                 ? rm_errf(err, RM_EUNSUPPORTED, "worker %d cannot start: its node is lost "
-                           "(RINGMASTER_FAULT node=lost)", index)
+                 ? rm_errf(err, RM_EUNSUPPORTED,
+                           "worker %d cannot start: its node is lost "
+                           "(RINGMASTER_FAULT node=lost)",
+                           index)
                  : spawn(l, index, epoch, err);
     if (rc != RM_OK) {
         l->create_failures[index]++;
@@ -843,7 +863,7 @@ static int op_delete(void *rt, int index, bool force, const char *why, rm_err *e
         return RM_OK;
     wslot *w = &l->w[index];
     if (w->exited) {
-        w->used = false;   /* already reaped: the index is Missing now */
+        w->used = false; /* already reaped: the index is Missing now */
         return RM_APPLY_AGAIN;
     }
     double now = rm_wall();
@@ -907,8 +927,12 @@ static int op_event(void *rt, bool warning, const char *reason, const char *mess
 
 /* No DELETE_JOB: a local job is not an object anyone stores (ttl does not apply). */
 static const rm_runtime_ops local_ops = {
-    .create_worker = op_create, .delete_worker = op_delete, .restart_group = op_restart,
-    .set_rdzv = op_set_rdzv, .stop_rdzv = op_stop_rdzv, .event = op_event,
+    .create_worker = op_create,
+    .delete_worker = op_delete,
+    .restart_group = op_restart,
+    .set_rdzv = op_set_rdzv,
+    .stop_rdzv = op_stop_rdzv,
+    .event = op_event,
 };
 
 static void recovery_check(local *l);
@@ -947,8 +971,13 @@ static void reconcile_passes(local *l, double now)
         bool have = rm_rdzv_snapshot(l->rdzv, l->jobkey, &l->snap) == RM_OK;
         int n = build_obs(l, obs);
         rm_reconcile_in in = {
-            .job = l->job, .workers = obs, .nworkers = (size_t)n, .rdzv = have ? &l->snap : NULL,
-            .rdzv_desired = l->rdzv_desired, .rdzv_min = l->rdzv_min, .now = now,
+            .job = l->job,
+            .workers = obs,
+            .nworkers = (size_t)n,
+            .rdzv = have ? &l->snap : NULL,
+            .rdzv_desired = l->rdzv_desired,
+            .rdzv_min = l->rdzv_min,
+            .now = now,
             .opts = &l->ropts,
         };
         rm_reconcile_out out = {.actions = l->acts, .cap = l->cap};
@@ -986,8 +1015,10 @@ static void recovery_check(local *l)
             r->trained_world);
     if (l->o->on_event) {
         char m[160];
-        snprintf(m, sizeof m, "group training again at epoch %d with %d workers, %.2f s after the "
-                 "failure was detected", r->trained_epoch, r->trained_world, rec);
+        snprintf(m, sizeof m,
+                 "group training again at epoch %d with %d workers, %.2f s after the "
+                 "failure was detected",
+                 r->trained_epoch, r->trained_world, rec);
         l->o->on_event(l->o->ud, false, "Recovered", m);
     }
     if (l->res->recoveries < RM_LOCAL_MAX_RECOVERIES)
@@ -1012,8 +1043,11 @@ static void tick_view(local *l, double now)
     if (!l->o->on_tick)
         return;
     const rm_tj_spec *sp = &l->job->spec;
-    rm_local_view v = {.job = l->job, .now = now, .started = l->started,
-                       .desired = sp->replicas, .test_accuracy = l->test_acc > 0 ? l->test_acc : -1};
+    rm_local_view v = {.job = l->job,
+                       .now = now,
+                       .started = l->started,
+                       .desired = sp->replicas,
+                       .test_accuracy = l->test_acc > 0 ? l->test_acc : -1};
     for (int i = 0; i < MAXW; i++) {
         if (!l->w[i].used || l->w[i].exited)
             continue;
@@ -1069,7 +1103,7 @@ static void stop_all(local *l, double grace)
             w->kill_at = now + grace;
         }
     }
-    double give_up = now + grace + 10;   /* a process stuck in D state must not hang us */
+    double give_up = now + grace + 10; /* a process stuck in D state must not hang us */
     while (alive_count(l) > 0) {
         reap(l);
         now = rm_wall();
@@ -1077,8 +1111,7 @@ static void stop_all(local *l, double grace)
         if (alive_count(l) == 0)
             break;
         if (now > give_up) {
-            rm_error("workers still alive after SIGKILL; giving up on them alive=%d",
-                     alive_count(l));
+            rm_error("workers still alive after SIGKILL; giving up on them alive=%d", alive_count(l));
             break;
         }
         if (l->o->stop_signal && *l->o->stop_signal == SIGKILL) {
@@ -1124,32 +1157,33 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
     l->human = o->human ? o->human : stderr;
     l->bench = job->spec.training.mode == RM_MODE_BENCH;
     if (job->spec.replicas > MAXW) {
-        rc = rm_err_field(err, RM_EINVAL, "spec.replicas", "at most %d workers on one machine",
-                          MAXW);
+        rc = rm_err_field(err, RM_EINVAL, "spec.replicas", "at most %d workers on one machine", MAXW);
         goto out;
     }
-    snprintf(l->jobkey, sizeof l->jobkey, "%s/%s",
-             job->namespace_ ? job->namespace_ : "default", job->name);
+    snprintf(l->jobkey, sizeof l->jobkey, "%s/%s", job->namespace_ ? job->namespace_ : "default", job->name);
     RM_CHECK_GOTO(rm_local_worker_bin(l->worker_bin, sizeof l->worker_bin, err), rc, out);
     RM_CHECK_GOTO(rm_fs_mkdir_p(o->run_dir, err), rc, out);
     RM_CHECK_GOTO(rm_fs_mkdir_p(o->checkpoint_dir, err), rc, out);
     if (job->spec.backend == RM_BACKEND_NCCL || job->spec.training.precision != RM_PREC_FP32) {
         /* GPU-only settings: local workers are CPU processes */
-        say(l, "ringmaster: note: local workers run on the CPU: backend %s -> ring, precision "
+        say(l,
+            "ringmaster: note: local workers run on the CPU: backend %s -> ring, precision "
             "%s -> fp32 (the cluster runs the manifest as written)\n",
             rm_backend_name(job->spec.backend),
-            job->spec.training.precision == RM_PREC_BF16 ? "bf16"
-            : job->spec.training.precision == RM_PREC_FP16 ? "fp16" : "fp32");
+            job->spec.training.precision == RM_PREC_BF16   ? "bf16"
+            : job->spec.training.precision == RM_PREC_FP16 ? "fp16"
+                                                           : "fp32");
         job->spec.training.precision = RM_PREC_FP32;
         if (job->spec.backend == RM_BACKEND_NCCL)
-            job->spec.backend = RM_BACKEND_RING;   /* said above; resolved below as for pods */
+            job->spec.backend = RM_BACKEND_RING; /* said above; resolved below as for pods */
     }
     if (gethostname(l->hostname, sizeof l->hostname - 1) != 0 || !l->hostname[0])
         snprintf(l->hostname, sizeof l->hostname, "localhost");
-    {   /* fake nodes (RINGMASTER_RUN_NODES): a bad value stops the run here, not every spawn */
+    { /* fake nodes (RINGMASTER_RUN_NODES): a bad value stops the run here, not every spawn */
         char node[300];
-        RM_CHECK_GOTO(rm_local_node_name(l->hostname, getenv(RM_ENV_RUN_NODES), 0,
-                                         job->spec.replicas, node, sizeof node, err), rc, out);
+        RM_CHECK_GOTO(rm_local_node_name(l->hostname, getenv(RM_ENV_RUN_NODES), 0, job->spec.replicas, node,
+                                         sizeof node, err),
+                      rc, out);
     }
     random_token(l->token);
     rm_reconcile_opts_default(&l->ropts);
@@ -1182,13 +1216,12 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
                 rc = rm_errf(err, RM_EIO, "no free port for parameter server %d", i);
                 goto out;
             }
-            n += (size_t)snprintf(l->ps_addrs + n, sizeof l->ps_addrs - n, "%s127.0.0.1:%d",
-                                  i ? "," : "", l->ps[i].port);
+            n += (size_t)snprintf(l->ps_addrs + n, sizeof l->ps_addrs - n, "%s127.0.0.1:%d", i ? "," : "",
+                                  l->ps[i].port);
         }
-        ps_reconcile(l);   /* the servers first: workers retry until they answer */
-        say(l, "ringmaster: %d parameter servers (%s, logs %s/ps-<i>.log): %s\n",
-            job->spec.ps.replicas, rm_ps_mode_names[job->spec.ps.mode == RM_PS_ASYNC],
-            o->run_dir, l->ps_addrs);
+        ps_reconcile(l); /* the servers first: workers retry until they answer */
+        say(l, "ringmaster: %d parameter servers (%s, logs %s/ps-<i>.log): %s\n", job->spec.ps.replicas,
+            rm_ps_mode_names[job->spec.ps.mode == RM_PS_ASYNC], o->run_dir, l->ps_addrs);
     }
 
     say(l, "ringmaster: job %s: %d workers, backend %s%s\n", l->jobkey, job->spec.replicas,
@@ -1196,8 +1229,10 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
     say(l, "  checkpoints: %s\n", o->checkpoint_dir);
     say(l, "  worker logs: %s/worker-<i>.log\n", o->run_dir);
     say(l, "  rendezvous:  http://127.0.0.1:%d\n", l->rdzv_port);
-    say(l, "  metrics:     http://127.0.0.1:%d/metrics   Prometheus http_sd: "
-        "http://127.0.0.1:%d/sd   file_sd: %s/file_sd.json\n", l->mport, l->mport, o->run_dir);
+    say(l,
+        "  metrics:     http://127.0.0.1:%d/metrics   Prometheus http_sd: "
+        "http://127.0.0.1:%d/sd   file_sd: %s/file_sd.json\n",
+        l->mport, l->mport, o->run_dir);
 
     l->started = rm_wall();
     double tick = o->tick_s > 0 ? o->tick_s : 0.2;
@@ -1235,7 +1270,7 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
     ps_stop_all(l, o->term_grace_s > 0 ? o->term_grace_s : 15);
     rm_rdzv_job_stop(l->rdzv, l->jobkey);
     update_gauges(l);
-    {   /* the last scrape, kept with the logs: a finished run's numbers stay readable */
+    { /* the last scrape, kept with the logs: a finished run's numbers stay readable */
         size_t len = 0;
         char *text = rm_metrics_render(l->reg, &len);
         if (text) {

@@ -32,39 +32,39 @@
 
 /* What the progress display needs, once per tick. Borrowed for the duration of the callback. */
 typedef struct rm_local_view {
-    const rm_tj *job;           /* spec + the current status */
-    double now, started;        /* unix seconds */
-    int desired, ready, alive;  /* workers */
-    double test_accuracy;       /* rank 0's last evaluation; < 0 unknown */
-    double steps_total;         /* epochs * steps per epoch at the desired world size; 0 unknown */
+    const rm_tj *job;          /* spec + the current status */
+    double now, started;       /* unix seconds */
+    int desired, ready, alive; /* workers */
+    double test_accuracy;      /* rank 0's last evaluation; < 0 unknown */
+    double steps_total;        /* epochs * steps per epoch at the desired world size; 0 unknown */
 } rm_local_view;
 
 typedef struct rm_local_opts {
-    const char *worker_bin;     /* NULL: $RINGMASTER_WORKER_BIN, else next to /proc/self/exe */
-    const char *run_dir;        /* required: logs and file_sd.json (created) */
-    const char *checkpoint_dir; /* required (created) */
-    const char *metrics_addr;   /* controller metrics + /sd; NULL = "127.0.0.1:0" */
+    const char *worker_bin;        /* NULL: $RINGMASTER_WORKER_BIN, else next to /proc/self/exe */
+    const char *run_dir;           /* required: logs and file_sd.json (created) */
+    const char *checkpoint_dir;    /* required (created) */
+    const char *metrics_addr;      /* controller metrics + /sd; NULL = "127.0.0.1:0" */
     const char *worker_log_format; /* "text" | "json"; NULL = text */
-    double tick_s;              /* loop period; 0 = 0.2 */
-    double term_grace_s;        /* SIGTERM -> SIGKILL on shutdown; 0 = 15 */
-    double delete_grace_s;      /* SIGTERM -> SIGKILL for DELETE_WORKER; 0 = 3 */
-    FILE *human;                /* where start-up facts, events and summaries go; NULL = stderr */
+    double tick_s;                 /* loop period; 0 = 0.2 */
+    double term_grace_s;           /* SIGTERM -> SIGKILL on shutdown; 0 = 15 */
+    double delete_grace_s;         /* SIGTERM -> SIGKILL for DELETE_WORKER; 0 = 3 */
+    FILE *human;                   /* where start-up facts, events and summaries go; NULL = stderr */
     void (*on_tick)(void *ud, const rm_local_view *v);
     /* The core's events (and "Recovered" with the measured time), besides the log line. */
     void (*on_event)(void *ud, bool warning, const char *reason, const char *message);
     void *ud;
     volatile sig_atomic_t *stop_signal; /* set to SIGINT/SIGTERM by the caller's handler */
-    int wake_fd;                /* read end of the caller's self-pipe (drained here), or -1;
+    int wake_fd;                        /* read end of the caller's self-pipe (drained here), or -1;
                                  * the caller's SIGCHLD, SIGINT and SIGTERM handlers write it */
 } rm_local_opts;
 
 typedef struct rm_local_result {
-    rm_phase phase;             /* final phase (Succeeded/Failed; Running etc. if stopped) */
-    int signal;                 /* the signal that stopped the run, 0 if none */
-    int recoveries;             /* entries in recovery_s */
+    rm_phase phase;                             /* final phase (Succeeded/Failed; Running etc. if stopped) */
+    int signal;                                 /* the signal that stopped the run, 0 if none */
+    int recoveries;                             /* entries in recovery_s */
     double recovery_s[RM_LOCAL_MAX_RECOVERIES]; /* failure detected -> group training again */
     int metrics_port, rdzv_port;
-    double seconds;             /* wall time of the run */
+    double seconds; /* wall time of the run */
 } rm_local_result;
 
 /* Run the job to the end (Succeeded/Failed) or until *stop_signal. job must be defaulted and
@@ -76,12 +76,12 @@ int rm_local_run(rm_tj *job, const rm_local_opts *opts, rm_local_result *res, rm
  * 127.0.0.1, a literal token, every worker on this machine (LOCAL_RANK = index). */
 typedef struct rm_local_where {
     int rdzv_port;
-    const char *token;          /* literal */
+    const char *token; /* literal */
     const char *checkpoint_dir;
     int metrics_port;
-    const char *log_format;     /* NULL = "text" */
-    const char *node_name;      /* NULL = "localhost" */
-    const char *ps_addrs;       /* the parameter servers' "127.0.0.1:port,..."; NULL = none */
+    const char *log_format; /* NULL = "text" */
+    const char *node_name;  /* NULL = "localhost" */
+    const char *ps_addrs;   /* the parameter servers' "127.0.0.1:port,..."; NULL = none */
 } rm_local_where;
 /* The node `ringmaster run` reports for worker `index` (NODE_NAME; docs/strategies.md#topology): host
  * (the machine's name), or — when nodes (RINGMASTER_RUN_NODES, for tests and benchmarks) is "N" — N
@@ -89,17 +89,17 @@ typedef struct rm_local_where {
  * so ranks 0..replicas/N-1 share node 0). nodes NULL or "" = no faking; parameter servers (index < 0)
  * get host. RM_EINVAL (naming RINGMASTER_RUN_NODES) unless 1 <= N <= replicas. */
 #define RM_ENV_RUN_NODES "RINGMASTER_RUN_NODES"
-int rm_local_node_name(const char *host, const char *nodes, int index, int replicas, char *buf,
-                       size_t cap, rm_err *err);
+int rm_local_node_name(const char *host, const char *nodes, int index, int replicas, char *buf, size_t cap,
+                       rm_err *err);
 /* index < 0: parameter server -1 - index (rm_launch_build_ps). */
-int rm_local_launch(const rm_tj *job, int index, int epoch, const rm_local_where *w,
-                    rm_launch *out, rm_err *err);
+int rm_local_launch(const rm_tj *job, int index, int epoch, const rm_local_where *w, rm_launch *out,
+                    rm_err *err);
 /* Render launch settings for execve: *argv = bin + l->args; *envp = base minus every contract
  * variable, then the contract's. Both owned (free with rm_local_strv_free). RM_EINVAL when a value
  * is not a literal (a Secret or field reference means nothing to a local process). */
-int rm_local_render(const rm_launch *l, const char *bin, char *const *base, char ***argv,
-                    char ***envp, rm_err *err);
-void rm_local_strv_free(char **v);   /* NULL ok */
+int rm_local_render(const rm_launch *l, const char *bin, char *const *base, char ***argv, char ***envp,
+                    rm_err *err);
+void rm_local_strv_free(char **v); /* NULL ok */
 
 /* Path of ringmaster-worker as rm_local_run would pick it (into buf). RM_ENOTFOUND if missing. */
 int rm_local_worker_bin(char *buf, size_t cap, rm_err *err);

@@ -10,15 +10,14 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: ringmaster <command> [flags]\n"
-            "  run -f FILE        run a TrainingJob on this machine (worker processes, live progress),\n"
-            "                     or a TrainingSweep's trials, parallelTrials at a time\n"
-            "  operator [flags]   the Kubernetes controller for TrainingJobs and TrainingSweeps\n"
-            "  validate -f FILE   check a manifest (errors name the field and line)\n"
-            "  tokenize IN OUT    write a text file as token shards (data.format: tokens)\n"
-            "  version            print the version\n"
-            "`ringmaster <command> --help` describes each command's flags.\n");
+    fprintf(f, "usage: ringmaster <command> [flags]\n"
+               "  run -f FILE        run a TrainingJob on this machine (worker processes, live progress),\n"
+               "                     or a TrainingSweep's trials, parallelTrials at a time\n"
+               "  operator [flags]   the Kubernetes controller for TrainingJobs and TrainingSweeps\n"
+               "  validate -f FILE   check a manifest (errors name the field and line)\n"
+               "  tokenize IN OUT    write a text file as token shards (data.format: tokens)\n"
+               "  version            print the version\n"
+               "`ringmaster <command> --help` describes each command's flags.\n");
 }
 
 int main(int argc, char **argv)

@@ -1,13 +1,12 @@
 /* ps_reconcile.c — the parameter servers' reconcile rules (see ps_reconcile.h). */
 #include "operator/ps_reconcile.h"
 
-int rm_ps_reconcile(const rm_tj *job, const rm_ps_observed *obs, int nobs, rm_ps_action *out,
-                    int cap, int *ready)
+int rm_ps_reconcile(const rm_tj *job, const rm_ps_observed *obs, int nobs, rm_ps_action *out, int cap,
+                    int *ready)
 {
     const rm_tj_status *st = &job->status;
     bool want = job->spec.strategy == RM_STRATEGY_PS && st->phase != RM_PHASE_SUCCEEDED &&
-                st->phase != RM_PHASE_FAILED && !job->spec.run.suspend &&
-                st->phase != RM_PHASE_SUSPENDED;
+                st->phase != RM_PHASE_FAILED && !job->spec.run.suspend && st->phase != RM_PHASE_SUSPENDED;
     int S = want ? job->spec.ps.replicas : 0;
     int n = 0, r = 0;
     int top = nobs > S ? nobs : S;

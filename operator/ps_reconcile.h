@@ -16,20 +16,20 @@
 
 /* What a runtime sees of server i. */
 typedef struct rm_ps_observed {
-    bool exists;     /* a process / pod is there (running, starting or exited) */
-    bool finished;   /* it exited or the pod failed/succeeded: needs replacing */
-    bool ready;      /* serving */
+    bool exists;   /* a process / pod is there (running, starting or exited) */
+    bool finished; /* it exited or the pod failed/succeeded: needs replacing */
+    bool ready;    /* serving */
 } rm_ps_observed;
 
 typedef enum { RM_PS_ACT_CREATE = 1, RM_PS_ACT_DELETE } rm_ps_act_kind;
 typedef struct rm_ps_action {
     rm_ps_act_kind kind;
     int index;
-    bool replace;    /* CREATE of a server that existed: delete what is left of it first */
+    bool replace; /* CREATE of a server that existed: delete what is left of it first */
 } rm_ps_action;
 
 /* Actions for the observed servers obs[0..nobs) (index = position). Returns the number written
  * (at most cap); *ready gets the ready servers for status.parameterServers.readyReplicas. */
-int rm_ps_reconcile(const rm_tj *job, const rm_ps_observed *obs, int nobs, rm_ps_action *out,
-                    int cap, int *ready);
+int rm_ps_reconcile(const rm_tj *job, const rm_ps_observed *obs, int nobs, rm_ps_action *out, int cap,
+                    int *ready);
 #endif

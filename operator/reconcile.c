@@ -24,14 +24,22 @@ void rm_reconcile_opts_default(rm_reconcile_opts *o)
 const char *rm_action_name(rm_action_type t)
 {
     switch (t) {
-    case RM_ACT_CREATE_WORKER: return "CreateWorker";
-    case RM_ACT_DELETE_WORKER: return "DeleteWorker";
-    case RM_ACT_RESTART_GROUP: return "RestartGroup";
-    case RM_ACT_SET_RDZV: return "SetRendezvous";
-    case RM_ACT_STOP_RDZV: return "StopRendezvous";
-    case RM_ACT_EVENT: return "Event";
-    case RM_ACT_DELETE_JOB: return "DeleteJob";
-    case RM_ACT_REQUEUE_AFTER: return "RequeueAfter";
+    case RM_ACT_CREATE_WORKER:
+        return "CreateWorker";
+    case RM_ACT_DELETE_WORKER:
+        return "DeleteWorker";
+    case RM_ACT_RESTART_GROUP:
+        return "RestartGroup";
+    case RM_ACT_SET_RDZV:
+        return "SetRendezvous";
+    case RM_ACT_STOP_RDZV:
+        return "StopRendezvous";
+    case RM_ACT_EVENT:
+        return "Event";
+    case RM_ACT_DELETE_JOB:
+        return "DeleteJob";
+    case RM_ACT_REQUEUE_AFTER:
+        return "RequeueAfter";
     }
     return "Unknown";
 }
@@ -39,20 +47,33 @@ const char *rm_action_name(rm_action_type t)
 const char *rm_action_str(const rm_action *a, char *buf, size_t cap)
 {
     switch (a->type) {
-    case RM_ACT_CREATE_WORKER: rm_sfmt(buf, cap, "create %d epoch=%d", a->index, a->epoch); break;
+    case RM_ACT_CREATE_WORKER:
+        rm_sfmt(buf, cap, "create %d epoch=%d", a->index, a->epoch);
+        break;
     case RM_ACT_DELETE_WORKER:
         rm_sfmt(buf, cap, "delete %d%s (%s)", a->index, a->force ? " force" : "", a->reason);
         break;
-    case RM_ACT_RESTART_GROUP: rm_sfmt(buf, cap, "restart from=%d", a->epoch); break;
-    case RM_ACT_SET_RDZV: rm_sfmt(buf, cap, "rdzv desired=%d min=%d", a->desired, a->min); break;
-    case RM_ACT_STOP_RDZV: rm_sfmt(buf, cap, "rdzv stop"); break;
-    case RM_ACT_EVENT:
-        rm_sfmt(buf, cap, "event %s %s %s", a->warning ? "Warning" : "Normal", a->reason,
-                 a->message);
+    case RM_ACT_RESTART_GROUP:
+        rm_sfmt(buf, cap, "restart from=%d", a->epoch);
         break;
-    case RM_ACT_DELETE_JOB: rm_sfmt(buf, cap, "delete job"); break;
-    case RM_ACT_REQUEUE_AFTER: rm_sfmt(buf, cap, "requeue %.3f", a->seconds); break;
-    default: rm_sfmt(buf, cap, "?"); break;
+    case RM_ACT_SET_RDZV:
+        rm_sfmt(buf, cap, "rdzv desired=%d min=%d", a->desired, a->min);
+        break;
+    case RM_ACT_STOP_RDZV:
+        rm_sfmt(buf, cap, "rdzv stop");
+        break;
+    case RM_ACT_EVENT:
+        rm_sfmt(buf, cap, "event %s %s %s", a->warning ? "Warning" : "Normal", a->reason, a->message);
+        break;
+    case RM_ACT_DELETE_JOB:
+        rm_sfmt(buf, cap, "delete job");
+        break;
+    case RM_ACT_REQUEUE_AFTER:
+        rm_sfmt(buf, cap, "requeue %.3f", a->seconds);
+        break;
+    default:
+        rm_sfmt(buf, cap, "?");
+        break;
     }
     return buf;
 }
@@ -70,21 +91,21 @@ typedef struct rc_ctx {
     double now;
     int64_t gen;
     char jobname[192];
-    int rc;                       /* RM_ETOOBIG once the action array overflowed */
-    double requeue;               /* smallest timer; <0 = none */
+    int rc;         /* RM_ETOOBIG once the action array overflowed */
+    double requeue; /* smallest timer; <0 = none */
     /* per-index views */
     const rm_observed_worker *obs[MAXW];
-    const rm_rdzv_member *mem[MAXW];  /* member entry for index i (any epoch), NULL if none */
+    const rm_rdzv_member *mem[MAXW]; /* member entry for index i (any epoch), NULL if none */
     bool culprit[MAXW];
-    bool deleted[MAXW];           /* a DELETE was emitted this call */
+    bool deleted[MAXW]; /* a DELETE was emitted this call */
     /* shared between the rules of one call */
-    int D, minr;                  /* desired workers, minReplicas (reconcile.h notation) */
-    int target;                   /* elastic: the group size to register (R7) */
-    bool resumed;                 /* R8 resumed in this call */
-    bool new_failure, deadline_failure, need_bump;   /* R5 */
+    int D, minr;                                   /* desired workers, minReplicas (reconcile.h notation) */
+    int target;                                    /* elastic: the group size to register (R7) */
+    bool resumed;                                  /* R8 resumed in this call */
+    bool new_failure, deadline_failure, need_bump; /* R5 */
     int nculprits;
-    char why[256];                /* R5: the first culprit's story */
-    bool cant_start[MAXW];        /* R7 elastic: index that cannot start */
+    char why[256];         /* R5: the first culprit's story */
+    bool cant_start[MAXW]; /* R7 elastic: index that cannot start */
 } rc_ctx;
 
 static rm_action *push(rc_ctx *c, rm_action_type t)
@@ -207,11 +228,15 @@ static void terminal(rc_ctx *c)
             continue;
         bool kill = false;
         switch (sp->run.clean_pod_policy) {
-        case RM_CLEAN_ALL: kill = true; break;
+        case RM_CLEAN_ALL:
+            kill = true;
+            break;
         case RM_CLEAN_RUNNING:
             kill = w->phase == RM_WORKER_PENDING || w->phase == RM_WORKER_RUNNING;
             break;
-        case RM_CLEAN_NONE: kill = false; break;
+        case RM_CLEAN_NONE:
+            kill = false;
+            break;
         }
         if (kill)
             del(c, w->index, !w->node_ready, "cleanup");
@@ -348,8 +373,10 @@ static void copy_progress(rc_ctx *c, int target)
 static void invalid_update(rc_ctx *c, const char *why)
 {
     char msg[256];
-    rm_sfmt(msg, sizeof msg, "TrainingJob %s: the update is not applied, the job keeps its last "
-            "valid spec: %s", c->jobname, why);
+    rm_sfmt(msg, sizeof msg,
+            "TrainingJob %s: the update is not applied, the job keeps its last "
+            "valid spec: %s",
+            c->jobname, why);
     bool was = cond_true(c->st, RM_COND_INVALID_SPEC);
     cond(c, RM_COND_INVALID_SPEC, true, "InvalidUpdate", msg);
     if (!was)
@@ -380,14 +407,15 @@ static bool recovery_loop(rc_ctx *c)
         }
     }
     if (st->high_epoch == 0 && st->high_step == 0)
-        st->high_epoch = r->epoch > 0 ? r->epoch : 1;   /* counting starts at the first round */
+        st->high_epoch = r->epoch > 0 ? r->epoch : 1; /* counting starts at the first round */
     int loops = r->epoch - st->high_epoch;
     if (loops < c->o.recovery_loop_epochs)
         return false;
     char msg[256];
-    rm_sfmt(msg, sizeof msg, "TrainingJob %s: the group re-formed %d times (rendezvous epoch %d to "
-            "%d) without getting past step %lld; failing instead of looping", c->jobname, loops,
-            st->high_epoch, r->epoch, (long long)st->high_step);
+    rm_sfmt(msg, sizeof msg,
+            "TrainingJob %s: the group re-formed %d times (rendezvous epoch %d to "
+            "%d) without getting past step %lld; failing instead of looping",
+            c->jobname, loops, st->high_epoch, r->epoch, (long long)st->high_step);
     finish_failed(c, "RecoveryLoop", msg);
     return true;
 }
@@ -413,13 +441,12 @@ static bool checkpoint_failing(rc_ctx *c)
             bad = m;
     }
     if (reported == 0)
-        return false;   /* a round re-forming: nothing new to judge */
+        return false; /* a round re-forming: nothing new to judge */
     bool was = cond_true(st, RM_COND_CHECKPOINT_FAILING);
     char msg[256];
     if (!bad) {
         if (was)
-            cond(c, RM_COND_CHECKPOINT_FAILING, false, "CheckpointWritten",
-                 "checkpoints are written again");
+            cond(c, RM_COND_CHECKPOINT_FAILING, false, "CheckpointWritten", "checkpoints are written again");
         return false;
     }
     rm_sfmt(msg, sizeof msg, "worker %s: %d checkpoint write%s failed in a row: %s", bad->worker_id,
@@ -439,8 +466,10 @@ static bool checkpoint_failing(rc_ctx *c)
         return false;
     }
     char fmsg[256];
-    rm_sfmt(fmsg, sizeof fmsg, "TrainingJob %s: checkpoints failed for %.0fs (progressDeadlineSeconds "
-            "%.0f): %s", c->jobname, c->now - since, pd, msg);
+    rm_sfmt(fmsg, sizeof fmsg,
+            "TrainingJob %s: checkpoints failed for %.0fs (progressDeadlineSeconds "
+            "%.0f): %s",
+            c->jobname, c->now - since, pd, msg);
     finish_failed(c, "CheckpointFailing", fmsg);
     return true;
 }
@@ -449,12 +478,12 @@ static bool checkpoint_failing(rc_ctx *c)
  * The core. */
 /* Every rule sees the same names; a rule returns true when the call is decided (the terminal
  * path ran, or it has to wait) and the later rules must not run. */
-#define RULE_VARS(c)                                                                       \
-    const rm_reconcile_in *in = (c)->in;                                                   \
-    const rm_tj_spec *sp = &(c)->job->spec;                                                \
-    const rm_rdzv_state *r = in->rdzv;                                                     \
-    rm_tj_status *st = (c)->st;                                                            \
-    char msg[256];                                                                         \
+#define RULE_VARS(c)                        \
+    const rm_reconcile_in *in = (c)->in;    \
+    const rm_tj_spec *sp = &(c)->job->spec; \
+    const rm_rdzv_state *r = in->rdzv;      \
+    rm_tj_status *st = (c)->st;             \
+    char msg[256];                          \
     (void)in, (void)sp, (void)r, (void)st, (void)msg
 
 /* R9: observedGeneration follows; a terminal job only gets cleanup. */
@@ -543,8 +572,8 @@ static bool rule_created(rc_ctx *c)
         const rm_observed_worker *w = &in->workers[k];
         if (w->index < 0 || w->index >= MAXW)
             continue;
-        if (!c->obs[w->index] || (c->obs[w->index]->phase == RM_WORKER_MISSING &&
-                                  w->phase != RM_WORKER_MISSING))
+        if (!c->obs[w->index] ||
+            (c->obs[w->index]->phase == RM_WORKER_MISSING && w->phase != RM_WORKER_MISSING))
             c->obs[w->index] = w;
     }
     if (r) {
@@ -585,13 +614,13 @@ static bool rule_suspend(rc_ctx *c)
         force_stuck(c);
         return true;
     }
-        if (cond_true(st, RM_COND_SUSPENDED)) {
+    if (cond_true(st, RM_COND_SUSPENDED)) {
         rm_sfmt(msg, sizeof msg, "TrainingJob %s is c->resumed.", c->jobname);
         cond(c, RM_COND_SUSPENDED, false, "Resumed", msg);
         event(c, false, "Resumed", "%s", msg);
         st->start_time = c->now;
         st->phase = RM_PHASE_PENDING;
-        restart_group(c);   /* a fresh round for the recreated workers; not a restart */
+        restart_group(c); /* a fresh round for the recreated workers; not a restart */
         c->resumed = true;
     }
     return false;
@@ -605,8 +634,7 @@ static bool rule_deadline(rc_ctx *c)
     if (sp->run.active_deadline_seconds > 0 && st->start_time > 0) {
         double at = st->start_time + (double)sp->run.active_deadline_seconds;
         if (c->now >= at) {
-            rm_sfmt(msg, sizeof msg, "TrainingJob %s was active longer than specified deadline",
-                     c->jobname);
+            rm_sfmt(msg, sizeof msg, "TrainingJob %s was active longer than specified deadline", c->jobname);
             finish_failed(c, "DeadlineExceeded", msg);
             terminal(c);
             force_stuck(c);
@@ -687,14 +715,14 @@ static bool rule_detect(rc_ctx *c)
                 if (current_member(r, m))
                     c->need_bump = true;
                 if (!c->why[0])
-                    rm_sfmt(c->why, sizeof c->why, "worker %d failed (exit code %d%s%s)", i,
-                             w->exit_code, w->reason[0] ? ", " : "", w->reason);
+                    rm_sfmt(c->why, sizeof c->why, "worker %d failed (exit code %d%s%s)", i, w->exit_code,
+                            w->reason[0] ? ", " : "", w->reason);
             }
             continue;
         }
         /* b) vanished member of the current closed round */
-        if (!exists(w) && r && r->closed && r->epoch == st->epoch && current_member(r, m) &&
-            !m->done && !c->o.no_rendezvous) {
+        if (!exists(w) && r && r->closed && r->epoch == st->epoch && current_member(r, m) && !m->done &&
+            !c->o.no_rendezvous) {
             c->culprit[i] = true;
             c->nculprits++;
             c->new_failure = true;
@@ -734,8 +762,8 @@ static bool rule_detect(rc_ctx *c)
                     const rm_rdzv_member *m = c->mem[i];
                     double t = m->last_progress > r->closed_at ? m->last_progress : r->closed_at;
                     rm_sfmt(c->why, sizeof c->why,
-                             "worker %d made no progress for %.0fs (progressDeadlineSeconds %.0f)",
-                             i, c->now - t, pd);
+                            "worker %d made no progress for %.0fs (progressDeadlineSeconds %.0f)", i,
+                            c->now - t, pd);
                 }
             }
             c->new_failure = c->deadline_failure = c->need_bump = true;
@@ -768,8 +796,9 @@ static bool rule_detect(rc_ctx *c)
                 c->new_failure = c->deadline_failure = true;
                 if (!c->why[0])
                     rm_sfmt(c->why, sizeof c->why,
-                             "worker %d has not joined rendezvous round %d for %.0fs "
-                             "(progressDeadlineSeconds %.0f)", i, r->epoch, age, pd);
+                            "worker %d has not joined rendezvous round %d for %.0fs "
+                            "(progressDeadlineSeconds %.0f)",
+                            i, r->epoch, age, pd);
             } else {
                 requeue_in(c, pd - age);
             }
@@ -787,8 +816,9 @@ static bool rule_restart(rc_ctx *c)
         int maxr = sp->restart.max_restarts;
         if (st->restarts >= maxr) {
             rm_sfmt(msg, sizeof msg,
-                     "TrainingJob %s has failed because it has reached the specified restart limit "
-                     "(%d): %s", c->jobname, maxr, c->why);
+                    "TrainingJob %s has failed because it has reached the specified restart limit "
+                    "(%d): %s",
+                    c->jobname, maxr, c->why);
             copy_progress(c, c->D);
             finish_failed(c, "BackoffLimitExceeded", msg);
             terminal(c);
@@ -799,7 +829,7 @@ static bool rule_restart(rc_ctx *c)
         double at = st->last_restart_time + backoff_delay(c, k);
         if (st->last_restart_time > 0 && c->now < at) {
             rm_sfmt(msg, sizeof msg, "%s; restart %d of %d in %.1fs (back-off)", c->why, k, maxr,
-                     at - c->now);
+                    at - c->now);
             cond(c, RM_COND_RESTARTING, true, "BackOff", msg);
             cond_off(c, RM_COND_RUNNING, "BackOff", msg);
             st->phase = RM_PHASE_RESTARTING;
@@ -813,8 +843,10 @@ static bool rule_restart(rc_ctx *c)
         st->last_restart_time = c->now;
         if (c->need_bump)
             restart_group(c);
-        rm_sfmt(msg, sizeof msg, "TrainingJob %s: %s; restarting the group at epoch %d "
-                 "(restart %d of %d)", c->jobname, c->why, st->epoch, k, maxr);
+        rm_sfmt(msg, sizeof msg,
+                "TrainingJob %s: %s; restarting the group at epoch %d "
+                "(restart %d of %d)",
+                c->jobname, c->why, st->epoch, k, maxr);
         cond(c, RM_COND_RESTARTING, true, reason, msg);
         cond_off(c, RM_COND_RUNNING, reason, msg);
         st->phase = RM_PHASE_RESTARTING;
@@ -852,8 +884,7 @@ static bool rule_resize(rc_ctx *c)
                 c->cant_start[i] = true;
             else if (c->minr < c->D)
                 requeue_in(c, at - c->now);
-        } else if (w->phase == RM_WORKER_MISSING &&
-                   w->create_failures >= c->o.create_failure_threshold) {
+        } else if (w->phase == RM_WORKER_MISSING && w->create_failures >= c->o.create_failure_threshold) {
             c->cant_start[i] = true;
         }
         if (c->cant_start[i])
@@ -871,13 +902,14 @@ static bool rule_resize(rc_ctx *c)
         if (in->rdzv_desired > 0 && c->target < in->rdzv_desired && cant > 0)
             event(c, true, "ScaledDown",
                   "TrainingJob %s: %d of %d workers cannot start; continuing with %d "
-                  "(minReplicas %d)", c->jobname, cant, c->D, c->target, c->minr);
+                  "(minReplicas %d)",
+                  c->jobname, cant, c->D, c->target, c->minr);
         else if (in->rdzv_desired > 0 && c->target < in->rdzv_desired)
             event(c, false, "ScaledDown", "TrainingJob %s: shrinking the group from %d to %d workers",
                   c->jobname, in->rdzv_desired, c->target);
         else if (in->rdzv_desired > 0 && c->target > in->rdzv_desired)
-            event(c, false, "ScaledUp", "TrainingJob %s: growing the group from %d to %d workers",
-                  c->jobname, in->rdzv_desired, c->target);
+            event(c, false, "ScaledUp", "TrainingJob %s: growing the group from %d to %d workers", c->jobname,
+                  in->rdzv_desired, c->target);
     }
     /* scale-down: indices >= c->D leave */
     bool leaver_in_round = false;
@@ -894,15 +926,14 @@ static bool rule_resize(rc_ctx *c)
         bool wants_in = false;
         for (int i = 0; i < c->D; i++) {
             const rm_observed_worker *w = c->obs[i];
-            if (exists(w) && w->phase == RM_WORKER_RUNNING && !is_terminating(w) &&
-                !c->culprit[i] && !current_member(r, c->mem[i]) && !c->cant_start[i])
+            if (exists(w) && w->phase == RM_WORKER_RUNNING && !is_terminating(w) && !c->culprit[i] &&
+                !current_member(r, c->mem[i]) && !c->cant_start[i])
                 wants_in = true;
         }
         if (wants_in || leaver_in_round) {
             restart_group(c);
-            event(c, false, "Resized",
-                  "TrainingJob %s: re-forming the group with %d workers at epoch %d", c->jobname,
-                  c->target, st->epoch);
+            event(c, false, "Resized", "TrainingJob %s: re-forming the group with %d workers at epoch %d",
+                  c->jobname, c->target, st->epoch);
         }
     }
     return false;
@@ -929,8 +960,7 @@ static bool rule_phase(rc_ctx *c)
     if (c->o.no_rendezvous) {
         int running = 0;
         for (int i = 0; i < c->D; i++)
-            if (exists(c->obs[i]) && c->obs[i]->phase == RM_WORKER_RUNNING &&
-                !is_terminating(c->obs[i]))
+            if (exists(c->obs[i]) && c->obs[i]->phase == RM_WORKER_RUNNING && !is_terminating(c->obs[i]))
                 running++;
         round_ok = running >= c->target;
     } else {
@@ -968,11 +998,10 @@ static void run(rc_ctx *c)
 bool rm_reconcile_status_equal(const rm_tj_status *a, const rm_tj_status *b)
 {
     if (a->phase != b->phase || a->observed_generation != b->observed_generation ||
-        a->replicas != b->replicas || a->ready_replicas != b->ready_replicas ||
-        a->epoch != b->epoch || a->restarts != b->restarts || a->start_time != b->start_time ||
+        a->replicas != b->replicas || a->ready_replicas != b->ready_replicas || a->epoch != b->epoch ||
+        a->restarts != b->restarts || a->start_time != b->start_time ||
         a->completion_time != b->completion_time || a->last_restart_time != b->last_restart_time ||
-        a->high_step != b->high_step || a->high_epoch != b->high_epoch ||
-        strcmp(a->message, b->message) != 0)
+        a->high_step != b->high_step || a->high_epoch != b->high_epoch || strcmp(a->message, b->message) != 0)
         return false;
     const rm_tj_progress *p = &a->progress, *q = &b->progress;
     if (p->step != q->step || p->train_epoch != q->train_epoch || p->loss != q->loss ||
@@ -986,9 +1015,8 @@ bool rm_reconcile_status_equal(const rm_tj_status *a, const rm_tj_status *b)
             p->evals[i].train_loss != q->evals[i].train_loss)
             return false;
     const rm_tj_result *r = &a->result, *s = &b->result;
-    if (r->present != s->present || r->test_accuracy != s->test_accuracy ||
-        r->train_loss != s->train_loss || r->seconds != s->seconds ||
-        r->samples_per_second != s->samples_per_second || r->steps != s->steps ||
+    if (r->present != s->present || r->test_accuracy != s->test_accuracy || r->train_loss != s->train_loss ||
+        r->seconds != s->seconds || r->samples_per_second != s->samples_per_second || r->steps != s->steps ||
         r->memory_params != s->memory_params || r->memory_grads != s->memory_grads ||
         r->memory_optimizer != s->memory_optimizer || r->memory_activations != s->memory_activations ||
         r->peak_rss_bytes != s->peak_rss_bytes)
@@ -1011,7 +1039,7 @@ int rm_reconcile(const rm_reconcile_in *in, rm_reconcile_out *out)
 {
     if (!in || !in->job || !out || (!out->actions && out->cap > 0))
         return RM_EINVAL;
-    rc_ctx ctx;   /* ~20 KiB on the stack: the core allocates nothing */
+    rc_ctx ctx; /* ~20 KiB on the stack: the core allocates nothing */
     memset(&ctx, 0, sizeof ctx);
     rc_ctx *c = &ctx;
     c->in = in;
@@ -1025,9 +1053,8 @@ int rm_reconcile(const rm_reconcile_in *in, rm_reconcile_out *out)
     c->now = in->now;
     c->gen = in->job->generation;
     c->requeue = -1;
-    rm_sfmt(c->jobname, sizeof c->jobname, "%s/%s",
-             in->job->namespace_ ? in->job->namespace_ : "default",
-             in->job->name ? in->job->name : "");
+    rm_sfmt(c->jobname, sizeof c->jobname, "%s/%s", in->job->namespace_ ? in->job->namespace_ : "default",
+            in->job->name ? in->job->name : "");
     out->status = in->job->status;
     out->nactions = 0;
     out->status_changed = false;

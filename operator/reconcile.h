@@ -132,18 +132,18 @@
 #include "common/trainingjob.h"
 
 typedef enum {
-    RM_WORKER_MISSING = 0,   /* no such worker (only listed to carry create_failures) */
-    RM_WORKER_PENDING,       /* created, not started (pod Pending / process being exec'd) */
+    RM_WORKER_MISSING = 0, /* no such worker (only listed to carry create_failures) */
+    RM_WORKER_PENDING,     /* created, not started (pod Pending / process being exec'd) */
     RM_WORKER_RUNNING,
-    RM_WORKER_SUCCEEDED,     /* exited 0 */
-    RM_WORKER_FAILED,        /* exited non-zero, killed by a signal, evicted, OOMKilled */
-    RM_WORKER_TERMINATING,   /* deletion requested (deletion_started_at set) */
+    RM_WORKER_SUCCEEDED,   /* exited 0 */
+    RM_WORKER_FAILED,      /* exited non-zero, killed by a signal, evicted, OOMKilled */
+    RM_WORKER_TERMINATING, /* deletion requested (deletion_started_at set) */
 } rm_worker_phase;
 
 /* One observed worker (pod or local process). Indices absent from the array are Missing. */
 typedef struct rm_observed_worker {
-    int index;                  /* replica index; rendezvous workerId is its decimal string */
-    int epoch_label;            /* epoch it was created for (pod label) */
+    int index;       /* replica index; rendezvous workerId is its decimal string */
+    int epoch_label; /* epoch it was created for (pod label) */
     rm_worker_phase phase;
     bool ready;                 /* /healthz (readiness probe) passing */
     int exit_code;              /* Failed/Succeeded: exit code, 128+signal for signals; else 0 */
@@ -156,62 +156,62 @@ typedef struct rm_observed_worker {
 } rm_observed_worker;
 
 typedef struct rm_reconcile_opts {
-    double pending_timeout_s;       /* elastic: a Pending replacement this old cannot start; 60 */
-    int create_failure_threshold;   /* elastic: this many failed creations cannot start; 3 */
-    double force_delete_after_s;    /* Terminating on a NotReady node this long -> force; 30 */
-    double backoff_cap_s;           /* 300 */
-    bool no_rendezvous;             /* the template runs a foreign image (torchrun) that never joins
+    double pending_timeout_s;     /* elastic: a Pending replacement this old cannot start; 60 */
+    int create_failure_threshold; /* elastic: this many failed creations cannot start; 3 */
+    double force_delete_after_s;  /* Terminating on a NotReady node this long -> force; 30 */
+    double backoff_cap_s;         /* 300 */
+    bool no_rendezvous;           /* the template runs a foreign image (torchrun) that never joins
                                      * our rendezvous: Running = all D workers Running; no progress
                                      * deadline. false */
-    int recovery_loop_epochs;       /* R10: re-formations without a step past the high-water mark
+    int recovery_loop_epochs;     /* R10: re-formations without a step past the high-water mark
                                      * before RecoveryLoop; RM_RECOVERY_LOOP_EPOCHS; 0 = off */
 } rm_reconcile_opts;
 #define RM_RECOVERY_LOOP_EPOCHS 20
 void rm_reconcile_opts_default(rm_reconcile_opts *o);
 
 typedef enum {
-    RM_ACT_CREATE_WORKER = 0,   /* index, epoch */
-    RM_ACT_DELETE_WORKER,       /* index, force; reason says why ("failed", "cleanup", ...) */
-    RM_ACT_RESTART_GROUP,       /* epoch = from_epoch: rm_rdzv_restart(job, from_epoch) */
-    RM_ACT_SET_RDZV,            /* desired, min: rm_rdzv_job_set(...) */
-    RM_ACT_STOP_RDZV,           /* rm_rdzv_job_stop */
-    RM_ACT_EVENT,               /* warning, reason, message */
-    RM_ACT_DELETE_JOB,          /* ttlSecondsAfterFinished passed */
-    RM_ACT_REQUEUE_AFTER,       /* seconds: call again by then even if nothing changes */
+    RM_ACT_CREATE_WORKER = 0, /* index, epoch */
+    RM_ACT_DELETE_WORKER,     /* index, force; reason says why ("failed", "cleanup", ...) */
+    RM_ACT_RESTART_GROUP,     /* epoch = from_epoch: rm_rdzv_restart(job, from_epoch) */
+    RM_ACT_SET_RDZV,          /* desired, min: rm_rdzv_job_set(...) */
+    RM_ACT_STOP_RDZV,         /* rm_rdzv_job_stop */
+    RM_ACT_EVENT,             /* warning, reason, message */
+    RM_ACT_DELETE_JOB,        /* ttlSecondsAfterFinished passed */
+    RM_ACT_REQUEUE_AFTER,     /* seconds: call again by then even if nothing changes */
 } rm_action_type;
 
 typedef struct rm_action {
     rm_action_type type;
-    int index;                  /* CREATE/DELETE */
-    int epoch;                  /* CREATE: epoch label; RESTART_GROUP: from_epoch */
-    bool force;                 /* DELETE: grace 0 */
-    int desired, min;           /* SET_RDZV */
-    bool warning;               /* EVENT: Warning (true) or Normal */
-    char reason[64];            /* EVENT reason; DELETE why */
-    char message[256];          /* EVENT message */
-    double seconds;             /* REQUEUE_AFTER */
+    int index;         /* CREATE/DELETE */
+    int epoch;         /* CREATE: epoch label; RESTART_GROUP: from_epoch */
+    bool force;        /* DELETE: grace 0 */
+    int desired, min;  /* SET_RDZV */
+    bool warning;      /* EVENT: Warning (true) or Normal */
+    char reason[64];   /* EVENT reason; DELETE why */
+    char message[256]; /* EVENT message */
+    double seconds;    /* REQUEUE_AFTER */
 } rm_action;
 
 /* Enough actions for n observed workers whatever the spec says. */
 #define RM_RECONCILE_ACTIONS(n) (2 * (size_t)(n) + 2 * (size_t)RM_RDZV_MAX_WORLD + 16)
 
 typedef struct rm_reconcile_in {
-    const rm_tj *job;                   /* metadata + spec + CURRENT status (borrowed) */
-    const rm_observed_worker *workers;  /* nworkers entries, any order */
+    const rm_tj *job;                  /* metadata + spec + CURRENT status (borrowed) */
+    const rm_observed_worker *workers; /* nworkers entries, any order */
     size_t nworkers;
-    const rm_rdzv_state *rdzv;          /* snapshot; NULL when the job is not registered yet */
-    int rdzv_desired, rdzv_min;         /* what the runtime last applied with SET_RDZV (0 = never) */
-    double now;                         /* unix seconds */
-    const rm_reconcile_opts *opts;      /* NULL = defaults */
-    const char *invalid_update;         /* R0b: the spec as written failed validation with this
+    const rm_rdzv_state *rdzv;     /* snapshot; NULL when the job is not registered yet */
+    int rdzv_desired, rdzv_min;    /* what the runtime last applied with SET_RDZV (0 = never) */
+    double now;                    /* unix seconds */
+    const rm_reconcile_opts *opts; /* NULL = defaults */
+    const char *invalid_update;    /* R0b: the spec as written failed validation with this
                                          * message and job carries the last valid spec instead;
                                          * NULL = job's spec is the one written */
 } rm_reconcile_in;
 
 typedef struct rm_reconcile_out {
-    rm_tj_status status;        /* the new status (start from a copy of job->status) */
-    bool status_changed;        /* anything in status differs from job->status (write /status) */
-    rm_action *actions;         /* caller-owned, cap entries */
+    rm_tj_status status; /* the new status (start from a copy of job->status) */
+    bool status_changed; /* anything in status differs from job->status (write /status) */
+    rm_action *actions;  /* caller-owned, cap entries */
     size_t cap, nactions;
 } rm_reconcile_out;
 

@@ -63,8 +63,8 @@ int rm_manifest_read(const char *path, rm_yaml_docs **out, char *msg, size_t cap
     return rc;
 }
 
-int rm_manifest_load(const rm_yaml_docs *d, const char *path, const rm_manifest_overrides *ov,
-                     rm_tj *out, char *msg, size_t cap)
+int rm_manifest_load(const rm_yaml_docs *d, const char *path, const rm_manifest_overrides *ov, rm_tj *out,
+                     char *msg, size_t cap)
 {
     rm_err e = {0};
     int rc;
@@ -74,7 +74,7 @@ int rm_manifest_load(const rm_yaml_docs *d, const char *path, const rm_manifest_
     for (size_t i = 0; i < n; i++) {
         const cJSON *k = cJSON_GetObjectItemCaseSensitive(rm_yaml_doc(d, i), "kind");
         if (!cJSON_IsString(k) || strcmp(k->valuestring, RM_TJ_KIND) != 0)
-            continue;   /* other kinds (a PVC beside the job) are for kubectl apply */
+            continue; /* other kinds (a PVC beside the job) are for kubectl apply */
         if (pick == n) {
             pick = i;
             continue;
@@ -82,17 +82,19 @@ int rm_manifest_load(const rm_yaml_docs *d, const char *path, const rm_manifest_
         /* one job per file: a second one must not be silently dropped */
         int line = 0, col = 0;
         rm_yaml_pos(d, i, "kind", &line, &col);
-        rm_sfmt(msg, cap, "%s:%d: a second TrainingJob (document %zu): run and validate take one job "
-                "per file; split it", path, line, i + 1);
+        rm_sfmt(msg, cap,
+                "%s:%d: a second TrainingJob (document %zu): run and validate take one job "
+                "per file; split it",
+                path, line, i + 1);
         rm_escape_ctrl(msg, cap);
         return RM_EINVAL;
     }
     if (pick == n) {
         if (n == 1) {
-            pick = 0;   /* let the parser say what is wrong with kind/apiVersion */
+            pick = 0; /* let the parser say what is wrong with kind/apiVersion */
         } else {
-            rm_sfmt(msg, cap, "%s: no TrainingJob (kind: %s, apiVersion: %s) in the file", path,
-                     RM_TJ_KIND, RM_TJ_API_VERSION);
+            rm_sfmt(msg, cap, "%s: no TrainingJob (kind: %s, apiVersion: %s) in the file", path, RM_TJ_KIND,
+                    RM_TJ_API_VERSION);
             return RM_EINVAL;
         }
     }
@@ -110,23 +112,22 @@ int rm_manifest_load(const rm_yaml_docs *d, const char *path, const rm_manifest_
             out->spec.training.epochs = ov->epochs;
         rc = rm_tj_validate(out, &e);
         if (rc == RM_OK)
-            rc = rm_tj_check_memory_local(out, &e);   /* every worker runs on this machine */
+            rc = rm_tj_check_memory_local(out, &e); /* every worker runs on this machine */
     }
     if (rc != RM_OK) {
         rm_manifest_msg(msg, cap, path, d, pick, &e);
-        rm_escape_ctrl(msg, cap);   /* messages quote manifest values: no raw control characters */
+        rm_escape_ctrl(msg, cap); /* messages quote manifest values: no raw control characters */
         rm_tj_free(out);
     }
     return rc;
 }
 
-
 /* ------------------------------------------------------------------ progress display */
 
 typedef struct ui {
-    FILE *out;            /* the human channel (stderr, or the terminal when logs go to a file) */
+    FILE *out; /* the human channel (stderr, or the terminal when logs go to a file) */
     bool tty;
-    bool line_on;         /* a progress line is drawn and not yet ended */
+    bool line_on; /* a progress line is drawn and not yet ended */
     double last_plain;
     double rate_t0;
     int64_t rate_s0;
@@ -169,8 +170,7 @@ static void on_tick(void *ud, const rm_local_view *v)
     }
     char eta[32], acc[32];
     fmt_eta(eta, sizeof eta,
-            u->eta_rate > 0 && v->steps_total > 0 ? (v->steps_total - (double)step) / u->eta_rate
-                                                  : -1);
+            u->eta_rate > 0 && v->steps_total > 0 ? (v->steps_total - (double)step) / u->eta_rate : -1);
     if (v->test_accuracy >= 0)
         rm_sfmt(acc, sizeof acc, "%.4f", v->test_accuracy);
     else
@@ -178,18 +178,18 @@ static void on_tick(void *ud, const rm_local_view *v)
     char line[400];
     if (sp->training.mode == RM_MODE_BENCH) {
         rm_sfmt(line, sizeof line, "%-10s allreduce benchmark  workers %d/%d  restarts %d  %.0fs",
-                 rm_phase_name(st->phase), v->alive, v->desired, st->restarts,
-                 v->now - v->started);
+                rm_phase_name(st->phase), v->alive, v->desired, st->restarts, v->now - v->started);
     } else {
         rm_sfmt(line, sizeof line,
-                 "%-10s epoch %d/%d  step %lld/%.0f  loss %.4f  acc %s  %.0f samples/s  "
-                 "allreduce %.2f GB/s  workers %d/%d  restarts %d  ETA %s",
-                 rm_phase_name(st->phase),
-                 st->progress.train_epoch + (step > 0 ? 1 : 0) > sp->training.epochs
-                     ? sp->training.epochs : st->progress.train_epoch + (step > 0 ? 1 : 0),
-                 sp->training.epochs, (long long)step, v->steps_total, st->progress.loss, acc,
-                 st->progress.samples_per_second * (st->replicas > 0 ? st->replicas : 1),
-                 st->progress.allreduce_gbps, v->ready, v->desired, st->restarts, eta);
+                "%-10s epoch %d/%d  step %lld/%.0f  loss %.4f  acc %s  %.0f samples/s  "
+                "allreduce %.2f GB/s  workers %d/%d  restarts %d  ETA %s",
+                rm_phase_name(st->phase),
+                st->progress.train_epoch + (step > 0 ? 1 : 0) > sp->training.epochs
+                    ? sp->training.epochs
+                    : st->progress.train_epoch + (step > 0 ? 1 : 0),
+                sp->training.epochs, (long long)step, v->steps_total, st->progress.loss, acc,
+                st->progress.samples_per_second * (st->replicas > 0 ? st->replicas : 1),
+                st->progress.allreduce_gbps, v->ready, v->desired, st->restarts, eta);
     }
     const rm_condition *ck = &st->conditions[RM_COND_CHECKPOINT_FAILING];
     if (ck->present && ck->status) {
@@ -211,7 +211,7 @@ static void on_event(void *ud, bool warning, const char *reason, const char *mes
 {
     ui *u = ud;
     if (!u->tty)
-        return;   /* the structured log line already said it */
+        return; /* the structured log line already said it */
     ui_clear(u);
     fprintf(u->out, "%s %s: %s\n", warning ? "warning" : "event", reason, message);
     fflush(u->out);
@@ -256,8 +256,9 @@ FILE *rm_run_tty_to_log(const char *log_path)
  * with shards missing — and fault markers). */
 int rm_run_fresh_checkpoints(const char *dir)
 {
-    static const char *const pats[] = {"index-*.json", "ckpt-*.rmck", "manifest-*.rmmf", "shard-*.rmck",
-                                       ".tmp-ckpt-*", ".fault-*-fired", ".fault-lost-worker-*"};
+    static const char *const pats[] = {"index-*.json",        "ckpt-*.rmck", "manifest-*.rmmf",
+                                       "shard-*.rmck",        ".tmp-ckpt-*", ".fault-*-fired",
+                                       ".fault-lost-worker-*"};
     int n = 0;
     for (size_t p = 0; p < RM_ARRAY_LEN(pats); p++) {
         char pat[PATH_MAX];
@@ -309,8 +310,10 @@ static int resume_preflight(const rm_tj *job, const char *ckpt_dir, bool if_pres
         return 1;
     }
     if (WEXITSTATUS(st) == 2) {
-        fprintf(stderr, "ringmaster run: --resume: nothing this job can continue from in %s; not "
-                "starting over at step 0 (--resume=if-present allows it)\n", ckpt_dir);
+        fprintf(stderr,
+                "ringmaster run: --resume: nothing this job can continue from in %s; not "
+                "starting over at step 0 (--resume=if-present allows it)\n",
+                ckpt_dir);
         return 2;
     }
     return 0;
@@ -401,33 +404,32 @@ const char *rm_run_checkpoint_dir(const char *flag, const rm_tj *job, char *buf,
     if (flag && flag[0])
         rm_sfmt(buf, cap, "%s", flag);
     else if (p && p[0] && strcmp(p, RM_DEFAULT_CHECKPOINT_PATH) != 0)
-        rm_sfmt(buf, cap, "%s", p);   /* relative or absolute, as the manifest says */
-    else   /* the cluster's default volume path means nothing here */
+        rm_sfmt(buf, cap, "%s", p); /* relative or absolute, as the manifest says */
+    else                            /* the cluster's default volume path means nothing here */
         rm_sfmt(buf, cap, "checkpoints/%s", job->name);
     return buf;
 }
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: ringmaster run -f FILE [flags]\n"
-            "Run a TrainingJob on this machine: worker processes on 127.0.0.1, the rendezvous\n"
-            "in-process, the same controller logic as the Kubernetes operator.\n"
-            "  -f, --filename FILE       the TrainingJob manifest (YAML or JSON; - = stdin), or a\n"
-            "                            TrainingSweep: its trials, parallelTrials at a time\n"
-            "  --replicas N              override spec.replicas (min/max widened to fit)\n"
-            "  --epochs N                override spec.training.epochs\n"
-            "  --checkpoint-dir DIR      default: spec.checkpoint.path (as written), else\n"
-            "                            ./checkpoints/<name>\n"
-            "  --resume[=if-present]     keep the checkpoints of an earlier run and continue from\n"
-            "                            them (default: start fresh, old checkpoints removed);\n"
-            "                            with none this job can use, exit 2 unless if-present\n"
-            "  --run-dir DIR             worker logs and file_sd.json (default $TMPDIR/ringmaster-\n"
-            "                            <name>-<time>)\n"
-            "  -o, --output text|json    json: the last line of stdout is the final TrainingJob\n"
-            "  --metrics-addr HOST:PORT  controller metrics, /sd (default 127.0.0.1:0)\n"
-            "  --log-format text|json    --log-level debug|info|warn|error\n"
-            "Exit: 0 Succeeded, 1 Failed, 2 bad manifest or flag, 130/143 interrupted.\n");
+    fprintf(f, "usage: ringmaster run -f FILE [flags]\n"
+               "Run a TrainingJob on this machine: worker processes on 127.0.0.1, the rendezvous\n"
+               "in-process, the same controller logic as the Kubernetes operator.\n"
+               "  -f, --filename FILE       the TrainingJob manifest (YAML or JSON; - = stdin), or a\n"
+               "                            TrainingSweep: its trials, parallelTrials at a time\n"
+               "  --replicas N              override spec.replicas (min/max widened to fit)\n"
+               "  --epochs N                override spec.training.epochs\n"
+               "  --checkpoint-dir DIR      default: spec.checkpoint.path (as written), else\n"
+               "                            ./checkpoints/<name>\n"
+               "  --resume[=if-present]     keep the checkpoints of an earlier run and continue from\n"
+               "                            them (default: start fresh, old checkpoints removed);\n"
+               "                            with none this job can use, exit 2 unless if-present\n"
+               "  --run-dir DIR             worker logs and file_sd.json (default $TMPDIR/ringmaster-\n"
+               "                            <name>-<time>)\n"
+               "  -o, --output text|json    json: the last line of stdout is the final TrainingJob\n"
+               "  --metrics-addr HOST:PORT  controller metrics, /sd (default 127.0.0.1:0)\n"
+               "  --log-format text|json    --log-level debug|info|warn|error\n"
+               "Exit: 0 Succeeded, 1 Failed, 2 bad manifest or flag, 130/143 interrupted.\n");
 }
 
 static int parse_pos_int(const char *flag, const char *s, int *out)
@@ -494,22 +496,38 @@ static int parse_flags(int argc, char **argv, run_flags *f)
     int c;
     while ((c = getopt_long(argc, argv, "f:o:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'f': f->file = optarg; break;
-        case 'o': if (parse_output("run", optarg, &f->json)) return 2; break;
-        case O_REPLICAS: if (parse_pos_int("--replicas", optarg, &f->ov.replicas)) return 2; break;
-        case O_EPOCHS: if (parse_pos_int("--epochs", optarg, &f->ov.epochs)) return 2; break;
-        case O_CKPT: f->ckpt = optarg; break;
+        case 'f':
+            f->file = optarg;
+            break;
+        case 'o':
+            if (parse_output("run", optarg, &f->json))
+                return 2;
+            break;
+        case O_REPLICAS:
+            if (parse_pos_int("--replicas", optarg, &f->ov.replicas))
+                return 2;
+            break;
+        case O_EPOCHS:
+            if (parse_pos_int("--epochs", optarg, &f->ov.epochs))
+                return 2;
+            break;
+        case O_CKPT:
+            f->ckpt = optarg;
+            break;
         case O_RESUME:
             f->resume = true;
             f->resume_if_present = optarg && !strcmp(optarg, "if-present");
             if (optarg && !f->resume_if_present) {
-                fprintf(stderr, "ringmaster run: --resume: bare or =if-present, got \"%s\"\n",
-                        optarg);
+                fprintf(stderr, "ringmaster run: --resume: bare or =if-present, got \"%s\"\n", optarg);
                 return 2;
             }
             break;
-        case O_RUNDIR: f->run_dir_flag = optarg; break;
-        case O_METRICS: f->metrics = optarg; break;
+        case O_RUNDIR:
+            f->run_dir_flag = optarg;
+            break;
+        case O_METRICS:
+            f->metrics = optarg;
+            break;
         case O_LOGFMT:
             if (rm_log_parse_format(optarg, &f->lfmt) != RM_OK) {
                 fprintf(stderr, "ringmaster run: --log-format: text or json, got \"%s\"\n", optarg);
@@ -519,16 +537,16 @@ static int parse_flags(int argc, char **argv, run_flags *f)
             break;
         case O_LOGLVL:
             if (rm_log_parse_level(optarg, &f->lvl) != RM_OK) {
-                fprintf(stderr, "ringmaster run: --log-level: debug|info|warn|error, got \"%s\"\n",
-                        optarg);
+                fprintf(stderr, "ringmaster run: --log-level: debug|info|warn|error, got \"%s\"\n", optarg);
                 return 2;
             }
             break;
         case 'h':
-        case O_HELP: usage(stdout); return 0;
+        case O_HELP:
+            usage(stdout);
+            return 0;
         default:
-            fprintf(stderr, "ringmaster run: unknown or incomplete flag \"%s\"\n",
-                    argv[optind - 1]);
+            fprintf(stderr, "ringmaster run: unknown or incomplete flag \"%s\"\n", argv[optind - 1]);
             usage(stderr);
             return 2;
         }
@@ -543,7 +561,7 @@ static int parse_flags(int argc, char **argv, run_flags *f)
         usage(stderr);
         return 2;
     }
-    {   /* a malformed fault spec would only surface as worker crash loops: refuse it now */
+    { /* a malformed fault spec would only surface as worker crash loops: refuse it now */
         const char *fs = getenv(RM_ENV_FAULT);
         rm_faults faults;
         rm_err fe = {0};
@@ -556,8 +574,7 @@ static int parse_flags(int argc, char **argv, run_flags *f)
         char host[128];
         int port;
         if (rm_http_parse_addr(f->metrics, host, sizeof host, &port) != RM_OK) {
-            fprintf(stderr, "ringmaster run: --metrics-addr: want HOST:PORT, got \"%s\"\n",
-                    f->metrics);
+            fprintf(stderr, "ringmaster run: --metrics-addr: want HOST:PORT, got \"%s\"\n", f->metrics);
             return 2;
         }
     }
@@ -573,13 +590,15 @@ static int report_outcome(const ui *u, rm_tj *job, const rm_local_result *res, c
     const rm_tj_status *st = &job->status;
     if (res->signal) {
         if (has_checkpoint(ckpt_dir))
-            fprintf(u->out, "ringmaster: stopped by signal %d after %.1fs; workers were asked to "
-                    "checkpoint (checkpoints: %s, continue with --resume)\n", res->signal,
-                    res->seconds, ckpt_dir);
+            fprintf(u->out,
+                    "ringmaster: stopped by signal %d after %.1fs; workers were asked to "
+                    "checkpoint (checkpoints: %s, continue with --resume)\n",
+                    res->signal, res->seconds, ckpt_dir);
         else
-            fprintf(u->out, "ringmaster: stopped by signal %d after %.1fs; no checkpoint was "
-                    "written to %s, so --resume would start from the beginning\n", res->signal,
-                    res->seconds, ckpt_dir);
+            fprintf(u->out,
+                    "ringmaster: stopped by signal %d after %.1fs; no checkpoint was "
+                    "written to %s, so --resume would start from the beginning\n",
+                    res->signal, res->seconds, ckpt_dir);
         code = res->signal == SIGTERM ? 143 : res->signal == SIGHUP ? 129 : 130;
     } else if (st->phase == RM_PHASE_SUCCEEDED) {
         code = 0;
@@ -604,8 +623,10 @@ static int report_outcome(const ui *u, rm_tj *job, const rm_local_result *res, c
             if (res->recovery_s[i] > worst)
                 worst = res->recovery_s[i];
         }
-        fprintf(u->out, "ringmaster: %d recoveries, mean %.2fs, worst %.2fs (histogram "
-                "ringmaster_recovery_seconds)\n", res->recoveries, sum / res->recoveries, worst);
+        fprintf(u->out,
+                "ringmaster: %d recoveries, mean %.2fs, worst %.2fs (histogram "
+                "ringmaster_recovery_seconds)\n",
+                res->recoveries, sum / res->recoveries, worst);
     }
     if (job->spec.training.mode == RM_MODE_BENCH && st->phase == RM_PHASE_SUCCEEDED)
         print_bench_table(json ? u->out : stdout, run_dir);
@@ -615,8 +636,9 @@ static int report_outcome(const ui *u, rm_tj *job, const rm_local_result *res, c
         const rm_tj_result *r = &st->result;
         if (r->present && job->spec.training.mode == RM_MODE_TRAIN)
             printf("Succeeded: testAccuracy %.4f  trainLoss %.4f  steps %lld  %.1f s  "
-                   "%.0f samples/s  restarts %d\n", r->test_accuracy, r->train_loss,
-                   (long long)r->steps, r->seconds, r->samples_per_second, st->restarts);
+                   "%.0f samples/s  restarts %d\n",
+                   r->test_accuracy, r->train_loss, (long long)r->steps, r->seconds, r->samples_per_second,
+                   st->restarts);
         else
             printf("Succeeded in %.1f s, restarts %d\n", res->seconds, st->restarts);
     } else if (st->phase == RM_PHASE_FAILED) {
@@ -648,14 +670,20 @@ int rm_run_main(int argc, char **argv)
         fprintf(stderr, "%s\n", msg);
         return 2;
     }
-    if (rm_sweep_manifest_is(docs)) {   /* a TrainingSweep: many trials (operator/sweep_run.h) */
+    if (rm_sweep_manifest_is(docs)) { /* a TrainingSweep: many trials (operator/sweep_run.h) */
         int code = 2;
         if (resume || ov.replicas || ov.epochs) {
-            fprintf(stderr, "ringmaster run: %s is a TrainingSweep: --resume, --replicas and "
-                    "--epochs apply to one TrainingJob; set them in spec.trialTemplate\n", file);
+            fprintf(stderr,
+                    "ringmaster run: %s is a TrainingSweep: --resume, --replicas and "
+                    "--epochs apply to one TrainingJob; set them in spec.trialTemplate\n",
+                    file);
         } else {
-            rm_sweep_run_opts so = {.file = file, .docs = docs, .run_dir = run_dir_flag,
-                                    .checkpoint_dir = ckpt, .log_format = logfmt_s, .json = json,
+            rm_sweep_run_opts so = {.file = file,
+                                    .docs = docs,
+                                    .run_dir = run_dir_flag,
+                                    .checkpoint_dir = ckpt,
+                                    .log_format = logfmt_s,
+                                    .json = json,
                                     .log_json = lfmt == RM_LOG_JSON};
             code = rm_sweep_run(&so);
         }
@@ -671,7 +699,7 @@ int rm_run_main(int argc, char **argv)
         return 2;
     }
     if (job.generation <= 0)
-        job.generation = 1;   /* a local object: its first generation */
+        job.generation = 1; /* a local object: its first generation */
     /* bench workers do not report steps: the progress deadline does not apply to them */
     if (job.spec.training.mode == RM_MODE_BENCH)
         job.spec.restart.progress_deadline_seconds = 0;
@@ -681,11 +709,11 @@ int rm_run_main(int argc, char **argv)
     rm_run_abs_path(ckpt_dir, sizeof ckpt_dir);
     rm_run_dir_name(run_dir_flag, job.name, run_dir, sizeof run_dir);
     {
-        rm_err de = {0};   /* a folder no checkpoint can be written to is refused up front */
+        rm_err de = {0}; /* a folder no checkpoint can be written to is refused up front */
         if (rm_fs_dir_writable(ckpt_dir, "checkpoint folder", &de) != RM_OK) {
             fprintf(stderr, "ringmaster run: %s\n", de.msg);
             rm_tj_free(&job);
-            return 2;   /* a bad --checkpoint-dir (or spec.checkpoint.path) is the user's input */
+            return 2; /* a bad --checkpoint-dir (or spec.checkpoint.path) is the user's input */
         }
     }
     if (resume) {
@@ -716,8 +744,10 @@ int rm_run_main(int argc, char **argv)
             u.tty = false;
     }
     if (removed > 0)
-        fprintf(u.out, "ringmaster: removed %d files of an earlier run from %s (--resume keeps "
-                "them)\n", removed, ckpt_dir);
+        fprintf(u.out,
+                "ringmaster: removed %d files of an earlier run from %s (--resume keeps "
+                "them)\n",
+                removed, ckpt_dir);
     if (u.tty)
         fprintf(u.out, "  runner log:  %s\n", runner_log);
 
@@ -728,9 +758,16 @@ int rm_run_main(int argc, char **argv)
         return 1;
     }
     rm_local_opts lo = {
-        .run_dir = run_dir, .checkpoint_dir = ckpt_dir, .metrics_addr = metrics,
-        .worker_log_format = logfmt_s, .human = u.out, .on_tick = on_tick, .on_event = on_event,
-        .ud = &u, .stop_signal = &rm_sig_stop, .wake_fd = wake_r,
+        .run_dir = run_dir,
+        .checkpoint_dir = ckpt_dir,
+        .metrics_addr = metrics,
+        .worker_log_format = logfmt_s,
+        .human = u.out,
+        .on_tick = on_tick,
+        .on_event = on_event,
+        .ud = &u,
+        .stop_signal = &rm_sig_stop,
+        .wake_fd = wake_r,
     };
     static rm_local_result res;
     rm_err e = {0};
@@ -771,8 +808,13 @@ int rm_validate_main(int argc, char **argv)
     int c;
     while ((c = getopt_long(argc, argv, "f:o:h", opts, NULL)) != -1) {
         switch (c) {
-        case 'f': file = optarg; break;
-        case 'o': if (parse_output("validate", optarg, &json)) return 2; break;
+        case 'f':
+            file = optarg;
+            break;
+        case 'o':
+            if (parse_output("validate", optarg, &json))
+                return 2;
+            break;
         case 'h':
             printf("usage: ringmaster validate -f FILE [-o json]\n"
                    "Check a TrainingJob manifest the way `run` and the operator read it; -o json\n"
@@ -787,7 +829,7 @@ int rm_validate_main(int argc, char **argv)
         fprintf(stderr, "ringmaster validate: -f FILE is required\n");
         return 2;
     }
-    rm_yaml_docs *docs = NULL;   /* read once: -f may be a pipe (see rm_run_main) */
+    rm_yaml_docs *docs = NULL; /* read once: -f may be a pipe (see rm_run_main) */
     char msg[1024];
     if (rm_manifest_read(file, &docs, msg, sizeof msg) != RM_OK) {
         fprintf(stderr, "%s\n", msg);
@@ -813,15 +855,15 @@ int rm_validate_main(int argc, char **argv)
         free(s);
         cJSON_Delete(o);
     } else {
-        printf("%s: valid TrainingJob %s/%s: %d workers (min %d, max %d), backend %s, mode %s\n",
-               file, job.namespace_ ? job.namespace_ : "default", job.name, job.spec.replicas,
+        printf("%s: valid TrainingJob %s/%s: %d workers (min %d, max %d), backend %s, mode %s\n", file,
+               job.namespace_ ? job.namespace_ : "default", job.name, job.spec.replicas,
                job.spec.min_replicas, job.spec.max_replicas, rm_backend_name(job.spec.backend),
                rm_enum_name(rm_mode_names, (int)job.spec.training.mode));
-        const rm_par_spec *par = &job.spec.par;   /* pipeline stages */
+        const rm_par_spec *par = &job.spec.par; /* pipeline stages */
         if (par->pipeline_stages > 1 || par->micro_batches > 1)
             printf("  pipeline: %d stages x %d data-parallel replicas (rank r = d*%d + p), "
-                   "%d micro-batches, schedule %s\n", par->pipeline_stages,
-                   job.spec.replicas / par->pipeline_stages, par->pipeline_stages,
+                   "%d micro-batches, schedule %s\n",
+                   par->pipeline_stages, job.spec.replicas / par->pipeline_stages, par->pipeline_stages,
                    par->micro_batches, rm_pipe_schedule_names[par->schedule == RM_PIPE_GPIPE]);
     }
     rm_tj_free(&job);

@@ -33,8 +33,8 @@ int rm_manifest_read(const char *path, rm_yaml_docs **out, char *msg, size_t cap
  * defaults, and validate. d is borrowed. On RM_OK *out is owned by the caller (rm_tj_free). On
  * error *out is zeroed and msg holds one line: "FILE:LINE: spec.minReplicas: must be <=
  * spec.replicas". */
-int rm_manifest_load(const rm_yaml_docs *d, const char *path, const rm_manifest_overrides *ov,
-                     rm_tj *out, char *msg, size_t cap);
+int rm_manifest_load(const rm_yaml_docs *d, const char *path, const rm_manifest_overrides *ov, rm_tj *out,
+                     char *msg, size_t cap);
 
 /* One line for a manifest error: "FILE:LINE: field: message" when the field (or, for an error
  * with no field, the document) has a known line in document i of d, else "FILE: message". */

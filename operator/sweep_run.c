@@ -26,7 +26,7 @@
 #include "operator/run.h"
 #include "operator/sigwake.h"
 
-#define LINE_CAP (256 * 1024)     /* one status line from a trial (64 evaluations fit many times) */
+#define LINE_CAP (256 * 1024) /* one status line from a trial (64 evaluations fit many times) */
 #define TICK_MS 200
 
 /* ------------------------------------------------------------------ manifest */
@@ -41,8 +41,7 @@ bool rm_sweep_manifest_is(const rm_yaml_docs *d)
     return yes;
 }
 
-int rm_sweep_manifest_load(const rm_yaml_docs *d, const char *path, rm_sweep *out, char *msg,
-                           size_t cap)
+int rm_sweep_manifest_load(const rm_yaml_docs *d, const char *path, rm_sweep *out, char *msg, size_t cap)
 {
     rm_err e = {0};
     int rc;
@@ -56,8 +55,8 @@ int rm_sweep_manifest_load(const rm_yaml_docs *d, const char *path, rm_sweep *ou
         if (pick != n) {
             int line = 0, col = 0;
             rm_yaml_pos(d, i, "kind", &line, &col);
-            rm_sfmt(msg, cap, "%s:%d: a second TrainingSweep (document %zu): one sweep per file",
-                    path, line, i + 1);
+            rm_sfmt(msg, cap, "%s:%d: a second TrainingSweep (document %zu): one sweep per file", path, line,
+                    i + 1);
             return RM_EINVAL;
         }
         pick = i;
@@ -116,20 +115,18 @@ int rm_sweep_validate(const rm_yaml_docs *d, const char *file, bool json)
         printf("%s: valid TrainingSweep %s/%s: %d trials (%s), %d at a time, %d worker(s) each, "
                "objective %s (%s), early stopping %s\n",
                file, sw.namespace_, sw.name, sw.spec.trials,
-               sw.spec.algorithm == RM_SWEEP_GRID ? "grid" : "random", sw.spec.parallel_trials,
-               workers, rm_sweep_metric_name(sw.spec.metric),
-               sw.spec.maximize ? "maximize" : "minimize",
+               sw.spec.algorithm == RM_SWEEP_GRID ? "grid" : "random", sw.spec.parallel_trials, workers,
+               rm_sweep_metric_name(sw.spec.metric), sw.spec.maximize ? "maximize" : "minimize",
                sw.spec.early_stopping ? "median" : "off");
     }
     rm_sweep_free(&sw);
     return 0;
 }
 
-
 /* ------------------------------------------------------------------ the trial child */
 
 typedef struct child_ctx {
-    int fd;                 /* status pipe to the runner */
+    int fd; /* status pipe to the runner */
     int last_nevals;
     rm_phase last_phase;
     double last_sent;
@@ -143,7 +140,7 @@ static void send_status(int fd, const rm_tj_status *st)
     if (!s)
         return;
     size_t n = strlen(s);
-    s[n] = '\n';   /* replaces the terminator; written with its length */
+    s[n] = '\n'; /* replaces the terminator; written with its length */
     size_t off = 0;
     while (off < n + 1) {
         ssize_t w = write(fd, s + off, n + 1 - off);
@@ -160,8 +157,7 @@ static void child_tick(void *ud, const rm_local_view *v)
 {
     child_ctx *c = ud;
     const rm_tj_status *st = &v->job->status;
-    if (st->progress.nevals != c->last_nevals || st->phase != c->last_phase ||
-        v->now - c->last_sent >= 1.0) {
+    if (st->progress.nevals != c->last_nevals || st->phase != c->last_phase || v->now - c->last_sent >= 1.0) {
         c->last_nevals = st->progress.nevals;
         c->last_phase = st->phase;
         c->last_sent = v->now;
@@ -171,10 +167,10 @@ static void child_tick(void *ud, const rm_local_view *v)
 
 /* Runs in the forked child; never returns. Exit 0 Succeeded, 1 Failed, 2 stopped, 3 could not
  * start. */
-static void trial_child(const rm_sweep *sw, int index, int fd, const char *run_dir,
-                        const char *ckpt_dir, const char *log_format)
+static void trial_child(const rm_sweep *sw, int index, int fd, const char *run_dir, const char *ckpt_dir,
+                        const char *log_format)
 {
-    prctl(PR_SET_PDEATHSIG, SIGTERM);   /* a runner that dies takes its trials with it */
+    prctl(PR_SET_PDEATHSIG, SIGTERM); /* a runner that dies takes its trials with it */
     int wake_r = -1;
     if (rm_sigwake_install(&wake_r, false) != 0)
         _exit(3);
@@ -185,7 +181,7 @@ static void trial_child(const rm_sweep *sw, int index, int fd, const char *run_d
     int lfd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     int nfd = open("/dev/null", O_RDWR | O_CLOEXEC);
     if (lfd >= 0)
-        dup2(lfd, 2);   /* the trial's structured log: its own file, not the runner's terminal */
+        dup2(lfd, 2); /* the trial's structured log: its own file, not the runner's terminal */
     if (nfd >= 0)
         dup2(nfd, 1);
     rm_tj job;
@@ -198,17 +194,22 @@ static void trial_child(const rm_sweep *sw, int index, int fd, const char *run_d
     FILE *human = lfd >= 0 ? fdopen(dup(lfd), "w") : NULL;
     child_ctx cc = {.fd = fd, .last_nevals = -1, .last_phase = RM_PHASE_PENDING};
     rm_local_opts lo = {
-        .run_dir = run_dir, .checkpoint_dir = ckpt_dir, .metrics_addr = "127.0.0.1:0",
-        .worker_log_format = log_format, .human = human ? human : stderr, .on_tick = child_tick,
-        .ud = &cc, .stop_signal = &rm_sig_stop, .wake_fd = wake_r,
+        .run_dir = run_dir,
+        .checkpoint_dir = ckpt_dir,
+        .metrics_addr = "127.0.0.1:0",
+        .worker_log_format = log_format,
+        .human = human ? human : stderr,
+        .on_tick = child_tick,
+        .ud = &cc,
+        .stop_signal = &rm_sig_stop,
+        .wake_fd = wake_r,
     };
     static rm_local_result res;
     int rc = rm_local_run(&job, &lo, &res, &e);
     if (rc != RM_OK) {
         rm_error("trial could not start err=\"%s\"", e.msg);
         job.status.phase = RM_PHASE_FAILED;
-        rm_tj_set_condition(&job.status, RM_COND_FAILED, true, "StartFailed", e.msg, 1,
-                            rm_wall());
+        rm_tj_set_condition(&job.status, RM_COND_FAILED, true, "StartFailed", e.msg, 1, rm_wall());
     }
     send_status(fd, &job.status);
     if (human)
@@ -219,14 +220,14 @@ static void trial_child(const rm_sweep *sw, int index, int fd, const char *run_d
 /* ------------------------------------------------------------------ the runner */
 
 typedef struct trial_slot {
-    pid_t pid;              /* 0: not started, -1: ended */
-    int fd;                 /* status pipe (read end), -1 when closed */
-    char *buf;              /* partial line */
+    pid_t pid; /* 0: not started, -1: ended */
+    int fd;    /* status pipe (read end), -1 when closed */
+    char *buf; /* partial line */
     size_t len;
     bool stop_sent;
     bool exited;
     int exit_code;
-    rm_tj tj;               /* the trial: name + spec, status from its last line */
+    rm_tj tj; /* the trial: name + spec, status from its last line */
     bool have_tj;
     double started, ended;
 } trial_slot;
@@ -236,9 +237,9 @@ typedef struct runner {
     const rm_sweep_run_opts *o;
     trial_slot *t;
     char run_dir[PATH_MAX], ckpt_dir[PATH_MAX];
-    FILE *out;              /* the human channel */
+    FILE *out; /* the human channel */
     bool tty;
-    int drawn;              /* table lines drawn last time (tty) */
+    int drawn; /* table lines drawn last time (tty) */
     char last_plain[8192];
     double started;
 } runner;
@@ -263,7 +264,7 @@ static void read_lines(runner *r, int i)
                 if (s->len + 1 < LINE_CAP)
                     s->buf[s->len++] = tmp[k];
                 else
-                    s->len = LINE_CAP;   /* over the cap: this line is dropped */
+                    s->len = LINE_CAP; /* over the cap: this line is dropped */
                 continue;
             }
             if (s->len < LINE_CAP) {
@@ -305,7 +306,7 @@ static int start_trial(runner *r, int i)
     }
     if (pid == 0) {
         close(p[0]);
-        for (int k = 0; k < r->sw->spec.trials; k++)   /* the other trials' pipes are not ours */
+        for (int k = 0; k < r->sw->spec.trials; k++) /* the other trials' pipes are not ours */
             if (r->t[k].fd >= 0)
                 close(r->t[k].fd);
         trial_child(r->sw, i, p[1], rdir, cdir, r->o->log_format);
@@ -331,7 +332,7 @@ static void reap(runner *r)
             if (s->pid != pid)
                 continue;
             if (s->fd >= 0)
-                read_lines(r, i);   /* its last line */
+                read_lines(r, i); /* its last line */
             s->exited = true;
             s->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
             s->ended = rm_wall();
@@ -359,7 +360,7 @@ static bool observe(runner *r, int i, rm_sweep_obs *o)
             rm_sfmt(o->reason, sizeof o->reason, "%s", why[0] ? why : "RunnerExited");
         }
     } else if (o->phase != RM_TRIAL_RUNNING) {
-        o->phase = RM_TRIAL_RUNNING;   /* finished only once its process has ended */
+        o->phase = RM_TRIAL_RUNNING; /* finished only once its process has ended */
     }
     return true;
 }
@@ -388,16 +389,15 @@ static void render(runner *r, char *buf, size_t cap, int *lines)
     char best[64] = "-";
     if (st->best >= 0)
         rm_sfmt(best, sizeof best, "%d (%.4f)", st->best, st->best_objective);
-    l += (size_t)snprintf(buf + l, cap - l, "sweep %s  %s  trials %d: %d running, %d succeeded, "
+    l += (size_t)snprintf(buf + l, cap - l,
+                          "sweep %s  %s  trials %d: %d running, %d succeeded, "
                           "%d failed, %d stopped, %d pending  best %s  %.0fs\n",
-                          r->sw->name, rm_sweep_phase_name(st->phase), st->total, st->running,
-                          st->succeeded, st->failed, st->stopped, st->pending, best,
-                          rm_wall() - r->started);
+                          r->sw->name, rm_sweep_phase_name(st->phase), st->total, st->running, st->succeeded,
+                          st->failed, st->stopped, st->pending, best, rm_wall() - r->started);
     n++;
     if (l < cap)
-        l += (size_t)snprintf(buf + l, cap - l, "%-5s %-44s %-7s %-10s %s\n", "TRIAL", "PARAMETERS",
-                              "EPOCH", sp->metric == RM_SWEEP_TEST_ACCURACY ? "ACCURACY" : "LOSS",
-                              "STATE");
+        l += (size_t)snprintf(buf + l, cap - l, "%-5s %-44s %-7s %-10s %s\n", "TRIAL", "PARAMETERS", "EPOCH",
+                              sp->metric == RM_SWEEP_TEST_ACCURACY ? "ACCURACY" : "LOSS", "STATE");
     n++;
     for (int i = 0; i < st->total && l < cap; i++) {
         const rm_sweep_trial *t = &st->trials[i];
@@ -408,10 +408,9 @@ static void render(runner *r, char *buf, size_t cap, int *lines)
             rm_sfmt(obj, sizeof obj, "%.4f", v);
         rm_sfmt(ep, sizeof ep, "%d/%d", t->epoch, sp->epochs);
         char state[64];
-        rm_sfmt(state, sizeof state, "%s%s%s", rm_trial_phase_name(t->phase),
-                t->reason[0] ? " " : "", t->reason);
-        l += (size_t)snprintf(buf + l, cap - l, "%-5d %-44.44s %-7s %-10s %s\n", i, ps, ep, obj,
-                              state);
+        rm_sfmt(state, sizeof state, "%s%s%s", rm_trial_phase_name(t->phase), t->reason[0] ? " " : "",
+                t->reason);
+        l += (size_t)snprintf(buf + l, cap - l, "%-5d %-44.44s %-7s %-10s %s\n", i, ps, ep, obj, state);
         n++;
     }
     if (l >= cap)
@@ -465,7 +464,7 @@ static int op_create(void *ud, int index, rm_err *err)
     trial_slot *s = &r->t[index];
     (void)err;
     if (s->pid == 0 && start_trial(r, index) != RM_OK) {
-        s->pid = -1;   /* observed as ended with no success: Failed */
+        s->pid = -1; /* observed as ended with no success: Failed */
         s->exited = true;
         s->exit_code = 3;
     }
@@ -487,20 +486,21 @@ static int op_stop(void *ud, int index, const char *reason, const char *message,
     return RM_OK;
 }
 
-static int op_event(void *ud, int index, bool warning, const char *reason, const char *message,
-                    rm_err *err)
+static int op_event(void *ud, int index, bool warning, const char *reason, const char *message, rm_err *err)
 {
     runner *r = ud;
     (void)err;
-    rm_log_write(warning ? RM_LOG_WARN : RM_LOG_INFO, __FILE__, __LINE__,
-                 "event reason=%s message=\"%s\"", reason, message);
+    rm_log_write(warning ? RM_LOG_WARN : RM_LOG_INFO, __FILE__, __LINE__, "event reason=%s message=\"%s\"",
+                 reason, message);
     if (!r->tty && index >= 0)
         fprintf(r->out, "event %s: %s\n", reason, message);
     return RM_OK;
 }
 
 static const rm_sweep_ops local_sweep_ops = {
-    .create_trial = op_create, .stop_trial = op_stop, .event = op_event,
+    .create_trial = op_create,
+    .stop_trial = op_stop,
+    .event = op_event,
 };
 
 /* One pass: observe every trial, let the sweep core decide, execute its actions. RM_OK, or the
@@ -521,7 +521,7 @@ static int sweep_pass(runner *r, rm_sweep_obs *obs, rm_sweep_action *acts)
     rm_sweep_status_free(&sw->status);
     sw->status = so.status;
     rm_err e = {0};
-    return rm_sweep_apply_actions(&local_sweep_ops, r, acts, so.nactions, &e);   /* never fail */
+    return rm_sweep_apply_actions(&local_sweep_ops, r, acts, so.nactions, &e); /* never fail */
 }
 
 /* The folders (checkpoints, run logs) and the human channel. 0, or the exit code to end with. */
@@ -565,13 +565,13 @@ static void print_result(const runner *r, bool stopped)
         rm_run_print_json(rm_sweep_to_json(sw));
     } else if (!stopped) {
         const rm_sweep_status *st = &sw->status;
-        printf("%s: %d trials: %d succeeded, %d failed, %d stopped\n",
-               rm_sweep_phase_name(st->phase), st->total, st->succeeded, st->failed, st->stopped);
+        printf("%s: %d trials: %d succeeded, %d failed, %d stopped\n", rm_sweep_phase_name(st->phase),
+               st->total, st->succeeded, st->failed, st->stopped);
         if (st->best >= 0) {
             char ps[200], name[160];
             param_str(sw, st->best, ps, sizeof ps);
-            printf("best: %s %s %s %.4f\n", rm_sweep_trial_name(sw, st->best, name, sizeof name),
-                   ps, rm_sweep_metric_name(sw->spec.metric), st->best_objective);
+            printf("best: %s %s %s %.4f\n", rm_sweep_trial_name(sw, st->best, name, sizeof name), ps,
+                   rm_sweep_metric_name(sw->spec.metric), st->best_objective);
         }
     }
     fflush(stdout);
@@ -612,8 +612,8 @@ int rm_sweep_run(const rm_sweep_run_opts *o)
         fprintf(stderr, "ringmaster run: pipe: %s\n", strerror(errno));
         goto out;
     }
-    fprintf(r.out, "ringmaster: sweep %s: %d trials, %d at a time; logs in %s, checkpoints in %s\n",
-            sw.name, sw.spec.trials, sw.spec.parallel_trials, r.run_dir, r.ckpt_dir);
+    fprintf(r.out, "ringmaster: sweep %s: %d trials, %d at a time; logs in %s, checkpoints in %s\n", sw.name,
+            sw.spec.trials, sw.spec.parallel_trials, r.run_dir, r.ckpt_dir);
     rm_info("sweep started sweep=%s trials=%d parallel=%d run_dir=%s", sw.name, sw.spec.trials,
             sw.spec.parallel_trials, r.run_dir);
 
@@ -634,7 +634,7 @@ int rm_sweep_run(const rm_sweep_run_opts *o)
         if (rm_sig_stop && !stopping) {
             stopping = rm_sig_stop;
             stop_at = rm_wall();
-            stop_all(&r, SIGTERM);   /* each trial checkpoints and stops */
+            stop_all(&r, SIGTERM); /* each trial checkpoints and stops */
             fprintf(r.out, "ringmaster: stopping every trial (signal %d)\n", stopping);
         }
         if (stopping) {
@@ -698,7 +698,7 @@ out:
     if (term)
         fclose(term);
     if (r.t) {
-        stop_all(&r, SIGKILL);   /* nothing is alive here unless start-up failed half-way */
+        stop_all(&r, SIGKILL); /* nothing is alive here unless start-up failed half-way */
         for (int i = 0; i < sw.spec.trials; i++) {
             if (r.t[i].fd >= 0)
                 close(r.t[i].fd);

@@ -38,8 +38,7 @@ bool rm_sweep_manifest_is(const rm_yaml_docs *d);
  * validation (every trial through the TrainingJob validator, each trial's workers against this
  * machine's memory). On error msg holds one line "FILE:LINE: field: message". *out owned by the
  * caller (rm_sweep_free). */
-int rm_sweep_manifest_load(const rm_yaml_docs *d, const char *path, rm_sweep *out, char *msg,
-                           size_t cap);
+int rm_sweep_manifest_load(const rm_yaml_docs *d, const char *path, rm_sweep *out, char *msg, size_t cap);
 
 typedef struct rm_sweep_run_opts {
     const char *file;           /* named in messages */

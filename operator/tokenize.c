@@ -21,12 +21,13 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: ringmaster tokenize [--val-fraction F] [--shard-tokens N] [--name NAME] INPUT OUTDIR\n"
-               "  writes INPUT (raw text, one token per byte) as token shards in OUTDIR:\n"
-               "  NAME_train_000000.bin ... and NAME_val_000000.bin ... (NAME: INPUT's base name\n"
-               "  without its extension)\n"
-               "  --val-fraction F   the last F of the text is the validation split (default 0.1, 0 <= F < 1)\n"
-               "  --shard-tokens N   tokens per shard at most (default 100000000)\n");
+    fprintf(f,
+            "usage: ringmaster tokenize [--val-fraction F] [--shard-tokens N] [--name NAME] INPUT OUTDIR\n"
+            "  writes INPUT (raw text, one token per byte) as token shards in OUTDIR:\n"
+            "  NAME_train_000000.bin ... and NAME_val_000000.bin ... (NAME: INPUT's base name\n"
+            "  without its extension)\n"
+            "  --val-fraction F   the last F of the text is the validation split (default 0.1, 0 <= F < 1)\n"
+            "  --shard-tokens N   tokens per shard at most (default 100000000)\n");
 }
 
 /* tokens [from, to) of text as shards name_split_NNNNNN.bin in dir; *written counts files */
@@ -55,9 +56,11 @@ int rm_tokenize_main(int argc, char **argv)
     long long per = 100000000;
     const char *name = NULL;
     static const struct option opts[] = {
-        { "val-fraction", required_argument, NULL, 'v' }, { "shard-tokens", required_argument, NULL, 's' },
-        { "name", required_argument, NULL, 'n' },         { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
+        {"val-fraction", required_argument, NULL, 'v'},
+        {"shard-tokens", required_argument, NULL, 's'},
+        {"name", required_argument, NULL, 'n'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     optind = 1;
     int c;
@@ -67,14 +70,16 @@ int rm_tokenize_main(int argc, char **argv)
         case 'v':
             frac = strtod(optarg, &end);
             if (!end || *end || !(frac >= 0 && frac < 1)) {
-                fprintf(stderr, "ringmaster tokenize: --val-fraction: a number >= 0 and < 1, got \"%s\"\n", optarg);
+                fprintf(stderr, "ringmaster tokenize: --val-fraction: a number >= 0 and < 1, got \"%s\"\n",
+                        optarg);
                 return 2;
             }
             break;
         case 's':
             per = strtoll(optarg, &end, 10);
             if (!end || *end || per < 1 || per > UINT32_MAX) {
-                fprintf(stderr, "ringmaster tokenize: --shard-tokens: 1..%u, got \"%s\"\n", UINT32_MAX, optarg);
+                fprintf(stderr, "ringmaster tokenize: --shard-tokens: 1..%u, got \"%s\"\n", UINT32_MAX,
+                        optarg);
                 return 2;
             }
             break;
@@ -95,7 +100,7 @@ int rm_tokenize_main(int argc, char **argv)
     }
     const char *in = argv[optind], *out = argv[optind + 1];
     char base[256];
-    if (!name) {   /* INPUT's base name without its extension */
+    if (!name) { /* INPUT's base name without its extension */
         const char *b = strrchr(in, '/');
         snprintf(base, sizeof base, "%s", b ? b + 1 : in);
         char *dot = strrchr(base, '.');
@@ -122,7 +127,7 @@ int rm_tokenize_main(int argc, char **argv)
         fprintf(stderr, "ringmaster tokenize: %s: %s\n", in, size ? strerror(errno) : "empty file");
         return 2;
     }
-    rm_err err = { 0 };
+    rm_err err = {0};
     size_t val = (size_t)((double)size * frac), train = size - val, chunk = (size_t)per;
     uint32_t *buf = malloc((chunk < size ? chunk : size) * sizeof *buf + sizeof *buf);
     int files = 0, rc = buf ? rm_fs_mkdir_p(out, &err) : rm_errf(&err, RM_ENOMEM, "out of memory");

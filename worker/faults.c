@@ -28,18 +28,17 @@ const rm_fault *rm_faults_due(rm_faults *fs, int rank, int64_t step)
             char path[1200];
             snprintf(path, sizeof path, "%s/.fault-%d-fired", fs->dir, i);
             rm_err merr = {0};
-            if (rm_mkdir_p(fs->dir, &merr))   /* before the first checkpoint the folder may not exist */
+            if (rm_mkdir_p(fs->dir, &merr)) /* before the first checkpoint the folder may not exist */
                 rm_warn("fault marker folder err=\"%s\"", merr.msg);
             int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
             if (fd < 0) {
                 if (errno != EEXIST)
-                    rm_warn("fault not fired: cannot write marker path=%s err=\"%s\"", path,
-                            strerror(errno));
-                continue;   /* fired before (by this job) or cannot prove once-only: skip */
+                    rm_warn("fault not fired: cannot write marker path=%s err=\"%s\"", path, strerror(errno));
+                continue; /* fired before (by this job) or cannot prove once-only: skip */
             }
             char line[96];
-            int n = snprintf(line, sizeof line, "%s rank=%d step=%lld pid=%ld\n",
-                             rm_fault_kind_name(f->kind), rank, (long long)step, (long)getpid());
+            int n = snprintf(line, sizeof line, "%s rank=%d step=%lld pid=%ld\n", rm_fault_kind_name(f->kind),
+                             rank, (long long)step, (long)getpid());
             if (write(fd, line, (size_t)n) < 0) {
                 /* the marker exists even if empty; that is what counts */
             }

@@ -50,11 +50,10 @@ int rm_gpu_pick(int local_rank, int local_world, int visible, int *device, rm_er
                        "%d local workers (LOCAL_RANK=%d, LOCAL_WORLD_SIZE=%d) but only %d GPU%s "
                        "visible: each worker on a host needs its own GPU (fewer replicas per host, "
                        "more GPUs, or CUDA_VISIBLE_DEVICES)",
-                       local_world > local_rank + 1 ? local_world : local_rank + 1, local_rank,
-                       local_world, visible, visible == 1 ? "" : "s");
+                       local_world > local_rank + 1 ? local_world : local_rank + 1, local_rank, local_world,
+                       visible, visible == 1 ? "" : "s");
     if (local_world > 0 && local_rank >= local_world)
-        return rm_errf(err, RM_EINVAL, "LOCAL_RANK=%d outside LOCAL_WORLD_SIZE=%d", local_rank,
-                       local_world);
+        return rm_errf(err, RM_EINVAL, "LOCAL_RANK=%d outside LOCAL_WORLD_SIZE=%d", local_rank, local_world);
     *device = local_rank;
     return RM_OK;
 }
@@ -97,10 +96,10 @@ static float bits_f32(uint32_t x)
 uint16_t rm_f32_to_bf16(float f)
 {
     uint32_t x = f32_bits(f);
-    if ((x & 0x7fffffffu) > 0x7f800000u)          /* NaN: keep sign and top payload, force quiet */
+    if ((x & 0x7fffffffu) > 0x7f800000u) /* NaN: keep sign and top payload, force quiet */
         return (uint16_t)((x >> 16) | 0x0040u);
     uint32_t lsb = (x >> 16) & 1u;
-    x += 0x7fffu + lsb;                           /* ties to even; overflow carries into inf */
+    x += 0x7fffu + lsb; /* ties to even; overflow carries into inf */
     return (uint16_t)(x >> 16);
 }
 
@@ -114,28 +113,28 @@ uint16_t rm_f32_to_f16(float f)
     uint32_t x = f32_bits(f);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
     uint32_t ax = x & 0x7fffffffu;
-    if (ax > 0x7f800000u)                                     /* NaN -> quiet NaN */
+    if (ax > 0x7f800000u) /* NaN -> quiet NaN */
         return (uint16_t)(sign | 0x7e00u | ((ax >> 13) & 0x3ffu));
-    if (ax >= 0x477ff000u)                                    /* >= 65520 (and inf) -> inf */
+    if (ax >= 0x477ff000u) /* >= 65520 (and inf) -> inf */
         return (uint16_t)(sign | 0x7c00u);
-    if (ax < 0x38800000u) {                                   /* below 2^-14: subnormal or zero */
-        if (ax < 0x33000000u)                                 /* < 2^-25 -> +-0 */
+    if (ax < 0x38800000u) {   /* below 2^-14: subnormal or zero */
+        if (ax < 0x33000000u) /* < 2^-25 -> +-0 */
             return sign;
-        uint32_t e = ax >> 23;                                /* 102..112 */
+        uint32_t e = ax >> 23; /* 102..112 */
         uint32_t m = (ax & 0x7fffffu) | 0x800000u;
-        uint32_t shift = 126u - e;                            /* 14..24 */
+        uint32_t shift = 126u - e; /* 14..24 */
         uint32_t h = m >> shift;
         uint32_t rem = m & ((1u << shift) - 1u);
         uint32_t half = 1u << (shift - 1u);
         if (rem > half || (rem == half && (h & 1u)))
-            h++;                                              /* may carry into the smallest normal */
+            h++; /* may carry into the smallest normal */
         return (uint16_t)(sign | h);
     }
-    uint32_t r = ax - 0x38000000u;                            /* rebias exponent 127 -> 15 */
+    uint32_t r = ax - 0x38000000u; /* rebias exponent 127 -> 15 */
     uint32_t h = r >> 13;
     uint32_t rem = r & 0x1fffu;
     if (rem > 0x1000u || (rem == 0x1000u && (h & 1u)))
-        h++;                                                  /* carry may reach the exponent: fine */
+        h++; /* carry may reach the exponent: fine */
     return (uint16_t)(sign | h);
 }
 
@@ -145,7 +144,7 @@ float rm_f16_to_f32(uint16_t h)
     uint32_t e = (h >> 10) & 0x1fu;
     uint32_t m = h & 0x3ffu;
     if (e == 0) {
-        float v = (float)m * 0x1p-24f;                        /* exact: m < 2^10 */
+        float v = (float)m * 0x1p-24f; /* exact: m < 2^10 */
         return sign ? -v : v;
     }
     if (e == 31)
@@ -262,13 +261,13 @@ float rm_amp_loss_scale(const rm_amp *a)
     return rm_loss_scaler_scale(&a->scaler);
 }
 
-int rm_amp_finish(rm_amp *a, float *grads, size_t n, const rm_comm_ops *ops, rm_comm *comm,
-                  bool *apply, rm_err *err)
+int rm_amp_finish(rm_amp *a, float *grads, size_t n, const rm_comm_ops *ops, rm_comm *comm, bool *apply,
+                  rm_err *err)
 {
     const rm_kernels *k = a->k;
-    int32_t local = -1;   /* what a failed d2h leaves too: counts as overflow, never as "fine" */
+    int32_t local = -1; /* what a failed d2h leaves too: counts as overflow, never as "fine" */
     int rc;
-    *apply = false;       /* on any error below the step is not applied */
+    *apply = false; /* on any error below the step is not applied */
     if ((rc = k->memset0(a->flag, sizeof(int32_t))) != RM_OK) {
         int crc = k->check(err);
         return crc != RM_OK ? crc : rm_errf(err, rc, "amp: resetting the overflow flag failed");

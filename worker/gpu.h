@@ -26,7 +26,10 @@
 
 /* The trainer's name for rm_cuda_available (kernels/kernels_cuda.h): true when this build has CUDA
  * and a device is usable; otherwise `why` (may be NULL) says why not. */
-static inline bool rm_gpu_available(char *why, size_t cap) { return rm_cuda_available(why, cap); }
+static inline bool rm_gpu_available(char *why, size_t cap)
+{
+    return rm_cuda_available(why, cap);
+}
 
 /* The device of a local rank (pure): local_rank itself, because every process on a host needs its
  * own GPU (NCCL refuses two ranks on one device, "Duplicate GPU"). local_world (0 = unknown) is the
@@ -67,7 +70,7 @@ void rm_f16_to_f32_n(const uint16_t *src, float *dst, size_t n);
 
 /* ---------------- dynamic loss scaling (Micikevicius et al.; PyTorch GradScaler defaults) ---------------- */
 
-#define RM_SCALER_INIT_SCALE 65536.0f   /* 2^16 */
+#define RM_SCALER_INIT_SCALE 65536.0f /* 2^16 */
 #define RM_SCALER_GROWTH_FACTOR 2.0f
 #define RM_SCALER_BACKOFF_FACTOR 0.5f
 #define RM_SCALER_GROWTH_INTERVAL 2000
@@ -89,8 +92,8 @@ typedef struct rm_loss_scaler {
     float scale;
     float growth_factor, backoff_factor;
     int growth_interval;
-    int growth_tracker;       /* consecutive finite steps since the last scale change */
-    int64_t steps, skipped;   /* updates seen / steps skipped for overflow */
+    int growth_tracker;     /* consecutive finite steps since the last scale change */
+    int64_t steps, skipped; /* updates seen / steps skipped for overflow */
 } rm_loss_scaler;
 
 /* Enabled only for fp16; defaults above. */
@@ -102,8 +105,14 @@ bool rm_loss_scaler_update(rm_loss_scaler *s, bool found_inf);
 /* Agreement: every rank contributes its local flag as a float (0 or 1) to an allreduce (SUM, or
  * MAX); this turns the reduced value back into the decision, so all ranks skip together. NaN (a
  * poisoned reduction) counts as overflow. */
-static inline float rm_loss_scaler_flag_value(bool local_found_inf) { return local_found_inf ? 1.0f : 0.0f; }
-static inline bool rm_loss_scaler_agree_flag(float reduced) { return !(reduced == 0.0f); }
+static inline float rm_loss_scaler_flag_value(bool local_found_inf)
+{
+    return local_found_inf ? 1.0f : 0.0f;
+}
+static inline bool rm_loss_scaler_agree_flag(float reduced)
+{
+    return !(reduced == 0.0f);
+}
 /* Checkpoint state: the scale and tracker are saved with the weights so a restart resumes them.
  * A scale that is not finite or below RM_SCALER_MIN_SCALE, or a tracker outside the interval, is
  * ignored (the current value stays). */
@@ -140,14 +149,14 @@ typedef struct rm_amp {
     const rm_kernels *k;
     rm_precision prec;
     rm_loss_scaler scaler;
-    int32_t *flag;            /* device int32 */
+    int32_t *flag; /* device int32 */
     int64_t skipped_logged;
 } rm_amp;
 
 int rm_amp_init(rm_amp *a, const rm_kernels *k, rm_precision prec, rm_err *err);
 float rm_amp_loss_scale(const rm_amp *a);
-int rm_amp_finish(rm_amp *a, float *grads, size_t n, const rm_comm_ops *ops, rm_comm *comm,
-                  bool *apply, rm_err *err);
+int rm_amp_finish(rm_amp *a, float *grads, size_t n, const rm_comm_ops *ops, rm_comm *comm, bool *apply,
+                  rm_err *err);
 void rm_amp_free(rm_amp *a);
 
 #endif

@@ -41,7 +41,7 @@ int main(int argc, char **argv)
     const char *role = getenv(RM_ENV_ROLE);
     if (!strcmp(argv[1], "ps") || (role && !strcmp(role, "ps")))
         return rm_ps_server_main(argc - 1, argv + 1);
-    int mode = rm_enum_index(rm_mode_names, argv[1]);   /* the subcommand is spec.training.mode */
+    int mode = rm_enum_index(rm_mode_names, argv[1]); /* the subcommand is spec.training.mode */
     if (mode == RM_MODE_BENCH)
         return rm_worker_bench_main(argc - 1, argv + 1);
     if (mode != RM_MODE_TRAIN) {
@@ -65,5 +65,5 @@ int main(int argc, char **argv)
     if (rc)
         rm_error("training failed rc=%s err=\"%s\"", rm_strerror(rc), err.msg);
     rm_train_cfg_free(&cfg);
-    return rc ? (err.field[0] ? 2 : 1) : 0;   /* settings at fault: 2, like a bad flag */
+    return rc ? (err.field[0] ? 2 : 1) : 0; /* settings at fault: 2, like a bad flag */
 }

@@ -26,16 +26,14 @@ static void regroup_poll(reporter *r)
         atomic_store(&r->new_epoch, rr.epoch);
         atomic_store(&r->view, RM_STEP_VIEW(rr.epoch, rr.world_size));
         atomic_store(&r->regroup_from, 0);
-        rm_info("group re-formed in the background epoch=%d world=%d rank=%d", rr.epoch,
-                rr.world_size, rr.rank);
+        rm_info("group re-formed in the background epoch=%d world=%d rank=%d", rr.epoch, rr.world_size,
+                rr.rank);
         rm_rdzv_round_free(&rr);
     } else if (rc == RM_EAGAIN) {
         long long v = atomic_load(&r->view);
-        if (settled && joined > 0 && rr.epoch > 0 &&
-            v != RM_STEP_VIEW(rr.epoch, joined)) {
+        if (settled && joined > 0 && rr.epoch > 0 && v != RM_STEP_VIEW(rr.epoch, joined)) {
             atomic_store(&r->view, RM_STEP_VIEW(rr.epoch, joined));
-            rm_info("the workers alive settled while the group re-forms epoch=%d live=%d",
-                    rr.epoch, joined);
+            rm_info("the workers alive settled while the group re-forms epoch=%d live=%d", rr.epoch, joined);
         }
     } else if (rc == RM_ECLOSED) {
         atomic_store(&r->action_epoch, from);
@@ -66,18 +64,18 @@ static void *reporter_main(void *arg)
         last_samples = r->samples;
         rm_rdzv_report rep = r->snap;
         rep.samples_per_second = r->last_rate;
-        char ckpt_err[sizeof r->ckpt_err];   /* the report is sent after the unlock */
+        char ckpt_err[sizeof r->ckpt_err]; /* the report is sent after the unlock */
         memcpy(ckpt_err, r->ckpt_err, sizeof ckpt_err);
         rep.checkpoint_error = ckpt_err;
         pthread_mutex_unlock(&r->mu);
 
-        if (!r->client) {   /* alone: only the samples/s figure */
+        if (!r->client) { /* alone: only the samples/s figure */
             pthread_mutex_lock(&r->mu);
             continue;
         }
         if (atomic_load(&r->regroup_from) > 0)
             regroup_poll(r);
-        if (r->detached) {   /* report the round joined in the background, not the one left */
+        if (r->detached) { /* report the round joined in the background, not the one left */
             int je = atomic_load(&r->joining_epoch), ne = atomic_load(&r->new_epoch);
             if (ne > rep.epoch) {
                 rep.epoch = ne;
@@ -98,7 +96,8 @@ static void *reporter_main(void *arg)
             if (act == RM_RDZV_REJOIN && r->detached) {
                 if (atomic_load(&r->regroup_from) == 0) {
                     rm_info("rendezvous moved on; re-joining in the background, training goes on "
-                            "epoch=%d current=%d", rep.epoch, cur);
+                            "epoch=%d current=%d",
+                            rep.epoch, cur);
                     atomic_store(&r->regroup_from, rep.epoch);
                     regroup_poll(r);
                 }
@@ -167,17 +166,17 @@ void rm_tr_reporter_publish(trainer *t, bool active)
     r->snap.loss = t->train_loss;
     r->snap.allreduce_gbps = t->ar_gbps;
     r->snap.checkpoint_failures = t->ckpt_failures;
-    if (r->snap.nevals != t->nevals || (t->nevals > 0 &&
-        r->snap.evals[t->nevals - 1].epoch != t->evals[t->nevals - 1].epoch)) {
+    if (r->snap.nevals != t->nevals ||
+        (t->nevals > 0 && r->snap.evals[t->nevals - 1].epoch != t->evals[t->nevals - 1].epoch)) {
         memcpy(r->snap.evals, t->evals, (size_t)t->nevals * sizeof t->evals[0]);
-        r->snap.nevals = t->nevals;   /* copied only when it changed: publish runs every step */
+        r->snap.nevals = t->nevals; /* copied only when it changed: publish runs every step */
     }
     if (strcmp(r->ckpt_err, t->ckpt_err) != 0)
         memcpy(r->ckpt_err, t->ckpt_err, sizeof r->ckpt_err);
     r->samples = t->samples_local;
     t->rate = r->last_rate;
     pthread_mutex_unlock(&r->mu);
-    rm_series_set(t->wm.samples_per_s, t->rate);   /* this thread re-labels: current rank's series */
+    rm_series_set(t->wm.samples_per_s, t->rate); /* this thread re-labels: current rank's series */
 }
 
 /* Report now rather than within the next second: a round's first report is how the controller
@@ -207,20 +206,29 @@ int rm_tr_reporter_action(trainer *t)
 int rm_tr_report(trainer *t, bool done)
 {
     if (!t->rdzv)
-        return 0;   /* continue */
+        return 0; /* continue */
     rm_rdzv_report rep = {
-        .epoch = t->rdzv_epoch, .rank = t->rank, .train_epoch = t->train_epoch, .step = t->step,
+        .epoch = t->rdzv_epoch,
+        .rank = t->rank,
+        .train_epoch = t->train_epoch,
+        .step = t->step,
         .last_checkpoint_step = t->last_ckpt_step > 0 ? t->last_ckpt_step : 0,
-        .loss = t->train_loss, .samples_per_second = t->rate, .allreduce_gbps = t->ar_gbps,
-        .done = done, .checkpoint_failures = t->ckpt_failures, .checkpoint_error = t->ckpt_err,
-        .mem_params = (double)t->mem.params, .mem_grads = (double)t->mem.grads,
-        .mem_optimizer = (double)t->mem.optimizer, .mem_activations = (double)t->mem.activations,
+        .loss = t->train_loss,
+        .samples_per_second = t->rate,
+        .allreduce_gbps = t->ar_gbps,
+        .done = done,
+        .checkpoint_failures = t->ckpt_failures,
+        .checkpoint_error = t->ckpt_err,
+        .mem_params = (double)t->mem.params,
+        .mem_grads = (double)t->mem.grads,
+        .mem_optimizer = (double)t->mem.optimizer,
+        .mem_activations = (double)t->mem.activations,
         .peak_rss = t->peak_rss,
     };
     memcpy(rep.evals, t->evals, (size_t)t->nevals * sizeof t->evals[0]);
     rep.nevals = t->nevals;
     if (done) {
-        int rslot, rslots;   /* the group's samples: each data-parallel slice once */
+        int rslot, rslots; /* the group's samples: each data-parallel slice once */
         rm_tr_data_slot(t, &rslot, &rslots);
         rep.have_result = true;
         rep.test_accuracy = t->test_acc;

@@ -37,7 +37,10 @@
 #include "worker/step.h"
 #include "worker/wmetrics.h"
 
-static char *dupstr(const char *s) { return s ? strdup(s) : NULL; }
+static char *dupstr(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
 static void setstr(char **dst, const char *s)
 {
     free(*dst);
@@ -104,28 +107,24 @@ void rm_train_usage(FILE *out)
             RM_DATA_DEFAULT_DIR);
 }
 
-static int parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out,
-                     rm_err *err)
+static int parse_int(const char *flag, const char *s, long long lo, long long hi, long long *out, rm_err *err)
 {
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > hi)
-        return rm_errf(err, RM_EINVAL, "%s: want an integer in [%lld, %lld], got \"%s\"", flag, lo,
-                       hi, s);
+        return rm_errf(err, RM_EINVAL, "%s: want an integer in [%lld, %lld], got \"%s\"", flag, lo, hi, s);
     *out = v;
     return RM_OK;
 }
 
-static int parse_dbl(const char *flag, const char *s, double lo, double hi, double *out,
-                     rm_err *err)
+static int parse_dbl(const char *flag, const char *s, double lo, double hi, double *out, rm_err *err)
 {
     char *end;
     errno = 0;
     double v = strtod(s, &end);
     if (errno || end == s || *end || !(v >= lo && v <= hi))
-        return rm_errf(err, RM_EINVAL, "%s: want a number in [%g, %g], got \"%s\"", flag, lo, hi,
-                       s);
+        return rm_errf(err, RM_EINVAL, "%s: want a number in [%g, %g], got \"%s\"", flag, lo, hi, s);
     *out = v;
     return RM_OK;
 }
@@ -143,8 +142,7 @@ static int load_config_file(const char *path, rm_train_cfg *cfg, rm_err *err)
         rm_yaml_free(docs);
         return rm_errf(err, RM_EINVAL, "%s: expected a TrainingJob or a training object", path);
     }
-    if (cJSON_GetObjectItemCaseSensitive(doc, "kind") ||
-        cJSON_GetObjectItemCaseSensitive(doc, "spec")) {
+    if (cJSON_GetObjectItemCaseSensitive(doc, "kind") || cJSON_GetObjectItemCaseSensitive(doc, "spec")) {
         rm_tj tj;
         memset(&tj, 0, sizeof tj);
         rc = rm_tj_from_json(doc, &tj, err);
@@ -235,9 +233,35 @@ static int parse_hidden(const char *s, rm_training_spec *t, rm_err *err)
 }
 
 enum {
-    O_CONFIG = 256, O_EPOCHS, O_BATCH, O_LR, O_DATA, O_CKDIR, O_CKINT, O_CKKEEP, O_METRICS,
-    O_BACKEND, O_MAXSTEPS, O_LOGFMT, O_LOGLVL, O_OPT, O_MOM, O_WD, O_HIDDEN, O_WARM, O_SCHED, O_SHARD,
-    O_SEED, O_FUSION, O_DEVICE, O_CTIMEOUT, O_PEERS, O_RANK, O_RESUME, O_CHECK, O_HELP
+    O_CONFIG = 256,
+    O_EPOCHS,
+    O_BATCH,
+    O_LR,
+    O_DATA,
+    O_CKDIR,
+    O_CKINT,
+    O_CKKEEP,
+    O_METRICS,
+    O_BACKEND,
+    O_MAXSTEPS,
+    O_LOGFMT,
+    O_LOGLVL,
+    O_OPT,
+    O_MOM,
+    O_WD,
+    O_HIDDEN,
+    O_WARM,
+    O_SCHED,
+    O_SHARD,
+    O_SEED,
+    O_FUSION,
+    O_DEVICE,
+    O_CTIMEOUT,
+    O_PEERS,
+    O_RANK,
+    O_RESUME,
+    O_CHECK,
+    O_HELP
 };
 
 /* The numeric flags: where each lands in rm_train_cfg, its type and its range. */
@@ -247,13 +271,16 @@ typedef struct num_flag {
     const char *name;
     num_kind kind;
     double lo, hi;
-    size_t off;   /* offsetof(rm_train_cfg, ...) */
+    size_t off; /* offsetof(rm_train_cfg, ...) */
 } num_flag;
 
 /* the member's size must fit the kind: a wrong table row does not compile */
 #define NF_SIZE_OK(k, m) \
     sizeof(char[sizeof(((rm_train_cfg *)0)->m) == ((k) == NF_INT ? sizeof(int) : 8) ? 1 : -1])
-#define NF(o, n, k, lo, hi, m) {o, n, k, lo, hi, offsetof(rm_train_cfg, m) + 0 * NF_SIZE_OK(k, m)}
+#define NF(o, n, k, lo, hi, m)                                            \
+    {                                                                     \
+        o, n, k, lo, hi, offsetof(rm_train_cfg, m) + 0 * NF_SIZE_OK(k, m) \
+    }
 static const num_flag NUM_FLAGS[] = {
     NF(O_EPOCHS, "--epochs", NF_INT, 1, 100000, t.epochs),
     NF(O_BATCH, "--batch", NF_INT, 1, 65536, t.batch_size_per_worker),
@@ -370,7 +397,7 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
     } else if ((env = getenv(RM_ENV_TRAINING)) && *env) {
         RM_CHECK_GOTO(load_env_training(env, cfg, err), rc, fail);
     }
-    uint32_t given = cfg->t.set;   /* fields the config named explicitly */
+    uint32_t given = cfg->t.set; /* fields the config named explicitly */
     rm_training_defaults(&cfg->t);
     bool lr_flag = false, opt_flag = false;
 
@@ -390,8 +417,8 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
     if ((env = getenv(RM_ENV_BACKEND)) && *env)
         RM_CHECK_GOTO(parse_backend(RM_ENV_BACKEND, env, cfg, err), rc, fail);
     if ((env = getenv(RM_ENV_PROGRESS_DEADLINE)) && *env)
-        RM_CHECK_GOTO(parse_dbl(RM_ENV_PROGRESS_DEADLINE, env, 0, 1e7,
-                                &cfg->progress_deadline_s, err), rc, fail);
+        RM_CHECK_GOTO(parse_dbl(RM_ENV_PROGRESS_DEADLINE, env, 0, 1e7, &cfg->progress_deadline_s, err), rc,
+                      fail);
     if ((env = getenv(RM_ENV_RENDEZVOUS)) && *env)
         setstr(&cfg->rdzv_url, env);
     setstr(&cfg->job, (env = getenv(RM_ENV_JOB)) && *env ? env : "default/local");
@@ -418,13 +445,18 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
             continue;
         }
         switch (c) {
-        case O_CONFIG: break;
+        case O_CONFIG:
+            break;
         case O_DATA:
             free(cfg->t.data_dir);
             cfg->t.data_dir = strdup(optarg);
             break;
-        case O_CKDIR: setstr(&cfg->checkpoint_dir, optarg); break;
-        case O_METRICS: setstr(&cfg->metrics_addr, optarg); break;
+        case O_CKDIR:
+            setstr(&cfg->checkpoint_dir, optarg);
+            break;
+        case O_METRICS:
+            setstr(&cfg->metrics_addr, optarg);
+            break;
         case O_BACKEND:
             RM_CHECK_GOTO(parse_backend("--backend", optarg, cfg, err), rc, fail);
             break;
@@ -436,8 +468,7 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
             break;
         case O_LOGLVL:
             if (rm_log_parse_level(optarg, &log_lvl) != RM_OK) {
-                rc = rm_errf(err, RM_EINVAL, "--log-level: debug|info|warn|error, got \"%s\"",
-                             optarg);
+                rc = rm_errf(err, RM_EINVAL, "--log-level: debug|info|warn|error, got \"%s\"", optarg);
                 goto fail;
             }
             break;
@@ -453,12 +484,13 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
             cfg->t.optimizer.type = (rm_opt_type)i;
             break;
         }
-        case O_HIDDEN: RM_CHECK_GOTO(parse_hidden(optarg, &cfg->t, err), rc, fail); break;
+        case O_HIDDEN:
+            RM_CHECK_GOTO(parse_hidden(optarg, &cfg->t, err), rc, fail);
+            break;
         case O_SCHED: {
             int i = rm_enum_index(rm_schedule_names, optarg);
             if (i < 0) {
-                rc = rm_errf(err, RM_EINVAL, "--schedule: cosine|step|constant, got \"%s\"",
-                             optarg);
+                rc = rm_errf(err, RM_EINVAL, "--schedule: cosine|step|constant, got \"%s\"", optarg);
                 goto fail;
             }
             cfg->t.schedule = (rm_schedule)i;
@@ -467,17 +499,24 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
         case O_SHARD: {
             int i = rm_enum_index(rm_sharding_names, optarg);
             if (i < 0) {
-                rc = rm_errf(err, RM_EINVAL, "--sharding: none|optimizer|gradients|full, got \"%s\"",
-                             optarg);
+                rc = rm_errf(err, RM_EINVAL, "--sharding: none|optimizer|gradients|full, got \"%s\"", optarg);
                 goto fail;
             }
             cfg->t.sharding = (rm_sharding)i;
             break;
         }
-        case O_DEVICE: setstr(&cfg->device, optarg); break;
-        case O_PEERS: setstr(&cfg->static_peers, optarg); break;
-        case O_RESUME: RM_CHECK_GOTO(parse_resume("--resume", optarg, cfg, err), rc, fail); break;
-        case O_CHECK: cfg->check_only = true; break;
+        case O_DEVICE:
+            setstr(&cfg->device, optarg);
+            break;
+        case O_PEERS:
+            setstr(&cfg->static_peers, optarg);
+            break;
+        case O_RESUME:
+            RM_CHECK_GOTO(parse_resume("--resume", optarg, cfg, err), rc, fail);
+            break;
+        case O_CHECK:
+            cfg->check_only = true;
+            break;
         case O_HELP:
         case 'h':
             rc = rm_errf(err, RM_EINVAL, "help");
@@ -494,7 +533,7 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
         rc = rm_errf(err, RM_EINVAL, "unexpected argument \"%s\"", argv[optind]);
         goto fail;
     }
-    rm_log_init(log_lvl, log_fmt, "worker");   /* env RINGMASTER_LOG_* still override */
+    rm_log_init(log_lvl, log_fmt, "worker"); /* env RINGMASTER_LOG_* still override */
     if (opt_flag) {
         /* the defaults that depend on the optimizer type, unless given explicitly */
         rm_optimizer_spec *o = &cfg->t.optimizer;
@@ -505,17 +544,15 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
     }
     RM_CHECK_GOTO(rm_training_validate(&cfg->t, "spec.training", err), rc, fail);
     if (!strcmp(cfg->device, "auto"))
-        setstr(&cfg->device, cfg->backend == RM_BACKEND_NCCL ||
-                                     cfg->t.precision != RM_PREC_FP32
-                                 ? "cuda"
-                                 : "cpu");
+        setstr(&cfg->device,
+               cfg->backend == RM_BACKEND_NCCL || cfg->t.precision != RM_PREC_FP32 ? "cuda" : "cpu");
     if (strcmp(cfg->device, "cpu") && strcmp(cfg->device, "cuda")) {
         rc = rm_errf(err, RM_EINVAL, "--device: auto|cpu|cuda, got \"%s\"", cfg->device);
         goto fail;
     }
     if (!strcmp(cfg->metrics_addr, "off"))
         setstr(&cfg->metrics_addr, "");
-    if (cfg->checkpoint_dir && !strcmp(cfg->checkpoint_dir, "none")) {   /* as the help says */
+    if (cfg->checkpoint_dir && !strcmp(cfg->checkpoint_dir, "none")) { /* as the help says */
         free(cfg->checkpoint_dir);
         cfg->checkpoint_dir = NULL;
     }

@@ -18,4 +18,7 @@ const rm_step_ops *rm_step_strategy(const char *name)
     return NULL;
 }
 
-const char *rm_step_strategy_names(void) { return "allreduce, parameterServer, pipeline"; }
+const char *rm_step_strategy_names(void)
+{
+    return "allreduce, parameterServer, pipeline";
+}

@@ -44,24 +44,24 @@
 #include "worker/model/model.h"
 #include "worker/optim/optim.h"
 
-typedef struct rm_step rm_step;   /* a strategy's state; each module defines its own */
+typedef struct rm_step rm_step; /* a strategy's state; each module defines its own */
 
 /* What the driver lends a strategy for the process' lifetime. */
 typedef struct rm_step_env {
     const rm_kernels *k;
-    rm_model *m;             /* parameters, gradients, the batch buffers m->x / m->labels */
-    rm_optim *opt;           /* optimizer and its state buffers */
-    rm_amp *amp;             /* mixed precision (fp16 loss scaling); a no-op for fp32 */
-    double fusion_mb;        /* fusion bucket threshold in MiB (0 = one bucket per layer) */
-    rm_sharding sharding;    /* allreduce: ZeRO stage (spec.training.sharding) */
+    rm_model *m;          /* parameters, gradients, the batch buffers m->x / m->labels */
+    rm_optim *opt;        /* optimizer and its state buffers */
+    rm_amp *amp;          /* mixed precision (fp16 loss scaling); a no-op for fp32 */
+    double fusion_mb;     /* fusion bucket threshold in MiB (0 = one bucket per layer) */
+    rm_sharding sharding; /* allreduce: ZeRO stage (spec.training.sharding) */
     /* what strategies that plan their own data position need (claim below) */
-    const char *token;       /* the job token (parameter-server connections) */
-    double timeout_s;        /* bound on each wait for a peer */
-    int64_t train_samples;   /* training-set size */
-    int batch;               /* per-worker batch */
-    int epochs;              /* spec.training.epochs */
-    int64_t max_steps;       /* 0 = none */
-    volatile sig_atomic_t *cancel;   /* non-zero (SIGTERM): end any retry loop at once */
+    const char *token;             /* the job token (parameter-server connections) */
+    double timeout_s;              /* bound on each wait for a peer */
+    int64_t train_samples;         /* training-set size */
+    int batch;                     /* per-worker batch */
+    int epochs;                    /* spec.training.epochs */
+    int64_t max_steps;             /* 0 = none */
+    volatile sig_atomic_t *cancel; /* non-zero (SIGTERM): end any retry loop at once */
     /* For strategies that claim their batches (workers that never talk to each other): the
      * group as the driver knows it while it re-forms in the background (the round goes on):
      * RM_STEP_VIEW(rendezvous epoch, workers alive in it). The driver's reporter thread writes
@@ -70,7 +70,7 @@ typedef struct rm_step_env {
 } rm_step_env;
 #define RM_STEP_VIEW(epoch, live) (((long long)(epoch) << 32) | (long long)(unsigned)(live))
 #define RM_STEP_VIEW_EPOCH(v) ((int)((v) >> 32))
-#define RM_STEP_VIEW_LIVE(v) ((int)((v) & 0xffffffffLL))
+#define RM_STEP_VIEW_LIVE(v) ((int)((v)&0xffffffffLL))
 
 /* Bytes this rank holds at the peak of a step, per kind (the ringmaster_worker_memory_bytes
  * gauge and status.result.memoryBytes). */
@@ -86,7 +86,7 @@ typedef struct rm_step_claim {
     int train_epoch;
     int64_t data_pos;
     int slot, nslots;
-    bool done;               /* the job's budget is spent: no step; the driver ends the job */
+    bool done; /* the job's budget is spent: no step; the driver ends the job */
 } rm_step_claim;
 
 /* The round a strategy runs in (borrowed until round_end). */
@@ -105,16 +105,16 @@ typedef struct rm_step_round {
 /* Where the job is in its schedule: what a checkpoint or rank 0 decides, never a survivor's
  * memory. */
 typedef struct rm_step_pos {
-    int64_t step;            /* optimizer steps completed (global) */
-    int64_t data_pos;        /* samples of train_epoch's permutation consumed */
-    int64_t last_ckpt_step;  /* -1: none */
+    int64_t step;           /* optimizer steps completed (global) */
+    int64_t data_pos;       /* samples of train_epoch's permutation consumed */
+    int64_t last_ckpt_step; /* -1: none */
     int train_epoch;
-    bool eval_done;          /* the end-of-epoch evaluation at `step` has run */
+    bool eval_done; /* the end-of-epoch evaluation at `step` has run */
 } rm_step_pos;
 
 /* What one step measured (for the driver's metrics). */
 typedef struct rm_step_stats {
-    bool comm;               /* the step communicated (world > 1); the fields below are valid */
+    bool comm; /* the step communicated (world > 1); the fields below are valid */
     double allreduce_s;
     /* Seconds this rank computed (forward, backward, update), waits for communication excluded;
      * 0 when the strategy does not measure it: the driver then takes the step's time less
@@ -126,8 +126,8 @@ typedef struct rm_step_stats {
     /* pipeline (step_pipeline.c): valid when pipe is set */
     bool pipe;
     int pipe_stage;
-    double pipe_bubble;      /* time waiting for a neighbour / time of the schedule, this step */
-    uint64_t pipe_sent, pipe_recv;   /* bytes to / from neighbouring stages, this step */
+    double pipe_bubble;            /* time waiting for a neighbour / time of the schedule, this step */
+    uint64_t pipe_sent, pipe_recv; /* bytes to / from neighbouring stages, this step */
 } rm_step_stats;
 
 typedef struct rm_step_ops {
@@ -147,8 +147,7 @@ typedef struct rm_step_ops {
     int (*state_save)(rm_step *s, void *dst, rm_err *err);
     /* Take a verified checkpoint payload (host memory, state_bytes of it) and its optimizer
      * count and scaler state. */
-    void (*state_restore)(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
-                          int scaler_tracker);
+    void (*state_restore)(rm_step *s, const void *src, int64_t opt_t, float loss_scale, int scaler_tracker);
     /* Every rank of the round ends up with rank 0's state and *pos. */
     int (*state_sync)(rm_step *s, rm_step_pos *pos, rm_err *err);
     /* One optimizer step on `rows` samples already in env->m->x / labels, at learning rate lr. */
@@ -226,8 +225,8 @@ extern const rm_step_ops rm_step_allreduce_ops;
  * every rank takes rank 0's position, optimizer count and loss scale, and no parameters (the
  * pipeline strategy agrees on its stages' layers within each stage's group itself). */
 int rm_step_allreduce_sync_pos(rm_step *s, rm_step_pos *pos, rm_err *err);
-extern const rm_step_ops rm_step_ps_ops;   /* "parameterServer" (step_ps.c) */
-extern const rm_step_ops rm_step_pipeline_ops;   /* "pipeline" (step_pipeline.c) */
+extern const rm_step_ops rm_step_ps_ops;       /* "parameterServer" (step_ps.c) */
+extern const rm_step_ops rm_step_pipeline_ops; /* "pipeline" (step_pipeline.c) */
 /* parameterServer with spec.training.optimizer.type lbfgs: Sandblaster L-BFGS (step_lbfgs.c;
  * train.c picks it by the optimizer, not by name) */
 extern const rm_step_ops rm_step_lbfgs_ops;

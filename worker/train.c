@@ -53,14 +53,13 @@ int rm_tr_rdzv_client_make(const rm_train_cfg *cfg, rm_rdzv_client **out, rm_err
 {
     if (!cfg->token || !*cfg->token)
         return rm_err_field(err, RM_EAUTH, RM_ENV_TOKEN,
-                            "missing or empty: the rendezvous at %s needs the job's token",
-                            cfg->rdzv_url);
+                            "missing or empty: the rendezvous at %s needs the job's token", cfg->rdzv_url);
     *out = rm_rdzv_client_new(cfg->rdzv_url, cfg->job, cfg->token, cfg->worker_id, err);
     if (!*out) {
-        rm_err why = *err;   /* which argument the client refused, and why */
+        rm_err why = *err; /* which argument the client refused, and why */
         return rm_err_field(err, why.code, RM_ENV_RENDEZVOUS,
-                            "cannot use rendezvous %s for job \"%s\" as worker \"%s\": %s",
-                            cfg->rdzv_url, cfg->job, cfg->worker_id, why.msg);
+                            "cannot use rendezvous %s for job \"%s\" as worker \"%s\": %s", cfg->rdzv_url,
+                            cfg->job, cfg->worker_id, why.msg);
     }
     /* the node reported to the rendezvous (docs/strategies.md#topology): NODE_NAME, else the host's name */
     const char *node = getenv(RM_ENV_NODE_NAME);
@@ -77,7 +76,7 @@ int rm_tr_rdzv_client_make(const rm_train_cfg *cfg, rm_rdzv_client **out, rm_err
 
 static void trainer_free(trainer *t)
 {
-    rm_tr_ckpt_writer_stop(t);   /* first: the writer may still read host_stage */
+    rm_tr_ckpt_writer_stop(t); /* first: the writer may still read host_stage */
     if (t->strat)
         t->strat->destroy(t->st);
     if (t->comm && t->ops)
@@ -92,7 +91,7 @@ static void trainer_free(trainer *t)
         rm_amp_free(&t->amp);
     if (t->k) {
         t->k->free(t->dev_small);
-        rm_kernels_host_free(t->k, t->host_x);   /* pinned by the CUDA table */
+        rm_kernels_host_free(t->k, t->host_x); /* pinned by the CUDA table */
         rm_kernels_host_free(t->k, t->host_labels);
         rm_kernels_host_free(t->k, t->host_stage);
     }
@@ -135,8 +134,7 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     t->amp_on = true;
     RM_CHECK(rm_faults_parse(cfg->fault_spec, &t->faults, err));
     rm_faults_set_dir(&t->faults, cfg->checkpoint_dir);
-    RM_CHECK(rm_wmetrics_start(&t->wm, cfg->metrics_addr, cfg->job, cfg->progress_deadline_s,
-                               err));
+    RM_CHECK(rm_wmetrics_start(&t->wm, cfg->metrics_addr, cfg->job, cfg->progress_deadline_s, err));
     if (t->wm.srv)
         rm_info("metrics listening port=%d", rm_wmetrics_port(&t->wm));
 
@@ -145,41 +143,52 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     RM_CHECK(rm_data_open(&cfg->t, RM_SPLIT_TEST, &t->te, err));
     const rm_data_info *tri = &t->tr.info, *tei = &t->te.info;
     if (tei->inputs != tri->inputs || tei->classes > tri->classes)
-        return rm_errf(err, RM_EINVAL, "data: the test split has %d inputs and %d classes, the "
-                       "training split %d and %d", tei->inputs, tei->classes, tri->inputs,
-                       tri->classes);
+        return rm_errf(err, RM_EINVAL,
+                       "data: the test split has %d inputs and %d classes, the "
+                       "training split %d and %d",
+                       tei->inputs, tei->classes, tri->inputs, tri->classes);
     rm_info("data loaded format=%s train=%lld test=%lld seconds=%.2f dir=%s", t->tr.r->format,
             (long long)tri->n, (long long)tei->n, rm_mono() - t0,
             cfg->t.data_dir ? cfg->t.data_dir : RM_DATA_DEFAULT_DIR);
 
     rm_model_shape shape;
     const rm_model_family *fam;
-    rm_model_data md = { .inputs = tri->inputs, .classes = tri->classes };
+    rm_model_data md = {.inputs = tri->inputs, .classes = tri->classes};
     RM_CHECK(rm_model_shape_for(&cfg->t, &md, &fam, &shape, err));
     RM_CHECK(rm_model_init(&t->m, t->k, fam, &shape, t->B, err));
     if (t->m.x_row_bytes != tri->x_row_bytes || t->m.label_row != tri->label_row)
-        return rm_errf(err, RM_EINVAL, "data: %s rows of %zu bytes and %d labels, the %s model "
-                       "reads %zu and %d", t->tr.r->format, tri->x_row_bytes, tri->label_row,
-                       fam->name, t->m.x_row_bytes, t->m.label_row);
+        return rm_errf(err, RM_EINVAL,
+                       "data: %s rows of %zu bytes and %d labels, the %s model "
+                       "reads %zu and %d",
+                       t->tr.r->format, tri->x_row_bytes, tri->label_row, fam->name, t->m.x_row_bytes,
+                       t->m.label_row);
     RM_CHECK(rm_optim_init(&t->opt, t->k, &cfg->t.optimizer, t->m.nparams, err));
     rm_lr_sched_from_spec(&t->sched, &cfg->t);
     const char *sname = getenv(RM_ENV_STRATEGY);
-    const char *par = getenv(RM_ENV_PARALLELISM);   /* pipeline stages  */
+    const char *par = getenv(RM_ENV_PARALLELISM); /* pipeline stages  */
     const char *allreduce = rm_enum_name(rm_strategy_names, RM_STRATEGY_ALLREDUCE);
     if (par && *par && (!sname || !*sname || !strcmp(sname, allreduce)))
-        sname = "pipeline";   /* the step strategy of spec.parallelism (docs/strategies.md) */
+        sname = "pipeline"; /* the step strategy of spec.parallelism (docs/strategies.md) */
     t->strat = rm_step_strategy(sname && *sname ? sname : allreduce);
     if (t->strat == &rm_step_ps_ops && cfg->t.optimizer.type == RM_OPT_LBFGS)
-        t->strat = &rm_step_lbfgs_ops;   /* Sandblaster L-BFGS (docs/strategies.md#sandblaster-l-bfgs) */
+        t->strat = &rm_step_lbfgs_ops; /* Sandblaster L-BFGS (docs/strategies.md#sandblaster-l-bfgs) */
     if (!t->strat)
-        return rm_err_field(err, RM_EINVAL, RM_ENV_STRATEGY, "unknown strategy \"%s\" (%s)",
-                            sname, rm_step_strategy_names());
-    rm_step_env env = {.k = t->k, .m = &t->m, .opt = &t->opt, .amp = &t->amp,
-                       .fusion_mb = cfg->t.fusion_buffer_mb, .sharding = cfg->t.sharding,
+        return rm_err_field(err, RM_EINVAL, RM_ENV_STRATEGY, "unknown strategy \"%s\" (%s)", sname,
+                            rm_step_strategy_names());
+    rm_step_env env = {.k = t->k,
+                       .m = &t->m,
+                       .opt = &t->opt,
+                       .amp = &t->amp,
+                       .fusion_mb = cfg->t.fusion_buffer_mb,
+                       .sharding = cfg->t.sharding,
                        .token = cfg->token,
-                       .timeout_s = cfg->comm_timeout_s, .train_samples = t->tr.info.n, .batch = t->B,
-                       .epochs = cfg->t.epochs, .max_steps = cfg->t.max_steps,
-                       .cancel = &rm_train_term, .view = cfg->rdzv_url ? &t->rp.view : NULL};
+                       .timeout_s = cfg->comm_timeout_s,
+                       .train_samples = t->tr.info.n,
+                       .batch = t->B,
+                       .epochs = cfg->t.epochs,
+                       .max_steps = cfg->t.max_steps,
+                       .cancel = &rm_train_term,
+                       .view = cfg->rdzv_url ? &t->rp.view : NULL};
     RM_CHECK(t->strat->init(&env, &t->st, err));
     t->perm = malloc((size_t)t->tr.info.n * sizeof *t->perm);
     t->stage_bytes = (size_t)(1 + t->opt.nstate) * t->m.nparams * sizeof(float);
@@ -195,7 +204,7 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
 
     if (cfg->rdzv_url) {
         RM_CHECK(rm_tr_rdzv_client_make(cfg, &t->rdzv, err));
-        rm_rdzv_client_set_cancel(t->rdzv, &rm_train_term);   /* SIGINT/SIGTERM end long polls */
+        rm_rdzv_client_set_cancel(t->rdzv, &rm_train_term); /* SIGINT/SIGTERM end long polls */
         /* ring; or nccl with pipeline stages: their links' TCP handshake (worker/pipeline/pipe_link.h) */
         if (rm_tr_backend_is(cfg, RM_BACKEND_RING) ||
             (rm_tr_backend_is(cfg, RM_BACKEND_NCCL) && t->strat == &rm_step_pipeline_ops)) {
@@ -211,8 +220,8 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     }
     char sh[128];
     rm_model_shape_str(&t->m, sh, sizeof sh);
-    rm_info("model ready type=%s shape=%s params=%zu optimizer=%s device=%s precision=%s",
-            fam->name, sh, t->m.nparams, rm_optim_name(cfg->t.optimizer.type), t->k->name,
+    rm_info("model ready type=%s shape=%s params=%zu optimizer=%s device=%s precision=%s", fam->name, sh,
+            t->m.nparams, rm_optim_name(cfg->t.optimizer.type), t->k->name,
             rm_precision_str(cfg->t.precision));
     return RM_OK;
 }
@@ -274,8 +283,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
         RM_CHECK(rm_comm_parse_peers(cfg->static_peers, &static_peers, &n, err));
         if (cfg->static_rank >= n) {
             free(static_peers);
-            return rm_errf(err, RM_EINVAL, "--rank %d but --peers lists %d workers",
-                           cfg->static_rank, n);
+            return rm_errf(err, RM_EINVAL, "--rank %d but --peers lists %d workers", cfg->static_rank, n);
         }
         rr.peers = static_peers;
         rr.world_size = n;
@@ -286,7 +294,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
         int last = first ? 0 : t->rdzv_epoch;
         double started = rm_mono(), deadline = started + 900, next_note = started + 60;
         for (;;) {
-            rm_health_beat(t->wm.health);   /* waiting for peers is not a hang */
+            rm_health_beat(t->wm.health); /* waiting for peers is not a hang */
             if (rm_train_term)
                 return R_TERM;
             rm_err e = {0};
@@ -306,16 +314,16 @@ static int round_setup(trainer *t, bool first, rm_err *err)
                 return rm_errf(err, rc, "rendezvous join: %s", e.msg);
             if (rm_mono() > deadline) {
                 t->join_gave_up = true;
-                return rm_errf(err, RM_ETIMEDOUT, "rendezvous join: no round within 900 s (%s)",
-                               e.msg);
+                return rm_errf(err, RM_ETIMEDOUT, "rendezvous join: no round within 900 s (%s)", e.msg);
             }
             if (rc != RM_ETIMEDOUT) {
                 rm_warn("rendezvous join failed, retrying err=\"%s\"", e.msg);
                 sleep(1);
-            } else if (rm_mono() >= next_note) {   /* a long silent wait looks like a hang */
+            } else if (rm_mono() >= next_note) { /* a long silent wait looks like a hang */
                 next_note = rm_mono() + 60;
                 rm_warn("still waiting for a rendezvous round waited_s=%.0f gives_up_after_s=900 "
-                        "last=\"%s\"", rm_mono() - started, e.msg);
+                        "last=\"%s\"",
+                        rm_mono() - started, e.msg);
             }
         }
         t->rank = rr.rank;
@@ -342,7 +350,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
                             (long long)G, t->B, t->world, (long long)t->tr.info.n);
     }
     if ((t->world == 1 || t->strat->claim) && !mpi)
-        be = "local";   /* a world of one, or workers that never talk to each other (servers) */
+        be = "local"; /* a world of one, or workers that never talk to each other (servers) */
     /* where the ranks sit (docs/strategies.md#topology): the rendezvous hands every rank each peer's node */
     rm_rdzv_topo topo = {.nnodes = 1, .local_world = 1, .uniform = true};
     if (rr.peers && t->world > 1 && rm_rdzv_topology(rr.peers, t->world, t->rank, &topo) != RM_OK)
@@ -358,7 +366,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
          (cfg->t.allreduce == RM_AR_AUTO && topo.nnodes > 1 && topo.local_world > 1 && topo.uniform)))
         be = "hier";
     else if (!strcmp(be, "ring") && shm_wanted(rr.peers, t->world))
-        be = "shm";     /* every rank on this host: shared memory instead of loopback TCP */
+        be = "shm"; /* every rank on this host: shared memory instead of loopback TCP */
     t->ops = rm_comm_backend(be);
     if (!t->ops) {
         rm_rdzv_round_free(&rr);
@@ -368,10 +376,17 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     snprintf(fields, sizeof fields, "rank=%d", t->rank);
     rm_log_set_fields(fields);
     rm_comm_cfg cc = {
-        .rank = t->strat->claim ? 0 : t->rank, .world_size = t->strat->claim ? 1 : t->world,
-        .epoch = t->rdzv_epoch, .peers = rr.peers,
-        .token = cfg->token, .listener = t->ring_lst, .listen_fd = t->listen_fd, .timeout_s = cfg->comm_timeout_s,
-        .rdzv = t->rdzv, .device = t->gpu, .shm_ok = shm_allowed(),
+        .rank = t->strat->claim ? 0 : t->rank,
+        .world_size = t->strat->claim ? 1 : t->world,
+        .epoch = t->rdzv_epoch,
+        .peers = rr.peers,
+        .token = cfg->token,
+        .listener = t->ring_lst,
+        .listen_fd = t->listen_fd,
+        .timeout_s = cfg->comm_timeout_s,
+        .rdzv = t->rdzv,
+        .device = t->gpu,
+        .shm_ok = shm_allowed(),
     };
     int rc = t->ops->init(&cc, &t->comm, err);
     if (rc) {
@@ -388,10 +403,15 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     rm_info("topology nodes=%d node=%s local_rank=%d local_world_size=%d allreduce=\"%s\"", t->nnodes,
             t->node[0] ? t->node : "\"\"", t->local_rank, t->local_world,
             t->ops == rm_comm_hier_ops() ? rm_comm_hier_desc(t->comm) : t->ops->name);
-    t->gather_step = -1;   /* a sharded gather is per round: every rank starts without one */
+    t->gather_step = -1; /* a sharded gather is per round: every rank starts without one */
     /* peers and the listener: for strategies that form sub-groups (pipeline), round_begin only */
-    rm_step_round sr = {.ops = t->ops, .comm = t->comm, .rank = t->rank, .world = t->world,
-                        .peers = rr.peers, .listener = t->ring_lst, .epoch = t->rdzv_epoch};
+    rm_step_round sr = {.ops = t->ops,
+                        .comm = t->comm,
+                        .rank = t->rank,
+                        .world = t->world,
+                        .peers = rr.peers,
+                        .listener = t->ring_lst,
+                        .epoch = t->rdzv_epoch};
     rc = t->strat->round_begin(t->st, &sr, err);
     rm_rdzv_round_free(&rr);
     if (rc)
@@ -425,13 +445,13 @@ static int read_loss(trainer *t, rm_err *err);
 
 static int evaluate(trainer *t, rm_err *err)
 {
-    if (t->strat->materialize)   /* sharding full: every layer whole for the forward passes */
+    if (t->strat->materialize) /* sharding full: every layer whole for the forward passes */
         RM_CHECK(t->strat->materialize(t->st, err));
     if (t->step > 0)
-        RM_CHECK(read_loss(t, err));   /* the last step's; evaluation reuses the loss scalar */
+        RM_CHECK(read_loss(t, err)); /* the last step's; evaluation reuses the loss scalar */
     /* workers that do not move together (claim) evaluate alone, on the whole test set */
     int eworld = t->strat->claim ? 1 : t->world, erank = t->strat->claim ? 0 : t->rank;
-    bool piped = t->strat->eval_forward != NULL;   /* a pipeline: a replica's stages share a slice */
+    bool piped = t->strat->eval_forward != NULL; /* a pipeline: a replica's stages share a slice */
     if (piped)
         rm_tr_data_slot(t, &erank, &eworld);
     int n = t->te.info.n, per = (n + eworld - 1) / eworld;
@@ -479,8 +499,8 @@ static int evaluate(trainer *t, rm_err *err)
     rm_rdzv_eval_add(t->evals, &t->nevals, t->train_epoch + 1, t->test_acc, t->train_loss);
     t->test_loss = loss / n;
     rm_series_set(t->wm.test_acc, t->test_acc);
-    rm_info("evaluation train_epoch=%d step=%lld test_accuracy=%.4f test_loss=%.4f",
-            t->train_epoch, (long long)t->step, t->test_acc, t->test_loss);
+    rm_info("evaluation train_epoch=%d step=%lld test_accuracy=%.4f test_loss=%.4f", t->train_epoch,
+            (long long)t->step, t->test_acc, t->test_loss);
     return RM_OK;
 }
 
@@ -495,8 +515,8 @@ static void fire_fault(trainer *t, const rm_fault *f)
         rm_warn("fault node=lost: cannot mark worker %s lost", t->cfg->worker_id);
     if (f->kind == RM_FAULT_EXIT)
         _exit(137);
-    rm_tr_reporter_publish(t, false);   /* a hung worker sends no reports */
-    for (;;) {   /* hang: no steps, no reports, no beats; only SIGTERM/SIGKILL end it */
+    rm_tr_reporter_publish(t, false); /* a hung worker sends no reports */
+    for (;;) {                        /* hang: no steps, no reports, no beats; only SIGTERM/SIGKILL end it */
         if (rm_train_term)
             _exit(143);
         sleep(1);
@@ -526,11 +546,9 @@ static int step_once(trainer *t, rm_err *err)
         t->perm_epoch = t->train_epoch;
     }
     if (t->k->host_memory) {
-        rm_data_gather_rows(&t->tr, t->perm, t->data_pos, slot, nslots, t->B, t->m.x,
-                       t->m.labels);
+        rm_data_gather_rows(&t->tr, t->perm, t->data_pos, slot, nslots, t->B, t->m.x, t->m.labels);
     } else {
-        rm_data_gather_rows(&t->tr, t->perm, t->data_pos, slot, nslots, t->B, t->host_x,
-                       t->host_labels);
+        rm_data_gather_rows(&t->tr, t->perm, t->data_pos, slot, nslots, t->B, t->host_x, t->host_labels);
         t->k->h2d(t->m.x, t->host_x, (size_t)t->B * t->m.x_row_bytes);
         t->k->h2d(t->m.labels, t->host_labels, (size_t)t->B * sizeof(int32_t));
     }
@@ -578,8 +596,8 @@ static int read_loss(trainer *t, rm_err *err)
  * the recovery it ends; then, about once a second, the loss and memory; the report to the
  * controller and its answer; the progress line every log_every steps. */
 typedef struct step_log {
-    double t;              /* when the last progress line was logged */
-    int64_t samples;       /* samples_local then */
+    double t;        /* when the last progress line was logged */
+    int64_t samples; /* samples_local then */
 } step_log;
 
 static step_log step_log_start(trainer *t)
@@ -590,7 +608,7 @@ static step_log step_log_start(trainer *t)
 
 static void step_note(trainer *t)
 {
-    if (t->fail_t > 0) {   /* the first step after a failure: recovery ends here */
+    if (t->fail_t > 0) { /* the first step after a failure: recovery ends here */
         double rec = rm_mono() - t->fail_t;
         rm_series_observe(t->wm.recovery, rec);
         rm_info("recovered seconds=%.2f step=%lld", rec, (long long)t->step);
@@ -606,7 +624,7 @@ static void step_note(trainer *t)
 static int step_report(trainer *t, step_log *lg, rm_err *err)
 {
     double now = rm_mono();
-    if (now - t->rep_t >= 1.0) {   /* the loss needs the device: read it here, ~1/s */
+    if (now - t->rep_t >= 1.0) { /* the loss needs the device: read it here, ~1/s */
         rm_tr_report_memory(t, false);
         RM_CHECK(read_loss(t, err));
         rm_series_set(t->wm.loss, t->train_loss);
@@ -669,13 +687,13 @@ static int run_round(trainer *t, rm_err *err)
             return rc;
         step_note(t);
         if (cfg->checkpoint_interval > 0 && t->step % cfg->checkpoint_interval == 0) {
-            int grc = rm_tr_ckpt_gather(t, err);   /* sharded state: every rank, collectively */
+            int grc = rm_tr_ckpt_gather(t, err); /* sharded state: every rank, collectively */
             if (grc)
                 return grc;
-            rm_tr_ckpt_write(t, err);   /* handed to the writer; a failed write is logged, counted
+            rm_tr_ckpt_write(t, err); /* handed to the writer; a failed write is logged, counted
                                      and reported, and training goes on */
         }
-        rm_tr_ckpt_collect(t, false);   /* a finished write's result, if any (no waiting) */
+        rm_tr_ckpt_collect(t, false); /* a finished write's result, if any (no waiting) */
         if ((rc = step_report(t, &lg, err)) != 0)
             return rc;
     }
@@ -752,8 +770,8 @@ static int run_round_claimed(trainer *t, rm_err *err)
             fire_fault(t, f);
         rm_step_claim c;
         RM_CHECK(t->strat->claim(t->st, &c, err));
-        if (c.train_epoch > t->train_epoch && t->rank == 0 && cfg->eval_every_epoch &&
-            !c.done && t->eval_step != t->step)
+        if (c.train_epoch > t->train_epoch && t->rank == 0 && cfg->eval_every_epoch && !c.done &&
+            t->eval_step != t->step)
             RM_CHECK(evaluate(t, err));
         t->step = c.step;
         t->train_epoch = c.train_epoch;
@@ -781,8 +799,7 @@ static int preflight(const rm_train_cfg *cfg, rm_err *err)
     rm_err e = {0};
     if (cfg->rdzv_url && (!cfg->token || !*cfg->token))
         return rm_err_field(err, RM_EAUTH, RM_ENV_TOKEN,
-                            "missing or empty: the rendezvous at %s needs the job's token",
-                            cfg->rdzv_url);
+                            "missing or empty: the rendezvous at %s needs the job's token", cfg->rdzv_url);
     if (cfg->checkpoint_dir && rm_ckpt_dir_check(cfg->checkpoint_dir, &e) != RM_OK)
         return rm_err_field(err, RM_EINVAL, "--checkpoint-dir", "%s", e.msg);
     if (cfg->resume == RM_RESUME_OFF)
@@ -794,10 +811,10 @@ static int preflight(const rm_train_cfg *cfg, rm_err *err)
     rm_model_shape shape;
     const rm_model_family *fam;
     rm_model_data md;
-    rm_model lay;   /* the plan only: units and sizes, nothing allocated */
+    rm_model lay; /* the plan only: units and sizes, nothing allocated */
     rm_data_info di;
     RM_CHECK(rm_data_probe(&cfg->t, &di, err));
-    md = (rm_model_data){ .inputs = di.inputs, .classes = di.classes };
+    md = (rm_model_data){.inputs = di.inputs, .classes = di.classes};
     RM_CHECK(rm_model_shape_for(&cfg->t, &md, &fam, &shape, err));
     RM_CHECK(rm_model_plan(&lay, fam, &shape, err));
     rm_ckpt_meta exp, meta;
@@ -812,14 +829,13 @@ static int preflight(const rm_train_cfg *cfg, rm_err *err)
         return rm_errf(err, RM_ENOMEM, "--resume: out of memory (%zu bytes)", cap);
     char path[4200], sh[128];
     int skipped = 0;
-    int rc = rm_ckpt_load_newest(cfg->checkpoint_dir, &exp, &meta, buf, cap, path, sizeof path,
-                                 &skipped, &e);
-    if (rc != RM_OK) {   /* or a sharded set (any world: it re-shards) */
+    int rc = rm_ckpt_load_newest(cfg->checkpoint_dir, &exp, &meta, buf, cap, path, sizeof path, &skipped, &e);
+    if (rc != RM_OK) { /* or a sharded set (any world: it re-shards) */
         rm_ckpt_units units = {lay.nunits, lay.unit_off, lay.unit_len};
         rm_err se = {0};
         int sskipped = 0;
-        if (rm_ckpt_shard_load_newest(cfg->checkpoint_dir, &exp, &units, 1, 0, -1, buf, cap, &meta,
-                                      path, sizeof path, &sskipped, &se) == RM_OK)
+        if (rm_ckpt_shard_load_newest(cfg->checkpoint_dir, &exp, &units, 1, 0, -1, buf, cap, &meta, path,
+                                      sizeof path, &sskipped, &se) == RM_OK)
             rc = RM_OK;
         else if (sskipped)
             rm_sfmt(e.msg + strlen(e.msg), sizeof e.msg - strlen(e.msg), "; %s", se.msg);
@@ -828,8 +844,8 @@ static int preflight(const rm_train_cfg *cfg, rm_err *err)
     free(buf);
     rm_model_shape_str(&lay, sh, sizeof sh);
     if (rc == RM_OK) {
-        rm_info("resume: continuing from path=%s step=%lld skipped_invalid=%d", path,
-                (long long)meta.step, skipped);
+        rm_info("resume: continuing from path=%s step=%lld skipped_invalid=%d", path, (long long)meta.step,
+                skipped);
         return RM_OK;
     }
     if (cfg->resume == RM_RESUME_IF_PRESENT) {
@@ -851,8 +867,9 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
         if (rc == RM_OK)
             rm_info("check passed checkpoint_dir=%s resume=%s",
                     cfg->checkpoint_dir ? cfg->checkpoint_dir : "(none)",
-                    cfg->resume == RM_RESUME_OFF ? "off"
-                    : cfg->resume == RM_RESUME_REQUIRED ? "required" : "if-present");
+                    cfg->resume == RM_RESUME_OFF        ? "off"
+                    : cfg->resume == RM_RESUME_REQUIRED ? "required"
+                                                        : "if-present");
         return rc;
     }
     trainer t;
@@ -887,11 +904,10 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
         }
         if (rc < 0) {
             /* configuration errors do not heal by retrying; a peer lost during setup does */
-            if (rc == RM_EAUTH || t.join_gave_up || !t.rdzv || rc == RM_EUNSUPPORTED ||
-                rc == RM_EINVAL || rc == RM_ENOMEM || ++setup_failures > 20)
+            if (rc == RM_EAUTH || t.join_gave_up || !t.rdzv || rc == RM_EUNSUPPORTED || rc == RM_EINVAL ||
+                rc == RM_ENOMEM || ++setup_failures > 20)
                 goto out;
-            rm_warn("round setup failed; rejoining err=\"%s\" attempt=%d", err->msg,
-                    setup_failures);
+            rm_warn("round setup failed; rejoining err=\"%s\" attempt=%d", err->msg, setup_failures);
             round_teardown(&t);
             if (t.fail_t == 0)
                 t.fail_t = rm_mono();
@@ -941,7 +957,8 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
         rm_err e = {0};
         rm_tr_ckpt_write_sync(&t, &e);
     } else if (outcome == R_DONE) {
-        rm_tr_report_memory(&t, true);   /* after the last step: before the evaluation makes every layer whole */
+        rm_tr_report_memory(&t,
+                            true); /* after the last step: before the evaluation makes every layer whole */
         if (t.eval_step != t.step) {
             rc = evaluate(&t, err);
             if (rc)
@@ -949,7 +966,7 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
         }
         rm_err e = {0};
         if (t.strat->materialize && (rc = t.strat->materialize(t.st, err)) != RM_OK)
-            goto out;   /* the checksum below reads every parameter */
+            goto out; /* the checksum below reads every parameter */
         if ((rc = rm_tr_ckpt_gather(&t, err)) != RM_OK)
             goto out;
         rm_tr_ckpt_write_sync(&t, &e);
@@ -962,8 +979,8 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
         rm_info("training done steps=%lld train_epoch=%d test_accuracy=%.4f train_loss=%.4f "
                 "seconds=%.2f samples_per_s=%.0f params_fnv64=%016llx restarts=%d",
                 (long long)t.step, t.train_epoch, t.test_acc, t.train_loss, t.train_seconds,
-                t.train_seconds > 0 ? t.samples_local / t.train_seconds : 0.0,
-                (unsigned long long)sum, t.restarts);
+                t.train_seconds > 0 ? t.samples_local / t.train_seconds : 0.0, (unsigned long long)sum,
+                t.restarts);
         rm_tr_report(&t, true);
     } else {
         rm_info("stopping (rendezvous said stop) step=%lld", (long long)t.step);

@@ -32,29 +32,29 @@
 
 /* Worker settings after env, config file and flags are merged. */
 typedef struct rm_train_cfg {
-    rm_training_spec t;          /* spec.training (defaults applied, validated); owned */
-    char *checkpoint_dir;        /* NULL = no checkpoints */
-    int checkpoint_interval;     /* steps; 0 = only on SIGTERM/end */
-    int checkpoint_keep;         /* keep the newest K valid files (>= 1) */
-    char *metrics_addr;          /* default ":9090"; "127.0.0.1:0" for tests; "" / "off" = none */
-    rm_backend backend;          /* ring | nccl | mpi; AUTO (default) = ring: the controller
+    rm_training_spec t;      /* spec.training (defaults applied, validated); owned */
+    char *checkpoint_dir;    /* NULL = no checkpoints */
+    int checkpoint_interval; /* steps; 0 = only on SIGTERM/end */
+    int checkpoint_keep;     /* keep the newest K valid files (>= 1) */
+    char *metrics_addr;      /* default ":9090"; "127.0.0.1:0" for tests; "" / "off" = none */
+    rm_backend backend;      /* ring | nccl | mpi; AUTO (default) = ring: the controller
                                     resolves a GPU job's auto before it reaches the worker */
-    bool backend_local;          /* "local": the world-of-one backend, no ring listener */
-    char *device;                /* "cpu" | "cuda"; default cpu */
-    char *rdzv_url, *job, *token, *worker_id, *bind_addr;   /* from env; may be NULL */
-    double progress_deadline_s;  /* /healthz deadline; default 60 */
-    double comm_timeout_s;       /* bound on collective waits; default 10 */
-    char *fault_spec;            /* RINGMASTER_FAULT; NULL = none */
-    int eval_every_epoch;        /* 1 (default) */
-    int log_every;               /* steps between progress log lines; default 100 */
+    bool backend_local;      /* "local": the world-of-one backend, no ring listener */
+    char *device;            /* "cpu" | "cuda"; default cpu */
+    char *rdzv_url, *job, *token, *worker_id, *bind_addr; /* from env; may be NULL */
+    double progress_deadline_s;                           /* /healthz deadline; default 60 */
+    double comm_timeout_s;                                /* bound on collective waits; default 10 */
+    char *fault_spec;                                     /* RINGMASTER_FAULT; NULL = none */
+    int eval_every_epoch;                                 /* 1 (default) */
+    int log_every;                                        /* steps between progress log lines; default 100 */
     /* static world without a rendezvous (bench scripts, tests): --peers h:p,... --rank R */
-    char *static_peers;          /* NULL = rendezvous or alone */
+    char *static_peers; /* NULL = rendezvous or alone */
     int static_rank;
     /* --resume[=if-present] / env RINGMASTER_RESUME: continue an earlier run. Without a usable
      * checkpoint in checkpoint_dir, RM_RESUME_REQUIRED refuses to start (exit 2) and
      * RM_RESUME_IF_PRESENT warns and starts at step 0. */
-    int resume;                  /* rm_resume_mode */
-    bool check_only;             /* --check: only check the settings a start checks, then exit */
+    int resume;      /* rm_resume_mode */
+    bool check_only; /* --check: only check the settings a start checks, then exit */
 } rm_train_cfg;
 
 typedef enum { RM_RESUME_OFF = 0, RM_RESUME_REQUIRED, RM_RESUME_IF_PRESENT } rm_resume_mode;

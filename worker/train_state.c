@@ -60,7 +60,7 @@ static int state_load_layers(trainer *t, int u0, int u1);
 int rm_tr_state_load(trainer *t)
 {
     if (!t->cfg->checkpoint_dir || !t->strat->state_restore)
-        return 0;   /* a strategy whose state lives elsewhere (the servers') loads nothing here */
+        return 0; /* a strategy whose state lives elsewhere (the servers') loads nothing here */
     int u0, u1;
     if (t->strat->restore_layers && t->strat->restore_layers(t->st, &u0, &u1))
         return state_load_layers(t, u0, u1);
@@ -69,8 +69,8 @@ int rm_tr_state_load(trainer *t)
     char path[4200];
     int skipped = 0, sskipped = 0;
     rm_err e = {0}, se = {0};
-    bool whole = rm_ckpt_load_newest(t->cfg->checkpoint_dir, &exp, &meta, t->host_stage,
-                                     t->stage_bytes, path, sizeof path, &skipped, &e) == RM_OK;
+    bool whole = rm_ckpt_load_newest(t->cfg->checkpoint_dir, &exp, &meta, t->host_stage, t->stage_bytes, path,
+                                     sizeof path, &skipped, &e) == RM_OK;
     /* a newer sharded set replaces it (loaded aside: host_stage keeps the whole one until then) */
     bool sharded = state_sharded(t);
     int nw = sharded ? t->world : 1, nr = sharded ? t->rank : 0;
@@ -78,9 +78,9 @@ int rm_tr_state_load(trainer *t)
     size_t need = rm_ckpt_shard_dst_bytes(&units, t->opt.nstate, nw, nr);
     void *buf = need <= t->stage_bytes ? malloc(need ? need : 1) : NULL;
     char spath[4200];
-    bool set = buf && rm_ckpt_shard_load_newest(t->cfg->checkpoint_dir, &exp, &units, nw, nr,
-                                                whole ? meta.step : -1, buf, need, &smeta, spath,
-                                                sizeof spath, &sskipped, &se) == RM_OK;
+    bool set =
+        buf && rm_ckpt_shard_load_newest(t->cfg->checkpoint_dir, &exp, &units, nw, nr, whole ? meta.step : -1,
+                                         buf, need, &smeta, spath, sizeof spath, &sskipped, &se) == RM_OK;
     if (set) {
         memcpy(t->host_stage, buf, need);
         meta = smeta;
@@ -92,16 +92,14 @@ int rm_tr_state_load(trainer *t)
         return 0;
     }
     if (set && sharded)
-        t->strat->state_restore_shard(t->st, t->host_stage, meta.opt_t, meta.loss_scale,
-                                      meta.scaler_tracker);
-    else   /* a whole payload (a file, or a set re-sharded to world 1) */
-        t->strat->state_restore(t->st, t->host_stage, meta.opt_t, meta.loss_scale,
-                                meta.scaler_tracker);
+        t->strat->state_restore_shard(t->st, t->host_stage, meta.opt_t, meta.loss_scale, meta.scaler_tracker);
+    else /* a whole payload (a file, or a set re-sharded to world 1) */
+        t->strat->state_restore(t->st, t->host_stage, meta.opt_t, meta.loss_scale, meta.scaler_tracker);
     take_position(t, &meta);
     rm_info("checkpoint loaded path=%s step=%lld train_epoch=%d data_pos=%lld written_world=%d "
             "sharded=%s resharded_to=%d skipped_invalid=%d",
-            path, (long long)meta.step, meta.train_epoch, (long long)meta.data_pos,
-            meta.world_size, set ? "yes" : "no", set ? nw : 0, skipped + sskipped);
+            path, (long long)meta.step, meta.train_epoch, (long long)meta.data_pos, meta.world_size,
+            set ? "yes" : "no", set ? nw : 0, skipped + sskipped);
     return 1;
 }
 
@@ -123,13 +121,12 @@ static int state_load_layers(trainer *t, int u0, int u1)
     char path[4200], spath[4200];
     int skipped = 0, sskipped = 0;
     rm_err e = {0}, se = {0};
-    bool whole = rm_ckpt_whole_load_layers(dir, &exp, &units, u0, u1, t->host_stage, need, &meta,
-                                           path, sizeof path, &skipped, &e) == RM_OK;
+    bool whole = rm_ckpt_whole_load_layers(dir, &exp, &units, u0, u1, t->host_stage, need, &meta, path,
+                                           sizeof path, &skipped, &e) == RM_OK;
     /* a newer set replaces it (loaded aside while host_stage holds the whole file's range) */
     void *buf = whole ? malloc(need) : t->host_stage;
-    bool set = buf && rm_ckpt_set_load_layers(dir, &exp, &units, u0, u1, whole ? meta.step : -1, buf,
-                                              need, &smeta, spath, sizeof spath, &sskipped,
-                                              &se) == RM_OK;
+    bool set = buf && rm_ckpt_set_load_layers(dir, &exp, &units, u0, u1, whole ? meta.step : -1, buf, need,
+                                              &smeta, spath, sizeof spath, &sskipped, &se) == RM_OK;
     if (set) {
         if (buf != t->host_stage)
             memcpy(t->host_stage, buf, need);
@@ -142,13 +139,12 @@ static int state_load_layers(trainer *t, int u0, int u1)
         warn_unusable(skipped, sskipped, &e, &se);
         return 0;
     }
-    t->strat->state_restore_layers(t->st, t->host_stage, meta.opt_t, meta.loss_scale,
-                                   meta.scaler_tracker);
+    t->strat->state_restore_layers(t->st, t->host_stage, meta.opt_t, meta.loss_scale, meta.scaler_tracker);
     take_position(t, &meta);
     rm_info("checkpoint loaded path=%s step=%lld train_epoch=%d data_pos=%lld written_world=%d "
             "sharded=%s layers=%d-%d bytes=%zu skipped_invalid=%d",
-            path, (long long)meta.step, meta.train_epoch, (long long)meta.data_pos,
-            meta.world_size, set ? "yes" : "no", u0, u1, need, skipped + sskipped);
+            path, (long long)meta.step, meta.train_epoch, (long long)meta.data_pos, meta.world_size,
+            set ? "yes" : "no", u0, u1, need, skipped + sskipped);
     return 1;
 }
 
@@ -159,8 +155,11 @@ static int state_load_layers(trainer *t, int u0, int u1)
 int rm_tr_state_sync(trainer *t, rm_err *err)
 {
     rm_step_pos pos = {
-        .step = t->step, .data_pos = t->data_pos, .last_ckpt_step = t->last_ckpt_step,
-        .train_epoch = t->train_epoch, .eval_done = t->eval_step == t->step,
+        .step = t->step,
+        .data_pos = t->data_pos,
+        .last_ckpt_step = t->last_ckpt_step,
+        .train_epoch = t->train_epoch,
+        .eval_done = t->eval_step == t->step,
     };
     RM_CHECK(t->strat->state_sync(t->st, &pos, err));
     t->step = pos.step;
@@ -194,20 +193,20 @@ static void *ckpt_writer_main(void *arg)
         rm_ckpt_meta meta = w->meta;
         rm_ckpt_seg seg = {w->buf, w->bytes};
         double wait_s = w->wait_s;
-        bool stages = w->nstages > 0;   /* stage_bounds stay put until this write is collected */
-        const rm_ckpt_model *mf = w->model.n > 0 ? &w->model : NULL;   /* set before the thread */
+        bool stages = w->nstages > 0; /* stage_bounds stay put until this write is collected */
+        const rm_ckpt_model *mf = w->model.n > 0 ? &w->model : NULL; /* set before the thread */
         pthread_mutex_unlock(&w->mu);
         rm_err e = {0};
         char path[4200] = "";
         double t0 = rm_mono();
         /* sharded: this rank's shard, then the set completes (manifest) or the wait runs out */
-        int rc = meta.shard_world && stages   /* pipeline stages: per-stage layers */
-                     ? rm_ckpt_stage_write(w->dir, &meta, &w->units, mf, w->stage_bounds, &seg, 1,
-                                           w->keep, wait_s, path, sizeof path, &e)
-                 : meta.shard_world
-                     ? rm_ckpt_shard_write(w->dir, &meta, &w->units, mf, &seg, 1, w->keep, wait_s,
-                                           path, sizeof path, &e)
-                     : rm_ckpt_write(w->dir, &meta, &seg, 1, w->keep, path, sizeof path, &e);
+        int rc = meta.shard_world && stages /* pipeline stages: per-stage layers */
+                     ? rm_ckpt_stage_write(w->dir, &meta, &w->units, mf, w->stage_bounds, &seg, 1, w->keep,
+                                           wait_s, path, sizeof path, &e)
+                     : meta.shard_world
+                           ? rm_ckpt_shard_write(w->dir, &meta, &w->units, mf, &seg, 1, w->keep, wait_s, path,
+                                                 sizeof path, &e)
+                           : rm_ckpt_write(w->dir, &meta, &seg, 1, w->keep, path, sizeof path, &e);
         /* a whole checkpoint's manifest, last (a set's is written by ckpt_shard.c) */
         if (rc == RM_OK && !meta.shard_world && mf)
             rc = rm_ckpt_manifest_write_whole(path, &meta, mf, &e);
@@ -286,8 +285,8 @@ int rm_tr_ckpt_collect(trainer *t, bool wait)
     if (rc) {
         t->ckpt_failures++;
         rm_sfmt(t->ckpt_err, sizeof t->ckpt_err, "%s", emsg);
-        rm_error("checkpoint write failed step=%lld consecutive_failures=%d err=\"%s\"",
-                 (long long)step, t->ckpt_failures, emsg);
+        rm_error("checkpoint write failed step=%lld consecutive_failures=%d err=\"%s\"", (long long)step,
+                 t->ckpt_failures, emsg);
         return rc;
     }
     t->ckpt_failures = 0;
@@ -296,8 +295,8 @@ int rm_tr_ckpt_collect(trainer *t, bool wait)
         t->last_ckpt_step = step;
     rm_series_observe(t->wm.ckpt_seconds, dt);
     rm_series_set(t->wm.last_ckpt, (double)t->last_ckpt_step);
-    rm_info("checkpoint written path=%s step=%lld seconds=%.3f blocked_seconds=%.4f", path,
-            (long long)step, dt, blocked);
+    rm_info("checkpoint written path=%s step=%lld seconds=%.3f blocked_seconds=%.4f", path, (long long)step,
+            dt, blocked);
     return RM_OK;
 }
 
@@ -332,7 +331,7 @@ int rm_tr_ckpt_write(trainer *t, rm_err *err)
         return RM_OK;
     ckpt_writer *w = &t->cw;
     if (w->busy && w->meta.step == t->step)
-        return RM_OK;   /* this step's state is already on its way */
+        return RM_OK; /* this step's state is already on its way */
     double t0 = rm_mono();
     rm_tr_ckpt_collect(t, true);
     if (t->step == t->last_ckpt_step)
@@ -354,7 +353,7 @@ int rm_tr_ckpt_write(trainer *t, rm_err *err)
     meta.lr = t->lr;
     meta.loss_scale = t->amp.scaler.scale;
     meta.scaler_tracker = t->amp.scaler.growth_tracker;
-    if (state_sharded(t)) {   /* one shard per rank (worker/checkpoint/ckpt_shard.h) */
+    if (state_sharded(t)) { /* one shard per rank (worker/checkpoint/ckpt_shard.h) */
         meta.shard_world = t->world;
         meta.shard_rank = t->rank;
         meta.shard_floats = bytes / ((size_t)(1 + t->opt.nstate) * sizeof(float));
@@ -426,8 +425,7 @@ void rm_tr_report_memory(trainer *t, bool log)
 int rm_tr_ckpt_gather(trainer *t, rm_err *err)
 {
     /* the same decision on every rank (last_ckpt_step is rank 0's writer's business) */
-    if (!t->strat->state_gather || !t->cfg->checkpoint_dir || !t->have_state ||
-        t->step == t->gather_step)
+    if (!t->strat->state_gather || !t->cfg->checkpoint_dir || !t->have_state || t->step == t->gather_step)
         return RM_OK;
     rm_tr_ckpt_collect(t, true);
     RM_CHECK(t->strat->state_gather(t->st, t->host_stage, err));

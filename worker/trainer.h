@@ -48,36 +48,35 @@
 /* SIGINT/SIGTERM seen (the one piece of state a signal handler reaches; train.c). */
 extern volatile sig_atomic_t rm_train_term;
 
-
 enum { R_DONE = 1, R_BROKEN, R_REJOIN, R_STOP, R_TERM };
 
 /* The progress reporter: a thread that sends the latest snapshot every ~1 s. */
 typedef struct reporter {
-    rm_rdzv_client *client;     /* its own: clients are one per thread */
+    rm_rdzv_client *client; /* its own: clients are one per thread */
     pthread_t th;
     bool started, inited;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    bool quit, active;          /* active: a round is running and the snapshot is current */
-    rm_rdzv_report snap;        /* guarded by mu; snap.checkpoint_error points at ckpt_err */
-    char ckpt_err[128];         /* guarded by mu */
-    int64_t samples;            /* local samples so far, guarded by mu */
-    atomic_int action;          /* 0, R_REJOIN or R_STOP for the round in snap.epoch */
+    bool quit, active;   /* active: a round is running and the snapshot is current */
+    rm_rdzv_report snap; /* guarded by mu; snap.checkpoint_error points at ckpt_err */
+    char ckpt_err[128];  /* guarded by mu */
+    int64_t samples;     /* local samples so far, guarded by mu */
+    atomic_int action;   /* 0, R_REJOIN or R_STOP for the round in snap.epoch */
     atomic_int action_epoch;
-    double last_rate;           /* guarded by mu; the training thread copies it to the gauge
+    double last_rate; /* guarded by mu; the training thread copies it to the gauge
                                    (the gauge's series changes with the rank label) */
     /* Workers that never talk to each other (a strategy that claims its batches: parameter
      * servers) do not stop when the rendezvous moves on (docs/strategies.md#failure-semantics:
      * nobody waits): the reporter re-joins in the background with polling joins while the
      * training thread goes on, and hands over the round once it closed. */
-    bool detached;              /* set before the thread starts */
-    const char *my_addr;        /* borrowed from the trainer */
-    atomic_int regroup_from;    /* the epoch being left; 0: none */
-    atomic_int joining_epoch;   /* the epoch of the round joined in the background: what the
+    bool detached;            /* set before the thread starts */
+    const char *my_addr;      /* borrowed from the trainer */
+    atomic_int regroup_from;  /* the epoch being left; 0: none */
+    atomic_int joining_epoch; /* the epoch of the round joined in the background: what the
                                    reports say meanwhile (the controller then counts this worker
                                    as a member of the round it is in, not a stray to re-form for) */
-    atomic_llong view;          /* RM_STEP_VIEW(epoch, workers alive) for the strategy (step.h) */
-    atomic_int new_rank, new_world, new_epoch;   /* a round that closed in the background
+    atomic_llong view;        /* RM_STEP_VIEW(epoch, workers alive) for the strategy (step.h) */
+    atomic_int new_rank, new_world, new_epoch; /* a round that closed in the background
                                                     (new_epoch written last) */
 } reporter;
 
@@ -88,46 +87,46 @@ typedef struct ckpt_writer {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool quit;
-    bool busy;                  /* a write was handed over and its result not yet collected;
+    bool busy;        /* a write was handed over and its result not yet collected;
                                    touched by the training thread only (under mu) */
-    atomic_bool done;           /* the write in flight finished; the result below is ready */
-    const char *dir;            /* borrowed from the settings */
+    atomic_bool done; /* the write in flight finished; the result below is ready */
+    const char *dir;  /* borrowed from the settings */
     int keep;
-    rm_ckpt_units units;        /* the model's layers (sharded sets; borrowed from the model) */
-    rm_model_tensor *tensors;   /* the model's named tensors, every unit's (owned) ... */
-    rm_ckpt_model model;        /* ... as every checkpoint's manifest names them (n 0: none) */
-    int nstages;                /* the write in flight is a pipeline stage set (mu) */
-    int stage_bounds[RM_MODEL_MAX_UNITS + 1];    /* ... with these unit bounds (mu) */
-    double wait_s;              /* sharded: how long to wait for the other ranks' shards */
-    rm_ckpt_meta meta;          /* the write in flight (guarded by mu) */
-    const void *buf;            /* host_stage */
+    rm_ckpt_units units;                      /* the model's layers (sharded sets; borrowed from the model) */
+    rm_model_tensor *tensors;                 /* the model's named tensors, every unit's (owned) ... */
+    rm_ckpt_model model;                      /* ... as every checkpoint's manifest names them (n 0: none) */
+    int nstages;                              /* the write in flight is a pipeline stage set (mu) */
+    int stage_bounds[RM_MODEL_MAX_UNITS + 1]; /* ... with these unit bounds (mu) */
+    double wait_s;                            /* sharded: how long to wait for the other ranks' shards */
+    rm_ckpt_meta meta;                        /* the write in flight (guarded by mu) */
+    const void *buf;                          /* host_stage */
     size_t bytes;
-    int rc;                     /* result, guarded by mu */
+    int rc; /* result, guarded by mu */
     char err[256];
     char path[4200];
     double seconds;
-    double blocked;             /* the training thread's time handing this write over (wait for
+    double blocked; /* the training thread's time handing this write over (wait for
                                    the previous one + snapshot); training thread only */
 } ckpt_writer;
 
 typedef struct trainer {
     const rm_train_cfg *cfg;
     const rm_kernels *k;
-    rm_data tr, te;             /* the training and test splits */
+    rm_data tr, te; /* the training and test splits */
     rm_model m;
     rm_optim opt;
     rm_lr_sched sched;
-    int B;                      /* per-worker batch */
+    int B; /* per-worker batch */
     uint32_t *perm;
     int perm_epoch;
-    float *host_x;              /* staging for non-host kernels */
+    float *host_x; /* staging for non-host kernels */
     int32_t *host_labels;
-    float *host_stage;          /* checkpoint payload staging (params + state), host */
+    float *host_stage; /* checkpoint payload staging (params + state), host */
     size_t stage_bytes;
-    float *dev_small;           /* 32 floats of device memory: evaluation sums */
-    rm_amp amp;                 /* mixed precision (fp16 loss scaling); a no-op for fp32 */
+    float *dev_small; /* 32 floats of device memory: evaluation sums */
+    rm_amp amp;       /* mixed precision (fp16 loss scaling); a no-op for fp32 */
     bool amp_on;
-    int gpu;                    /* CUDA device ordinal (cuda table only) */
+    int gpu; /* CUDA device ordinal (cuda table only) */
 
     /* world */
     rm_rdzv_client *rdzv;
@@ -136,12 +135,12 @@ typedef struct trainer {
     char my_addr[96];
     const rm_comm_ops *ops;
     rm_comm *comm;
-    const rm_step_ops *strat;   /* the training strategy (worker/step.h) */
+    const rm_step_ops *strat; /* the training strategy (worker/step.h) */
     rm_step *st;
     int rank, world, rdzv_epoch;
-    int local_rank, local_world, nnodes;   /* this round's topology (rm_rdzv_topology) */
-    char node[RM_RDZV_NODE_MAX + 1];       /* this rank's node as the rendezvous reported it */
-    bool join_gave_up;          /* no round within the join deadline: fatal */
+    int local_rank, local_world, nnodes; /* this round's topology (rm_rdzv_topology) */
+    char node[RM_RDZV_NODE_MAX + 1];     /* this rank's node as the rendezvous reported it */
+    bool join_gave_up;                   /* no round within the join deadline: fatal */
 
     /* training state (what a checkpoint holds) */
     int64_t step;
@@ -149,26 +148,26 @@ typedef struct trainer {
     int64_t data_pos;
     double lr;
     int64_t last_ckpt_step;
-    int ckpt_failures;          /* consecutive failed checkpoint writes (reported; 0 = last ok) */
-    char ckpt_err[128];         /* the last failure's message ("" after a success) */
-    bool have_state;            /* params/optimizer hold a real state (fresh, loaded or synced):
+    int ckpt_failures;  /* consecutive failed checkpoint writes (reported; 0 = last ok) */
+    char ckpt_err[128]; /* the last failure's message ("" after a success) */
+    bool have_state;    /* params/optimizer hold a real state (fresh, loaded or synced):
                                    before the first round forms they are zeros, never saved */
 
     /* results and rates */
     double test_acc, test_loss, train_loss;
-    int64_t eval_step;          /* step of the last evaluation, -1 none */
+    int64_t eval_step;                     /* step of the last evaluation, -1 none */
     rm_rdzv_eval evals[RM_RDZV_MAX_EVALS]; /* every end-of-epoch evaluation, for the reports */
     int nevals;
     double t_start, train_seconds;
     int64_t samples_local;
-    double rep_t;               /* last loss read for the reporter */
-    double rate;                /* samples/s, last interval */
+    double rep_t; /* last loss read for the reporter */
+    double rate;  /* samples/s, last interval */
     double ar_gbps;
     int64_t log_step;
-    double fail_t;              /* failure detected at (mono), 0 none */
+    double fail_t; /* failure detected at (mono), 0 none */
     int restarts;
-    int64_t gather_step;        /* step of the last sharded state_gather (-1 none) */
-    rm_step_memory mem;         /* the strategy's bytes per kind, and the peak RSS (report_memory) */
+    int64_t gather_step; /* step of the last sharded state_gather (-1 none) */
+    rm_step_memory mem;  /* the strategy's bytes per kind, and the peak RSS (report_memory) */
     double peak_rss;
 
     rm_wmetrics wm;

@@ -12,8 +12,7 @@ static const char *const LABELS[] = {"job", "rank", NULL};
 static const char *const MEM_LABELS[] = {"job", "rank", "kind", NULL};
 static const char *const MEM_KINDS[] = {"params", "grads", "optimizer", "activations"};
 
-int rm_wmetrics_start(rm_wmetrics *w, const char *addr, const char *job, double deadline_s,
-                      rm_err *err)
+int rm_wmetrics_start(rm_wmetrics *w, const char *addr, const char *job, double deadline_s, rm_err *err)
 {
     memset(w, 0, sizeof *w);
     snprintf(w->job, sizeof w->job, "%s", job && *job ? job : "local");
@@ -23,8 +22,8 @@ int rm_wmetrics_start(rm_wmetrics *w, const char *addr, const char *job, double 
         rm_wmetrics_stop(w);
         return rm_errf(err, RM_ENOMEM, "metrics: out of memory");
     }
-    static const double ar_b[] = {1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1,
-                                  0.25, 0.5, 1, 2.5, 10};
+    static const double ar_b[] = {1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2,
+                                  5e-2, 0.1,    0.25, 0.5,  1,      2.5,  10};
     static const double ck_b[] = {1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
     static const double rc_b[] = {0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120};
     int rc = 0;
@@ -37,20 +36,26 @@ int rm_wmetrics_start(rm_wmetrics *w, const char *addr, const char *job, double 
     C(f_samples, "ringmaster_worker_samples_total", "Training samples processed by this worker.");
     G(f_epoch, "ringmaster_worker_epoch", "Rendezvous epoch (bumped on every group restart).");
     G(f_train_epoch, "ringmaster_worker_train_epoch", "Data epoch being trained.");
-    C(f_restarts, "ringmaster_worker_restarts_total", "In-place restarts (re-joins after a failure or a new epoch).");
-    H(f_ar_seconds, "ringmaster_worker_allreduce_seconds", "Time spent in gradient allreduce per step.", ar_b);
+    C(f_restarts, "ringmaster_worker_restarts_total",
+      "In-place restarts (re-joins after a failure or a new epoch).");
+    H(f_ar_seconds, "ringmaster_worker_allreduce_seconds", "Time spent in gradient allreduce per step.",
+      ar_b);
     C(f_ar_bytes, "ringmaster_worker_allreduce_bytes_total", "Gradient bytes allreduced.");
     H(f_ckpt_seconds, "ringmaster_worker_checkpoint_seconds", "Time to write a checkpoint.", ck_b);
-    G(f_last_ckpt, "ringmaster_worker_last_checkpoint_step", "Step of the last checkpoint written or loaded.");
-    H(f_recovery, "ringmaster_worker_recovery_seconds", "From failure detection to the first step of the new epoch.", rc_b);
+    G(f_last_ckpt, "ringmaster_worker_last_checkpoint_step",
+      "Step of the last checkpoint written or loaded.");
+    H(f_recovery, "ringmaster_worker_recovery_seconds",
+      "From failure detection to the first step of the new epoch.", rc_b);
     G(f_test_acc, "ringmaster_worker_test_accuracy", "Test-set accuracy of the last evaluation.");
     G(f_world, "ringmaster_worker_world_size", "Workers in the current rendezvous round.");
-    G(f_samples_per_s, "ringmaster_worker_samples_per_second", "Training samples per second on this worker (last interval).");
+    G(f_samples_per_s, "ringmaster_worker_samples_per_second",
+      "Training samples per second on this worker (last interval).");
     G(f_peak_rss, "ringmaster_worker_peak_rss_bytes", "Peak resident set size of this worker process.");
     RM_CHECK_GOTO(rm_metrics_gauge(w->reg, "ringmaster_worker_memory_bytes",
                                    "Bytes this rank holds at the peak of a step, by kind (params, grads, "
-                                   "optimizer, activations); sharding lowers them.", MEM_LABELS,
-                                   &w->f_memory, err), rc, fail);
+                                   "optimizer, activations); sharding lowers them.",
+                                   MEM_LABELS, &w->f_memory, err),
+                  rc, fail);
 #undef G
 #undef C
 #undef H
@@ -81,13 +86,23 @@ int rm_wmetrics_set_rank(rm_wmetrics *w, int rank, rm_err *err)
     snprintf(old, sizeof old, "%s", w->rank);
     bool had = w->step != NULL;
     snprintf(w->rank, sizeof w->rank, "%s", r);
-    struct { rm_metric *f; rm_series **s; } m[] = {
-        {w->f_step, &w->step}, {w->f_loss, &w->loss}, {w->f_samples, &w->samples},
-        {w->f_epoch, &w->epoch}, {w->f_train_epoch, &w->train_epoch},
-        {w->f_restarts, &w->restarts}, {w->f_ar_seconds, &w->ar_seconds},
-        {w->f_ar_bytes, &w->ar_bytes}, {w->f_ckpt_seconds, &w->ckpt_seconds},
-        {w->f_last_ckpt, &w->last_ckpt}, {w->f_recovery, &w->recovery},
-        {w->f_test_acc, &w->test_acc}, {w->f_world, &w->world},
+    struct {
+        rm_metric *f;
+        rm_series **s;
+    } m[] = {
+        {w->f_step, &w->step},
+        {w->f_loss, &w->loss},
+        {w->f_samples, &w->samples},
+        {w->f_epoch, &w->epoch},
+        {w->f_train_epoch, &w->train_epoch},
+        {w->f_restarts, &w->restarts},
+        {w->f_ar_seconds, &w->ar_seconds},
+        {w->f_ar_bytes, &w->ar_bytes},
+        {w->f_ckpt_seconds, &w->ckpt_seconds},
+        {w->f_last_ckpt, &w->last_ckpt},
+        {w->f_recovery, &w->recovery},
+        {w->f_test_acc, &w->test_acc},
+        {w->f_world, &w->world},
         {w->f_samples_per_s, &w->samples_per_s},
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(m); i++) {
@@ -95,13 +110,13 @@ int rm_wmetrics_set_rank(rm_wmetrics *w, int rank, rm_err *err)
         if (!s)
             return rm_errf(err, RM_ENOMEM, "metrics: out of memory");
         /* carry monotonic counters over to the new label set */
-        if (*m[i].s && *m[i].s != s && (m[i].f == w->f_samples || m[i].f == w->f_restarts ||
-                                        m[i].f == w->f_ar_bytes))
+        if (*m[i].s && *m[i].s != s &&
+            (m[i].f == w->f_samples || m[i].f == w->f_restarts || m[i].f == w->f_ar_bytes))
             rm_series_inc(s, rm_series_value(*m[i].s));
         *m[i].s = s;
         if (had) {
             const char *const vals[] = {w->job, old};
-            rm_metric_remove(m[i].f, vals);   /* no stale series for a rank we no longer are */
+            rm_metric_remove(m[i].f, vals); /* no stale series for a rank we no longer are */
         }
     }
     if (had) {
@@ -115,8 +130,8 @@ int rm_wmetrics_set_rank(rm_wmetrics *w, int rank, rm_err *err)
     return RM_OK;
 }
 
-int rm_wmetrics_set_memory(rm_wmetrics *w, double params, double grads, double optimizer,
-                           double activations, double peak_rss, rm_err *err)
+int rm_wmetrics_set_memory(rm_wmetrics *w, double params, double grads, double optimizer, double activations,
+                           double peak_rss, rm_err *err)
 {
     const double v[] = {params, grads, optimizer, activations};
     for (size_t k = 0; k < RM_ARRAY_LEN(MEM_KINDS); k++) {
@@ -133,7 +148,10 @@ int rm_wmetrics_set_memory(rm_wmetrics *w, double params, double grads, double o
     return RM_OK;
 }
 
-int rm_wmetrics_port(const rm_wmetrics *w) { return w->srv ? rm_http_port(w->srv) : 0; }
+int rm_wmetrics_port(const rm_wmetrics *w)
+{
+    return w->srv ? rm_http_port(w->srv) : 0;
+}
 
 void rm_wmetrics_stop(rm_wmetrics *w)
 {
@@ -158,10 +176,12 @@ void rm_wmetrics_set_pipeline(rm_wmetrics *w, int stage, double bubble, double s
                           &w->f_pipe_stage, &e) ||
          rm_metrics_gauge(w->reg, "ringmaster_worker_pipeline_bubble_ratio",
                           "Time waiting for a neighbouring stage over the time of the micro-batch "
-                          "schedule, last step.", L2, &w->f_pipe_bubble, &e) ||
+                          "schedule, last step.",
+                          L2, &w->f_pipe_bubble, &e) ||
          rm_metrics_counter(w->reg, "ringmaster_worker_pipeline_bytes_total",
                             "Bytes of activations and activation gradients exchanged with "
-                            "neighbouring stages.", L3, &w->f_pipe_bytes, &e))) {
+                            "neighbouring stages.",
+                            L3, &w->f_pipe_bytes, &e))) {
         rm_warn("pipeline metrics: %s", e.msg);
         return;
     }

@@ -16,22 +16,22 @@
 typedef struct rm_wmetrics {
     rm_metrics *reg;
     rm_health *health;
-    rm_http_server *srv;        /* NULL when no address was given */
+    rm_http_server *srv; /* NULL when no address was given */
     char job[256];
     char rank[16];
-    rm_metric *f_step, *f_loss, *f_samples, *f_epoch, *f_train_epoch, *f_restarts, *f_ar_seconds,
-        *f_ar_bytes, *f_ckpt_seconds, *f_last_ckpt, *f_recovery, *f_test_acc, *f_world,
-        *f_samples_per_s, *f_memory, *f_peak_rss;
-    rm_metric *f_pipe_stage, *f_pipe_bubble, *f_pipe_bytes;   /* pipelines only (lazily) */
-    rm_series *step, *loss, *samples, *epoch, *train_epoch, *restarts, *ar_seconds, *ar_bytes,
-        *ckpt_seconds, *last_ckpt, *recovery, *test_acc, *world, *samples_per_s;
+    rm_metric *f_step, *f_loss, *f_samples, *f_epoch, *f_train_epoch, *f_restarts, *f_ar_seconds, *f_ar_bytes,
+        *f_ckpt_seconds, *f_last_ckpt, *f_recovery, *f_test_acc, *f_world, *f_samples_per_s, *f_memory,
+        *f_peak_rss;
+    rm_metric *f_pipe_stage, *f_pipe_bubble, *f_pipe_bytes; /* pipelines only (lazily) */
+    rm_series *step, *loss, *samples, *epoch, *train_epoch, *restarts, *ar_seconds, *ar_bytes, *ckpt_seconds,
+        *last_ckpt, *recovery, *test_acc, *world, *samples_per_s;
 } rm_wmetrics;
 
 /* ringmaster_worker_memory_bytes{kind=params|grads|optimizer|activations} (what the training
  * strategy holds at the peak of a step) and ringmaster_worker_peak_rss_bytes, under the current
  * rank. */
-int rm_wmetrics_set_memory(rm_wmetrics *w, double params, double grads, double optimizer,
-                           double activations, double peak_rss, rm_err *err);
+int rm_wmetrics_set_memory(rm_wmetrics *w, double params, double grads, double optimizer, double activations,
+                           double peak_rss, rm_err *err);
 
 /* Pipeline stages (docs/strategies.md#pipeline-stages): ringmaster_worker_pipeline_stage (gauge), _pipeline_bubble_ratio
  * (gauge: time waiting for a neighbouring stage / time of the schedule, last step) and
@@ -40,10 +40,9 @@ int rm_wmetrics_set_memory(rm_wmetrics *w, double params, double grads, double o
 void rm_wmetrics_set_pipeline(rm_wmetrics *w, int stage, double bubble, double sent, double recv);
 
 /* addr "" or NULL or "off" = no HTTP server (metrics still recorded). deadline_s for /healthz. */
-int rm_wmetrics_start(rm_wmetrics *w, const char *addr, const char *job, double deadline_s,
-                      rm_err *err);
+int rm_wmetrics_start(rm_wmetrics *w, const char *addr, const char *job, double deadline_s, rm_err *err);
 /* (Re)bind the series to this rank; allocates only when the rank changes. */
 int rm_wmetrics_set_rank(rm_wmetrics *w, int rank, rm_err *err);
-int rm_wmetrics_port(const rm_wmetrics *w);   /* bound port, 0 when none */
+int rm_wmetrics_port(const rm_wmetrics *w); /* bound port, 0 when none */
 void rm_wmetrics_stop(rm_wmetrics *w);
 #endif

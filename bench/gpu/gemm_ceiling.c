@@ -11,13 +11,13 @@
 
 #include "kernels/cuda/rm_cuda.h"
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        int rc_ = (int)(call);                                                                     \
-        if (rc_ != 0) {                                                                            \
-            fprintf(stderr, "%s:%d: %s failed (%d)\n", __FILE__, __LINE__, #call, rc_);            \
-            return 1;                                                                              \
-        }                                                                                          \
+#define CK(call)                                                                        \
+    do {                                                                                \
+        int rc_ = (int)(call);                                                          \
+        if (rc_ != 0) {                                                                 \
+            fprintf(stderr, "%s:%d: %s failed (%d)\n", __FILE__, __LINE__, #call, rc_); \
+            return 1;                                                                   \
+        }                                                                               \
     } while (0)
 
 int main(int argc, char **argv)
@@ -39,7 +39,7 @@ int main(int argc, char **argv)
     CK(cudaMalloc(&a, n * 2));
     CK(cudaMalloc(&b, n * 2));
     CK(cudaMalloc(&c, n * 4));
-    CK(cudaMemset(a, 0x3c, n * 2));   /* bf16 0x3c3c ~ 0.0115: finite, no denormals */
+    CK(cudaMemset(a, 0x3c, n * 2)); /* bf16 0x3c3c ~ 0.0115: finite, no denormals */
     CK(cudaMemset(b, 0x3c, n * 2));
     cublasHandle_t h;
     CK(cublasCreate(&h));
@@ -54,14 +54,12 @@ int main(int argc, char **argv)
     for (int out = 0; out < 2; out++) {
         cudaDataType_t ct = out == 0 ? CUDA_R_16BF : CUDA_R_32F;
         for (int w = 0; w < 5; w++)
-            CK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, size, size, size, &alpha, a, CUDA_R_16BF, size,
-                            b, CUDA_R_16BF, size, &beta, c, ct, size, CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT));
+            CK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, size, size, size, &alpha, a, CUDA_R_16BF, size, b,
+                            CUDA_R_16BF, size, &beta, c, ct, size, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         CK(cudaEventRecord(e0, 0));
         for (int i = 0; i < iters; i++)
-            CK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, size, size, size, &alpha, a, CUDA_R_16BF, size,
-                            b, CUDA_R_16BF, size, &beta, c, ct, size, CUBLAS_COMPUTE_32F,
-                            CUBLAS_GEMM_DEFAULT));
+            CK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, size, size, size, &alpha, a, CUDA_R_16BF, size, b,
+                            CUDA_R_16BF, size, &beta, c, ct, size, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
         CK(cudaEventRecord(e1, 0));
         CK(cudaEventSynchronize(e1));
         float ms = 0;

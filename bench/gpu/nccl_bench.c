@@ -29,12 +29,12 @@ static double now_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        if ((call) != 0) {                                                                         \
-            fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #call);                      \
-            return 1;                                                                              \
-        }                                                                                          \
+#define CK(call)                                                              \
+    do {                                                                      \
+        if ((call) != 0) {                                                    \
+            fprintf(stderr, "%s:%d: %s failed\n", __FILE__, __LINE__, #call); \
+            return 1;                                                         \
+        }                                                                     \
     } while (0)
 
 int main(int argc, char **argv)
@@ -149,8 +149,8 @@ int main(int argc, char **argv)
     double raw_us = (now_s() - t0) / iters * 1e6;
     printf("# fusion: %d layers x %zu floats, %d buckets: fusion step %.2f us, one raw allreduce %.2f us\n",
            L, per, rm_fusion_nbuckets(f), fus_us, raw_us);
-    printf("RESULT kind=fusion bytes=%zu buckets=%d raw_us=%.2f rm_us=%.2f overhead_pct=%.1f\n",
-           total * 4, rm_fusion_nbuckets(f), raw_us, fus_us, (fus_us / raw_us - 1) * 100);
+    printf("RESULT kind=fusion bytes=%zu buckets=%d raw_us=%.2f rm_us=%.2f overhead_pct=%.1f\n", total * 4,
+           rm_fusion_nbuckets(f), raw_us, fus_us, (fus_us / raw_us - 1) * 100);
     rm_fusion_free(f);
     ops->destroy(c);
     ncclCommDestroy(raw);

@@ -49,8 +49,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--name")) {
             name = argv[i + 1];
         } else if (!strcmp(argv[i], "--precision")) {
-            prec = !strcmp(argv[i + 1], "fp32") ? RM_PREC_FP32
-                   : !strcmp(argv[i + 1], "fp16") ? RM_PREC_FP16 : RM_PREC_BF16;
+            prec = !strcmp(argv[i + 1], "fp32")   ? RM_PREC_FP32
+                   : !strcmp(argv[i + 1], "fp16") ? RM_PREC_FP16
+                                                  : RM_PREC_BF16;
         } else {
             fprintf(stderr, "unknown flag %s\n", argv[i]);
             return 2;
@@ -71,7 +72,8 @@ int main(int argc, char **argv)
     rm_model m;
     memset(&m, 0, sizeof m);
     if (rm_mlp_shape(&shape, 784, hidden, nh, 10, &e) != RM_OK ||
-        rm_model_init(&m, k, &rm_model_mlp, &shape, batch, &e) != RM_OK || rm_model_init_params(&m, 42, &e) != RM_OK) {
+        rm_model_init(&m, k, &rm_model_mlp, &shape, batch, &e) != RM_OK ||
+        rm_model_init_params(&m, 42, &e) != RM_OK) {
         fprintf(stderr, "model: %s\n", e.msg);
         return 1;
     }
@@ -116,8 +118,8 @@ int main(int argc, char **argv)
     char sh[128];
     rm_model_shape_str(&m, sh, sizeof sh);
     printf("RESULT impl=ringmaster name=%s shape=%s batch=%d precision=%s ms_per_step=%.4f "
-           "tflops=%.1f loss=%.4f\n", name, sh, batch, rm_precision_str(prec), dt * 1e3,
-           flops / dt / 1e12, loss / (float)batch);
+           "tflops=%.1f loss=%.4f\n",
+           name, sh, batch, rm_precision_str(prec), dt * 1e3, flops / dt / 1e12, loss / (float)batch);
     k->free(mom);
     rm_model_free(&m);
     free(hx);

@@ -102,15 +102,18 @@ static void *writer(void *arg)
             blen = 0;
         } else if (!strcmp(mode, "create")) {
             blen = snprintf(body, sizeof(body),
-                            "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"w%ld-%ld\",\"labels\":{\"app\":\"bench\"}},\"data\":{\"i\":\"%ld\"}}",
+                            "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"metadata\":{\"name\":\"w%ld-%"
+                            "ld\",\"labels\":{\"app\":\"bench\"}},\"data\":{\"i\":\"%ld\"}}",
                             id, i, i);
             rlen = snprintf(req, sizeof(req),
-                            "POST /api/v1/namespaces/bench/configmaps HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+                            "POST /api/v1/namespaces/bench/configmaps HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                            "application/json\r\nContent-Length: %d\r\n\r\n%s",
                             blen, body);
         } else {
             blen = snprintf(body, sizeof(body), "{\"data\":{\"i\":\"%ld\"}}", i);
             rlen = snprintf(req, sizeof(req),
-                            "PATCH /api/v1/namespaces/bench/configmaps/p%ld HTTP/1.1\r\nHost: x\r\nContent-Type: application/merge-patch+json\r\nContent-Length: %d\r\n\r\n%s",
+                            "PATCH /api/v1/namespaces/bench/configmaps/p%ld HTTP/1.1\r\nHost: "
+                            "x\r\nContent-Type: application/merge-patch+json\r\nContent-Length: %d\r\n\r\n%s",
                             id, blen, body);
         }
         double t0 = now();
@@ -179,7 +182,10 @@ int main(int argc, char **argv)
     {
         int fd = dial();
         char q[256], buf[8192];
-        int n = snprintf(q, sizeof(q), "GET /api/v1/namespaces/%s/configmaps?limit=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", wns);
+        int n = snprintf(
+            q, sizeof(q),
+            "GET /api/v1/namespaces/%s/configmaps?limit=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            wns);
         send(fd, q, (size_t)n, MSG_NOSIGNAL);
         ssize_t got = 0, r;
         while ((r = recv(fd, buf + got, sizeof(buf) - 1 - (size_t)got, 0)) > 0)
@@ -199,9 +205,11 @@ int main(int argc, char **argv)
             break;
         char req[512];
         const char *sel = getenv("KSLOAD_SELECTOR"); /* e.g. "app%3Dother" (URL-encoded) */
-        int n = snprintf(req, sizeof(req),
-                         "GET /api/v1/namespaces/%s/configmaps?watch=true&resourceVersion=%s&labelSelector=%s HTTP/1.1\r\nHost: x\r\n\r\n",
-                         wns, rv, sel && *sel ? sel : "app%3Dbench");
+        int n =
+            snprintf(req, sizeof(req),
+                     "GET /api/v1/namespaces/%s/configmaps?watch=true&resourceVersion=%s&labelSelector=%s "
+                     "HTTP/1.1\r\nHost: x\r\n\r\n",
+                     wns, rv, sel && *sel ? sel : "app%3Dbench");
         send(wfd[i], req, (size_t)n, MSG_NOSIGNAL);
         struct epoll_event ev = {.events = EPOLLIN, .data.fd = wfd[i]};
         epoll_ctl(ep, EPOLL_CTL_ADD, wfd[i], &ev);
@@ -239,7 +247,8 @@ int main(int argc, char **argv)
     printf("mode=%s threads=%d seconds=%.1f watches_open=%d writes=%ld errors=%ld writes_per_s=%.0f "
            "p50_ms=%.2f p99_ms=%.2f watch_events=%ld watch_events_per_s=%.0f\n",
            mode, threads, el, opened, (long)atomic_load(&writes), (long)atomic_load(&errors),
-           atomic_load(&writes) / el, p50, p99, atomic_load(&events) - ev0, (atomic_load(&events) - ev0) / el);
+           atomic_load(&writes) / el, p50, p99, atomic_load(&events) - ev0,
+           (atomic_load(&events) - ev0) / el);
     for (int i = 0; i < opened; i++)
         close(wfd[i]);
     free(all);

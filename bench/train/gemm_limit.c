@@ -51,14 +51,14 @@ int main(int argc, char **argv)
         double t0 = now(), t;
         do {
             for (int l = 0; l < 3; l++)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, d[l + 1], d[l], 1, A[l],
-                            d[l], W[l], d[l + 1], 0, A[l + 1], d[l + 1]);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, B, d[l + 1], d[l], 1, A[l], d[l], W[l],
+                            d[l + 1], 0, A[l + 1], d[l + 1]);
             for (int l = 2; l >= 0; l--) {
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d[l], d[l + 1], B, 1, A[l],
-                            d[l], dA[l + 1], d[l + 1], 0, dW[l], d[l + 1]);
+                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d[l], d[l + 1], B, 1, A[l], d[l],
+                            dA[l + 1], d[l + 1], 0, dW[l], d[l + 1]);
                 if (l > 0)
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, d[l], d[l + 1], 1,
-                                dA[l + 1], d[l + 1], W[l], d[l + 1], 0, dA[l], d[l]);
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, B, d[l], d[l + 1], 1, dA[l + 1],
+                                d[l + 1], W[l], d[l + 1], 0, dA[l], d[l]);
             }
             iters++;
             t = now() - t0;
@@ -68,6 +68,7 @@ int main(int argc, char **argv)
     }
     double gflops = best;
     printf("{\"batch\": %d, \"gemm_gflops\": %.1f, \"samples_per_s_ceiling\": %.0f, "
-           "\"mflop_per_sample\": %.3f}\n", B, gflops, gflops * 1e9 / (flop / B), flop / B / 1e6);
+           "\"mflop_per_sample\": %.3f}\n",
+           B, gflops, gflops * 1e9 / (flop / B), flop / B / 1e6);
     return 0;
 }

@@ -16,9 +16,24 @@ extern void *__libc_memalign(size_t, size_t);
 
 static atomic_ulong n_alloc, n_bytes;
 
-void *malloc(size_t n) { atomic_fetch_add(&n_alloc, 1); atomic_fetch_add(&n_bytes, n); return __libc_malloc(n); }
-void *calloc(size_t a, size_t b) { atomic_fetch_add(&n_alloc, 1); atomic_fetch_add(&n_bytes, a * b); return __libc_calloc(a, b); }
-void *realloc(void *p, size_t n) { atomic_fetch_add(&n_alloc, 1); atomic_fetch_add(&n_bytes, n); return __libc_realloc(p, n); }
+void *malloc(size_t n)
+{
+    atomic_fetch_add(&n_alloc, 1);
+    atomic_fetch_add(&n_bytes, n);
+    return __libc_malloc(n);
+}
+void *calloc(size_t a, size_t b)
+{
+    atomic_fetch_add(&n_alloc, 1);
+    atomic_fetch_add(&n_bytes, a * b);
+    return __libc_calloc(a, b);
+}
+void *realloc(void *p, size_t n)
+{
+    atomic_fetch_add(&n_alloc, 1);
+    atomic_fetch_add(&n_bytes, n);
+    return __libc_realloc(p, n);
+}
 int posix_memalign(void **out, size_t al, size_t n)
 {
     atomic_fetch_add(&n_alloc, 1);
@@ -29,7 +44,12 @@ int posix_memalign(void **out, size_t al, size_t n)
     *out = p;
     return 0;
 }
-void *aligned_alloc(size_t al, size_t n) { atomic_fetch_add(&n_alloc, 1); atomic_fetch_add(&n_bytes, n); return __libc_memalign(al, n); }
+void *aligned_alloc(size_t al, size_t n)
+{
+    atomic_fetch_add(&n_alloc, 1);
+    atomic_fetch_add(&n_bytes, n);
+    return __libc_memalign(al, n);
+}
 
 __attribute__((destructor)) static void report(void)
 {

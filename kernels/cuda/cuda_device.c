@@ -12,7 +12,10 @@
 #include "kernels/cuda/rm_cuda.h"
 #include "kernels/kernels_cuda.h"
 
-bool rm_cuda_built(void) { return true; }
+bool rm_cuda_built(void)
+{
+    return true;
+}
 
 static void set_why(char *why, size_t cap, const char *what, const char *extra)
 {
@@ -36,8 +39,7 @@ bool rm_cuda_available(char *why, size_t cap)
         return false;
     }
     if (n <= 0) {
-        set_why(why, cap, "0 devices visible",
-                " (check CUDA_VISIBLE_DEVICES / the nvidia.com/gpu limit)");
+        set_why(why, cap, "0 devices visible", " (check CUDA_VISIBLE_DEVICES / the nvidia.com/gpu limit)");
         return false;
     }
     if (why && cap)

@@ -13,9 +13,9 @@
 #include <stdbool.h>
 
 typedef struct rm_gemm_cm {
-    bool trans_first, trans_second;   /* op of cuBLAS's A and B */
-    int m, n, k;                      /* cuBLAS's m, n, k */
-    int first_is_b;                   /* 1: cuBLAS's first operand is the table's B */
+    bool trans_first, trans_second; /* op of cuBLAS's A and B */
+    int m, n, k;                    /* cuBLAS's m, n, k */
+    int first_is_b;                 /* 1: cuBLAS's first operand is the table's B */
     int ld_first, ld_second;
 } rm_gemm_cm;
 

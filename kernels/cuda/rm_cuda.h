@@ -45,56 +45,56 @@ const char *rm_cublas_status_str(int status);
 }
 #endif
 
-#define RM_CUDA_GOTO_ERR(call, rcvar, label, errp)                                            \
-    do {                                                                                      \
-        cudaError_t rm_ce_ = (call);                                                          \
-        if (rm_ce_ != cudaSuccess) {                                                          \
-            (void)cudaGetLastError();                                                         \
-            rm_log_write(RM_LOG_ERROR, __FILE__, __LINE__, "CUDA failure call=\"%s\" err=\"%s\"", \
-                         #call, cudaGetErrorString(rm_ce_));                                  \
-            (rcvar) = rm_ce_ == cudaErrorMemoryAllocation ? RM_ENOMEM : RM_EIO;               \
-            rm_errf((errp), (rcvar), "%s: %s", #call, cudaGetErrorString(rm_ce_));            \
-            goto label;                                                                       \
-        }                                                                                     \
+#define RM_CUDA_GOTO_ERR(call, rcvar, label, errp)                                                       \
+    do {                                                                                                 \
+        cudaError_t rm_ce_ = (call);                                                                     \
+        if (rm_ce_ != cudaSuccess) {                                                                     \
+            (void)cudaGetLastError();                                                                    \
+            rm_log_write(RM_LOG_ERROR, __FILE__, __LINE__, "CUDA failure call=\"%s\" err=\"%s\"", #call, \
+                         cudaGetErrorString(rm_ce_));                                                    \
+            (rcvar) = rm_ce_ == cudaErrorMemoryAllocation ? RM_ENOMEM : RM_EIO;                          \
+            rm_errf((errp), (rcvar), "%s: %s", #call, cudaGetErrorString(rm_ce_));                       \
+            goto label;                                                                                  \
+        }                                                                                                \
     } while (0)
 #define RM_CUDA_GOTO(call, rcvar, label) RM_CUDA_GOTO_ERR(call, rcvar, label, (rm_err *)0)
 
-#define RM_NCCL_GOTO_ERR(call, rcvar, label, errp)                                            \
-    do {                                                                                      \
-        ncclResult_t rm_nr_ = (call);                                                         \
-        if (rm_nr_ != ncclSuccess && rm_nr_ != ncclInProgress) {                              \
-            (void)cudaGetLastError();                                                         \
-            rm_log_write(RM_LOG_ERROR, __FILE__, __LINE__, "NCCL failure call=\"%s\" err=\"%s\"", \
-                         #call, ncclGetErrorString(rm_nr_));                                  \
-            (rcvar) = rm_nr_ == ncclRemoteError ? RM_ECLOSED : RM_EIO;                         \
-            rm_errf((errp), (rcvar), "%s: %s", #call, ncclGetErrorString(rm_nr_));            \
-            goto label;                                                                       \
-        }                                                                                     \
+#define RM_NCCL_GOTO_ERR(call, rcvar, label, errp)                                                       \
+    do {                                                                                                 \
+        ncclResult_t rm_nr_ = (call);                                                                    \
+        if (rm_nr_ != ncclSuccess && rm_nr_ != ncclInProgress) {                                         \
+            (void)cudaGetLastError();                                                                    \
+            rm_log_write(RM_LOG_ERROR, __FILE__, __LINE__, "NCCL failure call=\"%s\" err=\"%s\"", #call, \
+                         ncclGetErrorString(rm_nr_));                                                    \
+            (rcvar) = rm_nr_ == ncclRemoteError ? RM_ECLOSED : RM_EIO;                                   \
+            rm_errf((errp), (rcvar), "%s: %s", #call, ncclGetErrorString(rm_nr_));                       \
+            goto label;                                                                                  \
+        }                                                                                                \
     } while (0)
 #define RM_NCCL_GOTO(call, rcvar, label) RM_NCCL_GOTO_ERR(call, rcvar, label, (rm_err *)0)
 
-#define RM_CUBLAS_GOTO_ERR(call, rcvar, label, errp)                                          \
-    do {                                                                                      \
-        int rm_bs_ = (int)(call);                                                             \
-        if (rm_bs_ != 0 /* CUBLAS_STATUS_SUCCESS */) {                                        \
-            (void)cudaGetLastError();                                                         \
-            rm_log_write(RM_LOG_ERROR, __FILE__, __LINE__, "cuBLAS failure call=\"%s\" err=%s", \
-                         #call, rm_cublas_status_str(rm_bs_));                                \
-            (rcvar) = rm_bs_ == 3 /* ALLOC_FAILED */ ? RM_ENOMEM : RM_EIO;                     \
-            rm_errf((errp), (rcvar), "%s: %s", #call, rm_cublas_status_str(rm_bs_));          \
-            goto label;                                                                       \
-        }                                                                                     \
+#define RM_CUBLAS_GOTO_ERR(call, rcvar, label, errp)                                                   \
+    do {                                                                                               \
+        int rm_bs_ = (int)(call);                                                                      \
+        if (rm_bs_ != 0 /* CUBLAS_STATUS_SUCCESS */) {                                                 \
+            (void)cudaGetLastError();                                                                  \
+            rm_log_write(RM_LOG_ERROR, __FILE__, __LINE__, "cuBLAS failure call=\"%s\" err=%s", #call, \
+                         rm_cublas_status_str(rm_bs_));                                                \
+            (rcvar) = rm_bs_ == 3 /* ALLOC_FAILED */ ? RM_ENOMEM : RM_EIO;                             \
+            rm_errf((errp), (rcvar), "%s: %s", #call, rm_cublas_status_str(rm_bs_));                   \
+            goto label;                                                                                \
+        }                                                                                              \
     } while (0)
 #define RM_CUBLAS_GOTO(call, rcvar, label) RM_CUBLAS_GOTO_ERR(call, rcvar, label, (rm_err *)0)
 
 /* For void paths (destroy): log and carry on. */
-#define RM_CUDA_WARN(call)                                                                    \
-    do {                                                                                      \
-        cudaError_t rm_ce_ = (call);                                                          \
-        if (rm_ce_ != cudaSuccess) {                                                          \
-            (void)cudaGetLastError();                                                         \
-            rm_log_write(RM_LOG_WARN, __FILE__, __LINE__, "CUDA failure call=\"%s\" err=\"%s\"", \
-                         #call, cudaGetErrorString(rm_ce_));                                  \
-        }                                                                                     \
+#define RM_CUDA_WARN(call)                                                                              \
+    do {                                                                                                \
+        cudaError_t rm_ce_ = (call);                                                                    \
+        if (rm_ce_ != cudaSuccess) {                                                                    \
+            (void)cudaGetLastError();                                                                   \
+            rm_log_write(RM_LOG_WARN, __FILE__, __LINE__, "CUDA failure call=\"%s\" err=\"%s\"", #call, \
+                         cudaGetErrorString(rm_ce_));                                                   \
+        }                                                                                               \
     } while (0)
 #endif

@@ -83,7 +83,7 @@ static void env_drop(cJSON *env, const char *name, char *overridden, size_t cap)
  * name; its name is appended to overridden). */
 static void env_render(cJSON *env, const rm_launch_var *v, char *overridden, size_t cap)
 {
-    if (v->user_wins) {   /* a default: the template's own entry stays */
+    if (v->user_wins) { /* a default: the template's own entry stays */
         const cJSON *it;
         cJSON_ArrayForEach(it, env)
         {
@@ -109,8 +109,8 @@ static void env_render(cJSON *env, const rm_launch_var *v, char *overridden, siz
 }
 
 static cJSON *build_pod(const rm_tj *tj, int index, int epoch, int ps_index, const char *rdzv_url,
-                        const char *worker_image, int metrics_port, char *overridden,
-                        size_t overridden_cap, rm_err *err);
+                        const char *worker_image, int metrics_port, char *overridden, size_t overridden_cap,
+                        rm_err *err);
 
 cJSON *rm_kube_ps_pod(const rm_tj *tj, int ps_index, const char *rdzv_url, const char *worker_image,
                       int metrics_port, rm_err *err)
@@ -160,7 +160,8 @@ static void placement_render(cJSON *spec, cJSON *labels, const rm_tj *tj, int in
     }
     if (!cJSON_GetObjectItemCaseSensitive(aff, "podAntiAffinity")) {
         cJSON *term = cJSON_CreateObject();
-        cJSON *me = cJSON_AddArrayToObject(cJSON_AddObjectToObject(term, "labelSelector"), "matchExpressions");
+        cJSON *me =
+            cJSON_AddArrayToObject(cJSON_AddObjectToObject(term, "labelSelector"), "matchExpressions");
         const char *job[] = {tj->name}, *grp[] = {g};
         cJSON *e = cJSON_CreateObject();
         cJSON_AddStringToObject(e, "key", RM_LABEL_JOB);
@@ -186,8 +187,8 @@ static void placement_render(cJSON *spec, cJSON *labels, const rm_tj *tj, int in
 /* A worker's pod (ps_index < 0) or parameter server ps_index's: the launch contract rendered
  * into the job's template. */
 static cJSON *build_pod(const rm_tj *tj, int index, int epoch, int ps_index, const char *rdzv_url,
-                        const char *worker_image, int metrics_port, char *overridden,
-                        size_t overridden_cap, rm_err *err)
+                        const char *worker_image, int metrics_port, char *overridden, size_t overridden_cap,
+                        rm_err *err)
 {
     char name[320], svc[256], buf[64];
     rm_launch ln;
@@ -202,8 +203,10 @@ static cJSON *build_pod(const rm_tj *tj, int index, int epoch, int ps_index, con
     if (!worker_image)
         worker_image = RM_DEFAULT_WORKER_IMAGE;
     rm_launch_placement where = {
-        .rdzv_url = rdzv_url ? rdzv_url : "", .metrics_port = metrics_port,
-        .workers_per_node = 1, .gpus = rm_template_gpus(tj->spec.template),
+        .rdzv_url = rdzv_url ? rdzv_url : "",
+        .metrics_port = metrics_port,
+        .workers_per_node = 1,
+        .gpus = rm_template_gpus(tj->spec.template),
     };
     if ((ps_index >= 0 ? rm_launch_build_ps(tj, ps_index, &where, &ln, err)
                        : rm_launch_build(tj, index, epoch, &where, &ln, err)) != RM_OK)
@@ -298,7 +301,7 @@ static cJSON *build_pod(const rm_tj *tj, int index, int epoch, int ps_index, con
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(env, i), "name");
         if (cJSON_IsString(nm) && rm_launch_is_ours(nm->valuestring) &&
             !rm_launch_find(&ln, nm->valuestring)) {
-            char own[64];   /* env_drop frees the entry that holds the name */
+            char own[64]; /* env_drop frees the entry that holds the name */
             rm_sfmt(own, sizeof own, "%s", nm->valuestring);
             env_drop(env, own, overridden, overridden_cap);
         }

@@ -15,18 +15,18 @@ struct rm_tj;
 
 /* Build parameter server `ps_index`'s pod "<job>-ps-<i>" (label ringmaster.dev/role: ps); it
  * registers its address with the rendezvous at rdzv_url (NULL: none). */
-cJSON *rm_kube_ps_pod(const struct rm_tj *tj, int ps_index, const char *rdzv_url,
-                      const char *worker_image, int metrics_port, rm_err *err);
+cJSON *rm_kube_ps_pod(const struct rm_tj *tj, int ps_index, const char *rdzv_url, const char *worker_image,
+                      int metrics_port, rm_err *err);
 
 /* What a worker pod is built from. Zero-initialised is not a usable default for metrics_port:
  * write -1 for RM_PORT_WORKER_METRICS. */
 typedef struct rm_kube_worker_pod_args {
-    const struct rm_tj *tj;    /* the parsed, defaulted job (required); borrowed */
-    int index, epoch;          /* replica index and the epoch label */
-    const char *rdzv_url;      /* advertised rendezvous; NULL: none */
-    const char *worker_image;  /* NULL: RM_DEFAULT_WORKER_IMAGE */
-    int metrics_port;          /* as rm_kube_rt_config.worker_metrics_port */
-    char *overridden;          /* may be NULL: gets the comma-separated names of the template's env
+    const struct rm_tj *tj;   /* the parsed, defaulted job (required); borrowed */
+    int index, epoch;         /* replica index and the epoch label */
+    const char *rdzv_url;     /* advertised rendezvous; NULL: none */
+    const char *worker_image; /* NULL: RM_DEFAULT_WORKER_IMAGE */
+    int metrics_port;         /* as rm_kube_rt_config.worker_metrics_port */
+    char *overridden;         /* may be NULL: gets the comma-separated names of the template's env
                                 * entries the launch contract replaced ("" when none) */
     size_t overridden_cap;
 } rm_kube_worker_pod_args;

@@ -155,7 +155,7 @@ static const cJSON *named(const cJSON *root, const char *list, const char *inner
         const cJSON *n = cJSON_GetObjectItemCaseSensitive(it, "name");
         if (cJSON_IsString(n) && strcmp(n->valuestring, name) == 0) {
             const cJSON *in = cJSON_GetObjectItemCaseSensitive(it, inner);
-            return in ? in : it;   /* `user: {}` may be written as `user:` (null) */
+            return in ? in : it; /* `user: {}` may be written as `user:` (null) */
         }
     }
     return NULL;
@@ -180,8 +180,8 @@ static char *resolve_path(const char *dir, const char *p)
     return o;
 }
 
-static int take_data(const cJSON *o, const char *key, const char *what, unsigned char **out,
-                     size_t *len, rm_err *err)
+static int take_data(const cJSON *o, const char *key, const char *what, unsigned char **out, size_t *len,
+                     rm_err *err)
 {
     const char *s = str_of(o, key);
     if (!s)
@@ -272,7 +272,10 @@ int rm_kube_config_parse(const char *text, size_t len, const char *dir, const ch
         if (rc)
             goto out;
         if ((out->cert_data || out->cert_file) != (out->key_data || out->key_file)) {
-            rc = rm_errf(err, RM_EINVAL, "kubeconfig: user \"%s\" has a client certificate without a key (or a key without a certificate)", uname);
+            rc = rm_errf(err, RM_EINVAL,
+                         "kubeconfig: user \"%s\" has a client certificate without a key (or a key without a "
+                         "certificate)",
+                         uname);
             goto out;
         }
         if (out->token_file && !out->token) {
@@ -496,10 +499,10 @@ struct rm_kube_client {
     rm_kube_client_opts o;
     char *user_agent;
     rm_kube_bucket bucket;
-    pthread_mutex_t mu;           /* pool and token */
+    pthread_mutex_t mu; /* pool and token */
     CURL *pool[POOL_MAX];
     int npool;
-    double token_read_at;         /* monotonic */
+    double token_read_at; /* monotonic */
 };
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -508,8 +511,8 @@ static void curl_init_once(void)
     curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
-int rm_kube_client_new(const rm_kube_config *cfg, const rm_kube_client_opts *opts,
-                       rm_kube_client **out, rm_err *err)
+int rm_kube_client_new(const rm_kube_config *cfg, const rm_kube_client_opts *opts, rm_kube_client **out,
+                       rm_err *err)
 {
     *out = NULL;
     if (!cfg || !cfg->server)
@@ -555,8 +558,8 @@ int rm_kube_client_new(const rm_kube_config *cfg, const rm_kube_client_opts *opt
     return RM_OK;
 }
 
-int rm_kube_client_new_like(rm_kube_client *c, const rm_kube_client_opts *opts,
-                            rm_kube_client **out, rm_err *err)
+int rm_kube_client_new_like(rm_kube_client *c, const rm_kube_client_opts *opts, rm_kube_client **out,
+                            rm_err *err)
 {
     rm_kube_client_opts o = c->o;
     o.user_agent = c->user_agent;
@@ -578,7 +581,7 @@ int rm_kube_client_new_like(rm_kube_client *c, const rm_kube_client_opts *opts,
         if (opts->user_agent)
             o.user_agent = opts->user_agent;
     }
-    pthread_mutex_lock(&c->mu);   /* the token may be re-read meanwhile */
+    pthread_mutex_lock(&c->mu); /* the token may be re-read meanwhile */
     int rc = rm_kube_client_new(&c->cfg, &o, out, err);
     pthread_mutex_unlock(&c->mu);
     return rc;
@@ -647,7 +650,8 @@ static char *current_token(rm_kube_client *c, bool force)
                 free(c->cfg.token);
                 c->cfg.token = t;
             } else {
-                rm_warn("kube client: token file unreadable, keeping the old token path=%s", c->cfg.token_file);
+                rm_warn("kube client: token file unreadable, keeping the old token path=%s",
+                        c->cfg.token_file);
             }
             c->token_read_at = now;
         }
@@ -682,7 +686,7 @@ static size_t header_cb(char *p, size_t sz, size_t nm, void *ud)
 {
     hdr_state *h = ud;
     size_t n = sz * nm;
-    double d = rm_http_retry_after(p, n);   /* the one parser (common/httpc.h) */
+    double d = rm_http_retry_after(p, n); /* the one parser (common/httpc.h) */
     if (d >= 0)
         h->retry_after = d;
     return n;
@@ -696,7 +700,7 @@ static void set_common(rm_kube_client *c, CURL *h, struct curl_slist **hdrs, con
     curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
     curl_easy_setopt(h, CURLOPT_TCP_NODELAY, 1L);
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-    curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 16384L);   /* bodies are small; default 64 KiB */
+    curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, 16384L); /* bodies are small; default 64 KiB */
     if (c->cfg.insecure) {
         curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 0L);
         curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 0L);
@@ -759,9 +763,8 @@ static char *make_url(rm_kube_client *c, const char *path)
     return u;
 }
 
-int rm_kube_request(rm_kube_client *c, const char *method, const char *path,
-                    const char *content_type, const char *body, size_t body_len,
-                    rm_kube_resp *out, rm_err *err)
+int rm_kube_request(rm_kube_client *c, const char *method, const char *path, const char *content_type,
+                    const char *body, size_t body_len, rm_kube_resp *out, rm_err *err)
 {
     memset(out, 0, sizeof(*out));
     char *url = make_url(c, path);
@@ -824,7 +827,8 @@ int rm_kube_request(rm_kube_client *c, const char *method, const char *path,
         out->status = st;
         if (cc != CURLE_OK) {
             if (bb.toobig) {
-                rc = rm_errf(err, RM_ETOOBIG, "kube %s %s: response body over %zu bytes", method, path, c->o.max_body);
+                rc = rm_errf(err, RM_ETOOBIG, "kube %s %s: response body over %zu bytes", method, path,
+                             c->o.max_body);
                 break;
             }
             rc = rm_errf(err, cc == CURLE_OPERATION_TIMEDOUT ? RM_ETIMEDOUT : RM_EIO, "kube %s %s: %s",
@@ -832,7 +836,7 @@ int rm_kube_request(rm_kube_client *c, const char *method, const char *path,
         } else if (st == 401 && c->cfg.token_file && !reauth_done) {
             reauth_done = true;
             free(current_token(c, true));
-            attempt--;          /* a re-read token gets one free try */
+            attempt--; /* a re-read token gets one free try */
             rc = RM_OK;
             continue;
         } else if (retryable(st) && attempt < c->o.max_retries) {
@@ -869,12 +873,20 @@ int rm_kube_status_rc(long st)
     if (st >= 200 && st < 300)
         return RM_OK;
     switch (st) {
-    case 404: return RM_ENOTFOUND;
-    case 409: return RM_ECONFLICT;
-    case 401: case 403: return RM_EAUTH;
-    case 410: return RM_EEPOCH;
-    case 400: case 422: return RM_EINVAL;
-    default: break;
+    case 404:
+        return RM_ENOTFOUND;
+    case 409:
+        return RM_ECONFLICT;
+    case 401:
+    case 403:
+        return RM_EAUTH;
+    case 410:
+        return RM_EEPOCH;
+    case 400:
+    case 422:
+        return RM_EINVAL;
+    default:
+        break;
     }
     if (st == 429 || st >= 500)
         return RM_EAGAIN;
@@ -942,7 +954,7 @@ static size_t stream_write(char *p, size_t sz, size_t nm, void *ud)
     if (!s->status)
         curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &s->status);
     if (s->status != 200) {
-        body_write(p, 1, n, &s->errb);   /* past its cap the rest is dropped */
+        body_write(p, 1, n, &s->errb); /* past its cap the rest is dropped */
         return n;
     }
     int rc = rm_kube_lines_feed(&s->lines, p, n);
@@ -960,8 +972,8 @@ static int stream_progress(void *ud, curl_off_t a, curl_off_t b, curl_off_t c, c
 }
 
 int rm_kube_stream(rm_kube_client *c, const char *path, size_t line_cap, double timeout_s,
-                   const atomic_bool *cancel, rm_kube_line_fn fn, void *ud, long *status,
-                   char **errbody, rm_err *err)
+                   const atomic_bool *cancel, rm_kube_line_fn fn, void *ud, long *status, char **errbody,
+                   rm_err *err)
 {
     if (status)
         *status = 0;
@@ -971,7 +983,7 @@ int rm_kube_stream(rm_kube_client *c, const char *path, size_t line_cap, double 
     if (!url)
         return rm_errf(err, RM_ENOMEM, "kube: out of memory");
     rm_sleep(rm_kube_bucket_reserve(&c->bucket, rm_mono()));
-    CURL *h = curl_easy_init();   /* a stream owns its connection for its whole life */
+    CURL *h = curl_easy_init(); /* a stream owns its connection for its whole life */
     if (!h) {
         free(url);
         return rm_errf(err, RM_ENOMEM, "kube: curl_easy_init failed");
@@ -1033,8 +1045,8 @@ char *rm_kube_escape(const char *s, char *buf, size_t cap)
     size_t n = 0;
     for (; *s && n + 4 < cap; s++) {
         unsigned char ch = (unsigned char)*s;
-        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-            ch == '-' || ch == '_' || ch == '.' || ch == '~') {
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' ||
+            ch == '_' || ch == '.' || ch == '~') {
             buf[n++] = (char)ch;
         } else {
             buf[n++] = '%';

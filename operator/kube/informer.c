@@ -24,11 +24,14 @@
  * malloc per object instead of two: at 8,000 pods the allocator's per-chunk cost matters). */
 typedef struct cent {
     void *item;
-    const char *index;           /* interned (inf->interned); NULL = not indexed */
-    unsigned long long rvh;      /* hash of metadata.resourceVersion (only compared for equality) */
-    struct cent *iprev, *inext;  /* list of the same index key */
-    char *key;                   /* "ns/name", inside this allocation */
-    union { max_align_t align_; char c; } data[];   /* [inline item][key] */
+    const char *index;          /* interned (inf->interned); NULL = not indexed */
+    unsigned long long rvh;     /* hash of metadata.resourceVersion (only compared for equality) */
+    struct cent *iprev, *inext; /* list of the same index key */
+    char *key;                  /* "ns/name", inside this allocation */
+    union {
+        max_align_t align_;
+        char c;
+    } data[]; /* [inline item][key] */
 } cent;
 
 struct rm_informer {
@@ -38,17 +41,17 @@ struct rm_informer {
     pthread_t th;
     bool started;
     atomic_bool stop;
-    pthread_mutex_t wmu;         /* stop wake-up */
+    pthread_mutex_t wmu; /* stop wake-up */
     pthread_cond_t wcv;
     pthread_rwlock_t lk;
-    rm_kmap items;                  /* key → cent* */
-    rm_kmap index;                  /* index key → cent* (head) */
-    rm_kmap interned;               /* index key → refcount (intptr): one copy of each owner key;
+    rm_kmap items;    /* key → cent* */
+    rm_kmap index;    /* index key → cent* (head) */
+    rm_kmap interned; /* index key → refcount (intptr): one copy of each owner key;
                                   * only the informer thread touches it */
     char rv[32];
     atomic_bool synced;
     atomic_ulong lists, watches;
-    bool relist;                 /* set by the watch callback */
+    bool relist; /* set by the watch callback */
 };
 
 /* ---------------- cache primitives (write lock held) ---------------- */
@@ -82,7 +85,7 @@ static void index_link(rm_informer *inf, cent *e)
         /* ENOMEM: leave it unindexed rather than corrupt the list */
         if (head)
             head->iprev = NULL;
-        e->index = NULL;   /* stays interned until cent_free releases it */
+        e->index = NULL; /* stays interned until cent_free releases it */
     }
 }
 
@@ -105,7 +108,7 @@ static void unintern(rm_informer *inf, const char *s)
         return;
     e->val = (void *)((intptr_t)e->val - 1);
     if ((intptr_t)e->val <= 0) {
-        char tmp[512];   /* rm_kmap_del needs the key after the entry (and its key) may be gone */
+        char tmp[512]; /* rm_kmap_del needs the key after the entry (and its key) may be gone */
         snprintf(tmp, sizeof(tmp), "%s", s);
         rm_kmap_del(&inf->interned, tmp);
     }
@@ -154,7 +157,7 @@ static cent *cent_make(rm_informer *inf, const cJSON *obj)
         return NULL;
     }
     if (item && inf->o.inline_size) {
-        memcpy(e->data, item, inf->o.inline_size);   /* a flat item: move it in */
+        memcpy(e->data, item, inf->o.inline_size); /* a flat item: move it in */
         if (inf->o.free_item)
             inf->o.free_item(item);
         item = e->data;
@@ -167,8 +170,7 @@ static cent *cent_make(rm_informer *inf, const cJSON *obj)
 }
 
 /* ---------------- event decoding ---------------- */
-int rm_informer_decode_event(const char *line, size_t len, char *type, size_t tcap, cJSON **obj,
-                             rm_err *err)
+int rm_informer_decode_event(const char *line, size_t len, char *type, size_t tcap, cJSON **obj, rm_err *err)
 {
     *obj = NULL;
     if (tcap)
@@ -247,7 +249,9 @@ static void apply(rm_informer *inf, bool deleted, const cJSON *obj)
     if (!deleted) {
         nw = cent_make(inf, obj);
         if (!nw) {
-            rm_warn("informer: cannot cache object (skipped by transform or out of memory) informer=%s key=%s", inf->name, key);
+            rm_warn(
+                "informer: cannot cache object (skipped by transform or out of memory) informer=%s key=%s",
+                inf->name, key);
             /* a transform may reject an object that no longer qualifies: treat as deleted */
             deleted = true;
         }
@@ -262,7 +266,7 @@ static void apply(rm_informer *inf, bool deleted, const cJSON *obj)
         if (rm_kmap_put_ref(&inf->items, nw->key, nw, &prev)) {
             pthread_rwlock_unlock(&inf->lk);
             cent_free(inf, nw);
-            inf->relist = true;   /* ENOMEM: recover by re-listing later */
+            inf->relist = true; /* ENOMEM: recover by re-listing later */
             return;
         }
         old = prev;
@@ -309,7 +313,7 @@ static int do_list(rm_informer *inf, rm_err *err)
         cJSON *list = NULL;
         rc = rm_kube_json(inf->c, "GET", path, NULL, NULL, &list, err);
         if (rc) {
-            if (rc == RM_EEPOCH && cont[0]) {   /* continue token expired: start over */
+            if (rc == RM_EEPOCH && cont[0]) { /* continue token expired: start over */
                 rm_kmap_clear(&fresh, NULL);
                 cont[0] = 0;
                 continue;
@@ -345,7 +349,10 @@ static int do_list(rm_informer *inf, rm_err *err)
             break;
     }
     /* swap: compare fresh against the cache */
-    typedef struct change { rm_inf_event ev; cent *old, *nw, *drop; } change;
+    typedef struct change {
+        rm_inf_event ev;
+        cent *old, *nw, *drop;
+    } change;
     size_t nch = 0, capch = fresh.n + inf->items.n + 1;
     change *ch = malloc(capch * sizeof(*ch));
     if (!ch) {
@@ -367,7 +374,7 @@ static int do_list(rm_informer *inf, rm_err *err)
         else if (old->rvh != nw->rvh)
             ch[nch++] = (change){RM_INF_UPDATED, old, nw, NULL};
         else
-            ch[nch++] = (change){RM_INF_UPDATED, old, NULL, nw};   /* unchanged: keep old, drop nw */
+            ch[nch++] = (change){RM_INF_UPDATED, old, NULL, nw}; /* unchanged: keep old, drop nw */
     }
     /* rebuild the maps from scratch over the winning entries (unchanged ones keep their item) */
     rm_kmap_clear(&inf->index, NULL);
@@ -397,7 +404,7 @@ static int do_list(rm_informer *inf, rm_err *err)
             break;
         case RM_INF_ADDED:
         case RM_INF_UPDATED:
-            if (ch[i].nw) {   /* NULL: unchanged, no event */
+            if (ch[i].nw) { /* NULL: unchanged, no event */
                 notify_put(inf, ch[i].nw->key, ch[i].old, ch[i].nw);
                 cent_free(inf, ch[i].old);
             }
@@ -406,13 +413,12 @@ static int do_list(rm_informer *inf, rm_err *err)
     }
     free(ch);
     return RM_OK;
-fail:
-    {
-        size_t i2;
-        for (rm_kmap_ent *e = rm_kmap_first(&fresh, &i2); e; e = rm_kmap_next(&fresh, &i2, e))
-            cent_free(inf, e->val);
-        rm_kmap_clear(&fresh, NULL);
-    }
+fail : {
+    size_t i2;
+    for (rm_kmap_ent *e = rm_kmap_first(&fresh, &i2); e; e = rm_kmap_next(&fresh, &i2, e))
+        cent_free(inf, e->val);
+    rm_kmap_clear(&fresh, NULL);
+}
     return rc;
 }
 
@@ -456,18 +462,21 @@ static void *run(void *arg)
         if (need_list) {
             int rc = do_list(inf, &err);
             if (rc) {
-                rm_warn("informer: list failed informer=%s err=\"%s\" retry_s=%.1f", inf->name, err.msg, backoff);
+                rm_warn("informer: list failed informer=%s err=\"%s\" retry_s=%.1f", inf->name, err.msg,
+                        backoff);
                 if (wait_stop(inf, backoff))
                     break;
                 backoff = backoff * 2 > 10 ? 10 : backoff * 2;
                 continue;
             }
             need_list = false;
-            rm_debug("informer: listed informer=%s items=%zu rv=%s", inf->name, rm_informer_count(inf), inf->rv);
+            rm_debug("informer: listed informer=%s items=%zu rv=%s", inf->name, rm_informer_count(inf),
+                     inf->rv);
         }
         char extra[128], path[4096], rv[32];
         rm_informer_rv(inf, rv, sizeof(rv));
-        snprintf(extra, sizeof(extra), "watch=1&allowWatchBookmarks=true&timeoutSeconds=%d&resourceVersion=%s",
+        snprintf(extra, sizeof(extra),
+                 "watch=1&allowWatchBookmarks=true&timeoutSeconds=%d&resourceVersion=%s",
                  inf->o.watch_timeout_s, rv);
         build_path(inf, path, sizeof(path), extra);
         long status = 0;
@@ -475,8 +484,8 @@ static void *run(void *arg)
         inf->relist = false;
         atomic_fetch_add(&inf->watches, 1);
         double t0 = rm_mono();
-        int rc = rm_kube_stream(inf->c, path, inf->o.line_cap, inf->o.watch_timeout_s + 30.0,
-                                &inf->stop, on_line, inf, &status, &ebody, &err);
+        int rc = rm_kube_stream(inf->c, path, inf->o.line_cap, inf->o.watch_timeout_s + 30.0, &inf->stop,
+                                on_line, inf, &status, &ebody, &err);
         free(ebody);
         if (atomic_load(&inf->stop))
             break;
@@ -496,9 +505,10 @@ static void *run(void *arg)
         }
         if (inf->o.on_restart)
             inf->o.on_restart(inf->o.ud, inf->name, why);
-        rm_info("informer: watch restart informer=%s reason=%s status=%ld relist=%d", inf->name, why, status, need_list ? 1 : 0);
+        rm_info("informer: watch restart informer=%s reason=%s status=%ld relist=%d", inf->name, why, status,
+                need_list ? 1 : 0);
         if (need_list && strcmp(why, "expired") == 0)
-            continue;       /* 410: re-list at once */
+            continue; /* 410: re-list at once */
         if (wait_stop(inf, backoff))
             break;
         backoff = backoff * 2 > 10 ? 10 : backoff * 2;
@@ -506,8 +516,7 @@ static void *run(void *arg)
     return NULL;
 }
 
-int rm_informer_start(rm_kube_client *c, const rm_informer_opts *opts, rm_informer **out,
-                      rm_err *err)
+int rm_informer_start(rm_kube_client *c, const rm_informer_opts *opts, rm_informer **out, rm_err *err)
 {
     *out = NULL;
     if (!opts || !opts->path)
@@ -641,8 +650,7 @@ void rm_informer_by_index(rm_informer *inf, const char *index_key,
             break;
 }
 
-void rm_informer_foreach(rm_informer *inf, int (*fn)(void *ud, const char *key, const void *item),
-                         void *ud)
+void rm_informer_foreach(rm_informer *inf, int (*fn)(void *ud, const char *key, const void *item), void *ud)
 {
     size_t it;
     for (rm_kmap_ent *e = rm_kmap_first(&inf->items, &it); e; e = rm_kmap_next(&inf->items, &it, e)) {

@@ -27,24 +27,24 @@ typedef struct rm_informer rm_informer;
 typedef enum { RM_INF_ADDED = 0, RM_INF_UPDATED, RM_INF_DELETED } rm_inf_event;
 
 typedef struct rm_informer_opts {
-    const char *name;            /* for logs ("pods/default"); copied */
-    const char *path;            /* collection path, "/api/v1/namespaces/ns/pods"; copied */
-    const char *label_selector;  /* may be NULL; copied */
+    const char *name;           /* for logs ("pods/default"); copied */
+    const char *path;           /* collection path, "/api/v1/namespaces/ns/pods"; copied */
+    const char *label_selector; /* may be NULL; copied */
     /* Projection of an object into the cache item; NULL means "do not cache" (or ENOMEM). */
     void *(*transform)(void *ud, const cJSON *obj);
     void (*free_item)(void *item);
     /* Secondary index key of an object (e.g. "ns/jobname"); return 0 and fill buf, or <0 for none. */
     int (*index_fn)(void *ud, const cJSON *obj, char *buf, size_t cap);
     /* Change notifications (may be NULL). old_item is NULL for ADDED, new_item NULL for DELETED. */
-    void (*handler)(void *ud, rm_inf_event ev, const char *key, const char *index_key,
-                    const void *old_item, const void *new_item);
+    void (*handler)(void *ud, rm_inf_event ev, const char *key, const char *index_key, const void *old_item,
+                    const void *new_item);
     /* Called each time the watch is re-opened after an error or a forced re-list (metrics):
      * name is opts.name, reason "expired" | "bad-event" | "closed" | "http-error" | "transport". */
     void (*on_restart)(void *ud, const char *name, const char *reason);
     void *ud;
-    int page_limit;              /* default 500 */
-    int watch_timeout_s;         /* server-side timeoutSeconds per watch; default 300 */
-    size_t line_cap;             /* max bytes of one watch event; default 4 MiB */
+    int page_limit;      /* default 500 */
+    int watch_timeout_s; /* server-side timeoutSeconds per watch; default 300 */
+    size_t line_cap;     /* max bytes of one watch event; default 4 MiB */
     /* > 0: items are flat structs of this size (no pointers inside): the informer copies each
      * into its own entry and frees the transform's copy at once (one allocation per object).
      * Borrowed item pointers stay valid under the read lock as before. */
@@ -52,8 +52,7 @@ typedef struct rm_informer_opts {
 } rm_informer_opts;
 
 /* Starts the thread. The client is borrowed and must outlive the informer. */
-int rm_informer_start(rm_kube_client *c, const rm_informer_opts *opts, rm_informer **out,
-                      rm_err *err);
+int rm_informer_start(rm_kube_client *c, const rm_informer_opts *opts, rm_informer **out, rm_err *err);
 /* Stops the thread (interrupts a watch within ~1 s), frees the cache. NULL ok. */
 void rm_informer_stop(rm_informer *inf);
 /* True once the first LIST has been loaded. */
@@ -75,12 +74,10 @@ size_t rm_informer_count(rm_informer *inf);
 void rm_informer_by_index(rm_informer *inf, const char *index_key,
                           int (*fn)(void *ud, const char *key, const void *item), void *ud);
 /* Call fn for every item. Under the read lock. */
-void rm_informer_foreach(rm_informer *inf, int (*fn)(void *ud, const char *key, const void *item),
-                         void *ud);
+void rm_informer_foreach(rm_informer *inf, int (*fn)(void *ud, const char *key, const void *item), void *ud);
 
 /* Watch-event decoding, exposed for unit tests: parses one line into type and object.
  * Returns RM_OK (type "ADDED"... written to type; *obj owned), RM_EEPOCH for a 410 ERROR event,
  * RM_EPROTO for garbage or another ERROR. */
-int rm_informer_decode_event(const char *line, size_t len, char *type, size_t tcap, cJSON **obj,
-                             rm_err *err);
+int rm_informer_decode_event(const char *line, size_t len, char *type, size_t tcap, cJSON **obj, rm_err *err);
 #endif

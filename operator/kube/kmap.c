@@ -65,7 +65,7 @@ static int put(rm_kmap *m, const char *key, void *val, void **old, bool copy)
             *old = e->val;
         e->val = val;
         if (!copy)
-            e->key = key;   /* the old value (and maybe the old key string) is going away */
+            e->key = key; /* the old value (and maybe the old key string) is going away */
         return RM_OK;
     }
     if (m->n >= m->nb && grow(m) != RM_OK)

@@ -11,7 +11,7 @@ typedef struct rm_kmap_ent {
     struct rm_kmap_ent *next;
     size_t hash;
     void *val;
-    const char *key;          /* keybuf (a copy) or, for rm_kmap_put_ref, the caller's string */
+    const char *key; /* keybuf (a copy) or, for rm_kmap_put_ref, the caller's string */
     char keybuf[];
 } rm_kmap_ent;
 

@@ -37,8 +37,8 @@ struct rm_leader {
     atomic_bool leading;
     lease_rec observed;
     bool have_observed;
-    double observed_at;       /* local monotonic */
-    double last_renew;        /* local monotonic of the last successful acquire/renew */
+    double observed_at; /* local monotonic */
+    double last_renew;  /* local monotonic of the last successful acquire/renew */
 };
 
 static void rec_from(const cJSON *lease, lease_rec *r)
@@ -166,7 +166,7 @@ bool rm_leader_try(rm_leader *l, double now)
     double dur = cur.duration > 0 ? cur.duration : l->lease_s;
     if (cur.holder[0] && !mine && l->observed_at + dur > now) {
         cJSON_Delete(lease);
-        return false;    /* held by another, not expired */
+        return false; /* held by another, not expired */
     }
     lease_rec nr = cur;
     snprintf(nr.holder, sizeof(nr.holder), "%s", l->id);
@@ -192,7 +192,7 @@ bool rm_leader_try(rm_leader *l, double now)
 int rm_leader_release(rm_leader *l)
 {
     if (!atomic_load(&l->leading) && l->started)
-        return RM_OK;     /* the thread never led: nothing to release */
+        return RM_OK; /* the thread never led: nothing to release */
     char path[512];
     lease_path(l, path, sizeof(path), true);
     cJSON *lease = NULL;
@@ -236,7 +236,8 @@ static void set_leading(rm_leader *l, bool v)
 {
     if (atomic_exchange(&l->leading, v) == v)
         return;
-    rm_info("leader: %s lease=%s/%s identity=%s", v ? "became leader" : "lost leadership", l->ns, l->name, l->id);
+    rm_info("leader: %s lease=%s/%s identity=%s", v ? "became leader" : "lost leadership", l->ns, l->name,
+            l->id);
     if (l->on_change)
         l->on_change(l->ud, v);
 }
@@ -251,7 +252,7 @@ static void *run(void *arg)
         if (ok) {
             set_leading(l, true);
         } else if (atomic_load(&l->leading) && rm_mono() - l->last_renew > l->renew_s) {
-            set_leading(l, false);    /* could not renew within the deadline: step down */
+            set_leading(l, false); /* could not renew within the deadline: step down */
         }
         /* candidates jitter (client-go: JitterFactor 1.2); leaders renew every retry period */
         double d = l->retry_s;

@@ -24,10 +24,10 @@
 typedef struct rm_leader rm_leader;
 
 typedef struct rm_leader_opts {
-    const char *namespace_;      /* Lease namespace */
-    const char *name;            /* Lease name */
-    const char *identity;        /* this candidate (e.g. hostname_pid) */
-    double lease_s, renew_deadline_s, retry_s;   /* 0 = defaults 15 / 10 / 2 */
+    const char *namespace_;                    /* Lease namespace */
+    const char *name;                          /* Lease name */
+    const char *identity;                      /* this candidate (e.g. hostname_pid) */
+    double lease_s, renew_deadline_s, retry_s; /* 0 = defaults 15 / 10 / 2 */
     /* Called from the elector thread on every change of leadership (true = became leader). */
     void (*on_change)(void *ud, bool leading);
     void *ud;

@@ -24,7 +24,13 @@ typedef struct rm_op_metrics {
 
 int rm_op_metrics_init(rm_op_metrics *m, rm_metrics *reg, rm_err *err);
 
-typedef enum { RM_JOB_CREATED = 0, RM_JOB_SUCCESSFUL, RM_JOB_FAILED, RM_JOB_RESTARTED, RM_JOB_DELETED } rm_job_counter;
+typedef enum {
+    RM_JOB_CREATED = 0,
+    RM_JOB_SUCCESSFUL,
+    RM_JOB_FAILED,
+    RM_JOB_RESTARTED,
+    RM_JOB_DELETED
+} rm_job_counter;
 void rm_op_metrics_job(rm_op_metrics *m, rm_job_counter which, const char *ns);
 void rm_op_metrics_reconcile(rm_op_metrics *m, double seconds, bool error);
 void rm_op_metrics_leader(rm_op_metrics *m, bool leading);

@@ -47,7 +47,7 @@ typedef struct rm_op {
     int burst;
     rm_gang_kind gang;
     const char *cosched_scheduler;
-    int kueue;                    /* 0 none, 1 auto (when Workloads are served), 2 workload (required) */
+    int kueue; /* 0 none, 1 auto (when Workloads are served), 2 workload (required) */
     /* parts */
     rm_kube_client *client;
     rm_metrics *reg;
@@ -60,30 +60,39 @@ typedef struct rm_op {
     rm_informer *pods, *services, *secrets, *nodes;
     rm_wq *q;
     rm_kube_rt *rt;
-    rm_sweepctl *sweeps;          /* the TrainingSweep controller (own informers and queue) */
+    rm_sweepctl *sweeps; /* the TrainingSweep controller (own informers and queue) */
     rm_leader *leader;
     pthread_t th[MAX_WORKERS];
     int nth;
     atomic_bool leading;
-    atomic_bool synced;           /* every informer has loaded its first LIST */
-    pthread_mutex_t lmu;          /* leadership transitions (rendezvous server start/stop) */
+    atomic_bool synced;  /* every informer has loaded its first LIST */
+    pthread_mutex_t lmu; /* leadership transitions (rendezvous server start/stop) */
     char rdzv_url_buf[256];
     char identity[128];
 } rm_op;
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: ringmaster operator [--kubeconfig FILE] [--namespace NS]... [--metrics-bind-address :8080]\n"
-            "         [--health-probe-bind-address :8081] [--leader-elect] [--leader-election-namespace NS]\n"
-            "         [--leader-election-id NAME] [--workers N] [--kube-api-qps Q] [--kube-api-burst B]\n"
-            "         [--rendezvous-bind-address :" RM_STR(RM_PORT_RENDEZVOUS) "] [--rendezvous-advertise-url URL]\n"
-            "         [--worker-image IMAGE] [--resync-period S] [--pod-events true|false]\n"
-            "         [--force-delete-after S (pods stuck Terminating on a NotReady node; 30)]\n"
-            "         [--worker-metrics-port P (" RM_STR(RM_PORT_WORKER_METRICS) "; 0 = any, for hosts shared by many pods)]\n"
-            "         [--gang-scheduler none|volcano|coscheduling] [--coscheduling-scheduler-name NAME]\n"
-            "         [--kueue-integration auto|workload|none]\n"
-            "         [--log-format text|json] [--log-level debug|info|warn|error]\n");
+    fprintf(
+        f,
+        "usage: ringmaster operator [--kubeconfig FILE] [--namespace NS]... [--metrics-bind-address :8080]\n"
+        "         [--health-probe-bind-address :8081] [--leader-elect] [--leader-election-namespace NS]\n"
+        "         [--leader-election-id NAME] [--workers N] [--kube-api-qps Q] [--kube-api-burst B]\n"
+        "         [--rendezvous-bind-address :" RM_STR(
+            RM_PORT_RENDEZVOUS) "] [--rendezvous-advertise-url URL]\n"
+                                "         [--worker-image IMAGE] [--resync-period S] [--pod-events "
+                                "true|false]\n"
+                                "         [--force-delete-after S (pods stuck Terminating on a NotReady "
+                                "node; 30)]\n"
+                                "         [--worker-metrics-port P (" RM_STR(
+                                    RM_PORT_WORKER_METRICS) "; 0 = any, for hosts shared by many pods)]\n"
+                                                            "         [--gang-scheduler "
+                                                            "none|volcano|coscheduling] "
+                                                            "[--coscheduling-scheduler-name NAME]\n"
+                                                            "         [--kueue-integration "
+                                                            "auto|workload|none]\n"
+                                                            "         [--log-format text|json] [--log-level "
+                                                            "debug|info|warn|error]\n");
 }
 
 /* ---------------- enqueue handlers ---------------- */
@@ -188,7 +197,9 @@ static void update_ready(rm_op *op)
     atomic_store(&op->synced, synced);
     bool lead = atomic_load(&op->leading);
     rm_health_set_ready(op->health, synced && lead,
-                        !synced ? "informers not synced" : !lead ? "not the leader" : NULL);
+                        !synced ? "informers not synced"
+                        : !lead ? "not the leader"
+                                : NULL);
 }
 
 /* ---------------- workers ---------------- */
@@ -203,7 +214,7 @@ static void *worker(void *arg)
         if (rc)
             continue;
         if (!atomic_load(&op->leading)) {
-            rm_wq_done(op->q, key);   /* the leader-to-be re-enqueues everything */
+            rm_wq_done(op->q, key); /* the leader-to-be re-enqueues everything */
             free(key);
             continue;
         }
@@ -223,7 +234,8 @@ static void *worker(void *arg)
         rm_op_metrics_reconcile(&op->om, rm_mono() - t0, rc != RM_OK);
         rm_health_beat(op->health);
         if (rc) {
-            rm_warn("reconcile failed job=%s err=\"%s\" requeues=%d", key, err.msg, rm_wq_num_requeues(op->q, key));
+            rm_warn("reconcile failed job=%s err=\"%s\" requeues=%d", key, err.msg,
+                    rm_wq_num_requeues(op->q, key));
             rm_wq_add_rate_limited(op->q, key);
         } else {
             rm_wq_forget(op->q, key);
@@ -238,30 +250,59 @@ static void *worker(void *arg)
 
 /* ---------------- flags ---------------- */
 /* --kueue-integration, indexed by rm_op.kueue */
-static const char *const kueue_modes[] = { "none", "auto", "workload", NULL };
+static const char *const kueue_modes[] = {"none", "auto", "workload", NULL};
 
 static int parse_flags(rm_op *op, int argc, char **argv)
 {
-    enum { O_KC = 1000, O_NS, O_MA, O_PA, O_LE, O_LENS, O_LEID, O_W, O_QPS, O_BURST, O_RB, O_RU,
-           O_WI, O_LF, O_LL, O_RS, O_PE, O_FD, O_WMP, O_H, O_GANG, O_COS, O_KQ };
-    static const struct option lo[] = {
-        {"kubeconfig", required_argument, 0, O_KC}, {"namespace", required_argument, 0, O_NS},
-        {"metrics-bind-address", required_argument, 0, O_MA},
-        {"health-probe-bind-address", required_argument, 0, O_PA},
-        {"leader-elect", optional_argument, 0, O_LE},
-        {"leader-election-namespace", required_argument, 0, O_LENS},
-        {"leader-election-id", required_argument, 0, O_LEID}, {"workers", required_argument, 0, O_W},
-        {"kube-api-qps", required_argument, 0, O_QPS}, {"kube-api-burst", required_argument, 0, O_BURST},
-        {"rendezvous-bind-address", required_argument, 0, O_RB},
-        {"rendezvous-advertise-url", required_argument, 0, O_RU},
-        {"worker-image", required_argument, 0, O_WI}, {"log-format", required_argument, 0, O_LF},
-        {"log-level", required_argument, 0, O_LL}, {"resync-period", required_argument, 0, O_RS},
-        {"pod-events", required_argument, 0, O_PE},
-        {"force-delete-after", required_argument, 0, O_FD},
-        {"worker-metrics-port", required_argument, 0, O_WMP}, {"help", no_argument, 0, O_H},
-        {"gang-scheduler", required_argument, 0, O_GANG},
-        {"coscheduling-scheduler-name", required_argument, 0, O_COS},
-        {"kueue-integration", required_argument, 0, O_KQ}, {0, 0, 0, 0}};
+    enum {
+        O_KC = 1000,
+        O_NS,
+        O_MA,
+        O_PA,
+        O_LE,
+        O_LENS,
+        O_LEID,
+        O_W,
+        O_QPS,
+        O_BURST,
+        O_RB,
+        O_RU,
+        O_WI,
+        O_LF,
+        O_LL,
+        O_RS,
+        O_PE,
+        O_FD,
+        O_WMP,
+        O_H,
+        O_GANG,
+        O_COS,
+        O_KQ
+    };
+    static const struct option lo[] = {{"kubeconfig", required_argument, 0, O_KC},
+                                       {"namespace", required_argument, 0, O_NS},
+                                       {"metrics-bind-address", required_argument, 0, O_MA},
+                                       {"health-probe-bind-address", required_argument, 0, O_PA},
+                                       {"leader-elect", optional_argument, 0, O_LE},
+                                       {"leader-election-namespace", required_argument, 0, O_LENS},
+                                       {"leader-election-id", required_argument, 0, O_LEID},
+                                       {"workers", required_argument, 0, O_W},
+                                       {"kube-api-qps", required_argument, 0, O_QPS},
+                                       {"kube-api-burst", required_argument, 0, O_BURST},
+                                       {"rendezvous-bind-address", required_argument, 0, O_RB},
+                                       {"rendezvous-advertise-url", required_argument, 0, O_RU},
+                                       {"worker-image", required_argument, 0, O_WI},
+                                       {"log-format", required_argument, 0, O_LF},
+                                       {"log-level", required_argument, 0, O_LL},
+                                       {"resync-period", required_argument, 0, O_RS},
+                                       {"pod-events", required_argument, 0, O_PE},
+                                       {"force-delete-after", required_argument, 0, O_FD},
+                                       {"worker-metrics-port", required_argument, 0, O_WMP},
+                                       {"help", no_argument, 0, O_H},
+                                       {"gang-scheduler", required_argument, 0, O_GANG},
+                                       {"coscheduling-scheduler-name", required_argument, 0, O_COS},
+                                       {"kueue-integration", required_argument, 0, O_KQ},
+                                       {0, 0, 0, 0}};
     rm_log_level lvl = RM_LOG_INFO;
     rm_log_format fmt = RM_LOG_TEXT;
     optind = 1;
@@ -269,7 +310,9 @@ static int parse_flags(rm_op *op, int argc, char **argv)
     while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
         char *end = NULL;
         switch (c) {
-        case O_KC: op->kubeconfig = optarg; break;
+        case O_KC:
+            op->kubeconfig = optarg;
+            break;
         case O_NS:
             if (op->nns >= MAX_NS) {
                 fprintf(stderr, "ringmaster operator: at most %d --namespace flags\n", MAX_NS);
@@ -277,11 +320,21 @@ static int parse_flags(rm_op *op, int argc, char **argv)
             }
             op->namespaces[op->nns++] = optarg;
             break;
-        case O_MA: op->metrics_addr = optarg; break;
-        case O_PA: op->probe_addr = optarg; break;
-        case O_LE: op->leader_elect = !optarg || strcmp(optarg, "false") != 0; break;
-        case O_LENS: op->le_ns = optarg; break;
-        case O_LEID: op->le_id = optarg; break;
+        case O_MA:
+            op->metrics_addr = optarg;
+            break;
+        case O_PA:
+            op->probe_addr = optarg;
+            break;
+        case O_LE:
+            op->leader_elect = !optarg || strcmp(optarg, "false") != 0;
+            break;
+        case O_LENS:
+            op->le_ns = optarg;
+            break;
+        case O_LEID:
+            op->le_id = optarg;
+            break;
         case O_W:
             op->workers = (int)strtol(optarg, &end, 10);
             if (*end || op->workers < 1 || op->workers > MAX_WORKERS) {
@@ -303,9 +356,15 @@ static int parse_flags(rm_op *op, int argc, char **argv)
                 return 2;
             }
             break;
-        case O_RB: op->rdzv_bind = optarg; break;
-        case O_RU: op->rdzv_url = optarg; break;
-        case O_WI: op->worker_image = optarg; break;
+        case O_RB:
+            op->rdzv_bind = optarg;
+            break;
+        case O_RU:
+            op->rdzv_url = optarg;
+            break;
+        case O_WI:
+            op->worker_image = optarg;
+            break;
         case O_LF:
             if (rm_log_parse_format(optarg, &fmt)) {
                 fprintf(stderr, "ringmaster operator: bad --log-format %s\n", optarg);
@@ -325,7 +384,9 @@ static int parse_flags(rm_op *op, int argc, char **argv)
                 return 2;
             }
             break;
-        case O_PE: op->pod_events = strcmp(optarg, "false") != 0; break;
+        case O_PE:
+            op->pod_events = strcmp(optarg, "false") != 0;
+            break;
         case O_WMP:
             op->worker_metrics_port = (int)strtol(optarg, &end, 10);
             if (*end || op->worker_metrics_port < 0 || op->worker_metrics_port > 65535) {
@@ -342,7 +403,9 @@ static int parse_flags(rm_op *op, int argc, char **argv)
             break;
         case O_GANG:
             if (rm_gang_parse(optarg, &op->gang)) {
-                fprintf(stderr, "ringmaster operator: bad --gang-scheduler %s (none, volcano or coscheduling)\n", optarg);
+                fprintf(stderr,
+                        "ringmaster operator: bad --gang-scheduler %s (none, volcano or coscheduling)\n",
+                        optarg);
                 return 2;
             }
             break;
@@ -356,12 +419,17 @@ static int parse_flags(rm_op *op, int argc, char **argv)
         case O_KQ:
             op->kueue = rm_enum_index(kueue_modes, optarg);
             if (op->kueue < 0) {
-                fprintf(stderr, "ringmaster operator: bad --kueue-integration %s (auto, workload or none)\n", optarg);
+                fprintf(stderr, "ringmaster operator: bad --kueue-integration %s (auto, workload or none)\n",
+                        optarg);
                 return 2;
             }
             break;
-        case O_H: usage(stdout); return 1;
-        default: usage(stderr); return 2;
+        case O_H:
+            usage(stdout);
+            return 1;
+        default:
+            usage(stderr);
+            return 2;
         }
     }
     if (optind < argc) {
@@ -424,24 +492,28 @@ static int check_crds(rm_op *op)
     if (op->gang != RM_GANG_NONE) {
         int rc = served(op, rm_gang_group(op->gang), rm_gang_version(op->gang), RM_PODGROUP_PLURAL, &err);
         if (rc) {
-            rm_error("--gang-scheduler %s: the API server does not serve " RM_PODGROUP_PLURAL ".%s/%s "
-                     "(kind PodGroup): install %s and its PodGroup CRD, or run with --gang-scheduler none%s%s",
-                     rm_gang_name(op->gang), rm_gang_group(op->gang), rm_gang_version(op->gang),
-                     op->gang == RM_GANG_VOLCANO ? "Volcano" : "scheduler-plugins (coscheduling)",
-                     rc == RM_ENOTFOUND ? "" : "; discovery failed: ", rc == RM_ENOTFOUND ? "" : err.msg);
+            rm_error(
+                "--gang-scheduler %s: the API server does not serve " RM_PODGROUP_PLURAL ".%s/%s "
+                "(kind PodGroup): install %s and its PodGroup CRD, or run with --gang-scheduler none%s%s",
+                rm_gang_name(op->gang), rm_gang_group(op->gang), rm_gang_version(op->gang),
+                op->gang == RM_GANG_VOLCANO ? "Volcano" : "scheduler-plugins (coscheduling)",
+                rc == RM_ENOTFOUND ? "" : "; discovery failed: ", rc == RM_ENOTFOUND ? "" : err.msg);
             return rc;
         }
-        rm_info("gang scheduling scheduler=%s podgroups=%s/%s", rm_gang_name(op->gang), rm_gang_group(op->gang), rm_gang_version(op->gang));
+        rm_info("gang scheduling scheduler=%s podgroups=%s/%s", rm_gang_name(op->gang),
+                rm_gang_group(op->gang), rm_gang_version(op->gang));
     }
     if (op->kueue) {
         int rc = served(op, RM_KUEUE_GROUP, RM_KUEUE_VERSION, "workloads", &err);
         if (rc && op->kueue == 2) {
-            rm_error("--kueue-integration workload: the API server does not serve workloads." RM_KUEUE_GROUP "/"
-                     RM_KUEUE_VERSION " (kind Workload): install Kueue or run with --kueue-integration none");
+            rm_error("--kueue-integration workload: the API server does not serve workloads." RM_KUEUE_GROUP
+                     "/" RM_KUEUE_VERSION
+                     " (kind Workload): install Kueue or run with --kueue-integration none");
             return rc;
         }
         if (rc)
-            rm_info("Kueue Workloads are not served: jobs labelled " RM_KUEUE_QUEUE_LABEL " run without Kueue");
+            rm_info("Kueue Workloads are not served: jobs labelled " RM_KUEUE_QUEUE_LABEL
+                    " run without Kueue");
         op->kueue = rc ? 0 : 2;
     }
     return RM_OK;
@@ -450,12 +522,21 @@ static int check_crds(rm_op *op)
 static int start_informer(rm_op *op, const char *name, const char *path, const char *sel,
                           void *(*tf)(void *, const cJSON *), void (*fr)(void *),
                           int (*ix)(void *, const cJSON *, char *, size_t),
-                          void (*h)(void *, rm_inf_event, const char *, const char *, const void *, const void *),
+                          void (*h)(void *, rm_inf_event, const char *, const char *, const void *,
+                                    const void *),
                           rm_informer **out, rm_err *err)
 {
-    rm_informer_opts o = {.name = name, .path = path, .label_selector = sel, .transform = tf,
-                          .free_item = fr, .index_fn = ix, .handler = h, .on_restart = on_restart,
-                          .ud = op, .page_limit = 500, .watch_timeout_s = 300};
+    rm_informer_opts o = {.name = name,
+                          .path = path,
+                          .label_selector = sel,
+                          .transform = tf,
+                          .free_item = fr,
+                          .index_fn = ix,
+                          .handler = h,
+                          .on_restart = on_restart,
+                          .ud = op,
+                          .page_limit = 500,
+                          .watch_timeout_s = 300};
     /* flat projections live inside the cache entry */
     if (tf == rm_kube_pod_transform)
         o.inline_size = sizeof(rm_kube_pod);
@@ -476,7 +557,8 @@ static int advertise_url(rm_op *op)
         char host[128];
         int port = 0;
         if (rm_http_parse_addr(op->rdzv_bind, host, sizeof(host), &port) || port == 0) {
-            rm_error("--rendezvous-bind-address %s needs a fixed port (or give --rendezvous-advertise-url)", op->rdzv_bind);
+            rm_error("--rendezvous-bind-address %s needs a fixed port (or give --rendezvous-advertise-url)",
+                     op->rdzv_bind);
             return -1;
         }
         if (strcmp(host, "0.0.0.0") == 0 || !host[0]) {
@@ -497,27 +579,34 @@ static int start_informers(rm_op *op, rm_err *err)
     char path[512];
     if (op->nns == 0) {
         snprintf(path, sizeof(path), "/apis/%s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION, RM_TJ_PLURAL);
-        rc = start_informer(op, "trainingjobs", path, NULL, rm_kube_tj_transform, free, NULL, on_job, &op->jobs[0], err);
+        rc = start_informer(op, "trainingjobs", path, NULL, rm_kube_tj_transform, free, NULL, on_job,
+                            &op->jobs[0], err);
         if (rc)
             return rc;
         op->njobs = 1;
     } else {
         for (int i = 0; i < op->nns; i++) {
-            snprintf(path, sizeof(path), "/apis/%s/%s/namespaces/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION, op->namespaces[i], RM_TJ_PLURAL);
-            rc = start_informer(op, "trainingjobs", path, NULL, rm_kube_tj_transform, free, NULL, on_job, &op->jobs[i], err);
+            snprintf(path, sizeof(path), "/apis/%s/%s/namespaces/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION,
+                     op->namespaces[i], RM_TJ_PLURAL);
+            rc = start_informer(op, "trainingjobs", path, NULL, rm_kube_tj_transform, free, NULL, on_job,
+                                &op->jobs[i], err);
             if (rc)
                 return rc;
             op->njobs++;
         }
     }
     /* owned objects across all namespaces (label-selected): fewer streams than one per namespace */
-    rc = start_informer(op, "pods", "/api/v1/pods", RM_LABEL_JOB, rm_kube_pod_transform, free, rm_kube_job_index, on_owned, &op->pods, err);
+    rc = start_informer(op, "pods", "/api/v1/pods", RM_LABEL_JOB, rm_kube_pod_transform, free,
+                        rm_kube_job_index, on_owned, &op->pods, err);
     if (!rc)
-        rc = start_informer(op, "services", "/api/v1/services", RM_LABEL_JOB, rm_kube_exists_transform, free, rm_kube_job_index, on_owned, &op->services, err);
+        rc = start_informer(op, "services", "/api/v1/services", RM_LABEL_JOB, rm_kube_exists_transform, free,
+                            rm_kube_job_index, on_owned, &op->services, err);
     if (!rc)
-        rc = start_informer(op, "secrets", "/api/v1/secrets", RM_LABEL_JOB, rm_kube_owned_transform, free, rm_kube_job_index, on_owned, &op->secrets, err);
+        rc = start_informer(op, "secrets", "/api/v1/secrets", RM_LABEL_JOB, rm_kube_owned_transform, free,
+                            rm_kube_job_index, on_owned, &op->secrets, err);
     if (!rc)
-        rc = start_informer(op, "nodes", "/api/v1/nodes", NULL, rm_kube_node_transform, free, NULL, on_node, &op->nodes, err);
+        rc = start_informer(op, "nodes", "/api/v1/nodes", NULL, rm_kube_node_transform, free, NULL, on_node,
+                            &op->nodes, err);
     return rc;
 }
 
@@ -539,7 +628,8 @@ static void main_loop(rm_op *op, const sigset_t *sigs)
             size_t njobs = 0;
             for (int i = 0; i < op->njobs; i++)
                 njobs += rm_informer_count(op->jobs[i]);
-            rm_info("memory heap_bytes=%zu heap_in_use=%zu mmapped=%zu jobs=%zu pods=%zu services=%zu secrets=%zu queue=%zu",
+            rm_info("memory heap_bytes=%zu heap_in_use=%zu mmapped=%zu jobs=%zu pods=%zu services=%zu "
+                    "secrets=%zu queue=%zu",
                     mi.arena, mi.uordblks, mi.hblkhd, njobs, rm_informer_count(op->pods),
                     rm_informer_count(op->services), rm_informer_count(op->secrets), rm_wq_len(op->q));
         }
@@ -554,9 +644,9 @@ static void main_loop(rm_op *op, const sigset_t *sigs)
         }
         pthread_mutex_unlock(&op->lmu);
         if (atomic_load(&op->leading))
-            rm_kube_rt_poll_rdzv(op->rt, enqueue_key, op);   /* rounds, progress, results */
+            rm_kube_rt_poll_rdzv(op->rt, enqueue_key, op); /* rounds, progress, results */
         if (++ticks % 10 == 0)
-            malloc_trim(64 * 1024);   /* hand bursts' freed heap back (every ~5 s) */
+            malloc_trim(64 * 1024); /* hand bursts' freed heap back (every ~5 s) */
         if (op->resync_s > 0 && rm_mono() - last_resync >= op->resync_s) {
             last_resync = rm_mono();
             if (atomic_load(&op->leading)) {
@@ -597,7 +687,7 @@ int rm_operator_main(int argc, char **argv)
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
-    sigaddset(&sigs, SIGUSR1);     /* logs a memory and cache summary */
+    sigaddset(&sigs, SIGUSR1); /* logs a memory and cache summary */
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
@@ -613,7 +703,8 @@ int rm_operator_main(int argc, char **argv)
         rm_kube_config_free(&cfg);
         goto out;
     }
-    rm_kube_client_opts co = {.qps = op.qps, .burst = op.burst, .observe = rm_op_metrics_api, .observe_ud = &op.om};
+    rm_kube_client_opts co = {
+        .qps = op.qps, .burst = op.burst, .observe = rm_op_metrics_api, .observe_ud = &op.om};
     rc = rm_kube_client_new(&cfg, &co, &op.client, &err);
     rm_kube_config_free(&cfg);
     if (rc) {
@@ -629,7 +720,8 @@ int rm_operator_main(int argc, char **argv)
         rm_error("http: %s", err.msg);
         goto out;
     }
-    rm_wq_opts qo = {.hooks = {rm_op_metrics_wq_depth, rm_op_metrics_wq_added, rm_op_metrics_wq_latency, &op.om}};
+    rm_wq_opts qo = {
+        .hooks = {rm_op_metrics_wq_depth, rm_op_metrics_wq_added, rm_op_metrics_wq_latency, &op.om}};
     op.q = rm_wq_new(&qo);
     op.rdzv = rm_rdzv_new();
     if (!op.q || !op.rdzv) {
@@ -643,13 +735,22 @@ int rm_operator_main(int argc, char **argv)
     snprintf(op.identity, sizeof(op.identity), "%s_%d", hn, (int)getpid());
     if (start_informers(&op, &err))
         goto inf_fail;
-    rm_kube_rt_config rc_cfg = {.client = op.client, .njobs_inf = op.njobs, .pods = op.pods,
-                                .services = op.services, .secrets = op.secrets, .nodes = op.nodes,
-                                .rdzv = op.rdzv, .metrics = &op.om, .rdzv_url = op.rdzv_url_buf,
-                                .worker_image = op.worker_image, .instance = op.identity,
-                                .pod_events = op.pod_events, .force_delete_after_s = op.force_delete_s,
+    rm_kube_rt_config rc_cfg = {.client = op.client,
+                                .njobs_inf = op.njobs,
+                                .pods = op.pods,
+                                .services = op.services,
+                                .secrets = op.secrets,
+                                .nodes = op.nodes,
+                                .rdzv = op.rdzv,
+                                .metrics = &op.om,
+                                .rdzv_url = op.rdzv_url_buf,
+                                .worker_image = op.worker_image,
+                                .instance = op.identity,
+                                .pod_events = op.pod_events,
+                                .force_delete_after_s = op.force_delete_s,
                                 .worker_metrics_port = op.worker_metrics_port,
-                                .gang = (int)op.gang, .cosched_scheduler = op.cosched_scheduler,
+                                .gang = (int)op.gang,
+                                .cosched_scheduler = op.cosched_scheduler,
                                 .kueue = op.kueue != 0};
     for (int i = 0; i < op.njobs; i++)
         rc_cfg.jobs_inf[i] = op.jobs[i];
@@ -657,9 +758,12 @@ int rm_operator_main(int argc, char **argv)
         rm_error("runtime: %s", err.msg);
         goto out;
     }
-    {   /* the second controller: TrainingSweeps, whose trials are TrainingJobs */
-        rm_sweepctl_cfg sc = {.client = op.client, .reg = op.reg, .leading = &op.leading,
-                              .namespaces = op.namespaces, .nns = op.nns};
+    { /* the second controller: TrainingSweeps, whose trials are TrainingJobs */
+        rm_sweepctl_cfg sc = {.client = op.client,
+                              .reg = op.reg,
+                              .leading = &op.leading,
+                              .namespaces = op.namespaces,
+                              .nns = op.nns};
         if (rm_sweepctl_start(&sc, &op.sweeps, &err)) {
             rm_error("sweep controller: %s", err.msg);
             goto out;
@@ -673,10 +777,14 @@ int rm_operator_main(int argc, char **argv)
         op.nth++;
     }
     rm_info("operator started server=%s namespaces=%d workers=%d leader_elect=%d rendezvous=%s identity=%s",
-            rm_kube_client_server(op.client), op.nns, op.workers, op.leader_elect ? 1 : 0, op.rdzv_url_buf, op.identity);
+            rm_kube_client_server(op.client), op.nns, op.workers, op.leader_elect ? 1 : 0, op.rdzv_url_buf,
+            op.identity);
     if (op.leader_elect) {
         rm_leader_opts lo = {.namespace_ = op.le_ns ? op.le_ns : rm_kube_client_namespace(op.client),
-                             .name = op.le_id, .identity = op.identity, .on_change = on_leading, .ud = &op};
+                             .name = op.le_id,
+                             .identity = op.identity,
+                             .on_change = on_leading,
+                             .ud = &op};
         if (rm_leader_start(op.client, &lo, &op.leader, &err)) {
             rm_error("leader election: %s", err.msg);
             goto out;
@@ -696,7 +804,7 @@ out:
     for (int i = 0; i < op.nth; i++)
         pthread_join(op.th[i], NULL);
     rm_sweepctl_stop(op.sweeps);
-    rm_leader_stop(op.leader);     /* releases the Lease so a successor starts at once */
+    rm_leader_stop(op.leader); /* releases the Lease so a successor starts at once */
     pthread_mutex_lock(&op.lmu);
     rm_op_rdzv_stop(op.rdzv, op.rdzv_srv, false);
     op.rdzv_srv = NULL;

@@ -152,9 +152,10 @@ void *rm_kube_pod_transform(void *ud, const cJSON *obj)
         p->node_hash = rm_kmap_hash(node->valuestring) | 1;
     const cJSON *phase = cJSON_GetObjectItemCaseSensitive(st, "phase");
     const char *ph = cJSON_IsString(phase) ? phase->valuestring : "Pending";
-    p->phase = (unsigned char)(strcmp(ph, "Running") == 0 ? RM_WORKER_RUNNING
-             : strcmp(ph, "Succeeded") == 0 ? RM_WORKER_SUCCEEDED
-             : strcmp(ph, "Failed") == 0 ? RM_WORKER_FAILED : RM_WORKER_PENDING);
+    p->phase = (unsigned char)(strcmp(ph, "Running") == 0     ? RM_WORKER_RUNNING
+                               : strcmp(ph, "Succeeded") == 0 ? RM_WORKER_SUCCEEDED
+                               : strcmp(ph, "Failed") == 0    ? RM_WORKER_FAILED
+                                                              : RM_WORKER_PENDING);
     const cJSON *reason = cJSON_GetObjectItemCaseSensitive(st, "reason");
     if (cJSON_IsString(reason))
         snprintf(p->reason, sizeof(p->reason), "%s", reason->valuestring);
@@ -182,7 +183,7 @@ void *rm_kube_pod_transform(void *ud, const cJSON *obj)
         }
     }
     if ((p->phase == RM_WORKER_FAILED || p->phase == RM_WORKER_SUCCEEDED) && p->finished_at <= 0)
-        p->finished_at = rm_wall();   /* first seen ended */
+        p->finished_at = rm_wall(); /* first seen ended */
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(md, "deletionTimestamp");
     if (cJSON_IsString(dt)) {
         double t = 0;

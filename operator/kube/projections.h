@@ -14,27 +14,27 @@
 #include <cjson/cJSON.h>
 
 /* Informer projections and index functions (ud = rm_kube_rt* or NULL). */
-void *rm_kube_tj_transform(void *ud, const cJSON *obj);    /* zlib-compressed compact JSON */
-void *rm_kube_pod_transform(void *ud, const cJSON *obj);   /* rm_kube_pod */
-void *rm_kube_owned_transform(void *ud, const cJSON *obj); /* rm_kube_owned (secrets) */
-void *rm_kube_exists_transform(void *ud, const cJSON *obj); /* a 1-byte marker (services) */
-void *rm_kube_node_transform(void *ud, const cJSON *obj);  /* rm_kube_node */
-int rm_kube_job_index(void *ud, const cJSON *obj, char *buf, size_t cap);  /* "ns/<job-name label>" */
+void *rm_kube_tj_transform(void *ud, const cJSON *obj);                   /* zlib-compressed compact JSON */
+void *rm_kube_pod_transform(void *ud, const cJSON *obj);                  /* rm_kube_pod */
+void *rm_kube_owned_transform(void *ud, const cJSON *obj);                /* rm_kube_owned (secrets) */
+void *rm_kube_exists_transform(void *ud, const cJSON *obj);               /* a 1-byte marker (services) */
+void *rm_kube_node_transform(void *ud, const cJSON *obj);                 /* rm_kube_node */
+int rm_kube_job_index(void *ud, const cJSON *obj, char *buf, size_t cap); /* "ns/<job-name label>" */
 
 /* Kept small on purpose: one per worker pod in the cache (8,000 pods ≈ 0.6 MB). */
 typedef struct rm_kube_pod {
-    int index, epoch;          /* index -1: not a worker (e.g. a parameter server) */
-    int ps_index;              /* a parameter server's shard, -1 for workers */
-    unsigned char phase;       /* rm_worker_phase */
+    int index, epoch;    /* index -1: not a worker (e.g. a parameter server) */
+    int ps_index;        /* a parameter server's shard, -1 for workers */
+    unsigned char phase; /* rm_worker_phase */
     bool ready;
     int exit_code;
     char reason[24];
-    unsigned long long node_hash;   /* rm_kmap_hash of spec.nodeName; 0 = unscheduled */
+    unsigned long long node_hash; /* rm_kmap_hash of spec.nodeName; 0 = unscheduled */
     double created_at, finished_at, deletion_started_at;
 } rm_kube_pod;
 
 typedef struct rm_kube_owned {
-    char token[96];            /* secrets: data.token decoded; "" otherwise */
+    char token[96]; /* secrets: data.token decoded; "" otherwise */
 } rm_kube_owned;
 
 typedef struct rm_kube_node {

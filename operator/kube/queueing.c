@@ -35,12 +35,15 @@ int rm_kube_rt_gang_step(rm_kube_rt *rt, const rm_tj *tj, job_mem *m, bool inval
         rm_err perr = {0};
         want = rm_gang_podgroup(tj, kind, &perr);
         if (!want)
-            invalid = true;   /* a template whose requests do not parse: the core reports it */
+            invalid = true; /* a template whose requests do not parse: the core reports it */
     }
     const cJSON *ph = rm_json_path(have, "status.phase");
     rm_gang_in in = {
-        .kind = kind, .job_terminal = terminal, .job_suspended = tj->spec.run.suspend,
-        .job_invalid = invalid, .pg_exists = have != NULL,
+        .kind = kind,
+        .job_terminal = terminal,
+        .job_suspended = tj->spec.run.suspend,
+        .job_invalid = invalid,
+        .pg_exists = have != NULL,
         .pg_deleting = rm_json_path(have, "metadata.deletionTimestamp") != NULL,
         .pg_phase = cJSON_IsString(ph) ? ph->valuestring : NULL,
         .pg_differs = have && want && rm_gang_podgroup_differs(have, want),
@@ -52,8 +55,8 @@ int rm_kube_rt_gang_step(rm_kube_rt *rt, const rm_tj *tj, job_mem *m, bool inval
         rc = rm_kube_rt_create(rt, coll, want, &created, err);
         if (!rc && created) {
             char note[256];
-            snprintf(note, sizeof note, "Created %s PodGroup %s (minMember %d)", rm_gang_name(kind),
-                     tj->name, rm_gang_size(tj));
+            snprintf(note, sizeof note, "Created %s PodGroup %s (minMember %d)", rm_gang_name(kind), tj->name,
+                     rm_gang_size(tj));
             rm_kube_rt_job_event(rt, tj, false, "PodGroupCreated", note);
         }
     } else if (o.update_pg) {
@@ -79,9 +82,10 @@ int rm_kube_rt_gang_step(rm_kube_rt *rt, const rm_tj *tj, job_mem *m, bool inval
     if (o.hold_pods) {
         *hold = true;
         if (*requeue_after <= 0 || *requeue_after > 1)
-            *requeue_after = 1;   /* PodGroups are not watched: look at the phase again soon */
+            *requeue_after = 1; /* PodGroups are not watched: look at the phase again soon */
         if (have && !m->pg_held_noted) {
-            rm_kube_rt_job_event(rt, tj, false, "PodGroupPending", "Waiting for the gang scheduler "
+            rm_kube_rt_job_event(rt, tj, false, "PodGroupPending",
+                                 "Waiting for the gang scheduler "
                                  "to enqueue the PodGroup before creating pods");
             m->pg_held_noted = true;
         }
@@ -97,12 +101,12 @@ int rm_kube_rt_gang_step(rm_kube_rt *rt, const rm_tj *tj, job_mem *m, bool inval
 static int patch_job(rm_kube_rt *rt, const rm_tj *tj, job_mem *m, const cJSON *patch, rm_err *err)
 {
     char p[640];
-    snprintf(p, sizeof p, "/apis/%s/%s/namespaces/%s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION,
-             tj->namespace_, RM_TJ_PLURAL, tj->name);
+    snprintf(p, sizeof p, "/apis/%s/%s/namespaces/%s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION, tj->namespace_,
+             RM_TJ_PLURAL, tj->name);
     cJSON *got = NULL;
     int rc = rm_kube_json(rt->c.client, "PATCH", p, "application/merge-patch+json", patch, &got, err);
     if (!rc)
-        rm_kube_rt_remember_latest(m, got);   /* decide on nothing older than this write */
+        rm_kube_rt_remember_latest(m, got); /* decide on nothing older than this write */
     cJSON_Delete(got);
     return rc;
 }
@@ -129,12 +133,14 @@ static int admitted_flavors(rm_kube_rt *rt, const cJSON *wl, cJSON **out, rm_err
                 continue;
             bool seen = false;
             const cJSON *x;
-            cJSON_ArrayForEach(x, *out)
-                seen |= !strcmp(rm_json_path(x, "metadata.name") ? rm_json_path(x, "metadata.name")->valuestring : "", f->valuestring);
+            cJSON_ArrayForEach(x, *out) seen |=
+                !strcmp(rm_json_path(x, "metadata.name") ? rm_json_path(x, "metadata.name")->valuestring : "",
+                        f->valuestring);
             if (seen)
                 continue;
             char p[512];
-            snprintf(p, sizeof p, "/apis/" RM_KUEUE_GROUP "/" RM_KUEUE_VERSION "/resourceflavors/%s", f->valuestring);
+            snprintf(p, sizeof p, "/apis/" RM_KUEUE_GROUP "/" RM_KUEUE_VERSION "/resourceflavors/%s",
+                     f->valuestring);
             cJSON *rf = NULL;
             int rc = rm_kube_json(rt->c.client, "GET", p, NULL, NULL, &rf, err);
             if (rc)
@@ -145,14 +151,15 @@ static int admitted_flavors(rm_kube_rt *rt, const cJSON *wl, cJSON **out, rm_err
     return RM_OK;
 }
 
-int rm_kube_rt_kueue_step(rm_kube_rt *rt, const cJSON *obj, const rm_tj *tj, job_mem *m,
-                          int active_pods, bool *skip, double *requeue_after, rm_err *err)
+int rm_kube_rt_kueue_step(rm_kube_rt *rt, const cJSON *obj, const rm_tj *tj, job_mem *m, int active_pods,
+                          bool *skip, double *requeue_after, rm_err *err)
 {
     if (!rt->c.kueue || !rm_kueue_queue_name(tj))
         return RM_OK;
     char name[300], coll[640], item[1000], now[40], note[768];
     rm_kueue_workload_name(tj, name, sizeof name);
-    snprintf(coll, sizeof coll, "/apis/" RM_KUEUE_GROUP "/" RM_KUEUE_VERSION "/namespaces/%s/workloads", tj->namespace_);
+    snprintf(coll, sizeof coll, "/apis/" RM_KUEUE_GROUP "/" RM_KUEUE_VERSION "/namespaces/%s/workloads",
+             tj->namespace_);
     snprintf(item, sizeof item, "%s/%s", coll, name);
     cJSON *wl = NULL;
     int rc = rm_kube_json(rt->c.client, "GET", item, NULL, NULL, &wl, err);
@@ -164,14 +171,17 @@ int rm_kube_rt_kueue_step(rm_kube_rt *rt, const cJSON *obj, const rm_tj *tj, job
     rm_kueue_in in = {
         .job_terminal = tj->status.phase == RM_PHASE_SUCCEEDED || tj->status.phase == RM_PHASE_FAILED,
         .job_succeeded = tj->status.phase == RM_PHASE_SUCCEEDED,
-        .job_suspended = tj->spec.run.suspend, .active_pods = active_pods, .wl_exists = wl != NULL,
+        .job_suspended = tj->spec.run.suspend,
+        .active_pods = active_pods,
+        .wl_exists = wl != NULL,
         .wl_admitted = !evicted && rm_kueue_condition(wl, "Admitted") && rm_json_path(wl, "status.admission"),
-        .wl_evicted = evicted, .wl_finished = rm_kueue_condition(wl, "Finished"),
+        .wl_evicted = evicted,
+        .wl_finished = rm_kueue_condition(wl, "Finished"),
         .wl_quota_reserved = rm_kueue_condition(wl, "QuotaReserved") || rm_json_path(wl, "status.admission"),
         .template_injected = wl && rm_kueue_template_injected(spec, wl),
     };
-    in.count_mismatch = in.wl_admitted && !tj->spec.run.suspend &&
-                        rm_kueue_admitted_count(wl) != tj->spec.replicas;
+    in.count_mismatch =
+        in.wl_admitted && !tj->spec.run.suspend && rm_kueue_admitted_count(wl) != tj->spec.replicas;
     in.wl_pods_ready = rm_kueue_condition(wl, "PodsReady");
     in.ready_pods = tj->status.ready_replicas;
     in.admitted_count = wl ? rm_kueue_admitted_count(wl) : 0;
@@ -188,8 +198,9 @@ int rm_kube_rt_kueue_step(rm_kube_rt *rt, const cJSON *obj, const rm_tj *tj, job
         rc = nw ? rm_kube_rt_create(rt, coll, nw, &created, err) : RM_ENOMEM;
         cJSON_Delete(nw);
         if (!rc && created) {
-            snprintf(note, sizeof note, "Created Workload %s in queue %s; the job waits suspended for admission",
-                     name, rm_kueue_queue_name(tj));
+            snprintf(note, sizeof note,
+                     "Created Workload %s in queue %s; the job waits suspended for admission", name,
+                     rm_kueue_queue_name(tj));
             rm_kube_rt_job_event(rt, tj, false, "WorkloadCreated", note);
         }
         if (!rc && !tj->spec.run.suspend) {
@@ -210,9 +221,12 @@ int rm_kube_rt_kueue_step(rm_kube_rt *rt, const cJSON *obj, const rm_tj *tj, job
     case RM_KUEUE_CLEAR_ADMISSION: {
         cJSON *st = cJSON_GetObjectItemCaseSensitive(wl, "status");
         cJSON_DeleteItemFromObjectCaseSensitive(st, "admission");
-        rm_kueue_set_condition(wl, "QuotaReserved", false, "Pending", "The workload was evicted; its pods are gone", now);
-        rm_kueue_set_condition(wl, "Admitted", false, "NoReservation", "The workload has no reservation", now);
-        rm_kueue_set_condition(wl, "Requeued", true, "Evicted", "The workload was evicted and is requeued", now);
+        rm_kueue_set_condition(wl, "QuotaReserved", false, "Pending",
+                               "The workload was evicted; its pods are gone", now);
+        rm_kueue_set_condition(wl, "Admitted", false, "NoReservation", "The workload has no reservation",
+                               now);
+        rm_kueue_set_condition(wl, "Requeued", true, "Evicted", "The workload was evicted and is requeued",
+                               now);
         rc = put_wl_status(rt, item, wl, err);
         break;
     }
@@ -240,8 +254,10 @@ int rm_kube_rt_kueue_step(rm_kube_rt *rt, const cJSON *obj, const rm_tj *tj, job
         if (rc == RM_ENOTFOUND)
             rc = RM_OK;
         if (!rc) {
-            snprintf(note, sizeof note, "spec.replicas changed to %d while admitted for %d: suspended; "
-                     "a new Workload asks Kueue for the new count", tj->spec.replicas, rm_kueue_admitted_count(wl));
+            snprintf(note, sizeof note,
+                     "spec.replicas changed to %d while admitted for %d: suspended; "
+                     "a new Workload asks Kueue for the new count",
+                     tj->spec.replicas, rm_kueue_admitted_count(wl));
             rm_kube_rt_job_event(rt, tj, false, "WorkloadReplaced", note);
         }
         break;
@@ -254,9 +270,9 @@ int rm_kube_rt_kueue_step(rm_kube_rt *rt, const cJSON *obj, const rm_tj *tj, job
     }
     if (!rc && o.pods_ready >= 0 && (o.act == RM_KUEUE_NOTHING || o.act == RM_KUEUE_SUSPEND)) {
         /* the Workload as it is now (a SUSPEND does not write it) */
-        rm_kueue_set_condition(wl, "PodsReady", o.pods_ready == 1, o.pods_ready ? "PodsReady" : "PodsNotReady",
-                               o.pods_ready ? "All admitted workers are ready" : "Not all admitted workers are ready",
-                               now);
+        rm_kueue_set_condition(
+            wl, "PodsReady", o.pods_ready == 1, o.pods_ready ? "PodsReady" : "PodsNotReady",
+            o.pods_ready ? "All admitted workers are ready" : "Not all admitted workers are ready", now);
         rc = put_wl_status(rt, item, wl, err);
     }
     if (!rc && o.hold_pods && o.act != RM_KUEUE_NOTHING)

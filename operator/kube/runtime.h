@@ -31,8 +31,8 @@
 #define RM_LABEL_JOB "ringmaster.dev/job-name"
 #define RM_LABEL_INDEX "ringmaster.dev/replica-index"
 #define RM_LABEL_EPOCH "ringmaster.dev/epoch"
-#define RM_LABEL_ROLE "ringmaster.dev/role"          /* worker | ps (docs/strategies.md) */
-#define RM_LABEL_PS_INDEX "ringmaster.dev/ps-index"  /* a parameter server's shard index */
+#define RM_LABEL_ROLE "ringmaster.dev/role"         /* worker | ps (docs/strategies.md) */
+#define RM_LABEL_PS_INDEX "ringmaster.dev/ps-index" /* a parameter server's shard index */
 /* spec.placement.workersPerNode k (docs/strategies.md#topology): a worker's node group, replica index /
  * k; workers of one group share a node (required pod affinity), groups never do (required
  * anti-affinity). */
@@ -44,19 +44,19 @@ typedef struct rm_kube_rt rm_kube_rt;
 
 typedef struct rm_kube_rt_config {
     rm_kube_client *client;
-    rm_informer *jobs_inf[16];       /* one per watched namespace (or one for all) */
+    rm_informer *jobs_inf[16]; /* one per watched namespace (or one for all) */
     int njobs_inf;
-    rm_informer *pods, *services, *secrets, *nodes;   /* nodes may be NULL */
-    rm_rdzv *rdzv;                   /* may be NULL (no rendezvous hosted) */
-    rm_op_metrics *metrics;          /* may be NULL */
-    const char *rdzv_url;            /* advertised to workers, e.g. "http://127.0.0.1:29400" */
-    const char *worker_image;        /* default ringmaster/worker:latest */
-    const char *instance;            /* reportingInstance for events (identity) */
-    bool pod_events;                 /* emit an Event per pod creation/deletion (default true) */
-    int worker_metrics_port;         /* our worker's --metrics-addr port on the pod IP; 0 = any
+    rm_informer *pods, *services, *secrets, *nodes; /* nodes may be NULL */
+    rm_rdzv *rdzv;                                  /* may be NULL (no rendezvous hosted) */
+    rm_op_metrics *metrics;                         /* may be NULL */
+    const char *rdzv_url;                           /* advertised to workers, e.g. "http://127.0.0.1:29400" */
+    const char *worker_image;                       /* default ringmaster/worker:latest */
+    const char *instance;                           /* reportingInstance for events (identity) */
+    bool pod_events;             /* emit an Event per pod creation/deletion (default true) */
+    int worker_metrics_port;     /* our worker's --metrics-addr port on the pod IP; 0 = any
                                       * free port (hosts shared by many pods, e.g. kubesim);
                                       * <0 = RM_PORT_WORKER_METRICS */
-    double force_delete_after_s;     /* Terminating on a NotReady node → force; default 30 */
+    double force_delete_after_s; /* Terminating on a NotReady node → force; default 30 */
     /* gang scheduling and Kueue (operator/gang.h): per job a PodGroup of this kind (an
      * rm_gang_kind; 0 = none) and decorated pods; cosched_scheduler is the coscheduling pods'
      * schedulerName (NULL = scheduler-plugins-scheduler). kueue: jobs labelled
@@ -67,7 +67,7 @@ typedef struct rm_kube_rt_config {
 } rm_kube_rt_config;
 
 int rm_kube_rt_new(const rm_kube_rt_config *cfg, rm_kube_rt **out, rm_err *err);
-void rm_kube_rt_free(rm_kube_rt *rt);   /* NULL ok */
+void rm_kube_rt_free(rm_kube_rt *rt); /* NULL ok */
 
 /* Reconcile one job key "ns/name". *requeue_after gets >0 when the job wants another look by then.
  * Returns RM_OK or an error (caller requeues rate-limited). Never called twice for one key at once

@@ -26,8 +26,8 @@ typedef struct job_mem {
     int rdzv_desired, rdzv_min;
     char token[96];
     bool have_service, have_secret;
-    unsigned long long invalid_hash;  /* hash of the last invalid-spec message reported; 0 none */
-    unsigned char *create_failures; /* consecutive failed creations per index; NULL until one fails */
+    unsigned long long invalid_hash; /* hash of the last invalid-spec message reported; 0 none */
+    unsigned char *create_failures;  /* consecutive failed creations per index; NULL until one fails */
     int ncreate_failures;
     bool counted_created;
     /* resourceVersion our last successful status write returned: until the informer delivers
@@ -35,19 +35,19 @@ typedef struct job_mem {
      * so the sync waits a little (client-go's "expectations"), then falls back to a GET. */
     unsigned long long latest_rv;
     int stale_waits;
-    unsigned long long rdzv_sig;     /* last rendezvous signature seen by rm_kube_rt_poll_rdzv */
-    char *last_valid_spec;           /* the job's spec when it last validated, compact JSON (R0b:
+    unsigned long long rdzv_sig; /* last rendezvous signature seen by rm_kube_rt_poll_rdzv */
+    char *last_valid_spec;       /* the job's spec when it last validated, compact JSON (R0b:
                                       * a string, not a cJSON tree: ~4x smaller per job); NULL none */
-    bool warned_env;                 /* the template's env override Warning was emitted */
-    bool warned_sched;               /* the template's own schedulerName Warning was emitted */
-    bool pg_held_noted;              /* the "waiting for the PodGroup" event was emitted */
+    bool warned_env;             /* the template's env override Warning was emitted */
+    bool warned_sched;           /* the template's own schedulerName Warning was emitted */
+    bool pg_held_noted;          /* the "waiting for the PodGroup" event was emitted */
 } job_mem;
 
 struct rm_kube_rt {
     rm_kube_rt_config c;
     char *rdzv_url, *worker_image, *instance;
     pthread_mutex_t mu;
-    rm_kmap jobs;                      /* key → job_mem* */
+    rm_kmap jobs; /* key → job_mem* */
     atomic_ulong event_seq;
 };
 
@@ -72,6 +72,6 @@ int rm_kube_rt_gang_step(rm_kube_rt *rt, const rm_tj *tj, job_mem *m, bool inval
  * job object was just changed by us; decide again on the new version. *requeue_after is lowered
  * to 1 s while the job waits on Kueue. active_pods: the job's pods observed. RM_OK or the API
  * error. */
-int rm_kube_rt_kueue_step(rm_kube_rt *rt, const cJSON *obj, const rm_tj *tj, job_mem *m,
-                          int active_pods, bool *skip, double *requeue_after, rm_err *err);
+int rm_kube_rt_kueue_step(rm_kube_rt *rt, const cJSON *obj, const rm_tj *tj, job_mem *m, int active_pods,
+                          bool *skip, double *requeue_after, rm_err *err);
 #endif

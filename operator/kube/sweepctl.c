@@ -47,8 +47,7 @@ static int sweep_index(void *ud, const cJSON *obj, char *buf, size_t cap)
 {
     (void)ud;
     const cJSON *ns = rm_json_path(obj, "metadata.namespace");
-    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(rm_json_path(obj, "metadata.labels"),
-                                                       RM_SWEEP_LABEL);
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(rm_json_path(obj, "metadata.labels"), RM_SWEEP_LABEL);
     if (!cJSON_IsString(ns) || !cJSON_IsString(lb))
         return -1;
     rm_sfmt(buf, cap, "%s/%s", ns->valuestring, lb->valuestring);
@@ -156,13 +155,13 @@ static void set_metrics(rm_sweepctl *s, const rm_sweep *sw, bool remove)
 
 static void sweep_path(char *buf, size_t cap, const char *ns, const char *name, const char *sub)
 {
-    rm_sfmt(buf, cap, "/apis/%s/%s/namespaces/%s/%s/%s%s", RM_TJ_GROUP, RM_TJ_VERSION, ns,
-            RM_SWEEP_PLURAL, name, sub ? sub : "");
+    rm_sfmt(buf, cap, "/apis/%s/%s/namespaces/%s/%s/%s%s", RM_TJ_GROUP, RM_TJ_VERSION, ns, RM_SWEEP_PLURAL,
+            name, sub ? sub : "");
 }
 
 /* PUT /status: the cached object with `status` replaced. */
-static int write_status(rm_sweepctl *s, const cJSON *obj, cJSON *status, const char *ns,
-                        const char *name, rm_err *err)
+static int write_status(rm_sweepctl *s, const cJSON *obj, cJSON *status, const char *ns, const char *name,
+                        rm_err *err)
 {
     cJSON *body = cJSON_Duplicate(obj, 1);
     if (!body) {
@@ -179,17 +178,17 @@ static int write_status(rm_sweepctl *s, const cJSON *obj, cJSON *status, const c
 }
 
 /* An invalid sweep: phase Failed, condition Failed/InvalidSpec naming the field (written once). */
-static int mark_invalid(rm_sweepctl *s, const cJSON *obj, const char *ns, const char *name,
-                        const rm_err *why, rm_err *err)
+static int mark_invalid(rm_sweepctl *s, const cJSON *obj, const char *ns, const char *name, const rm_err *why,
+                        rm_err *err)
 {
     const cJSON *gen = rm_json_path(obj, "metadata.generation");
     const cJSON *old = cJSON_GetObjectItemCaseSensitive(obj, "status");
     const cJSON *oph = rm_json_path(obj, "status.phase");
     const cJSON *ogen = rm_json_path(obj, "status.observedGeneration");
     int64_t g = cJSON_IsNumber(gen) ? (int64_t)gen->valuedouble : 0;
-    if (old && cJSON_IsString(oph) && strcmp(oph->valuestring, "Failed") == 0 &&
-        cJSON_IsNumber(ogen) && (int64_t)ogen->valuedouble == g)
-        return RM_OK;   /* already said */
+    if (old && cJSON_IsString(oph) && strcmp(oph->valuestring, "Failed") == 0 && cJSON_IsNumber(ogen) &&
+        (int64_t)ogen->valuedouble == g)
+        return RM_OK; /* already said */
     cJSON *st = cJSON_CreateObject();
     if (!st)
         return rm_errf(err, RM_ENOMEM, "out of memory");
@@ -233,13 +232,13 @@ static int create_trial(void *ud, int index, rm_err *err)
         return rm_errf(err, RM_ENOMEM, "out of memory");
     }
     char path[512];
-    rm_sfmt(path, sizeof path, "/apis/%s/%s/namespaces/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION,
-            sw->namespace_, RM_TJ_PLURAL);
+    rm_sfmt(path, sizeof path, "/apis/%s/%s/namespaces/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION, sw->namespace_,
+            RM_TJ_PLURAL);
     int rc = rm_kube_json(s->cfg.client, "POST", path, "application/json", tj, NULL, err);
     cJSON_Delete(tj);
     char name[160];
     rm_sweep_trial_name(sw, index, name, sizeof name);
-    if (rc == RM_ECONFLICT) {   /* AlreadyExists: a restarted operator adopting its trial */
+    if (rc == RM_ECONFLICT) { /* AlreadyExists: a restarted operator adopting its trial */
         rm_info("trial exists, adopted trial=%s/%s", sw->namespace_, name);
         return RM_OK;
     }
@@ -256,8 +255,8 @@ static int stop_trial(void *ud, int index, const char *reason, const char *messa
     (void)message;
     char name[160], path[512];
     rm_sweep_trial_name(sw, index, name, sizeof name);
-    rm_sfmt(path, sizeof path, "/apis/%s/%s/namespaces/%s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION,
-            sw->namespace_, RM_TJ_PLURAL, name);
+    rm_sfmt(path, sizeof path, "/apis/%s/%s/namespaces/%s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION, sw->namespace_,
+            RM_TJ_PLURAL, name);
     cJSON *p = cJSON_CreateObject();
     cJSON *rp = cJSON_AddObjectToObject(cJSON_AddObjectToObject(p, "spec"), "runPolicy");
     cJSON *an = cJSON_AddObjectToObject(cJSON_AddObjectToObject(p, "metadata"), "annotations");
@@ -270,7 +269,7 @@ static int stop_trial(void *ud, int index, const char *reason, const char *messa
     int rc = rm_kube_json(s->cfg.client, "PATCH", path, "application/merge-patch+json", p, NULL, err);
     cJSON_Delete(p);
     if (rc == RM_ENOTFOUND)
-        return RM_OK;   /* gone already */
+        return RM_OK; /* gone already */
     if (rc == RM_OK)
         rm_info("trial stopped trial=%s/%s reason=%s", sw->namespace_, name, reason);
     return rc;
@@ -288,7 +287,9 @@ static int sweep_event(void *ud, int index, bool warning, const char *reason, co
 }
 
 static const rm_sweep_ops kube_sweep_ops = {
-    .create_trial = create_trial, .stop_trial = stop_trial, .event = sweep_event,
+    .create_trial = create_trial,
+    .stop_trial = stop_trial,
+    .event = sweep_event,
 };
 
 /* ---- one pass: observe the trials, decide, apply, write the status ---- */
@@ -311,7 +312,7 @@ static int reconcile(rm_sweepctl *s, const char *key, double *requeue_s, rm_err 
     const cJSON *cached = rm_informer_get(s->sweeps[ii], key);
     cJSON *obj = cached ? cJSON_Duplicate(cached, 1) : NULL;
     rm_informer_runlock(s->sweeps[ii]);
-    if (!obj) {   /* deleted: the garbage collector removes its trials */
+    if (!obj) { /* deleted: the garbage collector removes its trials */
         rm_sweep gone = {.namespace_ = ns, .name = name};
         set_metrics(s, &gone, true);
         return RM_OK;
@@ -383,7 +384,7 @@ static int reconcile(rm_sweepctl *s, const char *key, double *requeue_s, rm_err 
     sweep_apply sa = {.s = s, .sw = &sw, .key = key};
     rc = rm_sweep_apply_actions(&kube_sweep_ops, &sa, acts, out.nactions, err);
     if (rc)
-        goto out;   /* the status is written on the next pass, after the actions succeeded */
+        goto out; /* the status is written on the next pass, after the actions succeeded */
     rm_sweep_status_free(&sw.status);
     sw.status = out.status;
     have_out = false;
@@ -421,7 +422,7 @@ static void *worker(void *arg)
         if (rm_wq_get(s->q, -1, &key) != RM_OK)
             break;
         if (!atomic_load(s->cfg.leading)) {
-            rm_wq_done(s->q, key);   /* the leader-to-be re-enqueues everything */
+            rm_wq_done(s->q, key); /* the leader-to-be re-enqueues everything */
             free(key);
             continue;
         }
@@ -454,11 +455,13 @@ int rm_sweepctl_start(const rm_sweepctl_cfg *cfg, rm_sweepctl **out, rm_err *err
     static const char *const l_sweep[] = {"namespace", "name", NULL};
     RM_CHECK_GOTO(rm_metrics_gauge(cfg->reg, "ringmaster_sweep_trials",
                                    "Trials of each TrainingSweep by state (pending, running, "
-                                   "succeeded, failed, stopped).", l_state, &s->m_trials, err),
+                                   "succeeded, failed, stopped).",
+                                   l_state, &s->m_trials, err),
                   rc, fail);
     RM_CHECK_GOTO(rm_metrics_gauge(cfg->reg, "ringmaster_sweep_best_objective",
-                                   "The best succeeded trial's objective of each TrainingSweep.",
-                                   l_sweep, &s->m_best, err), rc, fail);
+                                   "The best succeeded trial's objective of each TrainingSweep.", l_sweep,
+                                   &s->m_best, err),
+                  rc, fail);
     s->q = rm_wq_new(NULL);
     if (!s->q) {
         rc = rm_errf(err, RM_ENOMEM, "out of memory");
@@ -478,13 +481,24 @@ int rm_sweepctl_start(const rm_sweepctl_cfg *cfg, rm_sweepctl **out, rm_err *err
             rm_sfmt(sp, sizeof sp, "/apis/%s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION, RM_SWEEP_PLURAL);
             rm_sfmt(tp, sizeof tp, "/apis/%s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION, RM_TJ_PLURAL);
         }
-        rm_informer_opts so = {.name = "trainingsweeps", .path = sp, .transform = dup_transform,
-                               .free_item = free_json, .handler = on_sweep, .ud = s,
-                               .page_limit = 500, .watch_timeout_s = 300};
-        rm_informer_opts to = {.name = "trainingjobs/trials", .path = tp, .label_selector = sel,
-                               .transform = dup_transform, .free_item = free_json,
-                               .index_fn = sweep_index, .handler = on_trial, .ud = s,
-                               .page_limit = 500, .watch_timeout_s = 300};
+        rm_informer_opts so = {.name = "trainingsweeps",
+                               .path = sp,
+                               .transform = dup_transform,
+                               .free_item = free_json,
+                               .handler = on_sweep,
+                               .ud = s,
+                               .page_limit = 500,
+                               .watch_timeout_s = 300};
+        rm_informer_opts to = {.name = "trainingjobs/trials",
+                               .path = tp,
+                               .label_selector = sel,
+                               .transform = dup_transform,
+                               .free_item = free_json,
+                               .index_fn = sweep_index,
+                               .handler = on_trial,
+                               .ud = s,
+                               .page_limit = 500,
+                               .watch_timeout_s = 300};
         RM_CHECK_GOTO(rm_informer_start(cfg->client, &so, &s->sweeps[i], err), rc, fail);
         s->ninf = i + 1;
         RM_CHECK_GOTO(rm_informer_start(cfg->client, &to, &s->trials[i], err), rc, fail);

@@ -36,9 +36,9 @@ typedef struct rm_sweepctl_cfg {
     rm_kube_client *client;
     rm_metrics *reg;
     const atomic_bool *leading;
-    const char *const *namespaces;   /* NULL/0: all namespaces */
+    const char *const *namespaces; /* NULL/0: all namespaces */
     int nns;
-    double resync_s;                 /* a running sweep is reconciled at least this often; 0 = 5 */
+    double resync_s; /* a running sweep is reconciled at least this often; 0 = 5 */
 } rm_sweepctl_cfg;
 
 int rm_sweepctl_start(const rm_sweepctl_cfg *cfg, rm_sweepctl **out, rm_err *err);

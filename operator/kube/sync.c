@@ -108,7 +108,6 @@ static void mem_drop(rm_kube_rt *rt, const char *key)
     pthread_mutex_unlock(&rt->mu);
 }
 
-
 /* ---------------- API helpers ---------------- */
 int rm_kube_rt_create(rm_kube_rt *rt, const char *path, const cJSON *obj, bool *created, rm_err *err)
 {
@@ -116,7 +115,7 @@ int rm_kube_rt_create(rm_kube_rt *rt, const char *path, const cJSON *obj, bool *
         *created = false;
     int rc = rm_kube_json(rt->c.client, "POST", path, NULL, obj, NULL, err);
     if (rc == RM_ECONFLICT)
-        return RM_OK;   /* AlreadyExists: deterministic names make this success */
+        return RM_OK; /* AlreadyExists: deterministic names make this success */
     if (rc == RM_OK && created)
         *created = true;
     return rc;
@@ -129,8 +128,7 @@ static void emit_event(rm_kube_rt *rt, const rm_tj *tj, const char *kind, const 
     char evname[512], path[512], ts[40];
     double now = rm_wall();
     unsigned long seq = atomic_fetch_add(&rt->event_seq, 1);
-    snprintf(evname, sizeof(evname), "%s.%llx%04lx", name,
-             (unsigned long long)(now * 1e9), seq & 0xffff);
+    snprintf(evname, sizeof(evname), "%s.%llx%04lx", name, (unsigned long long)(now * 1e9), seq & 0xffff);
     rm_json_microtime(ts, now);
     cJSON *e = cJSON_CreateObject();
     cJSON_AddStringToObject(e, "apiVersion", "events.k8s.io/v1");
@@ -158,17 +156,16 @@ static void emit_event(rm_kube_rt *rt, const rm_tj *tj, const char *kind, const 
     snprintf(path, sizeof(path), "/apis/events.k8s.io/v1/namespaces/%s/events", tj->namespace_);
     rm_err err = {0};
     if (rm_kube_json(rt->c.client, "POST", path, NULL, e, NULL, &err))
-        rm_warn("event not recorded job=%s/%s reason=%s err=\"%s\"", tj->namespace_, tj->name, reason, err.msg);
+        rm_warn("event not recorded job=%s/%s reason=%s err=\"%s\"", tj->namespace_, tj->name, reason,
+                err.msg);
     cJSON_Delete(e);
 }
 
-void rm_kube_rt_job_event(rm_kube_rt *rt, const rm_tj *tj, bool warning, const char *reason,
-                          const char *note)
+void rm_kube_rt_job_event(rm_kube_rt *rt, const rm_tj *tj, bool warning, const char *reason, const char *note)
 {
     if (warning)
         rm_warn("event job=%s/%s reason=%s note=\"%s\"", tj->namespace_, tj->name, reason, note);
-    emit_event(rt, tj, RM_TJ_KIND, RM_TJ_API_VERSION, tj->name, tj->uid, warning, reason,
-               "Reconcile", note);
+    emit_event(rt, tj, RM_TJ_KIND, RM_TJ_API_VERSION, tj->name, tj->uid, warning, reason, "Reconcile", note);
 }
 
 /* The token from the Secret in the cache, if there is one. */
@@ -242,8 +239,8 @@ static int ensure_service(rm_kube_rt *rt, const rm_tj *tj, job_mem *m, rm_err *e
     if (rc)
         return rc;
     if (created)
-        emit_event(rt, tj, RM_TJ_KIND, RM_TJ_API_VERSION, tj->name, tj->uid, false,
-                   "SuccessfulCreateService", "Create", "Created headless service for the workers");
+        emit_event(rt, tj, RM_TJ_KIND, RM_TJ_API_VERSION, tj->name, tj->uid, false, "SuccessfulCreateService",
+                   "Create", "Created headless service for the workers");
     m->have_service = true;
     return RM_OK;
 }
@@ -278,7 +275,10 @@ static int collect_pod(void *ud, const char *key, const void *item)
     return 0;
 }
 
-typedef struct node_find { unsigned long long hash; int ready; } node_find;
+typedef struct node_find {
+    unsigned long long hash;
+    int ready;
+} node_find;
 
 static int match_node(void *ud, const char *key, const void *item)
 {
@@ -332,12 +332,12 @@ static cJSON *status_json(const rm_tj *tj, const rm_tj_status *st)
 /* PUT /status at the object's resourceVersion. A 409 is returned as RM_ECONFLICT: the caller
  * re-reads the object and decides again from that fresh state (re-applying a status computed
  * from stale state could undo a newer write). The answer is remembered as the newest copy. */
-static int write_status(rm_kube_rt *rt, const char *ns, const char *name, cJSON *obj,
-                        cJSON *status, job_mem *m, rm_err *err)
+static int write_status(rm_kube_rt *rt, const char *ns, const char *name, cJSON *obj, cJSON *status,
+                        job_mem *m, rm_err *err)
 {
     char path[640];
-    snprintf(path, sizeof(path), "/apis/%s/%s/namespaces/%s/%s/%s/status", RM_TJ_GROUP,
-             RM_TJ_VERSION, ns, RM_TJ_PLURAL, name);
+    snprintf(path, sizeof(path), "/apis/%s/%s/namespaces/%s/%s/%s/status", RM_TJ_GROUP, RM_TJ_VERSION, ns,
+             RM_TJ_PLURAL, name);
     cJSON_DeleteItemFromObjectCaseSensitive(obj, "status");
     cJSON_AddItemToObject(obj, "status", cJSON_Duplicate(status, 1));
     cJSON *got = NULL;
@@ -349,8 +349,8 @@ static int write_status(rm_kube_rt *rt, const char *ns, const char *name, cJSON 
 }
 
 /* A job whose spec cannot even be parsed: Failed condition naming the field, Warning event. */
-static int report_invalid(rm_kube_rt *rt, const char *key, cJSON *obj, const rm_err *perr,
-                          job_mem *m, rm_err *err)
+static int report_invalid(rm_kube_rt *rt, const char *key, cJSON *obj, const rm_err *perr, job_mem *m,
+                          rm_err *err)
 {
     const cJSON *md = cJSON_GetObjectItemCaseSensitive(obj, "metadata");
     const cJSON *nm = cJSON_GetObjectItemCaseSensitive(md, "name");
@@ -364,7 +364,7 @@ static int report_invalid(rm_kube_rt *rt, const char *key, cJSON *obj, const rm_
     if (cJSON_IsString(cur) && strncmp(cur->valuestring, perr->msg, 255) == 0 && cJSON_IsString(ph) &&
         strcmp(ph->valuestring, "Failed") == 0) {
         m->invalid_hash = rm_kmap_hash(perr->msg) | 1;
-        return RM_OK;   /* already reported (by us, maybe before a restart) */
+        return RM_OK; /* already reported (by us, maybe before a restart) */
     }
     rm_tj_status st;
     memset(&st, 0, sizeof(st));
@@ -505,8 +505,8 @@ void rm_kube_rt_poll_rdzv(rm_kube_rt *rt, void (*enqueue)(void *ud, const char *
 /* R0b: remember the spec of a job that validates; when an update of a job that already started
  * does not validate, put the last valid spec into tj (metadata and status stay the object's) and
  * set *invalid_update to the validation message (borrowed from verr). */
-static int last_valid_spec(const cJSON *obj, rm_tj *tj, bool valid, const rm_err *verr,
-                           job_mem *m, const char **invalid_update, rm_err *err)
+static int last_valid_spec(const cJSON *obj, rm_tj *tj, bool valid, const rm_err *verr, job_mem *m,
+                           const char **invalid_update, rm_err *err)
 {
     *invalid_update = NULL;
     const cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");
@@ -521,7 +521,7 @@ static int last_valid_spec(const cJSON *obj, rm_tj *tj, bool valid, const rm_err
         return RM_OK;
     }
     if (!m->last_valid_spec || tj->status.start_time <= 0)
-        return RM_OK;   /* never ran, or no valid spec known: the core decides (R0 / R0b) */
+        return RM_OK; /* never ran, or no valid spec known: the core decides (R0 / R0b) */
     cJSON *o = cJSON_Duplicate(obj, 1);
     cJSON *prev_spec = cJSON_Parse(m->last_valid_spec);
     if (!o || !prev_spec || !cJSON_ReplaceItemInObjectCaseSensitive(o, "spec", prev_spec)) {
@@ -534,7 +534,7 @@ static int last_valid_spec(const cJSON *obj, rm_tj *tj, bool valid, const rm_err
     int rc = rm_tj_from_json(o, &prev, &perr);
     cJSON_Delete(o);
     if (rc)
-        return RM_OK;   /* cannot happen for a spec that validated; fall back to R0b's freeze */
+        return RM_OK; /* cannot happen for a spec that validated; fall back to R0b's freeze */
     rm_tj_defaults(&prev);
     rm_tj_free(tj);
     *tj = prev;
@@ -545,12 +545,12 @@ static int last_valid_spec(const cJSON *obj, rm_tj *tj, bool valid, const rm_err
 /* ---- observe: the job (parsed, validated, its Secret and Service in place) ---- */
 /* RM_OK with *skip when the job is not ours to reconcile (another controller's, or unparseable
  * and already reported). */
-static int observe_job(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, rm_tj *tj,
-                       rm_err *verr, const char **invalid_update, bool *skip, rm_err *err)
+static int observe_job(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, rm_tj *tj, rm_err *verr,
+                       const char **invalid_update, bool *skip, rm_err *err)
 {
     *skip = false;
     /* managedBy: another controller's job is not ours to touch */
-    const cJSON *mb = rm_json_path(obj, "spec.managedBy");   /* where MultiKueue writes it */
+    const cJSON *mb = rm_json_path(obj, "spec.managedBy"); /* where MultiKueue writes it */
     if (!cJSON_IsString(mb) || !mb->valuestring[0])
         mb = rm_json_path(obj, "spec.runPolicy.managedBy");
     if (cJSON_IsString(mb) && mb->valuestring[0] && strcmp(mb->valuestring, RM_MANAGER) != 0) {
@@ -564,23 +564,23 @@ static int observe_job(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, 
         return report_invalid(rt, key, obj, &perr, m, err);
     }
     rm_tj_defaults(tj);
-    bool valid = rm_tj_validate(tj, verr) == RM_OK;   /* *invalid_update points into verr */
+    bool valid = rm_tj_validate(tj, verr) == RM_OK; /* *invalid_update points into verr */
     RM_CHECK(last_valid_spec(obj, tj, valid, verr, m, invalid_update, err));
     if (*invalid_update)
-        valid = true;   /* tj now carries the last valid spec */
+        valid = true; /* tj now carries the last valid spec */
     bool terminal = tj->status.phase == RM_PHASE_SUCCEEDED || tj->status.phase == RM_PHASE_FAILED;
     if (valid && !terminal && !tj->spec.run.suspend) {
         RM_CHECK(ensure_token(rt, tj, m, err));
         RM_CHECK(ensure_service(rt, tj, m, err));
     } else if (!m->token[0]) {
-        load_token(rt, tj, m);   /* never create anything for a finished job, but know its token */
+        load_token(rt, tj, m); /* never create anything for a finished job, but know its token */
     }
     return RM_OK;
 }
 
 /* ---- observe: its pods (and indices whose creation keeps failing) ---- */
-static int observe_workers(rm_kube_rt *rt, const char *key, const rm_tj *tj, job_mem *m,
-                           obs_ctx *oc, rm_err *err)
+static int observe_workers(rm_kube_rt *rt, const char *key, const rm_tj *tj, job_mem *m, obs_ctx *oc,
+                           rm_err *err)
 {
     int cap = tj->spec.max_replicas > tj->spec.replicas ? tj->spec.max_replicas : tj->spec.replicas;
     if (cap < 1)
@@ -649,15 +649,22 @@ static int kop_create(void *ud, int index, int epoch, rm_err *err)
     rm_kube_rt *rt = ka->rt;
     char over[512];
     rm_kube_worker_pod_args pa = {
-        .tj = ka->tj, .index = index, .epoch = epoch, .rdzv_url = rt->rdzv_url,
-        .worker_image = rt->worker_image, .metrics_port = rt->c.worker_metrics_port,
-        .overridden = over, .overridden_cap = sizeof(over),
+        .tj = ka->tj,
+        .index = index,
+        .epoch = epoch,
+        .rdzv_url = rt->rdzv_url,
+        .worker_image = rt->worker_image,
+        .metrics_port = rt->c.worker_metrics_port,
+        .overridden = over,
+        .overridden_cap = sizeof(over),
     };
     cJSON *pod = rm_kube_worker_pod(&pa, err);
     if (pod && over[0] && !ka->m->warned_env) {
         char note[768];
-        snprintf(note, sizeof(note), "the pod template sets %s; the operator sets these "
-                 "for every worker, so the template's values are not used", over);
+        snprintf(note, sizeof(note),
+                 "the pod template sets %s; the operator sets these "
+                 "for every worker, so the template's values are not used",
+                 over);
         rm_kube_rt_job_event(rt, ka->tj, true, "EnvOverridden", note);
         ka->m->warned_env = true;
     }
@@ -673,7 +680,7 @@ static int kop_create(void *ud, int index, int epoch, rm_err *err)
     cJSON_Delete(pod);
     count_create(ka->m, index, arc);
     if (created && ka->ncreated < (int)RM_ARRAY_LEN(ka->created_idx)) {
-        ka->created_idx[ka->ncreated++] = index;   /* one Event for the batch, after the loop */
+        ka->created_idx[ka->ncreated++] = index; /* one Event for the batch, after the loop */
         ka->created_epoch = epoch;
     }
     return arc;
@@ -738,10 +745,11 @@ static int kop_set_rdzv(void *ud, int desired, int min, rm_err *err)
             rm_rdzv_restart(rt->c.rdzv, ka->key, snap->epoch, &ne);
         }
         free(snap);
-        rm_info("rendezvous re-registered after an operator restart job=%s status_epoch=%d", ka->key, tj->status.epoch);
+        rm_info("rendezvous re-registered after an operator restart job=%s status_epoch=%d", ka->key,
+                tj->status.epoch);
     }
     if (!arc) {
-        pthread_mutex_lock(&rt->mu);   /* rm_kube_rt_poll_rdzv reads it */
+        pthread_mutex_lock(&rt->mu); /* rm_kube_rt_poll_rdzv reads it */
         m->rdzv_desired = desired;
         m->rdzv_min = min;
         pthread_mutex_unlock(&rt->mu);
@@ -771,8 +779,8 @@ static int kop_delete_job(void *ud, rm_err *err)
     kube_apply *ka = ud;
     const rm_tj *tj = ka->tj;
     char p[640];
-    snprintf(p, sizeof(p), "/apis/%s/%s/namespaces/%s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION,
-             tj->namespace_, RM_TJ_PLURAL, tj->name);
+    snprintf(p, sizeof(p), "/apis/%s/%s/namespaces/%s/%s/%s", RM_TJ_GROUP, RM_TJ_VERSION, tj->namespace_,
+             RM_TJ_PLURAL, tj->name);
     cJSON *opts = cJSON_CreateObject();
     cJSON_AddStringToObject(opts, "propagationPolicy", "Background");
     int arc = rm_kube_json(ka->rt->c.client, "DELETE", p, NULL, opts, NULL, err);
@@ -789,18 +797,24 @@ static void kop_failed(void *ud, const rm_action *a, int rc, const rm_err *err)
     kube_apply *ka = ud;
     char ab[256];
     (void)rc;
-    rm_warn("action failed job=%s action=\"%s\" err=\"%s\"", ka->key, rm_action_str(a, ab, sizeof(ab)), err->msg);
+    rm_warn("action failed job=%s action=\"%s\" err=\"%s\"", ka->key, rm_action_str(a, ab, sizeof(ab)),
+            err->msg);
 }
 
 static const rm_runtime_ops kube_ops = {
-    .create_worker = kop_create, .delete_worker = kop_delete, .restart_group = kop_restart,
-    .set_rdzv = kop_set_rdzv, .stop_rdzv = kop_stop_rdzv, .event = kop_event,
-    .delete_job = kop_delete_job, .failed = kop_failed,
+    .create_worker = kop_create,
+    .delete_worker = kop_delete,
+    .restart_group = kop_restart,
+    .set_rdzv = kop_set_rdzv,
+    .stop_rdzv = kop_stop_rdzv,
+    .event = kop_event,
+    .delete_job = kop_delete_job,
+    .failed = kop_failed,
 };
 
 /* ---- commit: the status write and the shared transition -> metrics diff ---- */
-static int commit_status(rm_kube_rt *rt, const char *key, cJSON *obj, const rm_tj *tj,
-                         const rm_tj_status *ns, job_mem *m, rm_err *err)
+static int commit_status(rm_kube_rt *rt, const char *key, cJSON *obj, const rm_tj *tj, const rm_tj_status *ns,
+                         job_mem *m, rm_err *err)
 {
     cJSON *s = status_json(tj, ns);
     if (!s)
@@ -865,8 +879,8 @@ static void ps_pod_delete(rm_kube_rt *rt, const rm_tj *tj, int i)
     snprintf(p, sizeof(p), "/api/v1/namespaces/%s/pods/%s-ps-%d", tj->namespace_, tj->name, i);
     int arc = rm_kube_json(rt->c.client, "DELETE", p, NULL, NULL, NULL, &e);
     if (arc && arc != RM_ENOTFOUND)
-        rm_warn("parameter server pod delete failed job=%s/%s index=%d err=\"%s\"",
-                tj->namespace_, tj->name, i, e.msg);
+        rm_warn("parameter server pod delete failed job=%s/%s index=%d err=\"%s\"", tj->namespace_, tj->name,
+                i, e.msg);
 }
 
 /* Observe the job's server pods, ask the rules (on the status this pass computed), act. */
@@ -879,7 +893,7 @@ static void ps_sync(rm_kube_rt *rt, const char *key, const rm_tj *tj, rm_reconci
     rm_informer_runlock(rt->c.pods);
     if (o.n == 0 && tj->spec.strategy != RM_STRATEGY_PS)
         return;
-    rm_tj view = *tj;   /* shallow: the rules read spec and the new phase only */
+    rm_tj view = *tj; /* shallow: the rules read spec and the new phase only */
     view.status = ro->status_changed ? ro->status : tj->status;
     rm_ps_action act[2 * RM_PS_MAX_SERVERS];
     int ready = 0;
@@ -889,23 +903,24 @@ static void ps_sync(rm_kube_rt *rt, const char *key, const rm_tj *tj, rm_reconci
     for (int k = 0; k < n; k++) {
         rm_err e = {0};
         if (act[k].kind == RM_PS_ACT_DELETE || act[k].replace) {
-            ps_pod_delete(rt, tj, act[k].index);   /* a replacement is created next pass */
+            ps_pod_delete(rt, tj, act[k].index); /* a replacement is created next pass */
             continue;
         }
-        cJSON *pod = rm_kube_ps_pod(tj, act[k].index, rt->rdzv_url, rt->worker_image,
-                                    rt->c.worker_metrics_port, &e);
+        cJSON *pod =
+            rm_kube_ps_pod(tj, act[k].index, rt->rdzv_url, rt->worker_image, rt->c.worker_metrics_port, &e);
         bool created = false;
         int arc = pod ? rm_kube_rt_create(rt, jobpods, pod, &created, &e) : RM_ENOMEM;
         cJSON_Delete(pod);
         if (arc)
-            rm_warn("parameter server pod create failed job=%s index=%d err=\"%s\"", key,
-                    act[k].index, e.msg);
+            rm_warn("parameter server pod create failed job=%s index=%d err=\"%s\"", key, act[k].index,
+                    e.msg);
         else if (created)
             rm_info("parameter server pod created job=%s index=%d", key, act[k].index);
     }
     int want = view.status.phase == RM_PHASE_SUCCEEDED || view.status.phase == RM_PHASE_FAILED ||
                        tj->spec.strategy != RM_STRATEGY_PS
-                   ? 0 : tj->spec.ps.replicas;
+                   ? 0
+                   : tj->spec.ps.replicas;
     if (!ro->status_changed) {
         if (tj->status.ps_replicas == want && tj->status.ps_ready == ready)
             return;
@@ -917,8 +932,8 @@ static void ps_sync(rm_kube_rt *rt, const char *key, const rm_tj *tj, rm_reconci
 }
 
 /* observe -> reconcile -> apply -> commit status. */
-static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
-                    double *requeue_after, rm_err *err)
+static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, double *requeue_after,
+                    rm_err *err)
 {
     int rc = RM_OK;
     rm_tj tj;
@@ -955,15 +970,21 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m,
     ro.force_delete_after_s = rt->c.force_delete_after_s;
     ro.no_rendezvous = !rm_kube_template_runs_worker(&tj, rt->worker_image);
     size_t acap = RM_RECONCILE_ACTIONS(oc.n);
-    acts = malloc(acap * sizeof(*acts));   /* not zeroed: only the entries written are read, and
+    acts = malloc(acap * sizeof(*acts)); /* not zeroed: only the entries written are read, and
                                              * untouched pages of this large block never become resident */
     if (!acts) {
         rc = rm_errf(err, RM_ENOMEM, "out of memory");
         goto out;
     }
     rm_reconcile_in in = {
-        .job = &tj, .workers = oc.w, .nworkers = oc.n, .rdzv = have_rs ? rs : NULL,
-        .rdzv_desired = m->rdzv_desired, .rdzv_min = m->rdzv_min, .now = rm_wall(), .opts = &ro,
+        .job = &tj,
+        .workers = oc.w,
+        .nworkers = oc.n,
+        .rdzv = have_rs ? rs : NULL,
+        .rdzv_desired = m->rdzv_desired,
+        .rdzv_min = m->rdzv_min,
+        .now = rm_wall(),
+        .opts = &ro,
         .invalid_update = invalid_update,
     };
     rm_reconcile_out ro_out;
@@ -1074,7 +1095,7 @@ int rm_kube_rt_sync(rm_kube_rt *rt, const char *key, double *requeue_after, rm_e
         cJSON *fresh = NULL;
         int grc = get_job(rt, key, &fresh, err);
         if (grc == RM_ENOTFOUND) {
-            rc = RM_OK;     /* deleted meanwhile: its DELETED event brings us back */
+            rc = RM_OK; /* deleted meanwhile: its DELETED event brings us back */
             break;
         }
         if (grc) {

@@ -17,20 +17,25 @@
 #include "operator/kube/client.h"
 #include "operator/kube/kmap.h"
 
-typedef struct heap_ent { double when; char *key; } heap_ent;
-typedef struct dirty_ent { double added_at; } dirty_ent;
+typedef struct heap_ent {
+    double when;
+    char *key;
+} heap_ent;
+typedef struct dirty_ent {
+    double added_at;
+} dirty_ent;
 
 struct rm_wq {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     rm_wq_opts o;
     rm_kube_bucket bucket;
-    char **fifo;                 /* ring buffer */
+    char **fifo; /* ring buffer */
     size_t head, count, cap;
-    rm_kmap dirty;                  /* key → dirty_ent* */
-    rm_kmap processing;             /* key → (void*)1 */
-    rm_kmap failures;               /* key → (void*)(intptr_t)n */
-    rm_kmap waiting;                /* key → double* due */
+    rm_kmap dirty;      /* key → dirty_ent* */
+    rm_kmap processing; /* key → (void*)1 */
+    rm_kmap failures;   /* key → (void*)(intptr_t)n */
+    rm_kmap waiting;    /* key → double* due */
     heap_ent *heap;
     size_t nheap, capheap;
     bool shutdown;
@@ -146,7 +151,7 @@ static int add_locked(rm_wq *q, const char *key)
         return RM_ENOMEM;
     }
     if (rm_kmap_find(&q->processing, key))
-        return RM_OK;     /* re-queued by rm_wq_done */
+        return RM_OK; /* re-queued by rm_wq_done */
     int rc = fifo_push(q, key);
     if (rc) {
         free(rm_kmap_del(&q->dirty, key));
@@ -225,7 +230,7 @@ static int add_after_locked(rm_wq *q, const char *key, double delay)
     double when = now_of(q) + delay;
     double *due = rm_kmap_get(&q->waiting, key);
     if (due && *due <= when)
-        return RM_OK;            /* an earlier add already covers this one */
+        return RM_OK; /* an earlier add already covers this one */
     if (!due) {
         due = malloc(sizeof(*due));
         if (!due)

@@ -31,17 +31,17 @@ typedef struct rm_wq_hooks {
 } rm_wq_hooks;
 
 typedef struct rm_wq_opts {
-    double base_delay_s;   /* per-key back-off start; default 0.005 */
-    double max_delay_s;    /* per-key back-off cap; default 1000 */
-    double qps;            /* overall bucket; default 10 (0 = default, <0 = off) */
-    int burst;             /* default 100 */
-    double (*now)(void *ud);  /* clock (seconds); NULL = monotonic */
+    double base_delay_s;     /* per-key back-off start; default 0.005 */
+    double max_delay_s;      /* per-key back-off cap; default 1000 */
+    double qps;              /* overall bucket; default 10 (0 = default, <0 = off) */
+    int burst;               /* default 100 */
+    double (*now)(void *ud); /* clock (seconds); NULL = monotonic */
     void *now_ud;
     rm_wq_hooks hooks;
 } rm_wq_opts;
 
-rm_wq *rm_wq_new(const rm_wq_opts *opts);     /* NULL opts = defaults; NULL on ENOMEM */
-void rm_wq_free(rm_wq *q);                    /* NULL ok; call after every worker returned */
+rm_wq *rm_wq_new(const rm_wq_opts *opts); /* NULL opts = defaults; NULL on ENOMEM */
+void rm_wq_free(rm_wq *q);                /* NULL ok; call after every worker returned */
 
 int rm_wq_add(rm_wq *q, const char *key);
 int rm_wq_add_after(rm_wq *q, const char *key, double delay_s);
@@ -56,8 +56,8 @@ int rm_wq_num_requeues(rm_wq *q, const char *key);
 int rm_wq_get(rm_wq *q, double timeout_s, char **key);
 void rm_wq_done(rm_wq *q, const char *key);
 
-size_t rm_wq_len(rm_wq *q);          /* keys ready to be handed out */
-size_t rm_wq_delayed(rm_wq *q);      /* keys waiting for their time */
+size_t rm_wq_len(rm_wq *q);     /* keys ready to be handed out */
+size_t rm_wq_delayed(rm_wq *q); /* keys waiting for their time */
 void rm_wq_shutdown(rm_wq *q);
 bool rm_wq_shutting_down(rm_wq *q);
 #endif

@@ -24,21 +24,21 @@
 static int g_fail, g_checks;
 static int g_quick;
 
-#define CHECK(cond, ...)                                                                         \
-    do {                                                                                         \
-        g_checks++;                                                                              \
-        if (!(cond)) {                                                                           \
-            g_fail++;                                                                            \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond);                      \
-            fprintf(stderr, __VA_ARGS__);                                                        \
-            fputc('\n', stderr);                                                                 \
-        }                                                                                        \
+#define CHECK(cond, ...)                                                    \
+    do {                                                                    \
+        g_checks++;                                                         \
+        if (!(cond)) {                                                      \
+            g_fail++;                                                       \
+            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                   \
+            fputc('\n', stderr);                                            \
+        }                                                                   \
     } while (0)
 
-static const rm_kernels *G, *C;   /* GPU table, CPU oracle table */
+static const rm_kernels *G, *C; /* GPU table, CPU oracle table */
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static float frand(void)          /* uniform [-1, 1) */
+static float frand(void) /* uniform [-1, 1) */
 {
     g_rng ^= g_rng << 13;
     g_rng ^= g_rng >> 7;
@@ -103,8 +103,8 @@ static double worst_ratio(const float *a, const float *b, const float *ref_mag, 
 /* ---------------------------------------------------------------- gemm */
 
 /* |op(A)||op(B)| row-major, the scale of each output's rounding error */
-static void gemm_mag(bool ta, bool tb, int m, int n, int k, const float *a, int lda, const float *b,
-                     int ldb, float *mag)
+static void gemm_mag(bool ta, bool tb, int m, int n, int k, const float *a, int lda, const float *b, int ldb,
+                     float *mag)
 {
     for (int i = 0; i < m; i++)
         for (int j = 0; j < n; j++) {
@@ -121,13 +121,12 @@ static void gemm_mag(bool ta, bool tb, int m, int n, int k, const float *a, int 
 static void round_array(float *x, size_t n, rm_precision p)
 {
     for (size_t i = 0; i < n; i++)
-        x[i] = p == RM_PREC_BF16 ? rm_bf16_to_f32(rm_f32_to_bf16(x[i]))
-                                 : rm_f16_to_f32(rm_f32_to_f16(x[i]));
+        x[i] = p == RM_PREC_BF16 ? rm_bf16_to_f32(rm_f32_to_bf16(x[i])) : rm_f16_to_f32(rm_f32_to_f16(x[i]));
 }
 
 static void test_gemm_case(rm_precision prec, bool ta, bool tb, int m, int n, int k, float beta)
 {
-    int pad = 3;   /* leading dimensions larger than the logical width */
+    int pad = 3; /* leading dimensions larger than the logical width */
     int a_rows = ta ? k : m, a_cols = ta ? m : k, b_rows = tb ? n : k, b_cols = tb ? k : n;
     int lda = a_cols + pad, ldb = b_cols + pad, ldc = n + pad;
     size_t na = (size_t)a_rows * lda, nb = (size_t)b_rows * ldb, nc = (size_t)m * ldc;
@@ -147,11 +146,11 @@ static void test_gemm_case(rm_precision prec, bool ta, bool tb, int m, int n, in
     double rtol;
     if (prec == RM_PREC_FP32) {
         const char *o = getenv("NVIDIA_TF32_OVERRIDE");
-        rtol = (o && !strcmp(o, "0")) ? 1e-5 : 2.5e-3;   /* TF32 inputs: 10-bit mantissa */
+        rtol = (o && !strcmp(o, "0")) ? 1e-5 : 2.5e-3; /* TF32 inputs: 10-bit mantissa */
     } else {
-        round_array(ca, na, prec);                       /* the oracle multiplies rounded inputs */
+        round_array(ca, na, prec); /* the oracle multiplies rounded inputs */
         round_array(cb, nb, prec);
-        rtol = 2e-5;                                     /* exact products; order of sums only */
+        rtol = 2e-5; /* exact products; order of sums only */
     }
     C->gemm(ta, tb, m, n, k, alpha, ca, lda, cb, ldb, beta, cc, ldc);
     gemm_mag(ta, tb, m, n, k, ca, lda, cb, ldb, mag);
@@ -162,8 +161,8 @@ static void test_gemm_case(rm_precision prec, bool ta, bool tb, int m, int n, in
         for (int j = 0; j < n && j < 4096; j++)
             magrow[j] = fabsf(alpha) * mag[(size_t)i * n + j] + fabsf(beta * c0[(size_t)i * ldc + j]);
         size_t a_at = 0;
-        double r = worst_ratio(gc + (size_t)i * ldc, cc + (size_t)i * ldc, magrow, (size_t)n, 1e-6,
-                               rtol, &a_at);
+        double r =
+            worst_ratio(gc + (size_t)i * ldc, cc + (size_t)i * ldc, magrow, (size_t)n, 1e-6, rtol, &a_at);
         if (r > worst) {
             worst = r;
             at = (size_t)i * ldc + a_at;
@@ -172,8 +171,10 @@ static void test_gemm_case(rm_precision prec, bool ta, bool tb, int m, int n, in
         for (int j = n; j < ldc; j++)
             CHECK(gc[(size_t)i * ldc + j] == c0[(size_t)i * ldc + j], "gemm wrote past n at %d,%d", i, j);
     }
-    CHECK(worst <= 1.0, "gemm %s ta=%d tb=%d m=%d n=%d k=%d beta=%g: worst error ratio %.3g at %zu "
-          "(gpu %g cpu %g)", rm_precision_str(prec), ta, tb, m, n, k, beta, worst, at, gc[at], cc[at]);
+    CHECK(worst <= 1.0,
+          "gemm %s ta=%d tb=%d m=%d n=%d k=%d beta=%g: worst error ratio %.3g at %zu "
+          "(gpu %g cpu %g)",
+          rm_precision_str(prec), ta, tb, m, n, k, beta, worst, at, gc[at], cc[at]);
     G->free(da);
     G->free(db);
     G->free(dc);
@@ -193,8 +194,8 @@ static void cache_gemm_case(const char *what, int m, int n, int k, const float *
     size_t bad = 0;
     for (size_t i = 0; i < (size_t)m * n; i++)
         bad += got[i] != want[i];
-    CHECK(bad == 0, "bf16 gemm after %s: %zu of %d values stale (e.g. gpu %g cpu %g)", what, bad,
-          m * n, got[0], want[0]);
+    CHECK(bad == 0, "bf16 gemm after %s: %zu of %d values stale (e.g. gpu %g cpu %g)", what, bad, m * n,
+          got[0], want[0]);
     free(want);
     free(got);
 }
@@ -252,8 +253,8 @@ static void test_gemm(void)
     for (int p = RM_PREC_FP32; p <= RM_PREC_FP16; p++)
         for (int s = 0; s < ns; s++)
             for (int t = 0; t < 4; t++)
-                test_gemm_case((rm_precision)p, t & 1, t & 2, shapes[s][0], shapes[s][1],
-                               shapes[s][2], t == 3 ? 0.5f : 0.0f);
+                test_gemm_case((rm_precision)p, t & 1, t & 2, shapes[s][0], shapes[s][1], shapes[s][2],
+                               t == 3 ? 0.5f : 0.0f);
     /* k = 0: C = beta C */
     test_gemm_case(RM_PREC_FP32, false, false, 4, 6, 0, 0.5f);
     printf("ok gemm (fp32/TF32, bf16, fp16; all transposes; padded leading dims)\n");
@@ -282,7 +283,8 @@ static void test_bias_act(void)
             G->bias_act_bwd(d_dy, dy_y, d_db, rows, cols, (rm_act)act);
             C->bias_act_bwd(dy, y, cdb, rows, cols, (rm_act)act);
             float *gdy = from_gpu(d_dy, n * 4), *gdb = from_gpu(d_db, (size_t)cols * 4);
-            CHECK(memcmp(gdy, dy, n * 4) == 0, "bias_act_bwd dY act=%d %dx%d not bit-identical", act, rows, cols);
+            CHECK(memcmp(gdy, dy, n * 4) == 0, "bias_act_bwd dY act=%d %dx%d not bit-identical", act, rows,
+                  cols);
             double r = worst_ratio(gdb, cdb, mag, (size_t)cols, 1e-7, 1e-6, NULL);
             CHECK(r <= 1.0, "bias_act_bwd db act=%d %dx%d ratio %.3g", act, rows, cols, r);
             G->free(dy_y), G->free(d_b), G->free(d_dy), G->free(d_db);
@@ -303,7 +305,7 @@ static void test_softmax_argmax(void)
         int32_t *lab = malloc((size_t)rows * 4);
         for (int r = 0; r < rows; r++)
             lab[r] = (int32_t)((frand() + 1.0f) * 0.5f * classes) % classes;
-        if (rows > 3) {   /* ties: argmax must take the first maximum */
+        if (rows > 3) { /* ties: argmax must take the first maximum */
             x[(size_t)1 * classes + 2] = x[(size_t)1 * classes + 5] = 100.0f;
             lab[1] = 2;
         }
@@ -331,7 +333,7 @@ static void test_softmax_argmax(void)
         G->softmax_xent_fwd_bwd(dx, dlab, rows, classes, inv_batch, dx, dloss);
         float *gd2 = from_gpu(dx, n * 4);
         CHECK(memcmp(gd2, gd, n * 4) == 0, "xent in place differs %dx%d", rows, classes);
-        if (rows > 5 && classes > 3) {   /* NaN logits: argmax follows the C loop exactly */
+        if (rows > 5 && classes > 3) { /* NaN logits: argmax follows the C loop exactly */
             x[(size_t)3 * classes + 1] = NAN;
             x[(size_t)3 * classes + classes - 1] = 500.0f;
             lab[3] = classes - 1;
@@ -344,7 +346,8 @@ static void test_softmax_argmax(void)
             G->argmax_correct(dx, dlab, rows, classes, dcorr);
             C->argmax_correct(x, lab, rows, classes, &ccorr);
             G->d2h(&gcorr, dcorr, 4);
-            CHECK(gcorr == ccorr, "argmax_correct with NaNs %dx%d: gpu %d cpu %d", rows, classes, gcorr, ccorr);
+            CHECK(gcorr == ccorr, "argmax_correct with NaNs %dx%d: gpu %d cpu %d", rows, classes, gcorr,
+                  ccorr);
         }
         G->free(dx), G->free(dd), G->free(dloss), G->free(dlab), G->free(dcorr);
         free(x), free(lab), free(cd), free(gd), free(gd2);
@@ -358,7 +361,7 @@ static void test_optimizers(void)
     size_t n = g_quick ? 1000 : 1000003;
     float *w = hrand(n, 1), *g = hrand(n, 1), *s1 = hrand(n, 0.1f), *s2 = hrand(n, 0.1f);
     for (size_t i = 0; i < n; i++)
-        s2[i] = fabsf(s2[i]);   /* second moments / sums are non-negative */
+        s2[i] = fabsf(s2[i]); /* second moments / sums are non-negative */
     for (int opt = 0; opt < 4; opt++) {
         float *dw = dup_to_gpu(w, n * 4), *dg = dup_to_gpu(g, n * 4);
         float *d1 = dup_to_gpu(s1, n * 4), *d2 = dup_to_gpu(s2, n * 4);
@@ -374,7 +377,8 @@ static void test_optimizers(void)
                 break;
             case 1: {
                 name = "adam";
-                float bc1 = 1.0f - powf(0.9f, (float)(step + 1)), bc2 = 1.0f - powf(0.999f, (float)(step + 1));
+                float bc1 = 1.0f - powf(0.9f, (float)(step + 1)),
+                      bc2 = 1.0f - powf(0.999f, (float)(step + 1));
                 G->adam_update(dw, dg, d1, d2, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, bc1, bc2);
                 C->adam_update(cw, g, c1, c2, n, 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, bc1, bc2);
                 break;
@@ -414,11 +418,10 @@ static void test_casts(void)
     /* specials, ties, subnormals, overflow edges, then random values over many magnitudes */
     size_t n = 1 << 16;
     float *x = malloc(n * 4);
-    uint32_t special[] = {0x00000000u, 0x80000000u, 0x3f800000u, 0x3f808000u, 0x3f818000u,
-                          0x3f808001u, 0x7f7fffffu, 0x7f800000u, 0xff800000u, 0x7fc00000u,
-                          0x7f800001u, 0x477fe000u, 0x477ff000u, 0x477fefffu, 0x33000000u,
-                          0x33400000u, 0x33c00000u, 0x38800000u, 0x387fc000u, 0x00000001u,
-                          0x00018000u, 0x39235000u, 0x3a251000u};
+    uint32_t special[] = {0x00000000u, 0x80000000u, 0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3f808001u,
+                          0x7f7fffffu, 0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0x477fe000u,
+                          0x477ff000u, 0x477fefffu, 0x33000000u, 0x33400000u, 0x33c00000u, 0x38800000u,
+                          0x387fc000u, 0x00000001u, 0x00018000u, 0x39235000u, 0x3a251000u};
     size_t ns = sizeof special / sizeof special[0];
     for (size_t i = 0; i < n; i++)
         x[i] = i < ns ? fb(special[i]) : frand() * ldexpf(1.0f, (int)(i % 80) - 40);
@@ -499,11 +502,11 @@ static void test_unscale_and_scaler(void)
     /* the scaler sequence on GPU-produced flags: finite, overflow, finite... */
     rm_loss_scaler s;
     rm_loss_scaler_init(&s, RM_PREC_FP16);
-    float big = 60000.0f;   /* fine in fp32, overflows fp16 once scaled: emulate fp16 grads */
+    float big = 60000.0f; /* fine in fp32, overflows fp16 once scaled: emulate fp16 grads */
     int applied = 0;
     for (int step = 0; step < 6; step++) {
         G->memset0(dflag, 4);
-        float v = step == 2 ? big * rm_loss_scaler_scale(&s) * 1e30f : 1.0f;   /* step 2: inf */
+        float v = step == 2 ? big * rm_loss_scaler_scale(&s) * 1e30f : 1.0f; /* step 2: inf */
         G->h2d(dx, &v, 4);
         G->unscale_check_finite(dx, 1, rm_loss_scaler_inv_scale(&s), dflag);
         G->d2h(&flag, dflag, 4);
@@ -648,7 +651,8 @@ static void test_checkpoint_roundtrip(void)
     rm_model gm, cm;
     memset(&gm, 0, sizeof gm);
     memset(&cm, 0, sizeof cm);
-    if (rm_model_init(&gm, G, &rm_model_mlp, &shape, batch, &e) != RM_OK || rm_model_init(&cm, C, &rm_model_mlp, &shape, batch, &e) != RM_OK) {
+    if (rm_model_init(&gm, G, &rm_model_mlp, &shape, batch, &e) != RM_OK ||
+        rm_model_init(&cm, C, &rm_model_mlp, &shape, batch, &e) != RM_OK) {
         CHECK(0, "model init: %s", e.msg);
         goto out;
     }
@@ -684,8 +688,8 @@ static void test_checkpoint_roundtrip(void)
     char path[512];
     CHECK(rm_ckpt_write(dir, &meta, &seg, 1, 2, path, sizeof path, &e) == RM_OK, "ckpt write: %s", e.msg);
     rm_ckpt_meta got;
-    CHECK(rm_ckpt_load_newest(dir, &meta, &got, payload, np * 4, NULL, 0, NULL, &e) == RM_OK,
-          "ckpt load: %s", e.msg);
+    CHECK(rm_ckpt_load_newest(dir, &meta, &got, payload, np * 4, NULL, 0, NULL, &e) == RM_OK, "ckpt load: %s",
+          e.msg);
     CHECK(memcmp(payload, hp, np * 4) == 0, "GPU -> checkpoint -> host changed bits");
     /* into the CPU model: same logits as the GPU model (within TF32 tolerance) */
     C->h2d(cm.params, payload, np * 4);
@@ -738,12 +742,11 @@ static void test_errors_are_loud(void)
     CHECK(isnan(v), "d2h after a failed gemm read %g, not NaN", (double)v);
     memset(&e, 0, sizeof e);
     rc = G->check(&e);
-    CHECK(rc != RM_OK && strstr(e.msg, "cublasGemmEx"), "check() after a failed gemm: rc=%d msg=%s",
-          rc, e.msg);
+    CHECK(rc != RM_OK && strstr(e.msg, "cublasGemmEx"), "check() after a failed gemm: rc=%d msg=%s", rc,
+          e.msg);
     CHECK(G->check(&e) == RM_OK, "check() did not clear a non-sticky error");
     CHECK(G->d2h(&v, c, sizeof v) == RM_OK && v == 0.0f, "d2h after check() is not clean");
-    printf("sync-check mode (RINGMASTER_CUDA_SYNC_CHECK): %s\n",
-           rm_cuda_sync_check_enabled() ? "on" : "off");
+    printf("sync-check mode (RINGMASTER_CUDA_SYNC_CHECK): %s\n", rm_cuda_sync_check_enabled() ? "on" : "off");
     G->free(a), G->free(c);
     gpu_errors("errors");
     printf("ok failed calls are loud (check, d2h NaN)\n");

@@ -63,8 +63,12 @@ static int set_node_ready(cJSON *node, void *ud)
         cJSON *t = cJSON_GetObjectItemCaseSensitive(c, "type");
         if (cJSON_IsString(t) && !strcmp(t->valuestring, "Ready")) {
             cJSON_ReplaceItemInObjectCaseSensitive(c, "status", cJSON_CreateString(ready ? "True" : "False"));
-            cJSON_ReplaceItemInObjectCaseSensitive(c, "reason", cJSON_CreateString(ready ? "KubeletReady" : "NodeStatusUnknown"));
-            cJSON_ReplaceItemInObjectCaseSensitive(c, "message", cJSON_CreateString(ready ? "kubelet is posting ready status" : "Kubelet stopped posting node status."));
+            cJSON_ReplaceItemInObjectCaseSensitive(
+                c, "reason", cJSON_CreateString(ready ? "KubeletReady" : "NodeStatusUnknown"));
+            cJSON_ReplaceItemInObjectCaseSensitive(
+                c, "message",
+                cJSON_CreateString(ready ? "kubelet is posting ready status"
+                                         : "Kubelet stopped posting node status."));
         }
     }
     return 1;
@@ -77,7 +81,7 @@ static void node_ready(ks_server *s, bool ready)
     pthread_mutex_unlock(&s->faults.mu);
     if (!s->opts.nnodes)
         ks_internal_update(s, ks_core_kind(s, KS_T_NODE), "", KS_NODE_NAME, set_node_ready, &ready);
-    for (int i = 0; i < s->opts.nnodes; i++)   /* --node / --nodes: every node (the kubelet serves them all) */
+    for (int i = 0; i < s->opts.nnodes; i++) /* --node / --nodes: every node (the kubelet serves them all) */
         ks_internal_update(s, ks_core_kind(s, KS_T_NODE), "", s->opts.nodes[i].name, set_node_ready, &ready);
 }
 
@@ -160,15 +164,17 @@ static int apply_faults(ks_server *s, const cJSON *f, rm_http_resp *resp)
         s->faults.fail_code = cJSON_IsNumber(c) ? (int)c->valuedouble : 500;
         const cJSON *vb = cJSON_GetObjectItemCaseSensitive(f, "verb");
         const cJSON *rs = cJSON_GetObjectItemCaseSensitive(f, "resource");
-        snprintf(s->faults.fail_verb, sizeof(s->faults.fail_verb), "%s", cJSON_IsString(vb) ? vb->valuestring : "");
-        snprintf(s->faults.fail_resource, sizeof(s->faults.fail_resource), "%s", cJSON_IsString(rs) ? rs->valuestring : "");
+        snprintf(s->faults.fail_verb, sizeof(s->faults.fail_verb), "%s",
+                 cJSON_IsString(vb) ? vb->valuestring : "");
+        snprintf(s->faults.fail_resource, sizeof(s->faults.fail_resource), "%s",
+                 cJSON_IsString(rs) ? rs->valuestring : "");
     }
     if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(f, "watch410")))
         s->faults.watch_410_n = (int)v->valuedouble;
     if (cJSON_IsNumber(v = cJSON_GetObjectItemCaseSensitive(f, "delayMs")))
         s->faults.delay_ms = v->valuedouble < 0 ? 0 : v->valuedouble > 60000 ? 60000 : (int)v->valuedouble;
     if (cJSON_IsBool(v = cJSON_GetObjectItemCaseSensitive(f, "schedulerHold")))
-        s->faults.sched_hold = cJSON_IsTrue(v);   /* sched.c binds nothing while set */
+        s->faults.sched_hold = cJSON_IsTrue(v); /* sched.c binds nothing while set */
     pthread_mutex_unlock(&s->faults.mu);
     if (cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f, "dropWatches")))
         atomic_fetch_add(&s->faults.watch_gen, 1);
@@ -201,7 +207,10 @@ int ks_admin(ks_server *s, const rm_http_req *req, rm_http_resp *resp)
         cJSON *f = rm_json_parse(req->body, req->body_len, &e);
         if (!cJSON_IsObject(f)) {
             cJSON_Delete(f);
-            return ks_status(resp, 400, "BadRequest", NULL, NULL, NULL, "faults: a JSON object is required") < 0 ? RM_ENOMEM : 1;
+            return ks_status(resp, 400, "BadRequest", NULL, NULL, NULL, "faults: a JSON object is required") <
+                           0
+                       ? RM_ENOMEM
+                       : 1;
         }
         int rc = apply_faults(s, f, resp);
         cJSON_Delete(f);
@@ -221,7 +230,10 @@ int ks_admin(ks_server *s, const rm_http_req *req, rm_http_resp *resp)
         const char *one = rm_http_query(req, "node");
         if (one && *one) {
             if (node_ready_one(s, one, !strcmp(a, "node-ready")) < 0)
-                return ks_status(resp, 404, "NotFound", NULL, NULL, NULL, "nodes \"%s\" not found (node= names a --node or --nodes node)", one) < 0 ? RM_ENOMEM : 1;
+                return ks_status(resp, 404, "NotFound", NULL, NULL, NULL,
+                                 "nodes \"%s\" not found (node= names a --node or --nodes node)", one) < 0
+                           ? RM_ENOMEM
+                           : 1;
             return reply(resp, 200, fault_state(s));
         }
         node_ready(s, !strcmp(a, "node-ready"));
@@ -270,5 +282,7 @@ int ks_admin(ks_server *s, const rm_http_req *req, rm_http_resp *resp)
         pthread_mutex_unlock(&s->reqmu);
         return reply(resp, 200, o);
     }
-    return ks_status(resp, 404, "NotFound", NULL, NULL, NULL, "unknown kubesim admin path %.100s", p) < 0 ? RM_ENOMEM : 1;
+    return ks_status(resp, 404, "NotFound", NULL, NULL, NULL, "unknown kubesim admin path %.100s", p) < 0
+               ? RM_ENOMEM
+               : 1;
 }

@@ -32,27 +32,43 @@
 static const char *reason_for(int code)
 {
     switch (code) {
-    case 400: return "BadRequest";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "NotFound";
-    case 405: return "MethodNotAllowed";
-    case 406: return "NotAcceptable";
-    case 409: return "Conflict";
-    case 410: return "Expired";
-    case 413: return "RequestEntityTooLarge";
-    case 415: return "UnsupportedMediaType";
-    case 422: return "Invalid";
-    case 429: return "TooManyRequests";
-    case 500: return "InternalError";
-    case 503: return "ServiceUnavailable";
-    case 504: return "Timeout";
-    default: return "Unknown";
+    case 400:
+        return "BadRequest";
+    case 401:
+        return "Unauthorized";
+    case 403:
+        return "Forbidden";
+    case 404:
+        return "NotFound";
+    case 405:
+        return "MethodNotAllowed";
+    case 406:
+        return "NotAcceptable";
+    case 409:
+        return "Conflict";
+    case 410:
+        return "Expired";
+    case 413:
+        return "RequestEntityTooLarge";
+    case 415:
+        return "UnsupportedMediaType";
+    case 422:
+        return "Invalid";
+    case 429:
+        return "TooManyRequests";
+    case 500:
+        return "InternalError";
+    case 503:
+        return "ServiceUnavailable";
+    case 504:
+        return "Timeout";
+    default:
+        return "Unknown";
     }
 }
 
-static cJSON *status_obj(int code, const char *reason, const char *name, const char *group,
-                         const char *kind, const char *msg)
+static cJSON *status_obj(int code, const char *reason, const char *name, const char *group, const char *kind,
+                         const char *msg)
 {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "kind", "Status");
@@ -105,7 +121,7 @@ typedef struct ks_ri {
     const char *method;
     char group[128], version[64], resource[64], ns[128], name[256], sub[32], verb[24];
     bool has_ns;
-    ks_kind *k;          /* NULL: unknown resource (→ 404) */
+    ks_kind *k; /* NULL: unknown resource (→ 404) */
     bool collection;
     bool watch;
 } ks_ri;
@@ -333,8 +349,8 @@ static void dedupe_keys(cJSON *o, const char *path, cJSON *dups)
 
 static bool has_finalizer(const cJSON *o, const char *f)
 {
-    const cJSON *fl = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "metadata"),
-                                                      "finalizers");
+    const cJSON *fl =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "metadata"), "finalizers");
     for (const cJSON *e = fl ? fl->child : NULL; e; e = e->next)
         if (cJSON_IsString(e) && !strcmp(e->valuestring, f))
             return true;
@@ -343,8 +359,8 @@ static bool has_finalizer(const cJSON *o, const char *f)
 
 static int finalizer_count(const cJSON *o)
 {
-    const cJSON *fl = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "metadata"),
-                                                      "finalizers");
+    const cJSON *fl =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "metadata"), "finalizers");
     return cJSON_IsArray(fl) ? cJSON_GetArraySize(fl) : 0;
 }
 
@@ -362,12 +378,23 @@ static void move_field(cJSON *dst, const char *dkey, const cJSON *src, const cha
 }
 
 /* core/v1 Event field ↔ events.k8s.io/v1 field, in the order both forms are written. */
-static const struct { const char *core, *v1; } EVENT_FIELDS[] = {
-    {"metadata", "metadata"}, {"eventTime", "eventTime"}, {"series", "series"},
-    {"reportingComponent", "reportingController"}, {"reportingInstance", "reportingInstance"},
-    {"action", "action"}, {"reason", "reason"}, {"involvedObject", "regarding"},
-    {"related", "related"}, {"message", "note"}, {"type", "type"}, {"source", "deprecatedSource"},
-    {"firstTimestamp", "deprecatedFirstTimestamp"}, {"lastTimestamp", "deprecatedLastTimestamp"},
+static const struct {
+    const char *core, *v1;
+} EVENT_FIELDS[] = {
+    {"metadata", "metadata"},
+    {"eventTime", "eventTime"},
+    {"series", "series"},
+    {"reportingComponent", "reportingController"},
+    {"reportingInstance", "reportingInstance"},
+    {"action", "action"},
+    {"reason", "reason"},
+    {"involvedObject", "regarding"},
+    {"related", "related"},
+    {"message", "note"},
+    {"type", "type"},
+    {"source", "deprecatedSource"},
+    {"firstTimestamp", "deprecatedFirstTimestamp"},
+    {"lastTimestamp", "deprecatedLastTimestamp"},
     {"count", "deprecatedCount"},
 };
 
@@ -398,9 +425,15 @@ static cJSON *event_convert(const cJSON *src, bool to_new)
     return o;
 }
 
-cJSON *ks_event_to_new(const cJSON *core) { return event_convert(core, true); }
+cJSON *ks_event_to_new(const cJSON *core)
+{
+    return event_convert(core, true);
+}
 
-cJSON *ks_event_to_core(const cJSON *ev) { return event_convert(ev, false); }
+cJSON *ks_event_to_core(const cJSON *ev)
+{
+    return event_convert(ev, false);
+}
 
 /* JSON of a stored version as kind k serves it, appended to b. */
 static void append_obj(ks_buf *b, const ks_kind *k, const ks_obj *o)
@@ -464,16 +497,31 @@ static int reply_stored(rm_http_resp *resp, int code, const ks_kind *k, const ks
 
 /* ---- field selector labels per kind (rule K5) ----------------------------------------------- */
 static const char *const FL_GENERIC[] = {"metadata.name", "metadata.namespace", NULL};
-static const char *const FL_POD[] = {"metadata.name", "metadata.namespace", "spec.nodeName",
-                                     "status.phase", "spec.restartPolicy", "spec.schedulerName",
-                                     "spec.serviceAccountName", "status.podIP", "spec.hostNetwork",
-                                     "status.nominatedNodeName", NULL};
-static const char *const FL_EVENT[] = {"metadata.name", "metadata.namespace",
-                                       "involvedObject.kind", "involvedObject.namespace",
-                                       "involvedObject.name", "involvedObject.uid",
-                                       "involvedObject.apiVersion", "involvedObject.resourceVersion",
-                                       "involvedObject.fieldPath", "reason", "reportingComponent",
-                                       "source", "type", NULL};
+static const char *const FL_POD[] = {"metadata.name",
+                                     "metadata.namespace",
+                                     "spec.nodeName",
+                                     "status.phase",
+                                     "spec.restartPolicy",
+                                     "spec.schedulerName",
+                                     "spec.serviceAccountName",
+                                     "status.podIP",
+                                     "spec.hostNetwork",
+                                     "status.nominatedNodeName",
+                                     NULL};
+static const char *const FL_EVENT[] = {"metadata.name",
+                                       "metadata.namespace",
+                                       "involvedObject.kind",
+                                       "involvedObject.namespace",
+                                       "involvedObject.name",
+                                       "involvedObject.uid",
+                                       "involvedObject.apiVersion",
+                                       "involvedObject.resourceVersion",
+                                       "involvedObject.fieldPath",
+                                       "reason",
+                                       "reportingComponent",
+                                       "source",
+                                       "type",
+                                       NULL};
 static const char *const FL_SECRET[] = {"metadata.name", "metadata.namespace", "type", NULL};
 static const char *const FL_NS[] = {"metadata.name", "metadata.namespace", "status.phase", NULL};
 static const char *const FL_NODE[] = {"metadata.name", "metadata.namespace", "spec.unschedulable", NULL};
@@ -481,13 +529,19 @@ static const char *const FL_NODE[] = {"metadata.name", "metadata.namespace", "sp
 static const char *const *field_labels(const ks_kind *k)
 {
     switch (k->type) {
-    case KS_T_POD: return FL_POD;
+    case KS_T_POD:
+        return FL_POD;
     case KS_T_EVENT:
-    case KS_T_EVENT_NEW: return FL_EVENT;
-    case KS_T_SECRET: return FL_SECRET;
-    case KS_T_NAMESPACE: return FL_NS;
-    case KS_T_NODE: return FL_NODE;
-    default: return FL_GENERIC;
+    case KS_T_EVENT_NEW:
+        return FL_EVENT;
+    case KS_T_SECRET:
+        return FL_SECRET;
+    case KS_T_NAMESPACE:
+        return FL_NS;
+    case KS_T_NODE:
+        return FL_NODE;
+    default:
+        return FL_GENERIC;
     }
 }
 
@@ -510,14 +564,14 @@ static bool obj_matches(const ks_kind *k, const char *ns, const ks_lsel *ls, con
 
 /* ---- the write path (rules G3, G4, I1, I2, J3, J5, K1, L2) --------------------------------- */
 typedef struct ks_wres {
-    int code;            /* 0 ok; HTTP code on failure; -1 internal retry */
+    int code; /* 0 ok; HTTP code on failure; -1 internal retry */
     char reason[32];
     char msg[1024];
     char field[256];
-    ks_obj *obj;         /* ref: the stored version (or last state when deleted) */
+    ks_obj *obj; /* ref: the stored version (or last state when deleted) */
     bool deleted;
     bool noop;
-    ks_causes causes;    /* a 422's causes (names.h); none: one cause from field and msg */
+    ks_causes causes; /* a 422's causes (names.h); none: one cause from field and msg */
 } ks_wres;
 
 enum { W_CREATE = 0, W_UPDATE, W_STATUS, W_INTERNAL };
@@ -584,7 +638,8 @@ static int builtin_prepare(ks_server *s, ks_kind *k, cJSON *o, const cJSON *old,
             const char *cn = ks_sget(c, "name"), *img = ks_sget(c, "image");
             if (!cn || !valid_name(cn, true) || !img || !*img) {
                 char f[64];
-                snprintf(f, sizeof(f), "spec.containers[%d].%s", i, (!cn || !valid_name(cn, true)) ? "name" : "image");
+                snprintf(f, sizeof(f), "spec.containers[%d].%s", i,
+                         (!cn || !valid_name(cn, true)) ? "name" : "image");
                 wfail(r, 422, NULL, f, "Pod \"%s\" is invalid: %s: Required value",
                       md_str(o, "name") ? md_str(o, "name") : "", f);
                 return -1;
@@ -595,7 +650,8 @@ static int builtin_prepare(ks_server *s, ks_kind *k, cJSON *o, const cJSON *old,
                 if (!cJSON_GetObjectItemCaseSensitive(c, "terminationMessagePolicy"))
                     cJSON_AddStringToObject(c, "terminationMessagePolicy", "File");
                 if (!cJSON_GetObjectItemCaseSensitive(c, "imagePullPolicy"))
-                    cJSON_AddStringToObject(c, "imagePullPolicy", image_latest(img) ? "Always" : "IfNotPresent");
+                    cJSON_AddStringToObject(c, "imagePullPolicy",
+                                            image_latest(img) ? "Always" : "IfNotPresent");
                 if (!cJSON_GetObjectItemCaseSensitive(c, "resources"))
                     cJSON_AddObjectToObject(c, "resources");
             }
@@ -620,7 +676,8 @@ static int builtin_prepare(ks_server *s, ks_kind *k, cJSON *o, const cJSON *old,
         }
         const char *rp = ks_sget(spec, "restartPolicy");
         if (rp && strcmp(rp, "Always") && strcmp(rp, "OnFailure") && strcmp(rp, "Never")) {
-            wfail(r, 422, NULL, "spec.restartPolicy", "Pod \"%s\" is invalid: spec.restartPolicy: Unsupported value: \"%s\"",
+            wfail(r, 422, NULL, "spec.restartPolicy",
+                  "Pod \"%s\" is invalid: spec.restartPolicy: Unsupported value: \"%s\"",
                   md_str(o, "name") ? md_str(o, "name") : "", rp);
             return -1;
         }
@@ -689,7 +746,8 @@ static int builtin_prepare(ks_server *s, ks_kind *k, cJSON *o, const cJSON *old,
     } else if (k->type == KS_T_CRD) {
         rm_err e = {0};
         if (ks_crd_prepare(o, &e) < 0) {
-            wfail(r, 422, NULL, e.field, "CustomResourceDefinition.apiextensions.k8s.io \"%s\" is invalid: %s",
+            wfail(r, 422, NULL, e.field,
+                  "CustomResourceDefinition.apiextensions.k8s.io \"%s\" is invalid: %s",
                   md_str(o, "name") ? md_str(o, "name") : "", e.msg);
             return -1;
         }
@@ -699,8 +757,8 @@ static int builtin_prepare(ks_server *s, ks_kind *k, cJSON *o, const cJSON *old,
 
 static int check_owner_refs(const cJSON *o, ks_wres *r)
 {
-    const cJSON *refs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "metadata"),
-                                                        "ownerReferences");
+    const cJSON *refs =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "metadata"), "ownerReferences");
     if (!refs)
         return 0;
     if (!cJSON_IsArray(refs)) {
@@ -724,7 +782,8 @@ static int check_owner_refs(const cJSON *o, ks_wres *r)
     }
     if (controllers > 1) {
         wfail(r, 422, NULL, "metadata.ownerReferences",
-              "metadata.ownerReferences: Invalid value: []v1.OwnerReference{...}: Only one reference can have Controller set to true");
+              "metadata.ownerReferences: Invalid value: []v1.OwnerReference{...}: Only one reference can "
+              "have Controller set to true");
         return -1;
     }
     return 0;
@@ -795,9 +854,9 @@ static int check_names(const ks_kind *k, const char *name, const cJSON *obj, ks_
 }
 
 /* The one write function. Takes ownership of nw. Takes the write lock itself. */
-static void ks_apply_write(ks_server *s, ks_kind *k, const char *ns, const char *name, cJSON *nw,
-                           int mode, const char *expect_rv, uint64_t internal_rv, int fv,
-                           rm_http_resp *warn_resp, bool dry, ks_wres *r)
+static void ks_apply_write(ks_server *s, ks_kind *k, const char *ns, const char *name, cJSON *nw, int mode,
+                           const char *expect_rv, uint64_t internal_rv, int fv, rm_http_resp *warn_resp,
+                           bool dry, ks_wres *r)
 {
     memset(r, 0, sizeof(*r));
     cJSON *merged = NULL;
@@ -832,7 +891,8 @@ static void ks_apply_write(ks_server *s, ks_kind *k, const char *ns, const char 
             }
             if (md_str(nso->j, "deletionTimestamp")) {
                 wfail(r, 403, "Forbidden", NULL,
-                      "%s \"%s\" is forbidden: unable to create new content in namespace %s because it is being terminated",
+                      "%s \"%s\" is forbidden: unable to create new content in namespace %s because it is "
+                      "being terminated",
                       q, name, ns);
                 goto out;
             }
@@ -873,7 +933,8 @@ static void ks_apply_write(ks_server *s, ks_kind *k, const char *ns, const char 
         snprintf(orv, sizeof(orv), "%llu", (unsigned long long)old->rv);
         if (expect_rv && *expect_rv && strcmp(expect_rv, orv)) {
             wfail(r, 409, "Conflict", NULL,
-                  "Operation cannot be fulfilled on %s \"%s\": the object has been modified; please apply your changes to the latest version and try again",
+                  "Operation cannot be fulfilled on %s \"%s\": the object has been modified; please apply "
+                  "your changes to the latest version and try again",
                   q, name);
             goto out;
         }
@@ -951,20 +1012,22 @@ static void ks_apply_write(ks_server *s, ks_kind *k, const char *ns, const char 
     if (oldj) {
         /* no new finalizers on an object being deleted (J3) */
         if (md_str(oldj, "deletionTimestamp")) {
-            const cJSON *nf = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(merged, "metadata"),
-                                                              "finalizers");
+            const cJSON *nf = cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(merged, "metadata"), "finalizers");
             for (const cJSON *f = nf ? nf->child : NULL; f; f = f->next)
                 if (cJSON_IsString(f) && !has_finalizer(oldj, f->valuestring)) {
                     wfail(r, 422, NULL, "metadata.finalizers",
-                          "%s \"%s\" is invalid: metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{\"%s\"}",
+                          "%s \"%s\" is invalid: metadata.finalizers: Forbidden: no new finalizers can be "
+                          "added if the object is being deleted, found new finalizers []string{\"%s\"}",
                           k->kind, name, f->valuestring);
                     goto out;
                 }
         }
         if (kind_has_generation(k) && !spec_equal(oldj, merged, k->has_status)) {
-            const cJSON *g = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(oldj, "metadata"),
-                                                             "generation");
-            set_item(md_of(merged), "generation", cJSON_CreateNumber((cJSON_IsNumber(g) ? g->valuedouble : 0) + 1));
+            const cJSON *g = cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(oldj, "metadata"), "generation");
+            set_item(md_of(merged), "generation",
+                     cJSON_CreateNumber((cJSON_IsNumber(g) ? g->valuedouble : 0) + 1));
         }
         /* a write that changes nothing is not a write (no rv bump, no event) */
         char orv[32];
@@ -1027,8 +1090,8 @@ static void orphan_dependents(ks_server *s, const char *uid)
         size_t n;
         ks_obj **v = ks_table_list(k->tab, NULL, &n);
         for (size_t x = 0; x < n; x++) {
-            const cJSON *refs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(v[x]->j, "metadata"),
-                                                                "ownerReferences");
+            const cJSON *refs = cJSON_GetObjectItemCaseSensitive(
+                cJSON_GetObjectItemCaseSensitive(v[x]->j, "metadata"), "ownerReferences");
             bool hit = false;
             for (const cJSON *e = refs ? refs->child : NULL; e; e = e->next)
                 if (ks_sget(e, "uid") && !strcmp(ks_sget(e, "uid"), uid))
@@ -1115,8 +1178,8 @@ static void remove_locked(ks_server *s, ks_kind *k, const char *ns, const char *
 
 /* A delete that only marks the object (grace period, finalizers): commit the marked copy c when
  * it changed, else drop it; r->obj gets the version the client sees. Takes c. */
-static void mark_deleting(ks_server *s, ks_kind *k, const char *ns, const char *name, cJSON *c,
-                          bool changed, ks_obj *old, ks_wres *r)
+static void mark_deleting(ks_server *s, ks_kind *k, const char *ns, const char *name, cJSON *c, bool changed,
+                          ks_obj *old, ks_wres *r)
 {
     if (changed) {
         ks_obj *st = NULL;
@@ -1141,7 +1204,8 @@ static void del_locked(ks_server *s, ks_kind *k, const char *ns, const char *nam
     const char *uid = md_str(old->j, "uid");
     if (pre_uid && *pre_uid && (!uid || strcmp(uid, pre_uid))) {
         wfail(r, 409, "Conflict", NULL,
-              "Operation cannot be fulfilled on %s \"%s\": Precondition failed: UID in precondition: %s, UID in object meta: %s",
+              "Operation cannot be fulfilled on %s \"%s\": Precondition failed: UID in precondition: %s, UID "
+              "in object meta: %s",
               q, name, pre_uid, uid ? uid : "");
         return;
     }
@@ -1149,13 +1213,15 @@ static void del_locked(ks_server *s, ks_kind *k, const char *ns, const char *nam
     snprintf(orv, sizeof(orv), "%llu", (unsigned long long)old->rv);
     if (pre_rv && *pre_rv && strcmp(pre_rv, orv)) {
         wfail(r, 409, "Conflict", NULL,
-              "Operation cannot be fulfilled on %s \"%s\": Precondition failed: ResourceVersion in precondition: %s, ResourceVersion in object meta: %s",
+              "Operation cannot be fulfilled on %s \"%s\": Precondition failed: ResourceVersion in "
+              "precondition: %s, ResourceVersion in object meta: %s",
               q, name, pre_rv, orv);
         return;
     }
-    if (k->type == KS_T_NAMESPACE && (!strcmp(name, "default") || !strcmp(name, "kube-system") ||
-                                      !strcmp(name, "kube-public"))) {
-        wfail(r, 403, "Forbidden", NULL, "namespaces \"%s\" is forbidden: this namespace may not be deleted", name);
+    if (k->type == KS_T_NAMESPACE &&
+        (!strcmp(name, "default") || !strcmp(name, "kube-system") || !strcmp(name, "kube-public"))) {
+        wfail(r, 403, "Forbidden", NULL, "namespaces \"%s\" is forbidden: this namespace may not be deleted",
+              name);
         return;
     }
     if (dry) {
@@ -1183,7 +1249,7 @@ static void del_locked(ks_server *s, ks_kind *k, const char *ns, const char *nam
     double now = rm_wall();
     if (k->type == KS_T_POD && grace != 0 && pod_awaits_kubelet(s, c)) {
         const cJSON *tg = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(c, "spec"),
-                                                          "terminationGracePeriodSeconds");
+                                                           "terminationGracePeriodSeconds");
         int g = grace > 0 ? grace : (cJSON_IsNumber(tg) ? (int)tg->valuedouble : 30);
         const cJSON *dg = cJSON_GetObjectItemCaseSensitive(md, "deletionGracePeriodSeconds");
         if (!md_str(c, "deletionTimestamp") || (cJSON_IsNumber(dg) && g < dg->valuedouble)) {
@@ -1220,8 +1286,8 @@ static void del_locked(ks_server *s, ks_kind *k, const char *ns, const char *nam
     remove_locked(s, k, ns, name, r);
 }
 
-int ks_internal_delete(ks_server *s, ks_kind *k, const char *ns, const char *name,
-                       const char *propagation, int grace)
+int ks_internal_delete(ks_server *s, ks_kind *k, const char *ns, const char *name, const char *propagation,
+                       int grace)
 {
     ks_wres r;
     memset(&r, 0, sizeof(r));
@@ -1266,8 +1332,7 @@ int ks_internal_create(ks_server *s, ks_kind *k, const char *ns, cJSON *obj)
     return r.code == 0 ? RM_OK : r.code == 409 ? RM_ECONFLICT : RM_ERR;
 }
 
-int ks_internal_update(ks_server *s, ks_kind *k, const char *ns, const char *name, ks_mutate_fn fn,
-                       void *ud)
+int ks_internal_update(ks_server *s, ks_kind *k, const char *ns, const char *name, ks_mutate_fn fn, void *ud)
 {
     for (int attempt = 0; attempt < 20; attempt++) {
         pthread_rwlock_rdlock(&s->lock);
@@ -1361,7 +1426,10 @@ static unsigned snap_put(ks_server *s, const ks_kind *k, ks_obj **objs, size_t n
             ks_objs_free(ss->v[i].objs, ss->v[i].n);
             memset(&ss->v[i], 0, sizeof(ss->v[i]));
         }
-        if (!ss->v[i].objs) { slot = i; break; }
+        if (!ss->v[i].objs) {
+            slot = i;
+            break;
+        }
         if (ss->v[i].created < ss->v[slot].created)
             slot = i;
     }
@@ -1450,20 +1518,26 @@ static int handle_list(ks_server *s, const rm_http_req *req, rm_http_resp *resp,
     const char *lim = rm_http_query(req, "limit");
     if (truthy(rm_http_query(req, "sendInitialEvents")))
         return ks_status(resp, 422, "Invalid", NULL, NULL, NULL,
-                         "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: sendInitialEvents is forbidden for list");
+                         "ListOptions.meta.k8s.io \"\" is invalid: sendInitialEvents: Forbidden: "
+                         "sendInitialEvents is forbidden for list");
     if (match && *match) {
         if (!rvq || !*rvq)
             return ks_status(resp, 422, "Invalid", NULL, NULL, NULL,
-                             "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided");
+                             "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: "
+                             "resourceVersionMatch is forbidden unless resourceVersion is provided");
         if (cont && *cont)
             return ks_status(resp, 422, "Invalid", NULL, NULL, NULL,
-                             "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden when continue is provided");
+                             "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: "
+                             "resourceVersionMatch is forbidden when continue is provided");
         if (!strcmp(match, "Exact") && !strcmp(rvq, "0"))
             return ks_status(resp, 422, "Invalid", NULL, NULL, NULL,
-                             "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"");
+                             "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: "
+                             "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"");
         if (strcmp(match, "Exact") && strcmp(match, "NotOlderThan"))
-            return ks_status(resp, 422, "Invalid", NULL, NULL, NULL,
-                             "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Unsupported value: \"%.60s\"", match);
+            return ks_status(
+                resp, 422, "Invalid", NULL, NULL, NULL,
+                "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Unsupported value: \"%.60s\"",
+                match);
     }
     uint64_t want_rv = 0;
     if (parse_rv(rvq, &want_rv) < 0)
@@ -1489,12 +1563,19 @@ static int handle_list(ks_server *s, const rm_http_req *req, rm_http_resp *resp,
         unsigned id;
         unsigned long long o;
         if (sscanf(cont, "ks1.%u.%llu", &id, &o) != 2) {
-            rc = ks_status(resp, 400, "BadRequest", NULL, NULL, NULL, "continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)");
+            rc = ks_status(resp, 400, "BadRequest", NULL, NULL, NULL,
+                           "continue key is not valid: incorrect encoded start resourceVersion (version "
+                           "meta.k8s.io/v1)");
             goto out;
         }
         if (snap_get(s, id, (size_t)o, limit, &page, &npage, &total, &rv) < 0) {
-            rc = ks_status(resp, 410, "Expired", NULL, NULL, NULL,
-                           "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.");
+            rc = ks_status(
+                resp, 410, "Expired", NULL, NULL, NULL,
+                "The provided continue parameter is too old to display a consistent list result. You can "
+                "start a new list without the continue parameter, or use the continue token in this response "
+                "to retrieve the remainder of the results. Continuing with the provided token results in an "
+                "inconsistent list - objects that were created, modified, or deleted between the time the "
+                "first chunk was returned and now may show up in the list.");
             goto out;
         }
         snap_id = id;
@@ -1506,18 +1587,21 @@ static int handle_list(ks_server *s, const rm_http_req *req, rm_http_resp *resp,
             uint64_t cur = s->rv;
             pthread_rwlock_unlock(&s->lock);
             if (want_rv > cur)
-                rc = ks_status(resp, 504, "Timeout", NULL, NULL, NULL, "Too large resource version: %llu, current: %llu",
-                               (unsigned long long)want_rv, (unsigned long long)cur);
+                rc = ks_status(resp, 504, "Timeout", NULL, NULL, NULL,
+                               "Too large resource version: %llu, current: %llu", (unsigned long long)want_rv,
+                               (unsigned long long)cur);
             else
-                rc = ks_status(resp, 410, "Expired", NULL, NULL, NULL, "too old resource version: %llu (%llu)",
-                               (unsigned long long)want_rv, (unsigned long long)cur);
+                rc =
+                    ks_status(resp, 410, "Expired", NULL, NULL, NULL, "too old resource version: %llu (%llu)",
+                              (unsigned long long)want_rv, (unsigned long long)cur);
             goto out;
         }
         if (want_rv > rv) {
             uint64_t cur = s->rv;
             pthread_rwlock_unlock(&s->lock);
-            rc = ks_status(resp, 504, "Timeout", NULL, NULL, NULL, "Too large resource version: %llu, current: %llu",
-                           (unsigned long long)want_rv, (unsigned long long)cur);
+            rc = ks_status(resp, 504, "Timeout", NULL, NULL, NULL,
+                           "Too large resource version: %llu, current: %llu", (unsigned long long)want_rv,
+                           (unsigned long long)cur);
             goto out;
         }
         size_t n;
@@ -1602,16 +1686,16 @@ typedef struct ks_watch {
     char ns[128];
     ks_lsel *ls;
     ks_fsel *fs;
-    uint64_t cursor;         /* every event with rv <= cursor has been considered */
+    uint64_t cursor; /* every event with rv <= cursor has been considered */
     bool bookmarks, table, first_table, initial_end_bookmark;
     double deadline, last_bookmark;
     unsigned gen;
-    ks_obj **initial;        /* synthetic ADDEDs still to send */
+    ks_obj **initial; /* synthetic ADDEDs still to send */
     size_t ninitial, initial_pos;
     ks_buf out;
     size_t out_off;
-    bool done;               /* end after out drains */
-    bool expired_check;      /* check the window on the first scan */
+    bool done;          /* end after out drains */
+    bool expired_check; /* check the window on the first scan */
     ks_waiter waiter;
     bool waiting;
 } ks_watch;
@@ -1809,13 +1893,16 @@ static int handle_watch(ks_server *s, const rm_http_req *req, rm_http_resp *resp
         return ks_status(resp, 400, "BadRequest", NULL, NULL, NULL, "invalid resource version: %.60s", rvq);
     if (sie && (!match || strcmp(match, "NotOlderThan")))
         return ks_status(resp, 422, "Invalid", NULL, NULL, NULL,
-                         "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: sendInitialEvents requires setting resourceVersionMatch to NotOlderThan");
+                         "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: "
+                         "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan");
     if (sie && !truthy(rm_http_query(req, "allowWatchBookmarks")))
         return ks_status(resp, 422, "Invalid", NULL, NULL, NULL,
-                         "ListOptions.meta.k8s.io \"\" is invalid: allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true");
+                         "ListOptions.meta.k8s.io \"\" is invalid: allowWatchBookmarks: Forbidden: "
+                         "sendInitialEvents requires setting allowWatchBookmarks to true");
     if (!sie && match && *match)
         return ks_status(resp, 422, "Invalid", NULL, NULL, NULL,
-                         "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided");
+                         "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: "
+                         "resourceVersionMatch is forbidden for watch unless sendInitialEvents is provided");
     ks_watch *w = calloc(1, sizeof(*w));
     if (!w)
         return RM_ENOMEM;
@@ -1891,10 +1978,13 @@ static int parse_body(const rm_http_req *req, rm_http_resp *resp, cJSON **out, b
 {
     *out = NULL;
     const char *ct = rm_http_header(req, "Content-Type");
-    bool yaml = ct && (!strncasecmp(ct, "application/yaml", 16) || !strncasecmp(ct, "application/x-yaml", 18));
+    bool yaml =
+        ct && (!strncasecmp(ct, "application/yaml", 16) || !strncasecmp(ct, "application/x-yaml", 18));
     if (ct && (strstr(ct, "protobuf") || strstr(ct, "cbor")))
         return ks_status(resp, 415, "UnsupportedMediaType", NULL, NULL, NULL,
-                         "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml"), -1;
+                         "the body of the request was in an unknown format - accepted media types include: "
+                         "application/json, application/yaml"),
+               -1;
     if (!req->body_len)
         return ks_status(resp, 400, "BadRequest", NULL, NULL, NULL, "the request body is empty"), -1;
     rm_err e = {0};
@@ -1911,11 +2001,13 @@ static int parse_body(const rm_http_req *req, rm_http_resp *resp, cJSON **out, b
     }
     if (!o)
         return ks_status(resp, 400, "BadRequest", NULL, NULL, NULL,
-                         "couldn't get version/kind; json parse error: %s", e.msg), -1;
+                         "couldn't get version/kind; json parse error: %s", e.msg),
+               -1;
     if (json_depth(o, KS_MAX_DEPTH + 1) > KS_MAX_DEPTH) {
         cJSON_Delete(o);
         return ks_status(resp, 400, "BadRequest", NULL, NULL, NULL,
-                         "the request body nests deeper than %d levels", KS_MAX_DEPTH), -1;
+                         "the request body nests deeper than %d levels", KS_MAX_DEPTH),
+               -1;
     }
     cJSON *dups = cJSON_CreateArray();
     dedupe_keys(o, "", dups);
@@ -1967,10 +2059,13 @@ static int check_type(rm_http_resp *resp, const ks_kind *k, const cJSON *o)
     const char *oav = ks_sget(o, "apiVersion"), *okind = ks_sget(o, "kind");
     if (oav && strcmp(oav, av))
         return ks_status(resp, 400, "BadRequest", NULL, NULL, NULL,
-                         "the API version in the data (%s) does not match the expected API version (%s)", oav, av), -1;
+                         "the API version in the data (%s) does not match the expected API version (%s)", oav,
+                         av),
+               -1;
     if (okind && strcmp(okind, k->kind))
         return ks_status(resp, 400, "BadRequest", NULL, NULL, NULL,
-                         "the kind in the data (%s) does not match the expected kind (%s)", okind, k->kind), -1;
+                         "the kind in the data (%s) does not match the expected kind (%s)", okind, k->kind),
+               -1;
     return 0;
 }
 
@@ -2009,20 +2104,24 @@ static int handle_create(ks_server *s, const rm_http_req *req, rm_http_resp *res
         o = c;
     }
     cJSON *md = md_of(o);
-    const char *name = ks_sget(md, "name"), *gen = ks_sget(md, "generateName"), *ons = ks_sget(md, "namespace");
+    const char *name = ks_sget(md, "name"), *gen = ks_sget(md, "generateName"),
+               *ons = ks_sget(md, "namespace");
     if (ri->has_ns && ons && *ons && strcmp(ons, ri->ns)) {
         cJSON_Delete(o);
-        return ks_status(resp, 400, "BadRequest", NULL, NULL, NULL,
-                         "the namespace of the provided object does not match the namespace sent on the request");
+        return ks_status(
+            resp, 400, "BadRequest", NULL, NULL, NULL,
+            "the namespace of the provided object does not match the namespace sent on the request");
     }
     if (ks_sget(md, "resourceVersion") && *ks_sget(md, "resourceVersion")) {
         cJSON_Delete(o);
-        return ks_status(resp, 400, "BadRequest", NULL, NULL, NULL, "resourceVersion should not be set on objects to be created");
+        return ks_status(resp, 400, "BadRequest", NULL, NULL, NULL,
+                         "resourceVersion should not be set on objects to be created");
     }
     if ((!name || !*name) && (!gen || !*gen)) {
         cJSON_Delete(o);
-        return ks_status(resp, 422, "Invalid", NULL, k->group, k->kind,
-                         "%s \"\" is invalid: metadata.name: Required value: name or generateName is required", k->kind);
+        return ks_status(
+            resp, 422, "Invalid", NULL, k->group, k->kind,
+            "%s \"\" is invalid: metadata.name: Required value: name or generateName is required", k->kind);
     }
     char namebuf[256];
     bool generated = !name || !*name;
@@ -2119,10 +2218,12 @@ static int write_scale(ks_server *s, rm_http_resp *resp, ks_ri *ri, const cJSON 
                        uint64_t internal_rv, int *retry)
 {
     ks_kind *k = ri->k;
-    const cJSON *rep = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(scale, "spec"), "replicas");
+    const cJSON *rep =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(scale, "spec"), "replicas");
     if (!cJSON_IsNumber(rep) || rep->valuedouble < 0 || rep->valuedouble != floor(rep->valuedouble))
         return ks_status(resp, 422, "Invalid", ri->name, "autoscaling", "Scale",
-                         "Scale.autoscaling \"%s\" is invalid: spec.replicas: Invalid value: must be a non-negative integer",
+                         "Scale.autoscaling \"%s\" is invalid: spec.replicas: Invalid value: must be a "
+                         "non-negative integer",
                          ri->name);
     pthread_rwlock_rdlock(&s->lock);
     ks_obj *o = ks_obj_ref(ks_table_get(k->tab, ri->ns, ri->name));
@@ -2174,15 +2275,17 @@ static int handle_update(ks_server *s, const rm_http_req *req, rm_http_resp *res
     }
     const char *bname = md_str(o, "name");
     if (bname && strcmp(bname, ri->name)) {
-        int rc = ks_status(resp, 400, "BadRequest", NULL, NULL, NULL,
-                           "the name of the object (%s) does not match the name on the URL (%s)", bname, ri->name);
+        int rc =
+            ks_status(resp, 400, "BadRequest", NULL, NULL, NULL,
+                      "the name of the object (%s) does not match the name on the URL (%s)", bname, ri->name);
         cJSON_Delete(o);
         return rc;
     }
     if (!rvbuf[0] && k->type == KS_T_CR) {
         cJSON_Delete(o);
         return ks_status(resp, 422, "Invalid", ri->name, k->group, k->kind,
-                         "%s \"%s\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
+                         "%s \"%s\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be "
+                         "specified for an update",
                          k->kind, ri->name);
     }
     if (k->type == KS_T_EVENT_NEW) {
@@ -2191,8 +2294,8 @@ static int handle_update(ks_server *s, const rm_http_req *req, rm_http_resp *res
         o = c;
     }
     ks_wres r;
-    ks_apply_write(s, k, ri->ns, ri->name, o, ri->sub[0] ? W_STATUS : W_UPDATE, rvbuf[0] ? rvbuf : NULL, 0, fv,
-                   resp, dry_run(req), &r);
+    ks_apply_write(s, k, ri->ns, ri->name, o, ri->sub[0] ? W_STATUS : W_UPDATE, rvbuf[0] ? rvbuf : NULL, 0,
+                   fv, resp, dry_run(req), &r);
     if (r.code)
         return reply_wfail(resp, k, ri->name, &r);
     int rc = reply_stored(resp, 200, k, r.obj);
@@ -2223,11 +2326,14 @@ static int handle_patch(ks_server *s, const rm_http_req *req, rm_http_resp *resp
         pt = P_SMP;
     else if (!strcasecmp(ctype, "application/apply-patch+yaml"))
         return ks_status(resp, 415, "UnsupportedMediaType", NULL, NULL, NULL,
-                         "server-side apply (application/apply-patch+yaml) is not supported by kubesim; use client-side kubectl apply");
+                         "server-side apply (application/apply-patch+yaml) is not supported by kubesim; use "
+                         "client-side kubectl apply");
     else
-        return ks_status(resp, 415, "UnsupportedMediaType", NULL, NULL, NULL,
-                         "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json%s",
-                         (k->type != KS_T_CR && k->type != KS_T_CRD) ? ", application/strategic-merge-patch+json" : "");
+        return ks_status(
+            resp, 415, "UnsupportedMediaType", NULL, NULL, NULL,
+            "the body of the request was in an unknown format - accepted media types include: "
+            "application/json-patch+json, application/merge-patch+json%s",
+            (k->type != KS_T_CR && k->type != KS_T_CRD) ? ", application/strategic-merge-patch+json" : "");
     int fv = field_validation(req);
     cJSON *patch;
     if (parse_body(req, resp, &patch, fv == FV_STRICT) < 0)
@@ -2267,7 +2373,7 @@ static int handle_patch(ks_server *s, const rm_http_req *req, rm_http_resp *resp
         uint64_t orv = o->rv;
         ks_obj_unref(o);
         rm_err e = {0};
-        int prc = pt == P_JSON ? ks_json_patch(&doc, patch, &e)
+        int prc = pt == P_JSON    ? ks_json_patch(&doc, patch, &e)
                   : pt == P_MERGE ? ks_merge_patch(&doc, patch, &e)
                                   : ks_strategic_merge_patch(&doc, patch, &e);
         if (prc < 0 || !cJSON_IsObject(doc)) {
@@ -2347,7 +2453,8 @@ static int delete_opts(const rm_http_req *req, rm_http_resp *resp, char *prop, s
         cJSON *o = rm_json_parse(req->body, req->body_len, &e);
         if (!o || !cJSON_IsObject(o)) {
             cJSON_Delete(o);
-            ks_status(resp, 400, "BadRequest", NULL, NULL, NULL, "invalid DeleteOptions: %s", e.msg[0] ? e.msg : "not an object");
+            ks_status(resp, 400, "BadRequest", NULL, NULL, NULL, "invalid DeleteOptions: %s",
+                      e.msg[0] ? e.msg : "not an object");
             return -1;
         }
         const char *p = ks_sget(o, "propagationPolicy");
@@ -2370,7 +2477,8 @@ static int delete_opts(const rm_http_req *req, rm_http_resp *resp, char *prop, s
     }
     if (prop[0] && strcmp(prop, "Background") && strcmp(prop, "Foreground") && strcmp(prop, "Orphan")) {
         ks_status(resp, 422, "Invalid", NULL, NULL, NULL,
-                  "DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: Unsupported value: \"%.40s\": supported values: \"Foreground\", \"Background\", \"Orphan\"",
+                  "DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: Unsupported value: "
+                  "\"%.40s\": supported values: \"Foreground\", \"Background\", \"Orphan\"",
                   prop);
         return -1;
     }
@@ -2455,7 +2563,7 @@ static bool container_alive(ks_server *s, const char *ns, const char *pod, const
         const char *phase = ks_sget(cJSON_GetObjectItemCaseSensitive(o->j, "status"), "phase");
         alive = !phase || (strcmp(phase, "Succeeded") && strcmp(phase, "Failed"));
         const cJSON *cs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o->j, "status"),
-                                                          "containerStatuses");
+                                                           "containerStatuses");
         for (const cJSON *c = cs ? cs->child : NULL; c; c = c->next)
             if (ks_sget(c, "name") && !strcmp(ks_sget(c, "name"), cname)) {
                 const cJSON *st = cJSON_GetObjectItemCaseSensitive(c, "state");
@@ -2499,7 +2607,8 @@ static int handle_log(ks_server *s, const rm_http_req *req, rm_http_resp *resp, 
     if (!o)
         return not_found(resp, ri->k, ri->name);
     const char *cq = rm_http_query(req, "container");
-    const cJSON *cs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o->j, "spec"), "containers");
+    const cJSON *cs =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o->j, "spec"), "containers");
     char cname[64] = "", uid[64];
     snprintf(uid, sizeof(uid), "%s", md_str(o->j, "uid") ? md_str(o->j, "uid") : "");
     int rc = RM_OK;
@@ -2509,7 +2618,8 @@ static int handle_log(ks_server *s, const rm_http_req *req, rm_http_resp *resp, 
             if (ks_sget(c, "name") && !strcmp(ks_sget(c, "name"), cq))
                 found = true;
         if (!found) {
-            rc = ks_status(resp, 400, "BadRequest", NULL, NULL, NULL, "container %.60s is not valid for pod %s", cq, ri->name);
+            rc = ks_status(resp, 400, "BadRequest", NULL, NULL, NULL,
+                           "container %.60s is not valid for pod %s", cq, ri->name);
             goto out;
         }
         snprintf(cname, sizeof(cname), "%s", cq);
@@ -2520,7 +2630,8 @@ static int handle_log(ks_server *s, const rm_http_req *req, rm_http_resp *resp, 
         for (const cJSON *c = cs ? cs->child : NULL; c; c = c->next)
             ks_buf_printf(&b, "%s%s", b.len ? " " : "", ks_sget(c, "name") ? ks_sget(c, "name") : "");
         rc = ks_status(resp, 400, "BadRequest", NULL, NULL, NULL,
-                       "a container name must be specified for pod %s, choose one of: [%s]", ri->name, b.p ? b.p : "");
+                       "a container name must be specified for pod %s, choose one of: [%s]", ri->name,
+                       b.p ? b.p : "");
         ks_buf_free(&b);
         goto out;
     }
@@ -2536,7 +2647,8 @@ static int handle_log(ks_server *s, const rm_http_req *req, rm_http_resp *resp, 
     FILE *f = fopen(path, "rb");
     if (!f) {
         rc = ks_status(resp, 400, "BadRequest", NULL, NULL, NULL,
-                       "container \"%s\" in pod \"%s\" is waiting to start: ContainerCreating", cname, ri->name);
+                       "container \"%s\" in pod \"%s\" is waiting to start: ContainerCreating", cname,
+                       ri->name);
         goto out;
     }
     const char *tl = rm_http_query(req, "tailLines");
@@ -2652,7 +2764,8 @@ int ks_handle(const rm_http_req *req, rm_http_resp *resp, void *ud)
     if (parse_path(req->path, &ri) < 0) {
         rec.code = 404;
         ks_reqlog_add(s, &rec);
-        return ks_status(resp, 404, "NotFound", NULL, NULL, NULL, "the server could not find the requested resource");
+        return ks_status(resp, 404, "NotFound", NULL, NULL, NULL,
+                         "the server could not find the requested resource");
     }
     set_verb(req, &ri);
     snprintf(rec.verb, sizeof(rec.verb), "%s", ri.verb);
@@ -2673,20 +2786,24 @@ int ks_handle(const rm_http_req *req, rm_http_resp *resp, void *ud)
     pthread_rwlock_unlock(&s->lock);
     ks_kind *k = ri.k;
     if (!k || (k->namespaced && !ri.has_ns && !ri.collection) || (!k->namespaced && ri.has_ns)) {
-        rc = ks_status(resp, 404, "NotFound", NULL, NULL, NULL, "the server could not find the requested resource");
+        rc = ks_status(resp, 404, "NotFound", NULL, NULL, NULL,
+                       "the server could not find the requested resource");
         goto done;
     }
     if (!k->namespaced)
         ri.ns[0] = 0;
     if (ri.has_ns && !ri.ns[0]) {
-        rc = ks_status(resp, 404, "NotFound", NULL, NULL, NULL, "the server could not find the requested resource");
+        rc = ks_status(resp, 404, "NotFound", NULL, NULL, NULL,
+                       "the server could not find the requested resource");
         goto done;
     }
     if (ri.sub[0]) {
-        bool ok = (!strcmp(ri.sub, "status") && k->has_status) || (!strcmp(ri.sub, "scale") && k->has_scale) ||
+        bool ok = (!strcmp(ri.sub, "status") && k->has_status) ||
+                  (!strcmp(ri.sub, "scale") && k->has_scale) ||
                   (!strcmp(ri.sub, "log") && k->type == KS_T_POD);
         if (!ok) {
-            rc = ks_status(resp, 404, "NotFound", NULL, NULL, NULL, "the server could not find the requested resource");
+            rc = ks_status(resp, 404, "NotFound", NULL, NULL, NULL,
+                           "the server could not find the requested resource");
             goto done;
         }
     }
@@ -2699,12 +2816,14 @@ int ks_handle(const rm_http_req *req, rm_http_resp *resp, void *ud)
         else if (!strcmp(m, "DELETE"))
             rc = handle_deletecollection(s, req, resp, &ri);
         else
-            rc = ks_status(resp, 405, "MethodNotAllowed", NULL, NULL, NULL, "the server does not allow this method on the requested resource");
+            rc = ks_status(resp, 405, "MethodNotAllowed", NULL, NULL, NULL,
+                           "the server does not allow this method on the requested resource");
     } else if (!strcmp(ri.sub, "log")) {
         if (!strcmp(m, "GET"))
             rc = handle_log(s, req, resp, &ri);
         else
-            rc = ks_status(resp, 405, "MethodNotAllowed", NULL, NULL, NULL, "the server does not allow this method on the requested resource");
+            rc = ks_status(resp, 405, "MethodNotAllowed", NULL, NULL, NULL,
+                           "the server does not allow this method on the requested resource");
     } else if (!strcmp(m, "GET") || !strcmp(m, "HEAD")) {
         if (!strcmp(ri.sub, "scale")) {
             pthread_rwlock_rdlock(&s->lock);
@@ -2722,7 +2841,8 @@ int ks_handle(const rm_http_req *req, rm_http_resp *resp, void *ud)
     } else if (!strcmp(m, "DELETE") && !ri.sub[0]) {
         rc = handle_delete(s, req, resp, &ri);
     } else {
-        rc = ks_status(resp, 405, "MethodNotAllowed", NULL, NULL, NULL, "the server does not allow this method on the requested resource");
+        rc = ks_status(resp, 405, "MethodNotAllowed", NULL, NULL, NULL,
+                       "the server does not allow this method on the requested resource");
     }
 done:
     rec.code = resp->status;

@@ -17,7 +17,6 @@
 #include <time.h>
 #include "common/json.h"
 
-
 static void sset(cJSON *o, const char *k, cJSON *v)
 {
     if (cJSON_GetObjectItemCaseSensitive(o, k))
@@ -44,7 +43,8 @@ int ks_crd_prepare(cJSON *crd, rm_err *err)
         return rm_err_field(err, RM_EINVAL, "spec", "Required value");
     const char *group = ks_sget(spec, "group");
     if (!group || !*group || !strchr(group, '.'))
-        return rm_err_field(err, RM_EINVAL, "spec.group", "Invalid value: should be a domain with at least one dot");
+        return rm_err_field(err, RM_EINVAL, "spec.group",
+                            "Invalid value: should be a domain with at least one dot");
     cJSON *names = cJSON_GetObjectItemCaseSensitive(spec, "names");
     const char *plural = ks_sget(names, "plural"), *kind = ks_sget(names, "kind");
     if (!plural || !*plural)
@@ -53,19 +53,23 @@ int ks_crd_prepare(cJSON *crd, rm_err *err)
         return rm_err_field(err, RM_EINVAL, "spec.names.kind", "Required value");
     for (const char *p = plural; *p; p++)
         if (!islower((unsigned char)*p) && !isdigit((unsigned char)*p) && *p != '-')
-            return rm_err_field(err, RM_EINVAL, "spec.names.plural", "Invalid value: \"%s\": a lowercase RFC 1123 label", plural);
+            return rm_err_field(err, RM_EINVAL, "spec.names.plural",
+                                "Invalid value: \"%s\": a lowercase RFC 1123 label", plural);
     char want[512];
     snprintf(want, sizeof(want), "%s.%s", plural, group);
     const char *name = ks_sget(cJSON_GetObjectItemCaseSensitive(crd, "metadata"), "name");
     if (!name || strcmp(name, want))
-        return rm_err_field(err, RM_EINVAL, "metadata.name", "Invalid value: \"%s\": must be spec.names.plural+\".\"+spec.group",
+        return rm_err_field(err, RM_EINVAL, "metadata.name",
+                            "Invalid value: \"%s\": must be spec.names.plural+\".\"+spec.group",
                             name ? name : "");
     const char *scope = ks_sget(spec, "scope");
     if (!scope || (strcmp(scope, "Namespaced") && strcmp(scope, "Cluster")))
-        return rm_err_field(err, RM_EINVAL, "spec.scope", "Unsupported value: supported values: \"Cluster\", \"Namespaced\"");
+        return rm_err_field(err, RM_EINVAL, "spec.scope",
+                            "Unsupported value: supported values: \"Cluster\", \"Namespaced\"");
     cJSON *versions = cJSON_GetObjectItemCaseSensitive(spec, "versions");
     if (!cJSON_IsArray(versions) || !cJSON_GetArraySize(versions))
-        return rm_err_field(err, RM_EINVAL, "spec.versions", "Invalid value: must have exactly one version marked as storage version");
+        return rm_err_field(err, RM_EINVAL, "spec.versions",
+                            "Invalid value: must have exactly one version marked as storage version");
     int storage = 0;
     const char *storage_name = NULL;
     for (cJSON *v = versions->child; v; v = v->next) {
@@ -75,12 +79,15 @@ int ks_crd_prepare(cJSON *crd, rm_err *err)
             storage++;
             storage_name = ks_sget(v, "name");
         }
-        const cJSON *sch = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(v, "schema"), "openAPIV3Schema");
+        const cJSON *sch = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(v, "schema"),
+                                                            "openAPIV3Schema");
         if (!cJSON_IsObject(sch))
-            return rm_err_field(err, RM_EINVAL, "spec.versions[].schema.openAPIV3Schema", "Required value: schemas are required");
+            return rm_err_field(err, RM_EINVAL, "spec.versions[].schema.openAPIV3Schema",
+                                "Required value: schemas are required");
     }
     if (storage != 1)
-        return rm_err_field(err, RM_EINVAL, "spec.versions", "Invalid value: must have exactly one version marked as storage version");
+        return rm_err_field(err, RM_EINVAL, "spec.versions",
+                            "Invalid value: must have exactly one version marked as storage version");
     if (!ks_sget(names, "singular")) {
         char low[64];
         size_t i = 0;
@@ -104,7 +111,8 @@ int ks_crd_prepare(cJSON *crd, rm_err *err)
     sset(st, "acceptedNames", cJSON_Duplicate(names, 1));
     cJSON *conds = cJSON_AddArrayToObject(st, "conditions");
     cJSON_AddItemToArray(conds, cond("NamesAccepted", "NoConflicts", "no conflicts found", ts));
-    cJSON_AddItemToArray(conds, cond("Established", "InitialNamesAccepted", "the initial names have been accepted", ts));
+    cJSON_AddItemToArray(
+        conds, cond("Established", "InitialNamesAccepted", "the initial names have been accepted", ts));
     cJSON *sv = cJSON_AddArrayToObject(st, "storedVersions");
     cJSON_AddItemToArray(sv, cJSON_CreateString(storage_name));
     sset(crd, "status", st);
@@ -135,9 +143,11 @@ void ks_crd_register(ks_server *s, const cJSON *crd)
         snprintf(k.group, sizeof(k.group), "%s", ks_sget(spec, "group"));
         snprintf(k.version, sizeof(k.version), "%s", ks_sget(v, "name"));
         snprintf(k.resource, sizeof(k.resource), "%s", ks_sget(names, "plural"));
-        snprintf(k.singular, sizeof(k.singular), "%s", ks_sget(names, "singular") ? ks_sget(names, "singular") : "");
+        snprintf(k.singular, sizeof(k.singular), "%s",
+                 ks_sget(names, "singular") ? ks_sget(names, "singular") : "");
         snprintf(k.kind, sizeof(k.kind), "%s", ks_sget(names, "kind"));
-        snprintf(k.list_kind, sizeof(k.list_kind), "%s", ks_sget(names, "listKind") ? ks_sget(names, "listKind") : "List");
+        snprintf(k.list_kind, sizeof(k.list_kind), "%s",
+                 ks_sget(names, "listKind") ? ks_sget(names, "listKind") : "List");
         const cJSON *sn = cJSON_GetObjectItemCaseSensitive(names, "shortNames");
         for (const cJSON *e = sn ? sn->child : NULL; e && k.nshort < 4; e = e->next)
             if (cJSON_IsString(e))
@@ -155,12 +165,17 @@ void ks_crd_register(ks_server *s, const cJSON *crd)
         const cJSON *scale = cJSON_GetObjectItemCaseSensitive(sub, "scale");
         if (scale) {
             k.has_scale = true;
-            snprintf(k.scale_spec, sizeof(k.scale_spec), "%s", ks_sget(scale, "specReplicasPath") ? ks_sget(scale, "specReplicasPath") : ".spec.replicas");
-            snprintf(k.scale_status, sizeof(k.scale_status), "%s", ks_sget(scale, "statusReplicasPath") ? ks_sget(scale, "statusReplicasPath") : "");
-            snprintf(k.scale_selector, sizeof(k.scale_selector), "%s", ks_sget(scale, "labelSelectorPath") ? ks_sget(scale, "labelSelectorPath") : "");
+            snprintf(k.scale_spec, sizeof(k.scale_spec), "%s",
+                     ks_sget(scale, "specReplicasPath") ? ks_sget(scale, "specReplicasPath")
+                                                        : ".spec.replicas");
+            snprintf(k.scale_status, sizeof(k.scale_status), "%s",
+                     ks_sget(scale, "statusReplicasPath") ? ks_sget(scale, "statusReplicasPath") : "");
+            snprintf(k.scale_selector, sizeof(k.scale_selector), "%s",
+                     ks_sget(scale, "labelSelectorPath") ? ks_sget(scale, "labelSelectorPath") : "");
         }
-        k.schema = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(v, "schema"),
-                                                                    "openAPIV3Schema"), 1);
+        k.schema = cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(
+                                       cJSON_GetObjectItemCaseSensitive(v, "schema"), "openAPIV3Schema"),
+                                   1);
         const cJSON *cols = cJSON_GetObjectItemCaseSensitive(v, "additionalPrinterColumns");
         k.columns = cols ? cJSON_Duplicate(cols, 1) : NULL;
         snprintf(k.crd_name, sizeof(k.crd_name), "%s", crd_name);
@@ -197,11 +212,16 @@ static void join_path(char *out, size_t cap, const char *base, const char *key)
 
 static const char *type_name(const cJSON *v)
 {
-    if (cJSON_IsString(v)) return "string";
-    if (cJSON_IsBool(v)) return "boolean";
-    if (cJSON_IsNumber(v)) return v->valuedouble == floor(v->valuedouble) ? "integer" : "number";
-    if (cJSON_IsArray(v)) return "array";
-    if (cJSON_IsObject(v)) return "object";
+    if (cJSON_IsString(v))
+        return "string";
+    if (cJSON_IsBool(v))
+        return "boolean";
+    if (cJSON_IsNumber(v))
+        return v->valuedouble == floor(v->valuedouble) ? "integer" : "number";
+    if (cJSON_IsArray(v))
+        return "array";
+    if (cJSON_IsObject(v))
+        return "object";
     return "null";
 }
 
@@ -213,20 +233,28 @@ static int check_scalar(const cJSON *sch, const cJSON *node, const char *path, r
     bool ios = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sch, "x-kubernetes-int-or-string"));
     if (ios) {
         if (!cJSON_IsString(node) && !(cJSON_IsNumber(node) && node->valuedouble == floor(node->valuedouble)))
-            return rm_err_field(err, RM_EINVAL, path, "Invalid value: \"%s\": %s in body must be of type int-or-string: \"%s\"",
+            return rm_err_field(err, RM_EINVAL, path,
+                                "Invalid value: \"%s\": %s in body must be of type int-or-string: \"%s\"",
                                 type_name(node), path, type_name(node));
         return 0;
     }
     if (type) {
         bool ok = true;
-        if (!strcmp(type, "string")) ok = cJSON_IsString(node);
-        else if (!strcmp(type, "integer")) ok = cJSON_IsNumber(node) && node->valuedouble == floor(node->valuedouble);
-        else if (!strcmp(type, "number")) ok = cJSON_IsNumber(node);
-        else if (!strcmp(type, "boolean")) ok = cJSON_IsBool(node);
-        else if (!strcmp(type, "object")) ok = cJSON_IsObject(node);
-        else if (!strcmp(type, "array")) ok = cJSON_IsArray(node);
+        if (!strcmp(type, "string"))
+            ok = cJSON_IsString(node);
+        else if (!strcmp(type, "integer"))
+            ok = cJSON_IsNumber(node) && node->valuedouble == floor(node->valuedouble);
+        else if (!strcmp(type, "number"))
+            ok = cJSON_IsNumber(node);
+        else if (!strcmp(type, "boolean"))
+            ok = cJSON_IsBool(node);
+        else if (!strcmp(type, "object"))
+            ok = cJSON_IsObject(node);
+        else if (!strcmp(type, "array"))
+            ok = cJSON_IsArray(node);
         if (!ok)
-            return rm_err_field(err, RM_EINVAL, path, "Invalid value: \"%s\": %s in body must be of type %s: \"%s\"",
+            return rm_err_field(err, RM_EINVAL, path,
+                                "Invalid value: \"%s\": %s in body must be of type %s: \"%s\"",
                                 type_name(node), path, type, type_name(node));
     }
     const cJSON *en = cJSON_GetObjectItemCaseSensitive(sch, "enum");
@@ -244,7 +272,8 @@ static int check_scalar(const cJSON *sch, const cJSON *node, const char *path, r
                 free(p);
             }
             char *nv = cJSON_PrintUnformatted(node);
-            rm_err_field(err, RM_EINVAL, path, "Unsupported value: %s: supported values: %s", nv ? nv : "", vals);
+            rm_err_field(err, RM_EINVAL, path, "Unsupported value: %s: supported values: %s", nv ? nv : "",
+                         vals);
             free(nv);
             return RM_EINVAL;
         }
@@ -254,22 +283,28 @@ static int check_scalar(const cJSON *sch, const cJSON *node, const char *path, r
         const cJSON *mx = cJSON_GetObjectItemCaseSensitive(sch, "maximum");
         bool exmn = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sch, "exclusiveMinimum"));
         bool exmx = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sch, "exclusiveMaximum"));
-        if (cJSON_IsNumber(mn) && (exmn ? node->valuedouble <= mn->valuedouble : node->valuedouble < mn->valuedouble))
-            return rm_err_field(err, RM_EINVAL, path, "Invalid value: %g: %s in body should be greater than %s%g",
+        if (cJSON_IsNumber(mn) &&
+            (exmn ? node->valuedouble <= mn->valuedouble : node->valuedouble < mn->valuedouble))
+            return rm_err_field(err, RM_EINVAL, path,
+                                "Invalid value: %g: %s in body should be greater than %s%g",
                                 node->valuedouble, path, exmn ? "" : "or equal to ", mn->valuedouble);
-        if (cJSON_IsNumber(mx) && (exmx ? node->valuedouble >= mx->valuedouble : node->valuedouble > mx->valuedouble))
-            return rm_err_field(err, RM_EINVAL, path, "Invalid value: %g: %s in body should be less than %s%g",
-                                node->valuedouble, path, exmx ? "" : "or equal to ", mx->valuedouble);
+        if (cJSON_IsNumber(mx) &&
+            (exmx ? node->valuedouble >= mx->valuedouble : node->valuedouble > mx->valuedouble))
+            return rm_err_field(err, RM_EINVAL, path,
+                                "Invalid value: %g: %s in body should be less than %s%g", node->valuedouble,
+                                path, exmx ? "" : "or equal to ", mx->valuedouble);
     }
     if (cJSON_IsString(node)) {
         const cJSON *mn = cJSON_GetObjectItemCaseSensitive(sch, "minLength");
         const cJSON *mx = cJSON_GetObjectItemCaseSensitive(sch, "maxLength");
         size_t len = strlen(node->valuestring);
         if (cJSON_IsNumber(mn) && (double)len < mn->valuedouble)
-            return rm_err_field(err, RM_EINVAL, path, "Invalid value: \"%.60s\": %s in body should be at least %g chars long",
+            return rm_err_field(err, RM_EINVAL, path,
+                                "Invalid value: \"%.60s\": %s in body should be at least %g chars long",
                                 node->valuestring, path, mn->valuedouble);
         if (cJSON_IsNumber(mx) && (double)len > mx->valuedouble)
-            return rm_err_field(err, RM_EINVAL, path, "Too long: may not be more than %g bytes", mx->valuedouble);
+            return rm_err_field(err, RM_EINVAL, path, "Too long: may not be more than %g bytes",
+                                mx->valuedouble);
         /* pattern: ECMA-262 in the API server; POSIX extended here, the same for the anchored
          * character-class patterns CRDs use (an uncompilable one is not enforced) */
         const char *pat = ks_sget(sch, "pattern");
@@ -278,7 +313,8 @@ static int check_scalar(const cJSON *sch, const cJSON *node, const char *path, r
             int nomatch = regexec(&re, node->valuestring, 0, NULL, 0);
             regfree(&re);
             if (nomatch)
-                return rm_err_field(err, RM_EINVAL, path, "Invalid value: \"%.60s\": %s in body should match '%s'",
+                return rm_err_field(err, RM_EINVAL, path,
+                                    "Invalid value: \"%.60s\": %s in body should match '%s'",
                                     node->valuestring, path, pat);
         }
     }
@@ -287,9 +323,12 @@ static int check_scalar(const cJSON *sch, const cJSON *node, const char *path, r
         const cJSON *mx = cJSON_GetObjectItemCaseSensitive(sch, "maxItems");
         int n = cJSON_GetArraySize(node);
         if (cJSON_IsNumber(mn) && n < mn->valuedouble)
-            return rm_err_field(err, RM_EINVAL, path, "Invalid value: %d: %s in body should have at least %g items", n, path, mn->valuedouble);
+            return rm_err_field(err, RM_EINVAL, path,
+                                "Invalid value: %d: %s in body should have at least %g items", n, path,
+                                mn->valuedouble);
         if (cJSON_IsNumber(mx) && n > mx->valuedouble)
-            return rm_err_field(err, RM_EINVAL, path, "Too many: %d: must have at most %g items", n, mx->valuedouble);
+            return rm_err_field(err, RM_EINVAL, path, "Too many: %d: must have at most %g items", n,
+                                mx->valuedouble);
     }
     return 0;
 }
@@ -301,7 +340,8 @@ static int walk(const cJSON *sch, cJSON *node, const char *path, bool root, cJSO
     int rc = check_scalar(sch, node, path, err);
     if (rc)
         return rc;
-    bool preserve = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sch, "x-kubernetes-preserve-unknown-fields"));
+    bool preserve =
+        cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(sch, "x-kubernetes-preserve-unknown-fields"));
     if (cJSON_IsObject(node)) {
         const cJSON *props = cJSON_GetObjectItemCaseSensitive(sch, "properties");
         const cJSON *addl = cJSON_GetObjectItemCaseSensitive(sch, "additionalProperties");
@@ -331,7 +371,8 @@ static int walk(const cJSON *sch, cJSON *node, const char *path, bool root, cJSO
                                        !strcmp(c->string, "metadata"))) {
                 /* a CRD may restrict metadata.name (and generateName), nothing else in metadata */
                 const cJSON *ns = root && !strcmp(c->string, "metadata") && props
-                                      ? rm_json_path(props, "metadata.properties.name") : NULL;
+                                      ? rm_json_path(props, "metadata.properties.name")
+                                      : NULL;
                 const cJSON *name = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "name") : NULL;
                 if (ns && name && (rc = check_scalar(ns, name, "metadata.name", err)) != 0)
                     return rc;

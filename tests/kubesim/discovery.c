@@ -25,7 +25,8 @@ static cJSON *strarr(const char *const *v, size_t n)
     return a;
 }
 
-static const char *const VERBS[] = {"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"};
+static const char *const VERBS[] = {"create", "delete", "deletecollection", "get",
+                                    "list",   "patch",  "update",           "watch"};
 static const char *const SUBVERBS[] = {"get", "patch", "update"};
 
 static void add_resource(cJSON *res, const ks_kind *k)
@@ -255,8 +256,9 @@ static cJSON *gv_doc(ks_server *s, const char *group, const char *version)
         cJSON_AddStringToObject(mps, "type", "object");
         cJSON *resp200 = cJSON_AddObjectToObject(cJSON_AddObjectToObject(patch, "responses"), "200");
         cJSON_AddStringToObject(resp200, "description", "OK");
-        cJSON *rs = cJSON_AddObjectToObject(cJSON_AddObjectToObject(cJSON_AddObjectToObject(resp200, "content"),
-                                                                    "application/json"), "schema");
+        cJSON *rs = cJSON_AddObjectToObject(
+            cJSON_AddObjectToObject(cJSON_AddObjectToObject(resp200, "content"), "application/json"),
+            "schema");
         cJSON_AddStringToObject(rs, "$ref", ref);
         cJSON *sch = k->schema ? cJSON_Duplicate(k->schema, 1) : cJSON_CreateObject();
         if (!k->schema)
@@ -352,7 +354,10 @@ int ks_discovery(ks_server *s, const rm_http_req *req, rm_http_resp *resp)
         return reply(resp, 200, o);
     }
     if (!strcmp(p, "/openapi/v2")) {
-        return ks_status(resp, 404, "NotFound", NULL, NULL, NULL, "OpenAPI v2 is not served by kubesim; use /openapi/v3") < 0 ? RM_ENOMEM : 1;
+        return ks_status(resp, 404, "NotFound", NULL, NULL, NULL,
+                         "OpenAPI v2 is not served by kubesim; use /openapi/v3") < 0
+                   ? RM_ENOMEM
+                   : 1;
     }
     if (!strcmp(p, "/openapi/v3") || !strcmp(p, "/openapi/v3/")) {
         pthread_rwlock_rdlock(&s->lock);
@@ -375,7 +380,10 @@ int ks_discovery(ks_server *s, const rm_http_req *req, rm_http_resp *resp)
             pthread_rwlock_unlock(&s->lock);
         }
         if (!doc)
-            return ks_status(resp, 404, "NotFound", NULL, NULL, NULL, "the server could not find the requested resource") < 0 ? RM_ENOMEM : 1;
+            return ks_status(resp, 404, "NotFound", NULL, NULL, NULL,
+                             "the server could not find the requested resource") < 0
+                       ? RM_ENOMEM
+                       : 1;
         return reply(resp, 200, doc);
     }
     if (!strcmp(p, "/api/v1") || !strcmp(p, "/api/v1/")) {
@@ -386,12 +394,15 @@ int ks_discovery(ks_server *s, const rm_http_req *req, rm_http_resp *resp)
     }
     if (!strncmp(p, "/apis/", 6)) {
         int n = sscanf(p + 6, "%127[^/]/%63[^/]%7s", g, v, extra);
-        if (n == 1 || (n == 2 && !strcmp(v, "")) ) {
+        if (n == 1 || (n == 2 && !strcmp(v, ""))) {
             pthread_rwlock_rdlock(&s->lock);
             cJSON *o = api_group(s, g);
             pthread_rwlock_unlock(&s->lock);
             if (!o)
-                return ks_status(resp, 404, "NotFound", NULL, NULL, NULL, "the server could not find the requested resource") < 0 ? RM_ENOMEM : 1;
+                return ks_status(resp, 404, "NotFound", NULL, NULL, NULL,
+                                 "the server could not find the requested resource") < 0
+                           ? RM_ENOMEM
+                           : 1;
             cJSON_AddStringToObject(o, "kind", "APIGroup");
             cJSON_AddStringToObject(o, "apiVersion", "v1");
             return reply(resp, 200, o);
@@ -401,7 +412,10 @@ int ks_discovery(ks_server *s, const rm_http_req *req, rm_http_resp *resp)
             cJSON *o = resource_list(s, g, v);
             pthread_rwlock_unlock(&s->lock);
             if (!o)
-                return ks_status(resp, 404, "NotFound", NULL, NULL, NULL, "the server could not find the requested resource") < 0 ? RM_ENOMEM : 1;
+                return ks_status(resp, 404, "NotFound", NULL, NULL, NULL,
+                                 "the server could not find the requested resource") < 0
+                           ? RM_ENOMEM
+                           : 1;
             return reply(resp, 200, o);
         }
     }

@@ -11,8 +11,10 @@
 #include <string.h>
 #include <time.h>
 
-typedef struct gc_item { ks_kind *k; char ns[128], name[256], uid[64]; } gc_item;
-
+typedef struct gc_item {
+    ks_kind *k;
+    char ns[128], name[256], uid[64];
+} gc_item;
 
 static const char *mstr(const cJSON *o, const char *k)
 {
@@ -24,7 +26,8 @@ static bool fg_deleting(const cJSON *o)
 {
     if (!mstr(o, "deletionTimestamp"))
         return false;
-    const cJSON *f = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "metadata"), "finalizers");
+    const cJSON *f =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "metadata"), "finalizers");
     for (const cJSON *e = f ? f->child : NULL; e; e = e->next)
         if (cJSON_IsString(e) && !strcmp(e->valuestring, "foregroundDeletion"))
             return true;
@@ -32,13 +35,20 @@ static bool fg_deleting(const cJSON *o)
 }
 
 /* live objects: uid (sort key) and namespace ("" for cluster-scoped) */
-typedef struct live_rec { char uid[64]; char ns[128]; } live_rec;
-static int uid_cmp(const void *a, const void *b) { return strcmp((const char *)a, (const char *)b); }
+typedef struct live_rec {
+    char uid[64];
+    char ns[128];
+} live_rec;
+static int uid_cmp(const void *a, const void *b)
+{
+    return strcmp((const char *)a, (const char *)b);
+}
 
 static int drop_fg_finalizer(cJSON *o, void *ud)
 {
     (void)ud;
-    cJSON *f = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "metadata"), "finalizers");
+    cJSON *f =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "metadata"), "finalizers");
     cJSON *e = f ? f->child : NULL;
     bool changed = false;
     while (e) {
@@ -76,7 +86,7 @@ static bool gc_pass(ks_server *s)
     size_t ndel = 0, cdel = 0, nfin = 0, cfin = 0;
     live_rec *uids = NULL;
     size_t nu = 0, cu = 0;
-    char (*fguids)[64] = NULL;
+    char(*fguids)[64] = NULL;
     size_t nfg = 0, cfg = 0;
     bool pending = false;
     pthread_rwlock_rdlock(&s->lock);
@@ -106,7 +116,8 @@ static bool gc_pass(ks_server *s)
                             cu = nc;
                         }
                         snprintf(uids[nu].uid, sizeof(uids[nu].uid), "%s", uid);
-                        snprintf(uids[nu].ns, sizeof(uids[nu].ns), "%s", mstr(o, "namespace") ? mstr(o, "namespace") : "");
+                        snprintf(uids[nu].ns, sizeof(uids[nu].ns), "%s",
+                                 mstr(o, "namespace") ? mstr(o, "namespace") : "");
                         nu++;
                         if (fg_deleting(o)) {
                             if (nfg == cfg) {
@@ -121,8 +132,8 @@ static bool gc_pass(ks_server *s)
                         }
                         continue;
                     }
-                    const cJSON *refs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "metadata"),
-                                                                        "ownerReferences");
+                    const cJSON *refs = cJSON_GetObjectItemCaseSensitive(
+                        cJSON_GetObjectItemCaseSensitive(o, "metadata"), "ownerReferences");
                     if (!cJSON_IsArray(refs) || !cJSON_GetArraySize(refs))
                         continue;
                     bool any_live = false, owner_fg = false;
@@ -155,8 +166,8 @@ static bool gc_pass(ks_server *s)
                 continue;
             for (size_t b = 0; b < k->tab->nb && !has_dep; b++)
                 for (ks_entry *e = k->tab->b[b]; e && !has_dep; e = e->next) {
-                    const cJSON *refs = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(e->obj->j, "metadata"),
-                                                                        "ownerReferences");
+                    const cJSON *refs = cJSON_GetObjectItemCaseSensitive(
+                        cJSON_GetObjectItemCaseSensitive(e->obj->j, "metadata"), "ownerReferences");
                     for (const cJSON *r = refs ? refs->child : NULL; r; r = r->next) {
                         const cJSON *ru = cJSON_GetObjectItemCaseSensitive(r, "uid");
                         /* only dependents with blockOwnerDeletion hold a foreground owner (J4) */
@@ -184,7 +195,7 @@ static bool gc_pass(ks_server *s)
     }
     pthread_rwlock_unlock(&s->lock);
     if (0) {
-oom:
+    oom:
         /* out of memory: do nothing this pass, try again later */
         pthread_rwlock_unlock(&s->lock);
         free(del);

@@ -57,39 +57,39 @@ typedef struct kl_ctr {
     char name[64], image[256];
     pid_t pid;
     int restarts;
-    double started_at, finished_at;        /* wall clock */
+    double started_at, finished_at; /* wall clock */
     bool running, done, ready, ever_started;
     int exit_code, sig;
-    char reason[32], message[256];         /* terminated reason / waiting reason */
+    char reason[32], message[256]; /* terminated reason / waiting reason */
     bool has_last;
     int last_exit, last_sig;
     char last_reason[32];
     double last_started, last_finished;
-    double next_start;                     /* monotonic; 0 = start now */
+    double next_start; /* monotonic; 0 = start now */
     double backoff;
     char log[760], prev_log[760];
     kl_probe live, readyp;
     bool killed_by_probe;
-    char cname[128];                       /* podman runtime: the running container's name */
+    char cname[128]; /* podman runtime: the running container's name */
 } kl_ctr;
 
 typedef struct kl_pod {
     char uid[64], ns[128], name[256], ip[48];
-    char hostip[48];                        /* 127.0.0.1, or the node's address (--nodes) */
-    char netns[64];                         /* --nodes: the node's namespace its processes join */
-    int node_idx;                           /* index in opts.nodes, -1 for kubesim-node */
+    char hostip[48]; /* 127.0.0.1, or the node's address (--nodes) */
+    char netns[64];  /* --nodes: the node's namespace its processes join */
+    int node_idx;    /* index in opts.nodes, -1 for kubesim-node */
     int nc;
     kl_ctr c[KL_MAX_CONTAINERS];
     bool terminating, sigkill_sent, final, removed;
     double kill_deadline;
     double start_time;
     char restart_policy[16];
-    char last_status[8192];                 /* hash-free change detection: last written JSON */
+    char last_status[8192]; /* hash-free change detection: last written JSON */
     char *last_status_dyn;
     double cond_time[5];
     bool cond_val[5];
     char hostname[64], subdomain[64], dir[800];
-    cJSON *labels;                          /* podman runtime: Services' selectors match these */
+    cJSON *labels; /* podman runtime: Services' selectors match these */
     struct kl_pod *next;
 } kl_pod;
 
@@ -102,19 +102,24 @@ typedef struct ks_kubelet {
     char logdir[560];
     unsigned ipnext;
     double backoff_base;
-    bool podman;                            /* --runtime podman */
-    char hosts[600];                        /* podman: the shared /etc/hosts */
-    char *hosts_txt;                        /* its last written content */
+    bool podman;     /* --runtime podman */
+    char hosts[600]; /* podman: the shared /etc/hosts */
+    char *hosts_txt; /* its last written content */
 } ks_kubelet;
 
-
-static cJSON *oget(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
+static cJSON *oget(const cJSON *o, const char *k)
+{
+    return cJSON_GetObjectItemCaseSensitive(o, k);
+}
 
 static void pod_event(ks_server *s, const char *ns, const char *pod, const char *uid, const char *type,
                       const char *reason, const char *component, const char *fmt, ...) RM_PRINTF(8, 9);
 
 /* ---- env ------------------------------------------------------------------------------------ */
-typedef struct envv { char **v; size_t n, cap; } envv;
+typedef struct envv {
+    char **v;
+    size_t n, cap;
+} envv;
 
 static void env_set(envv *e, const char *k, const char *val)
 {
@@ -234,8 +239,8 @@ static const cJSON *field_ref(const cJSON *pod, const char *path, char *buf, siz
 }
 
 /* Builds the env of container c; returns 0, or -1 with msg (CreateContainerConfigError). */
-static int build_env(ks_server *s, const cJSON *pod, const cJSON *c, const char *ip, const char *hostip, envv *e,
-                     char *msg, size_t mcap, bool inherit)
+static int build_env(ks_server *s, const cJSON *pod, const cJSON *c, const char *ip, const char *hostip,
+                     envv *e, char *msg, size_t mcap, bool inherit)
 {
     extern char **environ;
     for (char **p = environ; inherit && *p; p++) {
@@ -269,7 +274,8 @@ static int build_env(ks_server *s, const cJSON *pod, const cJSON *c, const char 
         cJSON *data = o ? cJSON_Duplicate(oget(o->j, "data"), 1) : NULL;
         pthread_rwlock_unlock(&s->lock);
         if (!o && !cJSON_IsTrue(oget(ref, "optional"))) {
-            snprintf(msg, mcap, "%s \"%s\" not found", cm ? "configmap" : "secret", ks_sget(ref, "name") ? ks_sget(ref, "name") : "");
+            snprintf(msg, mcap, "%s \"%s\" not found", cm ? "configmap" : "secret",
+                     ks_sget(ref, "name") ? ks_sget(ref, "name") : "");
             return -1;
         }
         for (const cJSON *d = data ? data->child : NULL; d; d = d->next) {
@@ -329,12 +335,14 @@ static int build_env(ks_server *s, const cJSON *pod, const cJSON *c, const char 
             }
         } else if (skr || ckr) {
             const cJSON *r = skr ? skr : ckr;
-            char *val2 = lookup_ref(s, skr ? KS_T_SECRET : KS_T_CONFIGMAP, ns, ks_sget(r, "name"), ks_sget(r, "key") ? ks_sget(r, "key") : "");
+            char *val2 = lookup_ref(s, skr ? KS_T_SECRET : KS_T_CONFIGMAP, ns, ks_sget(r, "name"),
+                                    ks_sget(r, "key") ? ks_sget(r, "key") : "");
             if (!val2) {
                 if (cJSON_IsTrue(oget(r, "optional")))
                     continue;
-                snprintf(msg, mcap, "couldn't find key %s in %s %s/%s", ks_sget(r, "key") ? ks_sget(r, "key") : "",
-                         skr ? "Secret" : "ConfigMap", ns, ks_sget(r, "name") ? ks_sget(r, "name") : "");
+                snprintf(msg, mcap, "couldn't find key %s in %s %s/%s",
+                         ks_sget(r, "key") ? ks_sget(r, "key") : "", skr ? "Secret" : "ConfigMap", ns,
+                         ks_sget(r, "name") ? ks_sget(r, "name") : "");
                 return -1;
             }
             env_set(e, name, val2);
@@ -425,8 +433,10 @@ static int run_probe(const char *ip, const kl_probe *pr)
         goto out;
     }
     char req[512];
-    int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: %s:%d\r\nUser-Agent: kube-probe/1.32\r\nConnection: close\r\n\r\n",
-                     pr->path, ip, pr->port);
+    int n =
+        snprintf(req, sizeof(req),
+                 "GET %s HTTP/1.1\r\nHost: %s:%d\r\nUser-Agent: kube-probe/1.32\r\nConnection: close\r\n\r\n",
+                 pr->path, ip, pr->port);
     if (send(fd, req, (size_t)n, MSG_NOSIGNAL) != n)
         goto out;
     char buf[64];
@@ -473,8 +483,8 @@ static void started(ks_kubelet *kl, kl_pod *p, kl_ctr *c, pid_t pid)
     c->live.next = now + c->live.delay;
     c->readyp.next = now + c->readyp.delay;
     c->killed_by_probe = false;
-    rm_info("kubesim kubelet started container pod=%s/%s container=%s pid=%d ip=%s%s%s", p->ns, p->name, c->name, (int)pid,
-            p->ip, c->cname[0] ? " podman=" : "", c->cname);
+    rm_info("kubesim kubelet started container pod=%s/%s container=%s pid=%d ip=%s%s%s", p->ns, p->name,
+            c->name, (int)pid, p->ip, c->cname[0] ? " podman=" : "", c->cname);
     pod_event(kl->s, p->ns, p->name, p->uid, "Normal", "Started", "kubelet", "Started container %s", c->name);
 }
 
@@ -484,12 +494,13 @@ static void started(ks_kubelet *kl, kl_pod *p, kl_ctr *c, pid_t pid)
  * the container's env travels as -e flags); wd, when set, is the working directory. Returns the
  * child's pid, or -1 with errno from fork. netns, when set, is a namespace under /run/netns the
  * child joins (setns) before exec: a pod on a --nodes node runs inside its node's network. */
-static pid_t spawn_logged(kl_ctr *c, char *const argv[], char *const envp[], const char *wd, const char *netns)
+static pid_t spawn_logged(kl_ctr *c, char *const argv[], char *const envp[], const char *wd,
+                          const char *netns)
 {
     if (c->ever_started && c->log[0])
         rename(c->log, c->prev_log);
     int fd = open(c->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    char nspath[128] = "";   /* built before fork: the child only makes system calls */
+    char nspath[128] = ""; /* built before fork: the child only makes system calls */
     if (netns && *netns)
         snprintf(nspath, sizeof nspath, "/run/netns/%s", netns);
     pid_t pid = fork();
@@ -556,8 +567,10 @@ static int start_podman(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *pod, 
     char msg[256] = "";
     char cn[64];
     memcpy(cn, c->name, sizeof(cn));
-    snprintf(c->cname, sizeof(c->cname), "ks-%.8s-%.40s-%.40s-%d", p->uid, p->name, cn, c->restarts + (c->ever_started ? 1 : 0));
-    ks_podman_pod pp = {.ns = p->ns, .name = p->name, .uid = p->uid, .ip = p->ip, .poddir = p->dir, .hosts = kl->hosts};
+    snprintf(c->cname, sizeof(c->cname), "ks-%.8s-%.40s-%.40s-%d", p->uid, p->name, cn,
+             c->restarts + (c->ever_started ? 1 : 0));
+    ks_podman_pod pp = {
+        .ns = p->ns, .name = p->name, .uid = p->uid, .ip = p->ip, .poddir = p->dir, .hosts = kl->hosts};
     /* $(VAR) in command and args expands from the container's env, as the kubelet does */
     cJSON *cx = cJSON_Duplicate(cj, 1);
     static const char *const which[] = {"command", "args"};
@@ -602,7 +615,8 @@ static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *po
     char msg[256] = "";
     if (kl->podman && !ks_podman_image_exists(c->image)) {
         snprintf(c->reason, sizeof(c->reason), "ErrImageNeverPull");
-        snprintf(c->message, sizeof(c->message), "Container image \"%.160s\" is not present with pull policy of Never", c->image);
+        snprintf(c->message, sizeof(c->message),
+                 "Container image \"%.160s\" is not present with pull policy of Never", c->image);
         c->next_start = rm_mono() + 5;
         return -1;
     }
@@ -635,7 +649,8 @@ static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *po
         prog = image_program(s, c->image);
         if (!prog) {
             snprintf(c->reason, sizeof(c->reason), "ErrImagePull");
-            snprintf(c->message, sizeof(c->message), "kubesim: no --image-map entry for image %.160s and no command", c->image);
+            snprintf(c->message, sizeof(c->message),
+                     "kubesim: no --image-map entry for image %.160s and no command", c->image);
             c->next_start = rm_mono() + 5;
             env_free(&env);
             return -1;
@@ -656,7 +671,8 @@ static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *po
 }
 
 /* ---- status --------------------------------------------------------------------------------- */
-static const char *COND_TYPES[5] = {"PodScheduled", "PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready"};
+static const char *COND_TYPES[5] = {"PodScheduled", "PodReadyToStartContainers", "Initialized",
+                                    "ContainersReady", "Ready"};
 
 static cJSON *ctr_status(const kl_ctr *c)
 {
@@ -730,15 +746,19 @@ static const char *pod_phase(const kl_pod *p)
     return any_started ? "Running" : "Pending";
 }
 
-typedef struct status_ud { cJSON *status; } status_ud;
+typedef struct status_ud {
+    cJSON *status;
+} status_ud;
 
 static int write_status_cb(cJSON *pod, void *ud)
 {
     status_ud *u = ud;
     cJSON *old = cJSON_GetObjectItemCaseSensitive(pod, "status");
     cJSON *nst = cJSON_Duplicate(u->status, 1);
-    if (old && cJSON_GetObjectItemCaseSensitive(old, "qosClass") && !cJSON_GetObjectItemCaseSensitive(nst, "qosClass"))
-        cJSON_AddItemToObject(nst, "qosClass", cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(old, "qosClass"), 1));
+    if (old && cJSON_GetObjectItemCaseSensitive(old, "qosClass") &&
+        !cJSON_GetObjectItemCaseSensitive(nst, "qosClass"))
+        cJSON_AddItemToObject(nst, "qosClass",
+                              cJSON_Duplicate(cJSON_GetObjectItemCaseSensitive(old, "qosClass"), 1));
     if (old)
         cJSON_ReplaceItemInObjectCaseSensitive(pod, "status", nst);
     else
@@ -801,7 +821,8 @@ static void write_status(ks_kubelet *kl, kl_pod *p)
     char *txt = cJSON_PrintUnformatted(st);
     if (txt && (!p->last_status_dyn || strcmp(txt, p->last_status_dyn))) {
         status_ud u = {st};
-        int rc = ks_internal_update(kl->s, ks_core_kind(kl->s, KS_T_POD), p->ns, p->name, write_status_cb, &u);
+        int rc =
+            ks_internal_update(kl->s, ks_core_kind(kl->s, KS_T_POD), p->ns, p->name, write_status_cb, &u);
         if (rc == RM_OK) {
             free(p->last_status_dyn);
             p->last_status_dyn = txt;
@@ -864,7 +885,8 @@ static void pod_event(ks_server *s, const char *ns, const char *pod, const char 
     va_end(ap);
     struct timespec now;
     clock_gettime(CLOCK_REALTIME, &now);
-    snprintf(name, sizeof(name), "%.200s.%llx", pod, (unsigned long long)now.tv_sec * 1000000000ull + (unsigned long long)now.tv_nsec);
+    snprintf(name, sizeof(name), "%.200s.%llx", pod,
+             (unsigned long long)now.tv_sec * 1000000000ull + (unsigned long long)now.tv_nsec);
     rm_json_time(ts, rm_wall());
     cJSON *e = cJSON_CreateObject();
     cJSON_AddStringToObject(e, "apiVersion", "v1");
@@ -889,7 +911,8 @@ static void pod_event(ks_server *s, const char *ns, const char *pod, const char 
     cJSON_AddStringToObject(e, "lastTimestamp", ts);
     cJSON_AddNumberToObject(e, "count", 1);
     cJSON_AddStringToObject(e, "reportingComponent", component);
-    cJSON_AddStringToObject(e, "reportingInstance", strcmp(component, "default-scheduler") ? KS_NODE_NAME : "");
+    cJSON_AddStringToObject(e, "reportingInstance",
+                            strcmp(component, "default-scheduler") ? KS_NODE_NAME : "");
     ks_internal_create(s, ks_core_kind(s, KS_T_EVENT), ns, e);
 }
 
@@ -903,7 +926,8 @@ static kl_pod *new_pod(ks_kubelet *kl, const cJSON *pod)
     snprintf(p->ns, sizeof(p->ns), "%s", ks_sget(md, "namespace") ? ks_sget(md, "namespace") : "");
     snprintf(p->name, sizeof(p->name), "%s", ks_sget(md, "name") ? ks_sget(md, "name") : "");
     const cJSON *spec = oget(pod, "spec");
-    snprintf(p->restart_policy, sizeof(p->restart_policy), "%s", ks_sget(spec, "restartPolicy") ? ks_sget(spec, "restartPolicy") : "Always");
+    snprintf(p->restart_policy, sizeof(p->restart_policy), "%s",
+             ks_sget(spec, "restartPolicy") ? ks_sget(spec, "restartPolicy") : "Always");
     const ks_node_spec *node = ks_node_find(kl->s, ks_sget(spec, "nodeName"));
     p->node_idx = node ? (int)(node - kl->s->opts.nodes) : -1;
     if (node && node->netns[0]) {
@@ -921,8 +945,10 @@ static kl_pod *new_pod(ks_kubelet *kl, const cJSON *pod)
     snprintf(dir, sizeof(dir), "%s/%.60s_%.60s_%.40s", kl->logdir, p->ns, p->name, p->uid);
     mkdirs(dir);
     snprintf(p->dir, sizeof(p->dir), "%s", dir);
-    snprintf(p->hostname, sizeof(p->hostname), "%s", ks_sget(spec, "hostname") ? ks_sget(spec, "hostname") : "");
-    snprintf(p->subdomain, sizeof(p->subdomain), "%s", ks_sget(spec, "subdomain") ? ks_sget(spec, "subdomain") : "");
+    snprintf(p->hostname, sizeof(p->hostname), "%s",
+             ks_sget(spec, "hostname") ? ks_sget(spec, "hostname") : "");
+    snprintf(p->subdomain, sizeof(p->subdomain), "%s",
+             ks_sget(spec, "subdomain") ? ks_sget(spec, "subdomain") : "");
     const cJSON *lb = oget(md, "labels");
     p->labels = cJSON_IsObject(lb) ? cJSON_Duplicate(lb, 1) : NULL;
     const cJSON *cs = oget(spec, "containers");
@@ -980,29 +1006,30 @@ static void update_hosts(ks_kubelet *kl)
     char *t = malloc(cap);
     if (!t)
         return;
-#define HADD(...)                                                                                                     \
-    do {                                                                                                              \
-        char line_[1024];                                                                                             \
-        int n_ = snprintf(line_, sizeof(line_), __VA_ARGS__);                                                         \
-        if (n_ < 0 || (size_t)n_ >= sizeof(line_))                                                                    \
-            break;                                                                                                    \
-        if (len + (size_t)n_ + 1 > cap) {                                                                             \
-            char *q_ = realloc(t, cap * 2 + (size_t)n_);                                                              \
-            if (!q_)                                                                                                  \
-                break;                                                                                                \
-            t = q_;                                                                                                   \
-            cap = cap * 2 + (size_t)n_;                                                                               \
-        }                                                                                                             \
-        memcpy(t + len, line_, (size_t)n_ + 1);                                                                       \
-        len += (size_t)n_;                                                                                            \
+#define HADD(...)                                             \
+    do {                                                      \
+        char line_[1024];                                     \
+        int n_ = snprintf(line_, sizeof(line_), __VA_ARGS__); \
+        if (n_ < 0 || (size_t)n_ >= sizeof(line_))            \
+            break;                                            \
+        if (len + (size_t)n_ + 1 > cap) {                     \
+            char *q_ = realloc(t, cap * 2 + (size_t)n_);      \
+            if (!q_)                                          \
+                break;                                        \
+            t = q_;                                           \
+            cap = cap * 2 + (size_t)n_;                       \
+        }                                                     \
+        memcpy(t + len, line_, (size_t)n_ + 1);               \
+        len += (size_t)n_;                                    \
     } while (0)
     HADD("127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n");
     for (kl_pod *p = kl->pods; p; p = p->next) {
         if (p->terminating)
             continue;
         if (p->hostname[0] && p->subdomain[0])
-            HADD("%s %s.%s.%s.svc.cluster.local %s.%s.%s.svc %s.%s.%s %s.%s %s\n", p->ip, p->hostname, p->subdomain, p->ns,
-                 p->hostname, p->subdomain, p->ns, p->hostname, p->subdomain, p->ns, p->hostname, p->subdomain, p->hostname);
+            HADD("%s %s.%s.%s.svc.cluster.local %s.%s.%s.svc %s.%s.%s %s.%s %s\n", p->ip, p->hostname,
+                 p->subdomain, p->ns, p->hostname, p->subdomain, p->ns, p->hostname, p->subdomain, p->ns,
+                 p->hostname, p->subdomain, p->hostname);
         else /* a pod's own name, as its /etc/hosts has it (gethostname() must resolve: Gloo needs it) */
             HADD("%s %s\n", p->ip, p->hostname[0] ? p->hostname : p->name);
     }
@@ -1072,8 +1099,8 @@ static void reap(ks_kubelet *kl)
             for (int i = 0; i < p->nc; i++)
                 if (p->c[i].pid == pid && p->c[i].running) {
                     on_exit_status(&p->c[i], status);
-                    rm_info("kubesim kubelet container exited pod=%s/%s container=%s code=%d signal=%d", p->ns, p->name,
-                            p->c[i].name, p->c[i].exit_code, p->c[i].sig);
+                    rm_info("kubesim kubelet container exited pod=%s/%s container=%s code=%d signal=%d",
+                            p->ns, p->name, p->c[i].name, p->c[i].exit_code, p->c[i].sig);
                     /* the process group may have stragglers: end them */
                     kill(-pid, SIGKILL);
                 }
@@ -1109,14 +1136,14 @@ static void handle_exits(ks_kubelet *kl, kl_pod *p, double now)
             c->backoff = 300;
         c->next_start = now + delay;
         snprintf(c->reason, sizeof(c->reason), "%s", delay > 0 ? "CrashLoopBackOff" : "ContainerCreating");
-        if (delay > 0)
-        {
+        if (delay > 0) {
             char cn[64];
             memcpy(cn, c->name, sizeof(cn));
-            snprintf(c->message, sizeof(c->message), "back-off %gs restarting failed container=%.60s pod=%.60s_%.60s", delay,
-                     cn, p->name, p->ns);
-            pod_event(kl->s, p->ns, p->name, p->uid, "Warning", "BackOff", "kubelet", "Back-off restarting failed container %s",
-                      cn);
+            snprintf(c->message, sizeof(c->message),
+                     "back-off %gs restarting failed container=%.60s pod=%.60s_%.60s", delay, cn, p->name,
+                     p->ns);
+            pod_event(kl->s, p->ns, p->name, p->uid, "Warning", "BackOff", "kubelet",
+                      "Back-off restarting failed container %s", cn);
         }
     }
 }
@@ -1148,10 +1175,11 @@ static void run_probes(ks_kubelet *kl, kl_pod *p, double now)
             if (run_probe(p->ip, &c->live)) {
                 c->live.failures = 0;
             } else if (++c->live.failures >= c->live.fail_threshold) {
-                rm_info("kubesim kubelet liveness probe failed, killing pod=%s/%s container=%s", p->ns, p->name, c->name);
+                rm_info("kubesim kubelet liveness probe failed, killing pod=%s/%s container=%s", p->ns,
+                        p->name, c->name);
                 pod_event(kl->s, p->ns, p->name, p->uid, "Warning", "Unhealthy", "kubelet",
-                          "Liveness probe failed: %s %s:%d%s", c->live.http ? "GET" : "TCP", p->ip, c->live.port,
-                          c->live.http ? c->live.path : "");
+                          "Liveness probe failed: %s %s:%d%s", c->live.http ? "GET" : "TCP", p->ip,
+                          c->live.port, c->live.http ? c->live.path : "");
                 c->killed_by_probe = true;
                 c->live.failures = 0;
                 kill_ctr(kl, c, SIGKILL);
@@ -1172,8 +1200,8 @@ static void tick(ks_kubelet *kl)
     reap(kl);
     pthread_mutex_unlock(&kl->mu);
     if (not_ready)
-        return; /* a NotReady node: processes keep running, nothing is reported, deletions hang */
-    ks_sched_tick(s);   /* with --node: the schedulers bind pods (sched.c); else nothing */
+        return;       /* a NotReady node: processes keep running, nothing is reported, deletions hang */
+    ks_sched_tick(s); /* with --node: the schedulers bind pods (sched.c); else nothing */
     size_t n;
     pthread_rwlock_rdlock(&s->lock);
     ks_obj **pods = ks_table_list(pk->tab, NULL, &n);
@@ -1195,7 +1223,7 @@ static void tick(ks_kubelet *kl)
         if (p)
             p->removed = false;
         if (!node) {
-            if (!deleting && !s->opts.nnodes) {   /* with --node, sched.c binds */
+            if (!deleting && !s->opts.nnodes) { /* with --node, sched.c binds */
                 char nsb[128], nb[256], ub[64];
                 snprintf(nsb, sizeof(nsb), "%s", ns);
                 snprintf(nb, sizeof(nb), "%s", name);
@@ -1212,7 +1240,7 @@ static void tick(ks_kubelet *kl)
             continue;
         const ks_node_spec *nspec = ks_node_find(s, node);
         if (nspec && ks_node_lost(s, (int)(nspec - s->opts.nodes)))
-            continue;   /* its node is lost alone: its processes run on, nothing is reported or started */
+            continue; /* its node is lost alone: its processes run on, nothing is reported or started */
         bool terminal_phase = phase && (!strcmp(phase, "Succeeded") || !strcmp(phase, "Failed"));
         if (!p) {
             if (deleting) {
@@ -1240,7 +1268,8 @@ static void tick(ks_kubelet *kl)
             rm_info("kubesim kubelet terminating pod=%s/%s grace=%g", p->ns, p->name, grace);
             for (int c = 0; c < p->nc; c++)
                 if (p->c[c].running)
-                    pod_event(s, p->ns, p->name, p->uid, "Normal", "Killing", "kubelet", "Stopping container %s", p->c[c].name);
+                    pod_event(s, p->ns, p->name, p->uid, "Normal", "Killing", "kubelet",
+                              "Stopping container %s", p->c[c].name);
         }
         if (p->terminating) {
             bool any = false;
@@ -1299,7 +1328,7 @@ static void tick(ks_kubelet *kl)
     kl_pod **pp = &kl->pods;
     while (*pp) {
         kl_pod *p = *pp;
-        if (p->removed && !ks_node_lost(s, p->node_idx)) {   /* a lost node's kubelet kills it once back */
+        if (p->removed && !ks_node_lost(s, p->node_idx)) { /* a lost node's kubelet kills it once back */
             kill_pod(kl, p, SIGKILL);
             *pp = p->next;
             free_pod(p);
@@ -1385,7 +1414,8 @@ void ks_kubelet_stop(ks_server *s)
     s->kubelet = NULL;
 }
 
-int ks_kubelet_log_path(ks_server *s, const char *pod_uid, const char *container, bool previous, char *buf, size_t cap)
+int ks_kubelet_log_path(ks_server *s, const char *pod_uid, const char *container, bool previous, char *buf,
+                        size_t cap)
 {
     ks_kubelet *kl = s->kubelet;
     if (!kl)

@@ -21,16 +21,16 @@
 #include "common/clock.h"
 #include "common/http.h"
 
-#define KS_MAX_BODY (3u * 1024 * 1024)  /* request bodies above this → 413 (apiserver: 3 MiB) */
-#define KS_RING_CAP 10000                /* watch window in events */
+#define KS_MAX_BODY (3u * 1024 * 1024)         /* request bodies above this → 413 (apiserver: 3 MiB) */
+#define KS_RING_CAP 10000                      /* watch window in events */
 #define KS_RING_MAX_BYTES (256u * 1024 * 1024) /* ... and in bytes of JSON held by those events */
 #define KS_NODE_NAME "kubesim-node"
 
 /* ---- immutable object versions ------------------------------------------------------------- */
 typedef struct ks_obj {
     atomic_int ref;
-    cJSON *j;          /* the object (never modified after ks_obj_new) */
-    char *json;        /* compact serialization */
+    cJSON *j;   /* the object (never modified after ks_obj_new) */
+    char *json; /* compact serialization */
     size_t len;
     uint64_t rv;
 } ks_obj;
@@ -42,12 +42,23 @@ void ks_obj_unref(ks_obj *o); /* NULL ok */
 
 /* ---- kinds ---------------------------------------------------------------------------------- */
 enum ks_type {
-    KS_T_GENERIC = 0, KS_T_POD, KS_T_EVENT, KS_T_EVENT_NEW, KS_T_NAMESPACE, KS_T_CRD, KS_T_CR,
-    KS_T_SERVICE, KS_T_SECRET, KS_T_CONFIGMAP, KS_T_LEASE, KS_T_NODE, KS_T_DEPLOYMENT,
+    KS_T_GENERIC = 0,
+    KS_T_POD,
+    KS_T_EVENT,
+    KS_T_EVENT_NEW,
+    KS_T_NAMESPACE,
+    KS_T_CRD,
+    KS_T_CR,
+    KS_T_SERVICE,
+    KS_T_SECRET,
+    KS_T_CONFIGMAP,
+    KS_T_LEASE,
+    KS_T_NODE,
+    KS_T_DEPLOYMENT,
 };
 
 typedef struct ks_entry {
-    char *key;              /* "ns/name" or "/name" */
+    char *key; /* "ns/name" or "/name" */
     ks_obj *obj;
     struct ks_entry *next;
 } ks_entry;
@@ -55,21 +66,21 @@ typedef struct ks_entry {
 /* A sleeping watch stream: woken only by commits to its table in its namespace (or any
  * namespace when ns is ""), so a thousand idle watches elsewhere cost nothing per write. */
 typedef struct ks_waiter {
-    pthread_cond_t cond;    /* waits with the table's mu */
+    pthread_cond_t cond; /* waits with the table's mu */
     int signaled;
     char ns[128];
-    const struct ks_lsel *ls;   /* the stream's selectors (borrowed; NULL = all): a commit whose */
-    const struct ks_fsel *fs;   /* new and old states both miss them does not wake the stream */
+    const struct ks_lsel *ls; /* the stream's selectors (borrowed; NULL = all): a commit whose */
+    const struct ks_fsel *fs; /* new and old states both miss them does not wake the stream */
     struct ks_waiter *prev, *next;
 } ks_waiter;
 
 typedef struct ks_table {
     ks_entry **b;
     size_t nb, count;
-    uint64_t last_rv;       /* rv of the newest commit to this table (under srv->lock) */
-    pthread_mutex_t mu;     /* guards waiters */
+    uint64_t last_rv;   /* rv of the newest commit to this table (under srv->lock) */
+    pthread_mutex_t mu; /* guards waiters */
     ks_waiter *waiters;
-    atomic_ullong seq;      /* bumped on every commit */
+    atomic_ullong seq; /* bumped on every commit */
 } ks_table;
 
 typedef struct ks_kind {
@@ -80,12 +91,12 @@ typedef struct ks_kind {
     int ncat;
     bool namespaced, served, has_status, has_scale;
     char scale_spec[128], scale_status[128], scale_selector[128];
-    int type;               /* enum ks_type */
-    ks_table *tab;          /* shared for the two Event kinds */
-    cJSON *schema;          /* CR: openAPIV3Schema (owned), else NULL */
-    cJSON *columns;         /* CR: additionalPrinterColumns (owned), else NULL */
-    bool storage;           /* CR: the storage version (objects are stored with its apiVersion) */
-    char crd_name[256];     /* CR: owning CRD */
+    int type;           /* enum ks_type */
+    ks_table *tab;      /* shared for the two Event kinds */
+    cJSON *schema;      /* CR: openAPIV3Schema (owned), else NULL */
+    cJSON *columns;     /* CR: additionalPrinterColumns (owned), else NULL */
+    bool storage;       /* CR: the storage version (objects are stored with its apiVersion) */
+    char crd_name[256]; /* CR: owning CRD */
 } ks_kind;
 
 /* "apps/v1" or "v1" for the core group into buf. */
@@ -97,28 +108,28 @@ typedef struct ks_event {
     uint64_t rv;
     int type;
     ks_table *tab;
-    ks_obj *obj;            /* new state (DELETED: last state stamped with the deletion rv) */
-    ks_obj *old;            /* previous state or NULL (for selector transitions, rule F4) */
+    ks_obj *obj; /* new state (DELETED: last state stamped with the deletion rv) */
+    ks_obj *old; /* previous state or NULL (for selector transitions, rule F4) */
 } ks_event;
 
 /* ---- faults and the request log ------------------------------------------------------------ */
 typedef struct ks_faults {
     pthread_mutex_t mu;
-    int fail_n, fail_code;          /* fail the next N matching requests with code */
+    int fail_n, fail_code; /* fail the next N matching requests with code */
     char fail_verb[24], fail_resource[64];
-    int watch_410_n;                /* answer the next N watches with a 410 ERROR event */
-    int delay_ms;                   /* delay every response */
+    int watch_410_n; /* answer the next N watches with a 410 ERROR event */
+    int delay_ms;    /* delay every response */
     bool node_not_ready;
-    unsigned node_lost;             /* bit i: opts.nodes[i] lost alone (node-not-ready?node=NAME) */
-    bool sched_hold;                /* the schedulers bind nothing (tests line pods up first) */
-    atomic_uint watch_gen;          /* drop-watches bumps it; streams end when it changes */
+    unsigned node_lost;    /* bit i: opts.nodes[i] lost alone (node-not-ready?node=NAME) */
+    bool sched_hold;       /* the schedulers bind nothing (tests line pods up first) */
+    atomic_uint watch_gen; /* drop-watches bumps it; streams end when it changes */
 } ks_faults;
 
 typedef struct ks_reqrec {
     char method[8], verb[24], group[128], version[64], resource[64], sub[32], ns[128], name[256];
     char path[256];
-    char ctype[64];                 /* request Content-Type (patch flavour) */
-    char ua[128];                   /* User-Agent */
+    char ctype[64]; /* request Content-Type (patch flavour) */
+    char ua[128];   /* User-Agent */
     int code;
 } ks_reqrec;
 
@@ -144,12 +155,12 @@ typedef struct ks_opts {
     char image_map[32][2][256];
     int nimage_map;
     bool no_kubelet;
-    bool podman;                    /* --runtime podman: pods' containers run with podman (podman.h) */
+    bool podman; /* --runtime podman: pods' containers run with podman (podman.h) */
     ks_node_spec nodes[KS_MAX_NODES];
     int nnodes;
-    char cosched_scheduler[128];    /* the coscheduling profile's schedulerName */
-    int nodes_netns;                /* --nodes N: nodes[0..N) are network namespaces (netns.sh) */
-    char fabric_netns[64];          /* --nodes: netns.sh's fabric namespace (bridge ports vhI), or "" */
+    char cosched_scheduler[128]; /* the coscheduling profile's schedulerName */
+    int nodes_netns;             /* --nodes N: nodes[0..N) are network namespaces (netns.sh) */
+    char fabric_netns[64];       /* --nodes: netns.sh's fabric namespace (bridge ports vhI), or "" */
 } ks_opts;
 
 typedef struct ks_server {
@@ -158,11 +169,11 @@ typedef struct ks_server {
     uint64_t rv;
     ks_kind **kinds;
     size_t nkinds, capkinds;
-    cJSON *graveyard;               /* retired CRD schemas/columns (freed at exit) */
-    ks_event *ring;                 /* KS_RING_CAP slots */
+    cJSON *graveyard; /* retired CRD schemas/columns (freed at exit) */
+    ks_event *ring;   /* KS_RING_CAP slots */
     size_t ring_start, ring_len;
-    uint64_t ring_dropped_rv;       /* newest rv that fell out of the window (0: none) */
-    size_t ring_bytes;              /* JSON bytes referenced by the ring's events */
+    uint64_t ring_dropped_rv; /* newest rv that fell out of the window (0: none) */
+    size_t ring_bytes;        /* JSON bytes referenced by the ring's events */
     ks_faults faults;
     pthread_mutex_t reqmu;
     ks_reqrec *reqlog;
@@ -170,12 +181,12 @@ typedef struct ks_server {
     struct ks_snapshots *snaps;
     struct ks_kubelet *kubelet;
     rm_http_server *http;
-    atomic_int port;                /* set after the listener starts; read by /api */
-    ks_kind *core[16];              /* built-in kinds by enum ks_type, fixed after init */
+    atomic_int port;   /* set after the listener starts; read by /api */
+    ks_kind *core[16]; /* built-in kinds by enum ks_type, fixed after init */
     atomic_bool stopping;
-    pthread_mutex_t ctlmu;          /* main loop requests (restart) */
+    pthread_mutex_t ctlmu; /* main loop requests (restart) */
     pthread_cond_t ctlcond;
-    int ctl_restart;                /* 1 keep state, 2 fresh */
+    int ctl_restart; /* 1 keep state, 2 fresh */
     pthread_t gc_thread;
     bool gc_started;
     atomic_bool gc_dirty;
@@ -187,12 +198,12 @@ typedef struct ks_server {
 /* ---- store (store.c) ----------------------------------------------------------------------- */
 int ks_server_init(ks_server *s, const ks_opts *o);
 void ks_server_fini(ks_server *s);
-void ks_store_reset(ks_server *s);         /* drop every object and CRD kind, re-seed namespaces */
-ks_kind *ks_kind_add(ks_server *s, const ks_kind *proto);   /* caller holds wrlock; reuses a slot */
+void ks_store_reset(ks_server *s); /* drop every object and CRD kind, re-seed namespaces */
+ks_kind *ks_kind_add(ks_server *s, const ks_kind *proto); /* caller holds wrlock; reuses a slot */
 /* Lookups: caller holds the lock (read or write). */
 ks_kind *ks_kind_find(ks_server *s, const char *group, const char *version, const char *resource);
 ks_kind *ks_kind_by_kind(ks_server *s, const char *group, const char *kind);
-ks_obj *ks_table_get(ks_table *t, const char *ns, const char *name);     /* borrowed */
+ks_obj *ks_table_get(ks_table *t, const char *ns, const char *name); /* borrowed */
 /* Commit a new version (or deletion when obj==NULL) under wrlock: bumps rv, stamps
  * metadata.resourceVersion, appends the event. Takes ownership of obj. *out (optional) gets a
  * borrowed pointer to the stored version (valid while the lock is held). */
@@ -209,10 +220,10 @@ void ks_waiter_del(ks_table *t, ks_waiter *w);
 bool ks_waiter_wait(ks_table *t, ks_waiter *w, int timeout_ms);
 /* Still unsignaled since the last arm? (then no commit concerned this waiter) */
 bool ks_waiter_quiet(ks_table *t, ks_waiter *w);
-void ks_waiter_arm(ks_table *t, ks_waiter *w);     /* clear the signal before a scan */
+void ks_waiter_arm(ks_table *t, ks_waiter *w); /* clear the signal before a scan */
 void ks_new_uid(ks_server *s, char out[40]);
 void ks_now_rfc3339(char out[32]);
-const char *ks_sget(const cJSON *o, const char *key);   /* o[key] when a string, else NULL (borrowed) */
+const char *ks_sget(const cJSON *o, const char *key); /* o[key] when a string, else NULL (borrowed) */
 void ks_gen_name(ks_server *s, const char *prefix, char *out, size_t cap);
 
 /* ---- request handling (api.c) -------------------------------------------------------------- */
@@ -227,11 +238,10 @@ int ks_status(rm_http_resp *resp, int code, const char *reason, const char *name
  * copy of the object and returns 1 to commit, 0 to leave it, <0 on error. Returns RM_ENOTFOUND
  * when the object is gone. Runs the generic update rules (finalizer emptied → delete). */
 typedef int (*ks_mutate_fn)(cJSON *obj, void *ud);
-int ks_internal_update(ks_server *s, ks_kind *k, const char *ns, const char *name, ks_mutate_fn fn,
-                       void *ud);
+int ks_internal_update(ks_server *s, ks_kind *k, const char *ns, const char *name, ks_mutate_fn fn, void *ud);
 /* Delete as DELETE with propagationPolicy (NULL = Background) would; grace<0 = default. */
-int ks_internal_delete(ks_server *s, ks_kind *k, const char *ns, const char *name,
-                       const char *propagation, int grace);
+int ks_internal_delete(ks_server *s, ks_kind *k, const char *ns, const char *name, const char *propagation,
+                       int grace);
 /* Create obj (taken) in ns as a POST would (name or generateName); RM_ECONFLICT if it exists. */
 int ks_internal_create(ks_server *s, ks_kind *k, const char *ns, cJSON *obj);
 /* Final removal (kubelet after processes exited; ignores grace). */
@@ -256,7 +266,7 @@ bool ks_nodes_netns(ks_opts *o, int n, const char *env, bool check_paths, char *
 /* The node spec named node (NULL when none or not ours). */
 const ks_node_spec *ks_node_find(const ks_server *s, const char *node);
 /* Is opts.nodes[i] lost alone (faults.node_lost)? Takes faults.mu. */
-bool ks_node_lost(ks_server *s, int i);   /* pods, namespaces...; caller needs no lock */
+bool ks_node_lost(ks_server *s, int i); /* pods, namespaces...; caller needs no lock */
 
 /* ---- garbage collector (gc.c) --------------------------------------------------------------- */
 int ks_gc_start(ks_server *s);
@@ -284,15 +294,15 @@ int ks_schema_apply(const cJSON *schema, cJSON *obj, cJSON *unknown, rm_err *err
 const cJSON *ks_jsonpath(const cJSON *obj, const char *path);
 
 /* ---- events conversion (api.c) --------------------------------------------------------------- */
-cJSON *ks_event_to_new(const cJSON *core);   /* core/v1 Event → events.k8s.io/v1 (owned) */
-cJSON *ks_event_to_core(const cJSON *ev);    /* events.k8s.io/v1 → core/v1 (owned) */
+cJSON *ks_event_to_new(const cJSON *core); /* core/v1 Event → events.k8s.io/v1 (owned) */
+cJSON *ks_event_to_core(const cJSON *ev);  /* events.k8s.io/v1 → core/v1 (owned) */
 
 /* ---- kubelet (kubelet.c) -------------------------------------------------------------------- */
 int ks_kubelet_start(ks_server *s);
-void ks_kubelet_stop(ks_server *s);          /* kills every pod's processes */
+void ks_kubelet_stop(ks_server *s); /* kills every pod's processes */
 /* Path of a container's log file into buf; RM_ENOTFOUND when unknown. */
-int ks_kubelet_log_path(ks_server *s, const char *pod_uid, const char *container, bool previous,
-                        char *buf, size_t cap);
+int ks_kubelet_log_path(ks_server *s, const char *pod_uid, const char *container, bool previous, char *buf,
+                        size_t cap);
 
 /* ---- admin (admin.c) ------------------------------------------------------------------------ */
 /* Returns 1 if path was an admin path (resp filled). */
@@ -302,10 +312,14 @@ void ks_reqlog_add(ks_server *s, const ks_reqrec *r);
 int ks_fault_check(ks_server *s, const char *verb, const char *resource);
 
 /* ---- small buffers -------------------------------------------------------------------------- */
-typedef struct ks_buf { char *p; size_t len, cap; int oom; } ks_buf;
+typedef struct ks_buf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} ks_buf;
 void ks_buf_add(ks_buf *b, const char *s, size_t n);
 void ks_buf_puts(ks_buf *b, const char *s);
 void ks_buf_printf(ks_buf *b, const char *fmt, ...) RM_PRINTF(2, 3);
-char *ks_buf_take(ks_buf *b, size_t *len);   /* owned, NUL-terminated; NULL on OOM */
+char *ks_buf_take(ks_buf *b, size_t *len); /* owned, NUL-terminated; NULL on OOM */
 void ks_buf_free(ks_buf *b);
 #endif

@@ -30,7 +30,8 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: kubesim [--addr 127.0.0.1:0] [--kubeconfig-out FILE] [--image-map IMAGE=PROGRAM]...\n"
             "               [--no-kubelet] [--runtime process|podman] [--data-dir DIR] [--log-level LEVEL]\n"
-            "               [--node NAME:cpu=8,memory=16Gi,gpu=4,pods=110]... [--coscheduling-scheduler-name NAME]\n"
+            "               [--node NAME:cpu=8,memory=16Gi,gpu=4,pods=110]... [--coscheduling-scheduler-name "
+            "NAME]\n"
             "               [--nodes N]   (nodes as network namespaces: run under tests/kubesim/netns.sh)\n"
             "A Kubernetes API double (v1.32) with a process kubelet; see tests/kubesim/README.md.\n");
 }
@@ -43,8 +44,10 @@ static int write_kubeconfig(const char *path, int port)
     if (!f)
         return -1;
     fprintf(f,
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: kubesim\n  cluster:\n    server: http://127.0.0.1:%d\n"
-            "contexts:\n- name: kubesim\n  context:\n    cluster: kubesim\n    user: kubesim\n    namespace: default\n"
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: kubesim\n  cluster:\n    server: "
+            "http://127.0.0.1:%d\n"
+            "contexts:\n- name: kubesim\n  context:\n    cluster: kubesim\n    user: kubesim\n    namespace: "
+            "default\n"
             "current-context: kubesim\npreferences: {}\nusers:\n- name: kubesim\n  user: {}\n",
             port);
     if (fclose(f) != 0 || rename(tmp, path) != 0) {
@@ -163,7 +166,8 @@ int main(int argc, char **argv)
     if (nodes_netns) {
         char msg[512];
         if (o.podman) {
-            fprintf(stderr, "kubesim: --nodes runs pods with --runtime process only (podman's own networking is not joined to the node namespaces)\n");
+            fprintf(stderr, "kubesim: --nodes runs pods with --runtime process only (podman's own networking "
+                            "is not joined to the node namespaces)\n");
             return 2;
         }
         if (!ks_nodes_netns(&o, nodes_netns, getenv("KUBESIM_NETNS_NODES"), true, msg, sizeof msg)) {
@@ -217,8 +221,8 @@ int main(int argc, char **argv)
     ks_gc_start(&srv);
     printf("kubesim listening on http://127.0.0.1:%d\n", port);
     fflush(stdout);
-    rm_info("kubesim serving addr=http://127.0.0.1:%d kubelet=%s data_dir=%s", port, o.no_kubelet ? "off" : "on",
-            o.data_dir);
+    rm_info("kubesim serving addr=http://127.0.0.1:%d kubelet=%s data_dir=%s", port,
+            o.no_kubelet ? "off" : "on", o.data_dir);
     for (;;) {
         struct timespec ts = {0, 200 * 1000000L};
         int sig = sigtimedwait(&set, NULL, &ts);

@@ -184,7 +184,7 @@ int ks_check_annotations(const cJSON *obj, ks_causes *out)
 int ks_check_pod_names(const cJSON *pod, ks_causes *out)
 {
     const cJSON *spec = cJSON_GetObjectItemCaseSensitive(pod, "spec");
-    static const char *const keys[] = { "hostname", "subdomain" };
+    static const char *const keys[] = {"hostname", "subdomain"};
     int found = 0;
     for (size_t i = 0; i < 2; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(spec, keys[i]);

@@ -18,24 +18,24 @@
 #include <stddef.h>
 
 typedef enum {
-    KS_NAME_SUBDOMAIN = 0,  /* [a-z0-9]([-a-z0-9]*[a-z0-9])?(\.<that>)*, at most 253 */
-    KS_NAME_LABEL,          /* [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 */
-    KS_NAME_DNS1035,        /* [a-z]([-a-z0-9]*[a-z0-9])?, at most 63 */
-    KS_NAME_PATH_SEGMENT,   /* not "." or "..", no '/' or '%' */
+    KS_NAME_SUBDOMAIN = 0, /* [a-z0-9]([-a-z0-9]*[a-z0-9])?(\.<that>)*, at most 253 */
+    KS_NAME_LABEL,         /* [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most 63 */
+    KS_NAME_DNS1035,       /* [a-z]([-a-z0-9]*[a-z0-9])?, at most 63 */
+    KS_NAME_PATH_SEGMENT,  /* not "." or "..", no '/' or '%' */
 } ks_name_fmt;
 
-#define KS_ANNOTATIONS_MAX (256 * 1024)   /* TotalAnnotationSizeLimitB */
+#define KS_ANNOTATIONS_MAX (256 * 1024) /* TotalAnnotationSizeLimitB */
 #define KS_MAX_CAUSES 4
 
 typedef struct ks_cause {
-    char type[24];          /* FieldValueInvalid | FieldValueTooLong */
-    char field[128];        /* metadata.name */
-    char msg[512];          /* the field error's body */
+    char type[24];   /* FieldValueInvalid | FieldValueTooLong */
+    char field[128]; /* metadata.name */
+    char msg[512];   /* the field error's body */
 } ks_cause;
 
 typedef struct ks_causes {
     ks_cause c[KS_MAX_CAUSES];
-    int n;                  /* causes kept (at most KS_MAX_CAUSES; later ones are dropped) */
+    int n; /* causes kept (at most KS_MAX_CAUSES; later ones are dropped) */
 } ks_causes;
 
 /* The rule for a kind's metadata.name: group ("" = core) and kind ("Service"). */

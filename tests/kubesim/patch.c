@@ -111,9 +111,12 @@ static int ptr_token(const char **p, char *tok, size_t cap)
     while (**p && **p != '/') {
         char c = **p;
         if (c == '~') {
-            if ((*p)[1] == '0') c = '~';
-            else if ((*p)[1] == '1') c = '/';
-            else return -1;
+            if ((*p)[1] == '0')
+                c = '~';
+            else if ((*p)[1] == '1')
+                c = '/';
+            else
+                return -1;
             (*p)++;
         }
         if (n + 1 >= cap)
@@ -284,8 +287,8 @@ int ks_json_patch(cJSON **doc, const cJSON *patch, rm_err *err)
                 return rm_errf(err, RM_EINVAL, "remove operation does not apply: cannot remove the root");
             cJSON *v = detach_at(doc, path);
             if (!v)
-                return rm_errf(err, RM_EINVAL, "remove operation does not apply: doc is missing path: \"%.200s\"",
-                               path);
+                return rm_errf(err, RM_EINVAL,
+                               "remove operation does not apply: doc is missing path: \"%.200s\"", path);
             cJSON_Delete(v);
         } else if (!strcmp(o, "move") || !strcmp(o, "copy")) {
             if (!cJSON_IsString(jf))
@@ -301,8 +304,9 @@ int ks_json_patch(cJSON **doc, const cJSON *patch, rm_err *err)
                 v = src ? cJSON_Duplicate(src, 1) : NULL;
             }
             if (!v)
-                return rm_errf(err, RM_EINVAL, "%s operation does not apply: doc is missing from path: \"%.200s\"",
-                               o, jf->valuestring);
+                return rm_errf(err, RM_EINVAL,
+                               "%s operation does not apply: doc is missing from path: \"%.200s\"", o,
+                               jf->valuestring);
             if (!*doc)
                 *doc = cJSON_CreateObject();
             if (add_at(doc, path, v, false) < 0) {
@@ -328,13 +332,24 @@ int ks_json_patch(cJSON **doc, const cJSON *patch, rm_err *err)
 /* ---- strategic merge patch ------------------------------------------------------------------ */
 static const char *merge_key_for(const char *field, const cJSON *elem)
 {
-    static const struct { const char *field, *key; } tab[] = {
-        {"containers", "name"}, {"initContainers", "name"}, {"ephemeralContainers", "name"},
-        {"volumes", "name"}, {"env", "name"}, {"imagePullSecrets", "name"},
-        {"volumeMounts", "mountPath"}, {"volumeDevices", "devicePath"},
-        {"ownerReferences", "uid"}, {"conditions", "type"}, {"hostAliases", "ip"},
-        {"topologySpreadConstraints", "topologyKey"}, {"resourceClaims", "name"},
-        {"containerStatuses", "name"}, {"initContainerStatuses", "name"},
+    static const struct {
+        const char *field, *key;
+    } tab[] = {
+        {"containers", "name"},
+        {"initContainers", "name"},
+        {"ephemeralContainers", "name"},
+        {"volumes", "name"},
+        {"env", "name"},
+        {"imagePullSecrets", "name"},
+        {"volumeMounts", "mountPath"},
+        {"volumeDevices", "devicePath"},
+        {"ownerReferences", "uid"},
+        {"conditions", "type"},
+        {"hostAliases", "ip"},
+        {"topologySpreadConstraints", "topologyKey"},
+        {"resourceClaims", "name"},
+        {"containerStatuses", "name"},
+        {"initContainerStatuses", "name"},
     };
     if (!field)
         return NULL;

@@ -12,7 +12,10 @@
 #include <unistd.h>
 #include "common/b64.h"
 
-static cJSON *oget(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
+static cJSON *oget(const cJSON *o, const char *k)
+{
+    return cJSON_GetObjectItemCaseSensitive(o, k);
+}
 
 const char *ks_podman_runtime(void)
 {
@@ -21,7 +24,11 @@ const char *ks_podman_runtime(void)
 }
 
 /* ---- a growing argv ---------------------------------------------------------------------- */
-typedef struct sv { char **v; size_t n, cap; bool oom; } sv;
+typedef struct sv {
+    char **v;
+    size_t n, cap;
+    bool oom;
+} sv;
 
 static void sv_add(sv *a, const char *s)
 {
@@ -121,7 +128,8 @@ static cJSON *ref_data(ks_server *s, int type, const char *ns, const char *name)
 }
 
 /* Writes a secret's/configMap's keys (or only `items`) as files under dir. */
-static int materialize(ks_server *s, bool secret, const char *ns, const cJSON *src, const char *dir, char *msg, size_t mcap)
+static int materialize(ks_server *s, bool secret, const char *ns, const cJSON *src, const char *dir,
+                       char *msg, size_t mcap)
 {
     const char *name = ks_sget(src, secret ? "secretName" : "name");
     cJSON *data = ref_data(s, secret ? KS_T_SECRET : KS_T_CONFIGMAP, ns, name);
@@ -155,7 +163,8 @@ static int materialize(ks_server *s, bool secret, const char *ns, const cJSON *s
         int rc = bytes ? write_file(dir, path, bytes, len, mode) : -1;
         free(bytes);
         if (rc < 0) {
-            snprintf(msg, mcap, "cannot write key %s of %s %s", d->string, secret ? "secret" : "configmap", name);
+            snprintf(msg, mcap, "cannot write key %s of %s %s", d->string, secret ? "secret" : "configmap",
+                     name);
             cJSON_Delete(data);
             return -1;
         }
@@ -171,7 +180,8 @@ static int sa_files(const char *ns, const char *sa, const char *dir)
         return -1;
     char tok[512];
     snprintf(tok, sizeof(tok), "kubesim-token.%s.%s", ns, sa);
-    if (write_file(dir, "token", tok, strlen(tok), 0644) < 0 || write_file(dir, "namespace", ns, strlen(ns), 0644) < 0)
+    if (write_file(dir, "token", tok, strlen(tok), 0644) < 0 ||
+        write_file(dir, "namespace", ns, strlen(ns), 0644) < 0)
         return -1;
     const char *ca = getenv("KUBESIM_SERVICE_CA");
     if (ca && *ca) {
@@ -194,9 +204,20 @@ static double quantity(const char *q)
     double v = strtod(q, &end);
     if (end == q || v < 0)
         return -1;
-    static const struct { const char *sfx; double mul; } u[] = {
-        {"Ki", 1024.0}, {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0},
-        {"k", 1e3}, {"K", 1e3}, {"M", 1e6}, {"G", 1e9}, {"T", 1e12}, {"m", 1e-3}, {"", 1}};
+    static const struct {
+        const char *sfx;
+        double mul;
+    } u[] = {{"Ki", 1024.0},
+             {"Mi", 1048576.0},
+             {"Gi", 1073741824.0},
+             {"Ti", 1099511627776.0},
+             {"k", 1e3},
+             {"K", 1e3},
+             {"M", 1e6},
+             {"G", 1e9},
+             {"T", 1e12},
+             {"m", 1e-3},
+             {"", 1}};
     for (size_t i = 0; i < sizeof(u) / sizeof(u[0]); i++)
         if (!strcmp(end, u[i].sfx))
             return v * u[i].mul;
@@ -215,7 +236,8 @@ static const char *qstr(const cJSON *v, char *buf, size_t cap)
 }
 
 /* One volumeMount → flags. */
-static int add_mount(ks_server *s, sv *a, const cJSON *pod, const ks_podman_pod *pp, const cJSON *vm, char *msg, size_t mcap)
+static int add_mount(ks_server *s, sv *a, const cJSON *pod, const ks_podman_pod *pp, const cJSON *vm,
+                     char *msg, size_t mcap)
 {
     const char *vname = ks_sget(vm, "name"), *dst = ks_sget(vm, "mountPath"), *sub = ks_sget(vm, "subPath");
     bool ro = cJSON_IsTrue(oget(vm, "readOnly"));
@@ -310,8 +332,10 @@ static int add_mount(ks_server *s, sv *a, const cJSON *pod, const ks_podman_pod 
         }
         ro = true;
     } else {
-        snprintf(msg, mcap, "volume \"%s\": kubesim's podman runtime supports emptyDir, hostPath, secret, configMap, "
-                 "persistentVolumeClaim and projected", vname);
+        snprintf(msg, mcap,
+                 "volume \"%s\": kubesim's podman runtime supports emptyDir, hostPath, secret, configMap, "
+                 "persistentVolumeClaim and projected",
+                 vname);
         return -1;
     }
     if (sub && *sub) {
@@ -341,8 +365,8 @@ static bool mounts_path(const cJSON *ctr, const char *path)
     return false;
 }
 
-char **ks_podman_argv(ks_server *s, const cJSON *pod, const cJSON *ctr, const ks_podman_pod *pp, const char *cname,
-                      char *const *env, size_t nenv, char *msg, size_t mcap)
+char **ks_podman_argv(ks_server *s, const cJSON *pod, const cJSON *ctr, const ks_podman_pod *pp,
+                      const char *cname, char *const *env, size_t nenv, char *msg, size_t mcap)
 {
     const cJSON *spec = oget(pod, "spec");
     const char *image = ks_sget(ctr, "image");
@@ -374,8 +398,8 @@ char **ks_podman_argv(ks_server *s, const cJSON *pod, const cJSON *ctr, const ks
     const cJSON *gid = oget(csc, "runAsGroup") ? oget(csc, "runAsGroup") : oget(psc, "runAsGroup");
     const cJSON *nonroot = oget(csc, "runAsNonRoot") ? oget(csc, "runAsNonRoot") : oget(psc, "runAsNonRoot");
     if (cJSON_IsTrue(nonroot) && cJSON_IsNumber(uid) && uid->valuedouble == 0) {
-        snprintf(msg, mcap, "container's runAsUser breaks non-root policy (pod: \"%s\", container: %s)", pp->name,
-                 ks_sget(ctr, "name") ? ks_sget(ctr, "name") : "");
+        snprintf(msg, mcap, "container's runAsUser breaks non-root policy (pod: \"%s\", container: %s)",
+                 pp->name, ks_sget(ctr, "name") ? ks_sget(ctr, "name") : "");
         goto fail;
     }
     if (cJSON_IsNumber(uid) && cJSON_IsNumber(gid))
@@ -526,7 +550,9 @@ void ks_podman_kill(const char *cname, int sig)
 void ks_podman_cleanup(void)
 {
     char cmd[256];
-    snprintf(cmd, sizeof(cmd), "podman --runtime=%s ps -aq --filter label=io.kubesim.instance=%d | xargs -r podman --runtime=%s rm -f -t 0",
+    snprintf(cmd, sizeof(cmd),
+             "podman --runtime=%s ps -aq --filter label=io.kubesim.instance=%d | xargs -r podman "
+             "--runtime=%s rm -f -t 0",
              ks_podman_runtime(), (int)getpid(), ks_podman_runtime());
     char *argv[] = {"sh", "-c", cmd, NULL};
     run_wait(argv, true);

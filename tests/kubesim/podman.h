@@ -26,14 +26,14 @@
 
 typedef struct ks_podman_pod {
     const char *ns, *name, *uid, *ip;
-    const char *poddir;    /* the pod's folder (volumes are made under it) */
-    const char *hosts;     /* the hosts file to mount as /etc/hosts, or NULL */
+    const char *poddir; /* the pod's folder (volumes are made under it) */
+    const char *hosts;  /* the hosts file to mount as /etc/hosts, or NULL */
 } ks_podman_pod;
 
 /* argv for `podman ... run ...` of container `ctr` of `pod` (the stored Pod JSON), named `cname`;
  * env is "K=V" strings (n of them). NULL on error with a message (the kubelet's waiting reason). */
-char **ks_podman_argv(ks_server *s, const cJSON *pod, const cJSON *ctr, const ks_podman_pod *pp, const char *cname,
-                      char *const *env, size_t nenv, char *msg, size_t mcap);
+char **ks_podman_argv(ks_server *s, const cJSON *pod, const cJSON *ctr, const ks_podman_pod *pp,
+                      const char *cname, char *const *env, size_t nenv, char *msg, size_t mcap);
 void ks_podman_argv_free(char **argv);
 
 /* 1 when `image` is in podman's local store, 0 when not (the kubelet reports ErrImageNeverPull). */

@@ -39,7 +39,10 @@
 
 #define COSCHED_DEFAULT "scheduler-plugins-scheduler"
 
-static const cJSON *oget(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
+static const cJSON *oget(const cJSON *o, const char *k)
+{
+    return cJSON_GetObjectItemCaseSensitive(o, k);
+}
 
 bool ks_node_parse(const char *arg, ks_node_spec *out, char *msg, size_t cap)
 {
@@ -89,12 +92,15 @@ bool ks_nodes_netns(ks_opts *o, int n, const char *env, bool check_paths, char *
         return false;
     }
     if (!env || !*env) {
-        snprintf(msg, cap, "--nodes %d: KUBESIM_NETNS_NODES is not set (run kubesim under tests/kubesim/netns.sh run "
-                 "--nodes %d -- ..., which makes the namespaces)", n, n);
+        snprintf(msg, cap,
+                 "--nodes %d: KUBESIM_NETNS_NODES is not set (run kubesim under tests/kubesim/netns.sh run "
+                 "--nodes %d -- ..., which makes the namespaces)",
+                 n, n);
         return false;
     }
     if (o->nnodes && o->nnodes != n) {
-        snprintf(msg, cap, "--nodes %d: %d --node given; give none (defaults) or exactly %d", n, o->nnodes, n);
+        snprintf(msg, cap, "--nodes %d: %d --node given; give none (defaults) or exactly %d", n, o->nnodes,
+                 n);
         return false;
     }
     char buf[2048];
@@ -114,14 +120,19 @@ bool ks_nodes_netns(ks_opts *o, int n, const char *env, bool check_paths, char *
         char *eq = strchr(e, '=');
         size_t nl = eq ? (size_t)(eq - e) : 0;
         struct in_addr a;
-        if (!eq || nl == 0 || nl >= sizeof got[0].netns || strspn(e, "abcdefghijklmnopqrstuvwxyz"
-                                                                       "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != nl) {
-            snprintf(msg, cap, "--nodes %d: KUBESIM_NETNS_NODES entry \"%.80s\" is not NETNS=IPV4 (a namespace name "
-                     "of letters, digits, . _ -)", n, e);
+        if (!eq || nl == 0 || nl >= sizeof got[0].netns ||
+            strspn(e, "abcdefghijklmnopqrstuvwxyz"
+                      "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != nl) {
+            snprintf(msg, cap,
+                     "--nodes %d: KUBESIM_NETNS_NODES entry \"%.80s\" is not NETNS=IPV4 (a namespace name "
+                     "of letters, digits, . _ -)",
+                     n, e);
             return false;
         }
         if (strlen(eq + 1) >= sizeof got[0].addr || inet_pton(AF_INET, eq + 1, &a) != 1) {
-            snprintf(msg, cap, "--nodes %d: KUBESIM_NETNS_NODES entry %.80s: \"%.60s\" is not an IPv4 address", n, e, eq + 1);
+            snprintf(msg, cap,
+                     "--nodes %d: KUBESIM_NETNS_NODES entry %.80s: \"%.60s\" is not an IPv4 address", n, e,
+                     eq + 1);
             return false;
         }
         memset(&got[k], 0, sizeof got[k]);
@@ -131,7 +142,8 @@ bool ks_nodes_netns(ks_opts *o, int n, const char *env, bool check_paths, char *
             char path[128];
             snprintf(path, sizeof path, "/run/netns/%s", got[k].netns);
             if (access(path, F_OK) != 0) {
-                snprintf(msg, cap, "--nodes %d: network namespace %s does not exist (%s)", n, got[k].netns, strerror(errno));
+                snprintf(msg, cap, "--nodes %d: network namespace %s does not exist (%s)", n, got[k].netns,
+                         strerror(errno));
                 return false;
             }
         }
@@ -187,20 +199,20 @@ bool ks_node_ours(const ks_server *s, const char *node)
 /* ---- one pass ---- */
 typedef struct sc_node {
     const ks_node_spec *spec;
-    bool lost;        /* NotReady alone (node-not-ready?node=): nothing new binds there */
-    const cJSON *labels;   /* the Node object's metadata.labels (borrowed from the pass' snapshot) */
+    bool lost;           /* NotReady alone (node-not-ready?node=): nothing new binds there */
+    const cJSON *labels; /* the Node object's metadata.labels (borrowed from the pass' snapshot) */
     rm_reslist used;
-    int64_t pods;     /* milli */
+    int64_t pods; /* milli */
 } sc_node;
 
 typedef struct sc_pod {
     const cJSON *j;
-    const cJSON *selector;   /* spec.nodeSelector */
+    const cJSON *selector; /* spec.nodeSelector */
     const char *ns, *name, *sched, *group;
     rm_reslist req;
     int prio;
     uint64_t hash;
-    int node;         /* index, -1 unbound */
+    int node; /* index, -1 unbound */
     bool terminal, succeeded, failed, running, deleting, unsched_marked;
 } sc_pod;
 
@@ -214,7 +226,7 @@ static int64_t alloc_of(const ks_node_spec *n, const char *res)
         return n->gpu;
     if (!strcmp(res, "pods"))
         return n->pods;
-    return 0;   /* an extended resource no node has */
+    return 0; /* an extended resource no node has */
 }
 
 /* spec.nodeSelector: every key must be a label of the node with that value */
@@ -259,7 +271,8 @@ static bool cluster_fits(const sc_node *nodes, int nn, const rm_reslist *need, c
     for (int i = 0; i < need->n; i++) {
         int64_t free_ = 0;
         for (int k = 0; k < nn; k++) {
-            int64_t f = alloc_of(nodes[k].spec, need->r[i].name) - rm_reslist_get(&nodes[k].used, need->r[i].name);
+            int64_t f =
+                alloc_of(nodes[k].spec, need->r[i].name) - rm_reslist_get(&nodes[k].used, need->r[i].name);
             if (f > 0)
                 free_ += f;
         }
@@ -333,7 +346,7 @@ static void do_bind(ks_server *s, sc_pod *p, const char *node, const char *by)
 static void do_unsched(ks_server *s, sc_pod *p, int nn, const char *why)
 {
     if (p->unsched_marked)
-        return;   /* already says so: no write per pass */
+        return; /* already says so: no write per pass */
     char msg[512];
     snprintf(msg, sizeof msg, "0/%d nodes are available: %s.", nn, why);
     char ns[256], name[256];
@@ -401,7 +414,10 @@ static bool place_all(ks_server *s, sc_node *nodes, int nn, sc_pod **v, int n, c
     return ok;
 }
 
-typedef struct pg_status { const char *phase; int running, succeeded, failed; } pg_status;
+typedef struct pg_status {
+    const char *phase;
+    int running, succeeded, failed;
+} pg_status;
 
 static int write_pg_status(cJSON *pg, void *ud)
 {
@@ -409,8 +425,8 @@ static int write_pg_status(cJSON *pg, void *ud)
     cJSON *st = cJSON_GetObjectItemCaseSensitive(pg, "status");
     const char *ph = ks_sget(st, "phase");
     const cJSON *r = oget(st, "running"), *sc = oget(st, "succeeded"), *f = oget(st, "failed");
-    if (ph && !strcmp(ph, w->phase) && cJSON_IsNumber(r) && r->valueint == w->running &&
-        cJSON_IsNumber(sc) && sc->valueint == w->succeeded && cJSON_IsNumber(f) && f->valueint == w->failed)
+    if (ph && !strcmp(ph, w->phase) && cJSON_IsNumber(r) && r->valueint == w->running && cJSON_IsNumber(sc) &&
+        sc->valueint == w->succeeded && cJSON_IsNumber(f) && f->valueint == w->failed)
         return 0;
     if (!cJSON_IsObject(st)) {
         cJSON_DeleteItemFromObjectCaseSensitive(pg, "status");
@@ -444,19 +460,20 @@ static void hold_inqueue(const sc_pod *pods, size_t np, ks_obj **pgs, size_t npg
         bool bound = false;
         for (size_t i = 0; i < np && !bound; i++) {
             const sc_pod *p = &pods[i];
-            bound = !strcmp(p->ns, ns) && p->group && !strcmp(p->group, name) && !strcmp(p->sched, "volcano") &&
-                    p->node >= 0 && !p->terminal;
+            bound = !strcmp(p->ns, ns) && p->group && !strcmp(p->group, name) &&
+                    !strcmp(p->sched, "volcano") && p->node >= 0 && !p->terminal;
         }
         rm_reslist need;
         rm_err e = {0};
-        if (!bound && !rm_reslist_from_json(rm_json_path(pg, "spec.minResources"), "spec.minResources", &need, &e))
+        if (!bound &&
+            !rm_reslist_from_json(rm_json_path(pg, "spec.minResources"), "spec.minResources", &need, &e))
             rm_reslist_sum(reserved, &need);
     }
 }
 
 /* One PodGroup kind's pass. volcano: true for Volcano's phases and enqueue step. */
-static void gang_pass(ks_server *s, ks_kind *k, bool volcano, const char *sched_name, sc_pod *pods,
-                      size_t np, sc_node *nodes, int nn, ks_obj **pgs, size_t npg, rm_reslist *reserved)
+static void gang_pass(ks_server *s, ks_kind *k, bool volcano, const char *sched_name, sc_pod *pods, size_t np,
+                      sc_node *nodes, int nn, ks_obj **pgs, size_t npg, rm_reslist *reserved)
 {
     sc_pod **mem = malloc(sizeof(*mem) * (np ? np : 1));
     if (!mem)
@@ -504,7 +521,7 @@ static void gang_pass(ks_server *s, ks_kind *k, bool volcano, const char *sched_
                 } else {
                     next = "Pending";
                 }
-            }   /* an Inqueue group with nothing bound already holds its place (hold_inqueue) */
+            } /* an Inqueue group with nothing bound already holds its place (hold_inqueue) */
             may_bind = strcmp(next, "Pending") != 0 && strcmp(next, "Completed") != 0;
         } else {
             /* PreFilter: enough labelled pods, minResources fit the free resources */
@@ -522,9 +539,11 @@ static void gang_pass(ks_server *s, ks_kind *k, bool volcano, const char *sched_
             if (!bound)
                 for (int i = 0; i < npending; i++) {
                     char why[300];
-                    snprintf(why, sizeof why, "pod group %s/%s: %d of minMember %d pods can be placed together (%s)",
-                             ns, name, active_bound, min_member,
-                             may_bind ? "not enough free resources for the whole gang" : "the gang does not fit yet");
+                    snprintf(why, sizeof why,
+                             "pod group %s/%s: %d of minMember %d pods can be placed together (%s)", ns, name,
+                             active_bound, min_member,
+                             may_bind ? "not enough free resources for the whole gang"
+                                      : "the gang does not fit yet");
                     do_unsched(s, mem[i], nn, why);
                 }
         }
@@ -532,7 +551,8 @@ static void gang_pass(ks_server *s, ks_kind *k, bool volcano, const char *sched_
             next = "Running";
         if (succeeded >= min_member && running == 0 && active_bound == 0)
             next = volcano ? "Completed" : "Finished";
-        else if (!volcano && failed > 0 && running + succeeded < min_member && active_bound == 0 && npending == 0)
+        else if (!volcano && failed > 0 && running + succeeded < min_member && active_bound == 0 &&
+                 npending == 0)
             next = "Failed";
         pg_status w = {next, running, succeeded, failed};
         char nsb[256], nb[256];
@@ -600,7 +620,8 @@ void ks_sched_tick(ks_server *s)
     sc_pod **pend = calloc(np ? np : 1, sizeof(*pend));
     size_t npend = 0;
     for (size_t i = 0; pods && pend && i < np; i++) {
-        const cJSON *j = objs[i]->j, *md = oget(j, "metadata"), *spec = oget(j, "spec"), *st = oget(j, "status");
+        const cJSON *j = objs[i]->j, *md = oget(j, "metadata"), *spec = oget(j, "spec"),
+                    *st = oget(j, "status");
         sc_pod *p = &pods[i];
         p->j = j;
         p->ns = ks_sget(md, "namespace");
@@ -615,8 +636,9 @@ void ks_sched_tick(ks_server *s)
         p->sched = ks_sget(spec, "schedulerName");
         if (!p->sched || !*p->sched)
             p->sched = "default-scheduler";
-        p->group = !strcmp(p->sched, "volcano") ? ks_sget(oget(md, "annotations"), "scheduling.k8s.io/group-name")
-                                                : ks_sget(oget(md, "labels"), "scheduling.x-k8s.io/pod-group");
+        p->group = !strcmp(p->sched, "volcano")
+                       ? ks_sget(oget(md, "annotations"), "scheduling.k8s.io/group-name")
+                       : ks_sget(oget(md, "labels"), "scheduling.x-k8s.io/pod-group");
         const cJSON *pr = oget(spec, "priority");
         p->prio = cJSON_IsNumber(pr) ? pr->valueint : 0;
         p->hash = fnv(p->ns, p->name);
@@ -630,10 +652,11 @@ void ks_sched_tick(ks_server *s)
         p->terminal = p->succeeded || p->failed;
         p->deleting = oget(md, "deletionTimestamp") != NULL;
         const cJSON *c;
-        cJSON_ArrayForEach(c, oget(st, "conditions"))
-            if (!strcmp(ks_sget(c, "type") ? ks_sget(c, "type") : "", "PodScheduled") &&
-                !strcmp(ks_sget(c, "reason") ? ks_sget(c, "reason") : "", "Unschedulable"))
-                p->unsched_marked = true;
+        cJSON_ArrayForEach(
+            c, oget(st, "conditions")) if (!strcmp(ks_sget(c, "type") ? ks_sget(c, "type") : "",
+                                                   "PodScheduled") &&
+                                           !strcmp(ks_sget(c, "reason") ? ks_sget(c, "reason") : "",
+                                                   "Unschedulable")) p->unsched_marked = true;
         p->node = -1;
         const char *node = ks_sget(spec, "nodeName");
         if (node) {

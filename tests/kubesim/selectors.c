@@ -28,7 +28,11 @@ struct ks_lsel {
 
 struct ks_fsel {
     int n;
-    struct { int op; char field[128]; char val[256]; } r[KS_SEL_MAX_REQ];
+    struct {
+        int op;
+        char field[128];
+        char val[256];
+    } r[KS_SEL_MAX_REQ];
 };
 
 static const char *skip_ws(const char *p)
@@ -116,12 +120,23 @@ int ks_lsel_parse(const char *s, ks_lsel **out, rm_err *err)
         } else if (*p == ',' || *p == 0) {
             r->op = OP_EXISTS;
         } else if (p[0] == '=' || p[0] == '!' || p[0] == '>' || p[0] == '<') {
-            if (p[0] == '=' && p[1] == '=') { r->op = OP_EQ; p += 2; }
-            else if (p[0] == '=') { r->op = OP_EQ; p += 1; }
-            else if (p[0] == '!' && p[1] == '=') { r->op = OP_NE; p += 2; }
-            else if (p[0] == '>') { r->op = OP_GT; p += 1; }
-            else if (p[0] == '<') { r->op = OP_LT; p += 1; }
-            else goto bad;
+            if (p[0] == '=' && p[1] == '=') {
+                r->op = OP_EQ;
+                p += 2;
+            } else if (p[0] == '=') {
+                r->op = OP_EQ;
+                p += 1;
+            } else if (p[0] == '!' && p[1] == '=') {
+                r->op = OP_NE;
+                p += 2;
+            } else if (p[0] == '>') {
+                r->op = OP_GT;
+                p += 1;
+            } else if (p[0] == '<') {
+                r->op = OP_LT;
+                p += 1;
+            } else
+                goto bad;
             p = skip_ws(p);
             q = read_word(p, r->vals[0], sizeof(r->vals[0]));
             if (!q || !label_value_ok(r->vals[0]) || strchr(r->vals[0], '/'))
@@ -137,8 +152,13 @@ int ks_lsel_parse(const char *s, ks_lsel **out, rm_err *err)
             r->nvals = 1;
             p = skip_ws(q);
         } else if (!strncmp(p, "in", 2) || !strncmp(p, "notin", 5)) {
-            if (!strncmp(p, "notin", 5)) { r->op = OP_NOTIN; p += 5; }
-            else { r->op = OP_IN; p += 2; }
+            if (!strncmp(p, "notin", 5)) {
+                r->op = OP_NOTIN;
+                p += 5;
+            } else {
+                r->op = OP_IN;
+                p += 2;
+            }
             p = skip_ws(p);
             if (*p != '(')
                 goto bad;
@@ -151,8 +171,14 @@ int ks_lsel_parse(const char *s, ks_lsel **out, rm_err *err)
                     goto bad;
                 r->nvals++;
                 p = skip_ws(q);
-                if (*p == ',') { p = skip_ws(p + 1); continue; }
-                if (*p == ')') { p = skip_ws(p + 1); break; }
+                if (*p == ',') {
+                    p = skip_ws(p + 1);
+                    continue;
+                }
+                if (*p == ')') {
+                    p = skip_ws(p + 1);
+                    break;
+                }
                 goto bad;
             }
         } else {
@@ -176,7 +202,10 @@ bad:
                    s ? s : "");
 }
 
-bool ks_lsel_empty(const ks_lsel *sel) { return !sel || sel->n == 0; }
+bool ks_lsel_empty(const ks_lsel *sel)
+{
+    return !sel || sel->n == 0;
+}
 
 bool ks_lsel_match(const ks_lsel *sel, const cJSON *labels)
 {
@@ -188,10 +217,18 @@ bool ks_lsel_match(const ks_lsel *sel, const cJSON *labels)
         const char *s = cJSON_IsString(v) ? v->valuestring : NULL;
         bool ok = false;
         switch (r->op) {
-        case OP_EQ: ok = s && !strcmp(s, r->vals[0]); break;
-        case OP_NE: ok = !s || strcmp(s, r->vals[0]); break;
-        case OP_EXISTS: ok = s != NULL; break;
-        case OP_NOTEXISTS: ok = s == NULL; break;
+        case OP_EQ:
+            ok = s && !strcmp(s, r->vals[0]);
+            break;
+        case OP_NE:
+            ok = !s || strcmp(s, r->vals[0]);
+            break;
+        case OP_EXISTS:
+            ok = s != NULL;
+            break;
+        case OP_NOTEXISTS:
+            ok = s == NULL;
+            break;
         case OP_IN:
             for (int j = 0; s && j < r->nvals; j++)
                 if (!strcmp(s, r->vals[j]))
@@ -222,7 +259,10 @@ bool ks_lsel_match(const ks_lsel *sel, const cJSON *labels)
     return true;
 }
 
-void ks_lsel_free(ks_lsel *sel) { free(sel); }
+void ks_lsel_free(ks_lsel *sel)
+{
+    free(sel);
+}
 
 const cJSON *ks_json_dot(const cJSON *obj, const char *path)
 {
@@ -266,13 +306,19 @@ int ks_fsel_parse(const char *s, const char *const *allowed, ks_fsel **out, rm_e
         char *op = NULL;
         int opk = OP_EQ;
         size_t oplen = 1;
-        if ((op = strstr(part, "!="))) { opk = OP_NE; oplen = 2; }
-        else if ((op = strstr(part, "=="))) { opk = OP_EQ; oplen = 2; }
-        else if ((op = strchr(part, '='))) { opk = OP_EQ; oplen = 1; }
+        if ((op = strstr(part, "!="))) {
+            opk = OP_NE;
+            oplen = 2;
+        } else if ((op = strstr(part, "=="))) {
+            opk = OP_EQ;
+            oplen = 2;
+        } else if ((op = strchr(part, '='))) {
+            opk = OP_EQ;
+            oplen = 1;
+        }
         if (!op || op == part) {
             free(sel);
-            return rm_errf(err, RM_EINVAL, "invalid selector: '%.200s'; can't understand '%.200s'",
-                           s, part);
+            return rm_errf(err, RM_EINVAL, "invalid selector: '%.200s'; can't understand '%.200s'", s, part);
         }
         *op = 0;
         const char *field = part, *val = op + oplen;
@@ -311,7 +357,10 @@ int ks_fsel_parse(const char *s, const char *const *allowed, ks_fsel **out, rm_e
     return RM_OK;
 }
 
-bool ks_fsel_empty(const ks_fsel *sel) { return !sel || sel->n == 0; }
+bool ks_fsel_empty(const ks_fsel *sel)
+{
+    return !sel || sel->n == 0;
+}
 
 bool ks_fsel_match(const ks_fsel *sel, const cJSON *obj)
 {
@@ -336,4 +385,7 @@ bool ks_fsel_match(const ks_fsel *sel, const cJSON *obj)
     return true;
 }
 
-void ks_fsel_free(ks_fsel *sel) { free(sel); }
+void ks_fsel_free(ks_fsel *sel)
+{
+    free(sel);
+}

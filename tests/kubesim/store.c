@@ -38,7 +38,10 @@ void ks_buf_add(ks_buf *b, const char *s, size_t n)
     b->len += n;
     b->p[b->len] = 0;
 }
-void ks_buf_puts(ks_buf *b, const char *s) { ks_buf_add(b, s, strlen(s)); }
+void ks_buf_puts(ks_buf *b, const char *s)
+{
+    ks_buf_add(b, s, strlen(s));
+}
 void ks_buf_printf(ks_buf *b, const char *fmt, ...)
 {
     char tmp[1024];
@@ -212,7 +215,10 @@ ks_obj *ks_table_get(ks_table *t, const char *ns, const char *name)
     return e ? e->obj : NULL;
 }
 
-typedef struct { const char *key; ks_obj *obj; } kv_pair;
+typedef struct {
+    const char *key;
+    ks_obj *obj;
+} kv_pair;
 static int kv_cmp(const void *a, const void *b)
 {
     return strcmp(((const kv_pair *)a)->key, ((const kv_pair *)b)->key);
@@ -259,7 +265,8 @@ static bool sel_match(const ks_waiter *w, const cJSON *o)
 {
     if (!o)
         return false;
-    const cJSON *labels = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "metadata"), "labels");
+    const cJSON *labels =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "metadata"), "labels");
     return ks_lsel_match(w->ls, labels) && ks_fsel_match(w->fs, o);
 }
 
@@ -345,7 +352,8 @@ static size_t ev_bytes(const ks_event *e)
 static void ring_push(ks_server *s, const ks_event *ev)
 {
     /* the window is the last KS_RING_CAP events, fewer when they hold more than the byte cap */
-    while (s->ring_len == KS_RING_CAP || (s->ring_len > 0 && s->ring_bytes + ev_bytes(ev) > KS_RING_MAX_BYTES)) {
+    while (s->ring_len == KS_RING_CAP ||
+           (s->ring_len > 0 && s->ring_bytes + ev_bytes(ev) > KS_RING_MAX_BYTES)) {
         ks_event *old = &s->ring[s->ring_start];
         s->ring_dropped_rv = old->rv;
         s->ring_bytes -= ev_bytes(old);
@@ -397,7 +405,7 @@ int ks_commit(ks_server *s, ks_kind *k, const char *ns, const char *name, cJSON 
         if (!lo)
             return RM_ENOMEM;
         ev.obj = lo;
-        ev.old = e->obj;           /* the table's ref moves to the event */
+        ev.old = e->obj; /* the table's ref moves to the event */
         *slot = e->next;
         free(e->key);
         free(e);
@@ -616,7 +624,8 @@ static void seed_node(ks_server *s, const ks_node_spec *n)
     snprintf(buf, sizeof buf,
              "{\"kind\":\"Node\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"%s\","
              "\"labels\":{\"kubernetes.io/hostname\":\"%s\",\"kubernetes.io/os\":\"linux\"}},"
-             "\"spec\":{},\"status\":{\"capacity\":%s,\"allocatable\":%s,\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\","
+             "\"spec\":{},\"status\":{\"capacity\":%s,\"allocatable\":%s,\"conditions\":[{\"type\":\"Ready\","
+             "\"status\":\"True\","
              "\"reason\":\"KubeletReady\",\"message\":\"kubesim process kubelet is posting ready status\"}],"
              "\"addresses\":[{\"type\":\"InternalIP\",\"address\":\"%s\"},"
              "{\"type\":\"Hostname\",\"address\":\"%s\"}],"
@@ -643,15 +652,16 @@ static void seed(ks_server *s)
             seed_node(s, &s->opts.nodes[i]);
         return;
     }
-    seed_object(s, KS_T_NODE,
-                "{\"kind\":\"Node\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"" KS_NODE_NAME "\","
-                "\"labels\":{\"kubernetes.io/hostname\":\"" KS_NODE_NAME "\",\"kubernetes.io/os\":\"linux\"}},"
-                "\"spec\":{},\"status\":{\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\","
-                "\"reason\":\"KubeletReady\",\"message\":\"kubesim process kubelet is posting ready status\"}],"
-                "\"addresses\":[{\"type\":\"InternalIP\",\"address\":\"127.0.0.1\"},"
-                "{\"type\":\"Hostname\",\"address\":\"" KS_NODE_NAME "\"}],"
-                "\"nodeInfo\":{\"kubeletVersion\":\"v1.32.0\",\"operatingSystem\":\"linux\","
-                "\"architecture\":\"amd64\",\"containerRuntimeVersion\":\"kubesim://1\"}}}");
+    seed_object(
+        s, KS_T_NODE,
+        "{\"kind\":\"Node\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"" KS_NODE_NAME "\","
+        "\"labels\":{\"kubernetes.io/hostname\":\"" KS_NODE_NAME "\",\"kubernetes.io/os\":\"linux\"}},"
+        "\"spec\":{},\"status\":{\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\","
+        "\"reason\":\"KubeletReady\",\"message\":\"kubesim process kubelet is posting ready status\"}],"
+        "\"addresses\":[{\"type\":\"InternalIP\",\"address\":\"127.0.0.1\"},"
+        "{\"type\":\"Hostname\",\"address\":\"" KS_NODE_NAME "\"}],"
+        "\"nodeInfo\":{\"kubeletVersion\":\"v1.32.0\",\"operatingSystem\":\"linux\","
+        "\"architecture\":\"amd64\",\"containerRuntimeVersion\":\"kubesim://1\"}}}");
 }
 
 static void register_builtins(ks_server *s)
@@ -659,9 +669,11 @@ static void register_builtins(ks_server *s)
     add_builtin(s, "", "v1", "pods", "pod", "Pod", true, KS_T_POD, "po", true, true, NULL);
     add_builtin(s, "", "v1", "services", "service", "Service", true, KS_T_SERVICE, "svc", true, true, NULL);
     add_builtin(s, "", "v1", "secrets", "secret", "Secret", true, KS_T_SECRET, NULL, false, false, NULL);
-    add_builtin(s, "", "v1", "configmaps", "configmap", "ConfigMap", true, KS_T_CONFIGMAP, "cm", false, false, NULL);
+    add_builtin(s, "", "v1", "configmaps", "configmap", "ConfigMap", true, KS_T_CONFIGMAP, "cm", false, false,
+                NULL);
     add_builtin(s, "", "v1", "events", "event", "Event", true, KS_T_EVENT, "ev", false, false, NULL);
-    add_builtin(s, "", "v1", "namespaces", "namespace", "Namespace", false, KS_T_NAMESPACE, "ns", true, false, NULL);
+    add_builtin(s, "", "v1", "namespaces", "namespace", "Namespace", false, KS_T_NAMESPACE, "ns", true, false,
+                NULL);
     add_builtin(s, "", "v1", "nodes", "node", "Node", false, KS_T_NODE, "no", true, false, NULL);
     ks_kind *ev = ks_core_kind(s, KS_T_EVENT);
     add_builtin(s, "events.k8s.io", "v1", "events", "event", "Event", true, KS_T_EVENT_NEW, "ev", false,
@@ -671,17 +683,18 @@ static void register_builtins(ks_server *s)
     add_builtin(s, "apiextensions.k8s.io", "v1", "customresourcedefinitions", "customresourcedefinition",
                 "CustomResourceDefinition", false, KS_T_CRD, "crd", true, false, NULL);
     /* stored as given (no controllers run): what `kubectl apply -f deploy/` installs */
-    add_builtin(s, "", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", true, KS_T_GENERIC, "sa", false,
-                false, NULL);
-    add_builtin(s, "rbac.authorization.k8s.io", "v1", "roles", "role", "Role", true, KS_T_GENERIC, NULL, false, false, NULL);
-    add_builtin(s, "rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", true, KS_T_GENERIC,
-                NULL, false, false, NULL);
-    add_builtin(s, "rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", false, KS_T_GENERIC,
-                NULL, false, false, NULL);
-    add_builtin(s, "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding",
-                false, KS_T_GENERIC, NULL, false, false, NULL);
-    add_builtin(s, "apps", "v1", "deployments", "deployment", "Deployment", true, KS_T_DEPLOYMENT, "deploy", true, true,
-                NULL);
+    add_builtin(s, "", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", true, KS_T_GENERIC, "sa",
+                false, false, NULL);
+    add_builtin(s, "rbac.authorization.k8s.io", "v1", "roles", "role", "Role", true, KS_T_GENERIC, NULL,
+                false, false, NULL);
+    add_builtin(s, "rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", true,
+                KS_T_GENERIC, NULL, false, false, NULL);
+    add_builtin(s, "rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", false,
+                KS_T_GENERIC, NULL, false, false, NULL);
+    add_builtin(s, "rbac.authorization.k8s.io", "v1", "clusterrolebindings", "clusterrolebinding",
+                "ClusterRoleBinding", false, KS_T_GENERIC, NULL, false, false, NULL);
+    add_builtin(s, "apps", "v1", "deployments", "deployment", "Deployment", true, KS_T_DEPLOYMENT, "deploy",
+                true, true, NULL);
     ks_kind *dep = ks_core_kind(s, KS_T_DEPLOYMENT);
     if (dep) {
         dep->has_scale = true;

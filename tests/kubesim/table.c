@@ -20,19 +20,41 @@ bool ks_wants_table(const rm_http_req *req)
 
 static void human_duration(double secs, char *out, size_t cap)
 {
-    if (secs < -1) { snprintf(out, cap, "<invalid>"); return; }
-    if (secs < 0) secs = 0;
+    if (secs < -1) {
+        snprintf(out, cap, "<invalid>");
+        return;
+    }
+    if (secs < 0)
+        secs = 0;
     long s = (long)secs;
     long m = s / 60, h = s / 3600;
-    if (s < 120) snprintf(out, cap, "%lds", s);
-    else if (m < 10) { if (s % 60) snprintf(out, cap, "%ldm%lds", m, s % 60); else snprintf(out, cap, "%ldm", m); }
-    else if (m < 180) snprintf(out, cap, "%ldm", m);
-    else if (h < 8) { if (m % 60) snprintf(out, cap, "%ldh%ldm", h, m % 60); else snprintf(out, cap, "%ldh", h); }
-    else if (h < 48) snprintf(out, cap, "%ldh", h);
-    else if (h < 24 * 8) { if (h % 24) snprintf(out, cap, "%ldd%ldh", h / 24, h % 24); else snprintf(out, cap, "%ldd", h / 24); }
-    else if (h < 24 * 365 * 2) snprintf(out, cap, "%ldd", h / 24);
-    else if (h < 24 * 365 * 8) snprintf(out, cap, "%ldy%ldd", h / 24 / 365, (h / 24) % 365);
-    else snprintf(out, cap, "%ldy", h / 24 / 365);
+    if (s < 120)
+        snprintf(out, cap, "%lds", s);
+    else if (m < 10) {
+        if (s % 60)
+            snprintf(out, cap, "%ldm%lds", m, s % 60);
+        else
+            snprintf(out, cap, "%ldm", m);
+    } else if (m < 180)
+        snprintf(out, cap, "%ldm", m);
+    else if (h < 8) {
+        if (m % 60)
+            snprintf(out, cap, "%ldh%ldm", h, m % 60);
+        else
+            snprintf(out, cap, "%ldh", h);
+    } else if (h < 48)
+        snprintf(out, cap, "%ldh", h);
+    else if (h < 24 * 8) {
+        if (h % 24)
+            snprintf(out, cap, "%ldd%ldh", h / 24, h % 24);
+        else
+            snprintf(out, cap, "%ldd", h / 24);
+    } else if (h < 24 * 365 * 2)
+        snprintf(out, cap, "%ldd", h / 24);
+    else if (h < 24 * 365 * 8)
+        snprintf(out, cap, "%ldy%ldd", h / 24 / 365, (h / 24) % 365);
+    else
+        snprintf(out, cap, "%ldy", h / 24 / 365);
 }
 
 static cJSON *age_cell(const char *ts)
@@ -44,7 +66,6 @@ static cJSON *age_cell(const char *ts)
     human_duration((double)time(NULL) - t, buf, sizeof(buf));
     return cJSON_CreateString(buf);
 }
-
 
 static void coldef(cJSON *defs, const char *name, const char *type, const char *format, const char *desc,
                    int priority)
@@ -96,7 +117,8 @@ static void pod_cells(cJSON *cells, const cJSON *o)
     cJSON_AddItemToArray(cells, cJSON_CreateString(reason));
     snprintf(buf, sizeof(buf), "%d", restarts);
     cJSON_AddItemToArray(cells, cJSON_CreateString(buf));
-    cJSON_AddItemToArray(cells, age_cell(ks_sget(cJSON_GetObjectItemCaseSensitive(o, "metadata"), "creationTimestamp")));
+    cJSON_AddItemToArray(
+        cells, age_cell(ks_sget(cJSON_GetObjectItemCaseSensitive(o, "metadata"), "creationTimestamp")));
     cJSON_AddItemToArray(cells, str_or_none(ks_sget(st, "podIP")));
     cJSON_AddItemToArray(cells, str_or_none(ks_sget(spec, "nodeName")));
     cJSON_AddItemToArray(cells, cJSON_CreateString("<none>"));
@@ -105,7 +127,10 @@ static void pod_cells(cJSON *cells, const cJSON *o)
 
 /* Built-in column sets after "Name" (kubectl's printers); CRs without printer columns get Age as
  * a date, every other kind Age as a string. */
-typedef struct ks_colspec { const char *name, *type, *desc; int priority; } ks_colspec;
+typedef struct ks_colspec {
+    const char *name, *type, *desc;
+    int priority;
+} ks_colspec;
 static const ks_colspec POD_COLS[] = {
     {"Ready", "string", "The aggregate readiness state of this pod for accepting traffic.", 0},
     {"Status", "string", "The aggregate status of the containers in this pod.", 0},
@@ -120,17 +145,22 @@ static const ks_colspec CONFIGMAP_COLS[] = {{"Data", "integer", "", 0}, {"Age", 
 static const ks_colspec SECRET_COLS[] = {
     {"Type", "string", "", 0}, {"Data", "integer", "", 0}, {"Age", "string", "", 0}};
 static const ks_colspec NAMESPACE_COLS[] = {{"Status", "string", "", 0}, {"Age", "string", "", 0}};
-static const ks_colspec NODE_COLS[] = {
-    {"Status", "string", "", 0}, {"Roles", "string", "", 0}, {"Age", "string", "", 0},
-    {"Version", "string", "", 0}};
-static const ks_colspec SERVICE_COLS[] = {
-    {"Type", "string", "", 0}, {"Cluster-IP", "string", "", 0}, {"External-IP", "string", "", 0},
-    {"Port(s)", "string", "", 0}, {"Age", "string", "", 0}};
+static const ks_colspec NODE_COLS[] = {{"Status", "string", "", 0},
+                                       {"Roles", "string", "", 0},
+                                       {"Age", "string", "", 0},
+                                       {"Version", "string", "", 0}};
+static const ks_colspec SERVICE_COLS[] = {{"Type", "string", "", 0},
+                                          {"Cluster-IP", "string", "", 0},
+                                          {"External-IP", "string", "", 0},
+                                          {"Port(s)", "string", "", 0},
+                                          {"Age", "string", "", 0}};
 static const ks_colspec LEASE_COLS[] = {{"Holder", "string", "", 0}, {"Age", "string", "", 0}};
 /* events have no Name column */
-static const ks_colspec EVENT_COLS[] = {
-    {"Last Seen", "string", "", 0}, {"Type", "string", "", 0}, {"Reason", "string", "", 0},
-    {"Object", "string", "", 0}, {"Message", "string", "", 0}};
+static const ks_colspec EVENT_COLS[] = {{"Last Seen", "string", "", 0},
+                                        {"Type", "string", "", 0},
+                                        {"Reason", "string", "", 0},
+                                        {"Object", "string", "", 0},
+                                        {"Message", "string", "", 0}};
 static const ks_colspec CRD_COLS[] = {{"Created At", "date", "", 0}};
 static const ks_colspec CR_AGE_COLS[] = {{"Age", "date", "", 0}};
 static const ks_colspec AGE_COLS[] = {{"Age", "string", "", 0}};
@@ -139,18 +169,29 @@ static const ks_colspec *builtin_columns(enum ks_type t, size_t *n)
 {
 #define COLS(a) (*n = sizeof(a) / sizeof((a)[0]), (a))
     switch (t) {
-    case KS_T_POD: return COLS(POD_COLS);
-    case KS_T_CONFIGMAP: return COLS(CONFIGMAP_COLS);
-    case KS_T_SECRET: return COLS(SECRET_COLS);
-    case KS_T_NAMESPACE: return COLS(NAMESPACE_COLS);
-    case KS_T_NODE: return COLS(NODE_COLS);
-    case KS_T_SERVICE: return COLS(SERVICE_COLS);
-    case KS_T_LEASE: return COLS(LEASE_COLS);
+    case KS_T_POD:
+        return COLS(POD_COLS);
+    case KS_T_CONFIGMAP:
+        return COLS(CONFIGMAP_COLS);
+    case KS_T_SECRET:
+        return COLS(SECRET_COLS);
+    case KS_T_NAMESPACE:
+        return COLS(NAMESPACE_COLS);
+    case KS_T_NODE:
+        return COLS(NODE_COLS);
+    case KS_T_SERVICE:
+        return COLS(SERVICE_COLS);
+    case KS_T_LEASE:
+        return COLS(LEASE_COLS);
     case KS_T_EVENT:
-    case KS_T_EVENT_NEW: return COLS(EVENT_COLS);
-    case KS_T_CRD: return COLS(CRD_COLS);
-    case KS_T_CR: return COLS(CR_AGE_COLS);
-    default: return COLS(AGE_COLS);
+    case KS_T_EVENT_NEW:
+        return COLS(EVENT_COLS);
+    case KS_T_CRD:
+        return COLS(CRD_COLS);
+    case KS_T_CR:
+        return COLS(CR_AGE_COLS);
+    default:
+        return COLS(AGE_COLS);
     }
 #undef COLS
 }
@@ -170,8 +211,9 @@ cJSON *ks_table_build(ks_server *s, const ks_kind *k, ks_obj *const *objs, size_
     if (k->type == KS_T_CR && cJSON_IsArray(cols) && cJSON_GetArraySize(cols) > 0) {
         for (const cJSON *c = cols->child; c; c = c->next) {
             const cJSON *pr = cJSON_GetObjectItemCaseSensitive(c, "priority");
-            coldef(defs, ks_sget(c, "name") ? ks_sget(c, "name") : "", ks_sget(c, "type") ? ks_sget(c, "type") : "string",
-                   ks_sget(c, "format"), ks_sget(c, "description"), cJSON_IsNumber(pr) ? (int)pr->valuedouble : 0);
+            coldef(defs, ks_sget(c, "name") ? ks_sget(c, "name") : "",
+                   ks_sget(c, "type") ? ks_sget(c, "type") : "string", ks_sget(c, "format"),
+                   ks_sget(c, "description"), cJSON_IsNumber(pr) ? (int)pr->valuedouble : 0);
         }
     } else {
         size_t nc = 0;
@@ -200,27 +242,38 @@ cJSON *ks_table_build(ks_server *s, const ks_kind *k, ks_obj *const *objs, size_
             break;
         }
         case KS_T_SECRET:
-            cJSON_AddItemToArray(cells, cJSON_CreateString(ks_sget(o, "type") ? ks_sget(o, "type") : "Opaque"));
-            cJSON_AddItemToArray(cells, cJSON_CreateNumber(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(o, "data"))));
+            cJSON_AddItemToArray(cells,
+                                 cJSON_CreateString(ks_sget(o, "type") ? ks_sget(o, "type") : "Opaque"));
+            cJSON_AddItemToArray(
+                cells, cJSON_CreateNumber(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(o, "data"))));
             cJSON_AddItemToArray(cells, age_cell(created));
             break;
         case KS_T_NAMESPACE:
-            cJSON_AddItemToArray(cells, cJSON_CreateString(
-                ks_sget(cJSON_GetObjectItemCaseSensitive(o, "status"), "phase") ? ks_sget(cJSON_GetObjectItemCaseSensitive(o, "status"), "phase") : "Active"));
+            cJSON_AddItemToArray(
+                cells,
+                cJSON_CreateString(ks_sget(cJSON_GetObjectItemCaseSensitive(o, "status"), "phase")
+                                       ? ks_sget(cJSON_GetObjectItemCaseSensitive(o, "status"), "phase")
+                                       : "Active"));
             cJSON_AddItemToArray(cells, age_cell(created));
             break;
         case KS_T_NODE:
-            cJSON_AddItemToArray(cells, cJSON_CreateString(
-                cJSON_IsString(ks_jsonpath(o, ".status.conditions[?(@.type==\"Ready\")].status")) &&
-                        !strcmp(ks_jsonpath(o, ".status.conditions[?(@.type==\"Ready\")].status")->valuestring, "True")
-                    ? "Ready" : "NotReady"));
+            cJSON_AddItemToArray(
+                cells,
+                cJSON_CreateString(
+                    cJSON_IsString(ks_jsonpath(o, ".status.conditions[?(@.type==\"Ready\")].status")) &&
+                            !strcmp(ks_jsonpath(o, ".status.conditions[?(@.type==\"Ready\")].status")
+                                        ->valuestring,
+                                    "True")
+                        ? "Ready"
+                        : "NotReady"));
             cJSON_AddItemToArray(cells, cJSON_CreateString("<none>"));
             cJSON_AddItemToArray(cells, age_cell(created));
             cJSON_AddItemToArray(cells, cJSON_CreateString("v1.32.0"));
             break;
         case KS_T_SERVICE: {
             const cJSON *spec = cJSON_GetObjectItemCaseSensitive(o, "spec");
-            cJSON_AddItemToArray(cells, cJSON_CreateString(ks_sget(spec, "type") ? ks_sget(spec, "type") : "ClusterIP"));
+            cJSON_AddItemToArray(
+                cells, cJSON_CreateString(ks_sget(spec, "type") ? ks_sget(spec, "type") : "ClusterIP"));
             cJSON_AddItemToArray(cells, str_or_none(ks_sget(spec, "clusterIP")));
             cJSON_AddItemToArray(cells, cJSON_CreateString("<none>"));
             char ports[256] = "";
@@ -237,12 +290,14 @@ cJSON *ks_table_build(ks_server *s, const ks_kind *k, ks_obj *const *objs, size_
             break;
         }
         case KS_T_LEASE:
-            cJSON_AddItemToArray(cells, str_or_none(ks_sget(cJSON_GetObjectItemCaseSensitive(o, "spec"), "holderIdentity")));
+            cJSON_AddItemToArray(
+                cells, str_or_none(ks_sget(cJSON_GetObjectItemCaseSensitive(o, "spec"), "holderIdentity")));
             cJSON_AddItemToArray(cells, age_cell(created));
             break;
         case KS_T_EVENT:
         case KS_T_EVENT_NEW: {
-            const char *last = ks_sget(o, "lastTimestamp") ? ks_sget(o, "lastTimestamp") : ks_sget(o, "eventTime");
+            const char *last =
+                ks_sget(o, "lastTimestamp") ? ks_sget(o, "lastTimestamp") : ks_sget(o, "eventTime");
             cJSON_AddItemToArray(cells, last ? age_cell(last) : age_cell(created));
             cJSON_AddItemToArray(cells, str_or_none(ks_sget(o, "type")));
             cJSON_AddItemToArray(cells, str_or_none(ks_sget(o, "reason")));
@@ -256,7 +311,8 @@ cJSON *ks_table_build(ks_server *s, const ks_kind *k, ks_obj *const *objs, size_
             kindl[j] = 0;
             snprintf(obj, sizeof(obj), "%s/%s", kindl, ks_sget(io, "name") ? ks_sget(io, "name") : "");
             cJSON_AddItemToArray(cells, cJSON_CreateString(obj));
-            cJSON_AddItemToArray(cells, cJSON_CreateString(ks_sget(o, "message") ? ks_sget(o, "message") : ""));
+            cJSON_AddItemToArray(cells,
+                                 cJSON_CreateString(ks_sget(o, "message") ? ks_sget(o, "message") : ""));
             break;
         }
         case KS_T_CRD:

@@ -68,10 +68,13 @@ static void test_apply_order_errors_again(void)
     acts[3] = (rm_action){.type = RM_ACT_RESTART_GROUP, .epoch = 3};
     acts[4] = (rm_action){.type = RM_ACT_EVENT, .warning = true, .reason = "WorkerFailed", .message = "m"};
     acts[5] = (rm_action){.type = RM_ACT_REQUEUE_AFTER, .seconds = 2};
-    acts[6] = (rm_action){.type = RM_ACT_STOP_RDZV};   /* no operation: nothing to do */
+    acts[6] = (rm_action){.type = RM_ACT_STOP_RDZV}; /* no operation: nothing to do */
     acts[7] = (rm_action){.type = RM_ACT_DELETE_WORKER, .index = 0, .force = true, .reason = "failed"};
-    rm_runtime_ops ops = {.create_worker = t_create, .delete_worker = t_delete,
-                          .restart_group = t_restart, .event = t_event, .failed = t_failed};
+    rm_runtime_ops ops = {.create_worker = t_create,
+                          .delete_worker = t_delete,
+                          .restart_group = t_restart,
+                          .event = t_event,
+                          .failed = t_failed};
     rec r = {0};
     rm_apply_result res;
     CU_ASSERT_EQUAL(rm_apply_actions(&ops, &r, acts, 8, &res), RM_EIO);
@@ -100,12 +103,12 @@ static void test_transition(void)
     CU_ASSERT_TRUE(t.created && t.failed && t.phase_changed);
     CU_ASSERT_FALSE(t.succeeded);
     CU_ASSERT_EQUAL(t.restarts, 2);
-    rm_status_transition(&b, &b, &t);   /* the same status again: nothing to count */
+    rm_status_transition(&b, &b, &t); /* the same status again: nothing to count */
     CU_ASSERT_FALSE(t.created || t.failed || t.succeeded || t.phase_changed);
     CU_ASSERT_EQUAL(t.restarts, 0);
     a = b;
     b.phase = RM_PHASE_SUCCEEDED;
-    b.restarts = 1;   /* never negative */
+    b.restarts = 1; /* never negative */
     rm_status_transition(&a, &b, &t);
     CU_ASSERT_TRUE(t.succeeded);
     CU_ASSERT_EQUAL(t.restarts, 0);

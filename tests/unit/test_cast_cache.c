@@ -18,7 +18,7 @@ static int g_casts, g_grows;
 
 static const float *use(const float *src, int rows, int cols, int ld)
 {
-    size_t need = (size_t)rows * cols * sizeof(float);   /* the fake keeps fp32 copies */
+    size_t need = (size_t)rows * cols * sizeof(float); /* the fake keeps fp32 copies */
     bool hit = false;
     int i = rm_cast_cache_get(&g_c, src, rows, cols, ld, 1, need, &hit);
     rm_cast_slot *s = &g_c.slot[i];
@@ -59,7 +59,7 @@ static void test_span_and_overlap(void)
     CU_ASSERT_EQUAL(rm_cast_span(0, 4, 10), 0);
     float a[8];
     CU_ASSERT(rm_cast_overlap(a, 4 * sizeof(float), a + 3, sizeof(float)));
-    CU_ASSERT_FALSE(rm_cast_overlap(a, 4 * sizeof(float), a + 4, sizeof(float)));   /* adjacent */
+    CU_ASSERT_FALSE(rm_cast_overlap(a, 4 * sizeof(float), a + 4, sizeof(float))); /* adjacent */
     CU_ASSERT_FALSE(rm_cast_overlap(a + 4, sizeof(float), a, 4 * sizeof(float)));
     CU_ASSERT(rm_cast_overlap(a + 3, sizeof(float), a, 4 * sizeof(float)));
     CU_ASSERT_FALSE(rm_cast_overlap(a, 0, a, 4));
@@ -71,42 +71,52 @@ static void test_step_casts_each_operand_once(void)
     reset();
     enum { B = 4, IN = 6, H = 5, OUT = 3 };
     float x[B * IN], w1[IN * H], w2[H * OUT], a1[B * H], a2[B * OUT], d1[B * H];
-    for (int i = 0; i < B * IN; i++) x[i] = (float)i;
-    for (int i = 0; i < IN * H; i++) w1[i] = 0.5f * i;
-    for (int i = 0; i < H * OUT; i++) w2[i] = -0.25f * i;
+    for (int i = 0; i < B * IN; i++)
+        x[i] = (float)i;
+    for (int i = 0; i < IN * H; i++)
+        w1[i] = 0.5f * i;
+    for (int i = 0; i < H * OUT; i++)
+        w2[i] = -0.25f * i;
     for (int step = 0; step < 3; step++) {
         int before = g_casts;
         /* h2d of the batch */
-        for (int i = 0; i < B * IN; i++) x[i] += 1.0f;
+        for (int i = 0; i < B * IN; i++)
+            x[i] += 1.0f;
         rm_cast_cache_written(&g_c, x, sizeof x);
         /* forward: a1 = x.w1, a2 = a1.w2 (each gemm writes its C after casting) */
         CU_ASSERT(fresh(use(x, B, IN, IN), x, B, IN, IN));
         CU_ASSERT(fresh(use(w1, IN, H, H), w1, IN, H, H));
-        for (int i = 0; i < B * H; i++) a1[i] = (float)(step * 100 + i);
+        for (int i = 0; i < B * H; i++)
+            a1[i] = (float)(step * 100 + i);
         rm_cast_cache_written(&g_c, a1, sizeof a1);
         CU_ASSERT(fresh(use(a1, B, H, H), a1, B, H, H));
         CU_ASSERT(fresh(use(w2, H, OUT, OUT), w2, H, OUT, OUT));
         rm_cast_cache_written(&g_c, a2, sizeof a2);
         /* backward, layer 2: dY = a2 (softmax wrote it), dW2 = a1^T.dY, d1 = dY.w2^T */
-        for (int i = 0; i < B * OUT; i++) a2[i] = (float)(step - i);
+        for (int i = 0; i < B * OUT; i++)
+            a2[i] = (float)(step - i);
         rm_cast_cache_written(&g_c, a2, sizeof a2);
-        CU_ASSERT(fresh(use(a1, B, H, H), a1, B, H, H));     /* forward's copy, reused */
+        CU_ASSERT(fresh(use(a1, B, H, H), a1, B, H, H)); /* forward's copy, reused */
         CU_ASSERT(fresh(use(a2, B, OUT, OUT), a2, B, OUT, OUT));
-        CU_ASSERT(fresh(use(a2, B, OUT, OUT), a2, B, OUT, OUT));   /* dY again: reused */
-        CU_ASSERT(fresh(use(w2, H, OUT, OUT), w2, H, OUT, OUT));   /* forward's copy, reused */
-        for (int i = 0; i < B * H; i++) d1[i] = (float)(step + 2 * i);
+        CU_ASSERT(fresh(use(a2, B, OUT, OUT), a2, B, OUT, OUT)); /* dY again: reused */
+        CU_ASSERT(fresh(use(w2, H, OUT, OUT), w2, H, OUT, OUT)); /* forward's copy, reused */
+        for (int i = 0; i < B * H; i++)
+            d1[i] = (float)(step + 2 * i);
         rm_cast_cache_written(&g_c, d1, sizeof d1);
         /* backward, layer 1: bias_act_bwd rewrites d1 in place, dW1 = x^T.d1 */
-        for (int i = 0; i < B * H; i++) d1[i] *= 0.5f;
+        for (int i = 0; i < B * H; i++)
+            d1[i] *= 0.5f;
         rm_cast_cache_written(&g_c, d1, sizeof d1);
-        CU_ASSERT(fresh(use(x, B, IN, IN), x, B, IN, IN));   /* forward's copy, reused */
+        CU_ASSERT(fresh(use(x, B, IN, IN), x, B, IN, IN)); /* forward's copy, reused */
         CU_ASSERT(fresh(use(d1, B, H, H), d1, B, H, H));
         /* 10 operand reads by 5 gemms, 6 distinct operands (x, w1, a1, w2, a2, d1): 6 casts, not 10 */
         CU_ASSERT_EQUAL(g_casts - before, 6);
         /* the optimizer writes w1, w2; then check() ends the step */
-        for (int i = 0; i < IN * H; i++) w1[i] -= 0.1f;
+        for (int i = 0; i < IN * H; i++)
+            w1[i] -= 0.1f;
         rm_cast_cache_written(&g_c, w1, sizeof w1);
-        for (int i = 0; i < H * OUT; i++) w2[i] -= 0.1f;
+        for (int i = 0; i < H * OUT; i++)
+            w2[i] -= 0.1f;
         rm_cast_cache_written(&g_c, w2, sizeof w2);
         rm_cast_cache_clear(&g_c);
     }
@@ -121,16 +131,17 @@ static void test_partial_write_invalidates(void)
 {
     reset();
     float m[4 * 8];
-    for (int i = 0; i < 32; i++) m[i] = (float)i;
-    use(m, 4, 3, 8);             /* rows of 3 columns, stride 8: reads m[0 .. 3*8+3) */
-    use(m + 28, 1, 4, 4);        /* the last 4 floats: outside the first span */
+    for (int i = 0; i < 32; i++)
+        m[i] = (float)i;
+    use(m, 4, 3, 8);      /* rows of 3 columns, stride 8: reads m[0 .. 3*8+3) */
+    use(m + 28, 1, 4, 4); /* the last 4 floats: outside the first span */
     int casts = g_casts;
-    rm_cast_cache_written(&g_c, (char *)(m + 26) + 3, 1);   /* one byte of m[26], in span 1 */
+    rm_cast_cache_written(&g_c, (char *)(m + 26) + 3, 1); /* one byte of m[26], in span 1 */
     m[26] = -1.0f;
     CU_ASSERT(fresh(use(m, 4, 3, 8), m, 4, 3, 8));
-    CU_ASSERT_EQUAL(g_casts, casts + 1);   /* recast */
+    CU_ASSERT_EQUAL(g_casts, casts + 1); /* recast */
     CU_ASSERT(fresh(use(m + 28, 1, 4, 4), m + 28, 1, 4, 4));
-    CU_ASSERT_EQUAL(g_casts, casts + 1);   /* untouched: reused */
+    CU_ASSERT_EQUAL(g_casts, casts + 1); /* untouched: reused */
     /* the byte just past the span does not invalidate */
     rm_cast_cache_written(&g_c, m + 27, sizeof(float));
     use(m, 4, 3, 8);

@@ -31,7 +31,7 @@ static rm_ckpt_meta mkmeta(int64_t step)
     memset(&m, 0, sizeof m);
     int hidden[1] = {40};
     rm_err e = {0};
-    rm_mlp_shape(&m.shape, 20, hidden, 1, 4, &e);   /* 20*40+40+40*4+4 = 1004 */
+    rm_mlp_shape(&m.shape, 20, hidden, 1, 4, &e); /* 20*40+40+40*4+4 = 1004 */
     rm_model L;
     rm_model_plan(&L, &rm_model_mlp, &m.shape, NULL);
     m.nparams = L.nparams;
@@ -87,8 +87,14 @@ static int count_files(const char *prefix)
     return n;
 }
 
-static int setup(void) { return (g_dir = rm_test_tmpdir("ckpt")) ? 0 : 1; }
-static int teardown(void) { return rm_test_tmpdir_free(&g_dir); }
+static int setup(void)
+{
+    return (g_dir = rm_test_tmpdir("ckpt")) ? 0 : 1;
+}
+static int teardown(void)
+{
+    return rm_test_tmpdir_free(&g_dir);
+}
 
 static void test_round_trip(void)
 {
@@ -162,18 +168,18 @@ static void test_skip_invalid(void)
     CU_ASSERT_EQUAL(got.step, 300);
     CU_ASSERT_EQUAL(skipped, 0);
 
-    corrupt(p300, 0, 5000);   /* truncated newest */
+    corrupt(p300, 0, 5000); /* truncated newest */
     CU_ASSERT_EQUAL(load_newest(&got, path, &skipped), RM_OK);
     CU_ASSERT_EQUAL(got.step, 200);
     CU_ASSERT_EQUAL(skipped, 1);
     CU_ASSERT_STRING_EQUAL(path, p200);
 
-    corrupt(p200, -7, -1);   /* one payload bit */
+    corrupt(p200, -7, -1); /* one payload bit */
     CU_ASSERT_EQUAL(load_newest(&got, path, &skipped), RM_OK);
     CU_ASSERT_EQUAL(got.step, 100);
     CU_ASSERT_EQUAL(skipped, 2);
 
-    corrupt(p100, 40, -1);   /* one header bit */
+    corrupt(p100, 40, -1); /* one header bit */
     CU_ASSERT_EQUAL(load_newest(&got, path, &skipped), RM_ENOTFOUND);
     CU_ASSERT_EQUAL(skipped, 3);
 
@@ -193,7 +199,7 @@ static void test_skip_invalid(void)
     CU_ASSERT_EQUAL(load_newest(&got, path, &skipped), RM_OK);
     CU_ASSERT_EQUAL(got.step, 300);
     CU_ASSERT_STRING_EQUAL(path, p300b);
-    CU_ASSERT_EQUAL(skipped, 0);   /* the "-1" suffix is newer than the corrupt plain one */
+    CU_ASSERT_EQUAL(skipped, 0); /* the "-1" suffix is newer than the corrupt plain one */
 }
 
 static void test_wrong_shape_and_garbage(void)
@@ -260,8 +266,7 @@ static void test_keep(void)
     rm_ckpt_meta want = mkmeta(0), got;
     float b[4];
     rm_err e = {0};
-    CU_ASSERT_EQUAL(rm_ckpt_load_newest("/nonexistent/rm-ckpt", &want, &got, b, sizeof b, NULL, 0,
-                                        NULL, &e),
+    CU_ASSERT_EQUAL(rm_ckpt_load_newest("/nonexistent/rm-ckpt", &want, &got, b, sizeof b, NULL, 0, NULL, &e),
                     RM_ENOTFOUND);
     /* an unwritable location is a clean error */
     rm_ckpt_meta m = mkmeta(5);
@@ -298,12 +303,12 @@ static bool exists_ckpt(const char *name)
 static void test_keep_other_models(void)
 {
     rm_test_clear_dir(g_dir);
-    for (int s = 1; s <= 3; s++)   /* the earlier run: hidden 40, steps 10..30 */
+    for (int s = 1; s <= 3; s++) /* the earlier run: hidden 40, steps 10..30 */
         CU_ASSERT_EQUAL(write_hidden(s * 10, 40, 3), RM_OK);
     char junk[4300];
     snprintf(junk, sizeof junk, "%s/ckpt-000000000005.rmck", g_dir);
     rm_test_write_file(junk, "not a checkpoint", 16);
-    for (int s = 1; s <= 5; s++)   /* the new run: hidden 30, steps 100..500, keep 2 */
+    for (int s = 1; s <= 5; s++) /* the new run: hidden 30, steps 100..500, keep 2 */
         CU_ASSERT_EQUAL(write_hidden(s * 100, 30, 2), RM_OK);
     CU_ASSERT(exists_ckpt("ckpt-000000000010.rmck"));
     CU_ASSERT(exists_ckpt("ckpt-000000000020.rmck"));
@@ -311,7 +316,7 @@ static void test_keep_other_models(void)
     CU_ASSERT(exists_ckpt("ckpt-000000000005.rmck"));
     CU_ASSERT(exists_ckpt("ckpt-000000000500.rmck"));
     CU_ASSERT(exists_ckpt("ckpt-000000000400.rmck"));
-    CU_ASSERT(!exists_ckpt("ckpt-000000000300.rmck"));   /* this model's older ones do go */
+    CU_ASSERT(!exists_ckpt("ckpt-000000000300.rmck")); /* this model's older ones do go */
     CU_ASSERT(!exists_ckpt("ckpt-000000000100.rmck"));
     CU_ASSERT_EQUAL(count_files("ckpt-"), 6);
     /* and the earlier model's newest still loads for a job of that shape */
@@ -333,7 +338,7 @@ static void test_dir_check(void)
     rm_err e = {0};
     char sub[4300], file[4300], below[4400];
     snprintf(sub, sizeof sub, "%s/a/b/c", g_dir);
-    CU_ASSERT_EQUAL(rm_ckpt_dir_check(sub, &e), RM_OK);   /* created, probe removed */
+    CU_ASSERT_EQUAL(rm_ckpt_dir_check(sub, &e), RM_OK); /* created, probe removed */
     struct stat st;
     CU_ASSERT(stat(sub, &st) == 0 && S_ISDIR(st.st_mode));
     char probe[4400];
@@ -359,7 +364,9 @@ static void test_dir_check(void)
  * writer, a copy restored by hand) is never replaced: the new checkpoint takes the next suffix.
  * A helper thread plants "corrupt" under the final name as soon as the temp file shows up; the
  * payload is large (~40 MB) so the write is still in flight when it does. */
-typedef struct planter { atomic_int stop, planted; } planter;
+typedef struct planter {
+    atomic_int stop, planted;
+} planter;
 
 static void *plant(void *arg)
 {
@@ -404,12 +411,12 @@ static void test_no_overwrite_race(void)
     atomic_store(&pl.stop, 1);
     pthread_join(th, NULL);
     CU_ASSERT_EQUAL(rc, RM_OK);
-    CU_ASSERT_FATAL(atomic_load(&pl.planted));   /* the race was really set up */
+    CU_ASSERT_FATAL(atomic_load(&pl.planted)); /* the race was really set up */
     char final[4300];
     snprintf(final, sizeof final, "%s/ckpt-000000000777.rmck", g_dir);
     size_t len = 0;
     char *kept = rm_test_read_file(final, &len);
-    CU_ASSERT(kept && len == 7 && !memcmp(kept, "corrupt", 7));   /* not replaced */
+    CU_ASSERT(kept && len == 7 && !memcmp(kept, "corrupt", 7)); /* not replaced */
     free(kept);
     CU_ASSERT_PTR_NOT_NULL(strstr(path, "ckpt-000000000777-1.rmck"));
     rm_ckpt_meta got;

@@ -38,7 +38,7 @@ static char *g_dir;
 static rm_ckpt_meta g_meta;
 static rm_model g_lay;
 static rm_ckpt_units g_units;
-static rm_model_tensor g_t[8];   /* its 6 named tensors */
+static rm_model_tensor g_t[8]; /* its 6 named tensors */
 static rm_ckpt_model g_model;
 
 static int suite_init(void)
@@ -57,7 +57,7 @@ static int suite_init(void)
     g_meta.train_epoch = 3;
     g_meta.data_pos = 1280;
     g_meta.batch_per_worker = 64;
-    g_meta.seed = 0xfedcba9876543211ULL;   /* above 2^53: a JSON number would round it */
+    g_meta.seed = 0xfedcba9876543211ULL; /* above 2^53: a JSON number would round it */
     g_units = (rm_ckpt_units){g_meta.shape.nlayers, g_lay.unit_off, g_lay.unit_len};
     int n = 0;
     for (int u = 0; u < g_lay.nunits; u++)
@@ -65,10 +65,16 @@ static int suite_init(void)
     g_model = (rm_ckpt_model){"mlp", g_t, n};
     return g_dir && n == 6 ? 0 : 1;
 }
-static int suite_clean(void) { return rm_test_tmpdir_free(&g_dir); }
+static int suite_clean(void)
+{
+    return rm_test_tmpdir_free(&g_dir);
+}
 
 /* The full vectors at step s: buffer b (0 params, 1-2 optimizer state), element i. */
-static float val(int64_t step, int b, size_t i) { return (float)step * 1000.0f + (float)b * 300.0f + (float)i; }
+static float val(int64_t step, int b, size_t i)
+{
+    return (float)step * 1000.0f + (float)b * 300.0f + (float)i;
+}
 
 /* Rank r of world W's compact shard at step s, written (wait 0 unless last). */
 static int write_shard(int64_t step, int epoch, int W, int r, double wait_s, int keep, rm_err *e)
@@ -91,8 +97,8 @@ static int write_shard(int64_t step, int epoch, int W, int r, double wait_s, int
     m.shard_floats = T;
     rm_ckpt_seg seg = {buf, 3 * T * sizeof(float)};
     char path[4200];
-    int rc = rm_ckpt_shard_write(g_dir, &m, &g_units, g_model.n ? &g_model : NULL, &seg, 1, keep,
-                                 wait_s, path, sizeof path, e);
+    int rc = rm_ckpt_shard_write(g_dir, &m, &g_units, g_model.n ? &g_model : NULL, &seg, 1, keep, wait_s,
+                                 path, sizeof path, e);
     free(buf);
     return rc;
 }
@@ -116,8 +122,8 @@ static int64_t load_check(int nw, int nr, int64_t min_step, int *skipped, rm_err
     float *dst = calloc(need / sizeof(float) + 1, sizeof(float));
     rm_ckpt_meta meta;
     char path[4200];
-    int rc = rm_ckpt_shard_load_newest(g_dir, &g_meta, &g_units, nw, nr, min_step, dst, need, &meta,
-                                       path, sizeof path, skipped, e);
+    int rc = rm_ckpt_shard_load_newest(g_dir, &g_meta, &g_units, nw, nr, min_step, dst, need, &meta, path,
+                                       sizeof path, skipped, e);
     int64_t step = -1;
     if (rc == RM_OK) {
         step = meta.step;
@@ -133,7 +139,8 @@ static int64_t load_check(int nw, int nr, int64_t min_step, int *skipped, rm_err
         for (int b = 1; b <= 2; b++)
             for (int u = 0; u < us.nunits; u++)
                 for (size_t k = 0; k < us.len[u]; k++)
-                    if (dst[g_lay.nparams + (size_t)(b - 1) * us.total + us.soff[u] + k] != val(step, b, us.off[u] + k)) {
+                    if (dst[g_lay.nparams + (size_t)(b - 1) * us.total + us.soff[u] + k] !=
+                        val(step, b, us.off[u] + k)) {
                         CU_FAIL("an optimizer piece differs");
                         u = us.nunits;
                         b = 3;
@@ -256,8 +263,8 @@ static void test_retention_keeps_sets_together(void)
     rm_test_clear_dir(g_dir);
     write_set(100, 1, 4, 2);
     rm_err e = {0};
-    CU_ASSERT_EQUAL(write_shard(150, 1, 4, 0, 0, 2, &e), RM_ETIMEDOUT);   /* incomplete, older */
-    write_set(200, 2, 3, 2);   /* another world (the group shrank) */
+    CU_ASSERT_EQUAL(write_shard(150, 1, 4, 0, 0, 2, &e), RM_ETIMEDOUT); /* incomplete, older */
+    write_set(200, 2, 3, 2);                                            /* another world (the group shrank) */
     write_set(300, 2, 3, 2);
     /* keep 2: sets 200 and 300 (3 shards each) stay; set 100 and the lone 150 shard go, the
      * set's JSON manifest with it */
@@ -294,7 +301,10 @@ static void test_retention_keeps_sets_together(void)
     CU_ASSERT_EQUAL(load_check(4, 3, -1, NULL, &e), 500);
 }
 
-typedef struct { int rank; int rc; } th_arg;
+typedef struct {
+    int rank;
+    int rc;
+} th_arg;
 static void *rank_main(void *p)
 {
     th_arg *a = p;
@@ -353,7 +363,8 @@ static void stage_shard(const int *bounds, int P, int r, int64_t step, int epoch
     char path[4200];
     rm_err e = {0};
     CU_ASSERT_EQUAL(rm_ckpt_stage_write(g_dir, &m, &g_units, &g_model, bounds, &seg, 1, 5, r == P - 1 ? 5 : 0,
-                                        path, sizeof path, &e), r == P - 1 ? RM_OK : RM_ETIMEDOUT);
+                                        path, sizeof path, &e),
+                    r == P - 1 ? RM_OK : RM_ETIMEDOUT);
     free(buf);
 }
 
@@ -400,10 +411,10 @@ static int64_t layers_check(bool whole, int u0, int u1, int *skipped, rm_err *e)
     float *dst = malloc(need);
     rm_ckpt_meta meta;
     char path[4200];
-    int rc = whole ? rm_ckpt_whole_load_layers(g_dir, &g_meta, &g_units, u0, u1, dst, need, &meta,
-                                               path, sizeof path, skipped, e)
-                   : rm_ckpt_set_load_layers(g_dir, &g_meta, &g_units, u0, u1, -1, dst, need, &meta,
-                                             path, sizeof path, skipped, e);
+    int rc = whole ? rm_ckpt_whole_load_layers(g_dir, &g_meta, &g_units, u0, u1, dst, need, &meta, path,
+                                               sizeof path, skipped, e)
+                   : rm_ckpt_set_load_layers(g_dir, &g_meta, &g_units, u0, u1, -1, dst, need, &meta, path,
+                                             sizeof path, skipped, e);
     int64_t step = -1;
     if (rc == RM_OK) {
         step = meta.step;
@@ -424,7 +435,10 @@ static int64_t layers_check(bool whole, int u0, int u1, int *skipped, rm_err *e)
 static void test_layers_any_layout(void)
 {
     static const int b1[] = {0, 3}, b2a[] = {0, 1, 3}, b2b[] = {0, 2, 3}, b3[] = {0, 1, 2, 3};
-    static const struct { const int *b; int P; } lay[] = {{NULL, 4}, {b1, 1}, {b2a, 2}, {b2b, 2}, {b3, 3}};
+    static const struct {
+        const int *b;
+        int P;
+    } lay[] = {{NULL, 4}, {b1, 1}, {b2a, 2}, {b2b, 2}, {b3, 3}};
     static const int rng[][2] = {{0, 1}, {1, 2}, {2, 3}, {0, 2}, {1, 3}, {0, 3}};
     for (size_t l = 0; l < RM_ARRAY_LEN(lay); l++) {
         rm_test_clear_dir(g_dir);
@@ -450,12 +464,15 @@ static void test_layers_any_layout(void)
     CU_ASSERT_EQUAL(layers_check(false, 0, 1, NULL, &e), -1);
     float small[8];
     rm_ckpt_meta meta;
-    CU_ASSERT_EQUAL(rm_ckpt_set_load_layers(g_dir, &g_meta, &g_units, 1, 1, -1, small, sizeof small,
-                                            &meta, NULL, 0, NULL, &e), RM_EINVAL);
-    CU_ASSERT_EQUAL(rm_ckpt_set_load_layers(g_dir, &g_meta, &g_units, 2, 4, -1, small, sizeof small,
-                                            &meta, NULL, 0, NULL, &e), RM_EINVAL);
-    CU_ASSERT_EQUAL(rm_ckpt_whole_load_layers(g_dir, &g_meta, &g_units, 2, 3, small, sizeof small,
-                                              &meta, NULL, 0, NULL, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_ckpt_set_load_layers(g_dir, &g_meta, &g_units, 1, 1, -1, small, sizeof small, &meta,
+                                            NULL, 0, NULL, &e),
+                    RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_ckpt_set_load_layers(g_dir, &g_meta, &g_units, 2, 4, -1, small, sizeof small, &meta,
+                                            NULL, 0, NULL, &e),
+                    RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_ckpt_whole_load_layers(g_dir, &g_meta, &g_units, 2, 3, small, sizeof small, &meta,
+                                              NULL, 0, NULL, &e),
+                    RM_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "too small"));
     CU_ASSERT_EQUAL(rm_ckpt_layers_bytes(&g_units, 2, 0, 0), 0);
 }
@@ -470,13 +487,16 @@ static void test_layers_corrupt_outside_range_falls_back(void)
 {
     static const int b3[] = {0, 1, 2, 3}, b2[] = {0, 1, 3};
     enum { FLIP_OUT, FLIP_IN, TRUNC_OUT, MISSING_OUT, MANIFEST };
-    static const struct { int what, shard; const char *why; } cases[] = {
-        {FLIP_OUT, 2, "checksum"}, {FLIP_IN, 0, "checksum"}, {TRUNC_OUT, 1, "truncated"},
+    static const struct {
+        int what, shard;
+        const char *why;
+    } cases[] = {
+        {FLIP_OUT, 2, "checksum"},        {FLIP_IN, 0, "checksum"},           {TRUNC_OUT, 1, "truncated"},
         {MISSING_OUT, 2, "shard 2 of 3"}, {MANIFEST, 0, "manifest checksum"},
     };
     for (size_t c = 0; c < RM_ARRAY_LEN(cases); c++) {
         rm_test_clear_dir(g_dir);
-        stage_set(b2, 2, 100, 1);   /* the older set: another P */
+        stage_set(b2, 2, 100, 1); /* the older set: another P */
         stage_set(b3, 3, 200, 2);
         char name[128], p[4200];
         rm_ckpt_shard_name(name, sizeof name, 200, 2, cases[c].shard, 3);
@@ -484,7 +504,7 @@ static void test_layers_corrupt_outside_range_falls_back(void)
         switch (cases[c].what) {
         case FLIP_OUT:
         case FLIP_IN:
-            corrupt(name, 600);   /* a payload byte */
+            corrupt(name, 600); /* a payload byte */
             break;
         case TRUNC_OUT:
             CU_ASSERT_EQUAL(truncate(p, 700), 0);
@@ -498,7 +518,7 @@ static void test_layers_corrupt_outside_range_falls_back(void)
         }
         rm_err e = {0};
         int sk = -1;
-        CU_ASSERT_EQUAL(layers_check(false, 0, 1, &sk, &e), 100);   /* stage 0 of the new P = 2 */
+        CU_ASSERT_EQUAL(layers_check(false, 0, 1, &sk, &e), 100); /* stage 0 of the new P = 2 */
         CU_ASSERT_EQUAL(sk, 1);
         CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, cases[c].why));
         if (cases[c].what != MANIFEST)
@@ -547,7 +567,8 @@ static void test_read_ranges_across_chunks(void)
     CU_ASSERT_TRUE(n * sizeof(float) > (1u << 20));
     float *dst = malloc(need);
     rm_ckpt_meta got;
-    CU_ASSERT_EQUAL(rm_ckpt_whole_load_layers(g_dir, &m, &u, 1, 2, dst, need, &got, NULL, 0, NULL, &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_ckpt_whole_load_layers(g_dir, &m, &u, 1, 2, dst, need, &got, NULL, 0, NULL, &e),
+                    RM_OK);
     bool ok = true;
     for (int k = 0; k < 3; k++)
         for (size_t i = 0; i < n; i++)
@@ -664,7 +685,7 @@ static void test_mf_whole(void)
     }
     CU_ASSERT(round_trips(jp, &m));
     CU_ASSERT(assembles(&m, 0, 205));
-    CU_ASSERT(assembles(&m, 100, 160));   /* across tensors and units */
+    CU_ASSERT(assembles(&m, 100, 160)); /* across tensors and units */
     CU_ASSERT(assembles(&m, 204, 205));
     rm_ckpt_manifest_free(&m);
 }
@@ -694,8 +715,8 @@ static void mf_files_verified(const rm_ckpt_manifest *m)
     dst[0] += 1;
     rm_ckpt_seg seg = {dst, 3 * hm.shard_floats * sizeof(float)};
     CU_ASSERT_EQUAL(unlink(sp), 0);
-    CU_ASSERT_EQUAL_FATAL(rm_ckpt_write_named(g_dir, "shard-000000000200-2-1-of-3.rmck", &hm, &seg, 1,
-                                              NULL, 0, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        rm_ckpt_write_named(g_dir, "shard-000000000200-2-1-of-3.rmck", &hm, &seg, 1, NULL, 0, &e), RM_OK);
     CU_ASSERT_EQUAL(rm_ckpt_manifest_assemble(g_dir, m, NULL, 50, 60, dst, need, &e), RM_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "shard-000000000200-2-1-of-3.rmck: does not match the manifest"));
     free(dst);
@@ -732,8 +753,9 @@ static void test_mf_sharded_set(void)
     size_t need = rm_ckpt_shard_dst_bytes(&g_units, 2, 1, 0);
     float *dst = calloc(need / 4, sizeof(float));
     rm_ckpt_meta got;
-    CU_ASSERT_EQUAL(rm_ckpt_shard_load_newest(g_dir, &g_meta, &g_units, 1, 0, -1, dst, need, &got,
-                                              NULL, 0, NULL, &e), RM_OK);
+    CU_ASSERT_EQUAL(
+        rm_ckpt_shard_load_newest(g_dir, &g_meta, &g_units, 1, 0, -1, dst, need, &got, NULL, 0, NULL, &e),
+        RM_OK);
     CU_ASSERT_EQUAL(dst[204], val(200, 0, 204));
     free(dst);
     mf_files_verified(&m);
@@ -756,10 +778,10 @@ static void test_mf_stage_set(void)
         CU_ASSERT_EQUAL(m.pieces[m.tensors[i].first].file, m.tensors[i].offset < 147 ? 0 : 1);
     }
     CU_ASSERT_EQUAL(m.pieces[m.tensors[2].first].offset, RM_CKPT_HDR_BYTES);
-    CU_ASSERT_EQUAL(m.pieces[m.tensors[8].first].offset, RM_CKPT_HDR_BYTES + 58 * 4);   /* state0 */
+    CU_ASSERT_EQUAL(m.pieces[m.tensors[8].first].offset, RM_CKPT_HDR_BYTES + 58 * 4); /* state0 */
     CU_ASSERT(round_trips(jp, &m));
     CU_ASSERT(assembles(&m, 0, 205));
-    CU_ASSERT(assembles(&m, 100, 150));   /* from inside a piece, across the stage boundary */
+    CU_ASSERT(assembles(&m, 100, 150)); /* from inside a piece, across the stage boundary */
     rm_ckpt_manifest_free(&m);
 }
 
@@ -779,20 +801,51 @@ static int parse_mutated(const char *text, void (*mutate)(cJSON *root), rm_err *
     return rc;
 }
 
-static cJSON *item(cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
+static cJSON *item(cJSON *o, const char *k)
+{
+    return cJSON_GetObjectItemCaseSensitive(o, k);
+}
 static cJSON *piece0(cJSON *root, int t)
 {
     return cJSON_GetArrayItem(item(cJSON_GetArrayItem(item(root, "tensors"), t), "pieces"), 0);
 }
-static void m_version(cJSON *r) { cJSON_SetNumberValue(item(r, "version"), 2); }
-static void m_format(cJSON *r) { cJSON_ReplaceItemInObject(r, "format", cJSON_CreateString("safetensors")); }
-static void m_end(cJSON *r) { cJSON_SetNumberValue(item(piece0(r, 1), "end"), 9999); }
-static void m_gap(cJSON *r) { cJSON_SetNumberValue(item(piece0(r, 0), "end"), 100); }
-static void m_file(cJSON *r) { cJSON_ReplaceItemInObject(piece0(r, 2), "file", cJSON_CreateString("other.rmck")); }
-static void m_seed(cJSON *r) { cJSON_DeleteItemFromObject(item(r, "data"), "seed"); }
-static void m_order(cJSON *r) { cJSON_SetNumberValue(item(cJSON_GetArrayItem(item(r, "tensors"), 1), "offset"), 0); }
-static void m_name(cJSON *r) { cJSON_ReplaceItemInObject(cJSON_GetArrayItem(item(r, "tensors"), 6), "name", cJSON_CreateString("layers.0.weight")); }
-static void m_shape(cJSON *r) { cJSON_SetNumberValue(cJSON_GetArrayItem(item(item(r, "model"), "shape"), 1), 1e12); }
+static void m_version(cJSON *r)
+{
+    cJSON_SetNumberValue(item(r, "version"), 2);
+}
+static void m_format(cJSON *r)
+{
+    cJSON_ReplaceItemInObject(r, "format", cJSON_CreateString("safetensors"));
+}
+static void m_end(cJSON *r)
+{
+    cJSON_SetNumberValue(item(piece0(r, 1), "end"), 9999);
+}
+static void m_gap(cJSON *r)
+{
+    cJSON_SetNumberValue(item(piece0(r, 0), "end"), 100);
+}
+static void m_file(cJSON *r)
+{
+    cJSON_ReplaceItemInObject(piece0(r, 2), "file", cJSON_CreateString("other.rmck"));
+}
+static void m_seed(cJSON *r)
+{
+    cJSON_DeleteItemFromObject(item(r, "data"), "seed");
+}
+static void m_order(cJSON *r)
+{
+    cJSON_SetNumberValue(item(cJSON_GetArrayItem(item(r, "tensors"), 1), "offset"), 0);
+}
+static void m_name(cJSON *r)
+{
+    cJSON_ReplaceItemInObject(cJSON_GetArrayItem(item(r, "tensors"), 6), "name",
+                              cJSON_CreateString("layers.0.weight"));
+}
+static void m_shape(cJSON *r)
+{
+    cJSON_SetNumberValue(cJSON_GetArrayItem(item(item(r, "model"), "shape"), 1), 1e12);
+}
 static void m_files(cJSON *r)
 {
     cJSON *a = item(r, "files");
@@ -951,7 +1004,7 @@ static void test_mf_build_checks_coverage(void)
     CU_ASSERT_EQUAL(rm_ckpt_manifest_build(&meta, "whole", &g_model, twice, 2, &m, &e), RM_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "exactly once"));
     CU_ASSERT_EQUAL(rm_ckpt_manifest_build(&meta, "whole", &g_model, &hole, 1, &m, &e), RM_EINVAL);
-    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "tensor layers.2.weight"));   /* its last 2 floats */
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "tensor layers.2.weight")); /* its last 2 floats */
     rm_ckpt_model fewer = {"mlp", g_t, 5};
     CU_ASSERT_EQUAL(rm_ckpt_manifest_build(&meta, "whole", &fewer, &hole, 1, &m, &e), RM_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "cover 202 of 205"));

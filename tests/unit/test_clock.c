@@ -54,7 +54,7 @@ static void test_mono_cond_times_out_on_monotonic(void)
     double t0 = rm_mono();
     struct timespec ts = rm_mono_ts_in(0.2);
     int rc = 0;
-    while (rc != ETIMEDOUT)   /* spurious wake-ups return 0 */
+    while (rc != ETIMEDOUT) /* spurious wake-ups return 0 */
         rc = pthread_cond_timedwait(&cv, &mu, &ts);
     double waited = rm_mono() - t0;
     pthread_mutex_unlock(&mu);
@@ -72,7 +72,10 @@ static void test_mono_cond_times_out_on_monotonic(void)
     pthread_cond_destroy(&cv);
 }
 
-static void on_usr1(int sig) { (void)sig; }
+static void on_usr1(int sig)
+{
+    (void)sig;
+}
 
 static void *poke_main(void *arg)
 {
@@ -87,7 +90,7 @@ static void test_sleep_outlasts_signals(void)
 {
     struct sigaction sa, old;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_usr1;   /* no SA_RESTART: a plain nanosleep returns EINTR at the first poke */
+    sa.sa_handler = on_usr1; /* no SA_RESTART: a plain nanosleep returns EINTR at the first poke */
     sigemptyset(&sa.sa_mask);
     CU_ASSERT_EQUAL_FATAL(sigaction(SIGUSR1, &sa, &old), 0);
     pthread_t self = pthread_self(), th;
@@ -110,10 +113,10 @@ static void test_sleep_outlasts_signals(void)
 void rm_suite_clock(void)
 {
     static const rm_test_case cases[] = {
-        { "mono_ts_converts_and_clamps", test_mono_ts_converts_and_clamps },
-        { "mono_ts_in_is_from_now", test_mono_ts_in_is_from_now },
-        { "mono_cond_times_out_on_monotonic", test_mono_cond_times_out_on_monotonic },
-        { "sleep_outlasts_signals", test_sleep_outlasts_signals },
+        {"mono_ts_converts_and_clamps", test_mono_ts_converts_and_clamps},
+        {"mono_ts_in_is_from_now", test_mono_ts_in_is_from_now},
+        {"mono_cond_times_out_on_monotonic", test_mono_cond_times_out_on_monotonic},
+        {"sleep_outlasts_signals", test_sleep_outlasts_signals},
     };
     RM_ADD_SUITE("clock", NULL, NULL, cases);
 }

@@ -16,11 +16,14 @@
 #include "worker/comm/comm.h"
 #include "worker/comm/net.h"
 
-static void hex(const uint8_t *d, size_t n, char *out) {
-    for (size_t i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", d[i]);
+static void hex(const uint8_t *d, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", d[i]);
 }
 
-static void test_backend_table(void) {
+static void test_backend_table(void)
+{
     CU_ASSERT_PTR_NOT_NULL(rm_comm_backend("ring"));
     CU_ASSERT_PTR_NOT_NULL(rm_comm_backend("local"));
     CU_ASSERT_STRING_EQUAL(rm_comm_backend("ring")->name, "ring");
@@ -28,16 +31,19 @@ static void test_backend_table(void) {
     CU_ASSERT_PTR_NULL(rm_comm_backend("gloo"));
     CU_ASSERT_PTR_NULL(rm_comm_backend(NULL));
     const rm_comm_ops *m = rm_comm_backend("mpi");
-    if (m) CU_ASSERT_STRING_EQUAL(m->name, "mpi");
+    if (m)
+        CU_ASSERT_STRING_EQUAL(m->name, "mpi");
     const rm_comm_ops *nc = rm_comm_backend("nccl");
-    if (nc) CU_ASSERT_STRING_EQUAL(nc->name, "nccl");
+    if (nc)
+        CU_ASSERT_STRING_EQUAL(nc->name, "nccl");
     CU_ASSERT_EQUAL(rm_dtype_size(RM_DT_F32), 4);
     CU_ASSERT_EQUAL(rm_dtype_size(RM_DT_BF16), 2);
     CU_ASSERT_STRING_EQUAL(rm_dtype_name(RM_DT_F32), "float");
     CU_ASSERT_STRING_EQUAL(rm_redop_name(RM_OP_AVG), "avg");
 }
 
-static void test_parse_peers(void) {
+static void test_parse_peers(void)
+{
     rm_rdzv_peer *p = NULL;
     int n = 0;
     rm_err e = {0};
@@ -62,7 +68,8 @@ static void test_parse_peers(void) {
     CU_ASSERT_EQUAL(port, 8080);
 }
 
-static void test_listen_connect(void) {
+static void test_listen_connect(void)
+{
     int lfd = -1, port = 0, cfd = -1, afd = -1;
     rm_err e = {0};
     CU_ASSERT_EQUAL_FATAL(rm_comm_listen("127.0.0.1", &lfd, &port, &e), 0);
@@ -73,7 +80,7 @@ static void test_listen_connect(void) {
     CU_ASSERT_EQUAL(strncmp(who, "127.0.0.1:", 10), 0);
     char b[4] = {0};
     double t0 = rm_mono();
-    CU_ASSERT_EQUAL(rm_net_recv_all(afd, b, 4, rm_mono() + 0.2, &e), RM_ETIMEDOUT);   /* bounded */
+    CU_ASSERT_EQUAL(rm_net_recv_all(afd, b, 4, rm_mono() + 0.2, &e), RM_ETIMEDOUT); /* bounded */
     CU_ASSERT(rm_mono() - t0 < 1.0);
     CU_ASSERT_EQUAL(rm_net_send_all(cfd, "ping", 4, rm_mono() + 1, &e), 0);
     CU_ASSERT_EQUAL(rm_net_recv_all(afd, b, 4, rm_mono() + 1, &e), 0);
@@ -83,12 +90,13 @@ static void test_listen_connect(void) {
     close(afd);
     CU_ASSERT_EQUAL(rm_net_accept(lfd, rm_mono() + 0.1, &afd, NULL, 0, &e), RM_ETIMEDOUT);
     close(lfd);
-    CU_ASSERT_EQUAL(rm_net_listen("127.0.0.1", 70000, 8, &lfd, &port, &e), RM_EINVAL);   /* bad port */
+    CU_ASSERT_EQUAL(rm_net_listen("127.0.0.1", 70000, 8, &lfd, &port, &e), RM_EINVAL); /* bad port */
     CU_ASSERT_EQUAL(rm_comm_listen("localhost", &lfd, &port, &e), 0);
     close(lfd);
 }
 
-static void test_sha256_hmac(void) {
+static void test_sha256_hmac(void)
+{
     uint8_t d[32];
     char h[65];
     rm_sha256("abc", 3, d);
@@ -97,7 +105,7 @@ static void test_sha256_hmac(void) {
     rm_sha256("", 0, d);
     hex(d, 32, h);
     CU_ASSERT_STRING_EQUAL(h, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-    const char *m = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";   /* 2 blocks */
+    const char *m = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"; /* 2 blocks */
     rm_sha256(m, strlen(m), d);
     hex(d, 32, h);
     CU_ASSERT_STRING_EQUAL(h, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
@@ -116,7 +124,8 @@ static void test_sha256_hmac(void) {
     CU_ASSERT(!rm_net_ct_equal("abc", "abd", 3));
 }
 
-static void test_local_backend(void) {
+static void test_local_backend(void)
+{
     const rm_comm_ops *ops = rm_comm_backend("local");
     rm_comm *c = NULL;
     rm_err e = {0};
@@ -140,7 +149,8 @@ static void test_local_backend(void) {
 /* `ringmaster-worker bench` in rendezvous mode: two worker processes join an in-process
  * rendezvous service (RINGMASTER_* env like `train`), form the ring from the peers it returns,
  * authenticate with the job token and print a table with #wrong 0. */
-static void test_bench_rendezvous(void) {
+static void test_bench_rendezvous(void)
+{
     char bin[512];
     snprintf(bin, sizeof bin, "%s/ringmaster-worker", rm_test_bindir());
     if (access(bin, X_OK) != 0) {
@@ -159,10 +169,11 @@ static void test_bench_rendezvous(void) {
         char out[600], wid[64];
         snprintf(out, sizeof out, "%s/out.%d", dir, i);
         snprintf(wid, sizeof wid, "RINGMASTER_WORKER_ID=%d", i);
-        char *envp[] = {url, "RINGMASTER_JOB=ns/bench", "RINGMASTER_TOKEN=tok-123", wid,
-                        "RINGMASTER_BIND_ADDR=127.0.0.1", "RINGMASTER_LOG_LEVEL=warn", NULL};
-        char *argv[] = {bin, "bench", "-b", "4K", "-e", "256K", "-f", "4", "-n", "3", "-w", "1",
-                        "--timeout", "10", NULL};
+        char *envp[] = {url, "RINGMASTER_JOB=ns/bench",        "RINGMASTER_TOKEN=tok-123",
+                        wid, "RINGMASTER_BIND_ADDR=127.0.0.1", "RINGMASTER_LOG_LEVEL=warn",
+                        NULL};
+        char *argv[] = {bin,  "bench", "-b", "4K", "-e",        "256K", "-f", "4",
+                        "-n", "3",     "-w", "1",  "--timeout", "10",   NULL};
         pids[i] = fork();
         if (pids[i] == 0) {
             int fd = open(out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -178,7 +189,8 @@ static void test_bench_rendezvous(void) {
     double deadline = rm_mono() + 60;
     while (left > 0 && rm_mono() < deadline) {
         for (int i = 0; i < 2; i++) {
-            if (pids[i] > 0 && status[i] == -1 && waitpid(pids[i], &status[i], WNOHANG) == pids[i]) left--;
+            if (pids[i] > 0 && status[i] == -1 && waitpid(pids[i], &status[i], WNOHANG) == pids[i])
+                left--;
         }
         usleep(20 * 1000);
     }
@@ -196,7 +208,8 @@ static void test_bench_rendezvous(void) {
     if (o0) {
         CU_ASSERT_PTR_NOT_NULL(strstr(o0, "backend ring, 2 ranks"));
         CU_ASSERT_PTR_NOT_NULL(strstr(o0, "# Out of bounds values : 0 OK"));
-        if (!strstr(o0, "0 OK")) fprintf(stderr, "%s\n", o0);
+        if (!strstr(o0, "0 OK"))
+            fprintf(stderr, "%s\n", o0);
     }
     free(o0);
     rm_rdzv_shutdown(r);
@@ -207,14 +220,12 @@ static void test_bench_rendezvous(void) {
 }
 
 void rm_suite_comm(void);
-void rm_suite_comm(void) {
+void rm_suite_comm(void)
+{
     static const rm_test_case cases[] = {
-        {"backend_table", test_backend_table},
-        {"parse_peers", test_parse_peers},
-        {"listen_connect_bounded", test_listen_connect},
-        {"sha256_hmac_vectors", test_sha256_hmac},
-        {"local_backend", test_local_backend},
-        {"bench_rendezvous_mode", test_bench_rendezvous},
+        {"backend_table", test_backend_table},           {"parse_peers", test_parse_peers},
+        {"listen_connect_bounded", test_listen_connect}, {"sha256_hmac_vectors", test_sha256_hmac},
+        {"local_backend", test_local_backend},           {"bench_rendezvous_mode", test_bench_rendezvous},
     };
     RM_ADD_SUITE("comm", NULL, NULL, cases);
 }

@@ -57,8 +57,14 @@ static void write_pair(const char *prefix, int n, int r, int c, uint32_t imagic,
     free(lab);
 }
 
-static int setup(void) { return (g_dir = rm_test_tmpdir("data")) ? 0 : 1; }
-static int teardown(void) { return rm_test_tmpdir_free(&g_dir); }
+static int setup(void)
+{
+    return (g_dir = rm_test_tmpdir("data")) ? 0 : 1;
+}
+static int teardown(void)
+{
+    return rm_test_tmpdir_free(&g_dir);
+}
 
 static int load(rm_err *e, rm_dataset *d)
 {
@@ -146,14 +152,14 @@ static void test_bad_files(void)
     }
     rm_test_clear_dir(g_dir);
     write_pair("train", 10, 2, 2, 0x803, 0x801, 0, 0, -1, 9, false);
-    expect_fail("labels", RM_EINVAL);   /* 10 images but 9 labels */
+    expect_fail("labels", RM_EINVAL); /* 10 images but 9 labels */
     rm_test_clear_dir(g_dir);
     write_pair("train", 10, 100, 100, 0x803, 0x801, 0, 0, -1, 10, false);
     expect_fail("implausible", RM_EINVAL);
     rm_test_clear_dir(g_dir);
     write_pair("train", 10, 2, 2, 0x803, 0x801, 0, 0, -1, 0, false);
     expect_fail("implausible label count 0", RM_EINVAL);
-    rm_test_clear_dir(g_dir);   /* the file ends inside the 16-byte header */
+    rm_test_clear_dir(g_dir); /* the file ends inside the 16-byte header */
     write_pair("train", 10, 2, 2, 0x803, 0x801, 16 + 40 - 10, 0, -1, 10, false);
     expect_fail("ends inside the header", RM_EINVAL);
     rm_test_clear_dir(g_dir);
@@ -214,7 +220,7 @@ static void test_shards(void)
     }
     uint32_t perm[40];
     rm_perm_make(perm, 40, 7, 0);
-    const int world = 3, B = 4, pos = 12;   /* step covering positions 12..23 */
+    const int world = 3, B = 4, pos = 12; /* step covering positions 12..23 */
     int count[40] = {0};
     for (int r = 0; r < world; r++) {
         float x[4];
@@ -246,7 +252,8 @@ static void test_real_dataset(void)
     rm_err e = {0};
     if (rm_dataset_load(RM_DATA_DEFAULT_DIR, false, &d, &e) != RM_OK) {
         const char *allow = getenv("RM_TEST_ALLOW_NO_DATA");
-        fprintf(stderr, "\n%s: real_test_set: Fashion-MNIST is not installed in %s (%s); install "
+        fprintf(stderr,
+                "\n%s: real_test_set: Fashion-MNIST is not installed in %s (%s); install "
                 "Debian's dataset-fashion-mnist (make deps)\n",
                 allow && !strcmp(allow, "1") ? "SKIPPED (RM_TEST_ALLOW_NO_DATA=1)" : "FAILED",
                 RM_DATA_DEFAULT_DIR, e.msg);
@@ -295,7 +302,7 @@ static void test_reader(void)
     CU_ASSERT_EQUAL(la[0], 6);
     rm_dataset_free(&d);
     rm_data_close(&tr);
-    rm_data_close(&tr);   /* idempotent */
+    rm_data_close(&tr); /* idempotent */
     rm_data_close(&te);
     /* the format picks the reader: IDX files are no token shards */
     t.set2 |= RM_TR_SET2_FORMAT;
@@ -312,9 +319,12 @@ static void test_reader(void)
 void rm_suite_data(void)
 {
     static const rm_test_case cases[] = {
-        {"good_raw_and_gz", test_good_raw_and_gz}, {"bad_files", test_bad_files},
-        {"perm", test_perm},                       {"shards_disjoint", test_shards},
-        {"real_test_set", test_real_dataset},      {"reader", test_reader},
+        {"good_raw_and_gz", test_good_raw_and_gz},
+        {"bad_files", test_bad_files},
+        {"perm", test_perm},
+        {"shards_disjoint", test_shards},
+        {"real_test_set", test_real_dataset},
+        {"reader", test_reader},
     };
     RM_ADD_SUITE("data", setup, teardown, cases);
 }

@@ -26,10 +26,10 @@
 enum { TD = 6, TC = 3 };
 
 typedef struct tiny_priv {
-    float *h;      /* [B x TD] unit 0's output */
-    float *z;      /* [B x TC] logits, then their gradient */
-    float *dh;     /* [B x TD] gradient at unit 0's output (when unit 1 computes it) */
-    float *g[2];   /* a unit's whole gradient, for placing (ZeRO) */
+    float *h;    /* [B x TD] unit 0's output */
+    float *z;    /* [B x TC] logits, then their gradient */
+    float *dh;   /* [B x TD] gradient at unit 0's output (when unit 1 computes it) */
+    float *g[2]; /* a unit's whole gradient, for placing (ZeRO) */
 } tiny_priv;
 
 static int tiny_shape(const rm_training_spec *t, const rm_model_data *d, rm_model_shape *s, rm_err *e)
@@ -37,20 +37,31 @@ static int tiny_shape(const rm_training_spec *t, const rm_model_data *d, rm_mode
     memset(s, 0, sizeof *s);
     s->nlayers = 2;
     s->dims[0] = TD;
-    s->dims[1] = -1;   /* a word the MLP never writes: the shapes are told apart */
+    s->dims[1] = -1; /* a word the MLP never writes: the shapes are told apart */
     s->dims[2] = TC;
     return RM_OK;
 }
 
 static int tiny_plan(rm_model *m, rm_err *e)
 {
-    m->unit[0] = (rm_model_unit){ .kind = "tanh", .off = 0, .len = 2 * TD, .in_width = TD,
-                                  .out_width = TD, .act_floats = TD, .flops_fwd = 3 * TD,
-                                  .flops_bwd = 5 * TD, .flops_bwd_first = 3 * TD };
-    m->unit[1] = (rm_model_unit){ .kind = "linear", .off = 2 * TD, .len = TD * TC + TC,
-                                  .in_width = TD, .out_width = TC, .act_floats = TC,
-                                  .flops_fwd = 2 * TD * TC, .flops_bwd = 4 * TD * TC,
-                                  .flops_bwd_first = 2 * TD * TC };
+    m->unit[0] = (rm_model_unit){.kind = "tanh",
+                                 .off = 0,
+                                 .len = 2 * TD,
+                                 .in_width = TD,
+                                 .out_width = TD,
+                                 .act_floats = TD,
+                                 .flops_fwd = 3 * TD,
+                                 .flops_bwd = 5 * TD,
+                                 .flops_bwd_first = 3 * TD};
+    m->unit[1] = (rm_model_unit){.kind = "linear",
+                                 .off = 2 * TD,
+                                 .len = TD * TC + TC,
+                                 .in_width = TD,
+                                 .out_width = TC,
+                                 .act_floats = TC,
+                                 .flops_fwd = 2 * TD * TC,
+                                 .flops_bwd = 4 * TD * TC,
+                                 .flops_bwd_first = 2 * TD * TC};
     m->nunits = 2;
     m->nparams = 2 * TD + TD * TC + TC;
     m->classes = TC;
@@ -160,8 +171,8 @@ static void tiny_loss(rm_model *m, int off, int rows, float inv_batch, float *lo
 }
 
 /* unit u's gradient for these rows into g (overwritten); its input gradient into dx if set */
-static void tiny_unit_bwd(rm_model *m, int u, const float *in, const float *dy, int off, int rows,
-                          float *g, float *dx)
+static void tiny_unit_bwd(rm_model *m, int u, const float *in, const float *dy, int off, int rows, float *g,
+                          float *dx)
 {
     tiny_priv *pv = m->priv;
     const float *w = uparams(m, u);
@@ -206,7 +217,7 @@ static void tiny_backward(rm_model *m, const rm_model_pass *p)
             p->pre(p->ud, u);
         tiny_unit_bwd(m, u, in, dy, p->off, p->rows, pv->g[u], dx);
         if (p->place) {
-            rm_unit_grad g = { .unit = u, .rows = p->rows, .fam = pv->g[u] };
+            rm_unit_grad g = {.unit = u, .rows = p->rows, .fam = pv->g[u]};
             p->place(p->ud, &g);
         } else {
             float *dst = m->grads + m->unit[u].off;
@@ -231,21 +242,30 @@ static void tiny_count_correct(rm_model *m, int rows, int32_t *correct)
 
 static int tiny_tensors(const rm_model *m, int u, rm_model_tensor *out, int cap)
 {
-    static const char *const names[2][2] = { { "tanh.scale", "tanh.shift" }, { "head.weight", "head.bias" } };
+    static const char *const names[2][2] = {{"tanh.scale", "tanh.shift"}, {"head.weight", "head.bias"}};
     int64_t n0 = u == 0 ? TD : TD * TC, n1 = u == 0 ? TD : TC;
     for (int i = 0; i < 2 && i < cap; i++) {
-        out[i] = (rm_model_tensor){ .off = m->unit[u].off + (i ? (size_t)n0 : 0), .ndim = 1,
-                                    .shape = { i ? n1 : n0 }, .layout = "" };
+        out[i] = (rm_model_tensor){
+            .off = m->unit[u].off + (i ? (size_t)n0 : 0), .ndim = 1, .shape = {i ? n1 : n0}, .layout = ""};
         snprintf(out[i].name, sizeof out[i].name, "%s", names[u][i]);
     }
     return 2;
 }
 
 static const rm_model_family tiny_family = {
-    .name = "tiny", .shape = tiny_shape, .plan = tiny_plan, .alloc = tiny_alloc,
-    .release = tiny_release, .init_params = tiny_init_params, .forward = tiny_forward,
-    .loss = tiny_loss, .backward = tiny_backward, .grad_range = tiny_grad_range,
-    .count_correct = tiny_count_correct, .output = tiny_output, .describe = rm_model_shape_words,
+    .name = "tiny",
+    .shape = tiny_shape,
+    .plan = tiny_plan,
+    .alloc = tiny_alloc,
+    .release = tiny_release,
+    .init_params = tiny_init_params,
+    .forward = tiny_forward,
+    .loss = tiny_loss,
+    .backward = tiny_backward,
+    .grad_range = tiny_grad_range,
+    .count_correct = tiny_count_correct,
+    .output = tiny_output,
+    .describe = rm_model_shape_words,
     .tensors = tiny_tensors,
 };
 
@@ -268,7 +288,7 @@ typedef struct world {
         rm_err err;
         rm_model m;
         float loss[STEPS];
-        float *params;   /* a copy at the end */
+        float *params; /* a copy at the end */
     } r[W];
 } world;
 
@@ -299,30 +319,47 @@ static void *rank_main(void *arg)
     memset(&amp, 0, sizeof amp);
     int rows = B;
     rm_err *e = &r->err;
-    rm_optimizer_spec os = { .type = RM_OPT_SGD, .lr = 0.3, .momentum = 0.5 };
+    rm_optimizer_spec os = {.type = RM_OPT_SGD, .lr = 0.3, .momentum = 0.5};
     if ((r->rc = rm_model_init(&r->m, k, w->fam, &w->shape, rows, e)) ||
         (r->rc = rm_optim_init(&o, k, &os, r->m.nparams, e)) ||
         (r->rc = rm_amp_init(&amp, k, RM_PREC_FP32, e)))
         goto out;
-    rm_step_env env = { .k = k, .m = &r->m, .opt = &o, .amp = &amp, .fusion_mb = 1,
-                        .sharding = w->sharding, .token = "tok", .timeout_s = 20,
-                        .train_samples = 10000, .batch = rows, .epochs = 1 };
+    rm_step_env env = {.k = k,
+                       .m = &r->m,
+                       .opt = &o,
+                       .amp = &amp,
+                       .fusion_mb = 1,
+                       .sharding = w->sharding,
+                       .token = "tok",
+                       .timeout_s = 20,
+                       .train_samples = 10000,
+                       .batch = rows,
+                       .epochs = 1};
     if ((r->rc = w->ops->init(&env, &st, e)))
         goto out;
     if (w->n == 1) {
-        rm_comm_cfg cc = { .rank = 0, .world_size = 1, .epoch = 1 };
+        rm_comm_cfg cc = {.rank = 0, .world_size = 1, .epoch = 1};
         if ((r->rc = rm_comm_local_ops()->init(&cc, &comm, e)))
             goto out;
     } else {
-        rm_comm_cfg cc = { .rank = r->rank, .world_size = w->n, .epoch = 1, .peers = w->peers,
-                           .token = "tok", .listener = w->lst[r->rank], .listen_fd = -1,
-                           .timeout_s = 20 };
+        rm_comm_cfg cc = {.rank = r->rank,
+                          .world_size = w->n,
+                          .epoch = 1,
+                          .peers = w->peers,
+                          .token = "tok",
+                          .listener = w->lst[r->rank],
+                          .listen_fd = -1,
+                          .timeout_s = 20};
         if ((r->rc = rm_comm_ring_ops()->init(&cc, &comm, e)))
             goto out;
     }
-    rm_step_round rd = { .ops = w->n == 1 ? rm_comm_local_ops() : rm_comm_ring_ops(), .comm = comm,
-                         .rank = r->rank, .world = w->n, .peers = w->peers,
-                         .listener = w->lst[r->rank], .epoch = 1 };
+    rm_step_round rd = {.ops = w->n == 1 ? rm_comm_local_ops() : rm_comm_ring_ops(),
+                        .comm = comm,
+                        .rank = r->rank,
+                        .world = w->n,
+                        .peers = w->peers,
+                        .listener = w->lst[r->rank],
+                        .epoch = 1};
     if ((r->rc = w->ops->round_begin(st, &rd, e)) || (r->rc = w->ops->state_fresh(st, 9, e)))
         goto out;
     bool piped = w->ops == &rm_step_pipeline_ops;
@@ -333,7 +370,7 @@ static void *rank_main(void *arg)
         rm_step_stats ss;
         if ((r->rc = w->ops->step(st, rows, 0.3f, &ss, e)))
             goto out;
-        r->loss[s] = *r->m.loss_sum;   /* host memory: the step's summed loss */
+        r->loss[s] = *r->m.loss_sum; /* host memory: the step's summed loss */
     }
     if (w->ops->materialize && (r->rc = w->ops->materialize(st, e)))
         goto out;
@@ -360,9 +397,9 @@ static int run_world(world *w, const rm_model_family *fam, const rm_step_ops *op
     w->ops = ops;
     w->sharding = sh;
     w->n = n;
-    rm_err e = { 0 };
+    rm_err e = {0};
     if (fam == &rm_model_mlp) {
-        static const int hidden[] = { 5 };
+        static const int hidden[] = {5};
         CU_ASSERT_EQUAL_FATAL(rm_mlp_shape(&w->shape, TD, hidden, 1, TC, &e), RM_OK);
     } else {
         tiny_shape(NULL, NULL, &w->shape, &e);
@@ -418,7 +455,7 @@ static void check_learns(const world *w, const char *what)
     for (int i = 0; i < w->n; i++) {
         const float *l = w->r[i].loss;
         if (w->ops == &rm_step_pipeline_ops && i == 0)
-            continue;   /* the loss lives on the last stage (stage 0 relays it) */
+            continue; /* the loss lives on the last stage (stage 0 relays it) */
         double a = (l[0] + l[1] + l[2]) / 3, b = (l[STEPS - 1] + l[STEPS - 2] + l[STEPS - 3]) / 3;
         CU_ASSERT(b < 0.8 * a);
         if (!(b < 0.8 * a))
@@ -456,7 +493,7 @@ static void test_family(const rm_model_family *fam)
     /* reference: the whole model on one rank over the same B rows (rank 0's), world 1 */
     world ref;
     CU_ASSERT_EQUAL_FATAL(run_world(&ref, fam, &rm_step_allreduce_ops, RM_SHARD_NONE, 1), RM_OK);
-    size_t cut = plan.unit[1].off;   /* stage 0 holds unit 0 (the cost partition of 2 units) */
+    size_t cut = plan.unit[1].off; /* stage 0 holds unit 0 (the cost partition of 2 units) */
     double d0 = rel_diff(pp.r[0].params, ref.r[0].params, 0, cut);
     double d1 = rel_diff(pp.r[1].params, ref.r[0].params, cut, n);
     CU_ASSERT(d0 < 1e-4 && d1 < 1e-4);
@@ -468,8 +505,14 @@ static void test_family(const rm_model_family *fam)
     world_free(&ref);
 }
 
-static void test_mlp(void) { test_family(&rm_model_mlp); }
-static void test_tiny(void) { test_family(&tiny_family); }
+static void test_mlp(void)
+{
+    test_family(&rm_model_mlp);
+}
+static void test_tiny(void)
+{
+    test_family(&tiny_family);
+}
 
 /* The tiny family's backward against central differences of its loss (the kernels' loss). */
 static void test_tiny_gradient(void)
@@ -477,7 +520,7 @@ static void test_tiny_gradient(void)
     const rm_kernels *k = rm_kernels_get("cpu");
     rm_model m;
     rm_model_shape s;
-    rm_err e = { 0 };
+    rm_err e = {0};
     tiny_shape(NULL, NULL, &s, &e);
     CU_ASSERT_EQUAL_FATAL(rm_model_init(&m, k, &tiny_family, &s, 4, &e), RM_OK);
     CU_ASSERT_EQUAL_FATAL(rm_model_init_params(&m, 3, &e), RM_OK);
@@ -507,7 +550,7 @@ static void test_tiny_gradient(void)
     for (int fam = 0; fam < 2; fam++) {
         rm_model mm;
         rm_model_shape ms;
-        static const int hidden[] = { 5 };
+        static const int hidden[] = {5};
         if (fam)
             CU_ASSERT_EQUAL_FATAL(rm_mlp_shape(&ms, TD, hidden, 1, TC, &e), RM_OK);
         CU_ASSERT_EQUAL_FATAL(rm_model_plan(&mm, fam ? &rm_model_mlp : &tiny_family, fam ? &ms : &s, &e),

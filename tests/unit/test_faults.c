@@ -36,9 +36,9 @@ static void test_parse(void)
         CU_ASSERT_EQUAL(rm_faults_parse(bad_lost[i], &f, &e), RM_EINVAL);
         CU_ASSERT(strstr(e.msg, "node") != NULL);
     }
-    const char *bad[] = {"boom:rank=1:step=3", "exit:rank=1", "exit:step=3", "exit:rank=x:step=3",
-                         "exit:rank=1:step=-4", "exit:rank=1:step=3:color=red", "exit:rank1:step=3",
-                         "exit:rank=1:step=", "exit"};
+    const char *bad[] = {"boom:rank=1:step=3", "exit:rank=1",         "exit:step=3",
+                         "exit:rank=x:step=3", "exit:rank=1:step=-4", "exit:rank=1:step=3:color=red",
+                         "exit:rank1:step=3",  "exit:rank=1:step=",   "exit"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         memset(&e, 0, sizeof e);
         CU_ASSERT_EQUAL(rm_faults_parse(bad[i], &f, &e), RM_EINVAL);
@@ -74,7 +74,7 @@ static void test_once(void)
     const rm_fault *x = rm_faults_due(&f, 1, 5);
     CU_ASSERT_PTR_NOT_NULL_FATAL(x);
     CU_ASSERT_EQUAL(x->kind, RM_FAULT_EXIT);
-    CU_ASSERT_PTR_NULL(rm_faults_due(&f, 1, 5));   /* once in memory */
+    CU_ASSERT_PTR_NULL(rm_faults_due(&f, 1, 5)); /* once in memory */
     char marker[600];
     snprintf(marker, sizeof marker, "%s/.fault-0-fired", dir);
     struct stat st;
@@ -84,7 +84,7 @@ static void test_once(void)
     CU_ASSERT_EQUAL(rm_faults_parse("exit:rank=1:step=5;hang:rank=0:step=5", &g, &e), RM_OK);
     rm_faults_set_dir(&g, dir);
     CU_ASSERT_PTR_NULL(rm_faults_due(&g, 1, 5));
-    const rm_fault *h = rm_faults_due(&g, 0, 5);   /* the other fault is still armed */
+    const rm_fault *h = rm_faults_due(&g, 0, 5); /* the other fault is still armed */
     CU_ASSERT_PTR_NOT_NULL(h);
     if (h)
         CU_ASSERT_EQUAL(h->kind, RM_FAULT_HANG);
@@ -113,14 +113,15 @@ static void test_fires_before_folder_exists(void)
     rm_faults g;
     CU_ASSERT_EQUAL(rm_faults_parse("exit:rank=0:step=3", &g, &e), RM_OK);
     rm_faults_set_dir(&g, sub);
-    CU_ASSERT_PTR_NULL(rm_faults_due(&g, 0, 3));    /* the replacement does not fire it again */
+    CU_ASSERT_PTR_NULL(rm_faults_due(&g, 0, 3)); /* the replacement does not fire it again */
     rm_test_rmtree(dir);
     free(dir);
 }
 
 void rm_suite_faults(void)
 {
-    static const rm_test_case cases[] = {{"parse", test_parse}, {"once_per_job", test_once},
+    static const rm_test_case cases[] = {{"parse", test_parse},
+                                         {"once_per_job", test_once},
                                          {"fires_before_folder_exists", test_fires_before_folder_exists},
                                          {"lost_marker", test_lost_marker}};
     RM_ADD_SUITE("faults", NULL, NULL, cases);

@@ -21,20 +21,23 @@ struct rm_comm {
     atomic_int calls;
     size_t off[64], len[64];
     int op[64];
-    int fail_at;       /* call index that fails (-1 none) */
+    int fail_at; /* call index that fails (-1 none) */
     int delay_ms;
 };
 
-static int fake_allreduce(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_redop op, rm_err *err) {
+static int fake_allreduce(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_redop op, rm_err *err)
+{
     int i = atomic_load(&c->calls);
-    if (c->delay_ms) usleep((useconds_t)c->delay_ms * 1000);
+    if (c->delay_ms)
+        usleep((useconds_t)c->delay_ms * 1000);
     if (i < 64) {
         c->off[i] = (size_t)((float *)buf - c->base);
         c->len[i] = count;
         c->op[i] = (int)op;
     }
     atomic_store(&c->calls, i + 1);
-    if (i == c->fail_at) return rm_errf(err, RM_ETIMEDOUT, "fake: peer timed out");
+    if (i == c->fail_at)
+        return rm_errf(err, RM_ETIMEDOUT, "fake: peer timed out");
     (void)dt;
     return RM_OK;
 }
@@ -43,7 +46,8 @@ static const rm_comm_ops fake_ops = {.name = "fake", .allreduce = fake_allreduce
 
 static const size_t OFF5[5] = {0, 10, 30, 60, 100}, LEN5[5] = {10, 20, 30, 40, 50};
 
-static void test_plan(void) {
+static void test_plan(void)
+{
     float g[150];
     struct rm_comm fc = {.base = g, .fail_at = -1};
     rm_fusion *f = NULL;
@@ -77,7 +81,8 @@ static void test_plan(void) {
     rm_fusion_free(NULL);
 }
 
-static void test_bad_layout(void) {
+static void test_bad_layout(void)
+{
     float g[10];
     struct rm_comm fc = {.base = g, .fail_at = -1};
     rm_fusion *f = NULL;
@@ -89,7 +94,8 @@ static void test_bad_layout(void) {
     CU_ASSERT_EQUAL(rm_fusion_new(NULL, &fc, g, off, len, 2, 0, &f, &e), RM_EINVAL);
 }
 
-static void test_calls_in_reverse_order(void) {
+static void test_calls_in_reverse_order(void)
+{
     float g[150];
     struct rm_comm fc = {.base = g, .fail_at = -1};
     rm_fusion *f = NULL;
@@ -99,7 +105,8 @@ static void test_calls_in_reverse_order(void) {
     for (int step = 0; step < 3; step++) {
         atomic_store(&fc.calls, 0);
         rm_fusion_begin(f);
-        for (int l = 4; l >= 0; l--) CU_ASSERT_EQUAL(rm_fusion_ready(f, l), 0);
+        for (int l = 4; l >= 0; l--)
+            CU_ASSERT_EQUAL(rm_fusion_ready(f, l), 0);
         CU_ASSERT_EQUAL(rm_fusion_finish(f, &e), 0);
         CU_ASSERT_EQUAL(atomic_load(&fc.calls), 5);
         for (int i = 0; i < 5; i++) {
@@ -120,15 +127,17 @@ static void test_calls_in_reverse_order(void) {
     rm_fusion_ready(f, 3);
     rm_fusion_ready(f, 1);
     usleep(20 * 1000);
-    CU_ASSERT_EQUAL(atomic_load(&fc.calls), 0);   /* bucket 0 (layer 4) not ready: nothing launched */
+    CU_ASSERT_EQUAL(atomic_load(&fc.calls), 0); /* bucket 0 (layer 4) not ready: nothing launched */
     rm_fusion_ready(f, 4);
-    CU_ASSERT_EQUAL(rm_fusion_finish(f, &e), 0);  /* finish launches the rest */
+    CU_ASSERT_EQUAL(rm_fusion_finish(f, &e), 0); /* finish launches the rest */
     CU_ASSERT_EQUAL(atomic_load(&fc.calls), 5);
-    for (int i = 0; i < 5; i++) CU_ASSERT_EQUAL(fc.off[i], OFF5[4 - i]);
+    for (int i = 0; i < 5; i++)
+        CU_ASSERT_EQUAL(fc.off[i], OFF5[4 - i]);
     rm_fusion_free(f);
 }
 
-static void test_overlap(void) {
+static void test_overlap(void)
+{
     /* a bucket's allreduce runs while "backward" of earlier layers continues */
     float g[150];
     struct rm_comm fc = {.base = g, .fail_at = -1, .delay_ms = 0};
@@ -138,9 +147,11 @@ static void test_overlap(void) {
     rm_fusion_begin(f);
     CU_ASSERT_EQUAL(rm_fusion_ready(f, 4), 0);
     double t0 = rm_mono();
-    while (atomic_load(&fc.calls) == 0 && rm_mono() - t0 < 2.0) usleep(1000);
-    CU_ASSERT_EQUAL(atomic_load(&fc.calls), 1);   /* ran before layer 3 was even produced */
-    for (int l = 3; l >= 0; l--) rm_fusion_ready(f, l);
+    while (atomic_load(&fc.calls) == 0 && rm_mono() - t0 < 2.0)
+        usleep(1000);
+    CU_ASSERT_EQUAL(atomic_load(&fc.calls), 1); /* ran before layer 3 was even produced */
+    for (int l = 3; l >= 0; l--)
+        rm_fusion_ready(f, l);
     CU_ASSERT_EQUAL(rm_fusion_finish(f, &e), 0);
     rm_fusion_free(f);
     /* and ready() never blocks on a slow collective */
@@ -149,7 +160,8 @@ static void test_overlap(void) {
     CU_ASSERT_EQUAL_FATAL(rm_fusion_new(&fake_ops, &fc, g, OFF5, LEN5, 5, 0, &f, &e), 0);
     rm_fusion_begin(f);
     t0 = rm_mono();
-    for (int l = 4; l >= 0; l--) rm_fusion_ready(f, l);
+    for (int l = 4; l >= 0; l--)
+        rm_fusion_ready(f, l);
     CU_ASSERT(rm_mono() - t0 < 0.05);
     CU_ASSERT_EQUAL(rm_fusion_finish(f, &e), 0);
     rm_fusion_stats st;
@@ -159,17 +171,19 @@ static void test_overlap(void) {
     rm_fusion_free(f);
 }
 
-static void test_error_propagates(void) {
+static void test_error_propagates(void)
+{
     float g[150];
     struct rm_comm fc = {.base = g, .fail_at = 1};
     rm_fusion *f = NULL;
     rm_err e = {0};
     CU_ASSERT_EQUAL_FATAL(rm_fusion_new(&fake_ops, &fc, g, OFF5, LEN5, 5, 0, &f, &e), 0);
     rm_fusion_begin(f);
-    for (int l = 4; l >= 0; l--) rm_fusion_ready(f, l);
+    for (int l = 4; l >= 0; l--)
+        rm_fusion_ready(f, l);
     CU_ASSERT_EQUAL(rm_fusion_finish(f, &e), RM_ETIMEDOUT);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "timed out"));
-    CU_ASSERT_EQUAL(atomic_load(&fc.calls), 2);   /* later buckets skipped after the failure */
+    CU_ASSERT_EQUAL(atomic_load(&fc.calls), 2); /* later buckets skipped after the failure */
     /* double ready is an error, reported by finish */
     fc.fail_at = -1;
     rm_fusion_begin(f);
@@ -177,7 +191,7 @@ static void test_error_propagates(void) {
     CU_ASSERT_EQUAL(rm_fusion_ready(f, 4), RM_EINVAL);
     CU_ASSERT_EQUAL(rm_fusion_ready(f, 9), RM_EINVAL);
     CU_ASSERT_EQUAL(rm_fusion_finish(f, &e), RM_EINVAL);
-    CU_ASSERT_EQUAL(rm_fusion_finish(f, &e), RM_EINVAL);   /* finish without begin */
+    CU_ASSERT_EQUAL(rm_fusion_finish(f, &e), RM_EINVAL); /* finish without begin */
     rm_fusion_free(f);
 }
 
@@ -194,35 +208,45 @@ typedef struct {
     size_t threshold;
 } fr;
 
-static void *fused_rank(void *arg) {
+static void *fused_rank(void *arg)
+{
     fr *r = arg;
     const rm_comm_ops *ops = rm_comm_backend("ring");
-    rm_comm_cfg cfg = {.rank = r->rank, .world_size = NR, .epoch = 1, .peers = r->peers, .token = "t",
-                       .listen_fd = r->lfd, .timeout_s = 5};
+    rm_comm_cfg cfg = {.rank = r->rank,
+                       .world_size = NR,
+                       .epoch = 1,
+                       .peers = r->peers,
+                       .token = "t",
+                       .listen_fd = r->lfd,
+                       .timeout_s = 5};
     rm_comm *c = NULL;
     rm_fusion *f = NULL;
     rm_err e = {0};
     r->rc = ops->init(&cfg, &c, &e);
-    if (r->rc) return NULL;
+    if (r->rc)
+        return NULL;
     r->rc = rm_fusion_new(ops, c, r->fused, r->off, r->len, NL, r->threshold, &f, &e);
     if (!r->rc) {
         rm_fusion_set_world_size(f, NR);
         for (int step = 0; step < 2 && !r->rc; step++) {
             rm_fusion_begin(f);
-            for (int l = NL - 1; l >= 0; l--) rm_fusion_ready(f, l);
+            for (int l = NL - 1; l >= 0; l--)
+                rm_fusion_ready(f, l);
             r->rc = rm_fusion_finish(f, &e);
         }
         rm_fusion_free(f);
     }
-    if (!r->rc) {   /* the same two averaging steps unfused */
+    if (!r->rc) { /* the same two averaging steps unfused */
         r->rc = ops->allreduce(c, r->plain, r->total, RM_DT_F32, RM_OP_AVG, &e);
-        if (!r->rc) r->rc = ops->allreduce(c, r->plain, r->total, RM_DT_F32, RM_OP_AVG, &e);
+        if (!r->rc)
+            r->rc = ops->allreduce(c, r->plain, r->total, RM_DT_F32, RM_OP_AVG, &e);
     }
     ops->destroy(c);
     return NULL;
 }
 
-static void test_fused_equals_unfused(void) {
+static void test_fused_equals_unfused(void)
+{
     rm_rdzv_peer peers[NR];
     fr r[NR];
     pthread_t th[NR];
@@ -250,13 +274,16 @@ static void test_fused_equals_unfused(void) {
             for (size_t k = 0; k < o; k++)
                 r[i].fused[k] = r[i].plain[k] = (float)((k * 31 + (size_t)i * 7) % 101) * 0.25f;
         }
-        for (int i = 0; i < NR; i++) pthread_create(&th[i], NULL, fused_rank, &r[i]);
-        for (int i = 0; i < NR; i++) pthread_join(th[i], NULL);
+        for (int i = 0; i < NR; i++)
+            pthread_create(&th[i], NULL, fused_rank, &r[i]);
+        for (int i = 0; i < NR; i++)
+            pthread_join(th[i], NULL);
         for (int i = 0; i < NR; i++) {
             CU_ASSERT_EQUAL(r[i].rc, 0);
             int bad = 0;
             for (size_t k = 0; k < r[i].total; k++)
-                if (fabsf(r[i].fused[k] - r[i].plain[k]) > 1e-4f * (fabsf(r[i].plain[k]) + 1)) bad++;
+                if (fabsf(r[i].fused[k] - r[i].plain[k]) > 1e-4f * (fabsf(r[i].plain[k]) + 1))
+                    bad++;
             CU_ASSERT_EQUAL(bad, 0);
             CU_ASSERT_EQUAL(memcmp(r[i].fused, r[0].fused, r[i].total * sizeof(float)), 0);
         }
@@ -269,7 +296,8 @@ static void test_fused_equals_unfused(void) {
 }
 
 void rm_suite_fusion(void);
-void rm_suite_fusion(void) {
+void rm_suite_fusion(void)
+{
     static const rm_test_case cases[] = {
         {"plan_reverse_order_thresholds", test_plan},
         {"bad_layout", test_bad_layout},

@@ -14,13 +14,31 @@
 
 static void test_quantity(void)
 {
-    static const struct { const char *in; int rc; int64_t milli; } t[] = {
-        {"500m", RM_OK, 500}, {"2", RM_OK, 2000}, {"1.5", RM_OK, 1500}, {"0.1m", RM_OK, 1},
-        {"1Gi", RM_OK, 1073741824000LL}, {"1Ki", RM_OK, 1024000}, {"128Mi", RM_OK, 134217728000LL},
-        {"1e3", RM_OK, 1000000}, {"4k", RM_OK, 4000000}, {"100M", RM_OK, 100000000000LL},
-        {"1.5Gi", RM_OK, 1610612736000LL}, {"+3", RM_OK, 3000}, {"0", RM_OK, 0},
-        {"-1", RM_EINVAL, 0}, {"abc", RM_EINVAL, 0}, {"", RM_EINVAL, 0}, {"1x", RM_EINVAL, 0},
-        {"1E", RM_EINVAL, 0} /* 10^18 units: past int64 milli */, {"1e", RM_EINVAL, 0}, {"1.2.3", RM_EINVAL, 0},
+    static const struct {
+        const char *in;
+        int rc;
+        int64_t milli;
+    } t[] = {
+        {"500m", RM_OK, 500},
+        {"2", RM_OK, 2000},
+        {"1.5", RM_OK, 1500},
+        {"0.1m", RM_OK, 1},
+        {"1Gi", RM_OK, 1073741824000LL},
+        {"1Ki", RM_OK, 1024000},
+        {"128Mi", RM_OK, 134217728000LL},
+        {"1e3", RM_OK, 1000000},
+        {"4k", RM_OK, 4000000},
+        {"100M", RM_OK, 100000000000LL},
+        {"1.5Gi", RM_OK, 1610612736000LL},
+        {"+3", RM_OK, 3000},
+        {"0", RM_OK, 0},
+        {"-1", RM_EINVAL, 0},
+        {"abc", RM_EINVAL, 0},
+        {"", RM_EINVAL, 0},
+        {"1x", RM_EINVAL, 0},
+        {"1E", RM_EINVAL, 0} /* 10^18 units: past int64 milli */,
+        {"1e", RM_EINVAL, 0},
+        {"1.2.3", RM_EINVAL, 0},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         int64_t m = -7;
@@ -44,29 +62,48 @@ static void test_quantity(void)
  * overhead. Expected values worked out by hand from those rules. */
 static void test_pod_requests(void)
 {
-    static const struct { const char *what, *spec; int rc; const char *cpu, *mem, *gpu; } t[] = {
-        {"requests", "{\"containers\":[{\"resources\":{\"requests\":{\"cpu\":\"500m\",\"memory\":\"1Gi\"}}}]}",
-         RM_OK, "500m", "1Gi", NULL},
+    static const struct {
+        const char *what, *spec;
+        int rc;
+        const char *cpu, *mem, *gpu;
+    } t[] = {
+        {"requests",
+         "{\"containers\":[{\"resources\":{\"requests\":{\"cpu\":\"500m\",\"memory\":\"1Gi\"}}}]}", RM_OK,
+         "500m", "1Gi", NULL},
         {"limits only -> requests = limits (incl. extended)",
-         "{\"containers\":[{\"resources\":{\"limits\":{\"cpu\":2,\"nvidia.com/gpu\":1}}}]}", RM_OK, "2", NULL, "1"},
-        {"request below limit wins", "{\"containers\":[{\"resources\":{\"requests\":{\"cpu\":\"1\"},\"limits\":{\"cpu\":\"2\",\"memory\":\"2Gi\"}}}]}",
+         "{\"containers\":[{\"resources\":{\"limits\":{\"cpu\":2,\"nvidia.com/gpu\":1}}}]}", RM_OK, "2", NULL,
+         "1"},
+        {"request below limit wins",
+         "{\"containers\":[{\"resources\":{\"requests\":{\"cpu\":\"1\"},\"limits\":{\"cpu\":\"2\",\"memory\":"
+         "\"2Gi\"}}}]}",
          RM_OK, "1", "2Gi", NULL},
-        {"containers add up", "{\"containers\":[{\"resources\":{\"requests\":{\"cpu\":\"1\"}}},{\"resources\":{\"requests\":{\"cpu\":\"500m\",\"nvidia.com/gpu\":2}}}]}",
+        {"containers add up",
+         "{\"containers\":[{\"resources\":{\"requests\":{\"cpu\":\"1\"}}},{\"resources\":{\"requests\":{"
+         "\"cpu\":\"500m\",\"nvidia.com/gpu\":2}}}]}",
          RM_OK, "1500m", NULL, "2"},
-        {"init max beats the sum", "{\"containers\":[{\"resources\":{\"requests\":{\"cpu\":\"1\",\"memory\":\"512Mi\"}}}],"
-         "\"initContainers\":[{\"resources\":{\"requests\":{\"cpu\":\"2\",\"memory\":\"256Mi\"}}},{\"resources\":{\"requests\":{\"cpu\":\"500m\"}}}]}",
+        {"init max beats the sum",
+         "{\"containers\":[{\"resources\":{\"requests\":{\"cpu\":\"1\",\"memory\":\"512Mi\"}}}],"
+         "\"initContainers\":[{\"resources\":{\"requests\":{\"cpu\":\"2\",\"memory\":\"256Mi\"}}},{"
+         "\"resources\":{\"requests\":{\"cpu\":\"500m\"}}}]}",
          RM_OK, "2", "512Mi", NULL},
-        {"overhead after the max", "{\"containers\":[{\"resources\":{\"requests\":{\"cpu\":\"1\"}}}],"
-         "\"initContainers\":[{\"resources\":{\"requests\":{\"cpu\":\"3\"}}}],\"overhead\":{\"cpu\":\"250m\",\"memory\":\"120Mi\"}}",
+        {"overhead after the max",
+         "{\"containers\":[{\"resources\":{\"requests\":{\"cpu\":\"1\"}}}],"
+         "\"initContainers\":[{\"resources\":{\"requests\":{\"cpu\":\"3\"}}}],\"overhead\":{\"cpu\":\"250m\","
+         "\"memory\":\"120Mi\"}}",
          RM_OK, "3250m", "120Mi", NULL},
-        {"sidecar adds to containers and later inits", "{\"containers\":[{\"resources\":{\"requests\":{\"cpu\":\"1\"}}}],"
+        {"sidecar adds to containers and later inits",
+         "{\"containers\":[{\"resources\":{\"requests\":{\"cpu\":\"1\"}}}],"
          "\"initContainers\":[{\"restartPolicy\":\"Always\",\"resources\":{\"requests\":{\"cpu\":\"500m\"}}},"
-         "{\"resources\":{\"requests\":{\"cpu\":\"2\"}}}]}", RM_OK, "2500m", NULL, NULL},
-        {"sidecar only: sum wins", "{\"containers\":[{\"resources\":{\"requests\":{\"cpu\":\"4\"}}}],"
-         "\"initContainers\":[{\"resources\":{\"requests\":{\"cpu\":\"1\"}}},{\"restartPolicy\":\"Always\",\"resources\":{\"requests\":{\"cpu\":\"1\"}}}]}",
+         "{\"resources\":{\"requests\":{\"cpu\":\"2\"}}}]}",
+         RM_OK, "2500m", NULL, NULL},
+        {"sidecar only: sum wins",
+         "{\"containers\":[{\"resources\":{\"requests\":{\"cpu\":\"4\"}}}],"
+         "\"initContainers\":[{\"resources\":{\"requests\":{\"cpu\":\"1\"}}},{\"restartPolicy\":\"Always\","
+         "\"resources\":{\"requests\":{\"cpu\":\"1\"}}}]}",
          RM_OK, "5", NULL, NULL},
         {"no resources", "{\"containers\":[{\"name\":\"w\"}]}", RM_OK, NULL, NULL, NULL},
-        {"bad quantity", "{\"containers\":[{\"resources\":{\"limits\":{\"cpu\":\"lots\"}}}]}", RM_EINVAL, NULL, NULL, NULL},
+        {"bad quantity", "{\"containers\":[{\"resources\":{\"limits\":{\"cpu\":\"lots\"}}}]}", RM_EINVAL,
+         NULL, NULL, NULL},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         cJSON *spec = cJSON_Parse(t[i].spec);
@@ -110,10 +147,12 @@ static int load_job(const char *js, rm_tj *tj, rm_err *e)
     return rc;
 }
 
-#define JOB(name, extra_meta, spec)                                                               \
+#define JOB(name, extra_meta, spec)                                                                       \
     "{\"apiVersion\":\"ringmaster.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"" name \
     "\",\"namespace\":\"ml\",\"uid\":\"uid-" name "\"" extra_meta "},\"spec\":{" spec "}}"
-#define TMPL "\"template\":{\"spec\":{\"containers\":[{\"name\":\"worker\",\"resources\":{\"requests\":{\"cpu\":\"1\",\"memory\":\"1Gi\"},\"limits\":{\"nvidia.com/gpu\":1}}}]}}"
+#define TMPL                                                                                             \
+    "\"template\":{\"spec\":{\"containers\":[{\"name\":\"worker\",\"resources\":{\"requests\":{\"cpu\":" \
+    "\"1\",\"memory\":\"1Gi\"},\"limits\":{\"nvidia.com/gpu\":1}}}]}}"
 
 static const char *res_str(const cJSON *pg, const char *name)
 {
@@ -124,18 +163,27 @@ static const char *res_str(const cJSON *pg, const char *name)
 static void test_podgroups(void)
 {
     static const struct {
-        const char *job; rm_gang_kind kind;
-        int min_member; const char *queue, *prio, *cpu, *mem, *gpu; int timeout; const char *av;
+        const char *job;
+        rm_gang_kind kind;
+        int min_member;
+        const char *queue, *prio, *cpu, *mem, *gpu;
+        int timeout;
+        const char *av;
     } t[] = {
         {JOB("a", "", "\"replicas\":4," TMPL), RM_GANG_VOLCANO, 4, "default", NULL, "4", "4Gi", "4", 0,
          "scheduling.volcano.sh/v1beta1"},
-        {JOB("b", "", "\"replicas\":4,\"minReplicas\":2,\"maxReplicas\":6,"
-                      "\"runPolicy\":{\"schedulingPolicy\":{\"queue\":\"team-a\",\"priorityClass\":\"high\"}}," TMPL),
+        {JOB("b", "",
+             "\"replicas\":4,\"minReplicas\":2,\"maxReplicas\":6,"
+             "\"runPolicy\":{\"schedulingPolicy\":{\"queue\":\"team-a\",\"priorityClass\":\"high\"}}," TMPL),
          RM_GANG_VOLCANO, 2, "team-a", "high", "2", "2Gi", "2", 0, "scheduling.volcano.sh/v1beta1"},
         {JOB("c", ",\"annotations\":{\"scheduling.volcano.sh/queue-name\":\"from-annotation\"}",
-             "\"replicas\":3,\"runPolicy\":{\"schedulingPolicy\":{\"minResources\":{\"cpu\":10,\"memory\":\"3Gi\"}}}," TMPL),
-         RM_GANG_VOLCANO, 3, "from-annotation", NULL, "10", "3Gi", "(none)", 0, "scheduling.volcano.sh/v1beta1"},
-        {JOB("d", "", "\"replicas\":4,\"runPolicy\":{\"schedulingPolicy\":{\"queue\":\"q\",\"priorityClass\":\"p\",\"scheduleTimeoutSeconds\":30}}," TMPL),
+             "\"replicas\":3,\"runPolicy\":{\"schedulingPolicy\":{\"minResources\":{\"cpu\":10,\"memory\":"
+             "\"3Gi\"}}}," TMPL),
+         RM_GANG_VOLCANO, 3, "from-annotation", NULL, "10", "3Gi", "(none)", 0,
+         "scheduling.volcano.sh/v1beta1"},
+        {JOB("d", "",
+             "\"replicas\":4,\"runPolicy\":{\"schedulingPolicy\":{\"queue\":\"q\",\"priorityClass\":\"p\","
+             "\"scheduleTimeoutSeconds\":30}}," TMPL),
          RM_GANG_COSCHEDULING, 4, NULL, NULL, "4", "4Gi", "4", 30, "scheduling.x-k8s.io/v1alpha1"},
         {JOB("e", "", "\"replicas\":2"), RM_GANG_COSCHEDULING, 2, NULL, NULL, "(none)", "(none)", "(none)", 0,
          "scheduling.x-k8s.io/v1alpha1"},
@@ -160,7 +208,7 @@ static void test_podgroups(void)
         if (t[i].queue) {
             CU_ASSERT_STRING_EQUAL(v ? v->valuestring : "", t[i].queue);
         } else {
-            CU_ASSERT_PTR_NULL(v);   /* coscheduling has no queue field */
+            CU_ASSERT_PTR_NULL(v); /* coscheduling has no queue field */
         }
         v = rm_json_path(pg, "spec.priorityClassName");
         if (t[i].prio) {
@@ -178,7 +226,9 @@ static void test_podgroups(void)
         /* the same spec does not differ; another minMember does; "4" == "4000m" */
         cJSON *same = cJSON_Duplicate(pg, 1);
         CU_ASSERT_FALSE(rm_gang_podgroup_differs(same, pg));
-        cJSON *mr = rm_json_path(same, "spec.minResources") ? cJSON_GetObjectItem(cJSON_GetObjectItem(same, "spec"), "minResources") : NULL;
+        cJSON *mr = rm_json_path(same, "spec.minResources")
+                        ? cJSON_GetObjectItem(cJSON_GetObjectItem(same, "spec"), "minResources")
+                        : NULL;
         if (mr && cJSON_GetObjectItem(mr, "cpu") && !strcmp(t[i].cpu, "4")) {
             cJSON_ReplaceItemInObject(mr, "cpu", cJSON_CreateString("4000m"));
             CU_ASSERT_FALSE(rm_gang_podgroup_differs(same, pg));
@@ -202,8 +252,11 @@ static void test_decorate(void)
 {
     rm_tj tj;
     rm_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(load_job(JOB("j", "", "\"replicas\":2,\"runPolicy\":{\"schedulingPolicy\":{\"priorityClass\":\"high\"}}"),
-                                   &tj, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        load_job(
+            JOB("j", "", "\"replicas\":2,\"runPolicy\":{\"schedulingPolicy\":{\"priorityClass\":\"high\"}}"),
+            &tj, &e),
+        RM_OK);
     cJSON *pod = cJSON_Parse("{\"metadata\":{\"name\":\"j-worker-0\",\"labels\":{\"x\":\"y\"}},\"spec\":{}}");
     CU_ASSERT_FALSE(rm_gang_decorate_pod(pod, &tj, RM_GANG_VOLCANO, NULL));
     CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.schedulerName")->valuestring, "volcano");
@@ -215,12 +268,16 @@ static void test_decorate(void)
     pod = cJSON_Parse("{\"metadata\":{\"name\":\"j-worker-0\"},\"spec\":{\"priorityClassName\":\"mine\"}}");
     CU_ASSERT_FALSE(rm_gang_decorate_pod(pod, &tj, RM_GANG_COSCHEDULING, "sched-x"));
     CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.schedulerName")->valuestring, "sched-x");
-    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.priorityClassName")->valuestring, "mine");   /* template's stays */
-    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(rm_json_path(pod, "metadata.labels"), "scheduling.x-k8s.io/pod-group")->valuestring, "j");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.priorityClassName")->valuestring,
+                           "mine"); /* template's stays */
+    CU_ASSERT_STRING_EQUAL(
+        cJSON_GetObjectItem(rm_json_path(pod, "metadata.labels"), "scheduling.x-k8s.io/pod-group")
+            ->valuestring,
+        "j");
     CU_ASSERT_PTR_NULL(rm_json_path(pod, "metadata.annotations"));
     cJSON_Delete(pod);
     pod = cJSON_Parse("{\"metadata\":{},\"spec\":{\"schedulerName\":\"my-sched\"}}");
-    CU_ASSERT_TRUE(rm_gang_decorate_pod(pod, &tj, RM_GANG_COSCHEDULING, NULL));   /* foreign: kept */
+    CU_ASSERT_TRUE(rm_gang_decorate_pod(pod, &tj, RM_GANG_COSCHEDULING, NULL)); /* foreign: kept */
     CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.schedulerName")->valuestring, "my-sched");
     cJSON_Delete(pod);
     pod = cJSON_Parse("{\"metadata\":{},\"spec\":{}}");
@@ -234,7 +291,10 @@ static void test_decorate(void)
 static void test_gang_decide(void)
 {
     static const struct {
-        rm_gang_kind kind; bool term, susp, invalid, exists, deleting; const char *phase; bool differs;
+        rm_gang_kind kind;
+        bool term, susp, invalid, exists, deleting;
+        const char *phase;
+        bool differs;
         bool create, update, del, hold;
     } t[] = {
         /* kind        term   susp   inval  exists del    phase        differs  create update del   hold */
@@ -249,19 +309,21 @@ static void test_gang_decide(void)
         {RM_GANG_VOLCANO, false, true, false, false, false, NULL, false, false, false, false, false},
         {RM_GANG_VOLCANO, true, false, false, true, true, "Completed", false, false, false, false, false},
         {RM_GANG_VOLCANO, false, false, false, true, true, "Running", false, false, false, false, true},
-        {RM_GANG_COSCHEDULING, false, false, false, true, false, "Pending", false, false, false, false, false},
+        {RM_GANG_COSCHEDULING, false, false, false, true, false, "Pending", false, false, false, false,
+         false},
         {RM_GANG_COSCHEDULING, false, false, false, false, false, NULL, false, true, false, false, true},
         {RM_GANG_COSCHEDULING, false, false, true, false, false, NULL, false, false, false, false, false},
         {RM_GANG_COSCHEDULING, true, false, false, true, false, "Finished", false, false, false, true, false},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-        rm_gang_in in = {t[i].kind, t[i].term, t[i].susp, t[i].invalid, t[i].exists, t[i].deleting,
-                         t[i].phase, t[i].differs};
+        rm_gang_in in = {t[i].kind,   t[i].term,     t[i].susp,  t[i].invalid,
+                         t[i].exists, t[i].deleting, t[i].phase, t[i].differs};
         rm_gang_out o;
         rm_gang_decide(&in, &o);
         if (o.create_pg != t[i].create || o.update_pg != t[i].update || o.delete_pg != t[i].del ||
             o.hold_pods != t[i].hold)
-            fprintf(stderr, "gang decide row %zu: %d %d %d %d\n", i, o.create_pg, o.update_pg, o.delete_pg, o.hold_pods);
+            fprintf(stderr, "gang decide row %zu: %d %d %d %d\n", i, o.create_pg, o.update_pg, o.delete_pg,
+                    o.hold_pods);
         CU_ASSERT_EQUAL(o.create_pg, t[i].create);
         CU_ASSERT_EQUAL(o.update_pg, t[i].update);
         CU_ASSERT_EQUAL(o.delete_pg, t[i].del);
@@ -273,20 +335,25 @@ static void test_workload(void)
 {
     rm_tj tj;
     rm_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(load_job(JOB("k", ",\"labels\":{\"kueue.x-k8s.io/queue-name\":\"team-q\"}",
-                                       "\"replicas\":4,\"minReplicas\":2,\"maxReplicas\":4,"
-                                       "\"runPolicy\":{\"schedulingPolicy\":{\"priorityClass\":\"high\"}}," TMPL),
-                                   &tj, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        load_job(JOB("k", ",\"labels\":{\"kueue.x-k8s.io/queue-name\":\"team-q\"}",
+                     "\"replicas\":4,\"minReplicas\":2,\"maxReplicas\":4,"
+                     "\"runPolicy\":{\"schedulingPolicy\":{\"priorityClass\":\"high\"}}," TMPL),
+                 &tj, &e),
+        RM_OK);
     CU_ASSERT_STRING_EQUAL(rm_kueue_queue_name(&tj), "team-q");
     cJSON *wl = rm_kueue_workload(&tj, "img", &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(wl);
     CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(wl, "apiVersion")->valuestring, "kueue.x-k8s.io/v1beta1");
     CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(wl, "kind")->valuestring, "Workload");
     char name[300];
-    CU_ASSERT_STRING_EQUAL(rm_json_path(wl, "metadata.name")->valuestring, rm_kueue_workload_name(&tj, name, sizeof name));
+    CU_ASSERT_STRING_EQUAL(rm_json_path(wl, "metadata.name")->valuestring,
+                           rm_kueue_workload_name(&tj, name, sizeof name));
     CU_ASSERT_EQUAL(strncmp(name, "trainingjob-k-", 14), 0);
     CU_ASSERT_EQUAL(strlen(name), 19u);
-    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(rm_json_path(wl, "metadata.labels"), "kueue.x-k8s.io/job-uid")->valuestring, "uid-k");
+    CU_ASSERT_STRING_EQUAL(
+        cJSON_GetObjectItem(rm_json_path(wl, "metadata.labels"), "kueue.x-k8s.io/job-uid")->valuestring,
+        "uid-k");
     CU_ASSERT_TRUE(cJSON_IsTrue(rm_json_path(wl, "metadata.ownerReferences[0].controller")));
     CU_ASSERT_STRING_EQUAL(rm_json_path(wl, "spec.queueName")->valuestring, "team-q");
     CU_ASSERT_STRING_EQUAL(rm_json_path(wl, "spec.priorityClassName")->valuestring, "high");
@@ -294,14 +361,19 @@ static void test_workload(void)
     CU_ASSERT_STRING_EQUAL(rm_json_path(wl, "spec.podSets[0].name")->valuestring, "worker");
     CU_ASSERT_EQUAL(rm_json_path(wl, "spec.podSets[0].count")->valueint, 4);
     CU_ASSERT_EQUAL(rm_json_path(wl, "spec.podSets[0].minCount")->valueint, 2);
-    CU_ASSERT_STRING_EQUAL(rm_json_path(wl, "spec.podSets[0].template.spec.containers[0].resources.requests.cpu")->valuestring, "1");
+    CU_ASSERT_STRING_EQUAL(
+        rm_json_path(wl, "spec.podSets[0].template.spec.containers[0].resources.requests.cpu")->valuestring,
+        "1");
     /* another job without template or minReplicas: default container, no minCount */
     rm_tj tj2;
-    CU_ASSERT_EQUAL_FATAL(load_job(JOB("m", ",\"labels\":{\"kueue.x-k8s.io/queue-name\":\"q\"}", "\"replicas\":3"), &tj2, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        load_job(JOB("m", ",\"labels\":{\"kueue.x-k8s.io/queue-name\":\"q\"}", "\"replicas\":3"), &tj2, &e),
+        RM_OK);
     cJSON *wl2 = rm_kueue_workload(&tj2, "img:1", &e);
     CU_ASSERT_PTR_NULL(rm_json_path(wl2, "spec.podSets[0].minCount"));
     CU_ASSERT_PTR_NULL(rm_json_path(wl2, "spec.priorityClassName"));
-    CU_ASSERT_STRING_EQUAL(rm_json_path(wl2, "spec.podSets[0].template.spec.containers[0].image")->valuestring, "img:1");
+    CU_ASSERT_STRING_EQUAL(
+        rm_json_path(wl2, "spec.podSets[0].template.spec.containers[0].image")->valuestring, "img:1");
     cJSON_Delete(wl2);
     rm_tj_free(&tj2);
     /* no queue label: no Workload */
@@ -311,12 +383,15 @@ static void test_workload(void)
     rm_tj_free(&tj2);
 
     /* admission: 3 of 4 (partial), one flavor with node labels and a toleration */
-    cJSON *job = cJSON_Parse("{\"spec\":{\"replicas\":4,\"template\":{\"spec\":{\"nodeSelector\":{\"disk\":\"ssd\"}}}}}");
-    cJSON *st = cJSON_Parse("{\"admission\":{\"clusterQueue\":\"cq\",\"podSetAssignments\":[{\"name\":\"worker\",\"count\":3,"
-                            "\"flavors\":{\"cpu\":\"fast\"}}]}}");
+    cJSON *job = cJSON_Parse(
+        "{\"spec\":{\"replicas\":4,\"template\":{\"spec\":{\"nodeSelector\":{\"disk\":\"ssd\"}}}}}");
+    cJSON *st = cJSON_Parse(
+        "{\"admission\":{\"clusterQueue\":\"cq\",\"podSetAssignments\":[{\"name\":\"worker\",\"count\":3,"
+        "\"flavors\":{\"cpu\":\"fast\"}}]}}");
     cJSON_AddItemToObject(wl, "status", st);
-    cJSON *flv = cJSON_Parse("[{\"metadata\":{\"name\":\"fast\"},\"spec\":{\"nodeLabels\":{\"pool\":\"fast\"},"
-                             "\"tolerations\":[{\"key\":\"fast\",\"operator\":\"Exists\",\"effect\":\"NoSchedule\"}]}}]");
+    cJSON *flv = cJSON_Parse(
+        "[{\"metadata\":{\"name\":\"fast\"},\"spec\":{\"nodeLabels\":{\"pool\":\"fast\"},"
+        "\"tolerations\":[{\"key\":\"fast\",\"operator\":\"Exists\",\"effect\":\"NoSchedule\"}]}}]");
     cJSON *p = rm_kueue_run_patch(cJSON_GetObjectItem(job, "spec"), wl, flv, &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(p);
     CU_ASSERT_TRUE(cJSON_IsFalse(rm_json_path(p, "spec.runPolicy.suspend")));
@@ -330,7 +405,8 @@ static void test_workload(void)
     cJSON_ReplaceItemInObject(jspec, "replicas", cJSON_CreateNumber(3));
     cJSON *tsp = cJSON_GetObjectItem(cJSON_GetObjectItem(jspec, "template"), "spec");
     cJSON_AddStringToObject(cJSON_GetObjectItem(tsp, "nodeSelector"), "pool", "fast");
-    cJSON_AddItemToObject(tsp, "tolerations", cJSON_Duplicate(rm_json_path(p, "spec.template.spec.tolerations"), 1));
+    cJSON_AddItemToObject(tsp, "tolerations",
+                          cJSON_Duplicate(rm_json_path(p, "spec.template.spec.tolerations"), 1));
     CU_ASSERT_TRUE(rm_kueue_template_injected(jspec, wl));
     /* a Workload whose template had no nodeSelector: the whole injected one goes */
     cJSON *r0 = rm_kueue_restore_patch(jspec, wl);
@@ -348,7 +424,7 @@ static void test_workload(void)
     CU_ASSERT_TRUE(cJSON_IsNull(rm_json_path(r, "spec.template.spec.tolerations")));
     cJSON_Delete(r);
     CU_ASSERT_EQUAL(rm_kueue_admitted_count(wl), 3);
-    r = rm_kueue_replace_patch(jspec, wl);   /* keeps the user's replicas, restores the rest */
+    r = rm_kueue_replace_patch(jspec, wl); /* keeps the user's replicas, restores the rest */
     CU_ASSERT_PTR_NULL(rm_json_path(r, "spec.replicas"));
     CU_ASSERT_TRUE(cJSON_IsTrue(rm_json_path(r, "spec.runPolicy.suspend")));
     CU_ASSERT_TRUE(cJSON_IsNull(rm_json_path(r, "spec.template.spec.nodeSelector.pool")));
@@ -357,20 +433,23 @@ static void test_workload(void)
     cJSON_Delete(flv);
     cJSON_Delete(job);
     /* a job equal to its Workload is not injected */
-    cJSON *plain = cJSON_Parse("{\"replicas\":4,\"template\":{\"spec\":{\"nodeSelector\":{\"disk\":\"ssd\"}}}}");
+    cJSON *plain =
+        cJSON_Parse("{\"replicas\":4,\"template\":{\"spec\":{\"nodeSelector\":{\"disk\":\"ssd\"}}}}");
     CU_ASSERT_FALSE(rm_kueue_template_injected(plain, wl));
     cJSON_Delete(plain);
-    plain = cJSON_Parse("{\"replicas\":4}");   /* lost the Workload's selector: differs */
+    plain = cJSON_Parse("{\"replicas\":4}"); /* lost the Workload's selector: differs */
     CU_ASSERT_TRUE(rm_kueue_template_injected(plain, wl));
     cJSON_Delete(plain);
     /* conditions */
     rm_kueue_set_condition(wl, "Admitted", true, "Admitted", "ok", "2026-01-01T00:00:00Z");
     CU_ASSERT_TRUE(rm_kueue_condition(wl, "Admitted"));
     rm_kueue_set_condition(wl, "Admitted", true, "Admitted", "ok", "2026-01-02T00:00:00Z");
-    CU_ASSERT_STRING_EQUAL(rm_json_path(wl, "status.conditions[0].lastTransitionTime")->valuestring, "2026-01-01T00:00:00Z");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(wl, "status.conditions[0].lastTransitionTime")->valuestring,
+                           "2026-01-01T00:00:00Z");
     rm_kueue_set_condition(wl, "Admitted", false, "NoReservation", "gone", "2026-01-03T00:00:00Z");
     CU_ASSERT_FALSE(rm_kueue_condition(wl, "Admitted"));
-    CU_ASSERT_STRING_EQUAL(rm_json_path(wl, "status.conditions[0].lastTransitionTime")->valuestring, "2026-01-03T00:00:00Z");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(wl, "status.conditions[0].lastTransitionTime")->valuestring,
+                           "2026-01-03T00:00:00Z");
     CU_ASSERT_FALSE(rm_kueue_condition(wl, "Finished"));
     cJSON_Delete(wl);
     rm_tj_free(&tj);
@@ -379,33 +458,67 @@ static void test_workload(void)
 static void test_kueue_decide(void)
 {
     static const struct {
-        const char *what; bool term, succ, susp; int active; bool exists, admitted, evicted, finished, reserved, injected;
-        rm_kueue_action act; bool hold; bool mismatch;
+        const char *what;
+        bool term, succ, susp;
+        int active;
+        bool exists, admitted, evicted, finished, reserved, injected;
+        rm_kueue_action act;
+        bool hold;
+        bool mismatch;
     } t[] = {
-        {"new job: Workload, suspended", false, false, false, 0, false, false, false, false, false, false, RM_KUEUE_CREATE_WORKLOAD, true, false},
-        {"new suspended job: Workload", false, false, true, 0, false, false, false, false, false, false, RM_KUEUE_CREATE_WORKLOAD, true, false},
-        {"waiting for admission", false, false, true, 0, true, false, false, false, false, false, RM_KUEUE_NOTHING, false, false},
-        {"unsuspended by hand, not admitted", false, false, false, 2, true, false, false, false, false, false, RM_KUEUE_SUSPEND, true, false},
-        {"admitted: run", false, false, true, 0, true, true, false, false, true, false, RM_KUEUE_RUN, true, false},
-        {"running admitted", false, false, false, 4, true, true, false, false, true, true, RM_KUEUE_NOTHING, false, false},
-        {"evicted while running: suspend", false, false, false, 4, true, true, true, false, true, true, RM_KUEUE_SUSPEND, true, false},
-        {"evicted, restore pending", false, false, true, 4, true, false, true, false, true, true, RM_KUEUE_SUSPEND, false, false},
-        {"evicted, pods still going", false, false, true, 2, true, false, true, false, true, false, RM_KUEUE_NOTHING, false, false},
-        {"evicted, no pod left: clear", false, false, true, 0, true, false, true, false, true, false, RM_KUEUE_CLEAR_ADMISSION, false, false},
-        {"evicted, cleared: wait", false, false, true, 0, true, false, true, false, false, false, RM_KUEUE_NOTHING, false, false},
-        {"succeeded: finish", true, true, false, 0, true, true, false, false, true, true, RM_KUEUE_FINISH, false, false},
-        {"failed: finish", true, false, false, 0, true, true, false, false, true, true, RM_KUEUE_FINISH, false, false},
-        {"finished already", true, true, false, 0, true, true, false, true, true, true, RM_KUEUE_NOTHING, false, false},
-        {"finished job, no Workload", true, true, false, 0, false, false, false, false, false, false, RM_KUEUE_NOTHING, false, false},
-        {"resized while admitted: replace", false, false, false, 4, true, true, false, false, true, true, RM_KUEUE_REPLACE, true, true},
-        {"resized while evicted: eviction first", false, false, false, 4, true, true, true, false, true, true, RM_KUEUE_SUSPEND, true, true},
+        {"new job: Workload, suspended", false, false, false, 0, false, false, false, false, false, false,
+         RM_KUEUE_CREATE_WORKLOAD, true, false},
+        {"new suspended job: Workload", false, false, true, 0, false, false, false, false, false, false,
+         RM_KUEUE_CREATE_WORKLOAD, true, false},
+        {"waiting for admission", false, false, true, 0, true, false, false, false, false, false,
+         RM_KUEUE_NOTHING, false, false},
+        {"unsuspended by hand, not admitted", false, false, false, 2, true, false, false, false, false, false,
+         RM_KUEUE_SUSPEND, true, false},
+        {"admitted: run", false, false, true, 0, true, true, false, false, true, false, RM_KUEUE_RUN, true,
+         false},
+        {"running admitted", false, false, false, 4, true, true, false, false, true, true, RM_KUEUE_NOTHING,
+         false, false},
+        {"evicted while running: suspend", false, false, false, 4, true, true, true, false, true, true,
+         RM_KUEUE_SUSPEND, true, false},
+        {"evicted, restore pending", false, false, true, 4, true, false, true, false, true, true,
+         RM_KUEUE_SUSPEND, false, false},
+        {"evicted, pods still going", false, false, true, 2, true, false, true, false, true, false,
+         RM_KUEUE_NOTHING, false, false},
+        {"evicted, no pod left: clear", false, false, true, 0, true, false, true, false, true, false,
+         RM_KUEUE_CLEAR_ADMISSION, false, false},
+        {"evicted, cleared: wait", false, false, true, 0, true, false, true, false, false, false,
+         RM_KUEUE_NOTHING, false, false},
+        {"succeeded: finish", true, true, false, 0, true, true, false, false, true, true, RM_KUEUE_FINISH,
+         false, false},
+        {"failed: finish", true, false, false, 0, true, true, false, false, true, true, RM_KUEUE_FINISH,
+         false, false},
+        {"finished already", true, true, false, 0, true, true, false, true, true, true, RM_KUEUE_NOTHING,
+         false, false},
+        {"finished job, no Workload", true, true, false, 0, false, false, false, false, false, false,
+         RM_KUEUE_NOTHING, false, false},
+        {"resized while admitted: replace", false, false, false, 4, true, true, false, false, true, true,
+         RM_KUEUE_REPLACE, true, true},
+        {"resized while evicted: eviction first", false, false, false, 4, true, true, true, false, true, true,
+         RM_KUEUE_SUSPEND, true, true},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
-        rm_kueue_in in = {t[i].term, t[i].succ, t[i].susp, t[i].active, t[i].exists, t[i].admitted,
-                          t[i].evicted, t[i].finished, t[i].reserved, t[i].injected, t[i].mismatch, false, 0, 0};
+        rm_kueue_in in = {t[i].term,
+                          t[i].succ,
+                          t[i].susp,
+                          t[i].active,
+                          t[i].exists,
+                          t[i].admitted,
+                          t[i].evicted,
+                          t[i].finished,
+                          t[i].reserved,
+                          t[i].injected,
+                          t[i].mismatch,
+                          false,
+                          0,
+                          0};
         rm_kueue_out o;
         rm_kueue_decide(&in, &o);
-        CU_ASSERT_EQUAL(o.pods_ready, -1);   /* PodsReady False and nothing ready: unchanged */
+        CU_ASSERT_EQUAL(o.pods_ready, -1); /* PodsReady False and nothing ready: unchanged */
         if (o.act != t[i].act || o.hold_pods != t[i].hold)
             fprintf(stderr, "kueue decide %s: act %d hold %d\n", t[i].what, o.act, o.hold_pods);
         CU_ASSERT_EQUAL(o.act, t[i].act);
@@ -416,16 +529,19 @@ static void test_kueue_decide(void)
 /* K7: PodsReady follows the admitted workers' readiness */
 static void test_kueue_pods_ready(void)
 {
-    static const struct { bool term, susp, admitted, evicted, finished, wl_ready; int ready, count, want; } t[] = {
-        {false, false, true, false, false, false, 4, 4, 1},    /* all ready: True */
-        {false, false, true, false, false, false, 3, 4, -1},   /* not yet: stays False */
-        {false, false, true, false, false, true, 4, 4, -1},    /* already True */
-        {false, false, true, false, false, true, 3, 4, 0},     /* a worker lost readiness */
-        {false, true, false, false, false, true, 0, 4, 0},     /* suspended */
-        {false, false, true, true, false, true, 4, 4, 0},      /* evicted */
-        {true, false, true, false, false, true, 0, 4, 0},      /* ended, not yet Finished */
-        {true, false, true, false, true, true, 0, 4, -1},      /* Finished: left as it was */
-        {false, false, true, false, false, false, 2, 2, 1},    /* partial admission: 2 of 4 */
+    static const struct {
+        bool term, susp, admitted, evicted, finished, wl_ready;
+        int ready, count, want;
+    } t[] = {
+        {false, false, true, false, false, false, 4, 4, 1},  /* all ready: True */
+        {false, false, true, false, false, false, 3, 4, -1}, /* not yet: stays False */
+        {false, false, true, false, false, true, 4, 4, -1},  /* already True */
+        {false, false, true, false, false, true, 3, 4, 0},   /* a worker lost readiness */
+        {false, true, false, false, false, true, 0, 4, 0},   /* suspended */
+        {false, false, true, true, false, true, 4, 4, 0},    /* evicted */
+        {true, false, true, false, false, true, 0, 4, 0},    /* ended, not yet Finished */
+        {true, false, true, false, true, true, 0, 4, -1},    /* Finished: left as it was */
+        {false, false, true, false, false, false, 2, 2, 1},  /* partial admission: 2 of 4 */
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         rm_kueue_in in;
@@ -450,24 +566,37 @@ static void test_kueue_pods_ready(void)
 
 static void test_api(void)
 {
-    static const struct { const char *what, *job; int rc; const char *field; } t[] = {
-        {"full policy", JOB("v", "", "\"managedBy\":\"kueue.x-k8s.io/multikueue\",\"runPolicy\":{\"schedulingPolicy\":"
-                                     "{\"queue\":\"team-a\",\"priorityClass\":\"high-prio\",\"minResources\":{\"cpu\":\"8\",\"nvidia.com/gpu\":2},"
-                                     "\"scheduleTimeoutSeconds\":60}}"), RM_OK, NULL},
-        {"bad quantity", JOB("v", "", "\"runPolicy\":{\"schedulingPolicy\":{\"minResources\":{\"cpu\":\"lots\"}}}"),
+    static const struct {
+        const char *what, *job;
+        int rc;
+        const char *field;
+    } t[] = {
+        {"full policy",
+         JOB("v", "",
+             "\"managedBy\":\"kueue.x-k8s.io/multikueue\",\"runPolicy\":{\"schedulingPolicy\":"
+             "{\"queue\":\"team-a\",\"priorityClass\":\"high-prio\",\"minResources\":{\"cpu\":\"8\",\"nvidia."
+             "com/gpu\":2},"
+             "\"scheduleTimeoutSeconds\":60}}"),
+         RM_OK, NULL},
+        {"bad quantity",
+         JOB("v", "", "\"runPolicy\":{\"schedulingPolicy\":{\"minResources\":{\"cpu\":\"lots\"}}}"),
          RM_EINVAL, "spec.runPolicy.schedulingPolicy.minResources"},
         {"unknown field", JOB("v", "", "\"runPolicy\":{\"schedulingPolicy\":{\"minAvailable\":2}}"),
          RM_EINVAL, "spec.runPolicy.schedulingPolicy.minAvailable"},
         {"queue not a name", JOB("v", "", "\"runPolicy\":{\"schedulingPolicy\":{\"queue\":\"Team A\"}}"),
          RM_EINVAL, "spec.runPolicy.schedulingPolicy.queue"},
-        {"priority class not a name", JOB("v", "", "\"runPolicy\":{\"schedulingPolicy\":{\"priorityClass\":\"-x\"}}"),
-         RM_EINVAL, "spec.runPolicy.schedulingPolicy.priorityClass"},
-        {"negative timeout", JOB("v", "", "\"runPolicy\":{\"schedulingPolicy\":{\"scheduleTimeoutSeconds\":-1}}"),
-         RM_EINVAL, "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds"},
+        {"priority class not a name",
+         JOB("v", "", "\"runPolicy\":{\"schedulingPolicy\":{\"priorityClass\":\"-x\"}}"), RM_EINVAL,
+         "spec.runPolicy.schedulingPolicy.priorityClass"},
+        {"negative timeout",
+         JOB("v", "", "\"runPolicy\":{\"schedulingPolicy\":{\"scheduleTimeoutSeconds\":-1}}"), RM_EINVAL,
+         "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds"},
         {"managedBy empty", JOB("v", "", "\"managedBy\":\"\""), RM_EINVAL, "spec.managedBy"},
-        {"two managedBy disagree", JOB("v", "", "\"managedBy\":\"a/b\",\"runPolicy\":{\"managedBy\":\"c/d\"}"),
-         RM_EINVAL, "spec.runPolicy.managedBy"},
-        {"two managedBy agree", JOB("v", "", "\"managedBy\":\"a/b\",\"runPolicy\":{\"managedBy\":\"a/b\"}"), RM_OK, NULL},
+        {"two managedBy disagree",
+         JOB("v", "", "\"managedBy\":\"a/b\",\"runPolicy\":{\"managedBy\":\"c/d\"}"), RM_EINVAL,
+         "spec.runPolicy.managedBy"},
+        {"two managedBy agree", JOB("v", "", "\"managedBy\":\"a/b\",\"runPolicy\":{\"managedBy\":\"a/b\"}"),
+         RM_OK, NULL},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         rm_tj tj;
@@ -483,9 +612,12 @@ static void test_api(void)
             CU_ASSERT_STRING_EQUAL(rm_tj_managed_by(&tj), "kueue.x-k8s.io/multikueue");
             /* round trip through JSON keeps every field */
             cJSON *o = rm_tj_to_json(&tj);
-            CU_ASSERT_STRING_EQUAL(rm_json_path(o, "spec.managedBy")->valuestring, "kueue.x-k8s.io/multikueue");
-            CU_ASSERT_STRING_EQUAL(rm_json_path(o, "spec.runPolicy.schedulingPolicy.queue")->valuestring, "team-a");
-            CU_ASSERT_EQUAL(rm_json_path(o, "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds")->valueint, 60);
+            CU_ASSERT_STRING_EQUAL(rm_json_path(o, "spec.managedBy")->valuestring,
+                                   "kueue.x-k8s.io/multikueue");
+            CU_ASSERT_STRING_EQUAL(rm_json_path(o, "spec.runPolicy.schedulingPolicy.queue")->valuestring,
+                                   "team-a");
+            CU_ASSERT_EQUAL(
+                rm_json_path(o, "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds")->valueint, 60);
             rm_tj back, cp;
             CU_ASSERT_EQUAL(rm_tj_from_json(o, &back, &e), RM_OK);
             CU_ASSERT_STRING_EQUAL(back.spec.sched.priority_class, "high-prio");
@@ -503,10 +635,14 @@ static void test_api(void)
 void rm_suite_gang(void)
 {
     static const rm_test_case cases[] = {
-        {"quantity", test_quantity}, {"pod_requests", test_pod_requests},
-        {"podgroups", test_podgroups}, {"decorate", test_decorate},
-        {"gang_decide", test_gang_decide}, {"workload", test_workload},
-        {"kueue_decide", test_kueue_decide}, {"kueue_pods_ready", test_kueue_pods_ready},
+        {"quantity", test_quantity},
+        {"pod_requests", test_pod_requests},
+        {"podgroups", test_podgroups},
+        {"decorate", test_decorate},
+        {"gang_decide", test_gang_decide},
+        {"workload", test_workload},
+        {"kueue_decide", test_kueue_decide},
+        {"kueue_pods_ready", test_kueue_pods_ready},
         {"api", test_api},
     };
     RM_ADD_SUITE("gang", NULL, NULL, cases);

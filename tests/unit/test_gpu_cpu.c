@@ -42,19 +42,19 @@ static void test_bf16_known(void)
     CU_ASSERT_EQUAL(rm_f32_to_bf16(-2.0f), 0xc000);
     CU_ASSERT_EQUAL(rm_f32_to_bf16(0.0f), 0x0000);
     CU_ASSERT_EQUAL(rm_f32_to_bf16(-0.0f), 0x8000);
-    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x40490fdbu)), 0x4049);   /* pi */
-    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x3f808000u)), 0x3f80);   /* tie, even below */
-    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x3f818000u)), 0x3f82);   /* tie, odd -> up */
-    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x3f808001u)), 0x3f81);   /* just above tie */
-    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x3f807fffu)), 0x3f80);   /* just below tie */
-    CU_ASSERT_EQUAL(rm_f32_to_bf16(FLT_MAX), 0x7f80);              /* rounds past max -> inf */
-    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x7f7f7fffu)), 0x7f7f);   /* largest finite stays */
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x40490fdbu)), 0x4049); /* pi */
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x3f808000u)), 0x3f80); /* tie, even below */
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x3f818000u)), 0x3f82); /* tie, odd -> up */
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x3f808001u)), 0x3f81); /* just above tie */
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x3f807fffu)), 0x3f80); /* just below tie */
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(FLT_MAX), 0x7f80);            /* rounds past max -> inf */
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x7f7f7fffu)), 0x7f7f); /* largest finite stays */
     CU_ASSERT_EQUAL(rm_f32_to_bf16(INFINITY), 0x7f80);
     CU_ASSERT_EQUAL(rm_f32_to_bf16(-INFINITY), 0xff80);
-    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x00000001u)), 0x0000);   /* tiny subnormal -> 0 */
-    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x00018000u)), 0x0002);   /* subnormal tie, odd -> up */
-    uint16_t qn = rm_f32_to_bf16(fbits(0x7f800001u));               /* signalling NaN, payload low */
-    CU_ASSERT((qn & 0x7f80) == 0x7f80 && (qn & 0x7f) != 0);         /* still a NaN, not inf */
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x00000001u)), 0x0000); /* tiny subnormal -> 0 */
+    CU_ASSERT_EQUAL(rm_f32_to_bf16(fbits(0x00018000u)), 0x0002); /* subnormal tie, odd -> up */
+    uint16_t qn = rm_f32_to_bf16(fbits(0x7f800001u));            /* signalling NaN, payload low */
+    CU_ASSERT((qn & 0x7f80) == 0x7f80 && (qn & 0x7f) != 0);      /* still a NaN, not inf */
     CU_ASSERT(isnan(rm_bf16_to_f32(rm_f32_to_bf16(NAN))));
     CU_ASSERT_EQUAL(bitsf(rm_bf16_to_f32(0x3f80)), 0x3f800000u);
     CU_ASSERT_EQUAL(bitsf(rm_bf16_to_f32(0xff80)), 0xff800000u);
@@ -65,9 +65,9 @@ static uint16_t bf16_oracle(float f)
 {
     uint32_t x = bitsf(f);
     if (isnan(f))
-        return 0;   /* not used for NaN */
+        return 0; /* not used for NaN */
     uint32_t lo = x & 0xffff0000u;
-    uint32_t hi = lo + 0x10000u;   /* next bf16 away from zero (may be inf) */
+    uint32_t hi = lo + 0x10000u; /* next bf16 away from zero (may be inf) */
     double dl = fabs((double)f - (double)fbits(lo));
     double dh = (hi & 0x7fffffffu) >= 0x7f800000u ? fabs((double)f - ldexp(1.0, 128) * (f < 0 ? -1 : 1))
                                                   : fabs((double)fbits(hi) - (double)f);
@@ -111,24 +111,24 @@ static void test_f16_known(void)
     CU_ASSERT_EQUAL(rm_f32_to_f16(-2.0f), 0xc000);
     CU_ASSERT_EQUAL(rm_f32_to_f16(0.1f), 0x2e66);
     CU_ASSERT_EQUAL(rm_f32_to_f16(1.0f / 3.0f), 0x3555);
-    CU_ASSERT_EQUAL(rm_f32_to_f16(65504.0f), 0x7bff);          /* max finite */
-    CU_ASSERT_EQUAL(rm_f32_to_f16(65519.0f), 0x7bff);          /* below the midpoint */
-    CU_ASSERT_EQUAL(rm_f32_to_f16(65520.0f), 0x7c00);          /* midpoint, odd -> inf */
+    CU_ASSERT_EQUAL(rm_f32_to_f16(65504.0f), 0x7bff); /* max finite */
+    CU_ASSERT_EQUAL(rm_f32_to_f16(65519.0f), 0x7bff); /* below the midpoint */
+    CU_ASSERT_EQUAL(rm_f32_to_f16(65520.0f), 0x7c00); /* midpoint, odd -> inf */
     CU_ASSERT_EQUAL(rm_f32_to_f16(1e9f), 0x7c00);
     CU_ASSERT_EQUAL(rm_f32_to_f16(-1e9f), 0xfc00);
-    CU_ASSERT_EQUAL(rm_f32_to_f16(ldexpf(1.0f, -14)), 0x0400);  /* smallest normal */
-    CU_ASSERT_EQUAL(rm_f32_to_f16(ldexpf(1.0f, -24)), 0x0001);  /* smallest subnormal */
-    CU_ASSERT_EQUAL(rm_f32_to_f16(ldexpf(1.0f, -25)), 0x0000);  /* tie with 0 -> even (0) */
-    CU_ASSERT_EQUAL(rm_f32_to_f16(ldexpf(1.5f, -25)), 0x0001);  /* above the tie */
-    CU_ASSERT_EQUAL(rm_f32_to_f16(ldexpf(3.0f, -25)), 0x0002);  /* 1.5 ulp: tie, odd -> up */
-    CU_ASSERT_EQUAL(rm_f32_to_f16(ldexpf(5.0f, -25)), 0x0002);  /* 2.5 ulp: tie, even -> down */
+    CU_ASSERT_EQUAL(rm_f32_to_f16(ldexpf(1.0f, -14)), 0x0400);    /* smallest normal */
+    CU_ASSERT_EQUAL(rm_f32_to_f16(ldexpf(1.0f, -24)), 0x0001);    /* smallest subnormal */
+    CU_ASSERT_EQUAL(rm_f32_to_f16(ldexpf(1.0f, -25)), 0x0000);    /* tie with 0 -> even (0) */
+    CU_ASSERT_EQUAL(rm_f32_to_f16(ldexpf(1.5f, -25)), 0x0001);    /* above the tie */
+    CU_ASSERT_EQUAL(rm_f32_to_f16(ldexpf(3.0f, -25)), 0x0002);    /* 1.5 ulp: tie, odd -> up */
+    CU_ASSERT_EQUAL(rm_f32_to_f16(ldexpf(5.0f, -25)), 0x0002);    /* 2.5 ulp: tie, even -> down */
     CU_ASSERT_EQUAL(rm_f32_to_f16(ldexpf(1023.5f, -24)), 0x0400); /* carries into the normal range */
     CU_ASSERT_EQUAL(rm_f32_to_f16(-0.0f), 0x8000);
     CU_ASSERT_EQUAL(rm_f32_to_f16(1e-30f), 0x0000);
     CU_ASSERT_EQUAL(rm_f32_to_f16(INFINITY), 0x7c00);
     uint16_t n = rm_f32_to_f16(NAN);
     CU_ASSERT((n & 0x7c00) == 0x7c00 && (n & 0x3ff) != 0);
-    CU_ASSERT(isnan(rm_f16_to_f32(rm_f32_to_f16(fbits(0x7f800001u)))));   /* sNaN stays NaN */
+    CU_ASSERT(isnan(rm_f16_to_f32(rm_f32_to_f16(fbits(0x7f800001u))))); /* sNaN stays NaN */
     CU_ASSERT_EQUAL(rm_f16_to_f32(0x0001), ldexpf(1.0f, -24));
     CU_ASSERT_EQUAL(rm_f16_to_f32(0x7bff), 65504.0f);
     CU_ASSERT_EQUAL(rm_f16_to_f32(0x3555), 0.333251953125f);
@@ -242,7 +242,7 @@ static void test_scaler_disabled(void)
         CU_ASSERT_EQUAL(rm_loss_scaler_scale(&s), 1.0f);
         CU_ASSERT_EQUAL(rm_loss_scaler_inv_scale(&s), 1.0f);
         CU_ASSERT(rm_loss_scaler_update(&s, false));
-        CU_ASSERT_FALSE(rm_loss_scaler_update(&s, true));   /* a NaN step is never applied */
+        CU_ASSERT_FALSE(rm_loss_scaler_update(&s, true)); /* a NaN step is never applied */
         CU_ASSERT_EQUAL(rm_loss_scaler_scale(&s), 1.0f);
         for (int i = 0; i < 4000; i++)
             rm_loss_scaler_update(&s, false);
@@ -303,9 +303,11 @@ static void test_template_gpus(void)
 {
     CU_ASSERT_EQUAL(rm_template_gpus(NULL), 0);
     const char *cases[][2] = {
-        {"{\"spec\":{\"containers\":[{\"name\":\"w\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":1}}}]}}", "1"},
+        {"{\"spec\":{\"containers\":[{\"name\":\"w\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":1}}}]}}",
+         "1"},
         {"{\"spec\":{\"containers\":[{\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"2\"}}},"
-         "{\"resources\":{\"requests\":{\"nvidia.com/gpu\":1}}}]}}", "3"},
+         "{\"resources\":{\"requests\":{\"nvidia.com/gpu\":1}}}]}}",
+         "3"},
         {"{\"spec\":{\"containers\":[{\"resources\":{\"limits\":{\"cpu\":\"2\"}}}]}}", "0"},
         {"{\"spec\":{\"containers\":[{\"resources\":{\"limits\":{\"nvidia.com/gpu\":\"x1\"}}}]}}", "0"},
         {"{\"spec\":{\"containers\":[{\"resources\":{\"limits\":{\"nvidia.com/gpu\":-4}}}]}}", "0"},
@@ -425,8 +427,7 @@ static int fake_allreduce(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_r
     *(float *)buf += g_remote;
     return RM_OK;
 }
-static int fake_allreduce_fail(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_redop op,
-                               rm_err *err)
+static int fake_allreduce_fail(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_redop op, rm_err *err)
 {
     (void)c, (void)buf, (void)count, (void)dt, (void)op;
     return rm_errf(err, RM_ETIMEDOUT, "peer gone");
@@ -438,7 +439,7 @@ static void test_amp_step(void)
     rm_comm_ops fake = {0};
     fake.name = "fake";
     fake.allreduce = fake_allreduce;
-    rm_comm *dummy = (rm_comm *)&fake;   /* never dereferenced by the fake */
+    rm_comm *dummy = (rm_comm *)&fake; /* never dereferenced by the fake */
     rm_err e = {0};
     rm_amp a;
     bool apply = false;
@@ -511,7 +512,7 @@ static void test_amp_nonfinite_skipped_every_precision(void)
         CU_ASSERT_EQUAL(a.scaler.skipped, 1);
         if (precs[p] == RM_PREC_FP32) {
             CU_ASSERT_EQUAL(rm_amp_loss_scale(&a), 1.0f);
-            CU_ASSERT_EQUAL(g[0], 1.0f);   /* check only: nothing multiplied */
+            CU_ASSERT_EQUAL(g[0], 1.0f); /* check only: nothing multiplied */
         } else {
             CU_ASSERT_EQUAL(rm_amp_loss_scale(&a), scale * 0.5f);
         }
@@ -551,7 +552,7 @@ static void test_unscale_check_order(void)
     CU_ASSERT_EQUAL(flag, 0);
     CU_ASSERT_EQUAL(z[0], 3.0f);
     k->unscale_check_finite(z, 2, 0.5f, &flag);
-    CU_ASSERT_EQUAL(flag, 0);           /* left unchanged, not cleared, when all finite */
+    CU_ASSERT_EQUAL(flag, 0); /* left unchanged, not cleared, when all finite */
     CU_ASSERT_EQUAL(z[0], 1.5f);
     flag = 1;
     k->unscale_check_finite(z, 2, 0.5f, &flag);
@@ -581,13 +582,16 @@ static void test_scaler_never_underflows(void)
 
 /* A kernels table around the CPU one whose device "faults" at a chosen moment: like CUDA, the
  * compute entries return nothing, the fault is sticky, and d2h/check report it. */
-static int g_fault;          /* 0 healthy; else the RM_E* code every later call reports */
+static int g_fault; /* 0 healthy; else the RM_E* code every later call reports */
 static int g_fault_at_unscale;
-static int fk_memset0(void *p, size_t b) { return g_fault ? g_fault : rm_kernels_cpu()->memset0(p, b); }
+static int fk_memset0(void *p, size_t b)
+{
+    return g_fault ? g_fault : rm_kernels_cpu()->memset0(p, b);
+}
 static int fk_d2h(void *d, const void *s, size_t b)
 {
     if (g_fault) {
-        memset(d, 0xff, b);   /* the contract: a failed read is never a valid-looking value */
+        memset(d, 0xff, b); /* the contract: a failed read is never a valid-looking value */
         return g_fault;
     }
     return rm_kernels_cpu()->d2h(d, s, b);
@@ -599,7 +603,7 @@ static int fk_check(rm_err *err)
 static void fk_unscale(float *x, size_t n, float inv, int32_t *flag)
 {
     if (g_fault_at_unscale) {
-        g_fault = RM_EIO;   /* the kernel "faults": nothing written, flag left as it was */
+        g_fault = RM_EIO; /* the kernel "faults": nothing written, flag left as it was */
         return;
     }
     rm_kernels_cpu()->unscale_check_finite(x, n, inv, flag);
@@ -637,7 +641,7 @@ static void test_amp_fails_step_on_device_fault(void)
         apply = true;
         CU_ASSERT_EQUAL(rm_amp_finish(&a, g, 2, NULL, NULL, &apply, &e), RM_EIO);
         CU_ASSERT_FALSE(apply);
-        CU_ASSERT_EQUAL(a.scaler.skipped, 0);   /* a fault is not an overflow: the scale stays */
+        CU_ASSERT_EQUAL(a.scaler.skipped, 0); /* a fault is not an overflow: the scale stays */
         g_fault = 0;
         g_fault_at_unscale = 0;
         rm_amp_free(&a);
@@ -663,7 +667,7 @@ static void test_gpu_pick(void)
     CU_ASSERT_EQUAL(dev, 0);
     CU_ASSERT_EQUAL(rm_gpu_pick(3, 4, 8, &dev, &e), RM_OK);
     CU_ASSERT_EQUAL(dev, 3);
-    CU_ASSERT_EQUAL(rm_gpu_pick(0, 0, 2, &dev, &e), RM_OK);   /* LOCAL_WORLD_SIZE unknown */
+    CU_ASSERT_EQUAL(rm_gpu_pick(0, 0, 2, &dev, &e), RM_OK); /* LOCAL_WORLD_SIZE unknown */
     CU_ASSERT_EQUAL(dev, 0);
     /* more local ranks than GPUs: a clear error, for every rank (rank 0 too), not a shared device */
     dev = -7;
@@ -676,10 +680,10 @@ static void test_gpu_pick(void)
     CU_ASSERT_EQUAL(rm_gpu_pick(0, 4, 2, &dev, &e), RM_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "LOCAL_WORLD_SIZE=4"));
     memset(&e, 0, sizeof e);
-    CU_ASSERT_EQUAL(rm_gpu_pick(1, 0, 1, &dev, &e), RM_EINVAL);   /* unknown world, rank past */
+    CU_ASSERT_EQUAL(rm_gpu_pick(1, 0, 1, &dev, &e), RM_EINVAL); /* unknown world, rank past */
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "only 1 GPU visible"));
     CU_ASSERT_EQUAL(rm_gpu_pick(-1, 1, 1, &dev, &e), RM_EINVAL);
-    CU_ASSERT_EQUAL(rm_gpu_pick(2, 2, 4, &dev, &e), RM_EINVAL);   /* rank outside its world */
+    CU_ASSERT_EQUAL(rm_gpu_pick(2, 2, 4, &dev, &e), RM_EINVAL); /* rank outside its world */
     CU_ASSERT_EQUAL(rm_gpu_pick(0, 1, 0, &dev, &e), RM_EUNSUPPORTED);
 }
 
@@ -726,17 +730,17 @@ static void test_gemm_mapping(void)
                 memcpy(pa + (size_t)r * a_cols, a + (size_t)r * lda, sizeof(float) * (size_t)a_cols);
             for (int r = 0; r < b_rows; r++)
                 memcpy(pb + (size_t)r * b_cols, b + (size_t)r * ldb, sizeof(float) * (size_t)b_cols);
-            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                        m, n, k, 0.5f, a, lda, b, ldb, 0.25f, c[0], ldc);
+            cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n,
+                        k, 0.5f, a, lda, b, ldb, 0.25f, c[0], ldc);
             rm_gemm_cm g = rm_gemm_colmajor(ta, tb, m, n, k, lda, ldb);
             CU_ASSERT_EQUAL(g.first_is_b, 1);
             cblas_sgemm(CblasColMajor, g.trans_first ? CblasTrans : CblasNoTrans,
-                        g.trans_second ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 0.5f, b, g.ld_first,
-                        a, g.ld_second, 0.25f, c[1], ldc);
+                        g.trans_second ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 0.5f, b, g.ld_first, a,
+                        g.ld_second, 0.25f, c[1], ldc);
             g = rm_gemm_colmajor(ta, tb, m, n, k, a_cols, b_cols);
             cblas_sgemm(CblasColMajor, g.trans_first ? CblasTrans : CblasNoTrans,
-                        g.trans_second ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 0.5f, pb, g.ld_first,
-                        pa, g.ld_second, 0.25f, c[2], ldc);
+                        g.trans_second ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 0.5f, pb, g.ld_first, pa,
+                        g.ld_second, 0.25f, c[2], ldc);
             int bad = 0;
             for (int i = 0; i < m * ldc; i++)
                 for (int v = 1; v < 3; v++)

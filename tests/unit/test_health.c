@@ -31,12 +31,12 @@ static void test_handlers(void)
      * loopback round trip under ASan on a loaded 2-core CI machine took longer than 50 ms */
     rm_health *h = rm_health_new(0.5);
     rm_http_route rt[] = {
-        { "GET", "/healthz", 0, rm_health_healthz, h },
-        { "GET", "/readyz", 0, rm_health_readyz, h },
+        {"GET", "/healthz", 0, rm_health_healthz, h},
+        {"GET", "/readyz", 0, rm_health_readyz, h},
     };
-    rm_http_opts o = { .bind = "127.0.0.1:0" };
+    rm_http_opts o = {.bind = "127.0.0.1:0"};
     rm_http_server *s = NULL;
-    rm_err e = { 0 };
+    rm_err e = {0};
     CU_ASSERT_EQUAL_FATAL(rm_http_start(&o, rt, 2, &s, &e), RM_OK);
     char hz[128], rz[128];
     snprintf(hz, sizeof hz, "http://127.0.0.1:%d/healthz", rm_http_port(s));
@@ -73,8 +73,8 @@ static void test_handlers(void)
 void rm_suite_health(void)
 {
     static const rm_test_case cases[] = {
-        { "live_deadline", test_live_deadline },
-        { "handlers", test_handlers },
+        {"live_deadline", test_live_deadline},
+        {"handlers", test_handlers},
     };
     RM_ADD_SUITE("health", NULL, NULL, cases);
 }

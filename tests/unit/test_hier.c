@@ -43,14 +43,18 @@ struct hworld {
     pthread_t th[MAXW];
     size_t count;
     rm_redop op;
-    int mode;            /* 0 in place, 1 out of place, 2 reduce_scatter + all_gather */
-    int die;             /* rank that destroys its comm instead of joining (-1 none) */
+    int mode; /* 0 in place, 1 out of place, 2 reduce_scatter + all_gather */
+    int die;  /* rank that destroys its comm instead of joining (-1 none) */
 };
 
-static const rm_comm_ops *hier(void) { return rm_comm_backend("hier"); }
+static const rm_comm_ops *hier(void)
+{
+    return rm_comm_backend("hier");
+}
 
 /* nodes: one letter per rank ("AABB"). */
-static void hworld_make(hworld *w, const char *nodes, int persistent, int shm_ok) {
+static void hworld_make(hworld *w, const char *nodes, int persistent, int shm_ok)
+{
     memset(w, 0, sizeof *w);
     w->n = (int)strlen(nodes);
     w->epoch = 5;
@@ -75,49 +79,65 @@ static void hworld_make(hworld *w, const char *nodes, int persistent, int shm_ok
     }
 }
 
-static void *init_thread(void *arg) {
+static void *init_thread(void *arg)
+{
     hrank *r = arg;
     hworld *w = r->w;
-    rm_comm_cfg cfg = {.rank = r->rank, .world_size = w->n, .epoch = w->epoch, .peers = w->peers,
-                       .token = "tok", .listener = w->lst[r->rank], .listen_fd = w->lfd[r->rank],
-                       .timeout_s = 5, .shm_ok = w->shm_ok};
+    rm_comm_cfg cfg = {.rank = r->rank,
+                       .world_size = w->n,
+                       .epoch = w->epoch,
+                       .peers = w->peers,
+                       .token = "tok",
+                       .listener = w->lst[r->rank],
+                       .listen_fd = w->lfd[r->rank],
+                       .timeout_s = 5,
+                       .shm_ok = w->shm_ok};
     r->init_rc = w->ops->init(&cfg, &r->comm, &r->err);
     return NULL;
 }
 
-static void run_all(hworld *w, void *(*fn)(void *)) {
-    for (int i = 0; i < w->n; i++) pthread_create(&w->th[i], NULL, fn, &w->r[i]);
-    for (int i = 0; i < w->n; i++) pthread_join(w->th[i], NULL);
+static void run_all(hworld *w, void *(*fn)(void *))
+{
+    for (int i = 0; i < w->n; i++)
+        pthread_create(&w->th[i], NULL, fn, &w->r[i]);
+    for (int i = 0; i < w->n; i++)
+        pthread_join(w->th[i], NULL);
 }
 
-static int hworld_init(hworld *w) {
+static int hworld_init(hworld *w)
+{
     run_all(w, init_thread);
     int bad = 0;
     for (int i = 0; i < w->n; i++) {
-        if (w->r[i].init_rc) fprintf(stderr, "init rank %d: %s\n", i, w->r[i].err.msg);
+        if (w->r[i].init_rc)
+            fprintf(stderr, "init rank %d: %s\n", i, w->r[i].err.msg);
         bad |= w->r[i].init_rc != 0;
     }
     return bad ? -1 : 0;
 }
 
-static void hworld_close(hworld *w) {
+static void hworld_close(hworld *w)
+{
     for (int i = 0; i < w->n; i++) {
         w->ops->destroy(w->r[i].comm);
         w->r[i].comm = NULL;
         free(w->r[i].buf);
         free(w->r[i].out);
         w->r[i].buf = w->r[i].out = NULL;
-        if (w->lfd[i] >= 0) close(w->lfd[i]);
+        if (w->lfd[i] >= 0)
+            close(w->lfd[i]);
         rm_ring_listener_free(w->lst[i]);
         w->lst[i] = NULL;
     }
 }
 
-static float val(int rank, size_t i) {
+static float val(int rank, size_t i)
+{
     return (float)((double)((i * 2654435761u + (size_t)rank * 40503u) % 1000) / 7.0 - 60.0);
 }
 
-static void *coll_thread(void *arg) {
+static void *coll_thread(void *arg)
+{
     hrank *r = arg;
     hworld *w = r->w;
     if (w->die == r->rank) {
@@ -135,14 +155,16 @@ static void *coll_thread(void *arg) {
         rm_shard_range(w->count, w->n, r->rank, &off, &len);
         float *shard = malloc((len + 1) * sizeof(float));
         r->rc = w->ops->reduce_scatter(r->comm, r->buf, shard, w->count, RM_DT_F32, w->op, &r->err);
-        if (!r->rc) r->rc = w->ops->all_gather(r->comm, shard, r->out, w->count, RM_DT_F32, &r->err);
+        if (!r->rc)
+            r->rc = w->ops->all_gather(r->comm, shard, r->out, w->count, RM_DT_F32, &r->err);
         free(shard);
     }
     return NULL;
 }
 
 /* One collective on an initialised world; returns failures. ref (optional) gets rank 0's result. */
-static int check(hworld *w, size_t count, rm_redop op, int mode, float *ref) {
+static int check(hworld *w, size_t count, rm_redop op, int mode, float *ref)
+{
     w->count = count;
     w->op = op;
     w->mode = mode;
@@ -152,26 +174,34 @@ static int check(hworld *w, size_t count, rm_redop op, int mode, float *ref) {
         free(r->out);
         r->buf = malloc((count + 1) * sizeof(float));
         r->out = malloc((count + 1) * sizeof(float));
-        for (size_t k = 0; k < count; k++) r->buf[k] = val(i, k);
-        for (size_t k = 0; k <= count; k++) r->out[k] = -12345.0f;
+        for (size_t k = 0; k < count; k++)
+            r->buf[k] = val(i, k);
+        for (size_t k = 0; k <= count; k++)
+            r->out[k] = -12345.0f;
         r->buf[count] = 999.0f;
-        if (mode == 2) r->out[count] = 999.0f;
+        if (mode == 2)
+            r->out[count] = 999.0f;
     }
     run_all(w, coll_thread);
     int fails = 0;
     for (int i = 0; i < w->n; i++)
         if (w->r[i].rc) {
-            fprintf(stderr, "n=%d count=%zu rank %d: rc=%d %s\n", w->n, count, i, w->r[i].rc, w->r[i].err.msg);
+            fprintf(stderr, "n=%d count=%zu rank %d: rc=%d %s\n", w->n, count, i, w->r[i].rc,
+                    w->r[i].err.msg);
             fails++;
         }
-    if (fails) return fails;
+    if (fails)
+        return fails;
     const float *r0 = mode ? w->r[0].out : w->r[0].buf;
     for (size_t k = 0; k < count; k++) {
         double s = 0;
-        for (int i = 0; i < w->n; i++) s += val(i, k);
-        if (op == RM_OP_AVG) s /= w->n;
+        for (int i = 0; i < w->n; i++)
+            s += val(i, k);
+        if (op == RM_OP_AVG)
+            s /= w->n;
         if (fabs(r0[k] - s) > 1e-4 * (fabs(s) + 1) * w->n) {
-            if (fails < 3) fprintf(stderr, "n=%d count=%zu k=%zu got %g want %g\n", w->n, count, k, (double)r0[k], s);
+            if (fails < 3)
+                fprintf(stderr, "n=%d count=%zu k=%zu got %g want %g\n", w->n, count, k, (double)r0[k], s);
             fails++;
         }
     }
@@ -183,42 +213,51 @@ static int check(hworld *w, size_t count, rm_redop op, int mode, float *ref) {
         }
     }
     for (int i = 0; i < w->n; i++) {
-        if (mode != 2 && w->r[i].buf[count] != 999.0f) fails++;
-        if (mode == 1 && w->r[i].out[count] != -12345.0f) fails++;
-        if (mode == 2 && w->r[i].out[count] != 999.0f) fails++;
-        if (mode == 1 && count && w->r[i].buf[0] != val(i, 0)) fails++;
+        if (mode != 2 && w->r[i].buf[count] != 999.0f)
+            fails++;
+        if (mode == 1 && w->r[i].out[count] != -12345.0f)
+            fails++;
+        if (mode == 2 && w->r[i].out[count] != 999.0f)
+            fails++;
+        if (mode == 1 && count && w->r[i].buf[0] != val(i, 0))
+            fails++;
     }
-    if (ref && count) memcpy(ref, r0, count * sizeof(float));
+    if (ref && count)
+        memcpy(ref, r0, count * sizeof(float));
     return fails;
 }
 
 /* ---------------- topology (pure) ---------------- */
 
-static void peers_of(rm_rdzv_peer *p, const char *nodes) {
+static void peers_of(rm_rdzv_peer *p, const char *nodes)
+{
     for (int i = 0; nodes[i]; i++) {
         memset(&p[i], 0, sizeof p[i]);
         p[i].rank = i;
-        if (nodes[i] != '_') snprintf(p[i].node, sizeof p[i].node, "n%c", nodes[i]);
+        if (nodes[i] != '_')
+            snprintf(p[i].node, sizeof p[i].node, "n%c", nodes[i]);
     }
 }
 
-static void test_topology_table(void) {
+static void test_topology_table(void)
+{
     static const struct {
         const char *nodes;
         int rank, nnodes, node_index, local_rank, local_world, uniform, min_local, max_local;
-    } cases[] = {
-        {"A", 0, 1, 0, 0, 1, 1, 1, 1},
-        {"AABB", 0, 2, 0, 0, 2, 1, 2, 2},
-        {"AABB", 3, 2, 1, 1, 2, 1, 2, 2},
-        {"ABAB", 1, 2, 1, 0, 2, 1, 2, 2},     /* interleaved: nodes by lowest rank */
-        {"ABAB", 2, 2, 0, 1, 2, 1, 2, 2},
-        {"BBAA", 0, 2, 0, 0, 2, 1, 2, 2},     /* node names do not order nodes, ranks do */
-        {"AAAB", 3, 2, 1, 0, 1, 0, 1, 3},     /* uneven */
-        {"AAAB", 2, 2, 0, 2, 3, 0, 1, 3},
-        {"ABC", 2, 3, 2, 0, 1, 1, 1, 1},      /* one rank per node */
-        {"____", 2, 1, 0, 2, 4, 1, 4, 4},     /* nobody reported a node: one node "" */
-        {"A_A_", 3, 2, 1, 1, 2, 1, 2, 2},
-    };
+    } cases[] =
+        {
+            {"A", 0, 1, 0, 0, 1, 1, 1, 1},
+            {"AABB", 0, 2, 0, 0, 2, 1, 2, 2},
+            {"AABB", 3, 2, 1, 1, 2, 1, 2, 2},
+            {"ABAB", 1, 2, 1, 0, 2, 1, 2, 2}, /* interleaved: nodes by lowest rank */
+            {"ABAB", 2, 2, 0, 1, 2, 1, 2, 2},
+            {"BBAA", 0, 2, 0, 0, 2, 1, 2, 2}, /* node names do not order nodes, ranks do */
+            {"AAAB", 3, 2, 1, 0, 1, 0, 1, 3}, /* uneven */
+            {"AAAB", 2, 2, 0, 2, 3, 0, 1, 3},
+            {"ABC", 2, 3, 2, 0, 1, 1, 1, 1},  /* one rank per node */
+            {"____", 2, 1, 0, 2, 4, 1, 4, 4}, /* nobody reported a node: one node "" */
+            {"A_A_", 3, 2, 1, 1, 2, 1, 2, 2},
+        };
     rm_rdzv_peer p[MAXW];
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         peers_of(p, cases[c].nodes);
@@ -253,7 +292,8 @@ static void test_topology_table(void) {
 
 /* ---------------- the backend ---------------- */
 
-static void test_table(void) {
+static void test_table(void)
+{
     CU_ASSERT_PTR_NOT_NULL_FATAL(hier());
     CU_ASSERT_STRING_EQUAL(hier()->name, "hier");
     CU_ASSERT_PTR_EQUAL(hier(), rm_comm_hier_ops());
@@ -261,9 +301,9 @@ static void test_table(void) {
     CU_ASSERT_STRING_EQUAL(rm_comm_hier_desc(NULL), "");
 }
 
-static void splits(int shm_ok, int persistent) {
-    static const char *const layouts[] = {"AABB", "ABAB", "AAABBB", "AABBCC", "AAAABBBB", "ABABABAB",
-                                          "BBAA"};
+static void splits(int shm_ok, int persistent)
+{
+    static const char *const layouts[] = {"AABB", "ABAB", "AAABBB", "AABBCC", "AAAABBBB", "ABABABAB", "BBAA"};
     static const size_t counts[] = {0, 1, 2, 3, 7, 1000, 100003};
     setenv("RINGMASTER_RING_PIECE_KB", "8", 1);
     for (size_t l = 0; l < sizeof layouts / sizeof layouts[0]; l++) {
@@ -272,7 +312,8 @@ static void splits(int shm_ok, int persistent) {
         CU_ASSERT_EQUAL_FATAL(hworld_init(&w), 0);
         for (int i = 0; i < w.n; i++) {
             CU_ASSERT_EQUAL(rm_comm_hier_is_hier(w.r[i].comm), 1);
-            CU_ASSERT_PTR_NOT_NULL(strstr(rm_comm_hier_desc(w.r[i].comm), shm_ok ? "intra shm" : "intra ring"));
+            CU_ASSERT_PTR_NOT_NULL(
+                strstr(rm_comm_hier_desc(w.r[i].comm), shm_ok ? "intra shm" : "intra ring"));
         }
         for (size_t c = 0; c < sizeof counts / sizeof counts[0]; c++) {
             CU_ASSERT_EQUAL(check(&w, counts[c], RM_OP_SUM, 0, NULL), 0);
@@ -284,11 +325,18 @@ static void splits(int shm_ok, int persistent) {
     unsetenv("RINGMASTER_RING_PIECE_KB");
 }
 
-static void test_splits_ring_inside(void) { splits(0, 1); }
-static void test_splits_shm_inside(void) { splits(1, 1); }
+static void test_splits_ring_inside(void)
+{
+    splits(0, 1);
+}
+static void test_splits_shm_inside(void)
+{
+    splits(1, 1);
+}
 
 /* No long-lived listener (bench, static worlds): init starts one over the socket for both rings. */
-static void test_without_listener(void) {
+static void test_without_listener(void)
+{
     hworld w;
     hworld_make(&w, "AABB", 0, 0);
     CU_ASSERT_EQUAL_FATAL(hworld_init(&w), 0);
@@ -296,26 +344,30 @@ static void test_without_listener(void) {
     hworld_close(&w);
 }
 
-static void *barrier_thread(void *arg) {
+static void *barrier_thread(void *arg)
+{
     hrank *r = arg;
     r->rc = r->w->ops->barrier(r->comm, &r->err);
     return NULL;
 }
 
-static void test_barrier_and_repeat(void) {
+static void test_barrier_and_repeat(void)
+{
     hworld w;
     hworld_make(&w, "AAABBB", 1, 1);
     CU_ASSERT_EQUAL_FATAL(hworld_init(&w), 0);
     for (int it = 0; it < 5; it++) {
         run_all(&w, barrier_thread);
-        for (int i = 0; i < w.n; i++) CU_ASSERT_EQUAL(w.r[i].rc, 0);
+        for (int i = 0; i < w.n; i++)
+            CU_ASSERT_EQUAL(w.r[i].rc, 0);
         CU_ASSERT_EQUAL(check(&w, 513 + (size_t)it * 1000, RM_OP_SUM, it & 1, NULL), 0);
     }
     hworld_close(&w);
 }
 
 /* Hierarchical equals the flat ring within rounding, and each is bit-identical across its ranks. */
-static void test_equals_flat_ring(void) {
+static void test_equals_flat_ring(void)
+{
     size_t count = 50001;
     float *h = malloc(count * sizeof(float)), *f = malloc(count * sizeof(float));
     hworld w;
@@ -330,7 +382,8 @@ static void test_equals_flat_ring(void) {
     hworld_close(&w);
     int bad = 0, differ = 0;
     for (size_t k = 0; k < count; k++) {
-        if (fabsf(h[k] - f[k]) > 1e-5f * (fabsf(f[k]) + 1)) bad++;
+        if (fabsf(h[k] - f[k]) > 1e-5f * (fabsf(f[k]) + 1))
+            bad++;
         differ += h[k] != f[k];
     }
     CU_ASSERT_EQUAL(bad, 0);
@@ -340,16 +393,16 @@ static void test_equals_flat_ring(void) {
 }
 
 /* One node, one rank per node, uneven nodes: the flat comm, still correct. */
-static void test_flat_fallbacks(void) {
+static void test_flat_fallbacks(void)
+{
     static const struct {
         const char *nodes;
         int shm_ok;
         const char *want;
     } cases[] = {
         /* every rank here advertises 127.0.0.1, so "one host" holds whatever the node names */
-        {"AAAA", 1, "flat shm"}, {"AAAA", 0, "flat ring"}, {"ABCD", 0, "flat ring"},
-        {"ABCD", 1, "flat shm"}, {"AAAB", 1, "uneven"},    {"AB", 0, "flat ring"},
-        {"A", 1, "flat ring"},
+        {"AAAA", 1, "flat shm"}, {"AAAA", 0, "flat ring"}, {"ABCD", 0, "flat ring"}, {"ABCD", 1, "flat shm"},
+        {"AAAB", 1, "uneven"},   {"AB", 0, "flat ring"},   {"A", 1, "flat ring"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         hworld w;
@@ -358,7 +411,8 @@ static void test_flat_fallbacks(void) {
         for (int i = 0; i < w.n; i++) {
             CU_ASSERT_EQUAL(rm_comm_hier_is_hier(w.r[i].comm), 0);
             const char *d = rm_comm_hier_desc(w.r[i].comm);
-            if (!strstr(d, cases[c].want)) fprintf(stderr, "case %zu: \"%s\" lacks \"%s\"\n", c, d, cases[c].want);
+            if (!strstr(d, cases[c].want))
+                fprintf(stderr, "case %zu: \"%s\" lacks \"%s\"\n", c, d, cases[c].want);
             CU_ASSERT_PTR_NOT_NULL(strstr(d, cases[c].want));
         }
         CU_ASSERT_EQUAL(check(&w, 1031, RM_OP_AVG, 0, NULL), 0);
@@ -367,13 +421,14 @@ static void test_flat_fallbacks(void) {
     }
 }
 
-static void test_bad_args(void) {
+static void test_bad_args(void)
+{
     rm_err e = {0};
     rm_comm *c = NULL;
     rm_comm_cfg cfg = {.rank = 2, .world_size = 2, .epoch = 1};
     CU_ASSERT_EQUAL(hier()->init(&cfg, &c, &e), RM_EINVAL);
     cfg.rank = 0;
-    CU_ASSERT_EQUAL(hier()->init(&cfg, &c, &e), RM_EINVAL);   /* no peers */
+    CU_ASSERT_EQUAL(hier()->init(&cfg, &c, &e), RM_EINVAL); /* no peers */
     CU_ASSERT_PTR_NULL(c);
     hworld w;
     hworld_make(&w, "AABB", 1, 0);
@@ -385,7 +440,8 @@ static void test_bad_args(void) {
 }
 
 /* A rank that dies mid-collective: every other rank fails (not hangs) within the timeout. */
-static void test_peer_dies(void) {
+static void test_peer_dies(void)
+{
     for (int die = 0; die < 4; die += 3) {
         hworld w;
         hworld_make(&w, "AABB", 1, die == 0);
@@ -403,7 +459,8 @@ static void test_peer_dies(void) {
         double dt = rm_mono() - t0;
         int failed = 0;
         for (int i = 0; i < w.n; i++)
-            if (i != die) failed += w.r[i].rc != 0;
+            if (i != die)
+                failed += w.r[i].rc != 0;
         /* the dead rank's node peer fails at once; the other node's ranks fail when the inter ring
          * of the dead rank's local index breaks, or at the timeout */
         CU_ASSERT_EQUAL(failed, w.n - 1);
@@ -412,7 +469,8 @@ static void test_peer_dies(void) {
     }
 }
 
-void rm_suite_hier(void) {
+void rm_suite_hier(void)
+{
     CU_pSuite s = CU_add_suite("hier", NULL, NULL);
     CU_add_test(s, "topology table", test_topology_table);
     CU_add_test(s, "table", test_table);

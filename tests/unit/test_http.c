@@ -26,9 +26,9 @@
 static char *raw_http(int port, const char *req, size_t reqlen)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    struct timeval tv = { 5, 0 };
+    struct timeval tv = {5, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
@@ -102,7 +102,9 @@ static int h_poll(const rm_http_req *req, rm_http_resp *resp, void *ud)
     return rm_http_reply_text(resp, 200, NULL, rm_http_stopping(g.srv) ? "stopped" : "timeout");
 }
 
-typedef struct { int i, n; } counter_stream;
+typedef struct {
+    int i, n;
+} counter_stream;
 static ssize_t cs_read(void *ud, char *buf, size_t cap)
 {
     counter_stream *c = ud;
@@ -123,7 +125,7 @@ static int h_stream(const rm_http_req *req, rm_http_resp *resp, void *ud)
     counter_stream *c = calloc(1, sizeof *c);
     c->n = 5;
     resp->content_type = "text/plain";
-    resp->stream = (rm_http_stream){ cs_read, cs_free, c };
+    resp->stream = (rm_http_stream){cs_read, cs_free, c};
     return RM_OK;
 }
 
@@ -145,15 +147,15 @@ static int h_idle_stream(const rm_http_req *req, rm_http_resp *resp, void *ud)
     atomic_init(first, 1);
     atomic_fetch_add(&g.entered, 1);
     resp->content_type = "text/plain";
-    resp->stream = (rm_http_stream){ idle_read, idle_free, first };
+    resp->stream = (rm_http_stream){idle_read, idle_free, first};
     return RM_OK;
 }
 
 static rm_http_server *start(const rm_http_route *rt, size_t n, size_t max_body)
 {
-    rm_http_opts o = { .bind = "127.0.0.1:0", .max_body = max_body };
+    rm_http_opts o = {.bind = "127.0.0.1:0", .max_body = max_body};
     rm_http_server *s = NULL;
-    rm_err e = { 0 };
+    rm_err e = {0};
     int rc = rm_http_start(&o, rt, n, &s, &e);
     CU_ASSERT_EQUAL(rc, RM_OK);
     if (rc)
@@ -171,19 +173,19 @@ static void url(char *buf, size_t cap, rm_http_server *s, const char *path)
 static void test_routes_and_errors(void)
 {
     static const rm_http_route rt[] = {
-        { "GET", "/hello", 0, h_hello, "one" },
-        { "POST", "/hello", 0, h_hello, "two" },
-        { NULL, "/any/", 1, h_hello, "pre" },
-        { "GET", "/fail", 0, h_fail, NULL },
+        {"GET", "/hello", 0, h_hello, "one"},
+        {"POST", "/hello", 0, h_hello, "two"},
+        {NULL, "/any/", 1, h_hello, "pre"},
+        {"GET", "/fail", 0, h_fail, NULL},
     };
     rm_http_server *s = start(rt, RM_ARRAY_LEN(rt), 1024);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     CU_ASSERT(rm_http_port(s) > 0);
     rm_httpc *c = rm_httpc_new();
     rm_httpc_resp r;
-    rm_err e = { 0 };
+    rm_err e = {0};
     char u[256];
-    const char *hdrs[] = { "X-Test: tv", NULL };
+    const char *hdrs[] = {"X-Test: tv", NULL};
 
     url(u, sizeof u, s, "/hello?q=a%20b");
     CU_ASSERT_EQUAL(rm_httpc_do(c, "GET", u, hdrs, NULL, 0, 5000, 0, &r, &e), RM_OK);
@@ -256,14 +258,14 @@ static void test_routes_and_errors(void)
 
 static void test_413(void)
 {
-    static const rm_http_route rt[] = { { "POST", "/in", 0, h_hello, NULL } };
+    static const rm_http_route rt[] = {{"POST", "/in", 0, h_hello, NULL}};
     rm_http_server *s = start(rt, 1, 1000);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     char u[256];
     url(u, sizeof u, s, "/in");
     rm_httpc *c = rm_httpc_new();
     rm_httpc_resp r;
-    rm_err e = { 0 };
+    rm_err e = {0};
     char *big = malloc(5000);
     memset(big, 'z', 5000);
     CU_ASSERT_EQUAL(rm_httpc_do(c, "POST", u, NULL, big, 1001, 5000, 0, &r, &e), RM_OK);
@@ -310,7 +312,7 @@ static void *fetch_thread(void *arg)
 {
     fetch_t *f = arg;
     rm_httpc_resp r;
-    rm_err e = { 0 };
+    rm_err e = {0};
     f->rc = rm_httpc_get(f->url, 15000, &r, &e);
     f->status = r.status;
     snprintf(f->body, sizeof f->body, "%s", r.body ? r.body : "");
@@ -321,12 +323,12 @@ static void *fetch_thread(void *arg)
 static void test_blocking_handler_does_not_block_others(void)
 {
     static const rm_http_route rt[] = {
-        { "GET", "/block", 0, h_block, NULL },
-        { "GET", "/hello", 0, h_hello, NULL },
+        {"GET", "/block", 0, h_block, NULL},
+        {"GET", "/hello", 0, h_hello, NULL},
     };
     rm_http_server *s = start(rt, 2, 0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
-    fetch_t f = { 0 };
+    fetch_t f = {0};
     url(f.url, sizeof f.url, s, "/block");
     pthread_t th;
     pthread_create(&th, NULL, fetch_thread, &f);
@@ -337,7 +339,7 @@ static void test_blocking_handler_does_not_block_others(void)
     char u[256];
     url(u, sizeof u, s, "/hello");
     rm_httpc_resp r;
-    rm_err e = { 0 };
+    rm_err e = {0};
     double t0 = rm_mono();
     CU_ASSERT_EQUAL(rm_httpc_get(u, 3000, &r, &e), RM_OK);
     CU_ASSERT_EQUAL(r.status, 200);
@@ -353,13 +355,13 @@ static void test_blocking_handler_does_not_block_others(void)
 
 static void test_streaming(void)
 {
-    static const rm_http_route rt[] = { { "GET", "/s", 0, h_stream, NULL } };
+    static const rm_http_route rt[] = {{"GET", "/s", 0, h_stream, NULL}};
     rm_http_server *s = start(rt, 1, 0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     char u[256];
     url(u, sizeof u, s, "/s");
     rm_httpc_resp r;
-    rm_err e = { 0 };
+    rm_err e = {0};
     CU_ASSERT_EQUAL(rm_httpc_get(u, 5000, &r, &e), RM_OK);
     CU_ASSERT_EQUAL(r.status, 200);
     CU_ASSERT_STRING_EQUAL(r.body, "line 1\nline 2\nline 3\nline 4\nline 5\n");
@@ -379,17 +381,17 @@ static void test_streaming(void)
 
 static void test_client_gone_frees_stream(void)
 {
-    static const rm_http_route rt[] = { { "GET", "/idle", 0, h_idle_stream, NULL } };
+    static const rm_http_route rt[] = {{"GET", "/idle", 0, h_idle_stream, NULL}};
     rm_http_server *s = start(rt, 1, 0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)rm_http_port(s)) };
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)rm_http_port(s))};
     inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
     CU_ASSERT_EQUAL_FATAL(connect(fd, (struct sockaddr *)&sa, sizeof sa), 0);
     const char req[] = "GET /idle HTTP/1.1\r\nHost: x\r\n\r\n";
     CU_ASSERT_EQUAL(send(fd, req, strlen(req), MSG_NOSIGNAL), (ssize_t)strlen(req));
     char buf[512];
-    struct timeval tv = { 5, 0 };
+    struct timeval tv = {5, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     ssize_t n = recv(fd, buf, sizeof buf - 1, 0);
     CU_ASSERT(n > 0);
@@ -404,12 +406,12 @@ static void test_client_gone_frees_stream(void)
 static void test_graceful_stop_with_long_poll(void)
 {
     static const rm_http_route rt[] = {
-        { "GET", "/poll", 0, h_poll, NULL },
-        { "GET", "/idle", 0, h_idle_stream, NULL },
+        {"GET", "/poll", 0, h_poll, NULL},
+        {"GET", "/idle", 0, h_idle_stream, NULL},
     };
     rm_http_server *s = start(rt, 2, 0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
-    fetch_t f = { 0 }, f2 = { 0 };
+    fetch_t f = {0}, f2 = {0};
     url(f.url, sizeof f.url, s, "/poll");
     url(f2.url, sizeof f2.url, s, "/idle");
     pthread_t th, th2;
@@ -458,20 +460,20 @@ static void *blob_thread(void *arg)
 static void test_blob_concurrent(void)
 {
     rm_http_blob *b = rm_http_blob_new("text/plain; version=0.0.4");
-    rm_http_route rt[] = { { "GET", "/blob", 0, rm_http_blob_handler, b } };
+    rm_http_route rt[] = {{"GET", "/blob", 0, rm_http_blob_handler, b}};
     rm_http_server *s = start(rt, 1, 0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     char u[256];
     url(u, sizeof u, s, "/blob");
     rm_httpc *c = rm_httpc_new();
     rm_httpc_resp r;
-    rm_err e = { 0 };
+    rm_err e = {0};
     /* empty blob: 200 with empty body */
     CU_ASSERT_EQUAL(rm_httpc_do(c, "GET", u, NULL, NULL, 0, 5000, 0, &r, &e), RM_OK);
     CU_ASSERT_EQUAL(r.status, 200);
     CU_ASSERT_EQUAL(r.len, 0);
     rm_httpc_resp_free(&r);
-    blob_writer w = { .b = b };
+    blob_writer w = {.b = b};
     pthread_t th;
     pthread_create(&th, NULL, blob_thread, &w);
     int consistent = 0, nonempty = 0;
@@ -520,14 +522,14 @@ static void test_parse_addr_and_bind_errors(void)
     CU_ASSERT_EQUAL(rm_http_parse_addr("::1:80", h, sizeof h, &p), RM_EINVAL);
     CU_ASSERT_EQUAL(rm_http_parse_addr("", h, sizeof h, &p), RM_EINVAL);
 
-    static const rm_http_route rt[] = { { "GET", "/hello", 0, h_hello, NULL } };
+    static const rm_http_route rt[] = {{"GET", "/hello", 0, h_hello, NULL}};
     rm_http_server *s = start(rt, 1, 0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     char addr[64];
     snprintf(addr, sizeof addr, "127.0.0.1:%d", rm_http_port(s));
-    rm_http_opts o = { .bind = addr };
+    rm_http_opts o = {.bind = addr};
     rm_http_server *s2 = NULL;
-    rm_err e = { 0 };
+    rm_err e = {0};
     CU_ASSERT_EQUAL(rm_http_start(&o, rt, 1, &s2, &e), RM_EIO);
     CU_ASSERT_PTR_NULL(s2);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "in use"));
@@ -552,15 +554,15 @@ static int h_big(const rm_http_req *req, rm_http_resp *resp, void *ud)
 static void test_client_caps_and_timeouts(void)
 {
     static const rm_http_route rt[] = {
-        { "GET", "/big", 0, h_big, NULL },
-        { "GET", "/block", 0, h_block, NULL },
+        {"GET", "/big", 0, h_big, NULL},
+        {"GET", "/block", 0, h_block, NULL},
     };
     rm_http_server *s = start(rt, 2, 0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     char u[256];
     rm_httpc *c = rm_httpc_new();
     rm_httpc_resp r;
-    rm_err e = { 0 };
+    rm_err e = {0};
     url(u, sizeof u, s, "/big");
     CU_ASSERT_EQUAL(rm_httpc_do(c, "GET", u, NULL, NULL, 0, 5000, 0, &r, &e), RM_OK);
     CU_ASSERT_EQUAL(r.len, 100000);
@@ -592,15 +594,15 @@ static void test_client_caps_and_timeouts(void)
 static void test_uncapped_bodies(void)
 {
     static const rm_http_route rt[] = {
-        { "POST", "/in", 0, h_hello, NULL },
-        { "GET", "/big", 0, h_big, NULL },
+        {"POST", "/in", 0, h_hello, NULL},
+        {"GET", "/big", 0, h_big, NULL},
     };
     rm_http_server *s = start(rt, RM_ARRAY_LEN(rt), SIZE_MAX);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
     char u[256];
     rm_httpc *c = rm_httpc_new();
     rm_httpc_resp r;
-    rm_err e = { 0 };
+    rm_err e = {0};
     char *body = malloc(20000);
     memset(body, 'b', 20000);
     url(u, sizeof u, s, "/in");
@@ -632,12 +634,15 @@ static int h_retry_after(const rm_http_req *req, rm_http_resp *resp, void *ud)
  * overflows to infinity, a fraction, hex) is no hint at all rather than an unbounded wait. */
 static void test_retry_after_strict(void)
 {
-    static const rm_http_route rt[] = { { "GET", "/ra", 0, h_retry_after, NULL } };
+    static const rm_http_route rt[] = {{"GET", "/ra", 0, h_retry_after, NULL}};
     rm_http_server *s = start(rt, 1, 0);
     CU_ASSERT_PTR_NOT_NULL_FATAL(s);
-    static const struct { const char *q; double want; } cases[] = {
-        { "120", 120 }, { "0", 0 }, { "1e999", -1 }, { "1.5", -1 }, { "0x10", -1 },
-        { "12abc", -1 }, { "-3", -1 }, { "Wed%2C%2021%20Oct%202015%2007%3A28%3A00%20GMT", 0 },
+    static const struct {
+        const char *q;
+        double want;
+    } cases[] = {
+        {"120", 120}, {"0", 0},      {"1e999", -1}, {"1.5", -1},
+        {"0x10", -1}, {"12abc", -1}, {"-3", -1},    {"Wed%2C%2021%20Oct%202015%2007%3A28%3A00%20GMT", 0},
     };
     rm_httpc *c = rm_httpc_new();
     for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
@@ -645,12 +650,11 @@ static void test_retry_after_strict(void)
         snprintf(path, sizeof path, "/ra?v=%s", cases[i].q);
         url(u, sizeof u, s, path);
         rm_httpc_resp r;
-        rm_err e = { 0 };
+        rm_err e = {0};
         CU_ASSERT_EQUAL(rm_httpc_do(c, "GET", u, NULL, NULL, 0, 5000, 0, &r, &e), RM_OK);
         CU_ASSERT_EQUAL(r.status, 503);
         if (r.retry_after != cases[i].want)
-            fprintf(stderr, "Retry-After %s -> %g (want %g)\n", cases[i].q, r.retry_after,
-                    cases[i].want);
+            fprintf(stderr, "Retry-After %s -> %g (want %g)\n", cases[i].q, r.retry_after, cases[i].want);
         CU_ASSERT_EQUAL(r.retry_after, cases[i].want);
         rm_httpc_resp_free(&r);
     }
@@ -662,7 +666,7 @@ static void test_retry_after_strict(void)
  * allocation never past max + 1, and sizes near SIZE_MAX refused instead of wrapping. */
 static void test_capbuf(void)
 {
-    rm_capbuf b = { .max = 10 };
+    rm_capbuf b = {.max = 10};
     CU_ASSERT_EQUAL(rm_capbuf_append(&b, "", 0), RM_OK);
     CU_ASSERT_PTR_NOT_NULL_FATAL(b.b);
     CU_ASSERT_STRING_EQUAL(b.b, "");
@@ -678,7 +682,7 @@ static void test_capbuf(void)
     CU_ASSERT_PTR_NULL(b.b);
     CU_ASSERT_EQUAL(b.len, 0);
     CU_ASSERT_EQUAL(b.max, 10);
-    rm_capbuf u = { .max = SIZE_MAX };
+    rm_capbuf u = {.max = SIZE_MAX};
     CU_ASSERT_EQUAL(rm_capbuf_append(&u, "abc", 3), RM_OK);
     CU_ASSERT_EQUAL(u.cap, 4096);
     CU_ASSERT_EQUAL(rm_capbuf_append(&u, "abc", SIZE_MAX - 3), RM_ETOOBIG);
@@ -690,12 +694,16 @@ static void test_capbuf(void)
 
 /* ---- slow flood (docs/architecture.md#robustness) ---- */
 
-typedef struct { char url[128]; long status; char body[64]; } poll_call;
+typedef struct {
+    char url[128];
+    long status;
+    char body[64];
+} poll_call;
 static void *long_call(void *arg)
 {
     poll_call *pc = arg;
     rm_httpc_resp r;
-    rm_err e = { 0 };
+    rm_err e = {0};
     if (rm_httpc_get(pc->url, 9000, &r, &e) == RM_OK) {
         pc->status = r.status;
         snprintf(pc->body, sizeof pc->body, "%s", r.body);
@@ -707,7 +715,7 @@ static void *long_call(void *arg)
 static int flood_open(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
-    struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
     if (fd < 0)
         return -1;
@@ -715,7 +723,7 @@ static int flood_open(int port)
         close(fd);
         return -1;
     }
-    struct pollfd p = { .fd = fd, .events = POLLOUT };
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
     poll(&p, 1, 1000);
     static const char part[] = "GET /hello HTTP/1.1\r\nHost: x\r\nX-Slow: ";
     (void)send(fd, part, sizeof part - 1, MSG_NOSIGNAL);
@@ -743,17 +751,17 @@ static void test_slow_flood(void)
 {
     enum { FLOOD = 300 };
     static const rm_http_route rt[] = {
-        { "GET", "/hello", 0, h_hello, NULL },
-        { "GET", "/block", 0, h_block, NULL },
+        {"GET", "/hello", 0, h_hello, NULL},
+        {"GET", "/block", 0, h_block, NULL},
     };
-    rm_http_opts o = { .bind = "127.0.0.1:0", .max_conns = 200, .header_timeout_s = 2 };
+    rm_http_opts o = {.bind = "127.0.0.1:0", .max_conns = 200, .header_timeout_s = 2};
     rm_http_server *s = NULL;
-    rm_err e = { 0 };
+    rm_err e = {0};
     CU_ASSERT_EQUAL_FATAL(rm_http_start(&o, rt, 2, &s, &e), RM_OK);
     memset(&g, 0, sizeof g);
     g.srv = s;
     int port = rm_http_port(s);
-    poll_call lp = { .status = 0 };
+    poll_call lp = {.status = 0};
     url(lp.url, sizeof lp.url, s, "/block");
     pthread_t th;
     pthread_create(&th, NULL, long_call, &lp);
@@ -768,7 +776,7 @@ static void test_slow_flood(void)
             fds[nf++] = fd;
     }
     CU_ASSERT(nf >= FLOOD - 5);
-    rm_sleep(0.5);   /* the flood is in (and holding slots): a legit request comes along */
+    rm_sleep(0.5); /* the flood is in (and holding slots): a legit request comes along */
     /* a legit request during the flood answers promptly */
     char u[128];
     url(u, sizeof u, s, "/hello");
@@ -814,19 +822,19 @@ static void test_slow_flood(void)
 void rm_suite_http(void)
 {
     static const rm_test_case cases[] = {
-        { "routes_and_errors", test_routes_and_errors },
-        { "413_oversize_body", test_413 },
-        { "blocking_handler_does_not_block_others", test_blocking_handler_does_not_block_others },
-        { "streaming", test_streaming },
-        { "client_gone_frees_stream", test_client_gone_frees_stream },
-        { "graceful_stop_with_long_poll", test_graceful_stop_with_long_poll },
-        { "blob_concurrent", test_blob_concurrent },
-        { "parse_addr_and_bind_errors", test_parse_addr_and_bind_errors },
-        { "client_caps_and_timeouts", test_client_caps_and_timeouts },
-        { "uncapped_bodies_do_not_overflow", test_uncapped_bodies },
-        { "capbuf_caps_and_overflow", test_capbuf },
-        { "retry_after_strict", test_retry_after_strict },
-        { "slow_flood_cannot_silence", test_slow_flood },
+        {"routes_and_errors", test_routes_and_errors},
+        {"413_oversize_body", test_413},
+        {"blocking_handler_does_not_block_others", test_blocking_handler_does_not_block_others},
+        {"streaming", test_streaming},
+        {"client_gone_frees_stream", test_client_gone_frees_stream},
+        {"graceful_stop_with_long_poll", test_graceful_stop_with_long_poll},
+        {"blob_concurrent", test_blob_concurrent},
+        {"parse_addr_and_bind_errors", test_parse_addr_and_bind_errors},
+        {"client_caps_and_timeouts", test_client_caps_and_timeouts},
+        {"uncapped_bodies_do_not_overflow", test_uncapped_bodies},
+        {"capbuf_caps_and_overflow", test_capbuf},
+        {"retry_after_strict", test_retry_after_strict},
+        {"slow_flood_cannot_silence", test_slow_flood},
     };
     RM_ADD_SUITE("http", NULL, NULL, cases);
 }

@@ -30,7 +30,7 @@ static int on_line(void *ud, char *line, size_t len)
         s->nulls++;
         return 0;
     }
-    CU_ASSERT_EQUAL(line[len], 0);   /* NUL-terminated at len (the line itself may hold NULs) */
+    CU_ASSERT_EQUAL(line[len], 0); /* NUL-terminated at len (the line itself may hold NULs) */
     s->n++;
     snprintf(s->last, sizeof(s->last), "%s", line);
     return s->stop_at && s->n >= s->stop_at ? RM_ECLOSED : 0;
@@ -77,16 +77,24 @@ static void test_decode_event(void)
     CU_ASSERT_STRING_EQUAL(type, "MODIFIED");
     CU_ASSERT_PTR_NOT_NULL(o);
     cJSON_Delete(o);
-    const char *gone = "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"status\":\"Failure\",\"message\":\"too old resource version: 1 (5)\",\"reason\":\"Expired\",\"code\":410}}";
+    const char *gone =
+        "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"status\":\"Failure\",\"message\":\"too old "
+        "resource version: 1 (5)\",\"reason\":\"Expired\",\"code\":410}}";
     CU_ASSERT_EQUAL(rm_informer_decode_event(gone, strlen(gone), type, sizeof(type), &o, &e), RM_EEPOCH);
     CU_ASSERT_PTR_NULL(o);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "too old"));
-    const char *bad[] = {"", "{", "[]", "{\"type\":\"ADDED\"}", "{\"type\":5,\"object\":{}}",
-                         "{\"type\":\"WHAT\",\"object\":{}}", "{\"type\":\"ERROR\",\"object\":{\"code\":500}}",
+    const char *bad[] = {"",
+                         "{",
+                         "[]",
+                         "{\"type\":\"ADDED\"}",
+                         "{\"type\":5,\"object\":{}}",
+                         "{\"type\":\"WHAT\",\"object\":{}}",
+                         "{\"type\":\"ERROR\",\"object\":{\"code\":500}}",
                          "\xff\xfe garbage"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         o = NULL;
-        CU_ASSERT_NOT_EQUAL(rm_informer_decode_event(bad[i], strlen(bad[i]), type, sizeof(type), &o, &e), RM_OK);
+        CU_ASSERT_NOT_EQUAL(rm_informer_decode_event(bad[i], strlen(bad[i]), type, sizeof(type), &o, &e),
+                            RM_OK);
         CU_ASSERT_PTR_NULL(o);
     }
 }
@@ -142,8 +150,13 @@ static int h_pods(const rm_http_req *req, rm_http_resp *resp, void *ud)
         char body[4096] = "";
         if (w == 0) {
             char *a = pod_line("MODIFIED", "p1", "11", "j1");
-            snprintf(body, sizeof(body), "%s\n{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"metadata\":{\"resourceVersion\":\"12\"}}}\n"
-                     "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"too old resource version: 12 (13)\",\"reason\":\"Expired\",\"code\":410}}\n", a);
+            snprintf(body, sizeof(body),
+                     "%s\n{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Pod\",\"apiVersion\":\"v1\","
+                     "\"metadata\":{\"resourceVersion\":\"12\"}}}\n"
+                     "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":"
+                     "{},\"status\":\"Failure\",\"message\":\"too old resource version: 12 "
+                     "(13)\",\"reason\":\"Expired\",\"code\":410}}\n",
+                     a);
             free(a);
         } else if (w == 1) {
             char *a = pod_line("ADDED", "p4", "15", "j1");
@@ -190,19 +203,21 @@ static int h_pods(const rm_http_req *req, rm_http_resp *resp, void *ud)
 typedef struct seen {
     pthread_mutex_t mu;
     char log[2048];
-    char ilog[2048];   /* "event key@index;" for the events that carry an index */
+    char ilog[2048]; /* "event key@index;" for the events that carry an index */
 } seen;
 
 static void *tf(void *ud, const cJSON *obj)
 {
     (void)ud;
-    const cJSON *rv = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "resourceVersion");
+    const cJSON *rv = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(obj, "metadata"),
+                                                       "resourceVersion");
     return strdup(cJSON_IsString(rv) ? rv->valuestring : "?");
 }
 
 static int ix(void *ud, const cJSON *obj, char *buf, size_t cap)
 {
-    const cJSON *l = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "labels");
+    const cJSON *l =
+        cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(obj, "metadata"), "labels");
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(l, "job");
     if (!cJSON_IsString(j))
         return -1;
@@ -253,9 +268,16 @@ static void test_informer_relist_on_410(void)
     rm_kube_client_opts co = {.qps = -1, .max_retries = 1};
     rm_kube_client *c = NULL;
     CU_ASSERT_EQUAL_FATAL(rm_kube_client_new(&cfg, &co, &c, &e), RM_OK);
-    rm_informer_opts io = {.name = "pods", .path = "/api/v1/namespaces/t/pods", .label_selector = "job",
-                           .transform = tf, .free_item = free, .index_fn = ix, .handler = handler,
-                           .ud = &s, .page_limit = 1, .watch_timeout_s = 5};
+    rm_informer_opts io = {.name = "pods",
+                           .path = "/api/v1/namespaces/t/pods",
+                           .label_selector = "job",
+                           .transform = tf,
+                           .free_item = free,
+                           .index_fn = ix,
+                           .handler = handler,
+                           .ud = &s,
+                           .page_limit = 1,
+                           .watch_timeout_s = 5};
     rm_informer *inf = NULL;
     CU_ASSERT_EQUAL_FATAL(rm_informer_start(c, &io, &inf, &e), RM_OK);
     CU_ASSERT_TRUE(rm_informer_wait_synced(inf, 5));
@@ -272,9 +294,9 @@ static void test_informer_relist_on_410(void)
     CU_ASSERT_STRING_EQUAL(rv, "15");
     CU_ASSERT_EQUAL(rm_informer_lists(inf), 2);
     pthread_mutex_lock(&f.mu);
-    CU_ASSERT_STRING_EQUAL(f.watch_rv[0], "10");   /* watch starts at the list's version */
-    CU_ASSERT_STRING_EQUAL(f.watch_rv[1], "14");   /* after the re-list, its version */
-    CU_ASSERT_EQUAL(f.lists, 4);                   /* two paginated LISTs */
+    CU_ASSERT_STRING_EQUAL(f.watch_rv[0], "10"); /* watch starts at the list's version */
+    CU_ASSERT_STRING_EQUAL(f.watch_rv[1], "14"); /* after the re-list, its version */
+    CU_ASSERT_EQUAL(f.lists, 4);                 /* two paginated LISTs */
     pthread_mutex_unlock(&f.mu);
     pthread_mutex_lock(&s.mu);
     /* the deletion of p2 during the outage is reported by the re-list diff; p1 unchanged → no event */
@@ -328,7 +350,7 @@ static void test_job_projection_incompressible(void)
         unsigned x = 12345;
         for (size_t i = 0; i < n; i++) {
             x = x * 1103515245u + 12345u;
-            blob[i] = (char)('#' + (x >> 16) % 90);   /* printable, no quote or backslash */
+            blob[i] = (char)('#' + (x >> 16) % 90); /* printable, no quote or backslash */
         }
         blob[n] = 0;
         cJSON *o = cJSON_CreateObject();
@@ -349,11 +371,14 @@ static void test_job_projection_incompressible(void)
 
 static void test_pod_projection(void)
 {
-    const char *failed =
-        "{\"metadata\":{\"name\":\"j-worker-3\",\"namespace\":\"ns\",\"creationTimestamp\":\"2026-11-21T08:00:00Z\","
-        "\"labels\":{\"ringmaster.dev/job-name\":\"j\",\"ringmaster.dev/replica-index\":\"3\",\"ringmaster.dev/epoch\":\"2\"}},"
-        "\"spec\":{\"nodeName\":\"n1\"},\"status\":{\"phase\":\"Failed\",\"containerStatuses\":[{\"name\":\"worker\",\"state\":"
-        "{\"terminated\":{\"exitCode\":137,\"reason\":\"OOMKilled\",\"finishedAt\":\"2026-11-21T08:01:00Z\"}}}]}}";
+    const char *failed = "{\"metadata\":{\"name\":\"j-worker-3\",\"namespace\":\"ns\",\"creationTimestamp\":"
+                         "\"2026-11-21T08:00:00Z\","
+                         "\"labels\":{\"ringmaster.dev/job-name\":\"j\",\"ringmaster.dev/"
+                         "replica-index\":\"3\",\"ringmaster.dev/epoch\":\"2\"}},"
+                         "\"spec\":{\"nodeName\":\"n1\"},\"status\":{\"phase\":\"Failed\","
+                         "\"containerStatuses\":[{\"name\":\"worker\",\"state\":"
+                         "{\"terminated\":{\"exitCode\":137,\"reason\":\"OOMKilled\",\"finishedAt\":\"2026-"
+                         "11-21T08:01:00Z\"}}}]}}";
     cJSON *o = cJSON_Parse(failed);
     rm_kube_pod *p = rm_kube_pod_transform(NULL, o);
     CU_ASSERT_PTR_NOT_NULL_FATAL(p);
@@ -371,7 +396,8 @@ static void test_pod_projection(void)
     cJSON_Delete(o);
     /* killed by a signal with exit code 0 reported → 128+signal; being deleted → Terminating */
     const char *sig =
-        "{\"metadata\":{\"name\":\"j-worker-0\",\"namespace\":\"ns\",\"deletionTimestamp\":\"2026-11-21T08:00:30Z\","
+        "{\"metadata\":{\"name\":\"j-worker-0\",\"namespace\":\"ns\",\"deletionTimestamp\":\"2026-11-21T08:"
+        "00:30Z\","
         "\"deletionGracePeriodSeconds\":30,\"labels\":{\"ringmaster.dev/replica-index\":\"0\"}},"
         "\"status\":{\"phase\":\"Running\",\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\"}],"
         "\"containerStatuses\":[{\"state\":{\"terminated\":{\"exitCode\":0,\"signal\":9}}}]}}";
@@ -384,7 +410,7 @@ static void test_pod_projection(void)
     double t = 0;
     rm_json_parse_time("2026-11-21T08:00:00Z", &t);
     CU_ASSERT_DOUBLE_EQUAL(p->deletion_started_at, t, 0.001);
-    CU_ASSERT_NOT_EQUAL(rm_kube_job_index(NULL, o, buf, sizeof(buf)), RM_OK);   /* no job label */
+    CU_ASSERT_NOT_EQUAL(rm_kube_job_index(NULL, o, buf, sizeof(buf)), RM_OK); /* no job label */
     free(p);
     cJSON_Delete(o);
     /* a secret's token is decoded */
@@ -415,24 +441,29 @@ static const char *env_val(const cJSON *pod, const char *name)
 
 static void test_worker_pod(void)
 {
-    const char *job =
-        "{\"apiVersion\":\"ringmaster.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"tj\",\"namespace\":\"ml\",\"uid\":\"u-1\"},"
-        "\"spec\":{\"replicas\":4,\"template\":{\"metadata\":{\"labels\":{\"team\":\"a\"}},\"spec\":{\"restartPolicy\":\"Always\",\"containers\":[{\"name\":\"worker\","
-        "\"image\":\"pytorch/pytorch:2.3\",\"command\":[\"torchrun\",\"train.py\"],\"env\":[{\"name\":\"RANK\",\"value\":\"99\"},{\"name\":\"MINE\",\"value\":\"x\"}],"
-        "\"resources\":{\"limits\":{\"nvidia.com/gpu\":1}}}]}}}}";
+    const char *job = "{\"apiVersion\":\"ringmaster.dev/"
+                      "v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"tj\",\"namespace\":"
+                      "\"ml\",\"uid\":\"u-1\"},"
+                      "\"spec\":{\"replicas\":4,\"template\":{\"metadata\":{\"labels\":{\"team\":\"a\"}},"
+                      "\"spec\":{\"restartPolicy\":\"Always\",\"containers\":[{\"name\":\"worker\","
+                      "\"image\":\"pytorch/"
+                      "pytorch:2.3\",\"command\":[\"torchrun\",\"train.py\"],\"env\":[{\"name\":\"RANK\","
+                      "\"value\":\"99\"},{\"name\":\"MINE\",\"value\":\"x\"}],"
+                      "\"resources\":{\"limits\":{\"nvidia.com/gpu\":1}}}]}}}}";
     cJSON *o = cJSON_Parse(job);
     rm_tj tj;
     rm_err e = {0};
     CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(o, &tj, &e), RM_OK);
     rm_tj_defaults(&tj);
-    rm_kube_worker_pod_args pa = {.tj = &tj, .index = 2, .epoch = 5,
-                                  .rdzv_url = "http://127.0.0.1:29400", .metrics_port = -1};
+    rm_kube_worker_pod_args pa = {
+        .tj = &tj, .index = 2, .epoch = 5, .rdzv_url = "http://127.0.0.1:29400", .metrics_port = -1};
     cJSON *pod = rm_kube_worker_pod(&pa, &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
     CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "metadata.name")->valuestring, "tj-worker-2");
     const cJSON *l = rm_json_path(pod, "metadata.labels");
     CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItemCaseSensitive(l, "team")->valuestring, "a");
-    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItemCaseSensitive(l, "ringmaster.dev/replica-index")->valuestring, "2");
+    CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItemCaseSensitive(l, "ringmaster.dev/replica-index")->valuestring,
+                           "2");
     CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItemCaseSensitive(l, "ringmaster.dev/epoch")->valuestring, "5");
     CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "metadata.ownerReferences[0].uid")->valuestring, "u-1");
     CU_ASSERT_TRUE(cJSON_IsTrue(rm_json_path(pod, "metadata.ownerReferences[0].controller")));
@@ -443,8 +474,11 @@ static void test_worker_pod(void)
     CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].image")->valuestring, "pytorch/pytorch:2.3");
     CU_ASSERT_PTR_NULL(rm_json_path(pod, "spec.containers[0].args"));
     CU_ASSERT_PTR_NOT_NULL(rm_json_path(pod, "spec.containers[0].command"));
-    CU_ASSERT_EQUAL(cJSON_GetObjectItemCaseSensitive(rm_json_path(pod, "spec.containers[0].resources.limits"), "nvidia.com/gpu")->valueint, 1);
-    CU_ASSERT_STRING_EQUAL(env_val(pod, "RANK"), "2");            /* ours wins over the template's */
+    CU_ASSERT_EQUAL(cJSON_GetObjectItemCaseSensitive(rm_json_path(pod, "spec.containers[0].resources.limits"),
+                                                     "nvidia.com/gpu")
+                        ->valueint,
+                    1);
+    CU_ASSERT_STRING_EQUAL(env_val(pod, "RANK"), "2"); /* ours wins over the template's */
     CU_ASSERT_STRING_EQUAL(env_val(pod, "MINE"), "x");
     CU_ASSERT_STRING_EQUAL(env_val(pod, "WORLD_SIZE"), "4");
     CU_ASSERT_STRING_EQUAL(env_val(pod, "PET_NNODES"), "4");
@@ -453,27 +487,40 @@ static void test_worker_pod(void)
     CU_ASSERT_STRING_EQUAL(env_val(pod, "MASTER_PORT"), "29500");
     CU_ASSERT_STRING_EQUAL(env_val(pod, "LOCAL_RANK"), "0");
     CU_ASSERT_STRING_EQUAL(env_val(pod, "RINGMASTER_JOB"), "ml/tj");
-    CU_ASSERT_STRING_EQUAL(env_val(pod, "RINGMASTER_BACKEND"), "nccl");      /* auto + GPU */
-    CU_ASSERT_STRING_EQUAL(rm_json_path(pod_env(pod, "RINGMASTER_TOKEN"), "valueFrom.secretKeyRef.name")->valuestring, "tj-rendezvous");
-    CU_ASSERT_STRING_EQUAL(rm_json_path(pod_env(pod, "RINGMASTER_BIND_ADDR"), "valueFrom.fieldRef.fieldPath")->valuestring, "status.podIP");
+    CU_ASSERT_STRING_EQUAL(env_val(pod, "RINGMASTER_BACKEND"), "nccl"); /* auto + GPU */
+    CU_ASSERT_STRING_EQUAL(
+        rm_json_path(pod_env(pod, "RINGMASTER_TOKEN"), "valueFrom.secretKeyRef.name")->valuestring,
+        "tj-rendezvous");
+    CU_ASSERT_STRING_EQUAL(
+        rm_json_path(pod_env(pod, "RINGMASTER_BIND_ADDR"), "valueFrom.fieldRef.fieldPath")->valuestring,
+        "status.podIP");
     cJSON_Delete(pod);
     rm_tj_free(&tj);
     cJSON_Delete(o);
     /* no template: the default worker image with args [train ...], ring backend on CPU */
-    o = cJSON_Parse("{\"apiVersion\":\"ringmaster.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"d\",\"namespace\":\"default\"},\"spec\":{\"replicas\":2}}");
+    o = cJSON_Parse("{\"apiVersion\":\"ringmaster.dev/"
+                    "v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"d\",\"namespace\":"
+                    "\"default\"},\"spec\":{\"replicas\":2}}");
     CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(o, &tj, &e), RM_OK);
     rm_tj_defaults(&tj);
-    pa = (rm_kube_worker_pod_args){.tj = &tj, .index = 0, .epoch = 1, .rdzv_url = "http://r",
-                                   .worker_image = "ringmaster/worker:dev", .metrics_port = -1};
+    pa = (rm_kube_worker_pod_args){.tj = &tj,
+                                   .index = 0,
+                                   .epoch = 1,
+                                   .rdzv_url = "http://r",
+                                   .worker_image = "ringmaster/worker:dev",
+                                   .metrics_port = -1};
     pod = rm_kube_worker_pod(&pa, &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
-    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].image")->valuestring, "ringmaster/worker:dev");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].image")->valuestring,
+                           "ringmaster/worker:dev");
     CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].args[0]")->valuestring, "train");
-    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].args[2]")->valuestring, "$(RINGMASTER_BIND_ADDR):9090");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].args[2]")->valuestring,
+                           "$(RINGMASTER_BIND_ADDR):9090");
     cJSON_Delete(pod);
     pa.metrics_port = 0;
     pod = rm_kube_worker_pod(&pa, &e);
-    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].args[2]")->valuestring, "$(RINGMASTER_BIND_ADDR):0");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].args[2]")->valuestring,
+                           "$(RINGMASTER_BIND_ADDR):0");
     CU_ASSERT_STRING_EQUAL(env_val(pod, "RINGMASTER_BACKEND"), "ring");
     CU_ASSERT_STRING_EQUAL(env_val(pod, "RINGMASTER_RENDEZVOUS"), "http://r");
     cJSON *tr = cJSON_Parse(env_val(pod, "RINGMASTER_TRAINING"));
@@ -488,13 +535,17 @@ static void test_worker_pod(void)
                              {"docker.io/library/worker:1", "0"}};
     for (size_t i = 0; i < 3; i++) {
         char js[512];
-        snprintf(js, sizeof(js), "{\"apiVersion\":\"ringmaster.dev/v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"d\",\"namespace\":\"default\"},"
-                 "\"spec\":{\"template\":{\"spec\":{\"containers\":[{\"name\":\"worker\",\"image\":\"%s\"}]}}}}", imgs[i][0]);
+        snprintf(
+            js, sizeof(js),
+            "{\"apiVersion\":\"ringmaster.dev/"
+            "v1alpha1\",\"kind\":\"TrainingJob\",\"metadata\":{\"name\":\"d\",\"namespace\":\"default\"},"
+            "\"spec\":{\"template\":{\"spec\":{\"containers\":[{\"name\":\"worker\",\"image\":\"%s\"}]}}}}",
+            imgs[i][0]);
         o = cJSON_Parse(js);
         CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(o, &tj, &e), RM_OK);
         rm_tj_defaults(&tj);
-        pa = (rm_kube_worker_pod_args){.tj = &tj, .index = 0, .epoch = 1, .rdzv_url = "http://r",
-                                       .metrics_port = -1};
+        pa = (rm_kube_worker_pod_args){
+            .tj = &tj, .index = 0, .epoch = 1, .rdzv_url = "http://r", .metrics_port = -1};
         pod = rm_kube_worker_pod(&pa, &e);
         CU_ASSERT_EQUAL(rm_json_path(pod, "spec.containers[0].args") != NULL, imgs[i][1][0] == '1');
         cJSON_Delete(pod);

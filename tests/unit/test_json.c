@@ -8,7 +8,7 @@
 
 static cJSON *doc(const char *s)
 {
-    rm_err e = { 0 };
+    rm_err e = {0};
     cJSON *j = rm_json_parse(s, strlen(s), &e);
     CU_ASSERT_PTR_NOT_NULL(j);
     return j;
@@ -17,7 +17,7 @@ static cJSON *doc(const char *s)
 static void test_int_getter(void)
 {
     cJSON *j = doc("{\"a\":3,\"b\":3.0,\"c\":3.5,\"d\":\"3\",\"e\":null,\"f\":1e300}");
-    rm_err e = { 0 };
+    rm_err e = {0};
     int64_t v = -1;
     CU_ASSERT_EQUAL(rm_json_int(j, "a", true, "spec", &v, &e), RM_OK);
     CU_ASSERT_EQUAL(v, 3);
@@ -50,7 +50,7 @@ static void test_int_getter(void)
 static void test_other_getters(void)
 {
     cJSON *j = doc("{\"n\":1.5,\"b\":true,\"s\":\"x\",\"o\":{},\"a\":[1],\"wrong\":1}");
-    rm_err e = { 0 };
+    rm_err e = {0};
     double d;
     bool b;
     const char *s;
@@ -81,9 +81,9 @@ static void test_other_getters(void)
 static void test_no_unknown(void)
 {
     cJSON *j = doc("{\"replicas\":1,\"foo\":2}");
-    rm_err e = { 0 };
-    static const char *const ok1[] = { "replicas", "foo", NULL };
-    static const char *const ok2[] = { "replicas", NULL };
+    rm_err e = {0};
+    static const char *const ok1[] = {"replicas", "foo", NULL};
+    static const char *const ok2[] = {"replicas", NULL};
     CU_ASSERT_EQUAL(rm_json_no_unknown(j, ok1, "spec", &e), RM_OK);
     CU_ASSERT_EQUAL(rm_json_no_unknown(j, ok2, "spec", &e), RM_EINVAL);
     CU_ASSERT_STRING_EQUAL(e.msg, "spec.foo: unknown field");
@@ -93,7 +93,7 @@ static void test_no_unknown(void)
 
 static void test_parse(void)
 {
-    rm_err e = { 0 };
+    rm_err e = {0};
     cJSON *j = rm_json_parse("{\"a\":1}garbage", 7, &e); /* length bounds the input */
     CU_ASSERT_PTR_NOT_NULL(j);
     cJSON_Delete(j);
@@ -218,14 +218,14 @@ static void test_time(void)
 void rm_suite_json(void)
 {
     static const rm_test_case cases[] = {
-        { "int_getter_missing_vs_wrong_type", test_int_getter },
-        { "other_getters", test_other_getters },
-        { "no_unknown", test_no_unknown },
-        { "parse_errors", test_parse },
-        { "path", test_path },
-        { "controller_ref", test_controller_ref },
-        { "object_head", test_object_head },
-        { "time", test_time },
+        {"int_getter_missing_vs_wrong_type", test_int_getter},
+        {"other_getters", test_other_getters},
+        {"no_unknown", test_no_unknown},
+        {"parse_errors", test_parse},
+        {"path", test_path},
+        {"controller_ref", test_controller_ref},
+        {"object_head", test_object_head},
+        {"time", test_time},
     };
     RM_ADD_SUITE("json", NULL, NULL, cases);
 }

@@ -29,7 +29,7 @@ static void test_elem_math(void)
     CU_ASSERT_EQUAL(rm_e_bias_act(1.5f, -2.0f, RM_ELEM_ACT_NONE), -0.5f);
     CU_ASSERT_EQUAL(rm_e_bias_act(1.5f, -2.0f, RM_ELEM_ACT_RELU), 0.0f);
     CU_ASSERT_EQUAL(rm_e_bias_act(1.5f, 2.0f, RM_ELEM_ACT_RELU), 3.5f);
-    CU_ASSERT_EQUAL(rm_e_bias_act(NAN, 0.0f, RM_ELEM_ACT_RELU), 0.0f);   /* NaN -> 0 under ReLU */
+    CU_ASSERT_EQUAL(rm_e_bias_act(NAN, 0.0f, RM_ELEM_ACT_RELU), 0.0f); /* NaN -> 0 under ReLU */
     CU_ASSERT_EQUAL(rm_e_act_grad(2.0f, 0.0f, RM_ELEM_ACT_RELU), 0.0f);
     CU_ASSERT_EQUAL(rm_e_act_grad(2.0f, 0.5f, RM_ELEM_ACT_RELU), 2.0f);
     CU_ASSERT_EQUAL(rm_e_act_grad(2.0f, -1.0f, RM_ELEM_ACT_NONE), 2.0f);
@@ -162,8 +162,7 @@ static void emu_softmax_xent(const float *logits, const int32_t *labels, int row
 }
 
 /* k_argmax_correct */
-static int32_t emu_argmax_correct(const float *logits, const int32_t *labels, int rows, int classes,
-                                  int sms)
+static int32_t emu_argmax_correct(const float *logits, const int32_t *labels, int rows, int classes, int sms)
 {
     int blocks = rm_plan_argmax_blocks(rows, sms);
     int wpb = RM_PLAN_THREADS / RM_WARP;
@@ -186,8 +185,8 @@ static int32_t emu_argmax_correct(const float *logits, const int32_t *labels, in
                     for (int l = 0; l < RM_WARP; l++) {
                         nb[l] = best[l];
                         ni[l] = bi[l];
-                        rm_argmax_merge(&nb[l], &ni[l], best[l ^ rm_xor_offset(s)],
-                                        bi[l ^ rm_xor_offset(s)], classes);
+                        rm_argmax_merge(&nb[l], &ni[l], best[l ^ rm_xor_offset(s)], bi[l ^ rm_xor_offset(s)],
+                                        classes);
                     }
                     memcpy(best, nb, sizeof nb);
                     memcpy(bi, ni, sizeof ni);
@@ -211,9 +210,8 @@ static void emu_bias_bwd(float *dy, const float *y, float *db, int rows, int col
             for (int ty = 0; ty < RM_PLAN_BWD_LANES; ty++)
                 for (int tx = 0; tx < RM_PLAN_BWD_COLS; tx++) {
                     int c = bx * RM_PLAN_BWD_COLS + tx;
-                    part[ty][tx] = c < cols ? rm_bwd_lane_sum(dy, y, cols, c, r0, r1, ty,
-                                                              RM_PLAN_BWD_LANES, act)
-                                            : 0.0f;
+                    part[ty][tx] =
+                        c < cols ? rm_bwd_lane_sum(dy, y, cols, c, r0, r1, ty, RM_PLAN_BWD_LANES, act) : 0.0f;
                 }
             for (int tx = 0; tx < RM_PLAN_BWD_COLS; tx++) {
                 emu_tree(&part[0][tx], RM_PLAN_BWD_LANES, RM_PLAN_BWD_COLS + 1);
@@ -253,7 +251,7 @@ static int32_t emu_unscale_check(float *x, size_t n, float inv_scale, int32_t fl
 /* ---------------- data and tolerances (as tests/gpu/gpu_tests.c) ---------------- */
 
 static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static float frand(void)   /* [-1, 1) */
+static float frand(void) /* [-1, 1) */
 {
     g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
     return (float)((g_rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
@@ -286,8 +284,8 @@ static double worst_ratio(const float *a, const float *b, const float *mag, size
 static void test_emulated_softmax_xent(void)
 {
     const rm_kernels *C = rm_kernels_cpu();
-    const int shapes[][2] = {{1, 10}, {64, 10}, {100, 10}, {513, 37}, {8192, 10}, {4, 1000},
-                             {3000, 3}, {9, 33}};
+    const int shapes[][2] = {{1, 10},    {64, 10},  {100, 10}, {513, 37},
+                             {8192, 10}, {4, 1000}, {3000, 3}, {9, 33}};
     int old_fail = 0, datasets = 0;
     for (int seed = 0; seed < 20; seed++) {
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
@@ -299,7 +297,7 @@ static void test_emulated_softmax_xent(void)
                 x[i] = 8.0f * frand();
             for (int r = 0; r < rows; r++) {
                 lab[r] = (int32_t)(((frand() + 1.0f) * 0.5f) * classes) % classes;
-                if (r % 3 == 0)   /* confident rows: p(label) near 1, the hard case */
+                if (r % 3 == 0) /* confident rows: p(label) near 1, the hard case */
                     x[(size_t)r * classes + lab[r]] += 12.0f;
             }
             float inv_batch = 1.0f / (float)rows, eloss = 0, closs = 0;
@@ -337,16 +335,28 @@ static void test_emulated_argmax(void)
                 float *x = malloc(n * 4);
                 int32_t *lab = malloc((size_t)rows * 4);
                 for (size_t i = 0; i < n; i++)
-                    x[i] = (float)(int)(4.0f * frand());   /* few values: many ties */
+                    x[i] = (float)(int)(4.0f * frand()); /* few values: many ties */
                 for (int r = 0; r < rows; r++) {
                     lab[r] = (int32_t)(((frand() + 1.0f) * 0.5f) * classes) % classes;
                     float *z = x + (size_t)r * classes;
-                    switch (r % 7) {   /* NaN rules of the C loop */
-                    case 1: z[0] = NAN; break;
-                    case 2: if (classes > 2) z[classes / 2] = NAN; break;
-                    case 3: for (int c = 0; c < classes; c++) z[c] = NAN; break;
-                    case 4: if (classes > 1) z[classes - 1] = 100.0f, lab[r] = classes - 1; break;
-                    default: break;
+                    switch (r % 7) { /* NaN rules of the C loop */
+                    case 1:
+                        z[0] = NAN;
+                        break;
+                    case 2:
+                        if (classes > 2)
+                            z[classes / 2] = NAN;
+                        break;
+                    case 3:
+                        for (int c = 0; c < classes; c++)
+                            z[c] = NAN;
+                        break;
+                    case 4:
+                        if (classes > 1)
+                            z[classes - 1] = 100.0f, lab[r] = classes - 1;
+                        break;
+                    default:
+                        break;
                     }
                 }
                 int32_t cc = -1;
@@ -362,8 +372,8 @@ static void test_emulated_argmax(void)
 static void test_emulated_bias_bwd(void)
 {
     const rm_kernels *C = rm_kernels_cpu();
-    const int shapes[][2] = {{1, 1}, {64, 512}, {37, 10}, {257, 33}, {3, 1000}, {8192, 10},
-                             {20000, 3}, {513, 40}};
+    const int shapes[][2] = {{1, 1},    {64, 512},  {37, 10},   {257, 33},
+                             {3, 1000}, {8192, 10}, {20000, 3}, {513, 40}};
     const int sms[] = {0, 1, 7, 132};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int act = RM_ACT_NONE; act <= RM_ACT_RELU; act++)
@@ -380,7 +390,7 @@ static void test_emulated_bias_bwd(void)
                 }
                 emu_bias_bwd(dy, y, edb, rows, cols, act, sms[si]);
                 C->bias_act_bwd(dy2, y, cdb, rows, cols, (rm_act)act);
-                CU_ASSERT_EQUAL(memcmp(dy, dy2, n * 4), 0);   /* dY: bit-identical, as on the GPU */
+                CU_ASSERT_EQUAL(memcmp(dy, dy2, n * 4), 0); /* dY: bit-identical, as on the GPU */
                 double r = worst_ratio(edb, cdb, mag, (size_t)cols, 1e-7, 1e-6);
                 if (r > 1.0)
                     printf("\n  bias bwd %dx%d act %d sms %d: ratio %.3g\n", rows, cols, act, sms[si], r);

@@ -154,7 +154,7 @@ static void test_softmax_xent(void)
     unsigned s = 11;
     for (int i = 0; i < R * C; i++)
         z[i] = frand(&s) * 5;
-    z[2 * C + 3] = 80.0f;   /* large logit: must not overflow */
+    z[2 * C + 3] = 80.0f; /* large logit: must not overflow */
     k->softmax_xent_fwd_bwd(z, lab, R, C, 0.25f, d, &loss);
     double want = 0;
     for (int r = 0; r < R; r++) {
@@ -171,7 +171,7 @@ static void test_softmax_xent(void)
             CU_ASSERT_DOUBLE_EQUAL(d[r * C + c], g, 1e-6);
             gsum += d[r * C + c];
         }
-        CU_ASSERT_DOUBLE_EQUAL(gsum, 0.0, 1e-6);   /* softmax - onehot sums to 0 */
+        CU_ASSERT_DOUBLE_EQUAL(gsum, 0.0, 1e-6); /* softmax - onehot sums to 0 */
     }
     CU_ASSERT_DOUBLE_EQUAL(loss, want, 1e-4);
     CU_ASSERT(isfinite(loss));
@@ -190,7 +190,7 @@ static void test_argmax(void)
     float z[3 * 4] = {0, 1, 2, 3, /* -> 3 */ 5, 5, 1, 0, /* tie -> first (0) */ 9, 0, 0, 0};
     int32_t lab[3] = {3, 1, 0}, n = -1;
     k->argmax_correct(z, lab, 3, 4, &n);
-    CU_ASSERT_EQUAL(n, 2);   /* row 1's tie resolves to 0, not 1 */
+    CU_ASSERT_EQUAL(n, 2); /* row 1's tie resolves to 0, not 1 */
 }
 
 static void test_optimizers(void)
@@ -254,9 +254,12 @@ static void test_scale_unscale(void)
 void rm_suite_kernels(void)
 {
     static const rm_test_case cases[] = {
-        {"lookup_alloc", test_lookup},     {"gemm_vs_naive", test_gemm},
-        {"bias_act", test_bias_act},       {"softmax_xent", test_softmax_xent},
-        {"argmax", test_argmax},           {"optimizers_by_hand", test_optimizers},
+        {"lookup_alloc", test_lookup},
+        {"gemm_vs_naive", test_gemm},
+        {"bias_act", test_bias_act},
+        {"softmax_xent", test_softmax_xent},
+        {"argmax", test_argmax},
+        {"optimizers_by_hand", test_optimizers},
         {"scale_unscale", test_scale_unscale},
     };
     RM_ADD_SUITE("kernels", NULL, NULL, cases);

@@ -18,14 +18,16 @@ static const char *KC =
     "apiVersion: v1\nkind: Config\ncurrent-context: dev\n"
     "clusters:\n"
     "- name: c1\n  cluster:\n    server: https://10.1.2.3:6443/\n    certificate-authority-data: Q0FQRU0=\n"
-    "- name: c2\n  cluster:\n    server: http://127.0.0.1:1234\n    insecure-skip-tls-verify: true\n    certificate-authority: ca.pem\n"
+    "- name: c2\n  cluster:\n    server: http://127.0.0.1:1234\n    insecure-skip-tls-verify: true\n    "
+    "certificate-authority: ca.pem\n"
     "contexts:\n"
     "- name: dev\n  context: {cluster: c1, user: u1, namespace: team-a}\n"
     "- name: other\n  context: {cluster: c2, user: u2}\n"
     "- name: broken\n  context: {cluster: nope, user: u1}\n"
     "- name: certonly\n  context: {cluster: c1, user: u3}\n"
     "users:\n"
-    "- name: u1\n  user:\n    token: abc123\n    client-certificate-data: Q0VSVA==\n    client-key-data: S0VZ\n"
+    "- name: u1\n  user:\n    token: abc123\n    client-certificate-data: Q0VSVA==\n    client-key-data: "
+    "S0VZ\n"
     "- name: u2\n  user:\n    tokenFile: tok.txt\n"
     "- name: u3\n  user:\n    client-certificate-data: Q0VSVA==\n";
 
@@ -34,10 +36,10 @@ static void test_kubeconfig_token_certs(void)
     rm_kube_config c;
     rm_err e = {0};
     CU_ASSERT_EQUAL_FATAL(rm_kube_config_parse(KC, strlen(KC), "/etc/kc", NULL, &c, &e), RM_OK);
-    CU_ASSERT_STRING_EQUAL(c.server, "https://10.1.2.3:6443");   /* trailing / dropped */
+    CU_ASSERT_STRING_EQUAL(c.server, "https://10.1.2.3:6443"); /* trailing / dropped */
     CU_ASSERT_STRING_EQUAL(c.namespace_, "team-a");
     CU_ASSERT_STRING_EQUAL(c.token, "abc123");
-    CU_ASSERT_FALSE(c.insecure);                                  /* verify by default */
+    CU_ASSERT_FALSE(c.insecure); /* verify by default */
     CU_ASSERT_EQUAL(c.ca_len, 5);
     CU_ASSERT_EQUAL(memcmp(c.ca_data, "CAPEM", 5), 0);
     CU_ASSERT_EQUAL(c.cert_len, 4);
@@ -67,8 +69,8 @@ static void test_kubeconfig_tokenfile_insecure(void)
     CU_ASSERT_PTR_NULL(c.namespace_);
     char want[512];
     snprintf(want, sizeof(want), "%s/tok.txt", dir);
-    CU_ASSERT_STRING_EQUAL(c.token_file, want);                   /* relative to the kubeconfig */
-    CU_ASSERT_STRING_EQUAL(c.token, "filetoken");                 /* trimmed */
+    CU_ASSERT_STRING_EQUAL(c.token_file, want);   /* relative to the kubeconfig */
+    CU_ASSERT_STRING_EQUAL(c.token, "filetoken"); /* trimmed */
     snprintf(want, sizeof(want), "%s/ca.pem", dir);
     CU_ASSERT_STRING_EQUAL(c.ca_file, want);
     rm_kube_config_free(&c);
@@ -88,18 +90,22 @@ static void test_kubeconfig_errors(void)
     memset(&e, 0, sizeof(e));
     CU_ASSERT_EQUAL(rm_kube_config_parse(KC, strlen(KC), NULL, "certonly", &c, &e), RM_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "key"));
-    const char *nos = "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  cluster: {}\n";
+    const char *nos = "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: "
+                      "c\n  cluster: {}\n";
     memset(&e, 0, sizeof(e));
     CU_ASSERT_EQUAL(rm_kube_config_parse(nos, strlen(nos), NULL, NULL, &c, &e), RM_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "server"));
-    const char *badb64 = "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- name: c\n  cluster: {server: 'https://a', certificate-authority-data: '!!!'}\n";
+    const char *badb64 = "current-context: x\ncontexts:\n- name: x\n  context: {cluster: c}\nclusters:\n- "
+                         "name: c\n  cluster: {server: 'https://a', certificate-authority-data: '!!!'}\n";
     memset(&e, 0, sizeof(e));
     CU_ASSERT_EQUAL(rm_kube_config_parse(badb64, strlen(badb64), NULL, NULL, &c, &e), RM_EINVAL);
     CU_ASSERT_STRING_EQUAL(e.field, "certificate-authority-data");
     memset(&e, 0, sizeof(e));
     CU_ASSERT_NOT_EQUAL(rm_kube_config_parse("a: [", 4, NULL, NULL, &c, &e), RM_OK);
     /* a plain-HTTP kubeconfig with `user: {}` (what kubesim writes) */
-    const char *plain = "current-context: s\ncontexts:\n- name: s\n  context: {cluster: s, user: s}\nclusters:\n- name: s\n  cluster: {server: 'http://127.0.0.1:5'}\nusers:\n- name: s\n  user: {}\n";
+    const char *plain =
+        "current-context: s\ncontexts:\n- name: s\n  context: {cluster: s, user: s}\nclusters:\n- name: s\n  "
+        "cluster: {server: 'http://127.0.0.1:5'}\nusers:\n- name: s\n  user: {}\n";
     CU_ASSERT_EQUAL(rm_kube_config_parse(plain, strlen(plain), NULL, NULL, &c, &e), RM_OK);
     CU_ASSERT_PTR_NULL(c.token);
     rm_kube_config_free(&c);
@@ -150,7 +156,7 @@ static void test_base64(void)
     free(dec);
     CU_ASSERT_EQUAL(rm_b64_decode("a$b", 3, &dec, &n), RM_EINVAL);
     CU_ASSERT_PTR_NULL(dec);
-    CU_ASSERT_EQUAL(rm_b64_decode("YQ==YQ", 6, &dec, &n), RM_EINVAL);   /* data after padding */
+    CU_ASSERT_EQUAL(rm_b64_decode("YQ==YQ", 6, &dec, &n), RM_EINVAL); /* data after padding */
 }
 
 static void test_token_bucket(void)
@@ -159,14 +165,14 @@ static void test_token_bucket(void)
     rm_kube_bucket_init(&b, 10, 2, 0);
     CU_ASSERT_DOUBLE_EQUAL(rm_kube_bucket_reserve(&b, 0), 0, 1e-9);
     CU_ASSERT_DOUBLE_EQUAL(rm_kube_bucket_reserve(&b, 0), 0, 1e-9);
-    CU_ASSERT_DOUBLE_EQUAL(rm_kube_bucket_reserve(&b, 0), 0.1, 1e-9);   /* burst spent */
-    CU_ASSERT_DOUBLE_EQUAL(rm_kube_bucket_reserve(&b, 0), 0.2, 1e-9);   /* queued behind */
+    CU_ASSERT_DOUBLE_EQUAL(rm_kube_bucket_reserve(&b, 0), 0.1, 1e-9); /* burst spent */
+    CU_ASSERT_DOUBLE_EQUAL(rm_kube_bucket_reserve(&b, 0), 0.2, 1e-9); /* queued behind */
     CU_ASSERT_DOUBLE_EQUAL(rm_kube_bucket_reserve(&b, 0.25), 0.05, 1e-9);
-    CU_ASSERT_DOUBLE_EQUAL(rm_kube_bucket_reserve(&b, 100), 0, 1e-9);   /* refilled, capped at burst */
+    CU_ASSERT_DOUBLE_EQUAL(rm_kube_bucket_reserve(&b, 100), 0, 1e-9); /* refilled, capped at burst */
     CU_ASSERT_DOUBLE_EQUAL(rm_kube_bucket_reserve(&b, 100), 0, 1e-9);
     CU_ASSERT(rm_kube_bucket_reserve(&b, 100) > 0);
     rm_kube_bucket_destroy(&b);
-    rm_kube_bucket_init(&b, 0, 1, 0);   /* off */
+    rm_kube_bucket_init(&b, 0, 1, 0); /* off */
     for (int i = 0; i < 100; i++)
         CU_ASSERT_DOUBLE_EQUAL(rm_kube_bucket_reserve(&b, 0), 0, 1e-9);
     rm_kube_bucket_destroy(&b);
@@ -182,9 +188,9 @@ static long long clock_mono_ms(void)
 /* ---------------- fake API server ---------------- */
 typedef struct fake {
     atomic_int calls;
-    int fail_first;        /* answer `fail_code` this many times */
+    int fail_first; /* answer `fail_code` this many times */
     int fail_code;
-    const char *retry_after;   /* NULL = "0" */
+    const char *retry_after; /* NULL = "0" */
     char tokfile[512];
 } fake;
 
@@ -194,7 +200,8 @@ static int h_flaky(const rm_http_req *req, rm_http_resp *resp, void *ud)
     int n = atomic_fetch_add(&f->calls, 1);
     if (n < f->fail_first) {
         rm_http_add_header(resp, "Retry-After", f->retry_after ? f->retry_after : "0");
-        return rm_http_reply_text(resp, f->fail_code, "application/json", "{\"kind\":\"Status\",\"code\":429}");
+        return rm_http_reply_text(resp, f->fail_code, "application/json",
+                                  "{\"kind\":\"Status\",\"code\":429}");
     }
     return rm_http_reply_text(resp, 200, "application/json", "{\"ok\":true}");
 }

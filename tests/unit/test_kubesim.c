@@ -32,10 +32,10 @@ static void test_label_selectors(void)
     CU_ASSERT(lmatch("env==prod", L));
     CU_ASSERT(!lmatch("env=dev", L));
     CU_ASSERT(!lmatch("env!=prod", L));
-    CU_ASSERT(lmatch("app!=x", L));            /* != matches a missing key */
+    CU_ASSERT(lmatch("app!=x", L)); /* != matches a missing key */
     CU_ASSERT(lmatch("env in (dev, prod)", L));
     CU_ASSERT(!lmatch("env notin (prod)", L));
-    CU_ASSERT(lmatch("app notin (x)", L));     /* notin matches a missing key */
+    CU_ASSERT(lmatch("app notin (x)", L)); /* notin matches a missing key */
     CU_ASSERT(lmatch("env", L));
     CU_ASSERT(!lmatch("!env", L));
     CU_ASSERT(lmatch("!app", L));
@@ -45,7 +45,8 @@ static void test_label_selectors(void)
     CU_ASSERT(lmatch("n>3", "{\"n\":\"5\"}"));
     CU_ASSERT(!lmatch("n<3", "{\"n\":\"5\"}"));
     CU_ASSERT(lmatch("env=", "{\"env\":\"\"}"));
-    const char *bad[] = {"env in prod", "=x", "a b", "env in (a", "env,,x", "env=a=b", "-bad=1", ",", "env in ()x"};
+    const char *bad[] = {"env in prod", "=x",     "a b", "env in (a", "env,,x",
+                         "env=a=b",     "-bad=1", ",",   "env in ()x"};
     for (size_t i = 0; i < RM_ARRAY_LEN(bad); i++) {
         ks_lsel *s = NULL;
         rm_err e = {0};
@@ -58,7 +59,8 @@ static void test_label_selectors(void)
 static void test_field_selectors(void)
 {
     static const char *const allowed[] = {"metadata.name", "metadata.namespace", "status.phase", NULL};
-    cJSON *o = cJSON_Parse("{\"metadata\":{\"name\":\"a\",\"namespace\":\"ns\"},\"status\":{\"phase\":\"Running\"}}");
+    cJSON *o = cJSON_Parse(
+        "{\"metadata\":{\"name\":\"a\",\"namespace\":\"ns\"},\"status\":{\"phase\":\"Running\"}}");
     ks_fsel *f = NULL;
     rm_err e = {0};
     CU_ASSERT(ks_fsel_parse("metadata.name=a,status.phase!=Failed", allowed, &f, &e) == RM_OK);
@@ -100,7 +102,9 @@ static bool same(const cJSON *a, const char *b)
 static void test_merge_patch(void)
 {
     /* RFC 7386 appendix A examples */
-    struct { const char *doc, *patch, *want; } c[] = {
+    struct {
+        const char *doc, *patch, *want;
+    } c[] = {
         {"{\"a\":\"b\"}", "{\"a\":\"c\"}", "{\"a\":\"c\"}"},
         {"{\"a\":\"b\"}", "{\"b\":\"c\"}", "{\"a\":\"b\",\"b\":\"c\"}"},
         {"{\"a\":\"b\"}", "{\"a\":null}", "{}"},
@@ -139,15 +143,19 @@ static void test_json_patch(void)
                  "{\"foo\":\"bar\",\"baz\":\"qux\"}") == RM_OK);
     CU_ASSERT(jp("{\"foo\":[\"bar\",\"baz\"]}", "[{\"op\":\"add\",\"path\":\"/foo/1\",\"value\":\"qux\"}]",
                  "{\"foo\":[\"bar\",\"qux\",\"baz\"]}") == RM_OK);
-    CU_ASSERT(jp("{\"foo\":[1]}", "[{\"op\":\"add\",\"path\":\"/foo/-\",\"value\":2}]", "{\"foo\":[1,2]}") == RM_OK);
-    CU_ASSERT(jp("{\"baz\":\"qux\",\"foo\":\"bar\"}", "[{\"op\":\"remove\",\"path\":\"/baz\"}]", "{\"foo\":\"bar\"}") == RM_OK);
+    CU_ASSERT(jp("{\"foo\":[1]}", "[{\"op\":\"add\",\"path\":\"/foo/-\",\"value\":2}]", "{\"foo\":[1,2]}") ==
+              RM_OK);
+    CU_ASSERT(jp("{\"baz\":\"qux\",\"foo\":\"bar\"}", "[{\"op\":\"remove\",\"path\":\"/baz\"}]",
+                 "{\"foo\":\"bar\"}") == RM_OK);
     CU_ASSERT(jp("{\"foo\":{\"bar\":\"baz\",\"waldo\":\"fred\"},\"qux\":{\"corge\":\"grault\"}}",
                  "[{\"op\":\"move\",\"from\":\"/foo/waldo\",\"path\":\"/qux/thud\"}]",
                  "{\"foo\":{\"bar\":\"baz\"},\"qux\":{\"corge\":\"grault\",\"thud\":\"fred\"}}") == RM_OK);
     CU_ASSERT(jp("{\"a\":{\"b\":1}}", "[{\"op\":\"copy\",\"from\":\"/a\",\"path\":\"/c\"}]",
                  "{\"a\":{\"b\":1},\"c\":{\"b\":1}}") == RM_OK);
-    CU_ASSERT(jp("{\"a/b\":1,\"m~n\":2}", "[{\"op\":\"replace\",\"path\":\"/a~1b\",\"value\":3},"
-                 "{\"op\":\"test\",\"path\":\"/m~0n\",\"value\":2}]", "{\"a/b\":3,\"m~n\":2}") == RM_OK);
+    CU_ASSERT(jp("{\"a/b\":1,\"m~n\":2}",
+                 "[{\"op\":\"replace\",\"path\":\"/a~1b\",\"value\":3},"
+                 "{\"op\":\"test\",\"path\":\"/m~0n\",\"value\":2}]",
+                 "{\"a/b\":3,\"m~n\":2}") == RM_OK);
     CU_ASSERT(jp("{\"a\":1}", "[{\"op\":\"test\",\"path\":\"/a\",\"value\":2}]", NULL) == RM_EINVAL);
     CU_ASSERT(jp("{\"a\":1}", "[{\"op\":\"replace\",\"path\":\"/b\",\"value\":2}]", NULL) == RM_EINVAL);
     CU_ASSERT(jp("{\"a\":1}", "[{\"op\":\"remove\",\"path\":\"/b\"}]", NULL) == RM_EINVAL);
@@ -157,23 +165,30 @@ static void test_json_patch(void)
     CU_ASSERT(jp("{}", "{\"op\":\"add\"}", NULL) == RM_EPROTO);
     CU_ASSERT(jp("{}", "[{\"op\":\"add\",\"path\":\"/a\"}]", NULL) == RM_EPROTO);
     /* a failed op leaves an error, never a crash, with earlier ops applied to the private copy */
-    CU_ASSERT(jp("{\"a\":1}", "[{\"op\":\"add\",\"path\":\"/b\",\"value\":1},{\"op\":\"test\",\"path\":\"/a\",\"value\":0}]",
-                 NULL) == RM_EINVAL);
+    CU_ASSERT(
+        jp("{\"a\":1}",
+           "[{\"op\":\"add\",\"path\":\"/b\",\"value\":1},{\"op\":\"test\",\"path\":\"/a\",\"value\":0}]",
+           NULL) == RM_EINVAL);
 }
 
 static void test_strategic_merge(void)
 {
     cJSON *d = P("{\"metadata\":{\"finalizers\":[\"a\"]},\"spec\":{\"containers\":["
-                 "{\"name\":\"a\",\"image\":\"x\",\"env\":[{\"name\":\"X\",\"value\":\"1\"}],\"ports\":[{\"containerPort\":80}]},"
+                 "{\"name\":\"a\",\"image\":\"x\",\"env\":[{\"name\":\"X\",\"value\":\"1\"}],\"ports\":[{"
+                 "\"containerPort\":80}]},"
                  "{\"name\":\"b\",\"image\":\"y\"}],\"tolerations\":[{\"key\":\"t\"}]}}");
-    cJSON *p = P("{\"metadata\":{\"finalizers\":[\"b\"]},\"$setElementOrder/spec\":[],\"spec\":{\"containers\":["
-                 "{\"name\":\"a\",\"image\":\"x2\",\"env\":[{\"name\":\"Y\",\"value\":\"2\"},{\"name\":\"X\",\"$patch\":\"delete\"}]},"
-                 "{\"name\":\"c\",\"image\":\"z\"}],\"tolerations\":[{\"key\":\"u\"}]}}");
+    cJSON *p =
+        P("{\"metadata\":{\"finalizers\":[\"b\"]},\"$setElementOrder/spec\":[],\"spec\":{\"containers\":["
+          "{\"name\":\"a\",\"image\":\"x2\",\"env\":[{\"name\":\"Y\",\"value\":\"2\"},{\"name\":\"X\",\"$"
+          "patch\":\"delete\"}]},"
+          "{\"name\":\"c\",\"image\":\"z\"}],\"tolerations\":[{\"key\":\"u\"}]}}");
     rm_err e = {0};
     CU_ASSERT(ks_strategic_merge_patch(&d, p, &e) == RM_OK);
     CU_ASSERT(same(d, "{\"metadata\":{\"finalizers\":[\"a\",\"b\"]},\"spec\":{\"containers\":["
-                      "{\"name\":\"a\",\"image\":\"x2\",\"env\":[{\"name\":\"Y\",\"value\":\"2\"}],\"ports\":[{\"containerPort\":80}]},"
-                      "{\"name\":\"b\",\"image\":\"y\"},{\"name\":\"c\",\"image\":\"z\"}],\"tolerations\":[{\"key\":\"u\"}]}}"));
+                      "{\"name\":\"a\",\"image\":\"x2\",\"env\":[{\"name\":\"Y\",\"value\":\"2\"}],\"ports\":"
+                      "[{\"containerPort\":80}]},"
+                      "{\"name\":\"b\",\"image\":\"y\"},{\"name\":\"c\",\"image\":\"z\"}],\"tolerations\":[{"
+                      "\"key\":\"u\"}]}}"));
     cJSON_Delete(p);
     /* merging an element that is not first keeps its position (cJSON insert bug regression) */
     p = P("{\"spec\":{\"containers\":[{\"name\":\"b\",\"image\":\"y2\"}]}}");
@@ -194,11 +209,13 @@ static void test_strategic_merge(void)
 
 static void test_schema(void)
 {
-    cJSON *sch = P("{\"type\":\"object\",\"properties\":{\"apiVersion\":{\"type\":\"string\"},\"metadata\":{\"type\":\"object\"},"
+    cJSON *sch = P("{\"type\":\"object\",\"properties\":{\"apiVersion\":{\"type\":\"string\"},\"metadata\":{"
+                   "\"type\":\"object\"},"
                    "\"spec\":{\"type\":\"object\",\"required\":[\"replicas\"],\"properties\":{"
                    "\"replicas\":{\"type\":\"integer\",\"minimum\":1,\"default\":1},"
                    "\"backend\":{\"type\":\"string\",\"enum\":[\"auto\",\"ring\"],\"default\":\"auto\"},"
-                   "\"policy\":{\"type\":\"object\",\"default\":{},\"properties\":{\"max\":{\"type\":\"integer\",\"default\":5}}},"
+                   "\"policy\":{\"type\":\"object\",\"default\":{},\"properties\":{\"max\":{\"type\":"
+                   "\"integer\",\"default\":5}}},"
                    "\"free\":{\"type\":\"object\",\"x-kubernetes-preserve-unknown-fields\":true},"
                    "\"m\":{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\"}}}}}}");
     cJSON *o = P("{\"apiVersion\":\"g/v\",\"kind\":\"K\",\"metadata\":{\"name\":\"a\",\"x\":1},"
@@ -227,14 +244,17 @@ static void test_schema(void)
     cJSON_Delete(unk);
     cJSON_Delete(sch);
     /* pattern and a CR's metadata.name restrictions (the CRD's DNS-1035 rule for job names) */
-    sch = P("{\"type\":\"object\",\"properties\":{\"metadata\":{\"type\":\"object\",\"properties\":{\"name\":"
-            "{\"type\":\"string\",\"maxLength\":5,\"pattern\":\"^[a-z]([-a-z0-9]*[a-z0-9])?$\"}}},"
-            "\"spec\":{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"pattern\":\"^x+$\"}}}}}");
-    const char *cases[][2] = {{"{\"metadata\":{\"name\":\"ab-1\"},\"spec\":{\"s\":\"xx\"}}", NULL},
-                              {"{\"metadata\":{\"name\":\"1ab\"}}", "metadata.name: Invalid value: \"1ab\": "
-                               "metadata.name in body should match '^[a-z]([-a-z0-9]*[a-z0-9])?$'"},
-                              {"{\"metadata\":{\"name\":\"abcdef\"}}", "metadata.name: Too long: may not be more than 5 bytes"},
-                              {"{\"spec\":{\"s\":\"xy\"}}", "spec.s: Invalid value: \"xy\": spec.s in body should match '^x+$'"}};
+    sch = P(
+        "{\"type\":\"object\",\"properties\":{\"metadata\":{\"type\":\"object\",\"properties\":{\"name\":"
+        "{\"type\":\"string\",\"maxLength\":5,\"pattern\":\"^[a-z]([-a-z0-9]*[a-z0-9])?$\"}}},"
+        "\"spec\":{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"pattern\":\"^x+$\"}}}}}");
+    const char *cases[][2] = {
+        {"{\"metadata\":{\"name\":\"ab-1\"},\"spec\":{\"s\":\"xx\"}}", NULL},
+        {"{\"metadata\":{\"name\":\"1ab\"}}",
+         "metadata.name: Invalid value: \"1ab\": "
+         "metadata.name in body should match '^[a-z]([-a-z0-9]*[a-z0-9])?$'"},
+        {"{\"metadata\":{\"name\":\"abcdef\"}}", "metadata.name: Too long: may not be more than 5 bytes"},
+        {"{\"spec\":{\"s\":\"xy\"}}", "spec.s: Invalid value: \"xy\": spec.s in body should match '^x+$'"}};
     for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
         o = P(cases[i][0]);
         memset(&e, 0, sizeof(e));
@@ -251,7 +271,8 @@ static void test_jsonpath(void)
     cJSON *o = P("{\"status\":{\"phase\":\"Running\",\"conditions\":[{\"type\":\"A\",\"status\":\"False\"},"
                  "{\"type\":\"Ready\",\"status\":\"True\"}],\"list\":[1,2,3]}}");
     CU_ASSERT(!strcmp(ks_jsonpath(o, ".status.phase")->valuestring, "Running"));
-    CU_ASSERT(!strcmp(ks_jsonpath(o, ".status.conditions[?(@.type==\"Ready\")].status")->valuestring, "True"));
+    CU_ASSERT(
+        !strcmp(ks_jsonpath(o, ".status.conditions[?(@.type==\"Ready\")].status")->valuestring, "True"));
     CU_ASSERT(!strcmp(ks_jsonpath(o, "{.status.conditions[?(@.type=='A')].status}")->valuestring, "False"));
     CU_ASSERT(ks_jsonpath(o, ".status.list[2]")->valuedouble == 3);
     CU_ASSERT(ks_jsonpath(o, ".status.list[-1]")->valuedouble == 3);
@@ -266,14 +287,21 @@ static void test_jsonpath(void)
  * choice, the annotation total, pod hostname/subdomain, and the Status message shape. */
 static void test_names(void)
 {
-    static const struct { ks_name_fmt fmt; const char *v; int bad; } cases[] = {
-        {KS_NAME_SUBDOMAIN, "a.b-1", 0}, {KS_NAME_SUBDOMAIN, "1job", 0}, {KS_NAME_SUBDOMAIN, "a..b", 1},
-        {KS_NAME_SUBDOMAIN, "a.-b", 1}, {KS_NAME_SUBDOMAIN, "A", 1}, {KS_NAME_SUBDOMAIN, "", 1},
-        {KS_NAME_SUBDOMAIN, "a.", 1}, {KS_NAME_LABEL, "1job", 0}, {KS_NAME_LABEL, "a.b", 1},
-        {KS_NAME_LABEL, "-a", 1}, {KS_NAME_LABEL, "a-", 1}, {KS_NAME_DNS1035, "job-1", 0},
-        {KS_NAME_DNS1035, "1job", 1}, {KS_NAME_DNS1035, "a.b", 1}, {KS_NAME_DNS1035, "a_b", 1},
-        {KS_NAME_PATH_SEGMENT, "system:Thing", 0}, {KS_NAME_PATH_SEGMENT, "..", 1},
-        {KS_NAME_PATH_SEGMENT, "a/b", 1}, {KS_NAME_PATH_SEGMENT, "a%b", 1},
+    static const struct {
+        ks_name_fmt fmt;
+        const char *v;
+        int bad;
+    } cases[] = {
+        {KS_NAME_SUBDOMAIN, "a.b-1", 0},  {KS_NAME_SUBDOMAIN, "1job", 0},
+        {KS_NAME_SUBDOMAIN, "a..b", 1},   {KS_NAME_SUBDOMAIN, "a.-b", 1},
+        {KS_NAME_SUBDOMAIN, "A", 1},      {KS_NAME_SUBDOMAIN, "", 1},
+        {KS_NAME_SUBDOMAIN, "a.", 1},     {KS_NAME_LABEL, "1job", 0},
+        {KS_NAME_LABEL, "a.b", 1},        {KS_NAME_LABEL, "-a", 1},
+        {KS_NAME_LABEL, "a-", 1},         {KS_NAME_DNS1035, "job-1", 0},
+        {KS_NAME_DNS1035, "1job", 1},     {KS_NAME_DNS1035, "a.b", 1},
+        {KS_NAME_DNS1035, "a_b", 1},      {KS_NAME_PATH_SEGMENT, "system:Thing", 0},
+        {KS_NAME_PATH_SEGMENT, "..", 1},  {KS_NAME_PATH_SEGMENT, "a/b", 1},
+        {KS_NAME_PATH_SEGMENT, "a%b", 1},
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
         ks_causes cs = {0};
@@ -310,10 +338,11 @@ static void test_names(void)
     ks_check_name(KS_NAME_DNS1035, "metadata.name", "1job", &cs);
     char msg[2048];
     ks_causes_message(&cs, "Service", "1job", msg, sizeof msg);
-    CU_ASSERT_STRING_EQUAL(msg, "Service \"1job\" is invalid: metadata.name: Invalid value: \"1job\": a DNS-1035 "
-                                "label must consist of lower case alphanumeric characters or '-', start with an "
-                                "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  "
-                                "or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')");
+    CU_ASSERT_STRING_EQUAL(msg,
+                           "Service \"1job\" is invalid: metadata.name: Invalid value: \"1job\": a DNS-1035 "
+                           "label must consist of lower case alphanumeric characters or '-', start with an "
+                           "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  "
+                           "or 'abc-123', regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')");
     CU_ASSERT_STRING_EQUAL(cs.c[0].type, "FieldValueInvalid");
     /* pods: hostname and subdomain are labels; annotations at most 256 KiB in total */
     cJSON *pod = cJSON_Parse("{\"metadata\":{\"annotations\":{}},\"spec\":{\"hostname\":\"a\\nb\","
@@ -321,12 +350,12 @@ static void test_names(void)
     memset(&cs, 0, sizeof cs);
     CU_ASSERT_EQUAL(ks_check_pod_names(pod, &cs), 1);
     CU_ASSERT_STRING_EQUAL(cs.c[0].field, "spec.hostname");
-    CU_ASSERT_PTR_NOT_NULL(strstr(cs.c[0].msg, "Invalid value: \"a\\x0ab\": "));   /* escaped, not raw */
+    CU_ASSERT_PTR_NOT_NULL(strstr(cs.c[0].msg, "Invalid value: \"a\\x0ab\": ")); /* escaped, not raw */
     CU_ASSERT_EQUAL(ks_check_annotations(pod, &cs), 0);
     char *v = malloc(KS_ANNOTATIONS_MAX + 1);
     CU_ASSERT_PTR_NOT_NULL_FATAL(v);
     memset(v, 'x', KS_ANNOTATIONS_MAX);
-    v[KS_ANNOTATIONS_MAX - 1] = 0;   /* key "k" (1) + value (max - 1) = the limit */
+    v[KS_ANNOTATIONS_MAX - 1] = 0; /* key "k" (1) + value (max - 1) = the limit */
     cJSON *an = cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "metadata"), "annotations");
     cJSON_AddStringToObject(an, "k", v);
     CU_ASSERT_EQUAL(ks_check_annotations(pod, &cs), 0);

@@ -11,9 +11,14 @@
 static void test_node_parse(void)
 {
     static const struct {
-        const char *arg; bool ok; const char *name; int64_t cpu, mem, gpu, pods; const char *err;
+        const char *arg;
+        bool ok;
+        const char *name;
+        int64_t cpu, mem, gpu, pods;
+        const char *err;
     } t[] = {
-        {"n1:cpu=8,memory=16Gi,gpu=4", true, "n1", 8000, 16LL * 1024 * 1024 * 1024 * 1000, 4000, 110000, NULL},
+        {"n1:cpu=8,memory=16Gi,gpu=4", true, "n1", 8000, 16LL * 1024 * 1024 * 1024 * 1000, 4000, 110000,
+         NULL},
         {"n2:cpu=500m,nvidia.com/gpu=1,pods=3", true, "n2", 500, 0, 1000, 3000, NULL},
         {"bare", true, "bare", 0, 0, 0, 110000, NULL},
         {":cpu=1", false, NULL, 0, 0, 0, 0, "wants NAME"},
@@ -42,9 +47,9 @@ static void test_node_parse(void)
 
 static void test_node_ours(void)
 {
-    static ks_server s;   /* only opts is read */
+    static ks_server s; /* only opts is read */
     memset(&s, 0, sizeof s);
-    CU_ASSERT_TRUE(ks_node_ours(&s, KS_NODE_NAME));   /* no --node: the one built-in node */
+    CU_ASSERT_TRUE(ks_node_ours(&s, KS_NODE_NAME)); /* no --node: the one built-in node */
     CU_ASSERT_FALSE(ks_node_ours(&s, "other"));
     CU_ASSERT_FALSE(ks_node_ours(&s, NULL));
     char msg[128];
@@ -52,14 +57,18 @@ static void test_node_ours(void)
     CU_ASSERT_TRUE(ks_node_parse("b:cpu=1", &s.opts.nodes[1], msg, sizeof msg));
     s.opts.nnodes = 2;
     CU_ASSERT_TRUE(ks_node_ours(&s, "b"));
-    CU_ASSERT_FALSE(ks_node_ours(&s, KS_NODE_NAME));  /* with --node it is not seeded */
+    CU_ASSERT_FALSE(ks_node_ours(&s, KS_NODE_NAME)); /* with --node it is not seeded */
 }
 
 /* --nodes N: KUBESIM_NETNS_NODES as netns.sh writes it, and every way it can disagree */
 static void test_nodes_netns(void)
 {
     static const struct {
-        int n; const char *nodes[3]; const char *env; bool ok; const char *err;
+        int n;
+        const char *nodes[3];
+        const char *env;
+        bool ok;
+        const char *err;
     } t[] = {
         {2, {NULL}, "rmks-n0-1=10.213.0.10 rmks-n1-1=10.213.0.11", true, NULL},
         {1, {NULL}, "  a.b_c-1=192.168.0.5\n", true, NULL},
@@ -99,7 +108,8 @@ static void test_nodes_netns(void)
     static ks_server s;
     memset(&s, 0, sizeof s);
     char msg[512];
-    CU_ASSERT_TRUE_FATAL(ks_nodes_netns(&s.opts, 2, "rmks-n0-7=10.213.0.10 rmks-n1-7=10.213.0.11", false, msg, sizeof msg));
+    CU_ASSERT_TRUE_FATAL(
+        ks_nodes_netns(&s.opts, 2, "rmks-n0-7=10.213.0.10 rmks-n1-7=10.213.0.11", false, msg, sizeof msg));
     CU_ASSERT_STRING_EQUAL(s.opts.nodes[1].name, "node-1");
     CU_ASSERT_STRING_EQUAL(s.opts.nodes[1].netns, "rmks-n1-7");
     CU_ASSERT_STRING_EQUAL(s.opts.nodes[1].addr, "10.213.0.11");
@@ -162,16 +172,21 @@ static void add_gang(ks_server *s, ks_kind *pgk, const char *job, bool pods)
 {
     char buf[1024];
     snprintf(buf, sizeof buf,
-             "{\"apiVersion\":\"scheduling.volcano.sh/v1beta1\",\"kind\":\"PodGroup\",\"metadata\":{\"name\":\"%s\"},"
-             "\"spec\":{\"minMember\":4,\"minResources\":{\"cpu\":\"4\"}}}", job);
+             "{\"apiVersion\":\"scheduling.volcano.sh/"
+             "v1beta1\",\"kind\":\"PodGroup\",\"metadata\":{\"name\":\"%s\"},"
+             "\"spec\":{\"minMember\":4,\"minResources\":{\"cpu\":\"4\"}}}",
+             job);
     CU_ASSERT_EQUAL_FATAL(ks_internal_create(s, pgk, "default", cJSON_Parse(buf)), RM_OK);
     for (int i = 0; pods && i < 4; i++) {
         snprintf(buf, sizeof buf,
                  "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"%s-worker-%d\","
-                 "\"annotations\":{\"scheduling.k8s.io/group-name\":\"%s\"}},\"spec\":{\"schedulerName\":\"volcano\","
-                 "\"containers\":[{\"name\":\"worker\",\"image\":\"w\",\"resources\":{\"requests\":{\"cpu\":\"1\"}}}]}}",
+                 "\"annotations\":{\"scheduling.k8s.io/"
+                 "group-name\":\"%s\"}},\"spec\":{\"schedulerName\":\"volcano\","
+                 "\"containers\":[{\"name\":\"worker\",\"image\":\"w\",\"resources\":{\"requests\":{\"cpu\":"
+                 "\"1\"}}}]}}",
                  job, i, job);
-        CU_ASSERT_EQUAL_FATAL(ks_internal_create(s, ks_core_kind(s, KS_T_POD), "default", cJSON_Parse(buf)), RM_OK);
+        CU_ASSERT_EQUAL_FATAL(ks_internal_create(s, ks_core_kind(s, KS_T_POD), "default", cJSON_Parse(buf)),
+                              RM_OK);
     }
 }
 
@@ -204,22 +219,24 @@ static void test_volcano_enqueue_order(void)
     pthread_rwlock_unlock(&s.lock);
     CU_ASSERT_PTR_NOT_NULL_FATAL(pgk);
 
-    add_gang(&s, pgk, "gang-a", false);   /* created first: the pass looks at it first */
+    add_gang(&s, pgk, "gang-a", false); /* created first: the pass looks at it first */
     add_gang(&s, pgk, "gang-b", true);
     CU_ASSERT_EQUAL(ks_internal_update(&s, pgk, "default", "gang-b", set_phase, "Inqueue"), RM_OK);
     ks_sched_tick(&s);
     CU_ASSERT_STRING_EQUAL(pg_phase(&s, pgk, "gang-a", ph, sizeof ph), "Pending");
     CU_ASSERT_STRING_EQUAL(pg_phase(&s, pgk, "gang-b", ph, sizeof ph), "Inqueue");
     CU_ASSERT_EQUAL(bound_pods(&s, "gang-b"), 4);
-    ks_sched_tick(&s);   /* gang-b's pods now count on the nodes: still no room */
+    ks_sched_tick(&s); /* gang-b's pods now count on the nodes: still no room */
     CU_ASSERT_STRING_EQUAL(pg_phase(&s, pgk, "gang-a", ph, sizeof ph), "Pending");
 
     for (int i = 0; i < 4; i++) {
         char name[64];
         snprintf(name, sizeof name, "gang-b-worker-%d", i);
-        CU_ASSERT_EQUAL(ks_internal_update(&s, ks_core_kind(&s, KS_T_POD), "default", name, set_phase, "Succeeded"), RM_OK);
+        CU_ASSERT_EQUAL(
+            ks_internal_update(&s, ks_core_kind(&s, KS_T_POD), "default", name, set_phase, "Succeeded"),
+            RM_OK);
     }
-    ks_sched_tick(&s);   /* gang-b was still Inqueue when the pass began: Completed at its end */
+    ks_sched_tick(&s); /* gang-b was still Inqueue when the pass began: Completed at its end */
     CU_ASSERT_STRING_EQUAL(pg_phase(&s, pgk, "gang-b", ph, sizeof ph), "Completed");
     ks_sched_tick(&s);
     CU_ASSERT_STRING_EQUAL(pg_phase(&s, pgk, "gang-a", ph, sizeof ph), "Inqueue");
@@ -228,7 +245,8 @@ static void test_volcano_enqueue_order(void)
 
 void rm_suite_kubesim_sched(void)
 {
-    static const rm_test_case cases[] = {{"node_parse", test_node_parse}, {"node_ours", test_node_ours},
+    static const rm_test_case cases[] = {{"node_parse", test_node_parse},
+                                         {"node_ours", test_node_ours},
                                          {"nodes_netns", test_nodes_netns},
                                          {"volcano_enqueue_order", test_volcano_enqueue_order}};
     RM_ADD_SUITE("kubesim_sched", NULL, NULL, cases);

@@ -55,7 +55,7 @@ static const cJSON *pod_var(const cJSON *pod, const char *name)
             k++;
         }
     }
-    CU_ASSERT_TRUE(k <= 1);   /* never twice */
+    CU_ASSERT_TRUE(k <= 1); /* never twice */
     return hit;
 }
 
@@ -83,17 +83,26 @@ static void test_same_settings(void)
     load(&tj, &obj);
     /* local: the runner's environment carries a stale copy of two contract variables */
     char *base[] = {"PATH=/usr/bin", "RANK=42", "RINGMASTER_CHECKPOINT_INTERVAL=9", "MINE=y", NULL};
-    rm_local_where where = {.rdzv_port = 4321, .token = "tok", .checkpoint_dir = "/tmp/ck",
-                            .metrics_port = 7777, .log_format = "json", .node_name = "box"};
+    rm_local_where where = {.rdzv_port = 4321,
+                            .token = "tok",
+                            .checkpoint_dir = "/tmp/ck",
+                            .metrics_port = 7777,
+                            .log_format = "json",
+                            .node_name = "box"};
     rm_launch ln;
     CU_ASSERT_EQUAL_FATAL(rm_local_launch(&tj, 1, 6, &where, &ln, &e), RM_OK);
     char **argv = NULL, **envp = NULL;
     CU_ASSERT_EQUAL_FATAL(rm_local_render(&ln, "/bin/w", base, &argv, &envp, &e), RM_OK);
     /* kube: the same worker as a pod */
     char over[256];
-    rm_kube_worker_pod_args pa = {.tj = &tj, .index = 1, .epoch = 6, .rdzv_url = "http://rdzv:29400",
-                                  .worker_image = "ringmaster/worker:t", .metrics_port = -1,
-                                  .overridden = over, .overridden_cap = sizeof over};
+    rm_kube_worker_pod_args pa = {.tj = &tj,
+                                  .index = 1,
+                                  .epoch = 6,
+                                  .rdzv_url = "http://rdzv:29400",
+                                  .worker_image = "ringmaster/worker:t",
+                                  .metrics_port = -1,
+                                  .overridden = over,
+                                  .overridden_cap = sizeof over};
     cJSON *pod = rm_kube_worker_pod(&pa, &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
 
@@ -107,17 +116,28 @@ static void test_same_settings(void)
     }
     int npod = 0;
     const cJSON *env = rm_json_path(pod, "spec.containers[0].env"), *it;
-    cJSON_ArrayForEach(it, env)
-        npod += rm_launch_is_ours(cJSON_GetObjectItemCaseSensitive(it, "name")->valuestring);
+    cJSON_ArrayForEach(it, env) npod +=
+        rm_launch_is_ours(cJSON_GetObjectItemCaseSensitive(it, "name")->valuestring);
     CU_ASSERT_EQUAL(nlocal, npod);
     CU_ASSERT_TRUE(nlocal >= 25);
 
     /* settings from the job: identical */
-    static const char *same[] = {
-        RM_ENV_ROLE, RM_ENV_JOB, RM_ENV_WORKER_ID, RM_ENV_EPOCH, RM_ENV_CHECKPOINT_INTERVAL,
-        RM_ENV_CHECKPOINT_KEEP, RM_ENV_PROGRESS_DEADLINE, RM_ENV_BACKEND, RM_ENV_TRAINING,
-        RM_ENV_RANK, RM_ENV_WORLD_SIZE, RM_ENV_MASTER_PORT, RM_ENV_PET_NNODES,
-        RM_ENV_PET_NODE_RANK, RM_ENV_PET_NPROC_PER_NODE, RM_ENV_PET_MASTER_PORT};
+    static const char *same[] = {RM_ENV_ROLE,
+                                 RM_ENV_JOB,
+                                 RM_ENV_WORKER_ID,
+                                 RM_ENV_EPOCH,
+                                 RM_ENV_CHECKPOINT_INTERVAL,
+                                 RM_ENV_CHECKPOINT_KEEP,
+                                 RM_ENV_PROGRESS_DEADLINE,
+                                 RM_ENV_BACKEND,
+                                 RM_ENV_TRAINING,
+                                 RM_ENV_RANK,
+                                 RM_ENV_WORLD_SIZE,
+                                 RM_ENV_MASTER_PORT,
+                                 RM_ENV_PET_NNODES,
+                                 RM_ENV_PET_NODE_RANK,
+                                 RM_ENV_PET_NPROC_PER_NODE,
+                                 RM_ENV_PET_MASTER_PORT};
     for (size_t i = 0; i < RM_ARRAY_LEN(same); i++) {
         const char *a = envp_get(envp, same[i]), *b = pod_val(pod, same[i]);
         CU_ASSERT_PTR_NOT_NULL(a);
@@ -149,14 +169,17 @@ static void test_same_settings(void)
     CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_RENDEZVOUS), "http://127.0.0.1:4321");
     CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_RENDEZVOUS), "http://rdzv:29400");
     CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_TOKEN), "tok");
-    CU_ASSERT_STRING_EQUAL(rm_json_path(pod_var(pod, RM_ENV_TOKEN), "valueFrom.secretKeyRef.name")->valuestring,
-                           "every-rendezvous");
+    CU_ASSERT_STRING_EQUAL(
+        rm_json_path(pod_var(pod, RM_ENV_TOKEN), "valueFrom.secretKeyRef.name")->valuestring,
+        "every-rendezvous");
     CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_BIND_ADDR), "127.0.0.1");
-    CU_ASSERT_STRING_EQUAL(rm_json_path(pod_var(pod, RM_ENV_BIND_ADDR), "valueFrom.fieldRef.fieldPath")->valuestring,
-                           "status.podIP");
+    CU_ASSERT_STRING_EQUAL(
+        rm_json_path(pod_var(pod, RM_ENV_BIND_ADDR), "valueFrom.fieldRef.fieldPath")->valuestring,
+        "status.podIP");
     CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_NODE_NAME), "box");
-    CU_ASSERT_STRING_EQUAL(rm_json_path(pod_var(pod, RM_ENV_NODE_NAME), "valueFrom.fieldRef.fieldPath")->valuestring,
-                           "spec.nodeName");
+    CU_ASSERT_STRING_EQUAL(
+        rm_json_path(pod_var(pod, RM_ENV_NODE_NAME), "valueFrom.fieldRef.fieldPath")->valuestring,
+        "spec.nodeName");
     CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_CHECKPOINT_DIR), "/tmp/ck");
     CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_CHECKPOINT_DIR), "/data/ck/ml/every");
     CU_ASSERT_STRING_EQUAL(envp_get(envp, RM_ENV_MASTER_ADDR), "127.0.0.1");
@@ -210,8 +233,8 @@ static void test_bench_args(void)
     rm_local_where where = {.rdzv_port = 1, .token = "t", .checkpoint_dir = "/c", .metrics_port = 5};
     rm_launch ln;
     CU_ASSERT_EQUAL_FATAL(rm_local_launch(&tj, 0, 1, &where, &ln, &e), RM_OK);
-    rm_kube_worker_pod_args pa = {.tj = &tj, .index = 0, .epoch = 1, .rdzv_url = "http://r",
-                                  .metrics_port = -1};
+    rm_kube_worker_pod_args pa = {
+        .tj = &tj, .index = 0, .epoch = 1, .rdzv_url = "http://r", .metrics_port = -1};
     cJSON *pod = rm_kube_worker_pod(&pa, &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
     const cJSON *args = rm_json_path(pod, "spec.containers[0].args");
@@ -281,16 +304,17 @@ static cJSON *pod_of(const char *job, int index, rm_tj *tj)
     CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(obj, tj, &e), RM_OK);
     rm_tj_defaults(tj);
     CU_ASSERT_EQUAL_FATAL(rm_tj_validate(tj, &e), RM_OK);
-    rm_kube_worker_pod_args pa = {.tj = tj, .index = index, .epoch = 1, .rdzv_url = "http://r",
-                                  .metrics_port = -1};
+    rm_kube_worker_pod_args pa = {
+        .tj = tj, .index = index, .epoch = 1, .rdzv_url = "http://r", .metrics_port = -1};
     cJSON *pod = rm_kube_worker_pod(&pa, &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
     cJSON_Delete(obj);
     return pod;
 }
 
-#define JOB_HEAD "{\"apiVersion\":\"ringmaster.dev/v1alpha1\",\"kind\":\"TrainingJob\"," \
-                 "\"metadata\":{\"name\":\"g\",\"namespace\":\"ml\",\"uid\":\"u\"},"
+#define JOB_HEAD                                                            \
+    "{\"apiVersion\":\"ringmaster.dev/v1alpha1\",\"kind\":\"TrainingJob\"," \
+    "\"metadata\":{\"name\":\"g\",\"namespace\":\"ml\",\"uid\":\"u\"},"
 
 /* GPU workers get the NCCL defaults (docs/strategies.md#topology); the template's own values win; CPU
  * workers get none of them; NODE_NAME is the pod's spec.nodeName either way. */
@@ -298,12 +322,13 @@ static void test_gpu_defaults(void)
 {
     rm_tj tj;
     cJSON *pod = pod_of(JOB_HEAD "\"spec\":{\"replicas\":2,\"template\":{\"spec\":{\"containers\":[{"
-                        "\"name\":\"worker\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":1}},"
-                        "\"env\":[{\"name\":\"NCCL_DEBUG\",\"value\":\"INFO\"}]}]}}}}", 1, &tj);
+                                 "\"name\":\"worker\",\"resources\":{\"limits\":{\"nvidia.com/gpu\":1}},"
+                                 "\"env\":[{\"name\":\"NCCL_DEBUG\",\"value\":\"INFO\"}]}]}}}}",
+                        1, &tj);
     CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_NCCL_SOCKET_IFNAME), "eth0");
     CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_NCCL_ASYNC_ERROR_HANDLING), "1");
     CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_TORCH_NCCL_ASYNC_ERROR_HANDLING), "1");
-    CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_NCCL_DEBUG), "INFO");   /* the user's, once */
+    CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_NCCL_DEBUG), "INFO"); /* the user's, once */
     CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_BACKEND), "nccl");
     const cJSON *nn = rm_json_path(pod_var(pod, RM_ENV_NODE_NAME), "valueFrom.fieldRef.fieldPath");
     CU_ASSERT_TRUE(cJSON_IsString(nn) && strcmp(nn->valuestring, "spec.nodeName") == 0);
@@ -328,8 +353,13 @@ static void test_gpu_defaults(void)
     cJSON *obj = cJSON_Parse(JOB_HEAD "\"spec\":{\"replicas\":2}}");
     CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(obj, &tj, &e), RM_OK);
     rm_tj_defaults(&tj);
-    rm_launch_placement p = {.rdzv_url = "http://r", .token = "t", .bind_addr = "127.0.0.1",
-                             .node_name = "n", .gpus = 1, .metrics_port = -1, .net_ifname = "ib0"};
+    rm_launch_placement p = {.rdzv_url = "http://r",
+                             .token = "t",
+                             .bind_addr = "127.0.0.1",
+                             .node_name = "n",
+                             .gpus = 1,
+                             .metrics_port = -1,
+                             .net_ifname = "ib0"};
     CU_ASSERT_EQUAL_FATAL(rm_launch_build(&tj, 0, 1, &p, &ln, &e), RM_OK);
     const rm_launch_var *v = rm_launch_find(&ln, RM_ENV_NCCL_SOCKET_IFNAME);
     CU_ASSERT_TRUE(v && v->user_wins && strcmp(v->value, "ib0") == 0);
@@ -352,15 +382,16 @@ static void test_gpu_defaults(void)
  * (docs/architecture.md#the-launch-contract). */
 static void test_template_topology(void)
 {
-#define TOPO_ENV(par)                                                                              \
-    JOB_HEAD "\"spec\":{\"replicas\":2," par "\"template\":{\"spec\":{\"containers\":[{"           \
-             "\"name\":\"worker\",\"env\":[{\"name\":\"RINGMASTER_STRATEGY\",\"value\":\"parameterServer\"},"  \
-             "{\"name\":\"RINGMASTER_PARAMETER_SERVER\",\"value\":\"{\\\"replicas\\\":1}\"},"          \
-             "{\"name\":\"RINGMASTER_PS_ADDRS\",\"value\":\"evil:1\"},"                            \
-             "{\"name\":\"RINGMASTER_PS_INDEX\",\"value\":\"0\"},{\"name\":\"MINE\",\"value\":\"x\"},"  \
-             "{\"name\":\"RINGMASTER_PARALLELISM\",\"value\":\"{\\\"pipelineStages\\\":2}\"}]}]}}}}"
-    static const char *const topo[] = {RM_ENV_STRATEGY, RM_ENV_PS_SPEC, RM_ENV_PS_ADDRS,
-                                       RM_ENV_PS_INDEX, RM_ENV_PARALLELISM};
+#define TOPO_ENV(par)                                                                                \
+    JOB_HEAD                                                                                         \
+    "\"spec\":{\"replicas\":2," par "\"template\":{\"spec\":{\"containers\":[{"                      \
+    "\"name\":\"worker\",\"env\":[{\"name\":\"RINGMASTER_STRATEGY\",\"value\":\"parameterServer\"}," \
+    "{\"name\":\"RINGMASTER_PARAMETER_SERVER\",\"value\":\"{\\\"replicas\\\":1}\"},"                 \
+    "{\"name\":\"RINGMASTER_PS_ADDRS\",\"value\":\"evil:1\"},"                                       \
+    "{\"name\":\"RINGMASTER_PS_INDEX\",\"value\":\"0\"},{\"name\":\"MINE\",\"value\":\"x\"},"        \
+    "{\"name\":\"RINGMASTER_PARALLELISM\",\"value\":\"{\\\"pipelineStages\\\":2}\"}]}]}}}}"
+    static const char *const topo[] = {RM_ENV_STRATEGY, RM_ENV_PS_SPEC, RM_ENV_PS_ADDRS, RM_ENV_PS_INDEX,
+                                       RM_ENV_PARALLELISM};
     for (int pipe = 0; pipe < 2; pipe++) {
         const char *job = pipe ? TOPO_ENV("\"parallelism\":{\"pipelineStages\":2},") : TOPO_ENV("");
         rm_tj tj;
@@ -371,20 +402,24 @@ static void test_template_topology(void)
         rm_tj_defaults(&tj);
         CU_ASSERT_EQUAL_FATAL(rm_tj_validate(&tj, &e), RM_OK);
         char over[512];
-        rm_kube_worker_pod_args pa = {.tj = &tj, .index = 0, .epoch = 1, .rdzv_url = "http://r",
-                                      .metrics_port = -1, .overridden = over,
+        rm_kube_worker_pod_args pa = {.tj = &tj,
+                                      .index = 0,
+                                      .epoch = 1,
+                                      .rdzv_url = "http://r",
+                                      .metrics_port = -1,
+                                      .overridden = over,
                                       .overridden_cap = sizeof over};
         cJSON *pod = rm_kube_worker_pod(&pa, &e);
         CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
         for (size_t i = 0; i < RM_ARRAY_LEN(topo); i++) {
-            CU_ASSERT_PTR_NOT_NULL(strstr(over, topo[i]));   /* refused, and named */
+            CU_ASSERT_PTR_NOT_NULL(strstr(over, topo[i])); /* refused, and named */
             if (pipe && strcmp(topo[i], RM_ENV_PARALLELISM) == 0)
                 continue;
-            CU_ASSERT_PTR_NULL(pod_var(pod, topo[i]));        /* allreduce: none at all */
+            CU_ASSERT_PTR_NULL(pod_var(pod, topo[i])); /* allreduce: none at all */
         }
         CU_ASSERT_STRING_EQUAL(pod_val(pod, "MINE"), "x");
         CU_ASSERT_PTR_NULL(strstr(over, "MINE"));
-        if (pipe) {   /* the operator's value, from spec.parallelism, not the template's */
+        if (pipe) { /* the operator's value, from spec.parallelism, not the template's */
             cJSON *par = cJSON_Parse(pod_val(pod, RM_ENV_PARALLELISM));
             CU_ASSERT_EQUAL(rm_json_path(par, "pipelineStages")->valueint, 2);
             cJSON_Delete(par);
@@ -409,16 +444,19 @@ static void test_placement(void)
     rm_tj tj;
     /* k = 2: worker 3 is in group 1, with worker 2; away from every other group */
     cJSON *pod = pod_of(JOB_HEAD "\"spec\":{\"replicas\":4,\"placement\":{\"workersPerNode\":2}}}", 3, &tj);
-    const cJSON *lab = cJSON_GetObjectItemCaseSensitive(rm_json_path(pod, "metadata.labels"), RM_LABEL_NODE_GROUP);
+    const cJSON *lab =
+        cJSON_GetObjectItemCaseSensitive(rm_json_path(pod, "metadata.labels"), RM_LABEL_NODE_GROUP);
     CU_ASSERT_TRUE(cJSON_IsString(lab) && strcmp(lab->valuestring, "1") == 0);
-    const cJSON *pa = rm_json_path(pod, "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution");
+    const cJSON *pa =
+        rm_json_path(pod, "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution");
     CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(pa), 1);
     const cJSON *t0 = cJSON_GetArrayItem(pa, 0);
     CU_ASSERT_STRING_EQUAL(str_at(t0, "topologyKey"), "kubernetes.io/hostname");
     const cJSON *ml = rm_json_path(t0, "labelSelector.matchLabels");
     CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItemCaseSensitive(ml, RM_LABEL_NODE_GROUP)->valuestring, "1");
     CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItemCaseSensitive(ml, RM_LABEL_JOB)->valuestring, "g");
-    const cJSON *aa = rm_json_path(pod, "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution");
+    const cJSON *aa =
+        rm_json_path(pod, "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution");
     CU_ASSERT_EQUAL_FATAL(cJSON_GetArraySize(aa), 1);
     const cJSON *t1 = cJSON_GetArrayItem(aa, 0);
     CU_ASSERT_STRING_EQUAL(str_at(t1, "topologyKey"), "kubernetes.io/hostname");
@@ -427,7 +465,8 @@ static void test_placement(void)
     CU_ASSERT_STRING_EQUAL(str_at(cJSON_GetArrayItem(me, 0), "operator"), "In");
     CU_ASSERT_STRING_EQUAL(str_at(cJSON_GetArrayItem(me, 1), "operator"), "Exists");
     CU_ASSERT_STRING_EQUAL(str_at(cJSON_GetArrayItem(me, 2), "operator"), "NotIn");
-    CU_ASSERT_STRING_EQUAL(cJSON_GetArrayItem(rm_json_path(cJSON_GetArrayItem(me, 2), "values"), 0)->valuestring, "1");
+    CU_ASSERT_STRING_EQUAL(
+        cJSON_GetArrayItem(rm_json_path(cJSON_GetArrayItem(me, 2), "values"), 0)->valuestring, "1");
     cJSON_Delete(pod);
     rm_tj_free(&tj);
     /* k = 1 (spread): no pod affinity, anti-affinity against every other worker of the job */
@@ -439,16 +478,19 @@ static void test_placement(void)
     rm_tj_free(&tj);
     /* the template's own anti-affinity wins (kept as written); ours is only the pod affinity */
     pod = pod_of(JOB_HEAD "\"spec\":{\"replicas\":4,\"placement\":{\"workersPerNode\":2},"
-                 "\"template\":{\"spec\":{\"affinity\":{\"podAntiAffinity\":{\"mine\":true}}}}}}", 0, &tj);
+                          "\"template\":{\"spec\":{\"affinity\":{\"podAntiAffinity\":{\"mine\":true}}}}}}",
+                 0, &tj);
     CU_ASSERT_TRUE(cJSON_IsTrue(rm_json_path(pod, "spec.affinity.podAntiAffinity.mine")));
-    CU_ASSERT_PTR_NULL(rm_json_path(pod, "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution"));
+    CU_ASSERT_PTR_NULL(
+        rm_json_path(pod, "spec.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution"));
     CU_ASSERT_PTR_NOT_NULL(rm_json_path(pod, "spec.affinity.podAffinity"));
     cJSON_Delete(pod);
     rm_tj_free(&tj);
     /* no placement: nothing added */
     pod = pod_of(JOB_HEAD "\"spec\":{\"replicas\":4}}", 0, &tj);
     CU_ASSERT_PTR_NULL(rm_json_path(pod, "spec.affinity"));
-    CU_ASSERT_PTR_NULL(cJSON_GetObjectItemCaseSensitive(rm_json_path(pod, "metadata.labels"), RM_LABEL_NODE_GROUP));
+    CU_ASSERT_PTR_NULL(
+        cJSON_GetObjectItemCaseSensitive(rm_json_path(pod, "metadata.labels"), RM_LABEL_NODE_GROUP));
     cJSON_Delete(pod);
     rm_tj_free(&tj);
     /* validation names the field; the spec round-trips */
@@ -489,16 +531,15 @@ static void test_run_fake_nodes(void)
         int index, replicas;
         const char *want;
     } ok[] = {
-        {NULL, 3, 4, "box"},      {"", 3, 4, "box"},        {"1", 3, 4, "box-n0"},
-        {"2", 0, 4, "box-n0"},    {"2", 1, 4, "box-n0"},    {"2", 2, 4, "box-n1"},
-        {"2", 3, 4, "box-n1"},    {"3", 5, 6, "box-n2"},    {"2", -1, 4, "box"},
-        {"4", 3, 4, "box-n3"},    {"2", 2, 5, "box-n0"},    {"2", 3, 5, "box-n1"},
+        {NULL, 3, 4, "box"},   {"", 3, 4, "box"},     {"1", 3, 4, "box-n0"}, {"2", 0, 4, "box-n0"},
+        {"2", 1, 4, "box-n0"}, {"2", 2, 4, "box-n1"}, {"2", 3, 4, "box-n1"}, {"3", 5, 6, "box-n2"},
+        {"2", -1, 4, "box"},   {"4", 3, 4, "box-n3"}, {"2", 2, 5, "box-n0"}, {"2", 3, 5, "box-n1"},
     };
     rm_err e = {0};
     char buf[64];
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
-        CU_ASSERT_EQUAL(rm_local_node_name("box", ok[i].nodes, ok[i].index, ok[i].replicas, buf,
-                                           sizeof buf, &e), RM_OK);
+        CU_ASSERT_EQUAL(
+            rm_local_node_name("box", ok[i].nodes, ok[i].index, ok[i].replicas, buf, sizeof buf, &e), RM_OK);
         CU_ASSERT_STRING_EQUAL(buf, ok[i].want);
     }
     CU_ASSERT_EQUAL(rm_local_node_name(NULL, NULL, 0, 2, buf, sizeof buf, &e), RM_OK);

@@ -19,9 +19,9 @@
 #define MHIST 10
 typedef struct {
     int n;
-    int bounds[SHARDS + 1];             /* shard k holds [bounds[k], bounds[k+1]) */
+    int bounds[SHARDS + 1]; /* shard k holds [bounds[k], bounds[k+1]) */
     double v[RM_LBFGS_SLOTS(MHIST)][N_MAX];
-    int ops;                            /* operations issued (each goes to every shard) */
+    int ops; /* operations issued (each goes to every shard) */
 } shards;
 
 static void shards_init(shards *s, int n)
@@ -29,14 +29,14 @@ static void shards_init(shards *s, int n)
     memset(s, 0, sizeof *s);
     s->n = n;
     for (int k = 0; k <= SHARDS; k++)
-        s->bounds[k] = (int)((long)n * k / SHARDS);   /* n < SHARDS leaves some shards empty */
+        s->bounds[k] = (int)((long)n * k / SHARDS); /* n < SHARDS leaves some shards empty */
 }
 
 static int sh_dot(void *ctx, int a, int b, double *out, rm_err *err)
 {
     shards *s = ctx;
     double total = 0;
-    for (int k = 0; k < SHARDS; k++) {       /* each shard's partial, summed by the caller */
+    for (int k = 0; k < SHARDS; k++) { /* each shard's partial, summed by the caller */
         double part = 0;
         for (int i = s->bounds[k]; i < s->bounds[k + 1]; i++)
             part += s->v[a][i] * s->v[b][i];
@@ -72,13 +72,13 @@ static int sh_copy(void *ctx, int dst, int src, rm_err *err)
 
 /* ---- dense reference: BFGS inverse update from H0 = gamma I over the held pairs ------------- */
 
-static void ref_direction(int n, const double *g, double S[][N_MAX], double Y[][N_MAX], int k,
-                          double gamma, double *d)
+static void ref_direction(int n, const double *g, double S[][N_MAX], double Y[][N_MAX], int k, double gamma,
+                          double *d)
 {
-    double H[N_MAX][N_MAX] = { { 0 } }, T[N_MAX][N_MAX];
+    double H[N_MAX][N_MAX] = {{0}}, T[N_MAX][N_MAX];
     for (int i = 0; i < n; i++)
         H[i][i] = k > 0 ? gamma : 1.0;
-    for (int p = 0; p < k; p++) {   /* H = (I - rho s y^T) H (I - rho y s^T) + rho s s^T */
+    for (int p = 0; p < k; p++) { /* H = (I - rho s y^T) H (I - rho y s^T) + rho s s^T */
         double sy = 0;
         for (int i = 0; i < n; i++)
             sy += S[p][i] * Y[p][i];
@@ -106,7 +106,7 @@ static void ref_direction(int n, const double *g, double S[][N_MAX], double Y[][
     }
 }
 
-static const rm_lbfgs_vecops ops = { NULL, sh_dot, sh_axpy, sh_scale, sh_copy };
+static const rm_lbfgs_vecops ops = {NULL, sh_dot, sh_axpy, sh_scale, sh_copy};
 
 /* a fixed SPD matrix A = B^T B + I and b, n = 6 */
 #define QN 6
@@ -153,7 +153,7 @@ static void test_quadratic_exact_in_n(void)
     v.ctx = &s;
     rm_lbfgs_hist h;
     rm_lbfgs_hist_init(&h, MHIST);
-    rm_err e = { 0 };
+    rm_err e = {0};
     double S[MHIST][N_MAX], Y[MHIST][N_MAX];
     int npairs = 0;
     for (int i = 0; i < QN; i++)
@@ -194,9 +194,9 @@ static void test_quadratic_exact_in_n(void)
         for (int i = 0; i < QN; i++)
             gn += s.v[RM_LV_G][i] * s.v[RM_LV_G][i];
         if (it < QN - 1) {
-            CU_ASSERT(sqrt(gn) > 1e-6 * g0norm);   /* not before n steps (a generic start) */
+            CU_ASSERT(sqrt(gn) > 1e-6 * g0norm); /* not before n steps (a generic start) */
         } else {
-            CU_ASSERT(sqrt(gn) < 1e-8 * g0norm);   /* the minimiser after n */
+            CU_ASSERT(sqrt(gn) < 1e-8 * g0norm); /* the minimiser after n */
         }
     }
     CU_ASSERT_EQUAL(h.count, QN);
@@ -227,10 +227,10 @@ static void test_rosenbrock(void)
     rm_lbfgs_hist h;
     const int m = 3;
     rm_lbfgs_hist_init(&h, m);
-    rm_err e = { 0 };
-    double S[64][N_MAX], Y[64][N_MAX];   /* every accepted pair, the reference takes the last m */
+    rm_err e = {0};
+    double S[64][N_MAX], Y[64][N_MAX]; /* every accepted pair, the reference takes the last m */
     int npairs = 0, wraps = 0;
-    const double x0[RN] = { -1.2, 1.0, -1.2, 1.0 };
+    const double x0[RN] = {-1.2, 1.0, -1.2, 1.0};
     memcpy(s.v[RM_LV_X], x0, sizeof x0);
     double f = rosen_fg(s.v[RM_LV_X], s.v[RM_LV_G]);
     int it, trials = 0;
@@ -256,7 +256,7 @@ static void test_rosenbrock(void)
         rm_armijo_begin(&a, f, gd, h.count ? 1.0 : fmin(1.0, 1.0 / sqrt(gn)), false);
         rm_ls_verdict vd;
         double fn;
-        do {   /* each trial: X = X0 + t D, evaluate (a pass, in the runtime) */
+        do { /* each trial: X = X0 + t D, evaluate (a pass, in the runtime) */
             sh_copy(&s, RM_LV_X, RM_LV_X0, &e);
             sh_axpy(&s, RM_LV_X, a.t, RM_LV_D, &e);
             fn = rosen_fg(s.v[RM_LV_X], s.v[RM_LV_G]);
@@ -276,15 +276,15 @@ static void test_rosenbrock(void)
             }
             npairs++;
             wraps += before;
-        }   /* refused: the reference keeps the last h.count accepted pairs, as the ring does */
-        if (npairs >= 60) {   /* keep the reference's window: shift */
+        } /* refused: the reference keeps the last h.count accepted pairs, as the ring does */
+        if (npairs >= 60) { /* keep the reference's window: shift */
             memmove(S, S[npairs - m], (size_t)m * sizeof S[0]);
             memmove(Y, Y[npairs - m], (size_t)m * sizeof Y[0]);
             npairs = m;
         }
     }
     CU_ASSERT(it < 200);
-    CU_ASSERT(wraps > 0);   /* the history ring wrapped */
+    CU_ASSERT(wraps > 0); /* the history ring wrapped */
     for (int i = 0; i < RN; i++)
         CU_ASSERT_DOUBLE_EQUAL(s.v[RM_LV_X][i], 1.0, 1e-5);
     CU_ASSERT(trials >= it);
@@ -303,23 +303,29 @@ static void test_armijo_table(void)
         rm_ls_verdict want[12];
         double t_after[12];
     } rows[] = {
-        { false, 1.0, 1, { 9.0 }, { RM_LS_ACCEPT }, { 1.0 } },
+        {false, 1.0, 1, {9.0}, {RM_LS_ACCEPT}, {1.0}},
         /* exactly at the bound is accepted */
-        { false, 1.0, 1, { 10.0 - 4e-4 }, { RM_LS_ACCEPT }, { 1.0 } },
+        {false, 1.0, 1, {10.0 - 4e-4}, {RM_LS_ACCEPT}, {1.0}},
         /* just above it backtracks; t halves each retry; the bound moves with t */
-        { false, 1.0, 3, { 10.0, 11.0, 10.0 - 4e-4 * 0.25 }, { RM_LS_RETRY, RM_LS_RETRY, RM_LS_ACCEPT },
-          { 0.5, 0.25, 0.25 } },
+        {false,
+         1.0,
+         3,
+         {10.0, 11.0, 10.0 - 4e-4 * 0.25},
+         {RM_LS_RETRY, RM_LS_RETRY, RM_LS_ACCEPT},
+         {0.5, 0.25, 0.25}},
         /* NaN and inf backtrack */
-        { false, 2.0, 3, { NAN, INFINITY, 9.5 }, { RM_LS_RETRY, RM_LS_RETRY, RM_LS_ACCEPT }, { 1.0, 0.5, 0.5 } },
+        {false, 2.0, 3, {NAN, INFINITY, 9.5}, {RM_LS_RETRY, RM_LS_RETRY, RM_LS_ACCEPT}, {1.0, 0.5, 0.5}},
         /* ten failures: give up */
-        { false, 1.0, 10, { 12, 12, 12, 12, 12, 12, 12, 12, 12, 12 },
-          { RM_LS_RETRY, RM_LS_RETRY, RM_LS_RETRY, RM_LS_RETRY, RM_LS_RETRY, RM_LS_RETRY, RM_LS_RETRY,
-            RM_LS_RETRY, RM_LS_RETRY, RM_LS_GIVE_UP },
-          { 0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625, 0.001953125,
-            0.001953125 } },
+        {false,
+         1.0,
+         10,
+         {12, 12, 12, 12, 12, 12, 12, 12, 12, 12},
+         {RM_LS_RETRY, RM_LS_RETRY, RM_LS_RETRY, RM_LS_RETRY, RM_LS_RETRY, RM_LS_RETRY, RM_LS_RETRY,
+          RM_LS_RETRY, RM_LS_RETRY, RM_LS_GIVE_UP},
+         {0.5, 0.25, 0.125, 0.0625, 0.03125, 0.015625, 0.0078125, 0.00390625, 0.001953125, 0.001953125}},
         /* fixed: the first finite trial is accepted even when the loss rose */
-        { true, 0.1, 1, { 50.0 }, { RM_LS_ACCEPT }, { 0.1 } },
-        { true, 0.1, 2, { NAN, 50.0 }, { RM_LS_RETRY, RM_LS_ACCEPT }, { 0.05, 0.05 } },
+        {true, 0.1, 1, {50.0}, {RM_LS_ACCEPT}, {0.1}},
+        {true, 0.1, 2, {NAN, 50.0}, {RM_LS_RETRY, RM_LS_ACCEPT}, {0.05, 0.05}},
     };
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
         rm_armijo a;
@@ -338,55 +344,64 @@ static void test_armijo_table(void)
 enum { CLAIM, COMPLETE, LOST, BEGIN };
 typedef struct {
     int op, w;
-    double now;        /* CLAIM */
-    int i;             /* COMPLETE: portion; BEGIN: pass */
-    int64_t pass;      /* COMPLETE */
-    int want;          /* CLAIM: portion / NONE / DONE; COMPLETE: 1 first, 0 not; LOST: count */
+    double now;   /* CLAIM */
+    int i;        /* COMPLETE: portion; BEGIN: pass */
+    int64_t pass; /* COMPLETE */
+    int want;     /* CLAIM: portion / NONE / DONE; COMPLETE: 1 first, 0 not; LOST: count */
 } prow;
 
 static void test_portions_table(void)
 {
     /* P = 4 portions, 3 workers, deadline 10 s */
     static const prow rows[] = {
-        { BEGIN, 0, 0, 0, 0, 0 },
-        { CLAIM, 0, 0.0, 0, 0, 0 },          /* on demand, lowest pending first */
-        { CLAIM, 1, 0.0, 0, 0, 1 },
-        { CLAIM, 0, 1.0, 0, 0, 2 },          /* w0 asks again before answering: gets more */
-        { COMPLETE, 0, 0, 0, 0, 1 },
-        { COMPLETE, 0, 0, 0, 0, 0 },         /* its own duplicate: not counted */
-        { COMPLETE, 0, 0, 2, 0, 1 },
-        { CLAIM, 0, 2.0, 0, 0, 3 },          /* the fast worker takes the last one too */
-        { CLAIM, 2, 3.0, 0, 0, RM_PORTION_NONE },   /* nothing pending, nothing overdue */
-        { CLAIM, 1, 10.5, 0, 0, RM_PORTION_NONE },  /* portion 1 is w1's own: never reissued to it */
-        { CLAIM, 2, 10.5, 0, 0, 1 },         /* portion 1 (out since 0, deadline 10) backs up on w2 */
-        { CLAIM, 0, 10.6, 0, 0, RM_PORTION_NONE },  /* 3's deadline is 12; 1 restarted at 10.5 */
-        { COMPLETE, 2, 0, 1, 0, 1 },         /* the backup answers first: it wins */
-        { COMPLETE, 1, 0, 1, 0, 0 },         /* the straggler's late answer loses */
-        { COMPLETE, 0, 0, 1, 7, 0 },         /* a stale pass is refused */
-        { COMPLETE, 0, 0, 9, 0, 0 },         /* a bad index is refused */
-        { LOST, 0, 0, 0, 0, 1 },             /* w0 dies holding 3: pending again */
-        { CLAIM, 1, 11.0, 0, 0, 3 },
-        { COMPLETE, 1, 0, 3, 0, 1 },
-        { CLAIM, 2, 11.0, 0, 0, RM_PORTION_DONE },
+        {BEGIN, 0, 0, 0, 0, 0},
+        {CLAIM, 0, 0.0, 0, 0, 0}, /* on demand, lowest pending first */
+        {CLAIM, 1, 0.0, 0, 0, 1},
+        {CLAIM, 0, 1.0, 0, 0, 2}, /* w0 asks again before answering: gets more */
+        {COMPLETE, 0, 0, 0, 0, 1},
+        {COMPLETE, 0, 0, 0, 0, 0}, /* its own duplicate: not counted */
+        {COMPLETE, 0, 0, 2, 0, 1},
+        {CLAIM, 0, 2.0, 0, 0, 3},                /* the fast worker takes the last one too */
+        {CLAIM, 2, 3.0, 0, 0, RM_PORTION_NONE},  /* nothing pending, nothing overdue */
+        {CLAIM, 1, 10.5, 0, 0, RM_PORTION_NONE}, /* portion 1 is w1's own: never reissued to it */
+        {CLAIM, 2, 10.5, 0, 0, 1},               /* portion 1 (out since 0, deadline 10) backs up on w2 */
+        {CLAIM, 0, 10.6, 0, 0, RM_PORTION_NONE}, /* 3's deadline is 12; 1 restarted at 10.5 */
+        {COMPLETE, 2, 0, 1, 0, 1},               /* the backup answers first: it wins */
+        {COMPLETE, 1, 0, 1, 0, 0},               /* the straggler's late answer loses */
+        {COMPLETE, 0, 0, 1, 7, 0},               /* a stale pass is refused */
+        {COMPLETE, 0, 0, 9, 0, 0},               /* a bad index is refused */
+        {LOST, 0, 0, 0, 0, 1},                   /* w0 dies holding 3: pending again */
+        {CLAIM, 1, 11.0, 0, 0, 3},
+        {COMPLETE, 1, 0, 3, 0, 1},
+        {CLAIM, 2, 11.0, 0, 0, RM_PORTION_DONE},
         /* next pass: everything pending again, stale answers from pass 0 refused */
-        { BEGIN, 0, 0, 1, 0, 0 },
-        { COMPLETE, 1, 0, 3, 0, 0 },
-        { CLAIM, 2, 20.0, 0, 0, 0 },
-        { LOST, 2, 0, 0, 0, 1 },
-        { LOST, 2, 0, 0, 0, 0 },             /* idempotent */
-        { CLAIM, 1, 20.0, 0, 0, 0 },         /* the lost worker's portion goes out first */
+        {BEGIN, 0, 0, 1, 0, 0},
+        {COMPLETE, 1, 0, 3, 0, 0},
+        {CLAIM, 2, 20.0, 0, 0, 0},
+        {LOST, 2, 0, 0, 0, 1},
+        {LOST, 2, 0, 0, 0, 0},     /* idempotent */
+        {CLAIM, 1, 20.0, 0, 0, 0}, /* the lost worker's portion goes out first */
     };
     rm_portions ps;
-    rm_err e = { 0 };
+    rm_err e = {0};
     CU_ASSERT_EQUAL_FATAL(rm_portions_init(&ps, 4, 3, 10.0, &e), RM_OK);
     for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
         const prow *x = &rows[r];
         int got = 0;
         switch (x->op) {
-        case BEGIN: rm_portions_begin(&ps, x->i); got = x->want; break;
-        case CLAIM: got = rm_portions_claim(&ps, x->w, x->now); break;
-        case COMPLETE: got = rm_portions_complete(&ps, x->pass, x->i, x->w); break;
-        case LOST: got = rm_portions_worker_lost(&ps, x->w); break;
+        case BEGIN:
+            rm_portions_begin(&ps, x->i);
+            got = x->want;
+            break;
+        case CLAIM:
+            got = rm_portions_claim(&ps, x->w, x->now);
+            break;
+        case COMPLETE:
+            got = rm_portions_complete(&ps, x->pass, x->i, x->w);
+            break;
+        case LOST:
+            got = rm_portions_worker_lost(&ps, x->w);
+            break;
         }
         if (got != x->want)
             fprintf(stderr, "portions row %zu: got %d want %d\n", r, got, x->want);
@@ -406,7 +421,7 @@ static void test_portions_table(void)
     CU_ASSERT_EQUAL(rm_portions_claim_static(&ps, 0), 2);
     CU_ASSERT_EQUAL(rm_portions_claim_static(&ps, 1), 1);
     CU_ASSERT_EQUAL(rm_portions_claim_static(&ps, 0), 4);
-    CU_ASSERT_EQUAL(rm_portions_claim_static(&ps, 0), RM_PORTION_NONE);   /* 1 and 3 are w1's */
+    CU_ASSERT_EQUAL(rm_portions_claim_static(&ps, 0), RM_PORTION_NONE); /* 1 and 3 are w1's */
     CU_ASSERT_EQUAL(rm_portions_claim_static(&ps, 1), 3);
     for (int i = 0; i < 5; i++)
         CU_ASSERT_TRUE(rm_portions_complete(&ps, 1, i, i % 2));
@@ -431,7 +446,7 @@ static void test_hist_curvature(void)
     CU_ASSERT_DOUBLE_EQUAL(h.gamma, 0.5, 0);
     CU_ASSERT_EQUAL(rm_lbfgs_hist_next_slot(&h), 1);
     CU_ASSERT_TRUE(rm_lbfgs_hist_push(&h, 1.0, 1.0));
-    CU_ASSERT_EQUAL(rm_lbfgs_hist_next_slot(&h), 0);   /* full: the oldest slot is next */
+    CU_ASSERT_EQUAL(rm_lbfgs_hist_next_slot(&h), 0); /* full: the oldest slot is next */
     CU_ASSERT_TRUE(rm_lbfgs_hist_push(&h, 1.0, 2.0));
     CU_ASSERT_EQUAL(h.count, 2);
     CU_ASSERT_EQUAL(h.head, 1);
@@ -443,8 +458,8 @@ static void test_hist_curvature(void)
  * (first answer wins; another pass' push is stale), flags COMMIT, and names its incarnation. */
 static void vec(rm_lbfgs_shard *sh, int code, int a, int b, double alpha, rm_ps_rep *r)
 {
-    rm_ps_req q = {.op = RM_PS_OP_LB_VEC, .step = rm_lbv_code(code, a, b),
-                   .from_version = rm_lb_dbits(alpha)};
+    rm_ps_req q = {
+        .op = RM_PS_OP_LB_VEC, .step = rm_lbv_code(code, a, b), .from_version = rm_lb_dbits(alpha)};
     memset(r, 0, sizeof *r);
     rm_lbfgs_shard_vec(sh, &q, r);
 }
@@ -469,16 +484,16 @@ static void test_shard_ops(void)
     CU_ASSERT_DOUBLE_EQUAL(rm_lb_bitsd(r.a), 30.0, 0);
     int64_t inc = r.version;
     CU_ASSERT(inc > 0);
-    vec(sh, RM_LBV_BEGIN, 0, 0, 77.0, &r);   /* pass 77: G = 0; the server bumps its version */
+    vec(sh, RM_LBV_BEGIN, 0, 0, 77.0, &r); /* pass 77: G = 0; the server bumps its version */
     CU_ASSERT_EQUAL(r.version, inc);
     CU_ASSERT_EQUAL(r.b, 1);
     const float g1[4] = {1, 1, 1, 1}, g2[4] = {10, 10, 10, 10};
     CU_ASSERT_EQUAL(push(sh, 77, 0, g1), RM_PS_ST_OK);
-    CU_ASSERT_EQUAL(push(sh, 77, 0, g2), RM_PS_ST_DROPPED);   /* the same portion again: dropped */
-    CU_ASSERT_EQUAL(push(sh, 76, 1, g2), RM_PS_ST_DROPPED);   /* another pass: stale */
-    CU_ASSERT_EQUAL(push(sh, 77, 3, g2), RM_PS_ST_DROPPED);   /* no such portion */
+    CU_ASSERT_EQUAL(push(sh, 77, 0, g2), RM_PS_ST_DROPPED); /* the same portion again: dropped */
+    CU_ASSERT_EQUAL(push(sh, 76, 1, g2), RM_PS_ST_DROPPED); /* another pass: stale */
+    CU_ASSERT_EQUAL(push(sh, 77, 3, g2), RM_PS_ST_DROPPED); /* no such portion */
     CU_ASSERT_EQUAL(push(sh, 77, 2, g1), RM_PS_ST_OK);
-    vec(sh, RM_LBV_DOT, RM_LV_G, RM_LV_G, 0, &r);   /* G = 2 each: 4 * 4 */
+    vec(sh, RM_LBV_DOT, RM_LV_G, RM_LV_G, 0, &r); /* G = 2 each: 4 * 4 */
     CU_ASSERT_DOUBLE_EQUAL(rm_lb_bitsd(r.a), 16.0, 0);
     /* D = G; D *= -0.5; X += 2 D  ->  X = {-1, 0, 1, 2} */
     vec(sh, RM_LBV_COPY, RM_LV_D, RM_LV_G, 0, &r);
@@ -495,7 +510,7 @@ static void test_shard_ops(void)
     vec(sh, 99, 0, 0, 0, &r);
     CU_ASSERT_EQUAL(r.status, RM_PS_ST_BAD);
     vec(sh, RM_LBV_STATUS, 0, 0, 0, &r);
-    CU_ASSERT_EQUAL(r.a, -1);   /* no commit yet */
+    CU_ASSERT_EQUAL(r.a, -1); /* no commit yet */
     vec(sh, RM_LBV_COMMIT, 0, 0, 5.0, &r);
     CU_ASSERT_EQUAL(r.b, 0);
     vec(sh, RM_LBV_STATUS, 0, 0, 0, &r);
@@ -516,13 +531,13 @@ static void test_shard_ops(void)
     CU_ASSERT_EQUAL(push(sh, 1, 0, g2), RM_PS_ST_OK);
     vec(sh, RM_LBV_COPY, RM_LV_G0, RM_LV_G, 0, &r);
     vec(sh, RM_LBV_COMMIT, 0, 0, 3.0, &r);
-    vec(sh, RM_LBV_COPY, RM_LV_G0, RM_LV_X, 0, &r);   /* changed after the commit: not saved */
+    vec(sh, RM_LBV_COPY, RM_LV_G0, RM_LV_X, 0, &r); /* changed after the commit: not saved */
     rm_lbfgs_shard_free(sh);
     float p3[4] = {0, 0, 0, 0};
     CU_ASSERT_EQUAL_FATAL(rm_lbfgs_shard_new(p3, 4, 2, 3, dir, &sh, &e), RM_OK);
     vec(sh, RM_LBV_STATUS, 0, 0, 0, &r);
     CU_ASSERT_EQUAL(r.a, 3);
-    vec(sh, RM_LBV_DOT, RM_LV_G0, RM_LV_G0, 0, &r);   /* G0 = {10, 10, 10, 10} as committed */
+    vec(sh, RM_LBV_DOT, RM_LV_G0, RM_LV_G0, 0, &r); /* G0 = {10, 10, 10, 10} as committed */
     CU_ASSERT_DOUBLE_EQUAL(rm_lb_bitsd(r.a), 400.0, 0);
     rm_lbfgs_shard_free(sh);
     char path[64];
@@ -534,7 +549,7 @@ static void test_shard_ops(void)
     fclose(f);
     CU_ASSERT_EQUAL_FATAL(rm_lbfgs_shard_new(p3, 4, 2, 3, dir, &sh, &e), RM_OK);
     vec(sh, RM_LBV_STATUS, 0, 0, 0, &r);
-    CU_ASSERT_EQUAL(r.a, -1);   /* corrupt: the history is not trusted */
+    CU_ASSERT_EQUAL(r.a, -1); /* corrupt: the history is not trusted */
     rm_lbfgs_shard_free(sh);
     remove(path);
     rmdir(dir);
@@ -547,12 +562,12 @@ static void test_shard_ops(void)
 void rm_suite_lbfgs(void)
 {
     static const rm_test_case cases[] = {
-        { "quadratic_exact_in_n", test_quadratic_exact_in_n },
-        { "rosenbrock", test_rosenbrock },
-        { "armijo_table", test_armijo_table },
-        { "portions_table", test_portions_table },
-        { "hist_curvature", test_hist_curvature },
-        { "shard_ops", test_shard_ops },
+        {"quadratic_exact_in_n", test_quadratic_exact_in_n},
+        {"rosenbrock", test_rosenbrock},
+        {"armijo_table", test_armijo_table},
+        {"portions_table", test_portions_table},
+        {"hist_curvature", test_hist_curvature},
+        {"shard_ops", test_shard_ops},
     };
     RM_ADD_SUITE("lbfgs", NULL, NULL, cases);
 }

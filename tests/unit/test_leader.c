@@ -16,10 +16,10 @@
 
 typedef struct lstore {
     pthread_mutex_t mu;
-    cJSON *lease;      /* NULL = absent */
+    cJSON *lease; /* NULL = absent */
     int rv;
     int puts, conflicts;
-    int delay_ms;      /* every answer waits this long (a hung API server) */
+    int delay_ms; /* every answer waits this long (a hung API server) */
 } lstore;
 
 static const char *PATH = "/apis/coordination.k8s.io/v1/namespaces/ns/leases";
@@ -37,10 +37,12 @@ static int h_lease(const rm_http_req *req, rm_http_resp *resp, void *ud)
     bool item = strlen(req->path) > strlen(PATH);
     if (strcmp(req->method, "GET") == 0 && item) {
         rc = s->lease ? rm_http_reply_json(resp, 200, s->lease)
-                      : rm_http_reply_text(resp, 404, "application/json", "{\"kind\":\"Status\",\"reason\":\"NotFound\",\"code\":404}");
+                      : rm_http_reply_text(resp, 404, "application/json",
+                                           "{\"kind\":\"Status\",\"reason\":\"NotFound\",\"code\":404}");
     } else if (strcmp(req->method, "POST") == 0 && !item) {
         if (s->lease) {
-            rc = rm_http_reply_text(resp, 409, "application/json", "{\"reason\":\"AlreadyExists\",\"code\":409}");
+            rc = rm_http_reply_text(resp, 409, "application/json",
+                                    "{\"reason\":\"AlreadyExists\",\"code\":409}");
         } else {
             s->lease = cJSON_Parse(req->body);
             char rv[16];
@@ -51,7 +53,8 @@ static int h_lease(const rm_http_req *req, rm_http_resp *resp, void *ud)
         }
     } else if (strcmp(req->method, "PUT") == 0 && item && s->lease) {
         cJSON *b = cJSON_Parse(req->body);
-        const cJSON *brv = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(b, "metadata"), "resourceVersion");
+        const cJSON *brv = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(b, "metadata"),
+                                                            "resourceVersion");
         char cur[16];
         snprintf(cur, sizeof(cur), "%d", s->rv);
         s->puts++;
@@ -76,8 +79,7 @@ static int h_lease(const rm_http_req *req, rm_http_resp *resp, void *ud)
 }
 
 /* A fake Lease API on a free loopback port and a client (opts co) talking to it. */
-static int fake_start(lstore *s, const rm_kube_client_opts *co, rm_http_server **srv,
-                      rm_kube_client **c)
+static int fake_start(lstore *s, const rm_kube_client_opts *co, rm_http_server **srv, rm_kube_client **c)
 {
     memset(s, 0, sizeof(*s));
     pthread_mutex_init(&s->mu, NULL);
@@ -104,7 +106,8 @@ static void fake_stop(lstore *s, rm_http_server *srv, rm_kube_client *c)
 static const char *holder(lstore *s, char *buf, size_t cap)
 {
     pthread_mutex_lock(&s->mu);
-    const cJSON *h = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(s->lease, "spec"), "holderIdentity");
+    const cJSON *h = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(s->lease, "spec"),
+                                                      "holderIdentity");
     snprintf(buf, cap, "%s", cJSON_IsString(h) ? h->valuestring : "(none)");
     pthread_mutex_unlock(&s->mu);
     return buf;
@@ -144,14 +147,14 @@ static void test_acquire_renew_takeover_release(void)
     /* A renews: the record changes, so B's observation restarts */
     CU_ASSERT_TRUE(rm_leader_try(a, 110));
     CU_ASSERT_FALSE(rm_leader_try(b, 1010));
-    CU_ASSERT_FALSE(rm_leader_try(b, 1024));      /* 14 s since the change B saw */
+    CU_ASSERT_FALSE(rm_leader_try(b, 1024)); /* 14 s since the change B saw */
     /* A stops renewing; 15 s after B last saw a change, B takes over */
     CU_ASSERT_TRUE(rm_leader_try(b, 1026));
     CU_ASSERT_STRING_EQUAL(holder(&s, hb, sizeof(hb)), "B");
     CU_ASSERT_EQUAL(field_int(&s, "leaseTransitions"), 1);
     /* A comes back: the record changed under it, so it waits a full lease */
     CU_ASSERT_FALSE(rm_leader_try(a, 120));
-    CU_ASSERT_TRUE(rm_leader_try(b, 1028));       /* renew keeps transitions */
+    CU_ASSERT_TRUE(rm_leader_try(b, 1028)); /* renew keeps transitions */
     CU_ASSERT_EQUAL(field_int(&s, "leaseTransitions"), 1);
     /* B releases: holder "" and duration 1; A acquires at once */
     CU_ASSERT_EQUAL(rm_leader_release(b), RM_OK);
@@ -160,7 +163,7 @@ static void test_acquire_renew_takeover_release(void)
     CU_ASSERT_TRUE(rm_leader_try(a, 121));
     CU_ASSERT_STRING_EQUAL(holder(&s, hb, sizeof(hb)), "A");
     CU_ASSERT_EQUAL(field_int(&s, "leaseTransitions"), 2);
-    rm_leader_stop(a);   /* not started: stop must still be safe; A holds → release */
+    rm_leader_stop(a); /* not started: stop must still be safe; A holds → release */
     CU_ASSERT_STRING_EQUAL(holder(&s, hb, sizeof(hb)), "");
     rm_leader_stop(b);
     rm_leader_stop(NULL);
@@ -177,7 +180,12 @@ static void test_race_409(void)
     rm_kube_client_opts co = {.qps = -1, .max_retries = 1};
     CU_ASSERT_EQUAL_FATAL(fake_start(&s, &co, &srv, &c), RM_OK);
     /* threads: start two electors with short leases; exactly one leads at any time */
-    rm_leader_opts o1 = {.namespace_ = "ns", .name = "l2", .identity = "X", .lease_s = 1, .renew_deadline_s = 0.8, .retry_s = 0.1};
+    rm_leader_opts o1 = {.namespace_ = "ns",
+                         .name = "l2",
+                         .identity = "X",
+                         .lease_s = 1,
+                         .renew_deadline_s = 0.8,
+                         .retry_s = 0.1};
     rm_leader_opts o2 = o1;
     o2.identity = "Y";
     rm_leader *x = NULL, *y = NULL;
@@ -221,8 +229,12 @@ static void test_bounded_by_renew_deadline(void)
     /* the operator's main client, busy: 1 request/s, default 30 s timeout and retries */
     rm_kube_client_opts co = {.qps = 1, .burst = 1};
     CU_ASSERT_EQUAL_FATAL(fake_start(&s, &co, &srv, &c), RM_OK);
-    rm_leader_opts oa = {.namespace_ = "ns", .name = "hung", .identity = "A", .lease_s = 2,
-                         .renew_deadline_s = 1, .retry_s = 0.2};
+    rm_leader_opts oa = {.namespace_ = "ns",
+                         .name = "hung",
+                         .identity = "A",
+                         .lease_s = 2,
+                         .renew_deadline_s = 1,
+                         .retry_s = 0.2};
     rm_leader *a = NULL;
     CU_ASSERT_EQUAL_FATAL(rm_leader_new(c, &oa, &a, &e), RM_OK);
     /* acquire, then renew three times in a row: none waits for the main client's bucket */

@@ -69,8 +69,8 @@ static void test_json_format(void)
     char buf[2048];
     rm_log_init(RM_LOG_DEBUG, RM_LOG_JSON, "op");
     rm_log_set_fields("rank=3 job=default/x");
-    rm_log_format_line(buf, sizeof buf, RM_LOG_ERROR,
-                       "it failed badly err=\"%s\" n=%d", "line1\nline2 \"q\" \\ \x01", 7);
+    rm_log_format_line(buf, sizeof buf, RM_LOG_ERROR, "it failed badly err=\"%s\" n=%d",
+                       "line1\nline2 \"q\" \\ \x01", 7);
     cJSON *o = cJSON_Parse(buf);
     CU_ASSERT_PTR_NOT_NULL_FATAL(o);
     CU_ASSERT_STRING_EQUAL(cJSON_GetObjectItem(o, "level")->valuestring, "error");
@@ -166,7 +166,7 @@ static void test_parse_and_levels(void)
 
 static void test_rm_err(void)
 {
-    rm_err e = { 0 };
+    rm_err e = {0};
     CU_ASSERT_EQUAL(rm_errf(&e, RM_EIO, "disk %s", "gone"), RM_EIO);
     CU_ASSERT_STRING_EQUAL(e.msg, "disk gone");
     CU_ASSERT_EQUAL(e.code, RM_EIO);
@@ -235,9 +235,20 @@ static void test_concurrent_lines_do_not_interleave(void)
 
 /* An RM_CHECK trail (docs/c-style.md#the-habits) logs its first failing hop at warn (with its file:line),
  * the hops that pass the error on at debug; a new error starts a new trail. */
-static int trail_inner(rm_err *e) { return rm_errf(e, RM_EIO, "disk on fire"); }
-static int trail_middle(rm_err *e) { RM_CHECK(trail_inner(e)); return RM_OK; }
-static int trail_outer(rm_err *e) { RM_CHECK(trail_middle(e)); return RM_OK; }
+static int trail_inner(rm_err *e)
+{
+    return rm_errf(e, RM_EIO, "disk on fire");
+}
+static int trail_middle(rm_err *e)
+{
+    RM_CHECK(trail_inner(e));
+    return RM_OK;
+}
+static int trail_outer(rm_err *e)
+{
+    RM_CHECK(trail_middle(e));
+    return RM_OK;
+}
 
 static void test_check_trail_first_hop_warns(void)
 {
@@ -252,7 +263,7 @@ static void test_check_trail_first_hop_warns(void)
     rm_log_init(RM_LOG_DEBUG, RM_LOG_TEXT, NULL);
     rm_err e = {0};
     CU_ASSERT_EQUAL(trail_outer(&e), RM_EIO);
-    CU_ASSERT_EQUAL(trail_outer(&e), RM_EIO);   /* a second error: a second trail */
+    CU_ASSERT_EQUAL(trail_outer(&e), RM_EIO); /* a second error: a second trail */
     dup2(saved, 2);
     close(saved);
     close(fd);
@@ -282,15 +293,15 @@ static void test_check_trail_first_hop_warns(void)
 void rm_suite_log(void)
 {
     static const rm_test_case cases[] = {
-        { "text_format", test_text_format },
-        { "check_trail_first_hop_warns", test_check_trail_first_hop_warns },
-        { "text_quoting", test_text_quoting },
-        { "json_format_escaping", test_json_format },
-        { "truncation_stays_valid", test_truncation_stays_valid },
-        { "text_truncated_message_drops_the_rest", test_text_truncated_message_drops_the_rest },
-        { "parse_and_levels", test_parse_and_levels },
-        { "rm_err", test_rm_err },
-        { "concurrent_lines_do_not_interleave", test_concurrent_lines_do_not_interleave },
+        {"text_format", test_text_format},
+        {"check_trail_first_hop_warns", test_check_trail_first_hop_warns},
+        {"text_quoting", test_text_quoting},
+        {"json_format_escaping", test_json_format},
+        {"truncation_stays_valid", test_truncation_stays_valid},
+        {"text_truncated_message_drops_the_rest", test_text_truncated_message_drops_the_rest},
+        {"parse_and_levels", test_parse_and_levels},
+        {"rm_err", test_rm_err},
+        {"concurrent_lines_do_not_interleave", test_concurrent_lines_do_not_interleave},
     };
     RM_ADD_SUITE("log", log_setup, log_teardown, cases);
 }

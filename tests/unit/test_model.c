@@ -24,7 +24,7 @@ static void test_layout(void)
     CU_ASSERT_EQUAL(rm_mlp_w_off(&L, 1), 784 * 512 + 512);
     CU_ASSERT_EQUAL(L.unit_len[1], 512 * 256 + 256);
     CU_ASSERT_EQUAL(L.nparams, 784 * 512 + 512 + 512 * 256 + 256 + 256 * 10 + 10);
-    CU_ASSERT_EQUAL(L.unit_off[2] + L.unit_len[2], L.nparams);   /* contiguous to the end */
+    CU_ASSERT_EQUAL(L.unit_off[2] + L.unit_len[2], L.nparams); /* contiguous to the end */
     char buf[64];
     rm_model_shape_words(&s, buf, sizeof buf);
     CU_ASSERT_STRING_EQUAL(buf, "784-512-256-10");
@@ -32,7 +32,12 @@ static void test_layout(void)
     CU_ASSERT_EQUAL(rm_mlp_shape(&s, 784, bad, 1, 10, &e), RM_EINVAL);
 }
 
-typedef struct { int order[8]; int n; rm_model *m; float gsum_at_ready[8]; } ready_log;
+typedef struct {
+    int order[8];
+    int n;
+    rm_model *m;
+    float gsum_at_ready[8];
+} ready_log;
 static void on_ready(void *ud, int l)
 {
     ready_log *r = ud;
@@ -82,7 +87,7 @@ static void test_gradcheck(void)
     CU_ASSERT_EQUAL(rl.order[1], 1);
     CU_ASSERT_EQUAL(rl.order[2], 0);
     for (int i = 0; i < 3; i++)
-        CU_ASSERT(rl.gsum_at_ready[i] > 0);   /* gradient already written when announced */
+        CU_ASSERT(rl.gsum_at_ready[i] > 0); /* gradient already written when announced */
 
     float *g = malloc(m.nparams * sizeof(float));
     memcpy(g, m.grads, m.nparams * sizeof(float));
@@ -104,17 +109,22 @@ static void test_gradcheck(void)
         checked++;
     }
     CU_ASSERT(checked == (int)m.nparams);
-    CU_ASSERT(bad <= 2);   /* a parameter next to a ReLU kink may disagree */
+    CU_ASSERT(bad <= 2); /* a parameter next to a ReLU kink may disagree */
     free(g);
     rm_model_free(&m);
-    rm_model_free(&m);   /* idempotent */
+    rm_model_free(&m); /* idempotent */
 }
 
 /* rm_model_backward_placed + rm_model_grad_range (ZeRO-2 staging) give the same gradient as the
  * ordinary backward, for ranges that start and end mid-row, cover whole rows, straddle W and b or
  * lie in b only; m->grads is not touched. Compared within float rounding (a 1-row GEMM may take
  * another BLAS path). */
-typedef struct { rm_model *m; const float *want; int bad, calls; size_t cut; } placed_log;
+typedef struct {
+    rm_model *m;
+    const float *want;
+    int bad, calls;
+    size_t cut;
+} placed_log;
 static void on_place(void *ud, const rm_unit_grad *g)
 {
     placed_log *p = ud;
@@ -162,7 +172,7 @@ static void test_backward_placed(void)
         CU_ASSERT_EQUAL(p.calls, 3);
         CU_ASSERT_EQUAL(p.bad, 0);
         for (size_t i = 0; i < m.nparams; i++)
-            CU_ASSERT_EQUAL_FATAL(m.grads[i], 0.0f);   /* untouched */
+            CU_ASSERT_EQUAL_FATAL(m.grads[i], 0.0f); /* untouched */
     }
     free(want);
     rm_model_free(&m);
@@ -221,7 +231,7 @@ static void test_init_layers(void)
     for (int l0 = 0; l0 < s.nlayers; l0++)
         for (int l1 = l0 + 1; l1 <= s.nlayers; l1++) {
             for (size_t i = 0; i < n; i++)
-                part.params[i] = 7.0f;   /* sentinel: must survive outside the range */
+                part.params[i] = 7.0f; /* sentinel: must survive outside the range */
             CU_ASSERT_EQUAL_FATAL(rm_model_init_params_units(&part, 77, l0, l1, &e), RM_OK);
             size_t a = part.unit_off[l0];
             size_t b = part.unit_off[l1 - 1] + part.unit_len[l1 - 1];

@@ -14,15 +14,15 @@
 
 /* The fake: times are virtual seconds, advanced by pause() (so timeouts run instantly). */
 typedef struct fake_comm {
-    double t;               /* virtual clock */
-    double inputs_at;       /* started() becomes DONE at this time (<0: never) */
-    double done_at;         /* done() becomes DONE at this time after the inputs (<0: never) */
-    double error_at;        /* async_error() fails from this time (<0: never) */
-    int error_code;         /* RM_ECLOSED (remote peer) or RM_EIO */
-    double t_started;       /* when started() first said DONE */
+    double t;         /* virtual clock */
+    double inputs_at; /* started() becomes DONE at this time (<0: never) */
+    double done_at;   /* done() becomes DONE at this time after the inputs (<0: never) */
+    double error_at;  /* async_error() fails from this time (<0: never) */
+    int error_code;   /* RM_ECLOSED (remote peer) or RM_EIO */
+    double t_started; /* when started() first said DONE */
     int polls;
-    double step;            /* clock advance per pause */
-    pthread_mutex_t *gate;  /* when set, pause() waits on real time (for the threaded tests) */
+    double step;           /* clock advance per pause */
+    pthread_mutex_t *gate; /* when set, pause() waits on real time (for the threaded tests) */
 } fake_comm;
 
 static int f_started(void *ctx, char *why, size_t cap)
@@ -47,12 +47,16 @@ static int f_async(void *ctx, char *why, size_t cap)
 {
     fake_comm *f = ctx;
     if (f->error_at >= 0 && f->t >= f->error_at) {
-        snprintf(why, cap, "%s", f->error_code == RM_ECLOSED ? "remote process exited" : "unhandled cuda error");
+        snprintf(why, cap, "%s",
+                 f->error_code == RM_ECLOSED ? "remote process exited" : "unhandled cuda error");
         return f->error_code;
     }
     return RM_NW_DONE;
 }
-static double f_now(void *ctx) { return ((fake_comm *)ctx)->t; }
+static double f_now(void *ctx)
+{
+    return ((fake_comm *)ctx)->t;
+}
 static void f_pause(void *ctx, double waited)
 {
     fake_comm *f = ctx;
@@ -125,7 +129,7 @@ static void test_dead_peer_and_async_error(void)
     rm_err e = {0};
     CU_ASSERT_EQUAL(rm_nccl_wait(&fake_probe, &f, &cfg, &e), RM_ECLOSED);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "peer failure: remote process exited"));
-    CU_ASSERT(f.t < 0.4);   /* fails fast, not at the deadline */
+    CU_ASSERT(f.t < 0.4); /* fails fast, not at the deadline */
     f = fake(0, -1);
     f.error_at = 0.0;
     f.error_code = RM_EIO;
@@ -159,14 +163,14 @@ static void test_abort_idle_and_destroy(void)
     rm_err e = {0};
     g_aborts = 0;
     rm_nccl_guard_init(&g, count_abort, NULL);
-    CU_ASSERT_EQUAL(rm_nccl_guard_begin(&g, &e), RM_ECLOSED);   /* not alive yet */
+    CU_ASSERT_EQUAL(rm_nccl_guard_begin(&g, &e), RM_ECLOSED); /* not alive yet */
     rm_nccl_guard_set_alive(&g);
     CU_ASSERT_EQUAL(rm_nccl_guard_begin(&g, &e), RM_OK);
     CU_ASSERT_EQUAL(rm_nccl_guard_end(&g, RM_OK, &e), RM_OK);
     CU_ASSERT_EQUAL(g_aborts, 0);
-    rm_nccl_guard_abort(&g);            /* idle: aborts at once */
+    rm_nccl_guard_abort(&g); /* idle: aborts at once */
     CU_ASSERT_EQUAL(g_aborts, 1);
-    rm_nccl_guard_abort(&g);            /* twice: still once */
+    rm_nccl_guard_abort(&g); /* twice: still once */
     CU_ASSERT_EQUAL(g_aborts, 1);
     CU_ASSERT_EQUAL(rm_nccl_guard_begin(&g, &e), RM_ECLOSED);
     CU_ASSERT_FALSE(rm_nccl_guard_release(&g));
@@ -207,7 +211,7 @@ static void test_abort_overtakes_success(void)
     rm_nccl_guard_init(&g, count_abort, NULL);
     rm_nccl_guard_set_alive(&g);
     CU_ASSERT_EQUAL(rm_nccl_guard_begin(&g, &e), RM_OK);
-    rm_nccl_guard_abort(&g);             /* in flight: only the flag */
+    rm_nccl_guard_abort(&g); /* in flight: only the flag */
     CU_ASSERT_EQUAL(g_aborts, 0);
     CU_ASSERT_EQUAL(rm_nccl_guard_end(&g, RM_OK, &e), RM_ECLOSED);
     CU_ASSERT_EQUAL(g_aborts, 1);
@@ -243,8 +247,8 @@ static void test_abort_from_another_thread(void)
     rm_nccl_guard_set_alive(&g);
     fake_comm f = fake(0, -1);
     pthread_mutex_t dummy = PTHREAD_MUTEX_INITIALIZER;
-    f.gate = &dummy;          /* real time passes between polls */
-    f.step = 0.0001;          /* 10000 polls per virtual second: the deadline is far */
+    f.gate = &dummy; /* real time passes between polls */
+    f.step = 0.0001; /* 10000 polls per virtual second: the deadline is far */
     volatile int polling = 0;
     abort_arg a = {&g, &polling};
     pthread_t th;

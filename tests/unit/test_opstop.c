@@ -65,7 +65,7 @@ static void test_stop_wakes_long_polls(void)
     join_start(&a, rm_http_port(srv), "0", 4);
     for (int i = 0; i < 200 && members(r) < 1; i++)
         usleep(10000);
-    CU_ASSERT_EQUAL_FATAL(members(r), 1);   /* precondition: the poll is in the server */
+    CU_ASSERT_EQUAL_FATAL(members(r), 1); /* precondition: the poll is in the server */
     usleep(100000);
     double t0 = rm_mono();
     rm_op_rdzv_stop(r, srv, true);
@@ -88,7 +88,7 @@ static void test_stop_wakes_long_polls(void)
     rm_rdzv_round_free(&b.round);
     rm_rdzv_round_free(&c.round);
     rm_op_rdzv_stop(r, srv, false);
-    rm_op_rdzv_stop(r, NULL, false);   /* nothing served: a no-op */
+    rm_op_rdzv_stop(r, NULL, false); /* nothing served: a no-op */
     rm_rdzv_free(r);
 }
 
@@ -168,10 +168,10 @@ static void test_rt_new_out_of_memory(void)
     int dummy;
     rm_kube_rt_config cfg;
     memset(&cfg, 0, sizeof cfg);
-    cfg.client = (rm_kube_client *)&dummy;   /* never dereferenced by rm_kube_rt_new */
+    cfg.client = (rm_kube_client *)&dummy; /* never dereferenced by rm_kube_rt_new */
     cfg.pods = (rm_informer *)&dummy;
     char url[] = "http://10.0.0.1:29400", image[] = "img:1", inst[] = "op-0";
-    cfg.rdzv_url = url;   /* not literals: the compiler may not fold these strdups away */
+    cfg.rdzv_url = url; /* not literals: the compiler may not fold these strdups away */
     cfg.worker_image = image;
     cfg.instance = inst;
     for (int nth = 1; nth <= 3; nth++) {
@@ -185,8 +185,8 @@ static void test_rt_new_out_of_memory(void)
         CU_ASSERT_EQUAL(rc, RM_ENOMEM);
         CU_ASSERT_PTR_NULL(rt);
         CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "out of memory"));
-        CU_ASSERT(tl_strdup_calls >= nth);       /* the injected failure was reached */
-        CU_ASSERT_EQUAL(tl_bad_destroys, 0);     /* no never-initialised mutex destroyed */
+        CU_ASSERT(tl_strdup_calls >= nth);   /* the injected failure was reached */
+        CU_ASSERT_EQUAL(tl_bad_destroys, 0); /* no never-initialised mutex destroyed */
     }
     /* the interposers themselves: a destroy without an init in the window is seen */
     pthread_mutex_t m;

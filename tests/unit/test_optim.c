@@ -15,10 +15,10 @@ static void test_sgd(void)
     CU_ASSERT_EQUAL_FATAL(rm_optim_init(&o, rm_kernels_cpu(), &s, 3, &e), RM_OK);
     CU_ASSERT_EQUAL(o.nstate, 1);
     float w[3] = {1, 2, 3}, g[3] = {1, -1, 0};
-    rm_optim_step(&o, w, g, 0.1f);   /* v = g; w -= 0.1 g */
+    rm_optim_step(&o, w, g, 0.1f); /* v = g; w -= 0.1 g */
     CU_ASSERT_DOUBLE_EQUAL(w[0], 0.9, 1e-6);
     CU_ASSERT_DOUBLE_EQUAL(w[1], 2.1, 1e-6);
-    rm_optim_step(&o, w, g, 0.1f);   /* v = 0.5 g + g = 1.5 g; w -= 0.15 g */
+    rm_optim_step(&o, w, g, 0.1f); /* v = 0.5 g + g = 1.5 g; w -= 0.15 g */
     CU_ASSERT_DOUBLE_EQUAL(w[0], 0.75, 1e-6);
     CU_ASSERT_DOUBLE_EQUAL(w[2], 3.0, 1e-6);
     CU_ASSERT_EQUAL(o.t, 2);
@@ -48,7 +48,7 @@ static void test_adagrad_wd(void)
     rm_optimizer_spec s = {.type = RM_OPT_ADAGRAD, .eps = 1e-10, .weight_decay = 0.5};
     rm_optim o;
     CU_ASSERT_EQUAL_FATAL(rm_optim_init(&o, rm_kernels_cpu(), &s, 1, &e), RM_OK);
-    float w = 2, g = 0;   /* g' = g + 0.5 w = 1; s = 1; w -= 0.1 * 1 / 1 */
+    float w = 2, g = 0; /* g' = g + 0.5 w = 1; s = 1; w -= 0.1 * 1 / 1 */
     rm_optim_step(&o, &w, &g, 0.1f);
     CU_ASSERT_DOUBLE_EQUAL(w, 1.9, 1e-6);
     CU_ASSERT_DOUBLE_EQUAL(o.state[0][0], 1.0, 1e-6);

@@ -20,18 +20,17 @@
 
 static void test_placement(void)
 {
-    static const struct { int rank, world, P, stage, replica, prev, next; } t[] = {
-        { 0, 1, 1, 0, 0, -1, -1 },
-        { 0, 2, 2, 0, 0, -1, 1 },
-        { 1, 2, 2, 1, 0, 0, -1 },
-        { 2, 4, 2, 0, 1, -1, 3 },   /* r = d*P + p: rank 2 is stage 0 of replica 1 */
-        { 3, 4, 2, 1, 1, 2, -1 },
-        { 4, 6, 3, 1, 1, 3, 5 },
-        { 3, 4, 1, 0, 3, -1, -1 },  /* P = 1: pure data parallelism */
+    static const struct {
+        int rank, world, P, stage, replica, prev, next;
+    } t[] = {
+        {0, 1, 1, 0, 0, -1, -1}, {0, 2, 2, 0, 0, -1, 1},
+        {1, 2, 2, 1, 0, 0, -1},  {2, 4, 2, 0, 1, -1, 3}, /* r = d*P + p: rank 2 is stage 0 of replica 1 */
+        {3, 4, 2, 1, 1, 2, -1},  {4, 6, 3, 1, 1, 3, 5},
+        {3, 4, 1, 0, 3, -1, -1}, /* P = 1: pure data parallelism */
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         rm_pipe_place pl;
-        rm_err e = { 0 };
+        rm_err e = {0};
         CU_ASSERT_EQUAL_FATAL(rm_pipe_place_of(t[i].rank, t[i].world, t[i].P, &pl, &e), RM_OK);
         CU_ASSERT_EQUAL(pl.stage, t[i].stage);
         CU_ASSERT_EQUAL(pl.replica, t[i].replica);
@@ -41,7 +40,7 @@ static void test_placement(void)
         CU_ASSERT_EQUAL(rm_pipe_rank(t[i].P, pl.replica, pl.stage), t[i].rank);
     }
     rm_pipe_place pl;
-    rm_err e = { 0 };
+    rm_err e = {0};
     CU_ASSERT_EQUAL(rm_pipe_place_of(0, 3, 2, &pl, &e), RM_EINVAL);
     CU_ASSERT_EQUAL(rm_pipe_place_of(4, 4, 2, &pl, &e), RM_EINVAL);
     CU_ASSERT_EQUAL(rm_pipe_place_of(0, 4, 0, &pl, &e), RM_EINVAL);
@@ -50,35 +49,35 @@ static void test_placement(void)
 static void test_partition(void)
 {
     /* 784-512-256-10: 401920, 131328, 2570 parameters */
-    static const uint64_t mlp[] = { 401920, 131328, 2570 };
-    static const uint64_t six[] = { 10, 10, 10, 10, 10, 10 };
-    static const uint64_t five[] = { 7, 7, 7, 7, 7 };
-    static const uint64_t heavy[] = { 1, 1, 100, 1, 1, 1 };
-    static const uint64_t deep[] = { 803840, 1049600, 1049600, 1049600, 1049600, 1049600, 1049600,
-                                     1049600, 10250 };   /* 784-8x1024-10 */
+    static const uint64_t mlp[] = {401920, 131328, 2570};
+    static const uint64_t six[] = {10, 10, 10, 10, 10, 10};
+    static const uint64_t five[] = {7, 7, 7, 7, 7};
+    static const uint64_t heavy[] = {1, 1, 100, 1, 1, 1};
+    static const uint64_t deep[] = {803840,  1049600, 1049600, 1049600, 1049600,
+                                    1049600, 1049600, 1049600, 10250}; /* 784-8x1024-10 */
     static const struct {
         const uint64_t *cost;
         int n, P;
         int bounds[RM_PIPE_MAX_STAGES + 1];
     } t[] = {
-        { mlp, 3, 1, { 0, 3 } },
-        { mlp, 3, 2, { 0, 1, 3 } },          /* W0 alone outweighs the rest */
-        { mlp, 3, 3, { 0, 1, 2, 3 } },
-        { six, 6, 1, { 0, 6 } },             /* every P that divides 6: equal stages */
-        { six, 6, 2, { 0, 3, 6 } },
-        { six, 6, 3, { 0, 2, 4, 6 } },
-        { six, 6, 6, { 0, 1, 2, 3, 4, 5, 6 } },
-        { five, 5, 2, { 0, 3, 5 } },         /* remainders: earlier stages take the extra layer */
-        { five, 5, 3, { 0, 2, 4, 5 } },
-        { five, 5, 4, { 0, 2, 3, 4, 5 } },
-        { heavy, 6, 2, { 0, 3, 6 } },        /* the heavy layer bounds the max; ties go front */
-        { heavy, 6, 3, { 0, 2, 3, 6 } },     /* heavy alone */
-        { deep, 9, 2, { 0, 4, 9 } },
-        { deep, 9, 4, { 0, 2, 4, 6, 9 } },
+        {mlp, 3, 1, {0, 3}},
+        {mlp, 3, 2, {0, 1, 3}}, /* W0 alone outweighs the rest */
+        {mlp, 3, 3, {0, 1, 2, 3}},
+        {six, 6, 1, {0, 6}}, /* every P that divides 6: equal stages */
+        {six, 6, 2, {0, 3, 6}},
+        {six, 6, 3, {0, 2, 4, 6}},
+        {six, 6, 6, {0, 1, 2, 3, 4, 5, 6}},
+        {five, 5, 2, {0, 3, 5}}, /* remainders: earlier stages take the extra layer */
+        {five, 5, 3, {0, 2, 4, 5}},
+        {five, 5, 4, {0, 2, 3, 4, 5}},
+        {heavy, 6, 2, {0, 3, 6}},    /* the heavy layer bounds the max; ties go front */
+        {heavy, 6, 3, {0, 2, 3, 6}}, /* heavy alone */
+        {deep, 9, 2, {0, 4, 9}},
+        {deep, 9, 4, {0, 2, 4, 6, 9}},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         int b[RM_PIPE_MAX_STAGES + 1];
-        rm_err e = { 0 };
+        rm_err e = {0};
         CU_ASSERT_EQUAL_FATAL(rm_pipe_partition(t[i].cost, t[i].n, t[i].P, b, &e), RM_OK);
         int ok = 1;
         for (int p = 0; p <= t[i].P; p++)
@@ -95,7 +94,7 @@ static void test_partition(void)
     for (int a = 1; a < 9; a++)
         for (int b2 = a + 1; b2 < 9; b2++)
             for (int c = b2 + 1; c < 9; c++) {
-                int cut[5] = { 0, a, b2, c, 9 };
+                int cut[5] = {0, a, b2, c, 9};
                 uint64_t mx = 0;
                 for (int p = 0; p < 4; p++) {
                     uint64_t s = 0;
@@ -109,17 +108,18 @@ static void test_partition(void)
             }
     CU_ASSERT_EQUAL(best, 1049600ULL * 2 + 10250);
     int b[RM_PIPE_MAX_STAGES + 1];
-    rm_err e = { 0 };
+    rm_err e = {0};
     CU_ASSERT_EQUAL(rm_pipe_partition(mlp, 3, 4, b, &e), RM_EINVAL);
     CU_ASSERT_EQUAL(rm_pipe_partition(mlp, 3, 0, b, &e), RM_EINVAL);
 }
 
 static void test_micro_rows(void)
 {
-    static const struct { int rows, M, m, off, n; } t[] = {
-        { 64, 1, 0, 0, 64 }, { 64, 4, 0, 0, 16 }, { 64, 4, 3, 48, 16 },
-        { 10, 4, 0, 0, 3 }, { 10, 4, 1, 3, 3 }, { 10, 4, 2, 6, 2 }, { 10, 4, 3, 8, 2 },
-        { 3, 4, 3, 3, 0 }, { 64, 4, 4, 0, 0 },
+    static const struct {
+        int rows, M, m, off, n;
+    } t[] = {
+        {64, 1, 0, 0, 64}, {64, 4, 0, 0, 16}, {64, 4, 3, 48, 16}, {10, 4, 0, 0, 3}, {10, 4, 1, 3, 3},
+        {10, 4, 2, 6, 2},  {10, 4, 3, 8, 2},  {3, 4, 3, 3, 0},    {64, 4, 4, 0, 0},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         int off, n;
@@ -143,21 +143,25 @@ static void events_str(int schedule, int P, int p, int M, char *out, size_t cap)
 
 static void test_schedules(void)
 {
-    static const struct { int sched, P, p, M; const char *events; int inflight; } t[] = {
+    static const struct {
+        int sched, P, p, M;
+        const char *events;
+        int inflight;
+    } t[] = {
         /* GPipe: all forwards, then all backwards; M activations alive */
-        { 1, 2, 0, 4, "F0 F1 F2 F3 B0 B1 B2 B3", 4 },
-        { 1, 2, 1, 4, "F0 F1 F2 F3 B0 B1 B2 B3", 4 },
-        { 1, 1, 0, 1, "F0 B0", 1 },
+        {1, 2, 0, 4, "F0 F1 F2 F3 B0 B1 B2 B3", 4},
+        {1, 2, 1, 4, "F0 F1 F2 F3 B0 B1 B2 B3", 4},
+        {1, 1, 0, 1, "F0 B0", 1},
         /* 1F1B: P-1-p warm-up forwards, alternate, drain; min(P-p, M) alive */
-        { 0, 2, 0, 4, "F0 F1 B0 F2 B1 F3 B2 B3", 2 },
-        { 0, 2, 1, 4, "F0 B0 F1 B1 F2 B2 F3 B3", 1 },
-        { 0, 4, 0, 8, "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7", 4 },
-        { 0, 4, 1, 8, "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7", 3 },
-        { 0, 4, 2, 8, "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 B7", 2 },
-        { 0, 4, 3, 8, "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7", 1 },
+        {0, 2, 0, 4, "F0 F1 B0 F2 B1 F3 B2 B3", 2},
+        {0, 2, 1, 4, "F0 B0 F1 B1 F2 B2 F3 B3", 1},
+        {0, 4, 0, 8, "F0 F1 F2 F3 B0 F4 B1 F5 B2 F6 B3 F7 B4 B5 B6 B7", 4},
+        {0, 4, 1, 8, "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 F6 B4 F7 B5 B6 B7", 3},
+        {0, 4, 2, 8, "F0 F1 B0 F2 B1 F3 B2 F4 B3 F5 B4 F6 B5 F7 B6 B7", 2},
+        {0, 4, 3, 8, "F0 B0 F1 B1 F2 B2 F3 B3 F4 B4 F5 B5 F6 B6 F7 B7", 1},
         /* fewer micro-batches than the warm-up: 1F1B degenerates to GPipe */
-        { 0, 4, 0, 2, "F0 F1 B0 B1", 2 },
-        { 0, 1, 0, 3, "F0 B0 F1 B1 F2 B2", 1 },
+        {0, 4, 0, 2, "F0 F1 B0 B1", 2},
+        {0, 1, 0, 3, "F0 B0 F1 B1 F2 B2", 1},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         char s[512];
@@ -179,12 +183,12 @@ static void test_schedules(void)
 static void test_bubble(void)
 {
     /* with equal forward and backward costs both schedules meet the textbook bubble exactly */
-    static const int Ps[] = { 1, 2, 4 }, Ms[] = { 1, 4, 8, 16 };
+    static const int Ps[] = {1, 2, 4}, Ms[] = {1, 4, 8, 16};
     for (int s = 0; s < 2; s++)
         for (size_t i = 0; i < 3; i++)
             for (size_t j = 0; j < 4; j++) {
                 double idle[RM_PIPE_MAX_STAGES], span;
-                rm_err e = { 0 };
+                rm_err e = {0};
                 CU_ASSERT_EQUAL_FATAL(rm_pipe_simulate(s, Ps[i], Ms[j], 1, 1, idle, &span, &e), RM_OK);
                 double want = rm_pipe_textbook_bubble(Ps[i], Ms[j]);
                 CU_ASSERT_DOUBLE_EQUAL(span, 2.0 * (Ms[j] + Ps[i] - 1), 1e-9);
@@ -194,7 +198,7 @@ static void test_bubble(void)
     CU_ASSERT_DOUBLE_EQUAL(rm_pipe_textbook_bubble(2, 8), 1.0 / 9.0, 1e-12);
     /* backward twice the forward: makespan (M + P - 1) * 3 for GPipe at P=2, M=4 */
     double idle[RM_PIPE_MAX_STAGES], span;
-    rm_err e = { 0 };
+    rm_err e = {0};
     CU_ASSERT_EQUAL(rm_pipe_simulate(1, 2, 4, 1, 2, idle, &span, &e), RM_OK);
     CU_ASSERT_DOUBLE_EQUAL(span, 15.0, 1e-9);
     CU_ASSERT_EQUAL(rm_pipe_simulate(0, 2, 4, 1, 2, idle, &span, &e), RM_OK);
@@ -218,23 +222,31 @@ typedef struct acc_rig {
 static void rig_up(acc_rig *r, const rm_step_ops *ops, int B)
 {
     const rm_kernels *k = rm_kernels_get("cpu");
-    rm_err e = { 0 };
+    rm_err e = {0};
     rm_model_shape sh;
-    static const int hidden[] = { 32, 16 };
+    static const int hidden[] = {32, 16};
     memset(r, 0, sizeof *r);
     CU_ASSERT_EQUAL_FATAL(rm_mlp_shape(&sh, 784, hidden, 2, 10, &e), RM_OK);
     CU_ASSERT_EQUAL_FATAL(rm_model_init(&r->m, k, &rm_model_mlp, &sh, B, &e), RM_OK);
-    rm_optimizer_spec os = { .type = RM_OPT_SGD, .lr = 0.05, .momentum = 0.9 };
+    rm_optimizer_spec os = {.type = RM_OPT_SGD, .lr = 0.05, .momentum = 0.9};
     CU_ASSERT_EQUAL_FATAL(rm_optim_init(&r->o, k, &os, r->m.nparams, &e), RM_OK);
     CU_ASSERT_EQUAL_FATAL(rm_amp_init(&r->amp, k, RM_PREC_FP32, &e), RM_OK);
-    rm_step_env env = { .k = k, .m = &r->m, .opt = &r->o, .amp = &r->amp, .fusion_mb = 25,
-                        .sharding = RM_SHARD_NONE, .token = "t", .timeout_s = 5, .train_samples = 1000,
-                        .batch = B, .epochs = 1 };
+    rm_step_env env = {.k = k,
+                       .m = &r->m,
+                       .opt = &r->o,
+                       .amp = &r->amp,
+                       .fusion_mb = 25,
+                       .sharding = RM_SHARD_NONE,
+                       .token = "t",
+                       .timeout_s = 5,
+                       .train_samples = 1000,
+                       .batch = B,
+                       .epochs = 1};
     r->ops = ops;
     CU_ASSERT_EQUAL_FATAL(ops->init(&env, &r->st, &e), RM_OK);
-    rm_comm_cfg cc = { .rank = 0, .world_size = 1, .epoch = 1 };
+    rm_comm_cfg cc = {.rank = 0, .world_size = 1, .epoch = 1};
     CU_ASSERT_EQUAL_FATAL(rm_comm_local_ops()->init(&cc, &r->comm, &e), RM_OK);
-    rm_step_round rd = { .ops = rm_comm_local_ops(), .comm = r->comm, .rank = 0, .world = 1, .epoch = 1 };
+    rm_step_round rd = {.ops = rm_comm_local_ops(), .comm = r->comm, .rank = 0, .world = 1, .epoch = 1};
     CU_ASSERT_EQUAL_FATAL(ops->round_begin(r->st, &rd, &e), RM_OK);
     CU_ASSERT_EQUAL_FATAL(ops->state_fresh(r->st, 5, &e), RM_OK);
     for (int i = 0; i < B * 784; i++)
@@ -258,15 +270,16 @@ static void test_accumulation(void)
     enum { B = 16, STEPS = 3 };
     acc_rig ref;
     rig_up(&ref, &rm_step_allreduce_ops, B);
-    rm_err e = { 0 };
+    rm_err e = {0};
     rm_step_stats st;
     for (int i = 0; i < STEPS; i++)
         CU_ASSERT_EQUAL_FATAL(ref.ops->step(ref.st, B, 0.05f, &st, &e), RM_OK);
     float ref_loss = *ref.m.loss_sum;
-    static const int Ms[] = { 1, 4, 5 };
+    static const int Ms[] = {1, 4, 5};
     for (size_t t = 0; t < 3; t++) {
         char js[96];
-        snprintf(js, sizeof js, "{\"microBatches\": %d, \"schedule\": \"%s\"}", Ms[t], t == 1 ? "gpipe" : "1f1b");
+        snprintf(js, sizeof js, "{\"microBatches\": %d, \"schedule\": \"%s\"}", Ms[t],
+                 t == 1 ? "gpipe" : "1f1b");
         setenv(RM_ENV_PARALLELISM, js, 1);
         acc_rig r;
         rig_up(&r, &rm_step_pipeline_ops, B);
@@ -308,7 +321,10 @@ static rm_model s_lay;
 static rm_ckpt_units s_units;
 static char *s_dir;
 
-static float sval(int64_t step, int b, size_t i) { return (float)step * 1000.0f + (float)b * 300.0f + (float)i; }
+static float sval(int64_t step, int b, size_t i)
+{
+    return (float)step * 1000.0f + (float)b * 300.0f + (float)i;
+}
 
 /* Stage r of the layout `bounds` (P stages) at step: its layers' params then each optimizer buffer's
  * range. wait_s 0 except for the last stage written. */
@@ -324,7 +340,7 @@ static int stage_write(const int *bounds, int P, int r, int64_t step, double wai
     rm_ckpt_meta m = s_meta;
     m.step = step;
     m.rdzv_epoch = 2;
-    m.world_size = 2 * P;   /* D = 2: only replica 0 of each stage writes */
+    m.world_size = 2 * P; /* D = 2: only replica 0 of each stage writes */
     m.shard_world = P;
     m.shard_rank = r;
     m.shard_floats = n;
@@ -339,7 +355,8 @@ static void stage_set(const int *bounds, int P, int64_t step)
 {
     for (int r = 0; r < P; r++) {
         rm_err e = {0};
-        CU_ASSERT_EQUAL(stage_write(bounds, P, r, step, r == P - 1 ? 5 : 0, &e), r == P - 1 ? RM_OK : RM_ETIMEDOUT);
+        CU_ASSERT_EQUAL(stage_write(bounds, P, r, step, r == P - 1 ? 5 : 0, &e),
+                        r == P - 1 ? RM_OK : RM_ETIMEDOUT);
     }
 }
 
@@ -351,8 +368,8 @@ static int64_t stage_load(int nw, int nr, int *skipped, rm_err *e)
     rm_ckpt_meta meta;
     char path[4200];
     int64_t step = -1;
-    if (rm_ckpt_shard_load_newest(s_dir, &s_meta, &s_units, nw, nr, -1, dst, need, &meta, path,
-                                  sizeof path, skipped, e) == RM_OK) {
+    if (rm_ckpt_shard_load_newest(s_dir, &s_meta, &s_units, nw, nr, -1, dst, need, &meta, path, sizeof path,
+                                  skipped, e) == RM_OK) {
         step = meta.step;
         bool ok = true;
         for (size_t i = 0; i < s_lay.nparams; i++)
@@ -449,7 +466,7 @@ static void test_stage_checkpoint(void)
     memset(&e, 0, sizeof e);
     CU_ASSERT_EQUAL(stage_write(bad, 2, 0, 400, 0, &e), RM_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "stage checkpoint"));
-    static const int short_[] = {0, 1, 2};   /* does not reach the last layer */
+    static const int short_[] = {0, 1, 2}; /* does not reach the last layer */
     memset(&e, 0, sizeof e);
     CU_ASSERT_EQUAL(stage_write(short_, 2, 0, 400, 0, &e), RM_EINVAL);
     rm_test_tmpdir_free(&s_dir);
@@ -464,13 +481,13 @@ static void test_release_range(void)
     rm_model m;
     memset(&m, 0, sizeof m);
     m.k = k;
-    size_t n = (size_t)4 << 20;   /* 16 MiB */
+    size_t n = (size_t)4 << 20; /* 16 MiB */
     float *buf = k->alloc(n * sizeof(float));
     CU_ASSERT_PTR_NOT_NULL_FATAL(buf);
     for (size_t i = 0; i < n; i++)
         buf[i] = (float)(i % 1000) + 1.0f;
     long pg = sysconf(_SC_PAGESIZE);
-    size_t from = 1000, to = n - 777;   /* not page-aligned ends */
+    size_t from = 1000, to = n - 777; /* not page-aligned ends */
     long before = 0, after = 0, pages;
     FILE *f = fopen("/proc/self/statm", "r");
     CU_ASSERT(f && fscanf(f, "%ld %ld", &pages, &before) == 2);
@@ -521,26 +538,30 @@ static void plan_str(int sched, int P, int p, int M, int rows, bool grouped, cha
 
 static void test_link_plan(void)
 {
-    CU_ASSERT_EQUAL(rm_pipe_link_for(true), RM_PIPE_LINK_TCP);    /* CPU kernels: host buffers */
-    CU_ASSERT_EQUAL(rm_pipe_link_for(false), RM_PIPE_LINK_NCCL);  /* device buffers */
+    CU_ASSERT_EQUAL(rm_pipe_link_for(true), RM_PIPE_LINK_TCP);   /* CPU kernels: host buffers */
+    CU_ASSERT_EQUAL(rm_pipe_link_for(false), RM_PIPE_LINK_NCCL); /* device buffers */
     /* group:S(end)/R(eceive) a(ctivations)/g(radients) to P(rev)/N(ext) micro-batch @ rows */
-    static const struct { int sched, P, p, M, rows; bool grouped; const char *plan; } t[] = {
+    static const struct {
+        int sched, P, p, M, rows;
+        bool grouped;
+        const char *plan;
+    } t[] = {
         /* 1F1B P=2: stage 0 sends F1's output in one group with B0's gradient receive, stage 1 sends
          * B0's gradient in one group with F1's activation receive: the pair meets */
-        { 0, 2, 0, 2, 5, true, "0:SaN0@0+3 1:SaN1@3+2 1:RgN0@0+3 2:RgN1@3+2" },
-        { 0, 2, 1, 2, 5, true, "0:RaP0@0+3 1:SgP0@0+3 1:RaP1@3+2 2:SgP1@3+2" },
-        { 0, 2, 0, 2, 5, false, "0:SaN0@0+3 1:SaN1@3+2 2:RgN0@0+3 3:RgN1@3+2" },
+        {0, 2, 0, 2, 5, true, "0:SaN0@0+3 1:SaN1@3+2 1:RgN0@0+3 2:RgN1@3+2"},
+        {0, 2, 1, 2, 5, true, "0:RaP0@0+3 1:SgP0@0+3 1:RaP1@3+2 2:SgP1@3+2"},
+        {0, 2, 0, 2, 5, false, "0:SaN0@0+3 1:SaN1@3+2 2:RgN0@0+3 3:RgN1@3+2"},
         /* a middle stage: a send shares a group with the next event's receive on the same link
          * (F1's output to p+1 with B0's gradient from p+1); across links they stay apart, in order */
-        { 0, 3, 1, 2, 5, true,
-          "0:RaP0@0+3 1:SaN0@0+3 2:RaP1@3+2 3:SaN1@3+2 3:RgN0@0+3 4:SgP0@0+3 5:RgN1@3+2 6:SgP1@3+2" },
+        {0, 3, 1, 2, 5, true,
+         "0:RaP0@0+3 1:SaN0@0+3 2:RaP1@3+2 3:SaN1@3+2 3:RgN0@0+3 4:SgP0@0+3 5:RgN1@3+2 6:SgP1@3+2"},
         /* GPipe: forwards, then backwards; the last forward's send meets B0's receive */
-        { 1, 2, 0, 3, 3, true, "0:SaN0@0+1 1:SaN1@1+1 2:SaN2@2+1 2:RgN0@0+1 3:RgN1@1+1 4:RgN2@2+1" },
-        { 1, 2, 1, 3, 3, true, "0:RaP0@0+1 1:RaP1@1+1 2:RaP2@2+1 3:SgP0@0+1 4:SgP1@1+1 5:SgP2@2+1" },
+        {1, 2, 0, 3, 3, true, "0:SaN0@0+1 1:SaN1@1+1 2:SaN2@2+1 2:RgN0@0+1 3:RgN1@1+1 4:RgN2@2+1"},
+        {1, 2, 1, 3, 3, true, "0:RaP0@0+1 1:RaP1@1+1 2:RaP2@2+1 3:SgP0@0+1 4:SgP1@1+1 5:SgP2@2+1"},
         /* fewer rows than micro-batches: empty micro-batches still transfer (0 rows, the loss) */
-        { 1, 2, 1, 2, 1, true, "0:RaP0@0+1 1:RaP1@1+0 2:SgP0@0+1 3:SgP1@1+0" },
+        {1, 2, 1, 2, 1, true, "0:RaP0@0+1 1:RaP1@1+0 2:SgP0@0+1 3:SgP1@1+0"},
         /* one stage: nothing to move */
-        { 0, 1, 0, 4, 8, true, "" },
+        {0, 1, 0, 4, 8, true, ""},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         char s[512];
@@ -553,13 +574,13 @@ static void test_link_plan(void)
     for (int sched = 0; sched <= 1; sched++)
         for (int P = 1; P <= 8; P++)
             for (int M = 1; M <= 16; M++) {
-                rm_err e = { 0 };
+                rm_err e = {0};
                 int rc = rm_pipe_plan_check(sched, P, M, 3 * M + 1, true, &e);
                 CU_ASSERT_EQUAL(rc, RM_OK);
                 if (rc)
                     fprintf(stderr, "\n  plan check sched %d P %d M %d: %s", sched, P, M, e.msg);
             }
-    rm_err e = { 0 };
+    rm_err e = {0};
     CU_ASSERT_EQUAL(rm_pipe_plan_check(0, RM_PIPE_MAX_STAGES, RM_PIPE_CHECK_MAX_MICRO, 7, true, &e), RM_OK);
     /* ungrouped, 1F1B's steady state deadlocks (both neighbours block in a send), GPipe does not */
     for (int P = 2; P <= 4; P++) {
@@ -568,15 +589,15 @@ static void test_link_plan(void)
         CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "deadlock"));
         CU_ASSERT_EQUAL(rm_pipe_plan_check(1, P, 4, 8, false, &e), RM_OK);
     }
-    CU_ASSERT_EQUAL(rm_pipe_plan_check(0, 2, 1, 8, false, &e), RM_OK);   /* M = 1: no steady state */
+    CU_ASSERT_EQUAL(rm_pipe_plan_check(0, 2, 1, 8, false, &e), RM_OK); /* M = 1: no steady state */
     /* bad arguments */
     CU_ASSERT_EQUAL(rm_pipe_plan_check(0, 2, RM_PIPE_CHECK_MAX_MICRO + 1, 8, true, &e), RM_EINVAL);
     CU_ASSERT_EQUAL(rm_pipe_plan_check(2, 2, 4, 8, true, &e), RM_EINVAL);
     rm_pipe_event ev[8];
     rm_pipe_xfer xf[4];
     int nev = rm_pipe_schedule_events(1, 2, 0, 4, ev);
-    CU_ASSERT_EQUAL(rm_pipe_xfer_plan(ev, nev, 2, 0, 8, 4, true, xf, 4), RM_EINVAL);   /* cap: 8 needed */
-    CU_ASSERT_EQUAL(rm_pipe_xfer_plan(ev, nev, 2, 2, 8, 4, true, xf, 4), RM_EINVAL);   /* stage */
+    CU_ASSERT_EQUAL(rm_pipe_xfer_plan(ev, nev, 2, 0, 8, 4, true, xf, 4), RM_EINVAL); /* cap: 8 needed */
+    CU_ASSERT_EQUAL(rm_pipe_xfer_plan(ev, nev, 2, 2, 8, 4, true, xf, 4), RM_EINVAL); /* stage */
 }
 
 /* The transport table: one entry per kind; the NCCL entry refuses host buffers (and, built
@@ -589,16 +610,16 @@ static void test_link_table(void)
     CU_ASSERT_PTR_EQUAL(nccl, rm_pipe_link_nccl_ops());
     CU_ASSERT_STRING_EQUAL(tcp->name, "tcp");
     CU_ASSERT_STRING_EQUAL(nccl->name, "nccl");
-    const rm_pipe_link_ops *all[2] = { tcp, nccl };
+    const rm_pipe_link_ops *all[2] = {tcp, nccl};
     for (int i = 0; i < 2; i++) {
         CU_ASSERT(all[i]->open && all[i]->begin && all[i]->send && all[i]->recv && all[i]->end &&
                   all[i]->wait && all[i]->flush && all[i]->bytes_in && all[i]->close);
     }
     float rx[8];
-    rm_pipe_links_cfg cfg = { .B = 4, .M = 2, .timeout_s = 1, .k = rm_kernels_cpu() };
-    cfg.side[RM_PIPE_SIDE_PREV] = (rm_pipe_link_cfg){ .tcp = NULL, .rx = rx, .width = 2 };
+    rm_pipe_links_cfg cfg = {.B = 4, .M = 2, .timeout_s = 1, .k = rm_kernels_cpu()};
+    cfg.side[RM_PIPE_SIDE_PREV] = (rm_pipe_link_cfg){.tcp = NULL, .rx = rx, .width = 2};
     rm_pipe_links *l = (rm_pipe_links *)&cfg;
-    rm_err e = { 0 };
+    rm_err e = {0};
     int rc = nccl->open(&cfg, &l, &e);
     CU_ASSERT_PTR_NULL(l);
 #if RM_HAVE_CUDA
@@ -634,16 +655,16 @@ static void test_link_table(void)
 void rm_suite_pipeline(void)
 {
     static const rm_test_case cases[] = {
-        { "placement", test_placement },
-        { "partition", test_partition },
-        { "micro_rows", test_micro_rows },
-        { "schedules", test_schedules },
-        { "bubble", test_bubble },
-        { "accumulation", test_accumulation },
-        { "stage_checkpoint", test_stage_checkpoint },
-        { "release_range", test_release_range },
-        { "link_plan", test_link_plan },
-        { "link_table", test_link_table },
+        {"placement", test_placement},
+        {"partition", test_partition},
+        {"micro_rows", test_micro_rows},
+        {"schedules", test_schedules},
+        {"bubble", test_bubble},
+        {"accumulation", test_accumulation},
+        {"stage_checkpoint", test_stage_checkpoint},
+        {"release_range", test_release_range},
+        {"link_plan", test_link_plan},
+        {"link_table", test_link_table},
     };
     RM_ADD_SUITE("pipeline", NULL, NULL, cases);
 }

@@ -51,8 +51,8 @@ static void test_grid1d_coverage(void)
 /* rows x columns kernels (k_bias_act_fwd, k_cast_2d) */
 static void test_grid2d_coverage(void)
 {
-    const int shapes[][2] = {{1, 1}, {1, 257}, {3, 1000}, {64, 512}, {257, 33}, {1000, 10},
-                             {70000, 3}, {5, 70000}, {2, 16385}, {8192, 784}};
+    const int shapes[][2] = {{1, 1},     {1, 257},   {3, 1000},  {64, 512},  {257, 33},
+                             {1000, 10}, {70000, 3}, {5, 70000}, {2, 16385}, {8192, 784}};
     for (int si = 0; si < NSMS; si++) {
         for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
             int rows = shapes[k][0], cols = shapes[k][1];
@@ -77,14 +77,14 @@ static void test_grid2d_coverage(void)
 /* k_bias_act_bwd: column blocks x row chunks, 16 row lanes per chunk, then k_sum_chunks */
 static void test_bias_bwd_coverage(void)
 {
-    const int shapes[][2] = {{0, 5}, {1, 1}, {64, 10}, {255, 33}, {256, 512}, {257, 1},
+    const int shapes[][2] = {{0, 5},     {1, 1},     {64, 10},    {255, 33},   {256, 512}, {257, 1},
                              {1000, 10}, {8192, 10}, {8193, 256}, {100000, 3}, {33, 2000}};
     for (int si = 0; si < NSMS; si++) {
         for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
             int rows = shapes[k][0], cols = shapes[k][1];
             for (int single = 0; single <= 1; single++) {
-                rm_plan_bwd p = single ? rm_plan_bias_bwd_single(rows, cols)
-                                       : rm_plan_bias_bwd(rows, cols, g_sms[si]);
+                rm_plan_bwd p =
+                    single ? rm_plan_bias_bwd_single(rows, cols) : rm_plan_bias_bwd(rows, cols, g_sms[si]);
                 CU_ASSERT(rm_plan_ok_bwd(p, rows));
                 CU_ASSERT(p.chunks == 1 || (rows + p.chunks - 1) / p.chunks >= 1);
                 size_t n = (size_t)rows * cols;
@@ -101,12 +101,12 @@ static void test_bias_bwd_coverage(void)
                             for (int ty = 0; ty < RM_PLAN_BWD_LANES; ty++)
                                 for (int r = r0 + ty; r < r1; r += RM_PLAN_BWD_LANES)
                                     seen[(size_t)r * cols + c]++;
-                            out[(size_t)by * cols + c]++;   /* thread y == 0 writes the chunk sum */
+                            out[(size_t)by * cols + c]++; /* thread y == 0 writes the chunk sum */
                         }
                 }
                 size_t bad = 0;
                 CU_ASSERT(all_once(seen, n, &bad));
-                CU_ASSERT(all_once(out, (size_t)p.chunks * cols, &bad));   /* k_sum_chunks reads each once */
+                CU_ASSERT(all_once(out, (size_t)p.chunks * cols, &bad)); /* k_sum_chunks reads each once */
                 free(seen);
                 free(out);
             }

@@ -28,7 +28,8 @@ static int parse_job(const char *spec_tail, rm_tj *tj, rm_err *e)
     char y[2048];
     snprintf(y, sizeof y,
              "apiVersion: ringmaster.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: ps}\n"
-             "spec:\n  replicas: 4\n%s", spec_tail);
+             "spec:\n  replicas: 4\n%s",
+             spec_tail);
     rm_yaml_docs *d = NULL;
     memset(tj, 0, sizeof *tj);
     int rc = rm_yaml_load(y, strlen(y), "t", &d, e);
@@ -63,7 +64,8 @@ static void test_spec_defaults(void)
     CU_ASSERT_EQUAL_FATAL(parse_job("  strategy: parameterServer\n  parameterServer: {replicas: 2, "
                                     "mode: async, stalenessBound: 0, pushEverySteps: 3, "
                                     "warmStartSteps: 937}\n",
-                                    &tj, &e), RM_OK);
+                                    &tj, &e),
+                          RM_OK);
     CU_ASSERT_EQUAL(tj.spec.ps.staleness_bound, 0);
     cJSON *j = rm_tj_spec_to_json(&tj.spec);
     const cJSON *ps = cJSON_GetObjectItem(j, "parameterServer");
@@ -86,7 +88,9 @@ static void test_spec_defaults(void)
 
 static void test_spec_errors(void)
 {
-    static const struct { const char *tail, *field, *msg; } T[] = {
+    static const struct {
+        const char *tail, *field, *msg;
+    } T[] = {
         {"  strategy: ps\n", "spec.strategy", "allreduce, parameterServer"},
         {"  parameterServer: {replicas: 2}\n", "spec.parameterServer", "spec.strategy: parameterServer"},
         {"  strategy: parameterServer\n  parameterServer: {backupWorkers: 4}\n",
@@ -95,12 +99,12 @@ static void test_spec_errors(void)
          "spec.parameterServer.backupWorkers", ">= 0"},
         {"  strategy: parameterServer\n  parameterServer: {mode: async, backupWorkers: 1}\n",
          "spec.parameterServer.backupWorkers", "mode: sync only"},
-        {"  strategy: parameterServer\n  parameterServer: {replicas: 0}\n",
-         "spec.parameterServer.replicas", "between 1 and 64"},
-        {"  strategy: parameterServer\n  parameterServer: {replicas: 65}\n",
-         "spec.parameterServer.replicas", "between 1 and 64"},
-        {"  strategy: parameterServer\n  parameterServer: {mode: later}\n",
-         "spec.parameterServer.mode", "sync, async"},
+        {"  strategy: parameterServer\n  parameterServer: {replicas: 0}\n", "spec.parameterServer.replicas",
+         "between 1 and 64"},
+        {"  strategy: parameterServer\n  parameterServer: {replicas: 65}\n", "spec.parameterServer.replicas",
+         "between 1 and 64"},
+        {"  strategy: parameterServer\n  parameterServer: {mode: later}\n", "spec.parameterServer.mode",
+         "sync, async"},
         {"  strategy: parameterServer\n  parameterServer: {stalenessBound: -2}\n",
          "spec.parameterServer.stalenessBound", "0 (unbounded)"},
         {"  strategy: parameterServer\n  parameterServer: {mode: async, pushEverySteps: 0}\n",
@@ -113,8 +117,8 @@ static void test_spec_errors(void)
          "spec.parameterServer.warmStartSteps", "between 0 (no warm start)"},
         {"  strategy: parameterServer\n  parameterServer: {mode: async, warmStartSteps: 200000000}\n",
          "spec.parameterServer.warmStartSteps", "between 0 (no warm start)"},
-        {"  strategy: parameterServer\n  parameterServer: {replica: 2}\n",
-         "spec.parameterServer.replica", ""},
+        {"  strategy: parameterServer\n  parameterServer: {replica: 2}\n", "spec.parameterServer.replica",
+         ""},
         {"  strategy: parameterServer\n  backend: nccl\n", "spec.backend", "spec.strategy: parameterServer"},
         {"  strategy: parameterServer\n  training: {precision: bf16}\n", "spec.training.precision",
          "spec.strategy: parameterServer"},
@@ -148,14 +152,14 @@ static void check_partition(size_t total, const size_t *b, int nb, int S)
     CU_ASSERT_EQUAL_FATAL(rc, RM_OK);
     size_t pos = 0, slack = total / (8 * (size_t)S);
     for (int i = 0; i < S; i++) {
-        CU_ASSERT_EQUAL(off[i], pos);          /* contiguous, in order */
-        CU_ASSERT(len[i] >= 1);                /* never empty */
+        CU_ASSERT_EQUAL(off[i], pos); /* contiguous, in order */
+        CU_ASSERT(len[i] >= 1);       /* never empty */
         /* within two snaps (one per end) of 1/S, rounding included */
         double ideal = (double)total / S;
         CU_ASSERT(fabs((double)len[i] - ideal) <= 2.0 * (double)slack + 1.0);
         pos += len[i];
     }
-    CU_ASSERT_EQUAL(pos, total);               /* covers everything */
+    CU_ASSERT_EQUAL(pos, total); /* covers everything */
 }
 
 static void test_partition_every_size(void)
@@ -180,11 +184,16 @@ static void test_partition_every_size(void)
 
 static void test_partition_snaps(void)
 {
-    static const struct { size_t total; size_t b[3]; int S; size_t want_cut; } T[] = {
-        {1000, {0, 510, 1000}, 2, 510},   /* 10 away, slack 62: snapped to the layer boundary */
-        {1000, {0, 600, 1000}, 2, 500},   /* 100 away: cut inside the layer */
-        {1000, {0, 440, 1000}, 2, 440},   /* 60 away: still within slack */
-        {1001, {0, 0, 1001}, 2, 500},     /* remainder: floor(1001/2) */
+    static const struct {
+        size_t total;
+        size_t b[3];
+        int S;
+        size_t want_cut;
+    } T[] = {
+        {1000, {0, 510, 1000}, 2, 510}, /* 10 away, slack 62: snapped to the layer boundary */
+        {1000, {0, 600, 1000}, 2, 500}, /* 100 away: cut inside the layer */
+        {1000, {0, 440, 1000}, 2, 440}, /* 60 away: still within slack */
+        {1001, {0, 0, 1001}, 2, 500},   /* remainder: floor(1001/2) */
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(T); i++) {
         size_t off[2], len[2];
@@ -200,14 +209,19 @@ static void test_partition_snaps(void)
 static void test_sync_rule_table(void)
 {
     /* 3 workers, b = 1: need 2. Each row: worker, tag, gradient value -> outcome, version after */
-    static const struct { int w; int64_t tag; float g; rm_ps_outcome out; } T[] = {
+    static const struct {
+        int w;
+        int64_t tag;
+        float g;
+        rm_ps_outcome out;
+    } T[] = {
         {0, 0, 1.0f, RM_PS_ACCEPTED},
-        {0, 0, 9.0f, RM_PS_DROP_DUP},     /* same worker twice: not counted twice */
-        {2, 1, 9.0f, RM_PS_AHEAD},        /* from the future: refused */
-        {2, 0, 3.0f, RM_PS_COMPLETE},     /* the N-b-th: step 0 applies with avg(1, 3) = 2 */
-        {1, 0, 100.0f, RM_PS_DROP_LATE},  /* the straggler's gradient for step 0: dropped */
-        {1, 1, 5.0f, RM_PS_ACCEPTED},     /* it fetched and computes step 1: accepted */
-        {0, 1, 7.0f, RM_PS_COMPLETE},     /* avg(5, 7) = 6 */
+        {0, 0, 9.0f, RM_PS_DROP_DUP},    /* same worker twice: not counted twice */
+        {2, 1, 9.0f, RM_PS_AHEAD},       /* from the future: refused */
+        {2, 0, 3.0f, RM_PS_COMPLETE},    /* the N-b-th: step 0 applies with avg(1, 3) = 2 */
+        {1, 0, 100.0f, RM_PS_DROP_LATE}, /* the straggler's gradient for step 0: dropped */
+        {1, 1, 5.0f, RM_PS_ACCEPTED},    /* it fetched and computes step 1: accepted */
+        {0, 1, 7.0f, RM_PS_COMPLETE},    /* avg(5, 7) = 6 */
         {5000, 2, 1.0f, RM_PS_BAD},
     };
     rm_ps_sync s;
@@ -230,8 +244,8 @@ static void test_sync_rule_table(void)
         }
     }
     CU_ASSERT_EQUAL(napplied, 2);
-    CU_ASSERT_EQUAL(s.dropped, 2);   /* one duplicate, one late */
-    CU_ASSERT_EQUAL(rm_ps_sync_average(&s, avg), 0);   /* nothing pending */
+    CU_ASSERT_EQUAL(s.dropped, 2);                   /* one duplicate, one late */
+    CU_ASSERT_EQUAL(rm_ps_sync_average(&s, avg), 0); /* nothing pending */
     rm_ps_sync_free(&s);
 }
 
@@ -251,9 +265,9 @@ static void test_sync_average_in_place(void)
     CU_ASSERT_EQUAL(rm_ps_sync_push(&s, 1, 1, c), RM_PS_ACCEPTED);
     CU_ASSERT_EQUAL(rm_ps_sync_push(&s, 0, 1, d), RM_PS_COMPLETE);
     CU_ASSERT_EQUAL(rm_ps_sync_average(&s, s.accum), 2);
-    CU_ASSERT_DOUBLE_EQUAL(s.accum[0], 6, 1e-6);   /* (5 + 7) / 2, nothing of step 0 left */
+    CU_ASSERT_DOUBLE_EQUAL(s.accum[0], 6, 1e-6); /* (5 + 7) / 2, nothing of step 0 left */
     CU_ASSERT_DOUBLE_EQUAL(s.accum[1], 2, 1e-6);
-    rm_ps_sync_set_need(&s, 1);   /* a single survivor */
+    rm_ps_sync_set_need(&s, 1); /* a single survivor */
     CU_ASSERT_EQUAL(rm_ps_sync_push(&s, 0, 2, a), RM_PS_COMPLETE);
     CU_ASSERT_EQUAL(rm_ps_sync_average(&s, s.accum), 1);
     CU_ASSERT_DOUBLE_EQUAL(s.accum[0], 1, 1e-6);
@@ -298,11 +312,11 @@ static void test_sync_view_table(void)
         const char *what;
         int64_t epoch;
         int live, b, w;
-        int64_t tag;        /* -1: no push (a fetch carrying the view) */
+        int64_t tag; /* -1: no push (a fetch carrying the view) */
         bool taken;
         int need;
-        rm_ps_outcome out;  /* of the push */
-        int averaged;       /* > 0: the step completes with this many */
+        rm_ps_outcome out; /* of the push */
+        int averaged;      /* > 0: the step completes with this many */
     } T[] = {
         {"w0 pushes step 0 in round 1", 1, 4, 0, 0, 0, true, 4, RM_PS_ACCEPTED, 0},
         {"w1", 1, 4, 0, 1, 0, false, 4, RM_PS_ACCEPTED, 0},
@@ -370,16 +384,21 @@ static void test_sync_view_table(void)
 
 static void test_staleness_bound(void)
 {
-    static rm_ps_clocks c;   /* large: not on the stack */
+    static rm_ps_clocks c; /* large: not on the stack */
     memset(&c, 0, sizeof c);
     double dead = 10;
     /* s = 2: worker 0 fast, worker 1 slow */
     rm_ps_clocks_note(&c, 0, 0, 1.0);
     rm_ps_clocks_note(&c, 1, 0, 1.0);
-    static const struct { int w; int64_t step; double now; bool ok; } T[] = {
+    static const struct {
+        int w;
+        int64_t step;
+        double now;
+        bool ok;
+    } T[] = {
         {0, 1, 1.1, true},
-        {0, 2, 1.2, true},    /* 2 ahead of the slowest: allowed */
-        {0, 3, 1.3, false},   /* 3 ahead: blocks */
+        {0, 2, 1.2, true},  /* 2 ahead of the slowest: allowed */
+        {0, 3, 1.3, false}, /* 3 ahead: blocks */
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(T); i++) {
         CU_ASSERT_EQUAL(rm_ps_clocks_may_proceed(&c, T[i].w, T[i].step, 2, T[i].now, dead), T[i].ok);
@@ -407,20 +426,25 @@ static void test_staleness_bound(void)
 
 static void test_warm_start(void)
 {
-    static rm_ps_clocks c;   /* large: not on the stack */
+    static rm_ps_clocks c; /* large: not on the stack */
     double dead = 10;
     /* seen0: when worker 0 was last heard from (0: never) */
-    static const struct { int w; int64_t applied, warm; double seen0, now; bool held; } T[] = {
-        {1, 0, 0, 1.0, 2.0, false},       /* no warm start: nobody waits */
-        {0, 0, 100, 1.0, 2.0, false},     /* worker 0 is the warm-up replica */
+    static const struct {
+        int w;
+        int64_t applied, warm;
+        double seen0, now;
+        bool held;
+    } T[] = {
+        {1, 0, 0, 1.0, 2.0, false},   /* no warm start: nobody waits */
+        {0, 0, 100, 1.0, 2.0, false}, /* worker 0 is the warm-up replica */
         {0, 99, 100, 1.0, 2.0, false},
-        {1, 0, 100, 1.0, 2.0, true},      /* the others wait for the first 100 updates */
-        {3, 99, 100, 1.0, 2.0, true},     /* one short */
-        {3, 100, 100, 1.0, 2.0, false},   /* the 100th applied: everybody goes */
-        {2, 5000, 100, 1.0, 2.0, false},  /* long after (or a server restored past it) */
-        {1, 0, 100, 0.0, 50.0, true},     /* worker 0 never heard from: still starting, wait */
-        {1, 40, 100, 1.0, 11.0, true},    /* worker 0 silent 10 s: not yet dead */
-        {1, 40, 100, 1.0, 11.5, false},   /* silent longer: it no longer holds the others */
+        {1, 0, 100, 1.0, 2.0, true},     /* the others wait for the first 100 updates */
+        {3, 99, 100, 1.0, 2.0, true},    /* one short */
+        {3, 100, 100, 1.0, 2.0, false},  /* the 100th applied: everybody goes */
+        {2, 5000, 100, 1.0, 2.0, false}, /* long after (or a server restored past it) */
+        {1, 0, 100, 0.0, 50.0, true},    /* worker 0 never heard from: still starting, wait */
+        {1, 40, 100, 1.0, 11.0, true},   /* worker 0 silent 10 s: not yet dead */
+        {1, 40, 100, 1.0, 11.5, false},  /* silent longer: it no longer holds the others */
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(T); i++) {
         memset(&c, 0, sizeof c);
@@ -432,9 +456,12 @@ static void test_warm_start(void)
         CU_ASSERT_EQUAL(h, T[i].held);
     }
     /* the staleness bound is off while worker 0 runs alone, in force from the W-th update on */
-    static const struct { int bound; int64_t applied, warm; int want; } B[] = {
-        {4, 0, 0, 4}, {4, 0, 100, 0}, {4, 99, 100, 0}, {4, 100, 100, 4}, {0, 10, 100, 0},
-        {0, 200, 100, 0},
+    static const struct {
+        int bound;
+        int64_t applied, warm;
+        int want;
+    } B[] = {
+        {4, 0, 0, 4}, {4, 0, 100, 0}, {4, 99, 100, 0}, {4, 100, 100, 4}, {0, 10, 100, 0}, {0, 200, 100, 0},
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(B); i++)
         CU_ASSERT_EQUAL(rm_ps_warm_bound(B[i].bound, B[i].applied, B[i].warm), B[i].want);
@@ -475,7 +502,7 @@ static void test_adagrad_shards_reference(void)
         rm_optim_step(&ow, whole, g, lr);
         for (int s = 0; s < 3; s++)
             rm_optim_step(&os[s], sharded + off[s], g + off[s], lr);
-        for (int i = 0; i < N; i++) {   /* g += wd w; G += g^2; w -= lr g / (sqrt(G) + eps) */
+        for (int i = 0; i < N; i++) { /* g += wd w; G += g^2; w -= lr g / (sqrt(G) + eps) */
             double gi = g[i] + 0.01 * ref[i];
             acc[i] += gi * gi;
             ref[i] -= lr * gi / (sqrt(acc[i]) + 1e-10);
@@ -483,7 +510,7 @@ static void test_adagrad_shards_reference(void)
     }
     for (int i = 0; i < N; i++) {
         CU_ASSERT_DOUBLE_EQUAL(whole[i], ref[i], 1e-5);
-        CU_ASSERT_EQUAL(whole[i], sharded[i]);   /* element-wise: bit-identical */
+        CU_ASSERT_EQUAL(whole[i], sharded[i]); /* element-wise: bit-identical */
     }
     rm_optim_free(&ow);
     for (int s = 0; s < 3; s++)
@@ -497,9 +524,15 @@ static void test_faults_slow_and_ps(void)
     rm_faults fs;
     rm_err e = {0};
     CU_ASSERT_EQUAL_FATAL(rm_faults_parse("slow:rank=1:factor=4;slow:rank=2:factor=3:step=10:until=20;"
-                                          "exit:role=ps:index=1:step=50", &fs, &e), RM_OK);
+                                          "exit:role=ps:index=1:step=50",
+                                          &fs, &e),
+                          RM_OK);
     CU_ASSERT_EQUAL(fs.n, 3);
-    static const struct { int rank; int64_t step; double f; } T[] = {
+    static const struct {
+        int rank;
+        int64_t step;
+        double f;
+    } T[] = {
         {1, 0, 4}, {1, 100000, 4}, {0, 5, 1}, {2, 9, 1}, {2, 10, 3}, {2, 19, 3}, {2, 20, 1},
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(T); i++)
@@ -510,13 +543,13 @@ static void test_faults_slow_and_ps(void)
     const rm_fault *f = rm_faults_due(&fs, RM_FAULT_PS_RANK(1), 50);
     CU_ASSERT_PTR_NOT_NULL_FATAL(f);
     CU_ASSERT_EQUAL(f->kind, RM_FAULT_EXIT);
-    CU_ASSERT_PTR_NULL(rm_faults_due(&fs, RM_FAULT_PS_RANK(1), 50));   /* once */
+    CU_ASSERT_PTR_NULL(rm_faults_due(&fs, RM_FAULT_PS_RANK(1), 50)); /* once */
     static const char *const bad[] = {
-        "slow:rank=1",                      /* no factor */
-        "slow:rank=1:factor=0.5",           /* < 1 */
+        "slow:rank=1",            /* no factor */
+        "slow:rank=1:factor=0.5", /* < 1 */
         "slow:rank=1:factor=2:step=5:until=5",
-        "slow:role=ps:index=0:factor=2",    /* servers are not slowed */
-        "exit:role=ps:step=3",              /* role=ps without index */
+        "slow:role=ps:index=0:factor=2", /* servers are not slowed */
+        "exit:role=ps:step=3",           /* role=ps without index */
         "exit:role=ps:index=0:rank=1:step=3",
         "exit:role=boss:index=0:step=3",
         "exit:rank=1:step=3:factor=2",
@@ -554,7 +587,11 @@ void rm_suite_ps(void)
 
 static void test_ps_reconcile_table(void)
 {
-    typedef struct { rm_ps_act_kind k; int i; bool replace; } A;
+    typedef struct {
+        rm_ps_act_kind k;
+        int i;
+        bool replace;
+    } A;
     static const struct {
         const char *name;
         rm_strategy strategy;
@@ -566,24 +603,86 @@ static void test_ps_reconcile_table(void)
         A act[4];
         int ready;
     } T[] = {
-        {"fresh job: create all", RM_STRATEGY_PS, RM_PHASE_PENDING, false, 2, 0, {{0}}, 2,
-         {{RM_PS_ACT_CREATE, 0, false}, {RM_PS_ACT_CREATE, 1, false}}, 0},
-        {"all serving: nothing", RM_STRATEGY_PS, RM_PHASE_RUNNING, false, 2, 2,
-         {{true, false, true}, {true, false, true}}, 0, {{0}}, 2},
-        {"server 1 died: replaced alone", RM_STRATEGY_PS, RM_PHASE_RUNNING, false, 2, 2,
-         {{true, false, true}, {true, true, false}}, 1, {{RM_PS_ACT_CREATE, 1, true}}, 1},
-        {"starting: wait", RM_STRATEGY_PS, RM_PHASE_RUNNING, false, 2, 2,
-         {{true, false, false}, {true, false, true}}, 0, {{0}}, 1},
-        {"succeeded: delete all", RM_STRATEGY_PS, RM_PHASE_SUCCEEDED, false, 2, 2,
-         {{true, false, true}, {true, true, false}}, 2,
-         {{RM_PS_ACT_DELETE, 0, false}, {RM_PS_ACT_DELETE, 1, false}}, 0},
-        {"suspended: delete", RM_STRATEGY_PS, RM_PHASE_RUNNING, true, 1, 1, {{true, false, true}},
-         1, {{RM_PS_ACT_DELETE, 0, false}}, 0},
-        {"scaled down 3 -> 1", RM_STRATEGY_PS, RM_PHASE_RUNNING, false, 1, 3,
-         {{true, false, true}, {true, false, true}, {false, false, false}}, 1,
-         {{RM_PS_ACT_DELETE, 1, false}}, 1},
-        {"allreduce job: none, leftovers deleted", RM_STRATEGY_ALLREDUCE, RM_PHASE_RUNNING, false,
-         1, 1, {{true, false, true}}, 1, {{RM_PS_ACT_DELETE, 0, false}}, 0},
+        {"fresh job: create all",
+         RM_STRATEGY_PS,
+         RM_PHASE_PENDING,
+         false,
+         2,
+         0,
+         {{0}},
+         2,
+         {{RM_PS_ACT_CREATE, 0, false}, {RM_PS_ACT_CREATE, 1, false}},
+         0},
+        {"all serving: nothing",
+         RM_STRATEGY_PS,
+         RM_PHASE_RUNNING,
+         false,
+         2,
+         2,
+         {{true, false, true}, {true, false, true}},
+         0,
+         {{0}},
+         2},
+        {"server 1 died: replaced alone",
+         RM_STRATEGY_PS,
+         RM_PHASE_RUNNING,
+         false,
+         2,
+         2,
+         {{true, false, true}, {true, true, false}},
+         1,
+         {{RM_PS_ACT_CREATE, 1, true}},
+         1},
+        {"starting: wait",
+         RM_STRATEGY_PS,
+         RM_PHASE_RUNNING,
+         false,
+         2,
+         2,
+         {{true, false, false}, {true, false, true}},
+         0,
+         {{0}},
+         1},
+        {"succeeded: delete all",
+         RM_STRATEGY_PS,
+         RM_PHASE_SUCCEEDED,
+         false,
+         2,
+         2,
+         {{true, false, true}, {true, true, false}},
+         2,
+         {{RM_PS_ACT_DELETE, 0, false}, {RM_PS_ACT_DELETE, 1, false}},
+         0},
+        {"suspended: delete",
+         RM_STRATEGY_PS,
+         RM_PHASE_RUNNING,
+         true,
+         1,
+         1,
+         {{true, false, true}},
+         1,
+         {{RM_PS_ACT_DELETE, 0, false}},
+         0},
+        {"scaled down 3 -> 1",
+         RM_STRATEGY_PS,
+         RM_PHASE_RUNNING,
+         false,
+         1,
+         3,
+         {{true, false, true}, {true, false, true}, {false, false, false}},
+         1,
+         {{RM_PS_ACT_DELETE, 1, false}},
+         1},
+        {"allreduce job: none, leftovers deleted",
+         RM_STRATEGY_ALLREDUCE,
+         RM_PHASE_RUNNING,
+         false,
+         1,
+         1,
+         {{true, false, true}},
+         1,
+         {{RM_PS_ACT_DELETE, 0, false}},
+         0},
     };
     for (size_t c = 0; c < RM_ARRAY_LEN(T); c++) {
         rm_tj job;
@@ -611,8 +710,8 @@ static void test_ps_reconcile_table(void)
 
 static const char *pod_env(const cJSON *pod, const char *name, bool *secret)
 {
-    const cJSON *c = cJSON_GetArrayItem(
-        cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "spec"), "containers"), 0);
+    const cJSON *c =
+        cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "spec"), "containers"), 0);
     const cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItem(c, "env"))
     {
@@ -631,14 +730,16 @@ static void test_ps_pods(void)
     rm_tj tj;
     rm_err e = {0};
     CU_ASSERT_EQUAL_FATAL(parse_job("  strategy: parameterServer\n  parameterServer: {replicas: 2, "
-                                    "mode: async}\n", &tj, &e), RM_OK);
+                                    "mode: async}\n",
+                                    &tj, &e),
+                          RM_OK);
     cJSON *pod = rm_kube_ps_pod(&tj, 1, "http://rdzv:29400", NULL, -1, &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
     const cJSON *md = cJSON_GetObjectItem(pod, "metadata"), *lb = cJSON_GetObjectItem(md, "labels");
     CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(md, "name")), "ps-ps-1");
     CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(lb, RM_LABEL_ROLE)), "ps");
     CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetObjectItem(lb, RM_LABEL_PS_INDEX)), "1");
-    CU_ASSERT_PTR_NULL(cJSON_GetObjectItem(lb, RM_LABEL_INDEX));   /* never counted as a worker */
+    CU_ASSERT_PTR_NULL(cJSON_GetObjectItem(lb, RM_LABEL_INDEX)); /* never counted as a worker */
     CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_ROLE, NULL), "ps");
     CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_PS_INDEX, NULL), "1");
     CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_PS_ADDRS, NULL), "ps-ps-0.ps:29600,ps-ps-1.ps:29600");
@@ -647,12 +748,12 @@ static void test_ps_pods(void)
     CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_RENDEZVOUS, NULL), "http://rdzv:29400");
     bool secret = false;
     CU_ASSERT_PTR_NOT_NULL(pod_env(pod, RM_ENV_TOKEN, &secret));
-    CU_ASSERT(secret);   /* from the job's Secret, never inline */
+    CU_ASSERT(secret); /* from the job's Secret, never inline */
     const char *ps = pod_env(pod, RM_ENV_PS_SPEC, NULL);
     CU_ASSERT_PTR_NOT_NULL_FATAL(ps);
     CU_ASSERT_PTR_NOT_NULL(strstr(ps, "\"mode\":\"async\""));
-    const cJSON *args = cJSON_GetObjectItem(cJSON_GetArrayItem(
-        cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "spec"), "containers"), 0), "args");
+    const cJSON *args = cJSON_GetObjectItem(
+        cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "spec"), "containers"), 0), "args");
     CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetArrayItem(args, 0)), "ps");
     /* the pod informer's projection sees a server, not a worker */
     rm_kube_pod *kp = rm_kube_pod_transform(NULL, pod);
@@ -662,8 +763,8 @@ static void test_ps_pods(void)
     free(kp);
     cJSON_Delete(pod);
     /* a worker of the same job: role label, strategy and the servers' addresses */
-    rm_kube_worker_pod_args pa = {.tj = &tj, .index = 2, .epoch = 1, .rdzv_url = "http://rdzv:29400",
-                                  .metrics_port = -1};
+    rm_kube_worker_pod_args pa = {
+        .tj = &tj, .index = 2, .epoch = 1, .rdzv_url = "http://rdzv:29400", .metrics_port = -1};
     pod = rm_kube_worker_pod(&pa, &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
     lb = cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "metadata"), "labels");

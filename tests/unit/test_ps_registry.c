@@ -66,7 +66,7 @@ static int fake_start(fake_ps *f, int index, const char *token)
     return pthread_create(&f->th, NULL, fake_main, f) == 0 ? 0 : -1;
 }
 
-static void fake_stop(fake_ps *f)   /* the server is gone: nothing listens at its port */
+static void fake_stop(fake_ps *f) /* the server is gone: nothing listens at its port */
 {
     atomic_store(&f->stop, 1);
     pthread_join(f->th, NULL);
@@ -84,7 +84,7 @@ typedef struct {
     rm_rdzv *r;
     rm_http_server *srv;
     char url[64];
-    rm_rdzv_client *ps;   /* the servers' registration client */
+    rm_rdzv_client *ps; /* the servers' registration client */
 } rdzv_fx;
 
 static int rdzv_start(rdzv_fx *x)
@@ -123,8 +123,8 @@ static void test_static_list(void)
     addr_of(&f, list[1], sizeof list[1]);
     rm_ps_registry g;
     rm_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(rm_ps_registry_init(&g, (const char (*)[128])list, NS, NULL, JOB, TOKEN,
-                                              "3", &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(rm_ps_registry_init(&g, (const char(*)[128])list, NS, NULL, JOB, TOKEN, "3", &e),
+                          RM_OK);
     CU_ASSERT_PTR_NULL(g.rdzv);
     CU_ASSERT_STRING_EQUAL(g.addrs[0], "lb-ps-0.lb:29600");
     rm_ps_conn c = {.fd = -1};
@@ -132,7 +132,7 @@ static void test_static_list(void)
     CU_ASSERT(c.fd >= 0);
     int fd = c.fd;
     CU_ASSERT_EQUAL(rm_ps_registry_connect(&g, &c, 1, 3, TOKEN, rm_mono() + 5, &e), RM_OK);
-    CU_ASSERT_EQUAL(c.fd, fd);   /* already open: untouched */
+    CU_ASSERT_EQUAL(c.fd, fd); /* already open: untouched */
     rm_ps_conn_close(&c);
     /* index out of range */
     CU_ASSERT_EQUAL(rm_ps_registry_connect(&g, &c, NS, 3, TOKEN, rm_mono() + 5, &e), RM_EINVAL);
@@ -166,7 +166,7 @@ static void test_rendezvous_and_replacement(void)
     rm_ps_registry g;
     rm_err e = {0};
     CU_ASSERT_EQUAL_FATAL(rm_ps_registry_init(&g, LIST, NS, x.url, JOB, TOKEN, "2", &e), RM_OK);
-    CU_ASSERT_STRING_EQUAL(g.addrs[1], "");   /* unknown until the rendezvous says */
+    CU_ASSERT_STRING_EQUAL(g.addrs[1], ""); /* unknown until the rendezvous says */
     rm_ps_conn c = {.fd = -1};
 
     /* not registered: bounded by the deadline, the message says why */
@@ -203,7 +203,7 @@ static void test_rendezvous_and_replacement(void)
     pthread_join(th, NULL);
     CU_ASSERT_EQUAL(rc, RM_OK);
     CU_ASSERT_STRING_EQUAL(g.addrs[1], bb);
-    CU_ASSERT(dt >= 0.25 && dt < 10.0);   /* a try at the dead address: at most RM_PS_TRY_S */
+    CU_ASSERT(dt >= 0.25 && dt < 10.0); /* a try at the dead address: at most RM_PS_TRY_S */
     CU_ASSERT(c.fd >= 0);
     rm_ps_conn_close(&c);
 
@@ -228,29 +228,28 @@ static void test_auth_cancel_and_bad_settings(void)
     addr_of(&f, list[0], sizeof list[0]);
     rm_ps_registry g;
     rm_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(rm_ps_registry_init(&g, (const char (*)[128])list, NS, "", JOB, TOKEN,
-                                              "1", &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(rm_ps_registry_init(&g, (const char(*)[128])list, NS, "", JOB, TOKEN, "1", &e),
+                          RM_OK);
     rm_ps_conn c = {.fd = -1};
     double t0 = rm_mono();
     CU_ASSERT_EQUAL(rm_ps_registry_connect(&g, &c, 0, 1, TOKEN, rm_mono() + 20, &e), RM_EAUTH);
     CU_ASSERT(rm_mono() - t0 < 5);
     CU_ASSERT_EQUAL(c.fd, -1);
     fake_stop(&f);
-    CU_ASSERT_EQUAL(atomic_load(&f.accepted), 1);   /* one try */
+    CU_ASSERT_EQUAL(atomic_load(&f.accepted), 1); /* one try */
 
     /* nothing listens at server 0's address; the stop flag is raised: canceled, not 20 s */
     atomic_int stop = 1;
     rm_ps_registry_set_cancel(&g, NULL, &stop);
     CU_ASSERT(rm_ps_registry_canceled(&g));
     t0 = rm_mono();
-    CU_ASSERT_EQUAL(rm_ps_registry_connect(&g, &c, 0, 1, TOKEN, rm_mono() + 20, &e),
-                    RM_ECANCELED);
+    CU_ASSERT_EQUAL(rm_ps_registry_connect(&g, &c, 0, 1, TOKEN, rm_mono() + 20, &e), RM_ECANCELED);
     CU_ASSERT(rm_mono() - t0 < 5);
     rm_ps_registry_free(&g);
 
     memset(&e, 0, sizeof e);
-    CU_ASSERT_EQUAL(rm_ps_registry_init(&g, LIST, NS, "http://127.0.0.1:1", "not a job", TOKEN,
-                                        "1", &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_ps_registry_init(&g, LIST, NS, "http://127.0.0.1:1", "not a job", TOKEN, "1", &e),
+                    RM_EINVAL);
     CU_ASSERT_STRING_EQUAL(e.field, "RINGMASTER_RENDEZVOUS");
     CU_ASSERT_EQUAL(rm_ps_registry_init(&g, LIST, 0, NULL, JOB, TOKEN, "1", &e), RM_EINVAL);
 }
@@ -258,9 +257,9 @@ static void test_auth_cancel_and_bad_settings(void)
 void rm_suite_ps_registry(void)
 {
     static const rm_test_case cases[] = {
-        { "static_list", test_static_list },
-        { "rendezvous_and_replacement", test_rendezvous_and_replacement },
-        { "auth_cancel_and_bad_settings", test_auth_cancel_and_bad_settings },
+        {"static_list", test_static_list},
+        {"rendezvous_and_replacement", test_rendezvous_and_replacement},
+        {"auth_cancel_and_bad_settings", test_auth_cancel_and_bad_settings},
     };
     RM_ADD_SUITE("ps_registry", NULL, NULL, cases);
 }

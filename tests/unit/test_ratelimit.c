@@ -9,9 +9,9 @@ static void test_window_and_suppressed(void)
     unsigned long sup = 99;
     int let = 0;
     for (int i = 0; i < 50; i++)
-        let += rm_ratelimit_take(&rl, 100.0 + i * 0.1, &sup);   /* 5 s of requests */
+        let += rm_ratelimit_take(&rl, 100.0 + i * 0.1, &sup); /* 5 s of requests */
     CU_ASSERT_EQUAL(let, 3);
-    CU_ASSERT_EQUAL(sup, 0);              /* the three let through had nothing suppressed before */
+    CU_ASSERT_EQUAL(sup, 0); /* the three let through had nothing suppressed before */
     CU_ASSERT_FALSE(rm_ratelimit_take(&rl, 109.9, &sup));
     /* the next window's first line reports the 48 refused since the last one let through */
     CU_ASSERT_TRUE(rm_ratelimit_take(&rl, 110.0, &sup));

@@ -58,7 +58,7 @@ static void fx_stop(fx *f)
 
 static rm_rdzv_state *snap(fx *f)
 {
-    static rm_rdzv_state st;   /* tests run one at a time */
+    static rm_rdzv_state st; /* tests run one at a time */
     memset(&st, 0, sizeof st);
     if (rm_rdzv_snapshot(f->r, JOB, &st) != RM_OK)
         st.epoch = -1;
@@ -106,8 +106,8 @@ static void *join_main(void *arg)
 }
 
 /* addr NULL: 127.0.0.1:(20000 + workerId) */
-static void join_start_at(joiner *j, const char *url, const char *wid, const char *addr,
-                          int last_epoch, double timeout)
+static void join_start_at(joiner *j, const char *url, const char *wid, const char *addr, int last_epoch,
+                          double timeout)
 {
     memset(j, 0, sizeof *j);
     j->url = url;
@@ -172,8 +172,8 @@ static rm_rdzv_client *client(const fx *f, const char *wid)
 
 /* ---------------- raw HTTP ---------------- */
 
-static long raw(const fx *f, const char *method, const char *path, const char *auth,
-                const char *body, size_t len, char **reply)
+static long raw(const fx *f, const char *method, const char *path, const char *auth, const char *body,
+                size_t len, char **reply)
 {
     char url[512], hdr[300];
     snprintf(url, sizeof url, "%s%s", f->url, path);
@@ -183,8 +183,7 @@ static long raw(const fx *f, const char *method, const char *path, const char *a
     rm_httpc_resp resp = {0};
     rm_err e = {0};
     long status = -1;
-    if (rm_httpc_do(h, method, url, auth ? headers : NULL, body, len, 5000, 1 << 20, &resp, &e) ==
-        RM_OK)
+    if (rm_httpc_do(h, method, url, auth ? headers : NULL, body, len, 5000, 1 << 20, &resp, &e) == RM_OK)
         status = resp.status;
     if (reply) {
         *reply = resp.body;
@@ -282,12 +281,14 @@ static void test_bad_token(void)
     CU_ASSERT_EQUAL(rc, RM_ENOTFOUND);
     CU_ASSERT(secs >= 0.5 && secs < 3.0);
     /* bad client arguments: NULL, and the error names the argument (not "out of memory") */
-    static const struct { const char *url, *job, *tok, *wid, *field; } badc[] = {
-        { "http://h:1", "nonamespace", TOKEN, "0", "job" },
-        { "http://h:1", JOB, "tok\r\nX: y", "0", "token" },
-        { "http://h:1", JOB, "", "0", "token" },
-        { "http://h:1", JOB, TOKEN, "a/b", "worker_id" },
-        { "/", JOB, TOKEN, "0", "url" },
+    static const struct {
+        const char *url, *job, *tok, *wid, *field;
+    } badc[] = {
+        {"http://h:1", "nonamespace", TOKEN, "0", "job"},
+        {"http://h:1", JOB, "tok\r\nX: y", "0", "token"},
+        {"http://h:1", JOB, "", "0", "token"},
+        {"http://h:1", JOB, TOKEN, "a/b", "worker_id"},
+        {"/", JOB, TOKEN, "0", "url"},
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(badc); i++) {
         rm_err ce = {0};
@@ -484,7 +485,7 @@ static void test_kv(void)
     rm_err e = {0};
     unsigned char id[128];
     for (int i = 0; i < 128; i++)
-        id[i] = (unsigned char)(i * 7);   /* contains a NUL at 0 and bytes ≥ 0x80 */
+        id[i] = (unsigned char)(i * 7); /* contains a NUL at 0 and bytes ≥ 0x80 */
     CU_ASSERT_EQUAL(rm_rdzv_kv_put(a, 1, "nccl-id", id, sizeof id, &e), RM_OK);
     void *val = NULL;
     size_t len = 0;
@@ -533,7 +534,7 @@ static void test_kv(void)
         ok += rc == RM_OK;
     }
     CU_ASSERT_EQUAL(rc, RM_ETOOBIG);
-    CU_ASSERT_EQUAL(ok, 256 - 3);   /* nccl-id, late and big are there already */
+    CU_ASSERT_EQUAL(ok, 256 - 3); /* nccl-id, late and big are there already */
     /* a new epoch drops the old epoch's kv */
     int ne = 0;
     CU_ASSERT_EQUAL(rm_rdzv_restart(f.r, JOB, 1, &ne), RM_OK);
@@ -572,8 +573,13 @@ static void test_report(void)
     rm_rdzv_client *c = joined_alone(&f);
     CU_ASSERT_FATAL(c != NULL);
     rm_err e = {0};
-    rm_rdzv_report rep = {.epoch = 1, .rank = 0, .step = 10, .train_epoch = 1, .loss = 0.5,
-                          .samples_per_second = 1000, .last_checkpoint_step = 8,
+    rm_rdzv_report rep = {.epoch = 1,
+                          .rank = 0,
+                          .step = 10,
+                          .train_epoch = 1,
+                          .loss = 0.5,
+                          .samples_per_second = 1000,
+                          .last_checkpoint_step = 8,
                           .allreduce_gbps = 2.5};
     rm_rdzv_action act = RM_RDZV_STOP;
     int cur = 0;
@@ -594,7 +600,7 @@ static void test_report(void)
     CU_ASSERT(m.last_report > 1e9 && m.last_progress > 1e9);
     CU_ASSERT(!m.done);
     CU_ASSERT(!s->have_result);
-    CU_ASSERT(s->peak_rss == 0 && s->mem_optimizer == 0);   /* nothing reported yet */
+    CU_ASSERT(s->peak_rss == 0 && s->mem_optimizer == 0); /* nothing reported yet */
     /* memory (docs/strategies.md#sharding): the job keeps the largest reported value, kind by kind */
     rm_rdzv_report mr = rep;
     mr.mem_params = 400, mr.mem_grads = 300, mr.mem_optimizer = 800, mr.mem_activations = 10;
@@ -667,7 +673,7 @@ static void test_trained_epoch_survives_restart(void)
     CU_ASSERT_FATAL(c != NULL);
     rm_err e = {0};
     CU_ASSERT(snap(&f)->closed);
-    CU_ASSERT_EQUAL(snap(&f)->trained_epoch, 0);   /* closed, but nobody reported yet */
+    CU_ASSERT_EQUAL(snap(&f)->trained_epoch, 0); /* closed, but nobody reported yet */
     rm_rdzv_report rep = {.epoch = 1, .rank = 0, .step = 1};
     rm_rdzv_action act = RM_RDZV_STOP;
     int cur = 0;
@@ -710,7 +716,7 @@ static void test_stop_and_remove(void)
     /* a join long-polling for a round that will never close is woken by the stop */
     joiner j;
     join_start(&j, f.url, "0", 0, 20);
-    CU_ASSERT(wait_state(&f, 1, 2));   /* "1" by its report, "0" by its join */
+    CU_ASSERT(wait_state(&f, 1, 2)); /* "1" by its report, "0" by its join */
     rm_sleep(0.1);
     double t0 = rm_mono();
     CU_ASSERT_EQUAL(rm_rdzv_job_stop(f.r, JOB), RM_OK);
@@ -753,8 +759,13 @@ static void test_garbage(void)
     fx f;
     CU_ASSERT_FATAL(fx_start(&f, 1, 1, 0) == 0);
     static const char *const bad_join[] = {
-        "{{{", "", "[1,2]", "null", "{\"workerId\":5,\"addr\":\"127.0.0.1:1\"}",
-        "{\"workerId\":\"0\"}", "{\"workerId\":\"0\",\"addr\":\"a b\"}",
+        "{{{",
+        "",
+        "[1,2]",
+        "null",
+        "{\"workerId\":5,\"addr\":\"127.0.0.1:1\"}",
+        "{\"workerId\":\"0\"}",
+        "{\"workerId\":\"0\",\"addr\":\"a b\"}",
         "{\"workerId\":\"0\",\"addr\":\"127.0.0.1:1\",\"lastEpoch\":1e300}",
         "{\"workerId\":\"0\",\"addr\":\"127.0.0.1:1\",\"lastEpoch\":1.5}",
         "{\"workerId\":\"../x\",\"addr\":\"127.0.0.1:1\"}",
@@ -773,7 +784,9 @@ static void test_garbage(void)
         free(reply);
     }
     static const char *const bad_report[] = {
-        "null", "{\"workerId\":\"0\",\"epoch\":\"x\"}", "{\"workerId\":\"0\"}",
+        "null",
+        "{\"workerId\":\"0\",\"epoch\":\"x\"}",
+        "{\"workerId\":\"0\"}",
         "{\"workerId\":\"0\",\"epoch\":1,\"state\":\"weird\"}",
         "{\"workerId\":\"0\",\"epoch\":1,\"result\":5}",
         "{\"workerId\":\"0\",\"epoch\":1,\"result\":{\"testAccuracy\":\"high\"}}",
@@ -794,24 +807,35 @@ static void test_garbage(void)
     CU_ASSERT_EQUAL(raw(&f, "POST", P("/join"), BEARER, big, huge, NULL), 413);
     CU_ASSERT_EQUAL(raw(&f, "PUT", P("/kv/1/k"), BEARER, big, RM_RDZV_MAX_KV + 1, NULL), 413);
     free(big);
-    static const struct { const char *method, *path; long status; } paths[] = {
-        {"GET", P("/nope"), 404},          {"GET", "/v1/jobs/", 404},
-        {"GET", "/v1/jobs/default", 404},  {"GET", "/v1/jobs/default/other/join", 404},
-        {"GET", "/v1/jobs/a/b/c/d", 404},  {"GET", "/v2/whatever", 404},
-        {"GET", P("/join"), 405},          {"DELETE", P("/kv/1/k"), 405},
-        {"POST", P(""), 405},              {"PUT", P("/kv/abc/k"), 400},
-        {"PUT", P("/kv/0/k"), 400},        {"PUT", P("/kv/1/"), 400},
-        {"PUT", P("/kv/1/bad%20key"), 400}, {"PUT", P("/kv/99999999999/k"), 400},
-        {"GET", P("/kv/1/x?wait=abc"), 400}, {"GET", P("/kv/1/x?wait=-1"), 400},
-        {"GET", P("/kv/1/x?wait=nan"), 400}, {"GET", P("/kv/1/x?wait=0"), 404},
+    static const struct {
+        const char *method, *path;
+        long status;
+    } paths[] = {
+        {"GET", P("/nope"), 404},
+        {"GET", "/v1/jobs/", 404},
+        {"GET", "/v1/jobs/default", 404},
+        {"GET", "/v1/jobs/default/other/join", 404},
+        {"GET", "/v1/jobs/a/b/c/d", 404},
+        {"GET", "/v2/whatever", 404},
+        {"GET", P("/join"), 405},
+        {"DELETE", P("/kv/1/k"), 405},
+        {"POST", P(""), 405},
+        {"PUT", P("/kv/abc/k"), 400},
+        {"PUT", P("/kv/0/k"), 400},
+        {"PUT", P("/kv/1/"), 400},
+        {"PUT", P("/kv/1/bad%20key"), 400},
+        {"PUT", P("/kv/99999999999/k"), 400},
+        {"GET", P("/kv/1/x?wait=abc"), 400},
+        {"GET", P("/kv/1/x?wait=-1"), 400},
+        {"GET", P("/kv/1/x?wait=nan"), 400},
+        {"GET", P("/kv/1/x?wait=0"), 404},
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(paths); i++) {
         bool put = strcmp(paths[i].method, "PUT") == 0;
         long st = raw(&f, paths[i].method, paths[i].path, BEARER, put ? "v" : NULL, put, NULL);
         CU_ASSERT_EQUAL(st, paths[i].status);
         if (st != paths[i].status)
-            fprintf(stderr, "%s %s → %ld, want %ld\n", paths[i].method, paths[i].path, st,
-                    paths[i].status);
+            fprintf(stderr, "%s %s → %ld, want %ld\n", paths[i].method, paths[i].path, st, paths[i].status);
     }
     char *reply = NULL;
     CU_ASSERT_EQUAL(raw(&f, "GET", P(""), BEARER, NULL, 0, &reply), 200);
@@ -855,7 +879,7 @@ static void test_free_wakes_long_poll(void)
     CU_ASSERT(wait_state(&f, 1, 1));
     rm_sleep(0.1);
     double t0 = rm_mono();
-    rm_rdzv_free(f.r);     /* the poll is inside the handler: free wakes it and waits for it */
+    rm_rdzv_free(f.r); /* the poll is inside the handler: free wakes it and waits for it */
     double secs = rm_mono() - t0;
     pthread_join(th, NULL);
     CU_ASSERT(secs < 1.5);
@@ -914,7 +938,7 @@ static int h_liar(const rm_http_req *req, rm_http_resp *resp, void *ud)
 static void test_client_distrusts_reply_values(void)
 {
     static const char *const replies[] = {
-        "{\"epoch\":1e12,\"action\":\"continue\"}",   /* would wrap in an int */
+        "{\"epoch\":1e12,\"action\":\"continue\"}", /* would wrap in an int */
         "{\"epoch\":-5,\"action\":\"continue\"}",
         "{\"epoch\":3,\"action\":\"dance\"}",
         "{\"epoch\":\"3\",\"action\":\"continue\"}",
@@ -942,7 +966,7 @@ static void test_client_distrusts_reply_values(void)
 static void test_name_rule(void)
 {
     CU_ASSERT_TRUE(rm_rdzv_name_ok("worker-0_a.B9", 13));
-    CU_ASSERT_TRUE(rm_rdzv_name_ok("ns/x", 2));          /* only the first len chars count */
+    CU_ASSERT_TRUE(rm_rdzv_name_ok("ns/x", 2)); /* only the first len chars count */
     CU_ASSERT_FALSE(rm_rdzv_name_ok("ns/x", 4));
     CU_ASSERT_FALSE(rm_rdzv_name_ok("", 0));
     CU_ASSERT_FALSE(rm_rdzv_name_ok(NULL, 3));
@@ -1029,7 +1053,7 @@ static void *cancel_join_thread(void *arg)
 static void test_join_cancel(void)
 {
     fx f;
-    CU_ASSERT_FATAL(fx_start(&f, 2, 2, 0) == 0);   /* one worker alone: the round never closes */
+    CU_ASSERT_FATAL(fx_start(&f, 2, 2, 0) == 0); /* one worker alone: the round never closes */
     static volatile sig_atomic_t flag;
     flag = 0;
     cancel_join cj = {.c = rm_rdzv_client_new(f.url, JOB, TOKEN, "0", NULL)};
@@ -1037,7 +1061,7 @@ static void test_join_cancel(void)
     rm_rdzv_client_set_cancel(cj.c, &flag);
     pthread_t th;
     pthread_create(&th, NULL, cancel_join_thread, &cj);
-    CU_ASSERT(wait_state(&f, 1, 1));   /* held in the long poll now */
+    CU_ASSERT(wait_state(&f, 1, 1)); /* held in the long poll now */
     rm_sleep(0.2);
     double t0 = rm_mono();
     flag = 1;
@@ -1070,7 +1094,7 @@ static void test_join_poll(void)
     check_round(js, 3, 1, three);
     free_rounds(js, 3);
     int ne = 0;
-    CU_ASSERT_EQUAL(rm_rdzv_restart(f.r, JOB, 1, &ne), RM_OK);   /* worker 2 declared dead */
+    CU_ASSERT_EQUAL(rm_rdzv_restart(f.r, JOB, 1, &ne), RM_OK); /* worker 2 declared dead */
     CU_ASSERT_EQUAL(ne, 2);
     rm_rdzv_client *c0 = rm_rdzv_client_new(f.url, JOB, TOKEN, "0", NULL);
     rm_rdzv_client *c1 = rm_rdzv_client_new(f.url, JOB, TOKEN, "1", NULL);
@@ -1080,22 +1104,19 @@ static void test_join_poll(void)
     bool settled = true;
     rm_err e = {0};
     double t0 = rm_mono();
-    CU_ASSERT_EQUAL(rm_rdzv_join_poll(c0, "127.0.0.1:1000", 1, 0, &rr, &joined, &settled, &e),
-                    RM_EAGAIN);
-    CU_ASSERT(rm_mono() - t0 < 1.0);   /* not held */
+    CU_ASSERT_EQUAL(rm_rdzv_join_poll(c0, "127.0.0.1:1000", 1, 0, &rr, &joined, &settled, &e), RM_EAGAIN);
+    CU_ASSERT(rm_mono() - t0 < 1.0); /* not held */
     CU_ASSERT_EQUAL(rr.epoch, 2);
     CU_ASSERT_EQUAL(joined, 1);
     CU_ASSERT_FALSE(settled);
-    CU_ASSERT_EQUAL(rm_rdzv_join_poll(c1, "127.0.0.1:1001", 1, 0, &rr, &joined, &settled, &e),
-                    RM_EAGAIN);
+    CU_ASSERT_EQUAL(rm_rdzv_join_poll(c1, "127.0.0.1:1001", 1, 0, &rr, &joined, &settled, &e), RM_EAGAIN);
     CU_ASSERT_EQUAL(joined, 2);
     CU_ASSERT_FALSE(settled);
     rm_sleep(0.4);
-    CU_ASSERT_EQUAL(rm_rdzv_join_poll(c0, "127.0.0.1:1000", 1, 0, &rr, &joined, &settled, &e),
-                    RM_EAGAIN);
-    CU_ASSERT_EQUAL(joined, 2);   /* the survivors, settled: the round stays open (min 3) */
+    CU_ASSERT_EQUAL(rm_rdzv_join_poll(c0, "127.0.0.1:1000", 1, 0, &rr, &joined, &settled, &e), RM_EAGAIN);
+    CU_ASSERT_EQUAL(joined, 2); /* the survivors, settled: the round stays open (min 3) */
     CU_ASSERT(settled);
-    CU_ASSERT_EQUAL(snap(&f)->epoch, 2);   /* polling opened no epoch */
+    CU_ASSERT_EQUAL(snap(&f)->epoch, 2); /* polling opened no epoch */
     CU_ASSERT_FALSE(snap(&f)->closed);
     /* the replacement joins (a new process: lastEpoch 0): the round closes with 3 */
     joiner rep;
@@ -1104,8 +1125,7 @@ static void test_join_poll(void)
     CU_ASSERT_EQUAL(rep.rc, RM_OK);
     CU_ASSERT_EQUAL(rep.round.world_size, 3);
     rm_rdzv_round_free(&rep.round);
-    CU_ASSERT_EQUAL(rm_rdzv_join_poll(c1, "127.0.0.1:1001", 1, 0, &rr, &joined, &settled, &e),
-                    RM_OK);
+    CU_ASSERT_EQUAL(rm_rdzv_join_poll(c1, "127.0.0.1:1001", 1, 0, &rr, &joined, &settled, &e), RM_OK);
     CU_ASSERT_EQUAL(rr.epoch, 2);
     CU_ASSERT_EQUAL(rr.rank, 1);
     CU_ASSERT_EQUAL(rr.world_size, 3);
@@ -1130,19 +1150,19 @@ static void test_servers_registry(void)
     int n = -1;
     rm_err e = {0};
     CU_ASSERT_EQUAL(rm_rdzv_servers(w, got, 8, &n, &e), RM_OK);
-    CU_ASSERT_EQUAL(n, 0);   /* none yet */
+    CU_ASSERT_EQUAL(n, 0); /* none yet */
     CU_ASSERT_EQUAL(rm_rdzv_server_register(ps, 1, "127.0.0.7:29600", &e), RM_OK);
     CU_ASSERT_EQUAL(rm_rdzv_servers(w, got, 8, &n, &e), RM_OK);
     CU_ASSERT_EQUAL(n, 2);
-    CU_ASSERT_STRING_EQUAL(got[0], "");   /* server 0 not yet */
+    CU_ASSERT_STRING_EQUAL(got[0], ""); /* server 0 not yet */
     CU_ASSERT_STRING_EQUAL(got[1], "127.0.0.7:29600");
     CU_ASSERT_EQUAL(rm_rdzv_server_register(ps, 0, "127.0.0.6:29600", &e), RM_OK);
-    CU_ASSERT_EQUAL(rm_rdzv_server_register(ps, 1, "127.0.0.9:29600", &e), RM_OK);   /* replaced */
+    CU_ASSERT_EQUAL(rm_rdzv_server_register(ps, 1, "127.0.0.9:29600", &e), RM_OK); /* replaced */
     CU_ASSERT_EQUAL(rm_rdzv_servers(w, got, 8, &n, &e), RM_OK);
     CU_ASSERT_EQUAL(n, 2);
     CU_ASSERT_STRING_EQUAL(got[0], "127.0.0.6:29600");
     CU_ASSERT_STRING_EQUAL(got[1], "127.0.0.9:29600");
-    CU_ASSERT_EQUAL(rm_rdzv_servers(w, got, 1, &n, &e), RM_OK);   /* capped by the caller */
+    CU_ASSERT_EQUAL(rm_rdzv_servers(w, got, 1, &n, &e), RM_OK); /* capped by the caller */
     CU_ASSERT_EQUAL(n, 1);
     /* strangers and bad input */
     CU_ASSERT_EQUAL(rm_rdzv_server_register(bad, 0, "127.0.0.66:1", &e), RM_EAUTH);
@@ -1150,15 +1170,12 @@ static void test_servers_registry(void)
     CU_ASSERT_EQUAL(rm_rdzv_server_register(ps, 64, "127.0.0.1:1", &e), RM_EINVAL);
     static const char *const bodies[] = {"{}", "[]", "{\"addr\":\"no port\"}", "{\"addr\":5}"};
     for (size_t i = 0; i < RM_ARRAY_LEN(bodies); i++)
-        CU_ASSERT_EQUAL(raw(&f, "PUT", P("/servers/0"), BEARER, bodies[i], strlen(bodies[i]), NULL),
-                        400);
-    CU_ASSERT_EQUAL(raw(&f, "PUT", P("/servers/64"), BEARER, "{\"addr\":\"127.0.0.1:1\"}", 22, NULL),
-                    400);
-    CU_ASSERT_EQUAL(raw(&f, "PUT", P("/servers/x"), BEARER, "{\"addr\":\"127.0.0.1:1\"}", 22, NULL),
-                    400);
+        CU_ASSERT_EQUAL(raw(&f, "PUT", P("/servers/0"), BEARER, bodies[i], strlen(bodies[i]), NULL), 400);
+    CU_ASSERT_EQUAL(raw(&f, "PUT", P("/servers/64"), BEARER, "{\"addr\":\"127.0.0.1:1\"}", 22, NULL), 400);
+    CU_ASSERT_EQUAL(raw(&f, "PUT", P("/servers/x"), BEARER, "{\"addr\":\"127.0.0.1:1\"}", 22, NULL), 400);
     CU_ASSERT_EQUAL(raw(&f, "POST", P("/servers"), BEARER, "", 0, NULL), 405);
     CU_ASSERT_EQUAL(rm_rdzv_servers(w, got, 8, &n, &e), RM_OK);
-    CU_ASSERT_STRING_EQUAL(got[0], "127.0.0.6:29600");   /* nothing bad got in */
+    CU_ASSERT_STRING_EQUAL(got[0], "127.0.0.6:29600"); /* nothing bad got in */
     rm_rdzv_client_free(ps);
     rm_rdzv_client_free(w);
     rm_rdzv_client_free(bad);
@@ -1168,7 +1185,7 @@ static void test_servers_registry(void)
 /* ---------------- node identity (docs/strategies.md#topology) ---------------- */
 
 typedef struct node_joiner {
-    const char *url, *wid, *node;   /* node NULL: the client's default (NODE_NAME, hostname) */
+    const char *url, *wid, *node; /* node NULL: the client's default (NODE_NAME, hostname) */
     int rc;
     rm_rdzv_round round;
     rm_err err;

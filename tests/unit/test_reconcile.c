@@ -39,27 +39,27 @@ typedef struct scen {
     const char *name;
     /* spec (0 = base value: replicas 4 = min = max, maxRestarts 3, backoff 1, deadline 30) */
     int replicas, minr, maxr, max_restarts;
-    double backoff, pd;           /* pd < 0 -> 0 (disabled) */
-    int64_t ads, ttl;             /* ttl 0 -> -1 (keep); ttl < 0 -> 0 */
-    int clean;                    /* 0 Running, 1 All, 2 None */
+    double backoff, pd; /* pd < 0 -> 0 (disabled) */
+    int64_t ads, ttl;   /* ttl 0 -> -1 (keep); ttl < 0 -> 0 */
+    int clean;          /* 0 Running, 1 All, 2 None */
     bool suspend;
     int generation;
     bool no_rdzv;
     /* status */
     rm_phase phase;
-    unsigned conds;               /* bit set = condition present True; OFF(bit) = present False */
+    unsigned conds; /* bit set = condition present True; OFF(bit) = present False */
     int restarts, epoch;
     double last_restart, start_time, completion;
     /* observations */
     const char *workers;
     const char *rdzv;
-    int rdzv_desired;             /* 0 -> base 4/min; -1 -> never set */
-    double now;                   /* 0 -> 1000 */
+    int rdzv_desired; /* 0 -> base 4/min; -1 -> never set */
+    double now;       /* 0 -> 1000 */
     /* expectations */
     const char *actions;
     rm_phase ephase;
     int erestarts, eepoch;
-    const char *econds;           /* "Running=T:TrainingJobRunning Restarting=F ..." ; ~substr of message */
+    const char *econds; /* "Running=T:TrainingJobRunning Restarting=F ..." ; ~substr of message */
     /* status.stepHighWater, member 0's consecutive checkpoint failures ("disk full"), and the
      * runtime's invalid-update message (R0b) */
     int64_t hw_step;
@@ -87,30 +87,63 @@ static int parse_workers(const char *s, rm_observed_worker *w, int cap)
         o->created_at = 500;
         o->index = (int)strtol(p, (char **)&p, 10);
         switch (*p++) {
-        case 'P': o->phase = RM_WORKER_PENDING; break;
-        case 'R': o->phase = RM_WORKER_RUNNING; o->ready = true; break;
-        case 'r': o->phase = RM_WORKER_RUNNING; break;
-        case 'S': o->phase = RM_WORKER_SUCCEEDED; o->finished_at = 990; break;
-        case 'F': o->phase = RM_WORKER_FAILED; o->exit_code = 1; o->finished_at = 990;
-                  snprintf(o->reason, sizeof o->reason, "Error"); break;
-        case 'T': o->phase = RM_WORKER_TERMINATING; o->deletion_started_at = 990; break;
-        case 'M': o->phase = RM_WORKER_MISSING; break;
-        default: CU_FAIL_FATAL("bad worker phase letter");
+        case 'P':
+            o->phase = RM_WORKER_PENDING;
+            break;
+        case 'R':
+            o->phase = RM_WORKER_RUNNING;
+            o->ready = true;
+            break;
+        case 'r':
+            o->phase = RM_WORKER_RUNNING;
+            break;
+        case 'S':
+            o->phase = RM_WORKER_SUCCEEDED;
+            o->finished_at = 990;
+            break;
+        case 'F':
+            o->phase = RM_WORKER_FAILED;
+            o->exit_code = 1;
+            o->finished_at = 990;
+            snprintf(o->reason, sizeof o->reason, "Error");
+            break;
+        case 'T':
+            o->phase = RM_WORKER_TERMINATING;
+            o->deletion_started_at = 990;
+            break;
+        case 'M':
+            o->phase = RM_WORKER_MISSING;
+            break;
+        default:
+            CU_FAIL_FATAL("bad worker phase letter");
         }
         while (*p && *p != ' ') {
             char k = *p++;
             switch (k) {
-            case 'x': o->exit_code = (int)strtol(p, (char **)&p, 10); break;
-            case 'f': o->finished_at = strtod(p, (char **)&p); break;
-            case 'c': o->created_at = strtod(p, (char **)&p); break;
-            case 'd': o->deletion_started_at = strtod(p, (char **)&p); break;
-            case 'k': o->create_failures = (int)strtol(p, (char **)&p, 10); break;
-            case 'n': o->node_ready = false; break;
+            case 'x':
+                o->exit_code = (int)strtol(p, (char **)&p, 10);
+                break;
+            case 'f':
+                o->finished_at = strtod(p, (char **)&p);
+                break;
+            case 'c':
+                o->created_at = strtod(p, (char **)&p);
+                break;
+            case 'd':
+                o->deletion_started_at = strtod(p, (char **)&p);
+                break;
+            case 'k':
+                o->create_failures = (int)strtol(p, (char **)&p, 10);
+                break;
+            case 'n':
+                o->node_ready = false;
+                break;
             case 'o':
                 snprintf(o->reason, sizeof o->reason, "%s", *p == 'O' ? "OOMKilled" : "Evicted");
                 p++;
                 break;
-            default: CU_FAIL_FATAL("bad worker option");
+            default:
+                CU_FAIL_FATAL("bad worker option");
             }
         }
     }
@@ -173,15 +206,33 @@ static void fmt_actions(const rm_reconcile_out *o, char *buf, size_t cap)
         const rm_action *a = &o->actions[i];
         char one[96];
         switch (a->type) {
-        case RM_ACT_CREATE_WORKER: snprintf(one, sizeof one, "C%d@%d", a->index, a->epoch); break;
-        case RM_ACT_DELETE_WORKER: snprintf(one, sizeof one, "D%d%s", a->index, a->force ? "!" : ""); break;
-        case RM_ACT_RESTART_GROUP: snprintf(one, sizeof one, "R%d", a->epoch); break;
-        case RM_ACT_SET_RDZV: snprintf(one, sizeof one, "S%d/%d", a->desired, a->min); break;
-        case RM_ACT_STOP_RDZV: snprintf(one, sizeof one, "STOP"); break;
-        case RM_ACT_EVENT: snprintf(one, sizeof one, "%c:%s", a->warning ? 'W' : 'E', a->reason); break;
-        case RM_ACT_DELETE_JOB: snprintf(one, sizeof one, "DJ"); break;
-        case RM_ACT_REQUEUE_AFTER: snprintf(one, sizeof one, "Q%g", a->seconds); break;
-        default: snprintf(one, sizeof one, "?"); break;
+        case RM_ACT_CREATE_WORKER:
+            snprintf(one, sizeof one, "C%d@%d", a->index, a->epoch);
+            break;
+        case RM_ACT_DELETE_WORKER:
+            snprintf(one, sizeof one, "D%d%s", a->index, a->force ? "!" : "");
+            break;
+        case RM_ACT_RESTART_GROUP:
+            snprintf(one, sizeof one, "R%d", a->epoch);
+            break;
+        case RM_ACT_SET_RDZV:
+            snprintf(one, sizeof one, "S%d/%d", a->desired, a->min);
+            break;
+        case RM_ACT_STOP_RDZV:
+            snprintf(one, sizeof one, "STOP");
+            break;
+        case RM_ACT_EVENT:
+            snprintf(one, sizeof one, "%c:%s", a->warning ? 'W' : 'E', a->reason);
+            break;
+        case RM_ACT_DELETE_JOB:
+            snprintf(one, sizeof one, "DJ");
+            break;
+        case RM_ACT_REQUEUE_AFTER:
+            snprintf(one, sizeof one, "Q%g", a->seconds);
+            break;
+        default:
+            snprintf(one, sizeof one, "?");
+            break;
         }
         n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? " " : "", one);
     }
@@ -205,8 +256,9 @@ static void base_job(rm_tj *tj, const scen *s)
     sp->restart.progress_deadline_seconds = s->pd < 0 ? 0 : s->pd ? s->pd : 30;
     sp->run.active_deadline_seconds = s->ads;
     sp->run.ttl_seconds_after_finished = s->ttl == 0 ? -1 : s->ttl < 0 ? 0 : s->ttl;
-    sp->run.clean_pod_policy = s->clean == 1 ? RM_CLEAN_ALL : s->clean == 2 ? RM_CLEAN_NONE
-                                                                           : RM_CLEAN_RUNNING;
+    sp->run.clean_pod_policy = s->clean == 1   ? RM_CLEAN_ALL
+                               : s->clean == 2 ? RM_CLEAN_NONE
+                                               : RM_CLEAN_RUNNING;
     sp->run.suspend = s->suspend;
     rm_tj_status *st = &tj->status;
     st->phase = s->phase;
@@ -269,15 +321,14 @@ static void check_conds(const scen *s, const rm_tj_status *st)
             *colon++ = 0;
         bool want = eq[1] == 'T';
         if (!c->present || c->status != want) {
-            fprintf(stderr, "\n  [%s] condition %s: want %s, got %s/%s\n", s->name,
-                    rm_cond_name(t), want ? "True" : "False", c->present ? "present" : "absent",
-                    c->status ? "True" : "False");
+            fprintf(stderr, "\n  [%s] condition %s: want %s, got %s/%s\n", s->name, rm_cond_name(t),
+                    want ? "True" : "False", c->present ? "present" : "absent", c->status ? "True" : "False");
             CU_FAIL("condition status");
             continue;
         }
         if (colon && strcmp(c->reason, colon) != 0) {
-            fprintf(stderr, "\n  [%s] condition %s reason: want %s got %s\n", s->name,
-                    rm_cond_name(t), colon, c->reason);
+            fprintf(stderr, "\n  [%s] condition %s reason: want %s got %s\n", s->name, rm_cond_name(t), colon,
+                    c->reason);
             CU_FAIL("condition reason");
         }
         if (tilde) {
@@ -315,11 +366,17 @@ static void run_once(const scen *s, const rm_tj *tj, run_result *rr)
     rm_reconcile_opts_default(&opts);
     opts.no_rendezvous = s->no_rdzv;
     rm_reconcile_in in = {
-        .job = tj, .workers = w, .nworkers = (size_t)nw, .rdzv = s->rdzv ? &rz : NULL,
-        .rdzv_desired = s->rdzv_desired < 0 ? 0 : s->rdzv_desired ? s->rdzv_desired
-                                                                  : tj->spec.replicas,
+        .job = tj,
+        .workers = w,
+        .nworkers = (size_t)nw,
+        .rdzv = s->rdzv ? &rz : NULL,
+        .rdzv_desired = s->rdzv_desired < 0 ? 0
+                        : s->rdzv_desired   ? s->rdzv_desired
+                                            : tj->spec.replicas,
         .rdzv_min = tj->spec.min_replicas,
-        .now = s->now ? s->now : 1000, .opts = &opts, .invalid_update = s->invalid,
+        .now = s->now ? s->now : 1000,
+        .opts = &opts,
+        .invalid_update = s->invalid,
     };
     memset(&rr->out, 0, sizeof rr->out);
     rr->out.actions = rr->acts;
@@ -336,8 +393,7 @@ static void run_scenario(const scen *s)
     static run_result r1, r2;
     run_once(s, &tj, &r1);
     if (strcmp(r1.str, s->actions) != 0) {
-        fprintf(stderr, "\n  [%s] actions:\n    want \"%s\"\n    got  \"%s\"\n", s->name,
-                s->actions, r1.str);
+        fprintf(stderr, "\n  [%s] actions:\n    want \"%s\"\n    got  \"%s\"\n", s->name, s->actions, r1.str);
         for (size_t i = 0; i < r1.out.nactions; i++) {
             char b[400];
             fprintf(stderr, "      %s\n", rm_action_str(&r1.out.actions[i], b, sizeof b));
@@ -347,8 +403,8 @@ static void run_scenario(const scen *s)
     const rm_tj_status *st = &r1.out.status;
     if (st->phase != s->ephase || st->restarts != s->erestarts || st->epoch != s->eepoch) {
         fprintf(stderr, "\n  [%s] phase/restarts/epoch: want %s/%d/%d got %s/%d/%d\n", s->name,
-                rm_phase_name(s->ephase), s->erestarts, s->eepoch, rm_phase_name(st->phase),
-                st->restarts, st->epoch);
+                rm_phase_name(s->ephase), s->erestarts, s->eepoch, rm_phase_name(st->phase), st->restarts,
+                st->epoch);
         CU_FAIL("phase/restarts/epoch");
     }
     CU_ASSERT_EQUAL(st->observed_generation, s->generation ? s->generation : 1);
@@ -365,17 +421,17 @@ static void run_scenario(const scen *s)
     for (size_t i = 0; i < r2.out.nactions; i++) {
         rm_action_type t = r2.out.actions[i].type;
         if (t == RM_ACT_EVENT || t == RM_ACT_RESTART_GROUP || t == RM_ACT_SET_RDZV) {
-            fprintf(stderr, "\n  [%s] not idempotent: second call emitted \"%s\"\n", s->name,
-                    r2.str);
+            fprintf(stderr, "\n  [%s] not idempotent: second call emitted \"%s\"\n", s->name, r2.str);
             CU_FAIL("second call repeated an event/restart");
             break;
         }
     }
     if (!rm_reconcile_status_equal(&r2.out.status, &r1.out.status) || r2.out.status_changed) {
-        fprintf(stderr, "\n  [%s] second call changed status (restarts %d->%d epoch %d->%d "
-                "phase %s->%s)\n", s->name, r1.out.status.restarts, r2.out.status.restarts,
-                r1.out.status.epoch, r2.out.status.epoch, rm_phase_name(r1.out.status.phase),
-                rm_phase_name(r2.out.status.phase));
+        fprintf(stderr,
+                "\n  [%s] second call changed status (restarts %d->%d epoch %d->%d "
+                "phase %s->%s)\n",
+                s->name, r1.out.status.restarts, r2.out.status.restarts, r1.out.status.epoch,
+                r2.out.status.epoch, rm_phase_name(r1.out.status.phase), rm_phase_name(r2.out.status.phase));
         CU_FAIL("second call changed status");
     }
     tj.status = saved;
@@ -386,344 +442,816 @@ static void run_scenario(const scen *s)
 
 #define ALL4 "0R 1R 2R 3R"
 #define CLOSED0 "1 C@990 0/1/0/995 1/1/1/995 2/1/2/995 3/1/3/995"
-#define RUNNING_ST .phase = RM_PHASE_RUNNING, .conds = CREATED_ | RUNNING_, .epoch = 1, \
-                   .start_time = 500
+#define RUNNING_ST .phase = RM_PHASE_RUNNING, .conds = CREATED_ | RUNNING_, .epoch = 1, .start_time = 500
 
 static const scen table[] = {
     /* R1/R2/R3: creation */
-    {.name = "new job: Created, register rendezvous, create every index", .rdzv_desired = -1,
-     .actions = "E:TrainingJobCreated S4/4 C0@0 C1@0 C2@0 C3@0", .ephase = RM_PHASE_PENDING,
+    {.name = "new job: Created, register rendezvous, create every index",
+     .rdzv_desired = -1,
+     .actions = "E:TrainingJobCreated S4/4 C0@0 C1@0 C2@0 C3@0",
+     .ephase = RM_PHASE_PENDING,
      .econds = "Created=T:TrainingJobCreated~is_created"},
-    {.name = "registered, workers starting, round open: wait", .conds = CREATED_, .epoch = 1,
-     .workers = "0R 1R 2Rc990 3Pc990", .rdzv = "1 O 0/1/-1/900 1/1/-1/900",
-     .actions = "Q20", .ephase = RM_PHASE_PENDING, .eepoch = 1},
-    {.name = "rendezvous epoch adopted from snapshot", .conds = CREATED_, .epoch = 0,
-     .workers = "0P 1P 2P 3P", .rdzv = "1 O", .actions = "", .ephase = RM_PHASE_PENDING,
+    {.name = "registered, workers starting, round open: wait",
+     .conds = CREATED_,
+     .epoch = 1,
+     .workers = "0R 1R 2Rc990 3Pc990",
+     .rdzv = "1 O 0/1/-1/900 1/1/-1/900",
+     .actions = "Q20",
+     .ephase = RM_PHASE_PENDING,
      .eepoch = 1},
-    {.name = "missing index recreated at the current epoch", .conds = CREATED_, .epoch = 1,
-     .workers = "0R 2R 3R", .rdzv = "1 O", .actions = "C1@1", .ephase = RM_PHASE_PENDING,
+    {.name = "rendezvous epoch adopted from snapshot",
+     .conds = CREATED_,
+     .epoch = 0,
+     .workers = "0P 1P 2P 3P",
+     .rdzv = "1 O",
+     .actions = "",
+     .ephase = RM_PHASE_PENDING,
+     .eepoch = 1},
+    {.name = "missing index recreated at the current epoch",
+     .conds = CREATED_,
+     .epoch = 1,
+     .workers = "0R 2R 3R",
+     .rdzv = "1 O",
+     .actions = "C1@1",
+     .ephase = RM_PHASE_PENDING,
      .eepoch = 1},
     /* R4: Running */
-    {.name = "round closes: Running with event", .conds = CREATED_, .epoch = 1,
-     .workers = ALL4, .rdzv = CLOSED0, .actions = "E:TrainingJobRunning Q25",
-     .ephase = RM_PHASE_RUNNING, .eepoch = 1,
+    {.name = "round closes: Running with event",
+     .conds = CREATED_,
+     .epoch = 1,
+     .workers = ALL4,
+     .rdzv = CLOSED0,
+     .actions = "E:TrainingJobRunning Q25",
+     .ephase = RM_PHASE_RUNNING,
+     .eepoch = 1,
      .econds = "Created=T Running=T:TrainingJobRunning~is_running"},
-    {.name = "steady running: only the progress-deadline requeue", RUNNING_ST,
-     .workers = ALL4, .rdzv = CLOSED0, .actions = "Q25", .ephase = RM_PHASE_RUNNING,
-     .eepoch = 1, .econds = "Running=T"},
-    {.name = "new generation: observedGeneration follows, no event", RUNNING_ST, .generation = 2,
-     .workers = ALL4, .rdzv = CLOSED0, .actions = "Q25", .ephase = RM_PHASE_RUNNING,
-     .eepoch = 1, .econds = "Running=T Created=T"},
-    {.name = "non-rank-0 worker exits 0 early: not a failure, not recreated", RUNNING_ST,
-     .workers = "0R 1R 2S 3R", .rdzv = CLOSED0, .actions = "Q25", .ephase = RM_PHASE_RUNNING,
+    {.name = "steady running: only the progress-deadline requeue",
+     RUNNING_ST,
+     .workers = ALL4,
+     .rdzv = CLOSED0,
+     .actions = "Q25",
+     .ephase = RM_PHASE_RUNNING,
+     .eepoch = 1,
+     .econds = "Running=T"},
+    {.name = "new generation: observedGeneration follows, no event",
+     RUNNING_ST,
+     .generation = 2,
+     .workers = ALL4,
+     .rdzv = CLOSED0,
+     .actions = "Q25",
+     .ephase = RM_PHASE_RUNNING,
+     .eepoch = 1,
+     .econds = "Running=T Created=T"},
+    {.name = "non-rank-0 worker exits 0 early: not a failure, not recreated",
+     RUNNING_ST,
+     .workers = "0R 1R 2S 3R",
+     .rdzv = CLOSED0,
+     .actions = "Q25",
+     .ephase = RM_PHASE_RUNNING,
      .eepoch = 1},
-    {.name = "workers moved the epoch themselves, no cause yet: adopt, stay Running", RUNNING_ST,
-     .workers = ALL4, .rdzv = "2 O 0/2/-1/999 1/2/-1/999 2/2/-1/999 3/2/-1/999",
-     .actions = "", .ephase = RM_PHASE_RUNNING, .eepoch = 2, .econds = "Running=T"},
+    {.name = "workers moved the epoch themselves, no cause yet: adopt, stay Running",
+     RUNNING_ST,
+     .workers = ALL4,
+     .rdzv = "2 O 0/2/-1/999 1/2/-1/999 2/2/-1/999 3/2/-1/999",
+     .actions = "",
+     .ephase = RM_PHASE_RUNNING,
+     .eepoch = 2,
+     .econds = "Running=T"},
     /* R5a/R7: worker failure */
-    {.name = "worker exits non-zero: restart group, replace only it", RUNNING_ST,
-     .workers = "0R 1R 2Fx1f999 3R", .rdzv = CLOSED0,
-     .actions = "R1 W:WorkerFailed D2", .ephase = RM_PHASE_RESTARTING, .erestarts = 1,
+    {.name = "worker exits non-zero: restart group, replace only it",
+     RUNNING_ST,
+     .workers = "0R 1R 2Fx1f999 3R",
+     .rdzv = CLOSED0,
+     .actions = "R1 W:WorkerFailed D2",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
      .eepoch = 2,
      .econds = "Restarting=T:WorkerFailed~worker_2_failed_(exit_code_1 Running=F:WorkerFailed"},
-    {.name = "worker killed by a signal (137) counts", RUNNING_ST,
-     .workers = "0R 1Fx137f999 2R 3R", .rdzv = CLOSED0,
-     .actions = "R1 W:WorkerFailed D1", .ephase = RM_PHASE_RESTARTING, .erestarts = 1,
-     .eepoch = 2, .econds = "Restarting=T:WorkerFailed~exit_code_137"},
-    {.name = "OOMKilled pod", RUNNING_ST, .workers = "0R 1R 2R 3Fx137f999oO", .rdzv = CLOSED0,
-     .actions = "R1 W:WorkerFailed D3", .ephase = RM_PHASE_RESTARTING, .erestarts = 1,
-     .eepoch = 2, .econds = "Restarting=T~OOMKilled"},
-    {.name = "evicted pod on a NotReady node: force delete", RUNNING_ST,
-     .workers = "0R 1R 2Fx0f999oEn 3R", .rdzv = CLOSED0,
-     .actions = "R1 W:WorkerFailed D2!", .ephase = RM_PHASE_RESTARTING, .erestarts = 1,
-     .eepoch = 2, .econds = "Restarting=T~Evicted"},
-    {.name = "two workers fail together: one restart", RUNNING_ST,
-     .workers = "0R 1Fx1f999 2Fx1f998 3R", .rdzv = CLOSED0,
-     .actions = "R1 W:WorkerFailed D1 D2", .ephase = RM_PHASE_RESTARTING, .erestarts = 1,
+    {.name = "worker killed by a signal (137) counts",
+     RUNNING_ST,
+     .workers = "0R 1Fx137f999 2R 3R",
+     .rdzv = CLOSED0,
+     .actions = "R1 W:WorkerFailed D1",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
+     .eepoch = 2,
+     .econds = "Restarting=T:WorkerFailed~exit_code_137"},
+    {.name = "OOMKilled pod",
+     RUNNING_ST,
+     .workers = "0R 1R 2R 3Fx137f999oO",
+     .rdzv = CLOSED0,
+     .actions = "R1 W:WorkerFailed D3",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
+     .eepoch = 2,
+     .econds = "Restarting=T~OOMKilled"},
+    {.name = "evicted pod on a NotReady node: force delete",
+     RUNNING_ST,
+     .workers = "0R 1R 2Fx0f999oEn 3R",
+     .rdzv = CLOSED0,
+     .actions = "R1 W:WorkerFailed D2!",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
+     .eepoch = 2,
+     .econds = "Restarting=T~Evicted"},
+    {.name = "two workers fail together: one restart",
+     RUNNING_ST,
+     .workers = "0R 1Fx1f999 2Fx1f998 3R",
+     .rdzv = CLOSED0,
+     .actions = "R1 W:WorkerFailed D1 D2",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
      .eepoch = 2},
     {.name = "same failure seen again with stale snapshot: delete only, no count",
-     .phase = RM_PHASE_RESTARTING, .conds = CREATED_ | OFF(RUNNING_) | RESTARTING_,
-     .restarts = 1, .epoch = 2, .last_restart = 999.5, .start_time = 500,
-     .workers = "0R 1R 2Fx1f999 3R", .rdzv = CLOSED0, .actions = "D2",
-     .ephase = RM_PHASE_RESTARTING, .erestarts = 1, .eepoch = 2, .econds = "Restarting=T"},
+     .phase = RM_PHASE_RESTARTING,
+     .conds = CREATED_ | OFF(RUNNING_) | RESTARTING_,
+     .restarts = 1,
+     .epoch = 2,
+     .last_restart = 999.5,
+     .start_time = 500,
+     .workers = "0R 1R 2Fx1f999 3R",
+     .rdzv = CLOSED0,
+     .actions = "D2",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
+     .eepoch = 2,
+     .econds = "Restarting=T"},
     {.name = "after delete: replacement created at the new epoch",
-     .phase = RM_PHASE_RESTARTING, .conds = CREATED_ | OFF(RUNNING_) | RESTARTING_,
-     .restarts = 1, .epoch = 2, .last_restart = 999.5, .start_time = 500,
-     .workers = "0R 1R 3R", .rdzv = "2 O 0/2/-1/999 1/2/-1/999 3/2/-1/999 2/1/2/995",
-     .actions = "C2@2", .ephase = RM_PHASE_RESTARTING, .erestarts = 1, .eepoch = 2},
+     .phase = RM_PHASE_RESTARTING,
+     .conds = CREATED_ | OFF(RUNNING_) | RESTARTING_,
+     .restarts = 1,
+     .epoch = 2,
+     .last_restart = 999.5,
+     .start_time = 500,
+     .workers = "0R 1R 3R",
+     .rdzv = "2 O 0/2/-1/999 1/2/-1/999 3/2/-1/999 2/1/2/995",
+     .actions = "C2@2",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
+     .eepoch = 2},
     {.name = "new round closes: Running again, Restarting off",
-     .phase = RM_PHASE_RESTARTING, .conds = CREATED_ | OFF(RUNNING_) | RESTARTING_,
-     .restarts = 1, .epoch = 2, .last_restart = 999.5, .start_time = 500,
+     .phase = RM_PHASE_RESTARTING,
+     .conds = CREATED_ | OFF(RUNNING_) | RESTARTING_,
+     .restarts = 1,
+     .epoch = 2,
+     .last_restart = 999.5,
+     .start_time = 500,
      .workers = "0R 1R 2Rc1000 3R",
-     .rdzv = "2 C@1002 0/2/0/1003 1/2/1/1003 2/2/2/1003 3/2/3/1003", .now = 1004,
-     .actions = "E:TrainingJobRunning Q29", .ephase = RM_PHASE_RUNNING, .erestarts = 1,
-     .eepoch = 2, .econds = "Running=T:TrainingJobRunning Restarting=F:TrainingJobRunning"},
+     .rdzv = "2 C@1002 0/2/0/1003 1/2/1/1003 2/2/2/1003 3/2/3/1003",
+     .now = 1004,
+     .actions = "E:TrainingJobRunning Q29",
+     .ephase = RM_PHASE_RUNNING,
+     .erestarts = 1,
+     .eepoch = 2,
+     .econds = "Running=T:TrainingJobRunning Restarting=F:TrainingJobRunning"},
     {.name = "crash before the round closed (not a member): count, no new epoch",
-     .conds = CREATED_, .epoch = 1, .workers = "0R 1R 2Fx1f999 3R",
-     .rdzv = "1 O 0/1/-1/900 1/1/-1/900", .actions = "W:WorkerFailed D2",
-     .ephase = RM_PHASE_RESTARTING, .erestarts = 1, .eepoch = 1},
-    {.name = "crash after joining the open round: new epoch", .conds = CREATED_, .epoch = 1,
-     .workers = "0R 1R 2Fx1f999 3R", .rdzv = "1 O 0/1/-1/900 1/1/-1/900 2/1/-1/900",
-     .actions = "R1 W:WorkerFailed D2", .ephase = RM_PHASE_RESTARTING, .erestarts = 1,
+     .conds = CREATED_,
+     .epoch = 1,
+     .workers = "0R 1R 2Fx1f999 3R",
+     .rdzv = "1 O 0/1/-1/900 1/1/-1/900",
+     .actions = "W:WorkerFailed D2",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
+     .eepoch = 1},
+    {.name = "crash after joining the open round: new epoch",
+     .conds = CREATED_,
+     .epoch = 1,
+     .workers = "0R 1R 2Fx1f999 3R",
+     .rdzv = "1 O 0/1/-1/900 1/1/-1/900 2/1/-1/900",
+     .actions = "R1 W:WorkerFailed D2",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
      .eepoch = 2},
     {.name = "survivors re-formed first, failure seen later: count once, no extra epoch",
-     RUNNING_ST, .workers = "0R 1R 2Fx1f999 3R",
+     RUNNING_ST,
+     .workers = "0R 1R 2Fx1f999 3R",
      .rdzv = "2 O 0/2/-1/999 1/2/-1/999 3/2/-1/999 2/1/2/995",
-     .actions = "W:WorkerFailed D2", .ephase = RM_PHASE_RESTARTING, .erestarts = 1,
+     .actions = "W:WorkerFailed D2",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
      .eepoch = 2},
-    {.name = "failed worker already being deleted: not counted, left alone", RUNNING_ST,
-     .workers = "0R 1R 2Fx1f999d999.5 3R", .rdzv = CLOSED0, .actions = "Q25",
-     .ephase = RM_PHASE_RUNNING, .eepoch = 1},
+    {.name = "failed worker already being deleted: not counted, left alone",
+     RUNNING_ST,
+     .workers = "0R 1R 2Fx1f999d999.5 3R",
+     .rdzv = CLOSED0,
+     .actions = "Q25",
+     .ephase = RM_PHASE_RUNNING,
+     .eepoch = 1},
     {.name = "another worker fails while the group re-forms: counted again",
-     .phase = RM_PHASE_RESTARTING, .conds = CREATED_ | OFF(RUNNING_) | RESTARTING_,
-     .restarts = 1, .epoch = 2, .last_restart = 998, .start_time = 500,
-     .workers = "0R 1R 2Rc998 3Fx1f999.5", .rdzv = "2 O 0/2/-1/998.5 1/2/-1/998.5 3/2/-1/998.5",
-     .actions = "R2 W:WorkerFailed D3", .ephase = RM_PHASE_RESTARTING, .erestarts = 2,
+     .phase = RM_PHASE_RESTARTING,
+     .conds = CREATED_ | OFF(RUNNING_) | RESTARTING_,
+     .restarts = 1,
+     .epoch = 2,
+     .last_restart = 998,
+     .start_time = 500,
+     .workers = "0R 1R 2Rc998 3Fx1f999.5",
+     .rdzv = "2 O 0/2/-1/998.5 1/2/-1/998.5 3/2/-1/998.5",
+     .actions = "R2 W:WorkerFailed D3",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 2,
      .eepoch = 3},
     /* R5b */
     {.name = "member of the closed round vanished (pod deleted): restart + recreate",
-     RUNNING_ST, .workers = "0R 1R 3R", .rdzv = CLOSED0,
-     .actions = "R1 W:WorkerFailed C2@2", .ephase = RM_PHASE_RESTARTING, .erestarts = 1,
-     .eepoch = 2, .econds = "Restarting=T~disappeared"},
+     RUNNING_ST,
+     .workers = "0R 1R 3R",
+     .rdzv = CLOSED0,
+     .actions = "R1 W:WorkerFailed C2@2",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
+     .eepoch = 2,
+     .econds = "Restarting=T~disappeared"},
     /* R7 budget and back-off */
     {.name = "restart budget exhausted: Failed BackoffLimitExceeded, cleanup Running",
-     RUNNING_ST, .restarts = 3, .last_restart = 900, .workers = "0R 1R 2Fx1f999 3R",
-     .rdzv = CLOSED0, .actions = "W:BackoffLimitExceeded STOP D0 D1 D3",
-     .ephase = RM_PHASE_FAILED, .erestarts = 3, .eepoch = 1,
+     RUNNING_ST,
+     .restarts = 3,
+     .last_restart = 900,
+     .workers = "0R 1R 2Fx1f999 3R",
+     .rdzv = CLOSED0,
+     .actions = "W:BackoffLimitExceeded STOP D0 D1 D3",
+     .ephase = RM_PHASE_FAILED,
+     .erestarts = 3,
+     .eepoch = 1,
      .econds = "Failed=T:BackoffLimitExceeded~has_reached_the_specified_restart_limit_(3) "
                "Running=F"},
-    {.name = "maxRestarts 0: first failure fails the job", RUNNING_ST, .max_restarts = -1,
-     .workers = "0R 1R 2Fx1f999 3R", .rdzv = CLOSED0,
-     .actions = "W:BackoffLimitExceeded STOP D0 D1 D3", .ephase = RM_PHASE_FAILED,
-     .eepoch = 1, .econds = "Failed=T:BackoffLimitExceeded~restart_limit_(0)"},
+    {.name = "maxRestarts 0: first failure fails the job",
+     RUNNING_ST,
+     .max_restarts = -1,
+     .workers = "0R 1R 2Fx1f999 3R",
+     .rdzv = CLOSED0,
+     .actions = "W:BackoffLimitExceeded STOP D0 D1 D3",
+     .ephase = RM_PHASE_FAILED,
+     .eepoch = 1,
+     .econds = "Failed=T:BackoffLimitExceeded~restart_limit_(0)"},
     {.name = "second restart inside back-off: wait, delete nothing",
-     .phase = RM_PHASE_RUNNING, .conds = CREATED_ | RUNNING_ | OFF(RESTARTING_), .restarts = 1,
-     .epoch = 2, .last_restart = 999.5, .start_time = 500, .workers = "0R 1R 2Fx1f999.8 3R",
+     .phase = RM_PHASE_RUNNING,
+     .conds = CREATED_ | RUNNING_ | OFF(RESTARTING_),
+     .restarts = 1,
+     .epoch = 2,
+     .last_restart = 999.5,
+     .start_time = 500,
+     .workers = "0R 1R 2Fx1f999.8 3R",
      .rdzv = "2 C@999.6 0/2/0/999.7 1/2/1/999.7 2/2/2/999.7 3/2/3/999.7",
-     .actions = "Q0.5", .ephase = RM_PHASE_RESTARTING, .erestarts = 1, .eepoch = 2,
+     .actions = "Q0.5",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
+     .eepoch = 2,
      .econds = "Restarting=T:BackOff Running=F"},
-    {.name = "back-off elapsed: second restart", .phase = RM_PHASE_RUNNING,
-     .conds = CREATED_ | RUNNING_ | OFF(RESTARTING_), .restarts = 1, .epoch = 2,
-     .last_restart = 999.5, .start_time = 500, .workers = "0R 1R 2Fx1f999.8 3R",
-     .rdzv = "2 C@999.6 0/2/0/999.7 1/2/1/999.7 2/2/2/999.7 3/2/3/999.7", .now = 1000.6,
-     .actions = "R2 W:WorkerFailed D2", .ephase = RM_PHASE_RESTARTING, .erestarts = 2,
-     .eepoch = 3, .econds = "Restarting=T:WorkerFailed"},
-    {.name = "back-off doubles (third restart waits 2 s)", .phase = RM_PHASE_RUNNING,
-     .conds = CREATED_ | RUNNING_, .restarts = 2, .epoch = 3, .last_restart = 998,
-     .start_time = 500, .workers = "0R 1R 2Fx1f999 3R",
-     .rdzv = "3 C@998.5 0/3/0/999 1/3/1/999 2/3/2/999 3/3/3/999", .now = 999.5,
-     .actions = "Q0.5", .ephase = RM_PHASE_RESTARTING, .erestarts = 2, .eepoch = 3},
-    {.name = "back-off capped at 300 s", .phase = RM_PHASE_RUNNING, .conds = CREATED_ | RUNNING_,
-     .backoff = 100, .max_restarts = 10, .restarts = 3, .epoch = 4, .last_restart = 900,
-     .start_time = 500, .workers = "0R 1R 2Fx1f999 3R",
+    {.name = "back-off elapsed: second restart",
+     .phase = RM_PHASE_RUNNING,
+     .conds = CREATED_ | RUNNING_ | OFF(RESTARTING_),
+     .restarts = 1,
+     .epoch = 2,
+     .last_restart = 999.5,
+     .start_time = 500,
+     .workers = "0R 1R 2Fx1f999.8 3R",
+     .rdzv = "2 C@999.6 0/2/0/999.7 1/2/1/999.7 2/2/2/999.7 3/2/3/999.7",
+     .now = 1000.6,
+     .actions = "R2 W:WorkerFailed D2",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 2,
+     .eepoch = 3,
+     .econds = "Restarting=T:WorkerFailed"},
+    {.name = "back-off doubles (third restart waits 2 s)",
+     .phase = RM_PHASE_RUNNING,
+     .conds = CREATED_ | RUNNING_,
+     .restarts = 2,
+     .epoch = 3,
+     .last_restart = 998,
+     .start_time = 500,
+     .workers = "0R 1R 2Fx1f999 3R",
+     .rdzv = "3 C@998.5 0/3/0/999 1/3/1/999 2/3/2/999 3/3/3/999",
+     .now = 999.5,
+     .actions = "Q0.5",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 2,
+     .eepoch = 3},
+    {.name = "back-off capped at 300 s",
+     .phase = RM_PHASE_RUNNING,
+     .conds = CREATED_ | RUNNING_,
+     .backoff = 100,
+     .max_restarts = 10,
+     .restarts = 3,
+     .epoch = 4,
+     .last_restart = 900,
+     .start_time = 500,
+     .workers = "0R 1R 2Fx1f999 3R",
      .rdzv = "4 C@901 0/4/0/999 1/4/1/999 2/4/2/999 3/4/3/999",
-     .actions = "Q200", .ephase = RM_PHASE_RESTARTING, .erestarts = 3, .eepoch = 4},
+     .actions = "Q200",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 3,
+     .eepoch = 4},
     /* R5c: progress deadline */
-    {.name = "stale and unready member: ProgressDeadlineExceeded, replace it only", RUNNING_ST,
-     .workers = "0R 1R 2r 3R", .rdzv = "1 C@900 0/1/0/990 1/1/1/990 2/1/2/950 3/1/3/990",
-     .actions = "R1 W:ProgressDeadlineExceeded D2 Q20", .ephase = RM_PHASE_RESTARTING,
-     .erestarts = 1, .eepoch = 2,
+    {.name = "stale and unready member: ProgressDeadlineExceeded, replace it only",
+     RUNNING_ST,
+     .workers = "0R 1R 2r 3R",
+     .rdzv = "1 C@900 0/1/0/990 1/1/1/990 2/1/2/950 3/1/3/990",
+     .actions = "R1 W:ProgressDeadlineExceeded D2 Q20",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
+     .eepoch = 2,
      .econds = "Restarting=T:ProgressDeadlineExceeded~worker_2_made_no_progress_for_50s"},
-    {.name = "hang: everyone stale, one unready -> only the unready one", RUNNING_ST,
-     .workers = "0R 1R 2R 3r", .rdzv = "1 C@900 0/1/0/950 1/1/1/950 2/1/2/950 3/1/3/950",
-     .actions = "R1 W:ProgressDeadlineExceeded D3", .ephase = RM_PHASE_RESTARTING,
-     .erestarts = 1, .eepoch = 2},
-    {.name = "everyone stale and ready: all stale replaced", RUNNING_ST,
-     .workers = ALL4, .rdzv = "1 C@900 0/1/0/950 1/1/1/950 2/1/2/950 3/1/3/990",
-     .actions = "R1 W:ProgressDeadlineExceeded D0 D1 D2 Q20", .ephase = RM_PHASE_RESTARTING,
-     .erestarts = 1, .eepoch = 2},
-    {.name = "no progress since the round closed: deadline counts from closed_at", RUNNING_ST,
-     .workers = ALL4, .rdzv = "1 C@960 0/1/0/0 1/1/1/0 2/1/2/0 3/1/3/0", .now = 1000,
-     .actions = "R1 W:ProgressDeadlineExceeded D0 D1 D2 D3", .ephase = RM_PHASE_RESTARTING,
-     .erestarts = 1, .eepoch = 2},
-    {.name = "within the deadline: requeue at the earliest expiry", RUNNING_ST,
-     .workers = ALL4, .rdzv = "1 C@980 0/1/0/0 1/1/1/0 2/1/2/0 3/1/3/0",
-     .actions = "Q10", .ephase = RM_PHASE_RUNNING, .eepoch = 1},
-    {.name = "progressDeadlineSeconds 0 disables the check", RUNNING_ST, .pd = -1,
-     .workers = ALL4, .rdzv = "1 C@100 0/1/0/100 1/1/1/100 2/1/2/100 3/1/3/100",
-     .actions = "", .ephase = RM_PHASE_RUNNING, .eepoch = 1},
-    /* R5d */
-    {.name = "hung outside the re-formed round: deadline, no extra epoch", RUNNING_ST,
-     .workers = ALL4, .rdzv = "2 O 0/2/-1/995 1/2/-1/995 3/2/-1/995 2/1/2/950",
-     .actions = "W:ProgressDeadlineExceeded D2", .ephase = RM_PHASE_RESTARTING,
-     .erestarts = 1, .eepoch = 2, .econds = "Restarting=T~has_not_joined"},
-    {.name = "not re-joined yet but within the deadline: requeue", RUNNING_ST,
-     .workers = ALL4, .rdzv = "2 O 0/2/-1/995 1/2/-1/995 3/2/-1/995 2/1/2/990",
-     .actions = "Q20", .ephase = RM_PHASE_RUNNING, .eepoch = 2},
-    /* R6 success */
-    {.name = "result reported: Succeeded, stop rendezvous, clean running workers", RUNNING_ST,
-     .workers = ALL4, .rdzv = CLOSED0 " result", .actions = "E:Succeeded STOP D0 D1 D2 D3",
-     .ephase = RM_PHASE_SUCCEEDED, .eepoch = 1,
-     .econds = "Succeeded=T:Succeeded~successfully_completed Running=F"},
-    {.name = "rank 0 reports done", RUNNING_ST, .workers = ALL4,
-     .rdzv = "1 C@990 0/1/0/995/d 1/1/1/995 2/1/2/995 3/1/3/995",
-     .actions = "E:Succeeded STOP D0 D1 D2 D3", .ephase = RM_PHASE_SUCCEEDED, .eepoch = 1},
-    {.name = "index 0 exited 0 (foreign image): Succeeded", RUNNING_ST,
-     .workers = "0S 1R 2R 3R", .rdzv = CLOSED0, .actions = "E:Succeeded STOP D1 D2 D3",
-     .ephase = RM_PHASE_SUCCEEDED, .eepoch = 1},
-    {.name = "success wins over a failure seen in the same call", RUNNING_ST,
-     .workers = "0S 1Fx1f999 2S 3S", .rdzv = CLOSED0 " result", .actions = "E:Succeeded STOP",
-     .ephase = RM_PHASE_SUCCEEDED, .eepoch = 1},
-    {.name = "cleanPodPolicy All deletes finished workers too", RUNNING_ST, .clean = 1,
-     .workers = "0S 1R", .rdzv = CLOSED0 " result", .actions = "E:Succeeded STOP D0 D1",
-     .ephase = RM_PHASE_SUCCEEDED, .eepoch = 1},
-    {.name = "cleanPodPolicy None deletes nothing", RUNNING_ST, .clean = 2,
-     .workers = "0S 1R", .rdzv = CLOSED0 " result", .actions = "E:Succeeded STOP",
-     .ephase = RM_PHASE_SUCCEEDED, .eepoch = 1},
-    /* R9 terminal */
-    {.name = "terminal is quiet: stop only", .phase = RM_PHASE_SUCCEEDED,
-     .conds = CREATED_ | SUCCEEDED_ | OFF(RUNNING_), .epoch = 1, .completion = 990,
-     .workers = "0S 1S", .rdzv = CLOSED0 " result", .actions = "STOP",
-     .ephase = RM_PHASE_SUCCEEDED, .eepoch = 1, .econds = "Succeeded=T"},
-    {.name = "terminal never creates, cleans leftovers", .phase = RM_PHASE_FAILED,
-     .conds = CREATED_ | FAILED_, .epoch = 1, .completion = 990, .workers = "1R",
-     .actions = "STOP D1", .ephase = RM_PHASE_FAILED, .eepoch = 1},
-    {.name = "ttlSecondsAfterFinished passed: delete the job", .phase = RM_PHASE_SUCCEEDED,
-     .conds = CREATED_ | SUCCEEDED_, .ttl = 60, .completion = 900, .epoch = 1,
-     .actions = "STOP DJ", .ephase = RM_PHASE_SUCCEEDED, .eepoch = 1},
-    {.name = "ttlSecondsAfterFinished pending: requeue", .phase = RM_PHASE_SUCCEEDED,
-     .conds = CREATED_ | SUCCEEDED_, .ttl = 200, .completion = 900, .epoch = 1,
-     .actions = "STOP Q100", .ephase = RM_PHASE_SUCCEEDED, .eepoch = 1},
-    {.name = "ttl 0: delete right away", .phase = RM_PHASE_FAILED, .conds = CREATED_ | FAILED_,
-     .ttl = -1, .completion = 999, .epoch = 1, .actions = "STOP DJ", .ephase = RM_PHASE_FAILED,
+    {.name = "hang: everyone stale, one unready -> only the unready one",
+     RUNNING_ST,
+     .workers = "0R 1R 2R 3r",
+     .rdzv = "1 C@900 0/1/0/950 1/1/1/950 2/1/2/950 3/1/3/950",
+     .actions = "R1 W:ProgressDeadlineExceeded D3",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
+     .eepoch = 2},
+    {.name = "everyone stale and ready: all stale replaced",
+     RUNNING_ST,
+     .workers = ALL4,
+     .rdzv = "1 C@900 0/1/0/950 1/1/1/950 2/1/2/950 3/1/3/990",
+     .actions = "R1 W:ProgressDeadlineExceeded D0 D1 D2 Q20",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
+     .eepoch = 2},
+    {.name = "no progress since the round closed: deadline counts from closed_at",
+     RUNNING_ST,
+     .workers = ALL4,
+     .rdzv = "1 C@960 0/1/0/0 1/1/1/0 2/1/2/0 3/1/3/0",
+     .now = 1000,
+     .actions = "R1 W:ProgressDeadlineExceeded D0 D1 D2 D3",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
+     .eepoch = 2},
+    {.name = "within the deadline: requeue at the earliest expiry",
+     RUNNING_ST,
+     .workers = ALL4,
+     .rdzv = "1 C@980 0/1/0/0 1/1/1/0 2/1/2/0 3/1/3/0",
+     .actions = "Q10",
+     .ephase = RM_PHASE_RUNNING,
      .eepoch = 1},
-    {.name = "stuck Terminating on a NotReady node: force delete", .phase = RM_PHASE_FAILED,
-     .conds = CREATED_ | FAILED_, .epoch = 1, .completion = 990, .workers = "2Tnd900",
-     .actions = "STOP D2!", .ephase = RM_PHASE_FAILED, .eepoch = 1},
-    {.name = "Terminating on a NotReady node within grace: requeue", .phase = RM_PHASE_FAILED,
-     .conds = CREATED_ | FAILED_, .epoch = 1, .completion = 990, .workers = "2Tnd990",
-     .actions = "STOP Q20", .ephase = RM_PHASE_FAILED, .eepoch = 1},
-    {.name = "Terminating on a Ready node: left alone", RUNNING_ST,
-     .workers = "0R 1R 2Td900 3R", .rdzv = CLOSED0, .actions = "Q25",
-     .ephase = RM_PHASE_RUNNING, .eepoch = 1},
+    {.name = "progressDeadlineSeconds 0 disables the check",
+     RUNNING_ST,
+     .pd = -1,
+     .workers = ALL4,
+     .rdzv = "1 C@100 0/1/0/100 1/1/1/100 2/1/2/100 3/1/3/100",
+     .actions = "",
+     .ephase = RM_PHASE_RUNNING,
+     .eepoch = 1},
+    /* R5d */
+    {.name = "hung outside the re-formed round: deadline, no extra epoch",
+     RUNNING_ST,
+     .workers = ALL4,
+     .rdzv = "2 O 0/2/-1/995 1/2/-1/995 3/2/-1/995 2/1/2/950",
+     .actions = "W:ProgressDeadlineExceeded D2",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
+     .eepoch = 2,
+     .econds = "Restarting=T~has_not_joined"},
+    {.name = "not re-joined yet but within the deadline: requeue",
+     RUNNING_ST,
+     .workers = ALL4,
+     .rdzv = "2 O 0/2/-1/995 1/2/-1/995 3/2/-1/995 2/1/2/990",
+     .actions = "Q20",
+     .ephase = RM_PHASE_RUNNING,
+     .eepoch = 2},
+    /* R6 success */
+    {.name = "result reported: Succeeded, stop rendezvous, clean running workers",
+     RUNNING_ST,
+     .workers = ALL4,
+     .rdzv = CLOSED0 " result",
+     .actions = "E:Succeeded STOP D0 D1 D2 D3",
+     .ephase = RM_PHASE_SUCCEEDED,
+     .eepoch = 1,
+     .econds = "Succeeded=T:Succeeded~successfully_completed Running=F"},
+    {.name = "rank 0 reports done",
+     RUNNING_ST,
+     .workers = ALL4,
+     .rdzv = "1 C@990 0/1/0/995/d 1/1/1/995 2/1/2/995 3/1/3/995",
+     .actions = "E:Succeeded STOP D0 D1 D2 D3",
+     .ephase = RM_PHASE_SUCCEEDED,
+     .eepoch = 1},
+    {.name = "index 0 exited 0 (foreign image): Succeeded",
+     RUNNING_ST,
+     .workers = "0S 1R 2R 3R",
+     .rdzv = CLOSED0,
+     .actions = "E:Succeeded STOP D1 D2 D3",
+     .ephase = RM_PHASE_SUCCEEDED,
+     .eepoch = 1},
+    {.name = "success wins over a failure seen in the same call",
+     RUNNING_ST,
+     .workers = "0S 1Fx1f999 2S 3S",
+     .rdzv = CLOSED0 " result",
+     .actions = "E:Succeeded STOP",
+     .ephase = RM_PHASE_SUCCEEDED,
+     .eepoch = 1},
+    {.name = "cleanPodPolicy All deletes finished workers too",
+     RUNNING_ST,
+     .clean = 1,
+     .workers = "0S 1R",
+     .rdzv = CLOSED0 " result",
+     .actions = "E:Succeeded STOP D0 D1",
+     .ephase = RM_PHASE_SUCCEEDED,
+     .eepoch = 1},
+    {.name = "cleanPodPolicy None deletes nothing",
+     RUNNING_ST,
+     .clean = 2,
+     .workers = "0S 1R",
+     .rdzv = CLOSED0 " result",
+     .actions = "E:Succeeded STOP",
+     .ephase = RM_PHASE_SUCCEEDED,
+     .eepoch = 1},
+    /* R9 terminal */
+    {.name = "terminal is quiet: stop only",
+     .phase = RM_PHASE_SUCCEEDED,
+     .conds = CREATED_ | SUCCEEDED_ | OFF(RUNNING_),
+     .epoch = 1,
+     .completion = 990,
+     .workers = "0S 1S",
+     .rdzv = CLOSED0 " result",
+     .actions = "STOP",
+     .ephase = RM_PHASE_SUCCEEDED,
+     .eepoch = 1,
+     .econds = "Succeeded=T"},
+    {.name = "terminal never creates, cleans leftovers",
+     .phase = RM_PHASE_FAILED,
+     .conds = CREATED_ | FAILED_,
+     .epoch = 1,
+     .completion = 990,
+     .workers = "1R",
+     .actions = "STOP D1",
+     .ephase = RM_PHASE_FAILED,
+     .eepoch = 1},
+    {.name = "ttlSecondsAfterFinished passed: delete the job",
+     .phase = RM_PHASE_SUCCEEDED,
+     .conds = CREATED_ | SUCCEEDED_,
+     .ttl = 60,
+     .completion = 900,
+     .epoch = 1,
+     .actions = "STOP DJ",
+     .ephase = RM_PHASE_SUCCEEDED,
+     .eepoch = 1},
+    {.name = "ttlSecondsAfterFinished pending: requeue",
+     .phase = RM_PHASE_SUCCEEDED,
+     .conds = CREATED_ | SUCCEEDED_,
+     .ttl = 200,
+     .completion = 900,
+     .epoch = 1,
+     .actions = "STOP Q100",
+     .ephase = RM_PHASE_SUCCEEDED,
+     .eepoch = 1},
+    {.name = "ttl 0: delete right away",
+     .phase = RM_PHASE_FAILED,
+     .conds = CREATED_ | FAILED_,
+     .ttl = -1,
+     .completion = 999,
+     .epoch = 1,
+     .actions = "STOP DJ",
+     .ephase = RM_PHASE_FAILED,
+     .eepoch = 1},
+    {.name = "stuck Terminating on a NotReady node: force delete",
+     .phase = RM_PHASE_FAILED,
+     .conds = CREATED_ | FAILED_,
+     .epoch = 1,
+     .completion = 990,
+     .workers = "2Tnd900",
+     .actions = "STOP D2!",
+     .ephase = RM_PHASE_FAILED,
+     .eepoch = 1},
+    {.name = "Terminating on a NotReady node within grace: requeue",
+     .phase = RM_PHASE_FAILED,
+     .conds = CREATED_ | FAILED_,
+     .epoch = 1,
+     .completion = 990,
+     .workers = "2Tnd990",
+     .actions = "STOP Q20",
+     .ephase = RM_PHASE_FAILED,
+     .eepoch = 1},
+    {.name = "Terminating on a Ready node: left alone",
+     RUNNING_ST,
+     .workers = "0R 1R 2Td900 3R",
+     .rdzv = CLOSED0,
+     .actions = "Q25",
+     .ephase = RM_PHASE_RUNNING,
+     .eepoch = 1},
     /* R8 deadline */
-    {.name = "activeDeadlineSeconds exceeded: Failed DeadlineExceeded", RUNNING_ST, .ads = 400,
-     .workers = ALL4, .rdzv = CLOSED0, .actions = "W:DeadlineExceeded STOP D0 D1 D2 D3",
-     .ephase = RM_PHASE_FAILED, .eepoch = 1,
+    {.name = "activeDeadlineSeconds exceeded: Failed DeadlineExceeded",
+     RUNNING_ST,
+     .ads = 400,
+     .workers = ALL4,
+     .rdzv = CLOSED0,
+     .actions = "W:DeadlineExceeded STOP D0 D1 D2 D3",
+     .ephase = RM_PHASE_FAILED,
+     .eepoch = 1,
      .econds = "Failed=T:DeadlineExceeded~was_active_longer_than_specified_deadline Running=F"},
-    {.name = "activeDeadlineSeconds pending: requeue at the smaller timer", RUNNING_ST,
-     .ads = 510, .workers = ALL4, .rdzv = CLOSED0, .actions = "Q10",
-     .ephase = RM_PHASE_RUNNING, .eepoch = 1},
+    {.name = "activeDeadlineSeconds pending: requeue at the smaller timer",
+     RUNNING_ST,
+     .ads = 510,
+     .workers = ALL4,
+     .rdzv = CLOSED0,
+     .actions = "Q10",
+     .ephase = RM_PHASE_RUNNING,
+     .eepoch = 1},
     /* R8 suspend / resume */
-    {.name = "suspend a running job: delete all, Suspended", RUNNING_ST, .suspend = true,
-     .workers = ALL4, .rdzv = CLOSED0, .actions = "D0 D1 D2 D3 E:Suspended",
-     .ephase = RM_PHASE_SUSPENDED, .eepoch = 1,
+    {.name = "suspend a running job: delete all, Suspended",
+     RUNNING_ST,
+     .suspend = true,
+     .workers = ALL4,
+     .rdzv = CLOSED0,
+     .actions = "D0 D1 D2 D3 E:Suspended",
+     .ephase = RM_PHASE_SUSPENDED,
+     .eepoch = 1,
      .econds = "Suspended=T:Suspended Running=F:Suspended"},
-    {.name = "suspended and terminating: quiet", .phase = RM_PHASE_SUSPENDED, .suspend = true,
-     .conds = CREATED_ | OFF(RUNNING_) | SUSPENDED_, .epoch = 1, .workers = "0Td999 1Td999",
-     .rdzv = CLOSED0, .actions = "", .ephase = RM_PHASE_SUSPENDED, .eepoch = 1},
-    {.name = "created suspended (Kueue): nothing created", .suspend = true, .rdzv_desired = -1,
-     .actions = "E:TrainingJobCreated E:Suspended", .ephase = RM_PHASE_SUSPENDED,
+    {.name = "suspended and terminating: quiet",
+     .phase = RM_PHASE_SUSPENDED,
+     .suspend = true,
+     .conds = CREATED_ | OFF(RUNNING_) | SUSPENDED_,
+     .epoch = 1,
+     .workers = "0Td999 1Td999",
+     .rdzv = CLOSED0,
+     .actions = "",
+     .ephase = RM_PHASE_SUSPENDED,
+     .eepoch = 1},
+    {.name = "created suspended (Kueue): nothing created",
+     .suspend = true,
+     .rdzv_desired = -1,
+     .actions = "E:TrainingJobCreated E:Suspended",
+     .ephase = RM_PHASE_SUSPENDED,
      .econds = "Created=T Suspended=T"},
     {.name = "resume: fresh round (not a restart), recreate all, startTime reset",
-     .phase = RM_PHASE_SUSPENDED, .conds = CREATED_ | OFF(RUNNING_) | SUSPENDED_, .epoch = 1,
-     .restarts = 1, .rdzv = CLOSED0, .ads = 100, .start_time = 100,
-     .actions = "E:Resumed R1 C0@2 C1@2 C2@2 C3@2 Q100", .ephase = RM_PHASE_PENDING,
-     .erestarts = 1, .eepoch = 2, .econds = "Suspended=F:Resumed"},
+     .phase = RM_PHASE_SUSPENDED,
+     .conds = CREATED_ | OFF(RUNNING_) | SUSPENDED_,
+     .epoch = 1,
+     .restarts = 1,
+     .rdzv = CLOSED0,
+     .ads = 100,
+     .start_time = 100,
+     .actions = "E:Resumed R1 C0@2 C1@2 C2@2 C3@2 Q100",
+     .ephase = RM_PHASE_PENDING,
+     .erestarts = 1,
+     .eepoch = 2,
+     .econds = "Suspended=F:Resumed"},
     /* R0 */
-    {.name = "invalid spec: Failed InvalidSpec naming the field", .minr = 5, .rdzv_desired = -1,
-     .actions = "W:InvalidSpec STOP", .ephase = RM_PHASE_FAILED,
+    {.name = "invalid spec: Failed InvalidSpec naming the field",
+     .minr = 5,
+     .rdzv_desired = -1,
+     .actions = "W:InvalidSpec STOP",
+     .ephase = RM_PHASE_FAILED,
      .econds = "Failed=T:InvalidSpec~minReplicas Created=T"},
     /* R7 elastic */
     {.name = "elastic: replacement Pending too long -> continue with 3",
-     .phase = RM_PHASE_RESTARTING, .conds = CREATED_ | OFF(RUNNING_) | RESTARTING_, .minr = 2,
-     .restarts = 1, .epoch = 2, .last_restart = 900, .workers = "0R 1R 2Pc900 3R",
-     .rdzv = "2 O 0/2/-1/950 1/2/-1/950 3/2/-1/950", .actions = "S3/2 W:ScaledDown",
-     .ephase = RM_PHASE_RESTARTING, .erestarts = 1, .eepoch = 2},
+     .phase = RM_PHASE_RESTARTING,
+     .conds = CREATED_ | OFF(RUNNING_) | RESTARTING_,
+     .minr = 2,
+     .restarts = 1,
+     .epoch = 2,
+     .last_restart = 900,
+     .workers = "0R 1R 2Pc900 3R",
+     .rdzv = "2 O 0/2/-1/950 1/2/-1/950 3/2/-1/950",
+     .actions = "S3/2 W:ScaledDown",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
+     .eepoch = 2},
     {.name = "elastic: replacement Pending within timeout -> requeue",
-     .phase = RM_PHASE_RESTARTING, .conds = CREATED_ | OFF(RUNNING_) | RESTARTING_, .minr = 2,
-     .restarts = 1, .epoch = 2, .last_restart = 990, .workers = "0R 1R 2Pc980 3R",
-     .rdzv = "2 O 0/2/-1/995 1/2/-1/995 3/2/-1/995", .actions = "Q40",
-     .ephase = RM_PHASE_RESTARTING, .erestarts = 1, .eepoch = 2},
+     .phase = RM_PHASE_RESTARTING,
+     .conds = CREATED_ | OFF(RUNNING_) | RESTARTING_,
+     .minr = 2,
+     .restarts = 1,
+     .epoch = 2,
+     .last_restart = 990,
+     .workers = "0R 1R 2Pc980 3R",
+     .rdzv = "2 O 0/2/-1/995 1/2/-1/995 3/2/-1/995",
+     .actions = "Q40",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
+     .eepoch = 2},
     {.name = "elastic: creation keeps failing -> continue with 3, keep trying",
-     .phase = RM_PHASE_RESTARTING, .conds = CREATED_ | OFF(RUNNING_) | RESTARTING_, .minr = 2,
-     .restarts = 1, .epoch = 2, .last_restart = 990, .workers = "0R 1R 2Mk3 3R",
-     .rdzv = "2 O 0/2/-1/995 1/2/-1/995 3/2/-1/995", .actions = "S3/2 W:ScaledDown C2@2",
-     .ephase = RM_PHASE_RESTARTING, .erestarts = 1, .eepoch = 2},
+     .phase = RM_PHASE_RESTARTING,
+     .conds = CREATED_ | OFF(RUNNING_) | RESTARTING_,
+     .minr = 2,
+     .restarts = 1,
+     .epoch = 2,
+     .last_restart = 990,
+     .workers = "0R 1R 2Mk3 3R",
+     .rdzv = "2 O 0/2/-1/995 1/2/-1/995 3/2/-1/995",
+     .actions = "S3/2 W:ScaledDown C2@2",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
+     .eepoch = 2},
     {.name = "elastic: shrunk round closed at 3 >= min: Running",
-     .phase = RM_PHASE_RESTARTING, .conds = CREATED_ | OFF(RUNNING_) | RESTARTING_, .minr = 2,
-     .restarts = 1, .epoch = 2, .last_restart = 900, .workers = "0R 1R 2Pc900 3R",
-     .rdzv = "2 C@995 0/2/0/995 1/2/1/995 3/2/2/995", .rdzv_desired = 3,
-     .actions = "E:TrainingJobRunning Q25", .ephase = RM_PHASE_RUNNING, .erestarts = 1,
-     .eepoch = 2, .econds = "Running=T Restarting=F"},
-    {.name = "elastic: below minReplicas keeps waiting for all", .minr = 3,
-     .phase = RM_PHASE_RESTARTING, .conds = CREATED_ | OFF(RUNNING_) | RESTARTING_,
-     .restarts = 1, .epoch = 2, .last_restart = 990, .workers = "0R 1R 2Pc900 3Pc900",
-     .rdzv = "2 O 0/2/-1/995 1/2/-1/995", .actions = "", .ephase = RM_PHASE_RESTARTING,
-     .erestarts = 1, .eepoch = 2},
+     .phase = RM_PHASE_RESTARTING,
+     .conds = CREATED_ | OFF(RUNNING_) | RESTARTING_,
+     .minr = 2,
+     .restarts = 1,
+     .epoch = 2,
+     .last_restart = 900,
+     .workers = "0R 1R 2Pc900 3R",
+     .rdzv = "2 C@995 0/2/0/995 1/2/1/995 3/2/2/995",
+     .rdzv_desired = 3,
+     .actions = "E:TrainingJobRunning Q25",
+     .ephase = RM_PHASE_RUNNING,
+     .erestarts = 1,
+     .eepoch = 2,
+     .econds = "Running=T Restarting=F"},
+    {.name = "elastic: below minReplicas keeps waiting for all",
+     .minr = 3,
+     .phase = RM_PHASE_RESTARTING,
+     .conds = CREATED_ | OFF(RUNNING_) | RESTARTING_,
+     .restarts = 1,
+     .epoch = 2,
+     .last_restart = 990,
+     .workers = "0R 1R 2Pc900 3Pc900",
+     .rdzv = "2 O 0/2/-1/995 1/2/-1/995",
+     .actions = "",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
+     .eepoch = 2},
     {.name = "elastic: the missing worker runs again -> grow back (not a restart)",
-     .phase = RM_PHASE_RUNNING, .conds = CREATED_ | RUNNING_, .minr = 2, .restarts = 1,
-     .epoch = 2, .last_restart = 900, .workers = ALL4, .rdzv_desired = 3,
+     .phase = RM_PHASE_RUNNING,
+     .conds = CREATED_ | RUNNING_,
+     .minr = 2,
+     .restarts = 1,
+     .epoch = 2,
+     .last_restart = 900,
+     .workers = ALL4,
+     .rdzv_desired = 3,
      .rdzv = "2 C@990 0/2/0/995 1/2/1/995 3/2/2/995",
-     .actions = "S4/2 E:ScaledUp R2 E:Resized Q25", .ephase = RM_PHASE_RUNNING, .erestarts = 1,
+     .actions = "S4/2 E:ScaledUp R2 E:Resized Q25",
+     .ephase = RM_PHASE_RUNNING,
+     .erestarts = 1,
      .eepoch = 3},
     {.name = "elastic: round closed by settle without a slow starter -> re-form with it",
-     .phase = RM_PHASE_RUNNING, .conds = CREATED_ | RUNNING_, .minr = 2, .epoch = 1,
-     .workers = ALL4, .rdzv = "1 C@990 0/1/0/995 1/1/1/995 2/1/2/995",
-     .actions = "R1 E:Resized Q25", .ephase = RM_PHASE_RUNNING, .eepoch = 2},
-    {.name = "scale up replicas 4 -> 6: register and create the new indices", RUNNING_ST,
-     .replicas = 6, .minr = 4, .maxr = 8, .rdzv_desired = 4, .workers = ALL4, .rdzv = CLOSED0,
-     .actions = "S6/4 E:ScaledUp C4@1 C5@1 Q25", .ephase = RM_PHASE_RUNNING, .eepoch = 1},
-    {.name = "scale down replicas 4 -> 2: delete the top indices and re-form", RUNNING_ST,
-     .replicas = 2, .minr = 2, .maxr = 4, .rdzv_desired = 4, .workers = ALL4, .rdzv = CLOSED0,
-     .actions = "S2/2 E:ScaledDown D2 D3 R1 E:Resized Q25", .ephase = RM_PHASE_RUNNING,
+     .phase = RM_PHASE_RUNNING,
+     .conds = CREATED_ | RUNNING_,
+     .minr = 2,
+     .epoch = 1,
+     .workers = ALL4,
+     .rdzv = "1 C@990 0/1/0/995 1/1/1/995 2/1/2/995",
+     .actions = "R1 E:Resized Q25",
+     .ephase = RM_PHASE_RUNNING,
+     .eepoch = 2},
+    {.name = "scale up replicas 4 -> 6: register and create the new indices",
+     RUNNING_ST,
+     .replicas = 6,
+     .minr = 4,
+     .maxr = 8,
+     .rdzv_desired = 4,
+     .workers = ALL4,
+     .rdzv = CLOSED0,
+     .actions = "S6/4 E:ScaledUp C4@1 C5@1 Q25",
+     .ephase = RM_PHASE_RUNNING,
+     .eepoch = 1},
+    {.name = "scale down replicas 4 -> 2: delete the top indices and re-form",
+     RUNNING_ST,
+     .replicas = 2,
+     .minr = 2,
+     .maxr = 4,
+     .rdzv_desired = 4,
+     .workers = ALL4,
+     .rdzv = CLOSED0,
+     .actions = "S2/2 E:ScaledDown D2 D3 R1 E:Resized Q25",
+     .ephase = RM_PHASE_RUNNING,
      .eepoch = 2},
     /* R10 recovery loop (a group that re-forms without getting past its step) */
-    {.name = "re-formed 20 epochs without passing the high-water step: RecoveryLoop", .phase = RM_PHASE_RUNNING, .conds = CREATED_ | RUNNING_, .start_time = 500,
-     .epoch = 21, .hw_step = 200, .hw_epoch = 1, .workers = ALL4,
+    {.name = "re-formed 20 epochs without passing the high-water step: RecoveryLoop",
+     .phase = RM_PHASE_RUNNING,
+     .conds = CREATED_ | RUNNING_,
+     .start_time = 500,
+     .epoch = 21,
+     .hw_step = 200,
+     .hw_epoch = 1,
+     .workers = ALL4,
      .rdzv = "21 C@990 0/21/0/995 1/21/1/995 2/21/2/995 3/21/3/995",
-     .actions = "W:RecoveryLoop STOP D0 D1 D2 D3", .ephase = RM_PHASE_FAILED, .eepoch = 21,
+     .actions = "W:RecoveryLoop STOP D0 D1 D2 D3",
+     .ephase = RM_PHASE_FAILED,
+     .eepoch = 21,
      .econds = "Failed=T:RecoveryLoop~re-formed_20_times Running=F"},
-    {.name = "re-formed 19 epochs without progress: still Running", .phase = RM_PHASE_RUNNING, .conds = CREATED_ | RUNNING_, .start_time = 500,
-     .epoch = 20, .hw_step = 200, .hw_epoch = 1, .workers = ALL4,
+    {.name = "re-formed 19 epochs without progress: still Running",
+     .phase = RM_PHASE_RUNNING,
+     .conds = CREATED_ | RUNNING_,
+     .start_time = 500,
+     .epoch = 20,
+     .hw_step = 200,
+     .hw_epoch = 1,
+     .workers = ALL4,
      .rdzv = "20 C@990 0/20/0/995 1/20/1/995 2/20/2/995 3/20/3/995",
-     .actions = "Q25", .ephase = RM_PHASE_RUNNING, .eepoch = 20, .econds = "Running=T"},
-    {.name = "a step past the high-water mark resets the count", .phase = RM_PHASE_RUNNING, .conds = CREATED_ | RUNNING_, .start_time = 500,
-     .epoch = 30, .hw_step = 50, .hw_epoch = 1, .workers = ALL4,
+     .actions = "Q25",
+     .ephase = RM_PHASE_RUNNING,
+     .eepoch = 20,
+     .econds = "Running=T"},
+    {.name = "a step past the high-water mark resets the count",
+     .phase = RM_PHASE_RUNNING,
+     .conds = CREATED_ | RUNNING_,
+     .start_time = 500,
+     .epoch = 30,
+     .hw_step = 50,
+     .hw_epoch = 1,
+     .workers = ALL4,
      .rdzv = "30 C@990 0/30/0/995 1/30/1/995 2/30/2/995 3/30/3/995",
-     .actions = "Q25", .ephase = RM_PHASE_RUNNING, .eepoch = 30, .econds = "Running=T"},
+     .actions = "Q25",
+     .ephase = RM_PHASE_RUNNING,
+     .eepoch = 30,
+     .econds = "Running=T"},
     {.name = "join loop before any step (batch larger than the data): RecoveryLoop",
-     .conds = CREATED_, .epoch = 25, .hw_epoch = 3, .start_time = 500, .workers = ALL4,
-     .rdzv = "25 O", .actions = "W:RecoveryLoop STOP D0 D1 D2 D3", .ephase = RM_PHASE_FAILED,
-     .eepoch = 25, .econds = "Failed=T:RecoveryLoop~past_step_0"},
+     .conds = CREATED_,
+     .epoch = 25,
+     .hw_epoch = 3,
+     .start_time = 500,
+     .workers = ALL4,
+     .rdzv = "25 O",
+     .actions = "W:RecoveryLoop STOP D0 D1 D2 D3",
+     .ephase = RM_PHASE_FAILED,
+     .eepoch = 25,
+     .econds = "Failed=T:RecoveryLoop~past_step_0"},
     /* R11 checkpoint failures */
-    {.name = "first failed checkpoint: CheckpointFailing condition and Warning", RUNNING_ST,
-     .ckfail = 2, .workers = ALL4, .rdzv = CLOSED0, .actions = "W:CheckpointFailing Q25",
-     .ephase = RM_PHASE_RUNNING, .eepoch = 1,
+    {.name = "first failed checkpoint: CheckpointFailing condition and Warning",
+     RUNNING_ST,
+     .ckfail = 2,
+     .workers = ALL4,
+     .rdzv = CLOSED0,
+     .actions = "W:CheckpointFailing Q25",
+     .ephase = RM_PHASE_RUNNING,
+     .eepoch = 1,
      .econds = "CheckpointFailing=T:CheckpointWriteFailed~2_checkpoint_writes_failed_in_a_row:_disk_full "
                "Running=T"},
-    {.name = "checkpoints failing longer than the progress deadline: Failed", .phase = RM_PHASE_RUNNING, .epoch = 1, .start_time = 500,
-     .conds = CREATED_ | RUNNING_ | CKFAIL_, .ckfail = 9, .workers = ALL4, .rdzv = CLOSED0,
-     .actions = "W:CheckpointFailing STOP D0 D1 D2 D3", .ephase = RM_PHASE_FAILED, .eepoch = 1,
+    {.name = "checkpoints failing longer than the progress deadline: Failed",
+     .phase = RM_PHASE_RUNNING,
+     .epoch = 1,
+     .start_time = 500,
+     .conds = CREATED_ | RUNNING_ | CKFAIL_,
+     .ckfail = 9,
+     .workers = ALL4,
+     .rdzv = CLOSED0,
+     .actions = "W:CheckpointFailing STOP D0 D1 D2 D3",
+     .ephase = RM_PHASE_FAILED,
+     .eepoch = 1,
      .econds = "Failed=T:CheckpointFailing~progressDeadlineSeconds_30"},
-    {.name = "checkpoints failing within the deadline: wait for it", .phase = RM_PHASE_RUNNING, .epoch = 1, .start_time = 500,
-     .conds = CREATED_ | RUNNING_ | CKFAIL_, .ckfail = 3, .pd = 2000, .workers = ALL4,
-     .rdzv = CLOSED0, .actions = "Q1001", .ephase = RM_PHASE_RUNNING, .eepoch = 1,
+    {.name = "checkpoints failing within the deadline: wait for it",
+     .phase = RM_PHASE_RUNNING,
+     .epoch = 1,
+     .start_time = 500,
+     .conds = CREATED_ | RUNNING_ | CKFAIL_,
+     .ckfail = 3,
+     .pd = 2000,
+     .workers = ALL4,
+     .rdzv = CLOSED0,
+     .actions = "Q1001",
+     .ephase = RM_PHASE_RUNNING,
+     .eepoch = 1,
      .econds = "CheckpointFailing=T Running=T"},
-    {.name = "checkpoints written again: condition cleared, no event", .phase = RM_PHASE_RUNNING, .epoch = 1, .start_time = 500,
-     .conds = CREATED_ | RUNNING_ | CKFAIL_, .workers = ALL4, .rdzv = CLOSED0, .actions = "Q25",
-     .ephase = RM_PHASE_RUNNING, .eepoch = 1,
+    {.name = "checkpoints written again: condition cleared, no event",
+     .phase = RM_PHASE_RUNNING,
+     .epoch = 1,
+     .start_time = 500,
+     .conds = CREATED_ | RUNNING_ | CKFAIL_,
+     .workers = ALL4,
+     .rdzv = CLOSED0,
+     .actions = "Q25",
+     .ephase = RM_PHASE_RUNNING,
+     .eepoch = 1,
      .econds = "CheckpointFailing=F:CheckpointWritten Running=T"},
     /* R0b invalid update of a running job (kubectl scale --replicas=10000) */
     {.name = "invalid update, last valid spec given: keep running, InvalidSpec condition",
-     RUNNING_ST, .invalid = "spec.replicas: must be <= 1024", .workers = ALL4, .rdzv = CLOSED0,
-     .actions = "W:InvalidSpec Q25", .ephase = RM_PHASE_RUNNING, .eepoch = 1,
+     RUNNING_ST,
+     .invalid = "spec.replicas: must be <= 1024",
+     .workers = ALL4,
+     .rdzv = CLOSED0,
+     .actions = "W:InvalidSpec Q25",
+     .ephase = RM_PHASE_RUNNING,
+     .eepoch = 1,
      .econds = "InvalidSpec=T:InvalidUpdate~spec.replicas:_must_be_<=_1024 Running=T"},
-    {.name = "invalid update, no valid spec known: nothing deleted, not Failed", RUNNING_ST,
-     .replicas = 2000, .workers = ALL4, .rdzv = CLOSED0, .actions = "W:InvalidSpec",
-     .ephase = RM_PHASE_RUNNING, .eepoch = 1,
+    {.name = "invalid update, no valid spec known: nothing deleted, not Failed",
+     RUNNING_ST,
+     .replicas = 2000,
+     .workers = ALL4,
+     .rdzv = CLOSED0,
+     .actions = "W:InvalidSpec",
+     .ephase = RM_PHASE_RUNNING,
+     .eepoch = 1,
      .econds = "InvalidSpec=T:InvalidUpdate~must_be_<=_1024 Running=T"},
-    {.name = "valid again: InvalidSpec cleared, normal operation", .phase = RM_PHASE_RUNNING, .epoch = 1, .start_time = 500,
-     .conds = CREATED_ | RUNNING_ | INVALID_, .workers = ALL4, .rdzv = CLOSED0, .actions = "Q25",
-     .ephase = RM_PHASE_RUNNING, .eepoch = 1, .econds = "InvalidSpec=F:Valid Running=T"},
+    {.name = "valid again: InvalidSpec cleared, normal operation",
+     .phase = RM_PHASE_RUNNING,
+     .epoch = 1,
+     .start_time = 500,
+     .conds = CREATED_ | RUNNING_ | INVALID_,
+     .workers = ALL4,
+     .rdzv = CLOSED0,
+     .actions = "Q25",
+     .ephase = RM_PHASE_RUNNING,
+     .eepoch = 1,
+     .econds = "InvalidSpec=F:Valid Running=T"},
     /* foreign images (torchrun) */
-    {.name = "no rendezvous: Running when every pod runs", .no_rdzv = true, .conds = CREATED_,
-     .workers = ALL4, .rdzv = "1 O", .actions = "E:TrainingJobRunning",
-     .ephase = RM_PHASE_RUNNING, .eepoch = 1},
-    {.name = "no rendezvous: pod failure restarts without a deadline check", .no_rdzv = true,
-     .phase = RM_PHASE_RUNNING, .conds = CREATED_ | RUNNING_, .epoch = 1,
-     .workers = "0R 1Fx1f999 2R 3R", .rdzv = "1 O", .actions = "W:WorkerFailed D1",
-     .ephase = RM_PHASE_RESTARTING, .erestarts = 1, .eepoch = 1},
+    {.name = "no rendezvous: Running when every pod runs",
+     .no_rdzv = true,
+     .conds = CREATED_,
+     .workers = ALL4,
+     .rdzv = "1 O",
+     .actions = "E:TrainingJobRunning",
+     .ephase = RM_PHASE_RUNNING,
+     .eepoch = 1},
+    {.name = "no rendezvous: pod failure restarts without a deadline check",
+     .no_rdzv = true,
+     .phase = RM_PHASE_RUNNING,
+     .conds = CREATED_ | RUNNING_,
+     .epoch = 1,
+     .workers = "0R 1Fx1f999 2R 3R",
+     .rdzv = "1 O",
+     .actions = "W:WorkerFailed D1",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
+     .eepoch = 1},
 };
 
 static void test_table(void)
@@ -759,7 +1287,7 @@ static void test_progress_and_result_copied(void)
     base_job(&tj, &s);
     static run_result r;
     run_once(&s, &tj, &r);
-    CU_ASSERT_EQUAL(r.out.status.progress.step, 100);   /* rank 0 = worker 0: step 100 */
+    CU_ASSERT_EQUAL(r.out.status.progress.step, 100); /* rank 0 = worker 0: step 100 */
     CU_ASSERT_EQUAL(r.out.status.replicas, 4);
     CU_ASSERT_EQUAL(r.out.status.ready_replicas, 4);
     s.rdzv = CLOSED0 " result";
@@ -803,7 +1331,7 @@ static void test_action_array_too_small(void)
 typedef struct world {
     rm_observed_worker w[T_MAXW];
     bool alive[T_MAXW];
-    int mepoch[T_MAXW];           /* epoch index i last joined (0 = never); kept after death */
+    int mepoch[T_MAXW]; /* epoch index i last joined (0 = never); kept after death */
     rm_rdzv_state rz;
     int rdzv_desired, rdzv_min;
     double now;
@@ -845,7 +1373,8 @@ static void world_apply(world *wd, const rm_reconcile_out *o)
             wd->rdzv_desired = a->desired;
             wd->rdzv_min = a->min;
             break;
-        default: break;
+        default:
+            break;
         }
     }
 }
@@ -899,8 +1428,12 @@ static int world_tick(world *wd, rm_tj *tj, run_result *r)
     rm_observed_worker obs[T_MAXW];
     world_step(wd, 4);
     int n = world_obs(wd, 4, obs);
-    rm_reconcile_in in = {.job = tj, .workers = obs, .nworkers = (size_t)n, .rdzv = &wd->rz,
-                          .rdzv_desired = wd->rdzv_desired, .rdzv_min = wd->rdzv_min,
+    rm_reconcile_in in = {.job = tj,
+                          .workers = obs,
+                          .nworkers = (size_t)n,
+                          .rdzv = &wd->rz,
+                          .rdzv_desired = wd->rdzv_desired,
+                          .rdzv_min = wd->rdzv_min,
                           .now = wd->now};
     memset(&r->out, 0, sizeof r->out);
     r->out.actions = r->acts;
@@ -924,7 +1457,7 @@ static void test_simulated_failures(void)
     wd.rz.epoch = 1;
     wd.now = 1000;
     static run_result r;
-    double kills[] = {1010, 1020, 1030};  /* worker deaths: ranks 1, 2, 3 */
+    double kills[] = {1010, 1020, 1030}; /* worker deaths: ranks 1, 2, 3 */
     int next_kill = 0;
     double restart_at[4] = {0};
     for (int tick = 0; tick < 400; tick++, wd.now += 0.2) {
@@ -935,7 +1468,7 @@ static void test_simulated_failures(void)
             wd.w[idx].finished_at = wd.now;
             next_kill++;
         }
-        if (tick == 300) {   /* (the round's step does not touch the result) */
+        if (tick == 300) { /* (the round's step does not touch the result) */
             wd.rz.have_result = true;
             wd.rz.test_accuracy = 0.89;
         }
@@ -948,9 +1481,9 @@ static void test_simulated_failures(void)
     CU_ASSERT_EQUAL(tj.status.phase, RM_PHASE_SUCCEEDED);
     CU_ASSERT_EQUAL(tj.status.restarts, 3);
     CU_ASSERT_EQUAL(wd.restarts_applied, 3);
-    CU_ASSERT_EQUAL(wd.creates, 4 + 3);   /* only the failed workers were replaced */
-    CU_ASSERT_TRUE(restart_at[1] >= 1010 && restart_at[1] < 1010.5);   /* first: no back-off */
-    CU_ASSERT_TRUE(restart_at[2] >= 1020 && restart_at[2] < 1020.5);   /* spaced > 1 s */
+    CU_ASSERT_EQUAL(wd.creates, 4 + 3); /* only the failed workers were replaced */
+    CU_ASSERT_TRUE(restart_at[1] >= 1010 && restart_at[1] < 1010.5); /* first: no back-off */
+    CU_ASSERT_TRUE(restart_at[2] >= 1020 && restart_at[2] < 1020.5); /* spaced > 1 s */
     CU_ASSERT_DOUBLE_EQUAL(tj.status.result.test_accuracy, 0.89, 1e-9);
     rm_tj_free(&tj);
 }
@@ -1001,8 +1534,7 @@ void rm_suite_reconcile(void)
         {"startTime set on first creation", test_start_time_set_on_first_create},
         {"action array too small / bad args", test_action_array_too_small},
         {"simulation: three failures -> Succeeded, restarts 3", test_simulated_failures},
-        {"simulation: crash loop -> doubling back-off -> BackoffLimitExceeded",
-         test_simulated_crash_loop},
+        {"simulation: crash loop -> doubling back-off -> BackoffLimitExceeded", test_simulated_crash_loop},
     };
     RM_ADD_SUITE("reconcile", NULL, NULL, cases);
 }

@@ -12,25 +12,31 @@
 #include "tests/unit/testutil.h"
 
 static char *g_dir;
-static int setup(void) { return (g_dir = rm_test_tmpdir("safetensors")) ? 0 : 1; }
-static int teardown(void) { return rm_test_tmpdir_free(&g_dir); }
+static int setup(void)
+{
+    return (g_dir = rm_test_tmpdir("safetensors")) ? 0 : 1;
+}
+static int teardown(void)
+{
+    return rm_test_tmpdir_free(&g_dir);
+}
 
 static void test_round_trip(void)
 {
-    float a[6] = { 1, 2, 3, 4, 5, 6 };
-    uint16_t b[4] = { 0x3f80, 0x4000, 0xbf80, 0 };   /* bf16 1, 2, -1, 0 */
+    float a[6] = {1, 2, 3, 4, 5, 6};
+    uint16_t b[4] = {0x3f80, 0x4000, 0xbf80, 0}; /* bf16 1, 2, -1, 0 */
     int64_t c = -7;
-    int64_t sa[2] = { 2, 3 }, sb[1] = { 4 }, se[2] = { 0, 5 };
+    int64_t sa[2] = {2, 3}, sb[1] = {4}, se[2] = {0, 5};
     rm_st_entry e[] = {
-        { "transformer.h.0.attn.c_attn.weight", RM_ST_F32, 2, sa, a },
-        { "b16", RM_ST_BF16, 1, sb, b },
-        { "scalar", RM_ST_I64, 0, NULL, &c },
-        { "empty", RM_ST_U8, 2, se, NULL },
+        {"transformer.h.0.attn.c_attn.weight", RM_ST_F32, 2, sa, a},
+        {"b16", RM_ST_BF16, 1, sb, b},
+        {"scalar", RM_ST_I64, 0, NULL, &c},
+        {"empty", RM_ST_U8, 2, se, NULL},
     };
-    const char *meta[] = { "format", "pt", "producer", "ringmaster", NULL };
+    const char *meta[] = {"format", "pt", "producer", "ringmaster", NULL};
     char path[1024];
     snprintf(path, sizeof path, "%s/model.safetensors", g_dir);
-    rm_err err = { 0 };
+    rm_err err = {0};
     CU_ASSERT_EQUAL_FATAL(rm_st_write(path, e, 4, meta, &err), RM_OK);
     size_t len = 0;
     unsigned char *raw = (unsigned char *)rm_test_read_file(path, &len);
@@ -38,11 +44,11 @@ static void test_round_trip(void)
     uint64_t n = 0;
     for (int i = 7; i >= 0; i--)
         n = n << 8 | raw[i];
-    CU_ASSERT_EQUAL(n % 8, 0);                             /* padded to a multiple of 8 */
+    CU_ASSERT_EQUAL(n % 8, 0); /* padded to a multiple of 8 */
     CU_ASSERT_EQUAL(len, 8 + n + sizeof a + sizeof b + sizeof c);
     CU_ASSERT_EQUAL(raw[8], '{');
     CU_ASSERT_EQUAL(raw[8 + n - 1] == ' ' || raw[8 + n - 1] == '}', 1);
-    CU_ASSERT_EQUAL(memcmp(raw + 8 + n, a, sizeof a), 0);   /* the data in entry order */
+    CU_ASSERT_EQUAL(memcmp(raw + 8 + n, a, sizeof a), 0); /* the data in entry order */
     free(raw);
 
     rm_st_file f;
@@ -65,7 +71,7 @@ static void test_round_trip(void)
     CU_ASSERT_STRING_EQUAL(rm_st_meta(&f, "format"), "pt");
     CU_ASSERT_STRING_EQUAL(rm_st_meta(&f, "producer"), "ringmaster");
     rm_st_close(&f);
-    rm_st_close(&f);   /* idempotent */
+    rm_st_close(&f); /* idempotent */
 }
 
 /* A file as the format's specification lays it out, written by hand: the reader takes it. */
@@ -79,14 +85,14 @@ static void test_reads_foreign_layout(void)
     for (int i = 0; i < 8; i++)
         buf[i] = (unsigned char)((uint64_t)jl >> (8 * i));
     memcpy(buf + 8, js, jl);
-    int32_t ai[2] = { 5, -6 };
+    int32_t ai[2] = {5, -6};
     float bf = 2.5f;
     memcpy(buf + 8 + jl, ai, 8);
     memcpy(buf + 8 + jl + 8, &bf, 4);
     rm_st_file f;
-    rm_err err = { 0 };
+    rm_err err = {0};
     CU_ASSERT_EQUAL_FATAL(rm_st_parse(buf, 8 + jl + 12, "hand", &f, &err), RM_OK);
-    CU_ASSERT_STRING_EQUAL(f.t[0].name, "a");   /* in file order */
+    CU_ASSERT_STRING_EQUAL(f.t[0].name, "a"); /* in file order */
     CU_ASSERT_EQUAL(((const int32_t *)rm_st_data(&f, rm_st_find(&f, "a")))[1], -6);
     CU_ASSERT_EQUAL(*(const float *)rm_st_data(&f, rm_st_find(&f, "b")), 2.5f);
     rm_st_close(&f);
@@ -101,13 +107,13 @@ static void refuse(const char *js, size_t data, const char *want)
         buf[i] = (unsigned char)((uint64_t)jl >> (8 * i));
     memcpy(buf + 8, js, jl);
     rm_st_file f;
-    rm_err err = { 0 };
+    rm_err err = {0};
     int rc = rm_st_parse(buf, 8 + jl + data, "x.safetensors", &f, &err);
     CU_ASSERT_EQUAL(rc, RM_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, want));
     if (rc != RM_EINVAL || !strstr(err.msg, want))
         fprintf(stderr, "\n  %s: rc %d msg \"%s\" (wanted \"%s\")", js, rc, err.msg, want);
-    CU_ASSERT_PTR_NULL(f.t);   /* nothing kept */
+    CU_ASSERT_PTR_NULL(f.t); /* nothing kept */
     free(buf);
 }
 
@@ -118,26 +124,30 @@ static void test_refuses_bad_files(void)
     refuse("{\"a\":{\"dtype\":\"F31\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "\"a\": dtype");
     refuse("{\"a\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, "\"a\": shape");
     refuse("{\"a\":{\"dtype\":\"F32\",\"shape\":[1.5],\"data_offsets\":[0,4]}}", 4, "\"a\": shape");
-    refuse("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4, "at most 8");
+    refuse("{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,1],\"data_offsets\":[0,4]}}", 4,
+           "at most 8");
     refuse("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, "span 4 bytes");
     refuse("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,8]}}", 4, "outside the 4-byte");
     refuse("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,0]}}", 4, "data_offsets");
     refuse("{\"a\":{\"dtype\":\"F32\",\"shape\":[1]}}", 4, "\"a\": data_offsets");
-    refuse("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1}}", 4, "unknown field \"x\"");
+    refuse("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4],\"x\":1}}", 4,
+           "unknown field \"x\"");
     /* a gap, an overlap, bytes after the last tensor, a name twice */
     refuse("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "starts at byte 4");
     refuse("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-           "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "without gaps or overlaps");
+           "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+           8, "without gaps or overlaps");
     refuse("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8, "cover 4 of the 8 bytes");
     refuse("{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-           "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "appears twice");
+           "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+           8, "appears twice");
     refuse("{\"__metadata__\":{\"format\":1}}", 0, "__metadata__.format");
     refuse("{\"__metadata__\":[]}", 0, "__metadata__: not an object");
     refuse("{} x", 0, "after the header");
     /* the length word: beyond the file, beyond the cap, shorter than itself */
-    unsigned char small[12] = { 0xff, 0xff, 0, 0, 0, 0, 0, 0, '{', '}', ' ', ' ' };
+    unsigned char small[12] = {0xff, 0xff, 0, 0, 0, 0, 0, 0, '{', '}', ' ', ' '};
     rm_st_file f;
-    rm_err err = { 0 };
+    rm_err err = {0};
     CU_ASSERT_EQUAL(rm_st_parse(small, sizeof small, "len", &f, &err), RM_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "header length 65535"));
     CU_ASSERT_EQUAL(rm_st_parse(small, 5, "short", &f, &err), RM_EINVAL);
@@ -145,7 +155,7 @@ static void test_refuses_bad_files(void)
     char path[1024];
     snprintf(path, sizeof path, "%s/missing.safetensors", g_dir);
     CU_ASSERT_EQUAL(rm_st_open(path, &f, &err), RM_EIO);
-    CU_ASSERT_EQUAL(rm_st_open(g_dir, &f, &err), RM_EIO);   /* a folder */
+    CU_ASSERT_EQUAL(rm_st_open(g_dir, &f, &err), RM_EIO); /* a folder */
 }
 
 static void test_write_refusals_keep_the_old_file(void)
@@ -153,22 +163,22 @@ static void test_write_refusals_keep_the_old_file(void)
     char path[1024];
     snprintf(path, sizeof path, "%s/keep.safetensors", g_dir);
     float v = 1;
-    int64_t s1[1] = { 1 }, neg[1] = { -2 };
-    rm_st_entry ok = { "w", RM_ST_F32, 1, s1, &v };
-    rm_err err = { 0 };
+    int64_t s1[1] = {1}, neg[1] = {-2};
+    rm_st_entry ok = {"w", RM_ST_F32, 1, s1, &v};
+    rm_err err = {0};
     CU_ASSERT_EQUAL_FATAL(rm_st_write(path, &ok, 1, NULL, &err), RM_OK);
     size_t before = 0;
     char *old = rm_test_read_file(path, &before);
-    rm_st_entry dup[2] = { ok, ok };
+    rm_st_entry dup[2] = {ok, ok};
     CU_ASSERT_EQUAL(rm_st_write(path, dup, 2, NULL, &err), RM_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "used twice"));
-    rm_st_entry res = { "__metadata__", RM_ST_F32, 1, s1, &v };
+    rm_st_entry res = {"__metadata__", RM_ST_F32, 1, s1, &v};
     CU_ASSERT_EQUAL(rm_st_write(path, &res, 1, NULL, &err), RM_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "reserved"));
-    rm_st_entry bad = { "n", RM_ST_F32, 1, neg, &v };
+    rm_st_entry bad = {"n", RM_ST_F32, 1, neg, &v};
     CU_ASSERT_EQUAL(rm_st_write(path, &bad, 1, NULL, &err), RM_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(err.msg, "negative"));
-    rm_st_entry noname = { "", RM_ST_F32, 1, s1, &v };
+    rm_st_entry noname = {"", RM_ST_F32, 1, s1, &v};
     CU_ASSERT_EQUAL(rm_st_write(path, &noname, 1, NULL, &err), RM_EINVAL);
     size_t after = 0;
     char *now = rm_test_read_file(path, &after);
@@ -186,10 +196,10 @@ static void test_write_refusals_keep_the_old_file(void)
 void rm_suite_safetensors(void)
 {
     static const rm_test_case cases[] = {
-        { "round_trip", test_round_trip },
-        { "reads_foreign_layout", test_reads_foreign_layout },
-        { "refuses_bad_files", test_refuses_bad_files },
-        { "write_refusals_keep_the_old_file", test_write_refusals_keep_the_old_file },
+        {"round_trip", test_round_trip},
+        {"reads_foreign_layout", test_reads_foreign_layout},
+        {"refuses_bad_files", test_refuses_bad_files},
+        {"write_refusals_keep_the_old_file", test_write_refusals_keep_the_old_file},
     };
     RM_ADD_SUITE("safetensors", setup, teardown, cases);
 }

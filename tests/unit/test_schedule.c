@@ -8,8 +8,8 @@
 
 static rm_lr_sched mk(rm_schedule type, double warm)
 {
-    rm_lr_sched s = {.base_lr = 0.02, .warmup_epochs = warm, .epochs = 10, .type = type,
-                     .gamma = 0.1, .step_every = 3};
+    rm_lr_sched s = {
+        .base_lr = 0.02, .warmup_epochs = warm, .epochs = 10, .type = type, .gamma = 0.1, .step_every = 3};
     return s;
 }
 
@@ -17,9 +17,9 @@ static void test_scaling_and_warmup(void)
 {
     rm_lr_sched s = mk(RM_SCHED_CONSTANT, 1);
     CU_ASSERT_DOUBLE_EQUAL(rm_lr_scaled(&s, 64), 0.02, 1e-12);
-    CU_ASSERT_DOUBLE_EQUAL(rm_lr_scaled(&s, 256), 0.08, 1e-12);      /* 4 workers x 64 */
-    CU_ASSERT_DOUBLE_EQUAL(rm_lr_at(&s, 0.0, 256), 0.02, 1e-12);     /* warmup starts unscaled */
-    CU_ASSERT_DOUBLE_EQUAL(rm_lr_at(&s, 0.5, 256), 0.05, 1e-12);     /* halfway */
+    CU_ASSERT_DOUBLE_EQUAL(rm_lr_scaled(&s, 256), 0.08, 1e-12);  /* 4 workers x 64 */
+    CU_ASSERT_DOUBLE_EQUAL(rm_lr_at(&s, 0.0, 256), 0.02, 1e-12); /* warmup starts unscaled */
+    CU_ASSERT_DOUBLE_EQUAL(rm_lr_at(&s, 0.5, 256), 0.05, 1e-12); /* halfway */
     CU_ASSERT_DOUBLE_EQUAL(rm_lr_at(&s, 1.0, 256), 0.08, 1e-12);
     CU_ASSERT_DOUBLE_EQUAL(rm_lr_at(&s, 7.3, 256), 0.08, 1e-12);
     /* no warmup */
@@ -30,11 +30,11 @@ static void test_scaling_and_warmup(void)
 static void test_cosine(void)
 {
     rm_lr_sched s = mk(RM_SCHED_COSINE, 1);
-    CU_ASSERT_DOUBLE_EQUAL(rm_lr_at(&s, 1.0, 64), 0.02, 1e-12);              /* peak after warmup */
-    CU_ASSERT_DOUBLE_EQUAL(rm_lr_at(&s, 5.5, 64), 0.01, 1e-12);              /* midpoint: half */
-    CU_ASSERT_DOUBLE_EQUAL(rm_lr_at(&s, 10.0, 64), 0.0, 1e-12);              /* end: 0 */
+    CU_ASSERT_DOUBLE_EQUAL(rm_lr_at(&s, 1.0, 64), 0.02, 1e-12); /* peak after warmup */
+    CU_ASSERT_DOUBLE_EQUAL(rm_lr_at(&s, 5.5, 64), 0.01, 1e-12); /* midpoint: half */
+    CU_ASSERT_DOUBLE_EQUAL(rm_lr_at(&s, 10.0, 64), 0.0, 1e-12); /* end: 0 */
     CU_ASSERT_DOUBLE_EQUAL(rm_lr_at(&s, 3.25, 64), 0.02 * 0.5 * (1 + cos(M_PI * 0.25)), 1e-12);
-    CU_ASSERT_DOUBLE_EQUAL(rm_lr_at(&s, 12.0, 64), 0.0, 1e-12);              /* clamped */
+    CU_ASSERT_DOUBLE_EQUAL(rm_lr_at(&s, 12.0, 64), 0.0, 1e-12); /* clamped */
 }
 
 static void test_step(void)
@@ -50,7 +50,7 @@ static void test_elastic(void)
     rm_lr_sched s = mk(RM_SCHED_COSINE, 1);
     double e = 4.0;
     double l4 = rm_lr_at(&s, e, 4 * 64), l2 = rm_lr_at(&s, e, 2 * 64);
-    CU_ASSERT_DOUBLE_EQUAL(l4, 2 * l2, 1e-12);   /* world 4 -> 2: lr halves, position kept */
+    CU_ASSERT_DOUBLE_EQUAL(l4, 2 * l2, 1e-12); /* world 4 -> 2: lr halves, position kept */
 }
 
 static void test_from_spec(void)
@@ -62,7 +62,7 @@ static void test_from_spec(void)
     t.schedule = RM_SCHED_STEP;
     rm_lr_sched s;
     rm_lr_sched_from_spec(&s, &t);
-    CU_ASSERT_DOUBLE_EQUAL(s.gamma, 0.1, 1e-12);   /* defaults for unset step fields */
+    CU_ASSERT_DOUBLE_EQUAL(s.gamma, 0.1, 1e-12); /* defaults for unset step fields */
     CU_ASSERT_EQUAL(s.step_every, 3);
     CU_ASSERT_DOUBLE_EQUAL(rm_lr_at(&s, 1.0, 64), 0.1, 1e-12);
 }
@@ -70,8 +70,10 @@ static void test_from_spec(void)
 void rm_suite_schedule(void)
 {
     static const rm_test_case cases[] = {
-        {"scaling_warmup", test_scaling_and_warmup}, {"cosine", test_cosine},
-        {"step", test_step},                         {"elastic", test_elastic},
+        {"scaling_warmup", test_scaling_and_warmup},
+        {"cosine", test_cosine},
+        {"step", test_step},
+        {"elastic", test_elastic},
         {"from_spec", test_from_spec},
     };
     RM_ADD_SUITE("schedule", NULL, NULL, cases);

@@ -18,17 +18,17 @@
 
 /* ---- layout ---------------------------------------------------------------------------- */
 
-static void test_layout_table(void) {
+static void test_layout_table(void)
+{
     static const struct {
         size_t count;
         int world, rank;
         size_t off, len;
     } t[] = {
-        {0, 1, 0, 0, 0},    {0, 4, 3, 0, 0},    {1, 1, 0, 0, 1},    {1, 4, 0, 0, 1},
-        {1, 4, 1, 1, 0},    {1, 4, 3, 1, 0},    {3, 4, 2, 2, 1},    {3, 4, 3, 3, 0},
-        {10, 4, 0, 0, 3},   {10, 4, 1, 3, 3},   {10, 4, 2, 6, 2},   {10, 4, 3, 8, 2},
-        {12, 4, 3, 9, 3},   {7, 8, 6, 6, 1},    {7, 8, 7, 7, 0},    {101, 3, 2, 68, 33},
-        {5, 0, 0, 0, 0},    {5, 2, 2, 0, 0},    {5, 2, -1, 0, 0},
+        {0, 1, 0, 0, 0},     {0, 4, 3, 0, 0},  {1, 1, 0, 0, 1},  {1, 4, 0, 0, 1},  {1, 4, 1, 1, 0},
+        {1, 4, 3, 1, 0},     {3, 4, 2, 2, 1},  {3, 4, 3, 3, 0},  {10, 4, 0, 0, 3}, {10, 4, 1, 3, 3},
+        {10, 4, 2, 6, 2},    {10, 4, 3, 8, 2}, {12, 4, 3, 9, 3}, {7, 8, 6, 6, 1},  {7, 8, 7, 7, 0},
+        {101, 3, 2, 68, 33}, {5, 0, 0, 0, 0},  {5, 2, 2, 0, 0},  {5, 2, -1, 0, 0},
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(t); i++) {
         size_t off = 99, len = 99;
@@ -52,7 +52,8 @@ static void test_layout_table(void) {
                 size_t off, len;
                 rm_shard_range(count, w, r, &off, &len);
                 CU_ASSERT_EQUAL(off, at);
-                for (size_t i = off; i < off + len; i++) CU_ASSERT_EQUAL(rm_shard_owner(count, w, i), r);
+                for (size_t i = off; i < off + len; i++)
+                    CU_ASSERT_EQUAL(rm_shard_owner(count, w, i), r);
                 at += len;
                 mn = len < mn ? len : mn;
                 mx = len > mx ? len : mx;
@@ -64,7 +65,8 @@ static void test_layout_table(void) {
         }
 }
 
-static void test_plan_table(void) {
+static void test_plan_table(void)
+{
     rm_shard_piece p[8];
     /* 10 elements, 4 -> 2: new rank 0 = [0,5) = old 0 [0,3) + old 1 [3,5) */
     CU_ASSERT_EQUAL(rm_shard_plan(10, 4, 2, 0, p, 8), 2);
@@ -112,7 +114,7 @@ static void test_plan_table(void) {
                         CU_ASSERT_EQUAL(q[k].dst_off, at);
                         size_t so = rm_shard_off(count, ow, q[k].src_rank);
                         CU_ASSERT(q[k].src_off + q[k].len <= rm_shard_len(count, ow, q[k].src_rank));
-                        CU_ASSERT_EQUAL(so + q[k].src_off, off + q[k].dst_off);   /* same elements */
+                        CU_ASSERT_EQUAL(so + q[k].src_off, off + q[k].dst_off); /* same elements */
                         CU_ASSERT(q[k].len > 0);
                         at += q[k].len;
                     }
@@ -123,7 +125,8 @@ static void test_plan_table(void) {
 /* The unit-by-unit re-sharding plan (sharded checkpoints): which ranges of which old ranks'
  * compact shards make up a new rank's compact shard. Units [5, 3]: world 2 compact shards are
  * rank 0 = u0[0,3) u1[0,2) (5 floats), rank 1 = u0[3,5) u1[2,3) (3 floats). */
-static void test_unit_plan_table(void) {
+static void test_unit_plan_table(void)
+{
     static const size_t ulen[2] = {5, 3};
     static const struct {
         int ow, nw, nr, n;
@@ -192,17 +195,18 @@ static void test_unit_plan_table(void) {
             }
 }
 
-static void test_unit_shard(void) {
+static void test_unit_shard(void)
+{
     /* three layers of 10, 7 and 2 floats at 0, 10, 17; world 3 */
     const size_t off[] = {0, 10, 17}, len[] = {10, 7, 2};
     rm_unit_shard u;
     CU_ASSERT_EQUAL_FATAL(rm_unit_shard_make(off, len, 3, 3, 1, &u), 0);
     CU_ASSERT_EQUAL(u.nunits, 3);
-    CU_ASSERT_EQUAL(u.off[0], 4);    /* layer 0: 4,3,3 -> rank 1 [4,7) */
+    CU_ASSERT_EQUAL(u.off[0], 4); /* layer 0: 4,3,3 -> rank 1 [4,7) */
     CU_ASSERT_EQUAL(u.len[0], 3);
-    CU_ASSERT_EQUAL(u.off[1], 13);   /* layer 1: 3,2,2 -> rank 1 [13,15) */
+    CU_ASSERT_EQUAL(u.off[1], 13); /* layer 1: 3,2,2 -> rank 1 [13,15) */
     CU_ASSERT_EQUAL(u.len[1], 2);
-    CU_ASSERT_EQUAL(u.off[2], 18);   /* layer 2: 1,1,0 -> rank 1 [18,19) */
+    CU_ASSERT_EQUAL(u.off[2], 18); /* layer 2: 1,1,0 -> rank 1 [18,19) */
     CU_ASSERT_EQUAL(u.len[2], 1);
     CU_ASSERT_EQUAL(u.soff[0], 0);
     CU_ASSERT_EQUAL(u.soff[1], 3);
@@ -254,29 +258,43 @@ struct sworld {
     int inplace;
 };
 
-static const rm_comm_ops *ring(void) { return rm_comm_backend("ring"); }
+static const rm_comm_ops *ring(void)
+{
+    return rm_comm_backend("ring");
+}
 
-static void *s_init(void *arg) {
+static void *s_init(void *arg)
+{
     srank *r = arg;
     sworld *w = r->w;
-    rm_comm_cfg cfg = {.rank = r->rank, .world_size = w->n, .epoch = 3, .peers = w->peers,
-                       .token = "tok", .listen_fd = w->lfd[r->rank], .timeout_s = 20};
+    rm_comm_cfg cfg = {.rank = r->rank,
+                       .world_size = w->n,
+                       .epoch = 3,
+                       .peers = w->peers,
+                       .token = "tok",
+                       .listen_fd = w->lfd[r->rank],
+                       .timeout_s = 20};
     r->init_rc = ring()->init(&cfg, &r->comm, &r->err);
     return NULL;
 }
 
-static void s_run(sworld *w, void *(*fn)(void *)) {
-    for (int i = 0; i < w->n; i++) pthread_create(&w->th[i], NULL, fn, &w->r[i]);
-    for (int i = 0; i < w->n; i++) pthread_join(w->th[i], NULL);
+static void s_run(sworld *w, void *(*fn)(void *))
+{
+    for (int i = 0; i < w->n; i++)
+        pthread_create(&w->th[i], NULL, fn, &w->r[i]);
+    for (int i = 0; i < w->n; i++)
+        pthread_join(w->th[i], NULL);
 }
 
-static int s_open(sworld *w, int n) {
+static int s_open(sworld *w, int n)
+{
     memset(w, 0, sizeof *w);
     w->n = n;
     for (int i = 0; i < n; i++) {
         int port = 0;
         rm_err e = {0};
-        if (rm_comm_listen("127.0.0.1", &w->lfd[i], &port, &e)) return -1;
+        if (rm_comm_listen("127.0.0.1", &w->lfd[i], &port, &e))
+            return -1;
         w->peers[i].rank = i;
         snprintf(w->peers[i].addr, sizeof w->peers[i].addr, "127.0.0.1:%d", port);
         snprintf(w->peers[i].worker_id, sizeof w->peers[i].worker_id, "%d", i);
@@ -292,7 +310,8 @@ static int s_open(sworld *w, int n) {
     return 0;
 }
 
-static void s_close(sworld *w) {
+static void s_close(sworld *w)
+{
     for (int i = 0; i < w->n; i++) {
         ring()->destroy(w->r[i].comm);
         close(w->lfd[i]);
@@ -302,29 +321,36 @@ static void s_close(sworld *w) {
     }
 }
 
-static float val(int rank, size_t i) {
+static float val(int rank, size_t i)
+{
     return (float)((double)((i * 2654435761u + (size_t)rank * 40503u) % 1000) / 7.0 - 60.0);
 }
 
 /* reduce-scatter, then all-gather of the result, then an allreduce of the original data */
-static void *s_coll(void *arg) {
+static void *s_coll(void *arg)
+{
     srank *r = arg;
     sworld *w = r->w;
     size_t off, len;
     rm_shard_range(w->count, w->n, r->rank, &off, &len);
     float *sh = w->inplace ? r->buf + off : r->shard;
     r->rc = ring()->reduce_scatter(r->comm, r->buf, sh, w->count, RM_DT_F32, w->op, &r->err);
-    if (r->rc) return NULL;
-    if (w->inplace) memcpy(r->shard, sh, len * sizeof(float));   /* for the check */
-    for (size_t k = 0; k < w->count; k++)   /* the gather must fill these (out of place: all) */
-        if (!w->inplace || k < off || k >= off + len) r->buf[k] = -777.0f;
+    if (r->rc)
+        return NULL;
+    if (w->inplace)
+        memcpy(r->shard, sh, len * sizeof(float)); /* for the check */
+    for (size_t k = 0; k < w->count; k++)          /* the gather must fill these (out of place: all) */
+        if (!w->inplace || k < off || k >= off + len)
+            r->buf[k] = -777.0f;
     r->rc = ring()->all_gather(r->comm, sh, r->buf, w->count, RM_DT_F32, &r->err);
-    if (r->rc) return NULL;
+    if (r->rc)
+        return NULL;
     r->rc = ring()->allreduce(r->comm, r->ar, w->count, RM_DT_F32, w->op, &r->err);
     return NULL;
 }
 
-static int check_rs_ag(sworld *w, size_t count, rm_redop op, int inplace) {
+static int check_rs_ag(sworld *w, size_t count, rm_redop op, int inplace)
+{
     w->count = count;
     w->op = op;
     w->inplace = inplace;
@@ -336,18 +362,22 @@ static int check_rs_ag(sworld *w, size_t count, rm_redop op, int inplace) {
         r->buf = malloc((count + 1) * sizeof(float));
         r->ar = malloc((count + 1) * sizeof(float));
         r->shard = malloc((2 * count + 4) * sizeof(float));
-        for (size_t k = 0; k < count; k++) r->buf[k] = r->ar[k] = val(i, k);
+        for (size_t k = 0; k < count; k++)
+            r->buf[k] = r->ar[k] = val(i, k);
         r->buf[count] = 999.0f;
-        for (size_t k = 0; k < 2 * count + 4; k++) r->shard[k] = -5.0f;
+        for (size_t k = 0; k < 2 * count + 4; k++)
+            r->shard[k] = -5.0f;
     }
     s_run(w, s_coll);
     int fails = 0;
     for (int i = 0; i < w->n; i++)
         if (w->r[i].rc) {
-            fprintf(stderr, "n=%d count=%zu rank %d: rc=%d %s\n", w->n, count, i, w->r[i].rc, w->r[i].err.msg);
+            fprintf(stderr, "n=%d count=%zu rank %d: rc=%d %s\n", w->n, count, i, w->r[i].rc,
+                    w->r[i].err.msg);
             fails++;
         }
-    if (fails) return fails;
+    if (fails)
+        return fails;
     for (int i = 0; i < w->n; i++) {
         srank *r = &w->r[i];
         size_t off, len;
@@ -355,8 +385,10 @@ static int check_rs_ag(sworld *w, size_t count, rm_redop op, int inplace) {
         /* the shard against the naive reduction */
         for (size_t k = 0; k < len; k++) {
             double s = 0;
-            for (int j = 0; j < w->n; j++) s += val(j, off + k);
-            if (op == RM_OP_AVG) s /= w->n;
+            for (int j = 0; j < w->n; j++)
+                s += val(j, off + k);
+            if (op == RM_OP_AVG)
+                s /= w->n;
             if (fabs(r->shard[k] - s) > 1e-4 * (fabs(s) + 1) * w->n) {
                 if (fails < 3)
                     fprintf(stderr, "n=%d count=%zu rank %d k=%zu got %g want %g\n", w->n, count, i, k,
@@ -364,29 +396,35 @@ static int check_rs_ag(sworld *w, size_t count, rm_redop op, int inplace) {
                 fails++;
             }
         }
-        if (!inplace && r->shard[len] != -5.0f) fails++;   /* nothing written past the shard */
+        if (!inplace && r->shard[len] != -5.0f)
+            fails++; /* nothing written past the shard */
         /* the gather: every rank's buffer == every shard, bit for bit == the allreduce */
         if (count && memcmp(r->buf, r->ar, count * sizeof(float)) != 0) {
-            if (fails < 3) fprintf(stderr, "n=%d count=%zu rank %d: rs+ag != allreduce\n", w->n, count, i);
+            if (fails < 3)
+                fprintf(stderr, "n=%d count=%zu rank %d: rs+ag != allreduce\n", w->n, count, i);
             fails++;
         }
-        if (count && memcmp(r->buf, w->r[0].buf, count * sizeof(float)) != 0) fails++;
-        if (r->buf[count] != 999.0f) fails++;
+        if (count && memcmp(r->buf, w->r[0].buf, count * sizeof(float)) != 0)
+            fails++;
+        if (r->buf[count] != 999.0f)
+            fails++;
     }
     return fails;
 }
 
-static void test_ring_rs_ag_sizes(void) {
-    setenv("RINGMASTER_RING_PIECE_KB", "8", 1);   /* small pieces: the pipeline crosses steps */
-    setenv("RINGMASTER_RING_TX_THREAD", "1", 1);  /* >= 1 MiB goes through the sender thread */
+static void test_ring_rs_ag_sizes(void)
+{
+    setenv("RINGMASTER_RING_PIECE_KB", "8", 1);  /* small pieces: the pipeline crosses steps */
+    setenv("RINGMASTER_RING_TX_THREAD", "1", 1); /* >= 1 MiB goes through the sender thread */
     for (int n = 1; n <= MAXW; n++) {
         sworld w;
         int ok = s_open(&w, n) == 0;
         CU_ASSERT_FATAL(ok);
-        size_t counts[] = {0, 1, 2, (size_t)n - 1, (size_t)n, (size_t)n + 1, 3, 17, 1001, 4099,
-                           (size_t)(300 << 10) + 7};
+        size_t counts[] = {0,  1,    2,    (size_t)n - 1,          (size_t)n, (size_t)n + 1, 3,
+                           17, 1001, 4099, (size_t)(300 << 10) + 7};
         for (size_t c = 0; c < RM_ARRAY_LEN(counts); c++) {
-            if (counts[c] > (64 << 10) && n > 4) continue;   /* keep the big case to small worlds */
+            if (counts[c] > (64 << 10) && n > 4)
+                continue; /* keep the big case to small worlds */
             CU_ASSERT_EQUAL(check_rs_ag(&w, counts[c], RM_OP_SUM, 0), 0);
             CU_ASSERT_EQUAL(check_rs_ag(&w, counts[c], RM_OP_AVG, 1), 0);
         }
@@ -396,7 +434,8 @@ static void test_ring_rs_ag_sizes(void) {
     unsetenv("RINGMASTER_RING_TX_THREAD");
 }
 
-static void test_local_and_args(void) {
+static void test_local_and_args(void)
+{
     const rm_comm_ops *l = rm_comm_backend("local");
     rm_comm *c = NULL;
     rm_err e = {0};
@@ -415,7 +454,8 @@ static void test_local_and_args(void) {
     const char *names[] = {"ring", "local", "mpi", "nccl"};
     for (size_t i = 0; i < RM_ARRAY_LEN(names); i++) {
         const rm_comm_ops *o = rm_comm_backend(names[i]);
-        if (!o) continue;
+        if (!o)
+            continue;
         CU_ASSERT_PTR_NOT_NULL(o->reduce_scatter);
         CU_ASSERT_PTR_NOT_NULL(o->all_gather);
     }
@@ -433,15 +473,21 @@ static void test_local_and_args(void) {
  * every rank, the parts the ordinary reduce-scatter of each bucket leaves it are, in order, exactly
  * its own piece of the unit (same floats, contiguous, compact offsets k * chunk), and no bucket is
  * larger than rm_shard_bucket_cap. */
-static void test_bucket_table(void) {
-    static const struct { size_t len; int world; size_t cap; int nb; size_t chunk, t0, tlast; } t[] = {
+static void test_bucket_table(void)
+{
+    static const struct {
+        size_t len;
+        int world;
+        size_t cap;
+        int nb;
+        size_t chunk, t0, tlast;
+    } t[] = {
         {10, 2, 4, 3, 2, 4, 2},      /* base 5: chunks 2,2,1 per rank */
         {11, 2, 4, 3, 2, 4, 3},      /* the remainder rides in the last bucket */
         {10, 4, 100, 1, 25, 10, 10}, /* one bucket: the unit itself */
         {3, 4, 8, 1, 2, 3, 3},       /* fewer floats than ranks: one bucket of the remainder */
-        {0, 3, 8, 1, 2, 0, 0},
-        {7, 1, 3, 3, 3, 3, 1},       /* world 1: plain chunks */
-        {9, 4, 2, 2, 1, 4, 5},       /* cap < world still moves one float per rank */
+        {0, 3, 8, 1, 2, 0, 0},       {7, 1, 3, 3, 3, 3, 1}, /* world 1: plain chunks */
+        {9, 4, 2, 2, 1, 4, 5},                              /* cap < world still moves one float per rank */
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
         rm_shard_bucket b = rm_shard_buckets(t[i].len, t[i].world, t[i].cap);
@@ -462,21 +508,22 @@ static void test_bucket_table(void) {
                     for (int k = 0; k < b.nbuckets; k++) {
                         size_t tot = rm_shard_bucket_total(len, w, cap, k);
                         CU_ASSERT(tot <= rm_shard_bucket_cap(cap, w));
-                        CU_ASSERT_EQUAL(got, (size_t)k * b.chunk);   /* compact offset */
+                        CU_ASSERT_EQUAL(got, (size_t)k * b.chunk); /* compact offset */
                         size_t part = rm_shard_len(tot, w, r);
                         if (k + 1 < b.nbuckets)
                             CU_ASSERT_EQUAL(part, b.chunk);
                         at += part;
                         got += part;
                     }
-                    CU_ASSERT_EQUAL(got, rm_shard_len(len, w, r));   /* the piece, exactly */
+                    CU_ASSERT_EQUAL(got, rm_shard_len(len, w, r)); /* the piece, exactly */
                     CU_ASSERT_EQUAL(at, rm_shard_off(len, w, r) + rm_shard_len(len, w, r));
                 }
             }
 }
 
 void rm_suite_shard(void);
-void rm_suite_shard(void) {
+void rm_suite_shard(void)
+{
     static const rm_test_case cases[] = {
         {"layout_table", test_layout_table},
         {"plan_table", test_plan_table},

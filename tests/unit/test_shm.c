@@ -34,7 +34,7 @@ typedef struct srank {
     rm_err err;
     float *buf, *out, *shard;
     double elapsed;
-    long bad;       /* mismatches a rank thread found in its own results (mixed_thread) */
+    long bad; /* mismatches a rank thread found in its own results (mixed_thread) */
 } srank;
 
 struct sworld {
@@ -46,15 +46,19 @@ struct sworld {
     pthread_t th[MAXW];
     size_t count;
     rm_redop op;
-    int mode;            /* 0 in place, 1 out of place, 2 rs+ag separate shard, 3 rs+ag in place */
-    int behave[MAXW];    /* 0 normal, 1 hang (skip), 2 destroy (leave) */
+    int mode;         /* 0 in place, 1 out of place, 2 rs+ag separate shard, 3 rs+ag in place */
+    int behave[MAXW]; /* 0 normal, 1 hang (skip), 2 destroy (leave) */
 };
 
-static const rm_comm_ops *shm(void) { return rm_comm_backend("shm"); }
+static const rm_comm_ops *shm(void)
+{
+    return rm_comm_backend("shm");
+}
 
 static int g_port = 20000;
 
-static void sworld_make(sworld *w, int n) {
+static void sworld_make(sworld *w, int n)
+{
     memset(w, 0, sizeof *w);
     w->n = n;
     w->epoch = 3;
@@ -73,34 +77,48 @@ static void sworld_make(sworld *w, int n) {
     w->epoch = (int)getpid() % 100000 + g_port;
 }
 
-static rm_comm_cfg cfg_of(sworld *w, int q) {
-    rm_comm_cfg c = {.rank = q, .world_size = w->n, .epoch = w->epoch, .peers = w->peers,
-                     .token = w->token[q], .listen_fd = -1, .timeout_s = w->timeout_s};
+static rm_comm_cfg cfg_of(sworld *w, int q)
+{
+    rm_comm_cfg c = {.rank = q,
+                     .world_size = w->n,
+                     .epoch = w->epoch,
+                     .peers = w->peers,
+                     .token = w->token[q],
+                     .listen_fd = -1,
+                     .timeout_s = w->timeout_s};
     return c;
 }
 
-static void *init_thread(void *arg) {
+static void *init_thread(void *arg)
+{
     srank *r = arg;
     rm_comm_cfg c = cfg_of(r->w, r->rank);
     r->init_rc = shm()->init(&c, &r->comm, &r->err);
     return NULL;
 }
 
-static void run_all(sworld *w, void *(*fn)(void *)) {
-    for (int q = 0; q < w->n; q++) pthread_create(&w->th[q], NULL, fn, &w->r[q]);
-    for (int q = 0; q < w->n; q++) pthread_join(w->th[q], NULL);
+static void run_all(sworld *w, void *(*fn)(void *))
+{
+    for (int q = 0; q < w->n; q++)
+        pthread_create(&w->th[q], NULL, fn, &w->r[q]);
+    for (int q = 0; q < w->n; q++)
+        pthread_join(w->th[q], NULL);
 }
 
-static int sworld_init(sworld *w) {
+static int sworld_init(sworld *w)
+{
     run_all(w, init_thread);
     int bad = 0;
-    for (int q = 0; q < w->n; q++) bad |= w->r[q].init_rc != 0;
+    for (int q = 0; q < w->n; q++)
+        bad |= w->r[q].init_rc != 0;
     return bad ? -1 : 0;
 }
 
-static void sworld_close(sworld *w) {
+static void sworld_close(sworld *w)
+{
     for (int q = 0; q < w->n; q++) {
-        if (w->r[q].comm) shm()->destroy(w->r[q].comm);
+        if (w->r[q].comm)
+            shm()->destroy(w->r[q].comm);
         w->r[q].comm = NULL;
         free(w->r[q].buf);
         free(w->r[q].out);
@@ -109,20 +127,28 @@ static void sworld_close(sworld *w) {
     }
 }
 
-static float val(int rank, size_t i) { return (float)((int)((i * 7 + (size_t)rank * 13) % 1001) - 500) * 0.37f + (float)rank * 0.001f; }
+static float val(int rank, size_t i)
+{
+    return (float)((int)((i * 7 + (size_t)rank * 13) % 1001) - 500) * 0.37f + (float)rank * 0.001f;
+}
 
 /* One collective of the given mode on rank r's buffers (modes as sworld.mode); the RS result of
  * modes 2 and 3 is kept in r->out. */
-static int run_mode(srank *r, size_t count, int mode, rm_redop op) {
+static int run_mode(srank *r, size_t count, int mode, rm_redop op)
+{
     size_t off = rm_shard_off(count, r->w->n, r->rank), len = rm_shard_len(count, r->w->n, r->rank);
     int rc = RM_EINVAL;
     switch (mode) {
-    case 0: rc = shm()->allreduce(r->comm, r->buf, count, RM_DT_F32, op, &r->err); break;
-    case 1: rc = shm()->allreduce_oop(r->comm, r->buf, r->out, count, RM_DT_F32, op, &r->err); break;
+    case 0:
+        rc = shm()->allreduce(r->comm, r->buf, count, RM_DT_F32, op, &r->err);
+        break;
+    case 1:
+        rc = shm()->allreduce_oop(r->comm, r->buf, r->out, count, RM_DT_F32, op, &r->err);
+        break;
     case 2:
         rc = shm()->reduce_scatter(r->comm, r->buf, r->shard, count, RM_DT_F32, op, &r->err);
         if (!rc) {
-            memcpy(r->out, r->shard, len * sizeof(float));   /* keep the RS result */
+            memcpy(r->out, r->shard, len * sizeof(float)); /* keep the RS result */
             rc = shm()->all_gather(r->comm, r->shard, r->buf, count, RM_DT_F32, &r->err);
         }
         break;
@@ -137,12 +163,16 @@ static int run_mode(srank *r, size_t count, int mode, rm_redop op) {
     return rc;
 }
 
-static void *coll_thread(void *arg) {
+static void *coll_thread(void *arg)
+{
     srank *r = arg;
     sworld *w = r->w;
     size_t count = w->count;
     double t0 = rm_mono();
-    if (w->behave[r->rank] == 1) { r->rc = 0; return NULL; }
+    if (w->behave[r->rank] == 1) {
+        r->rc = 0;
+        return NULL;
+    }
     if (w->behave[r->rank] == 2) {
         shm()->destroy(r->comm);
         r->comm = NULL;
@@ -155,7 +185,8 @@ static void *coll_thread(void *arg) {
 }
 
 /* Returns the number of mismatches (0 = exact and identical across ranks). */
-static long check_world(int n, size_t count, rm_redop op, int mode) {
+static long check_world(int n, size_t count, rm_redop op, int mode)
+{
     sworld w;
     sworld_make(&w, n);
     w.count = count;
@@ -163,7 +194,8 @@ static long check_world(int n, size_t count, rm_redop op, int mode) {
     w.mode = mode;
     if (sworld_init(&w)) {
         for (int q = 0; q < n; q++)
-            if (w.r[q].init_rc) fprintf(stderr, "init rank %d: %s\n", q, w.r[q].err.msg);
+            if (w.r[q].init_rc)
+                fprintf(stderr, "init rank %d: %s\n", q, w.r[q].err.msg);
         sworld_close(&w);
         return -1;
     }
@@ -172,7 +204,8 @@ static long check_world(int n, size_t count, rm_redop op, int mode) {
         w.r[q].buf = malloc(cap * sizeof(float));
         w.r[q].out = calloc(cap, sizeof(float));
         w.r[q].shard = calloc(cap, sizeof(float));
-        for (size_t i = 0; i < count; i++) w.r[q].buf[i] = val(q, i);
+        for (size_t i = 0; i < count; i++)
+            w.r[q].buf[i] = val(q, i);
     }
     run_all(&w, coll_thread);
     long bad = 0;
@@ -184,55 +217,66 @@ static long check_world(int n, size_t count, rm_redop op, int mode) {
     const float inv = 1.0f / (float)n;
     for (size_t i = 0; i < count && !bad; i++) {
         float ref = val(0, i);
-        for (int q = 1; q < n; q++) ref += val(q, i);
-        if (op == RM_OP_AVG) ref *= inv;
+        for (int q = 1; q < n; q++)
+            ref += val(q, i);
+        if (op == RM_OP_AVG)
+            ref *= inv;
         for (int q = 0; q < n; q++) {
             const float *res = mode == 1 ? w.r[q].out : w.r[q].buf;
-            if (memcmp(&res[i], &ref, sizeof ref) != 0) bad++;
+            if (memcmp(&res[i], &ref, sizeof ref) != 0)
+                bad++;
         }
-        if (mode >= 2) {   /* the reduce-scatter's own shard held the same value */
+        if (mode >= 2) { /* the reduce-scatter's own shard held the same value */
             int owner = rm_shard_owner(count, n, i);
             size_t off = rm_shard_off(count, n, owner);
-            if (memcmp(&w.r[owner].out[i - off], &ref, sizeof ref) != 0) bad++;
+            if (memcmp(&w.r[owner].out[i - off], &ref, sizeof ref) != 0)
+                bad++;
         }
     }
     sworld_close(&w);
     return bad;
 }
 
-static int suite_init(void) {
+static int suite_init(void)
+{
     /* small staging areas: 4 KiB per rank and set, so modest counts take many pipelined rounds */
     setenv("RINGMASTER_SHM_STAGE_BYTES", "4096", 1);
     return 0;
 }
-static int suite_clean(void) {
+static int suite_clean(void)
+{
     unsetenv("RINGMASTER_SHM_STAGE_BYTES");
     return 0;
 }
 
-static void test_table(void) {
+static void test_table(void)
+{
     CU_ASSERT_PTR_NOT_NULL_FATAL(shm());
     CU_ASSERT_STRING_EQUAL(shm()->name, "shm");
 }
 
-static void test_sizes(void) {
+static void test_sizes(void)
+{
     for (int n = 2; n <= MAXW; n++) {
         size_t counts[] = {0, 1, (size_t)n - 1, (size_t)2 * n + 1, 4099};
         for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
             long bad = check_world(n, counts[k], RM_OP_SUM, 0);
-            if (bad) fprintf(stderr, "n=%d count=%zu: %ld mismatches\n", n, counts[k], bad);
+            if (bad)
+                fprintf(stderr, "n=%d count=%zu: %ld mismatches\n", n, counts[k], bad);
             CU_ASSERT_EQUAL(bad, 0);
         }
     }
 }
 
-static void test_oop_avg_and_sharded(void) {
+static void test_oop_avg_and_sharded(void)
+{
     for (int n = 2; n <= MAXW; n += 3) {
         size_t counts[] = {1, (size_t)n - 1, 1001, 5003};
         for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++)
             for (int mode = 1; mode <= 3; mode++) {
                 long bad = check_world(n, counts[k], mode == 1 ? RM_OP_AVG : RM_OP_SUM, mode);
-                if (bad) fprintf(stderr, "n=%d count=%zu mode=%d: %ld\n", n, counts[k], mode, bad);
+                if (bad)
+                    fprintf(stderr, "n=%d count=%zu mode=%d: %ld\n", n, counts[k], mode, bad);
                 CU_ASSERT_EQUAL(bad, 0);
             }
         long bad = check_world(n, 777, RM_OP_AVG, 0);
@@ -240,14 +284,16 @@ static void test_oop_avg_and_sharded(void) {
     }
 }
 
-static void test_large_default_stage(void) {
+static void test_large_default_stage(void)
+{
     unsetenv("RINGMASTER_SHM_STAGE_BYTES");
-    CU_ASSERT_EQUAL(check_world(2, (size_t)3 << 20 | 5, RM_OP_SUM, 0), 0);   /* 12 MiB, 6 rounds */
+    CU_ASSERT_EQUAL(check_world(2, (size_t)3 << 20 | 5, RM_OP_SUM, 0), 0); /* 12 MiB, 6 rounds */
     CU_ASSERT_EQUAL(check_world(4, (size_t)1 << 20, RM_OP_AVG, 1), 0);
     setenv("RINGMASTER_SHM_STAGE_BYTES", "4096", 1);
 }
 
-static void test_repeated_calls_and_barrier(void) {
+static void test_repeated_calls_and_barrier(void)
+{
     sworld w;
     sworld_make(&w, 3);
     CU_ASSERT_EQUAL_FATAL(sworld_init(&w), 0);
@@ -257,14 +303,17 @@ static void test_repeated_calls_and_barrier(void) {
         for (int q = 0; q < 3; q++) {
             free(w.r[q].buf);
             w.r[q].buf = malloc((w.count + 1) * sizeof(float));
-            for (size_t i = 0; i < w.count; i++) w.r[q].buf[i] = val(q, i + (size_t)it);
+            for (size_t i = 0; i < w.count; i++)
+                w.r[q].buf[i] = val(q, i + (size_t)it);
         }
         run_all(&w, coll_thread);
-        for (int q = 0; q < 3; q++) CU_ASSERT_EQUAL(w.r[q].rc, 0);
+        for (int q = 0; q < 3; q++)
+            CU_ASSERT_EQUAL(w.r[q].rc, 0);
         for (size_t i = 0; i < w.count; i++) {
             float ref = val(0, i + (size_t)it) + val(1, i + (size_t)it) + val(2, i + (size_t)it);
             CU_ASSERT_TRUE(memcmp(&w.r[1].buf[i], &ref, 4) == 0 && memcmp(&w.r[2].buf[i], &ref, 4) == 0);
-            if (memcmp(&w.r[1].buf[i], &ref, 4) != 0) break;
+            if (memcmp(&w.r[1].buf[i], &ref, 4) != 0)
+                break;
         }
     }
     sworld_close(&w);
@@ -274,7 +323,8 @@ static void test_repeated_calls_and_barrier(void) {
  * (one rank starts each call 1 ms late, in turn), so ranks drift through the pipelined buffer sets
  * and an allreduce's deferred gather meets the next call's rounds; checks its own results. */
 #define MIXED_ITERS 12
-static void *mixed_thread(void *arg) {
+static void *mixed_thread(void *arg)
+{
     srank *r = arg;
     int n = r->w->n;
     size_t cap = 3001 + (MIXED_ITERS - 1) * 977;
@@ -286,31 +336,40 @@ static void *mixed_thread(void *arg) {
         size_t count = 3001 + (size_t)it * 977;
         int mode = it % 4;
         rm_redop op = mode < 2 && it % 3 == 1 ? RM_OP_AVG : RM_OP_SUM;
-        for (size_t i = 0; i < count; i++) r->buf[i] = val(r->rank, i + (size_t)it);
-        if (r->rank == it % n) usleep(1000);
-        if ((r->rc = run_mode(r, count, mode, op))) break;
+        for (size_t i = 0; i < count; i++)
+            r->buf[i] = val(r->rank, i + (size_t)it);
+        if (r->rank == it % n)
+            usleep(1000);
+        if ((r->rc = run_mode(r, count, mode, op)))
+            break;
         size_t off = rm_shard_off(count, n, r->rank), len = rm_shard_len(count, n, r->rank);
         for (size_t i = 0; i < count; i++) {
             float ref = val(0, i + (size_t)it);
-            for (int q = 1; q < n; q++) ref += val(q, i + (size_t)it);
-            if (op == RM_OP_AVG) ref *= 1.0f / (float)n;
+            for (int q = 1; q < n; q++)
+                ref += val(q, i + (size_t)it);
+            if (op == RM_OP_AVG)
+                ref *= 1.0f / (float)n;
             const float *res = mode == 1 ? r->out : r->buf;
-            if (memcmp(&res[i], &ref, sizeof ref) != 0) bad++;
-            if (mode >= 2 && i >= off && i < off + len && memcmp(&r->out[i - off], &ref, sizeof ref) != 0) bad++;
+            if (memcmp(&res[i], &ref, sizeof ref) != 0)
+                bad++;
+            if (mode >= 2 && i >= off && i < off + len && memcmp(&r->out[i - off], &ref, sizeof ref) != 0)
+                bad++;
         }
     }
     r->bad = bad;
     return NULL;
 }
 
-static void test_mixed_sequence_drifting(void) {
+static void test_mixed_sequence_drifting(void)
+{
     for (int n = 2; n <= 4; n++) {
         sworld w;
         sworld_make(&w, n);
         CU_ASSERT_EQUAL_FATAL(sworld_init(&w), 0);
         run_all(&w, mixed_thread);
         for (int q = 0; q < n; q++) {
-            if (w.r[q].rc) fprintf(stderr, "n=%d rank %d: %s\n", n, q, w.r[q].err.msg);
+            if (w.r[q].rc)
+                fprintf(stderr, "n=%d rank %d: %s\n", n, q, w.r[q].err.msg);
             CU_ASSERT_EQUAL(w.r[q].rc, 0);
             CU_ASSERT_EQUAL(w.r[q].bad, 0);
         }
@@ -318,14 +377,15 @@ static void test_mixed_sequence_drifting(void) {
     }
 }
 
-static void test_bad_args(void) {
+static void test_bad_args(void)
+{
     sworld w;
     sworld_make(&w, 2);
     snprintf(w.peers[1].addr, sizeof w.peers[1].addr, "127.0.0.2:%d", 5000);
     rm_comm_cfg c = cfg_of(&w, 0);
     rm_comm *cm = NULL;
     rm_err e = {0};
-    CU_ASSERT_EQUAL(shm()->init(&c, &cm, &e), RM_EUNSUPPORTED);   /* two hosts */
+    CU_ASSERT_EQUAL(shm()->init(&c, &cm, &e), RM_EUNSUPPORTED); /* two hosts */
     CU_ASSERT_PTR_NULL(cm);
     c.rank = 2;
     CU_ASSERT_EQUAL(shm()->init(&c, &cm, &e), RM_EINVAL);
@@ -338,7 +398,8 @@ static void test_bad_args(void) {
 }
 
 /* mismatched collectives: RM_EPROTO on every rank, not a hang or garbage */
-static void *mismatch_thread(void *arg) {
+static void *mismatch_thread(void *arg)
+{
     srank *r = arg;
     size_t count = r->rank == 0 ? 100 : 101;
     r->buf = calloc(count, sizeof(float));
@@ -346,62 +407,76 @@ static void *mismatch_thread(void *arg) {
     return NULL;
 }
 
-static void test_mismatch_is_eproto(void) {
+static void test_mismatch_is_eproto(void)
+{
     sworld w;
     sworld_make(&w, 2);
     w.timeout_s = 2;
     CU_ASSERT_EQUAL_FATAL(sworld_init(&w), 0);
     run_all(&w, mismatch_thread);
-    for (int q = 0; q < 2; q++) CU_ASSERT_TRUE(w.r[q].rc == RM_EPROTO || w.r[q].rc == RM_ECLOSED);
+    for (int q = 0; q < 2; q++)
+        CU_ASSERT_TRUE(w.r[q].rc == RM_EPROTO || w.r[q].rc == RM_ECLOSED);
     CU_ASSERT_TRUE(w.r[0].rc == RM_EPROTO || w.r[1].rc == RM_EPROTO);
     sworld_close(&w);
 }
 
-static void dead_or_hung(int behave, int want) {
+static void dead_or_hung(int behave, int want)
+{
     sworld w;
     sworld_make(&w, 4);
     w.timeout_s = 1.5;
     w.count = 50000;
     CU_ASSERT_EQUAL_FATAL(sworld_init(&w), 0);
-    for (int q = 0; q < 4; q++) w.r[q].buf = calloc(w.count, sizeof(float));
+    for (int q = 0; q < 4; q++)
+        w.r[q].buf = calloc(w.count, sizeof(float));
     w.behave[2] = behave;
     double t0 = rm_mono();
     run_all(&w, coll_thread);
     double el = rm_mono() - t0;
     int seen = 0;
     for (int q = 0; q < 4; q++) {
-        if (q == 2) continue;
+        if (q == 2)
+            continue;
         /* the first to notice reports `want`; it marks the segment failed, so the others may
          * report RM_ECLOSED ("rank k failed") first */
         seen += w.r[q].rc == want;
         CU_ASSERT_TRUE(w.r[q].rc == want || w.r[q].rc == RM_ECLOSED);
-        if (w.r[q].rc != want) fprintf(stderr, "rank %d rc=%d %s\n", q, w.r[q].rc, w.r[q].err.msg);
+        if (w.r[q].rc != want)
+            fprintf(stderr, "rank %d rc=%d %s\n", q, w.r[q].rc, w.r[q].err.msg);
     }
     CU_ASSERT_TRUE(seen >= 1);
-    CU_ASSERT_TRUE(el < w.timeout_s + 3);   /* bounded: never a hang */
+    CU_ASSERT_TRUE(el < w.timeout_s + 3); /* bounded: never a hang */
     /* a broken comm stays broken */
     rm_err e = {0};
     CU_ASSERT_NOT_EQUAL(shm()->allreduce(w.r[0].comm, w.r[0].buf, 10, RM_DT_F32, RM_OP_SUM, &e), 0);
     sworld_close(&w);
 }
 
-static void test_peer_leaves(void) { dead_or_hung(2, RM_ECLOSED); }
-static void test_peer_hangs(void) { dead_or_hung(1, RM_ETIMEDOUT); }
+static void test_peer_leaves(void)
+{
+    dead_or_hung(2, RM_ECLOSED);
+}
+static void test_peer_hangs(void)
+{
+    dead_or_hung(1, RM_ETIMEDOUT);
+}
 
-static void *abort_later(void *arg) {
+static void *abort_later(void *arg)
+{
     usleep(200000);
     shm()->abort((rm_comm *)arg);
     return NULL;
 }
 
-static void test_abort(void) {
+static void test_abort(void)
+{
     sworld w;
     sworld_make(&w, 2);
     w.timeout_s = 20;
     w.count = 1000;
     CU_ASSERT_EQUAL_FATAL(sworld_init(&w), 0);
     w.r[0].buf = calloc(w.count, sizeof(float));
-    w.behave[1] = 1;   /* rank 1 never comes: rank 0 blocks until aborted */
+    w.behave[1] = 1; /* rank 1 never comes: rank 0 blocks until aborted */
     pthread_t a;
     pthread_create(&a, NULL, abort_later, w.r[0].comm);
     double t0 = rm_mono();
@@ -414,7 +489,8 @@ static void test_abort(void) {
 
 /* ---- processes ---------------------------------------------------------------------------- */
 
-static int shm_exists(const char *name) {
+static int shm_exists(const char *name)
+{
     char p[128];
     snprintf(p, sizeof p, "/dev/shm%s", name);
     struct stat st;
@@ -423,36 +499,43 @@ static int shm_exists(const char *name) {
 
 /* A forked rank: init; write 1 byte to ready_fd; then `iters` allreduces of count (0 = forever
  * until an error). Exit status: 0 ok, 10 + (-rc) on a collective error, 50 + (-rc) on init error. */
-static void child_rank(sworld *w, int q, int ready_fd, size_t count, int iters) {
+static void child_rank(sworld *w, int q, int ready_fd, size_t count, int iters)
+{
     rm_comm_cfg c = cfg_of(w, q);
     rm_comm *cm = NULL;
     rm_err e = {0};
     int rc = shm()->init(&c, &cm, &e);
-    if (rc) _exit(50 - rc);
-    if (ready_fd >= 0 && write(ready_fd, "r", 1) != 1) _exit(99);
+    if (rc)
+        _exit(50 - rc);
+    if (ready_fd >= 0 && write(ready_fd, "r", 1) != 1)
+        _exit(99);
     float *buf = calloc(count, sizeof(float));
     for (int it = 0; iters == 0 || it < iters; it++) {
         rc = shm()->allreduce(cm, buf, count, RM_DT_F32, RM_OP_SUM, &e);
-        if (rc) _exit(10 - rc);
+        if (rc)
+            _exit(10 - rc);
     }
     shm()->destroy(cm);
     _exit(0);
 }
 
-static int wait_exit(pid_t pid, double timeout_s) {
+static int wait_exit(pid_t pid, double timeout_s)
+{
     double end = rm_mono() + timeout_s;
     int st = 0;
     while (rm_mono() < end) {
         pid_t r = waitpid(pid, &st, WNOHANG);
-        if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        if (r == pid)
+            return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
         usleep(10000);
     }
     kill(pid, SIGKILL);
     waitpid(pid, &st, 0);
-    return -1;   /* hung */
+    return -1; /* hung */
 }
 
-static void test_procs_normal_exit_leaves_nothing(void) {
+static void test_procs_normal_exit_leaves_nothing(void)
+{
     sworld w;
     sworld_make(&w, 3);
     char name[RM_COMM_SHM_NAME_MAX];
@@ -460,12 +543,15 @@ static void test_procs_normal_exit_leaves_nothing(void) {
     CU_ASSERT_EQUAL_FATAL(rm_comm_shm_segment_name(&c, name, NULL), 0);
     pid_t pid[3];
     for (int q = 0; q < 3; q++)
-        if ((pid[q] = fork()) == 0) child_rank(&w, q, -1, 3000, 50);
-    for (int q = 0; q < 3; q++) CU_ASSERT_EQUAL(wait_exit(pid[q], 30), 0);
+        if ((pid[q] = fork()) == 0)
+            child_rank(&w, q, -1, 3000, 50);
+    for (int q = 0; q < 3; q++)
+        CU_ASSERT_EQUAL(wait_exit(pid[q], 30), 0);
     CU_ASSERT_FALSE(shm_exists(name));
 }
 
-static void test_procs_kill9_mid_collective(void) {
+static void test_procs_kill9_mid_collective(void)
+{
     for (int victim = 0; victim < 3; victim++) {
         sworld w;
         sworld_make(&w, 3);
@@ -486,28 +572,32 @@ static void test_procs_kill9_mid_collective(void) {
         size_t got = 0;
         while (got < 3) {
             ssize_t k = read(pfd[0], b, 3 - got);
-            if (k <= 0) break;
+            if (k <= 0)
+                break;
             got += (size_t)k;
         }
         close(pfd[0]);
         CU_ASSERT_EQUAL(got, 3);
-        CU_ASSERT_FALSE(shm_exists(name));   /* unlinked as soon as all attached */
-        usleep(100000);                      /* mid-collective loop */
+        CU_ASSERT_FALSE(shm_exists(name)); /* unlinked as soon as all attached */
+        usleep(100000);                    /* mid-collective loop */
         double t0 = rm_mono();
         kill(pid[victim], SIGKILL);
         for (int q = 0; q < 3; q++) {
             int st = wait_exit(pid[q], w.timeout_s + 10);
-            if (q == victim) continue;
+            if (q == victim)
+                continue;
             /* 10 - RM_ECLOSED (pid gone / peer failed) or 10 - RM_ETIMEDOUT; never a hang */
             CU_ASSERT_TRUE(st == 10 - RM_ECLOSED || st == 10 - RM_ETIMEDOUT);
-            if (!(st == 10 - RM_ECLOSED || st == 10 - RM_ETIMEDOUT)) fprintf(stderr, "rank %d status %d\n", q, st);
+            if (!(st == 10 - RM_ECLOSED || st == 10 - RM_ETIMEDOUT))
+                fprintf(stderr, "rank %d status %d\n", q, st);
         }
         CU_ASSERT_TRUE(rm_mono() - t0 < w.timeout_s + 5);
         CU_ASSERT_FALSE(shm_exists(name));
     }
 }
 
-static void test_procs_kill9_during_formation(void) {
+static void test_procs_kill9_during_formation(void)
+{
     /* rank 0 creates and is killed before rank 2 ever comes; rank 1 (attached) times out and
      * unlinks: nothing left. */
     sworld w;
@@ -517,12 +607,15 @@ static void test_procs_kill9_during_formation(void) {
     rm_comm_cfg c = cfg_of(&w, 0);
     CU_ASSERT_EQUAL_FATAL(rm_comm_shm_segment_name(&c, name, NULL), 0);
     pid_t p0 = fork();
-    if (p0 == 0) child_rank(&w, 0, -1, 10, 1);
+    if (p0 == 0)
+        child_rank(&w, 0, -1, 10, 1);
     pid_t p1 = fork();
-    if (p1 == 0) child_rank(&w, 1, -1, 10, 1);
+    if (p1 == 0)
+        child_rank(&w, 1, -1, 10, 1);
     double end = rm_mono() + 5;
-    while (!shm_exists(name) && rm_mono() < end) usleep(5000);
-    CU_ASSERT_TRUE(shm_exists(name));   /* formation in progress: the segment is there */
+    while (!shm_exists(name) && rm_mono() < end)
+        usleep(5000);
+    CU_ASSERT_TRUE(shm_exists(name)); /* formation in progress: the segment is there */
     usleep(200000);
     kill(p0, SIGKILL);
     wait_exit(p0, 5);
@@ -531,7 +624,8 @@ static void test_procs_kill9_during_formation(void) {
     CU_ASSERT_FALSE(shm_exists(name));
 }
 
-static void test_procs_stranger_refused(void) {
+static void test_procs_stranger_refused(void)
+{
     /* ranks 0 and 1 hold the token; "rank 2" does not, even knowing the segment's name (as if it
      * had listed /dev/shm): it is refused with RM_EAUTH, the formation fails, nothing is left. */
     sworld w;
@@ -570,7 +664,8 @@ static void test_procs_stranger_refused(void) {
     sworld_close(&w);
 }
 
-void rm_suite_shm(void) {
+void rm_suite_shm(void)
+{
     static rm_test_case cases[] = {
         {"table", test_table},
         {"sizes x world 2..8 (exact vs naive)", test_sizes},

@@ -12,8 +12,14 @@
 #include "worker/data/reader.h"
 
 static char *g_dir;
-static int setup(void) { return (g_dir = rm_test_tmpdir("stream")) ? 0 : 1; }
-static int teardown(void) { return rm_test_tmpdir_free(&g_dir); }
+static int setup(void)
+{
+    return (g_dir = rm_test_tmpdir("stream")) ? 0 : 1;
+}
+static int teardown(void)
+{
+    return rm_test_tmpdir_free(&g_dir);
+}
 
 static rm_training_spec spec(const char *src, rm_data_format f, int context, int vocab, double frac)
 {
@@ -36,7 +42,7 @@ static void test_text_windows(void)
     snprintf(path, sizeof path, "%s/corpus.txt", g_dir);
     rm_test_write_file(path, body, sizeof body);
     rm_training_spec t = spec(path, RM_DATA_TEXT, 4, 0, 0.2);
-    rm_err e = { 0 };
+    rm_err e = {0};
     rm_data tr, va;
     CU_ASSERT_EQUAL_FATAL(rm_data_open(&t, RM_SPLIT_TRAIN, &tr, &e), RM_OK);
     CU_ASSERT_EQUAL_FATAL(rm_data_open(&t, RM_SPLIT_TEST, &va, &e), RM_OK);
@@ -50,12 +56,12 @@ static void test_text_windows(void)
     uint32_t perm[20];
     for (int i = 0; i < 20; i++)
         perm[i] = (uint32_t)(19 - i);
-    rm_data_gather_rows(&tr, perm, 0, 1, 2, 2, x, y);   /* rank 1 of 2: perm[1], perm[3] = 18, 16 */
+    rm_data_gather_rows(&tr, perm, 0, 1, 2, 2, x, y); /* rank 1 of 2: perm[1], perm[3] = 18, 16 */
     CU_ASSERT_EQUAL(x[0], (unsigned char)body[18 * 4]);
     CU_ASSERT_EQUAL(y[0], (unsigned char)body[18 * 4 + 1]);
     CU_ASSERT_EQUAL(y[3], (unsigned char)body[18 * 4 + 4]);
     CU_ASSERT_EQUAL(x[4], (unsigned char)body[16 * 4]);
-    rm_data_slice_rows(&va, 3, 1, x, y);   /* the validation split starts at byte 81 */
+    rm_data_slice_rows(&va, 3, 1, x, y); /* the validation split starts at byte 81 */
     CU_ASSERT_EQUAL(x[0], (unsigned char)body[81 + 12]);
     CU_ASSERT_EQUAL(y[3], (unsigned char)body[81 + 16]);
     rm_data_info pi;
@@ -71,7 +77,7 @@ static void test_token_shards(void)
     uint32_t tok[41];
     for (int i = 0; i < 41; i++)
         tok[i] = (uint32_t)(i * 7 % 50);
-    rm_err e = { 0 };
+    rm_err e = {0};
     /* one file, uint16 (version 1): the last 10% validation */
     snprintf(path, sizeof path, "%s/one.bin", g_dir);
     CU_ASSERT_EQUAL_FATAL(rm_tok_write_shard(path, tok, 41, &e), RM_OK);
@@ -83,7 +89,7 @@ static void test_token_shards(void)
     rm_training_spec t = spec(path, RM_DATA_TOKENS, 8, 50, 0.1);
     rm_data d;
     CU_ASSERT_EQUAL_FATAL(rm_data_open(&t, RM_SPLIT_TRAIN, &d, &e), RM_OK);
-    CU_ASSERT_EQUAL(d.info.n, (41 - 4 - 1) / 8);   /* 37 training tokens: 4 windows */
+    CU_ASSERT_EQUAL(d.info.n, (41 - 4 - 1) / 8); /* 37 training tokens: 4 windows */
     int32_t x[8], y[8];
     rm_data_slice_rows(&d, 2, 1, x, y);
     CU_ASSERT_EQUAL(x[0], (int32_t)tok[16]);
@@ -113,7 +119,7 @@ static void test_token_shards(void)
     t = spec(dir, RM_DATA_TOKENS, 8, 80000, 0);
     CU_ASSERT_EQUAL_FATAL(rm_data_open(&t, RM_SPLIT_TRAIN, &d, &e), RM_OK);
     CU_ASSERT_EQUAL(d.info.n, 3);
-    rm_data_slice_rows(&d, 2, 1, x, y);   /* window 2 = the first of shard _000001 (name order) */
+    rm_data_slice_rows(&d, 2, 1, x, y); /* window 2 = the first of shard _000001 (name order) */
     CU_ASSERT_EQUAL(x[3], 70000);
     CU_ASSERT_EQUAL(y[7], (int32_t)tok[8]);
     rm_data_close(&d);
@@ -144,7 +150,7 @@ static void expect_refused(const char *name, int context, const char *want)
     snprintf(path, sizeof path, "%s/%s", g_dir, name);
     rm_training_spec t = spec(path, RM_DATA_TOKENS, context, 100, 0.5);
     rm_data d;
-    rm_err e = { 0 };
+    rm_err e = {0};
     int rc = rm_data_open(&t, RM_SPLIT_TRAIN, &d, &e);
     CU_ASSERT_NOT_EQUAL(rc, RM_OK);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, want));
@@ -177,8 +183,8 @@ static void test_bad_files(void)
     snprintf(dir, sizeof dir, "%s/trainonly", g_dir);
     CU_ASSERT_EQUAL_FATAL(mkdir(dir, 0755), 0);
     snprintf(path, sizeof path, "%s/x_train_000000.bin", dir);
-    uint32_t tok[20] = { 0 };
-    rm_err e = { 0 };
+    uint32_t tok[20] = {0};
+    rm_err e = {0};
     CU_ASSERT_EQUAL_FATAL(rm_tok_write_shard(path, tok, 20, &e), RM_OK);
     rm_training_spec t = spec(dir, RM_DATA_TOKENS, 4, 10, 0);
     rm_data d;
@@ -189,9 +195,9 @@ static void test_bad_files(void)
 void rm_suite_stream(void)
 {
     static const rm_test_case cases[] = {
-        { "text_windows", test_text_windows },
-        { "token_shards", test_token_shards },
-        { "bad_files", test_bad_files },
+        {"text_windows", test_text_windows},
+        {"token_shards", test_token_shards},
+        {"bad_files", test_bad_files},
     };
     RM_ADD_SUITE("stream", setup, teardown, cases);
 }

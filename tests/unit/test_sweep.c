@@ -12,11 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char head[] =
-    "apiVersion: ringmaster.dev/v1alpha1\n"
-    "kind: TrainingSweep\n"
-    "metadata: {name: lr-sweep}\n"
-    "spec:\n";
+static const char head[] = "apiVersion: ringmaster.dev/v1alpha1\n"
+                           "kind: TrainingSweep\n"
+                           "metadata: {name: lr-sweep}\n"
+                           "spec:\n";
 
 static const char base_body[] =
     "  algorithm: grid\n"
@@ -92,7 +91,9 @@ static void test_parse_base(void)
 
 static void test_rejects(void)
 {
-    static const struct { const char *body, *field, *msg; } cases[] = {
+    static const struct {
+        const char *body, *field, *msg;
+    } cases[] = {
         {"  parameters:\n  - {path: training.optimizer.lr, values: [0.1]}\n"
          "  - {path: training.optimizer.lrr, values: [0.1]}\n  trialTemplate: {replicas: 1}\n",
          "spec.parameters[1].path",
@@ -101,8 +102,7 @@ static void test_rejects(void)
          "spec.parameters[0].path",
          "spec.parameters[0].path: training.foo.bar is not a TrainingJob spec field"},
         {"  parameters:\n  - {path: replicass, values: [1]}\n  trialTemplate: {replicas: 1}\n",
-         "spec.parameters[0].path",
-         "spec.parameters[0].path: replicass is not a TrainingJob spec field"},
+         "spec.parameters[0].path", "spec.parameters[0].path: replicass is not a TrainingJob spec field"},
         {"  parameters:\n  - {path: training.model.hidden.width, values: [1]}\n"
          "  trialTemplate: {training: {model: {hidden: [64]}}}\n",
          "spec.parameters[0].path", NULL},
@@ -138,41 +138,48 @@ static void test_rejects(void)
         {"  parameters:\n  - {path: training.optimizer.lr, values: [0.1]}\n"
          "  - {path: training.optimizer.lr, values: [0.2]}\n  trialTemplate: {replicas: 1}\n",
          "spec.parameters[1].path", NULL},
-        {"  parameters:\n  - {path: training.optimizer.lr, values: [0.1]}\n",
-         "spec.trialTemplate", "spec.trialTemplate: required"},
+        {"  parameters:\n  - {path: training.optimizer.lr, values: [0.1]}\n", "spec.trialTemplate",
+         "spec.trialTemplate: required"},
         {"  parameters:\n  - {path: training.optimizer.lr, values: [0.1]}\n"
-         "  trialTemplate: {replicas: 0}\n", "spec.trialTemplate.replicas", NULL},
+         "  trialTemplate: {replicas: 0}\n",
+         "spec.trialTemplate.replicas", NULL},
         {"  parameters:\n  - {path: training.optimizer.lr, values: [0.1]}\n"
-         "  trialTemplate: {replicas: 1, bogus: 2}\n", "spec.trialTemplate.bogus", NULL},
+         "  trialTemplate: {replicas: 1, bogus: 2}\n",
+         "spec.trialTemplate.bogus", NULL},
         {"  algorithm: random\n  parameters:\n  - {path: training.optimizer.lr, min: 0.01, max: 0.1}\n"
-         "  trialTemplate: {replicas: 1}\n", "spec.maxTrials",
-         "spec.maxTrials: required with algorithm: random"},
+         "  trialTemplate: {replicas: 1}\n",
+         "spec.maxTrials", "spec.maxTrials: required with algorithm: random"},
         {"  algorithm: bayes\n  parameters:\n  - {path: training.optimizer.lr, values: [0.1]}\n"
-         "  trialTemplate: {replicas: 1}\n", "spec.algorithm", NULL},
+         "  trialTemplate: {replicas: 1}\n",
+         "spec.algorithm", NULL},
         {"  parallelTrials: 0\n  parameters:\n  - {path: training.optimizer.lr, values: [0.1]}\n"
-         "  trialTemplate: {replicas: 1}\n", "spec.parallelTrials", NULL},
+         "  trialTemplate: {replicas: 1}\n",
+         "spec.parallelTrials", NULL},
         {"  objective: {metric: accuracy}\n  parameters:\n  - {path: training.optimizer.lr, values: [0.1]}\n"
-         "  trialTemplate: {replicas: 1}\n", "spec.objective.metric", NULL},
+         "  trialTemplate: {replicas: 1}\n",
+         "spec.objective.metric", NULL},
         {"  earlyStopping: {rule: median, startEpoch: 0}\n  parameters:\n"
          "  - {path: training.optimizer.lr, values: [0.1]}\n  trialTemplate: {replicas: 1}\n",
          "spec.earlyStopping.startEpoch", NULL},
         {"  parameters: []\n  trialTemplate: {replicas: 1}\n", "spec.parameters", NULL},
         {"  maxTrial: 3\n  parameters:\n  - {path: training.optimizer.lr, values: [0.1]}\n"
-         "  trialTemplate: {replicas: 1}\n", "spec.maxTrial", NULL},
+         "  trialTemplate: {replicas: 1}\n",
+         "spec.maxTrial", NULL},
         {"  parameters:\n  - {path: training.optimizer.lr, min: 0.001, max: 1, count: 65}\n"
-         "  trialTemplate: {replicas: 1}\n", "spec.parameters[0].count", NULL},
+         "  trialTemplate: {replicas: 1}\n",
+         "spec.parameters[0].count", NULL},
         /* a combination only: a global batch above the dataset */
         {"  parameters:\n  - {path: replicas, values: [1, 64]}\n"
          "  - {path: training.batchSizePerWorker, values: [64, 1024]}\n"
-         "  trialTemplate: {replicas: 1}\n", "spec.parameters", NULL},
+         "  trialTemplate: {replicas: 1}\n",
+         "spec.parameters", NULL},
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
         rm_sweep sw;
         rm_err e = {0};
         int rc = parse_text(cases[i].body, &sw, &e);
         CU_ASSERT_NOT_EQUAL(rc, RM_OK);
-        if (strcmp(e.field, cases[i].field) != 0 ||
-            (cases[i].msg && strcmp(e.msg, cases[i].msg) != 0)) {
+        if (strcmp(e.field, cases[i].field) != 0 || (cases[i].msg && strcmp(e.msg, cases[i].msg) != 0)) {
             fprintf(stderr, "\n  case %zu: field \"%s\" msg \"%s\"\n", i, e.field, e.msg);
             CU_FAIL("wrong field or message");
         }
@@ -183,7 +190,8 @@ static void test_rejects(void)
     rm_sweep sw;
     rm_err e = {0};
     char body[600];
-    snprintf(body, sizeof body, "apiVersion: ringmaster.dev/v1alpha1\nkind: TrainingSweep\n"
+    snprintf(body, sizeof body,
+             "apiVersion: ringmaster.dev/v1alpha1\nkind: TrainingSweep\n"
              "metadata: {name: %s}\nspec:\n  parameters:\n  - {path: training.optimizer.lr, values: "
              "[0.1, 0.2]}\n  trialTemplate: {replicas: 1}\n",
              "a234567890123456789012345678901234567890123456789012345");
@@ -198,20 +206,22 @@ static void test_grid_ranges(void)
 {
     rm_sweep sw;
     rm_err e = {0};
-    CU_ASSERT_EQUAL_FATAL(parse_text(
-        "  maxTrials: 5\n  parameters:\n"
-        "  - {path: training.optimizer.lr, min: 0.001, max: 0.1, scale: log, count: 3}\n"
-        "  - {path: training.batchSizePerWorker, min: 32, max: 256, scale: log, count: 4}\n"
-        "  - {path: training.optimizer.momentum, min: 0.5, max: 0.9, count: 3}\n"
-        "  trialTemplate: {replicas: 1}\n", &sw, &e), RM_OK);
-    CU_ASSERT_EQUAL(sw.spec.trials, 5);   /* the grid has 36 points; maxTrials keeps the first 5 */
+    CU_ASSERT_EQUAL_FATAL(
+        parse_text("  maxTrials: 5\n  parameters:\n"
+                   "  - {path: training.optimizer.lr, min: 0.001, max: 0.1, scale: log, count: 3}\n"
+                   "  - {path: training.batchSizePerWorker, min: 32, max: 256, scale: log, count: 4}\n"
+                   "  - {path: training.optimizer.momentum, min: 0.5, max: 0.9, count: 3}\n"
+                   "  trialTemplate: {replicas: 1}\n",
+                   &sw, &e),
+        RM_OK);
+    CU_ASSERT_EQUAL(sw.spec.trials, 5); /* the grid has 36 points; maxTrials keeps the first 5 */
     const cJSON *lr = sw.spec.params[0].values, *bs = sw.spec.params[1].values,
                 *mo = sw.spec.params[2].values;
     CU_ASSERT_EQUAL(cJSON_GetArraySize(lr), 3);
     CU_ASSERT_DOUBLE_EQUAL(cJSON_GetArrayItem(lr, 0)->valuedouble, 0.001, 1e-12);
     CU_ASSERT_DOUBLE_EQUAL(cJSON_GetArrayItem(lr, 1)->valuedouble, 0.01, 1e-12);
     CU_ASSERT_DOUBLE_EQUAL(cJSON_GetArrayItem(lr, 2)->valuedouble, 0.1, 1e-12);
-    static const int want_bs[] = {32, 64, 128, 256};   /* integral ends: integers */
+    static const int want_bs[] = {32, 64, 128, 256}; /* integral ends: integers */
     for (int k = 0; k < 4; k++)
         CU_ASSERT_EQUAL(cJSON_GetArrayItem(bs, k)->valuedouble, want_bs[k]);
     CU_ASSERT_DOUBLE_EQUAL(cJSON_GetArrayItem(mo, 1)->valuedouble, 0.7, 1e-12);
@@ -226,12 +236,11 @@ static void test_grid_ranges(void)
 
 static void test_random(void)
 {
-    static const char body[] =
-        "  algorithm: random\n  seed: %d\n  maxTrials: 200\n  parameters:\n"
-        "  - {path: training.optimizer.lr, min: 0.0001, max: 1, scale: log}\n"
-        "  - {path: training.batchSizePerWorker, min: 16, max: 64}\n"
-        "  - {path: training.optimizer.type, values: [sgd, adam]}\n"
-        "  trialTemplate: {replicas: 1}\n";
+    static const char body[] = "  algorithm: random\n  seed: %d\n  maxTrials: 200\n  parameters:\n"
+                               "  - {path: training.optimizer.lr, min: 0.0001, max: 1, scale: log}\n"
+                               "  - {path: training.batchSizePerWorker, min: 16, max: 64}\n"
+                               "  - {path: training.optimizer.type, values: [sgd, adam]}\n"
+                               "  trialTemplate: {replicas: 1}\n";
     char b1[600], b2[600], b3[600];
     snprintf(b1, sizeof b1, body, 7);
     snprintf(b2, sizeof b2, body, 7);
@@ -243,7 +252,7 @@ static void test_random(void)
     CU_ASSERT_EQUAL_FATAL(parse_text(b3, &s3, &e), RM_OK);
     CU_ASSERT_EQUAL(s1.spec.trials, 200);
     int below = 0, differ = 0, adam = 0;
-    for (int i = 199; i >= 0; i--) {   /* any order: a trial's values depend only on (seed, i) */
+    for (int i = 199; i >= 0; i--) { /* any order: a trial's values depend only on (seed, i) */
         cJSON *a = rm_sweep_trial_params(&s1, i), *b = rm_sweep_trial_params(&s2, i),
               *c = rm_sweep_trial_params(&s3, i);
         CU_ASSERT(cJSON_Compare(a, b, 1));
@@ -283,7 +292,7 @@ static void test_set_path(void)
     CU_ASSERT_FATAL(lr && iv);
     CU_ASSERT_DOUBLE_EQUAL(lr->valuedouble, 0.5, 0);
     CU_ASSERT_DOUBLE_EQUAL(iv->valuedouble, 0.5, 0);
-    CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(spec, "training")), 2);  /* replaced, not added */
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(cJSON_GetObjectItem(spec, "training")), 2); /* replaced, not added */
     CU_ASSERT_EQUAL(rm_sweep_set_path(spec, "training.model.hidden.x", v, &e), RM_EINVAL);
     CU_ASSERT_EQUAL(rm_sweep_set_path(spec, "training..lr", v, &e), RM_EINVAL);
     CU_ASSERT_EQUAL(rm_sweep_set_path(spec, "", v, &e), RM_EINVAL);
@@ -300,18 +309,18 @@ static void test_median(void)
         bool maximize, stop;
         double median;
     } cases[] = {
-        {0.70, {0.80, 0.85}, 2, 2, true, true, 0.825},     /* below the median: stop */
+        {0.70, {0.80, 0.85}, 2, 2, true, true, 0.825}, /* below the median: stop */
         {0.82, {0.80, 0.85}, 2, 2, true, true, 0.825},
         {0.83, {0.80, 0.85}, 2, 2, true, false, 0.825},
-        {0.825, {0.80, 0.85}, 2, 2, true, false, 0.825},   /* equal is not worse */
+        {0.825, {0.80, 0.85}, 2, 2, true, false, 0.825}, /* equal is not worse */
         {0.90, {0.80, 0.85}, 2, 2, true, false, 0.825},
-        {0.70, {0.80}, 1, 2, true, false, 0.80},           /* too few finished */
+        {0.70, {0.80}, 1, 2, true, false, 0.80}, /* too few finished */
         {0.70, {0.80}, 1, 1, true, true, 0.80},
-        {0.70, {0}, 0, 1, true, false, NAN},               /* none finished */
-        {0.50, {0.3, 0.4, 0.9}, 3, 2, false, true, 0.4},   /* minimizing a loss: above = worse */
+        {0.70, {0}, 0, 1, true, false, NAN},             /* none finished */
+        {0.50, {0.3, 0.4, 0.9}, 3, 2, false, true, 0.4}, /* minimizing a loss: above = worse */
         {0.35, {0.3, 0.4, 0.9}, 3, 2, false, false, 0.4},
         {0.60, {0.9, 0.5, 0.7, 0.8}, 4, 3, true, true, 0.75},
-        {NAN, {0.9, 0.5}, 2, 1, true, false, 0.7},         /* no value: never stop */
+        {NAN, {0.9, 0.5}, 2, 1, true, false, 0.7}, /* no value: never stop */
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
         double med = 0;
@@ -330,12 +339,11 @@ static void test_median(void)
 
 /* ---- reconcile scenarios ---- */
 
-static const char rec_body[] =
-    "  parallelTrials: 2\n"
-    "  earlyStopping: {rule: median, startEpoch: 2, minTrials: 2}\n"
-    "  parameters:\n"
-    "  - {path: training.optimizer.lr, values: [0.01, 0.02, 0.05, 0.1, 0.2]}\n"
-    "  trialTemplate: {replicas: 1, training: {epochs: 4}}\n";
+static const char rec_body[] = "  parallelTrials: 2\n"
+                               "  earlyStopping: {rule: median, startEpoch: 2, minTrials: 2}\n"
+                               "  parameters:\n"
+                               "  - {path: training.optimizer.lr, values: [0.01, 0.02, 0.05, 0.1, 0.2]}\n"
+                               "  trialTemplate: {replicas: 1, training: {epochs: 4}}\n";
 
 static rm_sweep_obs obs_of(int index, rm_trial_phase ph, const double *acc, int n)
 {
@@ -461,7 +469,7 @@ static void test_reconcile_flow(void)
     rm_sweep_action a[16];
     rm_sweep_out out = {.actions = a, .cap = 16};
     CU_ASSERT_EQUAL(rm_sweep_reconcile(&back, o, 5, 150, &out), RM_OK);
-    CU_ASSERT_FALSE(out.status_changed);   /* nothing to write: the operator does not churn */
+    CU_ASSERT_FALSE(out.status_changed); /* nothing to write: the operator does not churn */
     CU_ASSERT_EQUAL(back.status.phase, RM_SWEEP_SUCCEEDED);
     CU_ASSERT_EQUAL(back.status.best, 4);
     CU_ASSERT_EQUAL(back.status.stopped, 1);
@@ -490,7 +498,7 @@ static void test_reconcile_adopt(void)
     o[1] = obs_of(2, RM_TRIAL_RUNNING, NULL, 0);
     o[2] = obs_of(1, RM_TRIAL_RUNNING, NULL, 0);
     pass(&sw, o, 3, 10, acts, sizeof acts);
-    CU_ASSERT_STRING_EQUAL(acts, "");    /* 1 and 2 fill both slots; none re-created */
+    CU_ASSERT_STRING_EQUAL(acts, ""); /* 1 and 2 fill both slots; none re-created */
     CU_ASSERT_EQUAL(sw.status.running, 2);
     CU_ASSERT_EQUAL(sw.status.succeeded, 1);
     /* a created trial whose object vanished before finishing is created again (same name) */
@@ -509,26 +517,30 @@ static void test_reconcile_minimize_and_fail(void)
     rm_sweep sw;
     rm_err e = {0};
     char acts[256];
-    CU_ASSERT_EQUAL_FATAL(parse_text(
-        "  parallelTrials: 3\n  objective: {metric: trainLoss}\n  parameters:\n"
-        "  - {path: training.optimizer.lr, values: [0.01, 0.02, 0.05]}\n"
-        "  trialTemplate: {replicas: 1, training: {epochs: 2}}\n", &sw, &e), RM_OK);
-    CU_ASSERT_FALSE(sw.spec.maximize);   /* trainLoss defaults to minimize */
+    CU_ASSERT_EQUAL_FATAL(parse_text("  parallelTrials: 3\n  objective: {metric: trainLoss}\n  parameters:\n"
+                                     "  - {path: training.optimizer.lr, values: [0.01, 0.02, 0.05]}\n"
+                                     "  trialTemplate: {replicas: 1, training: {epochs: 2}}\n",
+                                     &sw, &e),
+                          RM_OK);
+    CU_ASSERT_FALSE(sw.spec.maximize); /* trainLoss defaults to minimize */
     pass(&sw, NULL, 0, 1, acts, sizeof acts);
     CU_ASSERT_STRING_EQUAL(acts, "C0 C1 C2");
-    const double x[] = {0.5, 0.7}, y[] = {0.5, 0.6};   /* loss = 1 - acc: 0.3, 0.4 */
+    const double x[] = {0.5, 0.7}, y[] = {0.5, 0.6}; /* loss = 1 - acc: 0.3, 0.4 */
     rm_sweep_obs o[3];
     o[0] = obs_of(0, RM_TRIAL_SUCCEEDED, x, 2);
     o[1] = obs_of(1, RM_TRIAL_SUCCEEDED, y, 2);
     o[2] = obs_of(2, RM_TRIAL_SUCCEEDED, x, 2);
     pass(&sw, o, 3, 2, acts, sizeof acts);
-    CU_ASSERT_EQUAL(sw.status.best, 0);   /* lowest loss; a tie goes to the lower index */
+    CU_ASSERT_EQUAL(sw.status.best, 0); /* lowest loss; a tie goes to the lower index */
     CU_ASSERT_DOUBLE_EQUAL(sw.status.best_objective, 0.3, 1e-12);
     rm_sweep_free(&sw);
     /* every trial failed: the sweep fails */
-    CU_ASSERT_EQUAL_FATAL(parse_text(
-        "  parallelTrials: 2\n  parameters:\n  - {path: training.optimizer.lr, values: [0.01, 0.02]}\n"
-        "  trialTemplate: {replicas: 1}\n", &sw, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(
+        parse_text(
+            "  parallelTrials: 2\n  parameters:\n  - {path: training.optimizer.lr, values: [0.01, 0.02]}\n"
+            "  trialTemplate: {replicas: 1}\n",
+            &sw, &e),
+        RM_OK);
     o[0] = obs_of(0, RM_TRIAL_FAILED, NULL, 0);
     o[1] = obs_of(1, RM_TRIAL_FAILED, NULL, 0);
     pass(&sw, o, 2, 5, acts, sizeof acts);
@@ -548,7 +560,7 @@ static void test_obs_from_tj(void)
     tj.status.phase = RM_PHASE_RUNNING;
     rm_tj_progress_add_eval(&tj.status.progress, 2, 0.8, 0.3);
     rm_tj_progress_add_eval(&tj.status.progress, 1, 0.7, 0.4);
-    rm_tj_progress_add_eval(&tj.status.progress, 2, 0.81, 0.29);   /* re-evaluated: replaced */
+    rm_tj_progress_add_eval(&tj.status.progress, 2, 0.81, 0.29); /* re-evaluated: replaced */
     CU_ASSERT_EQUAL(tj.status.progress.nevals, 2);
     CU_ASSERT_EQUAL(tj.status.progress.evals[0].epoch, 1);
     rm_sweep_obs o;
@@ -564,11 +576,11 @@ static void test_obs_from_tj(void)
     CU_ASSERT_EQUAL(back.progress.nevals, 2);
     CU_ASSERT_DOUBLE_EQUAL(back.progress.evals[1].train_loss, 0.29, 1e-12);
     cJSON_Delete(j);
-    tj.spec.run.suspend = true;   /* how the operator stops a trial */
+    tj.spec.run.suspend = true; /* how the operator stops a trial */
     CU_ASSERT_EQUAL(rm_sweep_obs_from_tj(&sw, &tj, &o), 3);
     CU_ASSERT_EQUAL(o.phase, RM_TRIAL_STOPPED);
     free(tj.name);
-    tj.name = strdup("lr-sweep-03");   /* not a name this sweep makes */
+    tj.name = strdup("lr-sweep-03"); /* not a name this sweep makes */
     CU_ASSERT_EQUAL(rm_sweep_obs_from_tj(&sw, &tj, &o), -1);
     free(tj.name);
     tj.name = strdup("other-3");

@@ -11,9 +11,11 @@
 static void clear_env(void)
 {
     static const char *const vars[] = {
-        "RINGMASTER_TRAINING", "RINGMASTER_CHECKPOINT_DIR", "RINGMASTER_BACKEND",
-        "RINGMASTER_PROGRESS_DEADLINE", "RINGMASTER_RENDEZVOUS", "RINGMASTER_JOB",
-        "RINGMASTER_TOKEN", "RINGMASTER_WORKER_ID", "RINGMASTER_FAULT", "RINGMASTER_RESUME",
+        "RINGMASTER_TRAINING",   "RINGMASTER_CHECKPOINT_DIR",
+        "RINGMASTER_BACKEND",    "RINGMASTER_PROGRESS_DEADLINE",
+        "RINGMASTER_RENDEZVOUS", "RINGMASTER_JOB",
+        "RINGMASTER_TOKEN",      "RINGMASTER_WORKER_ID",
+        "RINGMASTER_FAULT",      "RINGMASTER_RESUME",
         "RINGMASTER_DEVICE",
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(vars); i++)
@@ -39,12 +41,35 @@ static void test_numeric_flags(void)
     clear_env();
     rm_train_cfg cfg;
     rm_err e;
-    const char *const a[] = {"--epochs", "7", "--batch", "128", "--lr", "0.5",
-                             "--checkpoint-interval", "25", "--checkpoint-keep", "9",
-                             "--max-steps", "300", "--momentum", "0.5", "--weight-decay", "0.01",
-                             "--warmup-epochs", "2.5", "--seed", "12345678901", "--fusion-mb",
-                             "3.5", "--rank", "3", "--comm-timeout", "7.5", "--metrics-addr",
-                             "off", NULL};
+    const char *const a[] = {"--epochs",
+                             "7",
+                             "--batch",
+                             "128",
+                             "--lr",
+                             "0.5",
+                             "--checkpoint-interval",
+                             "25",
+                             "--checkpoint-keep",
+                             "9",
+                             "--max-steps",
+                             "300",
+                             "--momentum",
+                             "0.5",
+                             "--weight-decay",
+                             "0.01",
+                             "--warmup-epochs",
+                             "2.5",
+                             "--seed",
+                             "12345678901",
+                             "--fusion-mb",
+                             "3.5",
+                             "--rank",
+                             "3",
+                             "--comm-timeout",
+                             "7.5",
+                             "--metrics-addr",
+                             "off",
+                             NULL};
     CU_ASSERT_EQUAL_FATAL(parse(&cfg, &e, a), RM_OK);
     CU_ASSERT_EQUAL(cfg.t.epochs, 7);
     CU_ASSERT_EQUAL(cfg.t.batch_size_per_worker, 128);
@@ -62,7 +87,9 @@ static void test_numeric_flags(void)
     CU_ASSERT_STRING_EQUAL(cfg.metrics_addr, "");
     rm_train_cfg_free(&cfg);
 
-    static const struct { const char *flag, *val, *want; } bad[] = {
+    static const struct {
+        const char *flag, *val, *want;
+    } bad[] = {
         {"--epochs", "0", "--epochs: want an integer in [1, 100000], got \"0\""},
         {"--batch", "12x", "--batch: want an integer in [1, 65536], got \"12x\""},
         {"--checkpoint-interval", "4294967296",
@@ -99,7 +126,7 @@ static void test_backend_and_resume(void)
     const char *const c[] = {NULL};
     CU_ASSERT_EQUAL_FATAL(parse(&cfg, &e, c), RM_OK);
     CU_ASSERT_EQUAL(cfg.backend, RM_BACKEND_NCCL);
-    CU_ASSERT_STRING_EQUAL(cfg.device, "cuda");   /* auto device follows nccl */
+    CU_ASSERT_STRING_EQUAL(cfg.device, "cuda"); /* auto device follows nccl */
     CU_ASSERT_EQUAL(cfg.resume, RM_RESUME_IF_PRESENT);
     rm_train_cfg_free(&cfg);
     setenv("RINGMASTER_BACKEND", "gloo", 1);

@@ -42,13 +42,13 @@ typedef struct harness {
     rm_http_server *srv;
     char url[64];
     char *dir;
-    char ck[1100];             /* DIR/ck: the job's checkpoint folder for cases that want one */
-    const char *metrics_wid;   /* this worker id serves /metrics on 127.0.0.1:0 (NULL: none) */
-    const char *hidden;        /* --hidden (NULL: "64", a step well under a millisecond) */
-    const char *batch;         /* --batch (NULL: "32") */
-    const char *sharding;      /* --sharding (NULL: none) */
-    const char *optimizer;     /* --optimizer (NULL: the default, sgd) */
-    const char *resume;        /* RINGMASTER_RESUME (NULL: unset) */
+    char ck[1100];           /* DIR/ck: the job's checkpoint folder for cases that want one */
+    const char *metrics_wid; /* this worker id serves /metrics on 127.0.0.1:0 (NULL: none) */
+    const char *hidden;      /* --hidden (NULL: "64", a step well under a millisecond) */
+    const char *batch;       /* --batch (NULL: "32") */
+    const char *sharding;    /* --sharding (NULL: none) */
+    const char *optimizer;   /* --optimizer (NULL: the default, sgd) */
+    const char *resume;      /* RINGMASTER_RESUME (NULL: unset) */
 } harness;
 
 static int h_start_min(harness *h, int desired, int min)
@@ -67,7 +67,10 @@ static int h_start_min(harness *h, int desired, int min)
     return 0;
 }
 
-static int h_start(harness *h, int desired) { return h_start_min(h, desired, desired); }
+static int h_start(harness *h, int desired)
+{
+    return h_start_min(h, desired, desired);
+}
 
 static void h_stop(harness *h)
 {
@@ -82,8 +85,8 @@ static void h_stop(harness *h)
 }
 
 /* Start a worker; its stderr/stdout go to DIR/<tag>.log. */
-static pid_t spawn(harness *h, const char *wid, const char *tag, const char *fault,
-                   const char *ckdir, int max_steps, bool alone)
+static pid_t spawn(harness *h, const char *wid, const char *tag, const char *fault, const char *ckdir,
+                   int max_steps, bool alone)
 {
     char bin[1024], log[1024], steps[32];
     snprintf(bin, sizeof bin, "%s/ringmaster-worker", rm_test_bindir());
@@ -132,7 +135,7 @@ static pid_t spawn(harness *h, const char *wid, const char *tag, const char *fau
     argv[n++] = "--comm-timeout";
     argv[n++] = "5";
     argv[n++] = "--fusion-mb";
-    argv[n++] = "0.05";   /* several buckets: exercises overlap */
+    argv[n++] = "0.05"; /* several buckets: exercises overlap */
     if (h->sharding) {
         argv[n++] = "--sharding";
         argv[n++] = h->sharding;
@@ -153,8 +156,7 @@ static pid_t spawn(harness *h, const char *wid, const char *tag, const char *fau
 }
 
 /* Workers "0".."n-1", logging to w0.log..; pids into p. */
-static void spawn_group(harness *h, int n, const char *fault, const char *ckdir, int max_steps,
-                        pid_t *p)
+static void spawn_group(harness *h, int n, const char *fault, const char *ckdir, int max_steps, pid_t *p)
 {
     for (int i = 0; i < n; i++) {
         char wid[8], tag[8];
@@ -270,10 +272,10 @@ static void test_kill_and_recover(void)
     char *l0 = read_log(&h, "w0"), *l1 = read_log(&h, "w1"), *lr = read_log(&h, "w1b");
     CU_ASSERT_FATAL(l0 && l1 && lr);
     CU_ASSERT(strstr(l1, "kind=exit rank=1 step=120") != NULL);
-    CU_ASSERT(strstr(lr, "fault injected") == NULL);        /* once per job */
-    CU_ASSERT(strstr(l0, "collective failed") != NULL);      /* survivor noticed ... */
-    CU_ASSERT(strstr(l0, "checkpoint loaded") != NULL);      /* ... re-joined in place and reloaded */
-    CU_ASSERT(strstr(l0, "step=100 ") != NULL);              /* the step-100 checkpoint */
+    CU_ASSERT(strstr(lr, "fault injected") == NULL);    /* once per job */
+    CU_ASSERT(strstr(l0, "collective failed") != NULL); /* survivor noticed ... */
+    CU_ASSERT(strstr(l0, "checkpoint loaded") != NULL); /* ... re-joined in place and reloaded */
+    CU_ASSERT(strstr(l0, "step=100 ") != NULL);         /* the step-100 checkpoint */
     CU_ASSERT(strstr(lr, "checkpoint loaded") != NULL);
     /* recovery: failure detection -> first step, logged by the survivor */
     const char *rec = strstr(l0, "msg=recovered seconds=");
@@ -325,15 +327,17 @@ static void test_kill_after_epoch_boundary(void)
     long restored = ls ? strtol(ls + 6, NULL, 10) : -1;
     CU_ASSERT(restored > 0 && restored < 937);
     if (restored != 900)
-        fprintf(stderr, "kill_after_epoch_boundary: restored step %ld (900 was still being "
-                "written)\n", restored);
+        fprintf(stderr,
+                "kill_after_epoch_boundary: restored step %ld (900 was still being "
+                "written)\n",
+                restored);
     /* ... and both evaluated at 937 again after it, in the one round after the kill */
     CU_ASSERT(ev && strstr(ev + 1, "msg=\"evaluation\" train_epoch=0 step=937 ") != NULL);
     CU_ASSERT(strstr(lr, "msg=\"evaluation\" train_epoch=0 step=937 ") != NULL);
     CU_ASSERT(strstr(l1, "desync") == NULL);
     CU_ASSERT(strstr(l1, "msg=\"training done\" steps=1000") != NULL);
     CU_ASSERT(strstr(l1, "epoch=2 world=2") != NULL);
-    CU_ASSERT(strstr(l1, "epoch=3 world=2") == NULL);   /* one re-formation, not a loop */
+    CU_ASSERT(strstr(l1, "epoch=3 world=2") == NULL); /* one re-formation, not a loop */
     free(l1);
     free(lr);
     h_stop(&h);
@@ -349,7 +353,7 @@ static void test_batch_exceeds_dataset(void)
     h.batch = "40000";
     pid_t p[2];
     spawn_group(&h, 2, NULL, NULL, 100, p);
-    CU_ASSERT_EQUAL(wait_exit(p[0], 90), 2);   /* the settings are at fault: exit 2 */
+    CU_ASSERT_EQUAL(wait_exit(p[0], 90), 2); /* the settings are at fault: exit 2 */
     CU_ASSERT_EQUAL(wait_exit(p[1], 90), 2);
     char *l0 = read_log(&h, "w0");
     CU_ASSERT(l0 && strstr(l0, "global batch 80000 (batchSizePerWorker 40000 x 2 workers) exceeds "
@@ -369,9 +373,9 @@ static void test_checkpoint_failures_reported(void)
 {
     harness h;
     CU_ASSERT_EQUAL_FATAL(h_start(&h, 2), 0);
-    h.hidden = "256";   /* slower steps: the job outlasts a few reports */
+    h.hidden = "256"; /* slower steps: the job outlasts a few reports */
     pid_t p[2];
-    spawn_group(&h, 2, NULL, h.ck, 1000000, p);   /* ended by SIGTERM below */
+    spawn_group(&h, 2, NULL, h.ck, 1000000, p); /* ended by SIGTERM below */
     CU_ASSERT_FATAL(wait_log(&h, "w0", "checkpoint written", 60) ||
                     wait_log(&h, "w1", "checkpoint written", 1));
     char aside[1200];
@@ -387,11 +391,11 @@ static void test_checkpoint_failures_reported(void)
                     seen = st.members[i];
         usleep(100000);
     }
-    CU_ASSERT(seen.checkpoint_failures >= 2);   /* consecutive: they add up */
-    CU_ASSERT_EQUAL(seen.rank, 0);              /* rank 0 is the writer */
+    CU_ASSERT(seen.checkpoint_failures >= 2); /* consecutive: they add up */
+    CU_ASSERT_EQUAL(seen.rank, 0);            /* rank 0 is the writer */
     CU_ASSERT_PTR_NOT_NULL(strstr(seen.checkpoint_error, "checkpoint"));
-    fprintf(stderr, "checkpoint_failures_reported: failures=%d error=\"%s\"\n",
-            seen.checkpoint_failures, seen.checkpoint_error);
+    fprintf(stderr, "checkpoint_failures_reported: failures=%d error=\"%s\"\n", seen.checkpoint_failures,
+            seen.checkpoint_error);
     kill(p[0], SIGTERM);
     kill(p[1], SIGTERM);
     CU_ASSERT_EQUAL(wait_exit(p[0], 60), 0);
@@ -431,7 +435,7 @@ static void test_hang_detected(void)
     CU_ASSERT(wait_log(&h, "w0", "collective failed", 15));
     double noticed = rm_mono() - hung;
     fprintf(stderr, "hang_detected: survivors noticed after %.2f s\n", noticed);
-    CU_ASSERT(noticed < 8.0);   /* comm timeout 5 s + polling slack */
+    CU_ASSERT(noticed < 8.0); /* comm timeout 5 s + polling slack */
     kill(p[2], SIGKILL);
     wait_exit(p[2], 10);
     pid_t r2 = spawn(&h, "2", "w2b", fault, h.ck, 160, false);
@@ -445,7 +449,7 @@ static void test_hang_detected(void)
     CU_ASSERT_STRING_EQUAL(f0, f1);
     CU_ASSERT_STRING_EQUAL(f0, f2);
     char *lr = read_log(&h, "w2b");
-    CU_ASSERT(lr && strstr(lr, "fault injected") == NULL);   /* the hang fired once per job */
+    CU_ASSERT(lr && strstr(lr, "fault injected") == NULL); /* the hang fired once per job */
     free(lr);
     h_stop(&h);
 }
@@ -464,7 +468,7 @@ static void test_controller_restart(void)
     CU_ASSERT_FATAL(wait_log(&h, "w0", "msg=\"progress\" step=100 ", 60));
     rm_rdzv_state st;
     double until = rm_mono() + 5;
-    do {   /* progress reports arrive while training (the reporter sends every ~1 s) */
+    do { /* progress reports arrive while training (the reporter sends every ~1 s) */
         CU_ASSERT_EQUAL_FATAL(rm_rdzv_snapshot(h.r, JOB, &st), RM_OK);
         if (st.members[0].last_report > 0 && st.members[0].step > 0)
             break;
@@ -482,8 +486,7 @@ static void test_controller_restart(void)
     CU_ASSERT_FATAL(l0 != NULL);
     char *l1 = read_log(&h, "w1");
     /* at least one heard it from the report; the other may see its collective fail first */
-    CU_ASSERT(strstr(l0, "rendezvous moved on") != NULL ||
-              (l1 && strstr(l1, "rendezvous moved on") != NULL));
+    CU_ASSERT(strstr(l0, "rendezvous moved on") != NULL || (l1 && strstr(l1, "rendezvous moved on") != NULL));
     free(l1);
     CU_ASSERT(strstr(l0, "msg=\"round ready\" epoch=2") != NULL);
     CU_ASSERT(strstr(l0, "msg=\"training done\" steps=6000") != NULL);
@@ -515,7 +518,7 @@ static void test_elastic_shrink(void)
     CU_ASSERT_FATAL(l0 != NULL);
     CU_ASSERT(strstr(l0, "world=3") != NULL);
     CU_ASSERT(strstr(l0, "world=2") != NULL);
-    CU_ASSERT(strstr(l0, "step=50 ") != NULL);   /* resumed from the step-50 checkpoint */
+    CU_ASSERT(strstr(l0, "step=50 ") != NULL); /* resumed from the step-50 checkpoint */
     CU_ASSERT(strstr(l0, "msg=\"training done\" steps=200") != NULL);
     free(l0);
     h_stop(&h);
@@ -528,10 +531,10 @@ static void test_elastic_shrink(void)
 static void test_term_while_joining(void)
 {
     harness h;
-    CU_ASSERT_EQUAL_FATAL(h_start(&h, 2), 0);   /* 2 wanted, 1 comes: the round never forms */
+    CU_ASSERT_EQUAL_FATAL(h_start(&h, 2), 0); /* 2 wanted, 1 comes: the round never forms */
     pid_t p = spawn(&h, "0", "w0", NULL, h.ck, 100, false);
     CU_ASSERT_FATAL(wait_log(&h, "w0", "model ready", 60));
-    usleep(300000);   /* inside the join wait */
+    usleep(300000); /* inside the join wait */
     kill(p, SIGTERM);
     CU_ASSERT_EQUAL(wait_exit(p, 30), 0);
     char ck0[1200];
@@ -551,8 +554,8 @@ static void test_term_while_joining(void)
 static double scrape_rate(const char *url, const char *rank)
 {
     char want[128];
-    snprintf(want, sizeof want,
-             "ringmaster_worker_samples_per_second{job=\"test/multi\",rank=\"%s\"} ", rank);
+    snprintf(want, sizeof want, "ringmaster_worker_samples_per_second{job=\"test/multi\",rank=\"%s\"} ",
+             rank);
     double rate = 0;
     for (double end = rm_mono() + 20; rm_mono() < end && rate <= 0;) {
         usleep(250000);
@@ -636,7 +639,7 @@ static void test_sharding_stages_match_none(void)
             CU_ASSERT_EQUAL_FATAL(log_fnv(&h, "w0", fnv[st]), 0);
             CU_ASSERT_EQUAL_FATAL(log_fnv(&h, "w1", f1), 0);
             CU_ASSERT_EQUAL_FATAL(log_fnv(&h, "w2", f2), 0);
-            CU_ASSERT_STRING_EQUAL(fnv[st], f1);   /* the ranks agree bit for bit */
+            CU_ASSERT_STRING_EQUAL(fnv[st], f1); /* the ranks agree bit for bit */
             CU_ASSERT_STRING_EQUAL(fnv[st], f2);
             log_result(&h, "w0", &acc[st], &loss[st]);
             CU_ASSERT(acc[st] > 0.1);
@@ -681,7 +684,7 @@ static void test_sharding_elastic_shrink(void)
     CU_ASSERT_FATAL(l0 != NULL);
     CU_ASSERT(strstr(l0, "stage=full rank=0 world=3") != NULL);
     CU_ASSERT(strstr(l0, "stage=full rank=0 world=2") != NULL);
-    CU_ASSERT(strstr(l0, "step=50 ") != NULL);   /* resumed from the step-50 checkpoint */
+    CU_ASSERT(strstr(l0, "step=50 ") != NULL); /* resumed from the step-50 checkpoint */
     CU_ASSERT(strstr(l0, "could not be reassembled") == NULL);
     CU_ASSERT(strstr(l0, "msg=\"training done\" steps=200") != NULL);
     free(l0);
@@ -710,7 +713,7 @@ static void test_sharding_resume_4_on_2(void)
     const char *dirs[2] = {h.ck, ck2};
     char fnv[2][2][17];
     for (int m = 0; m < 2; m++) {
-        rm_rdzv_job_remove(h.r, JOB);   /* a stopped job stays stopped: a fresh run instead */
+        rm_rdzv_job_remove(h.r, JOB); /* a stopped job stays stopped: a fresh run instead */
         rm_rdzv_job_set(h.r, JOB, TOKEN, 2, 2, 0.5);
         h.sharding = modes[m];
         h.resume = "required";
@@ -727,7 +730,7 @@ static void test_sharding_resume_4_on_2(void)
         CU_ASSERT(l && strstr(l, "msg=\"training done\" steps=150") != NULL);
         free(l);
     }
-    CU_ASSERT_STRING_EQUAL(fnv[0][0], fnv[1][0]);   /* sharded resume == unsharded resume */
+    CU_ASSERT_STRING_EQUAL(fnv[0][0], fnv[1][0]); /* sharded resume == unsharded resume */
     h_stop(&h);
 }
 

@@ -40,7 +40,8 @@ static const char base_yaml[] =
     "    model: {type: mlp, hidden: [512, 256]}\n"
     "    epochs: 10\n"
     "    batchSizePerWorker: 64\n"
-    "    optimizer: {type: sgd, lr: 0.02, momentum: 0.9, weightDecay: 0.0001, beta1: 0.9, beta2: 0.999, eps: 1e-8}\n"
+    "    optimizer: {type: sgd, lr: 0.02, momentum: 0.9, weightDecay: 0.0001, beta1: 0.9, beta2: 0.999, eps: "
+    "1e-8}\n"
     "    warmupEpochs: 1\n"
     "    schedule: cosine\n"
     "    stepGamma: 0.1\n"
@@ -60,7 +61,7 @@ static const char base_yaml[] =
 static cJSON *base_doc(void)
 {
     rm_yaml_docs *d = NULL;
-    rm_err e = { 0 };
+    rm_err e = {0};
     int rc = rm_yaml_load(base_yaml, strlen(base_yaml), "base", &d, &e);
     CU_ASSERT_EQUAL_FATAL(rc, RM_OK);
     cJSON *j = rm_yaml_take(d, 0);
@@ -181,92 +182,97 @@ static void test_parse_rules(void)
 {
     static const tj_case cases[] = {
         /* strictness: unknown fields anywhere under spec except template */
-        { "spec.foo", "1", "spec.foo: unknown field" },
-        { "spec.training.foo", "1", "spec.training.foo: unknown field" },
-        { "spec.training.epoch", "3", "spec.training.epoch: unknown field" },
-        { "spec.restartPolicy.maxRestart", "1", "spec.restartPolicy.maxRestart: unknown field" },
-        { "spec.runPolicy.foo", "1", "spec.runPolicy.foo: unknown field" },
-        { "spec.checkpoint.foo", "1", "spec.checkpoint.foo: unknown field" },
-        { "spec.training.model.foo", "1", "spec.training.model.foo: unknown field" },
-        { "spec.training.optimizer.foo", "1", "spec.training.optimizer.foo: unknown field" },
-        { "spec.training.bench.foo", "1", "spec.training.bench.foo: unknown field" },
-        { "spec.template.whatever", "{\"x\":1}", NULL },            /* opaque */
-        { "extra", "1", "extra: unknown field" },                 /* top level is strict too */
-        { "sepc", "{}", "sepc: unknown field" },
+        {"spec.foo", "1", "spec.foo: unknown field"},
+        {"spec.training.foo", "1", "spec.training.foo: unknown field"},
+        {"spec.training.epoch", "3", "spec.training.epoch: unknown field"},
+        {"spec.restartPolicy.maxRestart", "1", "spec.restartPolicy.maxRestart: unknown field"},
+        {"spec.runPolicy.foo", "1", "spec.runPolicy.foo: unknown field"},
+        {"spec.checkpoint.foo", "1", "spec.checkpoint.foo: unknown field"},
+        {"spec.training.model.foo", "1", "spec.training.model.foo: unknown field"},
+        {"spec.training.optimizer.foo", "1", "spec.training.optimizer.foo: unknown field"},
+        {"spec.training.bench.foo", "1", "spec.training.bench.foo: unknown field"},
+        {"spec.template.whatever", "{\"x\":1}", NULL}, /* opaque */
+        {"extra", "1", "extra: unknown field"},        /* top level is strict too */
+        {"sepc", "{}", "sepc: unknown field"},
         /* numbers: 2^63-1 reads as 2^63 (a double) and is out of range, not "not an integer" */
-        { "spec.runPolicy.activeDeadlineSeconds", "9223372036854775807",
-          "spec.runPolicy.activeDeadlineSeconds: out of range" },
-        { "spec.training.seed", "1e300", "spec.training.seed: out of range" },
-        { "metadata.finalizers", "[\"x\"]", NULL },                 /* other metadata ignored */
-        { "status.workers", "\"3/4\"", NULL },                      /* status is lenient */
+        {"spec.runPolicy.activeDeadlineSeconds", "9223372036854775807",
+         "spec.runPolicy.activeDeadlineSeconds: out of range"},
+        {"spec.training.seed", "1e300", "spec.training.seed: out of range"},
+        {"metadata.finalizers", "[\"x\"]", NULL}, /* other metadata ignored */
+        {"status.workers", "\"3/4\"", NULL},      /* status is lenient */
         /* types */
-        { "spec.replicas", "\"3\"", "spec.replicas: must be an integer" },
-        { "spec.replicas", "2.5", "spec.replicas: must be an integer" },
-        { "spec.replicas", "true", "spec.replicas: must be an integer" },
-        { "spec.replicas", "1e12", "spec.replicas: out of range" },
-        { "spec.minReplicas", "[]", "spec.minReplicas: must be an integer" },
-        { "spec.restartPolicy", "5", "spec.restartPolicy: must be an object" },
-        { "spec.restartPolicy.backoffSeconds", "\"1s\"", "spec.restartPolicy.backoffSeconds: must be a number" },
-        { "spec.runPolicy.suspend", "\"yes\"", "spec.runPolicy.suspend: must be a boolean" },
-        { "spec.runPolicy.activeDeadlineSeconds", "1.5", "spec.runPolicy.activeDeadlineSeconds: must be an integer" },
-        { "spec.runPolicy.managedBy", "3", "spec.runPolicy.managedBy: must be a string" },
-        { "spec.checkpoint.path", "{}", "spec.checkpoint.path: must be a string" },
-        { "spec.training", "[]", "spec.training: must be an object" },
-        { "spec.training.model", "3", "spec.training.model: must be an object" },
-        { "spec.training.model.hidden", "512", "spec.training.model.hidden: must be an array" },
-        { "spec.training.model.hidden", "[1, \"a\"]", "spec.training.model.hidden[1]: must be an integer" },
-        { "spec.training.model.hidden", "[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]",
-          "spec.training.model.hidden: at most 16 layers" },
-        { "spec.training.optimizer.lr", "\"fast\"", "spec.training.optimizer.lr: must be a number" },
-        { "spec.training.bench.check", "1", "spec.training.bench.check: must be a boolean" },
-        { "spec.training.seed", "-1", "spec.training.seed: must be >= 0" },
-        { "spec.template", "\"pod\"", "spec.template: must be an object" },
+        {"spec.replicas", "\"3\"", "spec.replicas: must be an integer"},
+        {"spec.replicas", "2.5", "spec.replicas: must be an integer"},
+        {"spec.replicas", "true", "spec.replicas: must be an integer"},
+        {"spec.replicas", "1e12", "spec.replicas: out of range"},
+        {"spec.minReplicas", "[]", "spec.minReplicas: must be an integer"},
+        {"spec.restartPolicy", "5", "spec.restartPolicy: must be an object"},
+        {"spec.restartPolicy.backoffSeconds", "\"1s\"",
+         "spec.restartPolicy.backoffSeconds: must be a number"},
+        {"spec.runPolicy.suspend", "\"yes\"", "spec.runPolicy.suspend: must be a boolean"},
+        {"spec.runPolicy.activeDeadlineSeconds", "1.5",
+         "spec.runPolicy.activeDeadlineSeconds: must be an integer"},
+        {"spec.runPolicy.managedBy", "3", "spec.runPolicy.managedBy: must be a string"},
+        {"spec.checkpoint.path", "{}", "spec.checkpoint.path: must be a string"},
+        {"spec.training", "[]", "spec.training: must be an object"},
+        {"spec.training.model", "3", "spec.training.model: must be an object"},
+        {"spec.training.model.hidden", "512", "spec.training.model.hidden: must be an array"},
+        {"spec.training.model.hidden", "[1, \"a\"]", "spec.training.model.hidden[1]: must be an integer"},
+        {"spec.training.model.hidden", "[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]",
+         "spec.training.model.hidden: at most 16 layers"},
+        {"spec.training.optimizer.lr", "\"fast\"", "spec.training.optimizer.lr: must be a number"},
+        {"spec.training.bench.check", "1", "spec.training.bench.check: must be a boolean"},
+        {"spec.training.seed", "-1", "spec.training.seed: must be >= 0"},
+        {"spec.template", "\"pod\"", "spec.template: must be an object"},
         /* enums */
-        { "spec.backend", "\"tcp\"", "spec.backend: must be one of auto, ring, nccl, mpi (got \"tcp\")" },
-        { "spec.backend", "\"NCCL\"", "spec.backend: must be one of auto, ring, nccl, mpi (got \"NCCL\")" },
-        { "spec.runPolicy.cleanPodPolicy", "\"Some\"",
-          "spec.runPolicy.cleanPodPolicy: must be one of Running, All, None (got \"Some\")" },
-        { "spec.training.mode", "\"eval\"", "spec.training.mode: must be one of train, bench (got \"eval\")" },
-        { "spec.training.schedule", "\"linear\"",
-          "spec.training.schedule: must be one of cosine, step, constant (got \"linear\")" },
-        { "spec.training.precision", "\"fp8\"",
-          "spec.training.precision: must be one of fp32, bf16, fp16 (got \"fp8\")" },
-        { "spec.training.sharding", "\"zero3\"",
-          "spec.training.sharding: must be one of none, optimizer, gradients, full (got \"zero3\")" },
-        { "spec.training.sharding", "3", "spec.training.sharding: must be a string" },
-        { "spec.training.optimizer.type", "\"rmsprop\"",
-          "spec.training.optimizer.type: must be one of sgd, adam, adagrad, lbfgs, lamb, lars (got \"rmsprop\")" },
+        {"spec.backend", "\"tcp\"", "spec.backend: must be one of auto, ring, nccl, mpi (got \"tcp\")"},
+        {"spec.backend", "\"NCCL\"", "spec.backend: must be one of auto, ring, nccl, mpi (got \"NCCL\")"},
+        {"spec.runPolicy.cleanPodPolicy", "\"Some\"",
+         "spec.runPolicy.cleanPodPolicy: must be one of Running, All, None (got \"Some\")"},
+        {"spec.training.mode", "\"eval\"", "spec.training.mode: must be one of train, bench (got \"eval\")"},
+        {"spec.training.schedule", "\"linear\"",
+         "spec.training.schedule: must be one of cosine, step, constant (got \"linear\")"},
+        {"spec.training.precision", "\"fp8\"",
+         "spec.training.precision: must be one of fp32, bf16, fp16 (got \"fp8\")"},
+        {"spec.training.sharding", "\"zero3\"",
+         "spec.training.sharding: must be one of none, optimizer, gradients, full (got \"zero3\")"},
+        {"spec.training.sharding", "3", "spec.training.sharding: must be a string"},
+        {"spec.training.optimizer.type", "\"rmsprop\"",
+         "spec.training.optimizer.type: must be one of sgd, adam, adagrad, lbfgs, lamb, lars (got "
+         "\"rmsprop\")"},
         /* the object itself */
-        { "metadata.name", NULL, "metadata.name: required" },
-        { "metadata.name", "5", "metadata.name: must be a string" },
-        { "metadata", NULL, "metadata: required" },
-        { "spec", NULL, "spec: required" },
-        { "spec", "[]", "spec: must be an object" },
-        { "kind", "\"Pod\"", "kind: must be TrainingJob (got \"Pod\")" },
-        { "apiVersion", "\"ringmaster.dev/v1\"",
-          "apiVersion: must be ringmaster.dev/v1alpha1 (got \"ringmaster.dev/v1\")" },
-        { "metadata.labels", "{\"a\": 1}", "metadata.labels.a: must be a string" },
-        { "metadata.generation", "\"3\"", "metadata.generation: must be an integer" },
-        { "status.startTime", "\"yesterday\"", "status.startTime: must be an RFC 3339 time (got \"yesterday\")" },
-        { "status.phase", "\"Done\"",
-          "status.phase: must be one of Pending, Running, Restarting, Succeeded, Failed, Suspended (got \"Done\")" },
-        { "status.replicas", "\"x\"", "status.replicas: must be an integer" },
-        { "status.conditions", "[{\"type\":\"Running\",\"status\":\"maybe\"}]",
-          "status.conditions[0].status: must be True or False" },
-        { "status.conditions", "[{\"type\":\"Running\"}]", "status.conditions[0].status: required" },
+        {"metadata.name", NULL, "metadata.name: required"},
+        {"metadata.name", "5", "metadata.name: must be a string"},
+        {"metadata", NULL, "metadata: required"},
+        {"spec", NULL, "spec: required"},
+        {"spec", "[]", "spec: must be an object"},
+        {"kind", "\"Pod\"", "kind: must be TrainingJob (got \"Pod\")"},
+        {"apiVersion", "\"ringmaster.dev/v1\"",
+         "apiVersion: must be ringmaster.dev/v1alpha1 (got \"ringmaster.dev/v1\")"},
+        {"metadata.labels", "{\"a\": 1}", "metadata.labels.a: must be a string"},
+        {"metadata.generation", "\"3\"", "metadata.generation: must be an integer"},
+        {"status.startTime", "\"yesterday\"",
+         "status.startTime: must be an RFC 3339 time (got \"yesterday\")"},
+        {"status.phase", "\"Done\"",
+         "status.phase: must be one of Pending, Running, Restarting, Succeeded, Failed, Suspended (got "
+         "\"Done\")"},
+        {"status.replicas", "\"x\"", "status.replicas: must be an integer"},
+        {"status.conditions", "[{\"type\":\"Running\",\"status\":\"maybe\"}]",
+         "status.conditions[0].status: must be True or False"},
+        {"status.conditions", "[{\"type\":\"Running\"}]", "status.conditions[0].status: required"},
         /* optional objects and arrays of a wrong type (every branch of the shared p_obj/p_arr) */
-        { "kind", "3", "kind: must be a string" },
-        { "apiVersion", "[]", "apiVersion: must be a string" },
-        { "metadata.labels", "[]", "metadata.labels: must be an object" },
-        { "metadata.annotations", "\"a=b\"", "metadata.annotations: must be an object" },
-        { "status", "[]", "status: must be an object" },
-        { "status.conditions", "{}", "status.conditions: must be an array" },
-        { "status.conditions", "[3]", "status.conditions[0]: must be an object" },
-        { "status.progress", "3", "status.progress: must be an object" },
-        { "status.progress.step", "\"x\"", "status.progress.step: must be an integer" },
-        { "status.result", "[]", "status.result: must be an object" },
-        { "status.result.steps", "1.5", "status.result.steps: must be an integer" },
-        { "status.message", "1", "status.message: must be a string" },
+        {"kind", "3", "kind: must be a string"},
+        {"apiVersion", "[]", "apiVersion: must be a string"},
+        {"metadata.labels", "[]", "metadata.labels: must be an object"},
+        {"metadata.annotations", "\"a=b\"", "metadata.annotations: must be an object"},
+        {"status", "[]", "status: must be an object"},
+        {"status.conditions", "{}", "status.conditions: must be an array"},
+        {"status.conditions", "[3]", "status.conditions[0]: must be an object"},
+        {"status.progress", "3", "status.progress: must be an object"},
+        {"status.progress.step", "\"x\"", "status.progress.step: must be an integer"},
+        {"status.result", "[]", "status.result: must be an object"},
+        {"status.result.steps", "1.5", "status.result.steps: must be an integer"},
+        {"status.message", "1", "status.message: must be a string"},
     };
     run_cases(cases, RM_ARRAY_LEN(cases));
 }
@@ -274,99 +280,113 @@ static void test_parse_rules(void)
 static void test_validation_rules(void)
 {
     static const tj_case cases[] = {
-        { "metadata.name", "\"\"", "metadata.name: required" },
-#define DNS1035 "metadata.name: must be a DNS-1035 label: at most 63 lowercase letters, digits or '-', " \
-                "starting with a letter and ending with a letter or digit, because it names the job's " \
-                "headless Service (got "
-        { "metadata.name", "\"Fashion\"", DNS1035 "\"Fashion\")" },
-        { "metadata.name", "\"-x\"", DNS1035 "\"-x\")" },
-        { "metadata.name", "\"x-\"", DNS1035 "\"x-\")" },
-        { "metadata.name", "\"a_b\"", DNS1035 "\"a_b\")" },
+        {"metadata.name", "\"\"", "metadata.name: required"},
+#define DNS1035                                                                              \
+    "metadata.name: must be a DNS-1035 label: at most 63 lowercase letters, digits or '-', " \
+    "starting with a letter and ending with a letter or digit, because it names the job's "  \
+    "headless Service (got "
+        {"metadata.name", "\"Fashion\"", DNS1035 "\"Fashion\")"},
+        {"metadata.name", "\"-x\"", DNS1035 "\"-x\")"},
+        {"metadata.name", "\"x-\"", DNS1035 "\"x-\")"},
+        {"metadata.name", "\"a_b\"", DNS1035 "\"a_b\")"},
         /* the probe's names: a dot is fine in a CR name but not in a Service or a hostname, and a
          * Service name must start with a letter */
-        { "metadata.name", "\"a.b\"", DNS1035 "\"a.b\")" },
-        { "metadata.name", "\"1job\"", DNS1035 "\"1job\")" },
-        { "metadata.name", "\"a1-b2\"", NULL },
-        { "metadata.name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"", /* 64 */
-          DNS1035 "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\")" },
+        {"metadata.name", "\"a.b\"", DNS1035 "\"a.b\")"},
+        {"metadata.name", "\"1job\"", DNS1035 "\"1job\")"},
+        {"metadata.name", "\"a1-b2\"", NULL},
+        {"metadata.name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"", /* 64 */
+         DNS1035 "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\")"},
         /* pod hostnames "<name>-worker-<maxReplicas-1>": base maxReplicas 8 -> "-worker-7", 9 more */
-        { "metadata.name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"", NULL }, /* 54 */
-        { "metadata.name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"",    /* 55 */
-          "metadata.name: must be at most 54 characters with spec.maxReplicas 8: the pod hostname "
-          "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-worker-7\" would be 64 characters, "
-          "and a hostname is a DNS-1123 label of at most 63" },
+        {"metadata.name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"", NULL}, /* 54 */
+        {"metadata.name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"",       /* 55 */
+         "metadata.name: must be at most 54 characters with spec.maxReplicas 8: the pod hostname "
+         "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-worker-7\" would be 64 characters, "
+         "and a hostname is a DNS-1123 label of at most 63"},
         /* the probe's 60-character name */
-        { "metadata.name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"",
-          "metadata.name: must be at most 54 characters with spec.maxReplicas 8: the pod hostname "
-          "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-worker-7\" would be 69 characters, "
-          "and a hostname is a DNS-1123 label of at most 63" },
+        {"metadata.name", "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"",
+         "metadata.name: must be at most 54 characters with spec.maxReplicas 8: the pod hostname "
+         "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa-worker-7\" would be 69 characters, "
+         "and a hostname is a DNS-1123 label of at most 63"},
 #undef DNS1035
-        { "metadata.namespace", "\"a.b\"", "metadata.namespace: must be a lowercase DNS-1123 label (got \"a.b\")" },
-        { "spec.replicas", "0", "spec.replicas: must be >= 1" },
-        { "spec.replicas", "-3", "spec.replicas: must be >= 1" },
-        { "spec.replicas", "2000", "spec.replicas: must be <= 1024" },
-        { "spec.replicas", "9", "spec.replicas: must be <= spec.maxReplicas" }, /* max is 8 */
-        { "spec.replicas", "8", NULL },
-        { "spec.minReplicas", "0", "spec.minReplicas: must be >= 1" },
-        { "spec.minReplicas", "5", "spec.minReplicas: must be <= spec.replicas" },
-        { "spec.minReplicas", "4", NULL },
-        { "spec.maxReplicas", "3", "spec.replicas: must be <= spec.maxReplicas" },
-        { "spec.maxReplicas", "4", NULL },
-        { "spec.maxReplicas", "0", "spec.maxReplicas: must be >= 1" },
-        { "spec.maxReplicas", "1025", "spec.maxReplicas: must be <= 1024" },
-        { "spec.restartPolicy.maxRestarts", "-1", "spec.restartPolicy.maxRestarts: must be >= 0" },
-        { "spec.restartPolicy.maxRestarts", "0", NULL },
-        { "spec.restartPolicy.backoffSeconds", "-1", "spec.restartPolicy.backoffSeconds: must be between 0 and 3600" },
-        { "spec.restartPolicy.backoffSeconds", "3601", "spec.restartPolicy.backoffSeconds: must be between 0 and 3600" },
-        { "spec.restartPolicy.progressDeadlineSeconds", "-0.5",
-          "spec.restartPolicy.progressDeadlineSeconds: must be >= 0" },
-        { "spec.restartPolicy.progressDeadlineSeconds", "0", NULL },
-        { "spec.runPolicy.activeDeadlineSeconds", "-1", "spec.runPolicy.activeDeadlineSeconds: must be >= 0" },
-        { "spec.runPolicy.ttlSecondsAfterFinished", "-2", "spec.runPolicy.ttlSecondsAfterFinished: must be >= -1" },
-        { "spec.runPolicy.ttlSecondsAfterFinished", "-1", NULL },
-        { "spec.runPolicy.managedBy", "\"\"", "spec.runPolicy.managedBy: must be 1 to 63 characters" },
-        { "spec.checkpoint.path", "\"\"", "spec.checkpoint.path: must not be empty" },
-        { "spec.checkpoint.path", "\"/ck\\u001b[2J\"", "spec.checkpoint.path: must not contain control characters" },
-        { "spec.training.dataDir", "\"/d\\n\"", "spec.training.dataDir: must not contain control characters" },
-        { "spec.runPolicy.managedBy", "\"x\\u0007\"", "spec.runPolicy.managedBy: must not contain control characters" },
-        { "spec.checkpoint.intervalSteps", "0", "spec.checkpoint.intervalSteps: must be >= 1" },
-        { "spec.checkpoint.keep", "0", "spec.checkpoint.keep: must be >= 1" },
-        { "spec.training.dataset", "\"mnist\"", "spec.training.dataset: must be fashion-mnist (got \"mnist\")" },
-        { "spec.training.dataDir", "\"\"", "spec.training.dataDir: must not be empty" },
-        { "spec.training.model.type", "\"cnn\"", "spec.training.model.type: must be one of mlp, gpt (got \"cnn\")" },
-        { "spec.training.model.hidden", "[512, 0]", "spec.training.model.hidden[1]: must be between 1 and 65536" },
-        { "spec.training.model.hidden", "[65537]", "spec.training.model.hidden[0]: must be between 1 and 65536" },
-        { "spec.training.model.hidden", "[65536]", NULL },
-        { "spec.training.model.hidden", "[]", NULL }, /* a linear model */
-        { "spec.training.epochs", "0", "spec.training.epochs: must be between 1 and 100000" },
-        { "spec.training.batchSizePerWorker", "0", "spec.training.batchSizePerWorker: must be between 1 and 65536" },
-        { "spec.training.batchSizePerWorker", "65537", "spec.training.batchSizePerWorker: must be between 1 and 65536" },
-        { "spec.training.optimizer.lr", "0", "spec.training.optimizer.lr: must be > 0 and <= 100" },
-        { "spec.training.optimizer.lr", "-0.1", "spec.training.optimizer.lr: must be > 0 and <= 100" },
-        { "spec.training.optimizer.momentum", "1", "spec.training.optimizer.momentum: must be >= 0 and < 1" },
-        { "spec.training.optimizer.momentum", "0", NULL },
-        { "spec.training.optimizer.weightDecay", "-1", "spec.training.optimizer.weightDecay: must be >= 0" },
-        { "spec.training.optimizer.beta1", "1.5", "spec.training.optimizer.beta1: must be >= 0 and < 1" },
-        { "spec.training.optimizer.beta2", "-0.1", "spec.training.optimizer.beta2: must be >= 0 and < 1" },
-        { "spec.training.optimizer.eps", "0", "spec.training.optimizer.eps: must be > 0" },
-        { "spec.training.warmupEpochs", "-1", "spec.training.warmupEpochs: must be >= 0" },
-        { "spec.training.warmupEpochs", "11", "spec.training.warmupEpochs: must be <= spec.training.epochs" },
-        { "spec.training.warmupEpochs", "0", NULL },
-        { "spec.training.stepGamma", "1.5", "spec.training.stepGamma: must be > 0 and <= 1" },
-        { "spec.training.stepGamma", "0", "spec.training.stepGamma: must be > 0 and <= 1" },
-        { "spec.training.stepEveryEpochs", "0", "spec.training.stepEveryEpochs: must be >= 1" },
-        { "spec.training.fusionBufferMB", "-1", "spec.training.fusionBufferMB: must be between 0 and 4096" },
-        { "spec.training.fusionBufferMB", "0", NULL },
-        { "spec.training.sharding", "\"full\"", NULL },
-        { "spec.training.sharding", "\"none\"", NULL },
-        { "spec.training.maxSteps", "-1", "spec.training.maxSteps: must be >= 0" },
-        { "spec.training.bench.minBytes", "2", "spec.training.bench.minBytes: must be between 4 and 2^40" },
-        { "spec.training.bench.maxBytes", "512",
-          "spec.training.bench.maxBytes: must be >= spec.training.bench.minBytes and <= 2^40" },
-        { "spec.training.bench.stepFactor", "1", "spec.training.bench.stepFactor: must be >= 2" },
-        { "spec.training.bench.iters", "0", "spec.training.bench.iters: must be between 1 and 1000000" },
-        { "spec.training.bench.warmupIters", "-1", "spec.training.bench.warmupIters: must be between 0 and 1000000" },
-        { "spec.training.bench.warmupIters", "0", NULL },
+        {"metadata.namespace", "\"a.b\"",
+         "metadata.namespace: must be a lowercase DNS-1123 label (got \"a.b\")"},
+        {"spec.replicas", "0", "spec.replicas: must be >= 1"},
+        {"spec.replicas", "-3", "spec.replicas: must be >= 1"},
+        {"spec.replicas", "2000", "spec.replicas: must be <= 1024"},
+        {"spec.replicas", "9", "spec.replicas: must be <= spec.maxReplicas"}, /* max is 8 */
+        {"spec.replicas", "8", NULL},
+        {"spec.minReplicas", "0", "spec.minReplicas: must be >= 1"},
+        {"spec.minReplicas", "5", "spec.minReplicas: must be <= spec.replicas"},
+        {"spec.minReplicas", "4", NULL},
+        {"spec.maxReplicas", "3", "spec.replicas: must be <= spec.maxReplicas"},
+        {"spec.maxReplicas", "4", NULL},
+        {"spec.maxReplicas", "0", "spec.maxReplicas: must be >= 1"},
+        {"spec.maxReplicas", "1025", "spec.maxReplicas: must be <= 1024"},
+        {"spec.restartPolicy.maxRestarts", "-1", "spec.restartPolicy.maxRestarts: must be >= 0"},
+        {"spec.restartPolicy.maxRestarts", "0", NULL},
+        {"spec.restartPolicy.backoffSeconds", "-1",
+         "spec.restartPolicy.backoffSeconds: must be between 0 and 3600"},
+        {"spec.restartPolicy.backoffSeconds", "3601",
+         "spec.restartPolicy.backoffSeconds: must be between 0 and 3600"},
+        {"spec.restartPolicy.progressDeadlineSeconds", "-0.5",
+         "spec.restartPolicy.progressDeadlineSeconds: must be >= 0"},
+        {"spec.restartPolicy.progressDeadlineSeconds", "0", NULL},
+        {"spec.runPolicy.activeDeadlineSeconds", "-1", "spec.runPolicy.activeDeadlineSeconds: must be >= 0"},
+        {"spec.runPolicy.ttlSecondsAfterFinished", "-2",
+         "spec.runPolicy.ttlSecondsAfterFinished: must be >= -1"},
+        {"spec.runPolicy.ttlSecondsAfterFinished", "-1", NULL},
+        {"spec.runPolicy.managedBy", "\"\"", "spec.runPolicy.managedBy: must be 1 to 63 characters"},
+        {"spec.checkpoint.path", "\"\"", "spec.checkpoint.path: must not be empty"},
+        {"spec.checkpoint.path", "\"/ck\\u001b[2J\"",
+         "spec.checkpoint.path: must not contain control characters"},
+        {"spec.training.dataDir", "\"/d\\n\"", "spec.training.dataDir: must not contain control characters"},
+        {"spec.runPolicy.managedBy", "\"x\\u0007\"",
+         "spec.runPolicy.managedBy: must not contain control characters"},
+        {"spec.checkpoint.intervalSteps", "0", "spec.checkpoint.intervalSteps: must be >= 1"},
+        {"spec.checkpoint.keep", "0", "spec.checkpoint.keep: must be >= 1"},
+        {"spec.training.dataset", "\"mnist\"",
+         "spec.training.dataset: must be fashion-mnist (got \"mnist\")"},
+        {"spec.training.dataDir", "\"\"", "spec.training.dataDir: must not be empty"},
+        {"spec.training.model.type", "\"cnn\"",
+         "spec.training.model.type: must be one of mlp, gpt (got \"cnn\")"},
+        {"spec.training.model.hidden", "[512, 0]",
+         "spec.training.model.hidden[1]: must be between 1 and 65536"},
+        {"spec.training.model.hidden", "[65537]",
+         "spec.training.model.hidden[0]: must be between 1 and 65536"},
+        {"spec.training.model.hidden", "[65536]", NULL},
+        {"spec.training.model.hidden", "[]", NULL}, /* a linear model */
+        {"spec.training.epochs", "0", "spec.training.epochs: must be between 1 and 100000"},
+        {"spec.training.batchSizePerWorker", "0",
+         "spec.training.batchSizePerWorker: must be between 1 and 65536"},
+        {"spec.training.batchSizePerWorker", "65537",
+         "spec.training.batchSizePerWorker: must be between 1 and 65536"},
+        {"spec.training.optimizer.lr", "0", "spec.training.optimizer.lr: must be > 0 and <= 100"},
+        {"spec.training.optimizer.lr", "-0.1", "spec.training.optimizer.lr: must be > 0 and <= 100"},
+        {"spec.training.optimizer.momentum", "1", "spec.training.optimizer.momentum: must be >= 0 and < 1"},
+        {"spec.training.optimizer.momentum", "0", NULL},
+        {"spec.training.optimizer.weightDecay", "-1", "spec.training.optimizer.weightDecay: must be >= 0"},
+        {"spec.training.optimizer.beta1", "1.5", "spec.training.optimizer.beta1: must be >= 0 and < 1"},
+        {"spec.training.optimizer.beta2", "-0.1", "spec.training.optimizer.beta2: must be >= 0 and < 1"},
+        {"spec.training.optimizer.eps", "0", "spec.training.optimizer.eps: must be > 0"},
+        {"spec.training.warmupEpochs", "-1", "spec.training.warmupEpochs: must be >= 0"},
+        {"spec.training.warmupEpochs", "11", "spec.training.warmupEpochs: must be <= spec.training.epochs"},
+        {"spec.training.warmupEpochs", "0", NULL},
+        {"spec.training.stepGamma", "1.5", "spec.training.stepGamma: must be > 0 and <= 1"},
+        {"spec.training.stepGamma", "0", "spec.training.stepGamma: must be > 0 and <= 1"},
+        {"spec.training.stepEveryEpochs", "0", "spec.training.stepEveryEpochs: must be >= 1"},
+        {"spec.training.fusionBufferMB", "-1", "spec.training.fusionBufferMB: must be between 0 and 4096"},
+        {"spec.training.fusionBufferMB", "0", NULL},
+        {"spec.training.sharding", "\"full\"", NULL},
+        {"spec.training.sharding", "\"none\"", NULL},
+        {"spec.training.maxSteps", "-1", "spec.training.maxSteps: must be >= 0"},
+        {"spec.training.bench.minBytes", "2", "spec.training.bench.minBytes: must be between 4 and 2^40"},
+        {"spec.training.bench.maxBytes", "512",
+         "spec.training.bench.maxBytes: must be >= spec.training.bench.minBytes and <= 2^40"},
+        {"spec.training.bench.stepFactor", "1", "spec.training.bench.stepFactor: must be >= 2"},
+        {"spec.training.bench.iters", "0", "spec.training.bench.iters: must be between 1 and 1000000"},
+        {"spec.training.bench.warmupIters", "-1",
+         "spec.training.bench.warmupIters: must be between 0 and 1000000"},
+        {"spec.training.bench.warmupIters", "0", NULL},
     };
     run_cases(cases, RM_ARRAY_LEN(cases));
 }
@@ -375,11 +395,11 @@ static void test_validation_rules(void)
  * fits 63 characters, and a job that could grow past it is refused up front. */
 static void test_name_fits_max_replicas(void)
 {
-    CU_ASSERT_EQUAL(rm_tj_name_max(1), 54);      /* -worker-0 */
-    CU_ASSERT_EQUAL(rm_tj_name_max(10), 54);     /* -worker-9 */
-    CU_ASSERT_EQUAL(rm_tj_name_max(11), 53);     /* -worker-10 */
-    CU_ASSERT_EQUAL(rm_tj_name_max(1024), 51);   /* -worker-1023 */
-    CU_ASSERT_EQUAL(rm_tj_name_max(5000), 51);   /* clamped */
+    CU_ASSERT_EQUAL(rm_tj_name_max(1), 54);    /* -worker-0 */
+    CU_ASSERT_EQUAL(rm_tj_name_max(10), 54);   /* -worker-9 */
+    CU_ASSERT_EQUAL(rm_tj_name_max(11), 53);   /* -worker-10 */
+    CU_ASSERT_EQUAL(rm_tj_name_max(1024), 51); /* -worker-1023 */
+    CU_ASSERT_EQUAL(rm_tj_name_max(5000), 51); /* clamped */
     CU_ASSERT_EQUAL(RM_TJ_MAX_REPLICAS, RM_RDZV_MAX_WORLD);
     char name[64];
     memset(name, 'a', sizeof name);
@@ -411,34 +431,41 @@ static void test_crd_bounds_match(void)
     const char *root = getenv("RM_ROOT");
     snprintf(path, sizeof path, "%s/deploy/crd/trainingjobs.ringmaster.dev.yaml", root && *root ? root : ".");
     rm_yaml_docs *d = NULL;
-    rm_err e = { 0 };
+    rm_err e = {0};
     CU_ASSERT_EQUAL_FATAL(rm_yaml_load_file(path, &d, &e), RM_OK);
-    const cJSON *spec = rm_json_path(rm_yaml_doc(d, 0), "spec.versions[0].schema.openAPIV3Schema.properties.spec.properties");
+    const cJSON *spec =
+        rm_json_path(rm_yaml_doc(d, 0), "spec.versions[0].schema.openAPIV3Schema.properties.spec.properties");
     CU_ASSERT_PTR_NOT_NULL_FATAL(spec);
-    static const struct { const char *schema, *field; double max; bool exclusive; } b[] = {
-        { "replicas", "spec.replicas", RM_TJ_MAX_REPLICAS, false },
-        { "minReplicas", "spec.minReplicas", RM_TJ_MAX_REPLICAS, false },
-        { "maxReplicas", "spec.maxReplicas", RM_TJ_MAX_REPLICAS, false },
-        { "restartPolicy.properties.backoffSeconds", "spec.restartPolicy.backoffSeconds", 3600, false },
-        { "training.properties.epochs", "spec.training.epochs", 100000, false },
-        { "training.properties.batchSizePerWorker", "spec.training.batchSizePerWorker", 65536, false },
-        { "training.properties.optimizer.properties.lr", "spec.training.optimizer.lr", 100, false },
-        { "training.properties.optimizer.properties.momentum", "spec.training.optimizer.momentum", 1, true },
-        { "training.properties.optimizer.properties.beta1", "spec.training.optimizer.beta1", 1, true },
-        { "training.properties.optimizer.properties.beta2", "spec.training.optimizer.beta2", 1, true },
-        { "training.properties.stepGamma", "spec.training.stepGamma", 1, false },
-        { "training.properties.fusionBufferMB", "spec.training.fusionBufferMB", 4096, false },
-        { "training.properties.model.properties.hidden.items", "spec.training.model.hidden[0]", 65536, false },
-        { "training.properties.model.properties.layers", "spec.training.model.layers", 1024, false },
-        { "training.properties.model.properties.heads", "spec.training.model.heads", 1024, false },
-        { "training.properties.model.properties.embed", "spec.training.model.embed", 65536, false },
-        { "training.properties.model.properties.context", "spec.training.model.context", 1 << 20, false },
-        { "training.properties.model.properties.vocab", "spec.training.model.vocab", 1 << 24, false },
-        { "training.properties.model.properties.dropout", "spec.training.model.dropout", 1, true },
-        { "training.properties.data.properties.validation.properties.fraction",
-          "spec.training.data.validation.fraction", 1, true },
-        { "training.properties.gradientAccumulationSteps", "spec.training.gradientAccumulationSteps", 65536, false },
-        { "parallelism.properties.tensorParallel", "spec.parallelism.tensorParallel", RM_TJ_MAX_REPLICAS, false },
+    static const struct {
+        const char *schema, *field;
+        double max;
+        bool exclusive;
+    } b[] = {
+        {"replicas", "spec.replicas", RM_TJ_MAX_REPLICAS, false},
+        {"minReplicas", "spec.minReplicas", RM_TJ_MAX_REPLICAS, false},
+        {"maxReplicas", "spec.maxReplicas", RM_TJ_MAX_REPLICAS, false},
+        {"restartPolicy.properties.backoffSeconds", "spec.restartPolicy.backoffSeconds", 3600, false},
+        {"training.properties.epochs", "spec.training.epochs", 100000, false},
+        {"training.properties.batchSizePerWorker", "spec.training.batchSizePerWorker", 65536, false},
+        {"training.properties.optimizer.properties.lr", "spec.training.optimizer.lr", 100, false},
+        {"training.properties.optimizer.properties.momentum", "spec.training.optimizer.momentum", 1, true},
+        {"training.properties.optimizer.properties.beta1", "spec.training.optimizer.beta1", 1, true},
+        {"training.properties.optimizer.properties.beta2", "spec.training.optimizer.beta2", 1, true},
+        {"training.properties.stepGamma", "spec.training.stepGamma", 1, false},
+        {"training.properties.fusionBufferMB", "spec.training.fusionBufferMB", 4096, false},
+        {"training.properties.model.properties.hidden.items", "spec.training.model.hidden[0]", 65536, false},
+        {"training.properties.model.properties.layers", "spec.training.model.layers", 1024, false},
+        {"training.properties.model.properties.heads", "spec.training.model.heads", 1024, false},
+        {"training.properties.model.properties.embed", "spec.training.model.embed", 65536, false},
+        {"training.properties.model.properties.context", "spec.training.model.context", 1 << 20, false},
+        {"training.properties.model.properties.vocab", "spec.training.model.vocab", 1 << 24, false},
+        {"training.properties.model.properties.dropout", "spec.training.model.dropout", 1, true},
+        {"training.properties.data.properties.validation.properties.fraction",
+         "spec.training.data.validation.fraction", 1, true},
+        {"training.properties.gradientAccumulationSteps", "spec.training.gradientAccumulationSteps", 65536,
+         false},
+        {"parallelism.properties.tensorParallel", "spec.parallelism.tensorParallel", RM_TJ_MAX_REPLICAS,
+         false},
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(b); i++) {
         char sp[160];
@@ -455,18 +482,18 @@ static void test_crd_bounds_match(void)
     rm_yaml_free(d);
     /* the validator's side of the same bounds (a small job, so only the bound itself can fail) */
     static const tj_case cases[] = {
-        { "spec.maxReplicas", "1024", NULL },
-        { "spec.maxReplicas", "1025", "spec.maxReplicas: must be <= 1024" },
-        { "spec.restartPolicy.backoffSeconds", "3600", NULL },
-        { "spec.training.epochs", "100000", NULL },
-        { "spec.training.epochs", "100001", "spec.training.epochs: must be between 1 and 100000" },
-        { "spec.training.optimizer.lr", "100", NULL },
-        { "spec.training.optimizer.lr", "100.5", "spec.training.optimizer.lr: must be > 0 and <= 100" },
-        { "spec.training.optimizer.beta1", "0.999", NULL },
-        { "spec.training.optimizer.beta1", "1", "spec.training.optimizer.beta1: must be >= 0 and < 1" },
-        { "spec.training.stepGamma", "1", NULL },
-        { "spec.training.fusionBufferMB", "4096", NULL },
-        { "spec.training.fusionBufferMB", "4097", "spec.training.fusionBufferMB: must be between 0 and 4096" },
+        {"spec.maxReplicas", "1024", NULL},
+        {"spec.maxReplicas", "1025", "spec.maxReplicas: must be <= 1024"},
+        {"spec.restartPolicy.backoffSeconds", "3600", NULL},
+        {"spec.training.epochs", "100000", NULL},
+        {"spec.training.epochs", "100001", "spec.training.epochs: must be between 1 and 100000"},
+        {"spec.training.optimizer.lr", "100", NULL},
+        {"spec.training.optimizer.lr", "100.5", "spec.training.optimizer.lr: must be > 0 and <= 100"},
+        {"spec.training.optimizer.beta1", "0.999", NULL},
+        {"spec.training.optimizer.beta1", "1", "spec.training.optimizer.beta1: must be >= 0 and < 1"},
+        {"spec.training.stepGamma", "1", NULL},
+        {"spec.training.fusionBufferMB", "4096", NULL},
+        {"spec.training.fusionBufferMB", "4097", "spec.training.fusionBufferMB: must be between 0 and 4096"},
     };
     run_cases(cases, RM_ARRAY_LEN(cases));
 }
@@ -477,21 +504,21 @@ static void test_crd_bounds_match(void)
 static void test_global_batch_fits_dataset(void)
 {
     static const tj_case cases[] = {
-        { "spec.training.batchSizePerWorker", "7500", NULL },   /* 8 x 7500 = 60000 exactly */
-        { "spec.training.batchSizePerWorker", "7501",
-          "spec.training.batchSizePerWorker: the global batch spec.maxReplicas (8) x "
-          "spec.training.batchSizePerWorker (7501) = 60008 samples is larger than the 60000 training "
-          "samples of fashion-mnist: an epoch would have no step (at most 7500 per worker)" },
-        { "spec.training.batchSizePerWorker", "40000",
-          "spec.training.batchSizePerWorker: the global batch spec.maxReplicas (8) x "
-          "spec.training.batchSizePerWorker (40000) = 320000 samples is larger than the 60000 training "
-          "samples of fashion-mnist: an epoch would have no step (at most 7500 per worker)" },
+        {"spec.training.batchSizePerWorker", "7500", NULL}, /* 8 x 7500 = 60000 exactly */
+        {"spec.training.batchSizePerWorker", "7501",
+         "spec.training.batchSizePerWorker: the global batch spec.maxReplicas (8) x "
+         "spec.training.batchSizePerWorker (7501) = 60008 samples is larger than the 60000 training "
+         "samples of fashion-mnist: an epoch would have no step (at most 7500 per worker)"},
+        {"spec.training.batchSizePerWorker", "40000",
+         "spec.training.batchSizePerWorker: the global batch spec.maxReplicas (8) x "
+         "spec.training.batchSizePerWorker (40000) = 320000 samples is larger than the 60000 training "
+         "samples of fashion-mnist: an epoch would have no step (at most 7500 per worker)"},
         /* a data folder of unknown size (the base's /data) is not guessed at */
-        { "spec.training.dataDir", "\"/data\"", NULL },
+        {"spec.training.dataDir", "\"/data\"", NULL},
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
         cJSON *d = base_doc();
-        set_path(d, "spec.training.dataDir", NULL);   /* the built-in folder: 60,000 known */
+        set_path(d, "spec.training.dataDir", NULL); /* the built-in folder: 60,000 known */
         set_path(d, "spec.training.batchSizePerWorker", "40000");
         set_path(d, cases[i].path, cases[i].value);
         rm_err e;
@@ -513,7 +540,8 @@ static void test_global_batch_fits_dataset(void)
     rm_err e;
     CU_ASSERT_EQUAL(check(d, &e), RM_EINVAL);
     CU_ASSERT_STRING_EQUAL(e.field, "spec.training.batchSizePerWorker");
-    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "the global batch spec.replicas (2) x spec.training.batchSizePerWorker (40000)"));
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(e.msg, "the global batch spec.replicas (2) x spec.training.batchSizePerWorker (40000)"));
     set_path(d, "spec.training.mode", "\"bench\"");
     CU_ASSERT_EQUAL(check(d, &e), RM_OK);
     cJSON_Delete(d);
@@ -524,16 +552,19 @@ static void test_global_batch_fits_dataset(void)
  * rm_tj_validate, and rm_tj_check_memory applies any other cap (the local machine). */
 static void test_memory_budget(void)
 {
-    static const struct { const char *q; int64_t bytes; } qs[] = {
-        { "512Mi", 512LL << 20 }, { "4Gi", 4LL << 30 }, { "1.5Gi", 3LL << 29 }, { "2G", 2000000000LL },
-        { "1e9", 1000000000LL }, { "128974848", 128974848LL }, { "100m", 1 }, { "64k", 64000 },
+    static const struct {
+        const char *q;
+        int64_t bytes;
+    } qs[] = {
+        {"512Mi", 512LL << 20}, {"4Gi", 4LL << 30},         {"1.5Gi", 3LL << 29}, {"2G", 2000000000LL},
+        {"1e9", 1000000000LL},  {"128974848", 128974848LL}, {"100m", 1},          {"64k", 64000},
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(qs); i++) {
         int64_t b = -1;
         CU_ASSERT_EQUAL(rm_quantity_bytes(qs[i].q, &b), RM_OK);
         CU_ASSERT_EQUAL(b, qs[i].bytes);
     }
-    static const char *const badq[] = { "", "Mi", "-1Gi", "1GB", "lots", "1 Gi", "inf", "nan", "1e400" };
+    static const char *const badq[] = {"", "Mi", "-1Gi", "1GB", "lots", "1 Gi", "inf", "nan", "1e400"};
     for (size_t i = 0; i < RM_ARRAY_LEN(badq); i++) {
         int64_t b;
         CU_ASSERT_EQUAL(rm_quantity_bytes(badq[i], &b), RM_EINVAL);
@@ -557,26 +588,31 @@ static void test_memory_budget(void)
     /* the probe's hidden [65536, 65536]: over the total-size cap, refused by the worker's own
      * check too (rm_training_validate) */
     static const tj_case cases[] = {
-        { "spec.training.model.hidden", "[65536, 65536]",
-          "spec.training.model.hidden: the model has 4347133962 parameters, more than the 1073741824 a "
-          "worker may hold (it would need about 81.0 GiB per worker for weights, gradients, optimizer "
-          "state and checkpoint staging)" },
-        { "spec.training.model.hidden", "[16384, 16384]", NULL },   /* 281M parameters: allowed */
-        { "spec.template.spec.containers", "[{\"name\":\"worker\",\"resources\":{\"limits\":{\"memory\":\"64Mi\"}}}]",
-          "spec.training.model: needs an estimated 95.5 MiB per worker (535818 parameters x 5 copies = "
-          "10.2 MiB, batch 64 = 646.8 KiB, dataset 52.6 MiB, runtime 32 MiB), more than the worker "
-          "container's memory limit (64.0 MiB)" },
-        { "spec.template.spec.containers", "[{\"name\":\"worker\",\"resources\":{\"limits\":{\"memory\":\"128Mi\"}}}]", NULL },
+        {"spec.training.model.hidden", "[65536, 65536]",
+         "spec.training.model.hidden: the model has 4347133962 parameters, more than the 1073741824 a "
+         "worker may hold (it would need about 81.0 GiB per worker for weights, gradients, optimizer "
+         "state and checkpoint staging)"},
+        {"spec.training.model.hidden", "[16384, 16384]", NULL}, /* 281M parameters: allowed */
+        {"spec.template.spec.containers",
+         "[{\"name\":\"worker\",\"resources\":{\"limits\":{\"memory\":\"64Mi\"}}}]",
+         "spec.training.model: needs an estimated 95.5 MiB per worker (535818 parameters x 5 copies = "
+         "10.2 MiB, batch 64 = 646.8 KiB, dataset 52.6 MiB, runtime 32 MiB), more than the worker "
+         "container's memory limit (64.0 MiB)"},
+        {"spec.template.spec.containers",
+         "[{\"name\":\"worker\",\"resources\":{\"limits\":{\"memory\":\"128Mi\"}}}]", NULL},
         /* the worker container is the one named worker */
-        { "spec.template.spec.containers", "[{\"name\":\"side\",\"resources\":{\"limits\":{\"memory\":\"1Mi\"}}},"
-          "{\"name\":\"worker\",\"resources\":{\"limits\":{\"memory\":134217728}}}]", NULL },
-        { "spec.template.spec.containers", "[{\"name\":\"worker\",\"resources\":{\"limits\":{\"memory\":\"lots\"}}}]",
-          "spec.template.spec.containers[0].resources.limits.memory: must be a Kubernetes quantity such as "
-          "512Mi or 4Gi" },
+        {"spec.template.spec.containers",
+         "[{\"name\":\"side\",\"resources\":{\"limits\":{\"memory\":\"1Mi\"}}},"
+         "{\"name\":\"worker\",\"resources\":{\"limits\":{\"memory\":134217728}}}]",
+         NULL},
+        {"spec.template.spec.containers",
+         "[{\"name\":\"worker\",\"resources\":{\"limits\":{\"memory\":\"lots\"}}}]",
+         "spec.template.spec.containers[0].resources.limits.memory: must be a Kubernetes quantity such as "
+         "512Mi or 4Gi"},
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
         cJSON *d = base_doc();
-        set_path(d, "spec.training.dataDir", NULL);   /* built-in data: its size counts */
+        set_path(d, "spec.training.dataDir", NULL); /* built-in data: its size counts */
         set_path(d, cases[i].path, cases[i].value);
         rm_err e;
         int rc = check(d, &e);
@@ -590,7 +626,7 @@ static void test_memory_budget(void)
     /* another cap (the local machine): every worker on one host */
     cJSON *d = base_doc();
     rm_tj tj;
-    rm_err e = { 0 };
+    rm_err e = {0};
     CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &tj, &e), RM_OK);
     rm_tj_defaults(&tj);
     rm_training_memory(&tj.spec.training, &me);
@@ -599,9 +635,9 @@ static void test_memory_budget(void)
     CU_ASSERT_STRING_EQUAL(e.field, "spec.training.model");
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, " x 4 workers = "));
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "more than this machine's memory ("));
-    CU_ASSERT_EQUAL(rm_tj_check_memory(&tj, 0, 4, "none", &e), RM_OK);       /* no cap */
+    CU_ASSERT_EQUAL(rm_tj_check_memory(&tj, 0, 4, "none", &e), RM_OK); /* no cap */
     tj.spec.training.mode = RM_MODE_BENCH;
-    CU_ASSERT_EQUAL(rm_tj_check_memory(&tj, 1, 4, "tiny", &e), RM_OK);       /* bench: no model */
+    CU_ASSERT_EQUAL(rm_tj_check_memory(&tj, 1, 4, "tiny", &e), RM_OK); /* bench: no model */
     rm_tj_free(&tj);
     cJSON_Delete(d);
 }
@@ -610,20 +646,26 @@ static void test_memory_budget(void)
  * instead of a misleading range message. */
 static void test_non_finite_numbers(void)
 {
-    static const struct { const char *line, *msg; } cases[] = {
-        { "  restartPolicy: {backoffSeconds: .inf}", "spec.restartPolicy.backoffSeconds: must be a finite number" },
-        { "  training: {optimizer: {lr: .nan}}", "spec.training.optimizer.lr: must be a finite number" },
-        { "  training: {warmupEpochs: -.inf}", "spec.training.warmupEpochs: must be a finite number" },
-        { "  training: {epochs: .inf}", "spec.training.epochs: must be a finite number" },
-        { "  runPolicy: {activeDeadlineSeconds: .NaN}", "spec.runPolicy.activeDeadlineSeconds: must be a finite number" },
-        { "  training: {model: {hidden: [.inf]}}", "spec.training.model.hidden[0]: must be a finite number" },
+    static const struct {
+        const char *line, *msg;
+    } cases[] = {
+        {"  restartPolicy: {backoffSeconds: .inf}",
+         "spec.restartPolicy.backoffSeconds: must be a finite number"},
+        {"  training: {optimizer: {lr: .nan}}", "spec.training.optimizer.lr: must be a finite number"},
+        {"  training: {warmupEpochs: -.inf}", "spec.training.warmupEpochs: must be a finite number"},
+        {"  training: {epochs: .inf}", "spec.training.epochs: must be a finite number"},
+        {"  runPolicy: {activeDeadlineSeconds: .NaN}",
+         "spec.runPolicy.activeDeadlineSeconds: must be a finite number"},
+        {"  training: {model: {hidden: [.inf]}}", "spec.training.model.hidden[0]: must be a finite number"},
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
         char y[512];
-        snprintf(y, sizeof y, "apiVersion: ringmaster.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: x}\n"
-                 "spec:\n%s\n", cases[i].line);
+        snprintf(y, sizeof y,
+                 "apiVersion: ringmaster.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: x}\n"
+                 "spec:\n%s\n",
+                 cases[i].line);
         rm_yaml_docs *d = NULL;
-        rm_err e = { 0 };
+        rm_err e = {0};
         CU_ASSERT_EQUAL_FATAL(rm_yaml_load(y, strlen(y), "t", &d, &e), RM_OK);
         CU_ASSERT_EQUAL(check(rm_yaml_doc(d, 0), &e), RM_EINVAL);
         CU_ASSERT_STRING_EQUAL(e.msg, cases[i].msg);
@@ -635,11 +677,11 @@ static void test_defaults(void)
 {
     const char min_json[] = "{\"apiVersion\":\"ringmaster.dev/v1alpha1\",\"kind\":\"TrainingJob\","
                             "\"metadata\":{\"name\":\"j\"},\"spec\":{\"replicas\":3}}";
-    rm_err e = { 0 };
+    rm_err e = {0};
     cJSON *d = cJSON_Parse(min_json);
     rm_tj tj;
     CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &tj, &e), RM_OK);
-    CU_ASSERT_PTR_NULL(tj.namespace_);       /* parse does not default */
+    CU_ASSERT_PTR_NULL(tj.namespace_); /* parse does not default */
     CU_ASSERT_EQUAL(tj.spec.min_replicas, 0);
     rm_tj_defaults(&tj);
     CU_ASSERT_STRING_EQUAL(tj.namespace_, "default");
@@ -756,9 +798,16 @@ static void fill_status(rm_tj_status *st)
     st->ready_replicas = 3;
     st->epoch = 2;
     st->restarts = 1;
-    st->progress = (rm_tj_progress){ .step = 1840, .train_epoch = 3, .loss = 0.3125, .samples_per_second = 21000.5, .last_checkpoint_step = 1800, .allreduce_gbps = 1.75 };
-    st->result = (rm_tj_result){ true, 0.891, 0.28, 74.25, 8100, 9370, 1e6, 2e6, 5e5, 3e4, 9.5e7,
-                                 1.47, 12000, 0.3, "s3://models/run-1/", "", 4096 };
+    st->progress = (rm_tj_progress){.step = 1840,
+                                    .train_epoch = 3,
+                                    .loss = 0.3125,
+                                    .samples_per_second = 21000.5,
+                                    .last_checkpoint_step = 1800,
+                                    .allreduce_gbps = 1.75};
+    st->result = (rm_tj_result){true,  0.891, 0.28,  74.25, 8100,
+                                9370,  1e6,   2e6,   5e5,   3e4,
+                                9.5e7, 1.47,  12000, 0.3,   "s3://models/run-1/",
+                                "",    4096};
     st->start_time = 1795248000;
     st->completion_time = 1795248100;
     st->last_restart_time = 1795248060;
@@ -768,7 +817,7 @@ static void fill_status(rm_tj_status *st)
 static void test_round_trip(void)
 {
     cJSON *d = base_doc();
-    rm_err e = { 0 };
+    rm_err e = {0};
     rm_tj a, b;
     CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
     fill_status(&a.status);
@@ -827,7 +876,7 @@ static void test_round_trip(void)
  * the worker's JSON, so jobs without it render as before), carried to the worker, fp32 only. */
 static void test_sharding(void)
 {
-    rm_err e = { 0 };
+    rm_err e = {0};
     cJSON *d = base_doc();
     rm_tj a;
     CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
@@ -837,7 +886,7 @@ static void test_sharding(void)
     CU_ASSERT_PTR_NULL(cJSON_GetObjectItemCaseSensitive(tj, "sharding"));
     cJSON_Delete(tj);
     rm_tj_free(&a);
-    const char *names[] = { "optimizer", "gradients", "full" };
+    const char *names[] = {"optimizer", "gradients", "full"};
     for (int i = 0; i < 3; i++) {
         char v[32];
         snprintf(v, sizeof v, "\"%s\"", names[i]);
@@ -872,7 +921,7 @@ static void test_sharding(void)
  * */
 static void test_allreduce_algo(void)
 {
-    rm_err e = { 0 };
+    rm_err e = {0};
     cJSON *d = base_doc();
     rm_tj a;
     CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
@@ -900,7 +949,8 @@ static void test_allreduce_algo(void)
     }
     set_path(d, "spec.training.allreduce", "\"tree\"");
     CU_ASSERT_EQUAL(rm_tj_from_json(d, &a, &e), RM_EINVAL);
-    CU_ASSERT_STRING_EQUAL(e.msg, "spec.training.allreduce: must be one of auto, ring, hierarchical (got \"tree\")");
+    CU_ASSERT_STRING_EQUAL(e.msg,
+                           "spec.training.allreduce: must be one of auto, ring, hierarchical (got \"tree\")");
     rm_tj_free(&a);
     set_path(d, "spec.training.allreduce", "\"hierarchical\"");
     set_path(d, "spec.backend", "\"nccl\"");
@@ -917,8 +967,9 @@ static void test_allreduce_algo(void)
     rm_tj_free(&a);
     /* auto with GPUs resolves to nccl: hierarchical would be silently unused */
     set_path(d, "spec.backend", "\"auto\"");
-    set_path(d, "spec.template", "{\"spec\":{\"containers\":[{\"name\":\"worker\",\"resources\":"
-                                 "{\"limits\":{\"nvidia.com/gpu\":1}}}]}}");
+    set_path(d, "spec.template",
+             "{\"spec\":{\"containers\":[{\"name\":\"worker\",\"resources\":"
+             "{\"limits\":{\"nvidia.com/gpu\":1}}}]}}");
     CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
     rm_tj_defaults(&a);
     CU_ASSERT_EQUAL(rm_tj_validate(&a, &e), RM_EINVAL);
@@ -955,17 +1006,18 @@ static void test_status_and_conditions(void)
     CU_ASSERT_STRING_EQUAL(rm_json_path(j, "conditions[1].type")->valuestring, "Running");
     CU_ASSERT_STRING_EQUAL(rm_json_path(j, "conditions[1].status")->valuestring, "False");
     CU_ASSERT_PTR_NULL(rm_json_path(j, "conditions[2]"));
-    CU_ASSERT_PTR_NULL(rm_json_path(j, "result"));      /* absent until present */
-    CU_ASSERT_PTR_NULL(rm_json_path(j, "startTime"));   /* 0 = unset */
+    CU_ASSERT_PTR_NULL(rm_json_path(j, "result"));    /* absent until present */
+    CU_ASSERT_PTR_NULL(rm_json_path(j, "startTime")); /* 0 = unset */
     CU_ASSERT_PTR_NULL(rm_json_path(j, "message"));
     CU_ASSERT_STRING_EQUAL(rm_json_path(j, "phase")->valuestring, "Pending");
     rm_tj_status back;
-    rm_err e = { 0 };
+    rm_err e = {0};
     CU_ASSERT_EQUAL(rm_tj_status_from_json(j, &back, &e), RM_OK);
     CU_ASSERT_EQUAL(memcmp(&st, &back, sizeof st), 0);
     cJSON_Delete(j);
     /* unknown condition types (someone else's) are ignored */
-    cJSON *o = cJSON_Parse("{\"phase\":\"Running\",\"conditions\":[{\"type\":\"PodsReady\",\"status\":\"True\"}]}");
+    cJSON *o =
+        cJSON_Parse("{\"phase\":\"Running\",\"conditions\":[{\"type\":\"PodsReady\",\"status\":\"True\"}]}");
     CU_ASSERT_EQUAL(rm_tj_status_from_json(o, &back, &e), RM_OK);
     CU_ASSERT_EQUAL(back.phase, RM_PHASE_RUNNING);
     for (int i = 0; i < RM_COND__COUNT; i++)
@@ -992,7 +1044,7 @@ static void test_yaml_error_points_at_line(void)
     const char y[] = "apiVersion: ringmaster.dev/v1alpha1\nkind: TrainingJob\nmetadata:\n  name: x\n"
                      "spec:\n  replicas: 2\n  minReplicas: 3\n";
     rm_yaml_docs *d = NULL;
-    rm_err e = { 0 };
+    rm_err e = {0};
     CU_ASSERT_EQUAL_FATAL(rm_yaml_load(y, strlen(y), "job.yaml", &d, &e), RM_OK);
     CU_ASSERT_EQUAL(check(rm_yaml_doc(d, 0), &e), RM_EINVAL);
     CU_ASSERT_STRING_EQUAL(e.field, "spec.minReplicas");
@@ -1020,56 +1072,67 @@ static void test_parallelism(void)
 {
     typedef struct {
         const char *path[3], *value[3];
-        const char *msg;   /* NULL = valid */
+        const char *msg; /* NULL = valid */
     } par_case;
     static const par_case cases[] = {
-        { { "spec.parallelism", NULL }, { "{}" }, NULL },
-        { { "spec.parallelism", NULL }, { "{\"pipelineStages\": 2, \"microBatches\": 4}" }, NULL },
-        { { "spec.parallelism", NULL }, { "{\"pipelineStages\": 2, \"schedule\": \"gpipe\"}" }, NULL },
-        { { "spec.parallelism", "spec.replicas" }, { "{\"pipelineStages\": 3}", "3" },
-          "spec.minReplicas: must be a multiple of spec.parallelism.pipelineStages (3) (got 2)" },
-        { { "spec.parallelism", "spec.replicas", "spec.minReplicas" },
-          { "{\"pipelineStages\": 3}", "6", "3" },
-          "spec.maxReplicas: must be a multiple of spec.parallelism.pipelineStages (3) (got 8)" },
-        { { "spec.parallelism", "spec.replicas", "spec.minReplicas" },
-          { "{\"pipelineStages\": 2}", "3", "2" },
-          "spec.replicas: must be a multiple of spec.parallelism.pipelineStages (2): the workers form "
-          "a grid of 2 stages x replicas/2 data-parallel replicas (got 3)" },
-        { { "spec.parallelism", "spec.replicas", "spec.maxReplicas" },
-          { "{\"pipelineStages\": 4}", "4", "4" },
-          "spec.minReplicas: must be a multiple of spec.parallelism.pipelineStages (4) (got 2)" },
-        { { "spec.parallelism", "spec.minReplicas", "spec.maxReplicas" },
-          { "{\"pipelineStages\": 4}", "4", "4" },
-          "spec.parallelism.pipelineStages: must be <= the model's 3 linear layers "
-          "(spec.training.model.hidden has 2 widths; each stage holds at least one layer) (got 4)" },
-        { { "spec.parallelism", NULL }, { "{\"pipelineStages\": 0}" },
-          "spec.parallelism.pipelineStages: must be between 1 and 1024 (got 0)" },
-        { { "spec.parallelism", NULL }, { "{\"microBatches\": 0}" },
-          "spec.parallelism.microBatches: must be >= 1 (got 0)" },
-        { { "spec.parallelism", NULL }, { "{\"microBatches\": -3}" },
-          "spec.parallelism.microBatches: must be >= 1 (got -3)" },
-        { { "spec.parallelism", NULL }, { "{\"microBatches\": 65}" },
-          "spec.parallelism.microBatches: must be <= spec.training.batchSizePerWorker (64): every "
-          "micro-batch needs at least one sample (got 65)" },
-        { { "spec.parallelism", NULL }, { "{\"schedule\": \"zigzag\"}" },
-          "spec.parallelism.schedule: must be one of 1f1b, gpipe (got \"zigzag\")" },
-        { { "spec.parallelism", NULL }, { "{\"stages\": 2}" }, "spec.parallelism.stages: unknown field" },
-        { { "spec.parallelism", "spec.strategy" }, { "{\"pipelineStages\": 2}", "\"parameterServer\"" },
-          "spec.parallelism.pipelineStages: must be 1 with spec.strategy: parameterServer in this "
-          "version (got 2)" },
-        { { "spec.parallelism", "spec.training.sharding" }, { "{\"pipelineStages\": 2}", "\"optimizer\"" },
-          "spec.training.sharding: must be none with spec.parallelism.pipelineStages > 1 in this "
-          "version (a stage already holds only its own layers)" },
-        { { "spec.parallelism", "spec.training.precision" }, { "{\"pipelineStages\": 2}", "\"bf16\"" },
-          "spec.training.precision: must be fp32 with spec.parallelism.pipelineStages > 1 in this version" },
-        { { "spec.parallelism", "spec.backend" }, { "{\"pipelineStages\": 2}", "\"mpi\"" },
-          "spec.backend: mpi cannot be used with spec.parallelism.pipelineStages > 1 in this version "
-          "(stages talk TCP, or NCCL on GPUs; use auto, ring or nccl)" },
+        {{"spec.parallelism", NULL}, {"{}"}, NULL},
+        {{"spec.parallelism", NULL}, {"{\"pipelineStages\": 2, \"microBatches\": 4}"}, NULL},
+        {{"spec.parallelism", NULL}, {"{\"pipelineStages\": 2, \"schedule\": \"gpipe\"}"}, NULL},
+        {{"spec.parallelism", "spec.replicas"},
+         {"{\"pipelineStages\": 3}", "3"},
+         "spec.minReplicas: must be a multiple of spec.parallelism.pipelineStages (3) (got 2)"},
+        {{"spec.parallelism", "spec.replicas", "spec.minReplicas"},
+         {"{\"pipelineStages\": 3}", "6", "3"},
+         "spec.maxReplicas: must be a multiple of spec.parallelism.pipelineStages (3) (got 8)"},
+        {{"spec.parallelism", "spec.replicas", "spec.minReplicas"},
+         {"{\"pipelineStages\": 2}", "3", "2"},
+         "spec.replicas: must be a multiple of spec.parallelism.pipelineStages (2): the workers form "
+         "a grid of 2 stages x replicas/2 data-parallel replicas (got 3)"},
+        {{"spec.parallelism", "spec.replicas", "spec.maxReplicas"},
+         {"{\"pipelineStages\": 4}", "4", "4"},
+         "spec.minReplicas: must be a multiple of spec.parallelism.pipelineStages (4) (got 2)"},
+        {{"spec.parallelism", "spec.minReplicas", "spec.maxReplicas"},
+         {"{\"pipelineStages\": 4}", "4", "4"},
+         "spec.parallelism.pipelineStages: must be <= the model's 3 linear layers "
+         "(spec.training.model.hidden has 2 widths; each stage holds at least one layer) (got 4)"},
+        {{"spec.parallelism", NULL},
+         {"{\"pipelineStages\": 0}"},
+         "spec.parallelism.pipelineStages: must be between 1 and 1024 (got 0)"},
+        {{"spec.parallelism", NULL},
+         {"{\"microBatches\": 0}"},
+         "spec.parallelism.microBatches: must be >= 1 (got 0)"},
+        {{"spec.parallelism", NULL},
+         {"{\"microBatches\": -3}"},
+         "spec.parallelism.microBatches: must be >= 1 (got -3)"},
+        {{"spec.parallelism", NULL},
+         {"{\"microBatches\": 65}"},
+         "spec.parallelism.microBatches: must be <= spec.training.batchSizePerWorker (64): every "
+         "micro-batch needs at least one sample (got 65)"},
+        {{"spec.parallelism", NULL},
+         {"{\"schedule\": \"zigzag\"}"},
+         "spec.parallelism.schedule: must be one of 1f1b, gpipe (got \"zigzag\")"},
+        {{"spec.parallelism", NULL}, {"{\"stages\": 2}"}, "spec.parallelism.stages: unknown field"},
+        {{"spec.parallelism", "spec.strategy"},
+         {"{\"pipelineStages\": 2}", "\"parameterServer\""},
+         "spec.parallelism.pipelineStages: must be 1 with spec.strategy: parameterServer in this "
+         "version (got 2)"},
+        {{"spec.parallelism", "spec.training.sharding"},
+         {"{\"pipelineStages\": 2}", "\"optimizer\""},
+         "spec.training.sharding: must be none with spec.parallelism.pipelineStages > 1 in this "
+         "version (a stage already holds only its own layers)"},
+        {{"spec.parallelism", "spec.training.precision"},
+         {"{\"pipelineStages\": 2}", "\"bf16\""},
+         "spec.training.precision: must be fp32 with spec.parallelism.pipelineStages > 1 in this version"},
+        {{"spec.parallelism", "spec.backend"},
+         {"{\"pipelineStages\": 2}", "\"mpi\""},
+         "spec.backend: mpi cannot be used with spec.parallelism.pipelineStages > 1 in this version "
+         "(stages talk TCP, or NCCL on GPUs; use auto, ring or nccl)"},
         /* nccl: GPU stages, whose links are NCCL send/recv (worker/pipeline/cuda/pipe_link_nccl.c) */
-        { { "spec.parallelism", "spec.backend" }, { "{\"pipelineStages\": 2}", "\"nccl\"" }, NULL },
+        {{"spec.parallelism", "spec.backend"}, {"{\"pipelineStages\": 2}", "\"nccl\""}, NULL},
         /* P = 1 with parameter servers is fine: nothing is split */
-        { { "spec.parallelism", "spec.strategy" }, { "{\"pipelineStages\": 1, \"microBatches\": 1}",
-          "\"parameterServer\"" }, NULL },
+        {{"spec.parallelism", "spec.strategy"},
+         {"{\"pipelineStages\": 1, \"microBatches\": 1}", "\"parameterServer\""},
+         NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         cJSON *d = base_doc();
@@ -1090,7 +1153,7 @@ static void test_parallelism(void)
         cJSON_Delete(d);
     }
     /* defaults (1, 1, 1f1b) without the field, and none of it written back */
-    rm_err e = { 0 };
+    rm_err e = {0};
     cJSON *d = base_doc();
     rm_tj a;
     CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
@@ -1129,7 +1192,7 @@ static void test_parallelism(void)
  * its field. */
 static void test_lbfgs(void)
 {
-    rm_err e = { 0 };
+    rm_err e = {0};
     rm_tj a;
     cJSON *d = base_doc();
     set_path(d, "spec.training.optimizer", "{\"type\": \"lbfgs\"}");
@@ -1153,8 +1216,9 @@ static void test_lbfgs(void)
     CU_ASSERT_DOUBLE_EQUAL(o->lr, 1.0, 0);
     rm_tj_free(&a);
     /* explicit values survive a round trip through the worker's JSON */
-    set_path(d, "spec.training.optimizer",
-             "{\"type\": \"lbfgs\", \"history\": 5, \"portions\": 16, \"lineSearch\": \"fixed\", \"lr\": 0.5}");
+    set_path(
+        d, "spec.training.optimizer",
+        "{\"type\": \"lbfgs\", \"history\": 5, \"portions\": 16, \"lineSearch\": \"fixed\", \"lr\": 0.5}");
     CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
     rm_tj_defaults(&a);
     CU_ASSERT_EQUAL(rm_tj_validate(&a, &e), RM_OK);
@@ -1170,26 +1234,28 @@ static void test_lbfgs(void)
     rm_training_free(&t);
     cJSON_Delete(tj);
     rm_tj_free(&a);
-    static const struct { const char *path, *value, *msg; } bad[] = {
-        { "spec.parameterServer.mode", "\"async\"",
-          "spec.parameterServer.mode: must be sync with spec.training.optimizer.type: lbfgs (every "
-          "pass evaluates the full batch at one set of parameters)" },
-        { "spec.parameterServer.backupWorkers", "1",
-          "spec.parameterServer.backupWorkers: must be 0 with spec.training.optimizer.type: lbfgs (a "
-          "straggler's portions are reissued to other workers instead)" },
-        { "spec.training.optimizer.history", "0",
-          "spec.training.optimizer.history: must be between 1 and 100 (got 0)" },
-        { "spec.training.optimizer.history", "101",
-          "spec.training.optimizer.history: must be between 1 and 100 (got 101)" },
-        { "spec.training.optimizer.portions", "0",
-          "spec.training.optimizer.portions: must be between 1 and 100000 (got 0)" },
-        { "spec.training.optimizer.lineSearch", "\"wolfe\"",
-          "spec.training.optimizer.lineSearch: must be one of armijo, fixed (got \"wolfe\")" },
-        { "spec.training.precision", "\"bf16\"",
-          "spec.training.precision: must be fp32 with spec.training.optimizer.type: lbfgs" },
-        { "spec.training.optimizer.weightDecay", "0.001",
-          "spec.training.optimizer.weightDecay: must be 0 with spec.training.optimizer.type: lbfgs "
-          "(the full-batch objective has no L2 term in this version)" },
+    static const struct {
+        const char *path, *value, *msg;
+    } bad[] = {
+        {"spec.parameterServer.mode", "\"async\"",
+         "spec.parameterServer.mode: must be sync with spec.training.optimizer.type: lbfgs (every "
+         "pass evaluates the full batch at one set of parameters)"},
+        {"spec.parameterServer.backupWorkers", "1",
+         "spec.parameterServer.backupWorkers: must be 0 with spec.training.optimizer.type: lbfgs (a "
+         "straggler's portions are reissued to other workers instead)"},
+        {"spec.training.optimizer.history", "0",
+         "spec.training.optimizer.history: must be between 1 and 100 (got 0)"},
+        {"spec.training.optimizer.history", "101",
+         "spec.training.optimizer.history: must be between 1 and 100 (got 101)"},
+        {"spec.training.optimizer.portions", "0",
+         "spec.training.optimizer.portions: must be between 1 and 100000 (got 0)"},
+        {"spec.training.optimizer.lineSearch", "\"wolfe\"",
+         "spec.training.optimizer.lineSearch: must be one of armijo, fixed (got \"wolfe\")"},
+        {"spec.training.precision", "\"bf16\"",
+         "spec.training.precision: must be fp32 with spec.training.optimizer.type: lbfgs"},
+        {"spec.training.optimizer.weightDecay", "0.001",
+         "spec.training.optimizer.weightDecay: must be 0 with spec.training.optimizer.type: lbfgs "
+         "(the full-batch objective has no L2 term in this version)"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cJSON *c = cJSON_Duplicate(d, 1);
@@ -1233,105 +1299,117 @@ static void test_lbfgs(void)
  * the spellings of what exists (builtin:fashion-mnist, a folder, idx, mlp, tensorParallel 1) pass.
  * Cases start from the base job without its dataDir (data.uri replaces it). */
 typedef struct {
-    const char *set[4][2];   /* path, JSON value */
-    const char *msg;         /* NULL = valid */
+    const char *set[4][2]; /* path, JSON value */
+    const char *msg;       /* NULL = valid */
 } md_case;
 
-#define GPT "{\"type\": \"gpt\", \"layers\": 4, \"heads\": 4, \"embed\": 128, \"context\": 64, \"vocab\": 256}"
+#define GPT \
+    "{\"type\": \"gpt\", \"layers\": 4, \"heads\": 4, \"embed\": 128, \"context\": 64, \"vocab\": 256}"
 #define NS " is not supported yet"
 static void test_models_and_data(void)
 {
     static const md_case cases[] = {
         /* accepted: respellings of what exists */
-        { { { "spec.training.data.uri", "\"builtin:fashion-mnist\"" } }, NULL },
-        { { { "spec.training.data.uri", "\"/data\"" }, { "spec.training.dataDir", "\"/data\"" } }, NULL },
-        { { { "spec.training.data.uri", "\"file:///srv/fmnist\"" } }, NULL },
-        { { { "spec.training.data.format", "\"idx\"" } }, NULL },
-        { { { "spec.parallelism.tensorParallel", "1" } }, NULL },
-        { { { "spec.training.model.type", "\"mlp\"" } }, NULL },
-        { { { "spec.training.gradientAccumulationSteps", "1" }, { "spec.training.warmupSteps", "0" },
-            { "spec.training.evalEverySteps", "0" } }, NULL },
+        {{{"spec.training.data.uri", "\"builtin:fashion-mnist\""}}, NULL},
+        {{{"spec.training.data.uri", "\"/data\""}, {"spec.training.dataDir", "\"/data\""}}, NULL},
+        {{{"spec.training.data.uri", "\"file:///srv/fmnist\""}}, NULL},
+        {{{"spec.training.data.format", "\"idx\""}}, NULL},
+        {{{"spec.parallelism.tensorParallel", "1"}}, NULL},
+        {{{"spec.training.model.type", "\"mlp\""}}, NULL},
+        {{{"spec.training.gradientAccumulationSteps", "1"},
+          {"spec.training.warmupSteps", "0"},
+          {"spec.training.evalEverySteps", "0"}},
+         NULL},
         /* ranges, named by field */
-        { { { "spec.training.model", "{\"type\": \"gpt\", \"layers\": 0, \"heads\": 4, \"embed\": 128, \"context\": 64}" } },
-          "spec.training.model.layers: must be between 1 and 1024 (got 0)" },
-        { { { "spec.training.model", "{\"type\": \"gpt\", \"layers\": 2, \"heads\": 3, \"embed\": 128, \"context\": 64}" } },
-          "spec.training.model.heads: must divide spec.training.model.embed (3 heads, embed 128)" },
-        { { { "spec.training.model", "{\"type\": \"gpt\", \"layers\": 2, \"heads\": 4, \"embed\": 128, \"context\": 0}" } },
-          "spec.training.model.context: must be between 1 and 1048576 (got 0)" },
-        { { { "spec.training.model", "{\"type\": \"gpt\", \"layers\": 2, \"heads\": 4, \"embed\": 128}" } },
-          "spec.training.model.context: required with spec.training.model.type: gpt" },
-        { { { "spec.training.model", GPT }, { "spec.training.model.vocab", "0" } },
-          "spec.training.model.vocab: must be between 1 and 16777216 (got 0)" },
-        { { { "spec.training.model", GPT }, { "spec.training.model.dropout", "1" } },
-          "spec.training.model.dropout: must be >= 0 and < 1" },
-        { { { "spec.training.model.layers", "4" } },
-          "spec.training.model.layers: is only used with spec.training.model.type: gpt (type is mlp)" },
-        { { { "spec.training.model.init", "{\"uri\": \"\"}" } },
-          "spec.training.model.init.uri: must be 1 to 1023 characters" },
-        { { { "spec.training.model.init", "{\"path\": \"/m\"}" } }, "spec.training.model.init.path: unknown field" },
-        { { { "spec.training.data.uri", "\"ftp://h/x\"" } },
-          "spec.training.data.uri: must be builtin:<name>, /path, file:///path, http(s)://... or s3://bucket/key "
-          "(got \"ftp://h/x\")" },
-        { { { "spec.training.data.uri", "\"/other\"" }, { "spec.training.dataDir", "\"/data\"" } },
-          "spec.training.data.uri: \"/other\" differs from spec.training.dataDir \"/data\" (dataDir is its "
-          "deprecated spelling: set only data.uri)" },
-        { { { "spec.training.data.format", "\"csv\"" } },
-          "spec.training.data.format: must be one of idx, tokens, text (got \"csv\")" },
-        { { { "spec.training.data.sha256", "\"86c4e6aa\"" } }, "spec.training.data.sha256: must be 64 lowercase hex digits" },
-        { { { "spec.training.data.secretRef", "{}" } }, "spec.training.data.secretRef.name: required" },
-        { { { "spec.training.data.secretRef", "{\"name\": \"S3_creds\"}" } },
-          "spec.training.data.secretRef.name: must be a Secret name (a DNS-1123 subdomain; got \"S3_creds\")" },
-        { { { "spec.training.data.validation", "{\"fraction\": 1}" } },
-          "spec.training.data.validation.fraction: must be > 0 and < 1" },
-        { { { "spec.training.data.validation", "{\"fraction\": 0.1, \"uri\": \"/v\"}" } },
-          "spec.training.data.validation.uri: set only one of spec.training.data.validation.fraction and "
-          "spec.training.data.validation.uri" },
-        { { { "spec.training.data.foo", "1" } }, "spec.training.data.foo: unknown field" },
-        { { { "spec.training.gradClip", "0" } }, "spec.training.gradClip: must be > 0" },
-        { { { "spec.training.gradientAccumulationSteps", "0" } },
-          "spec.training.gradientAccumulationSteps: must be between 1 and 65536 (got 0)" },
-        { { { "spec.training.warmupSteps", "-1" } },
-          "spec.training.warmupSteps: must be between 0 and 2147483647 (got -1)" },
-        { { { "spec.training.evalEverySteps", "-5" } },
-          "spec.training.evalEverySteps: must be between 0 and 2147483647 (got -5)" },
-        { { { "spec.training.optimizer.type", "\"lion\"" } },
-          "spec.training.optimizer.type: must be one of sgd, adam, adagrad, lbfgs, lamb, lars (got \"lion\")" },
-        { { { "spec.parallelism.tensorParallel", "0" } },
-          "spec.parallelism.tensorParallel: must be between 1 and 1024 (got 0)" },
-        { { { "spec.output", "{\"dtype\": \"fp16\"}" } },
-          "spec.output.dtype: must be one of float32, bfloat16 (got \"fp16\")" },
-        { { { "spec.output", "{\"format\": \"onnx\"}" } }, "spec.output.format: must be one of safetensors (got \"onnx\")" },
-        { { { "spec.output", "{\"uri\": \"builtin:x\"}" } },
-          "spec.output.uri: must be a folder, file:///path or s3://bucket/prefix (got \"builtin:x\")" },
+        {{{"spec.training.model",
+           "{\"type\": \"gpt\", \"layers\": 0, \"heads\": 4, \"embed\": 128, \"context\": 64}"}},
+         "spec.training.model.layers: must be between 1 and 1024 (got 0)"},
+        {{{"spec.training.model",
+           "{\"type\": \"gpt\", \"layers\": 2, \"heads\": 3, \"embed\": 128, \"context\": 64}"}},
+         "spec.training.model.heads: must divide spec.training.model.embed (3 heads, embed 128)"},
+        {{{"spec.training.model",
+           "{\"type\": \"gpt\", \"layers\": 2, \"heads\": 4, \"embed\": 128, \"context\": 0}"}},
+         "spec.training.model.context: must be between 1 and 1048576 (got 0)"},
+        {{{"spec.training.model", "{\"type\": \"gpt\", \"layers\": 2, \"heads\": 4, \"embed\": 128}"}},
+         "spec.training.model.context: required with spec.training.model.type: gpt"},
+        {{{"spec.training.model", GPT}, {"spec.training.model.vocab", "0"}},
+         "spec.training.model.vocab: must be between 1 and 16777216 (got 0)"},
+        {{{"spec.training.model", GPT}, {"spec.training.model.dropout", "1"}},
+         "spec.training.model.dropout: must be >= 0 and < 1"},
+        {{{"spec.training.model.layers", "4"}},
+         "spec.training.model.layers: is only used with spec.training.model.type: gpt (type is mlp)"},
+        {{{"spec.training.model.init", "{\"uri\": \"\"}"}},
+         "spec.training.model.init.uri: must be 1 to 1023 characters"},
+        {{{"spec.training.model.init", "{\"path\": \"/m\"}"}},
+         "spec.training.model.init.path: unknown field"},
+        {{{"spec.training.data.uri", "\"ftp://h/x\""}},
+         "spec.training.data.uri: must be builtin:<name>, /path, file:///path, http(s)://... or "
+         "s3://bucket/key "
+         "(got \"ftp://h/x\")"},
+        {{{"spec.training.data.uri", "\"/other\""}, {"spec.training.dataDir", "\"/data\""}},
+         "spec.training.data.uri: \"/other\" differs from spec.training.dataDir \"/data\" (dataDir is its "
+         "deprecated spelling: set only data.uri)"},
+        {{{"spec.training.data.format", "\"csv\""}},
+         "spec.training.data.format: must be one of idx, tokens, text (got \"csv\")"},
+        {{{"spec.training.data.sha256", "\"86c4e6aa\""}},
+         "spec.training.data.sha256: must be 64 lowercase hex digits"},
+        {{{"spec.training.data.secretRef", "{}"}}, "spec.training.data.secretRef.name: required"},
+        {{{"spec.training.data.secretRef", "{\"name\": \"S3_creds\"}"}},
+         "spec.training.data.secretRef.name: must be a Secret name (a DNS-1123 subdomain; got \"S3_creds\")"},
+        {{{"spec.training.data.validation", "{\"fraction\": 1}"}},
+         "spec.training.data.validation.fraction: must be > 0 and < 1"},
+        {{{"spec.training.data.validation", "{\"fraction\": 0.1, \"uri\": \"/v\"}"}},
+         "spec.training.data.validation.uri: set only one of spec.training.data.validation.fraction and "
+         "spec.training.data.validation.uri"},
+        {{{"spec.training.data.foo", "1"}}, "spec.training.data.foo: unknown field"},
+        {{{"spec.training.gradClip", "0"}}, "spec.training.gradClip: must be > 0"},
+        {{{"spec.training.gradientAccumulationSteps", "0"}},
+         "spec.training.gradientAccumulationSteps: must be between 1 and 65536 (got 0)"},
+        {{{"spec.training.warmupSteps", "-1"}},
+         "spec.training.warmupSteps: must be between 0 and 2147483647 (got -1)"},
+        {{{"spec.training.evalEverySteps", "-5"}},
+         "spec.training.evalEverySteps: must be between 0 and 2147483647 (got -5)"},
+        {{{"spec.training.optimizer.type", "\"lion\""}},
+         "spec.training.optimizer.type: must be one of sgd, adam, adagrad, lbfgs, lamb, lars (got \"lion\")"},
+        {{{"spec.parallelism.tensorParallel", "0"}},
+         "spec.parallelism.tensorParallel: must be between 1 and 1024 (got 0)"},
+        {{{"spec.output", "{\"dtype\": \"fp16\"}"}},
+         "spec.output.dtype: must be one of float32, bfloat16 (got \"fp16\")"},
+        {{{"spec.output", "{\"format\": \"onnx\"}"}},
+         "spec.output.format: must be one of safetensors (got \"onnx\")"},
+        {{{"spec.output", "{\"uri\": \"builtin:x\"}"}},
+         "spec.output.uri: must be a folder, file:///path or s3://bucket/prefix (got \"builtin:x\")"},
         /* valid, but the feature is still to land */
-        { { { "spec.training.model", GPT } }, "spec.training.model.type: gpt" NS },
-        { { { "spec.training.model.init", "{\"uri\": \"s3://models/gpt-small/model.safetensors\"}" } },
-          "spec.training.model.init.uri: starting from saved weights" NS },
-        { { { "spec.training.data.uri", "\"https://example.org/corpus.txt\"" } },
-          "spec.training.data.uri: \"https://example.org/corpus.txt\"" NS },
-        { { { "spec.training.data.uri", "\"builtin:tinyshakespeare\"" } },
-          "spec.training.data.uri: \"builtin:tinyshakespeare\"" NS },
-        { { { "spec.training.data.format", "\"tokens\"" } }, "spec.training.data.format: tokens" NS },
-        { { { "spec.training.data.format", "\"text\"" } }, "spec.training.data.format: text" NS },
-        { { { "spec.training.data.sha256", "\"86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa\"" } },
-          "spec.training.data.sha256: checking the data's checksum" NS },
-        { { { "spec.training.data.secretRef", "{\"name\": \"s3-creds\"}" } },
-          "spec.training.data.secretRef.name: reading object-store credentials" NS },
-        { { { "spec.training.data.validation", "{\"fraction\": 0.1}" } },
-          "spec.training.data.validation.fraction: a validation split" NS },
-        { { { "spec.training.data.validation", "{\"uri\": \"/val\"}" } },
-          "spec.training.data.validation.uri: a validation split" NS },
-        { { { "spec.training.optimizer", "{\"type\": \"lamb\"}" } }, "spec.training.optimizer.type: lamb" NS },
-        { { { "spec.training.optimizer", "{\"type\": \"lars\"}" } }, "spec.training.optimizer.type: lars" NS },
-        { { { "spec.training.gradClip", "1.0" } }, "spec.training.gradClip: gradient clipping" NS },
-        { { { "spec.training.gradientAccumulationSteps", "4" } }, "spec.training.gradientAccumulationSteps: 4" NS },
-        { { { "spec.training.warmupSteps", "100" } },
-          "spec.training.warmupSteps: warmup in steps (use warmupEpochs)" NS },
-        { { { "spec.training.evalEverySteps", "250" } },
-          "spec.training.evalEverySteps: evaluation every N steps" NS },
-        { { { "spec.parallelism.tensorParallel", "2" } }, "spec.parallelism.tensorParallel: 2" NS },
-        { { { "spec.output", "{\"uri\": \"s3://models/run-1/\", \"format\": \"safetensors\", \"dtype\": \"bfloat16\"}" } },
-          "spec.output: exporting the trained model" NS },
+        {{{"spec.training.model", GPT}}, "spec.training.model.type: gpt" NS},
+        {{{"spec.training.model.init", "{\"uri\": \"s3://models/gpt-small/model.safetensors\"}"}},
+         "spec.training.model.init.uri: starting from saved weights" NS},
+        {{{"spec.training.data.uri", "\"https://example.org/corpus.txt\""}},
+         "spec.training.data.uri: \"https://example.org/corpus.txt\"" NS},
+        {{{"spec.training.data.uri", "\"builtin:tinyshakespeare\""}},
+         "spec.training.data.uri: \"builtin:tinyshakespeare\"" NS},
+        {{{"spec.training.data.format", "\"tokens\""}}, "spec.training.data.format: tokens" NS},
+        {{{"spec.training.data.format", "\"text\""}}, "spec.training.data.format: text" NS},
+        {{{"spec.training.data.sha256",
+           "\"86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa\""}},
+         "spec.training.data.sha256: checking the data's checksum" NS},
+        {{{"spec.training.data.secretRef", "{\"name\": \"s3-creds\"}"}},
+         "spec.training.data.secretRef.name: reading object-store credentials" NS},
+        {{{"spec.training.data.validation", "{\"fraction\": 0.1}"}},
+         "spec.training.data.validation.fraction: a validation split" NS},
+        {{{"spec.training.data.validation", "{\"uri\": \"/val\"}"}},
+         "spec.training.data.validation.uri: a validation split" NS},
+        {{{"spec.training.optimizer", "{\"type\": \"lamb\"}"}}, "spec.training.optimizer.type: lamb" NS},
+        {{{"spec.training.optimizer", "{\"type\": \"lars\"}"}}, "spec.training.optimizer.type: lars" NS},
+        {{{"spec.training.gradClip", "1.0"}}, "spec.training.gradClip: gradient clipping" NS},
+        {{{"spec.training.gradientAccumulationSteps", "4"}}, "spec.training.gradientAccumulationSteps: 4" NS},
+        {{{"spec.training.warmupSteps", "100"}},
+         "spec.training.warmupSteps: warmup in steps (use warmupEpochs)" NS},
+        {{{"spec.training.evalEverySteps", "250"}},
+         "spec.training.evalEverySteps: evaluation every N steps" NS},
+        {{{"spec.parallelism.tensorParallel", "2"}}, "spec.parallelism.tensorParallel: 2" NS},
+        {{{"spec.output",
+           "{\"uri\": \"s3://models/run-1/\", \"format\": \"safetensors\", \"dtype\": \"bfloat16\"}"}},
+         "spec.output: exporting the trained model" NS},
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
         cJSON *d = base_doc();
@@ -1357,24 +1435,27 @@ static void test_models_and_data(void)
     cJSON *d = base_doc();
     set_path(d, "spec.training.dataDir", NULL);
     static const char *const manifest[][2] = {
-        { "spec.training.model", "{\"type\": \"gpt\", \"layers\": 4, \"heads\": 4, \"embed\": 128, "
-          "\"context\": 64, \"vocab\": 256, \"dropout\": 0.2, \"init\": {\"uri\": \"s3://m/x.safetensors\"}}" },
-        { "spec.training.data", "{\"uri\": \"https://example.org/corpus.txt\", \"format\": \"text\", "
-          "\"sha256\": \"86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa\", "
-          "\"secretRef\": {\"name\": \"s3-creds\"}, \"validation\": {\"fraction\": 0.1}}" },
-        { "spec.training.optimizer", "{\"type\": \"lamb\", \"lr\": 0.001, \"beta1\": 0.9, \"beta2\": 0.99, "
-          "\"weightDecay\": 0.1}" },
-        { "spec.training.gradClip", "1.0" },
-        { "spec.training.gradientAccumulationSteps", "2" },
-        { "spec.training.warmupSteps", "100" },
-        { "spec.training.evalEverySteps", "250" },
-        { "spec.training.maxSteps", "2000" },
-        { "spec.parallelism", "{\"tensorParallel\": 2, \"pipelineStages\": 1, \"microBatches\": 1}" },
-        { "spec.output", "{\"uri\": \"s3://models/run-1/\", \"format\": \"safetensors\", \"dtype\": \"bfloat16\"}" },
+        {"spec.training.model",
+         "{\"type\": \"gpt\", \"layers\": 4, \"heads\": 4, \"embed\": 128, "
+         "\"context\": 64, \"vocab\": 256, \"dropout\": 0.2, \"init\": {\"uri\": \"s3://m/x.safetensors\"}}"},
+        {"spec.training.data",
+         "{\"uri\": \"https://example.org/corpus.txt\", \"format\": \"text\", "
+         "\"sha256\": \"86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa\", "
+         "\"secretRef\": {\"name\": \"s3-creds\"}, \"validation\": {\"fraction\": 0.1}}"},
+        {"spec.training.optimizer", "{\"type\": \"lamb\", \"lr\": 0.001, \"beta1\": 0.9, \"beta2\": 0.99, "
+                                    "\"weightDecay\": 0.1}"},
+        {"spec.training.gradClip", "1.0"},
+        {"spec.training.gradientAccumulationSteps", "2"},
+        {"spec.training.warmupSteps", "100"},
+        {"spec.training.evalEverySteps", "250"},
+        {"spec.training.maxSteps", "2000"},
+        {"spec.parallelism", "{\"tensorParallel\": 2, \"pipelineStages\": 1, \"microBatches\": 1}"},
+        {"spec.output",
+         "{\"uri\": \"s3://models/run-1/\", \"format\": \"safetensors\", \"dtype\": \"bfloat16\"}"},
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(manifest); i++)
         set_path(d, manifest[i][0], manifest[i][1]);
-    rm_err e = { 0 };
+    rm_err e = {0};
     rm_tj a, b;
     CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
     const rm_training_spec *t = &a.spec.training;
@@ -1388,7 +1469,8 @@ static void test_models_and_data(void)
     CU_ASSERT_DOUBLE_EQUAL(t->data.val_fraction, 0.1, 0);
     CU_ASSERT_EQUAL(t->optimizer.type, RM_OPT_LAMB);
     CU_ASSERT_DOUBLE_EQUAL(t->grad_clip, 1.0, 0);
-    CU_ASSERT(t->grad_accum == 2 && t->warmup_steps == 100 && t->eval_every_steps == 250 && t->max_steps == 2000);
+    CU_ASSERT(t->grad_accum == 2 && t->warmup_steps == 100 && t->eval_every_steps == 250 &&
+              t->max_steps == 2000);
     CU_ASSERT_EQUAL(a.spec.par.tensor_parallel, 2);
     CU_ASSERT(a.spec.output.present && a.spec.output.dtype == RM_DTYPE_BFLOAT16);
     CU_ASSERT_STRING_EQUAL(a.spec.output.uri, "s3://models/run-1/");
@@ -1426,7 +1508,7 @@ static void test_models_and_data(void)
     CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
     rm_tj_defaults(&a);
     CU_ASSERT_STRING_EQUAL(a.spec.training.data_dir, "/srv/fmnist");
-    CU_ASSERT_EQUAL(rm_training_samples(&a.spec.training), 0);   /* not the built-in folder: unknown */
+    CU_ASSERT_EQUAL(rm_training_samples(&a.spec.training), 0); /* not the built-in folder: unknown */
     rm_tj_free(&a);
     set_path(d, "spec.training.data.uri", "\"builtin:fashion-mnist\"");
     CU_ASSERT_EQUAL_FATAL(rm_tj_from_json(d, &a, &e), RM_OK);
@@ -1469,24 +1551,24 @@ static void test_models_and_data(void)
 void rm_suite_trainingjob(void)
 {
     static const rm_test_case cases[] = {
-        { "base_is_valid", test_base_is_valid },
-        { "parse_rules", test_parse_rules },
-        { "validation_rules", test_validation_rules },
-        { "name_fits_max_replicas", test_name_fits_max_replicas },
-        { "crd_bounds_match", test_crd_bounds_match },
-        { "global_batch_fits_dataset", test_global_batch_fits_dataset },
-        { "memory_budget", test_memory_budget },
-        { "non_finite_numbers", test_non_finite_numbers },
-        { "defaults", test_defaults },
-        { "round_trip", test_round_trip },
-        { "sharding", test_sharding },
-        { "parallelism", test_parallelism },
-        { "lbfgs", test_lbfgs },
-        { "allreduce_algo", test_allreduce_algo },
-        { "status_and_conditions", test_status_and_conditions },
-        { "names", test_names },
-        { "yaml_error_points_at_line", test_yaml_error_points_at_line },
-        { "models_and_data", test_models_and_data },
+        {"base_is_valid", test_base_is_valid},
+        {"parse_rules", test_parse_rules},
+        {"validation_rules", test_validation_rules},
+        {"name_fits_max_replicas", test_name_fits_max_replicas},
+        {"crd_bounds_match", test_crd_bounds_match},
+        {"global_batch_fits_dataset", test_global_batch_fits_dataset},
+        {"memory_budget", test_memory_budget},
+        {"non_finite_numbers", test_non_finite_numbers},
+        {"defaults", test_defaults},
+        {"round_trip", test_round_trip},
+        {"sharding", test_sharding},
+        {"parallelism", test_parallelism},
+        {"lbfgs", test_lbfgs},
+        {"allreduce_algo", test_allreduce_algo},
+        {"status_and_conditions", test_status_and_conditions},
+        {"names", test_names},
+        {"yaml_error_points_at_line", test_yaml_error_points_at_line},
+        {"models_and_data", test_models_and_data},
     };
     RM_ADD_SUITE("trainingjob", NULL, NULL, cases);
 }

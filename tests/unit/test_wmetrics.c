@@ -25,9 +25,12 @@ static void test_families_and_rank(void)
     size_t len = 0;
     char *txt = rm_metrics_render(w.reg, &len);
     CU_ASSERT_PTR_NOT_NULL_FATAL(txt);
-    const char *names[] = {"ringmaster_worker_step", "ringmaster_worker_loss",
-                           "ringmaster_worker_samples_total", "ringmaster_worker_epoch",
-                           "ringmaster_worker_train_epoch", "ringmaster_worker_restarts_total",
+    const char *names[] = {"ringmaster_worker_step",
+                           "ringmaster_worker_loss",
+                           "ringmaster_worker_samples_total",
+                           "ringmaster_worker_epoch",
+                           "ringmaster_worker_train_epoch",
+                           "ringmaster_worker_restarts_total",
                            "ringmaster_worker_allreduce_seconds_bucket",
                            "ringmaster_worker_allreduce_bytes_total",
                            "ringmaster_worker_checkpoint_seconds_bucket",
@@ -41,7 +44,7 @@ static void test_families_and_rank(void)
         if (!strstr(txt, want))
             fprintf(stderr, "missing %s\n", want);
     }
-    CU_ASSERT_PTR_NULL(strstr(txt, "rank=\"0\""));   /* old rank's series removed */
+    CU_ASSERT_PTR_NULL(strstr(txt, "rank=\"0\"")); /* old rank's series removed */
     CU_ASSERT_PTR_NOT_NULL(strstr(txt, "ringmaster_worker_samples_total{job=\"ns/job\",rank=\"3\"} 704"));
     CU_ASSERT_PTR_NOT_NULL(strstr(txt, "ringmaster_worker_restarts_total{job=\"ns/job\",rank=\"3\"} 1"));
     free(txt);
@@ -71,12 +74,12 @@ static void test_http(void)
     CU_ASSERT_EQUAL_FATAL(rm_wmetrics_start(&w, "127.0.0.1:0", "ns/job", 0.3, &e), RM_OK);
     int port = rm_wmetrics_port(&w);
     CU_ASSERT_FATAL(port > 0);
-    CU_ASSERT_EQUAL(get(port, "/readyz", NULL), 503);   /* not ready while joining */
+    CU_ASSERT_EQUAL(get(port, "/readyz", NULL), 503); /* not ready while joining */
     rm_health_set_ready(w.health, true, NULL);
     rm_health_beat(w.health);
     CU_ASSERT_EQUAL(get(port, "/readyz", NULL), 200);
     CU_ASSERT_EQUAL(get(port, "/healthz", NULL), 200);
-    usleep(500000);   /* no beat for longer than the deadline */
+    usleep(500000); /* no beat for longer than the deadline */
     CU_ASSERT_EQUAL(get(port, "/healthz", NULL), 503);
     char *body = NULL;
     CU_ASSERT_EQUAL(get(port, "/metrics", &body), 200);

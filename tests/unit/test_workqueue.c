@@ -41,7 +41,7 @@ static void test_dedupe(void)
     CU_ASSERT_EQUAL(rm_wq_add(q, "ns/b"), RM_OK);
     CU_ASSERT_EQUAL(rm_wq_add(q, "ns/a"), RM_OK);
     CU_ASSERT_EQUAL(rm_wq_len(q), 2);
-    get_expect(q, "ns/a");   /* FIFO order of first add */
+    get_expect(q, "ns/a"); /* FIFO order of first add */
     get_expect(q, "ns/b");
     char *k = NULL;
     CU_ASSERT_EQUAL(rm_wq_get(q, 0.05, &k), RM_ETIMEDOUT);
@@ -65,7 +65,7 @@ static void test_one_key_one_worker(void)
     CU_ASSERT_EQUAL(rm_wq_get(q, 0.05, &k2), RM_ETIMEDOUT);
     rm_wq_done(q, k);
     free(k);
-    CU_ASSERT_EQUAL(rm_wq_len(q), 1);   /* re-queued once, not twice */
+    CU_ASSERT_EQUAL(rm_wq_len(q), 1); /* re-queued once, not twice */
     get_expect(q, "k");
     rm_wq_done(q, "k");
     CU_ASSERT_EQUAL(rm_wq_len(q), 0);
@@ -81,8 +81,8 @@ static void test_rate_limit_backoff(void)
     CU_ASSERT_DOUBLE_EQUAL(rm_wq_when(q, "x"), 0.010, 1e-9);
     CU_ASSERT_DOUBLE_EQUAL(rm_wq_when(q, "x"), 0.020, 1e-9);
     CU_ASSERT_DOUBLE_EQUAL(rm_wq_when(q, "x"), 0.040, 1e-9);
-    CU_ASSERT_DOUBLE_EQUAL(rm_wq_when(q, "x"), 0.040, 1e-9);   /* capped */
-    CU_ASSERT_DOUBLE_EQUAL(rm_wq_when(q, "y"), 0.005, 1e-9);   /* per key */
+    CU_ASSERT_DOUBLE_EQUAL(rm_wq_when(q, "x"), 0.040, 1e-9); /* capped */
+    CU_ASSERT_DOUBLE_EQUAL(rm_wq_when(q, "y"), 0.005, 1e-9); /* per key */
     CU_ASSERT_EQUAL(rm_wq_num_requeues(q, "x"), 5);
     rm_wq_forget(q, "x");
     CU_ASSERT_EQUAL(rm_wq_num_requeues(q, "x"), 0);
@@ -103,22 +103,22 @@ static void test_delayed_add(void)
     rm_wq *q = fake_q();
     CU_ASSERT_EQUAL(rm_wq_add_after(q, "late", 10), RM_OK);
     CU_ASSERT_EQUAL(rm_wq_add_after(q, "soon", 5), RM_OK);
-    CU_ASSERT_EQUAL(rm_wq_add_after(q, "soon", 1), RM_OK);   /* earlier wins */
-    CU_ASSERT_EQUAL(rm_wq_add_after(q, "soon", 8), RM_OK);   /* later ignored */
+    CU_ASSERT_EQUAL(rm_wq_add_after(q, "soon", 1), RM_OK); /* earlier wins */
+    CU_ASSERT_EQUAL(rm_wq_add_after(q, "soon", 8), RM_OK); /* later ignored */
     CU_ASSERT_EQUAL(rm_wq_delayed(q), 2);
     char *k = NULL;
     CU_ASSERT_EQUAL(rm_wq_get(q, 0.02, &k), RM_ETIMEDOUT);
     fake_t += 1;
     get_expect(q, "soon");
     rm_wq_done(q, "soon");
-    CU_ASSERT_EQUAL(rm_wq_get(q, 0.02, &k), RM_ETIMEDOUT);    /* stale heap entry at +5/+8 dropped */
+    CU_ASSERT_EQUAL(rm_wq_get(q, 0.02, &k), RM_ETIMEDOUT); /* stale heap entry at +5/+8 dropped */
     fake_t += 4.5;
     CU_ASSERT_EQUAL(rm_wq_get(q, 0.02, &k), RM_ETIMEDOUT);
     fake_t += 5;
     get_expect(q, "late");
     rm_wq_done(q, "late");
     fake_t += 100;
-    CU_ASSERT_EQUAL(rm_wq_get(q, 0.02, &k), RM_ETIMEDOUT);    /* "soon" was not re-added */
+    CU_ASSERT_EQUAL(rm_wq_get(q, 0.02, &k), RM_ETIMEDOUT); /* "soon" was not re-added */
     CU_ASSERT_EQUAL(rm_wq_delayed(q), 0);
     /* a zero delay is a plain add; a delayed key already queued is de-duplicated */
     rm_wq_add(q, "z");
@@ -173,7 +173,7 @@ static void test_concurrent_workers(void)
         pthread_join(th[i], NULL);
     CU_ASSERT_EQUAL(atomic_load(&h.violations), 0);
     CU_ASSERT(atomic_load(&h.processed) >= 8);
-    CU_ASSERT(atomic_load(&h.processed) < 2000);   /* de-duplicated under load */
+    CU_ASSERT(atomic_load(&h.processed) < 2000); /* de-duplicated under load */
     CU_ASSERT_EQUAL(rm_wq_add(h.q, "late"), RM_ECLOSED);
     char *k = NULL;
     CU_ASSERT_EQUAL(rm_wq_get(h.q, 0.01, &k), RM_ECLOSED);
@@ -182,9 +182,22 @@ static void test_concurrent_workers(void)
 
 static size_t hook_depth;
 static int hook_adds, hook_lat;
-static void h_depth(void *ud, size_t d) { (void)ud; hook_depth = d; }
-static void h_added(void *ud) { (void)ud; hook_adds++; }
-static void h_lat(void *ud, double s) { (void)ud; (void)s; hook_lat++; }
+static void h_depth(void *ud, size_t d)
+{
+    (void)ud;
+    hook_depth = d;
+}
+static void h_added(void *ud)
+{
+    (void)ud;
+    hook_adds++;
+}
+static void h_lat(void *ud, double s)
+{
+    (void)ud;
+    (void)s;
+    hook_lat++;
+}
 
 static void test_hooks(void)
 {

@@ -20,11 +20,12 @@ static rm_yaml_docs *load(const char *text, rm_err *e)
 
 static void test_scalars(void)
 {
-    rm_err e = { 0 };
+    rm_err e = {0};
     rm_yaml_docs *d = load("i: 42\nneg: -7\nhex: 0x1F\noct: 0o17\nf: 1.5\nexp: 1e3\ndot: .5\n"
                            "inf: .inf\nninf: -.Inf\nnan: .nan\nt: true\nT: True\nf2: FALSE\n"
                            "n1: null\nn2: ~\nn3:\nyes: yes\nq: \"42\"\nsq: 'true'\nver: 1.2.3\n"
-                           "lit: |\n  a\n  b\ntagged: !!str 12\nlead0: 010\nplus: +3\n", &e);
+                           "lit: |\n  a\n  b\ntagged: !!str 12\nlead0: 010\nplus: +3\n",
+                           &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(d);
     CU_ASSERT_EQUAL(rm_yaml_count(d), 1);
     cJSON *j = rm_yaml_doc(d, 0);
@@ -35,8 +36,10 @@ static void test_scalars(void)
     CU_ASSERT_EQUAL(cJSON_GetObjectItem(j, "f")->valuedouble, 1.5);
     CU_ASSERT_EQUAL(cJSON_GetObjectItem(j, "exp")->valuedouble, 1000);
     CU_ASSERT_EQUAL(cJSON_GetObjectItem(j, "dot")->valuedouble, 0.5);
-    CU_ASSERT(isinf(cJSON_GetObjectItem(j, "inf")->valuedouble) && cJSON_GetObjectItem(j, "inf")->valuedouble > 0);
-    CU_ASSERT(isinf(cJSON_GetObjectItem(j, "ninf")->valuedouble) && cJSON_GetObjectItem(j, "ninf")->valuedouble < 0);
+    CU_ASSERT(isinf(cJSON_GetObjectItem(j, "inf")->valuedouble) &&
+              cJSON_GetObjectItem(j, "inf")->valuedouble > 0);
+    CU_ASSERT(isinf(cJSON_GetObjectItem(j, "ninf")->valuedouble) &&
+              cJSON_GetObjectItem(j, "ninf")->valuedouble < 0);
     CU_ASSERT(isnan(cJSON_GetObjectItem(j, "nan")->valuedouble));
     CU_ASSERT(cJSON_IsTrue(cJSON_GetObjectItem(j, "t")));
     CU_ASSERT(cJSON_IsTrue(cJSON_GetObjectItem(j, "T")));
@@ -55,28 +58,27 @@ static void test_scalars(void)
     rm_yaml_free(d);
 }
 
-static const char manifest[] =
-    "# two documents and an empty one\n"
-    "apiVersion: ringmaster.dev/v1alpha1\n"
-    "kind: TrainingJob\n"
-    "metadata:\n"
-    "  name: fm\n"
-    "spec:\n"
-    "  replicas: 4\n"
-    "  minReplicas: 8\n"
-    "  template:\n"
-    "    spec:\n"
-    "      containers:\n"
-    "      - name: worker\n"
-    "        image: ringmaster/worker:latest\n"
-    "---\n"
-    "---\n"
-    "kind: ConfigMap\n"
-    "data: {a: \"1\", b: [x, y]}\n";
+static const char manifest[] = "# two documents and an empty one\n"
+                               "apiVersion: ringmaster.dev/v1alpha1\n"
+                               "kind: TrainingJob\n"
+                               "metadata:\n"
+                               "  name: fm\n"
+                               "spec:\n"
+                               "  replicas: 4\n"
+                               "  minReplicas: 8\n"
+                               "  template:\n"
+                               "    spec:\n"
+                               "      containers:\n"
+                               "      - name: worker\n"
+                               "        image: ringmaster/worker:latest\n"
+                               "---\n"
+                               "---\n"
+                               "kind: ConfigMap\n"
+                               "data: {a: \"1\", b: [x, y]}\n";
 
 static void test_multi_doc_and_positions(void)
 {
-    rm_err e = { 0 };
+    rm_err e = {0};
     rm_yaml_docs *d = load(manifest, &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(d);
     CU_ASSERT_EQUAL(rm_yaml_count(d), 2); /* the empty one is skipped */
@@ -118,7 +120,7 @@ static void test_multi_doc_and_positions(void)
 
 static void test_errors_have_line_col(void)
 {
-    rm_err e = { 0 };
+    rm_err e = {0};
     rm_yaml_docs *d = load("a: 1\nb: [1, 2\nc: 3\n", &e);
     CU_ASSERT_PTR_NULL(d);
     CU_ASSERT_EQUAL(e.code, RM_EINVAL);
@@ -163,7 +165,7 @@ static void test_errors_have_line_col(void)
 
 static void test_empty_inputs(void)
 {
-    rm_err e = { 0 };
+    rm_err e = {0};
     rm_yaml_docs *d = load("", &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(d);
     CU_ASSERT_EQUAL(rm_yaml_count(d), 0);
@@ -176,17 +178,18 @@ static void test_empty_inputs(void)
 
 static void test_anchors_and_merge(void)
 {
-    rm_err e = { 0 };
+    rm_err e = {0};
     rm_yaml_docs *d = load("base: &b {x: 1, y: 2}\n"
                            "use:\n  <<: *b\n  y: 3\n"
                            "both:\n  <<: [{p: 1}, {p: 2, q: 2}]\n"
                            "ref: *b\n"
                            "inline:\n  <<: &c {z: 9}\n"
-                           "again: *c\n", &e);
+                           "again: *c\n",
+                           &e);
     CU_ASSERT_PTR_NOT_NULL_FATAL(d);
     cJSON *j = rm_yaml_doc(d, 0);
     CU_ASSERT_EQUAL(rm_json_path(j, "use.x")->valuedouble, 1);
-    CU_ASSERT_EQUAL(rm_json_path(j, "use.y")->valuedouble, 3); /* explicit wins */
+    CU_ASSERT_EQUAL(rm_json_path(j, "use.y")->valuedouble, 3);  /* explicit wins */
     CU_ASSERT_EQUAL(rm_json_path(j, "both.p")->valuedouble, 1); /* first merge wins */
     CU_ASSERT_EQUAL(rm_json_path(j, "both.q")->valuedouble, 2);
     CU_ASSERT_EQUAL(rm_json_path(j, "ref.y")->valuedouble, 2);
@@ -198,17 +201,16 @@ static void test_anchors_and_merge(void)
 
 static void test_alias_bomb(void)
 {
-    const char bomb[] =
-        "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n"
-        "b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
-        "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
-        "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n"
-        "e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
-        "f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\n"
-        "g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]\n"
-        "h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]\n"
-        "i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]\n";
-    rm_err e = { 0 };
+    const char bomb[] = "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n"
+                        "b: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
+                        "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\n"
+                        "d: &d [*c,*c,*c,*c,*c,*c,*c,*c,*c]\n"
+                        "e: &e [*d,*d,*d,*d,*d,*d,*d,*d,*d]\n"
+                        "f: &f [*e,*e,*e,*e,*e,*e,*e,*e,*e]\n"
+                        "g: &g [*f,*f,*f,*f,*f,*f,*f,*f,*f]\n"
+                        "h: &h [*g,*g,*g,*g,*g,*g,*g,*g,*g]\n"
+                        "i: &i [*h,*h,*h,*h,*h,*h,*h,*h,*h]\n";
+    rm_err e = {0};
     rm_yaml_docs *d = load(bomb, &e);
     CU_ASSERT_PTR_NULL(d);
     CU_ASSERT_EQUAL(e.code, RM_ETOOBIG);
@@ -229,7 +231,7 @@ static void test_wide_mapping_is_linear(void)
         n += (size_t)snprintf(y + n, cap - n, "  k%d: %d\n", i, i);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    rm_err e = { 0 };
+    rm_err e = {0};
     rm_yaml_docs *d = NULL;
     CU_ASSERT_EQUAL(rm_yaml_load(y, n, "w.yaml", &d, &e), RM_OK);
     clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -237,7 +239,7 @@ static void test_wide_mapping_is_linear(void)
     CU_ASSERT(secs < 5.0);
     const cJSON *m = rm_json_path(rm_yaml_doc(d, 0), "m");
     CU_ASSERT_EQUAL(cJSON_GetArraySize(m), N + 1);
-    CU_ASSERT_EQUAL(rm_json_path(m, "k1")->valuedouble, 1);          /* explicit wins */
+    CU_ASSERT_EQUAL(rm_json_path(m, "k1")->valuedouble, 1); /* explicit wins */
     CU_ASSERT_STRING_EQUAL(rm_json_path(m, "extra")->valuestring, "merged");
     CU_ASSERT_EQUAL(rm_json_path(m, "k59999")->valuedouble, 59999);
     rm_yaml_free(d);
@@ -249,7 +251,7 @@ static void test_wide_mapping_is_linear(void)
 
 static void test_load_file(void)
 {
-    rm_err e = { 0 };
+    rm_err e = {0};
     rm_yaml_docs *d = NULL;
     char *dir = rm_test_tmpdir("yaml");
     char path[600];
@@ -272,14 +274,14 @@ static void test_load_file(void)
 void rm_suite_yaml(void)
 {
     static const rm_test_case cases[] = {
-        { "scalars", test_scalars },
-        { "multi_doc_and_positions", test_multi_doc_and_positions },
-        { "errors_have_line_col", test_errors_have_line_col },
-        { "empty_inputs", test_empty_inputs },
-        { "anchors_and_merge", test_anchors_and_merge },
-        { "alias_bomb", test_alias_bomb },
-        { "load_file", test_load_file },
-        { "wide_mapping_is_linear", test_wide_mapping_is_linear },
+        {"scalars", test_scalars},
+        {"multi_doc_and_positions", test_multi_doc_and_positions},
+        {"errors_have_line_col", test_errors_have_line_col},
+        {"empty_inputs", test_empty_inputs},
+        {"anchors_and_merge", test_anchors_and_merge},
+        {"alias_bomb", test_alias_bomb},
+        {"load_file", test_load_file},
+        {"wide_mapping_is_linear", test_wide_mapping_is_linear},
     };
     RM_ADD_SUITE("yaml", NULL, NULL, cases);
 }

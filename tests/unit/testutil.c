@@ -6,8 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-void rm_test_add_suite(const char *name, int (*init)(void), int (*clean)(void),
-                       const rm_test_case *cases, size_t n)
+void rm_test_add_suite(const char *name, int (*init)(void), int (*clean)(void), const rm_test_case *cases,
+                       size_t n)
 {
     CU_pSuite s = CU_add_suite(name, init, clean);
     if (!s) {
@@ -66,8 +66,13 @@ char *rm_test_read_file(const char *path, size_t *len)
         n += r;
         if (n == cap) {
             char *nb = realloc(b, cap * 2 + 1);
-            if (!nb) { free(b); b = NULL; break; }
-            b = nb; cap *= 2;
+            if (!nb) {
+                free(b);
+                b = NULL;
+                break;
+            }
+            b = nb;
+            cap *= 2;
         }
     }
     fclose(f);

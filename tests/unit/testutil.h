@@ -6,9 +6,12 @@
 #include <stddef.h>
 
 /* RM_ADD_TESTS("name", setup, teardown, {"case", fn}, ...) */
-typedef struct { const char *name; void (*fn)(void); } rm_test_case;
-void rm_test_add_suite(const char *name, int (*init)(void), int (*clean)(void),
-                       const rm_test_case *cases, size_t n);
+typedef struct {
+    const char *name;
+    void (*fn)(void);
+} rm_test_case;
+void rm_test_add_suite(const char *name, int (*init)(void), int (*clean)(void), const rm_test_case *cases,
+                       size_t n);
 #define RM_ADD_SUITE(name, init, clean, cases) \
     rm_test_add_suite((name), (init), (clean), (cases), sizeof(cases) / sizeof((cases)[0]))
 

@@ -17,8 +17,8 @@
 #include "worker/comm/net.h"
 
 typedef struct fbucket {
-    size_t off, len;          /* floats */
-    int first, last;          /* layers [first, last] */
+    size_t off, len; /* floats */
+    int first, last; /* layers [first, last] */
     int nlayers;
 } fbucket;
 
@@ -29,9 +29,9 @@ struct rm_fusion {
     int nlayers, nb, world;
     fbucket *b;
     int *layer_bucket;
-    int *pending;             /* per bucket: layers not yet ready this step */
-    unsigned char *ready;     /* per layer */
-    int *queue;               /* ring of nb bucket ids */
+    int *pending;         /* per bucket: layers not yet ready this step */
+    unsigned char *ready; /* per layer */
+    int *queue;           /* ring of nb bucket ids */
     int qhead, qtail, qlen;
 
     pthread_t th;
@@ -46,12 +46,15 @@ struct rm_fusion {
     rm_fusion_stats stats;
 };
 
-static void *fusion_thread(void *arg) {
+static void *fusion_thread(void *arg)
+{
     rm_fusion *f = arg;
     pthread_mutex_lock(&f->mu);
     for (;;) {
-        while (!f->stop && f->qlen == 0) pthread_cond_wait(&f->cv_job, &f->mu);
-        if (f->qlen == 0 && f->stop) break;
+        while (!f->stop && f->qlen == 0)
+            pthread_cond_wait(&f->cv_job, &f->mu);
+        if (f->qlen == 0 && f->stop)
+            break;
         int id = f->queue[f->qhead];
         f->qhead = (f->qhead + 1) % f->nb;
         f->qlen--;
@@ -78,8 +81,10 @@ static void *fusion_thread(void *arg) {
     return NULL;
 }
 
-void rm_fusion_free(rm_fusion *f) {
-    if (!f) return;
+void rm_fusion_free(rm_fusion *f)
+{
+    if (!f)
+        return;
     if (f->th_started) {
         pthread_mutex_lock(&f->mu);
         f->stop = 1;
@@ -99,8 +104,8 @@ void rm_fusion_free(rm_fusion *f) {
 }
 
 int rm_fusion_new(const rm_comm_ops *ops, rm_comm *comm, float *grads, const size_t *layer_off,
-                  const size_t *layer_len, int nlayers, size_t threshold_bytes, rm_fusion **out,
-                  rm_err *err) {
+                  const size_t *layer_len, int nlayers, size_t threshold_bytes, rm_fusion **out, rm_err *err)
+{
     if (!ops || !ops->allreduce || !out || !layer_off || !layer_len || nlayers < 1)
         return rm_errf(err, RM_EINVAL, "fusion: bad arguments (need ops, layers >= 1)");
     for (int i = 0; i < nlayers; i++) {
@@ -112,7 +117,8 @@ int rm_fusion_new(const rm_comm_ops *ops, rm_comm *comm, float *grads, const siz
     if (!grads && layer_off[nlayers - 1] + layer_len[nlayers - 1] > 0)
         return rm_errf(err, RM_EINVAL, "fusion: NULL gradient buffer");
     rm_fusion *f = calloc(1, sizeof *f);
-    if (!f) return rm_errf(err, RM_ENOMEM, "out of memory");
+    if (!f)
+        return rm_errf(err, RM_ENOMEM, "out of memory");
     f->ops = ops;
     f->comm = comm;
     f->grads = grads;
@@ -149,14 +155,24 @@ int rm_fusion_new(const rm_comm_ops *ops, rm_comm *comm, float *grads, const siz
     f->stats.nbuckets = nb;
     if (pthread_mutex_init(&f->mu, NULL) || pthread_cond_init(&f->cv_job, NULL) ||
         pthread_cond_init(&f->cv_done, NULL)) {
-        free(f->b); free(f->layer_bucket); free(f->pending); free(f->ready); free(f->queue); free(f);
+        free(f->b);
+        free(f->layer_bucket);
+        free(f->pending);
+        free(f->ready);
+        free(f->queue);
+        free(f);
         return rm_errf(err, RM_ENOMEM, "fusion: pthread init failed");
     }
     if (pthread_create(&f->th, NULL, fusion_thread, f)) {
         pthread_mutex_destroy(&f->mu);
         pthread_cond_destroy(&f->cv_job);
         pthread_cond_destroy(&f->cv_done);
-        free(f->b); free(f->layer_bucket); free(f->pending); free(f->ready); free(f->queue); free(f);
+        free(f->b);
+        free(f->layer_bucket);
+        free(f->pending);
+        free(f->ready);
+        free(f->queue);
+        free(f);
         return rm_errf(err, RM_ENOMEM, "fusion: cannot start the comm thread");
     }
     f->th_started = 1;
@@ -164,27 +180,40 @@ int rm_fusion_new(const rm_comm_ops *ops, rm_comm *comm, float *grads, const siz
     return RM_OK;
 }
 
-void rm_fusion_set_world_size(rm_fusion *f, int world_size) {
-    if (f && world_size >= 1) f->world = world_size;
+void rm_fusion_set_world_size(rm_fusion *f, int world_size)
+{
+    if (f && world_size >= 1)
+        f->world = world_size;
 }
 
-int rm_fusion_nbuckets(const rm_fusion *f) { return f ? f->nb : 0; }
+int rm_fusion_nbuckets(const rm_fusion *f)
+{
+    return f ? f->nb : 0;
+}
 
-int rm_fusion_bucket(const rm_fusion *f, int b, size_t *off, size_t *len, int *first_layer,
-                     int *last_layer) {
-    if (!f || b < 0 || b >= f->nb) return RM_EINVAL;
-    if (off) *off = f->b[b].off;
-    if (len) *len = f->b[b].len;
-    if (first_layer) *first_layer = f->b[b].first;
-    if (last_layer) *last_layer = f->b[b].last;
+int rm_fusion_bucket(const rm_fusion *f, int b, size_t *off, size_t *len, int *first_layer, int *last_layer)
+{
+    if (!f || b < 0 || b >= f->nb)
+        return RM_EINVAL;
+    if (off)
+        *off = f->b[b].off;
+    if (len)
+        *len = f->b[b].len;
+    if (first_layer)
+        *first_layer = f->b[b].first;
+    if (last_layer)
+        *last_layer = f->b[b].last;
     return RM_OK;
 }
 
-void rm_fusion_begin(rm_fusion *f) {
-    if (!f) return;
+void rm_fusion_begin(rm_fusion *f)
+{
+    if (!f)
+        return;
     pthread_mutex_lock(&f->mu);
     memset(f->ready, 0, (size_t)f->nlayers);
-    for (int i = 0; i < f->nb; i++) f->pending[i] = f->b[i].nlayers;
+    for (int i = 0; i < f->nb; i++)
+        f->pending[i] = f->b[i].nlayers;
     f->next_launch = 0;
     f->completed = 0;
     f->step_rc = 0;
@@ -198,7 +227,8 @@ void rm_fusion_begin(rm_fusion *f) {
 }
 
 /* Queue every complete bucket whose predecessors are queued. Caller holds mu. */
-static void launch_ready(rm_fusion *f) {
+static void launch_ready(rm_fusion *f)
+{
     int pushed = 0;
     while (f->next_launch < f->nb && f->pending[f->next_launch] == 0) {
         f->queue[f->qtail] = f->next_launch++;
@@ -206,11 +236,14 @@ static void launch_ready(rm_fusion *f) {
         f->qlen++;
         pushed = 1;
     }
-    if (pushed) pthread_cond_signal(&f->cv_job);
+    if (pushed)
+        pthread_cond_signal(&f->cv_job);
 }
 
-int rm_fusion_ready(rm_fusion *f, int layer) {
-    if (!f) return RM_EINVAL;
+int rm_fusion_ready(rm_fusion *f, int layer)
+{
+    if (!f)
+        return RM_EINVAL;
     pthread_mutex_lock(&f->mu);
     int rc = RM_OK;
     if (!f->in_step || layer < 0 || layer >= f->nlayers || f->ready[layer]) {
@@ -228,8 +261,10 @@ int rm_fusion_ready(rm_fusion *f, int layer) {
     return rc;
 }
 
-int rm_fusion_finish(rm_fusion *f, rm_err *err) {
-    if (!f) return rm_errf(err, RM_EINVAL, "fusion: NULL");
+int rm_fusion_finish(rm_fusion *f, rm_err *err)
+{
+    if (!f)
+        return rm_errf(err, RM_EINVAL, "fusion: NULL");
     double tw = rm_mono();
     pthread_mutex_lock(&f->mu);
     if (!f->in_step) {
@@ -242,14 +277,17 @@ int rm_fusion_finish(rm_fusion *f, rm_err *err) {
             f->pending[f->layer_bucket[l]]--;
         }
     launch_ready(f);
-    while (f->completed < f->nb) pthread_cond_wait(&f->cv_done, &f->mu);
+    while (f->completed < f->nb)
+        pthread_cond_wait(&f->cv_done, &f->mu);
     f->in_step = 0;
     double now = rm_mono();
     int rc = f->step_rc;
-    if (rc && err) *err = f->step_err;
+    if (rc && err)
+        *err = f->step_err;
     rm_fusion_stats *s = &f->stats;
     uint64_t bytes = 0;
-    for (int i = 0; i < f->nb; i++) bytes += (uint64_t)f->b[i].len * sizeof(float);
+    for (int i = 0; i < f->nb; i++)
+        bytes += (uint64_t)f->b[i].len * sizeof(float);
     s->bytes = bytes;
     s->wait_s = now - tw;
     s->step_s = now - f->t_begin;
@@ -264,8 +302,10 @@ int rm_fusion_finish(rm_fusion *f, rm_err *err) {
     return rc;
 }
 
-void rm_fusion_get_stats(const rm_fusion *f, rm_fusion_stats *out) {
-    if (!f || !out) return;
+void rm_fusion_get_stats(const rm_fusion *f, rm_fusion_stats *out)
+{
+    if (!f || !out)
+        return;
     pthread_mutex_lock((pthread_mutex_t *)&f->mu);
     *out = f->stats;
     pthread_mutex_unlock((pthread_mutex_t *)&f->mu);

@@ -30,23 +30,22 @@
 typedef struct rm_fusion rm_fusion;
 
 typedef struct rm_fusion_stats {
-    int nbuckets;            /* buckets in the plan */
-    uint64_t bytes;          /* bytes allreduced in the last finished step (sum over buckets) */
-    uint64_t total_bytes;    /* since rm_fusion_new */
-    uint64_t steps;          /* finished steps */
-    double allreduce_s;      /* last step: seconds the comm thread spent inside allreduce calls */
-    double wait_s;           /* last step: seconds rm_fusion_finish blocked (exposed comm time) */
-    double step_s;           /* last step: seconds from begin to the end of finish */
-    double algbw_gbps;       /* last step: bytes / allreduce_s / 1e9 */
-    double busbw_gbps;       /* last step: algbw * 2(n-1)/n */
+    int nbuckets;         /* buckets in the plan */
+    uint64_t bytes;       /* bytes allreduced in the last finished step (sum over buckets) */
+    uint64_t total_bytes; /* since rm_fusion_new */
+    uint64_t steps;       /* finished steps */
+    double allreduce_s;   /* last step: seconds the comm thread spent inside allreduce calls */
+    double wait_s;        /* last step: seconds rm_fusion_finish blocked (exposed comm time) */
+    double step_s;        /* last step: seconds from begin to the end of finish */
+    double algbw_gbps;    /* last step: bytes / allreduce_s / 1e9 */
+    double busbw_gbps;    /* last step: algbw * 2(n-1)/n */
 } rm_fusion_stats;
 
 /* Plans buckets and starts the comm thread. layer_off[i]/layer_len[i] are in floats; layers must
  * be in increasing, non-overlapping order inside grads. *out owned: rm_fusion_free.
  * RM_EINVAL on a bad layout or nlayers < 1. */
-int rm_fusion_new(const rm_comm_ops *ops, rm_comm *comm, float *grads,
-                  const size_t *layer_off, const size_t *layer_len, int nlayers,
-                  size_t threshold_bytes, rm_fusion **out, rm_err *err);
+int rm_fusion_new(const rm_comm_ops *ops, rm_comm *comm, float *grads, const size_t *layer_off,
+                  const size_t *layer_len, int nlayers, size_t threshold_bytes, rm_fusion **out, rm_err *err);
 /* Start a step: resets the ready marks. Must not be called while a step is in flight. */
 void rm_fusion_begin(rm_fusion *f);
 /* Layer's gradient is final. Launches its bucket when the bucket is complete. RM_EINVAL for a bad
@@ -66,7 +65,6 @@ void rm_fusion_set_world_size(rm_fusion *f, int world_size);
 /* The planned buckets, for tests and logs: bucket b covers floats [off, off+len) and layers
  * [first_layer, last_layer]. Buckets are numbered in launch order (bucket 0 holds the last layer).
  * RM_EINVAL when b is out of range. */
-int rm_fusion_bucket(const rm_fusion *f, int b, size_t *off, size_t *len, int *first_layer,
-                     int *last_layer);
+int rm_fusion_bucket(const rm_fusion *f, int b, size_t *off, size_t *len, int *first_layer, int *last_layer);
 int rm_fusion_nbuckets(const rm_fusion *f);
 #endif

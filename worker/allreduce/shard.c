@@ -39,14 +39,13 @@ int rm_shard_owner(size_t count, int world, size_t i)
     if (world < 1 || i >= count)
         return -1;
     size_t base = count / (size_t)world, rem = count % (size_t)world;
-    size_t head = rem * (base + 1);   /* the first rem shards are one longer */
+    size_t head = rem * (base + 1); /* the first rem shards are one longer */
     if (i < head)
         return (int)(i / (base + 1));
     return (int)(rem + (i - head) / base);
 }
 
-int rm_shard_plan(size_t count, int old_world, int new_world, int new_rank, rm_shard_piece *out,
-                  int cap)
+int rm_shard_plan(size_t count, int old_world, int new_world, int new_rank, rm_shard_piece *out, int cap)
 {
     if (old_world < 1 || new_world < 1 || new_rank < 0 || new_rank >= new_world || cap < 0)
         return -1;
@@ -106,19 +105,19 @@ int rm_unit_shard_plan(const size_t *unit_len, int nunits, int old_world, int ne
         new_rank < 0 || new_rank >= new_world || cap < 0)
         return -1;
     int n = 0;
-    size_t dst_base = 0;   /* new_rank's compact offset of unit u */
+    size_t dst_base = 0; /* new_rank's compact offset of unit u */
     for (int u = 0; u < nunits; u++) {
         size_t count = unit_len[u], off, len;
         rm_shard_range(count, new_world, new_rank, &off, &len);
         size_t at = off, end = off + len;
-        while (at < end) {   /* as rm_shard_plan, within the unit */
+        while (at < end) { /* as rm_shard_plan, within the unit */
             int src = rm_shard_owner(count, old_world, at);
             size_t soff, slen;
             rm_shard_range(count, old_world, src, &soff, &slen);
             size_t take = soff + slen - at;
             if (take > end - at)
                 take = end - at;
-            size_t src_base = 0;   /* the old rank's compact offset of unit u */
+            size_t src_base = 0; /* the old rank's compact offset of unit u */
             for (int v = 0; v < u; v++)
                 src_base += rm_shard_len(unit_len[v], old_world, src);
             if (n < cap && out)

@@ -35,8 +35,7 @@ typedef struct rm_shard_piece {
  * piece from "rank 0"); unsharding is new_world = 1. Writes at most cap pieces and returns how
  * many the plan has (at most old_world; may exceed cap: call again with more room), or -1 on bad
  * arguments (world < 1, rank out of range). */
-int rm_shard_plan(size_t count, int old_world, int new_world, int new_rank, rm_shard_piece *out,
-                  int cap);
+int rm_shard_plan(size_t count, int old_world, int new_world, int new_rank, rm_shard_piece *out, int cap);
 
 /* A flat vector of contiguous units (a model's layers) sharded unit by unit, as FSDP does: rank's
  * piece of unit u is the layout above applied to the unit ([unit_off + rm_shard_off(unit_len),
@@ -46,11 +45,11 @@ int rm_shard_plan(size_t count, int old_world, int new_world, int new_rank, rm_s
 typedef struct rm_unit_shard {
     int nunits, world, rank;
     size_t unit_off[RM_SHARD_MAX_UNITS], unit_len[RM_SHARD_MAX_UNITS];
-    size_t off[RM_SHARD_MAX_UNITS];   /* this rank's piece of unit u: offset in the flat vector */
+    size_t off[RM_SHARD_MAX_UNITS]; /* this rank's piece of unit u: offset in the flat vector */
     size_t len[RM_SHARD_MAX_UNITS];
-    size_t soff[RM_SHARD_MAX_UNITS];  /* ... and in the compact shard */
-    size_t total;                     /* floats in the compact shard */
-    size_t max_unit;                  /* the longest unit (what one gather holds) */
+    size_t soff[RM_SHARD_MAX_UNITS]; /* ... and in the compact shard */
+    size_t total;                    /* floats in the compact shard */
+    size_t max_unit;                 /* the longest unit (what one gather holds) */
 } rm_unit_shard;
 
 /* Units must be in increasing, non-overlapping order; 1 <= nunits <= RM_SHARD_MAX_UNITS,
@@ -81,7 +80,7 @@ int rm_unit_shard_plan(const size_t *unit_len, int nunits, int old_world, int ne
  * No bucket holds more than rm_shard_bucket_cap(cap, world) floats (the staging buffer's size). */
 typedef struct rm_shard_bucket {
     int nbuckets;
-    size_t chunk;        /* floats each rank contributes to every bucket but the last */
+    size_t chunk; /* floats each rank contributes to every bucket but the last */
 } rm_shard_bucket;
 /* world >= 1 (else nbuckets 0). */
 rm_shard_bucket rm_shard_buckets(size_t unit_len, int world, size_t cap);

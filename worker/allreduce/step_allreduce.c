@@ -61,22 +61,22 @@
 
 struct rm_step {
     rm_step_env env;
-    rm_step_round r;          /* ops == NULL between rounds */
-    rm_fusion *fusion;        /* world > 1 only */
+    rm_step_round r;   /* ops == NULL between rounds */
+    rm_fusion *fusion; /* world > 1 only */
     int fusion_err;
-    float *dev_small;         /* SYNC_FLOATS of device memory: the state-sync header */
+    float *dev_small; /* SYNC_FLOATS of device memory: the state-sync header */
     /* sharding (mode != none) */
     rm_sharding mode;
-    rm_unit_shard us;         /* this round's pieces (valid between round_begin and round_end) */
-    float *sstate[2];         /* compact optimizer state of the pieces (kernels memory) */
-    size_t sstate_cap;        /* floats allocated per buffer */
-    bool state_set;           /* the pieces' state was restored or made fresh in this round */
-    int64_t state_t;          /* ... at this optimizer count */
-    int hook_err;             /* first failure inside a forward/backward hook */
-    double stat_s;            /* this step: seconds in collectives, bytes moved */
+    rm_unit_shard us;  /* this round's pieces (valid between round_begin and round_end) */
+    float *sstate[2];  /* compact optimizer state of the pieces (kernels memory) */
+    size_t sstate_cap; /* floats allocated per buffer */
+    bool state_set;    /* the pieces' state was restored or made fresh in this round */
+    int64_t state_t;   /* ... at this optimizer count */
+    int hook_err;      /* first failure inside a forward/backward hook */
+    double stat_s;     /* this step: seconds in collectives, bytes moved */
     uint64_t stat_bytes;
     rm_err hook_e;
-    uint64_t gathered;        /* stage full: bit l = layer l's parameters are whole in m->params */
+    uint64_t gathered; /* stage full: bit l = layer l's parameters are whole in m->params */
     /* stage full, world > 1: during a step layer l is gathered into unit buffer ubuf[l & 1] (max_unit
      * floats each, allocated once) and the model reads it there (m->uparams); m->params keeps
      * only the own pieces resident, so no page is faulted in or given back per step. slot[i] is
@@ -84,33 +84,33 @@ struct rm_step {
     float *ubuf[2];
     size_t ubuf_cap;
     int slot[2];
-    bool pieces_valid;        /* the pieces hold a real state (fresh, restored, synced or stepped) */
+    bool pieces_valid; /* the pieces hold a real state (fresh, restored, synced or stepped) */
     /* stage full: the prefetch thread gathers the next layer while this one computes (one
      * collective at a time: the training thread waits for it before any collective of its own) */
     pthread_t pf_th;
     pthread_mutex_t pf_mu;
     pthread_cond_t pf_cv;
     bool pf_started, pf_stop;
-    int pf_job;               /* layer to gather (-1 none; PF_RS: the reduce-scatter below), pf_mu */
-    float *rs_buf, *rs_dst;   /* PF_RS job: reduce-scatter (AVG) rs_count floats of rs_buf into rs_dst */
+    int pf_job;             /* layer to gather (-1 none; PF_RS: the reduce-scatter below), pf_mu */
+    float *rs_buf, *rs_dst; /* PF_RS job: reduce-scatter (AVG) rs_count floats of rs_buf into rs_dst */
     size_t rs_count;
-    double pf_secs;           /* seconds the thread spent in collectives since the last pf_wait */
-    bool pf_busy;             /* a gather was launched and not yet waited for (training thread) */
-    int pf_layer, pf_rc;      /* the launched layer and its result (pf_mu) */
-    float *pf_dst;            /* where the launched gather writes (a unit buffer) */
+    double pf_secs;      /* seconds the thread spent in collectives since the last pf_wait */
+    bool pf_busy;        /* a gather was launched and not yet waited for (training thread) */
+    int pf_layer, pf_rc; /* the launched layer and its result (pf_mu) */
+    float *pf_dst;       /* where the launched gather writes (a unit buffer) */
     bool pf_done;
     rm_err pf_err;
-    bool torn;                /* a step began updating the pieces and did not finish */
+    bool torn; /* a step began updating the pieces and did not finish */
     /* stages gradients and full: backward writes each layer's gradient bucket by bucket into one
      * of two staging buffers (stage_cap floats each) and each full bucket is reduce-scattered on
      * the comm thread into gshard (this rank's compact pieces, us layout) while the next bucket is
      * computed; the model's whole gradient buffer is given back at init. */
-    float *gshard;            /* us.total floats (gshard_cap allocated) */
+    float *gshard; /* us.total floats (gshard_cap allocated) */
     size_t gshard_cap;
     float *stage[2];
-    size_t stage_cap;         /* floats per staging buffer (world-dependent) */
-    size_t bucket;            /* staging bucket target in floats (rm_shard_buckets' cap) */
-    int stage_next;           /* the staging buffer the next bucket fills */
+    size_t stage_cap; /* floats per staging buffer (world-dependent) */
+    size_t bucket;    /* staging bucket target in floats (rm_shard_buckets' cap) */
+    int stage_next;   /* the staging buffer the next bucket fills */
     /* where a round's step time goes (logged at round end): seconds summed over ph_steps steps */
     double ph_fwd, ph_bwd, ph_upd, ph_gather, ph_wait;
     int64_t ph_steps;
@@ -123,8 +123,8 @@ static void phases_log(rm_step *s)
         double k = 1e3 / (double)s->ph_steps;
         rm_info("step phases stage=%s world=%d steps=%lld forward_ms=%.2f backward_ms=%.2f "
                 "update_ms=%.2f gather_ms=%.2f comm_wait_ms=%.2f",
-                rm_sharding_names[s->mode], s->r.world, (long long)s->ph_steps, s->ph_fwd * k,
-                s->ph_bwd * k, s->ph_upd * k, s->ph_gather * k, s->ph_wait * k);
+                rm_sharding_names[s->mode], s->r.world, (long long)s->ph_steps, s->ph_fwd * k, s->ph_bwd * k,
+                s->ph_upd * k, s->ph_gather * k, s->ph_wait * k);
     }
     s->ph_fwd = s->ph_bwd = s->ph_upd = s->ph_gather = s->ph_wait = 0;
     s->ph_steps = 0;
@@ -167,7 +167,8 @@ static int ar_init(const rm_step_env *env, rm_step **out, rm_err *err)
         env->k->free(env->m->grads);
         env->m->grads = NULL;
         double mb = env->fusion_mb > 0 && env->fusion_mb * 1048576.0 < STAGE_BUCKET_BYTES
-                        ? env->fusion_mb * 1048576.0 : (double)STAGE_BUCKET_BYTES;
+                        ? env->fusion_mb * 1048576.0
+                        : (double)STAGE_BUCKET_BYTES;
         s->bucket = (size_t)(mb / sizeof(float));
         if (s->bucket < 1)
             s->bucket = 1;
@@ -187,14 +188,14 @@ static void ar_round_end(rm_step *s)
 {
     if (!s)
         return;
-    pf_stop(s);   /* after an abort its collective has returned */
+    pf_stop(s); /* after an abort its collective has returned */
     phases_log(s);
     if (s->fusion) {
         rm_fusion_free(s->fusion);
         s->fusion = NULL;
     }
     memset(&s->r, 0, sizeof s->r);
-    s->state_set = false;   /* the pieces (us) and pieces_valid stay: the SIGTERM checkpoint */
+    s->state_set = false; /* the pieces (us) and pieces_valid stay: the SIGTERM checkpoint */
 }
 
 /* ---- sharding helpers ---- */
@@ -214,8 +215,8 @@ static int gather_unit(rm_step *s, int l, rm_err *err)
     float *p = s->env.m->params;
     if (s->gathered & (1ull << l))
         return RM_OK;
-    RM_CHECK(s->r.ops->all_gather(s->r.comm, p + u->off[l], p + u->unit_off[l], u->unit_len[l],
-                                  RM_DT_F32, err));
+    RM_CHECK(
+        s->r.ops->all_gather(s->r.comm, p + u->off[l], p + u->unit_off[l], u->unit_len[l], RM_DT_F32, err));
     s->gathered |= 1ull << l;
     return RM_OK;
 }
@@ -293,8 +294,8 @@ static void *pf_main(void *arg)
         double t0 = rm_mono();
         int rc = l == PF_RS ? s->r.ops->reduce_scatter(s->r.comm, s->rs_buf, s->rs_dst, s->rs_count,
                                                        RM_DT_F32, RM_OP_AVG, &e)
-                            : s->r.ops->all_gather(s->r.comm, p + u->off[l], s->pf_dst,
-                                                   u->unit_len[l], RM_DT_F32, &e);
+                            : s->r.ops->all_gather(s->r.comm, p + u->off[l], s->pf_dst, u->unit_len[l],
+                                                   RM_DT_F32, &e);
         double dt = rm_mono() - t0;
         pthread_mutex_lock(&s->pf_mu);
         s->pf_secs += dt;
@@ -353,7 +354,7 @@ static int pf_wait(rm_step *s, rm_err *err)
     int rc = s->pf_rc;
     if (rc)
         *err = s->pf_err;
-    if (s->pf_layer == PF_RS)   /* a gather's time is the prefetch's: hidden, not counted */
+    if (s->pf_layer == PF_RS) /* a gather's time is the prefetch's: hidden, not counted */
         s->stat_s += s->pf_secs;
     s->pf_secs = 0;
     pthread_mutex_unlock(&s->pf_mu);
@@ -406,11 +407,10 @@ static int ar_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
         if (!r->ops->reduce_scatter || !r->ops->all_gather)
             return rm_errf(err, RM_EUNSUPPORTED, "sharding: comm backend %s has no reduce_scatter/all_gather",
                            r->ops->name);
-        if (rm_unit_shard_make(m->unit_off, m->unit_len, m->nunits, r->world,
-                               r->rank, &s->us) != 0)
+        if (rm_unit_shard_make(m->unit_off, m->unit_len, m->nunits, r->world, r->rank, &s->us) != 0)
             return rm_errf(err, RM_EINVAL, "sharding: bad layer layout");
         size_t need = s->us.total ? s->us.total : 1;
-        if (need > s->sstate_cap) {   /* the pieces grow when the world shrinks */
+        if (need > s->sstate_cap) { /* the pieces grow when the world shrinks */
             for (int i = 0; i < 2; i++) {
                 s->env.k->free(s->sstate[i]);
                 s->sstate[i] = NULL;
@@ -419,8 +419,10 @@ static int ar_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
             for (int i = 0; i < s->env.opt->nstate; i++) {
                 s->sstate[i] = s->env.k->alloc(need * sizeof(float));
                 if (!s->sstate[i])
-                    return rm_errf(err, RM_ENOMEM, "sharding: out of memory for %zu floats of "
-                                   "optimizer state", need);
+                    return rm_errf(err, RM_ENOMEM,
+                                   "sharding: out of memory for %zu floats of "
+                                   "optimizer state",
+                                   need);
             }
             s->sstate_cap = need;
         }
@@ -430,8 +432,10 @@ static int ar_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
                 s->gshard_cap = 0;
                 s->gshard = s->env.k->alloc(need * sizeof(float));
                 if (!s->gshard)
-                    return rm_errf(err, RM_ENOMEM, "sharding: out of memory for %zu floats of "
-                                   "gradient shard", need);
+                    return rm_errf(err, RM_ENOMEM,
+                                   "sharding: out of memory for %zu floats of "
+                                   "gradient shard",
+                                   need);
                 s->gshard_cap = need;
             }
             /* no bucket is larger than its unit: a small model stages at most its widest layer */
@@ -446,8 +450,10 @@ static int ar_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
                 s->stage_cap = 0;
                 for (int i = 0; i < 2 && sc; i++)
                     if (!(s->stage[i] = s->env.k->alloc(sc * sizeof(float))))
-                        return rm_errf(err, RM_ENOMEM, "sharding: out of memory for the gradient "
-                                       "staging buffers (%zu floats)", sc);
+                        return rm_errf(err, RM_ENOMEM,
+                                       "sharding: out of memory for the gradient "
+                                       "staging buffers (%zu floats)",
+                                       sc);
                 s->stage_cap = sc;
             }
         }
@@ -459,22 +465,23 @@ static int ar_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
             s->ubuf_cap = 0;
             for (int i = 0; i < 2; i++)
                 if (!(s->ubuf[i] = s->env.k->alloc(s->us.max_unit * sizeof(float))))
-                    return rm_errf(err, RM_ENOMEM, "sharding: out of memory for the unit buffers "
-                                   "(%zu floats)", s->us.max_unit);
+                    return rm_errf(err, RM_ENOMEM,
+                                   "sharding: out of memory for the unit buffers "
+                                   "(%zu floats)",
+                                   s->us.max_unit);
             s->ubuf_cap = s->us.max_unit;
         }
         slots_reset(s);
-        s->gathered = (1ull << m->nunits) - 1;   /* params whole until state_sync */
+        s->gathered = (1ull << m->nunits) - 1; /* params whole until state_sync */
         if (staged_grads(s) && r->world > 1)
             RM_CHECK(pf_start(s, err));
         rm_info("sharding ready stage=%s rank=%d world=%d layers=%d shard_floats=%zu of %zu",
-                rm_sharding_names[s->mode], r->rank, r->world, s->us.nunits, s->us.total,
-                m->nparams);
+                rm_sharding_names[s->mode], r->rank, r->world, s->us.nunits, s->us.total, m->nparams);
     }
     if (r->world > 1 && !staged_grads(s)) {
         size_t thr = (size_t)(s->env.fusion_mb * 1024.0 * 1024.0);
-        RM_CHECK(rm_fusion_new(r->ops, r->comm, m->grads, m->unit_off,
-                               m->unit_len, m->nunits, thr, &s->fusion, err));
+        RM_CHECK(rm_fusion_new(r->ops, r->comm, m->grads, m->unit_off, m->unit_len, m->nunits, thr,
+                               &s->fusion, err));
         rm_fusion_set_world_size(s->fusion, r->world);
     }
     return RM_OK;
@@ -520,7 +527,8 @@ static size_t ar_state_bytes(const rm_step *s, int rank)
 {
     if (s->mode != RM_SHARD_NONE)
         return s->pieces_valid && !s->torn && s->us.nunits > 0
-                   ? (size_t)(1 + s->env.opt->nstate) * s->us.total * sizeof(float) : 0;
+                   ? (size_t)(1 + s->env.opt->nstate) * s->us.total * sizeof(float)
+                   : 0;
     if (rank != 0)
         return 0;
     return (size_t)(1 + s->env.opt->nstate) * s->env.m->nparams * sizeof(float);
@@ -536,14 +544,14 @@ static int ar_state_save(rm_step *s, void *dst, rm_err *err)
         if (!ar_state_bytes(s, 0))
             return rm_errf(err, RM_EINVAL, "checkpoint: the shard holds no whole step's state");
         float *d = dst;
-        for (int l = 0; rc == RM_OK && l < u->nunits; l++)   /* the own pieces are always resident */
+        for (int l = 0; rc == RM_OK && l < u->nunits; l++) /* the own pieces are always resident */
             if (u->len[l])
                 rc = e->k->d2h(d + u->soff[l], e->m->params + u->off[l], u->len[l] * sizeof(float));
         for (int i = 0; rc == RM_OK && i < e->opt->nstate; i++)
             if (u->total)
                 rc = e->k->d2h(d + (size_t)(1 + i) * u->total, s->sstate[i], u->total * sizeof(float));
     } else {
-        rc = e->k->d2h(dst, e->m->params, n);   /* a memcpy for host-memory tables */
+        rc = e->k->d2h(dst, e->m->params, n); /* a memcpy for host-memory tables */
         for (int i = 0; rc == RM_OK && i < e->opt->nstate; i++)
             rc = e->k->d2h((char *)dst + (size_t)(1 + i) * n, e->opt->state[i], n);
     }
@@ -579,8 +587,7 @@ static void ar_state_restore_shard(rm_step *s, const void *src, int64_t opt_t, f
         rm_loss_scaler_restore(&e->amp->scaler, loss_scale, scaler_tracker);
 }
 
-static void ar_state_restore(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
-                             int scaler_tracker)
+static void ar_state_restore(rm_step *s, const void *src, int64_t opt_t, float loss_scale, int scaler_tracker)
 {
     const rm_step_env *e = &s->env;
     size_t n = e->m->nparams * sizeof(float);
@@ -657,8 +664,8 @@ static void apply_meta(rm_step *s, const float *meta, int64_t my_step, rm_step_p
     if (meta[13] > 0)
         rm_loss_scaler_restore(&e->amp->scaler, meta[13], (int)meta[14]);
     if (s->r.rank != 0 && my_step != pos->step)
-        rm_warn("state differed from rank 0; took rank 0's my_step=%lld step=%lld",
-                (long long)my_step, (long long)pos->step);
+        rm_warn("state differed from rank 0; took rank 0's my_step=%lld step=%lld", (long long)my_step,
+                (long long)pos->step);
 }
 
 int rm_step_allreduce_sync_pos(rm_step *s, rm_step_pos *pos, rm_err *err)
@@ -682,7 +689,7 @@ static int ar_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
     int64_t my_step = pos->step;
     RM_CHECK(sync_meta(s, pos, meta, err));
     size_t n = e->m->nparams;
-    const int nfull = s->mode == RM_SHARD_NONE ? e->opt->nstate : 0;   /* full state buffers */
+    const int nfull = s->mode == RM_SHARD_NONE ? e->opt->nstate : 0; /* full state buffers */
     if (r->rank != 0) {
         e->k->memset0(e->m->params, n * sizeof(float));
         for (int i = 0; i < nfull; i++)
@@ -702,7 +709,8 @@ static int ar_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
         e->k->d2h(&bad, s->dev_small, sizeof bad);
         if (bad > 0) {
             rm_warn("sharded optimizer state could not be reassembled (ranks without it=%d): it "
-                    "restarts from zero; configure checkpoints to keep it across failures", (int)bad);
+                    "restarts from zero; configure checkpoints to keep it across failures",
+                    (int)bad);
             for (int i = 0; i < e->opt->nstate; i++)
                 e->k->memset0(s->sstate[i], s->sstate_cap * sizeof(float));
         }
@@ -733,14 +741,14 @@ static void layer_pre(rm_step *s, int layer, int next)
 {
     if (s->hook_err || s->r.world < 2)
         return;
-    int rc = pf_wait(s, &s->hook_e);   /* usually this very layer, gathered meanwhile */
+    int rc = pf_wait(s, &s->hook_e); /* usually this very layer, gathered meanwhile */
     if (rc == RM_OK)
         rc = slot_gather(s, layer, &s->hook_e);
     if (rc) {
         s->hook_err = rc;
         return;
     }
-    pf_launch(s, next);   /* overlapped with this layer's compute */
+    pf_launch(s, next); /* overlapped with this layer's compute */
 }
 
 /* Forward: the next layer up is gathered while this one computes; backward: the next one down. */
@@ -777,9 +785,10 @@ static void on_layer_grad_staged(void *ud, const rm_unit_grad *g)
         float *buf = s->stage[s->stage_next];
         for (int r = 0; r < n; r++) {
             size_t from = rm_shard_off(len, n, r) + (size_t)kb * b.chunk;
-            rm_model_grad_range(s->env.m, g, from, from + rm_shard_len(tot, n, r), buf + rm_shard_off(tot, n, r));
+            rm_model_grad_range(s->env.m, g, from, from + rm_shard_len(tot, n, r),
+                                buf + rm_shard_off(tot, n, r));
         }
-        int rc = pf_wait(s, &s->hook_e);   /* the other buffer's bucket (or a prefetch) */
+        int rc = pf_wait(s, &s->hook_e); /* the other buffer's bucket (or a prefetch) */
         if (rc) {
             s->hook_err = rc;
             return;
@@ -824,7 +833,7 @@ static int ar_step_sharded(rm_step *s, int rows, float lr, rm_step_stats *st, rm
     s->stat_s = 0;
     s->stat_bytes = 0;
     s->hook_err = 0;
-    float inv_batch = 1.0f / (float)rows;   /* fp32 only: no loss scale */
+    float inv_batch = 1.0f / (float)rows; /* fp32 only: no loss scale */
     double t0 = rm_mono(), t1, t2, t3;
     if (staged_grads(s)) {
         bool full = s->mode == RM_SHARD_FULL;
@@ -843,14 +852,14 @@ static int ar_step_sharded(rm_step *s, int rows, float lr, rm_step_stats *st, rm
         if (!s->hook_err)
             rm_model_backward_placed(e->m, rows, inv_batch, full ? on_layer_pre_bwd : NULL,
                                      on_layer_grad_staged, NULL, s);
-        int prc = pf_wait(s, &s->hook_e);   /* the last bucket; never leave a job in flight */
+        int prc = pf_wait(s, &s->hook_e); /* the last bucket; never leave a job in flight */
         if (prc && !s->hook_err)
             s->hook_err = prc;
         if (s->hook_err)
             return rm_errf(err, s->hook_err, "%s", s->hook_e.msg);
         t2 = rm_mono();
         s->torn = true;
-        update_pieces(s, lr);   /* full: the parameters stay sharded until their next use */
+        update_pieces(s, lr); /* full: the parameters stay sharded until their next use */
         slots_reset(s);
         t3 = rm_mono();
         if (!full && s->r.world > 1)
@@ -875,7 +884,7 @@ static int ar_step_sharded(rm_step *s, int rows, float lr, rm_step_stats *st, rm
             rm_model_backward(e->m, rows, inv_batch, NULL, NULL);
         }
         t2 = rm_mono();
-        s->torn = true;   /* until the step returns: a checkpoint would mix steps */
+        s->torn = true; /* until the step returns: a checkpoint would mix steps */
         update_pieces(s, lr);
         t3 = rm_mono();
         if (s->r.world > 1)
@@ -891,8 +900,9 @@ static int ar_step_sharded(rm_step *s, int rows, float lr, rm_step_stats *st, rm
         st->comm = true;
         st->allreduce_s = s->stat_s;
         st->bytes = s->stat_bytes;
-        st->busbw_gbps = s->stat_s > 0 ? (double)s->stat_bytes / s->stat_s / 1e9 *
-                                             (double)(s->r.world - 1) / s->r.world : 0;
+        st->busbw_gbps = s->stat_s > 0
+                             ? (double)s->stat_bytes / s->stat_s / 1e9 * (double)(s->r.world - 1) / s->r.world
+                             : 0;
     }
     return RM_OK;
 }
@@ -929,7 +939,7 @@ static int ar_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     bool apply = true;
     /* no flag agreement: the allreduced gradients are the same on every rank (worker/gpu.h) */
     RM_CHECK(rm_amp_finish(e->amp, e->m->grads, e->m->nparams, NULL, NULL, &apply, err));
-    if (apply)   /* fp16 overflow: every rank skips this update together */
+    if (apply) /* fp16 overflow: every rank skips this update together */
         rm_optim_step(e->opt, e->m->params, e->m->grads, lr);
     double t3 = rm_mono();
     s->ph_fwd += t1 - t0;
@@ -950,7 +960,7 @@ static int ar_materialize(rm_step *s, rm_err *err)
     RM_CHECK(pf_wait(s, err));
     for (int l = 0; l < s->us.nunits; l++)
         RM_CHECK(gather_unit(s, l, err));
-    slots_reset(s);   /* the model reads m->params again */
+    slots_reset(s); /* the model reads m->params again */
     return RM_OK;
 }
 
@@ -959,7 +969,7 @@ static void ar_memory(const rm_step *s, rm_step_memory *out)
     const rm_step_env *e = &s->env;
     const rm_model *m = e->m;
     uint64_t T = m->nparams, S = s->us.total, U = s->us.max_unit, f = sizeof(float);
-    if (staged_grads(s) && !s->us.nunits)   /* before the first round: the pieces of world 1 */
+    if (staged_grads(s) && !s->us.nunits) /* before the first round: the pieces of world 1 */
         S = T;
     memset(out, 0, sizeof *out);
     out->activations = rm_model_act_bytes(m);
@@ -973,7 +983,7 @@ static void ar_memory(const rm_step *s, rm_step_memory *out)
         out->params = out->grads = T * f;
         out->optimizer = nst * S * f;
         break;
-    case RM_SHARD_GRADIENTS:   /* the gradient pieces plus the two staging buckets */
+    case RM_SHARD_GRADIENTS: /* the gradient pieces plus the two staging buckets */
         out->params = T * f;
         out->grads = (S + 2 * (uint64_t)s->stage_cap) * f;
         out->optimizer = nst * S * f;

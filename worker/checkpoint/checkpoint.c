@@ -22,7 +22,10 @@
 
 /* ---------------- header serialisation ---------------- */
 
-typedef struct wbuf { unsigned char *p; size_t n, cap; } wbuf;
+typedef struct wbuf {
+    unsigned char *p;
+    size_t n, cap;
+} wbuf;
 static void put(wbuf *w, const void *v, size_t n)
 {
     if (w->n <= w->cap && n <= w->cap - w->n)
@@ -41,13 +44,31 @@ static int get(wbuf *w, void *v, size_t n)
 /* The header's fields after magic, version and header size, in file order; each is written as
  * its in-memory bytes (little-endian host order). The shape's ints are 4 bytes on every target. */
 _Static_assert(sizeof(int) == 4, "the header stores the model shape as 4-byte ints");
-#define HDR_FIELD(m) {offsetof(rm_ckpt_meta, m), sizeof(((rm_ckpt_meta *)0)->m)}
-static const struct { size_t off, len; } HDR_FIELDS[] = {
-    HDR_FIELD(step), HDR_FIELD(train_epoch), HDR_FIELD(world_size), HDR_FIELD(data_pos),
-    HDR_FIELD(batch_per_worker), HDR_FIELD(rdzv_epoch), HDR_FIELD(seed), HDR_FIELD(rng),
-    HDR_FIELD(opt_type), HDR_FIELD(nstate), HDR_FIELD(opt_t), HDR_FIELD(epoch_pos), HDR_FIELD(lr),
-    HDR_FIELD(loss_scale), HDR_FIELD(scaler_tracker), HDR_FIELD(shape.nlayers),
-    HDR_FIELD(shape.dims), HDR_FIELD(nparams),
+#define HDR_FIELD(m)                                              \
+    {                                                             \
+        offsetof(rm_ckpt_meta, m), sizeof(((rm_ckpt_meta *)0)->m) \
+    }
+static const struct {
+    size_t off, len;
+} HDR_FIELDS[] = {
+    HDR_FIELD(step),
+    HDR_FIELD(train_epoch),
+    HDR_FIELD(world_size),
+    HDR_FIELD(data_pos),
+    HDR_FIELD(batch_per_worker),
+    HDR_FIELD(rdzv_epoch),
+    HDR_FIELD(seed),
+    HDR_FIELD(rng),
+    HDR_FIELD(opt_type),
+    HDR_FIELD(nstate),
+    HDR_FIELD(opt_t),
+    HDR_FIELD(epoch_pos),
+    HDR_FIELD(lr),
+    HDR_FIELD(loss_scale),
+    HDR_FIELD(scaler_tracker),
+    HDR_FIELD(shape.nlayers),
+    HDR_FIELD(shape.dims),
+    HDR_FIELD(nparams),
 };
 #undef HDR_FIELD
 
@@ -87,8 +108,7 @@ static int hdr_decode(const char *path, const unsigned char in[HDR_BYTES], rm_ck
     get(&w, &ver, 4);
     get(&w, &hb, 4);
     if (ver != RM_CKPT_VERSION || hb != HDR_BYTES)
-        return rm_errf(err, RM_EINVAL, "%s: unsupported version %u (header %u bytes)", path, ver,
-                       hb);
+        return rm_errf(err, RM_EINVAL, "%s: unsupported version %u (header %u bytes)", path, ver, hb);
     for (size_t i = 0; i < RM_ARRAY_LEN(HDR_FIELDS); i++)
         get(&w, (char *)m + HDR_FIELDS[i].off, HDR_FIELDS[i].len);
     int32_t nl = m->shape.nlayers;
@@ -200,7 +220,7 @@ int rm_ckpt_list(const char *dir, rm_ckpt_parse_fn parse, rm_ckpt_entry **out, i
             v = nv;
             cap = ncap;
         }
-        memcpy(c.name, e->d_name, len + 1);   /* length checked above */
+        memcpy(c.name, e->d_name, len + 1); /* length checked above */
         v[cnt++] = c;
     }
     closedir(d);
@@ -332,8 +352,8 @@ static uint32_t segs_crc(const rm_ckpt_seg *segs, int nsegs, uint64_t *bytes)
 
 /* Write segs to a fresh temp file in dir (tmp, its path) and fsync it. The temp name carries tag,
  * the pid and the thread's stack address, so concurrent writers never share one. */
-static int write_tmp(const char *dir, const char *tag, const rm_ckpt_seg *segs, int nsegs,
-                     char *tmp, size_t tmp_cap, rm_err *err)
+static int write_tmp(const char *dir, const char *tag, const rm_ckpt_seg *segs, int nsegs, char *tmp,
+                     size_t tmp_cap, rm_err *err)
 {
     int local;
     snprintf(tmp, tmp_cap, "%s/.tmp-ckpt-%s.%ld.%lx", dir, tag, (long)getpid(),
@@ -402,8 +422,8 @@ static int encode_file(const rm_ckpt_meta *meta, const rm_ckpt_seg *segs, int ns
 
 #define MAX_SEGS 8
 
-int rm_ckpt_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_seg *segs, int nsegs,
-                  int keep, char *path_out, size_t path_cap, rm_err *err)
+int rm_ckpt_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_seg *segs, int nsegs, int keep,
+                  char *path_out, size_t path_cap, rm_err *err)
 {
     char tmp[4200], final[4096];
     unsigned char hdr[HDR_BYTES];
@@ -438,7 +458,7 @@ int rm_ckpt_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_seg *
             return rc;
         }
     }
-    RM_CHECK(finish_dir(dir, err));   /* the file is in place; a failure is reported, it is kept */
+    RM_CHECK(finish_dir(dir, err)); /* the file is in place; a failure is reported, it is kept */
     if (path_out)
         snprintf(path_out, path_cap, "%s", final);
     if (keep >= 1)
@@ -447,8 +467,8 @@ int rm_ckpt_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_seg *
 }
 
 /* Place tmp at DIR/name without replacing anything (RM_ECONFLICT if it exists; tmp removed). */
-static int place_named(const char *dir, const char *name, const char *tmp, char *final,
-                       size_t cap, rm_err *err)
+static int place_named(const char *dir, const char *name, const char *tmp, char *final, size_t cap,
+                       rm_err *err)
 {
     int w = snprintf(final, cap, "%s/%s", dir, name);
     if (w < 0 || (size_t)w >= cap) {
@@ -465,9 +485,8 @@ static int place_named(const char *dir, const char *name, const char *tmp, char 
     return finish_dir(dir, err);
 }
 
-int rm_ckpt_write_named(const char *dir, const char *name, const rm_ckpt_meta *meta,
-                        const rm_ckpt_seg *segs, int nsegs, char *path_out, size_t path_cap,
-                        rm_err *err)
+int rm_ckpt_write_named(const char *dir, const char *name, const rm_ckpt_meta *meta, const rm_ckpt_seg *segs,
+                        int nsegs, char *path_out, size_t path_cap, rm_err *err)
 {
     char tmp[4200], final[4400];
     unsigned char hdr[HDR_BYTES];
@@ -542,13 +561,12 @@ static int expect_ok(const char *path, const rm_ckpt_meta *meta, const rm_ckpt_m
         return rm_errf(err, RM_EINVAL, "%s: %lld parameters, this job's model has %lld", path,
                        (long long)meta->nparams, (long long)expect->nparams);
     if (meta->opt_type != expect->opt_type || meta->nstate != expect->nstate)
-        return rm_errf(err, RM_EINVAL, "%s: optimizer state does not match this job's optimizer",
-                       path);
+        return rm_errf(err, RM_EINVAL, "%s: optimizer state does not match this job's optimizer", path);
     return RM_OK;
 }
 
-int rm_ckpt_read(const char *path, const rm_ckpt_meta *expect, rm_ckpt_meta *meta, void *payload,
-                 size_t cap, rm_err *err)
+int rm_ckpt_read(const char *path, const rm_ckpt_meta *expect, rm_ckpt_meta *meta, void *payload, size_t cap,
+                 rm_err *err)
 {
     int rc = RM_OK;
     unsigned char hdr[HDR_BYTES];
@@ -627,8 +645,7 @@ static int load_newest_with(const char *dir, int (*try_one)(const char *path, vo
     if (skipped)
         *skipped = bad;
     if (rc)
-        return rm_errf(err, RM_ENOTFOUND, "no valid checkpoint in %s (%d invalid skipped)", dir,
-                       bad);
+        return rm_errf(err, RM_ENOTFOUND, "no valid checkpoint in %s (%d invalid skipped)", dir, bad);
     return RM_OK;
 }
 
@@ -645,9 +662,8 @@ static int try_whole(const char *path, void *ctx, rm_err *e)
     return rm_ckpt_read(path, w->expect, w->meta, w->payload, w->cap, e);
 }
 
-int rm_ckpt_load_newest(const char *dir, const rm_ckpt_meta *expect, rm_ckpt_meta *meta,
-                        void *payload, size_t cap, char *path_out, size_t path_cap, int *skipped,
-                        rm_err *err)
+int rm_ckpt_load_newest(const char *dir, const rm_ckpt_meta *expect, rm_ckpt_meta *meta, void *payload,
+                        size_t cap, char *path_out, size_t path_cap, int *skipped, rm_err *err)
 {
     whole_try w = {expect, meta, payload, cap};
     return load_newest_with(dir, try_whole, &w, path_out, path_cap, skipped, err);
@@ -655,7 +671,7 @@ int rm_ckpt_load_newest(const char *dir, const rm_ckpt_meta *expect, rm_ckpt_met
 
 /* ---------------- ranged read (pipeline stages: only the own layers stay) ---------------- */
 
-#define RANGE_CHUNK (1u << 20)   /* bytes streamed at a time */
+#define RANGE_CHUNK (1u << 20) /* bytes streamed at a time */
 
 int rm_ckpt_read_ranges(const char *path, const rm_ckpt_meta *expect, const rm_ckpt_range *r, int nr,
                         void *dst, size_t cap, rm_ckpt_meta *meta, uint32_t *payload_crc, rm_err *err)
@@ -675,10 +691,13 @@ int rm_ckpt_read_ranges(const char *path, const rm_ckpt_meta *expect, const rm_c
     RM_CHECK_GOTO(hdr_decode(path, hdr, meta, &pbytes, &pcrc, err), rc, out);
     RM_CHECK_GOTO(expect_ok(path, meta, expect, err), rc, out);
     for (int i = 0; i < nr; i++)
-        if (r[i].src > pbytes || r[i].len > pbytes - r[i].src || r[i].dst > cap || r[i].len > cap - r[i].dst) {
-            rc = rm_errf(err, RM_EINVAL, "%s: range %d (payload bytes %llu+%llu) outside the payload "
-                         "(%llu bytes) or the destination (%zu)", path, i, (unsigned long long)r[i].src,
-                         (unsigned long long)r[i].len, (unsigned long long)pbytes, cap);
+        if (r[i].src > pbytes || r[i].len > pbytes - r[i].src || r[i].dst > cap ||
+            r[i].len > cap - r[i].dst) {
+            rc = rm_errf(err, RM_EINVAL,
+                         "%s: range %d (payload bytes %llu+%llu) outside the payload "
+                         "(%llu bytes) or the destination (%zu)",
+                         path, i, (unsigned long long)r[i].src, (unsigned long long)r[i].len,
+                         (unsigned long long)pbytes, cap);
             goto out;
         }
     chunk = malloc(RANGE_CHUNK);
@@ -694,7 +713,7 @@ int rm_ckpt_read_ranges(const char *path, const rm_ckpt_meta *expect, const rm_c
             goto out;
         }
         c = (uint32_t)crc32(c, chunk, (uInt)n);
-        for (int i = 0; i < nr; i++) {   /* the part of each range in [at, at + n) */
+        for (int i = 0; i < nr; i++) { /* the part of each range in [at, at + n) */
             uint64_t lo = r[i].src > at ? r[i].src : at, hi = r[i].src + r[i].len;
             hi = hi < at + n ? hi : at + n;
             if (lo < hi)
@@ -737,9 +756,9 @@ static int try_ranges(const char *path, void *ctx, rm_err *e)
     return rc;
 }
 
-int rm_ckpt_load_newest_ranges(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_range *r,
-                               int nr, void *dst, size_t cap, rm_ckpt_meta *meta, char *path_out,
-                               size_t path_cap, int *skipped, rm_err *err)
+int rm_ckpt_load_newest_ranges(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_range *r, int nr,
+                               void *dst, size_t cap, rm_ckpt_meta *meta, char *path_out, size_t path_cap,
+                               int *skipped, rm_err *err)
 {
     ranges_try t = {expect, r, nr, dst, cap, meta};
     return load_newest_with(dir, try_ranges, &t, path_out, path_cap, skipped, err);

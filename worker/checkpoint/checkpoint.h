@@ -28,23 +28,23 @@
 #define RM_CKPT_MAGIC "RMCKPT01"
 #define RM_CKPT_VERSION 1
 #define RM_CKPT_MAX_STATE 2
-#define RM_CKPT_HDR_BYTES 512   /* the fixed header; the payload starts right after it */
+#define RM_CKPT_HDR_BYTES 512 /* the fixed header; the payload starts right after it */
 
 typedef struct rm_ckpt_meta {
-    int64_t step;             /* optimizer steps completed (global step) */
-    int32_t train_epoch;      /* data epoch the cursor is in */
-    int64_t data_pos;         /* samples of that epoch's permutation consumed */
-    int32_t world_size;       /* world size that wrote it (elastic restarts may differ) */
+    int64_t step;        /* optimizer steps completed (global step) */
+    int32_t train_epoch; /* data epoch the cursor is in */
+    int64_t data_pos;    /* samples of that epoch's permutation consumed */
+    int32_t world_size;  /* world size that wrote it (elastic restarts may differ) */
     int32_t batch_per_worker;
     int32_t rdzv_epoch;
-    uint64_t seed;            /* data/model seed */
-    uint64_t rng[4];          /* generator state (reserved for stochastic layers) */
-    int32_t opt_type;         /* rm_opt_type */
-    int32_t nstate;           /* optimizer state buffers in the payload */
-    int64_t opt_t;            /* optimizer updates applied (Adam bias correction) */
-    double epoch_pos;         /* schedule position (fractional data epoch) */
-    double lr;                /* last lr used */
-    float loss_scale;         /* fp16 loss scaler (1 when unused) */
+    uint64_t seed;    /* data/model seed */
+    uint64_t rng[4];  /* generator state (reserved for stochastic layers) */
+    int32_t opt_type; /* rm_opt_type */
+    int32_t nstate;   /* optimizer state buffers in the payload */
+    int64_t opt_t;    /* optimizer updates applied (Adam bias correction) */
+    double epoch_pos; /* schedule position (fractional data epoch) */
+    double lr;        /* last lr used */
+    float loss_scale; /* fp16 loss scaler (1 when unused) */
     int32_t scaler_tracker;
     rm_model_shape shape;
     uint64_t nparams;
@@ -57,20 +57,22 @@ typedef struct rm_ckpt_meta {
 } rm_ckpt_meta;
 
 /* A payload segment (host memory). */
-typedef struct rm_ckpt_seg { const void *p; size_t bytes; } rm_ckpt_seg;
+typedef struct rm_ckpt_seg {
+    const void *p;
+    size_t bytes;
+} rm_ckpt_seg;
 
 /* Write atomically; segs are concatenated as the payload (their total must be
  * (1 + meta->nstate) * meta->nparams floats). keep >= 1 prunes older files. path_out (may be NULL)
  * gets the final path. RM_EIO with err on any file-system failure (the temp file is removed). */
-int rm_ckpt_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_seg *segs, int nsegs,
-                  int keep, char *path_out, size_t path_cap, rm_err *err);
+int rm_ckpt_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_seg *segs, int nsegs, int keep,
+                  char *path_out, size_t path_cap, rm_err *err);
 
 /* Write one file atomically under exactly DIR/name (no suffix, no pruning): temp file, fsync,
  * placed without replacing anything, fsync DIR. RM_ECONFLICT when name exists already; RM_EIO on
  * a file-system failure. The sharded checkpoints' shard files (worker/checkpoint/ckpt_shard.h). */
-int rm_ckpt_write_named(const char *dir, const char *name, const rm_ckpt_meta *meta,
-                        const rm_ckpt_seg *segs, int nsegs, char *path_out, size_t path_cap,
-                        rm_err *err);
+int rm_ckpt_write_named(const char *dir, const char *name, const rm_ckpt_meta *meta, const rm_ckpt_seg *segs,
+                        int nsegs, char *path_out, size_t path_cap, rm_err *err);
 
 /* The same atomic placement for any bytes (a sharded checkpoint's manifest). */
 int rm_ckpt_put_file(const char *dir, const char *name, const void *bytes, size_t n, rm_err *err);
@@ -81,14 +83,13 @@ int rm_ckpt_read_header(const char *path, rm_ckpt_meta *meta, uint32_t *payload_
 
 /* Read and verify one file into payload (cap bytes, host memory). expect may be NULL; otherwise
  * the file's shape, opt_type and nstate must match it. payload may be written even on failure. */
-int rm_ckpt_read(const char *path, const rm_ckpt_meta *expect, rm_ckpt_meta *meta, void *payload,
-                 size_t cap, rm_err *err);
+int rm_ckpt_read(const char *path, const rm_ckpt_meta *expect, rm_ckpt_meta *meta, void *payload, size_t cap,
+                 rm_err *err);
 
 /* Newest valid checkpoint in dir (see above). RM_ENOTFOUND when none is valid (or dir missing).
  * skipped (may be NULL) gets the number of invalid files passed over. */
-int rm_ckpt_load_newest(const char *dir, const rm_ckpt_meta *expect, rm_ckpt_meta *meta,
-                        void *payload, size_t cap, char *path_out, size_t path_cap, int *skipped,
-                        rm_err *err);
+int rm_ckpt_load_newest(const char *dir, const rm_ckpt_meta *expect, rm_ckpt_meta *meta, void *payload,
+                        size_t cap, char *path_out, size_t path_cap, int *skipped, rm_err *err);
 
 /* Listing a checkpoint folder (the one listing of whole checkpoints here and of sharded sets in
  * worker/checkpoint/ckpt_shard.c). parse(name, e) says whether a directory entry is one of the caller's
@@ -141,7 +142,7 @@ int rm_ckpt_read_ranges(const char *path, const rm_ckpt_meta *expect, const rm_c
 
 /* rm_ckpt_load_newest with rm_ckpt_read_ranges: the ranges of the newest valid whole checkpoint
  * (every candidate verified in full; the same fallback to older files). */
-int rm_ckpt_load_newest_ranges(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_range *r,
-                               int nr, void *dst, size_t cap, rm_ckpt_meta *meta, char *path_out,
-                               size_t path_cap, int *skipped, rm_err *err);
+int rm_ckpt_load_newest_ranges(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_range *r, int nr,
+                               void *dst, size_t cap, rm_ckpt_meta *meta, char *path_out, size_t path_cap,
+                               int *skipped, rm_err *err);
 #endif

@@ -43,8 +43,8 @@ static bool parse_manifest_name(const char *name, int64_t *step, int *epoch, int
     long long s;
     int e, w;
     char back[NAME_CAP];
-    if (sscanf(name, "manifest-%12lld-%d-%d.rmmf", &s, &e, &w) != 3 || s < 0 || w < 1 ||
-        w > MAX_WORLD || rm_ckpt_manifest_name(back, sizeof back, s, e, w) != 0 || strcmp(back, name))
+    if (sscanf(name, "manifest-%12lld-%d-%d.rmmf", &s, &e, &w) != 3 || s < 0 || w < 1 || w > MAX_WORLD ||
+        rm_ckpt_manifest_name(back, sizeof back, s, e, w) != 0 || strcmp(back, name))
         return false;
     *step = s;
     *epoch = e;
@@ -57,8 +57,8 @@ static bool parse_shard_name(const char *name, int64_t *step, int *epoch, int *r
     long long s;
     int e, r, w;
     char back[NAME_CAP];
-    if (sscanf(name, "shard-%12lld-%d-%d-of-%d.rmck", &s, &e, &r, &w) != 4 || s < 0 || w < 1 ||
-        r < 0 || r >= w || rm_ckpt_shard_name(back, sizeof back, s, e, r, w) != 0 || strcmp(back, name))
+    if (sscanf(name, "shard-%12lld-%d-%d-of-%d.rmck", &s, &e, &r, &w) != 4 || s < 0 || w < 1 || r < 0 ||
+        r >= w || rm_ckpt_shard_name(back, sizeof back, s, e, r, w) != 0 || strcmp(back, name))
         return false;
     *step = s;
     *epoch = e;
@@ -87,9 +87,9 @@ typedef struct manifest {
     int nstate, opt_type;
     int nunits;
     size_t uoff[RM_SHARD_MAX_UNITS], ulen[RM_SHARD_MAX_UNITS];
-    int nstages;                          /* stage layout (ckpt_shard.h); 0: balanced */
+    int nstages; /* stage layout (ckpt_shard.h); 0: balanced */
     int sbound[RM_SHARD_MAX_UNITS + 1];
-    mshard *sh;   /* world of them, owned */
+    mshard *sh; /* world of them, owned */
 } manifest;
 
 static void manifest_free(manifest *m)
@@ -108,8 +108,8 @@ static int manifest_encode(const manifest *m, char **out, size_t *n, rm_err *err
     size_t at = 0;
 #define EMIT(...) at += (size_t)snprintf(b + at, at < cap ? cap - at : 0, __VA_ARGS__)
     EMIT("%s\nstep %lld\nrdzv_epoch %d\nworld %d\nnparams %llu\nnstate %d\nopt_type %d\nunits %d\n",
-         MANIFEST_MAGIC, (long long)m->step, m->epoch, m->world, (unsigned long long)m->nparams,
-         m->nstate, m->opt_type, m->nunits);
+         MANIFEST_MAGIC, (long long)m->step, m->epoch, m->world, (unsigned long long)m->nparams, m->nstate,
+         m->opt_type, m->nunits);
     for (int u = 0; u < m->nunits; u++)
         EMIT("unit %zu %zu\n", m->uoff[u], m->ulen[u]);
     if (m->nstages > 0) {
@@ -119,8 +119,7 @@ static int manifest_encode(const manifest *m, char **out, size_t *n, rm_err *err
         EMIT("\n");
     }
     for (int r = 0; r < m->world; r++)
-        EMIT("shard %d %llu %08x %s\n", r, (unsigned long long)m->sh[r].floats, m->sh[r].crc,
-             m->sh[r].name);
+        EMIT("shard %d %llu %08x %s\n", r, (unsigned long long)m->sh[r].floats, m->sh[r].crc, m->sh[r].name);
     if (at + 32 >= cap) {
         free(b);
         return rm_errf(err, RM_ETOOBIG, "checkpoint manifest: too long");
@@ -293,8 +292,7 @@ static bool units_ok(const rm_ckpt_units *u, uint64_t nparams)
     return at == nparams;
 }
 
-static bool same_model(const manifest *m, uint64_t nparams, int nstate, int opt_type,
-                       const rm_ckpt_units *u)
+static bool same_model(const manifest *m, uint64_t nparams, int nstate, int opt_type, const rm_ckpt_units *u)
 {
     if (m->nparams != nparams || m->nstate != nstate || m->opt_type != opt_type || m->nunits != u->n)
         return false;
@@ -327,7 +325,7 @@ static void prune_sets(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_
         }
         if (!same_model(&m, meta->nparams, meta->nstate, meta->opt_type, units)) {
             manifest_free(&m);
-            continue;   /* another model's: never ours to remove */
+            continue; /* another model's: never ours to remove */
         }
         if (kept < keep) {
             keepv[kept++] = v[i];
@@ -395,8 +393,7 @@ static void prune_sets(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_
  * units in the layout the .rmmf records (old_shard, below). */
 static int old_shard(const manifest *m, const rm_ckpt_units *units, int r, rm_unit_shard *out);
 static int json_write(const char *dir, const char *mname, const rm_ckpt_meta *meta,
-                      const rm_ckpt_units *units, const rm_ckpt_model *model, const manifest *m,
-                      rm_err *err)
+                      const rm_ckpt_units *units, const rm_ckpt_model *model, const manifest *m, rm_err *err)
 {
     char jname[NAME_CAP];
     if (rm_ckpt_json_name(mname, jname, sizeof jname) != 0)
@@ -416,16 +413,15 @@ static int json_write(const char *dir, const char *mname, const rm_ckpt_meta *me
             break;
         }
         rm_ckpt_span *mine = sp + (size_t)r * (size_t)units->n;
-        fm[r] = (rm_ckpt_file_map){.name = m->sh[r].name, .crc = m->sh[r].crc, .floats = o.total,
-                                   .spans = mine};
+        fm[r] =
+            (rm_ckpt_file_map){.name = m->sh[r].name, .crc = m->sh[r].crc, .floats = o.total, .spans = mine};
         for (int u = 0; u < units->n; u++)
             if (o.len[u] > 0)
                 mine[fm[r].nspans++] = (rm_ckpt_span){o.off[u], o.len[u], o.soff[u]};
     }
     rm_ckpt_manifest mf;
     if (rc == RM_OK)
-        rc = rm_ckpt_manifest_build(meta, m->nstages ? "stages" : "sharded", model, fm,
-                                    m->world, &mf, err);
+        rc = rm_ckpt_manifest_build(meta, m->nstages ? "stages" : "sharded", model, fm, m->world, &mf, err);
     if (rc == RM_OK) {
         rc = rm_ckpt_manifest_write(dir, jname, &mf, err);
         rm_ckpt_manifest_free(&mf);
@@ -437,8 +433,8 @@ static int json_write(const char *dir, const char *mname, const rm_ckpt_meta *me
 
 /* Both layouts: stage_bounds NULL is the balanced one. */
 static int set_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
-                     const rm_ckpt_model *model, const int *stage_bounds, const rm_ckpt_seg *segs,
-                     int nsegs, int keep, double wait_s, char *path_out, size_t path_cap, rm_err *err)
+                     const rm_ckpt_model *model, const int *stage_bounds, const rm_ckpt_seg *segs, int nsegs,
+                     int keep, double wait_s, char *path_out, size_t path_cap, rm_err *err)
 {
     const int W = meta->shard_world, me = meta->shard_rank, ep = meta->rdzv_epoch;
     if (W < 1 || W > MAX_WORLD || me < 0 || me >= W)
@@ -447,8 +443,10 @@ static int set_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_un
         return rm_errf(err, RM_EINVAL, "sharded checkpoint: units do not tile the %llu parameters",
                        (unsigned long long)meta->nparams);
     if (stage_bounds && (W > RM_SHARD_MAX_UNITS || !stages_ok(W, stage_bounds, W, units->n)))
-        return rm_errf(err, RM_EINVAL, "stage checkpoint: %d stages over %d layers (bounds must "
-                       "rise from 0 to %d)", W, units->n, units->n);
+        return rm_errf(err, RM_EINVAL,
+                       "stage checkpoint: %d stages over %d layers (bounds must "
+                       "rise from 0 to %d)",
+                       W, units->n, units->n);
     char name[NAME_CAP], mname[NAME_CAP], mpath[4096 + NAME_CAP];
     if (rm_ckpt_shard_name(name, sizeof name, meta->step, ep, me, W) != 0 ||
         rm_ckpt_manifest_name(mname, sizeof mname, meta->step, ep, W) != 0)
@@ -461,7 +459,7 @@ static int set_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_un
     for (;;) {
         struct stat st;
         if (stat(mpath, &st) == 0)
-            return RM_OK;   /* another rank completed the set */
+            return RM_OK; /* another rank completed the set */
         char missing[256] = "";
         size_t ml = 0;
         int nmissing = 0;
@@ -478,15 +476,21 @@ static int set_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_un
         if (nmissing == 0)
             break;
         if (rm_mono() >= deadline)
-            return rm_errf(err, RM_ETIMEDOUT, "sharded checkpoint step %lld: %d of %d shards missing "
+            return rm_errf(err, RM_ETIMEDOUT,
+                           "sharded checkpoint step %lld: %d of %d shards missing "
                            "after %.0f s (ranks %s): the set is incomplete and will not be loaded",
                            (long long)meta->step, nmissing, W, wait_s, missing);
         struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
     /* every shard is there: the manifest records their checksums */
-    manifest m = {.step = meta->step, .epoch = ep, .world = W, .nparams = meta->nparams,
-                  .nstate = meta->nstate, .opt_type = meta->opt_type, .nunits = units->n};
+    manifest m = {.step = meta->step,
+                  .epoch = ep,
+                  .world = W,
+                  .nparams = meta->nparams,
+                  .nstate = meta->nstate,
+                  .opt_type = meta->opt_type,
+                  .nunits = units->n};
     for (int u = 0; u < units->n; u++) {
         m.uoff[u] = units->off[u];
         m.ulen[u] = units->len[u];
@@ -516,7 +520,7 @@ static int set_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_un
     if (rc == RM_OK)
         rc = rm_ckpt_put_file(dir, mname, text, tn, err);
     free(text);
-    if (rc == RM_ECONFLICT) {   /* another rank wrote it at the same time: the set is complete */
+    if (rc == RM_ECONFLICT) { /* another rank wrote it at the same time: the set is complete */
         manifest_free(&m);
         memset(err, 0, sizeof *err);
         return RM_OK;
@@ -544,13 +548,12 @@ int rm_ckpt_shard_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt
 
 int rm_ckpt_stage_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
                         const rm_ckpt_model *model, const int *stage_bounds, const rm_ckpt_seg *segs,
-                        int nsegs, int keep, double wait_s, char *path_out, size_t path_cap,
-                        rm_err *err)
+                        int nsegs, int keep, double wait_s, char *path_out, size_t path_cap, rm_err *err)
 {
     if (!stage_bounds)
         return rm_errf(err, RM_EINVAL, "stage checkpoint: no stage bounds");
-    return set_write(dir, meta, units, model, stage_bounds, segs, nsegs, keep, wait_s, path_out,
-                     path_cap, err);
+    return set_write(dir, meta, units, model, stage_bounds, segs, nsegs, keep, wait_s, path_out, path_cap,
+                     err);
 }
 
 /* ---------------- read ---------------- */
@@ -597,7 +600,7 @@ static int stage_plan(const manifest *m, const rm_ckpt_units *units, int new_wor
                       rm_shard_piece *out, int cap)
 {
     int n = 0, st = 0;
-    size_t dst = 0, base = 0;   /* base: the unit's offset in its stage's compact shard */
+    size_t dst = 0, base = 0; /* base: the unit's offset in its stage's compact shard */
     for (int u = 0; u < units->n; u++) {
         if (u == m->sbound[st + 1]) {
             st++;
@@ -623,8 +626,10 @@ static int shard_matches(const manifest *m, const rm_ckpt_units *units, int r, c
 {
     if (hm->shard_rank != r || hm->shard_world != m->world || hm->step != m->step ||
         hm->rdzv_epoch != m->epoch || crc != m->sh[r].crc || hm->shard_floats != m->sh[r].floats)
-        return rm_errf(e, RM_EINVAL, "%s: does not match the manifest (rank, world, step, epoch "
-                       "or checksum)", sp);
+        return rm_errf(e, RM_EINVAL,
+                       "%s: does not match the manifest (rank, world, step, epoch "
+                       "or checksum)",
+                       sp);
     if (old_shard(m, units, r, old) != 0 || old->total != hm->shard_floats)
         return rm_errf(e, RM_EINVAL, "%s: %llu floats, the layout says another count", sp,
                        (unsigned long long)hm->shard_floats);
@@ -633,8 +638,8 @@ static int shard_matches(const manifest *m, const rm_ckpt_units *units, int r, c
 
 /* Load one set: every shard verified, the planned pieces copied into dst. */
 static int load_set(const char *dir, const manifest *m, const rm_ckpt_meta *expect,
-                    const rm_ckpt_units *units, int new_world, int new_rank, float *dst,
-                    rm_ckpt_meta *meta, rm_err *err)
+                    const rm_ckpt_units *units, int new_world, int new_rank, float *dst, rm_ckpt_meta *meta,
+                    rm_err *err)
 {
     const int W = m->world, K = m->nstate;
     int np = m->nstages ? stage_plan(m, units, new_world, new_rank, NULL, 0)
@@ -642,7 +647,7 @@ static int load_set(const char *dir, const manifest *m, const rm_ckpt_meta *expe
     if (np < 0)
         return rm_errf(err, RM_EINVAL, "re-sharding plan: bad layout");
     rm_shard_piece *plan = calloc((size_t)np + 1, sizeof *plan);
-    size_t longest = 0;   /* the longest old shard (balanced: rank 0's) */
+    size_t longest = 0; /* the longest old shard (balanced: rank 0's) */
     for (int r = 0; r < W && plan; r++) {
         rm_unit_shard o;
         if (old_shard(m, units, r, &o) != 0) {
@@ -683,9 +688,9 @@ static int load_set(const char *dir, const manifest *m, const rm_ckpt_meta *expe
         }
         if (r == 0)
             *meta = hm;
-        for (int u = 0; u < units->n; u++)   /* this rank's pieces of the parameters */
+        for (int u = 0; u < units->n; u++) /* this rank's pieces of the parameters */
             memcpy(dst + old.off[u], buf + old.soff[u], old.len[u] * sizeof(float));
-        for (int i = 0; i < np; i++) {       /* and the planned pieces of the optimizer state */
+        for (int i = 0; i < np; i++) { /* and the planned pieces of the optimizer state */
             if (plan[i].src_rank != r)
                 continue;
             for (int k = 0; k < K; k++)
@@ -730,13 +735,12 @@ static int load_set_layers(const char *dir, const manifest *m, const rm_ckpt_met
         rm_unit_shard old;
         if (old_shard(m, units, r, &old) != 0)
             return rm_errf(err, RM_EINVAL, "re-sharding plan: bad layout");
-        int nr = 0;   /* old shard r's pieces of the range: each unit's, of every buffer */
+        int nr = 0; /* old shard r's pieces of the range: each unit's, of every buffer */
         for (int u = u0; u < u1; u++)
             for (int b = 0; b <= K && old.len[u] > 0; b++)
-                rg[nr++] = (rm_ckpt_range){
-                    .src = ((uint64_t)b * old.total + old.soff[u]) * sizeof(float),
-                    .len = (uint64_t)old.len[u] * sizeof(float),
-                    .dst = ((size_t)b * plen + old.off[u] - poff) * sizeof(float)};
+                rg[nr++] = (rm_ckpt_range){.src = ((uint64_t)b * old.total + old.soff[u]) * sizeof(float),
+                                           .len = (uint64_t)old.len[u] * sizeof(float),
+                                           .dst = ((size_t)b * plen + old.off[u] - poff) * sizeof(float)};
         rm_ckpt_meta hm;
         uint32_t crc = 0;
         rm_err e = {0};
@@ -759,15 +763,14 @@ typedef struct load_want {
 } load_want;
 
 static int load_newest(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_units *units,
-                       const load_want *w, int64_t min_step, void *dst, size_t cap,
-                       rm_ckpt_meta *meta, char *path_out, size_t path_cap, int *skipped,
-                       rm_err *err)
+                       const load_want *w, int64_t min_step, void *dst, size_t cap, rm_ckpt_meta *meta,
+                       char *path_out, size_t path_cap, int *skipped, rm_err *err)
 {
     if (skipped)
         *skipped = 0;
     rm_ckpt_entry *v = NULL;
     int n = 0, bad = 0;
-    char first[200] = "";   /* the newest set's reason, for the caller's message */
+    char first[200] = ""; /* the newest set's reason, for the caller's message */
     int rc = list_manifests(dir, &v, &n);
     if (rc == RM_ENOTFOUND)
         return rm_errf(err, RM_ENOTFOUND, "no checkpoint dir %s", dir);
@@ -785,7 +788,8 @@ static int load_newest(const char *dir, const rm_ckpt_meta *expect, const rm_ckp
         if (lrc == RM_OK && (m.step != v[i].key[0] || m.epoch != v[i].key[1] || m.world != v[i].aux)) {
             lrc = rm_errf(&e, RM_EINVAL, "%s: contents do not match its name", p);
             manifest_free(&m);
-        } else if (lrc == RM_OK && !same_model(&m, expect->nparams, expect->nstate, expect->opt_type, units)) {
+        } else if (lrc == RM_OK &&
+                   !same_model(&m, expect->nparams, expect->nstate, expect->opt_type, units)) {
             lrc = rm_errf(&e, RM_EINVAL, "%s: another model or optimizer", p);
             manifest_free(&m);
         }
@@ -809,18 +813,18 @@ static int load_newest(const char *dir, const rm_ckpt_meta *expect, const rm_ckp
     if (skipped)
         *skipped = bad;
     if (rc)
-        return rm_errf(err, RM_ENOTFOUND, "no valid sharded checkpoint newer than step %lld in %s "
-                       "(%d invalid skipped%s%s)", (long long)min_step, dir, bad, bad ? "; newest: " : "",
-                       first);
-    if (bad)   /* an older set was used: say why the newer ones were not (err is informational) */
+        return rm_errf(err, RM_ENOTFOUND,
+                       "no valid sharded checkpoint newer than step %lld in %s "
+                       "(%d invalid skipped%s%s)",
+                       (long long)min_step, dir, bad, bad ? "; newest: " : "", first);
+    if (bad) /* an older set was used: say why the newer ones were not (err is informational) */
         rm_sfmt(err->msg, sizeof err->msg, "%s", first);
     return RM_OK;
 }
 
 int rm_ckpt_shard_load_newest(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_units *units,
                               int new_world, int new_rank, int64_t min_step, void *dst, size_t cap,
-                              rm_ckpt_meta *meta, char *path_out, size_t path_cap, int *skipped,
-                              rm_err *err)
+                              rm_ckpt_meta *meta, char *path_out, size_t path_cap, int *skipped, rm_err *err)
 {
     if (skipped)
         *skipped = 0;
@@ -832,10 +836,9 @@ int rm_ckpt_shard_load_newest(const char *dir, const rm_ckpt_meta *expect, const
     return load_newest(dir, expect, units, &w, min_step, dst, cap, meta, path_out, path_cap, skipped, err);
 }
 
-int rm_ckpt_set_load_layers(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_units *units,
-                            int u0, int u1, int64_t min_step, void *dst, size_t cap,
-                            rm_ckpt_meta *meta, char *path_out, size_t path_cap, int *skipped,
-                            rm_err *err)
+int rm_ckpt_set_load_layers(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_units *units, int u0,
+                            int u1, int64_t min_step, void *dst, size_t cap, rm_ckpt_meta *meta,
+                            char *path_out, size_t path_cap, int *skipped, rm_err *err)
 {
     if (skipped)
         *skipped = 0;
@@ -848,24 +851,24 @@ int rm_ckpt_set_load_layers(const char *dir, const rm_ckpt_meta *expect, const r
     return load_newest(dir, expect, units, &w, min_step, dst, cap, meta, path_out, path_cap, skipped, err);
 }
 
-int rm_ckpt_whole_load_layers(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_units *units,
-                              int u0, int u1, void *dst, size_t cap, rm_ckpt_meta *meta,
-                              char *path_out, size_t path_cap, int *skipped, rm_err *err)
+int rm_ckpt_whole_load_layers(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_units *units, int u0,
+                              int u1, void *dst, size_t cap, rm_ckpt_meta *meta, char *path_out,
+                              size_t path_cap, int *skipped, rm_err *err)
 {
     if (skipped)
         *skipped = 0;
-    if (!units_ok(units, expect->nparams) || u0 < 0 || u1 <= u0 || u1 > units->n ||
-        expect->nstate < 0 || expect->nstate > RM_CKPT_MAX_STATE)
+    if (!units_ok(units, expect->nparams) || u0 < 0 || u1 <= u0 || u1 > units->n || expect->nstate < 0 ||
+        expect->nstate > RM_CKPT_MAX_STATE)
         return rm_errf(err, RM_EINVAL, "checkpoint: layers [%d, %d) of %d", u0, u1, units ? units->n : 0);
     if (rm_ckpt_layers_bytes(units, expect->nstate, u0, u1) > cap)
         return rm_errf(err, RM_EINVAL, "checkpoint: destination too small");
     size_t poff, plen;
     layer_span(units, u0, u1, &poff, &plen);
     rm_ckpt_range rg[1 + RM_CKPT_MAX_STATE];
-    for (int b = 0; b <= expect->nstate; b++)   /* the range of the parameters, then of each buffer */
+    for (int b = 0; b <= expect->nstate; b++) /* the range of the parameters, then of each buffer */
         rg[b] = (rm_ckpt_range){.src = ((uint64_t)b * expect->nparams + poff) * sizeof(float),
                                 .len = (uint64_t)plen * sizeof(float),
                                 .dst = (size_t)b * plen * sizeof(float)};
-    return rm_ckpt_load_newest_ranges(dir, expect, rg, 1 + expect->nstate, dst, cap, meta, path_out,
-                                      path_cap, skipped, err);
+    return rm_ckpt_load_newest_ranges(dir, expect, rg, 1 + expect->nstate, dst, cap, meta, path_out, path_cap,
+                                      skipped, err);
 }

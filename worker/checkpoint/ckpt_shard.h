@@ -44,7 +44,7 @@
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/checkpoint/manifest.h"
 
-#define RM_CKPT_MANIFEST_MAX 65536   /* bytes a manifest may have (read cap) */
+#define RM_CKPT_MANIFEST_MAX 65536 /* bytes a manifest may have (read cap) */
 
 /* The units a vector is sharded by: contiguous, in order, covering [0, nparams). */
 typedef struct rm_ckpt_units {
@@ -71,8 +71,7 @@ int rm_ckpt_shard_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt
  * stage-layout set to any new_world like a balanced one (new_world 1: the whole payload). */
 int rm_ckpt_stage_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
                         const rm_ckpt_model *model, const int *stage_bounds, const rm_ckpt_seg *segs,
-                        int nsegs, int keep, double wait_s, char *path_out, size_t path_cap,
-                        rm_err *err);
+                        int nsegs, int keep, double wait_s, char *path_out, size_t path_cap, rm_err *err);
 
 /* Bytes rm_ckpt_shard_load_newest needs in dst: nparams floats (every parameter) plus nstate
  * buffers of new_rank's compact shard. */
@@ -84,8 +83,7 @@ size_t rm_ckpt_shard_dst_bytes(const rm_ckpt_units *units, int nstate, int new_w
  * dst may be written even when an older set is loaded in the end. */
 int rm_ckpt_shard_load_newest(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_units *units,
                               int new_world, int new_rank, int64_t min_step, void *dst, size_t cap,
-                              rm_ckpt_meta *meta, char *path_out, size_t path_cap, int *skipped,
-                              rm_err *err);
+                              rm_ckpt_meta *meta, char *path_out, size_t path_cap, int *skipped, rm_err *err);
 
 /* File names (for tests and messages): "shard-...rmck" and "manifest-...rmmf" in dir. */
 int rm_ckpt_shard_name(char *out, size_t cap, int64_t step, int epoch, int rank, int world);
@@ -109,14 +107,13 @@ size_t rm_ckpt_layers_bytes(const rm_ckpt_units *units, int nstate, int u0, int 
 
 /* rm_ckpt_shard_load_newest keeping layers [u0, u1) only (layout above): the newest complete,
  * valid set (any layout) with step > min_step. Same returns, fallback and meta as there. */
-int rm_ckpt_set_load_layers(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_units *units,
-                            int u0, int u1, int64_t min_step, void *dst, size_t cap,
-                            rm_ckpt_meta *meta, char *path_out, size_t path_cap, int *skipped,
-                            rm_err *err);
+int rm_ckpt_set_load_layers(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_units *units, int u0,
+                            int u1, int64_t min_step, void *dst, size_t cap, rm_ckpt_meta *meta,
+                            char *path_out, size_t path_cap, int *skipped, rm_err *err);
 
 /* The same from the newest valid whole checkpoint (ckpt-*.rmck, worker/checkpoint/checkpoint.h
  * rm_ckpt_load_newest's selection and fallback): layers [u0, u1) of it. */
-int rm_ckpt_whole_load_layers(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_units *units,
-                              int u0, int u1, void *dst, size_t cap, rm_ckpt_meta *meta,
-                              char *path_out, size_t path_cap, int *skipped, rm_err *err);
+int rm_ckpt_whole_load_layers(const char *dir, const rm_ckpt_meta *expect, const rm_ckpt_units *units, int u0,
+                              int u1, void *dst, size_t cap, rm_ckpt_meta *meta, char *path_out,
+                              size_t path_cap, int *skipped, rm_err *err);
 #endif

@@ -67,7 +67,9 @@ static size_t cut(const rm_ckpt_file_map *files, int nfiles, int b, uint64_t t0,
                 continue;
             if (out)
                 out[n] = (rm_ckpt_piece){
-                    .file = f, .start = lo - t0, .end = hi - t0,
+                    .file = f,
+                    .start = lo - t0,
+                    .end = hi - t0,
                     .offset = RM_CKPT_HDR_BYTES +
                               ((uint64_t)b * files[f].floats + sp->at + (lo - sp->flat)) * sizeof(float)};
             n++;
@@ -76,24 +78,24 @@ static size_t cut(const rm_ckpt_file_map *files, int nfiles, int b, uint64_t t0,
 }
 
 int rm_ckpt_manifest_build(const rm_ckpt_meta *meta, const char *kind, const rm_ckpt_model *model,
-                           const rm_ckpt_file_map *files, int nfiles, rm_ckpt_manifest *out,
-                           rm_err *err)
+                           const rm_ckpt_file_map *files, int nfiles, rm_ckpt_manifest *out, rm_err *err)
 {
     memset(out, 0, sizeof *out);
     const int K = meta->nstate, nt = model ? model->n : 0;
-    if (K < 0 || K > RM_CKPT_MAX_STATE || nt < 1 || nt > RM_CKPT_MF_MAX_TENSORS / (1 + K) ||
-        nfiles < 1 || nfiles > RM_CKPT_MF_MAX_FILES || !model->family)
-        return rm_errf(err, RM_EINVAL, "checkpoint manifest: %d tensors, %d files, %d state buffers",
-                       nt, nfiles, K);
+    if (K < 0 || K > RM_CKPT_MAX_STATE || nt < 1 || nt > RM_CKPT_MF_MAX_TENSORS / (1 + K) || nfiles < 1 ||
+        nfiles > RM_CKPT_MF_MAX_FILES || !model->family)
+        return rm_errf(err, RM_EINVAL, "checkpoint manifest: %d tensors, %d files, %d state buffers", nt,
+                       nfiles, K);
     uint64_t next = 0;
     size_t per_buffer = 0;
     for (int i = 0; i < nt; i++) {
         const rm_model_tensor *t = &model->t[i];
         uint64_t ne = numel_of(t->ndim, t->shape, meta->nparams);
         if (ne == 0 || t->off != next || strlen(t->name) + 8 >= RM_CKPT_MF_NAME || strchr(t->name, '@'))
-            return rm_errf(err, RM_EINVAL, "checkpoint manifest: tensor %s does not follow the one "
-                           "before it (offset %zu, expected %llu)", t->name, t->off,
-                           (unsigned long long)next);
+            return rm_errf(err, RM_EINVAL,
+                           "checkpoint manifest: tensor %s does not follow the one "
+                           "before it (offset %zu, expected %llu)",
+                           t->name, t->off, (unsigned long long)next);
         next += ne;
         per_buffer += cut(files, nfiles, 0, t->off, ne, NULL);
     }
@@ -103,11 +105,20 @@ int rm_ckpt_manifest_build(const rm_ckpt_meta *meta, const char *kind, const rm_
     if (per_buffer > RM_CKPT_MF_MAX_PIECES / (size_t)(1 + K))
         return rm_errf(err, RM_ETOOBIG, "checkpoint manifest: %zu pieces per buffer", per_buffer);
     rm_ckpt_manifest m = {
-        .version = RM_CKPT_MF_VERSION, .shape = meta->shape, .nparams = meta->nparams,
-        .step = meta->step, .opt_type = meta->opt_type, .nstate = K, .opt_t = meta->opt_t,
-        .train_epoch = meta->train_epoch, .data_pos = meta->data_pos, .seed = meta->seed,
-        .world_size = meta->world_size, .batch_per_worker = meta->batch_per_worker,
-        .nfiles = nfiles, .ntensors = nt * (1 + K),
+        .version = RM_CKPT_MF_VERSION,
+        .shape = meta->shape,
+        .nparams = meta->nparams,
+        .step = meta->step,
+        .opt_type = meta->opt_type,
+        .nstate = K,
+        .opt_t = meta->opt_t,
+        .train_epoch = meta->train_epoch,
+        .data_pos = meta->data_pos,
+        .seed = meta->seed,
+        .world_size = meta->world_size,
+        .batch_per_worker = meta->batch_per_worker,
+        .nfiles = nfiles,
+        .ntensors = nt * (1 + K),
     };
     rm_sfmt(m.kind, sizeof m.kind, "%s", kind);
     rm_sfmt(m.family, sizeof m.family, "%s", model->family);
@@ -145,14 +156,16 @@ int rm_ckpt_manifest_build(const rm_ckpt_meta *meta, const char *kind, const rm_
             m.npieces += mt->npieces;
             rm_ckpt_piece *p = m.pieces + mt->first;
             qsort(p, mt->npieces, sizeof *p, piece_by_start);
-            uint64_t at = 0;   /* the files hold every element exactly once */
+            uint64_t at = 0; /* the files hold every element exactly once */
             size_t k = 0;
             for (; k < mt->npieces && p[k].start == at; k++)
                 at = p[k].end;
             if (at != mt->numel || k != mt->npieces) {
                 rm_ckpt_manifest_free(&m);
-                return rm_errf(err, RM_EINVAL, "checkpoint manifest: the files do not hold tensor %s "
-                               "exactly once", t->name);
+                return rm_errf(err, RM_EINVAL,
+                               "checkpoint manifest: the files do not hold tensor %s "
+                               "exactly once",
+                               t->name);
             }
         }
     *out = m;
@@ -187,7 +200,7 @@ int rm_ckpt_manifest_encode(const rm_ckpt_manifest *m, char **out, size_t *n, rm
     OK(o = cJSON_AddObjectToObject(root, "data"));
     OK(cJSON_AddNumberToObject(o, "train_epoch", m->train_epoch));
     OK(cJSON_AddNumberToObject(o, "data_pos", (double)m->data_pos));
-    snprintf(buf, sizeof buf, "%" PRIu64, m->seed);   /* a u64 does not fit a JSON number */
+    snprintf(buf, sizeof buf, "%" PRIu64, m->seed); /* a u64 does not fit a JSON number */
     OK(cJSON_AddStringToObject(o, "seed", buf));
     OK(cJSON_AddNumberToObject(o, "world_size", m->world_size));
     OK(cJSON_AddNumberToObject(o, "batch_per_worker", m->batch_per_worker));
@@ -254,8 +267,8 @@ int rm_ckpt_manifest_write(const char *dir, const char *name, const rm_ckpt_mani
     return rc;
 }
 
-int rm_ckpt_manifest_write_whole(const char *file_path, const rm_ckpt_meta *meta,
-                                 const rm_ckpt_model *model, rm_err *err)
+int rm_ckpt_manifest_write_whole(const char *file_path, const rm_ckpt_meta *meta, const rm_ckpt_model *model,
+                                 rm_err *err)
 {
     const char *slash = strrchr(file_path, '/');
     char dir[4096], jname[RM_CKPT_NAME_CAP];
@@ -305,21 +318,21 @@ static int field_fail(rm_err *err, int code, const char *path, const char *ctx, 
 }
 
 /* An integer field in [lo, hi]. */
-static int get_int(const cJSON *o, const char *key, const char *ctx, const char *path, int64_t lo,
-                   int64_t hi, int64_t *out, rm_err *err)
+static int get_int(const cJSON *o, const char *key, const char *ctx, const char *path, int64_t lo, int64_t hi,
+                   int64_t *out, rm_err *err)
 {
     int rc = rm_json_int(o, key, true, ctx, out, err);
     if (rc)
         return at_path(err, path);
     if (*out < lo || *out > hi)
-        return field_fail(err, RM_EINVAL, path, ctx, key, "%lld outside [%lld, %lld]",
-                          (long long)*out, (long long)lo, (long long)hi);
+        return field_fail(err, RM_EINVAL, path, ctx, key, "%lld outside [%lld, %lld]", (long long)*out,
+                          (long long)lo, (long long)hi);
     return RM_OK;
 }
 
 /* A string field of fewer than cap bytes, copied. */
-static int get_str(const cJSON *o, const char *key, const char *ctx, const char *path, char *out,
-                   size_t cap, rm_err *err)
+static int get_str(const cJSON *o, const char *key, const char *ctx, const char *path, char *out, size_t cap,
+                   rm_err *err)
 {
     const char *s = NULL;
     if (rm_json_str(o, key, true, ctx, &s, err))
@@ -338,8 +351,8 @@ static int get_arr(const cJSON *o, const char *key, const char *ctx, const char 
         return at_path(err, path);
     *n = cJSON_GetArraySize(*out);
     if (*n < 1 || *n > max)
-        return field_fail(err, *n > max ? RM_ETOOBIG : RM_EINVAL, path, ctx, key,
-                          "%d entries (1 to %d)", *n, max);
+        return field_fail(err, *n > max ? RM_ETOOBIG : RM_EINVAL, path, ctx, key, "%d entries (1 to %d)", *n,
+                          max);
     return RM_OK;
 }
 
@@ -349,7 +362,10 @@ static int get_obj(const cJSON *o, const char *key, const char *path, const cJSO
 }
 
 /* Files sorted by name, for the pieces' lookups. */
-typedef struct named { const char *name; int idx; } named;
+typedef struct named {
+    const char *name;
+    int idx;
+} named;
 static int named_cmp(const void *a, const void *b)
 {
     return strcmp(((const named *)a)->name, ((const named *)b)->name);
@@ -383,8 +399,10 @@ static int parse_head(const char *path, const cJSON *root, rm_ckpt_manifest *m, 
     if (rm_json_int(root, "version", true, "", &v, err))
         return at_path(err, path);
     if (v > RM_CKPT_MF_VERSION)
-        return field_fail(err, RM_EUNSUPPORTED, path, "", "version", "%lld is newer than this "
-                          "reader's %d (written by a newer ringmaster)", (long long)v, RM_CKPT_MF_VERSION);
+        return field_fail(err, RM_EUNSUPPORTED, path, "", "version",
+                          "%lld is newer than this "
+                          "reader's %d (written by a newer ringmaster)",
+                          (long long)v, RM_CKPT_MF_VERSION);
     if (v < 1)
         return field_fail(err, RM_EINVAL, path, "", "version", "%lld is not a version", (long long)v);
     m->version = (int)v;
@@ -458,7 +476,7 @@ static int parse_files(const char *path, const cJSON *root, rm_ckpt_manifest *m,
             (rc = get_str(o, "crc32", ctx, path, crc, sizeof crc, err)))
             return rc;
         const char *nm = m->files[f].name;
-        if (!*nm || strchr(nm, '/') || nm[0] == '.')   /* a name in the folder, nothing else */
+        if (!*nm || strchr(nm, '/') || nm[0] == '.') /* a name in the folder, nothing else */
             return field_fail(err, RM_EINVAL, path, ctx, "name", "not a file name in the folder");
         unsigned x = 0;
         int used = 0;
@@ -484,8 +502,10 @@ static int parse_tensor(const char *path, const char *ctx, const cJSON *o, const
     int k = -1, used = 0;
     if (t->buffer ? !at || sscanf(at, "@state%d%n", &k, &used) != 1 || k != t->buffer - 1 || at[used]
                   : at != NULL)
-        return field_fail(err, RM_EINVAL, path, ctx, "name", "\"%s\" is not buffer %d's name "
-                          "(parameters: no '@'; state k: <name>@state<k>)", t->name, t->buffer);
+        return field_fail(err, RM_EINVAL, path, ctx, "name",
+                          "\"%s\" is not buffer %d's name "
+                          "(parameters: no '@'; state k: <name>@state<k>)",
+                          t->name, t->buffer);
     if ((rc = get_int(o, "offset", ctx, path, 0, (int64_t)m->nparams - 1, &v, err)) ||
         (rc = get_arr(o, "shape", ctx, path, RM_MODEL_MAX_DIMS, &sh, &t->ndim, err)))
         return rc;
@@ -493,13 +513,16 @@ static int parse_tensor(const char *path, const char *ctx, const cJSON *o, const
     for (int d = 0; d < t->ndim; d++) {
         const cJSON *x = cJSON_GetArrayItem(sh, d);
         t->shape[d] = cJSON_IsNumber(x) && x->valuedouble >= 1 && x->valuedouble <= (double)m->nparams &&
-                      x->valuedouble == (double)(int64_t)x->valuedouble ? (int64_t)x->valuedouble : 0;
+                              x->valuedouble == (double)(int64_t)x->valuedouble
+                          ? (int64_t)x->valuedouble
+                          : 0;
     }
     t->numel = numel_of(t->ndim, t->shape, m->nparams - t->offset);
     if (t->numel == 0)
-        return field_fail(err, RM_EINVAL, path, ctx, "shape", "dimensions must be >= 1 and fit the "
-                          "%llu parameters from offset %llu", (unsigned long long)m->nparams,
-                          (unsigned long long)t->offset);
+        return field_fail(err, RM_EINVAL, path, ctx, "shape",
+                          "dimensions must be >= 1 and fit the "
+                          "%llu parameters from offset %llu",
+                          (unsigned long long)m->nparams, (unsigned long long)t->offset);
     const char *lay = "";
     if (rm_json_str(o, "layout", false, ctx, &lay, err) == RM_EINVAL)
         return at_path(err, path);
@@ -515,7 +538,7 @@ static int parse_tensors(const char *path, const cJSON *root, rm_ckpt_manifest *
     int rc = get_arr(root, "tensors", "", path, RM_CKPT_MF_MAX_TENSORS, &a, &m->ntensors, err);
     if (rc)
         return rc;
-    size_t total = 0;   /* the pieces, capped before anything is allocated for them */
+    size_t total = 0; /* the pieces, capped before anything is allocated for them */
     for (const cJSON *o = a->child; o; o = o->next) {
         const cJSON *pa = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "pieces") : NULL;
         total += cJSON_IsArray(pa) ? (size_t)cJSON_GetArraySize(pa) : 0;
@@ -539,7 +562,7 @@ static int parse_tensors(const char *path, const cJSON *root, rm_ckpt_manifest *
             free(ord);
             return rc;
         }
-    uint64_t next[1 + RM_CKPT_MAX_STATE] = {0};   /* each buffer's tensors tile it in order */
+    uint64_t next[1 + RM_CKPT_MAX_STATE] = {0}; /* each buffer's tensors tile it in order */
     int i = 0;
     rc = RM_OK;
     for (const cJSON *o = a->child; o && rc == RM_OK; o = o->next, i++) {
@@ -551,9 +574,10 @@ static int parse_tensors(const char *path, const cJSON *root, rm_ckpt_manifest *
         if ((rc = parse_tensor(path, ctx, o, m, t, &pa, &np, err)))
             break;
         if (t->offset != next[t->buffer]) {
-            rc = field_fail(err, RM_EINVAL, path, ctx, "offset", "%llu, but buffer %d's tensors so far "
-                            "end at %llu", (unsigned long long)t->offset, t->buffer,
-                            (unsigned long long)next[t->buffer]);
+            rc = field_fail(err, RM_EINVAL, path, ctx, "offset",
+                            "%llu, but buffer %d's tensors so far "
+                            "end at %llu",
+                            (unsigned long long)t->offset, t->buffer, (unsigned long long)next[t->buffer]);
             break;
         }
         next[t->buffer] += t->numel;
@@ -571,13 +595,15 @@ static int parse_tensors(const char *path, const cJSON *root, rm_ckpt_manifest *
                 rc = at_path(err, path);
             } else if ((p->file = file_find(ord, m->nfiles, fn)) < 0) {
                 rc = field_fail(err, RM_EINVAL, path, pctx, "file", "\"%.60s\" is not in files", fn);
-            } else if (!(rc = get_int(po, "offset", pctx, path, RM_CKPT_HDR_BYTES, INT64_C(1) << 60, &off, err)) &&
+            } else if (!(rc = get_int(po, "offset", pctx, path, RM_CKPT_HDR_BYTES, INT64_C(1) << 60, &off,
+                                      err)) &&
                        !(rc = get_int(po, "start", pctx, path, 0, (int64_t)t->numel - 1, &s, err)) &&
                        !(rc = get_int(po, "end", pctx, path, 1, (int64_t)t->numel, &e, err))) {
                 if ((uint64_t)s != at || e <= s)
-                    rc = field_fail(err, RM_EINVAL, path, pctx, "start", "pieces must tile the "
-                                    "tensor in order: [%lld, %lld) after %llu", (long long)s,
-                                    (long long)e, (unsigned long long)at);
+                    rc = field_fail(err, RM_EINVAL, path, pctx, "start",
+                                    "pieces must tile the "
+                                    "tensor in order: [%lld, %lld) after %llu",
+                                    (long long)s, (long long)e, (unsigned long long)at);
                 p->offset = (uint64_t)off;
                 p->start = (uint64_t)s;
                 p->end = (uint64_t)e;
@@ -591,14 +617,14 @@ static int parse_tensors(const char *path, const cJSON *root, rm_ckpt_manifest *
     free(ord);
     for (int b = 0; rc == RM_OK && b <= m->nstate; b++)
         if (next[b] != m->nparams)
-            rc = field_fail(err, RM_EINVAL, path, "", "tensors", "buffer %d's tensors cover %llu of "
-                            "%llu parameters", b, (unsigned long long)next[b],
-                            (unsigned long long)m->nparams);
+            rc = field_fail(err, RM_EINVAL, path, "", "tensors",
+                            "buffer %d's tensors cover %llu of "
+                            "%llu parameters",
+                            b, (unsigned long long)next[b], (unsigned long long)m->nparams);
     return rc;
 }
 
-int rm_ckpt_manifest_parse(const char *path, const char *text, size_t n, rm_ckpt_manifest *out,
-                           rm_err *err)
+int rm_ckpt_manifest_parse(const char *path, const char *text, size_t n, rm_ckpt_manifest *out, rm_err *err)
 {
     memset(out, 0, sizeof *out);
     if (n > RM_CKPT_MF_MAX_BYTES)
@@ -633,7 +659,7 @@ int rm_ckpt_manifest_read(const char *path, rm_ckpt_manifest *out, rm_err *err)
     size_t cap = 1 << 16, n = 0;
     char *b = NULL;
     int rc = RM_OK;
-    for (;;) {   /* grow up to the cap + 1 byte, which says the file is larger */
+    for (;;) { /* grow up to the cap + 1 byte, which says the file is larger */
         char *nb = realloc(b, cap + 1);
         if (!nb) {
             rc = rm_errf(err, RM_ENOMEM, "%s: out of memory", path);
@@ -657,7 +683,10 @@ int rm_ckpt_manifest_read(const char *path, rm_ckpt_manifest *out, rm_err *err)
 
 /* ---------------- assemble ---------------- */
 
-typedef struct frange { int file; rm_ckpt_range r; } frange;
+typedef struct frange {
+    int file;
+    rm_ckpt_range r;
+} frange;
 static int frange_cmp(const void *a, const void *b)
 {
     const frange *x = a, *y = b;
@@ -675,7 +704,7 @@ int rm_ckpt_manifest_assemble(const char *dir, const rm_ckpt_manifest *m, const 
         return rm_errf(err, RM_EINVAL, "checkpoint manifest: destination too small");
     size_t nr = 0;
     frange *rs = NULL;
-    for (int pass = 0; pass < 2; pass++) {   /* count, then fill */
+    for (int pass = 0; pass < 2; pass++) { /* count, then fill */
         nr = 0;
         for (int i = 0; i < m->ntensors; i++) {
             const rm_ckpt_mtensor *t = &m->tensors[i];
@@ -688,10 +717,11 @@ int rm_ckpt_manifest_assemble(const char *dir, const rm_ckpt_manifest *m, const 
                 if (lo >= hi)
                     continue;
                 if (rs)
-                    rs[nr] = (frange){p->file, {
-                        .src = p->offset - RM_CKPT_HDR_BYTES + (lo - a) * sizeof(float),
-                        .len = (hi - lo) * sizeof(float),
-                        .dst = (size_t)((uint64_t)t->buffer * len + lo - from) * sizeof(float)}};
+                    rs[nr] =
+                        (frange){p->file,
+                                 {.src = p->offset - RM_CKPT_HDR_BYTES + (lo - a) * sizeof(float),
+                                  .len = (hi - lo) * sizeof(float),
+                                  .dst = (size_t)((uint64_t)t->buffer * len + lo - from) * sizeof(float)}};
                 nr++;
             }
         }
@@ -701,7 +731,7 @@ int rm_ckpt_manifest_assemble(const char *dir, const rm_ckpt_manifest *m, const 
     qsort(rs, nr, sizeof *rs, frange_cmp);
     rm_ckpt_range *one = malloc((nr + 1) * sizeof *one);
     int rc = one ? RM_OK : rm_errf(err, RM_ENOMEM, "checkpoint manifest: out of memory");
-    for (size_t i = 0; i < nr && rc == RM_OK;) {   /* each file once, verified in full */
+    for (size_t i = 0; i < nr && rc == RM_OK;) { /* each file once, verified in full */
         size_t j = i;
         while (j < nr && rs[j].file == rs[i].file) {
             one[j - i] = rs[j].r;
@@ -714,11 +744,12 @@ int rm_ckpt_manifest_assemble(const char *dir, const rm_ckpt_manifest *m, const 
         uint32_t crc = 0;
         rm_err e = {0};
         rc = rm_ckpt_read_ranges(p, expect, one, (int)(j - i), dst, cap, &hm, &crc, &e);
-        if (rc == RM_OK && (crc != f->crc || hm.step != m->step || hm.nparams != m->nparams ||
-                            hm.nstate != m->nstate))
-            rc = rm_errf(&e, RM_EINVAL, "%s: does not match the manifest (checksum %08x, listed "
-                         "%08x; step %lld, listed %lld)", p, crc, f->crc, (long long)hm.step,
-                         (long long)m->step);
+        if (rc == RM_OK &&
+            (crc != f->crc || hm.step != m->step || hm.nparams != m->nparams || hm.nstate != m->nstate))
+            rc = rm_errf(&e, RM_EINVAL,
+                         "%s: does not match the manifest (checksum %08x, listed "
+                         "%08x; step %lld, listed %lld)",
+                         p, crc, f->crc, (long long)hm.step, (long long)m->step);
         if (rc)
             rc = rm_errf(err, rc, "checkpoint manifest: %s", e.msg);
         i = j;

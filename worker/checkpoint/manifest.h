@@ -57,7 +57,7 @@
 /* The named tensors of a model, in flat order and tiling [0, nparams) (rm_model_tensors over
  * every unit); what a writer needs besides the checkpoint's header. */
 typedef struct rm_ckpt_model {
-    const char *family;           /* m->family->name */
+    const char *family; /* m->family->name */
     const rm_model_tensor *t;
     int n;
 } rm_ckpt_model;
@@ -69,28 +69,28 @@ typedef struct rm_ckpt_span {
     uint64_t flat, len, at;
 } rm_ckpt_span;
 typedef struct rm_ckpt_file_map {
-    const char *name;             /* in the checkpoint folder */
-    uint32_t crc;                 /* payload CRC32 its header records */
+    const char *name; /* in the checkpoint folder */
+    uint32_t crc;     /* payload CRC32 its header records */
     uint64_t floats;
     int nspans;
     const rm_ckpt_span *spans;
 } rm_ckpt_file_map;
 
 typedef struct rm_ckpt_piece {
-    int file;                     /* index into files */
-    uint64_t offset;              /* bytes into the file */
-    uint64_t start, end;          /* elements [start, end) of the tensor */
+    int file;            /* index into files */
+    uint64_t offset;     /* bytes into the file */
+    uint64_t start, end; /* elements [start, end) of the tensor */
 } rm_ckpt_piece;
 
 typedef struct rm_ckpt_mtensor {
     char name[RM_CKPT_MF_NAME];
-    int buffer;                   /* 0 parameters, k + 1 optimizer state k */
-    uint64_t offset;              /* floats into the flat buffer */
+    int buffer;      /* 0 parameters, k + 1 optimizer state k */
+    uint64_t offset; /* floats into the flat buffer */
     uint64_t numel;
     int ndim;
     int64_t shape[RM_MODEL_MAX_DIMS];
     char layout[16];
-    size_t first, npieces;        /* its pieces: pieces[first .. first + npieces) */
+    size_t first, npieces; /* its pieces: pieces[first .. first + npieces) */
 } rm_ckpt_mtensor;
 
 typedef struct rm_ckpt_mfile {
@@ -100,14 +100,14 @@ typedef struct rm_ckpt_mfile {
 
 typedef struct rm_ckpt_manifest {
     int version;
-    char kind[16];                /* "whole", "sharded", "stages" */
+    char kind[16]; /* "whole", "sharded", "stages" */
     char family[32];
     rm_model_shape shape;
     uint64_t nparams;
     int64_t step;
     int32_t opt_type, nstate;
     int64_t opt_t;
-    int32_t train_epoch;          /* the data cursor: the order is a function of (seed, epoch, rank) */
+    int32_t train_epoch; /* the data cursor: the order is a function of (seed, epoch, rank) */
     int64_t data_pos;
     uint64_t seed;
     int32_t world_size, batch_per_worker;
@@ -124,8 +124,7 @@ void rm_ckpt_manifest_free(rm_ckpt_manifest *m);
  * each cut into the pieces the files hold. RM_EINVAL when model's tensors do not tile
  * [0, meta->nparams) or the files do not cover every float exactly once; RM_ENOMEM. */
 int rm_ckpt_manifest_build(const rm_ckpt_meta *meta, const char *kind, const rm_ckpt_model *model,
-                           const rm_ckpt_file_map *files, int nfiles, rm_ckpt_manifest *out,
-                           rm_err *err);
+                           const rm_ckpt_file_map *files, int nfiles, rm_ckpt_manifest *out, rm_err *err);
 
 /* The JSON text of m (owned, free()); RM_ENOMEM. */
 int rm_ckpt_manifest_encode(const rm_ckpt_manifest *m, char **out, size_t *n, rm_err *err);
@@ -135,14 +134,13 @@ int rm_ckpt_manifest_write(const char *dir, const char *name, const rm_ckpt_mani
 
 /* A whole checkpoint's manifest, written beside the file at file_path (rm_ckpt_write's path_out;
  * the file's header supplies the checksum). */
-int rm_ckpt_manifest_write_whole(const char *file_path, const rm_ckpt_meta *meta,
-                                 const rm_ckpt_model *model, rm_err *err);
+int rm_ckpt_manifest_write_whole(const char *file_path, const rm_ckpt_meta *meta, const rm_ckpt_model *model,
+                                 rm_err *err);
 
 /* Parse and validate JSON text (what path names, for messages): every error names the path and
  * the field ("<path>: tensors[3].pieces[0].end: beyond the tensor's 40 elements"); RM_EINVAL,
  * RM_ETOOBIG over a cap, RM_ENOMEM. out is zeroed first and owns its arrays on RM_OK only. */
-int rm_ckpt_manifest_parse(const char *path, const char *text, size_t n, rm_ckpt_manifest *out,
-                           rm_err *err);
+int rm_ckpt_manifest_parse(const char *path, const char *text, size_t n, rm_ckpt_manifest *out, rm_err *err);
 
 /* Read (at most RM_CKPT_MF_MAX_BYTES) and parse the manifest at path; RM_ENOTFOUND, RM_EIO. */
 int rm_ckpt_manifest_read(const char *path, rm_ckpt_manifest *out, rm_err *err);

@@ -20,42 +20,60 @@
 #endif
 #endif
 #else
-#define RM_COMM_HAVE_NCCL_FILE 1   /* the nocuda stub */
+#define RM_COMM_HAVE_NCCL_FILE 1 /* the nocuda stub */
 #endif
 
-size_t rm_dtype_size(rm_dtype dt) {
+size_t rm_dtype_size(rm_dtype dt)
+{
     switch (dt) {
-    case RM_DT_F32: return 4;
-    case RM_DT_BF16: return 2;
-    case RM_DT_F16: return 2;
+    case RM_DT_F32:
+        return 4;
+    case RM_DT_BF16:
+        return 2;
+    case RM_DT_F16:
+        return 2;
     }
     return 0;
 }
 
-const char *rm_dtype_name(rm_dtype dt) {
+const char *rm_dtype_name(rm_dtype dt)
+{
     switch (dt) {
-    case RM_DT_F32: return "float";
-    case RM_DT_BF16: return "bfloat16";
-    case RM_DT_F16: return "half";
+    case RM_DT_F32:
+        return "float";
+    case RM_DT_BF16:
+        return "bfloat16";
+    case RM_DT_F16:
+        return "half";
     }
     return "unknown";
 }
 
-const char *rm_redop_name(rm_redop op) {
+const char *rm_redop_name(rm_redop op)
+{
     switch (op) {
-    case RM_OP_SUM: return "sum";
-    case RM_OP_AVG: return "avg";
+    case RM_OP_SUM:
+        return "sum";
+    case RM_OP_AVG:
+        return "avg";
     }
     return "unknown";
 }
 
-const rm_comm_ops *rm_comm_backend(const char *name) {
-    if (!name) return NULL;
-    if (strcmp(name, "ring") == 0) return rm_comm_ring_ops();
-    if (strcmp(name, "local") == 0) return rm_comm_local_ops();
-    if (strcmp(name, "mpi") == 0) return rm_comm_mpi_ops();
-    if (strcmp(name, "shm") == 0) return rm_comm_shm_ops();
-    if (strcmp(name, "hier") == 0) return rm_comm_hier_ops();
+const rm_comm_ops *rm_comm_backend(const char *name)
+{
+    if (!name)
+        return NULL;
+    if (strcmp(name, "ring") == 0)
+        return rm_comm_ring_ops();
+    if (strcmp(name, "local") == 0)
+        return rm_comm_local_ops();
+    if (strcmp(name, "mpi") == 0)
+        return rm_comm_mpi_ops();
+    if (strcmp(name, "shm") == 0)
+        return rm_comm_shm_ops();
+    if (strcmp(name, "hier") == 0)
+        return rm_comm_hier_ops();
     if (strcmp(name, "nccl") == 0) {
 #ifdef RM_COMM_HAVE_NCCL_FILE
         return rm_comm_nccl_ops();
@@ -66,18 +84,23 @@ const rm_comm_ops *rm_comm_backend(const char *name) {
     return NULL;
 }
 
-int rm_comm_under_mpi(void) {
+int rm_comm_under_mpi(void)
+{
     return getenv("OMPI_COMM_WORLD_SIZE") != NULL || getenv("PMI_SIZE") != NULL ||
            getenv("PMIX_RANK") != NULL;
 }
 
-int rm_comm_listen(const char *host, int *fd, int *port, rm_err *err) {
-    if (!fd || !port) return rm_errf(err, RM_EINVAL, "rm_comm_listen: NULL output");
+int rm_comm_listen(const char *host, int *fd, int *port, rm_err *err)
+{
+    if (!fd || !port)
+        return rm_errf(err, RM_EINVAL, "rm_comm_listen: NULL output");
     return rm_net_listen(host, 0, 128, fd, port, err);
 }
 
-int rm_comm_split_addr(const char *addr, char *host, size_t hostcap, int *port, rm_err *err) {
-    if (!addr) return rm_errf(err, RM_EINVAL, "empty address");
+int rm_comm_split_addr(const char *addr, char *host, size_t hostcap, int *port, rm_err *err)
+{
+    if (!addr)
+        return rm_errf(err, RM_EINVAL, "empty address");
     const char *colon = strrchr(addr, ':');
     if (!colon || colon == addr || (size_t)(colon - addr) >= hostcap)
         return rm_errf(err, RM_EINVAL, "address \"%.64s\" is not host:port", addr);
@@ -91,13 +114,18 @@ int rm_comm_split_addr(const char *addr, char *host, size_t hostcap, int *port, 
     return RM_OK;
 }
 
-int rm_comm_parse_peers(const char *list, rm_rdzv_peer **out, int *n, rm_err *err) {
-    if (!list || !*list || !out || !n) return rm_errf(err, RM_EINVAL, "--peers: empty list");
+int rm_comm_parse_peers(const char *list, rm_rdzv_peer **out, int *n, rm_err *err)
+{
+    if (!list || !*list || !out || !n)
+        return rm_errf(err, RM_EINVAL, "--peers: empty list");
     int cnt = 1;
-    for (const char *p = list; *p; p++) cnt += *p == ',';
-    if (cnt > RM_RDZV_MAX_WORLD) return rm_errf(err, RM_EINVAL, "--peers: more than %d entries", RM_RDZV_MAX_WORLD);
+    for (const char *p = list; *p; p++)
+        cnt += *p == ',';
+    if (cnt > RM_RDZV_MAX_WORLD)
+        return rm_errf(err, RM_EINVAL, "--peers: more than %d entries", RM_RDZV_MAX_WORLD);
     rm_rdzv_peer *v = calloc((size_t)cnt, sizeof *v);
-    if (!v) return rm_errf(err, RM_ENOMEM, "out of memory");
+    if (!v)
+        return rm_errf(err, RM_ENOMEM, "out of memory");
     const char *p = list;
     for (int i = 0; i < cnt; i++) {
         const char *e = strchr(p, ',');

@@ -66,7 +66,7 @@ typedef struct rm_comm_cfg {
     int shm_ok;
 } rm_comm_cfg;
 
-typedef struct rm_comm rm_comm;  /* opaque; each backend defines its own */
+typedef struct rm_comm rm_comm; /* opaque; each backend defines its own */
 
 typedef struct rm_comm_ops {
     const char *name;
@@ -75,8 +75,8 @@ typedef struct rm_comm_ops {
      * reduction (bit-identical across ranks for ring/mpi). count 0 is a no-op that still succeeds. */
     int (*allreduce)(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_redop op, rm_err *err);
     /* Out of place: send is only read; recv gets the result. send == recv behaves as in place. */
-    int (*allreduce_oop)(rm_comm *c, const void *send, void *recv, size_t count, rm_dtype dt,
-                         rm_redop op, rm_err *err);
+    int (*allreduce_oop)(rm_comm *c, const void *send, void *recv, size_t count, rm_dtype dt, rm_redop op,
+                         rm_err *err);
     /* Reduce-scatter over the shard layout (worker/allreduce/shard.h; rank r's shard is
      * [rm_shard_off, + rm_shard_len) of count): buf holds count elements on every rank and is
      * clobbered (scratch for partial sums); on return shard (rm_shard_len elements) holds the
@@ -111,7 +111,7 @@ const rm_comm_ops *rm_comm_ring_ops(void);
  * and the caller must not run collectives on the comm while using them. RM_EINVAL for world 1. */
 int rm_comm_ring_link_fds(rm_comm *c, int *to_next, int *from_prev);
 const rm_comm_ops *rm_comm_local_ops(void);
-const rm_comm_ops *rm_comm_mpi_ops(void);   /* NULL when built without Open MPI */
+const rm_comm_ops *rm_comm_mpi_ops(void); /* NULL when built without Open MPI */
 /* "shm" (comm_shm.c): ranks on one host through a POSIX shared-memory segment. Its init fails with
  * RM_EUNSUPPORTED when the peers' advertised hosts differ. rm_comm_shm_name: the segment's name
  * ("/rm-<hex>", already unlinked once init returned; for tests); "" for NULL. */

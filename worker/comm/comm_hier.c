@@ -53,7 +53,7 @@
 
 struct rm_comm {
     int rank, n;
-    int hier;                        /* 1: intra + inter; 0: flat */
+    int hier; /* 1: intra + inter; 0: flat */
     int local_rank, local_world, nnodes, node_index;
     const rm_comm_ops *intra_ops, *inter_ops, *flat_ops;
     rm_comm *intra, *inter, *flat;
@@ -62,31 +62,41 @@ struct rm_comm {
 };
 
 /* Do peers[idx[0..k)] all advertise one host? */
-static int one_host(const rm_rdzv_peer *peers, const int *idx, int k) {
+static int one_host(const rm_rdzv_peer *peers, const int *idx, int k)
+{
     const char *c0 = strrchr(peers[idx[0]].addr, ':');
-    if (!c0) return 0;
+    if (!c0)
+        return 0;
     size_t hl = (size_t)(c0 - peers[idx[0]].addr);
     for (int q = 1; q < k; q++) {
         const char *cq = strrchr(peers[idx[q]].addr, ':');
-        if (!cq || (size_t)(cq - peers[idx[q]].addr) != hl || memcmp(peers[idx[q]].addr, peers[idx[0]].addr, hl))
+        if (!cq || (size_t)(cq - peers[idx[q]].addr) != hl ||
+            memcmp(peers[idx[q]].addr, peers[idx[0]].addr, hl))
             return 0;
     }
     return 1;
 }
 
-static void hier_destroy(rm_comm *c) {
-    if (!c) return;
-    if (c->intra) c->intra_ops->destroy(c->intra);
-    if (c->inter) c->inter_ops->destroy(c->inter);
-    if (c->flat) c->flat_ops->destroy(c->flat);
+static void hier_destroy(rm_comm *c)
+{
+    if (!c)
+        return;
+    if (c->intra)
+        c->intra_ops->destroy(c->intra);
+    if (c->inter)
+        c->inter_ops->destroy(c->inter);
+    if (c->flat)
+        c->flat_ops->destroy(c->flat);
     free(c);
 }
 
 /* Form a sub-comm over peers[idx[0..k)] (this rank is idx[me]). */
 static int sub_init(const rm_comm_cfg *cfg, const rm_comm_ops *ops, const int *idx, int k, int me, int tag,
-                    rm_ring_listener *lst, rm_comm **out, rm_err *err) {
+                    rm_ring_listener *lst, rm_comm **out, rm_err *err)
+{
     rm_rdzv_peer *sp = calloc((size_t)k, sizeof *sp);
-    if (!sp) return rm_errf(err, RM_ENOMEM, "out of memory");
+    if (!sp)
+        return rm_errf(err, RM_ENOMEM, "out of memory");
     for (int q = 0; q < k; q++) {
         sp[q] = cfg->peers[idx[q]];
         sp[q].rank = q;
@@ -103,13 +113,16 @@ static int sub_init(const rm_comm_cfg *cfg, const rm_comm_ops *ops, const int *i
     return rc;
 }
 
-static int hier_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
-    if (!cfg || !out) return rm_errf(err, RM_EINVAL, "hier: NULL argument");
+static int hier_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err)
+{
+    if (!cfg || !out)
+        return rm_errf(err, RM_EINVAL, "hier: NULL argument");
     *out = NULL;
     int n = cfg->world_size;
     if (n < 1 || n > RM_RDZV_MAX_WORLD || cfg->rank < 0 || cfg->rank >= n)
         return rm_errf(err, RM_EINVAL, "hier: bad rank %d / world size %d", cfg->rank, n);
-    if (n > 1 && !cfg->peers) return rm_errf(err, RM_EINVAL, "hier: no peer list");
+    if (n > 1 && !cfg->peers)
+        return rm_errf(err, RM_EINVAL, "hier: no peer list");
     rm_comm *c = calloc(1, sizeof *c);
     int *node = calloc((size_t)n, sizeof *node), *grp = calloc((size_t)n, sizeof *grp);
     int rc = RM_OK, own_lfd = -1;
@@ -123,7 +136,8 @@ static int hier_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
     atomic_init(&c->aborted, 0);
     rm_rdzv_topo tp = {.nnodes = 1, .local_world = 1, .uniform = true};
     if (n > 1) {
-        if (rm_rdzv_node_index(cfg->peers, n, node) < 0 || rm_rdzv_topology(cfg->peers, n, cfg->rank, &tp) != RM_OK) {
+        if (rm_rdzv_node_index(cfg->peers, n, node) < 0 ||
+            rm_rdzv_topology(cfg->peers, n, cfg->rank, &tp) != RM_OK) {
             rc = rm_errf(err, RM_ENOMEM, "out of memory");
             goto fail;
         }
@@ -134,8 +148,10 @@ static int hier_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
     c->local_world = tp.local_world;
     c->hier = n > 1 && tp.nnodes > 1 && tp.local_world > 1 && tp.uniform;
     if (!c->hier) {
-        for (int q = 0; q < n; q++) grp[q] = q;
-        c->flat_ops = n > 1 && cfg->shm_ok && one_host(cfg->peers, grp, n) ? rm_comm_shm_ops() : rm_comm_ring_ops();
+        for (int q = 0; q < n; q++)
+            grp[q] = q;
+        c->flat_ops =
+            n > 1 && cfg->shm_ok && one_host(cfg->peers, grp, n) ? rm_comm_shm_ops() : rm_comm_ring_ops();
         snprintf(c->desc, sizeof c->desc, "flat %s (%d node%s, %d..%d ranks per node%s)", c->flat_ops->name,
                  tp.nnodes, tp.nnodes == 1 ? "" : "s", tp.min_local, tp.max_local,
                  tp.nnodes > 1 && !tp.uniform ? ": uneven, hierarchical needs equal counts" : "");
@@ -151,7 +167,8 @@ static int hier_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
         if (lfd < 0) {
             char host[64];
             int port;
-            RM_CHECK_GOTO(rm_comm_split_addr(cfg->peers[c->rank].addr, host, sizeof host, &port, err), rc, fail);
+            RM_CHECK_GOTO(rm_comm_split_addr(cfg->peers[c->rank].addr, host, sizeof host, &port, err), rc,
+                          fail);
             RM_CHECK_GOTO(rm_net_listen(host, port, 128, &own_lfd, NULL, err), rc, fail);
             lfd = own_lfd;
         }
@@ -163,7 +180,8 @@ static int hier_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
     int k = 0, me = 0;
     for (int q = 0; q < n; q++)
         if (node[q] == c->node_index) {
-            if (q == c->rank) me = k;
+            if (q == c->rank)
+                me = k;
             grp[k++] = q;
         }
     c->intra_ops = cfg->shm_ok && one_host(cfg->peers, grp, k) ? rm_comm_shm_ops() : rm_comm_ring_ops();
@@ -171,7 +189,8 @@ static int hier_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
         rm_err e2 = {0};
         rc = sub_init(cfg, c->intra_ops, grp, k, me, HIER_TAG_INTRA, lst, &c->intra, &e2);
         if (rc) {
-            rc = rm_errf(err, rc, "hier: intra-node %s of node %d: %s", c->intra_ops->name, c->node_index, e2.msg);
+            rc = rm_errf(err, rc, "hier: intra-node %s of node %d: %s", c->intra_ops->name, c->node_index,
+                         e2.msg);
             goto fail;
         }
     }
@@ -182,7 +201,8 @@ static int hier_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
         goto fail;
     }
     for (int q = 0; q < n; q++) {
-        if (cnt[node[q]] == c->local_rank) grp[node[q]] = q;
+        if (cnt[node[q]] == c->local_rank)
+            grp[node[q]] = q;
         cnt[node[q]]++;
     }
     free(cnt);
@@ -205,7 +225,8 @@ done:
     *out = c;
     return RM_OK;
 fail:
-    if (own_lfd >= 0) close(own_lfd);
+    if (own_lfd >= 0)
+        close(own_lfd);
     rm_ring_listener_free(own_lst);
     free(node);
     free(grp);
@@ -213,91 +234,128 @@ fail:
     return rc;
 }
 
-static int hier_check(rm_comm *c, rm_dtype dt, rm_err *err) {
-    if (!c) return rm_errf(err, RM_EINVAL, "hier: NULL comm");
-    if (atomic_load(&c->aborted)) return rm_errf(err, RM_ECLOSED, "hier: aborted");
-    if (dt != RM_DT_F32) return rm_errf(err, RM_EUNSUPPORTED, "hier: %s not supported (f32 only)", rm_dtype_name(dt));
+static int hier_check(rm_comm *c, rm_dtype dt, rm_err *err)
+{
+    if (!c)
+        return rm_errf(err, RM_EINVAL, "hier: NULL comm");
+    if (atomic_load(&c->aborted))
+        return rm_errf(err, RM_ECLOSED, "hier: aborted");
+    if (dt != RM_DT_F32)
+        return rm_errf(err, RM_EUNSUPPORTED, "hier: %s not supported (f32 only)", rm_dtype_name(dt));
     return RM_OK;
 }
 
 /* The hierarchical allreduce in place (c->hier). */
-static int hier_run(rm_comm *c, float *buf, size_t count, rm_redop op, rm_err *err) {
+static int hier_run(rm_comm *c, float *buf, size_t count, rm_redop op, rm_err *err)
+{
     size_t off, len;
     rm_shard_range(count, c->local_world, c->local_rank, &off, &len);
     rm_err e2 = {0};
     int rc = c->intra_ops->reduce_scatter(c->intra, buf, buf + off, count, RM_DT_F32, RM_OP_SUM, &e2);
-    if (rc) return rm_errf(err, rc, "hier: intra-node reduce-scatter: %s", e2.msg);
+    if (rc)
+        return rm_errf(err, rc, "hier: intra-node reduce-scatter: %s", e2.msg);
     rc = c->inter_ops->allreduce(c->inter, buf + off, len, RM_DT_F32, RM_OP_SUM, &e2);
-    if (rc) return rm_errf(err, rc, "hier: inter-node allreduce: %s", e2.msg);
+    if (rc)
+        return rm_errf(err, rc, "hier: inter-node allreduce: %s", e2.msg);
     if (op == RM_OP_AVG) {
         float s = 1.0f / (float)c->n;
-        for (size_t i = 0; i < len; i++) buf[off + i] *= s;
+        for (size_t i = 0; i < len; i++)
+            buf[off + i] *= s;
     }
     rc = c->intra_ops->all_gather(c->intra, buf + off, buf, count, RM_DT_F32, &e2);
-    if (rc) return rm_errf(err, rc, "hier: intra-node all-gather: %s", e2.msg);
+    if (rc)
+        return rm_errf(err, rc, "hier: intra-node all-gather: %s", e2.msg);
     return RM_OK;
 }
 
-static int hier_allreduce(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_redop op, rm_err *err) {
+static int hier_allreduce(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_redop op, rm_err *err)
+{
     RM_CHECK(hier_check(c, dt, err));
-    if (!c->hier) return c->flat_ops->allreduce(c->flat, buf, count, dt, op, err);
-    if (count == 0) return RM_OK;
-    if (!buf) return rm_errf(err, RM_EINVAL, "hier: NULL buffer");
+    if (!c->hier)
+        return c->flat_ops->allreduce(c->flat, buf, count, dt, op, err);
+    if (count == 0)
+        return RM_OK;
+    if (!buf)
+        return rm_errf(err, RM_EINVAL, "hier: NULL buffer");
     return hier_run(c, buf, count, op, err);
 }
 
-static int hier_allreduce_oop(rm_comm *c, const void *send, void *recv, size_t count, rm_dtype dt, rm_redop op,
-                              rm_err *err) {
+static int hier_allreduce_oop(rm_comm *c, const void *send, void *recv, size_t count, rm_dtype dt,
+                              rm_redop op, rm_err *err)
+{
     RM_CHECK(hier_check(c, dt, err));
-    if (!c->hier) return c->flat_ops->allreduce_oop(c->flat, send, recv, count, dt, op, err);
-    if (count == 0) return RM_OK;
-    if (!send || !recv) return rm_errf(err, RM_EINVAL, "hier: NULL buffer");
-    if (send != recv) memcpy(recv, send, count * sizeof(float));
+    if (!c->hier)
+        return c->flat_ops->allreduce_oop(c->flat, send, recv, count, dt, op, err);
+    if (count == 0)
+        return RM_OK;
+    if (!send || !recv)
+        return rm_errf(err, RM_EINVAL, "hier: NULL buffer");
+    if (send != recv)
+        memcpy(recv, send, count * sizeof(float));
     return hier_run(c, recv, count, op, err);
 }
 
 static int hier_reduce_scatter(rm_comm *c, void *buf, void *shard, size_t count, rm_dtype dt, rm_redop op,
-                               rm_err *err) {
+                               rm_err *err)
+{
     RM_CHECK(hier_check(c, dt, err));
-    if (!c->hier) return c->flat_ops->reduce_scatter(c->flat, buf, shard, count, dt, op, err);
-    if (count == 0) return RM_OK;
-    if (!buf || !shard) return rm_errf(err, RM_EINVAL, "hier: NULL buffer");
+    if (!c->hier)
+        return c->flat_ops->reduce_scatter(c->flat, buf, shard, count, dt, op, err);
+    if (count == 0)
+        return RM_OK;
+    if (!buf || !shard)
+        return rm_errf(err, RM_EINVAL, "hier: NULL buffer");
     RM_CHECK(hier_run(c, buf, count, op, err));
     size_t off, len;
     rm_shard_range(count, c->n, c->rank, &off, &len);
-    if ((float *)shard != (float *)buf + off) memmove(shard, (float *)buf + off, len * sizeof(float));
+    if ((float *)shard != (float *)buf + off)
+        memmove(shard, (float *)buf + off, len * sizeof(float));
     return RM_OK;
 }
 
-static int hier_all_gather(rm_comm *c, const void *shard, void *buf, size_t count, rm_dtype dt, rm_err *err) {
+static int hier_all_gather(rm_comm *c, const void *shard, void *buf, size_t count, rm_dtype dt, rm_err *err)
+{
     RM_CHECK(hier_check(c, dt, err));
-    if (!c->hier) return c->flat_ops->all_gather(c->flat, shard, buf, count, dt, err);
-    if (count == 0) return RM_OK;
-    if (!buf || !shard) return rm_errf(err, RM_EINVAL, "hier: NULL buffer");
+    if (!c->hier)
+        return c->flat_ops->all_gather(c->flat, shard, buf, count, dt, err);
+    if (count == 0)
+        return RM_OK;
+    if (!buf || !shard)
+        return rm_errf(err, RM_EINVAL, "hier: NULL buffer");
     size_t off, len;
     rm_shard_range(count, c->n, c->rank, &off, &len);
     float *b = buf;
-    if ((const float *)shard != b + off) memmove(b + off, shard, len * sizeof(float));
+    if ((const float *)shard != b + off)
+        memmove(b + off, shard, len * sizeof(float));
     memset(b, 0, off * sizeof(float));
     memset(b + off + len, 0, (count - off - len) * sizeof(float));
     return hier_run(c, b, count, RM_OP_SUM, err);
 }
 
-static int hier_barrier(rm_comm *c, rm_err *err) {
-    if (!c) return rm_errf(err, RM_EINVAL, "hier: NULL comm");
-    if (atomic_load(&c->aborted)) return rm_errf(err, RM_ECLOSED, "hier: aborted");
-    if (!c->hier) return c->flat_ops->barrier(c->flat, err);
+static int hier_barrier(rm_comm *c, rm_err *err)
+{
+    if (!c)
+        return rm_errf(err, RM_EINVAL, "hier: NULL comm");
+    if (atomic_load(&c->aborted))
+        return rm_errf(err, RM_ECLOSED, "hier: aborted");
+    if (!c->hier)
+        return c->flat_ops->barrier(c->flat, err);
     RM_CHECK(c->intra_ops->barrier(c->intra, err));
     RM_CHECK(c->inter_ops->barrier(c->inter, err));
     return c->intra_ops->barrier(c->intra, err);
 }
 
-static void hier_abort(rm_comm *c) {
-    if (!c) return;
+static void hier_abort(rm_comm *c)
+{
+    if (!c)
+        return;
     atomic_store(&c->aborted, 1);
-    if (c->flat && c->flat_ops->abort) c->flat_ops->abort(c->flat);
-    if (c->intra && c->intra_ops->abort) c->intra_ops->abort(c->intra);
-    if (c->inter && c->inter_ops->abort) c->inter_ops->abort(c->inter);
+    if (c->flat && c->flat_ops->abort)
+        c->flat_ops->abort(c->flat);
+    if (c->intra && c->intra_ops->abort)
+        c->intra_ops->abort(c->intra);
+    if (c->inter && c->inter_ops->abort)
+        c->inter_ops->abort(c->inter);
 }
 
 static const rm_comm_ops hier_ops = {
@@ -312,8 +370,17 @@ static const rm_comm_ops hier_ops = {
     .destroy = hier_destroy,
 };
 
-const rm_comm_ops *rm_comm_hier_ops(void) { return &hier_ops; }
+const rm_comm_ops *rm_comm_hier_ops(void)
+{
+    return &hier_ops;
+}
 
-int rm_comm_hier_is_hier(const rm_comm *c) { return c && c->hier; }
+int rm_comm_hier_is_hier(const rm_comm *c)
+{
+    return c && c->hier;
+}
 
-const char *rm_comm_hier_desc(const rm_comm *c) { return c ? c->desc : ""; }
+const char *rm_comm_hier_desc(const rm_comm *c)
+{
+    return c ? c->desc : "";
+}

@@ -29,19 +29,24 @@ struct rm_comm {
     int rank, size;
 };
 
-static void mpi_finalize_at_exit(void) {
+static void mpi_finalize_at_exit(void)
+{
     int fin = 0;
     MPI_Finalized(&fin);
-    if (!fin) MPI_Finalize();
+    if (!fin)
+        MPI_Finalize();
 }
 
-static int mpi_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
+static int mpi_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err)
+{
     (void)cfg;
-    if (!out) return rm_errf(err, RM_EINVAL, "mpi: NULL argument");
+    if (!out)
+        return rm_errf(err, RM_EINVAL, "mpi: NULL argument");
     int inited = 0, fin = 0;
     MPI_Initialized(&inited);
     MPI_Finalized(&fin);
-    if (fin) return rm_errf(err, RM_EUNSUPPORTED, "mpi: already finalized");
+    if (fin)
+        return rm_errf(err, RM_EUNSUPPORTED, "mpi: already finalized");
     if (!inited) {
         int provided = 0;
         if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
@@ -51,41 +56,51 @@ static int mpi_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err) {
         atexit(mpi_finalize_at_exit);
     }
     rm_comm *c = calloc(1, sizeof *c);
-    if (!c) return rm_errf(err, RM_ENOMEM, "out of memory");
+    if (!c)
+        return rm_errf(err, RM_ENOMEM, "out of memory");
     MPI_Comm_rank(MPI_COMM_WORLD, &c->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &c->size);
     *out = c;
     return RM_OK;
 }
 
-static int mpi_allreduce_oop(rm_comm *c, const void *send, void *recv, size_t count, rm_dtype dt,
-                             rm_redop op, rm_err *err) {
-    if (!c) return rm_errf(err, RM_EINVAL, "mpi: NULL comm");
-    if (dt != RM_DT_F32) return rm_errf(err, RM_EUNSUPPORTED, "mpi: only float32 is supported");
-    if (count == 0) return RM_OK;
+static int mpi_allreduce_oop(rm_comm *c, const void *send, void *recv, size_t count, rm_dtype dt, rm_redop op,
+                             rm_err *err)
+{
+    if (!c)
+        return rm_errf(err, RM_EINVAL, "mpi: NULL comm");
+    if (dt != RM_DT_F32)
+        return rm_errf(err, RM_EUNSUPPORTED, "mpi: only float32 is supported");
+    if (count == 0)
+        return RM_OK;
     float *r = recv;
     size_t done = 0;
-    while (done < count) {   /* MPI counts are int: go in pieces of at most 1G elements */
+    while (done < count) { /* MPI counts are int: go in pieces of at most 1G elements */
         size_t n = count - done > (1u << 30) ? (1u << 30) : count - done;
-        int mrc = MPI_Allreduce(send == recv ? MPI_IN_PLACE : (const float *)send + done, r + done,
-                                (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-        if (mrc != MPI_SUCCESS) return rm_errf(err, RM_EIO, "mpi: MPI_Allreduce failed (%d)", mrc);
+        int mrc = MPI_Allreduce(send == recv ? MPI_IN_PLACE : (const float *)send + done, r + done, (int)n,
+                                MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        if (mrc != MPI_SUCCESS)
+            return rm_errf(err, RM_EIO, "mpi: MPI_Allreduce failed (%d)", mrc);
         done += n;
     }
     if (op == RM_OP_AVG && c->size > 1) {
         float s = 1.0f / (float)c->size;
-        for (size_t i = 0; i < count; i++) r[i] *= s;
+        for (size_t i = 0; i < count; i++)
+            r[i] *= s;
     }
     return RM_OK;
 }
 
-static int mpi_allreduce(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_redop op, rm_err *err) {
+static int mpi_allreduce(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_redop op, rm_err *err)
+{
     return mpi_allreduce_oop(c, buf, buf, count, dt, op, err);
 }
 
 /* The layout's per-rank counts and displacements as MPI ints (counts beyond INT_MAX are refused). */
-static int mpi_layout(rm_comm *c, size_t count, int **cnt, int **displ, rm_err *err) {
-    if (count > (size_t)INT_MAX) return rm_errf(err, RM_EUNSUPPORTED, "mpi: %zu elements exceed an MPI count", count);
+static int mpi_layout(rm_comm *c, size_t count, int **cnt, int **displ, rm_err *err)
+{
+    if (count > (size_t)INT_MAX)
+        return rm_errf(err, RM_EUNSUPPORTED, "mpi: %zu elements exceed an MPI count", count);
     *cnt = calloc((size_t)c->size, sizeof **cnt);
     *displ = calloc((size_t)c->size, sizeof **displ);
     if (!*cnt || !*displ) {
@@ -106,10 +121,14 @@ static int mpi_layout(rm_comm *c, size_t count, int **cnt, int **displ, rm_err *
  * padded copy needed: MPI takes per-rank counts). The result goes to a separate buffer when the
  * shard lies inside buf (MPI forbids aliasing send and receive). */
 static int mpi_reduce_scatter(rm_comm *c, void *buf, void *shard, size_t count, rm_dtype dt, rm_redop op,
-                              rm_err *err) {
-    if (!c) return rm_errf(err, RM_EINVAL, "mpi: NULL comm");
-    if (dt != RM_DT_F32) return rm_errf(err, RM_EUNSUPPORTED, "mpi: only float32 is supported");
-    if (count == 0) return RM_OK;
+                              rm_err *err)
+{
+    if (!c)
+        return rm_errf(err, RM_EINVAL, "mpi: NULL comm");
+    if (dt != RM_DT_F32)
+        return rm_errf(err, RM_EUNSUPPORTED, "mpi: only float32 is supported");
+    if (count == 0)
+        return RM_OK;
     size_t off, len;
     rm_shard_range(count, c->size, c->rank, &off, &len);
     int *cnt = NULL, *displ = NULL;
@@ -124,28 +143,37 @@ static int mpi_reduce_scatter(rm_comm *c, void *buf, void *shard, size_t count, 
         else
             mrc = MPI_Reduce_scatter(b, out, cnt, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
     }
-    if (mrc == MPI_SUCCESS && alias && len) memcpy(s, out, len * sizeof(float));
-    if (alias) free(out);
+    if (mrc == MPI_SUCCESS && alias && len)
+        memcpy(s, out, len * sizeof(float));
+    if (alias)
+        free(out);
     free(cnt);
     free(displ);
-    if (mrc != MPI_SUCCESS) return rm_errf(err, RM_EIO, "mpi: MPI_Reduce_scatter failed (%d)", mrc);
+    if (mrc != MPI_SUCCESS)
+        return rm_errf(err, RM_EIO, "mpi: MPI_Reduce_scatter failed (%d)", mrc);
     if (op == RM_OP_AVG && c->size > 1) {
         float sc = 1.0f / (float)c->size;
-        for (size_t i = 0; i < len; i++) s[i] *= sc;
+        for (size_t i = 0; i < len; i++)
+            s[i] *= sc;
     }
     return RM_OK;
 }
 
 /* In place (MPI_IN_PLACE): the own shard is put at its offset first. Even counts MPI_Allgather,
  * uneven MPI_Allgatherv with the layout's counts. */
-static int mpi_all_gather(rm_comm *c, const void *shard, void *buf, size_t count, rm_dtype dt, rm_err *err) {
-    if (!c) return rm_errf(err, RM_EINVAL, "mpi: NULL comm");
-    if (dt != RM_DT_F32) return rm_errf(err, RM_EUNSUPPORTED, "mpi: only float32 is supported");
-    if (count == 0) return RM_OK;
+static int mpi_all_gather(rm_comm *c, const void *shard, void *buf, size_t count, rm_dtype dt, rm_err *err)
+{
+    if (!c)
+        return rm_errf(err, RM_EINVAL, "mpi: NULL comm");
+    if (dt != RM_DT_F32)
+        return rm_errf(err, RM_EUNSUPPORTED, "mpi: only float32 is supported");
+    if (count == 0)
+        return RM_OK;
     size_t off, len;
     rm_shard_range(count, c->size, c->rank, &off, &len);
     float *b = buf;
-    if (len && (const float *)shard != b + off) memmove(b + off, shard, len * sizeof(float));
+    if (len && (const float *)shard != b + off)
+        memmove(b + off, shard, len * sizeof(float));
     int *cnt = NULL, *displ = NULL;
     RM_CHECK(mpi_layout(c, count, &cnt, &displ, err));
     int mrc;
@@ -158,21 +186,30 @@ static int mpi_all_gather(rm_comm *c, const void *shard, void *buf, size_t count
     return mrc == MPI_SUCCESS ? RM_OK : rm_errf(err, RM_EIO, "mpi: MPI_Allgather failed (%d)", mrc);
 }
 
-static int mpi_barrier(rm_comm *c, rm_err *err) {
-    if (!c) return rm_errf(err, RM_EINVAL, "mpi: NULL comm");
+static int mpi_barrier(rm_comm *c, rm_err *err)
+{
+    if (!c)
+        return rm_errf(err, RM_EINVAL, "mpi: NULL comm");
     return MPI_Barrier(MPI_COMM_WORLD) == MPI_SUCCESS ? RM_OK : rm_errf(err, RM_EIO, "mpi: barrier failed");
 }
 
-static void mpi_abort(rm_comm *c) {
-    if (c) MPI_Abort(MPI_COMM_WORLD, 1);
+static void mpi_abort(rm_comm *c)
+{
+    if (c)
+        MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
-static void mpi_destroy(rm_comm *c) { free(c); }
+static void mpi_destroy(rm_comm *c)
+{
+    free(c);
+}
 
 /* Rank/size for callers that got their world from mpirun (bench). */
 
-int rm_comm_mpi_world(rm_comm *c, int *rank, int *size) {
-    if (!c) return RM_EINVAL;
+int rm_comm_mpi_world(rm_comm *c, int *rank, int *size)
+{
+    if (!c)
+        return RM_EINVAL;
     *rank = c->rank;
     *size = c->size;
     return RM_OK;
@@ -190,12 +227,21 @@ static const rm_comm_ops mpi_ops = {
     .destroy = mpi_destroy,
 };
 
-const rm_comm_ops *rm_comm_mpi_ops(void) { return &mpi_ops; }
+const rm_comm_ops *rm_comm_mpi_ops(void)
+{
+    return &mpi_ops;
+}
 #else
 
-int rm_comm_mpi_world(rm_comm *c, int *rank, int *size) {
-    (void)c; (void)rank; (void)size;
+int rm_comm_mpi_world(rm_comm *c, int *rank, int *size)
+{
+    (void)c;
+    (void)rank;
+    (void)size;
     return RM_EUNSUPPORTED;
 }
-const rm_comm_ops *rm_comm_mpi_ops(void) { return NULL; }
+const rm_comm_ops *rm_comm_mpi_ops(void)
+{
+    return NULL;
+}
 #endif

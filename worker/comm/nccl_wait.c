@@ -37,11 +37,13 @@ int rm_nccl_wait(const rm_nccl_probe *p, void *ctx, const rm_nccl_wait_cfg *cfg,
             return rm_errf(err, RM_ECLOSED, "%s: aborted", cfg->what);
         double t = p->now(ctx);
         if (!started && t - t0 > cfg->start_timeout_s)
-            return rm_errf(err, RM_ETIMEDOUT, "%s: its inputs were not ready within %.1f s "
-                           "(the compute stream is stuck)", cfg->what, cfg->start_timeout_s);
+            return rm_errf(err, RM_ETIMEDOUT,
+                           "%s: its inputs were not ready within %.1f s "
+                           "(the compute stream is stuck)",
+                           cfg->what, cfg->start_timeout_s);
         if (started && t - t_start > cfg->timeout_s)
-            return rm_errf(err, RM_ETIMEDOUT, "%s: not finished within %.1f s (peer dead or hung)",
-                           cfg->what, cfg->timeout_s);
+            return rm_errf(err, RM_ETIMEDOUT, "%s: not finished within %.1f s (peer dead or hung)", cfg->what,
+                           cfg->timeout_s);
         p->pause(ctx, t - t0);
     }
 }

@@ -35,15 +35,15 @@ typedef struct rm_nccl_probe {
     /* An asynchronous communicator error (ncclCommGetAsyncError): RM_NW_DONE when none (or still
      * in progress), a negative code otherwise (RM_ECLOSED for a remote peer's failure). NULL: none. */
     int (*async_error)(void *ctx, char *why, size_t cap);
-    double (*now)(void *ctx);                    /* monotonic seconds */
-    void (*pause)(void *ctx, double waited_s);   /* between polls */
+    double (*now)(void *ctx);                  /* monotonic seconds */
+    void (*pause)(void *ctx, double waited_s); /* between polls */
 } rm_nccl_probe;
 
 typedef struct rm_nccl_wait_cfg {
-    const char *what;             /* "ncclAllReduce" — named in every error */
-    double timeout_s;             /* bound once started */
-    double start_timeout_s;       /* bound on waiting for started() */
-    const atomic_int *aborted;    /* may be NULL */
+    const char *what;          /* "ncclAllReduce" — named in every error */
+    double timeout_s;          /* bound once started */
+    double start_timeout_s;    /* bound on waiting for started() */
+    const atomic_int *aborted; /* may be NULL */
 } rm_nccl_wait_cfg;
 
 /* Polls until done: RM_OK; RM_ETIMEDOUT, RM_ECLOSED (abort or peer), or the probe's error, each
@@ -56,11 +56,11 @@ double rm_nccl_collective_timeout(bool first, double timeout_s, double init_time
 
 typedef struct rm_nccl_guard {
     pthread_mutex_t mu;
-    bool in_flight;       /* a collective is being polled (under mu) */
-    bool alive;           /* the communicator exists and was not aborted (under mu) */
-    atomic_int aborted;   /* abort requested or a collective failed */
-    int aborts;           /* times abort_fn ran (exactly once per communicator) */
-    void (*abort_fn)(void *ctx);   /* ncclCommAbort; runs under mu */
+    bool in_flight;              /* a collective is being polled (under mu) */
+    bool alive;                  /* the communicator exists and was not aborted (under mu) */
+    atomic_int aborted;          /* abort requested or a collective failed */
+    int aborts;                  /* times abort_fn ran (exactly once per communicator) */
+    void (*abort_fn)(void *ctx); /* ncclCommAbort; runs under mu */
     void *ctx;
 } rm_nccl_guard;
 

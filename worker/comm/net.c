@@ -17,21 +17,28 @@
 #include <time.h>
 #include <unistd.h>
 
-static int ms_left(double deadline) {
+static int ms_left(double deadline)
+{
     double left = deadline - rm_mono();
-    if (left <= 0) return 0;
-    if (left > 1e6) return 1000000000;
+    if (left <= 0)
+        return 0;
+    if (left > 1e6)
+        return 1000000000;
     return (int)(left * 1000.0) + 1;
 }
 
-int rm_net_resolve(const char *host, int port, void *out, rm_err *err) {
+int rm_net_resolve(const char *host, int port, void *out, rm_err *err)
+{
     struct sockaddr_in *a = out;
     memset(a, 0, sizeof *a);
     a->sin_family = AF_INET;
-    if (port < 0 || port > 65535) return rm_errf(err, RM_EINVAL, "bad port %d", port);
+    if (port < 0 || port > 65535)
+        return rm_errf(err, RM_EINVAL, "bad port %d", port);
     a->sin_port = htons((uint16_t)port);
-    if (!host || !*host || strcmp(host, "localhost") == 0) host = "127.0.0.1";
-    if (inet_pton(AF_INET, host, &a->sin_addr) == 1) return RM_OK;
+    if (!host || !*host || strcmp(host, "localhost") == 0)
+        host = "127.0.0.1";
+    if (inet_pton(AF_INET, host, &a->sin_addr) == 1)
+        return RM_OK;
     /* a name (e.g. a headless-service DNS name on Kubernetes): IPv4 only */
     struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
     int gai = getaddrinfo(host, NULL, &hints, &res);
@@ -43,7 +50,8 @@ int rm_net_resolve(const char *host, int port, void *out, rm_err *err) {
     return RM_OK;
 }
 
-int rm_net_tune(int fd, int bufsize) {
+int rm_net_tune(int fd, int bufsize)
+{
     int one = 1;
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (bufsize > 0) {
@@ -51,16 +59,20 @@ int rm_net_tune(int fd, int bufsize) {
         (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bufsize, sizeof bufsize);
     }
     int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) return RM_EIO;
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return RM_EIO;
     return RM_OK;
 }
 
-int rm_net_listen(const char *host, int port, int backlog, int *fd, int *bound_port, rm_err *err) {
+int rm_net_listen(const char *host, int port, int backlog, int *fd, int *bound_port, rm_err *err)
+{
     struct sockaddr_in a;
     int rc = rm_net_resolve(host, port, &a, err);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (s < 0) return rm_errf(err, RM_EIO, "socket: %s", strerror(errno));
+    if (s < 0)
+        return rm_errf(err, RM_EIO, "socket: %s", strerror(errno));
     int one = 1;
     (void)setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     socklen_t al = sizeof a;
@@ -77,21 +89,25 @@ int rm_net_listen(const char *host, int port, int backlog, int *fd, int *bound_p
         goto fail;
     }
     *fd = s;
-    if (bound_port) *bound_port = ntohs(a.sin_port);
+    if (bound_port)
+        *bound_port = ntohs(a.sin_port);
     return RM_OK;
 fail:
     close(s);
     return rc;
 }
 
-int rm_net_connect(const char *host, int port, double deadline, int *fd, rm_err *err) {
+int rm_net_connect(const char *host, int port, double deadline, int *fd, rm_err *err)
+{
     struct sockaddr_in a;
     int rc = rm_net_resolve(host, port, &a, err);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     int last_errno = 0;
     for (;;) {
         int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-        if (s < 0) return rm_errf(err, RM_EIO, "socket: %s", strerror(errno));
+        if (s < 0)
+            return rm_errf(err, RM_EIO, "socket: %s", strerror(errno));
         int r = connect(s, (struct sockaddr *)&a, sizeof a);
         if (r < 0 && errno == EINPROGRESS) {
             struct pollfd p = {.fd = s, .events = POLLOUT};
@@ -119,22 +135,27 @@ int rm_net_connect(const char *host, int port, double deadline, int *fd, rm_err 
         if (last_errno != ECONNREFUSED && last_errno != ETIMEDOUT && last_errno != ECONNRESET &&
             last_errno != EAGAIN && last_errno != EINTR)
             return rm_errf(err, RM_EIO, "connect %s:%d: %s", host, port, strerror(last_errno));
-        struct timespec ts = {0, 20 * 1000 * 1000};   /* peer not listening yet: retry */
+        struct timespec ts = {0, 20 * 1000 * 1000}; /* peer not listening yet: retry */
         nanosleep(&ts, NULL);
     }
 }
 
-int rm_net_wait(int fd, short events, double deadline) {
+int rm_net_wait(int fd, short events, double deadline)
+{
     for (;;) {
         struct pollfd p = {.fd = fd, .events = events};
         int pr = poll(&p, 1, ms_left(deadline));
-        if (pr > 0) return RM_OK;
-        if (pr == 0) return RM_ETIMEDOUT;
-        if (errno != EINTR) return RM_EIO;
+        if (pr > 0)
+            return RM_OK;
+        if (pr == 0)
+            return RM_ETIMEDOUT;
+        if (errno != EINTR)
+            return RM_EIO;
     }
 }
 
-int rm_net_accept(int lfd, double deadline, int *fd, char *peer, size_t peercap, rm_err *err) {
+int rm_net_accept(int lfd, double deadline, int *fd, char *peer, size_t peercap, rm_err *err)
+{
     for (;;) {
         struct sockaddr_in a;
         socklen_t al = sizeof a;
@@ -148,16 +169,20 @@ int rm_net_accept(int lfd, double deadline, int *fd, char *peer, size_t peercap,
             *fd = s;
             return RM_OK;
         }
-        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (errno == EINTR || errno == ECONNABORTED)
+            continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK)
             return rm_errf(err, RM_EIO, "accept: %s", strerror(errno));
         int rc = rm_net_wait(lfd, POLLIN, deadline);
-        if (rc == RM_ETIMEDOUT) return rm_errf(err, rc, "accept: timed out");
-        if (rc) return rm_errf(err, rc, "accept: poll: %s", strerror(errno));
+        if (rc == RM_ETIMEDOUT)
+            return rm_errf(err, rc, "accept: timed out");
+        if (rc)
+            return rm_errf(err, rc, "accept: poll: %s", strerror(errno));
     }
 }
 
-int rm_net_send_all(int fd, const void *buf, size_t len, double deadline, rm_err *err) {
+int rm_net_send_all(int fd, const void *buf, size_t len, double deadline, rm_err *err)
+{
     const char *p = buf;
     while (len > 0) {
         ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
@@ -166,11 +191,14 @@ int rm_net_send_all(int fd, const void *buf, size_t len, double deadline, rm_err
             len -= (size_t)n;
             continue;
         }
-        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EINTR)
+            continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             int rc = rm_net_wait(fd, POLLOUT, deadline);
-            if (rc == RM_ETIMEDOUT) return rm_errf(err, rc, "send: peer did not read in time");
-            if (rc) return rm_errf(err, rc, "send: poll: %s", strerror(errno));
+            if (rc == RM_ETIMEDOUT)
+                return rm_errf(err, rc, "send: peer did not read in time");
+            if (rc)
+                return rm_errf(err, rc, "send: poll: %s", strerror(errno));
             continue;
         }
         if (n < 0 && (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN))
@@ -180,7 +208,8 @@ int rm_net_send_all(int fd, const void *buf, size_t len, double deadline, rm_err
     return RM_OK;
 }
 
-int rm_net_recv_all(int fd, void *buf, size_t len, double deadline, rm_err *err) {
+int rm_net_recv_all(int fd, void *buf, size_t len, double deadline, rm_err *err)
+{
     char *p = buf;
     while (len > 0) {
         ssize_t n = recv(fd, p, len, 0);
@@ -189,12 +218,16 @@ int rm_net_recv_all(int fd, void *buf, size_t len, double deadline, rm_err *err)
             len -= (size_t)n;
             continue;
         }
-        if (n == 0) return rm_errf(err, RM_ECLOSED, "recv: peer closed the connection");
-        if (errno == EINTR) continue;
+        if (n == 0)
+            return rm_errf(err, RM_ECLOSED, "recv: peer closed the connection");
+        if (errno == EINTR)
+            continue;
         if (errno == EAGAIN || errno == EWOULDBLOCK) {
             int rc = rm_net_wait(fd, POLLIN, deadline);
-            if (rc == RM_ETIMEDOUT) return rm_errf(err, rc, "recv: peer sent nothing in time");
-            if (rc) return rm_errf(err, rc, "recv: poll: %s", strerror(errno));
+            if (rc == RM_ETIMEDOUT)
+                return rm_errf(err, rc, "recv: peer sent nothing in time");
+            if (rc)
+                return rm_errf(err, rc, "recv: poll: %s", strerror(errno));
             continue;
         }
         if (errno == ECONNRESET || errno == ENOTCONN)
@@ -205,7 +238,12 @@ int rm_net_recv_all(int fd, void *buf, size_t len, double deadline, rm_err *err)
 }
 
 /* ---- SHA-256 (FIPS 180-4), compact ---- */
-typedef struct { uint32_t h[8]; uint64_t n; uint8_t buf[64]; size_t used; } sha256_ctx;
+typedef struct {
+    uint32_t h[8];
+    uint64_t n;
+    uint8_t buf[64];
+    size_t used;
+} sha256_ctx;
 
 static const uint32_t K256[64] = {
     0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
@@ -219,7 +257,8 @@ static const uint32_t K256[64] = {
 
 #define ROR(x, n) (((x) >> (n)) | ((x) << (32 - (n))))
 
-static void sha256_block(sha256_ctx *c, const uint8_t *p) {
+static void sha256_block(sha256_ctx *c, const uint8_t *p)
+{
     uint32_t w[64], a, b, cc, d, e, f, g, h;
     for (int i = 0; i < 16; i++)
         w[i] = (uint32_t)p[4 * i] << 24 | (uint32_t)p[4 * i + 1] << 16 | (uint32_t)p[4 * i + 2] << 8 |
@@ -229,18 +268,38 @@ static void sha256_block(sha256_ctx *c, const uint8_t *p) {
         uint32_t s1 = ROR(w[i - 2], 17) ^ ROR(w[i - 2], 19) ^ (w[i - 2] >> 10);
         w[i] = w[i - 16] + s0 + w[i - 7] + s1;
     }
-    a = c->h[0]; b = c->h[1]; cc = c->h[2]; d = c->h[3];
-    e = c->h[4]; f = c->h[5]; g = c->h[6]; h = c->h[7];
+    a = c->h[0];
+    b = c->h[1];
+    cc = c->h[2];
+    d = c->h[3];
+    e = c->h[4];
+    f = c->h[5];
+    g = c->h[6];
+    h = c->h[7];
     for (int i = 0; i < 64; i++) {
         uint32_t t1 = h + (ROR(e, 6) ^ ROR(e, 11) ^ ROR(e, 25)) + ((e & f) ^ (~e & g)) + K256[i] + w[i];
         uint32_t t2 = (ROR(a, 2) ^ ROR(a, 13) ^ ROR(a, 22)) + ((a & b) ^ (a & cc) ^ (b & cc));
-        h = g; g = f; f = e; e = d + t1; d = cc; cc = b; b = a; a = t1 + t2;
+        h = g;
+        g = f;
+        f = e;
+        e = d + t1;
+        d = cc;
+        cc = b;
+        b = a;
+        a = t1 + t2;
     }
-    c->h[0] += a; c->h[1] += b; c->h[2] += cc; c->h[3] += d;
-    c->h[4] += e; c->h[5] += f; c->h[6] += g; c->h[7] += h;
+    c->h[0] += a;
+    c->h[1] += b;
+    c->h[2] += cc;
+    c->h[3] += d;
+    c->h[4] += e;
+    c->h[5] += f;
+    c->h[6] += g;
+    c->h[7] += h;
 }
 
-static void sha256_init(sha256_ctx *c) {
+static void sha256_init(sha256_ctx *c)
+{
     static const uint32_t iv[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                                    0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
     memcpy(c->h, iv, sizeof iv);
@@ -248,7 +307,8 @@ static void sha256_init(sha256_ctx *c) {
     c->used = 0;
 }
 
-static void sha256_update(sha256_ctx *c, const void *data, size_t len) {
+static void sha256_update(sha256_ctx *c, const void *data, size_t len)
+{
     const uint8_t *p = data;
     c->n += len;
     while (len > 0) {
@@ -264,13 +324,16 @@ static void sha256_update(sha256_ctx *c, const void *data, size_t len) {
     }
 }
 
-static void sha256_final(sha256_ctx *c, uint8_t out[32]) {
+static void sha256_final(sha256_ctx *c, uint8_t out[32])
+{
     uint64_t bits = c->n * 8;
     uint8_t pad = 0x80, zero = 0;
     sha256_update(c, &pad, 1);
-    while (c->used != 56) sha256_update(c, &zero, 1);
+    while (c->used != 56)
+        sha256_update(c, &zero, 1);
     uint8_t lenb[8];
-    for (int i = 0; i < 8; i++) lenb[i] = (uint8_t)(bits >> (56 - 8 * i));
+    for (int i = 0; i < 8; i++)
+        lenb[i] = (uint8_t)(bits >> (56 - 8 * i));
     sha256_update(c, lenb, 8);
     for (int i = 0; i < 8; i++) {
         out[4 * i] = (uint8_t)(c->h[i] >> 24);
@@ -280,17 +343,21 @@ static void sha256_final(sha256_ctx *c, uint8_t out[32]) {
     }
 }
 
-void rm_sha256(const void *data, size_t len, uint8_t out[32]) {
+void rm_sha256(const void *data, size_t len, uint8_t out[32])
+{
     sha256_ctx c;
     sha256_init(&c);
     sha256_update(&c, data, len);
     sha256_final(&c, out);
 }
 
-void rm_hmac_sha256(const void *key, size_t keylen, const void *msg, size_t len, uint8_t out[32]) {
+void rm_hmac_sha256(const void *key, size_t keylen, const void *msg, size_t len, uint8_t out[32])
+{
     uint8_t k[64] = {0}, ipad[64], opad[64], inner[32];
-    if (keylen > 64) rm_sha256(key, keylen, k);
-    else if (keylen) memcpy(k, key, keylen);
+    if (keylen > 64)
+        rm_sha256(key, keylen, k);
+    else if (keylen)
+        memcpy(k, key, keylen);
     for (int i = 0; i < 64; i++) {
         ipad[i] = k[i] ^ 0x36;
         opad[i] = k[i] ^ 0x5c;
@@ -306,14 +373,17 @@ void rm_hmac_sha256(const void *key, size_t keylen, const void *msg, size_t len,
     sha256_final(&c, out);
 }
 
-int rm_net_ct_equal(const void *a, const void *b, size_t n) {
+int rm_net_ct_equal(const void *a, const void *b, size_t n)
+{
     const uint8_t *x = a, *y = b;
     uint8_t d = 0;
-    for (size_t i = 0; i < n; i++) d |= (uint8_t)(x[i] ^ y[i]);
+    for (size_t i = 0; i < n; i++)
+        d |= (uint8_t)(x[i] ^ y[i]);
     return d == 0;
 }
 
-void rm_net_random(void *buf, size_t len) {
+void rm_net_random(void *buf, size_t len)
+{
     uint8_t *p = buf;
     while (len > 0) {
         ssize_t n = getrandom(p, len, GRND_NONBLOCK);
@@ -322,9 +392,11 @@ void rm_net_random(void *buf, size_t len) {
             len -= (size_t)n;
             continue;
         }
-        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && errno == EINTR)
+            continue;
         /* no entropy source: clock noise is enough for a replay-protection nonce */
-        for (size_t i = 0; i < len; i++) p[i] = (uint8_t)((uint64_t)(rm_mono() * 1e9) >> (i % 8));
+        for (size_t i = 0; i < len; i++)
+            p[i] = (uint8_t)((uint64_t)(rm_mono() * 1e9) >> (i % 8));
         return;
     }
 }

@@ -23,8 +23,7 @@ static uint32_t be32(const unsigned char *p)
 
 /* Read exactly len bytes; RM_EINVAL if the file ends early (truncated), RM_EIO on a read or
  * decompression error. */
-static int gz_read_exact(gzFile f, void *buf, size_t len, const char *path, const char *what,
-                         rm_err *err)
+static int gz_read_exact(gzFile f, void *buf, size_t len, const char *path, const char *what, rm_err *err)
 {
     unsigned char *p = buf;
     while (len > 0) {
@@ -33,8 +32,8 @@ static int gz_read_exact(gzFile f, void *buf, size_t len, const char *path, cons
         if (got < 0) {
             int zerr = 0;
             const char *msg = gzerror(f, &zerr);
-            return rm_errf(err, RM_EINVAL, "%s: corrupt compressed data while reading %s: %s", path,
-                           what, msg ? msg : "?");
+            return rm_errf(err, RM_EINVAL, "%s: corrupt compressed data while reading %s: %s", path, what,
+                           msg ? msg : "?");
         }
         if (got == 0)
             return rm_errf(err, RM_EINVAL, "%s: truncated: file ends inside the %s", path, what);
@@ -52,8 +51,7 @@ static int gz_expect_eof(gzFile f, const char *path, rm_err *err)
     if (got < 0)
         return rm_errf(err, RM_EINVAL, "%s: corrupt compressed data after the payload", path);
     if (got > 0)
-        return rm_errf(err, RM_EINVAL, "%s: trailing bytes after the payload the header declares",
-                       path);
+        return rm_errf(err, RM_EINVAL, "%s: trailing bytes after the payload the header declares", path);
     return RM_OK;
 }
 
@@ -74,8 +72,8 @@ static int gz_open(const char *path, gzFile *out, rm_err *err)
 
 /* Open an IDX file and read its header (hdr_len bytes: magic, then the big-endian dimensions);
  * the magic must be want (kind names it in the error). On success *f is open (caller closes). */
-static int idx_open(const char *path, uint32_t want, const char *kind, unsigned char *hdr,
-                    size_t hdr_len, gzFile *f, rm_err *err)
+static int idx_open(const char *path, uint32_t want, const char *kind, unsigned char *hdr, size_t hdr_len,
+                    gzFile *f, rm_err *err)
 {
     int rc = gz_open(path, f, err);
     if (rc)
@@ -83,14 +81,14 @@ static int idx_open(const char *path, uint32_t want, const char *kind, unsigned 
     RM_CHECK(gz_read_exact(*f, hdr, hdr_len, path, "header", err));
     uint32_t magic = be32(hdr);
     if (magic != want)
-        return rm_errf(err, RM_EINVAL, "%s: bad magic 0x%08x (want 0x%08x for IDX uint8 %s)", path,
-                       magic, want, kind);
+        return rm_errf(err, RM_EINVAL, "%s: bad magic 0x%08x (want 0x%08x for IDX uint8 %s)", path, magic,
+                       want, kind);
     return RM_OK;
 }
 
 /* The payload the header declares: exactly bytes, then end of file. *out owned (free()). */
-static int idx_read_payload(gzFile f, const char *path, size_t bytes, const char *what,
-                            uint8_t **out, rm_err *err)
+static int idx_read_payload(gzFile f, const char *path, size_t bytes, const char *what, uint8_t **out,
+                            rm_err *err)
 {
     int rc;
     uint8_t *buf = malloc(bytes);
@@ -145,8 +143,8 @@ int rm_idx_load_labels(const char *path, int classes, uint8_t **out, int *n, rm_
     RM_CHECK_GOTO(idx_read_payload(f, path, cnt, "label data", &buf, err), rc, out);
     for (uint32_t i = 0; i < cnt; i++) {
         if (buf[i] >= classes) {
-            rc = rm_errf(err, RM_EINVAL, "%s: label %u at index %u out of range [0, %d)", path,
-                         buf[i], i, classes);
+            rc = rm_errf(err, RM_EINVAL, "%s: label %u at index %u out of range [0, %d)", path, buf[i], i,
+                         classes);
             goto out;
         }
     }
@@ -174,8 +172,7 @@ static int find_file(const char *dir, const char *name, char *path, size_t cap, 
         return rm_errf(err, RM_EINVAL, "data dir path too long");
     if (stat(path, &st) == 0)
         return RM_OK;
-    return rm_errf(err, RM_EIO,
-                   "%s/%s(.gz): missing (install Debian's dataset-fashion-mnist or set dataDir)",
+    return rm_errf(err, RM_EIO, "%s/%s(.gz): missing (install Debian's dataset-fashion-mnist or set dataDir)",
                    dir, name);
 }
 
@@ -226,8 +223,7 @@ int rm_dataset_load(const char *dir, bool train, rm_dataset *out, rm_err *err)
     RM_CHECK(find_file(dir, iname, ipath, sizeof ipath, err));
     RM_CHECK(find_file(dir, lname, lpath, sizeof lpath, err));
     int ni = 0, nl = 0;
-    RM_CHECK_GOTO(rm_idx_load_images(ipath, &out->images, &ni, &out->rows, &out->cols, err), rc,
-                  fail);
+    RM_CHECK_GOTO(rm_idx_load_images(ipath, &out->images, &ni, &out->rows, &out->cols, err), rc, fail);
     RM_CHECK_GOTO(rm_idx_load_labels(lpath, RM_DATA_MAX_CLASSES, &out->labels, &nl, err), rc, fail);
     out->classes = 1 + max_label(out->labels, nl);
     if (ni != nl) {
@@ -267,7 +263,10 @@ void rm_rng_seed(rm_rng *r, uint64_t seed)
         r->s[i] = splitmix64(&x);
 }
 
-static inline uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+static inline uint64_t rotl(uint64_t x, int k)
+{
+    return (x << k) | (x >> (64 - k));
+}
 
 uint64_t rm_rng_next(rm_rng *r)
 {
@@ -283,7 +282,10 @@ uint64_t rm_rng_next(rm_rng *r)
     return result;
 }
 
-double rm_rng_uniform(rm_rng *r) { return (double)(rm_rng_next(r) >> 11) * 0x1.0p-53; }
+double rm_rng_uniform(rm_rng *r)
+{
+    return (double)(rm_rng_next(r) >> 11) * 0x1.0p-53;
+}
 
 double rm_rng_normal(rm_rng *r)
 {
@@ -299,7 +301,7 @@ uint64_t rm_rng_below(rm_rng *r, uint64_t n)
 {
     if (n <= 1)
         return 0;
-    uint64_t lim = UINT64_MAX - UINT64_MAX % n;   /* reject the biased tail */
+    uint64_t lim = UINT64_MAX - UINT64_MAX % n; /* reject the biased tail */
     uint64_t x;
     do
         x = rm_rng_next(r);
@@ -331,8 +333,8 @@ static void scale_row(const uint8_t *restrict src, float *restrict dst, int pixe
         dst[p] = (float)src[p] * s;
 }
 
-void rm_data_gather(const rm_dataset *d, const uint32_t *perm, int64_t pos, int rank, int world,
-                    int rows, float *x, int32_t *labels)
+void rm_data_gather(const rm_dataset *d, const uint32_t *perm, int64_t pos, int rank, int world, int rows,
+                    float *x, int32_t *labels)
 {
     int pixels = d->rows * d->cols;
     for (int i = 0; i < rows; i++) {

@@ -26,13 +26,13 @@
 #define RM_DATA_DEFAULT_DIR "/usr/share/datasets/fashion-mnist"
 #define RM_DATA_MAX_N 10000000
 #define RM_DATA_MAX_PIXELS 4096
-#define RM_DATA_MAX_CLASSES 256   /* u8 labels */
+#define RM_DATA_MAX_CLASSES 256 /* u8 labels */
 
 typedef struct rm_dataset {
-    int n, rows, cols;        /* samples, image rows, image cols */
-    int classes;              /* label range: 1 + the largest label */
-    uint8_t *images;          /* n * rows * cols */
-    uint8_t *labels;          /* n */
+    int n, rows, cols; /* samples, image rows, image cols */
+    int classes;       /* label range: 1 + the largest label */
+    uint8_t *images;   /* n * rows * cols */
+    uint8_t *labels;   /* n */
 } rm_dataset;
 
 /* Load IDX image/label files (gzipped or raw). On error returns RM_EIO (missing/unreadable) or
@@ -47,12 +47,14 @@ int rm_dataset_load(const char *dir, bool train, rm_dataset *out, rm_err *err);
 void rm_dataset_free(rm_dataset *d);
 
 /* Deterministic generator (xoshiro256**, seeded through splitmix64). Same on every platform. */
-typedef struct rm_rng { uint64_t s[4]; } rm_rng;
+typedef struct rm_rng {
+    uint64_t s[4];
+} rm_rng;
 void rm_rng_seed(rm_rng *r, uint64_t seed);
 uint64_t rm_rng_next(rm_rng *r);
-double rm_rng_uniform(rm_rng *r);           /* [0, 1) */
-double rm_rng_normal(rm_rng *r);            /* N(0, 1), Box-Muller */
-uint64_t rm_rng_below(rm_rng *r, uint64_t n);   /* [0, n), unbiased */
+double rm_rng_uniform(rm_rng *r);             /* [0, 1) */
+double rm_rng_normal(rm_rng *r);              /* N(0, 1), Box-Muller */
+uint64_t rm_rng_below(rm_rng *r, uint64_t n); /* [0, n), unbiased */
 
 /* Fisher-Yates permutation of [0, n) for (seed, epoch). */
 void rm_perm_make(uint32_t *perm, int n, uint64_t seed, int epoch);
@@ -65,8 +67,8 @@ static inline int64_t rm_data_steps_per_epoch(int n, int global_batch)
 
 /* Rank's part of the step starting at permutation position pos: rows = per-worker batch. Writes
  * x [rows x pixels] scaled to [0,1] and labels [rows] as int32. Requires pos + rows*world <= n. */
-void rm_data_gather(const rm_dataset *d, const uint32_t *perm, int64_t pos, int rank, int world,
-                    int rows, float *x, int32_t *labels);
+void rm_data_gather(const rm_dataset *d, const uint32_t *perm, int64_t pos, int rank, int world, int rows,
+                    float *x, int32_t *labels);
 /* Contiguous slice [start, start+rows) without permutation (evaluation). */
 void rm_data_slice(const rm_dataset *d, int start, int rows, float *x, int32_t *labels);
 #endif

@@ -9,17 +9,19 @@
 
 static void info_of(const rm_dataset *d, rm_data_info *out)
 {
-    *out = (rm_data_info){ .n = d->n, .inputs = d->rows * d->cols, .classes = d->classes,
-                           .x_row_bytes = (size_t)d->rows * (size_t)d->cols * sizeof(float),
-                           .label_row = 1 };
+    *out = (rm_data_info){.n = d->n,
+                          .inputs = d->rows * d->cols,
+                          .classes = d->classes,
+                          .x_row_bytes = (size_t)d->rows * (size_t)d->cols * sizeof(float),
+                          .label_row = 1};
 }
 
 static int idx_probe(const char *src, const rm_training_spec *t, rm_data_info *out, rm_err *err)
 {
     int inputs = 0, classes = 0;
     RM_CHECK(rm_dataset_probe(src, &inputs, &classes, err));
-    *out = (rm_data_info){ .inputs = inputs, .classes = classes,
-                           .x_row_bytes = (size_t)inputs * sizeof(float), .label_row = 1 };
+    *out = (rm_data_info){
+        .inputs = inputs, .classes = classes, .x_row_bytes = (size_t)inputs * sizeof(float), .label_row = 1};
     return RM_OK;
 }
 
@@ -45,8 +47,8 @@ static void idx_close(void *state)
     free(state);
 }
 
-static void idx_gather(const void *state, const uint32_t *perm, int64_t pos, int rank, int world,
-                       int rows, void *x, int32_t *labels)
+static void idx_gather(const void *state, const uint32_t *perm, int64_t pos, int rank, int world, int rows,
+                       void *x, int32_t *labels)
 {
     rm_data_gather(state, perm, pos, rank, world, rows, x, labels);
 }

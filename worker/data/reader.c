@@ -19,19 +19,17 @@ const rm_data_reader *rm_data_reader_of(rm_data_format f)
     return NULL;
 }
 
-int rm_data_source(const rm_training_spec *t, const rm_data_reader **r, char *src, size_t cap,
-                   rm_err *err)
+int rm_data_source(const rm_training_spec *t, const rm_data_reader **r, char *src, size_t cap, rm_err *err)
 {
     rm_data_format f = (t->set2 & RM_TR_SET2_FORMAT) ? t->data.format : RM_DATA_IDX;
     *r = rm_data_reader_of(f);
     if (!*r)
-        return rm_err_field(err, RM_EUNSUPPORTED, "spec.training.data.format",
-                            "%s is not supported yet", rm_enum_name(rm_data_format_names, (int)f));
+        return rm_err_field(err, RM_EUNSUPPORTED, "spec.training.data.format", "%s is not supported yet",
+                            rm_enum_name(rm_data_format_names, (int)f));
     /* the parser turns a folder data.uri (and builtin:fashion-mnist) into dataDir */
     const char *dir = t->data_dir && *t->data_dir ? t->data_dir : RM_DATA_DEFAULT_DIR;
     if (strlen(dir) >= cap)
-        return rm_err_field(err, RM_EINVAL, "spec.training.data.uri", "path longer than %zu bytes",
-                            cap - 1);
+        return rm_err_field(err, RM_EINVAL, "spec.training.data.uri", "path longer than %zu bytes", cap - 1);
     memcpy(src, dir, strlen(dir) + 1);
     return RM_OK;
 }

@@ -27,15 +27,15 @@ typedef enum { RM_SPLIT_TRAIN = 0, RM_SPLIT_TEST } rm_data_split;
 
 /* What a split's headers say. */
 typedef struct rm_data_info {
-    int64_t n;            /* rows */
-    int inputs;           /* features per row (IDX: rows x cols pixels) */
-    int classes;          /* label range (IDX: 1 + the largest label) */
-    size_t x_row_bytes;   /* bytes of model input per row (IDX: inputs fp32 in [0, 1]) */
-    int label_row;        /* int32 labels per row */
+    int64_t n;          /* rows */
+    int inputs;         /* features per row (IDX: rows x cols pixels) */
+    int classes;        /* label range (IDX: 1 + the largest label) */
+    size_t x_row_bytes; /* bytes of model input per row (IDX: inputs fp32 in [0, 1]) */
+    int label_row;      /* int32 labels per row */
 } rm_data_info;
 
 typedef struct rm_data_reader {
-    const char *format;   /* spec.training.data.format: "idx" */
+    const char *format; /* spec.training.data.format: "idx" */
     /* The training split's shape from its headers (nothing loaded). t: what the spec says of the
      * model and the data (a token stream's context and vocabulary, the validation fraction). */
     int (*probe)(const char *src, const rm_training_spec *t, rm_data_info *out, rm_err *err);
@@ -62,8 +62,7 @@ const rm_data_reader *rm_data_reader_of(rm_data_format f);
 /* Where the spec's data lives and which reader reads it: data.uri (a folder, file:// or
  * builtin:), else dataDir, else the built-in Fashion-MNIST folder; data.format when given, else
  * IDX (the only reader so far). src receives the local path. Field-named errors. */
-int rm_data_source(const rm_training_spec *t, const rm_data_reader **r, char *src, size_t cap,
-                   rm_err *err);
+int rm_data_source(const rm_training_spec *t, const rm_data_reader **r, char *src, size_t cap, rm_err *err);
 int rm_data_probe(const rm_training_spec *t, rm_data_info *out, rm_err *err);
 int rm_data_open(const rm_training_spec *t, rm_data_split split, rm_data *out, rm_err *err);
 void rm_data_close(rm_data *d);
@@ -73,8 +72,7 @@ static inline void rm_data_gather_rows(const rm_data *d, const uint32_t *perm, i
 {
     d->r->gather(d->state, perm, pos, rank, world, rows, x, labels);
 }
-static inline void rm_data_slice_rows(const rm_data *d, int64_t start, int rows, void *x,
-                                      int32_t *labels)
+static inline void rm_data_slice_rows(const rm_data *d, int64_t start, int rows, void *x, int32_t *labels)
 {
     d->r->slice(d->state, start, rows, x, labels);
 }

@@ -30,19 +30,19 @@
 #define STREAM_DEFAULT_VAL 0.1
 
 typedef struct piece {
-    void *map;                  /* the whole file */
+    void *map; /* the whole file */
     size_t map_size;
-    const unsigned char *tok;   /* the split's first token */
-    int tb;                     /* bytes per token: 1 text, 2 or 4 shards */
-    uint64_t n;                 /* tokens in the split */
-    uint64_t windows;           /* (n - 1) / context */
+    const unsigned char *tok; /* the split's first token */
+    int tb;                   /* bytes per token: 1 text, 2 or 4 shards */
+    uint64_t n;               /* tokens in the split */
+    uint64_t windows;         /* (n - 1) / context */
 } piece;
 
 typedef struct stream {
     int context;
     int npieces;
     piece *p;
-    uint64_t *first;            /* windows before piece i (npieces + 1 entries) */
+    uint64_t *first; /* windows before piece i (npieces + 1 entries) */
 } stream;
 
 static void stream_close(void *state)
@@ -178,14 +178,16 @@ static int check_tokens(const piece *p, const char *path, int vocab, rm_err *err
     for (uint64_t i = 0; i < p->n; i++) {
         uint32_t v = token_at(p, i);
         if (v >= (uint32_t)vocab)
-            return rm_errf(err, RM_EINVAL, "%s: token %u at position %llu is not below "
-                           "spec.training.model.vocab (%d)", path, v, (unsigned long long)i, vocab);
+            return rm_errf(err, RM_EINVAL,
+                           "%s: token %u at position %llu is not below "
+                           "spec.training.model.vocab (%d)",
+                           path, v, (unsigned long long)i, vocab);
     }
     return RM_OK;
 }
 
-static int stream_open(const char *src, const rm_training_spec *t, rm_data_split split, bool text,
-                       bool scan, void **state, rm_data_info *info, rm_err *err)
+static int stream_open(const char *src, const rm_training_spec *t, rm_data_split split, bool text, bool scan,
+                       void **state, rm_data_info *info, rm_err *err)
 {
     int context = t ? t->context : 0;
     int vocab = text ? 256 : t ? t->vocab : 0;
@@ -246,8 +248,11 @@ static int stream_open(const char *src, const rm_training_spec *t, rm_data_split
         stream_close(s);
         return rc;
     }
-    *info = (rm_data_info){ .n = (int64_t)windows, .inputs = context, .classes = vocab,
-                            .x_row_bytes = (size_t)context * sizeof(int32_t), .label_row = context };
+    *info = (rm_data_info){.n = (int64_t)windows,
+                           .inputs = context,
+                           .classes = vocab,
+                           .x_row_bytes = (size_t)context * sizeof(int32_t),
+                           .label_row = context};
     *state = s;
     return RM_OK;
 }
@@ -256,7 +261,7 @@ static int stream_open(const char *src, const rm_training_spec *t, rm_data_split
 static void put_window(const stream *s, uint64_t w, int32_t *x, int32_t *labels)
 {
     int lo = 0, hi = s->npieces - 1;
-    while (lo < hi) {   /* the piece holding window w */
+    while (lo < hi) { /* the piece holding window w */
         int mid = (lo + hi + 1) / 2;
         if (s->first[mid] <= w)
             lo = mid;
@@ -271,13 +276,14 @@ static void put_window(const stream *s, uint64_t w, int32_t *x, int32_t *labels)
     }
 }
 
-static void stream_gather(const void *state, const uint32_t *perm, int64_t pos, int rank, int world,
-                          int rows, void *x, int32_t *labels)
+static void stream_gather(const void *state, const uint32_t *perm, int64_t pos, int rank, int world, int rows,
+                          void *x, int32_t *labels)
 {
     const stream *s = state;
     for (int i = 0; i < rows; i++) {
         uint64_t w = perm[pos + rank + (int64_t)i * world];
-        put_window(s, w, (int32_t *)x + (size_t)i * (size_t)s->context, labels + (size_t)i * (size_t)s->context);
+        put_window(s, w, (int32_t *)x + (size_t)i * (size_t)s->context,
+                   labels + (size_t)i * (size_t)s->context);
     }
 }
 
@@ -321,11 +327,19 @@ static int text_probe(const char *src, const rm_training_spec *t, rm_data_info *
 }
 
 const rm_data_reader rm_data_tokens = {
-    .format = "tokens", .probe = tokens_probe, .open = tokens_open, .close = stream_close,
-    .gather = stream_gather, .slice = stream_slice,
+    .format = "tokens",
+    .probe = tokens_probe,
+    .open = tokens_open,
+    .close = stream_close,
+    .gather = stream_gather,
+    .slice = stream_slice,
 };
 
 const rm_data_reader rm_data_text = {
-    .format = "text", .probe = text_probe, .open = text_open, .close = stream_close,
-    .gather = stream_gather, .slice = stream_slice,
+    .format = "text",
+    .probe = text_probe,
+    .open = text_open,
+    .close = stream_close,
+    .gather = stream_gather,
+    .slice = stream_slice,
 };

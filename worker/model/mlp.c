@@ -24,25 +24,22 @@
 
 typedef struct mlp_priv {
     float *act[MLP_MAX_LAYERS];
-    float *delta[2];   /* [max_batch x widest hidden width] */
-    float *dbs;        /* [widest output width]: a bias gradient before it is placed or added */
-    float *one;        /* device tables: 1.0f, for db += dbs as a GEMM */
+    float *delta[2]; /* [max_batch x widest hidden width] */
+    float *dbs;      /* [widest output width]: a bias gradient before it is placed or added */
+    float *one;      /* device tables: 1.0f, for db += dbs as a GEMM */
 } mlp_priv;
 
-int rm_mlp_shape(rm_model_shape *s, int inputs, const int *hidden, int nhidden, int classes,
-                 rm_err *err)
+int rm_mlp_shape(rm_model_shape *s, int inputs, const int *hidden, int nhidden, int classes, rm_err *err)
 {
     memset(s, 0, sizeof *s);
     if (nhidden < 0 || nhidden > RM_TJ_MAX_HIDDEN)
-        return rm_err_field(err, RM_EINVAL, "model.hidden", "at most %d hidden layers",
-                            RM_TJ_MAX_HIDDEN);
+        return rm_err_field(err, RM_EINVAL, "model.hidden", "at most %d hidden layers", RM_TJ_MAX_HIDDEN);
     if (inputs < 1 || classes < 2)
         return rm_errf(err, RM_EINVAL, "model: bad input/class count %d/%d", inputs, classes);
     s->dims[0] = inputs;
     for (int i = 0; i < nhidden; i++) {
         if (hidden[i] < 1 || hidden[i] > 65536)
-            return rm_err_field(err, RM_EINVAL, "model.hidden", "width %d out of range 1..65536",
-                                hidden[i]);
+            return rm_err_field(err, RM_EINVAL, "model.hidden", "width %d out of range 1..65536", hidden[i]);
         s->dims[i + 1] = hidden[i];
     }
     s->dims[nhidden + 1] = classes;
@@ -69,9 +66,15 @@ static int mlp_plan(rm_model *m, rm_err *err)
     for (int l = 0; l < L; l++) {
         size_t in = (size_t)s->dims[l], o = (size_t)s->dims[l + 1];
         m->unit[l] = (rm_model_unit){
-            .kind = "linear", .off = off, .len = in * o + o, .in_width = s->dims[l],
-            .out_width = s->dims[l + 1], .act_floats = o, .flops_fwd = 2 * in * o,
-            .flops_bwd = 4 * in * o, .flops_bwd_first = 2 * in * o,
+            .kind = "linear",
+            .off = off,
+            .len = in * o + o,
+            .in_width = s->dims[l],
+            .out_width = s->dims[l + 1],
+            .act_floats = o,
+            .flops_fwd = 2 * in * o,
+            .flops_bwd = 4 * in * o,
+            .flops_bwd_first = 2 * in * o,
         };
         off += in * o + o;
         if (l + 1 < L && s->dims[l + 1] > wmax)
@@ -82,7 +85,7 @@ static int mlp_plan(rm_model *m, rm_err *err)
     m->classes = s->dims[L];
     m->x_row_bytes = (size_t)s->dims[0] * sizeof(float);
     m->label_row = 1;
-    m->scratch_row = 2 * (uint64_t)wmax;   /* the two input-gradient buffers */
+    m->scratch_row = 2 * (uint64_t)wmax; /* the two input-gradient buffers */
     return RM_OK;
 }
 
@@ -144,11 +147,11 @@ static void mlp_init_params(const rm_model *m, uint64_t seed, int u0, int u1, fl
                 (void)rm_rng_normal(&r);
             continue;
         }
-        double std = sqrt(2.0 / (double)in);   /* for ReLU */
+        double std = sqrt(2.0 / (double)in); /* for ReLU */
         float *w = host + (m->unit[l].off - off);
         for (size_t i = 0; i < in * o; i++)
             w[i] = (float)(rm_rng_normal(&r) * std);
-        memset(w + in * o, 0, o * sizeof(float));   /* biases 0 */
+        memset(w + in * o, 0, o * sizeof(float)); /* biases 0 */
     }
 }
 
@@ -213,7 +216,7 @@ static void mlp_backward(rm_model *m, const rm_model_pass *p)
         const float *y = pv->act[l] + off * (size_t)dout;
         if (p->place) {
             k->bias_act_bwd(dy, y, pv->dbs, n, dout, layer_act(m, l));
-            rm_unit_grad g = { l, n, di, dout, in, dy, pv->dbs, NULL };
+            rm_unit_grad g = {l, n, di, dout, in, dy, pv->dbs, NULL};
             p->place(p->ud, &g);
         } else {
             float *dW = m->grads + m->unit[l].off, *db = dW + (size_t)di * (size_t)dout;
@@ -221,11 +224,10 @@ static void mlp_backward(rm_model *m, const rm_model_pass *p)
             if (p->accumulate && k->host_memory) {
                 for (int c = 0; c < dout; c++)
                     db[c] += pv->dbs[c];
-            } else if (p->accumulate) {   /* device memory: db[1 x dout] += one[1 x 1] * dbs[1 x dout] */
+            } else if (p->accumulate) { /* device memory: db[1 x dout] += one[1 x 1] * dbs[1 x dout] */
                 k->gemm(false, false, 1, dout, 1, 1.0f, pv->one, 1, pv->dbs, dout, 1.0f, db, dout);
             }
-            k->gemm(true, false, di, dout, n, 1.0f, in, di, dy, dout, p->accumulate ? 1.0f : 0.0f, dW,
-                    dout);
+            k->gemm(true, false, di, dout, n, 1.0f, in, di, dy, dout, p->accumulate ? 1.0f : 0.0f, dW, dout);
         }
         if (l > p->u0 || p->dx) {
             if (p->pre)
@@ -250,20 +252,20 @@ static void mlp_grad_range(const rm_model *m, const rm_unit_grad *g, size_t from
     size_t at = from, wend = to < wlen ? to : wlen;
     while (at < wend) {
         size_t i = at / dout, j = at % dout, n;
-        if (j == 0 && wend - at >= dout) {   /* whole rows */
+        if (j == 0 && wend - at >= dout) { /* whole rows */
             size_t nr = (wend - at) / dout;
             n = nr * dout;
-            k->gemm(true, false, (int)nr, g->dout, g->rows, 1.0f, g->in + i, g->di, g->dy, g->dout, 0.0f,
-                    dst, g->dout);
-        } else {                             /* a part of one row */
+            k->gemm(true, false, (int)nr, g->dout, g->rows, 1.0f, g->in + i, g->di, g->dy, g->dout, 0.0f, dst,
+                    g->dout);
+        } else { /* a part of one row */
             n = dout - j < wend - at ? dout - j : wend - at;
-            k->gemm(true, false, 1, (int)n, g->rows, 1.0f, g->in + i, g->di, g->dy + j, g->dout, 0.0f,
-                    dst, (int)n);
+            k->gemm(true, false, 1, (int)n, g->rows, 1.0f, g->in + i, g->di, g->dy + j, g->dout, 0.0f, dst,
+                    (int)n);
         }
         dst += n;
         at += n;
     }
-    if (to > wlen && to > at) {              /* the bias part */
+    if (to > wlen && to > at) { /* the bias part */
         size_t b0 = at > wlen ? at - wlen : 0;
         k->d2d(dst, g->db + b0, (to - wlen - b0) * sizeof(float));
     }
@@ -279,13 +281,12 @@ static int mlp_tensors(const rm_model *m, int u, rm_model_tensor *out, int cap)
 {
     int64_t in = m->unit[u].in_width, o = m->unit[u].out_width;
     if (cap >= 1) {
-        out[0] = (rm_model_tensor){ .off = m->unit[u].off, .ndim = 2, .shape = { in, o },
-                                    .layout = "in_out" };
+        out[0] = (rm_model_tensor){.off = m->unit[u].off, .ndim = 2, .shape = {in, o}, .layout = "in_out"};
         snprintf(out[0].name, sizeof out[0].name, "layers.%d.weight", u);
     }
     if (cap >= 2) {
-        out[1] = (rm_model_tensor){ .off = m->unit[u].off + (size_t)(in * o), .ndim = 1,
-                                    .shape = { o }, .layout = "" };
+        out[1] = (rm_model_tensor){
+            .off = m->unit[u].off + (size_t)(in * o), .ndim = 1, .shape = {o}, .layout = ""};
         snprintf(out[1].name, sizeof out[1].name, "layers.%d.bias", u);
     }
     return 2;

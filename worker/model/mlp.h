@@ -9,10 +9,12 @@
 
 /* inputs -> hidden[0..nhidden) -> classes (nhidden 0..RM_TJ_MAX_HIDDEN, each 1..65536);
  * RM_EINVAL naming model.hidden if bad. */
-int rm_mlp_shape(rm_model_shape *s, int inputs, const int *hidden, int nhidden, int classes,
-                 rm_err *err);
+int rm_mlp_shape(rm_model_shape *s, int inputs, const int *hidden, int nhidden, int classes, rm_err *err);
 /* Layer l's weights [in x out] and bias [out] in the flat buffers (floats from the start). */
-static inline size_t rm_mlp_w_off(const rm_model *m, int l) { return m->unit[l].off; }
+static inline size_t rm_mlp_w_off(const rm_model *m, int l)
+{
+    return m->unit[l].off;
+}
 static inline size_t rm_mlp_b_off(const rm_model *m, int l)
 {
     return m->unit[l].off + (size_t)m->unit[l].in_width * (size_t)m->unit[l].out_width;

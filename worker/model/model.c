@@ -10,7 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-static const rm_model_family *const families[] = { &rm_model_mlp };
+static const rm_model_family *const families[] = {&rm_model_mlp};
 
 const rm_model_family *rm_model_family_find(const char *name)
 {
@@ -45,7 +45,7 @@ int rm_model_plan(rm_model *m, const rm_model_family *f, const rm_model_shape *s
     if (m->nunits < 1 || m->nunits > RM_MODEL_MAX_UNITS)
         return rm_errf(err, RM_EINVAL, "model: %d units (1..%d)", m->nunits, RM_MODEL_MAX_UNITS);
     size_t at = 0;
-    for (int u = 0; u < m->nunits; u++) {   /* the units tile the flat buffer in order */
+    for (int u = 0; u < m->nunits; u++) { /* the units tile the flat buffer in order */
         if (m->unit[u].off != at)
             return rm_errf(err, RM_EINVAL, "model: unit %d starts at %zu, not %zu", u, m->unit[u].off, at);
         at += m->unit[u].len;
@@ -73,8 +73,8 @@ void rm_model_free(rm_model *m)
     memset(m, 0, sizeof *m);
 }
 
-int rm_model_init(rm_model *m, const rm_kernels *k, const rm_model_family *f,
-                  const rm_model_shape *shape, int max_batch, rm_err *err)
+int rm_model_init(rm_model *m, const rm_kernels *k, const rm_model_family *f, const rm_model_shape *shape,
+                  int max_batch, rm_err *err)
 {
     if (!k || max_batch < 1) {
         memset(m, 0, sizeof *m);
@@ -94,7 +94,7 @@ int rm_model_init(rm_model *m, const rm_kernels *k, const rm_model_family *f,
     if (ok && f->alloc(m, err) != RM_OK)
         ok = 0;
     if (!ok) {
-        size_t total = m->nparams;   /* rm_model_free zeroes *m */
+        size_t total = m->nparams; /* rm_model_free zeroes *m */
         rm_model_free(m);
         return rm_errf(err, RM_ENOMEM, "model: out of memory (%zu params, batch %d)", total, max_batch);
     }
@@ -168,18 +168,24 @@ void rm_model_forward(rm_model *m, int rows)
 
 void rm_model_forward_hooked(rm_model *m, int rows, rm_unit_pre_fn pre, void *ud)
 {
-    rm_model_pass p = { .u0 = 0, .u1 = m->nunits, .off = 0, .rows = rows, .pre = pre, .ud = ud };
+    rm_model_pass p = {.u0 = 0, .u1 = m->nunits, .off = 0, .rows = rows, .pre = pre, .ud = ud};
     m->family->forward(m, &p);
 }
 
 /* The loss over the whole batch, then backward of every unit from the loss gradient. */
-static void backward_whole(rm_model *m, int rows, float inv_batch, rm_unit_pre_fn pre,
-                           rm_unit_ready_fn ready, rm_unit_grad_fn place, void *ud)
+static void backward_whole(rm_model *m, int rows, float inv_batch, rm_unit_pre_fn pre, rm_unit_ready_fn ready,
+                           rm_unit_grad_fn place, void *ud)
 {
     m->family->loss(m, 0, rows, inv_batch, m->loss_sum);
-    rm_model_pass p = { .u0 = 0, .u1 = m->nunits, .off = 0, .rows = rows,
-                        .dy = m->family->output(m, m->nunits - 1, 0), .pre = pre, .ready = ready,
-                        .place = place, .ud = ud };
+    rm_model_pass p = {.u0 = 0,
+                       .u1 = m->nunits,
+                       .off = 0,
+                       .rows = rows,
+                       .dy = m->family->output(m, m->nunits - 1, 0),
+                       .pre = pre,
+                       .ready = ready,
+                       .place = place,
+                       .ud = ud};
     m->family->backward(m, &p);
 }
 

@@ -41,25 +41,25 @@
 #define RM_MODEL_SHAPE_WORDS 18
 
 typedef struct rm_model_shape {
-    int nlayers;                       /* the family's count (MLP: linear layers) */
-    int dims[RM_MODEL_SHAPE_WORDS];    /* the family's words (MLP: dims[0] inputs .. classes) */
+    int nlayers;                    /* the family's count (MLP: linear layers) */
+    int dims[RM_MODEL_SHAPE_WORDS]; /* the family's words (MLP: dims[0] inputs .. classes) */
 } rm_model_shape;
 
 /* What the data set tells the model (docs/models-and-data.md, "Shapes and status"). */
 typedef struct rm_model_data {
-    int inputs;     /* features per sample (IDX: rows x cols) */
-    int classes;    /* label range (IDX: 1 + max label) */
+    int inputs;  /* features per sample (IDX: rows x cols) */
+    int classes; /* label range (IDX: 1 + max label) */
 } rm_model_data;
 
 typedef struct rm_model_unit {
-    const char *kind;      /* "linear", "embedding", "block", "head" (static) */
-    size_t off, len;       /* its range of the flat buffers, in floats */
-    int in_width;          /* fp32 floats per row at its input (what a pipeline stage receives) */
-    int out_width;         /* fp32 floats per row at its output (what it sends on) */
-    uint64_t act_floats;   /* activation floats per row it keeps for backward */
-    uint64_t flops_fwd;    /* forward FLOPs per row (a multiply-add counts 2) */
-    uint64_t flops_bwd;    /* backward FLOPs per row, its input gradient included */
-    uint64_t flops_bwd_first;   /* ... without the input gradient (the first unit skips it) */
+    const char *kind;         /* "linear", "embedding", "block", "head" (static) */
+    size_t off, len;          /* its range of the flat buffers, in floats */
+    int in_width;             /* fp32 floats per row at its input (what a pipeline stage receives) */
+    int out_width;            /* fp32 floats per row at its output (what it sends on) */
+    uint64_t act_floats;      /* activation floats per row it keeps for backward */
+    uint64_t flops_fwd;       /* forward FLOPs per row (a multiply-add counts 2) */
+    uint64_t flops_bwd;       /* backward FLOPs per row, its input gradient included */
+    uint64_t flops_bwd_first; /* ... without the input gradient (the first unit skips it) */
 } rm_model_unit;
 
 typedef struct rm_model rm_model;
@@ -74,10 +74,10 @@ typedef void (*rm_unit_ready_fn)(void *ud, int unit);
  * family's (the MLP: the linear layer's input, output gradient and bias gradient). */
 typedef struct rm_unit_grad {
     int unit, rows, di, dout;
-    const float *in;   /* [rows x di] */
-    const float *dy;   /* [rows x dout] */
-    const float *db;   /* [dout] */
-    const void *fam;   /* anything else the family needs */
+    const float *in; /* [rows x di] */
+    const float *dy; /* [rows x dout] */
+    const float *db; /* [dout] */
+    const void *fam; /* anything else the family needs */
 } rm_unit_grad;
 typedef void (*rm_unit_grad_fn)(void *ud, const rm_unit_grad *g);
 
@@ -85,13 +85,13 @@ typedef void (*rm_unit_grad_fn)(void *ud, const rm_unit_grad *g);
 typedef struct rm_model_pass {
     int u0, u1;
     int off, rows;
-    const float *in;        /* u0's input rows (in_width floats each); NULL: the model's input m->x */
-    float *dy;              /* backward: gradient of unit u1-1's output rows (overwritten) */
-    float *dx;              /* backward: u0's input gradient rows; NULL: not computed */
-    bool accumulate;        /* backward: add to m->grads instead of overwriting them */
+    const float *in; /* u0's input rows (in_width floats each); NULL: the model's input m->x */
+    float *dy;       /* backward: gradient of unit u1-1's output rows (overwritten) */
+    float *dx;       /* backward: u0's input gradient rows; NULL: not computed */
+    bool accumulate; /* backward: add to m->grads instead of overwriting them */
     rm_unit_pre_fn pre;
     rm_unit_ready_fn ready;
-    rm_unit_grad_fn place;  /* backward: set -> m->grads is neither read nor written */
+    rm_unit_grad_fn place; /* backward: set -> m->grads is neither read nor written */
     void *ud;
 } rm_model_pass;
 
@@ -111,7 +111,7 @@ typedef struct rm_model_tensor {
 
 /* A model family's operations (one file each; worker/model/mlp.c). */
 struct rm_model_family {
-    const char *name;   /* spec.training.model.type */
+    const char *name; /* spec.training.model.type */
     /* The shape record for a training spec and a data set; field-named errors. */
     int (*shape)(const rm_training_spec *t, const rm_model_data *d, rm_model_shape *out, rm_err *err);
     /* m->shape, k, max_batch set: fill nunits, unit[], nparams, x_row_bytes, label_row, classes. */
@@ -147,23 +147,23 @@ struct rm_model {
     int max_batch;
     int nunits;
     rm_model_unit unit[RM_MODEL_MAX_UNITS];
-    size_t nparams;         /* floats in the flat buffers */
-    size_t unit_off[RM_MODEL_MAX_UNITS];   /* unit[u].off and .len as arrays (fusion, shards, */
-    size_t unit_len[RM_MODEL_MAX_UNITS];   /* checkpoints take ranges as two arrays) */
-    int classes;            /* what a label can be (the loss's range) */
-    size_t x_row_bytes;     /* bytes of one input row in x */
-    int label_row;          /* int32 labels per row */
-    uint64_t scratch_row;   /* floats per row of the family's backward scratch (memory estimates) */
-    float *params;          /* flat, nparams floats */
-    float *grads;           /* flat, same layout (a strategy may free it and place gradients) */
-    void *x;                /* input batch [max_batch x x_row_bytes] */
-    int32_t *labels;        /* [max_batch x label_row] */
-    float *loss_sum;        /* device scalar */
-    int32_t *correct;       /* device scalar */
+    size_t nparams;                      /* floats in the flat buffers */
+    size_t unit_off[RM_MODEL_MAX_UNITS]; /* unit[u].off and .len as arrays (fusion, shards, */
+    size_t unit_len[RM_MODEL_MAX_UNITS]; /* checkpoints take ranges as two arrays) */
+    int classes;                         /* what a label can be (the loss's range) */
+    size_t x_row_bytes;                  /* bytes of one input row in x */
+    int label_row;                       /* int32 labels per row */
+    uint64_t scratch_row; /* floats per row of the family's backward scratch (memory estimates) */
+    float *params;        /* flat, nparams floats */
+    float *grads;         /* flat, same layout (a strategy may free it and place gradients) */
+    void *x;              /* input batch [max_batch x x_row_bytes] */
+    int32_t *labels;      /* [max_batch x label_row] */
+    float *loss_sum;      /* device scalar */
+    int32_t *correct;     /* device scalar */
     /* Where passes read unit u's parameters (unit[u].len floats); NULL (the default) =
      * params + unit[u].off. ZeRO-3 points them at the unit buffers it gathers into; borrowed. */
     const float *uparams[RM_MODEL_MAX_UNITS];
-    void *priv;             /* the family's activations and scratch */
+    void *priv; /* the family's activations and scratch */
 };
 
 /* The family named `name` ("mlp"; NULL or "" = "mlp"), or NULL. */
@@ -176,8 +176,8 @@ int rm_model_shape_for(const rm_training_spec *t, const rm_model_data *d, const 
 int rm_model_plan(rm_model *m, const rm_model_family *f, const rm_model_shape *shape, rm_err *err);
 
 /* Allocate everything for batches up to max_batch. Params are zero until rm_model_init_params. */
-int rm_model_init(rm_model *m, const rm_kernels *k, const rm_model_family *f,
-                  const rm_model_shape *shape, int max_batch, rm_err *err);
+int rm_model_init(rm_model *m, const rm_kernels *k, const rm_model_family *f, const rm_model_shape *shape,
+                  int max_batch, rm_err *err);
 void rm_model_free(rm_model *m);
 /* The family's initial values, identical on every rank for the same seed. Allocates one host
  * staging buffer on device tables (init time only). */
@@ -226,7 +226,10 @@ void rm_model_count_correct(rm_model *m, int rows);
 int rm_model_tensors(const rm_model *m, int u, rm_model_tensor *out, int cap);
 
 /* Units [u0, u1)'s range of the flat buffers. */
-static inline size_t rm_model_units_off(const rm_model *m, int u0) { return m->unit[u0].off; }
+static inline size_t rm_model_units_off(const rm_model *m, int u0)
+{
+    return m->unit[u0].off;
+}
 static inline size_t rm_model_units_len(const rm_model *m, int u0, int u1)
 {
     return m->unit[u1 - 1].off + m->unit[u1 - 1].len - m->unit[u0].off;

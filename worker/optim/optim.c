@@ -11,8 +11,7 @@ const char *rm_optim_name(rm_opt_type t)
     return rm_enum_name(rm_opt_names, (int)t);
 }
 
-int rm_optim_init(rm_optim *o, const rm_kernels *k, const rm_optimizer_spec *spec, size_t n,
-                  rm_err *err)
+int rm_optim_init(rm_optim *o, const rm_kernels *k, const rm_optimizer_spec *spec, size_t n, rm_err *err)
 {
     memset(o, 0, sizeof *o);
     if (!k || !spec || n == 0)
@@ -56,19 +55,17 @@ void rm_optim_update_range(const rm_optim *o, float *params, const float *grads,
         return;
     switch (s->type) {
     case RM_OPT_SGD:
-        o->k->sgd_momentum_update(params, grads, state[0], n, lr, (float)s->momentum,
-                                  (float)s->weight_decay);
+        o->k->sgd_momentum_update(params, grads, state[0], n, lr, (float)s->momentum, (float)s->weight_decay);
         break;
     case RM_OPT_ADAM: {
         float bc1 = (float)(1.0 - pow(s->beta1, (double)o->t));
         float bc2 = (float)(1.0 - pow(s->beta2, (double)o->t));
-        o->k->adam_update(params, grads, state[0], state[1], n, lr, (float)s->beta1,
-                          (float)s->beta2, (float)s->eps, (float)s->weight_decay, bc1, bc2);
+        o->k->adam_update(params, grads, state[0], state[1], n, lr, (float)s->beta1, (float)s->beta2,
+                          (float)s->eps, (float)s->weight_decay, bc1, bc2);
         break;
     }
     case RM_OPT_ADAGRAD:
-        o->k->adagrad_update(params, grads, state[0], n, lr, (float)s->eps,
-                             (float)s->weight_decay);
+        o->k->adagrad_update(params, grads, state[0], n, lr, (float)s->eps, (float)s->weight_decay);
         break;
     case RM_OPT_LBFGS:
         /* The L-BFGS update runs on the parameter servers (worker/ps/lbfgs_coord.c); a worker of an

@@ -18,14 +18,13 @@
 typedef struct rm_optim {
     const rm_kernels *k;
     rm_optimizer_spec spec;
-    size_t n;             /* floats */
-    int nstate;           /* state buffers in use: sgd 1, adam 2, adagrad 1 */
-    float *state[2];      /* sgd: momentum; adam: m, v; adagrad: sum of squares */
-    int64_t t;            /* updates applied (Adam's bias-correction step) */
+    size_t n;        /* floats */
+    int nstate;      /* state buffers in use: sgd 1, adam 2, adagrad 1 */
+    float *state[2]; /* sgd: momentum; adam: m, v; adagrad: sum of squares */
+    int64_t t;       /* updates applied (Adam's bias-correction step) */
 } rm_optim;
 
-int rm_optim_init(rm_optim *o, const rm_kernels *k, const rm_optimizer_spec *spec, size_t n,
-                  rm_err *err);
+int rm_optim_init(rm_optim *o, const rm_kernels *k, const rm_optimizer_spec *spec, size_t n, rm_err *err);
 void rm_optim_free(rm_optim *o);
 /* One update of params with grads at learning rate lr. Allocates nothing. */
 void rm_optim_step(rm_optim *o, float *params, const float *grads, float lr);
@@ -36,7 +35,10 @@ void rm_optim_step(rm_optim *o, float *params, const float *grads, float lr);
 void rm_optim_tick(rm_optim *o);
 void rm_optim_update_range(const rm_optim *o, float *params, const float *grads, float *const *state,
                            size_t n, float lr);
-const char *rm_optim_name(rm_opt_type t);   /* "sgd" | "adam" | "adagrad" */
+const char *rm_optim_name(rm_opt_type t); /* "sgd" | "adam" | "adagrad" */
 /* State buffers an optimizer of this type keeps (what rm_optim_init sets as nstate). */
-static inline int rm_optim_nstate(rm_opt_type t) { return t == RM_OPT_ADAM ? 2 : 1; }
+static inline int rm_optim_nstate(rm_opt_type t)
+{
+    return t == RM_OPT_ADAM ? 2 : 1;
+}
 #endif

@@ -12,12 +12,12 @@
 #include "common/trainingjob.h"
 
 typedef struct rm_lr_sched {
-    double base_lr;          /* per 64-sample batch */
+    double base_lr; /* per 64-sample batch */
     double warmup_epochs;
     int epochs;
     rm_schedule type;
-    double gamma;            /* step */
-    int step_every;          /* step: epochs */
+    double gamma;   /* step */
+    int step_every; /* step: epochs */
 } rm_lr_sched;
 
 #define RM_LR_REFERENCE_BATCH 64

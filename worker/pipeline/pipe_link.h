@@ -36,26 +36,26 @@
 #include "worker/comm/comm.h"
 #include "worker/pipeline/pipeline_core.h"
 
-typedef struct rm_pipe_links rm_pipe_links;   /* a stage's ends of its (up to two) links */
+typedef struct rm_pipe_links rm_pipe_links; /* a stage's ends of its (up to two) links */
 
 typedef struct rm_pipe_link_cfg {
-    rm_comm *tcp;       /* the authenticated 2-rank ring comm to this neighbour; NULL: no neighbour */
-    bool lower;         /* this rank is the link's lower stage (it makes the NCCL id) */
-    float *rx;          /* receive buffer [B x width] (the kernels' memory), micro-batch m at its rows */
-    int width;          /* floats per row on this link */
-    float *rx_extra;    /* [M] one trailing float per received frame, or NULL */
-    bool tx_extra;      /* frames sent on this link carry one trailing float */
+    rm_comm *tcp;    /* the authenticated 2-rank ring comm to this neighbour; NULL: no neighbour */
+    bool lower;      /* this rank is the link's lower stage (it makes the NCCL id) */
+    float *rx;       /* receive buffer [B x width] (the kernels' memory), micro-batch m at its rows */
+    int width;       /* floats per row on this link */
+    float *rx_extra; /* [M] one trailing float per received frame, or NULL */
+    bool tx_extra;   /* frames sent on this link carry one trailing float */
 } rm_pipe_link_cfg;
 
 typedef struct rm_pipe_links_cfg {
-    rm_pipe_link_cfg side[2];   /* indexed by rm_pipe_side */
-    int B, M;                   /* rows per batch, micro-batches */
-    double timeout_s;           /* bound on every wait, send and the handshake */
-    const rm_kernels *k;        /* where the buffers live */
+    rm_pipe_link_cfg side[2]; /* indexed by rm_pipe_side */
+    int B, M;                 /* rows per batch, micro-batches */
+    double timeout_s;         /* bound on every wait, send and the handshake */
+    const rm_kernels *k;      /* where the buffers live */
 } rm_pipe_links_cfg;
 
 typedef struct rm_pipe_link_ops {
-    const char *name;   /* "tcp", "nccl" */
+    const char *name; /* "tcp", "nccl" */
     int (*open)(const rm_pipe_links_cfg *cfg, rm_pipe_links **out, rm_err *err);
     /* a group of transfers: begin, then send/recv, then end (issues them together) */
     int (*begin)(rm_pipe_links *l, rm_err *err);
@@ -69,8 +69,8 @@ typedef struct rm_pipe_link_ops {
     int (*wait)(rm_pipe_links *l, int side, uint64_t frames, double *waited, rm_err *err);
     /* until every issued transfer completed; *waited += the seconds blocked */
     int (*flush)(rm_pipe_links *l, double *waited, rm_err *err);
-    uint64_t (*bytes_in)(rm_pipe_links *l);   /* bytes received this round */
-    void (*close)(rm_pipe_links *l);          /* NULL ok; stops threads, aborts or frees comms */
+    uint64_t (*bytes_in)(rm_pipe_links *l); /* bytes received this round */
+    void (*close)(rm_pipe_links *l);        /* NULL ok; stops threads, aborts or frees comms */
 } rm_pipe_link_ops;
 
 const rm_pipe_link_ops *rm_pipe_link_tcp_ops(void);

@@ -26,29 +26,29 @@
 #define PIPE_RX_SLICE_MS 200
 
 typedef struct pipe_rx {
-    int fd;                   /* borrowed from the link comm */
-    float *buf;               /* [B x width], micro-batch m at its rows */
+    int fd;     /* borrowed from the link comm */
+    float *buf; /* [B x width], micro-batch m at its rows */
     int width, B, M;
-    float *extra;             /* [M] trailing float per frame (the loss), or NULL */
+    float *extra; /* [M] trailing float per frame (the loss), or NULL */
     pthread_t th;
     bool started;
     pthread_mutex_t mu;
-    pthread_cond_t cv;        /* CLOCK_MONOTONIC */
-    uint64_t got;             /* frames received (under mu) */
-    int rc;                   /* first failure (under mu) */
+    pthread_cond_t cv; /* CLOCK_MONOTONIC */
+    uint64_t got;      /* frames received (under mu) */
+    int rc;            /* first failure (under mu) */
     char msg[200];
     atomic_int stop;
     atomic_ullong bytes;
 } pipe_rx;
 
 struct rm_pipe_links {
-    int to[2];           /* send sockets per side (borrowed), -1: none */
-    uint32_t seq[2];     /* frames sent per side */
+    int to[2];       /* send sockets per side (borrowed), -1: none */
+    uint32_t seq[2]; /* frames sent per side */
     bool tx_extra[2];
     pipe_rx rx[2];
     double timeout_s;
-    bool in_group;       /* between begin() and end() */
-    uint64_t posted[2];  /* recv() calls per side this round (the NCCL contract) */
+    bool in_group;      /* between begin() and end() */
+    uint64_t posted[2]; /* recv() calls per side this round (the NCCL contract) */
 };
 
 static int rx_read(pipe_rx *x, void *buf, size_t len)
@@ -106,12 +106,15 @@ static void *rx_main(void *arg)
             return NULL;
         }
         if (rc == RM_OK)
-            rc = rx_read(x, x->buf + (size_t)off * (size_t)x->width, (size_t)n * (size_t)x->width * sizeof(float));
+            rc = rx_read(x, x->buf + (size_t)off * (size_t)x->width,
+                         (size_t)n * (size_t)x->width * sizeof(float));
         if (rc == RM_OK && x->extra)
             rc = rx_read(x, &x->extra[mb], sizeof(float));
         if (rc) {
-            rx_fail(x, rc, rc == RM_ECLOSED ? "the neighbour closed the connection" :
-                           rc == RM_ECANCELED ? "stopped" : "read failed");
+            rx_fail(x, rc,
+                    rc == RM_ECLOSED     ? "the neighbour closed the connection"
+                    : rc == RM_ECANCELED ? "stopped"
+                                         : "read failed");
             return NULL;
         }
         pthread_mutex_lock(&x->mu);
@@ -121,8 +124,7 @@ static void *rx_main(void *arg)
     }
 }
 
-static int rx_start(pipe_rx *x, int fd, float *buf, int width, int B, int M, float *extra,
-                    rm_err *err)
+static int rx_start(pipe_rx *x, int fd, float *buf, int width, int B, int M, float *extra, rm_err *err)
 {
     memset(x, 0, sizeof *x);
     x->fd = fd;
@@ -153,8 +155,7 @@ static void rx_stop(pipe_rx *x)
 }
 
 /* Wait until `want` frames arrived; *waited += seconds spent. */
-static int rx_wait(pipe_rx *x, uint64_t want, double timeout_s, double *waited, const char *who,
-                   rm_err *err)
+static int rx_wait(pipe_rx *x, uint64_t want, double timeout_s, double *waited, const char *who, rm_err *err)
 {
     double t0 = rm_mono(), deadline = t0 + timeout_s;
     int rc = RM_OK;
@@ -202,7 +203,7 @@ static int tcp_open(const rm_pipe_links_cfg *cfg, rm_pipe_links **out, rm_err *e
         return rm_errf(err, RM_ENOMEM, "pipeline link tcp: out of memory");
     l->timeout_s = cfg->timeout_s;
     /* the next stage's receiver first (the order the links formed in before this table) */
-    static const int order[2] = { RM_PIPE_SIDE_NEXT, RM_PIPE_SIDE_PREV };
+    static const int order[2] = {RM_PIPE_SIDE_NEXT, RM_PIPE_SIDE_PREV};
     l->to[0] = l->to[1] = -1;
     for (int i = 0; i < 2; i++) {
         int sd = order[i];
@@ -273,9 +274,11 @@ static int tcp_recv(rm_pipe_links *l, int side, int mb, rm_err *err)
         return rm_errf(err, RM_EINVAL, "pipeline link: a receive outside a group");
     /* the receiver thread drains every frame as it comes; frame k is micro-batch k % M */
     if ((uint64_t)mb != l->posted[side] % (uint64_t)l->rx[side].M)
-        return rm_errf(err, RM_EPROTO, "pipeline link: receive %llu from %s posted for micro-batch %d, "
-                       "the link carries micro-batch %llu next", (unsigned long long)l->posted[side],
-                       side_who(side), mb, (unsigned long long)(l->posted[side] % (uint64_t)l->rx[side].M));
+        return rm_errf(err, RM_EPROTO,
+                       "pipeline link: receive %llu from %s posted for micro-batch %d, "
+                       "the link carries micro-batch %llu next",
+                       (unsigned long long)l->posted[side], side_who(side), mb,
+                       (unsigned long long)(l->posted[side] % (uint64_t)l->rx[side].M));
     l->posted[side]++;
     return RM_OK;
 }
@@ -288,9 +291,10 @@ static int tcp_wait(rm_pipe_links *l, int side, uint64_t frames, double *waited,
     if (l->in_group)
         return rm_errf(err, RM_EINVAL, "pipeline link: a wait inside an open group");
     if (frames > l->posted[side])
-        return rm_errf(err, RM_EPROTO, "pipeline link: waiting for frame %llu from %s, only %llu "
-                       "receives were posted", (unsigned long long)frames, side_who(side),
-                       (unsigned long long)l->posted[side]);
+        return rm_errf(err, RM_EPROTO,
+                       "pipeline link: waiting for frame %llu from %s, only %llu "
+                       "receives were posted",
+                       (unsigned long long)frames, side_who(side), (unsigned long long)l->posted[side]);
     return rx_wait(&l->rx[side], frames, l->timeout_s, waited, side_who(side), err);
 }
 
@@ -299,7 +303,7 @@ static int tcp_flush(rm_pipe_links *l, double *waited, rm_err *err)
     (void)waited;
     if (l->in_group)
         return rm_errf(err, RM_EINVAL, "pipeline link: a flush inside an open group");
-    return RM_OK;   /* sends are synchronous */
+    return RM_OK; /* sends are synchronous */
 }
 
 static uint64_t tcp_bytes_in(rm_pipe_links *l)
@@ -312,12 +316,22 @@ static uint64_t tcp_bytes_in(rm_pipe_links *l)
 }
 
 static const rm_pipe_link_ops tcp_ops = {
-    .name = "tcp", .open = tcp_open, .begin = tcp_begin, .send = tcp_send, .recv = tcp_recv,
-    .end = tcp_end, .wait = tcp_wait, .flush = tcp_flush, .bytes_in = tcp_bytes_in,
+    .name = "tcp",
+    .open = tcp_open,
+    .begin = tcp_begin,
+    .send = tcp_send,
+    .recv = tcp_recv,
+    .end = tcp_end,
+    .wait = tcp_wait,
+    .flush = tcp_flush,
+    .bytes_in = tcp_bytes_in,
     .close = tcp_close,
 };
 
-const rm_pipe_link_ops *rm_pipe_link_tcp_ops(void) { return &tcp_ops; }
+const rm_pipe_link_ops *rm_pipe_link_tcp_ops(void)
+{
+    return &tcp_ops;
+}
 
 const rm_pipe_link_ops *rm_pipe_link_ops_of(rm_pipe_link_kind kind)
 {

@@ -5,8 +5,10 @@
 int rm_pipe_place_of(int rank, int world, int P, rm_pipe_place *out, rm_err *err)
 {
     if (P < 1 || world < 1 || world % P != 0 || rank < 0 || rank >= world)
-        return rm_errf(err, RM_EINVAL, "pipeline placement: rank %d of world %d does not fit %d "
-                       "stages (the world must be a multiple of the stages)", rank, world, P);
+        return rm_errf(err, RM_EINVAL,
+                       "pipeline placement: rank %d of world %d does not fit %d "
+                       "stages (the world must be a multiple of the stages)",
+                       rank, world, P);
     out->stages = P;
     out->replicas = world / P;
     out->stage = rank % P;
@@ -25,7 +27,7 @@ static int pack(const uint64_t *cost, int n, int P, uint64_t cap, int *bounds)
     for (int p = 0; p < P; p++) {
         uint64_t sum = 0;
         int start = l;
-        int leave = P - 1 - p;   /* layers the later stages need at least */
+        int leave = P - 1 - p; /* layers the later stages need at least */
         while (l < n - leave && (l == start || sum + cost[l] <= cap)) {
             if (cost[l] > cap)
                 return 0;
@@ -41,8 +43,10 @@ static int pack(const uint64_t *cost, int n, int P, uint64_t cap, int *bounds)
 int rm_pipe_partition(const uint64_t *cost, int nlayers, int P, int *bounds, rm_err *err)
 {
     if (P < 1 || P > RM_PIPE_MAX_STAGES || nlayers < P)
-        return rm_errf(err, RM_EINVAL, "pipeline: cannot split %d layers into %d stages (each stage "
-                       "needs a layer; at most %d stages)", nlayers, P, RM_PIPE_MAX_STAGES);
+        return rm_errf(err, RM_EINVAL,
+                       "pipeline: cannot split %d layers into %d stages (each stage "
+                       "needs a layer; at most %d stages)",
+                       nlayers, P, RM_PIPE_MAX_STAGES);
     uint64_t lo = 0, hi = 0;
     for (int l = 0; l < nlayers; l++) {
         if (cost[l] > lo)
@@ -80,23 +84,23 @@ int rm_pipe_schedule_events(int schedule, int P, int p, int M, rm_pipe_event *ev
     if (P < 1 || p < 0 || p >= P || M < 1 || M > RM_PIPE_MAX_MICRO || (schedule != 0 && schedule != 1))
         return RM_EINVAL;
     int n = 0;
-    if (schedule == 1) {   /* GPipe */
+    if (schedule == 1) { /* GPipe */
         for (int m = 0; m < M; m++)
-            ev[n++] = (rm_pipe_event){ RM_PIPE_EV_F, m };
+            ev[n++] = (rm_pipe_event){RM_PIPE_EV_F, m};
         for (int m = 0; m < M; m++)
-            ev[n++] = (rm_pipe_event){ RM_PIPE_EV_B, m };
+            ev[n++] = (rm_pipe_event){RM_PIPE_EV_B, m};
         return n;
     }
     int warm = P - 1 - p < M ? P - 1 - p : M;
     int f = 0, b = 0;
     while (f < warm)
-        ev[n++] = (rm_pipe_event){ RM_PIPE_EV_F, f++ };
+        ev[n++] = (rm_pipe_event){RM_PIPE_EV_F, f++};
     while (f < M) {
-        ev[n++] = (rm_pipe_event){ RM_PIPE_EV_F, f++ };
-        ev[n++] = (rm_pipe_event){ RM_PIPE_EV_B, b++ };
+        ev[n++] = (rm_pipe_event){RM_PIPE_EV_F, f++};
+        ev[n++] = (rm_pipe_event){RM_PIPE_EV_B, b++};
     }
     while (b < M)
-        ev[n++] = (rm_pipe_event){ RM_PIPE_EV_B, b++ };
+        ev[n++] = (rm_pipe_event){RM_PIPE_EV_B, b++};
     return n;
 }
 
@@ -118,12 +122,14 @@ double rm_pipe_textbook_bubble(int P, int M)
 
 #define SIM_MAX_MICRO 128
 
-int rm_pipe_simulate(int schedule, int P, int M, double tf, double tb, double *idle,
-                     double *makespan, rm_err *err)
+int rm_pipe_simulate(int schedule, int P, int M, double tf, double tb, double *idle, double *makespan,
+                     rm_err *err)
 {
     if (P < 1 || P > RM_PIPE_MAX_STAGES || M < 1 || M > SIM_MAX_MICRO || !(tf > 0) || !(tb > 0))
-        return rm_errf(err, RM_EINVAL, "pipeline simulation: P %d (1..%d), M %d (1..%d), costs must "
-                       "be positive", P, RM_PIPE_MAX_STAGES, M, SIM_MAX_MICRO);
+        return rm_errf(err, RM_EINVAL,
+                       "pipeline simulation: P %d (1..%d), M %d (1..%d), costs must "
+                       "be positive",
+                       P, RM_PIPE_MAX_STAGES, M, SIM_MAX_MICRO);
     rm_pipe_event ev[RM_PIPE_MAX_STAGES][2 * SIM_MAX_MICRO];
     double fdone[RM_PIPE_MAX_STAGES][SIM_MAX_MICRO], bdone[RM_PIPE_MAX_STAGES][SIM_MAX_MICRO];
     double t[RM_PIPE_MAX_STAGES];
@@ -183,16 +189,22 @@ rm_pipe_link_kind rm_pipe_link_for(bool host_memory)
     return host_memory ? RM_PIPE_LINK_TCP : RM_PIPE_LINK_NCCL;
 }
 
-static int xf_add(rm_pipe_xfer *out, int cap, int *n, int op, int side, int grad, int event, int mb,
-                  int rows, int M, int group)
+static int xf_add(rm_pipe_xfer *out, int cap, int *n, int op, int side, int grad, int event, int mb, int rows,
+                  int M, int group)
 {
     if (*n >= cap)
         return RM_EINVAL;
     rm_pipe_xfer *x = &out[(*n)++];
     int off, cnt;
     rm_pipe_micro_rows(rows, M, mb, &off, &cnt);
-    *x = (rm_pipe_xfer){ .op = (uint8_t)op, .side = (uint8_t)side, .grad = (uint8_t)grad,
-                         .event = event, .mb = mb, .row_off = off, .rows = cnt, .group = group };
+    *x = (rm_pipe_xfer){.op = (uint8_t)op,
+                        .side = (uint8_t)side,
+                        .grad = (uint8_t)grad,
+                        .event = event,
+                        .mb = mb,
+                        .row_off = off,
+                        .rows = cnt,
+                        .group = group};
     return RM_OK;
 }
 
@@ -230,8 +242,8 @@ static int send_after(const rm_pipe_event *e, int P, int p, int *side, int *grad
 int rm_pipe_xfer_plan(const rm_pipe_event *ev, int nev, int P, int p, int rows, int M, bool grouped,
                       rm_pipe_xfer *out, int cap)
 {
-    if (!ev || !out || nev < 0 || P < 1 || p < 0 || p >= P || M < 1 || M > RM_PIPE_MAX_MICRO ||
-        rows < 0 || cap < 0)
+    if (!ev || !out || nev < 0 || P < 1 || p < 0 || p >= P || M < 1 || M > RM_PIPE_MAX_MICRO || rows < 0 ||
+        cap < 0)
         return RM_EINVAL;
     int n = 0, group = -1, side, grad;
     /* the receive before event 0 opens the first group; then, per event, its send and the next
@@ -270,7 +282,7 @@ int rm_pipe_plan_check(int schedule, int P, int M, int rows, bool grouped, rm_er
         return rm_errf(err, RM_EINVAL, "pipeline plan check: P %d (1..%d), M %d (1..%d), rows %d", P,
                        RM_PIPE_MAX_STAGES, M, RM_PIPE_CHECK_MAX_MICRO, rows);
     rm_pipe_xfer xf[RM_PIPE_MAX_STAGES][CAP];
-    int ord[RM_PIPE_MAX_STAGES][CAP];   /* ordinal within (side, op) */
+    int ord[RM_PIPE_MAX_STAGES][CAP]; /* ordinal within (side, op) */
     uint8_t done[RM_PIPE_MAX_STAGES][CAP];
     int n[RM_PIPE_MAX_STAGES], pos[RM_PIPE_MAX_STAGES];
     for (int p = 0; p < P; p++) {
@@ -281,7 +293,7 @@ int rm_pipe_plan_check(int schedule, int P, int M, int rows, bool grouped, rm_er
         n[p] = rm_pipe_xfer_plan(ev, nev, P, p, rows, M, grouped, xf[p], CAP);
         if (n[p] < 0)
             return rm_errf(err, RM_EINVAL, "pipeline plan check: no plan for stage %d", p);
-        int cnt[2][2] = { { 0, 0 }, { 0, 0 } };
+        int cnt[2][2] = {{0, 0}, {0, 0}};
         for (int j = 0; j < n[p]; j++) {
             ord[p][j] = cnt[xf[p][j].side][xf[p][j].op]++;
             done[p][j] = 0;
@@ -303,8 +315,10 @@ int rm_pipe_plan_check(int schedule, int P, int M, int rows, bool grouped, rm_er
                 const rm_pipe_xfer *x = &xf[p][j];
                 int q = partner_stage(p, x), jj = -1;
                 if (q < 0 || q >= P)
-                    return rm_errf(err, RM_EPROTO, "pipeline plan: stage %d transfers to a stage %d "
-                                   "that does not exist", p, q);
+                    return rm_errf(err, RM_EPROTO,
+                                   "pipeline plan: stage %d transfers to a stage %d "
+                                   "that does not exist",
+                                   p, q);
                 /* the partner: the same ordinal on q, opposite side and op */
                 for (int k = 0; k < n[q]; k++)
                     if (xf[q][k].side != x->side && xf[q][k].op != x->op && ord[q][k] == ord[p][j]) {
@@ -312,13 +326,16 @@ int rm_pipe_plan_check(int schedule, int P, int M, int rows, bool grouped, rm_er
                         break;
                     }
                 if (jj < 0)
-                    return rm_errf(err, RM_EPROTO, "pipeline plan: stage %d's %s %d towards stage %d "
-                                   "has no partner", p, x->op == RM_PIPE_XF_SEND ? "send" : "receive",
-                                   ord[p][j], q);
+                    return rm_errf(err, RM_EPROTO,
+                                   "pipeline plan: stage %d's %s %d towards stage %d "
+                                   "has no partner",
+                                   p, x->op == RM_PIPE_XF_SEND ? "send" : "receive", ord[p][j], q);
                 const rm_pipe_xfer *y = &xf[q][jj];
                 if (y->mb != x->mb || y->row_off != x->row_off || y->rows != x->rows || y->grad != x->grad)
-                    return rm_errf(err, RM_EPROTO, "pipeline plan: stage %d's micro-batch %d meets "
-                                   "stage %d's micro-batch %d", p, x->mb, q, y->mb);
+                    return rm_errf(err, RM_EPROTO,
+                                   "pipeline plan: stage %d's micro-batch %d meets "
+                                   "stage %d's micro-batch %d",
+                                   p, x->mb, q, y->mb);
                 if (pos[q] < n[q] && xf[q][pos[q]].group == y->group) {
                     done[p][j] = done[q][jj] = 1;
                     progress = true;
@@ -337,9 +354,10 @@ int rm_pipe_plan_check(int schedule, int P, int M, int rows, bool grouped, rm_er
             int p = 0;
             while (pos[p] >= n[p])
                 p++;
-            return rm_errf(err, RM_EPROTO, "pipeline plan: deadlock: stage %d blocks in group %d "
-                           "(micro-batch %d) and no neighbour can meet it", p, xf[p][pos[p]].group,
-                           xf[p][pos[p]].mb);
+            return rm_errf(err, RM_EPROTO,
+                           "pipeline plan: deadlock: stage %d blocks in group %d "
+                           "(micro-batch %d) and no neighbour can meet it",
+                           p, xf[p][pos[p]].group, xf[p][pos[p]].mb);
         }
     }
 }

@@ -19,25 +19,28 @@
 #include <stdint.h>
 #include "common/rm.h"
 
-#define RM_PIPE_MAX_STAGES 17        /* every stage holds >= 1 unit of the model */
-#define RM_PIPE_MAX_MICRO 4096       /* micro-batches per step (>= 1 sample each) */
+#define RM_PIPE_MAX_STAGES 17  /* every stage holds >= 1 unit of the model */
+#define RM_PIPE_MAX_MICRO 4096 /* micro-batches per step (>= 1 sample each) */
 
 typedef enum { RM_PIPE_EV_F = 0, RM_PIPE_EV_B = 1 } rm_pipe_ev_kind;
 typedef struct rm_pipe_event {
-    uint8_t kind;                    /* rm_pipe_ev_kind */
-    int32_t mb;                      /* micro-batch index 0..M-1 */
+    uint8_t kind; /* rm_pipe_ev_kind */
+    int32_t mb;   /* micro-batch index 0..M-1 */
 } rm_pipe_event;
 
 /* Placement of rank in a grid of P stages: stage = rank % P, replica d = rank / P. The stage's
  * previous/next neighbours are rank-1 / rank+1 (-1 at the ends); its data-parallel group is
  * {d*P + stage : d = 0..D-1}. RM_EINVAL when P < 1, world % P != 0 or rank out of range. */
 typedef struct rm_pipe_place {
-    int stage, replica, stages, replicas;   /* p, d, P, D */
-    int prev, next;                         /* neighbour ranks, -1 = none */
+    int stage, replica, stages, replicas; /* p, d, P, D */
+    int prev, next;                       /* neighbour ranks, -1 = none */
 } rm_pipe_place;
 int rm_pipe_place_of(int rank, int world, int P, rm_pipe_place *out, rm_err *err);
 /* Rank of data-parallel replica d of stage p. */
-static inline int rm_pipe_rank(int P, int d, int p) { return d * P + p; }
+static inline int rm_pipe_rank(int P, int d, int p)
+{
+    return d * P + p;
+}
 
 /* Split nlayers layers (cost[l] each, e.g. parameters) into P contiguous stages, each >= 1 layer,
  * minimising the largest stage cost; among equally good splits earlier stages take more layers.
@@ -60,8 +63,8 @@ int rm_pipe_max_inflight(const rm_pipe_event *ev, int n);
  * idle[p] (P entries) gets stage p's idle fraction of the makespan (time before its first event,
  * between events and after its last); *makespan the total. RM_EINVAL for bad arguments, RM_EPROTO
  * if the tables deadlock (a stage waits for an event that can never happen). */
-int rm_pipe_simulate(int schedule, int P, int M, double tf, double tb, double *idle,
-                     double *makespan, rm_err *err);
+int rm_pipe_simulate(int schedule, int P, int M, double tf, double tb, double *idle, double *makespan,
+                     rm_err *err);
 /* The textbook bubble fraction (P-1)/(M+P-1). */
 double rm_pipe_textbook_bubble(int P, int M);
 /* ---- the links between neighbouring stages (docs/strategies.md#pipeline-stages) ---------------------------------- */
@@ -84,13 +87,13 @@ rm_pipe_link_kind rm_pipe_link_for(bool host_memory);
 typedef enum { RM_PIPE_SIDE_PREV = 0, RM_PIPE_SIDE_NEXT = 1 } rm_pipe_side;
 typedef enum { RM_PIPE_XF_RECV = 0, RM_PIPE_XF_SEND = 1 } rm_pipe_xf_op;
 typedef struct rm_pipe_xfer {
-    uint8_t op;        /* rm_pipe_xf_op */
-    uint8_t side;      /* rm_pipe_side: the neighbour */
-    uint8_t grad;      /* 1: activation-gradient (+ the loss float), 0: activations */
-    int32_t event;     /* index of its event: a receive runs before that event's compute, a send after */
-    int32_t mb;        /* micro-batch */
-    int32_t row_off, rows;   /* its rows of the batch (rm_pipe_micro_rows) */
-    int32_t group;     /* transfers with equal group are issued together, groups in order from 0 */
+    uint8_t op;            /* rm_pipe_xf_op */
+    uint8_t side;          /* rm_pipe_side: the neighbour */
+    uint8_t grad;          /* 1: activation-gradient (+ the loss float), 0: activations */
+    int32_t event;         /* index of its event: a receive runs before that event's compute, a send after */
+    int32_t mb;            /* micro-batch */
+    int32_t row_off, rows; /* its rows of the batch (rm_pipe_micro_rows) */
+    int32_t group;         /* transfers with equal group are issued together, groups in order from 0 */
 } rm_pipe_xfer;
 /* Stage p's transfers for its event table ev[0..nev) of a batch of `rows` in M micro-batches, in
  * issue order, into out (cap entries; 2*nev always suffice). grouped = false: every transfer is its

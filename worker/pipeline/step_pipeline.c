@@ -79,12 +79,12 @@
 #include "worker/pipeline/pipeline_core.h"
 #include "worker/step.h"
 
-#define PIPE_GROUP_DP 0x2000u     /* + stage: a stage's data-parallel group */
-#define PIPE_GROUP_LINK 0x4000u   /* + lower rank: the link between stage p and p+1 */
+#define PIPE_GROUP_DP 0x2000u   /* + stage: a stage's data-parallel group */
+#define PIPE_GROUP_LINK 0x4000u /* + lower rank: the link between stage p and p+1 */
 
 struct rm_step {
     rm_step_env env;
-    const rm_step_ops *inner_ops;   /* the allreduce strategy: fresh/save/restore/sync */
+    const rm_step_ops *inner_ops; /* the allreduce strategy: fresh/save/restore/sync */
     rm_step *inner;
     int P, M, schedule;
     /* this round */
@@ -92,8 +92,8 @@ struct rm_step {
     rm_pipe_place pl;
     bool round_ok;
     int bounds[RM_PIPE_MAX_STAGES + 1];
-    int l0, l1;                     /* this stage's layers [l0, l1) */
-    size_t poff, plen;              /* its parameter range (floats) */
+    int l0, l1;        /* this stage's layers [l0, l1) */
+    size_t poff, plen; /* its parameter range (floats) */
     rm_pipe_event ev[2 * RM_PIPE_MAX_MICRO];
     int nev, inflight;
     const rm_comm_ops *ring;
@@ -103,23 +103,23 @@ struct rm_step {
     rm_pipe_links *links;           /* activations from p-1 / gradients from p+1 (this round) */
     rm_pipe_xfer *xf;               /* [4*M] the step's transfers in issue order (init) */
     int nxf;
-    uint64_t nstep;                 /* steps in this round */
-    uint64_t nfwd, nbwd;            /* frames expected so far from p-1 / p+1 this round */
-    bool dirty;                     /* stale ranges: steps since the state was whole */
-    bool gathered;                  /* state_gather assembled the state at this step */
-    bool release;                   /* buffers may be whole: give back the other stages' pages */
-    double tot_wait, tot_sched;     /* this round, after its first step: the bench's numbers */
-    double tot_fwd, tot_bwd;        /* busy time of the F / B events (their waits excluded) */
-    double tot_cycle;               /* step start to next step start (tot_cycles of them) */
+    uint64_t nstep;             /* steps in this round */
+    uint64_t nfwd, nbwd;        /* frames expected so far from p-1 / p+1 this round */
+    bool dirty;                 /* stale ranges: steps since the state was whole */
+    bool gathered;              /* state_gather assembled the state at this step */
+    bool release;               /* buffers may be whole: give back the other stages' pages */
+    double tot_wait, tot_sched; /* this round, after its first step: the bench's numbers */
+    double tot_fwd, tot_bwd;    /* busy time of the F / B events (their waits excluded) */
+    double tot_cycle;           /* step start to next step start (tot_cycles of them) */
     uint64_t tot_steps, tot_cycles;
-    double last_t0;                 /* when the last step's schedule began (0: none this round) */
+    double last_t0; /* when the last step's schedule began (0: none this round) */
     /* preallocated (init) */
-    float *in_act;                  /* [B x widest] received activations (stage input) */
-    float *out_grad;                /* [B x widest] received output gradients */
-    float *dx;                      /* [B x widest] input gradients to send */
-    float *loss_mb;                 /* [M] */
-    float *loss_rx;                 /* [M] losses riding on gradient frames */
-    float *loss_h;                  /* [M] host copy of loss_mb (device memory) */
+    float *in_act;   /* [B x widest] received activations (stage input) */
+    float *out_grad; /* [B x widest] received output gradients */
+    float *dx;       /* [B x widest] input gradients to send */
+    float *loss_mb;  /* [M] */
+    float *loss_rx;  /* [M] losses riding on gradient frames */
+    float *loss_h;   /* [M] host copy of loss_mb (device memory) */
     int widest;
 };
 
@@ -157,8 +157,7 @@ static int parse_env(rm_step *s, rm_err *err)
     if (par.pipeline_stages < 1 || par.pipeline_stages > RM_PIPE_MAX_STAGES)
         return rm_err_field(err, RM_EINVAL, "spec.parallelism.pipelineStages", "must be 1..%d here (got %d)",
                             RM_PIPE_MAX_STAGES, par.pipeline_stages);
-    if (par.micro_batches < 1 || par.micro_batches > RM_PIPE_MAX_MICRO ||
-        par.micro_batches > s->env.batch)
+    if (par.micro_batches < 1 || par.micro_batches > RM_PIPE_MAX_MICRO || par.micro_batches > s->env.batch)
         return rm_err_field(err, RM_EINVAL, "spec.parallelism.microBatches",
                             "must be 1..min(%d, batchSizePerWorker %d) (got %d)", RM_PIPE_MAX_MICRO,
                             s->env.batch, par.micro_batches);
@@ -195,7 +194,8 @@ static void pl_destroy(rm_step *s)
 static int pl_init(const rm_step_env *env, rm_step **out, rm_err *err)
 {
     if (env->sharding != RM_SHARD_NONE)
-        return rm_err_field(err, RM_EINVAL, "spec.training.sharding", "must be none with pipeline "
+        return rm_err_field(err, RM_EINVAL, "spec.training.sharding",
+                            "must be none with pipeline "
                             "stages in this version");
     rm_step *s = calloc(1, sizeof *s);
     if (!s)
@@ -251,10 +251,9 @@ static void log_stats(rm_step *s)
     rm_info("pipeline stats stage=%d stages=%d micro_batches=%d schedule=%s steps=%llu "
             "bubble=%.4f textbook_bubble=%.4f schedule_ms=%.3f wait_ms=%.3f fwd_ms=%.3f bwd_ms=%.3f "
             "cycle_ms=%.3f activations_bytes=%llu",
-            s->pl.stage, s->P, s->M, s->schedule ? "gpipe" : "1f1b",
-            (unsigned long long)s->tot_steps, s->tot_sched > 0 ? s->tot_wait / s->tot_sched : 0,
-            rm_pipe_textbook_bubble(s->P, s->M), 1e3 * s->tot_sched / n, 1e3 * s->tot_wait / n,
-            1e3 * s->tot_fwd / n, 1e3 * s->tot_bwd / n,
+            s->pl.stage, s->P, s->M, s->schedule ? "gpipe" : "1f1b", (unsigned long long)s->tot_steps,
+            s->tot_sched > 0 ? s->tot_wait / s->tot_sched : 0, rm_pipe_textbook_bubble(s->P, s->M),
+            1e3 * s->tot_sched / n, 1e3 * s->tot_wait / n, 1e3 * s->tot_fwd / n, 1e3 * s->tot_bwd / n,
             s->tot_cycles ? 1e3 * s->tot_cycle / (double)s->tot_cycles : 0,
             (unsigned long long)mem.activations);
 }
@@ -268,7 +267,7 @@ static void pl_round_end(rm_step *s)
     s->tot_wait = s->tot_sched = s->tot_fwd = s->tot_bwd = s->tot_cycle = 0;
     s->last_t0 = 0;
     if (s->lk)
-        s->lk->close(s->links);   /* stops the receivers / closes the NCCL communicators */
+        s->lk->close(s->links); /* stops the receivers / closes the NCCL communicators */
     s->links = NULL;
     if (s->ring) {
         s->ring->destroy(s->link_prev);
@@ -282,8 +281,8 @@ static void pl_round_end(rm_step *s)
 }
 
 /* A ring sub-group: ranks[] (n of them, world ranks) with this rank at index me. */
-static int form_group(rm_step *s, const rm_step_round *r, const int *ranks, int n, int me,
-                      uint32_t group, rm_comm **out, rm_err *err)
+static int form_group(rm_step *s, const rm_step_round *r, const int *ranks, int n, int me, uint32_t group,
+                      rm_comm **out, rm_err *err)
 {
     rm_rdzv_peer peers[RM_RDZV_MAX_WORLD > 1024 ? 1024 : RM_RDZV_MAX_WORLD];
     if (n > (int)RM_ARRAY_LEN(peers))
@@ -291,8 +290,15 @@ static int form_group(rm_step *s, const rm_step_round *r, const int *ranks, int 
     for (int i = 0; i < n; i++)
         peers[i] = r->peers[ranks[i]];
     rm_comm_cfg cc = {
-        .rank = me, .world_size = n, .epoch = r->epoch, .peers = peers, .token = s->env.token,
-        .listener = r->listener, .listen_fd = -1, .timeout_s = s->env.timeout_s, .group = group,
+        .rank = me,
+        .world_size = n,
+        .epoch = r->epoch,
+        .peers = peers,
+        .token = s->env.token,
+        .listener = r->listener,
+        .listen_fd = -1,
+        .timeout_s = s->env.timeout_s,
+        .group = group,
     };
     return s->ring->init(&cc, out, err);
 }
@@ -301,7 +307,7 @@ static int pl_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
 {
     pl_round_end(s);
     s->r = *r;
-    s->r.peers = NULL;   /* only valid during round_begin */
+    s->r.peers = NULL; /* only valid during round_begin */
     s->r.listener = NULL;
     RM_CHECK(rm_pipe_place_of(r->rank, r->world, s->P, &s->pl, err));
     const rm_model *m = s->env.m;
@@ -324,7 +330,7 @@ static int pl_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
     if (s->nxf < 0)
         return rm_errf(err, RM_EINVAL, "pipeline: no transfer plan for stage %d", p);
     s->gathered = false;
-    s->release = true;   /* the stage's range may be another one than last round's */
+    s->release = true; /* the stage's range may be another one than last round's */
     /* the world round for state sync, materialize and evaluation */
     RM_CHECK(s->inner_ops->round_begin(s->inner, r, err));
     s->round_ok = true;
@@ -339,39 +345,54 @@ static int pl_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
                                   s->bounds[q], s->bounds[q + 1], (unsigned long long)sum);
         }
         rm_info("pipeline stages=%d micro_batches=%d schedule=%s stage=%d replica=%d of %d "
-                "in_flight=%d layout=\"%s\"", s->P, s->M, s->schedule ? "gpipe" : "1f1b", p,
-                s->pl.replica, s->pl.replicas, s->inflight, lay);
+                "in_flight=%d layout=\"%s\"",
+                s->P, s->M, s->schedule ? "gpipe" : "1f1b", p, s->pl.replica, s->pl.replicas, s->inflight,
+                lay);
     }
     if (s->P == 1 && s->pl.replicas == 1)
         return RM_OK;
     if (!r->listener || !r->peers)
-        return rm_errf(err, RM_EUNSUPPORTED, "pipeline: stages need the worker's ring listener and "
+        return rm_errf(err, RM_EUNSUPPORTED,
+                       "pipeline: stages need the worker's ring listener and "
                        "the rendezvous peer list (backend ring, shm or nccl under a rendezvous)");
     if (!s->env.k->host_memory && s->pl.replicas > 1)
-        return rm_err_field(err, RM_EUNSUPPORTED, "spec.replicas", "pipeline stages on a GPU run one "
+        return rm_err_field(err, RM_EUNSUPPORTED, "spec.replicas",
+                            "pipeline stages on a GPU run one "
                             "data-parallel replica in this version (replicas = pipelineStages = %d); "
-                            "the stage's data-parallel allreduce is the CPU ring's", s->P);
+                            "the stage's data-parallel allreduce is the CPU ring's",
+                            s->P);
     s->ring = rm_comm_ring_ops();
     /* links first, lower stage connecting: every pair forms independently of the others */
     if (s->pl.next >= 0) {
-        int ranks[2] = { r->rank, s->pl.next };
+        int ranks[2] = {r->rank, s->pl.next};
         RM_CHECK(form_group(s, r, ranks, 2, 0, PIPE_GROUP_LINK + (uint32_t)r->rank, &s->link_next, err));
     }
     if (s->pl.prev >= 0) {
-        int ranks[2] = { s->pl.prev, r->rank };
+        int ranks[2] = {s->pl.prev, r->rank};
         RM_CHECK(form_group(s, r, ranks, 2, 1, PIPE_GROUP_LINK + (uint32_t)s->pl.prev, &s->link_prev, err));
     }
     /* the transport over the authenticated links (TCP: receiver threads on their sockets; NCCL: a
      * communicator per link, its id sent over the link) */
     rm_pipe_links_cfg lc = {
-        .side = {
-            [RM_PIPE_SIDE_PREV] = { .tcp = s->link_prev, .lower = false, .rx = s->in_act,
-                                    .width = m->unit[s->l0].in_width, .rx_extra = NULL, .tx_extra = true },
-            [RM_PIPE_SIDE_NEXT] = { .tcp = s->link_next, .lower = true, .rx = s->out_grad,
-                                    .width = m->unit[s->l1 - 1].out_width, .rx_extra = s->loss_rx,
-                                    .tx_extra = false },
-        },
-        .B = s->env.batch, .M = s->M, .timeout_s = s->env.timeout_s, .k = s->env.k,
+        .side =
+            {
+                [RM_PIPE_SIDE_PREV] = {.tcp = s->link_prev,
+                                       .lower = false,
+                                       .rx = s->in_act,
+                                       .width = m->unit[s->l0].in_width,
+                                       .rx_extra = NULL,
+                                       .tx_extra = true},
+                [RM_PIPE_SIDE_NEXT] = {.tcp = s->link_next,
+                                       .lower = true,
+                                       .rx = s->out_grad,
+                                       .width = m->unit[s->l1 - 1].out_width,
+                                       .rx_extra = s->loss_rx,
+                                       .tx_extra = false},
+            },
+        .B = s->env.batch,
+        .M = s->M,
+        .timeout_s = s->env.timeout_s,
+        .k = s->env.k,
     };
     if (s->link_prev || s->link_next)
         RM_CHECK(s->lk->open(&lc, &s->links, err));
@@ -379,8 +400,8 @@ static int pl_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
         int ranks[RM_RDZV_MAX_WORLD > 1024 ? 1024 : RM_RDZV_MAX_WORLD];
         for (int d = 0; d < s->pl.replicas; d++)
             ranks[d] = rm_pipe_rank(s->P, d, p);
-        RM_CHECK(form_group(s, r, ranks, s->pl.replicas, s->pl.replica, PIPE_GROUP_DP + (uint32_t)p,
-                            &s->dp, err));
+        RM_CHECK(
+            form_group(s, r, ranks, s->pl.replicas, s->pl.replica, PIPE_GROUP_DP + (uint32_t)p, &s->dp, err));
     }
     return RM_OK;
 }
@@ -399,8 +420,8 @@ static int pl_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
         if (s->env.k->host_memory)
             memset(s->env.opt->state[i] + s->poff, 0, s->plen * sizeof(float));
         else
-            RM_CHECK(dev_rc(s, s->env.k->memset0(s->env.opt->state[i] + s->poff, s->plen * sizeof(float)),
-                            err));
+            RM_CHECK(
+                dev_rc(s, s->env.k->memset0(s->env.opt->state[i] + s->poff, s->plen * sizeof(float)), err));
     }
     s->env.opt->t = 0;
     return RM_OK;
@@ -419,22 +440,24 @@ static size_t pl_state_bytes(const rm_step *s, int rank)
     if (stage_ckpt(s))
         return s->pl.replica == 0 ? (size_t)(1 + s->env.opt->nstate) * s->plen * sizeof(float) : 0;
     if (s->dirty && !s->gathered)
-        return 0;   /* stale ranges: only a gathered state is a checkpoint */
+        return 0; /* stale ranges: only a gathered state is a checkpoint */
     return s->inner_ops->state_bytes(s->inner, rank);
 }
 
 static int pl_state_save(rm_step *s, void *dst, rm_err *err)
 {
-    if (stage_ckpt(s) && !s->env.k->host_memory) {   /* device memory: the same, copied down */
+    if (stage_ckpt(s) && !s->env.k->host_memory) { /* device memory: the same, copied down */
         float *d = dst;
         const rm_kernels *k = s->env.k;
         RM_CHECK(dev_rc(s, k->d2h(d, s->env.m->params + s->poff, s->plen * sizeof(float)), err));
         for (int i = 0; i < s->env.opt->nstate; i++)
-            RM_CHECK(dev_rc(s, k->d2h(d + (size_t)(1 + i) * s->plen, s->env.opt->state[i] + s->poff,
-                                      s->plen * sizeof(float)), err));
+            RM_CHECK(dev_rc(s,
+                            k->d2h(d + (size_t)(1 + i) * s->plen, s->env.opt->state[i] + s->poff,
+                                   s->plen * sizeof(float)),
+                            err));
         return RM_OK;
     }
-    if (stage_ckpt(s)) {   /* host memory: the stage's parameters, then its state */
+    if (stage_ckpt(s)) { /* host memory: the stage's parameters, then its state */
         float *d = dst;
         memcpy(d, s->env.m->params + s->poff, s->plen * sizeof(float));
         for (int i = 0; i < s->env.opt->nstate; i++)
@@ -474,12 +497,11 @@ static void restored_flags(rm_step *s)
     s->release = true;
 }
 
-static void pl_state_restore(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
-                             int scaler_tracker)
+static void pl_state_restore(rm_step *s, const void *src, int64_t opt_t, float loss_scale, int scaler_tracker)
 {
     if (s->P == 1 || s->plen == 0) {
         s->inner_ops->state_restore(s->inner, src, opt_t, loss_scale, scaler_tracker);
-    } else {   /* P > 1: take this stage's range of the whole payload, write nothing else */
+    } else { /* P > 1: take this stage's range of the whole payload, write nothing else */
         const float *f = src;
         size_t n = s->env.m->nparams;
         const rm_kernels *k = s->env.k;
@@ -488,7 +510,7 @@ static void pl_state_restore(rm_step *s, const void *src, int64_t opt_t, float l
             for (int i = 0; i < s->env.opt->nstate; i++)
                 memcpy(s->env.opt->state[i] + s->poff, f + (size_t)(1 + i) * n + s->poff,
                        s->plen * sizeof(float));
-        } else {   /* device memory; a failed copy surfaces at the next step's kernel check */
+        } else { /* device memory; a failed copy surfaces at the next step's kernel check */
             int rc = k->h2d(s->env.m->params + s->poff, f + s->poff, s->plen * sizeof(float));
             for (int i = 0; i < s->env.opt->nstate && rc == RM_OK; i++)
                 rc = k->h2d(s->env.opt->state[i] + s->poff, f + (size_t)(1 + i) * n + s->poff,
@@ -505,7 +527,8 @@ static void pl_state_restore(rm_step *s, const void *src, int64_t opt_t, float l
 static int pl_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
 {
     if (s->dirty)
-        return rm_errf(err, RM_EUNSUPPORTED, "pipeline: the group re-formed without a checkpoint to "
+        return rm_errf(err, RM_EUNSUPPORTED,
+                       "pipeline: the group re-formed without a checkpoint to "
                        "start from; pipeline stages need spec.checkpoint (each stage's layers live "
                        "only on its workers between checkpoints)");
     s->release = true;
@@ -516,7 +539,7 @@ static int pl_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
     RM_CHECK(rm_step_allreduce_sync_pos(s->inner, pos, err));
     if (!s->dp)
         return RM_OK;
-    float *bufs[3] = { s->env.m->params, NULL, NULL };
+    float *bufs[3] = {s->env.m->params, NULL, NULL};
     int nb = 1;
     for (int i = 0; i < s->env.opt->nstate && i < 2; i++)
         bufs[nb++] = s->env.opt->state[i];
@@ -559,7 +582,7 @@ static int pl_materialize(rm_step *s, rm_err *err)
 static int pl_state_gather(rm_step *s, void *dst, rm_err *err)
 {
     if (!s->r.ops || stage_ckpt(s))
-        return RM_OK;   /* P > 1: every stage writes its own layers, nothing to assemble */
+        return RM_OK; /* P > 1: every stage writes its own layers, nothing to assemble */
     if (s->dirty) {
         RM_CHECK(whole(s, s->env.m->params, err));
         for (int i = 0; i < s->env.opt->nstate; i++)
@@ -567,7 +590,7 @@ static int pl_state_gather(rm_step *s, void *dst, rm_err *err)
         s->dirty = false;
     }
     s->gathered = true;
-    (void)dst;   /* the whole state is in the model's buffers; state_save copies it */
+    (void)dst; /* the whole state is in the model's buffers; state_save copies it */
     return RM_OK;
 }
 
@@ -577,7 +600,7 @@ static int pl_state_gather(rm_step *s, void *dst, rm_err *err)
 /* in0: the stage's input rows (NULL on the first stage: the model's input batch) */
 static void stage_forward(rm_step *s, int off, int n, const float *in0)
 {
-    rm_model_pass p = { .u0 = s->l0, .u1 = s->l1, .off = off, .rows = n, .in = in0 };
+    rm_model_pass p = {.u0 = s->l0, .u1 = s->l1, .off = off, .rows = n, .in = in0};
     rm_model_forward_pass(s->env.m, &p);
 }
 
@@ -587,8 +610,8 @@ static void stage_forward(rm_step *s, int off, int n, const float *in0)
 static void stage_backward(rm_step *s, int off, int n, float *dy, const float *in0, bool first)
 {
     rm_model *m = s->env.m;
-    rm_model_pass p = { .u0 = s->l0, .u1 = s->l1, .off = off, .rows = n, .in = in0, .dy = dy,
-                        .accumulate = !first };
+    rm_model_pass p = {
+        .u0 = s->l0, .u1 = s->l1, .off = off, .rows = n, .in = in0, .dy = dy, .accumulate = !first};
     if (s->pl.stage > 0)
         p.dx = s->dx + (size_t)off * (size_t)m->unit[s->l0].in_width;
     rm_model_backward_pass(m, &p);
@@ -603,7 +626,7 @@ static void release_others(rm_step *s)
         return;
     rm_model *m = s->env.m;
     size_t n = m->nparams, a = s->poff, b = s->poff + s->plen;
-    float *bufs[2 + 2] = { m->params, m->grads, NULL, NULL };
+    float *bufs[2 + 2] = {m->params, m->grads, NULL, NULL};
     for (int i = 0; i < s->env.opt->nstate && i < 2; i++)
         bufs[2 + i] = s->env.opt->state[i];
     for (int i = 0; i < 4; i++) {
@@ -629,11 +652,11 @@ static int issue_group(rm_step *s, int *xi, uint64_t *sent, rm_err *err)
         const rm_pipe_xfer *x = &s->xf[*xi];
         if (x->op == RM_PIPE_XF_RECV) {
             rc = s->lk->recv(s->links, x->side, x->mb, err);
-        } else if (!x->grad) {   /* forward: this stage's output rows to p+1 */
+        } else if (!x->grad) { /* forward: this stage's output rows to p+1 */
             const float *y = rm_model_output(m, s->l1 - 1, x->row_off);
             rc = s->lk->send(s->links, RM_PIPE_SIDE_NEXT, y, (size_t)x->rows * (size_t)dout, NULL, err);
             *sent += (size_t)x->rows * (size_t)dout * sizeof(float) + hdr;
-        } else {                 /* backward: the input gradient rows and the loss to p-1 */
+        } else { /* backward: the input gradient rows and the loss to p-1 */
             rc = s->lk->send(s->links, RM_PIPE_SIDE_PREV, s->dx + (size_t)x->row_off * (size_t)din,
                              (size_t)x->rows * (size_t)din, &s->loss_mb[x->mb], err);
             *sent += ((size_t)x->rows * (size_t)din + 1) * sizeof(float) + hdr;
@@ -657,10 +680,10 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
                        s->env.batch);
     uint64_t b0 = s->links ? s->lk->bytes_in(s->links) : 0;
     uint64_t sent = 0;
-    double t0 = rm_mono(), waited = 0, busy[2] = { 0, 0 };
+    double t0 = rm_mono(), waited = 0, busy[2] = {0, 0};
     float inv_batch = 1.0f / (float)rows;
     bool first_b = true;
-    int xi = 0;   /* transfers [0, xi) of the plan are issued */
+    int xi = 0; /* transfers [0, xi) of the plan are issued */
     for (int i = 0; i < s->nev; i++) {
         double e0 = rm_mono(), w0 = waited;
         int mb = s->ev[i].mb, off, n;
@@ -706,21 +729,21 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
         busy[s->ev[i].kind == RM_PIPE_EV_F ? 0 : 1] += rm_mono() - e0 - (waited - w0);
     }
     if (xi != s->nxf)
-        return rm_errf(err, RM_EPROTO, "pipeline: stage %d issued %d of its %d transfers", s->pl.stage,
-                       xi, s->nxf);
+        return rm_errf(err, RM_EPROTO, "pipeline: stage %d issued %d of its %d transfers", s->pl.stage, xi,
+                       s->nxf);
     /* every send has left its buffer before the next step writes it (NCCL; TCP sends are done) */
     if (s->links)
         RM_CHECK(s->lk->flush(s->links, &waited, err));
     double sched_s = rm_mono() - t0;
     s->nfwd += (uint64_t)s->M;
     s->nbwd += (uint64_t)s->M;
-    if (s->nstep > 0) {   /* the round's first step includes the neighbours' start-up */
+    if (s->nstep > 0) { /* the round's first step includes the neighbours' start-up */
         s->tot_wait += waited;
         s->tot_sched += sched_s;
         s->tot_fwd += busy[0];
         s->tot_bwd += busy[1];
         s->tot_steps++;
-        if (s->last_t0 > 0) {   /* schedule + what the stage does between schedules */
+        if (s->last_t0 > 0) { /* schedule + what the stage does between schedules */
             s->tot_cycle += t0 - s->last_t0;
             s->tot_cycles++;
         }
@@ -749,11 +772,11 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
         st->allreduce_s = rm_mono() - a0;
         st->bytes = s->plen * sizeof(float);
         int D = s->pl.replicas;
-        st->busbw_gbps = st->allreduce_s > 0 ? (double)st->bytes / st->allreduce_s / 1e9 * 2.0 *
-                                                   (double)(D - 1) / D : 0;
+        st->busbw_gbps =
+            st->allreduce_s > 0 ? (double)st->bytes / st->allreduce_s / 1e9 * 2.0 * (double)(D - 1) / D : 0;
     }
     rm_optim_tick(s->env.opt);
-    float *state[2] = { NULL, NULL };
+    float *state[2] = {NULL, NULL};
     for (int i = 0; i < s->env.opt->nstate; i++)
         state[i] = s->env.opt->state[i] + s->poff;
     rm_optim_update_range(s->env.opt, m->params + s->poff, m->grads + s->poff, state, s->plen, lr);
@@ -800,15 +823,15 @@ static int pl_eval_forward(rm_step *s, int rows, bool *logits, rm_err *err)
     if (rows < 1 || rows > B)
         return rm_errf(err, RM_EINVAL, "pipeline: evaluation batch of %d rows (1..%d)", rows, B);
     if (first_stage && rows < B)
-        RM_CHECK(dev_rc(s, s->env.k->memset0(rm_model_input(m, rows),
-                                             (size_t)(B - rows) * m->x_row_bytes), err));
+        RM_CHECK(
+            dev_rc(s, s->env.k->memset0(rm_model_input(m, rows), (size_t)(B - rows) * m->x_row_bytes), err));
     double waited = 0;
     const rm_pipe_link_ops *lk = s->lk;
     for (int mb = 0; mb < s->M; mb++) {
         int off, n;
         rm_pipe_micro_rows(B, s->M, mb, &off, &n);
         if (!first_stage) {
-            RM_CHECK(pl_group(s, RM_PIPE_SIDE_PREV, mb, -1, NULL, 0, NULL, err));   /* its receive */
+            RM_CHECK(pl_group(s, RM_PIPE_SIDE_PREV, mb, -1, NULL, 0, NULL, err)); /* its receive */
             RM_CHECK(lk->wait(s->links, RM_PIPE_SIDE_PREV, s->nfwd + (uint64_t)mb + 1, &waited, err));
         }
         const float *in0 = first_stage ? NULL : s->in_act + (size_t)off * (size_t)din;
@@ -818,7 +841,7 @@ static int pl_eval_forward(rm_step *s, int rows, bool *logits, rm_err *err)
                               (size_t)n * (size_t)dout, NULL, err));
     }
     if (!first_stage)
-        for (int mb = 0; mb < s->M; mb++) {   /* this batch's inputs are used: p-1 may go on */
+        for (int mb = 0; mb < s->M; mb++) { /* this batch's inputs are used: p-1 may go on */
             int off, n;
             rm_pipe_micro_rows(B, s->M, mb, &off, &n);
             RM_CHECK(pl_group(s, -1, 0, RM_PIPE_SIDE_PREV, s->dx + (size_t)off * (size_t)din,
@@ -850,7 +873,7 @@ static int pl_checksum(rm_step *s, uint64_t *out, rm_err *err)
         return RM_OK;
     }
     for (int q = 0; q < s->P; q++) {
-        float v[4] = { 0, 0, 0, 0 };
+        float v[4] = {0, 0, 0, 0};
         if (s->pl.stage == q && s->pl.replica == 0 && !s->env.k->host_memory) {
             /* device memory: hash a host copy of the stage's range (once, at the end) */
             float *hp = malloc(s->plen * sizeof(float));
@@ -898,7 +921,7 @@ static void pl_memory(const rm_step *s, rm_step_memory *out)
     for (int l = s->l0; l < s->l1; l++)
         per += m->unit[l].act_floats;
     if (s->pl.stage > 0)
-        per += (uint64_t)m->unit[s->l0].in_width;   /* received input */
+        per += (uint64_t)m->unit[s->l0].in_width; /* received input */
     out->activations = (uint64_t)s->inflight * mbrows * per * f;
 }
 
@@ -924,7 +947,7 @@ static void pl_state_restore_layers(rm_step *s, const void *src, int64_t opt_t, 
         const float *from = f + (size_t)(1 + i) * s->plen;
         if (k->host_memory)
             memcpy(d, from, s->plen * sizeof(float));
-        else   /* a failed copy surfaces at the next step's kernel check */
+        else /* a failed copy surfaces at the next step's kernel check */
             rc = k->h2d(d, from, s->plen * sizeof(float));
     }
     if (rc != RM_OK)

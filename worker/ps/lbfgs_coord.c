@@ -23,16 +23,16 @@
 struct rm_lbfgs_shard {
     size_t len;
     int nslots, P;
-    float *params;          /* borrowed: slot RM_LV_X */
-    float *vecs;            /* owned: slots 1..nslots-1, len floats each */
-    int64_t pass;           /* pass id whose pushes are accepted */
-    int64_t incarnation;    /* this process' shard: a coordinator that sees it change knows the
+    float *params;           /* borrowed: slot RM_LV_X */
+    float *vecs;             /* owned: slots 1..nslots-1, len floats each */
+    int64_t pass;            /* pass id whose pushes are accepted */
+    int64_t incarnation;     /* this process' shard: a coordinator that sees it change knows the
                                shard was replaced and its vectors (not its X) are gone */
-    uint8_t *seen;          /* P bits: portions already added to G in this pass */
-    int64_t commit;         /* the accepted point the vectors hold (staged/restored); -1: none */
-    float *stage;           /* owned: the vectors (slots 1..) as of the last COMMIT */
-    int64_t staged, written;   /* commits staged / written to the vectors file */
-    char path[4200];        /* <checkpoint dir>/lbfgs-vectors; "" = none */
+    uint8_t *seen;           /* P bits: portions already added to G in this pass */
+    int64_t commit;          /* the accepted point the vectors hold (staged/restored); -1: none */
+    float *stage;            /* owned: the vectors (slots 1..) as of the last COMMIT */
+    int64_t staged, written; /* commits staged / written to the vectors file */
+    char path[4200];         /* <checkpoint dir>/lbfgs-vectors; "" = none */
 };
 
 /* The vectors file: a header, then (nslots - 1) x len floats; FNV-1a 64 of the floats. */
@@ -42,7 +42,7 @@ typedef struct {
     int64_t commit;
     uint64_t sum;
 } vec_hdr;
-#define VEC_MAGIC 0x524d4c42u   /* "RMLB" */
+#define VEC_MAGIC 0x524d4c42u /* "RMLB" */
 
 static uint64_t fnv(const void *p, size_t n)
 {
@@ -61,9 +61,9 @@ static bool vec_load(rm_lbfgs_shard *sh)
         return false;
     vec_hdr h;
     size_t n = (size_t)(sh->nslots - 1) * sh->len;
-    bool ok = fread(&h, sizeof h, 1, f) == 1 && h.magic == VEC_MAGIC &&
-              h.nslots == (uint32_t)sh->nslots && h.len == sh->len &&
-              fread(sh->stage, sizeof(float), n, f) == n && fnv(sh->stage, n * sizeof(float)) == h.sum;
+    bool ok = fread(&h, sizeof h, 1, f) == 1 && h.magic == VEC_MAGIC && h.nslots == (uint32_t)sh->nslots &&
+              h.len == sh->len && fread(sh->stage, sizeof(float), n, f) == n &&
+              fnv(sh->stage, n * sizeof(float)) == h.sum;
     fclose(f);
     if (!ok) {
         rm_warn("lbfgs vectors file unusable (another layout, truncated or corrupt) path=%s", sh->path);
@@ -123,8 +123,8 @@ int rm_lbfgs_shard_new(float *params, size_t len, int history, int portions, con
     if (!sh->vecs || !sh->seen || !sh->stage) {
         int nslots = sh->nslots;
         rm_lbfgs_shard_free(sh);
-        return rm_errf(err, RM_ENOMEM, "lbfgs shard: out of memory for %d vectors of %zu floats",
-                       nslots, len);
+        return rm_errf(err, RM_ENOMEM, "lbfgs shard: out of memory for %d vectors of %zu floats", nslots,
+                       len);
     }
     /* the vectors of the last accepted point, or X0 = X: a line search that copies X0 back into
      * X on a shard that was just replaced keeps its restored X instead of zeroing it */
@@ -149,26 +149,25 @@ void rm_lbfgs_shard_free(rm_lbfgs_shard *sh)
 
 void rm_lbfgs_shard_vec(rm_lbfgs_shard *sh, const rm_ps_req *q, rm_ps_rep *r)
 {
-    int code = (int)(q->step & 0xff), a = (int)((q->step >> 8) & 0xffff),
-        b = (int)((q->step >> 24) & 0xffff);
+    int code = (int)(q->step & 0xff), a = (int)((q->step >> 8) & 0xffff), b = (int)((q->step >> 24) & 0xffff);
     double alpha = rm_lb_bitsd(q->from_version);
     size_t n = sh->len;
     r->version = sh->incarnation;
-    if (code == RM_LBV_COMMIT) {   /* an accepted point (X0 = X, G0 = G): its vectors, durable */
+    if (code == RM_LBV_COMMIT) { /* an accepted point (X0 = X, G0 = G): its vectors, durable */
         sh->commit = sh->staged = (int64_t)alpha;
         memcpy(sh->stage, sh->vecs, (size_t)(sh->nslots - 1) * n * sizeof(float));
-        vec_write(sh);   /* before the answer: the coordinator's commit is on disk here */
+        vec_write(sh); /* before the answer: the coordinator's commit is on disk here */
         return;
     }
-    if (code == RM_LBV_STATUS) {   /* the accepted point this shard's vectors hold */
+    if (code == RM_LBV_STATUS) { /* the accepted point this shard's vectors hold */
         r->a = sh->commit;
         return;
     }
-    if (code == RM_LBV_BEGIN) {   /* a new pass: G = 0, no portion seen, pushes of pass alpha */
+    if (code == RM_LBV_BEGIN) { /* a new pass: G = 0, no portion seen, pushes of pass alpha */
         memset(slot(sh, RM_LV_G), 0, n * sizeof(float));
         memset(sh->seen, 0, (size_t)sh->P / 8 + 1);
         sh->pass = (int64_t)alpha;
-        r->b = 1;   /* the server bumps its version: X is checkpointed once per pass */
+        r->b = 1; /* the server bumps its version: X is checkpointed once per pass */
         return;
     }
     if (a < 0 || a >= sh->nslots || b < 0 || b >= sh->nslots) {
@@ -177,24 +176,29 @@ void rm_lbfgs_shard_vec(rm_lbfgs_shard *sh, const rm_ps_req *q, rm_ps_rep *r)
     }
     float *x = slot(sh, a), *y = slot(sh, b);
     switch (code) {
-    case RM_LBV_COPY: memcpy(x, y, n * sizeof(float)); break;   /* a = b */
-    case RM_LBV_AXPY:                                            /* a += alpha b */
+    case RM_LBV_COPY:
+        memcpy(x, y, n * sizeof(float));
+        break;        /* a = b */
+    case RM_LBV_AXPY: /* a += alpha b */
         for (size_t i = 0; i < n; i++)
             x[i] += (float)(alpha * y[i]);
         break;
-    case RM_LBV_SCALE:                                           /* a *= alpha */
+    case RM_LBV_SCALE: /* a *= alpha */
         for (size_t i = 0; i < n; i++)
             x[i] = (float)(alpha * x[i]);
         break;
-    case RM_LBV_ZERO: memset(x, 0, n * sizeof(float)); break;
-    case RM_LBV_DOT: {                                           /* partial a . b */
+    case RM_LBV_ZERO:
+        memset(x, 0, n * sizeof(float));
+        break;
+    case RM_LBV_DOT: { /* partial a . b */
         double d = 0;
         for (size_t i = 0; i < n; i++)
             d += (double)x[i] * (double)y[i];
         r->a = rm_lb_dbits(d);
         break;
     }
-    default: r->status = RM_PS_ST_BAD;
+    default:
+        r->status = RM_PS_ST_BAD;
     }
 }
 
@@ -202,7 +206,7 @@ void rm_lbfgs_shard_push(rm_lbfgs_shard *sh, const rm_ps_req *q, const float *g,
 {
     uint32_t p = q->world;
     if (q->step != sh->pass || p >= (uint32_t)sh->P || (sh->seen[p / 8] & (1u << (p % 8)))) {
-        r->status = RM_PS_ST_DROPPED;   /* first answer wins; another pass' push is stale */
+        r->status = RM_PS_ST_DROPPED; /* first answer wins; another pass' push is stale */
         return;
     }
     sh->seen[p / 8] |= (uint8_t)(1u << (p % 8));
@@ -223,33 +227,33 @@ int64_t rm_lbfgs_portion_size(int64_t train_samples, int portions, int batch)
 struct rm_lbfgs_coord {
     rm_lbfgs_coord_cfg cfg;
     rm_training_spec t;
-    rm_ps_registry reg;              /* where the shards are (ps_registry.h); the thread's own */
+    rm_ps_registry reg; /* where the shards are (ps_registry.h); the thread's own */
     rm_ps_conn conn[RM_PS_MAX_SERVERS];
     pthread_t th;
     bool started;
     atomic_int stop;
 
     pthread_mutex_t mu;
-    pthread_cond_t cv;               /* monotonic; a pass opened, a portion came in, done */
+    pthread_cond_t cv; /* monotonic; a pass opened, a portion came in, done */
     rm_portions ps;
-    bool open;                       /* a pass is being handed out */
-    bool done;                       /* the budget is spent */
-    int64_t pass_id;                 /* the open (or last) pass' id */
-    double loss_sum;                 /* of the open pass */
-    double portion_mean_s;           /* EWMA of claim-to-report times */
-    double *issued_at;               /* P: when each portion was last issued */
+    bool open;             /* a pass is being handed out */
+    bool done;             /* the budget is spent */
+    int64_t pass_id;       /* the open (or last) pass' id */
+    double loss_sum;       /* of the open pass */
+    double portion_mean_s; /* EWMA of claim-to-report times */
+    double *issued_at;     /* P: when each portion was last issued */
     int64_t portion_size, full;
 
-    int64_t inc[RM_PS_MAX_SERVERS];  /* each shard's incarnation as last seen (0: not yet) */
-    bool replaced;                   /* a shard was replaced since the last check */
-    bool static_split;               /* RINGMASTER_LBFGS_STATIC_SPLIT=1: the benchmark's baseline */
-    int64_t passes_done;             /* restored from / saved to the state file */
-    int64_t commit;                  /* accepted points committed (the shards' vectors' commit) */
-    double f_commit;                 /* the loss at the last commit */
-    rm_lbfgs_hist hist;              /* the history at the last commit */
+    int64_t inc[RM_PS_MAX_SERVERS]; /* each shard's incarnation as last seen (0: not yet) */
+    bool replaced;                  /* a shard was replaced since the last check */
+    bool static_split;              /* RINGMASTER_LBFGS_STATIC_SPLIT=1: the benchmark's baseline */
+    int64_t passes_done;            /* restored from / saved to the state file */
+    int64_t commit;                 /* accepted points committed (the shards' vectors' commit) */
+    double f_commit;                /* the loss at the last commit */
+    rm_lbfgs_hist hist;             /* the history at the last commit */
 
     rm_series *m_passes, *m_trials, *m_gnorm, *m_loss, *m_reissued;
-    rm_series **m_portions;          /* per worker */
+    rm_series **m_portions; /* per worker */
 };
 
 static void cwait(rm_lbfgs_coord *c, double dt)
@@ -268,37 +272,37 @@ static void set_size(rm_lbfgs_coord *c, int64_t n)
  * (in shard order). A shard that fails is reconnected and asked again until the retry deadline. */
 static int vec_all(rm_lbfgs_coord *c, int code, int a, int b, double alpha, double *sum, rm_err *err)
 {
-    rm_ps_req q = {.magic = RM_PS_MAGIC, .op = RM_PS_OP_LB_VEC, .worker = RM_LBFGS_COORD_ID,
-                   .step = rm_lbv_code(code, a, b), .from_version = rm_lb_dbits(alpha)};
+    rm_ps_req q = {.magic = RM_PS_MAGIC,
+                   .op = RM_PS_OP_LB_VEC,
+                   .worker = RM_LBFGS_COORD_ID,
+                   .step = rm_lbv_code(code, a, b),
+                   .from_version = rm_lb_dbits(alpha)};
     double deadline = rm_mono() + c->cfg.timeout_s * 6;
     double total = 0;
     int S = c->cfg.nservers;
     bool sent[RM_PS_MAX_SERVERS] = {false};
     for (int i = 0; i < S; i++) {
         rm_err e = {0};
-        if (rm_ps_registry_connect(&c->reg, &c->conn[i], i, RM_LBFGS_COORD_ID, c->cfg.token, 0,
-                                   &e) != RM_OK)
-            continue;   /* one try here; the loop below retries it */
+        if (rm_ps_registry_connect(&c->reg, &c->conn[i], i, RM_LBFGS_COORD_ID, c->cfg.token, 0, &e) != RM_OK)
+            continue; /* one try here; the loop below retries it */
         rm_ps_req qi = q;
         sent[i] = rm_ps_send(&c->conn[i], &qi, NULL, rm_mono() + c->cfg.timeout_s, &e) == RM_OK;
     }
     for (int i = 0; i < S; i++) {
         rm_ps_rep r;
         rm_err e = {0};
-        bool ok = sent[i] && rm_ps_recv(&c->conn[i], &r, NULL, 0, rm_mono() + c->cfg.timeout_s,
-                                        &e) == RM_OK;
+        bool ok = sent[i] && rm_ps_recv(&c->conn[i], &r, NULL, 0, rm_mono() + c->cfg.timeout_s, &e) == RM_OK;
         while (!ok) {
             rm_ps_conn_close(&c->conn[i]);
             if (atomic_load(&c->stop))
                 return rm_errf(err, RM_ECANCELED, "lbfgs coordinator: stopped");
             if (rm_mono() >= deadline)
-                return rm_errf(err, RM_ETIMEDOUT, "lbfgs coordinator: server %d: no answer (%s)",
-                               i, e.msg);
+                return rm_errf(err, RM_ETIMEDOUT, "lbfgs coordinator: server %d: no answer (%s)", i, e.msg);
             struct timespec ts = {0, 200 * 1000000L};
             nanosleep(&ts, NULL);
             rm_ps_req qi = q;
-            ok = rm_ps_registry_connect(&c->reg, &c->conn[i], i, RM_LBFGS_COORD_ID, c->cfg.token,
-                                        deadline, &e) == RM_OK &&
+            ok = rm_ps_registry_connect(&c->reg, &c->conn[i], i, RM_LBFGS_COORD_ID, c->cfg.token, deadline,
+                                        &e) == RM_OK &&
                  rm_ps_send(&c->conn[i], &qi, NULL, rm_mono() + c->cfg.timeout_s, &e) == RM_OK &&
                  rm_ps_recv(&c->conn[i], &r, NULL, 0, rm_mono() + c->cfg.timeout_s, &e) == RM_OK;
         }
@@ -306,7 +310,8 @@ static int vec_all(rm_lbfgs_coord *c, int code, int a, int b, double alpha, doub
             return rm_errf(err, RM_EPROTO, "lbfgs coordinator: server %d refused op %d", i, code);
         if (c->inc[i] && c->inc[i] != r.version) {
             rm_warn("lbfgs: server %d was replaced (its L-BFGS vectors are gone); the iteration "
-                    "restarts from the current parameters with an empty history", i);
+                    "restarts from the current parameters with an empty history",
+                    i);
             c->replaced = true;
         }
         c->inc[i] = r.version;
@@ -344,7 +349,7 @@ typedef struct {
     rm_lbfgs_hist hist;
     uint64_t sum;
 } coord_state;
-#define STATE_MAGIC 0x524d4c43u   /* "RMLC" */
+#define STATE_MAGIC 0x524d4c43u /* "RMLC" */
 
 static void state_save(rm_lbfgs_coord *c)
 {
@@ -415,12 +420,12 @@ static int shards_at_commit(rm_lbfgs_coord *c, rm_err *err)
     if (c->commit < 1)
         return 0;
     for (int i = 0; i < c->cfg.nservers; i++) {
-        rm_ps_req q = {.op = RM_PS_OP_LB_VEC, .worker = RM_LBFGS_COORD_ID,
-                       .step = rm_lbv_code(RM_LBV_STATUS, 0, 0)};
+        rm_ps_req q = {
+            .op = RM_PS_OP_LB_VEC, .worker = RM_LBFGS_COORD_ID, .step = rm_lbv_code(RM_LBV_STATUS, 0, 0)};
         rm_ps_rep r;
         rm_err e = {0};
-        if (rm_ps_registry_connect(&c->reg, &c->conn[i], i, RM_LBFGS_COORD_ID, c->cfg.token, 0,
-                                   &e) != RM_OK ||
+        if (rm_ps_registry_connect(&c->reg, &c->conn[i], i, RM_LBFGS_COORD_ID, c->cfg.token, 0, &e) !=
+                RM_OK ||
             rm_ps_send(&c->conn[i], &q, NULL, rm_mono() + c->cfg.timeout_s, &e) != RM_OK ||
             rm_ps_recv(&c->conn[i], &r, NULL, 0, rm_mono() + c->cfg.timeout_s, &e) != RM_OK) {
             rm_ps_conn_close(&c->conn[i]);
@@ -428,8 +433,8 @@ static int shards_at_commit(rm_lbfgs_coord *c, rm_err *err)
         }
         c->inc[i] = r.version;
         if (r.a != c->commit) {
-            rm_info("lbfgs: server %d holds commit %lld, the coordinator's is %lld", i,
-                    (long long)r.a, (long long)c->commit);
+            rm_info("lbfgs: server %d holds commit %lld, the coordinator's is %lld", i, (long long)r.a,
+                    (long long)c->commit);
             return 0;
         }
     }
@@ -460,7 +465,7 @@ static int run_pass(rm_lbfgs_coord *c, int64_t pass_no, double *f, rm_err *err)
     rm_series_inc(c->m_passes, 1);
     rm_series_set(c->m_loss, *f);
     c->passes_done = pass_no + 1;
-    state_save(c);   /* the budget survives a coordinator restart */
+    state_save(c); /* the budget survives a coordinator restart */
     rm_info("lbfgs pass done pass=%lld id=%lld loss=%.6f seconds=%.2f reissued=%lld duplicates=%lld",
             (long long)pass_no, (long long)id, *f, rm_mono() - t0, reissued, dups);
     return RM_OK;
@@ -477,8 +482,8 @@ static bool resume_commit(rm_lbfgs_coord *c, rm_lbfgs_hist *h, double *f, rm_err
     *h = c->hist;
     *f = c->f_commit;
     c->replaced = false;
-    rm_info("lbfgs resumed at the last accepted point commit=%lld loss=%.6f history=%d",
-            (long long)c->commit, *f, h->count);
+    rm_info("lbfgs resumed at the last accepted point commit=%lld loss=%.6f history=%d", (long long)c->commit,
+            *f, h->count);
     return true;
 }
 
@@ -504,7 +509,7 @@ static void *coord_main(void *arg)
             rc = commit_point(c, &h, f, &e);
     }
     while (rc == RM_OK && passes < budget) {
-        if (c->replaced) {   /* a shard was replaced: resume its last commit, else start over here */
+        if (c->replaced) { /* a shard was replaced: resume its last commit, else start over here */
             c->replaced = false;
             if (resume_commit(c, &h, &f, &e))
                 continue;
@@ -520,7 +525,7 @@ static void *coord_main(void *arg)
         rm_series_set(c->m_gnorm, sqrt(gg));
         if ((rc = rm_lbfgs_direction(&v, &h, &e)) || (rc = v_dot(c, RM_LV_G, RM_LV_D, &gd, &e)))
             break;
-        if (!(gd < 0)) {   /* not a descent direction: forget the history, steepest descent */
+        if (!(gd < 0)) { /* not a descent direction: forget the history, steepest descent */
             rm_warn("lbfgs: not a descent direction (g.d=%g); history reset", gd);
             rm_lbfgs_hist_init(&h, c->t.optimizer.history);
             if ((rc = v_copy(c, RM_LV_D, RM_LV_G, &e)) || (rc = v_scale(c, RM_LV_D, -1.0, &e)))
@@ -532,7 +537,7 @@ static void *coord_main(void *arg)
         /* X0 = X, G0 = G since the last commit */
         double t0 = c->t.optimizer.lr;
         if (h.count == 0 && !fixed && gg > 1)
-            t0 *= 1.0 / sqrt(gg);   /* the first step: at most lr in length */
+            t0 *= 1.0 / sqrt(gg); /* the first step: at most lr in length */
         rm_armijo a;
         rm_armijo_begin(&a, f, gd, t0, fixed);
         rm_ls_verdict vd = RM_LS_RETRY;
@@ -544,7 +549,7 @@ static void *coord_main(void *arg)
                 break;
             rm_series_inc(c->m_trials, 1);
             if (c->replaced)
-                break;   /* the trial is not comparable: recover at the top */
+                break; /* the trial is not comparable: recover at the top */
             vd = rm_armijo_feed(&a, fn);
         }
         if (rc)
@@ -555,12 +560,12 @@ static void *coord_main(void *arg)
             bool pushed;
             if ((rc = rm_lbfgs_update_pair(&v, &h, &pushed, &e)))
                 break;
-            rm_info("lbfgs step accepted t=%g trials=%d loss=%.6f grad_norm=%.6f history=%d",
-                    a.t, a.trials, fn, sqrt(gg), h.count);
+            rm_info("lbfgs step accepted t=%g trials=%d loss=%.6f grad_norm=%.6f history=%d", a.t, a.trials,
+                    fn, sqrt(gg), h.count);
             f = fn;
             if ((rc = commit_point(c, &h, f, &e)))
                 break;
-        } else {   /* gave up, or the budget ended mid-search: back to the last accepted point */
+        } else { /* gave up, or the budget ended mid-search: back to the last accepted point */
             if ((rc = v_copy(c, RM_LV_X, RM_LV_X0, &e)) || (rc = v_copy(c, RM_LV_G, RM_LV_G0, &e)))
                 break;
             if (vd == RM_LS_GIVE_UP) {
@@ -575,11 +580,11 @@ static void *coord_main(void *arg)
     }
     pthread_mutex_lock(&c->mu);
     c->done = true;
-    c->pass_id++;   /* workers fetch the final parameters */
+    c->pass_id++; /* workers fetch the final parameters */
     pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
     if (rc == RM_OK) {
-        char per[512];   /* portions completed per worker, "w0,w1,..." (truncated past 512 bytes) */
+        char per[512]; /* portions completed per worker, "w0,w1,..." (truncated past 512 bytes) */
         size_t o = 0;
         pthread_mutex_lock(&c->mu);
         for (int w = 0; w < c->cfg.world && o + 24 < sizeof per; w++)
@@ -603,8 +608,8 @@ int rm_lbfgs_coord_start(const rm_lbfgs_coord_cfg *cfg, rm_lbfgs_coord **out, rm
     for (int i = 0; i < RM_PS_MAX_SERVERS; i++)
         c->conn[i].fd = -1;
     /* the shards' addresses: from the rendezvous, where the servers register (no cluster DNS) */
-    int rc = rm_ps_registry_init(&c->reg, (const char (*)[128])cfg->addrs, cfg->nservers,
-                                 cfg->rendezvous, cfg->job, cfg->token, "lbfgs-coordinator", err);
+    int rc = rm_ps_registry_init(&c->reg, (const char(*)[128])cfg->addrs, cfg->nservers, cfg->rendezvous,
+                                 cfg->job, cfg->token, "lbfgs-coordinator", err);
     if (rc) {
         free(c);
         return rc;
@@ -630,22 +635,26 @@ int rm_lbfgs_coord_start(const rm_lbfgs_coord_cfg *cfg, rm_lbfgs_coord **out, rm
     static const char *const L[] = {"job", NULL};
     static const char *const LW[] = {"job", "worker", NULL};
     rm_metric *fam;
-#define FAM(kind, var, name, help)                                                 \
-    do {                                                                           \
+#define FAM(kind, var, name, help)                                                                  \
+    do {                                                                                            \
         if (rc == RM_OK && (rc = rm_metrics_##kind(cfg->reg, name, help, L, &fam, err)) == RM_OK && \
-            !(c->var = rm_metric_with1(fam, cfg->job)))                            \
-            rc = rm_errf(err, RM_ENOMEM, "metrics: out of memory");                \
+            !(c->var = rm_metric_with1(fam, cfg->job)))                                             \
+            rc = rm_errf(err, RM_ENOMEM, "metrics: out of memory");                                 \
     } while (0)
-    FAM(counter, m_passes, "ringmaster_lbfgs_passes_total", "Sandblaster L-BFGS: full-batch passes completed (line-search trials included).");
-    FAM(counter, m_trials, "ringmaster_lbfgs_line_search_trials_total", "Sandblaster L-BFGS: line-search trial steps evaluated.");
-    FAM(gauge, m_gnorm, "ringmaster_lbfgs_gradient_norm", "Sandblaster L-BFGS: norm of the full-batch gradient at the last accepted point.");
+    FAM(counter, m_passes, "ringmaster_lbfgs_passes_total",
+        "Sandblaster L-BFGS: full-batch passes completed (line-search trials included).");
+    FAM(counter, m_trials, "ringmaster_lbfgs_line_search_trials_total",
+        "Sandblaster L-BFGS: line-search trial steps evaluated.");
+    FAM(gauge, m_gnorm, "ringmaster_lbfgs_gradient_norm",
+        "Sandblaster L-BFGS: norm of the full-batch gradient at the last accepted point.");
     FAM(gauge, m_loss, "ringmaster_lbfgs_loss", "Sandblaster L-BFGS: mean training loss of the last pass.");
-    FAM(counter, m_reissued, "ringmaster_lbfgs_portions_reissued_total", "Sandblaster L-BFGS: portions reissued after their deadline.");
+    FAM(counter, m_reissued, "ringmaster_lbfgs_portions_reissued_total",
+        "Sandblaster L-BFGS: portions reissued after their deadline.");
 #undef FAM
     if (rc == RM_OK &&
         (rc = rm_metrics_counter(cfg->reg, "ringmaster_lbfgs_portions_total",
-                                 "Sandblaster L-BFGS: portions completed (first answers) per worker.",
-                                 LW, &fam, err)) == RM_OK) {
+                                 "Sandblaster L-BFGS: portions completed (first answers) per worker.", LW,
+                                 &fam, err)) == RM_OK) {
         for (int w = 0; w < cfg->world && rc == RM_OK; w++) {
             char ws[16];
             snprintf(ws, sizeof ws, "%d", w);
@@ -673,10 +682,9 @@ int rm_lbfgs_coord_start(const rm_lbfgs_coord_cfg *cfg, rm_lbfgs_coord **out, rm
     }
     c->started = true;
     rm_info("lbfgs coordinator started portions=%d portion_size=%lld full_batch=%lld history=%d "
-            "line_search=%s lr=%g passes=%d workers=%d", c->t.optimizer.portions,
-            (long long)c->portion_size, (long long)c->full, c->t.optimizer.history,
-            rm_line_search_names[c->t.optimizer.line_search], c->t.optimizer.lr, c->t.epochs,
-            cfg->world);
+            "line_search=%s lr=%g passes=%d workers=%d",
+            c->t.optimizer.portions, (long long)c->portion_size, (long long)c->full, c->t.optimizer.history,
+            rm_line_search_names[c->t.optimizer.line_search], c->t.optimizer.lr, c->t.epochs, cfg->world);
     *out = c;
     return RM_OK;
 }
@@ -693,7 +701,7 @@ void rm_lbfgs_coord_stop(rm_lbfgs_coord *c)
         pthread_join(c->th, NULL);
     for (int i = 0; i < c->cfg.nservers; i++)
         rm_ps_conn_close(&c->conn[i]);
-    rm_ps_registry_free(&c->reg);   /* the coordinator thread's alone, and it has ended */
+    rm_ps_registry_free(&c->reg); /* the coordinator thread's alone, and it has ended */
     /* connection threads may still call in: the coordinator lives until the process exits */
 }
 
@@ -708,8 +716,8 @@ void rm_lbfgs_coord_claim(rm_lbfgs_coord *c, int w, const rm_ps_req *q, rm_ps_re
         unsigned long sup = 0;
         if (rm_ratelimit_take(&rl, rm_mono(), &sup))
             rm_error("lbfgs: %d portions of at least one batch (%d) do not fit the training set "
-                     "(%lld samples)", c->t.optimizer.portions, c->t.batch_size_per_worker,
-                     (long long)q->step);
+                     "(%lld samples)",
+                     c->t.optimizer.portions, c->t.batch_size_per_worker, (long long)q->step);
         r->status = RM_PS_ST_BAD;
         pthread_mutex_unlock(&c->mu);
         return;
@@ -723,13 +731,11 @@ void rm_lbfgs_coord_claim(rm_lbfgs_coord *c, int w, const rm_ps_req *q, rm_ps_re
             double now = rm_mono();
             c->ps.deadline_s = c->portion_mean_s * 4 > 1.0 ? c->portion_mean_s * 4 : 1.0;
             int64_t before = c->ps.reissued;
-            int p = c->static_split ? rm_portions_claim_static(&c->ps, w)
-                                    : rm_portions_claim(&c->ps, w, now);
+            int p = c->static_split ? rm_portions_claim_static(&c->ps, w) : rm_portions_claim(&c->ps, w, now);
             if (p >= 0) {
                 if (c->ps.reissued > before) {
                     rm_series_inc(c->m_reissued, 1);
-                    rm_info("lbfgs portion reissued portion=%d to=%d pass=%lld", p, w,
-                            (long long)c->pass_id);
+                    rm_info("lbfgs portion reissued portion=%d to=%d pass=%lld", p, w, (long long)c->pass_id);
                 }
                 c->issued_at[p] = now;
                 r->status = RM_PS_ST_OK;
@@ -772,8 +778,7 @@ void rm_lbfgs_coord_worker_lost(rm_lbfgs_coord *c, int w)
     pthread_mutex_lock(&c->mu);
     int n = c->open ? rm_portions_worker_lost(&c->ps, w) : 0;
     if (n) {
-        rm_info("lbfgs worker lost worker=%d portions_requeued=%d pass=%lld", w, n,
-                (long long)c->pass_id);
+        rm_info("lbfgs worker lost worker=%d portions_requeued=%d pass=%lld", w, n, (long long)c->pass_id);
         pthread_cond_broadcast(&c->cv);
     }
     pthread_mutex_unlock(&c->mu);

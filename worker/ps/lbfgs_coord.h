@@ -53,15 +53,23 @@
 #include "common/trainingjob.h"
 #include "worker/ps/ps_wire.h"
 
-#define RM_LBFGS_COORD_ID 1023   /* the coordinator's worker id on the servers' handshake */
+#define RM_LBFGS_COORD_ID 1023 /* the coordinator's worker id on the servers' handshake */
 
 /* LB_VEC request encoding: step = code | a << 8 | b << 24 (a, b vector slots), from_version =
  * the IEEE bits of alpha (double); the reply's a = the IEEE bits of a dot's partial, version = the
  * shard's incarnation, b = 1 after BEGIN (the server then bumps its version, which checkpoints X:
  * an lbfgs server's version counts passes); COMMIT n (alpha = n) stages the vectors of accepted
  * point n for the server's vectors file; STATUS answers a = the commit the vectors hold. */
-enum { RM_LBV_COPY = 1, RM_LBV_AXPY, RM_LBV_SCALE, RM_LBV_DOT, RM_LBV_BEGIN, RM_LBV_ZERO,
-       RM_LBV_COMMIT, RM_LBV_STATUS };
+enum {
+    RM_LBV_COPY = 1,
+    RM_LBV_AXPY,
+    RM_LBV_SCALE,
+    RM_LBV_DOT,
+    RM_LBV_BEGIN,
+    RM_LBV_ZERO,
+    RM_LBV_COMMIT,
+    RM_LBV_STATUS
+};
 static inline int64_t rm_lbv_code(int code, int a, int b)
 {
     return (int64_t)code | ((int64_t)a << 8) | ((int64_t)b << 24);
@@ -96,18 +104,18 @@ void rm_lbfgs_shard_push(rm_lbfgs_shard *sh, const rm_ps_req *q, const float *g,
 /* ---- coordinator ---- */
 typedef struct rm_lbfgs_coord rm_lbfgs_coord;
 typedef struct rm_lbfgs_coord_cfg {
-    const rm_training_spec *t;      /* borrowed for the coordinator's life */
-    int world;                      /* workers */
+    const rm_training_spec *t; /* borrowed for the coordinator's life */
+    int world;                 /* workers */
     int nservers;
-    char (*addrs)[128];             /* nservers "host:port" (the launch contract's list) */
-    const char *rendezvous;         /* its URL: the shards' addresses come from its server
+    char (*addrs)[128];     /* nservers "host:port" (the launch contract's list) */
+    const char *rendezvous; /* its URL: the shards' addresses come from its server
                                        registry (ps_registry.h), no DNS; NULL/"": the list's */
     const char *token;
     const char *job;
-    int64_t train_samples;          /* training-set size; 0: unknown (the first claim says) */
+    int64_t train_samples; /* training-set size; 0: unknown (the first claim says) */
     double timeout_s;
-    rm_metrics *reg;                /* server 0's registry: ringmaster_lbfgs_* series */
-    const char *state_dir;          /* server 0's checkpoint folder (the passes done); NULL: none */
+    rm_metrics *reg;       /* server 0's registry: ringmaster_lbfgs_* series */
+    const char *state_dir; /* server 0's checkpoint folder (the passes done); NULL: none */
 } rm_lbfgs_coord_cfg;
 
 int rm_lbfgs_coord_start(const rm_lbfgs_coord_cfg *cfg, rm_lbfgs_coord **out, rm_err *err);

@@ -126,8 +126,7 @@ int rm_portions_init(rm_portions *ps, int P, int nworkers, double deadline_s, rm
 {
     memset(ps, 0, sizeof *ps);
     if (P < 1 || nworkers < 1 || nworkers > RM_PORTIONS_MAX_WORKERS || !(deadline_s > 0))
-        return rm_errf(err, RM_EINVAL, "portions: P %d, workers %d, deadline %g", P, nworkers,
-                       deadline_s);
+        return rm_errf(err, RM_EINVAL, "portions: P %d, workers %d, deadline %g", P, nworkers, deadline_s);
     ps->p = calloc((size_t)P, sizeof *ps->p);
     ps->completed = calloc((size_t)nworkers, sizeof *ps->completed);
     if (!ps->p || !ps->completed) {

@@ -29,12 +29,12 @@
 
 /* Vector slots every shard keeps (each the shard's slice of a full-length vector). */
 enum {
-    RM_LV_X = 0,      /* the parameters */
-    RM_LV_G,          /* the gradient accumulated by the current pass (mean over the pass) */
-    RM_LV_D,          /* the search direction */
-    RM_LV_X0,         /* the parameters at the start of the line search */
-    RM_LV_G0,         /* the gradient at X0 */
-    RM_LV_HIST        /* first history slot: s_j at RM_LV_HIST + 2j, y_j at RM_LV_HIST + 2j + 1 */
+    RM_LV_X = 0, /* the parameters */
+    RM_LV_G,     /* the gradient accumulated by the current pass (mean over the pass) */
+    RM_LV_D,     /* the search direction */
+    RM_LV_X0,    /* the parameters at the start of the line search */
+    RM_LV_G0,    /* the gradient at X0 */
+    RM_LV_HIST   /* first history slot: s_j at RM_LV_HIST + 2j, y_j at RM_LV_HIST + 2j + 1 */
 };
 #define RM_LBFGS_SLOTS(m) (RM_LV_HIST + 2 * (m))
 #define RM_LV_S(j) (RM_LV_HIST + 2 * (j))
@@ -45,19 +45,19 @@ enum {
 typedef struct rm_lbfgs_vecops {
     void *ctx;
     int (*dot)(void *ctx, int a, int b, double *out, rm_err *err);
-    int (*axpy)(void *ctx, int y, double alpha, int x, rm_err *err);   /* y += alpha x */
-    int (*scale)(void *ctx, int x, double a, rm_err *err);             /* x *= a */
-    int (*copy)(void *ctx, int dst, int src, rm_err *err);             /* dst = src */
+    int (*axpy)(void *ctx, int y, double alpha, int x, rm_err *err); /* y += alpha x */
+    int (*scale)(void *ctx, int x, double a, rm_err *err);           /* x *= a */
+    int (*copy)(void *ctx, int dst, int src, rm_err *err);           /* dst = src */
 } rm_lbfgs_vecops;
 
 /* The curvature history: a ring of at most m pairs in slots 0..m-1 (oldest first from `head`). */
 #define RM_LBFGS_HIST_MAX 100
 typedef struct rm_lbfgs_hist {
-    int m;                    /* capacity (spec.training.optimizer.history) */
-    int count;                /* pairs held, <= m */
-    int head;                 /* slot of the oldest pair */
-    double rho[RM_LBFGS_HIST_MAX];    /* 1 / (s_j . y_j) per slot */
-    double gamma;             /* s.y / y.y of the newest pair (initial Hessian scaling) */
+    int m;                         /* capacity (spec.training.optimizer.history) */
+    int count;                     /* pairs held, <= m */
+    int head;                      /* slot of the oldest pair */
+    double rho[RM_LBFGS_HIST_MAX]; /* 1 / (s_j . y_j) per slot */
+    double gamma;                  /* s.y / y.y of the newest pair (initial Hessian scaling) */
 } rm_lbfgs_hist;
 
 void rm_lbfgs_hist_init(rm_lbfgs_hist *h, int m);
@@ -76,19 +76,19 @@ int rm_lbfgs_update_pair(const rm_lbfgs_vecops *v, rm_lbfgs_hist *h, bool *pushe
 /* ---- the Armijo line search ------------------------------------------------------------------ */
 
 typedef enum {
-    RM_LS_ACCEPT = 0,   /* the trial satisfies the condition: keep it */
-    RM_LS_RETRY,        /* evaluate again at a->t (smaller) */
-    RM_LS_GIVE_UP       /* max_trials spent without sufficient decrease */
+    RM_LS_ACCEPT = 0, /* the trial satisfies the condition: keep it */
+    RM_LS_RETRY,      /* evaluate again at a->t (smaller) */
+    RM_LS_GIVE_UP     /* max_trials spent without sufficient decrease */
 } rm_ls_verdict;
 
 typedef struct rm_armijo {
-    double f0, gd0;       /* f(x0) and g(x0).d (< 0 for a descent direction) */
-    double t;             /* the current trial step */
-    double c1;            /* sufficient-decrease constant; default 1e-4 */
-    double shrink;        /* backtracking factor; default 0.5 */
-    int trials;           /* trials evaluated so far */
-    int max_trials;       /* default 10 */
-    bool fixed;           /* lineSearch fixed: every first trial is accepted */
+    double f0, gd0; /* f(x0) and g(x0).d (< 0 for a descent direction) */
+    double t;       /* the current trial step */
+    double c1;      /* sufficient-decrease constant; default 1e-4 */
+    double shrink;  /* backtracking factor; default 0.5 */
+    int trials;     /* trials evaluated so far */
+    int max_trials; /* default 10 */
+    bool fixed;     /* lineSearch fixed: every first trial is accepted */
 } rm_armijo;
 
 void rm_armijo_begin(rm_armijo *a, double f0, double gd0, double t0, bool fixed);
@@ -97,28 +97,28 @@ rm_ls_verdict rm_armijo_feed(rm_armijo *a, double f_trial);
 
 /* ---- portion assignment ---------------------------------------------------------------------- */
 
-#define RM_PORTION_NONE (-1)   /* nothing to hand out now: wait and ask again */
-#define RM_PORTION_DONE (-2)   /* every portion of the pass is in */
+#define RM_PORTION_NONE (-1) /* nothing to hand out now: wait and ask again */
+#define RM_PORTION_DONE (-2) /* every portion of the pass is in */
 #define RM_PORTIONS_MAX_WORKERS 1024
 
 typedef struct rm_portion {
-    int8_t state;         /* 0 pending, 1 out, 2 done */
-    int holder;           /* the worker it was last issued to (out), or the winner (done) */
-    int issues;           /* times issued in this pass */
-    double deadline;      /* out: reissue after this time */
+    int8_t state;    /* 0 pending, 1 out, 2 done */
+    int holder;      /* the worker it was last issued to (out), or the winner (done) */
+    int issues;      /* times issued in this pass */
+    double deadline; /* out: reissue after this time */
 } rm_portion;
 
 typedef struct rm_portions {
     int P;
-    int nworkers;         /* worker indices are 0..nworkers-1 */
-    int64_t pass;         /* the pass these portions belong to */
-    int done;             /* portions done in this pass */
-    int next;             /* lowest index that may still be pending */
-    double deadline_s;    /* a portion out longer than this is reissued */
-    rm_portion *p;        /* P entries */
-    int64_t *completed;   /* per worker: portions that won, over all passes */
-    int64_t reissued;     /* portions issued again after their deadline, over all passes */
-    int64_t duplicates;   /* answers that lost to an earlier one, over all passes */
+    int nworkers;       /* worker indices are 0..nworkers-1 */
+    int64_t pass;       /* the pass these portions belong to */
+    int done;           /* portions done in this pass */
+    int next;           /* lowest index that may still be pending */
+    double deadline_s;  /* a portion out longer than this is reissued */
+    rm_portion *p;      /* P entries */
+    int64_t *completed; /* per worker: portions that won, over all passes */
+    int64_t reissued;   /* portions issued again after their deadline, over all passes */
+    int64_t duplicates; /* answers that lost to an earlier one, over all passes */
 } rm_portions;
 
 int rm_portions_init(rm_portions *ps, int P, int nworkers, double deadline_s, rm_err *err);

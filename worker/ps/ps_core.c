@@ -4,8 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int rm_ps_partition(size_t total, const size_t *bounds, int nb, int S, size_t *off, size_t *len,
-                    rm_err *err)
+int rm_ps_partition(size_t total, const size_t *bounds, int nb, int S, size_t *off, size_t *len, rm_err *err)
 {
     if (S < 1 || S > 64)
         return rm_errf(err, RM_EINVAL, "parameter servers: %d shards (want 1..64)", S);
@@ -41,12 +40,18 @@ int rm_ps_partition(size_t total, const size_t *bounds, int nb, int S, size_t *o
 const char *rm_ps_outcome_name(rm_ps_outcome o)
 {
     switch (o) {
-    case RM_PS_ACCEPTED: return "accepted";
-    case RM_PS_COMPLETE: return "complete";
-    case RM_PS_DROP_LATE: return "dropped_late";
-    case RM_PS_DROP_DUP: return "dropped_duplicate";
-    case RM_PS_AHEAD: return "ahead";
-    case RM_PS_BAD: return "bad";
+    case RM_PS_ACCEPTED:
+        return "accepted";
+    case RM_PS_COMPLETE:
+        return "complete";
+    case RM_PS_DROP_LATE:
+        return "dropped_late";
+    case RM_PS_DROP_DUP:
+        return "dropped_duplicate";
+    case RM_PS_AHEAD:
+        return "ahead";
+    case RM_PS_BAD:
+        return "bad";
     }
     return "?";
 }
@@ -71,9 +76,15 @@ void rm_ps_sync_free(rm_ps_sync *s)
     memset(s, 0, sizeof *s);
 }
 
-void rm_ps_sync_set_need(rm_ps_sync *s, int need) { s->need = need < 1 ? 1 : need; }
+void rm_ps_sync_set_need(rm_ps_sync *s, int need)
+{
+    s->need = need < 1 ? 1 : need;
+}
 
-bool rm_ps_sync_ready(const rm_ps_sync *s) { return s->count > 0 && s->count >= s->need; }
+bool rm_ps_sync_ready(const rm_ps_sync *s)
+{
+    return s->count > 0 && s->count >= s->need;
+}
 
 rm_ps_outcome rm_ps_sync_push(rm_ps_sync *s, int worker, int64_t tag, const float *grad)
 {
@@ -108,7 +119,7 @@ int rm_ps_sync_average(rm_ps_sync *s, float *out)
         return 0;
     float inv = 1.0f / (float)c;
     if (c == 1 && out == s->accum)
-        ;   /* the one gradient is its own mean */
+        ; /* the one gradient is its own mean */
     else
         for (size_t i = 0; i < s->n; i++)
             out[i] = s->accum[i] * inv;
@@ -136,8 +147,8 @@ int64_t rm_ps_clocks_min(const rm_ps_clocks *c, double now, double dead_after)
     return m;
 }
 
-bool rm_ps_clocks_may_proceed(const rm_ps_clocks *c, int worker, int64_t step, int bound,
-                              double now, double dead_after)
+bool rm_ps_clocks_may_proceed(const rm_ps_clocks *c, int worker, int64_t step, int bound, double now,
+                              double dead_after)
 {
     (void)worker;
     if (bound <= 0)
@@ -146,8 +157,8 @@ bool rm_ps_clocks_may_proceed(const rm_ps_clocks *c, int worker, int64_t step, i
     return m == INT64_MAX || step - m <= bound;
 }
 
-bool rm_ps_warm_holds(int worker, int64_t applied, int64_t warm, const rm_ps_clocks *c,
-                      double now, double dead_after)
+bool rm_ps_warm_holds(int worker, int64_t applied, int64_t warm, const rm_ps_clocks *c, double now,
+                      double dead_after)
 {
     if (warm <= 0 || applied >= warm || worker == 0)
         return false;

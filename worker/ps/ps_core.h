@@ -22,33 +22,32 @@
  * 1/S of the floats, and whole layers stay on one server when that costs little balance.
  * bounds: the layer boundaries (offsets of layer starts, ascending, may include 0 and total);
  * nb may be 0. RM_EINVAL when S < 1, S > total or S > 64. */
-int rm_ps_partition(size_t total, const size_t *bounds, int nb, int S, size_t *off, size_t *len,
-                    rm_err *err);
+int rm_ps_partition(size_t total, const size_t *bounds, int nb, int S, size_t *off, size_t *len, rm_err *err);
 
 /* ---- synchronous rule ----
  * Step k (= the server's version) is applied as soon as `need` (N - b) distinct workers pushed a
  * gradient tagged k; exactly those are summed and averaged; later pushes tagged k (or older) are
  * dropped and counted; a second push from the same worker for k is a duplicate (dropped). */
 typedef enum {
-    RM_PS_ACCEPTED = 0,   /* counted; the step still waits for more */
-    RM_PS_COMPLETE,       /* counted and the step has its N-b: call rm_ps_sync_average, apply */
-    RM_PS_DROP_LATE,      /* tagged with an older version: the step was applied without it */
-    RM_PS_DROP_DUP,       /* this worker already pushed for this version */
-    RM_PS_AHEAD,          /* tagged with a version the server does not have yet: a bug or a stale
+    RM_PS_ACCEPTED = 0, /* counted; the step still waits for more */
+    RM_PS_COMPLETE,     /* counted and the step has its N-b: call rm_ps_sync_average, apply */
+    RM_PS_DROP_LATE,    /* tagged with an older version: the step was applied without it */
+    RM_PS_DROP_DUP,     /* this worker already pushed for this version */
+    RM_PS_AHEAD,        /* tagged with a version the server does not have yet: a bug or a stale
                              server (restored from an older checkpoint); refused */
-    RM_PS_BAD,            /* worker id out of range */
+    RM_PS_BAD,          /* worker id out of range */
 } rm_ps_outcome;
 const char *rm_ps_outcome_name(rm_ps_outcome o);
 
 typedef struct rm_ps_sync {
-    size_t n;                 /* floats of the shard */
-    int64_t version;          /* steps applied */
-    int need;                 /* N - b (>= 1) */
-    int count;                /* gradients summed for `version` so far */
+    size_t n;        /* floats of the shard */
+    int64_t version; /* steps applied */
+    int need;        /* N - b (>= 1) */
+    int count;       /* gradients summed for `version` so far */
     uint64_t seen[RM_PS_MAX_WORKERS / 64];
-    float *accum;             /* owned, n floats; meaningful only while count > 0 (the first
+    float *accum;     /* owned, n floats; meaningful only while count > 0 (the first
                                  gradient of a step is copied in, later ones added: no clearing) */
-    uint64_t dropped;         /* late + duplicate pushes dropped so far */
+    uint64_t dropped; /* late + duplicate pushes dropped so far */
 } rm_ps_sync;
 
 int rm_ps_sync_init(rm_ps_sync *s, size_t n, int64_t version, int need, rm_err *err);
@@ -91,13 +90,13 @@ float rm_ps_lr_scale(int live, int n);
  * live when heard from within dead_after seconds (a dead one never holds the others). */
 typedef struct rm_ps_clocks {
     int64_t step[RM_PS_MAX_WORKERS];
-    double seen[RM_PS_MAX_WORKERS];   /* 0: never */
+    double seen[RM_PS_MAX_WORKERS]; /* 0: never */
 } rm_ps_clocks;
 void rm_ps_clocks_note(rm_ps_clocks *c, int worker, int64_t step, double now);
 /* The slowest live worker's step (INT64_MAX when none is live). */
 int64_t rm_ps_clocks_min(const rm_ps_clocks *c, double now, double dead_after);
-bool rm_ps_clocks_may_proceed(const rm_ps_clocks *c, int worker, int64_t step, int bound,
-                              double now, double dead_after);
+bool rm_ps_clocks_may_proceed(const rm_ps_clocks *c, int worker, int64_t step, int bound, double now,
+                              double dead_after);
 
 /* ---- warm start (asynchronous mode; Dean et al. 2012, Downpour: "warmstarting" with one replica
  * before the others join) ----
@@ -106,8 +105,8 @@ bool rm_ps_clocks_may_proceed(const rm_ps_clocks *c, int worker, int64_t step, i
  * update is applied. A worker 0 that was heard from (ps_clocks) and then silent for dead_after no
  * longer holds the others (a dead warm-up worker must not stall the job); one never heard from yet
  * is still starting and holds them. W = 0: nobody is held. */
-bool rm_ps_warm_holds(int worker, int64_t applied, int64_t warm, const rm_ps_clocks *c,
-                      double now, double dead_after);
+bool rm_ps_warm_holds(int worker, int64_t applied, int64_t warm, const rm_ps_clocks *c, double now,
+                      double dead_after);
 /* The staleness bound in force: 0 (unbounded) during the warm-up, where worker 0 runs alone and
  * must not wait for the workers held at their draws; `bound` after it. */
 int rm_ps_warm_bound(int bound, int64_t applied, int64_t warm);

@@ -9,14 +9,12 @@
 #include "common/clock.h"
 #include "common/log.h"
 
-int rm_ps_registry_init(rm_ps_registry *g, const char (*addrs)[128], int n,
-                        const char *rendezvous, const char *job, const char *token,
-                        const char *id, rm_err *err)
+int rm_ps_registry_init(rm_ps_registry *g, const char (*addrs)[128], int n, const char *rendezvous,
+                        const char *job, const char *token, const char *id, rm_err *err)
 {
     memset(g, 0, sizeof *g);
     if (n < 1 || n > RM_PS_MAX_SERVERS)
-        return rm_errf(err, RM_EINVAL, "parameter servers: %d servers (want 1..%d)", n,
-                       RM_PS_MAX_SERVERS);
+        return rm_errf(err, RM_EINVAL, "parameter servers: %d servers (want 1..%d)", n, RM_PS_MAX_SERVERS);
     g->n = n;
     for (int i = 0; i < n; i++)
         snprintf(g->addrs[i], sizeof g->addrs[i], "%s", addrs[i]);
@@ -25,12 +23,12 @@ int rm_ps_registry_init(rm_ps_registry *g, const char (*addrs)[128], int n,
     g->rdzv = rm_rdzv_client_new(rendezvous, job && *job ? job : "default/local", token ? token : "",
                                  id && *id ? id : "0", err);
     if (!g->rdzv) {
-        rm_err why = *err;   /* which argument the client refused, and why */
+        rm_err why = *err; /* which argument the client refused, and why */
         return rm_err_field(err, why.code, "RINGMASTER_RENDEZVOUS", "cannot use \"%s\" (job %s): %s",
                             rendezvous, job && *job ? job : "default/local", why.msg);
     }
     for (int i = 0; i < n; i++)
-        g->addrs[i][0] = 0;   /* unknown until the rendezvous says */
+        g->addrs[i][0] = 0; /* unknown until the rendezvous says */
     return RM_OK;
 }
 
@@ -42,8 +40,7 @@ void rm_ps_registry_free(rm_ps_registry *g)
     g->rdzv = NULL;
 }
 
-void rm_ps_registry_set_cancel(rm_ps_registry *g, const volatile sig_atomic_t *cancel,
-                               const atomic_int *stop)
+void rm_ps_registry_set_cancel(rm_ps_registry *g, const volatile sig_atomic_t *cancel, const atomic_int *stop)
 {
     g->cancel = cancel;
     g->stop = stop;
@@ -63,11 +60,13 @@ int rm_ps_registry_lookup(rm_ps_registry *g, int i, rm_err *err)
     int n = 0;
     RM_CHECK(rm_rdzv_servers(g->rdzv, g->got, RM_PS_MAX_SERVERS, &n, err));
     if (i >= n || !g->got[i][0])
-        return rm_errf(err, RM_ENOTFOUND, "parameter server %d has not registered with the "
-                       "rendezvous", i);
+        return rm_errf(err, RM_ENOTFOUND,
+                       "parameter server %d has not registered with the "
+                       "rendezvous",
+                       i);
     if (strcmp(g->addrs[i], g->got[i]) != 0)
         rm_info("parameter server %d is at %s (rendezvous)", i, g->got[i]);
-    memcpy(g->addrs[i], g->got[i], sizeof g->addrs[i]);   /* NUL-terminated (rdzv.h) */
+    memcpy(g->addrs[i], g->got[i], sizeof g->addrs[i]); /* NUL-terminated (rdzv.h) */
     return RM_OK;
 }
 
@@ -81,7 +80,7 @@ int rm_ps_registry_connect(rm_ps_registry *g, rm_ps_conn *c, int i, int worker, 
     double backoff = 0.1;
     for (;;) {
         rm_err e = {0};
-        int rc = rm_ps_registry_lookup(g, i, &e);   /* a replacement may serve elsewhere */
+        int rc = rm_ps_registry_lookup(g, i, &e); /* a replacement may serve elsewhere */
         if (g->addrs[i][0]) {
             double dl = rm_mono() + RM_PS_TRY_S;
             rc = rm_ps_conn_open(c, g->addrs[i], i, g->n, worker, token,
@@ -98,8 +97,7 @@ int rm_ps_registry_connect(rm_ps_registry *g, rm_ps_conn *c, int i, int worker, 
         if (rm_mono() + backoff > deadline)
             return rm_errf(err, g->addrs[i][0] ? rc : RM_ETIMEDOUT, "%s", e.msg);
         if (g->addrs[i][0])
-            rm_warn("parameter server %d unreachable, retrying in %.1f s err=\"%s\"", i, backoff,
-                    e.msg);
+            rm_warn("parameter server %d unreachable, retrying in %.1f s err=\"%s\"", i, backoff, e.msg);
         rm_sleep(backoff);
         backoff = backoff * 2 > 2 ? 2 : backoff * 2;
     }

@@ -24,12 +24,12 @@
 #include "worker/ps/ps_wire.h"
 
 typedef struct rm_ps_registry {
-    int n;                                       /* servers */
-    char addrs[RM_PS_MAX_SERVERS][128];          /* last known "host:port"; "": not yet known */
-    char got[RM_PS_MAX_SERVERS][128];            /* scratch: the rendezvous' answer */
-    rm_rdzv_client *rdzv;                        /* owned; NULL: the static list */
-    const volatile sig_atomic_t *cancel;         /* borrowed (a worker's SIGTERM flag); NULL: none */
-    const atomic_int *stop;                      /* borrowed (a thread's stop flag); NULL: none */
+    int n;                               /* servers */
+    char addrs[RM_PS_MAX_SERVERS][128];  /* last known "host:port"; "": not yet known */
+    char got[RM_PS_MAX_SERVERS][128];    /* scratch: the rendezvous' answer */
+    rm_rdzv_client *rdzv;                /* owned; NULL: the static list */
+    const volatile sig_atomic_t *cancel; /* borrowed (a worker's SIGTERM flag); NULL: none */
+    const atomic_int *stop;              /* borrowed (a thread's stop flag); NULL: none */
 } rm_ps_registry;
 
 /* addrs[0..n): the launch contract's list (rm_ps_parse_addrs). rendezvous: its URL, or NULL/""
@@ -37,10 +37,9 @@ typedef struct rm_ps_registry {
  * its requests, a rendezvous name: "3", "ps") as rm_rdzv_client_new takes them. With a rendezvous
  * every address starts unknown. RM_EINVAL (field RINGMASTER_RENDEZVOUS) when the URL, job or token
  * is unusable. On error nothing needs freeing. */
-int rm_ps_registry_init(rm_ps_registry *g, const char (*addrs)[128], int n,
-                        const char *rendezvous, const char *job, const char *token,
-                        const char *id, rm_err *err);
-void rm_ps_registry_free(rm_ps_registry *g);   /* NULL and a zeroed registry are fine */
+int rm_ps_registry_init(rm_ps_registry *g, const char (*addrs)[128], int n, const char *rendezvous,
+                        const char *job, const char *token, const char *id, rm_err *err);
+void rm_ps_registry_free(rm_ps_registry *g); /* NULL and a zeroed registry are fine */
 /* Either flag, once non-zero, ends rm_ps_registry_connect's retries (RM_ECANCELED). */
 void rm_ps_registry_set_cancel(rm_ps_registry *g, const volatile sig_atomic_t *cancel,
                                const atomic_int *stop);
@@ -57,7 +56,7 @@ int rm_ps_registry_lookup(rm_ps_registry *g, int i, rm_err *err);
  * while the next try can start before deadline (rm_mono() seconds; deadline <= now: one try).
  * RM_EAUTH at once; RM_ECANCELED; otherwise the last try's error (RM_ETIMEDOUT when the address
  * was never known). */
-#define RM_PS_TRY_S (RM_PS_HANDSHAKE_S + 1.0)   /* the server drops a handshake after 2 s */
+#define RM_PS_TRY_S (RM_PS_HANDSHAKE_S + 1.0) /* the server drops a handshake after 2 s */
 int rm_ps_registry_connect(rm_ps_registry *g, rm_ps_conn *c, int i, int worker, const char *token,
                            double deadline, rm_err *err);
 #endif

@@ -41,8 +41,8 @@
 #include "worker/data/reader.h"
 #include "worker/ps/ps_wire.h"
 
-#define PS_IDLE_S 600.0          /* a connection silent this long is closed */
-#define PS_DEAD_AFTER_S 10.0     /* a worker silent this long no longer holds the others */
+#define PS_IDLE_S 600.0      /* a connection silent this long is closed */
+#define PS_DEAD_AFTER_S 10.0 /* a worker silent this long no longer holds the others */
 
 static volatile sig_atomic_t g_ps_term;
 static void ps_on_term(int sig)
@@ -58,7 +58,7 @@ typedef struct conn {
     int fd;
     char who[64];
     pthread_t th;
-    float *buf;                  /* shard-sized: a push's gradient in, a fetch's floats out */
+    float *buf; /* shard-sized: a push's gradient in, a fetch's floats out */
 } conn;
 
 struct server {
@@ -71,33 +71,33 @@ struct server {
     char addrs[RM_PS_MAX_SERVERS][128];
     char bind[128];
     int port;
-    char ckpt_dir[4096];         /* "" = none */
+    char ckpt_dir[4096]; /* "" = none */
     int ckpt_interval, ckpt_keep;
     double timeout_s;
     char metrics_addr[128];
     rm_faults faults;
-    rm_rdzv_client *rdzv;        /* RINGMASTER_RENDEZVOUS: where this server registers (NULL: none) */
-    char advertise[128];         /* the host workers reach this server at (port: s->port) */
-    double registered_at;        /* monotonic; 0: not yet */
+    rm_rdzv_client *rdzv; /* RINGMASTER_RENDEZVOUS: where this server registers (NULL: none) */
+    char advertise[128];  /* the host workers reach this server at (port: s->port) */
+    double registered_at; /* monotonic; 0: not yet */
 
     /* shard */
     rm_model_shape shape;
     size_t total, off, len;
     float *params;
     rm_optim opt;
-    rm_ps_sync sync;             /* sync: accumulator + version */
-    int64_t version;             /* async: updates applied (sync: sync.version) */
-    int64_t draws;               /* server 0, async: global batches handed out */
-    int64_t warm_others;         /* async: pushes by workers other than 0 during the warm start */
-    bool warm_logged;            /* server 0: "warm start done" was logged */
+    rm_ps_sync sync;     /* sync: accumulator + version */
+    int64_t version;     /* async: updates applied (sync: sync.version) */
+    int64_t draws;       /* server 0, async: global batches handed out */
+    int64_t warm_others; /* async: pushes by workers other than 0 during the warm start */
+    bool warm_logged;    /* server 0: "warm start done" was logged */
     rm_ps_clocks clocks;
-    rm_ps_view view;             /* sync: the newest view of the workers alive (ps_core.h) */
-    float lr;                    /* sync: the learning rate of the newest push */
+    rm_ps_view view; /* sync: the newest view of the workers alive (ps_core.h) */
+    float lr;        /* sync: the learning rate of the newest push */
     int64_t last_ckpt_version;
 
     /* concurrency */
     pthread_mutex_t mu;
-    pthread_cond_t cv;           /* monotonic clock; broadcast on every apply */
+    pthread_cond_t cv; /* monotonic clock; broadcast on every apply */
     atomic_int nconns;
     int lfd;
 
@@ -125,7 +125,7 @@ static void timed_wait(server *s, double until)
     if (dt <= 0)
         return;
     if (dt > 0.5)
-        dt = 0.5;   /* wake at least twice a second: dead workers stop holding anybody */
+        dt = 0.5; /* wake at least twice a second: dead workers stop holding anybody */
     struct timespec ts = rm_mono_ts(now + dt);
     pthread_cond_timedwait(&s->cv, &s->mu, &ts);
 }
@@ -135,8 +135,8 @@ static void check_fault(server *s)
 {
     const rm_fault *f = rm_faults_due(&s->faults, RM_FAULT_PS_RANK(s->index), cur_version(s));
     if (f) {
-        rm_warn("fault injected kind=%s role=ps index=%d version=%lld", rm_fault_kind_name(f->kind),
-                s->index, (long long)cur_version(s));
+        rm_warn("fault injected kind=%s role=ps index=%d version=%lld", rm_fault_kind_name(f->kind), s->index,
+                (long long)cur_version(s));
         _exit(137);
     }
 }
@@ -170,11 +170,11 @@ static void staleness_wait(server *s, int worker, int64_t clock)
 {
     double until = rm_mono() + s->timeout_s;
     int bound = rm_ps_warm_bound(s->ps.staleness_bound, s->version, s->ps.warm_start_steps);
-    while (!g_ps_term && !rm_ps_clocks_may_proceed(&s->clocks, worker, clock, bound,
-                                                   rm_mono(), PS_DEAD_AFTER_S) &&
+    while (!g_ps_term &&
+           !rm_ps_clocks_may_proceed(&s->clocks, worker, clock, bound, rm_mono(), PS_DEAD_AFTER_S) &&
            rm_mono() < until) {
         timed_wait(s, until);
-        rm_ps_clocks_note(&s->clocks, worker, clock, rm_mono());   /* waiting is not dying */
+        rm_ps_clocks_note(&s->clocks, worker, clock, rm_mono()); /* waiting is not dying */
     }
 }
 
@@ -187,8 +187,8 @@ static void sync_view(server *s, const rm_ps_req *q)
     int need = rm_ps_sync_need_for(s->view.live, s->ps.backup_workers);
     if (need != s->sync.need)
         rm_info("workers alive changed; a step now waits for %d gradients epoch=%lld live=%d "
-                "version=%lld", need, (long long)s->view.epoch, s->view.live,
-                (long long)s->sync.version);
+                "version=%lld",
+                need, (long long)s->view.epoch, s->view.live, (long long)s->sync.version);
     rm_ps_sync_set_need(&s->sync, need);
 }
 
@@ -198,7 +198,7 @@ static void sync_maybe_apply(server *s, double t0)
 {
     if (!rm_ps_sync_ready(&s->sync))
         return;
-    float *g = s->sync.accum;   /* averaged in place: read before the next push (under mu) */
+    float *g = s->sync.accum; /* averaged in place: read before the next push (under mu) */
     int c = rm_ps_sync_average(&s->sync, g);
     float lr = s->lr * rm_ps_lr_scale(s->view.live, s->world);
     rm_optim_step(&s->opt, s->params, g, lr);
@@ -221,7 +221,7 @@ static int op_fetch(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
         while (!g_ps_term && s->sync.version + 1 == q->step && rm_mono() < until)
             timed_wait(s, until);
     } else {
-        rm_ps_clocks_note(&s->clocks, (int)q->worker, q->step, rm_mono());   /* step: its clock */
+        rm_ps_clocks_note(&s->clocks, (int)q->worker, q->step, rm_mono()); /* step: its clock */
         staleness_wait(s, (int)q->worker, q->step);
     }
     r->version = cur_version(s);
@@ -270,7 +270,7 @@ static int op_push(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
         sync_maybe_apply(s, t0);
     } else {
         if (s->version < s->ps.warm_start_steps && q->worker != 0)
-            s->warm_others++;   /* a push that is not worker 0's during the warm start */
+            s->warm_others++; /* a push that is not worker 0's during the warm start */
         int64_t st = rm_ps_staleness(s->version, q->from_version);
         rm_series_observe(s->m_staleness, (double)st);
         rm_optim_step(&s->opt, s->params, c->buf, q->lr);
@@ -292,13 +292,13 @@ static int op_draw(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
      * again: "not yet"), until worker 0 alone made the first warmStartSteps updates */
     int64_t warm = s->ps.mode == RM_PS_ASYNC ? s->ps.warm_start_steps : 0;
     double until = rm_mono() + 1;
-    while (!g_ps_term && rm_ps_warm_holds((int)q->worker, s->version, warm, &s->clocks, rm_mono(),
-                                          PS_DEAD_AFTER_S) && rm_mono() < until)
+    while (!g_ps_term &&
+           rm_ps_warm_holds((int)q->worker, s->version, warm, &s->clocks, rm_mono(), PS_DEAD_AFTER_S) &&
+           rm_mono() < until)
         timed_wait(s, until);
     r->version = cur_version(s);
-    r->b = warm > 0 ? s->version : 0;   /* where a worker that starts now sets its clock */
-    if (rm_ps_warm_holds((int)q->worker, s->version, warm, &s->clocks, rm_mono(),
-                         PS_DEAD_AFTER_S)) {
+    r->b = warm > 0 ? s->version : 0; /* where a worker that starts now sets its clock */
+    if (rm_ps_warm_holds((int)q->worker, s->version, warm, &s->clocks, rm_mono(), PS_DEAD_AFTER_S)) {
         r->status = RM_PS_ST_TIMEOUT;
         pthread_mutex_unlock(&s->mu);
         return RM_OK;
@@ -306,8 +306,8 @@ static int op_draw(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
     if (warm > 0 && q->worker != 0 && !s->warm_logged) {
         s->warm_logged = true;
         rm_info("warm start done: the other workers join version=%lld warm_start_steps=%lld "
-                "others_pushes_during_warm_start=%lld", (long long)s->version, (long long)warm,
-                (long long)s->warm_others);
+                "others_pushes_during_warm_start=%lld",
+                (long long)s->version, (long long)warm, (long long)s->warm_others);
     }
     if (s->draws >= q->step) {
         r->status = RM_PS_ST_DONE;
@@ -330,7 +330,7 @@ static int op_lb_vec(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
     }
     pthread_mutex_lock(&s->mu);
     rm_lbfgs_shard_vec(s->lb, q, r);
-    if (r->b == 1) {   /* BEGIN: a pass; the version bump checkpoints X */
+    if (r->b == 1) { /* BEGIN: a pass; the version bump checkpoints X */
         s->sync.version++;
         applied(s, rm_mono());
     }
@@ -377,7 +377,7 @@ static int op_lb_report(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
 static const struct {
     uint32_t op;
     const char *name;
-    bool shard_payload;     /* the request carries exactly the shard's floats */
+    bool shard_payload; /* the request carries exactly the shard's floats */
     op_fn fn;
 } OPS[] = {
     {RM_PS_OP_INFO, "info", false, op_info},
@@ -394,8 +394,7 @@ static void refuse(const char *who, const char *why)
 {
     unsigned long sup = 0;
     if (rm_ratelimit_take(&g_ps_refuse_rl, rm_mono(), &sup))
-        rm_warn("parameter server refused connection from=%s reason=\"%s\" suppressed=%lu", who,
-                why, sup);
+        rm_warn("parameter server refused connection from=%s reason=\"%s\" suppressed=%lu", who, why, sup);
 }
 
 static void *conn_main(void *arg)
@@ -404,8 +403,8 @@ static void *conn_main(void *arg)
     server *s = c->s;
     rm_err e = {0};
     int worker = -1;
-    int rc = rm_ps_hs_accept(c->fd, s->token, s->index, s->nservers,
-                             rm_mono() + RM_PS_HANDSHAKE_S, &worker, &e);
+    int rc =
+        rm_ps_hs_accept(c->fd, s->token, s->index, s->nservers, rm_mono() + RM_PS_HANDSHAKE_S, &worker, &e);
     if (rc) {
         refuse(c->who, e.msg);
         goto out;
@@ -416,18 +415,17 @@ static void *conn_main(void *arg)
         rm_ps_rep r;
         rc = rm_net_recv_all(c->fd, &q, sizeof q, rm_mono() + PS_IDLE_S, &e);
         if (rc)
-            break;   /* closed, idle or reset: the worker reconnects when it needs us */
+            break; /* closed, idle or reset: the worker reconnects when it needs us */
         size_t i = 0;
         while (i < RM_ARRAY_LEN(OPS) && OPS[i].op != q.op)
             i++;
         if (q.magic != RM_PS_MAGIC || q.check != rm_ps_req_check(&q) || i == RM_ARRAY_LEN(OPS) ||
-            q.worker != (uint32_t)worker ||
-            (OPS[i].shard_payload ? q.nfloats != s->len : q.nfloats != 0)) {
+            q.worker != (uint32_t)worker || (OPS[i].shard_payload ? q.nfloats != s->len : q.nfloats != 0)) {
             refuse(c->who, "malformed request");
             break;
         }
-        if (q.nfloats && (rc = rm_net_recv_all(c->fd, c->buf, s->len * sizeof(float),
-                                               rm_mono() + s->timeout_s, &e)))
+        if (q.nfloats &&
+            (rc = rm_net_recv_all(c->fd, c->buf, s->len * sizeof(float), rm_mono() + s->timeout_s, &e)))
             break;
         memset(&r, 0, sizeof r);
         r.magic = RM_PS_MAGIC;
@@ -438,7 +436,7 @@ static void *conn_main(void *arg)
     }
 out:
     if (s->coord && worker >= 0)
-        rm_lbfgs_coord_worker_lost(s->coord, worker);   /* its portions go back to the queue */
+        rm_lbfgs_coord_worker_lost(s->coord, worker); /* its portions go back to the queue */
     close(c->fd);
     free(c->buf);
     free(c);
@@ -533,9 +531,9 @@ static int ckpt_restore(server *s)
     int skipped = 0;
     rm_err e = {0};
     int rc = rm_ckpt_load_newest(s->ckpt_dir, &exp, &meta, buf, cap, path, sizeof path, &skipped, &e);
-    if (rc == RM_OK && (meta.world_size != s->nservers || meta.rdzv_epoch != s->index ||
-                        meta.rng[0] != exp.rng[0] || meta.rng[1] != exp.rng[1] ||
-                        meta.rng[2] != exp.rng[2])) {
+    if (rc == RM_OK &&
+        (meta.world_size != s->nservers || meta.rdzv_epoch != s->index || meta.rng[0] != exp.rng[0] ||
+         meta.rng[1] != exp.rng[1] || meta.rng[2] != exp.rng[2])) {
         rm_warn("checkpoint of another shard layout ignored path=%s servers=%d index=%d", path,
                 meta.world_size, meta.rdzv_epoch);
         rc = RM_EINVAL;
@@ -543,8 +541,7 @@ static int ckpt_restore(server *s)
     if (rc == RM_OK) {
         memcpy(s->params, buf, s->len * sizeof(float));
         for (int i = 0; i < s->opt.nstate; i++)
-            memcpy(s->opt.state[i], buf + (size_t)(1 + i) * s->len * sizeof(float),
-                   s->len * sizeof(float));
+            memcpy(s->opt.state[i], buf + (size_t)(1 + i) * s->len * sizeof(float), s->len * sizeof(float));
         s->opt.t = meta.opt_t;
         s->version = meta.step;
         s->sync.version = meta.step;
@@ -574,8 +571,7 @@ static void ckpt_write(server *s, char *stage, bool force)
     }
     memcpy(stage, s->params, s->len * sizeof(float));
     for (int i = 0; i < s->opt.nstate; i++)
-        memcpy(stage + (size_t)(1 + i) * s->len * sizeof(float), s->opt.state[i],
-               s->len * sizeof(float));
+        memcpy(stage + (size_t)(1 + i) * s->len * sizeof(float), s->opt.state[i], s->len * sizeof(float));
     meta.step = v;
     meta.opt_t = s->opt.t;
     meta.data_pos = s->draws;
@@ -594,8 +590,7 @@ static void ckpt_write(server *s, char *stage, bool force)
         return;
     }
     s->last_ckpt_version = v;
-    rm_info("shard checkpoint written path=%s version=%lld seconds=%.3f", path, (long long)v,
-            rm_mono() - t0);
+    rm_info("shard checkpoint written path=%s version=%lld seconds=%.3f", path, (long long)v, rm_mono() - t0);
 }
 
 /* ---- registration with the rendezvous (rdzv.h "Servers") ----
@@ -615,10 +610,10 @@ static void rdzv_register(server *s)
             rm_info("registered with the rendezvous addr=%s", addr);
         s->registered_at = rm_mono();
     } else if (rc == RM_ECLOSED) {
-        s->registered_at = rm_mono();   /* the job finished: nothing to serve for */
+        s->registered_at = rm_mono(); /* the job finished: nothing to serve for */
     } else {
         rm_warn("rendezvous registration failed, retrying err=\"%s\"", e.msg);
-        s->registered_at = rm_mono() - 9;   /* again in about a second */
+        s->registered_at = rm_mono() - 9; /* again in about a second */
     }
 }
 
@@ -635,8 +630,7 @@ static int env_int(const char *name, int lo, int hi, int dflt, int *out, rm_err 
     errno = 0;
     long x = strtol(v, &end, 10);
     if (errno || *end || x < lo || x > hi)
-        return rm_err_field(err, RM_EINVAL, name, "want an integer in [%d, %d], got \"%s\"", lo, hi,
-                            v);
+        return rm_err_field(err, RM_EINVAL, name, "want an integer in [%d, %d], got \"%s\"", lo, hi, v);
     *out = (int)x;
     return RM_OK;
 }
@@ -675,15 +669,15 @@ static int settings(server *s, int argc, char **argv, rm_err *err)
     RM_CHECK(env_int(RM_ENV_CHECKPOINT_KEEP, 1, 1000, 3, &s->ckpt_keep, err));
     v = getenv(RM_ENV_TOKEN);
     if (!v || !*v || strlen(v) >= sizeof s->token)
-        return rm_err_field(err, RM_EAUTH, RM_ENV_TOKEN, "missing, empty or too long: a parameter "
+        return rm_err_field(err, RM_EAUTH, RM_ENV_TOKEN,
+                            "missing, empty or too long: a parameter "
                             "server only serves workers that prove the job's token");
     snprintf(s->token, sizeof s->token, "%s", v);
     snprintf(s->job, sizeof s->job, "%s", (v = getenv(RM_ENV_JOB)) && *v ? v : "default/local");
-    RM_CHECK(rm_ps_parse_addrs(getenv(RM_ENV_PS_ADDRS), s->addrs, RM_PS_MAX_SERVERS, &s->nservers,
-                               err));
+    RM_CHECK(rm_ps_parse_addrs(getenv(RM_ENV_PS_ADDRS), s->addrs, RM_PS_MAX_SERVERS, &s->nservers, err));
     if (s->index >= s->nservers)
-        return rm_err_field(err, RM_EINVAL, RM_ENV_PS_INDEX, "%d, but %s lists %d servers",
-                            s->index, RM_ENV_PS_ADDRS, s->nservers);
+        return rm_err_field(err, RM_EINVAL, RM_ENV_PS_INDEX, "%d, but %s lists %d servers", s->index,
+                            RM_ENV_PS_ADDRS, s->nservers);
     char host[128];
     RM_CHECK(rm_comm_split_addr(s->addrs[s->index], host, sizeof host, &s->port, err));
     snprintf(s->bind, sizeof s->bind, "%s", (v = getenv(RM_ENV_BIND_ADDR)) && *v ? v : "0.0.0.0");
@@ -693,9 +687,9 @@ static int settings(server *s, int argc, char **argv, rm_err *err)
     if ((v = getenv(RM_ENV_RENDEZVOUS)) && *v) {
         s->rdzv = rm_rdzv_client_new(v, s->job, s->token, "ps", err);
         if (!s->rdzv) {
-            rm_err why = *err;   /* which argument the client refused, and why */
-            return rm_err_field(err, why.code, RM_ENV_RENDEZVOUS, "cannot use \"%s\" (with job %s): %s",
-                                v, s->job, why.msg);
+            rm_err why = *err; /* which argument the client refused, and why */
+            return rm_err_field(err, why.code, RM_ENV_RENDEZVOUS, "cannot use \"%s\" (with job %s): %s", v,
+                                s->job, why.msg);
         }
     }
     if ((v = getenv(RM_ENV_CHECKPOINT_DIR)) && *v)
@@ -725,8 +719,10 @@ static int settings(server *s, int argc, char **argv, rm_err *err)
     }
     rm_ps_defaults(&s->ps);
     if (s->ps.replicas != s->nservers)
-        return rm_err_field(err, RM_EINVAL, RM_ENV_PS_ADDRS, "lists %d servers, "
-                            "spec.parameterServer.replicas is %d", s->nservers, s->ps.replicas);
+        return rm_err_field(err, RM_EINVAL, RM_ENV_PS_ADDRS,
+                            "lists %d servers, "
+                            "spec.parameterServer.replicas is %d",
+                            s->nservers, s->ps.replicas);
     if (s->ps.backup_workers >= s->world)
         return rm_err_field(err, RM_EINVAL, "spec.parameterServer.backupWorkers",
                             "must be < spec.replicas (%d)", s->world);
@@ -742,10 +738,10 @@ static int setup(server *s, rm_err *err)
     /* the model's shape from the data set's headers, as every worker reads them */
     const rm_model_family *fam;
     rm_model_data md;
-    rm_model lay;   /* the plan only: units and sizes */
+    rm_model lay; /* the plan only: units and sizes */
     rm_data_info di;
     RM_CHECK(rm_data_probe(&s->t, &di, err));
-    md = (rm_model_data){ .inputs = di.inputs, .classes = di.classes };
+    md = (rm_model_data){.inputs = di.inputs, .classes = di.classes};
     RM_CHECK(rm_model_shape_for(&s->t, &md, &fam, &s->shape, err));
     RM_CHECK(rm_model_plan(&lay, fam, &s->shape, err));
     s->total = lay.nparams;
@@ -769,9 +765,9 @@ static int setup(server *s, rm_err *err)
         rm_model_free(&m);
         RM_CHECK(rc);
     }
-    if (s->t.optimizer.type == RM_OPT_LBFGS) {   /* checkpoints every accepted point */
-        RM_CHECK(rm_lbfgs_shard_new(s->params, s->len, s->t.optimizer.history,
-                                    s->t.optimizer.portions, s->ckpt_dir, &s->lb, err));
+    if (s->t.optimizer.type == RM_OPT_LBFGS) { /* checkpoints every accepted point */
+        RM_CHECK(rm_lbfgs_shard_new(s->params, s->len, s->t.optimizer.history, s->t.optimizer.portions,
+                                    s->ckpt_dir, &s->lb, err));
         s->ckpt_interval = 1;
     }
     s->reg = rm_metrics_new();
@@ -783,17 +779,17 @@ static int setup(server *s, rm_err *err)
     rm_metric *f;
     char shard[16];
     snprintf(shard, sizeof shard, "%d", s->index);
-#define FAM(kind, var, name, help)                                                  \
-    do {                                                                            \
-        RM_CHECK(rm_metrics_##kind(s->reg, name, help, L, &f, err));                \
-        if (!(s->var = rm_metric_with2(f, s->job, shard)))                          \
-            return rm_errf(err, RM_ENOMEM, "metrics: out of memory");               \
+#define FAM(kind, var, name, help)                                    \
+    do {                                                              \
+        RM_CHECK(rm_metrics_##kind(s->reg, name, help, L, &f, err));  \
+        if (!(s->var = rm_metric_with2(f, s->job, shard)))            \
+            return rm_errf(err, RM_ENOMEM, "metrics: out of memory"); \
     } while (0)
-#define HIST(var, name, help, b)                                                                \
-    do {                                                                                        \
-        RM_CHECK(rm_metrics_histogram(s->reg, name, help, L, b, RM_ARRAY_LEN(b), &f, err));    \
-        if (!(s->var = rm_metric_with2(f, s->job, shard)))                                      \
-            return rm_errf(err, RM_ENOMEM, "metrics: out of memory");                           \
+#define HIST(var, name, help, b)                                                            \
+    do {                                                                                    \
+        RM_CHECK(rm_metrics_histogram(s->reg, name, help, L, b, RM_ARRAY_LEN(b), &f, err)); \
+        if (!(s->var = rm_metric_with2(f, s->job, shard)))                                  \
+            return rm_errf(err, RM_ENOMEM, "metrics: out of memory");                       \
     } while (0)
     FAM(counter, m_pushes, "ringmaster_ps_pushes_total", "Gradient pushes received by this server.");
     FAM(counter, m_fetches, "ringmaster_ps_fetches_total", "Parameter fetches served by this server.");
@@ -801,7 +797,8 @@ static int setup(server *s, rm_err *err)
         "Gradients dropped (sync: late for a step already applied with N-b, or duplicates).");
     FAM(gauge, m_version, "ringmaster_ps_version", "Updates applied to this shard (sync: the global step).");
     FAM(gauge, m_draws, "ringmaster_ps_draws", "Global batches handed out (server 0, async).");
-    HIST(m_staleness, "ringmaster_ps_staleness", "Async: updates applied between a gradient's fetch and its push.", st_b);
+    HIST(m_staleness, "ringmaster_ps_staleness",
+         "Async: updates applied between a gradient's fetch and its push.", st_b);
     HIST(m_apply, "ringmaster_ps_apply_seconds", "Time to apply one update to this shard.", ap_b);
 #undef FAM
 #undef HIST
@@ -816,7 +813,7 @@ static int setup(server *s, rm_err *err)
 
 int rm_ps_server_main(int argc, char **argv)
 {
-    static server S;   /* large (the clocks table); one per process */
+    static server S; /* large (the clocks table); one per process */
     server *s = &S;
     memset(s, 0, sizeof *s);
     s->lfd = -1;
@@ -848,10 +845,15 @@ int rm_ps_server_main(int argc, char **argv)
         /* server 0 hosts the L-BFGS coordinator; started before the acceptor, which reads
          * s->coord (its own connections to this server wait in the listen backlog) */
         if (s->lb && s->index == 0) {
-            rm_lbfgs_coord_cfg cc = {.t = &s->t, .world = s->world, .nservers = s->nservers,
-                                     .addrs = s->addrs, .token = s->token, .job = s->job,
+            rm_lbfgs_coord_cfg cc = {.t = &s->t,
+                                     .world = s->world,
+                                     .nservers = s->nservers,
+                                     .addrs = s->addrs,
+                                     .token = s->token,
+                                     .job = s->job,
                                      .train_samples = rm_training_samples(&s->t),
-                                     .timeout_s = s->timeout_s, .reg = s->reg,
+                                     .timeout_s = s->timeout_s,
+                                     .reg = s->reg,
                                      .state_dir = s->ckpt_dir,
                                      .rendezvous = getenv(RM_ENV_RENDEZVOUS)};
             rc = rm_lbfgs_coord_start(&cc, &s->coord, &err);
@@ -868,17 +870,16 @@ int rm_ps_server_main(int argc, char **argv)
                 "of_total=%zu mode=%s backup_workers=%d staleness_bound=%d version=%lld "
                 "optimizer=%s metrics=%s",
                 s->index, s->nservers, s->bind, s->port, s->off, s->len, s->total,
-                rm_ps_mode_names[s->ps.mode == RM_PS_ASYNC], s->ps.backup_workers,
-                s->ps.staleness_bound, (long long)cur_version(s),
-                rm_optim_name(s->t.optimizer.type), s->metrics_addr[0] ? s->metrics_addr : "off");
+                rm_ps_mode_names[s->ps.mode == RM_PS_ASYNC], s->ps.backup_workers, s->ps.staleness_bound,
+                (long long)cur_version(s), rm_optim_name(s->t.optimizer.type),
+                s->metrics_addr[0] ? s->metrics_addr : "off");
         while (!g_ps_term) {
             rdzv_register(s);
             struct timespec ts = {0, 200 * 1000000L};
             nanosleep(&ts, NULL);
             ckpt_write(s, stage, false);
         }
-        rm_info("SIGTERM: writing the shard checkpoint and exiting version=%lld",
-                (long long)cur_version(s));
+        rm_info("SIGTERM: writing the shard checkpoint and exiting version=%lld", (long long)cur_version(s));
         ckpt_write(s, stage, true);
     } else {
         rm_error("parameter server failed err=\"%s\"", err.msg);

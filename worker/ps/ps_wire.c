@@ -29,16 +29,16 @@ static uint32_t get32(const uint8_t *p)
     return ntohl(v);
 }
 
-static void ps_mac(const char *token, const char *role, uint32_t index, uint32_t worker,
-                   uint32_t nservers, const uint8_t nc[16], const uint8_t ns[16], uint8_t out[32])
+static void ps_mac(const char *token, const char *role, uint32_t index, uint32_t worker, uint32_t nservers,
+                   const uint8_t nc[16], const uint8_t ns[16], uint8_t out[32])
 {
     char label[32];
     snprintf(label, sizeof label, "ringmaster-ps-v1 %s", role);
     rm_net_hs_mac(token, label, index, worker, nservers, nc, ns, out);
 }
 
-int rm_ps_hs_accept(int fd, const char *token, int index, int nservers, double deadline,
-                    int *worker, rm_err *err)
+int rm_ps_hs_accept(int fd, const char *token, int index, int nservers, double deadline, int *worker,
+                    rm_err *err)
 {
     uint8_t hello[HELLO_LEN], ch[CHAL_LEN], proof[PROOF_LEN], ack[ACK_LEN], mac[32];
     RM_CHECK(rm_net_recv_all(fd, hello, sizeof hello, deadline, err));
@@ -83,8 +83,8 @@ void rm_ps_conn_close(rm_ps_conn *c)
     }
 }
 
-int rm_ps_conn_open(rm_ps_conn *c, const char *addr, int index, int nservers, int worker,
-                    const char *token, double deadline, rm_err *err)
+int rm_ps_conn_open(rm_ps_conn *c, const char *addr, int index, int nservers, int worker, const char *token,
+                    double deadline, rm_err *err)
 {
     c->fd = -1;
     c->index = index;
@@ -106,20 +106,20 @@ int rm_ps_conn_open(rm_ps_conn *c, const char *addr, int index, int nservers, in
         rm_ps_conn_close(c);
         return rm_errf(err, rc, "parameter server %d at %s: handshake: %s", index, addr, e2.msg);
     }
-    if (get32(ch) != RM_PS_MAGIC || get32(ch + 4) != RM_PS_VERSION ||
-        get32(ch + 8) != (uint32_t)index) {
+    if (get32(ch) != RM_PS_MAGIC || get32(ch + 4) != RM_PS_VERSION || get32(ch + 8) != (uint32_t)index) {
         rm_ps_conn_close(c);
         return rm_errf(err, RM_EPROTO, "parameter server %d at %s: bad challenge", index, addr);
     }
     ps_mac(token, "acc", (uint32_t)index, (uint32_t)worker, (uint32_t)nservers, nc, ch + 16, mac);
     if (!rm_net_ct_equal(mac, ch + 32, 32)) {
         rm_ps_conn_close(c);
-        return rm_errf(err, RM_EAUTH, "parameter server %d at %s failed authentication (wrong job "
-                       "token?)", index, addr);
+        return rm_errf(err, RM_EAUTH,
+                       "parameter server %d at %s failed authentication (wrong job "
+                       "token?)",
+                       index, addr);
     }
     put32(proof, RM_PS_MAGIC);
-    ps_mac(token, "con", (uint32_t)index, (uint32_t)worker, (uint32_t)nservers, nc, ch + 16,
-           proof + 4);
+    ps_mac(token, "con", (uint32_t)index, (uint32_t)worker, (uint32_t)nservers, nc, ch + 16, proof + 4);
     if ((rc = rm_net_send_all(c->fd, proof, sizeof proof, deadline, &e2)) ||
         (rc = rm_net_recv_all(c->fd, ack, sizeof ack, deadline, &e2))) {
         rm_ps_conn_close(c);
@@ -128,8 +128,7 @@ int rm_ps_conn_open(rm_ps_conn *c, const char *addr, int index, int nservers, in
     if (get32(ack) != RM_PS_MAGIC || get32(ack + 4) != 0) {
         rm_ps_conn_close(c);
         return rm_errf(err, get32(ack + 4) == RM_PS_REFUSED ? RM_EAUTH : RM_EPROTO,
-                       "parameter server %d at %s refused our proof (wrong job token?)", index,
-                       addr);
+                       "parameter server %d at %s refused our proof (wrong job token?)", index, addr);
     }
     return RM_OK;
 }
@@ -179,8 +178,8 @@ int rm_ps_send(rm_ps_conn *c, rm_ps_req *q, const float *payload, double deadlin
     return rm_ps_send2(c, q, payload, NULL, deadline, err);
 }
 
-int rm_ps_send2(rm_ps_conn *c, rm_ps_req *q, const float *payload, rm_ps_req *q2,
-                double deadline, rm_err *err)
+int rm_ps_send2(rm_ps_conn *c, rm_ps_req *q, const float *payload, rm_ps_req *q2, double deadline,
+                rm_err *err)
 {
     if (c->fd < 0)
         return rm_errf(err, RM_ECLOSED, "parameter server %d: not connected", c->index);
@@ -211,8 +210,10 @@ int rm_ps_recv(rm_ps_conn *c, rm_ps_rep *r, float *buf, size_t cap, double deadl
         return rm_errf(err, RM_ECLOSED, "parameter server %d: not connected", c->index);
     RM_CHECK(rm_net_recv_all(c->fd, r, sizeof *r, deadline, err));
     if (r->magic != RM_PS_MAGIC || r->check != rm_ps_rep_check(r) || r->nfloats > cap)
-        return rm_errf(err, RM_EPROTO, "parameter server %d: bad reply (magic %08x, %u floats, "
-                       "cap %zu)", c->index, r->magic, r->nfloats, cap);
+        return rm_errf(err, RM_EPROTO,
+                       "parameter server %d: bad reply (magic %08x, %u floats, "
+                       "cap %zu)",
+                       c->index, r->magic, r->nfloats, cap);
     if (r->nfloats)
         RM_CHECK(rm_net_recv_all(c->fd, buf, (size_t)r->nfloats * sizeof(float), deadline, err));
     return RM_OK;

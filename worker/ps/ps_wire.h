@@ -31,18 +31,27 @@
 #include <stdint.h>
 #include "common/rm.h"
 
-#define RM_PS_MAGIC 0x524d5053u     /* "RMPS" */
+#define RM_PS_MAGIC 0x524d5053u /* "RMPS" */
 #define RM_PS_VERSION 1u
 #define RM_PS_CHECK 0x7c31a9e5u
-#define RM_PS_HANDSHAKE_S 2.0       /* accept -> proof checked, or the connection is dropped */
+#define RM_PS_HANDSHAKE_S 2.0 /* accept -> proof checked, or the connection is dropped */
 #define RM_PS_REFUSED 1u
 #define RM_PS_MAX_FLOATS (1u << 30) /* the largest model (RM_TJ_MAX_PARAMS) */
 
 /* LB_* (Sandblaster L-BFGS, worker/ps/lbfgs_coord.h): LB_VEC a vector op on the shard's L-BFGS
  * vectors (from the coordinator), LB_PUSH a portion's gradient (shard payload), LB_CLAIM and
  * LB_REPORT (server 0: the coordinator's portions). */
-enum { RM_PS_OP_INFO = 1, RM_PS_OP_FETCH, RM_PS_OP_PUSH, RM_PS_OP_DRAW, RM_PS_OP_LB_VEC,
-       RM_PS_OP_LB_PUSH, RM_PS_OP_LB_CLAIM, RM_PS_OP_LB_REPORT, RM_PS_OP__COUNT };
+enum {
+    RM_PS_OP_INFO = 1,
+    RM_PS_OP_FETCH,
+    RM_PS_OP_PUSH,
+    RM_PS_OP_DRAW,
+    RM_PS_OP_LB_VEC,
+    RM_PS_OP_LB_PUSH,
+    RM_PS_OP_LB_CLAIM,
+    RM_PS_OP_LB_REPORT,
+    RM_PS_OP__COUNT
+};
 enum { RM_PS_ST_OK = 0, RM_PS_ST_DROPPED, RM_PS_ST_TIMEOUT, RM_PS_ST_BAD, RM_PS_ST_DONE };
 
 typedef struct rm_ps_req {
@@ -50,7 +59,7 @@ typedef struct rm_ps_req {
     int64_t step, from_version;
     float lr;
     uint32_t nfloats, check;
-    uint32_t group;   /* the rendezvous epoch of the worker's view; world = the workers alive in it
+    uint32_t group; /* the rendezvous epoch of the worker's view; world = the workers alive in it
                          (ps_core.h "the workers alive") */
 } rm_ps_req;
 
@@ -71,27 +80,27 @@ static inline uint32_t rm_ps_rep_check(const rm_ps_rep *r)
 
 /* Server side of the handshake on an accepted socket: *worker gets the worker id the peer
  * proved. RM_EAUTH (refusal sent) on a wrong proof, RM_EPROTO on garbage, RM_ETIMEDOUT. */
-int rm_ps_hs_accept(int fd, const char *token, int index, int nservers, double deadline,
-                    int *worker, rm_err *err);
+int rm_ps_hs_accept(int fd, const char *token, int index, int nservers, double deadline, int *worker,
+                    rm_err *err);
 
 /* A worker's connection to one server. */
 typedef struct rm_ps_conn {
-    int fd;                    /* -1: not connected */
-    int index;                 /* server index */
+    int fd;    /* -1: not connected */
+    int index; /* server index */
     char host[128];
     int port;
 } rm_ps_conn;
 
 /* Connect to "host:port" and prove the token (deadline: absolute, monotonic seconds). */
-int rm_ps_conn_open(rm_ps_conn *c, const char *addr, int index, int nservers, int worker,
-                    const char *token, double deadline, rm_err *err);
+int rm_ps_conn_open(rm_ps_conn *c, const char *addr, int index, int nservers, int worker, const char *token,
+                    double deadline, rm_err *err);
 void rm_ps_conn_close(rm_ps_conn *c);
 /* Send a request (header + payload of q->nfloats floats; payload may be NULL when 0). */
 int rm_ps_send(rm_ps_conn *c, rm_ps_req *q, const float *payload, double deadline, rm_err *err);
 /* rm_ps_send, then (q2 not NULL) a second request without payload, in one gather write: the sync
  * step's push and the fetch behind it (step_ps.c). q2 must have nfloats 0. */
-int rm_ps_send2(rm_ps_conn *c, rm_ps_req *q, const float *payload, rm_ps_req *q2,
-                double deadline, rm_err *err);
+int rm_ps_send2(rm_ps_conn *c, rm_ps_req *q, const float *payload, rm_ps_req *q2, double deadline,
+                rm_err *err);
 /* Server side: a reply header (magic and check set here) and its r->nfloats floats from payload,
  * in one gather write. */
 int rm_ps_reply(int fd, rm_ps_rep *r, const float *payload, double deadline, rm_err *err);

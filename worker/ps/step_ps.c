@@ -38,31 +38,35 @@
 #include "worker/ps/ps_registry.h"
 #include "worker/ps/ps_wire.h"
 
-#define PS_RETRY_FACTOR 6.0   /* a server may be away this many comm timeouts */
+#define PS_RETRY_FACTOR 6.0 /* a server may be away this many comm timeouts */
 
 struct rm_step {
     rm_step_env env;
     rm_step_round r;
     rm_ps_spec ps;
     int S, worker;
-    rm_ps_registry reg;               /* where the servers are (the rendezvous, else the list) */
+    rm_ps_registry reg; /* where the servers are (the rendezvous, else the list) */
     rm_ps_conn conn[RM_PS_MAX_SERVERS];
     size_t off[RM_PS_MAX_SERVERS], len[RM_PS_MAX_SERVERS];
-    int64_t ver[RM_PS_MAX_SERVERS];   /* each shard's version at our last fetch */
-    int64_t version;                  /* sync: the global step our parameters are at */
-    float *acc;                       /* async: gradients accumulated since the last push */
-    int64_t clock;                    /* async: steps this worker computed */
-    int pending;                      /* async: steps in acc */
+    int64_t ver[RM_PS_MAX_SERVERS]; /* each shard's version at our last fetch */
+    int64_t version;                /* sync: the global step our parameters are at */
+    float *acc;                     /* async: gradients accumulated since the last push */
+    int64_t clock;                  /* async: steps this worker computed */
+    int pending;                    /* async: steps in acc */
     bool done;
 };
 
-static bool canceled(const rm_step *s) { return s->env.cancel && *s->env.cancel; }
+static bool canceled(const rm_step *s)
+{
+    return s->env.cancel && *s->env.cancel;
+}
 
 static int ps_init(const rm_step_env *env, rm_step **out, rm_err *err)
 {
     *out = NULL;
     if (!env->k->host_memory)
-        return rm_errf(err, RM_EUNSUPPORTED, "parameterServer strategy: the CPU path only "
+        return rm_errf(err, RM_EUNSUPPORTED,
+                       "parameterServer strategy: the CPU path only "
                        "(--device cpu)");
     rm_step *s = calloc(1, sizeof *s);
     if (!s)
@@ -84,19 +88,20 @@ static int ps_init(const rm_step_env *env, rm_step **out, rm_err *err)
      * "Servers"); the launch contract's list then only says how many there are */
     const char *url = getenv(RM_ENV_RENDEZVOUS), *wid = getenv(RM_ENV_WORKER_ID);
     if (rc == RM_OK)
-        rc = rm_ps_registry_init(&s->reg, (const char (*)[128])addrs, s->S,
-                                 env->token && *env->token ? url : NULL, getenv(RM_ENV_JOB),
-                                 env->token, wid, err);
+        rc = rm_ps_registry_init(&s->reg, (const char(*)[128])addrs, s->S,
+                                 env->token && *env->token ? url : NULL, getenv(RM_ENV_JOB), env->token, wid,
+                                 err);
     if (rc == RM_OK)
         rm_ps_registry_set_cancel(&s->reg, env->cancel, NULL);
     if (rc == RM_OK && s->ps.replicas != s->S)
-        rc = rm_err_field(err, RM_EINVAL, RM_ENV_PS_ADDRS, "lists %d servers, "
-                          "spec.parameterServer.replicas is %d", s->S, s->ps.replicas);
+        rc = rm_err_field(err, RM_EINVAL, RM_ENV_PS_ADDRS,
+                          "lists %d servers, "
+                          "spec.parameterServer.replicas is %d",
+                          s->S, s->ps.replicas);
     const rm_model *mod = env->m;
     if (rc == RM_OK)
         rc = rm_ps_partition(mod->nparams, mod->unit_off, mod->nunits, s->S, s->off, s->len, err);
-    if (rc == RM_OK && s->ps.mode == RM_PS_ASYNC &&
-        !(s->acc = calloc(mod->nparams, sizeof(float))))
+    if (rc == RM_OK && s->ps.mode == RM_PS_ASYNC && !(s->acc = calloc(mod->nparams, sizeof(float))))
         rc = rm_errf(err, RM_ENOMEM, "parameterServer strategy: out of memory");
     if (rc) {
         rm_ps_registry_free(&s->reg);
@@ -111,7 +116,7 @@ static int ps_init(const rm_step_env *env, rm_step **out, rm_err *err)
 static void ps_round_end(rm_step *s)
 {
     if (s)
-        memset(&s->r, 0, sizeof s->r);   /* connections to the servers outlive rounds */
+        memset(&s->r, 0, sizeof s->r); /* connections to the servers outlive rounds */
 }
 
 static int ps_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
@@ -121,8 +126,7 @@ static int ps_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
     const char *id = getenv(RM_ENV_WORKER_ID);
     s->worker = id && *id ? atoi(id) : r->rank;
     if (s->worker < 0 || s->worker >= RM_PS_MAX_WORKERS)
-        return rm_errf(err, RM_EINVAL, "parameterServer strategy: worker id %d out of range",
-                       s->worker);
+        return rm_errf(err, RM_EINVAL, "parameterServer strategy: worker id %d out of range", s->worker);
     return RM_OK;
 }
 
@@ -139,7 +143,7 @@ static void ps_destroy(rm_step *s)
 
 static int ps_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
 {
-    const rm_step_env *e = &s->env;   /* the servers hold the truth; this is what they drew */
+    const rm_step_env *e = &s->env; /* the servers hold the truth; this is what they drew */
     for (int i = 0; i < e->opt->nstate; i++)
         e->k->memset0(e->opt->state[i], e->opt->n * sizeof(float));
     e->opt->t = 0;
@@ -150,15 +154,13 @@ static int ps_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
  * bounded back-off until deadline. */
 static int ensure_conn(rm_step *s, int i, double deadline, rm_err *err)
 {
-    return rm_ps_registry_connect(&s->reg, &s->conn[i], i, s->worker, s->env.token, deadline,
-                                  err);
+    return rm_ps_registry_connect(&s->reg, &s->conn[i], i, s->worker, s->env.token, deadline, err);
 }
 
 /* One request to every server (pipelined), replies' floats into dst + off[i] (when dst).
  * q is the template (nfloats/payload per server from src + off[i] when src). A server that fails
  * is retried alone with back-off until the retry deadline. rep[i] gets each reply. */
-static int exchange(rm_step *s, rm_ps_req q, const float *src, float *dst, rm_ps_rep *rep,
-                    rm_err *err)
+static int exchange(rm_step *s, rm_ps_req q, const float *src, float *dst, rm_ps_rep *rep, rm_err *err)
 {
     double deadline = rm_mono() + s->env.timeout_s * PS_RETRY_FACTOR;
     bool bad[RM_PS_MAX_SERVERS] = {false};
@@ -167,35 +169,38 @@ static int exchange(rm_step *s, rm_ps_req q, const float *src, float *dst, rm_ps
         rm_ps_req qi = q;
         qi.nfloats = src ? (uint32_t)s->len[i] : 0;
         if (ensure_conn(s, i, deadline, &e) ||
-            rm_ps_send(&s->conn[i], &qi, src ? src + s->off[i] : NULL,
-                       rm_mono() + s->env.timeout_s, &e))
+            rm_ps_send(&s->conn[i], &qi, src ? src + s->off[i] : NULL, rm_mono() + s->env.timeout_s, &e))
             bad[i] = true;
     }
     for (int i = 0; i < s->S; i++) {
         rm_err e = {0};
         /* a fetch may wait on the server for up to its timeout: allow for it */
-        if (!bad[i] && rm_ps_recv(&s->conn[i], &rep[i], dst ? dst + s->off[i] : NULL,
-                                  dst ? s->len[i] : 0, rm_mono() + 2 * s->env.timeout_s + 1, &e))
+        if (!bad[i] && rm_ps_recv(&s->conn[i], &rep[i], dst ? dst + s->off[i] : NULL, dst ? s->len[i] : 0,
+                                  rm_mono() + 2 * s->env.timeout_s + 1, &e))
             bad[i] = true;
         if (!bad[i] && dst && rep[i].status == RM_PS_ST_OK && rep[i].nfloats != s->len[i]) {
             rm_ps_conn_close(&s->conn[i]);
-            return rm_errf(err, RM_EPROTO, "parameter server %d sent %u floats, its shard is %zu "
-                           "(another model or shard layout?)", i, rep[i].nfloats, s->len[i]);
+            return rm_errf(err, RM_EPROTO,
+                           "parameter server %d sent %u floats, its shard is %zu "
+                           "(another model or shard layout?)",
+                           i, rep[i].nfloats, s->len[i]);
         }
         while (bad[i]) {
             rm_ps_conn_close(&s->conn[i]);
             if (canceled(s))
                 return rm_errf(err, RM_ECANCELED, "parameter server %d: canceled", i);
             if (rm_mono() >= deadline)
-                return rm_errf(err, RM_ETIMEDOUT, "parameter server %d: no answer within %.0f s "
-                               "(%s)", i, s->env.timeout_s * PS_RETRY_FACTOR, e.msg);
+                return rm_errf(err, RM_ETIMEDOUT,
+                               "parameter server %d: no answer within %.0f s "
+                               "(%s)",
+                               i, s->env.timeout_s * PS_RETRY_FACTOR, e.msg);
             rm_ps_req qi = q;
             qi.nfloats = src ? (uint32_t)s->len[i] : 0;
             if (ensure_conn(s, i, deadline, &e) == RM_OK &&
-                rm_ps_send(&s->conn[i], &qi, src ? src + s->off[i] : NULL,
-                           rm_mono() + s->env.timeout_s, &e) == RM_OK &&
-                rm_ps_recv(&s->conn[i], &rep[i], dst ? dst + s->off[i] : NULL,
-                           dst ? s->len[i] : 0, rm_mono() + 2 * s->env.timeout_s + 1, &e) == RM_OK)
+                rm_ps_send(&s->conn[i], &qi, src ? src + s->off[i] : NULL, rm_mono() + s->env.timeout_s,
+                           &e) == RM_OK &&
+                rm_ps_recv(&s->conn[i], &rep[i], dst ? dst + s->off[i] : NULL, dst ? s->len[i] : 0,
+                           rm_mono() + 2 * s->env.timeout_s + 1, &e) == RM_OK)
                 bad[i] = false;
             else
                 rm_sleep(0.2);
@@ -224,10 +229,11 @@ static int fetch_all(rm_step *s, int64_t want, rm_err *err)
     double deadline = rm_mono() + s->env.timeout_s * PS_RETRY_FACTOR;
     rm_ps_rep rep[RM_PS_MAX_SERVERS];
     for (;;) {
-        rm_ps_req q = {.op = RM_PS_OP_FETCH, .worker = (uint32_t)s->worker,
+        rm_ps_req q = {.op = RM_PS_OP_FETCH,
+                       .worker = (uint32_t)s->worker,
                        .world = (uint32_t)s->r.world,
                        .step = s->ps.mode == RM_PS_SYNC ? want : s->clock};
-        set_view(s, &q);   /* asked again every second: the newest view each time */
+        set_view(s, &q); /* asked again every second: the newest view each time */
         RM_CHECK(exchange(s, q, NULL, s->env.m->params, rep, err));
         bool late = false;
         int64_t oldest = INT64_MAX;
@@ -249,9 +255,10 @@ static int fetch_all(rm_step *s, int64_t want, rm_err *err)
         if (canceled(s))
             return rm_errf(err, RM_ECANCELED, "parameter servers: canceled");
         if (rm_mono() >= deadline)
-            return rm_errf(err, RM_ETIMEDOUT, "parameter servers: step %lld not applied within "
-                           "%.0f s (fewer than N-b workers pushing?)", (long long)want,
-                           s->env.timeout_s * PS_RETRY_FACTOR);
+            return rm_errf(err, RM_ETIMEDOUT,
+                           "parameter servers: step %lld not applied within "
+                           "%.0f s (fewer than N-b workers pushing?)",
+                           (long long)want, s->env.timeout_s * PS_RETRY_FACTOR);
     }
 }
 
@@ -267,8 +274,8 @@ static int fetch_all(rm_step *s, int64_t want, rm_err *err)
 static int push_fetch(rm_step *s, const rm_ps_req *push, const float *grads, rm_err *err)
 {
     rm_ps_rep rep[RM_PS_MAX_SERVERS], frep[RM_PS_MAX_SERVERS];
-    rm_ps_req f = {.op = RM_PS_OP_FETCH, .worker = push->worker, .world = push->world,
-                   .step = push->step + 1};
+    rm_ps_req f = {
+        .op = RM_PS_OP_FETCH, .worker = push->worker, .world = push->world, .step = push->step + 1};
     set_view(s, &f);
     bool broken = false, late = false;
     for (int i = 0; i < s->S && !broken; i++) {
@@ -276,8 +283,7 @@ static int push_fetch(rm_step *s, const rm_ps_req *push, const float *grads, rm_
         rm_ps_req qi = *push, fi = f;
         qi.nfloats = (uint32_t)s->len[i];
         if (s->conn[i].fd < 0 ||
-            rm_ps_send2(&s->conn[i], &qi, grads + s->off[i], &fi, rm_mono() + s->env.timeout_s,
-                        &e))
+            rm_ps_send2(&s->conn[i], &qi, grads + s->off[i], &fi, rm_mono() + s->env.timeout_s, &e))
             broken = true;
     }
     for (int i = 0; i < s->S && !broken; i++) {
@@ -291,8 +297,10 @@ static int push_fetch(rm_step *s, const rm_ps_req *push, const float *grads, rm_
             late = true;
         } else if (frep[i].nfloats != s->len[i]) {
             rm_ps_conn_close(&s->conn[i]);
-            return rm_errf(err, RM_EPROTO, "parameter server %d sent %u floats, its shard is %zu "
-                           "(another model or shard layout?)", i, frep[i].nfloats, s->len[i]);
+            return rm_errf(err, RM_EPROTO,
+                           "parameter server %d sent %u floats, its shard is %zu "
+                           "(another model or shard layout?)",
+                           i, frep[i].nfloats, s->len[i]);
         }
     }
     if (broken) {
@@ -309,7 +317,7 @@ static int push_fetch(rm_step *s, const rm_ps_req *push, const float *grads, rm_
         if (frep[i].version < oldest)
             oldest = frep[i].version;
     }
-    s->version = oldest;   /* as fetch_all: the job's step is the slowest shard's */
+    s->version = oldest; /* as fetch_all: the job's step is the slowest shard's */
     return RM_OK;
 }
 
@@ -346,15 +354,15 @@ static int ps_claim(rm_step *s, rm_step_claim *c, rm_err *err)
         c->nslots = N;
         return RM_OK;
     }
-    int64_t spe = s->env.train_samples / B;   /* async: batches of B drawn from the permutation */
+    int64_t spe = s->env.train_samples / B; /* async: batches of B drawn from the permutation */
     if (spe < 1)
         return rm_errf(err, RM_EINVAL, "batch larger than the training set");
     rm_ps_rep rep;
-    rm_ps_req q = {.op = RM_PS_OP_DRAW, .worker = (uint32_t)s->worker,
-                   .world = (uint32_t)N, .step = budget(s, spe)};
+    rm_ps_req q = {
+        .op = RM_PS_OP_DRAW, .worker = (uint32_t)s->worker, .world = (uint32_t)N, .step = budget(s, spe)};
     double deadline = rm_mono() + s->env.timeout_s * PS_RETRY_FACTOR;
     bool held = false;
-    for (;;) {   /* server 0 alone: a small exchange */
+    for (;;) { /* server 0 alone: a small exchange */
         rm_err e = {0};
         if (ensure_conn(s, 0, deadline, &e) == RM_OK &&
             rm_ps_send(&s->conn[0], &q, NULL, rm_mono() + s->env.timeout_s, &e) == RM_OK &&
@@ -387,8 +395,8 @@ static int ps_claim(rm_step *s, rm_step_claim *c, rm_err *err)
         return RM_OK;
     }
     if (s->ps.warm_start_steps > 0 && s->clock == 0)
-        s->clock = rep.b;   /* joining after the warm start: at the job's clock, not 0 behind */
-    if (held)   /* our parameters are from before the warm start: W updates old */
+        s->clock = rep.b; /* joining after the warm start: at the job's clock, not 0 behind */
+    if (held)             /* our parameters are from before the warm start: W updates old */
         RM_CHECK(fetch_all(s, 0, err));
     c->step = rep.a;
     c->train_epoch = (int)(rep.a / spe);
@@ -412,8 +420,12 @@ static int ps_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     int N = s->r.world > 0 ? s->r.world : 1;
     size_t n = m->nparams;
     if (s->ps.mode == RM_PS_SYNC) {
-        rm_ps_req q = {.op = RM_PS_OP_PUSH, .worker = (uint32_t)s->worker, .world = (uint32_t)N,
-                       .step = s->version, .from_version = s->version, .lr = lr};
+        rm_ps_req q = {.op = RM_PS_OP_PUSH,
+                       .worker = (uint32_t)s->worker,
+                       .world = (uint32_t)N,
+                       .step = s->version,
+                       .from_version = s->version,
+                       .lr = lr};
         set_view(s, &q);
         RM_CHECK(push_fetch(s, &q, m->grads, err));
     } else {
@@ -426,9 +438,12 @@ static int ps_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
         }
         if (++s->pending >= s->ps.push_every_steps) {
             /* per-batch learning rate: the driver's is scaled for the global batch B x N */
-            rm_ps_req q = {.op = RM_PS_OP_PUSH, .worker = (uint32_t)s->worker,
-                           .world = (uint32_t)N, .step = s->clock, .lr = lr / (float)N};
-            q.from_version = s->ver[0];   /* every push reaches every shard: they move together */
+            rm_ps_req q = {.op = RM_PS_OP_PUSH,
+                           .worker = (uint32_t)s->worker,
+                           .world = (uint32_t)N,
+                           .step = s->clock,
+                           .lr = lr / (float)N};
+            q.from_version = s->ver[0]; /* every push reaches every shard: they move together */
             RM_CHECK(exchange(s, q, g, NULL, rep, err));
             if (g == s->acc)
                 memset(s->acc, 0, n * sizeof(float));

@@ -43,27 +43,33 @@
 #include "worker/allreduce/shard.h"
 
 #define NCCL_ID_KEY "nccl-id"
-#define NCCL_INIT_MIN_TIMEOUT_S 30.0   /* NCCL init over several nodes can take seconds */
+#define NCCL_INIT_MIN_TIMEOUT_S 30.0 /* NCCL init over several nodes can take seconds */
 
 struct rm_comm {
-    ncclComm_t comm;            /* NULL once aborted/destroyed */
-    cudaStream_t stream;        /* communication stream */
-    cudaEvent_t ready;          /* recorded on the compute stream before each collective */
+    ncclComm_t comm;     /* NULL once aborted/destroyed */
+    cudaStream_t stream; /* communication stream */
+    cudaEvent_t ready;   /* recorded on the compute stream before each collective */
     int device, rank, world;
     double timeout_s, init_timeout_s;
-    bool first_done;            /* a collective completed: NCCL's connections exist */
-    rm_nccl_guard guard;        /* in flight / abort, exactly one ncclCommAbort */
-    float *scratch1;            /* one device float for barrier() */
-    void *stage;                /* device staging for host buffers */
+    bool first_done;     /* a collective completed: NCCL's connections exist */
+    rm_nccl_guard guard; /* in flight / abort, exactly one ncclCommAbort */
+    float *scratch1;     /* one device float for barrier() */
+    void *stage;         /* device staging for host buffers */
     size_t stage_bytes;
 };
 
 static int nccl_dtype(rm_dtype dt, ncclDataType_t *out)
 {
     switch (dt) {
-    case RM_DT_F32: *out = ncclFloat32; return RM_OK;
-    case RM_DT_BF16: *out = ncclBfloat16; return RM_OK;
-    case RM_DT_F16: *out = ncclFloat16; return RM_OK;
+    case RM_DT_F32:
+        *out = ncclFloat32;
+        return RM_OK;
+    case RM_DT_BF16:
+        *out = ncclBfloat16;
+        return RM_OK;
+    case RM_DT_F16:
+        *out = ncclFloat16;
+        return RM_OK;
     }
     return RM_EUNSUPPORTED;
 }
@@ -71,8 +77,12 @@ static int nccl_dtype(rm_dtype dt, ncclDataType_t *out)
 static int nccl_op(rm_redop op, ncclRedOp_t *out)
 {
     switch (op) {
-    case RM_OP_SUM: *out = ncclSum; return RM_OK;
-    case RM_OP_AVG: *out = ncclAvg; return RM_OK;
+    case RM_OP_SUM:
+        *out = ncclSum;
+        return RM_OK;
+    case RM_OP_AVG:
+        *out = ncclAvg;
+        return RM_OK;
     }
     return RM_EUNSUPPORTED;
 }
@@ -99,14 +109,12 @@ static int probe_comm_ready(void *ctx, char *why, size_t cap)
 
 static int probe_inputs_ready(void *ctx, char *why, size_t cap)
 {
-    return rm_nccl_cuda_query(cudaEventQuery(((rm_comm *)ctx)->ready), "cudaEventQuery", why,
-                              cap);
+    return rm_nccl_cuda_query(cudaEventQuery(((rm_comm *)ctx)->ready), "cudaEventQuery", why, cap);
 }
 
 static int probe_stream_done(void *ctx, char *why, size_t cap)
 {
-    return rm_nccl_cuda_query(cudaStreamQuery(((rm_comm *)ctx)->stream), "cudaStreamQuery", why,
-                              cap);
+    return rm_nccl_cuda_query(cudaStreamQuery(((rm_comm *)ctx)->stream), "cudaStreamQuery", why, cap);
 }
 
 /* while the stream runs: an error is a failure, in progress or success is not */
@@ -117,18 +125,23 @@ static int probe_async_error(void *ctx, char *why, size_t cap)
 }
 
 static const rm_nccl_probe comm_ready_probe = {
-    .started = NULL, .done = probe_comm_ready, .async_error = NULL, .now = rm_nccl_poll_now,
+    .started = NULL,
+    .done = probe_comm_ready,
+    .async_error = NULL,
+    .now = rm_nccl_poll_now,
     .pause = rm_nccl_poll_pause,
 };
 static const rm_nccl_probe stream_probe = {
-    .started = probe_inputs_ready, .done = probe_stream_done, .async_error = probe_async_error,
-    .now = rm_nccl_poll_now, .pause = rm_nccl_poll_pause,
+    .started = probe_inputs_ready,
+    .done = probe_stream_done,
+    .async_error = probe_async_error,
+    .now = rm_nccl_poll_now,
+    .pause = rm_nccl_poll_pause,
 };
 
 /* Poll a non-blocking communicator until the pending operation (init, finalize, or the enqueue of a
  * collective) has left ncclInProgress. */
-static int wait_nccl_ready(rm_comm *c, ncclComm_t comm, double timeout_s, const char *what,
-                           rm_err *err)
+static int wait_nccl_ready(rm_comm *c, ncclComm_t comm, double timeout_s, const char *what, rm_err *err)
 {
     rm_nccl_wait_cfg cfg = {what, timeout_s, timeout_s, c ? &c->guard.aborted : NULL};
     return rm_nccl_wait(&comm_ready_probe, &comm, &cfg, err);
@@ -188,25 +201,28 @@ static int bootstrap_id(const rm_comm_cfg *cfg, double timeout_s, ncclUniqueId *
         if (cfg->world_size == 1)
             goto out;
         if (!cfg->rdzv)
-            return rm_errf(err, RM_EINVAL, "nccl: world size %d needs the rendezvous kv area "
-                           "(cfg.rdzv) to share the unique id", cfg->world_size);
+            return rm_errf(err, RM_EINVAL,
+                           "nccl: world size %d needs the rendezvous kv area "
+                           "(cfg.rdzv) to share the unique id",
+                           cfg->world_size);
         hex_encode((const unsigned char *)id, sizeof *id, hex);
-        RM_CHECK_GOTO(rm_rdzv_kv_put(cfg->rdzv, cfg->epoch, NCCL_ID_KEY, hex, strlen(hex), err),
-                      rc, out);
+        RM_CHECK_GOTO(rm_rdzv_kv_put(cfg->rdzv, cfg->epoch, NCCL_ID_KEY, hex, strlen(hex), err), rc, out);
         rm_info("nccl unique id published epoch=%d", cfg->epoch);
     } else {
         void *val = NULL;
         size_t len = 0;
         if (!cfg->rdzv)
-            return rm_errf(err, RM_EINVAL, "nccl: rank %d needs the rendezvous kv area (cfg.rdzv) to "
-                           "fetch the unique id", cfg->rank);
-        RM_CHECK_GOTO(rm_rdzv_kv_get(cfg->rdzv, cfg->epoch, NCCL_ID_KEY, timeout_s, &val, &len, err),
-                      rc, out);
+            return rm_errf(err, RM_EINVAL,
+                           "nccl: rank %d needs the rendezvous kv area (cfg.rdzv) to "
+                           "fetch the unique id",
+                           cfg->rank);
+        RM_CHECK_GOTO(rm_rdzv_kv_get(cfg->rdzv, cfg->epoch, NCCL_ID_KEY, timeout_s, &val, &len, err), rc,
+                      out);
         rc = hex_decode((const char *)val, len, (unsigned char *)id, sizeof *id);
         free(val);
         if (rc != RM_OK)
-            return rm_errf(err, RM_EPROTO, "nccl: kv[%d][%s] is not a %zu-byte hex id (len %zu)",
-                           cfg->epoch, NCCL_ID_KEY, sizeof *id, len);
+            return rm_errf(err, RM_EPROTO, "nccl: kv[%d][%s] is not a %zu-byte hex id (len %zu)", cfg->epoch,
+                           NCCL_ID_KEY, sizeof *id, len);
     }
 out:
     return rc;
@@ -250,16 +266,16 @@ static int nccl_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err)
     ncclConfig_t conf = NCCL_CONFIG_INITIALIZER;
     conf.blocking = 0;
     RM_NCCL_GOTO_ERR(ncclCommInitRankConfig(&c->comm, c->world, id, c->rank, &conf), rc, fail, err);
-    rm_nccl_guard_set_alive(&c->guard);   /* from here a failure aborts the communicator */
+    rm_nccl_guard_set_alive(&c->guard); /* from here a failure aborts the communicator */
     rc = wait_nccl_ready(NULL, c->comm, init_timeout, "ncclCommInitRankConfig", err);
     if (rc != RM_OK)
         goto fail;
-    rm_info("nccl communicator ready rank=%d world=%d epoch=%d device=%d nccl=%d.%d.%d", c->rank,
-            c->world, cfg->epoch, c->device, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+    rm_info("nccl communicator ready rank=%d world=%d epoch=%d device=%d nccl=%d.%d.%d", c->rank, c->world,
+            cfg->epoch, c->device, NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
     *out = c;
     return RM_OK;
 fail:
-    rm_nccl_guard_abort(&c->guard);   /* a half-made communicator is aborted, not finalized */
+    rm_nccl_guard_abort(&c->guard); /* a half-made communicator is aborted, not finalized */
     nccl_destroy(c);
     return rc;
 }
@@ -314,7 +330,7 @@ static int nccl_allreduce_oop(rm_comm *c, const void *send, void *recv, size_t c
     const void *s = send;
     void *r = recv;
     double timeout = rm_nccl_collective_timeout(!c->first_done, c->timeout_s, c->init_timeout_s);
-    if (dev_recv)   /* the kernels table keeps no 16-bit copy of what NCCL overwrites */
+    if (dev_recv) /* the kernels table keeps no 16-bit copy of what NCCL overwrites */
         rm_cuda_note_written(recv, bytes);
 
     /* order after the compute stream's work so far (the kernels that wrote this bucket) */
@@ -324,11 +340,11 @@ static int nccl_allreduce_oop(rm_comm *c, const void *send, void *recv, size_t c
     if (!dev_send || !dev_recv) {
         RM_CHECK_GOTO(ensure_stage(c, bytes, err), rc, out);
         if (!dev_send)
-            RM_CUDA_GOTO_ERR(cudaMemcpyAsync(c->stage, send, bytes, cudaMemcpyHostToDevice, c->stream),
-                             rc, out, err);
+            RM_CUDA_GOTO_ERR(cudaMemcpyAsync(c->stage, send, bytes, cudaMemcpyHostToDevice, c->stream), rc,
+                             out, err);
         else
-            RM_CUDA_GOTO_ERR(cudaMemcpyAsync(c->stage, send, bytes, cudaMemcpyDeviceToDevice,
-                                             c->stream), rc, out, err);
+            RM_CUDA_GOTO_ERR(cudaMemcpyAsync(c->stage, send, bytes, cudaMemcpyDeviceToDevice, c->stream), rc,
+                             out, err);
         s = c->stage;
         r = c->stage;
     }
@@ -338,17 +354,17 @@ static int nccl_allreduce_oop(rm_comm *c, const void *send, void *recv, size_t c
      * memory would block the host unboundedly behind a hung collective */
     RM_CHECK_GOTO(wait_stream(c, timeout, "ncclAllReduce", err), rc, out);
     if (r != recv) {
-        RM_CUDA_GOTO_ERR(cudaMemcpyAsync(recv, r, bytes, dev_recv ? cudaMemcpyDeviceToDevice
-                                                                    : cudaMemcpyDeviceToHost,
-                                         c->stream), rc, out, err);
+        RM_CUDA_GOTO_ERR(cudaMemcpyAsync(recv, r, bytes,
+                                         dev_recv ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost,
+                                         c->stream),
+                         rc, out, err);
         RM_CHECK_GOTO(wait_stream(c, timeout, "ncclAllReduce copy-back", err), rc, out);
     }
     c->first_done = true;
 out:
     rc = rm_nccl_guard_end(&c->guard, rc, err);
     if (rc != RM_OK)
-        rm_warn("nccl allreduce failed, communicator aborted rank=%d rc=%s", c->rank,
-                rm_strerror(rc));
+        rm_warn("nccl allreduce failed, communicator aborted rank=%d rc=%s", c->rank, rm_strerror(rc));
     return rc;
 }
 
@@ -366,8 +382,8 @@ static int nccl_allreduce(rm_comm *c, void *buf, size_t count, rm_dtype dt, rm_r
  *    range in and out. */
 typedef enum { NCCL_RS, NCCL_AG } nccl_shard_kind;
 
-static int nccl_shard_collective(rm_comm *c, nccl_shard_kind kind, const void *in, void *out,
-                                 size_t count, rm_dtype dt, rm_redop op, rm_err *err)
+static int nccl_shard_collective(rm_comm *c, nccl_shard_kind kind, const void *in, void *out, size_t count,
+                                 rm_dtype dt, rm_redop op, rm_err *err)
 {
     int rc = RM_OK;
     ncclDataType_t ndt;
@@ -393,14 +409,15 @@ static int nccl_shard_collective(rm_comm *c, nccl_shard_kind kind, const void *i
     RM_CHECK(rm_nccl_guard_begin(&c->guard, err));
     RM_CUDA_GOTO_ERR(cudaSetDevice(c->device), rc, out_label, err);
     double timeout = rm_nccl_collective_timeout(!c->first_done, c->timeout_s, c->init_timeout_s);
-    if (is_device_ptr(out))   /* the kernels table keeps no 16-bit copy of what NCCL overwrites */
+    if (is_device_ptr(out)) /* the kernels table keeps no 16-bit copy of what NCCL overwrites */
         rm_cuda_note_written(out, (kind == NCCL_RS ? len : count) * es);
     cudaStream_t compute = (cudaStream_t)rm_cuda_compute_stream();
     RM_CUDA_GOTO_ERR(cudaEventRecord(c->ready, compute ? compute : cudaStreamLegacy), rc, out_label, err);
     RM_CUDA_GOTO_ERR(cudaStreamWaitEvent(c->stream, c->ready, 0), rc, out_label, err);
     if (direct) {
         if (kind == NCCL_RS)
-            RM_NCCL_GOTO_ERR(ncclReduceScatter(in, out, len, ndt, nop, c->comm, c->stream), rc, out_label, err);
+            RM_NCCL_GOTO_ERR(ncclReduceScatter(in, out, len, ndt, nop, c->comm, c->stream), rc, out_label,
+                             err);
         else
             RM_NCCL_GOTO_ERR(ncclAllGather(in, out, len, ndt, c->comm, c->stream), rc, out_label, err);
         RM_CHECK_GOTO(wait_nccl_ready(c, c->comm, timeout, what, err), rc, out_label);
@@ -415,9 +432,11 @@ static int nccl_shard_collective(rm_comm *c, nccl_shard_kind kind, const void *i
                 size_t o, l;
                 rm_shard_range(count, c->world, r, &o, &l);
                 if (l)
-                    RM_CUDA_GOTO_ERR(cudaMemcpyAsync(st + (size_t)r * M * es, (const char *)in + o * es, l * es,
-                                                     dev_full ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice,
-                                                     c->stream), rc, out_label, err);
+                    RM_CUDA_GOTO_ERR(
+                        cudaMemcpyAsync(st + (size_t)r * M * es, (const char *)in + o * es, l * es,
+                                        dev_full ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice,
+                                        c->stream),
+                        rc, out_label, err);
             }
             RM_NCCL_GOTO_ERR(ncclReduceScatter(st, blk, M, ndt, nop, c->comm, c->stream), rc, out_label, err);
             RM_CHECK_GOTO(wait_nccl_ready(c, c->comm, timeout, what, err), rc, out_label);
@@ -425,12 +444,14 @@ static int nccl_shard_collective(rm_comm *c, nccl_shard_kind kind, const void *i
             if (len)
                 RM_CUDA_GOTO_ERR(cudaMemcpyAsync(out, blk, len * es,
                                                  dev_part ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost,
-                                                 c->stream), rc, out_label, err);
+                                                 c->stream),
+                                 rc, out_label, err);
         } else {
             if (len)
                 RM_CUDA_GOTO_ERR(cudaMemcpyAsync(blk, in, len * es,
                                                  dev_part ? cudaMemcpyDeviceToDevice : cudaMemcpyHostToDevice,
-                                                 c->stream), rc, out_label, err);
+                                                 c->stream),
+                                 rc, out_label, err);
             RM_NCCL_GOTO_ERR(ncclAllGather(blk, st, M, ndt, c->comm, c->stream), rc, out_label, err);
             RM_CHECK_GOTO(wait_nccl_ready(c, c->comm, timeout, what, err), rc, out_label);
             RM_CHECK_GOTO(wait_stream(c, timeout, what, err), rc, out_label);
@@ -438,9 +459,11 @@ static int nccl_shard_collective(rm_comm *c, nccl_shard_kind kind, const void *i
                 size_t o, l;
                 rm_shard_range(count, c->world, r, &o, &l);
                 if (l)
-                    RM_CUDA_GOTO_ERR(cudaMemcpyAsync((char *)out + o * es, st + (size_t)r * M * es, l * es,
-                                                     dev_full ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost,
-                                                     c->stream), rc, out_label, err);
+                    RM_CUDA_GOTO_ERR(
+                        cudaMemcpyAsync((char *)out + o * es, st + (size_t)r * M * es, l * es,
+                                        dev_full ? cudaMemcpyDeviceToDevice : cudaMemcpyDeviceToHost,
+                                        c->stream),
+                        rc, out_label, err);
             }
         }
         RM_CHECK_GOTO(wait_stream(c, timeout, "nccl shard copy-back", err), rc, out_label);
@@ -453,14 +476,13 @@ out_label:
     return rc;
 }
 
-static int nccl_reduce_scatter(rm_comm *c, void *buf, void *shard, size_t count, rm_dtype dt,
-                               rm_redop op, rm_err *err)
+static int nccl_reduce_scatter(rm_comm *c, void *buf, void *shard, size_t count, rm_dtype dt, rm_redop op,
+                               rm_err *err)
 {
     return nccl_shard_collective(c, NCCL_RS, buf, shard, count, dt, op, err);
 }
 
-static int nccl_all_gather(rm_comm *c, const void *shard, void *buf, size_t count, rm_dtype dt,
-                           rm_err *err)
+static int nccl_all_gather(rm_comm *c, const void *shard, void *buf, size_t count, rm_dtype dt, rm_err *err)
 {
     return nccl_shard_collective(c, NCCL_AG, shard, buf, count, dt, RM_OP_SUM, err);
 }
@@ -477,7 +499,7 @@ static void nccl_abort(rm_comm *c)
 {
     if (!c)
         return;
-    rm_nccl_guard_abort(&c->guard);   /* in flight: the polling thread fails and aborts */
+    rm_nccl_guard_abort(&c->guard); /* in flight: the polling thread fails and aborts */
 }
 
 static void nccl_destroy(rm_comm *c)
@@ -487,7 +509,7 @@ static void nccl_destroy(rm_comm *c)
     /* a healthy communicator is finalized (flushes NCCL's own work) within the timeout; anything
      * else was aborted by the guard (exactly once) */
     bool healthy = rm_nccl_guard_release(&c->guard);
-    if (c->comm) {   /* still here: healthy, or made but never alive (a failed init) */
+    if (c->comm) { /* still here: healthy, or made but never alive (a failed init) */
         (void)cudaSetDevice(c->device);
         rm_err e = {0};
         ncclResult_t fr = healthy ? ncclCommFinalize(c->comm) : ncclInvalidUsage;
@@ -533,4 +555,7 @@ static const rm_comm_ops nccl_ops = {
     .destroy = nccl_destroy,
 };
 
-const rm_comm_ops *rm_comm_nccl_ops(void) { return &nccl_ops; }
+const rm_comm_ops *rm_comm_nccl_ops(void)
+{
+    return &nccl_ops;
+}

@@ -42,26 +42,26 @@
 
 typedef struct nccl_side {
     bool used;
-    int me;                 /* 0: lower stage of the link, 1: upper */
-    ncclComm_t comm;        /* NULL once aborted/destroyed */
-    cudaStream_t stream;    /* this link's transfers */
+    int me;              /* 0: lower stage of the link, 1: upper */
+    ncclComm_t comm;     /* NULL once aborted/destroyed */
+    cudaStream_t stream; /* this link's transfers */
     rm_nccl_guard guard;
     bool guard_ok;
     float *rx;
     int width;
     float *rx_extra;
     bool tx_extra;
-    uint64_t posted, done;  /* receives enqueued / known complete this round */
+    uint64_t posted, done; /* receives enqueued / known complete this round */
 } nccl_side;
 
 struct rm_pipe_links {
     nccl_side sd[2];
-    cudaEvent_t ready;      /* recorded on the compute stream at each group */
+    cudaEvent_t ready; /* recorded on the compute stream at each group */
     int device, B, M;
     double timeout_s, init_timeout_s;
-    bool first_done;        /* a transfer completed: NCCL's connections exist */
+    bool first_done; /* a transfer completed: NCCL's connections exist */
     bool in_group;
-    bool issued;            /* groups issued and not yet seen complete */
+    bool issued; /* groups issued and not yet seen complete */
     uint64_t bytes_in, bytes_pending;
 };
 
@@ -102,8 +102,7 @@ static int probe_comms_ready(void *ctx, char *why, size_t cap)
 
 static int probe_inputs_ready(void *ctx, char *why, size_t cap)
 {
-    return rm_nccl_cuda_query(cudaEventQuery(((rm_pipe_links *)ctx)->ready), "cudaEventQuery",
-                              why, cap);
+    return rm_nccl_cuda_query(cudaEventQuery(((rm_pipe_links *)ctx)->ready), "cudaEventQuery", why, cap);
 }
 
 static int probe_stream_done(void *ctx, char *why, size_t cap)
@@ -129,12 +128,18 @@ static int probe_async_error(void *ctx, char *why, size_t cap)
 }
 
 static const rm_nccl_probe comms_ready_probe = {
-    .started = NULL, .done = probe_comms_ready, .async_error = NULL, .now = rm_nccl_poll_now,
+    .started = NULL,
+    .done = probe_comms_ready,
+    .async_error = NULL,
+    .now = rm_nccl_poll_now,
     .pause = rm_nccl_poll_pause,
 };
 static const rm_nccl_probe stream_probe = {
-    .started = probe_inputs_ready, .done = probe_stream_done, .async_error = probe_async_error,
-    .now = rm_nccl_poll_now, .pause = rm_nccl_poll_pause,
+    .started = probe_inputs_ready,
+    .done = probe_stream_done,
+    .async_error = probe_async_error,
+    .now = rm_nccl_poll_now,
+    .pause = rm_nccl_poll_pause,
 };
 
 /* Run a wait under both guards: a failure (or an abort meanwhile) aborts the communicators. */
@@ -151,7 +156,7 @@ static int guarded_wait(rm_pipe_links *l, const rm_nccl_probe *probe, double tim
         /* the same flag serves both: an abort of either link fails the wait */
         rm_nccl_wait_cfg cfg = {what, timeout_s, start_timeout_s,
                                 l->sd[RM_PIPE_SIDE_PREV].used ? &l->sd[RM_PIPE_SIDE_PREV].guard.aborted
-                                                               : &l->sd[RM_PIPE_SIDE_NEXT].guard.aborted};
+                                                              : &l->sd[RM_PIPE_SIDE_NEXT].guard.aborted};
         rc = rm_nccl_wait(probe, l, &cfg, err);
     }
     for (int i = 0; i < 2; i++)
@@ -160,7 +165,7 @@ static int guarded_wait(rm_pipe_links *l, const rm_nccl_probe *probe, double tim
             if (rc == RM_OK)
                 rc = r;
         }
-    if (rc != RM_OK)   /* a failed link fails the stage: the round re-forms */
+    if (rc != RM_OK) /* a failed link fails the stage: the round re-forms */
         for (int i = 0; i < 2; i++)
             if (l->sd[i].used)
                 rm_nccl_guard_abort(&l->sd[i].guard);
@@ -169,8 +174,7 @@ static int guarded_wait(rm_pipe_links *l, const rm_nccl_probe *probe, double tim
 
 /* ---- the id over the TCP link ---- */
 
-static int send_id(rm_comm *tcp, const ncclUniqueId *id, double timeout_s,
-                   const char *who, rm_err *err)
+static int send_id(rm_comm *tcp, const ncclUniqueId *id, double timeout_s, const char *who, rm_err *err)
 {
     int to = -1, from = -1;
     RM_CHECK(rm_comm_ring_link_fds(tcp, &to, &from));
@@ -197,8 +201,10 @@ static int recv_id(rm_comm *tcp, ncclUniqueId *id, double timeout_s, const char 
     if (rc)
         return rm_errf(err, rc, "pipeline link: reading the NCCL id from %s: %s", who, e.msg);
     if (!rm_net_frame_ok(&h, 0, (uint32_t)sizeof *id))
-        return rm_errf(err, RM_EPROTO, "pipeline link: %s sent no NCCL id (frame magic %08x seq %u "
-                       "len %u, want len %zu)", who, h.magic, h.seq, h.len, sizeof *id);
+        return rm_errf(err, RM_EPROTO,
+                       "pipeline link: %s sent no NCCL id (frame magic %08x seq %u "
+                       "len %u, want len %zu)",
+                       who, h.magic, h.seq, h.len, sizeof *id);
     rc = rm_net_recv_all(from, id, sizeof *id, deadline, &e);
     if (rc)
         return rm_errf(err, rc, "pipeline link: reading the NCCL id from %s: %s", who, e.msg);
@@ -262,8 +268,8 @@ static int nl_open(const rm_pipe_links_cfg *cfg, rm_pipe_links **out, rm_err *er
     l->B = cfg->B;
     l->M = cfg->M;
     l->timeout_s = cfg->timeout_s > 0 ? cfg->timeout_s : 10.0;
-    l->init_timeout_s = l->timeout_s > PIPE_NCCL_INIT_MIN_TIMEOUT_S ? l->timeout_s
-                                                                     : PIPE_NCCL_INIT_MIN_TIMEOUT_S;
+    l->init_timeout_s =
+        l->timeout_s > PIPE_NCCL_INIT_MIN_TIMEOUT_S ? l->timeout_s : PIPE_NCCL_INIT_MIN_TIMEOUT_S;
     int dev = rm_cuda_device();
     if (dev >= 0)
         RM_CUDA_GOTO_ERR(cudaSetDevice(dev), rc, fail, err);
@@ -272,7 +278,7 @@ static int nl_open(const rm_pipe_links_cfg *cfg, rm_pipe_links **out, rm_err *er
 
     ncclUniqueId id[2];
     memset(id, 0, sizeof id);
-    for (int i = 0; i < 2; i++) {   /* the lower end of each link makes and sends its id ... */
+    for (int i = 0; i < 2; i++) { /* the lower end of each link makes and sends its id ... */
         const rm_pipe_link_cfg *c = &cfg->side[i];
         nccl_side *s = &l->sd[i];
         if (!c->tcp)
@@ -295,10 +301,10 @@ static int nl_open(const rm_pipe_links_cfg *cfg, rm_pipe_links **out, rm_err *er
             RM_CHECK_GOTO(send_id(c->tcp, &id[i], l->init_timeout_s, side_who(i), err), rc, fail);
         }
     }
-    for (int i = 0; i < 2; i++)     /* ... the upper end reads it (ids are small: no send blocks) */
+    for (int i = 0; i < 2; i++) /* ... the upper end reads it (ids are small: no send blocks) */
         if (l->sd[i].used && !cfg->side[i].lower)
             RM_CHECK_GOTO(recv_id(cfg->side[i].tcp, &id[i], l->init_timeout_s, side_who(i), err), rc, fail);
-    for (int i = 0; i < 2; i++) {   /* both communicators at once (non-blocking), then wait */
+    for (int i = 0; i < 2; i++) { /* both communicators at once (non-blocking), then wait */
         nccl_side *s = &l->sd[i];
         if (!s->used)
             continue;
@@ -308,10 +314,11 @@ static int nl_open(const rm_pipe_links_cfg *cfg, rm_pipe_links **out, rm_err *er
         rm_nccl_guard_set_alive(&s->guard);
     }
     RM_CHECK_GOTO(guarded_wait(l, &comms_ready_probe, l->init_timeout_s, l->init_timeout_s,
-                               "ncclCommInitRankConfig (pipeline links)", err), rc, fail);
+                               "ncclCommInitRankConfig (pipeline links)", err),
+                  rc, fail);
     rm_info("pipeline links nccl ready prev=%d next=%d device=%d nccl=%d.%d.%d",
-            (int)l->sd[RM_PIPE_SIDE_PREV].used, (int)l->sd[RM_PIPE_SIDE_NEXT].used, l->device,
-            NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+            (int)l->sd[RM_PIPE_SIDE_PREV].used, (int)l->sd[RM_PIPE_SIDE_NEXT].used, l->device, NCCL_MAJOR,
+            NCCL_MINOR, NCCL_PATCH);
     *out = l;
     return RM_OK;
 fail:
@@ -373,20 +380,22 @@ static int nl_recv(rm_pipe_links *l, int side, int mb, rm_err *err)
         return rm_errf(err, RM_EINVAL, "pipeline link nccl: micro-batch %d of %d", mb, l->M);
     /* NCCL meets the k-th send with the k-th receive: the sender sends micro-batch k % M */
     if ((uint64_t)mb != s->posted % (uint64_t)l->M)
-        return rm_errf(err, RM_EPROTO, "pipeline link nccl: receive %llu from %s posted for micro-batch "
-                       "%d, the link carries micro-batch %llu next", (unsigned long long)s->posted,
-                       side_who(side), mb, (unsigned long long)(s->posted % (uint64_t)l->M));
+        return rm_errf(err, RM_EPROTO,
+                       "pipeline link nccl: receive %llu from %s posted for micro-batch "
+                       "%d, the link carries micro-batch %llu next",
+                       (unsigned long long)s->posted, side_who(side), mb,
+                       (unsigned long long)(s->posted % (uint64_t)l->M));
     int peer = 1 - s->me, off, n;
     rm_pipe_micro_rows(l->B, l->M, mb, &off, &n);
     size_t cnt = (size_t)n * (size_t)s->width;
     if (cnt > 0) {
         rm_cuda_note_written(s->rx + (size_t)off * (size_t)s->width, cnt * sizeof(float));
-        RM_NCCL_GOTO_ERR(ncclRecv(s->rx + (size_t)off * (size_t)s->width, cnt, ncclFloat32, peer, s->comm,
-                                  s->stream), rc, out, err);
+        RM_NCCL_GOTO_ERR(
+            ncclRecv(s->rx + (size_t)off * (size_t)s->width, cnt, ncclFloat32, peer, s->comm, s->stream), rc,
+            out, err);
     }
     if (s->rx_extra)
-        RM_NCCL_GOTO_ERR(ncclRecv(s->rx_extra + mb, 1, ncclFloat32, peer, s->comm, s->stream), rc, out,
-                         err);
+        RM_NCCL_GOTO_ERR(ncclRecv(s->rx_extra + mb, 1, ncclFloat32, peer, s->comm, s->stream), rc, out, err);
     s->posted++;
     l->bytes_pending += (cnt + (s->rx_extra ? 1 : 0)) * sizeof(float);
 out:
@@ -401,7 +410,7 @@ static int nl_end(rm_pipe_links *l, rm_err *err)
     l->in_group = false;
     l->issued = true;
     ncclResult_t r = ncclGroupEnd();
-    if (r == ncclInProgress)   /* non-blocking communicators: the enqueue finishes asynchronously */
+    if (r == ncclInProgress) /* non-blocking communicators: the enqueue finishes asynchronously */
         return guarded_wait(l, &comms_ready_probe, l->timeout_s, l->timeout_s, "ncclGroupEnd", err);
     RM_NCCL_GOTO_ERR(r, rc, out, err);
 out:
@@ -415,7 +424,7 @@ static int drain(rm_pipe_links *l, double *waited, rm_err *err)
         return RM_OK;
     double t0 = rm_mono();
     double timeout = rm_nccl_collective_timeout(!l->first_done, l->timeout_s, l->init_timeout_s);
-    double start_bound = timeout * 10 > 300 ? timeout * 10 : 300;   /* our own compute may be long */
+    double start_bound = timeout * 10 > 300 ? timeout * 10 : 300; /* our own compute may be long */
     int rc = guarded_wait(l, &stream_probe, timeout, start_bound, "ncclSend/ncclRecv (pipeline)", err);
     *waited += rm_mono() - t0;
     if (rc)
@@ -438,9 +447,10 @@ static int nl_wait(rm_pipe_links *l, int side, uint64_t frames, double *waited, 
     if (s->done >= frames)
         return RM_OK;
     if (s->posted < frames)
-        return rm_errf(err, RM_EPROTO, "pipeline link nccl: waiting for frame %llu from %s, only %llu "
-                       "receives were posted", (unsigned long long)frames, side_who(side),
-                       (unsigned long long)s->posted);
+        return rm_errf(err, RM_EPROTO,
+                       "pipeline link nccl: waiting for frame %llu from %s, only %llu "
+                       "receives were posted",
+                       (unsigned long long)frames, side_who(side), (unsigned long long)s->posted);
     if (l->in_group)
         return rm_errf(err, RM_EINVAL, "pipeline link nccl: wait inside an open group");
     return drain(l, waited, err);
@@ -459,8 +469,19 @@ static uint64_t nl_bytes_in(rm_pipe_links *l)
 }
 
 static const rm_pipe_link_ops nccl_link_ops = {
-    .name = "nccl", .open = nl_open, .begin = nl_begin, .send = nl_send, .recv = nl_recv,
-    .end = nl_end, .wait = nl_wait, .flush = nl_flush, .bytes_in = nl_bytes_in, .close = nl_close,
+    .name = "nccl",
+    .open = nl_open,
+    .begin = nl_begin,
+    .send = nl_send,
+    .recv = nl_recv,
+    .end = nl_end,
+    .wait = nl_wait,
+    .flush = nl_flush,
+    .bytes_in = nl_bytes_in,
+    .close = nl_close,
 };
 
-const rm_pipe_link_ops *rm_pipe_link_nccl_ops(void) { return &nccl_link_ops; }
+const rm_pipe_link_ops *rm_pipe_link_nccl_ops(void)
+{
+    return &nccl_link_ops;
+}

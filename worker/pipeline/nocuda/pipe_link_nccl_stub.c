@@ -7,7 +7,8 @@ static int stub_open(const rm_pipe_links_cfg *cfg, rm_pipe_links **out, rm_err *
 {
     (void)cfg;
     *out = NULL;
-    return rm_errf(err, RM_EUNSUPPORTED, "pipeline stages on a GPU move activations with NCCL "
+    return rm_errf(err, RM_EUNSUPPORTED,
+                   "pipeline stages on a GPU move activations with NCCL "
                    "send/recv; this worker was built without CUDA (make CUDA=1 with the CUDA toolkit "
                    "and NCCL)");
 }
@@ -49,12 +50,25 @@ static uint64_t stub_bytes_in(rm_pipe_links *l)
     return 0;
 }
 
-static void stub_close(rm_pipe_links *l) { (void)l; }
+static void stub_close(rm_pipe_links *l)
+{
+    (void)l;
+}
 
 static const rm_pipe_link_ops stub_ops = {
-    .name = "nccl", .open = stub_open, .begin = stub_group, .send = stub_send, .recv = stub_recv,
-    .end = stub_group, .wait = stub_wait, .flush = stub_flush, .bytes_in = stub_bytes_in,
+    .name = "nccl",
+    .open = stub_open,
+    .begin = stub_group,
+    .send = stub_send,
+    .recv = stub_recv,
+    .end = stub_group,
+    .wait = stub_wait,
+    .flush = stub_flush,
+    .bytes_in = stub_bytes_in,
     .close = stub_close,
 };
 
-const rm_pipe_link_ops *rm_pipe_link_nccl_ops(void) { return &stub_ops; }
+const rm_pipe_link_ops *rm_pipe_link_nccl_ops(void)
+{
+    return &stub_ops;
+}
