@@ -202,7 +202,7 @@ DEB_BUILD_PKGS := build-essential pkg-config libcurl4-openssl-dev libcjson-dev l
             libcunit1-dev libyaml-dev libopenblas-dev libopenmpi-dev
 DEB_PKGS := $(DEB_BUILD_PKGS) openmpi-bin \
             dataset-fashion-mnist prometheus python3-kubernetes python3-yaml python3-jsonschema \
-            curl procps iproute2
+            curl procps iproute2 clang-format
 BENCH_PKGS := python3-torch
 # podman + runc run the images (crun fails on hybrid cgroups), mmdebstrap makes the Debian base,
 # Go + sprig + YAML + JSON Schema libraries build the Helm renderer (tests/helm-render).
