@@ -24,8 +24,9 @@ declare -A entry=(
   [hier]=bench/hier/run.sh
   [topo]=bench/topo/run.sh
   [pipeline]=bench/pipeline/run.sh
+  [builds]=bench/builds/compare.sh
 )
-order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard ps sweep shm hier topo pipeline)
+order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard ps sweep shm hier topo pipeline builds)
 sel=(${BENCH:-${order[@]}})
 rc=0
 for b in "${sel[@]}"; do
