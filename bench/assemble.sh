@@ -11,7 +11,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out="$root/BENCHMARKS.md"
 PARTS=(
-  results/allreduce notes/allreduce results/train results/builds notes/builds results/checkpoint results/recovery results/chaos notes/chaos
+  notes/summary results/allreduce notes/allreduce results/train results/builds notes/builds results/checkpoint results/recovery results/chaos notes/chaos
   results/kubesim results/operator results/gpu notes/images results/sweep notes/ps notes/shard
   notes/shm results/topo results/lbfgs notes/lbfgs results/hier notes/pipeline
 )
