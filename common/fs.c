@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -116,5 +117,28 @@ int rm_fs_write_atomic(const char *path, const rm_fs_piece *pieces, int n, rm_er
         (void)fsync(dfd);
         close(dfd);
     }
+    return RM_OK;
+}
+
+int rm_fs_map_file(const char *path, void **map, size_t *size, rm_err *err)
+{
+    *map = NULL;
+    *size = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return rm_errf(err, RM_EIO, "%s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return rm_errf(err, RM_EIO, "%s: not a regular file", path);
+    }
+    size_t n = (size_t)st.st_size;
+    void *m = n ? mmap(NULL, n, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    int e = errno;
+    close(fd);
+    if (n && m == MAP_FAILED)
+        return rm_errf(err, RM_EIO, "%s: mmap: %s", path, strerror(e));
+    *map = m;
+    *size = n;
     return RM_OK;
 }

@@ -15,6 +15,11 @@ int rm_fs_mkdir_p(const char *path, rm_err *err);
  * denied, /proc-like file systems). `what` starts the message ("checkpoint dir"). */
 int rm_fs_dir_writable(const char *dir, const char *what, rm_err *err);
 
+/* Map a regular file read-only (private): *map (NULL for an empty file) and *size, to be given
+ * back with munmap(*map, *size). RM_EIO naming the path: missing, unreadable, not a regular file,
+ * mmap refused. */
+int rm_fs_map_file(const char *path, void **map, size_t *size, rm_err *err);
+
 /* A byte range to write. */
 typedef struct rm_fs_piece {
     const void *p;

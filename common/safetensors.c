@@ -221,21 +221,12 @@ int rm_st_parse(const void *buf, size_t size, const char *what, rm_st_file *out,
 int rm_st_open(const char *path, rm_st_file *out, rm_err *err)
 {
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return rm_errf(err, RM_EIO, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return rm_errf(err, RM_EIO, "%s: not a regular file", path);
-    }
-    void *map = st.st_size ? mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
-    close(fd);
-    if (st.st_size && map == MAP_FAILED)
-        return rm_errf(err, RM_EIO, "%s: mmap: %s", path, strerror(errno));
-    int rc = parse_header(map, (size_t)st.st_size, path, out, err);
+    void *map;
+    size_t size;
+    RM_CHECK(rm_fs_map_file(path, &map, &size, err));
+    int rc = parse_header(map, size, path, out, err);
     out->map = map;
-    out->size = (size_t)st.st_size;
+    out->size = size;
     if (rc)
         rm_st_close(out);
     return rc;

@@ -112,22 +112,17 @@ int rm_tokenize_main(int argc, char **argv)
         fprintf(stderr, "ringmaster tokenize: --name: a file name, got \"%s\"\n", name);
         return 2;
     }
-    int fd = open(in, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        fprintf(stderr, "ringmaster tokenize: %s: %s\n", in, fd < 0 ? strerror(errno) : "not a regular file");
-        if (fd >= 0)
-            close(fd);
-        return 2;
-    }
-    size_t size = (size_t)st.st_size;
-    void *map = size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
-    close(fd);
-    if (size == 0 || map == MAP_FAILED) {
-        fprintf(stderr, "ringmaster tokenize: %s: %s\n", in, size ? strerror(errno) : "empty file");
-        return 2;
-    }
     rm_err err = {0};
+    void *map;
+    size_t size;
+    if (rm_fs_map_file(in, &map, &size, &err) != RM_OK) {
+        fprintf(stderr, "ringmaster tokenize: %s\n", err.msg);
+        return 2;
+    }
+    if (size == 0) { /* nothing mapped */
+        fprintf(stderr, "ringmaster tokenize: %s: empty file\n", in);
+        return 2;
+    }
     size_t val = (size_t)((double)size * frac), train = size - val, chunk = (size_t)per;
     uint32_t *buf = malloc((chunk < size ? chunk : size) * sizeof *buf + sizeof *buf);
     int files = 0, rc = buf ? rm_fs_mkdir_p(out, &err) : rm_errf(&err, RM_ENOMEM, "out of memory");

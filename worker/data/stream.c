@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/fs.h"
 #include "common/token_shard.h"
 
 #define STREAM_MAX_SHARDS 4096
@@ -74,19 +75,9 @@ static uint32_t token_at(const piece *p, uint64_t i)
 /* Map path; for a shard (text = false) check its header. The piece gets all of the file's tokens. */
 static int map_file(const char *path, bool text, piece *p, rm_err *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return rm_errf(err, RM_EIO, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return rm_errf(err, RM_EIO, "%s: not a regular file", path);
-    }
-    size_t size = (size_t)st.st_size;
-    void *map = size ? mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
-    close(fd);
-    if (size && map == MAP_FAILED)
-        return rm_errf(err, RM_EIO, "%s: mmap: %s", path, strerror(errno));
+    void *map;
+    size_t size;
+    RM_CHECK(rm_fs_map_file(path, &map, &size, err));
     p->map = map;
     p->map_size = size;
     if (text) {
