@@ -247,8 +247,8 @@ const char *rm_st_meta(const rm_st_file *f, const char *key)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-/* The header of the entries, laid out in order; *data_bytes = the data buffer's size. */
-static cJSON *make_header(const rm_st_entry *e, int n, const char *const *meta, uint64_t *data_bytes,
+/* The header of the entries, laid out in order; data[i] = entry i's bytes, in that order. */
+static cJSON *make_header(const rm_st_entry *e, int n, const char *const *meta, rm_fs_piece *data,
                           rm_err *err)
 {
     cJSON *h = cJSON_CreateObject();
@@ -294,9 +294,9 @@ static cJSON *make_header(const rm_st_entry *e, int n, const char *const *meta, 
             cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)e[i].shape[d]));
         cJSON_AddItemToArray(of, cJSON_CreateNumber((double)at));
         cJSON_AddItemToArray(of, cJSON_CreateNumber((double)(at + bytes)));
+        data[i] = (rm_fs_piece){e[i].data, (size_t)bytes};
         at += bytes;
     }
-    *data_bytes = at;
     return h;
 }
 
@@ -304,20 +304,20 @@ int rm_st_write(const char *path, const rm_st_entry *e, int n, const char *const
 {
     if (n < 0 || n > RM_ST_MAX_TENSORS)
         return rm_errf(err, RM_EINVAL, "safetensors: %d tensors (0..%d)", n, RM_ST_MAX_TENSORS);
-    uint64_t data_bytes = 0;
-    cJSON *h = make_header(e, n, meta, &data_bytes, err);
-    if (!h)
+    rm_fs_piece *pc = calloc((size_t)n + 1, sizeof *pc); /* the header, then each entry's data */
+    if (!pc)
+        return rm_errf(err, RM_ENOMEM, "safetensors: out of memory");
+    cJSON *h = make_header(e, n, meta, pc + 1, err);
+    if (!h) {
+        free(pc);
         return err ? err->code : RM_EINVAL;
+    }
     char *js = cJSON_PrintUnformatted(h);
     cJSON_Delete(h);
-    if (!js)
-        return rm_errf(err, RM_ENOMEM, "safetensors: out of memory");
-    size_t jl = strlen(js), padded = (jl + 7) & ~(size_t)7;
-    char *hdr = malloc(8 + padded);
-    rm_fs_piece *pc = calloc((size_t)n + 1, sizeof *pc);
-    if (!hdr || !pc) {
+    size_t jl = js ? strlen(js) : 0, padded = (jl + 7) & ~(size_t)7;
+    char *hdr = js ? malloc(8 + padded) : NULL;
+    if (!hdr) {
         free(js);
-        free(hdr);
         free(pc);
         return rm_errf(err, RM_ENOMEM, "safetensors: out of memory");
     }
@@ -327,12 +327,6 @@ int rm_st_write(const char *path, const rm_st_entry *e, int n, const char *const
     memset(hdr + 8 + jl, ' ', padded - jl);
     free(js);
     pc[0] = (rm_fs_piece){hdr, 8 + padded};
-    for (int i = 0; i < n; i++) {
-        uint64_t count = 1;
-        for (int d = 0; d < e[i].ndim; d++)
-            count *= (uint64_t)e[i].shape[d];
-        pc[i + 1] = (rm_fs_piece){e[i].data, (size_t)(count * rm_st_dtype_size(e[i].dtype))};
-    }
     int rc = rm_fs_write_atomic(path, pc, n + 1, err);
     free(hdr);
     free(pc);

@@ -35,7 +35,7 @@ static int write_split(const unsigned char *text, size_t from, size_t to, size_t
                        const char *name, const char *split, uint32_t *buf, int *written, rm_err *err)
 {
     int k = 0;
-    for (size_t at = from; at < to || (k == 0 && from == to); at += per, k++) {
+    for (size_t at = from; at < to; at += per, k++) { /* the caller never asks for an empty split */
         size_t n = to - at < per ? to - at : per;
         for (size_t i = 0; i < n; i++)
             buf[i] = text[at + i];
@@ -44,8 +44,6 @@ static int write_split(const unsigned char *text, size_t from, size_t to, size_t
             return rm_errf(err, RM_EINVAL, "OUTDIR: path too long");
         RM_CHECK(rm_tok_write_shard(path, buf, n, err));
         (*written)++;
-        if (n == 0)
-            break;
     }
     return RM_OK;
 }

@@ -808,18 +808,14 @@ static int preflight(const rm_train_cfg *cfg, rm_err *err)
         return rm_err_field(err, RM_EINVAL, "--resume",
                             "needs a checkpoint folder (--checkpoint-dir or "
                             "RINGMASTER_CHECKPOINT_DIR)");
-    rm_model_shape shape;
-    const rm_model_family *fam;
-    rm_model_data md;
     rm_model lay; /* the plan only: units and sizes, nothing allocated */
     rm_data_info di;
     RM_CHECK(rm_data_probe(&cfg->t, &di, err));
-    md = (rm_model_data){.inputs = di.inputs, .classes = di.classes};
-    RM_CHECK(rm_model_shape_for(&cfg->t, &md, &fam, &shape, err));
-    RM_CHECK(rm_model_plan(&lay, fam, &shape, err));
+    rm_model_data md = {.inputs = di.inputs, .classes = di.classes};
+    RM_CHECK(rm_model_plan_spec(&cfg->t, &md, &lay, err));
     rm_ckpt_meta exp, meta;
     memset(&exp, 0, sizeof exp);
-    exp.shape = shape;
+    exp.shape = lay.shape;
     exp.opt_type = (int32_t)cfg->t.optimizer.type;
     exp.nstate = rm_optim_nstate(cfg->t.optimizer.type);
     exp.nparams = lay.nparams;

@@ -112,9 +112,8 @@ static int mlp_alloc(rm_model *m, rm_err *err)
     if (!p)
         return rm_errf(err, RM_ENOMEM, "model: out of memory");
     m->priv = p;
-    size_t B = (size_t)m->max_batch, widest = 1, wout = 1;
-    for (int l = 1; l < s->nlayers; l++)
-        widest = (size_t)s->dims[l] > widest ? (size_t)s->dims[l] : widest;
+    /* plan sized the two input-gradient buffers: scratch_row = 2 x the widest hidden width */
+    size_t B = (size_t)m->max_batch, widest = m->scratch_row > 2 ? (size_t)(m->scratch_row / 2) : 1, wout = 1;
     for (int l = 1; l <= s->nlayers; l++)
         wout = (size_t)s->dims[l] > wout ? (size_t)s->dims[l] : wout;
     p->delta[0] = k->alloc(B * widest * sizeof(float));

@@ -57,6 +57,15 @@ int rm_model_plan(rm_model *m, const rm_model_family *f, const rm_model_shape *s
     return RM_OK;
 }
 
+int rm_model_plan_spec(const rm_training_spec *t, const rm_model_data *d, rm_model *plan, rm_err *err)
+{
+    const rm_model_family *f;
+    rm_model_shape s;
+    memset(plan, 0, sizeof *plan);
+    RM_CHECK(rm_model_shape_for(t, d, &f, &s, err));
+    return rm_model_plan(plan, f, &s, err);
+}
+
 void rm_model_free(rm_model *m)
 {
     if (!m || !m->k)

@@ -171,6 +171,9 @@ const rm_model_family *rm_model_family_find(const char *name);
 /* The family of t->model_type and its shape for data d; field-named errors. */
 int rm_model_shape_for(const rm_training_spec *t, const rm_model_data *d, const rm_model_family **fam,
                        rm_model_shape *out, rm_err *err);
+/* The model t trains on data d, planned (rm_model_shape_for, then rm_model_plan): plan->family and
+ * plan->shape say what to build; nothing is allocated. */
+int rm_model_plan_spec(const rm_training_spec *t, const rm_model_data *d, rm_model *plan, rm_err *err);
 /* Units and sizes of a shape without allocating anything (the memory estimate, a parameter
  * server's shard table): fills m's plan fields only; rm_model_free is not needed. */
 int rm_model_plan(rm_model *m, const rm_model_family *f, const rm_model_shape *shape, rm_err *err);

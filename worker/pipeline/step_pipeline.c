@@ -120,7 +120,6 @@ struct rm_step {
     float *loss_mb;  /* [M] */
     float *loss_rx;  /* [M] losses riding on gradient frames */
     float *loss_h;   /* [M] host copy of loss_mb (device memory) */
-    int widest;
 };
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -218,7 +217,6 @@ static int pl_init(const rm_step_env *env, rm_step **out, rm_err *err)
     }
     const rm_model *m = env->m;
     int w = rm_model_widest(m);
-    s->widest = w;
     size_t rows = (size_t)env->batch;
     /* the kernels' memory (zero-filled): host on the CPU, device on a GPU */
     const rm_kernels *k = env->k;

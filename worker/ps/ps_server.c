@@ -736,14 +736,12 @@ static int setup(server *s, rm_err *err)
 {
     const rm_kernels *k = rm_kernels_cpu();
     /* the model's shape from the data set's headers, as every worker reads them */
-    const rm_model_family *fam;
-    rm_model_data md;
     rm_model lay; /* the plan only: units and sizes */
     rm_data_info di;
     RM_CHECK(rm_data_probe(&s->t, &di, err));
-    md = (rm_model_data){.inputs = di.inputs, .classes = di.classes};
-    RM_CHECK(rm_model_shape_for(&s->t, &md, &fam, &s->shape, err));
-    RM_CHECK(rm_model_plan(&lay, fam, &s->shape, err));
+    rm_model_data md = {.inputs = di.inputs, .classes = di.classes};
+    RM_CHECK(rm_model_plan_spec(&s->t, &md, &lay, err));
+    s->shape = lay.shape;
     s->total = lay.nparams;
     size_t off[RM_PS_MAX_SERVERS], len[RM_PS_MAX_SERVERS];
     RM_CHECK(rm_ps_partition(lay.nparams, lay.unit_off, lay.nunits, s->nservers, off, len, err));
@@ -758,7 +756,7 @@ static int setup(server *s, rm_err *err)
     if (!ckpt_restore(s)) {
         /* the same initial weights every worker's model would draw from the seed */
         rm_model m;
-        RM_CHECK(rm_model_init(&m, k, fam, &s->shape, 1, err));
+        RM_CHECK(rm_model_init(&m, k, lay.family, &s->shape, 1, err));
         int rc = rm_model_init_params(&m, s->t.seed, err);
         if (rc == RM_OK)
             memcpy(s->params, m.params + s->off, s->len * sizeof(float));
