@@ -138,6 +138,13 @@ struct rm_model_family {
     /* The named tensors of unit u, in order, tiling its range: up to cap into out; returns how
      * many there are (may exceed cap). */
     int (*tensors)(const rm_model *m, int u, rm_model_tensor *out, int cap);
+    /* The config.json written beside an exported model (docs/models-and-data.md, "Exported
+     * models": GPT-2's keys for gpt, the widths for mlp), NUL-terminated into buf; RM_EINVAL when
+     * it does not fit. */
+    int (*config_json)(const rm_model *m, char *buf, size_t cap);
+    /* The shape record a config.json describes (import, `ringmaster sample`); RM_EINVAL with the
+     * config key named when it is missing or out of range. */
+    int (*shape_from_config)(const char *json, rm_model_shape *out, rm_err *err);
 };
 
 struct rm_model {
