@@ -2,7 +2,8 @@
  *
  * Design: the trainer (worker/train.c) never branches on the device. It asks for a table
  * (rm_kernels_get("cpu") or ("cuda")) and calls through it: the CPU table (kernels/kernels_cpu.c)
- * is plain C plus OpenBLAS cblas_sgemm with one BLAS thread per worker process; the CUDA table
+ * is plain C plus OpenBLAS cblas_sgemm, single-threaded BLAS split over the kernels' own thread
+ * pool (kernels/pool.h: the CPUs the worker was given); the CUDA table
  * (kernels/cuda/, GPU helper) implements the same entries with cuBLAS and CUDA kernels.
  *
  * Memory model: every float/int pointer given to a table entry is "device memory" of that table,
@@ -112,6 +113,10 @@ typedef struct rm_kernels {
      * Free only with the same table's host_free. Use rm_kernels_host_alloc/free below. */
     void *(*host_alloc)(size_t bytes);
     void (*host_free)(void *p);
+
+    /* ---- the transformer's kernels (optional: NULL where the table has none yet) ----
+     * kernels/transformer.h; the model refuses type gpt on a table without them. */
+    const struct rm_tf_kernels *tf;
 } rm_kernels;
 
 /* host_alloc, or malloc for a table without it; NULL on ENOMEM. */
@@ -129,13 +134,17 @@ static inline void rm_kernels_host_free(const rm_kernels *k, void *p)
         free(p);
 }
 
-/* The CPU table (kernels/kernels_cpu.c). First call sets OpenBLAS to one thread per process
- * (data parallelism runs one worker per core). Never NULL. */
+/* The CPU table (kernels/kernels_cpu.c). First call sets OpenBLAS to one thread per process; the
+ * table's own pool (kernels/pool.h, width 1 until rm_kernels_set_threads) spreads its work over
+ * the CPUs a worker is given. Never NULL. */
 const rm_kernels *rm_kernels_cpu(void);
 
 /* The CUDA table, with the device, precision and error controls that go with it: see
  * kernels/kernels_cuda.h (implemented in kernels/cuda/, stubbed in kernels/nocuda/). */
 const rm_kernels *rm_kernels_cuda(void);
+
+/* Spread a table's kernels over n CPUs (the CPU table's pool; a no-op for tables without one). */
+void rm_kernels_set_threads(const rm_kernels *k, int n);
 
 /* "cpu" or "cuda" -> the table; NULL when unknown or not available in this build or machine. */
 static inline const rm_kernels *rm_kernels_get(const char *name)

@@ -1,9 +1,12 @@
 /* kernels_cpu.c — the CPU kernels table: OpenBLAS cblas_sgemm for the matrix products and plain C
  * loops (written so GCC vectorises them at -O2 -ftree-vectorize / -O3) for everything else.
  *
- * Design: one BLAS thread per process. Data parallelism already puts one worker per core, and a
- * threaded BLAS inside every worker would oversubscribe the cores; openblas_set_num_threads(1) is
- * applied once, the first time the table is requested. Bias and ReLU are fused in one pass over Y
+ * Design: one BLAS thread per process; a GEMM large enough to pay for it is split by rows (or
+ * columns) over the kernels' pool (kernels/pool.h), whose width is the CPUs the worker was given
+ * (1 unless rm_kernels_set_threads says otherwise: data parallelism runs one worker per core, and
+ * a threaded BLAS inside every worker would oversubscribe them). Splitting never changes a
+ * result: each element of C is the same dot product whichever part computes it.
+ * openblas_set_num_threads(1) is applied once, the first time the table is requested. Bias and ReLU are fused in one pass over Y
  * (forward) and dY (backward, together with the bias-gradient column sums) to touch activations
  * once. Nothing here allocates except alloc() itself. */
 /* Element-wise loops are memory-bound; let GCC vectorise them fully even at -O2. */
@@ -12,6 +15,8 @@
 #endif
 #include "kernels/kernels.h"
 #include "kernels/elem.h"
+#include "kernels/pool.h"
+#include "kernels/transformer.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -78,6 +83,48 @@ static int cpu_check(rm_err *err)
     return RM_OK;
 }
 
+/* Multiply-adds below which a GEMM runs on the calling thread alone (waking the pool costs a few
+ * microseconds). */
+#define GEMM_SPLIT_MIN (1 << 17)
+
+typedef struct {
+    bool ta, tb;
+    int m, n, k;
+    float alpha;
+    const float *a;
+    int lda;
+    const float *b;
+    int ldb;
+    float beta;
+    float *c;
+    int ldc;
+} gemm_ctx;
+
+/* Part p of a split GEMM: rows of C (op(A)'s rows: A's rows, or its columns when transposed), or
+ * columns of C (op(B)'s columns) when C is wider than tall. Blocks of 16 keep the BLAS kernels'
+ * register tiles whole. */
+static void gemm_part(void *vc, int part, int nparts)
+{
+    const gemm_ctx *g = vc;
+    size_t lo, hi;
+    enum CBLAS_TRANSPOSE ta = g->ta ? CblasTrans : CblasNoTrans, tb = g->tb ? CblasTrans : CblasNoTrans;
+    if (g->m >= g->n) {
+        rm_pool_range((size_t)g->m, part, nparts, 16, &lo, &hi);
+        if (hi <= lo)
+            return;
+        const float *a = g->ta ? g->a + lo : g->a + lo * (size_t)g->lda;
+        cblas_sgemm(CblasRowMajor, ta, tb, (int)(hi - lo), g->n, g->k, g->alpha, a, g->lda, g->b, g->ldb,
+                    g->beta, g->c + lo * (size_t)g->ldc, g->ldc);
+    } else {
+        rm_pool_range((size_t)g->n, part, nparts, 16, &lo, &hi);
+        if (hi <= lo)
+            return;
+        const float *b = g->tb ? g->b + lo * (size_t)g->ldb : g->b + lo;
+        cblas_sgemm(CblasRowMajor, ta, tb, g->m, (int)(hi - lo), g->k, g->alpha, g->a, g->lda, b, g->ldb,
+                    g->beta, g->c + lo, g->ldc);
+    }
+}
+
 static void cpu_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const float *a, int lda,
                      const float *b, int ldb, float beta, float *c, int ldc)
 {
@@ -89,8 +136,19 @@ static void cpu_gemm(bool ta, bool tb, int m, int n, int k, float alpha, const f
                 c[(size_t)i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[(size_t)i * ldc + j];
         return;
     }
+    if (rm_pool_threads() > 1 && (double)m * n * k >= GEMM_SPLIT_MIN) {
+        gemm_ctx g = {ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc};
+        rm_pool_run(gemm_part, &g);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha,
                 a, lda, b, ldb, beta, c, ldc);
+}
+
+void rm_kernels_set_threads(const rm_kernels *k, int n)
+{
+    if (k && k->tf && k->tf->set_threads)
+        k->tf->set_threads(n);
 }
 
 static void cpu_bias_act_fwd(float *restrict y, const float *restrict b, int rows, int cols, rm_act act)
@@ -209,6 +267,8 @@ static void cpu_unscale_check_finite(float *restrict x, size_t n, float inv_scal
         *found_inf = 1;
 }
 
+extern const rm_tf_kernels rm_tf_cpu; /* kernels/transformer_cpu.c */
+
 static const rm_kernels cpu_table = {
     .name = "cpu",
     .host_memory = true,
@@ -234,6 +294,7 @@ static const rm_kernels cpu_table = {
     .cast_f32_to_f16 = NULL,
     .cast_f16_to_f32 = NULL,
     .unscale_check_finite = cpu_unscale_check_finite,
+    .tf = &rm_tf_cpu,
 };
 
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;

@@ -10,7 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-static const rm_model_family *const families[] = {&rm_model_mlp};
+static const rm_model_family *const families[] = {&rm_model_mlp, &rm_model_gpt};
 
 const rm_model_family *rm_model_family_find(const char *name)
 {

@@ -40,6 +40,9 @@
  * of the checkpoint format (worker/checkpoint/checkpoint.h). */
 #define RM_MODEL_SHAPE_WORDS 18
 
+/* dims[0] of a transformer's shape record (an MLP's dims are widths, never negative). */
+#define RM_GPT_SHAPE_TAG (-1)
+
 typedef struct rm_model_shape {
     int nlayers;                    /* the family's count (MLP: linear layers) */
     int dims[RM_MODEL_SHAPE_WORDS]; /* the family's words (MLP: dims[0] inputs .. classes) */
@@ -60,6 +63,9 @@ typedef struct rm_model_unit {
     uint64_t flops_fwd;       /* forward FLOPs per row (a multiply-add counts 2) */
     uint64_t flops_bwd;       /* backward FLOPs per row, its input gradient included */
     uint64_t flops_bwd_first; /* ... without the input gradient (the first unit skips it) */
+    uint64_t reads;           /* other units whose parameters its passes read (bit u: unit u; the
+                               * transformer's tied head reads the embedding): ZeRO-3 gathers them
+                               * with it, a pipeline keeps a copy (docs/models-and-data.md) */
 } rm_model_unit;
 
 typedef struct rm_model rm_model;
@@ -263,6 +269,6 @@ uint64_t rm_fnv1a64(const void *p, size_t n, uint64_t h);
 void rm_model_release_range(const rm_model *m, float *base, size_t from, size_t to);
 #define RM_FNV64_INIT 0xcbf29ce484222325ULL
 
-/* The families built in (worker/model/mlp.c). */
-extern const rm_model_family rm_model_mlp;
+/* The families built in (worker/model/mlp.c, worker/model/gpt.c). */
+extern const rm_model_family rm_model_mlp, rm_model_gpt;
 #endif
