@@ -9,6 +9,7 @@
  * Values that only respell what exists are accepted: data.uri builtin:fashion-mnist or a folder
  * (the deprecated dataset / dataDir), data.format idx, model.type mlp, tensorParallel 1. */
 #include "common/tj_internal.h"
+#include "common/datasets.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -35,12 +36,6 @@ const char *tj_data_folder(const char *uri)
     if (strncmp(uri, "file:///", 8) == 0)
         return uri + 7;
     return NULL;
-}
-
-/* data.uri forms the worker reads today: the built-in set and a folder of IDX files. */
-static bool folder_or_builtin_idx(const char *uri)
-{
-    return tj_data_folder(uri) || strcmp(uri, RM_TJ_BUILTIN_FASHION_MNIST) == 0;
 }
 
 /* The forms data.uri, data.validation.uri and model.init.uri may take (models-and-data.md). */
@@ -163,6 +158,43 @@ static int data_validate(const rm_training_spec *t, const char *ctx, const char 
     return check_uri(t->data.val_uri, vctx, "uri", err);
 }
 
+/* The data format a spec names or implies without reading anything: data.format when given, the
+ * built-in set's, IDX for no data.uri (Fashion-MNIST); -1 = decided from the file (a path). */
+static int known_format(const rm_training_spec *t)
+{
+    if (t->set2 & RM_TR_SET2_FORMAT)
+        return (int)t->data.format;
+    if (!t->data.uri || strcmp(t->data.uri, RM_TJ_BUILTIN_FASHION_MNIST) == 0)
+        return RM_DATA_IDX;
+    if (strcmp(t->data.uri, RM_TJ_BUILTIN_TINYSHAKESPEARE) == 0)
+        return RM_DATA_TEXT;
+    return -1;
+}
+
+/* A built-in name is known; the model reads what the data holds (gpt: token windows from text or
+ * token shards; mlp: IDX images); a validation fraction splits a stream (text, tokens). */
+static int model_data_match(const rm_training_spec *t, const char *mctx, const char *dctx, rm_err *err)
+{
+    if (t->data.uri && strncmp(t->data.uri, "builtin:", 8) == 0 && !rm_builtin_known(t->data.uri))
+        return tj_bad(err, dctx, "uri", "unknown built-in data set \"%s\" (builtin:fashion-mnist, %s)",
+                      t->data.uri, RM_TJ_BUILTIN_TINYSHAKESPEARE);
+    bool gpt = t->model_type && strcmp(t->model_type, rm_model_type_names[RM_MODEL_GPT]) == 0;
+    int f = known_format(t);
+    if (gpt && f == RM_DATA_IDX)
+        return tj_bad(err, mctx, "type",
+                      "gpt trains on text or token shards, and %s.uri is IDX images (set %s.uri, e.g. "
+                      "%s, or %s.format)",
+                      dctx, dctx, RM_TJ_BUILTIN_TINYSHAKESPEARE, dctx);
+    if (!gpt && (f == RM_DATA_TEXT || f == RM_DATA_TOKENS))
+        return tj_bad(err, mctx, "type", "%s reads IDX images; %s data needs type gpt",
+                      t->model_type ? t->model_type : "mlp", rm_enum_name(rm_data_format_names, f));
+    bool frac = (t->set2 & RM_TR_SET2_FRACTION) || t->data.val_fraction != 0;
+    if (frac && f == RM_DATA_IDX)
+        return tj_bad(err, dctx, "validation.fraction",
+                      "splits text or token data; IDX sets have their own t10k test files");
+    return RM_OK;
+}
+
 int tj_validate_models_data(const rm_training_spec *t, const char *ctx, rm_err *err)
 {
     char mctx[FIELD_CAP], dctx[FIELD_CAP], octx[FIELD_CAP];
@@ -181,24 +213,20 @@ int tj_validate_models_data(const rm_training_spec *t, const char *ctx, rm_err *
         (rc = check_int(t->eval_every_steps, false, 0, INT32_MAX, ctx, "evalEverySteps", err)))
         return rc;
 
+    if ((rc = model_data_match(t, mctx, dctx, err)))
+        return rc;
+
     /* the gate: one line per feature still to land */
-    if (t->model_type && strcmp(t->model_type, rm_model_type_names[RM_MODEL_GPT]) == 0)
-        return unsupported(err, mctx, "type", "gpt");
     if (t->init_uri)
         return unsupported(err, mctx, "init.uri", "starting from saved weights");
-    if (t->data.uri && !folder_or_builtin_idx(t->data.uri))
+    if (t->data.uri && !tj_data_folder(t->data.uri) && strncmp(t->data.uri, "builtin:", 8) != 0)
         return unsupported(err, dctx, "uri", "\"%s\"", t->data.uri);
-    if ((g & RM_TR_SET2_FORMAT) && t->data.format != RM_DATA_IDX)
-        return unsupported(err, dctx, "format", "%s",
-                           rm_enum_name(rm_data_format_names, (int)t->data.format));
     if (t->data.sha256)
         return unsupported(err, dctx, "sha256", "checking the data's checksum");
     if (t->data.secret)
         return unsupported(err, dctx, "secretRef.name", "reading object-store credentials");
     if (t->data.val_uri)
         return unsupported(err, dctx, "validation.uri", "a validation split");
-    if ((g & RM_TR_SET2_FRACTION) || t->data.val_fraction != 0)
-        return unsupported(err, dctx, "validation.fraction", "a validation split");
     if (t->optimizer.type == RM_OPT_LAMB || t->optimizer.type == RM_OPT_LARS)
         return unsupported(err, octx, "type", "%s", rm_enum_name(rm_opt_names, (int)t->optimizer.type));
     if ((g & RM_TR_SET2_GRAD_CLIP) || t->grad_clip != 0)
@@ -207,8 +235,6 @@ int tj_validate_models_data(const rm_training_spec *t, const char *ctx, rm_err *
         return unsupported(err, ctx, "gradientAccumulationSteps", "%d", t->grad_accum);
     if (t->warmup_steps > 0)
         return unsupported(err, ctx, "warmupSteps", "warmup in steps (use warmupEpochs)");
-    if (t->eval_every_steps > 0)
-        return unsupported(err, ctx, "evalEverySteps", "evaluation every N steps");
     return RM_OK;
 }
 

@@ -196,7 +196,7 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     t->dev_small = t->k->alloc(32 * sizeof(float));
     if (!t->k->host_memory) {
         t->host_x = rm_kernels_host_alloc(t->k, (size_t)t->B * t->m.x_row_bytes);
-        t->host_labels = rm_kernels_host_alloc(t->k, (size_t)t->B * sizeof(int32_t));
+        t->host_labels = rm_kernels_host_alloc(t->k, (size_t)t->B * (size_t)t->m.label_row * sizeof(int32_t));
     }
     if (!t->perm || !t->host_stage || !t->dev_small ||
         (!t->k->host_memory && (!t->host_x || !t->host_labels)))
@@ -465,7 +465,9 @@ static int evaluate(trainer *t, rm_err *err)
             rm_data_slice_rows(&t->te, s, rows, t->host_x, t->host_labels);
             RM_CHECK(dev_copy(t, t->k->h2d(t->m.x, t->host_x, (size_t)rows * t->m.x_row_bytes),
                               "evaluation batch", err));
-            RM_CHECK(dev_copy(t, t->k->h2d(t->m.labels, t->host_labels, (size_t)rows * sizeof(int32_t)),
+            RM_CHECK(dev_copy(t,
+                              t->k->h2d(t->m.labels, t->host_labels,
+                                        (size_t)rows * (size_t)t->m.label_row * sizeof(int32_t)),
                               "evaluation labels", err));
         }
         bool have_logits = true;
@@ -550,7 +552,7 @@ static int step_once(trainer *t, rm_err *err)
     } else {
         rm_data_gather_rows(&t->tr, t->perm, t->data_pos, slot, nslots, t->B, t->host_x, t->host_labels);
         t->k->h2d(t->m.x, t->host_x, (size_t)t->B * t->m.x_row_bytes);
-        t->k->h2d(t->m.labels, t->host_labels, (size_t)t->B * sizeof(int32_t));
+        t->k->h2d(t->m.labels, t->host_labels, (size_t)t->B * (size_t)t->m.label_row * sizeof(int32_t));
     }
     double epos = t->train_epoch + (double)t->data_pos / t->tr.info.n;
     t->lr = rm_lr_at(&t->sched, epos, G);

@@ -2,6 +2,8 @@
  * (reader.h). IDX is the default format (the built-in data set's). */
 #include "worker/data/reader.h"
 
+#include "common/datasets.h"
+
 #include <string.h>
 
 #include "worker/data/data.h"
@@ -21,16 +23,24 @@ const rm_data_reader *rm_data_reader_of(rm_data_format f)
 
 int rm_data_source(const rm_training_spec *t, const rm_data_reader **r, char *src, size_t cap, rm_err *err)
 {
-    rm_data_format f = (t->set2 & RM_TR_SET2_FORMAT) ? t->data.format : RM_DATA_IDX;
+    rm_data_format f = RM_DATA_IDX;
+    if (t->data.uri) { /* builtin:<name>, /path, file:///path (common/datasets.h) */
+        RM_CHECK(rm_data_local_path(t->data.uri, src, cap, &f, err));
+        if (strncmp(t->data.uri, "builtin:", 8) != 0)
+            f = rm_data_sniff(src);
+    } else { /* the deprecated dataDir, else the built-in Fashion-MNIST folder */
+        const char *dir = t->data_dir && *t->data_dir ? t->data_dir : RM_DATA_DEFAULT_DIR;
+        if (strlen(dir) >= cap)
+            return rm_err_field(err, RM_EINVAL, "spec.training.dataDir", "path longer than %zu bytes",
+                                cap - 1);
+        memcpy(src, dir, strlen(dir) + 1);
+    }
+    if (t->set2 & RM_TR_SET2_FORMAT)
+        f = t->data.format;
     *r = rm_data_reader_of(f);
     if (!*r)
         return rm_err_field(err, RM_EUNSUPPORTED, "spec.training.data.format", "%s is not supported yet",
                             rm_enum_name(rm_data_format_names, (int)f));
-    /* the parser turns a folder data.uri (and builtin:fashion-mnist) into dataDir */
-    const char *dir = t->data_dir && *t->data_dir ? t->data_dir : RM_DATA_DEFAULT_DIR;
-    if (strlen(dir) >= cap)
-        return rm_err_field(err, RM_EINVAL, "spec.training.data.uri", "path longer than %zu bytes", cap - 1);
-    memcpy(src, dir, strlen(dir) + 1);
     return RM_OK;
 }
 
