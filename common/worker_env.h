@@ -35,6 +35,9 @@
 /* read by the worker, set by users (never by a controller) */
 #define RM_ENV_FAULT "RINGMASTER_FAULT"
 #define RM_ENV_DEVICE "RINGMASTER_DEVICE"
+/* CPUs a worker's kernels spread over (1..64; the user's: a template may set it). Unset: the pod's
+ * CPU quota, else the machine's CPUs divided among LOCAL_WORLD_SIZE workers. */
+#define RM_ENV_THREADS "RINGMASTER_THREADS"
 #define RM_ENV_RESUME "RINGMASTER_RESUME" /* "1" | "if-present": continue an earlier run */
 
 /* torchrun / PyTorch conventions, so foreign images run unchanged */

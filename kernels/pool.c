@@ -167,7 +167,7 @@ void rm_pool_run(rm_pool_fn fn, void *ctx)
 }
 
 /* cgroup v2 cpu.max ("max 100000" or "200000 100000"), else v1's quota and period; 0 = no quota. */
-static int cgroup_cpus(void)
+int rm_pool_cpu_quota(void)
 {
     long q = -1, per = 0;
     FILE *f = fopen("/sys/fs/cgroup/cpu.max", "r");
@@ -195,7 +195,7 @@ int rm_pool_cpus_available(void)
 {
     cpu_set_t s;
     int n = sched_getaffinity(0, sizeof s, &s) == 0 ? CPU_COUNT(&s) : 1;
-    int q = cgroup_cpus();
+    int q = rm_pool_cpu_quota();
     if (q > 0 && q < n)
         n = q;
     return n < 1 ? 1 : n;

@@ -36,4 +36,6 @@ static inline void rm_pool_range(size_t total, int p, int n, size_t align, size_
 /* The CPUs this process may use: its affinity mask, capped by a cgroup v2/v1 CPU quota (a pod's
  * limits.cpu, rounded up). At least 1. */
 int rm_pool_cpus_available(void);
+/* The cgroup CPU quota in whole CPUs (rounded up), or 0 when there is none. */
+int rm_pool_cpu_quota(void);
 #endif

@@ -8,7 +8,7 @@
  * polynomial the vectoriser can inline (a relative error of about 2e-7, well inside the 1e-4 that
  * docs/models-and-data.md's comparisons with PyTorch allow). */
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("O3")
+#pragma GCC optimize("O3", "no-trapping-math")
 #endif
 #include "kernels/transformer.h"
 

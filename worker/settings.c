@@ -4,6 +4,7 @@
  *
  * Ownership: rm_train_cfg owns its strings (rm_train_cfg_free). */
 #include "worker/train.h"
+#include "kernels/pool.h"
 
 #include "common/clock.h"
 #include <errno.h>
@@ -199,6 +200,30 @@ static int load_env_training(const char *json, rm_train_cfg *cfg, rm_err *err)
 }
 
 /* --backend / RINGMASTER_BACKEND: a spec backend name, or "local" (a world of one). */
+/* cfg->threads (train.h). A quota is the pod's own; without one, the machine's CPUs are shared
+ * by the workers on it. */
+static int settings_threads(rm_train_cfg *cfg, rm_err *err)
+{
+    const char *env = getenv(RM_ENV_THREADS);
+    long long v;
+    if (env && *env) {
+        RM_CHECK(parse_int(RM_ENV_THREADS, env, 1, RM_POOL_MAX_THREADS, &v, err));
+        cfg->threads = (int)v;
+        return RM_OK;
+    }
+    int cpus = rm_pool_cpus_available(), quota = rm_pool_cpu_quota();
+    if (quota > 0) {
+        cfg->threads = quota < cpus ? quota : cpus;
+        return RM_OK;
+    }
+    long long local = 1;
+    if ((env = getenv(RM_ENV_LOCAL_WORLD_SIZE)) && *env &&
+        parse_int(RM_ENV_LOCAL_WORLD_SIZE, env, 1, 1 << 20, &v, err) == RM_OK)
+        local = v;
+    cfg->threads = (int)(cpus / local > 0 ? cpus / local : 1);
+    return RM_OK;
+}
+
 static int parse_backend(const char *flag, const char *s, rm_train_cfg *cfg, rm_err *err)
 {
     rm_backend b = RM_BACKEND_AUTO;
@@ -431,6 +456,7 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
         RM_CHECK_GOTO(parse_resume(RM_ENV_RESUME, env, cfg, err), rc, fail);
     setstr(&cfg->metrics_addr, ":" RM_STR(RM_PORT_WORKER_METRICS));
     setstr(&cfg->device, (env = getenv(RM_ENV_DEVICE)) && *env ? env : "auto");
+    RM_CHECK_GOTO(settings_threads(cfg, err), rc, fail);
 
     optind = 1;
     opterr = 0;

@@ -130,6 +130,7 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
         return rm_errf(err, RM_EUNSUPPORTED, "device %s: not available in this build or machine%s%s",
                        cfg->device, why[0] ? ": " : "", why);
     }
+    rm_kernels_set_threads(t->k, cfg->threads);
     RM_CHECK(rm_amp_init(&t->amp, t->k, cfg->t.precision, err));
     t->amp_on = true;
     RM_CHECK(rm_faults_parse(cfg->fault_spec, &t->faults, err));
@@ -448,7 +449,7 @@ static int evaluate(trainer *t, rm_err *err)
     if (t->strat->materialize) /* sharding full: every layer whole for the forward passes */
         RM_CHECK(t->strat->materialize(t->st, err));
     if (t->step > 0)
-        RM_CHECK(read_loss(t, err)); /* the last step's; evaluation reuses the loss scalar */
+        RM_CHECK(read_loss(t, err)); /* the last step's */
     /* workers that do not move together (claim) evaluate alone, on the whole test set */
     int eworld = t->strat->claim ? 1 : t->world, erank = t->strat->claim ? 0 : t->rank;
     bool piped = t->strat->eval_forward != NULL; /* a pipeline: a replica's stages share a slice */
@@ -479,11 +480,11 @@ static int evaluate(trainer *t, rm_err *err)
             continue;
         rm_model_count_correct(&t->m, rows);
         /* loss only (its gradient lands in the output buffer, unused) */
-        rm_model_loss(&t->m, 0, rows, 1.0f, t->m.loss_sum);
+        rm_model_loss(&t->m, 0, rows, 1.0f, t->dev_small + 8); /* not loss_sum: the step's */
         int32_t c = 0;
         float ls = 0;
         RM_CHECK(dev_copy(t, t->k->d2h(&c, t->m.correct, sizeof c), "evaluation count", err));
-        RM_CHECK(dev_copy(t, t->k->d2h(&ls, t->m.loss_sum, sizeof ls), "evaluation loss", err));
+        RM_CHECK(dev_copy(t, t->k->d2h(&ls, t->dev_small + 8, sizeof ls), "evaluation loss", err));
         correct += c;
         loss += ls;
     }
@@ -495,7 +496,7 @@ static int evaluate(trainer *t, rm_err *err)
         correct = v[0];
         loss = v[2];
     }
-    t->test_acc = correct / n;
+    t->test_acc = correct / ((double)n * t->m.label_row); /* per position for a language model */
     t->eval_step = t->step;
     /* per-epoch numbers for the controller (a sweep's early stopping): the epoch just finished */
     rm_rdzv_eval_add(t->evals, &t->nevals, t->train_epoch + 1, t->test_acc, t->train_loss);
@@ -650,6 +651,17 @@ static int step_report(trainer *t, step_log *lg, rm_err *err)
     return 0;
 }
 
+/* evalEverySteps: an evaluation is due when the step reached the next multiple since the last
+ * one (claimed steps may jump past a multiple). */
+static bool eval_due(const trainer *t)
+{
+    int every = t->cfg->t.eval_every_steps;
+    if (every <= 0 || t->step <= 0 || t->eval_step == t->step)
+        return false;
+    int64_t last = t->eval_step > 0 ? t->eval_step : 0;
+    return t->step / every > last / every;
+}
+
 /* Steps until the job ends or the round breaks. */
 static int run_round(trainer *t, rm_err *err)
 {
@@ -696,6 +708,8 @@ static int run_round(trainer *t, rm_err *err)
                                      and reported, and training goes on */
         }
         rm_tr_ckpt_collect(t, false); /* a finished write's result, if any (no waiting) */
+        if (eval_due(t) && (rc = evaluate(t, err)) != 0)
+            return rc;
         if ((rc = step_report(t, &lg, err)) != 0)
             return rc;
     }
@@ -784,6 +798,8 @@ static int run_round_claimed(trainer *t, rm_err *err)
         RM_CHECK(step_claimed(t, &c, err));
         step_note(t);
         RM_CHECK(adopt_background_round(t, err));
+        if (t->rank == 0 && eval_due(t))
+            RM_CHECK(evaluate(t, err));
         int a = step_report(t, &lg, err);
         if (a)
             return a;

@@ -55,6 +55,10 @@ typedef struct rm_train_cfg {
      * RM_RESUME_IF_PRESENT warns and starts at step 0. */
     int resume;      /* rm_resume_mode */
     bool check_only; /* --check: only check the settings a start checks, then exit */
+    /* CPUs the kernels spread over (docs/architecture.md, "Threads in the kernels"):
+     * RINGMASTER_THREADS, else the pod's CPU quota, else this machine's CPUs (affinity) divided
+     * among the LOCAL_WORLD_SIZE workers sharing it. */
+    int threads;
 } rm_train_cfg;
 
 typedef enum { RM_RESUME_OFF = 0, RM_RESUME_REQUIRED, RM_RESUME_IF_PRESENT } rm_resume_mode;
