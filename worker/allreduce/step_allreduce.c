@@ -83,6 +83,11 @@ struct rm_step {
      * the layer ubuf[i] holds for this step's parameters (-1: none). */
     float *ubuf[2];
     size_t ubuf_cap;
+    /* stage full: units another unit reads (rm_model_unit.reads: the tied embedding the head
+     * projects with) are gathered into a buffer of their own and stay whole for the whole step,
+     * as FSDP keeps tied parameters in one unit; bit u of pinned = unit u */
+    uint64_t pinned;
+    float *pbuf[RM_MODEL_MAX_UNITS];
     int slot[2];
     bool pieces_valid; /* the pieces hold a real state (fresh, restored, synced or stepped) */
     /* stage full: the prefetch thread gathers the next layer while this one computes (one
@@ -259,11 +264,23 @@ static void slots_reset(rm_step *s)
 {
     slot_clear(s, 0);
     slot_clear(s, 1);
+    for (int l = 0; l < RM_MODEL_MAX_UNITS; l++)
+        if (s->pinned & (1ull << l))
+            s->env.m->uparams[l] = NULL;
 }
 
 /* Layer l into its unit buffer on this thread (after pf_wait: one collective at a time). */
 static int slot_gather(rm_step *s, int l, rm_err *err)
 {
+    if (s->pinned & (1ull << l)) { /* its own buffer, whole until the parameters change */
+        if (s->env.m->uparams[l] == s->pbuf[l])
+            return RM_OK;
+        const rm_unit_shard *u = &s->us;
+        RM_CHECK(s->r.ops->all_gather(s->r.comm, s->env.m->params + u->off[l], s->pbuf[l], u->unit_len[l],
+                                      RM_DT_F32, err));
+        s->env.m->uparams[l] = s->pbuf[l];
+        return RM_OK;
+    }
     if (s->slot[l & 1] == l)
         return RM_OK;
     slot_clear(s, l & 1);
@@ -385,7 +402,8 @@ static void rs_launch(rm_step *s, float *buf, float *dst, size_t count)
  * (l-1 is finished), backward l-1 while l computes (l+1 is finished). */
 static void pf_launch(rm_step *s, int l)
 {
-    if (!s->pf_started || s->pf_busy || l < 0 || l >= s->us.nunits || s->slot[l & 1] == l)
+    if (!s->pf_started || s->pf_busy || l < 0 || l >= s->us.nunits || s->slot[l & 1] == l ||
+        (s->pinned & (1ull << l)))
         return;
     slot_clear(s, l & 1);
     s->pf_dst = s->ubuf[l & 1];
@@ -471,6 +489,17 @@ static int ar_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
                                    s->us.max_unit);
             s->ubuf_cap = s->us.max_unit;
         }
+        if (s->mode == RM_SHARD_FULL && r->world > 1) {
+            s->pinned = 0;
+            for (int l = 0; l < m->nunits; l++)
+                s->pinned |= m->unit[l].reads;
+            for (int l = 0; l < m->nunits; l++)
+                if ((s->pinned & (1ull << l)) && !s->pbuf[l] &&
+                    !(s->pbuf[l] = s->env.k->alloc(m->unit_len[l] * sizeof(float))))
+                    return rm_errf(err, RM_ENOMEM,
+                                   "sharding: out of memory for unit %d's buffer (%zu floats)", l,
+                                   m->unit_len[l]);
+        }
         slots_reset(s);
         s->gathered = (1ull << m->nunits) - 1; /* params whole until state_sync */
         if (staged_grads(s) && r->world > 1)
@@ -498,6 +527,8 @@ static void ar_destroy(rm_step *s)
         s->env.k->free(s->stage[i]);
         s->env.k->free(s->ubuf[i]);
     }
+    for (int l = 0; l < RM_MODEL_MAX_UNITS; l++)
+        s->env.k->free(s->pbuf[l]);
     s->env.k->free(s->gshard);
     free(s);
 }
@@ -744,6 +775,8 @@ static void layer_pre(rm_step *s, int layer, int next)
     int rc = pf_wait(s, &s->hook_e); /* usually this very layer, gathered meanwhile */
     if (rc == RM_OK)
         rc = slot_gather(s, layer, &s->hook_e);
+    for (uint64_t rd = s->env.m->unit[layer].reads; rc == RM_OK && rd; rd &= rd - 1)
+        rc = slot_gather(s, __builtin_ctzll(rd), &s->hook_e); /* pinned: usually still whole */
     if (rc) {
         s->hook_err = rc;
         return;
