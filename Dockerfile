@@ -38,6 +38,8 @@ RUN apt-get update \
       libopenblas0-pthread libopenmpi3 dataset-fashion-mnist \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin
 COPY --from=build-cpu /out/usr/local/bin/ringmaster-worker /usr/local/bin/ringmaster-worker
+# the built-in data sets the project ships (builtin:tinyshakespeare; common/datasets.h)
+COPY --from=build-cpu /out/usr/local/share/ringmaster/datasets /usr/local/share/ringmaster/datasets
 # the default checkpoint folder, writable by the worker (a cluster mounts a shared volume over it)
 RUN mkdir -p /checkpoints && chown 65532:65532 /checkpoints
 USER 65532:65532
@@ -59,6 +61,7 @@ RUN apt-get update \
       libyaml-0-2 libopenblas0-pthread libopenmpi3t64 openmpi-bin dataset-fashion-mnist \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build-worker /out/usr/local/bin/ringmaster-worker /usr/local/bin/ringmaster-worker
+COPY --from=build-worker /out/usr/local/share/ringmaster/datasets /usr/local/share/ringmaster/datasets
 RUN mkdir -p /checkpoints && chown 65532:65532 /checkpoints
 USER 65532:65532
 ENV HOME=/tmp

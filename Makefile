@@ -202,7 +202,7 @@ DEB_BUILD_PKGS := build-essential pkg-config libcurl4-openssl-dev libcjson-dev l
             libcunit1-dev libyaml-dev libopenblas-dev libopenmpi-dev
 DEB_PKGS := $(DEB_BUILD_PKGS) openmpi-bin \
             dataset-fashion-mnist prometheus python3-kubernetes python3-yaml python3-jsonschema \
-            curl procps iproute2 clang-format
+            curl procps iproute2 clang-format python3-torch python3-numpy
 BENCH_PKGS := python3-torch
 # podman + runc run the images (crun fails on hybrid cgroups), mmdebstrap makes the Debian base,
 # Go + sprig + YAML + JSON Schema libraries build the Helm renderer (tests/helm-render).
@@ -269,6 +269,7 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/ringmaster
 	install -m 0755 $(RINGMASTER) $(WORKER) $(DESTDIR)$(PREFIX)/bin/
 	cp -r deploy $(DESTDIR)$(PREFIX)/share/ringmaster/
+	cp -r datasets $(DESTDIR)$(PREFIX)/share/ringmaster/
 
 clean:
 	rm -rf build bin

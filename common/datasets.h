@@ -12,6 +12,8 @@
 #include "common/trainingjob.h"
 
 #define RM_TJ_BUILTIN_TINYSHAKESPEARE "builtin:tinyshakespeare"
+/* Its size (datasets/tinyshakespeare/README.md: sha256 86c4e6aa...), for estimates before a worker runs. */
+#define RM_TJ_TINYSHAKESPEARE_BYTES 1115394
 /* The folder holding the project's data sets, found in this order: $RINGMASTER_DATASETS, the
  * executable's ../share/ringmaster/datasets (an install), its ../datasets (a source checkout),
  * /usr/local/share/ringmaster/datasets, /usr/share/ringmaster/datasets. */

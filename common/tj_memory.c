@@ -7,6 +7,7 @@
  * read by common/quantity.c, Kubernetes' own grammar, so the two sides agree on "1.5Gi". */
 #include "common/tj_internal.h"
 #include "common/quantity.h"
+#include "common/datasets.h"
 #include "common/json.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,9 +35,40 @@ void tj_fmt_bytes(char *buf, size_t cap, int64_t n)
         snprintf(buf, cap, "%.1f %s", v, unit[u]);
 }
 
+static bool is_gpt(const rm_training_spec *t)
+{
+    return t->model_type && strcmp(t->model_type, rm_model_type_names[RM_MODEL_GPT]) == 0;
+}
+
+/* The transformer's allocations (worker/model/gpt.c): the embedding, 12C^2 + 13C per block and
+ * ln_f; per sequence the embedding output, each block's kept activations (LayerNorms, QKV, the
+ * attention output and its log-sum-exp per head, the residuals, the MLP's 4C pre-activation and
+ * GELU), the head's LayerNorm and logits, and the backward scratch (7C per position); the
+ * attention's blocked scratch (blocks of 16-32 query rows x the context, per thread, 64 at most).
+ * Token data is mapped, not loaded: it costs no resident memory of its own. */
+static void gpt_memory(const rm_training_spec *t, int nstate, rm_mem_estimate *out)
+{
+    int64_t L = t->layers, C = t->embed, T = t->context, NH = t->heads > 0 ? t->heads : 1;
+    int64_t V = t->vocab > 0 ? t->vocab : 256,
+            b = t->batch_size_per_worker > 0 ? t->batch_size_per_worker : 1;
+    int64_t params = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C;
+    int64_t per_row = T * C + L * (T * (16 * C + 4) + NH * T) + T * (C + 2 + V) + T * 7 * C + 2 * T;
+    int64_t attn = 2 * (T >= 256 ? 32 : 16) * T * 64;
+    out->params = params;
+    out->copies = 2 + nstate + (1 + nstate);
+    out->model_bytes = params * out->copies * 4;
+    out->batch_bytes = 4 * (b * per_row + attn + 12 * C * C + 13 * C + V * C + T * C);
+    out->data_bytes = 0;
+    out->total = out->model_bytes + out->batch_bytes + RM_TJ_MEM_OVERHEAD;
+}
+
 void rm_training_memory(const rm_training_spec *t, rm_mem_estimate *out)
 {
     memset(out, 0, sizeof *out);
+    if (is_gpt(t)) {
+        gpt_memory(t, t->optimizer.type == RM_OPT_ADAM ? 2 : 1, out);
+        return;
+    }
     int64_t params = 0, acts = 0, widest = 1, in = TJ_INPUTS;
     int nh = t->nhidden < 0 ? 0 : t->nhidden > RM_TJ_MAX_HIDDEN ? RM_TJ_MAX_HIDDEN : t->nhidden;
     for (int i = 0; i <= nh; i++) {
@@ -139,6 +171,14 @@ int tj_check_template_memory(const rm_tj *tj, rm_err *err)
 
 int64_t rm_training_samples(const rm_training_spec *t)
 {
+    if (t->data.uri && strcmp(t->data.uri, RM_TJ_BUILTIN_TINYSHAKESPEARE) == 0 && t->context > 0) {
+        /* context windows of the training part (worker/data/stream.c: the last fraction validates) */
+        double f = t->data.val_fraction > 0 ? t->data.val_fraction : 0.1;
+        int64_t val = (int64_t)((double)RM_TJ_TINYSHAKESPEARE_BYTES * f);
+        return (RM_TJ_TINYSHAKESPEARE_BYTES - val - 1) / t->context;
+    }
+    if (t->data.uri && strcmp(t->data.uri, RM_TJ_BUILTIN_FASHION_MNIST) != 0)
+        return 0; /* the user's data: its size is the worker's to read */
     bool builtin_dir = !t->data_dir || strcmp(t->data_dir, RM_TJ_FASHION_MNIST_DIR) == 0;
     if ((!t->dataset || strcmp(t->dataset, "fashion-mnist") == 0) && builtin_dir)
         return RM_TJ_FASHION_MNIST_TRAIN;
