@@ -217,6 +217,8 @@ int tj_validate_models_data(const rm_training_spec *t, const char *ctx, rm_err *
         return rc;
 
     /* the gate: one line per feature still to land */
+    if (t->dropout > 0)
+        return unsupported(err, mctx, "dropout", "dropout > 0");
     if (t->init_uri)
         return unsupported(err, mctx, "init.uri", "starting from saved weights");
     if (t->data.uri && !tj_data_folder(t->data.uri) && strncmp(t->data.uri, "builtin:", 8) != 0)
