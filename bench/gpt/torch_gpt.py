@@ -250,6 +250,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("mode", choices=["speed", "quality"])
     p.add_argument("--model", choices=sorted(MODELS), default="baby")
+    for k in ("layers", "heads", "embed", "context"):
+        p.add_argument("--" + k, type=int, default=None, help=f"override the model's {k} (a spec's value)")
     p.add_argument("--data", default=os.environ.get("RM_TINYSHAKESPEARE", ""))
     p.add_argument("--batch", type=int, default=None, help="sequences per step (speed 12, quality 24)")
     p.add_argument("--steps", type=int, default=None, help="speed: timed steps per rep (20); quality: 2000")
@@ -267,6 +269,10 @@ def main():
     p.add_argument("--seed", type=int, default=1337)
     a = p.parse_args()
     a.threads = [int(t) for t in a.threads.split(",")]
+    MODELS[a.model] = dict(MODELS[a.model])
+    for k in ("layers", "heads", "embed", "context"):
+        if getattr(a, k) is not None:
+            MODELS[a.model][k] = getattr(a, k)
     if a.batch is None:
         a.batch = 12 if a.mode == "speed" else 24
     if a.steps is None:
