@@ -20,11 +20,12 @@
 #           server, SCALE_STEPS steps each: step time, tokens/s, per-rank memory.
 #  llmc     only with LLMC_DIR=<a checkout of karpathy/llm.c>: its train_gpt2.c (CPU, OpenMP), built
 #           from a temporary copy with B and T set to ours, on our model written in its checkpoint
-#           format (bench/gpt/llmc_files.py), LLMC_STEPS (19) steps. Runs inside `speed`.
+#           format (bench/gpt/llmc_files.py), LLMC_STEPS (19) steps, LLMC_STEPS_SMALL (5) on the
+#           6x384 model. Runs inside `speed`.
 # Parts (a)/(c)/(d) need `model.type: gpt` in the worker: until `ringmaster validate` accepts the
 # spec they are skipped with validate's message (listed under "Skipped" in the results).
 # Knobs: QUICK=1 (a smoke run: seconds per part; its numbers are not measurements), REPS (3),
-#  SPEED_STEPS (baby 30), SPEED_STEPS_SMALL (4), QSTEPS (2000), SCALE_STEPS (200), GEMM_SECS (0.6 per
+#  SPEED_MODELS ("baby small"), SPEED_STEPS (baby 30), SPEED_STEPS_SMALL (4), QSTEPS (2000), SCALE_STEPS (200), GEMM_SECS (0.6 per
 #  shape), TORCH_QTHREADS (2), SPEC (default deploy/examples/shakespeare-gpt.yaml, else the copy
 #  below), RM_BIN (bin/), RAW (a directory to keep the raw JSON lines and logs in), OUT.
 set -uo pipefail
@@ -44,7 +45,9 @@ SCALE_STEPS=${SCALE_STEPS:-$(q 10 200)}
 GEMM_SECS=${GEMM_SECS:-$(q 0.05 0.6)}
 TORCH_QTHREADS=${TORCH_QTHREADS:-2}
 LLMC_STEPS=${LLMC_STEPS:-$(q 3 19)}
+LLMC_STEPS_SMALL=${LLMC_STEPS_SMALL:-$(q 1 5)}   # llm.c's small model: ~10 s a step on one core
 PARTS=${PARTS:-peak speed quality scale llmc}
+SPEED_MODELS=${SPEED_MODELS:-baby small}
 DATA=${RM_TINYSHAKESPEARE:-$ROOT/../shared/data/tinyshakespeare.txt}
 keep_raw=1
 RAW=${RAW:-}
@@ -85,7 +88,9 @@ export RM_TINYSHAKESPEARE="$DATA"
   echo " \"cpu\": \"$(lscpu | sed -n 's/^Model name: *//p' | head -1)\", \"load_start\": \"$(cut -d' ' -f1-3 /proc/loadavg)\","
   echo " \"torch\": \"$($PY -c 'import torch; print(torch.__version__)' 2>/dev/null || echo none)\","
   echo " \"quick\": $([ "$QUICK" = 1 ] && echo true || echo false),"
-  echo " \"command\": \"$( [ "$QUICK" = 1 ] && echo 'QUICK=1 ')bench/gpt/run.sh (PARTS=$PARTS, REPS=$REPS)\"}"
+  llmc=""
+  [ -n "${LLMC_DIR:-}" ] && llmc="LLMC_DIR=<llm.c $(git -C "$LLMC_DIR" rev-parse --short HEAD 2>/dev/null || echo checkout)> "
+  echo " \"command\": \"$( [ "$QUICK" = 1 ] && echo 'QUICK=1 ')${llmc}bench/gpt/run.sh (PARTS=$PARTS, REPS=$REPS)\"}"
 } > "$RAW/meta.json.start"
 
 # ---- derived specs, and whether the worker takes them
@@ -149,8 +154,8 @@ if has peak; then
 fi
 
 # ---- speed: ringmaster, PyTorch and llm.c, interleaved, best of REPS
-llmc_build() {  # builds $RAW/llmc/<model>/train_gpt2 from a temporary copy with B = 12 and T = context
-  local m=$1 T=$2 dir="$RAW/llmc/$1"
+llmc_build() {  # MODEL T STEPS: $RAW/llmc/MODEL/train_gpt2 from a temporary copy with B = 12, T, STEPS
+  local m=$1 T=$2 LLMC_STEPS=$3 dir="$RAW/llmc/$1"
   mkdir -p "$dir"
   $PY "$HERE/llmc_files.py" "$dir" --model "$m" --data "$DATA" >&2 || return 1
   # main() trains 41 steps, samples text at steps 20 and 40 (63 full forwards each) and times each
@@ -172,11 +177,11 @@ if has speed; then
     elif [ ! -f "$LLMC_DIR/train_gpt2.c" ]; then
       skip "llm.c peer: no train_gpt2.c in LLMC_DIR=$LLMC_DIR"
     else
-      llmc_build baby 64 && LLMC_OK="baby"
-      llmc_build small 256 && LLMC_OK="$LLMC_OK small"
+      case " $SPEED_MODELS " in *" baby "*) llmc_build baby 64 "$LLMC_STEPS" && LLMC_OK="baby";; esac
+      case " $SPEED_MODELS " in *" small "*) llmc_build small 256 "$LLMC_STEPS_SMALL" && LLMC_OK="$LLMC_OK small";; esac
     fi
   fi
-  for model in baby small; do
+  for model in $SPEED_MODELS; do
     if [ "$model" = baby ]; then steps=$SPEED_STEPS; sets=(); else steps=$SPEED_STEPS_SMALL; sets=("${SMALL_SETS[@]}"); fi
     n="speed-$model"
     rm_ok=0
