@@ -203,7 +203,9 @@ DEB_BUILD_PKGS := build-essential pkg-config libcurl4-openssl-dev libcjson-dev l
 DEB_PKGS := $(DEB_BUILD_PKGS) openmpi-bin \
             dataset-fashion-mnist prometheus python3-kubernetes python3-yaml python3-jsonschema \
             curl procps iproute2 clang-format python3-torch python3-numpy
-BENCH_PKGS := python3-torch
+# BENCH_PKGS: the peers and limits of bench/ (bench/gpt/sgemm_peak.c times BLIS and oneDNN beside
+# OpenBLAS; gnuplot draws bench/results/gpt-loss.png).
+BENCH_PKGS := python3-torch libblis-dev libdnnl-dev gnuplot-nox
 # podman + runc run the images (crun fails on hybrid cgroups), mmdebstrap makes the Debian base,
 # Go + sprig + YAML + JSON Schema libraries build the Helm renderer (tests/helm-render).
 IMAGE_PKGS := podman runc mmdebstrap uidmap openssl

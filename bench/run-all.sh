@@ -25,8 +25,9 @@ declare -A entry=(
   [topo]=bench/topo/run.sh
   [pipeline]=bench/pipeline/run.sh
   [builds]=bench/builds/compare.sh
+  [gpt]=bench/gpt/run.sh
 )
-order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard ps sweep shm hier topo pipeline builds)
+order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard ps sweep shm hier topo pipeline builds gpt)
 sel=(${BENCH:-${order[@]}})
 rc=0
 for b in "${sel[@]}"; do
