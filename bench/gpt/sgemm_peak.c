@@ -131,8 +131,8 @@ static void sgemm(int ta, int tb, int m, int n, int k, const float *A, const flo
 {
     int lda = ta ? m : k, ldb = tb ? k : n, ldc = n;
 #if defined(LIB_OPENBLAS) || defined(LIB_BLIS)
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f, A,
-                lda, B, ldb, 0.0f, C, ldc);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, 1.0f,
+                A, lda, B, ldb, 0.0f, C, ldc);
 #elif defined(LIB_DNNL)
     dnnl_sgemm(ta ? 'T' : 'N', tb ? 'T' : 'N', m, n, k, 1.0f, A, lda, B, ldb, 0.0f, C, ldc);
 #else
@@ -164,12 +164,12 @@ static int add_model(gemm_op *o, int n, const char *model, int L, int H, int C, 
     o[n++] = (gemm_op){model, "head", "dX NN", R, C, V, 0, 0, 1};
     o[n++] = (gemm_op){model, "head", "dW TN", V, C, R, 1, 0, 1};
     long bh = (long)L * B * H;
-    o[n++] = (gemm_op){model, "attn_qk", "fwd NT", T, T, hs, 0, 1, bh};     /* S = Q K^T */
-    o[n++] = (gemm_op){model, "attn_qk", "dQ NN", T, hs, T, 0, 0, bh};     /* dQ = dS K */
-    o[n++] = (gemm_op){model, "attn_qk", "dK TN", T, hs, T, 1, 0, bh};     /* dK = dS^T Q */
-    o[n++] = (gemm_op){model, "attn_av", "fwd NN", T, hs, T, 0, 0, bh};    /* Y = P V */
-    o[n++] = (gemm_op){model, "attn_av", "dP NT", T, T, hs, 0, 1, bh};     /* dP = dY V^T */
-    o[n++] = (gemm_op){model, "attn_av", "dV TN", T, hs, T, 1, 0, bh};     /* dV = P^T dY */
+    o[n++] = (gemm_op){model, "attn_qk", "fwd NT", T, T, hs, 0, 1, bh}; /* S = Q K^T */
+    o[n++] = (gemm_op){model, "attn_qk", "dQ NN", T, hs, T, 0, 0, bh};  /* dQ = dS K */
+    o[n++] = (gemm_op){model, "attn_qk", "dK TN", T, hs, T, 1, 0, bh};  /* dK = dS^T Q */
+    o[n++] = (gemm_op){model, "attn_av", "fwd NN", T, hs, T, 0, 0, bh}; /* Y = P V */
+    o[n++] = (gemm_op){model, "attn_av", "dP NT", T, T, hs, 0, 1, bh};  /* dP = dY V^T */
+    o[n++] = (gemm_op){model, "attn_av", "dV TN", T, hs, T, 1, 0, bh};  /* dV = P^T dY */
     return n;
 }
 
@@ -206,7 +206,8 @@ int main(int argc, char **argv)
     n = add_model(ops, n, "small", 6, 6, 384, 256, 12, 256);
     size_t maxa = 0, maxb = 0, maxc = 0;
     for (int i = 0; i < n; i++) {
-        size_t a = (size_t)ops[i].m * ops[i].k, b = (size_t)ops[i].k * ops[i].n, c = (size_t)ops[i].m * ops[i].n;
+        size_t a = (size_t)ops[i].m * ops[i].k, b = (size_t)ops[i].k * ops[i].n,
+               c = (size_t)ops[i].m * ops[i].n;
         maxa = a > maxa ? a : maxa, maxb = b > maxb ? b : maxb, maxc = c > maxc ? c : maxc;
     }
     float *A = buf(maxa), *B = buf(maxb), *C = buf(maxc);
@@ -234,7 +235,8 @@ int main(int argc, char **argv)
         printf("{\"kind\": \"gemm\", \"lib\": \"%s\", \"threads\": %d, \"model\": \"%s\", \"op\": \"%s\", "
                "\"form\": \"%s\", \"m\": %d, \"n\": %d, \"k\": %d, \"count\": %ld, \"gflops\": %.2f, "
                "\"us_per_call\": %.3f}\n",
-               LIBNAME, threads, o->model, o->op, o->form, o->m, o->n, o->k, o->count, best, flop / best / 1e3);
+               LIBNAME, threads, o->model, o->op, o->form, o->m, o->n, o->k, o->count, best,
+               flop / best / 1e3);
         fflush(stdout);
     }
     return 0;
