@@ -68,7 +68,7 @@ def cmd_torch_args(spec):
     for k in ("layers", "heads", "embed", "context"):
         if k in m:
             args += [f"--{k}", str(m[k])]
-    args += ["--lr", str(o.get("lr", 1e-3)), "--beta1", str(o.get("beta1", 0.9)),
+    args += ["--optimizer", "adam" if o.get("type") == "adam" else "adamw", "--lr", str(o.get("lr", 1e-3)), "--beta1", str(o.get("beta1", 0.9)),
              "--beta2", str(o.get("beta2", 0.99)), "--weight-decay", str(o.get("weightDecay", 0.0)),
              "--grad-clip", str(t.get("gradClip", 0))]
     print(" ".join(args))
@@ -327,7 +327,7 @@ def cmd_markdown(raw, out):
     # -- quality
     L.append("## Validation loss over training (2 workers × 12 vs PyTorch batch 24)\n")
     if qt or qr:
-        L.append("Constant lr 1e-3, AdamW (0.9, 0.99, decay 0.1 on 2-D tensors), global batch 24 sequences of 64 bytes. "
+        L.append("Constant lr, the spec's optimizer on both sides (PyTorch gets it from `report.py torch-args`), global batch 24 sequences of 64 bytes. "
                  "Validation: mean cross-entropy (nats per byte) over the last 10% of tinyshakespeare; PyTorch on "
                  "every non-overlapping window of it, ringmaster on its own validation pass. elapsed: wall "
                  "seconds since the first step, evaluations included. nanoGPT's CPU baby GPT reaches ≈1.88 "

@@ -114,15 +114,18 @@ class GPT(nn.Module):
         return (6 * self.params() + 12 * self.L * self.C * T) * B * T
 
 
-def make_optimizer(model, lr, wd, beta1, beta2):
+def make_optimizer(model, lr, wd, beta1, beta2, kind="adamw"):
+    """adamw: decoupled decay on the 2-D tensors only (nanoGPT); adam: the spec's `type: adam`
+    (L2 decay folded into the gradient, as torch.optim.Adam does)."""
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}]
     kw = dict(lr=lr, betas=(beta1, beta2), eps=1e-8)
-    try:  # multi-tensor AdamW: the fastest CPU update 1.13 has
-        return torch.optim.AdamW(groups, foreach=True, **kw)
+    cls = torch.optim.Adam if kind == "adam" else torch.optim.AdamW
+    try:  # multi-tensor: the fastest CPU update 1.13 has
+        return cls(groups, foreach=True, **kw)
     except TypeError:
-        return torch.optim.AdamW(groups, **kw)
+        return cls(groups, **kw)
 
 
 def load_bytes(path):
@@ -156,7 +159,7 @@ def speed(a, train):
         torch.manual_seed(a.seed)
         cfg = MODELS[a.model]
         model = GPT(**cfg)
-        opt = make_optimizer(model, a.lr, a.weight_decay, a.beta1, a.beta2)
+        opt = make_optimizer(model, a.lr, a.weight_decay, a.beta1, a.beta2, a.optimizer)
         T, B = model.T, a.batch
         g = torch.Generator().manual_seed(a.seed)
         hi = len(train) - T - 1
@@ -204,7 +207,7 @@ def quality(a, train, val):
     torch.manual_seed(a.seed)
     cfg = MODELS[a.model]
     model = GPT(**cfg)
-    opt = make_optimizer(model, a.lr, a.weight_decay, a.beta1, a.beta2)
+    opt = make_optimizer(model, a.lr, a.weight_decay, a.beta1, a.beta2, a.optimizer)
     T, B = model.T, a.batch
     # fixed validation windows: non-overlapping, evenly spread over the split (all of it by default)
     nwin = (len(val) - 1) // T
@@ -258,6 +261,7 @@ def main():
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--threads", default="1,2", help="comma list (quality uses the first)")
+    p.add_argument("--optimizer", choices=["adamw", "adam"], default="adamw")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--weight-decay", type=float, default=0.1)
     p.add_argument("--beta1", type=float, default=0.9)
