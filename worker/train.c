@@ -640,10 +640,13 @@ static int step_report(trainer *t, step_log *lg, rm_err *err)
     if (t->cfg->log_every > 0 && t->step - t->log_step >= t->cfg->log_every) {
         RM_CHECK(read_loss(t, err));
         rm_series_set(t->wm.loss, t->train_loss);
-        rm_info("progress step=%lld train_epoch=%d loss=%.4f lr=%.5f samples_per_s=%.0f "
+        double sps = (double)(t->samples_local - lg->samples) / (now - lg->t);
+        char tok[48] = ""; /* a language model's rows are sequences: its rate in tokens too */
+        if (t->m.label_row > 1)
+            snprintf(tok, sizeof tok, " tokens_per_s=%.0f", sps * t->m.label_row);
+        rm_info("progress step=%lld train_epoch=%d loss=%.4f lr=%.5f samples_per_s=%.0f%s "
                 "allreduce_gbps=%.2f",
-                (long long)t->step, t->train_epoch, t->train_loss, t->lr,
-                (double)(t->samples_local - lg->samples) / (now - lg->t), t->ar_gbps);
+                (long long)t->step, t->train_epoch, t->train_loss, t->lr, sps, tok, t->ar_gbps);
         t->log_step = t->step;
         lg->t = now;
         lg->samples = t->samples_local;
