@@ -79,7 +79,8 @@ void rm_training_memory(const rm_training_spec *t, rm_mem_estimate *out)
             widest = o;
         in = o;
     }
-    int nstate = t->optimizer.type == RM_OPT_ADAM ? 2 : 1;
+    rm_opt_type ot = t->optimizer.type;
+    int nstate = ot == RM_OPT_ADAM || ot == RM_OPT_ADAMW || ot == RM_OPT_LAMB ? 2 : 1;
     int64_t b = t->batch_size_per_worker > 0 ? t->batch_size_per_worker : 1;
     int64_t n = rm_training_samples(t);
     out->params = params;

@@ -197,10 +197,9 @@ static int model_data_match(const rm_training_spec *t, const char *mctx, const c
 
 int tj_validate_models_data(const rm_training_spec *t, const char *ctx, rm_err *err)
 {
-    char mctx[FIELD_CAP], dctx[FIELD_CAP], octx[FIELD_CAP];
+    char mctx[FIELD_CAP], dctx[FIELD_CAP];
     tj_join(mctx, ctx, "model");
     tj_join(dctx, ctx, "data");
-    tj_join(octx, ctx, "optimizer");
     uint32_t g = t->set2;
     int rc;
     if ((rc = model_validate(t, mctx, err)) || (rc = data_validate(t, ctx, dctx, err)))
@@ -229,14 +228,6 @@ int tj_validate_models_data(const rm_training_spec *t, const char *ctx, rm_err *
         return unsupported(err, dctx, "secretRef.name", "reading object-store credentials");
     if (t->data.val_uri)
         return unsupported(err, dctx, "validation.uri", "a validation split");
-    if (t->optimizer.type == RM_OPT_LAMB || t->optimizer.type == RM_OPT_LARS)
-        return unsupported(err, octx, "type", "%s", rm_enum_name(rm_opt_names, (int)t->optimizer.type));
-    if ((g & RM_TR_SET2_GRAD_CLIP) || t->grad_clip != 0)
-        return unsupported(err, ctx, "gradClip", "gradient clipping");
-    if (t->grad_accum > 1)
-        return unsupported(err, ctx, "gradientAccumulationSteps", "%d", t->grad_accum);
-    if (t->warmup_steps > 0)
-        return unsupported(err, ctx, "warmupSteps", "warmup in steps (use warmupEpochs)");
     return RM_OK;
 }
 

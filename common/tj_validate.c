@@ -86,7 +86,7 @@ int rm_training_validate(const rm_training_spec *t, const char *ctx, rm_err *err
     if (t->batch_size_per_worker < 1 || t->batch_size_per_worker > 65536)
         return tj_bad(err, ctx, "batchSizePerWorker", "must be between 1 and 65536");
     const rm_optimizer_spec *o = &t->optimizer;
-    if ((unsigned)o->type > RM_OPT_LARS)
+    if ((unsigned)o->type > RM_OPT__LAST)
         return tj_bad_enum(err, octx, "type", rm_opt_names);
     if (o->type == RM_OPT_LBFGS) {
         if (o->history < 1 || o->history > RM_LBFGS_MAX_HISTORY)
@@ -375,6 +375,45 @@ static int lbfgs_validate(const rm_tj_spec *s, rm_err *err)
     return RM_OK;
 }
 
+/* The optimizer features of docs/models-and-data.md against the strategy (docs/strategies.md,
+ * "Optimizers for transformers"): LAMB and LARS need every tensor's norms summed over the pieces
+ * that update it, which parameter servers (whose shards may split a tensor, and which never talk to
+ * each other) cannot do; gradient accumulation runs where a step's gradient is one local buffer. */
+static int optim_strategy_validate(const rm_tj_spec *s, rm_err *err)
+{
+    const rm_training_spec *t = &s->training;
+    const char *O = "spec.training.optimizer.type";
+    const char *A = "spec.training.gradientAccumulationSteps";
+    bool pipe = s->par.pipeline_stages > 1;
+    if ((t->optimizer.type == RM_OPT_LAMB || t->optimizer.type == RM_OPT_LARS) &&
+        s->strategy == RM_STRATEGY_PS)
+        return rm_err_field(err, RM_EINVAL, O,
+                            "%s with spec.strategy parameterServer is not supported (the trust "
+                            "ratio needs each tensor's whole norm, and a server shard may hold part "
+                            "of a tensor; use spec.strategy allreduce)",
+                            rm_enum_name(rm_opt_names, (int)t->optimizer.type));
+    if (t->optimizer.type == RM_OPT_LBFGS && (t->grad_clip != 0 || t->grad_accum > 1))
+        return rm_err_field(err, RM_EINVAL, t->grad_clip != 0 ? "spec.training.gradClip" : A,
+                            "is not used with %s: lbfgs (every pass evaluates the full batch)", O);
+    if (t->grad_accum > 1) {
+        if (s->strategy == RM_STRATEGY_PS)
+            return rm_err_field(err, RM_EINVAL, A,
+                                "gradientAccumulationSteps with strategy parameterServer is not "
+                                "supported (use pushEverySteps)");
+        if (pipe)
+            return rm_err_field(err, RM_EINVAL, A,
+                                "gradientAccumulationSteps with strategy pipeline is not supported "
+                                "(raise spec.parallelism.microBatches instead: micro-batches already "
+                                "accumulate)");
+        if (t->sharding == RM_SHARD_GRADIENTS || t->sharding == RM_SHARD_FULL)
+            return rm_err_field(err, RM_EINVAL, A,
+                                "gradientAccumulationSteps with strategy allreduce and sharding %s is "
+                                "not supported (use sharding none or optimizer)",
+                                rm_enum_name(rm_sharding_names, (int)t->sharding));
+    }
+    return RM_OK;
+}
+
 int rm_tj_validate(const rm_tj *tj, rm_err *err)
 {
     const rm_tj_spec *s = &tj->spec;
@@ -452,6 +491,8 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
     if ((rc = ps_validate(s, err)))
         return rc;
     if ((rc = rm_par_validate(s, err)))
+        return rc;
+    if ((rc = optim_strategy_validate(s, err)))
         return rc;
     if ((rc = lbfgs_validate(s, err)))
         return rc;

@@ -23,7 +23,7 @@
 const char *const rm_clean_policy_names[] = {"Running", "All", "None", NULL};
 const char *const rm_mode_names[] = {"train", "bench", NULL};
 const char *const rm_schedule_names[] = {"cosine", "step", "constant", NULL};
-const char *const rm_opt_names[] = {"sgd", "adam", "adagrad", "lbfgs", "lamb", "lars", NULL};
+const char *const rm_opt_names[] = {"sgd", "adam", "adagrad", "lbfgs", "lamb", "lars", "adamw", NULL};
 const char *const rm_model_type_names[] = {"mlp", "gpt", NULL};
 const char *const rm_data_format_names[] = {"idx", "tokens", "text", NULL};
 const char *const rm_output_format_names[] = {"safetensors", NULL};
@@ -300,10 +300,10 @@ void rm_training_defaults(rm_training_spec *t)
         t->batch_size_per_worker = 64;
     rm_optimizer_spec *o = &t->optimizer;
     if (UNSET(m, RM_TR_SET_LR, o->lr))
-        o->lr = o->type == RM_OPT_ADAM || o->type == RM_OPT_LAMB ? 0.001
-                : o->type == RM_OPT_ADAGRAD                      ? 0.01
-                : o->type == RM_OPT_LBFGS                        ? 1.0
-                                                                 : 0.02;
+        o->lr = o->type == RM_OPT_ADAM || o->type == RM_OPT_ADAMW || o->type == RM_OPT_LAMB ? 0.001
+                : o->type == RM_OPT_ADAGRAD                                                 ? 0.01
+                : o->type == RM_OPT_LBFGS                                                   ? 1.0
+                                                                                            : 0.02;
     if (o->type == RM_OPT_LBFGS && UNSET(m, RM_TR_SET_HISTORY, o->history))
         o->history = 10;
     if (o->type == RM_OPT_LBFGS && UNSET(m, RM_TR_SET_PORTIONS, o->portions))
@@ -315,7 +315,9 @@ void rm_training_defaults(rm_training_spec *t)
     if (UNSET(m, RM_TR_SET_BETA2, o->beta2))
         o->beta2 = 0.999;
     if (UNSET(m, RM_TR_SET_EPS, o->eps))
-        o->eps = o->type == RM_OPT_ADAGRAD ? 1e-10 : 1e-8;
+        o->eps = o->type == RM_OPT_ADAGRAD ? 1e-10
+                 : o->type == RM_OPT_LAMB  ? 1e-6
+                                           : 1e-8; /* LAMB: You et al. */
     if (UNSET(m, RM_TR_SET_WARMUP, t->warmup_epochs))
         t->warmup_epochs = 1;
     if (UNSET(m, RM_TR_SET_STEP_GAMMA, t->step_gamma))
@@ -765,7 +767,7 @@ cJSON *rm_training_to_json(const rm_training_spec *t)
     cJSON *op = cJSON_AddObjectToObject(o, "optimizer");
     if (op) {
         const rm_optimizer_spec *x = &t->optimizer;
-        cJSON_AddStringToObject(op, "type", rm_opt_names[x->type <= RM_OPT_LARS ? x->type : 0]);
+        cJSON_AddStringToObject(op, "type", rm_opt_names[x->type <= RM_OPT__LAST ? x->type : 0]);
         add_num(op, "lr", x->lr, t->set & RM_TR_SET_LR);
         add_num(op, "momentum", x->momentum, t->set & RM_TR_SET_MOMENTUM);
         add_num(op, "weightDecay", x->weight_decay, false);

@@ -45,13 +45,21 @@ typedef enum { RM_MODE_TRAIN = 0, RM_MODE_BENCH } rm_mode;
 extern const char *const rm_mode_names[]; /* "train", "bench", NULL */
 typedef enum { RM_SCHED_COSINE = 0, RM_SCHED_STEP, RM_SCHED_CONSTANT } rm_schedule;
 extern const char *const rm_schedule_names[]; /* "cosine", "step", "constant", NULL */
-typedef enum { RM_OPT_SGD = 0, RM_OPT_ADAM, RM_OPT_ADAGRAD, RM_OPT_LBFGS } rm_opt_type;
-/* lamb and lars (docs/models-and-data.md) parse and validate; the validator answers "not supported
- * yet" for them. They stay outside the enum until the worker implements them, so its switches over
- * rm_opt_type (worker/optim/optim.c) build unchanged; that change moves them in with their cases. */
-#define RM_OPT_LAMB ((rm_opt_type)(RM_OPT_LBFGS + 1))
-#define RM_OPT_LARS ((rm_opt_type)(RM_OPT_LBFGS + 2))
-extern const char *const rm_opt_names[]; /* "sgd", "adam", "adagrad", "lbfgs", "lamb", "lars", NULL */
+/* Values are stable (checkpoints and parameter-server state store them): new types go at the end.
+ * adamw: Adam with decoupled weight decay (Loshchilov & Hutter) on tensors of 2+ dimensions only;
+ * lamb, lars: layer-wise trust ratios (docs/strategies.md#optimizers-for-large-batches). */
+typedef enum {
+    RM_OPT_SGD = 0,
+    RM_OPT_ADAM,
+    RM_OPT_ADAGRAD,
+    RM_OPT_LBFGS,
+    RM_OPT_LAMB,
+    RM_OPT_LARS,
+    RM_OPT_ADAMW,
+    RM_OPT__LAST = RM_OPT_ADAMW
+} rm_opt_type;
+extern const char
+    *const rm_opt_names[]; /* "sgd", "adam", "adagrad", "lbfgs", "lamb", "lars", "adamw", NULL */
 /* The fields of docs/models-and-data.md's manifest. Each is parsed, range-checked and serialized
  * now; rm_training_validate / rm_tj_validate then refuse a value whose feature has not landed with
  * "<field>: ... is not supported yet" (rm_tj_unsupported), so an issue that implements one only

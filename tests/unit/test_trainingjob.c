@@ -238,8 +238,8 @@ static void test_parse_rules(void)
          "spec.training.sharding: must be one of none, optimizer, gradients, full (got \"zero3\")"},
         {"spec.training.sharding", "3", "spec.training.sharding: must be a string"},
         {"spec.training.optimizer.type", "\"rmsprop\"",
-         "spec.training.optimizer.type: must be one of sgd, adam, adagrad, lbfgs, lamb, lars (got "
-         "\"rmsprop\")"},
+         "spec.training.optimizer.type: must be one of sgd, adam, adagrad, lbfgs, lamb, lars, adamw "
+         "(got \"rmsprop\")"},
         /* the object itself */
         {"metadata.name", NULL, "metadata.name: required"},
         {"metadata.name", "5", "metadata.name: must be a string"},
@@ -1370,7 +1370,8 @@ static void test_models_and_data(void)
         {{{"spec.training.evalEverySteps", "-5"}},
          "spec.training.evalEverySteps: must be between 0 and 2147483647 (got -5)"},
         {{{"spec.training.optimizer.type", "\"lion\""}},
-         "spec.training.optimizer.type: must be one of sgd, adam, adagrad, lbfgs, lamb, lars (got \"lion\")"},
+         "spec.training.optimizer.type: must be one of sgd, adam, adagrad, lbfgs, lamb, lars, adamw (got "
+         "\"lion\")"},
         {{{"spec.parallelism.tensorParallel", "0"}},
          "spec.parallelism.tensorParallel: must be between 1 and 1024 (got 0)"},
         {{{"spec.output", "{\"dtype\": \"fp16\"}"}},
@@ -1398,12 +1399,28 @@ static void test_models_and_data(void)
          "spec.training.data.validation.fraction: a validation split" NS},
         {{{"spec.training.data.validation", "{\"uri\": \"/val\"}"}},
          "spec.training.data.validation.uri: a validation split" NS},
-        {{{"spec.training.optimizer", "{\"type\": \"lamb\"}"}}, "spec.training.optimizer.type: lamb" NS},
-        {{{"spec.training.optimizer", "{\"type\": \"lars\"}"}}, "spec.training.optimizer.type: lars" NS},
-        {{{"spec.training.gradClip", "1.0"}}, "spec.training.gradClip: gradient clipping" NS},
-        {{{"spec.training.gradientAccumulationSteps", "4"}}, "spec.training.gradientAccumulationSteps: 4" NS},
-        {{{"spec.training.warmupSteps", "100"}},
-         "spec.training.warmupSteps: warmup in steps (use warmupEpochs)" NS},
+        /* implemented (docs/strategies.md, "Optimizers for transformers"), and what they refuse */
+        {{{"spec.training.optimizer", "{\"type\": \"lamb\"}"}}, NULL},
+        {{{"spec.training.optimizer", "{\"type\": \"lars\"}"}}, NULL},
+        {{{"spec.training.optimizer", "{\"type\": \"adamw\", \"weightDecay\": 0.1}"}}, NULL},
+        {{{"spec.training.gradClip", "1.0"}}, NULL},
+        {{{"spec.training.gradientAccumulationSteps", "4"}}, NULL},
+        {{{"spec.training.gradientAccumulationSteps", "4"}, {"spec.training.sharding", "\"optimizer\""}},
+         NULL},
+        {{{"spec.training.warmupSteps", "100"}}, NULL},
+        {{{"spec.training.gradientAccumulationSteps", "4"}, {"spec.training.sharding", "\"gradients\""}},
+         "spec.training.gradientAccumulationSteps: gradientAccumulationSteps with strategy allreduce and "
+         "sharding gradients is not supported (use sharding none or optimizer)"},
+        {{{"spec.training.gradientAccumulationSteps", "2"}, {"spec.parallelism", "{\"pipelineStages\": 2}"}},
+         "spec.training.gradientAccumulationSteps: gradientAccumulationSteps with strategy pipeline is not "
+         "supported (raise spec.parallelism.microBatches instead: micro-batches already accumulate)"},
+        {{{"spec.training.optimizer", "{\"type\": \"lars\"}"}, {"spec.strategy", "\"parameterServer\""}},
+         "spec.training.optimizer.type: lars with spec.strategy parameterServer is not supported (the trust "
+         "ratio needs each tensor's whole norm, and a server shard may hold part of a tensor; use "
+         "spec.strategy allreduce)"},
+        {{{"spec.training.gradientAccumulationSteps", "2"}, {"spec.strategy", "\"parameterServer\""}},
+         "spec.training.gradientAccumulationSteps: gradientAccumulationSteps with strategy parameterServer "
+         "is not supported (use pushEverySteps)"},
         {{{"spec.training.evalEverySteps", "250"}},
          "spec.training.evalEverySteps: evaluation every N steps" NS},
         {{{"spec.parallelism.tensorParallel", "2"}}, "spec.parallelism.tensorParallel: 2" NS},
