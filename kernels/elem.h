@@ -78,6 +78,56 @@ RM_HD void rm_e_adam_corrections(float bc1, float bc2, float *inv_bc1, float *in
     *inv_sqrt_bc2 = 1.0f / sqrtf(bc2);
 }
 
+/* AdamW (decoupled weight decay; Loshchilov & Hutter, torch.optim.AdamW's order): the weight
+ * shrinks by lr * wd first, then takes Adam's step on the undecayed gradient. wd 0 leaves w's
+ * bits alone (w * 1). The optimizer passes wd 0 for tensors that are not decayed (biases, LayerNorm
+ * gains: worker/optim/optim.h). */
+RM_HD void rm_e_adamw(float *w, float *m, float *v, float g, float lr, float b1, float b2, float eps,
+                      float wd, float inv_bc1, float inv_sqrt_bc2)
+{
+    float wi = *w * (1.0f - lr * wd);
+    float mi = b1 * *m + (1.0f - b1) * g;
+    float vi = b2 * *v + (1.0f - b2) * g * g;
+    *m = mi;
+    *v = vi;
+    *w = wi - lr * (mi * inv_bc1) / (sqrtf(vi) * inv_sqrt_bc2 + eps);
+}
+
+/* LAMB's update direction (You et al. 2019): r = m^ / (sqrt(v^) + eps) + wd * w, with the bias
+ * corrections of rm_e_adam_corrections. */
+RM_HD float rm_e_lamb_dir(float w, float m, float v, float eps, float wd, float inv_bc1, float inv_sqrt_bc2)
+{
+    return (m * inv_bc1) / (sqrtf(v) * inv_sqrt_bc2 + eps) + wd * w;
+}
+
+/* LAMB, first half: Adam's moments of the gradient; returns the direction r for the norms. */
+RM_HD float rm_e_lamb_moments(float w, float *m, float *v, float g, float b1, float b2, float eps, float wd,
+                              float inv_bc1, float inv_sqrt_bc2)
+{
+    float mi = b1 * *m + (1.0f - b1) * g;
+    float vi = b2 * *v + (1.0f - b2) * g * g;
+    *m = mi;
+    *v = vi;
+    return rm_e_lamb_dir(w, mi, vi, eps, wd, inv_bc1, inv_sqrt_bc2);
+}
+
+/* LAMB, second half: w -= lr * r, lr already multiplied by the tensor's trust ratio. */
+RM_HD void rm_e_lamb_apply(float *w, float m, float v, float lr, float eps, float wd, float inv_bc1,
+                           float inv_sqrt_bc2)
+{
+    *w -= lr * rm_e_lamb_dir(*w, m, v, eps, wd, inv_bc1, inv_sqrt_bc2);
+}
+
+/* LARS (You, Gitman, Ginsburg 2017): v = momentum * v + lr * (g + wd * w); w -= v, lr already
+ * multiplied by the layer's trust ratio (the learning rate sits inside the momentum, as in the
+ * paper and TensorFlow's LARSOptimizer). */
+RM_HD void rm_e_lars(float *w, float *v, float g, float lr, float momentum, float wd)
+{
+    float vi = momentum * *v + lr * (g + wd * *w);
+    *v = vi;
+    *w -= vi;
+}
+
 /* Adagrad: s += g'^2; w -= lr * g' / (sqrt(s) + eps). */
 RM_HD void rm_e_adagrad(float *w, float *s, float g, float lr, float eps, float wd)
 {

@@ -94,6 +94,27 @@ typedef struct rm_kernels {
                            float weight_decay);
     /* x *= a */
     void (*scale)(float *x, size_t n, float a);
+    /* AdamW: w *= 1 - lr * wd (decoupled decay; the caller passes wd 0 for tensors it does not
+     * decay), then adam_update's step with g itself (no decay in the gradient). */
+    void (*adamw_update)(float *w, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+                         float beta2, float eps, float weight_decay, float bc1, float bc2);
+    /* LAMB's first half: m and v as adam_update's (with g itself), then sums[0] += sum w^2 and
+     * sums[1] += sum r^2 for r = (m / bc1) / (sqrt(v / bc2) + eps) + wd * w (device floats,
+     * accumulated: the caller zeroes them). */
+    void (*lamb_moments)(const float *w, const float *g, float *m, float *v, size_t n, float beta1,
+                         float beta2, float eps, float weight_decay, float bc1, float bc2, float *sums);
+    /* LAMB's second half: w -= lr * r (r as above from the updated m, v; lr includes the tensor's
+     * trust ratio). */
+    void (*lamb_apply)(float *w, const float *m, const float *v, size_t n, float lr, float eps,
+                       float weight_decay, float bc1, float bc2);
+    /* LARS: v = momentum * v + lr * (g + wd * w); w -= v (lr includes the layer's trust ratio). */
+    void (*lars_update)(float *w, const float *g, float *v, size_t n, float lr, float momentum,
+                        float weight_decay);
+    /* *acc += sum of x^2 (a device float, accumulated). Deterministic: the same x and n give the
+     * same bits every time (no float atomics), so ranks holding equal data agree exactly. */
+    void (*sumsq)(const float *x, size_t n, float *acc);
+    /* y += a * x */
+    void (*axpy)(float *y, const float *x, size_t n, float a);
 
     /* ---- mixed precision (optional: NULL in the CPU table) ---- */
     void (*cast_f32_to_bf16)(const float *src, uint16_t *dst, size_t n);

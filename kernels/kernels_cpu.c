@@ -253,6 +253,62 @@ static void cpu_scale(float *restrict x, size_t n, float a)
         x[i] *= a;
 }
 
+static void cpu_adamw(float *restrict w, const float *restrict g, float *restrict m, float *restrict v,
+                      size_t n, float lr, float b1, float b2, float eps, float wd, float bc1, float bc2)
+{
+    float inv_bc1, inv_sqrt_bc2;
+    rm_e_adam_corrections(bc1, bc2, &inv_bc1, &inv_sqrt_bc2);
+    for (size_t i = 0; i < n; i++)
+        rm_e_adamw(&w[i], &m[i], &v[i], g[i], lr, b1, b2, eps, wd, inv_bc1, inv_sqrt_bc2);
+}
+
+/* Sums of squares in double, added to the float accumulators once per call. */
+static void cpu_lamb_moments(const float *restrict w, const float *restrict g, float *restrict m,
+                             float *restrict v, size_t n, float b1, float b2, float eps, float wd, float bc1,
+                             float bc2, float *sums)
+{
+    float inv_bc1, inv_sqrt_bc2;
+    rm_e_adam_corrections(bc1, bc2, &inv_bc1, &inv_sqrt_bc2);
+    double ww = 0, rr = 0;
+    for (size_t i = 0; i < n; i++) {
+        float r = rm_e_lamb_moments(w[i], &m[i], &v[i], g[i], b1, b2, eps, wd, inv_bc1, inv_sqrt_bc2);
+        ww += (double)w[i] * w[i];
+        rr += (double)r * r;
+    }
+    sums[0] += (float)ww;
+    sums[1] += (float)rr;
+}
+
+static void cpu_lamb_apply(float *restrict w, const float *restrict m, const float *restrict v, size_t n,
+                           float lr, float eps, float wd, float bc1, float bc2)
+{
+    float inv_bc1, inv_sqrt_bc2;
+    rm_e_adam_corrections(bc1, bc2, &inv_bc1, &inv_sqrt_bc2);
+    for (size_t i = 0; i < n; i++)
+        rm_e_lamb_apply(&w[i], m[i], v[i], lr, eps, wd, inv_bc1, inv_sqrt_bc2);
+}
+
+static void cpu_lars(float *restrict w, const float *restrict g, float *restrict v, size_t n, float lr,
+                     float momentum, float wd)
+{
+    for (size_t i = 0; i < n; i++)
+        rm_e_lars(&w[i], &v[i], g[i], lr, momentum, wd);
+}
+
+static void cpu_sumsq(const float *restrict x, size_t n, float *acc)
+{
+    double s = 0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)x[i] * x[i];
+    *acc += (float)s;
+}
+
+static void cpu_axpy(float *restrict y, const float *restrict x, size_t n, float a)
+{
+    for (size_t i = 0; i < n; i++)
+        y[i] += a * x[i];
+}
+
 static void cpu_unscale_check_finite(float *restrict x, size_t n, float inv_scale, int32_t *found_inf)
 {
     int bad = 0;
@@ -289,6 +345,12 @@ static const rm_kernels cpu_table = {
     .adam_update = cpu_adam,
     .adagrad_update = cpu_adagrad,
     .scale = cpu_scale,
+    .adamw_update = cpu_adamw,
+    .lamb_moments = cpu_lamb_moments,
+    .lamb_apply = cpu_lamb_apply,
+    .lars_update = cpu_lars,
+    .sumsq = cpu_sumsq,
+    .axpy = cpu_axpy,
     .cast_f32_to_bf16 = NULL,
     .cast_bf16_to_f32 = NULL,
     .cast_f32_to_f16 = NULL,

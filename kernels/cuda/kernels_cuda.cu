@@ -346,6 +346,99 @@ __global__ void k_scale(float *x, size_t n, float a)
         x[i] *= a;
 }
 
+__global__ void k_adamw(float *w, const float *__restrict__ g, float *m, float *v, size_t n, float lr,
+                        float b1, float b2, float eps, float wd, float inv_bc1, float inv_sqrt_bc2)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        rm_e_adamw(&w[i], &m[i], &v[i], g[i], lr, b1, b2, eps, wd, inv_bc1, inv_sqrt_bc2);
+}
+
+/* The block's sum of a per-thread value, warps in order, into *out by thread 0 (deterministic). */
+__device__ __forceinline__ void block_sum_to(float a, float *out)
+{
+    __shared__ float wsum[kThreads / RM_WARP];
+    int lane = threadIdx.x & (RM_WARP - 1), warp = threadIdx.x / RM_WARP;
+    a = warp_sum(a);
+    if (lane == 0)
+        wsum[warp] = a;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float t = 0.0f;
+        for (int k = 0; k < kThreads / RM_WARP; k++)
+            t += wsum[k];
+        *out = t;
+    }
+    __syncthreads();
+}
+
+/* Sums of squares: a fixed grid (sumsq_blocks) writes one partial per block; k_add_partials adds
+ * them in a fixed tree. No float atomics: the same x gives the same bits on every rank. */
+__global__ void k_sumsq(const float *__restrict__ x, size_t n, float *partials)
+{
+    float a = 0.0f;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        a += x[i] * x[i];
+    block_sum_to(a, &partials[blockIdx.x]);
+}
+
+/* LAMB's moments; partials[b] gets the block's sum of w^2, partials[kMaxPartials / 2 + b] of r^2. */
+__global__ void k_lamb_moments(const float *__restrict__ w, const float *__restrict__ g, float *m, float *v,
+                               size_t n, float b1, float b2, float eps, float wd, float inv_bc1,
+                               float inv_sqrt_bc2, float *partials)
+{
+    float ww = 0.0f, rr = 0.0f;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float r = rm_e_lamb_moments(w[i], &m[i], &v[i], g[i], b1, b2, eps, wd, inv_bc1, inv_sqrt_bc2);
+        ww += w[i] * w[i];
+        rr += r * r;
+    }
+    block_sum_to(ww, &partials[blockIdx.x]);
+    block_sum_to(rr, &partials[kMaxPartials / 2 + blockIdx.x]);
+}
+
+/* Launched with kMaxPartials threads: *acc += the tree sum of partials[0, n). */
+__global__ void k_add_partials(const float *partials, int n, float *acc)
+{
+    __shared__ float s[kMaxPartials];
+    int t = threadIdx.x;
+    s[t] = t < n ? partials[t] : 0.0f;
+    __syncthreads();
+    for (int st = 0; rm_tree_offset(kMaxPartials, st) > 0; st++) {
+        int k = rm_tree_offset(kMaxPartials, st);
+        if (t < k)
+            s[t] += s[t + k];
+        __syncthreads();
+    }
+    if (t == 0)
+        *acc += s[0];
+}
+
+__global__ void k_lamb_apply(float *w, const float *__restrict__ m, const float *__restrict__ v, size_t n,
+                             float lr, float eps, float wd, float inv_bc1, float inv_sqrt_bc2)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        rm_e_lamb_apply(&w[i], m[i], v[i], lr, eps, wd, inv_bc1, inv_sqrt_bc2);
+}
+
+__global__ void k_lars(float *w, const float *__restrict__ g, float *v, size_t n, float lr, float momentum,
+                       float wd)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        rm_e_lars(&w[i], &v[i], g[i], lr, momentum, wd);
+}
+
+__global__ void k_axpy(float *y, const float *__restrict__ x, size_t n, float a)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        y[i] += a * x[i];
+}
+
 /* Check before unscaling (rm_e_unscale_check); inv_scale 1 only reads. The block agrees through
  * __syncthreads_or (no shared flag written by many threads). */
 __global__ void k_unscale_check(float *x, size_t n, float inv_scale, int32_t *found_inf)
@@ -834,6 +927,94 @@ void cu_scale(float *x, size_t n, float a)
     KLAUNCHED("k_scale");
 }
 
+void cu_adamw(float *w, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
+              float eps, float wd, float bc1, float bc2)
+{
+    if (!n)
+        return;
+    wrote(w, n * sizeof(float));
+    wrote(m, n * sizeof(float));
+    wrote(v, n * sizeof(float));
+    float inv_bc1, inv_sqrt_bc2;
+    rm_e_adam_corrections(bc1, bc2, &inv_bc1, &inv_sqrt_bc2);
+    k_adamw<<<grid_for(n), kThreads, 0, g_cuda.stream>>>(w, g, m, v, n, lr, b1, b2, eps, wd, inv_bc1,
+                                                         inv_sqrt_bc2);
+    KLAUNCHED("k_adamw");
+}
+
+/* Blocks of a sum-of-squares pass: a fixed function of n (at most half the partials buffer, so
+ * the two sums of k_lamb_moments fit). */
+static int sumsq_blocks(size_t n)
+{
+    size_t b = (n + kThreads - 1) / kThreads;
+    return b < 1 ? 1 : b > (size_t)(kMaxPartials / 2) ? kMaxPartials / 2 : (int)b;
+}
+
+void cu_sumsq(const float *x, size_t n, float *acc)
+{
+    if (!n)
+        return;
+    wrote(acc, sizeof(float));
+    int blocks = sumsq_blocks(n);
+    k_sumsq<<<blocks, kThreads, 0, g_cuda.stream>>>(x, n, g_cuda.partials);
+    KLAUNCHED("k_sumsq");
+    k_add_partials<<<1, kMaxPartials, 0, g_cuda.stream>>>(g_cuda.partials, blocks, acc);
+    KLAUNCHED("k_add_partials");
+}
+
+void cu_lamb_moments(const float *w, const float *g, float *m, float *v, size_t n, float b1, float b2,
+                     float eps, float wd, float bc1, float bc2, float *sums)
+{
+    if (!n)
+        return;
+    wrote(m, n * sizeof(float));
+    wrote(v, n * sizeof(float));
+    wrote(sums, 2 * sizeof(float));
+    float inv_bc1, inv_sqrt_bc2;
+    rm_e_adam_corrections(bc1, bc2, &inv_bc1, &inv_sqrt_bc2);
+    int blocks = sumsq_blocks(n);
+    k_lamb_moments<<<blocks, kThreads, 0, g_cuda.stream>>>(w, g, m, v, n, b1, b2, eps, wd, inv_bc1,
+                                                           inv_sqrt_bc2, g_cuda.partials);
+    KLAUNCHED("k_lamb_moments");
+    k_add_partials<<<1, kMaxPartials, 0, g_cuda.stream>>>(g_cuda.partials, blocks, sums);
+    KLAUNCHED("k_add_partials");
+    k_add_partials<<<1, kMaxPartials, 0, g_cuda.stream>>>(g_cuda.partials + kMaxPartials / 2, blocks,
+                                                          sums + 1);
+    KLAUNCHED("k_add_partials");
+}
+
+void cu_lamb_apply(float *w, const float *m, const float *v, size_t n, float lr, float eps, float wd,
+                   float bc1, float bc2)
+{
+    if (!n)
+        return;
+    wrote(w, n * sizeof(float));
+    float inv_bc1, inv_sqrt_bc2;
+    rm_e_adam_corrections(bc1, bc2, &inv_bc1, &inv_sqrt_bc2);
+    k_lamb_apply<<<grid_for(n), kThreads, 0, g_cuda.stream>>>(w, m, v, n, lr, eps, wd, inv_bc1,
+                                                              inv_sqrt_bc2);
+    KLAUNCHED("k_lamb_apply");
+}
+
+void cu_lars(float *w, const float *g, float *v, size_t n, float lr, float momentum, float wd)
+{
+    if (!n)
+        return;
+    wrote(w, n * sizeof(float));
+    wrote(v, n * sizeof(float));
+    k_lars<<<grid_for(n), kThreads, 0, g_cuda.stream>>>(w, g, v, n, lr, momentum, wd);
+    KLAUNCHED("k_lars");
+}
+
+void cu_axpy(float *y, const float *x, size_t n, float a)
+{
+    if (!n)
+        return;
+    wrote(y, n * sizeof(float));
+    k_axpy<<<grid_for(n), kThreads, 0, g_cuda.stream>>>(y, x, n, a);
+    KLAUNCHED("k_axpy");
+}
+
 void cu_f32_to_bf16(const float *s, uint16_t *d, size_t n)
 {
     if (!n)
@@ -897,6 +1078,12 @@ const rm_kernels k_table = {
     cu_adam,
     cu_adagrad,
     cu_scale,
+    cu_adamw,
+    cu_lamb_moments,
+    cu_lamb_apply,
+    cu_lars,
+    cu_sumsq,
+    cu_axpy,
     cu_f32_to_bf16,
     cu_bf16_to_f32,
     cu_f32_to_f16,
