@@ -76,7 +76,10 @@ void rm_train_usage(FILE *out)
             "  --epochs N                 data epochs (default 10)\n"
             "  --batch N                  batch size per worker (default 64)\n"
             "  --lr X                     learning rate per 64-sample batch (scaled by global batch/64)\n"
-            "  --optimizer sgd|adam|adagrad\n"
+            "  --optimizer sgd|adam|adagrad|adamw|lamb|lars\n"
+            "  --grad-clip X              clip the global gradient norm to X (spec.training.gradClip)\n"
+            "  --grad-accum K             micro-batches per step (gradientAccumulationSteps)\n"
+            "  --warmup-steps N           warmup in steps (replaces --warmup-epochs)\n"
             "  --momentum X  --weight-decay X\n"
             "  --hidden W,W,...           hidden widths (default 512,256)\n"
             "  --warmup-epochs X          linear warmup (default 1)\n"
@@ -286,6 +289,9 @@ enum {
     O_RANK,
     O_RESUME,
     O_CHECK,
+    O_CLIP,
+    O_ACCUM,
+    O_WSTEPS,
     O_HELP
 };
 
@@ -320,6 +326,9 @@ static const num_flag NUM_FLAGS[] = {
     NF(O_FUSION, "--fusion-mb", NF_DBL, 0, 4096, t.fusion_buffer_mb),
     NF(O_RANK, "--rank", NF_INT, 0, RM_RDZV_MAX_WORLD - 1, static_rank),
     NF(O_CTIMEOUT, "--comm-timeout", NF_DBL, 0.1, 3600, comm_timeout_s),
+    NF(O_CLIP, "--grad-clip", NF_DBL, 0, 1e12, t.grad_clip),
+    NF(O_ACCUM, "--grad-accum", NF_INT, 1, 65536, t.grad_accum),
+    NF(O_WSTEPS, "--warmup-steps", NF_INT, 0, INT32_MAX, t.warmup_steps),
 };
 #undef NF
 #undef NF_SIZE_OK
@@ -404,6 +413,9 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
         {"rank", required_argument, 0, O_RANK},
         {"resume", optional_argument, 0, O_RESUME},
         {"check", no_argument, 0, O_CHECK},
+        {"grad-clip", required_argument, 0, O_CLIP},
+        {"grad-accum", required_argument, 0, O_ACCUM},
+        {"warmup-steps", required_argument, 0, O_WSTEPS},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -500,11 +512,11 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
             break;
         case O_OPT: {
             opt_flag = true;
-            /* the command line trains with sgd, adam or adagrad (the spec's other optimizers run
-             * on the parameter servers) */
+            /* every optimizer but lbfgs (Sandblaster runs on the parameter servers) */
             int i = rm_enum_index(rm_opt_names, optarg);
-            if (i < 0 || i > RM_OPT_ADAGRAD) {
-                rc = rm_errf(err, RM_EINVAL, "--optimizer: sgd|adam|adagrad, got \"%s\"", optarg);
+            if (i < 0 || i == RM_OPT_LBFGS) {
+                rc = rm_errf(err, RM_EINVAL, "--optimizer: sgd|adam|adagrad|adamw|lamb|lars, got \"%s\"",
+                             optarg);
                 goto fail;
             }
             cfg->t.optimizer.type = (rm_opt_type)i;
@@ -564,9 +576,11 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
         /* the defaults that depend on the optimizer type, unless given explicitly */
         rm_optimizer_spec *o = &cfg->t.optimizer;
         if (!lr_flag && !(given & RM_TR_SET_LR))
-            o->lr = o->type == RM_OPT_ADAM ? 0.001 : o->type == RM_OPT_ADAGRAD ? 0.01 : 0.02;
+            o->lr = o->type == RM_OPT_ADAM || o->type == RM_OPT_ADAMW || o->type == RM_OPT_LAMB ? 0.001
+                    : o->type == RM_OPT_ADAGRAD                                                 ? 0.01
+                                                                                                : 0.02;
         if (!(given & RM_TR_SET_EPS))
-            o->eps = o->type == RM_OPT_ADAGRAD ? 1e-10 : 1e-8;
+            o->eps = o->type == RM_OPT_ADAGRAD ? 1e-10 : o->type == RM_OPT_LAMB ? 1e-6 : 1e-8;
     }
     RM_CHECK_GOTO(rm_training_validate(&cfg->t, "spec.training", err), rc, fail);
     if (!strcmp(cfg->device, "auto"))

@@ -62,6 +62,15 @@ typedef struct rm_step_env {
     int epochs;                    /* spec.training.epochs */
     int64_t max_steps;             /* 0 = none */
     volatile sig_atomic_t *cancel; /* non-zero (SIGTERM): end any retry loop at once */
+    /* docs/strategies.md, "Optimizers for transformers": the global gradient norm is clipped to
+     * grad_clip (0 = off) after the gradients are averaged; grad_accum micro-batches (>= 1) make
+     * one step: the driver loads micro-batch 0 before step(), and the strategy asks for micro-batch
+     * k (1 <= k < grad_accum) through load_micro(micro_ud, k) into m->x / labels. A strategy that
+     * cannot accumulate refuses grad_accum > 1 at init (the validator already does). */
+    double grad_clip;
+    int grad_accum;
+    int (*load_micro)(void *ud, int k, rm_err *err);
+    void *micro_ud;
     /* For strategies that claim their batches (workers that never talk to each other): the
      * group as the driver knows it while it re-forms in the background (the round goes on):
      * RM_STEP_VIEW(rendezvous epoch, workers alive in it). The driver's reporter thread writes
@@ -123,6 +132,9 @@ typedef struct rm_step_stats {
     double compute_s;
     uint64_t bytes;
     double busbw_gbps;
+    /* the global gradient norm before clipping (when has_grad_norm: gradClip is set) */
+    bool has_grad_norm;
+    double grad_norm;
     /* pipeline (step_pipeline.c): valid when pipe is set */
     bool pipe;
     int pipe_stage;
@@ -150,7 +162,9 @@ typedef struct rm_step_ops {
     void (*state_restore)(rm_step *s, const void *src, int64_t opt_t, float loss_scale, int scaler_tracker);
     /* Every rank of the round ends up with rank 0's state and *pos. */
     int (*state_sync)(rm_step *s, rm_step_pos *pos, rm_err *err);
-    /* One optimizer step on `rows` samples already in env->m->x / labels, at learning rate lr. */
+    /* One optimizer step on `rows` samples already in env->m->x / labels (per micro-batch: with
+     * env->grad_accum K > 1 the step runs K micro-batches and m->loss_sum ends as their total), at
+     * learning rate lr. */
     int (*step)(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *err);
     void (*round_end)(rm_step *s);
     void (*destroy)(rm_step *s);

@@ -101,12 +101,41 @@ static void trainer_free(trainer *t)
     rm_wmetrics_stop(&t->wm);
 }
 
+/* The rows of this rank's slot of the global micro-batch at data position pos into the model's
+ * batch buffers (through the host staging buffers for device tables). */
+static int load_rows(trainer *t, int64_t pos, rm_err *err)
+{
+    int slot, nslots;
+    rm_tr_data_slot(t, &slot, &nslots);
+    if (t->k->host_memory) {
+        rm_data_gather_rows(&t->tr, t->perm, pos, slot, nslots, t->B, t->m.x, t->m.labels);
+        return RM_OK;
+    }
+    rm_data_gather_rows(&t->tr, t->perm, pos, slot, nslots, t->B, t->host_x, t->host_labels);
+    int rc = t->k->h2d(t->m.x, t->host_x, (size_t)t->B * t->m.x_row_bytes);
+    if (rc == RM_OK)
+        rc = t->k->h2d(t->m.labels, t->host_labels, (size_t)t->B * (size_t)t->m.label_row * sizeof(int32_t));
+    return rc ? rm_errf(err, rc, "copying the batch to the device failed") : RM_OK;
+}
+
+/* Gradient accumulation (rm_step_env.load_micro): micro-batch k of the step at t->data_pos is the
+ * k-th global micro-batch of B x nslots samples from there. */
+static int load_micro(void *ud, int k, rm_err *err)
+{
+    trainer *t = ud;
+    int slot, nslots;
+    rm_tr_data_slot(t, &slot, &nslots);
+    return load_rows(t, t->data_pos + (int64_t)k * t->B * nslots, err);
+}
+
 static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
 {
     memset(t, 0, sizeof *t);
     t->listen_fd = -1;
     t->cfg = cfg;
     t->B = cfg->t.batch_size_per_worker;
+    t->K = cfg->t.grad_accum > 1 ? cfg->t.grad_accum : 1;
+    t->grad_norm = -1;
     t->perm_epoch = -1;
     t->eval_step = -1;
     t->test_acc = -1;
@@ -164,6 +193,8 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
                        t->tr.r->format, tri->x_row_bytes, tri->label_row, fam->name, t->m.x_row_bytes,
                        t->m.label_row);
     RM_CHECK(rm_optim_init(&t->opt, t->k, &cfg->t.optimizer, t->m.nparams, err));
+    /* adamw, lamb and lars treat 2-D tensors and the rest differently (worker/optim/optim.h) */
+    RM_CHECK(rm_optim_tensors_from_model(&t->opt, &t->m, err));
     rm_lr_sched_from_spec(&t->sched, &cfg->t);
     const char *sname = getenv(RM_ENV_STRATEGY);
     const char *par = getenv(RM_ENV_PARALLELISM); /* pipeline stages  */
@@ -189,6 +220,10 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
                        .epochs = cfg->t.epochs,
                        .max_steps = cfg->t.max_steps,
                        .cancel = &rm_train_term,
+                       .grad_clip = cfg->t.grad_clip,
+                       .grad_accum = t->K,
+                       .load_micro = load_micro,
+                       .micro_ud = t,
                        .view = cfg->rdzv_url ? &t->rp.view : NULL};
     RM_CHECK(t->strat->init(&env, &t->st, err));
     t->perm = malloc((size_t)t->tr.info.n * sizeof *t->perm);
@@ -221,9 +256,10 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     }
     char sh[128];
     rm_model_shape_str(&t->m, sh, sizeof sh);
-    rm_info("model ready type=%s shape=%s params=%zu optimizer=%s device=%s precision=%s", fam->name, sh,
-            t->m.nparams, rm_optim_name(cfg->t.optimizer.type), t->k->name,
-            rm_precision_str(cfg->t.precision));
+    rm_info("model ready type=%s shape=%s params=%zu optimizer=%s device=%s precision=%s "
+            "grad_accum=%d grad_clip=%g",
+            fam->name, sh, t->m.nparams, rm_optim_name(cfg->t.optimizer.type), t->k->name,
+            rm_precision_str(cfg->t.precision), t->K, cfg->t.grad_clip);
     return RM_OK;
 }
 
@@ -342,13 +378,14 @@ static int round_setup(trainer *t, bool first, rm_err *err)
         be = "local";
     }
     /* a configuration error no re-formation can heal: fail now rather than re-form forever */
-    int64_t G = (int64_t)t->B * t->world;
+    int64_t G = (int64_t)t->B * t->world * t->K;
     if (rm_data_steps_per_epoch(t->tr.info.n, (int)(G < INT32_MAX ? G : INT32_MAX)) < 1) {
         rm_rdzv_round_free(&rr);
         return rm_err_field(err, RM_EINVAL, "spec.training.batchSizePerWorker",
-                            "global batch %lld (batchSizePerWorker %d x %d workers) exceeds the "
-                            "training set (%lld samples): an epoch would have 0 steps",
-                            (long long)G, t->B, t->world, (long long)t->tr.info.n);
+                            "global batch %lld (batchSizePerWorker %d x %d workers x "
+                            "gradientAccumulationSteps %d) exceeds the training set (%lld samples): an "
+                            "epoch would have 0 steps",
+                            (long long)G, t->B, t->world, t->K, (long long)t->tr.info.n);
     }
     if ((t->world == 1 || t->strat->claim) && !mpi)
         be = "local"; /* a world of one, or workers that never talk to each other (servers) */
@@ -537,29 +574,33 @@ static void straggle(trainer *t, double compute_s)
     }
 }
 
+/* The step's gradient norm (gradClip) into the gauge and the progress line. */
+static void note_grad_norm(trainer *t, const rm_step_stats *st)
+{
+    if (!st->has_grad_norm)
+        return;
+    t->grad_norm = st->grad_norm;
+    rm_series_set(t->wm.grad_norm, st->grad_norm);
+}
+
 /* One step on this rank's shard: the driver gathers the batch and sets the LR from the schedule
  * position; the strategy does the rest. Negative on a collective failure. */
 static int step_once(trainer *t, rm_err *err)
 {
     int slot, nslots;
     rm_tr_data_slot(t, &slot, &nslots);
-    int G = t->B * nslots;
+    int G = t->B * nslots * t->K; /* the global batch: K micro-batches of B x data-parallel world */
     if (t->perm_epoch != t->train_epoch) {
         rm_perm_make(t->perm, t->tr.info.n, t->cfg->t.seed, t->train_epoch);
         t->perm_epoch = t->train_epoch;
     }
-    if (t->k->host_memory) {
-        rm_data_gather_rows(&t->tr, t->perm, t->data_pos, slot, nslots, t->B, t->m.x, t->m.labels);
-    } else {
-        rm_data_gather_rows(&t->tr, t->perm, t->data_pos, slot, nslots, t->B, t->host_x, t->host_labels);
-        t->k->h2d(t->m.x, t->host_x, (size_t)t->B * t->m.x_row_bytes);
-        t->k->h2d(t->m.labels, t->host_labels, (size_t)t->B * (size_t)t->m.label_row * sizeof(int32_t));
-    }
+    RM_CHECK(load_rows(t, t->data_pos, err));
     double epos = t->train_epoch + (double)t->data_pos / t->tr.info.n;
-    t->lr = rm_lr_at(&t->sched, epos, G);
+    t->lr = rm_lr_at_step(&t->sched, epos, t->step, rm_data_steps_per_epoch(t->tr.info.n, G), G);
     rm_step_stats st;
     double t0 = rm_mono();
     RM_CHECK(t->strat->step(t->st, t->B, (float)t->lr, &st, err));
+    note_grad_norm(t, &st);
     straggle(t, st.compute_s > 0 ? st.compute_s : rm_mono() - t0 - st.allreduce_s);
     if (st.comm) {
         rm_series_observe(t->wm.ar_seconds, st.allreduce_s);
@@ -571,7 +612,7 @@ static int step_once(trainer *t, rm_err *err)
                                  (double)st.pipe_recv);
     t->step++;
     t->data_pos += G;
-    t->samples_local += t->B;
+    t->samples_local += (int64_t)t->B * t->K;
     return RM_OK;
 }
 
@@ -591,7 +632,7 @@ static int read_loss(trainer *t, rm_err *err)
 {
     float ls = 0;
     RM_CHECK(dev_copy(t, t->k->d2h(&ls, t->m.loss_sum, sizeof ls), "training loss", err));
-    t->train_loss = ls / t->B;
+    t->train_loss = ls / ((double)t->B * t->K); /* the loss sum of the step's K micro-batches */
     return RM_OK;
 }
 
@@ -619,7 +660,7 @@ static void step_note(trainer *t)
     }
     rm_health_beat(t->wm.health);
     rm_series_set(t->wm.step, (double)t->step);
-    rm_series_inc(t->wm.samples, t->B);
+    rm_series_inc(t->wm.samples, (double)t->B * t->K);
     rm_series_set(t->wm.train_epoch, t->train_epoch);
 }
 
@@ -641,12 +682,14 @@ static int step_report(trainer *t, step_log *lg, rm_err *err)
         RM_CHECK(read_loss(t, err));
         rm_series_set(t->wm.loss, t->train_loss);
         double sps = (double)(t->samples_local - lg->samples) / (now - lg->t);
-        char tok[48] = ""; /* a language model's rows are sequences: its rate in tokens too */
+        char tok[48] = "", gn[48] = ""; /* a language model's rows are sequences: its rate in tokens too */
         if (t->m.label_row > 1)
             snprintf(tok, sizeof tok, " tokens_per_s=%.0f", sps * t->m.label_row);
+        if (t->grad_norm >= 0)
+            snprintf(gn, sizeof gn, " grad_norm=%.4g", t->grad_norm);
         rm_info("progress step=%lld train_epoch=%d loss=%.4f lr=%.5f samples_per_s=%.0f%s "
-                "allreduce_gbps=%.2f",
-                (long long)t->step, t->train_epoch, t->train_loss, t->lr, sps, tok, t->ar_gbps);
+                "allreduce_gbps=%.2f%s",
+                (long long)t->step, t->train_epoch, t->train_loss, t->lr, sps, tok, t->ar_gbps, gn);
         t->log_step = t->step;
         lg->t = now;
         lg->samples = t->samples_local;
@@ -671,11 +714,13 @@ static int run_round(trainer *t, rm_err *err)
     const rm_train_cfg *cfg = t->cfg;
     int slot, nslots;
     rm_tr_data_slot(t, &slot, &nslots);
-    int G = t->B * nslots;
+    int G = t->B * nslots * t->K;
     int64_t max_steps = cfg->t.max_steps;
     if (rm_data_steps_per_epoch(t->tr.info.n, G) < 1)
         return rm_errf(err, RM_EINVAL, "global batch %d larger than the training set (%lld)", G,
                        (long long)t->tr.info.n);
+    rm_info("global batch global_batch=%d batch_per_worker=%d data_parallel=%d grad_accum=%d", G, t->B,
+            nslots, t->K);
     t->rep_t = rm_mono();
     rm_tr_reporter_publish(t, true);
     rm_tr_reporter_kick(t);
@@ -728,10 +773,12 @@ static int step_claimed(trainer *t, const rm_step_claim *c, rm_err *err)
     }
     rm_data_gather_rows(&t->tr, t->perm, c->data_pos, c->slot, c->nslots, t->B, t->m.x, t->m.labels);
     double epos = c->train_epoch + (double)c->data_pos / t->tr.info.n;
-    t->lr = rm_lr_at(&t->sched, epos, t->B * t->world);
+    int G = t->B * t->world;
+    t->lr = rm_lr_at_step(&t->sched, epos, c->step, rm_data_steps_per_epoch(t->tr.info.n, G), G);
     rm_step_stats st;
     double t0 = rm_mono();
     RM_CHECK(t->strat->step(t->st, t->B, (float)t->lr, &st, err));
+    note_grad_norm(t, &st);
     straggle(t, st.compute_s > 0 ? st.compute_s : rm_mono() - t0 - st.allreduce_s);
     rm_series_observe(t->wm.ar_seconds, st.allreduce_s);
     rm_series_inc(t->wm.ar_bytes, (double)st.bytes);

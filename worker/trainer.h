@@ -147,6 +147,8 @@ typedef struct trainer {
     int train_epoch;
     int64_t data_pos;
     double lr;
+    int K;            /* gradientAccumulationSteps: micro-batches per optimizer step */
+    double grad_norm; /* the last step's global gradient norm (gradClip; < 0: not computed) */
     int64_t last_ckpt_step;
     int ckpt_failures;  /* consecutive failed checkpoint writes (reported; 0 = last ok) */
     char ckpt_err[128]; /* the last failure's message ("" after a success) */

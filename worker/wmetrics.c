@@ -51,6 +51,8 @@ int rm_wmetrics_start(rm_wmetrics *w, const char *addr, const char *job, double 
     G(f_samples_per_s, "ringmaster_worker_samples_per_second",
       "Training samples per second on this worker (last interval).");
     G(f_peak_rss, "ringmaster_worker_peak_rss_bytes", "Peak resident set size of this worker process.");
+    G(f_grad_norm, "ringmaster_worker_grad_norm",
+      "Global gradient norm of the last step, before clipping (with spec.training.gradClip).");
     RM_CHECK_GOTO(rm_metrics_gauge(w->reg, "ringmaster_worker_memory_bytes",
                                    "Bytes this rank holds at the peak of a step, by kind (params, grads, "
                                    "optimizer, activations); sharding lowers them.",
@@ -104,6 +106,7 @@ int rm_wmetrics_set_rank(rm_wmetrics *w, int rank, rm_err *err)
         {w->f_test_acc, &w->test_acc},
         {w->f_world, &w->world},
         {w->f_samples_per_s, &w->samples_per_s},
+        {w->f_grad_norm, &w->grad_norm},
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(m); i++) {
         rm_series *s = rm_metric_with2(m[i].f, w->job, r);

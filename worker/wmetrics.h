@@ -21,10 +21,10 @@ typedef struct rm_wmetrics {
     char rank[16];
     rm_metric *f_step, *f_loss, *f_samples, *f_epoch, *f_train_epoch, *f_restarts, *f_ar_seconds, *f_ar_bytes,
         *f_ckpt_seconds, *f_last_ckpt, *f_recovery, *f_test_acc, *f_world, *f_samples_per_s, *f_memory,
-        *f_peak_rss;
+        *f_peak_rss, *f_grad_norm;
     rm_metric *f_pipe_stage, *f_pipe_bubble, *f_pipe_bytes; /* pipelines only (lazily) */
     rm_series *step, *loss, *samples, *epoch, *train_epoch, *restarts, *ar_seconds, *ar_bytes, *ckpt_seconds,
-        *last_ckpt, *recovery, *test_acc, *world, *samples_per_s;
+        *last_ckpt, *recovery, *test_acc, *world, *samples_per_s, *grad_norm;
 } rm_wmetrics;
 
 /* ringmaster_worker_memory_bytes{kind=params|grads|optimizer|activations} (what the training

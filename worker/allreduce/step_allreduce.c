@@ -65,6 +65,7 @@ struct rm_step {
     rm_fusion *fusion; /* world > 1 only */
     int fusion_err;
     float *dev_small; /* SYNC_FLOATS of device memory: the state-sync header */
+    float *loss_acc;  /* gradient accumulation: the step's loss sum over its micro-batches */
     /* sharding (mode != none) */
     rm_sharding mode;
     rm_unit_shard us;  /* this round's pieces (valid between round_begin and round_end) */
@@ -178,8 +179,18 @@ static int ar_init(const rm_step_env *env, rm_step **out, rm_err *err)
         if (s->bucket < 1)
             s->bucket = 1;
     }
+    if (env->grad_accum > 1 && (staged_grads(s) || !env->load_micro)) {
+        free(s);
+        return rm_err_field(err, RM_EINVAL, "spec.training.gradientAccumulationSteps",
+                            "gradientAccumulationSteps with strategy allreduce and sharding %s is not "
+                            "supported (use sharding none or optimizer)",
+                            rm_sharding_names[env->sharding]);
+    }
     s->dev_small = env->k->alloc(SYNC_FLOATS * sizeof(float));
-    if (!s->dev_small) {
+    s->loss_acc = env->k->alloc(sizeof(float));
+    if (!s->dev_small || !s->loss_acc) {
+        env->k->free(s->dev_small);
+        env->k->free(s->loss_acc);
         free(s);
         return rm_errf(err, RM_ENOMEM, "allreduce strategy: out of device memory");
     }
@@ -507,6 +518,8 @@ static int ar_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
         rm_info("sharding ready stage=%s rank=%d world=%d layers=%d shard_floats=%zu of %zu",
                 rm_sharding_names[s->mode], r->rank, r->world, s->us.nunits, s->us.total, m->nparams);
     }
+    /* one norm slot per rank (clipping, trust ratios): the same slots whatever the stage */
+    RM_CHECK(rm_optim_reserve(s->env.opt, r->world, r->world * m->nunits, err));
     if (r->world > 1 && !staged_grads(s)) {
         size_t thr = (size_t)(s->env.fusion_mb * 1024.0 * 1024.0);
         RM_CHECK(rm_fusion_new(r->ops, r->comm, m->grads, m->unit_off, m->unit_len, m->nunits, thr,
@@ -522,6 +535,7 @@ static void ar_destroy(rm_step *s)
         return;
     ar_round_end(s);
     s->env.k->free(s->dev_small);
+    s->env.k->free(s->loss_acc);
     for (int i = 0; i < 2; i++) {
         s->env.k->free(s->sstate[i]);
         s->env.k->free(s->stage[i]);
@@ -832,20 +846,185 @@ static void on_layer_grad_staged(void *ud, const rm_unit_grad *g)
     }
 }
 
-/* Update this rank's pieces with their state (grads hold at least the average of the pieces). */
-static void update_pieces(rm_step *s, float lr)
+/* ---- the optimizer's phases (docs/strategies.md, "Optimizers for transformers") ----
+ * After the gradients are averaged: the global gradient norm and clipping, then for LAMB/LARS the
+ * per-tensor norms, then the update. Both norms are summed in slots: the gradient norm one slot per
+ * (rank, layer) piece, the tensor norms one slot per rank, the pieces being the ZeRO ones
+ * (worker/allreduce/shard.h rm_unit_shard). A sharded rank fills its own slots and the slot vector is
+ * summed over the round (exact: one writer per slot); the unsharded strategy holds every piece and
+ * fills every slot itself, no communication. The slots are then added in order, so every stage
+ * computes the same norms from the same gradients: sharding optimizer stays bit-identical to none,
+ * with clipping and any optimizer, and a world-1 run's per-layer slots are a pipeline's
+ * (step_pipeline.c), which keeps a pipeline bit-identical to one worker. */
+
+typedef void (*piece_fn)(rm_step *s, int rank, int unit, float *w, float *g, float *const *st, size_t n,
+                         size_t off, void *ud);
+
+static void walk_pieces(rm_step *s, piece_fn fn, void *ud)
 {
     const rm_step_env *e = &s->env;
-    const rm_unit_shard *u = &s->us;
-    rm_optim_tick(e->opt);
-    for (int l = 0; l < u->nunits; l++) {
-        float *st[2] = {NULL, NULL};
-        for (int i = 0; i < e->opt->nstate; i++)
-            st[i] = s->sstate[i] + u->soff[l];
-        const float *gp = staged_grads(s) ? s->gshard + u->soff[l] : e->m->grads + u->off[l];
-        rm_optim_update_range(e->opt, e->m->params + u->off[l], gp, st, u->len[l], lr);
+    const rm_model *m = e->m;
+    float *st[2] = {NULL, NULL};
+    if (s->mode != RM_SHARD_NONE) {
+        const rm_unit_shard *u = &s->us;
+        for (int l = 0; l < u->nunits; l++) {
+            for (int i = 0; i < e->opt->nstate; i++)
+                st[i] = s->sstate[i] + u->soff[l];
+            float *gp = staged_grads(s) ? s->gshard + u->soff[l] : e->m->grads + u->off[l];
+            fn(s, u->rank, l, e->m->params + u->off[l], gp, st, u->len[l], u->off[l], ud);
+        }
+        return;
     }
-    s->state_t = e->opt->t;
+    int W = s->r.world > 0 ? s->r.world : 1;
+    for (int r = 0; r < W; r++) {
+        rm_unit_shard u;
+        if (rm_unit_shard_make(m->unit_off, m->unit_len, m->nunits, W, r, &u) != 0)
+            return;
+        for (int l = 0; l < u.nunits; l++) {
+            for (int i = 0; i < e->opt->nstate; i++)
+                st[i] = e->opt->state[i] + u.off[l];
+            fn(s, r, l, m->params + u.off[l], m->grads + u.off[l], st, u.len[l], u.off[l], ud);
+        }
+    }
+}
+
+static void piece_gnorm(rm_step *s, int rank, int unit, float *w, float *g, float *const *st, size_t n,
+                        size_t off, void *ud)
+{
+    rm_optim_gnorm_add(s->env.opt, rank * s->env.m->nunits + unit, g, n);
+}
+
+static void piece_scale(rm_step *s, int rank, int unit, float *w, float *g, float *const *st, size_t n,
+                        size_t off, void *ud)
+{
+    s->env.k->scale(g, n, *(const float *)ud);
+}
+
+static void piece_norms(rm_step *s, int rank, int unit, float *w, float *g, float *const *st, size_t n,
+                        size_t off, void *ud)
+{
+    rm_optim_norms_range(s->env.opt, rank, w, g, st, n, off);
+}
+
+static void piece_update(rm_step *s, int rank, int unit, float *w, float *g, float *const *st, size_t n,
+                         size_t off, void *ud)
+{
+    rm_optim_update_range(s->env.opt, w, g, st, n, off, *(const float *)ud);
+}
+
+/* The sum of a slot vector over the round (sharded, world > 1; the unsharded ranks filled every
+ * slot themselves). After pf_wait: the only collective in flight. */
+static int sum_slots(rm_step *s, float *buf, size_t count, rm_err *err)
+{
+    if (s->mode == RM_SHARD_NONE || s->r.world < 2 || count == 0)
+        return RM_OK;
+    double t0 = rm_mono();
+    RM_CHECK(s->r.ops->allreduce(s->r.comm, buf, count, RM_DT_F32, RM_OP_SUM, err));
+    s->stat_s += rm_mono() - t0;
+    s->stat_bytes += count * sizeof(float);
+    return RM_OK;
+}
+
+/* Clipping (gradClip), then the update of every piece this rank updates at lr; st->grad_norm. */
+static int optimizer_phases(rm_step *s, float lr, rm_step_stats *st, rm_err *err)
+{
+    const rm_step_env *e = &s->env;
+    rm_optim *o = e->opt;
+    int W = s->r.world > 0 ? s->r.world : 1;
+    size_t c;
+    if (e->grad_clip > 0) {
+        double norm;
+        RM_CHECK(rm_optim_gnorm_begin(o, W * e->m->nunits, err));
+        walk_pieces(s, piece_gnorm, NULL);
+        float *b = rm_optim_gnorm_buf(o, &c);
+        RM_CHECK(sum_slots(s, b, c, err));
+        RM_CHECK(rm_optim_gnorm_finish(o, &norm, err));
+        float sc = rm_clip_scale(norm, e->grad_clip);
+        if (sc < 1.0f)
+            walk_pieces(s, piece_scale, &sc);
+        st->has_grad_norm = true;
+        st->grad_norm = norm;
+    }
+    s->torn = s->mode != RM_SHARD_NONE; /* until the step returns: a checkpoint would mix steps */
+    rm_optim_tick(o);
+    if (rm_optim_layerwise(o)) {
+        RM_CHECK(rm_optim_norms_begin(o, W, err));
+        walk_pieces(s, piece_norms, NULL);
+        float *b = rm_optim_norms_buf(o, &c);
+        RM_CHECK(sum_slots(s, b, c, err));
+        RM_CHECK(rm_optim_norms_finish(o, err));
+    }
+    if (s->mode == RM_SHARD_NONE)
+        rm_optim_update_range(o, e->m->params, e->m->grads, o->state, e->m->nparams, 0, lr);
+    else
+        walk_pieces(s, piece_update, &lr);
+    s->state_t = o->t;
+    return RM_OK;
+}
+
+/* ---- gradient accumulation (spec.training.gradientAccumulationSteps K) ---- */
+
+/* Micro-batch backward over the whole model: its loss (into m->loss_sum) scaled by inv_batch, then
+ * every unit; accumulate adds to m->grads (every micro-batch after the first). */
+static void backward_micro(rm_model *m, int rows, float inv_batch, bool accumulate, rm_unit_ready_fn ready,
+                           void *ud)
+{
+    rm_model_loss(m, 0, rows, inv_batch, m->loss_sum);
+    rm_model_pass p = {.u0 = 0,
+                       .u1 = m->nunits,
+                       .off = 0,
+                       .rows = rows,
+                       .dy = rm_model_output(m, m->nunits - 1, 0),
+                       .accumulate = accumulate,
+                       .ready = ready,
+                       .ud = ud};
+    rm_model_backward_pass(m, &p);
+}
+
+static int accum_k(const rm_step *s)
+{
+    return s->env.grad_accum > 1 ? s->env.grad_accum : 1;
+}
+
+/* Micro-batches 0 .. K-2 (forward and backward, the gradients summed in m->grads, the loss sums in
+ * loss_acc), then micro-batch K-1 loaded: the caller runs its forward and a backward that adds
+ * (backward_micro, accumulate) and hands layers to the allreduce, then accum_finish. K = 1:
+ * nothing. inv_batch is 1 / (K x rows): the sum of the micro-batches' gradients is the mean over
+ * all K x rows samples. */
+static int accum_begin(rm_step *s, int rows, float inv_batch, rm_err *err)
+{
+    const rm_step_env *e = &s->env;
+    int K = accum_k(s);
+    if (K < 2)
+        return RM_OK;
+    RM_CHECK(e->k->memset0(s->loss_acc, sizeof(float)));
+    for (int k = 0; k < K - 1; k++) {
+        if (k > 0)
+            RM_CHECK(e->load_micro(e->micro_ud, k, err));
+        rm_model_forward(e->m, rows);
+        backward_micro(e->m, rows, inv_batch, k > 0, NULL, NULL);
+        e->k->axpy(s->loss_acc, e->m->loss_sum, 1, 1.0f);
+    }
+    return e->load_micro(e->micro_ud, K - 1, err);
+}
+
+/* The step's loss sum over every micro-batch into m->loss_sum (what the driver reads). */
+static int accum_finish(rm_step *s)
+{
+    const rm_step_env *e = &s->env;
+    if (accum_k(s) < 2)
+        return RM_OK;
+    e->k->axpy(s->loss_acc, e->m->loss_sum, 1, 1.0f);
+    return e->k->d2d(e->m->loss_sum, s->loss_acc, sizeof(float));
+}
+
+/* The last micro-batch's backward (the only one with K = 1), each finished layer handed to ready. */
+static void backward_last(rm_step *s, int rows, float inv_batch, rm_unit_ready_fn ready, void *ud)
+{
+    if (accum_k(s) < 2)
+        rm_model_backward(s->env.m, rows, inv_batch, ready, ud);
+    else
+        backward_micro(s->env.m, rows, inv_batch, true, ready, ud);
 }
 
 static int gather_params(rm_step *s, rm_err *err)
@@ -892,18 +1071,21 @@ static int ar_step_sharded(rm_step *s, int rows, float lr, rm_step_stats *st, rm
             return rm_errf(err, s->hook_err, "%s", s->hook_e.msg);
         t2 = rm_mono();
         s->torn = true;
-        update_pieces(s, lr); /* full: the parameters stay sharded until their next use */
+        RM_CHECK(
+            optimizer_phases(s, lr, st, err)); /* full: the parameters stay sharded until their next use */
         slots_reset(s);
         t3 = rm_mono();
         if (!full && s->r.world > 1)
             RM_CHECK(gather_params(s, err));
     } else {
+        inv_batch = 1.0f / ((float)rows * (float)accum_k(s));
+        RM_CHECK(accum_begin(s, rows, inv_batch, err));
         rm_model_forward(e->m, rows);
         t1 = rm_mono();
         if (s->fusion) {
             s->fusion_err = 0;
             rm_fusion_begin(s->fusion);
-            rm_model_backward(e->m, rows, inv_batch, on_layer_ready, s);
+            backward_last(s, rows, inv_batch, on_layer_ready, s);
             int rc = rm_fusion_finish(s->fusion, err);
             if (rc == RM_OK && s->fusion_err)
                 rc = rm_errf(err, s->fusion_err, "fusion: bad layer hand-off");
@@ -914,11 +1096,11 @@ static int ar_step_sharded(rm_step *s, int rows, float lr, rm_step_stats *st, rm
             s->stat_s += fs.allreduce_s;
             s->stat_bytes += fs.bytes;
         } else {
-            rm_model_backward(e->m, rows, inv_batch, NULL, NULL);
+            backward_last(s, rows, inv_batch, NULL, NULL);
         }
+        RM_CHECK(accum_finish(s));
         t2 = rm_mono();
-        s->torn = true; /* until the step returns: a checkpoint would mix steps */
-        update_pieces(s, lr);
+        RM_CHECK(optimizer_phases(s, lr, st, err));
         t3 = rm_mono();
         if (s->r.world > 1)
             RM_CHECK(gather_params(s, err));
@@ -947,13 +1129,15 @@ static int ar_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     if (s->mode != RM_SHARD_NONE)
         return ar_step_sharded(s, rows, lr, st, err);
     double t0 = rm_mono();
+    /* K = 1: (float)rows * 1 is rows, the division the step always made */
+    float inv_batch = rm_amp_loss_scale(e->amp) / ((float)rows * (float)accum_k(s));
+    RM_CHECK(accum_begin(s, rows, inv_batch, err));
     rm_model_forward(e->m, rows);
     double t1 = rm_mono();
-    float inv_batch = rm_amp_loss_scale(e->amp) / (float)rows;
     if (s->fusion) {
         s->fusion_err = 0;
         rm_fusion_begin(s->fusion);
-        rm_model_backward(e->m, rows, inv_batch, on_layer_ready, s);
+        backward_last(s, rows, inv_batch, on_layer_ready, s);
         int rc = rm_fusion_finish(s->fusion, err);
         if (rc == RM_OK && s->fusion_err)
             rc = rm_errf(err, s->fusion_err, "fusion: bad layer hand-off");
@@ -966,14 +1150,15 @@ static int ar_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
         st->bytes = fs.bytes;
         st->busbw_gbps = fs.busbw_gbps;
     } else {
-        rm_model_backward(e->m, rows, inv_batch, NULL, NULL);
+        backward_last(s, rows, inv_batch, NULL, NULL);
     }
+    RM_CHECK(accum_finish(s));
     double t2 = rm_mono();
     bool apply = true;
     /* no flag agreement: the allreduced gradients are the same on every rank (worker/gpu.h) */
     RM_CHECK(rm_amp_finish(e->amp, e->m->grads, e->m->nparams, NULL, NULL, &apply, err));
     if (apply) /* fp16 overflow: every rank skips this update together */
-        rm_optim_step(e->opt, e->m->params, e->m->grads, lr);
+        RM_CHECK(optimizer_phases(s, lr, st, err));
     double t3 = rm_mono();
     s->ph_fwd += t1 - t0;
     s->ph_bwd += t2 - t1;

@@ -196,6 +196,10 @@ static int pl_init(const rm_step_env *env, rm_step **out, rm_err *err)
         return rm_err_field(err, RM_EINVAL, "spec.training.sharding",
                             "must be none with pipeline "
                             "stages in this version");
+    if (env->grad_accum > 1)
+        return rm_err_field(err, RM_EINVAL, "spec.training.gradientAccumulationSteps",
+                            "gradientAccumulationSteps with strategy pipeline is not supported (raise "
+                            "spec.parallelism.microBatches instead: micro-batches already accumulate)");
     rm_step *s = calloc(1, sizeof *s);
     if (!s)
         return rm_errf(err, RM_ENOMEM, "out of memory");
@@ -664,6 +668,51 @@ static int issue_group(rm_step *s, int *xi, uint64_t *sent, rm_err *err)
     return rc ? rc : erc;
 }
 
+/* The stage's update after its gradients are averaged (docs/strategies.md, "Optimizers for
+ * transformers"). Clipping: the global norm sums every stage's layers, one slot per layer (the
+ * slots of a world-1 allreduce step, so P stages stay bit-identical to one worker); replica 0's
+ * stages fill them, the other replicas hold the same averaged gradients and add zeros, and the
+ * slot vector is summed over the world. Tensor parallelism will add its pieces here: the ranks of
+ * a tensor group each hold part of a layer, and their slots are summed the same way. Trust ratios
+ * (LAMB, LARS) need no communication: a stage holds its tensors whole. */
+static int pl_optimizer(rm_step *s, float lr, rm_step_stats *st, rm_err *err)
+{
+    rm_optim *o = s->env.opt;
+    rm_model *m = s->env.m;
+    float *state[2] = {NULL, NULL};
+    if (s->env.grad_clip > 0) {
+        double norm;
+        size_t c;
+        RM_CHECK(rm_optim_gnorm_begin(o, m->nunits, err));
+        for (int l = s->l0; l < s->l1 && s->pl.replica == 0; l++)
+            rm_optim_gnorm_add(o, l, m->grads + m->unit[l].off, m->unit[l].len);
+        float *b = rm_optim_gnorm_buf(o, &c);
+        if (s->r.world > 1)
+            RM_CHECK(s->r.ops->allreduce(s->r.comm, b, c, RM_DT_F32, RM_OP_SUM, err));
+        RM_CHECK(rm_optim_gnorm_finish(o, &norm, err));
+        float sc = rm_clip_scale(norm, s->env.grad_clip);
+        if (sc < 1.0f)
+            s->env.k->scale(m->grads + s->poff, s->plen, sc);
+        st->has_grad_norm = true;
+        st->grad_norm = norm;
+    }
+    rm_optim_tick(o);
+    if (rm_optim_layerwise(o)) {
+        RM_CHECK(rm_optim_norms_begin(o, 1, err));
+        for (int l = s->l0; l < s->l1; l++) {
+            size_t off = m->unit[l].off;
+            for (int i = 0; i < o->nstate; i++)
+                state[i] = o->state[i] + off;
+            rm_optim_norms_range(o, 0, m->params + off, m->grads + off, state, m->unit[l].len, off);
+        }
+        RM_CHECK(rm_optim_norms_finish(o, err));
+    }
+    for (int i = 0; i < o->nstate; i++)
+        state[i] = o->state[i] + s->poff;
+    rm_optim_update_range(o, m->params + s->poff, m->grads + s->poff, state, s->plen, s->poff, lr);
+    return RM_OK;
+}
+
 static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *err)
 {
     memset(st, 0, sizeof *st);
@@ -773,11 +822,7 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
         st->busbw_gbps =
             st->allreduce_s > 0 ? (double)st->bytes / st->allreduce_s / 1e9 * 2.0 * (double)(D - 1) / D : 0;
     }
-    rm_optim_tick(s->env.opt);
-    float *state[2] = {NULL, NULL};
-    for (int i = 0; i < s->env.opt->nstate; i++)
-        state[i] = s->env.opt->state[i] + s->poff;
-    rm_optim_update_range(s->env.opt, m->params + s->poff, m->grads + s->poff, state, s->plen, lr);
+    RM_CHECK(pl_optimizer(s, lr, st, err));
     st->pipe = true;
     st->pipe_stage = s->pl.stage;
     st->pipe_bubble = sched_s > 0 ? waited / sched_s : 0;

@@ -751,6 +751,9 @@ static int setup(server *s, rm_err *err)
     if (!s->params)
         return rm_errf(err, RM_ENOMEM, "parameter server: out of memory");
     RM_CHECK(rm_optim_init(&s->opt, k, &s->t.optimizer, s->len, err));
+    /* adamw decays only the model's 2-D tensors: this shard's range of them */
+    s->opt.base = s->off;
+    RM_CHECK(rm_optim_tensors_from_model(&s->opt, &lay, err));
     RM_CHECK(rm_ps_sync_init(&s->sync, s->len, 0, s->world - s->ps.backup_workers, err));
     s->view = (rm_ps_view){0, s->world};
     if (!ckpt_restore(s)) {

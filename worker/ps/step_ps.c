@@ -99,6 +99,12 @@ static int ps_init(const rm_step_env *env, rm_step **out, rm_err *err)
                           "spec.parameterServer.replicas is %d",
                           s->S, s->ps.replicas);
     const rm_model *mod = env->m;
+    if (rc == RM_OK && env->grad_accum > 1)
+        rc = rm_err_field(err, RM_EINVAL, "spec.training.gradientAccumulationSteps",
+                          "gradientAccumulationSteps with strategy parameterServer is not supported (use "
+                          "pushEverySteps)");
+    if (rc == RM_OK && env->grad_clip > 0)
+        rc = rm_optim_reserve(env->opt, 1, mod->nunits, err); /* clip_push's slots */
     if (rc == RM_OK)
         rc = rm_ps_partition(mod->nparams, mod->unit_off, mod->nunits, s->S, s->off, s->len, err);
     if (rc == RM_OK && s->ps.mode == RM_PS_ASYNC && !(s->acc = calloc(mod->nparams, sizeof(float))))
@@ -406,6 +412,30 @@ static int ps_claim(rm_step *s, rm_step_claim *c, rm_err *err)
     return RM_OK;
 }
 
+/* gradClip with parameter servers (docs/strategies.md, "Optimizers for transformers"): each worker
+ * clips what it pushes by that vector's own global norm (one slot per layer, as a world-1
+ * allreduce step sums it), Downpour's per-push equivalent. The servers never see one another's
+ * shards, so the norm of the aggregated gradient (sync) is not formed; per-worker clipping bounds
+ * it by gradClip all the same (the norm of an average is at most the average of the norms). */
+static int clip_push(rm_step *s, float *g, rm_step_stats *st, rm_err *err)
+{
+    const rm_step_env *e = &s->env;
+    const rm_model *m = e->m;
+    double norm;
+    if (!(e->grad_clip > 0))
+        return RM_OK;
+    RM_CHECK(rm_optim_gnorm_begin(e->opt, m->nunits, err));
+    for (int l = 0; l < m->nunits; l++)
+        rm_optim_gnorm_add(e->opt, l, g + m->unit[l].off, m->unit[l].len);
+    RM_CHECK(rm_optim_gnorm_finish(e->opt, &norm, err));
+    float sc = rm_clip_scale(norm, e->grad_clip);
+    if (sc < 1.0f)
+        e->k->scale(g, m->nparams, sc);
+    st->has_grad_norm = true;
+    st->grad_norm = norm;
+    return RM_OK;
+}
+
 static int ps_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *err)
 {
     const rm_step_env *e = &s->env;
@@ -427,22 +457,25 @@ static int ps_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
                        .from_version = s->version,
                        .lr = lr};
         set_view(s, &q);
+        RM_CHECK(clip_push(s, m->grads, st, err));
         RM_CHECK(push_fetch(s, &q, m->grads, err));
     } else {
         s->clock++;
-        const float *g = m->grads;
+        float *g = m->grads;
         if (s->ps.push_every_steps > 1) {
             for (size_t i = 0; i < n; i++)
                 s->acc[i] += m->grads[i];
             g = s->acc;
         }
         if (++s->pending >= s->ps.push_every_steps) {
-            /* per-batch learning rate: the driver's is scaled for the global batch B x N */
+            /* per-batch learning rate: the driver's is scaled for the global batch B x N (sgd,
+             * adam, adagrad); adamw's is the lr of one update as given (docs/strategies.md) */
             rm_ps_req q = {.op = RM_PS_OP_PUSH,
                            .worker = (uint32_t)s->worker,
                            .world = (uint32_t)N,
                            .step = s->clock,
-                           .lr = lr / (float)N};
+                           .lr = rm_optim_lr_scaled(e->opt->spec.type) ? lr / (float)N : lr};
+            RM_CHECK(clip_push(s, g, st, err));
             q.from_version = s->ver[0]; /* every push reaches every shard: they move together */
             RM_CHECK(exchange(s, q, g, NULL, rep, err));
             if (g == s->acc)
