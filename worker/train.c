@@ -381,11 +381,13 @@ static int round_setup(trainer *t, bool first, rm_err *err)
     int64_t G = (int64_t)t->B * t->world * t->K;
     if (rm_data_steps_per_epoch(t->tr.info.n, (int)(G < INT32_MAX ? G : INT32_MAX)) < 1) {
         rm_rdzv_round_free(&rr);
+        char acc[64] = "";
+        if (t->K > 1)
+            snprintf(acc, sizeof acc, " x gradientAccumulationSteps %d", t->K);
         return rm_err_field(err, RM_EINVAL, "spec.training.batchSizePerWorker",
-                            "global batch %lld (batchSizePerWorker %d x %d workers x "
-                            "gradientAccumulationSteps %d) exceeds the training set (%lld samples): an "
-                            "epoch would have 0 steps",
-                            (long long)G, t->B, t->world, t->K, (long long)t->tr.info.n);
+                            "global batch %lld (batchSizePerWorker %d x %d workers%s) exceeds the "
+                            "training set (%lld samples): an epoch would have 0 steps",
+                            (long long)G, t->B, t->world, acc, (long long)t->tr.info.n);
     }
     if ((t->world == 1 || t->strat->claim) && !mpi)
         be = "local"; /* a world of one, or workers that never talk to each other (servers) */

@@ -49,6 +49,7 @@ typedef struct harness {
     const char *sharding;    /* --sharding (NULL: none) */
     const char *optimizer;   /* --optimizer (NULL: the default, sgd) */
     const char *resume;      /* RINGMASTER_RESUME (NULL: unset) */
+    const char *extra[12];   /* more flags, NULL-terminated (--grad-clip X, ...) */
 } harness;
 
 static int h_start_min(harness *h, int desired, int min)
@@ -120,7 +121,7 @@ static pid_t spawn(harness *h, const char *wid, const char *tag, const char *fau
         setenv("RINGMASTER_RESUME", h->resume, 1);
     else
         unsetenv("RINGMASTER_RESUME");
-    const char *argv[32];
+    const char *argv[40];
     int n = 0;
     argv[n++] = bin;
     argv[n++] = "train";
@@ -144,6 +145,8 @@ static pid_t spawn(harness *h, const char *wid, const char *tag, const char *fau
         argv[n++] = "--optimizer";
         argv[n++] = h->optimizer;
     }
+    for (int i = 0; i < 12 && h->extra[i]; i++)
+        argv[n++] = h->extra[i];
     if (ckdir) {
         argv[n++] = "--checkpoint-dir";
         argv[n++] = ckdir;
@@ -663,6 +666,102 @@ static void test_sharding_stages_match_none(void)
     }
 }
 
+/* Run `workers` workers of h's settings for steps steps; the final checksum of w0 (every rank must
+ * agree with it) and its result. Returns 0 when every worker finished. */
+static int run_group(harness *h, int workers, int steps, char fnv[17], double *acc, double *loss)
+{
+    pid_t p[4];
+    int bad = 0;
+    spawn_group(h, workers, NULL, NULL, steps, p);
+    for (int i = 0; i < workers; i++)
+        bad |= wait_exit(p[i], 120) != 0;
+    if (bad || log_fnv(h, "w0", fnv) != 0)
+        return -1;
+    for (int i = 1; i < workers; i++) {
+        char tag[8], fi[17];
+        snprintf(tag, sizeof tag, "w%d", i);
+        if (log_fnv(h, tag, fi) != 0 || strcmp(fi, fnv) != 0)
+            return -1; /* the ranks agree bit for bit */
+    }
+    log_result(h, "w0", acc, loss);
+    return 0;
+}
+
+/* docs/strategies.md, "Optimizers for transformers": with AdamW (weight decay on the 2-D tensors),
+ * LAMB or LARS and global-norm clipping tight enough to clip every step, every ZeRO stage trains 3
+ * workers to plain data parallelism's parameters: "optimizer" bit for bit (the same allreduce, and
+ * the norms summed over the same per-rank pieces in the same order), "gradients" and "full" within
+ * float tolerance (their reduce-scatter sums in another order). The progress line reports the
+ * global gradient norm. */
+static void test_optimizers_clip_sharding_match_none(void)
+{
+    /* type, weightDecay, lr */
+    static const char *const opts[][3] = {
+        {"adamw", "0.01", "0.002"}, {"lamb", "0.01", "0.01"}, {"lars", "0.0001", "5"}};
+    static const char *const stages[] = {"none", "optimizer", "gradients", "full"};
+    for (int o = 0; o < 3; o++) {
+        char fnv[4][17];
+        double acc[4], loss[4];
+        for (int st = 0; st < 4; st++) {
+            harness h;
+            CU_ASSERT_EQUAL_FATAL(h_start(&h, 3), 0);
+            h.optimizer = opts[o][0];
+            h.sharding = st ? stages[st] : NULL;
+            const char *extra[] = {"--weight-decay", opts[o][1],       "--grad-clip", "0.2", "--lr",
+                                   opts[o][2],       "--warmup-steps", "10",          NULL};
+            _Static_assert(sizeof extra <= sizeof h.extra, "harness.extra holds the flags");
+            memcpy(h.extra, extra, sizeof extra);
+            CU_ASSERT_EQUAL_FATAL(run_group(&h, 3, 110, fnv[st], &acc[st], &loss[st]), 0);
+            CU_ASSERT(acc[st] > 0.3);
+            if (st == 0) {
+                char *l0 = read_log(&h, "w0");
+                const char *g = l0 ? strstr(l0, "grad_norm=") : NULL;
+                double gn = -1;
+                CU_ASSERT(g && sscanf(g, "grad_norm=%lf", &gn) == 1 && gn > 0.2); /* it clipped */
+                free(l0);
+            }
+            h_stop(&h);
+        }
+        CU_ASSERT_STRING_EQUAL(fnv[1], fnv[0]);
+        for (int st = 2; st < 4; st++) {
+            CU_ASSERT(fabs(acc[st] - acc[0]) <= 0.005);
+            CU_ASSERT(fabs(loss[st] - loss[0]) <= 2e-3 * (fabs(loss[0]) + 1));
+            if (strcmp(fnv[st], fnv[0]) != 0)
+                fprintf(stderr, "note: %s/%s not bit-identical to none (acc %.4f vs %.4f)\n", opts[o][0],
+                        stages[st], acc[st], acc[0]);
+        }
+    }
+}
+
+/* gradientAccumulationSteps: 2 workers with batch 32 and 2 micro-batches per step train on the same
+ * samples per step as batch 64 (micro-batch k is the k-th global slice of the step's rows), at the
+ * same LR (global batch 128 either way): the same result within float tolerance (the sums of two
+ * half-batch gradients round differently), and ZeRO-1 accumulates bit for bit as none does. */
+static void test_grad_accum_matches_big_batch(void)
+{
+    char fnv[3][17];
+    double acc[3], loss[3];
+    static const char *const batch[] = {"64", "32", "32"};
+    for (int c = 0; c < 3; c++) {
+        harness h;
+        CU_ASSERT_EQUAL_FATAL(h_start(&h, 2), 0);
+        h.batch = batch[c];
+        h.sharding = c == 2 ? "optimizer" : NULL;
+        if (c > 0) {
+            h.extra[0] = "--grad-accum";
+            h.extra[1] = "2";
+        }
+        CU_ASSERT_EQUAL_FATAL(run_group(&h, 2, 80, fnv[c], &acc[c], &loss[c]), 0);
+        char *l0 = read_log(&h, "w0");
+        CU_ASSERT(l0 && strstr(l0, "global_batch=128") != NULL);
+        free(l0);
+        h_stop(&h);
+    }
+    CU_ASSERT(fabs(acc[1] - acc[0]) <= 0.005);
+    CU_ASSERT(fabs(loss[1] - loss[0]) <= 2e-3 * (fabs(loss[0]) + 1));
+    CU_ASSERT_STRING_EQUAL(fnv[2], fnv[1]);
+}
+
 /* sharding full, min 2 of 3: a worker dies and is not replaced; the survivors re-shard from the
  * (unsharded-format) checkpoint the three gathered, continue as a world of 2 and agree. */
 static void test_sharding_elastic_shrink(void)
@@ -750,6 +849,8 @@ void rm_suite_train_multi(void)
         {"sharding_stages_match_none", test_sharding_stages_match_none},
         {"sharding_full_elastic_shrink", test_sharding_elastic_shrink},
         {"sharding_resume_4_on_2", test_sharding_resume_4_on_2},
+        {"optimizers_clip_sharding_match_none", test_optimizers_clip_sharding_match_none},
+        {"grad_accum_matches_big_batch", test_grad_accum_matches_big_batch},
     };
     RM_ADD_SUITE("train_multi", NULL, NULL, cases);
 }
