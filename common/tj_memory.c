@@ -65,8 +65,10 @@ static void gpt_memory(const rm_training_spec *t, int nstate, rm_mem_estimate *o
 void rm_training_memory(const rm_training_spec *t, rm_mem_estimate *out)
 {
     memset(out, 0, sizeof *out);
+    rm_opt_type ot = t->optimizer.type;
+    int nstate = ot == RM_OPT_ADAM || ot == RM_OPT_ADAMW || ot == RM_OPT_LAMB ? 2 : 1;
     if (is_gpt(t)) {
-        gpt_memory(t, t->optimizer.type == RM_OPT_ADAM ? 2 : 1, out);
+        gpt_memory(t, nstate, out);
         return;
     }
     int64_t params = 0, acts = 0, widest = 1, in = TJ_INPUTS;
@@ -79,8 +81,6 @@ void rm_training_memory(const rm_training_spec *t, rm_mem_estimate *out)
             widest = o;
         in = o;
     }
-    rm_opt_type ot = t->optimizer.type;
-    int nstate = ot == RM_OPT_ADAM || ot == RM_OPT_ADAMW || ot == RM_OPT_LAMB ? 2 : 1;
     int64_t b = t->batch_size_per_worker > 0 ? t->batch_size_per_worker : 1;
     int64_t n = rm_training_samples(t);
     out->params = params;
