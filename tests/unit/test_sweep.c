@@ -123,7 +123,7 @@ static void test_rejects(void)
         {"  parameters:\n  - {path: training.batchSizePerWorker, values: [32, 40.5]}\n"
          "  trialTemplate: {replicas: 1}\n",
          "spec.parameters[0].values[1]", NULL},
-        {"  parameters:\n  - {path: training.optimizer.type, values: [sgd, adamw]}\n"
+        {"  parameters:\n  - {path: training.optimizer.type, values: [sgd, adamx]}\n"
          "  trialTemplate: {replicas: 1}\n",
          "spec.parameters[0].values[1]", NULL},
         {"  parameters:\n  - {path: training.batchSizePerWorker, min: 0, max: 64, scale: log}\n"
