@@ -87,8 +87,9 @@ typedef struct job {
     int nkv;
     bool have_result;
     double test_accuracy, train_loss, seconds, samples_per_second;
+    double val_loss, tokens_per_second; /* 0 = not reported */
     int64_t steps;
-    rm_rdzv_eval evals[RM_RDZV_MAX_EVALS]; /* rank 0's, ascending epoch; kept across rounds */
+    rm_rdzv_eval evals[RM_RDZV_MAX_EVALS]; /* rank 0's, ascending step; kept across rounds */
     int nevals;
     double memmax[5]; /* largest reported: params, grads, optimizer, activations, peak RSS */
     char servers[RM_RDZV_MAX_SERVERS][64]; /* parameter servers' addresses by index ("" none) */
@@ -247,28 +248,10 @@ static void job_clear(job *j)
     j->nevals = 0;
 }
 
-int rm_rdzv_eval_add(rm_rdzv_eval *a, int *n, int epoch, double acc, double loss)
+int rm_rdzv_eval_add(rm_rdzv_eval *a, int *n, int epoch, int64_t step, double acc, double loss, double vloss)
 {
-    int i = 0;
-    if (epoch < 1)
-        return 0;
-    while (i < *n && a[i].epoch < epoch)
-        i++;
-    if (i < *n && a[i].epoch == epoch) {
-        if (a[i].test_accuracy == acc && a[i].train_loss == loss)
-            return 0;
-        a[i].test_accuracy = acc;
-        a[i].train_loss = loss;
-        return 1;
-    }
-    if (i >= RM_RDZV_MAX_EVALS)
-        return 0;
-    int last = *n < RM_RDZV_MAX_EVALS ? *n : RM_RDZV_MAX_EVALS - 1;
-    memmove(&a[i + 1], &a[i], (size_t)(last - i) * sizeof a[0]);
-    a[i] = (rm_rdzv_eval){.epoch = epoch, .test_accuracy = acc, .train_loss = loss};
-    if (*n < RM_RDZV_MAX_EVALS)
-        (*n)++;
-    return 1;
+    rm_eval e = {.epoch = epoch, .step = step, .test_accuracy = acc, .train_loss = loss, .val_loss = vloss};
+    return rm_eval_add(a, n, RM_RDZV_MAX_EVALS, &e);
 }
 
 static int member_find(const job *j, const char *wid)
@@ -673,7 +656,7 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
         return rm_http_reply_text(resp, 200, "application/json", "{\"epoch\":0,\"action\":\"stop\"}");
     const char *wid = NULL, *state = NULL;
     int64_t epoch = 0, rank = -1, step = 0, train_epoch = 0, ckpt = 0, ckfail = 0;
-    double loss = 0, sps = 0, gbps = 0;
+    double loss = 0, sps = 0, gbps = 0, tps = 0;
     const char *ckerr = NULL;
     const cJSON *res = NULL, *ev = NULL, *memo = NULL;
     double mem[5] = {0};
@@ -689,6 +672,7 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
         bad(rm_json_int(body, "lastCheckpointStep", false, "", &ckpt, &e)) ||
         bad(rm_json_num(body, "loss", false, "", &loss, &e)) ||
         bad(rm_json_num(body, "samplesPerSecond", false, "", &sps, &e)) ||
+        bad(rm_json_num(body, "tokensPerSecond", false, "", &tps, &e)) ||
         bad(rm_json_num(body, "allreduceGBps", false, "", &gbps, &e)) ||
         bad(rm_json_str(body, "state", false, "", &state, &e)) ||
         bad(rm_json_int(body, "checkpointFailures", false, "", &ckfail, &e)) ||
@@ -705,30 +689,35 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
         rc = rm_http_reply_error(resp, 400, "report: bad workerId, epoch, rank, trainEpoch or state");
         goto out;
     }
-    double ta = 0, tl = 0, secs = 0, rsps = 0;
+    double ta = 0, tl = 0, secs = 0, rsps = 0, rvl = 0, rtps = 0;
     int64_t rsteps = 0;
     if (res && (bad(rm_json_num(res, "testAccuracy", false, "result", &ta, &e)) ||
                 bad(rm_json_num(res, "trainLoss", false, "result", &tl, &e)) ||
                 bad(rm_json_num(res, "seconds", false, "result", &secs, &e)) ||
                 bad(rm_json_num(res, "samplesPerSecond", false, "result", &rsps, &e)) ||
+                bad(rm_json_num(res, "valLoss", false, "result", &rvl, &e)) ||
+                bad(rm_json_num(res, "tokensPerSecond", false, "result", &rtps, &e)) ||
                 bad(rm_json_int(res, "steps", false, "result", &rsteps, &e)))) {
         rc = rm_http_reply_error(resp, 400, "report: %s", e.msg);
         goto out;
     }
-    /* rank 0's evaluations (the same on every rank: evaluation is reduced); capped */
+    /* rank 0's evaluations (the same on every rank: evaluation is reduced); capped. "step" and
+     * "valLoss" are absent from a peer that predates them: its entries are keyed by epoch */
     int nev = 0;
     for (const cJSON *x = ev ? ev->child : NULL; x && nev < RM_RDZV_MAX_EVALS; x = x->next, nev++) {
-        int64_t ep = 0;
-        double eacc = 0, eloss = 0;
+        int64_t ep = 0, estep = 0;
+        double eacc = 0, eloss = 0, evl = 0;
         if (!cJSON_IsObject(x) || rm_json_int(x, "epoch", true, "evaluations[]", &ep, &e) < 0 ||
+            bad(rm_json_int(x, "step", false, "evaluations[]", &estep, &e)) ||
             bad(rm_json_num(x, "testAccuracy", false, "evaluations[]", &eacc, &e)) ||
-            bad(rm_json_num(x, "trainLoss", false, "evaluations[]", &eloss, &e)) || ep < 1 ||
-            ep > 1000000000) {
+            bad(rm_json_num(x, "trainLoss", false, "evaluations[]", &eloss, &e)) ||
+            bad(rm_json_num(x, "valLoss", false, "evaluations[]", &evl, &e)) || ep < 1 || ep > 1000000000 ||
+            estep < 0) {
             rc = rm_http_reply_error(resp, 400, "report: %s", e.msg[0] ? e.msg : "bad evaluations[]");
             goto out;
         }
         if (rank == 0)
-            rm_rdzv_eval_add(j->evals, &j->nevals, (int)ep, eacc, eloss);
+            rm_rdzv_eval_add(j->evals, &j->nevals, (int)ep, estep, eacc, eloss, evl);
     }
     for (int k = 0; memo && k < 5; k++) {
         if (bad(rm_json_num(memo, mem_keys[k], false, "memory", &mem[k], &e)) || !(mem[k] >= 0) ||
@@ -761,6 +750,7 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
     m->m.last_checkpoint_step = ckpt;
     m->m.loss = loss;
     m->m.samples_per_second = sps;
+    m->m.tokens_per_second = tps;
     m->m.allreduce_gbps = gbps;
     m->m.done = state && strcmp(state, "done") == 0;
     m->m.checkpoint_failures = (int)ckfail;
@@ -774,6 +764,8 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
         j->train_loss = tl;
         j->seconds = secs;
         j->samples_per_second = rsps;
+        j->val_loss = rvl;
+        j->tokens_per_second = rtps;
         j->steps = rsteps;
     }
     const char *action = rm_rdzv_action_names[j->stopped          ? RM_RDZV_STOP
@@ -1124,6 +1116,8 @@ int rm_rdzv_snapshot(rm_rdzv *r, const char *jobname, rm_rdzv_state *out)
         out->train_loss = j->train_loss;
         out->seconds = j->seconds;
         out->samples_per_second = j->samples_per_second;
+        out->val_loss = j->val_loss;
+        out->tokens_per_second = j->tokens_per_second;
         out->steps = j->steps;
         out->nevals = j->nevals;
         memcpy(out->evals, j->evals, (size_t)j->nevals * sizeof j->evals[0]);

@@ -15,9 +15,12 @@
  *   POST /v1/jobs/NS/NAME/report  {"workerId","epoch","rank","step","trainEpoch","loss",
  *        "samplesPerSecond","lastCheckpointStep","allreduceGBps","state":"training|done",
  *        "checkpointFailures":N,"checkpointError":"..." (both only while the last write failed),
- *        "result":{"testAccuracy","trainLoss","steps","seconds","samplesPerSecond"},
- *        "evaluations":[{"epoch","testAccuracy","trainLoss"},...] (every end-of-epoch evaluation
- *        so far, at most RM_RDZV_MAX_EVALS: an epoch shorter than the report period is not lost)}
+ *        "tokensPerSecond" (language models only),
+ *        "result":{"testAccuracy","trainLoss","steps","seconds","samplesPerSecond","valLoss",
+ *        "tokensPerSecond"} (the last two only when known),
+ *        "evaluations":[{"epoch","step","testAccuracy","trainLoss","valLoss"},...] (the newest
+ *        evaluations, at most RM_RDZV_MAX_EVALS: an epoch shorter than the report period is not
+ *        lost; "step" and "valLoss" may be absent: a peer that predates them still parses)}
  *        → 200 {"epoch":CURRENT,"action":"continue"|"rejoin"|"stop"}
  *   GET  /v1/jobs/NS/NAME   → the job's rendezvous state (debugging)
  * Servers (docs/strategies.md#roles-names-environment): parameter servers register where they serve,
@@ -46,6 +49,7 @@
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include "common/evals.h"
 #include "common/http.h"
 #include "common/rm.h"
 
@@ -55,16 +59,14 @@
 /* A node name (a Kubernetes node name is a DNS subdomain: at most 253 characters; the rendezvous
  * accepts rm_rdzv_name_ok's characters). */
 #define RM_RDZV_NODE_MAX 253
-/* End-of-epoch evaluations kept per job (rank 0's, one per training epoch, the first ones): what
- * the controller copies into status.progress.evaluations for a sweep's early stopping. */
+/* Evaluations kept per job (rank 0's, the newest ones; common/evals.h): what the controller copies
+ * into status.progress.evaluations for a sweep's early stopping. */
 #define RM_RDZV_MAX_EVALS 64
-typedef struct rm_rdzv_eval {
-    int epoch; /* finished training epochs at the evaluation (1 = after the first) */
-    double test_accuracy, train_loss;
-} rm_rdzv_eval;
-/* Insert into a[0..*n) (ascending epoch; the same epoch replaces; past RM_RDZV_MAX_EVALS later
- * epochs are dropped). Returns 1 if anything changed. */
-int rm_rdzv_eval_add(rm_rdzv_eval *a, int *n, int epoch, double test_accuracy, double train_loss);
+typedef rm_eval rm_rdzv_eval;
+/* rm_eval_add with RM_RDZV_MAX_EVALS (common/evals.h: ascending step, the same step replaces,
+ * when full the oldest makes room). Returns 1 if anything changed. */
+int rm_rdzv_eval_add(rm_rdzv_eval *a, int *n, int epoch, int64_t step, double test_accuracy,
+                     double train_loss, double val_loss);
 
 /* The protocol's name rule, one definition for service and client: a job's namespace or name, a
  * workerId or a kv key is 1..len characters of [A-Za-z0-9._-] (len = the segment's length; the
@@ -107,6 +109,7 @@ typedef struct rm_rdzv_member {
     int64_t step, last_checkpoint_step;
     int train_epoch;
     double loss, samples_per_second, allreduce_gbps;
+    double tokens_per_second;        /* language models: samples/s x tokens per row; 0 = none */
     bool done;                       /* reported state "done" */
     int checkpoint_failures;         /* consecutive failed checkpoint writes (0 = the last one succeeded) */
     char checkpoint_error[128];      /* the last failed write's message; "" when none */
@@ -125,8 +128,9 @@ typedef struct rm_rdzv_state {
     int trained_world;          /* that round's world size */
     bool have_result;
     double test_accuracy, train_loss, seconds, samples_per_second;
+    double val_loss, tokens_per_second; /* 0 = not reported (tokens/s: language models only) */
     int64_t steps;
-    rm_rdzv_eval evals[RM_RDZV_MAX_EVALS]; /* ascending epoch */
+    rm_rdzv_eval evals[RM_RDZV_MAX_EVALS]; /* ascending step */
     int nevals;
     /* the largest of every rank's reported memory (bytes; 0 = none reported): what one worker
      * needs, for status.result.memoryBytes / peakRssBytes */
@@ -172,11 +176,14 @@ typedef struct rm_rdzv_report {
     int epoch, rank, train_epoch;
     int64_t step, last_checkpoint_step;
     double loss, samples_per_second, allreduce_gbps;
+    double tokens_per_second; /* language models: samples_per_second x tokens per row; 0 = none */
     bool done;
     int checkpoint_failures;      /* consecutive failed checkpoint writes; 0 = last one ok */
     const char *checkpoint_error; /* borrowed; the last failure's message, NULL/"" when none */
     bool have_result;
     double test_accuracy, train_loss, seconds, result_samples_per_second;
+    double val_loss;                 /* the final evaluation's; 0 = none */
+    double result_tokens_per_second; /* the group's average; 0 = none (not a language model) */
     int64_t result_steps;
     rm_rdzv_eval evals[RM_RDZV_MAX_EVALS]; /* every evaluation so far, ascending */
     int nevals;

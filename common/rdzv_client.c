@@ -520,6 +520,8 @@ int rm_rdzv_send_report(rm_rdzv_client *c, const rm_rdzv_report *rep, rm_rdzv_ac
     cJSON_AddNumberToObject(o, "trainEpoch", rep->train_epoch);
     cJSON_AddNumberToObject(o, "loss", rep->loss); /* NaN prints as null = absent */
     cJSON_AddNumberToObject(o, "samplesPerSecond", rep->samples_per_second);
+    if (rep->tokens_per_second > 0) /* language models only */
+        cJSON_AddNumberToObject(o, "tokensPerSecond", rep->tokens_per_second);
     cJSON_AddNumberToObject(o, "lastCheckpointStep", (double)rep->last_checkpoint_step);
     cJSON_AddNumberToObject(o, "allreduceGBps", rep->allreduce_gbps);
     cJSON_AddStringToObject(o, "state", rep->done ? "done" : "training");
@@ -533,9 +535,14 @@ int rm_rdzv_send_report(rm_rdzv_client *c, const rm_rdzv_report *rep, rm_rdzv_ac
             cJSON *ev = cJSON_CreateObject();
             if (!ev)
                 break;
-            cJSON_AddNumberToObject(ev, "epoch", rep->evals[i].epoch);
-            cJSON_AddNumberToObject(ev, "testAccuracy", rep->evals[i].test_accuracy);
-            cJSON_AddNumberToObject(ev, "trainLoss", rep->evals[i].train_loss);
+            const rm_rdzv_eval *x = &rep->evals[i];
+            cJSON_AddNumberToObject(ev, "epoch", x->epoch);
+            if (x->step > 0)
+                cJSON_AddNumberToObject(ev, "step", (double)x->step);
+            cJSON_AddNumberToObject(ev, "testAccuracy", x->test_accuracy);
+            cJSON_AddNumberToObject(ev, "trainLoss", x->train_loss);
+            if (x->val_loss != 0) /* NaN prints as null = absent, as 0 does here */
+                cJSON_AddNumberToObject(ev, "valLoss", x->val_loss);
             cJSON_AddItemToArray(evs, ev);
         }
     }
@@ -554,6 +561,10 @@ int rm_rdzv_send_report(rm_rdzv_client *c, const rm_rdzv_report *rep, rm_rdzv_ac
         cJSON_AddNumberToObject(res, "steps", (double)rep->result_steps);
         cJSON_AddNumberToObject(res, "seconds", rep->seconds);
         cJSON_AddNumberToObject(res, "samplesPerSecond", rep->result_samples_per_second);
+        if (rep->val_loss != 0)
+            cJSON_AddNumberToObject(res, "valLoss", rep->val_loss);
+        if (rep->result_tokens_per_second > 0)
+            cJSON_AddNumberToObject(res, "tokensPerSecond", rep->result_tokens_per_second);
     }
     char *body = rm_json_print(o);
     cJSON_Delete(o);

@@ -78,6 +78,7 @@ cJSON *rm_tj_status_to_json(const rm_tj_status *st)
         cJSON_AddNumberToObject(p, "samplesPerSecond", st->progress.samples_per_second);
         cJSON_AddNumberToObject(p, "lastCheckpointStep", (double)st->progress.last_checkpoint_step);
         cJSON_AddNumberToObject(p, "allreduceGBps", st->progress.allreduce_gbps);
+        add_nonzero(p, "tokensPerSecond", st->progress.tokens_per_second);
         if (st->progress.nevals > 0) {
             cJSON *ev = cJSON_AddArrayToObject(p, "evaluations");
             for (int i = 0; ev && i < st->progress.nevals && i < RM_TJ_MAX_EVALS; i++) {
@@ -235,6 +236,7 @@ int rm_tj_status_from_json(const cJSON *so, rm_tj_status *st, rm_err *err)
         TRY(tj_i64(o, "lastCheckpointStep", "status.progress", &st->progress.last_checkpoint_step, NULL, 0,
                    err));
         TRY(tj_num(o, "allreduceGBps", "status.progress", &st->progress.allreduce_gbps, NULL, 0, err));
+        TRY(tj_num(o, "tokensPerSecond", "status.progress", &st->progress.tokens_per_second, NULL, 0, err));
         const cJSON *ev = NULL;
         TRY(tj_arr(o, "evaluations", "status.progress", &ev, err));
         int k = 0;
@@ -253,12 +255,7 @@ int rm_tj_status_from_json(const cJSON *so, rm_tj_status *st, rm_err *err)
             TRY(tj_num(x, "trainLoss", ectx, &loss, NULL, 0, err));
             TRY(tj_i64(x, "step", ectx, &step, NULL, 0, err));
             TRY(tj_num(x, "valLoss", ectx, &vloss, NULL, 0, err));
-            rm_tj_progress_add_eval(&st->progress, e, acc, loss);
-            for (int i = 0; i < st->progress.nevals; i++)
-                if (st->progress.evals[i].epoch == e) {
-                    st->progress.evals[i].step = step;
-                    st->progress.evals[i].val_loss = vloss;
-                }
+            rm_tj_progress_add_eval(&st->progress, e, step, acc, loss, vloss);
         }
     }
     TRY(tj_obj(so, "stepHighWater", "status", NULL, &o, NULL, err));
@@ -339,27 +336,13 @@ int rm_tj_set_condition(rm_tj_status *st, rm_cond_type type, bool status, const 
     return changed;
 }
 
-int rm_tj_progress_add_eval(rm_tj_progress *p, int epoch, double test_accuracy, double train_loss)
+int rm_tj_progress_add_eval(rm_tj_progress *p, int epoch, int64_t step, double test_accuracy,
+                            double train_loss, double val_loss)
 {
-    int i = 0;
-    if (epoch < 1)
-        return 0;
-    while (i < p->nevals && p->evals[i].epoch < epoch)
-        i++;
-    if (i < p->nevals && p->evals[i].epoch == epoch) {
-        rm_tj_eval *e = &p->evals[i];
-        if (e->test_accuracy == test_accuracy && e->train_loss == train_loss)
-            return 0;
-        e->test_accuracy = test_accuracy;
-        e->train_loss = train_loss;
-        return 1;
-    }
-    if (i >= RM_TJ_MAX_EVALS)
-        return 0;
-    int last = p->nevals < RM_TJ_MAX_EVALS ? p->nevals : RM_TJ_MAX_EVALS - 1;
-    memmove(&p->evals[i + 1], &p->evals[i], (size_t)(last - i) * sizeof p->evals[0]);
-    p->evals[i] = (rm_tj_eval){.epoch = epoch, .test_accuracy = test_accuracy, .train_loss = train_loss};
-    if (p->nevals < RM_TJ_MAX_EVALS)
-        p->nevals++;
-    return 1;
+    rm_eval e = {.epoch = epoch,
+                 .step = step,
+                 .test_accuracy = test_accuracy,
+                 .train_loss = train_loss,
+                 .val_loss = val_loss};
+    return rm_eval_add(p->evals, &p->nevals, RM_TJ_MAX_EVALS, &e);
 }

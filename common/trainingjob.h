@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include "common/backend.h"
+#include "common/evals.h"
 #include "common/rm.h"
 
 #define RM_TJ_GROUP "ringmaster.dev"
@@ -368,16 +369,10 @@ typedef struct rm_condition {
     bool present; /* false = not in the list yet */
 } rm_condition;
 
-/* One end-of-epoch evaluation (status.progress.evaluations[]): what a sweep's early stopping reads.
- * epoch counts finished data epochs (1 = after the first). At most RM_TJ_MAX_EVALS are kept (the
- * first ones: a sweep decides early). */
+/* One evaluation (status.progress.evaluations[]; common/evals.h): what a sweep's early stopping
+ * reads. At most RM_TJ_MAX_EVALS are kept, the newest (ascending step). */
 #define RM_TJ_MAX_EVALS 64
-typedef struct rm_tj_eval {
-    int epoch;
-    double test_accuracy, train_loss;
-    int64_t step;    /* the optimizer step it ran at; 0 = not reported */
-    double val_loss; /* validation loss; 0 = not reported */
-} rm_tj_eval;
+typedef rm_eval rm_tj_eval;
 
 typedef struct rm_tj_progress {
     int64_t step;
@@ -386,12 +381,15 @@ typedef struct rm_tj_progress {
     double samples_per_second;
     int64_t last_checkpoint_step;
     double allreduce_gbps;             /* busbw reported by rank 0 */
-    rm_tj_eval evals[RM_TJ_MAX_EVALS]; /* evaluations, ascending epoch */
+    double tokens_per_second;          /* rank 0's, language models only; 0 = left out */
+    rm_tj_eval evals[RM_TJ_MAX_EVALS]; /* evaluations, ascending step */
     int nevals;
 } rm_tj_progress;
-/* Record an evaluation in ascending-epoch order (a re-evaluation of an epoch replaces it; past
- * RM_TJ_MAX_EVALS entries, later epochs are dropped). Returns 1 if anything changed. */
-int rm_tj_progress_add_eval(rm_tj_progress *p, int epoch, double test_accuracy, double train_loss);
+/* Record an evaluation: rm_eval_add with RM_TJ_MAX_EVALS (ascending step; the same step replaces;
+ * when full the oldest makes room). step 0 / val_loss 0 = not known. Returns 1 if anything
+ * changed. */
+int rm_tj_progress_add_eval(rm_tj_progress *p, int epoch, int64_t step, double test_accuracy,
+                            double train_loss, double val_loss);
 
 typedef struct rm_tj_result {
     bool present;

@@ -277,6 +277,9 @@ static void copy_result(rc_ctx *c)
     res->train_loss = r->train_loss;
     res->seconds = r->seconds;
     res->samples_per_second = r->samples_per_second;
+    /* the final evaluation's loss (a worker that predates result.valLoss: the newest listed) */
+    res->val_loss = r->val_loss != 0 || r->nevals == 0 ? r->val_loss : r->evals[r->nevals - 1].val_loss;
+    res->tokens_per_second = r->tokens_per_second;
     res->steps = r->steps;
     res->memory_params = r->mem_params;
     res->memory_grads = r->mem_grads;
@@ -360,13 +363,16 @@ static void copy_progress(rc_ctx *c, int target)
             st->progress.samples_per_second = m->samples_per_second;
             st->progress.last_checkpoint_step = m->last_checkpoint_step;
             st->progress.allreduce_gbps = m->allreduce_gbps;
+            st->progress.tokens_per_second = m->tokens_per_second;
         }
     }
-    /* per-epoch evaluations: merged, so a rendezvous that forgot them (an operator restart) never
-     * erases what status already holds */
-    for (int i = 0; i < r->nevals && i < RM_RDZV_MAX_EVALS; i++)
-        rm_tj_progress_add_eval(&st->progress, r->evals[i].epoch, r->evals[i].test_accuracy,
-                                r->evals[i].train_loss);
+    /* evaluations: merged, so a rendezvous that forgot them (an operator restart) never erases
+     * what status already holds */
+    for (int i = 0; i < r->nevals && i < RM_RDZV_MAX_EVALS; i++) {
+        const rm_rdzv_eval *e = &r->evals[i];
+        rm_tj_progress_add_eval(&st->progress, e->epoch, e->step, e->test_accuracy, e->train_loss,
+                                e->val_loss);
+    }
 }
 
 /* R0b: the spec as written is invalid; the job keeps running at its last valid spec. */
@@ -1007,19 +1013,20 @@ bool rm_reconcile_status_equal(const rm_tj_status *a, const rm_tj_status *b)
     if (p->step != q->step || p->train_epoch != q->train_epoch || p->loss != q->loss ||
         p->samples_per_second != q->samples_per_second ||
         p->last_checkpoint_step != q->last_checkpoint_step || p->allreduce_gbps != q->allreduce_gbps ||
-        p->nevals != q->nevals)
+        p->tokens_per_second != q->tokens_per_second || p->nevals != q->nevals)
         return false;
     for (int i = 0; i < p->nevals && i < RM_TJ_MAX_EVALS; i++)
-        if (p->evals[i].epoch != q->evals[i].epoch ||
+        if (p->evals[i].epoch != q->evals[i].epoch || p->evals[i].step != q->evals[i].step ||
             p->evals[i].test_accuracy != q->evals[i].test_accuracy ||
-            p->evals[i].train_loss != q->evals[i].train_loss)
+            p->evals[i].train_loss != q->evals[i].train_loss || p->evals[i].val_loss != q->evals[i].val_loss)
             return false;
     const rm_tj_result *r = &a->result, *s = &b->result;
     if (r->present != s->present || r->test_accuracy != s->test_accuracy || r->train_loss != s->train_loss ||
         r->seconds != s->seconds || r->samples_per_second != s->samples_per_second || r->steps != s->steps ||
         r->memory_params != s->memory_params || r->memory_grads != s->memory_grads ||
         r->memory_optimizer != s->memory_optimizer || r->memory_activations != s->memory_activations ||
-        r->peak_rss_bytes != s->peak_rss_bytes)
+        r->peak_rss_bytes != s->peak_rss_bytes || r->val_loss != s->val_loss ||
+        r->tokens_per_second != s->tokens_per_second)
         return false;
     for (int t = 0; t < RM_COND__COUNT; t++) {
         const rm_condition *c = &a->conditions[t], *d = &b->conditions[t];

@@ -538,8 +538,9 @@ static int evaluate(trainer *t, rm_err *err)
     t->test_acc = correct / ((double)n * t->m.label_row); /* per position for a language model */
     t->eval_step = t->step;
     /* per-epoch numbers for the controller (a sweep's early stopping): the epoch just finished */
-    rm_rdzv_eval_add(t->evals, &t->nevals, t->train_epoch + 1, t->test_acc, t->train_loss);
     t->test_loss = loss / n;
+    rm_rdzv_eval_add(t->evals, &t->nevals, t->train_epoch + 1, t->step, t->test_acc, t->train_loss,
+                     t->test_loss);
     rm_series_set(t->wm.test_acc, t->test_acc);
     rm_info("evaluation train_epoch=%d step=%lld test_accuracy=%.4f test_loss=%.4f", t->train_epoch,
             (long long)t->step, t->test_acc, t->test_loss);

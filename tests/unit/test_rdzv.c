@@ -639,8 +639,8 @@ static void test_report(void)
     CU_ASSERT_EQUAL(s->nevals, 0);
     /* per-epoch evaluations (a sweep's early stopping reads them): every report carries them all,
      * the service keeps rank 0's in epoch order; another rank's are ignored */
-    rm_rdzv_eval_add(rep.evals, &rep.nevals, 2, 0.85, 0.4);
-    rm_rdzv_eval_add(rep.evals, &rep.nevals, 1, 0.80, 0.6);
+    rm_rdzv_eval_add(rep.evals, &rep.nevals, 2, 20, 0.85, 0.4, 0);
+    rm_rdzv_eval_add(rep.evals, &rep.nevals, 1, 10, 0.80, 0.6, 0);
     CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
     s = snap(&f);
     CU_ASSERT_EQUAL_FATAL(s->nevals, 2);
@@ -659,6 +659,94 @@ static void test_report(void)
     CU_ASSERT_EQUAL(act, RM_RDZV_REJOIN);
     CU_ASSERT_EQUAL(cur, 2);
     rm_rdzv_client_free(c);
+    fx_stop(&f);
+}
+
+/* A language model's numbers on the wire (docs/models-and-data.md, "Shapes and status"): tokens/s,
+ * each evaluation's step and valLoss, the result's valLoss and tokens/s travel both ways; a peer
+ * that predates them (no such keys) still parses, its evaluations keyed by epoch. */
+static void test_report_lm_numbers(void)
+{
+    fx f;
+    rm_rdzv_client *c = joined_alone(&f);
+    CU_ASSERT_FATAL(c != NULL);
+    rm_err e = {0};
+    rm_rdzv_report rep = {.epoch = 1,
+                          .rank = 0,
+                          .step = 300,
+                          .train_epoch = 1,
+                          .samples_per_second = 8,
+                          .tokens_per_second = 8 * 256};
+    /* three evaluations, two in epoch 1 (evalEverySteps), given out of order */
+    rm_rdzv_eval_add(rep.evals, &rep.nevals, 2, 300, 0.40, 2.2, 2.125);
+    rm_rdzv_eval_add(rep.evals, &rep.nevals, 1, 100, 0.30, 2.9, 2.75);
+    rm_rdzv_eval_add(rep.evals, &rep.nevals, 1, 200, 0.35, 2.5, 2.5);
+    rm_rdzv_action act = RM_RDZV_STOP;
+    int cur = 0;
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
+    rm_rdzv_state *s = snap(&f);
+    CU_ASSERT_DOUBLE_EQUAL(s->members[0].tokens_per_second, 2048, 0);
+    CU_ASSERT_EQUAL_FATAL(s->nevals, 3);
+    CU_ASSERT_EQUAL(s->evals[0].step, 100);
+    CU_ASSERT_EQUAL(s->evals[1].step, 200);
+    CU_ASSERT_EQUAL(s->evals[1].epoch, 1);
+    CU_ASSERT_EQUAL(s->evals[2].step, 300);
+    CU_ASSERT_DOUBLE_EQUAL(s->evals[0].val_loss, 2.75, 0);
+    CU_ASSERT_DOUBLE_EQUAL(s->evals[2].val_loss, 2.125, 0);
+    CU_ASSERT_FALSE(s->have_result);
+    /* re-evaluated at step 200 (a resumed rank 0): replaced, not added */
+    rm_rdzv_eval_add(rep.evals, &rep.nevals, 1, 200, 0.36, 2.4, 2.375);
+    CU_ASSERT_EQUAL(rep.nevals, 3);
+    rep.done = true;
+    rep.have_result = true;
+    rep.val_loss = 2.125;
+    rep.result_tokens_per_second = 4096;
+    rep.result_samples_per_second = 16;
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
+    s = snap(&f);
+    CU_ASSERT_EQUAL(s->nevals, 3);
+    CU_ASSERT_DOUBLE_EQUAL(s->evals[1].val_loss, 2.375, 0);
+    CU_ASSERT(s->have_result);
+    CU_ASSERT_DOUBLE_EQUAL(s->val_loss, 2.125, 0);
+    CU_ASSERT_DOUBLE_EQUAL(s->tokens_per_second, 4096, 0);
+    CU_ASSERT_DOUBLE_EQUAL(s->samples_per_second, 16, 0);
+    /* an MLP worker reports no tokens: nothing about tokens on the wire, 0 in the snapshot */
+    rep.tokens_per_second = 0;
+    rep.result_tokens_per_second = 0;
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
+    CU_ASSERT_DOUBLE_EQUAL(snap(&f)->members[0].tokens_per_second, 0, 0);
+    CU_ASSERT_DOUBLE_EQUAL(snap(&f)->tokens_per_second, 0, 0);
+    rm_rdzv_client_free(c);
+    fx_stop(&f);
+
+    /* an older peer: no step, valLoss or tokensPerSecond anywhere */
+    CU_ASSERT_FATAL(fx_start(&f, 1, 1, 0) == 0);
+    static const char old_body[] =
+        "{\"workerId\":\"0\",\"epoch\":1,\"rank\":0,\"step\":40,\"samplesPerSecond\":5,"
+        "\"evaluations\":[{\"epoch\":2,\"testAccuracy\":0.8,\"trainLoss\":0.3},"
+        "{\"epoch\":1,\"testAccuracy\":0.7,\"trainLoss\":0.4}],"
+        "\"result\":{\"testAccuracy\":0.8,\"trainLoss\":0.3,\"steps\":40,\"seconds\":2,"
+        "\"samplesPerSecond\":20}}";
+    CU_ASSERT_EQUAL(raw(&f, "POST", P("/report"), BEARER, old_body, sizeof old_body - 1, NULL), 200);
+    s = snap(&f);
+    CU_ASSERT_EQUAL_FATAL(s->nevals, 2);
+    CU_ASSERT_EQUAL(s->evals[0].epoch, 1);
+    CU_ASSERT_EQUAL(s->evals[0].step, 0);
+    CU_ASSERT_DOUBLE_EQUAL(s->evals[1].test_accuracy, 0.8, 0);
+    CU_ASSERT_DOUBLE_EQUAL(s->evals[1].val_loss, 0, 0);
+    CU_ASSERT(s->have_result);
+    CU_ASSERT_DOUBLE_EQUAL(s->val_loss, 0, 0);
+    CU_ASSERT_DOUBLE_EQUAL(s->tokens_per_second, 0, 0);
+    CU_ASSERT_DOUBLE_EQUAL(s->members[0].tokens_per_second, 0, 0);
+    /* a newer worker taking over: its stepped entry of epoch 2 replaces the stepless one */
+    static const char new_body[] = "{\"workerId\":\"0\",\"epoch\":1,\"rank\":0,\"step\":50,"
+                                   "\"evaluations\":[{\"epoch\":2,\"step\":40,\"testAccuracy\":0.81,"
+                                   "\"trainLoss\":0.3,\"valLoss\":0.35}]}";
+    CU_ASSERT_EQUAL(raw(&f, "POST", P("/report"), BEARER, new_body, sizeof new_body - 1, NULL), 200);
+    s = snap(&f);
+    CU_ASSERT_EQUAL_FATAL(s->nevals, 2);
+    CU_ASSERT_EQUAL(s->evals[1].step, 40);
+    CU_ASSERT_DOUBLE_EQUAL(s->evals[1].val_loss, 0.35, 0);
     fx_stop(&f);
 }
 
@@ -794,6 +882,11 @@ static void test_garbage(void)
         "{\"workerId\":\"0\",\"epoch\":1,\"memory\":3}",
         "{\"workerId\":\"0\",\"epoch\":1,\"memory\":{\"params\":-1}}",
         "{\"workerId\":\"0\",\"epoch\":1,\"memory\":{\"peakRss\":\"big\"}}",
+        "{\"workerId\":\"0\",\"epoch\":1,\"tokensPerSecond\":\"fast\"}",
+        "{\"workerId\":\"0\",\"epoch\":1,\"result\":{\"valLoss\":\"low\"}}",
+        "{\"workerId\":\"0\",\"epoch\":1,\"evaluations\":[{\"epoch\":1,\"step\":-5}]}",
+        "{\"workerId\":\"0\",\"epoch\":1,\"evaluations\":[{\"epoch\":1,\"step\":2.5}]}",
+        "{\"workerId\":\"0\",\"epoch\":1,\"evaluations\":[{\"epoch\":1,\"valLoss\":[]}]}",
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(bad_report); i++) {
         long st = raw(&f, "POST", P("/report"), BEARER, bad_report[i], strlen(bad_report[i]), NULL);
@@ -1273,6 +1366,7 @@ void rm_suite_rdzv(void)
         {"restart_while_a_join_is_held", test_restart_while_held},
         {"kv_put_get_wait_timeout_limits_epochs", test_kv},
         {"report_updates_snapshot_old_epoch_rejoins", test_report},
+        {"report_lm_numbers_both_ways_and_old_peers", test_report_lm_numbers},
         {"trained_epoch_survives_the_next_restart", test_trained_epoch_survives_restart},
         {"stop_and_remove", test_stop_and_remove},
         {"garbage_requests_get_4xx", test_garbage},

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "common/json.h"
 #include "operator/reconcile.h"
 #include "tests/unit/testutil.h"
 
@@ -53,8 +54,9 @@ typedef struct scen {
     /* observations */
     const char *workers;
     const char *rdzv;
-    int rdzv_desired; /* 0 -> base 4/min; -1 -> never set */
-    double now;       /* 0 -> 1000 */
+    void (*rdzv_more)(rm_rdzv_state *r); /* what the notation cannot say (NULL = nothing) */
+    int rdzv_desired;                    /* 0 -> base 4/min; -1 -> never set */
+    double now;                          /* 0 -> 1000 */
     /* expectations */
     const char *actions;
     rm_phase ephase;
@@ -358,6 +360,8 @@ static void run_once(const scen *s, const rm_tj *tj, run_result *rr)
     int nw = parse_workers(s->workers, w, T_MAXW);
     if (s->rdzv)
         parse_rdzv(s->rdzv, &rz);
+    if (s->rdzv && s->rdzv_more)
+        s->rdzv_more(&rz);
     if (s->rdzv && s->ckfail && rz.nmembers > 0) {
         rz.members[0].checkpoint_failures = s->ckfail;
         snprintf(rz.members[0].checkpoint_error, sizeof rz.members[0].checkpoint_error, "disk full");
@@ -1299,6 +1303,97 @@ static void test_progress_and_result_copied(void)
     rm_tj_free(&tj);
 }
 
+/* A language model's numbers (docs/models-and-data.md, "Shapes and status"): rank 0's tokens/s,
+ * the evaluations with their steps and valLoss, the result's valLoss and tokens/s reach status and
+ * its JSON; a change of one of them alone is a status change. */
+static void lm_numbers(rm_rdzv_state *r)
+{
+    r->members[0].tokens_per_second = 65536;
+    r->members[1].tokens_per_second = 1; /* not rank 0: not shown */
+    rm_rdzv_eval_add(r->evals, &r->nevals, 1, 50, 0.30, 2.9, 2.70);
+    rm_rdzv_eval_add(r->evals, &r->nevals, 1, 100, 0.35, 2.5, 2.40);
+    rm_rdzv_eval_add(r->evals, &r->nevals, 2, 150, 0.40, 2.2, 2.10);
+    if (r->have_result) {
+        r->val_loss = 2.10;
+        r->tokens_per_second = 250000;
+    }
+}
+
+static void lm_numbers_old_worker(rm_rdzv_state *r)
+{
+    lm_numbers(r);
+    r->val_loss = 0; /* a worker that predates result.valLoss: the newest evaluation's */
+}
+
+static void test_lm_numbers_projected(void)
+{
+    scen s = {.name = "lm", RUNNING_ST, .workers = ALL4, .rdzv = CLOSED0, .rdzv_more = lm_numbers};
+    rm_tj tj;
+    base_job(&tj, &s);
+    static run_result r;
+    run_once(&s, &tj, &r);
+    const rm_tj_status *st = &r.out.status;
+    CU_ASSERT_DOUBLE_EQUAL(st->progress.tokens_per_second, 65536, 0);
+    CU_ASSERT_EQUAL_FATAL(st->progress.nevals, 3);
+    CU_ASSERT_EQUAL(st->progress.evals[0].step, 50);
+    CU_ASSERT_EQUAL(st->progress.evals[1].epoch, 1); /* two in epoch 1: keyed by step */
+    CU_ASSERT_EQUAL(st->progress.evals[1].step, 100);
+    CU_ASSERT_DOUBLE_EQUAL(st->progress.evals[2].val_loss, 2.10, 0);
+    CU_ASSERT_FALSE(st->result.present);
+    cJSON *j = rm_tj_status_to_json(st);
+    CU_ASSERT_DOUBLE_EQUAL(rm_json_path(j, "progress.tokensPerSecond")->valuedouble, 65536, 0);
+    CU_ASSERT_DOUBLE_EQUAL(rm_json_path(j, "progress.evaluations[1].step")->valuedouble, 100, 0);
+    CU_ASSERT_DOUBLE_EQUAL(rm_json_path(j, "progress.evaluations[1].valLoss")->valuedouble, 2.40, 0);
+    cJSON_Delete(j);
+
+    /* fed back (the operator reads its own status): the same numbers are no change */
+    tj.status = r.out.status;
+    run_once(&s, &tj, &r);
+    CU_ASSERT_EQUAL(r.out.status.progress.nevals, 3);
+    CU_ASSERT_FALSE(r.out.status_changed);
+
+    s.rdzv = CLOSED0 " result";
+    run_once(&s, &tj, &r);
+    st = &r.out.status;
+    CU_ASSERT_TRUE(r.out.status_changed);
+    CU_ASSERT_TRUE(st->result.present);
+    CU_ASSERT_DOUBLE_EQUAL(st->result.val_loss, 2.10, 0);
+    CU_ASSERT_DOUBLE_EQUAL(st->result.tokens_per_second, 250000, 0);
+    j = rm_tj_status_to_json(st);
+    CU_ASSERT_DOUBLE_EQUAL(rm_json_path(j, "result.valLoss")->valuedouble, 2.10, 0);
+    CU_ASSERT_DOUBLE_EQUAL(rm_json_path(j, "result.tokensPerSecond")->valuedouble, 250000, 0);
+    rm_tj_status back;
+    memset(&back, 0, sizeof back);
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(rm_tj_status_from_json(j, &back, &e), RM_OK);
+    CU_ASSERT_DOUBLE_EQUAL(back.result.val_loss, 2.10, 0);
+    CU_ASSERT_DOUBLE_EQUAL(back.progress.tokens_per_second, 65536, 0);
+    CU_ASSERT_EQUAL(back.progress.nevals, 3);
+    CU_ASSERT_EQUAL(back.progress.evals[2].step, 150);
+    cJSON_Delete(j);
+
+    /* an older worker's result without valLoss: the newest evaluation's stands in */
+    rm_tj tj2;
+    s.rdzv_more = lm_numbers_old_worker;
+    base_job(&tj2, &s);
+    run_once(&s, &tj2, &r);
+    CU_ASSERT_DOUBLE_EQUAL(r.out.status.result.val_loss, 2.10, 0);
+
+    /* an MLP job (no tokens, no valLoss anywhere) leaves the keys out */
+    s.rdzv_more = NULL;
+    rm_tj tj3;
+    base_job(&tj3, &s);
+    run_once(&s, &tj3, &r);
+    j = rm_tj_status_to_json(&r.out.status);
+    CU_ASSERT_PTR_NULL(rm_json_path(j, "result.valLoss"));
+    CU_ASSERT_PTR_NULL(rm_json_path(j, "result.tokensPerSecond"));
+    CU_ASSERT_PTR_NULL(rm_json_path(j, "progress.tokensPerSecond"));
+    cJSON_Delete(j);
+    rm_tj_free(&tj);
+    rm_tj_free(&tj2);
+    rm_tj_free(&tj3);
+}
+
 static void test_start_time_set_on_first_create(void)
 {
     scen s = {.name = "st", .rdzv_desired = -1, .now = 1234};
@@ -1531,6 +1626,7 @@ void rm_suite_reconcile(void)
         {"scenario table (each row also checked for idempotence)", test_table},
         {"lastTransitionTime moves only on a flip", test_transition_time_only_on_flip},
         {"progress and result copied from the rendezvous", test_progress_and_result_copied},
+        {"valLoss, tokens/s and stepped evaluations reach status", test_lm_numbers_projected},
         {"startTime set on first creation", test_start_time_set_on_first_create},
         {"action array too small / bad args", test_action_array_too_small},
         {"simulation: three failures -> Succeeded, restarts 3", test_simulated_failures},

@@ -558,9 +558,9 @@ static void test_obs_from_tj(void)
     rm_tj tj;
     CU_ASSERT_EQUAL_FATAL(rm_sweep_trial_tj(&sw, 3, &tj, &e), RM_OK);
     tj.status.phase = RM_PHASE_RUNNING;
-    rm_tj_progress_add_eval(&tj.status.progress, 2, 0.8, 0.3);
-    rm_tj_progress_add_eval(&tj.status.progress, 1, 0.7, 0.4);
-    rm_tj_progress_add_eval(&tj.status.progress, 2, 0.81, 0.29); /* re-evaluated: replaced */
+    rm_tj_progress_add_eval(&tj.status.progress, 2, 200, 0.8, 0.3, 0);
+    rm_tj_progress_add_eval(&tj.status.progress, 1, 100, 0.7, 0.4, 0);
+    rm_tj_progress_add_eval(&tj.status.progress, 2, 200, 0.81, 0.29, 0); /* re-evaluated: replaced */
     CU_ASSERT_EQUAL(tj.status.progress.nevals, 2);
     CU_ASSERT_EQUAL(tj.status.progress.evals[0].epoch, 1);
     rm_sweep_obs o;
@@ -587,25 +587,69 @@ static void test_obs_from_tj(void)
     CU_ASSERT_EQUAL(rm_sweep_obs_from_tj(&sw, &tj, &o), -1);
     rm_tj_free(&tj);
     rm_sweep_free(&sw);
-    /* the worker's and the rendezvous' list: ascending, replaced in place, capped */
+}
+
+/* The evaluation list (common/evals.h) the worker, the rendezvous and status share: ascending
+ * step, several per epoch, the same step replaces, full -> the oldest makes room. */
+static void test_eval_list(void)
+{
     rm_rdzv_eval ev[RM_RDZV_MAX_EVALS];
     int n = 0;
-    CU_ASSERT_EQUAL(rm_rdzv_eval_add(ev, &n, 2, 0.8, 0.3), 1);
-    CU_ASSERT_EQUAL(rm_rdzv_eval_add(ev, &n, 1, 0.7, 0.4), 1);
-    CU_ASSERT_EQUAL(rm_rdzv_eval_add(ev, &n, 1, 0.7, 0.4), 0);
-    CU_ASSERT_EQUAL(rm_rdzv_eval_add(ev, &n, 0, 0.7, 0.4), 0);
-    CU_ASSERT_EQUAL(n, 2);
-    CU_ASSERT_EQUAL(ev[0].epoch, 1);
+    CU_ASSERT_EQUAL(rm_rdzv_eval_add(ev, &n, 2, 200, 0.8, 0.3, 1.5), 1);
+    CU_ASSERT_EQUAL(rm_rdzv_eval_add(ev, &n, 1, 100, 0.7, 0.4, 1.9), 1);
+    CU_ASSERT_EQUAL(rm_rdzv_eval_add(ev, &n, 1, 50, 0.6, 0.5, 2.1), 1);  /* mid-epoch: its own entry */
+    CU_ASSERT_EQUAL(rm_rdzv_eval_add(ev, &n, 1, 100, 0.7, 0.4, 1.9), 0); /* the same again */
+    CU_ASSERT_EQUAL(rm_rdzv_eval_add(ev, &n, 0, 10, 0.7, 0.4, 1.9), 0);  /* no epoch */
+    CU_ASSERT_EQUAL(rm_rdzv_eval_add(ev, &n, 1, -1, 0.7, 0.4, 1.9), 0);  /* no such step */
+    CU_ASSERT_EQUAL_FATAL(n, 3);
+    CU_ASSERT(ev[0].step == 50 && ev[1].step == 100 && ev[2].step == 200);
+    CU_ASSERT(ev[0].epoch == 1 && ev[1].epoch == 1 && ev[2].epoch == 2);
+    /* the same step replaces (the final evaluation at the last epoch end's step) */
+    CU_ASSERT_EQUAL(rm_rdzv_eval_add(ev, &n, 3, 200, 0.82, 0.28, 1.4), 1);
+    CU_ASSERT_EQUAL(n, 3);
+    CU_ASSERT_EQUAL(ev[2].epoch, 3);
+    CU_ASSERT_DOUBLE_EQUAL(ev[2].val_loss, 1.4, 0);
+    /* full: each newer one pushes the oldest out; the newest RM_RDZV_MAX_EVALS stay, in order */
     for (int k = 3; k <= RM_RDZV_MAX_EVALS + 5; k++)
-        rm_rdzv_eval_add(ev, &n, k, 0.9, 0.1);
+        CU_ASSERT_EQUAL(rm_rdzv_eval_add(ev, &n, 3, 100 * k, 0.9, 0.1, 1.0 / k), 1);
+    CU_ASSERT_EQUAL_FATAL(n, RM_RDZV_MAX_EVALS);
+    CU_ASSERT_EQUAL(ev[RM_RDZV_MAX_EVALS - 1].step, 100 * (RM_RDZV_MAX_EVALS + 5));
+    CU_ASSERT_EQUAL(ev[0].step, 100 * 6);
+    bool ascending = true;
+    for (int i = 1; i < n; i++)
+        ascending = ascending && ev[i - 1].step < ev[i].step;
+    CU_ASSERT(ascending);
+    /* full: older than every kept one is dropped; in between is inserted, the oldest leaves */
+    CU_ASSERT_EQUAL(rm_rdzv_eval_add(ev, &n, 3, 550, 0.9, 0.1, 1), 0);
+    CU_ASSERT_EQUAL(rm_rdzv_eval_add(ev, &n, 3, 650, 0.9, 0.1, 1), 1);
     CU_ASSERT_EQUAL(n, RM_RDZV_MAX_EVALS);
-    CU_ASSERT_EQUAL(ev[RM_RDZV_MAX_EVALS - 1].epoch, RM_RDZV_MAX_EVALS);
+    CU_ASSERT(ev[0].step == 650 && ev[1].step == 700);
+    CU_ASSERT_EQUAL(ev[RM_RDZV_MAX_EVALS - 1].step, 100 * (RM_RDZV_MAX_EVALS + 5));
+    /* a replacement when full changes nothing else */
+    CU_ASSERT_EQUAL(rm_rdzv_eval_add(ev, &n, 3, 700, 0.5, 0.1, 1), 1);
+    CU_ASSERT(ev[0].step == 650 && ev[1].step == 700 && ev[1].test_accuracy == 0.5);
+
+    /* stepless entries (an older peer or status) are keyed by epoch; a stepped one of the same
+     * epoch replaces it and a stepless report keeps the step already known */
+    rm_tj_progress p;
+    memset(&p, 0, sizeof p);
+    CU_ASSERT_EQUAL(rm_tj_progress_add_eval(&p, 2, 0, 0.8, 0.3, 0), 1);
+    CU_ASSERT_EQUAL(rm_tj_progress_add_eval(&p, 1, 0, 0.7, 0.4, 0), 1);
+    CU_ASSERT_EQUAL(rm_tj_progress_add_eval(&p, 1, 0, 0.71, 0.4, 0), 1);
+    CU_ASSERT_EQUAL_FATAL(p.nevals, 2);
+    CU_ASSERT(p.evals[0].epoch == 1 && p.evals[0].test_accuracy == 0.71);
+    CU_ASSERT_EQUAL(rm_tj_progress_add_eval(&p, 2, 400, 0.8, 0.3, 0.9), 1);
+    CU_ASSERT_EQUAL(p.nevals, 2);
+    CU_ASSERT(p.evals[1].step == 400 && p.evals[1].val_loss == 0.9);
+    CU_ASSERT_EQUAL(rm_tj_progress_add_eval(&p, 2, 0, 0.8, 0.3, 0.9), 0);
+    CU_ASSERT_EQUAL(p.evals[1].step, 400);
 }
 
 void rm_suite_sweep(void)
 {
     static const rm_test_case cases[] = {
         {"parse_base", test_parse_base},
+        {"eval_list_step_keyed_newest_kept", test_eval_list},
         {"rejects", test_rejects},
         {"grid_ranges", test_grid_ranges},
         {"random", test_random},

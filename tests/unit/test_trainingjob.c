@@ -1568,9 +1568,7 @@ static void test_models_and_data(void)
     snprintf(st.data.uri, sizeof st.data.uri, "https://example.org/corpus.txt");
     st.data.bytes = 512;
     st.data.total_bytes = 1024;
-    rm_tj_progress_add_eval(&st.progress, 1, 0.5, 2.0);
-    st.progress.evals[0].step = 250;
-    st.progress.evals[0].val_loss = 1.9;
+    rm_tj_progress_add_eval(&st.progress, 1, 250, 0.5, 2.0, 1.9);
     sj = rm_tj_status_to_json(&st);
     CU_ASSERT_EQUAL(rm_json_path(sj, "result.model.bytes")->valuedouble, 1 << 20);
     CU_ASSERT_EQUAL(rm_json_path(sj, "data.totalBytes")->valuedouble, 1024);
