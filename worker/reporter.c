@@ -5,6 +5,13 @@
 
 /* ---------------- reporting ---------------- */
 
+/* Tokens in one sample: a language model's row is label_row tokens (docs/models-and-data.md,
+ * "Shapes and status": tokens/s = samples/s x tokens per row); the MLP reports no tokens. */
+static double tokens_per_row(const trainer *t)
+{
+    return t->m.family && t->m.family->name && strcmp(t->m.family->name, "gpt") == 0 ? t->m.label_row : 0;
+}
+
 /* One polling join of the group being re-formed in the background (reporter.detached): the
  * round closed -> hand it to the training thread; still open and settled -> the joiners are the
  * workers alive (what parameter servers proceed with). Reporter thread, outside mu. */
@@ -64,6 +71,7 @@ static void *reporter_main(void *arg)
         last_samples = r->samples;
         rm_rdzv_report rep = r->snap;
         rep.samples_per_second = r->last_rate;
+        rep.tokens_per_second = r->last_rate * r->tokens_per_row;
         char ckpt_err[sizeof r->ckpt_err]; /* the report is sent after the unlock */
         memcpy(ckpt_err, r->ckpt_err, sizeof ckpt_err);
         rep.checkpoint_error = ckpt_err;
@@ -166,17 +174,27 @@ void rm_tr_reporter_publish(trainer *t, bool active)
     r->snap.loss = t->train_loss;
     r->snap.allreduce_gbps = t->ar_gbps;
     r->snap.checkpoint_failures = t->ckpt_failures;
+    const rm_rdzv_eval *last = t->nevals > 0 ? &t->evals[t->nevals - 1] : NULL,
+                       *had = r->snap.nevals > 0 ? &r->snap.evals[r->snap.nevals - 1] : NULL;
+    /* copied only when it changed (publish runs every step): a new evaluation is a new last
+     * entry, whether the list grew or, full, dropped its oldest */
     if (r->snap.nevals != t->nevals ||
-        (t->nevals > 0 && r->snap.evals[t->nevals - 1].epoch != t->evals[t->nevals - 1].epoch)) {
+        (last && (last->step != had->step || last->epoch != had->epoch ||
+                  last->test_accuracy != had->test_accuracy || last->val_loss != had->val_loss))) {
         memcpy(r->snap.evals, t->evals, (size_t)t->nevals * sizeof t->evals[0]);
-        r->snap.nevals = t->nevals; /* copied only when it changed: publish runs every step */
+        r->snap.nevals = t->nevals;
     }
     if (strcmp(r->ckpt_err, t->ckpt_err) != 0)
         memcpy(r->ckpt_err, t->ckpt_err, sizeof r->ckpt_err);
     r->samples = t->samples_local;
+    r->tokens_per_row = tokens_per_row(t);
     t->rate = r->last_rate;
     pthread_mutex_unlock(&r->mu);
     rm_series_set(t->wm.samples_per_s, t->rate); /* this thread re-labels: current rank's series */
+    if (last)
+        rm_series_set(t->wm.val_loss, last->val_loss);
+    if (tokens_per_row(t) > 0)
+        rm_wmetrics_set_tokens_per_second(&t->wm, t->rate * tokens_per_row(t));
 }
 
 /* Report now rather than within the next second: a round's first report is how the controller
@@ -215,6 +233,7 @@ int rm_tr_report(trainer *t, bool done)
         .last_checkpoint_step = t->last_ckpt_step > 0 ? t->last_ckpt_step : 0,
         .loss = t->train_loss,
         .samples_per_second = t->rate,
+        .tokens_per_second = t->rate * tokens_per_row(t),
         .allreduce_gbps = t->ar_gbps,
         .done = done,
         .checkpoint_failures = t->ckpt_failures,
@@ -236,6 +255,8 @@ int rm_tr_report(trainer *t, bool done)
         rep.seconds = t->train_seconds;
         rep.result_samples_per_second =
             t->train_seconds > 0 ? (double)t->samples_local * rslots / t->train_seconds : 0;
+        rep.result_tokens_per_second = rep.result_samples_per_second * tokens_per_row(t);
+        rep.val_loss = t->eval_step >= 0 ? t->test_loss : 0; /* the final evaluation's */
         rep.result_steps = t->step;
     }
     rm_rdzv_action act = RM_RDZV_CONTINUE;

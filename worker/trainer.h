@@ -63,8 +63,9 @@ typedef struct reporter {
     int64_t samples;     /* local samples so far, guarded by mu */
     atomic_int action;   /* 0, R_REJOIN or R_STOP for the round in snap.epoch */
     atomic_int action_epoch;
-    double last_rate; /* guarded by mu; the training thread copies it to the gauge
+    double last_rate;      /* guarded by mu; the training thread copies it to the gauge
                                    (the gauge's series changes with the rank label) */
+    double tokens_per_row; /* guarded by mu; a language model's tokens per sample, else 0 */
     /* Workers that never talk to each other (a strategy that claims its batches: parameter
      * servers) do not stop when the rendezvous moves on (docs/strategies.md#failure-semantics:
      * nobody waits): the reporter re-joins in the background with polling joins while the
@@ -158,7 +159,7 @@ typedef struct trainer {
     /* results and rates */
     double test_acc, test_loss, train_loss;
     int64_t eval_step;                     /* step of the last evaluation, -1 none */
-    rm_rdzv_eval evals[RM_RDZV_MAX_EVALS]; /* every end-of-epoch evaluation, for the reports */
+    rm_rdzv_eval evals[RM_RDZV_MAX_EVALS]; /* the newest evaluations, for the reports */
     int nevals;
     double t_start, train_seconds;
     int64_t samples_local;

@@ -47,6 +47,9 @@ int rm_wmetrics_start(rm_wmetrics *w, const char *addr, const char *job, double 
     H(f_recovery, "ringmaster_worker_recovery_seconds",
       "From failure detection to the first step of the new epoch.", rc_b);
     G(f_test_acc, "ringmaster_worker_test_accuracy", "Test-set accuracy of the last evaluation.");
+    G(f_val_loss, "ringmaster_worker_val_loss",
+      "Mean loss over the validation/test split at the last evaluation (nats per token for a language "
+      "model); 0 before the first.");
     G(f_world, "ringmaster_worker_world_size", "Workers in the current rendezvous round.");
     G(f_samples_per_s, "ringmaster_worker_samples_per_second",
       "Training samples per second on this worker (last interval).");
@@ -104,6 +107,7 @@ int rm_wmetrics_set_rank(rm_wmetrics *w, int rank, rm_err *err)
         {w->f_last_ckpt, &w->last_ckpt},
         {w->f_recovery, &w->recovery},
         {w->f_test_acc, &w->test_acc},
+        {w->f_val_loss, &w->val_loss},
         {w->f_world, &w->world},
         {w->f_samples_per_s, &w->samples_per_s},
         {w->f_grad_norm, &w->grad_norm},
@@ -122,9 +126,12 @@ int rm_wmetrics_set_rank(rm_wmetrics *w, int rank, rm_err *err)
             rm_metric_remove(m[i].f, vals); /* no stale series for a rank we no longer are */
         }
     }
+    w->tokens_per_s = NULL; /* re-fetched under the new rank by the next set */
     if (had) {
         const char *const vals[] = {w->job, old};
         rm_metric_remove(w->f_peak_rss, vals);
+        if (w->f_tokens_per_s)
+            rm_metric_remove(w->f_tokens_per_s, vals);
         for (size_t k = 0; k < RM_ARRAY_LEN(MEM_KINDS); k++) {
             const char *const mv[] = {w->job, old, MEM_KINDS[k]};
             rm_metric_remove(w->f_memory, mv);
@@ -200,4 +207,21 @@ void rm_wmetrics_set_pipeline(rm_wmetrics *w, int stage, double bubble, double s
         rm_series_inc(bs, sent);
     if (br)
         rm_series_inc(br, recv);
+}
+
+void rm_wmetrics_set_tokens_per_second(rm_wmetrics *w, double v)
+{
+    rm_err e = {0};
+    if (!w->reg)
+        return;
+    if (!w->f_tokens_per_s &&
+        rm_metrics_gauge(w->reg, "ringmaster_worker_tokens_per_second",
+                         "Training tokens per second on this worker (last interval; language models).",
+                         LABELS, &w->f_tokens_per_s, &e)) {
+        rm_warn("tokens/s metric: %s", e.msg);
+        return;
+    }
+    if (!w->tokens_per_s && !(w->tokens_per_s = rm_metric_with2(w->f_tokens_per_s, w->job, w->rank)))
+        return;
+    rm_series_set(w->tokens_per_s, v);
 }

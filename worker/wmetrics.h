@@ -20,11 +20,13 @@ typedef struct rm_wmetrics {
     char job[256];
     char rank[16];
     rm_metric *f_step, *f_loss, *f_samples, *f_epoch, *f_train_epoch, *f_restarts, *f_ar_seconds, *f_ar_bytes,
-        *f_ckpt_seconds, *f_last_ckpt, *f_recovery, *f_test_acc, *f_world, *f_samples_per_s, *f_memory,
-        *f_peak_rss, *f_grad_norm;
+        *f_ckpt_seconds, *f_last_ckpt, *f_recovery, *f_test_acc, *f_val_loss, *f_world, *f_samples_per_s,
+        *f_memory, *f_peak_rss, *f_grad_norm;
+    rm_metric *f_tokens_per_s;                              /* language models only (lazily) */
     rm_metric *f_pipe_stage, *f_pipe_bubble, *f_pipe_bytes; /* pipelines only (lazily) */
     rm_series *step, *loss, *samples, *epoch, *train_epoch, *restarts, *ar_seconds, *ar_bytes, *ckpt_seconds,
-        *last_ckpt, *recovery, *test_acc, *world, *samples_per_s, *grad_norm;
+        *last_ckpt, *recovery, *test_acc, *val_loss, *world, *samples_per_s, *grad_norm;
+    rm_series *tokens_per_s; /* under the current rank; NULL until the first set */
 } rm_wmetrics;
 
 /* ringmaster_worker_memory_bytes{kind=params|grads|optimizer|activations} (what the training
@@ -38,6 +40,11 @@ int rm_wmetrics_set_memory(rm_wmetrics *w, double params, double grads, double o
  * _pipeline_bytes_total{direction=sent|received} (counters) under the current rank; the
  * families are registered on the first call. Errors (out of memory) are logged, not returned. */
 void rm_wmetrics_set_pipeline(rm_wmetrics *w, int stage, double bubble, double sent, double recv);
+
+/* ringmaster_worker_tokens_per_second (gauge: samples/s x tokens per row, last interval) under the
+ * current rank, for language models only: the family is registered on the first call, so an MLP
+ * job exports none. Errors (out of memory) are logged, not returned. */
+void rm_wmetrics_set_tokens_per_second(rm_wmetrics *w, double v);
 
 /* addr "" or NULL or "off" = no HTTP server (metrics still recorded). deadline_s for /healthz. */
 int rm_wmetrics_start(rm_wmetrics *w, const char *addr, const char *job, double deadline_s, rm_err *err);

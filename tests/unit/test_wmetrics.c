@@ -36,7 +36,8 @@ static void test_families_and_rank(void)
                            "ringmaster_worker_checkpoint_seconds_bucket",
                            "ringmaster_worker_last_checkpoint_step",
                            "ringmaster_worker_recovery_seconds_bucket",
-                           "ringmaster_worker_test_accuracy"};
+                           "ringmaster_worker_test_accuracy",
+                           "ringmaster_worker_val_loss"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         char want[200];
         snprintf(want, sizeof want, "%s{job=\"ns/job\",rank=\"3\"", names[i]);
@@ -49,6 +50,34 @@ static void test_families_and_rank(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(txt, "ringmaster_worker_restarts_total{job=\"ns/job\",rank=\"3\"} 1"));
     free(txt);
     rm_wmetrics_stop(&w);
+    rm_wmetrics_stop(&w);
+}
+
+/* tokens/s (docs/models-and-data.md, "Shapes and status"): a language model's worker exports it
+ * under its current rank; an MLP worker, which never sets it, has no such family at all. */
+static void test_tokens_per_second(void)
+{
+    rm_wmetrics w;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_wmetrics_start(&w, "off", "ns/job", 60, &e), RM_OK);
+    size_t len = 0;
+    char *txt = rm_metrics_render(w.reg, &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(txt);
+    CU_ASSERT_PTR_NULL(strstr(txt, "tokens_per_second"));
+    free(txt);
+    rm_wmetrics_set_tokens_per_second(&w, 4096);
+    rm_wmetrics_set_tokens_per_second(&w, 8192);
+    txt = rm_metrics_render(w.reg, &len);
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(txt, "ringmaster_worker_tokens_per_second{job=\"ns/job\",rank=\"0\"} 8192"));
+    free(txt);
+    /* a new rank: the old rank's series goes, the next set lands under the new one */
+    CU_ASSERT_EQUAL(rm_wmetrics_set_rank(&w, 2, &e), RM_OK);
+    rm_wmetrics_set_tokens_per_second(&w, 100);
+    txt = rm_metrics_render(w.reg, &len);
+    CU_ASSERT_PTR_NULL(strstr(txt, "ringmaster_worker_tokens_per_second{job=\"ns/job\",rank=\"0\"}"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(txt, "ringmaster_worker_tokens_per_second{job=\"ns/job\",rank=\"2\"} 100"));
+    free(txt);
     rm_wmetrics_stop(&w);
 }
 
@@ -93,6 +122,7 @@ void rm_suite_wmetrics(void)
     static const rm_test_case cases[] = {
         {"families_and_rank", test_families_and_rank},
         {"http_probes", test_http},
+        {"tokens_per_second_lazily_per_rank", test_tokens_per_second},
     };
     RM_ADD_SUITE("wmetrics", NULL, NULL, cases);
 }
