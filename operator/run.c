@@ -175,19 +175,31 @@ static void on_tick(void *ud, const rm_local_view *v)
         rm_sfmt(acc, sizeof acc, "%.4f", v->test_accuracy);
     else
         rm_sfmt(acc, sizeof acc, "-");
-    char line[400];
+    /* a language model's numbers (docs/models-and-data.md, "Shapes and status"): the newest
+     * evaluation's validation loss and the group's tokens/s, each only once known */
+    char lm[64] = "";
+    const rm_tj_progress *pg = &st->progress;
+    double vloss = pg->nevals > 0 ? pg->evals[pg->nevals - 1].val_loss : 0;
+    if (vloss != 0 && isfinite(vloss))
+        rm_sfmt(lm, sizeof lm, "  val_loss %.4f", vloss);
+    if (pg->tokens_per_second > 0) {
+        size_t n = strlen(lm);
+        rm_sfmt(lm + n, sizeof lm - n, "  %.0f tokens/s",
+                pg->tokens_per_second * (st->replicas > 0 ? st->replicas : 1));
+    }
+    char line[480];
     if (sp->training.mode == RM_MODE_BENCH) {
         rm_sfmt(line, sizeof line, "%-10s allreduce benchmark  workers %d/%d  restarts %d  %.0fs",
                 rm_phase_name(st->phase), v->alive, v->desired, st->restarts, v->now - v->started);
     } else {
         rm_sfmt(line, sizeof line,
-                "%-10s epoch %d/%d  step %lld/%.0f  loss %.4f  acc %s  %.0f samples/s  "
+                "%-10s epoch %d/%d  step %lld/%.0f  loss %.4f  acc %s%s  %.0f samples/s  "
                 "allreduce %.2f GB/s  workers %d/%d  restarts %d  ETA %s",
                 rm_phase_name(st->phase),
                 st->progress.train_epoch + (step > 0 ? 1 : 0) > sp->training.epochs
                     ? sp->training.epochs
                     : st->progress.train_epoch + (step > 0 ? 1 : 0),
-                sp->training.epochs, (long long)step, v->steps_total, st->progress.loss, acc,
+                sp->training.epochs, (long long)step, v->steps_total, st->progress.loss, acc, lm,
                 st->progress.samples_per_second * (st->replicas > 0 ? st->replicas : 1),
                 st->progress.allreduce_gbps, v->ready, v->desired, st->restarts, eta);
     }
@@ -634,12 +646,23 @@ static int report_outcome(const ui *u, rm_tj *job, const rm_local_result *res, c
         rm_run_print_json(rm_tj_to_json(job));
     } else if (st->phase == RM_PHASE_SUCCEEDED) {
         const rm_tj_result *r = &st->result;
-        if (r->present && job->spec.training.mode == RM_MODE_TRAIN)
-            printf("Succeeded: testAccuracy %.4f  trainLoss %.4f  steps %lld  %.1f s  "
-                   "%.0f samples/s  restarts %d\n",
-                   r->test_accuracy, r->train_loss, (long long)r->steps, r->seconds, r->samples_per_second,
-                   st->restarts);
-        else
+        if (r->present && job->spec.training.mode == RM_MODE_TRAIN) {
+            /* valLoss and tokens/s when reported; a language model's perplexity is exp(valLoss)
+             * (mean nats per token; docs/models-and-data.md) */
+            const char *mt = job->spec.training.model_type;
+            bool lm = mt && strcmp(mt, rm_model_type_names[RM_MODEL_GPT]) == 0;
+            char vl[64] = "", tk[32] = "";
+            if (r->val_loss != 0 && isfinite(r->val_loss) && lm)
+                rm_sfmt(vl, sizeof vl, "  valLoss %.4f (perplexity %.2f)", r->val_loss, exp(r->val_loss));
+            else if (r->val_loss != 0 && isfinite(r->val_loss))
+                rm_sfmt(vl, sizeof vl, "  valLoss %.4f", r->val_loss);
+            if (r->tokens_per_second > 0)
+                rm_sfmt(tk, sizeof tk, "  %.0f tokens/s", r->tokens_per_second);
+            printf("Succeeded: testAccuracy %.4f  trainLoss %.4f%s  steps %lld  %.1f s  "
+                   "%.0f samples/s%s  restarts %d\n",
+                   r->test_accuracy, r->train_loss, vl, (long long)r->steps, r->seconds,
+                   r->samples_per_second, tk, st->restarts);
+        } else
             printf("Succeeded in %.1f s, restarts %d\n", res->seconds, st->restarts);
     } else if (st->phase == RM_PHASE_FAILED) {
         printf("Failed: %s\n", st->conditions[RM_COND_FAILED].reason);
