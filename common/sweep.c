@@ -16,7 +16,7 @@
 #include "common/json.h"
 
 static const char *const algo_names[] = {"grid", "random", NULL};
-static const char *const metric_names[] = {"testAccuracy", "trainLoss", NULL};
+static const char *const metric_names[] = {"testAccuracy", "trainLoss", "valLoss", NULL};
 static const char *const sweep_phase_names[] = {"Pending", "Running", "Succeeded", "Failed"};
 static const char *const trial_phase_names[] = {"Pending", "Running", "Succeeded", "Failed", "Stopped"};
 static const char *const cond_names[] = {"Running", "Succeeded", "Failed"};
@@ -31,7 +31,7 @@ const char *rm_trial_phase_name(rm_trial_phase p)
 }
 const char *rm_sweep_metric_name(rm_sweep_metric m)
 {
-    return (unsigned)m < 2 ? metric_names[m] : "unknown";
+    return (unsigned)m < RM_ARRAY_LEN(metric_names) - 1 ? metric_names[m] : "unknown";
 }
 
 static bool finished(rm_trial_phase p)
@@ -1040,6 +1040,7 @@ int rm_sweep_obs_from_tj(const rm_sweep *sw, const rm_tj *trial, rm_sweep_obs *o
     out->have_result = st->result.present;
     out->test_accuracy = st->result.test_accuracy;
     out->train_loss = st->result.train_loss;
+    out->val_loss = st->result.val_loss;
     return out->index;
 }
 
@@ -1096,9 +1097,18 @@ static void set_cond(sctx *c, rm_sweep_cond_type t, bool status, const char *rea
     k->observed_generation = c->sw->generation;
 }
 
-static double obs_objective(const rm_sweep_spec *s, double acc, double loss)
+/* The objective out of one evaluation's (or the result's) numbers; NaN when not reported (a
+ * valLoss of 0: a worker that predates it). */
+static double obs_objective(const rm_sweep_spec *s, double acc, double loss, double val_loss)
 {
-    return s->metric == RM_SWEEP_TEST_ACCURACY ? acc : loss;
+    switch (s->metric) {
+    case RM_SWEEP_TEST_ACCURACY:
+        return acc;
+    case RM_SWEEP_TRAIN_LOSS:
+        return loss;
+    default:
+        return val_loss != 0 ? val_loss : NAN;
+    }
 }
 
 static bool better(const rm_sweep_spec *s, double a, double b)
@@ -1172,11 +1182,16 @@ static void rule_observe(sctx *c)
         rm_sweep_trial *t = &c->st->trials[o->index];
         if (finished(t->phase))
             continue; /* final */
+        /* ascending step: an epoch's newest evaluation wins (its end-of-epoch one once the
+         * epoch finished) */
         for (int e = 0; e < o->nevals; e++) {
-            int ep = o->evals[e].epoch;
+            const rm_tj_eval *x = &o->evals[e];
+            int ep = x->epoch;
             if (ep < 1 || ep > RM_SWEEP_MAX_EPOCHS)
                 continue;
-            t->obj[ep - 1] = obs_objective(s, o->evals[e].test_accuracy, o->evals[e].train_loss);
+            double v = obs_objective(s, x->test_accuracy, x->train_loss, x->val_loss);
+            if (isfinite(v))
+                t->obj[ep - 1] = v;
             if (ep > t->nobj)
                 t->nobj = ep;
             if (ep > t->epoch)
@@ -1185,9 +1200,9 @@ static void rule_observe(sctx *c)
         switch (o->phase) {
         case RM_TRIAL_SUCCEEDED:
             t->phase = RM_TRIAL_SUCCEEDED;
-            if (o->have_result) {
+            if (o->have_result && isfinite(obs_objective(s, o->test_accuracy, o->train_loss, o->val_loss))) {
                 t->have_final = true;
-                t->final_obj = obs_objective(s, o->test_accuracy, o->train_loss);
+                t->final_obj = obs_objective(s, o->test_accuracy, o->train_loss, o->val_loss);
             } else if (t->nobj > 0 && isfinite(t->obj[t->nobj - 1])) {
                 t->have_final = true;
                 t->final_obj = t->obj[t->nobj - 1];

@@ -42,7 +42,9 @@
 #define RM_SWEEP_MAX_EPOCHS RM_TJ_MAX_EVALS /* per-trial objective curve kept in status */
 
 typedef enum { RM_SWEEP_GRID = 0, RM_SWEEP_RANDOM } rm_sweep_algo;
-typedef enum { RM_SWEEP_TEST_ACCURACY = 0, RM_SWEEP_TRAIN_LOSS } rm_sweep_metric;
+/* What a trial is judged by: status.result's value and, per epoch, status.progress.evaluations[]
+ * (valLoss: the validation/test split's mean loss, docs/models-and-data.md). */
+typedef enum { RM_SWEEP_TEST_ACCURACY = 0, RM_SWEEP_TRAIN_LOSS, RM_SWEEP_VAL_LOSS } rm_sweep_metric;
 typedef enum { RM_SWEEP_PENDING = 0, RM_SWEEP_RUNNING, RM_SWEEP_SUCCEEDED, RM_SWEEP_FAILED } rm_sweep_phase;
 /* A trial's state in the sweep's table. Pending = not created yet. */
 typedef enum {
@@ -75,7 +77,7 @@ typedef struct rm_sweep_spec {
     int max_trials;          /* grid: default (and at most) the grid size; random: required */
     int parallel_trials;     /* default 1, <= RM_SWEEP_MAX_PARALLEL */
     rm_sweep_metric metric;  /* default testAccuracy */
-    bool maximize;           /* goal; default maximize for testAccuracy, minimize for trainLoss */
+    bool maximize;           /* goal; default maximize for testAccuracy, minimize for the losses */
     bool early_stopping;     /* earlyStopping given */
     int start_epoch;         /* earlyStopping.startEpoch, >= 1, default 2 */
     int min_trials;          /* earlyStopping.minTrials: finished trials the median needs; default 2 */
@@ -162,10 +164,11 @@ typedef struct rm_sweep_obs {
     int index;
     rm_trial_phase phase; /* Running (exists, not finished), Succeeded, Failed, Stopped */
     int nevals;
-    rm_tj_eval evals[RM_SWEEP_MAX_EPOCHS]; /* per-epoch evaluations, any order */
+    rm_tj_eval evals[RM_SWEEP_MAX_EPOCHS]; /* evaluations, ascending step (several per epoch
+                                              * with evalEverySteps) */
     bool have_result;
-    double test_accuracy, train_loss;
-    char reason[32]; /* Failed: why */
+    double test_accuracy, train_loss, val_loss; /* val_loss 0 = not reported */
+    char reason[32];                            /* Failed: why */
 } rm_sweep_obs;
 /* Fill an observation from a trial's TrainingJob (status.phase, status.progress.evaluations,
  * status.result). A Suspended trial counts as Stopped (that is how the operator stops one).
@@ -193,8 +196,9 @@ typedef struct rm_sweep_out {
 /* The sweep reconcile (pure). Starts from a copy of sw->status (a trial table recorded there is
  * kept: a finished trial stays finished even when its TrainingJob is gone).
  *  S1 Observe: a recorded-finished trial never changes; otherwise the observation sets the
- *     phase, the objective curve (testAccuracy or trainLoss per evaluated epoch) and, when it
- *     succeeded, the final objective. A created trial that is not observed (its object vanished
+ *     phase, the objective curve (testAccuracy, trainLoss or valLoss per evaluated epoch: the
+ *     epoch's newest evaluation, so its end-of-epoch one once it finished; a valLoss that was not
+ *     reported leaves the epoch unknown) and, when it succeeded, the final objective. A created trial that is not observed (its object vanished
  *     before finishing, or the cache has not seen it yet) is created again: same name, so a
  *     runtime answering AlreadyExists is idempotent and no index is ever duplicated.
  *  S2 Early stopping (earlyStopping set): a Running trial whose latest evaluated epoch e is >=

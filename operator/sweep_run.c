@@ -397,7 +397,10 @@ static void render(runner *r, char *buf, size_t cap, int *lines)
     n++;
     if (l < cap)
         l += (size_t)snprintf(buf + l, cap - l, "%-5s %-44s %-7s %-10s %s\n", "TRIAL", "PARAMETERS", "EPOCH",
-                              sp->metric == RM_SWEEP_TEST_ACCURACY ? "ACCURACY" : "LOSS", "STATE");
+                              sp->metric == RM_SWEEP_TEST_ACCURACY ? "ACCURACY"
+                              : sp->metric == RM_SWEEP_VAL_LOSS    ? "VAL_LOSS"
+                                                                   : "LOSS",
+                              "STATE");
     n++;
     for (int i = 0; i < st->total && l < cap; i++) {
         const rm_sweep_trial *t = &st->trials[i];

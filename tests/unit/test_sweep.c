@@ -157,6 +157,10 @@ static void test_rejects(void)
          "spec.parallelTrials", NULL},
         {"  objective: {metric: accuracy}\n  parameters:\n  - {path: training.optimizer.lr, values: [0.1]}\n"
          "  trialTemplate: {replicas: 1}\n",
+         "spec.objective.metric",
+         "spec.objective.metric: must be one of testAccuracy, trainLoss, valLoss (got \"accuracy\")"},
+        {"  objective: {metric: val_loss}\n  parameters:\n  - {path: training.optimizer.lr, values: [0.1]}\n"
+         "  trialTemplate: {replicas: 1}\n",
          "spec.objective.metric", NULL},
         {"  earlyStopping: {rule: median, startEpoch: 0}\n  parameters:\n"
          "  - {path: training.optimizer.lr, values: [0.1]}\n  trialTemplate: {replicas: 1}\n",
@@ -645,11 +649,92 @@ static void test_eval_list(void)
     CU_ASSERT_EQUAL(p.evals[1].step, 400);
 }
 
+/* objective valLoss: parsed, minimized by default, judged per epoch on the epoch's newest
+ * evaluation; a trial that reports no valLoss has no objective (never "best" at 0) */
+static void test_val_loss_objective(void)
+{
+    rm_sweep sw;
+    rm_err e = {0};
+    char acts[256];
+    CU_ASSERT_EQUAL_FATAL(parse_text("  parallelTrials: 3\n  objective: {metric: valLoss}\n"
+                                     "  earlyStopping: {rule: median, startEpoch: 1, minTrials: 1}\n"
+                                     "  parameters:\n"
+                                     "  - {path: training.optimizer.lr, values: [0.01, 0.02, 0.05, 0.1]}\n"
+                                     "  trialTemplate: {replicas: 1, training: {epochs: 3}}\n",
+                                     &sw, &e),
+                          RM_OK);
+    CU_ASSERT_EQUAL(sw.spec.metric, RM_SWEEP_VAL_LOSS);
+    CU_ASSERT_FALSE(sw.spec.maximize);
+    CU_ASSERT_STRING_EQUAL(rm_sweep_metric_name(sw.spec.metric), "valLoss");
+    /* the spec round-trips through JSON with its metric */
+    cJSON *j = rm_sweep_to_json(&sw);
+    CU_ASSERT_STRING_EQUAL(rm_json_path(j, "spec.objective.metric")->valuestring, "valLoss");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(j, "spec.objective.goal")->valuestring, "minimize");
+    cJSON_Delete(j);
+    pass(&sw, NULL, 0, 1, acts, sizeof acts);
+    CU_ASSERT_STRING_EQUAL(acts, "C0 C1 C2");
+    rm_sweep_obs o[4];
+    memset(o, 0, sizeof o);
+    /* trial 0 succeeded: two evaluations per epoch (evalEverySteps), the epoch end's is newest */
+    o[0].index = 0;
+    o[0].phase = RM_TRIAL_SUCCEEDED;
+    static const double v0[] = {3.0, 2.5, 2.2, 2.0, 1.9, 1.8};
+    for (int k = 0; k < 6; k++)
+        o[0].evals[k] = (rm_tj_eval){.epoch = k / 2 + 1,
+                                     .step = 50 * (k + 1),
+                                     .test_accuracy = 0.5,
+                                     .train_loss = 2,
+                                     .val_loss = v0[k]};
+    o[0].nevals = 6;
+    o[0].have_result = true;
+    o[0].test_accuracy = 0.5;
+    o[0].val_loss = 1.8;
+    /* trial 1 succeeded with a higher (worse) loss and a test accuracy that would win if it counted */
+    o[1] = o[0];
+    o[1].index = 1;
+    for (int k = 0; k < 6; k++)
+        o[1].evals[k].val_loss = v0[k] + 0.5;
+    o[1].val_loss = 2.3;
+    o[1].test_accuracy = 0.99;
+    /* trial 2 runs: after epoch 1 its newest loss 2.6 is below the median of 2.5 and 3.0 (2.75):
+     * kept (its mid-epoch 3.1 alone would have stopped it) */
+    o[2].index = 2;
+    o[2].phase = RM_TRIAL_RUNNING;
+    o[2].evals[0] = (rm_tj_eval){.epoch = 1, .step = 50, .val_loss = 3.1};
+    o[2].evals[1] = (rm_tj_eval){.epoch = 1, .step = 100, .val_loss = 2.6};
+    o[2].nevals = 2;
+    pass(&sw, o, 3, 2, acts, sizeof acts);
+    CU_ASSERT_STRING_EQUAL(acts, "C3");
+    CU_ASSERT_EQUAL(sw.status.best, 0); /* the lowest valLoss */
+    CU_ASSERT_DOUBLE_EQUAL(sw.status.best_objective, 1.8, 0);
+    CU_ASSERT_DOUBLE_EQUAL(sw.status.trials[0].obj[0], 2.5, 0); /* epoch 1's newest */
+    CU_ASSERT_DOUBLE_EQUAL(sw.status.trials[2].obj[0], 2.6, 0);
+    CU_ASSERT_EQUAL(sw.status.trials[2].phase, RM_TRIAL_RUNNING);
+    /* trial 2 at epoch 2: 2.9 is above the median of 2.0 and 2.5 (minimizing): stopped */
+    o[2].evals[2] = (rm_tj_eval){.epoch = 2, .step = 200, .val_loss = 2.9};
+    o[2].nevals = 3;
+    /* trial 3 (an older worker: no valLoss) succeeds: no objective, so never the best */
+    o[3].index = 3;
+    o[3].phase = RM_TRIAL_SUCCEEDED;
+    o[3].evals[0] = (rm_tj_eval){.epoch = 1, .test_accuracy = 0.9};
+    o[3].nevals = 1;
+    o[3].have_result = true;
+    o[3].test_accuracy = 0.9;
+    pass(&sw, o, 4, 3, acts, sizeof acts);
+    CU_ASSERT_STRING_EQUAL(acts, "S2");
+    CU_ASSERT_EQUAL(sw.status.trials[2].phase, RM_TRIAL_STOPPED);
+    CU_ASSERT(strstr(sw.status.trials[2].message, "valLoss 2.9000") != NULL);
+    CU_ASSERT_FALSE(sw.status.trials[3].have_final);
+    CU_ASSERT_EQUAL(sw.status.best, 0);
+    rm_sweep_free(&sw);
+}
+
 void rm_suite_sweep(void)
 {
     static const rm_test_case cases[] = {
         {"parse_base", test_parse_base},
         {"eval_list_step_keyed_newest_kept", test_eval_list},
+        {"val_loss_objective_minimized", test_val_loss_objective},
         {"rejects", test_rejects},
         {"grid_ranges", test_grid_ranges},
         {"random", test_random},
