@@ -492,6 +492,8 @@ static void gpt_backward(rm_model *m, const rm_model_pass *ps)
                   * scatter of the residual stream's gradient */
             bool acc;
             float *g = grad_dst(m, ps, 0, &acc);
+            if (ps->u1 == 1) /* the embedding alone (a pipeline stage): its output gradient is given */
+                k->d2d(dres, ps->dy, nc * sizeof(float));
             if (!head_in_pass && !acc)
                 k->memset0(g, wte_len * sizeof(float));
             if (!acc)
