@@ -313,13 +313,19 @@ int rm_par_validate(const rm_tj_spec *s, rm_err *err)
                             "must be a multiple of "
                             "spec.parallelism.pipelineStages (%d) (got %d)",
                             p, s->max_replicas);
-    int layers = t->nhidden + 1;
-    if (p > layers)
+    /* the transformer: layers + 2 units (the embedding, the blocks, the head), each stage >= 1 */
+    if (t->model_type && strcmp(t->model_type, rm_model_type_names[RM_MODEL_GPT]) == 0) {
+        if (p > t->layers + 2)
+            return tj_bad(err, P, "pipelineStages",
+                          "must be <= the transformer's %d units (spec.training.model.layers %d, the "
+                          "embedding and the head; each stage holds at least one) (got %d)",
+                          t->layers + 2, t->layers, p);
+    } else if (p > t->nhidden + 1)
         return tj_bad(err, P, "pipelineStages",
                       "must be <= the model's %d linear layers "
                       "(spec.training.model.hidden has %d widths; each stage holds at least one layer) "
                       "(got %d)",
-                      layers, t->nhidden, p);
+                      t->nhidden + 1, t->nhidden, p);
     if (s->strategy != RM_STRATEGY_ALLREDUCE)
         return rm_err_field(err, RM_EINVAL, "spec.parallelism.pipelineStages",
                             "must be 1 with "

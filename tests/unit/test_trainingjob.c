@@ -1187,6 +1187,39 @@ static void test_parallelism(void)
     cJSON_Delete(d);
 }
 
+/* A transformer's stages are bounded by its units (layers + 2: the embedding and the head hold a
+ * stage each at most), not by the MLP's hidden widths. */
+static void test_parallelism_gpt(void)
+{
+    for (int p = 4; p <= 5; p++) {
+        cJSON *d = base_doc();
+        char par[64];
+        snprintf(par, sizeof par, "{\"pipelineStages\": %d}", p);
+        set_path(d, "spec.parallelism", par);
+        set_path(d, "spec.replicas", p == 4 ? "4" : "5");
+        set_path(d, "spec.minReplicas", p == 4 ? "4" : "5");
+        set_path(d, "spec.maxReplicas", p == 4 ? "4" : "5");
+        set_path(d, "spec.training.model",
+                 "{\"type\": \"gpt\", \"layers\": 2, \"heads\": 2, \"embed\": 8, \"context\": 5}");
+        set_path(d, "spec.training.dataset", NULL);
+        set_path(d, "spec.training.dataDir", NULL);
+        set_path(d, "spec.training.data", "{\"uri\": \"builtin:tinyshakespeare\", \"format\": \"text\"}");
+        rm_err e = {0};
+        int rc = check(d, &e);
+        if (p == 4) {
+            CU_ASSERT_EQUAL(rc, RM_OK);
+            if (rc)
+                fprintf(stderr, "\n  gpt 4 stages: unexpected \"%s\"\n", e.msg);
+        } else {
+            CU_ASSERT_EQUAL(rc, RM_EINVAL);
+            CU_ASSERT_STRING_EQUAL(e.msg, "spec.parallelism.pipelineStages: must be <= the transformer's 4 "
+                                          "units (spec.training.model.layers 2, the embedding and the "
+                                          "head; each stage holds at least one) (got 5)");
+        }
+        cJSON_Delete(d);
+    }
+}
+
 /* spec.training.optimizer.type lbfgs (docs/strategies.md#sandblaster-l-bfgs): defaults, round trip, and
  * every rule that ties it to spec.strategy parameterServer / mode sync / backupWorkers 0, each naming
  * its field. */
@@ -1595,6 +1628,7 @@ void rm_suite_trainingjob(void)
         {"round_trip", test_round_trip},
         {"sharding", test_sharding},
         {"parallelism", test_parallelism},
+        {"parallelism_gpt", test_parallelism_gpt},
         {"lbfgs", test_lbfgs},
         {"allreduce_algo", test_allreduce_algo},
         {"status_and_conditions", test_status_and_conditions},
