@@ -30,7 +30,8 @@
  *
  * State (per stage): the flat parameter/gradient/optimizer buffers keep the allreduce strategy's
  * whole-model layout (so offsets, checkpoints and the P = 1 path are unchanged), but a stage holds
- * only its own layers' range [poff, poff + plen) of each, and (P > 1) never writes the others'
+ * only its own layers' range [poff, poff + plen) of each (and its copies of tied units, below),
+ * and (P > 1) never writes the others'
  * pages: the CPU table's allocations read as zeros without being resident, the seeded init
  * writes the stage's layers only (rm_model_init_params_units: the values P = 1 gives them), the
  * state agreement takes the position over the world and the stage's range from its replica 0 over
@@ -55,6 +56,22 @@
  * CPU ring's), buffers through the kernels table (device memory: copies where the CPU path touches
  * host memory), and the model's device buffers are still allocated whole (only the CPU table's
  * untouched pages stay unresident); the GPU path is compiled and linked but was not run here.
+ *
+ * Tied units (docs/models-and-data.md, "The transformer"; Megatron's arrangement for the tied
+ * embedding): a unit u that a unit of another stage reads (rm_model_unit.reads: the transformer's
+ * head reads the embedding's wte) is held whole by every reading stage too, at u's own offsets of
+ * the flat buffers (the whole unit, wte and wpe, rather than just what is read: the model interface
+ * names units, not parts of them, and the pages are the stage's either way). The copy is
+ * initialised like its owner's (rm_model_init_params_units gives a unit the same values whatever
+ * the range), its gradient range is zeroed before each schedule (a reading unit's backward writes
+ * only its part), averaged over the reading stage's data-parallel group like the stage's own range,
+ * then summed with the owner's over u's tie group (a ring sub-group of the replica's stages that
+ * hold u, formed like the links), and the same optimizer steps it on every holder, so the copies
+ * stay bit-identical to the owner's. A copy is never checkpointed (the owner's range has it): after
+ * any restore or fresh start the state agreement hands every holder the owner's parameters and
+ * optimizer state over the tie group. Evaluation forwards with the copy; the checksum counts u
+ * once, from its owner's range, and checks that the copies agree; memory counts the copy. A model
+ * without reads (the MLP) holds no copies, forms no tie groups and runs exactly as before.
  *
  * Ownership: rm_step owns its buffers, the inner allreduce state, the sub-group comms and the
  * receiver threads (round_end stops and frees the per-round parts; destroy everything). */
@@ -81,6 +98,7 @@
 
 #define PIPE_GROUP_DP 0x2000u   /* + stage: a stage's data-parallel group */
 #define PIPE_GROUP_LINK 0x4000u /* + lower rank: the link between stage p and p+1 */
+#define PIPE_GROUP_TIE 0x8000u  /* + u * 512 + replica: the stages of a replica holding tied unit u */
 
 struct rm_step {
     rm_step_env env;
@@ -100,8 +118,13 @@ struct rm_step {
     rm_comm *dp;                    /* data-parallel group of this stage (D > 1) */
     rm_comm *link_prev, *link_next; /* to stage p-1 / p+1 */
     const rm_pipe_link_ops *lk;     /* the links' transport: tcp (host memory) or nccl (device) */
-    rm_pipe_links *links;           /* activations from p-1 / gradients from p+1 (this round) */
-    rm_pipe_xfer *xf;               /* [4*M] the step's transfers in issue order (init) */
+    /* tied units ("Tied units" above): units of other stages that this stage's units read */
+    uint64_t copies;                  /* bit u: this stage keeps a copy of unit u (outside [l0, l1)) */
+    rm_comm *tie[RM_MODEL_MAX_UNITS]; /* unit u's tie group: the replica's stages holding u */
+    bool tied;                        /* this stage is in a tie group (owner or reader) */
+    float *tie_host;                  /* device memory: host staging for the ties' allreduces */
+    rm_pipe_links *links;             /* activations from p-1 / gradients from p+1 (this round) */
+    rm_pipe_xfer *xf;                 /* [4*M] the step's transfers in issue order (init) */
     int nxf;
     uint64_t nstep;             /* steps in this round */
     uint64_t nfwd, nbwd;        /* frames expected so far from p-1 / p+1 this round */
@@ -275,8 +298,14 @@ static void pl_round_end(rm_step *s)
         s->ring->destroy(s->link_prev);
         s->ring->destroy(s->link_next);
         s->ring->destroy(s->dp);
+        for (int u = 0; u < RM_MODEL_MAX_UNITS; u++)
+            s->ring->destroy(s->tie[u]);
     }
     s->link_prev = s->link_next = s->dp = NULL;
+    memset(s->tie, 0, sizeof s->tie);
+    s->tied = false;
+    free(s->tie_host);
+    s->tie_host = NULL;
     if (s->inner_ops && s->round_ok)
         s->inner_ops->round_end(s->inner);
     s->round_ok = false;
@@ -305,6 +334,127 @@ static int form_group(rm_step *s, const rm_step_round *r, const int *ranks, int 
     return s->ring->init(&cc, out, err);
 }
 
+/* ---------------------------------------------------------------------------------------------- */
+/* tied units ("Tied units" above)                                                                 */
+
+/* The stage whose layers include unit u (this round's bounds). */
+static int unit_stage(const rm_step *s, int u)
+{
+    int q = 0;
+    while (q + 1 < s->P && u >= s->bounds[q + 1])
+        q++;
+    return q;
+}
+
+/* The stages (bit q) that hold unit u: its owner and every stage with a unit that reads it. */
+static uint32_t unit_holders(const rm_step *s, int u)
+{
+    const rm_model *m = s->env.m;
+    uint32_t h = 1u << unit_stage(s, u);
+    for (int v = 0; v < m->nunits; v++)
+        if ((m->unit[v].reads >> u) & 1u)
+            h |= 1u << unit_stage(s, v);
+    return h;
+}
+
+static bool owns(const rm_step *s, int u)
+{
+    return u >= s->l0 && u < s->l1;
+}
+
+/* The units whose parameters this stage holds: its layers and its copies. */
+static bool holds(const rm_step *s, int u)
+{
+    return owns(s, u) || ((s->copies >> u) & 1u);
+}
+
+/* Floats of the copies (0 without any). */
+static size_t copies_len(const rm_step *s)
+{
+    size_t n = 0;
+    for (int u = 0; u < s->env.m->nunits; u++)
+        if ((s->copies >> u) & 1u)
+            n += s->env.m->unit[u].len;
+    return n;
+}
+
+/* Unit u's range of buf summed over its tie group. from_owner: the owner's values reach every
+ * holder (the others contribute zeros: x + 0 = x); otherwise the holders' values are added. Device
+ * memory goes through the host staging buffer (the ring is the CPU's). */
+static int tie_reduce(rm_step *s, int u, float *buf, bool from_owner, rm_err *err)
+{
+    const rm_kernels *k = s->env.k;
+    size_t off = s->env.m->unit[u].off, n = s->env.m->unit[u].len, bytes = n * sizeof(float);
+    float *h = k->host_memory ? buf + off : s->tie_host;
+    if (from_owner && !owns(s, u))
+        memset(h, 0, bytes);
+    else if (!k->host_memory)
+        RM_CHECK(dev_rc(s, k->d2h(h, buf + off, bytes), err));
+    RM_CHECK(s->ring->allreduce(s->tie[u], h, n, RM_DT_F32, RM_OP_SUM, err));
+    if (!k->host_memory)
+        RM_CHECK(dev_rc(s, k->h2d(buf + off, h, bytes), err));
+    return RM_OK;
+}
+
+/* After the schedule and the data-parallel average of the stage's range: the copies' gradients
+ * averaged over the data-parallel group too, then each tied unit's gradient summed over its tie
+ * group (the owner's part and the readers': the whole gradient, the same bits on every holder). */
+static int tie_grads(rm_step *s, rm_step_stats *st, rm_err *err)
+{
+    rm_model *m = s->env.m;
+    double a0 = rm_mono();
+    uint64_t bytes = 0;
+    for (int u = 0; u < m->nunits && s->dp; u++) {
+        if (!((s->copies >> u) & 1u))
+            continue;
+        RM_CHECK(
+            s->ring->allreduce(s->dp, m->grads + m->unit[u].off, m->unit[u].len, RM_DT_F32, RM_OP_AVG, err));
+        bytes += m->unit[u].len * sizeof(float);
+    }
+    for (int u = 0; u < m->nunits; u++) {
+        if (!s->tie[u])
+            continue;
+        RM_CHECK(tie_reduce(s, u, m->grads, false, err));
+        bytes += m->unit[u].len * sizeof(float);
+    }
+    st->comm = true;
+    st->allreduce_s += rm_mono() - a0;
+    st->bytes += bytes;
+    return RM_OK;
+}
+
+/* The tie groups of this stage (after the links and the data-parallel group, in unit order, so
+ * every holder forms them in the same order): for each unit u held by more than one stage and by
+ * this one, the ranks of this replica's holders in stage order. */
+static int form_ties(rm_step *s, const rm_step_round *r, rm_err *err)
+{
+    const rm_model *m = s->env.m;
+    size_t widest = 0;
+    for (int u = 0; u < m->nunits; u++) {
+        uint32_t h = unit_holders(s, u);
+        if ((h & (h - 1)) == 0 || !((h >> s->pl.stage) & 1u))
+            continue;
+        if (s->pl.replica >= 512)
+            return rm_errf(err, RM_EINVAL, "pipeline: replica %d has no tie group id", s->pl.replica);
+        int ranks[RM_PIPE_MAX_STAGES], n = 0, me = 0;
+        for (int q = 0; q < s->P; q++) {
+            if (!((h >> q) & 1u))
+                continue;
+            if (q == s->pl.stage)
+                me = n;
+            ranks[n++] = rm_pipe_rank(s->P, s->pl.replica, q);
+        }
+        uint32_t id = PIPE_GROUP_TIE + (uint32_t)u * 512u + (uint32_t)s->pl.replica;
+        RM_CHECK(form_group(s, r, ranks, n, me, id, &s->tie[u], err));
+        s->tied = true;
+        if (m->unit[u].len > widest)
+            widest = m->unit[u].len;
+    }
+    if (widest > 0 && !s->env.k->host_memory && !(s->tie_host = malloc(widest * sizeof(float))))
+        return rm_errf(err, RM_ENOMEM, "pipeline: out of memory for the tied units' staging");
+    return RM_OK;
+}
+
 static int pl_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
 {
     pl_round_end(s);
@@ -322,6 +472,10 @@ static int pl_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
     s->l1 = s->bounds[p + 1];
     s->poff = rm_model_units_off(m, s->l0);
     s->plen = rm_model_units_len(m, s->l0, s->l1);
+    s->copies = 0; /* the units of other stages that this stage's units read */
+    for (int u = 0; u < m->nunits; u++)
+        if (!owns(s, u) && ((unit_holders(s, u) >> p) & 1u))
+            s->copies |= 1ull << u;
     s->nev = rm_pipe_schedule_events(s->schedule, s->P, p, s->M, s->ev);
     if (s->nev < 0)
         return rm_errf(err, RM_EINVAL, "pipeline: bad schedule");
@@ -351,6 +505,10 @@ static int pl_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
                 s->P, s->M, s->schedule ? "gpipe" : "1f1b", p, s->pl.replica, s->pl.replicas, s->inflight,
                 lay);
     }
+    for (int u = 0; u < m->nunits; u++)
+        if ((s->copies >> u) & 1u)
+            rm_info("pipeline tied copy stage=%d replica=%d unit=%d kind=%s owner_stage=%d floats=%zu", p,
+                    s->pl.replica, u, m->unit[u].kind, unit_stage(s, u), m->unit[u].len);
     if (s->P == 1 && s->pl.replicas == 1)
         return RM_OK;
     if (!r->listener || !r->peers)
@@ -405,7 +563,7 @@ static int pl_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
         RM_CHECK(
             form_group(s, r, ranks, s->pl.replicas, s->pl.replica, PIPE_GROUP_DP + (uint32_t)p, &s->dp, err));
     }
-    return RM_OK;
+    return form_ties(s, r, err);
 }
 
 static int pl_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
@@ -424,6 +582,19 @@ static int pl_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
         else
             RM_CHECK(
                 dev_rc(s, s->env.k->memset0(s->env.opt->state[i] + s->poff, s->plen * sizeof(float)), err));
+    }
+    /* the copies: the values their owner gives them, zero optimizer state */
+    for (int u = 0; u < s->env.m->nunits; u++) {
+        if (!((s->copies >> u) & 1u))
+            continue;
+        RM_CHECK(rm_model_init_params_units(s->env.m, seed, u, u + 1, err));
+        size_t off = s->env.m->unit[u].off, bytes = s->env.m->unit[u].len * sizeof(float);
+        for (int i = 0; i < s->env.opt->nstate; i++) {
+            if (s->env.k->host_memory)
+                memset(s->env.opt->state[i] + off, 0, bytes);
+            else
+                RM_CHECK(dev_rc(s, s->env.k->memset0(s->env.opt->state[i] + off, bytes), err));
+        }
     }
     s->env.opt->t = 0;
     return RM_OK;
@@ -499,28 +670,34 @@ static void restored_flags(rm_step *s)
     s->release = true;
 }
 
+/* Floats [off, off + len) of the parameters and each optimizer buffer from a whole payload. */
+static void take_range(rm_step *s, const float *f, size_t off, size_t len)
+{
+    size_t n = s->env.m->nparams;
+    const rm_kernels *k = s->env.k;
+    if (k->host_memory) {
+        memcpy(s->env.m->params + off, f + off, len * sizeof(float));
+        for (int i = 0; i < s->env.opt->nstate; i++)
+            memcpy(s->env.opt->state[i] + off, f + (size_t)(1 + i) * n + off, len * sizeof(float));
+    } else { /* device memory; a failed copy surfaces at the next step's kernel check */
+        int rc = k->h2d(s->env.m->params + off, f + off, len * sizeof(float));
+        for (int i = 0; i < s->env.opt->nstate && rc == RM_OK; i++)
+            rc = k->h2d(s->env.opt->state[i] + off, f + (size_t)(1 + i) * n + off, len * sizeof(float));
+        if (rc != RM_OK)
+            rm_warn("pipeline: restoring stage %d's range on %s failed rc=%s", s->pl.stage, k->name,
+                    rm_strerror(rc));
+    }
+}
+
 static void pl_state_restore(rm_step *s, const void *src, int64_t opt_t, float loss_scale, int scaler_tracker)
 {
     if (s->P == 1 || s->plen == 0) {
         s->inner_ops->state_restore(s->inner, src, opt_t, loss_scale, scaler_tracker);
-    } else { /* P > 1: take this stage's range of the whole payload, write nothing else */
-        const float *f = src;
-        size_t n = s->env.m->nparams;
-        const rm_kernels *k = s->env.k;
-        if (k->host_memory) {
-            memcpy(s->env.m->params + s->poff, f + s->poff, s->plen * sizeof(float));
-            for (int i = 0; i < s->env.opt->nstate; i++)
-                memcpy(s->env.opt->state[i] + s->poff, f + (size_t)(1 + i) * n + s->poff,
-                       s->plen * sizeof(float));
-        } else { /* device memory; a failed copy surfaces at the next step's kernel check */
-            int rc = k->h2d(s->env.m->params + s->poff, f + s->poff, s->plen * sizeof(float));
-            for (int i = 0; i < s->env.opt->nstate && rc == RM_OK; i++)
-                rc = k->h2d(s->env.opt->state[i] + s->poff, f + (size_t)(1 + i) * n + s->poff,
-                            s->plen * sizeof(float));
-            if (rc != RM_OK)
-                rm_warn("pipeline: restoring stage %d's range on %s failed rc=%s", s->pl.stage, k->name,
-                        rm_strerror(rc));
-        }
+    } else { /* P > 1: take this stage's range (and its copies) of the whole payload, nothing else */
+        take_range(s, src, s->poff, s->plen);
+        for (int u = 0; u < s->env.m->nunits; u++)
+            if ((s->copies >> u) & 1u)
+                take_range(s, src, s->env.m->unit[u].off, s->env.m->unit[u].len);
         restored_meta(s, opt_t, loss_scale, scaler_tracker);
     }
     restored_flags(s);
@@ -539,17 +716,20 @@ static int pl_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
     /* P > 1: the position from rank 0 over the world; the stage's layers (and its range of the
      * optimizer state) from its replica 0 over its data-parallel group, nothing else touched */
     RM_CHECK(rm_step_allreduce_sync_pos(s->inner, pos, err));
-    if (!s->dp)
-        return RM_OK;
     float *bufs[3] = {s->env.m->params, NULL, NULL};
     int nb = 1;
     for (int i = 0; i < s->env.opt->nstate && i < 2; i++)
         bufs[nb++] = s->env.opt->state[i];
-    for (int i = 0; i < nb; i++) {
+    for (int i = 0; i < nb && s->dp; i++) {
         if (s->pl.replica != 0)
             memset(bufs[i] + s->poff, 0, s->plen * sizeof(float));
         RM_CHECK(s->ring->allreduce(s->dp, bufs[i] + s->poff, s->plen, RM_DT_F32, RM_OP_SUM, err));
     }
+    /* tied units: every holder takes the owner's parameters and optimizer state (a copy is never
+     * checkpointed or restored by itself: the owner's range has it) */
+    for (int u = 0; u < s->env.m->nunits; u++)
+        for (int i = 0; i < nb && s->tie[u]; i++)
+            RM_CHECK(tie_reduce(s, u, bufs[i], true, err));
     return RM_OK;
 }
 
@@ -620,20 +800,26 @@ static void stage_backward(rm_step *s, int off, int n, float *dy, const float *i
 }
 
 /* Give back every page of the parameter, gradient and optimizer buffers outside this stage's
- * range (P > 1): what start-up, a restore, the state agreement or materialize made whole. */
+ * range and its copies (P > 1): what start-up, a restore, the state agreement or materialize made
+ * whole. */
 static void release_others(rm_step *s)
 {
     s->release = false;
     if (s->P == 1)
         return;
     rm_model *m = s->env.m;
-    size_t n = m->nparams, a = s->poff, b = s->poff + s->plen;
     float *bufs[2 + 2] = {m->params, m->grads, NULL, NULL};
     for (int i = 0; i < s->env.opt->nstate && i < 2; i++)
         bufs[2 + i] = s->env.opt->state[i];
     for (int i = 0; i < 4; i++) {
-        rm_model_release_range(m, bufs[i], 0, a);
-        rm_model_release_range(m, bufs[i], b, n);
+        size_t from = 0; /* the gaps between the held units */
+        for (int u = 0; u < m->nunits; u++) {
+            if (!holds(s, u))
+                continue;
+            rm_model_release_range(m, bufs[i], from, m->unit[u].off);
+            from = m->unit[u].off + m->unit[u].len;
+        }
+        rm_model_release_range(m, bufs[i], from, m->nparams);
     }
 }
 
@@ -680,6 +866,10 @@ static int pl_optimizer(rm_step *s, float lr, rm_step_stats *st, rm_err *err)
     rm_optim *o = s->env.opt;
     rm_model *m = s->env.m;
     float *state[2] = {NULL, NULL};
+    /* tied units first: the norm, the trust ratios and the update see the summed gradient; the
+     * owner counts a tied unit in the global norm, its copies take the same scale and update */
+    if (s->tied)
+        RM_CHECK(tie_grads(s, st, err));
     if (s->env.grad_clip > 0) {
         double norm;
         size_t c;
@@ -691,15 +881,21 @@ static int pl_optimizer(rm_step *s, float lr, rm_step_stats *st, rm_err *err)
             RM_CHECK(s->r.ops->allreduce(s->r.comm, b, c, RM_DT_F32, RM_OP_SUM, err));
         RM_CHECK(rm_optim_gnorm_finish(o, &norm, err));
         float sc = rm_clip_scale(norm, s->env.grad_clip);
-        if (sc < 1.0f)
+        if (sc < 1.0f) {
             s->env.k->scale(m->grads + s->poff, s->plen, sc);
+            for (int u = 0; u < m->nunits && s->copies; u++)
+                if ((s->copies >> u) & 1u)
+                    s->env.k->scale(m->grads + m->unit[u].off, m->unit[u].len, sc);
+        }
         st->has_grad_norm = true;
         st->grad_norm = norm;
     }
     rm_optim_tick(o);
     if (rm_optim_layerwise(o)) {
         RM_CHECK(rm_optim_norms_begin(o, 1, err));
-        for (int l = s->l0; l < s->l1; l++) {
+        for (int l = 0; l < m->nunits; l++) { /* the stage's units and its copies (whole tensors) */
+            if ((l < s->l0 || l >= s->l1) && !((s->copies >> l) & 1u))
+                continue;
             size_t off = m->unit[l].off;
             for (int i = 0; i < o->nstate; i++)
                 state[i] = o->state[i] + off;
@@ -710,6 +906,14 @@ static int pl_optimizer(rm_step *s, float lr, rm_step_stats *st, rm_err *err)
     for (int i = 0; i < o->nstate; i++)
         state[i] = o->state[i] + s->poff;
     rm_optim_update_range(o, m->params + s->poff, m->grads + s->poff, state, s->plen, s->poff, lr);
+    for (int u = 0; u < m->nunits && s->copies; u++) { /* the copies: the same update as their owner's */
+        if (!((s->copies >> u) & 1u))
+            continue;
+        size_t off = m->unit[u].off;
+        for (int i = 0; i < o->nstate; i++)
+            state[i] = o->state[i] + off;
+        rm_optim_update_range(o, m->params + off, m->grads + off, state, m->unit[u].len, off, lr);
+    }
     return RM_OK;
 }
 
@@ -725,6 +929,17 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     if (rows != s->env.batch)
         return rm_errf(err, RM_EINVAL, "pipeline: batch of %d rows, the stages were sized for %d", rows,
                        s->env.batch);
+    /* the copies' gradient: only what the reading units write lands there (overwritten by the
+     * first backward, added by the others), the rest of each copy's range stays zero */
+    for (int u = 0; u < L && s->copies; u++) {
+        if (!((s->copies >> u) & 1u))
+            continue;
+        size_t bytes = m->unit[u].len * sizeof(float);
+        if (k->host_memory)
+            memset(m->grads + m->unit[u].off, 0, bytes);
+        else
+            RM_CHECK(dev_rc(s, k->memset0(m->grads + m->unit[u].off, bytes), err));
+    }
     uint64_t b0 = s->links ? s->lk->bytes_in(s->links) : 0;
     uint64_t sent = 0;
     double t0 = rm_mono(), waited = 0, busy[2] = {0, 0};
@@ -903,6 +1118,40 @@ static int pl_eval_forward(rm_step *s, int rows, bool *logits, rm_err *err)
     return RM_OK;
 }
 
+/* The copies of tied unit u against their owner's (over u's tie group): the owner's FNV-1a 64 of
+ * its parameters in exact 16-bit pieces in v[0..3], every reader's added into v[4..7], so the
+ * copies agree when v[4 + i] = readers x v[i]. A difference is a bug (the copies take the same
+ * updates from the same state), reported, not fatal: the checksum is the owner's. */
+static int tie_check(rm_step *s, int u, rm_err *err)
+{
+    const rm_kernels *k = s->env.k;
+    size_t off = s->env.m->unit[u].off, n = s->env.m->unit[u].len;
+    const float *p = s->env.m->params + off;
+    if (!k->host_memory) {
+        RM_CHECK(dev_rc(s, k->d2h(s->tie_host, p, n * sizeof(float)), err));
+        p = s->tie_host;
+    }
+    uint64_t h = rm_fnv1a64(p, n * sizeof(float), RM_FNV64_INIT);
+    float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int at = owns(s, u) ? 0 : 4;
+    for (int i = 0; i < 4; i++)
+        v[at + i] = (float)((h >> (16 * i)) & 0xffffu);
+    RM_CHECK(s->ring->allreduce(s->tie[u], v, 8, RM_DT_F32, RM_OP_SUM, err));
+    uint32_t holders = unit_holders(s, u);
+    int readers = -1;
+    for (; holders; holders &= holders - 1)
+        readers++;
+    bool agree = true;
+    for (int i = 0; i < 4; i++)
+        agree = agree && v[4 + i] == (float)readers * v[i];
+    if (agree)
+        rm_info("pipeline tied unit=%d copies=%d agree=yes", u, readers);
+    else
+        rm_warn("pipeline tied unit=%d: a copy on stage %d's replica %d differs from its owner's", u,
+                s->pl.stage, s->pl.replica);
+    return RM_OK;
+}
+
 /* FNV-1a 64 of the whole parameter vector without assembling it (P > 1): the stages' ranges are
  * contiguous and in stage order, so the hash runs stage by stage, each replica 0 continuing from
  * the previous stage's value; each value reaches every rank in four exact 16-bit pieces over the
@@ -940,6 +1189,9 @@ static int pl_checksum(rm_step *s, uint64_t *out, rm_err *err)
             h |= (uint64_t)v[i] << (16 * i);
     }
     *out = h;
+    for (int u = 0; u < s->env.m->nunits; u++) /* a tied unit counts once, from its owner, above */
+        if (s->tie[u])
+            RM_CHECK(tie_check(s, u, err));
     return RM_OK;
 }
 
@@ -949,14 +1201,14 @@ static void pl_data_slot(const rm_step *s, int *slot, int *nslots)
     *nslots = s->pl.replicas > 0 ? s->pl.replicas : 1;
 }
 
-/* Parameters, gradients and optimizer state: the stage's layers only (the other ranges are given
- * back before each step, see "State" above); the activations are what the stage keeps alive at its
+/* Parameters, gradients and optimizer state: the stage's layers and its copies of tied units only
+ * (the other ranges are given back before each step, see "State" above); the activations are what the stage keeps alive at its
  * peak: in-flight micro-batches times the stage's layer outputs per micro-batch, plus the received
  * input. */
 static void pl_memory(const rm_step *s, rm_step_memory *out)
 {
     const rm_model *m = s->env.m;
-    uint64_t T = s->plen ? s->plen : m->nparams, f = sizeof(float);
+    uint64_t T = s->plen ? s->plen + copies_len(s) : m->nparams, f = sizeof(float);
     memset(out, 0, sizeof *out);
     out->params = out->grads = T * f;
     out->optimizer = (uint64_t)s->env.opt->nstate * T * f;
@@ -969,7 +1221,9 @@ static void pl_memory(const rm_step *s, rm_step_memory *out)
 }
 
 /* P > 1: a restore reads this stage's layers only (worker/step.h restore_layers), in the layout
- * pl_state_save writes: the range's parameters, then its range of each optimizer buffer. */
+ * pl_state_save writes: the range's parameters, then its range of each optimizer buffer. Copies of
+ * tied units are not in that range: the state agreement that follows every restore gives them the
+ * owner's restored values (pl_state_sync). */
 static bool pl_restore_layers(const rm_step *s, int *u0, int *u1)
 {
     if (!stage_ckpt(s))
