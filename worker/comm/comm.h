@@ -58,8 +58,8 @@ typedef struct rm_comm_cfg {
     /* ring only: 0 = the round's world; 1..65535 = a sub-group of it formed over the same
      * listener in the same epoch (rank/world_size/peers are then the sub-group's). Each group's
      * connections are parked and claimed apart. Users: comm_hier.c's intra- and inter-node rings
-     * (1..3) and worker/pipeline/step_pipeline.c's stage links (0x4000 + the lower rank) and data-parallel groups
-     * (0x2000 + stage). */
+     * (1..3) and worker/pipeline/step_pipeline.c's stage links (0x4000 + the lower rank), data-parallel groups
+     * (0x2000 + stage) and tie groups (0x8000 + unit * 512 + replica). */
     uint32_t group;
     /* "hier" only (comm_hier.c, docs/strategies.md#topology): a node's ranks may use shared memory when they also
      * advertised one host (the caller applied RINGMASTER_SHM). */
