@@ -11,6 +11,10 @@
 #  - the 2-stage run's per-stage checkpoint at step 20 resumes on 4 stages (the last stage's copy
 #    comes from the owner) and ends bit for bit with the uninterrupted run.
 source "$(dirname "$0")/5x-run-lib.bash"
+# one kernel thread per worker: the bit-for-bit comparisons below are between jobs with different
+# numbers of workers, which the kernels would otherwise give different thread counts (the CPUs over
+# LOCAL_WORLD_SIZE), and a GEMM split over more threads sums in another order
+export RINGMASTER_THREADS=1
 
 # mk NAME REPLICAS BATCH [P]: the example, 40 steps, no periodic evaluation, a checkpoint every 20
 mk() {

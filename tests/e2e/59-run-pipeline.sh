@@ -17,6 +17,10 @@
 #    (per-stage) checkpoint and the job Succeeds; a hung stage is caught by the progress deadline
 #    and the job Succeeds.
 source "$(dirname "$0")/5x-run-lib.bash"
+# one kernel thread per worker: the bit-for-bit comparisons below are between jobs with different
+# numbers of workers, which the kernels would otherwise give different thread counts (the CPUs over
+# LOCAL_WORLD_SIZE), and a GEMM split over more threads sums in another order
+export RINGMASTER_THREADS=1
 
 # edit FILE REPLICAS P M SCHEDULE [EXTRA-TRAINING-LINE]: the pipeline fixture with these settings
 mk() {
