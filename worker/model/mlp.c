@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/json.h"
 #include "worker/data/data.h"
 
 #define MLP_MAX_LAYERS (RM_TJ_MAX_HIDDEN + 1)
@@ -291,6 +292,51 @@ static int mlp_tensors(const rm_model *m, int u, rm_model_tensor *out, int cap)
     return 2;
 }
 
+/* config.json beside an export (docs/models-and-data.md, "Exported models"): the widths from the
+ * inputs through the hidden layers to the classes. */
+static int mlp_config_json(const rm_model *m, char *buf, size_t cap)
+{
+    const rm_model_shape *s = &m->shape;
+    size_t at = 0;
+    int n = snprintf(
+        buf, cap, "{\n  \"model_type\": \"ringmaster-mlp\",\n  \"activation\": \"relu\",\n  \"widths\": [");
+    for (int i = 0; n >= 0 && (size_t)n < cap - at && i <= s->nlayers; i++) {
+        at += (size_t)n;
+        n = snprintf(buf + at, cap - at, "%s%d", i ? ", " : "", s->dims[i]);
+    }
+    if (n >= 0 && (size_t)n < cap - at) {
+        at += (size_t)n;
+        n = snprintf(buf + at, cap - at, "]\n}\n");
+    }
+    return n >= 0 && (size_t)n < cap - at ? RM_OK : RM_EINVAL;
+}
+
+static int mlp_shape_from_config(const char *json, rm_model_shape *s, rm_err *err)
+{
+    memset(s, 0, sizeof *s);
+    cJSON *j = cJSON_Parse(json);
+    if (!j)
+        return rm_errf(err, RM_EINVAL, "not JSON");
+    const cJSON *w = cJSON_GetObjectItemCaseSensitive(j, "widths");
+    int n = cJSON_IsArray(w) ? cJSON_GetArraySize(w) : 0, dims[MLP_MAX_LAYERS + 1];
+    int rc = RM_OK;
+    if (n < 2 || n > MLP_MAX_LAYERS + 1)
+        rc = rm_err_field(err, RM_EINVAL, "widths",
+                          "must be an array of 2 to %d layer widths (inputs .. classes)", MLP_MAX_LAYERS + 1);
+    for (int i = 0; rc == RM_OK && i < n; i++) {
+        const cJSON *v = cJSON_GetArrayItem(w, i);
+        if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int)v->valuedouble || v->valuedouble < 1 ||
+            v->valuedouble > 1 << 24)
+            rc = rm_err_field(err, RM_EINVAL, "widths", "[%d] must be a positive integer", i);
+        else
+            dims[i] = (int)v->valuedouble;
+    }
+    cJSON_Delete(j);
+    if (rc)
+        return rc;
+    return rm_mlp_shape(s, dims[0], dims + 1, n - 2, dims[n - 1], err);
+}
+
 const rm_model_family rm_model_mlp = {
     .name = "mlp",
     .shape = mlp_shape,
@@ -306,4 +352,6 @@ const rm_model_family rm_model_mlp = {
     .output = mlp_output,
     .describe = rm_model_shape_words,
     .tensors = mlp_tensors,
+    .config_json = mlp_config_json,
+    .shape_from_config = mlp_shape_from_config,
 };

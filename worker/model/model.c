@@ -4,6 +4,8 @@
  * default one a spec without model.type gets. */
 #include "worker/model/model.h"
 
+#include "worker/model/export.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,7 +126,10 @@ int rm_model_init_params_units(rm_model *m, uint64_t seed, int u0, int u1, rm_er
     float *host = m->k->host_memory ? m->params + off : calloc(len, sizeof(float));
     if (!host)
         return rm_errf(err, RM_ENOMEM, "model: out of memory for init");
-    m->family->init_params(m, seed, u0, u1, host);
+    if (m->init_weights)
+        rm_model_weights_fill(m, m->init_weights, u0, u1, host);
+    else
+        m->family->init_params(m, seed, u0, u1, host);
     if (!m->k->host_memory) {
         m->k->h2d(m->params + off, host, len * sizeof(float));
         free(host);

@@ -176,6 +176,10 @@ struct rm_model {
     /* Where passes read unit u's parameters (unit[u].len floats); NULL (the default) =
      * params + unit[u].off. ZeRO-3 points them at the unit buffers it gathers into; borrowed. */
     const float *uparams[RM_MODEL_MAX_UNITS];
+    /* Where rm_model_init_params* take the initial values from; NULL (the default) = the family's
+     * random init. Set to weights checked against this model (worker/model/export.h,
+     * spec.training.model.init.uri), so every strategy's fresh start reads them; borrowed. */
+    const struct rm_model_weights *init_weights;
     void *priv; /* the family's activations and scratch */
 };
 
@@ -195,8 +199,8 @@ int rm_model_plan(rm_model *m, const rm_model_family *f, const rm_model_shape *s
 int rm_model_init(rm_model *m, const rm_kernels *k, const rm_model_family *f, const rm_model_shape *shape,
                   int max_batch, rm_err *err);
 void rm_model_free(rm_model *m);
-/* The family's initial values, identical on every rank for the same seed. Allocates one host
- * staging buffer on device tables (init time only). */
+/* The family's initial values, identical on every rank for the same seed (or m->init_weights'
+ * when set). Allocates one host staging buffer on device tables (init time only). */
 int rm_model_init_params(rm_model *m, uint64_t seed, rm_err *err);
 /* The same values for units [u0, u1) only (a pipeline stage's); the parameters outside the range
  * are not touched. RM_EINVAL for an empty or out-of-range range. */
