@@ -87,6 +87,7 @@ static void trainer_free(trainer *t)
     rm_rdzv_client_free(t->rdzv);
     rm_optim_free(&t->opt);
     rm_model_free(&t->m);
+    rm_model_weights_close(&t->init_w);
     if (t->amp_on)
         rm_amp_free(&t->amp);
     if (t->k) {
@@ -186,6 +187,12 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     rm_model_data md = {.inputs = tri->inputs, .classes = tri->classes};
     RM_CHECK(rm_model_shape_for(&cfg->t, &md, &fam, &shape, err));
     RM_CHECK(rm_model_init(&t->m, t->k, fam, &shape, t->B, err));
+    if (cfg->t.init_uri) { /* fresh starts take these weights instead of the seed's */
+        RM_CHECK(rm_model_init_weights_open(&t->m, cfg->t.init_uri, &t->init_w, err));
+        t->m.init_weights = &t->init_w;
+        rm_info("model init from weights path=%s tensors=%d fresh_starts_only=true", t->init_w.path,
+                t->init_w.n);
+    }
     if (t->m.x_row_bytes != tri->x_row_bytes || t->m.label_row != tri->label_row)
         return rm_errf(err, RM_EINVAL,
                        "data: %s rows of %zu bytes and %d labels, the %s model "
@@ -1043,6 +1050,8 @@ int rm_train_run(const rm_train_cfg *cfg, rm_err *err)
             sum = rm_model_checksum(&t.m, scratch, sizeof scratch);
         else if ((rc = t.strat->checksum(t.st, &sum, err)) != RM_OK)
             goto out;
+        if ((rc = rm_tr_export(&t, err)) != RM_OK)
+            goto out; /* a collective failed; a write that failed is only logged */
         rm_info("training done steps=%lld train_epoch=%d test_accuracy=%.4f train_loss=%.4f "
                 "seconds=%.2f samples_per_s=%.0f params_fnv64=%016llx restarts=%d",
                 (long long)t.step, t.train_epoch, t.test_acc, t.train_loss, t.train_seconds,

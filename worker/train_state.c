@@ -442,3 +442,69 @@ int rm_tr_ckpt_write_sync(trainer *t, rm_err *err)
         rm_sfmt(err->msg, sizeof err->msg, "%s", t->ckpt_err);
     return rc;
 }
+
+/* ---------------- export ---------------- */
+
+/* The whole parameter vector into host (nparams floats) on rank 0. Pipeline stages (each holds
+ * only its layers): every rank adds its stage's range, written by the stage's checkpoint writer,
+ * into a zeroed buffer, and an allreduce SUM leaves the whole vector everywhere (x + 0 is exact,
+ * as the state broadcast relies on). Otherwise the parameters are whole on rank 0 after
+ * materialize. */
+static int export_gather(trainer *t, float *host, rm_err *err)
+{
+    const rm_kernels *k = t->k;
+    size_t n = t->m.nparams, bytes = n * sizeof(float);
+    int sr = 0, sw = 0, bounds[RM_MODEL_MAX_UNITS + 1];
+    if (!(t->strat->ckpt_stages && t->strat->ckpt_stages(t->st, &sr, &sw, bounds)) || !t->ops || !t->comm) {
+        if (t->rank == 0 && k->d2h(host, t->m.params, bytes) != RM_OK)
+            return rm_errf(err, RM_EIO, "export: copying the parameters from the device failed");
+        return RM_OK;
+    }
+    float *buf = k->alloc(bytes);
+    if (!buf)
+        return rm_errf(err, RM_ENOMEM, "export: out of memory (%zu bytes)", bytes);
+    k->memset0(buf, bytes);
+    if (t->strat->state_bytes(t->st, t->rank) > 0) {
+        size_t off = rm_model_units_off(&t->m, bounds[sr]);
+        size_t len = rm_model_units_len(&t->m, bounds[sr], bounds[sr + 1]);
+        k->d2d(buf + off, t->m.params + off, len * sizeof(float));
+    }
+    int rc = t->ops->allreduce(t->comm, buf, n, RM_DT_F32, RM_OP_SUM, err);
+    if (rc == RM_OK && t->rank == 0 && k->d2h(host, buf, bytes) != RM_OK)
+        rc = rm_errf(err, RM_EIO, "export: copying the parameters from the device failed");
+    k->free(buf);
+    return rc;
+}
+
+int rm_tr_export(trainer *t, rm_err *err)
+{
+    const char *ckdir = t->cfg->checkpoint_dir;
+    if (!ckdir) {
+        if (t->rank == 0)
+            rm_info("export skipped: no checkpoint folder (the export goes to <checkpoint dir>/export)");
+        return RM_OK;
+    }
+    if (t->strat->claim) { /* the parameters live on the servers */
+        if (t->rank == 0)
+            rm_warn("export skipped: the %s strategy's parameters live on its servers (not exported yet)",
+                    t->strat->name);
+        return RM_OK;
+    }
+    float *host = t->rank == 0 ? malloc(t->m.nparams * sizeof(float)) : NULL;
+    if (t->rank == 0 && !host)
+        return rm_errf(err, RM_ENOMEM, "export: out of memory");
+    int rc = export_gather(t, host, err);
+    if (rc == RM_OK && t->rank == 0) {
+        char dir[4200];
+        rm_sfmt(dir, sizeof dir, "%s/export", ckdir);
+        rm_err e = {0};
+        double t0 = rm_mono();
+        if (rm_model_export(&t->m, host, dir, RM_DTYPE_FLOAT32, &e) == RM_OK)
+            rm_info("model exported path=%s/%s config=%s/%s dtype=float32 params=%zu seconds=%.3f", dir,
+                    RM_EXPORT_WEIGHTS, dir, RM_EXPORT_CONFIG, t->m.nparams, rm_mono() - t0);
+        else
+            rm_error("model export failed (the checkpoints stay) dir=%s err=\"%s\"", dir, e.msg);
+    }
+    free(host);
+    return rc;
+}

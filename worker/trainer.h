@@ -39,6 +39,7 @@
 #include "worker/data/reader.h"
 #include "common/faults.h"
 #include "worker/gpu.h"
+#include "worker/model/export.h"
 #include "worker/model/model.h"
 #include "worker/optim/optim.h"
 #include "worker/optim/schedule.h"
@@ -177,6 +178,9 @@ typedef struct trainer {
     rm_faults faults;
     reporter rp;
     ckpt_writer cw;
+    /* spec.training.model.init.uri's weights, checked against the model; m.init_weights points
+     * here, so a fresh start (never a resume) takes them (worker/model/export.h) */
+    rm_model_weights init_w;
 } trainer;
 
 /* Across the driver's files (see the top of this header for which file holds which). */
@@ -195,6 +199,11 @@ void rm_tr_data_slot(const trainer *t, int *slot, int *nslots);
 int rm_tr_ckpt_write(trainer *t, rm_err *err);
 int rm_tr_ckpt_writer_start(trainer *t, rm_err *err);
 int rm_tr_ckpt_write_sync(trainer *t, rm_err *err);
+/* The end of a successful run: rank 0 writes the whole model to <checkpoint dir>/export
+ * (docs/models-and-data.md, "Exported models"; spec.output's default). Collective where the
+ * parameters are spread over the ranks (pipeline stages): every rank calls it at the same point,
+ * after materialize. A failed write is logged and the job still succeeds (its checkpoints stay). */
+int rm_tr_export(trainer *t, rm_err *err);
 int rm_tr_ckpt_gather(trainer *t, rm_err *err);
 int rm_tr_ckpt_collect(trainer *t, bool wait);
 bool rm_tr_backend_is(const rm_train_cfg *cfg, rm_backend b);

@@ -1431,7 +1431,7 @@ static void test_models_and_data(void)
          "spec.training.data.uri: unknown built-in data set \"builtin:nope\" (builtin:fashion-mnist, "
          "builtin:tinyshakespeare)"},
         {{{"spec.training.model.init", "{\"uri\": \"s3://models/gpt-small/model.safetensors\"}"}},
-         "spec.training.model.init.uri: starting from saved weights" NS},
+         "spec.training.model.init.uri: \"s3://models/gpt-small/model.safetensors\"" NS},
         {{{"spec.training.data.uri", "\"https://example.org/corpus.txt\""}},
          "spec.training.data.uri: \"https://example.org/corpus.txt\"" NS},
         {{{"spec.training.data.uri", "\"builtin:tinyshakespeare\""}},

@@ -392,3 +392,45 @@ out:
     free(text);
     return rc;
 }
+
+/* ---------------- model.init.uri ---------------- */
+
+#define INIT_FIELD "spec.training.model.init.uri"
+
+const char *rm_model_init_path(const char *uri)
+{
+    if (!uri)
+        return NULL;
+    if (uri[0] == '/')
+        return uri;
+    if (strncmp(uri, "file:///", 8) == 0)
+        return uri + 7;
+    return NULL;
+}
+
+int rm_model_init_weights_open(const rm_model *m, const char *uri, rm_model_weights *w, rm_err *err)
+{
+    memset(w, 0, sizeof *w);
+    const char *path = rm_model_init_path(uri);
+    if (!path)
+        return rm_err_field(err, RM_EUNSUPPORTED, INIT_FIELD,
+                            "\"%s\" is not supported yet (a local path: /path or file:///path)",
+                            uri ? uri : "");
+    rm_err e = {0};
+    rm_model_shape s;
+    const rm_model_family *fam;
+    int rc = rm_model_config_read(path, &s, &fam, &e);
+    if (rc == RM_OK && (fam != m->family || memcmp(&s, &m->shape, sizeof s) != 0)) {
+        char have[128], want[128];
+        fam->describe(&s, have, sizeof have);
+        rm_model_shape_str(m, want, sizeof want);
+        return rm_err_field(err, RM_EINVAL, INIT_FIELD, "%s describes a %s model %s; this job trains %s %s",
+                            path, fam->name, have, m->family->name, want);
+    }
+    if (rc != RM_OK && rc != RM_ENOTFOUND) /* no config.json: the tensors alone are checked */
+        return rm_err_field(err, rc, INIT_FIELD, "%s", e.msg);
+    memset(&e, 0, sizeof e);
+    if ((rc = rm_model_weights_open(m, path, w, &e)) != RM_OK)
+        return rm_err_field(err, rc, INIT_FIELD, "%s", e.msg);
+    return RM_OK;
+}

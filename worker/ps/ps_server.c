@@ -34,6 +34,7 @@
 #include "worker/comm/comm.h"
 #include "common/faults.h"
 #include "worker/ps/lbfgs_coord.h"
+#include "worker/model/export.h"
 #include "worker/model/model.h"
 #include "worker/comm/net.h"
 #include "worker/optim/optim.h"
@@ -759,8 +760,16 @@ static int setup(server *s, rm_err *err)
     if (!ckpt_restore(s)) {
         /* the same initial weights every worker's model would draw from the seed */
         rm_model m;
+        rm_model_weights w = {0};
         RM_CHECK(rm_model_init(&m, k, lay.family, &s->shape, 1, err));
-        int rc = rm_model_init_params(&m, s->t.seed, err);
+        int rc = RM_OK;
+        if (s->t.init_uri) { /* or the weights spec.training.model.init.uri names */
+            rc = rm_model_init_weights_open(&m, s->t.init_uri, &w, err);
+            m.init_weights = &w;
+        }
+        if (rc == RM_OK)
+            rc = rm_model_init_params(&m, s->t.seed, err);
+        rm_model_weights_close(&w);
         if (rc == RM_OK)
             memcpy(s->params, m.params + s->off, s->len * sizeof(float));
         rm_model_free(&m);
