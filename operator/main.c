@@ -1,5 +1,5 @@
 /* main.c — the `ringmaster` command: dispatch to run / validate / version (operator/run.c),
- * tokenize (operator/tokenize.c) and operator (operator/kube/operator.c). Nothing else lives here, so each command stays testable
+ * tokenize (operator/tokenize.c), sample (operator/sample.c) and operator (operator/kube/operator.c). Nothing else lives here, so each command stays testable
  * as a function taking argv. */
 #include <stdio.h>
 #include <string.h>
@@ -7,6 +7,7 @@
 #include "common/log.h"
 #include "operator/kube/operator.h"
 #include "operator/run.h"
+#include "operator/sample.h"
 
 static void usage(FILE *f)
 {
@@ -16,6 +17,7 @@ static void usage(FILE *f)
                "  operator [flags]   the Kubernetes controller for TrainingJobs and TrainingSweeps\n"
                "  validate -f FILE   check a manifest (errors name the field and line)\n"
                "  tokenize IN OUT    write a text file as token shards (data.format: tokens)\n"
+               "  sample [flags]     text from a trained language model (an export or a checkpoint folder)\n"
                "  version            print the version\n"
                "`ringmaster <command> --help` describes each command's flags.\n");
 }
@@ -33,6 +35,8 @@ int main(int argc, char **argv)
         return rm_validate_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize"))
         return rm_tokenize_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "sample"))
+        return rm_sample_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))
         return rm_version_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "operator")) {

@@ -1,6 +1,8 @@
 /* main.c — ringmaster-worker: the program inside every worker pod.
  *   ringmaster-worker train [flags]   data-parallel training (worker/train.c)
  *   ringmaster-worker bench [flags]   allreduce benchmark in nccl-tests' format (worker/bench.c)
+ *   ringmaster-worker sample [flags]  text from a trained language model (worker/sample.c; what
+ *                                     `ringmaster sample` runs)
  *   ringmaster-worker ps [flags]      a parameter server (worker/ps/ps_server.c); RINGMASTER_ROLE=ps
  *                                     selects it too, whatever the command
  * Exit codes: 0 success (also on SIGTERM after the checkpoint, and on the rendezvous' "stop"),
@@ -17,13 +19,15 @@
 #include "common/worker_env.h"
 #include "worker/bench.h"
 #include "worker/ps/ps_server.h"
+#include "worker/sample.h"
 #include "worker/train.h"
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: ringmaster-worker train [flags] | bench [flags] | --help\n"
+    fprintf(out, "usage: ringmaster-worker train [flags] | bench [flags] | sample [flags] | --help\n"
                  "  train   synchronous data-parallel training (see `ringmaster-worker train --help`)\n"
                  "  bench   allreduce benchmark, nccl-tests format (see `ringmaster-worker bench --help`)\n"
+                 "  sample  text from a trained language model (see `ringmaster-worker sample --help`)\n"
                  "  ps      a parameter server (env RINGMASTER_ROLE=ps selects it too)\n");
 }
 
@@ -41,6 +45,8 @@ int main(int argc, char **argv)
     const char *role = getenv(RM_ENV_ROLE);
     if (!strcmp(argv[1], "ps") || (role && !strcmp(role, "ps")))
         return rm_ps_server_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "sample"))
+        return rm_worker_sample_main(argc - 1, argv + 1);
     int mode = rm_enum_index(rm_mode_names, argv[1]); /* the subcommand is spec.training.mode */
     if (mode == RM_MODE_BENCH)
         return rm_worker_bench_main(argc - 1, argv + 1);

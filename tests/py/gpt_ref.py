@@ -15,9 +15,10 @@ and numpy only: no `transformers`, no `safetensors` (tests/py/st_lite.py reads a
   gpt_ref.py generate --model DIR (--prompt TEXT | --prompt-tokens 1,2,3) --tokens N
       greedy decoding, conditioning on the last n_positions tokens; writes the prompt and the N
       generated tokens to stdout: bytes for a text prompt (vocabulary 256), else the ids.
-  gpt_ref.py init --config FILE|JSON --out DIR --seed S
-      GPT-2's initialisation (N(0, 0.02), residual projections N(0, 0.02/sqrt(2 n_layer)),
-      LayerNorm 1/0, biases 0) written as DIR/model.safetensors + DIR/config.json.
+  gpt_ref.py init --config FILE|JSON --out DIR --seed S [--std D]
+      GPT-2's initialisation (N(0, D = 0.02), residual projections N(0, D/sqrt(2 n_layer)),
+      LayerNorm 1/0, biases 0) written as DIR/model.safetensors + DIR/config.json; a larger D
+      gives a random model whose logits are far apart (a greedy comparison without near-ties).
   gpt_ref.py selftest
       this model against an independent formulation (F.layer_norm, F.multi_head_attention_forward,
       F.gelu(approximate="tanh"), F.linear) in float64, and torch.autograd.gradcheck of a tiny one.
@@ -197,7 +198,7 @@ def cmd_init(a):
         elif name.endswith(".bias"):
             t = torch.zeros(shape)
         else:
-            std = 0.02 / math.sqrt(2 * full["n_layer"]) if name.endswith("c_proj.weight") else 0.02
+            std = a.std / math.sqrt(2 * full["n_layer"]) if name.endswith("c_proj.weight") else a.std
             t = torch.randn(shape, generator=g) * std
         out[name] = t.numpy()
     os.makedirs(a.out, exist_ok=True)
@@ -262,6 +263,7 @@ def main():
     i.add_argument("--config", required=True)
     i.add_argument("--out", required=True)
     i.add_argument("--seed", type=int, default=0)
+    i.add_argument("--std", type=float, default=0.02, help="weights' deviation (GPT-2: 0.02)")
     i.set_defaults(fn=cmd_init)
     t = sub.add_parser("selftest")
     t.set_defaults(fn=cmd_selftest)

@@ -1,0 +1,9 @@
+/* sample.h — `ringmaster sample`: text from a trained language model. The generation itself is
+ * the worker's (worker/sample.c links the model and the kernels, which this binary does not):
+ * this command runs `ringmaster-worker sample` with the same flags, found as `ringmaster run`
+ * finds it ($RINGMASTER_WORKER_BIN, else beside this binary). Returns the exit status. */
+#ifndef RM_OPERATOR_SAMPLE_H
+#define RM_OPERATOR_SAMPLE_H
+
+int rm_sample_main(int argc, char **argv);
+#endif
