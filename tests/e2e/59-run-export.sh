@@ -4,7 +4,8 @@
 # Python reads them with its own safetensors parser (tests/py/st_lite.py) and its forward pass
 # over the 10,000 test images agrees with the job's testAccuracy (and, where torch is installed,
 # torch's nn.Linear loads the state dict strictly); a job started from the export (init.uri, a
-# folder or the file, file:/// or a plain path) starts at a lower loss than a fresh one; a model
+# folder or the file, file:/// or a plain path) starts at a lower loss than a fresh one, and
+# parameter servers start from it too; a model
 # of another shape is refused naming spec.training.model.init.uri; a remote init.uri is still
 # "not supported yet".
 source "$(dirname "$0")/5x-run-lib.bash"
@@ -133,6 +134,15 @@ job ft2 1 "$EX/model.safetensors"
 run_job ft2 -f "$W/ft2.yaml" -o json
 [ $RC -eq 0 ] || fail "fine-tune from the file exit $RC"
 [ "$(loss0 ft2)" = "$loss_ft" ] && [ "$(fnv ft2)" = "$(fnv ft)" ] || fail "the file and its folder start differently"
+
+# parameter servers hold the parameters: they start from the export too (2 steps from random
+# weights reach ~0.3; from the export, the export's accuracy)
+SPEC_EXTRA="parameterServer: {replicas: 1, mode: sync}
+  strategy: parameterServer" job ps 2 "$EX"
+run_job ps -f "$W/ps.yaml" -o json
+[ $RC -eq 0 ] || fail "parameter-server fine-tune exit $RC"
+ps_acc=$(jget ps 'j["status"]["result"]["testAccuracy"]')
+$PY -c "import sys; sys.exit(0 if $ps_acc > $acc - 0.05 else 1)" || fail "parameter servers did not start from the export: accuracy $ps_acc"
 
 # 4. refusals: another shape (the config.json says so), a remote URI
 HIDDEN=32 job bad 1 "$EX"
