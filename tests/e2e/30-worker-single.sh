@@ -4,7 +4,8 @@
 #  2. trains ~1 epoch (--max-steps 940) to a sane test accuracy (>= 0.80), writing checkpoints,
 #     serving /metrics, /healthz and /readyz on a port it picks;
 #  3. resumes from its newest checkpoint and continues to step 1100, ending bit-identical
-#     (params_fnv64) to an uninterrupted 1100-step run;
+#     (params_fnv64) to an uninterrupted 1100-step run (a constant schedule: a cosine spans the
+#     maxSteps budget, so runs with different budgets follow different learning rates);
 #  4. a truncated newest checkpoint is skipped (older one used) and left in place;
 #  5. SIGTERM mid-run writes a checkpoint and exits 0.
 set -euo pipefail
@@ -43,7 +44,7 @@ grep -q "train-images-idx3-ubyte.gz" "$T/baddata.out" || fail "corrupt data erro
 
 echo "--- one epoch with checkpoints and metrics"
 CK="$T/ck"
-"$W" train --max-steps 940 --checkpoint-dir "$CK" --checkpoint-interval 300 \
+"$W" train --max-steps 940 --schedule constant --checkpoint-dir "$CK" --checkpoint-interval 300 \
     --metrics-addr 127.0.0.1:0 >"$T/run1.out" 2>&1 &
 p=$!; pids+=("$p")
 port=""
@@ -84,10 +85,10 @@ ls "$CK"/ckpt-000000000600.rmck "$CK"/ckpt-000000000900.rmck "$CK"/ckpt-00000000
 ls -A "$CK" | grep -q '^\.tmp' && fail "temp files left behind"
 
 echo "--- resume to 1100, bit-identical to a straight run"
-"$W" train --max-steps 1100 --checkpoint-dir "$CK" --checkpoint-interval 300 --metrics-addr off >"$T/run2.out" 2>&1 \
+"$W" train --max-steps 1100 --schedule constant --checkpoint-dir "$CK" --checkpoint-interval 300 --metrics-addr off >"$T/run2.out" 2>&1 \
   || fail "resume failed"
 grep -q "checkpoint loaded.*step=940" "$T/run2.out" || fail "did not resume from step 940"
-"$W" train --max-steps 1100 --metrics-addr off >"$T/straight.out" 2>&1 || fail "straight run failed"
+"$W" train --max-steps 1100 --schedule constant --metrics-addr off >"$T/straight.out" 2>&1 || fail "straight run failed"
 a=$(fnv "$T/run2.out"); b=$(fnv "$T/straight.out")
 [ -n "$a" ] && [ "$a" = "$b" ] || fail "resumed params $a != straight params $b"
 
