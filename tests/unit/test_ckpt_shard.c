@@ -687,6 +687,21 @@ static void test_mf_whole(void)
     CU_ASSERT(assembles(&m, 0, 205));
     CU_ASSERT(assembles(&m, 100, 160)); /* across tensors and units */
     CU_ASSERT(assembles(&m, 204, 205));
+    { /* a transformer's shape: five words whatever its layer count, all kept */
+        rm_ckpt_manifest g = m, back;
+        memset(g.shape.dims, 0, sizeof g.shape.dims);
+        g.shape.nlayers = 4;
+        int w[5] = {RM_GPT_SHAPE_TAG, 256, 64, 128, 4};
+        memcpy(g.shape.dims, w, sizeof w);
+        char *gt = NULL;
+        size_t gn = 0;
+        CU_ASSERT_EQUAL_FATAL(rm_ckpt_manifest_encode(&g, &gt, &gn, &e), RM_OK);
+        CU_ASSERT_EQUAL_FATAL(rm_ckpt_manifest_parse("G.json", gt, gn, &back, &e), RM_OK);
+        CU_ASSERT_EQUAL(back.shape.nlayers, 4);
+        CU_ASSERT_EQUAL(memcmp(back.shape.dims, g.shape.dims, sizeof back.shape.dims), 0);
+        rm_ckpt_manifest_free(&back);
+        free(gt);
+    }
     rm_ckpt_manifest_free(&m);
 }
 

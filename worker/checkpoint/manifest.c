@@ -189,8 +189,15 @@ int rm_ckpt_manifest_encode(const rm_ckpt_manifest *m, char **out, size_t *n, rm
     OK(cJSON_AddStringToObject(o, "family", m->family));
     cJSON *a = ok ? cJSON_AddArrayToObject(o, "shape") : NULL;
     OK(a);
-    for (int i = 0; ok && i <= m->shape.nlayers; i++)
+    /* the words up to the family's count, and beyond it any the family uses (a transformer's
+     * shape is five words whatever its layer count); "layers" keeps the count itself */
+    int last = m->shape.nlayers;
+    for (int i = last + 1; i < RM_MODEL_SHAPE_WORDS; i++)
+        if (m->shape.dims[i])
+            last = i;
+    for (int i = 0; ok && i <= last && i < RM_MODEL_SHAPE_WORDS; i++)
         ok = cJSON_AddItemToArray(a, cJSON_CreateNumber(m->shape.dims[i]));
+    OK(cJSON_AddNumberToObject(o, "layers", m->shape.nlayers));
     OK(cJSON_AddNumberToObject(o, "nparams", (double)m->nparams));
     OK(cJSON_AddNumberToObject(root, "step", (double)m->step));
     OK(o = cJSON_AddObjectToObject(root, "optimizer"));
@@ -423,6 +430,11 @@ static int parse_head(const char *path, const cJSON *root, rm_ckpt_manifest *m, 
             w->valuedouble != (double)(int)w->valuedouble)
             return field_fail(err, RM_EINVAL, path, "model", "shape", "word %d is not an integer", i);
         m->shape.dims[i] = (int)w->valuedouble;
+    }
+    if (cJSON_GetObjectItemCaseSensitive(o, "layers")) { /* absent in manifests before it: n - 1 */
+        if ((rc = get_int(o, "layers", "model", path, 0, RM_MODEL_SHAPE_WORDS - 1, &v, err)))
+            return rc;
+        m->shape.nlayers = (int)v;
     }
     if ((rc = get_int(o, "nparams", "model", path, 1, INT64_C(1) << 50, &v, err)))
         return rc;
