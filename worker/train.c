@@ -602,6 +602,7 @@ static int step_once(trainer *t, rm_err *err)
     int G = t->B * nslots * t->K; /* the global batch: K micro-batches of B x data-parallel world */
     if (t->perm_epoch != t->train_epoch) {
         rm_perm_make(t->perm, t->tr.info.n, t->cfg->t.seed, t->train_epoch);
+        rm_data_set_epoch(&t->tr, t->cfg->t.seed, t->train_epoch);
         t->perm_epoch = t->train_epoch;
     }
     RM_CHECK(load_rows(t, t->data_pos, err));
@@ -779,6 +780,7 @@ static int step_claimed(trainer *t, const rm_step_claim *c, rm_err *err)
 {
     if (t->perm_epoch != c->train_epoch) {
         rm_perm_make(t->perm, t->tr.info.n, t->cfg->t.seed, c->train_epoch);
+        rm_data_set_epoch(&t->tr, t->cfg->t.seed, c->train_epoch);
         t->perm_epoch = c->train_epoch;
     }
     rm_data_gather_rows(&t->tr, t->perm, c->data_pos, c->slot, c->nslots, t->B, t->m.x, t->m.labels);

@@ -67,6 +67,33 @@ static void test_text_windows(void)
     rm_data_info pi;
     CU_ASSERT_EQUAL(rm_data_probe(&t, &pi, &e), RM_OK);
     CU_ASSERT_EQUAL(pi.n, 20);
+    /* an epoch's shift: window w starts at 4w .. 4w + 3, still inside the training bytes, its
+     * labels one byte later; a function of (seed, epoch): repeated for the same, other for another */
+    int start[3][20], shifted = 0, differ = 0;
+    const int epochs[3] = {5, 5, 6};
+    for (int r = 0; r < 3; r++) {
+        rm_data_set_epoch(&tr, 42, epochs[r]);
+        for (uint32_t w = 0; w < 20; w++) {
+            uint32_t one = w;
+            rm_data_gather_rows(&tr, &one, 0, 0, 1, 1, x, y);
+            int at = x[0] - '!';
+            start[r][w] = at;
+            CU_ASSERT(at >= (int)w * 4 && at <= (int)w * 4 + 3 && at + 4 <= 80);
+            for (int i = 0; i < 4; i++) {
+                CU_ASSERT_EQUAL(x[i], (unsigned char)body[at + i]);
+                CU_ASSERT_EQUAL(y[i], (unsigned char)body[at + i + 1]);
+            }
+            shifted += at != (int)w * 4;
+        }
+    }
+    for (int w = 0; w < 20; w++) {
+        CU_ASSERT_EQUAL(start[0][w], start[1][w]);
+        differ += start[0][w] != start[2][w];
+    }
+    CU_ASSERT(shifted > 0);
+    CU_ASSERT(differ > 0);
+    rm_data_slice_rows(&va, 3, 1, x, y); /* validation stays aligned */
+    CU_ASSERT_EQUAL(x[0], (unsigned char)body[81 + 12]);
     rm_data_close(&tr);
     rm_data_close(&va);
 }

@@ -48,6 +48,9 @@ typedef struct rm_data_reader {
                    void *x, int32_t *labels);
     /* rows contiguous rows from start (start + rows <= n). */
     void (*slice)(const void *state, int64_t start, int rows, void *x, int32_t *labels);
+    /* Optional: the training epoch about to be gathered (the token streams shift each window by
+     * an amount drawn from (seed, epoch, window)); NULL = rows do not depend on it. */
+    void (*set_epoch)(void *state, uint64_t seed, int epoch);
 } rm_data_reader;
 
 /* An open split. */
@@ -71,6 +74,12 @@ static inline void rm_data_gather_rows(const rm_data *d, const uint32_t *perm, i
                                        int world, int rows, void *x, int32_t *labels)
 {
     d->r->gather(d->state, perm, pos, rank, world, rows, x, labels);
+}
+/* The epoch the next gathers belong to (called with the epoch's permutation). */
+static inline void rm_data_set_epoch(rm_data *d, uint64_t seed, int epoch)
+{
+    if (d->r->set_epoch)
+        d->r->set_epoch(d->state, seed, epoch);
 }
 static inline void rm_data_slice_rows(const rm_data *d, int64_t start, int rows, void *x, int32_t *labels)
 {

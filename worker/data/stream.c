@@ -5,7 +5,9 @@
  *
  * Rows: a row is a context window — model.context tokens as the input and the same window one
  * token later as the targets (int32 each). An epoch is one pass over the split in windows starting
- * at multiples of the context, each window inside one shard (a window needs context + 1 tokens).
+ * at multiples of the context, each window inside one shard (a window needs context + 1 tokens);
+ * in training each window starts up to context - 1 tokens later, by a shift drawn from (seed,
+ * epoch, window) (set_epoch), so tokens meet other positions every epoch.
  * Splits: a folder's *_val_* shards are the validation split; a single file's last
  * data.validation.fraction (default 0.1) of tokens are.
  *
@@ -41,6 +43,7 @@ typedef struct piece {
 
 typedef struct stream {
     int context;
+    uint64_t jitter; /* training windows of this epoch start up to context - 1 tokens late; 0 = aligned */
     int npieces;
     piece *p;
     uint64_t *first; /* windows before piece i (npieces + 1 entries) */
@@ -248,8 +251,19 @@ static int stream_open(const char *src, const rm_training_spec *t, rm_data_split
     return RM_OK;
 }
 
-/* Window w into x and labels (context int32 each). */
-static void put_window(const stream *s, uint64_t w, int32_t *x, int32_t *labels)
+static uint64_t mix64(uint64_t z)
+{
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* Window w into x and labels (context int32 each), jitter tokens late when jitter is set (the
+ * training split: each epoch shows every token at other positions of its window, as nanoGPT's
+ * random offsets do; the shift is a function of (seed, epoch, window), so the order stays one of
+ * (seed, epoch, rank) alone). Validation windows are aligned. */
+static void put_window_at(const stream *s, uint64_t w, uint64_t jitter, int32_t *x, int32_t *labels)
 {
     int lo = 0, hi = s->npieces - 1;
     while (lo < hi) { /* the piece holding window w */
@@ -261,10 +275,26 @@ static void put_window(const stream *s, uint64_t w, int32_t *x, int32_t *labels)
     }
     const piece *p = &s->p[lo];
     uint64_t at = (w - s->first[lo]) * (uint64_t)s->context;
+    if (jitter) {
+        uint64_t j = mix64(jitter ^ w) % (uint64_t)s->context;
+        uint64_t room = p->n - 1 - (uint64_t)s->context - at; /* >= 0: the window fits aligned */
+        at += j < room ? j : room;
+    }
     for (int i = 0; i < s->context; i++) {
         x[i] = (int32_t)token_at(p, at + (uint64_t)i);
         labels[i] = (int32_t)token_at(p, at + (uint64_t)i + 1);
     }
+}
+
+static void put_window(const stream *s, uint64_t w, int32_t *x, int32_t *labels)
+{
+    put_window_at(s, w, 0, x, labels);
+}
+
+static void stream_set_epoch(void *state, uint64_t seed, int epoch)
+{
+    stream *s = state;
+    s->jitter = mix64(seed ^ mix64((uint64_t)epoch + 1)) | 1;
 }
 
 static void stream_gather(const void *state, const uint32_t *perm, int64_t pos, int rank, int world, int rows,
@@ -273,8 +303,8 @@ static void stream_gather(const void *state, const uint32_t *perm, int64_t pos, 
     const stream *s = state;
     for (int i = 0; i < rows; i++) {
         uint64_t w = perm[pos + rank + (int64_t)i * world];
-        put_window(s, w, (int32_t *)x + (size_t)i * (size_t)s->context,
-                   labels + (size_t)i * (size_t)s->context);
+        put_window_at(s, w, s->jitter, (int32_t *)x + (size_t)i * (size_t)s->context,
+                      labels + (size_t)i * (size_t)s->context);
     }
 }
 
@@ -324,6 +354,7 @@ const rm_data_reader rm_data_tokens = {
     .close = stream_close,
     .gather = stream_gather,
     .slice = stream_slice,
+    .set_epoch = stream_set_epoch,
 };
 
 const rm_data_reader rm_data_text = {
@@ -333,4 +364,5 @@ const rm_data_reader rm_data_text = {
     .close = stream_close,
     .gather = stream_gather,
     .slice = stream_slice,
+    .set_epoch = stream_set_epoch,
 };
