@@ -8,7 +8,9 @@ source "$(dirname "$0")/5x-run-lib.bash"
 EX="$RM_ROOT/deploy/examples/shakespeare-gpt.yaml"
 # job FILE STEPS EVAL [extra spec lines after replicas / after batchSizePerWorker]
 job() {
-  sed -e "s/maxSteps: 2000/maxSteps: $2/; s/evalEverySteps: 250/evalEverySteps: $3/; s/intervalSteps: 500/intervalSteps: 20/" \
+  # (no gradClip: parameter servers clip per push, so only unclipped runs match allreduce bit for bit)
+  sed -e "s/maxSteps: 4000/maxSteps: $2/; s/evalEverySteps: 500/evalEverySteps: $3/; s/intervalSteps: 500/intervalSteps: 20/" \
+      -e "s/warmupSteps: 100/warmupSteps: 10/; /gradClip/d" \
       -e "s|^  replicas: 2|  replicas: 2${4:-}|; s|^    batchSizePerWorker: 12|    batchSizePerWorker: 12${5:-}|" "$EX" > "$W/$1.yaml"
 }
 fnv() { grep -ho 'params_fnv64=[0-9a-f]*' "$W"/run-$1/worker-0.log | tail -1; }

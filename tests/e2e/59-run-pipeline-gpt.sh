@@ -19,8 +19,8 @@ export RINGMASTER_THREADS=1
 # mk NAME REPLICAS BATCH [P]: the example, 40 steps, no periodic evaluation, a checkpoint every 20
 mk() {
   sed -e "s/^  name: shakespeare-gpt$/  name: $1/" -e "s/^  replicas: 2$/  replicas: $2/" \
-      -e "s/batchSizePerWorker: 12/batchSizePerWorker: $3/" -e 's/maxSteps: 2000/maxSteps: 40/' \
-      -e 's/evalEverySteps: 250/evalEverySteps: 0/' -e 's/intervalSteps: 500/intervalSteps: 20/' \
+      -e "s/batchSizePerWorker: 12/batchSizePerWorker: $3/" -e 's/maxSteps: 4000/maxSteps: 40/' \
+      -e 's/evalEverySteps: 500/evalEverySteps: 0/' -e 's/intervalSteps: 500/intervalSteps: 20/' \
       "$RM_ROOT/deploy/examples/shakespeare-gpt.yaml" > "$W/$1.yaml"
   if [ -n "${4:-}" ]; then
     sed -i "s/^  backend: ring$/  backend: ring\n  parallelism: {pipelineStages: $4, microBatches: 2}/" "$W/$1.yaml"

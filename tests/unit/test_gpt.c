@@ -1,7 +1,8 @@
 /* test_gpt.c — the transformer family (worker/model/gpt.c) on the CPU kernels: its gradient
  * against central finite differences for every tensor, the same gradient placed unit by unit
  * (ZeRO's path), accumulated over two row windows (micro-batches), split over two unit ranges
- * (pipeline stages) and computed with one or two kernel threads (bit-identical), the causal mask
+ * (pipeline stages) and computed with one or two kernel threads (bit-identical at these shapes, below
+ * the size where a GEMM is split), the causal mask
  * (a later token never changes an earlier position's output), and the field-named shape errors.
  * PyTorch's numbers for the same weights are the e2e test's (tests/e2e/60-gpt-torch.sh). */
 #include <math.h>
