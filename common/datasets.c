@@ -32,6 +32,17 @@ static int find_builtin(const char *uri)
     return -1;
 }
 
+const char *rm_uri_local(const char *uri)
+{
+    if (!uri)
+        return NULL;
+    if (uri[0] == '/')
+        return uri;
+    if (strncmp(uri, "file:///", 8) == 0)
+        return uri + 7;
+    return NULL;
+}
+
 bool rm_builtin_known(const char *uri)
 {
     return find_builtin(uri) >= 0;
@@ -95,7 +106,7 @@ int rm_data_local_path(const char *uri, char *path, size_t cap, rm_data_format *
                                 uri, builtins[i].rel, RM_ENV_DATASETS);
         return RM_OK;
     }
-    const char *local = uri[0] == '/' ? uri : strncmp(uri, "file:///", 8) == 0 ? uri + 7 : NULL;
+    const char *local = rm_uri_local(uri);
     if (!local)
         return rm_err_field(err, RM_EUNSUPPORTED, "spec.training.data.uri", "\"%s\" is not supported yet",
                             uri);

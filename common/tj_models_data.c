@@ -29,13 +29,7 @@ static int unsupported(rm_err *err, const char *ctx, const char *key, const char
 
 const char *tj_data_folder(const char *uri)
 {
-    if (!uri)
-        return NULL;
-    if (uri[0] == '/')
-        return uri;
-    if (strncmp(uri, "file:///", 8) == 0)
-        return uri + 7;
-    return NULL;
+    return rm_uri_local(uri);
 }
 
 /* The forms data.uri, data.validation.uri and model.init.uri may take (models-and-data.md). */

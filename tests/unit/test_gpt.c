@@ -112,16 +112,6 @@ static void place_all(void *ud, const rm_unit_grad *g)
     rm_model_grad_range(p->m, g, len / 3, len, p->dst + p->m->unit[g->unit].off + len / 3);
 }
 
-static double rel_diff(const float *a, const float *b, size_t n)
-{
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        r += (double)b[i] * b[i];
-    }
-    return r > 0 ? sqrt(d / r) : sqrt(d);
-}
-
 static void test_paths_agree(void)
 {
     rm_model m;
@@ -156,7 +146,7 @@ static void test_paths_agree(void)
         rm_model_backward_pass(&m, &b);
     }
     CU_ASSERT(fabsf(ls[0] + ls[1] - loss_whole) < 1e-5f * fabsf(loss_whole));
-    CU_ASSERT(rel_diff(m.grads, whole, n) < 1e-5);
+    CU_ASSERT(rm_test_rel_diff(m.grads, whole, n) < 1e-5);
 
     /* two threads: bit-identical */
     rm_kernels_set_threads(rm_kernels_cpu(), 2);
@@ -194,7 +184,7 @@ static void test_paths_agree(void)
     rm_model_backward_pass(&m, &b0);
     for (size_t i = 0; i < wte; i++)
         m.grads[i] += head_wte[i];
-    CU_ASSERT(rel_diff(m.grads, whole, n) < 1e-5);
+    CU_ASSERT(rm_test_rel_diff(m.grads, whole, n) < 1e-5);
     free(head_wte);
     free(a);
     free(da);

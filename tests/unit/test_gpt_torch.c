@@ -41,16 +41,6 @@ static void repo_root(char *buf, size_t cap)
     snprintf(buf, cap, "%s/..", bin && *bin ? bin : "bin");
 }
 
-static double rel(const float *a, const float *b, size_t n)
-{
-    double d = 0, r = 0;
-    for (size_t i = 0; i < n; i++) {
-        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        r += (double)b[i] * b[i];
-    }
-    return r > 0 ? sqrt(d / r) : sqrt(d);
-}
-
 static void one_case(const shape_case *c, int idx)
 {
     rm_training_spec t;
@@ -124,7 +114,7 @@ static void one_case(const shape_case *c, int idx)
             for (int k = 0; k < ts[i].ndim; k++)
                 len *= (size_t)ts[i].shape[k];
             CU_ASSERT_EQUAL(g->end - g->begin, len * sizeof(float));
-            double err = rel(m.grads + ts[i].off, (const float *)rm_st_data(&ref, g), len);
+            double err = rm_test_rel_diff(m.grads + ts[i].off, (const float *)rm_st_data(&ref, g), len);
             if (err > worst) {
                 worst = err;
                 snprintf(worst_name, sizeof worst_name, "%s", ts[i].name);

@@ -205,17 +205,6 @@ static void tfree(tworld *w)
         free(w->r[i].params);
 }
 
-/* ||a - b|| / ||b|| over [from, to) */
-static double trel(const float *a, const float *b, size_t from, size_t to)
-{
-    double num = 0, den = 0;
-    for (size_t i = from; i < to; i++) {
-        num += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
-        den += (double)b[i] * b[i];
-    }
-    return sqrt(num / (den > 0 ? den : 1));
-}
-
 /* A pipeline of P stages x D replicas against the allreduce strategy on D ranks (each the rows of
  * one replica): the same global batch, so the same step up to float summation order. */
 static void check_pipe(const rm_optimizer_spec *os, int P, int D, bool scramble, const char *what)
@@ -237,7 +226,7 @@ static void check_pipe(const rm_optimizer_spec *os, int P, int D, bool scramble,
             const float *got = pp.r[d * P + p].params;
             size_t a = plan.unit[bounds[p]].off;
             size_t b = plan.unit[bounds[p + 1] - 1].off + plan.unit[bounds[p + 1] - 1].len;
-            double rel = trel(got, ref.r[0].params, a, b);
+            double rel = rm_test_rel_diff(got + a, ref.r[0].params + a, b - a);
             CU_ASSERT(rel < 1e-5);
             if (!(rel < 1e-5))
                 fprintf(stderr, "\n  %s: replica %d stage %d vs allreduce: %g", what, d, p, rel);

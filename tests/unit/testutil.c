@@ -1,4 +1,5 @@
 /* See testutil.h. */
+#include <math.h>
 #include "tests/unit/testutil.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,4 +98,14 @@ const char *rm_test_bindir(void)
 {
     const char *b = getenv("RM_BIN");
     return b && *b ? b : "bin";
+}
+
+double rm_test_rel_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        r += (double)b[i] * b[i];
+    }
+    return r > 0 ? sqrt(d / r) : sqrt(d);
 }

@@ -26,6 +26,9 @@ int rm_test_tmpdir_free(char **path);
 /* whole file, NUL-terminated; NULL if unreadable. */
 char *rm_test_read_file(const char *path, size_t *len);
 int rm_test_write_file(const char *path, const void *data, size_t len);
+/* ‖a − b‖ / ‖b‖ over n floats (‖a − b‖ when b is all zeros): how docs/models-and-data.md compares
+ * tensors. */
+double rm_test_rel_diff(const float *a, const float *b, size_t n);
 /* directory with the built binaries (env RM_BIN, else "bin"); borrowed. */
 const char *rm_test_bindir(void);
 #endif

@@ -2,6 +2,8 @@
  * docs/models-and-data.md "Exported models"). */
 #include "worker/model/export.h"
 
+#include "common/datasets.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -399,13 +401,7 @@ out:
 
 const char *rm_model_init_path(const char *uri)
 {
-    if (!uri)
-        return NULL;
-    if (uri[0] == '/')
-        return uri;
-    if (strncmp(uri, "file:///", 8) == 0)
-        return uri + 7;
-    return NULL;
+    return rm_uri_local(uri);
 }
 
 int rm_model_init_weights_open(const rm_model *m, const char *uri, rm_model_weights *w, rm_err *err)
