@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/safetensors.h"
 #include "kernels/kernels.h"
@@ -34,11 +35,25 @@ typedef struct shape_case {
     int layers, heads, embed, context, vocab, batch;
 } shape_case;
 
-/* The repository's root, from RM_BIN (<root>/bin), for tests/py. */
+/* The repository's root, for tests/py: $RM_ROOT, the working directory (make runs the tests from
+ * the root), or above RM_BIN (bin/ or build/<kind>/bin/). */
 static void repo_root(char *buf, size_t cap)
 {
-    const char *bin = getenv("RM_BIN");
-    snprintf(buf, cap, "%s/..", bin && *bin ? bin : "bin");
+    const char *bin = getenv("RM_BIN"), *root = getenv("RM_ROOT");
+    char cand[4][1024];
+    snprintf(cand[0], sizeof cand[0], "%s", root && *root ? root : ".");
+    snprintf(cand[1], sizeof cand[1], ".");
+    snprintf(cand[2], sizeof cand[2], "%s/..", bin && *bin ? bin : "bin");
+    snprintf(cand[3], sizeof cand[3], "%s/../../..", bin && *bin ? bin : "bin");
+    for (int i = 0; i < 4; i++) {
+        char probe[4200];
+        snprintf(probe, sizeof probe, "%s/tests/py/gpt_ref.py", cand[i]);
+        if (access(probe, R_OK) == 0) {
+            snprintf(buf, cap, "%s", cand[i]);
+            return;
+        }
+    }
+    snprintf(buf, cap, ".");
 }
 
 static void one_case(const shape_case *c, int idx)
@@ -63,7 +78,7 @@ static void one_case(const shape_case *c, int idx)
     rm_rng_seed(&r, 7 + (uint64_t)idx);
     for (size_t i = 0; i < m.nparams; i++) /* LayerNorms and biases off their init, weights larger */
         m.params[i] += (float)(0.05 * rm_rng_normal(&r));
-    char dir[1200], batch[1300], out[1300], cmd[5000], root[1100];
+    char dir[1200], batch[1300], out[1300], cmd[16384], root[4200];
     snprintf(dir, sizeof dir, "%s/m%d", g_dir, idx);
     snprintf(batch, sizeof batch, "%s/batch%d.bin", g_dir, idx);
     snprintf(out, sizeof out, "%s/grads%d.safetensors", g_dir, idx);
