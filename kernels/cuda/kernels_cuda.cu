@@ -271,8 +271,9 @@ __global__ void k_softmax_xent(const float *logits, const int32_t *__restrict__ 
     }
 }
 
-/* Launched with kMaxPartials threads; slots >= n are 0, never read from the buffer. */
-__global__ void k_sum_partials(const float *partials, int n, float *out)
+/* Launched with kMaxPartials threads: *out = (or += with accumulate) the tree sum of partials[0, n);
+ * slots >= n are 0, never read from the buffer. */
+__global__ void k_sum_partials(const float *partials, int n, float *out, bool accumulate)
 {
     __shared__ float s[kMaxPartials];
     int t = threadIdx.x;
@@ -285,7 +286,7 @@ __global__ void k_sum_partials(const float *partials, int n, float *out)
         __syncthreads();
     }
     if (t == 0)
-        *out = s[0];
+        *out = accumulate ? *out + s[0] : s[0];
 }
 
 /* One warp per row; first maximum (lowest index among equal maxima) and the NaN rules of the C
@@ -372,7 +373,7 @@ __device__ __forceinline__ void block_sum_to(float a, float *out)
     __syncthreads();
 }
 
-/* Sums of squares: a fixed grid (sumsq_blocks) writes one partial per block; k_add_partials adds
+/* Sums of squares: a fixed grid (sumsq_blocks) writes one partial per block; k_sum_partials adds
  * them in a fixed tree. No float atomics: the same x gives the same bits on every rank. */
 __global__ void k_sumsq(const float *__restrict__ x, size_t n, float *partials)
 {
@@ -397,23 +398,6 @@ __global__ void k_lamb_moments(const float *__restrict__ w, const float *__restr
     }
     block_sum_to(ww, &partials[blockIdx.x]);
     block_sum_to(rr, &partials[kMaxPartials / 2 + blockIdx.x]);
-}
-
-/* Launched with kMaxPartials threads: *acc += the tree sum of partials[0, n). */
-__global__ void k_add_partials(const float *partials, int n, float *acc)
-{
-    __shared__ float s[kMaxPartials];
-    int t = threadIdx.x;
-    s[t] = t < n ? partials[t] : 0.0f;
-    __syncthreads();
-    for (int st = 0; rm_tree_offset(kMaxPartials, st) > 0; st++) {
-        int k = rm_tree_offset(kMaxPartials, st);
-        if (t < k)
-            s[t] += s[t + k];
-        __syncthreads();
-    }
-    if (t == 0)
-        *acc += s[0];
 }
 
 __global__ void k_lamb_apply(float *w, const float *__restrict__ m, const float *__restrict__ v, size_t n,
@@ -867,7 +851,7 @@ void cu_softmax_xent(const float *logits, const int32_t *labels, int rows, int c
     k_softmax_xent<<<blocks, kThreads, 0, g_cuda.stream>>>(logits, labels, rows, classes, inv_batch,
                                                            dlogits, g_cuda.partials);
     KLAUNCHED("k_softmax_xent");
-    k_sum_partials<<<1, kMaxPartials, 0, g_cuda.stream>>>(g_cuda.partials, blocks, loss_sum);
+    k_sum_partials<<<1, kMaxPartials, 0, g_cuda.stream>>>(g_cuda.partials, blocks, loss_sum, false);
     KLAUNCHED("k_sum_partials");
 }
 
@@ -958,8 +942,8 @@ void cu_sumsq(const float *x, size_t n, float *acc)
     int blocks = sumsq_blocks(n);
     k_sumsq<<<blocks, kThreads, 0, g_cuda.stream>>>(x, n, g_cuda.partials);
     KLAUNCHED("k_sumsq");
-    k_add_partials<<<1, kMaxPartials, 0, g_cuda.stream>>>(g_cuda.partials, blocks, acc);
-    KLAUNCHED("k_add_partials");
+    k_sum_partials<<<1, kMaxPartials, 0, g_cuda.stream>>>(g_cuda.partials, blocks, acc, true);
+    KLAUNCHED("k_sum_partials");
 }
 
 void cu_lamb_moments(const float *w, const float *g, float *m, float *v, size_t n, float b1, float b2,
@@ -976,11 +960,11 @@ void cu_lamb_moments(const float *w, const float *g, float *m, float *v, size_t 
     k_lamb_moments<<<blocks, kThreads, 0, g_cuda.stream>>>(w, g, m, v, n, b1, b2, eps, wd, inv_bc1,
                                                            inv_sqrt_bc2, g_cuda.partials);
     KLAUNCHED("k_lamb_moments");
-    k_add_partials<<<1, kMaxPartials, 0, g_cuda.stream>>>(g_cuda.partials, blocks, sums);
-    KLAUNCHED("k_add_partials");
-    k_add_partials<<<1, kMaxPartials, 0, g_cuda.stream>>>(g_cuda.partials + kMaxPartials / 2, blocks,
-                                                          sums + 1);
-    KLAUNCHED("k_add_partials");
+    k_sum_partials<<<1, kMaxPartials, 0, g_cuda.stream>>>(g_cuda.partials, blocks, sums, true);
+    KLAUNCHED("k_sum_partials");
+    k_sum_partials<<<1, kMaxPartials, 0, g_cuda.stream>>>(g_cuda.partials + kMaxPartials / 2, blocks,
+                                                          sums + 1, true);
+    KLAUNCHED("k_sum_partials");
 }
 
 void cu_lamb_apply(float *w, const float *m, const float *v, size_t n, float lr, float eps, float wd,
