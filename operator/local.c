@@ -42,6 +42,7 @@
 #include "operator/ps_reconcile.h"
 #include "operator/reconcile.h"
 #include "common/faults.h"
+#include "common/worker_env.h"
 
 extern char **environ;
 
@@ -1164,7 +1165,13 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
     RM_CHECK_GOTO(rm_local_worker_bin(l->worker_bin, sizeof l->worker_bin, err), rc, out);
     RM_CHECK_GOTO(rm_fs_mkdir_p(o->run_dir, err), rc, out);
     RM_CHECK_GOTO(rm_fs_mkdir_p(o->checkpoint_dir, err), rc, out);
-    if (job->spec.backend == RM_BACKEND_NCCL || job->spec.training.precision != RM_PREC_FP32) {
+    const char *dev = getenv(RM_ENV_DEVICE);
+    if (dev && strcmp(dev, "cuda") == 0) {
+        /* RINGMASTER_DEVICE=cuda (inherited by every worker): GPU workers, the manifest as written;
+         * each worker's LOCAL_RANK picks its GPU (docs/gpu.md) */
+        say(l, "ringmaster: note: local workers run on GPUs (%s=cuda): backend %s, worker i on GPU i\n",
+            RM_ENV_DEVICE, rm_backend_name(job->spec.backend));
+    } else if (job->spec.backend == RM_BACKEND_NCCL || job->spec.training.precision != RM_PREC_FP32) {
         /* GPU-only settings: local workers are CPU processes */
         say(l,
             "ringmaster: note: local workers run on the CPU: backend %s -> ring, precision "

@@ -441,6 +441,8 @@ static void usage(FILE *f)
                "  -o, --output text|json    json: the last line of stdout is the final TrainingJob\n"
                "  --metrics-addr HOST:PORT  controller metrics, /sd (default 127.0.0.1:0)\n"
                "  --log-format text|json    --log-level debug|info|warn|error\n"
+               "Env: RINGMASTER_DEVICE=cuda runs the workers on GPUs as the manifest says (worker i on\n"
+               "GPU i; backend nccl and bf16/fp16 kept); otherwise on the CPU (nccl -> ring, fp32).\n"
                "Exit: 0 Succeeded, 1 Failed, 2 bad manifest or flag, 130/143 interrupted.\n");
 }
 

@@ -12,7 +12,8 @@
 # Without a GPU it prints "SKIP: no GPU present (...)" and exits 0, leaving the results file alone.
 # Env: RM_BIN (default bin/), PYTHON (a python with torch >= 2 and CUDA), CUDA_HOME, PEAK_TFLOPS
 # (dense bf16 peak for the % column; default 989 = H100 SXM; H200 has the same 989),
-# STEPS (default 100).
+# STEPS (default 100), RM_PREBUILT=DIR (run bench/gpu/bundle.sh's binaries, build nothing),
+# BUILD_ONLY=1 (build and stop).
 set -euo pipefail
 unset RINGMASTER_CUDA_SYNC_CHECK   # a debug mode: it would time synchronisations, not kernels
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -25,17 +26,23 @@ out=build/bench-gpu
 res=bench/results/gpu.md
 mkdir -p "$out" bench/results
 
-make -s WERROR=1 all >/dev/null
-if [ "$(make -s info | sed -n 's/.*cuda=\([01]\).*/\1/p')" != 1 ]; then
-  echo "SKIP: no GPU present (built without CUDA)"; exit 0
+bins=$out
+if [ -n "${RM_PREBUILT:-}" ]; then   # bench/gpu/bundle.sh's binaries (the device machine builds nothing)
+  bins=$RM_PREBUILT
+else
+  make -s WERROR=1 all >/dev/null
+  if [ "$(make -s info | sed -n 's/.*cuda=\([01]\).*/\1/p')" != 1 ]; then
+    echo "SKIP: no GPU present (built without CUDA)"; exit 0
+  fi
+  libs=$(make -s --no-print-directory --eval 'rm-print-libs: ; @echo $(LIBS)' rm-print-libs)
+  for p in step_bench nccl_bench gemm_ceiling; do
+    cc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Wno-unused-parameter -I. -I"$CUDA_HOME/include" \
+       -DRM_HAVE_CUDA=1 -pthread "bench/gpu/$p.c" -o "$out/$p" \
+       build/release/libworker.a build/release/libkernels.a build/release/libcommon.a $libs
+  done
+  echo "built $out/{step_bench,nccl_bench,gemm_ceiling}"
 fi
-libs=$(make -s --no-print-directory --eval 'rm-print-libs: ; @echo $(LIBS)' rm-print-libs)
-for p in step_bench nccl_bench gemm_ceiling; do
-  cc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Wno-unused-parameter -I. -I"$CUDA_HOME/include" \
-     -DRM_HAVE_CUDA=1 -pthread "bench/gpu/$p.c" -o "$out/$p" \
-     build/release/libworker.a build/release/libkernels.a build/release/libcommon.a $libs
-done
-echo "built $out/{step_bench,nccl_bench,gemm_ceiling}"
+[ "${BUILD_ONLY:-0}" = 1 ] && exit 0
 
 if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
   echo "SKIP: no GPU present (nvidia-smi -L lists no GPU); $res left unchanged"; exit 0
@@ -62,15 +69,15 @@ cases=("fmnist-b64 512,256 64" "fmnist-b512 512,256 512" "wide-8x8192 8192,8192,
 for c in "${cases[@]}"; do
   read -r name hidden batch <<<"$c"
   st=$STEPS; [ "$batch" -ge 8192 ] && st=$(( STEPS / 5 > 10 ? STEPS / 5 : 10 ))
-  run "$out/step_bench" --name "$name" --hidden "$hidden" --batch "$batch" --precision bf16 --steps "$st" --warmup 10
+  run "$bins/step_bench" --name "$name" --hidden "$hidden" --batch "$batch" --precision bf16 --steps "$st" --warmup 10
   if [ -n "$py" ]; then
     run "$py" bench/gpu/torch_step.py --name "$name" --hidden "$hidden" --batch "$batch" --precision bf16 --steps "$st" --warmup 10
   else
     echo "RESULT impl=torch-eager name=$name error=no-torch-with-cuda" | tee -a "$log"
   fi
 done
-run "$out/gemm_ceiling" --size 8192 --iters 50
-run "$out/nccl_bench" --iters 50
+run "$bins/gemm_ceiling" --size 8192 --iters 50
+run "$bins/nccl_bench" --iters 50
 run timeout 300 "$RM_BIN/ringmaster-worker" bench --backend nccl -b 8 -e 256M -f 8 -n 20 -w 5 -c 1 || true
 
 # ---- results file ------------------------------------------------------------------------------

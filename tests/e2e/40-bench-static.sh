@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `ringmaster-worker bench` in static mode (--world/--rank/--peers, no controller): 2 and 3 ranks
 # over loopback print the nccl-tests table with #wrong 0 on every row, the footer, and a JSON file
-# that agrees; a wrong token on one rank fails both within the timeout; a bad flag is a usage error.
+# that agrees; with no world at all a world of one checks clean; a wrong token on one rank fails both within the timeout; a bad flag is a usage error.
 set -euo pipefail
 W="$RM_BIN/ringmaster-worker"
 py=/usr/bin/python3
@@ -107,6 +107,12 @@ pids=()
 [ $(( $(date +%s) - start )) -le 10 ] || { echo "wrong token took too long to fail"; exit 1; }
 cat "$TMPDIR/tok0.log" "$TMPDIR/tok1.log"
 grep -qiE 'authentication|refused|timed out' "$TMPDIR/tok0.log" "$TMPDIR/tok1.log"
+
+# no world given (no rendezvous, no --world): a world of one, whose checked sums are the inputs
+# themselves - the world size the check scales by must be 1, not unset (every row #wrong 0)
+env -u RINGMASTER_RENDEZVOUS "$W" bench --backend local -b 8 -e 64K -f 8 -n 2 -w 1 -c 1 > "$TMPDIR/one.log"
+grep -q 'backend local, 1 ranks' "$TMPDIR/one.log" || { cat "$TMPDIR/one.log"; echo "world of one: not 1 rank"; exit 1; }
+grep -q '^# Out of bounds values : 0 OK' "$TMPDIR/one.log" || { cat "$TMPDIR/one.log"; echo "world of one: wrong values"; exit 1; }
 
 # usage errors
 set +e
