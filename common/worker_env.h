@@ -39,6 +39,8 @@
  * CPU quota, else the machine's CPUs divided among LOCAL_WORLD_SIZE workers. */
 #define RM_ENV_THREADS "RINGMASTER_THREADS"
 #define RM_ENV_RESUME "RINGMASTER_RESUME" /* "1" | "if-present": continue an earlier run */
+/* Steps between the worker's "progress" log lines (1..10^9; default 100; the user's). */
+#define RM_ENV_LOG_EVERY "RINGMASTER_LOG_EVERY"
 
 /* torchrun / PyTorch conventions, so foreign images run unchanged */
 #define RM_ENV_RANK "RANK"

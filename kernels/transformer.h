@@ -66,6 +66,8 @@ typedef struct rm_tf_kernels {
                  float *loss_sum, int32_t *correct);
     /* The CPUs the kernels spread over (1..): the CPU table's pool width; NULL = not adjustable. */
     void (*set_threads)(int n);
+    /* The largest head size (embed / heads) the attention entries hold; 0 = any. */
+    int max_head_size;
 } rm_tf_kernels;
 
 #ifdef __cplusplus

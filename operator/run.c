@@ -111,8 +111,13 @@ int rm_manifest_load(const rm_yaml_docs *d, const char *path, const rm_manifest_
         if (ov && ov->epochs > 0)
             out->spec.training.epochs = ov->epochs;
         rc = rm_tj_validate(out, &e);
-        if (rc == RM_OK)
-            rc = rm_tj_check_memory_local(out, &e); /* every worker runs on this machine */
+        /* every worker runs on this machine, from its memory - unless they are GPU workers (backend
+         * nccl) that `validate` (no overrides) checks for a cluster or that run with
+         * RINGMASTER_DEVICE=cuda: the model lives in GPU memory there, not in this machine's RAM */
+        const char *dev = getenv(RM_ENV_DEVICE);
+        bool gpu = out->spec.backend == RM_BACKEND_NCCL && (!ov || (dev && strcmp(dev, "cuda") == 0));
+        if (rc == RM_OK && !gpu)
+            rc = rm_tj_check_memory_local(out, &e);
     }
     if (rc != RM_OK) {
         rm_manifest_msg(msg, cap, path, d, pick, &e);

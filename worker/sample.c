@@ -24,7 +24,7 @@
 #define SAMPLE_MAX_TOKENS (1 << 24)
 
 typedef struct sample_cfg {
-    const char *model, *checkpoint, *prompt, *prompt_tokens;
+    const char *model, *checkpoint, *prompt, *prompt_tokens, *logits;
     long tokens;
     double temperature;
     int top_k, threads;
@@ -46,6 +46,8 @@ static void usage(FILE *f)
             "  --top-k K            draw among the K most likely tokens (default 0: all)\n"
             "  --seed S             the draw's seed (default 0)\n"
             "  --threads N          kernel threads (default 1)\n"
+            "  --logits FILE        also write the prompt's logits (float32 little-endian, prompt\n"
+            "                       tokens x vocabulary; the prompt at most the context) to FILE\n"
             "stdout gets the prompt and the generated tokens only; logs go to stderr.\n");
 }
 
@@ -62,7 +64,19 @@ static int parse_num(const char *flag, const char *s, double lo, double hi, doub
 
 static int parse_args(int argc, char **argv, sample_cfg *c, rm_err *err)
 {
-    enum { O_MODEL = 256, O_CKPT, O_PROMPT, O_PTOK, O_TOKENS, O_TEMP, O_TOPK, O_SEED, O_THREADS, O_HELP };
+    enum {
+        O_MODEL = 256,
+        O_CKPT,
+        O_PROMPT,
+        O_PTOK,
+        O_TOKENS,
+        O_TEMP,
+        O_TOPK,
+        O_SEED,
+        O_THREADS,
+        O_LOGITS,
+        O_HELP
+    };
     static const struct option opts[] = {
         {"model", required_argument, 0, O_MODEL},
         {"checkpoint", required_argument, 0, O_CKPT},
@@ -73,6 +87,7 @@ static int parse_args(int argc, char **argv, sample_cfg *c, rm_err *err)
         {"top-k", required_argument, 0, O_TOPK},
         {"seed", required_argument, 0, O_SEED},
         {"threads", required_argument, 0, O_THREADS},
+        {"logits", required_argument, 0, O_LOGITS},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -115,6 +130,9 @@ static int parse_args(int argc, char **argv, sample_cfg *c, rm_err *err)
                                     optarg);
             break;
         }
+        case O_LOGITS:
+            c->logits = optarg;
+            break;
         case O_THREADS:
             RM_CHECK(parse_num("--threads", optarg, 1, 1024, &v, err));
             c->threads = (int)v;
@@ -322,6 +340,26 @@ static int32_t pick(const float *logits, int V, const sample_cfg *c, rm_rng *r, 
     return best;
 }
 
+/* --logits: one forward pass of the prompt (at most a window), its positions' logits to path. */
+static int write_logits(const char *path, rm_model *m, const int32_t *toks, long np, rm_err *err)
+{
+    int T = m->label_row, V = m->classes;
+    if (np > T)
+        return rm_err_field(err, RM_EINVAL, "--logits", "the prompt has %ld tokens, more than the context %d",
+                            np, T);
+    int32_t *x = m->x;
+    memcpy(x, toks, (size_t)np * sizeof *x);
+    memset(x + np, 0, (size_t)(T - np) * sizeof *x);
+    rm_model_forward(m, 1);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return rm_err_field(err, RM_EIO, "--logits", "%s: %s", path, strerror(errno));
+    size_t n = (size_t)np * (size_t)V;
+    bool ok = fwrite(rm_model_output(m, m->nunits - 1, 0), sizeof(float), n, f) == n;
+    ok = (fclose(f) == 0) && ok;
+    return ok ? RM_OK : rm_err_field(err, RM_EIO, "--logits", "%s: write failed", path);
+}
+
 static int run(const sample_cfg *c, rm_err *err)
 {
     rm_model m;
@@ -377,7 +415,9 @@ static int run(const sample_cfg *c, rm_err *err)
         rm_rng r;
         rm_rng_seed(&r, c->seed);
         int32_t *x = m.x;
-        for (long n = np; n < np + c->tokens; n++) {
+        if (c->logits)
+            rc = write_logits(c->logits, &m, toks, np, err);
+        for (long n = np; rc == RM_OK && n < np + c->tokens; n++) {
             long w = n < T ? n : T; /* the window: the last T tokens */
             memcpy(x, toks + (n - w), (size_t)w * sizeof *x);
             memset(x + w, 0, (size_t)(T - w) * sizeof *x); /* after the window: causal, never read */
@@ -386,15 +426,15 @@ static int run(const sample_cfg *c, rm_err *err)
                 pick(rm_model_output(&m, last, 0) + (size_t)(w - 1) * (size_t)V, V, c, &r, scratch, order);
         }
         long total = np + c->tokens;
-        if (c->prompt_tokens) {
+        if (rc == RM_OK && c->prompt_tokens) {
             for (long i = 0; i < total; i++)
                 printf("%s%d", i ? "," : "", toks[i]);
             printf("\n");
-        } else {
+        } else if (rc == RM_OK) {
             for (long i = 0; i < total; i++)
                 putchar(toks[i]);
         }
-        if (fflush(stdout) != 0 || ferror(stdout))
+        if (rc == RM_OK && (fflush(stdout) != 0 || ferror(stdout)))
             rc = rm_errf(err, RM_EIO, "sample: writing stdout: %s", strerror(errno));
     }
     free(order);

@@ -383,6 +383,12 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
     cfg->comm_timeout_s = 10;
     cfg->eval_every_epoch = 1;
     cfg->log_every = 100;
+    const char *le = getenv(RM_ENV_LOG_EVERY);
+    if (le && *le) {
+        long long v;
+        RM_CHECK(parse_int(RM_ENV_LOG_EVERY, le, 1, 1000000000, &v, err));
+        cfg->log_every = v;
+    }
 
     static const struct option opts[] = {
         {"config", required_argument, 0, O_CONFIG},

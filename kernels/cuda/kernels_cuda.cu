@@ -52,6 +52,7 @@
 #include "kernels/kernels_cuda.h"
 #include "kernels/plan.h"
 #include "kernels/reduce.h"
+#include "kernels/cuda/tf_cuda.h"
 
 #define RM_STR2(...) #__VA_ARGS__
 #define RM_STR(...) RM_STR2(__VA_ARGS__)
@@ -1075,6 +1076,7 @@ const rm_kernels k_table = {
     cu_unscale_check,
     cu_host_alloc,
     cu_host_free,
+    &rm_tf_cuda,
 };
 
 bool env_off(const char *name)
@@ -1261,6 +1263,33 @@ int rm_cuda_check(rm_err *err)
     if (!g_cuda.ok)
         return RM_OK;
     return cu_check(err);
+}
+
+/* kernels/cuda/tf_cuda.h: the hooks the transformer's kernels (another translation unit) use. */
+void rm_cuda_launched(const char *file, int line, const char *name)
+{
+    launched(file, line, name);
+}
+
+void rm_cuda_note_error(const char *file, int line, int code, const char *what, const char *msg)
+{
+    note_error(file, line, code, what, msg);
+}
+
+int rm_cuda_sms(void)
+{
+    return g_cuda.sms;
+}
+
+void *rm_cuda_scratch(int slot, size_t bytes)
+{
+    static void *buf[RM_CUDA_SCRATCH_SLOTS];
+    static size_t cap[RM_CUDA_SCRATCH_SLOTS];
+    if (slot < 0 || slot >= RM_CUDA_SCRATCH_SLOTS)
+        return nullptr;
+    char what[64];
+    snprintf(what, sizeof what, "cudaMallocAsync(transformer scratch %d)", slot);
+    return grow_scratch(&buf[slot], &cap[slot], bytes ? bytes : 1, what) ? buf[slot] : nullptr;
 }
 
 }  // extern "C"

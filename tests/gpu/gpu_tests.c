@@ -6,7 +6,10 @@
  *     inputs (bf16/fp16 products are exact in fp32, so only the summation order differs);
  *   - the loss-scaler sequence driven by the GPU overflow flag;
  *   - a one-rank NCCL allreduce (device and host buffers, sum/avg, bf16, barrier, abort);
- *   - the checkpoint round trip GPU -> file -> CPU and back (same logits, same bits).
+ *   - the checkpoint round trip GPU -> file -> CPU and back (same logits, same bits);
+ *   - the transformer's kernels (kernels/transformer.h) against kernels/transformer_cpu.c: odd
+ *     shapes and GPT-2's, outputs poisoned with NaN first (accumulated ones start random), the
+ *     error as ||gpu - cpu|| / ||cpu|| (fp32: far under 1e-3), never NaN.
  * Prints "SKIP: no GPU present (<reason>)" and exits 0 without a usable GPU. Exit 1 on any failure.
  * Usage: gpu_tests [--quick]   (--quick: smaller shapes, for compute-sanitizer runs) */
 #include <math.h>
@@ -16,6 +19,7 @@
 #include <unistd.h>
 
 #include "kernels/kernels.h"
+#include "kernels/transformer.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/comm/comm.h"
 #include "worker/gpu.h"
@@ -752,6 +756,163 @@ static void test_errors_are_loud(void)
     printf("ok failed calls are loud (check, d2h NaN)\n");
 }
 
+/* ---------------------------------------------------------------- transformer */
+
+static void *gpu_poisoned(size_t bytes)
+{
+    void *d = G->alloc(bytes ? bytes : 4);
+    unsigned char *h = malloc(bytes ? bytes : 4);
+    if (!d || !h)
+        abort();
+    memset(h, 0xff, bytes ? bytes : 4); /* NaN: an element nobody wrote fails the comparison */
+    G->h2d(d, h, bytes);
+    free(h);
+    return d;
+}
+
+/* ||gpu - cpu|| / ||cpu|| of n floats at device d vs host c; NaN anywhere fails. */
+static void tf_cmp(const char *what, const char *shape, const float *d, const float *c, size_t n, double tol)
+{
+    float *g = from_gpu(d, n * sizeof(float));
+    double num = 0, den = 0;
+    size_t nan = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (isnan(g[i]) || isnan(c[i]))
+            nan++;
+        double e = (double)g[i] - c[i];
+        num += e * e;
+        den += (double)c[i] * c[i];
+    }
+    double rel = sqrt(num / (den > 0 ? den : 1e-30));
+    CHECK(nan == 0 && rel <= tol, "%s %s: rel err %.3g (tol %.1g), %zu NaN of %zu", what, shape, rel, tol,
+          nan, n);
+    free(g);
+}
+
+static void test_transformer_case(int B, int T, int Cc, int NH, int V)
+{
+    const rm_tf_kernels *gt = G->tf, *ct = C->tf;
+    char shape[96];
+    snprintf(shape, sizeof shape, "B%d T%d C%d NH%d V%d", B, T, Cc, NH, V);
+    size_t N = (size_t)B * T, NC = N * Cc, F = sizeof(float);
+    const double tol = 1e-4; /* fp32 with another summation order (and tanh, exp) */
+    /* embeddings: tokens with many repeats (V small) test the sorted scatter */
+    int32_t *tok = malloc(N * 4);
+    for (size_t i = 0; i < N; i++)
+        tok[i] = (int32_t)(((frand() + 1.0f) * 0.5f) * V) % V;
+    float *wte = hrand((size_t)V * Cc, 1), *wpe = hrand((size_t)T * Cc, 1), *dout = hrand(NC, 1);
+    int32_t *dtok = dup_to_gpu(tok, N * 4);
+    float *dwte = dup_to_gpu(wte, (size_t)V * Cc * F), *dwpe = dup_to_gpu(wpe, (size_t)T * Cc * F);
+    float *ddout = dup_to_gpu(dout, NC * F), *dout_e = gpu_poisoned(NC * F), *c_e = malloc(NC * F);
+    gt->embed_fwd(dout_e, dtok, dwte, dwpe, B, T, Cc);
+    ct->embed_fwd(c_e, tok, wte, wpe, B, T, Cc);
+    tf_cmp("embed_fwd", shape, dout_e, c_e, NC, 0);
+    gt->embed_bwd(dwte, dwpe, ddout, dtok, B, T, Cc); /* accumulates into the random tables */
+    ct->embed_bwd(wte, wpe, dout, tok, B, T, Cc);
+    tf_cmp("embed_bwd dwte", shape, dwte, wte, (size_t)V * Cc, tol);
+    tf_cmp("embed_bwd dwpe", shape, dwpe, wpe, (size_t)T * Cc, tol);
+    /* LayerNorm, the residual form, its backward, column sums */
+    float *x = hrand(NC, 2), *w = hrand(Cc, 1), *b = hrand(Cc, 1), *res = hrand(NC, 1), *bias = hrand(Cc, 1);
+    float *dx_ = dup_to_gpu(x, NC * F), *dw = dup_to_gpu(w, Cc * F), *db = dup_to_gpu(b, Cc * F);
+    float *o = gpu_poisoned(NC * F), *mu = gpu_poisoned(N * F), *rs = gpu_poisoned(N * F);
+    float *co = malloc(NC * F), *cmu = malloc(N * F), *crs = malloc(N * F);
+    gt->layernorm_fwd(o, mu, rs, dx_, dw, db, (int)N, Cc);
+    ct->layernorm_fwd(co, cmu, crs, x, w, b, (int)N, Cc);
+    tf_cmp("layernorm_fwd out", shape, o, co, NC, tol);
+    tf_cmp("layernorm_fwd rstd", shape, rs, crs, N, tol);
+    float *dres = dup_to_gpu(res, NC * F), *dbias = dup_to_gpu(bias, Cc * F);
+    gt->residual_layernorm_fwd(dres, dx_, dbias, o, mu, rs, dw, db, (int)N, Cc);
+    ct->residual_layernorm_fwd(res, x, bias, co, cmu, crs, w, b, (int)N, Cc);
+    tf_cmp("residual_layernorm_fwd res", shape, dres, res, NC, tol);
+    tf_cmp("residual_layernorm_fwd ln", shape, o, co, NC, tol);
+    float *dxacc = hrand(NC, 1), *ddxacc = dup_to_gpu(dxacc, NC * F);
+    float *gw = gpu_poisoned(Cc * F), *gb = gpu_poisoned(Cc * F), *cgw = malloc(Cc * F),
+          *cgb = malloc(Cc * F);
+    gt->layernorm_bwd(ddxacc, gw, gb, ddout, dres, mu, rs, dw, (int)N, Cc, false);
+    ct->layernorm_bwd(dxacc, cgw, cgb, dout, res, cmu, crs, w, (int)N, Cc, false);
+    tf_cmp("layernorm_bwd dx", shape, ddxacc, dxacc, NC, tol);
+    tf_cmp("layernorm_bwd dw", shape, gw, cgw, Cc, tol);
+    tf_cmp("layernorm_bwd db", shape, gb, cgb, Cc, tol);
+    gt->colsum(gb, ddout, (int)N, Cc, true);
+    ct->colsum(cgb, dout, (int)N, Cc, true);
+    tf_cmp("colsum accumulate", shape, gb, cgb, Cc, tol);
+    /* bias + GELU and back (4C wide, as the MLP block) */
+    size_t N4 = NC * 4;
+    float *h = hrand(N4, 3), *b4 = hrand((size_t)4 * Cc, 1), *dg = hrand(N4, 1);
+    float *dh = dup_to_gpu(h, N4 * F), *db4 = dup_to_gpu(b4, (size_t)4 * Cc * F), *gg = gpu_poisoned(N4 * F);
+    float *cg = malloc(N4 * F);
+    gt->bias_gelu_fwd(dh, gg, db4, (int)N, 4 * Cc);
+    ct->bias_gelu_fwd(h, cg, b4, (int)N, 4 * Cc);
+    tf_cmp("bias_gelu_fwd h", shape, dh, h, N4, tol);
+    tf_cmp("bias_gelu_fwd g", shape, gg, cg, N4, tol);
+    float *ddg = dup_to_gpu(dg, N4 * F), *gdh = gpu_poisoned(N4 * F), *cdh = malloc(N4 * F);
+    gt->gelu_bwd(gdh, ddg, dh, (int)N, 4 * Cc);
+    ct->gelu_bwd(cdh, dg, h, (int)N, 4 * Cc);
+    tf_cmp("gelu_bwd", shape, gdh, cdh, N4, tol);
+    /* causal attention: q, k, v of scale 1 give peaked and flat rows alike */
+    size_t N3 = NC * 3, nl = (size_t)B * NH * T;
+    float *qkv = hrand(N3, 1.5f), *dqkv_d = dup_to_gpu(qkv, N3 * F);
+    float *ao = gpu_poisoned(NC * F), *al = gpu_poisoned(nl * F), *cao = malloc(NC * F),
+          *cal = malloc(nl * F);
+    float *cs = malloc((ct->attention_scratch(T) + 1) * F), *gs = G->alloc(gt->attention_scratch(T) * F);
+    gt->attention_fwd(ao, al, dqkv_d, B, T, Cc, NH, gs);
+    ct->attention_fwd(cao, cal, qkv, B, T, Cc, NH, cs);
+    tf_cmp("attention_fwd out", shape, ao, cao, NC, tol);
+    tf_cmp("attention_fwd lse", shape, al, cal, nl, tol);
+    float *gdq = gpu_poisoned(N3 * F), *cdq = malloc(N3 * F);
+    gt->attention_bwd(gdq, ddout, ao, al, dqkv_d, B, T, Cc, NH, gs);
+    ct->attention_bwd(cdq, dout, cao, cal, qkv, B, T, Cc, NH, cs);
+    tf_cmp("attention_bwd dqkv", shape, gdq, cdq, N3, tol);
+    /* cross-entropy over the vocabulary: loss, first-argmax hits, gradient in place */
+    size_t NV = N * (size_t)V;
+    float *lg = hrand(NV, 4), *dlg = dup_to_gpu(lg, NV * F), *gl = gpu_poisoned(F);
+    int32_t *tg = malloc(N * 4), *gc = gpu_poisoned(4), cc = -1, gcv = -2;
+    for (size_t i = 0; i < N; i++)
+        tg[i] = (int32_t)(((frand() + 1.0f) * 0.5f) * V) % V;
+    if (N > 2 && V > 3) { /* a tie: the first maximum is the argmax */
+        lg[V + 1] = lg[V + 2] = 50.0f;
+        tg[1] = 1;
+    }
+    G->h2d(dlg, lg, NV * F);
+    int32_t *dtg = dup_to_gpu(tg, N * 4);
+    float cl = 0, glv = 0;
+    gt->xent(dlg, dtg, (int)N, V, 0.0f, 1.0f, gl, gc); /* evaluation: logits untouched */
+    ct->xent(lg, tg, (int)N, V, 0.0f, 1.0f, &cl, &cc);
+    G->d2h(&glv, gl, F);
+    G->d2h(&gcv, gc, 4);
+    CHECK(gcv == cc, "xent correct %s: gpu %d cpu %d", shape, gcv, cc);
+    CHECK(fabs(glv - cl) <= 1e-5 * fabs(cl), "xent eval loss %s: gpu %.9g cpu %.9g", shape, glv, cl);
+    tf_cmp("xent eval leaves logits", shape, dlg, lg, NV, 0);
+    float gsc = 1.0f / (float)N;
+    gt->xent(dlg, dtg, (int)N, V, gsc, gsc, gl, NULL);
+    ct->xent(lg, tg, (int)N, V, gsc, gsc, &cl, NULL);
+    G->d2h(&glv, gl, F);
+    CHECK(fabs(glv - cl) <= 1e-5 * fabs(cl), "xent loss %s: gpu %.9g cpu %.9g", shape, glv, cl);
+    tf_cmp("xent dlogits", shape, dlg, lg, NV, tol);
+    gpu_errors(shape);
+    void *dev[] = {dtok, dwte, dwpe, ddout, dout_e, dx_, dw,     db, o,  mu, rs,  dres, dbias, ddxacc, gw,
+                   gb,   dh,   db4,  gg,    ddg,    gdh, dqkv_d, ao, al, gs, gdq, dlg,  gl,    gc,     dtg};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        G->free(dev[i]);
+    void *host[] = {tok, wte, wpe, dout, c_e, x,  w,   b,   res, bias, co, cmu, crs, dxacc,
+                    cgw, cgb, h,   b4,   dg,  cg, cdh, qkv, cao, cal,  cs, cdq, lg,  tg};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
+        free(host[i]);
+}
+
+static void test_transformer(void)
+{
+    CHECK(G->tf != NULL, "the CUDA table has transformer kernels");
+    if (!G->tf)
+        return;
+    test_transformer_case(2, 37, 48, 3, 11);  /* odd T (a partial tile), hs 16, tokens repeating */
+    test_transformer_case(1, 64, 64, 1, 300); /* hs 64, T two whole tiles */
+    test_transformer_case(3, 33, 256, 2, 97); /* hs 128 (the kernels' largest), T one past a tile */
+    if (!g_quick)
+        test_transformer_case(2, 1024, 768, 12, 50257); /* GPT-2 124M's shapes */
+    printf("ok transformer kernels (embed, layernorm, gelu, attention, xent) vs the CPU's\n");
+}
+
 int main(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++)
@@ -785,6 +946,7 @@ int main(int argc, char **argv)
     test_softmax_argmax();
     test_optimizers();
     test_unscale_and_scaler();
+    test_transformer();
     if (getenv("GPU_TESTS_SKIP_NCCL") && !strcmp(getenv("GPU_TESTS_SKIP_NCCL"), "1"))
         printf("skipped nccl (GPU_TESTS_SKIP_NCCL=1)\n");
     else

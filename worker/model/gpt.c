@@ -219,11 +219,17 @@ static int gpt_alloc(rm_model *m, rm_err *err)
     if (!k->tf)
         return rm_err_field(err, RM_EUNSUPPORTED, "spec.training.model.type",
                             "gpt has no kernels on the %s device yet", k->name);
+    const rm_model_shape *s = &m->shape;
+    int hs = s->dims[SH_NH] > 0 ? s->dims[SH_C] / s->dims[SH_NH] : 0;
+    if (k->tf->max_head_size > 0 && hs > k->tf->max_head_size)
+        return rm_err_field(err, RM_EUNSUPPORTED, "spec.training.model.heads",
+                            "embed / heads = %d: the %s attention kernels hold heads of at most %d "
+                            "(use more heads)",
+                            hs, k->name, k->tf->max_head_size);
     gpt_priv *p = calloc(1, sizeof *p);
     if (!p)
         return rm_errf(err, RM_ENOMEM, "model: out of memory");
     m->priv = p;
-    const rm_model_shape *s = &m->shape;
     p->L = s->nlayers;
     p->V = s->dims[SH_V];
     p->T = s->dims[SH_T];

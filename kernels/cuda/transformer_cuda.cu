@@ -1,0 +1,873 @@
+/* transformer_cuda.cu — the transformer's kernels (kernels/transformer.h) on the CUDA table:
+ * rm_tf_cuda. docs/gpu.md, "The transformer on the GPU".
+ *
+ * Design:
+ *  - Activations and gradients are fp32 in device memory, as the model interface holds them; the
+ *    matrix products are the table's gemm (bf16 or fp16 operands with fp32 accumulation under
+ *    precision bf16/fp16, TF32 otherwise). These kernels do the rest of a step.
+ *  - Every entry runs on the table's compute stream, reports the device memory it writes
+ *    (rm_cuda_note_written, so no cached 16-bit gemm operand goes stale) and checks its launches
+ *    (rm_cuda_launched: the table's first error, which check() returns - never a silent result).
+ *  - Causal attention is fused (kernels/attn_tile.h): per (sequence, head, tile of 32 query rows)
+ *    one block walks the key tiles up to the diagonal with an online softmax, Q/K/V tiles in shared
+ *    memory; no T x T matrix exists in device memory. The backward pass recomputes probabilities
+ *    from the forward's log-sum-exp (FlashAttention-2's order) in two kernels - dK/dV per key tile,
+ *    dQ per query tile - so every gradient element has one writer: no atomics, same bits each run.
+ *  - Other reductions are deterministic too: LayerNorm statistics one warp per row; column sums
+ *    (biases, LayerNorm gains) by fixed row chunks, then chunks in order; the token-embedding
+ *    gradient sorts the tokens (stable radix sort, positions in order) and sums each token's rows
+ *    in position order; the cross-entropy sums per-row losses in one block in a fixed order.
+ *  - Element formulas shared with the CPU kernels: GELU is GPT-2's tanh form with the constants of
+ *    kernels/transformer_cpu.c (the CPU uses a vectorised tanh polynomial, so the two agree to
+ *    rounding, which tests/gpu/ allows).
+ * Oracle: kernels/transformer_cpu.c (tests/gpu/gpu_tests.c compares every entry on random inputs). */
+#include <cub/cub.cuh>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "kernels/attn_tile.h"
+#include "kernels/cuda/tf_cuda.h"
+#include "kernels/kernels_cuda.h"
+
+namespace
+{
+
+constexpr int kT = 256; /* threads of the row and element kernels */
+constexpr int kWarp = 32;
+constexpr int kTile = RM_ATTN_TILE;
+constexpr int kLanes = RM_ATTN_LANES;
+constexpr int kOut = RM_ATTN_MAX_HS / RM_ATTN_LANES; /* output columns per lane, at most */
+constexpr int kColChunk = 256;                       /* rows per partial of a column sum */
+constexpr float kGeluK = 0.7978845608028654f, kGeluA = 0.044715f;
+static_assert(RM_ATTN_THREADS == kTile * kLanes, "attention blocks: 8 lanes per row");
+static_assert(kTile % kLanes == 0, "attention: whole scores per lane");
+
+enum { S_SORT_KEYS, S_SORT_VALS, S_SORT_IN, S_SORT_TMP, S_COLSUM, S_ROWS, S_ATTN_D };
+
+cudaStream_t stream(void)
+{
+    return (cudaStream_t)rm_cuda_compute_stream();
+}
+#define LAUNCHED(name) rm_cuda_launched(__FILE__, __LINE__, "launch " name)
+void wrote(const void *p, size_t bytes)
+{
+    rm_cuda_note_written(p, bytes);
+}
+unsigned grid1(size_t n)
+{
+    size_t g = (n + kT - 1) / kT, cap = (size_t)(rm_cuda_sms() > 0 ? rm_cuda_sms() : 80) * 32;
+    return (unsigned)(g < 1 ? 1 : g > cap ? cap : g);
+}
+unsigned rows_grid(int rows) /* one warp per row */
+{
+    return grid1((size_t)rows * kWarp);
+}
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = kWarp / 2; o > 0; o /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+/* Sum / max over the 8 lanes of one attention row (lanes 8k..8k+7 of a warp). */
+__device__ __forceinline__ float row_sum(float v)
+{
+    for (int o = kLanes / 2; o > 0; o /= 2)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float row_max(float v)
+{
+    for (int o = kLanes / 2; o > 0; o /= 2)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float gelu(float x)
+{
+    return 0.5f * x * (1.0f + tanhf(kGeluK * (x + kGeluA * x * x * x)));
+}
+__device__ __forceinline__ float gelu_grad(float x)
+{
+    float u = kGeluK * (x + kGeluA * x * x * x), th = tanhf(u);
+    float du = kGeluK * (1.0f + 3.0f * kGeluA * x * x);
+    return 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du;
+}
+
+/* ------------------------------------------------------------------ embeddings */
+
+__global__ void k_embed_fwd(float *out, const int32_t *__restrict__ tok, const float *__restrict__ wte,
+                            const float *__restrict__ wpe, int N, int T, int C)
+{
+    size_t n = (size_t)N * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / C, c = i % C;
+        out[i] = wte[(size_t)tok[r] * C + c] + wpe[(r % T) * C + c];
+    }
+}
+
+__global__ void k_iota(int32_t *v, int n)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        v[i] = i;
+}
+
+/* After a stable sort of (token, position): block i.x starts a run of equal tokens or returns; its
+ * threads (one per channel) add the run's rows in position order. */
+__global__ void k_embed_wte_bwd(float *dwte, const float *__restrict__ dout, const int32_t *__restrict__ skey,
+                                const int32_t *__restrict__ spos, int N, int C)
+{
+    int i = blockIdx.x;
+    int tok = skey[i];
+    if (i > 0 && skey[i - 1] == tok)
+        return;
+    for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < C; c += gridDim.y * blockDim.x) {
+        float acc = 0.0f;
+        for (int k = i; k < N && skey[k] == tok; k++)
+            acc += dout[(size_t)spos[k] * C + c];
+        dwte[(size_t)tok * C + c] += acc;
+    }
+}
+
+__global__ void k_embed_wpe_bwd(float *dwpe, const float *__restrict__ dout, int B, int T, int C)
+{
+    size_t n = (size_t)T * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float acc = 0.0f;
+        for (int b = 0; b < B; b++)
+            acc += dout[(size_t)b * n + i];
+        dwpe[i] += acc;
+    }
+}
+
+/* ------------------------------------------------------------------ LayerNorm */
+
+/* One warp per row: mean, then the variance around it (two passes over the row, as the CPU). */
+__device__ __forceinline__ void ln_row(float *o, float *mean, float *rstd, const float *x, const float *w,
+                                       const float *b, int C, int lane)
+{
+    float s = 0.0f;
+    for (int j = lane; j < C; j += kWarp)
+        s += x[j];
+    float mu = warp_sum(s) / (float)C;
+    float v = 0.0f;
+    for (int j = lane; j < C; j += kWarp) {
+        float d = x[j] - mu;
+        v += d * d;
+    }
+    float rs = 1.0f / sqrtf(warp_sum(v) / (float)C + RM_LN_EPS);
+    for (int j = lane; j < C; j += kWarp)
+        o[j] = (x[j] - mu) * rs * w[j] + b[j];
+    if (lane == 0) {
+        *mean = mu;
+        *rstd = rs;
+    }
+}
+
+__global__ void k_layernorm_fwd(float *out, float *mean, float *rstd, const float *__restrict__ x,
+                                const float *__restrict__ w, const float *__restrict__ b, int N, int C)
+{
+    int lane = threadIdx.x % kWarp, wpb = blockDim.x / kWarp;
+    for (int r = blockIdx.x * wpb + threadIdx.x / kWarp; r < N; r += gridDim.x * wpb)
+        ln_row(out + (size_t)r * C, mean + r, rstd + r, x + (size_t)r * C, w, b, C, lane);
+}
+
+__global__ void k_residual_ln_fwd(float *res, const float *__restrict__ x, const float *__restrict__ bias,
+                                  float *ln, float *mean, float *rstd, const float *__restrict__ w,
+                                  const float *__restrict__ b, int N, int C)
+{
+    int lane = threadIdx.x % kWarp, wpb = blockDim.x / kWarp;
+    for (int r = blockIdx.x * wpb + threadIdx.x / kWarp; r < N; r += gridDim.x * wpb) {
+        float *rr = res + (size_t)r * C;
+        const float *xr = x + (size_t)r * C;
+        for (int j = lane; j < C; j += kWarp)
+            rr[j] += xr[j] + (bias ? bias[j] : 0.0f);
+        __syncwarp();
+        if (ln)
+            ln_row(ln + (size_t)r * C, mean + r, rstd + r, rr, w, b, C, lane);
+    }
+}
+
+/* dx += rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dout * w; one warp per row. */
+__global__ void k_layernorm_bwd_dx(float *dx, const float *__restrict__ dout, const float *__restrict__ x,
+                                   const float *__restrict__ mean, const float *__restrict__ rstd,
+                                   const float *__restrict__ w, int N, int C)
+{
+    int lane = threadIdx.x % kWarp, wpb = blockDim.x / kWarp;
+    for (int r = blockIdx.x * wpb + threadIdx.x / kWarp; r < N; r += gridDim.x * wpb) {
+        const float *d = dout + (size_t)r * C, *xr = x + (size_t)r * C;
+        float mu = mean[r], rs = rstd[r], sg = 0.0f, sgx = 0.0f;
+        for (int j = lane; j < C; j += kWarp) {
+            float g = d[j] * w[j], xh = (xr[j] - mu) * rs;
+            sg += g;
+            sgx += g * xh;
+        }
+        sg = warp_sum(sg) / (float)C;
+        sgx = warp_sum(sgx) / (float)C;
+        float *o = dx + (size_t)r * C;
+        for (int j = lane; j < C; j += kWarp) {
+            float xh = (xr[j] - mu) * rs;
+            o[j] += rs * (d[j] * w[j] - sg - xh * sgx);
+        }
+    }
+}
+
+/* Column sums in two deterministic phases: block (x: 32 columns, y: a chunk of kColChunk rows)
+ * writes partial[chunk][col]; k_col_finish adds the chunks in order. what: 0 = dy, 1 = dy * xhat. */
+__global__ void k_col_partial(float *partial, const float *__restrict__ dy, const float *__restrict__ x,
+                              const float *__restrict__ mean, const float *__restrict__ rstd, int N, int C,
+                              int what)
+{
+    __shared__ float s[8][kWarp + 1];
+    int c = blockIdx.x * kWarp + threadIdx.x, r0 = blockIdx.y * kColChunk;
+    int r1 = r0 + kColChunk < N ? r0 + kColChunk : N;
+    float acc = 0.0f;
+    if (c < C)
+        for (int r = r0 + threadIdx.y; r < r1; r += blockDim.y) {
+            float v = dy[(size_t)r * C + c];
+            if (what)
+                v *= (x[(size_t)r * C + c] - mean[r]) * rstd[r];
+            acc += v;
+        }
+    s[threadIdx.y][threadIdx.x] = acc;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float t = 0.0f;
+        for (int k = 0; k < (int)blockDim.y; k++)
+            t += s[k][threadIdx.x];
+        partial[(size_t)blockIdx.y * C + c] = t;
+    }
+}
+
+__global__ void k_col_finish(float *out, const float *__restrict__ partial, int chunks, int C,
+                             bool accumulate)
+{
+    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < C; c += gridDim.x * blockDim.x) {
+        float t = 0.0f;
+        for (int k = 0; k < chunks; k++)
+            t += partial[(size_t)k * C + c];
+        out[c] = accumulate ? out[c] + t : t;
+    }
+}
+
+void colsum_any(float *out, const float *dy, const float *x, const float *mean, const float *rstd, int N,
+                int C, bool accumulate, int what, const char *name)
+{
+    int chunks = (N + kColChunk - 1) / kColChunk;
+    float *part = (float *)rm_cuda_scratch(S_COLSUM, (size_t)chunks * C * sizeof(float));
+    if (!part)
+        return;
+    dim3 g((C + kWarp - 1) / kWarp, chunks), b(kWarp, 8);
+    k_col_partial<<<g, b, 0, stream()>>>(part, dy, x, mean, rstd, N, C, what);
+    LAUNCHED("k_col_partial");
+    k_col_finish<<<grid1(C), kT, 0, stream()>>>(out, part, chunks, C, accumulate);
+    rm_cuda_launched(__FILE__, __LINE__, name);
+}
+
+/* ------------------------------------------------------------------ GELU */
+
+__global__ void k_bias_gelu(float *h, float *g, const float *__restrict__ bias, size_t n, int C)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float x = h[i] + bias[i % C];
+        h[i] = x;
+        g[i] = gelu(x);
+    }
+}
+
+__global__ void k_gelu_bwd(float *dh, const float *dg, const float *__restrict__ h, size_t n)
+{
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dh[i] = dg[i] * gelu_grad(h[i]);
+}
+
+/* ------------------------------------------------------------------ attention */
+
+struct attn_geo {
+    int T, C, NH, hs, ld;
+    float scale;
+};
+
+/* Rows rows0.. of one head's q (part 0), k (1) or v (2) into a TILE x ld shared tile, times mul;
+ * rows past T are zero. */
+__device__ __forceinline__ void load_tile(float *dst, const float *__restrict__ seq, int part, int h,
+                                          int row0, const attn_geo &g, float mul)
+{
+    for (int e = threadIdx.x; e < kTile * g.hs; e += blockDim.x) {
+        int r = e / g.hs, d = e % g.hs, i = row0 + r;
+        dst[r * g.ld + d] = i < g.T ? seq[(size_t)i * 3 * g.C + part * g.C + h * g.hs + d] * mul : 0.0f;
+    }
+}
+/* The same for a row-major [T x C] tensor (the attention output or its gradient), head h. */
+__device__ __forceinline__ void load_tile_c(float *dst, const float *__restrict__ seq, int h, int row0,
+                                            const attn_geo &g)
+{
+    for (int e = threadIdx.x; e < kTile * g.hs; e += blockDim.x) {
+        int r = e / g.hs, d = e % g.hs, i = row0 + r;
+        dst[r * g.ld + d] = i < g.T ? seq[(size_t)i * g.C + h * g.hs + d] : 0.0f;
+    }
+}
+
+/* grid (query tiles, NH, B), RM_ATTN_THREADS threads: thread t serves query row r = t / 8 of the
+ * tile, scores of keys c = sub + 8 i and output columns d = sub + 8 j (sub = t % 8). */
+__global__ void __launch_bounds__(RM_ATTN_THREADS)
+    k_attn_fwd(float *out, float *lse, const float *__restrict__ qkv, attn_geo g)
+{
+    extern __shared__ float sm[];
+    float *Qs = sm, *Ks = Qs + kTile * g.ld, *Vs = Ks + kTile * g.ld, *Ps = Vs + kTile * g.ld;
+    int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kTile;
+    int r = threadIdx.x / kLanes, sub = threadIdx.x % kLanes, qi = q0 + r;
+    const float *seq = qkv + (size_t)b * g.T * 3 * g.C;
+    load_tile(Qs, seq, 0, h, q0, g, g.scale);
+    float o[kOut];
+#pragma unroll
+    for (int j = 0; j < kOut; j++)
+        o[j] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    int kend = rm_attn_key_end(q0, g.T);
+    for (int k0 = 0; k0 < kend; k0 += kTile) {
+        __syncthreads(); /* the previous tile's readers are done */
+        load_tile(Ks, seq, 1, h, k0, g, 1.0f);
+        load_tile(Vs, seq, 2, h, k0, g, 1.0f);
+        __syncthreads();
+        float s[kTile / kLanes], mx = -INFINITY;
+#pragma unroll
+        for (int i = 0; i < kTile / kLanes; i++)
+            s[i] = 0.0f;
+        for (int d = 0; d < g.hs; d++) {
+            float q = Qs[r * g.ld + d];
+#pragma unroll
+            for (int i = 0; i < kTile / kLanes; i++)
+                s[i] += q * Ks[(sub + kLanes * i) * g.ld + d];
+        }
+#pragma unroll
+        for (int i = 0; i < kTile / kLanes; i++) {
+            if (!rm_attn_visible(k0 + sub + kLanes * i, qi, g.T))
+                s[i] = -INFINITY;
+            mx = fmaxf(mx, s[i]);
+        }
+        float mnew = fmaxf(m, row_max(mx));
+        float alpha = rm_attn_rescale(m, mnew), ps = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kTile / kLanes; i++) {
+            float p = s[i] == -INFINITY ? 0.0f : expf(s[i] - mnew);
+            Ps[r * (kTile + 1) + sub + kLanes * i] = p;
+            ps += p;
+        }
+        l = l * alpha + row_sum(ps);
+        m = mnew;
+        __syncwarp(); /* row r's probabilities come from its own 8 lanes */
+#pragma unroll
+        for (int j = 0; j < kOut; j++)
+            o[j] *= alpha;
+        for (int c = 0; c < kTile; c++) {
+            float p = Ps[r * (kTile + 1) + c];
+#pragma unroll
+            for (int j = 0; j < kOut; j++) {
+                int d = sub + kLanes * j;
+                if (d < g.hs)
+                    o[j] += p * Vs[c * g.ld + d];
+            }
+        }
+    }
+    if (qi < g.T) {
+        float inv = 1.0f / l;
+        float *orow = out + ((size_t)b * g.T + qi) * g.C + h * g.hs;
+#pragma unroll
+        for (int j = 0; j < kOut; j++) {
+            int d = sub + kLanes * j;
+            if (d < g.hs)
+                orow[d] = o[j] * inv;
+        }
+        if (sub == 0)
+            lse[((size_t)b * g.NH + h) * g.T + qi] = m + logf(l);
+    }
+}
+
+/* D[b, h, i] = dO_i . O_i (the softmax backward's row term); one warp per (b, i, h). */
+__global__ void k_attn_d(float *D, const float *__restrict__ dout, const float *__restrict__ out, int B,
+                         attn_geo g)
+{
+    int lane = threadIdx.x % kWarp, wpb = blockDim.x / kWarp;
+    size_t rows = (size_t)B * g.T * g.NH;
+    for (size_t w = blockIdx.x * (size_t)wpb + threadIdx.x / kWarp; w < rows; w += (size_t)gridDim.x * wpb) {
+        size_t bi = w / g.NH; /* b * T + i */
+        int h = (int)(w % g.NH);
+        const float *a = dout + bi * g.C + h * g.hs, *o = out + bi * g.C + h * g.hs;
+        float s = 0.0f;
+        for (int d = lane; d < g.hs; d += kWarp)
+            s += a[d] * o[d];
+        s = warp_sum(s);
+        if (lane == 0) {
+            size_t b = bi / g.T, i = bi % g.T;
+            D[(b * g.NH + h) * g.T + i] = s;
+        }
+    }
+}
+
+/* dS_ij = P_ij (dO_i . V_j - D_i), P_ij = exp(scale q_i . k_j - lse_i) where visible, else 0; the
+ * dot products over shared tiles whose rows are qrow (Q, dO) and krow (K, V). */
+__device__ __forceinline__ void attn_ds(float *p, float *ds, const float *Qr, const float *dOr,
+                                        const float *Kr, const float *Vr, float lse, float D, bool vis,
+                                        const attn_geo &g)
+{
+    float s = 0.0f, dp = 0.0f;
+    for (int d = 0; d < g.hs; d++) {
+        s += Qr[d] * Kr[d];
+        dp += dOr[d] * Vr[d];
+    }
+    *p = vis ? expf(s * g.scale - lse) : 0.0f;
+    *ds = *p * (dp - D);
+}
+
+/* dK, dV of one key tile: grid (key tiles, NH, B); thread t serves key row kr = t / 8. */
+__global__ void __launch_bounds__(RM_ATTN_THREADS)
+    k_attn_bwd_kv(float *dqkv, const float *__restrict__ dout, const float *__restrict__ lse,
+                  const float *__restrict__ Dv, const float *__restrict__ qkv, attn_geo g)
+{
+    extern __shared__ float sm[];
+    float *Ks = sm, *Vs = Ks + kTile * g.ld, *Qs = Vs + kTile * g.ld, *dOs = Qs + kTile * g.ld;
+    float *Pt = dOs + kTile * g.ld, *St = Pt + kTile * (kTile + 1), *Ls = St + kTile * (kTile + 1),
+          *Ds = Ls + kTile;
+    int b = blockIdx.z, h = blockIdx.y, k0 = blockIdx.x * kTile;
+    int kr = threadIdx.x / kLanes, sub = threadIdx.x % kLanes, kj = k0 + kr;
+    const float *seq = qkv + (size_t)b * g.T * 3 * g.C, *dseq = dout + (size_t)b * g.T * g.C;
+    const float *lrow = lse + ((size_t)b * g.NH + h) * g.T, *drow = Dv + ((size_t)b * g.NH + h) * g.T;
+    load_tile(Ks, seq, 1, h, k0, g, 1.0f);
+    load_tile(Vs, seq, 2, h, k0, g, 1.0f);
+    float dk[kOut], dv[kOut];
+#pragma unroll
+    for (int j = 0; j < kOut; j++)
+        dk[j] = dv[j] = 0.0f;
+    for (int q0 = k0; q0 < g.T; q0 += kTile) {
+        __syncthreads();
+        load_tile(Qs, seq, 0, h, q0, g, 1.0f);
+        load_tile_c(dOs, dseq, h, q0, g);
+        if (threadIdx.x < kTile) {
+            int i = q0 + threadIdx.x;
+            Ls[threadIdx.x] = i < g.T ? lrow[i] : 0.0f;
+            Ds[threadIdx.x] = i < g.T ? drow[i] : 0.0f;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < kTile / kLanes; i++) {
+            int rq = sub + kLanes * i;
+            float p, ds;
+            attn_ds(&p, &ds, Qs + rq * g.ld, dOs + rq * g.ld, Ks + kr * g.ld, Vs + kr * g.ld, Ls[rq], Ds[rq],
+                    rm_attn_visible(kj, q0 + rq, g.T), g);
+            Pt[kr * (kTile + 1) + rq] = p;
+            St[kr * (kTile + 1) + rq] = ds;
+        }
+        __syncwarp(); /* key row kr's scores come from its own 8 lanes */
+        for (int rq = 0; rq < kTile; rq++) {
+            float p = Pt[kr * (kTile + 1) + rq], ds = St[kr * (kTile + 1) + rq];
+#pragma unroll
+            for (int j = 0; j < kOut; j++) {
+                int d = sub + kLanes * j;
+                if (d < g.hs) {
+                    dv[j] += p * dOs[rq * g.ld + d];
+                    dk[j] += ds * Qs[rq * g.ld + d];
+                }
+            }
+        }
+    }
+    if (kj < g.T) {
+        float *row = dqkv + ((size_t)b * g.T + kj) * 3 * g.C + h * g.hs;
+#pragma unroll
+        for (int j = 0; j < kOut; j++) {
+            int d = sub + kLanes * j;
+            if (d < g.hs) {
+                row[g.C + d] = dk[j] * g.scale;
+                row[2 * g.C + d] = dv[j];
+            }
+        }
+    }
+}
+
+/* dQ of one query tile: grid (query tiles, NH, B); thread t serves query row r = t / 8. */
+__global__ void __launch_bounds__(RM_ATTN_THREADS)
+    k_attn_bwd_q(float *dqkv, const float *__restrict__ dout, const float *__restrict__ lse,
+                 const float *__restrict__ Dv, const float *__restrict__ qkv, attn_geo g)
+{
+    extern __shared__ float sm[];
+    float *Qs = sm, *dOs = Qs + kTile * g.ld, *Ks = dOs + kTile * g.ld, *Vs = Ks + kTile * g.ld;
+    float *St = Vs + kTile * g.ld;
+    int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kTile;
+    int r = threadIdx.x / kLanes, sub = threadIdx.x % kLanes, qi = q0 + r;
+    const float *seq = qkv + (size_t)b * g.T * 3 * g.C, *dseq = dout + (size_t)b * g.T * g.C;
+    size_t lo = ((size_t)b * g.NH + h) * g.T;
+    float L = qi < g.T ? lse[lo + qi] : 0.0f, D = qi < g.T ? Dv[lo + qi] : 0.0f;
+    load_tile(Qs, seq, 0, h, q0, g, 1.0f);
+    load_tile_c(dOs, dseq, h, q0, g);
+    float dq[kOut];
+#pragma unroll
+    for (int j = 0; j < kOut; j++)
+        dq[j] = 0.0f;
+    int kend = rm_attn_key_end(q0, g.T);
+    for (int k0 = 0; k0 < kend; k0 += kTile) {
+        __syncthreads();
+        load_tile(Ks, seq, 1, h, k0, g, 1.0f);
+        load_tile(Vs, seq, 2, h, k0, g, 1.0f);
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < kTile / kLanes; i++) {
+            int c = sub + kLanes * i;
+            float p, ds;
+            attn_ds(&p, &ds, Qs + r * g.ld, dOs + r * g.ld, Ks + c * g.ld, Vs + c * g.ld, L, D,
+                    rm_attn_visible(k0 + c, qi, g.T), g);
+            St[r * (kTile + 1) + c] = ds;
+        }
+        __syncwarp();
+        for (int c = 0; c < kTile; c++) {
+            float ds = St[r * (kTile + 1) + c];
+#pragma unroll
+            for (int j = 0; j < kOut; j++) {
+                int d = sub + kLanes * j;
+                if (d < g.hs)
+                    dq[j] += ds * Ks[c * g.ld + d];
+            }
+        }
+    }
+    if (qi < g.T) {
+        float *row = dqkv + ((size_t)b * g.T + qi) * 3 * g.C + h * g.hs;
+#pragma unroll
+        for (int j = 0; j < kOut; j++) {
+            int d = sub + kLanes * j;
+            if (d < g.hs)
+                row[d] = dq[j] * g.scale;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------ cross-entropy */
+
+/* One block per row: max, sum of exp, the first argmax, the row's loss; then (grad_scale != 0) the
+ * gradient in place. rowloss[r] and hit[r] go to k_xent_finish. */
+__global__ void k_xent_rows(float *logits, const int32_t *__restrict__ tgt, int N, int V, float grad_scale,
+                            float *rowloss, float *hit)
+{
+    __shared__ float sv[kT / kWarp];
+    __shared__ int si[kT / kWarp];
+    __shared__ float bcast[2];
+    int lane = threadIdx.x % kWarp, w = threadIdx.x / kWarp, nw = blockDim.x / kWarp;
+    for (int r = blockIdx.x; r < N; r += gridDim.x) {
+        float *z = logits + (size_t)r * V;
+        float mx = -INFINITY;
+        int ix = 0x7fffffff;
+        for (int j = threadIdx.x; j < V; j += blockDim.x)
+            if (z[j] > mx) { /* strictly: the first index among equal maxima */
+                mx = z[j];
+                ix = j;
+            }
+        for (int o = kWarp / 2; o > 0; o /= 2) {
+            float om = __shfl_xor_sync(0xffffffffu, mx, o);
+            int oi = __shfl_xor_sync(0xffffffffu, ix, o);
+            if (om > mx || (om == mx && oi < ix)) {
+                mx = om;
+                ix = oi;
+            }
+        }
+        if (lane == 0) {
+            sv[w] = mx;
+            si[w] = ix;
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float m = sv[0];
+            int i = si[0];
+            for (int k = 1; k < nw; k++)
+                if (sv[k] > m || (sv[k] == m && si[k] < i)) {
+                    m = sv[k];
+                    i = si[k];
+                }
+            bcast[0] = m;
+            si[0] = i;
+        }
+        __syncthreads();
+        float m = bcast[0];
+        int amax = si[0];
+        __syncthreads();
+        float s = 0.0f;
+        for (int j = threadIdx.x; j < V; j += blockDim.x)
+            s += expf(z[j] - m);
+        s = warp_sum(s);
+        if (lane == 0)
+            sv[w] = s;
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            float t = 0.0f;
+            for (int k = 0; k < nw; k++)
+                t += sv[k];
+            bcast[1] = m + logf(t);
+        }
+        __syncthreads();
+        float lse = bcast[1];
+        int t = tgt[r];
+        if (threadIdx.x == 0) {
+            rowloss[r] = lse - z[t];
+            hit[r] = amax == t ? 1.0f : 0.0f;
+        }
+        __syncthreads(); /* z[t] read before the gradient overwrites it */
+        if (grad_scale != 0.0f)
+            for (int j = threadIdx.x; j < V; j += blockDim.x)
+                z[j] = (expf(z[j] - lse) - (j == t ? 1.0f : 0.0f)) * grad_scale;
+        __syncthreads();
+    }
+}
+
+/* One block: *loss_sum = loss_scale * sum of rowloss (fixed order), *correct = sum of hit. */
+__global__ void k_xent_finish(const float *__restrict__ rowloss, const float *__restrict__ hit, int N,
+                              float loss_scale, float *loss_sum, int32_t *correct)
+{
+    __shared__ float sl[kT], sh[kT];
+    float a = 0.0f, c = 0.0f;
+    for (int r = threadIdx.x; r < N; r += blockDim.x) {
+        a += rowloss[r];
+        c += hit[r];
+    }
+    sl[threadIdx.x] = a;
+    sh[threadIdx.x] = c;
+    __syncthreads();
+    for (int o = blockDim.x / 2; o > 0; o /= 2) {
+        if ((int)threadIdx.x < o) {
+            sl[threadIdx.x] += sl[threadIdx.x + o];
+            sh[threadIdx.x] += sh[threadIdx.x + o];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        *loss_sum = loss_scale * sl[0];
+        if (correct)
+            *correct = (int32_t)(sh[0] + 0.5f);
+    }
+}
+
+/* ------------------------------------------------------------------ the entries */
+
+void cu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C)
+{
+    int N = B * T;
+    if (N <= 0 || C <= 0)
+        return;
+    wrote(out, (size_t)N * C * sizeof(float));
+    k_embed_fwd<<<grid1((size_t)N * C), kT, 0, stream()>>>(out, tok, wte, wpe, N, T, C);
+    LAUNCHED("k_embed_fwd");
+}
+
+void cu_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C)
+{
+    int N = B * T;
+    if (N <= 0 || C <= 0)
+        return;
+    wrote(dwpe, (size_t)T * C * sizeof(float));
+    k_embed_wpe_bwd<<<grid1((size_t)T * C), kT, 0, stream()>>>(dwpe, dout, B, T, C);
+    LAUNCHED("k_embed_wpe_bwd");
+    int32_t *keys = (int32_t *)rm_cuda_scratch(S_SORT_KEYS, (size_t)N * sizeof(int32_t));
+    int32_t *vals = (int32_t *)rm_cuda_scratch(S_SORT_VALS, (size_t)N * sizeof(int32_t));
+    int32_t *pos = (int32_t *)rm_cuda_scratch(S_SORT_IN, (size_t)N * sizeof(int32_t));
+    size_t tmp_bytes = 0;
+    cudaError_t e =
+        cub::DeviceRadixSort::SortPairs(nullptr, tmp_bytes, tok, keys, pos, vals, N, 0, 31, stream());
+    void *tmp = e == cudaSuccess ? rm_cuda_scratch(S_SORT_TMP, tmp_bytes) : nullptr;
+    if (e != cudaSuccess)
+        rm_cuda_note_error(__FILE__, __LINE__, RM_EIO, "cub::DeviceRadixSort (size)", cudaGetErrorString(e));
+    if (!keys || !vals || !pos || !tmp)
+        return;
+    k_iota<<<grid1(N), kT, 0, stream()>>>(pos, N);
+    LAUNCHED("k_iota");
+    e = cub::DeviceRadixSort::SortPairs(tmp, tmp_bytes, tok, keys, pos, vals, N, 0, 31, stream());
+    if (e != cudaSuccess) {
+        rm_cuda_note_error(__FILE__, __LINE__, RM_EIO, "cub::DeviceRadixSort::SortPairs",
+                           cudaGetErrorString(e));
+        return;
+    }
+    LAUNCHED("cub::DeviceRadixSort::SortPairs");
+    /* dwte: a gradient, never a gemm operand, so no cached 16-bit copy of it exists to drop */
+    int cy = (C + kT - 1) / kT;
+    k_embed_wte_bwd<<<dim3(N, cy), kT, 0, stream()>>>(dwte, dout, keys, vals, N, C);
+    LAUNCHED("k_embed_wte_bwd");
+}
+
+void cu_layernorm_fwd(float *out, float *mean, float *rstd, const float *x, const float *w, const float *b,
+                      int N, int C)
+{
+    if (N <= 0 || C <= 0)
+        return;
+    wrote(out, (size_t)N * C * sizeof(float));
+    wrote(mean, (size_t)N * sizeof(float));
+    wrote(rstd, (size_t)N * sizeof(float));
+    k_layernorm_fwd<<<rows_grid(N), kT, 0, stream()>>>(out, mean, rstd, x, w, b, N, C);
+    LAUNCHED("k_layernorm_fwd");
+}
+
+void cu_residual_layernorm_fwd(float *res, const float *x, const float *bias, float *ln, float *mean,
+                               float *rstd, const float *w, const float *b, int N, int C)
+{
+    if (N <= 0 || C <= 0)
+        return;
+    wrote(res, (size_t)N * C * sizeof(float));
+    if (ln) {
+        wrote(ln, (size_t)N * C * sizeof(float));
+        wrote(mean, (size_t)N * sizeof(float));
+        wrote(rstd, (size_t)N * sizeof(float));
+    }
+    k_residual_ln_fwd<<<rows_grid(N), kT, 0, stream()>>>(res, x, bias, ln, mean, rstd, w, b, N, C);
+    LAUNCHED("k_residual_ln_fwd");
+}
+
+void cu_layernorm_bwd(float *dx, float *dw, float *db, const float *dout, const float *x, const float *mean,
+                      const float *rstd, const float *w, int N, int C, bool accumulate)
+{
+    if (N <= 0 || C <= 0)
+        return;
+    wrote(dx, (size_t)N * C * sizeof(float));
+    wrote(dw, (size_t)C * sizeof(float));
+    wrote(db, (size_t)C * sizeof(float));
+    k_layernorm_bwd_dx<<<rows_grid(N), kT, 0, stream()>>>(dx, dout, x, mean, rstd, w, N, C);
+    LAUNCHED("k_layernorm_bwd_dx");
+    colsum_any(dw, dout, x, mean, rstd, N, C, accumulate, 1, "launch k_col_finish (layernorm dw)");
+    colsum_any(db, dout, nullptr, nullptr, nullptr, N, C, accumulate, 0,
+               "launch k_col_finish (layernorm db)");
+}
+
+void cu_bias_gelu_fwd(float *h, float *g, const float *bias, int N, int C)
+{
+    size_t n = (size_t)N * C;
+    if (!n || N < 0 || C < 0)
+        return;
+    wrote(h, n * sizeof(float));
+    wrote(g, n * sizeof(float));
+    k_bias_gelu<<<grid1(n), kT, 0, stream()>>>(h, g, bias, n, C);
+    LAUNCHED("k_bias_gelu");
+}
+
+void cu_gelu_bwd(float *dh, const float *dg, const float *h, int N, int C)
+{
+    size_t n = (size_t)N * C;
+    if (!n || N < 0 || C < 0)
+        return;
+    wrote(dh, n * sizeof(float));
+    k_gelu_bwd<<<grid1(n), kT, 0, stream()>>>(dh, dg, h, n);
+    LAUNCHED("k_gelu_bwd");
+}
+
+void cu_colsum(float *db, const float *dy, int N, int C, bool accumulate)
+{
+    if (N <= 0 || C <= 0)
+        return;
+    wrote(db, (size_t)C * sizeof(float));
+    colsum_any(db, dy, nullptr, nullptr, nullptr, N, C, accumulate, 0, "launch k_col_finish (colsum)");
+}
+
+size_t cu_attention_scratch(int T)
+{
+    (void)T;
+    return 1; /* the table keeps its own (rm_cuda_scratch): D's size depends on B and NH too */
+}
+
+/* The geometry, or false (error recorded) for a head size the kernels do not hold. */
+bool attn_setup(attn_geo *g, int T, int C, int NH, size_t *fwd_smem, size_t *bwd_smem)
+{
+    g->T = T;
+    g->C = C;
+    g->NH = NH;
+    g->hs = NH > 0 ? C / NH : 0;
+    g->ld = g->hs + 1;
+    g->scale = 1.0f / sqrtf((float)g->hs);
+    if (g->hs <= 0 || g->hs > RM_ATTN_MAX_HS || g->hs * NH != C) {
+        char msg[96];
+        snprintf(msg, sizeof msg, "head size %d (embed %d / heads %d) outside 1..%d", g->hs, C, NH,
+                 RM_ATTN_MAX_HS);
+        rm_cuda_note_error(__FILE__, __LINE__, RM_EINVAL, "attention", msg);
+        return false;
+    }
+    *fwd_smem = (size_t)rm_attn_fwd_smem_floats(g->hs) * sizeof(float);
+    *bwd_smem = (size_t)rm_attn_bwd_smem_floats(g->hs) * sizeof(float);
+    static bool raised = false; /* above 48 KB a block needs the opt-in (hs > 64) */
+    if (!raised) {
+        size_t most = (size_t)rm_attn_bwd_smem_floats(RM_ATTN_MAX_HS) * sizeof(float);
+        cudaError_t e =
+            cudaFuncSetAttribute(k_attn_fwd, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(k_attn_bwd_kv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(k_attn_bwd_q, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            rm_cuda_note_error(__FILE__, __LINE__, RM_EIO, "cudaFuncSetAttribute(attention shared memory)",
+                               cudaGetErrorString(e));
+            return false;
+        }
+        raised = true;
+    }
+    return true;
+}
+
+void cu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, float *scratch)
+{
+    (void)scratch;
+    attn_geo g;
+    size_t fs, bs;
+    if (B <= 0 || T <= 0 || !attn_setup(&g, T, C, NH, &fs, &bs))
+        return;
+    wrote(out, (size_t)B * T * C * sizeof(float));
+    wrote(lse, (size_t)B * NH * T * sizeof(float));
+    dim3 grid((T + kTile - 1) / kTile, NH, B);
+    k_attn_fwd<<<grid, RM_ATTN_THREADS, fs, stream()>>>(out, lse, qkv, g);
+    LAUNCHED("k_attn_fwd");
+}
+
+void cu_attention_bwd(float *dqkv, const float *dout, const float *out, const float *lse, const float *qkv,
+                      int B, int T, int C, int NH, float *scratch)
+{
+    (void)scratch;
+    attn_geo g;
+    size_t fs, bs;
+    if (B <= 0 || T <= 0 || !attn_setup(&g, T, C, NH, &fs, &bs))
+        return;
+    float *D = (float *)rm_cuda_scratch(S_ATTN_D, (size_t)B * NH * T * sizeof(float));
+    if (!D)
+        return;
+    wrote(dqkv, (size_t)B * T * 3 * C * sizeof(float));
+    k_attn_d<<<grid1((size_t)B * T * NH * kWarp), kT, 0, stream()>>>(D, dout, out, B, g);
+    LAUNCHED("k_attn_d");
+    dim3 grid((T + kTile - 1) / kTile, NH, B);
+    k_attn_bwd_kv<<<grid, RM_ATTN_THREADS, bs, stream()>>>(dqkv, dout, lse, D, qkv, g);
+    LAUNCHED("k_attn_bwd_kv");
+    k_attn_bwd_q<<<grid, RM_ATTN_THREADS, bs, stream()>>>(dqkv, dout, lse, D, qkv, g);
+    LAUNCHED("k_attn_bwd_q");
+}
+
+void cu_xent(float *logits, const int32_t *targets, int N, int V, float grad_scale, float loss_scale,
+             float *loss_sum, int32_t *correct)
+{
+    if (N <= 0 || V <= 0)
+        return;
+    float *rows = (float *)rm_cuda_scratch(S_ROWS, (size_t)N * 2 * sizeof(float));
+    if (!rows)
+        return;
+    if (grad_scale != 0.0f)
+        wrote(logits, (size_t)N * V * sizeof(float));
+    wrote(loss_sum, sizeof(float));
+    if (correct)
+        wrote(correct, sizeof(int32_t));
+    unsigned g = (unsigned)(N < 65535 * 4 ? N : 65535 * 4);
+    k_xent_rows<<<g, kT, 0, stream()>>>(logits, targets, N, V, grad_scale, rows, rows + N);
+    LAUNCHED("k_xent_rows");
+    k_xent_finish<<<1, kT, 0, stream()>>>(rows, rows + N, N, loss_scale, loss_sum, correct);
+    LAUNCHED("k_xent_finish");
+}
+
+} // namespace
+
+extern "C" const rm_tf_kernels rm_tf_cuda = {
+    cu_embed_fwd,     cu_embed_bwd, cu_layernorm_fwd, cu_residual_layernorm_fwd, cu_layernorm_bwd,
+    cu_bias_gelu_fwd, cu_gelu_bwd,  cu_colsum,        cu_attention_scratch,      cu_attention_fwd,
+    cu_attention_bwd, cu_xent,      nullptr, /* set_threads: the GPU has no thread count to set */
+    RM_ATTN_MAX_HS,
+};
