@@ -4,7 +4,7 @@
 # of the worker's libraries, so it builds nothing (docs/gpu.md, "The device run").
 #
 # The bundle: bin/ (ringmaster, ringmaster-worker, tests/gpu's gpu_tests, bench/gpu's step_bench,
-# nccl_bench, gemm_ceiling), lib/ (every shared library those need except the C library family,
+# nccl_bench, gemm_ceiling, tf_bench), lib/ (every shared library those need except the C library family,
 # libstdc++/libgcc_s, which any newer system has, and CUDA's own - cudart, cuBLAS(Lt), NCCL -, which
 # must match the device's driver and come from its CUDA installation) and data/fashion-mnist.
 # `bench/gpu/bundle.sh --check` then loads every binary in a clean Debian container with only the
@@ -26,7 +26,7 @@ BUILD_ONLY=1 bench/gpu/run.sh >/dev/null # builds build/bench-gpu/*
 rm -rf "$stage"
 mkdir -p "$stage/bin" "$stage/lib" "$stage/data/fashion-mnist" .gpu
 cp bin/ringmaster bin/ringmaster-worker build/gpu/gpu_tests \
-   build/bench-gpu/step_bench build/bench-gpu/nccl_bench build/bench-gpu/gemm_ceiling "$stage/bin/"
+   build/bench-gpu/step_bench build/bench-gpu/nccl_bench build/bench-gpu/gemm_ceiling build/bench-gpu/tf_bench "$stage/bin/"
 skip='^(libc|libm|libdl|librt|libpthread|libresolv|ld-linux-x86-64|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt|libnccl)\.so'
 for b in "$stage"/bin/*; do
   ldd "$b" | awk '/=> \//{print $3}'

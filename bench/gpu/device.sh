@@ -8,7 +8,7 @@
 # DEADLINE_S=N caps the phases so that the whole script ends within N seconds (the logs still
 # come back). Without a GPU it prints "SKIP: ..." and exits 0.
 #
-# Phases: env  test-gpu  bench-mlp  run-mlp  torch-gpt  gpt  sanitizer
+# Phases: env  test-gpu  bench-mlp  run-mlp  torch-gpt  gpt  tf-bench  sanitizer
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -72,6 +72,7 @@ for p in $phases; do
              phase torch-gpt 240 python3 bench/gpu/torch_gpt2.py train --impl "${TORCH_IMPL:-eager,compile}" \
                --batch "${GPT_BATCH:-16}" --steps "${GPT_STEPS:-20}" --warmup 5 ;;
   gpt) if [ -x bench/gpu/gpt_device.sh ]; then phase gpt 300 bench/gpu/gpt_device.sh "$logs"; else echo "gpt: not prepared"; fi ;;
+  tf-bench) phase tf-bench 120 tf_bench ;;
   sanitizer) GPU_TRAIN_SKIP=1 GPU_PIPE_SKIP=1 GPU_SANITIZER_ONLY=1 phase sanitizer 150 tests/gpu/run.sh ;;
   *) echo "unknown phase $p" ;;
   esac

@@ -35,12 +35,12 @@ else
     echo "SKIP: no GPU present (built without CUDA)"; exit 0
   fi
   libs=$(make -s --no-print-directory --eval 'rm-print-libs: ; @echo $(LIBS)' rm-print-libs)
-  for p in step_bench nccl_bench gemm_ceiling; do
+  for p in step_bench nccl_bench gemm_ceiling tf_bench; do
     cc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror -Wno-unused-parameter -I. -I"$CUDA_HOME/include" \
        -DRM_HAVE_CUDA=1 -pthread "bench/gpu/$p.c" -o "$out/$p" \
        build/release/libworker.a build/release/libkernels.a build/release/libcommon.a $libs
   done
-  echo "built $out/{step_bench,nccl_bench,gemm_ceiling}"
+  echo "built $out/{step_bench,nccl_bench,gemm_ceiling,tf_bench}"
 fi
 [ "${BUILD_ONLY:-0}" = 1 ] && exit 0
 
