@@ -3,7 +3,8 @@
  * (tests/unit/test_attn_tile.c, which runs the same tile loop on the CPU against the naive
  * attention for odd shapes). docs/gpu.md, "Attention on the GPU".
  *
- * Tiles: RM_ATTN_TILE query rows x RM_ATTN_TILE keys. The query tile starting at q0 visits the key
+ * Tiles: RM_ATTN_TILE query rows x RM_ATTN_TILE keys (the fp32 kernels; the bf16 tensor-core kernels
+ * walk the same way with tiles of RM_ATTN_TC_TILE). The query tile starting at q0 visits the key
  * tiles k0 = 0, TILE, ... while k0 < rm_attn_key_end(q0, T); the key tile at k0 is visited by the
  * query tiles q0 = k0, k0 + TILE, ... < T. A key is visible to a query when kj <= qi (causal) and
  * both are inside the sequence. Online softmax (Milakov & Gimelshein 2018): per query row a running
@@ -19,10 +20,16 @@
 #define RM_ATTN_THREADS 256 /* 32 rows x 8 lanes */
 #define RM_ATTN_LANES 8     /* lanes per row: each holds TILE / LANES scores */
 #define RM_ATTN_MAX_HS 128  /* head size limit: each lane keeps HS / LANES output columns */
+#define RM_ATTN_TC_TILE 64  /* the tensor-core kernels' tile (4 warps x 16 rows) */
 
+/* The end of the keys a query tile of `tile` rows at q0 visits (the tensor-core kernels use 64). */
+RM_HD int rm_attn_key_end_t(int q0, int T, int tile)
+{
+    return q0 + tile < T ? q0 + tile : T;
+}
 RM_HD int rm_attn_key_end(int q0, int T)
 {
-    return q0 + RM_ATTN_TILE < T ? q0 + RM_ATTN_TILE : T;
+    return rm_attn_key_end_t(q0, T, RM_ATTN_TILE);
 }
 
 RM_HD int rm_attn_visible(int kj, int qi, int T)

@@ -181,6 +181,16 @@ int main(int argc, char **argv)
     TIME("gemm_proj_bwd_dw", L, 2 * fN * fc * fc,
          K->gemm(true, false, C, C, (int)N, 1, att, C, res, C, 1, dw, C));
     TIME("attention_bwd", L, 2.5 * attn_flops, TF->attention_bwd(dqkv, x, att, lse, qkv, B, T, C, NH, scr));
+    /* the same two calls on the tensor-core kernels (opt-in: RM_CUDA_ATTN=tc), not in the step */
+    setenv("RM_CUDA_ATTN", "tc", 1);
+    double keep = step_ms;
+    TF->attention_fwd(att, lse, qkv, B, T, C, NH, scr); /* their own lse for their backward */
+    TIME("attention_fwd_tc", 0, attn_flops, TF->attention_fwd(att, lse, qkv, B, T, C, NH, scr));
+    TIME("attention_bwd_tc", 0, 2.5 * attn_flops,
+         TF->attention_bwd(dqkv, x, att, lse, qkv, B, T, C, NH, scr));
+    unsetenv("RM_CUDA_ATTN");
+    step_ms = keep;
+    TF->attention_fwd(att, lse, qkv, B, T, C, NH, scr); /* the default kernels' lse again */
     TIME("gemm_qkv_bwd_dx", L, 2 * fN * fc * 3 * fc,
          K->gemm(false, true, (int)N, C, 3 * C, 1, dqkv, 3 * C, w3, 3 * C, 0, ln, C));
     TIME("gemm_qkv_bwd_dw", L, 2 * fN * fc * 3 * fc,

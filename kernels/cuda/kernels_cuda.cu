@@ -1281,6 +1281,11 @@ int rm_cuda_sms(void)
     return g_cuda.sms;
 }
 
+int rm_cuda_precision(void)
+{
+    return (int)g_cuda.prec;
+}
+
 void *rm_cuda_scratch(int slot, size_t bytes)
 {
     static void *buf[RM_CUDA_SCRATCH_SLOTS];

@@ -19,6 +19,8 @@ void rm_cuda_launched(const char *file, int line, const char *name);
 void rm_cuda_note_error(const char *file, int line, int code, const char *what, const char *msg);
 /* Multiprocessors of the table's device. */
 int rm_cuda_sms(void);
+/* The table's gemm precision (rm_precision: fp32, bf16, fp16), set by rm_cuda_set_precision. */
+int rm_cuda_precision(void);
 /* Stream-ordered scratch slot `slot` (0..RM_CUDA_SCRATCH_SLOTS-1) of at least `bytes`, grown on
  * the compute stream, owned by the table; NULL (error recorded) when it cannot grow. Valid until
  * the next call for the same slot. */

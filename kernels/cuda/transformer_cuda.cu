@@ -22,14 +22,20 @@
  *    rounding, which tests/gpu/ allows).
  * Oracle: kernels/transformer_cpu.c (tests/gpu/gpu_tests.c compares every entry on random inputs). */
 #include <cub/cub.cuh>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
+#include <mma.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels/attn_tile.h"
 #include "kernels/cuda/tf_cuda.h"
 #include "kernels/kernels_cuda.h"
+
+namespace wmma = nvcuda::wmma;
 
 namespace
 {
@@ -544,6 +550,262 @@ __global__ void __launch_bounds__(RM_ATTN_THREADS)
     }
 }
 
+/* ------------------------------------------------------------------ attention on the tensor cores
+ * Under precision bf16/fp16 with head size 64 (GPT-2's), the same tile walk with bf16 tiles and
+ * WMMA 16x16x16 products (fp32 accumulators), as FlashAttention-2 and PyTorch's SDPA do: Q, K, V,
+ * dO, the probabilities and dS rounded to bf16, scores, softmax statistics and every sum in fp32.
+ * Blocks of 4 warps, 64-row tiles; warp w owns rows 16w..16w+15 of its block's tile, so between
+ * the products and the element-wise softmax steps only its own rows change hands (__syncwarp);
+ * the block synchronises only around tile loads. Opt-in (RM_CUDA_ATTN=tc) until a GPU run has checked
+ * them: compiled for every target and their tile walk emulated on the CPU, never executed yet. */
+
+constexpr int kTcTile = RM_ATTN_TC_TILE, kTcThreads = 128, kTcHs = 64;
+constexpr int kLdb = kTcHs + 8;        /* bf16 tile row stride: 144 bytes, fragments 32-byte aligned */
+constexpr int kLdf = kTcTile + 4;      /* fp32 tile row stride */
+constexpr int kTileB = kTcTile * kLdb; /* elements of one bf16 tile */
+constexpr int kTileF = kTcTile * kLdf; /* floats of one fp32 tile */
+static_assert((kTileB * 2) % 128 == 0 && (kTileF * 4) % 128 == 0, "tiles keep 128-byte alignment");
+
+typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> frag_a;
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> frag_bt; /* B^T rows */
+typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> frag_b;
+typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> frag_c;
+
+/* 64 rows x 64 columns of fp32 (row i at src + i * stride, rows past T zero) into a bf16 tile. */
+__device__ __forceinline__ void tc_load(__nv_bfloat16 *dst, const float *__restrict__ src, size_t stride,
+                                        int row0, int T)
+{
+    for (int e = threadIdx.x; e < kTcTile * (kTcHs / 4); e += kTcThreads) {
+        int r = e / (kTcHs / 4), c = (e % (kTcHs / 4)) * 4, i = row0 + r;
+        float4 v = i < T ? *(const float4 *)(src + (size_t)i * stride + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+        __nv_bfloat162 *d = (__nv_bfloat162 *)(dst + r * kLdb + c);
+        d[0] = __floats2bfloat162_rn(v.x, v.y);
+        d[1] = __floats2bfloat162_rn(v.z, v.w);
+    }
+}
+
+/* C[16 x 64] (fp32, ldc) = A[16 x 64] (bf16 rows, kLdb) times B^T, B given as 64 rows of 64 (kLdb). */
+__device__ __forceinline__ void tc_abt(float *c, const __nv_bfloat16 *a, const __nv_bfloat16 *b)
+{
+    frag_a fa;
+    frag_bt fb;
+    frag_c acc;
+#pragma unroll
+    for (int n = 0; n < kTcTile / 16; n++) {
+        wmma::fill_fragment(acc, 0.0f);
+#pragma unroll
+        for (int k = 0; k < kTcHs / 16; k++) {
+            wmma::load_matrix_sync(fa, a + k * 16, kLdb);
+            wmma::load_matrix_sync(fb, b + n * 16 * kLdb + k * 16, kLdb);
+            wmma::mma_sync(acc, fa, fb, acc);
+        }
+        wmma::store_matrix_sync(c + n * 16, acc, kLdf, wmma::mem_row_major);
+    }
+}
+
+/* acc[n] += A[16 x 64] (bf16 rows) times B[64 x 64] (bf16 rows), the 4 column blocks of the result. */
+__device__ __forceinline__ void tc_ab_acc(frag_c *acc, const __nv_bfloat16 *a, const __nv_bfloat16 *b)
+{
+    frag_a fa;
+    frag_b fb;
+#pragma unroll
+    for (int k = 0; k < kTcTile / 16; k++) {
+        wmma::load_matrix_sync(fa, a + k * 16, kLdb);
+#pragma unroll
+        for (int n = 0; n < kTcHs / 16; n++) {
+            wmma::load_matrix_sync(fb, b + k * 16 * kLdb + n * 16, kLdb);
+            wmma::mma_sync(acc[n], fa, fb, acc[n]);
+        }
+    }
+}
+
+/* A warp's 16 x 64 accumulators, times mul, to dqkv row (b, i) from column col on, through the
+ * warp's rows of the fp32 tile stage (lane: row r, columns c0..c0+31). */
+__device__ __forceinline__ void tc_store_rows(float *dqkv, float *stage, const frag_c *f, int b, int i,
+                                              int col, float mul, const attn_geo &g, int r, int c0, int w)
+{
+#pragma unroll
+    for (int n = 0; n < kTcHs / 16; n++)
+        wmma::store_matrix_sync(stage + 16 * w * kLdf + n * 16, f[n], kLdf, wmma::mem_row_major);
+    __syncwarp();
+    if (i < g.T) {
+        float *row = dqkv + ((size_t)b * g.T + i) * 3 * g.C + col;
+        for (int c = c0; c < c0 + 32; c++)
+            row[c] = stage[r * kLdf + c] * mul;
+    }
+    __syncwarp();
+}
+
+/* grid (query tiles of 64, NH, B), 128 threads. */
+__global__ void __launch_bounds__(kTcThreads)
+    k_attn_fwd_tc(float *out, float *lse, const float *__restrict__ qkv, attn_geo g)
+{
+    extern __shared__ __align__(128) unsigned char smraw[];
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)smraw, *Ks = Qs + kTileB, *Vs = Ks + kTileB, *Ps = Vs + kTileB;
+    float *Ss = (float *)(Ps + kTileB), *Os = Ss + kTileF, *rm = Os + kTileF, *rl = rm + kTcTile;
+    int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kTcTile, w = threadIdx.x / kWarp,
+        lane = threadIdx.x % kWarp;
+    const float *seq = qkv + (size_t)b * g.T * 3 * g.C + h * kTcHs;
+    size_t st = (size_t)3 * g.C;
+    tc_load(Qs, seq, st, q0, g.T);
+    for (int e = threadIdx.x; e < kTileF; e += kTcThreads)
+        Os[e] = 0.0f;
+    if (threadIdx.x < kTcTile) {
+        rm[threadIdx.x] = -INFINITY;
+        rl[threadIdx.x] = 0.0f;
+    }
+    int r = 16 * w + lane / 2, c0 = (lane % 2) * 32, qi = q0 + r; /* this lane's row and 32 columns */
+    int kend = rm_attn_key_end_t(q0, g.T, kTcTile);
+    for (int k0 = 0; k0 < kend; k0 += kTcTile) {
+        __syncthreads();
+        tc_load(Ks, seq + g.C, st, k0, g.T);
+        tc_load(Vs, seq + 2 * g.C, st, k0, g.T);
+        __syncthreads();
+        tc_abt(Ss + 16 * w * kLdf, Qs + 16 * w * kLdb, Ks);
+        __syncwarp();
+        float *srow = Ss + r * kLdf, mx = -INFINITY;
+        for (int c = c0; c < c0 + 32; c++)
+            if (rm_attn_visible(k0 + c, qi, g.T))
+                mx = fmaxf(mx, srow[c] * g.scale);
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        float mold = rm[r], mnew = fmaxf(mold, mx), alpha = rm_attn_rescale(mold, mnew), sum = 0.0f;
+        for (int c = c0; c < c0 + 32; c++) {
+            float p = rm_attn_visible(k0 + c, qi, g.T) ? expf(srow[c] * g.scale - mnew) : 0.0f;
+            Ps[r * kLdb + c] = __float2bfloat16_rn(p);
+            sum += p;
+        }
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        for (int c = c0; c < c0 + 32; c++)
+            Os[r * kLdf + c] *= alpha;
+        __syncwarp(); /* both lanes of a row read rm before it moves */
+        if (lane % 2 == 0) {
+            rl[r] = rl[r] * alpha + sum;
+            rm[r] = mnew;
+        }
+        __syncwarp();
+        frag_c acc[kTcHs / 16];
+#pragma unroll
+        for (int n = 0; n < kTcHs / 16; n++)
+            wmma::load_matrix_sync(acc[n], Os + 16 * w * kLdf + n * 16, kLdf, wmma::mem_row_major);
+        tc_ab_acc(acc, Ps + 16 * w * kLdb, Vs);
+#pragma unroll
+        for (int n = 0; n < kTcHs / 16; n++)
+            wmma::store_matrix_sync(Os + 16 * w * kLdf + n * 16, acc[n], kLdf, wmma::mem_row_major);
+        __syncwarp();
+    }
+    if (qi < g.T) {
+        float inv = 1.0f / rl[r];
+        float *orow = out + ((size_t)b * g.T + qi) * g.C + h * kTcHs;
+        for (int c = c0; c < c0 + 32; c++)
+            orow[c] = Os[r * kLdf + c] * inv;
+        if (lane % 2 == 0)
+            lse[((size_t)b * g.NH + h) * g.T + qi] = rm[r] + logf(rl[r]);
+    }
+}
+
+/* dK, dV of one 64-key tile: grid (key tiles, NH, B); warp w owns keys 16w..16w+15. */
+__global__ void __launch_bounds__(kTcThreads)
+    k_attn_bwd_kv_tc(float *dqkv, const float *__restrict__ dout, const float *__restrict__ lse,
+                     const float *__restrict__ Dv, const float *__restrict__ qkv, attn_geo g)
+{
+    extern __shared__ __align__(128) unsigned char smraw[];
+    __nv_bfloat16 *Ks = (__nv_bfloat16 *)smraw, *Vs = Ks + kTileB, *Qs = Vs + kTileB, *dOs = Qs + kTileB;
+    __nv_bfloat16 *Pt = dOs + kTileB, *dSt = Pt + kTileB;
+    float *St = (float *)(dSt + kTileB), *dPt = St + kTileF, *Ls = dPt + kTileF, *Ds = Ls + kTcTile;
+    int b = blockIdx.z, h = blockIdx.y, k0 = blockIdx.x * kTcTile, w = threadIdx.x / kWarp,
+        lane = threadIdx.x % kWarp;
+    const float *seq = qkv + (size_t)b * g.T * 3 * g.C + h * kTcHs,
+                *dseq = dout + (size_t)b * g.T * g.C + h * kTcHs;
+    const float *lrow = lse + ((size_t)b * g.NH + h) * g.T, *drow = Dv + ((size_t)b * g.NH + h) * g.T;
+    size_t st = (size_t)3 * g.C;
+    tc_load(Ks, seq + g.C, st, k0, g.T);
+    tc_load(Vs, seq + 2 * g.C, st, k0, g.T);
+    frag_c dk[kTcHs / 16], dv[kTcHs / 16];
+#pragma unroll
+    for (int n = 0; n < kTcHs / 16; n++) {
+        wmma::fill_fragment(dk[n], 0.0f);
+        wmma::fill_fragment(dv[n], 0.0f);
+    }
+    int r = 16 * w + lane / 2, c0 = (lane % 2) * 32, kj = k0 + r; /* key row, 32 query columns */
+    for (int q0 = k0; q0 < g.T; q0 += kTcTile) {
+        __syncthreads();
+        tc_load(Qs, seq, st, q0, g.T);
+        tc_load(dOs, dseq, g.C, q0, g.T);
+        if (threadIdx.x < kTcTile) {
+            int i = q0 + threadIdx.x;
+            Ls[threadIdx.x] = i < g.T ? lrow[i] : 0.0f;
+            Ds[threadIdx.x] = i < g.T ? drow[i] : 0.0f;
+        }
+        __syncthreads();
+        tc_abt(St + 16 * w * kLdf, Ks + 16 * w * kLdb, Qs);   /* S^T = K Q^T */
+        tc_abt(dPt + 16 * w * kLdf, Vs + 16 * w * kLdb, dOs); /* dP^T = V dO^T */
+        __syncwarp();
+        for (int c = c0; c < c0 + 32; c++) {
+            bool vis = rm_attn_visible(kj, q0 + c, g.T);
+            float p = vis ? expf(St[r * kLdf + c] * g.scale - Ls[c]) : 0.0f;
+            Pt[r * kLdb + c] = __float2bfloat16_rn(p);
+            dSt[r * kLdb + c] = __float2bfloat16_rn(p * (dPt[r * kLdf + c] - Ds[c]));
+        }
+        __syncwarp();
+        tc_ab_acc(dv, Pt + 16 * w * kLdb, dOs); /* dV += P^T dO */
+        tc_ab_acc(dk, dSt + 16 * w * kLdb, Qs); /* dK += dS^T Q */
+    }
+    /* through this warp's rows of St (free now) to global memory */
+    __syncwarp();
+    tc_store_rows(dqkv, St, dk, b, kj, g.C + h * kTcHs, g.scale, g, r, c0, w);
+    tc_store_rows(dqkv, St, dv, b, kj, 2 * g.C + h * kTcHs, 1.0f, g, r, c0, w);
+}
+
+/* dQ of one 64-query tile: grid (query tiles, NH, B); warp w owns queries 16w..16w+15. */
+__global__ void __launch_bounds__(kTcThreads)
+    k_attn_bwd_q_tc(float *dqkv, const float *__restrict__ dout, const float *__restrict__ lse,
+                    const float *__restrict__ Dv, const float *__restrict__ qkv, attn_geo g)
+{
+    extern __shared__ __align__(128) unsigned char smraw[];
+    __nv_bfloat16 *Qs = (__nv_bfloat16 *)smraw, *dOs = Qs + kTileB, *Ks = dOs + kTileB, *Vs = Ks + kTileB;
+    __nv_bfloat16 *dS = Vs + kTileB;
+    float *S = (float *)(dS + kTileB), *dP = S + kTileF, *Ls = dP + kTileF, *Ds = Ls + kTcTile;
+    int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * kTcTile, w = threadIdx.x / kWarp,
+        lane = threadIdx.x % kWarp;
+    const float *seq = qkv + (size_t)b * g.T * 3 * g.C + h * kTcHs,
+                *dseq = dout + (size_t)b * g.T * g.C + h * kTcHs;
+    size_t lo = ((size_t)b * g.NH + h) * g.T, st = (size_t)3 * g.C;
+    tc_load(Qs, seq, st, q0, g.T);
+    tc_load(dOs, dseq, g.C, q0, g.T);
+    if (threadIdx.x < kTcTile) {
+        int i = q0 + threadIdx.x;
+        Ls[threadIdx.x] = i < g.T ? lse[lo + i] : 0.0f;
+        Ds[threadIdx.x] = i < g.T ? Dv[lo + i] : 0.0f;
+    }
+    frag_c dq[kTcHs / 16];
+#pragma unroll
+    for (int n = 0; n < kTcHs / 16; n++)
+        wmma::fill_fragment(dq[n], 0.0f);
+    int r = 16 * w + lane / 2, c0 = (lane % 2) * 32, qi = q0 + r;
+    int kend = rm_attn_key_end_t(q0, g.T, kTcTile);
+    for (int k0 = 0; k0 < kend; k0 += kTcTile) {
+        __syncthreads();
+        tc_load(Ks, seq + g.C, st, k0, g.T);
+        tc_load(Vs, seq + 2 * g.C, st, k0, g.T);
+        __syncthreads();
+        tc_abt(S + 16 * w * kLdf, Qs + 16 * w * kLdb, Ks);   /* S = Q K^T */
+        tc_abt(dP + 16 * w * kLdf, dOs + 16 * w * kLdb, Vs); /* dP = dO V^T */
+        __syncwarp();
+        for (int c = c0; c < c0 + 32; c++) {
+            bool vis = rm_attn_visible(k0 + c, qi, g.T);
+            float p = vis ? expf(S[r * kLdf + c] * g.scale - Ls[r]) : 0.0f;
+            dS[r * kLdb + c] = __float2bfloat16_rn(p * (dP[r * kLdf + c] - Ds[r]));
+        }
+        __syncwarp();
+        tc_ab_acc(dq, dS + 16 * w * kLdb, Ks); /* dQ += dS K */
+    }
+    __syncwarp();
+    tc_store_rows(dqkv, S, dq, b, qi, h * kTcHs, g.scale, g, r, c0, w);
+}
+
+constexpr size_t kTcFwdSmem = (size_t)4 * kTileB * 2 + (size_t)2 * kTileF * 4 + 2 * kTcTile * 4;
+constexpr size_t kTcBwdSmem = (size_t)6 * kTileB * 2 + (size_t)2 * kTileF * 4 + 2 * kTcTile * 4;
+
 /* ------------------------------------------------------------------ cross-entropy */
 
 /* One block per row: max, sum of exp, the first argmax, the row's loss; then (grad_scale != 0) the
@@ -797,6 +1059,15 @@ bool attn_setup(attn_geo *g, int T, int C, int NH, size_t *fwd_smem, size_t *bwd
             e = cudaFuncSetAttribute(k_attn_bwd_kv, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most);
         if (e == cudaSuccess)
             e = cudaFuncSetAttribute(k_attn_bwd_q, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)most);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(k_attn_fwd_tc, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)kTcFwdSmem);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(k_attn_bwd_kv_tc, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)kTcBwdSmem);
+        if (e == cudaSuccess)
+            e = cudaFuncSetAttribute(k_attn_bwd_q_tc, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                     (int)kTcBwdSmem);
         if (e != cudaSuccess) {
             (void)cudaGetLastError();
             rm_cuda_note_error(__FILE__, __LINE__, RM_EIO, "cudaFuncSetAttribute(attention shared memory)",
@@ -808,6 +1079,18 @@ bool attn_setup(attn_geo *g, int T, int C, int NH, size_t *fwd_smem, size_t *bwd
     return true;
 }
 
+/* The tensor-core kernels take head size 64 under 16-bit precision, 16-byte aligned rows, and for
+ * now only when asked (RM_CUDA_ATTN=tc): they have not yet run on a GPU (docs/gpu.md). */
+bool use_tc(const attn_geo &g, const void *a, const void *b, const void *c)
+{
+    if (g.hs != kTcHs || rm_cuda_precision() == (int)RM_PREC_FP32)
+        return false;
+    const char *e = getenv("RM_CUDA_ATTN");
+    if (!e || strcmp(e, "tc") != 0)
+        return false;
+    return ((uintptr_t)a | (uintptr_t)b | (uintptr_t)c) % 16 == 0;
+}
+
 void cu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, float *scratch)
 {
     (void)scratch;
@@ -817,6 +1100,12 @@ void cu_attention_fwd(float *out, float *lse, const float *qkv, int B, int T, in
         return;
     wrote(out, (size_t)B * T * C * sizeof(float));
     wrote(lse, (size_t)B * NH * T * sizeof(float));
+    if (use_tc(g, out, qkv, qkv)) {
+        dim3 tg((T + kTcTile - 1) / kTcTile, NH, B);
+        k_attn_fwd_tc<<<tg, kTcThreads, kTcFwdSmem, stream()>>>(out, lse, qkv, g);
+        LAUNCHED("k_attn_fwd_tc");
+        return;
+    }
     dim3 grid((T + kTile - 1) / kTile, NH, B);
     k_attn_fwd<<<grid, RM_ATTN_THREADS, fs, stream()>>>(out, lse, qkv, g);
     LAUNCHED("k_attn_fwd");
@@ -836,6 +1125,14 @@ void cu_attention_bwd(float *dqkv, const float *dout, const float *out, const fl
     wrote(dqkv, (size_t)B * T * 3 * C * sizeof(float));
     k_attn_d<<<grid1((size_t)B * T * NH * kWarp), kT, 0, stream()>>>(D, dout, out, B, g);
     LAUNCHED("k_attn_d");
+    if (use_tc(g, dqkv, dout, qkv)) {
+        dim3 tg((T + kTcTile - 1) / kTcTile, NH, B);
+        k_attn_bwd_kv_tc<<<tg, kTcThreads, kTcBwdSmem, stream()>>>(dqkv, dout, lse, D, qkv, g);
+        LAUNCHED("k_attn_bwd_kv_tc");
+        k_attn_bwd_q_tc<<<tg, kTcThreads, kTcBwdSmem, stream()>>>(dqkv, dout, lse, D, qkv, g);
+        LAUNCHED("k_attn_bwd_q_tc");
+        return;
+    }
     dim3 grid((T + kTile - 1) / kTile, NH, B);
     k_attn_bwd_kv<<<grid, RM_ATTN_THREADS, bs, stream()>>>(dqkv, dout, lse, D, qkv, g);
     LAUNCHED("k_attn_bwd_kv");

@@ -900,6 +900,43 @@ static void test_transformer_case(int B, int T, int Cc, int NH, int V)
         free(host[i]);
 }
 
+/* Under precision bf16 with RM_CUDA_ATTN=tc the attention with head size 64 runs on the tensor cores
+ * (bf16 tiles, fp32 accumulation): within the bf16 band of the CPU's fp32 attention; without it the
+ * fp32 kernels, within the fp32 band. */
+static void test_attention_bf16_case(int B, int T, int NH)
+{
+    const rm_tf_kernels *gt = G->tf, *ct = C->tf;
+    int Cc = 64 * NH;
+    char shape[96];
+    snprintf(shape, sizeof shape, "bf16 B%d T%d C%d NH%d", B, T, Cc, NH);
+    size_t NC = (size_t)B * T * Cc, N3 = 3 * NC, nl = (size_t)B * NH * T, F = sizeof(float);
+    float *qkv = hrand(N3, 1.5f), *dout = hrand(NC, 1), *cao = malloc(NC * F), *cal = malloc(nl * F);
+    float *cdq = malloc(N3 * F), *cs = malloc((ct->attention_scratch(T) + 1) * F);
+    ct->attention_fwd(cao, cal, qkv, B, T, Cc, NH, cs);
+    ct->attention_bwd(cdq, dout, cao, cal, qkv, B, T, Cc, NH, cs);
+    float *dq = dup_to_gpu(qkv, N3 * F), *dd = dup_to_gpu(dout, NC * F),
+          *gs = G->alloc(gt->attention_scratch(T) * F);
+    for (int simt = 0; simt < 2; simt++) {
+        if (!simt)
+            setenv("RM_CUDA_ATTN", "tc", 1);
+        float *ao = gpu_poisoned(NC * F), *al = gpu_poisoned(nl * F), *gdq = gpu_poisoned(N3 * F);
+        gt->attention_fwd(ao, al, dq, B, T, Cc, NH, gs);
+        gt->attention_bwd(gdq, dd, ao, al, dq, B, T, Cc, NH, gs);
+        double tol = simt ? 1e-4 : 2e-2;
+        tf_cmp(simt ? "attention_fwd out (simt)" : "attention_fwd out (tensor cores)", shape, ao, cao, NC,
+               tol);
+        tf_cmp(simt ? "attention_fwd lse (simt)" : "attention_fwd lse (tensor cores)", shape, al, cal, nl,
+               tol);
+        tf_cmp(simt ? "attention_bwd dqkv (simt)" : "attention_bwd dqkv (tensor cores)", shape, gdq, cdq, N3,
+               tol);
+        G->free(ao), G->free(al), G->free(gdq);
+        unsetenv("RM_CUDA_ATTN");
+    }
+    gpu_errors(shape);
+    G->free(dq), G->free(dd), G->free(gs);
+    free(qkv), free(dout), free(cao), free(cal), free(cdq), free(cs);
+}
+
 static void test_transformer(void)
 {
     CHECK(G->tf != NULL, "the CUDA table has transformer kernels");
@@ -910,7 +947,16 @@ static void test_transformer(void)
     test_transformer_case(3, 33, 256, 2, 97); /* hs 128 (the kernels' largest), T one past a tile */
     if (!g_quick)
         test_transformer_case(2, 1024, 768, 12, 50257); /* GPT-2 124M's shapes */
-    printf("ok transformer kernels (embed, layernorm, gelu, attention, xent) vs the CPU's\n");
+    rm_err e = {0};
+    CHECK(rm_cuda_set_precision(RM_PREC_BF16, &e) == RM_OK, "precision bf16: %s", e.msg);
+    test_attention_bf16_case(1, 64, 1);  /* one whole tile */
+    test_attention_bf16_case(2, 100, 2); /* a partial second tile */
+    test_attention_bf16_case(1, 33, 3);  /* less than a tile */
+    if (!g_quick)
+        test_attention_bf16_case(2, 1024, 12); /* GPT-2 124M's */
+    CHECK(rm_cuda_set_precision(RM_PREC_FP32, &e) == RM_OK, "precision fp32: %s", e.msg);
+    printf("ok transformer kernels (embed, layernorm, gelu, attention fp32 and tensor cores, xent) vs the "
+           "CPU's\n");
 }
 
 int main(int argc, char **argv)

@@ -1,7 +1,8 @@
 /* test_attn_emu.c — what the CUDA transformer kernels (kernels/cuda/transformer_cuda.cu) compute,
  * run on the CPU with their own tiling (kernels/attn_tile.h).
  *
- * 1. The fused causal attention: the forward kernel's walk (query tiles; key tiles while
+ * 1. The fused causal attention, at both tile sizes (the fp32 kernels' 32, the bf16 tensor-core
+ *    kernels' 64): the forward kernel's walk (query tiles; key tiles while
  *    k0 < rm_attn_key_end(q0, T); a running maximum and sum rescaled by rm_attn_rescale; keys
  *    masked by rm_attn_visible) and the backward's two partitions (dK/dV per key tile over the
  *    query tiles q0 = k0, k0 + TILE, ...; dQ per query tile over the forward's key tiles), in that
@@ -108,22 +109,22 @@ static float dotf(const float *a, const float *b, int n, float mul_a)
 }
 
 /* k_attn_fwd: one (b, h, query tile) at a time, rows in lock-step over the key tiles. */
-static void emu_fwd(const geo *g, const float *qkv, float *out, float *lse)
+static void emu_fwd(const geo *g, const float *qkv, float *out, float *lse, int tile)
 {
     float sc = 1.0f / sqrtf((float)g->hs);
-    float *o = malloc((size_t)RM_ATTN_TILE * g->hs * sizeof *o);
-    float m[RM_ATTN_TILE], l[RM_ATTN_TILE];
+    float *o = malloc((size_t)tile * g->hs * sizeof *o);
+    float m[RM_ATTN_TC_TILE], l[RM_ATTN_TC_TILE]; /* the larger tile */
     for (int b = 0; b < g->B; b++)
         for (int h = 0; h < g->NH; h++)
-            for (int q0 = 0; q0 < g->T; q0 += RM_ATTN_TILE) {
-                memset(o, 0, (size_t)RM_ATTN_TILE * g->hs * sizeof *o);
-                for (int r = 0; r < RM_ATTN_TILE; r++)
+            for (int q0 = 0; q0 < g->T; q0 += tile) {
+                memset(o, 0, (size_t)tile * g->hs * sizeof *o);
+                for (int r = 0; r < tile; r++)
                     m[r] = -INFINITY, l[r] = 0.0f;
-                for (int k0 = 0; k0 < rm_attn_key_end(q0, g->T); k0 += RM_ATTN_TILE)
-                    for (int r = 0; r < RM_ATTN_TILE; r++) {
+                for (int k0 = 0; k0 < rm_attn_key_end_t(q0, g->T, tile); k0 += tile)
+                    for (int r = 0; r < tile; r++) {
                         int qi = q0 + r;
-                        float s[RM_ATTN_TILE], mx = -INFINITY;
-                        for (int c = 0; c < RM_ATTN_TILE; c++) {
+                        float s[RM_ATTN_TC_TILE], mx = -INFINITY;
+                        for (int c = 0; c < tile; c++) {
                             int kj = k0 + c;
                             s[c] = rm_attn_visible(kj, qi, g->T)
                                        ? dotf(qkv_at(qkv, g, b, qi, 0, h), qkv_at(qkv, g, b, kj, 1, h), g->hs,
@@ -132,19 +133,19 @@ static void emu_fwd(const geo *g, const float *qkv, float *out, float *lse)
                             mx = fmaxf(mx, s[c]);
                         }
                         float mnew = fmaxf(m[r], mx), alpha = rm_attn_rescale(m[r], mnew), ps = 0.0f;
-                        for (int c = 0; c < RM_ATTN_TILE; c++)
+                        for (int c = 0; c < tile; c++)
                             ps += (s[c] = s[c] == -INFINITY ? 0.0f : expf(s[c] - mnew));
                         l[r] = l[r] * alpha + ps;
                         m[r] = mnew;
                         for (int d = 0; d < g->hs; d++) {
                             float acc = o[r * g->hs + d] * alpha;
-                            for (int c = 0; c < RM_ATTN_TILE; c++)
+                            for (int c = 0; c < tile; c++)
                                 if (s[c] != 0.0f)
                                     acc += s[c] * qkv_at(qkv, g, b, k0 + c, 2, h)[d];
                             o[r * g->hs + d] = acc;
                         }
                     }
-                for (int r = 0; r < RM_ATTN_TILE && q0 + r < g->T; r++) {
+                for (int r = 0; r < tile && q0 + r < g->T; r++) {
                     float *orow = out + ((size_t)b * g->T + q0 + r) * g->C + (size_t)h * g->hs;
                     for (int d = 0; d < g->hs; d++)
                         orow[d] = o[r * g->hs + d] / l[r];
@@ -174,7 +175,7 @@ static void emu_ds(const geo *g, const float *qkv, const float *dout, const floa
 /* k_attn_d, k_attn_bwd_kv (key tiles; query tiles from k0) and k_attn_bwd_q (query tiles; key
  * tiles to the forward's end). Every element is written once: dqkv starts NaN. */
 static void emu_bwd(const geo *g, const float *qkv, const float *dout, const float *out, const float *lse,
-                    float *dqkv)
+                    float *dqkv, int tile)
 {
     float sc = 1.0f / sqrtf((float)g->hs);
     size_t nl = (size_t)g->B * g->NH * g->T;
@@ -189,14 +190,14 @@ static void emu_bwd(const geo *g, const float *qkv, const float *dout, const flo
         dqkv[i] = NAN;
     for (int b = 0; b < g->B; b++)
         for (int h = 0; h < g->NH; h++) {
-            for (int k0 = 0; k0 < g->T; k0 += RM_ATTN_TILE) /* dK, dV */
-                for (int kr = 0; kr < RM_ATTN_TILE && k0 + kr < g->T; kr++) {
+            for (int k0 = 0; k0 < g->T; k0 += tile) /* dK, dV */
+                for (int kr = 0; kr < tile && k0 + kr < g->T; kr++) {
                     int kj = k0 + kr;
                     float *row = dqkv + ((size_t)b * g->T + kj) * 3 * g->C + (size_t)h * g->hs;
                     for (int d = 0; d < g->hs; d++)
                         row[g->C + d] = row[2 * g->C + d] = 0.0f;
-                    for (int q0 = k0; q0 < g->T; q0 += RM_ATTN_TILE)
-                        for (int rq = 0; rq < RM_ATTN_TILE; rq++) {
+                    for (int q0 = k0; q0 < g->T; q0 += tile)
+                        for (int rq = 0; rq < tile; rq++) {
                             int qi = q0 + rq;
                             float p, ds;
                             emu_ds(g, qkv, dout, lse, Dv, b, h, qi, kj, &p, &ds);
@@ -210,14 +211,14 @@ static void emu_bwd(const geo *g, const float *qkv, const float *dout, const flo
                             }
                         }
                 }
-            for (int q0 = 0; q0 < g->T; q0 += RM_ATTN_TILE) /* dQ */
-                for (int r = 0; r < RM_ATTN_TILE && q0 + r < g->T; r++) {
+            for (int q0 = 0; q0 < g->T; q0 += tile) /* dQ */
+                for (int r = 0; r < tile && q0 + r < g->T; r++) {
                     int qi = q0 + r;
                     float *row = dqkv + ((size_t)b * g->T + qi) * 3 * g->C + (size_t)h * g->hs;
                     for (int d = 0; d < g->hs; d++)
                         row[d] = 0.0f;
-                    for (int k0 = 0; k0 < rm_attn_key_end(q0, g->T); k0 += RM_ATTN_TILE)
-                        for (int c = 0; c < RM_ATTN_TILE; c++) {
+                    for (int k0 = 0; k0 < rm_attn_key_end_t(q0, g->T, tile); k0 += tile)
+                        for (int c = 0; c < tile; c++) {
                             float p, ds;
                             emu_ds(g, qkv, dout, lse, Dv, b, h, qi, k0 + c, &p, &ds);
                             if (ds == 0.0f)
@@ -248,8 +249,8 @@ static void test_attention_tiles(void)
     const rm_tf_kernels *cpu = rm_kernels_cpu()->tf;
     static const int shapes[][4] = {
         /* B, T, NH, hs */
-        {1, 1, 1, 1},  {2, 5, 2, 3},    {1, 31, 3, 16},  {1, 32, 1, 64},
-        {2, 33, 2, 8}, {1, 64, 2, 128}, {1, 100, 3, 20},
+        {1, 1, 1, 1},    {2, 5, 2, 3},    {1, 31, 3, 16}, {1, 32, 1, 64},  {2, 33, 2, 8},
+        {1, 64, 2, 128}, {1, 100, 3, 20}, {1, 65, 2, 64}, {1, 130, 1, 64},
     };
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
         geo g = {shapes[s][0], shapes[s][1], shapes[s][2] * shapes[s][3], shapes[s][2], shapes[s][3]};
@@ -263,17 +264,20 @@ static void test_attention_tiles(void)
         naive(&g, qkv, dout, rout, rd);
         float *out = malloc(NC * sizeof *out), *lse = malloc(nl * sizeof *lse),
               *dq = malloc(3 * NC * sizeof *dq);
-        for (size_t i = 0; i < NC; i++)
-            out[i] = NAN;
-        emu_fwd(&g, qkv, out, lse);
-        double ef = rel_err_d(out, rout, NC);
-        emu_bwd(&g, qkv, dout, out, lse, dq);
-        double eb = rel_err_d(dq, rd, 3 * NC);
-        if (!(ef < 1e-5 && eb < 1e-5))
-            fprintf(stderr, "attention emulation B%d T%d NH%d hs%d: fwd %.3g bwd %.3g\n", g.B, g.T, g.NH,
-                    g.hs, ef, eb);
-        CU_ASSERT(ef < 1e-5);
-        CU_ASSERT(eb < 1e-5);
+        for (int ti = 0; ti < 2; ti++) { /* the fp32 kernels' tile, the tensor-core kernels' */
+            int tile = ti ? RM_ATTN_TC_TILE : RM_ATTN_TILE;
+            for (size_t i = 0; i < NC; i++)
+                out[i] = NAN;
+            emu_fwd(&g, qkv, out, lse, tile);
+            double ef = rel_err_d(out, rout, NC);
+            emu_bwd(&g, qkv, dout, out, lse, dq, tile);
+            double eb = rel_err_d(dq, rd, 3 * NC);
+            if (!(ef < 1e-5 && eb < 1e-5))
+                fprintf(stderr, "attention emulation tile %d B%d T%d NH%d hs%d: fwd %.3g bwd %.3g\n", tile,
+                        g.B, g.T, g.NH, g.hs, ef, eb);
+            CU_ASSERT(ef < 1e-5);
+            CU_ASSERT(eb < 1e-5);
+        }
         /* the CPU table (the GPU tests' oracle) agrees with the emulation's log-sum-exp too */
         float *co = malloc(NC * sizeof *co), *cl = malloc(nl * sizeof *cl);
         float *scr = malloc((cpu->attention_scratch(g.T) + 1) * sizeof *scr);

@@ -463,11 +463,13 @@ static void test_controller_restart(void)
 {
     harness h;
     CU_ASSERT_EQUAL_FATAL(h_start(&h, 2), 0);
-    /* wider layers: 6000 steps must outlast the first report (~1 s) plus the restart, also on a
-     * loaded machine; with 64 units the job could finish before the restart reached it */
+    /* wider layers: 4000 steps must outlast the first report (~1 s) plus the restart, also on a
+     * loaded machine; with 64 units the job could finish before the restart reached it. The end
+     * may take minutes when the machine is shared (1,500 samples/s seen under a full CI load): the
+     * exits are waited for 300 s */
     h.hidden = "512";
     pid_t p[2];
-    spawn_group(&h, 2, NULL, NULL, 6000, p);
+    spawn_group(&h, 2, NULL, NULL, 4000, p);
     CU_ASSERT_FATAL(wait_log(&h, "w0", "msg=\"progress\" step=100 ", 60));
     rm_rdzv_state st;
     double until = rm_mono() + 5;
@@ -483,8 +485,8 @@ static void test_controller_restart(void)
     int ne = 0;
     CU_ASSERT_EQUAL(rm_rdzv_restart(h.r, JOB, 1, &ne), RM_OK);
     CU_ASSERT_EQUAL(ne, 2);
-    CU_ASSERT_EQUAL(wait_exit(p[0], 120), 0);
-    CU_ASSERT_EQUAL(wait_exit(p[1], 120), 0);
+    CU_ASSERT_EQUAL(wait_exit(p[0], 300), 0);
+    CU_ASSERT_EQUAL(wait_exit(p[1], 300), 0);
     char *l0 = read_log(&h, "w0");
     CU_ASSERT_FATAL(l0 != NULL);
     char *l1 = read_log(&h, "w1");
@@ -492,7 +494,7 @@ static void test_controller_restart(void)
     CU_ASSERT(strstr(l0, "rendezvous moved on") != NULL || (l1 && strstr(l1, "rendezvous moved on") != NULL));
     free(l1);
     CU_ASSERT(strstr(l0, "msg=\"round ready\" epoch=2") != NULL);
-    CU_ASSERT(strstr(l0, "msg=\"training done\" steps=6000") != NULL);
+    CU_ASSERT(strstr(l0, "msg=\"training done\" steps=4000") != NULL);
     free(l0);
     char f0[17], f1[17];
     CU_ASSERT_EQUAL_FATAL(log_fnv(&h, "w0", f0), 0);
