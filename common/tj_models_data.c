@@ -214,10 +214,12 @@ int tj_validate_models_data(const rm_training_spec *t, const char *ctx, rm_err *
         return unsupported(err, mctx, "dropout", "dropout > 0");
     if (t->init_uri && !tj_data_folder(t->init_uri)) /* local weights are read (worker/model/export.h) */
         return unsupported(err, mctx, "init.uri", "\"%s\"", t->init_uri);
-    if (t->data.uri && !tj_data_folder(t->data.uri) && strncmp(t->data.uri, "builtin:", 8) != 0)
+    bool http =
+        t->data.uri && (strncmp(t->data.uri, "http://", 7) == 0 || strncmp(t->data.uri, "https://", 8) == 0);
+    if (t->data.uri && !tj_data_folder(t->data.uri) && strncmp(t->data.uri, "builtin:", 8) != 0 && !http)
         return unsupported(err, dctx, "uri", "\"%s\"", t->data.uri);
-    if (t->data.sha256)
-        return unsupported(err, dctx, "sha256", "checking the data's checksum");
+    if (t->data.sha256 && !http) /* fetched data is checked (common/fetch.h) */
+        return unsupported(err, dctx, "sha256", "checking the checksum of data that is not fetched");
     if (t->data.secret)
         return unsupported(err, dctx, "secretRef.name", "reading object-store credentials");
     if (t->data.val_uri)

@@ -39,6 +39,16 @@
  * CPU quota, else the machine's CPUs divided among LOCAL_WORLD_SIZE workers. */
 #define RM_ENV_THREADS "RINGMASTER_THREADS"
 #define RM_ENV_RESUME "RINGMASTER_RESUME" /* "1" | "if-present": continue an earlier run */
+/* The folder remote data is fetched into (docs/models-and-data.md, "Where data comes from");
+ * the user's. Unset: $XDG_CACHE_HOME/ringmaster/data or ~/.cache/ringmaster/data. */
+#define RM_ENV_DATA_CACHE "RINGMASTER_DATA_CACHE"
+/* Where a worker that ends on bad data writes its one-line reason (Kubernetes' terminationMessagePath
+ * convention; `ringmaster run` sets a file per worker). Unset: /dev/termination-log when it exists. */
+#define RM_ENV_TERMINATION_LOG "RINGMASTER_TERMINATION_LOG"
+/* A worker's exit code when its data cannot be fetched or read (bad data, a refused or failed
+ * fetch): the controllers fail the job with reason DataError instead of restarting it
+ * (operator/reconcile.h, R5e). 1 stays "runtime failure", 2 "bad usage". */
+#define RM_WORKER_EXIT_DATA_ERROR 3
 /* Steps between the worker's "progress" log lines (1..10^9; default 100; the user's). */
 #define RM_ENV_LOG_EVERY "RINGMASTER_LOG_EVERY"
 

@@ -64,6 +64,7 @@ typedef struct wslot {
     bool exited, deleting, killed;
     int exit_code;
     char reason[32];
+    char message[256]; /* its termination message (RM_ENV_TERMINATION_LOG) when it failed */
     bool ready;
     bool up; /* its metrics server answered once: listed for service discovery */
     double last_probe;
@@ -455,6 +456,12 @@ int rm_local_render(const rm_launch *ln, const char *bin, char *const *base, cha
     return RM_OK;
 }
 
+/* Where worker idx writes its termination message (RM_ENV_TERMINATION_LOG). */
+static void term_path(const local *l, int idx, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s/worker-%d.termination", l->o->run_dir, idx);
+}
+
 /* fork/exec one process of the job (a worker, or a server when idx < 0: -1 - its index) in its
  * own process group, output appended to logpath; *out gets its pid. */
 static int spawn_exec(local *l, int idx, int epoch, int port, const char *logpath, const char *banner,
@@ -477,6 +484,14 @@ static int spawn_exec(local *l, int idx, int epoch, int port, const char *logpat
     int rc = rm_local_launch(l->job, idx, epoch, &where, &ln, err);
     if (rc)
         return rc;
+    if (idx >= 0 && ln.nenv < RM_LAUNCH_MAX_ENV) { /* its last words on bad data (reap reads them) */
+        char tp[PATH_MAX];
+        term_path(l, idx, tp, sizeof tp);
+        unlink(tp);
+        ln.env[ln.nenv] = (rm_launch_var){.name = RM_ENV_TERMINATION_LOG, .value = strdup(tp)};
+        if (ln.env[ln.nenv].value)
+            ln.nenv++;
+    }
     rc = rm_local_render(&ln, l->worker_bin, environ, &argv, &envp, err);
     rm_launch_free(&ln);
     if (rc)
@@ -692,9 +707,21 @@ static void reap(local *l)
             w->exited = true;
             w->finished_at = rm_wall();
             w->ready = false;
+            w->message[0] = 0;
             if (WIFEXITED(st)) {
                 w->exit_code = WEXITSTATUS(st);
                 snprintf(w->reason, sizeof w->reason, "%s", w->exit_code ? "Error" : "Completed");
+                if (w->exit_code) { /* the worker's last words, when it left any */
+                    char tp[PATH_MAX];
+                    term_path(l, i, tp, sizeof tp);
+                    FILE *f = fopen(tp, "r");
+                    if (f) {
+                        size_t n = fread(w->message, 1, sizeof w->message - 1, f);
+                        w->message[n] = 0;
+                        w->message[strcspn(w->message, "\n")] = 0;
+                        fclose(f);
+                    }
+                }
             } else if (WIFSIGNALED(st)) {
                 w->exit_code = 128 + WTERMSIG(st);
                 snprintf(w->reason, sizeof w->reason, "Signal %d", WTERMSIG(st));
@@ -815,6 +842,7 @@ static int build_obs(local *l, rm_observed_worker *obs)
             o->exit_code = w->exit_code;
             o->finished_at = w->finished_at;
             snprintf(o->reason, sizeof o->reason, "%s", w->reason);
+            snprintf(o->message, sizeof o->message, "%s", w->message);
         } else if (w->deleting) {
             o->phase = RM_WORKER_TERMINATING;
             o->deletion_started_at = w->deletion_started_at;

@@ -6,6 +6,7 @@
  * through the terminal path or falls through. Nothing here reads a clock, allocates or does I/O,
  * so the same input always gives the same output and the unit tests drive it as a table. */
 #include "operator/reconcile.h"
+#include "common/worker_env.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -702,6 +703,32 @@ static bool rule_loops(rc_ctx *c)
     return false;
 }
 
+/* R5e: a worker that ended on bad data (exit code RM_WORKER_EXIT_DATA_ERROR: a fetch refused,
+ * a checksum mismatch, a file its reader rejects) fails the job with reason DataError and the
+ * worker's message at once: another start would read the same data (docs/models-and-data.md,
+ * "Data formats"), so it burns no restart. */
+static bool rule_data_error(rc_ctx *c)
+{
+    RULE_VARS(c);
+    for (size_t k = 0; k < in->nworkers; k++) {
+        const rm_observed_worker *w = &in->workers[k];
+        if (!exists(w) || w->phase != RM_WORKER_FAILED || is_terminating(w) ||
+            w->exit_code != RM_WORKER_EXIT_DATA_ERROR || w->finished_at <= st->last_restart_time)
+            continue;
+        if (w->message[0])
+            rm_sfmt(msg, sizeof msg, "%s", w->message);
+        else
+            rm_sfmt(msg, sizeof msg, "worker %d: the data could not be read (exit code %d)", w->index,
+                    w->exit_code);
+        copy_progress(c, c->D);
+        finish_failed(c, "DataError", msg);
+        terminal(c);
+        force_stuck(c);
+        return true;
+    }
+    return false;
+}
+
 /* R5: failure detection (sets culprits, new_failure, deadline_failure, need_bump, why). */
 static bool rule_detect(rc_ctx *c)
 {
@@ -993,8 +1020,8 @@ static bool rule_phase(rc_ctx *c)
 static void run(rc_ctx *c)
 {
     static bool (*const rules[])(rc_ctx *) = {
-        rule_terminal, rule_validate, rule_created, rule_suspend, rule_deadline, rule_success,
-        rule_loops,    rule_detect,   rule_restart, rule_resize,  rule_create,   rule_phase,
+        rule_terminal,   rule_validate, rule_created, rule_suspend, rule_deadline, rule_success, rule_loops,
+        rule_data_error, rule_detect,   rule_restart, rule_resize,  rule_create,   rule_phase,
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(rules); i++)
         if (rules[i](c))

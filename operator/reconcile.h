@@ -60,6 +60,9 @@
  *       last sign of life (max of created_at, its last report/progress, last_restart_time) is
  *       older than the deadline it is hung outside the group (survivors whose collectives timed
  *       out re-joined; it did not).
+ *    e) a Failed worker whose exit code is RM_WORKER_EXIT_DATA_ERROR (common/worker_env.h: it
+ *       could not fetch or read its data) with finished_at > last_restart_time: phase Failed
+ *       reason "DataError", message = its termination message (R9) — no restart is spent on it.
  *    A worker that exits 0 is Succeeded, not failed (R6).
  * R6 Success. R.have_result, or rank 0's member reports done, or the worker at index 0 (rank 0
  *    of the full group) is Succeeded -> phase Succeeded, Succeeded=True reason "Succeeded" message
@@ -148,6 +151,7 @@ typedef struct rm_observed_worker {
     bool ready;                 /* /healthz (readiness probe) passing */
     int exit_code;              /* Failed/Succeeded: exit code, 128+signal for signals; else 0 */
     char reason[32];            /* "Error", "OOMKilled", "Evicted", "Signal" ...; "" if none */
+    char message[256];          /* Failed: the worker's termination message (its last words); "" if none */
     double created_at;          /* unix seconds */
     double finished_at;         /* Failed/Succeeded: when it ended (or was first seen ended) */
     double deletion_started_at; /* 0 unless Terminating */

@@ -8,16 +8,20 @@
  * Exit codes: 0 success (also on SIGTERM after the checkpoint, and on the rendezvous' "stop"),
  * 1 runtime failure (missing/corrupt data, unrecoverable comm error), 2 bad usage (also settings
  * found unusable at start: a checkpoint folder that cannot be written, --resume with nothing to
- * resume, a global batch larger than the training set). */
+ * resume, a global batch larger than the training set), 3 (RM_WORKER_EXIT_DATA_ERROR) the data
+ * cannot be fetched or read: its one-line reason also goes to $RINGMASTER_TERMINATION_LOG (or
+ * Kubernetes' /dev/termination-log), and the controllers fail the job with reason DataError. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "common/rm.h"
 #include "common/trainingjob.h"
 #include "common/worker_env.h"
 #include "worker/bench.h"
+#include "worker/data/reader.h"
 #include "worker/ps/ps_server.h"
 #include "worker/sample.h"
 #include "worker/train.h"
@@ -29,6 +33,20 @@ static void usage(FILE *out)
                  "  bench   allreduce benchmark, nccl-tests format (see `ringmaster-worker bench --help`)\n"
                  "  sample  text from a trained language model (see `ringmaster-worker sample --help`)\n"
                  "  ps      a parameter server (env RINGMASTER_ROLE=ps selects it too)\n");
+}
+
+/* The one-line reason a controller shows (DataError's message): $RINGMASTER_TERMINATION_LOG, else
+ * Kubernetes' terminationMessagePath when the container has one. */
+static void write_termination(const char *msg)
+{
+    const char *p = getenv(RM_ENV_TERMINATION_LOG);
+    if (!p || !*p)
+        p = access("/dev/termination-log", W_OK) == 0 ? "/dev/termination-log" : NULL;
+    FILE *f = p ? fopen(p, "w") : NULL;
+    if (!f)
+        return;
+    fprintf(f, "%s\n", msg);
+    fclose(f);
 }
 
 int main(int argc, char **argv)
@@ -71,5 +89,9 @@ int main(int argc, char **argv)
     if (rc)
         rm_error("training failed rc=%s err=\"%s\"", rm_strerror(rc), err.msg);
     rm_train_cfg_free(&cfg);
+    if (rc && rm_data_error_is(&err)) {
+        write_termination(err.msg);
+        return RM_WORKER_EXIT_DATA_ERROR;
+    }
     return rc ? (err.field[0] ? 2 : 1) : 0; /* settings at fault: 2, like a bad flag */
 }

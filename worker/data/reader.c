@@ -1,9 +1,15 @@
 /* reader.c — picking the reader and the source of a spec's data, and the calls every format shares
- * (reader.h). IDX is the default format (the built-in data set's). */
+ * (reader.h). IDX is the default format (the built-in data set's). A remote data.uri (http(s)://)
+ * is fetched into the data cache first (common/fetch.h; docs/models-and-data.md, "Where data
+ * comes from") and read from there like a local one. */
 #include "worker/data/reader.h"
 
 #include "common/datasets.h"
+#include "common/fetch.h"
+#include "common/worker_env.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "worker/data/data.h"
@@ -21,10 +27,54 @@ const rm_data_reader *rm_data_reader_of(rm_data_format f)
     return NULL;
 }
 
+void rm_data_cache_dir(char *buf, size_t cap)
+{
+    const char *env = getenv(RM_ENV_DATA_CACHE), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (env && *env)
+        rm_sfmt(buf, cap, "%s", env);
+    else if (xdg && *xdg == '/')
+        rm_sfmt(buf, cap, "%s/ringmaster/data", xdg);
+    else if (home && *home == '/')
+        rm_sfmt(buf, cap, "%s/.cache/ringmaster/data", home);
+    else
+        rm_sfmt(buf, cap, "/tmp/ringmaster-data-cache");
+}
+
+bool rm_data_uri_remote(const char *uri)
+{
+    return uri && (strncmp(uri, "http://", 7) == 0 || strncmp(uri, "https://", 8) == 0);
+}
+
+/* Fetch a remote data.uri into the cache (once: a complete entry is used as it is). A URI ending
+ * in '/' is an IDX folder: its four files, each plain or gzipped. */
+static int fetch_remote(const rm_training_spec *t, char *src, size_t cap, rm_err *err)
+{
+    static const char *const idx_names[] = {"train-images-idx3-ubyte|train-images-idx3-ubyte.gz",
+                                            "train-labels-idx1-ubyte|train-labels-idx1-ubyte.gz",
+                                            "t10k-images-idx3-ubyte|t10k-images-idx3-ubyte.gz",
+                                            "t10k-labels-idx1-ubyte|t10k-labels-idx1-ubyte.gz", NULL};
+    const char *uri = t->data.uri;
+    bool folder = uri[strlen(uri) - 1] == '/';
+    char cache[4096];
+    rm_data_cache_dir(cache, sizeof cache);
+    rm_fetch_opts o = {.field = "spec.training.data.uri",
+                       .sha256_field = "spec.training.data.sha256",
+                       .sha256 = t->data.sha256};
+    rm_fetch_stats st = {0};
+    RM_CHECK(rm_fetch_cached(uri, folder ? idx_names : NULL, cache, &o, src, cap, &st, err));
+    if (!st.cached)
+        rm_info("data fetched uri=%s path=%s bytes=%llu resumed_from=%llu requests=%d", uri, src,
+                (unsigned long long)st.bytes, (unsigned long long)st.resumed_from, st.requests);
+    return RM_OK;
+}
+
 int rm_data_source(const rm_training_spec *t, const rm_data_reader **r, char *src, size_t cap, rm_err *err)
 {
     rm_data_format f = RM_DATA_IDX;
-    if (t->data.uri) { /* builtin:<name>, /path, file:///path (common/datasets.h) */
+    if (rm_data_uri_remote(t->data.uri)) {
+        RM_CHECK(fetch_remote(t, src, cap, err));
+        f = rm_data_sniff(src);
+    } else if (t->data.uri) { /* builtin:<name>, /path, file:///path (common/datasets.h) */
         RM_CHECK(rm_data_local_path(t->data.uri, src, cap, &f, err));
         if (strncmp(t->data.uri, "builtin:", 8) != 0)
             f = rm_data_sniff(src);
@@ -44,13 +94,30 @@ int rm_data_source(const rm_training_spec *t, const rm_data_reader **r, char *sr
     return RM_OK;
 }
 
+/* A reader's error is about the data (its messages name the file): mark it as the data's, so
+ * rm_data_error_is tells it from the worker's own failures. */
+static int data_err(int rc, rm_err *err)
+{
+    if (rc && rc != RM_ENOMEM && rc != RM_ECANCELED && err && !err->field[0])
+        rm_sfmt(err->field, sizeof err->field, "spec.training.data");
+    return rc;
+}
+
+bool rm_data_error_is(const rm_err *err)
+{
+    return err && err->code != RM_ENOMEM && strncmp(err->field, "spec.training.data", 18) == 0 &&
+           (err->field[18] == 0 || err->field[18] == '.');
+}
+
 int rm_data_probe(const rm_training_spec *t, rm_data_info *out, rm_err *err)
 {
     const rm_data_reader *r;
     char src[4096];
     memset(out, 0, sizeof *out);
-    RM_CHECK(rm_data_source(t, &r, src, sizeof src, err));
-    return r->probe(src, t, out, err);
+    int rc = rm_data_source(t, &r, src, sizeof src, err);
+    if (rc == RM_OK)
+        rc = r->probe(src, t, out, err);
+    return data_err(rc, err);
 }
 
 int rm_data_open(const rm_training_spec *t, rm_data_split split, rm_data *out, rm_err *err)
@@ -58,10 +125,12 @@ int rm_data_open(const rm_training_spec *t, rm_data_split split, rm_data *out, r
     const rm_data_reader *r;
     char src[4096];
     memset(out, 0, sizeof *out);
-    RM_CHECK(rm_data_source(t, &r, src, sizeof src, err));
-    RM_CHECK(r->open(src, t, split, &out->state, &out->info, err));
-    out->r = r;
-    return RM_OK;
+    int rc = rm_data_source(t, &r, src, sizeof src, err);
+    if (rc == RM_OK)
+        rc = r->open(src, t, split, &out->state, &out->info, err);
+    if (rc == RM_OK)
+        out->r = r;
+    return data_err(rc, err);
 }
 
 void rm_data_close(rm_data *d)

@@ -62,13 +62,26 @@ typedef struct rm_data {
 
 /* The reader of a format (RM_DATA_IDX, ...), or NULL when none is built in yet. */
 const rm_data_reader *rm_data_reader_of(rm_data_format f);
-/* Where the spec's data lives and which reader reads it: data.uri (a folder, file:// or
- * builtin:), else dataDir, else the built-in Fashion-MNIST folder; data.format when given, else
+/* Where the spec's data lives and which reader reads it: data.uri (a folder, file://, builtin:,
+ * or http(s):// fetched into the data cache: errors then name spec.training.data.uri or .sha256 —
+ * "spec.training.data.uri: 404 from http://..."), else dataDir, else the built-in Fashion-MNIST folder; data.format when given, else
  * IDX (the only reader so far). src receives the local path. Field-named errors. */
 int rm_data_source(const rm_training_spec *t, const rm_data_reader **r, char *src, size_t cap, rm_err *err);
 int rm_data_probe(const rm_training_spec *t, rm_data_info *out, rm_err *err);
+/* data.uri is fetched (http:// or https://): rm_data_source fetches it into the data cache once
+ * (common/fetch.h) and reads it from there. */
+bool rm_data_uri_remote(const char *uri);
+/* The data cache folder, into buf: $RINGMASTER_DATA_CACHE, else $XDG_CACHE_HOME/ringmaster/data,
+ * else $HOME/.cache/ringmaster/data, else /tmp/ringmaster-data-cache. Every worker of a machine
+ * computes the same one, so a job's local workers share what one of them fetched. */
+void rm_data_cache_dir(char *buf, size_t cap);
 int rm_data_open(const rm_training_spec *t, rm_data_split split, rm_data *out, rm_err *err);
 void rm_data_close(rm_data *d);
+/* Is err (from rm_data_probe / rm_data_open) about the data itself — a fetch refused or failed,
+ * a checksum mismatch, a file its reader rejects — rather than the worker (out of memory)? The
+ * worker then exits RM_WORKER_EXIT_DATA_ERROR (common/worker_env.h) and the job fails with reason
+ * DataError instead of restarting. Their errors carry field spec.training.data[.uri|.sha256|...]. */
+bool rm_data_error_is(const rm_err *err);
 
 static inline void rm_data_gather_rows(const rm_data *d, const uint32_t *perm, int64_t pos, int rank,
                                        int world, int rows, void *x, int32_t *labels)

@@ -1,0 +1,515 @@
+/* fetch.c — remote data into a local cache (fetch.h; docs/models-and-data.md, "Where data comes
+ * from"). One easy handle per rm_fetch_file call; the body goes straight to the .part file with
+ * pwrite at the offset the range answer names, so a retry can never duplicate or shift bytes. */
+#include "common/fetch.h"
+
+#include <curl/curl.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/fs.h"
+#include "common/httpc.h"
+#include "common/sha256.h"
+
+#define FETCH_BACKOFF_CAP_S 30.0
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static void curl_once(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+typedef struct xfer {
+    int fd;
+    uint64_t off;       /* where the next body byte goes (the .part's length so far) */
+    uint64_t start;     /* the offset this attempt asked for */
+    uint64_t total;     /* the object's length when known, else 0 */
+    uint64_t max_bytes; /* cap */
+    uint64_t got;       /* body bytes written by this attempt */
+    long status;        /* the final response's status, read at the first body byte */
+    bool checked;       /* status looked at */
+    bool keep;          /* the body is the object (200/206), not an error page */
+    int64_t cr_start;   /* Content-Range start of this response; -1 none */
+    uint64_t cr_total;  /* Content-Range total; 0 none */
+    uint64_t clen;      /* Content-Length of this response; 0 none */
+    double retry_after; /* -1 none */
+    int fail;           /* RM_* set by a callback that aborted the transfer */
+    char why[160];
+    CURL *h;
+    const rm_fetch_opts *o;
+    const char *url;
+} xfer;
+
+static size_t on_header(char *p, size_t size, size_t n, void *ud)
+{
+    xfer *x = ud;
+    size_t len = size * n;
+    if (len >= 5 && strncmp(p, "HTTP/", 5) == 0) { /* a new response (redirects, 100) */
+        x->cr_start = -1;
+        x->cr_total = 0;
+        x->clen = 0;
+        return len;
+    }
+    char line[256];
+    size_t l = len < sizeof line - 1 ? len : sizeof line - 1;
+    memcpy(line, p, l);
+    line[l] = 0;
+    unsigned long long a, b, t;
+    if (strncasecmp(line, "content-range:", 14) == 0) {
+        if (sscanf(line + 14, " bytes %llu-%llu/%llu", &a, &b, &t) == 3) {
+            x->cr_start = (int64_t)a;
+            x->cr_total = t;
+        } else if (sscanf(line + 14, " bytes %llu-%llu/*", &a, &b) == 2) {
+            x->cr_start = (int64_t)a;
+        }
+    } else if (strncasecmp(line, "content-length:", 15) == 0 && sscanf(line + 15, " %llu", &a) == 1) {
+        x->clen = a;
+    } else {
+        double d = rm_http_retry_after(p, len);
+        if (d >= 0)
+            x->retry_after = d;
+    }
+    return len;
+}
+
+static size_t on_body(char *p, size_t size, size_t n, void *ud)
+{
+    xfer *x = ud;
+    size_t len = size * n;
+    if (!x->checked) {
+        x->checked = true;
+        curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &x->status);
+        if (x->status == 206) {
+            if (x->cr_start < 0 || (uint64_t)x->cr_start != x->start) {
+                x->fail = RM_EPROTO;
+                rm_sfmt(x->why, sizeof x->why, "asked for bytes from %" PRIu64 ", got a range from %lld",
+                        x->start, (long long)x->cr_start);
+                return 0;
+            }
+            x->total = x->cr_total;
+            x->keep = true;
+        } else if (x->status == 200) {
+            if (x->start > 0) { /* the server ignored the range: start over */
+                if (ftruncate(x->fd, 0) != 0) {
+                    x->fail = RM_EIO;
+                    rm_sfmt(x->why, sizeof x->why, "truncate: %s", strerror(errno));
+                    return 0;
+                }
+                x->off = 0;
+                x->start = 0;
+            }
+            x->total = x->clen;
+            x->keep = true;
+        }
+        if (x->keep && x->total > x->max_bytes) {
+            x->fail = RM_ETOOBIG;
+            rm_sfmt(x->why, sizeof x->why, "%" PRIu64 " bytes is over the %" PRIu64 "-byte limit", x->total,
+                    x->max_bytes);
+            return 0;
+        }
+    }
+    if (!x->keep)
+        return len; /* an error page: read and dropped, never kept */
+    if (x->off + len > x->max_bytes) {
+        x->fail = RM_ETOOBIG;
+        rm_sfmt(x->why, sizeof x->why, "more than %" PRIu64 " bytes", x->max_bytes);
+        return 0;
+    }
+    size_t done = 0;
+    while (done < len) {
+        ssize_t w = pwrite(x->fd, p + done, len - done, (off_t)(x->off + done));
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            x->fail = RM_EIO;
+            rm_sfmt(x->why, sizeof x->why, "write: %s", w < 0 ? strerror(errno) : "short write");
+            return 0;
+        }
+        done += (size_t)w;
+    }
+    x->off += len;
+    x->got += len;
+    return len;
+}
+
+static int on_xfer(void *ud, curl_off_t dlt, curl_off_t dln, curl_off_t ult, curl_off_t uln)
+{
+    xfer *x = ud;
+    (void)dln;
+    (void)ult;
+    (void)uln;
+    if (x->o->cancel && *x->o->cancel)
+        return 1;
+    if (x->o->progress && x->keep)
+        x->o->progress(x->o->progress_ud, x->url, x->off,
+                       x->total ? x->total : (uint64_t)(dlt > 0 ? dlt : 0));
+    return 0;
+}
+
+static void sleep_s(double s, const volatile sig_atomic_t *cancel)
+{
+    while (s > 0 && !(cancel && *cancel)) {
+        double d = s < 0.1 ? s : 0.1;
+        struct timespec ts = {(time_t)d, (long)((d - (double)(time_t)d) * 1e9)};
+        nanosleep(&ts, NULL);
+        s -= d;
+    }
+}
+
+/* Is this status final (no retry)? */
+static bool status_final(long st)
+{
+    return st >= 400 && st < 500 && st != 408 && st != 429;
+}
+
+static int status_code(long st)
+{
+    if (st == 404 || st == 410)
+        return RM_ENOTFOUND;
+    if (st == 401 || st == 403)
+        return RM_EAUTH;
+    return RM_EINVAL;
+}
+
+int rm_fetch_file(const char *url, const char *dest, const rm_fetch_opts *o, rm_fetch_stats *stats,
+                  rm_err *err)
+{
+    static const rm_fetch_opts none = {0};
+    if (!o)
+        o = &none;
+    const char *field = o->field ? o->field : "uri";
+    if (!url || !dest)
+        return rm_err_field(err, RM_EINVAL, field, "fetch: url and destination are required");
+    if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0)
+        return rm_err_field(err, RM_EINVAL, field, "%s: only http:// and https:// are fetched", url);
+    pthread_once(&g_once, curl_once);
+    int attempts = o->attempts > 0 ? o->attempts : 5;
+    double backoff = o->backoff_s > 0 ? o->backoff_s : 0.5;
+    long stall = (long)(o->stall_s > 0 ? o->stall_s + 0.999 : 30);
+    long connect_ms = (long)((o->connect_timeout_s > 0 ? o->connect_timeout_s : 10) * 1000);
+    uint64_t max_bytes = o->max_bytes ? o->max_bytes : (uint64_t)1 << 40;
+
+    char part[PATH_MAX];
+    if ((size_t)snprintf(part, sizeof part, "%s.part", dest) >= sizeof part)
+        return rm_err_field(err, RM_EINVAL, field, "%s: path too long", dest);
+    int fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return rm_err_field(err, RM_EIO, field, "%s: %s", part, strerror(errno));
+    CURL *h = curl_easy_init();
+    if (!h) {
+        close(fd);
+        return rm_errf(err, RM_ENOMEM, "out of memory");
+    }
+    int rc = RM_OK, failed = 0, range_restarts = 0;
+    char last[200] = "";
+    for (;;) {
+        struct stat sb;
+        if (fstat(fd, &sb) != 0) {
+            rc = rm_err_field(err, RM_EIO, field, "%s: %s", part, strerror(errno));
+            break;
+        }
+        xfer x = {.fd = fd,
+                  .off = (uint64_t)sb.st_size,
+                  .start = (uint64_t)sb.st_size,
+                  .max_bytes = max_bytes,
+                  .cr_start = -1,
+                  .retry_after = -1,
+                  .h = h,
+                  .o = o,
+                  .url = url};
+        char range[48], ebuf[CURL_ERROR_SIZE] = "";
+        curl_easy_reset(h);
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+        curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+        curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+        curl_easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
+        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+        curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, stall);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &x);
+        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(h, CURLOPT_HEADERDATA, &x);
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_xfer);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, &x);
+        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
+        curl_easy_setopt(h, CURLOPT_USERAGENT, "ringmaster-fetch");
+        if (o->ca_bundle && *o->ca_bundle)
+            curl_easy_setopt(h, CURLOPT_CAINFO, o->ca_bundle);
+        if (x.start > 0) {
+            snprintf(range, sizeof range, "%" PRIu64 "-", x.start);
+            curl_easy_setopt(h, CURLOPT_RANGE, range);
+            if (stats && x.start > stats->resumed_from)
+                stats->resumed_from = x.start;
+            rm_info("fetch resuming url=%s from=%" PRIu64, url, x.start);
+        }
+        CURLcode cc = curl_easy_perform(h);
+        long st = 0;
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
+        if (stats) {
+            stats->requests++;
+            stats->bytes += x.got;
+        }
+        if (x.fail == RM_ETOOBIG || x.fail == RM_EIO) {
+            rc = rm_err_field(err, x.fail, field, "%s: %s", url, x.why);
+            break;
+        }
+        if (cc == CURLE_ABORTED_BY_CALLBACK && o->cancel && *o->cancel) {
+            rc = rm_err_field(err, RM_ECANCELED, field, "%s: canceled", url);
+            break;
+        }
+        if (st == 416 && x.start > 0 && range_restarts++ == 0) {
+            /* the part is as long as (or longer than) the object: it changed; fetch it anew */
+            if (ftruncate(fd, 0) != 0) {
+                rc = rm_err_field(err, RM_EIO, field, "%s: truncate: %s", part, strerror(errno));
+                break;
+            }
+            continue;
+        }
+        if (cc == CURLE_OK && (st == 200 || st == 206)) {
+            if (x.total && x.off != x.total) { /* a cut body curl did not notice */
+                rm_sfmt(last, sizeof last, "%" PRIu64 " of %" PRIu64 " bytes", x.off, x.total);
+            } else {
+                if (fsync(fd) != 0 || rename(part, dest) != 0) {
+                    rc = rm_err_field(err, RM_EIO, field, "%s: %s", dest, strerror(errno));
+                    break;
+                }
+                rm_info("fetched url=%s bytes=%" PRIu64 " path=%s", url, x.off, dest);
+                break;
+            }
+        } else if (cc == CURLE_OK || (st >= 300 && !x.keep)) {
+            if (status_final(st) || (st >= 300 && st < 400) || (st > 0 && st < 200)) {
+                rc = rm_err_field(err, status_code(st), field, "%ld from %s", st, url);
+                break;
+            }
+            rm_sfmt(last, sizeof last, "%ld from %s", st, url);
+        } else if (x.fail == RM_EPROTO) {
+            rm_sfmt(last, sizeof last, "%s: %s", url, x.why);
+            if (ftruncate(fd, 0) != 0) { /* a range we cannot place: start over */
+                rc = rm_err_field(err, RM_EIO, field, "%s: truncate: %s", part, strerror(errno));
+                break;
+            }
+        } else {
+            rm_sfmt(last, sizeof last, "%s: %s", url, ebuf[0] ? ebuf : curl_easy_strerror(cc));
+        }
+        /* retry: an attempt that moved bytes is progress, not a failure */
+        if (x.got > 0)
+            failed = 0;
+        else
+            failed++;
+        if (failed >= attempts) {
+            rc = rm_err_field(err, cc == CURLE_OPERATION_TIMEDOUT ? RM_ETIMEDOUT : RM_EIO, field,
+                              "%s (still failing after %d attempts)", last, failed);
+            break;
+        }
+        double d = backoff * (double)(1u << (failed > 0 ? (failed - 1 < 6 ? failed - 1 : 6) : 0));
+        if (x.retry_after >= 0)
+            d = x.retry_after > d ? x.retry_after : d;
+        if (d > FETCH_BACKOFF_CAP_S)
+            d = FETCH_BACKOFF_CAP_S;
+        rm_warn("fetch retrying url=%s err=\"%s\" attempt=%d delay_s=%.2f have=%" PRIu64, url, last, failed,
+                d, x.off);
+        sleep_s(d, o->cancel);
+    }
+    curl_easy_cleanup(h);
+    close(fd);
+    return rc;
+}
+
+/* ---- the cache ---------------------------------------------------------------------------- */
+
+const char *rm_fetch_entry_dir(const char *cache_dir, const char *url, const char *sha256, char *buf,
+                               size_t cap)
+{
+    rm_sha256_ctx c;
+    uint8_t d[32];
+    char hx[65];
+    rm_sha256_init(&c);
+    rm_sha256_update(&c, url, strlen(url));
+    rm_sha256_final(&c, d);
+    rm_sha256_hex(d, hx);
+    hx[16] = 0;
+    rm_sfmt(buf, cap, "%s/%s-%s", cache_dir, hx, sha256 && *sha256 ? sha256 : "any");
+    return buf;
+}
+
+/* The last path segment of url (without query), or "data" when it has none. */
+static void url_base(const char *url, char *out, size_t cap)
+{
+    const char *p = strstr(url, "://");
+    p = p ? p + 3 : url;
+    size_t n = strcspn(p, "?#");
+    const char *end = p + n, *s = end;
+    while (s > p && s[-1] != '/')
+        s--;
+    if (s == p || s == end) { /* no path, or it ends with '/' */
+        rm_sfmt(out, cap, "data");
+        return;
+    }
+    rm_sfmt(out, cap, "%.*s", (int)(end - s), s);
+    if (!strcmp(out, ".") || !strcmp(out, ".."))
+        rm_sfmt(out, cap, "data");
+}
+
+/* Take the entry's lock, waiting for another process's fetch; -1 with err on timeout. */
+static int lock_entry(const char *dir, const rm_fetch_opts *o, const char *field, int *fd_out, rm_err *err)
+{
+    char p[PATH_MAX];
+    rm_sfmt(p, sizeof p, "%s/.lock", dir);
+    int fd = open(p, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return rm_err_field(err, RM_EIO, field, "%s: %s", p, strerror(errno));
+    double wait = o->lock_wait_s > 0 ? o->lock_wait_s : 3600, t0 = rm_mono();
+    bool said = false;
+    while (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        if (errno != EWOULDBLOCK && errno != EINTR) {
+            int e = errno;
+            close(fd);
+            return rm_err_field(err, RM_EIO, field, "%s: flock: %s", p, strerror(e));
+        }
+        if (!said) {
+            rm_info("fetch waiting for another process fetching into dir=%s", dir);
+            said = true;
+        }
+        if (rm_mono() - t0 > wait || (o->cancel && *o->cancel)) {
+            close(fd);
+            return rm_err_field(err, o->cancel && *o->cancel ? RM_ECANCELED : RM_ETIMEDOUT, field,
+                                "%s: another process held the lock for over %.0f s", p, wait);
+        }
+        sleep_s(0.05, o->cancel);
+    }
+    *fd_out = fd;
+    return RM_OK;
+}
+
+int rm_fetch_cached(const char *url, const char *const *names, const char *cache_dir, const rm_fetch_opts *o,
+                    char *path, size_t cap, rm_fetch_stats *stats, rm_err *err)
+{
+    static const rm_fetch_opts none = {0};
+    if (!o)
+        o = &none;
+    const char *field = o->field ? o->field : "uri";
+    const char *sfield = o->sha256_field ? o->sha256_field : "sha256";
+    char dir[PATH_MAX], done[PATH_MAX + 16], fname[256];
+    if (!url || !cache_dir || !*cache_dir)
+        return rm_err_field(err, RM_EINVAL, field, "fetch: url and cache folder are required");
+    if (names && url[strlen(url) - 1] != '/')
+        return rm_err_field(err, RM_EINVAL, field, "%s: a folder URI ends with '/'", url);
+    rm_fetch_entry_dir(cache_dir, url, o->sha256, dir, sizeof dir);
+    rm_sfmt(done, sizeof done, "%s/.complete", dir);
+    rm_err e = {0};
+    if (rm_fs_mkdir_p(dir, &e) != RM_OK)
+        return rm_err_field(err, RM_EIO, field, "data cache: %s", e.msg);
+    if (!names)
+        url_base(url, fname, sizeof fname);
+    int lk = -1, rc = lock_entry(dir, o, field, &lk, err);
+    if (rc)
+        return rc;
+    char list[16][256]; /* the names fetched, in order (what the checksum covers) */
+    int nfiles = 0;
+    struct stat sb;
+    if (stat(done, &sb) == 0) {
+        if (stats)
+            stats->cached = true;
+        rm_info("fetch: cached url=%s dir=%s", url, dir);
+        goto found;
+    }
+    if (!names) {
+        char dest[PATH_MAX];
+        rm_sfmt(dest, sizeof dest, "%s/%s", dir, fname);
+        if ((rc = rm_fetch_file(url, dest, o, stats, err)))
+            goto out;
+        rm_sfmt(list[nfiles++], sizeof list[0], "%s", fname);
+    } else {
+        for (const char *const *n = names; *n && nfiles < (int)RM_ARRAY_LEN(list); n++) {
+            char alts[512];
+            rm_sfmt(alts, sizeof alts, "%s", *n);
+            char *save = NULL;
+            bool got = false;
+            rm_err first = {0};
+            for (char *a = strtok_r(alts, "|", &save); a && !got; a = strtok_r(NULL, "|", &save)) {
+                char u[4096], dest[PATH_MAX];
+                rm_sfmt(u, sizeof u, "%s%s", url, a);
+                rm_sfmt(dest, sizeof dest, "%s/%s", dir, a);
+                rm_err fe = {0};
+                rc = rm_fetch_file(u, dest, o, stats, &fe);
+                if (rc == RM_OK) {
+                    rm_sfmt(list[nfiles++], sizeof list[0], "%s", a);
+                    got = true;
+                } else if (rc != RM_ENOTFOUND) {
+                    *err = fe;
+                    goto out;
+                } else if (!first.code) {
+                    first = fe;
+                }
+            }
+            if (!got) {
+                *err = first;
+                rc = RM_ENOTFOUND;
+                goto out;
+            }
+        }
+    }
+    if (o->sha256) {
+        rm_sha256_ctx c;
+        uint8_t d[32];
+        char hx[65];
+        rm_sha256_init(&c);
+        for (int i = 0; i < nfiles; i++) {
+            char p[PATH_MAX];
+            rm_sfmt(p, sizeof p, "%s/%s", dir, list[i]);
+            if ((rc = rm_sha256_file(&c, p, &e))) {
+                rc = rm_err_field(err, rc, field, "%s", e.msg);
+                goto out;
+            }
+        }
+        rm_sha256_final(&c, d);
+        rm_sha256_hex(d, hx);
+        if (strcmp(hx, o->sha256) != 0) {
+            for (int i = 0; i < nfiles; i++) { /* a retry fetches them anew */
+                char p[PATH_MAX];
+                rm_sfmt(p, sizeof p, "%s/%s", dir, list[i]);
+                unlink(p);
+            }
+            rc = rm_err_field(err, RM_EINVAL, sfield, "the data fetched from %s has sha256 %s, not %s", url,
+                              hx, o->sha256);
+            goto out;
+        }
+    }
+    {
+        char body[4200];
+        int bl = snprintf(body, sizeof body, "%s\n%s\n", url, o->sha256 ? o->sha256 : "-");
+        rm_fs_piece pc = {body, (size_t)bl < sizeof body ? (size_t)bl : sizeof body - 1};
+        if ((rc = rm_fs_write_atomic(done, &pc, 1, &e))) {
+            rc = rm_err_field(err, rc, field, "data cache: %s", e.msg);
+            goto out;
+        }
+    }
+found:
+    if (names)
+        rm_sfmt(path, cap, "%s", dir);
+    else
+        rm_sfmt(path, cap, "%s/%s", dir, fname);
+    rc = RM_OK;
+out:
+    if (lk >= 0) {
+        flock(lk, LOCK_UN);
+        close(lk);
+    }
+    return rc;
+}

@@ -1,0 +1,81 @@
+/* fetch.h — remote data in: an http(s):// object fetched once into a local cache folder, resumed
+ * after an interruption, bounded in time, verified by sha256 (docs/models-and-data.md, "Where
+ * data comes from"). The worker fetches spec.training.data.uri with it (worker/data/reader.c);
+ * it lives in common/ so the operator's init container runs the same code.
+ *
+ * Design:
+ *  - One object at a time into DEST.part with libcurl; a .part left by a killed process is
+ *    continued with "Range: bytes=N-" (a server that answers 200 instead starts it over; a 206
+ *    whose Content-Range does not start at N is refused), then fsync'd and renamed to DEST.
+ *  - Retries: transport errors (refused, reset, a cut body, a stall) and 408/429/5xx are retried
+ *    with doubling back-off (Retry-After honoured, capped); an attempt that moved bytes does not
+ *    count against opts.attempts, one that moved none does, so the whole fetch is bounded: a stalled
+ *    transfer is cut after opts.stall_s, a dead server costs attempts x back-off. Other 4xx are
+ *    final at once: "<field>: 404 from <url>".
+ *  - The cache: CACHE/<h(url)>-<sha256 or "any">/ holds the object (or, for a folder URI, the
+ *    files named), a lock file taken with flock(2) (workers of one job that start together fetch
+ *    once: the others wait on the lock, then find the work done), and ".complete", written last
+ *    (atomically) after the sha256 matched: a later process (a replacement worker) that finds
+ *    it fetches nothing. A sha256 mismatch removes the files, so a retry fetches them anew.
+ *  - Every buffer is capped: bodies go to the file (opts.max_bytes), an error body is read
+ *    and thrown away; nothing grows with the object's size in memory.
+ *
+ * Ownership: URLs, paths and opts are borrowed for the call; nothing is kept between calls. */
+#ifndef RM_COMMON_FETCH_H
+#define RM_COMMON_FETCH_H
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "common/rm.h"
+
+/* Progress of the object being fetched: bytes on disk (including a resumed part) and the total
+ * (0 = not known yet). Called from the transfer loop, at most a few times a second. */
+typedef void (*rm_fetch_progress_fn)(void *ud, const char *url, uint64_t have, uint64_t total);
+
+typedef struct rm_fetch_opts {
+    const char *field;                   /* names every error about the URI ("spec.training.data.uri") */
+    const char *sha256_field;            /* names a checksum mismatch ("spec.training.data.sha256") */
+    const char *sha256;                  /* 64 lowercase hex digits over the object (a folder: its files in
+                               * the order named, concatenated); NULL = not checked */
+    int attempts;                        /* attempts that move no byte before giving up; 0 = 5 */
+    double backoff_s;                    /* the first retry's delay, doubling, capped at 30 s; 0 = 0.5 */
+    double stall_s;                      /* an attempt that receives nothing for this long is cut; 0 = 30 */
+    double connect_timeout_s;            /* 0 = 10 */
+    double lock_wait_s;                  /* waiting for another process's fetch of the same entry; 0 = 3600 */
+    uint64_t max_bytes;                  /* the largest object accepted; 0 = 1 TiB */
+    const char *ca_bundle;               /* CA certificates file for https (AWS_CA_BUNDLE); NULL = system's */
+    const volatile sig_atomic_t *cancel; /* borrowed; raised: the fetch ends RM_ECANCELED */
+    rm_fetch_progress_fn progress;       /* NULL = none */
+    void *progress_ud;
+} rm_fetch_opts;
+
+/* What a fetch did (tests, logs, benchmarks). */
+typedef struct rm_fetch_stats {
+    uint64_t bytes;        /* bytes received over the network by this call */
+    uint64_t resumed_from; /* the largest .part length a transfer continued from; 0 = none */
+    int requests;          /* HTTP requests made */
+    bool cached;           /* the cache entry was complete: nothing fetched */
+} rm_fetch_stats;
+
+/* Fetch url into dest (dest.part while in progress; a .part already there is continued).
+ * Returns RM_OK, RM_ENOTFOUND (404/410), RM_EAUTH (401/403), RM_EINVAL (another 4xx, or a bad
+ * argument), RM_ETIMEDOUT / RM_EIO (still failing after opts.attempts), RM_ETOOBIG (over
+ * max_bytes), RM_EPROTO (a range answer that does not fit), RM_ECANCELED. err->field is
+ * opts.field. stats may be NULL; it is added to, not reset. No checksum is checked here. */
+int rm_fetch_file(const char *url, const char *dest, const rm_fetch_opts *o, rm_fetch_stats *stats,
+                  rm_err *err);
+
+/* url in the cache folder cache_dir (created when missing): fetched unless already complete,
+ * verified, and its local path written into path. names == NULL: url is one object, path is the
+ * file (named after the URL's last segment). names != NULL: url is a folder (ends with '/');
+ * each entry is "NAME" or "NAME|ALT|..." — the first of them the server has (a 404 tries the
+ * next) is fetched as that name; path is the folder. Errors as rm_fetch_file, plus RM_EINVAL
+ * naming opts.sha256_field for a checksum mismatch and RM_ETIMEDOUT when the lock stays held. */
+int rm_fetch_cached(const char *url, const char *const *names, const char *cache_dir, const rm_fetch_opts *o,
+                    char *path, size_t cap, rm_fetch_stats *stats, rm_err *err);
+
+/* The cache entry folder of (url, sha256) under cache_dir, into buf. Returns buf. */
+const char *rm_fetch_entry_dir(const char *cache_dir, const char *url, const char *sha256, char *buf,
+                               size_t cap);
+#endif

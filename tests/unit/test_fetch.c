@@ -1,0 +1,522 @@
+/* Tests for common/fetch (and common/sha256): a scripted HTTP server on loopback, written here
+ * on raw sockets so each case decides exactly what the wire carries — a body cut in the middle,
+ * 503/429 before the answer, a server that ignores Range, 404 on one name of a folder — and
+ * records what was asked (the Range start of every request, the bytes sent). Each case checks
+ * the bytes on disk, the requests made and the exact error. */
+#include "common/fetch.h"
+#include "common/sha256.h"
+#include "tests/unit/testutil.h"
+#include "worker/comm/net.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef enum { A_OK = 0, A_CUT, A_503, A_429, A_NORANGE, A_SLOW } action;
+
+typedef struct srv {
+    int lfd, port;
+    pthread_t th;
+    atomic_int stop;
+    const char *paths[4];
+    const uint8_t *data[4];
+    size_t len[4];
+    action script[16]; /* per request, in order; past the end: A_OK */
+    int nscript;
+    atomic_int requests;
+    long range_start[64]; /* -1 = no Range */
+    atomic_long sent;     /* body bytes sent */
+} srv;
+
+static void send_all(int fd, const void *p, size_t n, srv *s, bool body)
+{
+    const char *c = p;
+    while (n) {
+        ssize_t w = send(fd, c, n, MSG_NOSIGNAL);
+        if (w <= 0)
+            return;
+        if (body)
+            s->sent += w;
+        c += w;
+        n -= (size_t)w;
+    }
+}
+
+static void serve_one(srv *s, int fd)
+{
+    char req[4096] = "";
+    size_t n = 0;
+    while (n < sizeof req - 1 && !strstr(req, "\r\n\r\n")) {
+        ssize_t r = recv(fd, req + n, sizeof req - 1 - n, 0);
+        if (r <= 0)
+            return;
+        n += (size_t)r;
+        req[n] = 0;
+    }
+    int k = s->requests++;
+    action a = k < s->nscript ? s->script[k] : A_OK;
+    char path[1024] = "";
+    sscanf(req, "GET %1023s", path);
+    long start = -1;
+    const char *rg = strcasestr(req, "\r\nRange: bytes=");
+    if (rg)
+        start = strtol(rg + 15, NULL, 10);
+    if (k < 64)
+        s->range_start[k] = start;
+    char hdr[512];
+    if (a == A_503 || a == A_429) {
+        const char *b = "try later";
+        int hl =
+            snprintf(hdr, sizeof hdr, "HTTP/1.1 %d X\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                     a == A_503 ? 503 : 429, strlen(b));
+        send_all(fd, hdr, (size_t)hl, s, false);
+        send_all(fd, b, strlen(b), s, false);
+        return;
+    }
+    int i = 0;
+    while (i < 4 && (!s->paths[i] || strcmp(s->paths[i], path) != 0))
+        i++;
+    if (i == 4) {
+        const char *b = "<html>not here</html>";
+        int hl =
+            snprintf(hdr, sizeof hdr,
+                     "HTTP/1.1 404 Not Found\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", strlen(b));
+        send_all(fd, hdr, (size_t)hl, s, false);
+        send_all(fd, b, strlen(b), s, false);
+        return;
+    }
+    size_t len = s->len[i], from = 0;
+    int hl;
+    if (start >= 0 && a != A_NORANGE) {
+        from = (size_t)start < len ? (size_t)start : len;
+        if ((size_t)start >= len) {
+            hl = snprintf(hdr, sizeof hdr,
+                          "HTTP/1.1 416 X\r\nContent-Range: bytes */%zu\r\nContent-Length: 0\r\nConnection: "
+                          "close\r\n\r\n",
+                          len);
+            send_all(fd, hdr, (size_t)hl, s, false);
+            return;
+        }
+        hl = snprintf(
+            hdr, sizeof hdr,
+            "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes %zu-%zu/%zu\r\nContent-Length: %zu\r\n"
+            "Connection: close\r\n\r\n",
+            from, len - 1, len, len - from);
+    } else {
+        hl = snprintf(hdr, sizeof hdr, "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+                      len);
+    }
+    send_all(fd, hdr, (size_t)hl, s, false);
+    size_t upto = a == A_CUT ? from + (len - from) / 2 : len;
+    if (a == A_SLOW) { /* in pieces, for the concurrent case: the other fetcher must wait */
+        for (size_t p = from; p < len; p += 4096) {
+            send_all(fd, s->data[i] + p, len - p < 4096 ? len - p : 4096, s, true);
+            usleep(2000);
+        }
+        return;
+    }
+    send_all(fd, s->data[i] + from, upto - from, s, true);
+}
+
+static void *srv_main(void *ud)
+{
+    srv *s = ud;
+    while (!s->stop) {
+        struct pollfd p = {s->lfd, POLLIN, 0};
+        if (poll(&p, 1, 50) <= 0)
+            continue;
+        int fd = accept(s->lfd, NULL, NULL);
+        if (fd < 0)
+            continue;
+        serve_one(s, fd);
+        shutdown(fd, SHUT_RDWR);
+        close(fd);
+    }
+    return NULL;
+}
+
+static void srv_start(srv *s)
+{
+    s->lfd = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(s->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    CU_ASSERT_FATAL(bind(s->lfd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    CU_ASSERT_FATAL(listen(s->lfd, 16) == 0);
+    socklen_t sl = sizeof sa;
+    getsockname(s->lfd, (struct sockaddr *)&sa, &sl);
+    s->port = ntohs(sa.sin_port);
+    CU_ASSERT_FATAL(pthread_create(&s->th, NULL, srv_main, s) == 0);
+}
+
+static void srv_stop(srv *s)
+{
+    s->stop = 1;
+    pthread_join(s->th, NULL);
+    close(s->lfd);
+}
+
+/* An object of n pseudo-random bytes (owned). */
+static uint8_t *object(size_t n, uint32_t seed)
+{
+    uint8_t *p = malloc(n);
+    for (size_t i = 0; i < n; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        p[i] = (uint8_t)(seed >> 24);
+    }
+    return p;
+}
+
+static void hex_of(const void *p, size_t n, char out[65])
+{
+    rm_sha256_ctx c;
+    uint8_t d[32];
+    rm_sha256_init(&c);
+    rm_sha256_update(&c, p, n);
+    rm_sha256_final(&c, d);
+    rm_sha256_hex(d, out);
+}
+
+static bool file_is(const char *path, const uint8_t *p, size_t n)
+{
+    size_t got = 0;
+    char *b = rm_test_read_file(path, &got);
+    bool ok = b && got == n && memcmp(b, p, n) == 0;
+    free(b);
+    return ok;
+}
+
+static const rm_fetch_opts quick = {.field = "spec.training.data.uri",
+                                    .sha256_field = "spec.training.data.sha256",
+                                    .attempts = 3,
+                                    .backoff_s = 0.01,
+                                    .stall_s = 5};
+
+static void test_sha256_vectors(void)
+{
+    char hx[65];
+    hex_of("", 0, hx);
+    CU_ASSERT_STRING_EQUAL(hx, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    hex_of("abc", 3, hx);
+    CU_ASSERT_STRING_EQUAL(hx, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    const char *m = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+    hex_of(m, strlen(m), hx);
+    CU_ASSERT_STRING_EQUAL(hx, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    /* streaming in odd pieces equals the worker's one-shot hash, for every length around blocks */
+    uint8_t *o = object(300, 7);
+    for (size_t n = 0; n <= 300; n += 7) {
+        rm_sha256_ctx c;
+        uint8_t a[32], b[32];
+        rm_sha256_init(&c);
+        for (size_t p = 0; p < n;) {
+            size_t step = (p % 5) + 1 < n - p ? (p % 5) + 1 : n - p;
+            rm_sha256_update(&c, o + p, step);
+            p += step;
+        }
+        rm_sha256_final(&c, a);
+        rm_sha256(o, n, b);
+        CU_ASSERT(memcmp(a, b, 32) == 0);
+    }
+    free(o);
+}
+
+/* Fetched once, verified, and then found in the cache without a request. */
+static void test_cached_once(void)
+{
+    char *dir = rm_test_tmpdir("fetch");
+    size_t n = 200000;
+    uint8_t *o = object(n, 1);
+    srv s = {.paths = {"/d/data.bin"}, .data = {o}, .len = {n}};
+    srv_start(&s);
+    char url[128], sum[65], path[4096];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/d/data.bin", s.port);
+    hex_of(o, n, sum);
+    rm_fetch_opts op = quick;
+    op.sha256 = sum;
+    rm_fetch_stats st = {0};
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_fetch_cached(url, NULL, dir, &op, path, sizeof path, &st, &e), RM_OK);
+    CU_ASSERT(file_is(path, o, n));
+    CU_ASSERT(strstr(path, "/data.bin") != NULL);
+    CU_ASSERT_EQUAL(st.requests, 1);
+    CU_ASSERT_EQUAL(st.bytes, n);
+    CU_ASSERT(!st.cached);
+    rm_fetch_stats st2 = {0};
+    char path2[4096];
+    CU_ASSERT_EQUAL(rm_fetch_cached(url, NULL, dir, &op, path2, sizeof path2, &st2, &e), RM_OK);
+    CU_ASSERT(st2.cached);
+    CU_ASSERT_EQUAL(st2.requests, 0);
+    CU_ASSERT_STRING_EQUAL(path, path2);
+    CU_ASSERT_EQUAL(s.requests, 1);
+    /* another checksum is another entry: fetched again */
+    op.sha256 = NULL;
+    CU_ASSERT_EQUAL(rm_fetch_cached(url, NULL, dir, &op, path2, sizeof path2, &st2, &e), RM_OK);
+    CU_ASSERT_STRING_NOT_EQUAL(path, path2);
+    CU_ASSERT_EQUAL(s.requests, 2);
+    srv_stop(&s);
+    free(o);
+    rm_test_rmtree(dir);
+    free(dir);
+}
+
+/* A body cut halfway is continued from where it stopped, and a .part a killed process left is
+ * continued too: the server sees the Range starts and sends each byte about once. */
+static void test_resume(void)
+{
+    char *dir = rm_test_tmpdir("fetch");
+    size_t n = 300000;
+    uint8_t *o = object(n, 2);
+    srv s = {.paths = {"/x.bin"}, .data = {o}, .len = {n}, .script = {A_CUT, A_OK}, .nscript = 2};
+    srv_start(&s);
+    char url[128], dest[4096], part[4200];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/x.bin", s.port);
+    snprintf(dest, sizeof dest, "%s/x.bin", dir);
+    rm_fetch_stats st = {0};
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_fetch_file(url, dest, &quick, &st, &e), RM_OK);
+    CU_ASSERT(file_is(dest, o, n));
+    CU_ASSERT_EQUAL(s.requests, 2);
+    CU_ASSERT_EQUAL(s.range_start[0], -1);
+    CU_ASSERT_EQUAL(s.range_start[1], (long)(n / 2));
+    CU_ASSERT_EQUAL(st.resumed_from, n / 2);
+    CU_ASSERT_EQUAL((size_t)s.sent, n);
+    /* a .part of 12345 bytes from an earlier process */
+    unlink(dest);
+    snprintf(part, sizeof part, "%s.part", dest);
+    CU_ASSERT_EQUAL_FATAL(rm_test_write_file(part, o, 12345), 0);
+    s.sent = 0;
+    memset(&st, 0, sizeof st);
+    CU_ASSERT_EQUAL_FATAL(rm_fetch_file(url, dest, &quick, &st, &e), RM_OK);
+    CU_ASSERT(file_is(dest, o, n));
+    CU_ASSERT_EQUAL(s.range_start[2], 12345);
+    CU_ASSERT_EQUAL((size_t)s.sent, n - 12345);
+    CU_ASSERT(access(part, F_OK) != 0);
+    srv_stop(&s);
+    free(o);
+    rm_test_rmtree(dir);
+    free(dir);
+}
+
+/* A server that ignores Range (200 with the whole object) over a .part of wrong bytes: the
+ * file is started over, not appended to. */
+static void test_range_ignored(void)
+{
+    char *dir = rm_test_tmpdir("fetch");
+    size_t n = 50000;
+    uint8_t *o = object(n, 3);
+    srv s = {.paths = {"/y"}, .data = {o}, .len = {n}, .script = {A_NORANGE}, .nscript = 1};
+    srv_start(&s);
+    char url[128], dest[4096], part[4200];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/y", s.port);
+    snprintf(dest, sizeof dest, "%s/y", dir);
+    snprintf(part, sizeof part, "%s.part", dest);
+    CU_ASSERT_EQUAL_FATAL(rm_test_write_file(part, "garbage-garbage", 15), 0);
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_fetch_file(url, dest, &quick, NULL, &e), RM_OK);
+    CU_ASSERT(file_is(dest, o, n));
+    CU_ASSERT_EQUAL(s.range_start[0], 15);
+    /* a .part longer than the object (it changed): 416, then fetched anew */
+    unlink(dest);
+    uint8_t *big = object(n + 10, 9);
+    CU_ASSERT_EQUAL_FATAL(rm_test_write_file(part, big, n + 10), 0);
+    CU_ASSERT_EQUAL_FATAL(rm_fetch_file(url, dest, &quick, NULL, &e), RM_OK);
+    CU_ASSERT(file_is(dest, o, n));
+    srv_stop(&s);
+    free(big);
+    free(o);
+    rm_test_rmtree(dir);
+    free(dir);
+}
+
+/* 503 and 429 are retried with back-off; 404 is final at once, named by field, status and URL. */
+static void test_statuses(void)
+{
+    char *dir = rm_test_tmpdir("fetch");
+    size_t n = 1000;
+    uint8_t *o = object(n, 4);
+    srv s = {.paths = {"/z"}, .data = {o}, .len = {n}, .script = {A_503, A_429, A_OK}, .nscript = 3};
+    srv_start(&s);
+    char url[128], dest[4096], want[256];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/z", s.port);
+    snprintf(dest, sizeof dest, "%s/z", dir);
+    rm_fetch_stats st = {0};
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(rm_fetch_file(url, dest, &quick, &st, &e), RM_OK);
+    CU_ASSERT(file_is(dest, o, n));
+    CU_ASSERT_EQUAL(st.requests, 3);
+    /* three 503s in a row use up 3 attempts */
+    s.requests = 0;
+    s.script[0] = s.script[1] = s.script[2] = A_503;
+    unlink(dest);
+    CU_ASSERT_EQUAL(rm_fetch_file(url, dest, &quick, NULL, &e), RM_EIO);
+    snprintf(want, sizeof want, "spec.training.data.uri: 503 from %s (still failing after 3 attempts)", url);
+    CU_ASSERT_STRING_EQUAL(e.msg, want);
+    CU_ASSERT_EQUAL(s.requests, 3);
+    /* 404: one request, no retry, no file */
+    s.nscript = 0;
+    s.requests = 0;
+    char miss[128];
+    snprintf(miss, sizeof miss, "http://127.0.0.1:%d/missing", s.port);
+    memset(&e, 0, sizeof e);
+    CU_ASSERT_EQUAL(rm_fetch_cached(miss, NULL, dir, &quick, dest, sizeof dest, NULL, &e), RM_ENOTFOUND);
+    snprintf(want, sizeof want, "spec.training.data.uri: 404 from %s", miss);
+    CU_ASSERT_STRING_EQUAL(e.msg, want);
+    CU_ASSERT_STRING_EQUAL(e.field, "spec.training.data.uri");
+    CU_ASSERT_EQUAL(s.requests, 1);
+    srv_stop(&s);
+    /* nothing listens: refused, bounded by the attempts */
+    memset(&e, 0, sizeof e);
+    CU_ASSERT_EQUAL(rm_fetch_file(url, dest, &quick, NULL, &e), RM_EIO);
+    CU_ASSERT(strstr(e.msg, "still failing after 3 attempts") != NULL);
+    CU_ASSERT(strncmp(e.msg, "spec.training.data.uri: http://127.0.0.1:", 41) == 0);
+    free(o);
+    rm_test_rmtree(dir);
+    free(dir);
+}
+
+/* A wrong sha256 fails naming the checksum field, removes the file and marks nothing complete;
+ * an object over max_bytes is refused before it is written whole. */
+static void test_sha_and_cap(void)
+{
+    char *dir = rm_test_tmpdir("fetch");
+    size_t n = 70000;
+    uint8_t *o = object(n, 5);
+    srv s = {.paths = {"/w.txt"}, .data = {o}, .len = {n}};
+    srv_start(&s);
+    char url[128], path[4096], want[512], entry[4096];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/w.txt", s.port);
+    rm_fetch_opts op = quick;
+    op.sha256 = "0000000000000000000000000000000000000000000000000000000000000000";
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(rm_fetch_cached(url, NULL, dir, &op, path, sizeof path, NULL, &e), RM_EINVAL);
+    char sum[65];
+    hex_of(o, n, sum);
+    snprintf(want, sizeof want, "spec.training.data.sha256: the data fetched from %s has sha256 %s, not %s",
+             url, sum, op.sha256);
+    CU_ASSERT_STRING_EQUAL(e.msg, want);
+    rm_fetch_entry_dir(dir, url, op.sha256, entry, sizeof entry);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/.complete", entry);
+    CU_ASSERT(access(p, F_OK) != 0);
+    snprintf(p, sizeof p, "%s/w.txt", entry);
+    CU_ASSERT(access(p, F_OK) != 0);
+    op.sha256 = NULL;
+    op.max_bytes = 1000;
+    memset(&e, 0, sizeof e);
+    CU_ASSERT_EQUAL(rm_fetch_cached(url, NULL, dir, &op, path, sizeof path, NULL, &e), RM_ETOOBIG);
+    CU_ASSERT(strstr(e.msg, "over the 1000-byte limit") != NULL);
+    srv_stop(&s);
+    free(o);
+    rm_test_rmtree(dir);
+    free(dir);
+}
+
+/* A folder: each name's first alternative the server has; the checksum covers the files in order. */
+static void test_folder(void)
+{
+    char *dir = rm_test_tmpdir("fetch");
+    uint8_t *a = object(3000, 6), *b = object(5000, 7);
+    srv s = {.paths = {"/set/a.gz", "/set/b"}, .data = {a, b}, .len = {3000, 5000}};
+    srv_start(&s);
+    char url[128], path[4096], p[4200];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/set/", s.port);
+    uint8_t *ab = malloc(8000);
+    memcpy(ab, a, 3000);
+    memcpy(ab + 3000, b, 5000);
+    char sum[65];
+    hex_of(ab, 8000, sum);
+    const char *names[] = {"a|a.gz", "b|b.gz", NULL};
+    rm_fetch_opts op = quick;
+    op.sha256 = sum;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_fetch_cached(url, names, dir, &op, path, sizeof path, NULL, &e), RM_OK);
+    snprintf(p, sizeof p, "%s/a.gz", path);
+    CU_ASSERT(file_is(p, a, 3000));
+    snprintf(p, sizeof p, "%s/b", path);
+    CU_ASSERT(file_is(p, b, 5000));
+    /* a name the server has in neither spelling */
+    const char *names2[] = {"a|a.gz", "c|c.gz", NULL};
+    char want[256];
+    snprintf(want, sizeof want, "spec.training.data.uri: 404 from %sc", url);
+    CU_ASSERT_EQUAL(rm_fetch_cached(url, names2, dir, &quick, path, sizeof path, NULL, &e), RM_ENOTFOUND);
+    CU_ASSERT_STRING_EQUAL(e.msg, want);
+    srv_stop(&s);
+    free(ab);
+    free(a);
+    free(b);
+    rm_test_rmtree(dir);
+    free(dir);
+}
+
+typedef struct {
+    const char *url, *dir;
+    int rc;
+    rm_fetch_stats st;
+    char path[4096];
+} racer;
+
+static void *race(void *ud)
+{
+    racer *r = ud;
+    rm_err e = {0};
+    r->rc = rm_fetch_cached(r->url, NULL, r->dir, &quick, r->path, sizeof r->path, &r->st, &e);
+    return NULL;
+}
+
+/* Workers that start together fetch once: the lock holds the others until the entry is done. */
+static void test_concurrent(void)
+{
+    char *dir = rm_test_tmpdir("fetch");
+    size_t n = 400000;
+    uint8_t *o = object(n, 8);
+    srv s = {.paths = {"/c.bin"}, .data = {o}, .len = {n}, .script = {A_SLOW}, .nscript = 1};
+    srv_start(&s);
+    char url[128];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/c.bin", s.port);
+    racer r[3];
+    pthread_t th[3];
+    for (int i = 0; i < 3; i++) {
+        r[i] = (racer){.url = url, .dir = dir};
+        pthread_create(&th[i], NULL, race, &r[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    int cached = 0;
+    for (int i = 0; i < 3; i++) {
+        CU_ASSERT_EQUAL(r[i].rc, RM_OK);
+        CU_ASSERT(file_is(r[i].path, o, n));
+        cached += r[i].st.cached;
+    }
+    CU_ASSERT_EQUAL(s.requests, 1);
+    CU_ASSERT_EQUAL(cached, 2);
+    srv_stop(&s);
+    free(o);
+    rm_test_rmtree(dir);
+    free(dir);
+}
+
+void rm_suite_fetch(void);
+void rm_suite_fetch(void)
+{
+    static const rm_test_case cases[] = {
+        {"sha256_vectors", test_sha256_vectors},
+        {"cached_once", test_cached_once},
+        {"resume", test_resume},
+        {"range_ignored", test_range_ignored},
+        {"statuses", test_statuses},
+        {"sha_and_cap", test_sha_and_cap},
+        {"folder", test_folder},
+        {"concurrent", test_concurrent},
+    };
+    RM_ADD_SUITE("fetch", NULL, NULL, cases);
+}
