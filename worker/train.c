@@ -178,9 +178,11 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
                        "data: the test split has %d inputs and %d classes, the "
                        "training split %d and %d",
                        tei->inputs, tei->classes, tri->inputs, tri->classes);
-    rm_info("data loaded format=%s train=%lld test=%lld seconds=%.2f dir=%s", t->tr.r->format,
+    rm_info("data loaded format=%s train=%lld test=%lld seconds=%.2f source=%s", t->tr.r->format,
             (long long)tri->n, (long long)tei->n, rm_mono() - t0,
-            cfg->t.data_dir ? cfg->t.data_dir : RM_DATA_DEFAULT_DIR);
+            cfg->t.data.uri   ? cfg->t.data.uri
+            : cfg->t.data_dir ? cfg->t.data_dir
+                              : RM_DATA_DEFAULT_DIR);
 
     rm_model_shape shape;
     const rm_model_family *fam;
