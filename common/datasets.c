@@ -43,6 +43,12 @@ const char *rm_uri_local(const char *uri)
     return NULL;
 }
 
+bool rm_uri_fetched(const char *uri)
+{
+    return uri && (strncmp(uri, "http://", 7) == 0 || strncmp(uri, "https://", 8) == 0 ||
+                   strncmp(uri, "s3://", 5) == 0);
+}
+
 bool rm_builtin_known(const char *uri)
 {
     return find_builtin(uri) >= 0;

@@ -22,6 +22,8 @@
 /* The local path a URI names (/path as it is, file:///path without the scheme), or NULL for any
  * other form (builtin:, http(s)://, s3://). Borrowed from uri. */
 const char *rm_uri_local(const char *uri);
+/* True when uri is fetched before it is read (http://, https://, s3://: common/fetch.h). */
+bool rm_uri_fetched(const char *uri);
 /* True when uri names a built-in set ("builtin:" + a known name). */
 bool rm_builtin_known(const char *uri);
 /* The local path of data.uri (builtin:<name>, /path, file:///path) and the format the set has

@@ -31,6 +31,74 @@ static void curl_once(void)
     curl_global_init(CURL_GLOBAL_DEFAULT);
 }
 
+void rm_fetch_s3_from_env(rm_s3_creds *c)
+{
+#define ENV_OR_NULL(n) (getenv(n) && *getenv(n) ? getenv(n) : NULL)
+    c->access_key = ENV_OR_NULL("AWS_ACCESS_KEY_ID");
+    c->secret_key = ENV_OR_NULL("AWS_SECRET_ACCESS_KEY");
+    c->session_token = ENV_OR_NULL("AWS_SESSION_TOKEN");
+    c->region = ENV_OR_NULL("AWS_REGION") ? ENV_OR_NULL("AWS_REGION") : ENV_OR_NULL("AWS_DEFAULT_REGION");
+    c->endpoint = ENV_OR_NULL("AWS_ENDPOINT_URL_S3") ? ENV_OR_NULL("AWS_ENDPOINT_URL_S3")
+                                                     : ENV_OR_NULL("AWS_ENDPOINT_URL");
+    c->ca_bundle = ENV_OR_NULL("AWS_CA_BUNDLE");
+#undef ENV_OR_NULL
+}
+
+/* What one rm_fetch_file call talks to: the URL curl fetches and, for s3://, how it signs. */
+typedef struct target {
+    char url[4096];
+    bool s3;
+    char sigv4[128];      /* "aws:amz:REGION:s3" */
+    char token_hdr[4200]; /* "x-amz-security-token: ..." or "" */
+} target;
+
+/* s3://bucket/key -> ENDPOINT/bucket/key (path-style; the key percent-encoded but for '/'). */
+static int resolve(const char *uri, const rm_fetch_opts *o, const char *field, target *t, rm_err *err)
+{
+    memset(t, 0, sizeof *t);
+    if (strncmp(uri, "http://", 7) == 0 || strncmp(uri, "https://", 8) == 0) {
+        if (strlen(uri) >= sizeof t->url)
+            return rm_err_field(err, RM_EINVAL, field, "URI longer than %zu bytes", sizeof t->url - 1);
+        memcpy(t->url, uri, strlen(uri) + 1);
+        return RM_OK;
+    }
+    if (strncmp(uri, "s3://", 5) != 0)
+        return rm_err_field(err, RM_EINVAL, field, "%s: only http://, https:// and s3:// are fetched", uri);
+    const char *b = uri + 5, *slash = strchr(b, '/');
+    if (!slash || slash == b || !slash[1])
+        return rm_err_field(err, RM_EINVAL, field, "%s: must be s3://bucket/key", uri);
+    const rm_s3_creds *c = o->s3;
+    if (!c || !c->access_key || !c->secret_key)
+        return rm_err_field(err, RM_EAUTH, field,
+                            "%s: no S3 credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, from "
+                            "spec.training.data.secretRef or the environment)",
+                            uri);
+    const char *region = c->region ? c->region : "us-east-1";
+    char ep[1024];
+    if (c->endpoint)
+        rm_sfmt(ep, sizeof ep, "%s", c->endpoint);
+    else
+        rm_sfmt(ep, sizeof ep, "https://s3.%s.amazonaws.com", region);
+    size_t el = strlen(ep);
+    while (el && ep[el - 1] == '/')
+        ep[--el] = 0;
+    size_t n = (size_t)snprintf(t->url, sizeof t->url, "%s/%.*s/", ep, (int)(slash - b), b);
+    for (const char *k = slash + 1; *k && n + 4 < sizeof t->url; k++) {
+        unsigned char ch = (unsigned char)*k;
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+            strchr("-._~/", ch))
+            t->url[n++] = (char)ch;
+        else
+            n += (size_t)snprintf(t->url + n, 4, "%%%02X", ch);
+    }
+    t->url[n] = 0;
+    t->s3 = true;
+    rm_sfmt(t->sigv4, sizeof t->sigv4, "aws:amz:%s:s3", region);
+    if (c->session_token)
+        rm_sfmt(t->token_hdr, sizeof t->token_hdr, "x-amz-security-token: %s", c->session_token);
+    return RM_OK;
+}
+
 typedef struct xfer {
     int fd;
     uint64_t off;       /* where the next body byte goes (the .part's length so far) */
@@ -46,6 +114,8 @@ typedef struct xfer {
     uint64_t clen;      /* Content-Length of this response; 0 none */
     double retry_after; /* -1 none */
     int fail;           /* RM_* set by a callback that aborted the transfer */
+    char ebody[1024];   /* the start of an error page (S3's <Code>), NUL-terminated */
+    size_t nebody;
     char why[160];
     CURL *h;
     const rm_fetch_opts *o;
@@ -120,8 +190,13 @@ static size_t on_body(char *p, size_t size, size_t n, void *ud)
             return 0;
         }
     }
-    if (!x->keep)
-        return len; /* an error page: read and dropped, never kept */
+    if (!x->keep) { /* an error page: its start kept for the message, the rest dropped */
+        size_t take = len < sizeof x->ebody - 1 - x->nebody ? len : sizeof x->ebody - 1 - x->nebody;
+        memcpy(x->ebody + x->nebody, p, take);
+        x->nebody += take;
+        x->ebody[x->nebody] = 0;
+        return len;
+    }
     if (x->off + len > x->max_bytes) {
         x->fail = RM_ETOOBIG;
         rm_sfmt(x->why, sizeof x->why, "more than %" PRIu64 " bytes", x->max_bytes);
@@ -183,6 +258,26 @@ static int status_code(long st)
     return RM_EINVAL;
 }
 
+/* What an S3 error body's <Code> means, as the message's tail ("" when none is known). */
+static const char *s3_why(const char *body)
+{
+    static const struct {
+        const char *code, *why;
+    } known[] = {
+        {"<Code>SignatureDoesNotMatch</Code>", ": signature rejected"},
+        {"<Code>InvalidAccessKeyId</Code>", ": unknown access key"},
+        {"<Code>AccessDenied</Code>", ": access denied"},
+        {"<Code>NoSuchKey</Code>", ": no such key"},
+        {"<Code>NoSuchBucket</Code>", ": no such bucket"},
+        {"<Code>ExpiredToken</Code>", ": session token expired"},
+        {"<Code>InvalidToken</Code>", ": session token rejected"},
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(known); i++)
+        if (strstr(body, known[i].code))
+            return known[i].why;
+    return "";
+}
+
 int rm_fetch_file(const char *url, const char *dest, const rm_fetch_opts *o, rm_fetch_stats *stats,
                   rm_err *err)
 {
@@ -192,8 +287,9 @@ int rm_fetch_file(const char *url, const char *dest, const rm_fetch_opts *o, rm_
     const char *field = o->field ? o->field : "uri";
     if (!url || !dest)
         return rm_err_field(err, RM_EINVAL, field, "fetch: url and destination are required");
-    if (strncmp(url, "http://", 7) != 0 && strncmp(url, "https://", 8) != 0)
-        return rm_err_field(err, RM_EINVAL, field, "%s: only http:// and https:// are fetched", url);
+    target tg;
+    RM_CHECK(resolve(url, o, field, &tg, err));
+    const char *ca = o->ca_bundle ? o->ca_bundle : o->s3 ? o->s3->ca_bundle : NULL;
     pthread_once(&g_once, curl_once);
     int attempts = o->attempts > 0 ? o->attempts : 5;
     double backoff = o->backoff_s > 0 ? o->backoff_s : 0.5;
@@ -230,12 +326,30 @@ int rm_fetch_file(const char *url, const char *dest, const rm_fetch_opts *o, rm_
                   .o = o,
                   .url = url};
         char range[48], ebuf[CURL_ERROR_SIZE] = "";
+        struct curl_slist *hl = NULL;
         curl_easy_reset(h);
-        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_URL, tg.url);
+        if (tg.s3) { /* libcurl signs each request (SigV4); the token rides in a signed x-amz header */
+            curl_easy_setopt(h, CURLOPT_AWS_SIGV4, tg.sigv4);
+            curl_easy_setopt(h, CURLOPT_USERNAME, o->s3->access_key);
+            curl_easy_setopt(h, CURLOPT_PASSWORD, o->s3->secret_key);
+            /* S3 wants the payload's hash in a signed header (a GET's body is empty) */
+            hl = curl_slist_append(NULL, "x-amz-content-sha256: "
+                                         "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+            struct curl_slist *hl2 = hl && tg.token_hdr[0] ? curl_slist_append(hl, tg.token_hdr) : hl;
+            if (!hl || !hl2) {
+                curl_slist_free_all(hl);
+                rc = rm_errf(err, RM_ENOMEM, "out of memory");
+                break;
+            }
+            curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+            curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L); /* a signature is for one URL */
+        }
         curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
         curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
         curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-        curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+        if (!tg.s3)
+            curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
         curl_easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
         curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
         curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
@@ -249,8 +363,8 @@ int rm_fetch_file(const char *url, const char *dest, const rm_fetch_opts *o, rm_
         curl_easy_setopt(h, CURLOPT_XFERINFODATA, &x);
         curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
         curl_easy_setopt(h, CURLOPT_USERAGENT, "ringmaster-fetch");
-        if (o->ca_bundle && *o->ca_bundle)
-            curl_easy_setopt(h, CURLOPT_CAINFO, o->ca_bundle);
+        if (ca && *ca)
+            curl_easy_setopt(h, CURLOPT_CAINFO, ca);
         if (x.start > 0) {
             snprintf(range, sizeof range, "%" PRIu64 "-", x.start);
             curl_easy_setopt(h, CURLOPT_RANGE, range);
@@ -261,6 +375,8 @@ int rm_fetch_file(const char *url, const char *dest, const rm_fetch_opts *o, rm_
         CURLcode cc = curl_easy_perform(h);
         long st = 0;
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+        curl_slist_free_all(hl);
         if (stats) {
             stats->requests++;
             stats->bytes += x.got;
@@ -294,7 +410,8 @@ int rm_fetch_file(const char *url, const char *dest, const rm_fetch_opts *o, rm_
             }
         } else if (cc == CURLE_OK || (st >= 300 && !x.keep)) {
             if (status_final(st) || (st >= 300 && st < 400) || (st > 0 && st < 200)) {
-                rc = rm_err_field(err, status_code(st), field, "%ld from %s", st, url);
+                rc = rm_err_field(err, status_code(st), field, "%ld from %s%s", st, url,
+                                  tg.s3 ? s3_why(x.ebody) : "");
                 break;
             }
             rm_sfmt(last, sizeof last, "%ld from %s", st, url);

@@ -20,6 +20,13 @@
  *  - Every buffer is capped: bodies go to the file (opts.max_bytes), an error body is read
  *    and thrown away; nothing grows with the object's size in memory.
  *
+ *  - s3://bucket/key: a GET of ENDPOINT/bucket/key (path-style, so any S3-compatible store works)
+ *    signed by libcurl's SigV4 (CURLOPT_AWS_SIGV4, "aws:amz:REGION:s3") with the credentials of
+ *    opts.s3 — the AWS_* variables a Secret provides (rm_fetch_s3_from_env) — plus
+ *    x-amz-security-token for session credentials. Ranges, retries and the cache are the same;
+ *    messages name the s3:// URI, never the endpoint's URL or a credential, and a 403 whose
+ *    body says SignatureDoesNotMatch reads "403 from s3://bucket/key: signature rejected".
+ *
  * Ownership: URLs, paths and opts are borrowed for the call; nothing is kept between calls. */
 #ifndef RM_COMMON_FETCH_H
 #define RM_COMMON_FETCH_H
@@ -33,18 +40,32 @@
  * (0 = not known yet). Called from the transfer loop, at most a few times a second. */
 typedef void (*rm_fetch_progress_fn)(void *ud, const char *url, uint64_t have, uint64_t total);
 
+/* S3 credentials and where the store is (docs/models-and-data.md, "The manifest": secretRef's keys). */
+typedef struct rm_s3_creds {
+    const char *access_key;    /* AWS_ACCESS_KEY_ID */
+    const char *secret_key;    /* AWS_SECRET_ACCESS_KEY */
+    const char *session_token; /* AWS_SESSION_TOKEN; NULL = none */
+    const char *region;        /* AWS_REGION (else AWS_DEFAULT_REGION); NULL = us-east-1 */
+    const char *endpoint;      /* AWS_ENDPOINT_URL_S3 (else AWS_ENDPOINT_URL), e.g. http://127.0.0.1:4568;
+                                * NULL = https://s3.REGION.amazonaws.com */
+    const char *ca_bundle;     /* AWS_CA_BUNDLE; NULL = the system's */
+} rm_s3_creds;
+/* Fill c from the environment (borrowed getenv strings; unset or empty = NULL). */
+void rm_fetch_s3_from_env(rm_s3_creds *c);
+
 typedef struct rm_fetch_opts {
-    const char *field;                   /* names every error about the URI ("spec.training.data.uri") */
-    const char *sha256_field;            /* names a checksum mismatch ("spec.training.data.sha256") */
-    const char *sha256;                  /* 64 lowercase hex digits over the object (a folder: its files in
+    const char *field;        /* names every error about the URI ("spec.training.data.uri") */
+    const char *sha256_field; /* names a checksum mismatch ("spec.training.data.sha256") */
+    const char *sha256;       /* 64 lowercase hex digits over the object (a folder: its files in
                                * the order named, concatenated); NULL = not checked */
-    int attempts;                        /* attempts that move no byte before giving up; 0 = 5 */
-    double backoff_s;                    /* the first retry's delay, doubling, capped at 30 s; 0 = 0.5 */
-    double stall_s;                      /* an attempt that receives nothing for this long is cut; 0 = 30 */
-    double connect_timeout_s;            /* 0 = 10 */
-    double lock_wait_s;                  /* waiting for another process's fetch of the same entry; 0 = 3600 */
-    uint64_t max_bytes;                  /* the largest object accepted; 0 = 1 TiB */
-    const char *ca_bundle;               /* CA certificates file for https (AWS_CA_BUNDLE); NULL = system's */
+    int attempts;             /* attempts that move no byte before giving up; 0 = 5 */
+    double backoff_s;         /* the first retry's delay, doubling, capped at 30 s; 0 = 0.5 */
+    double stall_s;           /* an attempt that receives nothing for this long is cut; 0 = 30 */
+    double connect_timeout_s; /* 0 = 10 */
+    double lock_wait_s;       /* waiting for another process's fetch of the same entry; 0 = 3600 */
+    uint64_t max_bytes;       /* the largest object accepted; 0 = 1 TiB */
+    const char *ca_bundle;    /* CA certificates file for https; NULL = the system's (s3: s3->ca_bundle) */
+    const rm_s3_creds *s3;    /* for s3:// URIs; NULL = none (an s3:// URI is then refused) */
     const volatile sig_atomic_t *cancel; /* borrowed; raised: the fetch ends RM_ECANCELED */
     rm_fetch_progress_fn progress;       /* NULL = none */
     void *progress_ud;
@@ -58,7 +79,7 @@ typedef struct rm_fetch_stats {
     bool cached;           /* the cache entry was complete: nothing fetched */
 } rm_fetch_stats;
 
-/* Fetch url into dest (dest.part while in progress; a .part already there is continued).
+/* Fetch url (http://, https:// or s3://) into dest (dest.part while in progress; a .part already there is continued).
  * Returns RM_OK, RM_ENOTFOUND (404/410), RM_EAUTH (401/403), RM_EINVAL (another 4xx, or a bad
  * argument), RM_ETIMEDOUT / RM_EIO (still failing after opts.attempts), RM_ETOOBIG (over
  * max_bytes), RM_EPROTO (a range answer that does not fit), RM_ECANCELED. err->field is

@@ -214,11 +214,10 @@ int tj_validate_models_data(const rm_training_spec *t, const char *ctx, rm_err *
         return unsupported(err, mctx, "dropout", "dropout > 0");
     if (t->init_uri && !tj_data_folder(t->init_uri)) /* local weights are read (worker/model/export.h) */
         return unsupported(err, mctx, "init.uri", "\"%s\"", t->init_uri);
-    bool http =
-        t->data.uri && (strncmp(t->data.uri, "http://", 7) == 0 || strncmp(t->data.uri, "https://", 8) == 0);
-    if (t->data.uri && !tj_data_folder(t->data.uri) && strncmp(t->data.uri, "builtin:", 8) != 0 && !http)
+    bool fetched = rm_uri_fetched(t->data.uri);
+    if (t->data.uri && !tj_data_folder(t->data.uri) && strncmp(t->data.uri, "builtin:", 8) != 0 && !fetched)
         return unsupported(err, dctx, "uri", "\"%s\"", t->data.uri);
-    if (t->data.sha256 && !http) /* fetched data is checked (common/fetch.h) */
+    if (t->data.sha256 && !fetched) /* fetched data is checked (common/fetch.h) */
         return unsupported(err, dctx, "sha256", "checking the checksum of data that is not fetched");
     if (t->data.secret)
         return unsupported(err, dctx, "secretRef.name", "reading object-store credentials");

@@ -1,5 +1,5 @@
 /* reader.c — picking the reader and the source of a spec's data, and the calls every format shares
- * (reader.h). IDX is the default format (the built-in data set's). A remote data.uri (http(s)://)
+ * (reader.h). IDX is the default format (the built-in data set's). A remote data.uri (http(s)://, s3://)
  * is fetched into the data cache first (common/fetch.h; docs/models-and-data.md, "Where data
  * comes from") and read from there like a local one. */
 #include "worker/data/reader.h"
@@ -42,7 +42,7 @@ void rm_data_cache_dir(char *buf, size_t cap)
 
 bool rm_data_uri_remote(const char *uri)
 {
-    return uri && (strncmp(uri, "http://", 7) == 0 || strncmp(uri, "https://", 8) == 0);
+    return rm_uri_fetched(uri);
 }
 
 /* Fetch a remote data.uri into the cache (once: a complete entry is used as it is). A URI ending
@@ -57,9 +57,12 @@ static int fetch_remote(const rm_training_spec *t, char *src, size_t cap, rm_err
     bool folder = uri[strlen(uri) - 1] == '/';
     char cache[4096];
     rm_data_cache_dir(cache, sizeof cache);
+    rm_s3_creds s3; /* the AWS_* variables spec.training.data.secretRef provides */
+    rm_fetch_s3_from_env(&s3);
     rm_fetch_opts o = {.field = "spec.training.data.uri",
                        .sha256_field = "spec.training.data.sha256",
-                       .sha256 = t->data.sha256};
+                       .sha256 = t->data.sha256,
+                       .s3 = &s3};
     rm_fetch_stats st = {0};
     RM_CHECK(rm_fetch_cached(uri, folder ? idx_names : NULL, cache, &o, src, cap, &st, err));
     if (!st.cached)

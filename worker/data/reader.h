@@ -68,7 +68,7 @@ const rm_data_reader *rm_data_reader_of(rm_data_format f);
  * IDX (the only reader so far). src receives the local path. Field-named errors. */
 int rm_data_source(const rm_training_spec *t, const rm_data_reader **r, char *src, size_t cap, rm_err *err);
 int rm_data_probe(const rm_training_spec *t, rm_data_info *out, rm_err *err);
-/* data.uri is fetched (http:// or https://): rm_data_source fetches it into the data cache once
+/* data.uri is fetched (http://, https:// or s3://: credentials from the AWS_* environment): rm_data_source fetches it into the data cache once
  * (common/fetch.h) and reads it from there. */
 bool rm_data_uri_remote(const char *uri);
 /* The data cache folder, into buf: $RINGMASTER_DATA_CACHE, else $XDG_CACHE_HOME/ringmaster/data,
