@@ -211,12 +211,16 @@ BENCH_PKGS := python3-torch libblis-dev libdnnl-dev gnuplot-nox
 IMAGE_PKGS := podman runc mmdebstrap uidmap openssl
 HELM_PKGS  := golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev \
               golang-github-xeipuuv-gojsonschema-dev
+# NPM_DIRS: folders whose package-lock.json pins npm packages the tests run (tests/s3: s3rver).
+NPM_DIRS := tests/s3
 deps:
 	@scripts/install-deps.sh $(DEB_PKGS)
+	@scripts/install-npm-deps.sh $(NPM_DIRS)
 deps-build:
 	@scripts/install-deps.sh $(DEB_BUILD_PKGS)
 deps-bench:
 	@scripts/install-deps.sh $(DEB_PKGS) $(BENCH_PKGS)
+	@scripts/install-npm-deps.sh $(NPM_DIRS)
 deps-images:
 	@scripts/install-deps.sh $(IMAGE_PKGS) $(HELM_PKGS)
 
