@@ -115,6 +115,8 @@ typedef struct xfer {
     double retry_after; /* -1 none */
     int fail;           /* RM_* set by a callback that aborted the transfer */
     char ebody[1024];   /* the start of an error page (S3's <Code>), NUL-terminated */
+    char etag[200];     /* this response's strong ETag, else its Last-Modified: the If-Range validator */
+    bool etag_strong;
     size_t nebody;
     char why[160];
     CURL *h;
@@ -130,6 +132,8 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
         x->cr_start = -1;
         x->cr_total = 0;
         x->clen = 0;
+        x->etag[0] = 0;
+        x->etag_strong = false;
         return len;
     }
     char line[256];
@@ -143,6 +147,18 @@ static size_t on_header(char *p, size_t size, size_t n, void *ud)
             x->cr_total = t;
         } else if (sscanf(line + 14, " bytes %llu-%llu/*", &a, &b) == 2) {
             x->cr_start = (int64_t)a;
+        }
+    } else if (strncasecmp(line, "etag:", 5) == 0 ||
+               (strncasecmp(line, "last-modified:", 14) == 0 && !x->etag_strong)) {
+        bool tag = strncasecmp(line, "etag:", 5) == 0;
+        const char *v = line + (tag ? 5 : 14);
+        while (*v == ' ')
+            v++;
+        size_t vl = strcspn(v, "\r\n");
+        if (!(tag && strncmp(v, "W/", 2) == 0) && vl < sizeof x->etag) { /* If-Range takes no weak tag */
+            memcpy(x->etag, v, vl);
+            x->etag[vl] = 0;
+            x->etag_strong = tag;
         }
     } else if (strncasecmp(line, "content-length:", 15) == 0 && sscanf(line + 15, " %llu", &a) == 1) {
         x->clen = a;
@@ -243,6 +259,19 @@ static void sleep_s(double s, const volatile sig_atomic_t *cancel)
     }
 }
 
+/* The first line of a small file into buf; false when it cannot be read. */
+static bool read_line(const char *path, char *buf, size_t cap)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    bool ok = fgets(buf, (int)cap, f) != NULL;
+    fclose(f);
+    if (ok)
+        buf[strcspn(buf, "\r\n")] = 0;
+    return ok;
+}
+
 /* Is this status final (no retry)? */
 static bool status_final(long st)
 {
@@ -297,9 +326,10 @@ int rm_fetch_file(const char *url, const char *dest, const rm_fetch_opts *o, rm_
     long connect_ms = (long)((o->connect_timeout_s > 0 ? o->connect_timeout_s : 10) * 1000);
     uint64_t max_bytes = o->max_bytes ? o->max_bytes : (uint64_t)1 << 40;
 
-    char part[PATH_MAX];
+    char part[PATH_MAX], vpath[PATH_MAX + 16];
     if ((size_t)snprintf(part, sizeof part, "%s.part", dest) >= sizeof part)
         return rm_err_field(err, RM_EINVAL, field, "%s: path too long", dest);
+    rm_sfmt(vpath, sizeof vpath, "%s.validator", part); /* what the .part's bytes were: If-Range */
     int fd = open(part, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0)
         return rm_err_field(err, RM_EIO, field, "%s: %s", part, strerror(errno));
@@ -365,6 +395,19 @@ int rm_fetch_file(const char *url, const char *dest, const rm_fetch_opts *o, rm_
         curl_easy_setopt(h, CURLOPT_USERAGENT, "ringmaster-fetch");
         if (ca && *ca)
             curl_easy_setopt(h, CURLOPT_CAINFO, ca);
+        char ifr[240] = "", saved[200] = "";
+        if (x.start > 0 && read_line(vpath, saved, sizeof saved) && saved[0]) {
+            /* the object changed since the .part began: the server answers 200 with all of it */
+            rm_sfmt(ifr, sizeof ifr, "If-Range: %s", saved);
+            struct curl_slist *n = curl_slist_append(hl, ifr);
+            if (!n) {
+                curl_slist_free_all(hl);
+                rc = rm_errf(err, RM_ENOMEM, "out of memory");
+                break;
+            }
+            hl = n;
+            curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+        }
         if (x.start > 0) {
             snprintf(range, sizeof range, "%" PRIu64 "-", x.start);
             curl_easy_setopt(h, CURLOPT_RANGE, range);
@@ -380,6 +423,16 @@ int rm_fetch_file(const char *url, const char *dest, const rm_fetch_opts *o, rm_
         if (stats) {
             stats->requests++;
             stats->bytes += x.got;
+        }
+        if (x.keep && x.start == 0 && x.got > 0) { /* the bytes now in .part belong to this version */
+            if (x.etag[0] && strcmp(x.etag, saved) != 0) {
+                rm_fs_piece pc = {x.etag, strlen(x.etag)};
+                rm_err ve = {0};
+                rm_fs_write_atomic(vpath, &pc, 1,
+                                   &ve); /* best effort: without it a resume is unconditional */
+            } else if (!x.etag[0]) {
+                unlink(vpath);
+            }
         }
         if (x.fail == RM_ETOOBIG || x.fail == RM_EIO) {
             rc = rm_err_field(err, x.fail, field, "%s: %s", url, x.why);
@@ -405,6 +458,7 @@ int rm_fetch_file(const char *url, const char *dest, const rm_fetch_opts *o, rm_
                     rc = rm_err_field(err, RM_EIO, field, "%s: %s", dest, strerror(errno));
                     break;
                 }
+                unlink(vpath);
                 rm_info("fetched url=%s bytes=%" PRIu64 " path=%s", url, x.off, dest);
                 break;
             }

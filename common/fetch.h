@@ -6,7 +6,9 @@
  * Design:
  *  - One object at a time into DEST.part with libcurl; a .part left by a killed process is
  *    continued with "Range: bytes=N-" (a server that answers 200 instead starts it over; a 206
- *    whose Content-Range does not start at N is refused), then fsync'd and renamed to DEST.
+ *    whose Content-Range does not start at N is refused), then fsync'd and renamed to DEST. The
+ *    response's strong ETag (else Last-Modified) is kept in DEST.part.validator and sent as
+ *    If-Range, so a part of an object that has changed since is fetched anew, never spliced.
  *  - Retries: transport errors (refused, reset, a cut body, a stall) and 408/429/5xx are retried
  *    with doubling back-off (Retry-After honoured, capped); an attempt that moved bytes does not
  *    count against opts.attempts, one that moved none does, so the whole fetch is bounded: a stalled

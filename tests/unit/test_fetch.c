@@ -37,6 +37,8 @@ typedef struct srv {
     long range_start[64];  /* -1 = no Range */
     atomic_long sent;      /* body bytes sent */
     const char *s3_secret; /* set: every request must carry a valid SigV4 signature with it */
+    const char *etag;      /* set: sent as ETag, and a Range whose If-Range differs is ignored */
+    char if_range[8][64];  /* each request's If-Range ("" none) */
     char last_auth[512];   /* the last request's Authorization header */
     bool had_token, had_sha;
 } srv;
@@ -187,6 +189,15 @@ static void serve_one(srv *s, int fd)
     }
     size_t len = s->len[i], from = 0;
     int hl;
+    char ifr[64] = "", tagh[96] = "";
+    header_of(req, "If-Range", ifr, sizeof ifr);
+    if (k < 8)
+        snprintf(s->if_range[k], sizeof s->if_range[k], "%s", ifr);
+    if (s->etag) {
+        snprintf(tagh, sizeof tagh, "ETag: %s\r\n", s->etag);
+        if (ifr[0] && strcmp(ifr, s->etag) != 0)
+            start = -1; /* RFC 9110: a changed representation is sent whole */
+    }
     if (start >= 0 && a != A_NORANGE) {
         from = (size_t)start < len ? (size_t)start : len;
         if ((size_t)start >= len) {
@@ -200,11 +211,11 @@ static void serve_one(srv *s, int fd)
         hl = snprintf(
             hdr, sizeof hdr,
             "HTTP/1.1 206 Partial Content\r\nContent-Range: bytes %zu-%zu/%zu\r\nContent-Length: %zu\r\n"
-            "Connection: close\r\n\r\n",
-            from, len - 1, len, len - from);
+            "%sConnection: close\r\n\r\n",
+            from, len - 1, len, len - from, tagh);
     } else {
-        hl = snprintf(hdr, sizeof hdr, "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-                      len);
+        hl = snprintf(hdr, sizeof hdr,
+                      "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n", len, tagh);
     }
     send_all(fd, hdr, (size_t)hl, s, false);
     size_t upto = a == A_CUT ? from + (len - from) / 2 : len;
@@ -650,6 +661,56 @@ static void test_s3(void)
     free(dir);
 }
 
+/* The object changes between a cut and the resume: the .part's validator goes as If-Range, the
+ * server sends the new version whole, and the file is the new version, not old bytes spliced
+ * with new ones. An unchanged object is resumed (the same If-Range, a 206). */
+static void test_changed_object(void)
+{
+    char *dir = rm_test_tmpdir("fetch");
+    size_t n = 100000;
+    uint8_t *v1 = object(n, 21), *v2 = object(n, 22);
+    srv s = {.paths = {"/v"},
+             .data = {v1},
+             .len = {n},
+             .script = {A_CUT, A_503, A_OK, A_CUT, A_503},
+             .nscript = 5,
+             .etag = "\"v1\""};
+    srv_start(&s);
+    char url[128], dest[4096], vp[4200];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/v", s.port);
+    snprintf(dest, sizeof dest, "%s/v", dir);
+    rm_fetch_opts op = quick;
+    op.attempts = 1; /* a cut, then a 503 end the call: the .part stays, as after a killed process */
+    rm_err e = {0};
+    CU_ASSERT_NOT_EQUAL(rm_fetch_file(url, dest, &op, NULL, &e), RM_OK);
+    CU_ASSERT_EQUAL(s.requests, 2);
+    snprintf(vp, sizeof vp, "%s.part.validator", dest);
+    char *saved = rm_test_read_file(vp, NULL);
+    CU_ASSERT_STRING_EQUAL(saved ? saved : "", "\"v1\"");
+    free(saved);
+    /* unchanged: resumed with If-Range "v1" -> 206 */
+    CU_ASSERT_EQUAL_FATAL(rm_fetch_file(url, dest, &quick, NULL, &e), RM_OK);
+    CU_ASSERT(file_is(dest, v1, n));
+    CU_ASSERT_STRING_EQUAL(s.if_range[0], "");
+    CU_ASSERT_STRING_EQUAL(s.if_range[2], "\"v1\"");
+    CU_ASSERT_EQUAL(s.range_start[2], (long)(n / 2));
+    CU_ASSERT(access(vp, F_OK) != 0); /* gone with the .part */
+    /* cut again, then the object changes to v2 */
+    unlink(dest);
+    CU_ASSERT_NOT_EQUAL(rm_fetch_file(url, dest, &op, NULL, &e), RM_OK);
+    s.data[0] = v2;
+    s.etag = "\"v2\"";
+    CU_ASSERT_EQUAL_FATAL(rm_fetch_file(url, dest, &quick, NULL, &e), RM_OK);
+    CU_ASSERT_STRING_EQUAL(s.if_range[5], "\"v1\"");
+    CU_ASSERT_EQUAL(s.requests, 6);
+    CU_ASSERT(file_is(dest, v2, n));
+    srv_stop(&s);
+    free(v1);
+    free(v2);
+    rm_test_rmtree(dir);
+    free(dir);
+}
+
 void rm_suite_fetch(void);
 void rm_suite_fetch(void)
 {
@@ -663,6 +724,7 @@ void rm_suite_fetch(void)
         {"folder", test_folder},
         {"concurrent", test_concurrent},
         {"s3_sigv4", test_s3},
+        {"changed_object", test_changed_object},
     };
     RM_ADD_SUITE("fetch", NULL, NULL, cases);
 }
