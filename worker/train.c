@@ -174,10 +174,10 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     RM_CHECK(rm_data_open(&cfg->t, RM_SPLIT_TEST, &t->te, err));
     const rm_data_info *tri = &t->tr.info, *tei = &t->te.info;
     if (tei->inputs != tri->inputs || tei->classes > tri->classes)
-        return rm_errf(err, RM_EINVAL,
-                       "data: the test split has %d inputs and %d classes, the "
-                       "training split %d and %d",
-                       tei->inputs, tei->classes, tri->inputs, tri->classes);
+        return rm_err_field(err, RM_EINVAL, "spec.training.data", /* bad data: DataError, no restart */
+                            "the test split has %d inputs and %d classes, the "
+                            "training split %d and %d",
+                            tei->inputs, tei->classes, tri->inputs, tri->classes);
     rm_info("data loaded format=%s train=%lld test=%lld seconds=%.2f source=%s", t->tr.r->format,
             (long long)tri->n, (long long)tei->n, rm_mono() - t0,
             cfg->t.data.uri   ? cfg->t.data.uri
@@ -196,11 +196,11 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
                 t->init_w.n);
     }
     if (t->m.x_row_bytes != tri->x_row_bytes || t->m.label_row != tri->label_row)
-        return rm_errf(err, RM_EINVAL,
-                       "data: %s rows of %zu bytes and %d labels, the %s model "
-                       "reads %zu and %d",
-                       t->tr.r->format, tri->x_row_bytes, tri->label_row, fam->name, t->m.x_row_bytes,
-                       t->m.label_row);
+        return rm_err_field(err, RM_EINVAL, "spec.training.data", /* the data does not fit the model */
+                            "%s rows of %zu bytes and %d labels, the %s model "
+                            "reads %zu and %d",
+                            t->tr.r->format, tri->x_row_bytes, tri->label_row, fam->name, t->m.x_row_bytes,
+                            t->m.label_row);
     RM_CHECK(rm_optim_init(&t->opt, t->k, &cfg->t.optimizer, t->m.nparams, err));
     /* adamw, lamb and lars treat 2-D tensors and the rest differently (worker/optim/optim.h) */
     RM_CHECK(rm_optim_tensors_from_model(&t->opt, &t->m, err));

@@ -3,7 +3,7 @@
 # from"): the MLP trains on a generated IDX set that is not Fashion-MNIST (12x12 images, 4
 # classes) served by a loopback Range server; the job's two workers fetch each file once, a second
 # run fetches nothing, a run killed during the download continues it with a Range request, and bad
-# input — 404, a wrong sha256, a refused connection — ends Failed/DataError in seconds with no
+# input — 404, a wrong sha256, a refused connection, a test split that does not match — ends Failed/DataError in seconds with no
 # restart spent.
 source "$(dirname "$0")/5x-run-lib.bash"
 SRV_PIDS=()
@@ -33,6 +33,14 @@ for name, n, gz in (("train", 24000, True), ("t10k", 800, False)):
         open(f"{d}/{name}-images-idx3-ubyte.gz", "wb").write(gzip.compress(img, 1))
     else:
         open(f"{d}/{name}-images-idx3-ubyte", "wb").write(img)
+# a set whose test images are 10x10: the data, not the worker, is at fault
+import os, shutil
+o = os.path.join(os.path.dirname(d), "odd")
+os.makedirs(o)
+for f in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte", "t10k-labels-idx1-ubyte"):
+    shutil.copy(os.path.join(d, f), o)
+x = rng.integers(0, 255, (800, 10, 10)).astype(np.uint8)
+open(f"{o}/t10k-images-idx3-ubyte", "wb").write(struct.pack(">IIII", 0x803, 800, 10, 10) + x.tobytes())
 PYEOF
 SUM=$(cat "$W/www/set/train-images-idx3-ubyte.gz" "$W/www/set/train-labels-idx1-ubyte" \
           "$W/www/set/t10k-images-idx3-ubyte" "$W/www/set/t10k-labels-idx1-ubyte" | sha256sum | cut -c1-64)
@@ -154,6 +162,8 @@ manifest nf "http://127.0.0.1:$PORT/nope/"
 expect_data_error nf 10 "^spec\.training\.data\.uri: 404 from http://127\.0\.0\.1:$PORT/nope/train-images-idx3-ubyte\$"
 manifest badsum "http://127.0.0.1:$PORT/set/" "$(echo x | sha256sum | cut -c1-64)"
 expect_data_error badsum 10 "^spec\.training\.data\.sha256: the data fetched from http://127\.0\.0\.1:$PORT/set/ has sha256 $SUM, not "
+manifest odd "http://127.0.0.1:$PORT/odd/"
+expect_data_error odd 10 "^spec\.training\.data: the test split has 100 inputs and [0-9]+ classes, the training split 144 and 4\$"
 DEAD=$(free_port)
 manifest refused "http://127.0.0.1:$DEAD/set/"
 expect_data_error refused 20 "^spec\.training\.data\.uri: http://127\.0\.0\.1:$DEAD/set/train-images-idx3-ubyte: .*(still failing after 5 attempts)"

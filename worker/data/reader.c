@@ -34,7 +34,7 @@ void rm_data_cache_dir(char *buf, size_t cap)
         rm_sfmt(buf, cap, "%s", env);
     else if (xdg && *xdg == '/')
         rm_sfmt(buf, cap, "%s/ringmaster/data", xdg);
-    else if (home && *home == '/')
+    else if (home && *home == '/' && home[1]) /* not "/": a container's root may not be writable */
         rm_sfmt(buf, cap, "%s/.cache/ringmaster/data", home);
     else
         rm_sfmt(buf, cap, "/tmp/ringmaster-data-cache");
