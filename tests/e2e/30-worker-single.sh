@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # 30-worker-single.sh — one ringmaster-worker alone (world 1, no rendezvous):
-#  1. bad flag -> exit 2 with usage; missing data -> exit 1 with a clear error;
+#  1. bad flag -> exit 2 with usage; missing or corrupt data -> exit 3 (the data's fault: the
+#     controllers' DataError) with a clear error, also written to RINGMASTER_TERMINATION_LOG;
 #  2. trains ~1 epoch (--max-steps 940) to a sane test accuracy (>= 0.80), writing checkpoints,
 #     serving /metrics, /healthz and /readyz on a port it picks;
 #  3. resumes from its newest checkpoint and continues to step 1100, ending bit-identical
@@ -30,8 +31,10 @@ grep -q "unknown flag --no-such-flag" "$T/bad.out" || fail "no clear message for
 grep -q "usage: ringmaster-worker train" "$T/bad.out" || fail "no usage on a bad flag"
 
 echo "--- missing data"
-expect_exit 1 "$T/nodata.out" "missing data" "$W" train --data-dir "$T/nodata" --metrics-addr off
+RINGMASTER_TERMINATION_LOG="$T/nodata.term" \
+  expect_exit 3 "$T/nodata.out" "missing data" "$W" train --data-dir "$T/nodata" --metrics-addr off
 grep -q "missing" "$T/nodata.out" || fail "no clear message for missing data"
+grep -q "missing" "$T/nodata.term" || fail "no termination message for missing data: $(cat "$T/nodata.term" 2>&1)"
 
 echo "--- corrupt data"
 mkdir -p "$T/bad-data"
@@ -39,7 +42,7 @@ cp /usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz "$T/bad-data/"
 cp /usr/share/datasets/fashion-mnist/t10k-images-idx3-ubyte.gz "$T/bad-data/"
 head -c 100000 /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz >"$T/bad-data/train-images-idx3-ubyte.gz"
 cp /usr/share/datasets/fashion-mnist/train-labels-idx1-ubyte.gz "$T/bad-data/"
-expect_exit 1 "$T/baddata.out" "corrupt data" "$W" train --data-dir "$T/bad-data" --metrics-addr off
+expect_exit 3 "$T/baddata.out" "corrupt data" "$W" train --data-dir "$T/bad-data" --metrics-addr off
 grep -q "train-images-idx3-ubyte.gz" "$T/baddata.out" || fail "corrupt data error does not name the file"
 
 echo "--- one epoch with checkpoints and metrics"
