@@ -42,6 +42,8 @@ const char *rm_strerror(int rc)
         return "unsupported";
     case RM_ECANCELED:
         return "canceled";
+    case RM_ENOSPC:
+        return "no space";
     default:
         return "unknown error";
     }

@@ -25,6 +25,7 @@ enum {
     RM_EAGAIN = -13,   /* try again later (not ready yet) */
     RM_EUNSUPPORTED = -14,
     RM_ECANCELED = -15, /* the caller's cancel flag was raised (a signal) */
+    RM_ENOSPC = -16,    /* a file system (a /dev/shm, a disk) cannot hold what it must */
 };
 
 /* Static string for a code; never NULL. */

@@ -437,7 +437,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
         .device = t->gpu,
         .shm_ok = shm_allowed(),
     };
-    int rc = t->ops->init(&cc, &t->comm, err);
+    int rc = rm_comm_init_or_ring(&t->ops, &cc, &t->comm, err);
     if (rc) {
         rm_rdzv_round_free(&rr);
         return rc;

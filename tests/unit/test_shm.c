@@ -5,14 +5,19 @@
  * place; a peer that leaves or hangs mid-collective -> error within the timeout; abort from another
  * thread. Forked processes for what needs a real process: kill -9 of a rank mid-collective and
  * during formation (no segment left in /dev/shm either way), a stranger without the token
- * (refused, nothing left). CUnit asserts run on the main thread only. */
+ * (refused, nothing left), and a /dev/shm too small for the segment (a private 1 MiB tmpfs in a
+ * mount namespace: every rank fails init at once with RM_ENOSPC naming /dev/shm, and
+ * rm_comm_init_or_ring falls back to a working TCP ring). CUnit asserts run on the main thread only. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sched.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <fcntl.h>
@@ -664,6 +669,109 @@ static void test_procs_stranger_refused(void)
     sworld_close(&w);
 }
 
+/* ---- a /dev/shm too small ---------------------------------------------------------------- */
+
+static int shm_entries(void)
+{
+    DIR *d = opendir("/dev/shm");
+    if (!d)
+        return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+static void *fallback_thread(void *arg)
+{
+    srank *r = arg;
+    rm_comm_cfg c = cfg_of(r->w, r->rank);
+    c.listen_fd = (int)r->bad; /* the listening socket made for this rank */
+    const rm_comm_ops *ops = shm();
+    r->init_rc = rm_comm_init_or_ring(&ops, &c, &r->comm, &r->err);
+    if (r->init_rc)
+        return NULL;
+    r->elapsed = ops == rm_comm_ring_ops();
+    r->rc = ops->allreduce(r->comm, r->buf, r->w->count, RM_DT_F32, RM_OP_SUM, &r->err);
+    ops->destroy(r->comm);
+    r->comm = NULL;
+    return NULL;
+}
+
+/* In the child, inside its own mount namespace with a 1 MiB /dev/shm: exit 0 when every check
+ * held, 77 when no mount namespace can be made here (not root), else the failed check's number. */
+static void small_shm_child(void)
+{
+    if (unshare(CLONE_NEWNS) != 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0 ||
+        mount("tmpfs", "/dev/shm", "tmpfs", 0, "size=1m") != 0)
+        _exit(77);
+    unsetenv("RINGMASTER_SHM_STAGE_BYTES"); /* default staging: a 3 MiB segment for 2 ranks */
+    sworld w;
+    sworld_make(&w, 2);
+    w.timeout_s = 10;
+    double t0 = rm_mono();
+    if (sworld_init(&w) != -1)
+        _exit(1);
+    double took = rm_mono() - t0;
+    for (int q = 0; q < 2; q++) {
+        fprintf(stderr, "small /dev/shm: rank %d rc %d: %s\n", q, w.r[q].init_rc, w.r[q].err.msg);
+        if (w.r[q].init_rc != RM_ENOSPC)
+            _exit(2);
+        if (!strstr(w.r[q].err.msg, "/dev/shm"))
+            _exit(3);
+    }
+    if (took > 5) /* at once, not after the 10 s formation timeout */
+        _exit(4);
+    if (shm_entries() != 0) /* nothing left behind */
+        _exit(5);
+    sworld_close(&w);
+    /* the fallback: the same formation through rm_comm_init_or_ring trains over the ring */
+    sworld_make(&w, 2);
+    w.timeout_s = 10;
+    w.count = 1000;
+    for (int q = 0; q < 2; q++) {
+        int fd = -1, port = 0;
+        if (rm_comm_listen("127.0.0.1", &fd, &port, NULL) != 0)
+            _exit(6);
+        snprintf(w.peers[q].addr, sizeof w.peers[q].addr, "127.0.0.1:%d", port);
+        w.r[q].bad = fd;
+        w.r[q].buf = malloc(w.count * sizeof(float));
+        for (size_t i = 0; i < w.count; i++)
+            w.r[q].buf[i] = val(q, i);
+    }
+    run_all(&w, fallback_thread);
+    for (int q = 0; q < 2; q++) {
+        close((int)w.r[q].bad);
+        if (w.r[q].init_rc || w.r[q].rc) {
+            fprintf(stderr, "fallback rank %d: %s\n", q, w.r[q].err.msg);
+            _exit(7);
+        }
+        if (w.r[q].elapsed != 1) /* it runs the ring */
+            _exit(8);
+        for (size_t i = 0; i < w.count; i++)
+            if (w.r[q].buf[i] != val(0, i) + val(1, i))
+                _exit(9);
+    }
+    if (shm_entries() != 0)
+        _exit(10);
+    sworld_close(&w);
+    _exit(0);
+}
+
+static void test_procs_small_dev_shm(void)
+{
+    pid_t pid = fork();
+    if (pid == 0)
+        small_shm_child();
+    int st = wait_exit(pid, 40);
+    if (st == 77) {
+        fprintf(stderr, "(skipped: no mount namespace for a small /dev/shm here) ");
+        return;
+    }
+    CU_ASSERT_EQUAL(st, 0);
+}
+
 void rm_suite_shm(void)
 {
     static rm_test_case cases[] = {
@@ -682,6 +790,7 @@ void rm_suite_shm(void)
         {"processes: kill -9 mid-collective", test_procs_kill9_mid_collective},
         {"processes: kill -9 during formation", test_procs_kill9_during_formation},
         {"processes: stranger without token refused", test_procs_stranger_refused},
+        {"processes: /dev/shm too small: RM_ENOSPC at once, ring fallback", test_procs_small_dev_shm},
     };
     RM_ADD_SUITE("shm", suite_init, suite_clean, cases);
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/log.h"
 #include "worker/comm/net.h"
 
 #if RM_HAVE_CUDA
@@ -82,6 +83,22 @@ const rm_comm_ops *rm_comm_backend(const char *name)
 #endif
     }
     return NULL;
+}
+
+int rm_comm_init_or_ring(const rm_comm_ops **ops, const rm_comm_cfg *cfg, rm_comm **out, rm_err *err)
+{
+    rm_err e = {0};
+    int rc = (*ops)->init(cfg, out, &e);
+    if (rc != RM_ENOSPC || *ops != rm_comm_shm_ops()) {
+        if (rc && err)
+            *err = e;
+        return rc;
+    }
+    rm_warn("shared memory unusable, falling back to the TCP ring (give /dev/shm more room: a memory "
+            "emptyDir in a pod) group=%u world=%d err=\"%s\"",
+            (unsigned)cfg->group, cfg->world_size, e.msg);
+    *ops = rm_comm_ring_ops();
+    return (*ops)->init(cfg, out, err);
 }
 
 int rm_comm_under_mpi(void)

@@ -117,6 +117,12 @@ const rm_comm_ops *rm_comm_mpi_ops(void); /* NULL when built without Open MPI */
  * ("/rm-<hex>", already unlinked once init returned; for tests); "" for NULL. */
 const rm_comm_ops *rm_comm_shm_ops(void);
 const char *rm_comm_shm_name(const rm_comm *c);
+/* (*ops)->init(cfg, out, err), except that when *ops is shm and its init fails with RM_ENOSPC
+ * (/dev/shm cannot hold the segment: every rank of the formation gets that code together, see
+ * comm_shm.c) it logs a warning naming /dev/shm and inits the TCP ring with the same cfg instead,
+ * setting *ops to the ring's table. Ownership as init. For callers that picked shm themselves
+ * (worker/train.c, comm_hier.c); docs/strategies.md#topology. */
+int rm_comm_init_or_ring(const rm_comm_ops **ops, const rm_comm_cfg *cfg, rm_comm **out, rm_err *err);
 /* The segment name a formation uses: "/rm-" + hex(HMAC-SHA256(token, "ringmaster-shm-v1|epoch|
  * world|addr0|addr1...")[0..20)). RM_EINVAL without peers. */
 #define RM_COMM_SHM_NAME_MAX 48

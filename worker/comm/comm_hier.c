@@ -91,7 +91,7 @@ static void hier_destroy(rm_comm *c)
 }
 
 /* Form a sub-comm over peers[idx[0..k)] (this rank is idx[me]). */
-static int sub_init(const rm_comm_cfg *cfg, const rm_comm_ops *ops, const int *idx, int k, int me, int tag,
+static int sub_init(const rm_comm_cfg *cfg, const rm_comm_ops **ops, const int *idx, int k, int me, int tag,
                     rm_ring_listener *lst, rm_comm **out, rm_err *err)
 {
     rm_rdzv_peer *sp = calloc((size_t)k, sizeof *sp);
@@ -108,7 +108,7 @@ static int sub_init(const rm_comm_cfg *cfg, const rm_comm_ops *ops, const int *i
     sc.listener = lst;
     sc.listen_fd = -1;
     sc.group = (uint32_t)tag;
-    int rc = ops->init(&sc, out, err);
+    int rc = rm_comm_init_or_ring(ops, &sc, out, err);
     free(sp);
     return rc;
 }
@@ -152,12 +152,13 @@ static int hier_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err)
             grp[q] = q;
         c->flat_ops =
             n > 1 && cfg->shm_ok && one_host(cfg->peers, grp, n) ? rm_comm_shm_ops() : rm_comm_ring_ops();
+        rm_comm_cfg fc = *cfg;
+        fc.group = 0;
+        RM_CHECK_GOTO(rm_comm_init_or_ring(&c->flat_ops, &fc, &c->flat, err), rc, fail);
+        /* after init: a /dev/shm too small turns shm into the ring */
         snprintf(c->desc, sizeof c->desc, "flat %s (%d node%s, %d..%d ranks per node%s)", c->flat_ops->name,
                  tp.nnodes, tp.nnodes == 1 ? "" : "s", tp.min_local, tp.max_local,
                  tp.nnodes > 1 && !tp.uniform ? ": uneven, hierarchical needs equal counts" : "");
-        rm_comm_cfg fc = *cfg;
-        fc.group = 0;
-        RM_CHECK_GOTO(c->flat_ops->init(&fc, &c->flat, err), rc, fail);
         goto done;
     }
     /* one listener across both formations (see the file comment) */
@@ -187,7 +188,7 @@ static int hier_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err)
     c->intra_ops = cfg->shm_ok && one_host(cfg->peers, grp, k) ? rm_comm_shm_ops() : rm_comm_ring_ops();
     {
         rm_err e2 = {0};
-        rc = sub_init(cfg, c->intra_ops, grp, k, me, HIER_TAG_INTRA, lst, &c->intra, &e2);
+        rc = sub_init(cfg, &c->intra_ops, grp, k, me, HIER_TAG_INTRA, lst, &c->intra, &e2);
         if (rc) {
             rc = rm_errf(err, rc, "hier: intra-node %s of node %d: %s", c->intra_ops->name, c->node_index,
                          e2.msg);
@@ -209,7 +210,7 @@ static int hier_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err)
     c->inter_ops = rm_comm_ring_ops();
     {
         rm_err e2 = {0};
-        rc = sub_init(cfg, c->inter_ops, grp, c->nnodes, c->node_index, HIER_TAG_INTER, lst, &c->inter, &e2);
+        rc = sub_init(cfg, &c->inter_ops, grp, c->nnodes, c->node_index, HIER_TAG_INTER, lst, &c->inter, &e2);
         if (rc) {
             rc = rm_errf(err, rc, "hier: inter-node ring of local rank %d: %s", c->local_rank, e2.msg);
             goto fail;

@@ -9,6 +9,12 @@
  * (timeout, bad proof, a peer that left) unlinks the name too, so a kill -9 of any rank at any time
  * leaves nothing in /dev/shm as long as one rank of the formation lives to its timeout; after a
  * normal start the name is already gone and the kernel frees the memory with the last mapping.
+ * The segment is allocated with posix_fallocate, not only ftruncate'd: tmpfs allocates pages on
+ * first touch, so a /dev/shm too small for it would be a SIGBUS in the first collective. When the
+ * body does not fit, rank 0 still publishes the (allocated) header page with nospace set; every
+ * attacher reads it and gives up with RM_ENOSPC naming /dev/shm, so all ranks of the formation
+ * fail init the same way at once and the trainer falls back to the TCP ring together
+ * (worker/train.c, comm_hier.c).
  *
  * Token (why this design): the segment's name is "/rm-" + hex(HMAC-SHA256(token, "ringmaster-shm-v1"
  * | epoch | world | every rank's advertised address)), so a rank without the token (or from another
@@ -81,7 +87,7 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
                "shared-memory counters need lock-free atomics");
 
 #define SHM_MAGIC 0x524d5348u /* "RMSH" */
-#define SHM_VERSION 2u
+#define SHM_VERSION 3u
 #define SHM_STAGE_DEFAULT (256u << 10)
 #define SHM_SETS 4 /* buffer sets: a rank may run up to SHM_SETS - 1 rounds ahead of the slowest */
 #define SHM_SLICE_S 0.05
@@ -93,8 +99,13 @@ typedef struct shm_hdr {
     uint32_t version, world, epoch;
     uint64_t piece, size; /* elements per shard piece; segment bytes */
     uint8_t nonce[16];
-    uint8_t mac[32];                    /* HMAC(token, "hdr" | name | nonce) */
-    char pidns[48];                     /* rank 0's /proc/self/ns/pid link ("" = unknown) */
+    uint8_t mac[32]; /* HMAC(token, "hdr" | name | nonce) */
+    char pidns[48];  /* rank 0's /proc/self/ns/pid link ("" = unknown) */
+    /* rank 0 could not allocate the segment's body (an errno, ENOSPC: /dev/shm too small): the
+     * header page alone is allocated, attachers read this, count themselves in declined and give up
+     * with RM_ENOSPC, so every rank falls back together (docs/strategies.md#topology) */
+    int32_t nospace;
+    _Atomic uint32_t declined;
     alignas(64) _Atomic uint32_t ready; /* rank 0: every proof checked, name unlinked */
     _Atomic uint32_t failed;            /* 1 = some rank broke the comm; failed_rank says which */
     _Atomic int32_t failed_rank;
@@ -361,7 +372,16 @@ static size_t stage_bytes(void)
     return (size_t)v;
 }
 
-static int create_segment(rm_comm *c, const rm_comm_cfg *cfg, rm_err *err)
+/* Rank 0 after its body allocation failed: the header says so; wait (to the deadline) until every
+ * attacher has read it, so none is left waiting for a segment that is gone. The caller unlinks. */
+static void wait_declined(rm_comm *c, double deadline)
+{
+    while (atomic_load(&c->h->declined) < (uint32_t)(c->n - 1) && !atomic_load(&c->aborted) &&
+           rm_mono() < deadline)
+        usleep(1000);
+}
+
+static int create_segment(rm_comm *c, const rm_comm_cfg *cfg, double deadline, rm_err *err)
 {
     size_t P = stage_bytes() / sizeof(float) / (size_t)c->n;
     P &= ~(size_t)15; /* pieces start on cache lines */
@@ -372,17 +392,32 @@ static int create_segment(rm_comm *c, const rm_comm_cfg *cfg, rm_err *err)
     shm_unlink(c->name); /* a stale one from a formation whose ranks all died during init */
     c->fd = shm_open(c->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (c->fd < 0)
-        return rm_errf(err, RM_EIO, "shm: create %s: %s", c->name, strerror(errno));
-    if (ftruncate(c->fd, (off_t)size) != 0)
-        return rm_errf(err, RM_EIO, "shm: size %s to %zu bytes: %s (is /dev/shm big enough?)", c->name, size,
+        return rm_errf(err, errno == ENOSPC ? RM_ENOSPC : RM_EIO, "shm: create %s in /dev/shm: %s", c->name,
                        strerror(errno));
+    /* ftruncate only sets the length (tmpfs allocates on first touch, where a full /dev/shm is a
+     * SIGBUS): allocate for real with posix_fallocate, the header page first, so that when the
+     * body does not fit the header can still tell the attachers */
+    if (ftruncate(c->fd, (off_t)size) != 0)
+        return rm_errf(err, errno == ENOSPC ? RM_ENOSPC : RM_EIO, "shm: size %s to %zu bytes in /dev/shm: %s",
+                       c->name, size, strerror(errno));
+    int e = posix_fallocate(c->fd, 0, (off_t)HDR_BYTES);
+    if (e)
+        return rm_errf(err, e == ENOSPC ? RM_ENOSPC : RM_EIO,
+                       "shm: /dev/shm cannot hold even the %zu-byte header: %s (size /dev/shm: README "
+                       "\"Shared memory between ranks on one host\")",
+                       (size_t)HDR_BYTES, strerror(e));
     int rc = shm_map(c, size, err);
     if (rc)
         return rc;
-    /* fallocate-like touch: fail here (SIGBUS later otherwise) when /dev/shm cannot hold it */
-    if (posix_fallocate(c->fd, 0, (off_t)size) != 0)
-        return rm_errf(err, RM_EIO, "shm: /dev/shm cannot hold %zu bytes for %d ranks", size, c->n);
     shm_hdr *h = c->h;
+    e = posix_fallocate(c->fd, 0, (off_t)size);
+    if (e) {
+        rc = rm_errf(err, e == ENOSPC ? RM_ENOSPC : RM_EIO,
+                     "shm: /dev/shm cannot hold the %zu-byte segment for %d ranks: %s (size /dev/shm: README "
+                     "\"Shared memory between ranks on one host\")",
+                     size, c->n, strerror(e));
+        h->nospace = e;
+    }
     h->version = SHM_VERSION;
     h->world = (uint32_t)c->n;
     h->epoch = (uint32_t)cfg->epoch;
@@ -393,7 +428,9 @@ static int create_segment(rm_comm *c, const rm_comm_cfg *cfg, rm_err *err)
     read_pidns(h->pidns, sizeof h->pidns);
     atomic_store(&h->failed_rank, -1);
     atomic_store_explicit(&h->magic, SHM_MAGIC, memory_order_release);
-    return RM_OK;
+    if (rc)
+        wait_declined(c, deadline);
+    return rc;
 }
 
 static int attach_segment(rm_comm *c, const rm_comm_cfg *cfg, double deadline, rm_err *err)
@@ -421,7 +458,7 @@ static int attach_segment(rm_comm *c, const rm_comm_cfg *cfg, double deadline, r
         if (rm_mono() >= deadline)
             return rm_errf(err, RM_ETIMEDOUT,
                            "shm: rank 0's segment did not appear within %.1f s (rank 0 gone, another "
-                           "host or IPC namespace, or a different job token)",
+                           "host or IPC namespace, a different job token, or a full /dev/shm)",
                            c->timeout_s);
         usleep(2000);
     }
@@ -435,6 +472,13 @@ static int attach_segment(rm_comm *c, const rm_comm_cfg *cfg, double deadline, r
         h->piece < 16 || h->size != seg_bytes(c->n, (size_t)h->piece))
         return rm_errf(err, RM_EPROTO, "shm: segment %s header does not match this formation", c->name);
     c->foreign = 0;
+    if (h->nospace) { /* only the header page exists: touch nothing else (SIGBUS) */
+        atomic_fetch_add(&h->declined, 1);
+        return rm_errf(err, RM_ENOSPC,
+                       "shm: rank 0 could not allocate the %llu-byte segment in /dev/shm: %s (size /dev/shm: "
+                       "README \"Shared memory between ranks on one host\")",
+                       (unsigned long long)h->size, strerror((int)h->nospace));
+    }
     c->P = (size_t)h->piece;
     size_t size = (size_t)h->size;
     munmap(c->base, c->size);
@@ -492,7 +536,7 @@ static int shm_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err)
     if (!rc && rm_comm_shm_test_name)
         snprintf(c->name, sizeof c->name, "%s", rm_comm_shm_test_name);
     if (!rc)
-        rc = c->rank == 0 ? create_segment(c, cfg, err) : attach_segment(c, cfg, deadline, err);
+        rc = c->rank == 0 ? create_segment(c, cfg, deadline, err) : attach_segment(c, cfg, deadline, err);
     if (rc)
         goto fail;
     shm_layout(c);
