@@ -144,3 +144,33 @@ int rm_sha256_file(rm_sha256_ctx *c, const char *path, rm_err *err)
     close(fd);
     return rc;
 }
+
+void rm_sha256(const void *data, size_t len, uint8_t out[32])
+{
+    rm_sha256_ctx c;
+    rm_sha256_init(&c);
+    rm_sha256_update(&c, data, len);
+    rm_sha256_final(&c, out);
+}
+
+void rm_hmac_sha256(const void *key, size_t keylen, const void *msg, size_t len, uint8_t out[32])
+{
+    uint8_t k[64] = {0}, ipad[64], opad[64], inner[32];
+    if (keylen > 64)
+        rm_sha256(key, keylen, k);
+    else if (keylen)
+        memcpy(k, key, keylen);
+    for (int i = 0; i < 64; i++) {
+        ipad[i] = k[i] ^ 0x36;
+        opad[i] = k[i] ^ 0x5c;
+    }
+    rm_sha256_ctx c;
+    rm_sha256_init(&c);
+    rm_sha256_update(&c, ipad, 64);
+    rm_sha256_update(&c, msg, len);
+    rm_sha256_final(&c, inner);
+    rm_sha256_init(&c);
+    rm_sha256_update(&c, opad, 64);
+    rm_sha256_update(&c, inner, 32);
+    rm_sha256_final(&c, out);
+}

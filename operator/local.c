@@ -41,6 +41,7 @@
 #include "operator/launch.h"
 #include "operator/ps_reconcile.h"
 #include "operator/reconcile.h"
+#include "operator/shm_sweep.h"
 #include "common/faults.h"
 #include "common/worker_env.h"
 
@@ -106,6 +107,7 @@ typedef struct local {
     double started;
     rm_local_result *res;
     rm_rdzv_state snap;
+    rm_shm_sweep shm; /* segments of formations that died in shm setup (operator/shm_sweep.h) */
     /* parameter servers (spec.strategy parameterServer; the rules: operator/ps_reconcile.h) */
     struct {
         pid_t pid; /* 0: none */
@@ -998,6 +1000,10 @@ static void reconcile_passes(local *l, double now)
     rm_observed_worker obs[MAXW];
     for (int pass = 0; pass < MAX_PASSES; pass++) {
         bool have = rm_rdzv_snapshot(l->rdzv, l->jobkey, &l->snap) == RM_OK;
+        /* every snapshot, before this pass may restart the round: a round whose workers all
+         * die right after it closed is still seen closed here */
+        if (have)
+            rm_shm_sweep_note(&l->shm, l->token, &l->snap, now);
         int n = build_obs(l, obs);
         rm_reconcile_in in = {
             .job = l->job,
@@ -1315,6 +1321,7 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
             free(text);
         }
     }
+    rm_shm_sweep_all(&l->shm); /* every worker is gone: no formation of this run can be live */
     res->phase = job->status.phase;
     res->seconds = rm_wall() - l->started;
     rc = RM_OK;

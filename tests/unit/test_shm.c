@@ -7,7 +7,9 @@
  * during formation (no segment left in /dev/shm either way), a stranger without the token
  * (refused, nothing left), and a /dev/shm too small for the segment (a private 1 MiB tmpfs in a
  * mount namespace: every rank fails init at once with RM_ENOSPC naming /dev/shm, and
- * rm_comm_init_or_ring falls back to a working TCP ring). CUnit asserts run on the main thread only. */
+ * rm_comm_init_or_ring falls back to a working TCP ring); every rank killed during formation
+ * leaks the segment, which the runner's sweep (operator/shm_sweep.c) removes once the rendezvous
+ * moved past that epoch, and never before. CUnit asserts run on the main thread only. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -27,6 +29,7 @@
 #include "common/clock.h"
 #include "worker/comm/comm.h"
 #include "worker/allreduce/shard.h"
+#include "operator/shm_sweep.h"
 
 #define MAXW 8
 
@@ -669,6 +672,69 @@ static void test_procs_stranger_refused(void)
     sworld_close(&w);
 }
 
+static void test_procs_all_killed_runner_sweeps(void)
+{
+    /* both ranks die by SIGKILL while rank 0 waits for rank 1 to attach: no worker is left to
+     * unlink the segment (the leak, proven below before the sweep runs) */
+    sworld w;
+    sworld_make(&w, 2);
+    w.timeout_s = 30; /* nothing times out and unlinks on its own during the test */
+    char name[RM_COMM_SHM_NAME_MAX];
+    rm_comm_cfg c = cfg_of(&w, 0);
+    CU_ASSERT_EQUAL_FATAL(rm_comm_shm_segment_name(&c, name, NULL), 0);
+    pid_t p0 = fork();
+    if (p0 == 0)
+        child_rank(&w, 0, -1, 10, 1);
+    pid_t p1 = fork();
+    if (p1 == 0) {
+        usleep(10 * 1000 * 1000); /* killed before it attaches */
+        child_rank(&w, 1, -1, 10, 1);
+    }
+    double end = rm_mono() + 10;
+    while (!shm_exists(name) && rm_mono() < end)
+        usleep(5000);
+    usleep(100000);
+    kill(p0, SIGKILL);
+    kill(p1, SIGKILL);
+    wait_exit(p0, 5);
+    wait_exit(p1, 5);
+    CU_ASSERT_TRUE_FATAL(shm_exists(name)); /* leaked */
+    /* the runner's view: the round of that epoch closed with both members */
+    static rm_rdzv_state st;
+    memset(&st, 0, sizeof st);
+    st.epoch = w.epoch;
+    st.closed = true;
+    st.world_size = st.nmembers = 2;
+    for (int q = 0; q < 2; q++) {
+        st.members[q].rank = q;
+        snprintf(st.members[q].addr, sizeof st.members[q].addr, "%s", w.peers[q].addr);
+    }
+    rm_shm_sweep sw = {0};
+    rm_shm_sweep_note(&sw, w.token[0], &st, 100);
+    CU_ASSERT_TRUE(shm_exists(name)); /* its epoch is current: maybe still forming, left alone */
+    CU_ASSERT_EQUAL(sw.unlinked, 0);
+    /* the controller restarts the round: epoch + 1 opens, the dead formation's segment goes */
+    st.epoch++;
+    st.closed = false;
+    rm_shm_sweep_note(&sw, w.token[0], &st, 101);
+    CU_ASSERT_FALSE(shm_exists(name));
+    CU_ASSERT_EQUAL(sw.unlinked, 1);
+    /* a later formation's segment (epoch + 1, live) is untouched until the run ends */
+    st.closed = true;
+    char live[RM_COMM_SHM_NAME_MAX];
+    const char *addrs[2] = {w.peers[0].addr, w.peers[1].addr};
+    CU_ASSERT_EQUAL_FATAL(rm_shm_segment_name(w.token[0], st.epoch, 2, addrs, live, NULL), 0);
+    int fd = shm_open(live, O_RDWR | O_CREAT | O_EXCL, 0600);
+    CU_ASSERT_TRUE_FATAL(fd >= 0);
+    close(fd);
+    rm_shm_sweep_note(&sw, w.token[0], &st, 102);
+    CU_ASSERT_TRUE(shm_exists(live));
+    rm_shm_sweep_all(&sw);
+    CU_ASSERT_FALSE(shm_exists(live));
+    CU_ASSERT_EQUAL(sw.unlinked, 2);
+    shm_unlink(live);
+}
+
 /* ---- a /dev/shm too small ---------------------------------------------------------------- */
 
 static int shm_entries(void)
@@ -790,6 +856,8 @@ void rm_suite_shm(void)
         {"processes: kill -9 mid-collective", test_procs_kill9_mid_collective},
         {"processes: kill -9 during formation", test_procs_kill9_during_formation},
         {"processes: stranger without token refused", test_procs_stranger_refused},
+        {"processes: every rank killed in formation: the runner's sweep removes the segment",
+         test_procs_all_killed_runner_sweeps},
         {"processes: /dev/shm too small: RM_ENOSPC at once, ring fallback", test_procs_small_dev_shm},
     };
     RM_ADD_SUITE("shm", suite_init, suite_clean, cases);

@@ -27,6 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "common/rdzv.h"
+#include "common/shm_name.h"
 #include "common/rm.h"
 
 typedef enum { RM_DT_F32 = 0, RM_DT_BF16, RM_DT_F16 } rm_dtype;
@@ -125,7 +126,7 @@ const char *rm_comm_shm_name(const rm_comm *c);
 int rm_comm_init_or_ring(const rm_comm_ops **ops, const rm_comm_cfg *cfg, rm_comm **out, rm_err *err);
 /* The segment name a formation uses: "/rm-" + hex(HMAC-SHA256(token, "ringmaster-shm-v1|epoch|
  * world|addr0|addr1...")[0..20)). RM_EINVAL without peers. */
-#define RM_COMM_SHM_NAME_MAX 48
+#define RM_COMM_SHM_NAME_MAX RM_SHM_NAME_MAX /* common/shm_name.h, which derives it */
 int rm_comm_shm_segment_name(const rm_comm_cfg *cfg, char name[RM_COMM_SHM_NAME_MAX], rm_err *err);
 /* Tests only: when set, init uses this name instead of the derived one (a stranger that found the
  * name in /dev/shm). NULL in production. */

@@ -79,6 +79,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/shm_name.h"
 #include "worker/comm/comm.h"
 #include "worker/comm/net.h"
 #include "worker/allreduce/shard.h"
@@ -152,16 +153,6 @@ enum { K_AR = 1, K_RS = 2, K_AG = 3, K_BAR = 4 };
 /* ---------------------------------------------------------------------------------------------- */
 /* naming, token proofs                                                                           */
 
-static void hexify(const uint8_t *b, size_t n, char *out)
-{
-    static const char hx[] = "0123456789abcdef";
-    for (size_t i = 0; i < n; i++) {
-        out[2 * i] = hx[b[i] >> 4];
-        out[2 * i + 1] = hx[b[i] & 15];
-    }
-    out[2 * n] = 0;
-}
-
 static const char *tok(const char *t)
 {
     return t ? t : "";
@@ -173,20 +164,10 @@ int rm_comm_shm_segment_name(const rm_comm_cfg *cfg, char name[RM_COMM_SHM_NAME_
 {
     if (!cfg || !cfg->peers || cfg->world_size < 1 || cfg->world_size > RM_RDZV_MAX_WORLD)
         return rm_errf(err, RM_EINVAL, "shm: no peer list");
-    char msg[64 + RM_RDZV_MAX_WORLD * 66];
-    int m = snprintf(msg, sizeof msg, "ringmaster-shm-v1|%d|%d", cfg->epoch, cfg->world_size);
-    for (int q = 0; q < cfg->world_size; q++) {
-        int k = snprintf(msg + m, sizeof msg - (size_t)m, "|%s", cfg->peers[q].addr);
-        if (k < 0 || (size_t)k >= sizeof msg - (size_t)m)
-            return rm_errf(err, RM_EINVAL, "shm: peer list too long");
-        m += k;
-    }
-    uint8_t mac[32];
-    const char *t = tok(cfg->token);
-    rm_hmac_sha256(t, strlen(t), msg, (size_t)m, mac);
-    memcpy(name, "/rm-", 4);
-    hexify(mac, 20, name + 4);
-    return RM_OK;
+    const char *addrs[RM_RDZV_MAX_WORLD];
+    for (int q = 0; q < cfg->world_size; q++)
+        addrs[q] = cfg->peers[q].addr;
+    return rm_shm_segment_name(cfg->token, cfg->epoch, cfg->world_size, addrs, name, err);
 }
 
 static void shm_mac(const char *token, const char *label, int rank, const char *name, const uint8_t nonce[16],

@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include "common/rm.h"
 #include "common/clock.h"
+#include "common/sha256.h" /* rm_sha256, rm_hmac_sha256: the handshake MACs are built on them */
 
 /* host (dotted quad, "localhost" or a DNS name, IPv4) + port into a sockaddr_in stored in out
  * (>= 16 bytes). RM_EINVAL when it does not resolve. */
@@ -32,9 +33,6 @@ int rm_net_recv_all(int fd, void *buf, size_t len, double deadline, rm_err *err)
 /* Wait until fd is readable/writable (events = POLLIN/POLLOUT) or the deadline; 0, RM_ETIMEDOUT. */
 int rm_net_wait(int fd, short events, double deadline);
 
-/* SHA-256 and HMAC-SHA256 (RFC 2104); out gets 32 bytes. */
-void rm_sha256(const void *data, size_t len, uint8_t out[32]);
-void rm_hmac_sha256(const void *key, size_t keylen, const void *msg, size_t len, uint8_t out[32]);
 /* The handshake MAC of every ringmaster TCP connection (the ring, parameter servers):
  * HMAC-SHA256(token, label | epoch | a | b | nonce_c | nonce_a), label at most 31 bytes, the
  * numbers big-endian. Each protocol binds its own label ("ringmaster-ring-v1 acc", ...). */
