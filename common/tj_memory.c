@@ -185,3 +185,18 @@ int64_t rm_training_samples(const rm_training_spec *t)
         return RM_TJ_FASHION_MNIST_TRAIN;
     return 0;
 }
+
+double rm_tj_steps_total(const rm_tj_spec *s)
+{
+    const rm_training_spec *t = &s->training;
+    double cap = t->max_steps > 0 ? (double)t->max_steps : 0;
+    int64_t n = rm_training_samples(t);
+    int stages = s->par.pipeline_stages > 1 ? s->par.pipeline_stages : 1;
+    int64_t dp = (s->replicas > 0 ? s->replicas : 1) / stages;
+    int64_t G =
+        (int64_t)t->batch_size_per_worker * (dp > 0 ? dp : 1) * (t->grad_accum > 1 ? t->grad_accum : 1);
+    if (n <= 0 || G <= 0)
+        return cap;
+    double total = (double)(n / G) * t->epochs;
+    return cap > 0 && cap < total ? cap : total;
+}

@@ -486,13 +486,15 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
                             "must not contain control characters");
     if (s->checkpoint.interval_steps < 1)
         return rm_err_field(err, RM_EINVAL, "spec.checkpoint.intervalSteps", "must be >= 1");
-    RM_CHECK(validate_scheduling(s, err));
+    /* a plain return: a rejected spec is the user's input, not a failing hop to log */
+    int rc = validate_scheduling(s, err);
+    if (rc)
+        return rc;
     if (s->checkpoint.keep < 1)
         return rm_err_field(err, RM_EINVAL, "spec.checkpoint.keep", "must be >= 1");
     if (s->template && !cJSON_IsObject(s->template))
         return rm_err_field(err, RM_EINVAL, "spec.template", "must be an object");
-    int rc = rm_training_validate(&s->training, "spec.training", err);
-    if (rc)
+    if ((rc = rm_training_validate(&s->training, "spec.training", err)))
         return rc;
     if ((rc = ps_validate(s, err)))
         return rc;

@@ -451,6 +451,11 @@ void rm_training_free(rm_training_spec *t);
  * folder: 60,000), else 0. rm_tj_validate refuses a global batch (the largest of replicas and
  * maxReplicas x batchSizePerWorker) above it. */
 int64_t rm_training_samples(const rm_training_spec *t);
+/* The optimizer steps a run of s takes at spec.replicas: epochs x (training samples / global
+ * batch), the global batch being batchSizePerWorker x data-parallel replicas (replicas /
+ * pipeline stages) x gradientAccumulationSteps as the worker counts it, capped by maxSteps; the
+ * progress line's total. 0 when unknown (the set's size needs reading it, and no maxSteps). */
+double rm_tj_steps_total(const rm_tj_spec *s);
 /* Fill every unset field with its default (idempotent). */
 void rm_tj_defaults(rm_tj *tj);
 /* First violation, naming the field; RM_OK if valid. Rules: metadata.name a DNS-1035 label of at

@@ -1090,13 +1090,8 @@ static void tick_view(local *l, double now)
         if (l->w[i].ready && !l->w[i].deleting)
             v.ready++;
     }
-    int G = sp->training.batch_size_per_worker * (sp->replicas > 0 ? sp->replicas : 1);
-    if (!l->bench && G > 0) {
-        double spe = (double)(60000 / G);
-        v.steps_total = spe * sp->training.epochs;
-        if (sp->training.max_steps > 0 && sp->training.max_steps < v.steps_total)
-            v.steps_total = sp->training.max_steps;
-    }
+    if (!l->bench)
+        v.steps_total = rm_tj_steps_total(sp);
     l->o->on_tick(l->o->ud, &v);
 }
 

@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 static const char base_yaml[] =
     "apiVersion: ringmaster.dev/v1alpha1\n"
@@ -142,6 +144,67 @@ static void run_cases(const tj_case *cases, size_t n)
         }
         cJSON_Delete(d);
     }
+}
+
+/* A rejected spec is the user's input, not a failing hop of the program: validate says it once, in
+ * the message, and logs nothing (`ringmaster validate` would print a stray "check failed" line). */
+static void test_validation_logs_nothing(void)
+{
+    static const tj_case cases[] = {
+        {"spec.runPolicy.schedulingPolicy", "{\"queue\": \"Bad_Queue\"}",
+         "spec.runPolicy.schedulingPolicy.queue: \"Bad_Queue\" must be a DNS-1123 subdomain (lower-case "
+         "letters, digits, '-' and '.', at most 253)"},
+        {"spec.runPolicy.schedulingPolicy", "{\"priorityClass\": \"X\"}",
+         "spec.runPolicy.schedulingPolicy.priorityClass: \"X\" must be a DNS-1123 subdomain (a PriorityClass "
+         "name)"},
+        {"spec.runPolicy.schedulingPolicy", "{\"scheduleTimeoutSeconds\": -1}",
+         "spec.runPolicy.schedulingPolicy.scheduleTimeoutSeconds: must be >= 0"},
+    };
+    char *dir = rm_test_tmpdir("tjlog");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(dir);
+    char path[600];
+    snprintf(path, sizeof path, "%s/stderr.txt", dir);
+    int fd = open(path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    int saved = dup(2);
+    CU_ASSERT_FATAL(fd >= 0 && saved >= 0);
+    fflush(stderr);
+    dup2(fd, 2);
+    run_cases(cases, sizeof cases / sizeof cases[0]);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    char *text = rm_test_read_file(path, NULL);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    CU_ASSERT_PTR_NULL(strstr(text, "check failed"));
+    if (*text)
+        fprintf(stderr, "\n  validation logged: %s\n", text);
+    free(text);
+    rm_test_tmpdir_free(&dir);
+}
+
+/* The progress line's total counts optimizer steps as the worker does: a pipeline's global batch
+ * spans its data-parallel replicas only, and accumulation makes each step K batches. */
+static void test_steps_total(void)
+{
+    rm_tj_spec s;
+    memset(&s, 0, sizeof s);
+    s.replicas = 4;
+    s.training.batch_size_per_worker = 32;
+    s.training.epochs = 2;
+    s.training.grad_accum = 1;
+    s.par.pipeline_stages = 1;
+    CU_ASSERT_DOUBLE_EQUAL(rm_tj_steps_total(&s), 2.0 * (60000 / 128), 1e-9);
+    s.par.pipeline_stages = 2; /* 2 data-parallel replicas of 2 stages: global batch 64 */
+    CU_ASSERT_DOUBLE_EQUAL(rm_tj_steps_total(&s), 2.0 * (60000 / 64), 1e-9);
+    s.training.grad_accum = 3;
+    CU_ASSERT_DOUBLE_EQUAL(rm_tj_steps_total(&s), 2.0 * (60000 / 192), 1e-9);
+    s.training.max_steps = 100;
+    CU_ASSERT_DOUBLE_EQUAL(rm_tj_steps_total(&s), 100, 1e-9);
+    s.training.max_steps = 0;
+    s.training.dataset = (char *)"my-data"; /* its size is the worker's to read: unknown */
+    s.training.data_dir = (char *)"/data/mine";
+    CU_ASSERT_DOUBLE_EQUAL(rm_tj_steps_total(&s), 0, 1e-9);
 }
 
 static void test_base_is_valid(void)
@@ -1640,6 +1703,8 @@ void rm_suite_trainingjob(void)
         {"names", test_names},
         {"yaml_error_points_at_line", test_yaml_error_points_at_line},
         {"models_and_data", test_models_and_data},
+        {"validation_logs_nothing", test_validation_logs_nothing},
+        {"steps_total", test_steps_total},
     };
     RM_ADD_SUITE("trainingjob", NULL, NULL, cases);
 }
