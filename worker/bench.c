@@ -10,6 +10,7 @@
  * CUDA kernels table is available, as nccl-tests does). Output on rank 0 only. */
 #include "worker/bench.h"
 #include "common/clock.h"
+#include "common/log.h"
 
 #include <getopt.h>
 #include <math.h>
@@ -431,7 +432,14 @@ static int world_open(const bench_opts *o, bench_world *w, rm_err *err)
     cfg.listen_fd = w->lfd;
     cfg.token = tok;
     cfg.rdzv = w->rdzv;
-    return w->ops->init(&cfg, &w->comm, err);
+    /* a bench job measures the transport training would use: the trainer's rule (worker/train.c)
+     * turns the ring into shm when every rank is on this host, and the table's header names it */
+    if (w->ops == rm_comm_ring_ops() && rm_comm_shm_wanted(w->round.peers, w->size)) {
+        w->ops = rm_comm_shm_ops();
+        rm_info("bench: every rank on one host, measuring shared memory as training would use it "
+                "(RINGMASTER_SHM=0 for the ring)");
+    }
+    return rm_comm_init_or_ring(&w->ops, &cfg, &w->comm, err);
 }
 
 static void world_close(bench_world *w)

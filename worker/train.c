@@ -284,37 +284,6 @@ static void round_teardown(trainer *t)
     }
 }
 
-/* The shm backend instead of the ring: every rank advertised the same host, and RINGMASTER_SHM
- * allows it (unset: yes outside Kubernetes, no inside a pod, where ranks sharing a node also need
- * the node's IPC namespace; see common/worker_env.h). */
-static bool shm_allowed(void)
-{
-    const char *e = getenv(RM_ENV_SHM);
-    if (e && !strcmp(e, "0"))
-        return false;
-    if (!(e && !strcmp(e, "1")) && getenv("KUBERNETES_SERVICE_HOST"))
-        return false;
-    return true;
-}
-
-static bool shm_wanted(const rm_rdzv_peer *peers, int world)
-{
-    if (!shm_allowed())
-        return false;
-    if (!peers || world < 2)
-        return false;
-    const char *c0 = strrchr(peers[0].addr, ':');
-    if (!c0)
-        return false;
-    size_t hl = (size_t)(c0 - peers[0].addr);
-    for (int q = 1; q < world; q++) {
-        const char *cq = strrchr(peers[q].addr, ':');
-        if (!cq || (size_t)(cq - peers[q].addr) != hl || memcmp(peers[q].addr, peers[0].addr, hl))
-            return false;
-    }
-    return true;
-}
-
 /* Join (or go alone), init the comm, restore state. R_STOP/R_TERM or a negative error. */
 static int round_setup(trainer *t, bool first, rm_err *err)
 {
@@ -414,7 +383,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
         (cfg->t.allreduce == RM_AR_HIER ||
          (cfg->t.allreduce == RM_AR_AUTO && topo.nnodes > 1 && topo.local_world > 1 && topo.uniform)))
         be = "hier";
-    else if (!strcmp(be, "ring") && shm_wanted(rr.peers, t->world))
+    else if (!strcmp(be, "ring") && rm_comm_shm_wanted(rr.peers, t->world))
         be = "shm"; /* every rank on this host: shared memory instead of loopback TCP */
     t->ops = rm_comm_backend(be);
     if (!t->ops) {
@@ -435,7 +404,7 @@ static int round_setup(trainer *t, bool first, rm_err *err)
         .timeout_s = cfg->comm_timeout_s,
         .rdzv = t->rdzv,
         .device = t->gpu,
-        .shm_ok = shm_allowed(),
+        .shm_ok = rm_comm_shm_allowed(),
     };
     int rc = rm_comm_init_or_ring(&t->ops, &cc, &t->comm, err);
     if (rc) {

@@ -7,11 +7,13 @@
  * comm_ring.c with the handshake it runs. */
 #include "worker/comm/comm.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/log.h"
+#include "common/worker_env.h"
 #include "worker/comm/net.h"
 
 #if RM_HAVE_CUDA
@@ -83,6 +85,34 @@ const rm_comm_ops *rm_comm_backend(const char *name)
 #endif
     }
     return NULL;
+}
+
+bool rm_comm_shm_allowed(void)
+{
+    const char *e = getenv(RM_ENV_SHM);
+    if (e && !strcmp(e, "0"))
+        return false;
+    if (!(e && !strcmp(e, "1")) && getenv("KUBERNETES_SERVICE_HOST"))
+        return false;
+    return true;
+}
+
+bool rm_comm_shm_wanted(const rm_rdzv_peer *peers, int world)
+{
+    if (!rm_comm_shm_allowed())
+        return false;
+    if (!peers || world < 2)
+        return false;
+    const char *c0 = strrchr(peers[0].addr, ':');
+    if (!c0)
+        return false;
+    size_t hl = (size_t)(c0 - peers[0].addr);
+    for (int q = 1; q < world; q++) {
+        const char *cq = strrchr(peers[q].addr, ':');
+        if (!cq || (size_t)(cq - peers[q].addr) != hl || memcmp(peers[q].addr, peers[0].addr, hl))
+            return false;
+    }
+    return true;
 }
 
 int rm_comm_init_or_ring(const rm_comm_ops **ops, const rm_comm_cfg *cfg, rm_comm **out, rm_err *err)

@@ -24,6 +24,7 @@
  *   RM_EUNSUPPORTED  dtype/op the backend does not do (ring: bf16/f16) */
 #ifndef RM_WORKER_COMM_H
 #define RM_WORKER_COMM_H
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "common/rdzv.h"
@@ -118,6 +119,13 @@ const rm_comm_ops *rm_comm_mpi_ops(void); /* NULL when built without Open MPI */
  * ("/rm-<hex>", already unlinked once init returned; for tests); "" for NULL. */
 const rm_comm_ops *rm_comm_shm_ops(void);
 const char *rm_comm_shm_name(const rm_comm *c);
+/* Whether a round's ranks should use shm instead of the TCP ring, the one rule for the trainer and
+ * the bench job (which measures what training would use): rm_comm_shm_allowed is RINGMASTER_SHM
+ * ("0" no, "1" yes; unset: yes outside Kubernetes, no in a pod, where ranks sharing a node also
+ * need the node's IPC namespace; common/worker_env.h); rm_comm_shm_wanted adds that the world
+ * has 2+ ranks and every peer advertised the same host. peers borrowed. */
+bool rm_comm_shm_allowed(void);
+bool rm_comm_shm_wanted(const rm_rdzv_peer *peers, int world);
 /* (*ops)->init(cfg, out, err), except that when *ops is shm and its init fails with RM_ENOSPC
  * (/dev/shm cannot hold the segment: every rank of the formation gets that code together, see
  * comm_shm.c) it logs a warning naming /dev/shm and inits the TCP ring with the same cfg instead,
