@@ -43,7 +43,7 @@ static void *fake_main(void *arg)
         if (rm_net_accept(f->lfd, rm_mono() + 1, &fd, NULL, 0, &e) != RM_OK)
             continue;
         atomic_fetch_add(&f->accepted, 1);
-        if (rm_ps_hs_accept(fd, f->token, f->index, NS, rm_mono() + 2, &w, &e) == RM_OK)
+        if (rm_ps_hs_accept(fd, f->token, f->index, NS, rm_mono() + 2, NULL, NULL, &w, &e) == RM_OK)
             atomic_fetch_add(&f->proved, 1);
         if (f->nfds < 8)
             f->fds[f->nfds++] = fd;

@@ -29,7 +29,7 @@
  * Strangers (docs/architecture.md#robustness): the listener (rm_ring_listener) is a thread that lives as long as the
  * worker and accepts and handshakes all the time, training included, so nothing waits in the
  * kernel's backlog for the next formation. It runs every handshake at once in one poll loop, drops
- * a connection that has not proved the token within RING_HANDSHAKE_S of its accept, holds at most
+ * a connection that has not proved the token within RM_ADMIT_HANDSHAKE_S of its accept, holds at most
  * RL_PENDING_PER_SRC unfinished handshakes per source address (and RL_PENDING_MAX overall: the
  * oldest is dropped to make room), refuses HELLOs for an epoch older than the worker's, and parks
  * authenticated connections (epoch, rank) until ring_init claims the one from its prev. So a
@@ -58,6 +58,7 @@
 #include <arpa/inet.h>
 
 #include "worker/comm/comm.h"
+#include "common/admit.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/ratelimit.h"
@@ -69,8 +70,7 @@
 #define FRAME_MAGIC RM_NET_FRAME_MAGIC /* "RMFR" data frames (worker/comm/net.h: shared framing) */
 #define RING_SOCKBUF (4 << 20)
 #define RING_DEFAULT_PIECE_BYTES (512u << 10)
-#define RING_HANDSHAKE_S 2.0 /* accept -> proof checked, or the connection is dropped */
-#define RING_REFUSED 1u      /* acknowledgement status: the proof was wrong */
+#define RING_REFUSED 1u /* acknowledgement status: the proof was wrong */
 #define RING_TOKEN_MAX 255
 #define RL_PENDING_MAX 64                   /* unfinished handshakes held at once ... */
 #define RL_PENDING_PER_SRC 16               /* ... and from one source address */
@@ -226,10 +226,9 @@ static int ring_connector_handshake(rm_comm *c, const char *token, const uint8_t
 /* listener: accepts and authenticates continuously                                             */
 
 typedef struct rl_conn {
+    rm_admit_pending adm; /* source and accept time: common/admit.h decides who goes */
     int fd;
-    uint32_t src; /* IPv4 source address, network order */
     char who[64]; /* "a.b.c.d:port" for logs */
-    double t0;    /* accepted at (monotonic) */
     int stage;    /* 0: reading HELLO, 1: reading PROOF */
     size_t got;
     uint8_t in[HELLO_LEN]; /* HELLO, then PROOF (PROOF_LEN <= HELLO_LEN) */
@@ -384,29 +383,20 @@ static void rl_step(rm_ring_listener *l, int i)
     rl_park(l, fd, epoch, rank, world); /* world with its group: sub-groups park apart */
 }
 
-/* A new connection: make room (per source, then overall: the oldest handshake goes) and start. */
+/* A new connection: make room (common/admit.h: per source, then overall, the oldest goes) and start. */
 static void rl_admit(rm_ring_listener *l, int fd, const struct sockaddr_in *a)
 {
     uint32_t src = a->sin_addr.s_addr;
-    int same = 0, oldest_same = -1, oldest = -1;
-    for (int i = 0; i < l->npend; i++) {
-        if (oldest < 0 || l->pend[i].t0 < l->pend[oldest].t0)
-            oldest = i;
-        if (l->pend[i].src != src)
-            continue;
-        same++;
-        if (oldest_same < 0 || l->pend[i].t0 < l->pend[oldest_same].t0)
-            oldest_same = i;
-    }
-    if (same >= RL_PENDING_PER_SRC)
-        rl_drop(l, oldest_same, "too many unfinished handshakes from this address");
-    else if (l->npend >= RL_PENDING_MAX)
-        rl_drop(l, oldest, "too many unfinished handshakes");
+    const char *why = NULL;
+    int victim = rm_admit_victim(&l->pend[0].adm, sizeof l->pend[0], l->npend, src, RL_PENDING_PER_SRC,
+                                 RL_PENDING_MAX, &why);
+    if (victim >= 0)
+        rl_drop(l, victim, why);
     rl_conn *p = &l->pend[l->npend++];
     memset(p, 0, sizeof *p);
     p->fd = fd;
-    p->src = src;
-    p->t0 = rm_mono();
+    p->adm.src = src;
+    p->adm.t0 = rm_mono();
     char ip[INET_ADDRSTRLEN] = "?";
     inet_ntop(AF_INET, &a->sin_addr, ip, sizeof ip);
     snprintf(p->who, sizeof p->who, "%s:%d", ip, ntohs(a->sin_port));
@@ -423,12 +413,9 @@ static void *rl_main(void *arg)
         if (stop)
             break;
         double now = rm_mono(), next_due = now + 1.0;
-        for (int i = l->npend - 1; i >= 0; i--) {
-            if (now - l->pend[i].t0 >= RING_HANDSHAKE_S)
-                rl_drop(l, i, "handshake not finished in time");
-            else if (l->pend[i].t0 + RING_HANDSHAKE_S < next_due)
-                next_due = l->pend[i].t0 + RING_HANDSHAKE_S;
-        }
+        for (int i;
+             (i = rm_admit_expired(&l->pend[0].adm, sizeof l->pend[0], l->npend, now, &next_due)) >= 0;)
+            rl_drop(l, i, "handshake not finished in time");
         int np = l->npend;
         pf[0] = (struct pollfd){.fd = l->wake[0], .events = POLLIN};
         pf[1] = (struct pollfd){.fd = l->lfd, .events = POLLIN};

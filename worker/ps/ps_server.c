@@ -20,6 +20,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include "common/admit.h"
 #include "common/clock.h"
 #include "common/http.h"
 #include "common/json.h"
@@ -42,8 +43,10 @@
 #include "worker/data/reader.h"
 #include "worker/ps/ps_wire.h"
 
-#define PS_IDLE_S 600.0      /* a connection silent this long is closed */
-#define PS_DEAD_AFTER_S 10.0 /* a worker silent this long no longer holds the others */
+#define PS_IDLE_S 600.0       /* a connection silent this long is closed */
+#define PS_DEAD_AFTER_S 10.0  /* a worker silent this long no longer holds the others */
+#define PS_PENDING_MAX 64     /* unfinished handshakes held at once (common/admit.h) ... */
+#define PS_PENDING_PER_SRC 16 /* ... and from one source address */
 
 static volatile sig_atomic_t g_ps_term;
 static void ps_on_term(int sig)
@@ -59,8 +62,17 @@ typedef struct conn {
     int fd;
     char who[64];
     pthread_t th;
-    float *buf; /* shard-sized: a push's gradient in, a fetch's floats out */
+    rm_admit_pending adm; /* source and accept time */
+    float *buf;           /* shard-sized, once a member: a push's gradient in, a fetch's floats out */
 } conn;
+
+/* A connection still in its handshake (common/admit.h): the acceptor may drop it to make room, by
+ * shutdown() of its socket under adm_mu; its thread takes it out of the table (under adm_mu) before
+ * it closes the socket, so the acceptor never touches a closed descriptor. */
+typedef struct ps_pending {
+    rm_admit_pending adm;
+    conn *c;
+} ps_pending;
 
 struct server {
     /* settings */
@@ -99,7 +111,10 @@ struct server {
     /* concurrency */
     pthread_mutex_t mu;
     pthread_cond_t cv; /* monotonic clock; broadcast on every apply */
-    atomic_int nconns;
+    atomic_int nconns; /* members: connections that proved the token (at most RM_PS_MAX_CONNS) */
+    pthread_mutex_t adm_mu;
+    ps_pending pend[PS_PENDING_MAX]; /* under adm_mu: connections in their handshake */
+    int npend;
     int lfd;
 
     /* metrics */
@@ -398,17 +413,46 @@ static void refuse(const char *who, const char *why)
         rm_warn("parameter server refused connection from=%s reason=\"%s\" suppressed=%lu", who, why, sup);
 }
 
+/* Take c out of the pending table (if the acceptor has not dropped it already). */
+static void pending_leave(server *s, conn *c)
+{
+    pthread_mutex_lock(&s->adm_mu);
+    for (int i = 0; i < s->npend; i++)
+        if (s->pend[i].c == c) {
+            s->pend[i] = s->pend[--s->npend];
+            break;
+        }
+    pthread_mutex_unlock(&s->adm_mu);
+}
+
+/* rm_ps_hs_accept's claim: a place among the members, if there is one. */
+static bool member_claim(void *ctx)
+{
+    server *s = ctx;
+    int n = atomic_load(&s->nconns);
+    while (n < RM_PS_MAX_CONNS)
+        if (atomic_compare_exchange_weak(&s->nconns, &n, n + 1))
+            return true;
+    return false;
+}
+
 static void *conn_main(void *arg)
 {
     conn *c = arg;
     server *s = c->s;
     rm_err e = {0};
     int worker = -1;
-    int rc =
-        rm_ps_hs_accept(c->fd, s->token, s->index, s->nservers, rm_mono() + RM_PS_HANDSHAKE_S, &worker, &e);
+    int rc = rm_ps_hs_accept(c->fd, s->token, s->index, s->nservers, c->adm.t0 + RM_PS_HANDSHAKE_S,
+                             member_claim, s, &worker, &e);
+    pending_leave(s, c);
     if (rc) {
         refuse(c->who, e.msg);
+        worker = -1;
         goto out;
+    }
+    if (!(c->buf = malloc(s->len * sizeof(float)))) {
+        rm_warn("parameter server: out of memory for a connection from=%s", c->who);
+        goto member_out;
     }
     rm_debug("worker connected from=%s worker=%d", c->who, worker);
     for (;;) {
@@ -435,16 +479,22 @@ static void *conn_main(void *arg)
         if (rm_ps_reply(c->fd, &r, c->buf, rm_mono() + s->timeout_s, &e))
             break;
     }
-out:
-    if (s->coord && worker >= 0)
+    if (s->coord)
         rm_lbfgs_coord_worker_lost(s->coord, worker); /* its portions go back to the queue */
+member_out:
+    atomic_fetch_sub(&s->nconns, 1);
+out:
     close(c->fd);
     free(c->buf);
     free(c);
-    atomic_fetch_sub(&s->nconns, 1);
     return NULL;
 }
 
+/* The acceptor: every connection starts pending (common/admit.h: at most PS_PENDING_PER_SRC per
+ * source and PS_PENDING_MAX in all, the oldest dropped to make room, each dropped RM_PS_HANDSHAKE_S
+ * after its accept) and becomes a member only when it proved the token and a member's place is
+ * free (RM_PS_MAX_CONNS; otherwise it is told FULL). So strangers holding connections open never
+ * keep a worker out (docs/architecture.md#robustness). */
 static void *accept_main(void *arg)
 {
     server *s = arg;
@@ -454,16 +504,8 @@ static void *accept_main(void *arg)
         rm_err e = {0};
         if (rm_net_accept(s->lfd, rm_mono() + 0.5, &fd, who, sizeof who, &e) != RM_OK)
             continue;
-        if (atomic_load(&s->nconns) >= RM_PS_MAX_CONNS) {
-            refuse(who, "too many connections");
-            close(fd);
-            continue;
-        }
         conn *c = calloc(1, sizeof *c);
-        float *buf = c ? malloc(s->len * sizeof(float)) : NULL;
-        if (!c || !buf) {
-            free(c);
-            free(buf);
+        if (!c) {
             close(fd);
             continue;
         }
@@ -472,16 +514,32 @@ static void *accept_main(void *arg)
         rm_net_tune(fd, 4 << 20);
         c->s = s;
         c->fd = fd;
-        c->buf = buf;
         snprintf(c->who, sizeof c->who, "%s", who);
-        atomic_fetch_add(&s->nconns, 1);
+        char ip[64];
+        snprintf(ip, sizeof ip, "%s", who);
+        char *colon = strrchr(ip, ':');
+        if (colon)
+            *colon = 0;
+        struct in_addr ia = {0};
+        (void)inet_pton(AF_INET, ip, &ia); /* unparsable: 0.0.0.0, one shared source */
+        c->adm = (rm_admit_pending){.src = ia.s_addr, .t0 = rm_mono()};
+        pthread_mutex_lock(&s->adm_mu);
+        const char *why = NULL;
+        int victim = rm_admit_victim(&s->pend[0].adm, sizeof s->pend[0], s->npend, c->adm.src,
+                                     PS_PENDING_PER_SRC, PS_PENDING_MAX, &why);
+        if (victim >= 0) { /* its thread sees the socket fail, leaves the table gone and closes */
+            refuse(s->pend[victim].c->who, why);
+            shutdown(s->pend[victim].c->fd, SHUT_RDWR);
+            s->pend[victim] = s->pend[--s->npend];
+        }
+        s->pend[s->npend++] = (ps_pending){c->adm, c};
+        pthread_mutex_unlock(&s->adm_mu);
         pthread_attr_t at;
         pthread_attr_init(&at);
         pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
         if (pthread_create(&c->th, &at, conn_main, c) != 0) {
-            atomic_fetch_sub(&s->nconns, 1);
+            pending_leave(s, c);
             close(fd);
-            free(buf);
             free(c);
         }
         pthread_attr_destroy(&at);
@@ -835,6 +893,7 @@ int rm_ps_server_main(int argc, char **argv)
     }
     rm_mono_cond_init(&s->cv);
     pthread_mutex_init(&s->mu, NULL);
+    pthread_mutex_init(&s->adm_mu, NULL);
     char *stage = NULL;
     pthread_t acc;
     bool acc_started = false;

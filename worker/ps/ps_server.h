@@ -8,10 +8,12 @@
  * records its staleness, and holds a worker more than stalenessBound steps ahead of the slowest
  * live one. Server 0 also hands out the global batch budget in async mode (DRAW).
  *
- * Threads: an acceptor; one thread per connection (at most RM_PS_MAX_CONNS; more are refused at
- * once), each bounded: handshake within RM_PS_HANDSHAKE_S, a request within the idle bound, every
- * wait for a version or for the slowest worker within the comm timeout. State lives under one
- * mutex; a connection's buffers are allocated once when it is accepted, so steps allocate nothing.
+ * Threads: an acceptor; one thread per connection, each bounded: handshake within RM_PS_HANDSHAKE_S,
+ * a request within the idle bound, every wait for a version or for the slowest worker within the
+ * comm timeout. Connections in their handshake follow the ring's rule for strangers (common/admit.h:
+ * capped per source and in all, never counted against members); at most RM_PS_MAX_CONNS
+ * connections that proved the token are members, and one more is told FULL. State lives under one
+ * mutex; a member's buffers are allocated once when it proves the token, so steps allocate nothing.
  * The main thread writes checkpoints (every checkpoint interval of versions, atomic and
  * checksummed, in <checkpoint dir>/ps-<index>/) from a snapshot taken under the mutex, and on
  * SIGTERM writes a last one and exits 0. A start restores the newest valid checkpoint of its shard

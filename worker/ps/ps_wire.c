@@ -37,11 +37,15 @@ static void ps_mac(const char *token, const char *role, uint32_t index, uint32_t
     rm_net_hs_mac(token, label, index, worker, nservers, nc, ns, out);
 }
 
-int rm_ps_hs_accept(int fd, const char *token, int index, int nservers, double deadline, int *worker,
-                    rm_err *err)
+int rm_ps_hs_accept(int fd, const char *token, int index, int nservers, double deadline,
+                    bool (*claim)(void *ctx), void *ctx, int *worker, rm_err *err)
 {
     uint8_t hello[HELLO_LEN], ch[CHAL_LEN], proof[PROOF_LEN], ack[ACK_LEN], mac[32];
-    RM_CHECK(rm_net_recv_all(fd, hello, sizeof hello, deadline, err));
+    int rc;
+    /* no RM_CHECK trail here: a stranger triggers these at will, and the caller logs one
+     * rate-limited line per refusal (ps_server.c) */
+    if ((rc = rm_net_recv_all(fd, hello, sizeof hello, deadline, err)))
+        return rc;
     if (get32(hello) != RM_PS_MAGIC)
         return rm_errf(err, RM_EPROTO, "bad magic (not a ringmaster worker)");
     if (get32(hello + 4) != RM_PS_VERSION)
@@ -59,8 +63,9 @@ int rm_ps_hs_accept(int fd, const char *token, int index, int nservers, double d
     put32(ch + 12, 0);
     memcpy(ch + 16, ns, 16);
     ps_mac(token, "acc", (uint32_t)index, w, (uint32_t)nservers, hello + 16, ns, ch + 32);
-    RM_CHECK(rm_net_send_all(fd, ch, sizeof ch, deadline, err));
-    RM_CHECK(rm_net_recv_all(fd, proof, sizeof proof, deadline, err));
+    if ((rc = rm_net_send_all(fd, ch, sizeof ch, deadline, err)) ||
+        (rc = rm_net_recv_all(fd, proof, sizeof proof, deadline, err)))
+        return rc;
     ps_mac(token, "con", (uint32_t)index, w, (uint32_t)nservers, hello + 16, ns, mac);
     put32(ack, RM_PS_MAGIC);
     if (get32(proof) != RM_PS_MAGIC || !rm_net_ct_equal(mac, proof + 4, 32)) {
@@ -69,8 +74,15 @@ int rm_ps_hs_accept(int fd, const char *token, int index, int nservers, double d
         (void)rm_net_send_all(fd, ack, sizeof ack, deadline, &e2);
         return rm_errf(err, RM_EAUTH, "authentication failed (wrong job token)");
     }
+    if (claim && !claim(ctx)) {
+        put32(ack + 4, RM_PS_FULL); /* say so: the worker's log names the cause, not "peer closed" */
+        rm_err e2 = {0};
+        (void)rm_net_send_all(fd, ack, sizeof ack, deadline, &e2);
+        return rm_errf(err, RM_EAGAIN, "server full (worker %u proved the token)", w);
+    }
     put32(ack + 4, 0);
-    RM_CHECK(rm_net_send_all(fd, ack, sizeof ack, deadline, err));
+    if ((rc = rm_net_send_all(fd, ack, sizeof ack, deadline, err)))
+        return rc;
     *worker = (int)w;
     return RM_OK;
 }
@@ -124,6 +136,11 @@ int rm_ps_conn_open(rm_ps_conn *c, const char *addr, int index, int nservers, in
         (rc = rm_net_recv_all(c->fd, ack, sizeof ack, deadline, &e2))) {
         rm_ps_conn_close(c);
         return rm_errf(err, rc, "parameter server %d at %s: handshake: %s", index, addr, e2.msg);
+    }
+    if (get32(ack) == RM_PS_MAGIC && get32(ack + 4) == RM_PS_FULL) {
+        rm_ps_conn_close(c);
+        return rm_errf(err, RM_EAGAIN, "parameter server %d at %s is full (no room for another connection)",
+                       index, addr);
     }
     if (get32(ack) != RM_PS_MAGIC || get32(ack + 4) != 0) {
         rm_ps_conn_close(c);

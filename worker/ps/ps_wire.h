@@ -4,7 +4,7 @@
  * Handshake (the ring's, worker/comm/comm_ring.c, with its own labels; the token never crosses the
  * wire; rm_net_hs_mac): HELLO{magic, version, worker, server index, nonce_c} ->
  * CHALLENGE{magic, version, index, 0, nonce_s, HMAC(token, "ringmaster-ps-v1 acc"|index|worker|S|
- * nonces)} -> PROOF{magic, HMAC(token, "ringmaster-ps-v1 con"|...)} -> ACK{magic, 0 | REFUSED}.
+ * nonces)} -> PROOF{magic, HMAC(token, "ringmaster-ps-v1 con"|...)} -> ACK{magic, 0 | REFUSED | FULL}.
  * A server that cannot prove the token is refused by the worker; a worker that cannot is refused
  * (and logged) by the server.
  *
@@ -29,13 +29,15 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include "common/admit.h"
 #include "common/rm.h"
 
 #define RM_PS_MAGIC 0x524d5053u /* "RMPS" */
 #define RM_PS_VERSION 1u
 #define RM_PS_CHECK 0x7c31a9e5u
-#define RM_PS_HANDSHAKE_S 2.0 /* accept -> proof checked, or the connection is dropped */
-#define RM_PS_REFUSED 1u
+#define RM_PS_HANDSHAKE_S RM_ADMIT_HANDSHAKE_S /* accept -> proof checked, or dropped (common/admit.h) */
+#define RM_PS_REFUSED 1u                       /* ACK status: the proof was wrong */
+#define RM_PS_FULL 2u /* ACK status: the proof was right, but the server has no room for a member */
 #define RM_PS_MAX_FLOATS (1u << 30) /* the largest model (RM_TJ_MAX_PARAMS) */
 
 /* LB_* (Sandblaster L-BFGS, worker/ps/lbfgs_coord.h): LB_VEC a vector op on the shard's L-BFGS
@@ -79,9 +81,11 @@ static inline uint32_t rm_ps_rep_check(const rm_ps_rep *r)
 }
 
 /* Server side of the handshake on an accepted socket: *worker gets the worker id the peer
- * proved. RM_EAUTH (refusal sent) on a wrong proof, RM_EPROTO on garbage, RM_ETIMEDOUT. */
-int rm_ps_hs_accept(int fd, const char *token, int index, int nservers, double deadline, int *worker,
-                    rm_err *err);
+ * proved. claim (may be NULL: always room) is asked once the proof checked out whether the peer
+ * may become a member; when it says no, the peer is told FULL and the call fails RM_EAGAIN.
+ * RM_EAUTH (refusal sent) on a wrong proof, RM_EPROTO on garbage, RM_ETIMEDOUT. */
+int rm_ps_hs_accept(int fd, const char *token, int index, int nservers, double deadline,
+                    bool (*claim)(void *ctx), void *ctx, int *worker, rm_err *err);
 
 /* A worker's connection to one server. */
 typedef struct rm_ps_conn {
@@ -91,7 +95,8 @@ typedef struct rm_ps_conn {
     int port;
 } rm_ps_conn;
 
-/* Connect to "host:port" and prove the token (deadline: absolute, monotonic seconds). */
+/* Connect to "host:port" and prove the token (deadline: absolute, monotonic seconds). RM_EAUTH
+ * when either side's proof fails; RM_EAGAIN when the server is full (it says so: try later). */
 int rm_ps_conn_open(rm_ps_conn *c, const char *addr, int index, int nservers, int worker, const char *token,
                     double deadline, rm_err *err);
 void rm_ps_conn_close(rm_ps_conn *c);
