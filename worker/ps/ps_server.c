@@ -63,6 +63,7 @@ typedef struct conn {
     char who[64];
     pthread_t th;
     rm_admit_pending adm; /* source and accept time */
+    bool member;          /* holds one of the RM_PS_MAX_CONNS places (s->nconns) */
     float *buf;           /* shard-sized, once a member: a push's gradient in, a fetch's floats out */
 } conn;
 
@@ -413,26 +414,32 @@ static void refuse(const char *who, const char *why)
         rm_warn("parameter server refused connection from=%s reason=\"%s\" suppressed=%lu", who, why, sup);
 }
 
-/* Take c out of the pending table (if the acceptor has not dropped it already). */
-static void pending_leave(server *s, conn *c)
+/* Take c out of the pending table; false when the acceptor has dropped it already. */
+static bool pending_leave(server *s, conn *c)
 {
+    bool found = false;
     pthread_mutex_lock(&s->adm_mu);
-    for (int i = 0; i < s->npend; i++)
+    for (int i = 0; i < s->npend && !found; i++)
         if (s->pend[i].c == c) {
             s->pend[i] = s->pend[--s->npend];
-            break;
+            found = true;
         }
     pthread_mutex_unlock(&s->adm_mu);
+    return found;
 }
 
-/* rm_ps_hs_accept's claim: a place among the members, if there is one. */
+/* rm_ps_hs_accept's claim, once the proof checked out: c leaves the pending table first (so the
+ * acceptor can no longer drop a member), then takes a member's place if there is one. */
 static bool member_claim(void *ctx)
 {
-    server *s = ctx;
+    conn *c = ctx;
+    server *s = c->s;
+    if (!pending_leave(s, c))
+        return false; /* dropped to make room a moment ago: its socket is shut down already */
     int n = atomic_load(&s->nconns);
     while (n < RM_PS_MAX_CONNS)
         if (atomic_compare_exchange_weak(&s->nconns, &n, n + 1))
-            return true;
+            return c->member = true;
     return false;
 }
 
@@ -443,11 +450,13 @@ static void *conn_main(void *arg)
     rm_err e = {0};
     int worker = -1;
     int rc = rm_ps_hs_accept(c->fd, s->token, s->index, s->nservers, c->adm.t0 + RM_PS_HANDSHAKE_S,
-                             member_claim, s, &worker, &e);
-    pending_leave(s, c);
+                             member_claim, c, &worker, &e);
+    (void)pending_leave(s, c); /* failed before its claim: still in the table, unless dropped */
     if (rc) {
         refuse(c->who, e.msg);
         worker = -1;
+        if (c->member) /* claimed, then the acknowledgement failed */
+            goto member_out;
         goto out;
     }
     if (!(c->buf = malloc(s->len * sizeof(float)))) {
