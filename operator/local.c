@@ -1172,6 +1172,12 @@ static void local_free(local *l)
     free(l);
 }
 
+bool rm_local_on_gpus(void)
+{
+    const char *dev = getenv(RM_ENV_DEVICE);
+    return dev && strcmp(dev, "cuda") == 0;
+}
+
 int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_err *err)
 {
     int rc;
@@ -1194,8 +1200,7 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
     RM_CHECK_GOTO(rm_local_worker_bin(l->worker_bin, sizeof l->worker_bin, err), rc, out);
     RM_CHECK_GOTO(rm_fs_mkdir_p(o->run_dir, err), rc, out);
     RM_CHECK_GOTO(rm_fs_mkdir_p(o->checkpoint_dir, err), rc, out);
-    const char *dev = getenv(RM_ENV_DEVICE);
-    if (dev && strcmp(dev, "cuda") == 0) {
+    if (rm_local_on_gpus()) {
         /* RINGMASTER_DEVICE=cuda (inherited by every worker): GPU workers, the manifest as written;
          * each worker's LOCAL_RANK picks its GPU (docs/gpu.md) */
         say(l, "ringmaster: note: local workers run on GPUs (%s=cuda): backend %s, worker i on GPU i\n",

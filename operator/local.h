@@ -103,4 +103,7 @@ void rm_local_strv_free(char **v); /* NULL ok */
 
 /* Path of ringmaster-worker as rm_local_run would pick it (into buf). RM_ENOTFOUND if missing. */
 int rm_local_worker_bin(char *buf, size_t cap, rm_err *err);
+/* Whether local workers run on GPUs: RINGMASTER_DEVICE=cuda in the runner's environment (which
+ * every worker inherits); otherwise they are CPU processes (docs/gpu.md, "Running on GPUs"). */
+bool rm_local_on_gpus(void);
 #endif

@@ -114,8 +114,7 @@ int rm_manifest_load(const rm_yaml_docs *d, const char *path, const rm_manifest_
         /* every worker runs on this machine, from its memory - unless they are GPU workers (backend
          * nccl) that `validate` (no overrides) checks for a cluster or that run with
          * RINGMASTER_DEVICE=cuda: the model lives in GPU memory there, not in this machine's RAM */
-        const char *dev = getenv(RM_ENV_DEVICE);
-        bool gpu = out->spec.backend == RM_BACKEND_NCCL && (!ov || (dev && strcmp(dev, "cuda") == 0));
+        bool gpu = out->spec.backend == RM_BACKEND_NCCL && (!ov || rm_local_on_gpus());
         if (rc == RM_OK && !gpu)
             rc = rm_tj_check_memory_local(out, &e);
     }
