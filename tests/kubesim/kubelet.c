@@ -11,8 +11,13 @@
  * Every pod gets its own loopback address 127.0.x.y — except on a --nodes node (netns.sh), where
  * its processes join the node's network namespace (setns before exec) and podIP = hostIP = the
  * node's address. Images map to programs with --image-map;
- * a container's command overrides the entrypoint and is looked up on PATH. Init containers and
- * exec probes are not run.
+ * a container's command overrides the entrypoint and is looked up on PATH. Init containers run
+ * first, one at a time in order, each to exit 0 (a failed one is restarted unless restartPolicy is
+ * Never, when the pod fails), and the app containers wait in PodInitializing until all are done;
+ * their status is initContainerStatuses. terminationMessagePolicy FallbackToLogsOnError puts the
+ * last 2,048 bytes of a failed container's log in its terminated state's message (the message
+ * file itself, terminationMessagePath, needs a mount namespace and is not read). Exec probes are
+ * not run.
  * With --runtime podman (podman.h) each container is a `podman run` of its image instead: the same
  * lifecycle, with the attached podman client as the process; env is only what the pod spec says (not
  * kubesim's own environment); termination goes through `podman kill`; pods' DNS names (hostname.
@@ -70,7 +75,10 @@ typedef struct kl_ctr {
     char log[760], prev_log[760];
     kl_probe live, readyp;
     bool killed_by_probe;
-    char cname[128]; /* podman runtime: the running container's name */
+    char cname[128];     /* podman runtime: the running container's name */
+    bool init;           /* one of spec.initContainers (they come first in kl_pod.c) */
+    bool log_msg;        /* terminationMessagePolicy FallbackToLogsOnError */
+    char term_msg[2049]; /* the terminated state's message: the log's tail after a failure */
 } kl_ctr;
 
 typedef struct kl_pod {
@@ -78,7 +86,7 @@ typedef struct kl_pod {
     char hostip[48]; /* 127.0.0.1, or the node's address (--nodes) */
     char netns[64];  /* --nodes: the node's namespace its processes join */
     int node_idx;    /* index in opts.nodes, -1 for kubesim-node */
-    int nc;
+    int nc, ninit;   /* c[0 .. ninit) are the init containers, in order */
     kl_ctr c[KL_MAX_CONTAINERS];
     bool terminating, sigkill_sent, final, removed;
     double kill_deadline;
@@ -604,7 +612,7 @@ static int start_podman(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *pod, 
 static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *pod)
 {
     ks_server *s = kl->s;
-    const cJSON *cs = oget(oget(pod, "spec"), "containers");
+    const cJSON *cs = oget(oget(pod, "spec"), c->init ? "initContainers" : "containers");
     const cJSON *cj = NULL;
     for (const cJSON *x = cs ? cs->child : NULL; x; x = x->next)
         if (ks_sget(x, "name") && !strcmp(ks_sget(x, "name"), c->name))
@@ -689,6 +697,8 @@ static cJSON *ctr_status(const kl_ctr *c)
         if (c->sig)
             cJSON_AddNumberToObject(t, "signal", c->sig);
         cJSON_AddStringToObject(t, "reason", c->exit_code == 0 ? "Completed" : "Error");
+        if (c->term_msg[0])
+            cJSON_AddStringToObject(t, "message", c->term_msg);
         rm_json_time(ts, c->started_at);
         rm_json_time(ts2, c->finished_at);
         cJSON_AddStringToObject(t, "startedAt", ts);
@@ -729,10 +739,24 @@ static cJSON *ctr_status(const kl_ctr *c)
     return o;
 }
 
+/* All init containers exited 0 (true when there are none). */
+static bool initialized(const kl_pod *p)
+{
+    for (int i = 0; i < p->ninit; i++)
+        if (!p->c[i].done || p->c[i].exit_code != 0)
+            return false;
+    return true;
+}
+
 static const char *pod_phase(const kl_pod *p)
 {
-    bool all_done = p->nc > 0, all_ok = true, any_started = false;
-    for (int i = 0; i < p->nc; i++) {
+    for (int i = 0; i < p->ninit; i++)
+        if (p->c[i].done && p->c[i].exit_code != 0)
+            return "Failed"; /* done only under restartPolicy Never: the pod has failed */
+    if (!initialized(p))
+        return "Pending";
+    bool all_done = p->nc > p->ninit, all_ok = true, any_started = false;
+    for (int i = p->ninit; i < p->nc; i++) {
         const kl_ctr *c = &p->c[i];
         if (!c->done)
             all_done = false;
@@ -769,15 +793,16 @@ static int write_status_cb(cJSON *pod, void *ud)
 static void write_status(ks_kubelet *kl, kl_pod *p)
 {
     const char *phase = pod_phase(p);
-    bool all_ready = p->nc > 0, terminal = !strcmp(phase, "Succeeded") || !strcmp(phase, "Failed");
+    bool all_ready = p->nc > p->ninit, terminal = !strcmp(phase, "Succeeded") || !strcmp(phase, "Failed");
     bool any_started = false;
-    for (int i = 0; i < p->nc; i++) {
+    for (int i = p->ninit; i < p->nc; i++) {
         if (!(p->c[i].running && p->c[i].ready))
             all_ready = false;
         if (p->c[i].ever_started)
             any_started = true;
     }
-    bool vals[5] = {true, !terminal || any_started, true, all_ready && !terminal, all_ready && !terminal};
+    bool vals[5] = {true, !terminal || any_started, initialized(p), all_ready && !terminal,
+                    all_ready && !terminal};
     double now = rm_wall();
     for (int i = 0; i < 5; i++)
         if (p->cond_time[i] == 0 || p->cond_val[i] != vals[i]) {
@@ -795,7 +820,10 @@ static void write_status(ks_kubelet *kl, kl_pod *p)
         cJSON_AddStringToObject(c, "status", vals[i] ? "True" : "False");
         cJSON_AddNullToObject(c, "lastProbeTime");
         cJSON_AddStringToObject(c, "lastTransitionTime", ts);
-        if (!vals[i] && i >= 3) {
+        if (!vals[i] && i == 2) {
+            cJSON_AddStringToObject(c, "reason", "ContainersNotInitialized");
+            cJSON_AddStringToObject(c, "message", "containers with incomplete status");
+        } else if (!vals[i] && i >= 3) {
             cJSON_AddStringToObject(c, "reason", terminal ? "PodCompleted" : "ContainersNotReady");
             if (!terminal)
                 cJSON_AddStringToObject(c, "message", "containers with unready status");
@@ -815,9 +843,22 @@ static void write_status(ks_kubelet *kl, kl_pod *p)
     char ts[32];
     rm_json_time(ts, p->start_time);
     cJSON_AddStringToObject(st, "startTime", ts);
+    if (p->ninit > 0) {
+        cJSON *ics = cJSON_AddArrayToObject(st, "initContainerStatuses");
+        for (int i = 0; i < p->ninit; i++)
+            cJSON_AddItemToArray(ics, ctr_status(&p->c[i]));
+    }
     cJSON *cs = cJSON_AddArrayToObject(st, "containerStatuses");
-    for (int i = 0; i < p->nc; i++)
-        cJSON_AddItemToArray(cs, ctr_status(&p->c[i]));
+    for (int i = p->ninit; i < p->nc; i++) {
+        cJSON *o = ctr_status(&p->c[i]);
+        if (!initialized(p) && !p->c[i].ever_started) { /* waiting on the init containers */
+            cJSON *w =
+                cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, "state"), "waiting");
+            if (w && !p->c[i].reason[0])
+                cJSON_ReplaceItemInObjectCaseSensitive(w, "reason", cJSON_CreateString("PodInitializing"));
+        }
+        cJSON_AddItemToArray(cs, o);
+    }
     char *txt = cJSON_PrintUnformatted(st);
     if (txt && (!p->last_status_dyn || strcmp(txt, p->last_status_dyn))) {
         status_ud u = {st};
@@ -951,18 +992,25 @@ static kl_pod *new_pod(ks_kubelet *kl, const cJSON *pod)
              ks_sget(spec, "subdomain") ? ks_sget(spec, "subdomain") : "");
     const cJSON *lb = oget(md, "labels");
     p->labels = cJSON_IsObject(lb) ? cJSON_Duplicate(lb, 1) : NULL;
-    const cJSON *cs = oget(spec, "containers");
-    for (const cJSON *c = cs ? cs->child : NULL; c && p->nc < KL_MAX_CONTAINERS; c = c->next) {
-        kl_ctr *k = &p->c[p->nc++];
-        snprintf(k->name, sizeof(k->name), "%s", ks_sget(c, "name") ? ks_sget(c, "name") : "c");
-        snprintf(k->image, sizeof(k->image), "%s", ks_sget(c, "image") ? ks_sget(c, "image") : "");
-        char cn[64];
-        memcpy(cn, k->name, sizeof(cn));
-        snprintf(k->log, sizeof(k->log), "%.700s/%.40s.log", dir, cn);
-        snprintf(k->prev_log, sizeof(k->prev_log), "%.700s/%.40s.previous.log", dir, cn);
-        parse_probe(oget(c, "livenessProbe"), &k->live);
-        parse_probe(oget(c, "readinessProbe"), &k->readyp);
-        k->ready = false;
+    for (int pass = 0; pass < 2; pass++) {
+        const cJSON *cs = oget(spec, pass == 0 ? "initContainers" : "containers");
+        for (const cJSON *c = cs ? cs->child : NULL; c && p->nc < KL_MAX_CONTAINERS; c = c->next) {
+            kl_ctr *k = &p->c[p->nc++];
+            k->init = pass == 0;
+            if (k->init)
+                p->ninit = p->nc;
+            snprintf(k->name, sizeof(k->name), "%s", ks_sget(c, "name") ? ks_sget(c, "name") : "c");
+            snprintf(k->image, sizeof(k->image), "%s", ks_sget(c, "image") ? ks_sget(c, "image") : "");
+            char cn[64];
+            memcpy(cn, k->name, sizeof(cn));
+            snprintf(k->log, sizeof(k->log), "%.700s/%.40s.log", dir, cn);
+            snprintf(k->prev_log, sizeof(k->prev_log), "%.700s/%.40s.previous.log", dir, cn);
+            parse_probe(oget(c, "livenessProbe"), &k->live);
+            parse_probe(oget(c, "readinessProbe"), &k->readyp);
+            k->ready = false;
+            const char *tmp = ks_sget(c, "terminationMessagePolicy");
+            k->log_msg = tmp && !strcmp(tmp, "FallbackToLogsOnError");
+        }
     }
     p->next = kl->pods;
     kl->pods = p;
@@ -1086,6 +1134,19 @@ static void on_exit_status(kl_ctr *c, int status)
     c->finished_at = rm_wall();
     c->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     c->sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    c->term_msg[0] = 0;
+    FILE *f = c->log_msg && c->exit_code != 0 ? fopen(c->log, "r") : NULL;
+    if (f) { /* FallbackToLogsOnError: the log's last 2,048 bytes */
+        long want = (long)sizeof(c->term_msg) - 1;
+        if (fseek(f, 0, SEEK_END) == 0) {
+            long end = ftell(f);
+            if (fseek(f, end > want ? end - want : 0, SEEK_SET) == 0) {
+                size_t n = fread(c->term_msg, 1, (size_t)want, f);
+                c->term_msg[n] = 0;
+            }
+        }
+        fclose(f);
+    }
 }
 
 static void reap(ks_kubelet *kl)
@@ -1114,9 +1175,11 @@ static void handle_exits(ks_kubelet *kl, kl_pod *p, double now)
         kl_ctr *c = &p->c[i];
         if (c->running || c->done || !c->ever_started || c->next_start > 0)
             continue;
-        /* the container just exited */
-        bool restart = !strcmp(p->restart_policy, "Always") ||
-                       (!strcmp(p->restart_policy, "OnFailure") && c->exit_code != 0);
+        /* the container just exited (an init container that succeeded is done; one that failed is
+         * retried unless the pod's restartPolicy is Never) */
+        bool restart = c->init ? c->exit_code != 0 && strcmp(p->restart_policy, "Never") != 0
+                               : !strcmp(p->restart_policy, "Always") ||
+                                     (!strcmp(p->restart_policy, "OnFailure") && c->exit_code != 0);
         if (!restart) {
             c->done = true;
             continue;
@@ -1306,6 +1369,8 @@ static void tick(ks_kubelet *kl)
         /* start / restart containers that are due */
         for (int c = 0; c < p->nc; c++) {
             kl_ctr *k = &p->c[c];
+            if (c > 0 && c <= p->ninit && !(p->c[c - 1].done && p->c[c - 1].exit_code == 0))
+                break; /* init containers one at a time, in order; the app containers after all */
             if (k->running || k->done)
                 continue;
             if (k->next_start > 0 && now < k->next_start)

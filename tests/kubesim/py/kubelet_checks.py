@@ -173,6 +173,33 @@ post("/kubesim/node-ready", {})
 wait_for(lambda: get(PODS + "/nr")[0] == 404, "pod not removed after node came back", secs=10)
 ok("fault: node back -> pod finishes deletion")
 
+# init containers: run first, one at a time in order, each to exit 0; the app container waits in
+# PodInitializing (Initialized False, phase Pending); a failed one under restartPolicy Never fails the pod
+f = "/tmp/kubesim-init-%d.txt" % os.getpid()
+ip = pod("initp", "cat " + f + "; rm -f " + f)
+ip["spec"]["initContainers"] = [{"name": "one", "image": "busybox", "command": ["sh", "-c", "sleep 1; echo a >> " + f]},
+                                {"name": "two", "image": "busybox", "command": ["sh", "-c", "echo b >> " + f]}]
+post(PODS, ip)
+time.sleep(0.5)
+st = getpod("initp").get("status") or {}
+ic = {c["type"]: c["status"] for c in st.get("conditions", [])}
+w = ((st.get("containerStatuses") or [{}])[0].get("state") or {}).get("waiting") or {}
+check(st.get("phase") == "Pending" and ic.get("Initialized") == "False" and w.get("reason") == "PodInitializing",
+      "init containers: the app container waits in PodInitializing", st)
+wait_for(lambda: phase("initp") == "Succeeded", "init pod did not succeed")
+st = getpod("initp")["status"]
+check(logs("initp").split() == ["a", "b"], "init containers ran in order before the app container", logs("initp"))
+check([c["state"]["terminated"]["exitCode"] for c in st["initContainerStatuses"]] == [0, 0] and
+      {c["type"]: c["status"] for c in st["conditions"]}["Initialized"] == "True",
+      "initContainerStatuses terminated 0, Initialized True", st)
+fp = pod("initfail", "echo never")
+fp["spec"]["initContainers"] = [{"name": "one", "image": "busybox", "command": ["sh", "-c", "exit 3"]}]
+post(PODS, fp)
+wait_for(lambda: phase("initfail") == "Failed", "a failed init container under Never did not fail the pod")
+st = getpod("initfail")["status"]
+check(st["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 3 and
+      "waiting" in st["containerStatuses"][0]["state"], "the app container never started after a failed init", st)
+
 # faults: fail next N, delay; restart keeps state and drops watchers
 post("/kubesim/faults", {"failNext": 2, "code": 429, "verb": "list", "resource": "configmaps"})
 s1 = get("/api/v1/namespaces/default/configmaps")[0]
