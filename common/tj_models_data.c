@@ -219,8 +219,6 @@ int tj_validate_models_data(const rm_training_spec *t, const char *ctx, rm_err *
         return unsupported(err, dctx, "uri", "\"%s\"", t->data.uri);
     if (t->data.sha256 && !fetched) /* fetched data is checked (common/fetch.h) */
         return unsupported(err, dctx, "sha256", "checking the checksum of data that is not fetched");
-    if (t->data.secret)
-        return unsupported(err, dctx, "secretRef.name", "reading object-store credentials");
     if (t->data.val_uri)
         return unsupported(err, dctx, "validation.uri", "a validation split");
     return RM_OK;

@@ -5,6 +5,9 @@
  *                                     `ringmaster sample` runs)
  *   ringmaster-worker ps [flags]      a parameter server (worker/ps/ps_server.c); RINGMASTER_ROLE=ps
  *                                     selects it too, whatever the command
+ *   ringmaster-worker fetch [flags]   fetch the job's remote data into the data cache and exit (the
+ *                                     operator's init container: docs/models-and-data.md, "Where data
+ *                                     comes from"); the same settings as train
  * Exit codes: 0 success (also on SIGTERM after the checkpoint, and on the rendezvous' "stop"),
  * 1 runtime failure (missing/corrupt data, unrecoverable comm error), 2 bad usage (also settings
  * found unusable at start: a checkpoint folder that cannot be written, --resume with nothing to
@@ -28,17 +31,21 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: ringmaster-worker train [flags] | bench [flags] | sample [flags] | --help\n"
-                 "  train   synchronous data-parallel training (see `ringmaster-worker train --help`)\n"
-                 "  bench   allreduce benchmark, nccl-tests format (see `ringmaster-worker bench --help`)\n"
-                 "  sample  text from a trained language model (see `ringmaster-worker sample --help`)\n"
-                 "  ps      a parameter server (env RINGMASTER_ROLE=ps selects it too)\n");
+    fprintf(out,
+            "usage: ringmaster-worker train [flags] | bench [flags] | sample [flags] | --help\n"
+            "  train   synchronous data-parallel training (see `ringmaster-worker train --help`)\n"
+            "  bench   allreduce benchmark, nccl-tests format (see `ringmaster-worker bench --help`)\n"
+            "  sample  text from a trained language model (see `ringmaster-worker sample --help`)\n"
+            "  ps      a parameter server (env RINGMASTER_ROLE=ps selects it too)\n"
+            "  fetch   fetch spec.training.data.uri into the data cache (RINGMASTER_DATA_CACHE) and exit\n");
 }
 
 /* The one-line reason a controller shows (DataError's message): $RINGMASTER_TERMINATION_LOG, else
- * Kubernetes' terminationMessagePath when the container has one. */
+ * Kubernetes' terminationMessagePath when the container has one; and as the log's last line, which
+ * is the message under terminationMessagePolicy FallbackToLogsOnError when no file is written. */
 static void write_termination(const char *msg)
 {
+    fprintf(stderr, "%s\n", msg);
     const char *p = getenv(RM_ENV_TERMINATION_LOG);
     if (!p || !*p)
         p = access("/dev/termination-log", W_OK) == 0 ? "/dev/termination-log" : NULL;
@@ -47,6 +54,37 @@ static void write_termination(const char *msg)
         return;
     fprintf(f, "%s\n", msg);
     fclose(f);
+}
+
+/* `fetch`: the train command's settings, then only the data source (fetched when remote; a
+ * complete cache entry is used as it is, so a replacement pod fetches nothing). */
+static int fetch_main(int argc, char **argv)
+{
+    rm_train_cfg cfg;
+    rm_err err = {0};
+    int rc = rm_train_cfg_parse(argc, argv, &cfg, &err);
+    if (rc) {
+        if (strcmp(err.msg, "help") == 0) {
+            printf("usage: ringmaster-worker fetch [train's flags]: fetch spec.training.data.uri (from "
+                   "RINGMASTER_TRAINING or --config) into the data cache (RINGMASTER_DATA_CACHE) and exit\n");
+            return 0;
+        }
+        fprintf(stderr, "ringmaster-worker fetch: %s\n", err.msg);
+        return 2;
+    }
+    const rm_data_reader *r = NULL;
+    char src[4096];
+    rc = rm_data_source(&cfg.t, &r, src, sizeof src, &err);
+    if (rc == RM_OK)
+        rm_info("data ready uri=%s path=%s", cfg.t.data.uri ? cfg.t.data.uri : "-", src);
+    else
+        rm_error("data fetch failed rc=%s err=\"%s\"", rm_strerror(rc), err.msg);
+    rm_train_cfg_free(&cfg);
+    if (rc && rm_data_error_is(&err)) {
+        write_termination(err.msg);
+        return RM_WORKER_EXIT_DATA_ERROR;
+    }
+    return rc ? 1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -65,6 +103,8 @@ int main(int argc, char **argv)
         return rm_ps_server_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "sample"))
         return rm_worker_sample_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "fetch"))
+        return fetch_main(argc - 1, argv + 1);
     int mode = rm_enum_index(rm_mode_names, argv[1]); /* the subcommand is spec.training.mode */
     if (mode == RM_MODE_BENCH)
         return rm_worker_bench_main(argc - 1, argv + 1);

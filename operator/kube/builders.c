@@ -3,13 +3,18 @@
  * Design: a pod is the job's own template with the launch contract (operator/launch.h) rendered
  * into it: labels, restart policy, hostname/subdomain under the job's headless Service, the
  * worker container's args and env, and the placement affinity. The template's values win
- * wherever the contract allows a default; everything the contract owns is ours. */
+ * wherever the contract allows a default; everything the contract owns is ours. Remote data
+ * (docs/models-and-data.md, "Where data comes from") adds an init container of the worker image
+ * running `ringmaster-worker fetch` into the data cache, on the job's shared volume when the
+ * checkpoint path is on one, else on a per-pod emptyDir; data.secretRef becomes envFrom. */
 #include "operator/kube/builders.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "common/b64.h"
+#include "common/datasets.h"
 #include "common/json.h"
+#include "common/worker_env.h"
 #include "common/trainingjob.h"
 #include "operator/kube/runtime.h"
 #include "operator/launch.h"
@@ -186,6 +191,111 @@ static void placement_render(cJSON *spec, cJSON *labels, const rm_tj *tj, int in
 
 /* A worker's pod (ps_index < 0) or parameter server ps_index's: the launch contract rendered
  * into the job's template. */
+/* The per-pod data volume when no shared one holds the checkpoint path. */
+#define RM_DATA_VOLUME "ringmaster-data"
+#define RM_DATA_MOUNT "/var/cache/ringmaster/data"
+
+/* Does container c mount a volume at (or above) path? */
+static bool mounted_at(const cJSON *c, const char *path)
+{
+    const cJSON *vm;
+    cJSON_ArrayForEach(vm, cJSON_GetObjectItemCaseSensitive(c, "volumeMounts"))
+    {
+        const cJSON *mp = cJSON_GetObjectItemCaseSensitive(vm, "mountPath");
+        if (!cJSON_IsString(mp))
+            continue;
+        size_t n = strlen(mp->valuestring);
+        while (n > 1 && mp->valuestring[n - 1] == '/')
+            n--;
+        if (!strncmp(path, mp->valuestring, n) && (path[n] == '/' || path[n] == 0 || n == 1))
+            return true;
+    }
+    return false;
+}
+
+/* data.secretRef: every key of the Secret as the container's env (AWS_ACCESS_KEY_ID ...). */
+static void secret_env_render(cJSON *c, const rm_tj *tj)
+{
+    const char *sec = tj->spec.training.data.secret;
+    if (!sec || !*sec)
+        return;
+    cJSON *ef = cJSON_GetObjectItemCaseSensitive(c, "envFrom");
+    if (!cJSON_IsArray(ef)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(c, "envFrom");
+        ef = cJSON_AddArrayToObject(c, "envFrom");
+    }
+    cJSON *e = cJSON_CreateObject();
+    cJSON_AddStringToObject(cJSON_AddObjectToObject(e, "secretRef"), "name", sec);
+    cJSON_AddItemToArray(ef, e);
+}
+
+/* Remote data: the data cache (RINGMASTER_DATA_CACHE) on the job's shared volume — the one the
+ * checkpoint path is on, so the job's pods fetch once and a replacement finds the data verified —
+ * else on a per-pod emptyDir; and the init container that fills it before the worker starts (the
+ * worker's own fetch then finds the cache complete). c is the worker container, env its env. */
+static void data_init_render(cJSON *spec, cJSON *c, cJSON *env, const rm_tj *tj)
+{
+    char cache[1100];
+    const char *ck = tj->spec.checkpoint.path ? tj->spec.checkpoint.path : "/checkpoints";
+    bool shared = mounted_at(c, ck);
+    if (shared) {
+        rm_sfmt(cache, sizeof cache, "%s/.data-cache", ck);
+    } else {
+        rm_sfmt(cache, sizeof cache, "%s", RM_DATA_MOUNT);
+        cJSON *vols = cJSON_GetObjectItemCaseSensitive(spec, "volumes");
+        if (!cJSON_IsArray(vols)) {
+            cJSON_DeleteItemFromObjectCaseSensitive(spec, "volumes");
+            vols = cJSON_AddArrayToObject(spec, "volumes");
+        }
+        cJSON *v = cJSON_CreateObject();
+        cJSON_AddStringToObject(v, "name", RM_DATA_VOLUME);
+        cJSON_AddObjectToObject(v, "emptyDir");
+        cJSON_AddItemToArray(vols, v);
+        cJSON *vms = cJSON_GetObjectItemCaseSensitive(c, "volumeMounts");
+        if (!cJSON_IsArray(vms)) {
+            cJSON_DeleteItemFromObjectCaseSensitive(c, "volumeMounts");
+            vms = cJSON_AddArrayToObject(c, "volumeMounts");
+        }
+        cJSON *m = cJSON_CreateObject();
+        cJSON_AddStringToObject(m, "name", RM_DATA_VOLUME);
+        cJSON_AddStringToObject(m, "mountPath", RM_DATA_MOUNT);
+        cJSON_AddItemToArray(vms, m);
+    }
+    for (int i = cJSON_GetArraySize(env) - 1; i >= 0; i--) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(env, i), "name");
+        if (cJSON_IsString(nm) && !strcmp(nm->valuestring, RM_ENV_DATA_CACHE))
+            cJSON_DeleteItemFromArray(env, i);
+    }
+    cJSON *ev = cJSON_CreateObject();
+    cJSON_AddStringToObject(ev, "name", RM_ENV_DATA_CACHE);
+    cJSON_AddStringToObject(ev, "value", cache);
+    cJSON_AddItemToArray(env, ev);
+
+    /* the init container: the worker container's image, env, envFrom, mounts and resources */
+    cJSON *ic = cJSON_CreateObject();
+    cJSON_AddStringToObject(ic, "name", "fetch-data");
+    static const char *const copy[] = {"image",     "imagePullPolicy", "env", "envFrom", "volumeMounts",
+                                       "resources", "securityContext"};
+    for (size_t i = 0; i < RM_ARRAY_LEN(copy); i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(c, copy[i]);
+        if (x)
+            cJSON_AddItemToObject(ic, copy[i], cJSON_Duplicate(x, 1));
+    }
+    cJSON *args = cJSON_AddArrayToObject(ic, "args");
+    cJSON_AddItemToArray(args, cJSON_CreateString("fetch"));
+    /* its reason (a DataError's message) reaches the operator even where the message file is not
+     * written: the log's last line is that reason (worker/main.c) */
+    cJSON_AddStringToObject(ic, "terminationMessagePolicy", "FallbackToLogsOnError");
+    if (!cJSON_GetObjectItemCaseSensitive(c, "terminationMessagePolicy"))
+        cJSON_AddStringToObject(c, "terminationMessagePolicy", "FallbackToLogsOnError");
+    cJSON *ics = cJSON_GetObjectItemCaseSensitive(spec, "initContainers");
+    if (!cJSON_IsArray(ics)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(spec, "initContainers");
+        ics = cJSON_AddArrayToObject(spec, "initContainers");
+    }
+    cJSON_AddItemToArray(ics, ic); /* after the user's own: they may prepare the volume */
+}
+
 static cJSON *build_pod(const rm_tj *tj, int index, int epoch, int ps_index, const char *rdzv_url,
                         const char *worker_image, int metrics_port, char *overridden, size_t overridden_cap,
                         rm_err *err)
@@ -306,6 +416,9 @@ static cJSON *build_pod(const rm_tj *tj, int index, int epoch, int ps_index, con
             env_drop(env, own, overridden, overridden_cap);
         }
     }
+    secret_env_render(c, tj);
+    if (ps_index < 0 && ours && rm_uri_fetched(tj->spec.training.data.uri))
+        data_init_render(spec, c, env, tj);
     rm_launch_free(&ln);
     cJSON_Delete(tmpl);
     return pod;

@@ -12,6 +12,7 @@
 #include "common/b64.h"
 #include "common/clock.h"
 #include "common/json.h"
+#include "common/worker_env.h"
 #include "operator/kube/kmap.h"
 #include "operator/kube/runtime.h"
 #include "operator/reconcile.h"
@@ -160,26 +161,43 @@ void *rm_kube_pod_transform(void *ud, const cJSON *obj)
     if (cJSON_IsString(reason))
         snprintf(p->reason, sizeof(p->reason), "%s", reason->valuestring);
     p->ready = ready_condition(st, false);
-    const cJSON *css = cJSON_GetObjectItemCaseSensitive(st, "containerStatuses"), *cs;
-    cJSON_ArrayForEach(cs, css)
-    {
-        const cJSON *state = cJSON_GetObjectItemCaseSensitive(cs, "state");
-        const cJSON *term = cJSON_GetObjectItemCaseSensitive(state, "terminated");
-        if (!term)
-            continue;
-        const cJSON *ec = cJSON_GetObjectItemCaseSensitive(term, "exitCode");
-        const cJSON *sig = cJSON_GetObjectItemCaseSensitive(term, "signal");
-        const cJSON *tr = cJSON_GetObjectItemCaseSensitive(term, "reason");
-        int code = cJSON_IsNumber(ec) ? ec->valueint : 0;
-        if (cJSON_IsNumber(sig) && sig->valueint > 0 && code == 0)
-            code = 128 + sig->valueint;
-        if (code != 0 || p->exit_code == 0) {
-            p->exit_code = code;
-            if (cJSON_IsString(tr) && !p->reason[0])
-                snprintf(p->reason, sizeof(p->reason), "%s", tr->valuestring);
-            double f = time_of(term, "finishedAt");
-            if (f > 0)
-                p->finished_at = f;
+    /* the init containers' statuses too: a fetch-data container that failed on bad data ends the
+     * pod with its exit code and message (docs/models-and-data.md, "Where data comes from") */
+    for (int which = 0; which < 2; which++) {
+        const cJSON *css = cJSON_GetObjectItemCaseSensitive(st, which ? "containerStatuses"
+                                                                      : "initContainerStatuses"),
+                    *cs;
+        cJSON_ArrayForEach(cs, css)
+        {
+            const cJSON *state = cJSON_GetObjectItemCaseSensitive(cs, "state");
+            const cJSON *term = cJSON_GetObjectItemCaseSensitive(state, "terminated");
+            if (!term)
+                continue;
+            const cJSON *ec = cJSON_GetObjectItemCaseSensitive(term, "exitCode");
+            const cJSON *sig = cJSON_GetObjectItemCaseSensitive(term, "signal");
+            const cJSON *tr = cJSON_GetObjectItemCaseSensitive(term, "reason");
+            int code = cJSON_IsNumber(ec) ? ec->valueint : 0;
+            if (cJSON_IsNumber(sig) && sig->valueint > 0 && code == 0)
+                code = 128 + sig->valueint;
+            if (code != 0 || p->exit_code == 0) {
+                p->exit_code = code;
+                if (cJSON_IsString(tr) && !p->reason[0])
+                    snprintf(p->reason, sizeof(p->reason), "%s", tr->valuestring);
+                double f = time_of(term, "finishedAt");
+                if (f > 0)
+                    p->finished_at = f;
+                const cJSON *m = cJSON_GetObjectItemCaseSensitive(term, "message");
+                if (code == RM_WORKER_EXIT_DATA_ERROR && cJSON_IsString(m)) {
+                    /* the file's one line, or under FallbackToLogsOnError the log's last line */
+                    const char *s = m->valuestring, *e = s + strlen(s);
+                    while (e > s && (e[-1] == '\n' || e[-1] == '\r'))
+                        e--;
+                    const char *b = e;
+                    while (b > s && b[-1] != '\n')
+                        b--;
+                    snprintf(p->message, sizeof(p->message), "%.*s", (int)(e - b), b);
+                }
+            }
         }
     }
     if ((p->phase == RM_WORKER_FAILED || p->phase == RM_WORKER_SUCCEEDED) && p->finished_at <= 0)

@@ -267,6 +267,7 @@ static int collect_pod(void *ud, const char *key, const void *item)
     w->ready = p->ready;
     w->exit_code = p->exit_code;
     snprintf(w->reason, sizeof(w->reason), "%s", p->reason);
+    snprintf(w->message, sizeof(w->message), "%s", p->message);
     w->created_at = p->created_at;
     w->finished_at = p->finished_at;
     w->deletion_started_at = p->deletion_started_at;

@@ -439,6 +439,71 @@ static const char *str_at(const cJSON *o, const char *path)
 
 /* spec.placement.workersPerNode (docs/strategies.md#topology): node groups as pod affinity /
  * anti-affinity. */
+/* Remote data: an init container of the worker image runs `fetch` with the worker's env and mounts
+ * into the data cache — on the volume holding the checkpoint path (shared by the job's pods) when
+ * there is one, else on a per-pod emptyDir; data.secretRef is envFrom on every container; local
+ * data adds nothing. */
+static void test_data_init_container(void)
+{
+#define GPT "\"model\":{\"type\":\"gpt\",\"layers\":1,\"heads\":1,\"embed\":8,\"context\":8,\"vocab\":256}"
+    rm_tj tj;
+    cJSON *pod =
+        pod_of(JOB_HEAD "\"spec\":{\"replicas\":2,\"checkpoint\":{\"path\":\"/ck/job\"},"
+                        "\"training\":{" GPT ",\"data\":{\"uri\":\"s3://b/c.txt\",\"format\":\"text\","
+                        "\"secretRef\":{\"name\":\"s3-creds\"}}},"
+                        "\"template\":{\"spec\":{\"volumes\":[{\"name\":\"ck\",\"persistentVolumeClaim\":"
+                        "{\"claimName\":\"c\"}}],\"containers\":[{\"name\":\"worker\",\"volumeMounts\":"
+                        "[{\"name\":\"ck\",\"mountPath\":\"/ck/\"}]}]}}}}",
+               1, &tj);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
+    CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_DATA_CACHE), "/ck/job/.data-cache"); /* the shared volume */
+    const cJSON *ic = rm_json_path(pod, "spec.initContainers[0]");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(ic);
+    CU_ASSERT_STRING_EQUAL(rm_json_path(ic, "name")->valuestring, "fetch-data");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(ic, "args[0]")->valuestring, "fetch");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(ic, "image")->valuestring,
+                           rm_json_path(pod, "spec.containers[0].image")->valuestring);
+    CU_ASSERT_STRING_EQUAL(rm_json_path(ic, "volumeMounts[0].mountPath")->valuestring, "/ck/");
+    char *a = cJSON_PrintUnformatted(rm_json_path(ic, "env"));
+    char *b = cJSON_PrintUnformatted(rm_json_path(pod, "spec.containers[0].env"));
+    CU_ASSERT_STRING_EQUAL(a, b); /* the same settings, RINGMASTER_TRAINING included */
+    free(a);
+    free(b);
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].envFrom[0].secretRef.name")->valuestring,
+                           "s3-creds");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(ic, "envFrom[0].secretRef.name")->valuestring, "s3-creds");
+    CU_ASSERT_EQUAL(cJSON_GetArraySize(rm_json_path(pod, "spec.volumes")), 1); /* no emptyDir */
+    cJSON_Delete(pod);
+    rm_tj_free(&tj);
+
+    /* no volume at the checkpoint path: a per-pod emptyDir for the cache, mounted in both */
+    pod = pod_of(JOB_HEAD "\"spec\":{\"replicas\":2,\"training\":{" GPT ",\"data\":{\"uri\":"
+                          "\"https://h/c.txt\",\"format\":\"text\"}}}}",
+                 0, &tj);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
+    CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_DATA_CACHE), "/var/cache/ringmaster/data");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.volumes[0].name")->valuestring, "ringmaster-data");
+    CU_ASSERT_PTR_NOT_NULL(rm_json_path(pod, "spec.volumes[0].emptyDir"));
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.initContainers[0].volumeMounts[0].mountPath")->valuestring,
+                           "/var/cache/ringmaster/data");
+    CU_ASSERT_STRING_EQUAL(rm_json_path(pod, "spec.containers[0].volumeMounts[0].name")->valuestring,
+                           "ringmaster-data");
+    CU_ASSERT_PTR_NULL(rm_json_path(pod, "spec.containers[0].envFrom"));
+    cJSON_Delete(pod);
+    rm_tj_free(&tj);
+
+    /* local or built-in data: no init container, no cache variable */
+    pod = pod_of(JOB_HEAD "\"spec\":{\"replicas\":2,\"training\":{" GPT
+                          ",\"data\":{\"uri\":\"builtin:tinyshakespeare\"}}}}",
+                 0, &tj);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(pod);
+    CU_ASSERT_PTR_NULL(rm_json_path(pod, "spec.initContainers"));
+    CU_ASSERT_PTR_NULL(pod_var(pod, RM_ENV_DATA_CACHE));
+    cJSON_Delete(pod);
+    rm_tj_free(&tj);
+#undef GPT
+}
+
 static void test_placement(void)
 {
     rm_tj tj;
@@ -562,6 +627,7 @@ void rm_suite_launch(void)
         {"GPU workers get the NCCL defaults, the template's values win", test_gpu_defaults},
         {"a template's topology variables are refused, set or not", test_template_topology},
         {"spec.placement.workersPerNode renders node groups", test_placement},
+        {"remote data: an init container fetches into the data cache", test_data_init_container},
     };
     RM_ADD_SUITE("launch", NULL, NULL, cases);
 }

@@ -1511,8 +1511,6 @@ static void test_models_and_data(void)
         {{{"spec.training.data.sha256",
            "\"86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa86c4e6aa\""}},
          "spec.training.data.sha256: checking the checksum of data that is not fetched" NS},
-        {{{"spec.training.data.secretRef", "{\"name\": \"s3-creds\"}"}},
-         "spec.training.data.secretRef.name: reading object-store credentials" NS},
         {{{"spec.training.data.validation", "{\"fraction\": 0.1}"}},
          "spec.training.data.validation.fraction: splits text or token data; IDX sets have their own t10k "
          "test files"},
