@@ -274,6 +274,9 @@ demo: deps
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/ringmaster
 	install -m 0755 $(RINGMASTER) $(WORKER) $(DESTDIR)$(PREFIX)/bin/
+	# the kubectl plugin (operator/kubectl.h) and kubectl's completion for it: the same binary
+	ln -sf ringmaster $(DESTDIR)$(PREFIX)/bin/kubectl-ringmaster
+	ln -sf ringmaster $(DESTDIR)$(PREFIX)/bin/kubectl_complete-ringmaster
 	cp -r deploy $(DESTDIR)$(PREFIX)/share/ringmaster/
 	cp -r datasets $(DESTDIR)$(PREFIX)/share/ringmaster/
 

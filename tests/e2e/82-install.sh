@@ -14,6 +14,10 @@ make -C "$root" -s install PREFIX=/usr/local DESTDIR="$tmp/stage" >/dev/null
 [ -x "$tmp/stage/usr/local/bin/ringmaster" ] || { echo "DESTDIR install missing"; exit 1; }
 
 "$prefix/bin/ringmaster" version
+# the kubectl plugin is the same binary under kubectl's plugin names
+"$prefix/bin/kubectl-ringmaster" --help | grep -q '^usage: kubectl ringmaster <command>' ||
+  { echo "kubectl-ringmaster is not the plugin"; exit 1; }
+[ "$("$prefix/bin/kubectl_complete-ringmaster" sta)" = status ] || { echo "kubectl_complete-ringmaster"; exit 1; }
 "$prefix/bin/ringmaster" validate -f "$prefix/share/ringmaster/deploy/examples/fashion-mnist.yaml"
 # the operator binary must not need the worker's math or CUDA libraries (the slim operator image lacks them)
 if ldd "$prefix/bin/ringmaster" | grep -E 'openblas|libmpi|cuda|nccl|cublas'; then
