@@ -9,6 +9,7 @@
 #include "common/quantity.h"
 #include "common/datasets.h"
 #include "common/json.h"
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -199,4 +200,18 @@ double rm_tj_steps_total(const rm_tj_spec *s)
         return cap;
     double total = (double)(n / G) * t->epochs;
     return cap > 0 && cap < total ? cap : total;
+}
+
+void rm_tj_progress_estimate(const rm_tj_spec *s, rm_tj_progress *p)
+{
+    p->percent = p->eta_seconds = 0;
+    double total = rm_tj_steps_total(s);
+    if (total <= 0 || s->strategy == RM_STRATEGY_PS || p->step <= 0)
+        return;
+    double step = p->step < total ? (double)p->step : total;
+    p->percent = floor(1000.0 * step / total) / 10.0;
+    const rm_training_spec *t = &s->training;
+    double per_step = (double)t->batch_size_per_worker * (t->grad_accum > 1 ? t->grad_accum : 1);
+    if (p->samples_per_second > 0 && per_step > 0 && step < total)
+        p->eta_seconds = ceil((total - step) * per_step / p->samples_per_second);
 }

@@ -79,6 +79,8 @@ cJSON *rm_tj_status_to_json(const rm_tj_status *st)
         cJSON_AddNumberToObject(p, "lastCheckpointStep", (double)st->progress.last_checkpoint_step);
         cJSON_AddNumberToObject(p, "allreduceGBps", st->progress.allreduce_gbps);
         add_nonzero(p, "tokensPerSecond", st->progress.tokens_per_second);
+        add_nonzero(p, "percent", st->progress.percent);
+        add_nonzero(p, "etaSeconds", st->progress.eta_seconds);
         if (st->progress.nevals > 0) {
             cJSON *ev = cJSON_AddArrayToObject(p, "evaluations");
             for (int i = 0; ev && i < st->progress.nevals && i < RM_TJ_MAX_EVALS; i++) {
@@ -237,6 +239,8 @@ int rm_tj_status_from_json(const cJSON *so, rm_tj_status *st, rm_err *err)
                    err));
         TRY(tj_num(o, "allreduceGBps", "status.progress", &st->progress.allreduce_gbps, NULL, 0, err));
         TRY(tj_num(o, "tokensPerSecond", "status.progress", &st->progress.tokens_per_second, NULL, 0, err));
+        TRY(tj_num(o, "percent", "status.progress", &st->progress.percent, NULL, 0, err));
+        TRY(tj_num(o, "etaSeconds", "status.progress", &st->progress.eta_seconds, NULL, 0, err));
         const cJSON *ev = NULL;
         TRY(tj_arr(o, "evaluations", "status.progress", &ev, err));
         int k = 0;

@@ -380,11 +380,20 @@ typedef struct rm_tj_progress {
     double loss;
     double samples_per_second;
     int64_t last_checkpoint_step;
-    double allreduce_gbps;             /* busbw reported by rank 0 */
-    double tokens_per_second;          /* rank 0's, language models only; 0 = left out */
+    double allreduce_gbps;    /* busbw reported by rank 0 */
+    double tokens_per_second; /* rank 0's, language models only; 0 = left out */
+    /* percent of the step budget done (0.1 resolution) and seconds to its end at rank 0's rate
+     * (rm_tj_progress_estimate); 0 = left out */
+    double percent, eta_seconds;
     rm_tj_eval evals[RM_TJ_MAX_EVALS]; /* evaluations, ascending step */
     int nevals;
 } rm_tj_progress;
+/* progress.percent and progress.etaSeconds from step and samplesPerSecond against the step budget
+ * (rm_tj_steps_total): percent = step / budget, eta = steps left x samples per step of rank 0
+ * (batchSizePerWorker x gradientAccumulationSteps) / samplesPerSecond, whole seconds. Both only
+ * change when step or the rate does, so a job with no new progress costs no status write. Left 0
+ * when the budget is unknown, and for parameter-server jobs (each worker keeps its own count). */
+void rm_tj_progress_estimate(const rm_tj_spec *s, rm_tj_progress *p);
 /* Record an evaluation: rm_eval_add with RM_TJ_MAX_EVALS (ascending step; the same step replaces;
  * when full the oldest makes room). step 0 / val_loss 0 = not known. Returns 1 if anything
  * changed. */

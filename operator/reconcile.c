@@ -365,6 +365,7 @@ static void copy_progress(rc_ctx *c, int target)
             st->progress.last_checkpoint_step = m->last_checkpoint_step;
             st->progress.allreduce_gbps = m->allreduce_gbps;
             st->progress.tokens_per_second = m->tokens_per_second;
+            rm_tj_progress_estimate(&c->job->spec, &st->progress);
         }
     }
     /* evaluations: merged, so a rendezvous that forgot them (an operator restart) never erases

@@ -36,6 +36,13 @@ grep -q '^TrainingJob default/plug   Running' "$T/status.txt" && grep -q 'worker
   grep -q 'progress    step [0-9]* / 5616 ' "$T/status.txt" && grep -q '^events:' "$T/status.txt" &&
   grep -q 'TrainingJobRunning' "$T/status.txt" || fail "status: $(cat "$T/status.txt")"
 log "status: $(sed -n 3p "$T/status.txt")"
+# status.progress.percent / etaSeconds (Trainer v2's progressPercentage / estimatedRemainingSeconds)
+# and the Progress column
+pc=$(tj_field plug '{.status.progress.percent}'); eta=$(tj_field plug '{.status.progress.etaSeconds}')
+$PY -c "import sys; p, e = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if 0 < p < 100 and e > 0 else 1)" "$pc" "$eta" ||
+  fail "status.progress percent '$pc' etaSeconds '$eta'"
+k get tj plug | head -1 | grep -q 'PROGRESS' || fail "no Progress column: $(k get tj plug)"
+k get tj plug -o wide | head -1 | grep -q 'ETA' || fail "no ETA column in -o wide"
 
 # follow every worker while worker 1 is deleted: its replacement's lines follow under [worker-1]
 timeout 300 kubectl ringmaster logs plug -f > "$T/follow.txt" 2>"$T/follow.err" &
