@@ -92,7 +92,9 @@ typedef struct job {
     rm_rdzv_eval evals[RM_RDZV_MAX_EVALS]; /* rank 0's, ascending step; kept across rounds */
     int nevals;
     double memmax[5]; /* largest reported: params, grads, optimizer, activations, peak RSS */
-    char servers[RM_RDZV_MAX_SERVERS][64]; /* parameter servers' addresses by index ("" none) */
+    char servers[RM_RDZV_MAX_SERVERS][64];  /* parameter servers' addresses by index ("" none) */
+    int server_ckfail[RM_RDZV_MAX_SERVERS]; /* their last reported consecutive checkpoint failures */
+    char server_ckerr[RM_RDZV_MAX_SERVERS][128];
 } job;
 
 struct rm_rdzv {
@@ -513,16 +515,25 @@ static int handle_server_put(job *j, const char *idx, const rm_http_req *req, rm
     if (j->stopped)
         return reply_stop(resp);
     rm_err e = {0};
-    const char *addr = NULL;
+    const char *addr = NULL, *ckerr = NULL;
+    int64_t ckfail = 0;
     cJSON *body = rm_json_parse(req->body, req->body_len, &e);
     int rc;
     if (!cJSON_IsObject(body) || rm_json_str(body, "addr", true, "", &addr, &e) < 0 || !addr_ok(addr) ||
         strlen(addr) >= sizeof j->servers[0]) {
         rc = rm_http_reply_error(resp, 400, "servers: body must be {\"addr\":\"host:port\"}");
+    } else if (bad(rm_json_int(body, "checkpointFailures", false, "servers", &ckfail, &e)) || ckfail < 0 ||
+               ckfail > INT32_MAX ||
+               bad(rm_json_str(body, "checkpointError", false, "servers", &ckerr, &e))) {
+        rc = rm_http_reply_error(resp, 400,
+                                 "servers: checkpointFailures must be an integer >= 0 and "
+                                 "checkpointError a string");
     } else {
         if (strcmp(j->servers[i], addr) != 0)
             rm_info("parameter server registered job=%s index=%ld addr=%s", j->name, i, addr);
         snprintf(j->servers[i], sizeof j->servers[i], "%s", addr);
+        j->server_ckfail[i] = (int)ckfail;
+        snprintf(j->server_ckerr[i], sizeof j->server_ckerr[i], "%s", ckfail > 0 && ckerr ? ckerr : "");
         rc = rm_http_reply_text(resp, 204, "application/json", "");
     }
     cJSON_Delete(body);
@@ -1126,6 +1137,12 @@ int rm_rdzv_snapshot(rm_rdzv *r, const char *jobname, rm_rdzv_state *out)
         out->mem_optimizer = j->memmax[2];
         out->mem_activations = j->memmax[3];
         out->peak_rss = j->memmax[4];
+        for (int i = 0; i < RM_RDZV_MAX_SERVERS; i++)
+            if (j->server_ckfail[i] > out->ps_checkpoint_failures) {
+                out->ps_checkpoint_index = i;
+                out->ps_checkpoint_failures = j->server_ckfail[i];
+                snprintf(out->ps_checkpoint_error, sizeof out->ps_checkpoint_error, "%s", j->server_ckerr[i]);
+            }
     }
     pthread_mutex_unlock(&r->mu);
     return rc;

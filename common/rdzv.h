@@ -25,7 +25,8 @@
  *   GET  /v1/jobs/NS/NAME   → the job's rendezvous state (debugging)
  * Servers (docs/strategies.md#roles-names-environment): parameter servers register where they serve,
  *        workers read the list (a replaced server overwrites its entry; cluster names need no DNS):
- *   PUT  /v1/jobs/NS/NAME/servers/I   {"addr":"host:port"}, I in 0..RM_RDZV_MAX_SERVERS-1 → 204
+ *   PUT  /v1/jobs/NS/NAME/servers/I   {"addr":"host:port"[, "checkpointFailures":N,
+ *        "checkpointError":"..."]}, I in 0..RM_RDZV_MAX_SERVERS-1 → 204
  *   GET  /v1/jobs/NS/NAME/servers     → 200 {"servers":["host:port" | "" (not yet), ...]} (index order)
  * Polling joins: a join body may carry "wait": seconds (0..10, default 10) to hold it less; such
  *        a join's 202 also says {"joined":n,"settled":bool}: the workers in the open round so far,
@@ -135,6 +136,10 @@ typedef struct rm_rdzv_state {
     /* the largest of every rank's reported memory (bytes; 0 = none reported): what one worker
      * needs, for status.result.memoryBytes / peakRssBytes */
     double mem_params, mem_grads, mem_optimizer, mem_activations, peak_rss;
+    /* the parameter server with the most consecutive failed checkpoint writes (its last
+     * registration's report): its index, the count (0 = none failing) and the last message */
+    int ps_checkpoint_index, ps_checkpoint_failures;
+    char ps_checkpoint_error[128];
 } rm_rdzv_state;
 
 /* Copy of the job's state (for the controller's observations). RM_ENOTFOUND if unknown. */
@@ -222,6 +227,11 @@ int rm_rdzv_join_poll(rm_rdzv_client *c, const char *my_addr, int last_epoch, do
 /* Register parameter server `index` at addr ("host:port"). Retries no-answer for a few
  * seconds; RM_ENOTFOUND while the job is not registered yet (the caller retries). */
 int rm_rdzv_server_register(rm_rdzv_client *c, int index, const char *addr, rm_err *err);
+/* The same, also reporting the server's consecutive failed checkpoint writes (ckfail; 0 = the last
+ * one succeeded) and the last one's message (ckerr, borrowed; NULL = none): the job's state carries
+ * the worst server's (rm_rdzv_state.ps_checkpoint_*), as a worker's reports carry its own. */
+int rm_rdzv_server_report(rm_rdzv_client *c, int index, const char *addr, int ckfail, const char *ckerr,
+                          rm_err *err);
 /* The servers' addresses: addrs[i] (cap bytes each) for i < *n (at most max; "" where server i has
  * not registered yet). */
 int rm_rdzv_servers(rm_rdzv_client *c, char (*addrs)[128], int max, int *n, rm_err *err);

@@ -388,10 +388,20 @@ int rm_rdzv_join_poll(rm_rdzv_client *c, const char *my_addr, int last_epoch, do
 
 int rm_rdzv_server_register(rm_rdzv_client *c, int index, const char *addr, rm_err *err)
 {
+    return rm_rdzv_server_report(c, index, addr, 0, NULL, err);
+}
+
+int rm_rdzv_server_report(rm_rdzv_client *c, int index, const char *addr, int ckfail, const char *ckerr,
+                          rm_err *err)
+{
     if (!c || !addr || index < 0 || index >= RM_RDZV_MAX_SERVERS || strlen(addr) >= 64)
         return rm_errf(err, RM_EINVAL, "rendezvous server register: bad arguments");
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "addr", addr);
+    if (ckfail > 0) {
+        cJSON_AddNumberToObject(o, "checkpointFailures", ckfail);
+        cJSON_AddStringToObject(o, "checkpointError", ckerr ? ckerr : "");
+    }
     char *body = rm_json_print(o);
     cJSON_Delete(o);
     if (!body)

@@ -448,18 +448,27 @@ static bool checkpoint_failing(rc_ctx *c)
         if (m->checkpoint_failures > 0 && (!bad || m->checkpoint_failures > bad->checkpoint_failures))
             bad = m;
     }
-    if (reported == 0)
+    /* a parameter server's checkpoints count as a worker's (docs/strategies.md#failure-semantics):
+     * the servers report theirs with their registration, whether or not a round is closed */
+    bool ps_bad =
+        r->ps_checkpoint_failures > 0 && (!bad || r->ps_checkpoint_failures >= bad->checkpoint_failures);
+    if (reported == 0 && !ps_bad)
         return false; /* a round re-forming: nothing new to judge */
     bool was = cond_true(st, RM_COND_CHECKPOINT_FAILING);
     char msg[256];
-    if (!bad) {
+    if (!bad && !ps_bad) {
         if (was)
             cond(c, RM_COND_CHECKPOINT_FAILING, false, "CheckpointWritten", "checkpoints are written again");
         return false;
     }
-    rm_sfmt(msg, sizeof msg, "worker %s: %d checkpoint write%s failed in a row: %s", bad->worker_id,
-            bad->checkpoint_failures, bad->checkpoint_failures == 1 ? "" : "s",
-            bad->checkpoint_error[0] ? bad->checkpoint_error : "(no message)");
+    if (ps_bad)
+        rm_sfmt(msg, sizeof msg, "parameter server %d: %d checkpoint write%s failed in a row: %s",
+                r->ps_checkpoint_index, r->ps_checkpoint_failures, r->ps_checkpoint_failures == 1 ? "" : "s",
+                r->ps_checkpoint_error[0] ? r->ps_checkpoint_error : "(no message)");
+    else
+        rm_sfmt(msg, sizeof msg, "worker %s: %d checkpoint write%s failed in a row: %s", bad->worker_id,
+                bad->checkpoint_failures, bad->checkpoint_failures == 1 ? "" : "s",
+                bad->checkpoint_error[0] ? bad->checkpoint_error : "(no message)");
     if (!was) {
         cond(c, RM_COND_CHECKPOINT_FAILING, true, "CheckpointWriteFailed", msg);
         event(c, true, "CheckpointFailing", "TrainingJob %s: %s", c->jobname, msg);

@@ -117,8 +117,9 @@
  *    opts.recovery_loop_epochs (20) or more past that epoch — the group keeps re-forming without
  *    getting past the step (a restore that desyncs ranks, a global batch larger than the data)
  *    — phase Failed reason "RecoveryLoop" (R9).
- * R11 Checkpoint failures. A member of the current round reporting checkpoint_failures > 0:
- *    condition CheckpointFailing=True reason "CheckpointWriteFailed" (message: the worker, the
+ * R11 Checkpoint failures. A member of the current round reporting checkpoint_failures > 0, or a
+ *    parameter server reporting them with its registration (rdzv ps_checkpoint_*; the message
+ *    names "parameter server I"): condition CheckpointFailing=True reason "CheckpointWriteFailed" (message: the worker, the
  *    count, its error) and a Warning event "CheckpointFailing" on the transition; when every
  *    reporting member writes again, False reason "CheckpointWritten". True for longer than
  *    progressDeadlineSeconds (> 0) -> Failed reason "CheckpointFailing" (R9).

@@ -1269,6 +1269,25 @@ static void test_servers_registry(void)
     CU_ASSERT_EQUAL(raw(&f, "POST", P("/servers"), BEARER, "", 0, NULL), 405);
     CU_ASSERT_EQUAL(rm_rdzv_servers(w, got, 8, &n, &e), RM_OK);
     CU_ASSERT_STRING_EQUAL(got[0], "127.0.0.6:29600"); /* nothing bad got in */
+    /* a server's failed checkpoint writes ride on its registration: the state has the worst */
+    static rm_rdzv_state st;
+    CU_ASSERT_EQUAL(rm_rdzv_snapshot(f.r, JOB, &st), RM_OK);
+    CU_ASSERT_EQUAL(st.ps_checkpoint_failures, 0);
+    CU_ASSERT_EQUAL(rm_rdzv_server_report(ps, 0, "127.0.0.6:29600", 2, "disk full", &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_rdzv_server_report(ps, 1, "127.0.0.9:29600", 5, "read-only", &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_rdzv_snapshot(f.r, JOB, &st), RM_OK);
+    CU_ASSERT_EQUAL(st.ps_checkpoint_index, 1);
+    CU_ASSERT_EQUAL(st.ps_checkpoint_failures, 5);
+    CU_ASSERT_STRING_EQUAL(st.ps_checkpoint_error, "read-only");
+    CU_ASSERT_EQUAL(rm_rdzv_server_register(ps, 1, "127.0.0.9:29600", &e), RM_OK); /* written again */
+    CU_ASSERT_EQUAL(rm_rdzv_snapshot(f.r, JOB, &st), RM_OK);
+    CU_ASSERT_EQUAL(st.ps_checkpoint_index, 0);
+    CU_ASSERT_EQUAL(st.ps_checkpoint_failures, 2);
+    static const char *const ckbad[] = {"{\"addr\":\"127.0.0.6:1\",\"checkpointFailures\":-1}",
+                                        "{\"addr\":\"127.0.0.6:1\",\"checkpointFailures\":\"x\"}",
+                                        "{\"addr\":\"127.0.0.6:1\",\"checkpointError\":5}"};
+    for (size_t i = 0; i < RM_ARRAY_LEN(ckbad); i++)
+        CU_ASSERT_EQUAL(raw(&f, "PUT", P("/servers/0"), BEARER, ckbad[i], strlen(ckbad[i]), NULL), 400);
     rm_rdzv_client_free(ps);
     rm_rdzv_client_free(w);
     rm_rdzv_client_free(bad);

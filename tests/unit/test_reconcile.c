@@ -448,6 +448,14 @@ static void run_scenario(const scen *s)
 #define CLOSED0 "1 C@990 0/1/0/995 1/1/1/995 2/1/2/995 3/1/3/995"
 #define RUNNING_ST .phase = RM_PHASE_RUNNING, .conds = CREATED_ | RUNNING_, .epoch = 1, .start_time = 500
 
+/* parameter server 1 reports 4 failed checkpoint writes with its registration */
+static void ps1_ckfail(rm_rdzv_state *r)
+{
+    r->ps_checkpoint_index = 1;
+    r->ps_checkpoint_failures = 4;
+    snprintf(r->ps_checkpoint_error, sizeof r->ps_checkpoint_error, "read-only file system");
+}
+
 static const scen table[] = {
     /* R1/R2/R3: creation */
     {.name = "new job: Created, register rendezvous, create every index",
@@ -1191,6 +1199,29 @@ static const scen table[] = {
      .eepoch = 1,
      .econds = "CheckpointFailing=T:CheckpointWriteFailed~2_checkpoint_writes_failed_in_a_row:_disk_full "
                "Running=T"},
+    {.name = "a parameter server's checkpoints failing: CheckpointFailing names it",
+     RUNNING_ST,
+     .workers = ALL4,
+     .rdzv = CLOSED0,
+     .rdzv_more = ps1_ckfail,
+     .actions = "W:CheckpointFailing Q25",
+     .ephase = RM_PHASE_RUNNING,
+     .eepoch = 1,
+     .econds =
+         "CheckpointFailing=T:CheckpointWriteFailed~parameter_server_1:_4_checkpoint_writes_failed_in_a_row:"
+         "_read-only_file_system Running=T"},
+    {.name = "a parameter server's checkpoints failing longer than the progress deadline: Failed",
+     .phase = RM_PHASE_RUNNING,
+     .epoch = 1,
+     .start_time = 500,
+     .conds = CREATED_ | RUNNING_ | CKFAIL_,
+     .workers = ALL4,
+     .rdzv = CLOSED0,
+     .rdzv_more = ps1_ckfail,
+     .actions = "W:CheckpointFailing STOP D0 D1 D2 D3",
+     .ephase = RM_PHASE_FAILED,
+     .eepoch = 1,
+     .econds = "Failed=T:CheckpointFailing~parameter_server_1"},
     {.name = "checkpoints failing longer than the progress deadline: Failed",
      .phase = RM_PHASE_RUNNING,
      .epoch = 1,

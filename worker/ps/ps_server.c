@@ -108,6 +108,12 @@ struct server {
     rm_ps_view view; /* sync: the newest view of the workers alive (ps_core.h) */
     float lr;        /* sync: the learning rate of the newest push */
     int64_t last_ckpt_version;
+    /* checkpoints (docs/strategies.md#failure-semantics): every shard writes one at the same
+     * versions (multiples of the interval, under mu as the version is applied), so the servers'
+     * folders hold versions every shard has and a group can roll back to one of them */
+    int ckpt_failures; /* consecutive failed writes (reported with the registration) */
+    char ckpt_error[128];
+    bool report_now; /* the failure count changed: register (and so report) again now */
 
     /* concurrency */
     pthread_mutex_t mu;
@@ -158,10 +164,15 @@ static void check_fault(server *s)
     }
 }
 
+static void ckpt_write_locked(server *s);
+
 static void applied(server *s, double t0)
 {
     rm_series_observe(s->m_apply, rm_mono() - t0);
     rm_series_set(s->m_version, (double)cur_version(s));
+    int64_t v = cur_version(s);
+    if (v > s->last_ckpt_version && v % s->ckpt_interval == 0)
+        ckpt_write_locked(s); /* before a fault can fire: what a dying server had not written is lost */
     pthread_cond_broadcast(&s->cv);
     check_fault(s);
 }
@@ -624,38 +635,47 @@ static int ckpt_restore(server *s)
     return rc == RM_OK;
 }
 
-/* Snapshot under mu into stage, write outside it. */
-static void ckpt_write(server *s, char *stage, bool force)
+/* Write the shard, its optimizer state and version (under mu: the shard stands still while it is
+ * written, a few milliseconds every interval). Called as a multiple of the interval is applied
+ * (applied()) and at SIGTERM. A failed write is counted and reported with the registration (the
+ * runtimes raise CheckpointFailing, docs/strategies.md#failure-semantics). */
+static void ckpt_write_locked(server *s)
 {
-    if (!s->ckpt_dir[0])
+    int64_t v = cur_version(s);
+    if (!s->ckpt_dir[0] || v <= s->last_ckpt_version)
         return;
     rm_ckpt_meta meta;
     ckpt_expect(s, &meta);
-    pthread_mutex_lock(&s->mu);
-    int64_t v = cur_version(s);
-    if (v == s->last_ckpt_version || (!force && v < s->last_ckpt_version + s->ckpt_interval)) {
-        pthread_mutex_unlock(&s->mu);
-        return;
-    }
-    memcpy(stage, s->params, s->len * sizeof(float));
-    for (int i = 0; i < s->opt.nstate; i++)
-        memcpy(stage + (size_t)(1 + i) * s->len * sizeof(float), s->opt.state[i], s->len * sizeof(float));
     meta.step = v;
     meta.opt_t = s->opt.t;
     meta.data_pos = s->draws;
-    pthread_mutex_unlock(&s->mu);
     meta.world_size = s->nservers;
     meta.rdzv_epoch = s->index;
     meta.seed = s->t.seed;
     meta.batch_per_worker = s->t.batch_size_per_worker;
     meta.loss_scale = 1;
-    rm_ckpt_seg seg = {stage, (size_t)(1 + s->opt.nstate) * s->len * sizeof(float)};
+    rm_ckpt_seg seg[3] = {{s->params, s->len * sizeof(float)}};
+    for (int i = 0; i < s->opt.nstate && i < 2; i++)
+        seg[1 + i] = (rm_ckpt_seg){s->opt.state[i], s->len * sizeof(float)};
     char path[4200];
     rm_err e = {0};
     double t0 = rm_mono();
-    if (rm_ckpt_write(s->ckpt_dir, &meta, &seg, 1, s->ckpt_keep, path, sizeof path, &e) != RM_OK) {
-        rm_error("shard checkpoint write failed version=%lld err=\"%s\"", (long long)v, e.msg);
+    if (rm_ckpt_write(s->ckpt_dir, &meta, seg, 1 + s->opt.nstate, s->ckpt_keep, path, sizeof path, &e) !=
+        RM_OK) {
+        s->ckpt_failures++;
+        snprintf(s->ckpt_error, sizeof s->ckpt_error, "%.127s", e.msg);
+        s->report_now = true;
+        s->last_ckpt_version = v; /* the next try is at the next multiple */
+        int n = s->ckpt_failures; /* logged at 1, 2, 4, 8, ...: a write fails every interval */
+        if ((n & (n - 1)) == 0)
+            rm_error("shard checkpoint write failed version=%lld failures_in_a_row=%d err=\"%s\"",
+                     (long long)v, n, e.msg);
         return;
+    }
+    if (s->ckpt_failures) {
+        s->ckpt_failures = 0;
+        s->ckpt_error[0] = 0;
+        s->report_now = true;
     }
     s->last_ckpt_version = v;
     rm_info("shard checkpoint written path=%s version=%lld seconds=%.3f", path, (long long)v, rm_mono() - t0);
@@ -667,12 +687,13 @@ static void ckpt_write(server *s, char *stage, bool force)
  * start and again every 10 s (the rendezvous may have restarted: an operator fail-over). */
 static void rdzv_register(server *s)
 {
-    if (!s->rdzv || (s->registered_at > 0 && rm_mono() - s->registered_at < 10))
+    if (!s->rdzv || (!s->report_now && s->registered_at > 0 && rm_mono() - s->registered_at < 10))
         return;
+    s->report_now = false;
     rm_err e = {0};
     char addr[160];
     snprintf(addr, sizeof addr, "%.100s:%d", s->advertise, s->port);
-    int rc = rm_rdzv_server_register(s->rdzv, s->index, addr, &e);
+    int rc = rm_rdzv_server_report(s->rdzv, s->index, addr, s->ckpt_failures, s->ckpt_error, &e);
     if (rc == RM_OK) {
         if (s->registered_at == 0)
             rm_info("registered with the rendezvous addr=%s", addr);
@@ -903,15 +924,9 @@ int rm_ps_server_main(int argc, char **argv)
     rm_mono_cond_init(&s->cv);
     pthread_mutex_init(&s->mu, NULL);
     pthread_mutex_init(&s->adm_mu, NULL);
-    char *stage = NULL;
     pthread_t acc;
     bool acc_started = false;
     rc = setup(s, &err);
-    if (rc == RM_OK) {
-        stage = malloc((size_t)(1 + s->opt.nstate) * s->len * sizeof(float));
-        if (!stage)
-            rc = rm_errf(&err, RM_ENOMEM, "parameter server: out of memory");
-    }
     if (rc == RM_OK) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
@@ -955,10 +970,11 @@ int rm_ps_server_main(int argc, char **argv)
             rdzv_register(s);
             struct timespec ts = {0, 200 * 1000000L};
             nanosleep(&ts, NULL);
-            ckpt_write(s, stage, false);
         }
         rm_info("SIGTERM: writing the shard checkpoint and exiting version=%lld", (long long)cur_version(s));
-        ckpt_write(s, stage, true);
+        pthread_mutex_lock(&s->mu);
+        ckpt_write_locked(s);
+        pthread_mutex_unlock(&s->mu);
     } else {
         rm_error("parameter server failed err=\"%s\"", err.msg);
     }
