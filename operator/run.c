@@ -33,6 +33,7 @@
 #include "common/worker_env.h"
 #include "common/yaml.h"
 #include "operator/local.h"
+#include "operator/ps_ckpt.h"
 #include "operator/sigwake.h"
 #include "operator/sweep_run.h"
 #include "common/faults.h"
@@ -235,12 +236,13 @@ static void on_event(void *ud, bool warning, const char *reason, const char *mes
 
 /* ------------------------------------------------------------------ helpers */
 
-/* Is there a checkpoint in dir (what --resume would continue from): a whole file, or a complete
- * sharded set (its manifest, worker/checkpoint/ckpt_shard.h)? */
+/* Is there a checkpoint in dir (what --resume would continue from): a whole file, a complete
+ * sharded set (its manifest, worker/checkpoint/ckpt_shard.h), or a parameter server's shard
+ * (dir/ps-<i>/, operator/ps_ckpt.h)? */
 static bool has_checkpoint(const char *dir)
 {
     static const char *const pats[] = {"ckpt-*.rmck", "manifest-*.rmmf"};
-    bool yes = false;
+    bool yes = rm_ps_ckpt_any(dir);
     for (size_t p = 0; p < RM_ARRAY_LEN(pats) && !yes; p++) {
         char pat[PATH_MAX + 32];
         rm_sfmt(pat, sizeof pat, "%s/%s", dir, pats[p]);
@@ -269,7 +271,7 @@ FILE *rm_run_tty_to_log(const char *log_path)
 
 /* Remove what a previous run left in the checkpoint folder (the JSON manifests that describe
  * checkpoints first, then checkpoints, sharded sets — their .rmmf first, so a set is never complete
- * with shards missing — and fault markers). */
+ * with shards missing — and fault markers), the parameter servers' state in ps-<i>/ included. */
 int rm_run_fresh_checkpoints(const char *dir)
 {
     static const char *const pats[] = {"index-*.json",        "ckpt-*.rmck", "manifest-*.rmmf",
@@ -287,7 +289,49 @@ int rm_run_fresh_checkpoints(const char *dir)
         }
         globfree(&g);
     }
-    return n;
+    return n + rm_ps_ckpt_clear(dir);
+}
+
+/* --resume of a parameter-server job: its state is the servers' (workers take their step from
+ * them), so every shard must hold one version (operator/ps_ckpt.h); shard checkpoints newer than
+ * the newest common one are removed, so every server restores it. Returns as resume_preflight. */
+static int ps_resume_preflight(const rm_tj *job, const char *ckpt_dir, bool if_present)
+{
+    int S = job->spec.ps.replicas;
+    int64_t v = 0;
+    char msg[2048];
+    int r = rm_ps_ckpt_common(ckpt_dir, S, &v, msg, sizeof msg);
+    bool lbfgs = job->spec.training.optimizer.type == RM_OPT_LBFGS;
+    if (r == 0 && if_present) {
+        fprintf(stderr,
+                "ringmaster run: --resume=if-present: no parameter-server checkpoint in %s/ps-*; "
+                "starting at step 0\n",
+                ckpt_dir);
+        return 0;
+    }
+    if (r == 0) {
+        fprintf(stderr,
+                "ringmaster run: --resume: nothing this job can continue from in %s (no parameter "
+                "server wrote a checkpoint: %s); not starting over at step 0 (--resume=if-present "
+                "allows it)\n",
+                ckpt_dir, msg);
+        return 2;
+    }
+    if (r < 0 && !(lbfgs && strstr(msg, ": newest none") == NULL)) {
+        fprintf(stderr,
+                "ringmaster run: --resume: the parameter servers' checkpoints share no version, so "
+                "no step every role can continue from (%s); run without --resume to start fresh\n",
+                msg);
+        return 2;
+    }
+    if (lbfgs) /* the coordinator takes every shard back to its last accepted point */
+        return 0;
+    int n = rm_ps_ckpt_rollback(ckpt_dir, S, v);
+    fprintf(stderr,
+            "ringmaster run: --resume: every parameter server continues from version %lld, the "
+            "newest all %d shards hold (%d newer shard checkpoint%s removed)\n",
+            (long long)v, S, n, n == 1 ? "" : "s");
+    return 0;
 }
 
 /* --resume: ask the worker binary (`train --check --resume`, the checks a worker makes at start)
@@ -746,7 +790,8 @@ int rm_run_main(int argc, char **argv)
         }
     }
     if (resume) {
-        int pc = resume_preflight(&job, ckpt_dir, resume_if_present);
+        int pc = job.spec.strategy == RM_STRATEGY_PS ? ps_resume_preflight(&job, ckpt_dir, resume_if_present)
+                                                     : resume_preflight(&job, ckpt_dir, resume_if_present);
         if (pc) {
             rm_tj_free(&job);
             return pc;
