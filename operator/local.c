@@ -39,6 +39,7 @@
 #include "common/rdzv.h"
 #include "operator/apply.h"
 #include "operator/launch.h"
+#include "operator/ps_ckpt.h"
 #include "operator/ps_reconcile.h"
 #include "operator/reconcile.h"
 #include "operator/shm_sweep.h"
@@ -600,6 +601,45 @@ static int ps_spawn(local *l, int i, rm_err *err)
     return RM_OK;
 }
 
+static void ps_stop_all(local *l, double grace);
+static int op_event(void *rt, bool warning, const char *reason, const char *message, rm_err *err);
+
+/* A server died (docs/strategies.md#failure-semantics): its replacement could only restore its own
+ * newest checkpoint, older than the others' shards (or none: the initial parameters), and the
+ * model would mix versions. So every server stops (the survivors write their checkpoint), every
+ * shard is rolled back to the newest version all of them hold (operator/ps_ckpt.h; none: all
+ * start from the initial parameters at version 0), and all restart; the workers' next fetch takes
+ * them back to that step (sync) or on from there (async). L-BFGS is not rolled back here: its
+ * coordinator takes every shard back to its last accepted point. */
+static void ps_group_rollback(local *l, int dead)
+{
+    int S = l->job->spec.ps.replicas;
+    ps_stop_all(l, 10);
+    int64_t v = -1;
+    char msg[1024], m[1400];
+    int r = rm_ps_ckpt_common(l->o->checkpoint_dir, S, &v, msg, sizeof msg);
+    int n = rm_ps_ckpt_rollback(l->o->checkpoint_dir, S, r == 1 ? v : -1);
+    if (r == 1)
+        snprintf(m, sizeof m,
+                 "parameter server %d exited; every server rolls back to version %lld, the newest "
+                 "checkpoint all %d shards hold (%d newer shard checkpoint%s removed); the workers "
+                 "follow",
+                 dead, (long long)v, S, n, n == 1 ? "" : "s");
+    else
+        snprintf(m, sizeof m,
+                 "parameter server %d exited and no version is checkpointed by every shard (%s); "
+                 "every server restarts from the initial parameters at version 0 (%d shard "
+                 "checkpoint%s removed); the workers follow",
+                 dead, msg, n, n == 1 ? "" : "s");
+    op_event(l, true, "ParameterServerRollback", m, NULL);
+    say(l, "ringmaster: %s\n", m);
+    for (int i = 0; i < S; i++) {
+        rm_err e = {0};
+        if (ps_spawn(l, i, &e) != RM_OK)
+            rm_error("parameter server %d: cannot start err=\"%s\"", i, e.msg);
+    }
+}
+
 /* Observe, ask the rules, act; status.parameterServers follows. */
 static void ps_reconcile(local *l)
 {
@@ -617,6 +657,11 @@ static void ps_reconcile(local *l)
     for (int k = 0; k < n; k++) {
         int i = act[k].index;
         rm_err e = {0};
+        if (act[k].kind == RM_PS_ACT_CREATE && act[k].replace &&
+            l->job->spec.training.optimizer.type != RM_OPT_LBFGS) {
+            ps_group_rollback(l, i); /* every server restarted: the other actions are stale */
+            break;
+        }
         if (act[k].kind == RM_PS_ACT_CREATE) {
             if (act[k].replace)
                 say(l,

@@ -6,7 +6,9 @@
  * spec.parameterServer.replicas servers; one that exited or failed is replaced (it restores its
  * shard from its own checkpoint; workers retry meanwhile); servers beyond the count, and every
  * server of a finished, suspended or non-PS job, are deleted. Servers never wait for workers and
- * workers never restart with a server: a server's failure is not a group restart.
+ * workers never restart with a server: a server's failure is not a group restart. The local runner
+ * executes a replacement as a rollback of every server to one checkpointed version
+ * (operator/ps_ckpt.h, docs/strategies.md#failure-semantics).
  *
  * Ownership: plain values. */
 #ifndef RM_OPERATOR_PS_RECONCILE_H

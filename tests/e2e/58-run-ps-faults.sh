@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # e2e-timeout: 1200
 # Parameter-server failures with `ringmaster run` (docs/strategies.md#failure-semantics):
-#  1. a server dies mid-run (RINGMASTER_FAULT=exit:role=ps:index=1:step=300): it is replaced, the
-#     replacement restores its shard from its own checkpoint, workers retry and go on, the job
-#     Succeeds with testAccuracy >= 0.875 and no group restart;
+#  1. a server dies mid-run (RINGMASTER_FAULT=exit:role=ps:index=1:step=300): every server rolls
+#     back to the newest version all shards checkpointed and restores it, workers retry and go on
+#     from there, the job Succeeds with testAccuracy >= 0.875 and no worker restart;
 #  2. async (Downpour): a worker is SIGKILLed mid-run; nobody waits: the other workers' step
 #     counters (their /metrics) keep increasing across the kill (the survivors re-join the
 #     rendezvous in the background), the replacement fetches fresh parameters and joins, and the
@@ -17,7 +17,7 @@ RINGMASTER_FAULT="exit:role=ps:index=1:step=300" \
 [ $RC -eq 0 ] || { psdump; fail "server kill: exit $RC"; }
 [ "$(jget srv 'j["status"]["phase"]')" = Succeeded ] || { psdump; fail "server kill: phase"; }
 grep -q 'fault injected" kind=exit role=ps index=1 version=300' "$W/run-srv/ps-1.log" || { psdump; fail "the fault did not fire"; }
-grep -q 'parameter server 1 exited; replacing it' "$W/srv.err" || fail "no replacement"
+grep -q 'parameter server 1 exited; every server rolls back to version' "$W/srv.err" || fail "no rollback"
 grep -q 'shard restored' "$W/run-srv/ps-1.log" || { psdump; fail "the replacement did not restore its shard"; }
 [ "$(grep -c 'incarnation' "$W/run-srv/ps-1.log")" -ge 2 ] || fail "server 1 ran once only"
 [ "$(jget srv 'j["status"]["restarts"]')" = 0 ] || fail "a server's death restarted the workers"

@@ -274,20 +274,13 @@ static int op_push(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
         s->lr = q->lr;
         rm_ps_outcome o = rm_ps_sync_push(&s->sync, (int)q->worker, q->step, c->buf);
         if (o == RM_PS_AHEAD) {
-            /* this shard was restored from a checkpoint older than the job's step: it follows the
-             * workers (the updates since its checkpoint are lost, as docs/strategies.md#failure-semantics allows) */
-            rm_warn("shard behind the workers; adopting their step version=%lld step=%lld",
+            /* this shard was rolled back (docs/strategies.md#failure-semantics: every server
+             * restored one version): the gradient is for a step it never reached; it is dropped
+             * and the worker's fetch takes it back to this shard's step */
+            rm_warn("gradient for a step ahead of this shard dropped; the workers come back to "
+                    "its step version=%lld step=%lld",
                     (long long)s->sync.version, (long long)q->step);
-            int need = s->sync.need;
-            size_t n = s->sync.n;
-            rm_ps_sync_free(&s->sync);
-            rm_err e = {0};
-            if (rm_ps_sync_init(&s->sync, n, q->step, need, &e) != RM_OK) {
-                pthread_mutex_unlock(&s->mu);
-                rm_error("parameter server: %s", e.msg);
-                return RM_ENOMEM;
-            }
-            o = rm_ps_sync_push(&s->sync, (int)q->worker, q->step, c->buf);
+            o = RM_PS_DROP_LATE;
         }
         if (o == RM_PS_DROP_LATE || o == RM_PS_DROP_DUP) {
             r->status = RM_PS_ST_DROPPED;
