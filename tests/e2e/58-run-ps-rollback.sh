@@ -6,7 +6,9 @@
 #  1. server 1 killed at version 50 (checkpoints every 20): the runner rolls every server back to
 #     version 40, both servers restore 40, the job Succeeds with all its steps and no worker restart;
 #  2. server 1 killed at version 10, before the first checkpoint: every server restarts from the
-#     initial parameters at version 0 (server 0 does not keep its trained shard), the job Succeeds.
+#     initial parameters at version 0 (server 0 does not keep its trained shard), the job Succeeds;
+#  3. async (Downpour): server 1 killed at version 50 -> both servers restore 40 (server 0 with its
+#     draws, the epoch budget's position), the job Succeeds with its steps.
 source "$(dirname "$0")/5x-run-lib.bash"
 psdump() { for f in "$W"/run*/ps-*.log; do [ -f "$f" ] && { echo "---- $f (tail)"; tail -n 20 "$f"; }; done >&2; true; }
 
@@ -52,5 +54,13 @@ for case in after:50:40 before:10:0; do
   [ "$(jget "$name" 'j["status"]["restarts"]')" = 0 ] || fail "$name: the workers restarted"
   log "$name: server 1 killed at version $at; every server went back to version $want"
 done
+sed -i 's/mode: sync, backupWorkers: 0/mode: async, stalenessBound: 4/; s/momentum: 0.9/momentum: 0.0/' "$W/ps.yaml"
+RINGMASTER_FAULT="exit:role=ps:index=1:step=50" run_job async -f "$W/ps.yaml" -o json
+[ $RC -eq 0 ] || { psdump; fail "async: exit $RC"; }
+grep -q "parameter server 1 exited; every server rolls back to version 40" "$W/async.err" || { psdump; fail "async: no rollback to 40"; }
+grep -Eq 'shard restored.* version=40 draws=4[0-9] ' "$W/run-async/ps-0.log" || { psdump; fail "async: server 0 did not restore version 40 with its draws"; }
+grep -q 'shard restored.* version=40 ' "$W/run-async/ps-1.log" || { psdump; fail "async: server 1 did not restore version 40"; }
+[ "$(jget async 'j["status"]["phase"]')" = Succeeded ] || { psdump; fail "async: phase"; }
+log "async: every server went back to version 40"
 assert_no_workers
 log "PASS"
