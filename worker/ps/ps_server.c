@@ -680,13 +680,22 @@ static void ckpt_write_locked(server *s)
  * start and again every 10 s (the rendezvous may have restarted: an operator fail-over). */
 static void rdzv_register(server *s)
 {
-    if (!s->rdzv || (!s->report_now && s->registered_at > 0 && rm_mono() - s->registered_at < 10))
+    if (!s->rdzv)
         return;
+    /* the checkpoint report is written under mu by whichever thread applied the version */
+    pthread_mutex_lock(&s->mu);
+    bool now = s->report_now;
+    int ckfail = s->ckpt_failures;
+    char ckerr[sizeof s->ckpt_error];
+    memcpy(ckerr, s->ckpt_error, sizeof ckerr);
     s->report_now = false;
+    pthread_mutex_unlock(&s->mu);
+    if (!now && s->registered_at > 0 && rm_mono() - s->registered_at < 10)
+        return;
     rm_err e = {0};
     char addr[160];
     snprintf(addr, sizeof addr, "%.100s:%d", s->advertise, s->port);
-    int rc = rm_rdzv_server_report(s->rdzv, s->index, addr, s->ckpt_failures, s->ckpt_error, &e);
+    int rc = rm_rdzv_server_report(s->rdzv, s->index, addr, ckfail, ckerr, &e);
     if (rc == RM_OK) {
         if (s->registered_at == 0)
             rm_info("registered with the rendezvous addr=%s", addr);
