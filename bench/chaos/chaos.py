@@ -64,8 +64,8 @@ def kv(line, key):
 def check(rundir):
     """An acknowledged checkpoint is one every writing rank logged as written ("checkpoint written",
     after the rename; a sharded one once its manifest is complete); every later "checkpoint loaded"
-    must be at that step or newer. A server's replacement must restore its shard at its newest
-    written version or newer, never start over while checkpoints exist."""
+    must be at that step or newer. A restarted server must restore at least the newest version
+    every server had written (the servers' rollback rule), never start over below it."""
     bad = []
     written = {}  # step -> {rank: ts}
     loads = []
@@ -85,26 +85,42 @@ def check(rundir):
         before = [s for t, s in acked if t < ts]
         if before and step < max(before):
             bad.append(f"rank {rank} loaded step {step} at {ts} after step {max(before)} was acknowledged")
+    # servers (docs/strategies.md#failure-semantics): after a server dies every server rolls back to
+    # the newest version all shards checkpointed, so a restart must restore at least the version
+    # every server had written before it (none written by all: version 0 is right)
+    srv = {}
     for f in sorted(glob.glob(os.path.join(rundir, "ps-*.log"))):
-        last, pending, inc = 0, False, 0
+        name = os.path.basename(f)
+        incs, wr = [], []  # incarnations: [first ts, restored version or None]; writes: (ts, version)
         for line in open(f, errors="replace"):
-            if "incarnation" in line and line.startswith("==="):
-                if pending and last > 0:
-                    bad.append(f"{os.path.basename(f)}: incarnation {inc} started without its shard (newest written version {last})")
-                inc += 1
-                pending = inc >= 2
-            elif 'msg="shard restored"' in line:
-                v = kv(line, "version")
-                if v is not None and v < last:
-                    bad.append(f"{os.path.basename(f)}: incarnation {inc} restored version {v} after {last} was written")
-                pending = False
+            if line.startswith("===") and "incarnation" in line:
+                incs.append([None, None])
+                continue
+            m = TS.match(line)
+            if not m or not incs:
+                continue
+            if incs[-1][0] is None:
+                incs[-1][0] = m.group(1)
+            if 'msg="shard restored"' in line and incs[-1][1] is None:
+                incs[-1][1] = kv(line, "version")
             elif 'msg="shard checkpoint written"' in line:
-                if pending and last > 0:
-                    bad.append(f"{os.path.basename(f)}: incarnation {inc} wrote checkpoints without restoring version {last}")
-                pending = False
-                last = max(last, kv(line, "version") or 0)
-        if pending and last > 0:
-            bad.append(f"{os.path.basename(f)}: incarnation {inc} never restored its shard (newest written version {last})")
+                wr.append((m.group(1), kv(line, "version") or 0))
+        srv[name] = (incs, wr)
+
+    def common_before(ts):
+        sets = [{v for t, v in wr if t < ts} for _, wr in srv.values()]
+        both = set.intersection(*sets) if sets else set()
+        return max(both) if both else 0
+
+    for name, (incs, _) in srv.items():
+        for k, (ts, v) in enumerate(incs[1:], start=2):
+            if ts is None:
+                continue
+            need = common_before(ts)
+            got = v if v is not None else 0
+            if got < need:
+                bad.append(f"{name}: incarnation {k} " + (f"restored version {v}" if v is not None else "started without its shard")
+                           + f" after version {need} was written by every server")
     for b in bad:
         print(b)
     return 1 if bad else 0
