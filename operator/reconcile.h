@@ -112,6 +112,9 @@
  *    job runs on at it; without one nothing is created, deleted, restarted or failed. Either way
  *    condition InvalidSpec=True reason "InvalidUpdate" (message names the field) and a Warning
  *    event "InvalidSpec" on the transition; a valid spec again flips it False reason "Valid".
+ *    The kube runtime also passes an edit of a field that is immutable once the job started
+ *    (operator/spec_guard.h) this way: the spec with the running values, and a message naming
+ *    the fields.
  * R10 Recovery loop. status.stepHighWater keeps the highest step a member of the current round
  *    reported and the rendezvous epoch it was first reached at. When R.epoch is
  *    opts.recovery_loop_epochs (20) or more past that epoch — the group keeps re-forming without

@@ -24,6 +24,7 @@
 #include "operator/gang.h"
 #include "operator/ps_reconcile.h"
 #include "operator/reconcile.h"
+#include "operator/spec_guard.h"
 
 #define MAX_IDX RM_MAX_WORLD
 
@@ -314,11 +315,20 @@ static void node_readiness(rm_kube_rt *rt, obs_ctx *o, const char *jobkey)
 }
 
 /* ---------------- status ---------------- */
-static cJSON *status_json(const rm_tj *tj, const rm_tj_status *st)
+static cJSON *status_json(const cJSON *obj, const rm_tj *tj, const rm_tj_status *st)
 {
     cJSON *s = rm_tj_status_to_json(st);
     if (!s)
         return NULL;
+    /* status.runningSpec: the immutable part of the spec the pods are built from (held by
+     * hold_running_spec once the job started), so a replacement made after an operator restart
+     * still gets what its group runs */
+    cJSON *rs = rm_spec_running(cJSON_GetObjectItemCaseSensitive(obj, "spec"));
+    if (!rs || !cJSON_AddItemToObject(s, "runningSpec", rs)) {
+        cJSON_Delete(rs);
+        cJSON_Delete(s);
+        return NULL;
+    }
     char b[64];
     snprintf(b, sizeof(b), "%d/%d", st->ready_replicas, tj->spec.replicas);
     cJSON_DeleteItemFromObjectCaseSensitive(s, "workers");
@@ -543,11 +553,45 @@ static int last_valid_spec(const cJSON *obj, rm_tj *tj, bool valid, const rm_err
     return RM_OK;
 }
 
+/* A job that started runs one spec (operator/spec_guard.h): when an immutable field of the object
+ * differs from status.runningSpec, put the recorded values back into obj's spec, so every pod is
+ * still built from what its group runs, and write into why (cap bytes) the message naming the
+ * fields; why is "" when nothing is held. Before the job starts the spec is taken as written
+ * (status_json records it). */
+static int hold_running_spec(cJSON *obj, char *why, size_t cap, rm_err *err)
+{
+    why[0] = 0;
+    cJSON *spec = cJSON_GetObjectItemCaseSensitive(obj, "spec");
+    const cJSON *running = rm_json_path(obj, "status.runningSpec");
+    const cJSON *started = rm_json_path(obj, "status.startTime");
+    if (!cJSON_IsObject(spec) || !cJSON_IsObject(running) || !cJSON_IsString(started) ||
+        !started->valuestring[0])
+        return RM_OK;
+    char fields[200];
+    if (rm_spec_changed_fields(running, spec, fields, sizeof fields) == 0)
+        return RM_OK;
+    if (rm_spec_hold(spec, running) != RM_OK)
+        return rm_errf(err, RM_ENOMEM, "out of memory");
+    rm_sfmt(why, cap,
+            "%s: cannot change once the job started; its pods keep the spec the group runs "
+            "(status.runningSpec)",
+            fields);
+    return RM_OK;
+}
+
+/* A job without status.runningSpec (started by an operator that did not record it): the status is
+ * written even if unchanged, once. Otherwise the record travels with the status writes the job
+ * makes anyway, the first of its start among them. */
+static bool running_spec_missing(const cJSON *obj)
+{
+    return !cJSON_IsObject(rm_json_path(obj, "status.runningSpec"));
+}
+
 /* ---- observe: the job (parsed, validated, its Secret and Service in place) ---- */
 /* RM_OK with *skip when the job is not ours to reconcile (another controller's, or unparseable
  * and already reported). */
 static int observe_job(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, rm_tj *tj, rm_err *verr,
-                       const char **invalid_update, bool *skip, rm_err *err)
+                       const char **invalid_update, char *held, size_t held_cap, bool *skip, rm_err *err)
 {
     *skip = false;
     /* managedBy: another controller's job is not ours to touch */
@@ -559,6 +603,7 @@ static int observe_job(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, 
         *skip = true;
         return RM_OK;
     }
+    RM_CHECK(hold_running_spec(obj, held, held_cap, err));
     rm_err perr = {0};
     if (rm_tj_from_json(obj, tj, &perr) != RM_OK) {
         *skip = true;
@@ -569,6 +614,8 @@ static int observe_job(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, 
     RM_CHECK(last_valid_spec(obj, tj, valid, verr, m, invalid_update, err));
     if (*invalid_update)
         valid = true; /* tj now carries the last valid spec */
+    else if (held[0])
+        *invalid_update = held; /* R0b's condition and event, naming the fields not applied */
     bool terminal = tj->status.phase == RM_PHASE_SUCCEEDED || tj->status.phase == RM_PHASE_FAILED;
     if (valid && !terminal && !tj->spec.run.suspend) {
         RM_CHECK(ensure_token(rt, tj, m, err));
@@ -817,7 +864,7 @@ static const rm_runtime_ops kube_ops = {
 static int commit_status(rm_kube_rt *rt, const char *key, cJSON *obj, const rm_tj *tj, const rm_tj_status *ns,
                          job_mem *m, rm_err *err)
 {
-    cJSON *s = status_json(tj, ns);
+    cJSON *s = status_json(obj, tj, ns);
     if (!s)
         return rm_errf(err, RM_ENOMEM, "out of memory");
     int rc = write_status(rt, tj->namespace_, tj->name, obj, s, m, err);
@@ -945,9 +992,11 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, dou
     kube_apply *ka = NULL;
     /* observe */
     const char *invalid_update = NULL;
+    char held[512] = "";
     rm_err verr = {0};
     bool skip = false;
-    RM_CHECK_GOTO(observe_job(rt, key, obj, m, &tj, &verr, &invalid_update, &skip, err), rc, out);
+    RM_CHECK_GOTO(observe_job(rt, key, obj, m, &tj, &verr, &invalid_update, held, sizeof held, &skip, err),
+                  rc, out);
     if (skip)
         goto out;
     RM_CHECK_GOTO(observe_workers(rt, key, &tj, m, &oc, err), rc, out);
@@ -1019,7 +1068,7 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, dou
     }
     ps_sync(rt, key, &tj, &ro_out);
     /* commit status */
-    if (ro_out.status_changed)
+    if (ro_out.status_changed || running_spec_missing(obj))
         RM_CHECK_GOTO(commit_status(rt, key, obj, &tj, &ro_out.status, m, err), rc, out);
     rc = first_err;
 out:
