@@ -166,7 +166,10 @@ static void test_hold(void)
  * message names the field, for every immutable key of the table. */
 static void test_crd_rules(void)
 {
-    FILE *fp = fopen("deploy/crd/trainingjobs.ringmaster.dev.yaml", "rb");
+    const char *root = getenv("RM_ROOT");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/deploy/crd/trainingjobs.ringmaster.dev.yaml", root && *root ? root : ".");
+    FILE *fp = fopen(path, "rb");
     CU_ASSERT_PTR_NOT_NULL_FATAL(fp);
     static char text[1 << 20];
     size_t n = fread(text, 1, sizeof text - 1, fp);
