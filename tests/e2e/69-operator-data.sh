@@ -68,6 +68,7 @@ log "2 workers initialised, 1 GET"
 
 wait_for 60 "remote Running with progress" bash -c "[ \"\$(kubectl get tj remote -o jsonpath='{.status.progress.step}')\" -ge 40 ]"
 uid=$(k get pod remote-worker-1 -o 'jsonpath={.metadata.uid}')
+ep0=$(tj_field remote '{.status.epoch}')
 k delete pod remote-worker-1 --wait=false >/dev/null
 wait_for 60 "a replacement for worker 1" bash -c \
   "[ -n \"\$(kubectl get pod remote-worker-1 -o jsonpath='{.metadata.uid}' 2>/dev/null)\" ] && [ \"\$(kubectl get pod remote-worker-1 -o jsonpath='{.metadata.uid}')\" != $uid ]"
@@ -76,7 +77,7 @@ wait_for 60 "the replacement initialised" bash -c "$(declare -f init_ok k); init
 rlog=$(ls -t "$ksdata"/logs/default_remote-worker-1_*/fetch-data.log | head -1)
 grep -q 'msg="data ready"' "$rlog" && ! grep -q 'msg="data fetched"' "$rlog" || fail "replacement's init: $(cat "$rlog")"
 wait_for 240 "remote Succeeded" tj_phase_is remote Succeeded
-[ "$(tj_field remote '{.status.restarts}')" -ge 1 ] || fail "no restart after the pod delete"
+[ "$(tj_field remote '{.status.epoch}')" -gt "$ep0" ] || fail "the group did not re-form after the pod delete"
 log "a replaced worker fetched nothing; Succeeded with $(gets c.txt) GET"
 
 job missing nope.txt 50 | k apply -f - >/dev/null
