@@ -56,7 +56,7 @@ init_ok() { # POD: its fetch-data init container ended 0
   [ "$(k get pod "$1" -o 'jsonpath={.status.initContainerStatuses[0].state.terminated.exitCode}' 2>/dev/null)" = 0 ]
 }
 
-job remote c.txt 3000 | k apply -f - >/dev/null
+job remote c.txt 1500 | k apply -f - >/dev/null
 wait_for 60 "both workers initialised" bash -c "$(declare -f init_ok k); init_ok remote-worker-0 && init_ok remote-worker-1"
 ic=$(k get pod remote-worker-0 -o 'jsonpath={.spec.initContainers[0].name} {.spec.initContainers[0].args[0]}')
 [ "$ic" = "fetch-data fetch" ] || fail "init container: $ic"
