@@ -3,6 +3,8 @@
 #include "common/fs.h"
 
 #include <errno.h>
+#include <glob.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -141,4 +143,21 @@ int rm_fs_map_file(const char *path, void **map, size_t *size, rm_err *err)
     *map = m;
     *size = n;
     return RM_OK;
+}
+
+int rm_fs_unlink_globs(const char *dir, const char *const *patterns, size_t n)
+{
+    int removed = 0;
+    for (size_t p = 0; p < n; p++) {
+        char pat[PATH_MAX];
+        if (snprintf(pat, sizeof pat, "%s/%s", dir, patterns[p]) >= (int)sizeof pat)
+            continue;
+        glob_t g;
+        if (glob(pat, GLOB_NOSORT, NULL, &g) == 0)
+            for (size_t i = 0; i < g.gl_pathc; i++)
+                if (unlink(g.gl_pathv[i]) == 0)
+                    removed++;
+        globfree(&g);
+    }
+    return removed;
 }

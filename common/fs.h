@@ -30,4 +30,8 @@ typedef struct rm_fs_piece {
  * sees the old file or the whole new one; on failure the temp file is removed and path is as it
  * was. RM_EIO naming the path and the step that failed. */
 int rm_fs_write_atomic(const char *path, const rm_fs_piece *pieces, int n, rm_err *err);
+
+/* Unlink every file matching dir/PATTERN for each of the n glob patterns, in order (a caller that
+ * must remove one kind before another lists it first). Returns how many were removed. */
+int rm_fs_unlink_globs(const char *dir, const char *const *patterns, size_t n);
 #endif

@@ -8,27 +8,17 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/fs.h"
 #include "common/rm.h"
 
 #define PS_CKPT_MAX_LIST 1024 /* shard checkpoints looked at per folder (keep is at most 1000) */
 
 int rm_ps_ckpt_clear(const char *dir)
 {
-    static const char *const pats[] = {"ckpt-*.rmck",    ".tmp-ckpt-*",    "index-*.json",
-                                       ".fault-*-fired", "lbfgs-vectors*", "lbfgs-coordinator*",
-                                       ".fault-lost-*"};
-    int n = 0;
-    for (size_t p = 0; p < RM_ARRAY_LEN(pats); p++) {
-        char pat[PATH_MAX];
-        rm_sfmt(pat, sizeof pat, "%s/ps-*/%s", dir, pats[p]);
-        glob_t g;
-        if (glob(pat, GLOB_NOSORT, NULL, &g) == 0)
-            for (size_t i = 0; i < g.gl_pathc; i++)
-                if (unlink(g.gl_pathv[i]) == 0)
-                    n++;
-        globfree(&g);
-    }
-    return n;
+    static const char *const pats[] = {
+        "ps-*/ckpt-*.rmck",    "ps-*/.tmp-ckpt-*",        "ps-*/index-*.json", "ps-*/.fault-*-fired",
+        "ps-*/lbfgs-vectors*", "ps-*/lbfgs-coordinator*", "ps-*/.fault-lost-*"};
+    return rm_fs_unlink_globs(dir, pats, RM_ARRAY_LEN(pats));
 }
 
 bool rm_ps_ckpt_any(const char *dir)

@@ -277,19 +277,7 @@ int rm_run_fresh_checkpoints(const char *dir)
     static const char *const pats[] = {"index-*.json",        "ckpt-*.rmck", "manifest-*.rmmf",
                                        "shard-*.rmck",        ".tmp-ckpt-*", ".fault-*-fired",
                                        ".fault-lost-worker-*"};
-    int n = 0;
-    for (size_t p = 0; p < RM_ARRAY_LEN(pats); p++) {
-        char pat[PATH_MAX];
-        rm_sfmt(pat, sizeof pat, "%s/%s", dir, pats[p]);
-        glob_t g;
-        if (glob(pat, GLOB_NOSORT, NULL, &g) == 0) {
-            for (size_t i = 0; i < g.gl_pathc; i++)
-                if (unlink(g.gl_pathv[i]) == 0)
-                    n++;
-        }
-        globfree(&g);
-    }
-    return n + rm_ps_ckpt_clear(dir);
+    return rm_fs_unlink_globs(dir, pats, RM_ARRAY_LEN(pats)) + rm_ps_ckpt_clear(dir);
 }
 
 /* --resume of a parameter-server job: its state is the servers' (workers take their step from
