@@ -26,8 +26,9 @@ declare -A entry=(
   [pipeline]=bench/pipeline/run.sh
   [builds]=bench/builds/compare.sh
   [gpt]=bench/gpt/run.sh
+  [fetch]=bench/fetch/run.sh
 )
-order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard ps sweep shm hier topo pipeline builds gpt)
+order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard ps sweep shm hier topo pipeline builds gpt fetch)
 sel=(${BENCH:-${order[@]}})
 rc=0
 for b in "${sel[@]}"; do
