@@ -220,6 +220,14 @@ static int ps_validate(const rm_tj_spec *s, rm_err *err)
     if (ps->replicas < 1 || ps->replicas > RM_PS_MAX_SERVERS)
         return tj_bad(err, P, "replicas", "must be between 1 and %d (got %d)", RM_PS_MAX_SERVERS,
                       ps->replicas);
+    /* one member's place per worker on every server, one kept (RM_PS_JOB_MAX_WORKERS) */
+    int most = s->max_replicas > s->replicas ? s->max_replicas : s->replicas;
+    if (most > RM_PS_JOB_MAX_WORKERS)
+        return rm_err_field(err, RM_EINVAL, most == s->replicas ? "spec.replicas" : "spec.maxReplicas",
+                            "must be <= %d with spec.strategy: parameterServer (got %d): every worker "
+                            "holds a connection to every server, and a server takes %d (one is kept "
+                            "for the L-BFGS coordinator and a replacement's reconnect)",
+                            RM_PS_JOB_MAX_WORKERS, most, RM_PS_MAX_MEMBERS);
     if ((unsigned)ps->mode > RM_PS_ASYNC)
         return tj_bad_enum(err, P, "mode", rm_ps_mode_names);
     if (ps->backup_workers < 0)

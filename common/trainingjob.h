@@ -225,6 +225,12 @@ enum {
 typedef enum { RM_STRATEGY_ALLREDUCE = 0, RM_STRATEGY_PS } rm_strategy;
 typedef enum { RM_PS_SYNC = 0, RM_PS_ASYNC } rm_ps_mode;
 #define RM_PS_MAX_SERVERS 64
+/* A server takes at most RM_PS_MAX_MEMBERS connections that proved the token (worker/ps/ps_server.h,
+ * a thread each); every worker holds one to every server and one place is kept for the L-BFGS
+ * coordinator (and for a replacement reconnecting while its predecessor's connection drains), so a
+ * parameterServer job has at most RM_PS_JOB_MAX_WORKERS workers (docs/strategies.md#parameter-servers). */
+#define RM_PS_MAX_MEMBERS 64
+#define RM_PS_JOB_MAX_WORKERS (RM_PS_MAX_MEMBERS - 1)
 typedef struct rm_ps_spec {
     bool present;          /* spec.parameterServer was given */
     int replicas;          /* server shards S; default 1 */

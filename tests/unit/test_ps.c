@@ -138,6 +138,51 @@ static void test_spec_errors(void)
     }
 }
 
+/* Workers per server: every worker holds one member's place on every server (RM_PS_MAX_MEMBERS, one
+ * kept), so 63 workers validate and 64 - by spec.replicas or by spec.maxReplicas - do not. */
+static void test_spec_worker_limit(void)
+{
+    static const struct {
+        const char *counts, *field; /* field NULL: accepted */
+    } T[] = {
+        {"replicas: 63", NULL},
+        {"replicas: 2\n  minReplicas: 1\n  maxReplicas: 63", NULL},
+        {"replicas: 64", "spec.replicas"},
+        {"replicas: 100", "spec.replicas"},
+        {"replicas: 2\n  minReplicas: 1\n  maxReplicas: 64", "spec.maxReplicas"},
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(T); i++) {
+        char y[1024];
+        snprintf(y, sizeof y,
+                 "apiVersion: ringmaster.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: ps}\n"
+                 "spec:\n  %s\n  strategy: parameterServer\n  parameterServer: {replicas: 2}\n",
+                 T[i].counts);
+        rm_yaml_docs *d = NULL;
+        rm_err e = {0};
+        rm_tj tj;
+        memset(&tj, 0, sizeof tj);
+        CU_ASSERT_EQUAL_FATAL(rm_yaml_load(y, strlen(y), "t", &d, &e), RM_OK);
+        cJSON *j = rm_yaml_take(d, 0);
+        rm_yaml_free(d);
+        int rc = rm_tj_from_json(j, &tj, &e);
+        cJSON_Delete(j);
+        CU_ASSERT_EQUAL_FATAL(rc, RM_OK);
+        rm_tj_defaults(&tj);
+        rc = rm_tj_validate(&tj, &e);
+        if (!T[i].field) {
+            if (rc != RM_OK)
+                fprintf(stderr, "case %zu: %s: %s\n", i, e.field, e.msg);
+            CU_ASSERT_EQUAL(rc, RM_OK);
+        } else {
+            CU_ASSERT_NOT_EQUAL(rc, RM_OK);
+            CU_ASSERT_STRING_EQUAL(e.field, T[i].field);
+            CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "must be <= 63 with spec.strategy: parameterServer"));
+            CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "connection to every server"));
+        }
+        rm_tj_free(&tj);
+    }
+}
+
 /* ---- partition ---- */
 
 static void check_partition(size_t total, const size_t *b, int nb, int S)
@@ -567,6 +612,7 @@ void rm_suite_ps(void)
     static const rm_test_case cases[] = {
         {"spec defaults and round trip", test_spec_defaults},
         {"spec errors name the field", test_spec_errors},
+        {"spec: at most 63 workers per server", test_spec_worker_limit},
         {"partition every size S=1..8", test_partition_every_size},
         {"partition snaps to layer boundaries", test_partition_snaps},
         {"sync rule with backup workers", test_sync_rule_table},

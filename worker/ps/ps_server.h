@@ -28,7 +28,9 @@
 #ifndef RM_WORKER_PS_SERVER_H
 #define RM_WORKER_PS_SERVER_H
 
-#define RM_PS_MAX_CONNS 64
+#include "common/trainingjob.h"
+
+#define RM_PS_MAX_CONNS RM_PS_MAX_MEMBERS /* the validator holds workers to RM_PS_JOB_MAX_WORKERS */
 #define RM_PS_DEFAULT_PORT 29600
 
 /* argv[0] == "ps". Exit code: 0 (SIGTERM after its checkpoint), 1 runtime failure, 2 settings. */
