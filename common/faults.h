@@ -2,7 +2,11 @@
  *   "exit:rank=1:step=300"                 rank 1 dies abruptly (_exit(137)) when it reaches step 300
  *   "hang:rank=2:step=100"                 rank 2 stops making progress (no steps, reports, beats)
  *   "exit:rank=1:step=300;exit:rank=2:step=900"   several, separated by ';'
- *   "exit:role=ps:index=0:step=500"        parameter server 0 dies at version 500
+ *   "exit:role=ps:index=0:step=500"        parameter server 0 dies at version 500 (>= 1: the
+ *                                          updates it applied)
+ *   "hang:role=ps:index=1:step=40"         parameter server 1 stops serving at version 40: it
+ *                                          holds its state's lock, answers no request and
+ *                                          /healthz says stalled once workers wait on it
  *   "slow:rank=1:factor=4[:step=S][:until=U]"  a straggler: from step S (default 0) to step U
  *                                          (default: the end) rank 1's every step takes factor
  *                                          times as long (it sleeps (factor-1)x its compute time)
@@ -11,7 +15,7 @@
  *                                          and `ringmaster run` cannot create that replica again
  *                                          (an elastic job shrinks to minReplicas instead)
  * Keys may come in any order; exit/hang need rank (or role=ps with index) and step; slow needs
- * rank and factor. Off unless set. A slow fault has no "fired" marker: it is a range.
+ * rank and factor; a missing key is named in the error. Off unless set. A slow fault has no "fired" marker: it is a range.
  *
  * Once per job: before a fault fires, a marker file DIR/.fault-<i>-fired is created (O_EXCL,
  * fsync'd) in the job's checkpoint folder, and a fault whose marker exists never fires again, so a
@@ -50,6 +54,12 @@ typedef struct rm_faults {
 
 /* Parse spec (NULL or "" = no faults). RM_EINVAL with a message naming the bad part. */
 int rm_faults_parse(const char *spec, rm_faults *out, rm_err *err);
+/* Against the job: refuse a fault that can never fire - role=ps on a job without parameter servers,
+ * a server index >= spec.parameterServer.replicas, a rank >= the most workers the job may have
+ * (spec.replicas/maxReplicas). RM_EINVAL with a message naming the fault (1-based) and the field.
+ * `ringmaster run` calls it before it starts anything. */
+struct rm_tj;
+int rm_faults_check_job(const rm_faults *fs, const struct rm_tj *job, rm_err *err);
 /* Where markers live (usually the checkpoint dir); created if missing when a fault fires. */
 void rm_faults_set_dir(rm_faults *fs, const char *dir);
 /* The fault due for (rank, step), if any and not fired yet (neither in memory nor by marker). It

@@ -2,6 +2,7 @@
  * dependency beyond common/, so `ringmaster run` links the very same parser and refuses a
  * malformed spec before it starts any worker. */
 #include "common/faults.h"
+#include "common/trainingjob.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -144,16 +145,30 @@ static int parse_one(const char *s, size_t len, rm_fault *f, rm_err *err)
         have_rank = true;
     }
     if (f->kind == RM_FAULT_SLOW) {
-        if (!have_rank || f->factor < 1)
-            return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\" needs rank= and factor=", (int)len, s);
+        if (!have_rank)
+            return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\" needs rank= (the worker to slow)",
+                           (int)len, s);
+        if (f->factor < 1)
+            return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\" needs factor= (1..1000)", (int)len, s);
         if (f->until && f->until <= f->step)
             return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\": until must be > step", (int)len, s);
         return RM_OK;
     }
     if (f->factor || f->until)
         return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\": factor/until are for slow", (int)len, s);
-    if (!have_rank || !have_step)
-        return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\" needs rank= and step=", (int)len, s);
+    if (!have_rank)
+        return rm_errf(err, RM_EINVAL,
+                       "RINGMASTER_FAULT: \"%.*s\" needs rank= (a worker) or role=ps:index= (a server)",
+                       (int)len, s);
+    if (!have_step)
+        return rm_errf(err, RM_EINVAL, "RINGMASTER_FAULT: \"%.*s\" needs step= (%s)", (int)len, s,
+                       ps ? "the server's version: updates applied, from 1" : "the worker's step");
+    /* a server looks for its faults after each update it applies: version 0 is never one */
+    if (ps && f->step == 0)
+        return rm_errf(err, RM_EINVAL,
+                       "RINGMASTER_FAULT: \"%.*s\": step=0 never fires for a server (step counts the "
+                       "updates it applied; the first is 1)",
+                       (int)len, s);
     return RM_OK;
 }
 
@@ -186,6 +201,42 @@ int rm_faults_parse(const char *spec, rm_faults *out, rm_err *err)
             out->n++;
         }
         p = q < end ? q + 1 : end;
+    }
+    return RM_OK;
+}
+
+/* ---- against the job: a fault that can never fire is refused (faults.h) ---- */
+
+int rm_faults_check_job(const rm_faults *fs, const rm_tj *job, rm_err *err)
+{
+    const rm_tj_spec *sp = &job->spec;
+    bool ps_job = sp->strategy == RM_STRATEGY_PS;
+    int servers = ps_job ? sp->ps.replicas : 0;
+    int workers = sp->max_replicas > sp->replicas ? sp->max_replicas : sp->replicas;
+    for (int i = 0; fs && i < fs->n; i++) {
+        const rm_fault *f = &fs->f[i];
+        const char *kind = rm_fault_kind_name(f->kind);
+        if (f->rank >= RM_FAULT_PS_RANK(0)) {
+            int index = f->rank - RM_FAULT_PS_RANK(0);
+            if (!ps_job)
+                return rm_errf(
+                    err, RM_EINVAL,
+                    "RINGMASTER_FAULT: fault %d (%s:role=ps:index=%d) can never fire: TrainingJob %s has no "
+                    "parameter servers (spec.strategy is not parameterServer)",
+                    i + 1, kind, index, job->name);
+            if (index >= servers)
+                return rm_errf(
+                    err, RM_EINVAL,
+                    "RINGMASTER_FAULT: fault %d (%s:role=ps:index=%d) can never fire: TrainingJob %s has %d "
+                    "parameter server%s (spec.parameterServer.replicas; index 0..%d)",
+                    i + 1, kind, index, job->name, servers, servers == 1 ? "" : "s", servers - 1);
+        } else if (f->rank >= workers) {
+            return rm_errf(
+                err, RM_EINVAL,
+                "RINGMASTER_FAULT: fault %d (%s:rank=%d) can never fire: TrainingJob %s has at most %d "
+                "worker%s (spec.replicas/maxReplicas; rank 0..%d)",
+                i + 1, kind, f->rank, job->name, workers, workers == 1 ? "" : "s", workers - 1);
+        }
     }
     return RM_OK;
 }

@@ -711,6 +711,21 @@ static int report_outcome(const ui *u, rm_tj *job, const rm_local_result *res, c
     return code;
 }
 
+/* RINGMASTER_FAULT against the job (common/faults.h): a fault that can never fire (a server or a
+ * rank the job does not have) would make a test pass without testing anything; refuse it. 0 or 2. */
+static int fault_check_job(const char *cmd, const rm_tj *job)
+{
+    const char *fs = getenv(RM_ENV_FAULT);
+    rm_faults faults;
+    rm_err fe = {0};
+    if (!fs || !*fs)
+        return 0;
+    if (rm_faults_parse(fs, &faults, &fe) == RM_OK && rm_faults_check_job(&faults, job, &fe) == RM_OK)
+        return 0;
+    fprintf(stderr, "ringmaster %s: %s\n", cmd, fe.msg);
+    return 2;
+}
+
 int rm_run_main(int argc, char **argv)
 {
     run_flags fl;
@@ -757,6 +772,10 @@ int rm_run_main(int argc, char **argv)
     rm_yaml_free(docs);
     if (lrc != RM_OK) {
         fprintf(stderr, "%s\n", msg);
+        return 2;
+    }
+    if (fault_check_job("run", &job)) {
+        rm_tj_free(&job);
         return 2;
     }
     if (job.generation <= 0)
@@ -880,7 +899,8 @@ int rm_validate_main(int argc, char **argv)
         case 'h':
             printf("usage: ringmaster validate -f FILE [-o json]\n"
                    "Check a TrainingJob manifest the way `run` and the operator read it; -o json\n"
-                   "prints it with every default filled in. Exit 0 valid, 2 invalid.\n");
+                   "prints it with every default filled in. With RINGMASTER_FAULT set, a fault\n"
+                   "that can never fire in this job is refused too. Exit 0 valid, 2 invalid.\n");
             return 0;
         default:
             fprintf(stderr, "ringmaster validate: unknown flag \"%s\"\n", argv[optind - 1]);
@@ -907,6 +927,10 @@ int rm_validate_main(int argc, char **argv)
     rm_yaml_free(docs);
     if (lrc != RM_OK) {
         fprintf(stderr, "%s\n", msg);
+        return 2;
+    }
+    if (fault_check_job("validate", &job)) {
+        rm_tj_free(&job);
         return 2;
     }
     if (json) {

@@ -7,6 +7,7 @@
 
 #include "tests/unit/testutil.h"
 #include "common/faults.h"
+#include "common/trainingjob.h"
 
 static void test_parse(void)
 {
@@ -118,11 +119,65 @@ static void test_fires_before_folder_exists(void)
     free(dir);
 }
 
+/* Specs against a job: what parses, and what can never fire there, each with the fragment its
+ * message must carry (a missing key is named; a server index or rank the job lacks is refused). */
+static void test_against_job(void)
+{
+    static const struct {
+        const char *spec;
+        bool ps_job;       /* 2 servers, 4 workers (max 6); else allreduce, 4 workers */
+        const char *parse; /* NULL: parses */
+        const char *job;   /* NULL: fits the job */
+    } T[] = {
+        {"hang:role=ps:index=1:step=40", true, NULL, NULL},
+        {"exit:role=ps:index=0:step=1", true, NULL, NULL},
+        {"exit:rank=5:step=3", true, NULL, NULL}, /* maxReplicas 6 */
+        {"exit:rank=3:step=0", false, NULL, NULL},
+        {"hang:role=ps:index=5:step=40", true, NULL,
+         "has 2 parameter servers (spec.parameterServer.replicas; index 0..1)"},
+        {"exit:role=ps:index=2:step=40", true, NULL, "fault 1 (exit:role=ps:index=2) can never fire"},
+        {"exit:role=ps:index=0:step=40", false, NULL, "has no parameter servers"},
+        {"exit:rank=0:step=1;exit:rank=6:step=3", true, NULL, "fault 2 (exit:rank=6) can never fire"},
+        {"hang:rank=4:step=3", false, NULL, "at most 4 workers (spec.replicas/maxReplicas; rank 0..3)"},
+        {"slow:rank=9:factor=2", false, NULL, "at most 4 workers"},
+        {"exit:role=ps:index=1:step=0", true, "step=0 never fires for a server", NULL},
+        {"hang:role=ps:index=1", true, "needs step= (the server's version", NULL},
+        {"exit:rank=1", false, "needs step= (the worker's step)", NULL},
+        {"exit:step=3", false, "needs rank= (a worker) or role=ps:index= (a server)", NULL},
+        {"slow:factor=2", false, "needs rank= (the worker to slow)", NULL},
+        {"slow:rank=1", false, "needs factor= (1..1000)", NULL},
+        {"hang:role=ps:step=3", true, "role=ps goes with index=", NULL},
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(T); i++) {
+        rm_tj job;
+        memset(&job, 0, sizeof job);
+        job.name = "j";
+        job.spec.replicas = 4;
+        job.spec.max_replicas = T[i].ps_job ? 6 : 4;
+        job.spec.strategy = T[i].ps_job ? RM_STRATEGY_PS : RM_STRATEGY_ALLREDUCE;
+        job.spec.ps.replicas = T[i].ps_job ? 2 : 0;
+        rm_faults f;
+        rm_err e = {0};
+        int rc = rm_faults_parse(T[i].spec, &f, &e);
+        if (rc == RM_OK && !T[i].parse)
+            rc = rm_faults_check_job(&f, &job, &e);
+        const char *want = T[i].parse ? T[i].parse : T[i].job;
+        if (want ? rc != RM_EINVAL || !strstr(e.msg, want) : rc != RM_OK)
+            fprintf(stderr, "case %zu \"%s\": rc=%d msg=%s\n", i, T[i].spec, rc, e.msg);
+        CU_ASSERT_EQUAL(rc, want ? RM_EINVAL : RM_OK);
+        if (want) {
+            CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, want));
+            CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "RINGMASTER_FAULT"));
+        }
+    }
+}
+
 void rm_suite_faults(void)
 {
     static const rm_test_case cases[] = {{"parse", test_parse},
                                          {"once_per_job", test_once},
                                          {"fires_before_folder_exists", test_fires_before_folder_exists},
-                                         {"lost_marker", test_lost_marker}};
+                                         {"lost_marker", test_lost_marker},
+                                         {"against the job", test_against_job}};
     RM_ADD_SUITE("faults", NULL, NULL, cases);
 }
