@@ -99,6 +99,11 @@ bool rm_health_live(rm_health *h)
     return liveness(h, &since);
 }
 
+double rm_health_server_deadline(double progress_deadline_seconds)
+{
+    return progress_deadline_seconds > 0 ? progress_deadline_seconds / 2 : 0;
+}
+
 int rm_health_healthz(const rm_http_req *req, rm_http_resp *resp, void *health)
 {
     rm_health *h = health;

@@ -216,6 +216,8 @@ int rm_launch_build_ps(const rm_tj *job, int index, const rm_launch_placement *p
     ENV(&b, RM_ENV_CHECKPOINT_INTERVAL, "%d", sp->checkpoint.interval_steps);
     ENV(&b, RM_ENV_CHECKPOINT_KEEP, "%d", sp->checkpoint.keep > 0 ? sp->checkpoint.keep : 3);
     ENV(&b, RM_ENV_WORLD_SIZE, "%d", sp->replicas);
+    /* the server's /healthz goes stalled after this long holding requests unanswered */
+    ENV(&b, RM_ENV_PROGRESS_DEADLINE, "%g", sp->restart.progress_deadline_seconds);
     if (!b.rc) {
         cJSON *tj = rm_training_to_json(&sp->training);
         char *js = tj ? cJSON_PrintUnformatted(tj) : NULL;

@@ -113,7 +113,9 @@ typedef struct local {
     struct {
         pid_t pid; /* 0: none */
         bool exited;
+        bool hung; /* killed for its /healthz (rm_health_server_deadline): replaced as hung */
         int port, mport, incarnation;
+        double last_alive, last_probe; /* wall: /healthz answered 200; asked */
     } ps[RM_PS_MAX_SERVERS];
     char ps_addrs[RM_PS_MAX_SERVERS * 24];
 } local;
@@ -593,6 +595,8 @@ static int ps_spawn(local *l, int i, rm_err *err)
     RM_CHECK(spawn_exec(l, -1 - i, 0, mport, logpath, banner, &pid, err));
     l->ps[i].pid = pid;
     l->ps[i].exited = false;
+    l->ps[i].hung = false;
+    l->ps[i].last_alive = l->ps[i].last_probe = rm_wall();
     l->ps[i].mport = mport;
     l->ps[i].incarnation++;
     rm_info("parameter server started index=%d pid=%d port=%d incarnation=%d "
@@ -665,9 +669,9 @@ static void ps_reconcile(local *l)
         if (act[k].kind == RM_PS_ACT_CREATE) {
             if (act[k].replace)
                 say(l,
-                    "ringmaster: parameter server %d exited; replacing it (it restores its "
+                    "ringmaster: parameter server %d %s; replacing it (it restores its "
                     "shard from its checkpoint)\n",
-                    i);
+                    i, l->ps[i].hung ? "was hung and is stopped" : "exited");
             if (ps_spawn(l, i, &e) != RM_OK)
                 rm_error("parameter server %d: cannot start err=\"%s\"", i, e.msg);
         } else if (l->ps[i].pid > 0 && !l->ps[i].exited) {
@@ -811,11 +815,53 @@ static void kill_timers(local *l, double now)
     }
 }
 
+/* /healthz of every live parameter server (once a second each): a server that answers 503
+ * (stalled: it held requests unanswered for rm_health_server_deadline) or does not answer for that
+ * long (SIGSTOPped, wedged) is hung: SIGKILL, and ps_reconcile replaces it once reaped. */
+static void probe_servers(local *l, double now)
+{
+    double after = rm_health_server_deadline(l->job->spec.restart.progress_deadline_seconds);
+    if (after <= 0 || l->job->spec.strategy != RM_STRATEGY_PS)
+        return;
+    for (int i = 0; i < l->job->spec.ps.replicas && i < RM_PS_MAX_SERVERS; i++) {
+        if (l->ps[i].pid <= 0 || l->ps[i].exited || l->ps[i].hung || l->ps[i].mport <= 0 ||
+            now - l->ps[i].last_probe < PROBE_EVERY_S)
+            continue;
+        l->ps[i].last_probe = now;
+        char url[128];
+        snprintf(url, sizeof url, "http://127.0.0.1:%d/healthz", l->ps[i].mport);
+        rm_httpc_resp r = {0};
+        rm_err e = {0};
+        int rc = rm_httpc_do(l->probe, "GET", url, NULL, NULL, 0, PROBE_TIMEOUT_MS, 4096, &r, &e);
+        int status = rc == RM_OK ? r.status : 0;
+        rm_httpc_resp_free(&r);
+        if (status == 200)
+            l->ps[i].last_alive = now;
+        if (status == 200 || (status != 503 && now - l->ps[i].last_alive <= after))
+            continue;
+        char why[96];
+        if (status == 503)
+            snprintf(why, sizeof why, "its /healthz says stalled");
+        else
+            snprintf(why, sizeof why, "its /healthz has not answered for %.0fs", now - l->ps[i].last_alive);
+        rm_warn("parameter server hung role=ps index=%d pid=%d why=progress-deadline detail=\"%s\" "
+                "after=%.0fs",
+                i, (int)l->ps[i].pid, why, after);
+        say(l,
+            "ringmaster: parameter server %d (role ps, index %d) is hung: %s (half of "
+            "progressDeadlineSeconds %.0f); stopping it\n",
+            i, i, why, l->job->spec.restart.progress_deadline_seconds);
+        l->ps[i].hung = true;
+        kill(-l->ps[i].pid, SIGKILL);
+    }
+}
+
 /* /healthz of every live worker (once a second each) and rank 0's test accuracy. */
 static void probe(local *l, double now)
 {
     if (l->bench)
         return;
+    probe_servers(l, now);
     char url[128];
     int first = -1;
     for (int i = 0; i < MAXW; i++) {

@@ -22,6 +22,7 @@
 
 #include "common/admit.h"
 #include "common/clock.h"
+#include "common/health.h"
 #include "common/http.h"
 #include "common/json.h"
 #include "common/log.h"
@@ -90,9 +91,10 @@ struct server {
     double timeout_s;
     char metrics_addr[128];
     rm_faults faults;
-    rm_rdzv_client *rdzv; /* RINGMASTER_RENDEZVOUS: where this server registers (NULL: none) */
-    char advertise[128];  /* the host workers reach this server at (port: s->port) */
-    double registered_at; /* monotonic; 0: not yet */
+    double progress_deadline_s; /* RINGMASTER_PROGRESS_DEADLINE; 0: /healthz always ok */
+    rm_rdzv_client *rdzv;       /* RINGMASTER_RENDEZVOUS: where this server registers (NULL: none) */
+    char advertise[128];        /* the host workers reach this server at (port: s->port) */
+    double registered_at;       /* monotonic; 0: not yet */
 
     /* shard */
     rm_model_shape shape;
@@ -123,6 +125,11 @@ struct server {
     ps_pending pend[PS_PENDING_MAX]; /* under adm_mu: connections in their handshake */
     int npend;
     int lfd;
+    /* liveness (/healthz, common/health.h): a beat per update applied and per reply sent; requests
+     * read but not answered yet - a server that stops answering while they wait goes stale, an
+     * idle one (no request waiting) is live */
+    rm_health *health;
+    atomic_int in_service;
 
     /* metrics */
     rm_metrics *reg;
@@ -157,17 +164,35 @@ static void timed_wait(server *s, double until)
 static void check_fault(server *s)
 {
     const rm_fault *f = rm_faults_due(&s->faults, RM_FAULT_PS_RANK(s->index), cur_version(s));
-    if (f) {
-        rm_warn("fault injected kind=%s role=ps index=%d version=%lld", rm_fault_kind_name(f->kind), s->index,
-                (long long)cur_version(s));
+    if (!f)
+        return;
+    rm_warn("fault injected kind=%s role=ps index=%d version=%lld", rm_fault_kind_name(f->kind), s->index,
+            (long long)cur_version(s));
+    if (f->kind == RM_FAULT_EXIT)
         _exit(137);
+    /* hang: keep the state's lock, so nothing is applied and no request is answered (workers wait,
+     * /healthz goes stale); only SIGTERM/SIGKILL end it, and without a checkpoint */
+    for (;;) {
+        if (g_ps_term)
+            _exit(143);
+        sleep(1);
     }
 }
 
 static void ckpt_write_locked(server *s);
+/* /healthz: an idle server (no request waiting for an answer) is live; one that holds requests
+ * without answering or applying anything for the progress deadline is stalled. */
+static int ps_healthz(const rm_http_req *req, rm_http_resp *resp, void *arg)
+{
+    server *s = arg;
+    if (atomic_load(&s->in_service) == 0)
+        rm_health_beat(s->health);
+    return rm_health_healthz(req, resp, s->health);
+}
 
 static void applied(server *s, double t0)
 {
+    rm_health_beat(s->health);
     rm_series_observe(s->m_apply, rm_mono() - t0);
     rm_series_set(s->m_version, (double)cur_version(s));
     int64_t v = cur_version(s);
@@ -487,10 +512,14 @@ static void *conn_main(void *arg)
             break;
         memset(&r, 0, sizeof r);
         r.magic = RM_PS_MAGIC;
-        if (OPS[i].fn(s, c, &q, &r) != RM_OK)
+        atomic_fetch_add(&s->in_service, 1);
+        rc = OPS[i].fn(s, c, &q, &r);
+        if (rc == RM_OK)
+            rc = rm_ps_reply(c->fd, &r, c->buf, rm_mono() + s->timeout_s, &e);
+        atomic_fetch_sub(&s->in_service, 1);
+        if (rc)
             break;
-        if (rm_ps_reply(c->fd, &r, c->buf, rm_mono() + s->timeout_s, &e))
-            break;
+        rm_health_beat(s->health); /* answered: serving */
     }
     if (s->coord)
         rm_lbfgs_coord_worker_lost(s->coord, worker); /* its portions go back to the queue */
@@ -817,6 +846,14 @@ static int settings(server *s, int argc, char **argv, rm_err *err)
     if (s->ps.backup_workers >= s->world)
         return rm_err_field(err, RM_EINVAL, "spec.parameterServer.backupWorkers",
                             "must be < spec.replicas (%d)", s->world);
+    if ((v = getenv(RM_ENV_PROGRESS_DEADLINE)) && *v) {
+        char *end;
+        errno = 0;
+        s->progress_deadline_s = strtod(v, &end);
+        if (errno || *end || !(s->progress_deadline_s >= 0 && s->progress_deadline_s <= 1e7))
+            return rm_err_field(err, RM_EINVAL, RM_ENV_PROGRESS_DEADLINE,
+                                "want seconds in [0, 1e7], got \"%s\"", v);
+    }
     RM_CHECK(rm_faults_parse(getenv(RM_ENV_FAULT), &s->faults, err));
     if (s->ckpt_dir[0])
         rm_faults_set_dir(&s->faults, s->ckpt_dir);
@@ -903,8 +940,11 @@ static int setup(server *s, rm_err *err)
 #undef FAM
 #undef HIST
     rm_series_set(s->m_version, (double)cur_version(s));
+    if (!(s->health = rm_health_new(rm_health_server_deadline(s->progress_deadline_s))))
+        return rm_errf(err, RM_ENOMEM, "parameter server: health");
     if (s->metrics_addr[0]) {
-        rm_http_route routes[] = {{"GET", "/metrics", 0, rm_metrics_handler, s->reg}};
+        rm_http_route routes[] = {{"GET", "/metrics", 0, rm_metrics_handler, s->reg},
+                                  {"GET", "/healthz", 0, ps_healthz, s}};
         rm_http_opts o = {.bind = s->metrics_addr};
         RM_CHECK(rm_http_start(&o, routes, RM_ARRAY_LEN(routes), &s->http, err));
     }
@@ -989,6 +1029,8 @@ int rm_ps_server_main(int argc, char **argv)
     }
     /* connection threads are detached and may still hold the shard: exit without freeing it */
     rm_http_stop(s->http);
+    rm_health_free(s->health);
+    s->health = NULL;
     rm_rdzv_client_free(s->rdzv);
     return rc ? (err.field[0] ? 2 : 1) : 0;
 }
