@@ -13,6 +13,7 @@
 #include <string.h>
 #include "common/b64.h"
 #include "common/datasets.h"
+#include "common/health.h"
 #include "common/json.h"
 #include "common/worker_env.h"
 #include "common/trainingjob.h"
@@ -187,6 +188,30 @@ static void placement_render(cJSON *spec, cJSON *labels, const rm_tj *tj, int in
                                             "requiredDuringSchedulingIgnoredDuringExecution");
         cJSON_AddItemToArray(req, term);
     }
+}
+
+/* A server pod's livenessProbe (unless the template gives one): its /healthz goes stalled after
+ * rm_health_server_deadline (half of progressDeadlineSeconds) of requests held unanswered, and the
+ * kubelet kills it after two failed probes a quarter of that apart - answering 503 or nothing at
+ * all (SIGSTOP) - well before its waiting workers reach their own deadline; the failed pod is
+ * replaced by operator/ps_reconcile.h's rules and restores its shard
+ * (docs/strategies.md#failure-semantics). */
+static void ps_liveness_render(cJSON *c, const rm_tj *tj, int port)
+{
+    double after = rm_health_server_deadline(tj->spec.restart.progress_deadline_seconds);
+    if (after <= 0 || port <= 0 || cJSON_GetObjectItemCaseSensitive(c, "livenessProbe"))
+        return; /* port 0: each server picks its own (--worker-metrics-port 0), nothing to probe */
+    int period = (int)(after / 4);
+    period = period < 1 ? 1 : period > 10 ? 10 : period;
+    cJSON *pr = cJSON_AddObjectToObject(c, "livenessProbe");
+    cJSON *hg = pr ? cJSON_AddObjectToObject(pr, "httpGet") : NULL;
+    if (!hg)
+        return;
+    cJSON_AddStringToObject(hg, "path", "/healthz");
+    cJSON_AddNumberToObject(hg, "port", port);
+    cJSON_AddNumberToObject(pr, "periodSeconds", period);
+    cJSON_AddNumberToObject(pr, "timeoutSeconds", 1);
+    cJSON_AddNumberToObject(pr, "failureThreshold", 2);
 }
 
 /* A worker's pod (ps_index < 0) or parameter server ps_index's: the launch contract rendered
@@ -417,6 +442,8 @@ static cJSON *build_pod(const rm_tj *tj, int index, int epoch, int ps_index, con
         }
     }
     secret_env_render(c, tj);
+    if (ps_index >= 0)
+        ps_liveness_render(c, tj, metrics_port < 0 ? RM_PORT_WORKER_METRICS : metrics_port);
     if (ps_index < 0 && ours && rm_uri_fetched(tj->spec.training.data.uri))
         data_init_render(spec, c, env, tj);
     rm_launch_free(&ln);

@@ -951,6 +951,9 @@ static void ps_sync(rm_kube_rt *rt, const char *key, const rm_tj *tj, rm_reconci
     for (int k = 0; k < n; k++) {
         rm_err e = {0};
         if (act[k].kind == RM_PS_ACT_DELETE || act[k].replace) {
+            if (act[k].replace) /* died, or killed by its livenessProbe (hung: builders.c) */
+                rm_warn("parameter server pod failed, replacing it job=%s role=ps index=%d", key,
+                        act[k].index);
             ps_pod_delete(rt, tj, act[k].index); /* a replacement is created next pass */
             continue;
         }

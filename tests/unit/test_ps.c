@@ -801,6 +801,19 @@ static void test_ps_pods(void)
     const cJSON *args = cJSON_GetObjectItem(
         cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "spec"), "containers"), 0), "args");
     CU_ASSERT_STRING_EQUAL(cJSON_GetStringValue(cJSON_GetArrayItem(args, 0)), "ps");
+    /* a hung server is killed by its livenessProbe (/healthz, stalled after half the progress
+     * deadline of 60 s: probes 7 s apart, two failures), so ps_reconcile replaces it */
+    CU_ASSERT_STRING_EQUAL(pod_env(pod, RM_ENV_PROGRESS_DEADLINE, NULL), "60");
+    const cJSON *lp = cJSON_GetObjectItem(
+        cJSON_GetArrayItem(cJSON_GetObjectItem(cJSON_GetObjectItem(pod, "spec"), "containers"), 0),
+        "livenessProbe");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(lp);
+    CU_ASSERT_STRING_EQUAL(
+        cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(lp, "httpGet"), "path")), "/healthz");
+    CU_ASSERT_EQUAL(cJSON_GetNumberValue(cJSON_GetObjectItem(cJSON_GetObjectItem(lp, "httpGet"), "port")),
+                    RM_PORT_WORKER_METRICS);
+    CU_ASSERT_EQUAL(cJSON_GetNumberValue(cJSON_GetObjectItem(lp, "periodSeconds")), 7);
+    CU_ASSERT_EQUAL(cJSON_GetNumberValue(cJSON_GetObjectItem(lp, "failureThreshold")), 2);
     /* the pod informer's projection sees a server, not a worker */
     rm_kube_pod *kp = rm_kube_pod_transform(NULL, pod);
     CU_ASSERT_PTR_NOT_NULL_FATAL(kp);
