@@ -618,6 +618,7 @@ static int op_event(void *rt, bool warning, const char *reason, const char *mess
 static void ps_group_rollback(local *l, int dead)
 {
     int S = l->job->spec.ps.replicas;
+    const char *how = l->ps[dead].hung ? "was hung and is stopped" : "exited";
     ps_stop_all(l, 10);
     int64_t v = -1;
     char msg[1024], m[1400];
@@ -625,16 +626,16 @@ static void ps_group_rollback(local *l, int dead)
     int n = rm_ps_ckpt_rollback(l->o->checkpoint_dir, S, r == 1 ? v : -1);
     if (r == 1)
         snprintf(m, sizeof m,
-                 "parameter server %d exited; every server rolls back to version %lld, the newest "
+                 "parameter server %d %s; every server rolls back to version %lld, the newest "
                  "checkpoint all %d shards hold (%d newer shard checkpoint%s removed); the workers "
                  "follow",
-                 dead, (long long)v, S, n, n == 1 ? "" : "s");
+                 dead, how, (long long)v, S, n, n == 1 ? "" : "s");
     else
         snprintf(m, sizeof m,
-                 "parameter server %d exited and no version is checkpointed by every shard (%s); "
+                 "parameter server %d %s and no version is checkpointed by every shard (%s); "
                  "every server restarts from the initial parameters at version 0 (%d shard "
                  "checkpoint%s removed); the workers follow",
-                 dead, msg, n, n == 1 ? "" : "s");
+                 dead, how, msg, n, n == 1 ? "" : "s");
     op_event(l, true, "ParameterServerRollback", m, NULL);
     say(l, "ringmaster: %s\n", m);
     for (int i = 0; i < S; i++) {

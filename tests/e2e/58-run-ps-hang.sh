@@ -33,7 +33,7 @@ RINGMASTER_FAULT="hang:role=ps:index=1:step=120" run_job hang -f "$W/pshang.yaml
 grep -q 'fault injected" kind=hang role=ps index=1 version=120' "$W/run-hang/ps-1.log" || { psdump; fail "the hang did not fire"; }
 grep -q 'parameter server 1 (role ps, index 1) is hung' "$W/hang.err" || { psdump; fail "the hung server was not named"; }
 grep -q 'parameter server hung" role=ps index=1 .*why=progress-deadline' "$W/hang.err" || fail "no log line for the hung server"
-grep -q 'parameter server 1 was hung and is stopped; replacing it' "$W/hang.err" || fail "no replacement"
+grep -q 'parameter server 1 was hung and is stopped; every server rolls back' "$W/hang.err" || fail "no replacement"
 grep -q 'shard restored' "$W/run-hang/ps-1.log" || { psdump; fail "the replacement did not restore its shard"; }
 [ "$(jget hang 'j["status"]["restarts"]')" = 0 ] || fail "a hung server restarted the workers"
 log "hang fault: replaced in a run of $((SECONDS - t0))s"
@@ -56,6 +56,6 @@ set +e; wait "$RUNNER_PID"; rc=$?; set -e; RUNNER_PID=""
 [ $rc -eq 0 ] || { psdump; fail "stop: exit $rc"; }
 [ "$(jget stop 'j["status"]["phase"]')" = Succeeded ] || fail "stop: phase"
 grep -q 'parameter server 1 (role ps, index 1) is hung: its /healthz has not answered' "$W/stop.err" || { psdump; fail "the stopped server was not named"; }
-grep -q 'parameter server 1 was hung and is stopped; replacing it' "$W/stop.err" || fail "stop: no replacement"
+grep -q 'parameter server 1 was hung and is stopped; every server rolls back' "$W/stop.err" || fail "stop: no replacement"
 assert_no_workers
 log "PASS: a hung and a stopped server were replaced; total $((SECONDS - t0))s"
