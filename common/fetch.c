@@ -99,6 +99,47 @@ static int resolve(const char *uri, const rm_fetch_opts *o, const char *field, t
     return RM_OK;
 }
 
+#define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+/* What every request to tg shares (fetches and uploads): the URL, SigV4 signing with the payload's
+ * sha256 (hex) in the signed x-amz-content-sha256 header plus a session token for s3, timeouts,
+ * protocols, the CA bundle. *hl receives the header list (the caller frees it after the
+ * transfer and may append to it, then set CURLOPT_HTTPHEADER again). */
+static int curl_base(CURL *h, const target *tg, const rm_fetch_opts *o, const char *ca, long connect_ms,
+                     long stall, const char *payload_sha, struct curl_slist **hl, char *ebuf, rm_err *err)
+{
+    *hl = NULL;
+    curl_easy_reset(h);
+    curl_easy_setopt(h, CURLOPT_URL, tg->url);
+    if (tg->s3) { /* libcurl signs each request (SigV4); the token rides in a signed x-amz header */
+        curl_easy_setopt(h, CURLOPT_AWS_SIGV4, tg->sigv4);
+        curl_easy_setopt(h, CURLOPT_USERNAME, o->s3->access_key);
+        curl_easy_setopt(h, CURLOPT_PASSWORD, o->s3->secret_key);
+        char ph[100];
+        rm_sfmt(ph, sizeof ph, "x-amz-content-sha256: %s", payload_sha); /* S3 wants it signed */
+        struct curl_slist *l = curl_slist_append(NULL, ph);
+        struct curl_slist *l2 = l && tg->token_hdr[0] ? curl_slist_append(l, tg->token_hdr) : l;
+        if (!l || !l2) {
+            curl_slist_free_all(l);
+            return rm_errf(err, RM_ENOMEM, "out of memory");
+        }
+        *hl = l;
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, l);
+        curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L); /* a signature is for one URL */
+    }
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, stall);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "ringmaster-fetch");
+    if (ca && *ca)
+        curl_easy_setopt(h, CURLOPT_CAINFO, ca);
+    return RM_OK;
+}
+
 typedef struct xfer {
     int fd;
     uint64_t off;       /* where the next body byte goes (the .part's length so far) */
@@ -357,33 +398,11 @@ int rm_fetch_file(const char *url, const char *dest, const rm_fetch_opts *o, rm_
                   .url = url};
         char range[48], ebuf[CURL_ERROR_SIZE] = "";
         struct curl_slist *hl = NULL;
-        curl_easy_reset(h);
-        curl_easy_setopt(h, CURLOPT_URL, tg.url);
-        if (tg.s3) { /* libcurl signs each request (SigV4); the token rides in a signed x-amz header */
-            curl_easy_setopt(h, CURLOPT_AWS_SIGV4, tg.sigv4);
-            curl_easy_setopt(h, CURLOPT_USERNAME, o->s3->access_key);
-            curl_easy_setopt(h, CURLOPT_PASSWORD, o->s3->secret_key);
-            /* S3 wants the payload's hash in a signed header (a GET's body is empty) */
-            hl = curl_slist_append(NULL, "x-amz-content-sha256: "
-                                         "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-            struct curl_slist *hl2 = hl && tg.token_hdr[0] ? curl_slist_append(hl, tg.token_hdr) : hl;
-            if (!hl || !hl2) {
-                curl_slist_free_all(hl);
-                rc = rm_errf(err, RM_ENOMEM, "out of memory");
-                break;
-            }
-            curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
-            curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L); /* a signature is for one URL */
-        }
-        curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-        curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-        curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+        if ((rc = curl_base(h, &tg, o, ca, connect_ms, stall, EMPTY_SHA256, &hl, ebuf, err)) != RM_OK)
+            break;
         if (!tg.s3)
             curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
         curl_easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
-        curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, connect_ms);
-        curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-        curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, stall);
         curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, &x);
         curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, on_header);
@@ -391,10 +410,6 @@ int rm_fetch_file(const char *url, const char *dest, const rm_fetch_opts *o, rm_
         curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, on_xfer);
         curl_easy_setopt(h, CURLOPT_XFERINFODATA, &x);
-        curl_easy_setopt(h, CURLOPT_ERRORBUFFER, ebuf);
-        curl_easy_setopt(h, CURLOPT_USERAGENT, "ringmaster-fetch");
-        if (ca && *ca)
-            curl_easy_setopt(h, CURLOPT_CAINFO, ca);
         char ifr[240] = "", saved[200] = "";
         if (x.start > 0 && read_line(vpath, saved, sizeof saved) && saved[0]) {
             /* the object changed since the .part began: the server answers 200 with all of it */
@@ -682,5 +697,332 @@ out:
         flock(lk, LOCK_UN);
         close(lk);
     }
+    return rc;
+}
+
+/* ---- uploads (spec.output.uri) ------------------------------------------------------------ */
+
+int rm_upload_plan(uint64_t size, uint64_t threshold, uint64_t part_bytes, rm_upload_plan_t *p, rm_err *err)
+{
+    memset(p, 0, sizeof *p);
+    if (!threshold)
+        threshold = RM_UPLOAD_THRESHOLD_DEFAULT;
+    if (!part_bytes)
+        part_bytes = RM_UPLOAD_PART_DEFAULT;
+    if (size <= threshold && size <= RM_UPLOAD_SINGLE_MAX) {
+        *p = (rm_upload_plan_t){.multipart = false, .part_bytes = size, .nparts = 1, .last_bytes = size};
+        return RM_OK;
+    }
+    if (part_bytes > RM_UPLOAD_SINGLE_MAX)
+        part_bytes = RM_UPLOAD_SINGLE_MAX;
+    if ((size + part_bytes - 1) / part_bytes > RM_UPLOAD_MAX_PARTS) { /* grow parts to fit, in MiB */
+        uint64_t mib = (uint64_t)1 << 20;
+        part_bytes = (size + RM_UPLOAD_MAX_PARTS - 1) / RM_UPLOAD_MAX_PARTS;
+        part_bytes = (part_bytes + mib - 1) / mib * mib;
+        if (part_bytes > RM_UPLOAD_SINGLE_MAX)
+            return rm_errf(err, RM_ETOOBIG, "upload: %" PRIu64 " bytes exceed %d parts of 5 GiB", size,
+                           RM_UPLOAD_MAX_PARTS);
+    }
+    p->multipart = true;
+    p->part_bytes = part_bytes;
+    p->nparts = (size + part_bytes - 1) / part_bytes;
+    p->last_bytes = size - (p->nparts - 1) * part_bytes;
+    return RM_OK;
+}
+
+/* One request's body source (a range of a file, or memory) and what came back. */
+typedef struct upx {
+    int fd;
+    const char *mem;
+    uint64_t off, len, sent;
+    char body[8192]; /* the start of the response (UploadId, an S3 <Error>), NUL-terminated */
+    size_t nbody;
+    char etag[200];
+    int fail;
+    const rm_fetch_opts *o;
+} upx;
+
+static size_t up_read(char *buf, size_t size, size_t n, void *ud)
+{
+    upx *u = ud;
+    size_t want = size * n;
+    if (want > u->len - u->sent)
+        want = (size_t)(u->len - u->sent);
+    if (!want)
+        return 0;
+    if (u->mem) {
+        memcpy(buf, u->mem + u->sent, want);
+    } else {
+        ssize_t r = pread(u->fd, buf, want, (off_t)(u->off + u->sent));
+        if (r <= 0) {
+            u->fail = RM_EIO;
+            return CURL_READFUNC_ABORT;
+        }
+        want = (size_t)r;
+    }
+    u->sent += want;
+    return want;
+}
+
+static size_t up_body(char *p, size_t size, size_t n, void *ud)
+{
+    upx *u = ud;
+    size_t len = size * n, room = sizeof u->body - 1 - u->nbody;
+    size_t k = len < room ? len : room; /* the rest is read and dropped: the body is capped */
+    memcpy(u->body + u->nbody, p, k);
+    u->nbody += k;
+    u->body[u->nbody] = 0;
+    return len;
+}
+
+static size_t up_header(char *p, size_t size, size_t n, void *ud)
+{
+    upx *u = ud;
+    size_t len = size * n;
+    if (len > 5 && strncasecmp(p, "ETag:", 5) == 0) {
+        const char *v = p + 5;
+        while (*v == ' ' || *v == '\t')
+            v++;
+        size_t vl = (size_t)(p + len - v);
+        while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n' || v[vl - 1] == ' '))
+            vl--;
+        if (vl < sizeof u->etag)
+            rm_sfmt(u->etag, sizeof u->etag, "%.*s", (int)vl, v);
+    }
+    return len;
+}
+
+static int up_xfer(void *ud, curl_off_t dlt, curl_off_t dln, curl_off_t ult, curl_off_t uln)
+{
+    upx *u = ud;
+    (void)dlt, (void)dln, (void)ult, (void)uln;
+    return u->o->cancel && *u->o->cancel ? 1 : 0;
+}
+
+/* The hex sha256 of a file range or memory (SigV4 signs the payload's hash). */
+static int payload_sha(int fd, const char *mem, uint64_t off, uint64_t len, char hex[65], rm_err *err)
+{
+    rm_sha256_ctx c;
+    uint8_t d[32];
+    rm_sha256_init(&c);
+    if (mem) {
+        rm_sha256_update(&c, mem, (size_t)len);
+    } else {
+        char buf[65536];
+        for (uint64_t at = 0; at < len;) {
+            size_t want = len - at < sizeof buf ? (size_t)(len - at) : sizeof buf;
+            ssize_t r = pread(fd, buf, want, (off_t)(off + at));
+            if (r <= 0)
+                return rm_errf(err, RM_EIO, "read: %s", r < 0 ? strerror(errno) : "short file");
+            rm_sha256_update(&c, buf, (size_t)r);
+            at += (uint64_t)r;
+        }
+    }
+    rm_sha256_final(&c, d);
+    rm_sha256_hex(d, hex);
+    return RM_OK;
+}
+
+/* One S3 request, retried (transport errors, 408/429/5xx) with doubling back-off up to
+ * o->attempts: METHOD tg?query with the body (fd range or mem). 2xx: RM_OK with *u filled (a 200
+ * whose body is an S3 <Error>, as CompleteMultipartUpload may answer, is retried). Messages name
+ * the s3:// URI (shown), never the endpoint or a credential. */
+static int s3_call(CURL *h, const target *base, const char *shown, const char *method, const char *query,
+                   int fd, const char *mem, uint64_t off, uint64_t len, const rm_fetch_opts *o, upx *u,
+                   rm_err *err)
+{
+    const char *field = o->field ? o->field : "uri";
+    int attempts = o->attempts > 0 ? o->attempts : 5;
+    double backoff = o->backoff_s > 0 ? o->backoff_s : 0.5;
+    long stall = (long)(o->stall_s > 0 ? o->stall_s + 0.999 : 30);
+    long connect_ms = (long)((o->connect_timeout_s > 0 ? o->connect_timeout_s : 10) * 1000);
+    const char *ca = o->ca_bundle ? o->ca_bundle : o->s3 ? o->s3->ca_bundle : NULL;
+    target tg = *base;
+    if (query && *query)
+        rm_sfmt(tg.url + strlen(tg.url), sizeof tg.url - strlen(tg.url), "?%s", query);
+    char sha[65];
+    RM_CHECK(payload_sha(fd, mem, off, len, sha, err));
+    char last[200] = "";
+    for (int failed = 0;;) {
+        *u = (upx){.fd = fd, .mem = mem, .off = off, .len = len, .o = o};
+        char ebuf[CURL_ERROR_SIZE] = "";
+        struct curl_slist *hl = NULL;
+        RM_CHECK(curl_base(h, &tg, o, ca, connect_ms, stall, sha, &hl, ebuf, err));
+        struct curl_slist *n = curl_slist_append(hl, "Expect:"); /* no 100-continue round trip */
+        if (!n) {
+            curl_slist_free_all(hl);
+            return rm_errf(err, RM_ENOMEM, "out of memory");
+        }
+        hl = n;
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+        if (strcmp(method, "DELETE") != 0) {
+            curl_easy_setopt(h, CURLOPT_UPLOAD, 1L);
+            curl_easy_setopt(h, CURLOPT_INFILESIZE_LARGE, (curl_off_t)len);
+            curl_easy_setopt(h, CURLOPT_READFUNCTION, up_read);
+            curl_easy_setopt(h, CURLOPT_READDATA, u);
+        }
+        if (strcmp(method, "PUT") != 0)
+            curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, up_body);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, u);
+        curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, up_header);
+        curl_easy_setopt(h, CURLOPT_HEADERDATA, u);
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, up_xfer);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, u);
+        CURLcode cc = curl_easy_perform(h);
+        long st = 0;
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+        curl_slist_free_all(hl);
+        if (u->fail == RM_EIO)
+            return rm_err_field(err, RM_EIO, field, "%s: reading the file to upload failed", shown);
+        if (cc == CURLE_ABORTED_BY_CALLBACK && o->cancel && *o->cancel)
+            return rm_err_field(err, RM_ECANCELED, field, "%s: canceled", shown);
+        if (cc == CURLE_OK && st >= 200 && st < 300 && !strstr(u->body, "<Error>"))
+            return RM_OK;
+        if (cc == CURLE_OK && (status_final(st) || (st >= 300 && st < 400) || (st > 0 && st < 200)))
+            return rm_err_field(err, status_code(st), field, "%ld from %s%s", st, shown, s3_why(u->body));
+        if (cc == CURLE_OK)
+            rm_sfmt(last, sizeof last, "%ld from %s%s", st, shown, st < 300 ? ": error in the answer" : "");
+        else
+            rm_sfmt(last, sizeof last, "%s: %s", shown,
+                    curl_easy_strerror(cc)); /* not ebuf: it names the endpoint */
+        if (++failed >= attempts)
+            return rm_err_field(err, cc == CURLE_OPERATION_TIMEDOUT ? RM_ETIMEDOUT : RM_EIO, field,
+                                "%s (still failing after %d attempts)", last, failed);
+        double d = backoff * (double)(1u << (failed - 1 < 6 ? failed - 1 : 6));
+        if (d > FETCH_BACKOFF_CAP_S)
+            d = FETCH_BACKOFF_CAP_S;
+        rm_warn("upload retrying url=%s method=%s err=\"%s\" attempt=%d delay_s=%.2f", shown, method, last,
+                failed, d);
+        sleep_s(d, o->cancel);
+    }
+}
+
+/* The text of <Tag>...</Tag> in body into out; false when absent or too long. */
+static bool xml_text(const char *body, const char *tag, char *out, size_t cap)
+{
+    char open[64], close[64];
+    rm_sfmt(open, sizeof open, "<%s>", tag);
+    rm_sfmt(close, sizeof close, "</%s>", tag);
+    const char *a = strstr(body, open), *b = a ? strstr(a, close) : NULL;
+    if (!a || !b)
+        return false;
+    a += strlen(open);
+    if ((size_t)(b - a) >= cap || b == a)
+        return false;
+    rm_sfmt(out, cap, "%.*s", (int)(b - a), a);
+    return true;
+}
+
+/* s quoted for a query value (RFC 3986 unreserved kept; SigV4's canonical form). */
+static void query_escape(const char *s, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (; *s && n + 4 < cap; s++) {
+        unsigned char ch = (unsigned char)*s;
+        if ((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+            strchr("-._~", ch))
+            out[n++] = (char)ch;
+        else
+            n += (size_t)snprintf(out + n, 4, "%%%02X", ch);
+    }
+    out[n] = 0;
+}
+
+int rm_upload_file(const char *path, const char *url, const rm_fetch_opts *o, rm_upload_stats *stats,
+                   rm_err *err)
+{
+    static const rm_fetch_opts none = {0};
+    if (!o)
+        o = &none;
+    const char *field = o->field ? o->field : "uri";
+    if (!path || !url)
+        return rm_err_field(err, RM_EINVAL, field, "upload: a file and a URI are required");
+    if (strncmp(url, "s3://", 5) != 0)
+        return rm_err_field(err, RM_EINVAL, field, "%s: only s3:// URIs are uploaded to", url);
+    target tg;
+    RM_CHECK(resolve(url, o, field, &tg, err));
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return rm_err_field(err, RM_EIO, field, "%s: %s", path, strerror(errno));
+    struct stat sb;
+    rm_upload_plan_t plan;
+    int rc = fstat(fd, &sb) != 0
+                 ? rm_err_field(err, RM_EIO, field, "%s: %s", path, strerror(errno))
+                 : rm_upload_plan((uint64_t)sb.st_size, o->multipart_threshold, o->part_bytes, &plan, err);
+    if (rc) {
+        close(fd);
+        return rc;
+    }
+    pthread_once(&g_once, curl_once);
+    CURL *h = curl_easy_init();
+    upx *u = malloc(sizeof *u);
+    char *xml = NULL, id[512] = "", qid[1600] = "", q[1700];
+    if (!h || !u) {
+        rc = rm_errf(err, RM_ENOMEM, "out of memory");
+        goto out;
+    }
+    uint64_t size = (uint64_t)sb.st_size;
+    if (!plan.multipart) {
+        rc = s3_call(h, &tg, url, "PUT", NULL, fd, NULL, 0, size, o, u, err);
+        if (rc == RM_OK && stats) {
+            stats->bytes += size;
+            stats->parts = 0;
+        }
+        goto out;
+    }
+    /* multipart: create, each part (its ETag kept for the completion), complete; abort on failure */
+    if ((rc = s3_call(h, &tg, url, "POST", "uploads=", -1, "", 0, 0, o, u, err)) != RM_OK)
+        goto out;
+    if (!xml_text(u->body, "UploadId", id, sizeof id)) {
+        rc = rm_err_field(err, RM_EPROTO, field, "%s: the store answered no UploadId", url);
+        goto out;
+    }
+    query_escape(id, qid, sizeof qid);
+    size_t xcap = 128 + (size_t)plan.nparts * (64 + sizeof u->etag), xn = 0;
+    xml = malloc(xcap);
+    if (!xml) {
+        rc = rm_errf(err, RM_ENOMEM, "out of memory");
+        goto abort;
+    }
+    xn += (size_t)snprintf(xml + xn, xcap - xn, "<CompleteMultipartUpload>");
+    for (uint64_t i = 0; i < plan.nparts; i++) {
+        uint64_t off = i * plan.part_bytes, len = i + 1 == plan.nparts ? plan.last_bytes : plan.part_bytes;
+        rm_sfmt(q, sizeof q, "partNumber=%" PRIu64 "&uploadId=%s", i + 1, qid);
+        if ((rc = s3_call(h, &tg, url, "PUT", q, fd, NULL, off, len, o, u, err)) != RM_OK)
+            goto abort;
+        if (!u->etag[0]) {
+            rc = rm_err_field(err, RM_EPROTO, field, "%s: part %" PRIu64 " got no ETag", url, i + 1);
+            goto abort;
+        }
+        xn += (size_t)snprintf(xml + xn, xcap - xn,
+                               "<Part><PartNumber>%" PRIu64 "</PartNumber><ETag>%s</ETag></Part>", i + 1,
+                               u->etag);
+        if (stats)
+            stats->bytes += len;
+    }
+    xn += (size_t)snprintf(xml + xn, xcap - xn, "</CompleteMultipartUpload>");
+    rm_sfmt(q, sizeof q, "uploadId=%s", qid);
+    if ((rc = s3_call(h, &tg, url, "POST", q, -1, xml, 0, xn, o, u, err)) != RM_OK)
+        goto abort;
+    if (stats)
+        stats->parts = (int)plan.nparts;
+    goto out;
+abort : { /* best effort: a store keeps an unfinished upload's parts (and bills them) until aborted */
+    rm_err ae = {0};
+    rm_fetch_opts ao = *o;
+    ao.attempts = 2;
+    rm_sfmt(q, sizeof q, "uploadId=%s", qid);
+    if (s3_call(h, &tg, url, "DELETE", q, -1, "", 0, 0, &ao, u, &ae) != RM_OK)
+        rm_warn("upload abort failed url=%s err=\"%s\"", url, ae.msg);
+}
+out:
+    free(xml);
+    free(u);
+    if (h)
+        curl_easy_cleanup(h);
+    close(fd);
     return rc;
 }

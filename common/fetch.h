@@ -71,6 +71,10 @@ typedef struct rm_fetch_opts {
     const volatile sig_atomic_t *cancel; /* borrowed; raised: the fetch ends RM_ECANCELED */
     rm_fetch_progress_fn progress;       /* NULL = none */
     void *progress_ud;
+    /* uploads only (rm_upload_file): objects above multipart_threshold bytes go up in parts of
+     * part_bytes; 0 = RM_UPLOAD_THRESHOLD_DEFAULT / RM_UPLOAD_PART_DEFAULT */
+    uint64_t multipart_threshold;
+    uint64_t part_bytes;
 } rm_fetch_opts;
 
 /* What a fetch did (tests, logs, benchmarks). */
@@ -101,4 +105,39 @@ int rm_fetch_cached(const char *url, const char *const *names, const char *cache
 /* The cache entry folder of (url, sha256) under cache_dir, into buf. Returns buf. */
 const char *rm_fetch_entry_dir(const char *cache_dir, const char *url, const char *sha256, char *buf,
                                size_t cap);
+
+/* ---- uploads: the exported model out (spec.output.uri: s3://bucket/prefix/) ----
+ * One PUT of the whole file up to the threshold (S3 caps one PUT at 5 GiB), else a multipart
+ * upload: CreateMultipartUpload (POST ?uploads), UploadPart (PUT ?partNumber=N&uploadId=ID, each
+ * part's ETag kept), CompleteMultipartUpload (POST ?uploadId=ID with the parts' list); a failure
+ * after the create aborts it (DELETE ?uploadId=ID, best effort). Every request is signed like a
+ * fetch (the same SigV4 setup, the payload's sha256 in x-amz-content-sha256) and retried the same
+ * way: transport errors, 408/429/5xx (and a 200 whose body is an S3 <Error>) up to opts.attempts
+ * with doubling back-off; other 4xx are final. Real S3 wants parts of at least 5 MiB but the last:
+ * a smaller part_bytes is for tests against s3rver. The file is read with pread (twice: once for
+ * the hash, once to send); nothing grows with its size in memory but the parts' list. */
+#define RM_UPLOAD_SINGLE_MAX ((uint64_t)5 << 30)         /* one PUT's cap */
+#define RM_UPLOAD_MAX_PARTS 10000                        /* parts per multipart upload */
+#define RM_UPLOAD_THRESHOLD_DEFAULT ((uint64_t)64 << 20) /* above it: multipart */
+#define RM_UPLOAD_PART_DEFAULT ((uint64_t)64 << 20)
+typedef struct rm_upload_plan_t {
+    bool multipart;      /* false: one PUT of the whole file */
+    uint64_t part_bytes; /* every part's size but the last */
+    uint64_t nparts;     /* 1 for a single PUT */
+    uint64_t last_bytes; /* the last part's size (1..part_bytes; the whole file for a single PUT) */
+} rm_upload_plan_t;
+/* How size bytes go up (0 threshold / part_bytes = the defaults): a single PUT when size <=
+ * threshold and <= 5 GiB, else parts of part_bytes (capped at 5 GiB; grown to whole MiB so that
+ * at most RM_UPLOAD_MAX_PARTS are needed). RM_ETOOBIG past 10,000 parts of 5 GiB. */
+int rm_upload_plan(uint64_t size, uint64_t threshold, uint64_t part_bytes, rm_upload_plan_t *p, rm_err *err);
+
+typedef struct rm_upload_stats {
+    uint64_t bytes; /* file bytes sent in accepted requests */
+    int parts;      /* parts of a multipart upload; 0 = one PUT */
+} rm_upload_stats;
+/* Upload the file at path to url (s3://bucket/key, with opts.s3's credentials). Errors as
+ * rm_fetch_file's, field-named with opts.field and naming the s3:// URI. stats may be NULL (added
+ * to, not reset). */
+int rm_upload_file(const char *path, const char *url, const rm_fetch_opts *o, rm_upload_stats *stats,
+                   rm_err *err);
 #endif

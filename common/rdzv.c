@@ -89,6 +89,8 @@ typedef struct job {
     double test_accuracy, train_loss, seconds, samples_per_second;
     double val_loss, tokens_per_second; /* 0 = not reported */
     int64_t steps;
+    char model_uri[RM_RDZV_MODEL_URI_MAX], model_sha256[65], export_error[RM_RDZV_EXPORT_ERR_MAX];
+    double model_bytes;
     rm_rdzv_eval evals[RM_RDZV_MAX_EVALS]; /* rank 0's, ascending step; kept across rounds */
     int nevals;
     double memmax[5]; /* largest reported: params, grads, optimizer, activations, peak RSS */
@@ -247,6 +249,8 @@ static void job_clear(job *j)
     j->mem = NULL;
     j->nmem = 0;
     j->have_result = false;
+    j->model_uri[0] = j->model_sha256[0] = j->export_error[0] = 0;
+    j->model_bytes = 0;
     j->nevals = 0;
 }
 
@@ -659,6 +663,15 @@ static int handle_kv_get(rm_rdzv *r, const char *name, int epoch, const char *ke
     }
 }
 
+/* s holds a control character (a report's strings end up in status and events). */
+static bool ctrl_in(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return true;
+    return false;
+}
+
 static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_resp *resp)
 {
     rm_err e = {0};
@@ -710,6 +723,24 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
                 bad(rm_json_num(res, "tokensPerSecond", false, "result", &rtps, &e)) ||
                 bad(rm_json_int(res, "steps", false, "result", &rsteps, &e)))) {
         rc = rm_http_reply_error(resp, 400, "report: %s", e.msg);
+        goto out;
+    }
+    /* the exported model and an export's failure (the rank that exported sends them) */
+    const cJSON *rmod = NULL;
+    const char *muri = NULL, *msha = NULL, *xerr = NULL;
+    double mbytes = 0;
+    if (res && (bad(rm_json_obj(res, "model", false, "result", &rmod, &e)) ||
+                bad(rm_json_str(res, "exportError", false, "result", &xerr, &e)) ||
+                (rmod && (bad(rm_json_str(rmod, "uri", true, "result.model", &muri, &e)) ||
+                          bad(rm_json_str(rmod, "sha256", false, "result.model", &msha, &e)) ||
+                          bad(rm_json_num(rmod, "bytes", false, "result.model", &mbytes, &e)))))) {
+        rc = rm_http_reply_error(resp, 400, "report: %s", e.msg);
+        goto out;
+    }
+    if ((muri && (strlen(muri) >= RM_RDZV_MODEL_URI_MAX || ctrl_in(muri))) ||
+        (msha && (strlen(msha) > 64 || ctrl_in(msha))) || !(mbytes >= 0 && mbytes < 1e18) ||
+        (xerr && ctrl_in(xerr))) {
+        rc = rm_http_reply_error(resp, 400, "report: bad result.model or result.exportError");
         goto out;
     }
     /* rank 0's evaluations (the same on every rank: evaluation is reduced); capped. "step" and
@@ -778,6 +809,13 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
         j->val_loss = rvl;
         j->tokens_per_second = rtps;
         j->steps = rsteps;
+        if (muri) {
+            snprintf(j->model_uri, sizeof j->model_uri, "%s", muri);
+            snprintf(j->model_sha256, sizeof j->model_sha256, "%s", msha ? msha : "");
+            j->model_bytes = mbytes;
+        }
+        if (xerr) /* cut to the cap: the message is for people */
+            snprintf(j->export_error, sizeof j->export_error, "%s", xerr);
     }
     const char *action = rm_rdzv_action_names[j->stopped          ? RM_RDZV_STOP
                                               : epoch != j->epoch ? RM_RDZV_REJOIN
@@ -1130,6 +1168,10 @@ int rm_rdzv_snapshot(rm_rdzv *r, const char *jobname, rm_rdzv_state *out)
         out->val_loss = j->val_loss;
         out->tokens_per_second = j->tokens_per_second;
         out->steps = j->steps;
+        memcpy(out->model_uri, j->model_uri, sizeof out->model_uri);
+        memcpy(out->model_sha256, j->model_sha256, sizeof out->model_sha256);
+        out->model_bytes = j->model_bytes;
+        memcpy(out->export_error, j->export_error, sizeof out->export_error);
         out->nevals = j->nevals;
         memcpy(out->evals, j->evals, (size_t)j->nevals * sizeof j->evals[0]);
         out->mem_params = j->memmax[0];

@@ -17,7 +17,8 @@
  *        "checkpointFailures":N,"checkpointError":"..." (both only while the last write failed),
  *        "tokensPerSecond" (language models only),
  *        "result":{"testAccuracy","trainLoss","steps","seconds","samplesPerSecond","valLoss",
- *        "tokensPerSecond"} (the last two only when known),
+ *        "tokensPerSecond", "model":{"uri","sha256","bytes"}, "exportError"} (the last four only
+ *        when known; model and exportError from the rank that exported, docs/models-and-data.md),
  *        "evaluations":[{"epoch","step","testAccuracy","trainLoss","valLoss"},...] (the newest
  *        evaluations, at most RM_RDZV_MAX_EVALS: an epoch shorter than the report period is not
  *        lost; "step" and "valLoss" may be absent: a peer that predates them still parses)}
@@ -63,6 +64,9 @@
 /* Evaluations kept per job (rank 0's, the newest ones; common/evals.h): what the controller copies
  * into status.progress.evaluations for a sweep's early stopping. */
 #define RM_RDZV_MAX_EVALS 64
+/* status.result.model's uri and an export's error message, as kept (longer ones are refused) */
+#define RM_RDZV_MODEL_URI_MAX 1024
+#define RM_RDZV_EXPORT_ERR_MAX 256
 typedef rm_eval rm_rdzv_eval;
 /* rm_eval_add with RM_RDZV_MAX_EVALS (common/evals.h: ascending step, the same step replaces,
  * when full the oldest makes room). Returns 1 if anything changed. */
@@ -131,6 +135,12 @@ typedef struct rm_rdzv_state {
     double test_accuracy, train_loss, seconds, samples_per_second;
     double val_loss, tokens_per_second; /* 0 = not reported (tokens/s: language models only) */
     int64_t steps;
+    /* the exported model (status.result.model; "" / 0 = none) and why an export failed ("" = it
+     * did not), from the rank that exported */
+    char model_uri[RM_RDZV_MODEL_URI_MAX];
+    char model_sha256[65];
+    double model_bytes;
+    char export_error[RM_RDZV_EXPORT_ERR_MAX];
     rm_rdzv_eval evals[RM_RDZV_MAX_EVALS]; /* ascending step */
     int nevals;
     /* the largest of every rank's reported memory (bytes; 0 = none reported): what one worker
@@ -190,6 +200,11 @@ typedef struct rm_rdzv_report {
     double val_loss;                 /* the final evaluation's; 0 = none */
     double result_tokens_per_second; /* the group's average; 0 = none (not a language model) */
     int64_t result_steps;
+    /* with have_result, the rank that exported: the model written (borrowed; NULL = none) or
+     * why the export failed (borrowed; NULL / "" = it did not) */
+    const char *model_uri, *model_sha256;
+    double model_bytes;
+    const char *export_error;
     rm_rdzv_eval evals[RM_RDZV_MAX_EVALS]; /* every evaluation so far, ascending */
     int nevals;
     /* this rank's memory in bytes (ringmaster_worker_memory_bytes, peak RSS); sent when

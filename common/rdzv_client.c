@@ -575,6 +575,14 @@ int rm_rdzv_send_report(rm_rdzv_client *c, const rm_rdzv_report *rep, rm_rdzv_ac
             cJSON_AddNumberToObject(res, "valLoss", rep->val_loss);
         if (rep->result_tokens_per_second > 0)
             cJSON_AddNumberToObject(res, "tokensPerSecond", rep->result_tokens_per_second);
+        if (rep->model_uri && *rep->model_uri) {
+            cJSON *mo = cJSON_AddObjectToObject(res, "model");
+            cJSON_AddStringToObject(mo, "uri", rep->model_uri);
+            cJSON_AddStringToObject(mo, "sha256", rep->model_sha256 ? rep->model_sha256 : "");
+            cJSON_AddNumberToObject(mo, "bytes", rep->model_bytes);
+        }
+        if (rep->export_error && *rep->export_error)
+            cJSON_AddStringToObject(res, "exportError", rep->export_error);
     }
     char *body = rm_json_print(o);
     cJSON_Delete(o);

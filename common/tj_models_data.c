@@ -243,14 +243,18 @@ int tj_validate_output(const rm_tj_spec *s, rm_err *err)
     int rc = check_uri(s->output.uri, "spec.output", "uri", err);
     if (rc)
         return rc;
-    if (s->output.uri && strncmp(s->output.uri, "builtin:", 8) == 0)
+    const char *u = s->output.uri;
+    if (u &&
+        (strncmp(u, "builtin:", 8) == 0 || strncmp(u, "http://", 7) == 0 || strncmp(u, "https://", 8) == 0))
         return tj_bad(err, "spec.output", "uri",
                       "must be a folder, file:///path or s3://bucket/prefix "
                       "(got \"%s\")",
-                      s->output.uri);
+                      u);
+    if (u && strncmp(u, "s3://", 5) == 0 && (u[5] == '/' || !u[5]))
+        return tj_bad(err, "spec.output", "uri", "must name a bucket: s3://bucket/prefix (got \"%s\")", u);
     if ((unsigned)s->output.format > RM_OUT_SAFETENSORS)
         return tj_bad_enum(err, "spec.output", "format", rm_output_format_names);
     if ((unsigned)s->output.dtype > RM_DTYPE_BFLOAT16)
         return tj_bad_enum(err, "spec.output", "dtype", rm_output_dtype_names);
-    return unsupported(err, "spec", "output", "exporting the trained model");
+    return RM_OK; /* written at the end of a run (worker/train_state.c, rm_tr_export) */
 }

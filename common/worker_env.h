@@ -22,6 +22,14 @@
 #define RM_ENV_BIND_ADDR "RINGMASTER_BIND_ADDR"                     /* address the worker listens on */
 #define RM_ENV_BACKEND "RINGMASTER_BACKEND"                         /* resolved: ring | nccl | mpi */
 #define RM_ENV_TRAINING "RINGMASTER_TRAINING"                       /* spec.training as compact JSON */
+/* spec.output (docs/models-and-data.md, "Exported models"), set when the spec has one: where
+ * rank 0 exports the model at the end (a folder or s3://bucket/prefix/) and in which dtype */
+#define RM_ENV_OUTPUT_URI "RINGMASTER_OUTPUT_URI"
+#define RM_ENV_OUTPUT_DTYPE "RINGMASTER_OUTPUT_DTYPE" /* float32 | bfloat16 */
+/* An s3:// export's multipart threshold and part size in bytes (the user's, for tests against a
+ * small model: real S3 wants parts of 5 MiB or more; common/fetch.h, rm_upload_plan) */
+#define RM_ENV_UPLOAD_MULTIPART_BYTES "RINGMASTER_UPLOAD_MULTIPART_BYTES"
+#define RM_ENV_UPLOAD_PART_BYTES "RINGMASTER_UPLOAD_PART_BYTES"
 /* parameter servers (docs/strategies.md#parameter-servers) */
 #define RM_ENV_STRATEGY "RINGMASTER_STRATEGY"        /* "allreduce" | "parameterServer" */
 #define RM_ENV_PS_SPEC "RINGMASTER_PARAMETER_SERVER" /* spec.parameterServer as compact JSON */

@@ -29,6 +29,8 @@ static const char *const ours[] = {RM_ENV_ROLE,
                                    RM_ENV_BIND_ADDR,
                                    RM_ENV_BACKEND,
                                    RM_ENV_TRAINING,
+                                   RM_ENV_OUTPUT_URI,
+                                   RM_ENV_OUTPUT_DTYPE,
                                    RM_ENV_RANK,
                                    RM_ENV_WORLD_SIZE,
                                    RM_ENV_LOCAL_RANK,
@@ -324,6 +326,11 @@ int rm_launch_build(const rm_tj *job, int index, int epoch, const rm_launch_plac
         else
             b.rc = RM_ENOMEM;
         free(js);
+    }
+    if (sp->output.present) { /* spec.output: rank 0's export at the end (worker/train_state.c) */
+        if (sp->output.uri)
+            ENV(&b, RM_ENV_OUTPUT_URI, "%s", sp->output.uri);
+        ENV(&b, RM_ENV_OUTPUT_DTYPE, "%s", rm_enum_name(rm_output_dtype_names, (int)sp->output.dtype));
     }
     if (sp->strategy == RM_STRATEGY_PS)
         ps_env(&b, job, p);

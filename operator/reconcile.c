@@ -287,6 +287,25 @@ static void copy_result(rc_ctx *c)
     res->memory_optimizer = r->mem_optimizer;
     res->memory_activations = r->mem_activations;
     res->peak_rss_bytes = r->peak_rss;
+    rm_sfmt(res->model_uri, sizeof res->model_uri, "%s", r->model_uri);
+    rm_sfmt(res->model_sha256, sizeof res->model_sha256, "%s", r->model_sha256);
+    res->model_bytes = (int64_t)r->model_bytes;
+}
+
+/* The end-of-run export failed (docs/models-and-data.md, "Shapes and status"): the training
+ * succeeded and its checkpoints stay, so the job still ends Succeeded; the condition
+ * ExportFailing and a Warning event say why (the worker's message names spec.output.uri and the
+ * folder or s3:// URI, never a credential). */
+static void export_outcome(rc_ctx *c, bool was)
+{
+    const rm_rdzv_state *r = c->in->rdzv;
+    if (!r || !r->have_result || !r->export_error[0] || cond_true(c->st, RM_COND_EXPORT_FAILING))
+        return;
+    cond(c, RM_COND_EXPORT_FAILING, true, "ExportFailed", r->export_error);
+    if (!was)
+        event(c, true, "ExportFailing",
+              "TrainingJob %s: the model was not exported (the checkpoints stay): %s", c->jobname,
+              r->export_error);
 }
 
 static void finish_succeeded(rc_ctx *c)
@@ -301,6 +320,7 @@ static void finish_succeeded(rc_ctx *c)
     st->phase = RM_PHASE_SUCCEEDED;
     st->message[0] = 0;
     copy_result(c);
+    export_outcome(c, was);
     if (!was) {
         st->completion_time = c->now;
         event(c, false, "Succeeded", "%s", msg);
@@ -1063,7 +1083,8 @@ bool rm_reconcile_status_equal(const rm_tj_status *a, const rm_tj_status *b)
         r->memory_params != s->memory_params || r->memory_grads != s->memory_grads ||
         r->memory_optimizer != s->memory_optimizer || r->memory_activations != s->memory_activations ||
         r->peak_rss_bytes != s->peak_rss_bytes || r->val_loss != s->val_loss ||
-        r->tokens_per_second != s->tokens_per_second)
+        r->tokens_per_second != s->tokens_per_second || r->model_bytes != s->model_bytes ||
+        strcmp(r->model_uri, s->model_uri) != 0 || strcmp(r->model_sha256, s->model_sha256) != 0)
         return false;
     for (int t = 0; t < RM_COND__COUNT; t++) {
         const rm_condition *c = &a->conditions[t], *d = &b->conditions[t];

@@ -258,6 +258,10 @@ int rm_tr_report(trainer *t, bool done)
         rep.result_tokens_per_second = rep.result_samples_per_second * tokens_per_row(t);
         rep.val_loss = t->eval_step >= 0 ? t->test_loss : 0; /* the final evaluation's */
         rep.result_steps = t->step;
+        rep.model_uri = t->export_uri;
+        rep.model_sha256 = t->export_sha256;
+        rep.model_bytes = (double)t->export_bytes;
+        rep.export_error = t->export_err;
     }
     rm_rdzv_action act = RM_RDZV_CONTINUE;
     int cur = 0;

@@ -54,6 +54,7 @@ void rm_train_cfg_free(rm_train_cfg *cfg)
         return;
     rm_training_free(&cfg->t);
     free(cfg->checkpoint_dir);
+    free(cfg->output_uri);
     free(cfg->metrics_addr);
     free(cfg->device);
     free(cfg->rdzv_url);
@@ -160,6 +161,9 @@ static int load_config_file(const char *path, rm_train_cfg *cfg, rm_err *err)
             memset(&tj.spec.training, 0, sizeof tj.spec.training);
             if (tj.spec.checkpoint.path)
                 setstr(&cfg->checkpoint_dir, tj.spec.checkpoint.path);
+            if (tj.spec.output.uri)
+                setstr(&cfg->output_uri, tj.spec.output.uri);
+            cfg->output_dtype = tj.spec.output.dtype;
             cfg->checkpoint_interval = tj.spec.checkpoint.interval_steps;
             cfg->checkpoint_keep = tj.spec.checkpoint.keep;
             cfg->progress_deadline_s = tj.spec.restart.progress_deadline_seconds;
@@ -447,6 +451,17 @@ int rm_train_cfg_parse(int argc, char **argv, rm_train_cfg *cfg, rm_err *err)
     /* env from the controller (the launch contract, common/worker_env.h) */
     if ((env = getenv(RM_ENV_CHECKPOINT_DIR)) && *env)
         setstr(&cfg->checkpoint_dir, env);
+    if ((env = getenv(RM_ENV_OUTPUT_URI)) && *env)
+        setstr(&cfg->output_uri, env);
+    if ((env = getenv(RM_ENV_OUTPUT_DTYPE)) && *env) {
+        int dt = rm_enum_index(rm_output_dtype_names, env);
+        if (dt < 0) {
+            rc = rm_err_field(err, RM_EINVAL, RM_ENV_OUTPUT_DTYPE, "must be float32 or bfloat16 (got \"%s\")",
+                              env);
+            goto fail;
+        }
+        cfg->output_dtype = (rm_output_dtype)dt;
+    }
     if ((env = getenv(RM_ENV_CHECKPOINT_INTERVAL)) && *env) {
         long long v;
         RM_CHECK_GOTO(parse_int(RM_ENV_CHECKPOINT_INTERVAL, env, 0, 1LL << 40, &v, err), rc, fail);

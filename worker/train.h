@@ -59,6 +59,11 @@ typedef struct rm_train_cfg {
      * RINGMASTER_THREADS, else the pod's CPU quota, else this machine's CPUs (affinity) divided
      * among the LOCAL_WORLD_SIZE workers sharing it. */
     int threads;
+    /* spec.output (docs/models-and-data.md, "Exported models"): where rank 0 writes the model at
+     * the end of a run — a folder or s3://bucket/prefix/; NULL = <checkpoint_dir>/export. From
+     * RINGMASTER_OUTPUT_URI / RINGMASTER_OUTPUT_DTYPE or a TrainingJob --config. */
+    char *output_uri;
+    rm_output_dtype output_dtype;
 } rm_train_cfg;
 
 typedef enum { RM_RESUME_OFF = 0, RM_RESUME_REQUIRED, RM_RESUME_IF_PRESENT } rm_resume_mode;

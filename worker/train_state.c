@@ -2,6 +2,7 @@
  * sharded or a pipeline stage's range) or made equal to rank 0's; and the checkpoint writer, which
  * takes a copy of the state between steps and writes it off the critical path (trainer.h). */
 #include "worker/trainer.h"
+#include "worker/model/output.h"
 
 /* ---------------- state: fresh, checkpoint, sync ---------------- */
 
@@ -476,12 +477,51 @@ static int export_gather(trainer *t, float *host, rm_err *err)
     return rc;
 }
 
+/* Rank 0's export outcome to every rank (a broadcast as an allreduce SUM of byte values held in
+ * floats, the other ranks adding zeros): whichever rank's final report reaches the controller
+ * first carries status.result.model or the ExportFailing message. */
+static int export_share(trainer *t, rm_err *err)
+{
+    if (!t->ops || !t->comm || t->world < 2)
+        return RM_OK;
+    enum { N = sizeof t->export_uri + sizeof t->export_sha256 + sizeof t->export_err + 32 };
+    char txt[N] = "";
+    float *f = calloc(N, sizeof *f);
+    if (!f)
+        return rm_errf(err, RM_ENOMEM, "export: out of memory");
+    if (t->rank == 0) {
+        rm_sfmt(txt, sizeof txt, "%s\n%s\n%llu\n%s", t->export_uri, t->export_sha256,
+                (unsigned long long)t->export_bytes, t->export_err);
+        for (size_t i = 0; i < N && txt[i]; i++)
+            f[i] = (float)(unsigned char)txt[i];
+    }
+    int rc = t->ops->allreduce(t->comm, f, N, RM_DT_F32, RM_OP_SUM, err);
+    if (rc == RM_OK && t->rank != 0) {
+        for (size_t i = 0; i + 1 < N; i++)
+            txt[i] = (char)(unsigned char)f[i];
+        txt[N - 1] = 0;
+        char *a = txt, *b = strchr(a, '\n'), *c = b ? strchr(b + 1, '\n') : NULL,
+             *d = c ? strchr(c + 1, '\n') : NULL;
+        if (b && c && d) {
+            *b++ = 0, *c++ = 0, *d++ = 0;
+            rm_sfmt(t->export_uri, sizeof t->export_uri, "%s", a);
+            rm_sfmt(t->export_sha256, sizeof t->export_sha256, "%s", b);
+            t->export_bytes = strtoull(c, NULL, 10);
+            rm_sfmt(t->export_err, sizeof t->export_err, "%s", d);
+        }
+    }
+    free(f);
+    return rc;
+}
+
 int rm_tr_export(trainer *t, rm_err *err)
 {
-    const char *ckdir = t->cfg->checkpoint_dir;
-    if (!ckdir) {
+    const char *ckdir = t->cfg->checkpoint_dir, *out = t->cfg->output_uri;
+    rm_output_dtype dtype = t->cfg->output_dtype;
+    if (!ckdir && !out) {
         if (t->rank == 0)
-            rm_info("export skipped: no checkpoint folder (the export goes to <checkpoint dir>/export)");
+            rm_info("export skipped: no checkpoint folder and no spec.output.uri (the export goes to "
+                    "<checkpoint dir>/export)");
         return RM_OK;
     }
     if (t->strat->claim) { /* the parameters live on the servers */
@@ -495,16 +535,49 @@ int rm_tr_export(trainer *t, rm_err *err)
         return rm_errf(err, RM_ENOMEM, "export: out of memory");
     int rc = export_gather(t, host, err);
     if (rc == RM_OK && t->rank == 0) {
-        char dir[4200];
-        rm_sfmt(dir, sizeof dir, "%s/export", ckdir);
+        /* the default, and the staging folder of an s3:// output */
+        char dir[4200], tmp[64] = "";
+        if (ckdir) {
+            rm_sfmt(dir, sizeof dir, "%s/export", ckdir);
+        } else if (strncmp(out, "s3://", 5) == 0) { /* staged in a temporary folder, removed after */
+            rm_sfmt(tmp, sizeof tmp, "/tmp/ringmaster-export-XXXXXX");
+            if (!mkdtemp(tmp))
+                tmp[0] = 0;
+            rm_sfmt(dir, sizeof dir, "%s", tmp[0] ? tmp : "/tmp/ringmaster-export");
+        } else {
+            rm_sfmt(dir, sizeof dir, "%s", out);
+        }
         rm_err e = {0};
+        rm_model_output_result res;
         double t0 = rm_mono();
-        if (rm_model_export(&t->m, host, dir, RM_DTYPE_FLOAT32, &e) == RM_OK)
-            rm_info("model exported path=%s/%s config=%s/%s dtype=float32 params=%zu seconds=%.3f", dir,
-                    RM_EXPORT_WEIGHTS, dir, RM_EXPORT_CONFIG, t->m.nparams, rm_mono() - t0);
-        else
-            rm_error("model export failed (the checkpoints stay) dir=%s err=\"%s\"", dir, e.msg);
+        if (rm_model_write_out(&t->m, host, out ? out : dir, dir, dtype, "spec.output.uri", &res, &e) ==
+            RM_OK) {
+            char staged[4300]; /* the local file: the output itself, or an s3:// upload's source */
+            rm_sfmt(staged, sizeof staged, "%s/%s", dir, RM_EXPORT_WEIGHTS);
+            rm_info("model exported uri=%s path=%s sha256=%s bytes=%llu dtype=%s params=%zu parts=%d "
+                    "seconds=%.3f",
+                    res.uri, strncmp(res.uri, "s3://", 5) != 0 ? res.uri : staged, res.sha256,
+                    (unsigned long long)res.bytes, rm_enum_name(rm_output_dtype_names, (int)dtype),
+                    t->m.nparams, res.parts, rm_mono() - t0);
+            rm_sfmt(t->export_uri, sizeof t->export_uri, "%s", res.uri);
+            rm_sfmt(t->export_sha256, sizeof t->export_sha256, "%s", res.sha256);
+            t->export_bytes = res.bytes;
+            t->export_err[0] = 0;
+        } else { /* the training succeeded: the checkpoints stay, the status says ExportFailing */
+            rm_error("model export failed (the checkpoints stay) uri=%s err=\"%s\"", out ? out : dir, e.msg);
+            rm_sfmt(t->export_err, sizeof t->export_err, "%s", e.msg);
+        }
+        if (tmp[0]) {
+            char p[200];
+            rm_sfmt(p, sizeof p, "%s/%s", tmp, RM_EXPORT_WEIGHTS);
+            unlink(p);
+            rm_sfmt(p, sizeof p, "%s/%s", tmp, RM_EXPORT_CONFIG);
+            unlink(p);
+            rmdir(tmp);
+        }
     }
     free(host);
+    if (rc == RM_OK)
+        rc = export_share(t, err);
     return rc;
 }

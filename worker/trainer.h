@@ -154,7 +154,13 @@ typedef struct trainer {
     int64_t last_ckpt_step;
     int ckpt_failures;  /* consecutive failed checkpoint writes (reported; 0 = last ok) */
     char ckpt_err[128]; /* the last failure's message ("" after a success) */
-    bool have_state;    /* params/optimizer hold a real state (fresh, loaded or synced):
+    /* the end-of-run export (rank 0; status.result.model): where model.safetensors landed, its
+     * sha256 and size; or why the export failed (the ExportFailing condition) */
+    char export_uri[1024];
+    char export_sha256[65];
+    uint64_t export_bytes;
+    char export_err[256];
+    bool have_state; /* params/optimizer hold a real state (fresh, loaded or synced):
                                    before the first round forms they are zeros, never saved */
 
     /* results and rates */

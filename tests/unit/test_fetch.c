@@ -711,6 +711,38 @@ static void test_changed_object(void)
     free(dir);
 }
 
+/* The multipart plan (common/fetch.h, rm_upload_plan): one PUT up to the threshold, parts of
+ * part_bytes above it with the remainder last, grown to whole MiB past 10,000 parts, refused past
+ * 10,000 parts of 5 GiB; a single PUT never exceeds 5 GiB whatever the threshold. */
+static void test_upload_plan(void)
+{
+    rm_upload_plan_t p;
+    rm_err e = {0};
+    const uint64_t MiB = (uint64_t)1 << 20, GiB = (uint64_t)1 << 30;
+    CU_ASSERT_EQUAL(rm_upload_plan(0, 0, 0, &p, &e), RM_OK);
+    CU_ASSERT(!p.multipart && p.nparts == 1 && p.last_bytes == 0);
+    CU_ASSERT_EQUAL(rm_upload_plan(RM_UPLOAD_THRESHOLD_DEFAULT, 0, 0, &p, &e), RM_OK);
+    CU_ASSERT(!p.multipart && p.nparts == 1 && p.last_bytes == RM_UPLOAD_THRESHOLD_DEFAULT);
+    CU_ASSERT_EQUAL(rm_upload_plan(RM_UPLOAD_THRESHOLD_DEFAULT + 1, 0, 0, &p, &e), RM_OK);
+    CU_ASSERT(p.multipart && p.nparts == 2 && p.part_bytes == RM_UPLOAD_PART_DEFAULT && p.last_bytes == 1);
+    /* 12 MiB + 3 bytes in 5 MiB parts: 5, 5, 2 MiB + 3 */
+    CU_ASSERT_EQUAL(rm_upload_plan(12 * MiB + 3, 5 * MiB, 5 * MiB, &p, &e), RM_OK);
+    CU_ASSERT(p.multipart && p.nparts == 3 && p.part_bytes == 5 * MiB && p.last_bytes == 2 * MiB + 3);
+    /* an exact multiple: the last part is whole */
+    CU_ASSERT_EQUAL(rm_upload_plan(10 * MiB, 1, 5 * MiB, &p, &e), RM_OK);
+    CU_ASSERT(p.multipart && p.nparts == 2 && p.last_bytes == 5 * MiB);
+    /* a threshold above 5 GiB still splits what one PUT cannot carry */
+    CU_ASSERT_EQUAL(rm_upload_plan(6 * GiB, 100 * GiB, 0, &p, &e), RM_OK);
+    CU_ASSERT(p.multipart && p.nparts == 96 && p.last_bytes == 64 * MiB);
+    /* 100 GiB in 5 MiB parts would be 20,480 parts: parts grow to 11 MiB (10,000 x 11 MiB >= 100 GiB) */
+    CU_ASSERT_EQUAL(rm_upload_plan(100 * GiB, 5 * MiB, 5 * MiB, &p, &e), RM_OK);
+    CU_ASSERT(p.multipart && p.part_bytes == 11 * MiB && p.nparts <= RM_UPLOAD_MAX_PARTS);
+    CU_ASSERT_EQUAL((p.nparts - 1) * p.part_bytes + p.last_bytes, 100 * GiB);
+    CU_ASSERT(p.last_bytes >= 1 && p.last_bytes <= p.part_bytes);
+    /* past 10,000 parts of 5 GiB */
+    CU_ASSERT_EQUAL(rm_upload_plan((uint64_t)RM_UPLOAD_MAX_PARTS * 5 * GiB + 1, 0, 0, &p, &e), RM_ETOOBIG);
+}
+
 void rm_suite_fetch(void);
 void rm_suite_fetch(void)
 {
@@ -725,6 +757,7 @@ void rm_suite_fetch(void)
         {"concurrent", test_concurrent},
         {"s3_sigv4", test_s3},
         {"changed_object", test_changed_object},
+        {"upload_plan", test_upload_plan},
     };
     RM_ADD_SUITE("fetch", NULL, NULL, cases);
 }

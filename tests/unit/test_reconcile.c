@@ -1446,6 +1446,77 @@ static void test_lm_numbers_projected(void)
     rm_tj_free(&tj3);
 }
 
+/* The export (docs/models-and-data.md, "Shapes and status"): status.result.model comes from the
+ * rendezvous' result; an export that failed leaves the job Succeeded with the condition
+ * ExportFailing (reason ExportFailed, the worker's message) and one Warning event. */
+static void model_exported(rm_rdzv_state *r)
+{
+    snprintf(r->model_uri, sizeof r->model_uri, "s3://models/run-1/model.safetensors");
+    snprintf(r->model_sha256, sizeof r->model_sha256, "%064d", 5);
+    r->model_bytes = 203912;
+}
+
+static void export_failed(rm_rdzv_state *r)
+{
+    snprintf(r->export_error, sizeof r->export_error,
+             "spec.output.uri: 403 from s3://models/run-1/model.safetensors: access denied");
+}
+
+static void test_export_outcome(void)
+{
+    scen s = {
+        .name = "ex", RUNNING_ST, .workers = ALL4, .rdzv = CLOSED0 " result", .rdzv_more = model_exported};
+    rm_tj tj;
+    base_job(&tj, &s);
+    static run_result r;
+    run_once(&s, &tj, &r);
+    const rm_tj_status *st = &r.out.status;
+    CU_ASSERT_EQUAL(st->phase, RM_PHASE_SUCCEEDED);
+    CU_ASSERT_STRING_EQUAL(st->result.model_uri, "s3://models/run-1/model.safetensors");
+    CU_ASSERT_EQUAL(st->result.model_bytes, 203912);
+    CU_ASSERT_EQUAL(strlen(st->result.model_sha256), 64);
+    CU_ASSERT_FALSE(st->conditions[RM_COND_EXPORT_FAILING].present);
+    cJSON *j = rm_tj_status_to_json(st);
+    CU_ASSERT_STRING_EQUAL(rm_json_path(j, "result.model.uri")->valuestring,
+                           "s3://models/run-1/model.safetensors");
+    CU_ASSERT_DOUBLE_EQUAL(rm_json_path(j, "result.model.bytes")->valuedouble, 203912, 0);
+    cJSON_Delete(j);
+    rm_tj_free(&tj);
+
+    s.rdzv_more = export_failed;
+    base_job(&tj, &s);
+    run_once(&s, &tj, &r);
+    st = &r.out.status;
+    CU_ASSERT_EQUAL(st->phase, RM_PHASE_SUCCEEDED);
+    CU_ASSERT_FALSE(st->result.model_uri[0]);
+    const rm_condition *c = &st->conditions[RM_COND_EXPORT_FAILING];
+    CU_ASSERT_TRUE(c->present && c->status);
+    CU_ASSERT_STRING_EQUAL(c->reason, "ExportFailed");
+    CU_ASSERT_STRING_EQUAL(c->message,
+                           "spec.output.uri: 403 from s3://models/run-1/model.safetensors: access denied");
+    int warnings = 0;
+    for (size_t i = 0; i < r.out.nactions; i++)
+        if (r.out.actions[i].type == RM_ACT_EVENT && r.out.actions[i].warning &&
+            !strcmp(r.out.actions[i].reason, "ExportFailing"))
+            warnings++;
+    CU_ASSERT_EQUAL(warnings, 1);
+    j = rm_tj_status_to_json(st);
+    rm_tj_status back;
+    memset(&back, 0, sizeof back);
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(rm_tj_status_from_json(j, &back, &e), RM_OK);
+    CU_ASSERT_TRUE(back.conditions[RM_COND_EXPORT_FAILING].status);
+    cJSON_Delete(j);
+    /* fed back: no second event, no change */
+    tj.status = r.out.status;
+    run_once(&s, &tj, &r);
+    CU_ASSERT_FALSE(r.out.status_changed);
+    for (size_t i = 0; i < r.out.nactions; i++)
+        CU_ASSERT_FALSE(r.out.actions[i].type == RM_ACT_EVENT &&
+                        !strcmp(r.out.actions[i].reason, "ExportFailing"));
+    rm_tj_free(&tj);
+}
+
 static void test_start_time_set_on_first_create(void)
 {
     scen s = {.name = "st", .rdzv_desired = -1, .now = 1234};
@@ -1679,6 +1750,7 @@ void rm_suite_reconcile(void)
         {"lastTransitionTime moves only on a flip", test_transition_time_only_on_flip},
         {"progress and result copied from the rendezvous", test_progress_and_result_copied},
         {"valLoss, tokens/s and stepped evaluations reach status", test_lm_numbers_projected},
+        {"result.model and ExportFailing from the export", test_export_outcome},
         {"startTime set on first creation", test_start_time_set_on_first_create},
         {"action array too small / bad args", test_action_array_too_small},
         {"simulation: three failures -> Succeeded, restarts 3", test_simulated_failures},

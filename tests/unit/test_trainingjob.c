@@ -1540,9 +1540,24 @@ static void test_models_and_data(void)
          "is not supported (use pushEverySteps)"},
         {{{"spec.training.evalEverySteps", "250"}}, NULL},
         {{{"spec.parallelism.tensorParallel", "2"}}, "spec.parallelism.tensorParallel: 2" NS},
+        /* spec.output: a folder, file:// or s3:// (worker/train_state.c, rm_tr_export) */
         {{{"spec.output",
            "{\"uri\": \"s3://models/run-1/\", \"format\": \"safetensors\", \"dtype\": \"bfloat16\"}"}},
-         "spec.output: exporting the trained model" NS},
+         NULL},
+        {{{"spec.output", "{\"uri\": \"/models/run-1\"}"}}, NULL},
+        {{{"spec.output", "{\"uri\": \"file:///models/run-1/\", \"dtype\": \"float32\"}"}}, NULL},
+        {{{"spec.output", "{\"dtype\": \"bfloat16\"}"}}, NULL},
+        {{{"spec.output", "{\"uri\": \"https://example.org/models/\"}"}},
+         "spec.output.uri: must be a folder, file:///path or s3://bucket/prefix (got "
+         "\"https://example.org/models/\")"},
+        {{{"spec.output", "{\"uri\": \"s3:///run-1/\"}"}},
+         "spec.output.uri: must name a bucket: s3://bucket/prefix (got \"s3:///run-1/\")"},
+        {{{"spec.output", "{\"uri\": \"ftp://h/x\"}"}},
+         "spec.output.uri: must be builtin:<name>, /path, file:///path, http(s)://... or s3://bucket/key "
+         "(got "
+         "\"ftp://h/x\")"},
+        {{{"spec.output", "{\"dtype\": \"float16\"}"}},
+         "spec.output.dtype: must be one of float32, bfloat16 (got \"float16\")"},
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
         cJSON *d = base_doc();
