@@ -10,6 +10,7 @@
 #include "operator/kube/operator.h"
 #include "operator/kubectl.h"
 #include "operator/run.h"
+#include "operator/export.h"
 #include "operator/sample.h"
 
 static void usage(FILE *f)
@@ -23,6 +24,7 @@ static void usage(FILE *f)
                "  sample [flags]     text from a trained language model (an export or a checkpoint folder)\n"
                "  kubectl <command>  the kubectl plugin (installed as kubectl-ringmaster): logs, status,\n"
                "                     suspend, resume, restart, runtimes, completion\n"
+               "  export [flags]     a checkpoint folder's newest checkpoint as a model (folder or s3://)\n"
                "  version            print the version\n"
                "`ringmaster <command> --help` describes each command's flags.\n");
 }
@@ -57,6 +59,8 @@ int main(int argc, char **argv)
         return rm_kubectl_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "sample"))
         return rm_sample_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "export"))
+        return rm_export_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))
         return rm_version_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "operator")) {

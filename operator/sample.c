@@ -1,4 +1,5 @@
-/* sample.c — `ringmaster sample` (sample.h): exec `ringmaster-worker sample ARGS...`. */
+/* sample.c — `ringmaster sample` (sample.h): exec `ringmaster-worker sample ARGS...`; and the exec
+ * itself, which `ringmaster export` (operator/export.c) shares. */
 #include "operator/sample.h"
 
 #include <errno.h>
@@ -11,25 +12,30 @@
 #include "common/rm.h"
 #include "operator/local.h"
 
-int rm_sample_main(int argc, char **argv)
+int rm_worker_exec(const char *sub, int argc, char **argv)
 {
     char bin[PATH_MAX];
     rm_err e = {0};
     if (rm_local_worker_bin(bin, sizeof bin, &e) != RM_OK) {
-        fprintf(stderr, "ringmaster sample: %s\n", e.msg);
+        fprintf(stderr, "ringmaster %s: %s\n", sub, e.msg);
         return 1;
     }
-    char **av = calloc((size_t)argc + 2, sizeof *av); /* bin, "sample", argv[1..], NULL */
+    char **av = calloc((size_t)argc + 2, sizeof *av); /* bin, sub, argv[1..], NULL */
     if (!av) {
-        fprintf(stderr, "ringmaster sample: out of memory\n");
+        fprintf(stderr, "ringmaster %s: out of memory\n", sub);
         return 1;
     }
     av[0] = bin;
-    av[1] = "sample";
+    av[1] = (char *)sub;
     for (int i = 1; i < argc; i++)
         av[i + 1] = argv[i];
     execv(bin, av);
-    fprintf(stderr, "ringmaster sample: cannot run %s: %s\n", bin, strerror(errno));
+    fprintf(stderr, "ringmaster %s: cannot run %s: %s\n", sub, bin, strerror(errno));
     free(av);
     return 1;
+}
+
+int rm_sample_main(int argc, char **argv)
+{
+    return rm_worker_exec("sample", argc, argv);
 }

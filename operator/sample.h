@@ -6,4 +6,7 @@
 #define RM_OPERATOR_SAMPLE_H
 
 int rm_sample_main(int argc, char **argv);
+/* exec `ringmaster-worker SUB argv[1..]` (the worker binary found as above); returns 1 only when
+ * it cannot be run. argv is borrowed (it becomes the new process's). */
+int rm_worker_exec(const char *sub, int argc, char **argv);
 #endif

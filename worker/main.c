@@ -5,6 +5,7 @@
  *                                     `ringmaster sample` runs)
  *   ringmaster-worker ps [flags]      a parameter server (worker/ps/ps_server.c); RINGMASTER_ROLE=ps
  *                                     selects it too, whatever the command
+ *   ringmaster-worker export [flags]  a checkpoint folder as a model (worker/export_cmd.c)
  *   ringmaster-worker fetch [flags]   fetch the job's remote data into the data cache and exit (the
  *                                     operator's init container: docs/models-and-data.md, "Where data
  *                                     comes from"); the same settings as train
@@ -26,6 +27,7 @@
 #include "worker/bench.h"
 #include "worker/data/reader.h"
 #include "worker/ps/ps_server.h"
+#include "worker/export_cmd.h"
 #include "worker/sample.h"
 #include "worker/train.h"
 
@@ -36,6 +38,8 @@ static void usage(FILE *out)
             "  train   synchronous data-parallel training (see `ringmaster-worker train --help`)\n"
             "  bench   allreduce benchmark, nccl-tests format (see `ringmaster-worker bench --help`)\n"
             "  sample  text from a trained language model (see `ringmaster-worker sample --help`)\n"
+            "  export  a checkpoint folder's newest checkpoint as a model (see `ringmaster-worker export "
+            "--help`)\n"
             "  ps      a parameter server (env RINGMASTER_ROLE=ps selects it too)\n"
             "  fetch   fetch spec.training.data.uri into the data cache (RINGMASTER_DATA_CACHE) and exit\n");
 }
@@ -105,6 +109,8 @@ int main(int argc, char **argv)
         return rm_worker_sample_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "fetch"))
         return fetch_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "export"))
+        return rm_worker_export_main(argc - 1, argv + 1);
     int mode = rm_enum_index(rm_mode_names, argv[1]); /* the subcommand is spec.training.mode */
     if (mode == RM_MODE_BENCH)
         return rm_worker_bench_main(argc - 1, argv + 1);

@@ -189,12 +189,13 @@ static int parse_tokens(const char *s, int vocab, int32_t **out, long *n, rm_err
 }
 
 /* The newest manifest (highest step) among DIR's index-*.json; RM_ENOTFOUND when there is none. */
-static int newest_manifest(const char *dir, rm_ckpt_manifest *out, char *path, size_t cap, rm_err *err)
+static int newest_manifest(const char *dir, const char *flag, rm_ckpt_manifest *out, char *path, size_t cap,
+                           rm_err *err)
 {
     memset(out, 0, sizeof *out);
     DIR *d = opendir(dir);
     if (!d)
-        return rm_err_field(err, RM_EIO, "--checkpoint", "%s: %s", dir, strerror(errno));
+        return rm_err_field(err, RM_EIO, flag, "%s: %s", dir, strerror(errno));
     struct dirent *e;
     int found = 0;
     while ((e = readdir(d))) {
@@ -222,6 +223,57 @@ static int newest_manifest(const char *dir, rm_ckpt_manifest *out, char *path, s
     return found ? RM_OK : RM_ENOTFOUND;
 }
 
+/* See sample.h. */
+int rm_ckpt_model_load(const char *who, const char *dir, const char *flag, rm_model *m, int64_t *step,
+                       rm_err *err)
+{
+    const rm_kernels *k = rm_kernels_cpu();
+    const rm_model_family *fam;
+    rm_err e = {0};
+    rm_ckpt_manifest mf;
+    char mpath[4200];
+    int rc = newest_manifest(dir, flag, &mf, mpath, sizeof mpath, err);
+    if (rc)
+        return rc;
+    fam = rm_model_family_find(mf.family);
+    rc =
+        fam ? RM_OK : rm_err_field(err, RM_EINVAL, flag, "%s: unknown model family \"%s\"", mpath, mf.family);
+    /* the whole shape record from a checkpoint file's header: the manifest keeps words
+     * 0..nlayers, which are all of an MLP's but not a transformer's */
+    rm_ckpt_meta hm;
+    char fpath[4200];
+    if (rc == RM_OK && mf.nfiles < 1)
+        rc = rm_err_field(err, RM_EINVAL, flag, "%s: lists no files", mpath);
+    if (rc == RM_OK) {
+        rm_sfmt(fpath, sizeof fpath, "%s/%s", dir, mf.files[0].name);
+        if ((rc = rm_ckpt_read_header(fpath, &hm, NULL, &e)) != RM_OK)
+            rc = rm_err_field(err, rc, flag, "%s", e.msg);
+        else if (hm.shape.nlayers != mf.shape.nlayers ||
+                 memcmp(hm.shape.dims, mf.shape.dims, (size_t)(mf.shape.nlayers + 1) * sizeof(int)) != 0)
+            rc = rm_err_field(err, RM_EINVAL, flag, "%s: the model's shape differs from %s's", fpath, mpath);
+    }
+    if (rc == RM_OK && (rc = rm_model_init(m, k, fam, &hm.shape, 1, &e)) != RM_OK)
+        rc = rm_err_field(err, rc, flag, "%s: %s", mpath, e.msg);
+    if (rc == RM_OK && m->nparams != mf.nparams)
+        rc = rm_err_field(err, RM_EINVAL, flag, "%s: %llu parameters, the model has %zu", mpath,
+                          (unsigned long long)mf.nparams, m->nparams);
+    size_t cap = (size_t)(1 + mf.nstate) * m->nparams * sizeof(float);
+    float *buf = rc == RM_OK ? malloc(cap) : NULL;
+    if (rc == RM_OK && !buf)
+        rc = rm_errf(err, RM_ENOMEM, "out of memory (%zu bytes)", cap);
+    if (rc == RM_OK && (rc = rm_ckpt_manifest_assemble(dir, &mf, NULL, 0, m->nparams, buf, cap, &e)))
+        rc = rm_err_field(err, rc, flag, "%s", e.msg);
+    if (rc == RM_OK) {
+        memcpy(m->params, buf, m->nparams * sizeof(float)); /* the parameters: buffer 0 */
+        rm_info("%s: checkpoint loaded path=%s step=%lld", who, mpath, (long long)mf.step);
+        if (step)
+            *step = mf.step;
+    }
+    free(buf);
+    rm_ckpt_manifest_free(&mf);
+    return rc;
+}
+
 /* The model and its parameters from an export or a checkpoint folder. */
 static int load_model(const sample_cfg *c, rm_model *m, rm_err *err)
 {
@@ -235,7 +287,7 @@ static int load_model(const sample_cfg *c, rm_model *m, rm_err *err)
     if (c->checkpoint) {
         rm_ckpt_manifest mf;
         char mpath[4200];
-        int rc = newest_manifest(c->checkpoint, &mf, mpath, sizeof mpath, err);
+        int rc = newest_manifest(c->checkpoint, "--checkpoint", &mf, mpath, sizeof mpath, err);
         if (rc == RM_ENOTFOUND) { /* no manifest: the folder's export, if any */
             rm_sfmt(exp, sizeof exp, "%s/export", c->checkpoint);
             struct stat st;
@@ -247,45 +299,8 @@ static int load_model(const sample_cfg *c, rm_model *m, rm_err *err)
         } else if (rc) {
             return rc;
         } else {
-            fam = rm_model_family_find(mf.family);
-            rc = fam ? RM_OK
-                     : rm_err_field(err, RM_EINVAL, "--checkpoint", "%s: unknown model family \"%s\"", mpath,
-                                    mf.family);
-            /* the whole shape record from a checkpoint file's header: the manifest keeps words
-             * 0..nlayers, which are all of an MLP's but not a transformer's */
-            rm_ckpt_meta hm;
-            char fpath[4200];
-            if (rc == RM_OK && mf.nfiles < 1)
-                rc = rm_err_field(err, RM_EINVAL, "--checkpoint", "%s: lists no files", mpath);
-            if (rc == RM_OK) {
-                rm_sfmt(fpath, sizeof fpath, "%s/%s", c->checkpoint, mf.files[0].name);
-                if ((rc = rm_ckpt_read_header(fpath, &hm, NULL, &e)) != RM_OK)
-                    rc = rm_err_field(err, rc, "--checkpoint", "%s", e.msg);
-                else if (hm.shape.nlayers != mf.shape.nlayers ||
-                         memcmp(hm.shape.dims, mf.shape.dims, (size_t)(mf.shape.nlayers + 1) * sizeof(int)) !=
-                             0)
-                    rc = rm_err_field(err, RM_EINVAL, "--checkpoint",
-                                      "%s: the model's shape differs from %s's", fpath, mpath);
-            }
-            if (rc == RM_OK && (rc = rm_model_init(m, k, fam, &hm.shape, 1, &e)) != RM_OK)
-                rc = rm_err_field(err, rc, "--checkpoint", "%s: %s", mpath, e.msg);
-            if (rc == RM_OK && m->nparams != mf.nparams)
-                rc = rm_err_field(err, RM_EINVAL, "--checkpoint", "%s: %llu parameters, the model has %zu",
-                                  mpath, (unsigned long long)mf.nparams, m->nparams);
-            size_t cap = (size_t)(1 + mf.nstate) * m->nparams * sizeof(float);
-            float *buf = rc == RM_OK ? malloc(cap) : NULL;
-            if (rc == RM_OK && !buf)
-                rc = rm_errf(err, RM_ENOMEM, "out of memory (%zu bytes)", cap);
-            if (rc == RM_OK &&
-                (rc = rm_ckpt_manifest_assemble(c->checkpoint, &mf, NULL, 0, m->nparams, buf, cap, &e)))
-                rc = rm_err_field(err, rc, "--checkpoint", "%s", e.msg);
-            if (rc == RM_OK) {
-                memcpy(m->params, buf, m->nparams * sizeof(float)); /* the parameters: buffer 0 */
-                rm_info("sample: checkpoint loaded path=%s step=%lld", mpath, (long long)mf.step);
-            }
-            free(buf);
             rm_ckpt_manifest_free(&mf);
-            return rc;
+            return rm_ckpt_model_load("sample", c->checkpoint, "--checkpoint", m, NULL, err);
         }
     }
     const char *flag = c->checkpoint ? "--checkpoint" : "--model";

@@ -22,4 +22,15 @@
 #define RM_WORKER_SAMPLE_H
 
 int rm_worker_sample_main(int argc, char **argv);
+
+/* The newest checkpoint of dir (the highest step among its manifests, worker/checkpoint/manifest.h:
+ * plain, sharded or pipeline-staged files alike, assembled whole) into m, initialized here on the
+ * CPU kernels (rm_model_free is the caller's), logged as "WHO: checkpoint loaded"; *step (may be NULL) gets its step. Errors name flag
+ * ("--checkpoint"); RM_ENOTFOUND (err unset) when dir holds no manifest. `ringmaster-worker
+ * export` (worker/export_cmd.c) reads checkpoints through it too. */
+#include <stdint.h>
+#include "common/rm.h"
+#include "worker/model/model.h"
+int rm_ckpt_model_load(const char *who, const char *dir, const char *flag, rm_model *m, int64_t *step,
+                       rm_err *err);
 #endif
