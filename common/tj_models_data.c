@@ -212,7 +212,8 @@ int tj_validate_models_data(const rm_training_spec *t, const char *ctx, rm_err *
     /* the gate: one line per feature still to land */
     if (t->dropout > 0)
         return unsupported(err, mctx, "dropout", "dropout > 0");
-    if (t->init_uri && !tj_data_folder(t->init_uri)) /* local weights are read (worker/model/export.h) */
+    /* local weights are read, remote ones fetched first (worker/model/export.h) */
+    if (t->init_uri && !tj_data_folder(t->init_uri) && !rm_uri_fetched(t->init_uri))
         return unsupported(err, mctx, "init.uri", "\"%s\"", t->init_uri);
     bool fetched = rm_uri_fetched(t->data.uri);
     if (t->data.uri && !tj_data_folder(t->data.uri) && strncmp(t->data.uri, "builtin:", 8) != 0 && !fetched)

@@ -1493,8 +1493,9 @@ static void test_models_and_data(void)
         {{{"spec.training.data.uri", "\"builtin:nope\""}},
          "spec.training.data.uri: unknown built-in data set \"builtin:nope\" (builtin:fashion-mnist, "
          "builtin:tinyshakespeare)"},
-        {{{"spec.training.model.init", "{\"uri\": \"s3://models/gpt-small/model.safetensors\"}"}},
-         "spec.training.model.init.uri: \"s3://models/gpt-small/model.safetensors\"" NS},
+        /* remote weights are fetched first (worker/model/export.h) */
+        {{{"spec.training.model.init", "{\"uri\": \"s3://models/gpt-small/model.safetensors\"}"}}, NULL},
+        {{{"spec.training.model.init", "{\"uri\": \"https://example.org/run-1/\"}"}}, NULL},
         {{{"spec.training.data.uri", "\"s3://bucket/fmnist/\""}}, NULL},
         /* fetched over HTTP (common/fetch.h), checked by sha256 */
         {{{"spec.training.data.uri", "\"https://example.org/fmnist/\""}}, NULL},

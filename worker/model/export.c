@@ -11,7 +11,10 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include "common/fetch.h"
 #include "common/fs.h"
+#include "common/log.h"
+#include "worker/data/reader.h"
 #include "common/json.h"
 #include "worker/gpu.h" /* the bf16/fp16 conversions */
 
@@ -404,14 +407,40 @@ const char *rm_model_init_path(const char *uri)
     return rm_uri_local(uri);
 }
 
+/* A remote model.init.uri (http(s)://, s3://) into the data cache (common/fetch.h: once per
+ * machine, resumed, retried; the AWS_* variables for s3://), then read like a local one: a URI
+ * ending in '/' is an export folder (model.safetensors and config.json, whose shape is then
+ * checked too), else the weights file itself. path gets the local file or folder. */
+static int init_fetch(const char *uri, char *path, size_t cap, rm_err *err)
+{
+    static const char *const names[] = {RM_EXPORT_WEIGHTS, RM_EXPORT_CONFIG, NULL};
+    char cache[4096];
+    rm_data_cache_dir(cache, sizeof cache);
+    rm_s3_creds s3;
+    rm_fetch_s3_from_env(&s3);
+    rm_fetch_opts o = {.field = INIT_FIELD, .s3 = &s3};
+    rm_fetch_stats st = {0};
+    bool folder = uri[strlen(uri) - 1] == '/';
+    RM_CHECK(rm_fetch_cached(uri, folder ? names : NULL, cache, &o, path, cap, &st, err));
+    rm_info("model init fetched uri=%s path=%s bytes=%llu cached=%d", uri, path, (unsigned long long)st.bytes,
+            (int)st.cached);
+    return RM_OK;
+}
+
 int rm_model_init_weights_open(const rm_model *m, const char *uri, rm_model_weights *w, rm_err *err)
 {
     memset(w, 0, sizeof *w);
     const char *path = rm_model_init_path(uri);
+    char fetched[4200];
+    if (!path && uri && rm_uri_fetched(uri)) {
+        RM_CHECK(init_fetch(uri, fetched, sizeof fetched, err));
+        path = fetched;
+    }
     if (!path)
-        return rm_err_field(err, RM_EUNSUPPORTED, INIT_FIELD,
-                            "\"%s\" is not supported yet (a local path: /path or file:///path)",
-                            uri ? uri : "");
+        return rm_err_field(
+            err, RM_EUNSUPPORTED, INIT_FIELD,
+            "\"%s\" is not supported (a local path: /path or file:///path, http(s)://, s3://)",
+            uri ? uri : "");
     rm_err e = {0};
     rm_model_shape s;
     const rm_model_family *fam;

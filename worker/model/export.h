@@ -72,11 +72,13 @@ int rm_model_config_read(const char *path_or_dir, rm_model_shape *shape, const r
                          rm_err *err);
 
 /* The local path a model.init.uri names: "/path" or "file:///path" (the path part), else NULL
- * (remote forms, http(s):// and s3://, are the data issue's: docs/models-and-data.md). */
+ * (remote forms, http(s):// and s3://, are fetched by rm_model_init_weights_open). */
 const char *rm_model_init_path(const char *uri);
 /* spec.training.model.init.uri for model m: the local weights checked against m (and, when a
  * config.json lies beside them, its family and shape against m's, so a transformer with another
  * head count is refused though its tensors have the same shapes). Every error is field-named
- * "spec.training.model.init.uri: ..." (RM_EUNSUPPORTED for a remote URI). */
+ * "spec.training.model.init.uri: ...". A remote URI (http(s)://, s3://) is fetched into the data
+ * cache first (common/fetch.h; RINGMASTER_DATA_CACHE): one ending in '/' is an export folder
+ * (model.safetensors and config.json), else the weights file. */
 int rm_model_init_weights_open(const rm_model *m, const char *uri, rm_model_weights *w, rm_err *err);
 #endif
