@@ -710,6 +710,24 @@ static void test_report_lm_numbers(void)
     CU_ASSERT_DOUBLE_EQUAL(s->val_loss, 2.125, 0);
     CU_ASSERT_DOUBLE_EQUAL(s->tokens_per_second, 4096, 0);
     CU_ASSERT_DOUBLE_EQUAL(s->samples_per_second, 16, 0);
+    CU_ASSERT_STRING_EQUAL(s->model_uri, ""); /* no export reported: none kept */
+    /* the exported model and an export's failure ride in the result (status.result.model,
+     * ExportFailing) */
+    rep.model_uri = "s3://models/run-1/model.safetensors";
+    rep.model_sha256 = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    rep.model_bytes = 203912;
+    rep.export_error = "spec.output.uri: 403 from s3://models/run-2/config.json: access denied";
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
+    s = snap(&f);
+    CU_ASSERT_STRING_EQUAL(s->model_uri, "s3://models/run-1/model.safetensors");
+    CU_ASSERT_STRING_EQUAL(s->model_sha256, rep.model_sha256);
+    CU_ASSERT_DOUBLE_EQUAL(s->model_bytes, 203912, 0);
+    CU_ASSERT_STRING_EQUAL(s->export_error, rep.export_error);
+    rep.model_uri = rep.model_sha256 = rep.export_error = NULL;
+    rep.model_bytes = 0;
+    static const char bad_model[] = "{\"workerId\":\"0\",\"epoch\":1,\"rank\":0,\"step\":40,"
+                                    "\"result\":{\"steps\":40,\"model\":{\"uri\":\"a\\nb\"}}}";
+    CU_ASSERT_EQUAL(raw(&f, "POST", P("/report"), BEARER, bad_model, sizeof bad_model - 1, NULL), 400);
     /* an MLP worker reports no tokens: nothing about tokens on the wire, 0 in the snapshot */
     rep.tokens_per_second = 0;
     rep.result_tokens_per_second = 0;
