@@ -82,6 +82,26 @@ static bool sigv4_ok(const char *req, const char *secret)
     sscanf(sh + 14, "%255[^,]", signed_h);
     sscanf(sg + 10, "%79s", sig);
     sscanf(req, "%15s %1023s", method, path);
+    /* the canonical query: the parameters sorted by name, each "name=value" (an upload's
+     * "?uploads=" and "?partNumber=1&uploadId=X"; a GET has none) */
+    char query[1024] = "", *qm = strchr(path, '?');
+    if (qm) {
+        *qm++ = 0;
+        char *parts[8];
+        int np = 0;
+        for (char *save = NULL, *q = strtok_r(qm, "&", &save); q && np < 8; q = strtok_r(NULL, "&", &save))
+            parts[np++] = q;
+        for (int i = 1; i < np; i++) /* insertion sort: a handful */
+            for (int j = i; j > 0 && strcmp(parts[j - 1], parts[j]) > 0; j--) {
+                char *t = parts[j];
+                parts[j] = parts[j - 1];
+                parts[j - 1] = t;
+            }
+        size_t ql = 0;
+        for (int i = 0; i < np; i++)
+            ql += (size_t)snprintf(query + ql, sizeof query - ql, "%s%s%s", i ? "&" : "", parts[i],
+                                   strchr(parts[i], '=') ? "" : "=");
+    }
     char scope[256], day[16], region[64];
     const char *slash = strchr(cred, '/');
     if (!slash)
@@ -90,7 +110,7 @@ static bool sigv4_ok(const char *req, const char *secret)
     sscanf(scope, "%15[^/]/%63[^/]", day, region);
     char canon[8192], payload[80] = "";
     header_of(req, "x-amz-content-sha256", payload, sizeof payload);
-    int n = snprintf(canon, sizeof canon, "%s\n%s\n\n", method, path);
+    int n = snprintf(canon, sizeof canon, "%s\n%s\n%s\n", method, path, query);
     char names[256];
     snprintf(names, sizeof names, "%s", signed_h);
     for (char *save = NULL, *h = strtok_r(names, ";", &save); h; h = strtok_r(NULL, ";", &save)) {
@@ -711,6 +731,234 @@ static void test_changed_object(void)
     free(dir);
 }
 
+/* An S3 double for uploads: every request SigV4-checked (sigv4_ok, the canonical query
+ * included) with the payload's sha256 matching the body; PUT /b/k stores k; POST ?uploads= starts
+ * an upload; PUT ?partNumber=N&uploadId=U stores part N (answering its ETag); POST ?uploadId=U
+ * with the parts' list assembles them in the listed order (checking each ETag); DELETE ?uploadId=U
+ * aborts. fail_part: that part's first attempt answers 503; deny: every request answers 403. */
+typedef struct s3d {
+    int lfd, port;
+    pthread_t th;
+    atomic_int stop;
+    uint8_t *obj; /* the stored object (malloc) */
+    size_t obj_len;
+    uint8_t *parts[16]; /* by part number - 1 */
+    size_t part_len[16];
+    int creates, completes, aborts, part_puts, single_puts, bad_sigs;
+    int fail_part, failed_once;
+    int deny_part; /* that part answers 403 every time */
+    bool deny;
+} s3d;
+
+static void s3d_reply(int fd, int status, const char *extra, const char *body)
+{
+    char hdr[512];
+    int hl = snprintf(hdr, sizeof hdr, "HTTP/1.1 %d X\r\nContent-Length: %zu\r\n%sConnection: close\r\n\r\n",
+                      status, strlen(body), extra ? extra : "");
+    (void)!send(fd, hdr, (size_t)hl, MSG_NOSIGNAL);
+    (void)!send(fd, body, strlen(body), MSG_NOSIGNAL);
+}
+
+static void s3d_one(s3d *d, int fd)
+{
+    char req[8192] = "";
+    size_t n = 0;
+    char *end = NULL;
+    while (n < sizeof req - 1 && !(end = strstr(req, "\r\n\r\n"))) {
+        ssize_t r = recv(fd, req + n, sizeof req - 1 - n, 0);
+        if (r <= 0)
+            return;
+        n += (size_t)r;
+        req[n] = 0;
+    }
+    if (!end)
+        return;
+    char cl[32] = "0";
+    header_of(req, "Content-Length", cl, sizeof cl);
+    size_t blen = (size_t)strtoul(cl, NULL, 10), have = n - (size_t)(end + 4 - req);
+    uint8_t *body = malloc(blen + 1);
+    memcpy(body, end + 4, have < blen ? have : blen);
+    while (have < blen) {
+        ssize_t r = recv(fd, body + have, blen - have, 0);
+        if (r <= 0)
+            break;
+        have += (size_t)r;
+    }
+    body[blen] = 0;
+    *end = 0; /* the head alone from here */
+    strcat(req, "\r\n\r\n");
+    char method[16] = "", path[1024] = "", sha[80] = "", hx[65];
+    sscanf(req, "%15s %1023s", method, path);
+    uint8_t dg[32];
+    rm_sha256(body, blen, dg);
+    hexs(dg, hx);
+    header_of(req, "x-amz-content-sha256", sha, sizeof sha);
+    if (d->deny) {
+        s3d_reply(fd, 403, NULL, "<Error><Code>AccessDenied</Code></Error>");
+    } else if (!sigv4_ok(req, "SECRET-1") || strcmp(sha, hx) != 0) {
+        d->bad_sigs++;
+        s3d_reply(fd, 403, NULL, "<Error><Code>SignatureDoesNotMatch</Code></Error>");
+    } else if (!strcmp(method, "POST") && strstr(path, "?uploads=")) {
+        d->creates++;
+        s3d_reply(fd, 200, NULL,
+                  "<InitiateMultipartUploadResult><UploadId>up.1-x~</UploadId>"
+                  "</InitiateMultipartUploadResult>");
+    } else if (!strcmp(method, "PUT") && strstr(path, "?partNumber=")) {
+        int pn = atoi(strstr(path, "?partNumber=") + 12);
+        if (pn == d->deny_part) {
+            s3d_reply(fd, 403, NULL, "<Error><Code>AccessDenied</Code></Error>");
+        } else if (pn == d->fail_part && !d->failed_once++) {
+            s3d_reply(fd, 503, NULL, "<Error><Code>SlowDown</Code></Error>");
+        } else if (pn >= 1 && pn <= 16 && strstr(path, "&uploadId=up.1-x~")) {
+            d->part_puts++;
+            free(d->parts[pn - 1]);
+            d->parts[pn - 1] = body;
+            d->part_len[pn - 1] = blen;
+            body = NULL;
+            char et[96];
+            snprintf(et, sizeof et, "ETag: \"etag-%d\"\r\n", pn);
+            s3d_reply(fd, 200, et, "");
+        } else {
+            s3d_reply(fd, 400, NULL, "<Error><Code>InvalidArgument</Code></Error>");
+        }
+    } else if (!strcmp(method, "POST") && strstr(path, "?uploadId=up.1-x~")) {
+        size_t tot = 0;
+        char want[64];
+        int np = 0;
+        for (int i = 0; i < 16 && d->parts[i]; i++, np++) {
+            snprintf(want, sizeof want, "<PartNumber>%d</PartNumber><ETag>\"etag-%d\"</ETag>", i + 1, i + 1);
+            if (!strstr((char *)body, want))
+                np = -100;
+            tot += d->part_len[i];
+        }
+        if (np <= 0) {
+            s3d_reply(fd, 400, NULL, "<Error><Code>InvalidPart</Code></Error>");
+        } else {
+            d->completes++;
+            free(d->obj);
+            d->obj = malloc(tot ? tot : 1);
+            d->obj_len = 0;
+            for (int i = 0; i < np; i++) {
+                memcpy(d->obj + d->obj_len, d->parts[i], d->part_len[i]);
+                d->obj_len += d->part_len[i];
+            }
+            s3d_reply(fd, 200, NULL,
+                      "<CompleteMultipartUploadResult><ETag>\"x-3\"</ETag>"
+                      "</CompleteMultipartUploadResult>");
+        }
+    } else if (!strcmp(method, "DELETE") && strstr(path, "?uploadId=")) {
+        d->aborts++;
+        s3d_reply(fd, 204, NULL, "");
+    } else if (!strcmp(method, "PUT") && !strchr(path, '?')) {
+        d->single_puts++;
+        free(d->obj);
+        d->obj = body;
+        d->obj_len = blen;
+        body = NULL;
+        s3d_reply(fd, 200, "ETag: \"one\"\r\n", "");
+    } else {
+        s3d_reply(fd, 405, NULL, "");
+    }
+    free(body);
+}
+
+static void *s3d_main(void *ud)
+{
+    s3d *d = ud;
+    while (!d->stop) {
+        struct pollfd p = {d->lfd, POLLIN, 0};
+        if (poll(&p, 1, 50) <= 0)
+            continue;
+        int fd = accept(d->lfd, NULL, NULL);
+        if (fd < 0)
+            continue;
+        s3d_one(d, fd);
+        shutdown(fd, SHUT_RDWR);
+        close(fd);
+    }
+    return NULL;
+}
+
+static void s3d_run(s3d *d, bool start)
+{
+    if (start) {
+        d->lfd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in sa = {.sin_family = AF_INET};
+        inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+        CU_ASSERT_FATAL(bind(d->lfd, (struct sockaddr *)&sa, sizeof sa) == 0);
+        CU_ASSERT_FATAL(listen(d->lfd, 16) == 0);
+        socklen_t sl = sizeof sa;
+        getsockname(d->lfd, (struct sockaddr *)&sa, &sl);
+        d->port = ntohs(sa.sin_port);
+        pthread_create(&d->th, NULL, s3d_main, d);
+        return;
+    }
+    d->stop = 1;
+    pthread_join(d->th, NULL);
+    close(d->lfd);
+    free(d->obj);
+    for (int i = 0; i < 16; i++)
+        free(d->parts[i]);
+}
+
+/* rm_upload_file against the double: one signed PUT under the threshold; above it a multipart
+ * upload whose parts (the 2nd refused once with 503 and retried) reassemble the file byte for
+ * byte, every request's signature (query included) and payload hash verified; a refused key
+ * is final, names the field and the s3:// URI, and aborts nothing it did not create. */
+static void test_upload_s3(void)
+{
+    s3d d = {.fail_part = 2};
+    s3d_run(&d, true);
+    char *dir = rm_test_tmpdir("upload");
+    char path[512], ep[64];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    size_t n = 10000;
+    uint8_t *data = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (uint8_t)(i * 7 + i / 251);
+    FILE *f = fopen(path, "wb");
+    CU_ASSERT_FATAL(f && fwrite(data, 1, n, f) == n);
+    fclose(f);
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", d.port);
+    rm_s3_creds c = {.access_key = "AKID", .secret_key = "SECRET-1", .region = "eu-west-1", .endpoint = ep};
+    rm_fetch_opts o = {.field = "spec.output.uri", .s3 = &c, .backoff_s = 0.01};
+    rm_upload_stats st = {0};
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(rm_upload_file(path, "s3://models/run-1/model.safetensors", &o, &st, &e), RM_OK);
+    CU_ASSERT(d.single_puts == 1 && d.creates == 0 && st.parts == 0 && st.bytes == n && d.bad_sigs == 0);
+    CU_ASSERT(d.obj_len == n && memcmp(d.obj, data, n) == 0);
+    /* 10,000 bytes in parts of 4,096: 4096, 4096, 1808 */
+    o.multipart_threshold = 4096;
+    o.part_bytes = 4096;
+    memset(&st, 0, sizeof st);
+    free(d.obj);
+    d.obj = NULL;
+    d.obj_len = 0;
+    CU_ASSERT_EQUAL(rm_upload_file(path, "s3://models/run-1/model.safetensors", &o, &st, &e), RM_OK);
+    CU_ASSERT_EQUAL(d.bad_sigs, 0);
+    CU_ASSERT(d.creates == 1 && d.part_puts == 3 && d.completes == 1 && d.aborts == 0 &&
+              d.failed_once == 2); /* part 2: a 503, then accepted */
+    CU_ASSERT(st.parts == 3 && st.bytes == n);
+    CU_ASSERT(d.part_len[2] == 1808);
+    CU_ASSERT(d.obj_len == n && d.obj && memcmp(d.obj, data, n) == 0);
+    /* a part refused: the upload is aborted, nothing completed */
+    d.deny_part = 3;
+    CU_ASSERT_EQUAL(rm_upload_file(path, "s3://models/run-3/model.safetensors", &o, NULL, &e), RM_EAUTH);
+    CU_ASSERT(d.creates == 2 && d.aborts == 1 && d.completes == 1);
+    CU_ASSERT_STRING_EQUAL(e.msg,
+                           "spec.output.uri: 403 from s3://models/run-3/model.safetensors: access denied");
+    /* refused: final at once, named */
+    d.deny = true;
+    CU_ASSERT_EQUAL(rm_upload_file(path, "s3://models/run-2/model.safetensors", &o, NULL, &e), RM_EAUTH);
+    CU_ASSERT_STRING_EQUAL(e.msg,
+                           "spec.output.uri: 403 from s3://models/run-2/model.safetensors: access denied");
+    CU_ASSERT(strstr(e.msg, "SECRET") == NULL && strstr(e.msg, "127.0.0.1") == NULL);
+    s3d_run(&d, false);
+    free(data);
+    rm_test_rmtree(dir);
+    free(dir);
+}
+
 /* The multipart plan (common/fetch.h, rm_upload_plan): one PUT up to the threshold, parts of
  * part_bytes above it with the remainder last, grown to whole MiB past 10,000 parts, refused past
  * 10,000 parts of 5 GiB; a single PUT never exceeds 5 GiB whatever the threshold. */
@@ -758,6 +1006,7 @@ void rm_suite_fetch(void)
         {"s3_sigv4", test_s3},
         {"changed_object", test_changed_object},
         {"upload_plan", test_upload_plan},
+        {"upload_s3", test_upload_s3},
     };
     RM_ADD_SUITE("fetch", NULL, NULL, cases);
 }
