@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `ringmaster export` and a remote model.init.uri (docs/models-and-data.md, "Exported models"):
-# the newest checkpoint of a finished job's checkpoint folder — plain, and pipeline-staged (each
-# stage's writer its own files) — exported by the command equals the job's own export byte for
+# the newest checkpoint of a finished job's checkpoint folder — plain, pipeline-staged (each
+# stage's writer its own files) and ZeRO-3-sharded — exported by the command equals the job's own export byte for
 # byte (float32), and in bfloat16 holds the same tensors rounded; errors name the flag. Then the
 # job's export, served over HTTP by tests/e2e/fixtures/range_server.py (loopback), is the
 # model.init.uri of a new job — the weights file and the export folder URI — which starts at the
@@ -35,6 +35,7 @@ spec:
     batchSizePerWorker: 64
     optimizer: {type: sgd, lr: 0.02, momentum: 0.9}
     warmupEpochs: 0
+    ${TRAINING_EXTRA:-}
   ${SPEC_EXTRA:-}
 EOF
 }
@@ -81,6 +82,14 @@ run_job pp -f "$W/pp.yaml" -o json
 rmexport e3 --checkpoint "$W/ck-pp" --out "$W/e3"
 [ "$RC" -eq 0 ] || fail "pipeline export exit $RC: $(cat "$W/e3.err")"
 cmp "$W/e3/model.safetensors" "$W/ck-pp/export/model.safetensors" || fail "pipeline: the command's export differs from the job's"
+
+# ZeRO-3: every rank's shard of the parameters, assembled
+TRAINING_EXTRA="sharding: full" job z3 40
+run_job z3 -f "$W/z3.yaml" -o json
+[ "$RC" -eq 0 ] || fail "sharded job exit $RC"
+rmexport e4 --checkpoint "$W/ck-z3" --out "$W/e4"
+[ "$RC" -eq 0 ] || fail "sharded export exit $RC: $(cat "$W/e4.err")"
+cmp "$W/e4/model.safetensors" "$W/ck-z3/export/model.safetensors" || fail "sharded: the command's export differs from the job's"
 
 # 3. errors name the flag
 rmexport x1 --checkpoint "$W/ck-tr"

@@ -101,7 +101,9 @@ expect_export_failing() { # NAME MESSAGE_REGEX
   echo "$c" | grep -q "'True', 'ExportFailed'" || fail "$1: no ExportFailing condition: $c"
   local msg; msg=$(jget "$1" '[c["message"] for c in j["status"]["conditions"] if c["type"]=="ExportFailing"][0]')
   echo "$msg" | grep -Eq "$2" || fail "$1: message \"$msg\" does not match /$2/"
-  grep -q 'ExportFailing' "$W/$1.err" || fail "$1: no ExportFailing event: $(grep -i event "$W/$1.err" | tail -3)"
+  local ev; ev=$(grep -m1 'reason=ExportFailing' "$W/$1.err") || fail "$1: no ExportFailing event: $(grep -i event "$W/$1.err" | tail -3)"
+  echo "$ev" | grep -q 'level=warn' || fail "$1: the event is not a warning: $ev"
+  log "$1: event: $ev"
   [ -z "$(jget "$1" 'j["status"]["result"].get("model", "")')" ] || fail "$1: a model reported"
   ls "$W/ck-$1"/ckpt-* >/dev/null 2>&1 || ls -R "$W/ck-$1" | grep -q ckpt || fail "$1: checkpoints gone: $(ls -la "$W/ck-$1")"
   ! grep -q "S3RVER\|session-token-1\|WRONG-ID-SECRET" "$W"/run-"$1"/worker-*.log "$W/$1.out" "$W/$1.err" || fail "$1: a credential reached a log"
