@@ -377,6 +377,25 @@ static void test_gpu_defaults(void)
     cJSON_Delete(obj);
 }
 
+/* spec.output reaches the worker as RINGMASTER_OUTPUT_URI / RINGMASTER_OUTPUT_DTYPE (pod and
+ * local process alike); a job without spec.output sets neither (the default export folder). */
+static void test_output_env(void)
+{
+    rm_tj tj;
+    cJSON *pod = pod_of(JOB_HEAD "\"spec\":{\"replicas\":2,\"output\":{\"uri\":\"s3://models/run-1/\","
+                                 "\"dtype\":\"bfloat16\"}}}",
+                        0, &tj);
+    CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_OUTPUT_URI), "s3://models/run-1/");
+    CU_ASSERT_STRING_EQUAL(pod_val(pod, RM_ENV_OUTPUT_DTYPE), "bfloat16");
+    cJSON_Delete(pod);
+    rm_tj_free(&tj);
+    pod = pod_of(JOB_HEAD "\"spec\":{\"replicas\":2}}", 0, &tj);
+    CU_ASSERT_PTR_NULL(pod_var(pod, RM_ENV_OUTPUT_URI));
+    CU_ASSERT_PTR_NULL(pod_var(pod, RM_ENV_OUTPUT_DTYPE));
+    cJSON_Delete(pod);
+    rm_tj_free(&tj);
+}
+
 /* A template copy of a contract variable is refused (the EnvOverridden Warning lists it) even
  * where the job itself leaves the variable unset: the topology variables of an allreduce job
  * (docs/architecture.md#the-launch-contract). */
@@ -628,6 +647,7 @@ void rm_suite_launch(void)
         {"a template's topology variables are refused, set or not", test_template_topology},
         {"spec.placement.workersPerNode renders node groups", test_placement},
         {"remote data: an init container fetches into the data cache", test_data_init_container},
+        {"spec.output reaches the worker's environment", test_output_env},
     };
     RM_ADD_SUITE("launch", NULL, NULL, cases);
 }
