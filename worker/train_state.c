@@ -485,18 +485,27 @@ static int export_share(trainer *t, rm_err *err)
     if (!t->ops || !t->comm || t->world < 2)
         return RM_OK;
     enum { N = sizeof t->export_uri + sizeof t->export_sha256 + sizeof t->export_err + 32 };
+    const rm_kernels *k = t->k;
     char txt[N] = "";
-    float *f = calloc(N, sizeof *f);
-    if (!f)
-        return rm_errf(err, RM_ENOMEM, "export: out of memory");
+    float *f = calloc(N, sizeof *f), *dev = k->alloc(N * sizeof *f); /* dev: where the backend reduces */
+    int rc = RM_OK;
+    if (!f || !dev) {
+        rc = rm_errf(err, RM_ENOMEM, "export: out of memory");
+        goto out;
+    }
     if (t->rank == 0) {
         rm_sfmt(txt, sizeof txt, "%s\n%s\n%llu\n%s", t->export_uri, t->export_sha256,
                 (unsigned long long)t->export_bytes, t->export_err);
         for (size_t i = 0; i < N && txt[i]; i++)
             f[i] = (float)(unsigned char)txt[i];
     }
-    int rc = t->ops->allreduce(t->comm, f, N, RM_DT_F32, RM_OP_SUM, err);
-    if (rc == RM_OK && t->rank != 0) {
+    if (k->h2d(dev, f, N * sizeof *f) != RM_OK ||
+        (rc = t->ops->allreduce(t->comm, dev, N, RM_DT_F32, RM_OP_SUM, err)) ||
+        k->d2h(f, dev, N * sizeof *f) != RM_OK) {
+        rc = rc ? rc : rm_errf(err, RM_EIO, "export: copying the outcome to or from the device failed");
+        goto out;
+    }
+    if (t->rank != 0) {
         for (size_t i = 0; i + 1 < N; i++)
             txt[i] = (char)(unsigned char)f[i];
         txt[N - 1] = 0;
@@ -510,7 +519,9 @@ static int export_share(trainer *t, rm_err *err)
             rm_sfmt(t->export_err, sizeof t->export_err, "%s", d);
         }
     }
+out:
     free(f);
+    k->free(dev);
     return rc;
 }
 
