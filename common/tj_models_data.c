@@ -241,12 +241,14 @@ int tj_validate_output(const rm_tj_spec *s, rm_err *err)
 {
     if (!s->output.present)
         return RM_OK;
-    int rc = check_uri(s->output.uri, "spec.output", "uri", err);
+    const char *u = s->output.uri;
+    int rc = u && *u && !tj_has_ctrl(u) && strlen(u) < RM_TJ_URI_MAX
+                 ? RM_OK
+                 : check_uri(u, "spec.output", "uri", err);
     if (rc)
         return rc;
-    const char *u = s->output.uri;
-    if (u &&
-        (strncmp(u, "builtin:", 8) == 0 || strncmp(u, "http://", 7) == 0 || strncmp(u, "https://", 8) == 0))
+    /* where a model can be written: a folder, or an S3 prefix */
+    if (u && !(u[0] == '/' || (strncmp(u, "file:///", 8) == 0 && u[8]) || strncmp(u, "s3://", 5) == 0))
         return tj_bad(err, "spec.output", "uri",
                       "must be a folder, file:///path or s3://bucket/prefix "
                       "(got \"%s\")",

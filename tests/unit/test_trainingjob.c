@@ -1554,9 +1554,7 @@ static void test_models_and_data(void)
         {{{"spec.output", "{\"uri\": \"s3:///run-1/\"}"}},
          "spec.output.uri: must name a bucket: s3://bucket/prefix (got \"s3:///run-1/\")"},
         {{{"spec.output", "{\"uri\": \"ftp://h/x\"}"}},
-         "spec.output.uri: must be builtin:<name>, /path, file:///path, http(s)://... or s3://bucket/key "
-         "(got "
-         "\"ftp://h/x\")"},
+         "spec.output.uri: must be a folder, file:///path or s3://bucket/prefix (got \"ftp://h/x\")"},
         {{{"spec.output", "{\"dtype\": \"float16\"}"}},
          "spec.output.dtype: must be one of float32, bfloat16 (got \"float16\")"},
     };
