@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" rows F2, F4, F6, F7.
 # The chaos soak's judge and a short soak (bench/chaos/, docs/strategies.md#failure-semantics).
 # chaos.py check flags a restore older than a checkpoint every writer acknowledged, and a replaced
 # parameter server that starts without its shard or restores an older one; it passes the logs of

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" row F1.
 # Three workers killed (RINGMASTER_FAULT exit on ranks 1, 2, 0 at different steps): the job still
 # Succeeds with status.restarts == 3, only failed workers were replaced, accuracy within 0.5 points
 # of a clean run with the same seed, and the recovery times are in the controller's metrics.

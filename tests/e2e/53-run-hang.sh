@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" row F2.
 # A hung worker (RINGMASTER_FAULT=hang) stops making progress: the progress deadline names it,
 # the group restarts (ProgressDeadlineExceeded), the hung process is stopped and replaced, and
 # the job Succeeds.

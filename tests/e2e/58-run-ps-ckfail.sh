@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" row F8.
 # e2e-timeout: 180
 # A parameter server whose checkpoints fail gets a worker's treatment
 # (docs/strategies.md#failure-semantics): server 0's checkpoint folder cannot be created (a file

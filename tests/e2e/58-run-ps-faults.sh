@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" rows F5, F6.
 # e2e-timeout: 1200
 # Parameter-server failures with `ringmaster run` (docs/strategies.md#failure-semantics):
 #  1. a server dies mid-run (RINGMASTER_FAULT=exit:role=ps:index=1:step=300): every server rolls

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" row F10.
 # e2e-timeout: 300
 # Parameter-server state obeys the checkpoint rules (docs/strategies.md#failure-semantics):
 #  1. a fresh run of a job whose earlier run left server shards (CHECKPOINT_DIR/ps-<i>/) starts at

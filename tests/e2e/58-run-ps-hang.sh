@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" row F7.
 # e2e-timeout: 240
 # A hung parameter server is replaced (docs/strategies.md#failure-semantics, "a server hangs"):
 #  1. RINGMASTER_FAULT=hang:role=ps:index=1:step=120 makes server 1 keep its lock at version 120

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" row F6.
 # e2e-timeout: 240
 # A server that dies never leaves a reset or older shard beside the others' newer ones
 # (docs/strategies.md#failure-semantics): every server rolls back to the newest version all shards

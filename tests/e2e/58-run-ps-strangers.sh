@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" row F9.
 # Strangers at a parameter server (docs/architecture.md#robustness; the README's failure-semantics
 # row for parameter servers): one server (`ringmaster-worker ps`, loopback) while a stranger without
 # the token keeps 80 silent connections open; workers with the token still join at once (before, the

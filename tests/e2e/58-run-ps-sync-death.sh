@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" row F5.
 # e2e-timeout: 900
 # Synchronous parameter servers with b = 0 when a worker dies (docs/strategies.md, "Failure
 # semantics": the servers proceed with the survivors once it is declared dead, and take the

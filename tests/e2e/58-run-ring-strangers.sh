@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" row F9.
 # An outsider without the token (docs/architecture.md#robustness): while a 2-worker job trains, open
 # 120 silent connections to every worker's ring port and send one HELLO forged for the next epoch
 # (right magic, version, ranks; it never proves the token), keep them all open, then kill -9 one

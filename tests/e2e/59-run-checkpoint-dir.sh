@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" row F10.
 # Checkpoint folders (docs/architecture.md#robustness; runner + worker): checkpoints that could never
 # be written, or a resume with nothing to resume, are refused up front instead of silently costing the
 # user their work.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" row F10.
 # The data cursor is in the checkpoint (docs/models-and-data.md, "Data formats"): for llm.c token
 # shards (a folder written by `ringmaster tokenize`) and for IDX (the built-in Fashion-MNIST), a
 # 2-worker job whose worker dies after an epoch boundary recovers in place from its checkpoint, and a

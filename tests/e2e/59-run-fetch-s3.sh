@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" row F11.
 # ringmaster run with data from S3 (common/fetch.h; docs/models-and-data.md, "Where data comes
 # from"): tinyshakespeare as a token shard (`ringmaster tokenize`) in npm's s3rver on loopback,
 # fetched with libcurl's SigV4, path-style against AWS_ENDPOINT_URL with a Secret-style

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" row F11.
 # ringmaster run with data over HTTP (common/fetch.h; docs/models-and-data.md, "Where data comes
 # from"): the MLP trains on a generated IDX set that is not Fashion-MNIST (12x12 images, 4
 # classes) served by a loopback Range server; the job's two workers fetch each file once, a second

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" row F9.
 # A bounded slow flood of HTTP clients (docs/architecture.md#robustness): while a 2-worker job trains,
 # 2,700 never-finished HTTP requests (a partial header, then one byte a second, reconnecting
 # what the server cuts, 40 s in all) go to the rendezvous (2,100: more than its 2,048-connection

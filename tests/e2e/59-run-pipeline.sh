@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" row F4.
 # e2e-timeout: 1100
 # Pipeline stages (docs/strategies.md#pipeline-stages) with `ringmaster run`:
 #  - bad spec.parallelism is a field-named validation error (exit 2);

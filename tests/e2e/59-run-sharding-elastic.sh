@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" row F1.
 # Sharded, elastic checkpoints through `ringmaster run` (docs/strategies.md#sharding), sharding full
 # with Adam:
 #  1. 4 workers stop at maxSteps 150 and leave one shard file per rank plus a manifest per

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" row F1.
 # 61-operator-restart: a worker dies mid-training (RINGMASTER_FAULT in the pod template: rank 1
 # exits abruptly at step 120). The operator restarts the group (epoch+1, only the failed pod
 # replaced), the job still Succeeds with status.restarts = 1, and a Warning event says why.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" row F11.
 # Remote data on Kubernetes (docs/models-and-data.md, "Where data comes from"), the operator on
 # kubesim: a job whose data.uri is http:// gets a fetch-data init container of the worker image on
 # every worker pod; with the checkpoint path on a volume the data cache lives there, so the job's

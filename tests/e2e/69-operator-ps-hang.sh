@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" row F7.
 # e2e-timeout: 300
 # 69-operator-ps-hang: a hung parameter server is replaced on a cluster too
 # (docs/strategies.md#failure-semantics, "a server hangs"). The operator gives each <job>-ps-<i>

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# README "Failure semantics" row F12.
 # 69-operator-spec-change: edits to a running TrainingJob never kill it silently
 # (docs/trainingjob-api.md#changing-a-running-job). kubesim does not evaluate CEL, so the API takes
 # patches a real API server refuses by the CRD's transition rules (checked structurally by the unit
