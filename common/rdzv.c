@@ -35,6 +35,7 @@
 
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,6 +98,7 @@ typedef struct job {
     char servers[RM_RDZV_MAX_SERVERS][64];  /* parameter servers' addresses by index ("" none) */
     int server_ckfail[RM_RDZV_MAX_SERVERS]; /* their last reported consecutive checkpoint failures */
     char server_ckerr[RM_RDZV_MAX_SERVERS][128];
+    rm_rdzv_ps_group server_group[RM_RDZV_MAX_SERVERS]; /* their agreement records */
 } job;
 
 struct rm_rdzv {
@@ -507,6 +509,44 @@ out:
     return rc;
 }
 
+/* A 64-bit id as 1..16 hex digits. */
+static bool hex64(const cJSON *x, uint64_t *out)
+{
+    if (!cJSON_IsString(x))
+        return false;
+    const char *p = x->valuestring;
+    size_t n = strlen(p);
+    if (n < 1 || n > 16 || strspn(p, "0123456789abcdef") != n)
+        return false;
+    *out = strtoull(p, NULL, 16);
+    return true;
+}
+
+/* A server's agreement record (rdzv.h "Servers"); absent (NULL) leaves g unknown. */
+static int group_parse(const cJSON *o, rm_rdzv_ps_group *g)
+{
+    memset(g, 0, sizeof *g);
+    if (!o)
+        return RM_OK;
+    rm_err e = {0};
+    const cJSON *held = cJSON_GetObjectItemCaseSensitive(o, "held"), *x;
+    if (!cJSON_IsObject(o) || !hex64(cJSON_GetObjectItemCaseSensitive(o, "inc"), &g->inc) || !g->inc ||
+        !hex64(cJSON_GetObjectItemCaseSensitive(o, "gen"), &g->gen) ||
+        bad(rm_json_bool(o, "settled", true, "group", &g->settled, &e)) ||
+        bad(rm_json_int(o, "at", true, "group", &g->at, &e)) || g->at < 0 ||
+        bad(rm_json_int(o, "version", true, "group", &g->version, &e)) || g->version < 0 ||
+        !cJSON_IsArray(held) || cJSON_GetArraySize(held) > RM_RDZV_PS_HELD_MAX)
+        return RM_EINVAL;
+    cJSON_ArrayForEach(x, held)
+    {
+        if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > 9e15)
+            return RM_EINVAL;
+        g->held[g->nheld++] = (int64_t)x->valuedouble;
+    }
+    g->known = true;
+    return RM_OK;
+}
+
 /* Parameter servers (rdzv.h "Servers"): PUT servers/I {"addr"} registers server I's address
  * (a replacement overwrites it); GET servers lists them. Under r->mu. */
 static int handle_server_put(job *j, const char *idx, const rm_http_req *req, rm_http_resp *resp)
@@ -521,11 +561,17 @@ static int handle_server_put(job *j, const char *idx, const rm_http_req *req, rm
     rm_err e = {0};
     const char *addr = NULL, *ckerr = NULL;
     int64_t ckfail = 0;
+    rm_rdzv_ps_group g = {0};
     cJSON *body = rm_json_parse(req->body, req->body_len, &e);
     int rc;
     if (!cJSON_IsObject(body) || rm_json_str(body, "addr", true, "", &addr, &e) < 0 || !addr_ok(addr) ||
         strlen(addr) >= sizeof j->servers[0]) {
         rc = rm_http_reply_error(resp, 400, "servers: body must be {\"addr\":\"host:port\"}");
+    } else if (group_parse(cJSON_GetObjectItemCaseSensitive(body, "group"), &g) != RM_OK) {
+        rc = rm_http_reply_error(resp, 400,
+                                 "servers: group must be {\"inc\":hex,\"gen\":hex,\"settled\":bool,"
+                                 "\"at\":N,\"version\":N,\"held\":[N,...] (at most %d)}",
+                                 RM_RDZV_PS_HELD_MAX);
     } else if (bad(rm_json_int(body, "checkpointFailures", false, "servers", &ckfail, &e)) || ckfail < 0 ||
                ckfail > INT32_MAX ||
                bad(rm_json_str(body, "checkpointError", false, "servers", &ckerr, &e))) {
@@ -538,6 +584,8 @@ static int handle_server_put(job *j, const char *idx, const rm_http_req *req, rm
         snprintf(j->servers[i], sizeof j->servers[i], "%s", addr);
         j->server_ckfail[i] = (int)ckfail;
         snprintf(j->server_ckerr[i], sizeof j->server_ckerr[i], "%s", ckfail > 0 && ckerr ? ckerr : "");
+        if (g.known)
+            j->server_group[i] = g;
         rc = rm_http_reply_text(resp, 204, "application/json", "");
     }
     cJSON_Delete(body);
@@ -559,7 +607,36 @@ static int handle_servers_get(const job *j, rm_http_resp *resp)
             a = NULL;
         }
     }
-    if (!a) {
+    cJSON *ga = a ? cJSON_AddArrayToObject(o, "groups") : NULL;
+    for (int i = 0; ga && i < n; i++) {
+        const rm_rdzv_ps_group *g = &j->server_group[i];
+        cJSON *x = g->known ? cJSON_CreateObject() : cJSON_CreateNull();
+        char h[2][24];
+        snprintf(h[0], sizeof h[0], "%" PRIx64, g->inc);
+        snprintf(h[1], sizeof h[1], "%" PRIx64, g->gen);
+        cJSON *held = g->known && x ? cJSON_AddArrayToObject(x, "held") : NULL;
+        for (int k = 0; held && k < g->nheld; k++) {
+            cJSON *v = cJSON_CreateNumber((double)g->held[k]);
+            if (!v || !cJSON_AddItemToArray(held, v)) {
+                cJSON_Delete(v);
+                held = NULL;
+            }
+        }
+        if (g->known && x &&
+            (!held || !cJSON_AddStringToObject(x, "inc", h[0]) || !cJSON_AddStringToObject(x, "gen", h[1]) ||
+             !cJSON_AddBoolToObject(x, "settled", g->settled) ||
+             !cJSON_AddNumberToObject(x, "at", (double)g->at) ||
+             !cJSON_AddNumberToObject(x, "version", (double)g->version))) {
+            cJSON_Delete(x);
+            x = NULL;
+        }
+        if (!x || !cJSON_AddItemToArray(ga, x)) {
+            cJSON_Delete(x);
+            a = NULL;
+            break;
+        }
+    }
+    if (!a || !ga) {
         cJSON_Delete(o);
         o = NULL;
     }

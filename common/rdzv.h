@@ -29,6 +29,11 @@
  *   PUT  /v1/jobs/NS/NAME/servers/I   {"addr":"host:port"[, "checkpointFailures":N,
  *        "checkpointError":"..."]}, I in 0..RM_RDZV_MAX_SERVERS-1 → 204
  *   GET  /v1/jobs/NS/NAME/servers     → 200 {"servers":["host:port" | "" (not yet), ...]} (index order)
+ *        A PUT may also carry the server's agreement record (worker/ps/ps_core.h
+ *        rm_ps_agree_decide; docs/strategies.md#failure-semantics): "group":{"inc":"<hex>",
+ *        "gen":"<hex>","settled":bool,"at":V,"version":V,"held":[V,...] (at most
+ *        RM_RDZV_PS_HELD_MAX)}; the GET then also answers "groups":[{...} | null, ...] in index
+ *        order (a PUT without one keeps the last record).
  * Polling joins: a join body may carry "wait": seconds (0..10, default 10) to hold it less; such
  *        a join's 202 also says {"joined":n,"settled":bool}: the workers in the open round so far,
  *        and whether `settle` seconds passed since the last of them joined. Workers that never
@@ -247,6 +252,22 @@ int rm_rdzv_server_register(rm_rdzv_client *c, int index, const char *addr, rm_e
  * the worst server's (rm_rdzv_state.ps_checkpoint_*), as a worker's reports carry its own. */
 int rm_rdzv_server_report(rm_rdzv_client *c, int index, const char *addr, int ckfail, const char *ckerr,
                           rm_err *err);
+/* A parameter server's agreement record (rdzv.h "Servers"; worker/ps/ps_core.h rm_ps_member). */
+#define RM_RDZV_PS_HELD_MAX 32
+typedef struct rm_rdzv_ps_group {
+    bool known; /* the server registered one */
+    uint64_t inc, gen;
+    bool settled;
+    int64_t at, version;
+    int nheld;
+    int64_t held[RM_RDZV_PS_HELD_MAX];
+} rm_rdzv_ps_group;
+/* rm_rdzv_server_report with the agreement record g (borrowed; NULL: none sent). */
+int rm_rdzv_server_put(rm_rdzv_client *c, int index, const char *addr, int ckfail, const char *ckerr,
+                       const rm_rdzv_ps_group *g, rm_err *err);
+/* Every server's agreement record: out[i] for i < *n (at most max; known false where server i sent
+ * none). */
+int rm_rdzv_server_groups(rm_rdzv_client *c, rm_rdzv_ps_group *out, int max, int *n, rm_err *err);
 /* The servers' addresses: addrs[i] (cap bytes each) for i < *n (at most max; "" where server i has
  * not registered yet). */
 int rm_rdzv_servers(rm_rdzv_client *c, char (*addrs)[128], int max, int *n, rm_err *err);

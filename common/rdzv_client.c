@@ -11,6 +11,7 @@
 #include "common/clock.h"
 
 #include <cjson/cJSON.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -394,6 +395,35 @@ int rm_rdzv_server_register(rm_rdzv_client *c, int index, const char *addr, rm_e
 int rm_rdzv_server_report(rm_rdzv_client *c, int index, const char *addr, int ckfail, const char *ckerr,
                           rm_err *err)
 {
+    return rm_rdzv_server_put(c, index, addr, ckfail, ckerr, NULL, err);
+}
+
+/* The agreement record as rdzv.h "Servers" writes it; false when out of memory. */
+static bool group_json(cJSON *o, const rm_rdzv_ps_group *g)
+{
+    char h[2][24];
+    snprintf(h[0], sizeof h[0], "%" PRIx64, g->inc);
+    snprintf(h[1], sizeof h[1], "%" PRIx64, g->gen);
+    cJSON *x = cJSON_AddObjectToObject(o, "group");
+    cJSON *held = x ? cJSON_AddArrayToObject(x, "held") : NULL;
+    if (!held || !cJSON_AddStringToObject(x, "inc", h[0]) || !cJSON_AddStringToObject(x, "gen", h[1]) ||
+        !cJSON_AddBoolToObject(x, "settled", g->settled) ||
+        !cJSON_AddNumberToObject(x, "at", (double)g->at) ||
+        !cJSON_AddNumberToObject(x, "version", (double)g->version))
+        return false;
+    for (int k = 0; k < g->nheld && k < RM_RDZV_PS_HELD_MAX; k++) {
+        cJSON *v = cJSON_CreateNumber((double)g->held[k]);
+        if (!v || !cJSON_AddItemToArray(held, v)) {
+            cJSON_Delete(v);
+            return false;
+        }
+    }
+    return true;
+}
+
+int rm_rdzv_server_put(rm_rdzv_client *c, int index, const char *addr, int ckfail, const char *ckerr,
+                       const rm_rdzv_ps_group *g, rm_err *err)
+{
     if (!c || !addr || index < 0 || index >= RM_RDZV_MAX_SERVERS || strlen(addr) >= 64)
         return rm_errf(err, RM_EINVAL, "rendezvous server register: bad arguments");
     cJSON *o = cJSON_CreateObject();
@@ -401,6 +431,10 @@ int rm_rdzv_server_report(rm_rdzv_client *c, int index, const char *addr, int ck
     if (ckfail > 0) {
         cJSON_AddNumberToObject(o, "checkpointFailures", ckfail);
         cJSON_AddStringToObject(o, "checkpointError", ckerr ? ckerr : "");
+    }
+    if (g && g->known && !group_json(o, g)) {
+        cJSON_Delete(o);
+        return rm_errf(err, RM_ENOMEM, "rendezvous server register: out of memory");
     }
     char *body = rm_json_print(o);
     cJSON_Delete(o);
@@ -447,6 +481,71 @@ int rm_rdzv_servers(rm_rdzv_client *c, char (*addrs)[128], int max, int *n, rm_e
             break;
         }
         snprintf(addrs[*n], 128, "%s", x->valuestring);
+        (*n)++;
+    }
+    cJSON_Delete(o);
+    rm_httpc_resp_free(&resp);
+    return rc;
+}
+
+/* One "groups" entry (rdzv.h "Servers"); false when malformed. */
+static bool group_read(const cJSON *x, rm_rdzv_ps_group *g)
+{
+    memset(g, 0, sizeof *g);
+    if (cJSON_IsNull(x))
+        return true;
+    const cJSON *inc = cJSON_GetObjectItemCaseSensitive(x, "inc"),
+                *gen = cJSON_GetObjectItemCaseSensitive(x, "gen");
+    const cJSON *at = cJSON_GetObjectItemCaseSensitive(x, "at"),
+                *ver = cJSON_GetObjectItemCaseSensitive(x, "version");
+    const cJSON *held = cJSON_GetObjectItemCaseSensitive(x, "held"), *v;
+    if (!cJSON_IsString(inc) || !cJSON_IsString(gen) || strlen(inc->valuestring) > 16 ||
+        strlen(gen->valuestring) > 16 || !cJSON_IsNumber(at) || !cJSON_IsNumber(ver) ||
+        !cJSON_IsArray(held) || cJSON_GetArraySize(held) > RM_RDZV_PS_HELD_MAX)
+        return false;
+    g->inc = strtoull(inc->valuestring, NULL, 16);
+    g->gen = strtoull(gen->valuestring, NULL, 16);
+    g->settled = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(x, "settled"));
+    g->at = (int64_t)at->valuedouble;
+    g->version = (int64_t)ver->valuedouble;
+    cJSON_ArrayForEach(v, held)
+    {
+        if (!cJSON_IsNumber(v))
+            return false;
+        g->held[g->nheld++] = (int64_t)v->valuedouble;
+    }
+    g->known = true;
+    return true;
+}
+
+int rm_rdzv_server_groups(rm_rdzv_client *c, rm_rdzv_ps_group *out, int max, int *n, rm_err *err)
+{
+    *n = 0;
+    if (!c || !out || max < 1)
+        return rm_errf(err, RM_EINVAL, "rendezvous server groups: bad arguments");
+    rm_httpc_resp resp;
+    int rc = call(c, "GET", "/servers", "application/json", NULL, 0, rm_mono() + SHORT_TRY_S, SHORT_TRY_S,
+                  256 * 1024, &resp, err);
+    if (rc < 0)
+        return rc;
+    if (resp.status != 200) {
+        rc = status_err(&resp, "servers", err);
+        rm_httpc_resp_free(&resp);
+        return rc;
+    }
+    cJSON *o = resp.body ? cJSON_Parse(resp.body) : NULL;
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "groups"), *x;
+    rc = cJSON_IsArray(a) || cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(o, "servers"))
+             ? RM_OK
+             : rm_errf(err, RM_EPROTO, "rendezvous servers: bad reply (no servers array)");
+    cJSON_ArrayForEach(x, a)
+    {
+        if (rc || *n >= max)
+            break;
+        if (!group_read(x, &out[*n])) {
+            rc = rm_errf(err, RM_EPROTO, "rendezvous servers: bad group %d", *n);
+            break;
+        }
         (*n)++;
     }
     cJSON_Delete(o);

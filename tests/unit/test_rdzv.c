@@ -1306,6 +1306,47 @@ static void test_servers_registry(void)
                                         "{\"addr\":\"127.0.0.6:1\",\"checkpointError\":5}"};
     for (size_t i = 0; i < RM_ARRAY_LEN(ckbad); i++)
         CU_ASSERT_EQUAL(raw(&f, "PUT", P("/servers/0"), BEARER, ckbad[i], strlen(ckbad[i]), NULL), 400);
+    /* the servers' agreement records (worker/ps/ps_core.h) ride on the registration too */
+    static rm_rdzv_ps_group gr[8];
+    CU_ASSERT_EQUAL(rm_rdzv_server_groups(w, gr, 8, &n, &e), RM_OK);
+    CU_ASSERT_EQUAL(n, 2);
+    CU_ASSERT(!gr[0].known && !gr[1].known); /* none sent yet */
+    rm_rdzv_ps_group g1 = {.known = true,
+                           .inc = 0xfedcba9876543210ull, /* beyond a double's 53 bits */
+                           .gen = 0x8000000000000001ull,
+                           .settled = true,
+                           .at = 40,
+                           .version = 41,
+                           .nheld = 2,
+                           .held = {40, 20}};
+    CU_ASSERT_EQUAL(rm_rdzv_server_put(ps, 1, "127.0.0.9:29600", 0, NULL, &g1, &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_rdzv_server_groups(w, gr, 8, &n, &e), RM_OK);
+    CU_ASSERT_EQUAL(n, 2);
+    CU_ASSERT(!gr[0].known);
+    CU_ASSERT(gr[1].known && gr[1].inc == g1.inc && gr[1].gen == g1.gen && gr[1].settled);
+    CU_ASSERT(gr[1].at == 40 && gr[1].version == 41 && gr[1].nheld == 2 && gr[1].held[0] == 40 &&
+              gr[1].held[1] == 20);
+    CU_ASSERT_EQUAL(rm_rdzv_server_register(ps, 1, "127.0.0.9:29600", &e), RM_OK); /* none: kept */
+    CU_ASSERT_EQUAL(rm_rdzv_server_groups(w, gr, 8, &n, &e), RM_OK);
+    CU_ASSERT(gr[1].known && gr[1].inc == g1.inc);
+    static const char *const gbad[] = {
+        "{\"addr\":\"127.0.0.6:1\",\"group\":5}",
+        "{\"addr\":\"127.0.0.6:1\",\"group\":{\"inc\":\"0\",\"gen\":\"1\",\"settled\":false,\"at\":0,"
+        "\"version\":0,\"held\":[]}}",
+        "{\"addr\":\"127.0.0.6:1\",\"group\":{\"inc\":\"xyz\",\"gen\":\"1\",\"settled\":false,\"at\":0,"
+        "\"version\":0,\"held\":[]}}",
+        "{\"addr\":\"127.0.0.6:1\",\"group\":{\"inc\":\"1\",\"gen\":\"1\",\"settled\":false,\"at\":-1,"
+        "\"version\":0,\"held\":[]}}",
+        "{\"addr\":\"127.0.0.6:1\",\"group\":{\"inc\":\"1\",\"gen\":\"1\",\"settled\":false,\"at\":0,"
+        "\"version\":0,\"held\":[\"x\"]}}",
+        "{\"addr\":\"127.0.0.6:1\",\"group\":{\"inc\":\"1\",\"gen\":\"1\",\"settled\":false,\"at\":0,"
+        "\"version\":0,\"held\":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,"
+        "28,29,30,31,32,33]}}",
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(gbad); i++)
+        CU_ASSERT_EQUAL(raw(&f, "PUT", P("/servers/0"), BEARER, gbad[i], strlen(gbad[i]), NULL), 400);
+    CU_ASSERT_EQUAL(rm_rdzv_server_groups(w, gr, 8, &n, &e), RM_OK);
+    CU_ASSERT(!gr[0].known); /* nothing bad got in */
     rm_rdzv_client_free(ps);
     rm_rdzv_client_free(w);
     rm_rdzv_client_free(bad);
