@@ -5,6 +5,7 @@
  * worker blocks, then proceeds when the slow one advances, and a dead one never holds it), and the
  * server's Adagrad on a shard against a hand-written reference. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -607,6 +608,205 @@ static void test_faults_slow_and_ps(void)
     }
 }
 
+/* The servers' agreement on one version (ps_core.h rm_ps_agree_decide): each row is S servers'
+ * records (gen: 0 none, 1 the records' own generation, 2 an older one) and what server `self`
+ * does. */
+static void test_agree_table(void)
+{
+    enum { NONE = 0, CUR = 1, OLD = 2 };
+    static const struct {
+        const char *name;
+        int S, self;
+        bool known[3];
+        int gen[3];
+        bool settled[3];
+        int64_t at[3];
+        int nheld[3];
+        int64_t held[3][4];
+        rm_ps_agree_act act;
+        int64_t version;
+    } T[] = {
+        {"fresh start: pause first", 2, 0, {1, 1}, {NONE, NONE}, {0}, {0}, {0}, {{0}}, RM_PS_AGREE_PAUSE, 0},
+        {"a server not registered yet: wait",
+         2,
+         0,
+         {1, 0},
+         {NONE, NONE},
+         {0},
+         {0},
+         {0},
+         {{0}},
+         RM_PS_AGREE_WAIT,
+         0},
+        {"the other still serves an older generation: wait",
+         2,
+         0,
+         {1, 1},
+         {CUR, OLD},
+         {0, 1},
+         {0, 40},
+         {2, 2},
+         {{20, 40}, {20, 40}},
+         RM_PS_AGREE_WAIT,
+         0},
+        {"all paused: the newest common version (40, the replacement's newest)",
+         2,
+         0,
+         {1, 1},
+         {CUR, CUR},
+         {0},
+         {0},
+         {2, 2},
+         {{20, 40}, {40, 20}},
+         RM_PS_AGREE_ROLL,
+         40},
+        {"the survivor holds newer checkpoints: still 40",
+         2,
+         1,
+         {1, 1},
+         {CUR, CUR},
+         {0},
+         {0},
+         {2, 3},
+         {{20, 40}, {60, 40, 20}},
+         RM_PS_AGREE_ROLL,
+         40},
+        {"died before its first checkpoint: version 0 for all",
+         2,
+         0,
+         {1, 1},
+         {CUR, CUR},
+         {0},
+         {0},
+         {2, 0},
+         {{20, 40}, {0}},
+         RM_PS_AGREE_ROLL,
+         0},
+        {"kept windows without a common version: 0",
+         2,
+         0,
+         {1, 1},
+         {CUR, CUR},
+         {0},
+         {0},
+         {2, 2},
+         {{60, 80}, {20, 40}},
+         RM_PS_AGREE_ROLL,
+         0},
+        {"three servers: the newest every one holds",
+         3,
+         2,
+         {1, 1, 1},
+         {CUR, CUR, CUR},
+         {0},
+         {0},
+         {3, 2, 2},
+         {{20, 40, 60}, {20, 40}, {40, 60}},
+         RM_PS_AGREE_ROLL,
+         40},
+        {"settled, the other not yet: wait (not serving)",
+         2,
+         0,
+         {1, 1},
+         {CUR, CUR},
+         {1, 0},
+         {40, 0},
+         {2, 2},
+         {{20, 40}, {20, 40}},
+         RM_PS_AGREE_WAIT,
+         0},
+        {"all settled on 40: serve",
+         2,
+         1,
+         {1, 1},
+         {CUR, CUR},
+         {1, 1},
+         {40, 40},
+         {2, 2},
+         {{20, 40}, {20, 40}},
+         RM_PS_AGREE_SERVE,
+         40},
+        {"after the local runner's rollback: every one already at 40, serve",
+         2,
+         0,
+         {1, 1},
+         {CUR, CUR},
+         {1, 1},
+         {40, 40},
+         {2, 2},
+         {{40, 20}, {40, 20}},
+         RM_PS_AGREE_SERVE,
+         40},
+        {"a server could not load 40 and dropped it: roll again to 20",
+         2,
+         0,
+         {1, 1},
+         {CUR, CUR},
+         {1, 0},
+         {40, 20},
+         {2, 1},
+         {{20, 40}, {20}},
+         RM_PS_AGREE_ROLL,
+         20},
+        {"serving, then a server restarts (new incarnation): pause",
+         2,
+         0,
+         {1, 1},
+         {OLD, OLD},
+         {1, 1},
+         {40, 40},
+         {2, 2},
+         {{20, 40}, {20, 40}},
+         RM_PS_AGREE_PAUSE,
+         0},
+        {"self out of range: wait", 2, 2, {1, 1}, {CUR, CUR}, {0}, {0}, {0}, {{0}}, RM_PS_AGREE_WAIT, 0},
+    };
+    for (size_t t = 0; t < RM_ARRAY_LEN(T); t++) {
+        rm_ps_member m[3];
+        memset(m, 0, sizeof m);
+        uint64_t inc[3] = {0x1111, 0x2222, 0x3333};
+        uint64_t g = rm_ps_agree_gen(inc, T[t].S);
+        for (int i = 0; i < T[t].S; i++) {
+            m[i].known = T[t].known[i];
+            m[i].inc = inc[i];
+            m[i].gen = T[t].gen[i] == CUR ? g : T[t].gen[i] == OLD ? g ^ 0x5a5a : 0;
+            m[i].settled = T[t].settled[i];
+            m[i].at = T[t].at[i];
+            m[i].nheld = T[t].nheld[i];
+            for (int k = 0; k < m[i].nheld; k++)
+                m[i].held[k] = T[t].held[i][k];
+            m[i].version = m[i].nheld ? m[i].held[0] : 0;
+        }
+        rm_ps_agree a = rm_ps_agree_decide(m, T[t].S, T[t].self);
+        if (a.act != T[t].act || (a.act >= RM_PS_AGREE_ROLL && a.version != T[t].version))
+            fprintf(stderr, "  row \"%s\": got %s %lld, want %s %lld\n", T[t].name,
+                    rm_ps_agree_act_names[a.act], (long long)a.version, rm_ps_agree_act_names[T[t].act],
+                    (long long)T[t].version);
+        CU_ASSERT_EQUAL(a.act, T[t].act);
+        if (T[t].act >= RM_PS_AGREE_ROLL)
+            CU_ASSERT_EQUAL(a.version, T[t].version);
+        if (T[t].act != RM_PS_AGREE_WAIT || T[t].known[1])
+            CU_ASSERT_EQUAL(a.gen, T[t].self < T[t].S ? g : 0);
+    }
+    /* the generation: never 0, and another incarnation (or order) is another generation */
+    uint64_t a[2] = {1, 2}, b[2] = {2, 1}, c[2] = {1, 3};
+    CU_ASSERT_NOT_EQUAL(rm_ps_agree_gen(a, 2), 0);
+    CU_ASSERT_NOT_EQUAL(rm_ps_agree_gen(a, 2), rm_ps_agree_gen(b, 2));
+    CU_ASSERT_NOT_EQUAL(rm_ps_agree_gen(a, 2), rm_ps_agree_gen(c, 2));
+    /* sync: a rolled-back shard forgets the step in progress */
+    rm_ps_sync sy;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_ps_sync_init(&sy, 4, 50, 2, &e), RM_OK);
+    float gr[4] = {1, 1, 1, 1};
+    CU_ASSERT_EQUAL(rm_ps_sync_push(&sy, 0, 50, gr), RM_PS_ACCEPTED);
+    rm_ps_sync_reset(&sy, 40);
+    CU_ASSERT_EQUAL(sy.version, 40);
+    CU_ASSERT_EQUAL(sy.count, 0);
+    CU_ASSERT_EQUAL(rm_ps_sync_push(&sy, 0, 40, gr), RM_PS_ACCEPTED); /* not a duplicate */
+    CU_ASSERT_EQUAL(rm_ps_sync_push(&sy, 1, 50, gr), RM_PS_AHEAD);
+    rm_ps_sync_free(&sy);
+}
+
 void rm_suite_ps(void)
 {
     static const rm_test_case cases[] = {
@@ -623,6 +823,7 @@ void rm_suite_ps(void)
         {"warm start: held draws, bound off", test_warm_start},
         {"adagrad shards vs reference", test_adagrad_shards_reference},
         {"faults: slow and role=ps", test_faults_slow_and_ps},
+        {"servers agree on one version", test_agree_table},
         {"servers: create, replace, delete", test_ps_reconcile_table},
         {"server pods and PS worker pods", test_ps_pods},
     };

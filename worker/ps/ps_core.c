@@ -194,3 +194,78 @@ float rm_ps_lr_scale(int live, int n)
         return 1.0f;
     return live < 1 ? 1.0f / (float)n : (float)live / (float)n;
 }
+
+const char *const rm_ps_agree_act_names[] = {"wait", "pause", "roll", "serve"};
+
+uint64_t rm_ps_agree_gen(const uint64_t *inc, int S)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < S; i++)
+        for (int b = 0; b < 64; b += 8)
+            h = (h ^ ((inc[i] >> b) & 0xff)) * 1099511628211ull;
+    return h ? h : 1;
+}
+
+static bool holds(const rm_ps_member *m, int64_t v)
+{
+    for (int k = 0; k < m->nheld && k < RM_PS_HELD_MAX; k++)
+        if (m->held[k] == v)
+            return true;
+    return false;
+}
+
+int64_t rm_ps_agree_common(const rm_ps_member *m, int S)
+{
+    int64_t best = 0;
+    if (S < 1)
+        return 0;
+    for (int k = 0; k < m[0].nheld && k < RM_PS_HELD_MAX; k++) {
+        int64_t v = m[0].held[k];
+        if (v <= best)
+            continue;
+        bool all = true;
+        for (int i = 1; i < S && all; i++)
+            all = holds(&m[i], v);
+        if (all)
+            best = v;
+    }
+    return best;
+}
+
+rm_ps_agree rm_ps_agree_decide(const rm_ps_member *m, int S, int self)
+{
+    rm_ps_agree a = {RM_PS_AGREE_WAIT, 0, 0};
+    uint64_t inc[64];
+    if (S < 1 || S > 64 || self < 0 || self >= S)
+        return a;
+    for (int i = 0; i < S; i++) {
+        if (!m[i].known || !m[i].inc)
+            return a; /* not everyone registered: nothing changes */
+        inc[i] = m[i].inc;
+    }
+    a.gen = rm_ps_agree_gen(inc, S);
+    if (m[self].gen != a.gen) {
+        a.act = RM_PS_AGREE_PAUSE;
+        return a;
+    }
+    for (int i = 0; i < S; i++)
+        if (m[i].gen != a.gen)
+            return a; /* someone still serves the old generation or has not seen this one */
+    a.version = rm_ps_agree_common(m, S);
+    if (!m[self].settled || m[self].at != a.version) {
+        a.act = RM_PS_AGREE_ROLL;
+        return a;
+    }
+    for (int i = 0; i < S; i++)
+        if (!m[i].settled || m[i].at != a.version)
+            return a;
+    a.act = RM_PS_AGREE_SERVE;
+    return a;
+}
+
+void rm_ps_sync_reset(rm_ps_sync *s, int64_t version)
+{
+    s->version = version;
+    s->count = 0;
+    memset(s->seen, 0, sizeof s->seen);
+}

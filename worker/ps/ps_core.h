@@ -60,6 +60,8 @@ rm_ps_outcome rm_ps_sync_push(rm_ps_sync *s, int worker, int64_t tag, const floa
  * itself: averaged in place, one pass over the shard, read before the next push), the step's
  * gradients are forgotten and version advances. Returns how many were averaged (0: none). */
 int rm_ps_sync_average(rm_ps_sync *s, float *out);
+/* Forget the step in progress and stand at version (a shard rolled back). */
+void rm_ps_sync_reset(rm_ps_sync *s, int64_t version);
 /* Is the step in progress complete (count >= need, count > 0)? */
 bool rm_ps_sync_ready(const rm_ps_sync *s);
 
@@ -117,4 +119,45 @@ static inline int64_t rm_ps_staleness(int64_t server_version, int64_t from_versi
 {
     return server_version > from_version ? server_version - from_version : 0;
 }
+/* ---- the servers' agreement on one version (docs/strategies.md#failure-semantics) ----
+ * A model never mixes shards of different versions. Every server registers with the rendezvous
+ * its incarnation (a random id per process), the versions it holds checkpoints of, and where it
+ * stands in the agreement; it reads everyone's record back and asks rm_ps_agree_decide what to
+ * do. The generation is the vector of the S incarnations: a server that (re)starts opens a new
+ * one. In a new generation every server first stops serving (PAUSE) and re-registers its held
+ * versions, which then no longer change; once all S are paused at it, each computes the same V,
+ * the newest version every shard holds a checkpoint of (servers write them at the same versions,
+ * multiples of the interval; none in common: 0, the initial parameters), rolls its own shard back
+ * to V (ROLL: a no-op for one already there, as after the local runner's own rollback) and says
+ * so; all serve once all S settled on V in this generation. A server that cannot load V drops it
+ * from its held versions and stays unsettled, so the group settles on an older one. */
+#define RM_PS_HELD_MAX 32 /* checkpointed versions a server reports (newest first) */
+typedef struct rm_ps_member {
+    bool known;                   /* registered with its agreement record */
+    uint64_t inc;                 /* incarnation (never 0) */
+    uint64_t gen;                 /* the generation it paused at (0: none yet) */
+    bool settled;                 /* it rolled to `at` in gen */
+    int64_t at;                   /* the version it settled on */
+    int64_t version;              /* its shard's version now */
+    int nheld;                    /* 0..RM_PS_HELD_MAX */
+    int64_t held[RM_PS_HELD_MAX]; /* versions it holds a checkpoint of (any order) */
+} rm_ps_member;
+typedef enum {
+    RM_PS_AGREE_WAIT = 0, /* nothing to do now (someone has not registered or paused yet) */
+    RM_PS_AGREE_PAUSE,    /* stop serving, record gen, re-register the held versions */
+    RM_PS_AGREE_ROLL,     /* roll the shard back to version (or confirm it is there), then settle */
+    RM_PS_AGREE_SERVE,    /* every server settled on version in gen: serve */
+} rm_ps_agree_act;
+extern const char *const rm_ps_agree_act_names[]; /* "wait", "pause", "roll", "serve" */
+typedef struct rm_ps_agree {
+    rm_ps_agree_act act;
+    uint64_t gen;    /* the generation of the records */
+    int64_t version; /* ROLL, SERVE: V */
+} rm_ps_agree;
+/* The generation of S incarnations (a hash, never 0). */
+uint64_t rm_ps_agree_gen(const uint64_t *inc, int S);
+/* The newest version in every member's held list; 0 when there is none. */
+int64_t rm_ps_agree_common(const rm_ps_member *m, int S);
+/* What server self (0..S-1) does given every server's record m[0..S). */
+rm_ps_agree rm_ps_agree_decide(const rm_ps_member *m, int S, int self);
 #endif
