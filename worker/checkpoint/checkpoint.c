@@ -249,6 +249,11 @@ static int list_ckpts(const char *dir, rm_ckpt_entry **out, int *n)
     return rm_ckpt_list(dir, parse_ckpt_entry, out, n);
 }
 
+int rm_ckpt_list_whole(const char *dir, rm_ckpt_entry **out, int *n)
+{
+    return list_ckpts(dir, out, n);
+}
+
 /* DIR/ckpt-<step>.rmck, or DIR/ckpt-<step>-<suf>.rmck for suf >= 1. */
 static int ckpt_name(char *out, size_t cap, const char *dir, int64_t step, int suf, rm_err *err)
 {

@@ -105,6 +105,9 @@ typedef bool (*rm_ckpt_parse_fn)(const char *name, rm_ckpt_entry *e);
 /* *out owned (free(), NULL when empty). RM_ENOTFOUND when dir is missing, RM_EIO when it cannot
  * be read, RM_ENOMEM. Names of RM_CKPT_NAME_CAP bytes or more are never the caller's. */
 int rm_ckpt_list(const char *dir, rm_ckpt_parse_fn parse, rm_ckpt_entry **out, int *n);
+/* The whole checkpoints' files (ckpt-<step>[-<n>].rmck) in dir, newest first: key[0] = step,
+ * key[1] = n (0 for none). As rm_ckpt_list. */
+int rm_ckpt_list_whole(const char *dir, rm_ckpt_entry **out, int *n);
 
 /* The name of the JSON manifest that pairs with a checkpoint file or a set's .rmmf
  * (worker/checkpoint/manifest.h): "index-" + name without its extension + ".json"

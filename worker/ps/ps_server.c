@@ -98,6 +98,7 @@ struct server {
 
     /* shard */
     rm_model_shape shape;
+    const rm_model_family *family; /* borrowed (static) */
     size_t total, off, len;
     float *params;
     rm_optim opt;
@@ -116,6 +117,14 @@ struct server {
     int ckpt_failures; /* consecutive failed writes (reported with the registration) */
     char ckpt_error[128];
     bool report_now; /* the failure count changed: register (and so report) again now */
+
+    /* the servers' agreement on one version (ps_core.h rm_ps_agree_decide): with a rendezvous
+     * and not L-BFGS, a server serves only once every server settled on the same version */
+    bool agree_on;
+    bool serving;          /* under mu */
+    rm_rdzv_ps_group me;   /* under mu: this server's record, sent with the registration */
+    double agree_at;       /* monotonic: the last look at the others' records */
+    uint64_t agree_logged; /* the generation whose "settled" line was logged */
 
     /* concurrency */
     pthread_mutex_t mu;
@@ -202,6 +211,21 @@ static void applied(server *s, double t0)
     check_fault(s);
 }
 
+/* ---- the servers' agreement (ps_core.h rm_ps_agree_decide) ---- */
+
+/* May this server answer with its shard now? While the group settles on a version (a server
+ * (re)started) it waits up to a second and says "not yet" even if it settled meanwhile: an answer
+ * only ever comes from a shard that served when the request came. Under mu. */
+static bool serving_now(server *s)
+{
+    if (s->serving)
+        return true;
+    double until = rm_mono() + 1;
+    while (!g_ps_term && !s->serving && rm_mono() < until)
+        timed_wait(s, until);
+    return false;
+}
+
 /* ---- ops ---- */
 
 typedef int (*op_fn)(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r);
@@ -264,6 +288,12 @@ static void sync_maybe_apply(server *s, double t0)
 static int op_fetch(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
 {
     pthread_mutex_lock(&s->mu);
+    if (!serving_now(s)) {
+        r->version = cur_version(s);
+        r->status = RM_PS_ST_TIMEOUT;
+        pthread_mutex_unlock(&s->mu);
+        return RM_OK;
+    }
     /* sync: answer "not yet" within a second, so the worker asks again with its newest view */
     double until = rm_mono() + (s->ps.mode == RM_PS_SYNC && s->timeout_s > 1 ? 1 : s->timeout_s);
     if (s->ps.mode == RM_PS_SYNC) {
@@ -278,7 +308,7 @@ static int op_fetch(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
         staleness_wait(s, (int)q->worker, q->step);
     }
     r->version = cur_version(s);
-    if (s->ps.mode == RM_PS_SYNC && r->version + 1 == q->step) {
+    if (!s->serving || (s->ps.mode == RM_PS_SYNC && r->version + 1 == q->step)) {
         r->status = RM_PS_ST_TIMEOUT;
     } else {
         memcpy(c->buf, s->params, s->len * sizeof(float));
@@ -294,6 +324,13 @@ static int op_push(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
     rm_series_inc(s->m_pushes, 1);
     pthread_mutex_lock(&s->mu);
     double t0 = rm_mono();
+    if (!s->serving) { /* a gradient of parameters the group is rolling back */
+        r->status = RM_PS_ST_DROPPED;
+        r->version = cur_version(s);
+        pthread_mutex_unlock(&s->mu);
+        rm_series_inc(s->m_dropped, 1);
+        return RM_OK;
+    }
     if (s->ps.mode == RM_PS_SYNC) {
         sync_view(s, q);
         s->lr = q->lr;
@@ -334,6 +371,12 @@ static int op_draw(server *s, conn *c, const rm_ps_req *q, rm_ps_rep *r)
 {
     (void)c;
     pthread_mutex_lock(&s->mu);
+    if (!serving_now(s)) {
+        r->version = cur_version(s);
+        r->status = RM_PS_ST_TIMEOUT;
+        pthread_mutex_unlock(&s->mu);
+        return RM_OK;
+    }
     /* warm start (ps_core.h): a worker other than 0 waits here, up to a second at a time (it asks
      * again: "not yet"), until worker 0 alone made the first warmStartSteps updates */
     int64_t warm = s->ps.mode == RM_PS_ASYNC ? s->ps.warm_start_steps : 0;
@@ -703,6 +746,8 @@ static void ckpt_write_locked(server *s)
     rm_info("shard checkpoint written path=%s version=%lld seconds=%.3f", path, (long long)v, rm_mono() - t0);
 }
 
+static int rdzv_put(server *s, const char *addr, int ckfail, const char *ckerr, rm_err *err);
+
 /* ---- registration with the rendezvous (rdzv.h "Servers") ----
  * Workers find servers through the rendezvous, as they find each other: a cluster's names need no
  * DNS and a replacement at a new address is found by the workers' next reconnect. Registered at
@@ -724,7 +769,7 @@ static void rdzv_register(server *s)
     rm_err e = {0};
     char addr[160];
     snprintf(addr, sizeof addr, "%.100s:%d", s->advertise, s->port);
-    int rc = rm_rdzv_server_report(s->rdzv, s->index, addr, ckfail, ckerr, &e);
+    int rc = rdzv_put(s, addr, ckfail, ckerr, &e);
     if (rc == RM_OK) {
         if (s->registered_at == 0)
             rm_info("registered with the rendezvous addr=%s", addr);
@@ -860,6 +905,27 @@ static int settings(server *s, int argc, char **argv, rm_err *err)
     return RM_OK;
 }
 
+/* The shard of the initial parameters: the same weights every worker's model would draw from the
+ * seed (or the ones spec.training.model.init.uri names). */
+static int shard_init_params(server *s, rm_err *err)
+{
+    rm_model m;
+    rm_model_weights w = {0};
+    RM_CHECK(rm_model_init(&m, rm_kernels_cpu(), s->family, &s->shape, 1, err));
+    int rc = RM_OK;
+    if (s->t.init_uri) {
+        rc = rm_model_init_weights_open(&m, s->t.init_uri, &w, err);
+        m.init_weights = &w;
+    }
+    if (rc == RM_OK)
+        rc = rm_model_init_params(&m, s->t.seed, err);
+    rm_model_weights_close(&w);
+    if (rc == RM_OK)
+        memcpy(s->params, m.params + s->off, s->len * sizeof(float));
+    rm_model_free(&m);
+    return rc;
+}
+
 static int setup(server *s, rm_err *err)
 {
     const rm_kernels *k = rm_kernels_cpu();
@@ -884,24 +950,9 @@ static int setup(server *s, rm_err *err)
     RM_CHECK(rm_optim_tensors_from_model(&s->opt, &lay, err));
     RM_CHECK(rm_ps_sync_init(&s->sync, s->len, 0, s->world - s->ps.backup_workers, err));
     s->view = (rm_ps_view){0, s->world};
-    if (!ckpt_restore(s)) {
-        /* the same initial weights every worker's model would draw from the seed */
-        rm_model m;
-        rm_model_weights w = {0};
-        RM_CHECK(rm_model_init(&m, k, lay.family, &s->shape, 1, err));
-        int rc = RM_OK;
-        if (s->t.init_uri) { /* or the weights spec.training.model.init.uri names */
-            rc = rm_model_init_weights_open(&m, s->t.init_uri, &w, err);
-            m.init_weights = &w;
-        }
-        if (rc == RM_OK)
-            rc = rm_model_init_params(&m, s->t.seed, err);
-        rm_model_weights_close(&w);
-        if (rc == RM_OK)
-            memcpy(s->params, m.params + s->off, s->len * sizeof(float));
-        rm_model_free(&m);
-        RM_CHECK(rc);
-    }
+    s->family = lay.family;
+    if (!ckpt_restore(s))
+        RM_CHECK(shard_init_params(s, err));
     if (s->t.optimizer.type == RM_OPT_LBFGS) { /* checkpoints every accepted point */
         RM_CHECK(rm_lbfgs_shard_new(s->params, s->len, s->t.optimizer.history, s->t.optimizer.portions,
                                     s->ckpt_dir, &s->lb, err));
@@ -951,6 +1002,183 @@ static int setup(server *s, rm_err *err)
     return rm_net_listen(s->bind, s->port, 64, &s->lfd, &s->port, err);
 }
 
+/* ---- the servers' agreement on one version (ps_core.h rm_ps_agree_decide,
+ * docs/strategies.md#failure-semantics) ----
+ * A server that (re)starts restores its own newest checkpoint; the others may be ahead of it, and
+ * the model would mix versions. So every server registers its incarnation and the versions it
+ * holds, reads the others' records every second (every 0.2 s while the group settles), and the
+ * group settles on the newest version every shard holds: each rolls its own shard back to it
+ * from its own folder and all serve again. After the local runner's own rollback (every server
+ * restarted at that version) the agreement finds them there and changes nothing. */
+
+/* The versions this shard holds checkpoints of, newest first, into s->me. Under mu. */
+static void agree_held(server *s)
+{
+    s->me.nheld = 0;
+    rm_ckpt_entry *e = NULL;
+    int n = 0;
+    if (s->ckpt_dir[0] && rm_ckpt_list_whole(s->ckpt_dir, &e, &n) == RM_OK)
+        for (int k = 0; k < n && s->me.nheld < RM_RDZV_PS_HELD_MAX; k++)
+            if (s->me.nheld == 0 || s->me.held[s->me.nheld - 1] != e[k].key[0])
+                s->me.held[s->me.nheld++] = e[k].key[0];
+    free(e);
+    s->me.version = cur_version(s);
+}
+
+/* Remove this shard's checkpoints newer than v: a later restart must not restore a version the
+ * group rolled back from. Under mu. */
+static void agree_remove_newer(server *s, int64_t v)
+{
+    rm_ckpt_entry *e = NULL;
+    int n = 0;
+    if (!s->ckpt_dir[0] || rm_ckpt_list_whole(s->ckpt_dir, &e, &n) != RM_OK)
+        return;
+    for (int k = 0; k < n && e[k].key[0] > v; k++) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", s->ckpt_dir, e[k].name);
+        if (unlink(path) == 0)
+            rm_info("shard checkpoint newer than the group's version removed path=%s", path);
+    }
+    free(e);
+}
+
+/* Roll the shard back to version v from this server's folder (v = 0, or no usable checkpoint:
+ * the initial parameters). Returns the version it stands at. Under mu. */
+static int64_t agree_roll(server *s, int64_t v)
+{
+    int64_t from = cur_version(s);
+    if (from == v)
+        return v;
+    agree_remove_newer(s, v);
+    rm_ps_sync_reset(&s->sync, 0);
+    s->version = 0;
+    s->draws = 0;
+    s->last_ckpt_version = 0;
+    if (v == 0 || !ckpt_restore(s)) {
+        rm_err e = {0};
+        for (int i = 0; i < s->opt.nstate; i++)
+            memset(s->opt.state[i], 0, s->len * sizeof(float));
+        s->opt.t = 0;
+        if (shard_init_params(s, &e) != RM_OK) {
+            rm_error("parameter server: cannot rebuild the initial parameters err=\"%s\"", e.msg);
+            _exit(1); /* replaced, and the group agrees again */
+        }
+        rm_info("shard reset to the initial parameters version=0");
+    }
+    memset(&s->clocks, 0, sizeof s->clocks);
+    agree_remove_newer(s, cur_version(s)); /* unusable newer files: not held */
+    rm_info("shard rolled back to the group's version from=%lld version=%lld", (long long)from,
+            (long long)cur_version(s));
+    return cur_version(s);
+}
+
+/* Look at every server's record and do what rm_ps_agree_decide says. Main thread. */
+static void agree_poll(server *s)
+{
+    if (!s->agree_on)
+        return;
+    pthread_mutex_lock(&s->mu);
+    bool serving = s->serving;
+    rm_rdzv_ps_group me = s->me;
+    pthread_mutex_unlock(&s->mu);
+    double now = rm_mono();
+    if (s->registered_at == 0 || now - s->agree_at < (serving ? 1.0 : 0.2))
+        return;
+    s->agree_at = now;
+    static rm_rdzv_ps_group g[RM_PS_MAX_SERVERS];
+    int n = 0;
+    rm_err e = {0};
+    if (rm_rdzv_server_groups(s->rdzv, g, RM_PS_MAX_SERVERS, &n, &e) != RM_OK) {
+        rm_debug("servers' records unavailable err=\"%s\"", e.msg);
+        return;
+    }
+    if (n <= s->index || g[s->index].inc != me.inc) { /* ours not there (yet, or any more) */
+        pthread_mutex_lock(&s->mu);
+        s->report_now = true;
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+    rm_ps_member m[RM_PS_MAX_SERVERS];
+    memset(m, 0, sizeof m);
+    for (int i = 0; i < s->nservers && i < n; i++) {
+        const rm_rdzv_ps_group *x = i == s->index ? &me : &g[i]; /* ours: the newest */
+        m[i] = (rm_ps_member){.known = x->known,
+                              .inc = x->inc,
+                              .gen = x->gen,
+                              .settled = x->settled,
+                              .at = x->at,
+                              .version = x->version,
+                              .nheld = x->nheld};
+        memcpy(m[i].held, x->held, sizeof m[i].held);
+    }
+    rm_ps_agree a = rm_ps_agree_decide(m, s->nservers, s->index);
+    pthread_mutex_lock(&s->mu);
+    if (a.act == RM_PS_AGREE_PAUSE) {
+        if (s->serving)
+            rm_info("a parameter server (re)started: stop serving until every server settles on one "
+                    "version gen=%016llx version=%lld",
+                    (unsigned long long)a.gen, (long long)cur_version(s));
+        s->serving = false;
+        s->me.gen = a.gen;
+        s->me.settled = false;
+        agree_held(s);
+        s->report_now = true;
+    } else if (a.act == RM_PS_AGREE_ROLL) {
+        s->serving = false;
+        int64_t at = agree_roll(s, a.version);
+        agree_held(s);
+        s->me.settled = at == a.version;
+        s->me.at = at;
+        if (!s->me.settled)
+            rm_warn("cannot restore the group's version; the servers agree on an older one "
+                    "version=%lld restored=%lld",
+                    (long long)a.version, (long long)at);
+        s->report_now = true;
+    } else if (a.act == RM_PS_AGREE_SERVE && !s->serving) {
+        s->serving = true;
+        pthread_cond_broadcast(&s->cv);
+        if (s->agree_logged != a.gen)
+            rm_info("parameter servers settled on version=%lld servers=%d gen=%016llx", (long long)a.version,
+                    s->nservers, (unsigned long long)a.gen);
+        s->agree_logged = a.gen;
+    }
+    bool now_reg = s->report_now;
+    pthread_mutex_unlock(&s->mu);
+    if (now_reg)
+        rdzv_register(s); /* the others see the change at once */
+}
+
+/* The registration with this server's agreement record. */
+static int rdzv_put(server *s, const char *addr, int ckfail, const char *ckerr, rm_err *err)
+{
+    rm_rdzv_ps_group me = {0};
+    if (s->agree_on) {
+        pthread_mutex_lock(&s->mu);
+        s->me.version = cur_version(s);
+        me = s->me;
+        pthread_mutex_unlock(&s->mu);
+    }
+    return rm_rdzv_server_put(s->rdzv, s->index, addr, ckfail, ckerr, &me, err);
+}
+
+/* Start the agreement: a fresh incarnation, serving only once the group settled. */
+static void agree_start(server *s)
+{
+    s->agree_on = s->rdzv && !s->lb;
+    s->serving = !s->agree_on;
+    if (!s->agree_on)
+        return;
+    uint64_t inc = 0;
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (!f || fread(&inc, sizeof inc, 1, f) != 1)
+        inc = ((uint64_t)getpid() << 32) ^ (uint64_t)(rm_mono() * 1e9);
+    if (f)
+        fclose(f);
+    s->me = (rm_rdzv_ps_group){.known = true, .inc = inc ? inc : 1};
+    s->me.at = cur_version(s);
+    agree_held(s);
+}
+
 int rm_ps_server_main(int argc, char **argv)
 {
     static server S; /* large (the clocks table); one per process */
@@ -969,6 +1197,8 @@ int rm_ps_server_main(int argc, char **argv)
     pthread_t acc;
     bool acc_started = false;
     rc = setup(s, &err);
+    if (rc == RM_OK)
+        agree_start(s);
     if (rc == RM_OK) {
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
@@ -1010,6 +1240,7 @@ int rm_ps_server_main(int argc, char **argv)
                 s->metrics_addr[0] ? s->metrics_addr : "off");
         while (!g_ps_term) {
             rdzv_register(s);
+            agree_poll(s);
             struct timespec ts = {0, 200 * 1000000L};
             nanosleep(&ts, NULL);
         }
