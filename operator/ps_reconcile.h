@@ -8,7 +8,8 @@
  * server of a finished, suspended or non-PS job, are deleted. Servers never wait for workers and
  * workers never restart with a server: a server's failure is not a group restart. The local runner
  * executes a replacement as a rollback of every server to one checkpointed version
- * (operator/ps_ckpt.h, docs/strategies.md#failure-semantics).
+ * (operator/ps_ckpt.h, docs/strategies.md#failure-semantics); under the operator the servers agree
+ * on that version among themselves (worker/ps/ps_core.h rm_ps_agree_decide).
  *
  * Ownership: plain values. */
 #ifndef RM_OPERATOR_PS_RECONCILE_H
