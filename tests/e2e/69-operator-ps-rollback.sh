@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # e2e-timeout: 300
+# README "Failure semantics" row F6.
 # 69-operator-ps-rollback: under the operator a parameter server's death rolls every shard back to
 # one version (docs/strategies.md#failure-semantics), though the operator never reads the servers'
 # checkpoint folders and only replaces the dead server's pod: the servers agree among themselves
