@@ -453,22 +453,33 @@ int rm_rdzv_server_put(rm_rdzv_client *c, int index, const char *addr, int ckfai
     return rc;
 }
 
+/* GET .../servers (a reply capped at cap bytes), parsed into *out (owned; NULL when the body is not
+ * JSON). Returns RM_OK, or the call's or the status's error. */
+static int get_servers(rm_rdzv_client *c, size_t cap, cJSON **out, rm_err *err)
+{
+    rm_httpc_resp resp;
+    *out = NULL;
+    int rc = call(c, "GET", "/servers", "application/json", NULL, 0, rm_mono() + SHORT_TRY_S, SHORT_TRY_S,
+                  cap, &resp, err);
+    if (rc < 0)
+        return rc;
+    if (resp.status != 200)
+        rc = status_err(&resp, "servers", err);
+    else
+        *out = resp.body ? cJSON_Parse(resp.body) : NULL;
+    rm_httpc_resp_free(&resp);
+    return rc;
+}
+
 int rm_rdzv_servers(rm_rdzv_client *c, char (*addrs)[128], int max, int *n, rm_err *err)
 {
     *n = 0;
     if (!c || !addrs || max < 1)
         return rm_errf(err, RM_EINVAL, "rendezvous servers: bad arguments");
-    rm_httpc_resp resp;
-    int rc = call(c, "GET", "/servers", "application/json", NULL, 0, rm_mono() + SHORT_TRY_S, SHORT_TRY_S,
-                  64 * 1024, &resp, err);
+    cJSON *o = NULL;
+    int rc = get_servers(c, 64 * 1024, &o, err);
     if (rc < 0)
         return rc;
-    if (resp.status != 200) {
-        rc = status_err(&resp, "servers", err);
-        rm_httpc_resp_free(&resp);
-        return rc;
-    }
-    cJSON *o = resp.body ? cJSON_Parse(resp.body) : NULL;
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "servers"), *x;
     rc = cJSON_IsArray(a) ? RM_OK
                           : rm_errf(err, RM_EPROTO, "rendezvous servers: bad reply (no servers array)");
@@ -484,7 +495,6 @@ int rm_rdzv_servers(rm_rdzv_client *c, char (*addrs)[128], int max, int *n, rm_e
         (*n)++;
     }
     cJSON_Delete(o);
-    rm_httpc_resp_free(&resp);
     return rc;
 }
 
@@ -523,17 +533,10 @@ int rm_rdzv_server_groups(rm_rdzv_client *c, rm_rdzv_ps_group *out, int max, int
     *n = 0;
     if (!c || !out || max < 1)
         return rm_errf(err, RM_EINVAL, "rendezvous server groups: bad arguments");
-    rm_httpc_resp resp;
-    int rc = call(c, "GET", "/servers", "application/json", NULL, 0, rm_mono() + SHORT_TRY_S, SHORT_TRY_S,
-                  256 * 1024, &resp, err);
+    cJSON *o = NULL;
+    int rc = get_servers(c, 256 * 1024, &o, err);
     if (rc < 0)
         return rc;
-    if (resp.status != 200) {
-        rc = status_err(&resp, "servers", err);
-        rm_httpc_resp_free(&resp);
-        return rc;
-    }
-    cJSON *o = resp.body ? cJSON_Parse(resp.body) : NULL;
     const cJSON *a = cJSON_GetObjectItemCaseSensitive(o, "groups"), *x;
     rc = cJSON_IsArray(a) || cJSON_IsArray(cJSON_GetObjectItemCaseSensitive(o, "servers"))
              ? RM_OK
@@ -549,7 +552,6 @@ int rm_rdzv_server_groups(rm_rdzv_client *c, rm_rdzv_ps_group *out, int max, int
         (*n)++;
     }
     cJSON_Delete(o);
-    rm_httpc_resp_free(&resp);
     return rc;
 }
 
