@@ -35,7 +35,7 @@ const char *const rm_phase_names[] = {"Pending", "Running",   "Restarting", "Suc
                                       "Failed",  "Suspended", NULL};
 const char *const rm_cond_names[] = {"Created",       "Running",   "Restarting",        "Succeeded",
                                      "Failed",        "Suspended", "CheckpointFailing", "InvalidSpec",
-                                     "ExportFailing", NULL};
+                                     "ExportFailing", "Blocked", NULL};
 
 static void add_str(cJSON *o, const char *k, const char *v)
 {

@@ -110,9 +110,10 @@ typedef enum {
     RM_COND_CHECKPOINT_FAILING, /* a worker's checkpoint writes keep failing */
     RM_COND_INVALID_SPEC,       /* an update made the spec invalid; running at the last valid one */
     RM_COND_EXPORT_FAILING,     /* the trained model could not be written to spec.output (checkpoints stay) */
+    RM_COND_BLOCKED,            /* a worker pod cannot start: unschedulable, image pull, missing config */
     RM_COND__COUNT
 } rm_cond_type;
-extern const char *const rm_cond_names[]; /* "Created", ... "InvalidSpec", "ExportFailing", NULL */
+extern const char *const rm_cond_names[]; /* "Created", ... "InvalidSpec", "ExportFailing", "Blocked", NULL */
 
 typedef struct rm_optimizer_spec {
     rm_opt_type type; /* default sgd */

@@ -398,7 +398,7 @@ static int cmd_status(kc *k, const char *job, rm_err *err)
         const char *type = jstr(c, "type", ""), *st = jstr(c, "status", "");
         bool bad =
             (!strcmp(type, "Failed") || !strcmp(type, "Restarting") || !strcmp(type, "CheckpointFailing") ||
-             !strcmp(type, "InvalidSpec") || !strcmp(type, "ExportFailing") || !strcmp(type, "Stuck")) &&
+             !strcmp(type, "InvalidSpec") || !strcmp(type, "ExportFailing") || !strcmp(type, "Blocked")) &&
             !strcmp(st, "True");
         double t = 0;
         rm_json_parse_time(jstr(c, "lastTransitionTime", ""), &t);

@@ -664,6 +664,48 @@ static bool rule_suspend(rc_ctx *c)
 }
 
 /* R8: activeDeadlineSeconds. */
+/* R12 (docs/trainingjob-api.md, "Why is my job stuck"): a worker pod that cannot start — not
+ * schedulable (the scheduler's message: too little CPU or GPU, a missing PVC, a taint), its image
+ * not pulled, its configuration (a Secret, a ConfigMap) missing — sets the condition Blocked with
+ * the cause as its reason and the pod's own words as its message, and a Warning event once; it is
+ * cleared when no pod is blocked any more. Never ends the job: the cause may be fixed. */
+static bool rule_blocked(rc_ctx *c)
+{
+    const rm_observed_worker *first = NULL;
+    int n = 0;
+    for (size_t k = 0; k < c->in->nworkers; k++) {
+        const rm_observed_worker *w = &c->in->workers[k];
+        if (!exists(w) || is_terminating(w) || w->phase != RM_WORKER_PENDING || !w->waiting[0])
+            continue;
+        n++;
+        if (!first || w->index < first->index)
+            first = w;
+    }
+    bool was = cond_true(c->st, RM_COND_BLOCKED);
+    if (!first) {
+        if (was)
+            cond(c, RM_COND_BLOCKED, false, "PodsStarting", "no worker pod is blocked");
+        return false;
+    }
+    const char *why = first->waiting, *reason = "ContainerConfigError";
+    if (!strncmp(why, "Unschedulable", 13))
+        reason = "Unschedulable";
+    else if (strstr(why, "Image") || strstr(why, "image"))
+        reason = "ImagePullFailed";
+    char msg[320];
+    if (n > 1)
+        rm_sfmt(msg, sizeof msg, "worker %d cannot start (and %d more): %s", first->index, n - 1, why);
+    else
+        rm_sfmt(msg, sizeof msg, "worker %d cannot start: %s", first->index, why);
+    const rm_condition *cur = &c->st->conditions[RM_COND_BLOCKED];
+    bool new_cause = !was || strcmp(cur->reason, reason) != 0;
+    if (new_cause || strcmp(cur->message, msg) != 0)
+        cond(c, RM_COND_BLOCKED, true, reason, msg);
+    if (new_cause)
+        event(c, true, reason, "TrainingJob %s: %s", c->jobname, msg);
+    return false;
+}
+
 static bool rule_deadline(rc_ctx *c)
 {
     RULE_VARS(c);
@@ -1050,8 +1092,8 @@ static bool rule_phase(rc_ctx *c)
 static void run(rc_ctx *c)
 {
     static bool (*const rules[])(rc_ctx *) = {
-        rule_terminal,   rule_validate, rule_created, rule_suspend, rule_deadline, rule_success, rule_loops,
-        rule_data_error, rule_detect,   rule_restart, rule_resize,  rule_create,   rule_phase,
+        rule_terminal, rule_validate,   rule_created, rule_suspend, rule_blocked, rule_deadline, rule_success,
+        rule_loops,    rule_data_error, rule_detect,  rule_restart, rule_resize,  rule_create,   rule_phase,
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(rules); i++)
         if (rules[i](c))
@@ -1070,7 +1112,8 @@ bool rm_reconcile_status_equal(const rm_tj_status *a, const rm_tj_status *b)
     if (p->step != q->step || p->train_epoch != q->train_epoch || p->loss != q->loss ||
         p->samples_per_second != q->samples_per_second ||
         p->last_checkpoint_step != q->last_checkpoint_step || p->allreduce_gbps != q->allreduce_gbps ||
-        p->tokens_per_second != q->tokens_per_second || p->nevals != q->nevals)
+        p->tokens_per_second != q->tokens_per_second || p->percent != q->percent ||
+        p->eta_seconds != q->eta_seconds || p->nevals != q->nevals)
         return false;
     for (int i = 0; i < p->nevals && i < RM_TJ_MAX_EVALS; i++)
         if (p->evals[i].epoch != q->evals[i].epoch || p->evals[i].step != q->evals[i].step ||

@@ -126,6 +126,12 @@
  *    count, its error) and a Warning event "CheckpointFailing" on the transition; when every
  *    reporting member writes again, False reason "CheckpointWritten". True for longer than
  *    progressDeadlineSeconds (> 0) -> Failed reason "CheckpointFailing" (R9).
+ * R12 Blocked (docs/trainingjob-api.md, "Why is my job stuck"). A Pending, not terminating worker
+ *    with a waiting cause (rm_observed_worker.waiting: unschedulable, image pull, missing
+ *    configuration): condition Blocked=True, reason Unschedulable | ImagePullFailed |
+ *    ContainerConfigError, message "worker I cannot start[ (and N more)]: <cause>" for the lowest
+ *    such index, and a Warning event of that reason when the cause is new; none left: False reason
+ *    "PodsStarting". Never ends the job.
  * Events are emitted only on transitions, so repeating a call does not repeat them.
  * managedBy is not looked at here: the operator skips jobs another controller manages.
  * ============================================================================================ */
@@ -161,6 +167,10 @@ typedef struct rm_observed_worker {
     double deletion_started_at; /* 0 unless Terminating */
     bool node_ready;            /* false: its node is NotReady (kube); always true locally */
     int create_failures;        /* consecutive failed creations of this index (capacity hint) */
+    /* Pending: why it cannot start — "Unschedulable: <the scheduler's message>", "ErrImagePull: ...",
+     * "ImagePullBackOff: ...", "CreateContainerConfigError: <e.g. the missing Secret>" (its own or
+     * an init container's); "" when nothing blocks it (kube only) */
+    char waiting[200];
 } rm_observed_worker;
 
 typedef struct rm_reconcile_opts {

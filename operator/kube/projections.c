@@ -133,6 +133,49 @@ static bool ready_condition(const cJSON *status, bool dflt)
     return ready;
 }
 
+/* Why a Pending pod cannot start, into buf ("" when nothing says): PodScheduled False
+ * (Unschedulable and the scheduler's message, e.g. 0/3 nodes are available, or a missing PVC), else
+ * a container — an init container first — waiting on its image or its configuration. */
+static void waiting_reason(const cJSON *st, char *buf, size_t cap)
+{
+    static const char *const blocking[] = {
+        "ErrImagePull",      "ImagePullBackOff",           "InvalidImageName",
+        "ErrImageNeverPull", "CreateContainerConfigError", "CreateContainerError"};
+    buf[0] = 0;
+    const cJSON *c;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(st, "conditions"))
+    {
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(c, "type"),
+                    *s = cJSON_GetObjectItemCaseSensitive(c, "status");
+        const cJSON *r = cJSON_GetObjectItemCaseSensitive(c, "reason"),
+                    *m = cJSON_GetObjectItemCaseSensitive(c, "message");
+        if (cJSON_IsString(t) && !strcmp(t->valuestring, "PodScheduled") && cJSON_IsString(s) &&
+            !strcmp(s->valuestring, "False")) {
+            snprintf(buf, cap, "%s: %s", cJSON_IsString(r) ? r->valuestring : "Unschedulable",
+                     cJSON_IsString(m) ? m->valuestring : "the pod is not scheduled");
+            return;
+        }
+    }
+    for (int which = 0; which < 2; which++) {
+        const cJSON *cs;
+        cJSON_ArrayForEach(
+            cs, cJSON_GetObjectItemCaseSensitive(st, which ? "containerStatuses" : "initContainerStatuses"))
+        {
+            const cJSON *w =
+                cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(cs, "state"), "waiting");
+            const cJSON *r = cJSON_GetObjectItemCaseSensitive(w, "reason"),
+                        *m = cJSON_GetObjectItemCaseSensitive(w, "message");
+            if (!cJSON_IsString(r))
+                continue;
+            for (size_t k = 0; k < RM_ARRAY_LEN(blocking); k++)
+                if (!strcmp(r->valuestring, blocking[k])) {
+                    snprintf(buf, cap, "%s: %s", r->valuestring, cJSON_IsString(m) ? m->valuestring : "");
+                    return;
+                }
+        }
+    }
+}
+
 void *rm_kube_pod_transform(void *ud, const cJSON *obj)
 {
     (void)ud;
@@ -161,6 +204,8 @@ void *rm_kube_pod_transform(void *ud, const cJSON *obj)
     if (cJSON_IsString(reason))
         snprintf(p->reason, sizeof(p->reason), "%s", reason->valuestring);
     p->ready = ready_condition(st, false);
+    if (p->phase == RM_WORKER_PENDING)
+        waiting_reason(st, p->waiting, sizeof p->waiting);
     /* the init containers' statuses too: a fetch-data container that failed on bad data ends the
      * pod with its exit code and message (docs/models-and-data.md, "Where data comes from") */
     for (int which = 0; which < 2; which++) {

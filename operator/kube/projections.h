@@ -32,6 +32,8 @@ typedef struct rm_kube_pod {
     /* a worker that ended on bad data (exit RM_WORKER_EXIT_DATA_ERROR, its own or its fetch-data
      * init container's): its termination message, the DataError's message; "" otherwise */
     char message[200];
+    /* Pending: why it cannot start (rm_observed_worker.waiting); "" when nothing blocks it */
+    char waiting[200];
     unsigned long long node_hash; /* rm_kmap_hash of spec.nodeName; 0 = unscheduled */
     double created_at, finished_at, deletion_started_at;
 } rm_kube_pod;

@@ -269,6 +269,7 @@ static int collect_pod(void *ud, const char *key, const void *item)
     w->exit_code = p->exit_code;
     snprintf(w->reason, sizeof(w->reason), "%s", p->reason);
     snprintf(w->message, sizeof(w->message), "%s", p->message);
+    snprintf(w->waiting, sizeof(w->waiting), "%s", p->waiting);
     w->created_at = p->created_at;
     w->finished_at = p->finished_at;
     w->deletion_started_at = p->deletion_started_at;

@@ -68,6 +68,8 @@ typedef struct scen {
     int hw_epoch;
     int ckfail;
     const char *invalid;
+    const char *waiting; /* worker wait_index's rm_observed_worker.waiting (why it cannot start) */
+    int wait_index;
 } scen;
 
 /* ------------------------------------------------------------------ notation parsers */
@@ -358,6 +360,8 @@ static void run_once(const scen *s, const rm_tj *tj, run_result *rr)
     static rm_observed_worker w[T_MAXW];
     static rm_rdzv_state rz;
     int nw = parse_workers(s->workers, w, T_MAXW);
+    if (s->waiting && s->wait_index < nw)
+        snprintf(w[s->wait_index].waiting, sizeof w[s->wait_index].waiting, "%s", s->waiting);
     if (s->rdzv)
         parse_rdzv(s->rdzv, &rz);
     if (s->rdzv && s->rdzv_more)
@@ -1517,6 +1521,61 @@ static void test_export_outcome(void)
     rm_tj_free(&tj);
 }
 
+/* R12: a pod that cannot start sets Blocked with its cause and a Warning event once; the same
+ * observation again changes nothing; another cause is a new event; a started pod clears it. */
+static void test_blocked(void)
+{
+    scen s = {.name = "blk",
+              .phase = RM_PHASE_PENDING,
+              .conds = CREATED_,
+              .epoch = 1,
+              .start_time = 500,
+              .workers = "0P 1P 2P 3P",
+              .rdzv = "1 O",
+              .waiting = "Unschedulable: 0/1 nodes are available: 1 Insufficient cpu.",
+              .wait_index = 2};
+    rm_tj tj;
+    base_job(&tj, &s);
+    static run_result r;
+    run_once(&s, &tj, &r);
+    const rm_condition *c = &r.out.status.conditions[RM_COND_BLOCKED];
+    CU_ASSERT_TRUE(c->present && c->status);
+    CU_ASSERT_STRING_EQUAL(c->reason, "Unschedulable");
+    CU_ASSERT_STRING_EQUAL(
+        c->message, "worker 2 cannot start: Unschedulable: 0/1 nodes are available: 1 Insufficient cpu.");
+    int ev = 0;
+    for (size_t i = 0; i < r.out.nactions; i++)
+        ev += r.out.actions[i].type == RM_ACT_EVENT && r.out.actions[i].warning &&
+              !strcmp(r.out.actions[i].reason, "Unschedulable");
+    CU_ASSERT_EQUAL(ev, 1);
+    CU_ASSERT_NOT_EQUAL(r.out.status.phase, RM_PHASE_FAILED); /* the cause may be fixed */
+    tj.status = r.out.status; /* the same observation: no write, no second event */
+    run_once(&s, &tj, &r);
+    CU_ASSERT_FALSE(r.out.status_changed);
+    for (size_t i = 0; i < r.out.nactions; i++)
+        CU_ASSERT_FALSE(r.out.actions[i].type == RM_ACT_EVENT);
+    s.waiting = "ImagePullBackOff: Back-off pulling image \"ringmaster/worker:nope\"";
+    tj.status = r.out.status;
+    run_once(&s, &tj, &r);
+    CU_ASSERT_STRING_EQUAL(r.out.status.conditions[RM_COND_BLOCKED].reason, "ImagePullFailed");
+    ev = 0;
+    for (size_t i = 0; i < r.out.nactions; i++)
+        ev += r.out.actions[i].type == RM_ACT_EVENT && !strcmp(r.out.actions[i].reason, "ImagePullFailed");
+    CU_ASSERT_EQUAL(ev, 1);
+    s.waiting = "CreateContainerConfigError: secret \"s3-creds\" not found";
+    tj.status = r.out.status;
+    run_once(&s, &tj, &r);
+    CU_ASSERT_STRING_EQUAL(r.out.status.conditions[RM_COND_BLOCKED].reason, "ContainerConfigError");
+    s.waiting = NULL; /* started: cleared */
+    s.workers = ALL4;
+    tj.status = r.out.status;
+    run_once(&s, &tj, &r);
+    c = &r.out.status.conditions[RM_COND_BLOCKED];
+    CU_ASSERT_TRUE(c->present && !c->status);
+    CU_ASSERT_STRING_EQUAL(c->reason, "PodsStarting");
+    rm_tj_free(&tj);
+}
+
 static void test_start_time_set_on_first_create(void)
 {
     scen s = {.name = "st", .rdzv_desired = -1, .now = 1234};
@@ -1752,6 +1811,7 @@ void rm_suite_reconcile(void)
         {"valLoss, tokens/s and stepped evaluations reach status", test_lm_numbers_projected},
         {"result.model and ExportFailing from the export", test_export_outcome},
         {"startTime set on first creation", test_start_time_set_on_first_create},
+        {"a pod that cannot start: Blocked with its cause", test_blocked},
         {"action array too small / bad args", test_action_array_too_small},
         {"simulation: three failures -> Succeeded, restarts 3", test_simulated_failures},
         {"simulation: crash loop -> doubling back-off -> BackoffLimitExceeded", test_simulated_crash_loop},
