@@ -682,27 +682,38 @@ static bool rule_blocked(rc_ctx *c)
             first = w;
     }
     bool was = cond_true(c->st, RM_COND_BLOCKED);
-    if (!first) {
+    const char *q = c->in->queued;
+    if (!first && !(q && *q)) {
         if (was)
             cond(c, RM_COND_BLOCKED, false, "PodsStarting", "no worker pod is blocked");
         return false;
     }
-    const char *why = first->waiting, *reason = "ContainerConfigError";
-    if (!strncmp(why, "Unschedulable", 13))
-        reason = "Unschedulable";
-    else if (strstr(why, "Image") || strstr(why, "image"))
-        reason = "ImagePullFailed";
-    char msg[320];
-    if (n > 1)
-        rm_sfmt(msg, sizeof msg, "worker %d cannot start (and %d more): %s", first->index, n - 1, why);
-    else
-        rm_sfmt(msg, sizeof msg, "worker %d cannot start: %s", first->index, why);
+    char msg[320], qreason[32] = "";
+    const char *reason = "ContainerConfigError";
+    bool warning = true;
+    if (!first) { /* the queue holds the job: its reason is the message's first word */
+        size_t k = strcspn(q, ":");
+        rm_sfmt(qreason, sizeof qreason, "%.*s", (int)k, q);
+        reason = qreason;
+        rm_sfmt(msg, sizeof msg, "%s", q[k] ? q + k + (q[k + 1] == ' ' ? 2 : 1) : q);
+        warning = false;
+    } else {
+        const char *why = first->waiting;
+        if (!strncmp(why, "Unschedulable", 13))
+            reason = "Unschedulable";
+        else if (strstr(why, "Image") || strstr(why, "image"))
+            reason = "ImagePullFailed";
+        if (n > 1)
+            rm_sfmt(msg, sizeof msg, "worker %d cannot start (and %d more): %s", first->index, n - 1, why);
+        else
+            rm_sfmt(msg, sizeof msg, "worker %d cannot start: %s", first->index, why);
+    }
     const rm_condition *cur = &c->st->conditions[RM_COND_BLOCKED];
     bool new_cause = !was || strcmp(cur->reason, reason) != 0;
     if (new_cause || strcmp(cur->message, msg) != 0)
         cond(c, RM_COND_BLOCKED, true, reason, msg);
     if (new_cause)
-        event(c, true, reason, "TrainingJob %s: %s", c->jobname, msg);
+        event(c, warning, reason, "TrainingJob %s: %s", c->jobname, msg);
     return false;
 }
 
@@ -1092,7 +1103,7 @@ static bool rule_phase(rc_ctx *c)
 static void run(rc_ctx *c)
 {
     static bool (*const rules[])(rc_ctx *) = {
-        rule_terminal, rule_validate,   rule_created, rule_suspend, rule_blocked, rule_deadline, rule_success,
+        rule_terminal, rule_validate,   rule_created, rule_blocked, rule_suspend, rule_deadline, rule_success,
         rule_loops,    rule_data_error, rule_detect,  rule_restart, rule_resize,  rule_create,   rule_phase,
     };
     for (size_t i = 0; i < RM_ARRAY_LEN(rules); i++)

@@ -130,8 +130,10 @@
  *    with a waiting cause (rm_observed_worker.waiting: unschedulable, image pull, missing
  *    configuration): condition Blocked=True, reason Unschedulable | ImagePullFailed |
  *    ContainerConfigError, message "worker I cannot start[ (and N more)]: <cause>" for the lowest
- *    such index, and a Warning event of that reason when the cause is new; none left: False reason
- *    "PodsStarting". Never ends the job.
+ *    such index, and a Warning event of that reason when the cause is new; else in.queued (Kueue has
+ *    not admitted the job's Workload, the gang scheduler its PodGroup): reason QueuedByKueue |
+ *    PodGroupPending with its message, and a Normal event. None left: False reason "PodsStarting".
+ *    Checked before R3 (a job Kueue holds is suspended). Never ends the job.
  * Events are emitted only on transitions, so repeating a call does not repeat them.
  * managedBy is not looked at here: the operator skips jobs another controller manages.
  * ============================================================================================ */
@@ -224,6 +226,8 @@ typedef struct rm_reconcile_in {
     const char *invalid_update;    /* R0b: the spec as written failed validation with this
                                          * message and job carries the last valid spec instead;
                                          * NULL = job's spec is the one written */
+    const char *queued;            /* R12: the job waits on its queue, "QueuedByKueue: ..." or
+                         * "PodGroupPending: ..."; NULL = it does not */
 } rm_reconcile_in;
 
 typedef struct rm_reconcile_out {

@@ -81,6 +81,11 @@ int rm_kube_rt_gang_step(rm_kube_rt *rt, const rm_tj *tj, job_mem *m, bool inval
     }
     if (o.hold_pods) {
         *hold = true;
+        const char *phs = cJSON_IsString(ph) ? ph->valuestring : "not created yet";
+        rm_sfmt(m->queued, sizeof m->queued,
+                "PodGroupPending: the gang scheduler has not admitted PodGroup %s (phase %s); no pods are "
+                "created until it does",
+                tj->name, phs);
         if (*requeue_after <= 0 || *requeue_after > 1)
             *requeue_after = 1; /* PodGroups are not watched: look at the phase again soon */
         if (have && !m->pg_held_noted) {
@@ -185,6 +190,18 @@ int rm_kube_rt_kueue_step(rm_kube_rt *rt, const cJSON *obj, const rm_tj *tj, job
     in.wl_pods_ready = rm_kueue_condition(wl, "PodsReady");
     in.ready_pods = tj->status.ready_replicas;
     in.admitted_count = wl ? rm_kueue_admitted_count(wl) : 0;
+    if (wl && !in.wl_admitted && !in.job_terminal) { /* rule R12: why the job waits */
+        const cJSON *c, *why = NULL;
+        cJSON_ArrayForEach(c, rm_json_path(wl, "status.conditions"))
+        {
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(c, "type");
+            if (cJSON_IsString(t) && !strcmp(t->valuestring, "QuotaReserved"))
+                why = cJSON_GetObjectItemCaseSensitive(c, "message");
+        }
+        rm_sfmt(m->queued, sizeof m->queued, "QueuedByKueue: Workload %s in queue %s is not admitted%s%s",
+                name, rm_kueue_queue_name(tj), cJSON_IsString(why) ? ": " : " (waiting for quota)",
+                cJSON_IsString(why) ? why->valuestring : "");
+    }
     rm_kueue_out o;
     rm_kueue_decide(&in, &o);
     rm_json_time(now, rm_wall());

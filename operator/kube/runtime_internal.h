@@ -41,6 +41,9 @@ typedef struct job_mem {
     bool warned_env;             /* the template's env override Warning was emitted */
     bool warned_sched;           /* the template's own schedulerName Warning was emitted */
     bool pg_held_noted;          /* the "waiting for the PodGroup" event was emitted */
+    /* why the job waits on its queue this pass (rule R12's "QueuedByKueue: ..." or
+     * "PodGroupPending: ..."); "" = it does not: set by the Kueue and gang steps */
+    char queued[200];
 } job_mem;
 
 struct rm_kube_rt {

@@ -1006,6 +1006,7 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, dou
     RM_CHECK_GOTO(observe_workers(rt, key, &tj, m, &oc, err), rc, out);
     /* Kueue first (it may suspend or run the job), then the PodGroup */
     bool kskip = false, hold = false;
+    m->queued[0] = 0;
     RM_CHECK_GOTO(rm_kube_rt_kueue_step(rt, obj, &tj, m, (int)oc.n, &kskip, requeue_after, err), rc, out);
     if (kskip)
         goto out;
@@ -1040,6 +1041,7 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, dou
         .now = rm_wall(),
         .opts = &ro,
         .invalid_update = invalid_update,
+        .queued = m->queued[0] ? m->queued : NULL,
     };
     rm_reconcile_out ro_out;
     memset(&ro_out, 0, sizeof(ro_out));

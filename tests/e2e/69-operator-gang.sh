@@ -160,7 +160,7 @@ else:
     assert sp["scheduleTimeoutSeconds"]==60 and "queue" not in sp, sp
 ' || fail "$mode PodGroup spec"
   # sample until both finish: never more than 4 workers bound, never both jobs at once
-  end=$(( $(date +%s) + 300 )); overlap=0; maxb=0; order=""; phases=""
+  end=$(( $(date +%s) + 300 )); overlap=0; maxb=0; order=""; phases=""; blocked=""
   while :; do
     ab=$(bound_active) || fail "$mode: listing the pods"; read -r a b <<<"$ab"
     [ $((a + b)) -gt $maxb ] && maxb=$((a + b))
@@ -172,6 +172,10 @@ else:
     [ "$(date +%s)" -ge "$end" ] && fail "$mode: both jobs did not Succeed within 300 s (done:$order)"
     phb=$(k get "$res" gang-b -o jsonpath='{.status.phase}' 2>/dev/null || true)
     [ -n "$phb" ] && [[ " $phases " != *" $phb "* ]] && phases="$phases $phb"
+    for j in gang-a gang-b; do   # why the waiting gang waits (rule R12): its condition Blocked
+      br=$(tj_field $j '{.status.conditions[?(@.type=="Blocked")].reason}')
+      [ -n "$br" ] && [[ " $blocked " != *" $br "* ]] && blocked="$blocked $br"
+    done
     if [ $mode = volcano ]; then
       # Volcano: no pod of a job exists while its PodGroup is Pending
       for j in gang-a gang-b; do
@@ -181,7 +185,9 @@ else:
     fi
     sleep 0.5
   done
-  log "$mode: both Succeeded in order:$order; at most $maxb workers bound at once (sampled)"
+  log "$mode: both Succeeded in order:$order; at most $maxb workers bound at once (sampled); Blocked reasons seen:$blocked"
+  [[ "$blocked" == *PodGroupPending* || "$blocked" == *Unschedulable* ]] ||
+    fail "$mode: the waiting gang never said why in its Blocked condition (seen:$blocked)"
   [ $overlap = 0 ] || fail "$mode: both jobs had workers bound at the same time"
   # the same without sampling: replay every pod version the watch saw, in resourceVersion order.
   # Bound = a node and not Succeeded/Failed, until DELETED (a terminating pod still holds its

@@ -73,7 +73,11 @@ assert md["name"].startswith("trainingjob-kq-"), md["name"]
 sleep 5
 [ "$(pod_count kq)" = 0 ] || fail "pods exist before admission"
 wait_for 20 "phase Suspended" tj_phase_is kq Suspended
-log "suspended, Workload $WL, no pods before admission"
+# why it waits, in one condition (rule R12)
+wait_for 20 "Blocked QueuedByKueue" bash -c "[ \"\$(kubectl get tj kq -o jsonpath='{.status.conditions[?(@.type==\"Blocked\")].reason}')\" = QueuedByKueue ]"
+bm=$(tj_field kq '{.status.conditions[?(@.type=="Blocked")].message}')
+grep -q "Workload $WL in queue .* is not admitted" <<<"$bm" || fail "Blocked message: $bm"
+log "suspended, Workload $WL, no pods before admission; Blocked: $bm"
 
 now() { date -u +%Y-%m-%dT%H:%M:%SZ; }
 cond() { echo "{\"type\":\"$1\",\"status\":\"$2\",\"reason\":\"$3\",\"message\":\"set by the test (playing Kueue)\",\"lastTransitionTime\":\"$(now)\"}"; }

@@ -70,6 +70,7 @@ typedef struct scen {
     const char *invalid;
     const char *waiting; /* worker wait_index's rm_observed_worker.waiting (why it cannot start) */
     int wait_index;
+    const char *queued; /* rm_reconcile_in.queued */
 } scen;
 
 /* ------------------------------------------------------------------ notation parsers */
@@ -385,6 +386,7 @@ static void run_once(const scen *s, const rm_tj *tj, run_result *rr)
         .now = s->now ? s->now : 1000,
         .opts = &opts,
         .invalid_update = s->invalid,
+        .queued = s->queued,
     };
     memset(&rr->out, 0, sizeof rr->out);
     rr->out.actions = rr->acts;
@@ -1573,6 +1575,29 @@ static void test_blocked(void)
     c = &r.out.status.conditions[RM_COND_BLOCKED];
     CU_ASSERT_TRUE(c->present && !c->status);
     CU_ASSERT_STRING_EQUAL(c->reason, "PodsStarting");
+    rm_tj_free(&tj);
+
+    /* held by its queue (Kueue suspended it; no pods): the queue's word is the reason, a Normal event */
+    scen q = {.name = "kq",
+              .phase = RM_PHASE_SUSPENDED,
+              .conds = CREATED_,
+              .epoch = 1,
+              .suspend = true,
+              .workers = "",
+              .queued =
+                  "QueuedByKueue: Workload kq-1 in queue team-a is not admitted: couldn't assign flavors"};
+    base_job(&tj, &q);
+    run_once(&q, &tj, &r);
+    c = &r.out.status.conditions[RM_COND_BLOCKED];
+    CU_ASSERT_TRUE(c->present && c->status);
+    CU_ASSERT_STRING_EQUAL(c->reason, "QueuedByKueue");
+    CU_ASSERT_STRING_EQUAL(c->message,
+                           "Workload kq-1 in queue team-a is not admitted: couldn't assign flavors");
+    ev = 0;
+    for (size_t i = 0; i < r.out.nactions; i++)
+        ev += r.out.actions[i].type == RM_ACT_EVENT && !r.out.actions[i].warning &&
+              !strcmp(r.out.actions[i].reason, "QueuedByKueue");
+    CU_ASSERT_EQUAL(ev, 1);
     rm_tj_free(&tj);
 }
 
