@@ -33,9 +33,9 @@ const char *const rm_sharding_names[] = {"none", "optimizer", "gradients", "full
 const char *const rm_allreduce_names[] = {"auto", "ring", "hierarchical", NULL};
 const char *const rm_phase_names[] = {"Pending", "Running",   "Restarting", "Succeeded",
                                       "Failed",  "Suspended", NULL};
-const char *const rm_cond_names[] = {"Created",       "Running",   "Restarting",        "Succeeded",
-                                     "Failed",        "Suspended", "CheckpointFailing", "InvalidSpec",
-                                     "ExportFailing", "Blocked", NULL};
+const char *const rm_cond_names[] = {
+    "Created",           "Running",     "Restarting",    "Succeeded", "Failed", "Suspended",
+    "CheckpointFailing", "InvalidSpec", "ExportFailing", "Blocked",   NULL};
 
 static void add_str(cJSON *o, const char *k, const char *v)
 {
