@@ -102,14 +102,7 @@ int rm_worker_export_main(int argc, char **argv)
     }
     rm_model_output_result res;
     rc = rm_model_write_out(&m, m.params, out, tmp, (rm_output_dtype)dtype, "--out", &res, &e);
-    if (tmp[0]) {
-        char p[200];
-        rm_sfmt(p, sizeof p, "%s/%s", tmp, RM_EXPORT_WEIGHTS);
-        unlink(p);
-        rm_sfmt(p, sizeof p, "%s/%s", tmp, RM_EXPORT_CONFIG);
-        unlink(p);
-        rmdir(tmp);
-    }
+    rm_model_output_staging_remove(tmp);
     rm_model_free(&m);
     if (rc) {
         fprintf(stderr, "ringmaster export: %s\n", e.msg);

@@ -578,14 +578,7 @@ int rm_tr_export(trainer *t, rm_err *err)
             rm_error("model export failed (the checkpoints stay) uri=%s err=\"%s\"", out ? out : dir, e.msg);
             rm_sfmt(t->export_err, sizeof t->export_err, "%s", e.msg);
         }
-        if (tmp[0]) {
-            char p[200];
-            rm_sfmt(p, sizeof p, "%s/%s", tmp, RM_EXPORT_WEIGHTS);
-            unlink(p);
-            rm_sfmt(p, sizeof p, "%s/%s", tmp, RM_EXPORT_CONFIG);
-            unlink(p);
-            rmdir(tmp);
-        }
+        rm_model_output_staging_remove(tmp);
     }
     free(host);
     if (rc == RM_OK)

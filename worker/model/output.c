@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "common/datasets.h"
 #include "common/fetch.h"
 #include "common/sha256.h"
@@ -70,4 +71,16 @@ int rm_model_write_out(const rm_model *m, const float *host_params, const char *
     rm_sfmt(res->uri, sizeof res->uri, "%s", wurl);
     res->parts = st.parts;
     return RM_OK;
+}
+
+void rm_model_output_staging_remove(const char *staging)
+{
+    if (!staging || !staging[0])
+        return;
+    char p[4200];
+    rm_sfmt(p, sizeof p, "%s/%s", staging, RM_EXPORT_WEIGHTS);
+    unlink(p);
+    rm_sfmt(p, sizeof p, "%s/%s", staging, RM_EXPORT_CONFIG);
+    unlink(p);
+    rmdir(staging);
 }

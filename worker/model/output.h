@@ -30,4 +30,8 @@ typedef struct rm_model_output_result {
  * write or the upload failed, with err naming the folder or the s3:// URI, never a credential. */
 int rm_model_write_out(const rm_model *m, const float *host_params, const char *out_uri, const char *staging,
                        rm_output_dtype dtype, const char *field, rm_model_output_result *res, rm_err *err);
+
+/* Remove a staging folder rm_model_write_out wrote into (its two files, then the folder); "" or NULL
+ * = nothing to do. */
+void rm_model_output_staging_remove(const char *staging);
 #endif
