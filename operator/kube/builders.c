@@ -216,6 +216,16 @@ static void ps_liveness_render(cJSON *c, const rm_tj *tj, int port)
 
 /* A worker's pod (ps_index < 0) or parameter server ps_index's: the launch contract rendered
  * into the job's template. */
+/* obj's member key as an array: the template's when it is one, else a new empty one in its place. */
+static cJSON *array_member(cJSON *obj, const char *key)
+{
+    cJSON *a = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (cJSON_IsArray(a))
+        return a;
+    cJSON_DeleteItemFromObjectCaseSensitive(obj, key);
+    return cJSON_AddArrayToObject(obj, key);
+}
+
 /* The per-pod data volume when no shared one holds the checkpoint path. */
 #define RM_DATA_VOLUME "ringmaster-data"
 #define RM_DATA_MOUNT "/var/cache/ringmaster/data"
@@ -244,11 +254,7 @@ static void secret_env_render(cJSON *c, const rm_tj *tj)
     const char *sec = tj->spec.training.data.secret;
     if (!sec || !*sec)
         return;
-    cJSON *ef = cJSON_GetObjectItemCaseSensitive(c, "envFrom");
-    if (!cJSON_IsArray(ef)) {
-        cJSON_DeleteItemFromObjectCaseSensitive(c, "envFrom");
-        ef = cJSON_AddArrayToObject(c, "envFrom");
-    }
+    cJSON *ef = array_member(c, "envFrom");
     cJSON *e = cJSON_CreateObject();
     cJSON_AddStringToObject(cJSON_AddObjectToObject(e, "secretRef"), "name", sec);
     cJSON_AddItemToArray(ef, e);
@@ -267,20 +273,12 @@ static void data_init_render(cJSON *spec, cJSON *c, cJSON *env, const rm_tj *tj)
         rm_sfmt(cache, sizeof cache, "%s/.data-cache", ck);
     } else {
         rm_sfmt(cache, sizeof cache, "%s", RM_DATA_MOUNT);
-        cJSON *vols = cJSON_GetObjectItemCaseSensitive(spec, "volumes");
-        if (!cJSON_IsArray(vols)) {
-            cJSON_DeleteItemFromObjectCaseSensitive(spec, "volumes");
-            vols = cJSON_AddArrayToObject(spec, "volumes");
-        }
+        cJSON *vols = array_member(spec, "volumes");
         cJSON *v = cJSON_CreateObject();
         cJSON_AddStringToObject(v, "name", RM_DATA_VOLUME);
         cJSON_AddObjectToObject(v, "emptyDir");
         cJSON_AddItemToArray(vols, v);
-        cJSON *vms = cJSON_GetObjectItemCaseSensitive(c, "volumeMounts");
-        if (!cJSON_IsArray(vms)) {
-            cJSON_DeleteItemFromObjectCaseSensitive(c, "volumeMounts");
-            vms = cJSON_AddArrayToObject(c, "volumeMounts");
-        }
+        cJSON *vms = array_member(c, "volumeMounts");
         cJSON *m = cJSON_CreateObject();
         cJSON_AddStringToObject(m, "name", RM_DATA_VOLUME);
         cJSON_AddStringToObject(m, "mountPath", RM_DATA_MOUNT);
@@ -313,11 +311,7 @@ static void data_init_render(cJSON *spec, cJSON *c, cJSON *env, const rm_tj *tj)
     cJSON_AddStringToObject(ic, "terminationMessagePolicy", "FallbackToLogsOnError");
     if (!cJSON_GetObjectItemCaseSensitive(c, "terminationMessagePolicy"))
         cJSON_AddStringToObject(c, "terminationMessagePolicy", "FallbackToLogsOnError");
-    cJSON *ics = cJSON_GetObjectItemCaseSensitive(spec, "initContainers");
-    if (!cJSON_IsArray(ics)) {
-        cJSON_DeleteItemFromObjectCaseSensitive(spec, "initContainers");
-        ics = cJSON_AddArrayToObject(spec, "initContainers");
-    }
+    cJSON *ics = array_member(spec, "initContainers");
     cJSON_AddItemToArray(ics, ic); /* after the user's own: they may prepare the volume */
 }
 
@@ -390,11 +384,7 @@ static cJSON *build_pod(const rm_tj *tj, int index, int epoch, int ps_index, con
     cJSON_AddStringToObject(spec, "hostname", name);
     cJSON_DeleteItemFromObjectCaseSensitive(spec, "subdomain");
     cJSON_AddStringToObject(spec, "subdomain", svc);
-    cJSON *cs = cJSON_GetObjectItemCaseSensitive(spec, "containers");
-    if (!cJSON_IsArray(cs)) {
-        cJSON_DeleteItemFromObjectCaseSensitive(spec, "containers");
-        cs = cJSON_AddArrayToObject(spec, "containers");
-    }
+    cJSON *cs = array_member(spec, "containers");
     cJSON *c = NULL, *ci;
     cJSON_ArrayForEach(ci, cs)
     {
@@ -423,11 +413,7 @@ static cJSON *build_pod(const rm_tj *tj, int index, int epoch, int ps_index, con
         for (int i = 0; i < ln.nargs; i++)
             cJSON_AddItemToArray(args, cJSON_CreateString(ln.args[i]));
     }
-    cJSON *env = cJSON_GetObjectItemCaseSensitive(c, "env");
-    if (!cJSON_IsArray(env)) {
-        cJSON_DeleteItemFromObjectCaseSensitive(c, "env");
-        env = cJSON_AddArrayToObject(c, "env");
-    }
+    cJSON *env = array_member(c, "env");
     for (int i = 0; i < ln.nenv; i++)
         env_render(env, &ln.env[i], overridden, overridden_cap);
     /* a contract variable this job leaves unset is still ours: a template copy would change the
