@@ -251,10 +251,12 @@ test: deps deps-images
 	$(MAKE) -j$(NPROC) ASAN=1 UBSAN=1 WERROR=1 test-unit
 	$(MAKE) -j$(NPROC) WERROR=1 test-e2e
 
+# every suite, UNIT_JOBS at a time (tests/run-unit.sh); SUITES="a b" runs the suites whose names
+# contain a or b, one process in order
 test-unit: $(UNITTESTS) all
 	ASAN_OPTIONS=protect_shadow_gap=0:detect_leaks=1:abort_on_error=0 \
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-	RM_BIN=$(abspath $(BINDIR)) $(UNITTESTS) $(SUITES)
+	RM_BIN=$(abspath $(BINDIR)) $(if $(SUITES),$(UNITTESTS) $(SUITES),tests/run-unit.sh $(UNITTESTS))
 
 test-e2e: all
 	RM_BIN=$(abspath $(BINDIR)) tests/run-e2e.sh $(E2E)

@@ -105,12 +105,12 @@ for p in json.load(sys.stdin)["items"]:
 print(n)')
 [ "$unsched" = 4 ] || fail "expected 4 Unschedulable pods, got $unsched"
 k get pods -o wide >"$T/none-pods.txt"
-sleep 40   # the deadline: neither job can finish
+sleep 20   # the deadline, twice what a job takes with a gang scheduler (cases 2, 3): neither can finish
 for j in gang-a gang-b; do
   ph=$(tj_field $j '{.status.phase}')
   [ "$ph" != Succeeded ] || fail "$j Succeeded without a gang scheduler: no deadlock shown"
 done
-log "none: after 40 s neither job finished (phases $(tj_field gang-a '{.status.phase}')/$(tj_field gang-b '{.status.phase}'))"
+log "none: after 20 s neither job finished (phases $(tj_field gang-a '{.status.phase}')/$(tj_field gang-b '{.status.phase}'))"
 
 # ---- 2./3. volcano and coscheduling: both Succeed, one after the other ----
 for mode in volcano coscheduling; do

@@ -835,9 +835,11 @@ static void test_sharding_resume_4_on_2(void)
     h_stop(&h);
 }
 
+/* Three suites, so that tests/run-unit.sh can run them side by side (each is a minute or more of
+ * multi-process training under ASan): failures and recovery; sharding; optimizers and batches. */
 void rm_suite_train_multi(void)
 {
-    static const rm_test_case cases[] = {
+    static const rm_test_case recovery[] = {
         {"replicas_bit_identical", test_bit_identical},
         {"kill_and_recover", test_kill_and_recover},
         {"kill_after_epoch_boundary", test_kill_after_epoch_boundary},
@@ -848,11 +850,17 @@ void rm_suite_train_multi(void)
         {"controller_restart", test_controller_restart},
         {"term_while_joining", test_term_while_joining},
         {"rate_gauge_follows_rank", test_rate_gauge_follows_rank},
+    };
+    static const rm_test_case sharding[] = {
         {"sharding_stages_match_none", test_sharding_stages_match_none},
         {"sharding_full_elastic_shrink", test_sharding_elastic_shrink},
         {"sharding_resume_4_on_2", test_sharding_resume_4_on_2},
+    };
+    static const rm_test_case optim[] = {
         {"optimizers_clip_sharding_match_none", test_optimizers_clip_sharding_match_none},
         {"grad_accum_matches_big_batch", test_grad_accum_matches_big_batch},
     };
-    RM_ADD_SUITE("train_multi", NULL, NULL, cases);
+    RM_ADD_SUITE("train_multi", NULL, NULL, recovery);
+    RM_ADD_SUITE("train_multi_sharding", NULL, NULL, sharding);
+    RM_ADD_SUITE("train_multi_optim", NULL, NULL, optim);
 }
