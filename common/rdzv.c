@@ -68,6 +68,13 @@ typedef struct member {
     int round;        /* epoch whose round this worker joined (0 = none) */
 } member;
 
+typedef struct ps_server {
+    char addr[64]; /* "" = not registered */
+    int ckfail;    /* its last reported consecutive checkpoint failures */
+    char ckerr[128];
+    rm_rdzv_ps_group group; /* its agreement record */
+} ps_server;
+
 typedef struct job {
     struct job *next;
     char name[JOB_NAME_MAX + 1];
@@ -95,10 +102,10 @@ typedef struct job {
     rm_rdzv_eval evals[RM_RDZV_MAX_EVALS]; /* rank 0's, ascending step; kept across rounds */
     int nevals;
     double memmax[5]; /* largest reported: params, grads, optimizer, activations, peak RSS */
-    char servers[RM_RDZV_MAX_SERVERS][64];  /* parameter servers' addresses by index ("" none) */
-    int server_ckfail[RM_RDZV_MAX_SERVERS]; /* their last reported consecutive checkpoint failures */
-    char server_ckerr[RM_RDZV_MAX_SERVERS][128];
-    rm_rdzv_ps_group server_group[RM_RDZV_MAX_SERVERS]; /* their agreement records */
+    /* parameter servers by index, [0, nsrv) — grown by a registration (a job without servers holds
+     * none: the operator keeps a job entry per TrainingJob, docs/operator-scale.md) */
+    struct ps_server *srv;
+    int nsrv;
 } job;
 
 struct rm_rdzv {
@@ -254,6 +261,14 @@ static void job_clear(job *j)
     j->model_uri[0] = j->model_sha256[0] = j->export_error[0] = 0;
     j->model_bytes = 0;
     j->nevals = 0;
+}
+
+/* A job's end (its servers outlive job_clear: a job registered again keeps them, as before). */
+static void job_destroy(job *j)
+{
+    job_clear(j);
+    free(j->srv);
+    free(j);
 }
 
 int rm_rdzv_eval_add(rm_rdzv_eval *a, int *n, int epoch, int64_t step, double acc, double loss, double vloss)
@@ -562,10 +577,11 @@ static int handle_server_put(job *j, const char *idx, const rm_http_req *req, rm
     const char *addr = NULL, *ckerr = NULL;
     int64_t ckfail = 0;
     rm_rdzv_ps_group g = {0};
+    ps_server *grown = NULL;
     cJSON *body = rm_json_parse(req->body, req->body_len, &e);
     int rc;
     if (!cJSON_IsObject(body) || rm_json_str(body, "addr", true, "", &addr, &e) < 0 || !addr_ok(addr) ||
-        strlen(addr) >= sizeof j->servers[0]) {
+        strlen(addr) >= sizeof j->srv[0].addr) {
         rc = rm_http_reply_error(resp, 400, "servers: body must be {\"addr\":\"host:port\"}");
     } else if (group_parse(cJSON_GetObjectItemCaseSensitive(body, "group"), &g) != RM_OK) {
         rc = rm_http_reply_error(resp, 400,
@@ -578,14 +594,22 @@ static int handle_server_put(job *j, const char *idx, const rm_http_req *req, rm
         rc = rm_http_reply_error(resp, 400,
                                  "servers: checkpointFailures must be an integer >= 0 and "
                                  "checkpointError a string");
+    } else if (i >= j->nsrv && !(grown = realloc(j->srv, (size_t)(i + 1) * sizeof *j->srv))) {
+        rc = RM_ENOMEM;
     } else {
-        if (strcmp(j->servers[i], addr) != 0)
+        if (grown) {
+            memset(grown + j->nsrv, 0, (size_t)(i + 1 - j->nsrv) * sizeof *grown);
+            j->srv = grown;
+            j->nsrv = (int)i + 1;
+        }
+        ps_server *sv = &j->srv[i];
+        if (strcmp(sv->addr, addr) != 0)
             rm_info("parameter server registered job=%s index=%ld addr=%s", j->name, i, addr);
-        snprintf(j->servers[i], sizeof j->servers[i], "%s", addr);
-        j->server_ckfail[i] = (int)ckfail;
-        snprintf(j->server_ckerr[i], sizeof j->server_ckerr[i], "%s", ckfail > 0 && ckerr ? ckerr : "");
+        snprintf(sv->addr, sizeof sv->addr, "%s", addr);
+        sv->ckfail = (int)ckfail;
+        snprintf(sv->ckerr, sizeof sv->ckerr, "%s", ckfail > 0 && ckerr ? ckerr : "");
         if (g.known)
-            j->server_group[i] = g;
+            sv->group = g;
         rc = rm_http_reply_text(resp, 204, "application/json", "");
     }
     cJSON_Delete(body);
@@ -597,11 +621,11 @@ static int handle_servers_get(const job *j, rm_http_resp *resp)
     cJSON *o = cJSON_CreateObject();
     cJSON *a = o ? cJSON_AddArrayToObject(o, "servers") : NULL;
     int n = 0;
-    for (int i = 0; i < RM_RDZV_MAX_SERVERS; i++)
-        if (j->servers[i][0])
+    for (int i = 0; i < j->nsrv; i++)
+        if (j->srv[i].addr[0])
             n = i + 1;
     for (int i = 0; a && i < n; i++) {
-        cJSON *x = cJSON_CreateString(j->servers[i]);
+        cJSON *x = cJSON_CreateString(j->srv[i].addr);
         if (!x || !cJSON_AddItemToArray(a, x)) {
             cJSON_Delete(x);
             a = NULL;
@@ -609,7 +633,7 @@ static int handle_servers_get(const job *j, rm_http_resp *resp)
     }
     cJSON *ga = a ? cJSON_AddArrayToObject(o, "groups") : NULL;
     for (int i = 0; ga && i < n; i++) {
-        const rm_rdzv_ps_group *g = &j->server_group[i];
+        const rm_rdzv_ps_group *g = &j->srv[i].group;
         cJSON *x = g->known ? cJSON_CreateObject() : cJSON_CreateNull();
         char h[2][24];
         snprintf(h[0], sizeof h[0], "%" PRIx64, g->inc);
@@ -1099,8 +1123,7 @@ void rm_rdzv_free(rm_rdzv *r)
     job *j = r->jobs;
     while (j) {
         job *n = j->next;
-        job_clear(j);
-        free(j);
+        job_destroy(j);
         j = n;
     }
     pthread_cond_destroy(&r->cv);
@@ -1118,8 +1141,7 @@ static void tombstones_trim(rm_rdzv *r)
         job *j = *pp;
         if (j->removed) {
             *pp = j->next;
-            job_clear(j);
-            free(j);
+            job_destroy(j);
             n--;
         } else {
             pp = &j->next;
@@ -1256,11 +1278,11 @@ int rm_rdzv_snapshot(rm_rdzv *r, const char *jobname, rm_rdzv_state *out)
         out->mem_optimizer = j->memmax[2];
         out->mem_activations = j->memmax[3];
         out->peak_rss = j->memmax[4];
-        for (int i = 0; i < RM_RDZV_MAX_SERVERS; i++)
-            if (j->server_ckfail[i] > out->ps_checkpoint_failures) {
+        for (int i = 0; i < j->nsrv; i++)
+            if (j->srv[i].ckfail > out->ps_checkpoint_failures) {
                 out->ps_checkpoint_index = i;
-                out->ps_checkpoint_failures = j->server_ckfail[i];
-                snprintf(out->ps_checkpoint_error, sizeof out->ps_checkpoint_error, "%s", j->server_ckerr[i]);
+                out->ps_checkpoint_failures = j->srv[i].ckfail;
+                snprintf(out->ps_checkpoint_error, sizeof out->ps_checkpoint_error, "%s", j->srv[i].ckerr);
             }
     }
     pthread_mutex_unlock(&r->mu);
