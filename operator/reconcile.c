@@ -923,10 +923,64 @@ static bool rule_detect(rc_ctx *c)
     return false;
 }
 
+/* R7t: a torchrun job lost workers but at least minReplicas others run: torchrun's agents re-form
+ * without them, the operator only replaces the lost pods. Returns false when R7 applies instead
+ * (too few survivors, a progress deadline, the restart budget spent). */
+static bool torchrun_lost(rc_ctx *c, bool *stop)
+{
+    RULE_VARS(c);
+    *stop = false;
+    if (!c->o.torchrun || !c->o.no_rendezvous || c->deadline_failure ||
+        st->restarts >= sp->restart.max_restarts)
+        return false;
+    int survivors = 0, first = -1;
+    for (int i = 0; i < MAXW; i++) {
+        const rm_observed_worker *w = c->obs[i];
+        if (c->culprit[i] && first < 0)
+            first = i;
+        else if (!c->culprit[i] && i < c->D && exists(w) && !is_terminating(w) &&
+                 w->phase == RM_WORKER_RUNNING)
+            survivors++;
+    }
+    if (survivors < c->minr || first < 0)
+        return false;
+    int k = st->restarts + 1, maxr = sp->restart.max_restarts;
+    double at = st->last_restart_time + backoff_delay(c, k);
+    if (st->last_restart_time > 0 && c->now < at) { /* keep the failed pod observed until then */
+        rm_sfmt(msg, sizeof msg,
+                "TrainingJob %s keeps running with %d workers: %s; replacing pod %s-worker-%d in %.1fs "
+                "(back-off, replacement %d of %d)",
+                c->jobname, survivors, c->why, c->job->name, first, at - c->now, k, maxr);
+        if (st->phase == RM_PHASE_RUNNING)
+            cond(c, RM_COND_RUNNING, true, "WorkerLost", msg);
+        requeue_in(c, at - c->now);
+        copy_progress(c, c->D);
+        force_stuck(c);
+        *stop = true;
+        return true;
+    }
+    st->restarts = k;
+    st->last_restart_time = c->now;
+    rm_sfmt(msg, sizeof msg,
+            "TrainingJob %s: %s; torchrun re-forms with the %d surviving workers of %d (minReplicas %d), "
+            "the job keeps running; replacing pod %s-worker-%d (restart %d of %d)",
+            c->jobname, c->why, survivors, c->D, c->minr, c->job->name, first, k, maxr);
+    if (st->phase == RM_PHASE_RUNNING)
+        cond(c, RM_COND_RUNNING, true, "WorkerLost", msg);
+    event(c, true, "WorkerLost", "%s", msg);
+    for (int i = 0; i < MAXW; i++)
+        if (c->culprit[i] && exists(c->obs[i]))
+            del(c, i, !c->obs[i]->node_ready, "failed");
+    return true; /* Missing culprits are created by R3 */
+}
+
 /* R7: group restart on a new failure (or the back-off wait). */
 static bool rule_restart(rc_ctx *c)
 {
     RULE_VARS(c);
+    bool stop = false;
+    if (c->new_failure && torchrun_lost(c, &stop))
+        return stop;
     /* R7 restart */
     if (c->new_failure) {
         int maxr = sp->restart.max_restarts;
@@ -1085,6 +1139,11 @@ static bool rule_phase(rc_ctx *c)
     if (!c->new_failure && round_ok) {
         rm_sfmt(msg, sizeof msg, "TrainingJob %s is running.", c->jobname);
         bool was = cond_true(st, RM_COND_RUNNING);
+        if (was && strcmp(st->conditions[RM_COND_RUNNING].reason, "WorkerLost") == 0) /* R7t */
+            event(c, false, "WorkerReplaced",
+                  "TrainingJob %s: every worker runs again (%d); torchrun admits the replacements at its "
+                  "next re-rendezvous",
+                  c->jobname, c->target);
         cond(c, RM_COND_RUNNING, true, "TrainingJobRunning", msg);
         cond_off(c, RM_COND_RESTARTING, "TrainingJobRunning", msg);
         st->phase = RM_PHASE_RUNNING;

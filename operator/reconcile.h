@@ -93,6 +93,15 @@
  *    Running again (or creation stops failing) and the round is closed below D: SET_RDZV(D, min)
  *    and RESTART_GROUP (a resize: not counted in restarts; Normal event "ScaledUp").
  *    A spec.replicas change (scale subresource) is a resize too.
+ * R7t torchrun (opts.torchrun, docs/torchrun.md): torchrun's agents re-form the group themselves
+ *    at the c10d store, with any count between minReplicas and maxReplicas. A new failure (R5a)
+ *    that leaves at least minReplicas other workers Running is therefore not a group restart: the
+ *    culprits are deleted and recreated (within maxRestarts and its back-off, as R7; restarts
+ *    counts the replacements), the phase stays as it is (Running stays Running), and a Warning event
+ *    "WorkerLost" names the pod and the surviving count torchrun re-forms with; a Running job's
+ *    Running condition gets reason "WorkerLost" with the same message until every desired worker
+ *    runs again, then "TrainingJobRunning" with a Normal event "WorkerReplaced". Fewer survivors
+ *    than minReplicas: R7 as for any job (the agents wait at the store for the replacements).
  * R8 activeDeadlineSeconds: now - startTime > deadline -> Failed reason "DeadlineExceeded", message
  *    "TrainingJob NS/NAME was active longer than specified deadline" (R9). Otherwise REQUEUE_AFTER the
  *    remaining time (the smallest pending timer wins).
@@ -183,6 +192,8 @@ typedef struct rm_reconcile_opts {
     bool no_rendezvous;           /* the template runs a foreign image (torchrun) that never joins
                                      * our rendezvous: Running = all D workers Running; no progress
                                      * deadline. false */
+    bool torchrun;                /* R7t: the template runs torchrun (elastic agents at the job's c10d
+                                     * store); meaningful with no_rendezvous. false */
     int recovery_loop_epochs;     /* R10: re-formations without a step past the high-water mark
                                      * before RecoveryLoop; RM_RECOVERY_LOOP_EPOCHS; 0 = off */
 } rm_reconcile_opts;

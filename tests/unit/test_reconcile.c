@@ -70,7 +70,9 @@ typedef struct scen {
     const char *invalid;
     const char *waiting; /* worker wait_index's rm_observed_worker.waiting (why it cannot start) */
     int wait_index;
-    const char *queued; /* rm_reconcile_in.queued */
+    const char *queued;     /* rm_reconcile_in.queued */
+    bool torchrun;          /* opts.torchrun (R7t) */
+    const char *run_reason; /* the Running condition's reason in status (NULL: "Old") */
 } scen;
 
 /* ------------------------------------------------------------------ notation parsers */
@@ -283,7 +285,8 @@ static void base_job(rm_tj *tj, const scen *s)
         c->type = (rm_cond_type)t;
         c->present = true;
         c->status = on;
-        snprintf(c->reason, sizeof c->reason, "Old");
+        snprintf(c->reason, sizeof c->reason, "%s",
+                 t == RM_COND_RUNNING && s->run_reason ? s->run_reason : "Old");
         c->last_transition = 1;
         c->observed_generation = 1;
     }
@@ -374,6 +377,7 @@ static void run_once(const scen *s, const rm_tj *tj, run_result *rr)
     rm_reconcile_opts opts;
     rm_reconcile_opts_default(&opts);
     opts.no_rendezvous = s->no_rdzv;
+    opts.torchrun = s->torchrun;
     rm_reconcile_in in = {
         .job = tj,
         .workers = w,
@@ -1313,6 +1317,101 @@ static const scen table[] = {
      .actions = "W:WorkerFailed D1",
      .ephase = RM_PHASE_RESTARTING,
      .erestarts = 1,
+     .eepoch = 1},
+    /* R7t: torchrun's agents re-form without the lost worker; the operator only replaces it */
+    {.name = "torchrun: a lost worker is replaced, the job keeps running",
+     .replicas = 3,
+     .minr = 2,
+     .maxr = 3,
+     .no_rdzv = true,
+     .torchrun = true,
+     RUNNING_ST,
+     .workers = "0R 1Fx137f999 2R",
+     .rdzv = "1 O",
+     .actions = "W:WorkerLost D1",
+     .ephase = RM_PHASE_RUNNING,
+     .erestarts = 1,
+     .eepoch = 1,
+     .econds = "Running=T:WorkerLost~worker_1_failed_(exit_code_137,_Error);_torchrun_re-forms_with_the_2_"
+               "surviving"},
+    {.name = "torchrun: the lost worker is gone: its replacement is created, still Running",
+     .replicas = 3,
+     .minr = 2,
+     .maxr = 3,
+     .no_rdzv = true,
+     .torchrun = true,
+     RUNNING_ST,
+     .run_reason = "WorkerLost",
+     .restarts = 1,
+     .last_restart = 999,
+     .workers = "0R 2R",
+     .rdzv = "1 O",
+     .actions = "C1@1",
+     .ephase = RM_PHASE_RUNNING,
+     .erestarts = 1,
+     .eepoch = 1,
+     .econds = "Running=T:WorkerLost"},
+    {.name = "torchrun: every worker runs again: WorkerReplaced",
+     .replicas = 3,
+     .minr = 2,
+     .maxr = 3,
+     .no_rdzv = true,
+     .torchrun = true,
+     RUNNING_ST,
+     .run_reason = "WorkerLost",
+     .restarts = 1,
+     .last_restart = 999,
+     .workers = "0R 1R 2R",
+     .rdzv = "1 O",
+     .actions = "E:WorkerReplaced",
+     .ephase = RM_PHASE_RUNNING,
+     .erestarts = 1,
+     .eepoch = 1,
+     .econds = "Running=T:TrainingJobRunning"},
+    {.name = "torchrun: a second loss waits out the back-off, still Running",
+     .replicas = 3,
+     .minr = 2,
+     .maxr = 3,
+     .no_rdzv = true,
+     .torchrun = true,
+     .backoff = 10,
+     RUNNING_ST,
+     .restarts = 1,
+     .last_restart = 995,
+     .workers = "0R 1R 2Fx1f999",
+     .rdzv = "1 O",
+     .actions = "Q5",
+     .ephase = RM_PHASE_RUNNING,
+     .erestarts = 1,
+     .eepoch = 1,
+     .econds = "Running=T:WorkerLost~replacing_pod_mnist-worker-2_in_5.0s"},
+    {.name = "torchrun: fewer survivors than minReplicas: restarting as any job",
+     .replicas = 3,
+     .minr = 2,
+     .maxr = 3,
+     .no_rdzv = true,
+     .torchrun = true,
+     RUNNING_ST,
+     .workers = "0R 1Fx137f999 2Pc990", /* a Pending worker is no survivor (its start-up timer: Q50) */
+     .rdzv = "1 O",
+     .actions = "W:WorkerFailed D1 Q50",
+     .ephase = RM_PHASE_RESTARTING,
+     .erestarts = 1,
+     .eepoch = 1},
+    {.name = "torchrun: the restart budget spent: BackoffLimitExceeded",
+     .replicas = 3,
+     .minr = 2,
+     .maxr = 3,
+     .no_rdzv = true,
+     .torchrun = true,
+     RUNNING_ST,
+     .restarts = 3,
+     .last_restart = 900,
+     .workers = "0R 1Fx137f999 2R",
+     .rdzv = "1 O",
+     .actions = "W:BackoffLimitExceeded STOP D0 D2",
+     .ephase = RM_PHASE_FAILED,
+     .erestarts = 3,
      .eepoch = 1},
 };
 
