@@ -73,6 +73,12 @@
 #define RM_ENV_PET_NPROC_PER_NODE "PET_NPROC_PER_NODE"
 #define RM_ENV_PET_MASTER_ADDR "PET_MASTER_ADDR"
 #define RM_ENV_PET_MASTER_PORT "PET_MASTER_PORT"
+/* torchrun's elastic rendezvous (docs/torchrun.md): set only when the template runs torchrun */
+#define RM_ENV_PET_RDZV_BACKEND "PET_RDZV_BACKEND"   /* "c10d" */
+#define RM_ENV_PET_RDZV_ENDPOINT "PET_RDZV_ENDPOINT" /* the job's store pod, "<job>-c10d.<job>:29401" */
+#define RM_ENV_PET_RDZV_ID "PET_RDZV_ID"             /* the job's uid: one per incarnation */
+#define RM_ENV_PET_RDZV_CONF "PET_RDZV_CONF"         /* "is_host=false": no agent hosts the store */
+#define RM_ENV_PET_MAX_RESTARTS "PET_MAX_RESTARTS"   /* spec.restartPolicy.maxRestarts */
 
 /* ports (RM_STR(RM_PORT_MASTER) is "29500") */
 #define RM_STR_(x) #x
@@ -80,6 +86,9 @@
 #define RM_PORT_MASTER 29500        /* MASTER_PORT, PET_MASTER_PORT, the Service's "master" port */
 #define RM_PORT_WORKER_METRICS 9090 /* a worker's /metrics and /healthz */
 #define RM_PORT_RENDEZVOUS 29400    /* the operator's rendezvous service */
+/* a torchrun job's c10d store (docs/torchrun.md): not torch's default 29400, which is the operator's
+ * rendezvous port, so the two never clash where pods share a host's network (hostNetwork, kubesim) */
+#define RM_PORT_C10D 29401
 /* Shared-memory collectives for ranks on one host (worker/comm/comm_shm.c): "0" = always the
  * TCP ring; "1" = use shm whenever every rank advertised the same host (needed inside a pod, which
  * must then share the node's IPC namespace: hostIPC, or hostPath /dev/shm + hostNetwork); unset =

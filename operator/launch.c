@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <cjson/cJSON.h>
+#include "common/json.h"
 
 /* Every variable a controller sets and a user may not (docs/architecture.md#the-launch-contract):
  * the one table both runtimes refuse a user's copy from, even where this job leaves the variable
@@ -50,6 +51,21 @@ static const char *const ours[] = {RM_ENV_ROLE,
                                    RM_ENV_PARALLELISM,
                                    NULL};
 
+/* torchrun's rendezvous settings (docs/torchrun.md) are ours only where the contract sets them (a
+ * template that runs torchrun): an image whose entrypoint is torchrun, unseen by the operator,
+ * keeps the ones its template configures itself. */
+static const char *const ours_if_set[] = {RM_ENV_PET_RDZV_BACKEND, RM_ENV_PET_RDZV_ENDPOINT,
+                                          RM_ENV_PET_RDZV_ID,      RM_ENV_PET_RDZV_CONF,
+                                          RM_ENV_PET_MAX_RESTARTS, NULL};
+
+static bool contract_var(const char *name)
+{
+    for (int i = 0; ours_if_set[i]; i++)
+        if (strcmp(name, ours_if_set[i]) == 0)
+            return true;
+    return rm_launch_is_ours(name);
+}
+
 bool rm_launch_is_ours(const char *name)
 {
     for (int i = 0; name && ours[i]; i++)
@@ -61,6 +77,67 @@ bool rm_launch_is_ours(const char *name)
 rm_backend rm_launch_backend(const rm_tj *job, int gpus)
 {
     return rm_backend_resolve(job->spec.backend, gpus);
+}
+
+/* The basename of a command word. */
+static const char *base_name(const char *s)
+{
+    const char *sl = strrchr(s, '/');
+    return sl ? sl + 1 : s;
+}
+
+/* Does script name torchrun or torch.distributed.run as a word (between blanks, quotes, ;&|()`)? */
+static bool script_names_torchrun(const char *script)
+{
+    static const char *const words[] = {"torchrun", "torch.distributed.run"};
+    const char *delim = " \t\n;&|()`'\"/=";
+    for (size_t w = 0; w < RM_ARRAY_LEN(words); w++) {
+        size_t n = strlen(words[w]);
+        for (const char *q = strstr(script, words[w]); q; q = strstr(q + 1, words[w])) {
+            bool before = q == script || strchr(delim, q[-1]);
+            bool after = q[n] == 0 || (strchr(delim, q[n]) && q[n] != '/' && q[n] != '=');
+            if (before && after)
+                return true;
+        }
+    }
+    return false;
+}
+
+bool rm_launch_runs_torchrun(const cJSON *pod_template, char *python, size_t cap)
+{
+    const cJSON *cs = rm_json_path(pod_template, "spec.containers"), *c0 = NULL, *c;
+    cJSON_ArrayForEach(c, cs)
+    {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(c, "name");
+        if (!c0 || (cJSON_IsString(n) && strcmp(n->valuestring, "worker") == 0))
+            c0 = c;
+    }
+    const char *argv[64];
+    int argc = 0;
+    static const char *const parts[] = {"command", "args"};
+    for (size_t k = 0; k < RM_ARRAY_LEN(parts); k++) {
+        const cJSON *a;
+        cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(c0, parts[k]))
+        {
+            if (cJSON_IsString(a) && argc < (int)RM_ARRAY_LEN(argv))
+                argv[argc++] = a->valuestring;
+        }
+    }
+    if (argc == 0)
+        return false;
+    const char *prog = base_name(argv[0]);
+    bool yes = strcmp(prog, "torchrun") == 0;
+    bool py_m = false;
+    for (int i = 0; !yes && i + 1 < argc && strncmp(prog, "python", 6) == 0; i++)
+        if (strcmp(argv[i], "-m") == 0 && strcmp(argv[i + 1], "torch.distributed.run") == 0)
+            yes = py_m = true;
+    bool shell = !strcmp(prog, "sh") || !strcmp(prog, "bash") || !strcmp(prog, "dash");
+    for (int i = 1; !yes && shell && i + 1 < argc; i++)
+        if (strcmp(argv[i], "-c") == 0 || (argv[i][0] == '-' && strchr(argv[i], 'c') && argv[i][1] != '-'))
+            yes = script_names_torchrun(argv[i + 1]);
+    if (yes && python && cap > 0)
+        rm_sfmt(python, cap, "%s", py_m ? argv[0] : "python3");
+    return yes;
 }
 
 const char *rm_launch_checkpoint_dir(const rm_tj *job, char *buf, size_t cap)
@@ -115,7 +192,7 @@ static void env_any(builder *b, const char *name, rm_launch_src src, bool user_w
     RM_PRINTF(5, 6);
 static void env_any(builder *b, const char *name, rm_launch_src src, bool user_wins, const char *fmt, ...)
 {
-    assert(user_wins || rm_launch_is_ours(name));
+    assert(user_wins || contract_var(name));
     va_list ap;
     va_start(ap, fmt);
     char *v = take(b, b->l->nenv, RM_LAUNCH_MAX_ENV, fmt, ap);
@@ -351,11 +428,33 @@ int rm_launch_build(const rm_tj *job, int index, int epoch, const rm_launch_plac
     ENV(&b, RM_ENV_LOCAL_WORLD_SIZE, "%d", per_node);
     ENV(&b, RM_ENV_MASTER_ADDR, "%s", master);
     ENV(&b, RM_ENV_MASTER_PORT, "%d", RM_PORT_MASTER);
-    ENV(&b, RM_ENV_PET_NNODES, "%d", world);
+    if (p->torchrun) { /* elastic: the agents rendezvous at the job's c10d store (docs/torchrun.md) */
+        int lo = sp->min_replicas > 0 ? sp->min_replicas : world;
+        int hi = sp->max_replicas > 0 ? sp->max_replicas : world;
+        ENV(&b, RM_ENV_PET_NNODES, "%d:%d", lo, hi);
+    } else {
+        ENV(&b, RM_ENV_PET_NNODES, "%d", world);
+    }
     ENV(&b, RM_ENV_PET_NODE_RANK, "%d", index);
-    ENV(&b, RM_ENV_PET_NPROC_PER_NODE, "1");
+    ENV(&b, RM_ENV_PET_NPROC_PER_NODE, "%d", p->torchrun && p->gpus > 0 ? p->gpus : 1);
     ENV(&b, RM_ENV_PET_MASTER_ADDR, "%s", master);
     ENV(&b, RM_ENV_PET_MASTER_PORT, "%d", RM_PORT_MASTER);
+    if (p->torchrun) {
+        ENV(&b, RM_ENV_PET_RDZV_BACKEND, "c10d");
+        if (p->c10d_host)
+            ENV(&b, RM_ENV_PET_RDZV_ENDPOINT, "%s:%d", p->c10d_host, RM_PORT_C10D);
+        else
+            ENV(&b, RM_ENV_PET_RDZV_ENDPOINT, "%s" RM_C10D_SUFFIX ".%s:%d", job->name, job->name,
+                RM_PORT_C10D);
+        if (job->uid && *job->uid)
+            ENV(&b, RM_ENV_PET_RDZV_ID, "%s", job->uid);
+        else
+            ENV(&b, RM_ENV_PET_RDZV_ID, "%s.%s", ns, job->name);
+        /* the store lives in its own pod: an agent that guessed it hosts it (torch compares the
+         * endpoint with its own names and addresses) would take the rendezvous down with it */
+        ENV(&b, RM_ENV_PET_RDZV_CONF, "is_host=false");
+        ENV(&b, RM_ENV_PET_MAX_RESTARTS, "%d", sp->restart.max_restarts);
+    }
     /* GPU workers: the NCCL settings a user would otherwise hand-tune (docs/strategies.md#topology) */
     if (p->gpus > 0) {
         ENV_DEFAULT(&b, RM_ENV_NCCL_SOCKET_IFNAME, "%s", p->net_ifname ? p->net_ifname : RM_POD_NET_IFNAME);

@@ -20,7 +20,7 @@
 #include "common/trainingjob.h"
 #include "common/worker_env.h"
 
-#define RM_LAUNCH_MAX_ENV 48
+#define RM_LAUNCH_MAX_ENV 56
 /* spec.checkpoint.path's default (common/trainingjob.c): a volume path on a cluster */
 #define RM_DEFAULT_CHECKPOINT_PATH "/checkpoints"
 #define RM_LAUNCH_MAX_ARGS 24
@@ -65,7 +65,21 @@ typedef struct rm_launch_placement {
     /* spec.strategy parameterServer: the servers' "host:port,..." in index order; NULL = the
      * cluster's "<job>-ps-<i>.<job>:29600" (headless Service names) */
     const char *ps_addrs;
+    /* the template runs torchrun (rm_launch_runs_torchrun): PET_NNODES "min:max" and the c10d
+     * rendezvous settings (docs/torchrun.md) */
+    bool torchrun;
+    const char *c10d_host; /* the c10d store's host; NULL = "<job>-c10d.<job>" (its pod's DNS name) */
 } rm_launch_placement;
+
+/* A torchrun job's c10d store pod is "<job>" RM_C10D_SUFFIX (docs/torchrun.md). */
+#define RM_C10D_SUFFIX "-c10d"
+
+/* Does the pod template's worker container (the one named "worker", else the first) run torchrun?
+ * Yes when its command + args start with torchrun (any folder), run `-m torch.distributed.run`, or
+ * hand a shell (`sh -c`, `bash -c`) a script that names either as a word. When it does and python
+ * is not NULL, python gets the interpreter the c10d store runs with: the template's own for
+ * `python -m torch.distributed.run`, else "python3". template is borrowed; NULL is "no". */
+bool rm_launch_runs_torchrun(const cJSON *pod_template, char *python, size_t cap);
 
 /* Build the settings of worker `index` created for `epoch`. job must be defaulted (rm_tj_defaults).
  * Returns RM_OK, RM_EINVAL (bad argument, err says which), RM_ENOMEM, RM_ETOOBIG (more settings
@@ -84,7 +98,8 @@ const char *rm_launch_ps_addrs(const rm_tj *job, const rm_launch_placement *p, c
 
 /* The variable `name`, or NULL. Borrowed from l. */
 const rm_launch_var *rm_launch_find(const rm_launch *l, const char *name);
-/* Is `name` one of the variables a controller sets (so a user's copy of it is overridden)? */
+/* Is `name` one of the variables a controller sets (so a user's copy of it is overridden)? torchrun's
+ * PET_RDZV_* and PET_MAX_RESTARTS are not: they override a user's copy only where they are set. */
 bool rm_launch_is_ours(const char *name);
 
 /* The backend a worker runs: rm_backend_resolve of spec.backend for the placement's GPUs. */

@@ -315,6 +315,34 @@ static void data_init_render(cJSON *spec, cJSON *c, cJSON *env, const rm_tj *tj)
     cJSON_AddItemToArray(ics, ic); /* after the user's own: they may prepare the volume */
 }
 
+/* torchrun's rendezvous options (docs/torchrun.md): a template's own PET_RDZV_CONF (join_timeout,
+ * last_call_timeout, read_timeout ...) is kept, the contract's settings appended after it (torchrun
+ * reads the list left to right, the last key wins: no agent ever hosts the store). The template's
+ * entry is then replaced without an EnvOverridden warning: nothing of it was lost. */
+static int rdzv_conf_merge(cJSON *env, rm_launch *ln)
+{
+    rm_launch_var *ours = (rm_launch_var *)rm_launch_find(ln, RM_ENV_PET_RDZV_CONF);
+    if (!ours)
+        return RM_OK;
+    for (int i = cJSON_GetArraySize(env) - 1; i >= 0; i--) {
+        const cJSON *e = cJSON_GetArrayItem(env, i);
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(e, "name");
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, "value");
+        if (!cJSON_IsString(nm) || strcmp(nm->valuestring, RM_ENV_PET_RDZV_CONF) != 0)
+            continue;
+        if (cJSON_IsString(v) && v->valuestring[0]) {
+            char *merged = NULL;
+            if (asprintf(&merged, "%s,%s", v->valuestring, ours->value) < 0)
+                return RM_ENOMEM;
+            free(ours->value);
+            ours->value = merged;
+        }
+        cJSON_DeleteItemFromArray(env, i);
+        break;
+    }
+    return RM_OK;
+}
+
 static cJSON *build_pod(const rm_tj *tj, int index, int epoch, int ps_index, const char *rdzv_url,
                         const char *worker_image, int metrics_port, char *overridden, size_t overridden_cap,
                         rm_err *err)
@@ -336,6 +364,7 @@ static cJSON *build_pod(const rm_tj *tj, int index, int epoch, int ps_index, con
         .metrics_port = metrics_port,
         .workers_per_node = 1,
         .gpus = rm_template_gpus(tj->spec.template),
+        .torchrun = ps_index < 0 && rm_launch_runs_torchrun(tj->spec.template, NULL, 0),
     };
     if ((ps_index >= 0 ? rm_launch_build_ps(tj, ps_index, &where, &ln, err)
                        : rm_launch_build(tj, index, epoch, &where, &ln, err)) != RM_OK)
@@ -414,6 +443,8 @@ static cJSON *build_pod(const rm_tj *tj, int index, int epoch, int ps_index, con
             cJSON_AddItemToArray(args, cJSON_CreateString(ln.args[i]));
     }
     cJSON *env = array_member(c, "env");
+    if (rdzv_conf_merge(env, &ln) != RM_OK)
+        goto nomem;
     for (int i = 0; i < ln.nenv; i++)
         env_render(env, &ln.env[i], overridden, overridden_cap);
     /* a contract variable this job leaves unset is still ours: a template copy would change the
@@ -441,6 +472,81 @@ nomem:
     cJSON_Delete(tmpl);
     rm_errf(err, RM_ENOMEM, "pod: out of memory");
     return NULL;
+}
+
+/* The c10d store torch's TCPStore serves to a torchrun job's agents (docs/torchrun.md): the
+ * server half of torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py's store, with no
+ * workers to wait for, kept until SIGTERM. argv[1] is the port. */
+static const char c10d_script[] =
+    "import datetime, signal, sys\n"
+    "from torch.distributed import TCPStore\n"
+    "port = int(sys.argv[1])\n"
+    "store = TCPStore('127.0.0.1', port, is_master=True, wait_for_workers=False,\n"
+    "                 timeout=datetime.timedelta(seconds=60))\n"
+    "print('c10d store serving on port %d' % port, flush=True)\n"
+    "signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))\n"
+    "while True:\n"
+    "    signal.pause()\n";
+
+cJSON *rm_kube_c10d_pod(const rm_tj *tj, rm_err *err)
+{
+    char name[320], python[256], port[16];
+    if (!rm_launch_runs_torchrun(tj->spec.template, python, sizeof python)) {
+        rm_errf(err, RM_EINVAL, "spec.template: the worker container does not run torchrun");
+        return NULL;
+    }
+    snprintf(name, sizeof(name), "%s" RM_C10D_SUFFIX, tj->name);
+    snprintf(port, sizeof(port), "%d", RM_PORT_C10D);
+    cJSON *pod = cJSON_CreateObject();
+    cJSON_AddStringToObject(pod, "apiVersion", "v1");
+    cJSON_AddStringToObject(pod, "kind", "Pod");
+    cJSON *md = base_meta(pod, tj, name);
+    cJSON_AddStringToObject(cJSON_GetObjectItemCaseSensitive(md, "labels"), RM_LABEL_ROLE, "c10d-store");
+    cJSON *spec = cJSON_AddObjectToObject(pod, "spec");
+    /* the store process restarts in place (an empty store at the same address); the pod itself
+     * is recreated by the operator when it is lost */
+    cJSON_AddStringToObject(spec, "restartPolicy", "Always");
+    cJSON_AddStringToObject(spec, "hostname", name);
+    cJSON_AddStringToObject(spec, "subdomain", tj->name);
+    /* where and as whom the job's pods run; nothing of the worker's resources (no GPUs) */
+    static const char *const pod_keys[] = {"imagePullSecrets", "securityContext",   "nodeSelector",
+                                           "tolerations",      "priorityClassName", "serviceAccountName"};
+    const cJSON *tspec = rm_json_path(tj->spec.template, "spec");
+    for (size_t i = 0; i < RM_ARRAY_LEN(pod_keys); i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(tspec, pod_keys[i]);
+        if (x)
+            cJSON_AddItemToObject(spec, pod_keys[i], cJSON_Duplicate(x, 1));
+    }
+    const cJSON *cs = cJSON_GetObjectItemCaseSensitive(tspec, "containers"), *w = NULL, *ci;
+    cJSON_ArrayForEach(ci, cs)
+    {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(ci, "name");
+        if (!w || (cJSON_IsString(n) && strcmp(n->valuestring, "worker") == 0))
+            w = ci;
+    }
+    cJSON *c = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(spec, "containers"), c);
+    cJSON_AddStringToObject(c, "name", "c10d-store");
+    static const char *const ctr_keys[] = {"image", "imagePullPolicy", "securityContext"};
+    for (size_t i = 0; i < RM_ARRAY_LEN(ctr_keys); i++) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(w, ctr_keys[i]);
+        if (x)
+            cJSON_AddItemToObject(c, ctr_keys[i], cJSON_Duplicate(x, 1));
+    }
+    const char *cmd[] = {python, "-c", c10d_script, port};
+    cJSON_AddItemToObject(c, "command", cJSON_CreateStringArray(cmd, 4));
+    cJSON *ports = cJSON_AddArrayToObject(c, "ports");
+    cJSON *pt = cJSON_CreateObject();
+    cJSON_AddStringToObject(pt, "name", "c10d");
+    cJSON_AddNumberToObject(pt, "containerPort", RM_PORT_C10D);
+    cJSON_AddItemToArray(ports, pt);
+    cJSON *req = cJSON_AddObjectToObject(cJSON_AddObjectToObject(c, "resources"), "requests");
+    cJSON_AddStringToObject(req, "cpu", "100m");
+    cJSON_AddStringToObject(req, "memory", "256Mi");
+    cJSON *rp = cJSON_AddObjectToObject(c, "readinessProbe");
+    cJSON_AddNumberToObject(cJSON_AddObjectToObject(rp, "tcpSocket"), "port", RM_PORT_C10D);
+    cJSON_AddNumberToObject(rp, "periodSeconds", 2);
+    return pod;
 }
 
 cJSON *rm_kube_service(const rm_tj *tj)

@@ -35,6 +35,12 @@ typedef struct rm_kube_worker_pod_args {
  * template. Owned cJSON, or NULL with err. */
 cJSON *rm_kube_worker_pod(const rm_kube_worker_pod_args *a, rm_err *err);
 
+/* A torchrun job's c10d store pod "<job>-c10d" (docs/torchrun.md): torch's own TCPStore from the
+ * worker container's image, at "<job>-c10d.<job>:RM_PORT_C10D" (hostname + the headless Service),
+ * label ringmaster.dev/role: c10d-store. Owned cJSON, or NULL with err (the template does not run
+ * torchrun). */
+cJSON *rm_kube_c10d_pod(const struct rm_tj *tj, rm_err *err);
+
 /* The job's headless Service (publishNotReadyAddresses, the master port). */
 cJSON *rm_kube_service(const struct rm_tj *tj);
 /* The job's rendezvous Secret holding `token` under data.token. */

@@ -22,6 +22,8 @@
 #include "operator/kube/kmap.h"
 #include "operator/apply.h"
 #include "operator/gang.h"
+#include "operator/c10d_store.h"
+#include "operator/launch.h"
 #include "operator/ps_reconcile.h"
 #include "operator/reconcile.h"
 #include "operator/spec_guard.h"
@@ -983,6 +985,53 @@ static void ps_sync(rm_kube_rt *rt, const char *key, const rm_tj *tj, rm_reconci
     ro->status.ps_ready = ready;
 }
 
+/* ---- a torchrun job's c10d store: <job>-c10d kept to operator/c10d_store.h's rule ---- */
+/* Create, replace or delete the store pod; true when worker creations must wait for it. */
+static bool c10d_sync(rm_kube_rt *rt, const char *key, const rm_tj *tj, const rm_reconcile_out *ro,
+                      bool torchrun)
+{
+    char pkey[600], path[900];
+    snprintf(pkey, sizeof(pkey), "%s/%s" RM_C10D_SUFFIX, tj->namespace_, tj->name);
+    rm_c10d_observed o = {0};
+    rm_informer_rlock(rt->c.pods);
+    const rm_kube_pod *p = rm_informer_get(rt->c.pods, pkey);
+    if (p) {
+        o.exists = true;
+        o.ended = p->phase == RM_WORKER_FAILED || p->phase == RM_WORKER_SUCCEEDED;
+        o.terminating = p->deletion_started_at > 0 || p->phase == RM_WORKER_TERMINATING;
+        o.ready = p->ready && p->phase == RM_WORKER_RUNNING;
+    }
+    rm_informer_runlock(rt->c.pods);
+    if (!torchrun && !o.exists)
+        return false;
+    rm_tj view = *tj; /* shallow: the rule reads spec and the new phase only */
+    view.status = ro->status_changed ? ro->status : tj->status;
+    rm_c10d_decision d = rm_c10d_store_decide(&view, torchrun, o);
+    rm_err e = {0};
+    if (d.act == RM_C10D_DELETE) {
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s" RM_C10D_SUFFIX, tj->namespace_,
+                 tj->name);
+        int arc = rm_kube_json(rt->c.client, "DELETE", path, NULL, NULL, NULL, &e);
+        if (arc && arc != RM_ENOTFOUND)
+            rm_warn("c10d store pod delete failed job=%s err=\"%s\"", key, e.msg);
+        else if (o.ended)
+            rm_kube_rt_job_event(
+                rt, tj, true, "C10dStoreLost",
+                "the c10d store pod ended; replacing it (torchrun's agents rendezvous again)");
+    } else if (d.act == RM_C10D_CREATE) {
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", tj->namespace_);
+        cJSON *pod = rm_kube_c10d_pod(tj, &e);
+        bool created = false;
+        int arc = pod ? rm_kube_rt_create(rt, path, pod, &created, &e) : RM_EINVAL;
+        cJSON_Delete(pod);
+        if (arc)
+            rm_warn("c10d store pod create failed job=%s err=\"%s\"", key, e.msg);
+        else if (created)
+            rm_info("c10d store pod created job=%s pod=%s" RM_C10D_SUFFIX, key, tj->name);
+    }
+    return d.hold_workers;
+}
+
 /* observe -> reconcile -> apply -> commit status. */
 static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, double *requeue_after,
                     rm_err *err)
@@ -1024,6 +1073,7 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, dou
     rm_reconcile_opts_default(&ro);
     ro.force_delete_after_s = rt->c.force_delete_after_s;
     ro.no_rendezvous = !rm_kube_template_runs_worker(&tj, rt->worker_image);
+    ro.torchrun = ro.no_rendezvous && rm_launch_runs_torchrun(tj.spec.template, NULL, 0);
     size_t acap = RM_RECONCILE_ACTIONS(oc.n);
     acts = malloc(acap * sizeof(*acts)); /* not zeroed: only the entries written are read, and
                                              * untouched pages of this large block never become resident */
@@ -1055,6 +1105,8 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, dou
     /* apply */
     *ka = (kube_apply){.rt = rt, .key = key, .tj = &tj, .m = m, .nobserved = oc.n};
     snprintf(ka->jobpods, sizeof(ka->jobpods), "/api/v1/namespaces/%s/pods", tj.namespace_);
+    if (c10d_sync(rt, key, &tj, &ro_out, ro.torchrun))
+        hold = true; /* workers wait for their rendezvous store */
     if (hold)
         ro_out.nactions = drop_creates(ro_out.actions, ro_out.nactions);
     rm_apply_result ar;

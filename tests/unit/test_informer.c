@@ -481,7 +481,9 @@ static void test_worker_pod(void)
     CU_ASSERT_STRING_EQUAL(env_val(pod, "RANK"), "2"); /* ours wins over the template's */
     CU_ASSERT_STRING_EQUAL(env_val(pod, "MINE"), "x");
     CU_ASSERT_STRING_EQUAL(env_val(pod, "WORLD_SIZE"), "4");
-    CU_ASSERT_STRING_EQUAL(env_val(pod, "PET_NNODES"), "4");
+    /* a template running torchrun rendezvouses at its c10d store (docs/torchrun.md) */
+    CU_ASSERT_STRING_EQUAL(env_val(pod, "PET_NNODES"), "4:4");
+    CU_ASSERT_STRING_EQUAL(env_val(pod, "PET_RDZV_BACKEND"), "c10d");
     CU_ASSERT_STRING_EQUAL(env_val(pod, "PET_NODE_RANK"), "2");
     CU_ASSERT_STRING_EQUAL(env_val(pod, "MASTER_ADDR"), "tj-worker-0.tj");
     CU_ASSERT_STRING_EQUAL(env_val(pod, "MASTER_PORT"), "29500");
