@@ -226,7 +226,7 @@ deps-images:
 
 # ---- images ---------------------------------------------------------------------------------
 # `make images`: ringmaster/operator:latest and ringmaster/worker:cpu with podman from the Dockerfile
-# (the Debian base made with mmdebstrap when missing). IMAGES="operator worker-cpu torch" picks.
+# (the Debian base made with mmdebstrap when missing). IMAGES="operator worker-cpu torch torch-elastic" picks.
 IMAGES ?= operator worker-cpu
 images: deps-images
 	scripts/images.sh $(IMAGES)

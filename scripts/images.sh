@@ -3,6 +3,7 @@
 #   operator    -> ringmaster/operator:latest
 #   worker-cpu  -> ringmaster/worker:cpu
 #   torch       -> ringmaster/torch-ddp:latest (tests/images/torch-ddp: Debian's python3-torch, a plain DDP script)
+#   torch-elastic -> ringmaster/torch-elastic:latest (tests/images/torch-elastic: the same, for torchrun)
 # (default: operator worker-cpu). Makes the Debian base with mmdebstrap when missing; podman's layer
 # cache makes a rebuild with unchanged sources take seconds. Then checks every image runs as UID 65532
 # with a read-only root filesystem, and prints each image's size.
@@ -19,7 +20,8 @@ for t in "${targets[@]}"; do
     operator)   tag=ringmaster/operator:latest; ctx="$root"; file="$root/Dockerfile"; tgt=(--target operator) ;;
     worker-cpu) tag=ringmaster/worker:cpu;      ctx="$root"; file="$root/Dockerfile"; tgt=(--target worker-cpu) ;;
     torch)      tag=ringmaster/torch-ddp:latest; ctx="$root/tests/images/torch-ddp"; file="$ctx/Containerfile"; tgt=() ;;
-    *) echo "images: unknown target '$t' (operator, worker-cpu, torch)" >&2; exit 2 ;;
+    torch-elastic) tag=ringmaster/torch-elastic:latest; ctx="$root/tests/images/torch-elastic"; file="$ctx/Containerfile"; tgt=() ;;
+    *) echo "images: unknown target '$t' (operator, worker-cpu, torch, torch-elastic)" >&2; exit 2 ;;
   esac
   echo "images: building $tag" >&2
   "${RM_PODMAN[@]}" build -q --pull=never --network host "${RM_ULIMITS[@]}" --layers \
@@ -28,7 +30,7 @@ for t in "${targets[@]}"; do
   case "$t" in
     operator)   who=$(run_ro --entrypoint id "$tag" -u); run_ro "$tag" --help >/dev/null ;;
     worker-cpu) who=$(run_ro --entrypoint id "$tag" -u); run_ro "$tag" train --help >/dev/null ;;
-    torch)      who=$(run_ro --entrypoint id "$tag" -u); run_ro --entrypoint python3 "$tag" -c 'import torch.distributed' ;;
+    torch|torch-elastic) who=$(run_ro --entrypoint id "$tag" -u); run_ro --entrypoint python3 "$tag" -c 'import torch.distributed' ;;
   esac
   [ "$who" = 65532 ] || { echo "images: $tag runs as UID $who, not 65532" >&2; exit 1; }
   size=$("${RM_PODMAN[@]}" image inspect --format '{{.Size}}' "$tag")
