@@ -6,7 +6,9 @@
  * wherever the contract allows a default; everything the contract owns is ours. Remote data
  * (docs/models-and-data.md, "Where data comes from") adds an init container of the worker image
  * running `ringmaster-worker fetch` into the data cache, on the job's shared volume when the
- * checkpoint path is on one, else on a per-pod emptyDir; data.secretRef becomes envFrom. */
+ * checkpoint path is on one, else on a per-pod emptyDir; data.secretRef becomes envFrom. A template
+ * that runs torchrun also gets its c10d store pod, built from the worker container's image alone
+ * (docs/torchrun.md). */
 #include "operator/kube/builders.h"
 #include <stdio.h>
 #include <stdlib.h>

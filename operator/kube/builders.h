@@ -1,7 +1,8 @@
 /* builders.h — the objects the kube runtime creates for a TrainingJob (implemented in
  * operator/kube/builders.c): its worker pods "<job>-worker-<i>", its parameter servers' pods
- * "<job>-ps-<i>", its headless Service "<job>" and its rendezvous Secret "<job>-rendezvous". Each
- * carries the job's labels (runtime.h, RM_LABEL_*) and a controller ownerReference to the job.
+ * "<job>-ps-<i>", a torchrun job's c10d store pod "<job>-c10d", its headless Service "<job>" and its
+ * rendezvous Secret "<job>-rendezvous". Each carries the job's labels (runtime.h, RM_LABEL_*) and a
+ * controller ownerReference to the job.
  *
  * Ownership: every builder returns an owned cJSON tree (cJSON_Delete); the job is borrowed. */
 #ifndef RM_KUBE_BUILDERS_H
