@@ -7,6 +7,13 @@
                                    from `kubectl apply` start) to its last pod
   load.py raw URL PODS             the ceiling: POST PODS bare pods straight to the API (16 threads,
                                    no operator) and time them
+  load.py running URL              play every pod's kubelet once: PATCH each pod's status to Running
+                                   and Ready (16 threads; no processes, no progress reports)
+  load.py idle URL SECONDS [UA]    reset kubesim's request log, wait, count the requests made in the
+                                   window (those whose user agent starts with UA, default "ringmaster"),
+                                   writes (create/update/patch/delete) apart, by verb and resource
+  load.py change URL JOBS N        N times: suspend one job (merge PATCH spec.runPolicy.suspend), time
+                                   until the watch shows its Suspended condition True; p50/p99
 Prints one JSON object on stdout. Uses only the standard library (plain HTTP on 127.0.0.1).
 """
 import http.client, json, sys, threading, time, subprocess, urllib.parse
@@ -23,9 +30,12 @@ def req(c, method, path, body=None):
     return r.status, (json.loads(data) if data else None)
 
 def job(name, workers):
+    # progressDeadlineSeconds 0: pods that are Running but never report (load.py running) are
+    # not restarted, so an idle fleet stays idle
     return {"apiVersion": "ringmaster.dev/v1alpha1", "kind": "TrainingJob",
             "metadata": {"name": name, "namespace": "default"},
             "spec": {"replicas": workers, "backend": "ring",
+                     "restartPolicy": {"progressDeadlineSeconds": 0},
                      "training": {"model": {"type": "mlp", "hidden": [128]}, "epochs": 1},
                      "template": {"spec": {"containers": [{"name": "worker", "image": "ringmaster/worker:latest"}]}}}}
 
@@ -137,9 +147,110 @@ def raw(url, npods):
     dt = time.monotonic() - t0
     return {"pods": npods, "seconds": round(dt, 3), "pods_per_second": round(npods / dt, 1)}
 
+def list_all(c, path):
+    items, cont = [], ""
+    while True:
+        st, lst = req(c, "GET", path + "?limit=5000" + ("&continue=" + urllib.parse.quote(cont) if cont else ""))
+        if st != 200:
+            raise SystemExit("list %s -> %d" % (path, st))
+        items += lst["items"]
+        cont = lst["metadata"].get("continue")
+        if not cont:
+            return items
+
+def running(url):
+    names = [p["metadata"]["name"] for p in list_all(conn(url), "/api/v1/namespaces/default/pods")]
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    bad = []
+    def patcher(chunk):
+        c = conn(url)
+        for i, n in chunk:
+            body = {"status": {"phase": "Running", "podIP": "10.%d.%d.%d" % (i >> 16 & 255, i >> 8 & 255, i & 255),
+                               "startTime": now,
+                               "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": now}],
+                               "containerStatuses": [{"name": "worker", "ready": True, "restartCount": 0,
+                                                      "image": "ringmaster/worker:latest", "imageID": "",
+                                                      "state": {"running": {"startedAt": now}}}]}}
+            h = {"Content-Type": "application/merge-patch+json", "Accept": "application/json"}
+            c.request("PATCH", "/api/v1/namespaces/default/pods/%s/status" % n, json.dumps(body), h)
+            r = c.getresponse(); r.read()
+            if r.status != 200:
+                bad.append((n, r.status))
+    t0 = time.monotonic()
+    idx = list(enumerate(names))
+    ths = [threading.Thread(target=patcher, args=(idx[i::16],)) for i in range(16)]
+    for t in ths: t.start()
+    for t in ths: t.join()
+    return {"pods": len(names), "seconds": round(time.monotonic() - t0, 3), "failed": len(bad)}
+
+def idle(url, seconds, ua):
+    c = conn(url)
+    req(c, "DELETE", "/kubesim/requests")
+    time.sleep(seconds)
+    st, log = req(c, "GET", "/kubesim/requests?userAgent=" + urllib.parse.quote(ua))
+    writes, reads = {}, {}
+    for r in log["items"]:
+        key = r["verb"] + " " + r["resource"] + ("/" + r["subresource"] if r["subresource"] else "")
+        d = writes if r["verb"] in ("create", "update", "patch", "delete", "deletecollection") else reads
+        d[key] = d.get(key, 0) + 1
+    per_min = 60.0 / seconds
+    return {"seconds": seconds, "writes": sum(writes.values()), "writes_per_minute": round(sum(writes.values()) * per_min, 1),
+            "reads": sum(reads.values()), "writes_by": writes, "reads_by": reads}
+
+def change(url, njobs, n):
+    c = conn(url)
+    st, lst = req(c, "GET", "/apis/ringmaster.dev/v1alpha1/namespaces/default/trainingjobs?limit=1")
+    rv = lst["metadata"]["resourceVersion"]
+    seen, cv = {}, threading.Condition()
+    def watch():
+        w = conn(url)
+        w.request("GET", "/apis/ringmaster.dev/v1alpha1/namespaces/default/trainingjobs?watch=1&timeoutSeconds=600&resourceVersion=" + rv)
+        r = w.getresponse()
+        buf = b""
+        while True:
+            chunk = r.read1(65536)
+            if not chunk:
+                return
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                if not line.strip():
+                    continue
+                o = json.loads(line)["object"]
+                for cd in (o.get("status") or {}).get("conditions") or []:
+                    if cd.get("type") == "Suspended" and cd.get("status") == "True":
+                        with cv:
+                            seen.setdefault(o["metadata"]["name"], time.monotonic())
+                            cv.notify_all()
+    threading.Thread(target=watch, daemon=True).start()
+    time.sleep(0.5)
+    lat, step = [], max(1, njobs // n)
+    h = {"Content-Type": "application/merge-patch+json", "Accept": "application/json"}
+    for i in range(n):
+        name = "bench-%04d" % ((i * step) % njobs)
+        t0 = time.monotonic()
+        c.request("PATCH", "/apis/ringmaster.dev/v1alpha1/namespaces/default/trainingjobs/" + name,
+                  json.dumps({"spec": {"runPolicy": {"suspend": True}}}), h)
+        r = c.getresponse(); r.read()
+        with cv:
+            cv.wait_for(lambda: name in seen, timeout=30)
+        if name in seen:
+            lat.append(seen[name] - t0)
+        time.sleep(0.2)
+    return {"changes": n, "observed": len(lat),
+            "p50_ms": round(pct(lat, 50) * 1000, 1) if lat else None,
+            "p99_ms": round(pct(lat, 99) * 1000, 1) if lat else None,
+            "max_ms": round(max(lat) * 1000, 1) if lat else None}
+
 if __name__ == "__main__":
     if sys.argv[1] == "raw":
         print(json.dumps(raw(sys.argv[2], int(sys.argv[3]))))
+    elif sys.argv[1] == "running":
+        print(json.dumps(running(sys.argv[2])))
+    elif sys.argv[1] == "idle":
+        print(json.dumps(idle(sys.argv[2], float(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else "ringmaster")))
+    elif sys.argv[1] == "change":
+        print(json.dumps(change(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))))
     elif sys.argv[1] == "fleet":
         print(json.dumps(fleet(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))))
     else:
