@@ -193,6 +193,7 @@ double rm_tj_steps_total(const rm_tj_spec *s)
     double cap = t->max_steps > 0 ? (double)t->max_steps : 0;
     int64_t n = rm_training_samples(t);
     int stages = s->par.pipeline_stages > 1 ? s->par.pipeline_stages : 1;
+    stages *= s->par.tensor_parallel > 1 ? s->par.tensor_parallel : 1; /* a tensor group shares a batch */
     int64_t dp = (s->replicas > 0 ? s->replicas : 1) / stages;
     int64_t G =
         (int64_t)t->batch_size_per_worker * (dp > 0 ? dp : 1) * (t->grad_accum > 1 ? t->grad_accum : 1);

@@ -225,16 +225,85 @@ int tj_validate_models_data(const rm_training_spec *t, const char *ctx, rm_err *
     return RM_OK;
 }
 
+/* T divides what it splits, T x P divides every replica count, a node holds whole tensor groups
+ * (docs/models-and-data.md, "Tensor parallelism"); then the gate for what T > 1 does not run yet.
+ * The MLP's layers pair up from the first, column-parallel then row-parallel: the widths split are
+ * the outputs of the column layers, model.hidden[0], [2], ...; a last unpaired layer (an even
+ * count of hidden widths) is replicated on every tensor rank (worker/tensor/tp_mlp.h). */
 int tj_validate_tensor_parallel(const rm_tj_spec *s, rm_err *err)
 {
     const rm_par_spec *par = &s->par;
-    int rc = check_int(par->tensor_parallel, par->set & RM_PAR_SET_TENSOR, 1, RM_TJ_MAX_REPLICAS,
-                       "spec.parallelism", "tensorParallel", err);
-    if (rc)
+    const char *P = "spec.parallelism", *M = "spec.training.model";
+    int rc = check_int(par->tensor_parallel, par->set & RM_PAR_SET_TENSOR, 1, RM_TJ_MAX_REPLICAS, P,
+                       "tensorParallel", err);
+    int T = par->tensor_parallel;
+    if (rc || T <= 1)
         return rc;
-    if (par->tensor_parallel > 1)
-        return unsupported(err, "spec.parallelism", "tensorParallel", "%d", par->tensor_parallel);
-    return RM_OK;
+    int stages = par->pipeline_stages > 1 ? par->pipeline_stages : 1, TP = T * stages;
+    const rm_training_spec *t = &s->training;
+    bool gpt = t->model_type && strcmp(t->model_type, rm_model_type_names[RM_MODEL_GPT]) == 0;
+    if (gpt && t->heads > 0 && t->heads % T)
+        return tj_bad(err, M, "heads",
+                      "must be a multiple of %s.tensorParallel (%d): each tensor rank holds heads/%d "
+                      "whole heads (got %d)",
+                      P, T, T, t->heads);
+    if (gpt && t->embed > 0 && (4 * t->embed) % T)
+        return tj_bad(err, M, "embed",
+                      "4 x embed must be a multiple of %s.tensorParallel (%d): the MLP's 4 x embed "
+                      "neurons are split across the tensor ranks (got embed %d)",
+                      P, T, t->embed);
+    if (!gpt && t->nhidden < 1)
+        return tj_bad(err, M, "hidden",
+                      "needs at least one width with %s.tensorParallel %d: the hidden neurons are what "
+                      "the tensor ranks split",
+                      P, T);
+    for (int i = 0; !gpt && i < t->nhidden; i += 2)
+        if (t->hidden[i] % T) {
+            char key[32];
+            snprintf(key, sizeof key, "hidden[%d]", i);
+            return tj_bad(err, M, key,
+                          "must be a multiple of %s.tensorParallel (%d): its neurons are split across "
+                          "the tensor ranks (got %d)",
+                          P, T, t->hidden[i]);
+        }
+    static const char *const counts[] = {"replicas", "minReplicas", "maxReplicas"};
+    const int v[] = {s->replicas, s->min_replicas, s->max_replicas};
+    for (int i = 0; i < 3; i++)
+        if (v[i] % TP)
+            return tj_bad(err, "spec", counts[i],
+                          "must be a multiple of %s.tensorParallel x pipelineStages (%d x %d = %d): the "
+                          "workers form a grid of tensor x pipeline x data-parallel ranks (got %d)",
+                          P, T, stages, TP, v[i]);
+    if (s->placement.present && s->placement.workers_per_node > 0 && s->placement.workers_per_node % T)
+        return tj_bad(err, "spec.placement", "workersPerNode",
+                      "must be a multiple of %s.tensorParallel (%d): a tensor group's ranks share a "
+                      "node (got %d)",
+                      P, T, s->placement.workers_per_node);
+    /* the gate: what T > 1 does not run yet */
+    if (gpt)
+        return unsupported(err, P, "tensorParallel", "%d with %s.type gpt", T, M);
+    if (stages > 1)
+        return unsupported(err, P, "tensorParallel", "%d with pipelineStages > 1", T);
+    if (s->strategy != RM_STRATEGY_ALLREDUCE)
+        return tj_bad(err, P, "tensorParallel", "must be 1 with spec.strategy: parameterServer (got %d)", T);
+    if (t->sharding != RM_SHARD_NONE)
+        return unsupported(err, "spec.training", "sharding", "%s with %s.tensorParallel > 1",
+                           rm_enum_name(rm_sharding_names, (int)t->sharding), P);
+    if (t->optimizer.type == RM_OPT_LAMB || t->optimizer.type == RM_OPT_LARS)
+        return unsupported(err, "spec.training.optimizer", "type", "%s with %s.tensorParallel > 1",
+                           rm_enum_name(rm_opt_names, (int)t->optimizer.type), P);
+    if (t->precision != RM_PREC_FP32)
+        return unsupported(err, "spec.training", "precision", "%s with %s.tensorParallel > 1",
+                           rm_enum_name(rm_precision_names, (int)t->precision), P);
+    if (t->grad_accum > 1)
+        return unsupported(err, "spec.training", "gradientAccumulationSteps", "%d with %s.tensorParallel > 1",
+                           t->grad_accum, P);
+    if (t->mode != RM_MODE_TRAIN)
+        return tj_bad(err, "spec.training", "mode", "must be train with %s.tensorParallel > 1", P);
+    if (s->backend == RM_BACKEND_MPI || s->backend == RM_BACKEND_NCCL)
+        return unsupported(err, "spec", "backend", "%s with %s.tensorParallel > 1 (use auto or ring)",
+                           rm_backend_name(s->backend), P);
+    return unsupported(err, P, "tensorParallel", "%d with %s.type mlp", T, M);
 }
 
 int tj_validate_output(const rm_tj_spec *s, rm_err *err)

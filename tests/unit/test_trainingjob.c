@@ -1540,7 +1540,10 @@ static void test_models_and_data(void)
          "spec.training.gradientAccumulationSteps: gradientAccumulationSteps with strategy parameterServer "
          "is not supported (use pushEverySteps)"},
         {{{"spec.training.evalEverySteps", "250"}}, NULL},
-        {{{"spec.parallelism.tensorParallel", "2"}}, "spec.parallelism.tensorParallel: 2" NS},
+        {{{"spec.parallelism.tensorParallel", "2"},
+          {"spec.training.model", GPT},
+          {"spec.training.data.uri", "\"builtin:tinyshakespeare\""}},
+         "spec.parallelism.tensorParallel: 2 with spec.training.model.type gpt" NS},
         /* spec.output: a folder, file:// or s3:// (worker/train_state.c, rm_tr_export) */
         {{{"spec.output",
            "{\"uri\": \"s3://models/run-1/\", \"format\": \"safetensors\", \"dtype\": \"bfloat16\"}"}},
@@ -1690,8 +1693,106 @@ static void test_models_and_data(void)
     CU_ASSERT_EQUAL(memcmp(&st, &back, sizeof st), 0);
     cJSON_Delete(sj);
 }
+
+/* spec.parallelism.tensorParallel T > 1 (docs/models-and-data.md, "Tensor parallelism"): accepted
+ * for the MLP when T divides the split widths (hidden[0], [2], ...), T x P divides every replica
+ * count and a node holds whole tensor groups; each refusal names its field. Cases start from the
+ * base job (replicas 4, min 2, max 8, hidden [512, 256]). */
+#define MLP_TP(T) "spec.parallelism.tensorParallel: " #T " with spec.training.model.type mlp" NS
+static void test_tensor_parallel(void)
+{
+    static const md_case cases[] = {
+        {{{"spec.parallelism", "{\"tensorParallel\": 2}"}}, MLP_TP(2)},
+        {{{"spec.parallelism", "{\"tensorParallel\": 4}"}, {"spec.minReplicas", "4"}}, MLP_TP(4)},
+        {{{"spec.parallelism", "{\"tensorParallel\": 2}"},
+          {"spec.training.model", "{\"hidden\": [64, 30, 8]}"}},
+         MLP_TP(2)}, /* hidden[1] is a row-parallel output: whole on every rank */
+        {{{"spec.parallelism", "{\"tensorParallel\": 2}"}, {"spec.training.model", "{\"hidden\": [33]}"}},
+         "spec.training.model.hidden[0]: must be a multiple of spec.parallelism.tensorParallel (2): its "
+         "neurons are split across the tensor ranks (got 33)"},
+        {{{"spec.parallelism", "{\"tensorParallel\": 2}"},
+          {"spec.training.model", "{\"hidden\": [64, 30, 9]}"}},
+         "spec.training.model.hidden[2]: must be a multiple of spec.parallelism.tensorParallel (2): its "
+         "neurons are split across the tensor ranks (got 9)"},
+        {{{"spec.parallelism", "{\"tensorParallel\": 2}"}, {"spec.training.model", "{\"hidden\": []}"}},
+         "spec.training.model.hidden: needs at least one width with spec.parallelism.tensorParallel 2: the "
+         "hidden neurons are what the tensor ranks split"},
+        {{{"spec.parallelism", "{\"tensorParallel\": 4}"}},
+         "spec.minReplicas: must be a multiple of spec.parallelism.tensorParallel x pipelineStages (4 x 1 = "
+         "4): the workers form a grid of tensor x pipeline x data-parallel ranks (got 2)"},
+        {{{"spec.parallelism", "{\"tensorParallel\": 3}"}, {"spec.training.model", "{\"hidden\": [48]}"}},
+         "spec.replicas: must be a multiple of spec.parallelism.tensorParallel x pipelineStages (3 x 1 = 3): "
+         "the workers form a grid of tensor x pipeline x data-parallel ranks (got 4)"},
+        {{{"spec.parallelism", "{\"tensorParallel\": 2, \"pipelineStages\": 2}"}},
+         "spec.minReplicas: must be a multiple of spec.parallelism.tensorParallel x pipelineStages (2 x 2 = "
+         "4): the workers form a grid of tensor x pipeline x data-parallel ranks (got 2)"},
+        {{{"spec.parallelism", "{\"tensorParallel\": 2}"},
+          {"spec.maxReplicas", "6"},
+          {"spec.replicas", "6"},
+          {"spec.minReplicas", "3"}},
+         "spec.minReplicas: must be a multiple of spec.parallelism.tensorParallel x pipelineStages (2 x 1 = "
+         "2): the workers form a grid of tensor x pipeline x data-parallel ranks (got 3)"},
+        {{{"spec.parallelism", "{\"tensorParallel\": 2}"}, {"spec.placement", "{\"workersPerNode\": 3}"}},
+         "spec.placement.workersPerNode: must be a multiple of spec.parallelism.tensorParallel (2): a tensor "
+         "group's ranks share a node (got 3)"},
+        {{{"spec.parallelism", "{\"tensorParallel\": 2}"}, {"spec.placement", "{\"workersPerNode\": 4}"}},
+         MLP_TP(2)},
+        {{{"spec.parallelism", "{\"tensorParallel\": 4}"},
+          {"spec.minReplicas", "4"},
+          {"spec.training.model", GPT},
+          {"spec.training.data", "{\"uri\": \"builtin:tinyshakespeare\"}"}},
+         "spec.parallelism.tensorParallel: 4 with spec.training.model.type gpt" NS},
+        {{{"spec.parallelism", "{\"tensorParallel\": 4}"},
+          {"spec.minReplicas", "4"},
+          {"spec.training.model", "{\"type\": \"gpt\", \"layers\": 2, \"heads\": 2, \"embed\": 128, "
+                                  "\"context\": 64}"},
+          {"spec.training.data", "{\"uri\": \"builtin:tinyshakespeare\"}"}},
+         "spec.training.model.heads: must be a multiple of spec.parallelism.tensorParallel (4): each tensor "
+         "rank holds heads/4 whole heads (got 2)"},
+        {{{"spec.parallelism", "{\"tensorParallel\": 2, \"pipelineStages\": 2}"}, {"spec.minReplicas", "4"}},
+         "spec.parallelism.tensorParallel: 2 with pipelineStages > 1" NS},
+        {{{"spec.parallelism", "{\"tensorParallel\": 2}"}, {"spec.training.sharding", "\"optimizer\""}},
+         "spec.training.sharding: optimizer with spec.parallelism.tensorParallel > 1" NS},
+        {{{"spec.parallelism", "{\"tensorParallel\": 2}"},
+          {"spec.training.optimizer", "{\"type\": \"lamb\"}"}},
+         "spec.training.optimizer.type: lamb with spec.parallelism.tensorParallel > 1" NS},
+        {{{"spec.parallelism", "{\"tensorParallel\": 2}"}, {"spec.backend", "\"nccl\""}},
+         "spec.backend: nccl with spec.parallelism.tensorParallel > 1 (use auto or ring)" NS},
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(cases); i++) {
+        cJSON *d = base_doc();
+        set_path(d, "spec.training.dataDir", NULL);
+        for (int k = 0; k < 4 && cases[i].set[k][0]; k++)
+            set_path(d, cases[i].set[k][0], cases[i].set[k][1]);
+        rm_err e = {0};
+        int rc = check(d, &e);
+        const char *want = cases[i].msg;
+        CU_ASSERT_EQUAL(rc, want ? RM_EINVAL : RM_OK);
+        if (want) {
+            CU_ASSERT_STRING_EQUAL(e.msg, want);
+            size_t fl = strlen(e.field);
+            CU_ASSERT(fl > 0 && strncmp(e.msg, e.field, fl) == 0 && strncmp(e.msg + fl, ": ", 2) == 0);
+        }
+        if ((rc != RM_OK) != (want != NULL) || (want && strcmp(e.msg, want) != 0))
+            fprintf(stderr, "\n  case %zu: got rc=%d \"%s\", want \"%s\"\n", i, rc, rc ? e.msg : "",
+                    want ? want : "valid");
+        cJSON_Delete(d);
+    }
+    /* the global batch (steps, memory) spans the data-parallel replicas: world / (T x P) */
+    rm_tj_spec s;
+    memset(&s, 0, sizeof s);
+    s.replicas = 4;
+    s.training.batch_size_per_worker = 32;
+    s.training.epochs = 1;
+    s.training.grad_accum = 1;
+    s.par.pipeline_stages = 1;
+    s.par.tensor_parallel = 2;
+    CU_ASSERT_DOUBLE_EQUAL(rm_tj_steps_total(&s), 60000 / 64, 1e-9);
+}
+
 #undef GPT
 #undef NS
+#undef MLP_TP
 
 void rm_suite_trainingjob(void)
 {
@@ -1715,6 +1816,7 @@ void rm_suite_trainingjob(void)
         {"names", test_names},
         {"yaml_error_points_at_line", test_yaml_error_points_at_line},
         {"models_and_data", test_models_and_data},
+        {"tensor_parallel", test_tensor_parallel},
         {"validation_logs_nothing", test_validation_logs_nothing},
         {"steps_total", test_steps_total},
     };
