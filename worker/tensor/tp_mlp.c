@@ -1,0 +1,244 @@
+/* tp_mlp.c — the MLP split across a tensor group (worker/tensor/tp_mlp.h). */
+#include "worker/tensor/tp_mlp.h"
+
+#include <stdio.h>
+#include <string.h>
+
+int rm_tp_mlp_plan(const rm_model_shape *s, int T, int t, rm_tp_plan *out, rm_err *err)
+{
+    memset(out, 0, sizeof *out);
+    int L = s->nlayers;
+    if (L < 1 || L > RM_TP_MAX_LAYERS || T < 1 || t < 0 || t >= T)
+        return rm_errf(err, RM_EINVAL, "tensor: bad plan (layers %d, rank %d of %d)", L, t, T);
+    if (T > 1 && L < 2)
+        return rm_err_field(err, RM_EINVAL, "spec.training.model.hidden",
+                            "needs at least one width with spec.parallelism.tensorParallel %d", T);
+    out->L = L;
+    out->T = T;
+    out->t = t;
+    size_t off = 0, woff = 0;
+    for (int l = 0; l < L; l++) {
+        rm_tp_layer *y = &out->l[l];
+        y->din = s->dims[l];
+        y->dout = s->dims[l + 1];
+        y->kind = l + 1 < L && l % 2 == 0 ? RM_TP_COL : l % 2 == 1 ? RM_TP_ROW : RM_TP_REP;
+        if (y->kind == RM_TP_COL && y->dout % T) {
+            char key[48];
+            snprintf(key, sizeof key, "spec.training.model.hidden[%d]", l);
+            return rm_err_field(err, RM_EINVAL, key,
+                                "must be a multiple of spec.parallelism.tensorParallel (%d) (got %d)", T,
+                                y->dout);
+        }
+        y->in = y->kind == RM_TP_ROW ? y->din / T : y->din;
+        y->out = y->kind == RM_TP_COL ? y->dout / T : y->dout;
+        y->off = off;
+        y->woff = woff;
+        off += (size_t)y->in * (size_t)y->out + (size_t)y->out;
+        woff += (size_t)y->din * (size_t)y->dout + (size_t)y->dout;
+    }
+    out->n = off;
+    out->nwhole = woff;
+    return RM_OK;
+}
+
+int rm_tp_mlp_events(const rm_tp_plan *p, rm_tp_event *ev, int cap)
+{
+    int n = 0;
+    for (int l = 0; l < p->L; l++)
+        if (p->l[l].kind == RM_TP_ROW && p->T > 1) {
+            if (n < cap)
+                ev[n] = (rm_tp_event){'F', l, p->l[l].dout};
+            n++;
+        }
+    for (int l = p->L - 1; l > 0; l--)
+        if (p->l[l].kind == RM_TP_COL && p->T > 1) {
+            if (n < cap)
+                ev[n] = (rm_tp_event){'B', l, p->l[l].din};
+            n++;
+        }
+    return n;
+}
+
+/* One layer's pieces between the layouts: to_local copies whole -> local, else local -> whole. */
+static void map_layer(const rm_tp_plan *p, int l, float *whole, float *local, bool to_local, bool with_rep)
+{
+    const rm_tp_layer *y = &p->l[l];
+    float *w = whole + y->woff, *lo = local + y->off;
+    size_t din = (size_t)y->din, dout = (size_t)y->dout, in = (size_t)y->in, out = (size_t)y->out;
+    float *wb = w + din * dout, *lb = lo + in * out;
+    switch (y->kind) {
+    case RM_TP_COL: {
+        size_t o0 = (size_t)p->t * out;
+        for (size_t i = 0; i < din; i++) {
+            if (to_local)
+                memcpy(lo + i * out, w + i * dout + o0, out * sizeof(float));
+            else
+                memcpy(w + i * dout + o0, lo + i * out, out * sizeof(float));
+        }
+        if (to_local)
+            memcpy(lb, wb + o0, out * sizeof(float));
+        else
+            memcpy(wb + o0, lb, out * sizeof(float));
+        break;
+    }
+    case RM_TP_ROW: {
+        size_t r0 = (size_t)p->t * in;
+        if (to_local)
+            memcpy(lo, w + r0 * dout, in * dout * sizeof(float));
+        else
+            memcpy(w + r0 * dout, lo, in * dout * sizeof(float));
+        if (to_local)
+            memcpy(lb, wb, dout * sizeof(float));
+        else if (with_rep)
+            memcpy(wb, lb, dout * sizeof(float));
+        break;
+    }
+    case RM_TP_REP:
+        if (to_local)
+            memcpy(lo, w, (din * dout + dout) * sizeof(float));
+        else if (with_rep)
+            memcpy(w, lo, (din * dout + dout) * sizeof(float));
+        break;
+    }
+}
+
+void rm_tp_slice(const rm_tp_plan *p, const float *whole, float *local)
+{
+    for (int l = 0; l < p->L; l++)
+        map_layer(p, l, (float *)whole, local, true, true);
+}
+
+void rm_tp_assemble(const rm_tp_plan *p, const float *local, float *whole, bool with_replicated)
+{
+    for (int l = 0; l < p->L; l++)
+        map_layer(p, l, whole, (float *)local, false, with_replicated);
+}
+
+bool rm_tp_replicated(const rm_tp_plan *p, size_t i)
+{
+    for (int l = 0; l < p->L; l++) {
+        const rm_tp_layer *y = &p->l[l];
+        size_t wlen = (size_t)y->in * (size_t)y->out, len = wlen + (size_t)y->out;
+        if (i >= y->off && i < y->off + len)
+            return y->kind == RM_TP_REP || (y->kind == RM_TP_ROW && i >= y->off + wlen);
+    }
+    return false;
+}
+
+void rm_tp_mlp_free(rm_tp_mlp *m)
+{
+    if (!m || !m->k)
+        return;
+    const rm_kernels *k = m->k;
+    k->free(m->params);
+    k->free(m->grads);
+    for (int l = 0; l < RM_TP_MAX_LAYERS; l++)
+        k->free(m->act[l]);
+    k->free(m->delta[0]);
+    k->free(m->delta[1]);
+    k->free(m->dx);
+    memset(m, 0, sizeof *m);
+}
+
+int rm_tp_mlp_init(rm_tp_mlp *m, const rm_kernels *k, const rm_tp_plan *p, int max_batch,
+                   rm_tp_allreduce_fn ar, void *ud, rm_err *err)
+{
+    memset(m, 0, sizeof *m);
+    if (!k->host_memory)
+        return rm_err_field(err, RM_EINVAL, "spec.parallelism.tensorParallel",
+                            "> 1 runs on the CPU kernels in this version (the %s kernels hold device memory)",
+                            k->name);
+    m->k = k;
+    m->p = *p;
+    m->max_batch = max_batch;
+    m->ar = ar;
+    m->ud = ud;
+    size_t B = (size_t)max_batch, widest = 1;
+    for (int l = 0; l < p->L; l++) {
+        widest = (size_t)p->l[l].din > widest ? (size_t)p->l[l].din : widest;
+        widest = (size_t)p->l[l].dout > widest ? (size_t)p->l[l].dout : widest;
+    }
+    m->params = k->alloc(p->n * sizeof(float));
+    m->grads = k->alloc(p->n * sizeof(float));
+    m->delta[0] = k->alloc(B * widest * sizeof(float));
+    m->delta[1] = k->alloc(B * widest * sizeof(float));
+    m->dx = k->alloc(B * widest * sizeof(float));
+    bool ok = m->params && m->grads && m->delta[0] && m->delta[1] && m->dx;
+    for (int l = 0; l < p->L; l++) {
+        m->act[l] = k->alloc(B * (size_t)p->l[l].out * sizeof(float));
+        ok = ok && m->act[l];
+    }
+    if (!ok) {
+        rm_tp_mlp_free(m);
+        return rm_errf(err, RM_ENOMEM, "tensor: out of memory for the split MLP (%zu floats)", p->n);
+    }
+    return RM_OK;
+}
+
+static rm_act act_of(const rm_tp_plan *p, int l)
+{
+    return l == p->L - 1 ? RM_ACT_NONE : RM_ACT_RELU;
+}
+
+int rm_tp_mlp_forward(rm_tp_mlp *m, const float *x, int rows, rm_err *err)
+{
+    const rm_kernels *k = m->k;
+    const rm_tp_plan *p = &m->p;
+    const float *in = x;
+    m->fwd_floats = 0;
+    for (int l = 0; l < p->L; l++) {
+        const rm_tp_layer *y = &p->l[l];
+        const float *W = m->params + y->off, *b = W + (size_t)y->in * (size_t)y->out;
+        float *out = m->act[l];
+        k->gemm(false, false, rows, y->out, y->in, 1.0f, in, y->in, W, y->out, 0.0f, out, y->out);
+        if (y->kind == RM_TP_ROW && p->T > 1) { /* g: the partial sums of the row layer */
+            size_t n = (size_t)rows * (size_t)y->out;
+            RM_CHECK(m->ar(m->ud, out, n, err));
+            m->fwd_floats += n;
+        }
+        k->bias_act_fwd(out, b, rows, y->out, act_of(p, l));
+        in = out;
+    }
+    return RM_OK;
+}
+
+float *rm_tp_mlp_logits(const rm_tp_mlp *m)
+{
+    return m->act[m->p.L - 1];
+}
+
+void rm_tp_mlp_loss(rm_tp_mlp *m, const int32_t *labels, int rows, float inv_batch, float *loss_sum)
+{
+    float *y = rm_tp_mlp_logits(m);
+    m->k->softmax_xent_fwd_bwd(y, labels, rows, m->p.l[m->p.L - 1].dout, inv_batch, y, loss_sum);
+}
+
+int rm_tp_mlp_backward(rm_tp_mlp *m, const float *x, int rows, rm_err *err)
+{
+    const rm_kernels *k = m->k;
+    const rm_tp_plan *p = &m->p;
+    float *dy = rm_tp_mlp_logits(m);
+    int pp = 0;
+    m->bwd_floats = 0;
+    for (int l = p->L - 1; l >= 0; l--) {
+        const rm_tp_layer *y = &p->l[l];
+        const float *in = l == 0 ? x : m->act[l - 1];
+        const float *W = m->params + y->off;
+        float *dW = m->grads + y->off, *db = dW + (size_t)y->in * (size_t)y->out;
+        /* dy: the gradient of this layer's output (whole for row/rep, this rank's part for col) */
+        k->bias_act_bwd(dy, m->act[l], db, rows, y->out, act_of(p, l));
+        k->gemm(true, false, y->in, y->out, rows, 1.0f, in, y->in, dy, y->out, 0.0f, dW, y->out);
+        if (l == 0)
+            break; /* nothing consumes the first layer's input gradient */
+        float *dx = m->delta[pp];
+        pp ^= 1;
+        k->gemm(false, true, rows, y->in, y->out, 1.0f, dy, y->out, W, y->out, 0.0f, dx, y->in);
+        if (y->kind == RM_TP_COL && p->T > 1) { /* f: the input gradient's partial sums */
+            size_t n = (size_t)rows * (size_t)y->in;
+            RM_CHECK(m->ar(m->ud, dx, n, err));
+            m->bwd_floats += n;
+        }
+        dy = dx;
+    }
+    return RM_OK;
+}

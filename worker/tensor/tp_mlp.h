@@ -1,0 +1,106 @@
+/* tp_mlp.h — the MLP split across a tensor group of T ranks (docs/models-and-data.md, "Tensor
+ * parallelism"; DistBelief's neuron partitions, Megatron-LM's column/row-parallel linear layers).
+ *
+ * The split: the linear layers pair up from the first, (0, 1), (2, 3), ...: the first of a pair is
+ * column-parallel (rank t holds output neurons [t·h/T, (t+1)·h/T) of its width h: those columns
+ * of W and that part of b; its ReLU is local), the second row-parallel (rank t holds the same rows
+ * of W, the input neurons rank t computed; its bias is replicated and added once, after the sum).
+ * Megatron's operators around a pair: f (identity forward, allreduce of the input gradient
+ * backward) before the column layer, g (allreduce of the partial outputs forward, identity
+ * backward) after the row layer. So a pair costs one forward allreduce of rows x its output width
+ * and one backward allreduce of rows x its input width, except that the first pair's f moves
+ * nothing (nothing consumes the input gradient of the first layer). An odd layer count leaves the
+ * last layer (the classes) unpaired: it is replicated, every rank computing it whole on the
+ * replicated input (the cheapest choice: it is the narrowest layer, and splitting it alone would
+ * cost a gather); its gradient is the same bits on every rank. Split widths (hidden[0], [2], ...)
+ * must divide by T (the validator checks it: common/tj_models_data.c).
+ *
+ * Local layout: layer l's [W | b] as the whole MLP stores it (W row-major [in x out]) at the
+ * local widths, layers in order: col [din x dout/T | dout/T], row [din/T x dout | dout], rep
+ * [din x dout | dout]. rm_tp_slice / rm_tp_assemble map between it and the whole model's layout
+ * (worker/model/mlp.c), so init, checkpoints and export stay those of T = 1.
+ *
+ * Collectives go through a callback (the tensor group's comm in the strategy, a thread harness in
+ * the tests): sum in place over the group, the same bits on every rank.
+ *
+ * Ownership: rm_tp_mlp owns its parameters, gradients and activations (kernels memory; host
+ * memory only in this version); x, labels and loss buffers are borrowed per call. */
+#ifndef RM_WORKER_TP_MLP_H
+#define RM_WORKER_TP_MLP_H
+#include <stdbool.h>
+#include <stddef.h>
+#include "common/rm.h"
+#include "kernels/kernels.h"
+#include "worker/model/model.h"
+
+#define RM_TP_MAX_LAYERS (RM_MODEL_SHAPE_WORDS - 1)
+
+typedef enum { RM_TP_COL = 0, RM_TP_ROW = 1, RM_TP_REP = 2 } rm_tp_kind;
+
+typedef struct rm_tp_layer {
+    rm_tp_kind kind;
+    int din, dout; /* whole widths */
+    int in, out;   /* this rank's widths: col (din, dout/T), row (din/T, dout), rep (din, dout) */
+    size_t off;    /* local flat offset of [W | b] */
+    size_t woff;   /* whole flat offset of the layer */
+} rm_tp_layer;
+
+typedef struct rm_tp_plan {
+    int L, T, t;
+    rm_tp_layer l[RM_TP_MAX_LAYERS];
+    size_t n;      /* local floats */
+    size_t nwhole; /* the whole model's floats */
+} rm_tp_plan;
+
+/* The plan of tensor rank t of T for an MLP shape (worker/model/mlp.c's record). RM_EINVAL naming
+ * spec.training.model.hidden[i] when a split width does not divide by T, or when there is no pair. */
+int rm_tp_mlp_plan(const rm_model_shape *s, int T, int t, rm_tp_plan *out, rm_err *err);
+
+/* One collective of a step, in issue order: 'F' forward (g, after a row layer's GEMM: the partial
+ * outputs summed) or 'B' backward (f, after a column layer's input-gradient GEMM); width floats per
+ * row. */
+typedef struct rm_tp_event {
+    char pass;
+    int layer, width;
+} rm_tp_event;
+/* The step's collectives into ev (cap entries); returns the count (may exceed cap). */
+int rm_tp_mlp_events(const rm_tp_plan *p, rm_tp_event *ev, int cap);
+
+/* Whole -> this rank's pieces (host floats: whole nwhole, local n). */
+void rm_tp_slice(const rm_tp_plan *p, const float *whole, float *local);
+/* This rank's pieces -> their places in whole, the rest untouched; replicated pieces (row biases,
+ * rep layers) only when with_replicated. A zeroed whole summed over the group (each rank writing
+ * its pieces, replicated ones from rank 0 only) is the whole model. */
+void rm_tp_assemble(const rm_tp_plan *p, const float *local, float *whole, bool with_replicated);
+/* Whether local float i is replicated (the same on every rank): counted once in norms. */
+bool rm_tp_replicated(const rm_tp_plan *p, size_t i);
+
+typedef int (*rm_tp_allreduce_fn)(void *ud, float *buf, size_t n, rm_err *err);
+
+typedef struct rm_tp_mlp {
+    rm_tp_plan p;
+    const rm_kernels *k;
+    int max_batch;
+    float *params, *grads;
+    float *act[RM_TP_MAX_LAYERS];
+    float *delta[2];
+    float *dx; /* [max_batch x widest whole width]: a column layer's partial input gradient */
+    rm_tp_allreduce_fn ar;
+    void *ud;
+    /* floats moved through ar (the last step's forward and backward) */
+    size_t fwd_floats, bwd_floats;
+} rm_tp_mlp;
+
+int rm_tp_mlp_init(rm_tp_mlp *m, const rm_kernels *k, const rm_tp_plan *p, int max_batch,
+                   rm_tp_allreduce_fn ar, void *ud, rm_err *err);
+void rm_tp_mlp_free(rm_tp_mlp *m); /* NULL ok, idempotent */
+/* Forward of rows of x (whole input rows, replicated): the logits (whole, replicated) end in
+ * rm_tp_mlp_logits. Fails only when a collective fails. */
+int rm_tp_mlp_forward(rm_tp_mlp *m, const float *x, int rows, rm_err *err);
+float *rm_tp_mlp_logits(const rm_tp_mlp *m);
+/* After forward: softmax cross-entropy of the logits against labels, its sum into *loss_sum, the
+ * logits replaced by their gradient scaled by inv_batch (as worker/model/mlp.c's loss). */
+void rm_tp_mlp_loss(rm_tp_mlp *m, const int32_t *labels, int rows, float inv_batch, float *loss_sum);
+/* Backward from the logits' gradient (after loss): grads overwritten with this rank's pieces. */
+int rm_tp_mlp_backward(rm_tp_mlp *m, const float *x, int rows, rm_err *err);
+#endif
