@@ -303,7 +303,7 @@ int tj_validate_tensor_parallel(const rm_tj_spec *s, rm_err *err)
     if (s->backend == RM_BACKEND_MPI || s->backend == RM_BACKEND_NCCL)
         return unsupported(err, "spec", "backend", "%s with %s.tensorParallel > 1 (use auto or ring)",
                            rm_backend_name(s->backend), P);
-    return unsupported(err, P, "tensorParallel", "%d with %s.type mlp", T, M);
+    return RM_OK; /* the MLP split (worker/tensor/step_tensor.c) */
 }
 
 int tj_validate_output(const rm_tj_spec *s, rm_err *err)

@@ -411,7 +411,8 @@ int rm_launch_build(const rm_tj *job, int index, int epoch, const rm_launch_plac
     }
     if (sp->strategy == RM_STRATEGY_PS)
         ps_env(&b, job, p);
-    if (sp->par.pipeline_stages > 1 || sp->par.micro_batches > 1) { /* pipeline stages */
+    if (sp->par.pipeline_stages > 1 || sp->par.micro_batches > 1 ||
+        sp->par.tensor_parallel > 1) { /* pipeline stages, tensor groups */
         cJSON *po = b.rc ? NULL : rm_par_to_json(&sp->par);
         char *js = po ? cJSON_PrintUnformatted(po) : NULL;
         cJSON_Delete(po);

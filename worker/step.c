@@ -8,6 +8,7 @@ static const rm_step_ops *const STRATEGIES[] = {
     &rm_step_allreduce_ops,
     &rm_step_ps_ops,
     &rm_step_pipeline_ops,
+    &rm_step_tensor_ops,
 };
 
 const rm_step_ops *rm_step_strategy(const char *name)
@@ -20,5 +21,5 @@ const rm_step_ops *rm_step_strategy(const char *name)
 
 const char *rm_step_strategy_names(void)
 {
-    return "allreduce, parameterServer, pipeline";
+    return "allreduce, parameterServer, pipeline, tensor";
 }

@@ -16,6 +16,9 @@
  *              into P stages, micro-batches scheduled by GPipe or 1F1B between neighbouring
  *              ranks, gradients allreduced within each stage's data-parallel group
  *              (step_pipeline.c; the pure parts: pipeline_core.h).
+ *   tensor     tensor parallelism (spec.parallelism.tensorParallel, docs/models-and-data.md): each
+ *              layer's neurons split over T adjacent ranks, gradients averaged within each tensor
+ *              rank's data-parallel group (worker/tensor/step_tensor.c; the split: tp_mlp.h).
  *
  * Lifecycle: init (once per process, before any round) -> for each round: round_begin ->
  * [state_restore from a checkpoint | state_fresh] -> state_sync -> step ... -> round_end ->
@@ -241,6 +244,10 @@ extern const rm_step_ops rm_step_allreduce_ops;
 int rm_step_allreduce_sync_pos(rm_step *s, rm_step_pos *pos, rm_err *err);
 extern const rm_step_ops rm_step_ps_ops;       /* "parameterServer" (step_ps.c) */
 extern const rm_step_ops rm_step_pipeline_ops; /* "pipeline" (step_pipeline.c) */
+/* "tensor" (worker/tensor/step_tensor.c): spec.parallelism.tensorParallel T > 1 with P = 1 */
+extern const rm_step_ops rm_step_tensor_ops;
+/* spec.parallelism.tensorParallel from the worker's environment (0: absent or unreadable). */
+int rm_step_tensor_parallel(void);
 /* parameterServer with spec.training.optimizer.type lbfgs: Sandblaster L-BFGS (step_lbfgs.c;
  * train.c picks it by the optimizer, not by name) */
 extern const rm_step_ops rm_step_lbfgs_ops;

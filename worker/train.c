@@ -209,7 +209,9 @@ static int trainer_setup(trainer *t, const rm_train_cfg *cfg, rm_err *err)
     const char *par = getenv(RM_ENV_PARALLELISM); /* pipeline stages  */
     const char *allreduce = rm_enum_name(rm_strategy_names, RM_STRATEGY_ALLREDUCE);
     if (par && *par && (!sname || !*sname || !strcmp(sname, allreduce)))
-        sname = "pipeline"; /* the step strategy of spec.parallelism (docs/strategies.md) */
+        sname = rm_step_tensor_parallel() > 1
+                    ? "tensor"    /* docs/models-and-data.md */
+                    : "pipeline"; /* the step strategy of spec.parallelism (docs/strategies.md) */
     t->strat = rm_step_strategy(sname && *sname ? sname : allreduce);
     if (t->strat == &rm_step_ps_ops && cfg->t.optimizer.type == RM_OPT_LBFGS)
         t->strat = &rm_step_lbfgs_ops; /* Sandblaster L-BFGS (docs/strategies.md#sandblaster-l-bfgs) */

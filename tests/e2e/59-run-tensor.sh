@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# e2e-timeout: 300
+# Tensor parallelism (docs/models-and-data.md, "Tensor parallelism") with `ringmaster run`, the MLP:
+#  - a bad spec is a field-named validation error (exit 2): T x P not dividing replicas, a split
+#    width not divisible by T;
+#  - the math: after 60 steps (same seed, same global batch) T = 2 and T = 4 hold the parameters of
+#    T = 1, and T = 2 x D = 2 those of D = 2, within 1e-5 in the norm ||ours - ref|| / ||ref|| of
+#    the exported safetensors (the same tensor names and shapes as T = 1: export assembles the
+#    pieces); a different global batch does not (the comparison discriminates);
+#  - with gradClip and adamw too (the global norm counts each piece once, biases are not decayed);
+#  - the tensor group of one host talks through shared memory; each rank holds half the model;
+#  - checkpoints are the whole model (the file T = 1 writes): T = 2's step-50 checkpoint resumes at
+#    T = 4 and at T = 1 and reaches T = 1's parameters at step 60.
+source "$(dirname "$0")/5x-run-lib.bash"
+export RINGMASTER_THREADS=1
+
+# mk NAME REPLICAS T
+mk() {
+  sed -e "s/^  replicas: 2$/  replicas: $2/" -e "s/tensorParallel: 2/tensorParallel: $3/" \
+    "$FIX/tensor.yaml" > "$W/$1.yaml"
+  grep -q "tensorParallel: $3}" "$W/$1.yaml" || fail "fixture edit $1"
+}
+cmp_export() { # A B: exports agree
+  $PY "$RM_ROOT/tests/e2e/compare-safetensors.py" "$W/ck-$1/export/model.safetensors" \
+    "$W/ck-$2/export/model.safetensors" 1e-5 > "$W/cmp-$1-$2.txt" 2>&1
+}
+
+# ---- validation
+mk bad 3 2
+set +e; "$RM_BIN/ringmaster" validate -f "$W/bad.yaml" >"$W/v.out" 2>"$W/v.err"; rc=$?; set -e
+[ $rc -eq 2 ] && grep -q 'spec.replicas: must be a multiple of spec.parallelism.tensorParallel x pipelineStages (2 x 1 = 2)' "$W/v.err" ||
+  fail "replicas 3 with T = 2: exit $rc $(cat "$W/v.err")"
+sed -e 's/hidden: \[128\]/hidden: [127]/' "$FIX/tensor.yaml" > "$W/bad2.yaml"
+set +e; "$RM_BIN/ringmaster" validate -f "$W/bad2.yaml" >"$W/v.out" 2>"$W/v.err"; rc=$?; set -e
+[ $rc -eq 2 ] && grep -q 'spec.training.model.hidden\[0\]: must be a multiple of spec.parallelism.tensorParallel (2)' "$W/v.err" ||
+  fail "hidden [127] with T = 2: exit $rc $(cat "$W/v.err")"
+
+# ---- 60 steps each: T = 1, 2, 4 on one replica; D = 2 with T = 1 and T = 2
+mk t1 1 1; mk t2 2 2; mk t4 4 4; mk d2 2 1; mk t2d2 4 2
+for n in t1 t2 t4 d2 t2d2; do
+  run_job "$n" -f "$W/$n.yaml" -o json
+  [ $RC -eq 0 ] || fail "$n exit $RC"
+  [ "$(jget $n "j['status']['phase']")" = Succeeded ] || fail "$n not Succeeded"
+done
+cmp_export t2 t1 || fail "T = 2 differs from T = 1: $(cat "$W/cmp-t2-t1.txt")"
+cmp_export t4 t1 || fail "T = 4 differs from T = 1: $(cat "$W/cmp-t4-t1.txt")"
+cmp_export t2d2 d2 || fail "T = 2 x D = 2 differs from D = 2: $(cat "$W/cmp-t2d2-d2.txt")"
+! cmp_export t2 d2 || fail "the comparison does not tell a different global batch apart"
+log "T=2 vs T=1: $(cat "$W/cmp-t2-t1.txt"); T=4: $(cat "$W/cmp-t4-t1.txt"); T=2xD=2: $(cat "$W/cmp-t2d2-d2.txt")"
+grep -q 'msg="tensor round" rank=1 world=2 t=1 T=2 d=0 D=1 tensor_comm=shm .* pieces=50890 of 101770' "$W/run-t2/worker-1.log" ||
+  fail "T = 2's rank 1: no shm tensor group with half the model: $(grep 'tensor round' "$W/run-t2/worker-1.log")"
+grep -q 'msg="tensor round" rank=3 world=4 t=1 T=2 d=1 D=2 tensor_comm=shm data_comm=shm' "$W/run-t2d2/worker-3.log" ||
+  fail "T = 2 x D = 2's rank 3 groups: $(grep 'tensor round' "$W/run-t2d2/worker-3.log")"
+# clipping's global norm counts each piece once; adamw decays the weights' pieces, not the biases
+for n in t1 t2; do
+  sed -e 's/^    maxSteps: 60$/    maxSteps: 60\n    gradClip: 0.5/' \
+    -e 's/optimizer: .*/optimizer: {type: adamw, lr: 0.002, weightDecay: 0.1}/' "$W/$n.yaml" > "$W/c$n.yaml"
+  grep -q 'gradClip: 0.5' "$W/c$n.yaml" || fail "fixture edit c$n"
+  run_job "c$n" -f "$W/c$n.yaml" -o json
+  [ $RC -eq 0 ] || fail "c$n exit $RC"
+done
+cmp_export ct2 ct1 || fail "T = 2 with gradClip and adamw differs from T = 1: $(cat "$W/cmp-ct2-ct1.txt")"
+! cmp_export ct1 t1 || fail "gradClip/adamw changed nothing"
+ls "$W"/ck-t2/ckpt-000000000050*.rmck >/dev/null || fail "T = 2 wrote no whole checkpoint: $(ls "$W/ck-t2")"
+
+# ---- T = 2's step-50 checkpoint resumed at T = 4 and at T = 1
+for r in "r4 t4" "r1 t1"; do
+  set -- $r
+  mkdir -p "$W/ck-$1"
+  cp "$W"/ck-t2/*-000000000050* "$W/ck-$1"/
+  set +e
+  "$RM_BIN/ringmaster" run --resume --checkpoint-dir "$W/ck-$1" --run-dir "$W/run-$1" -f "$W/$2.yaml" -o json \
+    >"$W/$1.out" 2>"$W/$1.err"
+  RC=$?; set -e
+  [ $RC -eq 0 ] || fail "$1 exit $RC"
+  grep -q 'msg="checkpoint loaded" .*step=50 ' "$W/run-$1/worker-0.log" || fail "$1 did not resume at step 50"
+  cmp_export "$1" t1 || fail "T = 2's checkpoint resumed as $2 differs from T = 1: $(cat "$W/cmp-$1-t1.txt")"
+done
+assert_no_workers
+log "PASS tensor parallelism: T = 2, 4 and 2 x 2 match T = 1 / D = 2; resumes at T = 4 and T = 1"

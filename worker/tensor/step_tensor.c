@@ -1,0 +1,393 @@
+/* step_tensor.c — the "tensor" strategy: tensor parallelism composed with data parallelism
+ * (spec.parallelism.tensorParallel T > 1, pipelineStages 1; docs/models-and-data.md, "Tensor
+ * parallelism"), for the MLP.
+ *
+ * Placement (common/grid.h): rank r = d·T + t is tensor rank t of data-parallel replica d. Each
+ * rank forms, from its rank and the world alone, its tensor group (the T adjacent ranks of its
+ * replica: shared memory when they advertised one host, worker/comm/comm_shm.c, else a ring
+ * sub-group; the round's own comm when the group is the whole world) and, when D > 1, its
+ * data-parallel group (the D ranks with its t, a ring or shm sub-group). The T ranks of a replica
+ * train on the same slot of the global batch (data_slot: d of D).
+ *
+ * A step: the split forward/backward of worker/tensor/tp_mlp.h on this rank's pieces, its f/g
+ * allreduces over the tensor group; the pieces' gradients averaged over the data-parallel group
+ * only; clipping's global norm sums each piece once (split pieces on every tensor rank, the
+ * replicated ones from tensor rank 0) over the tensor group; the optimizer (its own instance on
+ * the local layout, so its state is 1/T of the split pieces) steps the pieces.
+ *
+ * State: the driver's whole model buffers (env->m->params, env->opt->state) are the "gathered"
+ * form: fresh starts and restores write them through the allreduce strategy (the same init and
+ * checkpoint as T = 1), state_sync takes rank 0's whole state over the world and then slices this
+ * rank's pieces; materialize (evaluation, the final checksum, export) and state_gather (a
+ * checkpoint) assemble them again (each rank writes its pieces into zeros, the replicated ones from
+ * t = 0, and the tensor group sums: x + 0 is exact). A checkpoint is therefore the whole model, the
+ * file T = 1 writes, and a resume with another T (or T = 1) re-slices it. state_bytes answers 0 while
+ * the whole buffers are older than the pieces (a SIGTERM between gathers keeps the newest
+ * checkpoint).
+ *
+ * Limits of this version: the MLP; P = 1; fp32; host memory (the CPU kernels); optimizers without
+ * per-tensor trust ratios; no accumulation (the validator refuses the rest, naming the field).
+ *
+ * Ownership: rm_step owns the split model, its optimizer, the inner allreduce state and the group
+ * comms (round_end frees the per-round parts, destroy everything). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "common/clock.h"
+#include "common/grid.h"
+#include "common/log.h"
+#include "common/trainingjob.h"
+#include "common/worker_env.h"
+#include "worker/step.h"
+#include "worker/tensor/tp_mlp.h"
+
+#define TP_GROUP_TENSOR 0x1000u /* + replica d: a tensor group */
+#define TP_GROUP_DATA 0x1800u   /* + tensor rank t: a data-parallel group */
+
+struct rm_step {
+    rm_step_env env;
+    const rm_step_ops *inner_ops; /* the allreduce strategy: fresh/save/restore/sync */
+    rm_step *inner;
+    int T;
+    rm_tp_mlp mlp;
+    rm_optim opt; /* on the local layout */
+    bool opt_ok;
+    /* this round */
+    rm_step_round r;
+    bool round_ok;
+    rm_grid_place pl;
+    const rm_comm_ops *tops, *dops;
+    rm_comm *tcomm, *dcomm; /* tcomm may be the round's own (owns_t false) */
+    bool owns_t;
+    bool whole;     /* the whole buffers hold the pieces' current values */
+    float *scratch; /* [nwhole]: assembling */
+    /* the last step's collectives */
+    double wait_s;
+    uint64_t bytes;
+};
+
+/* spec.parallelism's T from the worker's environment (0 when it is absent or not JSON). */
+int rm_step_tensor_parallel(void)
+{
+    const char *js = getenv(RM_ENV_PARALLELISM);
+    if (!js || !*js)
+        return 0;
+    cJSON *o = cJSON_Parse(js);
+    rm_par_spec par;
+    memset(&par, 0, sizeof par);
+    rm_err e = {0};
+    int T = o && cJSON_IsObject(o) && rm_par_from_json(o, "spec.parallelism", &par, &e) == RM_OK
+                ? par.tensor_parallel
+                : 0;
+    cJSON_Delete(o);
+    return T;
+}
+
+static int tp_ar(void *ud, float *buf, size_t n, rm_err *err)
+{
+    rm_step *s = ud;
+    double t0 = rm_mono();
+    int rc = s->tops->allreduce(s->tcomm, buf, n, RM_DT_F32, RM_OP_SUM, err);
+    s->wait_s += rm_mono() - t0;
+    s->bytes += n * sizeof(float);
+    return rc;
+}
+
+static void tp_round_end(rm_step *s);
+
+static void tp_destroy(rm_step *s)
+{
+    if (!s)
+        return;
+    tp_round_end(s);
+    if (s->inner_ops)
+        s->inner_ops->destroy(s->inner);
+    rm_tp_mlp_free(&s->mlp);
+    if (s->opt_ok)
+        rm_optim_free(&s->opt);
+    free(s->scratch);
+    free(s);
+}
+
+static int tp_init(const rm_step_env *env, rm_step **out, rm_err *err)
+{
+    const char *F = "spec.parallelism.tensorParallel";
+    int T = rm_step_tensor_parallel();
+    if (T < 2)
+        return rm_err_field(err, RM_EINVAL, F, "the tensor strategy needs T >= 2 in %s (got %d)",
+                            RM_ENV_PARALLELISM, T);
+    if (strcmp(env->m->family->name, "mlp") != 0)
+        return rm_err_field(err, RM_EINVAL, F, "%d with spec.training.model.type %s is not supported yet", T,
+                            env->m->family->name);
+    if (env->sharding != RM_SHARD_NONE || env->grad_accum > 1 || rm_optim_layerwise(env->opt))
+        return rm_err_field(err, RM_EINVAL, F,
+                            "%d with sharding, gradient accumulation or lamb/lars is not supported yet", T);
+    rm_step *s = calloc(1, sizeof *s);
+    if (!s)
+        return rm_errf(err, RM_ENOMEM, "out of memory");
+    s->env = *env;
+    s->T = T;
+    rm_step_env ie = *env;
+    ie.sharding = RM_SHARD_NONE;
+    s->inner_ops = &rm_step_allreduce_ops;
+    int rc = s->inner_ops->init(&ie, &s->inner, err);
+    if (rc) {
+        s->inner_ops = NULL;
+        tp_destroy(s);
+        return rc;
+    }
+    /* the pieces' sizes do not depend on t: plan as rank 0 until the round says which t */
+    rm_tp_plan p;
+    if ((rc = rm_tp_mlp_plan(&env->m->shape, T, 0, &p, err)) ||
+        (rc = rm_tp_mlp_init(&s->mlp, env->k, &p, env->batch, tp_ar, s, err)) ||
+        (rc = rm_optim_init(&s->opt, env->k, &env->opt->spec, p.n, err))) {
+        tp_destroy(s);
+        return rc;
+    }
+    s->opt_ok = true;
+    /* adamw: weights decayed, biases not, as the whole model's tensors */
+    rm_optim_seg seg[2 * RM_TP_MAX_LAYERS];
+    for (int l = 0; l < p.L; l++) {
+        size_t w = (size_t)p.l[l].in * (size_t)p.l[l].out;
+        seg[2 * l] = (rm_optim_seg){p.l[l].off, w, true};
+        seg[2 * l + 1] = (rm_optim_seg){p.l[l].off + w, (size_t)p.l[l].out, false};
+    }
+    if ((rc = rm_optim_set_tensors(&s->opt, seg, 2 * p.L, err))) {
+        tp_destroy(s);
+        return rc;
+    }
+    if (!(s->scratch = malloc(p.nwhole * sizeof(float)))) {
+        tp_destroy(s);
+        return rm_errf(err, RM_ENOMEM, "tensor: out of memory");
+    }
+    *out = s;
+    return RM_OK;
+}
+
+static void tp_round_end(rm_step *s)
+{
+    if (!s)
+        return;
+    if (s->tops && s->owns_t)
+        s->tops->destroy(s->tcomm);
+    if (s->dops)
+        s->dops->destroy(s->dcomm);
+    s->tcomm = s->dcomm = NULL;
+    s->tops = s->dops = NULL;
+    s->owns_t = false;
+    if (s->inner_ops && s->round_ok)
+        s->inner_ops->round_end(s->inner);
+    s->round_ok = false;
+}
+
+/* A sub-group of the round: members[] (world ranks, n of them) with this rank at index me; shared
+ * memory when its ranks advertised one host (and RINGMASTER_SHM allows it), else a ring sub-group
+ * over the worker's listener. */
+static int form_group(rm_step *s, const rm_step_round *r, const int *members, int n, int me, uint32_t group,
+                      const rm_comm_ops **ops, rm_comm **out, rm_err *err)
+{
+    rm_rdzv_peer peers[RM_RDZV_MAX_WORLD > 1024 ? 1024 : RM_RDZV_MAX_WORLD];
+    if (n > (int)RM_ARRAY_LEN(peers))
+        return rm_errf(err, RM_EINVAL, "tensor: group of %d ranks is too large", n);
+    for (int i = 0; i < n; i++)
+        peers[i] = r->peers[members[i]];
+    rm_comm_cfg cc = {
+        .rank = me,
+        .world_size = n,
+        .epoch = r->epoch,
+        .peers = peers,
+        .token = s->env.token,
+        .listener = r->listener,
+        .listen_fd = -1,
+        .timeout_s = s->env.timeout_s,
+        .group = group,
+    };
+    *ops = rm_comm_shm_wanted(peers, n) ? rm_comm_shm_ops() : rm_comm_ring_ops();
+    return rm_comm_init_or_ring(ops, &cc, out, err);
+}
+
+static int tp_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
+{
+    tp_round_end(s);
+    s->r = *r;
+    s->r.peers = NULL; /* only valid during round_begin */
+    s->r.listener = NULL;
+    RM_CHECK(rm_grid_place_of(r->rank, r->world, s->T, 1, &s->pl, err));
+    rm_tp_plan p;
+    RM_CHECK(rm_tp_mlp_plan(&s->env.m->shape, s->T, s->pl.t, &p, err));
+    s->mlp.p = p; /* the same sizes as rank 0's plan: only the slices move */
+    RM_CHECK(s->inner_ops->round_begin(s->inner, r, err));
+    s->round_ok = true;
+    int members[1024];
+    if (s->T > (int)RM_ARRAY_LEN(members) || s->pl.D > (int)RM_ARRAY_LEN(members))
+        return rm_errf(err, RM_EINVAL, "tensor: groups of more than %zu ranks", RM_ARRAY_LEN(members));
+    if (s->pl.D == 1) { /* the tensor group is the round */
+        s->tops = r->ops;
+        s->tcomm = r->comm;
+        s->owns_t = false;
+    } else {
+        int n = rm_grid_group(&s->pl, RM_GRID_TENSOR, members, (int)RM_ARRAY_LEN(members));
+        RM_CHECK(form_group(s, r, members, n, s->pl.t, TP_GROUP_TENSOR + (uint32_t)s->pl.d, &s->tops,
+                            &s->tcomm, err));
+        s->owns_t = true;
+        n = rm_grid_group(&s->pl, RM_GRID_DATA, members, (int)RM_ARRAY_LEN(members));
+        RM_CHECK(form_group(s, r, members, n, s->pl.d, TP_GROUP_DATA + (uint32_t)s->pl.t, &s->dops, &s->dcomm,
+                            err));
+    }
+    rm_info("tensor round rank=%d world=%d t=%d T=%d d=%d D=%d tensor_comm=%s data_comm=%s pieces=%zu of %zu",
+            r->rank, r->world, s->pl.t, s->T, s->pl.d, s->pl.D, s->tops->name, s->dops ? s->dops->name : "-",
+            p.n, p.nwhole);
+    return RM_OK;
+}
+
+static void whole_stale(rm_step *s)
+{
+    s->whole = false;
+}
+
+static int tp_state_fresh(rm_step *s, uint64_t seed, rm_err *err)
+{
+    whole_stale(s); /* sliced at state_sync */
+    return s->inner_ops->state_fresh(s->inner, seed, err);
+}
+
+static void tp_state_restore(rm_step *s, const void *src, int64_t opt_t, float loss_scale, int scaler_tracker)
+{
+    whole_stale(s);
+    s->inner_ops->state_restore(s->inner, src, opt_t, loss_scale, scaler_tracker);
+}
+
+/* rank 0's whole state on every rank (the allreduce strategy's agreement), then this rank's pieces */
+static int tp_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
+{
+    const rm_step_env *e = &s->env;
+    RM_CHECK(s->inner_ops->state_sync(s->inner, pos, err));
+    rm_tp_slice(&s->mlp.p, e->m->params, s->mlp.params);
+    for (int i = 0; i < s->opt.nstate; i++)
+        rm_tp_slice(&s->mlp.p, e->opt->state[i], s->opt.state[i]);
+    s->opt.t = e->opt->t;
+    s->whole = true;
+    return RM_OK;
+}
+
+/* local -> whole over the tensor group: zeros, this rank's pieces (replicated ones from t = 0), a sum */
+static int assemble(rm_step *s, const float *local, float *whole, rm_err *err)
+{
+    size_t n = s->mlp.p.nwhole;
+    memset(s->scratch, 0, n * sizeof(float));
+    rm_tp_assemble(&s->mlp.p, local, s->scratch, s->pl.t == 0);
+    RM_CHECK(s->tops->allreduce(s->tcomm, s->scratch, n, RM_DT_F32, RM_OP_SUM, err));
+    memcpy(whole, s->scratch, n * sizeof(float));
+    return RM_OK;
+}
+
+static int tp_materialize(rm_step *s, rm_err *err)
+{
+    if (s->whole || !s->tcomm)
+        return RM_OK;
+    RM_CHECK(assemble(s, s->mlp.params, s->env.m->params, err));
+    for (int i = 0; i < s->opt.nstate; i++)
+        RM_CHECK(assemble(s, s->opt.state[i], s->env.opt->state[i], err));
+    s->env.opt->t = s->opt.t;
+    s->whole = true;
+    return RM_OK;
+}
+
+static int tp_state_gather(rm_step *s, void *dst, rm_err *err)
+{
+    (void)dst; /* state_save copies the whole buffers into it */
+    return tp_materialize(s, err);
+}
+
+static size_t tp_state_bytes(const rm_step *s, int rank)
+{
+    return s->whole ? s->inner_ops->state_bytes(s->inner, rank) : 0;
+}
+
+static int tp_state_save(rm_step *s, void *dst, rm_err *err)
+{
+    if (!s->whole)
+        return rm_errf(err, RM_EINVAL, "checkpoint: the tensor pieces are newer than the whole model");
+    return s->inner_ops->state_save(s->inner, dst, err);
+}
+
+static int tp_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *err)
+{
+    const rm_step_env *e = &s->env;
+    rm_tp_mlp *m = &s->mlp;
+    memset(st, 0, sizeof *st);
+    s->wait_s = 0;
+    s->bytes = 0;
+    whole_stale(s);
+    double t0 = rm_mono();
+    const float *x = (const float *)e->m->x;
+    RM_CHECK(rm_tp_mlp_forward(m, x, rows, err));
+    rm_tp_mlp_loss(m, e->m->labels, rows, 1.0f / (float)rows, e->m->loss_sum);
+    RM_CHECK(rm_tp_mlp_backward(m, x, rows, err));
+    double dp_s = 0;
+    uint64_t dp_bytes = 0;
+    if (s->dcomm) { /* data-parallel group only: the tensor ranks hold different pieces */
+        double a0 = rm_mono();
+        RM_CHECK(s->dops->allreduce(s->dcomm, m->grads, m->p.n, RM_DT_F32, RM_OP_AVG, err));
+        dp_s = rm_mono() - a0;
+        dp_bytes = m->p.n * sizeof(float);
+    }
+    if (e->grad_clip > 0) { /* each piece once: split ones on every rank, replicated ones from t = 0 */
+        double sq = 0;
+        for (size_t i = 0; i < m->p.n; i++)
+            if (s->pl.t == 0 || !rm_tp_replicated(&m->p, i))
+                sq += (double)m->grads[i] * m->grads[i];
+        float f = (float)sq;
+        RM_CHECK(tp_ar(s, &f, 1, err));
+        double norm = sqrt((double)f);
+        float sc = rm_clip_scale(norm, e->grad_clip);
+        if (sc < 1.0f)
+            e->k->scale(m->grads, m->p.n, sc);
+        st->has_grad_norm = true;
+        st->grad_norm = norm;
+    }
+    rm_optim_step(&s->opt, m->params, m->grads, lr);
+    e->opt->t = s->opt.t;
+    st->comm = true;
+    st->allreduce_s = s->wait_s + dp_s;
+    st->bytes = s->bytes + dp_bytes;
+    st->compute_s = rm_mono() - t0 - st->allreduce_s;
+    return RM_OK;
+}
+
+static void tp_data_slot(const rm_step *s, int *slot, int *nslots)
+{
+    *slot = s->pl.d;
+    *nslots = s->pl.D > 0 ? s->pl.D : 1;
+}
+
+static void tp_memory(const rm_step *s, rm_step_memory *out)
+{
+    uint64_t n = s->mlp.p.n, f = sizeof(float);
+    memset(out, 0, sizeof *out);
+    out->params = out->grads = n * f;
+    out->optimizer = (uint64_t)s->opt.nstate * n * f;
+    out->activations = rm_model_act_bytes(s->env.m);
+}
+
+const rm_step_ops rm_step_tensor_ops = {
+    .name = "tensor",
+    .init = tp_init,
+    .round_begin = tp_round_begin,
+    .state_fresh = tp_state_fresh,
+    .state_bytes = tp_state_bytes,
+    .state_save = tp_state_save,
+    .state_restore = tp_state_restore,
+    .state_sync = tp_state_sync,
+    .step = tp_step,
+    .round_end = tp_round_end,
+    .destroy = tp_destroy,
+    .materialize = tp_materialize,
+    .state_gather = tp_state_gather,
+    .memory = tp_memory,
+    .data_slot = tp_data_slot,
+};
