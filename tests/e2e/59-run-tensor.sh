@@ -7,6 +7,8 @@
 #    T = 1, and T = 2 x D = 2 those of D = 2, within 1e-5 in the norm ||ours - ref|| / ||ref|| of
 #    the exported safetensors (the same tensor names and shapes as T = 1: export assembles the
 #    pieces); a different global batch does not (the comparison discriminates);
+#  - a tensor rank killed by RINGMASTER_FAULT is replaced and the group re-forms from the newest
+#    checkpoint (T = 2's run above, still matching T = 1);
 #  - with gradClip and adamw too (the global norm counts each piece once, biases are not decayed);
 #  - the tensor group of one host talks through shared memory; each rank holds half the model;
 #  - checkpoints are the whole model (the file T = 1 writes): T = 2's step-50 checkpoint resumes at
@@ -37,11 +39,16 @@ set +e; "$RM_BIN/ringmaster" validate -f "$W/bad2.yaml" >"$W/v.out" 2>"$W/v.err"
 
 # ---- 60 steps each: T = 1, 2, 4 on one replica; D = 2 with T = 1 and T = 2
 mk t1 1 1; mk t2 2 2; mk t4 4 4; mk d2 2 1; mk t2d2 4 2
+# T = 2 loses tensor rank 1 at step 55: it is replaced, the group re-forms from the step-50
+# checkpoint, and the job still ends with T = 1's parameters
 for n in t1 t2 t4 d2 t2d2; do
-  run_job "$n" -f "$W/$n.yaml" -o json
+  f=""; [ $n = t2 ] && f="exit:rank=1:step=55"
+  RINGMASTER_FAULT="$f" run_job "$n" -f "$W/$n.yaml" -o json
   [ $RC -eq 0 ] || fail "$n exit $RC"
   [ "$(jget $n "j['status']['phase']")" = Succeeded ] || fail "$n not Succeeded"
 done
+[ "$(jget t2 "j['status']['restarts']")" -ge 1 ] || fail "T = 2: no restart after the killed tensor rank"
+grep -q 'msg="checkpoint loaded" .*step=50 ' "$W/run-t2/worker-1.log" || fail "T = 2 did not re-form from step 50"
 cmp_export t2 t1 || fail "T = 2 differs from T = 1: $(cat "$W/cmp-t2-t1.txt")"
 cmp_export t4 t1 || fail "T = 4 differs from T = 1: $(cat "$W/cmp-t4-t1.txt")"
 cmp_export t2d2 d2 || fail "T = 2 x D = 2 differs from D = 2: $(cat "$W/cmp-t2d2-d2.txt")"
