@@ -951,6 +951,9 @@ int rm_validate_main(int argc, char **argv)
                    "%d micro-batches, schedule %s\n",
                    par->pipeline_stages, job.spec.replicas / par->pipeline_stages, par->pipeline_stages,
                    par->micro_batches, rm_pipe_schedule_names[par->schedule == RM_PIPE_GPIPE]);
+        if (par->tensor_parallel > 1) /* docs/models-and-data.md, "Tensor parallelism" */
+            printf("  tensor: %d-way tensor groups x %d data-parallel replicas (rank r = d*%d + t)\n",
+                   par->tensor_parallel, job.spec.replicas / par->tensor_parallel, par->tensor_parallel);
     }
     rm_tj_free(&job);
     return 0;

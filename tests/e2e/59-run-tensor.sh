@@ -10,7 +10,8 @@
 #  - a tensor rank killed by RINGMASTER_FAULT is replaced and the group re-forms from the newest
 #    checkpoint (T = 2's run above, still matching T = 1);
 #  - with gradClip and adamw too (the global norm counts each piece once, biases are not decayed);
-#  - the tensor group of one host talks through shared memory; each rank holds half the model;
+#  - the tensor group of one host talks through shared memory; each rank holds half the model; the
+#    tensor traffic is one forward allreduce of the logits per step (the stats line);
 #  - checkpoints are the whole model (the file T = 1 writes): T = 2's step-50 checkpoint resumes at
 #    T = 4 and at T = 1 and reaches T = 1's parameters at step 60.
 source "$(dirname "$0")/5x-run-lib.bash"
@@ -28,6 +29,9 @@ cmp_export() { # A B: exports agree
 }
 
 # ---- validation
+"$RM_BIN/ringmaster" validate -f "$FIX/tensor.yaml" > "$W/v.out" || fail "validate the fixture"
+grep -q 'tensor: 2-way tensor groups x 1 data-parallel replicas (rank r = d\*2 + t)' "$W/v.out" ||
+  fail "validate's tensor line: $(cat "$W/v.out")"
 mk bad 3 2
 set +e; "$RM_BIN/ringmaster" validate -f "$W/bad.yaml" >"$W/v.out" 2>"$W/v.err"; rc=$?; set -e
 [ $rc -eq 2 ] && grep -q 'spec.replicas: must be a multiple of spec.parallelism.tensorParallel x pipelineStages (2 x 1 = 2)' "$W/v.err" ||
@@ -68,6 +72,12 @@ for n in t1 t2; do
 done
 cmp_export ct2 ct1 || fail "T = 2 with gradClip and adamw differs from T = 1: $(cat "$W/cmp-ct2-ct1.txt")"
 ! cmp_export ct1 t1 || fail "gradClip/adamw changed nothing"
+# one pair (784 -> 128 -> 10): per step one forward allreduce of 64 rows x 10 logits (g), none
+# backward (the first pair's f moves nothing); T = 4 moves the same, as Megatron's count says
+for n in t2 t4; do
+  grep -q 'msg="tensor stats" t=0 T=[24] steps=[0-9]* fwd_bytes_per_step=2560 bwd_bytes_per_step=0 ' "$W/run-$n/worker-0.log" ||
+    fail "$n tensor traffic: $(grep 'tensor stats' "$W/run-$n/worker-0.log" | tail -1)"
+done
 ls "$W"/ck-t2/ckpt-000000000050*.rmck >/dev/null || fail "T = 2 wrote no whole checkpoint: $(ls "$W/ck-t2")"
 
 # ---- T = 2's step-50 checkpoint resumed at T = 4 and at T = 1

@@ -68,6 +68,10 @@ struct rm_step {
     /* the last step's collectives */
     double wait_s;
     uint64_t bytes;
+    /* this round (the stats line): steps, tensor-group bytes forward (g) and backward (f) and the
+     * seconds spent in the tensor group's collectives */
+    uint64_t tot_steps, tot_fwd, tot_bwd;
+    double tot_wait;
 };
 
 /* spec.parallelism's T from the worker's environment (0 when it is absent or not JSON). */
@@ -168,10 +172,26 @@ static int tp_init(const rm_step_env *env, rm_step **out, rm_err *err)
     return RM_OK;
 }
 
+/* The round's tensor-group traffic per step (the bench and e2e 59-run-tensor read the last line):
+ * at every materialize (evaluations, the end) and at round end. */
+static void log_stats(rm_step *s)
+{
+    if (s->tot_steps == 0)
+        return;
+    double n = (double)s->tot_steps;
+    rm_info("tensor stats t=%d T=%d steps=%llu fwd_bytes_per_step=%.0f bwd_bytes_per_step=%.0f "
+            "tensor_wait_ms_per_step=%.3f",
+            s->pl.t, s->T, (unsigned long long)s->tot_steps, (double)s->tot_fwd / n, (double)s->tot_bwd / n,
+            1e3 * s->tot_wait / n);
+}
+
 static void tp_round_end(rm_step *s)
 {
     if (!s)
         return;
+    log_stats(s);
+    s->tot_steps = s->tot_fwd = s->tot_bwd = 0;
+    s->tot_wait = 0;
     if (s->tops && s->owns_t)
         s->tops->destroy(s->tcomm);
     if (s->dops)
@@ -287,6 +307,7 @@ static int assemble(rm_step *s, const float *local, float *whole, rm_err *err)
 
 static int tp_materialize(rm_step *s, rm_err *err)
 {
+    log_stats(s);
     if (s->whole || !s->tcomm)
         return RM_OK;
     RM_CHECK(assemble(s, s->mlp.params, s->env.m->params, err));
@@ -352,6 +373,10 @@ static int tp_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     }
     rm_optim_step(&s->opt, m->params, m->grads, lr);
     e->opt->t = s->opt.t;
+    s->tot_steps++;
+    s->tot_fwd += m->fwd_floats * sizeof(float);
+    s->tot_bwd += m->bwd_floats * sizeof(float);
+    s->tot_wait += s->wait_s;
     st->comm = true;
     st->allreduce_s = s->wait_s + dp_s;
     st->bytes = s->bytes + dp_bytes;
