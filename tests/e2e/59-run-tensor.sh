@@ -78,6 +78,12 @@ for n in t2 t4; do
   grep -q 'msg="tensor stats" t=0 T=[24] steps=[0-9]* fwd_bytes_per_step=2560 bwd_bytes_per_step=0 ' "$W/run-$n/worker-0.log" ||
     fail "$n tensor traffic: $(grep 'tensor stats' "$W/run-$n/worker-0.log" | tail -1)"
 done
+# each rank holds its pieces: 784x64+64 + 64x10 floats of the split pair plus the 10 replicated biases
+memb() { grep -h 'msg="memory"' "$W/run-$1/worker-$2.log" | tail -1 | grep -o "$3_bytes=[0-9]*" | cut -d= -f2; }
+[ "$(memb t1 0 params)" = $(( (784 * 128 + 128 + 128 * 10 + 10) * 4 )) ] || fail "T = 1 params_bytes $(memb t1 0 params)"
+for k in params grads optimizer; do
+  [ "$(memb t2 1 $k)" = $(( (784 * 64 + 64 + 64 * 10 + 10) * 4 )) ] || fail "T = 2 rank 1 ${k}_bytes $(memb t2 1 $k)"
+done
 ls "$W"/ck-t2/ckpt-000000000050*.rmck >/dev/null || fail "T = 2 wrote no whole checkpoint: $(ls "$W/ck-t2")"
 
 # ---- T = 2's step-50 checkpoint resumed at T = 4 and at T = 1

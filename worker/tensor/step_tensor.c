@@ -23,7 +23,10 @@
  * t = 0, and the tensor group sums: x + 0 is exact). A checkpoint is therefore the whole model, the
  * file T = 1 writes, and a resume with another T (or T = 1) re-slices it. state_bytes answers 0 while
  * the whole buffers are older than the pieces (a SIGTERM between gathers keeps the newest
- * checkpoint).
+ * checkpoint). Between gathers the whole buffers' pages are given back (rm_model_release_range), so
+ * a rank's resident parameters, gradients and optimizer state are its pieces (about 1/T of the
+ * split layers plus the replicated ones), except transiently at an evaluation, a checkpoint or the
+ * export, which hold the whole model once more.
  *
  * Limits of this version: the MLP; P = 1; fp32; host memory (the CPU kernels); optimizers without
  * per-tensor trust ratios; no accumulation (the validator refuses the rest, naming the field).
@@ -343,6 +346,13 @@ static int tp_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     memset(st, 0, sizeof *st);
     s->wait_s = 0;
     s->bytes = 0;
+    if (s->whole) { /* the whole buffers' pages go back until the next gather (host memory) */
+        const rm_model *wm = e->m;
+        rm_model_release_range(wm, wm->params, 0, wm->nparams);
+        rm_model_release_range(wm, wm->grads, 0, wm->nparams);
+        for (int i = 0; i < e->opt->nstate; i++)
+            rm_model_release_range(wm, e->opt->state[i], 0, wm->nparams);
+    }
     whole_stale(s);
     double t0 = rm_mono();
     const float *x = (const float *)e->m->x;
