@@ -1284,6 +1284,12 @@ int rm_rdzv_snapshot(rm_rdzv *r, const char *jobname, rm_rdzv_state *out)
                 out->ps_checkpoint_failures = j->srv[i].ckfail;
                 snprintf(out->ps_checkpoint_error, sizeof out->ps_checkpoint_error, "%s", j->srv[i].ckerr);
             }
+        const kv_ent *fe = kv_find(j, RM_RDZV_KV_DATA_FETCH);
+        unsigned long long fb = 0, ft = 0;
+        if (fe && sscanf(fe->val, "%llu %llu", &fb, &ft) == 2) {
+            out->data_bytes = fb;
+            out->data_total = ft;
+        }
     }
     pthread_mutex_unlock(&r->mu);
     return rc;

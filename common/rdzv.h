@@ -155,7 +155,13 @@ typedef struct rm_rdzv_state {
      * registration's report): its index, the count (0 = none failing) and the last message */
     int ps_checkpoint_index, ps_checkpoint_failures;
     char ps_checkpoint_error[128];
+    /* the data fetch's progress: the current epoch's kv key RM_RDZV_KV_DATA_FETCH ("BYTES TOTAL",
+     * put by the fetching worker or init container); both 0 = none reported */
+    uint64_t data_bytes, data_total;
 } rm_rdzv_state;
+/* The kv key a data fetch reports its progress under (docs/models-and-data.md, "Where data comes
+ * from"): the value is "BYTES TOTAL" in decimal (TOTAL 0 = not known yet); the snapshot reads it. */
+#define RM_RDZV_KV_DATA_FETCH "data-fetch"
 
 /* Copy of the job's state (for the controller's observations). RM_ENOTFOUND if unknown. */
 int rm_rdzv_snapshot(rm_rdzv *r, const char *job, rm_rdzv_state *out);

@@ -6,6 +6,7 @@
  * through the terminal path or falls through. Nothing here reads a clock, allocates or does I/O,
  * so the same input always gives the same output and the unit tests drive it as a table. */
 #include "operator/reconcile.h"
+#include "common/datasets.h"
 #include "common/worker_env.h"
 #include <math.h>
 #include <stdio.h>
@@ -1158,6 +1159,22 @@ static bool rule_phase(rc_ctx *c)
     return false;
 }
 
+/* status.data {uri, bytes, totalBytes} (docs/models-and-data.md, "Where data comes from"): the
+ * fetch's progress as the fetching worker (or init container) put it in the rendezvous
+ * (RM_RDZV_KV_DATA_FETCH, read by the snapshot). Kept once seen: a later epoch has no fetch to
+ * report, and the last figures say what was fetched. */
+static void copy_data(rc_ctx *c)
+{
+    const rm_rdzv_state *r = c->in->rdzv;
+    const char *uri = c->job->spec.training.data.uri;
+    if (!r || (!r->data_bytes && !r->data_total) || !uri || !rm_uri_fetched(uri))
+        return;
+    rm_tj_status *st = c->st;
+    rm_sfmt(st->data.uri, sizeof st->data.uri, "%s", uri);
+    st->data.bytes = (int64_t)r->data_bytes;
+    st->data.total_bytes = (int64_t)r->data_total;
+}
+
 /* The rules in their fixed order (reconcile.h). */
 static void run(rc_ctx *c)
 {
@@ -1199,6 +1216,9 @@ bool rm_reconcile_status_equal(const rm_tj_status *a, const rm_tj_status *b)
         r->tokens_per_second != s->tokens_per_second || r->model_bytes != s->model_bytes ||
         strcmp(r->model_uri, s->model_uri) != 0 || strcmp(r->model_sha256, s->model_sha256) != 0)
         return false;
+    if (strcmp(a->data.uri, b->data.uri) != 0 || a->data.bytes != b->data.bytes ||
+        a->data.total_bytes != b->data.total_bytes)
+        return false;
     for (int t = 0; t < RM_COND__COUNT; t++) {
         const rm_condition *c = &a->conditions[t], *d = &b->conditions[t];
         if (c->present != d->present)
@@ -1237,6 +1257,7 @@ int rm_reconcile(const rm_reconcile_in *in, rm_reconcile_out *out)
     out->nactions = 0;
     out->status_changed = false;
 
+    copy_data(c);
     run(c);
     if (c->requeue >= 0) {
         rm_action *a = push(c, RM_ACT_REQUEUE_AFTER);

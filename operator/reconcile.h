@@ -135,6 +135,9 @@
  *    count, its error) and a Warning event "CheckpointFailing" on the transition; when every
  *    reporting member writes again, False reason "CheckpointWritten". True for longer than
  *    progressDeadlineSeconds (> 0) -> Failed reason "CheckpointFailing" (R9).
+ * R13 Data fetch (before every rule). A rendezvous snapshot with data_bytes or data_total set (the
+ *    fetch's report, docs/models-and-data.md "Fetch progress") and a fetched spec.training.data.uri:
+ *    status.data = {uri, bytes, totalBytes}; kept while no report is there.
  * R12 Blocked (docs/trainingjob-api.md, "Why is my job stuck"). A Pending, not terminating worker
  *    with a waiting cause (rm_observed_worker.waiting: unschedulable, image pull, missing
  *    configuration): condition Blocked=True, reason Unschedulable | ImagePullFailed |

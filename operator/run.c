@@ -137,6 +137,7 @@ typedef struct ui {
     double rate_t0;
     int64_t rate_s0;
     double eta_rate;
+    bool fetch_shown; /* a fetch's progress line was printed (off a terminal: at once, once) */
 } ui;
 
 static void ui_clear(ui *u)
@@ -193,7 +194,18 @@ static void on_tick(void *ud, const rm_local_view *v)
                 pg->tokens_per_second * (st->replicas > 0 ? st->replicas : 1));
     }
     char line[480];
-    if (sp->training.mode == RM_MODE_BENCH) {
+    /* the data fetch before the first step (status.data; docs/models-and-data.md, "Where data
+     * comes from"): bytes so far of the total, when known */
+    const bool fetching =
+        st->data.uri[0] && step == 0 && (st->data.total_bytes <= 0 || st->data.bytes < st->data.total_bytes);
+    if (fetching) {
+        char tot[32] = "?";
+        if (st->data.total_bytes > 0)
+            rm_sfmt(tot, sizeof tot, "%.1f", (double)st->data.total_bytes / 1e6);
+        rm_sfmt(line, sizeof line, "%-10s fetching %.200s  %.1f/%s MB  workers %d/%d  restarts %d",
+                rm_phase_name(st->phase), st->data.uri, (double)st->data.bytes / 1e6, tot, v->ready,
+                v->desired, st->restarts);
+    } else if (sp->training.mode == RM_MODE_BENCH) {
         rm_sfmt(line, sizeof line, "%-10s allreduce benchmark  workers %d/%d  restarts %d  %.0fs",
                 rm_phase_name(st->phase), v->alive, v->desired, st->restarts, v->now - v->started);
     } else {
@@ -217,8 +229,9 @@ static void on_tick(void *ud, const rm_local_view *v)
         fprintf(u->out, "\r\033[K%s", line);
         u->line_on = true;
         fflush(u->out);
-    } else if (v->now - u->last_plain >= 5) {
+    } else if (v->now - u->last_plain >= 5 || (fetching && !u->fetch_shown)) {
         u->last_plain = v->now;
+        u->fetch_shown |= fetching;
         fprintf(u->out, "progress: %s\n", line);
         fflush(u->out);
     }

@@ -3,7 +3,8 @@
 # ringmaster run with data over HTTP (common/fetch.h; docs/models-and-data.md, "Where data comes
 # from"): the MLP trains on a generated IDX set that is not Fashion-MNIST (12x12 images, 4
 # classes) served by a loopback Range server; the job's two workers fetch each file once, a second
-# run fetches nothing, a run killed during the download continues it with a Range request, and bad
+# run fetches nothing, a run killed during the download continues it with a Range request (the
+# progress line shows the fetch; status.data its bytes), and bad
 # input — 404, a wrong sha256, a refused connection, a test split that does not match — ends Failed/DataError in seconds with no
 # restart spent.
 source "$(dirname "$0")/5x-run-lib.bash"
@@ -97,6 +98,10 @@ for f in train-images-idx3-ubyte.gz train-labels-idx1-ubyte t10k-images-idx3-uby
   [ "$(gets "/set/$f" "$W/a.log")" = 1 ] || fail "/set/$f fetched $(gets "/set/$f" "$W/a.log") times by 2 workers (want 1)"
 done
 grep -q 'msg="data fetched" uri=http' "$W"/run-fetch/worker-*.log || fail "no worker logged the fetch"
+# status.data: what the fetching worker reported through the rendezvous, the set's bytes in all
+SET_BYTES=$(cat "$W/www/set/"* | wc -c)
+[ "$(jget fetch '"%s %d %d" % (j["status"]["data"]["uri"], j["status"]["data"]["bytes"], j["status"]["data"]["totalBytes"])')" = \
+  "http://127.0.0.1:$PORT/set/ $SET_BYTES $SET_BYTES" ] || fail "status.data: $(jget fetch 'j["status"].get("data")') (want $SET_BYTES bytes)"
 # ---- 2. a second run (a replacement) finds the verified cache: no request at all --------------
 n0=$(wc -l <"$W/a.log")
 run_job fetch2 -f "$W/fetch.yaml" -o json
@@ -119,6 +124,10 @@ for _ in $(seq 1 200); do
   sleep 0.05
 done
 [ -n "$part" ] && [ "$(stat -c %s "$part")" -gt 100000 ] || fail "the download never got going"
+# the progress line shows the fetch (status.data) before the first step
+for _ in $(seq 1 100); do grep -q "fetching http://127.0.0.1:$SLOW/set/ " "$W/kill.err" && break; sleep 0.1; done
+grep -Eq "progress: .*fetching http://127\.0\.0\.1:$SLOW/set/  [0-9.]+/[0-9.]+ MB" "$W/kill.err" ||
+  fail "no fetch progress line: $(grep progress: "$W/kill.err" | tail -3)"
 kill -9 "$RUNNER_PID"; wait "$RUNNER_PID" 2>/dev/null || true; RUNNER_PID=""
 for _ in $(seq 1 50); do [ -z "$(our_workers)" ] && break; sleep 0.1; done
 assert_no_workers

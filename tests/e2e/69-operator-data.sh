@@ -4,7 +4,8 @@
 # kubesim: a job whose data.uri is http:// gets a fetch-data init container of the worker image on
 # every worker pod; with the checkpoint path on a volume the data cache lives there, so the job's
 # pods fetch the object once (the loopback server sees one GET), a deleted worker's replacement
-# runs its init container and fetches nothing, and the job Succeeds. A job whose data is missing
+# runs its init container and fetches nothing, and the job Succeeds; status.data shows the bytes
+# the init container fetched (it reports to the operator's rendezvous). A job whose data is missing
 # fails at once with reason DataError and the fetch's own message (the init container's exit code 3
 # and last log line, terminationMessagePolicy FallbackToLogsOnError), spending no restart.
 source "$(dirname "$0")/6x-operator-lib.bash"
@@ -66,6 +67,9 @@ cache=$(k get pod remote-worker-0 -o 'jsonpath={.spec.containers[0].env[?(@.name
 [ "$(gets c.txt)" = 1 ] || fail "two pods on one shared volume fetched $(gets c.txt) times: $(cat "$T/www-requests.log")"
 grep -hq 'msg="data fetched"' "$ksdata"/logs/default_remote-worker-*/fetch-data.log || fail "no init container fetched"
 log "2 workers initialised, 1 GET"
+# status.data: the init container reported the fetch to the operator's rendezvous (kv data-fetch)
+wait_for 20 "status.data of the fetch" bash -c \
+  "[ \"\$(kubectl get tj remote -o jsonpath='{.status.data.uri} {.status.data.bytes} {.status.data.totalBytes}')\" = 'http://127.0.0.1:$PORT/c.txt 60000 60000' ]"
 
 wait_for 60 "remote Running with progress" bash -c "[ \"\$(kubectl get tj remote -o jsonpath='{.status.progress.step}')\" -ge 40 ]"
 uid=$(k get pod remote-worker-1 -o 'jsonpath={.metadata.uid}')

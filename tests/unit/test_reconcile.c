@@ -1551,6 +1551,53 @@ static void test_lm_numbers_projected(void)
     rm_tj_free(&tj3);
 }
 
+/* The data fetch's progress (docs/models-and-data.md, "Fetch progress"): the rendezvous' report
+ * becomes status.data {uri, bytes, totalBytes}; a change of it alone is a status change; it stays
+ * when the report is gone (a later epoch); data that is not fetched gets none. */
+static void fetching(rm_rdzv_state *r)
+{
+    r->data_bytes = 1000;
+    r->data_total = 4000;
+}
+
+static void fetched(rm_rdzv_state *r)
+{
+    r->data_bytes = r->data_total = 4000;
+}
+
+static void test_data_progress(void)
+{
+    scen s = {.name = "d", RUNNING_ST, .workers = ALL4, .rdzv = CLOSED0, .rdzv_more = fetching};
+    rm_tj tj;
+    base_job(&tj, &s);
+    tj.spec.training.data.uri = strdup("s3://data/tiny/");
+    static run_result r;
+    run_once(&s, &tj, &r);
+    CU_ASSERT_TRUE(r.out.status_changed);
+    CU_ASSERT_STRING_EQUAL(r.out.status.data.uri, "s3://data/tiny/");
+    CU_ASSERT_EQUAL(r.out.status.data.bytes, 1000);
+    CU_ASSERT_EQUAL(r.out.status.data.total_bytes, 4000);
+    tj.status = r.out.status; /* fed back: no change */
+    run_once(&s, &tj, &r);
+    CU_ASSERT_FALSE(r.out.status_changed);
+    s.rdzv_more = fetched;
+    run_once(&s, &tj, &r);
+    CU_ASSERT_TRUE(r.out.status_changed);
+    CU_ASSERT_EQUAL(r.out.status.data.bytes, 4000);
+    tj.status = r.out.status;
+    s.rdzv_more = NULL; /* a new epoch: no report, the figures stay */
+    run_once(&s, &tj, &r);
+    CU_ASSERT_FALSE(r.out.status_changed);
+    CU_ASSERT_EQUAL(r.out.status.data.total_bytes, 4000);
+    rm_tj_free(&tj);
+
+    s.rdzv_more = fetching; /* local data: nothing fetched, no status.data */
+    base_job(&tj, &s);
+    run_once(&s, &tj, &r);
+    CU_ASSERT_STRING_EQUAL(r.out.status.data.uri, "");
+    rm_tj_free(&tj);
+}
+
 /* The export (docs/models-and-data.md, "Shapes and status"): status.result.model comes from the
  * rendezvous' result; an export that failed leaves the job Succeeded with the condition
  * ExportFailing (reason ExportFailed, the worker's message) and one Warning event. */
@@ -1934,6 +1981,7 @@ void rm_suite_reconcile(void)
         {"progress and result copied from the rendezvous", test_progress_and_result_copied},
         {"valLoss, tokens/s and stepped evaluations reach status", test_lm_numbers_projected},
         {"result.model and ExportFailing from the export", test_export_outcome},
+        {"status.data from the fetch's report", test_data_progress},
         {"startTime set on first creation", test_start_time_set_on_first_create},
         {"a pod that cannot start: Blocked with its cause", test_blocked},
         {"action array too small / bad args", test_action_array_too_small},

@@ -4,13 +4,19 @@
  * comes from") and read from there like a local one. */
 #include "worker/data/reader.h"
 
+#include "common/clock.h"
 #include "common/datasets.h"
 #include "common/fetch.h"
+#include "common/log.h"
+#include "common/rdzv.h"
 #include "common/worker_env.h"
 
+#include <dirent.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "worker/data/data.h"
 
@@ -45,6 +51,93 @@ bool rm_data_uri_remote(const char *uri)
     return rm_uri_fetched(uri);
 }
 
+/* The fetch's progress to the rendezvous (docs/models-and-data.md, "Where data comes from"): the
+ * kv key RM_RDZV_KV_DATA_FETCH of the epoch this process was created for, at most once a second
+ * and once at the end, whence the controllers copy it into status.data. The same path serves
+ * `ringmaster run`'s workers and the operator's fetch-data init container (it has the worker's
+ * environment). Best effort: without a rendezvous (a lone worker, `ringmaster-worker fetch` by
+ * hand) or after one failed put, nothing more is sent. */
+typedef struct fetch_report {
+    rm_rdzv_client *c; /* NULL = off */
+    int epoch;
+    double last;
+} fetch_report;
+
+static void report_open(fetch_report *r)
+{
+    memset(r, 0, sizeof *r);
+    const char *url = getenv(RM_ENV_RENDEZVOUS), *job = getenv(RM_ENV_JOB), *tok = getenv(RM_ENV_TOKEN),
+               *id = getenv(RM_ENV_WORKER_ID), *ep = getenv(RM_ENV_EPOCH);
+    if (!url || !*url || !job || !*job || !tok || !*tok)
+        return;
+    /* the epoch the pod was created for; 0 (before the first round) is the job's first, 1 */
+    r->epoch = ep && atoi(ep) > 1 ? atoi(ep) : 1;
+    rm_err e = {0};
+    r->c = rm_rdzv_client_new(url, job, tok, id && *id ? id : "fetch", &e);
+    if (!r->c)
+        rm_warn("data fetch progress not reported err=\"%s\"", e.msg);
+}
+
+static void report_put(fetch_report *r, uint64_t have, uint64_t total)
+{
+    if (!r->c)
+        return;
+    char v[48];
+    int n = snprintf(v, sizeof v, "%llu %llu", (unsigned long long)have, (unsigned long long)total);
+    rm_err e = {0};
+    int rc = rm_rdzv_kv_put(r->c, r->epoch, RM_RDZV_KV_DATA_FETCH, v, (size_t)n, &e);
+    const char *cur = rc != RM_OK ? strstr(e.msg, "(current ") : NULL;
+    if (cur && atoi(cur + 9) > 0 && atoi(cur + 9) != r->epoch) { /* the job moved on: its epoch now */
+        r->epoch = atoi(cur + 9);
+        rc = rm_rdzv_kv_put(r->c, r->epoch, RM_RDZV_KV_DATA_FETCH, v, (size_t)n, &e);
+    }
+    if (rc != RM_OK) {
+        rm_warn("data fetch progress not reported (no more tries) err=\"%s\"", e.msg);
+        rm_rdzv_client_free(r->c);
+        r->c = NULL;
+    }
+}
+
+static void report_close(fetch_report *r)
+{
+    rm_rdzv_client_free(r->c);
+    r->c = NULL;
+}
+
+static void on_fetch_progress(void *ud, const char *url, uint64_t have, uint64_t total)
+{
+    fetch_report *r = ud;
+    double now = rm_mono();
+    (void)url;
+    if (now - r->last < 1.0)
+        return;
+    r->last = now;
+    report_put(r, have, total);
+}
+
+/* Bytes of a file, or of the plain files directly in a folder (a fetched folder's). */
+static uint64_t size_on_disk(const char *path)
+{
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return 0;
+    if (!S_ISDIR(sb.st_mode))
+        return (uint64_t)sb.st_size;
+    uint64_t sum = 0;
+    DIR *d = opendir(path);
+    for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
+        char p[PATH_MAX];
+        if (e->d_name[0] == '.')
+            continue; /* .lock, .complete */
+        rm_sfmt(p, sizeof p, "%s/%s", path, e->d_name);
+        if (stat(p, &sb) == 0 && S_ISREG(sb.st_mode))
+            sum += (uint64_t)sb.st_size;
+    }
+    if (d)
+        closedir(d);
+    return sum;
+}
+
 /* Fetch a remote data.uri into the cache (once: a complete entry is used as it is). A URI ending
  * in '/' is an IDX folder: its four files, each plain or gzipped. */
 static int fetch_remote(const rm_training_spec *t, char *src, size_t cap, rm_err *err)
@@ -64,11 +157,20 @@ static int fetch_remote(const rm_training_spec *t, char *src, size_t cap, rm_err
                        .sha256 = t->data.sha256,
                        .s3 = &s3};
     rm_fetch_stats st = {0};
-    RM_CHECK(rm_fetch_cached(uri, folder ? idx_names : NULL, cache, &o, src, cap, &st, err));
-    if (!st.cached)
-        rm_info("data fetched uri=%s path=%s bytes=%llu resumed_from=%llu requests=%d", uri, src,
-                (unsigned long long)st.bytes, (unsigned long long)st.resumed_from, st.requests);
-    return RM_OK;
+    fetch_report rep;
+    report_open(&rep);
+    o.progress = on_fetch_progress;
+    o.progress_ud = &rep;
+    int rc = rm_fetch_cached(uri, folder ? idx_names : NULL, cache, &o, src, cap, &st, err);
+    if (rc == RM_OK) {
+        uint64_t size = size_on_disk(src);
+        report_put(&rep, size, size);
+        if (!st.cached)
+            rm_info("data fetched uri=%s path=%s bytes=%llu resumed_from=%llu requests=%d", uri, src,
+                    (unsigned long long)st.bytes, (unsigned long long)st.resumed_from, st.requests);
+    }
+    report_close(&rep);
+    return rc;
 }
 
 int rm_data_source(const rm_training_spec *t, const rm_data_reader **r, char *src, size_t cap, rm_err *err)
