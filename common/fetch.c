@@ -6,6 +6,7 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
@@ -313,6 +314,13 @@ static bool read_line(const char *path, char *buf, size_t cap)
     return ok;
 }
 
+/* Is cc a TLS failure no retry can mend (an untrusted or unreadable certificate)? */
+static bool tls_final(CURLcode cc)
+{
+    return cc == CURLE_PEER_FAILED_VERIFICATION || cc == CURLE_SSL_CACERT_BADFILE ||
+           cc == CURLE_SSL_CERTPROBLEM || cc == CURLE_SSL_ISSUER_ERROR;
+}
+
 /* Is this status final (no retry)? */
 static bool status_final(long st)
 {
@@ -457,6 +465,11 @@ int rm_fetch_file(const char *url, const char *dest, const rm_fetch_opts *o, rm_
             rc = rm_err_field(err, RM_ECANCELED, field, "%s: canceled", url);
             break;
         }
+        if (tls_final(cc)) { /* an untrusted certificate stays untrusted: no retry */
+            rc = rm_err_field(err, RM_EAUTH, field, "%s: TLS: %s", url,
+                              ebuf[0] ? ebuf : curl_easy_strerror(cc));
+            break;
+        }
         if (st == 416 && x.start > 0 && range_restarts++ == 0) {
             /* the part is as long as (or longer than) the object: it changed; fetch it anew */
             if (ftruncate(fd, 0) != 0) {
@@ -583,6 +596,381 @@ static int lock_entry(const char *dir, const rm_fetch_opts *o, const char *field
     return RM_OK;
 }
 
+/* ---- folders: the files of a URI ending in '/' ---------------------------------------------- */
+
+static void query_escape(const char *s, char *out, size_t cap);
+
+/* Progress over a whole cache entry: the bytes of the files already fetched plus the current
+ * one's; the total is the listing's sum when it gave sizes, else what is known so far. */
+typedef struct cum_progress {
+    const rm_fetch_opts *o; /* the caller's (its progress callback) */
+    uint64_t done;          /* bytes of the files fetched so far */
+    uint64_t total;         /* the folder's bytes from its listing; 0 = not known */
+} cum_progress;
+
+static void cum_progress_fn(void *ud, const char *url, uint64_t have, uint64_t total)
+{
+    const cum_progress *c = ud;
+    c->o->progress(c->o->progress_ud, url, c->done + have, c->total ? c->total : c->done + total);
+}
+
+/* A name a folder's listing or index may give: a plain file name of [A-Za-z0-9._+=,@~-], not
+ * starting with '.' (the entry's own .lock and .complete), at most 200 bytes. */
+static bool plain_name(const char *n)
+{
+    size_t l = strlen(n);
+    return l > 0 && l <= 200 && n[0] != '.' &&
+           strspn(n, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                     "0123456789._+=,@~-") == l;
+}
+
+/* Fetch url+NAME into dir/NAME for each entry of names ("NAME" or "NAME|ALT|...": the first the
+ * server has; a 404 tries the next), appending what was fetched to list. */
+static int fetch_names(const char *url, const char *const *names, const char *dir, const rm_fetch_opts *o,
+                       cum_progress *cum, rm_fetch_stats *stats, char (*list)[256], int *nfiles, rm_err *err)
+{
+    for (const char *const *n = names; *n; n++) {
+        if (*nfiles >= RM_FETCH_MAX_FILES)
+            return rm_err_field(err, RM_ETOOBIG, o->field ? o->field : "uri", "%s: more than %d files", url,
+                                RM_FETCH_MAX_FILES);
+        char alts[512];
+        rm_sfmt(alts, sizeof alts, "%s", *n);
+        char *save = NULL;
+        bool got = false;
+        rm_err first = {0};
+        for (char *a = strtok_r(alts, "|", &save); a && !got; a = strtok_r(NULL, "|", &save)) {
+            char u[4096], dest[PATH_MAX];
+            rm_sfmt(u, sizeof u, "%s%s", url, a);
+            rm_sfmt(dest, sizeof dest, "%s/%s", dir, a);
+            rm_err fe = {0};
+            int rc = rm_fetch_file(u, dest, o, stats, &fe);
+            if (rc == RM_OK) {
+                struct stat sb;
+                rm_sfmt(list[(*nfiles)++], sizeof list[0], "%s", a);
+                if (cum && stat(dest, &sb) == 0)
+                    cum->done += (uint64_t)sb.st_size;
+                got = true;
+            } else if (rc != RM_ENOTFOUND) {
+                *err = fe;
+                return rc;
+            } else if (!first.code) {
+                first = fe;
+            }
+        }
+        if (!got) {
+            *err = first;
+            return RM_ENOTFOUND;
+        }
+    }
+    return RM_OK;
+}
+
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+    bool over;
+    const rm_fetch_opts *o;
+} sbuf;
+
+static size_t sbuf_body(char *p, size_t size, size_t n, void *ud)
+{
+    sbuf *b = ud;
+    size_t len = size * n;
+    if (b->n + len > b->cap) {
+        b->over = true;
+        return 0;
+    }
+    memcpy(b->p + b->n, p, len);
+    b->n += len;
+    b->p[b->n] = 0;
+    return len;
+}
+
+static int sbuf_xfer(void *ud, curl_off_t dlt, curl_off_t dln, curl_off_t ult, curl_off_t uln)
+{
+    const sbuf *b = ud;
+    (void)dlt, (void)dln, (void)ult, (void)uln;
+    return b->o->cancel && *b->o->cancel ? 1 : 0;
+}
+
+/* GET tg (a listing page, an index file) into *out (owned, NUL-terminated, at most cap bytes),
+ * retried like a fetch: transport errors and 408/429/5xx up to o->attempts with doubling back-off;
+ * 404/410 is RM_ENOTFOUND, another 4xx final. Messages name shown, never the endpoint. */
+static int get_small(const target *tg, const char *shown, const rm_fetch_opts *o, size_t cap, char **out,
+                     rm_err *err)
+{
+    const char *field = o->field ? o->field : "uri";
+    int attempts = o->attempts > 0 ? o->attempts : 5;
+    double backoff = o->backoff_s > 0 ? o->backoff_s : 0.5;
+    long stall = (long)(o->stall_s > 0 ? o->stall_s + 0.999 : 30);
+    long connect_ms = (long)((o->connect_timeout_s > 0 ? o->connect_timeout_s : 10) * 1000);
+    const char *ca = o->ca_bundle ? o->ca_bundle : o->s3 ? o->s3->ca_bundle : NULL;
+    *out = NULL;
+    pthread_once(&g_once, curl_once);
+    CURL *h = curl_easy_init();
+    sbuf b = {.p = malloc(cap + 1), .cap = cap, .o = o};
+    int rc = RM_OK;
+    if (!h || !b.p) {
+        rc = rm_errf(err, RM_ENOMEM, "out of memory");
+        goto out;
+    }
+    char last[300] = "";
+    for (int failed = 0;;) {
+        char ebuf[CURL_ERROR_SIZE] = "";
+        struct curl_slist *hl = NULL;
+        b.n = 0;
+        b.over = false;
+        b.p[0] = 0;
+        if ((rc = curl_base(h, tg, o, ca, connect_ms, stall, EMPTY_SHA256, &hl, ebuf, err)) != RM_OK)
+            break;
+        if (!tg->s3) {
+            curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 1L);
+            curl_easy_setopt(h, CURLOPT_MAXREDIRS, 5L);
+        }
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, sbuf_body);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+        curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, sbuf_xfer);
+        curl_easy_setopt(h, CURLOPT_XFERINFODATA, &b);
+        CURLcode cc = curl_easy_perform(h);
+        long st = 0;
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, NULL);
+        curl_slist_free_all(hl);
+        if (b.over) {
+            rc = rm_err_field(err, RM_ETOOBIG, field, "%s: the answer is over %zu bytes", shown, cap);
+            break;
+        }
+        if (cc == CURLE_ABORTED_BY_CALLBACK && o->cancel && *o->cancel) {
+            rc = rm_err_field(err, RM_ECANCELED, field, "%s: canceled", shown);
+            break;
+        }
+        if (tls_final(cc)) {
+            rc = rm_err_field(err, RM_EAUTH, field, "%s: TLS: %s", shown,
+                              ebuf[0] ? ebuf : curl_easy_strerror(cc));
+            break;
+        }
+        if (cc == CURLE_OK && st >= 200 && st < 300) {
+            *out = b.p;
+            b.p = NULL;
+            break;
+        }
+        if (cc == CURLE_OK && (status_final(st) || (st >= 300 && st < 400) || (st > 0 && st < 200))) {
+            rc = rm_err_field(err, status_code(st), field, "%ld from %s%s", st, shown,
+                              tg->s3 ? s3_why(b.p) : "");
+            break;
+        }
+        if (cc == CURLE_OK)
+            rm_sfmt(last, sizeof last, "%ld from %s", st, shown);
+        else
+            rm_sfmt(last, sizeof last, "%s: %s", shown, curl_easy_strerror(cc));
+        if (++failed >= attempts) {
+            rc = rm_err_field(err, cc == CURLE_OPERATION_TIMEDOUT ? RM_ETIMEDOUT : RM_EIO, field,
+                              "%s (still failing after %d attempts)", last, failed);
+            break;
+        }
+        double d = backoff * (double)(1u << (failed - 1 < 6 ? failed - 1 : 6));
+        if (d > FETCH_BACKOFF_CAP_S)
+            d = FETCH_BACKOFF_CAP_S;
+        rm_warn("fetch retrying url=%s err=\"%s\" attempt=%d delay_s=%.2f", shown, last, failed, d);
+        sleep_s(d, o->cancel);
+    }
+out:
+    free(b.p);
+    if (h)
+        curl_easy_cleanup(h);
+    return rc;
+}
+
+/* The text between open and close after *at (XML entities &amp; &lt; &gt; &quot; &apos; decoded)
+ * into out; *at moves past it. false when absent or too long. */
+static bool xml_next(const char **at, const char *end, const char *open, const char *close, char *out,
+                     size_t cap)
+{
+    const char *a = strstr(*at, open);
+    if (!a || (end && a >= end))
+        return false;
+    a += strlen(open);
+    const char *b = strstr(a, close);
+    if (!b || (end && b > end))
+        return false;
+    *at = b + strlen(close);
+    static const struct {
+        const char *ent;
+        char ch;
+    } ents[] = {{"&amp;", '&'}, {"&lt;", '<'}, {"&gt;", '>'}, {"&quot;", '"'}, {"&apos;", '\''}};
+    size_t n = 0;
+    for (const char *p = a; p < b; n++) {
+        if (n + 1 >= cap)
+            return false;
+        size_t k = 0;
+        while (k < RM_ARRAY_LEN(ents) && strncmp(p, ents[k].ent, strlen(ents[k].ent)) != 0)
+            k++;
+        if (*p == '&' && k < RM_ARRAY_LEN(ents)) {
+            out[n] = ents[k].ch;
+            p += strlen(ents[k].ent);
+        } else {
+            out[n] = *p++;
+        }
+    }
+    out[n] = 0;
+    return true;
+}
+
+static int cmp_name(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Add name to the listing (accept's patterns decide; an accepted name must be plain). */
+static int list_add(const char *url, const char *name, const rm_fetch_opts *o, char ***v, int *n, rm_err *err)
+{
+    const char *field = o->field ? o->field : "uri";
+    bool ok = !o->accept;
+    for (const char *const *p = o->accept; p && *p && !ok; p++)
+        ok = fnmatch(*p, name, 0) == 0;
+    if (!ok)
+        return RM_OK;
+    if (!plain_name(name))
+        return rm_err_field(
+            err, RM_EINVAL, field,
+            "%s: \"%.80s\" is not a plain file name ([A-Za-z0-9._+=,@~-], not starting with '.')", url, name);
+    if (*n >= RM_FETCH_MAX_FILES)
+        return rm_err_field(err, RM_ETOOBIG, field, "%s: more than %d files", url, RM_FETCH_MAX_FILES);
+    char *c = strdup(name);
+    if (!c)
+        return rm_errf(err, RM_ENOMEM, "out of memory");
+    (*v)[(*n)++] = c;
+    return RM_OK;
+}
+
+/* The files of a folder URI, sorted by name (what the checksum covers, in that order):
+ * s3://bucket/prefix/ by ListObjectsV2 (delimiter '/': only the objects directly under the
+ * prefix; every page followed, at most RM_FETCH_LIST_PAGES), *total their sizes' sum;
+ * http(s)://.../ from its RM_FETCH_INDEX_NAME (one name per line; blank lines and '#' comments
+ * skipped), RM_ENOTFOUND when it has none. Names outside o->accept are left out. */
+static int list_folder(const char *url, const rm_fetch_opts *o, char ***names, int *n, uint64_t *total,
+                       rm_err *err)
+{
+    const char *field = o->field ? o->field : "uri";
+    char **v = calloc(RM_FETCH_MAX_FILES + 1, sizeof *v);
+    char *body = NULL;
+    int rc = RM_OK;
+    *names = v;
+    *n = 0;
+    *total = 0;
+    if (!v)
+        return rm_errf(err, RM_ENOMEM, "out of memory");
+    if (strncmp(url, "s3://", 5) != 0) {
+        target tg;
+        char iu[4096], shown[4200];
+        rm_sfmt(iu, sizeof iu, "%s%s", url, RM_FETCH_INDEX_NAME);
+        rm_sfmt(shown, sizeof shown, "%s", iu);
+        if ((rc = resolve(iu, o, field, &tg, err)) ||
+            (rc = get_small(&tg, shown, o, RM_FETCH_LIST_MAX_BYTES, &body, err)))
+            goto out;
+        char *save = NULL;
+        for (char *line = strtok_r(body, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+            line[strcspn(line, "\r#")] = 0;
+            while (*line == ' ' || *line == '\t')
+                line++;
+            size_t l = strlen(line);
+            while (l && (line[l - 1] == ' ' || line[l - 1] == '\t'))
+                line[--l] = 0;
+            if (l && (rc = list_add(shown, line, o, &v, n, err)))
+                goto out;
+        }
+    } else {
+        const char *b = url + 5, *slash = strchr(b, '/');
+        char bucket[256], prefix[1024], probe[1400], token[1024] = "";
+        if (!slash || slash == b || (size_t)(slash - b) >= sizeof bucket ||
+            strlen(slash + 1) >= sizeof prefix)
+            return rm_err_field(err, RM_EINVAL, field, "%s: must be s3://bucket/prefix/", url);
+        rm_sfmt(bucket, sizeof bucket, "%.*s", (int)(slash - b), b);
+        rm_sfmt(prefix, sizeof prefix, "%s", slash + 1);
+        rm_sfmt(probe, sizeof probe, "s3://%s/x", bucket); /* the endpoint and signing of the bucket */
+        target base;
+        if ((rc = resolve(probe, o, field, &base, err)))
+            goto out;
+        base.url[strlen(base.url) - 2] = 0; /* ENDPOINT/bucket */
+        for (int page = 0;; page++) {
+            if (page >= RM_FETCH_LIST_PAGES) {
+                rc = rm_err_field(err, RM_ETOOBIG, field, "%s: more than %d pages of objects", url,
+                                  RM_FETCH_LIST_PAGES);
+                goto out;
+            }
+            /* the query's parameters sorted by name: SigV4's canonical order */
+            char qt[3200], qp[3200];
+            target tg = base;
+            query_escape(token, qt, sizeof qt);
+            query_escape(prefix, qp, sizeof qp);
+            size_t ul = strlen(tg.url);
+            int w =
+                snprintf(tg.url + ul, sizeof tg.url - ul, "?%s%s%sdelimiter=%%2F&list-type=2&prefix=%s",
+                         token[0] ? "continuation-token=" : "", token[0] ? qt : "", token[0] ? "&" : "", qp);
+            if (w < 0 || (size_t)w >= sizeof tg.url - ul) {
+                rc = rm_err_field(err, RM_EINVAL, field, "%s: listing URL too long", url);
+                goto out;
+            }
+            free(body);
+            body = NULL;
+            if ((rc = get_small(&tg, url, o, RM_FETCH_LIST_MAX_BYTES, &body, err)))
+                goto out;
+            const char *at = body;
+            for (;;) {
+                const char *c = strstr(at, "<Contents>"), *ce = c ? strstr(c, "</Contents>") : NULL;
+                if (!c || !ce)
+                    break;
+                char key[1100], size[32] = "0";
+                const char *k = c;
+                if (!xml_next(&k, ce, "<Key>", "</Key>", key, sizeof key)) {
+                    rc = rm_err_field(err, RM_EPROTO, field, "%s: a listed object without a usable <Key>",
+                                      url);
+                    goto out;
+                }
+                k = c;
+                xml_next(&k, ce, "<Size>", "</Size>", size, sizeof size);
+                at = ce + 11;
+                if (strncmp(key, prefix, strlen(prefix)) != 0)
+                    continue;
+                const char *name = key + strlen(prefix);
+                if (!*name || strchr(name, '/')) /* the folder's own marker, a deeper object */
+                    continue;
+                int before = *n;
+                if ((rc = list_add(url, name, o, &v, n, err)))
+                    goto out;
+                if (*n > before)
+                    *total += strtoull(size, NULL, 10);
+            }
+            char trunc[16] = "";
+            const char *t = body;
+            if (!xml_next(&t, NULL, "<IsTruncated>", "</IsTruncated>", trunc, sizeof trunc) ||
+                strcmp(trunc, "true") != 0)
+                break;
+            t = body;
+            if (!xml_next(&t, NULL, "<NextContinuationToken>", "</NextContinuationToken>", token,
+                          sizeof token)) {
+                rc = rm_err_field(err, RM_EPROTO, field,
+                                  "%s: a truncated listing without a continuation token", url);
+                goto out;
+            }
+        }
+    }
+    if (*n == 0) {
+        rc = rm_err_field(err, RM_ENOTFOUND, field, "%s: no files%s", url,
+                          strncmp(url, "s3://", 5) == 0 ? " under this prefix"
+                                                        : " in its " RM_FETCH_INDEX_NAME);
+        if (strncmp(url, "s3://", 5) != 0)
+            rc = RM_EINVAL; /* an empty index is the user's, not a missing one */
+        goto out;
+    }
+    qsort(v, (size_t)*n, sizeof *v, cmp_name);
+    rm_info("fetch: listed url=%s files=%d bytes=%llu", url, *n, (unsigned long long)*total);
+out:
+    free(body);
+    return rc;
+}
+
 int rm_fetch_cached(const char *url, const char *const *names, const char *cache_dir, const rm_fetch_opts *o,
                     char *path, size_t cap, rm_fetch_stats *stats, rm_err *err)
 {
@@ -601,55 +989,55 @@ int rm_fetch_cached(const char *url, const char *const *names, const char *cache
     rm_err e = {0};
     if (rm_fs_mkdir_p(dir, &e) != RM_OK)
         return rm_err_field(err, RM_EIO, field, "data cache: %s", e.msg);
-    if (!names)
+    bool folder = url[strlen(url) - 1] == '/';
+    if (!names && !folder)
         url_base(url, fname, sizeof fname);
     int lk = -1, rc = lock_entry(dir, o, field, &lk, err);
     if (rc)
         return rc;
-    char list[16][256]; /* the names fetched, in order (what the checksum covers) */
+    /* the names fetched, in order (what the checksum covers) */
+    char(*list)[256] = calloc(RM_FETCH_MAX_FILES, sizeof *list);
     int nfiles = 0;
+    char **listed = NULL;
+    int nlisted = 0;
     struct stat sb;
+    if (!list) {
+        rc = rm_errf(err, RM_ENOMEM, "out of memory");
+        goto out;
+    }
     if (stat(done, &sb) == 0) {
         if (stats)
             stats->cached = true;
         rm_info("fetch: cached url=%s dir=%s", url, dir);
         goto found;
     }
-    if (!names) {
+    /* progress over the whole entry: the files before this one, plus this one's */
+    cum_progress cum = {.o = o};
+    rm_fetch_opts oo = *o;
+    if (o->progress) {
+        oo.progress = cum_progress_fn;
+        oo.progress_ud = &cum;
+    }
+    if (!names && !folder) {
         char dest[PATH_MAX];
         rm_sfmt(dest, sizeof dest, "%s/%s", dir, fname);
-        if ((rc = rm_fetch_file(url, dest, o, stats, err)))
+        if ((rc = rm_fetch_file(url, dest, &oo, stats, err)))
             goto out;
         rm_sfmt(list[nfiles++], sizeof list[0], "%s", fname);
-    } else {
-        for (const char *const *n = names; *n && nfiles < (int)RM_ARRAY_LEN(list); n++) {
-            char alts[512];
-            rm_sfmt(alts, sizeof alts, "%s", *n);
-            char *save = NULL;
-            bool got = false;
-            rm_err first = {0};
-            for (char *a = strtok_r(alts, "|", &save); a && !got; a = strtok_r(NULL, "|", &save)) {
-                char u[4096], dest[PATH_MAX];
-                rm_sfmt(u, sizeof u, "%s%s", url, a);
-                rm_sfmt(dest, sizeof dest, "%s/%s", dir, a);
-                rm_err fe = {0};
-                rc = rm_fetch_file(u, dest, o, stats, &fe);
-                if (rc == RM_OK) {
-                    rm_sfmt(list[nfiles++], sizeof list[0], "%s", a);
-                    got = true;
-                } else if (rc != RM_ENOTFOUND) {
-                    *err = fe;
-                    goto out;
-                } else if (!first.code) {
-                    first = fe;
-                }
-            }
-            if (!got) {
-                *err = first;
-                rc = RM_ENOTFOUND;
-                goto out;
-            }
+    } else if (names) {
+        if ((rc = fetch_names(url, names, dir, &oo, &cum, stats, list, &nfiles, err)))
+            goto out;
+    } else { /* a folder: its listing (s3) or index file (http) names the files */
+        rc = list_folder(url, o, &listed, &nlisted, &cum.total, err);
+        if (rc == RM_ENOTFOUND && o->fallback) {
+            rm_info("fetch: no %s in the folder, fetching the usual names url=%s", RM_FETCH_INDEX_NAME, url);
+            cum.total = 0;
+            rc = fetch_names(url, o->fallback, dir, &oo, &cum, stats, list, &nfiles, err);
+        } else if (rc == RM_OK) {
+            rc = fetch_names(url, (const char *const *)listed, dir, &oo, &cum, stats, list, &nfiles, err);
         }
+        if (rc)
+            goto out;
     }
     if (o->sha256) {
         rm_sha256_ctx c;
@@ -687,7 +1075,7 @@ int rm_fetch_cached(const char *url, const char *const *names, const char *cache
         }
     }
 found:
-    if (names)
+    if (names || folder)
         rm_sfmt(path, cap, "%s", dir);
     else
         rm_sfmt(path, cap, "%s/%s", dir, fname);
@@ -697,6 +1085,10 @@ out:
         flock(lk, LOCK_UN);
         close(lk);
     }
+    free(list);
+    for (int i = 0; i < nlisted; i++)
+        free(listed[i]);
+    free(listed);
     return rc;
 }
 

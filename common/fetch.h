@@ -71,6 +71,11 @@ typedef struct rm_fetch_opts {
     const volatile sig_atomic_t *cancel; /* borrowed; raised: the fetch ends RM_ECANCELED */
     rm_fetch_progress_fn progress;       /* NULL = none */
     void *progress_ud;
+    /* folder URIs without names (rm_fetch_cached): fnmatch(3) patterns a listed name must match
+     * to be fetched (NULL = every name), and the names fetched instead when an http(s) folder has
+     * no RM_FETCH_INDEX_NAME (NULL = that 404 is the error) */
+    const char *const *accept;
+    const char *const *fallback;
     /* uploads only (rm_upload_file): objects above multipart_threshold bytes go up in parts of
      * part_bytes; 0 = RM_UPLOAD_THRESHOLD_DEFAULT / RM_UPLOAD_PART_DEFAULT */
     uint64_t multipart_threshold;
@@ -93,12 +98,26 @@ typedef struct rm_fetch_stats {
 int rm_fetch_file(const char *url, const char *dest, const rm_fetch_opts *o, rm_fetch_stats *stats,
                   rm_err *err);
 
+/* A folder URI (ending in '/') fetched without names lists its files (docs/models-and-data.md,
+ * "Folders over HTTP and S3"): s3://bucket/prefix/ with ListObjectsV2 (the objects directly under
+ * the prefix, every page followed up to RM_FETCH_LIST_PAGES), http(s)://.../ from its index file
+ * RM_FETCH_INDEX_NAME (one file name per line; '#' starts a comment). Names are sorted, filtered by
+ * opts.accept, and must be plain file names; at most RM_FETCH_MAX_FILES; a listing page or an
+ * index is read into at most RM_FETCH_LIST_MAX_BYTES. */
+#define RM_FETCH_MAX_FILES 1024
+#define RM_FETCH_LIST_PAGES 64
+#define RM_FETCH_LIST_MAX_BYTES ((size_t)8 << 20)
+#define RM_FETCH_INDEX_NAME "index.txt"
+
 /* url in the cache folder cache_dir (created when missing): fetched unless already complete,
- * verified, and its local path written into path. names == NULL: url is one object, path is the
- * file (named after the URL's last segment). names != NULL: url is a folder (ends with '/');
- * each entry is "NAME" or "NAME|ALT|..." — the first of them the server has (a 404 tries the
- * next) is fetched as that name; path is the folder. Errors as rm_fetch_file, plus RM_EINVAL
- * naming opts.sha256_field for a checksum mismatch and RM_ETIMEDOUT when the lock stays held. */
+ * verified, and its local path written into path. names == NULL and url not ending in '/': url is
+ * one object, path is the file (named after the URL's last segment). names != NULL: url is a
+ * folder (ends with '/'); each entry is "NAME" or "NAME|ALT|..." — the first of them the server
+ * has (a 404 tries the next) is fetched as that name; path is the folder. names == NULL and a
+ * folder url: its listing names the files (above; opts.fallback when an http folder has no
+ * index). Listing happens only when the entry is not complete, so a replacement asks nothing.
+ * Progress (opts.progress) counts the whole entry. Errors as rm_fetch_file, plus RM_EINVAL naming
+ * opts.sha256_field for a checksum mismatch and RM_ETIMEDOUT when the lock stays held. */
 int rm_fetch_cached(const char *url, const char *const *names, const char *cache_dir, const rm_fetch_opts *o,
                     char *path, size_t cap, rm_fetch_stats *stats, rm_err *err);
 

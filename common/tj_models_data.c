@@ -141,6 +141,14 @@ static int data_validate(const rm_training_spec *t, const char *ctx, const char 
         if (n != 64 || t->data.sha256[n])
             return tj_bad(err, dctx, "sha256", "must be 64 lowercase hex digits");
     }
+    if (t->data.ca_bundle && (t->data.ca_bundle[0] != '/' || strlen(t->data.ca_bundle) >= 4096))
+        return tj_bad(err, dctx, "caBundle",
+                      "must be an absolute path of at most 4095 bytes to a PEM file (on Kubernetes a file "
+                      "the pod template mounts, e.g. from a ConfigMap; got \"%s\")",
+                      t->data.ca_bundle);
+    if (t->data.ca_bundle && !rm_uri_fetched(t->data.uri))
+        return tj_bad(err, dctx, "caBundle", "only applies to https:// and s3:// data (%s.uri is \"%s\")",
+                      dctx, t->data.uri ? t->data.uri : "builtin:fashion-mnist");
     if (t->data.secret && !tj_dns1123(t->data.secret, 1, 253))
         return tj_bad(err, sctx, "name", "must be a Secret name (a DNS-1123 subdomain; got \"%s\")",
                       t->data.secret);

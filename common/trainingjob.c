@@ -66,7 +66,8 @@ static int uri_obj(const cJSON *o, const char *k, const char *ctx, char **uri, r
 /* spec.training.data (docs/models-and-data.md). */
 static int data_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t, rm_err *err)
 {
-    static const char *const k_data[] = {"uri", "format", "sha256", "secretRef", "validation", NULL};
+    static const char *const k_data[] = {"uri",      "format",     "sha256", "secretRef",
+                                         "caBundle", "validation", NULL};
     static const char *const k_secret[] = {"name", NULL};
     static const char *const k_val[] = {"fraction", "uri", NULL};
     char dctx[FIELD_CAP], sctx[FIELD_CAP], vctx[FIELD_CAP];
@@ -82,6 +83,7 @@ static int data_from_json(const cJSON *tr, const char *ctx, rm_training_spec *t,
         t->set2 |= RM_TR_SET2_FORMAT;
     }
     TRY(tj_str(d, "sha256", dctx, &t->data.sha256, err));
+    TRY(tj_str(d, "caBundle", dctx, &t->data.ca_bundle, err));
     TRY(tj_obj(d, "secretRef", dctx, k_secret, &o, sctx, err));
     if (o) {
         const char *name;
@@ -268,6 +270,7 @@ void rm_training_free(rm_training_spec *t)
     free(t->data.sha256);
     free(t->data.secret);
     free(t->data.val_uri);
+    free(t->data.ca_bundle);
     memset(t, 0, sizeof *t);
 }
 
@@ -799,7 +802,7 @@ cJSON *rm_training_to_json(const rm_training_spec *t)
     add_num(o, "gradientAccumulationSteps", t->grad_accum, g & RM_TR_SET2_GRAD_ACCUM);
     add_num(o, "warmupSteps", t->warmup_steps, g & RM_TR_SET2_WARMUP_STEPS);
     add_num(o, "evalEverySteps", t->eval_every_steps, g & RM_TR_SET2_EVAL_EVERY);
-    if (t->data.uri || t->data.sha256 || t->data.secret || t->data.val_uri ||
+    if (t->data.uri || t->data.sha256 || t->data.secret || t->data.val_uri || t->data.ca_bundle ||
         (g & (RM_TR_SET2_FORMAT | RM_TR_SET2_FRACTION))) {
         cJSON *d = cJSON_AddObjectToObject(o, "data");
         if (d) {
@@ -811,6 +814,7 @@ cJSON *rm_training_to_json(const rm_training_spec *t)
                 cJSON *sr = cJSON_AddObjectToObject(d, "secretRef");
                 add_str(sr, "name", t->data.secret);
             }
+            add_str(d, "caBundle", t->data.ca_bundle);
             if (t->data.val_uri || (g & RM_TR_SET2_FRACTION)) {
                 cJSON *v = cJSON_AddObjectToObject(d, "validation");
                 add_num(v, "fraction", t->data.val_fraction, g & RM_TR_SET2_FRACTION);
@@ -980,6 +984,7 @@ int rm_tj_copy(rm_tj *dst, const rm_tj *src)
     rc |= dup_str(&d->training.data.sha256, s->training.data.sha256);
     rc |= dup_str(&d->training.data.secret, s->training.data.secret);
     rc |= dup_str(&d->training.data.val_uri, s->training.data.val_uri);
+    rc |= dup_str(&d->training.data.ca_bundle, s->training.data.ca_bundle);
     rc |= dup_str(&d->output.uri, s->output.uri);
     rc |= dup_json(&d->template, s->template);
     if (rc) {

@@ -143,7 +143,8 @@ typedef struct rm_training_spec {
     char *init_uri;
     /* training.data (docs/models-and-data.md): uri (NULL = the deprecated dataset / dataDir
      * spelling), format (RM_TR_SET2_FORMAT: given; else from the data), sha256, secretRef.name,
-     * validation.{fraction, uri}. Strings owned, NULL = unset. */
+     * validation.{fraction, uri}, caBundle (a PEM file of the CAs an https:// or s3:// fetch
+     * trusts, instead of the system's). Strings owned, NULL = unset. */
     struct {
         char *uri;
         rm_data_format format;
@@ -151,6 +152,7 @@ typedef struct rm_training_spec {
         char *secret;
         double val_fraction;
         char *val_uri;
+        char *ca_bundle;
     } data;
     double grad_clip;             /* gradClip; 0 = off */
     int grad_accum;               /* gradientAccumulationSteps; default 1 */

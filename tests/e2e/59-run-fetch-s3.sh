@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # README "Failure semantics" row F11.
 # ringmaster run with data from S3 (common/fetch.h; docs/models-and-data.md, "Where data comes
-# from"): tinyshakespeare as a token shard (`ringmaster tokenize`) in npm's s3rver on loopback,
-# fetched with libcurl's SigV4, path-style against AWS_ENDPOINT_URL with a Secret-style
+# from"): tinyshakespeare as a folder of token shards (`ringmaster tokenize`: two train, one val) in
+# npm's s3rver on loopback, listed with ListObjectsV2 (other objects left out) and fetched with
+# libcurl's SigV4, path-style against AWS_ENDPOINT_URL with a Secret-style
 # credential pair and a session token; the GPT trains on it and its validation loss falls below
 # the uniform ln 256. An unknown access key and a missing key end Failed/DataError in seconds.
 # (s3rver 3.7 checks the access key id but not the SigV4 signature itself; a wrong secret's
@@ -23,10 +24,20 @@ export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER AWS_SESSION_TOKEN=s
 s3put() { curl -fsS --aws-sigv4 "aws:amz:us-east-1:s3" --user S3RVER:S3RVER \
                -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" -T "$1" "http://127.0.0.1:$P/data/$2"; }
 
-"$RM_BIN/ringmaster" tokenize --val-fraction 0 --name tiny "$RM_ROOT/datasets/tinyshakespeare/input.txt" "$W/tok" \
-  >"$W/tok.out" || fail "tokenize"
-s3put "$W/tok/tiny_train_000000.bin" tiny/tiny_train_000000.bin || fail "upload to s3rver"
-SUM=$(sha256sum "$W/tok/tiny_train_000000.bin" | cut -c1-64)
+# a folder of shards: two training shards and a validation one, beside objects the listing leaves
+# out (not a shard; a deeper "folder")
+"$RM_BIN/ringmaster" tokenize --val-fraction 0.1 --shard-tokens 600000 --name tiny \
+  "$RM_ROOT/datasets/tinyshakespeare/input.txt" "$W/tok" >"$W/tok.out" || fail "tokenize"
+SHARDS="tiny_train_000000.bin tiny_train_000001.bin tiny_val_000000.bin"
+for f in $SHARDS; do
+  [ -s "$W/tok/$f" ] || fail "tokenize wrote no $f: $(ls "$W/tok")"
+  s3put "$W/tok/$f" "tiny/$f" || fail "upload $f to s3rver"
+done
+echo "not data" >"$W/readme.txt"
+s3put "$W/readme.txt" tiny/README.txt && s3put "$W/tok/tiny_val_000000.bin" tiny/old/tiny_train_000009.bin ||
+  fail "upload to s3rver"
+SUM=$(cd "$W/tok" && cat $SHARDS | sha256sum | cut -c1-64)
+BYTES=$(cd "$W/tok" && cat $SHARDS | wc -c)
 
 job() { # NAME URI [SHA]
   sed -e "s|uri: builtin:tinyshakespeare|uri: \"$2\"${3:+\n      sha256: \"$3\"}|; s/format: text/format: tokens/" \
@@ -34,16 +45,23 @@ job() { # NAME URI [SHA]
       -e "s/maxRestarts: 3/maxRestarts: 3/; s/name: shakespeare-gpt/name: $1/" \
       "$RM_ROOT/deploy/examples/shakespeare-gpt.yaml" >"$W/$1.yaml"
 }
-job s3gpt "s3://data/tiny/tiny_train_000000.bin" "$SUM"
+job s3gpt "s3://data/tiny/" "$SUM"
 run_job s3gpt -f "$W/s3gpt.yaml" -o json
 [ "$RC" -eq 0 ] || fail "GPT on S3 data: exit $RC"
 [ "$(jget s3gpt 'j["status"]["phase"]')" = Succeeded ] || fail "phase"
 vl=$(jget s3gpt 'j["status"]["result"]["valLoss"]')
 $PY -c "import sys; sys.exit(0 if 0 < $vl < 4.0 else 1)" || fail "valLoss $vl (uniform is 5.55)"
-grep -q 'msg="data fetched" uri=s3://data/tiny/tiny_train_000000.bin' "$W"/run-s3gpt/worker-*.log ||
+grep -q 'msg="data fetched" uri=s3://data/tiny/ ' "$W"/run-s3gpt/worker-*.log ||
   fail "no worker logged the S3 fetch"
+grep -q 'msg="fetch: listed" url=s3://data/tiny/ files=3 ' "$W"/run-s3gpt/worker-*.log ||
+  fail "the listing did not name the 3 shards: $(grep -h 'listed' "$W"/run-s3gpt/worker-*.log)"
+[ "$(cd "$W"/cache/*-"$SUM" && ls | tr '\n' ' ')" = "$SHARDS " ] ||
+  fail "the cache entry holds $(ls "$W"/cache/*-"$SUM") (want the 3 shards)"
+# status.data: the whole folder's bytes, as the fetching worker reported them
+[ "$(jget s3gpt '"%s %d %d" % (j["status"]["data"]["uri"], j["status"]["data"]["bytes"], j["status"]["data"]["totalBytes"])')" = \
+  "s3://data/tiny/ $BYTES $BYTES" ] || fail "status.data: $(jget s3gpt 'j["status"].get("data")') (want $BYTES bytes)"
 ! grep -q "S3RVER\|session-token-1" "$W"/run-s3gpt/worker-*.log "$W/s3gpt.out" || fail "a credential reached a log"
-log "GPT on s3:// token shard: valLoss=$vl"
+log "GPT on an s3:// folder of 3 token shards ($BYTES bytes): valLoss=$vl"
 
 expect_data_error() { # NAME MESSAGE_REGEX
   local t0=$SECONDS

@@ -4,9 +4,10 @@
 # from"): the MLP trains on a generated IDX set that is not Fashion-MNIST (12x12 images, 4
 # classes) served by a loopback Range server; the job's two workers fetch each file once, a second
 # run fetches nothing, a run killed during the download continues it with a Range request (the
-# progress line shows the fetch; status.data its bytes), and bad
-# input — 404, a wrong sha256, a refused connection, a test split that does not match — ends Failed/DataError in seconds with no
-# restart spent.
+# progress line shows the fetch; status.data its bytes), an https server whose certificate comes
+# from a CA made here is trusted only through data.caBundle, and bad input — 404, a wrong sha256,
+# an untrusted certificate, a missing CA bundle, a refused connection, a test split that does not
+# match — ends Failed/DataError in seconds with no restart spent.
 source "$(dirname "$0")/5x-run-lib.bash"
 SRV_PIDS=()
 stop_servers() { local p; for p in "${SRV_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; SRV_PIDS=(); }
@@ -71,7 +72,7 @@ spec:
   restartPolicy: {maxRestarts: 5, backoffSeconds: 0.2, progressDeadlineSeconds: 30}
   training:
     mode: train
-    data: {uri: "$2"${3:+, sha256: "$3"}}
+    data: {uri: "$2"${3:+, sha256: "$3"}${DATA_EXTRA:+, $DATA_EXTRA}}
     model: {type: mlp, hidden: [32]}
     epochs: 1
     batchSizePerWorker: 64
@@ -108,6 +109,46 @@ run_job fetch2 -f "$W/fetch.yaml" -o json
 [ "$RC" -eq 0 ] || fail "second run: exit $RC"
 [ "$(wc -l <"$W/a.log")" = "$n0" ] || fail "second run made $(( $(wc -l <"$W/a.log") - n0 )) requests (want 0)"
 log "fetched once, cached after: testAccuracy=$acc"
+
+# ---- 2b. https with a CA of the test's own: trusted only through data.caBundle ------------------
+mkdir -p "$W/tls"
+( cd "$W/tls" &&
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout ca.key -out ca.pem \
+    -days 2 -subj "/CN=ringmaster e2e CA" &&
+  openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout srv.key -out srv.csr \
+    -subj "/CN=127.0.0.1" &&
+  printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n' >ext &&
+  openssl x509 -req -in srv.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out srv.pem -days 2 -extfile ext
+) >"$W/tls/openssl.log" 2>&1 || fail "openssl: $(cat "$W/tls/openssl.log")"
+$PY - "$W/www" "$W/tls" <<'PYEOF' 2>"$W/tls/server.err" &
+import http.server, os, ssl, sys
+www, tls = sys.argv[1:]
+class H(http.server.SimpleHTTPRequestHandler):
+    def __init__(self, *a, **k): super().__init__(*a, directory=www, **k)
+    def log_message(self, *a): pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(os.path.join(tls, "srv.pem"), os.path.join(tls, "srv.key"))
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+open(os.path.join(tls, "port.tmp"), "w").write(str(srv.server_address[1]))
+os.rename(os.path.join(tls, "port.tmp"), os.path.join(tls, "port"))
+srv.serve_forever()
+PYEOF
+SRV_PIDS+=($!)
+for _ in $(seq 1 100); do [ -s "$W/tls/port" ] && break; sleep 0.05; done
+TLS=$(cat "$W/tls/port") || fail "the TLS server did not start: $(cat "$W/tls/server.err")"
+export RINGMASTER_DATA_CACHE="$W/cache-tls"
+DATA_EXTRA="caBundle: \"$W/tls/ca.pem\"" manifest tls "https://127.0.0.1:$TLS/set/" "$SUM"
+run_job tls -f "$W/tls.yaml" -o json
+[ "$RC" -eq 0 ] || fail "https with caBundle: exit $RC"
+[ "$(jget tls 'j["status"]["phase"]')" = Succeeded ] || fail "https with caBundle: phase"
+log "https trusted through data.caBundle: Succeeded"
+# what stays wrong fails before or at the fetch, naming the field (expect_data_error: section 4)
+DATA_EXTRA="caBundle: ca.pem" manifest tlsrel "https://127.0.0.1:$TLS/set/"
+"$RM_BIN/ringmaster" validate -f "$W/tlsrel.yaml" >"$W/tlsrel.out" 2>&1 && fail "a relative caBundle validated"
+grep -q "spec.training.data.caBundle: must be an absolute path" "$W/tlsrel.out" || fail "tlsrel: $(cat "$W/tlsrel.out")"
+manifest untrusted "https://127.0.0.1:$TLS/set/"
+DATA_EXTRA="caBundle: \"$W/tls/nope.pem\"" manifest nobundle "https://127.0.0.1:$TLS/set/"
 
 # ---- 3. killed during the download: the next run continues it with a Range request ------------
 export RINGMASTER_DATA_CACHE="$W/cache-kill"
@@ -174,9 +215,12 @@ manifest badsum "http://127.0.0.1:$PORT/set/" "$(echo x | sha256sum | cut -c1-64
 expect_data_error badsum 10 "^spec\.training\.data\.sha256: the data fetched from http://127\.0\.0\.1:$PORT/set/ has sha256 $SUM, not "
 manifest odd "http://127.0.0.1:$PORT/odd/"
 expect_data_error odd 10 "^spec\.training\.data: the test split has 100 inputs and [0-9]+ classes, the training split 144 and 4\$"
+expect_data_error untrusted 10 "^spec\.training\.data\.uri: https://127\.0\.0\.1:$TLS/set/index\.txt: TLS: SSL certificate problem: (unable to get local issuer certificate|self.signed certificate in certificate chain)\$"
+expect_data_error nobundle 10 "^spec\.training\.data\.caBundle: $W/tls/nope\.pem: No such file or directory\$"
 DEAD=$(free_port)
 manifest refused "http://127.0.0.1:$DEAD/set/"
-expect_data_error refused 20 "^spec\.training\.data\.uri: http://127\.0\.0\.1:$DEAD/set/train-images-idx3-ubyte: .*(still failing after 5 attempts)"
+# (the folder's index.txt is the first request: it names the folder's files when there is one)
+expect_data_error refused 20 "^spec\.training\.data\.uri: http://127\.0\.0\.1:$DEAD/set/index\.txt: .*(still failing after 5 attempts)"
 stop_servers
 assert_no_workers
 log "PASS"

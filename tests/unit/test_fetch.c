@@ -580,6 +580,135 @@ static void test_folder(void)
     free(dir);
 }
 
+/* Progress seen by the listing tests: the largest figures, and whether they ever went back. */
+typedef struct prog {
+    uint64_t have, total;
+    bool back;
+} prog;
+
+static void on_prog(void *ud, const char *url, uint64_t have, uint64_t total)
+{
+    prog *p = ud;
+    (void)url;
+    p->back |= have < p->have;
+    p->have = have;
+    p->total = total > p->total ? total : p->total;
+}
+
+/* A folder URI without names (docs/models-and-data.md, "Folders over HTTP and S3"): an http
+ * folder's index.txt names the files (comments, blanks and names outside accept left out; sorted),
+ * progress counts the whole folder, a complete entry asks nothing again, and a name that is not a
+ * plain file name is refused, naming it. */
+static void test_folder_index(void)
+{
+    char *dir = rm_test_tmpdir("fetch");
+    uint8_t *a = object(3000, 21), *b = object(5000, 22);
+    const char *idx = "# two shards\nz_train_1.bin\n\n  a_train_0.bin  \nnotes.txt\n";
+    srv s = {.paths = {"/f/index.txt", "/f/z_train_1.bin", "/f/a_train_0.bin", "/f/notes.txt"},
+             .data = {(const uint8_t *)idx, b, a, a},
+             .len = {strlen(idx), 5000, 3000, 10}};
+    srv_start(&s);
+    char url[128], path[4096], p[4200];
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/f/", s.port);
+    uint8_t *ab = malloc(8000);
+    memcpy(ab, a, 3000);
+    memcpy(ab + 3000, b, 5000);
+    char sum[65];
+    hex_of(ab, 8000, sum);
+    static const char *const accept[] = {"*.bin", NULL};
+    prog pr = {0};
+    rm_fetch_opts op = quick;
+    op.sha256 = sum; /* a_train_0.bin then z_train_1.bin: sorted, not the index's order */
+    op.accept = accept;
+    op.progress = on_prog;
+    op.progress_ud = &pr;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_fetch_cached(url, NULL, dir, &op, path, sizeof path, NULL, &e), RM_OK);
+    snprintf(p, sizeof p, "%s/a_train_0.bin", path);
+    CU_ASSERT(file_is(p, a, 3000));
+    snprintf(p, sizeof p, "%s/z_train_1.bin", path);
+    CU_ASSERT(file_is(p, b, 5000));
+    snprintf(p, sizeof p, "%s/notes.txt", path);
+    CU_ASSERT(access(p, F_OK) != 0);
+    CU_ASSERT_EQUAL(s.requests, 3);
+    CU_ASSERT_FALSE(pr.back);
+    CU_ASSERT(pr.have > 3000 && pr.have <= 8000 && pr.total <= 8000);
+    CU_ASSERT_EQUAL(rm_fetch_cached(url, NULL, dir, &op, path, sizeof path, NULL, &e), RM_OK);
+    CU_ASSERT_EQUAL(s.requests, 3); /* complete: not even the index */
+    srv_stop(&s);
+
+    /* a name that would leave the entry */
+    const char *evil = "a_train_0.bin\n../x.bin\n";
+    srv s2 = {.paths = {"/f/index.txt"}, .data = {(const uint8_t *)evil}, .len = {strlen(evil)}};
+    srv_start(&s2);
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/f/", s2.port);
+    op.sha256 = NULL;
+    CU_ASSERT_EQUAL(rm_fetch_cached(url, NULL, dir, &op, path, sizeof path, NULL, &e), RM_EINVAL);
+    CU_ASSERT(strstr(e.msg, "spec.training.data.uri: ") == e.msg &&
+              strstr(e.msg, "index.txt: \"../x.bin\" is not a plain file name"));
+    /* no index: the fallback names, else its 404 */
+    static const char *const fb[] = {"a_train_0.bin", NULL};
+    op.fallback = fb;
+    snprintf(url, sizeof url, "http://127.0.0.1:%d/g/", s2.port);
+    CU_ASSERT_EQUAL(rm_fetch_cached(url, NULL, dir, &op, path, sizeof path, NULL, &e), RM_ENOTFOUND);
+    CU_ASSERT(strstr(e.msg, "404 from ") && strstr(e.msg, "/g/a_train_0.bin"));
+    op.fallback = NULL;
+    CU_ASSERT_EQUAL(rm_fetch_cached(url, NULL, dir, &op, path, sizeof path, NULL, &e), RM_ENOTFOUND);
+    CU_ASSERT(strstr(e.msg, "/g/index.txt") != NULL);
+    srv_stop(&s2);
+    free(ab);
+    free(a);
+    free(b);
+    rm_test_rmtree(dir);
+    free(dir);
+}
+
+/* s3://bucket/prefix/ by ListObjectsV2 (signed, its query in canonical order), two pages joined
+ * by the continuation token; deeper keys and the folder's marker left out; the listed sizes are
+ * the progress' total. */
+static void test_folder_s3_list(void)
+{
+    char *dir = rm_test_tmpdir("fetch");
+    uint8_t *a = object(4000, 31), *b = object(6000, 32);
+    const char *p1 = "<?xml version=\"1.0\"?><ListBucketResult><IsTruncated>true</IsTruncated>"
+                     "<Contents><Key>p/</Key><Size>0</Size></Contents>"
+                     "<Contents><Key>p/s_train_0.bin</Key><Size>4000</Size></Contents>"
+                     "<NextContinuationToken>T/1+</NextContinuationToken></ListBucketResult>";
+    const char *p2 = "<?xml version=\"1.0\"?><ListBucketResult><IsTruncated>false</IsTruncated>"
+                     "<Contents><Key>p/s_val_0.bin</Key><Size>6000</Size></Contents>"
+                     "<Contents><Key>p/deep/s_train_9.bin</Key><Size>1</Size></Contents></ListBucketResult>";
+    srv s = {.paths = {"/bkt?delimiter=%2F&list-type=2&prefix=p%2F",
+                       "/bkt?continuation-token=T%2F1%2B&delimiter=%2F&list-type=2&prefix=p%2F",
+                       "/bkt/p/s_train_0.bin", "/bkt/p/s_val_0.bin"},
+             .data = {(const uint8_t *)p1, (const uint8_t *)p2, a, b},
+             .len = {strlen(p1), strlen(p2), 4000, 6000},
+             .s3_secret = "SECRET"};
+    srv_start(&s);
+    char ep[64], path[4096], p[4200];
+    snprintf(ep, sizeof ep, "http://127.0.0.1:%d", s.port);
+    rm_s3_creds c = {.access_key = "AKID", .secret_key = "SECRET", .endpoint = ep};
+    static const char *const accept[] = {"*.bin", NULL};
+    prog pr = {0};
+    rm_fetch_opts op = quick;
+    op.s3 = &c;
+    op.accept = accept;
+    op.progress = on_prog;
+    op.progress_ud = &pr;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_fetch_cached("s3://bkt/p/", NULL, dir, &op, path, sizeof path, NULL, &e), RM_OK);
+    snprintf(p, sizeof p, "%s/s_train_0.bin", path);
+    CU_ASSERT(file_is(p, a, 4000));
+    snprintf(p, sizeof p, "%s/s_val_0.bin", path);
+    CU_ASSERT(file_is(p, b, 6000));
+    CU_ASSERT_EQUAL(s.requests, 4);
+    CU_ASSERT_EQUAL(pr.total, 10000);
+    srv_stop(&s);
+    free(a);
+    free(b);
+    rm_test_rmtree(dir);
+    free(dir);
+}
+
 typedef struct {
     const char *url, *dir;
     int rc;
@@ -1002,6 +1131,8 @@ void rm_suite_fetch(void)
         {"statuses", test_statuses},
         {"sha_and_cap", test_sha_and_cap},
         {"folder", test_folder},
+        {"folder_index", test_folder_index},
+        {"folder_s3_list", test_folder_s3_list},
         {"concurrent", test_concurrent},
         {"s3_sigv4", test_s3},
         {"changed_object", test_changed_object},

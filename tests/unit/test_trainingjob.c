@@ -1450,6 +1450,12 @@ static void test_models_and_data(void)
         {{{"spec.training.data.sha256", "\"86c4e6aa\""}},
          "spec.training.data.sha256: must be 64 lowercase hex digits"},
         {{{"spec.training.data.secretRef", "{}"}}, "spec.training.data.secretRef.name: required"},
+        {{{"spec.training.data.uri", "\"https://h/x.bin\""}, {"spec.training.data.caBundle", "\"ca.pem\""}},
+         "spec.training.data.caBundle: must be an absolute path of at most 4095 bytes to a PEM file (on "
+         "Kubernetes a file the pod template mounts, e.g. from a ConfigMap; got \"ca.pem\")"},
+        {{{"spec.training.data.caBundle", "\"/etc/ca.pem\""}},
+         "spec.training.data.caBundle: only applies to https:// and s3:// data (spec.training.data.uri is "
+         "\"builtin:fashion-mnist\")"},
         {{{"spec.training.data.secretRef", "{\"name\": \"S3_creds\"}"}},
          "spec.training.data.secretRef.name: must be a Secret name (a DNS-1123 subdomain; got \"S3_creds\")"},
         {{{"spec.training.data.validation", "{\"fraction\": 1}"}},

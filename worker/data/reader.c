@@ -12,11 +12,13 @@
 #include "common/worker_env.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "worker/data/data.h"
 
@@ -139,15 +141,21 @@ static uint64_t size_on_disk(const char *path)
 }
 
 /* Fetch a remote data.uri into the cache (once: a complete entry is used as it is). A URI ending
- * in '/' is an IDX folder: its four files, each plain or gzipped. */
+ * in '/' is a folder: with data.format idx its four IDX files (each plain or gzipped); else what
+ * its listing names (s3: ListObjectsV2; http: its index.txt; common/fetch.h) among token shards
+ * and IDX files, and an http folder without an index is taken for an IDX folder. */
 static int fetch_remote(const rm_training_spec *t, char *src, size_t cap, rm_err *err)
 {
     static const char *const idx_names[] = {"train-images-idx3-ubyte|train-images-idx3-ubyte.gz",
                                             "train-labels-idx1-ubyte|train-labels-idx1-ubyte.gz",
                                             "t10k-images-idx3-ubyte|t10k-images-idx3-ubyte.gz",
                                             "t10k-labels-idx1-ubyte|t10k-labels-idx1-ubyte.gz", NULL};
+    static const char *const accept[] = {
+        "*.bin", "train-*-idx?-ubyte", "train-*-idx?-ubyte.gz", "t10k-*-idx?-ubyte", "t10k-*-idx?-ubyte.gz",
+        NULL};
     const char *uri = t->data.uri;
     bool folder = uri[strlen(uri) - 1] == '/';
+    bool idx = (t->set2 & RM_TR_SET2_FORMAT) && t->data.format == RM_DATA_IDX;
     char cache[4096];
     rm_data_cache_dir(cache, sizeof cache);
     rm_s3_creds s3; /* the AWS_* variables spec.training.data.secretRef provides */
@@ -155,13 +163,19 @@ static int fetch_remote(const rm_training_spec *t, char *src, size_t cap, rm_err
     rm_fetch_opts o = {.field = "spec.training.data.uri",
                        .sha256_field = "spec.training.data.sha256",
                        .sha256 = t->data.sha256,
-                       .s3 = &s3};
+                       .s3 = &s3,
+                       .ca_bundle = t->data.ca_bundle, /* else AWS_CA_BUNDLE for s3, else the system's */
+                       .accept = accept,
+                       .fallback = idx_names};
+    if (t->data.ca_bundle && access(t->data.ca_bundle, R_OK) != 0)
+        return rm_err_field(err, RM_EINVAL, "spec.training.data.caBundle", "%s: %s", t->data.ca_bundle,
+                            strerror(errno));
     rm_fetch_stats st = {0};
     fetch_report rep;
     report_open(&rep);
     o.progress = on_fetch_progress;
     o.progress_ud = &rep;
-    int rc = rm_fetch_cached(uri, folder ? idx_names : NULL, cache, &o, src, cap, &st, err);
+    int rc = rm_fetch_cached(uri, folder && idx ? idx_names : NULL, cache, &o, src, cap, &st, err);
     if (rc == RM_OK) {
         uint64_t size = size_on_disk(src);
         report_put(&rep, size, size);
