@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `ringmaster tokenize`: a text file becomes llm.c token shards (version 1 headers, uint16 tokens,
-# one per byte) split into training and validation shards of a given size; an independent reader
+# one per byte) split into training and validation shards of a given size, listed in index.txt; an
+# independent reader
 # (Python's struct) gets the text back byte for byte; bad flags and inputs exit 2 naming them.
 set -euo pipefail
 R="$RM_BIN/ringmaster"
@@ -10,6 +11,8 @@ fail() { echo "FAIL: $*"; exit 1; }
 out=$("$R" tokenize --val-fraction 0.2 --shard-tokens 7000 "$T/corpus.txt" "$T/shards")
 echo "$out" | grep -q "25000 tokens (vocabulary 256): 20000 training, 5000 validation, in 4 shards" || fail "summary: $out"
 [ -f "$T/shards/corpus_train_000002.bin" ] && [ -f "$T/shards/corpus_val_000000.bin" ] || fail "shard names: $(ls "$T/shards")"
+# index.txt lists the shards (an http(s) folder URI fetches by it: docs/models-and-data.md)
+[ "$(cat "$T/shards/index.txt")" = "$(cd "$T/shards" && ls *.bin)" ] || fail "index.txt: $(cat "$T/shards/index.txt")"
 /usr/bin/python3 - "$T" <<'PY' || fail "round trip"
 import glob, struct, sys
 t = sys.argv[1]
