@@ -81,7 +81,7 @@ wait_for 60 "the replacement initialised" bash -c "$(declare -f init_ok k); init
 [ "$(gets c.txt)" = 1 ] || fail "the replacement fetched again: $(cat "$T/www-requests.log")"
 rlog=$(ls -t "$ksdata"/logs/default_remote-worker-1_*/fetch-data.log | head -1)
 grep -q 'msg="data ready"' "$rlog" && ! grep -q 'msg="data fetched"' "$rlog" || fail "replacement's init: $(cat "$rlog")"
-wait_for 240 "remote Succeeded" tj_phase_is remote Succeeded
+wait_for 480 "remote Succeeded" tj_phase_is remote Succeeded
 [ "$(tj_field remote '{.status.epoch}')" -gt "$ep0" ] || fail "the group did not re-form after the pod delete"
 log "a replaced worker fetched nothing; Succeeded with $(gets c.txt) GET"
 
