@@ -1,7 +1,7 @@
 /* tj_internal.h — what the files of the TrainingJob module share and nothing else uses:
  * trainingjob.c (names, parse, defaults, serialization, copy), tj_validate.c (rules),
- * tj_memory.c (the memory estimate), tj_status.c (status, conditions) and tj_json.c (the
- * field getters below). Include it only from those; the public API is trainingjob.h. */
+ * tj_memory.c (the memory estimate), tj_status.c (status, conditions), tj_runtime.c (runtimes)
+ * and tj_json.c (the field getters below). Include it only from those; the public API is trainingjob.h. */
 #ifndef RM_TJ_INTERNAL_H
 #define RM_TJ_INTERNAL_H
 #include <cjson/cJSON.h>

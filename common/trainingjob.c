@@ -14,6 +14,7 @@
 #include "common/tj_internal.h"
 #include "common/quantity.h"
 #include "common/json.h"
+#include "common/tj_runtime.h"
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -505,10 +506,10 @@ out:
 
 static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
 {
-    static const char *const k_spec[] = {"replicas",      "minReplicas", "maxReplicas", "backend",
-                                         "restartPolicy", "runPolicy",   "checkpoint",  "training",
-                                         "template",      "managedBy",   "strategy",    "parameterServer",
-                                         "parallelism",   "placement",   "output",      NULL};
+    static const char *const k_spec[] = {
+        "replicas", "minReplicas", "maxReplicas", "backend",  "restartPolicy",   "runPolicy",   "checkpoint",
+        "training", "template",    "managedBy",   "strategy", "parameterServer", "parallelism", "placement",
+        "output",   "runtimeRef",  NULL};
     static const char *const k_restart[] = {"maxRestarts", "backoffSeconds", "progressDeadlineSeconds", NULL};
     static const char *const k_run[] = {"activeDeadlineSeconds",
                                         "ttlSecondsAfterFinished",
@@ -594,6 +595,13 @@ static int spec_from_json(const cJSON *sp, rm_tj_spec *s, rm_err *err)
             s->output.dtype = (rm_output_dtype)iv;
         }
     }
+    o = cJSON_GetObjectItemCaseSensitive(sp, "runtimeRef");
+    if (o && !cJSON_IsNull(o)) {
+        rm_runtime_ref ref;
+        TRY(rm_runtime_ref_from_json(o, "spec.runtimeRef", &ref, err));
+        if (!(s->runtime_ref = cJSON_Duplicate(o, 1)))
+            TRY(rm_errf(err, RM_ENOMEM, "out of memory"));
+    }
 out:
     return rc;
 }
@@ -609,6 +617,7 @@ static void spec_free(rm_tj_spec *s)
     free(s->output.uri);
     rm_training_free(&s->training);
     cJSON_Delete(s->template);
+    cJSON_Delete(s->runtime_ref);
     memset(s, 0, sizeof *s);
 }
 
@@ -887,6 +896,11 @@ cJSON *rm_tj_spec_to_json(const rm_tj_spec *s)
         if (tp)
             cJSON_AddItemToObject(o, "template", tp);
     }
+    if (s->runtime_ref) {
+        cJSON *rr = cJSON_Duplicate(s->runtime_ref, 1);
+        if (rr)
+            cJSON_AddItemToObject(o, "runtimeRef", rr);
+    }
     if (s->strategy != RM_STRATEGY_ALLREDUCE)
         cJSON_AddStringToObject(o, "strategy", rm_strategy_names[s->strategy == RM_STRATEGY_PS]);
     if (s->ps.present || s->strategy == RM_STRATEGY_PS) {
@@ -987,6 +1001,7 @@ int rm_tj_copy(rm_tj *dst, const rm_tj *src)
     rc |= dup_str(&d->training.data.ca_bundle, s->training.data.ca_bundle);
     rc |= dup_str(&d->output.uri, s->output.uri);
     rc |= dup_json(&d->template, s->template);
+    rc |= dup_json(&d->runtime_ref, s->runtime_ref);
     if (rc) {
         rm_tj_free(dst);
         return RM_ENOMEM;

@@ -354,6 +354,9 @@ typedef struct rm_tj_spec {
         rm_output_format format;
         rm_output_dtype dtype;
     } output;
+    /* spec.runtimeRef {kind, name} (common/tj_runtime.h), checked and kept as given (owned, NULL =
+     * none). The loaders merge the runtime's template in before parsing; this only records it. */
+    cJSON *runtime_ref;
 } rm_tj_spec;
 #define RM_TJ_MANAGED_BY_US "ringmaster.dev/operator"
 #define RM_TJ_MANAGED_BY_MULTIKUEUE "kueue.x-k8s.io/multikueue"

@@ -30,6 +30,7 @@
 #include "common/http.h"
 #include "common/json.h"
 #include "common/log.h"
+#include "common/tj_runtime.h"
 #include "common/worker_env.h"
 #include "common/yaml.h"
 #include "operator/local.h"
@@ -99,7 +100,19 @@ int rm_manifest_load(const rm_yaml_docs *d, const char *path, const rm_manifest_
             return RM_EINVAL;
         }
     }
-    rc = rm_tj_from_json(rm_yaml_doc(d, pick), out, &e);
+    /* spec.runtimeRef: the runtime's template under the job's fields, before the defaults
+     * (docs/trainingjob-api.md#runtimes); the operator does the same with the cluster's runtimes */
+    cJSON *merged = NULL;
+    if (rm_json_path(rm_yaml_doc(d, pick), "spec.runtimeRef")) {
+        merged = cJSON_Duplicate(rm_yaml_doc(d, pick), 1);
+        rc = merged ? rm_runtime_resolve_files(merged, ov ? ov->runtimes : NULL, &e)
+                    : rm_errf(&e, RM_ENOMEM, "out of memory");
+    } else {
+        rc = RM_OK;
+    }
+    if (rc == RM_OK)
+        rc = rm_tj_from_json(merged ? merged : rm_yaml_doc(d, pick), out, &e);
+    cJSON_Delete(merged);
     if (rc == RM_OK) {
         rm_tj_defaults(out);
         if (ov && ov->replicas > 0) {
@@ -115,7 +128,7 @@ int rm_manifest_load(const rm_yaml_docs *d, const char *path, const rm_manifest_
         /* every worker runs on this machine, from its memory - unless they are GPU workers (backend
          * nccl) that `validate` (no overrides) checks for a cluster or that run with
          * RINGMASTER_DEVICE=cuda: the model lives in GPU memory there, not in this machine's RAM */
-        bool gpu = out->spec.backend == RM_BACKEND_NCCL && (!ov || rm_local_on_gpus());
+        bool gpu = out->spec.backend == RM_BACKEND_NCCL && (!ov || ov->cluster || rm_local_on_gpus());
         if (rc == RM_OK && !gpu)
             rc = rm_tj_check_memory_local(out, &e);
     }
@@ -480,6 +493,8 @@ static void usage(FILE *f)
                "                            TrainingSweep: its trials, parallelTrials at a time\n"
                "  --replicas N              override spec.replicas (min/max widened to fit)\n"
                "  --epochs N                override spec.training.epochs\n"
+               "  --runtimes FILE|DIR       the training runtimes a spec.runtimeRef names (YAML; a\n"
+               "                            folder's *.yaml, e.g. deploy/runtimes)\n"
                "  --checkpoint-dir DIR      default: spec.checkpoint.path (as written), else\n"
                "                            ./checkpoints/<name>\n"
                "  --resume[=if-present]     keep the checkpoints of an earlier run and continue from\n"
@@ -521,7 +536,18 @@ static int parse_output(const char *cmd, const char *s, bool *json)
 
 /* ------------------------------------------------------------------ run */
 
-enum { O_REPLICAS = 256, O_EPOCHS, O_CKPT, O_RESUME, O_RUNDIR, O_METRICS, O_LOGFMT, O_LOGLVL, O_HELP };
+enum {
+    O_REPLICAS = 256,
+    O_EPOCHS,
+    O_CKPT,
+    O_RESUME,
+    O_RUNDIR,
+    O_METRICS,
+    O_LOGFMT,
+    O_LOGLVL,
+    O_HELP,
+    O_RUNTIMES
+};
 
 /* The command line of `ringmaster run`. */
 typedef struct run_flags {
@@ -546,6 +572,7 @@ static int parse_flags(int argc, char **argv, run_flags *f)
         {"metrics-addr", required_argument, 0, O_METRICS},
         {"log-format", required_argument, 0, O_LOGFMT},
         {"log-level", required_argument, 0, O_LOGLVL},
+        {"runtimes", required_argument, 0, O_RUNTIMES},
         {"help", no_argument, 0, O_HELP},
         {0, 0, 0, 0},
     };
@@ -576,6 +603,9 @@ static int parse_flags(int argc, char **argv, run_flags *f)
             break;
         case O_CKPT:
             f->ckpt = optarg;
+            break;
+        case O_RUNTIMES:
+            f->ov.runtimes = optarg;
             break;
         case O_RESUME:
             f->resume = true;
@@ -892,11 +922,13 @@ int rm_validate_main(int argc, char **argv)
     static const struct option opts[] = {
         {"filename", required_argument, 0, 'f'},
         {"output", required_argument, 0, 'o'},
+        {"runtimes", required_argument, 0, O_RUNTIMES},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
     const char *file = NULL;
     bool json = false;
+    rm_manifest_overrides ov = {.cluster = true};
     optind = 1;
     opterr = 0;
     int c;
@@ -909,11 +941,15 @@ int rm_validate_main(int argc, char **argv)
             if (parse_output("validate", optarg, &json))
                 return 2;
             break;
+        case O_RUNTIMES:
+            ov.runtimes = optarg;
+            break;
         case 'h':
-            printf("usage: ringmaster validate -f FILE [-o json]\n"
+            printf("usage: ringmaster validate -f FILE [-o json] [--runtimes FILE|DIR]\n"
                    "Check a TrainingJob manifest the way `run` and the operator read it; -o json\n"
                    "prints it with every default filled in. With RINGMASTER_FAULT set, a fault\n"
-                   "that can never fire in this job is refused too. Exit 0 valid, 2 invalid.\n");
+                   "that can never fire in this job is refused too. --runtimes: the training\n"
+                   "runtimes a spec.runtimeRef names. Exit 0 valid, 2 invalid.\n");
             return 0;
         default:
             fprintf(stderr, "ringmaster validate: unknown flag \"%s\"\n", argv[optind - 1]);
@@ -936,7 +972,7 @@ int rm_validate_main(int argc, char **argv)
         return code;
     }
     rm_tj job;
-    int lrc = rm_manifest_load(docs, file, NULL, &job, msg, sizeof msg);
+    int lrc = rm_manifest_load(docs, file, &ov, &job, msg, sizeof msg);
     rm_yaml_free(docs);
     if (lrc != RM_OK) {
         fprintf(stderr, "%s\n", msg);

@@ -10,6 +10,7 @@
  * checkpoint, the final status is printed). A malformed RINGMASTER_FAULT is refused with exit 2. */
 #ifndef RM_RUN_H
 #define RM_RUN_H
+#include <stdbool.h>
 #include <stdio.h>
 #include <stddef.h>
 #include "common/rm.h"
@@ -18,10 +19,14 @@
 
 #define RM_VERSION "0.1.0"
 
-/* Overrides from flags; 0 = keep the manifest's value. */
+/* Overrides from flags; 0 = keep the manifest's value. runtimes: --runtimes, the file or folder a
+ * spec.runtimeRef is resolved from (common/tj_runtime.h; NULL = none, a reference is an error).
+ * cluster: check for a cluster (`validate`), not for a run on this machine. */
 typedef struct rm_manifest_overrides {
     int replicas;
     int epochs;
+    const char *runtimes;
+    bool cluster;
 } rm_manifest_overrides;
 
 /* Read the manifest at path ("-" = stdin) once, with the loader's size cap, so that a pipe
@@ -29,8 +34,8 @@ typedef struct rm_manifest_overrides {
  * by the caller (rm_yaml_free). On error msg holds one line (YAML syntax errors keep the loader's
  * "FILE:LINE:COL: message"). */
 int rm_manifest_read(const char *path, rm_yaml_docs **out, char *msg, size_t cap);
-/* Take the TrainingJob document of d (read from path, named in messages), apply overrides and
- * defaults, and validate. d is borrowed. On RM_OK *out is owned by the caller (rm_tj_free). On
+/* Take the TrainingJob document of d (read from path, named in messages), merge the runtime it
+ * names (ov->runtimes), apply overrides and defaults, and validate. d is borrowed. On RM_OK *out is owned by the caller (rm_tj_free). On
  * error *out is zeroed and msg holds one line: "FILE:LINE: spec.minReplicas: must be <=
  * spec.replicas". */
 int rm_manifest_load(const rm_yaml_docs *d, const char *path, const rm_manifest_overrides *ov, rm_tj *out,
