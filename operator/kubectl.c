@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include "common/clock.h"
 #include "common/json.h"
+#include "common/tj_runtime.h"
 #include "common/trainingjob.h"
 #include "operator/kube/client.h"
 #include "operator/kube/runtime.h"
@@ -341,25 +342,43 @@ static int cmd_status(kc *k, const char *job, rm_err *err)
 {
     cJSON *tj = NULL;
     RM_CHECK(get_job(k, job, &tj, err));
+    /* the spec the job runs: its runtime's template (as resolved, status.runtime) under its own
+     * fields, then the defaults (the CRD writes none: docs/trainingjob-api.md#runtimes) */
+    const cJSON *rtt = rm_json_path(tj, "status.runtime.template");
+    rm_err pe = {0};
+    if (cJSON_IsObject(rtt) && rm_json_path(tj, "spec.runtimeRef")) {
+        cJSON *t = cJSON_Duplicate(rtt, 1);
+        if (t)
+            rm_runtime_apply(tj, t, &pe);
+        cJSON_Delete(t);
+    }
+    rm_tj parsed;
+    bool have = rm_tj_from_json(tj, &parsed, &pe) == RM_OK;
+    if (have)
+        rm_tj_defaults(&parsed);
     const char *phase = jstr(tj, "status.phase", "Pending");
     char age[32], buf[64];
     fmt_dur(age, sizeof age, age_of(jstr(tj, "metadata.creationTimestamp", NULL)));
     printf("TrainingJob %s/%s   %s   age %s\n", k->ns, job, phase, age);
+    int rep = have ? parsed.spec.replicas : (int)jnum(tj, "spec.replicas", 1);
     printf(
         "  workers     %d/%d ready (desired %d, min %d, max %d)   restarts %d of %d   rendezvous epoch %d\n",
-        (int)jnum(tj, "status.readyReplicas", 0), (int)jnum(tj, "status.replicas", 0),
-        (int)jnum(tj, "spec.replicas", 0), (int)jnum(tj, "spec.minReplicas", jnum(tj, "spec.replicas", 0)),
-        (int)jnum(tj, "spec.maxReplicas", jnum(tj, "spec.replicas", 0)), (int)jnum(tj, "status.restarts", 0),
-        (int)jnum(tj, "spec.restartPolicy.maxRestarts", 0), (int)jnum(tj, "status.epoch", 0));
+        (int)jnum(tj, "status.readyReplicas", 0), (int)jnum(tj, "status.replicas", 0), rep,
+        have ? parsed.spec.min_replicas : (int)jnum(tj, "spec.minReplicas", rep),
+        have ? parsed.spec.max_replicas : (int)jnum(tj, "spec.maxReplicas", rep),
+        (int)jnum(tj, "status.restarts", 0),
+        have ? parsed.spec.restart.max_restarts : (int)jnum(tj, "spec.restartPolicy.maxRestarts", 5),
+        (int)jnum(tj, "status.epoch", 0));
+    if (rm_json_path(tj, "status.runtime"))
+        printf("  runtime     %s/%s (generation %.0f, as the job resolved it)\n",
+               jstr(tj, "status.runtime.kind", ""), jstr(tj, "status.runtime.name", ""),
+               jnum(tj, "status.runtime.generation", 0));
     if (rm_json_path(tj, "status.parameterServers"))
         printf("  servers     %d/%d ready\n", (int)jnum(tj, "status.parameterServers.readyReplicas", 0),
                (int)jnum(tj, "status.parameterServers.replicas", 0));
     /* the step budget from the spec, as the controllers count it (common/trainingjob.h) */
     double total = 0;
-    rm_tj parsed;
-    rm_err pe = {0};
-    if (rm_tj_from_json(tj, &parsed, &pe) == RM_OK) {
-        rm_tj_defaults(&parsed);
+    if (have) {
         total = rm_tj_steps_total(&parsed.spec);
         rm_tj_free(&parsed);
     }
@@ -560,11 +579,15 @@ static int list_runtimes(kc *k, const char *path, const char *kind, bool namespa
     {
         char age[32];
         fmt_dur(age, sizeof age, age_of(jstr(it, "metadata.creationTimestamp", NULL)));
+        char reps[16] = "-";
+        if (cJSON_IsNumber(rm_json_path(it, "spec.template.replicas")))
+            snprintf(reps, sizeof reps, "%.0f", jnum(it, "spec.template.replicas", 0));
         if (!(*shown)++)
-            printf("%-24s %-32s %-12s %-10s %s\n", "KIND", "NAME", "NAMESPACE", "GENERATION", "AGE");
-        printf("%-24s %-32s %-12s %-10.0f %s\n", kind, jstr(it, "metadata.name", ""),
-               namespaced ? jstr(it, "metadata.namespace", "") : "-", jnum(it, "metadata.generation", 0),
-               age);
+            printf("%-24s %-32s %-12s %-8s %-8s %-10s %s\n", "KIND", "NAME", "NAMESPACE", "BACKEND",
+                   "REPLICAS", "GENERATION", "AGE");
+        printf("%-24s %-32s %-12s %-8s %-8s %-10.0f %s\n", kind, jstr(it, "metadata.name", ""),
+               namespaced ? jstr(it, "metadata.namespace", "") : "-", jstr(it, "spec.template.backend", "-"),
+               reps, jnum(it, "metadata.generation", 0), age);
     }
     cJSON_Delete(list);
     return RM_OK;

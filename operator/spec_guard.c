@@ -17,6 +17,8 @@ const rm_spec_field rm_spec_fields[] = {
      "where and when the group writes the checkpoint a replacement restores"},
     {"placement", RM_SPEC_IMMUTABLE, "the node groups the hierarchical allreduce is built on"},
     {"output", RM_SPEC_IMMUTABLE, "where the running group exports the model"},
+    {"runtimeRef", RM_SPEC_IMMUTABLE,
+     "the runtime whose template the running spec was merged from (status.runtime)"},
     {"replicas", RM_SPEC_MUTABLE, "a resize: a new rendezvous round restores from the checkpoint"},
     {"minReplicas", RM_SPEC_MUTABLE, "the elastic floor, from the next round"},
     {"maxReplicas", RM_SPEC_MUTABLE, "the elastic ceiling, from the next round"},

@@ -5,7 +5,7 @@
  * group cannot re-form (another model, another strategy) and the job dies later in a recovery
  * loop. So each top-level spec key has one rule:
  *   - immutable once the job started (backend, strategy, parameterServer, parallelism, training,
- *     checkpoint, placement, output): the CRD refuses the change (x-kubernetes-validations with
+ *     checkpoint, placement, output, runtimeRef): the CRD refuses the change (x-kubernetes-validations with
  *     oldSelf), and should one get through (an older CRD, a cluster without CEL) the operator
  *     keeps building pods from the recorded running spec (status.runningSpec) and says which
  *     field it did not apply;

@@ -332,6 +332,16 @@ static cJSON *status_json(const cJSON *obj, const rm_tj *tj, const rm_tj_status 
         cJSON_Delete(s);
         return NULL;
     }
+    /* status.runtime: the runtime the job resolved at its first pass (operator/kube/runtimes.c) */
+    const cJSON *rtr = rm_json_path(obj, "status.runtime");
+    if (cJSON_IsObject(rtr)) {
+        cJSON *c = cJSON_Duplicate(rtr, 1);
+        if (!c || !cJSON_AddItemToObject(s, "runtime", c)) {
+            cJSON_Delete(c);
+            cJSON_Delete(s);
+            return NULL;
+        }
+    }
     char b[64];
     snprintf(b, sizeof(b), "%d/%d", st->ready_replicas, tj->spec.replicas);
     cJSON_DeleteItemFromObjectCaseSensitive(s, "workers");
@@ -606,8 +616,15 @@ static int observe_job(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, 
         *skip = true;
         return RM_OK;
     }
-    RM_CHECK(hold_running_spec(obj, held, held_cap, err));
+    /* spec.runtimeRef: the runtime's template (recorded in status.runtime at the first pass)
+     * under the job's own fields, before anything reads the spec (operator/kube/runtimes.c) */
     rm_err perr = {0};
+    RM_CHECK(rm_kube_rt_runtime_step(rt, key, obj, &perr, err));
+    if (perr.msg[0]) {
+        *skip = true;
+        return report_invalid(rt, key, obj, &perr, m, err);
+    }
+    RM_CHECK(hold_running_spec(obj, held, held_cap, err));
     if (rm_tj_from_json(obj, tj, &perr) != RM_OK) {
         *skip = true;
         return report_invalid(rt, key, obj, &perr, m, err);

@@ -21,13 +21,15 @@ set +e; out=$(k ringmaster logs j --rank x 2>&1); rc=$?; set -e
 [ $rc -eq 2 ] && grep -q -- '--rank: must be an integer >= 0 (got "x")' <<<"$out" || fail "bad --rank: $rc $out"
 
 start_kubesim
+k ringmaster runtimes | grep -q 'TrainingRuntime: not installed' || fail "runtimes without the CRD"
 install_crd
 start_operator a
 wait_for 20 "operator ready" curl -fsS "http://127.0.0.1:$OP_PROBE_a/readyz"
 
 set +e; out=$(k ringmaster status nope 2>&1); rc=$?; set -e
 [ $rc -eq 1 ] && grep -q 'TrainingJob default/nope not found' <<<"$out" || fail "status of a missing job: $rc $out"
-k ringmaster runtimes | grep -q 'TrainingRuntime: not installed' || fail "runtimes without the CRD"
+k wait --for condition=established --timeout=20s crd/clustertrainingruntimes.ringmaster.dev >/dev/null
+k ringmaster runtimes | grep -q 'no runtimes in namespace default and none cluster-wide' || fail "runtimes: none yet"
 
 KEEP_PODS=1 fast_job plug 2 12 | k apply -f - >/dev/null
 wait_for 60 "plug trains" bash -c "[ \"\$(kubectl get tj plug -o jsonpath='{.status.progress.step}')\" -ge 50 ] 2>/dev/null"

@@ -22,6 +22,9 @@ if k -n ringmaster-system get deployment ringmaster-operator >/dev/null 2>&1; th
 k apply -f "$RM_ROOT/deploy/" > "$T/apply.txt" || fail "kubectl apply -f deploy/ failed"
 cat "$T/apply.txt"
 k wait --for condition=established --timeout=20s crd/trainingjobs.ringmaster.dev >/dev/null
+for c in trainingruntimes clustertrainingruntimes; do
+  k wait --for condition=established --timeout=20s "crd/$c.ringmaster.dev" >/dev/null || fail "deploy/ did not install crd/$c"
+done
 for o in namespace/ringmaster-system -n\ ringmaster-system\ serviceaccount/ringmaster-operator \
          clusterrole/ringmaster-operator clusterrolebinding/ringmaster-operator \
          -n\ ringmaster-system\ role/ringmaster-leader-election -n\ ringmaster-system\ rolebinding/ringmaster-leader-election \
@@ -61,6 +64,13 @@ print(yaml.safe_dump({"apiVersion": "ringmaster.dev/v1alpha1", "kind": "Training
     "metadata": {"name": "rbacsweep"}, "spec": {"parameters": [{"path": "training.optimizer.lr",
     "values": [0.05]}], "trialTemplate": tj["spec"]}}))' | k apply -f - >/dev/null
 wait_for 120 "rbacsweep Succeeded" bash -c "[ \"\$(kubectl get tsw rbacsweep -o jsonpath='{.status.phase}')\" = Succeeded ]"
+# training runtimes: a job's first pass reads the runtime it names (get), of either kind; these two
+# do not exist, so each job is Failed at once
+for kind in ClusterTrainingRuntime TrainingRuntime; do
+  printf 'apiVersion: ringmaster.dev/v1alpha1\nkind: TrainingJob\nmetadata: {name: rbac-%s}\nspec: {runtimeRef: {kind: %s, name: absent}}\n' \
+    "${kind,,}" "$kind" | k apply -f - >/dev/null || fail "apply the job on a $kind"
+  wait_for 30 "rbac-${kind,,} Failed" bash -c "[ \"\$(kubectl get tj rbac-${kind,,} -o jsonpath='{.status.phase}')\" = Failed ]"
+done
 sleep 1
 
 curl -fsS "$KS_URL/kubesim/requests" > "$T/requests.json"

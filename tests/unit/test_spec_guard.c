@@ -10,8 +10,9 @@
 #include "operator/spec_guard.h"
 #include "tests/unit/testutil.h"
 
-static const char *const IMMUTABLE[] = {"backend",  "strategy",   "parameterServer", "parallelism",
-                                        "training", "checkpoint", "placement",       "output"};
+static const char *const IMMUTABLE[] = {"backend",     "strategy", "parameterServer",
+                                        "parallelism", "training", "checkpoint",
+                                        "placement",   "output",   "runtimeRef"};
 static const char *const MUTABLE[] = {"replicas",  "minReplicas", "maxReplicas", "restartPolicy",
                                       "runPolicy", "managedBy",   "template"};
 
