@@ -114,8 +114,8 @@ done
 # validate names the same errors and accepts the examples
 set +e; "$RM_BIN/ringmaster" validate -f "$W/minmax.yaml" 2>"$W/v.e"; rc=$?; set -e
 [ $rc -eq 2 ] && grep -q "minmax.yaml:7: spec.minReplicas" "$W/v.e" || fail "validate: rc=$rc $(cat "$W/v.e")"
-for f in "$RM_ROOT"/deploy/examples/*.yaml; do
-  "$RM_BIN/ringmaster" validate -f "$f" >/dev/null || fail "example $f does not validate"
+for f in "$RM_ROOT"/deploy/examples/*.yaml; do   # (the examples on a runtime name deploy/runtimes')
+  "$RM_BIN/ringmaster" validate -f "$f" --runtimes "$RM_ROOT/deploy/runtimes" >/dev/null || fail "example $f does not validate"
 done
 "$RM_BIN/ringmaster" validate -f "$RM_ROOT/deploy/examples/fashion-mnist.yaml" -o json |
   $PY -c 'import json,sys; j=json.load(sys.stdin); assert j["spec"]["replicas"]==4 and j["spec"]["training"]["epochs"]==10, j'

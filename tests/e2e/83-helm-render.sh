@@ -8,7 +8,8 @@
 #     (wrong type, missing required value, out of range, unknown key, empty string, nested type);
 #     and with the schema removed, the template's own `required` still names a missing workerImage;
 #  3. with kubectl: `kubectl apply --dry-run=server` of the rendered chart (CRDs included) creates
-#     nothing in kubesim, then a real apply installs it;
+#     nothing in kubesim, then a real apply installs it (the CRDs first, as helm does: the training
+#     runtimes are of their kinds);
 #  4. with podman and the images (else that part says SKIP): kubesim in container mode, the operator
 #     pod from the RENDERED Deployment (values ok-images.yaml: the CPU worker image) gets Ready and
 #     runs a short TrainingJob to Succeeded.
@@ -45,7 +46,8 @@ grep -q -- "--leader-elect" "$TMPDIR/ok-monitoring.yaml.out" && fail "leaderElec
 $PY - "$TMPDIR/ok-defaults.yaml.out" "$root/deploy" <<'P' || fail "the chart's defaults differ from deploy/"
 import glob, sys, yaml
 chart = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
-plain = [d for f in sorted(glob.glob(sys.argv[2] + "/[0-9]*.yaml")) for d in yaml.safe_load_all(open(f)) if d]
+plain = [d for f in sorted(glob.glob(sys.argv[2] + "/[0-9]*.yaml")) + sorted(glob.glob(sys.argv[2] + "/runtimes/*.yaml"))
+         for d in yaml.safe_load_all(open(f)) if d]   # (deploy/runtimes/: kubectl apply -f it after deploy/)
 key = lambda d: (d["kind"], d["metadata"]["name"])
 skip = {"Namespace", "CustomResourceDefinition"}   # helm --create-namespace; crds/ go in apart
 a = {key(d): d for d in chart}; b = {key(d): d for d in plain if d["kind"] not in skip}
@@ -83,14 +85,27 @@ podman_ok=1
 "$HR" --include-crds -f "$V/ok-images.yaml" "$CHART" > "$TMPDIR/release.yaml"
 if [ $podman_ok = 1 ]; then ks_start_podman_tls; else ks_start --no-kubelet; fi
 printf 'apiVersion: v1\nkind: Namespace\nmetadata: {name: ringmaster-system}\n' | k apply -f - >/dev/null  # helm --create-namespace
-out=$(k apply --dry-run=server -f "$TMPDIR/release.yaml" 2>&1) || fail "server dry run: $out"
+# as `helm install` does: the CRDs first, then the objects (the training runtimes are of their kinds)
+$PY - "$TMPDIR/release.yaml" "$TMPDIR/crds.yaml" "$TMPDIR/objects.yaml" <<'P'
+import sys, yaml
+docs = [d for d in yaml.safe_load_all(open(sys.argv[1])) if d]
+crd = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
+yaml.safe_dump_all(crd, open(sys.argv[2], "w")); yaml.safe_dump_all([d for d in docs if d not in crd], open(sys.argv[3], "w"))
+P
+out=$(k apply --dry-run=server -f "$TMPDIR/crds.yaml" 2>&1) || fail "server dry run: $out"
 echo "$out" | head -3
 grep -q "(server dry run)" <<<"$out" || fail "not a server dry run"
 k get crd trainingjobs.ringmaster.dev >/dev/null 2>&1 && fail "the dry run created the CRD"
-k apply -f "$TMPDIR/release.yaml" >/dev/null || fail "apply the rendered chart"
-k wait --for condition=established --timeout=20s crd/trainingjobs.ringmaster.dev >/dev/null
+k apply -f "$TMPDIR/crds.yaml" >/dev/null || fail "apply the rendered chart's CRDs"
+for c in trainingjobs trainingruntimes clustertrainingruntimes; do
+  k wait --for condition=established --timeout=20s "crd/$c.ringmaster.dev" >/dev/null
+done
+out=$(k apply --dry-run=server -f "$TMPDIR/objects.yaml" 2>&1) || fail "server dry run: $out"
+k -n ringmaster-system get deployment ringmaster-operator >/dev/null 2>&1 && fail "the dry run created the Deployment"
+k apply -f "$TMPDIR/objects.yaml" >/dev/null || fail "apply the rendered chart"
 k -n ringmaster-system get deployment ringmaster-operator -o json > "$TMPDIR/dep.json" || fail "rendered Deployment not installed"
 k get clusterrole ringmaster-operator >/dev/null || fail "rendered ClusterRole not installed"
+k get clustertrainingruntime cpu gpu-nccl >/dev/null || fail "the rendered training runtimes are not installed"
 echo "ok - the rendered chart is installed"
 
 echo "== 4. the operator from the rendered Deployment runs a job"

@@ -7,7 +7,8 @@ Checks, each failing with a message that names the file and the problem:
   2. values.yaml validates against values.schema.json
   3. every .Values.x.y used in templates exists in values.yaml and in the schema
   4. every value in values.yaml is documented in the chart README's table
-  5. the chart's CRD is the same file as deploy/crd/, and the chart's RBAC rules equal deploy/20-rbac.yaml's
+  5. the chart's CRDs are the same files as deploy/crd/, its runtimes deploy/runtimes/'s, and the chart's RBAC
+     rules equal deploy/20-rbac.yaml's
   6. the chart's defaults match deploy/30-operator.yaml (replicas, image, args, probes, security context)
   7. deploy/monitoring/prometheusrule.yaml carries exactly deploy/prometheus/rules.yaml's groups, and every
      metric the Grafana dashboard and the rules query is a recording rule or a metric the C code registers
@@ -105,10 +106,18 @@ def main():
             fail(errors, f"charts/ringmaster/README.md does not document `{path}`")
 
     # 5. CRD and RBAC equality
-    crd_chart = os.path.join(chart, "crds/trainingjobs.ringmaster.dev.yaml")
-    crd_deploy = os.path.join(root, "deploy/crd/trainingjobs.ringmaster.dev.yaml")
-    if not os.path.exists(crd_chart) or open(crd_chart).read() != open(crd_deploy).read():
-        fail(errors, "charts/ringmaster/crds/ differs from deploy/crd/")
+    for crd in ("trainingjobs", "trainingruntimes", "clustertrainingruntimes"):
+        crd_chart = os.path.join(chart, f"crds/{crd}.ringmaster.dev.yaml")
+        crd_deploy = os.path.join(root, f"deploy/crd/{crd}.ringmaster.dev.yaml")
+        if not os.path.exists(crd_chart) or open(crd_chart).read() != open(crd_deploy).read():
+            fail(errors, f"charts/ringmaster/crds/{crd}.ringmaster.dev.yaml differs from deploy/crd/")
+    # the chart's training runtimes are deploy/runtimes/'s, object for object
+    rt_text = open(os.path.join(chart, "templates/runtimes.yaml")).read()
+    rt_chart = [d for d in yaml.safe_load_all(re.sub(r"(?s)\{\{.*?\}\}", "", rt_text)) if d]
+    rt_deploy = [d for f in sorted(os.listdir(os.path.join(root, "deploy/runtimes"))) if f.endswith(".yaml")
+                 for d in yaml.safe_load_all(open(os.path.join(root, "deploy/runtimes", f))) if d]
+    if rt_chart != rt_deploy:
+        fail(errors, "charts/ringmaster/templates/runtimes.yaml differs from deploy/runtimes/")
     r_chart = rules_block(open(os.path.join(chart, "templates/rbac.yaml")).read())
     r_deploy = rules_block(open(os.path.join(root, "deploy/20-rbac.yaml")).read())
     if r_chart is None or r_chart != r_deploy:
