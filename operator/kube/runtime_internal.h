@@ -80,9 +80,11 @@ int rm_kube_rt_kueue_step(rm_kube_rt *rt, const cJSON *obj, const rm_tj *tj, job
 /* runtimes.c: a job naming spec.runtimeRef gets its runtime's template merged under its own
  * fields in obj's spec (common/tj_runtime.h): the runtime is read from the API server at the
  * job's first pass and recorded in obj's status.runtime {kind, name, generation, template}, which
- * every later pass uses instead (a runtime changed or deleted later never alters the job). A
- * reference that cannot be used (malformed, not found, an invalid runtime) fills *invalid with
- * the field-named message and leaves obj as it was; RM_OK then. Other failures (the API server,
- * RBAC) are returned. */
-int rm_kube_rt_runtime_step(rm_kube_rt *rt, const char *key, cJSON *obj, rm_err *invalid, rm_err *err);
+ * every later pass uses instead (a runtime changed or deleted later never alters the job; once
+ * the job started, the record is used even if the reference was edited). A reference that cannot
+ * be used (malformed, not found, an invalid runtime) fills *invalid with the field-named message
+ * and leaves obj as it was; RM_OK then. *done: the job finished without ever resolving its
+ * runtime (nothing to do, nothing read). Other failures (the API server, RBAC) are returned. */
+int rm_kube_rt_runtime_step(rm_kube_rt *rt, const char *key, cJSON *obj, bool *done, rm_err *invalid,
+                            rm_err *err);
 #endif

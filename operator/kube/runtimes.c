@@ -16,17 +16,28 @@
 #include "operator/kube/client.h"
 #include "operator/kube/runtime_internal.h"
 
-/* The record of status.runtime when it matches ref (kind and name), else NULL. */
-static const cJSON *recorded(const cJSON *obj, const rm_runtime_ref *ref)
+/* The record of status.runtime (with its template), else NULL. */
+static const cJSON *record_of(const cJSON *obj)
 {
     const cJSON *r = rm_json_path(obj, "status.runtime");
     const cJSON *k = cJSON_GetObjectItemCaseSensitive(r, "kind");
     const cJSON *n = cJSON_GetObjectItemCaseSensitive(r, "name");
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(r, "template");
-    if (!cJSON_IsString(k) || !cJSON_IsString(n) || !cJSON_IsObject(t) ||
-        strcmp(k->valuestring, rm_runtime_ref_kind(ref)) != 0 || strcmp(n->valuestring, ref->name) != 0)
-        return NULL;
-    return r;
+    return cJSON_IsString(k) && cJSON_IsString(n) && cJSON_IsObject(t) ? r : NULL;
+}
+
+static bool names(const cJSON *rec, const rm_runtime_ref *ref)
+{
+    return ref->present &&
+           strcmp(cJSON_GetObjectItemCaseSensitive(rec, "kind")->valuestring, rm_runtime_ref_kind(ref)) ==
+               0 &&
+           strcmp(cJSON_GetObjectItemCaseSensitive(rec, "name")->valuestring, ref->name) == 0;
+}
+
+static bool str_set(const cJSON *obj, const char *path)
+{
+    const cJSON *v = rm_json_path(obj, path);
+    return cJSON_IsString(v) && v->valuestring[0];
 }
 
 /* status.runtime of obj := {kind, name, generation, template} of the runtime object rto. */
@@ -53,15 +64,27 @@ static int record(cJSON *obj, const rm_runtime_ref *ref, const cJSON *rto, rm_er
     return RM_OK;
 }
 
-int rm_kube_rt_runtime_step(rm_kube_rt *rt, const char *key, cJSON *obj, rm_err *invalid, rm_err *err)
+int rm_kube_rt_runtime_step(rm_kube_rt *rt, const char *key, cJSON *obj, bool *done, rm_err *invalid,
+                            rm_err *err)
 {
+    *done = false;
+    const cJSON *rec = record_of(obj);
+    /* a started job keeps the runtime it started with, whatever its runtimeRef says now (a changed
+     * reference is then held back and reported like any immutable field: operator/spec_guard.h) */
+    if (rec && str_set(obj, "status.startTime"))
+        return rm_runtime_apply(obj, cJSON_GetObjectItemCaseSensitive(rec, "template"), err);
     rm_runtime_ref ref;
     if (rm_runtime_ref_of(obj, &ref, invalid) != RM_OK)
         return RM_OK; /* a malformed reference: the job's error (invalid->msg) */
     if (!ref.present)
         return RM_OK;
-    const cJSON *rec = recorded(obj, &ref);
-    if (!rec) {
+    if (!rec || !names(rec, &ref)) {
+        const cJSON *ph = rm_json_path(obj, "status.phase");
+        if (cJSON_IsString(ph) &&
+            (!strcmp(ph->valuestring, "Failed") || !strcmp(ph->valuestring, "Succeeded"))) {
+            *done = true; /* finished without resolving (its runtime was missing): nothing to read */
+            return RM_OK;
+        }
         char path[640];
         const cJSON *ns = rm_json_path(obj, "metadata.namespace");
         if (ref.cluster)
@@ -90,7 +113,7 @@ int rm_kube_rt_runtime_step(rm_kube_rt *rt, const char *key, cJSON *obj, rm_err 
         cJSON_Delete(rto);
         if (rc)
             return rc;
-        rec = recorded(obj, &ref);
+        rec = record_of(obj);
         rm_info("job resolved its runtime job=%s runtime=%s/%s generation=%.0f", key,
                 rm_runtime_ref_kind(&ref), ref.name, rm_json_path(rec, "generation")->valuedouble);
     }

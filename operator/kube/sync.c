@@ -619,7 +619,9 @@ static int observe_job(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, 
     /* spec.runtimeRef: the runtime's template (recorded in status.runtime at the first pass)
      * under the job's own fields, before anything reads the spec (operator/kube/runtimes.c) */
     rm_err perr = {0};
-    RM_CHECK(rm_kube_rt_runtime_step(rt, key, obj, &perr, err));
+    RM_CHECK(rm_kube_rt_runtime_step(rt, key, obj, skip, &perr, err));
+    if (*skip)
+        return RM_OK;
     if (perr.msg[0]) {
         *skip = true;
         return report_invalid(rt, key, obj, &perr, m, err);

@@ -6,7 +6,8 @@
 #     status.runtime records {kind, name, generation};
 #  2. the runtime edited (replicas 3, another model) and then deleted mid-run changes nothing: the
 #     workers replaced after the edit get the spec their group runs, no third worker appears, and
-#     status.runtime keeps generation 1; the job Succeeds with the runtime's maxSteps;
+#     status.runtime keeps generation 1; runtimeRef edited to another runtime is not applied
+#     (InvalidSpec names spec.runtimeRef.name); the job Succeeds with the runtime's maxSteps;
 #  3. a job naming a TrainingRuntime that does not exist is Failed with a condition naming the field:
 #     spec.runtimeRef.name: TrainingRuntime "nope" not found;
 #  4. (within 1) `kubectl ringmaster runtimes` lists both kinds (deploy/runtimes/ applied too), and
@@ -120,6 +121,10 @@ k patch clustertrainingruntime rt-cpu --type merge -p '{"spec":{"template":{"rep
 [ "$(k get clustertrainingruntime rt-cpu -o jsonpath='{.metadata.generation}')" = 2 ] || fail "runtime generation did not move"
 uids=$(k get pods -l ringmaster.dev/job-name=rtjob -o jsonpath='{.items[*].metadata.uid}')
 k delete clustertrainingruntime rt-cpu >/dev/null
+# the reference itself edited (kubesim has no CEL to refuse it): the job keeps its recorded runtime
+# and says so, instead of reading gpu-nccl (whose pods would ask for a GPU)
+k patch tj rtjob --type merge -p '{"spec":{"runtimeRef":{"name":"gpu-nccl"}}}' >/dev/null
+wait_for 20 "InvalidSpec naming spec.runtimeRef.name" bash -c "kubectl get tj rtjob -o jsonpath='{.status.conditions[?(@.type==\"InvalidSpec\")].message}' | grep -q 'spec.runtimeRef.name: cannot change'"
 # both workers replaced (one of them is hung): every pod of the job is now built after the edit
 k delete pod rtjob-worker-0 rtjob-worker-1 --grace-period=0 --force --wait=false >/dev/null 2>&1
 for i in 0 1; do
@@ -129,6 +134,8 @@ for i in 0 1; do
   [ "$(env_of rtjob-worker-$i RINGMASTER_TRAINING)" = "$train0" ] ||
     fail "replacement $i got another spec.training: $(env_of rtjob-worker-$i RINGMASTER_TRAINING)"
 done
+[ "$(k get pod rtjob-worker-0 -o jsonpath='{.spec.containers[0].resources.limits.nvidia\.com/gpu}')" = "" ] ||
+  fail "the replacement got gpu-nccl's GPU"
 wait_for 60 "rtjob Succeeded" tj_phase_is rtjob Succeeded
 k get pod rtjob-worker-2 >/dev/null 2>&1 && fail "the edited runtime's replicas reached the job"
 [ "$(tj_field rtjob '{.spec.replicas}')" = "" ] || fail "the API server wrote spec.replicas into the job"
