@@ -65,6 +65,16 @@ int rm_sweep_manifest_load(const rm_yaml_docs *d, const char *path, rm_sweep *ou
         rm_sfmt(msg, cap, "%s: no TrainingSweep in the file", path);
         return RM_EINVAL;
     }
+    /* a trial naming a training runtime would run without the runtime's fields here: refused,
+     * not run differently from the cluster (docs/trainingjob-api.md#runtimes) */
+    if (rm_json_path(rm_yaml_doc(d, pick), "spec.trialTemplate.runtimeRef")) {
+        rm_err re = {0};
+        rm_err_field(&re, RM_EINVAL, "spec.trialTemplate.runtimeRef",
+                     "ringmaster run does not resolve training runtimes for a sweep's trials (the "
+                     "operator does): write the runtime's fields into spec.trialTemplate");
+        rm_manifest_msg(msg, cap, path, d, pick, &re);
+        return RM_EINVAL;
+    }
     rc = rm_sweep_from_json(rm_yaml_doc(d, pick), out, &e);
     if (rc == RM_OK) {
         /* every trial runs on this machine: its workers must fit in memory */

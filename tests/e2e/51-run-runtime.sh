@@ -4,7 +4,7 @@
 # them (the -o json result shows the merged spec; the step count comes from the runtime's maxSteps);
 # a folder and a file both resolve; a missing runtime, a job run without --runtimes and an invalid
 # runtime are refused with exit 2 and a message naming spec.runtimeRef.name (and the runtime's own
-# field); the shipped examples that use deploy/runtimes validate against them. About 10 s.
+# field), a TrainingSweep whose trials name a runtime too (run does not resolve those); the shipped examples that use deploy/runtimes validate against them. About 10 s.
 source "$(dirname "$0")/5x-run-lib.bash"
 mkdir -p "$W/rt"
 cat > "$W/rt/small.yaml" <<'Y'
@@ -58,6 +58,11 @@ expect2 'spec\.runtimeRef\.name: ClusterTrainingRuntime "small-cpu" \(.*bad\.yam
   validate -f "$W/job.yaml" --runtimes "$W/bad.yaml"
 sed 's/kind: ClusterTrainingRuntime/kind: TrainingRuntime/' "$W/rt/small.yaml" > "$W/ns.yaml"
 expect2 'spec\.runtimeRef\.name: ClusterTrainingRuntime "small-cpu" not found' validate -f "$W/job.yaml" --runtimes "$W/ns.yaml"
+
+# a TrainingSweep's trials on a runtime: the operator resolves them, run refuses rather than drop it
+printf 'apiVersion: ringmaster.dev/v1alpha1\nkind: TrainingSweep\nmetadata: {name: sw}\nspec:\n  parameters: [{path: training.optimizer.lr, values: [0.05]}]\n  trialTemplate:\n    runtimeRef: {name: small-cpu}\n' > "$W/sweep.yaml"
+expect2 'sweep\.yaml:[0-9]+: spec\.trialTemplate\.runtimeRef: ringmaster run does not resolve training runtimes' \
+  run -f "$W/sweep.yaml" --runtimes "$W/rt"
 
 # the shipped examples that use the shipped runtimes
 for f in "$RM_ROOT"/deploy/examples/*runtime*.yaml; do
