@@ -6,6 +6,8 @@
  *   ringmaster-worker ps [flags]      a parameter server (worker/ps/ps_server.c); RINGMASTER_ROLE=ps
  *                                     selects it too, whatever the command
  *   ringmaster-worker export [flags]  a checkpoint folder as a model (worker/export_cmd.c)
+ *   ringmaster-worker swarm [flags]   N simulated workers on the rendezvous protocol, one process
+ *                                     (worker/swarm/swarm.h; docs/scale.md)
  *   ringmaster-worker fetch [flags]   fetch the job's remote data into the data cache and exit (the
  *                                     operator's init container: docs/models-and-data.md, "Where data
  *                                     comes from"); the same settings as train
@@ -29,6 +31,7 @@
 #include "worker/ps/ps_server.h"
 #include "worker/export_cmd.h"
 #include "worker/sample.h"
+#include "worker/swarm/swarm.h"
 #include "worker/train.h"
 
 static void usage(FILE *out)
@@ -41,7 +44,8 @@ static void usage(FILE *out)
             "  export  a checkpoint folder's newest checkpoint as a model (see `ringmaster-worker export "
             "--help`)\n"
             "  ps      a parameter server (env RINGMASTER_ROLE=ps selects it too)\n"
-            "  fetch   fetch spec.training.data.uri into the data cache (RINGMASTER_DATA_CACHE) and exit\n");
+            "  fetch   fetch spec.training.data.uri into the data cache (RINGMASTER_DATA_CACHE) and exit\n"
+            "  swarm   simulated workers on the rendezvous (`ringmaster-worker swarm --help`)\n");
 }
 
 /* The one-line reason a controller shows (DataError's message): $RINGMASTER_TERMINATION_LOG, else
@@ -109,6 +113,8 @@ int main(int argc, char **argv)
         return rm_worker_sample_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "fetch"))
         return fetch_main(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "swarm"))
+        return rm_swarm_main(argc - 1, argv + 1);
     if (!strcmp(argv[1], "export"))
         return rm_worker_export_main(argc - 1, argv + 1);
     int mode = rm_enum_index(rm_mode_names, argv[1]); /* the subcommand is spec.training.mode */
