@@ -28,9 +28,10 @@ declare -A entry=(
   [gpt]=bench/gpt/run.sh
   [fetch]=bench/fetch/run.sh
   [data]=bench/data/run.sh
+  [scale]=bench/scale/run.sh
   [operator-scale]=bench/operator/scale.sh
 )
-order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard ps sweep shm hier topo pipeline builds gpt fetch data operator-scale)
+order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard ps sweep shm hier topo pipeline builds gpt fetch data scale operator-scale)
 sel=(${BENCH:-${order[@]}})
 rc=0
 for b in "${sel[@]}"; do
