@@ -89,9 +89,13 @@ typedef struct job {
     double trained_at; /* unix seconds of that epoch's first such report */
     int trained_world; /* that round's world size */
     double last_join;  /* monotonic seconds of the last change to the open round */
-    member *mem;       /* sorted by workerId (numeric first), at most RM_RDZV_MAX_WORLD */
-    int nmem;
-    kv_ent *kv; /* current epoch's kv only */
+    member **mem;      /* sorted by workerId (numeric first), at most RM_RDZV_MAX_WORLD; owned */
+    int nmem, capmem;
+    int nround;       /* members whose round is the current epoch (what round_count was) */
+    char *round_body; /* the closed round's reply less the rank (round_body_get); owned */
+    size_t round_body_len;
+    int round_body_epoch; /* the epoch round_body was built for (0 = none) */
+    kv_ent *kv;           /* current epoch's kv only */
     int nkv;
     bool have_result;
     double test_accuracy, train_loss, seconds, samples_per_second;
@@ -111,7 +115,8 @@ typedef struct job {
 struct rm_rdzv {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    job *jobs; /* in creation order */
+    unsigned long join_evals; /* join evaluations so far (rm_rdzv_join_evals) */
+    job *jobs;                /* in creation order */
     bool shutting;
     int inflight; /* handlers running */
 };
@@ -254,9 +259,15 @@ static kv_ent *kv_find(job *j, const char *key)
 static void job_clear(job *j)
 {
     kv_clear(j);
+    for (int i = 0; i < j->nmem; i++)
+        free(j->mem[i]);
     free(j->mem);
     j->mem = NULL;
-    j->nmem = 0;
+    j->nmem = j->capmem = j->nround = 0;
+    free(j->round_body);
+    j->round_body = NULL;
+    j->round_body_len = 0;
+    j->round_body_epoch = 0;
     j->have_result = false;
     j->model_uri[0] = j->model_sha256[0] = j->export_error[0] = 0;
     j->model_bytes = 0;
@@ -277,31 +288,52 @@ int rm_rdzv_eval_add(rm_rdzv_eval *a, int *n, int epoch, int64_t step, double ac
     return rm_eval_add(a, n, RM_RDZV_MAX_EVALS, &e);
 }
 
+/* The first member whose workerId is not below wid (binary search: a round's joins cost
+ * O(N log N), docs/scale.md). */
+static int member_lower(const job *j, const char *wid)
+{
+    int lo = 0, hi = j->nmem;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (wid_cmp(j->mem[mid]->m.worker_id, wid) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
 static int member_find(const job *j, const char *wid)
 {
-    for (int i = 0; i < j->nmem; i++)
-        if (strcmp(j->mem[i].m.worker_id, wid) == 0)
+    /* ids equal under wid_cmp ("03", "3") sit side by side: the exact one among them */
+    for (int i = member_lower(j, wid); i < j->nmem && wid_cmp(j->mem[i]->m.worker_id, wid) == 0; i++)
+        if (strcmp(j->mem[i]->m.worker_id, wid) == 0)
             return i;
     return -1;
 }
 
 /* Insert in workerId order. NULL when the job already has RM_RDZV_MAX_WORLD workers or on ENOMEM.
- * Moves other members: pointers into j->mem are invalid afterwards. */
+ * Members are allocated one by one (the sorted array holds pointers), so pointers to them stay
+ * valid; indexes move. */
 static member *member_add(job *j, const char *wid)
 {
     if (j->nmem >= RM_RDZV_MAX_WORLD)
         return NULL;
-    member *nm = realloc(j->mem, (size_t)(j->nmem + 1) * sizeof *nm);
-    if (!nm)
+    if (j->nmem == j->capmem) {
+        int nc = j->capmem ? j->capmem * 2 : 16;
+        member **nm = realloc(j->mem, (size_t)nc * sizeof *nm);
+        if (!nm)
+            return NULL;
+        j->mem = nm;
+        j->capmem = nc;
+    }
+    member *m = calloc(1, sizeof *m);
+    if (!m)
         return NULL;
-    j->mem = nm;
-    int at = 0;
-    while (at < j->nmem && wid_cmp(j->mem[at].m.worker_id, wid) < 0)
-        at++;
-    memmove(&j->mem[at + 1], &j->mem[at], (size_t)(j->nmem - at) * sizeof *nm);
+    int at = member_lower(j, wid);
+    memmove(&j->mem[at + 1], &j->mem[at], (size_t)(j->nmem - at) * sizeof *j->mem);
+    j->mem[at] = m;
     j->nmem++;
-    member *m = &j->mem[at];
-    memset(m, 0, sizeof *m);
     snprintf(m->m.worker_id, sizeof m->m.worker_id, "%s", wid);
     m->m.rank = -1;
     return m;
@@ -309,10 +341,7 @@ static member *member_add(job *j, const char *wid)
 
 static int round_count(const job *j)
 {
-    int n = 0;
-    for (int i = 0; i < j->nmem; i++)
-        n += j->mem[i].round == j->epoch;
-    return n;
+    return j->nround;
 }
 
 static void epoch_open(rm_rdzv *r, job *j, double now, const char *why)
@@ -320,9 +349,10 @@ static void epoch_open(rm_rdzv *r, job *j, double now, const char *why)
     j->epoch++;
     j->closed = false;
     j->world = 0;
+    j->nround = 0; /* nobody joined the new epoch's round yet */
     j->last_join = now;
     for (int i = 0; i < j->nmem; i++)
-        j->mem[i].m.rank = -1;
+        j->mem[i]->m.rank = -1;
     kv_clear(j);
     rm_info("rendezvous epoch opened job=%s epoch=%d reason=\"%s\"", j->name, j->epoch, why);
     pthread_cond_broadcast(&r->cv);
@@ -339,7 +369,7 @@ static void round_maybe_close(rm_rdzv *r, job *j, double now)
         return;
     int rank = 0;
     for (int i = 0; i < j->nmem; i++)
-        j->mem[i].m.rank = j->mem[i].round == j->epoch ? rank++ : -1;
+        j->mem[i]->m.rank = j->mem[i]->round == j->epoch ? rank++ : -1;
     j->closed = true;
     j->world = n;
     j->closed_at = rm_wall();
@@ -353,10 +383,11 @@ enum { J_ASSIGNED, J_WAIT, J_STOP, J_FULL };
 static int join_eval(rm_rdzv *r, job *j, const char *wid, const char *addr, const char *node, int last_epoch,
                      double now)
 {
+    r->join_evals++;
     if (j->stopped)
         return J_STOP;
     int i = member_find(j, wid);
-    member *m = i >= 0 ? &j->mem[i] : NULL;
+    member *m = i >= 0 ? j->mem[i] : NULL;
     if (j->closed) {
         bool in_round = m && m->round == j->epoch;
         if (in_round && last_epoch != j->epoch && strcmp(m->m.addr, addr) == 0)
@@ -373,12 +404,20 @@ static int join_eval(rm_rdzv *r, job *j, const char *wid, const char *addr, cons
     if (strcmp(m->m.node, node) != 0) /* the round is open here: its members' latest word */
         snprintf(m->m.node, sizeof m->m.node, "%s", node);
     if (m->round != j->epoch || strcmp(m->m.addr, addr) != 0) {
+        if (m->round != j->epoch)
+            j->nround++;
         m->round = j->epoch;
         snprintf(m->m.addr, sizeof m->m.addr, "%s", addr);
         m->m.epoch = j->epoch;
         m->m.last_progress = rm_wall();
         j->last_join = now;
-        pthread_cond_broadcast(&r->cv);
+        /* The joins held in this round wait for it to close (round_maybe_close broadcasts) or for
+         * `settle` after the last join, which the last joiner's own wait covers: waking all N of
+         * them on every join made a round O(N^2) wake-ups (docs/scale.md). They are woken once,
+         * when the round reaches `min`, so a waiter whose own join was below it starts counting
+         * the settle time even when the joins after it do not wait (polling joins). */
+        if (j->nround == j->min)
+            pthread_cond_broadcast(&r->cv);
     }
     round_maybe_close(r, j, now);
     return j->closed ? J_ASSIGNED : J_WAIT;
@@ -419,31 +458,69 @@ static int reply_cjson(rm_http_resp *resp, int status, cJSON *o)
     return rc;
 }
 
-static cJSON *round_json(const job *j, const member *me)
+/* The closed round's reply, built once per round and shared by every member's answer: everything
+ * but the rank, which closes it ({"epoch":E,"worldSize":n,"peers":[...],"rank": ... R}). Building it
+ * for each of N members made a round O(N^2) (docs/scale.md). NULL on ENOMEM. */
+static const char *round_body_get(job *j, size_t *len)
 {
-    cJSON *o = cJSON_CreateObject();
-    cJSON *peers = cJSON_AddArrayToObject(o, "peers");
-    if (!peers)
-        goto fail;
-    cJSON_AddNumberToObject(o, "epoch", j->epoch);
-    cJSON_AddNumberToObject(o, "rank", me->m.rank);
-    cJSON_AddNumberToObject(o, "worldSize", j->world);
-    for (int i = 0; i < j->nmem; i++) {
-        const member *p = &j->mem[i];
+    if (j->round_body && j->round_body_epoch == j->epoch) {
+        *len = j->round_body_len;
+        return j->round_body;
+    }
+    free(j->round_body);
+    j->round_body = NULL;
+    cJSON *peers = cJSON_CreateArray();
+    for (int i = 0; peers && i < j->nmem; i++) {
+        const member *p = j->mem[i];
         if (p->round != j->epoch)
             continue;
         cJSON *e = cJSON_CreateObject();
-        if (!e || !cJSON_AddItemToArray(peers, e))
-            goto fail;
-        cJSON_AddNumberToObject(e, "rank", p->m.rank);
-        cJSON_AddStringToObject(e, "workerId", p->m.worker_id);
-        cJSON_AddStringToObject(e, "addr", p->m.addr);
-        cJSON_AddStringToObject(e, "node", p->m.node);
+        if (!e || !cJSON_AddItemToArray(peers, e)) {
+            cJSON_Delete(e);
+            cJSON_Delete(peers);
+            return NULL;
+        }
+        if (!cJSON_AddNumberToObject(e, "rank", p->m.rank) ||
+            !cJSON_AddStringToObject(e, "workerId", p->m.worker_id) ||
+            !cJSON_AddStringToObject(e, "addr", p->m.addr) ||
+            !cJSON_AddStringToObject(e, "node", p->m.node)) {
+            cJSON_Delete(peers); /* e with it */
+            return NULL;
+        }
     }
-    return o;
-fail:
-    cJSON_Delete(o);
-    return NULL;
+    char *list = peers ? cJSON_PrintUnformatted(peers) : NULL;
+    cJSON_Delete(peers);
+    if (!list)
+        return NULL;
+    size_t n = strlen(list) + 96;
+    char *body = malloc(n);
+    if (body) {
+        int w = snprintf(body, n, "{\"epoch\":%d,\"worldSize\":%d,\"peers\":%s,\"rank\":", j->epoch, j->world,
+                         list);
+        j->round_body = body;
+        j->round_body_len = (size_t)w;
+        j->round_body_epoch = j->epoch;
+    }
+    free(list);
+    *len = j->round_body_len;
+    return j->round_body;
+}
+
+/* 200 with the round for member me: the shared body and its rank. */
+static int reply_round(rm_http_resp *resp, job *j, const member *me)
+{
+    size_t n = 0;
+    const char *b = round_body_get(j, &n);
+    char *out = b ? malloc(n + 16) : NULL;
+    if (!out)
+        return rm_http_reply_error(resp, 500, "out of memory");
+    memcpy(out, b, n);
+    int t = snprintf(out + n, 16, "%d}", me->m.rank);
+    resp->status = 200;
+    resp->content_type = "application/json";
+    resp->body = out;
+    resp->body_len = n + (size_t)t;
+    return RM_OK;
 }
 
 static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_http_resp *resp)
@@ -506,7 +583,7 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
             break;
         }
         if (out == J_ASSIGNED) {
-            rc = reply_cjson(resp, 200, round_json(j, &j->mem[member_find(j, wid)]));
+            rc = reply_round(resp, j, j->mem[member_find(j, wid)]);
             break;
         }
         if (now >= deadline) {
@@ -870,7 +947,7 @@ static int handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_res
         }
     }
     int i = member_find(j, wid);
-    member *m = i >= 0 ? &j->mem[i] : member_add(j, wid);
+    member *m = i >= 0 ? j->mem[i] : member_add(j, wid);
     if (!m) {
         rc = rm_http_reply_error(resp, 400, "report: job has %d workers already", j->nmem);
         goto out;
@@ -944,7 +1021,7 @@ static int handle_state(job *j, rm_http_resp *resp)
     cJSON_AddNumberToObject(o, "minReplicas", j->min);
     cJSON_AddNumberToObject(o, "kvKeys", j->nkv);
     for (int i = 0; i < j->nmem; i++) {
-        const rm_rdzv_member *m = &j->mem[i].m;
+        const rm_rdzv_member *m = &j->mem[i]->m;
         cJSON *e = cJSON_CreateObject();
         if (!e || !cJSON_AddItemToArray(arr, e))
             goto fail;
@@ -1131,6 +1208,16 @@ void rm_rdzv_free(rm_rdzv *r)
     free(r);
 }
 
+unsigned long rm_rdzv_join_evals(rm_rdzv *r)
+{
+    if (!r)
+        return 0;
+    pthread_mutex_lock(&r->mu);
+    unsigned long n = r->join_evals;
+    pthread_mutex_unlock(&r->mu);
+    return n;
+}
+
 /* Drop the oldest tombstones beyond MAX_TOMBSTONES. */
 static void tombstones_trim(rm_rdzv *r)
 {
@@ -1258,7 +1345,7 @@ int rm_rdzv_snapshot(rm_rdzv *r, const char *jobname, rm_rdzv_state *out)
         out->trained_at = j->trained_at;
         out->trained_world = j->trained_world;
         for (int i = 0; i < j->nmem && out->nmembers < (int)RM_ARRAY_LEN(out->members); i++)
-            out->members[out->nmembers++] = j->mem[i].m;
+            out->members[out->nmembers++] = j->mem[i]->m;
         out->have_result = j->have_result;
         out->test_accuracy = j->test_accuracy;
         out->train_loss = j->train_loss;

@@ -163,6 +163,9 @@ typedef struct rm_rdzv_state {
  * from"): the value is "BYTES TOTAL" in decimal (TOTAL 0 = not known yet); the snapshot reads it. */
 #define RM_RDZV_KV_DATA_FETCH "data-fetch"
 
+/* Join evaluations so far, every job together: each join request and each wake-up of a held join
+ * evaluates once. A round of N joins costs O(N) of them (docs/scale.md); tests check it. */
+unsigned long rm_rdzv_join_evals(rm_rdzv *r);
 /* Copy of the job's state (for the controller's observations). RM_ENOTFOUND if unknown. */
 int rm_rdzv_snapshot(rm_rdzv *r, const char *job, rm_rdzv_state *out);
 

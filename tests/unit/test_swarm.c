@@ -114,6 +114,30 @@ static void test_swarm_hang_recovers(void)
     run_fault(16, true);
 }
 
+/* A round of n joins costs O(n) join evaluations, not one per held join per join: 128 workers
+ * forming a round (plus their reports) stay under 6 per worker, where waking every held join on
+ * every join cost about n/2 per worker (docs/scale.md). */
+static void test_swarm_round_is_linear_in_joins(void)
+{
+    const int n = 128;
+    sfx f;
+    CU_ASSERT_FATAL(sfx_start(&f, n, n, 0) == 0);
+    rm_swarm_cfg c;
+    cfg_for(&c, &f, n);
+    c.kv = false;
+    c.rounds = 1;
+    rm_swarm_stats st;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL(rm_swarm_run(&c, &st, &e), RM_OK);
+    CU_ASSERT_EQUAL(st.nrounds, 1);
+    unsigned long evals = rm_rdzv_join_evals(f.r);
+    if (evals > 6UL * n)
+        fprintf(stderr, "join evaluations for a round of %d: %lu\n", n, evals);
+    CU_ASSERT(evals >= (unsigned long)n);
+    CU_ASSERT(evals <= 6UL * n);
+    sfx_stop(&f);
+}
+
 /* A count over the hard open-file limit is refused, naming the count and the limit (in a child:
  * lowering a hard limit cannot be undone). */
 static void test_swarm_refuses_count_over_nofile(void)
@@ -170,6 +194,7 @@ void rm_suite_swarm(void)
     static const rm_test_case cases[] = {
         {"death_of_one_in_64_forms_the_next_round", test_swarm_death_recovers},
         {"hang_of_one_in_16_forms_the_next_round", test_swarm_hang_recovers},
+        {"round_of_128_costs_linear_join_evaluations", test_swarm_round_is_linear_in_joins},
         {"count_over_the_open_file_limit_refused", test_swarm_refuses_count_over_nofile},
         {"bad_config_names_the_field", test_swarm_bad_config},
     };
