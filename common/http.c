@@ -47,6 +47,7 @@
 #define RM_HTTP_STACK (256u * 1024u)
 #endif
 #define RM_HTTP_STREAM_BLOCK (16u * 1024u)
+#define RM_HTTP_LOOP_POOL (8u * 1024u) /* per connection, event-loop servers */
 #define RM_HTTP_STOP_WAIT_MS 10000
 #define RM_HTTP_SWEEP_MS 200
 
@@ -70,6 +71,8 @@ struct rm_http_server {
     rm_http_route *routes;
     size_t nroutes;
     size_t max_body;
+    bool event_loop;     /* opts.event_loop: parking instead of blocking */
+    pthread_mutex_t pmu; /* parking: req_ctx.park, .parked_resp */
     atomic_bool stopping;
     atomic_int inflight;
 
@@ -90,8 +93,13 @@ typedef struct req_ctx {
     const rm_http_route *route;
     rm_capbuf body; /* capped at max_body */
     int toobig;
+    int park;      /* PARK_*: the handler parked this request (pmu) */
+    bool answered; /* parked_resp holds rm_http_unpark's answer (pmu) */
+    rm_http_resp parked_resp;
     char ip[INET6_ADDRSTRLEN];
 } req_ctx;
+
+enum { PARK_NONE = 0, PARK_ASKED, PARK_SUSPENDED };
 
 typedef struct stream_ctx {
     rm_http_stream s;
@@ -240,11 +248,55 @@ static void stream_free(void *cls)
     free(sc);
 }
 
+/* A shared body's reply: its tail (owned) and who to tell when the shared part is no longer read. */
+typedef struct iov_ctx {
+    char *tail;
+    void (*release)(void *ud);
+    void *ud;
+} iov_ctx;
+
+static void iov_free(void *cls)
+{
+    iov_ctx *x = cls;
+    if (x->release)
+        x->release(x->ud);
+    free(x->tail);
+    free(x);
+}
+
+/* Give up a reply that will not be sent: its owned body and its shared part. */
+static void resp_drop(rm_http_resp *resp)
+{
+    free(resp->body);
+    resp->body = NULL;
+    if (resp->release)
+        resp->release(resp->release_ud);
+    resp->release = NULL;
+    resp->shared = NULL;
+}
+
 static enum MHD_Result queue_resp(req_ctx *c, rm_http_resp *resp)
 {
     struct MHD_Response *r = NULL;
     int status = resp->status > 0 ? resp->status : 200;
-    if (resp->stream.read) {
+    if (resp->shared && !resp->stream.read) {
+        iov_ctx *x = calloc(1, sizeof *x);
+        if (!x) {
+            resp_drop(resp);
+            return queue_error(c, 500, "out of memory", NULL);
+        }
+        size_t tl = resp->body ? (resp->body_len ? resp->body_len : strlen(resp->body)) : 0;
+        struct MHD_IoVec iov[2] = {{resp->shared, resp->shared_len}, {resp->body ? resp->body : "", tl}};
+        x->tail = resp->body;
+        x->release = resp->release;
+        x->ud = resp->release_ud;
+        resp->body = NULL;
+        resp->shared = NULL;
+        resp->release = NULL;
+        r = MHD_create_response_from_iovec(iov, 2, iov_free, x);
+        if (!r)
+            iov_free(x);
+    } else if (resp->stream.read) {
         stream_ctx *sc = calloc(1, sizeof *sc);
         if (!sc) {
             if (resp->stream.free)
@@ -459,6 +511,53 @@ static int find_route(rm_http_server *s, const char *method, const char *path, c
     return path_seen ? 405 : 404;
 }
 
+rm_http_parked *rm_http_park(const rm_http_req *req)
+{
+    req_ctx *c = req ? req->impl : NULL;
+    if (!c || !c->srv->event_loop)
+        return NULL;
+    pthread_mutex_lock(&c->srv->pmu);
+    c->park = PARK_ASKED;
+    c->answered = false;
+    pthread_mutex_unlock(&c->srv->pmu);
+    return (rm_http_parked *)c;
+}
+
+void rm_http_unpark(rm_http_parked *t, rm_http_resp *resp)
+{
+    req_ctx *c = (req_ctx *)t;
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->srv->pmu);
+    c->parked_resp = *resp;
+    memset(resp, 0, sizeof *resp);
+    c->answered = true;
+    /* suspended: MHD calls on_request again for it, which queues the answer; still in the handler
+     * (answered before it returned): on_request queues it without suspending */
+    if (c->park == PARK_SUSPENDED)
+        MHD_resume_connection(c->conn);
+    pthread_mutex_unlock(&c->srv->pmu);
+}
+
+/* The handler parked the request (c->park set): suspend it, or queue its answer if it came
+ * already. */
+static enum MHD_Result park_or_answer(req_ctx *c)
+{
+    pthread_mutex_lock(&c->srv->pmu);
+    if (!c->answered) {
+        c->park = PARK_SUSPENDED;
+        MHD_suspend_connection(c->conn);
+        pthread_mutex_unlock(&c->srv->pmu);
+        return MHD_YES;
+    }
+    rm_http_resp r = c->parked_resp;
+    memset(&c->parked_resp, 0, sizeof c->parked_resp);
+    c->park = PARK_NONE;
+    c->answered = false;
+    pthread_mutex_unlock(&c->srv->pmu);
+    return queue_resp(c, &r);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload_data, size_t *upload_data_size,
                                   void **con_cls)
@@ -507,6 +606,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         return MHD_YES;
     }
+    if (c->park != PARK_NONE) /* resumed (or woken) while parked */
+        return park_or_answer(c);
     if (*upload_data_size > 0) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
@@ -536,8 +637,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     resp.status = 200;
     resp.content_type = "application/json";
     int rc = c->route->fn(&req, &resp, c->route->ud);
+    if (rc >= 0 && c->park != PARK_NONE) {
+        resp_drop(&resp);
+        return park_or_answer(c);
+    }
+    if (rc >= 0 && resp.stream.read && s->event_loop) { /* a stream would block the one thread */
+        if (resp.stream.free)
+            resp.stream.free(resp.stream.ud);
+        resp_drop(&resp);
+        return queue_error(c, 500, "streams are not served by an event-loop server", NULL);
+    }
     if (rc < 0) {
-        free(resp.body);
+        resp_drop(&resp);
         if (resp.stream.free)
             resp.stream.free(resp.stream.ud);
         return queue_error(c, 500, rm_strerror(rc), NULL);
@@ -555,6 +666,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         return;
     conn_set_phase(conn, s, CONN_HEAD); /* keep-alive: waiting for the next request */
     rm_capbuf_free(&c->body);
+    resp_drop(&c->parked_resp); /* an answer never sent (the connection ended first) */
     free(c);
     *con_cls = NULL;
     atomic_fetch_sub(&s->inflight, 1);
@@ -689,7 +801,9 @@ int rm_http_start(const rm_http_opts *opts, const rm_http_route *routes, size_t 
     s->idle_timeout_s = o.conn_timeout_s;
     s->max_pending = o.max_pending;
     s->max_pending_per_ip = o.max_pending_per_ip;
+    s->event_loop = o.event_loop;
     pthread_mutex_init(&s->cmu, NULL);
+    pthread_mutex_init(&s->pmu, NULL);
     rm_mono_cond_init(&s->ccv);
     if (nroutes) {
         s->routes = calloc(nroutes, sizeof *s->routes);
@@ -711,14 +825,19 @@ int rm_http_start(const rm_http_opts *opts, const rm_http_route *routes, size_t 
         free(s);
         return rc;
     }
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                     MHD_USE_ITC | (v6 ? MHD_USE_IPv6 : 0);
+    unsigned flags = o.event_loop ? MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME
+                                  : MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+                                        MHD_USE_POLL | MHD_USE_ITC;
+    flags |= v6 ? MHD_USE_IPv6 : 0;
+    /* an event loop holds thousands of mostly idle connections: a small pool each (request
+     * headers and the read buffer; bodies are gathered outside it) */
+    size_t pool = o.event_loop ? RM_HTTP_LOOP_POOL : (size_t)(64 * 1024);
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET,
                             (MHD_socket)s->listen_fd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_LIMIT,
                             (unsigned)o.max_conns, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)o.conn_timeout_s,
-                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(64 * 1024),
-                            MHD_OPTION_THREAD_STACK_SIZE, (size_t)RM_HTTP_STACK, MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, pool, MHD_OPTION_THREAD_STACK_SIZE,
+                            (size_t)RM_HTTP_STACK, MHD_OPTION_END);
     if (!s->d) {
         close(s->listen_fd);
         pthread_cond_destroy(&s->ccv);
@@ -756,6 +875,7 @@ void rm_http_stop(rm_http_server *s)
     MHD_stop_daemon(s->d); /* every NOTIFY_CLOSED has run when it returns */
     pthread_cond_destroy(&s->ccv);
     pthread_mutex_destroy(&s->cmu);
+    pthread_mutex_destroy(&s->pmu);
     if (lfd != MHD_INVALID_SOCKET)
         close(lfd);
     else if (s->listen_fd >= 0)

@@ -2,7 +2,9 @@
  * service and kubesim.
  *
  * Design: thread-per-connection (MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD),
- * so a handler may block (long polls, watch streams) without stalling other clients. Routes are a
+ * so a handler may block (long polls, watch streams) without stalling other clients; or, with
+ * opts.event_loop, one epoll thread for every connection, where a long poll parks its request
+ * (rm_http_park) instead of blocking (the rendezvous at thousands of workers: docs/scale.md). Routes are a
  * table matched in order on (method, path); a route with prefix=1 matches every path that starts
  * with its path. No route for the path → 404, a route for the path but not the method → 405 (with
  * Allow), body over opts.max_body → 413; all error bodies are JSON {"error":"...","code":N}.
@@ -50,6 +52,13 @@ typedef struct rm_http_resp {
     char *body;               /* owned by the server after return (free()d); may be NULL */
     size_t body_len;          /* 0 with body set → strlen(body) */
     rm_http_stream stream;    /* when stream.read is set, body is ignored and the reply is chunked */
+    /* A body shared by many replies (borrowed), sent before `body` (which is then its tail): the
+     * server calls release(release_ud) exactly once when it no longer needs it (sent, dropped, or
+     * refused); NULL = none. */
+    const char *shared;
+    size_t shared_len;
+    void (*release)(void *ud);
+    void *release_ud;
     struct {
         char name[64];
         char value[256];
@@ -83,7 +92,21 @@ typedef struct rm_http_opts {
      * are never cut. */
     double header_timeout_s, body_timeout_s;
     unsigned max_pending, max_pending_per_ip;
+    /* true: one epoll thread serves every connection instead of a thread each (the rendezvous:
+     * docs/scale.md). Handlers must not block: a long poll parks its request (rm_http_park);
+     * streams are not served (500). The slow-client defence above is the same. */
+    bool event_loop;
 } rm_http_opts;
+
+/* Parking (event-loop servers only): a handler that must wait (a long poll) calls rm_http_park,
+ * returns RM_OK leaving resp alone, and the request then waits without a thread until
+ * rm_http_unpark answers it, from any thread, exactly once: resp is moved (its body becomes the
+ * server's). rm_http_park returns NULL on a thread-per-connection server: the handler answers (or
+ * blocks) as before. Every parked request must be answered before rm_http_stop (it waits for
+ * them, bounded). */
+typedef struct rm_http_parked rm_http_parked;
+rm_http_parked *rm_http_park(const rm_http_req *req);
+void rm_http_unpark(rm_http_parked *t, rm_http_resp *resp);
 
 /* Start serving in background threads. The route table is copied. On success *out is owned
  * (rm_http_stop). Errors (bad address, port in use) → RM_EINVAL/RM_EIO with err set. */

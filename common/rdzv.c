@@ -7,6 +7,10 @@
  * polls, waits on the condition variable with a bounded deadline and evaluates again on every
  * wake-up. Waiters never keep a pointer to a job or member across a wait: they look the job up by
  * name again, so jobs may be removed or reset while requests wait. Every state change broadcasts.
+ * On an event-loop server (rm_rdzv_serve) a long poll does not wait in its handler: it parks its
+ * request (rm_http_park) as a waiter record, and one waiter thread evaluates the parked polls
+ * after every state change (and at their settle or deadline) and answers those that are done, so
+ * thousands of held joins cost no thread each (docs/scale.md).
  *
  * Epochs start at 1, so a worker that never trained may send lastEpoch 0 or -1.
  *
@@ -37,6 +41,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +60,21 @@ const char *const rm_rdzv_action_names[] = {"continue", "rejoin", "stop", NULL};
 #define MAX_TOMBSTONES 256
 #define JOB_NAME_MAX 255
 #define TOKEN_MAX 255
+
+/* A reply body many replies share (the closed round's peer list), reference-counted: the job holds
+ * one reference, every reply in flight one more, released by the HTTP server once sent. */
+typedef struct shared_body {
+    atomic_int refs;
+    size_t len;
+    char data[];
+} shared_body;
+
+static void shared_body_release(void *p)
+{
+    shared_body *b = p;
+    if (b && atomic_fetch_sub(&b->refs, 1) == 1)
+        free(b);
+}
 
 typedef struct kv_ent {
     struct kv_ent *next;
@@ -91,11 +111,10 @@ typedef struct job {
     double last_join;  /* monotonic seconds of the last change to the open round */
     member **mem;      /* sorted by workerId (numeric first), at most RM_RDZV_MAX_WORLD; owned */
     int nmem, capmem;
-    int nround;       /* members whose round is the current epoch (what round_count was) */
-    char *round_body; /* the closed round's reply less the rank (round_body_get); owned */
-    size_t round_body_len;
-    int round_body_epoch; /* the epoch round_body was built for (0 = none) */
-    kv_ent *kv;           /* current epoch's kv only */
+    int nround;              /* members whose round is the current epoch (what round_count was) */
+    shared_body *round_body; /* the closed round's reply less the rank (round_body_get); one ref */
+    int round_body_epoch;    /* the epoch round_body was built for (0 = none) */
+    kv_ent *kv;              /* current epoch's kv only */
     int nkv;
     bool have_result;
     double test_accuracy, train_loss, seconds, samples_per_second;
@@ -112,9 +131,34 @@ typedef struct job {
     int nsrv;
 } job;
 
+/* A parked long poll (an event-loop server: rm_http_park): what its handler's loop would have kept
+ * on its stack. The waiter thread evaluates it on every wake-up, as that loop would. */
+enum { WAIT_JOIN, WAIT_KV };
+typedef struct waiter {
+    struct waiter *next;
+    rm_http_parked *t;
+    int kind; /* WAIT_* */
+    double deadline;
+    double wake; /* evaluate again at the latest then (monotonic) */
+    char job[JOB_NAME_MAX + 1];
+    /* a join */
+    char wid[32], addr[64], node[RM_RDZV_NODE_MAX + 1];
+    int last_epoch, seen_epoch;
+    double wait_s;
+    /* a kv read */
+    int epoch;
+    char key[KV_MAX_KEY + 1];
+} waiter;
+
 struct rm_rdzv {
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    waiter *waiters; /* parked long polls */
+    bool wthread_on; /* the waiter thread runs */
+    bool wquit;      /* it is asked to end */
+    bool wdirty;     /* something changed since it last evaluated the waiters */
+    double wnext;    /* when the waiter thread wakes next (monotonic) */
+    pthread_t wthread;
     unsigned long join_evals; /* join evaluations so far (rm_rdzv_join_evals) */
     job *jobs;                /* in creation order */
     bool shutting;
@@ -122,6 +166,13 @@ struct rm_rdzv {
 };
 
 /* ---------------- small helpers ---------------- */
+
+/* Every state change a long poll may wait for: wake the held handlers and the waiter thread. */
+static void wake_all(rm_rdzv *r)
+{
+    r->wdirty = true;
+    pthread_cond_broadcast(&r->cv);
+}
 
 /* Wait on r->cv until woken or the monotonic deadline passes. */
 static void wait_until(rm_rdzv *r, double deadline)
@@ -264,9 +315,8 @@ static void job_clear(job *j)
     free(j->mem);
     j->mem = NULL;
     j->nmem = j->capmem = j->nround = 0;
-    free(j->round_body);
+    shared_body_release(j->round_body);
     j->round_body = NULL;
-    j->round_body_len = 0;
     j->round_body_epoch = 0;
     j->have_result = false;
     j->model_uri[0] = j->model_sha256[0] = j->export_error[0] = 0;
@@ -355,7 +405,7 @@ static void epoch_open(rm_rdzv *r, job *j, double now, const char *why)
         j->mem[i]->m.rank = -1;
     kv_clear(j);
     rm_info("rendezvous epoch opened job=%s epoch=%d reason=\"%s\"", j->name, j->epoch, why);
-    pthread_cond_broadcast(&r->cv);
+    wake_all(r);
 }
 
 /* Close the open round when `desired` joined, or `min` joined and `settle` passed since the last
@@ -374,7 +424,7 @@ static void round_maybe_close(rm_rdzv *r, job *j, double now)
     j->world = n;
     j->closed_at = rm_wall();
     rm_info("rendezvous round closed job=%s epoch=%d world=%d desired=%d", j->name, j->epoch, n, j->desired);
-    pthread_cond_broadcast(&r->cv);
+    wake_all(r);
 }
 
 enum { J_ASSIGNED, J_WAIT, J_STOP, J_FULL };
@@ -417,7 +467,7 @@ static int join_eval(rm_rdzv *r, job *j, const char *wid, const char *addr, cons
          * when the round reaches `min`, so a waiter whose own join was below it starts counting
          * the settle time even when the joins after it do not wait (polling joins). */
         if (j->nround == j->min)
-            pthread_cond_broadcast(&r->cv);
+            wake_all(r);
     }
     round_maybe_close(r, j, now);
     return j->closed ? J_ASSIGNED : J_WAIT;
@@ -458,16 +508,15 @@ static int reply_cjson(rm_http_resp *resp, int status, cJSON *o)
     return rc;
 }
 
-/* The closed round's reply, built once per round and shared by every member's answer: everything
- * but the rank, which closes it ({"epoch":E,"worldSize":n,"peers":[...],"rank": ... R}). Building it
- * for each of N members made a round O(N^2) (docs/scale.md). NULL on ENOMEM. */
-static const char *round_body_get(job *j, size_t *len)
+/* The closed round's reply, built once per round and shared by every member's answer (not copied):
+ * everything but the rank, which closes it ({"epoch":E,"worldSize":n,"peers":[...],"rank": ... R}).
+ * Building or copying it for each of N members made a round O(N^2) in time or memory
+ * (docs/scale.md). NULL on ENOMEM. */
+static shared_body *round_body_get(job *j)
 {
-    if (j->round_body && j->round_body_epoch == j->epoch) {
-        *len = j->round_body_len;
+    if (j->round_body && j->round_body_epoch == j->epoch)
         return j->round_body;
-    }
-    free(j->round_body);
+    shared_body_release(j->round_body);
     j->round_body = NULL;
     cJSON *peers = cJSON_CreateArray();
     for (int i = 0; peers && i < j->nmem; i++) {
@@ -493,35 +542,86 @@ static const char *round_body_get(job *j, size_t *len)
     if (!list)
         return NULL;
     size_t n = strlen(list) + 96;
-    char *body = malloc(n);
-    if (body) {
-        int w = snprintf(body, n, "{\"epoch\":%d,\"worldSize\":%d,\"peers\":%s,\"rank\":", j->epoch, j->world,
-                         list);
-        j->round_body = body;
-        j->round_body_len = (size_t)w;
+    shared_body *b = malloc(sizeof *b + n);
+    if (b) {
+        int w = snprintf(b->data, n, "{\"epoch\":%d,\"worldSize\":%d,\"peers\":%s,\"rank\":", j->epoch,
+                         j->world, list);
+        atomic_init(&b->refs, 1);
+        b->len = (size_t)w;
+        j->round_body = b;
         j->round_body_epoch = j->epoch;
     }
     free(list);
-    *len = j->round_body_len;
     return j->round_body;
 }
 
 /* 200 with the round for member me: the shared body and its rank. */
 static int reply_round(rm_http_resp *resp, job *j, const member *me)
 {
-    size_t n = 0;
-    const char *b = round_body_get(j, &n);
-    char *out = b ? malloc(n + 16) : NULL;
-    if (!out)
+    shared_body *b = round_body_get(j);
+    char *tail = b ? malloc(16) : NULL;
+    if (!tail)
         return rm_http_reply_error(resp, 500, "out of memory");
-    memcpy(out, b, n);
-    int t = snprintf(out + n, 16, "%d}", me->m.rank);
+    int t = snprintf(tail, 16, "%d}", me->m.rank);
+    atomic_fetch_add(&b->refs, 1);
     resp->status = 200;
     resp->content_type = "application/json";
-    resp->body = out;
-    resp->body_len = n + (size_t)t;
+    resp->shared = b->data;
+    resp->shared_len = b->len;
+    resp->release = shared_body_release;
+    resp->release_ud = b;
+    resp->body = tail;
+    resp->body_len = (size_t)t;
     return RM_OK;
 }
+
+/* One evaluation of a held join (r->mu held): true when it is answered (*rc, resp), else false
+ * with *wake the monotonic time to evaluate it again at the latest. */
+static bool join_step(rm_rdzv *r, const char *name, const char *wid, const char *addr, const char *node,
+                      int last_epoch, double wait_s, double deadline, int *seen_epoch, rm_http_resp *resp,
+                      int *rc, double *wake)
+{
+    job *j = job_find(r, name);
+    if (r->shutting) {
+        *rc = rm_http_reply_error(resp, 503, "rendezvous shutting down");
+        return true;
+    }
+    if (!j) {
+        *rc = reply_stop(resp);
+        return true;
+    }
+    if (*seen_epoch && j->epoch != *seen_epoch) {
+        /* the epoch moved while this join was held: answer so that only a worker that is
+         * still alive (it calls again) enters the new round, never a client that gave up */
+        *rc = reply_waiting(resp, j->epoch);
+        return true;
+    }
+    double now = rm_mono();
+    int out = join_eval(r, j, wid, addr, node, last_epoch, now);
+    *seen_epoch = j->epoch;
+    if (out == J_STOP) {
+        *rc = reply_stop(resp);
+        return true;
+    }
+    if (out == J_FULL) {
+        *rc = rm_http_reply_error(resp, 400, "join: job has %d workers already", j->nmem);
+        return true;
+    }
+    if (out == J_ASSIGNED) {
+        *rc = reply_round(resp, j, j->mem[member_find(j, wid)]);
+        return true;
+    }
+    if (now >= deadline) {
+        *rc = wait_s < JOIN_POLL_S ? reply_waiting_count(resp, j, rm_mono()) : reply_waiting(resp, j->epoch);
+        return true;
+    }
+    *wake = deadline;
+    if (!j->closed && round_count(j) >= j->min && j->last_join + j->settle < *wake)
+        *wake = j->last_join + j->settle + 0.001;
+    return false;
+}
+
+static int waiter_add(rm_rdzv *r, waiter *w);
 
 static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_http_resp *resp)
 {
@@ -556,44 +656,33 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
     double deadline = rm_mono() + wait_s;
     int seen_epoch = 0;
     for (;;) {
-        job *j = job_find(r, name);
-        if (r->shutting) {
-            rc = rm_http_reply_error(resp, 503, "rendezvous shutting down");
-            break;
-        }
-        if (!j) {
-            rc = reply_stop(resp);
-            break;
-        }
-        if (seen_epoch && j->epoch != seen_epoch) {
-            /* the epoch moved while this join was held: answer so that only a worker that is
-             * still alive (it calls again) enters the new round, never a client that gave up */
-            rc = reply_waiting(resp, j->epoch);
-            break;
-        }
-        double now = rm_mono();
-        int out = join_eval(r, j, wid, addr, node, (int)last_epoch, now);
-        seen_epoch = j->epoch;
-        if (out == J_STOP) {
-            rc = reply_stop(resp);
-            break;
-        }
-        if (out == J_FULL) {
-            rc = rm_http_reply_error(resp, 400, "join: job has %d workers already", j->nmem);
-            break;
-        }
-        if (out == J_ASSIGNED) {
-            rc = reply_round(resp, j, j->mem[member_find(j, wid)]);
-            break;
-        }
-        if (now >= deadline) {
-            rc = wait_s < JOIN_POLL_S ? reply_waiting_count(resp, j, rm_mono())
-                                      : reply_waiting(resp, j->epoch);
-            break;
-        }
         double wake = deadline;
-        if (!j->closed && round_count(j) >= j->min && j->last_join + j->settle < wake)
-            wake = j->last_join + j->settle + 0.001;
+        if (join_step(r, name, wid, addr, node, (int)last_epoch, wait_s, deadline, &seen_epoch, resp, &rc,
+                      &wake))
+            break;
+        rm_http_parked *t = rm_http_park(req);
+        if (t) { /* an event-loop server: the waiter thread goes on from here */
+            waiter *w = calloc(1, sizeof *w);
+            if (!w) {
+                rm_http_resp er = {0};
+                rm_http_reply_error(&er, 500, "out of memory");
+                rm_http_unpark(t, &er);
+                break;
+            }
+            w->t = t;
+            w->kind = WAIT_JOIN;
+            w->deadline = deadline;
+            w->wake = wake;
+            snprintf(w->job, sizeof w->job, "%s", name);
+            snprintf(w->wid, sizeof w->wid, "%s", wid);
+            snprintf(w->addr, sizeof w->addr, "%s", addr);
+            snprintf(w->node, sizeof w->node, "%s", node);
+            w->last_epoch = (int)last_epoch;
+            w->seen_epoch = seen_epoch;
+            w->wait_s = wait_s;
+            rc = waiter_add(r, w);
+            break;
+        }
         wait_until(r, wake);
     }
 out:
@@ -795,8 +884,123 @@ static int handle_kv_put(rm_rdzv *r, job *j, int epoch, const char *key, const r
     free(e->val);
     e->val = val;
     e->len = req->body_len;
-    pthread_cond_broadcast(&r->cv);
+    wake_all(r);
     resp->status = 204;
+    return RM_OK;
+}
+
+/* One evaluation of a held kv read (r->mu held): true when answered (*rc, resp). */
+static bool kv_step(rm_rdzv *r, const char *name, int epoch, const char *key, double deadline,
+                    rm_http_resp *resp, int *rc)
+{
+    job *j = job_find(r, name);
+    if (r->shutting) {
+        *rc = rm_http_reply_error(resp, 503, "rendezvous shutting down");
+        return true;
+    }
+    if (!j || j->stopped) {
+        *rc = reply_stop(resp);
+        return true;
+    }
+    if (epoch < j->epoch) {
+        *rc = rm_http_reply_error(resp, 410, "epoch %d is gone (current %d)", epoch, j->epoch);
+        return true;
+    }
+    kv_ent *e = epoch == j->epoch ? kv_find(j, key) : NULL;
+    if (e) {
+        char *copy = malloc(e->len + 1);
+        if (!copy) {
+            *rc = rm_http_reply_error(resp, 500, "out of memory");
+            return true;
+        }
+        memcpy(copy, e->val, e->len + 1);
+        resp->status = 200;
+        resp->content_type = "application/octet-stream";
+        resp->body = copy;
+        resp->body_len = e->len;
+        *rc = RM_OK;
+        return true;
+    }
+    if (rm_mono() >= deadline) {
+        *rc = rm_http_reply_error(resp, 404, "key %s not published in epoch %d", key, epoch);
+        return true;
+    }
+    return false;
+}
+
+/* The waiter thread (event-loop servers): evaluates every parked long poll after each state change
+ * (wake_all) and at the earliest deadline, and answers those that are done, as their handlers'
+ * loops would have (docs/scale.md). */
+static void *waiter_main(void *arg)
+{
+    rm_rdzv *r = arg;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        double now = rm_mono(), next = now + 1.0;
+        /* after a state change every waiter is evaluated once; otherwise only those whose own time
+         * came (a settle, a deadline): a new waiter alone is not a reason to evaluate the others,
+         * or a round of N joins would cost N^2 evaluations */
+        bool all = r->wdirty;
+        r->wdirty = false;
+        for (waiter **pp = &r->waiters; *pp;) {
+            waiter *w = *pp;
+            if (!all && w->wake > now) {
+                next = w->wake < next ? w->wake : next;
+                pp = &w->next;
+                continue;
+            }
+            rm_http_resp resp;
+            memset(&resp, 0, sizeof resp);
+            resp.status = 200;
+            resp.content_type = "application/json";
+            int rc = RM_OK;
+            double wake = w->deadline;
+            bool done = w->kind == WAIT_JOIN
+                            ? join_step(r, w->job, w->wid, w->addr, w->node, w->last_epoch, w->wait_s,
+                                        w->deadline, &w->seen_epoch, &resp, &rc, &wake)
+                            : kv_step(r, w->job, w->epoch, w->key, w->deadline, &resp, &rc);
+            if (!done) {
+                w->wake = wake;
+                next = wake < next ? wake : next;
+                pp = &w->next;
+                continue;
+            }
+            if (rc < 0) {
+                free(resp.body);
+                memset(&resp, 0, sizeof resp);
+                rm_http_reply_error(&resp, 500, "%s", rm_strerror(rc));
+            }
+            *pp = w->next;
+            rm_http_unpark(w->t, &resp);
+            free(w);
+        }
+        if (r->wquit && !r->waiters)
+            break;
+        r->wnext = next;
+        if (!r->wdirty)
+            wait_until(r, next);
+    }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+/* Park w (r->mu held): the waiter thread answers it. Starts that thread at the first one. */
+static int waiter_add(rm_rdzv *r, waiter *w)
+{
+    if (!r->wthread_on) {
+        if (pthread_create(&r->wthread, NULL, waiter_main, r) != 0) {
+            rm_http_resp er = {0};
+            rm_http_reply_error(&er, 503, "rendezvous: no waiter thread");
+            rm_http_unpark(w->t, &er);
+            free(w);
+            return RM_OK;
+        }
+        r->wthread_on = true;
+    }
+    w->next = r->waiters;
+    r->waiters = w;
+    if (w->wake < r->wnext) /* due before the waiter thread's next wake-up: wake it to sleep less */
+        pthread_cond_broadcast(&r->cv);
     return RM_OK;
 }
 
@@ -816,27 +1020,27 @@ static int handle_kv_get(rm_rdzv *r, const char *name, int epoch, const char *ke
     }
     double deadline = rm_mono() + wait;
     for (;;) {
-        job *j = job_find(r, name);
-        if (r->shutting)
-            return rm_http_reply_error(resp, 503, "rendezvous shutting down");
-        if (!j || j->stopped)
-            return reply_stop(resp);
-        if (epoch < j->epoch)
-            return rm_http_reply_error(resp, 410, "epoch %d is gone (current %d)", epoch, j->epoch);
-        kv_ent *e = epoch == j->epoch ? kv_find(j, key) : NULL;
-        if (e) {
-            char *copy = malloc(e->len + 1);
-            if (!copy)
-                return rm_http_reply_error(resp, 500, "out of memory");
-            memcpy(copy, e->val, e->len + 1);
-            resp->status = 200;
-            resp->content_type = "application/octet-stream";
-            resp->body = copy;
-            resp->body_len = e->len;
-            return RM_OK;
+        int rc;
+        if (kv_step(r, name, epoch, key, deadline, resp, &rc))
+            return rc;
+        rm_http_parked *t = rm_http_park(req);
+        if (t) { /* an event-loop server: the waiter thread goes on from here */
+            waiter *w = calloc(1, sizeof *w);
+            if (!w) {
+                rm_http_resp er = {0};
+                rm_http_reply_error(&er, 500, "out of memory");
+                rm_http_unpark(t, &er);
+                return RM_OK;
+            }
+            w->t = t;
+            w->kind = WAIT_KV;
+            w->deadline = deadline;
+            w->wake = deadline;
+            snprintf(w->job, sizeof w->job, "%s", name);
+            w->epoch = epoch;
+            snprintf(w->key, sizeof w->key, "%s", key);
+            return waiter_add(r, w);
         }
-        if (rm_mono() >= deadline)
-            return rm_http_reply_error(resp, 404, "key %s not published in epoch %d", key, epoch);
         wait_until(r, deadline);
     }
 }
@@ -1138,7 +1342,7 @@ int rm_rdzv_handler(const rm_http_req *req, rm_http_resp *resp, void *rdzv)
     r->inflight++;
     int rc = dispatch(r, name, rest, req, resp);
     if (--r->inflight == 0 && r->shutting)
-        pthread_cond_broadcast(&r->cv);
+        wake_all(r);
     pthread_mutex_unlock(&r->mu); /* r may be freed from here on */
     return rc;
 }
@@ -1146,7 +1350,8 @@ int rm_rdzv_handler(const rm_http_req *req, rm_http_resp *resp, void *rdzv)
 int rm_rdzv_serve(rm_rdzv *r, const char *bind, rm_http_server **out, rm_err *err)
 {
     rm_http_route route = {NULL, "/v1/jobs/", 1, rm_rdzv_handler, r};
-    rm_http_opts opts = {.bind = bind, .max_body = RM_RDZV_MAX_KV};
+    /* one epoll thread, long polls parked (docs/scale.md) */
+    rm_http_opts opts = {.bind = bind, .max_body = RM_RDZV_MAX_KV, .event_loop = true};
     return rm_http_start(&opts, &route, 1, out, err);
 }
 
@@ -1174,7 +1379,7 @@ static void set_shutting(rm_rdzv *r, bool on)
     pthread_mutex_lock(&r->mu);
     r->shutting = on;
     if (on)
-        pthread_cond_broadcast(&r->cv);
+        wake_all(r);
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -1196,7 +1401,12 @@ void rm_rdzv_free(rm_rdzv *r)
     pthread_mutex_lock(&r->mu);
     while (r->inflight > 0)
         pthread_cond_wait(&r->cv, &r->mu);
+    bool wt = r->wthread_on;
+    r->wquit = true; /* it answers the parked polls (503: shutting) and ends */
+    wake_all(r);
     pthread_mutex_unlock(&r->mu);
+    if (wt)
+        pthread_join(r->wthread, NULL);
     job *j = r->jobs;
     while (j) {
         job *n = j->next;
@@ -1269,7 +1479,7 @@ int rm_rdzv_job_set(rm_rdzv *r, const char *jobname, const char *token, int desi
     j->min = min;
     j->settle = settle_seconds;
     round_maybe_close(r, j, rm_mono());
-    pthread_cond_broadcast(&r->cv);
+    wake_all(r);
     pthread_mutex_unlock(&r->mu);
     return RM_OK;
 }
@@ -1285,7 +1495,7 @@ int rm_rdzv_job_remove(rm_rdzv *r, const char *jobname)
         job_clear(j);
         j->removed = j->stopped = true;
         rm_info("rendezvous job removed job=%s", jobname);
-        pthread_cond_broadcast(&r->cv);
+        wake_all(r);
         tombstones_trim(r); /* may free j */
     }
     pthread_mutex_unlock(&r->mu);
@@ -1303,7 +1513,7 @@ int rm_rdzv_job_stop(rm_rdzv *r, const char *jobname)
         if (!j->stopped)
             rm_info("rendezvous job stopped job=%s epoch=%d", jobname, j->epoch);
         j->stopped = true;
-        pthread_cond_broadcast(&r->cv);
+        wake_all(r);
     }
     pthread_mutex_unlock(&r->mu);
     return rc;

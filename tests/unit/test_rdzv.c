@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1432,6 +1433,76 @@ static void test_nodes_reach_every_rank(void)
     fx_stop(&f);
 }
 
+/* This process's thread count (/proc/self/status). */
+static int threads_now(void)
+{
+    FILE *fp = fopen("/proc/self/status", "r");
+    char line[256];
+    int n = -1;
+    while (fp && fgets(line, sizeof line, fp))
+        if (sscanf(line, "Threads: %d", &n) == 1)
+            break;
+    if (fp)
+        fclose(fp);
+    return n;
+}
+
+/* Held joins cost no thread each (the rendezvous' event loop, docs/scale.md): 200 joins held in
+ * an open round (it waits for 300) add a handful of threads, where a thread per connection added
+ * 200; shutting down answers every one of them. */
+static void test_held_joins_cost_no_thread(void)
+{
+    enum { N = 200 };
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, N + 100, N + 100, 0) == 0);
+    int port = rm_http_port(f.srv);
+    int before = threads_now();
+    int fds[N];
+    int opened = 0;
+    for (int i = 0; i < N; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET,
+                                .sin_port = htons((uint16_t)port),
+                                .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&a, sizeof a) != 0)
+            break;
+        char body[160], req[512];
+        int bl = snprintf(body, sizeof body,
+                          "{\"workerId\":\"%d\",\"addr\":\"127.0.0.1:%d\",\"lastEpoch\":0}", i, 20000 + i);
+        int rl = snprintf(req, sizeof req,
+                          "POST /v1/jobs/" JOB "/join HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " TOKEN
+                          "\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s",
+                          bl, body);
+        if (write(fds[i], req, (size_t)rl) != rl)
+            break;
+        opened++;
+    }
+    CU_ASSERT_EQUAL_FATAL(opened, N);
+    /* every join evaluated once (the snapshot lists only 64 members): each is held now */
+    for (int i = 0; i < 1000 && rm_rdzv_join_evals(f.r) < (unsigned long)N; i++)
+        rm_sleep(0.01);
+    CU_ASSERT(rm_rdzv_join_evals(f.r) >= (unsigned long)N);
+    int during = threads_now();
+    if (during - before >= 20)
+        fprintf(stderr, "threads: %d before, %d with %d joins held\n", before, during, N);
+    CU_ASSERT(during - before < 20);
+    rm_rdzv_shutdown(f.r); /* answers the held joins (503) */
+    int answered = 0;
+    for (int i = 0; i < opened; i++) {
+        struct timeval tv = {5, 0};
+        setsockopt(fds[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+        char buf[256];
+        ssize_t n = read(fds[i], buf, sizeof buf - 1);
+        if (n > 12) {
+            buf[n] = 0;
+            answered += strncmp(buf + 9, "503", 3) == 0;
+        }
+        close(fds[i]);
+    }
+    CU_ASSERT_EQUAL(answered, N);
+    fx_stop(&f);
+}
+
 void rm_suite_rdzv(void)
 {
     static const rm_test_case cases[] = {
@@ -1457,6 +1528,7 @@ void rm_suite_rdzv(void)
         {"sigint_flag_ends_join_long_poll", test_join_cancel},
         {"polling_join_counts_settles_never_held", test_join_poll},
         {"parameter_servers_register_workers_read", test_servers_registry},
+        {"held_joins_cost_no_thread", test_held_joins_cost_no_thread},
     };
     RM_ADD_SUITE("rdzv", NULL, NULL, cases);
 }
