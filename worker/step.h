@@ -232,6 +232,14 @@ typedef struct rm_step_ops {
     int (*checksum)(rm_step *s, uint64_t *out, rm_err *err);
 } rm_step_ops;
 
+/* A sub-group of the round for strategies that form their own (pipeline stages, tensor groups):
+ * ranks[] (n world ranks) with this rank at index me, tagged `group` on the wire. With shm_ok and
+ * ranks that advertised one host (rm_comm_shm_wanted) shared memory, else a ring sub-group over
+ * the worker's listener; *ops says which (the caller closes *out with it). During round_begin only
+ * (r->peers). */
+int rm_step_sub_group(const rm_step_env *env, const rm_step_round *r, const int *ranks, int n, int me,
+                      uint32_t group, bool shm_ok, const rm_comm_ops **ops, rm_comm **out, rm_err *err);
+
 /* The strategy called name ("allreduce"); NULL if there is none. */
 const rm_step_ops *rm_step_strategy(const char *name);
 /* Names of every strategy, comma-separated ("allreduce"), for messages. */

@@ -311,27 +311,13 @@ static void pl_round_end(rm_step *s)
     s->round_ok = false;
 }
 
-/* A ring sub-group: ranks[] (n of them, world ranks) with this rank at index me. */
+/* A ring sub-group (rm_step_sub_group): ranks[] (n of them, world ranks) with this rank at index me;
+ * closed with s->ring. */
 static int form_group(rm_step *s, const rm_step_round *r, const int *ranks, int n, int me, uint32_t group,
                       rm_comm **out, rm_err *err)
 {
-    rm_rdzv_peer peers[RM_RDZV_MAX_WORLD > 1024 ? 1024 : RM_RDZV_MAX_WORLD];
-    if (n > (int)RM_ARRAY_LEN(peers))
-        return rm_errf(err, RM_EINVAL, "pipeline: group of %d ranks is too large", n);
-    for (int i = 0; i < n; i++)
-        peers[i] = r->peers[ranks[i]];
-    rm_comm_cfg cc = {
-        .rank = me,
-        .world_size = n,
-        .epoch = r->epoch,
-        .peers = peers,
-        .token = s->env.token,
-        .listener = r->listener,
-        .listen_fd = -1,
-        .timeout_s = s->env.timeout_s,
-        .group = group,
-    };
-    return s->ring->init(&cc, out, err);
+    const rm_comm_ops *ops = s->ring;
+    return rm_step_sub_group(&s->env, r, ranks, n, me, group, false, &ops, out, err);
 }
 
 /* ---------------------------------------------------------------------------------------------- */

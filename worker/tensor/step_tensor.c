@@ -207,30 +207,12 @@ static void tp_round_end(rm_step *s)
     s->round_ok = false;
 }
 
-/* A sub-group of the round: members[] (world ranks, n of them) with this rank at index me; shared
- * memory when its ranks advertised one host (and RINGMASTER_SHM allows it), else a ring sub-group
- * over the worker's listener. */
+/* A sub-group of the round (rm_step_sub_group): shared memory when its ranks advertised one host
+ * (and RINGMASTER_SHM allows it), else a ring sub-group over the worker's listener. */
 static int form_group(rm_step *s, const rm_step_round *r, const int *members, int n, int me, uint32_t group,
                       const rm_comm_ops **ops, rm_comm **out, rm_err *err)
 {
-    rm_rdzv_peer peers[RM_RDZV_MAX_WORLD > 1024 ? 1024 : RM_RDZV_MAX_WORLD];
-    if (n > (int)RM_ARRAY_LEN(peers))
-        return rm_errf(err, RM_EINVAL, "tensor: group of %d ranks is too large", n);
-    for (int i = 0; i < n; i++)
-        peers[i] = r->peers[members[i]];
-    rm_comm_cfg cc = {
-        .rank = me,
-        .world_size = n,
-        .epoch = r->epoch,
-        .peers = peers,
-        .token = s->env.token,
-        .listener = r->listener,
-        .listen_fd = -1,
-        .timeout_s = s->env.timeout_s,
-        .group = group,
-    };
-    *ops = rm_comm_shm_wanted(peers, n) ? rm_comm_shm_ops() : rm_comm_ring_ops();
-    return rm_comm_init_or_ring(ops, &cc, out, err);
+    return rm_step_sub_group(&s->env, r, members, n, me, group, true, ops, out, err);
 }
 
 static int tp_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
