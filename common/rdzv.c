@@ -150,6 +150,29 @@ typedef struct waiter {
     char key[KV_MAX_KEY + 1];
 } waiter;
 
+/* Park req (an event-loop server: *parked true) with a new waiter of kind for the waiter thread
+ * to answer; NULL with *parked true when out of memory (req was answered 500). *parked false: a
+ * thread-per-connection server, the caller waits itself. */
+static waiter *waiter_park(const rm_http_req *req, int kind, double deadline, double wake, bool *parked)
+{
+    rm_http_parked *t = rm_http_park(req);
+    *parked = t != NULL;
+    if (!t)
+        return NULL;
+    waiter *w = calloc(1, sizeof *w);
+    if (!w) {
+        rm_http_resp er = {0};
+        rm_http_reply_error(&er, 500, "out of memory");
+        rm_http_unpark(t, &er);
+        return NULL;
+    }
+    w->t = t;
+    w->kind = kind;
+    w->deadline = deadline;
+    w->wake = wake;
+    return w;
+}
+
 struct rm_rdzv {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -660,19 +683,11 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
         if (join_step(r, name, wid, addr, node, (int)last_epoch, wait_s, deadline, &seen_epoch, resp, &rc,
                       &wake))
             break;
-        rm_http_parked *t = rm_http_park(req);
-        if (t) { /* an event-loop server: the waiter thread goes on from here */
-            waiter *w = calloc(1, sizeof *w);
-            if (!w) {
-                rm_http_resp er = {0};
-                rm_http_reply_error(&er, 500, "out of memory");
-                rm_http_unpark(t, &er);
+        bool parked;
+        waiter *w = waiter_park(req, WAIT_JOIN, deadline, wake, &parked);
+        if (parked) { /* an event-loop server: the waiter thread goes on from here */
+            if (!w)
                 break;
-            }
-            w->t = t;
-            w->kind = WAIT_JOIN;
-            w->deadline = deadline;
-            w->wake = wake;
             snprintf(w->job, sizeof w->job, "%s", name);
             snprintf(w->wid, sizeof w->wid, "%s", wid);
             snprintf(w->addr, sizeof w->addr, "%s", addr);
@@ -1023,19 +1038,11 @@ static int handle_kv_get(rm_rdzv *r, const char *name, int epoch, const char *ke
         int rc;
         if (kv_step(r, name, epoch, key, deadline, resp, &rc))
             return rc;
-        rm_http_parked *t = rm_http_park(req);
-        if (t) { /* an event-loop server: the waiter thread goes on from here */
-            waiter *w = calloc(1, sizeof *w);
-            if (!w) {
-                rm_http_resp er = {0};
-                rm_http_reply_error(&er, 500, "out of memory");
-                rm_http_unpark(t, &er);
+        bool parked;
+        waiter *w = waiter_park(req, WAIT_KV, deadline, deadline, &parked);
+        if (parked) { /* an event-loop server: the waiter thread goes on from here */
+            if (!w)
                 return RM_OK;
-            }
-            w->t = t;
-            w->kind = WAIT_KV;
-            w->deadline = deadline;
-            w->wake = deadline;
             snprintf(w->job, sizeof w->job, "%s", name);
             w->epoch = epoch;
             snprintf(w->key, sizeof w->key, "%s", key);
