@@ -5,7 +5,15 @@
 . "$RM_ROOT/tests/kubesim/testlib.sh"
 ks_need kubectl "$KS_KUBECTL_WHY"
 ks_start
-CRD=$(ks_crd_file)
+# ringmaster's CRD declares no default: values (a training runtime provides them); this copy gains
+# one, to check that kubesim writes it into the object (L2)
+/usr/bin/python3 - "$(ks_crd_file)" "$KS_TMP/crd.yaml" <<'PY'
+import sys, yaml
+crd = yaml.safe_load(open(sys.argv[1]))
+crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["backend"]["default"] = "auto"
+yaml.safe_dump(crd, open(sys.argv[2], "w"))
+PY
+CRD=$KS_TMP/crd.yaml
 
 out=$(k version -o json 2>&1) ; assert_contains "$out" '"minor": "32"' "A2 /version minor 32 (dispatcher runs kubectl 1.32)"
 k apply -f "$CRD" >/dev/null || fail "apply CRD"

@@ -44,6 +44,12 @@ def cm(name, labels=None, **md):
 # ---- CRD + discovery (B2, L1) -----------------------------------------------------------------
 with open(CRD) as f:
     crd = yaml.safe_load(f)
+# The API server writes a schema's default: values into every object (L2). ringmaster's own CRD
+# declares none (a training runtime provides them: docs/trainingjob-api.md#runtimes), so this copy
+# gains two, one of them nested, to check that kubesim applies them.
+_spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+_spec["backend"]["default"] = "auto"
+_spec["restartPolicy"]["properties"]["maxRestarts"]["default"] = 5
 s, _, js = post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
 check(s == 201, "L1 CRD created", js)
 conds = {c["type"]: c["status"] for c in js["status"]["conditions"]}
