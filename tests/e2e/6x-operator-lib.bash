@@ -84,7 +84,8 @@ install_crd() {
 start_operator() {
   local name=$1; shift
   local mport pport
-  mport=$(free_port); pport=$(free_port)
+  # one call for both: its ports are distinct (two calls once drew the same port for both in CI)
+  local ports; ports=($("$RM_ROOT/tests/e2e/free-port.py" 2)); mport=${ports[0]}; pport=${ports[1]}
   "$RM_BIN/ringmaster" operator --kubeconfig "$KUBECONFIG" \
      --metrics-bind-address "127.0.0.1:$mport" --health-probe-bind-address "127.0.0.1:$pport" \
      --rendezvous-bind-address "${KUBESIM_CP_ADDR:-127.0.0.1}:${RDZV_PORT:?}" --workers 4 \
