@@ -3,14 +3,18 @@
  * the last layer replicated), slice/assemble round trips, and the split forward/backward of T
  * ranks (threads summing through a shared buffer) against the unsplit MLP of worker/model/mlp.c:
  * the loss (of the replicated logits) and every gradient agree within float tolerance, and each rank issues exactly the
- * collectives of the table. */
+ * collectives of the table. The transformer's split (worker/tensor/tp_gpt.h) likewise: its event
+ * table, slice/assemble with the vocabulary padding, the split loss and gradients of T = 1, 2, 4
+ * against worker/model/gpt.c, and the vocab-parallel cross-entropy against the whole one. */
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tests/unit/testutil.h"
+#include "kernels/transformer.h"
 #include "worker/model/mlp.h"
+#include "worker/tensor/tp_gpt.h"
 #include "worker/tensor/tp_mlp.h"
 
 static void shape_of(rm_model_shape *s, int inputs, const int *hidden, int nh, int classes)
@@ -117,7 +121,7 @@ typedef struct rank_ctx {
     int t;
     rm_tp_mlp m;
     float *tmp;
-    size_t calls[8];
+    size_t calls[32];
     int ncalls;
     const float *x;
     const int32_t *labels;
@@ -130,7 +134,7 @@ static int th_allreduce(void *ud, float *buf, size_t n, rm_err *err)
 {
     rank_ctx *r = ud;
     harness *h = r->h;
-    if (r->ncalls < 8)
+    if (r->ncalls < 32)
         r->calls[r->ncalls] = n;
     r->ncalls++;
     h->slot[r->t] = buf;
@@ -257,12 +261,281 @@ static void test_split_forward_backward(void)
     }
 }
 
+/* The transformer's split (worker/tensor/tp_gpt.h) */
+static void gpt_shape(rm_model_shape *s, int L, int V, int ctx, int C, int NH)
+{
+    memset(s, 0, sizeof *s);
+    s->nlayers = L;
+    s->dims[0] = RM_GPT_SHAPE_TAG;
+    s->dims[1] = V;
+    s->dims[2] = ctx;
+    s->dims[3] = C;
+    s->dims[4] = NH;
+}
+
+static void test_gpt_events(void)
+{
+    rm_model_shape s;
+    gpt_shape(&s, 2, 11, 5, 8, 4);
+    rm_tp_gpt_plan p;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_tp_gpt_plan_make(&s, 2, 1, &p, &e), RM_OK);
+    CU_ASSERT_EQUAL(p.Vp, 12);
+    CU_ASSERT_EQUAL(p.Vl, 6);
+    CU_ASSERT_EQUAL(p.Cl, 4);
+    CU_ASSERT_EQUAL(p.NHl, 2);
+    /* forward: the embedding's g, per block attention g and MLP g, the cross-entropy's max gather
+     * and sums; backward: the head's f, then per block (last first) the MLP's f and attention's f */
+    static const rm_tp_gpt_event want[] = {
+        {'F', 'e', 0, 8}, {'F', 'a', 1, 8}, {'F', 'm', 1, 8}, {'F', 'a', 2, 8},
+        {'F', 'm', 2, 8}, {'F', 'x', 3, 2}, {'F', 's', 3, 2}, {'B', 'h', 3, 8},
+        {'B', 'm', 2, 8}, {'B', 'a', 2, 8}, {'B', 'm', 1, 8}, {'B', 'a', 1, 8},
+    };
+    rm_tp_gpt_event ev[16];
+    int n = rm_tp_gpt_events(&p, ev, 16);
+    CU_ASSERT_EQUAL_FATAL(n, (int)RM_ARRAY_LEN(want));
+    for (int i = 0; i < n; i++) {
+        CU_ASSERT_EQUAL(ev[i].pass, want[i].pass);
+        CU_ASSERT_EQUAL(ev[i].what, want[i].what);
+        CU_ASSERT_EQUAL(ev[i].unit, want[i].unit);
+        CU_ASSERT_EQUAL(ev[i].width, want[i].width);
+    }
+    /* the pieces of the ranks add up to the whole model plus the vocabulary padding */
+    size_t split = 0, rep = 0;
+    for (size_t j = 0; j < p.n; j++)
+        rm_tp_gpt_replicated(&p, j) ? rep++ : split++;
+    CU_ASSERT_EQUAL(split * 2 + rep, p.nwhole + (size_t)(p.Vp - p.V) * 8);
+    CU_ASSERT_EQUAL(rm_tp_gpt_plan_make(&s, 1, 0, &p, &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_tp_gpt_events(&p, ev, 16), 0);
+    CU_ASSERT_EQUAL(p.n, p.nwhole);
+    /* T must divide the heads */
+    CU_ASSERT_EQUAL(rm_tp_gpt_plan_make(&s, 8, 0, &p, &e), RM_EINVAL);
+    CU_ASSERT_STRING_EQUAL(e.field, "spec.training.model.heads");
+}
+
+static void test_gpt_slice_assemble(void)
+{
+    rm_model_shape s;
+    gpt_shape(&s, 2, 11, 5, 8, 4);
+    for (int T = 1; T <= 4; T *= 2) {
+        rm_tp_gpt_plan p[4];
+        rm_err e = {0};
+        for (int t = 0; t < T; t++)
+            CU_ASSERT_EQUAL_FATAL(rm_tp_gpt_plan_make(&s, T, t, &p[t], &e), RM_OK);
+        size_t W = p[0].nwhole;
+        float *whole = malloc(W * sizeof(float)), *back = calloc(W, sizeof(float));
+        float *loc = malloc(p[0].n * sizeof(float));
+        for (size_t i = 0; i < W; i++)
+            whole[i] = (float)i + 1.0f;
+        for (int t = 0; t < T; t++) {
+            rm_tp_gpt_slice(&p[t], whole, loc);
+            float *mine = calloc(W, sizeof(float));
+            rm_tp_gpt_assemble(&p[t], loc, mine, t == 0);
+            for (size_t i = 0; i < W; i++)
+                back[i] += mine[i];
+            free(mine);
+            /* the padding rows of wte are zero */
+            for (int j = 0; j < p[t].Vl; j++)
+                if (t * p[t].Vl + j >= p[t].V)
+                    for (int i = 0; i < p[t].C; i++)
+                        CU_ASSERT_EQUAL(loc[(size_t)j * (size_t)p[t].C + (size_t)i], 0.0f);
+        }
+        for (size_t i = 0; i < W; i++)
+            CU_ASSERT_EQUAL_FATAL(back[i], whole[i]);
+        free(whole);
+        free(back);
+        free(loc);
+    }
+}
+
+typedef struct gpt_rank {
+    rank_ctx base; /* first: th_allreduce's ud */
+    rm_tp_gpt m;
+    const int32_t *tok;
+    bool loss_only;
+} gpt_rank;
+
+static void *gpt_rank_main(void *arg)
+{
+    gpt_rank *g = arg;
+    rank_ctx *r = &g->base;
+    rm_err e = {0};
+    r->rc = g->loss_only ? RM_OK : rm_tp_gpt_forward(&g->m, g->tok, r->rows, &e);
+    if (!r->rc)
+        r->rc = rm_tp_gpt_loss(&g->m, r->labels, r->rows, 1.0f / (float)r->rows, &r->loss, &e);
+    if (!r->rc && !g->loss_only)
+        r->rc = rm_tp_gpt_backward(&g->m, g->tok, r->rows, &e);
+    return NULL;
+}
+
+static void gpt_run(gpt_rank *g, int T)
+{
+    pthread_t th[4];
+    for (int t = 0; t < T; t++)
+        pthread_create(&th[t], NULL, gpt_rank_main, &g[t]);
+    for (int t = 0; t < T; t++)
+        pthread_join(th[t], NULL);
+}
+
+static void gpt_ranks(gpt_rank *g, harness *h, const rm_model_shape *s, int T, int rows, const int32_t *tok,
+                      const int32_t *labels)
+{
+    const rm_kernels *k = rm_kernels_cpu();
+    rm_err e = {0};
+    *h = (harness){.T = T};
+    pthread_barrier_init(&h->bar, NULL, (unsigned)T);
+    for (int t = 0; t < T; t++) {
+        rm_tp_gpt_plan p;
+        CU_ASSERT_EQUAL_FATAL(rm_tp_gpt_plan_make(s, T, t, &p, &e), RM_OK);
+        g[t] = (gpt_rank){.base = {.h = h, .t = t, .labels = labels, .rows = rows}, .tok = tok};
+        CU_ASSERT_EQUAL_FATAL(rm_tp_gpt_init(&g[t].m, k, &p, rows, th_allreduce, &g[t].base, &e), RM_OK);
+        g[t].base.tmp = malloc(64 * 1024 * sizeof(float));
+    }
+}
+
+static void gpt_ranks_free(gpt_rank *g, harness *h, int T)
+{
+    for (int t = 0; t < T; t++) {
+        free(g[t].base.tmp);
+        rm_tp_gpt_free(&g[t].m);
+    }
+    pthread_barrier_destroy(&h->bar);
+}
+
+static void gpt_split_vs_whole(int T)
+{
+    const rm_kernels *k = rm_kernels_cpu();
+    const int L = 2, V = 11, ctx = 5, C = 8, NH = 4, rows = 3, N = rows * ctx;
+    rm_model_shape s;
+    gpt_shape(&s, L, V, ctx, C, NH);
+    rm_model ref;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_model_init(&ref, k, &rm_model_gpt, &s, rows, &e), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(rm_model_init_params(&ref, 7, &e), RM_OK);
+    for (size_t i = 0; i < ref.nparams; i++) /* non-zero biases, gains off 1, larger weights */
+        ref.params[i] = ref.params[i] * 5.0f + 0.02f * (float)((i * 7) % 11) - 0.1f;
+    int32_t *tok = (int32_t *)ref.x;
+    for (int i = 0; i < N; i++) {
+        tok[i] = (i * 7 + 3) % V;
+        ref.labels[i] = (i * 5 + 1) % V;
+    }
+    rm_model_forward(&ref, rows);
+    rm_model_backward(&ref, rows, 1.0f / (float)rows, NULL, NULL);
+    float want_loss = *ref.loss_sum;
+
+    harness h;
+    gpt_rank g[4];
+    gpt_ranks(g, &h, &s, T, rows, tok, ref.labels);
+    for (int t = 0; t < T; t++)
+        rm_tp_gpt_slice(&g[t].m.p, ref.params, g[t].m.params);
+    gpt_run(g, T);
+    float *sum = calloc(ref.nparams, sizeof(float));
+    for (int t = 0; t < T; t++) {
+        const rm_tp_gpt_plan *p = &g[t].m.p;
+        CU_ASSERT_EQUAL(g[t].base.rc, RM_OK);
+        CU_ASSERT(fabs(g[t].base.loss - want_loss) <= 1e-5 * fabs(want_loss));
+        CU_ASSERT_EQUAL(g[t].base.loss, g[0].base.loss); /* the same bits on every rank */
+        rm_tp_gpt_assemble(p, g[t].m.grads, sum, false);
+        if (t == 0) { /* replicated pieces once */
+            float *rep = calloc(ref.nparams, sizeof(float)), *none = calloc(ref.nparams, sizeof(float));
+            rm_tp_gpt_assemble(p, g[t].m.grads, rep, true);
+            rm_tp_gpt_assemble(p, g[t].m.grads, none, false);
+            for (size_t i = 0; i < ref.nparams; i++)
+                sum[i] += rep[i] - none[i];
+            free(rep);
+            free(none);
+        }
+        for (size_t j = 0; j < p->n; j++)
+            if (rm_tp_gpt_replicated(p, j))
+                CU_ASSERT_EQUAL_FATAL(g[t].m.grads[j], g[0].m.grads[j]);
+        /* exactly the collectives of the event table */
+        rm_tp_gpt_event ev[32];
+        int n = rm_tp_gpt_events(p, ev, 32);
+        CU_ASSERT_EQUAL(g[t].base.ncalls, n);
+        for (int c = 0; c < n && c < g[t].base.ncalls; c++)
+            CU_ASSERT_EQUAL(g[t].base.calls[c], (size_t)N * (size_t)ev[c].width);
+    }
+    double d = rel_err(sum, ref.grads, ref.nparams);
+    CU_ASSERT(d < 1e-5);
+    if (!(d < 1e-5) || !(fabs(g[0].base.loss - want_loss) <= 1e-5 * fabs(want_loss)))
+        fprintf(stderr, "\n  gpt T=%d: loss %g vs %g, gradient relative error %g\n", T, g[0].base.loss,
+                want_loss, d);
+    gpt_ranks_free(g, &h, T);
+    free(sum);
+    rm_model_free(&ref);
+}
+
+static void test_gpt_split_forward_backward(void)
+{
+    for (int T = 1; T <= 4; T *= 2)
+        gpt_split_vs_whole(T);
+}
+
+/* The vocab-parallel cross-entropy against the whole one (kernels' xent) on the same logits: V = 11
+ * leaves padding on the last rank, V = 2 with T = 4 leaves two ranks with padding only. */
+static void gpt_xent_case(int V, int T)
+{
+    const rm_kernels *k = rm_kernels_cpu();
+    const int ctx = 3, rows = 2, N = rows * ctx;
+    rm_model_shape s;
+    gpt_shape(&s, 1, V, ctx, 4, 4);
+    float *full = malloc((size_t)N * (size_t)V * sizeof(float)), loss_want = 0;
+    int32_t labels[6];
+    for (int n = 0; n < N; n++) {
+        labels[n] = (n * 3 + 1) % V;
+        for (int v = 0; v < V; v++)
+            full[n * V + v] = (float)((n * 13 + v * 7) % 17) / 3.0f - 2.0f;
+    }
+    harness h;
+    gpt_rank g[4];
+    gpt_ranks(g, &h, &s, T, rows, NULL, labels);
+    for (int t = 0; t < T; t++) {
+        const rm_tp_gpt_plan *p = &g[t].m.p;
+        g[t].loss_only = true;
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < p->Vl; j++) {
+                int v = t * p->Vl + j;
+                /* padding columns hold junk: the loss must not read them */
+                g[t].m.logits[n * p->Vl + j] = v < V ? full[n * V + v] : 50.0f;
+            }
+    }
+    gpt_run(g, T);
+    float inv_t = 1.0f / (float)ctx;
+    k->tf->xent(full, labels, N, V, inv_t / (float)rows, inv_t, &loss_want, NULL);
+    for (int t = 0; t < T; t++) {
+        const rm_tp_gpt_plan *p = &g[t].m.p;
+        CU_ASSERT_EQUAL(g[t].base.rc, RM_OK);
+        CU_ASSERT(fabs(g[t].base.loss - loss_want) <= 1e-5 * fabs(loss_want));
+        CU_ASSERT_EQUAL(g[t].base.ncalls, T > 1 ? 2 : 0); /* the max gather and the sums */
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < p->Vl; j++) {
+                int v = t * p->Vl + j;
+                float got = g[t].m.logits[n * p->Vl + j], want = v < V ? full[n * V + v] : 0.0f;
+                CU_ASSERT(fabsf(got - want) <= 1e-6f);
+            }
+    }
+    gpt_ranks_free(g, &h, T);
+    free(full);
+}
+
+static void test_gpt_vocab_xent(void)
+{
+    for (int T = 1; T <= 4; T *= 2) {
+        gpt_xent_case(11, T);
+        gpt_xent_case(2, T);
+    }
+}
+
 void rm_suite_tensor(void)
 {
     static const rm_test_case cases[] = {
         {"events", test_events},
         {"slice_assemble", test_slice_assemble},
         {"split_forward_backward", test_split_forward_backward},
+        {"gpt_events", test_gpt_events},
+        {"gpt_slice_assemble", test_gpt_slice_assemble},
+        {"gpt_split_forward_backward", test_gpt_split_forward_backward},
+        {"gpt_vocab_xent", test_gpt_vocab_xent},
     };
     RM_ADD_SUITE("tensor", NULL, NULL, cases);
 }

@@ -1,0 +1,451 @@
+/* tp_gpt.c — the transformer split across a tensor group (worker/tensor/tp_gpt.h). */
+#include "worker/tensor/tp_gpt.h"
+
+#include <float.h>
+#include <math.h>
+#include <string.h>
+
+#include "kernels/transformer.h"
+
+enum { SH_TAG = 0, SH_V, SH_CTX, SH_C, SH_NH }; /* gpt.c's shape record */
+
+/* Local offsets inside a block (floats), for attention width Cl = C/T. */
+typedef struct lblk {
+    size_t ln1w, ln1b, wqkv, bqkv, wp, bp, ln2w, ln2b, wfc, bfc, wfc2, bfc2, len;
+} lblk;
+
+static void lblk_offsets(size_t C, size_t Cl, lblk *o)
+{
+    size_t at = 0;
+#define TAKE(f, n) \
+    do {           \
+        o->f = at; \
+        at += (n); \
+    } while (0)
+    TAKE(ln1w, C);
+    TAKE(ln1b, C);
+    TAKE(wqkv, C * 3 * Cl);
+    TAKE(bqkv, 3 * Cl);
+    TAKE(wp, Cl * C);
+    TAKE(bp, C);
+    TAKE(ln2w, C);
+    TAKE(ln2b, C);
+    TAKE(wfc, C * 4 * Cl);
+    TAKE(bfc, 4 * Cl);
+    TAKE(wfc2, 4 * Cl * C);
+    TAKE(bfc2, C);
+#undef TAKE
+    o->len = at;
+}
+
+int rm_tp_gpt_plan_make(const rm_model_shape *s, int T, int t, rm_tp_gpt_plan *out, rm_err *err)
+{
+    memset(out, 0, sizeof *out);
+    int L = s->nlayers, V = s->dims[SH_V], ctx = s->dims[SH_CTX], C = s->dims[SH_C], NH = s->dims[SH_NH];
+    if (s->dims[SH_TAG] != RM_GPT_SHAPE_TAG || L < 1 || L > RM_TP_GPT_MAX_LAYERS || V < 2 || ctx < 1 ||
+        C < 1 || NH < 1 || C % NH || T < 1 || t < 0 || t >= T)
+        return rm_errf(err, RM_EINVAL, "tensor: bad gpt plan (rank %d of %d)", t, T);
+    if (NH % T)
+        return rm_err_field(err, RM_EINVAL, "spec.training.model.heads",
+                            "must be a multiple of spec.parallelism.tensorParallel (%d) (got %d)", T, NH);
+    *out = (rm_tp_gpt_plan){.T = T, .t = t, .L = L, .V = V, .ctx = ctx, .C = C, .NH = NH};
+    out->Vp = (V + T - 1) / T * T;
+    out->Vl = out->Vp / T;
+    out->Cl = C / T;
+    out->NHl = NH / T;
+    lblk o;
+    lblk_offsets((size_t)C, (size_t)out->Cl, &o);
+    size_t c = (size_t)C;
+    out->blk_len = o.len;
+    out->n = (size_t)out->Vl * c + (size_t)ctx * c + (size_t)L * o.len + 2 * c;
+    out->nwhole = (size_t)V * c + (size_t)ctx * c + (size_t)L * (12 * c * c + 13 * c) + 2 * c;
+    return RM_OK;
+}
+
+int rm_tp_gpt_events(const rm_tp_gpt_plan *p, rm_tp_gpt_event *ev, int cap)
+{
+    int n = 0;
+#define EV(pass_, unit_, what_, width_)                                     \
+    do {                                                                    \
+        if (n < cap)                                                        \
+            ev[n] = (rm_tp_gpt_event){(pass_), (what_), (unit_), (width_)}; \
+        n++;                                                                \
+    } while (0)
+    if (p->T < 2)
+        return 0;
+    EV('F', 0, 'e', p->C);
+    for (int l = 1; l <= p->L; l++) {
+        EV('F', l, 'a', p->C);
+        EV('F', l, 'm', p->C);
+    }
+    EV('F', p->L + 1, 'x', p->T);
+    EV('F', p->L + 1, 's', 2);
+    EV('B', p->L + 1, 'h', p->C);
+    for (int l = p->L; l >= 1; l--) {
+        EV('B', l, 'm', p->C);
+        EV('B', l, 'a', p->C);
+    }
+#undef EV
+    return n;
+}
+
+/* rows x w floats between a whole matrix (row stride ws, columns from c0) and a local one (stride
+ * wl); to_local copies whole -> local. */
+static void map_cols(float *whole, size_t ws, size_t c0, float *local, size_t wl, size_t rows, size_t w,
+                     bool to_local)
+{
+    for (size_t i = 0; i < rows; i++) {
+        if (to_local)
+            memcpy(local + i * wl, whole + i * ws + c0, w * sizeof(float));
+        else
+            memcpy(whole + i * ws + c0, local + i * wl, w * sizeof(float));
+    }
+}
+
+static void map_rep(float *whole, float *local, size_t n, bool to_local, bool with_rep)
+{
+    if (to_local)
+        memcpy(local, whole, n * sizeof(float));
+    else if (with_rep)
+        memcpy(whole, local, n * sizeof(float));
+}
+
+static void map_all(const rm_tp_gpt_plan *p, float *whole, float *local, bool to_local, bool with_rep)
+{
+    size_t c = (size_t)p->C, cl = (size_t)p->Cl, ctx = (size_t)p->ctx, t = (size_t)p->t;
+    size_t v0 = t * (size_t)p->Vl;
+    /* wte: this rank's vocabulary rows; padding rows zero */
+    for (size_t j = 0; j < (size_t)p->Vl; j++) {
+        float *lo = local + j * c;
+        if (v0 + j < (size_t)p->V)
+            map_cols(whole + (v0 + j) * c, c, 0, lo, c, 1, c, to_local);
+        else if (to_local)
+            memset(lo, 0, c * sizeof(float));
+    }
+    size_t wbase = (size_t)p->V * c, lbase = (size_t)p->Vl * c;
+    map_rep(whole + wbase, local + lbase, ctx * c, to_local, with_rep); /* wpe */
+    wbase += ctx * c;
+    lbase += ctx * c;
+    lblk o;
+    lblk_offsets(c, cl, &o);
+    size_t wblk = 12 * c * c + 13 * c;
+    for (int l = 0; l < p->L; l++) {
+        float *w = whole + wbase, *lo = local + lbase;
+        /* whole offsets follow gpt.c's block layout */
+        size_t wqkv = 2 * c, bqkv = wqkv + 3 * c * c, wp = bqkv + 3 * c, bp = wp + c * c;
+        size_t wfc = bp + 3 * c, bfc = wfc + 4 * c * c, wfc2 = bfc + 4 * c, bfc2 = wfc2 + 4 * c * c;
+        map_rep(w, lo + o.ln1w, 2 * c, to_local, with_rep);
+        for (size_t j = 0; j < 3; j++) { /* this rank's heads' Q, K and V columns */
+            map_cols(w + wqkv, 3 * c, j * c + t * cl, lo + o.wqkv + j * cl, 3 * cl, c, cl, to_local);
+            map_cols(w + bqkv, 3 * c, j * c + t * cl, lo + o.bqkv + j * cl, 3 * cl, 1, cl, to_local);
+        }
+        map_cols(w + wp + t * cl * c, c, 0, lo + o.wp, c, cl, c, to_local);
+        map_rep(w + bp, lo + o.bp, 3 * c, to_local, with_rep); /* attn.c_proj.b, ln_2 */
+        map_cols(w + wfc, 4 * c, t * 4 * cl, lo + o.wfc, 4 * cl, c, 4 * cl, to_local);
+        map_cols(w + bfc, 4 * c, t * 4 * cl, lo + o.bfc, 4 * cl, 1, 4 * cl, to_local);
+        map_cols(w + wfc2 + t * 4 * cl * c, c, 0, lo + o.wfc2, c, 4 * cl, c, to_local);
+        map_rep(w + bfc2, lo + o.bfc2, c, to_local, with_rep);
+        wbase += wblk;
+        lbase += o.len;
+    }
+    map_rep(whole + wbase, local + lbase, 2 * c, to_local, with_rep); /* ln_f */
+}
+
+void rm_tp_gpt_slice(const rm_tp_gpt_plan *p, const float *whole, float *local)
+{
+    map_all(p, (float *)whole, local, true, true);
+}
+
+void rm_tp_gpt_assemble(const rm_tp_gpt_plan *p, const float *local, float *whole, bool with_replicated)
+{
+    map_all(p, whole, (float *)local, false, with_replicated);
+}
+
+bool rm_tp_gpt_replicated(const rm_tp_gpt_plan *p, size_t i)
+{
+    size_t c = (size_t)p->C, wte = (size_t)p->Vl * c, emb = wte + (size_t)p->ctx * c;
+    if (i < wte)
+        return false;
+    if (i < emb)
+        return true;
+    size_t j = i - emb;
+    if (j >= (size_t)p->L * p->blk_len)
+        return true; /* ln_f */
+    j %= p->blk_len;
+    lblk o;
+    lblk_offsets(c, (size_t)p->Cl, &o);
+    return j < o.wqkv || (j >= o.bp && j < o.wfc) || j >= o.bfc2;
+}
+
+void rm_tp_gpt_free(rm_tp_gpt *m)
+{
+    if (!m || !m->k)
+        return;
+    const rm_kernels *k = m->k;
+    float *bufs[] = {m->params, m->grads, m->emb,   m->lnf,  m->mf,    m->rf,          m->logits,
+                     m->dres,   m->dln,   m->datty, m->dbig, m->stats, m->attn_scratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        k->free(bufs[i]);
+    for (int l = 0; l < RM_TP_GPT_MAX_LAYERS; l++)
+        k->free(m->blk[l]);
+    memset(m, 0, sizeof *m);
+}
+
+int rm_tp_gpt_init(rm_tp_gpt *m, const rm_kernels *k, const rm_tp_gpt_plan *p, int max_batch,
+                   rm_tp_allreduce_fn ar, void *ud, rm_err *err)
+{
+    memset(m, 0, sizeof *m);
+    if (!k->host_memory || !k->tf)
+        return rm_err_field(err, RM_EINVAL, "spec.parallelism.tensorParallel",
+                            "> 1 runs on the CPU kernels in this version (the %s kernels hold device memory)",
+                            k->name);
+    m->k = k;
+    m->p = *p;
+    m->max_batch = max_batch;
+    m->ar = ar;
+    m->ud = ud;
+    size_t N = (size_t)max_batch * (size_t)p->ctx, c = (size_t)p->C, cl = (size_t)p->Cl;
+    size_t at = 0;
+#define TAKE(f, n) \
+    do {           \
+        m->f = at; \
+        at += (n); \
+    } while (0)
+    TAKE(a_ln1, N * c);
+    TAKE(a_qkv, N * 3 * cl);
+    TAKE(a_atty, N * cl);
+    TAKE(a_res1, N * c);
+    TAKE(a_ln2, N * c);
+    TAKE(a_fch, N * 4 * cl);
+    TAKE(a_fcg, N * 4 * cl);
+    TAKE(a_res2, N * c);
+    TAKE(a_m1, N);
+    TAKE(a_r1, N);
+    TAKE(a_m2, N);
+    TAKE(a_r2, N);
+    TAKE(a_lse, (size_t)max_batch * (size_t)p->NHl * (size_t)p->ctx);
+#undef TAKE
+    m->a_len = at;
+    size_t st = (size_t)(p->T > 2 ? p->T : 2);
+#define F(n) k->alloc((n) * sizeof(float))
+    m->params = F(p->n);
+    m->grads = F(p->n);
+    m->emb = F(N * c);
+    m->lnf = F(N * c);
+    m->mf = F(N);
+    m->rf = F(N);
+    m->logits = F(N * (size_t)p->Vl);
+    m->dres = F(N * c);
+    m->dln = F(N * c);
+    m->datty = F(N * cl);
+    m->dbig = F(N * 4 * cl);
+    m->stats = F(N * st);
+    m->attn_scratch = F(k->tf->attention_scratch(p->ctx));
+    bool ok = m->params && m->grads && m->emb && m->lnf && m->mf && m->rf && m->logits && m->dres && m->dln &&
+              m->datty && m->dbig && m->stats && m->attn_scratch;
+    for (int l = 0; l < p->L; l++) {
+        m->blk[l] = F(m->a_len);
+        ok = ok && m->blk[l];
+    }
+#undef F
+    if (!ok) {
+        rm_tp_gpt_free(m);
+        return rm_errf(err, RM_ENOMEM, "tensor: out of memory for the split gpt (%zu floats)", p->n);
+    }
+    return RM_OK;
+}
+
+static int sum(rm_tp_gpt *m, float *buf, size_t n, bool fwd, rm_err *err)
+{
+    if (m->p.T < 2)
+        return RM_OK;
+    RM_CHECK(m->ar(m->ud, buf, n, err));
+    if (fwd)
+        m->fwd_floats += n;
+    else
+        m->bwd_floats += n;
+    return RM_OK;
+}
+
+static float *blk_param(const rm_tp_gpt *m, int l)
+{
+    const rm_tp_gpt_plan *p = &m->p;
+    return m->params + (size_t)(p->Vl + p->ctx) * (size_t)p->C + (size_t)(l - 1) * p->blk_len;
+}
+
+static float *head_param(float *base, const rm_tp_gpt_plan *p)
+{
+    return base + (size_t)(p->Vl + p->ctx) * (size_t)p->C + (size_t)p->L * p->blk_len;
+}
+
+int rm_tp_gpt_forward(rm_tp_gpt *m, const int32_t *tok, int rows, rm_err *err)
+{
+    const rm_kernels *k = m->k;
+    const rm_tf_kernels *tf = k->tf;
+    const rm_tp_gpt_plan *p = &m->p;
+    int ctx = p->ctx, C = p->C, Cl = p->Cl, N = rows * ctx;
+    size_t c = (size_t)C, v0 = (size_t)p->t * (size_t)p->Vl;
+    m->fwd_floats = 0;
+    /* the embedding: this rank's vocabulary rows, summed (g), then wpe */
+    const float *wte = m->params, *wpe = wte + (size_t)p->Vl * c;
+    for (int n = 0; n < N; n++) {
+        size_t v = (size_t)tok[n];
+        float *e = m->emb + (size_t)n * c;
+        if (v >= v0 && v < v0 + (size_t)p->Vl)
+            memcpy(e, wte + (v - v0) * c, c * sizeof(float));
+        else
+            memset(e, 0, c * sizeof(float));
+    }
+    RM_CHECK(sum(m, m->emb, (size_t)N * c, true, err));
+    for (int n = 0; n < N; n++)
+        for (size_t i = 0; i < c; i++)
+            m->emb[(size_t)n * c + i] += wpe[(size_t)(n % ctx) * c + i];
+    lblk o;
+    lblk_offsets(c, (size_t)Cl, &o);
+    const float *x = m->emb;
+    for (int l = 1; l <= p->L; l++) {
+        const float *w = blk_param(m, l);
+        float *a = m->blk[l - 1];
+        float *ln1 = a + m->a_ln1, *qkv = a + m->a_qkv, *atty = a + m->a_atty, *res1 = a + m->a_res1;
+        float *ln2 = a + m->a_ln2, *fch = a + m->a_fch, *fcg = a + m->a_fcg, *res2 = a + m->a_res2;
+        tf->layernorm_fwd(ln1, a + m->a_m1, a + m->a_r1, x, w + o.ln1w, w + o.ln1b, N, C);
+        k->gemm(false, false, N, 3 * Cl, C, 1.0f, ln1, C, w + o.wqkv, 3 * Cl, 0.0f, qkv, 3 * Cl);
+        k->bias_act_fwd(qkv, w + o.bqkv, N, 3 * Cl, RM_ACT_NONE);
+        tf->attention_fwd(atty, a + m->a_lse, qkv, rows, ctx, Cl, p->NHl, m->attn_scratch);
+        k->gemm(false, false, N, C, Cl, 1.0f, atty, Cl, w + o.wp, C, 0.0f, res1, C);
+        RM_CHECK(sum(m, res1, (size_t)N * c, true, err)); /* g after attn.c_proj */
+        tf->residual_layernorm_fwd(res1, x, w + o.bp, ln2, a + m->a_m2, a + m->a_r2, w + o.ln2w, w + o.ln2b,
+                                   N, C);
+        k->gemm(false, false, N, 4 * Cl, C, 1.0f, ln2, C, w + o.wfc, 4 * Cl, 0.0f, fch, 4 * Cl);
+        tf->bias_gelu_fwd(fch, fcg, w + o.bfc, N, 4 * Cl);
+        k->gemm(false, false, N, C, 4 * Cl, 1.0f, fcg, 4 * Cl, w + o.wfc2, C, 0.0f, res2, C);
+        RM_CHECK(sum(m, res2, (size_t)N * c, true, err)); /* g after mlp.c_proj */
+        tf->residual_layernorm_fwd(res2, res1, w + o.bfc2, NULL, NULL, NULL, NULL, NULL, N, C);
+        x = res2;
+    }
+    const float *hw = head_param(m->params, p);
+    tf->layernorm_fwd(m->lnf, m->mf, m->rf, x, hw, hw + C, N, C);
+    k->gemm(false, true, N, p->Vl, C, 1.0f, m->lnf, C, wte, C, 0.0f, m->logits, p->Vl);
+    return RM_OK;
+}
+
+int rm_tp_gpt_loss(rm_tp_gpt *m, const int32_t *labels, int rows, float inv_batch, float *loss_sum,
+                   rm_err *err)
+{
+    const rm_tp_gpt_plan *p = &m->p;
+    int N = rows * p->ctx, T = p->T, Vl = p->Vl;
+    size_t v0 = (size_t)p->t * (size_t)Vl;
+    int valid = p->V - (int)v0 < Vl ? p->V - (int)v0 : Vl; /* this rank's non-padding columns */
+    valid = valid < 0 ? 0 : valid;
+    float inv_t = 1.0f / (float)p->ctx, gscale = inv_batch * inv_t;
+    /* the row maxima: each rank's in its slot, gathered by a sum */
+    memset(m->stats, 0, (size_t)N * (size_t)T * sizeof(float));
+    for (int n = 0; n < N; n++) {
+        const float *y = m->logits + (size_t)n * (size_t)Vl;
+        float mx = -FLT_MAX;
+        for (int j = 0; j < valid; j++)
+            mx = y[j] > mx ? y[j] : mx;
+        m->stats[(size_t)n * (size_t)T + (size_t)p->t] = mx;
+    }
+    RM_CHECK(sum(m, m->stats, (size_t)N * (size_t)T, true, err));
+    /* the maxima in dres (free until backward); stats then holds [sum of exp | target logit] */
+    float *mxs = m->dres, *s2 = m->stats;
+    for (int n = 0; n < N; n++) {
+        const float *sl = m->stats + (size_t)n * (size_t)T;
+        float mx = -FLT_MAX;
+        for (int q = 0; q < T; q++)
+            mx = sl[q] > mx ? sl[q] : mx;
+        mxs[n] = mx;
+    }
+    for (int n = 0; n < N; n++) {
+        const float *y = m->logits + (size_t)n * (size_t)Vl;
+        double s = 0;
+        for (int j = 0; j < valid; j++)
+            s += exp((double)y[j] - mxs[n]);
+        size_t tg = (size_t)labels[n];
+        s2[2 * (size_t)n] = (float)s;
+        s2[2 * (size_t)n + 1] = tg >= v0 && tg < v0 + (size_t)valid ? y[tg - v0] : 0.0f;
+    }
+    RM_CHECK(sum(m, s2, 2 * (size_t)N, true, err));
+    double loss = 0;
+    for (int n = 0; n < N; n++) {
+        float *y = m->logits + (size_t)n * (size_t)Vl;
+        double S = s2[2 * (size_t)n];
+        loss += log(S) + mxs[n] - s2[2 * (size_t)n + 1];
+        size_t tg = (size_t)labels[n];
+        for (int j = 0; j < Vl; j++) {
+            double g = j < valid ? exp((double)y[j] - mxs[n]) / S : 0.0;
+            if (v0 + (size_t)j == tg)
+                g -= 1.0;
+            y[j] = (float)(g * gscale);
+        }
+    }
+    *loss_sum = (float)(loss * inv_t);
+    return RM_OK;
+}
+
+int rm_tp_gpt_backward(rm_tp_gpt *m, const int32_t *tok, int rows, rm_err *err)
+{
+    const rm_kernels *k = m->k;
+    const rm_tf_kernels *tf = k->tf;
+    const rm_tp_gpt_plan *p = &m->p;
+    int ctx = p->ctx, C = p->C, Cl = p->Cl, Vl = p->Vl, N = rows * ctx;
+    size_t c = (size_t)C, nc = (size_t)N * c, v0 = (size_t)p->t * (size_t)Vl;
+    m->bwd_floats = 0;
+    lblk o;
+    lblk_offsets(c, (size_t)Cl, &o);
+    const float *wte = m->params;
+    float *gwte = m->grads, *gwpe = gwte + (size_t)Vl * c;
+    /* the head: the tied projection (column-parallel by vocabulary), f, ln_f */
+    const float *hw = head_param(m->params, p);
+    float *hg = head_param(m->grads, p);
+    const float *xlast = p->L > 0 ? m->blk[p->L - 1] + m->a_res2 : m->emb;
+    k->gemm(false, false, N, C, Vl, 1.0f, m->logits, Vl, wte, C, 0.0f, m->dln, C);
+    k->gemm(true, false, Vl, C, N, 1.0f, m->logits, Vl, m->lnf, C, 0.0f, gwte, C);
+    RM_CHECK(sum(m, m->dln, nc, false, err));
+    k->memset0(m->dres, nc * sizeof(float));
+    tf->layernorm_bwd(m->dres, hg, hg + C, m->dln, xlast, m->mf, m->rf, hw, N, C, false);
+    for (int l = p->L; l >= 1; l--) {
+        const float *w = blk_param(m, l);
+        float *g = m->grads + (blk_param(m, l) - m->params);
+        const float *a = m->blk[l - 1];
+        const float *x = l == 1 ? m->emb : m->blk[l - 2] + m->a_res2;
+        float *dres = m->dres, *dbig = m->dbig;
+        /* the MLP: mlp.c_proj (row), GELU, c_fc (column), f, ln_2 */
+        k->gemm(false, true, N, 4 * Cl, C, 1.0f, dres, C, w + o.wfc2, C, 0.0f, dbig, 4 * Cl);
+        k->gemm(true, false, 4 * Cl, C, N, 1.0f, a + m->a_fcg, 4 * Cl, dres, C, 0.0f, g + o.wfc2, C);
+        tf->colsum(g + o.bfc2, dres, N, C, false);
+        tf->gelu_bwd(dbig, dbig, a + m->a_fch, N, 4 * Cl);
+        k->gemm(true, false, C, 4 * Cl, N, 1.0f, a + m->a_ln2, C, dbig, 4 * Cl, 0.0f, g + o.wfc, 4 * Cl);
+        tf->colsum(g + o.bfc, dbig, N, 4 * Cl, false);
+        k->gemm(false, true, N, C, 4 * Cl, 1.0f, dbig, 4 * Cl, w + o.wfc, 4 * Cl, 0.0f, m->dln, C);
+        RM_CHECK(sum(m, m->dln, nc, false, err));
+        tf->layernorm_bwd(dres, g + o.ln2w, g + o.ln2b, m->dln, a + m->a_res1, a + m->a_m2, a + m->a_r2,
+                          w + o.ln2w, N, C, false);
+        /* attention: c_proj (row), this rank's heads, c_attn (column), f, ln_1 */
+        k->gemm(false, true, N, Cl, C, 1.0f, dres, C, w + o.wp, C, 0.0f, m->datty, Cl);
+        k->gemm(true, false, Cl, C, N, 1.0f, a + m->a_atty, Cl, dres, C, 0.0f, g + o.wp, C);
+        tf->colsum(g + o.bp, dres, N, C, false);
+        tf->attention_bwd(dbig, m->datty, a + m->a_atty, a + m->a_lse, a + m->a_qkv, rows, ctx, Cl, p->NHl,
+                          m->attn_scratch);
+        k->gemm(true, false, C, 3 * Cl, N, 1.0f, a + m->a_ln1, C, dbig, 3 * Cl, 0.0f, g + o.wqkv, 3 * Cl);
+        tf->colsum(g + o.bqkv, dbig, N, 3 * Cl, false);
+        k->gemm(false, true, N, C, 3 * Cl, 1.0f, dbig, 3 * Cl, w + o.wqkv, 3 * Cl, 0.0f, m->dln, C);
+        RM_CHECK(sum(m, m->dln, nc, false, err));
+        tf->layernorm_bwd(dres, g + o.ln1w, g + o.ln1b, m->dln, x, a + m->a_m1, a + m->a_r1, w + o.ln1w, N, C,
+                          false);
+    }
+    /* the embedding: this rank's vocabulary rows (the residual gradient is replicated) and wpe */
+    memset(gwpe, 0, (size_t)ctx * c * sizeof(float));
+    for (int n = 0; n < N; n++) {
+        size_t v = (size_t)tok[n];
+        const float *d = m->dres + (size_t)n * c;
+        float *gp = gwpe + (size_t)(n % ctx) * c;
+        for (size_t i = 0; i < c; i++)
+            gp[i] += d[i];
+        if (v >= v0 && v < v0 + (size_t)Vl)
+            for (size_t i = 0; i < c; i++)
+                gwte[(v - v0) * c + i] += d[i];
+    }
+    return RM_OK;
+}

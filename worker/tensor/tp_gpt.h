@@ -1,0 +1,101 @@
+/* tp_gpt.h — the transformer (worker/model/gpt.c) split across a tensor group of T ranks
+ * (docs/models-and-data.md, "Tensor parallelism"; Megatron-LM's split of GPT).
+ *
+ * The split, per block: attention with the heads split (c_attn column-parallel: rank t holds the
+ * Q, K and V columns of heads [t·NH/T, (t+1)·NH/T); attn.c_proj row-parallel: the same rows), the
+ * MLP column/row (c_fc columns, mlp.c_proj rows of [t·4C/T, (t+1)·4C/T)); the row layers' biases,
+ * the LayerNorms and wpe replicated. Megatron's f (identity forward, sum of the input gradient
+ * backward) before each column part and g (sum of the partial outputs forward, identity backward)
+ * after each row part. The token embedding / LM head (tied) is split by vocabulary: V padded to
+ * Vp, a multiple of T, rank t holding rows [t·Vp/T, (t+1)·Vp/T) of wte (padding rows zero, never
+ * read as classes); the embedding sums the rows its rank holds (g), the head's logits stay split
+ * and the cross-entropy is vocab-parallel: each rank's row maxima are gathered (a sum of a
+ * [rows x T] buffer, one slot a rank), then the sums of exp and the target logits are summed; no
+ * rank holds the full logits. The head's input gradient is summed (f).
+ *
+ * Local layout: unit 0 [wte rows (Vp/T x C) | wpe]; each block [ln_1.w, ln_1.b, c_attn.w
+ * (C x 3C/T: this rank's Q | K | V columns), c_attn.b (3C/T), attn.c_proj.w (C/T x C),
+ * attn.c_proj.b, ln_2.w, ln_2.b, c_fc.w (C x 4C/T), c_fc.b, mlp.c_proj.w (4C/T x C),
+ * mlp.c_proj.b]; the head [ln_f.w | ln_f.b]. rm_tp_gpt_slice / rm_tp_gpt_assemble map between it
+ * and the whole model's layout (gpt.c's, unpadded), so init, checkpoints and export stay T = 1's.
+ *
+ * Rows are sequences of `context` tokens; the loss is gpt.c's (mean over positions).
+ *
+ * Collectives go through a sum callback (tp_mlp.h's rm_tp_allreduce_fn): the same bits on every
+ * rank. Host memory only in this version (the CPU kernels).
+ *
+ * Ownership: rm_tp_gpt owns its parameters, gradients and activations (kernels memory); tokens,
+ * labels and the loss are borrowed per call. */
+#ifndef RM_WORKER_TP_GPT_H
+#define RM_WORKER_TP_GPT_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "common/rm.h"
+#include "kernels/kernels.h"
+#include "worker/model/model.h"
+#include "worker/tensor/tp_mlp.h"
+
+#define RM_TP_GPT_MAX_LAYERS (RM_MODEL_MAX_UNITS - 2)
+
+typedef struct rm_tp_gpt_plan {
+    int T, t;
+    int L, V, Vp, ctx, C, NH; /* the whole shape; Vp: V padded to a multiple of T */
+    int Vl, Cl, NHl;          /* this rank's vocabulary rows, attention width (C/T), heads */
+    size_t blk_len;           /* a block's local floats */
+    size_t n;                 /* local floats: unit 0, L blocks, head */
+    size_t nwhole;            /* the whole (unpadded) model's floats, gpt.c's layout */
+} rm_tp_gpt_plan;
+
+/* The plan of tensor rank t of T for a gpt shape. RM_EINVAL naming spec.training.model.heads when
+ * T does not divide the heads (4·embed then divides too). */
+int rm_tp_gpt_plan_make(const rm_model_shape *s, int T, int t, rm_tp_gpt_plan *out, rm_err *err);
+
+/* A step's collectives in issue order: 'F'/'B' pass, unit (0 embedding, 1..L blocks, L+1 head),
+ * what ('e' embedding g, 'a' attention g/f, 'm' MLP g/f, 'x' the cross-entropy's max gather,
+ * 's' its sums, 'h' the head's f) and width floats per position. Returns the count (may exceed
+ * cap); none with T = 1. */
+typedef struct rm_tp_gpt_event {
+    char pass, what;
+    int unit, width;
+} rm_tp_gpt_event;
+int rm_tp_gpt_events(const rm_tp_gpt_plan *p, rm_tp_gpt_event *ev, int cap);
+
+/* Whole (gpt.c's layout, nwhole floats) -> this rank's pieces (n floats, padding zero). */
+void rm_tp_gpt_slice(const rm_tp_gpt_plan *p, const float *whole, float *local);
+/* This rank's pieces -> their places in whole (padding dropped), the rest untouched; replicated
+ * pieces only when with_replicated. Summing the T ranks' zeroed wholes (replicated ones from rank
+ * 0 only) gives the whole model. */
+void rm_tp_gpt_assemble(const rm_tp_gpt_plan *p, const float *local, float *whole, bool with_replicated);
+/* Whether local float i is replicated (the same on every rank): counted once in norms. */
+bool rm_tp_gpt_replicated(const rm_tp_gpt_plan *p, size_t i);
+
+typedef struct rm_tp_gpt {
+    rm_tp_gpt_plan p;
+    const rm_kernels *k;
+    int max_batch;
+    float *params, *grads;
+    float *emb;                               /* [N x C] */
+    float *blk[RM_TP_GPT_MAX_LAYERS];         /* per block activations */
+    float *lnf, *mf, *rf, *logits;            /* head; logits [N x Vl] */
+    float *dres, *dln, *datty, *dbig, *stats; /* backward scratch; stats [N x max(T, 2)] */
+    float *attn_scratch;
+    size_t a_ln1, a_qkv, a_atty, a_res1, a_ln2, a_fch, a_fcg, a_res2, a_m1, a_r1, a_m2, a_r2, a_lse, a_len;
+    rm_tp_allreduce_fn ar;
+    void *ud;
+    size_t fwd_floats, bwd_floats; /* floats moved through ar by the last step */
+} rm_tp_gpt;
+
+int rm_tp_gpt_init(rm_tp_gpt *m, const rm_kernels *k, const rm_tp_gpt_plan *p, int max_batch,
+                   rm_tp_allreduce_fn ar, void *ud, rm_err *err);
+void rm_tp_gpt_free(rm_tp_gpt *m); /* NULL ok, idempotent */
+/* Forward of rows sequences of tokens (rows x context int32, replicated) to the split logits. */
+int rm_tp_gpt_forward(rm_tp_gpt *m, const int32_t *tok, int rows, rm_err *err);
+/* After forward: the vocab-parallel cross-entropy against labels (rows x context): *loss_sum as
+ * gpt.c's loss (the same on every rank), the split logits replaced by their gradient scaled by
+ * inv_batch / context. */
+int rm_tp_gpt_loss(rm_tp_gpt *m, const int32_t *labels, int rows, float inv_batch, float *loss_sum,
+                   rm_err *err);
+/* Backward from the logits' gradient: grads overwritten with this rank's pieces. */
+int rm_tp_gpt_backward(rm_tp_gpt *m, const int32_t *tok, int rows, rm_err *err);
+#endif
