@@ -7,21 +7,23 @@
 # resume, runtimes without their CRDs, bash completion (also as kubectl_complete-ringmaster), and
 # errors that name the flag or the job.
 source "$(dirname "$0")/6x-operator-lib.bash"
+# (pipes into grep read everything, never `grep -q`/`head`: under pipefail a writer cut off by an
+#  early exit fails the pipeline — the Progress column check failed so in CI)
 RDZV_PORT=$(free_port)
 mkdir -p "$T/plug"
 ln -s "$RM_BIN/ringmaster" "$T/plug/kubectl-ringmaster"
 ln -s "$RM_BIN/ringmaster" "$T/plug/kubectl_complete-ringmaster"
 export PATH="$T/plug:$PATH"
-kubectl plugin list 2>/dev/null | grep -q "$T/plug/kubectl-ringmaster" || fail "kubectl does not find the plugin"
-k ringmaster --help | grep -q 'logs JOB \[-f\]' || fail "help through kubectl"
-k ringmaster logs --help | grep -q -- '--rank R' || fail "logs --help"
+kubectl plugin list 2>/dev/null | grep "$T/plug/kubectl-ringmaster" >/dev/null || fail "kubectl does not find the plugin"
+k ringmaster --help | grep 'logs JOB \[-f\]' >/dev/null || fail "help through kubectl"
+k ringmaster logs --help | grep -- '--rank R' >/dev/null || fail "logs --help"
 set +e; out=$(k ringmaster logs 2>&1); rc=$?; set -e
 [ $rc -eq 2 ] && grep -q 'logs: a TrainingJob name is required' <<<"$out" || fail "logs without a job: $rc $out"
 set +e; out=$(k ringmaster logs j --rank x 2>&1); rc=$?; set -e
 [ $rc -eq 2 ] && grep -q -- '--rank: must be an integer >= 0 (got "x")' <<<"$out" || fail "bad --rank: $rc $out"
 
 start_kubesim
-k ringmaster runtimes | grep -q 'TrainingRuntime: not installed' || fail "runtimes without the CRD"
+k ringmaster runtimes | grep 'TrainingRuntime: not installed' >/dev/null || fail "runtimes without the CRD"
 install_crd
 start_operator a
 wait_for 20 "operator ready" curl -fsS "http://127.0.0.1:$OP_PROBE_a/readyz"
@@ -29,7 +31,7 @@ wait_for 20 "operator ready" curl -fsS "http://127.0.0.1:$OP_PROBE_a/readyz"
 set +e; out=$(k ringmaster status nope 2>&1); rc=$?; set -e
 [ $rc -eq 1 ] && grep -q 'TrainingJob default/nope not found' <<<"$out" || fail "status of a missing job: $rc $out"
 k wait --for condition=established --timeout=20s crd/clustertrainingruntimes.ringmaster.dev >/dev/null
-k ringmaster runtimes | grep -q 'no runtimes in namespace default and none cluster-wide' || fail "runtimes: none yet"
+k ringmaster runtimes | grep 'no runtimes in namespace default and none cluster-wide' >/dev/null || fail "runtimes: none yet"
 
 KEEP_PODS=1 fast_job plug 2 12 | k apply -f - >/dev/null
 wait_for 60 "plug trains" bash -c "[ \"\$(kubectl get tj plug -o jsonpath='{.status.progress.step}')\" -ge 50 ] 2>/dev/null"
@@ -43,8 +45,8 @@ log "status: $(sed -n 3p "$T/status.txt")"
 pc=$(tj_field plug '{.status.progress.percent}'); eta=$(tj_field plug '{.status.progress.etaSeconds}')
 $PY -c "import sys; p, e = float(sys.argv[1]), float(sys.argv[2]); sys.exit(0 if 0 < p < 100 and e > 0 else 1)" "$pc" "$eta" ||
   fail "status.progress percent '$pc' etaSeconds '$eta'"
-k get tj plug | head -1 | grep -q 'PROGRESS' || fail "no Progress column: $(k get tj plug)"
-k get tj plug -o wide | head -1 | grep -q 'ETA' || fail "no ETA column in -o wide"
+k get tj plug | sed -n 1p | grep 'PROGRESS' >/dev/null || fail "no Progress column: $(k get tj plug)"
+k get tj plug -o wide | sed -n 1p | grep 'ETA' >/dev/null || fail "no ETA column in -o wide"
 
 # follow every worker while worker 1 is deleted: its replacement's lines follow under [worker-1]
 timeout 300 kubectl ringmaster logs plug -f > "$T/follow.txt" 2>"$T/follow.err" &
@@ -54,7 +56,7 @@ uid=$(k get pod plug-worker-1 -o 'jsonpath={.metadata.uid}')
 ep0=$(tj_field plug '{.status.epoch}')
 k delete pod plug-worker-1 --wait=false >/dev/null
 wait_for 60 "a replacement" bash -c "u=\$(kubectl get pod plug-worker-1 -o jsonpath='{.metadata.uid}' 2>/dev/null); [ -n \"\$u\" ] && [ \"\$u\" != $uid ]"
-k ringmaster restart plug | grep -q 'restarting (2 worker pods deleted' || fail "restart"
+k ringmaster restart plug | grep 'restarting (2 worker pods deleted' >/dev/null || fail "restart"
 wait_for 240 "plug Succeeded" tj_phase_is plug Succeeded
 [ "$(tj_field plug '{.status.epoch}')" -ge $((ep0 + 2)) ] ||
   fail "the group did not re-form after a delete and a restart: epoch $ep0 -> $(tj_field plug '{.status.epoch}')"
@@ -78,7 +80,7 @@ k ringmaster logs plug --rank 1 --tail 5 > "$T/r1.txt"
 [ "$(wc -l < "$T/r1.txt")" -eq 5 ] && ! grep -qv '^\[worker-1\] ' "$T/r1.txt" || fail "--rank 1 --tail 5: $(cat "$T/r1.txt")"
 k ringmaster logs plug --role ps > "$T/ps.txt" 2>&1
 grep -q 'has no pods that match' "$T/ps.txt" || fail "--role ps on an allreduce job: $(cat "$T/ps.txt")"
-k ringmaster status plug | grep -q 'result      steps 5616' || fail "status of the finished job"
+k ringmaster status plug | grep 'result      steps 5616' >/dev/null || fail "status of the finished job"
 
 fast_job paused 1 1 | k apply -f - >/dev/null
 k ringmaster suspend paused | grep -q 'suspended' || fail "suspend"
