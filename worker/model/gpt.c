@@ -30,28 +30,15 @@
 #include "common/json.h"
 #include "kernels/transformer.h"
 #include "worker/data/data.h"
+#include "worker/model/gpt.h"
 #include "worker/model/model.h"
-
-#define GPT_MAX_LAYERS (RM_MODEL_MAX_UNITS - 2)
-
-enum { SH_TAG = 0, SH_V, SH_T, SH_C, SH_NH };
-
-/* Offsets (floats) of a block's tensors inside its unit. */
-typedef struct blk_off {
-    size_t ln1w, ln1b, wqkv, bqkv, wp, bp, ln2w, ln2b, wfc, bfc, wfc2, bfc2, len;
-} blk_off;
-
-/* Section offsets (floats) inside one block's activation buffer, for max_batch rows. */
-typedef struct act_off {
-    size_t ln1, qkv, atty, res1, ln2, fch, fcg, res2, m1, r1, m2, r2, lse, len;
-} act_off;
 
 typedef struct gpt_priv {
     int B, T, C, NH, V, L;
-    blk_off bo;
-    act_off ao;
+    rm_gpt_blk bo;
+    rm_gpt_act ao;
     float *emb; /* unit 0's output [B*T x C] */
-    float *blk[GPT_MAX_LAYERS];
+    float *blk[RM_GPT_MAX_LAYERS];
     float *lnf, *mf, *rf;             /* head: ln_f output, mean, rstd */
     float *logits;                    /* [B*T x V]: the head's output, then its gradient */
     float *dres, *dln, *datty, *dbig; /* backward scratch */
@@ -61,45 +48,52 @@ typedef struct gpt_priv {
     float *loss_tmp; /* count_correct's loss (discarded) */
 } gpt_priv;
 
-static void blk_offsets(int C, blk_off *o)
-{
-    size_t c = (size_t)C, at = 0;
 #define TAKE(f, n) \
     do {           \
         o->f = at; \
         at += (n); \
     } while (0)
-    TAKE(ln1w, c);
-    TAKE(ln1b, c);
-    TAKE(wqkv, c * 3 * c);
-    TAKE(bqkv, 3 * c);
-    TAKE(wp, c * c);
-    TAKE(bp, c);
-    TAKE(ln2w, c);
-    TAKE(ln2b, c);
-    TAKE(wfc, c * 4 * c);
-    TAKE(bfc, 4 * c);
-    TAKE(wfc2, 4 * c * c);
-    TAKE(bfc2, c);
+
+void rm_gpt_blk_layout(size_t C, size_t part, rm_gpt_blk *o)
+{
+    size_t at = 0;
+    TAKE(ln1w, C);
+    TAKE(ln1b, C);
+    TAKE(wqkv, C * 3 * part);
+    TAKE(bqkv, 3 * part);
+    TAKE(wp, part * C);
+    TAKE(bp, C);
+    TAKE(ln2w, C);
+    TAKE(ln2b, C);
+    TAKE(wfc, C * 4 * part);
+    TAKE(bfc, 4 * part);
+    TAKE(wfc2, 4 * part * C);
+    TAKE(bfc2, C);
     o->len = at;
 }
 
-static void act_offsets(size_t N, int C, int NH, int T, size_t B, act_off *o)
+/* The whole block of width C (gpt.c's own units). */
+static void blk_offsets(int C, rm_gpt_blk *o)
 {
-    size_t c = (size_t)C, at = 0;
-    TAKE(ln1, N * c);
-    TAKE(qkv, N * 3 * c);
-    TAKE(atty, N * c);
-    TAKE(res1, N * c);
-    TAKE(ln2, N * c);
-    TAKE(fch, N * 4 * c);
-    TAKE(fcg, N * 4 * c);
-    TAKE(res2, N * c);
+    rm_gpt_blk_layout((size_t)C, (size_t)C, o);
+}
+
+void rm_gpt_act_layout(size_t N, size_t C, size_t part, size_t heads, size_t B, size_t ctx, rm_gpt_act *o)
+{
+    size_t at = 0;
+    TAKE(ln1, N * C);
+    TAKE(qkv, N * 3 * part);
+    TAKE(atty, N * part);
+    TAKE(res1, N * C);
+    TAKE(ln2, N * C);
+    TAKE(fch, N * 4 * part);
+    TAKE(fcg, N * 4 * part);
+    TAKE(res2, N * C);
     TAKE(m1, N);
     TAKE(r1, N);
     TAKE(m2, N);
     TAKE(r2, N);
-    TAKE(lse, B * (size_t)NH * (size_t)T);
+    TAKE(lse, B * heads * ctx);
 #undef TAKE
     o->len = at;
 }
@@ -109,9 +103,9 @@ static int gpt_shape(const rm_training_spec *t, const rm_model_data *d, rm_model
     memset(s, 0, sizeof *s);
     const char *f = "spec.training.model";
     int V = t->vocab ? t->vocab : d->classes;
-    if (t->layers < 1 || t->layers > GPT_MAX_LAYERS)
+    if (t->layers < 1 || t->layers > RM_GPT_MAX_LAYERS)
         return rm_err_field(err, RM_EINVAL, "spec.training.model.layers",
-                            "must be 1..%d with type gpt (got %d)", GPT_MAX_LAYERS, t->layers);
+                            "must be 1..%d with type gpt (got %d)", RM_GPT_MAX_LAYERS, t->layers);
     if (t->heads < 1 || t->embed < 1 || t->embed % t->heads)
         return rm_err_field(err, RM_EINVAL, "spec.training.model.heads",
                             "must divide %s.embed (%d heads, embed %d)", f, t->heads, t->embed);
@@ -127,22 +121,23 @@ static int gpt_shape(const rm_training_spec *t, const rm_model_data *d, rm_model
         return rm_err_field(err, RM_EUNSUPPORTED, "spec.training.model.dropout",
                             "dropout > 0 is not supported yet (set 0)");
     s->nlayers = t->layers;
-    s->dims[SH_TAG] = RM_GPT_SHAPE_TAG;
-    s->dims[SH_V] = V;
-    s->dims[SH_T] = t->context;
-    s->dims[SH_C] = t->embed;
-    s->dims[SH_NH] = t->heads;
+    s->dims[RM_GPT_SH_TAG] = RM_GPT_SHAPE_TAG;
+    s->dims[RM_GPT_SH_VOCAB] = V;
+    s->dims[RM_GPT_SH_CONTEXT] = t->context;
+    s->dims[RM_GPT_SH_EMBED] = t->embed;
+    s->dims[RM_GPT_SH_HEADS] = t->heads;
     return RM_OK;
 }
 
 static int gpt_plan(rm_model *m, rm_err *err)
 {
     const rm_model_shape *s = &m->shape;
-    int L = s->nlayers, V = s->dims[SH_V], T = s->dims[SH_T], C = s->dims[SH_C], NH = s->dims[SH_NH];
-    if (s->dims[SH_TAG] != RM_GPT_SHAPE_TAG || L < 1 || L > GPT_MAX_LAYERS || V < 2 || T < 1 || C < 1 ||
-        NH < 1 || C % NH)
+    int L = s->nlayers, V = s->dims[RM_GPT_SH_VOCAB], T = s->dims[RM_GPT_SH_CONTEXT],
+        C = s->dims[RM_GPT_SH_EMBED], NH = s->dims[RM_GPT_SH_HEADS];
+    if (s->dims[RM_GPT_SH_TAG] != RM_GPT_SHAPE_TAG || L < 1 || L > RM_GPT_MAX_LAYERS || V < 2 || T < 1 ||
+        C < 1 || NH < 1 || C % NH)
         return rm_errf(err, RM_EINVAL, "model: not a gpt shape");
-    blk_off bo;
+    rm_gpt_blk bo;
     blk_offsets(C, &bo);
     uint64_t t = (uint64_t)T, c = (uint64_t)C, v = (uint64_t)V, nh = (uint64_t)NH;
     size_t off = 0;
@@ -207,7 +202,7 @@ static void gpt_release(rm_model *m)
                      p->datty, p->dbig, p->gemb, p->gunit, p->attn_scratch, p->loss_tmp};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         k->free(bufs[i]);
-    for (int l = 0; l < GPT_MAX_LAYERS; l++)
+    for (int l = 0; l < RM_GPT_MAX_LAYERS; l++)
         k->free(p->blk[l]);
     free(p);
     m->priv = NULL;
@@ -220,7 +215,7 @@ static int gpt_alloc(rm_model *m, rm_err *err)
         return rm_err_field(err, RM_EUNSUPPORTED, "spec.training.model.type",
                             "gpt has no kernels on the %s device yet", k->name);
     const rm_model_shape *s = &m->shape;
-    int hs = s->dims[SH_NH] > 0 ? s->dims[SH_C] / s->dims[SH_NH] : 0;
+    int hs = s->dims[RM_GPT_SH_HEADS] > 0 ? s->dims[RM_GPT_SH_EMBED] / s->dims[RM_GPT_SH_HEADS] : 0;
     if (k->tf->max_head_size > 0 && hs > k->tf->max_head_size)
         return rm_err_field(err, RM_EUNSUPPORTED, "spec.training.model.heads",
                             "embed / heads = %d: the %s attention kernels hold heads of at most %d "
@@ -231,14 +226,14 @@ static int gpt_alloc(rm_model *m, rm_err *err)
         return rm_errf(err, RM_ENOMEM, "model: out of memory");
     m->priv = p;
     p->L = s->nlayers;
-    p->V = s->dims[SH_V];
-    p->T = s->dims[SH_T];
-    p->C = s->dims[SH_C];
-    p->NH = s->dims[SH_NH];
+    p->V = s->dims[RM_GPT_SH_VOCAB];
+    p->T = s->dims[RM_GPT_SH_CONTEXT];
+    p->C = s->dims[RM_GPT_SH_EMBED];
+    p->NH = s->dims[RM_GPT_SH_HEADS];
     p->B = m->max_batch;
     size_t B = (size_t)p->B, N = B * (size_t)p->T, C = (size_t)p->C, V = (size_t)p->V;
     blk_offsets(p->C, &p->bo);
-    act_offsets(N, p->C, p->NH, p->T, B, &p->ao);
+    rm_gpt_act_layout(N, C, C, (size_t)p->NH, B, (size_t)p->T, &p->ao);
 #define F(n) k->alloc((n) * sizeof(float))
     p->emb = F(N * C);
     p->lnf = F(N * C);
@@ -279,8 +274,8 @@ static void fill_const(float *w, size_t n, float v)
 
 static void gpt_init_params(const rm_model *m, uint64_t seed, int u0, int u1, float *host)
 {
-    int L = m->shape.nlayers, C = m->shape.dims[SH_C];
-    blk_off bo;
+    int L = m->shape.nlayers, C = m->shape.dims[RM_GPT_SH_EMBED];
+    rm_gpt_blk bo;
     blk_offsets(C, &bo);
     size_t base = m->unit[u0].off, c = (size_t)C;
     double std = 0.02, pstd = 0.02 / sqrt(2.0 * L);
@@ -338,8 +333,8 @@ static void block_fwd(rm_model *m, int l, const float *x, int off, int rows)
     const rm_kernels *k = m->k;
     const rm_tf_kernels *tf = k->tf;
     gpt_priv *p = m->priv;
-    const blk_off *o = &p->bo;
-    const act_off *a = &p->ao;
+    const rm_gpt_blk *o = &p->bo;
+    const rm_gpt_act *a = &p->ao;
     int T = p->T, C = p->C, C3 = 3 * C, C4 = 4 * C, N = rows * T;
     size_t r0 = (size_t)off * (size_t)T, c = (size_t)C;
     const float *w = unit_params(m, l);
@@ -430,8 +425,8 @@ static void block_bwd(rm_model *m, const rm_model_pass *ps, int l, const float *
     const rm_kernels *k = m->k;
     const rm_tf_kernels *tf = k->tf;
     gpt_priv *p = m->priv;
-    const blk_off *o = &p->bo;
-    const act_off *a = &p->ao;
+    const rm_gpt_blk *o = &p->bo;
+    const rm_gpt_act *a = &p->ao;
     int T = p->T, C = p->C, C3 = 3 * C, C4 = 4 * C, N = ps->rows * T;
     size_t r0 = (size_t)ps->off * (size_t)T, c = (size_t)C;
     bool acc;
@@ -520,14 +515,15 @@ static void gpt_grad_range(const rm_model *m, const rm_unit_grad *g, size_t from
 
 static void gpt_describe(const rm_model_shape *s, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "gpt-L%d-H%d-C%d-T%d-V%d", s->nlayers, s->dims[SH_NH], s->dims[SH_C], s->dims[SH_T],
-             s->dims[SH_V]);
+    snprintf(buf, cap, "gpt-L%d-H%d-C%d-T%d-V%d", s->nlayers, s->dims[RM_GPT_SH_HEADS],
+             s->dims[RM_GPT_SH_EMBED], s->dims[RM_GPT_SH_CONTEXT], s->dims[RM_GPT_SH_VOCAB]);
 }
 
 /* Hugging Face GPT2LMHeadModel names; every weight is already in GPT-2's Conv1D [in x out] layout. */
 static int gpt_tensors(const rm_model *m, int u, rm_model_tensor *out, int cap)
 {
-    int L = m->shape.nlayers, V = m->shape.dims[SH_V], T = m->shape.dims[SH_T], C = m->shape.dims[SH_C];
+    int L = m->shape.nlayers, V = m->shape.dims[RM_GPT_SH_VOCAB], T = m->shape.dims[RM_GPT_SH_CONTEXT],
+        C = m->shape.dims[RM_GPT_SH_EMBED];
     size_t base = m->unit[u].off;
     int n = 0;
 #define T_ADD(off_, nd, d0, d1, ...)                                                                        \
@@ -543,7 +539,7 @@ static int gpt_tensors(const rm_model *m, int u, rm_model_tensor *out, int cap)
         T_ADD(0, 2, V, C, "transformer.wte.weight");
         T_ADD((size_t)V * (size_t)C, 2, T, C, "transformer.wpe.weight");
     } else if (u <= L) {
-        blk_off o;
+        rm_gpt_blk o;
         blk_offsets(C, &o);
         int i = u - 1;
         T_ADD(o.ln1w, 1, C, 0, "transformer.h.%d.ln_1.weight", i);
@@ -577,7 +573,8 @@ static int gpt_config_json(const rm_model *m, char *buf, size_t cap)
                      "  \"layer_norm_epsilon\": 1e-05,\n  \"tie_word_embeddings\": true,\n"
                      "  \"resid_pdrop\": 0.0,\n  \"embd_pdrop\": 0.0,\n  \"attn_pdrop\": 0.0,\n"
                      "  \"torch_dtype\": \"float32\"\n}\n",
-                     s->nlayers, s->dims[SH_NH], s->dims[SH_C], s->dims[SH_T], s->dims[SH_T], s->dims[SH_V]);
+                     s->nlayers, s->dims[RM_GPT_SH_HEADS], s->dims[RM_GPT_SH_EMBED],
+                     s->dims[RM_GPT_SH_CONTEXT], s->dims[RM_GPT_SH_CONTEXT], s->dims[RM_GPT_SH_VOCAB]);
     return n > 0 && (size_t)n < cap ? RM_OK : RM_EINVAL;
 }
 
@@ -599,7 +596,7 @@ static int gpt_shape_from_config(const char *json, rm_model_shape *s, rm_err *er
         return rm_errf(err, RM_EINVAL, "config.json: not JSON");
     int L = 0, NH = 0, C = 0, T = 0, V = 0, rc;
     const cJSON *act = cJSON_GetObjectItemCaseSensitive(j, "activation_function");
-    if ((rc = cfg_int(j, "n_layer", 1, GPT_MAX_LAYERS, &L, err)) ||
+    if ((rc = cfg_int(j, "n_layer", 1, RM_GPT_MAX_LAYERS, &L, err)) ||
         (rc = cfg_int(j, "n_head", 1, 1024, &NH, err)) || (rc = cfg_int(j, "n_embd", 1, 65536, &C, err)) ||
         (rc = cfg_int(j, "n_positions", 1, 1 << 20, &T, err)) ||
         (rc = cfg_int(j, "vocab_size", 2, 1 << 24, &V, err))) {
@@ -615,11 +612,11 @@ static int gpt_shape_from_config(const char *json, rm_model_shape *s, rm_err *er
     if (rc)
         return rc;
     s->nlayers = L;
-    s->dims[SH_TAG] = RM_GPT_SHAPE_TAG;
-    s->dims[SH_V] = V;
-    s->dims[SH_T] = T;
-    s->dims[SH_C] = C;
-    s->dims[SH_NH] = NH;
+    s->dims[RM_GPT_SH_TAG] = RM_GPT_SHAPE_TAG;
+    s->dims[RM_GPT_SH_VOCAB] = V;
+    s->dims[RM_GPT_SH_CONTEXT] = T;
+    s->dims[RM_GPT_SH_EMBED] = C;
+    s->dims[RM_GPT_SH_HEADS] = NH;
     return RM_OK;
 }
 

@@ -6,43 +6,14 @@
 #include <string.h>
 
 #include "kernels/transformer.h"
-
-enum { SH_TAG = 0, SH_V, SH_CTX, SH_C, SH_NH }; /* gpt.c's shape record */
-
-/* Local offsets inside a block (floats), for attention width Cl = C/T. */
-typedef struct lblk {
-    size_t ln1w, ln1b, wqkv, bqkv, wp, bp, ln2w, ln2b, wfc, bfc, wfc2, bfc2, len;
-} lblk;
-
-static void lblk_offsets(size_t C, size_t Cl, lblk *o)
-{
-    size_t at = 0;
-#define TAKE(f, n) \
-    do {           \
-        o->f = at; \
-        at += (n); \
-    } while (0)
-    TAKE(ln1w, C);
-    TAKE(ln1b, C);
-    TAKE(wqkv, C * 3 * Cl);
-    TAKE(bqkv, 3 * Cl);
-    TAKE(wp, Cl * C);
-    TAKE(bp, C);
-    TAKE(ln2w, C);
-    TAKE(ln2b, C);
-    TAKE(wfc, C * 4 * Cl);
-    TAKE(bfc, 4 * Cl);
-    TAKE(wfc2, 4 * Cl * C);
-    TAKE(bfc2, C);
-#undef TAKE
-    o->len = at;
-}
+#include "worker/model/gpt.h"
 
 int rm_tp_gpt_plan_make(const rm_model_shape *s, int T, int t, rm_tp_gpt_plan *out, rm_err *err)
 {
     memset(out, 0, sizeof *out);
-    int L = s->nlayers, V = s->dims[SH_V], ctx = s->dims[SH_CTX], C = s->dims[SH_C], NH = s->dims[SH_NH];
-    if (s->dims[SH_TAG] != RM_GPT_SHAPE_TAG || L < 1 || L > RM_TP_GPT_MAX_LAYERS || V < 2 || ctx < 1 ||
+    int L = s->nlayers, V = s->dims[RM_GPT_SH_VOCAB], ctx = s->dims[RM_GPT_SH_CONTEXT],
+        C = s->dims[RM_GPT_SH_EMBED], NH = s->dims[RM_GPT_SH_HEADS];
+    if (s->dims[RM_GPT_SH_TAG] != RM_GPT_SHAPE_TAG || L < 1 || L > RM_GPT_MAX_LAYERS || V < 2 || ctx < 1 ||
         C < 1 || NH < 1 || C % NH || T < 1 || t < 0 || t >= T)
         return rm_errf(err, RM_EINVAL, "tensor: bad gpt plan (rank %d of %d)", t, T);
     if (NH % T)
@@ -53,12 +24,14 @@ int rm_tp_gpt_plan_make(const rm_model_shape *s, int T, int t, rm_tp_gpt_plan *o
     out->Vl = out->Vp / T;
     out->Cl = C / T;
     out->NHl = NH / T;
-    lblk o;
-    lblk_offsets((size_t)C, (size_t)out->Cl, &o);
+    rm_gpt_blk o;
+    rm_gpt_blk_layout((size_t)C, (size_t)out->Cl, &o);
     size_t c = (size_t)C;
     out->blk_len = o.len;
     out->n = (size_t)out->Vl * c + (size_t)ctx * c + (size_t)L * o.len + 2 * c;
-    out->nwhole = (size_t)V * c + (size_t)ctx * c + (size_t)L * (12 * c * c + 13 * c) + 2 * c;
+    rm_gpt_blk w;
+    rm_gpt_blk_layout(c, c, &w);
+    out->nwhole = (size_t)V * c + (size_t)ctx * c + (size_t)L * w.len + 2 * c;
     return RM_OK;
 }
 
@@ -126,26 +99,23 @@ static void map_all(const rm_tp_gpt_plan *p, float *whole, float *local, bool to
     map_rep(whole + wbase, local + lbase, ctx * c, to_local, with_rep); /* wpe */
     wbase += ctx * c;
     lbase += ctx * c;
-    lblk o;
-    lblk_offsets(c, cl, &o);
-    size_t wblk = 12 * c * c + 13 * c;
+    rm_gpt_blk o, wo; /* this rank's block and gpt.c's whole one */
+    rm_gpt_blk_layout(c, cl, &o);
+    rm_gpt_blk_layout(c, c, &wo);
     for (int l = 0; l < p->L; l++) {
         float *w = whole + wbase, *lo = local + lbase;
-        /* whole offsets follow gpt.c's block layout */
-        size_t wqkv = 2 * c, bqkv = wqkv + 3 * c * c, wp = bqkv + 3 * c, bp = wp + c * c;
-        size_t wfc = bp + 3 * c, bfc = wfc + 4 * c * c, wfc2 = bfc + 4 * c, bfc2 = wfc2 + 4 * c * c;
         map_rep(w, lo + o.ln1w, 2 * c, to_local, with_rep);
         for (size_t j = 0; j < 3; j++) { /* this rank's heads' Q, K and V columns */
-            map_cols(w + wqkv, 3 * c, j * c + t * cl, lo + o.wqkv + j * cl, 3 * cl, c, cl, to_local);
-            map_cols(w + bqkv, 3 * c, j * c + t * cl, lo + o.bqkv + j * cl, 3 * cl, 1, cl, to_local);
+            map_cols(w + wo.wqkv, 3 * c, j * c + t * cl, lo + o.wqkv + j * cl, 3 * cl, c, cl, to_local);
+            map_cols(w + wo.bqkv, 3 * c, j * c + t * cl, lo + o.bqkv + j * cl, 3 * cl, 1, cl, to_local);
         }
-        map_cols(w + wp + t * cl * c, c, 0, lo + o.wp, c, cl, c, to_local);
-        map_rep(w + bp, lo + o.bp, 3 * c, to_local, with_rep); /* attn.c_proj.b, ln_2 */
-        map_cols(w + wfc, 4 * c, t * 4 * cl, lo + o.wfc, 4 * cl, c, 4 * cl, to_local);
-        map_cols(w + bfc, 4 * c, t * 4 * cl, lo + o.bfc, 4 * cl, 1, 4 * cl, to_local);
-        map_cols(w + wfc2 + t * 4 * cl * c, c, 0, lo + o.wfc2, c, 4 * cl, c, to_local);
-        map_rep(w + bfc2, lo + o.bfc2, c, to_local, with_rep);
-        wbase += wblk;
+        map_cols(w + wo.wp + t * cl * c, c, 0, lo + o.wp, c, cl, c, to_local);
+        map_rep(w + wo.bp, lo + o.bp, 3 * c, to_local, with_rep); /* attn.c_proj.b, ln_2 */
+        map_cols(w + wo.wfc, 4 * c, t * 4 * cl, lo + o.wfc, 4 * cl, c, 4 * cl, to_local);
+        map_cols(w + wo.bfc, 4 * c, t * 4 * cl, lo + o.bfc, 4 * cl, 1, 4 * cl, to_local);
+        map_cols(w + wo.wfc2 + t * 4 * cl * c, c, 0, lo + o.wfc2, c, 4 * cl, c, to_local);
+        map_rep(w + wo.bfc2, lo + o.bfc2, c, to_local, with_rep);
+        wbase += wo.len;
         lbase += o.len;
     }
     map_rep(whole + wbase, local + lbase, 2 * c, to_local, with_rep); /* ln_f */
@@ -172,8 +142,8 @@ bool rm_tp_gpt_replicated(const rm_tp_gpt_plan *p, size_t i)
     if (j >= (size_t)p->L * p->blk_len)
         return true; /* ln_f */
     j %= p->blk_len;
-    lblk o;
-    lblk_offsets(c, (size_t)p->Cl, &o);
+    rm_gpt_blk o;
+    rm_gpt_blk_layout(c, (size_t)p->Cl, &o);
     return j < o.wqkv || (j >= o.bp && j < o.wfc) || j >= o.bfc2;
 }
 
@@ -186,7 +156,7 @@ void rm_tp_gpt_free(rm_tp_gpt *m)
                      m->dres,   m->dln,   m->datty, m->dbig, m->stats, m->attn_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         k->free(bufs[i]);
-    for (int l = 0; l < RM_TP_GPT_MAX_LAYERS; l++)
+    for (int l = 0; l < RM_GPT_MAX_LAYERS; l++)
         k->free(m->blk[l]);
     memset(m, 0, sizeof *m);
 }
@@ -205,27 +175,7 @@ int rm_tp_gpt_init(rm_tp_gpt *m, const rm_kernels *k, const rm_tp_gpt_plan *p, i
     m->ar = ar;
     m->ud = ud;
     size_t N = (size_t)max_batch * (size_t)p->ctx, c = (size_t)p->C, cl = (size_t)p->Cl;
-    size_t at = 0;
-#define TAKE(f, n) \
-    do {           \
-        m->f = at; \
-        at += (n); \
-    } while (0)
-    TAKE(a_ln1, N * c);
-    TAKE(a_qkv, N * 3 * cl);
-    TAKE(a_atty, N * cl);
-    TAKE(a_res1, N * c);
-    TAKE(a_ln2, N * c);
-    TAKE(a_fch, N * 4 * cl);
-    TAKE(a_fcg, N * 4 * cl);
-    TAKE(a_res2, N * c);
-    TAKE(a_m1, N);
-    TAKE(a_r1, N);
-    TAKE(a_m2, N);
-    TAKE(a_r2, N);
-    TAKE(a_lse, (size_t)max_batch * (size_t)p->NHl * (size_t)p->ctx);
-#undef TAKE
-    m->a_len = at;
+    rm_gpt_act_layout(N, c, cl, (size_t)p->NHl, (size_t)max_batch, (size_t)p->ctx, &m->a);
     size_t st = (size_t)(p->T > 2 ? p->T : 2);
 #define F(n) k->alloc((n) * sizeof(float))
     m->params = F(p->n);
@@ -244,7 +194,7 @@ int rm_tp_gpt_init(rm_tp_gpt *m, const rm_kernels *k, const rm_tp_gpt_plan *p, i
     bool ok = m->params && m->grads && m->emb && m->lnf && m->mf && m->rf && m->logits && m->dres && m->dln &&
               m->datty && m->dbig && m->stats && m->attn_scratch;
     for (int l = 0; l < p->L; l++) {
-        m->blk[l] = F(m->a_len);
+        m->blk[l] = F(m->a.len);
         ok = ok && m->blk[l];
     }
 #undef F
@@ -300,21 +250,21 @@ int rm_tp_gpt_forward(rm_tp_gpt *m, const int32_t *tok, int rows, rm_err *err)
     for (int n = 0; n < N; n++)
         for (size_t i = 0; i < c; i++)
             m->emb[(size_t)n * c + i] += wpe[(size_t)(n % ctx) * c + i];
-    lblk o;
-    lblk_offsets(c, (size_t)Cl, &o);
+    rm_gpt_blk o;
+    rm_gpt_blk_layout(c, (size_t)Cl, &o);
     const float *x = m->emb;
     for (int l = 1; l <= p->L; l++) {
         const float *w = blk_param(m, l);
         float *a = m->blk[l - 1];
-        float *ln1 = a + m->a_ln1, *qkv = a + m->a_qkv, *atty = a + m->a_atty, *res1 = a + m->a_res1;
-        float *ln2 = a + m->a_ln2, *fch = a + m->a_fch, *fcg = a + m->a_fcg, *res2 = a + m->a_res2;
-        tf->layernorm_fwd(ln1, a + m->a_m1, a + m->a_r1, x, w + o.ln1w, w + o.ln1b, N, C);
+        float *ln1 = a + m->a.ln1, *qkv = a + m->a.qkv, *atty = a + m->a.atty, *res1 = a + m->a.res1;
+        float *ln2 = a + m->a.ln2, *fch = a + m->a.fch, *fcg = a + m->a.fcg, *res2 = a + m->a.res2;
+        tf->layernorm_fwd(ln1, a + m->a.m1, a + m->a.r1, x, w + o.ln1w, w + o.ln1b, N, C);
         k->gemm(false, false, N, 3 * Cl, C, 1.0f, ln1, C, w + o.wqkv, 3 * Cl, 0.0f, qkv, 3 * Cl);
         k->bias_act_fwd(qkv, w + o.bqkv, N, 3 * Cl, RM_ACT_NONE);
-        tf->attention_fwd(atty, a + m->a_lse, qkv, rows, ctx, Cl, p->NHl, m->attn_scratch);
+        tf->attention_fwd(atty, a + m->a.lse, qkv, rows, ctx, Cl, p->NHl, m->attn_scratch);
         k->gemm(false, false, N, C, Cl, 1.0f, atty, Cl, w + o.wp, C, 0.0f, res1, C);
         RM_CHECK(sum(m, res1, (size_t)N * c, true, err)); /* g after attn.c_proj */
-        tf->residual_layernorm_fwd(res1, x, w + o.bp, ln2, a + m->a_m2, a + m->a_r2, w + o.ln2w, w + o.ln2b,
+        tf->residual_layernorm_fwd(res1, x, w + o.bp, ln2, a + m->a.m2, a + m->a.r2, w + o.ln2w, w + o.ln2b,
                                    N, C);
         k->gemm(false, false, N, 4 * Cl, C, 1.0f, ln2, C, w + o.wfc, 4 * Cl, 0.0f, fch, 4 * Cl);
         tf->bias_gelu_fwd(fch, fcg, w + o.bfc, N, 4 * Cl);
@@ -392,14 +342,14 @@ int rm_tp_gpt_backward(rm_tp_gpt *m, const int32_t *tok, int rows, rm_err *err)
     int ctx = p->ctx, C = p->C, Cl = p->Cl, Vl = p->Vl, N = rows * ctx;
     size_t c = (size_t)C, nc = (size_t)N * c, v0 = (size_t)p->t * (size_t)Vl;
     m->bwd_floats = 0;
-    lblk o;
-    lblk_offsets(c, (size_t)Cl, &o);
+    rm_gpt_blk o;
+    rm_gpt_blk_layout(c, (size_t)Cl, &o);
     const float *wte = m->params;
     float *gwte = m->grads, *gwpe = gwte + (size_t)Vl * c;
     /* the head: the tied projection (column-parallel by vocabulary), f, ln_f */
     const float *hw = head_param(m->params, p);
     float *hg = head_param(m->grads, p);
-    const float *xlast = p->L > 0 ? m->blk[p->L - 1] + m->a_res2 : m->emb;
+    const float *xlast = p->L > 0 ? m->blk[p->L - 1] + m->a.res2 : m->emb;
     k->gemm(false, false, N, C, Vl, 1.0f, m->logits, Vl, wte, C, 0.0f, m->dln, C);
     k->gemm(true, false, Vl, C, N, 1.0f, m->logits, Vl, m->lnf, C, 0.0f, gwte, C);
     RM_CHECK(sum(m, m->dln, nc, false, err));
@@ -409,30 +359,30 @@ int rm_tp_gpt_backward(rm_tp_gpt *m, const int32_t *tok, int rows, rm_err *err)
         const float *w = blk_param(m, l);
         float *g = m->grads + (blk_param(m, l) - m->params);
         const float *a = m->blk[l - 1];
-        const float *x = l == 1 ? m->emb : m->blk[l - 2] + m->a_res2;
+        const float *x = l == 1 ? m->emb : m->blk[l - 2] + m->a.res2;
         float *dres = m->dres, *dbig = m->dbig;
         /* the MLP: mlp.c_proj (row), GELU, c_fc (column), f, ln_2 */
         k->gemm(false, true, N, 4 * Cl, C, 1.0f, dres, C, w + o.wfc2, C, 0.0f, dbig, 4 * Cl);
-        k->gemm(true, false, 4 * Cl, C, N, 1.0f, a + m->a_fcg, 4 * Cl, dres, C, 0.0f, g + o.wfc2, C);
+        k->gemm(true, false, 4 * Cl, C, N, 1.0f, a + m->a.fcg, 4 * Cl, dres, C, 0.0f, g + o.wfc2, C);
         tf->colsum(g + o.bfc2, dres, N, C, false);
-        tf->gelu_bwd(dbig, dbig, a + m->a_fch, N, 4 * Cl);
-        k->gemm(true, false, C, 4 * Cl, N, 1.0f, a + m->a_ln2, C, dbig, 4 * Cl, 0.0f, g + o.wfc, 4 * Cl);
+        tf->gelu_bwd(dbig, dbig, a + m->a.fch, N, 4 * Cl);
+        k->gemm(true, false, C, 4 * Cl, N, 1.0f, a + m->a.ln2, C, dbig, 4 * Cl, 0.0f, g + o.wfc, 4 * Cl);
         tf->colsum(g + o.bfc, dbig, N, 4 * Cl, false);
         k->gemm(false, true, N, C, 4 * Cl, 1.0f, dbig, 4 * Cl, w + o.wfc, 4 * Cl, 0.0f, m->dln, C);
         RM_CHECK(sum(m, m->dln, nc, false, err));
-        tf->layernorm_bwd(dres, g + o.ln2w, g + o.ln2b, m->dln, a + m->a_res1, a + m->a_m2, a + m->a_r2,
+        tf->layernorm_bwd(dres, g + o.ln2w, g + o.ln2b, m->dln, a + m->a.res1, a + m->a.m2, a + m->a.r2,
                           w + o.ln2w, N, C, false);
         /* attention: c_proj (row), this rank's heads, c_attn (column), f, ln_1 */
         k->gemm(false, true, N, Cl, C, 1.0f, dres, C, w + o.wp, C, 0.0f, m->datty, Cl);
-        k->gemm(true, false, Cl, C, N, 1.0f, a + m->a_atty, Cl, dres, C, 0.0f, g + o.wp, C);
+        k->gemm(true, false, Cl, C, N, 1.0f, a + m->a.atty, Cl, dres, C, 0.0f, g + o.wp, C);
         tf->colsum(g + o.bp, dres, N, C, false);
-        tf->attention_bwd(dbig, m->datty, a + m->a_atty, a + m->a_lse, a + m->a_qkv, rows, ctx, Cl, p->NHl,
+        tf->attention_bwd(dbig, m->datty, a + m->a.atty, a + m->a.lse, a + m->a.qkv, rows, ctx, Cl, p->NHl,
                           m->attn_scratch);
-        k->gemm(true, false, C, 3 * Cl, N, 1.0f, a + m->a_ln1, C, dbig, 3 * Cl, 0.0f, g + o.wqkv, 3 * Cl);
+        k->gemm(true, false, C, 3 * Cl, N, 1.0f, a + m->a.ln1, C, dbig, 3 * Cl, 0.0f, g + o.wqkv, 3 * Cl);
         tf->colsum(g + o.bqkv, dbig, N, 3 * Cl, false);
         k->gemm(false, true, N, C, 3 * Cl, 1.0f, dbig, 3 * Cl, w + o.wqkv, 3 * Cl, 0.0f, m->dln, C);
         RM_CHECK(sum(m, m->dln, nc, false, err));
-        tf->layernorm_bwd(dres, g + o.ln1w, g + o.ln1b, m->dln, x, a + m->a_m1, a + m->a_r1, w + o.ln1w, N, C,
+        tf->layernorm_bwd(dres, g + o.ln1w, g + o.ln1b, m->dln, x, a + m->a.m1, a + m->a.r1, w + o.ln1w, N, C,
                           false);
     }
     /* the embedding: this rank's vocabulary rows (the residual gradient is replicated) and wpe */

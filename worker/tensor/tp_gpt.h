@@ -13,11 +13,11 @@
  * [rows x T] buffer, one slot a rank), then the sums of exp and the target logits are summed; no
  * rank holds the full logits. The head's input gradient is summed (f).
  *
- * Local layout: unit 0 [wte rows (Vp/T x C) | wpe]; each block [ln_1.w, ln_1.b, c_attn.w
- * (C x 3C/T: this rank's Q | K | V columns), c_attn.b (3C/T), attn.c_proj.w (C/T x C),
- * attn.c_proj.b, ln_2.w, ln_2.b, c_fc.w (C x 4C/T), c_fc.b, mlp.c_proj.w (4C/T x C),
- * mlp.c_proj.b]; the head [ln_f.w | ln_f.b]. rm_tp_gpt_slice / rm_tp_gpt_assemble map between it
- * and the whole model's layout (gpt.c's, unpadded), so init, checkpoints and export stay T = 1's.
+ * Local layout: unit 0 [wte rows (Vp/T x C) | wpe]; each block gpt.c's at part C/T
+ * (worker/model/gpt.h rm_gpt_blk_layout: c_attn.w C x 3C/T holding this rank's Q | K | V columns,
+ * attn.c_proj.w C/T x C, c_fc.w C x 4C/T, mlp.c_proj.w 4C/T x C); the head [ln_f.w | ln_f.b].
+ * rm_tp_gpt_slice / rm_tp_gpt_assemble map between it and the whole model's layout (gpt.c's,
+ * unpadded), so init, checkpoints and export stay T = 1's.
  *
  * Rows are sequences of `context` tokens; the loss is gpt.c's (mean over positions).
  *
@@ -33,10 +33,9 @@
 #include <stdint.h>
 #include "common/rm.h"
 #include "kernels/kernels.h"
+#include "worker/model/gpt.h"
 #include "worker/model/model.h"
 #include "worker/tensor/tp_mlp.h"
-
-#define RM_TP_GPT_MAX_LAYERS (RM_MODEL_MAX_UNITS - 2)
 
 typedef struct rm_tp_gpt_plan {
     int T, t;
@@ -76,11 +75,11 @@ typedef struct rm_tp_gpt {
     int max_batch;
     float *params, *grads;
     float *emb;                               /* [N x C] */
-    float *blk[RM_TP_GPT_MAX_LAYERS];         /* per block activations */
+    float *blk[RM_GPT_MAX_LAYERS];            /* per block activations (a: their sections) */
     float *lnf, *mf, *rf, *logits;            /* head; logits [N x Vl] */
     float *dres, *dln, *datty, *dbig, *stats; /* backward scratch; stats [N x max(T, 2)] */
     float *attn_scratch;
-    size_t a_ln1, a_qkv, a_atty, a_res1, a_ln2, a_fch, a_fcg, a_res2, a_m1, a_r1, a_m2, a_r2, a_lse, a_len;
+    rm_gpt_act a;
     rm_tp_allreduce_fn ar;
     void *ud;
     size_t fwd_floats, bwd_floats; /* floats moved through ar by the last step */
