@@ -237,7 +237,9 @@ int tj_validate_models_data(const rm_training_spec *t, const char *ctx, rm_err *
  * (docs/models-and-data.md, "Tensor parallelism"); then the gate for what T > 1 does not run yet.
  * The MLP's layers pair up from the first, column-parallel then row-parallel: the widths split are
  * the outputs of the column layers, model.hidden[0], [2], ...; a last unpaired layer (an even
- * count of hidden widths) is replicated on every tensor rank (worker/tensor/tp_mlp.h). */
+ * count of hidden widths) is replicated on every tensor rank (worker/tensor/tp_mlp.h). The
+ * transformer splits its heads and its MLP's 4 x embed neurons (worker/tensor/tp_gpt.h; the
+ * vocabulary is padded to a multiple of T, so it needs no rule). */
 int tj_validate_tensor_parallel(const rm_tj_spec *s, rm_err *err)
 {
     const rm_par_spec *par = &s->par;
@@ -288,8 +290,6 @@ int tj_validate_tensor_parallel(const rm_tj_spec *s, rm_err *err)
                       "node (got %d)",
                       P, T, s->placement.workers_per_node);
     /* the gate: what T > 1 does not run yet */
-    if (gpt)
-        return unsupported(err, P, "tensorParallel", "%d with %s.type gpt", T, M);
     if (stages > 1)
         return unsupported(err, P, "tensorParallel", "%d with pipelineStages > 1", T);
     if (s->strategy != RM_STRATEGY_ALLREDUCE)
@@ -311,7 +311,7 @@ int tj_validate_tensor_parallel(const rm_tj_spec *s, rm_err *err)
     if (s->backend == RM_BACKEND_MPI || s->backend == RM_BACKEND_NCCL)
         return unsupported(err, "spec", "backend", "%s with %s.tensorParallel > 1 (use auto or ring)",
                            rm_backend_name(s->backend), P);
-    return RM_OK; /* the MLP split (worker/tensor/step_tensor.c) */
+    return RM_OK; /* the MLP's and the transformer's splits (worker/tensor/step_tensor.c) */
 }
 
 int tj_validate_output(const rm_tj_spec *s, rm_err *err)

@@ -18,7 +18,8 @@
  *              (step_pipeline.c; the pure parts: pipeline_core.h).
  *   tensor     tensor parallelism (spec.parallelism.tensorParallel, docs/models-and-data.md): each
  *              layer's neurons split over T adjacent ranks, gradients averaged within each tensor
- *              rank's data-parallel group (worker/tensor/step_tensor.c; the split: tp_mlp.h).
+ *              rank's data-parallel group (worker/tensor/step_tensor.c; the splits of the MLP
+ *              and the transformer: tp_split.h).
  *
  * Lifecycle: init (once per process, before any round) -> for each round: round_begin ->
  * [state_restore from a checkpoint | state_fresh] -> state_sync -> step ... -> round_end ->
@@ -143,6 +144,11 @@ typedef struct rm_step_stats {
     int pipe_stage;
     double pipe_bubble;            /* time waiting for a neighbour / time of the schedule, this step */
     uint64_t pipe_sent, pipe_recv; /* bytes to / from neighbouring stages, this step */
+    /* tensor parallelism (worker/tensor/step_tensor.c): valid when tensor is set */
+    bool tensor;
+    int tensor_rank;
+    uint64_t tensor_bytes; /* allreduced in the tensor group this step (also counted in bytes) */
+    double tensor_wait_s;  /* seconds in those collectives (also counted in allreduce_s) */
 } rm_step_stats;
 
 typedef struct rm_step_ops {

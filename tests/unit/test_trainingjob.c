@@ -1549,7 +1549,7 @@ static void test_models_and_data(void)
         {{{"spec.parallelism.tensorParallel", "2"},
           {"spec.training.model", GPT},
           {"spec.training.data.uri", "\"builtin:tinyshakespeare\""}},
-         "spec.parallelism.tensorParallel: 2 with spec.training.model.type gpt" NS},
+         NULL}, /* the transformer's split (worker/tensor/tp_gpt.h) */
         /* spec.output: a folder, file:// or s3:// (worker/train_state.c, rm_tr_export) */
         {{{"spec.output",
            "{\"uri\": \"s3://models/run-1/\", \"format\": \"safetensors\", \"dtype\": \"bfloat16\"}"}},
@@ -1701,7 +1701,8 @@ static void test_models_and_data(void)
 }
 
 /* spec.parallelism.tensorParallel T > 1 (docs/models-and-data.md, "Tensor parallelism"): accepted
- * for the MLP when T divides the split widths (hidden[0], [2], ...), T x P divides every replica
+ * for the MLP when T divides the split widths (hidden[0], [2], ...) and for the transformer when T
+ * divides its heads (pipeline stages with T > 1 still refused), T x P divides every replica
  * count and a node holds whole tensor groups; each refusal names its field. Cases start from the
  * base job (replicas 4, min 2, max 8, hidden [512, 256]). */
 static void test_tensor_parallel(void)
@@ -1746,7 +1747,18 @@ static void test_tensor_parallel(void)
           {"spec.minReplicas", "4"},
           {"spec.training.model", GPT},
           {"spec.training.data", "{\"uri\": \"builtin:tinyshakespeare\"}"}},
-         "spec.parallelism.tensorParallel: 4 with spec.training.model.type gpt" NS},
+         NULL},
+        /* what the transformer's split does not run yet is refused as the MLP's is, naming the field */
+        {{{"spec.parallelism", "{\"tensorParallel\": 2, \"pipelineStages\": 2}"},
+          {"spec.minReplicas", "4"},
+          {"spec.training.model", GPT},
+          {"spec.training.data", "{\"uri\": \"builtin:tinyshakespeare\"}"}},
+         "spec.parallelism.tensorParallel: 2 with pipelineStages > 1" NS},
+        {{{"spec.parallelism", "{\"tensorParallel\": 2}"},
+          {"spec.training.model", GPT},
+          {"spec.training.data", "{\"uri\": \"builtin:tinyshakespeare\"}"},
+          {"spec.training.optimizer", "{\"type\": \"lamb\"}"}},
+         "spec.training.optimizer.type: lamb with spec.parallelism.tensorParallel > 1" NS},
         {{{"spec.parallelism", "{\"tensorParallel\": 4}"},
           {"spec.minReplicas", "4"},
           {"spec.training.model", "{\"type\": \"gpt\", \"layers\": 2, \"heads\": 2, \"embed\": 128, "

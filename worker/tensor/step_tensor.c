@@ -1,6 +1,6 @@
 /* step_tensor.c — the "tensor" strategy: tensor parallelism composed with data parallelism
  * (spec.parallelism.tensorParallel T > 1, pipelineStages 1; docs/models-and-data.md, "Tensor
- * parallelism"), for the MLP.
+ * parallelism"), for the MLP and the transformer.
  *
  * Placement (common/grid.h): rank r = d·T + t is tensor rank t of data-parallel replica d. Each
  * rank forms, from its rank and the world alone, its tensor group (the T adjacent ranks of its
@@ -9,11 +9,16 @@
  * data-parallel group (the D ranks with its t, a ring or shm sub-group). The T ranks of a replica
  * train on the same slot of the global batch (data_slot: d of D).
  *
- * A step: the split forward/backward of worker/tensor/tp_mlp.h on this rank's pieces, its f/g
- * allreduces over the tensor group; the pieces' gradients averaged over the data-parallel group
- * only; clipping's global norm sums each piece once (split pieces on every tensor rank, the
- * replicated ones from tensor rank 0) over the tensor group; the optimizer (its own instance on
- * the local layout, so its state is 1/T of the split pieces) steps the pieces.
+ * A step: the family's split (worker/tensor/tp_split.h: the MLP's tp_mlp.h, the transformer's
+ * tp_gpt.h, picked by the model's family) runs forward, loss and backward on this rank's pieces,
+ * its collectives (Megatron's f and g; the transformer's embedding and vocab-parallel
+ * cross-entropy) over the tensor group; the rows are the driver's batch (env->m->x / labels: the
+ * MLP's features, the transformer's token windows), the same on the T ranks of a replica; the
+ * pieces' gradients averaged over the data-parallel group only; clipping's global norm sums each
+ * piece once (split pieces on every tensor rank, the replicated ones from tensor rank 0) over the
+ * tensor group; the optimizer (its own instance on the local layout, with the whole model's
+ * decay flags per tensor, so its state is 1/T of the split pieces) steps the pieces. Each step
+ * reports its tensor-group bytes and wait (rm_step_stats.tensor_*: the driver's /metrics).
  *
  * State: the driver's whole model buffers (env->m->params, env->opt->state) are the "gathered"
  * form: fresh starts and restores write them through the allreduce strategy (the same init and
@@ -25,11 +30,12 @@
  * the whole buffers are older than the pieces (a SIGTERM between gathers keeps the newest
  * checkpoint). Between gathers the whole buffers' pages are given back (rm_model_release_range), so
  * a rank's resident parameters, gradients and optimizer state are its pieces (about 1/T of the
- * split layers plus the replicated ones), except transiently at an evaluation, a checkpoint or the
- * export, which hold the whole model once more.
+ * split layers plus the replicated ones: the transformer's LayerNorms, wpe and row biases), except
+ * transiently at an evaluation, a checkpoint or the export, which hold the whole model once more.
  *
- * Limits of this version: the MLP; P = 1; fp32; host memory (the CPU kernels); optimizers without
- * per-tensor trust ratios; no accumulation (the validator refuses the rest, naming the field).
+ * Limits of this version: the MLP and the transformer; P = 1; fp32; host memory (the CPU kernels);
+ * optimizers without per-tensor trust ratios; no accumulation (the validator refuses the rest,
+ * naming the field).
  *
  * Ownership: rm_step owns the split model, its optimizer, the inner allreduce state and the group
  * comms (round_end frees the per-round parts, destroy everything). */
@@ -46,7 +52,7 @@
 #include "common/trainingjob.h"
 #include "common/worker_env.h"
 #include "worker/step.h"
-#include "worker/tensor/tp_mlp.h"
+#include "worker/tensor/tp_split.h"
 
 #define TP_GROUP_TENSOR 0x1000u /* + replica d: a tensor group */
 #define TP_GROUP_DATA 0x1800u   /* + tensor rank t: a data-parallel group */
@@ -56,7 +62,9 @@ struct rm_step {
     const rm_step_ops *inner_ops; /* the allreduce strategy: fresh/save/restore/sync */
     rm_step *inner;
     int T;
-    rm_tp_mlp mlp;
+    rm_tp_split sp;
+    size_t *rep; /* [2 x nrep]: the replicated runs of the local layout (offset, length) */
+    int nrep;
     rm_optim opt; /* on the local layout */
     bool opt_ok;
     /* this round */
@@ -113,11 +121,57 @@ static void tp_destroy(rm_step *s)
     tp_round_end(s);
     if (s->inner_ops)
         s->inner_ops->destroy(s->inner);
-    rm_tp_mlp_free(&s->mlp);
+    if (s->sp.ops)
+        s->sp.ops->free(&s->sp);
+    free(s->rep);
     if (s->opt_ok)
         rm_optim_free(&s->opt);
     free(s->scratch);
     free(s);
+}
+
+static const rm_tp_split_ops *const splits[] = {&rm_tp_split_mlp, &rm_tp_split_gpt};
+
+/* The replicated runs of the local layout (the same for every t): offsets and lengths in s->rep. */
+static int find_replicated(rm_step *s, rm_err *err)
+{
+    const rm_tp_split *sp = &s->sp;
+    int n = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        n = 0;
+        for (size_t i = 0; i < sp->n;) {
+            if (!sp->ops->replicated(sp, i)) {
+                i++;
+                continue;
+            }
+            size_t j = i + 1;
+            while (j < sp->n && sp->ops->replicated(sp, j))
+                j++;
+            if (pass == 1) {
+                s->rep[2 * n] = i;
+                s->rep[2 * n + 1] = j - i;
+            }
+            n++;
+            i = j;
+        }
+        if (pass == 0 && !(s->rep = malloc((size_t)(n > 0 ? n : 1) * 2 * sizeof(size_t))))
+            return rm_errf(err, RM_ENOMEM, "tensor: out of memory");
+    }
+    s->nrep = n;
+    return RM_OK;
+}
+
+/* adamw: weights decayed, biases and LayerNorms not, as the whole model's tensors */
+static int set_tensors(rm_step *s, rm_err *err)
+{
+    int n = s->sp.ops->tensors(&s->sp, NULL, 0);
+    rm_optim_seg *seg = malloc((size_t)(n > 0 ? n : 1) * sizeof *seg);
+    if (!seg)
+        return rm_errf(err, RM_ENOMEM, "tensor: out of memory");
+    s->sp.ops->tensors(&s->sp, seg, n);
+    int rc = rm_optim_set_tensors(&s->opt, seg, n, err);
+    free(seg);
+    return rc;
 }
 
 static int tp_init(const rm_step_env *env, rm_step **out, rm_err *err)
@@ -127,7 +181,11 @@ static int tp_init(const rm_step_env *env, rm_step **out, rm_err *err)
     if (T < 2)
         return rm_err_field(err, RM_EINVAL, F, "the tensor strategy needs T >= 2 in %s (got %d)",
                             RM_ENV_PARALLELISM, T);
-    if (strcmp(env->m->family->name, "mlp") != 0)
+    const rm_tp_split_ops *ops = NULL;
+    for (size_t i = 0; i < RM_ARRAY_LEN(splits); i++)
+        if (strcmp(env->m->family->name, splits[i]->family) == 0)
+            ops = splits[i];
+    if (!ops)
         return rm_err_field(err, RM_EINVAL, F, "%d with spec.training.model.type %s is not supported yet", T,
                             env->m->family->name);
     if (env->sharding != RM_SHARD_NONE || env->grad_accum > 1 || rm_optim_layerwise(env->opt))
@@ -148,26 +206,22 @@ static int tp_init(const rm_step_env *env, rm_step **out, rm_err *err)
         return rc;
     }
     /* the pieces' sizes do not depend on t: plan as rank 0 until the round says which t */
-    rm_tp_plan p;
-    if ((rc = rm_tp_mlp_plan(&env->m->shape, T, 0, &p, err)) ||
-        (rc = rm_tp_mlp_init(&s->mlp, env->k, &p, env->batch, tp_ar, s, err)) ||
-        (rc = rm_optim_init(&s->opt, env->k, &env->opt->spec, p.n, err))) {
+    s->sp = (rm_tp_split){.ops = ops, .shape = env->m->shape, .T = T, .t = 0, .ar = tp_ar, .ud = s};
+    if ((rc = ops->init(&s->sp, env->k, env->batch, err))) {
+        s->sp.ops = NULL;
+        tp_destroy(s);
+        return rc;
+    }
+    if ((rc = rm_optim_init(&s->opt, env->k, &env->opt->spec, s->sp.n, err))) {
         tp_destroy(s);
         return rc;
     }
     s->opt_ok = true;
-    /* adamw: weights decayed, biases not, as the whole model's tensors */
-    rm_optim_seg seg[2 * RM_TP_MAX_LAYERS];
-    for (int l = 0; l < p.L; l++) {
-        size_t w = (size_t)p.l[l].in * (size_t)p.l[l].out;
-        seg[2 * l] = (rm_optim_seg){p.l[l].off, w, true};
-        seg[2 * l + 1] = (rm_optim_seg){p.l[l].off + w, (size_t)p.l[l].out, false};
-    }
-    if ((rc = rm_optim_set_tensors(&s->opt, seg, 2 * p.L, err))) {
+    if ((rc = set_tensors(s, err)) || (rc = find_replicated(s, err))) {
         tp_destroy(s);
         return rc;
     }
-    if (!(s->scratch = malloc(p.nwhole * sizeof(float)))) {
+    if (!(s->scratch = malloc(s->sp.nwhole * sizeof(float)))) {
         tp_destroy(s);
         return rm_errf(err, RM_ENOMEM, "tensor: out of memory");
     }
@@ -222,9 +276,8 @@ static int tp_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
     s->r.peers = NULL; /* only valid during round_begin */
     s->r.listener = NULL;
     RM_CHECK(rm_grid_place_of(r->rank, r->world, s->T, 1, &s->pl, err));
-    rm_tp_plan p;
-    RM_CHECK(rm_tp_mlp_plan(&s->env.m->shape, s->T, s->pl.t, &p, err));
-    s->mlp.p = p; /* the same sizes as rank 0's plan: only the slices move */
+    RM_CHECK(
+        s->sp.ops->set_rank(&s->sp, s->pl.t, err)); /* the sizes of rank 0's plan: only the slices move */
     RM_CHECK(s->inner_ops->round_begin(s->inner, r, err));
     s->round_ok = true;
     int members[1024];
@@ -245,7 +298,7 @@ static int tp_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
     }
     rm_info("tensor round rank=%d world=%d t=%d T=%d d=%d D=%d tensor_comm=%s data_comm=%s pieces=%zu of %zu",
             r->rank, r->world, s->pl.t, s->T, s->pl.d, s->pl.D, s->tops->name, s->dops ? s->dops->name : "-",
-            p.n, p.nwhole);
+            s->sp.n, s->sp.nwhole);
     return RM_OK;
 }
 
@@ -271,9 +324,9 @@ static int tp_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
 {
     const rm_step_env *e = &s->env;
     RM_CHECK(s->inner_ops->state_sync(s->inner, pos, err));
-    rm_tp_slice(&s->mlp.p, e->m->params, s->mlp.params);
+    s->sp.ops->slice(&s->sp, e->m->params, s->sp.params);
     for (int i = 0; i < s->opt.nstate; i++)
-        rm_tp_slice(&s->mlp.p, e->opt->state[i], s->opt.state[i]);
+        s->sp.ops->slice(&s->sp, e->opt->state[i], s->opt.state[i]);
     s->opt.t = e->opt->t;
     s->whole = true;
     return RM_OK;
@@ -282,9 +335,9 @@ static int tp_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
 /* local -> whole over the tensor group: zeros, this rank's pieces (replicated ones from t = 0), a sum */
 static int assemble(rm_step *s, const float *local, float *whole, rm_err *err)
 {
-    size_t n = s->mlp.p.nwhole;
+    size_t n = s->sp.nwhole;
     memset(s->scratch, 0, n * sizeof(float));
-    rm_tp_assemble(&s->mlp.p, local, s->scratch, s->pl.t == 0);
+    s->sp.ops->assemble(&s->sp, local, s->scratch, s->pl.t == 0);
     RM_CHECK(s->tops->allreduce(s->tcomm, s->scratch, n, RM_DT_F32, RM_OP_SUM, err));
     memcpy(whole, s->scratch, n * sizeof(float));
     return RM_OK;
@@ -295,7 +348,7 @@ static int tp_materialize(rm_step *s, rm_err *err)
     log_stats(s);
     if (s->whole || !s->tcomm)
         return RM_OK;
-    RM_CHECK(assemble(s, s->mlp.params, s->env.m->params, err));
+    RM_CHECK(assemble(s, s->sp.params, s->env.m->params, err));
     for (int i = 0; i < s->opt.nstate; i++)
         RM_CHECK(assemble(s, s->opt.state[i], s->env.opt->state[i], err));
     s->env.opt->t = s->opt.t;
@@ -321,10 +374,30 @@ static int tp_state_save(rm_step *s, void *dst, rm_err *err)
     return s->inner_ops->state_save(s->inner, dst, err);
 }
 
+/* The squared norm of this rank's gradient pieces, each piece of the whole model once: the split
+ * ones on every rank, the replicated runs from t = 0 only (in index order either way). */
+static double grad_sq(const rm_step *s)
+{
+    const float *g = s->sp.grads;
+    double sq = 0;
+    size_t at = 0;
+    for (int r = 0; r <= s->nrep; r++) {
+        size_t end = r < s->nrep ? s->rep[2 * r] : s->sp.n;
+        for (size_t i = at; i < end; i++) /* split */
+            sq += (double)g[i] * g[i];
+        if (r == s->nrep)
+            break;
+        at = end + s->rep[2 * r + 1];
+        for (size_t i = end; i < at && s->pl.t == 0; i++) /* replicated */
+            sq += (double)g[i] * g[i];
+    }
+    return sq;
+}
+
 static int tp_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *err)
 {
     const rm_step_env *e = &s->env;
-    rm_tp_mlp *m = &s->mlp;
+    rm_tp_split *sp = &s->sp;
     memset(st, 0, sizeof *st);
     s->wait_s = 0;
     s->bytes = 0;
@@ -337,41 +410,38 @@ static int tp_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     }
     whole_stale(s);
     double t0 = rm_mono();
-    const float *x = (const float *)e->m->x;
-    RM_CHECK(rm_tp_mlp_forward(m, x, rows, err));
-    rm_tp_mlp_loss(m, e->m->labels, rows, 1.0f / (float)rows, e->m->loss_sum);
-    RM_CHECK(rm_tp_mlp_backward(m, x, rows, err));
+    RM_CHECK(sp->ops->train(sp, e->m->x, e->m->labels, rows, e->m->loss_sum, err));
     double dp_s = 0;
     uint64_t dp_bytes = 0;
     if (s->dcomm) { /* data-parallel group only: the tensor ranks hold different pieces */
         double a0 = rm_mono();
-        RM_CHECK(s->dops->allreduce(s->dcomm, m->grads, m->p.n, RM_DT_F32, RM_OP_AVG, err));
+        RM_CHECK(s->dops->allreduce(s->dcomm, sp->grads, sp->n, RM_DT_F32, RM_OP_AVG, err));
         dp_s = rm_mono() - a0;
-        dp_bytes = m->p.n * sizeof(float);
+        dp_bytes = sp->n * sizeof(float);
     }
-    if (e->grad_clip > 0) { /* each piece once: split ones on every rank, replicated ones from t = 0 */
-        double sq = 0;
-        for (size_t i = 0; i < m->p.n; i++)
-            if (s->pl.t == 0 || !rm_tp_replicated(&m->p, i))
-                sq += (double)m->grads[i] * m->grads[i];
-        float f = (float)sq;
+    if (e->grad_clip > 0) { /* the global norm: each piece once, summed over the tensor group */
+        float f = (float)grad_sq(s);
         RM_CHECK(tp_ar(s, &f, 1, err));
         double norm = sqrt((double)f);
         float sc = rm_clip_scale(norm, e->grad_clip);
         if (sc < 1.0f)
-            e->k->scale(m->grads, m->p.n, sc);
+            e->k->scale(sp->grads, sp->n, sc);
         st->has_grad_norm = true;
         st->grad_norm = norm;
     }
-    rm_optim_step(&s->opt, m->params, m->grads, lr);
+    rm_optim_step(&s->opt, sp->params, sp->grads, lr);
     e->opt->t = s->opt.t;
     s->tot_steps++;
-    s->tot_fwd += m->fwd_floats * sizeof(float);
-    s->tot_bwd += m->bwd_floats * sizeof(float);
+    s->tot_fwd += sp->fwd_floats * sizeof(float);
+    s->tot_bwd += sp->bwd_floats * sizeof(float);
     s->tot_wait += s->wait_s;
     st->comm = true;
     st->allreduce_s = s->wait_s + dp_s;
     st->bytes = s->bytes + dp_bytes;
+    st->tensor = true;
+    st->tensor_rank = s->pl.t;
+    st->tensor_bytes = s->bytes;
+    st->tensor_wait_s = s->wait_s;
     st->compute_s = rm_mono() - t0 - st->allreduce_s;
     return RM_OK;
 }
@@ -384,7 +454,7 @@ static void tp_data_slot(const rm_step *s, int *slot, int *nslots)
 
 static void tp_memory(const rm_step *s, rm_step_memory *out)
 {
-    uint64_t n = s->mlp.p.n, f = sizeof(float);
+    uint64_t n = s->sp.n, f = sizeof(float);
     memset(out, 0, sizeof *out);
     out->params = out->grads = n * f;
     out->optimizer = (uint64_t)s->opt.nstate * n * f;

@@ -3,6 +3,7 @@
 
 #include <float.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels/transformer.h"
@@ -399,3 +400,112 @@ int rm_tp_gpt_backward(rm_tp_gpt *m, const int32_t *tok, int rows, rm_err *err)
     }
     return RM_OK;
 }
+
+/* ---- the split as the tensor strategy drives it (tp_split.h) */
+
+static int split_init(rm_tp_split *s, const rm_kernels *k, int max_batch, rm_err *err)
+{
+    rm_tp_gpt_plan p;
+    RM_CHECK(rm_tp_gpt_plan_make(&s->shape, s->T, s->t, &p, err));
+    rm_tp_gpt *m = calloc(1, sizeof *m);
+    if (!m)
+        return rm_errf(err, RM_ENOMEM, "tensor: out of memory");
+    int rc = rm_tp_gpt_init(m, k, &p, max_batch, s->ar, s->ud, err);
+    if (rc) {
+        free(m);
+        return rc;
+    }
+    s->impl = m;
+    s->params = m->params;
+    s->grads = m->grads;
+    s->n = p.n;
+    s->nwhole = p.nwhole;
+    return RM_OK;
+}
+
+static int split_set_rank(rm_tp_split *s, int t, rm_err *err)
+{
+    rm_tp_gpt *m = s->impl;
+    rm_tp_gpt_plan p;
+    RM_CHECK(rm_tp_gpt_plan_make(&s->shape, s->T, t, &p, err));
+    m->p = p; /* the same sizes: only the slices move */
+    s->t = t;
+    return RM_OK;
+}
+
+static void split_free(rm_tp_split *s)
+{
+    if (!s || !s->impl)
+        return;
+    rm_tp_gpt_free(s->impl);
+    free(s->impl);
+    s->impl = NULL;
+    s->params = s->grads = NULL;
+}
+
+static int split_train(rm_tp_split *s, const void *x, const int32_t *labels, int rows, float *loss_sum,
+                       rm_err *err)
+{
+    rm_tp_gpt *m = s->impl;
+    const int32_t *tok = x;
+    RM_CHECK(rm_tp_gpt_forward(m, tok, rows, err));
+    RM_CHECK(rm_tp_gpt_loss(m, labels, rows, 1.0f / (float)rows, loss_sum, err));
+    RM_CHECK(rm_tp_gpt_backward(m, tok, rows, err));
+    s->fwd_floats = m->fwd_floats;
+    s->bwd_floats = m->bwd_floats;
+    return RM_OK;
+}
+
+static void split_slice(const rm_tp_split *s, const float *whole, float *local)
+{
+    rm_tp_gpt_slice(&((const rm_tp_gpt *)s->impl)->p, whole, local);
+}
+
+static void split_assemble(const rm_tp_split *s, const float *local, float *whole, bool with_replicated)
+{
+    rm_tp_gpt_assemble(&((const rm_tp_gpt *)s->impl)->p, local, whole, with_replicated);
+}
+
+static bool split_replicated(const rm_tp_split *s, size_t i)
+{
+    return rm_tp_gpt_replicated(&((const rm_tp_gpt *)s->impl)->p, i);
+}
+
+/* gpt.c's tensors at the local sizes: wte's rows and wpe, each block's twelve, ln_f's two */
+static int split_tensors(const rm_tp_split *s, rm_optim_seg *seg, int cap)
+{
+    const rm_tp_gpt_plan *p = &((const rm_tp_gpt *)s->impl)->p;
+    size_t c = (size_t)p->C, at = (size_t)(p->Vl + p->ctx) * c;
+    int n = 0;
+#define SEG(off_, len_, decay_)                                \
+    do {                                                       \
+        if (n < cap)                                           \
+            seg[n] = (rm_optim_seg){(off_), (len_), (decay_)}; \
+        n++;                                                   \
+    } while (0)
+    SEG(0, (size_t)p->Vl * c, true);
+    SEG((size_t)p->Vl * c, (size_t)p->ctx * c, true);
+    rm_gpt_blk o;
+    rm_gpt_blk_layout(c, (size_t)p->Cl, &o);
+    const size_t off[] = {o.ln1w, o.ln1b, o.wqkv, o.bqkv, o.wp,   o.bp, o.ln2w,
+                          o.ln2b, o.wfc,  o.bfc,  o.wfc2, o.bfc2, o.len};
+    for (int l = 0; l < p->L; l++, at += o.len)
+        for (int i = 0; i < 12; i++) /* the 2-D ones: c_attn.w, attn.c_proj.w, c_fc.w, mlp.c_proj.w */
+            SEG(at + off[i], off[i + 1] - off[i], i == 2 || i == 4 || i == 8 || i == 10);
+    SEG(at, c, false);
+    SEG(at + c, c, false);
+#undef SEG
+    return n;
+}
+
+const rm_tp_split_ops rm_tp_split_gpt = {
+    .family = "gpt",
+    .init = split_init,
+    .set_rank = split_set_rank,
+    .free = split_free,
+    .train = split_train,
+    .slice = split_slice,
+    .assemble = split_assemble,
+    .replicated = split_replicated,
+    .tensors = split_tensors,
+};

@@ -21,8 +21,9 @@
  *
  * Rows are sequences of `context` tokens; the loss is gpt.c's (mean over positions).
  *
- * Collectives go through a sum callback (tp_mlp.h's rm_tp_allreduce_fn): the same bits on every
- * rank. Host memory only in this version (the CPU kernels).
+ * Collectives go through a sum callback (tp_split.h's rm_tp_allreduce_fn): the same bits on every
+ * rank. Host memory only in this version (the CPU kernels). rm_tp_split_gpt (tp_split.h) is this
+ * split as the tensor strategy drives it.
  *
  * Ownership: rm_tp_gpt owns its parameters, gradients and activations (kernels memory); tokens,
  * labels and the loss are borrowed per call. */
@@ -35,7 +36,7 @@
 #include "kernels/kernels.h"
 #include "worker/model/gpt.h"
 #include "worker/model/model.h"
-#include "worker/tensor/tp_mlp.h"
+#include "worker/tensor/tp_split.h"
 
 typedef struct rm_tp_gpt_plan {
     int T, t;

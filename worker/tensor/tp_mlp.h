@@ -20,8 +20,9 @@
  * [din x dout | dout]. rm_tp_slice / rm_tp_assemble map between it and the whole model's layout
  * (worker/model/mlp.c), so init, checkpoints and export stay those of T = 1.
  *
- * Collectives go through a callback (the tensor group's comm in the strategy, a thread harness in
- * the tests): sum in place over the group, the same bits on every rank.
+ * Collectives go through a callback (tp_split.h's rm_tp_allreduce_fn: the tensor group's comm in
+ * the strategy, a thread harness in the tests): sum in place over the group, the same bits on every
+ * rank. rm_tp_split_mlp (tp_split.h) is this split as the tensor strategy drives it.
  *
  * Ownership: rm_tp_mlp owns its parameters, gradients and activations (kernels memory; host
  * memory only in this version); x, labels and loss buffers are borrowed per call. */
@@ -32,6 +33,7 @@
 #include "common/rm.h"
 #include "kernels/kernels.h"
 #include "worker/model/model.h"
+#include "worker/tensor/tp_split.h"
 
 #define RM_TP_MAX_LAYERS (RM_MODEL_SHAPE_WORDS - 1)
 
@@ -74,8 +76,6 @@ void rm_tp_slice(const rm_tp_plan *p, const float *whole, float *local);
 void rm_tp_assemble(const rm_tp_plan *p, const float *local, float *whole, bool with_replicated);
 /* Whether local float i is replicated (the same on every rank): counted once in norms. */
 bool rm_tp_replicated(const rm_tp_plan *p, size_t i);
-
-typedef int (*rm_tp_allreduce_fn)(void *ud, float *buf, size_t n, rm_err *err);
 
 typedef struct rm_tp_mlp {
     rm_tp_plan p;

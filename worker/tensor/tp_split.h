@@ -1,0 +1,72 @@
+/* tp_split.h — a model family's tensor-parallel split as the tensor strategy
+ * (worker/tensor/step_tensor.c) drives it (docs/models-and-data.md, "Tensor parallelism"): one
+ * table per family, each beside its split (tp_mlp.c: the MLP, tp_gpt.c: the transformer), so the
+ * strategy names no family — a variant is data (docs/c-style.md), as worker/step.h's strategies.
+ *
+ * A split is this tensor rank's pieces of the whole model: params and grads (n floats, the
+ * family's local layout) of a model whose whole layout (worker/model/model.h) has nwhole floats.
+ * slice and assemble map between the two layouts by plain copies, so a checkpoint or an export of
+ * the assembled model is the file T = 1 writes; the sizes do not depend on the tensor rank, only
+ * the slices do (set_rank). Collectives go through the caller's sum callback (ar, ud): in place
+ * over the tensor group, the same bits on every rank.
+ *
+ * Ownership: the tables are static. rm_tp_split owns its family's model (impl, with params, grads
+ * and activations: kernels memory, host memory in this version) from init until free (NULL-safe,
+ * idempotent); x, labels and loss_sum are borrowed for a call. */
+#ifndef RM_WORKER_TP_SPLIT_H
+#define RM_WORKER_TP_SPLIT_H
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "common/rm.h"
+#include "kernels/kernels.h"
+#include "worker/model/model.h"
+#include "worker/optim/optim.h"
+
+/* Sum buf (n floats) in place over the tensor group; the same bits on every rank. */
+typedef int (*rm_tp_allreduce_fn)(void *ud, float *buf, size_t n, rm_err *err);
+
+typedef struct rm_tp_split_ops rm_tp_split_ops;
+
+typedef struct rm_tp_split {
+    const rm_tp_split_ops *ops;
+    rm_model_shape shape; /* the whole model's */
+    int T, t;
+    rm_tp_allreduce_fn ar;
+    void *ud;
+    float *params, *grads; /* this rank's pieces, n floats each (the family's buffers) */
+    size_t n, nwhole;
+    size_t fwd_floats, bwd_floats; /* floats through ar in the last train's forward and backward */
+    void *impl;                    /* the family's split model (rm_tp_mlp, rm_tp_gpt) */
+} rm_tp_split;
+
+struct rm_tp_split_ops {
+    const char *family; /* the rm_model_family it splits ("mlp", "gpt") */
+    /* Plan tensor rank s->t of s->T for s->shape and allocate for max_batch rows (s->shape, T, t,
+     * ar and ud set by the caller); fills params, grads, n and nwhole. RM_EINVAL naming the field
+     * T does not divide; RM_ENOMEM. */
+    int (*init)(rm_tp_split *s, const rm_kernels *k, int max_batch, rm_err *err);
+    /* Become tensor rank t (the slices move; the sizes stay). */
+    int (*set_rank)(rm_tp_split *s, int t, rm_err *err);
+    void (*free)(rm_tp_split *s);
+    /* Forward, loss and backward of rows rows of x (the family's input rows, replicated over the
+     * group) against labels: *loss_sum as the whole model's loss of rows, scaled by 1 / rows;
+     * grads overwritten with this rank's pieces. Fails only when a collective fails. */
+    int (*train)(rm_tp_split *s, const void *x, const int32_t *labels, int rows, float *loss_sum,
+                 rm_err *err);
+    /* Whole (nwhole floats) -> this rank's pieces (n floats). */
+    void (*slice)(const rm_tp_split *s, const float *whole, float *local);
+    /* This rank's pieces -> their places in whole, the rest untouched; replicated pieces only when
+     * with_replicated (a zeroed whole summed over the group, replicated pieces from rank 0 only, is
+     * the whole model). */
+    void (*assemble)(const rm_tp_split *s, const float *local, float *whole, bool with_replicated);
+    /* Whether local float i is replicated (the same on every rank): counted once in norms. */
+    bool (*replicated)(const rm_tp_split *s, size_t i);
+    /* The local tensors (local offsets) with the whole model's decay flags (2+ dimensions, as
+     * rm_optim_tensors_from_model): the count (may exceed cap; nothing written past it). */
+    int (*tensors)(const rm_tp_split *s, rm_optim_seg *seg, int cap);
+};
+
+extern const rm_tp_split_ops rm_tp_split_mlp; /* tp_mlp.c */
+extern const rm_tp_split_ops rm_tp_split_gpt; /* tp_gpt.c */
+#endif
