@@ -1,0 +1,424 @@
+/* test_tensor_train.c — the tensor strategy (worker/tensor/step_tensor.c, docs/models-and-data.md
+ * "Tensor parallelism") trains as T = 1 does. Ranks are threads on loopback rings, as in
+ * test_pipe_tied.c, driving rm_step_tensor_ops and, for the reference, the allreduce strategy on D
+ * ranks: the same seed, the same global batch (the T ranks of replica d train on the rows the
+ * reference's rank d trains on).
+ *   - gpt: a tiny transformer (2 blocks, 4 heads, embed 8, context 5, vocabulary 11, so T = 2 and
+ *     T = 4 pad it) for a few AdamW steps with weight decay and gradient clipping at T = 2, T = 4
+ *     and T = 2 x D = 2 ends within 1e-5 (‖ours − ref‖ / ‖ref‖) of T = 1 (D = 1 or 2), its Adam
+ *     state too, every step's loss, and far from where it started; every rank reports the tensor group's bytes of the
+ *     step as the split's event table counts them (plus clipping's one float) under its tensor
+ *     rank (rm_step_stats.tensor_*: what the driver exports on /metrics);
+ *   - the MLP through the same table, T = 2 x D = 2 against D = 2;
+ *   - checkpoints: T = 2's (state_gather + state_save on rank 0: the whole model and optimizer
+ *     state, the payload T = 1 writes) restores at T = 1 and at T = 4 to exactly its parameters, and
+ *     training on from it reaches the uninterrupted T = 1 run's parameters and optimizer state. */
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/worker_env.h"
+#include "tests/unit/testutil.h"
+#include "worker/comm/comm.h"
+#include "worker/gpu.h"
+#include "worker/model/model.h"
+#include "worker/optim/optim.h"
+#include "worker/step.h"
+#include "worker/tensor/tp_gpt.h"
+#include "worker/tensor/tp_mlp.h"
+
+enum { MAXW = 8, MAXSTEPS = 8, TB = 3 /* rows per replica */ };
+enum { GL = 2, GNH = 4, GC = 8, GCTX = 5, GV = 11 }; /* the transformer */
+enum { MIN = 12, MCL = 5 };                          /* the MLP: inputs, classes */
+
+typedef struct tworld {
+    rm_model_shape shape;
+    const rm_model_family *fam;
+    rm_optimizer_spec os;
+    double clip;
+    int n, T;         /* ranks; tensor ranks (1: the allreduce strategy) */
+    int step0, steps; /* the data of steps step0 .. step0 + steps - 1 */
+    const void *restore;
+    int64_t restore_t; /* with restore: start from this payload instead of a fresh state */
+    bool save;         /* rank 0 keeps its checkpoint payload (after a state_gather on every rank) */
+    rm_rdzv_peer peers[MAXW];
+    rm_ring_listener *lst[MAXW];
+    struct trank {
+        struct tworld *w;
+        int rank, rc;
+        rm_err err;
+        float loss[MAXSTEPS];
+        float *params, *state; /* copies at the end (state: the optimizer's first buffer) */
+        float *init;           /* the parameters after the state agreement */
+        size_t nparams;
+        uint64_t tbytes[MAXSTEPS];
+        int tensor_rank;
+        bool tensor;
+        void *ckpt;
+        size_t ckpt_bytes;
+        int64_t ckpt_t;
+    } r[MAXW];
+} tworld;
+
+/* Replica d's rows at global step s: token windows whose next token follows a rule (the
+ * transformer) or features with a class rule (the MLP), so the loss falls. */
+static void fill(rm_model *m, bool gpt, int d, int step)
+{
+    for (int i = 0; i < TB; i++) {
+        if (gpt) {
+            int32_t *x = m->x;
+            for (int t = 0; t < GCTX; t++) {
+                int a = (step * 7 + d * 13 + i * 5 + t * 3) % GV;
+                x[i * GCTX + t] = a;
+                m->labels[i * GCTX + t] = (a * 3 + 1) % GV;
+            }
+        } else {
+            float *x = m->x;
+            for (int j = 0; j < MIN; j++)
+                x[i * MIN + j] = (float)((step * 5 + d * 11 + i * 3 + j * 7) % 13) / 13.0f - 0.4f;
+            m->labels[i] = (step + d * 2 + i) % MCL;
+        }
+    }
+}
+
+static float *copy_of(const float *src, size_t n)
+{
+    float *c = malloc(n * sizeof(float));
+    if (c)
+        memcpy(c, src, n * sizeof(float));
+    return c;
+}
+
+static void *rank_main(void *arg)
+{
+    struct trank *r = arg;
+    tworld *w = r->w;
+    const rm_kernels *k = rm_kernels_get("cpu");
+    const rm_step_ops *ops = w->T > 1 ? &rm_step_tensor_ops : &rm_step_allreduce_ops;
+    rm_model m;
+    rm_optim o;
+    rm_amp amp;
+    rm_step *st = NULL;
+    rm_comm *comm = NULL;
+    memset(&m, 0, sizeof m);
+    memset(&o, 0, sizeof o);
+    memset(&amp, 0, sizeof amp);
+    rm_err *e = &r->err;
+    bool gpt = w->fam == &rm_model_gpt;
+    const rm_comm_ops *cops = w->n == 1 ? rm_comm_local_ops() : rm_comm_ring_ops();
+    if ((r->rc = rm_model_init(&m, k, w->fam, &w->shape, TB, e)) ||
+        (r->rc = rm_optim_init(&o, k, &w->os, m.nparams, e)) ||
+        (r->rc = rm_optim_tensors_from_model(&o, &m, e)) || (r->rc = rm_amp_init(&amp, k, RM_PREC_FP32, e)))
+        goto out;
+    rm_step_env env = {.k = k,
+                       .m = &m,
+                       .opt = &o,
+                       .amp = &amp,
+                       .fusion_mb = 1,
+                       .sharding = RM_SHARD_NONE,
+                       .token = "tok",
+                       .timeout_s = 20,
+                       .train_samples = 10000,
+                       .batch = TB,
+                       .epochs = 1,
+                       .grad_clip = w->clip,
+                       .grad_accum = 1};
+    if ((r->rc = ops->init(&env, &st, e)))
+        goto out;
+    rm_comm_cfg cc = {.rank = r->rank,
+                      .world_size = w->n,
+                      .epoch = 1,
+                      .peers = w->n == 1 ? NULL : w->peers,
+                      .token = "tok",
+                      .listener = w->lst[r->rank],
+                      .listen_fd = -1,
+                      .timeout_s = 20};
+    if ((r->rc = cops->init(&cc, &comm, e)))
+        goto out;
+    rm_step_round rd = {.ops = cops,
+                        .comm = comm,
+                        .rank = r->rank,
+                        .world = w->n,
+                        .peers = w->n == 1 ? NULL : w->peers,
+                        .listener = w->lst[r->rank],
+                        .epoch = 1};
+    if ((r->rc = ops->round_begin(st, &rd, e)))
+        goto out;
+    if (w->restore)
+        ops->state_restore(st, w->restore, w->restore_t, 0, 0);
+    else if ((r->rc = ops->state_fresh(st, 5, e)))
+        goto out;
+    rm_step_pos pos = {0};
+    if ((r->rc = ops->state_sync(st, &pos, e)) || (ops->materialize && (r->rc = ops->materialize(st, e))))
+        goto out;
+    r->nparams = m.nparams;
+    r->init = copy_of(m.params, m.nparams);
+    int d = r->rank / w->T;
+    for (int s = 0; s < w->steps; s++) {
+        fill(&m, gpt, d, w->step0 + s);
+        rm_step_stats ss;
+        if ((r->rc = ops->step(st, TB, (float)w->os.lr, &ss, e)))
+            goto out;
+        r->loss[s] = *m.loss_sum;
+        r->tensor = ss.tensor;
+        r->tensor_rank = ss.tensor_rank;
+        r->tbytes[s] = ss.tensor_bytes;
+    }
+    if (w->save) { /* a checkpoint: the gather is collective, rank 0 writes */
+        size_t cap = (size_t)(1 + o.nstate) * m.nparams * sizeof(float); /* the whole payload */
+        void *buf = malloc(cap);
+        if (!buf || (ops->state_gather && (r->rc = ops->state_gather(st, buf, e)))) {
+            free(buf);
+            r->rc = r->rc ? r->rc : RM_ENOMEM;
+            goto out;
+        }
+        size_t nb = ops->state_bytes(st, 0);
+        if (nb > cap) {
+            free(buf);
+            r->rc = rm_errf(e, RM_EINVAL, "state_bytes %zu over the whole payload %zu", nb, cap);
+            goto out;
+        }
+        if (r->rank == 0 && (r->rc = ops->state_save(st, buf, e))) {
+            free(buf);
+            goto out;
+        }
+        r->ckpt = buf;
+        r->ckpt_bytes = nb;
+        r->ckpt_t = o.t;
+    }
+    if (ops->materialize && (r->rc = ops->materialize(st, e)))
+        goto out;
+    r->params = copy_of(m.params, m.nparams);
+    r->state = copy_of(o.state[0], m.nparams);
+out:
+    if (st) {
+        ops->round_end(st);
+        ops->destroy(st);
+    }
+    if (comm)
+        cops->destroy(comm);
+    rm_amp_free(&amp);
+    rm_optim_free(&o);
+    rm_model_free(&m);
+    return NULL;
+}
+
+static void shape_of(tworld *w, bool gpt)
+{
+    rm_training_spec t;
+    memset(&t, 0, sizeof t);
+    rm_model_data d;
+    if (gpt) {
+        t.model_type = "gpt";
+        t.layers = GL;
+        t.heads = GNH;
+        t.embed = GC;
+        t.context = GCTX;
+        t.vocab = GV;
+        d = (rm_model_data){.inputs = GCTX, .classes = GV};
+    } else {
+        t.model_type = "mlp";
+        t.hidden[0] = 8;
+        t.hidden[1] = 6;
+        t.nhidden = 2;
+        d = (rm_model_data){.inputs = MIN, .classes = MCL};
+    }
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_model_shape_for(&t, &d, &w->fam, &w->shape, &e), RM_OK);
+}
+
+/* eps 1e-6 rather than Adam's 1e-8: a gradient that is rounding noise (the key bias's is zero in
+ * exact arithmetic, softmax being shift-invariant; a neuron's gradients from two replicas can
+ * cancel) would otherwise be scaled to lr-sized steps whose signs follow the summation order, the
+ * one thing T changes, and the comparison would measure that noise. */
+static const rm_optimizer_spec ADAMW = {
+    .type = RM_OPT_ADAMW, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .weight_decay = 0.1};
+
+/* Run a world of n ranks with T tensor ranks (1: allreduce) for steps steps from step0. */
+static int trun(tworld *w, bool gpt, int n, int T, int step0, int steps, const void *restore,
+                int64_t restore_t, bool save)
+{
+    memset(w, 0, sizeof *w);
+    shape_of(w, gpt);
+    w->os = ADAMW;
+    w->clip = 0.5;
+    w->n = n;
+    w->T = T;
+    w->step0 = step0;
+    w->steps = steps;
+    w->restore = restore;
+    w->restore_t = restore_t;
+    w->save = save;
+    rm_err e = {0};
+    for (int i = 0; i < n; i++) {
+        w->r[i].w = w;
+        w->r[i].rank = i;
+        if (n == 1)
+            continue;
+        int fd = -1, port = 0;
+        CU_ASSERT_EQUAL_FATAL(rm_comm_listen("127.0.0.1", &fd, &port, &e), RM_OK);
+        CU_ASSERT_EQUAL_FATAL(rm_ring_listener_start(fd, 1, "tok", &w->lst[i], &e), RM_OK);
+        w->peers[i].rank = i;
+        snprintf(w->peers[i].addr, sizeof w->peers[i].addr, "127.0.0.1:%d", port);
+        snprintf(w->peers[i].worker_id, sizeof w->peers[i].worker_id, "%d", i);
+    }
+    char par[64];
+    snprintf(par, sizeof par, "{\"tensorParallel\": %d}", T);
+    if (T > 1)
+        setenv(RM_ENV_PARALLELISM, par, 1);
+    pthread_t th[MAXW];
+    for (int i = 0; i < n; i++)
+        pthread_create(&th[i], NULL, rank_main, &w->r[i]);
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        if (w->r[i].rc) {
+            fprintf(stderr, "\n  %s T=%d rank %d: %s", gpt ? "gpt" : "mlp", T, i, w->r[i].err.msg);
+            rc = w->r[i].rc;
+        }
+    }
+    unsetenv(RM_ENV_PARALLELISM);
+    for (int i = 0; i < n; i++)
+        if (w->lst[i])
+            rm_ring_listener_free(w->lst[i]);
+    return rc;
+}
+
+static void tfree(tworld *w)
+{
+    for (int i = 0; i < MAXW; i++) {
+        free(w->r[i].params);
+        free(w->r[i].state);
+        free(w->r[i].init);
+        free(w->r[i].ckpt);
+    }
+}
+
+/* Bytes the tensor group allreduces in one step: the split's event table (floats per row or
+ * position, times the rows or positions) and clipping's one float. */
+static uint64_t want_tensor_bytes(const tworld *w, int T)
+{
+    rm_err e = {0};
+    uint64_t floats = 1;
+    if (w->fam == &rm_model_gpt) {
+        rm_tp_gpt_plan p;
+        CU_ASSERT_EQUAL_FATAL(rm_tp_gpt_plan_make(&w->shape, T, 0, &p, &e), RM_OK);
+        rm_tp_gpt_event ev[64];
+        int n = rm_tp_gpt_events(&p, ev, 64);
+        CU_ASSERT_FATAL(n <= 64);
+        for (int i = 0; i < n; i++)
+            floats += (uint64_t)TB * GCTX * (uint64_t)ev[i].width;
+    } else {
+        rm_tp_plan p;
+        CU_ASSERT_EQUAL_FATAL(rm_tp_mlp_plan(&w->shape, T, 0, &p, &e), RM_OK);
+        rm_tp_event ev[16];
+        int n = rm_tp_mlp_events(&p, ev, 16);
+        for (int i = 0; i < n; i++)
+            floats += (uint64_t)TB * (uint64_t)ev[i].width;
+    }
+    return floats * sizeof(float);
+}
+
+/* got against want (n floats) within tol, as docs/models-and-data.md compares tensors */
+static void expect_close(const float *got, const float *want, size_t n, double tol, const char *what,
+                         int rank)
+{
+    double rel = rm_test_rel_diff(got, want, n);
+    CU_ASSERT(rel < tol);
+    if (!(rel < tol))
+        fprintf(stderr, "\n  %s rank %d: relative difference %g", what, rank, rel);
+}
+
+/* T x D tensor ranks against D allreduce ranks, NSTEPS steps */
+static void check_parity(bool gpt, int T, int D, const char *what)
+{
+    enum { NSTEPS = 4 };
+    tworld tp, ref;
+    CU_ASSERT_EQUAL_FATAL(trun(&tp, gpt, T * D, T, 0, NSTEPS, NULL, 0, false), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(trun(&ref, gpt, D, 1, 0, NSTEPS, NULL, 0, false), RM_OK);
+    size_t n = ref.r[0].nparams;
+    uint64_t want = want_tensor_bytes(&tp, T);
+    for (int i = 0; i < T * D; i++) {
+        const struct trank *r = &tp.r[i];
+        CU_ASSERT_EQUAL_FATAL(r->nparams, n);
+        expect_close(r->params, ref.r[0].params, n, 1e-5, what, i);
+        expect_close(r->state, ref.r[0].state, n, 1e-5, what, i); /* Adam's m: assembled, as T = 1's */
+        for (int s = 0; s < NSTEPS; s++) {
+            float lt = r->loss[s], lr = ref.r[i / T].loss[s];
+            CU_ASSERT(fabsf(lt - lr) <= 1e-5f * fabsf(lr) + 1e-6f);
+            CU_ASSERT_EQUAL(r->tbytes[s], want);
+        }
+        CU_ASSERT(r->tensor);
+        CU_ASSERT_EQUAL(r->tensor_rank, i % T);
+    }
+    CU_ASSERT_FALSE(ref.r[0].tensor); /* T = 1 reports no tensor group */
+    /* it trained: the reference moved well beyond the tolerance (the comparison discriminates) */
+    CU_ASSERT(rm_test_rel_diff(ref.r[0].params, ref.r[0].init, n) > 1e-3);
+    CU_ASSERT(ref.r[0].loss[NSTEPS - 1] < ref.r[0].loss[0]);
+    tfree(&tp);
+    tfree(&ref);
+}
+
+static void test_gpt_t2(void)
+{
+    check_parity(true, 2, 1, "gpt T=2");
+}
+static void test_gpt_t4(void)
+{
+    check_parity(true, 4, 1, "gpt T=4");
+}
+static void test_gpt_t2_d2(void)
+{
+    check_parity(true, 2, 2, "gpt T=2 x D=2");
+}
+static void test_mlp_t2_d2(void)
+{
+    check_parity(false, 2, 2, "mlp T=2 x D=2");
+}
+
+/* T = 2's checkpoint after 3 steps, restored at T = 1 and at T = 4, then 3 more steps each:
+ * exactly the saved state after the restore, T = 1's uninterrupted 6 steps at the end. */
+static void test_gpt_checkpoint_across_t(void)
+{
+    enum { S1 = 3, S2 = 3 };
+    tworld t2, full;
+    CU_ASSERT_EQUAL_FATAL(trun(&t2, true, 2, 2, 0, S1, NULL, 0, true), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(trun(&full, true, 1, 1, 0, S1 + S2, NULL, 0, false), RM_OK);
+    const struct trank *w0 = &t2.r[0];
+    size_t n = w0->nparams;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(w0->ckpt);
+    CU_ASSERT_EQUAL_FATAL(w0->ckpt_bytes, 3 * n * sizeof(float)); /* params, Adam's m and v: T = 1's */
+    CU_ASSERT_EQUAL(w0->ckpt_t, S1);
+    /* the payload is the assembled model: what T = 2 holds after its gather */
+    CU_ASSERT_EQUAL(memcmp(w0->ckpt, w0->params, n * sizeof(float)), 0);
+    const int Ts[] = {1, 4};
+    for (size_t i = 0; i < RM_ARRAY_LEN(Ts); i++) {
+        int T = Ts[i];
+        tworld r;
+        CU_ASSERT_EQUAL_FATAL(trun(&r, true, T, T, S1, S2, w0->ckpt, w0->ckpt_t, false), RM_OK);
+        for (int k = 0; k < T; k++) {
+            CU_ASSERT_EQUAL(memcmp(r.r[k].init, w0->ckpt, n * sizeof(float)), 0); /* restored exactly */
+            /* the parameters and the optimizer state re-sliced for T go on as T = 1's */
+            const char *what = T == 1 ? "resumed at T=1" : "resumed at T=4";
+            expect_close(r.r[k].params, full.r[0].params, n, 1e-5, what, k);
+            expect_close(r.r[k].state, full.r[0].state, n, 1e-5, what, k);
+        }
+        tfree(&r);
+    }
+    tfree(&t2);
+    tfree(&full);
+}
+
+void rm_suite_tensor_train(void)
+{
+    static const rm_test_case cases[] = {
+        {"gpt_t2", test_gpt_t2},
+        {"gpt_t4", test_gpt_t4},
+        {"gpt_t2_d2", test_gpt_t2_d2},
+        {"mlp_t2_d2", test_mlp_t2_d2},
+        {"gpt_checkpoint_across_t", test_gpt_checkpoint_across_t},
+    };
+    RM_ADD_SUITE("tensor_train", NULL, NULL, cases);
+}
