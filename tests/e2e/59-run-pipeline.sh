@@ -130,18 +130,8 @@ for n in one two dp2 grid; do
     RUNNER_PID=$!
     # a worker's /metrics has the pipeline series while it trains
     got=0
-    for i in $(seq 1 300); do
-      for f in "$W"/run-grid/worker-*.log; do
-        [ -f "$f" ] || continue
-        port=$(grep -o 'msg="metrics listening" port=[0-9]*' "$f" | head -1 | grep -o '[0-9]*$' || true)
-        [ -n "$port" ] || continue
-        if curl -fsS --max-time 2 "http://127.0.0.1:$port/metrics" -o "$W/pm.txt" 2>/dev/null &&
-           grep -q '^ringmaster_worker_pipeline_bubble_ratio{' "$W/pm.txt" &&
-           grep -q '^ringmaster_worker_pipeline_bytes_total{.*direction="sent"' "$W/pm.txt" &&
-           grep -q '^ringmaster_worker_pipeline_stage{' "$W/pm.txt"; then got=1; break 2; fi
-      done
-      sleep 0.2
-    done
+    metrics_until "$W/run-grid" "$W/pm.txt" '^ringmaster_worker_pipeline_bubble_ratio\{' \
+      '^ringmaster_worker_pipeline_bytes_total\{.*direction="sent"' '^ringmaster_worker_pipeline_stage\{' && got=1
     set +e; wait "$RUNNER_PID"; RC=$?; set -e; RUNNER_PID=""
     [ $got = 1 ] || fail "no pipeline metrics on a worker's /metrics"
   else

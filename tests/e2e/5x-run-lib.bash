@@ -59,3 +59,24 @@ run_job() {
 jget() {
   tail -n 1 "$W/$1.out" | $PY -c "import json,sys; j=json.load(sys.stdin); print($2)"
 }
+
+# metrics_until RUN_DIR OUT REGEX...: poll (up to 60 s) the /metrics of the run's workers (each
+# logs its port) until one page matches every extended REGEX; that page is left in OUT. 0 when one
+# did, 1 otherwise.
+metrics_until() {
+  local dir=$1 out=$2; shift 2
+  local i f port re ok
+  for i in $(seq 1 300); do
+    for f in "$dir"/worker-*.log; do
+      [ -f "$f" ] || continue
+      port=$(grep -o 'msg="metrics listening" port=[0-9]*' "$f" | head -1 | grep -o '[0-9]*$' || true)
+      [ -n "$port" ] || continue
+      curl -fsS --max-time 2 "http://127.0.0.1:$port/metrics" -o "$out" 2>/dev/null || continue
+      ok=1
+      for re in "$@"; do grep -Eq "$re" "$out" || { ok=0; break; }; done
+      [ $ok = 1 ] && return 0
+    done
+    sleep 0.2
+  done
+  return 1
+}
