@@ -594,6 +594,8 @@ static int step_once(trainer *t, rm_err *err)
     if (st.pipe)
         rm_wmetrics_set_pipeline(&t->wm, st.pipe_stage, st.pipe_bubble, (double)st.pipe_sent,
                                  (double)st.pipe_recv);
+    if (st.tensor)
+        rm_wmetrics_set_tensor(&t->wm, st.tensor_rank, (double)st.tensor_bytes, st.tensor_wait_s);
     t->step++;
     t->data_pos += G;
     t->samples_local += (int64_t)t->B * t->K;

@@ -130,8 +130,10 @@ int rm_wmetrics_set_rank(rm_wmetrics *w, int rank, rm_err *err)
     if (had) {
         const char *const vals[] = {w->job, old};
         rm_metric_remove(w->f_peak_rss, vals);
-        if (w->f_tokens_per_s)
-            rm_metric_remove(w->f_tokens_per_s, vals);
+        rm_metric *lazy[] = {w->f_tokens_per_s, w->f_tensor_rank, w->f_tensor_bytes, w->f_tensor_wait};
+        for (size_t k = 0; k < RM_ARRAY_LEN(lazy); k++)
+            if (lazy[k])
+                rm_metric_remove(lazy[k], vals);
         for (size_t k = 0; k < RM_ARRAY_LEN(MEM_KINDS); k++) {
             const char *const mv[] = {w->job, old, MEM_KINDS[k]};
             rm_metric_remove(w->f_memory, mv);
@@ -207,6 +209,36 @@ void rm_wmetrics_set_pipeline(rm_wmetrics *w, int stage, double bubble, double s
         rm_series_inc(bs, sent);
     if (br)
         rm_series_inc(br, recv);
+}
+
+void rm_wmetrics_set_tensor(rm_wmetrics *w, int t, double bytes, double wait_s)
+{
+    rm_err e = {0};
+    if (!w->reg)
+        return;
+    if (!w->f_tensor_rank &&
+        (rm_metrics_gauge(w->reg, "ringmaster_worker_tensor_rank",
+                          "Tensor rank t of this rank (rank = (replica x stages + stage) x T + t).", LABELS,
+                          &w->f_tensor_rank, &e) ||
+         rm_metrics_counter(w->reg, "ringmaster_worker_tensor_bytes_total",
+                            "Bytes allreduced in the tensor group (Megatron's f and g, the embedding's and "
+                            "the vocab-parallel cross-entropy's sums, the clipping norm).",
+                            LABELS, &w->f_tensor_bytes, &e) ||
+         rm_metrics_counter(w->reg, "ringmaster_worker_tensor_wait_seconds_total",
+                            "Seconds spent in the tensor group's collectives.", LABELS, &w->f_tensor_wait,
+                            &e))) {
+        rm_warn("tensor metrics: %s", e.msg);
+        return;
+    }
+    rm_series *r = rm_metric_with2(w->f_tensor_rank, w->job, w->rank);
+    rm_series *b = rm_metric_with2(w->f_tensor_bytes, w->job, w->rank);
+    rm_series *s = rm_metric_with2(w->f_tensor_wait, w->job, w->rank);
+    if (r)
+        rm_series_set(r, t);
+    if (b)
+        rm_series_inc(b, bytes);
+    if (s)
+        rm_series_inc(s, wait_s);
 }
 
 void rm_wmetrics_set_tokens_per_second(rm_wmetrics *w, double v)

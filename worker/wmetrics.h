@@ -22,8 +22,9 @@ typedef struct rm_wmetrics {
     rm_metric *f_step, *f_loss, *f_samples, *f_epoch, *f_train_epoch, *f_restarts, *f_ar_seconds, *f_ar_bytes,
         *f_ckpt_seconds, *f_last_ckpt, *f_recovery, *f_test_acc, *f_val_loss, *f_world, *f_samples_per_s,
         *f_memory, *f_peak_rss, *f_grad_norm;
-    rm_metric *f_tokens_per_s;                              /* language models only (lazily) */
-    rm_metric *f_pipe_stage, *f_pipe_bubble, *f_pipe_bytes; /* pipelines only (lazily) */
+    rm_metric *f_tokens_per_s;                                 /* language models only (lazily) */
+    rm_metric *f_pipe_stage, *f_pipe_bubble, *f_pipe_bytes;    /* pipelines only (lazily) */
+    rm_metric *f_tensor_rank, *f_tensor_bytes, *f_tensor_wait; /* tensor parallelism only (lazily) */
     rm_series *step, *loss, *samples, *epoch, *train_epoch, *restarts, *ar_seconds, *ar_bytes, *ckpt_seconds,
         *last_ckpt, *recovery, *test_acc, *val_loss, *world, *samples_per_s, *grad_norm;
     rm_series *tokens_per_s; /* under the current rank; NULL until the first set */
@@ -40,6 +41,15 @@ int rm_wmetrics_set_memory(rm_wmetrics *w, double params, double grads, double o
  * _pipeline_bytes_total{direction=sent|received} (counters) under the current rank; the
  * families are registered on the first call. Errors (out of memory) are logged, not returned. */
 void rm_wmetrics_set_pipeline(rm_wmetrics *w, int stage, double bubble, double sent, double recv);
+
+/* Tensor parallelism (docs/models-and-data.md, "Tensor parallelism"): ringmaster_worker_tensor_rank
+ * (gauge: t of the rank's tensor group), _tensor_bytes_total (counter: bytes allreduced in the
+ * tensor group — Megatron's f and g, a transformer's embedding and cross-entropy sums, clipping's
+ * norm; each collective's payload, as allreduce_bytes_total counts) and
+ * _tensor_wait_seconds_total (counter: seconds in those collectives) under the current rank, for
+ * one step's bytes and wait; the families are registered on the first call, so a job without
+ * tensor parallelism exports none. Errors (out of memory) are logged, not returned. */
+void rm_wmetrics_set_tensor(rm_wmetrics *w, int t, double bytes, double wait_s);
 
 /* ringmaster_worker_tokens_per_second (gauge: samples/s x tokens per row, last interval) under the
  * current rank, for language models only: the family is registered on the first call, so an MLP

@@ -81,6 +81,37 @@ static void test_tokens_per_second(void)
     rm_wmetrics_stop(&w);
 }
 
+/* Tensor parallelism (docs/models-and-data.md, "Tensor parallelism"): a tensor rank's step adds its
+ * tensor-group bytes and wait to the counters under its rank; a job without a tensor group has no
+ * such family; a new rank leaves no series of the old one. */
+static void test_tensor(void)
+{
+    rm_wmetrics w;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_wmetrics_start(&w, "off", "ns/job", 60, &e), RM_OK);
+    size_t len = 0;
+    char *txt = rm_metrics_render(w.reg, &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(txt);
+    CU_ASSERT_PTR_NULL(strstr(txt, "ringmaster_worker_tensor_"));
+    free(txt);
+    rm_wmetrics_set_tensor(&w, 1, 1000, 0.5);
+    rm_wmetrics_set_tensor(&w, 1, 24, 0.25);
+    txt = rm_metrics_render(w.reg, &len);
+    CU_ASSERT_PTR_NOT_NULL(strstr(txt, "ringmaster_worker_tensor_rank{job=\"ns/job\",rank=\"0\"} 1"));
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(txt, "ringmaster_worker_tensor_bytes_total{job=\"ns/job\",rank=\"0\"} 1024"));
+    CU_ASSERT_PTR_NOT_NULL(
+        strstr(txt, "ringmaster_worker_tensor_wait_seconds_total{job=\"ns/job\",rank=\"0\"} 0.75"));
+    free(txt);
+    CU_ASSERT_EQUAL(rm_wmetrics_set_rank(&w, 3, &e), RM_OK);
+    rm_wmetrics_set_tensor(&w, 1, 8, 0.125);
+    txt = rm_metrics_render(w.reg, &len);
+    CU_ASSERT_PTR_NULL(strstr(txt, "ringmaster_worker_tensor_bytes_total{job=\"ns/job\",rank=\"0\"}"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(txt, "ringmaster_worker_tensor_bytes_total{job=\"ns/job\",rank=\"3\"} 8"));
+    free(txt);
+    rm_wmetrics_stop(&w);
+}
+
 /* GET http://127.0.0.1:port<path>: the status (-1 if the request failed); *body (may be NULL)
  * gets an owned copy of the body. */
 static int get(int port, const char *path, char **body)
@@ -123,6 +154,7 @@ void rm_suite_wmetrics(void)
         {"families_and_rank", test_families_and_rank},
         {"http_probes", test_http},
         {"tokens_per_second_lazily_per_rank", test_tokens_per_second},
+        {"tensor_lazily_per_rank", test_tensor},
     };
     RM_ADD_SUITE("wmetrics", NULL, NULL, cases);
 }
