@@ -4,7 +4,7 @@
 #   bench/results/<area>.md  written by that area's script (`make bench` re-measures them);
 #   bench/notes/<name>.md    written by people: analyses, earlier runs, experiments a script does not
 #                            repeat. Curated from the raw tables the scripts leave in bench/results/
-#                            (ps*.md, shard.md, shm.md, pipeline.md) and bench/results/raw/.
+#                            (ps*.md, shard.md, shm.md, pipeline.md) and bench/results/raw/ (tensor.txt, ...).
 # Edit a part, never BENCHMARKS.md itself: `bench/assemble.sh --check` (run by `make test`, e2e
 # 86-benchmarks-doc) fails when BENCHMARKS.md is not exactly what the parts assemble to.
 set -euo pipefail

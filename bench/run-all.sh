@@ -24,6 +24,7 @@ declare -A entry=(
   [hier]=bench/hier/run.sh
   [topo]=bench/topo/run.sh
   [pipeline]=bench/pipeline/run.sh
+  [tensor]=bench/tensor/run.sh
   [builds]=bench/builds/compare.sh
   [gpt]=bench/gpt/run.sh
   [fetch]=bench/fetch/run.sh
@@ -31,7 +32,7 @@ declare -A entry=(
   [scale]=bench/scale/run.sh
   [operator-scale]=bench/operator/scale.sh
 )
-order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard ps sweep shm hier topo pipeline builds gpt fetch data scale operator-scale)
+order=(allreduce train checkpoint recovery chaos e2e kubesim operator gpu shard ps sweep shm hier topo pipeline tensor builds gpt fetch data scale operator-scale)
 sel=(${BENCH:-${order[@]}})
 rc=0
 for b in "${sel[@]}"; do
