@@ -403,78 +403,17 @@ int rm_tp_gpt_backward(rm_tp_gpt *m, const int32_t *tok, int rows, rm_err *err)
 
 /* ---- the split as the tensor strategy drives it (tp_split.h) */
 
-static int split_init(rm_tp_split *s, const rm_kernels *k, int max_batch, rm_err *err)
+/* forward, the vocab-parallel loss (scaled by 1 / rows, as gpt.c's), backward */
+static int train(rm_tp_gpt *m, const void *x, const int32_t *labels, int rows, float *loss_sum, rm_err *err)
 {
-    rm_tp_gpt_plan p;
-    RM_CHECK(rm_tp_gpt_plan_make(&s->shape, s->T, s->t, &p, err));
-    rm_tp_gpt *m = calloc(1, sizeof *m);
-    if (!m)
-        return rm_errf(err, RM_ENOMEM, "tensor: out of memory");
-    int rc = rm_tp_gpt_init(m, k, &p, max_batch, s->ar, s->ud, err);
-    if (rc) {
-        free(m);
-        return rc;
-    }
-    s->impl = m;
-    s->params = m->params;
-    s->grads = m->grads;
-    s->n = p.n;
-    s->nwhole = p.nwhole;
-    return RM_OK;
-}
-
-static int split_set_rank(rm_tp_split *s, int t, rm_err *err)
-{
-    rm_tp_gpt *m = s->impl;
-    rm_tp_gpt_plan p;
-    RM_CHECK(rm_tp_gpt_plan_make(&s->shape, s->T, t, &p, err));
-    m->p = p; /* the same sizes: only the slices move */
-    s->t = t;
-    return RM_OK;
-}
-
-static void split_free(rm_tp_split *s)
-{
-    if (!s || !s->impl)
-        return;
-    rm_tp_gpt_free(s->impl);
-    free(s->impl);
-    s->impl = NULL;
-    s->params = s->grads = NULL;
-}
-
-static int split_train(rm_tp_split *s, const void *x, const int32_t *labels, int rows, float *loss_sum,
-                       rm_err *err)
-{
-    rm_tp_gpt *m = s->impl;
-    const int32_t *tok = x;
-    RM_CHECK(rm_tp_gpt_forward(m, tok, rows, err));
+    RM_CHECK(rm_tp_gpt_forward(m, x, rows, err));
     RM_CHECK(rm_tp_gpt_loss(m, labels, rows, 1.0f / (float)rows, loss_sum, err));
-    RM_CHECK(rm_tp_gpt_backward(m, tok, rows, err));
-    s->fwd_floats = m->fwd_floats;
-    s->bwd_floats = m->bwd_floats;
-    return RM_OK;
-}
-
-static void split_slice(const rm_tp_split *s, const float *whole, float *local)
-{
-    rm_tp_gpt_slice(&((const rm_tp_gpt *)s->impl)->p, whole, local);
-}
-
-static void split_assemble(const rm_tp_split *s, const float *local, float *whole, bool with_replicated)
-{
-    rm_tp_gpt_assemble(&((const rm_tp_gpt *)s->impl)->p, local, whole, with_replicated);
-}
-
-static bool split_replicated(const rm_tp_split *s, size_t i)
-{
-    return rm_tp_gpt_replicated(&((const rm_tp_gpt *)s->impl)->p, i);
+    return rm_tp_gpt_backward(m, x, rows, err);
 }
 
 /* gpt.c's tensors at the local sizes: wte's rows and wpe, each block's twelve, ln_f's two */
-static int split_tensors(const rm_tp_split *s, rm_optim_seg *seg, int cap)
+static int tensors(const rm_tp_gpt_plan *p, rm_optim_seg *seg, int cap)
 {
-    const rm_tp_gpt_plan *p = &((const rm_tp_gpt *)s->impl)->p;
     size_t c = (size_t)p->C, at = (size_t)(p->Vl + p->ctx) * c;
     int n = 0;
 #define SEG(off_, len_, decay_)                                \
@@ -498,14 +437,5 @@ static int split_tensors(const rm_tp_split *s, rm_optim_seg *seg, int cap)
     return n;
 }
 
-const rm_tp_split_ops rm_tp_split_gpt = {
-    .family = "gpt",
-    .init = split_init,
-    .set_rank = split_set_rank,
-    .free = split_free,
-    .train = split_train,
-    .slice = split_slice,
-    .assemble = split_assemble,
-    .replicated = split_replicated,
-    .tensors = split_tensors,
-};
+RM_TP_SPLIT_TABLE(rm_tp_split_gpt, "gpt", rm_tp_gpt, rm_tp_gpt_plan, rm_tp_gpt_plan_make, rm_tp_gpt_init,
+                  rm_tp_gpt_free, rm_tp_gpt_slice, rm_tp_gpt_assemble, rm_tp_gpt_replicated, train, tensors)

@@ -246,77 +246,17 @@ int rm_tp_mlp_backward(rm_tp_mlp *m, const float *x, int rows, rm_err *err)
 
 /* ---- the split as the tensor strategy drives it (tp_split.h) */
 
-static int split_init(rm_tp_split *s, const rm_kernels *k, int max_batch, rm_err *err)
+/* forward, loss (scaled by 1 / rows, as mlp.c's), backward */
+static int train(rm_tp_mlp *m, const void *x, const int32_t *labels, int rows, float *loss_sum, rm_err *err)
 {
-    rm_tp_plan p;
-    RM_CHECK(rm_tp_mlp_plan(&s->shape, s->T, s->t, &p, err));
-    rm_tp_mlp *m = calloc(1, sizeof *m);
-    if (!m)
-        return rm_errf(err, RM_ENOMEM, "tensor: out of memory");
-    int rc = rm_tp_mlp_init(m, k, &p, max_batch, s->ar, s->ud, err);
-    if (rc) {
-        free(m);
-        return rc;
-    }
-    s->impl = m;
-    s->params = m->params;
-    s->grads = m->grads;
-    s->n = p.n;
-    s->nwhole = p.nwhole;
-    return RM_OK;
-}
-
-static int split_set_rank(rm_tp_split *s, int t, rm_err *err)
-{
-    rm_tp_mlp *m = s->impl;
-    rm_tp_plan p;
-    RM_CHECK(rm_tp_mlp_plan(&s->shape, s->T, t, &p, err));
-    m->p = p; /* the same sizes: only the slices move */
-    s->t = t;
-    return RM_OK;
-}
-
-static void split_free(rm_tp_split *s)
-{
-    if (!s || !s->impl)
-        return;
-    rm_tp_mlp_free(s->impl);
-    free(s->impl);
-    s->impl = NULL;
-    s->params = s->grads = NULL;
-}
-
-static int split_train(rm_tp_split *s, const void *x, const int32_t *labels, int rows, float *loss_sum,
-                       rm_err *err)
-{
-    rm_tp_mlp *m = s->impl;
     RM_CHECK(rm_tp_mlp_forward(m, x, rows, err));
     rm_tp_mlp_loss(m, labels, rows, 1.0f / (float)rows, loss_sum);
-    RM_CHECK(rm_tp_mlp_backward(m, x, rows, err));
-    s->fwd_floats = m->fwd_floats;
-    s->bwd_floats = m->bwd_floats;
-    return RM_OK;
-}
-
-static void split_slice(const rm_tp_split *s, const float *whole, float *local)
-{
-    rm_tp_slice(&((const rm_tp_mlp *)s->impl)->p, whole, local);
-}
-
-static void split_assemble(const rm_tp_split *s, const float *local, float *whole, bool with_replicated)
-{
-    rm_tp_assemble(&((const rm_tp_mlp *)s->impl)->p, local, whole, with_replicated);
-}
-
-static bool split_replicated(const rm_tp_split *s, size_t i)
-{
-    return rm_tp_replicated(&((const rm_tp_mlp *)s->impl)->p, i);
+    return rm_tp_mlp_backward(m, x, rows, err);
 }
 
 /* each layer's W (decayed) and b */
-static int split_tensors(const rm_tp_split *s, rm_optim_seg *seg, int cap)
+static int tensors(const rm_tp_plan *p, rm_optim_seg *seg, int cap)
 {
-    const rm_tp_plan *p = &((const rm_tp_mlp *)s->impl)->p;
     int n = 0;
     for (int l = 0; l < p->L; l++) {
         size_t w = (size_t)p->l[l].in * (size_t)p->l[l].out;
@@ -329,14 +269,5 @@ static int split_tensors(const rm_tp_split *s, rm_optim_seg *seg, int cap)
     return n;
 }
 
-const rm_tp_split_ops rm_tp_split_mlp = {
-    .family = "mlp",
-    .init = split_init,
-    .set_rank = split_set_rank,
-    .free = split_free,
-    .train = split_train,
-    .slice = split_slice,
-    .assemble = split_assemble,
-    .replicated = split_replicated,
-    .tensors = split_tensors,
-};
+RM_TP_SPLIT_TABLE(rm_tp_split_mlp, "mlp", rm_tp_mlp, rm_tp_plan, rm_tp_mlp_plan, rm_tp_mlp_init,
+                  rm_tp_mlp_free, rm_tp_slice, rm_tp_assemble, rm_tp_replicated, train, tensors)

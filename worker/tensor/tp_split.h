@@ -67,6 +67,92 @@ struct rm_tp_split_ops {
     int (*tensors)(const rm_tp_split *s, rm_optim_seg *seg, int cap);
 };
 
+/* A family's table, stamped out once per family (at the end of its .c, which includes <stdlib.h>)
+ * so the entries every family shares are written once: `const rm_tp_split_ops TABLE` for family
+ * FAMILY over its split model type MODEL (its plan in field p, its pieces in params / grads, its
+ * traffic in fwd_floats / bwd_floats) of plan type PLAN, through its functions
+ * PLAN_FN(shape, T, t, &plan, err), INIT_FN(m, k, &plan, max_batch, ar, ud, err), FREE_FN(m),
+ * SLICE_FN(&plan, whole, local), ASSEMBLE_FN(&plan, local, whole, with_rep),
+ * REPLICATED_FN(&plan, i), and two the family defines before it:
+ * static int TRAIN_FN(MODEL *m, const void *x, const int32_t *labels, int rows, float *loss_sum,
+ * rm_err *err) (forward, loss, backward) and static int TENSORS_FN(const PLAN *p, rm_optim_seg
+ * *seg, int cap) (the tensors entry). */
+#define RM_TP_SPLIT_TABLE(TABLE, FAMILY, MODEL, PLAN, PLAN_FN, INIT_FN, FREE_FN, SLICE_FN, ASSEMBLE_FN,      \
+                          REPLICATED_FN, TRAIN_FN, TENSORS_FN)                                               \
+    static int split_init(rm_tp_split *s, const rm_kernels *k, int max_batch, rm_err *err)                   \
+    {                                                                                                        \
+        PLAN p;                                                                                              \
+        RM_CHECK(PLAN_FN(&s->shape, s->T, s->t, &p, err));                                                   \
+        MODEL *m = calloc(1, sizeof *m);                                                                     \
+        if (!m)                                                                                              \
+            return rm_errf(err, RM_ENOMEM, "tensor: out of memory");                                         \
+        int rc = INIT_FN(m, k, &p, max_batch, s->ar, s->ud, err);                                            \
+        if (rc) {                                                                                            \
+            free(m);                                                                                         \
+            return rc;                                                                                       \
+        }                                                                                                    \
+        s->impl = m;                                                                                         \
+        s->params = m->params;                                                                               \
+        s->grads = m->grads;                                                                                 \
+        s->n = p.n;                                                                                          \
+        s->nwhole = p.nwhole;                                                                                \
+        return RM_OK;                                                                                        \
+    }                                                                                                        \
+    static int split_set_rank(rm_tp_split *s, int t, rm_err *err)                                            \
+    {                                                                                                        \
+        MODEL *m = s->impl;                                                                                  \
+        PLAN p;                                                                                              \
+        RM_CHECK(PLAN_FN(&s->shape, s->T, t, &p, err));                                                      \
+        m->p = p; /* the same sizes: only the slices move */                                                 \
+        s->t = t;                                                                                            \
+        return RM_OK;                                                                                        \
+    }                                                                                                        \
+    static void split_free(rm_tp_split *s)                                                                   \
+    {                                                                                                        \
+        if (!s || !s->impl)                                                                                  \
+            return;                                                                                          \
+        FREE_FN(s->impl);                                                                                    \
+        free(s->impl);                                                                                       \
+        s->impl = NULL;                                                                                      \
+        s->params = s->grads = NULL;                                                                         \
+    }                                                                                                        \
+    static int split_train(rm_tp_split *s, const void *x, const int32_t *labels, int rows, float *loss_sum,  \
+                           rm_err *err)                                                                      \
+    {                                                                                                        \
+        MODEL *m = s->impl;                                                                                  \
+        RM_CHECK(TRAIN_FN(m, x, labels, rows, loss_sum, err));                                               \
+        s->fwd_floats = m->fwd_floats;                                                                       \
+        s->bwd_floats = m->bwd_floats;                                                                       \
+        return RM_OK;                                                                                        \
+    }                                                                                                        \
+    static void split_slice(const rm_tp_split *s, const float *whole, float *local)                          \
+    {                                                                                                        \
+        SLICE_FN(&((const MODEL *)s->impl)->p, whole, local);                                                \
+    }                                                                                                        \
+    static void split_assemble(const rm_tp_split *s, const float *local, float *whole, bool with_replicated) \
+    {                                                                                                        \
+        ASSEMBLE_FN(&((const MODEL *)s->impl)->p, local, whole, with_replicated);                            \
+    }                                                                                                        \
+    static bool split_replicated(const rm_tp_split *s, size_t i)                                             \
+    {                                                                                                        \
+        return REPLICATED_FN(&((const MODEL *)s->impl)->p, i);                                               \
+    }                                                                                                        \
+    static int split_tensors(const rm_tp_split *s, rm_optim_seg *seg, int cap)                               \
+    {                                                                                                        \
+        return TENSORS_FN(&((const MODEL *)s->impl)->p, seg, cap);                                           \
+    }                                                                                                        \
+    const rm_tp_split_ops TABLE = {                                                                          \
+        .family = FAMILY,                                                                                    \
+        .init = split_init,                                                                                  \
+        .set_rank = split_set_rank,                                                                          \
+        .free = split_free,                                                                                  \
+        .train = split_train,                                                                                \
+        .slice = split_slice,                                                                                \
+        .assemble = split_assemble,                                                                          \
+        .replicated = split_replicated,                                                                      \
+        .tensors = split_tensors,                                                                            \
+    };
+
 extern const rm_tp_split_ops rm_tp_split_mlp; /* tp_mlp.c */
 extern const rm_tp_split_ops rm_tp_split_gpt; /* tp_gpt.c */
 #endif
