@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common/worker_env.h"
+#include "tests/unit/testring.h"
 #include "tests/unit/testutil.h"
 #include "worker/comm/comm.h"
 #include "worker/gpu.h"
@@ -408,15 +409,9 @@ static int run_world(world *w, const rm_model_family *fam, const rm_step_ops *op
     for (int i = 0; i < n; i++) {
         w->r[i].w = w;
         w->r[i].rank = i;
-        if (n == 1)
-            continue;
-        int fd = -1, port = 0;
-        CU_ASSERT_EQUAL_FATAL(rm_comm_listen("127.0.0.1", &fd, &port, &e), RM_OK);
-        CU_ASSERT_EQUAL_FATAL(rm_ring_listener_start(fd, 1, "tok", &w->lst[i], &e), RM_OK);
-        w->peers[i].rank = i;
-        snprintf(w->peers[i].addr, sizeof w->peers[i].addr, "127.0.0.1:%d", port);
-        snprintf(w->peers[i].worker_id, sizeof w->peers[i].worker_id, "%d", i);
     }
+    if (n > 1)
+        rm_test_ring_up(n, w->peers, w->lst);
     for (int i = 0; i < n; i++)
         pthread_create(&th[i], NULL, rank_main, &w->r[i]);
     int rc = 0;
@@ -427,9 +422,7 @@ static int run_world(world *w, const rm_model_family *fam, const rm_step_ops *op
             rc = w->r[i].rc;
         }
     }
-    for (int i = 0; i < n; i++)
-        if (w->lst[i])
-            rm_ring_listener_free(w->lst[i]);
+    rm_test_ring_down(n, w->lst);
     return rc;
 }
 

@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "common/worker_env.h"
+#include "tests/unit/testring.h"
 #include "tests/unit/testutil.h"
 #include "worker/comm/comm.h"
 #include "worker/gpu.h"
@@ -251,19 +252,12 @@ static int trun(tworld *w, bool gpt, int n, int T, int step0, int steps, const v
     w->restore = restore;
     w->restore_t = restore_t;
     w->save = save;
-    rm_err e = {0};
     for (int i = 0; i < n; i++) {
         w->r[i].w = w;
         w->r[i].rank = i;
-        if (n == 1)
-            continue;
-        int fd = -1, port = 0;
-        CU_ASSERT_EQUAL_FATAL(rm_comm_listen("127.0.0.1", &fd, &port, &e), RM_OK);
-        CU_ASSERT_EQUAL_FATAL(rm_ring_listener_start(fd, 1, "tok", &w->lst[i], &e), RM_OK);
-        w->peers[i].rank = i;
-        snprintf(w->peers[i].addr, sizeof w->peers[i].addr, "127.0.0.1:%d", port);
-        snprintf(w->peers[i].worker_id, sizeof w->peers[i].worker_id, "%d", i);
     }
+    if (n > 1)
+        rm_test_ring_up(n, w->peers, w->lst);
     char par[64];
     snprintf(par, sizeof par, "{\"tensorParallel\": %d}", T);
     if (T > 1)
@@ -280,9 +274,7 @@ static int trun(tworld *w, bool gpt, int n, int T, int step0, int steps, const v
         }
     }
     unsetenv(RM_ENV_PARALLELISM);
-    for (int i = 0; i < n; i++)
-        if (w->lst[i])
-            rm_ring_listener_free(w->lst[i]);
+    rm_test_ring_down(n, w->lst);
     return rc;
 }
 
