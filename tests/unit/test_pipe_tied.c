@@ -16,7 +16,6 @@
 #include "common/worker_env.h"
 #include "tests/unit/testring.h"
 #include "tests/unit/testutil.h"
-#include "worker/comm/comm.h"
 #include "worker/gpu.h"
 #include "worker/model/model.h"
 #include "worker/optim/optim.h"
@@ -66,12 +65,11 @@ static void *trank_main(void *arg)
     rm_optim o;
     rm_amp amp;
     rm_step *st = NULL;
-    rm_comm *comm = NULL;
+    rm_step_round rd = {0}; /* rd.comm: this rank's comm, once made */
     memset(&m, 0, sizeof m);
     memset(&o, 0, sizeof o);
     memset(&amp, 0, sizeof amp);
     rm_err *e = &r->err;
-    const rm_comm_ops *cops = w->n == 1 ? rm_comm_local_ops() : rm_comm_ring_ops();
     if ((r->rc = rm_model_init(&m, k, &rm_model_gpt, &w->shape, TB, e)) ||
         (r->rc = rm_optim_init(&o, k, &w->os, m.nparams, e)) ||
         (r->rc = rm_amp_init(&amp, k, RM_PREC_FP32, e)))
@@ -89,23 +87,9 @@ static void *trank_main(void *arg)
                        .epochs = 1};
     if ((r->rc = w->ops->init(&env, &st, e)))
         goto out;
-    rm_comm_cfg cc = {.rank = r->rank,
-                      .world_size = w->n,
-                      .epoch = 1,
-                      .peers = w->n == 1 ? NULL : w->peers,
-                      .token = "tok",
-                      .listener = w->lst[r->rank],
-                      .listen_fd = -1,
-                      .timeout_s = 20};
-    if ((r->rc = cops->init(&cc, &comm, e)))
+    r->rc = rm_test_ring_round(w->n, r->rank, w->peers, w->lst, &rd, e);
+    if (r->rc)
         goto out;
-    rm_step_round rd = {.ops = cops,
-                        .comm = comm,
-                        .rank = r->rank,
-                        .world = w->n,
-                        .peers = w->n == 1 ? NULL : w->peers,
-                        .listener = w->lst[r->rank],
-                        .epoch = 1};
     if ((r->rc = w->ops->round_begin(st, &rd, e)) || (r->rc = w->ops->state_fresh(st, 5, e)))
         goto out;
     int P = w->P, stage = r->rank % P, replica = r->rank / P;
@@ -138,8 +122,8 @@ out:
         w->ops->round_end(st);
         w->ops->destroy(st);
     }
-    if (comm)
-        cops->destroy(comm);
+    if (rd.comm)
+        rd.ops->destroy(rd.comm);
     rm_amp_free(&amp);
     rm_optim_free(&o);
     rm_model_free(&m);

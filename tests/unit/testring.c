@@ -26,3 +26,20 @@ void rm_test_ring_down(int n, rm_ring_listener **lst)
             lst[i] = NULL;
         }
 }
+
+int rm_test_ring_round(int n, int rank, const rm_rdzv_peer *peers, rm_ring_listener **lst, rm_step_round *rd,
+                       rm_err *err)
+{
+    const rm_comm_ops *ops = n == 1 ? rm_comm_local_ops() : rm_comm_ring_ops();
+    rm_comm_cfg cc = {.rank = rank,
+                      .world_size = n,
+                      .epoch = 1,
+                      .peers = n == 1 ? NULL : peers,
+                      .token = "tok",
+                      .listener = n == 1 ? NULL : lst[rank],
+                      .listen_fd = -1,
+                      .timeout_s = 20};
+    *rd = (rm_step_round){
+        .ops = ops, .rank = rank, .world = n, .peers = cc.peers, .listener = cc.listener, .epoch = 1};
+    return ops->init(&cc, &rd->comm, err);
+}
