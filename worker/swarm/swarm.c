@@ -1,4 +1,5 @@
-/* swarm.c — the worker swarm (swarm.h): simulated workers on one epoll loop.
+/* swarm.c — the worker swarm (swarm.h): simulated workers on one epoll loop; the engine is shared
+ * with the kubelet mode (swarm_kubelet.c) through swarm_internal.h.
  *
  * Each worker is a small state machine driven by two things: its connection (a request written,
  * its reply read) and its timer (the next report, a late first join, a back-off, noticing a dead
@@ -7,6 +8,7 @@
  * next request; a request whose reply never came whole is sent again on a new connection (every
  * request of the protocol may be repeated). */
 #include "worker/swarm/swarm.h"
+#include "worker/swarm/swarm_internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -24,70 +26,28 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-
-enum { OP_NONE, OP_JOIN, OP_KV_PUT, OP_KV_GET, OP_REPORT };
-enum { T_NONE, T_JOIN, T_REPORT, T_RETRY, T_NOTICE };
-enum { W_LIVE, W_DEAD, W_HUNG, W_DONE };
+#include "common/log.h"
 
 #define OUT_CAP 1536
 #define BACKOFF_MIN_S 0.05
 #define BACKOFF_MAX_S 1.0
 #define MAX_TRIES 40 /* one request's failed sends before the worker counts an error */
 
-typedef struct sw_worker {
-    int fd;         /* -1 = no connection */
-    int heap;       /* index in the timer heap, -1 = no timer */
-    double due;     /* the timer's monotonic time */
-    uint8_t state;  /* W_* */
-    uint8_t op;     /* the request in flight (OP_NONE = none) */
-    uint8_t timer;  /* what the timer does */
-    bool connected; /* the connect finished */
-    bool notice;    /* a neighbour died: re-join as soon as the request in flight ends */
-    bool reported;  /* sent a report in the current epoch that answered "continue" */
-    int epoch, rank, world;
-    int last_epoch; /* the lastEpoch of the next join */
-    int tries;      /* failed sends of the request in flight */
-    double backoff;
-    double train_start;
-    char *out; /* the request (OUT_CAP bytes, allocated at the first request) */
-    size_t out_len, out_off;
-    char *in; /* the reply so far (grown up to RM_SWARM_MAX_REPLY) */
-    size_t in_len, in_cap;
-} sw_worker;
-
-typedef struct ep_round {
-    int world;
-    int assigned, trained;
-    double formed, trained_at; /* seconds since start */
-    uint8_t *ranks;            /* rank seen (world bytes) */
-    bool counted;
-} ep_round;
-
-typedef struct swarm {
-    const rm_swarm_cfg *cfg;
-    rm_swarm_stats *st;
-    sw_worker *w;
-    int *heap, nheap;
-    int ep;
-    double t0;
-    struct sockaddr_in dst;
-    bool spread; /* one source address per worker (loopback only) */
-    char host[64], path[280], auth[300];
-    bool first_trained;
-    bool faulted;
-    ep_round rounds[RM_SWARM_MAX_EPOCHS + 1];
-} swarm;
-
 static void sw_error(swarm *s, const char *fmt, ...) RM_PRINTF(2, 3);
 static void sw_error(swarm *s, const char *fmt, ...)
 {
     s->st->errors++;
-    if (s->st->first_error[0])
+    if (s->st->first_error[0] && !s->log_errors)
         return;
+    char msg[sizeof s->st->first_error];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(s->st->first_error, sizeof s->st->first_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    if (!s->st->first_error[0])
+        memcpy(s->st->first_error, msg, sizeof msg);
+    if (s->log_errors)
+        rm_warn("swarm: protocol error err=\"%s\"", msg);
 }
 
 /* ---------------- the timer heap ---------------- */
@@ -120,7 +80,7 @@ static void heap_fix(swarm *s, int i)
     }
 }
 
-static void timer_cancel(swarm *s, int id)
+void sw_timer_cancel(swarm *s, int id)
 {
     int i = s->w[id].heap;
     if (i < 0)
@@ -134,7 +94,7 @@ static void timer_cancel(swarm *s, int id)
     heap_fix(s, i);
 }
 
-static void timer_set(swarm *s, int id, int what, double due)
+void sw_timer_set(swarm *s, int id, int what, double due)
 {
     sw_worker *w = &s->w[id];
     w->due = due;
@@ -148,7 +108,7 @@ static void timer_set(swarm *s, int id, int what, double due)
 
 /* ---------------- connections ---------------- */
 
-static void conn_close(swarm *s, sw_worker *w)
+void sw_conn_close(swarm *s, sw_worker *w)
 {
     if (w->fd >= 0) {
         epoll_ctl(s->ep, EPOLL_CTL_DEL, w->fd, NULL);
@@ -166,18 +126,16 @@ static int conn_open(swarm *s, int id)
         return -errno;
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    if (s->spread) {
+    if (w->job->spread) {
         struct sockaddr_in src = {.sin_family = AF_INET};
-        int n = id + s->cfg->id_base;
-        src.sin_addr.s_addr =
-            htonl((127u << 24) | (100u << 16) | ((unsigned)(n / 250 % 256) << 8) | (unsigned)(1 + n % 250));
+        src.sin_addr.s_addr = htonl(w->addr);
         if (bind(fd, (struct sockaddr *)&src, sizeof src) != 0) {
             int e = errno;
             close(fd);
             return -e;
         }
     }
-    if (connect(fd, (struct sockaddr *)&s->dst, sizeof s->dst) != 0 && errno != EINPROGRESS) {
+    if (connect(fd, (struct sockaddr *)&w->job->dst, sizeof w->job->dst) != 0 && errno != EINPROGRESS) {
         int e = errno;
         close(fd);
         return -e;
@@ -193,44 +151,57 @@ static int conn_open(swarm *s, int id)
     return 0;
 }
 
-static void drive(swarm *s, int id);
 static void on_reply(swarm *s, int id, int op, int status, const char *body, size_t len);
 
 /* Build the request for op into w->out. */
 static void build(swarm *s, int id, int op)
 {
     sw_worker *w = &s->w[id];
-    int wid = s->cfg->id_base + id;
-    char body[320], line[330];
+    const sw_job *j = w->job;
+    int wid = w->wid;
+    char body[480], line[330];
     const char *method = "POST";
     body[0] = 0;
     switch (op) {
-    case OP_JOIN: {
-        int n = wid + 1;
+    case OP_JOIN:
         snprintf(body, sizeof body,
-                 "{\"workerId\":\"%d\",\"addr\":\"127.100.%d.%d:29500\",\"lastEpoch\":%d,"
+                 "{\"workerId\":\"%d\",\"addr\":\"%u.%u.%u.%u:29500\",\"lastEpoch\":%d,"
                  "\"node\":\"swarm-%d\"}",
-                 wid, n / 250 % 256, 1 + n % 250, w->last_epoch, wid / 8);
-        snprintf(line, sizeof line, "%s/join", s->path);
+                 wid, w->addr >> 24, (w->addr >> 16) & 255u, (w->addr >> 8) & 255u, w->addr & 255u,
+                 w->last_epoch, wid / 8);
+        snprintf(line, sizeof line, "%s/join", j->path);
         break;
-    }
     case OP_KV_PUT:
         method = "PUT";
         snprintf(body, sizeof body, "swarm-bootstrap-%d", w->epoch);
-        snprintf(line, sizeof line, "%s/kv/%d/bootstrap", s->path, w->epoch);
+        snprintf(line, sizeof line, "%s/kv/%d/bootstrap", j->path, w->epoch);
         break;
     case OP_KV_GET:
         method = "GET";
-        snprintf(line, sizeof line, "%s/kv/%d/bootstrap?wait=10", s->path, w->epoch);
+        snprintf(line, sizeof line, "%s/kv/%d/bootstrap?wait=10", j->path, w->epoch);
         break;
     default: {
         double now = rm_mono();
-        long long step = (long long)((now - w->train_start) / s->cfg->step_s);
-        snprintf(body, sizeof body,
-                 "{\"workerId\":\"%d\",\"epoch\":%d,\"rank\":%d,\"step\":%lld,\"trainEpoch\":1,"
-                 "\"loss\":%.4f,\"samplesPerSecond\":%.1f,\"state\":\"training\"}",
-                 wid, w->epoch, w->rank, step, 2.0 / (1.0 + (double)step), 1.0 / s->cfg->step_s);
-        snprintf(line, sizeof line, "%s/report", s->path);
+        long long step = w->step0 + (long long)((now - w->train_start) / s->cfg->step_s);
+        if (w->steps > 0 && step >= w->steps) { /* the last report: "done", with the result */
+            step = w->steps;
+            w->final = true;
+        }
+        if (step > w->job->high_step)
+            w->job->high_step = step;
+        double loss = 2.0 / (1.0 + (double)step), rate = 1.0 / s->cfg->step_s;
+        int bn = snprintf(body, sizeof body,
+                          "{\"workerId\":\"%d\",\"epoch\":%d,\"rank\":%d,\"step\":%lld,\"trainEpoch\":1,"
+                          "\"loss\":%.4f,\"samplesPerSecond\":%.1f,\"state\":\"%s\"",
+                          wid, w->epoch, w->rank, step, loss, rate, w->final ? "done" : "training");
+        if (w->final && bn > 0 && (size_t)bn < sizeof body)
+            snprintf(body + bn, sizeof body - (size_t)bn,
+                     ",\"result\":{\"testAccuracy\":%.4f,\"trainLoss\":%.4f,\"steps\":%lld,"
+                     "\"seconds\":%.3f,\"samplesPerSecond\":%.1f}",
+                     1.0 - loss / 2, loss, step, now - w->train_start, rate);
+        bn = (int)strlen(body);
+        snprintf(body + bn, sizeof body - (size_t)bn, "}");
+        snprintf(line, sizeof line, "%s/report", j->path);
         break;
     }
     }
@@ -238,7 +209,7 @@ static void build(swarm *s, int id, int op)
     int n = snprintf(w->out, OUT_CAP,
                      "%s %s HTTP/1.1\r\nHost: %s\r\n%s\r\nContent-Type: application/json\r\n"
                      "Content-Length: %zu\r\n\r\n%s",
-                     method, line, s->host, s->auth, bl, body);
+                     method, line, j->host, j->auth, bl, body);
     w->out_len = n > 0 && n < OUT_CAP ? (size_t)n : 0;
     w->out_off = 0;
     w->op = (uint8_t)op;
@@ -257,12 +228,12 @@ static void send_req(swarm *s, int id)
         if (rc != 0) {
             if (++w->tries >= MAX_TRIES)
                 sw_error(s, "worker %d: cannot connect: %s", id, strerror(-rc));
-            timer_set(s, id, T_RETRY, rm_mono() + w->backoff);
+            sw_timer_set(s, id, T_RETRY, rm_mono() + w->backoff);
             w->backoff = w->backoff * 2 > BACKOFF_MAX_S ? BACKOFF_MAX_S : w->backoff * 2;
             return;
         }
     }
-    drive(s, id);
+    sw_drive(s, id);
 }
 
 static void request(swarm *s, int id, int op)
@@ -282,14 +253,14 @@ static void request(swarm *s, int id, int op)
 static void resend(swarm *s, int id)
 {
     sw_worker *w = &s->w[id];
-    conn_close(s, w);
+    sw_conn_close(s, w);
     s->st->reconnects++;
     if (++w->tries >= MAX_TRIES) {
         sw_error(s, "worker %d: no reply after %d tries", id, w->tries);
         w->tries = 0;
     }
     if (w->tries > 2) { /* the first retries at once: an idle connection cut by the server */
-        timer_set(s, id, T_RETRY, rm_mono() + w->backoff);
+        sw_timer_set(s, id, T_RETRY, rm_mono() + w->backoff);
         w->backoff = w->backoff * 2 > BACKOFF_MAX_S ? BACKOFF_MAX_S : w->backoff * 2;
         return;
     }
@@ -333,7 +304,7 @@ static int parse_reply(sw_worker *w, int *status, size_t *body_off, size_t *body
 }
 
 /* Progress on w's connection: connect, write, read, as far as the socket allows. */
-static void drive(swarm *s, int id)
+void sw_drive(swarm *s, int id)
 {
     sw_worker *w = &s->w[id];
     if (w->fd < 0)
@@ -345,7 +316,7 @@ static void drive(swarm *s, int id)
             if (w->op != OP_NONE)
                 resend(s, id);
             else
-                conn_close(s, w);
+                sw_conn_close(s, w);
             return;
         }
         /* connected once writable; until then a write fails with EAGAIN */
@@ -367,7 +338,7 @@ static void drive(swarm *s, int id)
             size_t nc = w->in_cap ? w->in_cap * 2 : 8192;
             if (nc > RM_SWARM_MAX_REPLY + 16384) {
                 sw_error(s, "worker %d: reply over %u bytes", id, RM_SWARM_MAX_REPLY);
-                conn_close(s, w);
+                sw_conn_close(s, w);
                 return;
             }
             char *ni = realloc(w->in, nc);
@@ -383,7 +354,7 @@ static void drive(swarm *s, int id)
             w->connected = true;
             if (w->op == OP_NONE) { /* bytes nobody asked for */
                 sw_error(s, "worker %d: unexpected bytes from the server", id);
-                conn_close(s, w);
+                sw_conn_close(s, w);
                 return;
             }
             w->in_len += (size_t)n;
@@ -393,7 +364,7 @@ static void drive(swarm *s, int id)
             break;
         /* closed or reset: an idle connection is simply gone; a request is sent again */
         if (w->op == OP_NONE)
-            conn_close(s, w);
+            sw_conn_close(s, w);
         else
             resend(s, id);
         return;
@@ -412,7 +383,7 @@ static void drive(swarm *s, int id)
         return;
     }
     if (close_after)
-        conn_close(s, w);
+        sw_conn_close(s, w);
     w->in[boff + blen] = 0;
     int op = w->op;
     w->op = OP_NONE;
@@ -463,7 +434,7 @@ static double since(const swarm *s)
 
 static ep_round *round_of(swarm *s, int epoch)
 {
-    return epoch >= 1 && epoch <= RM_SWARM_MAX_EPOCHS ? &s->rounds[epoch] : NULL;
+    return s->rounds_on && epoch >= 1 && epoch <= RM_SWARM_MAX_EPOCHS ? &s->rounds[epoch] : NULL;
 }
 
 /* A round is complete once every member trained: it is counted in the stats, in epoch order. */
@@ -483,8 +454,20 @@ static void start_training(swarm *s, int id)
 {
     sw_worker *w = &s->w[id];
     w->train_start = rm_mono();
+    w->step0 = w->job->high_step;
     w->reported = false;
+    w->final = false;
     request(s, id, OP_REPORT);
+}
+
+/* w ended on its own: the rendezvous said stop, or its last report went out (exit 0). */
+static void finish(swarm *s, int id)
+{
+    sw_worker *w = &s->w[id];
+    w->state = W_DONE;
+    sw_conn_close(s, w);
+    if (s->on_end)
+        s->on_end(s, id, 0);
 }
 
 static void rejoin(swarm *s, int id, int last_epoch)
@@ -492,7 +475,7 @@ static void rejoin(swarm *s, int id, int last_epoch)
     sw_worker *w = &s->w[id];
     w->last_epoch = last_epoch;
     w->notice = false;
-    timer_cancel(s, id);
+    sw_timer_cancel(s, id);
     request(s, id, OP_JOIN);
 }
 
@@ -508,7 +491,7 @@ static void on_join(swarm *s, int id, int status, const char *body, size_t len)
         !top_int(body, len, "worldSize", &world) || rank < 0 || rank >= world || world < 1 ||
         world > s->cfg->count) {
         sw_error(s, "worker %d: join answered %d: %.120s", id, status, body);
-        timer_set(s, id, T_JOIN, rm_mono() + 1.0);
+        sw_timer_set(s, id, T_JOIN, rm_mono() + 1.0);
         return;
     }
     w->epoch = (int)epoch;
@@ -546,12 +529,11 @@ static void on_reply(swarm *s, int id, int op, int status, const char *body, siz
     if (w->state != W_LIVE)
         return;
     if (status == 409) { /* stop */
-        w->state = W_DONE;
-        conn_close(s, w);
+        finish(s, id);
         return;
     }
     if (status == 503 || status == 502) { /* the server is going away or busy: again */
-        timer_set(s, id, T_RETRY, rm_mono() + BACKOFF_MAX_S);
+        sw_timer_set(s, id, T_RETRY, rm_mono() + BACKOFF_MAX_S);
         return;
     }
     bool is_put = op == OP_KV_PUT, is_get = op == OP_KV_GET;
@@ -580,10 +562,14 @@ static void on_reply(swarm *s, int id, int op, int status, const char *body, siz
     const char *act = status == 200 ? strstr(body, "\"action\":\"") : NULL;
     if (!act) {
         sw_error(s, "worker %d: report answered %d: %.120s", id, status, body);
-        timer_set(s, id, T_REPORT, rm_mono() + s->cfg->report_s);
+        sw_timer_set(s, id, T_REPORT, rm_mono() + s->cfg->report_s);
         return;
     }
     act += 10;
+    if (w->final) { /* the "done" report went out: whatever the answer, the worker exits 0 */
+        finish(s, id);
+        return;
+    }
     if (strncmp(act, "continue", 8) == 0) {
         if (!w->reported) {
             w->reported = true;
@@ -594,12 +580,16 @@ static void on_reply(swarm *s, int id, int op, int status, const char *body, siz
                 round_check(s, w->epoch);
             }
         }
-        timer_set(s, id, T_REPORT, rm_mono() + s->cfg->report_s);
+        double due = rm_mono() + s->cfg->report_s;
+        if (w->steps > 0) { /* the last step ends before the next report: report "done" then */
+            double end = w->train_start + (double)(w->steps - w->step0) * s->cfg->step_s + 1e-3;
+            due = end < due ? end : due;
+        }
+        sw_timer_set(s, id, T_REPORT, due);
     } else if (strncmp(act, "rejoin", 6) == 0) {
         rejoin(s, id, w->epoch);
     } else {
-        w->state = W_DONE;
-        conn_close(s, w);
+        finish(s, id);
     }
 }
 
@@ -631,6 +621,17 @@ static void on_timer(swarm *s, int id)
     }
 }
 
+void sw_fire_timers(swarm *s, double now)
+{
+    while (s->nheap > 0 && s->w[s->heap[0]].due <= now) {
+        int id = s->heap[0];
+        int what = s->w[id].timer;
+        sw_timer_cancel(s, id);
+        s->w[id].timer = (uint8_t)what;
+        on_timer(s, id);
+    }
+}
+
 /* The k-th of n victims, spread over the ids (never worker 0: rank 0 publishes the bootstrap). */
 static int victim(int k, int n, int count)
 {
@@ -647,11 +648,11 @@ static void faults(swarm *s)
         sw_worker *w = &s->w[id];
         if (w->state != W_LIVE)
             continue;
-        timer_cancel(s, id);
+        sw_timer_cancel(s, id);
         w->op = OP_NONE;
         if (k < c->kill) {
             w->state = W_DEAD;
-            conn_close(s, w);
+            sw_conn_close(s, w);
         } else {
             w->state = W_HUNG; /* its connection stays open, silent */
         }
@@ -666,7 +667,7 @@ static void faults(swarm *s)
             if (n->op != OP_NONE) {
                 n->notice = true; /* after its request in flight */
             } else {
-                timer_set(s, nb, T_NOTICE, rm_mono() + c->detect_s);
+                sw_timer_set(s, nb, T_NOTICE, rm_mono() + c->detect_s);
             }
             break;
         }
@@ -675,21 +676,37 @@ static void faults(swarm *s)
     s->st->fault_s = since(s);
 }
 
-static bool url_parse(swarm *s, const char *url, rm_err *err)
+bool sw_job_init(sw_job *j, const char *url, const char *job, const char *token, rm_err *err)
 {
     unsigned a, b, c, d, port;
     char tail;
+    if (!url) {
+        rm_err_field(err, RM_EINVAL, "url", "is required");
+        return false;
+    }
     if (strncmp(url, "http://", 7) != 0 ||
         sscanf(url + 7, "%u.%u.%u.%u:%u%c", &a, &b, &c, &d, &port, &tail) != 5 || a > 255 || b > 255 ||
         c > 255 || d > 255 || port < 1 || port > 65535) {
         rm_err_field(err, RM_EINVAL, "url", "\"%.100s\" must be http://A.B.C.D:PORT", url);
         return false;
     }
-    s->dst.sin_family = AF_INET;
-    s->dst.sin_port = htons((uint16_t)port);
-    s->dst.sin_addr.s_addr = htonl((a << 24) | (b << 16) | (c << 8) | d);
-    s->spread = a == 127;
-    snprintf(s->host, sizeof s->host, "%u.%u.%u.%u:%u", a, b, c, d, port);
+    if (!job || !strchr(job, '/') || strlen(job) > 255) {
+        rm_err_field(err, RM_EINVAL, "job", "must be namespace/name");
+        return false;
+    }
+    if (!token || !*token || strlen(token) > 255 || strpbrk(token, "\r\n")) {
+        rm_err_field(err, RM_EINVAL, "token", "must be one line of 1..255 bytes");
+        return false;
+    }
+    memset(j, 0, sizeof *j);
+    j->dst.sin_family = AF_INET;
+    j->dst.sin_port = htons((uint16_t)port);
+    j->dst.sin_addr.s_addr = htonl((a << 24) | (b << 16) | (c << 8) | d);
+    j->spread = a == 127;
+    snprintf(j->host, sizeof j->host, "%u.%u.%u.%u:%u", a, b, c, d, port);
+    const char *slash = strchr(job, '/');
+    snprintf(j->path, sizeof j->path, "/v1/jobs/%.*s/%s", (int)(slash - job), job, slash + 1);
+    snprintf(j->auth, sizeof j->auth, "Authorization: Bearer %s", token);
     return true;
 }
 
@@ -715,13 +732,13 @@ int rm_swarm_run(const rm_swarm_cfg *cfg, rm_swarm_stats *st_out, rm_err *err)
     rm_swarm_stats st_local;
     rm_swarm_stats *st = st_out ? st_out : &st_local;
     memset(st, 0, sizeof *st);
-    swarm s = {.cfg = cfg, .st = st, .ep = -1};
-    if (!cfg->url || !url_parse(&s, cfg->url, err))
-        return err && err->code ? err->code : rm_err_field(err, RM_EINVAL, "url", "is required");
-    if (!cfg->job || !strchr(cfg->job, '/') || strlen(cfg->job) > 255)
-        return rm_err_field(err, RM_EINVAL, "job", "must be namespace/name");
-    if (!cfg->token || !*cfg->token || strlen(cfg->token) > 255 || strpbrk(cfg->token, "\r\n"))
-        return rm_err_field(err, RM_EINVAL, "token", "must be one line of 1..255 bytes");
+    swarm s = {.cfg = cfg, .st = st, .ep = -1, .rounds_on = true};
+    rm_err jerr = {0};
+    if (!sw_job_init(&s.job, cfg->url, cfg->job, cfg->token, &jerr)) {
+        if (err)
+            *err = jerr;
+        return jerr.code;
+    }
     if (cfg->count < 1 || cfg->count > RM_SWARM_MAX_COUNT)
         return rm_err_field(err, RM_EINVAL, "count", "%d must be 1..%d", cfg->count, RM_SWARM_MAX_COUNT);
     if (cfg->id_base < 0 || cfg->id_base > 1000000)
@@ -752,9 +769,6 @@ int rm_swarm_run(const rm_swarm_cfg *cfg, rm_swarm_stats *st_out, rm_err *err)
             return rm_errf(err, RM_EIO, "setrlimit(RLIMIT_NOFILE, %llu): %s", (unsigned long long)rl.rlim_max,
                            strerror(errno));
     }
-    const char *slash = strchr(cfg->job, '/');
-    snprintf(s.path, sizeof s.path, "/v1/jobs/%.*s/%s", (int)(slash - cfg->job), cfg->job, slash + 1);
-    snprintf(s.auth, sizeof s.auth, "Authorization: Bearer %s", cfg->token);
     int rc = RM_OK;
     s.w = calloc((size_t)cfg->count, sizeof *s.w);
     s.heap = calloc((size_t)cfg->count, sizeof *s.heap);
@@ -766,14 +780,19 @@ int rm_swarm_run(const rm_swarm_cfg *cfg, rm_swarm_stats *st_out, rm_err *err)
     double cpu0 = cpu_now();
     s.t0 = rm_mono();
     for (int i = 0; i < cfg->count; i++) {
+        int n = cfg->id_base + i;
         s.w[i].fd = -1;
         s.w[i].heap = -1;
+        s.w[i].job = &s.job;
+        s.w[i].wid = n;
+        s.w[i].addr =
+            (127u << 24) | (100u << 16) | ((unsigned)(n / 250 % 256) << 8) | (unsigned)(1 + n % 250);
     }
     /* first joins: the slow ones late, the rest at once (spread over the first 10 ms) */
     for (int i = 0; i < cfg->count; i++) {
         bool slow = cfg->slow > 0 &&
                     (long long)i * cfg->slow / cfg->count != (long long)(i + 1) * cfg->slow / cfg->count;
-        timer_set(&s, i, T_JOIN, s.t0 + (slow ? cfg->slow_join_s : 0.01 * i / cfg->count));
+        sw_timer_set(&s, i, T_JOIN, s.t0 + (slow ? cfg->slow_join_s : 0.01 * i / cfg->count));
     }
     struct epoll_event evs[256];
     double deadline = s.t0 + cfg->timeout_s, fault_at = 0;
@@ -788,13 +807,7 @@ int rm_swarm_run(const rm_swarm_cfg *cfg, rm_swarm_stats *st_out, rm_err *err)
             if (now >= fault_at)
                 faults(&s);
         }
-        while (s.nheap > 0 && s.w[s.heap[0]].due <= now) {
-            int id = s.heap[0];
-            int what = s.w[id].timer;
-            timer_cancel(&s, id);
-            s.w[id].timer = (uint8_t)what;
-            on_timer(&s, id);
-        }
+        sw_fire_timers(&s, now);
         double next = deadline;
         if (s.nheap > 0 && s.w[s.heap[0]].due < next)
             next = s.w[s.heap[0]].due;
@@ -813,7 +826,7 @@ int rm_swarm_run(const rm_swarm_cfg *cfg, rm_swarm_stats *st_out, rm_err *err)
         for (int i = 0; i < n; i++) {
             int id = (int)evs[i].data.u32;
             if (id >= 0 && id < cfg->count && s.w[id].state == W_LIVE)
-                drive(&s, id);
+                sw_drive(&s, id);
         }
     }
     st->wall_s = rm_mono() - s.t0;

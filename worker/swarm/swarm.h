@@ -70,6 +70,34 @@ void rm_swarm_cfg_default(rm_swarm_cfg *cfg);
  * did not; RM_EPROTO when an error was counted; RM_EINVAL naming the field for a bad cfg, or when
  * count does not fit under the hard RLIMIT_NOFILE. *st (optional) is filled either way. */
 int rm_swarm_run(const rm_swarm_cfg *cfg, rm_swarm_stats *st, rm_err *err);
-/* `ringmaster-worker swarm [flags]` (argv[0] = "swarm"); also --serve, a rendezvous alone. */
+/* `ringmaster-worker swarm [flags]` (argv[0] = "swarm"); also --serve, a rendezvous alone, and
+ * --kubelet (rm_swarm_kubelet_main). */
 int rm_swarm_main(int argc, char **argv);
+
+/* The kubelet mode (swarm_kubelet.c; docs/scale.md, "The swarm as a kubelet runtime"): workers
+ * come and go as kubesim's swarm runtime starts and deletes pods, one line each (common/podline.h). */
+typedef struct rm_swarm_kubelet_cfg {
+    double step_s, report_s; /* seconds per step, between reports (> 0) */
+    bool kv;                 /* the kv bootstrap after every round */
+    long long steps;         /* a job's steps when its start line gives none (>= 1) */
+    int max;                 /* workers at once, 1..RM_SWARM_MAX_COUNT (less under RLIMIT_NOFILE) */
+    const volatile sig_atomic_t *cancel; /* borrowed; non-zero ends the run (NULL = none) */
+} rm_swarm_kubelet_cfg;
+
+typedef struct rm_swarm_kubelet_stats {
+    long started, exited, refused; /* workers started, ended (exit lines), starts refused */
+    long requests, errors;         /* rendezvous requests sent; unexpected replies */
+} rm_swarm_kubelet_stats;
+
+/* Defaults: step 0.05 s, report 1 s, kv on, 100 steps, max RM_SWARM_MAX_COUNT. */
+void rm_swarm_kubelet_cfg_default(rm_swarm_kubelet_cfg *cfg);
+/* Serve lines from in_fd (start/stop/kill/hang) and write exit lines to out_fd until in_fd's end
+ * or cfg->cancel; both fds are borrowed (made non-blocking) and stay open. A bad line is logged
+ * naming its field, and a bad start is answered `exit KEY code=2`. RM_OK at the end of input;
+ * RM_EINVAL naming the field for a bad cfg; RM_ENOMEM, RM_EIO. *st (optional) is filled. */
+int rm_swarm_kubelet_run(const rm_swarm_kubelet_cfg *cfg, int in_fd, int out_fd, rm_swarm_kubelet_stats *st,
+                         rm_err *err);
+/* `ringmaster-worker swarm --kubelet [--step S] [--report S] [--steps N] [--no-kv] [--max N]`:
+ * stdin and stdout are kubesim's pipes, the log goes to stderr. */
+int rm_swarm_kubelet_main(int argc, char **argv);
 #endif

@@ -43,6 +43,7 @@ static void usage(FILE *out)
         "  --timeout S      give up after S seconds (default 60)\n"
         "  --serve ADDR     instead: serve a rendezvous on ADDR (\"127.0.0.1:0\") with one job, print\n"
         "                   \"rendezvous listening on HOST:PORT\", run until SIGTERM/SIGINT\n"
+        "  --kubelet        instead: kubesim's swarm runtime (`swarm --kubelet --help`)\n"
         "  Prints one line: swarm count=N rounds=R round1_formed_s=... recovery_*_s=... cpu_s=...\n"
         "  Exit 0 when the rounds formed with no protocol error, 1 otherwise, 2 on bad usage.\n");
 }
@@ -150,6 +151,9 @@ int rm_swarm_main(int argc, char **argv)
                                          {"settle", required_argument, 0, O_SETTLE},
                                          {"help", no_argument, 0, O_HELP},
                                          {0, 0, 0, 0}};
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--kubelet")) /* kubesim's runtime: a mode of its own (swarm_kubelet.c) */
+            return rm_swarm_kubelet_main(argc, argv);
     rm_swarm_cfg c;
     rm_swarm_cfg_default(&c);
     c.rounds = 1;
