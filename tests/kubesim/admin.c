@@ -7,7 +7,9 @@
  *   /kubesim/restart[?fresh=true]; node-not-ready?node=NAME / node-ready?node=NAME lose (or bring
  *   back) one node alone, with its link under --nodes. GET /kubesim/requests[?verb=&resource=&group=&namespace=]
  *   lists every request (method, path, verb, group, version, resource, subresource, namespace,
- *   name, code); DELETE /kubesim/requests resets it.
+ *   name, code); DELETE /kubesim/requests resets it. --runtime swarm: POST
+ *   /kubesim/swarm-kill?namespace=NS&pod=NAME[&code=N] (default 137) kills that pod's simulated
+ *   worker, /kubesim/swarm-hang?namespace=NS&pod=NAME makes it stop talking.
  * Design: one mutex over a small fault table consulted once per API request; the log is a ring
  * of fixed-size records (no allocation per request). */
 #include "tests/kubesim/kubesim.h"
@@ -238,6 +240,36 @@ int ks_admin(ks_server *s, const rm_http_req *req, rm_http_resp *resp)
         }
         node_ready(s, !strcmp(a, "node-ready"));
         return reply(resp, 200, fault_state(s));
+    }
+    if (post && (!strcmp(a, "swarm-kill") || !strcmp(a, "swarm-hang"))) {
+        const char *ns = rm_http_query(req, "namespace"), *pod = rm_http_query(req, "pod");
+        const char *cs = rm_http_query(req, "code");
+        char *end = NULL;
+        long code = cs && *cs ? strtol(cs, &end, 10) : 137;
+        if (!pod || !*pod || (cs && *cs && (*end || code < 0 || code > 255)))
+            return ks_status(resp, 400, "BadRequest", NULL, NULL, NULL,
+                             "%s: pod= is required and code= must be 0..255", a) < 0
+                       ? RM_ENOMEM
+                       : 1;
+        int rc =
+            ks_kubelet_swarm_fault(s, ns && *ns ? ns : "default", pod, !strcmp(a, "swarm-hang"), (int)code);
+        if (rc == RM_OK) {
+            resp->body = strdup("{\"fault\":true}");
+            return resp->body ? 1 : RM_ENOMEM;
+        }
+        return ks_status(resp,
+                         rc == RM_ENOTFOUND ? 404
+                         : rc == RM_EINVAL  ? 409
+                                            : 503,
+                         rc == RM_ENOTFOUND ? "NotFound"
+                         : rc == RM_EINVAL  ? "Conflict"
+                                            : "ServiceUnavailable",
+                         NULL, NULL, NULL, "%s: %s", a,
+                         rc == RM_ENOTFOUND ? "no running pod with that name has a worker in the swarm"
+                         : rc == RM_EINVAL  ? "kubesim runs without --runtime swarm"
+                                            : "the swarm process is gone") < 0
+                   ? RM_ENOMEM
+                   : 1;
     }
     if (post && !strcmp(a, "restart")) {
         const char *fr = rm_http_query(req, "fresh");

@@ -21,7 +21,11 @@
  * With --runtime podman (podman.h) each container is a `podman run` of its image instead: the same
  * lifecycle, with the attached podman client as the process; env is only what the pod spec says (not
  * kubesim's own environment); termination goes through `podman kill`; pods' DNS names (hostname.
- * subdomain.ns.svc, Services with a selector) go to one hosts file mounted as every container's /etc/hosts. */
+ * subdomain.ns.svc, Services with a selector) go to one hosts file mounted as every container's /etc/hosts.
+ * With --runtime swarm (swarm_rt.h) a worker container (the operator's worker contract in its env)
+ * is a simulated worker inside one `ringmaster-worker swarm --kubelet` process instead of a
+ * process: the same lifecycle and status, its start and stop as lines to that process, its exit as
+ * a line back (read once per tick); other containers run as processes. */
 #include "tests/kubesim/kubesim.h"
 #include "common/clock.h"
 #include <arpa/inet.h>
@@ -44,9 +48,12 @@
 #include "common/b64.h"
 #include "common/json.h"
 #include "tests/kubesim/podman.h"
+#include "tests/kubesim/swarm_rt.h"
 
 #define KL_MAX_CONTAINERS 16
 #define KL_LOG_CAP (8L * 1024 * 1024)
+#define KL_UID_BUCKETS 65536
+#define KL_IPS 65000 /* 127.0.0.2 .. 127.0.255.254, 253 a block */
 
 typedef struct kl_probe {
     bool on, http, tcp;
@@ -79,6 +86,8 @@ typedef struct kl_ctr {
     bool init;           /* one of spec.initContainers (they come first in kl_pod.c) */
     bool log_msg;        /* terminationMessagePolicy FallbackToLogsOnError */
     char term_msg[2049]; /* the terminated state's message: the log's tail after a failure */
+    bool swarm;          /* swarm runtime: it runs as a simulated worker in the swarm, key skey */
+    char skey[RM_PODLINE_KEY_MAX];
 } kl_ctr;
 
 typedef struct kl_pod {
@@ -98,7 +107,9 @@ typedef struct kl_pod {
     bool cond_val[5];
     char hostname[64], subdomain[64], dir[800];
     cJSON *labels; /* podman runtime: Services' selectors match these */
+    int ipn;       /* index of its 127.0.x.y address in the kubelet's bitmap, -1 = a node's */
     struct kl_pod *next;
+    struct kl_pod *hnext; /* the uid hash's chain */
 } kl_pod;
 
 typedef struct ks_kubelet {
@@ -113,6 +124,11 @@ typedef struct ks_kubelet {
     bool podman;     /* --runtime podman */
     char hosts[600]; /* podman: the shared /etc/hosts */
     char *hosts_txt; /* its last written content */
+    ks_swarm *swarm; /* --runtime swarm: the swarm process (swarm_rt.h) */
+    /* pods by uid and the 127.0.x.y addresses in use: a tick looks every stored pod up, so both
+     * stay O(1) per pod at the swarm runtime's tens of thousands of pods */
+    kl_pod *byuid[KL_UID_BUCKETS];
+    uint8_t ipused[(KL_IPS + 7) / 8];
 } ks_kubelet;
 
 static cJSON *oget(const cJSON *o, const char *k)
@@ -609,6 +625,37 @@ static int start_podman(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *pod, 
     return spawned(kl, p, c, pid, fork_errno);
 }
 
+/* swarm runtime: hand the worker to the swarm process (swarm_rt.h); its log says where it runs. */
+static int start_swarm(ks_kubelet *kl, kl_pod *p, kl_ctr *c, envv *env)
+{
+    char msg[256] = "";
+    char cn[64];
+    memcpy(cn, c->name, sizeof(cn));
+    snprintf(c->skey, sizeof(c->skey), "%.60s/%.60s", p->uid, cn);
+    int rc = ks_swarm_start(kl->swarm, c->skey, env->v, env->n, p->ip, msg, sizeof(msg));
+    env_free(env);
+    if (rc != RM_OK) {
+        snprintf(c->reason, sizeof(c->reason), "%s",
+                 rc == RM_EINVAL ? "CreateContainerConfigError" : "RunContainerError");
+        snprintf(c->message, sizeof(c->message), "%s", msg);
+        c->next_start = rm_mono() + (rc == RM_EINVAL ? 2 : 5);
+        return -1;
+    }
+    if (c->ever_started && c->log[0])
+        rename(c->log, c->prev_log);
+    FILE *f = fopen(c->log, "a");
+    if (f) {
+        fprintf(f,
+                "kubesim: container %s runs as a simulated worker in the swarm (ringmaster-worker swarm "
+                "--kubelet), key %s\n",
+                cn, c->skey);
+        fclose(f);
+    }
+    c->swarm = true;
+    started(kl, p, c, 0);
+    return 0;
+}
+
 static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *pod)
 {
     ks_server *s = kl->s;
@@ -635,6 +682,8 @@ static int start_container(ks_kubelet *kl, kl_pod *p, kl_ctr *c, const cJSON *po
         env_free(&env);
         return -1;
     }
+    if (kl->swarm && ks_swarm_wants(env.v, env.n))
+        return start_swarm(kl, p, c, &env);
     if (kl->podman) {
         /* the real kubelet gives every container the API server's address */
         const char *sh = getenv("KUBESIM_SERVICE_HOST"), *sp = getenv("KUBESIM_SERVICE_PORT");
@@ -875,31 +924,48 @@ static void write_status(ks_kubelet *kl, kl_pod *p)
 }
 
 /* ---- pods ----------------------------------------------------------------------------------- */
-static void alloc_ip(ks_kubelet *kl, char *out, size_t cap)
+/* The next free 127.0.x.y (round robin, so an address is not reused at once); its index, or -1
+ * when all KL_IPS are taken (then 127.0.0.2, shared). */
+static int alloc_ip(ks_kubelet *kl, char *out, size_t cap)
 {
-    for (int tries = 0; tries < 65000; tries++) {
-        unsigned n = kl->ipnext++ % 65000;
-        unsigned a = n / 253, b = n % 253 + 2; /* 127.0.0.2 .. 127.0.0.254, then 127.0.1.2 ... */
-        char ip[20];
-        snprintf(ip, sizeof(ip), "127.0.%u.%u", a, b);
-        bool used = false;
-        for (kl_pod *p = kl->pods; p; p = p->next)
-            if (!strcmp(p->ip, ip))
-                used = true;
-        if (!used) {
-            snprintf(out, cap, "%s", ip);
-            return;
-        }
+    for (int tries = 0; tries < KL_IPS; tries++) {
+        unsigned n = kl->ipnext++ % KL_IPS;
+        if (kl->ipused[n / 8] & (1u << (n % 8)))
+            continue;
+        kl->ipused[n / 8] |= (uint8_t)(1u << (n % 8));
+        snprintf(out, cap, "127.0.%u.%u", n / 253, n % 253 + 2); /* 127.0.0.2 .. .254, 127.0.1.2 ... */
+        return (int)n;
     }
     snprintf(out, cap, "127.0.0.2");
+    return -1;
+}
+
+static unsigned uid_hash(const char *uid)
+{
+    unsigned h = 2166136261u;
+    for (; *uid; uid++)
+        h = (h ^ (unsigned char)*uid) * 16777619u;
+    return h % KL_UID_BUCKETS;
 }
 
 static kl_pod *find_pod(ks_kubelet *kl, const char *uid)
 {
-    for (kl_pod *p = kl->pods; p; p = p->next)
+    for (kl_pod *p = kl->byuid[uid_hash(uid)]; p; p = p->hnext)
         if (!strcmp(p->uid, uid))
             return p;
     return NULL;
+}
+
+/* Take p out of the uid hash and give its address back (before free_pod). */
+static void forget_pod(ks_kubelet *kl, kl_pod *p)
+{
+    kl_pod **pp = &kl->byuid[uid_hash(p->uid)];
+    while (*pp && *pp != p)
+        pp = &(*pp)->hnext;
+    if (*pp)
+        *pp = p->hnext;
+    if (p->ipn >= 0)
+        kl->ipused[p->ipn / 8] &= (uint8_t) ~(1u << (p->ipn % 8));
 }
 
 static void mkdirs(const char *path)
@@ -971,6 +1037,7 @@ static kl_pod *new_pod(ks_kubelet *kl, const cJSON *pod)
              ks_sget(spec, "restartPolicy") ? ks_sget(spec, "restartPolicy") : "Always");
     const ks_node_spec *node = ks_node_find(kl->s, ks_sget(spec, "nodeName"));
     p->node_idx = node ? (int)(node - kl->s->opts.nodes) : -1;
+    p->ipn = -1;
     if (node && node->netns[0]) {
         /* a namespaced node: the pod lives in the node's network namespace, at its address (as
          * hostNetwork pods do; podIP = hostIP) */
@@ -978,7 +1045,7 @@ static kl_pod *new_pod(ks_kubelet *kl, const cJSON *pod)
         snprintf(p->hostip, sizeof(p->hostip), "%s", node->addr);
         snprintf(p->netns, sizeof(p->netns), "%s", node->netns);
     } else {
-        alloc_ip(kl, p->ip, sizeof(p->ip));
+        p->ipn = alloc_ip(kl, p->ip, sizeof(p->ip));
         snprintf(p->hostip, sizeof(p->hostip), "127.0.0.1");
     }
     p->start_time = rm_wall();
@@ -1014,6 +1081,9 @@ static kl_pod *new_pod(ks_kubelet *kl, const cJSON *pod)
     }
     p->next = kl->pods;
     kl->pods = p;
+    unsigned h = uid_hash(p->uid);
+    p->hnext = kl->byuid[h];
+    kl->byuid[h] = p;
     return p;
 }
 
@@ -1028,6 +1098,10 @@ static void free_pod(kl_pod *p)
  * container's processes are not ours); SIGKILL also ends the attached client. */
 static void kill_ctr(const ks_kubelet *kl, kl_ctr *c, int sig)
 {
+    if (c->running && c->swarm) { /* SIGTERM and SIGKILL alike: its worker stops and exits */
+        ks_swarm_send(kl->swarm, RM_PODLINE_STOP, c->skey, 0);
+        return;
+    }
     if (!c->running || c->pid <= 0)
         return;
     if (kl->podman && c->cname[0]) {
@@ -1128,12 +1202,14 @@ static int bind_cb(cJSON *pod, void *ud)
     return ks_pod_bind(pod, KS_NODE_NAME, false);
 }
 
-static void on_exit_status(kl_ctr *c, int status)
+/* The container stopped running with exit code (sig: the signal that ended it, or 0). */
+static void ctr_exited(kl_ctr *c, int code, int sig)
 {
     c->running = false;
+    c->swarm = false;
     c->finished_at = rm_wall();
-    c->exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    c->sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    c->exit_code = code;
+    c->sig = sig;
     c->term_msg[0] = 0;
     FILE *f = c->log_msg && c->exit_code != 0 ? fopen(c->log, "r") : NULL;
     if (f) { /* FallbackToLogsOnError: the log's last 2,048 bytes */
@@ -1149,6 +1225,48 @@ static void on_exit_status(kl_ctr *c, int status)
     }
 }
 
+static void on_exit_status(kl_ctr *c, int status)
+{
+    ctr_exited(c, WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
+               WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+/* swarm runtime: an exit line for key "UID/CONTAINER". */
+static void swarm_exit(void *ud, const char *key, int code)
+{
+    ks_kubelet *kl = ud;
+    char uid[64];
+    const char *slash = strchr(key, '/');
+    if (!slash || (size_t)(slash - key) >= sizeof(uid))
+        return;
+    memcpy(uid, key, (size_t)(slash - key));
+    uid[slash - key] = 0;
+    kl_pod *p = find_pod(kl, uid);
+    for (int i = 0; p && i < p->nc; i++) {
+        kl_ctr *c = &p->c[i];
+        if (c->swarm && c->running && !strcmp(c->skey, key)) {
+            ctr_exited(c, code, 0);
+            rm_info("kubesim kubelet container exited pod=%s/%s container=%s code=%d runtime=swarm", p->ns,
+                    p->name, c->name, code);
+        }
+    }
+}
+
+/* swarm runtime: the exits the swarm reported; when the swarm process itself is gone, every worker
+ * it held ends as if killed (137). */
+static void swarm_poll(ks_kubelet *kl)
+{
+    if (!kl->swarm || !ks_swarm_poll(kl->swarm, swarm_exit, kl))
+        return;
+    for (kl_pod *p = kl->pods; p; p = p->next)
+        for (int i = 0; i < p->nc; i++)
+            if (p->c[i].swarm && p->c[i].running) {
+                ctr_exited(&p->c[i], 128 + SIGKILL, SIGKILL);
+                rm_warn("kubesim kubelet container ended with the swarm pod=%s/%s container=%s", p->ns,
+                        p->name, p->c[i].name);
+            }
+}
+
 static void reap(ks_kubelet *kl)
 {
     for (;;) {
@@ -1156,6 +1274,8 @@ static void reap(ks_kubelet *kl)
         pid_t pid = waitpid(-1, &status, WNOHANG);
         if (pid <= 0)
             return;
+        if (ks_swarm_reaped(kl->swarm, pid))
+            continue;
         for (kl_pod *p = kl->pods; p; p = p->next)
             for (int i = 0; i < p->nc; i++)
                 if (p->c[i].pid == pid && p->c[i].running) {
@@ -1219,6 +1339,10 @@ static void run_probes(ks_kubelet *kl, kl_pod *p, double now)
             c->ready = false;
             continue;
         }
+        if (c->swarm) { /* a simulated worker serves no port to probe: Ready while it runs */
+            c->ready = true;
+            continue;
+        }
         if (!c->readyp.on)
             c->ready = true;
         else if (now >= c->readyp.next) {
@@ -1261,6 +1385,7 @@ static void tick(ks_kubelet *kl)
     pthread_mutex_unlock(&s->faults.mu);
     pthread_mutex_lock(&kl->mu);
     reap(kl);
+    swarm_poll(kl);
     pthread_mutex_unlock(&kl->mu);
     if (not_ready)
         return;       /* a NotReady node: processes keep running, nothing is reported, deletions hang */
@@ -1396,6 +1521,7 @@ static void tick(ks_kubelet *kl)
         if (p->removed && !ks_node_lost(s, p->node_idx)) { /* a lost node's kubelet kills it once back */
             kill_pod(kl, p, SIGKILL);
             *pp = p->next;
+            forget_pod(kl, p);
             free_pod(p);
             continue;
         }
@@ -1428,6 +1554,17 @@ int ks_kubelet_start(ks_server *s)
     snprintf(kl->logdir, sizeof(kl->logdir), "%.500s/logs", s->opts.data_dir);
     mkdirs(kl->logdir);
     kl->podman = s->opts.podman;
+    if (s->opts.swarm) {
+        const char *prog =
+            s->opts.swarm_program[0] ? s->opts.swarm_program : image_program(s, "ringmaster/worker");
+        char log[600];
+        snprintf(log, sizeof(log), "%.500s/swarm.log", s->opts.data_dir);
+        kl->swarm = ks_swarm_new(prog ? prog : "ringmaster-worker", getenv("KUBESIM_SWARM_ARGS"), log);
+        if (!kl->swarm) {
+            free(kl);
+            return RM_ENOMEM;
+        }
+    }
     if (kl->podman) {
         snprintf(kl->hosts, sizeof(kl->hosts), "%.500s/hosts", s->opts.data_dir);
         update_hosts(kl);
@@ -1435,6 +1572,7 @@ int ks_kubelet_start(ks_server *s)
     s->kubelet = kl;
     if (pthread_create(&kl->th, NULL, kl_main, kl) != 0) {
         s->kubelet = NULL;
+        ks_swarm_free(kl->swarm);
         free(kl);
         return RM_ERR;
     }
@@ -1453,6 +1591,7 @@ void ks_kubelet_stop(ks_server *s)
     double until = rm_mono() + 2;
     for (;;) {
         reap(kl);
+        swarm_poll(kl);
         bool any = false;
         for (kl_pod *p = kl->pods; p; p = p->next)
             for (int i = 0; i < p->nc; i++)
@@ -1473,6 +1612,7 @@ void ks_kubelet_stop(ks_server *s)
     }
     if (kl->podman)
         ks_podman_cleanup(); /* containers whose client died before them */
+    ks_swarm_free(kl->swarm);
     free(kl->hosts_txt);
     pthread_mutex_destroy(&kl->mu);
     free(kl);
@@ -1496,6 +1636,29 @@ int ks_kubelet_log_path(ks_server *s, const char *pod_uid, const char *container
                 rc = RM_OK;
             }
         }
+    pthread_mutex_unlock(&kl->mu);
+    return rc;
+}
+
+int ks_kubelet_swarm_fault(ks_server *s, const char *ns, const char *pod, bool hang, int code)
+{
+    ks_kubelet *kl = s->kubelet;
+    if (!kl || !kl->swarm)
+        return RM_EINVAL;
+    int rc = RM_ENOTFOUND;
+    pthread_mutex_lock(&kl->mu);
+    for (kl_pod *p = kl->pods; p && rc == RM_ENOTFOUND; p = p->next) {
+        if (strcmp(p->ns, ns) || strcmp(p->name, pod) || p->terminating)
+            continue;
+        for (int i = 0; i < p->nc && rc == RM_ENOTFOUND; i++)
+            if (p->c[i].swarm && p->c[i].running) {
+                rm_info("kubesim kubelet swarm fault pod=%s/%s container=%s fault=%s code=%d", p->ns, p->name,
+                        p->c[i].name, hang ? "hang" : "kill", code);
+                rc = ks_swarm_send(kl->swarm, hang ? RM_PODLINE_HANG : RM_PODLINE_KILL, p->c[i].skey, code)
+                         ? RM_OK
+                         : RM_EIO;
+            }
+    }
     pthread_mutex_unlock(&kl->mu);
     return rc;
 }

@@ -155,7 +155,9 @@ typedef struct ks_opts {
     char image_map[32][2][256];
     int nimage_map;
     bool no_kubelet;
-    bool podman; /* --runtime podman: pods' containers run with podman (podman.h) */
+    bool podman;             /* --runtime podman: pods' containers run with podman (podman.h) */
+    bool swarm;              /* --runtime swarm: worker containers run in one swarm process (swarm_rt.h) */
+    char swarm_program[512]; /* --swarm-program; "" = the --image-map program of ringmaster/worker */
     ks_node_spec nodes[KS_MAX_NODES];
     int nnodes;
     char cosched_scheduler[128]; /* the coscheduling profile's schedulerName */
@@ -303,6 +305,11 @@ void ks_kubelet_stop(ks_server *s); /* kills every pod's processes */
 /* Path of a container's log file into buf; RM_ENOTFOUND when unknown. */
 int ks_kubelet_log_path(ks_server *s, const char *pod_uid, const char *container, bool previous, char *buf,
                         size_t cap);
+/* --runtime swarm: a fault on pod ns/pod's simulated worker (its first running one): it dies with
+ * exit code `code` (its connection closes), or with hang it stops talking (its connection stays
+ * open). RM_OK; RM_ENOTFOUND (no such pod with a worker in the swarm); RM_EINVAL (no swarm
+ * runtime); RM_EIO (the swarm process is gone). */
+int ks_kubelet_swarm_fault(ks_server *s, const char *ns, const char *pod, bool hang, int code);
 
 /* ---- admin (admin.c) ------------------------------------------------------------------------ */
 /* Returns 1 if path was an admin path (resp filled). */

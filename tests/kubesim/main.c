@@ -2,7 +2,8 @@
  *
  *   kubesim --addr 127.0.0.1:0 --kubeconfig-out FILE [--image-map IMAGE=PROGRAM]...
  *           [--no-kubelet] [--data-dir DIR] [--log-level debug|info|warn|error]
- *           [--node NAME:RES=Q,...]... [--nodes N]
+ *           [--node NAME:RES=Q,...]... [--nodes N] [--runtime process|podman|swarm]
+ *           [--swarm-program PATH]
  * (--nodes N: the nodes are network namespaces made by tests/kubesim/netns.sh, read from
  * KUBESIM_NETNS_NODES; see tests/kubesim/README.md)
  *
@@ -29,7 +30,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: kubesim [--addr 127.0.0.1:0] [--kubeconfig-out FILE] [--image-map IMAGE=PROGRAM]...\n"
-            "               [--no-kubelet] [--runtime process|podman] [--data-dir DIR] [--log-level LEVEL]\n"
+            "               [--no-kubelet] [--runtime process|podman|swarm] [--swarm-program PATH]\n"
+            "               [--data-dir DIR] [--log-level LEVEL]\n"
             "               [--node NAME:cpu=8,memory=16Gi,gpu=4,pods=110]... [--coscheduling-scheduler-name "
             "NAME]\n"
             "               [--nodes N]   (nodes as network namespaces: run under tests/kubesim/netns.sh)\n"
@@ -98,11 +100,20 @@ int main(int argc, char **argv)
         } else if (!strcmp(a, "--no-kubelet")) {
             o.no_kubelet = true;
         } else if (!strcmp(a, "--runtime") && v) {
-            if (strcmp(v, "process") && strcmp(v, "podman")) {
-                fprintf(stderr, "kubesim: --runtime wants process (default) or podman, not %s\n", v);
+            if (strcmp(v, "process") && strcmp(v, "podman") && strcmp(v, "swarm")) {
+                fprintf(stderr, "kubesim: --runtime wants process (default), podman or swarm, not %s\n", v);
                 return 2;
             }
             o.podman = !strcmp(v, "podman");
+            o.swarm = !strcmp(v, "swarm");
+            i++;
+        } else if (!strcmp(a, "--swarm-program") && v) {
+            if (strlen(v) >= sizeof(o.swarm_program)) {
+                fprintf(stderr, "kubesim: --swarm-program is longer than %zu bytes\n",
+                        sizeof(o.swarm_program) - 1);
+                return 2;
+            }
+            snprintf(o.swarm_program, sizeof(o.swarm_program), "%s", v);
             i++;
         } else if (!strcmp(a, "--node") && v) {
             char msg[256];
@@ -165,9 +176,9 @@ int main(int argc, char **argv)
     }
     if (nodes_netns) {
         char msg[512];
-        if (o.podman) {
+        if (o.podman || o.swarm) {
             fprintf(stderr, "kubesim: --nodes runs pods with --runtime process only (podman's own networking "
-                            "is not joined to the node namespaces)\n");
+                            "and the swarm's one process are not joined to the node namespaces)\n");
             return 2;
         }
         if (!ks_nodes_netns(&o, nodes_netns, getenv("KUBESIM_NETNS_NODES"), true, msg, sizeof msg)) {
