@@ -1,7 +1,8 @@
 # lib.bash — shared by bench/operator/*.sh: a kubesim with the kubelet off and one operator
 # (start_all), teardown (cleanup), a quantile from a Prometheus histogram (hist_q).
 # The caller sets ROOT, RM_BIN, QPS, BURST, OP_WORKERS, POD_EVENTS and may set OP_ARGS (extra
-# operator flags).
+# operator flags) and KS_ARGS (kubesim's kubelet flags instead of --no-kubelet: scale.sh's SWARM=1
+# passes --runtime swarm).
 T=$(mktemp -d /tmp/rm-bench-op.XXXXXX)
 export KUBECONFIG=$T/kubeconfig KUBECACHEDIR=$T/kcache
 PIDS=()
@@ -10,7 +11,7 @@ trap cleanup EXIT
 port() { /usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 
 start_all() {
-  "$RM_BIN/kubesim" --addr 127.0.0.1:0 --kubeconfig-out "$KUBECONFIG" --no-kubelet >"$T/kubesim.log" 2>&1 &
+  "$RM_BIN/kubesim" --addr 127.0.0.1:0 --kubeconfig-out "$KUBECONFIG" ${KS_ARGS:---no-kubelet} >"$T/kubesim.log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 100); do grep -q 'kubesim listening' "$T/kubesim.log" 2>/dev/null && [ -s "$KUBECONFIG" ] && break; sleep 0.1; done
   KS_URL=$(grep -o 'http://127.0.0.1:[0-9]*' "$T/kubesim.log" | head -1)

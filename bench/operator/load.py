@@ -9,6 +9,8 @@
                                    no operator) and time them
   load.py running URL              play every pod's kubelet once: PATCH each pod's status to Running
                                    and Ready (16 threads; no processes, no progress reports)
+  load.py wait-running URL PODS S  kubesim's own kubelet runs the pods (scale.sh SWARM=1): poll until
+                                   PODS pods are Running and Ready (at most S seconds); the time
   load.py idle URL SECONDS [UA]    reset kubesim's request log, wait, count the requests made in the
                                    window (those whose user agent starts with UA, default "ringmaster"),
                                    writes (create/update/patch/delete) apart, by verb and resource
@@ -183,6 +185,21 @@ def running(url):
     for t in ths: t.join()
     return {"pods": len(names), "seconds": round(time.monotonic() - t0, 3), "failed": len(bad)}
 
+def wait_running(url, npods, limit):
+    c = conn(url)
+    t0 = time.monotonic()
+    ready = 0
+    while time.monotonic() - t0 < limit:
+        ready = 0
+        for p in list_all(c, "/api/v1/namespaces/default/pods"):
+            st = p.get("status") or {}
+            conds = {cd.get("type"): cd.get("status") for cd in st.get("conditions") or []}
+            ready += st.get("phase") == "Running" and conds.get("Ready") == "True"
+        if ready >= npods:
+            break
+        time.sleep(1)
+    return {"pods": npods, "ready": ready, "seconds": round(time.monotonic() - t0, 3)}
+
 def idle(url, seconds, ua):
     c = conn(url)
     req(c, "DELETE", "/kubesim/requests")
@@ -247,6 +264,8 @@ if __name__ == "__main__":
         print(json.dumps(raw(sys.argv[2], int(sys.argv[3]))))
     elif sys.argv[1] == "running":
         print(json.dumps(running(sys.argv[2])))
+    elif sys.argv[1] == "wait-running":
+        print(json.dumps(wait_running(sys.argv[2], int(sys.argv[3]), float(sys.argv[4]))))
     elif sys.argv[1] == "idle":
         print(json.dumps(idle(sys.argv[2], float(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else "ringmaster")))
     elif sys.argv[1] == "change":

@@ -11,10 +11,20 @@
 # Writes a markdown report to stdout. Env: RM_BIN, JOBS, WORKERS, BIG_JOBS, BIG_WORKERS, IDLE_S (60),
 # CHANGES (20), QPS/BURST (the operator's client limiter; 5000/5000 so the creation burst is not
 # limited by design), OP_WORKERS (8), POD_EVENTS (true).
+# SWARM=1: part 1's fleet runs under kubesim's swarm runtime instead of load.py's fake Running
+# (kubesim --runtime swarm: every pod a simulated worker in one `ringmaster-worker swarm --kubelet`
+# process, joining the operator's rendezvous and reporting progress every SWARM_REPORT_S (5) s with
+# its steps advancing, for SWARM_STEPS (10^9, i.e. until the end) steps of SWARM_STEP_S (1) s), so
+# the operator's numbers include real rendezvous traffic and the status writes progress makes: the
+# "idle" minute is then a training minute. JOBS defaults to 150 there (1,500 workers): the
+# operator's rendezvous serves at most 2,048 connections (rm_http_opts.max_conns, common/rdzv.c)
+# and every simulated worker keeps one open, as a pod would; the swarm and kubesim's loopback
+# addresses hold at most 60,000. Parts 2 and 3 keep the kubelet off either way.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 RM_BIN=${RM_BIN:-$ROOT/bin}
-JOBS=${JOBS:-10000}; WORKERS=${WORKERS:-10}; BIG_JOBS=${BIG_JOBS:-1000}; BIG_WORKERS=${BIG_WORKERS:-100}
+SWARM=${SWARM:-0}
+JOBS=${JOBS:-$([ "$SWARM" = 1 ] && echo 150 || echo 10000)}; WORKERS=${WORKERS:-10}; BIG_JOBS=${BIG_JOBS:-1000}; BIG_WORKERS=${BIG_WORKERS:-100}
 IDLE_S=${IDLE_S:-60}; CHANGES=${CHANGES:-20}
 QPS=${QPS:-5000}; BURST=${BURST:-5000}; OP_WORKERS=${OP_WORKERS:-8}; POD_EVENTS=${POD_EVENTS:-true}
 source "$ROOT/bench/operator/lib.bash"
@@ -23,17 +33,32 @@ ulimit -n 16384 2>/dev/null || true
 jf() { /usr/bin/python3 -c 'import json,sys; o=json.loads(sys.argv[1]); print(eval(sys.argv[2]))' "$1" "$2"; }
 rss() { awk '/VmRSS/ {r=$2} /VmHWM/ {h=$2} END {printf "%.1f MiB (peak %.1f MiB)", r/1024, h/1024}' "/proc/$1/status"; }
 
+if [ "$SWARM" = 1 ]; then
+  [ $((JOBS * WORKERS)) -le 60000 ] || { echo "scale.sh: SWARM=1 runs at most 60,000 pods (JOBS x WORKERS = $((JOBS * WORKERS)))" >&2; exit 2; }
+  [ $((JOBS * WORKERS)) -le 2000 ] || echo "scale.sh: $((JOBS * WORKERS)) workers: more than the operator's rendezvous holds connections for (2,048)" >&2
+  KS_ARGS="--runtime swarm --swarm-program $RM_BIN/ringmaster-worker"
+  export KUBESIM_SWARM_ARGS="--steps ${SWARM_STEPS:-1000000000} --step ${SWARM_STEP_S:-1} --report ${SWARM_REPORT_S:-5}"
+fi
 start_all
 KS_PID=${PIDS[0]}
 FLEET=$($LOAD fleet "$KS_URL" "$JOBS" "$WORKERS")
-RUN=$($LOAD running "$KS_URL")
-# catch up: the operator sees every pod Running, writes each job's status once; wait until a
-# 10 s window has no write (at most 300 s)
-settle_t0=$(date +%s); SETTLE="not settled after 300 s"
-while [ $(( $(date +%s) - settle_t0 )) -lt 300 ]; do
-  w=$($LOAD idle "$KS_URL" 10)
-  if [ "$(jf "$w" 'o["writes"]')" = 0 ]; then SETTLE="settled $(( $(date +%s) - settle_t0 )) s after the pods ran"; break; fi
-done
+if [ "$SWARM" = 1 ]; then
+  # kubesim's kubelet hands every pod to the swarm; the workers join and train until the end
+  RUN=$($LOAD wait-running "$KS_URL" $((JOBS * WORKERS)) 600)
+  RUN_ROW="every pod Running and Ready under the swarm runtime"
+  SETTLE="not waited for: the jobs train (SWARM=1)"
+  KS_ARGS=--no-kubelet   # parts 2 and 3: pod creation only
+else
+  RUN=$($LOAD running "$KS_URL")
+  RUN_ROW="every pod made Running by load.py"
+  # catch up: the operator sees every pod Running, writes each job's status once; wait until a
+  # 10 s window has no write (at most 300 s)
+  settle_t0=$(date +%s); SETTLE="not settled after 300 s"
+  while [ $(( $(date +%s) - settle_t0 )) -lt 300 ]; do
+    w=$($LOAD idle "$KS_URL" 10)
+    if [ "$(jf "$w" 'o["writes"]')" = 0 ]; then SETTLE="settled $(( $(date +%s) - settle_t0 )) s after the pods ran"; break; fi
+  done
+fi
 kill -USR1 "$OP_PID"; sleep 0.6
 MEM=$(grep 'heap_bytes=' "$T/operator.log" | tail -1 | sed 's/.*msg="memory" //; s/ src=.*//' || true)
 OP_RSS=$(rss "$OP_PID"); KS_RSS=$(rss "$KS_PID")
@@ -50,16 +75,16 @@ start_all
 RAW=$($LOAD raw "$KS_URL" $((BIG_JOBS * BIG_WORKERS)))
 
 cat <<EOF
-### $JOBS jobs x $WORKERS workers ($(jf "$FLEET" 'o["pods"]') pods), idle
+### $JOBS jobs x $WORKERS workers ($(jf "$FLEET" 'o["pods"]') pods), $([ "$SWARM" = 1 ] && echo "training under the swarm runtime (SWARM=1: $KUBESIM_SWARM_ARGS)" || echo idle)
 
 | metric | ringmaster | target |
 |---|---|---|
 | all pods created | $(jf "$FLEET" 'o["all_pods_seconds"]') s ($(jf "$FLEET" 'o["pods_per_second"]') pods/s; job → its pods p50 $(jf "$FLEET" 'o["job_to_all_pods_p50_ms"]') ms, p99 $(jf "$FLEET" 'o["job_to_all_pods_p99_ms"]') ms) | — |
-| every pod made Running by load.py | $(jf "$RUN" 'o["seconds"]') s; operator $SETTLE | — |
+| $RUN_ROW | $(jf "$RUN" 'o["seconds"]') s; operator $SETTLE | — |
 | operator RSS holding it all | $OP_RSS | ≤ 256 MiB |
 | operator heap (SIGUSR1) | ${MEM:-n/a} | — |
 | kubesim RSS (the API server double) | $KS_RSS | — |
-| API writes in an idle ${IDLE_S} s | $(jf "$IDLE" 'o["writes"]') ($(jf "$IDLE" 'o["writes_by"]')); reads $(jf "$IDLE" 'o["reads"]') ($(jf "$IDLE" 'o["reads_by"]')) | 0 writes per idle minute |
+| API writes in $([ "$SWARM" = 1 ] && echo "a training" || echo "an idle") ${IDLE_S} s | $(jf "$IDLE" 'o["writes"]') ($(jf "$IDLE" 'o["writes_by"]')); reads $(jf "$IDLE" 'o["reads"]') ($(jf "$IDLE" 'o["reads_by"]')) | 0 writes per idle minute |
 | one job's suspend → its Suspended condition, others idle | p50 $(jf "$CHG" 'o["p50_ms"]') ms, p99 $(jf "$CHG" 'o["p99_ms"]') ms, max $(jf "$CHG" 'o["max_ms"]') ms ($(jf "$CHG" 'o["observed"]')/$CHANGES observed) | ≤ 100 ms p99 |
 | ringmaster_reconcile_seconds over the run | p50 $RP50, p99 $RP99 | — |
 
