@@ -6,7 +6,14 @@
 T=$(mktemp -d /tmp/rm-bench-op.XXXXXX)
 export KUBECONFIG=$T/kubeconfig KUBECACHEDIR=$T/kcache
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; sleep 0.3; for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$T"; }
+# (kubesim with a kubelet stops its pods first: up to 3 s before the SIGKILL)
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for _ in $(seq 30); do
+    alive=0; for p in "${PIDS[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+    [ "$alive" = 0 ] && break; sleep 0.1
+  done
+  for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done; rm -rf "$T"; }
 trap cleanup EXIT
 port() { /usr/bin/python3 -c 'import socket;s=socket.socket();s.bind(("127.0.0.1",0));print(s.getsockname()[1])'; }
 
