@@ -512,6 +512,17 @@ static void started(ks_kubelet *kl, kl_pod *p, kl_ctr *c, pid_t pid)
     pod_event(kl->s, p->ns, p->name, p->uid, "Normal", "Started", "kubelet", "Started container %s", c->name);
 }
 
+void ks_child_session(void)
+{
+    setsid();
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    signal(SIGPIPE, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+}
+
 /* Forks one container's process, in both modes: a new session, default signals, stdin from
  * /dev/null, stdout+stderr appended to the container's log (the previous run's log kept as
  * prev_log, for `kubectl logs --previous`). envp NULL inherits kubesim's environment (podman mode:
@@ -529,13 +540,7 @@ static pid_t spawn_logged(kl_ctr *c, char *const argv[], char *const envp[], con
         snprintf(nspath, sizeof nspath, "/run/netns/%s", netns);
     pid_t pid = fork();
     if (pid == 0) {
-        setsid();
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGINT, SIG_DFL);
+        ks_child_session();
         int nul = open("/dev/null", O_RDONLY);
         if (nul >= 0)
             dup2(nul, 0);

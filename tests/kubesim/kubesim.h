@@ -305,6 +305,10 @@ void ks_kubelet_stop(ks_server *s); /* kills every pod's processes */
 /* Path of a container's log file into buf; RM_ENOTFOUND when unknown. */
 int ks_kubelet_log_path(ks_server *s, const char *pod_uid, const char *container, bool previous, char *buf,
                         size_t cap);
+/* In a child just forked by the kubelet (system calls only: kubesim has threads): its own session
+ * and process group, no blocked signals (kubesim blocks SIGTERM/SIGINT in every thread), default
+ * SIGPIPE/SIGTERM/SIGINT. */
+void ks_child_session(void);
 /* --runtime swarm: a fault on pod ns/pod's simulated worker (its first running one): it dies with
  * exit code `code` (its connection closes), or with hang it stops talking (its connection stays
  * open). RM_OK; RM_ENOTFOUND (no such pod with a worker in the swarm); RM_EINVAL (no swarm

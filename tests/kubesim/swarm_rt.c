@@ -21,6 +21,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/worker_env.h"
+#include "tests/kubesim/kubesim.h"
 
 #define SW_MAX_ARGS 32
 
@@ -100,13 +101,7 @@ static int spawn(ks_swarm *sw, char *msg, size_t mcap)
     int logfd = open(sw->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     pid_t pid = fork();
     if (pid == 0) { /* only system calls from here: kubesim has threads */
-        setsid();
-        sigset_t none;
-        sigemptyset(&none);
-        sigprocmask(SIG_SETMASK, &none, NULL);
-        signal(SIGPIPE, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGINT, SIG_DFL);
+        ks_child_session();
         dup2(in[0], 0);
         dup2(out[1], 1);
         if (logfd >= 0)
