@@ -97,7 +97,13 @@ void rm_rdzv_shutdown(rm_rdzv *r);
 void rm_rdzv_resume(rm_rdzv *r);
 /* Route for the embedding HTTP server: {"NULL method", "/v1/jobs/", prefix=1, rm_rdzv_handler, r}. */
 int rm_rdzv_handler(const rm_http_req *req, rm_http_resp *resp, void *rdzv);
-/* Convenience: start an HTTP server with only the rendezvous routes on bind ("127.0.0.1:0"). */
+/* Convenience: start an HTTP server with only the rendezvous routes on bind ("127.0.0.1:0"): one
+ * epoll thread, long polls parked. Its connection cap holds `workers` workers (each keeps one
+ * keep-alive connection; out of 1..RM_RDZV_MAX_WORLD = RM_RDZV_MAX_WORLD) plus 256, at least 2,048
+ * (the HTTP server's default); the process's
+ * RLIMIT_NOFILE is raised toward its hard limit for them, and a limit that still holds fewer caps
+ * the connections with a warning (docs/scale.md). rm_rdzv_serve sizes for RM_RDZV_MAX_WORLD. */
+int rm_rdzv_serve_world(rm_rdzv *r, const char *bind, int workers, rm_http_server **out, rm_err *err);
 int rm_rdzv_serve(rm_rdzv *r, const char *bind, rm_http_server **out, rm_err *err);
 
 /* Register or update a job. token copied. desired = spec.replicas, min = spec.minReplicas. */

@@ -29,7 +29,9 @@
 #define REPORT_TOTAL_S 5.0
 #define KV_PUT_TOTAL_S 10.0
 #define KV_WAIT_CAP_S 30.0
-#define MAX_REPLY (1u << 20) /* a join reply for 1024 peers is ~100 KiB */
+/* a join reply's peer list: ~80 bytes a peer with short names, at most ~400 with the longest
+ * workerId, addr and node the service accepts; 16,384 peers of the longest are ~6.4 MiB */
+#define MAX_REPLY (64u * 1024u + (unsigned)RM_RDZV_MAX_WORLD * 400u)
 
 struct rm_rdzv_client {
     rm_httpc *h;

@@ -18,11 +18,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "common/json.h"
 #include "common/log.h"
 #include "common/ratelimit.h"
+
+#define RDZV_CONN_HEADROOM 256u /* connections beyond one per worker (rm_rdzv_serve_world) */
+#define RDZV_CONN_MIN 2048u     /* ... and at least these (rm_http_opts' default) */
+#define RDZV_FD_RESERVE 64u     /* open files kept for the rest of the process */
 
 /* Park req (an event-loop server: *parked true) with a new waiter of kind for the waiter thread
  * to answer; NULL with *parked true when out of memory (req was answered 500). *parked false: a
@@ -614,10 +619,39 @@ int rm_rdzv_handler(const rm_http_req *req, rm_http_resp *resp, void *rdzv)
     return rc;
 }
 
-int rm_rdzv_serve(rm_rdzv *r, const char *bind, rm_http_server **out, rm_err *err)
+int rm_rdzv_serve_world(rm_rdzv *r, const char *bind, int workers, rm_http_server **out, rm_err *err)
 {
+    if (workers < 1 || workers > RM_RDZV_MAX_WORLD)
+        workers = RM_RDZV_MAX_WORLD;
+    /* one connection per worker plus the controller's, probes and re-connections; within the open
+     * files this process may have (raised to the hard limit), less a reserve for everything else */
+    struct rlimit rl;
+    unsigned conns = (unsigned)workers + RDZV_CONN_HEADROOM;
+    if (conns < RDZV_CONN_MIN)
+        conns = RDZV_CONN_MIN;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        if (rl.rlim_cur < rl.rlim_max && rl.rlim_cur < (rlim_t)conns + RDZV_FD_RESERVE) {
+            rlim_t want = (rlim_t)conns + RDZV_FD_RESERVE;
+            rl.rlim_cur = want < rl.rlim_max ? want : rl.rlim_max;
+            if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+                getrlimit(RLIMIT_NOFILE, &rl);
+        }
+        if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < (rlim_t)conns + RDZV_FD_RESERVE) {
+            unsigned fit = rl.rlim_cur > 2 * RDZV_FD_RESERVE ? (unsigned)(rl.rlim_cur - RDZV_FD_RESERVE)
+                                                             : RDZV_FD_RESERVE;
+            rm_warn("rendezvous: the open-file limit (RLIMIT_NOFILE %llu) holds %u connections, not the %u "
+                    "that %d workers need",
+                    (unsigned long long)rl.rlim_cur, fit, conns, workers);
+            conns = fit;
+        }
+    }
     rm_http_route route = {NULL, "/v1/jobs/", 1, rm_rdzv_handler, r};
     /* one epoll thread, long polls parked (docs/scale.md) */
-    rm_http_opts opts = {.bind = bind, .max_body = RM_RDZV_MAX_KV, .event_loop = true};
+    rm_http_opts opts = {.bind = bind, .max_body = RM_RDZV_MAX_KV, .event_loop = true, .max_conns = conns};
     return rm_http_start(&opts, &route, 1, out, err);
+}
+
+int rm_rdzv_serve(rm_rdzv *r, const char *bind, rm_http_server **out, rm_err *err)
+{
+    return rm_rdzv_serve_world(r, bind, RM_RDZV_MAX_WORLD, out, err);
 }

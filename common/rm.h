@@ -102,8 +102,9 @@ int rm_enum_index(const char *const *names, const char *s);
 const char *rm_enum_name(const char *const *names, int value);
 
 /* The largest world any module handles: spec.replicas/maxReplicas, rendezvous rounds, replica
- * indices the controllers track. One number so the modules cannot disagree. */
-#define RM_MAX_WORLD 1024
+ * indices the controllers track. One number so the modules cannot disagree. No array sized by it
+ * lives on a stack (docs/scale.md, "What bounds the world"). */
+#define RM_MAX_WORLD 16384
 
 #include "common/log.h"
 #endif

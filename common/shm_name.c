@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/sha256.h"
@@ -14,19 +15,25 @@ int rm_shm_segment_name(const char *token, int epoch, int world, const char *con
 {
     if (!addrs || world < 1 || world > RM_MAX_WORLD)
         return rm_errf(err, RM_EINVAL, "shm: no peer list");
-    char msg[64 + RM_MAX_WORLD * 66];
-    int m = snprintf(msg, sizeof msg, "ringmaster-shm-v1|%d|%d", epoch, world);
+    /* on the heap: at RM_MAX_WORLD ranks the message is about 1 MiB */
+    size_t cap = 64 + (size_t)world * 66;
+    char *msg = malloc(cap);
+    if (!msg)
+        return rm_errf(err, RM_ENOMEM, "shm: out of memory");
+    int m = snprintf(msg, cap, "ringmaster-shm-v1|%d|%d", epoch, world);
     for (int q = 0; q < world; q++) {
-        if (!addrs[q])
-            return rm_errf(err, RM_EINVAL, "shm: rank %d has no address", q);
-        int k = snprintf(msg + m, sizeof msg - (size_t)m, "|%s", addrs[q]);
-        if (k < 0 || (size_t)k >= sizeof msg - (size_t)m)
-            return rm_errf(err, RM_EINVAL, "shm: peer list too long");
+        int k = addrs[q] ? snprintf(msg + m, cap - (size_t)m, "|%s", addrs[q]) : 0;
+        if (!addrs[q] || k < 0 || (size_t)k >= cap - (size_t)m) {
+            free(msg);
+            return addrs[q] ? rm_errf(err, RM_EINVAL, "shm: peer list too long")
+                            : rm_errf(err, RM_EINVAL, "shm: rank %d has no address", q);
+        }
         m += k;
     }
     uint8_t mac[32];
     const char *t = token ? token : "";
     rm_hmac_sha256(t, strlen(t), msg, (size_t)m, mac);
+    free(msg);
     static const char hx[] = "0123456789abcdef";
     memcpy(name, "/rm-", 4);
     for (int i = 0; i < 20; i++) {

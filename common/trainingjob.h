@@ -24,7 +24,7 @@
 #define RM_TJ_MAX_CONDITIONS 8
 /* The largest world a job may ask for (replicas, maxReplicas): the rendezvous' RM_RDZV_MAX_WORLD
  * (common/rdzv.h) and the CRD's `maximum`; tests/unit/test_trainingjob.c checks all three agree. */
-#define RM_TJ_MAX_REPLICAS 1024
+#define RM_TJ_MAX_REPLICAS 16384
 /* Objects a job creates are named "<job>" (headless Service, DNS-1035 label), "<job>-worker-<i>"
  * (pods, whose hostname is the same DNS-1123 label) and, with parameter servers, "<job>-ps-<i>"
  * (shorter, so the worker rule covers it); a label is at most RM_TJ_LABEL_MAX characters. */
@@ -486,7 +486,7 @@ void rm_tj_defaults(rm_tj *tj);
  * ... */
 int rm_tj_validate(const rm_tj *tj, rm_err *err);
 /* The longest job name whose pod hostnames "<name>-worker-<maxReplicas-1>" fit a DNS-1123 label
- * (51 at 1024 replicas, 54 at 8). max_replicas is clamped to 1..RM_TJ_MAX_REPLICAS. */
+ * (50 at 16384 replicas, 51 at 1024, 54 at 8). max_replicas is clamped to 1..RM_TJ_MAX_REPLICAS. */
 int rm_tj_name_max(int max_replicas);
 /* Full object (apiVersion, kind, metadata, spec, status). Owned. */
 cJSON *rm_tj_to_json(const rm_tj *tj);

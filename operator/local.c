@@ -1328,7 +1328,7 @@ int rm_local_run(rm_tj *job, const rm_local_opts *o, rm_local_result *res, rm_er
         rc = rm_errf(err, RM_ENOMEM, "local runtime");
         goto out;
     }
-    RM_CHECK_GOTO(rm_rdzv_serve(l->rdzv, "127.0.0.1:0", &l->rdzv_srv, err), rc, out);
+    RM_CHECK_GOTO(rm_rdzv_serve_world(l->rdzv, "127.0.0.1:0", MAXW, &l->rdzv_srv, err), rc, out);
     l->rdzv_port = rm_http_port(l->rdzv_srv);
     RM_CHECK_GOTO(metrics_setup(l, err), rc, out);
     res->metrics_port = l->mport;

@@ -108,6 +108,10 @@ typedef struct rc_ctx {
     int nculprits;
     char why[256];         /* R5: the first culprit's story */
     bool cant_start[MAXW]; /* R7 elastic: index that cannot start */
+    bool st_flag[MAXW];    /* R5 c): stale members */
+    /* indexes in use: above D, every observed worker and member index (the loops over indexes
+     * stop here, not at MAXW: RM_RDZV_MAX_WORLD is 16,384) */
+    int span;
 } rc_ctx;
 
 static rm_action *push(rc_ctx *c, rm_action_type t)
@@ -601,6 +605,7 @@ static bool rule_created(rc_ctx *c)
         c->D = sp->max_replicas;
     if (c->D > MAXW)
         c->D = MAXW;
+    c->span = c->D;
     c->minr = sp->min_replicas > 0 ? sp->min_replicas : c->D;
     if (c->minr > c->D)
         c->minr = c->D;
@@ -610,6 +615,8 @@ static bool rule_created(rc_ctx *c)
         const rm_observed_worker *w = &in->workers[k];
         if (w->index < 0 || w->index >= MAXW)
             continue;
+        if (w->index >= c->span)
+            c->span = w->index + 1;
         if (!c->obs[w->index] ||
             (c->obs[w->index]->phase == RM_WORKER_MISSING && w->phase != RM_WORKER_MISSING))
             c->obs[w->index] = w;
@@ -621,6 +628,8 @@ static bool rule_created(rc_ctx *c)
             long idx = strtol(m->worker_id, &end, 10);
             if (end == m->worker_id || *end || idx < 0 || idx >= MAXW)
                 continue;
+            if (idx >= c->span)
+                c->span = (int)idx + 1;
             if (!c->mem[idx] || m->epoch >= c->mem[idx]->epoch)
                 c->mem[idx] = m;
         }
@@ -820,7 +829,7 @@ static bool rule_detect(rc_ctx *c)
     /* R5 failure detection */
     double pd = sp->restart.progress_deadline_seconds;
     bool use_pd = pd > 0 && !c->o.no_rendezvous;
-    for (int i = 0; i < MAXW; i++) {
+    for (int i = 0; i < c->span; i++) {
         const rm_observed_worker *w = c->obs[i];
         const rm_rdzv_member *m = c->mem[i];
         /* a) failed */
@@ -851,9 +860,9 @@ static bool rule_detect(rc_ctx *c)
     /* c) progress deadline inside a closed round */
     if (use_pd && r && r->closed && r->epoch == st->epoch && !c->new_failure) {
         int stale = 0, stale_unready = 0;
-        bool st_flag[MAXW];
-        memset(st_flag, 0, sizeof st_flag);
-        for (int i = 0; i < MAXW; i++) {
+        bool *st_flag = c->st_flag;
+        memset(st_flag, 0, (size_t)c->span * sizeof *st_flag);
+        for (int i = 0; i < c->span; i++) {
             const rm_rdzv_member *m = c->mem[i];
             const rm_observed_worker *w = c->obs[i];
             if (!current_member(r, m) || m->done || !exists(w) || is_terminating(w))
@@ -870,7 +879,7 @@ static bool rule_detect(rc_ctx *c)
             }
         }
         if (stale > 0) {
-            for (int i = 0; i < MAXW; i++) {
+            for (int i = 0; i < c->span; i++) {
                 if (!st_flag[i] || (stale_unready > 0 && c->obs[i]->ready))
                     continue;
                 c->culprit[i] = true;
@@ -889,7 +898,7 @@ static bool rule_detect(rc_ctx *c)
     /* d) alive but not re-joining an open round others already joined */
     if (use_pd && r && !r->closed && r->epoch == st->epoch && !c->new_failure) {
         bool someone = false;
-        for (int i = 0; i < MAXW; i++)
+        for (int i = 0; i < c->span; i++)
             if (c->mem[i] && c->mem[i]->epoch == r->epoch)
                 someone = true;
         for (int i = 0; someone && i < c->D; i++) {
@@ -935,7 +944,7 @@ static bool torchrun_lost(rc_ctx *c, bool *stop)
         st->restarts >= sp->restart.max_restarts)
         return false;
     int survivors = 0, first = -1;
-    for (int i = 0; i < MAXW; i++) {
+    for (int i = 0; i < c->span; i++) {
         const rm_observed_worker *w = c->obs[i];
         if (c->culprit[i] && first < 0)
             first = i;
@@ -969,7 +978,7 @@ static bool torchrun_lost(rc_ctx *c, bool *stop)
     if (st->phase == RM_PHASE_RUNNING)
         cond(c, RM_COND_RUNNING, true, "WorkerLost", msg);
     event(c, true, "WorkerLost", "%s", msg);
-    for (int i = 0; i < MAXW; i++)
+    for (int i = 0; i < c->span; i++)
         if (c->culprit[i] && exists(c->obs[i]))
             del(c, i, !c->obs[i]->node_ready, "failed");
     return true; /* Missing culprits are created by R3 */
@@ -1022,7 +1031,7 @@ static bool rule_restart(rc_ctx *c)
         cond_off(c, RM_COND_RUNNING, reason, msg);
         st->phase = RM_PHASE_RESTARTING;
         event(c, true, reason, "%s", msg);
-        for (int i = 0; i < MAXW; i++) {
+        for (int i = 0; i < c->span; i++) {
             if (!c->culprit[i])
                 continue;
             const rm_observed_worker *w = c->obs[i];
@@ -1032,7 +1041,7 @@ static bool rule_restart(rc_ctx *c)
         /* Missing culprits are created by the creation pass below. */
     } else {
         /* Failed workers from a disruption already handled: just replace. */
-        for (int i = 0; i < MAXW; i++)
+        for (int i = 0; i < c->span; i++)
             if (c->culprit[i] && exists(c->obs[i]))
                 del(c, i, !c->obs[i]->node_ready, "failed");
     }
@@ -1237,9 +1246,11 @@ int rm_reconcile(const rm_reconcile_in *in, rm_reconcile_out *out)
 {
     if (!in || !in->job || !out || (!out->actions && out->cap > 0))
         return RM_EINVAL;
-    rc_ctx ctx; /* ~20 KiB on the stack: the core allocates nothing */
-    memset(&ctx, 0, sizeof ctx);
-    rc_ctx *c = &ctx;
+    /* its one allocation: ~360 KiB of per-index views at RM_RDZV_MAX_WORLD, too much for a stack;
+     * only the pages of the indexes in use (span) are ever touched */
+    rc_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return RM_ENOMEM;
     c->in = in;
     c->job = in->job;
     c->out = out;
@@ -1265,5 +1276,7 @@ int rm_reconcile(const rm_reconcile_in *in, rm_reconcile_out *out)
             a->seconds = c->requeue;
     }
     out->status_changed = !rm_reconcile_status_equal(&out->status, &in->job->status);
-    return c->rc;
+    int rc = c->rc;
+    free(c);
+    return rc;
 }

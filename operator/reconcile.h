@@ -3,7 +3,8 @@
  *
  *     (TrainingJob spec + status, observed workers, rendezvous snapshot, now) -> (actions, new status)
  *
- * Design: no I/O, no clock reads, no allocation, no globals. Everything it knows comes in through
+ * Design: no I/O, no clock reads, no globals, one allocation (its working state, freed before it
+ * returns: per-index views too large for a stack at RM_RDZV_MAX_WORLD). Everything it knows comes in through
  * rm_reconcile_in; everything it decides goes out through rm_reconcile_out (the new status by value
  * and a caller-owned action array). The runtimes execute the actions in order and feed what they
  * then observe back in on the next call. Because every decision is derived from the observations
@@ -14,7 +15,7 @@
  * Ownership: rm_reconcile borrows everything in `in` for the duration of the call and keeps no
  * pointer. `out->actions` is a caller-owned array of `out->cap` entries (RM_RECONCILE_ACTIONS(n)
  * is always enough for n observed workers and any spec.replicas/maxReplicas up to RM_RDZV_MAX_WORLD);
- * out->status is written by value. Returns RM_OK, RM_EINVAL (NULL job / NULL out), RM_ETOOBIG
+ * out->status is written by value. Returns RM_OK, RM_EINVAL (NULL job / NULL out), RM_ENOMEM, RM_ETOOBIG
  * (action array too small: out is then incomplete and must not be executed).
  *
  * ======================================= THE RULES =========================================

@@ -2,6 +2,7 @@
  * strategies form within a round. A new strategy is a step_<name>.c module plus one line here. */
 #include "worker/step.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static const rm_step_ops *const STRATEGIES[] = {
@@ -27,10 +28,12 @@ const char *rm_step_strategy_names(void)
 int rm_step_sub_group(const rm_step_env *env, const rm_step_round *r, const int *ranks, int n, int me,
                       uint32_t group, bool shm_ok, const rm_comm_ops **ops, rm_comm **out, rm_err *err)
 {
-    rm_rdzv_peer peers[RM_RDZV_MAX_WORLD > 1024 ? 1024 : RM_RDZV_MAX_WORLD];
-    if (n < 1 || n > (int)RM_ARRAY_LEN(peers) || me < 0 || me >= n)
+    if (n < 1 || n > RM_RDZV_MAX_WORLD || me < 0 || me >= n)
         return rm_errf(err, RM_EINVAL, "a sub-group of %d ranks (this one at %d) is out of range 1..%d", n,
-                       me, (int)RM_ARRAY_LEN(peers));
+                       me, RM_RDZV_MAX_WORLD);
+    rm_rdzv_peer *peers = malloc((size_t)n * sizeof *peers); /* ~350 bytes a rank: not on a stack */
+    if (!peers)
+        return rm_errf(err, RM_ENOMEM, "out of memory");
     for (int i = 0; i < n; i++)
         peers[i] = r->peers[ranks[i]];
     rm_comm_cfg cc = {
@@ -45,5 +48,7 @@ int rm_step_sub_group(const rm_step_env *env, const rm_step_round *r, const int 
         .group = group,
     };
     *ops = shm_ok && rm_comm_shm_wanted(peers, n) ? rm_comm_shm_ops() : rm_comm_ring_ops();
-    return rm_comm_init_or_ring(ops, &cc, out, err);
+    int rc = rm_comm_init_or_ring(ops, &cc, out, err);
+    free(peers); /* the comm keeps no pointer to its cfg's peers (comm.h) */
+    return rc;
 }

@@ -74,10 +74,10 @@ assert_eq "$out" "Running" "I1 spec patch keeps status"
 k scale tj/x --replicas=3 >/dev/null || fail "scale"
 assert_eq "$(k get tj x -o jsonpath='{.spec.replicas}')" "3" "L5 kubectl scale writes spec.replicas through /scale"
 curl -s "$KS_URL/kubesim/requests?resource=trainingjobs" | grep -q '"subresource":"scale"' && ok "L5 scale went through the scale subresource" || fail "no /scale request"
-# the probe's `kubectl scale --replicas=10000`: refused by the CRD maximum, the job untouched
-rc=0; err=$(k scale tj/x --replicas=10000 2>&1) || rc=$?
-[ $rc -ne 0 ] && echo "$err" | grep -q 'spec.replicas in body should be less than or equal to 1024' ||
-  fail "kubectl scale --replicas=10000: rc=$rc $err"
+# the probe's `kubectl scale --replicas=20000`: refused by the CRD maximum, the job untouched
+rc=0; err=$(k scale tj/x --replicas=20000 2>&1) || rc=$?
+[ $rc -ne 0 ] && echo "$err" | grep -q 'spec.replicas in body should be less than or equal to 16384' ||
+  fail "kubectl scale --replicas=20000: rc=$rc $err"
 assert_eq "$(k get tj x -o jsonpath='{.spec.replicas}')" "3" "kubectl scale over the CRD maximum is refused (422), replicas kept"
 
 # kubectl apply twice: the second is a three-way merge sent as merge-patch

@@ -31,8 +31,8 @@ wait_for 20 "its pods gone" bash -c "[ \$(kubectl get pods -l ringmaster.dev/job
 fast_job steady 2 400 | k apply -f - >/dev/null
 wait_for 60 "steady Running" tj_phase_is steady Running
 uids=$(k get pods -l ringmaster.dev/job-name=steady -o jsonpath='{.items[*].metadata.uid}')
-# the reported reproduction (kubectl scale to 10000); an API server with the CRD's maximum refuses it outright (also fine)
-k scale tj/steady --replicas=10000 >/dev/null 2>&1 || log "the API refused --replicas=10000"
+# the reported reproduction (kubectl scale to 10000, beyond the old maximum of 1024; 20000 now); an API server with the CRD's maximum refuses it outright (also fine)
+k scale tj/steady --replicas=20000 >/dev/null 2>&1 || log "the API refused --replicas=20000"
 k scale tj/steady --replicas=2 >/dev/null 2>&1 || true
 # an invalid update no schema can refuse: minReplicas above replicas
 k patch tj steady --type merge -p '{"spec":{"minReplicas":5}}' >/dev/null

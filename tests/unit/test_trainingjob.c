@@ -375,7 +375,7 @@ static void test_validation_rules(void)
          "metadata.namespace: must be a lowercase DNS-1123 label (got \"a.b\")"},
         {"spec.replicas", "0", "spec.replicas: must be >= 1"},
         {"spec.replicas", "-3", "spec.replicas: must be >= 1"},
-        {"spec.replicas", "2000", "spec.replicas: must be <= 1024"},
+        {"spec.replicas", "20000", "spec.replicas: must be <= 16384"},
         {"spec.replicas", "9", "spec.replicas: must be <= spec.maxReplicas"}, /* max is 8 */
         {"spec.replicas", "8", NULL},
         {"spec.minReplicas", "0", "spec.minReplicas: must be >= 1"},
@@ -384,7 +384,7 @@ static void test_validation_rules(void)
         {"spec.maxReplicas", "3", "spec.replicas: must be <= spec.maxReplicas"},
         {"spec.maxReplicas", "4", NULL},
         {"spec.maxReplicas", "0", "spec.maxReplicas: must be >= 1"},
-        {"spec.maxReplicas", "1025", "spec.maxReplicas: must be <= 1024"},
+        {"spec.maxReplicas", "16385", "spec.maxReplicas: must be <= 16384"},
         {"spec.restartPolicy.maxRestarts", "-1", "spec.restartPolicy.maxRestarts: must be >= 0"},
         {"spec.restartPolicy.maxRestarts", "0", NULL},
         {"spec.restartPolicy.backoffSeconds", "-1",
@@ -458,11 +458,13 @@ static void test_validation_rules(void)
  * fits 63 characters, and a job that could grow past it is refused up front. */
 static void test_name_fits_max_replicas(void)
 {
-    CU_ASSERT_EQUAL(rm_tj_name_max(1), 54);    /* -worker-0 */
-    CU_ASSERT_EQUAL(rm_tj_name_max(10), 54);   /* -worker-9 */
-    CU_ASSERT_EQUAL(rm_tj_name_max(11), 53);   /* -worker-10 */
-    CU_ASSERT_EQUAL(rm_tj_name_max(1024), 51); /* -worker-1023 */
-    CU_ASSERT_EQUAL(rm_tj_name_max(5000), 51); /* clamped */
+    CU_ASSERT_EQUAL(rm_tj_name_max(1), 54);      /* -worker-0 */
+    CU_ASSERT_EQUAL(rm_tj_name_max(10), 54);     /* -worker-9 */
+    CU_ASSERT_EQUAL(rm_tj_name_max(11), 53);     /* -worker-10 */
+    CU_ASSERT_EQUAL(rm_tj_name_max(1024), 51);   /* -worker-1023 */
+    CU_ASSERT_EQUAL(rm_tj_name_max(5000), 51);   /* -worker-4999 */
+    CU_ASSERT_EQUAL(rm_tj_name_max(16384), 50);  /* -worker-16383 */
+    CU_ASSERT_EQUAL(rm_tj_name_max(100000), 50); /* clamped */
     CU_ASSERT_EQUAL(RM_TJ_MAX_REPLICAS, RM_RDZV_MAX_WORLD);
     char name[64];
     memset(name, 'a', sizeof name);
@@ -486,7 +488,7 @@ static void test_name_fits_max_replicas(void)
 }
 
 /* The CRD's bounds are the validator's: the API refuses at the same number `validate` does, so
- * `kubectl scale --replicas=10000` is a 422 instead of a job the operator must fail. Each schema
+ * `kubectl scale --replicas=20000` is a 422 instead of a job the operator must fail. Each schema
  * maximum is read from deploy/crd and checked at and just past the bound. */
 static void test_crd_bounds_match(void)
 {
@@ -545,8 +547,8 @@ static void test_crd_bounds_match(void)
     rm_yaml_free(d);
     /* the validator's side of the same bounds (a small job, so only the bound itself can fail) */
     static const tj_case cases[] = {
-        {"spec.maxReplicas", "1024", NULL},
-        {"spec.maxReplicas", "1025", "spec.maxReplicas: must be <= 1024"},
+        {"spec.maxReplicas", "16384", NULL},
+        {"spec.maxReplicas", "16385", "spec.maxReplicas: must be <= 16384"},
         {"spec.restartPolicy.backoffSeconds", "3600", NULL},
         {"spec.training.epochs", "100000", NULL},
         {"spec.training.epochs", "100001", "spec.training.epochs: must be between 1 and 100000"},
@@ -1160,7 +1162,7 @@ static void test_parallelism(void)
          "(spec.training.model.hidden has 2 widths; each stage holds at least one layer) (got 4)"},
         {{"spec.parallelism", NULL},
          {"{\"pipelineStages\": 0}"},
-         "spec.parallelism.pipelineStages: must be between 1 and 1024 (got 0)"},
+         "spec.parallelism.pipelineStages: must be between 1 and 16384 (got 0)"},
         {{"spec.parallelism", NULL},
          {"{\"microBatches\": 0}"},
          "spec.parallelism.microBatches: must be >= 1 (got 0)"},
@@ -1475,7 +1477,7 @@ static void test_models_and_data(void)
          "spec.training.optimizer.type: must be one of sgd, adam, adagrad, lbfgs, lamb, lars, adamw (got "
          "\"lion\")"},
         {{{"spec.parallelism.tensorParallel", "0"}},
-         "spec.parallelism.tensorParallel: must be between 1 and 1024 (got 0)"},
+         "spec.parallelism.tensorParallel: must be between 1 and 16384 (got 0)"},
         {{{"spec.output", "{\"dtype\": \"fp16\"}"}},
          "spec.output.dtype: must be one of float32, bfloat16 (got \"fp16\")"},
         {{{"spec.output", "{\"format\": \"onnx\"}"}},

@@ -101,7 +101,7 @@ bool rm_comm_shm_wanted(const rm_rdzv_peer *peers, int world)
 {
     if (!rm_comm_shm_allowed())
         return false;
-    if (!peers || world < 2)
+    if (!peers || world < 2 || world > RM_COMM_SHM_MAX_RANKS)
         return false;
     const char *c0 = strrchr(peers[0].addr, ':');
     if (!c0)

@@ -126,6 +126,9 @@ const char *rm_comm_shm_name(const rm_comm *c);
  * has 2+ ranks and every peer advertised the same host. peers borrowed. */
 bool rm_comm_shm_allowed(void);
 bool rm_comm_shm_wanted(const rm_rdzv_peer *peers, int world);
+/* The most ranks one shm formation holds (ranks on one host; its staging area grows with the
+ * square): rm_comm_shm_wanted is false above it and the shm backend's init refuses more. */
+#define RM_COMM_SHM_MAX_RANKS 1024
 /* (*ops)->init(cfg, out, err), except that when *ops is shm and its init fails with RM_ENOSPC
  * (/dev/shm cannot hold the segment: every rank of the formation gets that code together, see
  * comm_shm.c) it logs a warning naming /dev/shm and inits the TCP ring with the same cfg instead,

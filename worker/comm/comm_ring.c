@@ -92,6 +92,8 @@
  * inter-node rings, a pipeline's stage links and data-parallel groups). Group 0 is the round's
  * world: its HELLO is unchanged. */
 #define RING_TAG_SHIFT 16
+/* 16 bits of world (up to 65,535 ranks: RM_RDZV_MAX_WORLD is 16,384) and 16 of group (ring_init
+ * refuses a group above 0xffff): together the one 32-bit word of the HELLO frame */
 _Static_assert(RM_RDZV_MAX_WORLD < (1 << RING_TAG_SHIFT), "world must fit below the ring tag");
 
 struct rm_comm {

@@ -162,9 +162,9 @@ const char *rm_comm_shm_test_name;
 
 int rm_comm_shm_segment_name(const rm_comm_cfg *cfg, char name[RM_COMM_SHM_NAME_MAX], rm_err *err)
 {
-    if (!cfg || !cfg->peers || cfg->world_size < 1 || cfg->world_size > RM_RDZV_MAX_WORLD)
-        return rm_errf(err, RM_EINVAL, "shm: no peer list");
-    const char *addrs[RM_RDZV_MAX_WORLD];
+    if (!cfg || !cfg->peers || cfg->world_size < 1 || cfg->world_size > RM_COMM_SHM_MAX_RANKS)
+        return rm_errf(err, RM_EINVAL, "shm: no peer list of 1..%d ranks", RM_COMM_SHM_MAX_RANKS);
+    const char *addrs[RM_COMM_SHM_MAX_RANKS];
     for (int q = 0; q < cfg->world_size; q++)
         addrs[q] = cfg->peers[q].addr;
     return rm_shm_segment_name(cfg->token, cfg->epoch, cfg->world_size, addrs, name, err);
@@ -492,8 +492,9 @@ static int shm_init(const rm_comm_cfg *cfg, rm_comm **out, rm_err *err)
         return rm_errf(err, RM_EINVAL, "shm: NULL argument");
     *out = NULL;
     int n = cfg->world_size;
-    if (n < 1 || n > RM_RDZV_MAX_WORLD || cfg->rank < 0 || cfg->rank >= n)
-        return rm_errf(err, RM_EINVAL, "shm: rank %d of world %d out of range", cfg->rank, n);
+    if (n < 1 || n > RM_COMM_SHM_MAX_RANKS || cfg->rank < 0 || cfg->rank >= n)
+        return rm_errf(err, RM_EINVAL, "shm: rank %d of world %d out of range (at most %d ranks on one host)",
+                       cfg->rank, n, RM_COMM_SHM_MAX_RANKS);
     if (!cfg->peers)
         return rm_errf(err, RM_EINVAL, "shm: no peer list");
     /* every rank must be on this host: compare the advertised hosts */
@@ -700,7 +701,7 @@ static int shm_run(rm_comm *c, int k, const float *src, float *dst, float *shard
         rounds = 1;
     const float inv = 1.0f / (float)n;
     uint64_t desc = ((uint64_t)k << 56) | (uint64_t)count;
-    const float *xs[RM_RDZV_MAX_WORLD];
+    const float *xs[RM_COMM_SHM_MAX_RANKS]; /* c->n <= RM_COMM_SHM_MAX_RANKS (shm_init) */
     int rc = RM_OK;
     for (size_t j = 0; j < rounds; j++) {
         uint64_t g = ++c->seq;

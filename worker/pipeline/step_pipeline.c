@@ -543,11 +543,15 @@ static int pl_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
     if (s->link_prev || s->link_next)
         RM_CHECK(s->lk->open(&lc, &s->links, err));
     if (s->pl.replicas > 1) {
-        int ranks[RM_RDZV_MAX_WORLD > 1024 ? 1024 : RM_RDZV_MAX_WORLD];
+        int *ranks = malloc((size_t)s->pl.replicas * sizeof *ranks); /* up to RM_RDZV_MAX_WORLD */
+        if (!ranks)
+            return rm_errf(err, RM_ENOMEM, "out of memory");
         for (int d = 0; d < s->pl.replicas; d++)
             ranks[d] = rm_pipe_rank(s->P, d, p);
-        RM_CHECK(
-            form_group(s, r, ranks, s->pl.replicas, s->pl.replica, PIPE_GROUP_DP + (uint32_t)p, &s->dp, err));
+        int rc =
+            form_group(s, r, ranks, s->pl.replicas, s->pl.replica, PIPE_GROUP_DP + (uint32_t)p, &s->dp, err);
+        free(ranks);
+        RM_CHECK(rc);
     }
     return form_ties(s, r, err);
 }

@@ -85,7 +85,7 @@ static int serve(const char *bind, const char *job, const char *token, int desir
         rm_rdzv_free(r);
         return 2;
     }
-    if (rm_rdzv_serve(r, bind, &srv, &err) != RM_OK) {
+    if (rm_rdzv_serve_world(r, bind, desired, &srv, &err) != RM_OK) {
         fprintf(stderr, "ringmaster-worker swarm --serve: %s\n", err.msg);
         rm_rdzv_free(r);
         return 1;
