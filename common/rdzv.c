@@ -192,6 +192,9 @@ static void job_clear(job *j)
     rdzv_shared_body_release(j->round_body);
     j->round_body = NULL;
     j->round_body_epoch = 0;
+    free(j->ranked);
+    j->ranked = NULL;
+    j->ranked_epoch = 0;
     j->have_result = false;
     j->model_uri[0] = j->model_sha256[0] = j->export_error[0] = 0;
     j->model_bytes = 0;

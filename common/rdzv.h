@@ -8,6 +8,10 @@
  *        long poll (server holds up to ~10 s) →
  *        200 {"epoch":E,"rank":r,"worldSize":n,"peers":[{"rank":0,"workerId":"0","addr":"...",
  *             "node":"node-a"},..]}   (a peer's "node" is "" when it sent none)
+ *        "peers": false in the join asks for the reply without the peer list (~80 bytes a member:
+ *        1.3 MB a reply at 16,384 workers, docs/scale.md): its ring neighbours instead,
+ *        200 {"epoch":E,"worldSize":n,"prev":{peer of rank r-1 mod n},"next":{peer of r+1 mod n},
+ *             "rank":r}   (what a worker that only talks to its neighbours needs)
  *        202 {"status":"waiting","epoch":E}  (round not closed yet: call again)
  *        409 {"status":"stop"}                (job finished/removed: exit)
  *   PUT  /v1/jobs/NS/NAME/kv/EPOCH/KEY   body = value (≤ 64 KiB)    → 204

@@ -171,11 +171,60 @@ static int reply_round(rm_http_resp *resp, job *j, const member *me)
     return RM_OK;
 }
 
+/* The closed round's members by rank (j->ranked), built once per round; NULL on ENOMEM. */
+static member **ranked_get(job *j)
+{
+    if (j->ranked && j->ranked_epoch == j->epoch)
+        return j->ranked;
+    member **a = realloc(j->ranked, (size_t)(j->world > 0 ? j->world : 1) * sizeof *a);
+    if (!a)
+        return NULL;
+    for (int i = 0; i < j->nmem; i++) {
+        member *p = j->mem[i];
+        if (p->round == j->epoch && p->m.rank >= 0 && p->m.rank < j->world)
+            a[p->m.rank] = p;
+    }
+    j->ranked = a;
+    j->ranked_epoch = j->epoch;
+    return a;
+}
+
+/* One peer as the join reply writes it (its strings are of rdzv_str_ok's and rdzv_addr_ok's
+ * characters: nothing to escape). */
+static int peer_json(char *buf, size_t cap, const member *p)
+{
+    return snprintf(buf, cap, "{\"rank\":%d,\"workerId\":\"%s\",\"addr\":\"%s\",\"node\":\"%s\"}", p->m.rank,
+                    p->m.worker_id, p->m.addr, p->m.node);
+}
+
+/* 200 with the round for member me without the peer list (a join with "peers": false, rdzv.h):
+ * the ring neighbours only, a few hundred bytes where the list is ~80 per member (1.3 MB at
+ * 16,384 workers, docs/scale.md). */
+static int reply_round_brief(rm_http_resp *resp, job *j, const member *me)
+{
+    member **rk = ranked_get(j);
+    size_t cap = 128 + 2 * (sizeof(rm_rdzv_member) + 64);
+    char *b = rk ? malloc(cap) : NULL;
+    if (!b)
+        return rm_http_reply_error(resp, 500, "out of memory");
+    int r = me->m.rank, n = j->world;
+    int w = snprintf(b, cap, "{\"epoch\":%d,\"worldSize\":%d,\"prev\":", j->epoch, n);
+    w += peer_json(b + w, cap - (size_t)w, rk[(r + n - 1) % n]);
+    w += snprintf(b + w, cap - (size_t)w, ",\"next\":");
+    w += peer_json(b + w, cap - (size_t)w, rk[(r + 1) % n]);
+    w += snprintf(b + w, cap - (size_t)w, ",\"rank\":%d}", r);
+    resp->status = 200;
+    resp->content_type = "application/json";
+    resp->body = b;
+    resp->body_len = (size_t)w;
+    return RM_OK;
+}
+
 /* One evaluation of a held join (r->mu held): true when it is answered (*rc, resp), else false
  * with *wake the monotonic time to evaluate it again at the latest. */
 static bool join_step(rm_rdzv *r, const char *name, const char *wid, const char *addr, const char *node,
-                      int last_epoch, double wait_s, double deadline, int *seen_epoch, rm_http_resp *resp,
-                      int *rc, double *wake)
+                      int last_epoch, bool peers, double wait_s, double deadline, int *seen_epoch,
+                      rm_http_resp *resp, int *rc, double *wake)
 {
     job *j = rdzv_job_find(r, name);
     if (r->shutting) {
@@ -204,7 +253,8 @@ static bool join_step(rm_rdzv *r, const char *name, const char *wid, const char 
         return true;
     }
     if (out == J_ASSIGNED) {
-        *rc = reply_round(resp, j, j->mem[rdzv_member_find(j, wid)]);
+        const member *me = j->mem[rdzv_member_find(j, wid)];
+        *rc = peers ? reply_round(resp, j, me) : reply_round_brief(resp, j, me);
         return true;
     }
     if (now >= deadline) {
@@ -226,6 +276,7 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
     const char *wid = NULL, *addr = NULL, *node = "";
     int64_t last_epoch = 0;
     double wait_s = JOIN_POLL_S;
+    bool peers = true;
     cJSON *body = rm_json_parse(req->body, req->body_len, &e);
     if (!body)
         return rm_http_reply_error(resp, 400, "join: %s", e.msg);
@@ -233,7 +284,8 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
         rm_json_str(body, "addr", true, "", &addr, &e) < 0 ||
         rdzv_bad(rm_json_int(body, "lastEpoch", false, "", &last_epoch, &e)) ||
         rdzv_bad(rm_json_num(body, "wait", false, "", &wait_s, &e)) ||
-        rdzv_bad(rm_json_str(body, "node", false, "", &node, &e))) {
+        rdzv_bad(rm_json_str(body, "node", false, "", &node, &e)) ||
+        rdzv_bad(rm_json_bool(body, "peers", false, "", &peers, &e))) {
         rc = rm_http_reply_error(resp, 400, "join: %s", e.msg[0] ? e.msg : "body must be an object");
         goto out;
     }
@@ -253,8 +305,8 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
     int seen_epoch = 0;
     for (;;) {
         double wake = deadline;
-        if (join_step(r, name, wid, addr, node, (int)last_epoch, wait_s, deadline, &seen_epoch, resp, &rc,
-                      &wake))
+        if (join_step(r, name, wid, addr, node, (int)last_epoch, peers, wait_s, deadline, &seen_epoch, resp,
+                      &rc, &wake))
             break;
         bool parked;
         waiter *w = waiter_park(req, WAIT_JOIN, deadline, wake, &parked);
@@ -266,6 +318,7 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
             snprintf(w->addr, sizeof w->addr, "%s", addr);
             snprintf(w->node, sizeof w->node, "%s", node);
             w->last_epoch = (int)last_epoch;
+            w->peers = peers;
             w->seen_epoch = seen_epoch;
             w->wait_s = wait_s;
             rc = waiter_add(r, w);
@@ -401,8 +454,8 @@ static void *waiter_main(void *arg)
             int rc = RM_OK;
             double wake = w->deadline;
             bool done = w->kind == WAIT_JOIN
-                            ? join_step(r, w->job, w->wid, w->addr, w->node, w->last_epoch, w->wait_s,
-                                        w->deadline, &w->seen_epoch, &resp, &rc, &wake)
+                            ? join_step(r, w->job, w->wid, w->addr, w->node, w->last_epoch, w->peers,
+                                        w->wait_s, w->deadline, &w->seen_epoch, &resp, &rc, &wake)
                             : kv_step(r, w->job, w->epoch, w->key, w->deadline, &resp, &rc);
             if (!done) {
                 w->wake = wake;

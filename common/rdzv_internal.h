@@ -70,6 +70,8 @@ typedef struct job {
     int nround;              /* members whose round is the current epoch (what rdzv_round_count was) */
     shared_body *round_body; /* the closed round's reply less the rank (round_body_get); one ref */
     int round_body_epoch;    /* the epoch round_body was built for (0 = none) */
+    member **ranked;         /* the closed round's members by rank (world entries; rdzv_http.c) */
+    int ranked_epoch;        /* the epoch ranked was built for (0 = none) */
     kv_ent *kv;              /* current epoch's kv only */
     int nkv;
     bool have_result;
@@ -100,6 +102,7 @@ typedef struct waiter {
     /* a join */
     char wid[32], addr[64], node[RM_RDZV_NODE_MAX + 1];
     int last_epoch, seen_epoch;
+    bool peers; /* the reply carries the peer list ("peers": true, the default) */
     double wait_s;
     /* a kv read */
     int epoch;

@@ -1,5 +1,6 @@
 /* Tests for the worker swarm (worker/swarm/swarm.h) against the real rendezvous service
- * (common/rdzv.h) in this process on 127.0.0.1:0: 64 simulated workers form a round through join,
+ * (common/rdzv.h) in this process on 127.0.0.1:0: 64 simulated workers (joins without the peer
+ * list; the hang test's 16 with it) form a round through join,
  * the kv bootstrap and reports, lose one worker (death, or a hang) and form the next round without
  * it; the swarm itself checks every round's ranks are distinct. Bounded: each run ends after its
  * second round or 20 s. */
@@ -61,8 +62,9 @@ static void cfg_for(rm_swarm_cfg *c, const sfx *f, int count)
 }
 
 /* A fault (kill or hang) among n workers: round 1 has all n, round 2 (epoch 2) the n-1 others,
- * and the service agrees. */
-static void run_fault(int n, bool hang)
+ * and the service agrees. peers: the joins ask for the whole peer list (else the neighbours only,
+ * which the swarm checks it got). */
+static void run_fault(int n, bool hang, bool peers)
 {
     sfx f;
     /* the elastic round closes `settle` after its last join: 1 s, well past the slow joins at
@@ -71,6 +73,7 @@ static void run_fault(int n, bool hang)
     CU_ASSERT_FATAL(sfx_start(&f, n, n / 2, 1.0) == 0);
     rm_swarm_cfg c;
     cfg_for(&c, &f, n);
+    c.peers = peers;
     if (hang)
         c.hang = 1;
     else
@@ -109,12 +112,12 @@ static void run_fault(int n, bool hang)
 
 static void test_swarm_death_recovers(void)
 {
-    run_fault(64, false);
+    run_fault(64, false, false);
 }
 
 static void test_swarm_hang_recovers(void)
 {
-    run_fault(16, true);
+    run_fault(16, true, true);
 }
 
 /* A round of n joins costs O(n) join evaluations, not one per held join per join: 128 workers

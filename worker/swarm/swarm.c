@@ -166,9 +166,9 @@ static void build(swarm *s, int id, int op)
     case OP_JOIN:
         snprintf(body, sizeof body,
                  "{\"workerId\":\"%d\",\"addr\":\"%u.%u.%u.%u:29500\",\"lastEpoch\":%d,"
-                 "\"node\":\"swarm-%d\"}",
+                 "\"node\":\"swarm-%d\"%s}",
                  wid, w->addr >> 24, (w->addr >> 16) & 255u, (w->addr >> 8) & 255u, w->addr & 255u,
-                 w->last_epoch, wid / 8);
+                 w->last_epoch, wid / 8, s->cfg->peers ? "" : ",\"peers\":false");
         snprintf(line, sizeof line, "%s/join", j->path);
         break;
     case OP_KV_PUT:
@@ -489,7 +489,8 @@ static void on_join(swarm *s, int id, int status, const char *body, size_t len)
     }
     if (status != 200 || !top_int(body, len, "epoch", &epoch) || !top_int(body, len, "rank", &rank) ||
         !top_int(body, len, "worldSize", &world) || rank < 0 || rank >= world || world < 1 ||
-        world > s->cfg->count) {
+        world > s->cfg->count ||
+        (!s->cfg->peers && (!strstr(body, "\"next\":{") || strstr(body, "\"peers\":")))) {
         sw_error(s, "worker %d: join answered %d: %.120s", id, status, body);
         sw_timer_set(s, id, T_JOIN, rm_mono() + 1.0);
         return;

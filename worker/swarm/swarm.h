@@ -18,7 +18,8 @@
  * ephemeral ports are not shared. The process raises its RLIMIT_NOFILE to the hard limit and
  * refuses a count that does not fit under it. Replies are scanned, not parsed into trees: only the
  * top-level "epoch", "rank", "worldSize", "action" are read; every round's ranks are checked to be
- * distinct and below worldSize. */
+ * distinct and below worldSize, and a join that asked for no peer list must get the neighbours
+ * ("next") and no "peers". */
 #ifndef RM_WORKER_SWARM_H
 #define RM_WORKER_SWARM_H
 #include <signal.h>
@@ -39,6 +40,8 @@ typedef struct rm_swarm_cfg {
     double step_s;        /* seconds per training step (> 0) */
     double report_s;      /* seconds between progress reports (> 0) */
     bool kv;              /* the kv bootstrap after every round */
+    bool peers;           /* joins ask for the whole peer list, as ringmaster-worker's do (default
+                           * false: "peers": false, the ring neighbours only; rdzv.h) */
     int kill, hang, slow; /* how many workers die / hang / join late */
     double fault_at_s;    /* deaths and hangs: seconds after the first round trained */
     double detect_s;      /* how long the neighbour takes to notice */

@@ -36,6 +36,8 @@ static void usage(FILE *out)
         "  --id-base B      workerIds B..B+N-1 (default 0; several swarms share a job)\n"
         "  --step S         seconds per step (default 0.1)      --report S  report period (default 1)\n"
         "  --no-kv          skip the kv bootstrap after each round\n"
+        "  --peers          joins ask for the whole peer list, as real workers do (default: the ring\n"
+        "                   neighbours only, \"peers\": false; the list is ~80 bytes a worker per reply)\n"
         "  --kill K --hang K  K workers die / hang --fault-at S seconds after the first round trained\n"
         "  --detect S       the dead worker's neighbour notices S seconds later (default 0.1)\n"
         "  --slow K --slow-join S  K workers send their first join S seconds late\n"
@@ -115,6 +117,7 @@ int rm_swarm_main(int argc, char **argv)
         O_STEP,
         O_REPORT,
         O_NOKV,
+        O_PEERS,
         O_KILL,
         O_HANG,
         O_FAULTAT,
@@ -137,6 +140,7 @@ int rm_swarm_main(int argc, char **argv)
                                          {"step", required_argument, 0, O_STEP},
                                          {"report", required_argument, 0, O_REPORT},
                                          {"no-kv", no_argument, 0, O_NOKV},
+                                         {"peers", no_argument, 0, O_PEERS},
                                          {"kill", required_argument, 0, O_KILL},
                                          {"hang", required_argument, 0, O_HANG},
                                          {"fault-at", required_argument, 0, O_FAULTAT},
@@ -192,6 +196,9 @@ int rm_swarm_main(int argc, char **argv)
             break;
         case O_NOKV:
             c.kv = false;
+            break;
+        case O_PEERS:
+            c.peers = true;
             break;
         case O_KILL:
             ok = inum(optarg, &c.kill);
