@@ -47,10 +47,12 @@
 #define RM_HTTP_STACK (256u * 1024u)
 #endif
 #define RM_HTTP_STREAM_BLOCK (16u * 1024u)
-/* per connection, event-loop servers: request headers and the read buffer (bodies are passed on
- * in pieces and gathered outside it); 4 KiB instead of 8 took the rendezvous from ~18 to ~14 KiB
- * of RSS per worker (docs/scale.md) */
-#define RM_HTTP_LOOP_POOL (4u * 1024u)
+/* per connection, event-loop servers: request headers, the read buffer and the reply's headers
+ * (bodies are passed on in pieces and gathered outside it). 2 KiB holds a request's headers up to
+ * about 1.5 KiB (a worker's, libcurl's with the longest token, are ~500 bytes; more are refused
+ * with 431 or the connection closed) and took the rendezvous from ~11 to ~9 KiB of RSS per worker
+ * at 1,024 (4 KiB instead of 8 had taken it from ~18 to ~14; docs/scale.md) */
+#define RM_HTTP_LOOP_POOL (2u * 1024u)
 #define RM_HTTP_STOP_WAIT_MS 10000
 #define RM_HTTP_SWEEP_MS 200
 
@@ -75,7 +77,7 @@ struct rm_http_server {
     size_t nroutes;
     size_t max_body;
     bool event_loop;     /* opts.event_loop: parking instead of blocking */
-    pthread_mutex_t pmu; /* parking: req_ctx.park, .parked_resp */
+    pthread_mutex_t pmu; /* parking: req_ctx.park, .answered, .parked */
     atomic_bool stopping;
     atomic_int inflight;
 
@@ -97,8 +99,11 @@ typedef struct req_ctx {
     rm_capbuf body; /* capped at max_body */
     int toobig;
     int park;      /* PARK_*: the handler parked this request (pmu) */
-    bool answered; /* parked_resp holds rm_http_unpark's answer (pmu) */
-    rm_http_resp parked_resp;
+    bool answered; /* rm_http_unpark answered: parked (NULL: it could not be built) (pmu) */
+    /* the answer, built by rm_http_unpark (not the rm_http_resp it came in: its header slots are
+     * ~2.6 KiB, and every waiting worker has a request parked, docs/scale.md) */
+    struct MHD_Response *parked;
+    unsigned parked_status;
     char ip[INET6_ADDRSTRLEN];
 } req_ctx;
 
@@ -278,15 +283,19 @@ static void resp_drop(rm_http_resp *resp)
     resp->shared = NULL;
 }
 
-static enum MHD_Result queue_resp(req_ctx *c, rm_http_resp *resp)
+/* The MHD response for resp (its body and shared part move into it; resp is left empty), with
+ * *status; NULL when it could not be built (resp's parts are released, *status says what to send
+ * instead: 500, or 0 when nothing can be). */
+static struct MHD_Response *build_resp(req_ctx *c, rm_http_resp *resp, unsigned *status)
 {
     struct MHD_Response *r = NULL;
-    int status = resp->status > 0 ? resp->status : 200;
+    *status = resp->status > 0 ? (unsigned)resp->status : 200;
     if (resp->shared && !resp->stream.read) {
         iov_ctx *x = calloc(1, sizeof *x);
         if (!x) {
             resp_drop(resp);
-            return queue_error(c, 500, "out of memory", NULL);
+            *status = 500;
+            return NULL;
         }
         size_t tl = resp->body ? (resp->body_len ? resp->body_len : strlen(resp->body)) : 0;
         struct MHD_IoVec iov[2] = {{resp->shared, resp->shared_len}, {resp->body ? resp->body : "", tl}};
@@ -304,11 +313,15 @@ static enum MHD_Result queue_resp(req_ctx *c, rm_http_resp *resp)
         if (!sc) {
             if (resp->stream.free)
                 resp->stream.free(resp->stream.ud);
+            memset(&resp->stream, 0, sizeof resp->stream);
             free(resp->body);
-            return queue_error(c, 500, "out of memory", NULL);
+            resp->body = NULL;
+            *status = 500;
+            return NULL;
         }
         sc->s = resp->stream;
         sc->srv = c->srv;
+        memset(&resp->stream, 0, sizeof resp->stream);
         sc->fd = -1;
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -329,15 +342,33 @@ static enum MHD_Result queue_resp(req_ctx *c, rm_http_resp *resp)
     } else {
         r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
     }
-    if (!r)
-        return MHD_NO;
+    if (!r) {
+        *status = 0;
+        return NULL;
+    }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
                             resp->content_type ? resp->content_type : "application/json");
     for (int i = 0; i < resp->nheaders && i < RM_HTTP_MAX_HEADERS; i++)
         MHD_add_response_header(r, resp->headers[i].name, resp->headers[i].value);
-    enum MHD_Result ret = MHD_queue_response(c->conn, (unsigned)status, r);
+    return r;
+}
+
+/* Queue r (build_resp's; consumed) with status; r NULL: a 500 of our own, or nothing (MHD_NO
+ * closes the connection) when status is 0. */
+static enum MHD_Result queue_built(req_ctx *c, struct MHD_Response *r, unsigned status)
+{
+    if (!r)
+        return status ? queue_error(c, (int)status, "out of memory", NULL) : MHD_NO;
+    enum MHD_Result ret = MHD_queue_response(c->conn, status, r);
     MHD_destroy_response(r);
     return ret;
+}
+
+static enum MHD_Result queue_resp(req_ctx *c, rm_http_resp *resp)
+{
+    unsigned status;
+    struct MHD_Response *r = build_resp(c, resp, &status);
+    return queue_built(c, r, status);
 }
 
 /* ---- slow clients ----------------------------------------------------------------------------- */
@@ -531,9 +562,12 @@ void rm_http_unpark(rm_http_parked *t, rm_http_resp *resp)
     req_ctx *c = (req_ctx *)t;
     if (!c)
         return;
-    pthread_mutex_lock(&c->srv->pmu);
-    c->parked_resp = *resp;
+    unsigned status;
+    struct MHD_Response *r = build_resp(c, resp, &status);
     memset(resp, 0, sizeof *resp);
+    pthread_mutex_lock(&c->srv->pmu);
+    c->parked = r;
+    c->parked_status = status;
     c->answered = true;
     /* suspended: MHD calls on_request again for it, which queues the answer; still in the handler
      * (answered before it returned): on_request queues it without suspending */
@@ -553,12 +587,13 @@ static enum MHD_Result park_or_answer(req_ctx *c)
         pthread_mutex_unlock(&c->srv->pmu);
         return MHD_YES;
     }
-    rm_http_resp r = c->parked_resp;
-    memset(&c->parked_resp, 0, sizeof c->parked_resp);
+    struct MHD_Response *r = c->parked;
+    unsigned status = c->parked_status;
+    c->parked = NULL;
     c->park = PARK_NONE;
     c->answered = false;
     pthread_mutex_unlock(&c->srv->pmu);
-    return queue_resp(c, &r);
+    return queue_built(c, r, status);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -669,7 +704,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         return;
     conn_set_phase(conn, s, CONN_HEAD); /* keep-alive: waiting for the next request */
     rm_capbuf_free(&c->body);
-    resp_drop(&c->parked_resp); /* an answer never sent (the connection ended first) */
+    if (c->parked) /* an answer never sent (the connection ended first) */
+        MHD_destroy_response(c->parked);
     free(c);
     *con_cls = NULL;
     atomic_fetch_sub(&s->inflight, 1);

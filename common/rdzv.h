@@ -200,10 +200,10 @@ typedef struct rm_rdzv_topo {
     bool uniform;             /* every node holds the same number of ranks */
     int min_local, max_local; /* fewest / most ranks on one node */
 } rm_rdzv_topo;
-/* Fill *out for `rank` of peers[0..world). RM_EINVAL on bad arguments. */
+/* Fill *out for `rank` of peers[0..world). RM_EINVAL on bad arguments, RM_ENOMEM. */
 int rm_rdzv_topology(const rm_rdzv_peer *peers, int world, int rank, rm_rdzv_topo *out);
 /* The node index of every rank (nodes numbered as above) into idx[0..world); returns nnodes, or
- * RM_EINVAL. */
+ * RM_EINVAL, RM_ENOMEM. O(world). */
 int rm_rdzv_node_index(const rm_rdzv_peer *peers, int world, int *idx);
 typedef struct rm_rdzv_round {
     int epoch, rank, world_size;

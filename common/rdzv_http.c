@@ -30,15 +30,20 @@
 #define RDZV_FD_RESERVE 64u     /* open files kept for the rest of the process */
 
 /* Park req (an event-loop server: *parked true) with a new waiter of kind for the waiter thread
- * to answer; NULL with *parked true when out of memory (req was answered 500). *parked false: a
- * thread-per-connection server, the caller waits itself. */
-static waiter *waiter_park(const rm_http_req *req, int kind, double deadline, double wake, bool *parked)
+ * to answer, its job (jobname) and the strings s[0..3) copied into it (NULL: none; a join: workerId, addr,
+ * node; a kv read: the key); NULL with *parked true when out of memory (req was answered 500).
+ * *parked false: a thread-per-connection server, the caller waits itself. */
+static waiter *waiter_park(const rm_http_req *req, int kind, double deadline, double wake,
+                           const char *jobname, const char *const s[3], bool *parked)
 {
     rm_http_parked *t = rm_http_park(req);
     *parked = t != NULL;
     if (!t)
         return NULL;
-    waiter *w = calloc(1, sizeof *w);
+    size_t len[4] = {strlen(jobname) + 1, 0, 0, 0}, all = len[0];
+    for (int k = 0; k < 3; k++)
+        all += len[k + 1] = s[k] ? strlen(s[k]) + 1 : 0;
+    waiter *w = calloc(1, sizeof *w + all);
     if (!w) {
         rm_http_resp er = {0};
         rm_http_reply_error(&er, 500, "out of memory");
@@ -49,6 +54,15 @@ static waiter *waiter_park(const rm_http_req *req, int kind, double deadline, do
     w->kind = kind;
     w->deadline = deadline;
     w->wake = wake;
+    const char **dst[4] = {&w->job, kind == WAIT_JOIN ? &w->wid : &w->key, &w->addr, &w->node};
+    char *p = w->str;
+    for (int k = 0; k < 4; k++) {
+        if (!len[k])
+            continue;
+        memcpy(p, k ? s[k - 1] : jobname, len[k]);
+        *dst[k] = p;
+        p += len[k];
+    }
     return w;
 }
 
@@ -125,10 +139,10 @@ static shared_body *round_body_get(job *j)
             cJSON_Delete(peers);
             return NULL;
         }
-        if (!cJSON_AddNumberToObject(e, "rank", p->m.rank) ||
-            !cJSON_AddStringToObject(e, "workerId", p->m.worker_id) ||
-            !cJSON_AddStringToObject(e, "addr", p->m.addr) ||
-            !cJSON_AddStringToObject(e, "node", p->m.node)) {
+        if (!cJSON_AddNumberToObject(e, "rank", p->rank) ||
+            !cJSON_AddStringToObject(e, "workerId", p->worker_id) ||
+            !cJSON_AddStringToObject(e, "addr", p->addr) ||
+            !cJSON_AddStringToObject(e, "node", rdzv_member_node(p))) {
             cJSON_Delete(peers); /* e with it */
             return NULL;
         }
@@ -158,7 +172,7 @@ static int reply_round(rm_http_resp *resp, job *j, const member *me)
     char *tail = b ? malloc(16) : NULL;
     if (!tail)
         return rm_http_reply_error(resp, 500, "out of memory");
-    int t = snprintf(tail, 16, "%d}", me->m.rank);
+    int t = snprintf(tail, 16, "%d}", me->rank);
     atomic_fetch_add(&b->refs, 1);
     resp->status = 200;
     resp->content_type = "application/json";
@@ -181,8 +195,8 @@ static member **ranked_get(job *j)
         return NULL;
     for (int i = 0; i < j->nmem; i++) {
         member *p = j->mem[i];
-        if (p->round == j->epoch && p->m.rank >= 0 && p->m.rank < j->world)
-            a[p->m.rank] = p;
+        if (p->round == j->epoch && p->rank >= 0 && p->rank < j->world)
+            a[p->rank] = p;
     }
     j->ranked = a;
     j->ranked_epoch = j->epoch;
@@ -193,8 +207,8 @@ static member **ranked_get(job *j)
  * characters: nothing to escape). */
 static int peer_json(char *buf, size_t cap, const member *p)
 {
-    return snprintf(buf, cap, "{\"rank\":%d,\"workerId\":\"%s\",\"addr\":\"%s\",\"node\":\"%s\"}", p->m.rank,
-                    p->m.worker_id, p->m.addr, p->m.node);
+    return snprintf(buf, cap, "{\"rank\":%d,\"workerId\":\"%s\",\"addr\":\"%s\",\"node\":\"%s\"}", p->rank,
+                    p->worker_id, p->addr, rdzv_member_node(p));
 }
 
 /* 200 with the round for member me without the peer list (a join with "peers": false, rdzv.h):
@@ -207,7 +221,7 @@ static int reply_round_brief(rm_http_resp *resp, job *j, const member *me)
     char *b = rk ? malloc(cap) : NULL;
     if (!b)
         return rm_http_reply_error(resp, 500, "out of memory");
-    int r = me->m.rank, n = j->world;
+    int r = me->rank, n = j->world;
     int w = snprintf(b, cap, "{\"epoch\":%d,\"worldSize\":%d,\"prev\":", j->epoch, n);
     w += peer_json(b + w, cap - (size_t)w, rk[(r + n - 1) % n]);
     w += snprintf(b + w, cap - (size_t)w, ",\"next\":");
@@ -309,14 +323,11 @@ static int handle_join(rm_rdzv *r, const char *name, const rm_http_req *req, rm_
                       &rc, &wake))
             break;
         bool parked;
-        waiter *w = waiter_park(req, WAIT_JOIN, deadline, wake, &parked);
+        const char *const strs[3] = {wid, addr, node};
+        waiter *w = waiter_park(req, WAIT_JOIN, deadline, wake, name, strs, &parked);
         if (parked) { /* an event-loop server: the waiter thread goes on from here */
             if (!w)
                 break;
-            snprintf(w->job, sizeof w->job, "%s", name);
-            snprintf(w->wid, sizeof w->wid, "%s", wid);
-            snprintf(w->addr, sizeof w->addr, "%s", addr);
-            snprintf(w->node, sizeof w->node, "%s", node);
             w->last_epoch = (int)last_epoch;
             w->peers = peers;
             w->seen_epoch = seen_epoch;
@@ -522,13 +533,12 @@ static int handle_kv_get(rm_rdzv *r, const char *name, int epoch, const char *ke
         if (kv_step(r, name, epoch, key, deadline, resp, &rc))
             return rc;
         bool parked;
-        waiter *w = waiter_park(req, WAIT_KV, deadline, deadline, &parked);
+        const char *const strs[3] = {key, NULL, NULL};
+        waiter *w = waiter_park(req, WAIT_KV, deadline, deadline, name, strs, &parked);
         if (parked) { /* an event-loop server: the waiter thread goes on from here */
             if (!w)
                 return RM_OK;
-            snprintf(w->job, sizeof w->job, "%s", name);
             w->epoch = epoch;
-            snprintf(w->key, sizeof w->key, "%s", key);
             return waiter_add(r, w);
         }
         wait_until(r, deadline);
@@ -550,13 +560,13 @@ static int handle_state(job *j, rm_http_resp *resp)
     cJSON_AddNumberToObject(o, "minReplicas", j->min);
     cJSON_AddNumberToObject(o, "kvKeys", j->nkv);
     for (int i = 0; i < j->nmem; i++) {
-        const rm_rdzv_member *m = &j->mem[i]->m;
+        const member *m = j->mem[i];
         cJSON *e = cJSON_CreateObject();
         if (!e || !cJSON_AddItemToArray(arr, e))
             goto fail;
         cJSON_AddStringToObject(e, "workerId", m->worker_id);
         cJSON_AddStringToObject(e, "addr", m->addr);
-        cJSON_AddStringToObject(e, "node", m->node);
+        cJSON_AddStringToObject(e, "node", rdzv_member_node(m));
         cJSON_AddNumberToObject(e, "rank", m->rank);
         cJSON_AddNumberToObject(e, "epoch", m->epoch);
         cJSON_AddNumberToObject(e, "step", (double)m->step);

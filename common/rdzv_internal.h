@@ -39,9 +39,33 @@ typedef struct kv_ent {
     char key[KV_MAX_KEY + 1];
 } kv_ent;
 
+/* A node name, kept once per job however many of its members report it (a node runs several
+ * workers): the job's node table owns it, members hold references (docs/scale.md, "Memory per
+ * worker"). */
+typedef struct node_name {
+    struct node_name *next; /* in its hash bucket */
+    unsigned hash, refs;
+    char s[];
+} node_name;
+
+/* A member: rm_rdzv_member's fields (rdzv_member_view), less what most workers never have:
+ * the node is a reference into the job's node table and the checkpoint error is allocated only
+ * while a write fails, so a record is ~200 bytes where the public view's inline buffers are
+ * ~600 (docs/scale.md). */
 typedef struct member {
-    rm_rdzv_member m; /* public view; m.rank is the rank in the closed round, else -1 */
-    int round;        /* epoch whose round this worker joined (0 = none) */
+    char worker_id[32];
+    char addr[64];
+    int rank;  /* in the closed round, else -1 */
+    int epoch; /* of the last join/report */
+    int round; /* epoch whose round this worker joined (0 = none) */
+    int train_epoch;
+    double last_report, last_progress; /* unix seconds; 0 = none */
+    int64_t step, last_checkpoint_step;
+    double loss, samples_per_second, allreduce_gbps, tokens_per_second;
+    bool done;
+    int checkpoint_failures;
+    char *checkpoint_error; /* owned; NULL = none */
+    node_name *node;        /* a reference (rdzv_node_ref); NULL = none reported */
 } member;
 
 typedef struct ps_server {
@@ -71,8 +95,10 @@ typedef struct job {
     shared_body *round_body; /* the closed round's reply less the rank (round_body_get); one ref */
     int round_body_epoch;    /* the epoch round_body was built for (0 = none) */
     member **ranked;         /* the closed round's members by rank (world entries; rdzv_http.c) */
-    int ranked_epoch;        /* the epoch ranked was built for (0 = none) */
-    kv_ent *kv;              /* current epoch's kv only */
+    node_name **nodes;       /* the members' node names: a hash table of nnodes_cap buckets */
+    unsigned nnodes, nnodes_cap;
+    int ranked_epoch; /* the epoch ranked was built for (0 = none) */
+    kv_ent *kv;       /* current epoch's kv only */
     int nkv;
     bool have_result;
     double test_accuracy, train_loss, seconds, samples_per_second;
@@ -90,23 +116,25 @@ typedef struct job {
 } job;
 
 /* A parked long poll (an event-loop server: rm_http_park): what its handler's loop would have kept
- * on its stack. The waiter thread evaluates it on every wake-up, as that loop would. */
+ * on its stack. The waiter thread evaluates it on every wake-up, as that loop would. Its strings
+ * live in str[], sized to them (one is held per waiting worker: docs/scale.md). */
 enum { WAIT_JOIN, WAIT_KV };
 typedef struct waiter {
     struct waiter *next;
     rm_http_parked *t;
     int kind; /* WAIT_* */
     double deadline;
-    double wake; /* evaluate again at the latest then (monotonic) */
-    char job[JOB_NAME_MAX + 1];
+    double wake;     /* evaluate again at the latest then (monotonic) */
+    const char *job; /* into str */
     /* a join */
-    char wid[32], addr[64], node[RM_RDZV_NODE_MAX + 1];
+    const char *wid, *addr, *node; /* into str */
     int last_epoch, seen_epoch;
     bool peers; /* the reply carries the peer list ("peers": true, the default) */
     double wait_s;
     /* a kv read */
     int epoch;
-    char key[KV_MAX_KEY + 1];
+    const char *key; /* into str */
+    char str[];
 } waiter;
 
 struct rm_rdzv {
@@ -145,6 +173,19 @@ kv_ent *rdzv_kv_find(job *j, const char *key);
 int rdzv_member_find(const job *j, const char *wid);
 /* Insert in workerId order; NULL when the job is full or on ENOMEM (see rdzv.c). */
 member *rdzv_member_add(job *j, const char *wid);
+/* m's node name ("" = none reported). */
+static inline const char *rdzv_member_node(const member *m)
+{
+    return m->node ? m->node->s : "";
+}
+/* Point m at node s ("" = none): a reference into j's node table, which keeps one copy of each
+ * name. RM_ENOMEM leaves m as it was. */
+int rdzv_member_set_node(job *j, member *m, const char *s);
+/* Keep m's checkpoint error (copied, cut to rm_rdzv_member's size; NULL or "" = none). RM_ENOMEM
+ * leaves m without one. */
+int rdzv_member_set_ckerr(member *m, const char *s);
+/* The public view of m. */
+void rdzv_member_view(const member *m, rm_rdzv_member *out);
 /* Members whose round is the current epoch. */
 static inline int rdzv_round_count(const job *j)
 {

@@ -271,28 +271,28 @@ int rdzv_handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_resp 
         goto out;
     }
     double now = rm_wall();
-    if (step > m->m.step || m->m.epoch != (int)epoch || m->m.last_report == 0)
-        m->m.last_progress = now;
-    m->m.last_report = now;
-    m->m.epoch = (int)epoch;
+    if (step > m->step || m->epoch != (int)epoch || m->last_report == 0)
+        m->last_progress = now;
+    m->last_report = now;
+    m->epoch = (int)epoch;
     /* the group trains again: the first report of a member of the closed round (rank >= 0
      * only there; kept when the next epoch opens, so a failure right after a recovery cannot
      * hide it) */
-    if (j->closed && (int)epoch == j->epoch && m->m.rank >= 0 && j->trained_epoch < j->epoch) {
+    if (j->closed && (int)epoch == j->epoch && m->rank >= 0 && j->trained_epoch < j->epoch) {
         j->trained_epoch = j->epoch;
         j->trained_at = now;
         j->trained_world = j->world;
     }
-    m->m.step = step;
-    m->m.train_epoch = (int)train_epoch;
-    m->m.last_checkpoint_step = ckpt;
-    m->m.loss = loss;
-    m->m.samples_per_second = sps;
-    m->m.tokens_per_second = tps;
-    m->m.allreduce_gbps = gbps;
-    m->m.done = state && strcmp(state, "done") == 0;
-    m->m.checkpoint_failures = (int)ckfail;
-    snprintf(m->m.checkpoint_error, sizeof m->m.checkpoint_error, "%s", ckfail > 0 && ckerr ? ckerr : "");
+    m->step = step;
+    m->train_epoch = (int)train_epoch;
+    m->last_checkpoint_step = ckpt;
+    m->loss = loss;
+    m->samples_per_second = sps;
+    m->tokens_per_second = tps;
+    m->allreduce_gbps = gbps;
+    m->done = state && strcmp(state, "done") == 0;
+    m->checkpoint_failures = (int)ckfail;
+    rdzv_member_set_ckerr(m, ckfail > 0 ? ckerr : NULL); /* out of memory: no message kept */
     for (int k = 0; k < 5; k++)
         if (mem[k] > j->memmax[k])
             j->memmax[k] = mem[k];

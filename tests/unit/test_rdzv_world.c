@@ -1,14 +1,19 @@
 /* Tests for the rendezvous at a large world (common/rdzv.h, docs/scale.md): the join reply without
  * the peer list ("peers": false, the ring neighbours instead), and the member records that keep
  * per-worker memory small (node names interned, a checkpoint error allocated only while set) read
- * back the same as before. An in-process service on 127.0.0.1:0 and raw HTTP; each test starts
- * and stops its own service. */
+ * back the same as before; the reconcile core at RM_RDZV_MAX_WORLD workers and the size of their
+ * job's status. An in-process service on 127.0.0.1:0 and raw HTTP; each test starts and stops its
+ * own service. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "common/httpc.h"
 #include "common/rdzv.h"
+#include "common/trainingjob.h"
+#include "operator/reconcile.h"
 #include "tests/unit/testutil.h"
 
 #define JOB "default/world"
@@ -53,8 +58,11 @@ static long req(const wfx *f, const char *method, const char *path, const char *
     rm_httpc_resp resp = {0};
     rm_err e = {0};
     long status = -1;
-    if (rm_httpc_do(h, method, url, headers, body, strlen(body), 5000, 1 << 20, &resp, &e) == RM_OK)
+    if (rm_httpc_do(h, method, url, headers, body[0] ? body : NULL, strlen(body), 5000, 1 << 20, &resp, &e) ==
+        RM_OK)
         status = resp.status;
+    else
+        fprintf(stderr, "%s %s: %s\n", method, path, e.msg);
     if (reply) {
         *reply = resp.body;
         resp.body = NULL;
@@ -188,11 +196,103 @@ static void test_member_records_read_back(void)
     wfx_stop(&f);
 }
 
+/* A job of RM_RDZV_MAX_WORLD (16,384) workers, every one running in a closed round: the reconcile
+ * core creates and deletes nothing; a failure at an index far above the old cap of 1,024 is seen
+ * (that worker, and only it, deleted); the status stays small: it keeps no per-worker list
+ * (etcd refuses objects over 1.5 MiB). */
+static void test_world_max_reconciles_small_status(void)
+{
+    const int n = RM_RDZV_MAX_WORLD;
+    rm_tj tj;
+    memset(&tj, 0, sizeof tj);
+    tj.name = strdup("big");
+    tj.namespace_ = strdup("default");
+    tj.generation = 1;
+    rm_tj_defaults(&tj);
+    tj.spec.replicas = tj.spec.min_replicas = tj.spec.max_replicas = n;
+    tj.spec.training.batch_size_per_worker = 1; /* a global batch under the dataset's 60,000 */
+    tj.status.epoch = 1;
+    tj.status.observed_generation = 1;
+    rm_observed_worker *w = calloc((size_t)n, sizeof *w);
+    rm_rdzv_state *rz = calloc(1, sizeof *rz);
+    size_t cap = RM_RECONCILE_ACTIONS(n);
+    rm_action *acts = malloc(cap * sizeof *acts);
+    CU_ASSERT_FATAL(w && rz && acts);
+    for (int i = 0; i < n; i++) {
+        w[i].index = i;
+        w[i].epoch_label = 1;
+        w[i].phase = RM_WORKER_RUNNING;
+        w[i].ready = true;
+        w[i].node_ready = true;
+        w[i].created_at = 900;
+    }
+    rz->epoch = 1;
+    rz->closed = true;
+    rz->world_size = n;
+    rz->closed_at = 950;
+    rz->trained_epoch = 1;
+    rz->trained_at = 951;
+    rz->trained_world = n;
+    for (int i = 0; i < 64; i++) {
+        rm_rdzv_member *m = &rz->members[rz->nmembers++];
+        snprintf(m->worker_id, sizeof m->worker_id, "%d", i);
+        m->rank = i;
+        m->epoch = 1;
+        m->last_report = m->last_progress = 999;
+        m->step = 10;
+    }
+    rm_reconcile_in in = {.job = &tj,
+                          .workers = w,
+                          .nworkers = (size_t)n,
+                          .rdzv = rz,
+                          .rdzv_desired = n,
+                          .rdzv_min = n,
+                          .now = 1000};
+    rm_reconcile_out out = {.actions = acts, .cap = cap};
+    CU_ASSERT_EQUAL_FATAL(rm_reconcile(&in, &out), RM_OK);
+    int changes = 0;
+    for (size_t k = 0; k < out.nactions; k++)
+        changes += acts[k].type == RM_ACT_CREATE_WORKER || acts[k].type == RM_ACT_DELETE_WORKER;
+    CU_ASSERT_EQUAL(changes, 0);
+    if (changes)
+        fprintf(stderr, "first action: %s index %d (%s) %s\n", rm_action_name(acts[0].type), acts[0].index,
+                acts[0].reason, acts[0].message);
+    CU_ASSERT(out.status.phase != RM_PHASE_FAILED);
+    tj.status = out.status;
+    cJSON *o = rm_tj_status_to_json(&tj.status);
+    char *js = o ? cJSON_PrintUnformatted(o) : NULL;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(js);
+    CU_ASSERT(strlen(js) < 16 * 1024);
+    if (strlen(js) >= 16 * 1024)
+        fprintf(stderr, "status of a %d-worker job: %zu bytes\n", n, strlen(js));
+    free(js);
+    cJSON_Delete(o);
+    /* the worker at index 12,000 fails */
+    w[12000].phase = RM_WORKER_FAILED;
+    w[12000].exit_code = 1;
+    w[12000].finished_at = 999;
+    w[12000].ready = false;
+    CU_ASSERT_EQUAL_FATAL(rm_reconcile(&in, &out), RM_OK);
+    int deleted = -1, ndeleted = 0;
+    for (size_t k = 0; k < out.nactions; k++)
+        if (acts[k].type == RM_ACT_DELETE_WORKER) {
+            deleted = acts[k].index;
+            ndeleted++;
+        }
+    CU_ASSERT_EQUAL(ndeleted, 1);
+    CU_ASSERT_EQUAL(deleted, 12000);
+    free(acts);
+    free(rz);
+    free(w);
+    rm_tj_free(&tj);
+}
+
 void rm_suite_rdzv_world(void)
 {
     static const rm_test_case cases[] = {
         {"join_without_the_peer_list_gets_its_neighbours", test_join_without_peer_list},
         {"member_records_read_back_nodes_and_errors", test_member_records_read_back},
+        {"world_of_16384_reconciles_with_a_small_status", test_world_max_reconciles_small_status},
     };
     RM_ADD_SUITE("rdzv_world", NULL, NULL, cases);
 }
