@@ -790,7 +790,9 @@ static int open_listener(const char *bind_addr, int *fd_out, int *v6_out, int *p
         close(fd);
         return rm_errf(err, RM_EIO, "bind %s: %s", bind_addr, strerror(e));
     }
-    if (listen(fd, 1024) != 0) {
+    /* the kernel clamps it to net.core.somaxconn: thousands of workers connect at once at the start
+     * of a job (docs/scale.md), and a full queue drops their SYNs for a second's retry */
+    if (listen(fd, 65535) != 0) {
         int e = errno;
         close(fd);
         return rm_errf(err, RM_EIO, "listen %s: %s", bind_addr, strerror(e));

@@ -710,7 +710,14 @@ int rm_rdzv_serve_world(rm_rdzv *r, const char *bind, int workers, rm_http_serve
     }
     rm_http_route route = {NULL, "/v1/jobs/", 1, rm_rdzv_handler, r};
     /* one epoll thread, long polls parked (docs/scale.md) */
-    rm_http_opts opts = {.bind = bind, .max_body = RM_RDZV_MAX_KV, .event_loop = true, .max_conns = conns};
+    /* every worker may be between connecting and sending its first join at once (a job's start):
+     * unserved connections in all may be as many as the workers, or the slow-client defence cuts
+     * the oldest of them; the per-address cap (conns / 8) still bounds a flood from one address */
+    rm_http_opts opts = {.bind = bind,
+                         .max_body = RM_RDZV_MAX_KV,
+                         .event_loop = true,
+                         .max_conns = conns,
+                         .max_pending = conns};
     return rm_http_start(&opts, &route, 1, out, err);
 }
 

@@ -12,16 +12,23 @@
 #   rss/worker      the rendezvous' peak RSS (VmHWM) less its RSS before any worker came, over N
 #   cpu             the rendezvous' CPU seconds for the whole run, and per heartbeat round (N reports)
 #                   in a second run of STEADY seconds with every worker reporting every REPORT s
-# Env: COUNTS (default "256 1024"), REPORT (default 1), SETTLE (default 0.5: the elastic round of
-# the survivors closes SETTLE s after its last join), STEADY (default 6), RM_BIN, OUT (the
-# results file, default bench/results/scale.md; "-" = stdout only).
+# The swarm's joins ask for no peer list ("peers": false, the ring neighbours only; docs/scale.md):
+# at 16,384 workers the list is ~1.3 MB a reply. Each process needs one open file per worker (the
+# rendezvous a few hundred more): a count that does not fit under the hard RLIMIT_NOFILE
+# (`ulimit -Hn`) is skipped with a note.
+# Env: COUNTS (default "1024 4096 16384"), REPORT (default 1), SETTLE (default 0.5: the elastic
+# round of the survivors closes SETTLE s after its last join), STEADY (default 6), SWARM_TIMEOUT
+# (default 120: the fault run's bound), RM_BIN, OUT (the results file, default
+# bench/results/scale.md; "-" = stdout only).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin="${RM_BIN:-$root/bin}"
-counts=(${COUNTS:-256 1024})
+counts=(${COUNTS:-1024 4096 16384})
 report="${REPORT:-1}"
 settle="${SETTLE:-0.5}"
 steady="${STEADY:-6}"
+swarm_timeout="${SWARM_TIMEOUT:-120}"
+hardfd=$(ulimit -Hn)
 out="${OUT:-$root/bench/results/scale.md}"
 tmp=$(mktemp -d)
 spid=""
@@ -45,12 +52,17 @@ swarm() { "$bin/ringmaster-worker" swarm --url "http://127.0.0.1:$port" --job be
 val() { tr ' ' '\n' <<<"$1" | sed -n "s/^$2=//p"; }
 rows=()
 load=$(cut -d' ' -f1-3 /proc/loadavg)
+skipped=()
 for n in "${counts[@]}"; do
+  if [ "$hardfd" != unlimited ] && [ $(( n + 400 )) -gt "$hardfd" ]; then
+    echo "bench/scale: N=$n skipped: needs about $(( n + 400 )) open files, the hard limit is $hardfd" >&2
+    skipped+=("$n"); continue
+  fi
   serve "$n"
   rss0=$(kib "$spid" VmRSS)
   ( m=0; while kill -0 "$spid" 2>/dev/null; do t=$(awk '/^Threads:/{print $2}' "/proc/$spid/status" 2>/dev/null || echo 0)
       [ "${t:-0}" -gt "$m" ] && m=$t && echo "$m" >"$tmp/threads"; sleep 0.2; done ) &
-  line=$(swarm --count "$n" --report "$report" --kill 1 --fault-at 1 --detect 0.1 --rounds 2 --timeout 120 \
+  line=$(swarm --count "$n" --report "$report" --kill 1 --fault-at 1 --detect 0.1 --rounds 2 --timeout "$swarm_timeout" \
          2>"$tmp/swarm.err") || { echo "bench/scale: swarm of $n failed: $(cat "$tmp/swarm.err")" >&2; }
   echo "N=$n $line"
   hwm=$(kib "$spid" VmHWM); threads=$(cat "$tmp/threads" 2>/dev/null || echo ?); c1=$(cpu "$spid")
@@ -76,6 +88,7 @@ done
   echo "worker (recovery); the survivors' round closes ${settle} s after its last join (the elastic settle),"
   echo "and a survivor learns of the new epoch from its next report (every ${report} s). RSS in KiB."
   echo "${NOTE:-Short runs on a machine shared with other builds: noisy.}"
+  [ ${#skipped[@]} -eq 0 ] || echo "Skipped (open-file hard limit $hardfd): N = ${skipped[*]}."
   echo
   echo "| N | formed | trained | recovery formed | recovery trained | rendezvous RSS before → peak | KiB/worker | peak threads | CPU s (run) | CPU s per heartbeat round | reconnects | errors |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
