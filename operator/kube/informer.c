@@ -18,7 +18,7 @@
 #include <time.h>
 #include "common/json.h"
 #include "common/log.h"
-#include "operator/kube/kmap.h"
+#include "common/kmap.h"
 
 /* One cached object. With opts.inline_size the item lives inside the same allocation (one
  * malloc per object instead of two: at 8,000 pods the allocator's per-chunk cost matters). */

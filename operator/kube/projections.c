@@ -13,7 +13,7 @@
 #include "common/clock.h"
 #include "common/json.h"
 #include "common/worker_env.h"
-#include "operator/kube/kmap.h"
+#include "common/kmap.h"
 #include "operator/kube/runtime.h"
 #include "operator/reconcile.h"
 

@@ -19,7 +19,7 @@
 #include <cjson/cJSON.h>
 #include "common/rm.h"
 #include "common/trainingjob.h"
-#include "operator/kube/kmap.h"
+#include "common/kmap.h"
 #include "operator/kube/runtime.h"
 
 typedef struct job_mem {

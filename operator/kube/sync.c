@@ -19,7 +19,7 @@
 #include "common/log.h"
 #include "common/trainingjob.h"
 #include "common/worker_env.h"
-#include "operator/kube/kmap.h"
+#include "common/kmap.h"
 #include "operator/apply.h"
 #include "operator/gang.h"
 #include "operator/c10d_store.h"

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 #include "operator/kube/client.h"
-#include "operator/kube/kmap.h"
+#include "common/kmap.h"
 
 typedef struct heap_ent {
     double when;

@@ -1,10 +1,11 @@
 /* kmap.h — a small string-keyed hash map (separate chaining, power-of-two buckets, grows at load
- * 1.0) used by the informer cache, its owner index and the workqueue's sets.
+ * 1.0) used by the operator's informer cache, its owner index and the workqueue's sets, and the
+ * rendezvous' job index.
  *
  * Design: keys are copied into the map (owned); values are opaque pointers the caller owns unless
  * it passes a free function to rm_kmap_free/rm_kmap_del. Not thread-safe: callers lock. */
-#ifndef RM_KUBE_KMAP_H
-#define RM_KUBE_KMAP_H
+#ifndef RM_COMMON_KMAP_H
+#define RM_COMMON_KMAP_H
 #include <stddef.h>
 
 typedef struct rm_kmap_ent {

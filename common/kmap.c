@@ -1,6 +1,6 @@
 /* kmap.c — string hash map (see kmap.h). FNV-1a hashing; chains are short because the table
  * doubles when the element count reaches the bucket count. */
-#include "operator/kube/kmap.h"
+#include "common/kmap.h"
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
