@@ -147,10 +147,7 @@ bool rdzv_bad(int rc)
 
 job *rdzv_job_find(rm_rdzv *r, const char *name)
 {
-    for (job *j = r->jobs; j; j = j->next)
-        if (strcmp(j->name, name) == 0)
-            return j;
-    return NULL;
+    return rm_kmap_get(&r->by_name, name); /* the operator asks for every job twice a second */
 }
 
 /* The job a controller call acts on: NULL for unknown names and for tombstones. */
@@ -481,6 +478,7 @@ rm_rdzv *rm_rdzv_new(void)
         return NULL;
     }
     pthread_mutex_init(&r->mu, NULL);
+    r->jobs_tail = &r->jobs;
     return r;
 }
 
@@ -520,6 +518,7 @@ void rm_rdzv_free(rm_rdzv *r)
     pthread_mutex_unlock(&r->mu);
     if (wt)
         pthread_join(r->wthread, NULL);
+    rm_kmap_clear(&r->by_name, NULL); /* the keys are the jobs' names: before the jobs go */
     job *j = r->jobs;
     while (j) {
         job *n = j->next;
@@ -544,15 +543,15 @@ unsigned long rm_rdzv_join_evals(rm_rdzv *r)
 /* Drop the oldest tombstones beyond MAX_TOMBSTONES. */
 static void tombstones_trim(rm_rdzv *r)
 {
-    int n = 0;
-    for (job *j = r->jobs; j; j = j->next)
-        n += j->removed;
-    for (job **pp = &r->jobs; *pp && n > MAX_TOMBSTONES;) {
+    for (job **pp = &r->jobs; *pp && r->ntomb > MAX_TOMBSTONES;) {
         job *j = *pp;
         if (j->removed) {
             *pp = j->next;
+            if (r->jobs_tail == &j->next)
+                r->jobs_tail = pp;
+            rm_kmap_del(&r->by_name, j->name);
             job_destroy(j);
-            n--;
+            r->ntomb--;
         } else {
             pp = &j->next;
         }
@@ -575,13 +574,17 @@ int rm_rdzv_job_set(rm_rdzv *r, const char *jobname, const char *token, int desi
         }
         snprintf(j->name, sizeof j->name, "%s", jobname);
         j->epoch = 1;
-        job **pp = &r->jobs;
-        while (*pp)
-            pp = &(*pp)->next;
-        *pp = j;
+        if (rm_kmap_put_ref(&r->by_name, j->name, j, NULL) != RM_OK) {
+            free(j);
+            pthread_mutex_unlock(&r->mu);
+            return RM_ENOMEM;
+        }
+        *r->jobs_tail = j;
+        r->jobs_tail = &j->next;
         rm_info("rendezvous job registered job=%s desired=%d min=%d", jobname, desired, min);
     } else if (j->removed) {
         job_clear(j);
+        r->ntomb--;
         j->removed = j->stopped = j->closed = false;
         j->epoch++;
         j->world = 0;
@@ -607,6 +610,7 @@ int rm_rdzv_job_remove(rm_rdzv *r, const char *jobname)
     if (j) {
         job_clear(j);
         j->removed = j->stopped = true;
+        r->ntomb++;
         rm_info("rendezvous job removed job=%s", jobname);
         rdzv_wake_all(r);
         tombstones_trim(r); /* may free j */
@@ -700,6 +704,38 @@ int rm_rdzv_snapshot(rm_rdzv *r, const char *jobname, rm_rdzv_state *out)
             out->data_bytes = fb;
             out->data_total = ft;
         }
+    }
+    pthread_mutex_unlock(&r->mu);
+    return rc;
+}
+
+static unsigned long long sig_mix(unsigned long long h, unsigned long long v)
+{
+    return h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2));
+}
+
+int rm_rdzv_signature(rm_rdzv *r, const char *jobname, unsigned long long *sig)
+{
+    if (!r || !jobname || !sig)
+        return RM_EINVAL;
+    pthread_mutex_lock(&r->mu);
+    job *j = live_job(r, jobname);
+    int rc = j ? RM_OK : RM_ENOTFOUND;
+    if (j) {
+        round_maybe_close(r, j, rm_mono());
+        unsigned long long h = 1469598103934665603ULL;
+        h = sig_mix(h, (unsigned long long)j->epoch);
+        h = sig_mix(h, j->closed);
+        h = sig_mix(h, (unsigned long long)(j->closed ? j->world : 0));
+        h = sig_mix(h, (unsigned long long)j->nmem);
+        h = sig_mix(h, j->have_result);
+        for (int k = 0; k < j->nmem && k < RM_RDZV_STATE_MEMBERS; k++) {
+            const member *m = j->mem[k];
+            h = sig_mix(h, (unsigned long long)m->step);
+            h = sig_mix(h, m->done);
+            h = sig_mix(h, (unsigned long long)m->epoch);
+        }
+        *sig = h;
     }
     pthread_mutex_unlock(&r->mu);
     return rc;

@@ -136,16 +136,17 @@ typedef struct rm_rdzv_member {
     char node[RM_RDZV_NODE_MAX + 1]; /* the node the worker reported at its last join; "" = none */
 } rm_rdzv_member;
 
+#define RM_RDZV_STATE_MEMBERS 64 /* members a snapshot copies */
 typedef struct rm_rdzv_state {
     int epoch;
     bool closed;    /* the epoch's round has closed (training) */
     int world_size; /* members of the closed round, else 0 */
     int nmembers;
-    rm_rdzv_member members[64]; /* first 64 members (by workerId) — enough for local runs/status */
-    double closed_at;           /* unix seconds the current round closed */
-    int trained_epoch;          /* newest epoch whose closed round had a member report (0 = none) */
-    double trained_at;          /* unix seconds of that first report: the group training again */
-    int trained_world;          /* that round's world size */
+    rm_rdzv_member members[RM_RDZV_STATE_MEMBERS]; /* the first (by workerId): local runs, status */
+    double closed_at;                              /* unix seconds the current round closed */
+    int trained_epoch; /* newest epoch whose closed round had a member report (0 = none) */
+    double trained_at; /* unix seconds of that first report: the group training again */
+    int trained_world; /* that round's world size */
     bool have_result;
     double test_accuracy, train_loss, seconds, samples_per_second;
     double val_loss, tokens_per_second; /* 0 = not reported (tokens/s: language models only) */
@@ -178,6 +179,12 @@ typedef struct rm_rdzv_state {
 unsigned long rm_rdzv_join_evals(rm_rdzv *r);
 /* Copy of the job's state (for the controller's observations). RM_ENOTFOUND if unknown. */
 int rm_rdzv_snapshot(rm_rdzv *r, const char *job, rm_rdzv_state *out);
+/* A hash of what a controller polls for (the epoch, whether its round closed, the world, the
+ * member count, the result, and the step, state and epoch of the first 64 members): equal hashes
+ * mean nothing it watches moved, without copying the state (the operator asks for every job twice
+ * a second: docs/operator-scale.md). Like a snapshot, closes a round that is due. RM_ENOTFOUND if
+ * unknown. */
+int rm_rdzv_signature(rm_rdzv *r, const char *job, unsigned long long *sig);
 
 /* ---------------- client (one per worker thread) ---------------- */
 typedef struct rm_rdzv_client rm_rdzv_client;

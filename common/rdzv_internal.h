@@ -16,6 +16,7 @@
 #include <stdint.h>
 
 #include "common/rdzv.h"
+#include "common/kmap.h"
 
 #define JOIN_POLL_S 10.0   /* how long a join is held before "202 waiting" */
 #define KV_WAIT_MAX_S 30.0 /* cap on ?wait= */
@@ -148,6 +149,9 @@ struct rm_rdzv {
     pthread_t wthread;
     unsigned long join_evals; /* join evaluations so far (rm_rdzv_join_evals) */
     job *jobs;                /* in creation order */
+    job **jobs_tail;          /* where the next job is linked (&r->jobs when there is none) */
+    rm_kmap by_name;          /* job name -> job (its name is the key: rm_kmap_put_ref) */
+    int ntomb;                /* removed jobs kept as tombstones */
     bool shutting;
     int inflight; /* handlers running */
 };

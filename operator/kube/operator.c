@@ -111,7 +111,7 @@ static void on_owned(void *ud, rm_inf_event ev, const char *key, const char *ind
         rm_wq_add(op->q, index);
 }
 
-static void enqueue_all(rm_op *op);
+static void enqueue_all(rm_op *op, bool low);
 
 static void on_node(void *ud, rm_inf_event ev, const char *key, const char *index, const void *o,
                     const void *n)
@@ -121,7 +121,7 @@ static void on_node(void *ud, rm_inf_event ev, const char *key, const char *inde
     rm_op *op = ud;
     const rm_kube_node *a = o, *b = n;
     if (ev == RM_INF_UPDATED && a && b && a->ready != b->ready && atomic_load(&op->leading))
-        enqueue_all(op);
+        enqueue_all(op, false);
 }
 
 static void on_restart(void *ud, const char *name, const char *reason)
@@ -137,17 +137,25 @@ static int enqueue_one(void *ud, const char *key, const void *item)
     return 0;
 }
 
+static int enqueue_one_low(void *ud, const char *key, const void *item)
+{
+    rm_op *op = ud;
+    rm_wq_add_low(op->q, key);
+    return 0;
+}
+
 static void enqueue_key(void *ud, const char *key)
 {
     rm_op *op = ud;
     rm_wq_add(op->q, key);
 }
 
-static void enqueue_all(rm_op *op)
+/* Every job; low: behind every other add (the periodic resync: docs/operator-scale.md). */
+static void enqueue_all(rm_op *op, bool low)
 {
     for (int i = 0; i < op->njobs; i++) {
         rm_informer_rlock(op->jobs[i]);
-        rm_informer_foreach(op->jobs[i], enqueue_one, op);
+        rm_informer_foreach(op->jobs[i], low ? enqueue_one_low : enqueue_one, op);
         rm_informer_runlock(op->jobs[i]);
     }
 }
@@ -184,7 +192,7 @@ static void on_leading(void *ud, bool leading)
         rm_sweepctl_enqueue_all(op->sweeps);
     pthread_mutex_unlock(&op->lmu);
     if (leading)
-        enqueue_all(op);
+        enqueue_all(op, false);
 }
 
 static void update_ready(rm_op *op)
@@ -650,7 +658,7 @@ static void main_loop(rm_op *op, const sigset_t *sigs)
         if (op->resync_s > 0 && rm_mono() - last_resync >= op->resync_s) {
             last_resync = rm_mono();
             if (atomic_load(&op->leading)) {
-                enqueue_all(op);
+                enqueue_all(op, true);
                 rm_sweepctl_enqueue_all(op->sweeps);
             }
         }

@@ -466,12 +466,6 @@ static void format_ranges(int *idx, int n, char *buf, size_t cap)
 }
 
 /* ---------------- rendezvous polling ---------------- */
-static unsigned long long mix(unsigned long long h, unsigned long long v)
-{
-    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    return h;
-}
-
 void rm_kube_rt_poll_rdzv(rm_kube_rt *rt, void (*enqueue)(void *ud, const char *key), void *ud)
 {
     if (!rt->c.rdzv)
@@ -496,20 +490,9 @@ void rm_kube_rt_poll_rdzv(rm_kube_rt *rt, void (*enqueue)(void *ud, const char *
             n++;
     }
     pthread_mutex_unlock(&rt->mu);
-    rm_rdzv_state *st = n ? malloc(sizeof(*st)) : NULL;
     for (size_t i = 0; i < n; i++) {
-        if (st && rm_rdzv_snapshot(rt->c.rdzv, keys[i], st) == RM_OK) {
-            unsigned long long h = 1469598103934665603ULL;
-            h = mix(h, (unsigned long long)st->epoch);
-            h = mix(h, st->closed);
-            h = mix(h, (unsigned long long)st->world_size);
-            h = mix(h, (unsigned long long)st->nmembers);
-            h = mix(h, st->have_result);
-            for (int k = 0; k < st->nmembers && k < 64; k++) {
-                h = mix(h, (unsigned long long)st->members[k].step);
-                h = mix(h, st->members[k].done);
-                h = mix(h, (unsigned long long)st->members[k].epoch);
-            }
+        unsigned long long h = 0;
+        if (rm_rdzv_signature(rt->c.rdzv, keys[i], &h) == RM_OK) {
             pthread_mutex_lock(&rt->mu);
             job_mem *m = rm_kmap_get(&rt->jobs, keys[i]);
             bool changed = m && m->rdzv_sig != h;
@@ -521,7 +504,6 @@ void rm_kube_rt_poll_rdzv(rm_kube_rt *rt, void (*enqueue)(void *ud, const char *
         }
         free(keys[i]);
     }
-    free(st);
     free(keys);
 }
 

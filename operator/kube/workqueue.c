@@ -4,7 +4,13 @@
  * need processing; a key is in queue only if dirty and not processing) and `processing`. Delayed
  * keys sit in a binary min-heap with lazy deletion: `waiting` maps key → the earliest due time,
  * heap entries whose time no longer matches are dropped when they surface. One mutex and one
- * condition variable (CLOCK_MONOTONIC) guard everything. */
+ * condition variable (CLOCK_MONOTONIC) guard everything.
+ *
+ * Two lanes: `queue` and `low` (background adds, the periodic resync). A key's dirty entry says
+ * which lane it waits in; an ordinary add of a key waiting in the low lane moves it to the front
+ * lane (its low entry is left behind and skipped when it surfaces: a low entry counts only while its
+ * key is dirty, marked low and not processing). So a change never waits behind a resync of every
+ * job (docs/operator-scale.md). */
 #include "operator/kube/workqueue.h"
 #include "common/clock.h"
 #include <errno.h>
@@ -23,15 +29,20 @@ typedef struct heap_ent {
 } heap_ent;
 typedef struct dirty_ent {
     double added_at;
+    bool low; /* waits in the low lane */
 } dirty_ent;
+
+typedef struct fifo {
+    char **k; /* ring buffer */
+    size_t head, count, cap;
+} fifo;
 
 struct rm_wq {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     rm_wq_opts o;
     rm_kube_bucket bucket;
-    char **fifo; /* ring buffer */
-    size_t head, count, cap;
+    fifo hi, lo;        /* the lanes: hi first */
     rm_kmap dirty;      /* key → dirty_ent* */
     rm_kmap processing; /* key → (void*)1 */
     rm_kmap failures;   /* key → (void*)(intptr_t)n */
@@ -79,9 +90,11 @@ void rm_wq_free(rm_wq *q)
 {
     if (!q)
         return;
-    for (size_t i = 0; i < q->count; i++)
-        free(q->fifo[(q->head + i) % q->cap]);
-    free(q->fifo);
+    for (fifo *f = &q->hi; f; f = f == &q->hi ? &q->lo : NULL) {
+        for (size_t i = 0; i < f->count; i++)
+            free(f->k[(f->head + i) % f->cap]);
+        free(f->k);
+    }
     for (size_t i = 0; i < q->nheap; i++)
         free(q->heap[i].key);
     free(q->heap);
@@ -98,61 +111,72 @@ void rm_wq_free(rm_wq *q)
 static void report_depth(rm_wq *q)
 {
     if (q->o.hooks.depth)
-        q->o.hooks.depth(q->o.hooks.ud, q->count);
+        q->o.hooks.depth(q->o.hooks.ud, q->hi.count + q->lo.count);
 }
 
-static int fifo_push(rm_wq *q, const char *key)
+static int fifo_push(fifo *f, const char *key)
 {
-    if (q->count == q->cap) {
-        size_t nc = q->cap ? q->cap * 2 : 64;
+    if (f->count == f->cap) {
+        size_t nc = f->cap ? f->cap * 2 : 64;
         char **nf = malloc(nc * sizeof(*nf));
         if (!nf)
             return RM_ENOMEM;
-        for (size_t i = 0; i < q->count; i++)
-            nf[i] = q->fifo[(q->head + i) % q->cap];
-        free(q->fifo);
-        q->fifo = nf;
-        q->cap = nc;
-        q->head = 0;
+        for (size_t i = 0; i < f->count; i++)
+            nf[i] = f->k[(f->head + i) % f->cap];
+        free(f->k);
+        f->k = nf;
+        f->cap = nc;
+        f->head = 0;
     }
     char *k = strdup(key);
     if (!k)
         return RM_ENOMEM;
-    q->fifo[(q->head + q->count) % q->cap] = k;
-    q->count++;
+    f->k[(f->head + f->count) % f->cap] = k;
+    f->count++;
     return RM_OK;
 }
 
-static char *fifo_pop(rm_wq *q)
+static char *fifo_pop(fifo *f)
 {
-    if (!q->count)
+    if (!f->count)
         return NULL;
-    char *k = q->fifo[q->head];
-    q->head = (q->head + 1) % q->cap;
-    q->count--;
+    char *k = f->k[f->head];
+    f->head = (f->head + 1) % f->cap;
+    f->count--;
     return k;
 }
 
 /* Under lock. */
-static int add_locked(rm_wq *q, const char *key)
+static int add_locked(rm_wq *q, const char *key, bool low)
 {
     if (q->shutdown)
         return RM_ECLOSED;
     if (q->o.hooks.added)
         q->o.hooks.added(q->o.hooks.ud);
-    if (rm_kmap_find(&q->dirty, key))
+    dirty_ent *d = rm_kmap_get(&q->dirty, key);
+    bool processing = rm_kmap_find(&q->processing, key) != NULL;
+    if (d) {
+        if (low || !d->low)
+            return RM_OK;
+        /* waiting in the low lane: to the front lane (the low entry is skipped when it surfaces) */
+        if (!processing && fifo_push(&q->hi, key) != RM_OK)
+            return RM_ENOMEM; /* it stays in the low lane */
+        d->low = false;
+        report_depth(q);
+        pthread_cond_signal(&q->cv);
         return RM_OK;
-    dirty_ent *d = malloc(sizeof(*d));
-    if (!d)
+    }
+    if (!(d = malloc(sizeof(*d))))
         return RM_ENOMEM;
     d->added_at = now_of(q);
+    d->low = low;
     if (rm_kmap_put(&q->dirty, key, d, NULL)) {
         free(d);
         return RM_ENOMEM;
     }
-    if (rm_kmap_find(&q->processing, key))
+    if (processing)
         return RM_OK; /* re-queued by rm_wq_done */
-    int rc = fifo_push(q, key);
+    int rc = fifo_push(low ? &q->lo : &q->hi, key);
     if (rc) {
         free(rm_kmap_del(&q->dirty, key));
         return rc;
@@ -165,7 +189,15 @@ static int add_locked(rm_wq *q, const char *key)
 int rm_wq_add(rm_wq *q, const char *key)
 {
     pthread_mutex_lock(&q->mu);
-    int rc = add_locked(q, key);
+    int rc = add_locked(q, key, false);
+    pthread_mutex_unlock(&q->mu);
+    return rc;
+}
+
+int rm_wq_add_low(rm_wq *q, const char *key)
+{
+    pthread_mutex_lock(&q->mu);
+    int rc = add_locked(q, key, true);
     pthread_mutex_unlock(&q->mu);
     return rc;
 }
@@ -226,7 +258,7 @@ static int add_after_locked(rm_wq *q, const char *key, double delay)
     if (q->shutdown)
         return RM_ECLOSED;
     if (delay <= 0)
-        return add_locked(q, key);
+        return add_locked(q, key, false);
     double when = now_of(q) + delay;
     double *due = rm_kmap_get(&q->waiting, key);
     if (due && *due <= when)
@@ -311,7 +343,7 @@ static double promote_locked(rm_wq *q)
         double *due = rm_kmap_get(&q->waiting, e.key);
         if (due && *due == e.when) {
             free(rm_kmap_del(&q->waiting, e.key));
-            add_locked(q, e.key);
+            add_locked(q, e.key, false);
         }
         free(e.key);
     }
@@ -326,8 +358,16 @@ int rm_wq_get(rm_wq *q, double timeout_s, char **key)
     int rc;
     for (;;) {
         double next = promote_locked(q);
-        if (q->count) {
-            char *k = fifo_pop(q);
+        char *k = fifo_pop(&q->hi);
+        while (!k && q->lo.count) {
+            k = fifo_pop(&q->lo);
+            const dirty_ent *d = rm_kmap_get(&q->dirty, k);
+            if (!d || !d->low || rm_kmap_find(&q->processing, k)) { /* left behind */
+                free(k);
+                k = NULL;
+            }
+        }
+        if (k) {
             dirty_ent *d = rm_kmap_del(&q->dirty, k);
             if (d && q->o.hooks.latency)
                 q->o.hooks.latency(q->o.hooks.ud, now_of(q) - d->added_at);
@@ -367,8 +407,9 @@ void rm_wq_done(rm_wq *q, const char *key)
 {
     pthread_mutex_lock(&q->mu);
     rm_kmap_del(&q->processing, key);
-    if (rm_kmap_find(&q->dirty, key) && !q->shutdown) {
-        if (fifo_push(q, key) == RM_OK) {
+    const dirty_ent *d = rm_kmap_get(&q->dirty, key);
+    if (d && !q->shutdown) {
+        if (fifo_push(d->low ? &q->lo : &q->hi, key) == RM_OK) {
             report_depth(q);
             pthread_cond_signal(&q->cv);
         } else {
@@ -381,7 +422,7 @@ void rm_wq_done(rm_wq *q, const char *key)
 size_t rm_wq_len(rm_wq *q)
 {
     pthread_mutex_lock(&q->mu);
-    size_t n = q->count;
+    size_t n = q->hi.count + q->lo.count;
     pthread_mutex_unlock(&q->mu);
     return n;
 }

@@ -8,6 +8,8 @@
  *  - Rate-limited adds (rm_wq_add_rate_limited): per-key exponential back-off (base·2^failures,
  *    capped) combined with an overall token bucket (qps, burst), the larger delay wins;
  *    rm_wq_forget resets a key's failures.
+ *  - Two lanes: background adds (rm_wq_add_low: the periodic resync) wait behind every ordinary
+ *    add, so one job's change is not queued behind a resync of every job.
  *  - Shutdown wakes every waiting rm_wq_get, which then returns RM_ECLOSED.
  *
  * Keys are copied in; rm_wq_get hands out an owned copy the worker passes back to rm_wq_done and
@@ -44,6 +46,9 @@ rm_wq *rm_wq_new(const rm_wq_opts *opts); /* NULL opts = defaults; NULL on ENOME
 void rm_wq_free(rm_wq *q);                /* NULL ok; call after every worker returned */
 
 int rm_wq_add(rm_wq *q, const char *key);
+/* A background add (the periodic resync): handed out only when no ordinary add waits; an ordinary
+ * add of the same key before then moves it to the front. */
+int rm_wq_add_low(rm_wq *q, const char *key);
 int rm_wq_add_after(rm_wq *q, const char *key, double delay_s);
 int rm_wq_add_rate_limited(rm_wq *q, const char *key);
 /* The delay rm_wq_add_rate_limited would use now (and counts a failure): for tests and logging. */
@@ -56,7 +61,8 @@ int rm_wq_num_requeues(rm_wq *q, const char *key);
 int rm_wq_get(rm_wq *q, double timeout_s, char **key);
 void rm_wq_done(rm_wq *q, const char *key);
 
-size_t rm_wq_len(rm_wq *q);     /* keys ready to be handed out */
+size_t
+rm_wq_len(rm_wq *q); /* keys ready to be handed out (either lane; may over-count a key moved to the front) */
 size_t rm_wq_delayed(rm_wq *q); /* keys waiting for their time */
 void rm_wq_shutdown(rm_wq *q);
 bool rm_wq_shutting_down(rm_wq *q);

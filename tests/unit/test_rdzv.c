@@ -810,6 +810,70 @@ static void test_trained_epoch_survives_restart(void)
     fx_stop(&f);
 }
 
+/* What the operator polls twice a second for every job: the signature moves with a step, a join
+ * or a result and stays put otherwise; the job index answers for thousands of jobs, removed ones
+ * and the oldest tombstones (beyond 256) dropped from it. */
+static void test_signature_and_many_jobs(void)
+{
+    fx f;
+    rm_rdzv_client *c = joined_alone(&f);
+    CU_ASSERT_FATAL(c != NULL);
+    unsigned long long s0 = 0, s1 = 0;
+    CU_ASSERT_EQUAL(rm_rdzv_signature(f.r, JOB, &s0), RM_OK);
+    CU_ASSERT_EQUAL(rm_rdzv_signature(f.r, JOB, &s1), RM_OK);
+    CU_ASSERT_EQUAL(s0, s1);
+    rm_err e = {0};
+    rm_rdzv_report rep = {.epoch = 1, .rank = 0, .step = 10, .loss = 0.5};
+    rm_rdzv_action act;
+    int cur;
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_rdzv_signature(f.r, JOB, &s1), RM_OK);
+    CU_ASSERT_NOT_EQUAL(s0, s1); /* a step */
+    rep.loss = 0.4;              /* the same step: nothing the controller polls for */
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_rdzv_signature(f.r, JOB, &s0), RM_OK);
+    CU_ASSERT_EQUAL(s0, s1);
+    rep.have_result = true;
+    CU_ASSERT_EQUAL(rm_rdzv_send_report(c, &rep, &act, &cur, &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_rdzv_signature(f.r, JOB, &s0), RM_OK);
+    CU_ASSERT_NOT_EQUAL(s0, s1); /* a result */
+    CU_ASSERT_EQUAL(rm_rdzv_signature(f.r, "default/nope", &s0), RM_ENOTFOUND);
+    /* 3,000 jobs; every other one removed: 1,500 removals, of which the newest 256 stay tombstones */
+    enum { NJ = 3000 };
+    char name[64];
+    for (int i = 0; i < NJ; i++) {
+        snprintf(name, sizeof name, "ns/job-%d", i);
+        CU_ASSERT_EQUAL_FATAL(rm_rdzv_job_set(f.r, name, TOKEN, 2, 1, 0), RM_OK);
+    }
+    for (int i = 0; i < NJ; i += 2) {
+        snprintf(name, sizeof name, "ns/job-%d", i);
+        CU_ASSERT_EQUAL_FATAL(rm_rdzv_job_remove(f.r, name), RM_OK);
+    }
+    rm_rdzv_state *st = malloc(sizeof *st);
+    CU_ASSERT_FATAL(st != NULL);
+    int live = 0, gone = 0;
+    for (int i = 0; i < NJ; i++) {
+        snprintf(name, sizeof name, "ns/job-%d", i);
+        int rc = rm_rdzv_snapshot(f.r, name, st);
+        live += rc == RM_OK && st->epoch == 1;
+        gone += rc == RM_ENOTFOUND;
+    }
+    CU_ASSERT_EQUAL(live, NJ / 2);
+    CU_ASSERT_EQUAL(gone, NJ / 2);
+    /* registered again: a kept tombstone resumes at a higher epoch, a dropped one starts afresh */
+    CU_ASSERT_EQUAL(rm_rdzv_job_set(f.r, "ns/job-2998", TOKEN, 1, 1, 0), RM_OK);
+    CU_ASSERT_EQUAL(rm_rdzv_snapshot(f.r, "ns/job-2998", st), RM_OK);
+    CU_ASSERT_EQUAL(st->epoch, 2);
+    CU_ASSERT_EQUAL(rm_rdzv_job_set(f.r, "ns/job-0", TOKEN, 1, 1, 0), RM_OK);
+    CU_ASSERT_EQUAL(rm_rdzv_snapshot(f.r, "ns/job-0", st), RM_OK);
+    CU_ASSERT_EQUAL(st->epoch, 1);
+    CU_ASSERT_EQUAL(rm_rdzv_snapshot(f.r, JOB, st), RM_OK); /* the first job is still there */
+    CU_ASSERT(st->have_result);
+    free(st);
+    rm_rdzv_client_free(c);
+    fx_stop(&f);
+}
+
 static void test_stop_and_remove(void)
 {
     fx f;
@@ -1518,6 +1582,7 @@ void rm_suite_rdzv(void)
         {"report_lm_numbers_both_ways_and_old_peers", test_report_lm_numbers},
         {"trained_epoch_survives_the_next_restart", test_trained_epoch_survives_restart},
         {"stop_and_remove", test_stop_and_remove},
+        {"signature_and_many_jobs", test_signature_and_many_jobs},
         {"garbage_requests_get_4xx", test_garbage},
         {"free_and_shutdown_wake_long_polls", test_free_wakes_long_poll},
         {"controller_starts_after_worker", test_controller_starts_late},

@@ -51,6 +51,52 @@ static void test_dedupe(void)
     rm_wq_free(q);
 }
 
+/* The resync's lane: low keys wait behind every ordinary add; an ordinary add of a waiting low
+ * key moves it to the front, once; a low key added while it is processed comes back low. */
+static void test_low_lane(void)
+{
+    rm_wq *q = fake_q();
+    char *k = NULL;
+    CU_ASSERT_EQUAL(rm_wq_add_low(q, "low/a"), RM_OK);
+    CU_ASSERT_EQUAL(rm_wq_add_low(q, "low/b"), RM_OK);
+    CU_ASSERT_EQUAL(rm_wq_add_low(q, "low/a"), RM_OK); /* de-duplicated */
+    CU_ASSERT_EQUAL(rm_wq_add(q, "hi/c"), RM_OK);
+    get_expect(q, "hi/c"); /* added last, handed out first */
+    get_expect(q, "low/a");
+    get_expect(q, "low/b");
+    CU_ASSERT_EQUAL(rm_wq_get(q, 0.05, &k), RM_ETIMEDOUT);
+    rm_wq_done(q, "hi/c");
+    rm_wq_done(q, "low/a");
+    rm_wq_done(q, "low/b");
+    /* promoted: b waits low behind a; an ordinary add of b hands it out first, and only once */
+    rm_wq_add_low(q, "low/a");
+    rm_wq_add_low(q, "low/b");
+    rm_wq_add(q, "low/b");
+    rm_wq_add_low(q, "low/b"); /* already queued in front: stays there */
+    get_expect(q, "low/b");
+    get_expect(q, "low/a");
+    CU_ASSERT_EQUAL(rm_wq_get(q, 0.05, &k), RM_ETIMEDOUT); /* b's low entry was left behind */
+    rm_wq_done(q, "low/a");
+    /* b is processing: a low add comes back low at done, behind an ordinary add */
+    rm_wq_add_low(q, "low/b");
+    rm_wq_add(q, "hi/d");
+    rm_wq_done(q, "low/b");
+    get_expect(q, "hi/d");
+    get_expect(q, "low/b");
+    rm_wq_done(q, "hi/d");
+    /* promoted while processing: comes back in front at done */
+    rm_wq_add_low(q, "low/b");
+    rm_wq_add_low(q, "low/e");
+    rm_wq_add(q, "low/b");
+    rm_wq_done(q, "low/b");
+    get_expect(q, "low/b");
+    get_expect(q, "low/e");
+    CU_ASSERT_EQUAL(rm_wq_get(q, 0.05, &k), RM_ETIMEDOUT);
+    rm_wq_done(q, "low/b");
+    rm_wq_done(q, "low/e");
+    rm_wq_free(q);
+}
+
 static void test_one_key_one_worker(void)
 {
     rm_wq *q = fake_q();
@@ -224,6 +270,7 @@ void rm_suite_workqueue(void)
     static const rm_test_case cases[] = {
         {"dedupe", test_dedupe},
         {"one_key_one_worker", test_one_key_one_worker},
+        {"low_lane", test_low_lane},
         {"rate_limit_backoff", test_rate_limit_backoff},
         {"delayed_add", test_delayed_add},
         {"concurrent_workers", test_concurrent_workers},
