@@ -105,7 +105,7 @@ def fleet(url, njobs, workers):
     for t in ths: t.start()
     for t in ths: t.join()
     t_applied = time.monotonic()
-    w.done.wait(180)
+    w.done.wait(max(180, njobs * workers / 50))  # at least 50 pods/s, or the count says how many came
     t_end = max(w.first.values()) if w.first else time.monotonic()
     lat = [max(w.per_job[n]) - created[n] for n in names if len(w.per_job.get(n, [])) >= workers]
     return {"jobs": njobs, "workers": workers, "pods": len(w.first),
@@ -134,14 +134,24 @@ def big(url, workers, kubectl):
             "kubectl_return_to_all_pods_ms": round((t_end - t_kubectl) * 1000, 1),
             "first_to_last_pod_ms": round((t_end - first) * 1000, 1)}
 
-def raw(url, npods):
+def raw(url, npods, template=None):
+    """npods bare pod POSTs from 16 threads; template: a pod (JSON file) to post copies of, so the
+    ceiling posts the same bytes the operator does (its metadata trimmed to a name and labels)."""
     names = ["raw-%05d" % i for i in range(npods)]
+    body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": {"raw": "1"}},
+            "spec": {"containers": [{"name": "c", "image": "ringmaster/worker:latest"}]}}
+    if template:
+        with open(template) as f:
+            tp = json.load(f)
+        body = {"apiVersion": "v1", "kind": "Pod", "spec": tp["spec"],
+                "metadata": {"labels": dict(tp["metadata"].get("labels", {}), raw="1"),
+                             "annotations": tp["metadata"].get("annotations", {})}}
+        body["spec"].pop("nodeName", None)
     def poster(chunk):
         c = conn(url)
         for n in chunk:
-            req(c, "POST", "/api/v1/namespaces/default/pods",
-                {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": n, "labels": {"raw": "1"}},
-                 "spec": {"containers": [{"name": "c", "image": "ringmaster/worker:latest"}]}})
+            b = dict(body, metadata=dict(body["metadata"], name=n))
+            req(c, "POST", "/api/v1/namespaces/default/pods", b)
     t0 = time.monotonic()
     ths = [threading.Thread(target=poster, args=(names[i::16],)) for i in range(16)]
     for t in ths: t.start()
@@ -261,7 +271,7 @@ def change(url, njobs, n):
 
 if __name__ == "__main__":
     if sys.argv[1] == "raw":
-        print(json.dumps(raw(sys.argv[2], int(sys.argv[3]))))
+        print(json.dumps(raw(sys.argv[2], int(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else None)))
     elif sys.argv[1] == "running":
         print(json.dumps(running(sys.argv[2])))
     elif sys.argv[1] == "wait-running":
