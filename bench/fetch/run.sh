@@ -53,7 +53,7 @@ spec() { # URI [SHA]: the worker's settings for `fetch`
 rmfetch() { RINGMASTER_TRAINING="$(spec "$@")" RINGMASTER_DATA_CACHE="$T/cache" "$BIN/ringmaster-worker" fetch --metrics-addr off; }
 curl_http() { curl -fsS -o "$T/curl.out" "$HTTP"; }
 curl_http_sync() { curl_http && sync "$T/curl.out"; } # what the cache does: the bytes on disk
-startup() { "$BIN/ringmaster-worker" --version; }     # the worker process itself (its libraries)
+startup() { "$BIN/ringmaster-worker" --help; }        # the worker process itself (its libraries)
 curl_s3() { curl -fsS --aws-sigv4 "aws:amz:us-east-1:s3" --user S3RVER:S3RVER -o "$T/curl.out" \
               -H "x-amz-content-sha256: UNSIGNED-PAYLOAD" \
               "http://127.0.0.1:$P3/data/blob.bin"; }
@@ -85,7 +85,7 @@ L.append("Ratio = curl's time / ringmaster's (1.00 = as fast as curl). The serve
 L.append("")
 L.append(f"Where the HTTP difference goes: curl followed by `sync` of its file (the bytes on disk, as the cache's "
          f"fsync before its rename guarantees) took {c_http_sync:.3f} s, against ringmaster's {r_http:.3f} s and curl's "
-         f"{c_http:.3f} s without it; starting the worker process alone (`ringmaster-worker --version`: the "
+         f"{c_http:.3f} s without it; starting the worker process alone (`ringmaster-worker --help`: the "
          f"dynamic loader maps and relocates its CUDA libraries, linked in every build) took {up_s:.3f} s. "
          f"ringmaster's time less its start-up is {r_http - up_s:.3f} s, {c_http_sync / (r_http - up_s):.2f}x "
          f"curl + sync.")
