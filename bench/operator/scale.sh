@@ -25,7 +25,7 @@ set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 RM_BIN=${RM_BIN:-$ROOT/bin}
 SWARM=${SWARM:-0}
-JOBS=${JOBS:-$([ "$SWARM" = 1 ] && echo 150 || echo 10000)}; WORKERS=${WORKERS:-10}; BIG_JOBS=${BIG_JOBS:-1000}; BIG_WORKERS=${BIG_WORKERS:-100}
+JOBS=${JOBS:-$([ "$SWARM" = 1 ] && echo 1000 || echo 10000)}; WORKERS=${WORKERS:-10}; BIG_JOBS=${BIG_JOBS:-1000}; BIG_WORKERS=${BIG_WORKERS:-100}
 IDLE_S=${IDLE_S:-60}; CHANGES=${CHANGES:-20}
 QPS=${QPS:-5000}; BURST=${BURST:-5000}; OP_WORKERS=${OP_WORKERS:-8}; POD_EVENTS=${POD_EVENTS:-true}
 source "$ROOT/bench/operator/lib.bash"
@@ -36,7 +36,7 @@ rss() { awk '/VmRSS/ {r=$2} /VmHWM/ {h=$2} END {printf "%.1f MiB (peak %.1f MiB)
 
 if [ "$SWARM" = 1 ]; then
   [ $((JOBS * WORKERS)) -le 60000 ] || { echo "scale.sh: SWARM=1 runs at most 60,000 pods (JOBS x WORKERS = $((JOBS * WORKERS)))" >&2; exit 2; }
-  [ $((JOBS * WORKERS)) -le 2000 ] || echo "scale.sh: $((JOBS * WORKERS)) workers: more than the operator's rendezvous holds connections for (2,048)" >&2
+  [ $((JOBS * WORKERS)) -le 16000 ] || echo "scale.sh: $((JOBS * WORKERS)) workers: more than the operator's rendezvous holds connections for (16,384 + 256 within its open files)" >&2
   KS_ARGS="--runtime swarm --swarm-program $RM_BIN/ringmaster-worker"
   export KUBESIM_SWARM_ARGS="--steps ${SWARM_STEPS:-1000000000} --step ${SWARM_STEP_S:-1} --report ${SWARM_REPORT_S:-5}"
 fi
