@@ -228,7 +228,11 @@ typedef struct rm_action {
 } rm_action;
 
 /* Enough actions for n observed workers whatever the spec says. */
-#define RM_RECONCILE_ACTIONS(n) (2 * (size_t)(n) + 2 * (size_t)RM_RDZV_MAX_WORLD + 16)
+#define RM_RECONCILE_ACTIONS(n) RM_RECONCILE_ACTIONS_FOR(n, RM_RDZV_MAX_WORLD)
+/* Enough actions for n observed workers and a spec asking for at most maxw (replicas,
+ * maxReplicas): an action list sized for RM_RDZV_MAX_WORLD is ~12 MB, per reconcile. Too few
+ * fails the reconcile with RM_ETOOBIG (push), never writes past the array. */
+#define RM_RECONCILE_ACTIONS_FOR(n, maxw) (2 * (size_t)(n) + 2 * (size_t)(maxw) + 16)
 
 typedef struct rm_reconcile_in {
     const rm_tj *job;                  /* metadata + spec + CURRENT status (borrowed) */

@@ -1075,9 +1075,11 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, dou
     ro.force_delete_after_s = rt->c.force_delete_after_s;
     ro.no_rendezvous = !rm_kube_template_runs_worker(&tj, rt->worker_image);
     ro.torchrun = ro.no_rendezvous && rm_launch_runs_torchrun(tj.spec.template, NULL, 0);
-    size_t acap = RM_RECONCILE_ACTIONS(oc.n);
-    acts = malloc(acap * sizeof(*acts)); /* not zeroed: only the entries written are read, and
-                                             * untouched pages of this large block never become resident */
+    int maxw = tj.spec.replicas > tj.spec.max_replicas ? tj.spec.replicas : tj.spec.max_replicas;
+    if (maxw < 1 || maxw > RM_RDZV_MAX_WORLD)
+        maxw = RM_RDZV_MAX_WORLD;
+    size_t acap = RM_RECONCILE_ACTIONS_FOR(oc.n, maxw);
+    acts = malloc(acap * sizeof(*acts)); /* not zeroed: only the entries written are read */
     if (!acts) {
         rc = rm_errf(err, RM_ENOMEM, "out of memory");
         goto out;
