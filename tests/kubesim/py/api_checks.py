@@ -274,18 +274,18 @@ check(s == 200 and sc2["spec"]["replicas"] == 6 and get(TJ + "/st")[2]["spec"]["
 s, _, o = put(TJ + "/st/scale", stale_sc)
 check(s == 409, "L5 PUT /scale with a stale resourceVersion -> 409", o)
 # the CRD's maximum (the rendezvous' world limit) holds on every path that writes replicas
-TOO_MANY = ('TrainingJob.ringmaster.dev "st" is invalid: spec.replicas: Invalid value: 10000: '
-            'spec.replicas in body should be less than or equal to 1024')
-s, _, o = patch(TJ + "/st/scale", {"spec": {"replicas": 10000}})
+TOO_MANY = ('TrainingJob.ringmaster.dev "st" is invalid: spec.replicas: Invalid value: 20000: '
+            'spec.replicas in body should be less than or equal to 16384')
+s, _, o = patch(TJ + "/st/scale", {"spec": {"replicas": 20000}})
 check(s == 422 and is_status(o, 422) and o["message"] == TOO_MANY and
       o["details"]["causes"][0]["field"] == "spec.replicas", "L5 PATCH /scale over the CRD maximum -> 422", o)
-s, _, o = put(TJ + "/st/scale", dict(sc2, spec={"replicas": 10000}))
+s, _, o = put(TJ + "/st/scale", dict(sc2, spec={"replicas": 20000}))
 check(s == 422 and o["message"] == TOO_MANY, "L5 PUT /scale over the CRD maximum -> 422", o)
-s, _, o = patch(TJ + "/st", {"spec": {"replicas": 10000}})
+s, _, o = patch(TJ + "/st", {"spec": {"replicas": 20000}})
 check(s == 422 and o["message"] == TOO_MANY, "a merge patch over the CRD maximum -> 422", o)
 check(get(TJ + "/st")[2]["spec"]["replicas"] == 6, "refused scales leave spec.replicas alone")
-s, _, o = patch(TJ + "/st/scale", {"spec": {"replicas": 1024}})
-check(s == 200 and o["spec"]["replicas"] == 1024, "L5 scale to the maximum itself is accepted", o)
+s, _, o = patch(TJ + "/st/scale", {"spec": {"replicas": 16384}})
+check(s == 200 and o["spec"]["replicas"] == 16384, "L5 scale to the maximum itself is accepted", o)
 patch(TJ + "/st/scale", {"spec": {"replicas": 6}})
 s, _, o = get("/api/v1/namespaces/default/configmaps/plain/scale")
 check(s == 404 and is_status(o, 404), "D4 undeclared subresource -> 404")
