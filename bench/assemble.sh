@@ -12,7 +12,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out="$root/BENCHMARKS.md"
 PARTS=(
   notes/summary results/allreduce notes/allreduce results/train results/builds notes/builds results/checkpoint results/recovery results/chaos notes/chaos
-  results/kubesim results/operator results/scale notes/scale results/gpu notes/gpu notes/images results/sweep notes/ps notes/shard
+  results/kubesim results/operator notes/operator-scale results/scale notes/scale results/gpu notes/gpu notes/images results/sweep notes/ps notes/shard
   notes/shm results/topo results/lbfgs notes/lbfgs results/hier notes/pipeline notes/tensor results/gpt notes/gpt results/fetch results/data
 )
 assemble() {
