@@ -212,7 +212,7 @@ int rm_faults_check_job(const rm_faults *fs, const rm_tj *job, rm_err *err)
     const rm_tj_spec *sp = &job->spec;
     bool ps_job = sp->strategy == RM_STRATEGY_PS;
     int servers = ps_job ? sp->ps.replicas : 0;
-    int workers = sp->max_replicas > sp->replicas ? sp->max_replicas : sp->replicas;
+    int workers = rm_tj_most_workers(sp);
     for (int i = 0; fs && i < fs->n; i++) {
         const rm_fault *f = &fs->f[i];
         const char *kind = rm_fault_kind_name(f->kind);

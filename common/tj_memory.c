@@ -125,7 +125,7 @@ int rm_tj_check_memory_local(const rm_tj *tj, rm_err *err)
     const char *env = getenv("RINGMASTER_MEMORY_LIMIT");
     int64_t cap = 0;
     char what[128];
-    int workers = tj->spec.max_replicas > tj->spec.replicas ? tj->spec.max_replicas : tj->spec.replicas;
+    int workers = rm_tj_most_workers(&tj->spec);
     if (env && *env) {
         if (rm_quantity_bytes(env, &cap) != RM_OK)
             return rm_errf(err, RM_EINVAL,

@@ -221,7 +221,7 @@ static int ps_validate(const rm_tj_spec *s, rm_err *err)
         return tj_bad(err, P, "replicas", "must be between 1 and %d (got %d)", RM_PS_MAX_SERVERS,
                       ps->replicas);
     /* one member's place per worker on every server, one kept (RM_PS_JOB_MAX_WORKERS) */
-    int most = s->max_replicas > s->replicas ? s->max_replicas : s->replicas;
+    int most = rm_tj_most_workers(s);
     if (most > RM_PS_JOB_MAX_WORKERS)
         return rm_err_field(err, RM_EINVAL, most == s->replicas ? "spec.replicas" : "spec.maxReplicas",
                             "must be <= %d with spec.strategy: parameterServer (got %d): every worker "
@@ -541,7 +541,7 @@ int rm_tj_validate(const rm_tj *tj, rm_err *err)
      * without training. Checked at the largest world the job may reach (maxReplicas). */
     const rm_training_spec *t = &s->training;
     int64_t n = rm_training_samples(t);
-    int world = s->max_replicas > s->replicas ? s->max_replicas : s->replicas;
+    int world = rm_tj_most_workers(s);
     if (t->mode == RM_MODE_TRAIN && n > 0 && (int64_t)world * t->batch_size_per_worker > n)
         return rm_err_field(err, RM_EINVAL, "spec.training.batchSizePerWorker",
                             "the global batch %s (%d) x spec.training.batchSizePerWorker (%d) = %lld "

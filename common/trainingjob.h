@@ -358,6 +358,12 @@ typedef struct rm_tj_spec {
      * none). The loaders merge the runtime's template in before parsing; this only records it. */
     cJSON *runtime_ref;
 } rm_tj_spec;
+
+/* The most workers a spec asks for: the larger of replicas and maxReplicas. */
+static inline int rm_tj_most_workers(const rm_tj_spec *s)
+{
+    return s->max_replicas > s->replicas ? s->max_replicas : s->replicas;
+}
 #define RM_TJ_MANAGED_BY_US "ringmaster.dev/operator"
 #define RM_TJ_MANAGED_BY_MULTIKUEUE "kueue.x-k8s.io/multikueue"
 enum {

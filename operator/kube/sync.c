@@ -634,7 +634,7 @@ static int observe_job(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, 
 static int observe_workers(rm_kube_rt *rt, const char *key, const rm_tj *tj, job_mem *m, obs_ctx *oc,
                            rm_err *err)
 {
-    int cap = tj->spec.max_replicas > tj->spec.replicas ? tj->spec.max_replicas : tj->spec.replicas;
+    int cap = rm_tj_most_workers(&tj->spec);
     if (cap < 1)
         cap = 1;
     cap = cap * 2 + 16;
@@ -1075,7 +1075,7 @@ static int sync_obj(rm_kube_rt *rt, const char *key, cJSON *obj, job_mem *m, dou
     ro.force_delete_after_s = rt->c.force_delete_after_s;
     ro.no_rendezvous = !rm_kube_template_runs_worker(&tj, rt->worker_image);
     ro.torchrun = ro.no_rendezvous && rm_launch_runs_torchrun(tj.spec.template, NULL, 0);
-    int maxw = tj.spec.replicas > tj.spec.max_replicas ? tj.spec.replicas : tj.spec.max_replicas;
+    int maxw = rm_tj_most_workers(&tj.spec);
     if (maxw < 1 || maxw > RM_RDZV_MAX_WORLD)
         maxw = RM_RDZV_MAX_WORLD;
     size_t acap = RM_RECONCILE_ACTIONS_FOR(oc.n, maxw);
