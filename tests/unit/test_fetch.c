@@ -893,12 +893,14 @@ static void s3d_one(s3d *d, int fd)
     char req[8192] = "";
     size_t n = 0;
     char *end = NULL;
-    while (n < sizeof req - 1 && !(end = strstr(req, "\r\n\r\n"))) {
+    /* look after every read: head and body can come in one read that fills req */
+    while (!end && n < sizeof req - 1) {
         ssize_t r = recv(fd, req + n, sizeof req - 1 - n, 0);
         if (r <= 0)
             return;
         n += (size_t)r;
         req[n] = 0;
+        end = strstr(req, "\r\n\r\n");
     }
     if (!end)
         return;
