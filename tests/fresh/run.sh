@@ -19,8 +19,15 @@ trap cleanup EXIT
 ( cd "$root" && git ls-files -co --exclude-standard -z | tar --null -T - -cf "$tmp/src.tar" )
 echo "test-fresh: $(tar tf "$tmp/src.tar" | wc -l) files copied in; logs in $out"
 start=$(date +%s)
+# This network's own certificate authorities (an egress proxy that re-signs TLS, say): the host
+# trusts them through /usr/local/share/ca-certificates, and a fresh machine on the same network
+# would too. npm (make deps' `npm ci`) reads them from NODE_EXTRA_CA_CERTS; nothing else is added.
+touch "$tmp/extra-ca.pem"
+for c in /usr/local/share/ca-certificates/*.crt; do [ -f "$c" ] && cat "$c" >> "$tmp/extra-ca.pem"; done
+[ -s "$tmp/extra-ca.pem" ] && echo "test-fresh: this network's CA certificates passed in (NODE_EXTRA_CA_CERTS)"
 "${RM_PODMAN[@]}" run -d --name "$name" "${RM_ULIMITS[@]}" --cap-add SYS_PTRACE --security-opt seccomp=unconfined -e CI="${CI:-}" \
-  -v "$tmp/src.tar:/src.tar:ro" "$RM_BASE_IMAGE" \
+  -v "$tmp/src.tar:/src.tar:ro" -v "$tmp/extra-ca.pem:/etc/rm-extra-ca.pem:ro" -e NODE_EXTRA_CA_CERTS=/etc/rm-extra-ca.pem \
+  "$RM_BASE_IMAGE" \
   bash -c 'while :; do sleep 3600 & wait $!; done' >/dev/null
 # (PID 1 is bash, which reaps orphans as a machine's init does: with `sleep infinity` every process
 # whose parent died, e.g. the workers of e2e 55's kill -9 case, stayed a zombie for the whole run)
