@@ -132,7 +132,7 @@ static void one_case(const shape_case *c, int idx)
             double err = rm_test_rel_diff(m.grads + ts[i].off, (const float *)rm_st_data(&ref, g), len);
             if (err > worst) {
                 worst = err;
-                snprintf(worst_name, sizeof worst_name, "%s", ts[i].name);
+                snprintf(worst_name, sizeof worst_name, "%.*s", (int)sizeof worst_name - 1, ts[i].name);
             }
             checked++;
         }
