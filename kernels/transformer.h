@@ -68,6 +68,30 @@ typedef struct rm_tf_kernels {
     void (*set_threads)(int n);
     /* The largest head size (embed / heads) the attention entries hold; 0 = any. */
     int max_head_size;
+
+    /* ---- the vocabulary-parallel embedding and cross-entropy of a tensor group (docs/models-and-data.md,
+     * "Tensor parallelism"): this rank holds vocabulary rows [v0, v0 + Vl) of wte (padding rows past
+     * the real vocabulary included) and the matching Vl logits columns, of which the first `valid`
+     * are real. The caller sums the marked buffers over the group between the entries. */
+    /* out[b,t,:] = (tok in [v0, v0 + Vl) ? wte[tok - v0,:] : 0) + (wpe ? wpe[t,:] : 0): one rank
+     * passes wpe, so the group's sum adds it once (two non-zero terms: exact in any order). */
+    void (*embed_vocab_fwd)(float *out, const int32_t *tok, const float *wte, int v0, int Vl,
+                            const float *wpe, int B, int T, int C);
+    /* dwte[tok - v0,:] += dout[b,t,:] for this rank's tokens; dwpe += as embed_bwd (both accumulate). */
+    void (*embed_vocab_bwd)(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int v0, int Vl,
+                            int B, int T, int C);
+    /* stats [N x T] (overwritten): slot t of row n = the max of its first `valid` logits
+     * (-FLT_MAX when valid is 0), the other slots 0; the group's sum gathers every rank's max. */
+    void (*xent_vocab_max)(float *stats, const float *logits, int N, int Vl, int valid, int T, int t);
+    /* From the summed stats: mx[n] = the row's max over the T slots; s2 [N x 2] (overwritten) =
+     * [sum of exp(logit - mx) over this rank's valid columns | the target's logit when this rank
+     * holds it, else 0], in double where the table can; the group's sum completes both. */
+    void (*xent_vocab_sums)(float *s2, float *mx, const float *stats, const float *logits, const int32_t *tgt,
+                            int N, int Vl, int valid, int v0, int T);
+    /* From the summed s2: rowloss[n] = log(S) + mx - target logit (the whole row's loss, the same
+     * on every rank); logits become (softmax - onehot) * grad_scale, 0 on padding columns. */
+    void (*xent_vocab_grad)(float *logits, float *rowloss, const float *s2, const float *mx,
+                            const int32_t *tgt, int N, int Vl, int valid, int v0, float grad_scale);
 } rm_tf_kernels;
 
 #ifdef __cplusplus

@@ -13,6 +13,8 @@
 #include "kernels/transformer.h"
 
 #include <cblas.h>
+#include <float.h>
+#include <stdint.h>
 #include <math.h>
 #include <string.h>
 
@@ -61,8 +63,9 @@ static inline float fast_tanhf(float y)
 typedef struct {
     float *out;
     const int32_t *tok;
-    const float *wte, *wpe;
+    const float *wte, *wpe; /* wpe NULL: not added */
     int B, T, C;
+    int64_t v0, Vl; /* wte holds token rows [v0, v0 + Vl): the others embed as zeros */
 } embed_ctx;
 
 static void embed_fwd_part(void *vc, int part, int nparts)
@@ -71,17 +74,31 @@ static void embed_fwd_part(void *vc, int part, int nparts)
     size_t lo, hi, C = (size_t)c->C;
     rm_pool_range((size_t)c->B * (size_t)c->T, part, nparts, 1, &lo, &hi);
     for (size_t r = lo; r < hi; r++) {
-        const float *a = c->wte + (size_t)c->tok[r] * C, *b = c->wpe + (r % (size_t)c->T) * C;
+        int64_t v = (int64_t)c->tok[r] - c->v0;
+        const float *a = v >= 0 && v < c->Vl ? c->wte + (size_t)v * C : NULL;
+        const float *b = c->wpe ? c->wpe + (r % (size_t)c->T) * C : NULL;
         float *o = c->out + r * C;
-        for (size_t j = 0; j < C; j++)
-            o[j] = a[j] + b[j];
+        if (a && b)
+            for (size_t j = 0; j < C; j++)
+                o[j] = a[j] + b[j];
+        else if (a || b)
+            memcpy(o, a ? a : b, C * sizeof(float));
+        else
+            memset(o, 0, C * sizeof(float));
     }
 }
 
 static void cpu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T,
                           int C)
 {
-    embed_ctx c = {out, tok, wte, wpe, B, T, C};
+    embed_ctx c = {out, tok, wte, wpe, B, T, C, 0, INT64_MAX};
+    rm_pool_run(embed_fwd_part, &c);
+}
+
+static void cpu_embed_vocab_fwd(float *out, const int32_t *tok, const float *wte, int v0, int Vl,
+                                const float *wpe, int B, int T, int C)
+{
+    embed_ctx c = {out, tok, wte, wpe, B, T, C, v0, Vl};
     rm_pool_run(embed_fwd_part, &c);
 }
 
@@ -90,6 +107,7 @@ typedef struct {
     const float *dout;
     const int32_t *tok;
     int B, T, C;
+    int64_t v0, Vl; /* as embed_ctx's */
 } embed_bwd_ctx;
 
 /* Parts own column ranges, so two positions with the same token never race. */
@@ -102,18 +120,27 @@ static void embed_bwd_part(void *vc, int part, int nparts)
         for (int t = 0; t < c->T; t++) {
             size_t r = (size_t)b * (size_t)c->T + (size_t)t;
             const float *d = c->dout + r * C;
-            float *w = c->dwte + (size_t)c->tok[r] * C, *p = c->dwpe + (size_t)t * C;
-            for (size_t j = lo; j < hi; j++) {
-                w[j] += d[j];
+            int64_t v = (int64_t)c->tok[r] - c->v0;
+            float *w = v >= 0 && v < c->Vl ? c->dwte + (size_t)v * C : NULL, *p = c->dwpe + (size_t)t * C;
+            for (size_t j = lo; j < hi; j++)
                 p[j] += d[j];
-            }
+            if (w)
+                for (size_t j = lo; j < hi; j++)
+                    w[j] += d[j];
         }
 }
 
 static void cpu_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T,
                           int C)
 {
-    embed_bwd_ctx c = {dwte, dwpe, dout, tok, B, T, C};
+    embed_bwd_ctx c = {dwte, dwpe, dout, tok, B, T, C, 0, INT64_MAX};
+    rm_pool_run(embed_bwd_part, &c);
+}
+
+static void cpu_embed_vocab_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int v0,
+                                int Vl, int B, int T, int C)
+{
+    embed_bwd_ctx c = {dwte, dwpe, dout, tok, B, T, C, v0, Vl};
     rm_pool_run(embed_bwd_part, &c);
 }
 
@@ -570,6 +597,58 @@ static void cpu_xent(float *logits, const int32_t *targets, int N, int V, float 
         *correct = ok;
 }
 
+/* ---------------- the vocabulary-parallel cross-entropy (transformer.h) ---------------- */
+
+static void cpu_xent_vocab_max(float *stats, const float *logits, int N, int Vl, int valid, int T, int t)
+{
+    memset(stats, 0, (size_t)N * (size_t)T * sizeof(float));
+    for (int n = 0; n < N; n++) {
+        const float *y = logits + (size_t)n * (size_t)Vl;
+        float mx = -FLT_MAX;
+        for (int j = 0; j < valid; j++)
+            mx = y[j] > mx ? y[j] : mx;
+        stats[(size_t)n * (size_t)T + (size_t)t] = mx;
+    }
+}
+
+static void cpu_xent_vocab_sums(float *s2, float *mx, const float *stats, const float *logits,
+                                const int32_t *tgt, int N, int Vl, int valid, int v0, int T)
+{
+    for (int n = 0; n < N; n++) {
+        const float *sl = stats + (size_t)n * (size_t)T;
+        float m = -FLT_MAX;
+        for (int q = 0; q < T; q++)
+            m = sl[q] > m ? sl[q] : m;
+        mx[n] = m;
+    }
+    for (int n = 0; n < N; n++) {
+        const float *y = logits + (size_t)n * (size_t)Vl;
+        double s = 0;
+        for (int j = 0; j < valid; j++)
+            s += exp((double)y[j] - mx[n]);
+        int64_t g = (int64_t)tgt[n] - v0;
+        s2[2 * (size_t)n] = (float)s;
+        s2[2 * (size_t)n + 1] = g >= 0 && g < valid ? y[g] : 0.0f;
+    }
+}
+
+static void cpu_xent_vocab_grad(float *logits, float *rowloss, const float *s2, const float *mx,
+                                const int32_t *tgt, int N, int Vl, int valid, int v0, float grad_scale)
+{
+    for (int n = 0; n < N; n++) {
+        float *y = logits + (size_t)n * (size_t)Vl;
+        double S = s2[2 * (size_t)n];
+        rowloss[n] = (float)(log(S) + mx[n] - s2[2 * (size_t)n + 1]);
+        int64_t g = (int64_t)tgt[n] - v0;
+        for (int j = 0; j < Vl; j++) {
+            double d = j < valid ? exp((double)y[j] - mx[n]) / S : 0.0;
+            if (j == g)
+                d -= 1.0;
+            y[j] = (float)(d * grad_scale);
+        }
+    }
+}
+
 const rm_tf_kernels rm_tf_cpu = {
     .embed_fwd = cpu_embed_fwd,
     .embed_bwd = cpu_embed_bwd,
@@ -584,4 +663,9 @@ const rm_tf_kernels rm_tf_cpu = {
     .attention_bwd = cpu_attention_bwd,
     .xent = cpu_xent,
     .set_threads = rm_pool_set_threads,
+    .embed_vocab_fwd = cpu_embed_vocab_fwd,
+    .embed_vocab_bwd = cpu_embed_vocab_bwd,
+    .xent_vocab_max = cpu_xent_vocab_max,
+    .xent_vocab_sums = cpu_xent_vocab_sums,
+    .xent_vocab_grad = cpu_xent_vocab_grad,
 };

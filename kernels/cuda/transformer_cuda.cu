@@ -25,6 +25,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <mma.h>
+#include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -50,7 +52,8 @@ constexpr float kGeluK = 0.7978845608028654f, kGeluA = 0.044715f;
 static_assert(RM_ATTN_THREADS == kTile * kLanes, "attention blocks: 8 lanes per row");
 static_assert(kTile % kLanes == 0, "attention: whole scores per lane");
 
-enum { S_SORT_KEYS, S_SORT_VALS, S_SORT_IN, S_SORT_TMP, S_COLSUM, S_ROWS, S_ATTN_D };
+enum { S_SORT_KEYS, S_SORT_VALS, S_SORT_IN, S_SORT_TMP, S_COLSUM, S_ROWS, S_ATTN_D, S_TOK_LOCAL };
+static_assert(S_TOK_LOCAL < RM_CUDA_SCRATCH_SLOTS, "tf_cuda.h: more scratch slots");
 
 cudaStream_t stream(void)
 {
@@ -122,19 +125,44 @@ __global__ void k_iota(int32_t *v, int n)
 }
 
 /* After a stable sort of (token, position): block i.x starts a run of equal tokens or returns; its
- * threads (one per channel) add the run's rows in position order. */
+ * threads (one per channel) add the run's rows in position order. Tokens >= limit (another
+ * rank's vocabulary, k_tok_local) are skipped. */
 __global__ void k_embed_wte_bwd(float *dwte, const float *__restrict__ dout, const int32_t *__restrict__ skey,
-                                const int32_t *__restrict__ spos, int N, int C)
+                                const int32_t *__restrict__ spos, int N, int C, int limit)
 {
     int i = blockIdx.x;
     int tok = skey[i];
-    if (i > 0 && skey[i - 1] == tok)
+    if ((i > 0 && skey[i - 1] == tok) || tok >= limit)
         return;
     for (int c = blockIdx.y * blockDim.x + threadIdx.x; c < C; c += gridDim.y * blockDim.x) {
         float acc = 0.0f;
         for (int k = i; k < N && skey[k] == tok; k++)
             acc += dout[(size_t)spos[k] * C + c];
         dwte[(size_t)tok * C + c] += acc;
+    }
+}
+
+/* The vocabulary-parallel embedding (transformer.h embed_vocab_fwd): this rank's rows or zeros,
+ * plus wpe where given. */
+__global__ void k_embed_vocab_fwd(float *out, const int32_t *__restrict__ tok, const float *__restrict__ wte,
+                                  int v0, int Vl, const float *__restrict__ wpe, int N, int T, int C)
+{
+    size_t n = (size_t)N * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t r = i / C, c = i % C;
+        int v = tok[r] - v0;
+        float a = v >= 0 && v < Vl ? wte[(size_t)v * C + c] : 0.0f;
+        out[i] = wpe ? a + wpe[(r % T) * C + c] : a;
+    }
+}
+
+/* Tokens as this rank's rows: tok - v0 inside [0, Vl), else Vl (sorted last, then skipped). */
+__global__ void k_tok_local(int32_t *out, const int32_t *__restrict__ tok, int v0, int Vl, int N)
+{
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < N; i += gridDim.x * blockDim.x) {
+        int v = tok[i] - v0;
+        out[i] = v >= 0 && v < Vl ? v : Vl;
     }
 }
 
@@ -909,6 +937,86 @@ __global__ void k_xent_finish(const float *__restrict__ rowloss, const float *__
     }
 }
 
+/* ---- the vocabulary-parallel cross-entropy (transformer.h xent_vocab_*): one block per row */
+
+/* The block's max (op 0) or sum (op 1) of v, on every thread. */
+__device__ float block_reduce(float v, int op)
+{
+    __shared__ float sv[kT / kWarp];
+    __shared__ float out;
+    int lane = threadIdx.x % kWarp, w = threadIdx.x / kWarp, nw = blockDim.x / kWarp;
+    for (int o = kWarp / 2; o > 0; o /= 2) {
+        float x = __shfl_xor_sync(0xffffffffu, v, o);
+        v = op ? v + x : fmaxf(v, x);
+    }
+    if (lane == 0)
+        sv[w] = v;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float a = sv[0];
+        for (int k = 1; k < nw; k++)
+            a = op ? a + sv[k] : fmaxf(a, sv[k]);
+        out = a;
+    }
+    __syncthreads();
+    float r = out;
+    __syncthreads(); /* out is read by every thread before the next call writes it */
+    return r;
+}
+
+__global__ void k_xent_vocab_max(float *stats, const float *__restrict__ logits, int N, int Vl, int valid, int T,
+                                 int t)
+{
+    for (int r = blockIdx.x; r < N; r += gridDim.x) {
+        const float *z = logits + (size_t)r * Vl;
+        float mx = -FLT_MAX;
+        for (int j = threadIdx.x; j < valid; j += blockDim.x)
+            mx = fmaxf(mx, z[j]);
+        mx = block_reduce(mx, 0);
+        for (int q = threadIdx.x; q < T; q += blockDim.x)
+            stats[(size_t)r * T + q] = q == t ? mx : 0.0f;
+    }
+}
+
+__global__ void k_xent_vocab_sums(float *s2, float *mxs, const float *__restrict__ stats,
+                                  const float *__restrict__ logits, const int32_t *__restrict__ tgt, int N, int Vl,
+                                  int valid, int v0, int T)
+{
+    for (int r = blockIdx.x; r < N; r += gridDim.x) {
+        float mx = -FLT_MAX;
+        for (int q = 0; q < T; q++)
+            mx = fmaxf(mx, stats[(size_t)r * T + q]);
+        const float *z = logits + (size_t)r * Vl;
+        float s = 0.0f;
+        for (int j = threadIdx.x; j < valid; j += blockDim.x)
+            s += expf(z[j] - mx);
+        s = block_reduce(s, 1);
+        if (threadIdx.x == 0) {
+            int g = tgt[r] - v0;
+            mxs[r] = mx;
+            s2[2 * (size_t)r] = s;
+            s2[2 * (size_t)r + 1] = g >= 0 && g < valid ? z[g] : 0.0f;
+        }
+    }
+}
+
+__global__ void k_xent_vocab_grad(float *logits, float *rowloss, const float *__restrict__ s2,
+                                  const float *__restrict__ mxs, const int32_t *__restrict__ tgt, int N, int Vl,
+                                  int valid, int v0, float grad_scale)
+{
+    for (int r = blockIdx.x; r < N; r += gridDim.x) {
+        float S = s2[2 * (size_t)r], mx = mxs[r], inv = 1.0f / S;
+        int g = tgt[r] - v0;
+        if (threadIdx.x == 0)
+            rowloss[r] = logf(S) + mx - s2[2 * (size_t)r + 1];
+        float *z = logits + (size_t)r * Vl;
+        for (int j = threadIdx.x; j < Vl; j += blockDim.x) {
+            float d = j < valid ? expf(z[j] - mx) * inv : 0.0f;
+            z[j] = (d - (j == g ? 1.0f : 0.0f)) * grad_scale;
+        }
+    }
+}
+
 /* ------------------------------------------------------------------ the entries */
 
 void cu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float *wpe, int B, int T, int C)
@@ -951,7 +1059,58 @@ void cu_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *to
     LAUNCHED("cub::DeviceRadixSort::SortPairs");
     /* dwte: a gradient, never a gemm operand, so no cached 16-bit copy of it exists to drop */
     int cy = (C + kT - 1) / kT;
-    k_embed_wte_bwd<<<dim3(N, cy), kT, 0, stream()>>>(dwte, dout, keys, vals, N, C);
+    k_embed_wte_bwd<<<dim3(N, cy), kT, 0, stream()>>>(dwte, dout, keys, vals, N, C, INT_MAX);
+    LAUNCHED("k_embed_wte_bwd");
+}
+
+void cu_embed_vocab_fwd(float *out, const int32_t *tok, const float *wte, int v0, int Vl, const float *wpe, int B,
+                        int T, int C)
+{
+    int N = B * T;
+    if (N <= 0 || C <= 0)
+        return;
+    wrote(out, (size_t)N * C * sizeof(float));
+    k_embed_vocab_fwd<<<grid1((size_t)N * C), kT, 0, stream()>>>(out, tok, wte, v0, Vl, wpe, N, T, C);
+    LAUNCHED("k_embed_vocab_fwd");
+}
+
+/* As cu_embed_bwd over this rank's tokens: the others map to Vl (k_tok_local), sort last and are
+ * skipped. */
+void cu_embed_vocab_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int v0, int Vl, int B,
+                        int T, int C)
+{
+    int N = B * T;
+    if (N <= 0 || C <= 0)
+        return;
+    wrote(dwpe, (size_t)T * C * sizeof(float));
+    k_embed_wpe_bwd<<<grid1((size_t)T * C), kT, 0, stream()>>>(dwpe, dout, B, T, C);
+    LAUNCHED("k_embed_wpe_bwd");
+    int32_t *loc = (int32_t *)rm_cuda_scratch(S_TOK_LOCAL, (size_t)N * sizeof(int32_t));
+    int32_t *keys = (int32_t *)rm_cuda_scratch(S_SORT_KEYS, (size_t)N * sizeof(int32_t));
+    int32_t *vals = (int32_t *)rm_cuda_scratch(S_SORT_VALS, (size_t)N * sizeof(int32_t));
+    int32_t *pos = (int32_t *)rm_cuda_scratch(S_SORT_IN, (size_t)N * sizeof(int32_t));
+    size_t tmp_bytes = 0;
+    cudaError_t e = loc ? cub::DeviceRadixSort::SortPairs(nullptr, tmp_bytes, loc, keys, pos, vals, N, 0, 31,
+                                                          stream())
+                        : cudaErrorMemoryAllocation;
+    void *tmp = e == cudaSuccess ? rm_cuda_scratch(S_SORT_TMP, tmp_bytes) : nullptr;
+    if (e != cudaSuccess)
+        rm_cuda_note_error(__FILE__, __LINE__, RM_EIO, "cub::DeviceRadixSort (size)", cudaGetErrorString(e));
+    if (!loc || !keys || !vals || !pos || !tmp)
+        return;
+    k_tok_local<<<grid1(N), kT, 0, stream()>>>(loc, tok, v0, Vl, N);
+    LAUNCHED("k_tok_local");
+    k_iota<<<grid1(N), kT, 0, stream()>>>(pos, N);
+    LAUNCHED("k_iota");
+    e = cub::DeviceRadixSort::SortPairs(tmp, tmp_bytes, loc, keys, pos, vals, N, 0, 31, stream());
+    if (e != cudaSuccess) {
+        rm_cuda_note_error(__FILE__, __LINE__, RM_EIO, "cub::DeviceRadixSort::SortPairs",
+                           cudaGetErrorString(e));
+        return;
+    }
+    LAUNCHED("cub::DeviceRadixSort::SortPairs");
+    int cy = (C + kT - 1) / kT;
+    k_embed_wte_bwd<<<dim3(N, cy), kT, 0, stream()>>>(dwte, dout, keys, vals, N, C, Vl);
     LAUNCHED("k_embed_wte_bwd");
 }
 
@@ -1160,11 +1319,49 @@ void cu_xent(float *logits, const int32_t *targets, int N, int V, float grad_sca
     LAUNCHED("k_xent_finish");
 }
 
+unsigned rows_blocks(int N)
+{
+    return (unsigned)(N < 65535 * 4 ? N : 65535 * 4);
+}
+
+void cu_xent_vocab_max(float *stats, const float *logits, int N, int Vl, int valid, int T, int t)
+{
+    if (N <= 0)
+        return;
+    wrote(stats, (size_t)N * T * sizeof(float));
+    k_xent_vocab_max<<<rows_blocks(N), kT, 0, stream()>>>(stats, logits, N, Vl, valid, T, t);
+    LAUNCHED("k_xent_vocab_max");
+}
+
+void cu_xent_vocab_sums(float *s2, float *mx, const float *stats, const float *logits, const int32_t *tgt, int N,
+                        int Vl, int valid, int v0, int T)
+{
+    if (N <= 0)
+        return;
+    wrote(s2, (size_t)N * 2 * sizeof(float));
+    wrote(mx, (size_t)N * sizeof(float));
+    k_xent_vocab_sums<<<rows_blocks(N), kT, 0, stream()>>>(s2, mx, stats, logits, tgt, N, Vl, valid, v0, T);
+    LAUNCHED("k_xent_vocab_sums");
+}
+
+void cu_xent_vocab_grad(float *logits, float *rowloss, const float *s2, const float *mx, const int32_t *tgt, int N,
+                        int Vl, int valid, int v0, float grad_scale)
+{
+    if (N <= 0)
+        return;
+    wrote(logits, (size_t)N * Vl * sizeof(float));
+    wrote(rowloss, (size_t)N * sizeof(float));
+    k_xent_vocab_grad<<<rows_blocks(N), kT, 0, stream()>>>(logits, rowloss, s2, mx, tgt, N, Vl, valid, v0,
+                                                           grad_scale);
+    LAUNCHED("k_xent_vocab_grad");
+}
+
 } // namespace
 
 extern "C" const rm_tf_kernels rm_tf_cuda = {
     cu_embed_fwd,     cu_embed_bwd, cu_layernorm_fwd, cu_residual_layernorm_fwd, cu_layernorm_bwd,
     cu_bias_gelu_fwd, cu_gelu_bwd,  cu_colsum,        cu_attention_scratch,      cu_attention_fwd,
     cu_attention_bwd, cu_xent,      nullptr, /* set_threads: the GPU has no thread count to set */
-    RM_ATTN_MAX_HS,
+    RM_ATTN_MAX_HS,   cu_embed_vocab_fwd, cu_embed_vocab_bwd, cu_xent_vocab_max, cu_xent_vocab_sums,
+    cu_xent_vocab_grad,
 };

@@ -900,6 +900,98 @@ static void test_transformer_case(int B, int T, int Cc, int NH, int V)
         free(host[i]);
 }
 
+/* The vocabulary-parallel entries (a tensor group of Tp ranks over V, padded to a multiple of Tp),
+ * each rank's GPU result against the CPU table's; the group's loss (the ranks' partial sums added as
+ * the group's collective would) against the whole-vocabulary xent's. */
+static void test_vocab_parallel_case(int B, int T, int Cc, int V, int Tp)
+{
+    const rm_tf_kernels *gt = G->tf, *ct = C->tf;
+    char shape[96];
+    snprintf(shape, sizeof shape, "B%d T%d C%d V%d over %d ranks", B, T, Cc, V, Tp);
+    int N = B * T, Vl = (V + Tp - 1) / Tp;
+    size_t NC = (size_t)N * Cc, F = sizeof(float);
+    const double tol = 1e-4;
+    int32_t *tok = malloc((size_t)N * 4), *tg = malloc((size_t)N * 4);
+    for (int i = 0; i < N; i++) {
+        tok[i] = (int32_t)(((frand() + 1.0f) * 0.5f) * V) % V;
+        tg[i] = (int32_t)(((frand() + 1.0f) * 0.5f) * V) % V;
+    }
+    int32_t *dtok = dup_to_gpu(tok, (size_t)N * 4), *dtg = dup_to_gpu(tg, (size_t)N * 4);
+    float *full = hrand((size_t)N * V, 4); /* the whole logits, sliced per rank below */
+    float *stats = calloc((size_t)N * Tp, F), *s2 = calloc((size_t)N * 2, F);
+    float *cl = malloc((size_t)Vl * N * F), *cst = malloc((size_t)N * Tp * F),
+          *cs2 = malloc((size_t)N * 2 * F);
+    float *cmx = malloc((size_t)N * F), *crl = malloc((size_t)N * F);
+    float *gst = gpu_poisoned((size_t)N * Tp * F), *gs2 = gpu_poisoned((size_t)N * 2 * F);
+    float *gmx = gpu_poisoned((size_t)N * F), *grl = gpu_poisoned((size_t)N * F);
+    float *glg = G->alloc((size_t)N * Vl * F);
+    for (int pass = 0; pass < 3; pass++) /* max, sums, grad: each pass needs the last one's group sum */
+        for (int t = 0; t < Tp; t++) {
+            int v0 = t * Vl, valid = V - v0 < Vl ? (V - v0 > 0 ? V - v0 : 0) : Vl;
+            for (int n = 0; n < N; n++) /* this rank's columns, padding 0 */
+                for (int j = 0; j < Vl; j++)
+                    cl[(size_t)n * Vl + j] = j < valid ? full[(size_t)n * V + v0 + j] : 0.0f;
+            G->h2d(glg, cl, (size_t)N * Vl * F);
+            char what[64];
+            if (pass == 0) {
+                gt->xent_vocab_max(gst, glg, N, Vl, valid, Tp, t);
+                ct->xent_vocab_max(cst, cl, N, Vl, valid, Tp, t);
+                snprintf(what, sizeof what, "xent_vocab_max rank %d", t);
+                tf_cmp(what, shape, gst, cst, (size_t)N * Tp, 0);
+                for (size_t i = 0; i < (size_t)N * Tp; i++)
+                    stats[i] += cst[i];
+            } else if (pass == 1) {
+                G->h2d(gst, stats, (size_t)N * Tp * F);
+                gt->xent_vocab_sums(gs2, gmx, gst, glg, dtg, N, Vl, valid, v0, Tp);
+                ct->xent_vocab_sums(cs2, cmx, stats, cl, tg, N, Vl, valid, v0, Tp);
+                snprintf(what, sizeof what, "xent_vocab_sums rank %d", t);
+                tf_cmp(what, shape, gs2, cs2, (size_t)N * 2, tol);
+                tf_cmp("xent_vocab_sums max", shape, gmx, cmx, (size_t)N, 0);
+                for (size_t i = 0; i < (size_t)N * 2; i++)
+                    s2[i] += cs2[i];
+            } else {
+                G->h2d(gs2, s2, (size_t)N * 2 * F);
+                gt->xent_vocab_grad(glg, grl, gs2, gmx, dtg, N, Vl, valid, v0, 0.5f);
+                ct->xent_vocab_grad(cl, crl, s2, cmx, tg, N, Vl, valid, v0, 0.5f);
+                snprintf(what, sizeof what, "xent_vocab_grad rank %d", t);
+                tf_cmp(what, shape, glg, cl, (size_t)N * Vl, tol);
+                tf_cmp("xent_vocab_grad rowloss", shape, grl, crl, (size_t)N, tol);
+            }
+        }
+    /* the group's loss is the whole vocabulary's */
+    float whole = 0;
+    ct->xent(full, tg, N, V, 0.0f, 1.0f, &whole, NULL);
+    float *g = from_gpu(grl, (size_t)N * F);
+    double sum = 0;
+    for (int n = 0; n < N; n++)
+        sum += g[n];
+    CHECK(fabs(sum - whole) <= 1e-4 * fabs(whole), "vocab-parallel loss %s: %.7g, whole xent %.7g", shape,
+          sum, whole);
+    free(g);
+    /* the embedding: rank t's rows (or zeros) plus wpe from rank 0; backward into this rank's rows */
+    float *wte = hrand((size_t)Vl * Cc, 1), *wpe = hrand((size_t)T * Cc, 1), *dout = hrand(NC, 1);
+    float *dwte = dup_to_gpu(wte, (size_t)Vl * Cc * F), *dwpe = dup_to_gpu(wpe, (size_t)T * Cc * F);
+    float *ddout = dup_to_gpu(dout, NC * F), *ge = gpu_poisoned(NC * F), *ce = malloc(NC * F);
+    for (int t = 0; t < Tp; t++) { /* exact: copies and one add (before backward moves the tables apart) */
+        gt->embed_vocab_fwd(ge, dtok, dwte, t * Vl, Vl, t == 0 ? dwpe : NULL, B, T, Cc);
+        ct->embed_vocab_fwd(ce, tok, wte, t * Vl, Vl, t == 0 ? wpe : NULL, B, T, Cc);
+        tf_cmp("embed_vocab_fwd", shape, ge, ce, NC, 0);
+    }
+    for (int t = 0; t < Tp; t++) { /* accumulating: another summation order, within tol */
+        gt->embed_vocab_bwd(dwte, dwpe, ddout, dtok, t * Vl, Vl, B, T, Cc);
+        ct->embed_vocab_bwd(wte, wpe, dout, tok, t * Vl, Vl, B, T, Cc);
+        tf_cmp("embed_vocab_bwd dwte", shape, dwte, wte, (size_t)Vl * Cc, tol);
+        tf_cmp("embed_vocab_bwd dwpe", shape, dwpe, wpe, (size_t)T * Cc, tol);
+    }
+    gpu_errors(shape);
+    void *dev[] = {dtok, dtg, gst, gs2, gmx, grl, glg, dwte, dwpe, ddout, ge};
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
+        G->free(dev[i]);
+    void *host[] = {tok, tg, full, stats, s2, cl, cst, cs2, cmx, crl, wte, wpe, dout, ce};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
+        free(host[i]);
+}
+
 /* Under precision bf16 with RM_CUDA_ATTN=tc the attention with head size 64 runs on the tensor cores
  * (bf16 tiles, fp32 accumulation): within the bf16 band of the CPU's fp32 attention; without it the
  * fp32 kernels, within the fp32 band. */
@@ -942,9 +1034,12 @@ static void test_transformer(void)
     CHECK(G->tf != NULL, "the CUDA table has transformer kernels");
     if (!G->tf)
         return;
-    test_transformer_case(2, 37, 48, 3, 11);  /* odd T (a partial tile), hs 16, tokens repeating */
-    test_transformer_case(1, 64, 64, 1, 300); /* hs 64, T two whole tiles */
-    test_transformer_case(3, 33, 256, 2, 97); /* hs 128 (the kernels' largest), T one past a tile */
+    test_transformer_case(2, 37, 48, 3, 11);     /* odd T (a partial tile), hs 16, tokens repeating */
+    test_transformer_case(1, 64, 64, 1, 300);    /* hs 64, T two whole tiles */
+    test_transformer_case(3, 33, 256, 2, 97);    /* hs 128 (the kernels' largest), T one past a tile */
+    test_vocab_parallel_case(2, 37, 48, 11, 2);  /* V odd: one padding column on rank 1 */
+    test_vocab_parallel_case(1, 64, 64, 97, 4);  /* 97 over 4: 25 a rank, 3 padding on the last */
+    test_vocab_parallel_case(2, 16, 32, 300, 3); /* a rank's slice past a block's width */
     if (!g_quick)
         test_transformer_case(2, 1024, 768, 12, 50257); /* GPT-2 124M's shapes */
     rm_err e = {0};
@@ -955,8 +1050,8 @@ static void test_transformer(void)
     if (!g_quick)
         test_attention_bf16_case(2, 1024, 12); /* GPT-2 124M's */
     CHECK(rm_cuda_set_precision(RM_PREC_FP32, &e) == RM_OK, "precision fp32: %s", e.msg);
-    printf("ok transformer kernels (embed, layernorm, gelu, attention fp32 and tensor cores, xent) vs the "
-           "CPU's\n");
+    printf("ok transformer kernels (embed, layernorm, gelu, attention fp32 and tensor cores, xent, the "
+           "vocabulary-parallel embedding and xent) vs the CPU's\n");
 }
 
 int main(int argc, char **argv)

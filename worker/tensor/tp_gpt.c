@@ -153,10 +153,11 @@ void rm_tp_gpt_free(rm_tp_gpt *m)
     if (!m || !m->k)
         return;
     const rm_kernels *k = m->k;
-    float *bufs[] = {m->params, m->grads, m->emb,   m->lnf,  m->mf,    m->rf,          m->logits,
-                     m->dres,   m->dln,   m->datty, m->dbig, m->stats, m->attn_scratch};
+    float *bufs[] = {m->params, m->grads, m->emb,  m->lnf,   m->mf, m->rf,   m->logits,      m->dres,
+                     m->dln,    m->datty, m->dbig, m->stats, m->s2, m->rowl, m->attn_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         k->free(bufs[i]);
+    rm_kernels_host_free(k, m->hrowl);
     for (int l = 0; l < RM_GPT_MAX_LAYERS; l++)
         k->free(m->blk[l]);
     memset(m, 0, sizeof *m);
@@ -166,10 +167,9 @@ int rm_tp_gpt_init(rm_tp_gpt *m, const rm_kernels *k, const rm_tp_gpt_plan *p, i
                    rm_tp_allreduce_fn ar, void *ud, rm_err *err)
 {
     memset(m, 0, sizeof *m);
-    if (!k->host_memory || !k->tf)
+    if (!k->tf || !k->tf->embed_vocab_fwd || !k->tf->xent_vocab_grad)
         return rm_err_field(err, RM_EINVAL, "spec.parallelism.tensorParallel",
-                            "> 1 runs on the CPU kernels in this version (the %s kernels hold device memory)",
-                            k->name);
+                            "> 1 needs the vocabulary-parallel kernels, which the %s table lacks", k->name);
     m->k = k;
     m->p = *p;
     m->max_batch = max_batch;
@@ -191,9 +191,12 @@ int rm_tp_gpt_init(rm_tp_gpt *m, const rm_kernels *k, const rm_tp_gpt_plan *p, i
     m->datty = F(N * cl);
     m->dbig = F(N * 4 * cl);
     m->stats = F(N * st);
+    m->s2 = F(N * 2);
+    m->rowl = F(N);
+    m->hrowl = rm_kernels_host_alloc(k, N * sizeof(float));
     m->attn_scratch = F(k->tf->attention_scratch(p->ctx));
     bool ok = m->params && m->grads && m->emb && m->lnf && m->mf && m->rf && m->logits && m->dres && m->dln &&
-              m->datty && m->dbig && m->stats && m->attn_scratch;
+              m->datty && m->dbig && m->stats && m->s2 && m->rowl && m->hrowl && m->attn_scratch;
     for (int l = 0; l < p->L; l++) {
         m->blk[l] = F(m->a.len);
         ok = ok && m->blk[l];
@@ -237,20 +240,10 @@ int rm_tp_gpt_forward(rm_tp_gpt *m, const int32_t *tok, int rows, rm_err *err)
     int ctx = p->ctx, C = p->C, Cl = p->Cl, N = rows * ctx;
     size_t c = (size_t)C, v0 = (size_t)p->t * (size_t)p->Vl;
     m->fwd_floats = 0;
-    /* the embedding: this rank's vocabulary rows, summed (g), then wpe */
+    /* the embedding: this rank's vocabulary rows (wpe from t = 0 only: added once), summed (g) */
     const float *wte = m->params, *wpe = wte + (size_t)p->Vl * c;
-    for (int n = 0; n < N; n++) {
-        size_t v = (size_t)tok[n];
-        float *e = m->emb + (size_t)n * c;
-        if (v >= v0 && v < v0 + (size_t)p->Vl)
-            memcpy(e, wte + (v - v0) * c, c * sizeof(float));
-        else
-            memset(e, 0, c * sizeof(float));
-    }
+    tf->embed_vocab_fwd(m->emb, tok, wte, (int)v0, p->Vl, p->t == 0 ? wpe : NULL, rows, ctx, C);
     RM_CHECK(sum(m, m->emb, (size_t)N * c, true, err));
-    for (int n = 0; n < N; n++)
-        for (size_t i = 0; i < c; i++)
-            m->emb[(size_t)n * c + i] += wpe[(size_t)(n % ctx) * c + i];
     rm_gpt_blk o;
     rm_gpt_blk_layout(c, (size_t)Cl, &o);
     const float *x = m->emb;
@@ -280,58 +273,45 @@ int rm_tp_gpt_forward(rm_tp_gpt *m, const int32_t *tok, int rows, rm_err *err)
     return RM_OK;
 }
 
+/* A failed copy: the table's pending error says more (a device fault), else the copy's own. */
+static int copy_failed(const rm_kernels *k, const char *what, rm_err *err)
+{
+    int rc = k->check(err);
+    return rc ? rc : rm_errf(err, RM_EIO, "tensor: copying %s to or from the device failed", what);
+}
+
 int rm_tp_gpt_loss(rm_tp_gpt *m, const int32_t *labels, int rows, float inv_batch, float *loss_sum,
                    rm_err *err)
 {
+    const rm_kernels *k = m->k;
+    const rm_tf_kernels *tf = k->tf;
     const rm_tp_gpt_plan *p = &m->p;
-    int N = rows * p->ctx, T = p->T, Vl = p->Vl;
-    size_t v0 = (size_t)p->t * (size_t)Vl;
-    int valid = p->V - (int)v0 < Vl ? p->V - (int)v0 : Vl; /* this rank's non-padding columns */
+    int N = rows * p->ctx, T = p->T, Vl = p->Vl, v0 = p->t * Vl;
+    int valid = p->V - v0 < Vl ? p->V - v0 : Vl; /* this rank's non-padding columns */
     valid = valid < 0 ? 0 : valid;
-    float inv_t = 1.0f / (float)p->ctx, gscale = inv_batch * inv_t;
-    /* the row maxima: each rank's in its slot, gathered by a sum */
-    memset(m->stats, 0, (size_t)N * (size_t)T * sizeof(float));
-    for (int n = 0; n < N; n++) {
-        const float *y = m->logits + (size_t)n * (size_t)Vl;
-        float mx = -FLT_MAX;
-        for (int j = 0; j < valid; j++)
-            mx = y[j] > mx ? y[j] : mx;
-        m->stats[(size_t)n * (size_t)T + (size_t)p->t] = mx;
-    }
+    float inv_t = 1.0f / (float)p->ctx;
+    /* the row maxima: each rank's in its slot, gathered by a sum; then the sums of exp and the
+     * target logits (the maxima in dres: free until backward) */
+    tf->xent_vocab_max(m->stats, m->logits, N, Vl, valid, T, p->t);
     RM_CHECK(sum(m, m->stats, (size_t)N * (size_t)T, true, err));
-    /* the maxima in dres (free until backward); stats then holds [sum of exp | target logit] */
-    float *mxs = m->dres, *s2 = m->stats;
-    for (int n = 0; n < N; n++) {
-        const float *sl = m->stats + (size_t)n * (size_t)T;
-        float mx = -FLT_MAX;
-        for (int q = 0; q < T; q++)
-            mx = sl[q] > mx ? sl[q] : mx;
-        mxs[n] = mx;
+    tf->xent_vocab_sums(m->s2, m->dres, m->stats, m->logits, labels, N, Vl, valid, v0, T);
+    RM_CHECK(sum(m, m->s2, 2 * (size_t)N, true, err));
+    tf->xent_vocab_grad(m->logits, m->rowl, m->s2, m->dres, labels, N, Vl, valid, v0, inv_batch * inv_t);
+    /* the loss, the same on every rank: its rows summed here (a device table's copied out) */
+    const float *rl = m->rowl;
+    if (!k->host_memory) {
+        if (k->d2h(m->hrowl, m->rowl, (size_t)N * sizeof(float)))
+            return copy_failed(k, "the loss rows", err);
+        rl = m->hrowl;
     }
-    for (int n = 0; n < N; n++) {
-        const float *y = m->logits + (size_t)n * (size_t)Vl;
-        double s = 0;
-        for (int j = 0; j < valid; j++)
-            s += exp((double)y[j] - mxs[n]);
-        size_t tg = (size_t)labels[n];
-        s2[2 * (size_t)n] = (float)s;
-        s2[2 * (size_t)n + 1] = tg >= v0 && tg < v0 + (size_t)valid ? y[tg - v0] : 0.0f;
-    }
-    RM_CHECK(sum(m, s2, 2 * (size_t)N, true, err));
     double loss = 0;
-    for (int n = 0; n < N; n++) {
-        float *y = m->logits + (size_t)n * (size_t)Vl;
-        double S = s2[2 * (size_t)n];
-        loss += log(S) + mxs[n] - s2[2 * (size_t)n + 1];
-        size_t tg = (size_t)labels[n];
-        for (int j = 0; j < Vl; j++) {
-            double g = j < valid ? exp((double)y[j] - mxs[n]) / S : 0.0;
-            if (v0 + (size_t)j == tg)
-                g -= 1.0;
-            y[j] = (float)(g * gscale);
-        }
-    }
-    *loss_sum = (float)(loss * inv_t);
+    for (int n = 0; n < N; n++)
+        loss += rl[n];
+    float l = (float)(loss * inv_t);
+    if (k->host_memory)
+        *loss_sum = l;
+    else if (k->h2d(loss_sum, &l, sizeof l))
+        return copy_failed(k, "the loss", err);
     return RM_OK;
 }
 
@@ -387,18 +367,9 @@ int rm_tp_gpt_backward(rm_tp_gpt *m, const int32_t *tok, int rows, rm_err *err)
                           false);
     }
     /* the embedding: this rank's vocabulary rows (the residual gradient is replicated) and wpe */
-    memset(gwpe, 0, (size_t)ctx * c * sizeof(float));
-    for (int n = 0; n < N; n++) {
-        size_t v = (size_t)tok[n];
-        const float *d = m->dres + (size_t)n * c;
-        float *gp = gwpe + (size_t)(n % ctx) * c;
-        for (size_t i = 0; i < c; i++)
-            gp[i] += d[i];
-        if (v >= v0 && v < v0 + (size_t)Vl)
-            for (size_t i = 0; i < c; i++)
-                gwte[(v - v0) * c + i] += d[i];
-    }
-    return RM_OK;
+    k->memset0(gwpe, (size_t)ctx * c * sizeof(float));
+    tf->embed_vocab_bwd(gwte, gwpe, m->dres, tok, (int)v0, Vl, rows, ctx, C);
+    return k->check(err);
 }
 
 /* ---- the split as the tensor strategy drives it (tp_split.h) */

@@ -22,8 +22,10 @@
  * Rows are sequences of `context` tokens; the loss is gpt.c's (mean over positions).
  *
  * Collectives go through a sum callback (tp_split.h's rm_tp_allreduce_fn): the same bits on every
- * rank. Host memory only in this version (the CPU kernels). rm_tp_split_gpt (tp_split.h) is this
- * split as the tensor strategy drives it.
+ * rank. Any kernels table with the vocabulary-parallel entries (kernels/transformer.h): the CPU's,
+ * or a GPU's, whose buffers are then device memory end to end (the caller's sum callback stages
+ * them through the host when its transport needs host memory). rm_tp_split_gpt (tp_split.h) is
+ * this split as the tensor strategy drives it.
  *
  * Ownership: rm_tp_gpt owns its parameters, gradients and activations (kernels memory); tokens,
  * labels and the loss are borrowed per call. */
@@ -79,6 +81,8 @@ typedef struct rm_tp_gpt {
     float *blk[RM_GPT_MAX_LAYERS];            /* per block activations (a: their sections) */
     float *lnf, *mf, *rf, *logits;            /* head; logits [N x Vl] */
     float *dres, *dln, *datty, *dbig, *stats; /* backward scratch; stats [N x max(T, 2)] */
+    float *s2, *rowl;                         /* the loss's [N x 2] sums and [N] row losses */
+    float *hrowl;                             /* [N] host copy of rowl (rm_kernels_host_alloc) */
     float *attn_scratch;
     rm_gpt_act a;
     rm_tp_allreduce_fn ar;
@@ -91,8 +95,8 @@ int rm_tp_gpt_init(rm_tp_gpt *m, const rm_kernels *k, const rm_tp_gpt_plan *p, i
 void rm_tp_gpt_free(rm_tp_gpt *m); /* NULL ok, idempotent */
 /* Forward of rows sequences of tokens (rows x context int32, replicated) to the split logits. */
 int rm_tp_gpt_forward(rm_tp_gpt *m, const int32_t *tok, int rows, rm_err *err);
-/* After forward: the vocab-parallel cross-entropy against labels (rows x context): *loss_sum as
- * gpt.c's loss (the same on every rank), the split logits replaced by their gradient scaled by
+/* After forward: the vocab-parallel cross-entropy against labels (rows x context): *loss_sum (the
+ * kernels' memory: a device scalar on a GPU table) as gpt.c's loss (the same on every rank), the split logits replaced by their gradient scaled by
  * inv_batch / context. */
 int rm_tp_gpt_loss(rm_tp_gpt *m, const int32_t *labels, int rows, float inv_batch, float *loss_sum,
                    rm_err *err);
