@@ -18,6 +18,7 @@
  *     Logs, evaluation and checkpoints run between steps on the training thread; a hang fault
  *     pauses the reporter too, so a hung worker is silent, as a real hang would be. */
 #include "worker/trainer.h"
+#include "worker/comm/comm_staged.h"
 
 /* The one piece of state a signal handler has to reach. */
 volatile sig_atomic_t rm_train_term;
@@ -413,16 +414,26 @@ static int round_setup(trainer *t, bool first, rm_err *err)
         rm_rdzv_round_free(&rr);
         return rc;
     }
+    /* device buffers over a host transport (backend ring on GPUs): staged through the host */
+    if (!t->k->host_memory && t->ops != rm_comm_nccl_ops() && cc.world_size > 1 &&
+        (rc = rm_comm_staged_wrap(&t->ops, &t->comm, t->k, cc.rank, cc.world_size, err))) {
+        t->ops->destroy(t->comm);
+        t->comm = NULL;
+        rm_rdzv_round_free(&rr);
+        return rc;
+    }
+    const rm_comm_ops *tops = rm_comm_staged_inner(t->ops, t->comm);
     if ((rc = rm_wmetrics_set_rank(&t->wm, t->rank, err))) {
         rm_rdzv_round_free(&rr);
         return rc;
     }
     rm_series_set(t->wm.epoch, t->rdzv_epoch);
     rm_series_set(t->wm.world, t->world);
-    rm_info("round ready epoch=%d world=%d backend=%s", t->rdzv_epoch, t->world, t->ops->name);
+    rm_info("round ready epoch=%d world=%d backend=%s%s", t->rdzv_epoch, t->world, tops->name,
+            tops != t->ops ? " (device buffers staged through the host)" : "");
     rm_info("topology nodes=%d node=%s local_rank=%d local_world_size=%d allreduce=\"%s\"", t->nnodes,
             t->node[0] ? t->node : "\"\"", t->local_rank, t->local_world,
-            t->ops == rm_comm_hier_ops() ? rm_comm_hier_desc(t->comm) : t->ops->name);
+            tops == rm_comm_hier_ops() && tops == t->ops ? rm_comm_hier_desc(t->comm) : tops->name);
     t->gather_step = -1; /* a sharded gather is per round: every rank starts without one */
     /* peers and the listener: for strategies that form sub-groups (pipeline), round_begin only */
     rm_step_round sr = {.ops = t->ops,

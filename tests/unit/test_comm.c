@@ -1,5 +1,7 @@
 /* Tests for worker/comm/comm.c (backend table, address helpers, listener), worker/comm/comm_local.c
- * (world of one) and worker/comm/net.c (SHA-256/HMAC test vectors, bounded waits). */
+ * (world of one), worker/comm/comm_staged.c (collectives staged through the host, over a ring of
+ * threads with the CPU table's copies) and worker/comm/net.c (SHA-256/HMAC test vectors, bounded
+ * waits). */
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,8 +14,14 @@
 #include "common/clock.h"
 #include "common/rdzv.h"
 
+#include <pthread.h>
+
+#include "kernels/kernels.h"
+#include "tests/unit/testring.h"
 #include "tests/unit/testutil.h"
+#include "worker/allreduce/shard.h"
 #include "worker/comm/comm.h"
+#include "worker/comm/comm_staged.h"
 #include "worker/comm/net.h"
 
 static void hex(const uint8_t *d, size_t n, char *out)
@@ -226,13 +234,92 @@ static void test_bench_rendezvous(void)
     free(dir);
 }
 
+/* ---- the staged comm: 3 ranks as threads on a loopback ring, each round comm wrapped ---- */
+#define ST_N 3
+#define ST_COUNT 1001 /* uneven shards: 334, 334, 333 */
+typedef struct {
+    int rank, rc;
+    const rm_rdzv_peer *peers;
+    rm_ring_listener **lst;
+    float sum[ST_COUNT], shard[ST_COUNT], gathered[ST_COUNT], oop[ST_COUNT];
+    char name[32];
+} st_rank;
+
+static void *st_main(void *ud)
+{
+    st_rank *r = ud;
+    rm_err e = {0};
+    rm_step_round rd;
+    if ((r->rc = rm_test_ring_round(ST_N, r->rank, r->peers, r->lst, &rd, &e)))
+        return NULL;
+    const rm_comm_ops *ops = rd.ops;
+    rm_comm *c = rd.comm;
+    if ((r->rc = rm_comm_staged_wrap(&ops, &c, rm_kernels_cpu(), r->rank, ST_N, &e)))
+        goto out;
+    snprintf(r->name, sizeof r->name, "%s/%s", ops->name, rm_comm_staged_inner(ops, c)->name);
+    float in[ST_COUNT];
+    for (int i = 0; i < ST_COUNT; i++)
+        r->sum[i] = in[i] = (float)(r->rank + 1) * (float)i;
+    if ((r->rc = ops->allreduce(c, r->sum, ST_COUNT, RM_DT_F32, RM_OP_SUM, &e)) ||
+        (r->rc = ops->allreduce_oop(c, in, r->oop, ST_COUNT, RM_DT_F32, RM_OP_SUM, &e)))
+        goto out;
+    float buf[ST_COUNT];
+    memcpy(buf, in, sizeof buf);
+    if ((r->rc = ops->reduce_scatter(c, buf, r->shard, ST_COUNT, RM_DT_F32, RM_OP_SUM, &e)))
+        goto out;
+    r->rc = ops->all_gather(c, r->shard, r->gathered, ST_COUNT, RM_DT_F32, &e);
+out:
+    if (c)
+        ops->destroy(c);
+    return NULL;
+}
+
+static void test_staged(void)
+{
+    rm_rdzv_peer peers[ST_N];
+    rm_ring_listener *lst[ST_N];
+    rm_test_ring_up(ST_N, peers, lst);
+    static st_rank r[ST_N];
+    pthread_t th[ST_N];
+    for (int i = 0; i < ST_N; i++) {
+        memset(&r[i], 0, sizeof r[i]);
+        r[i] = (st_rank){.rank = i, .peers = peers, .lst = lst};
+        pthread_create(&th[i], NULL, st_main, &r[i]);
+    }
+    for (int i = 0; i < ST_N; i++)
+        pthread_join(th[i], NULL);
+    rm_test_ring_down(ST_N, lst);
+    for (int k = 0; k < ST_N; k++) {
+        CU_ASSERT_EQUAL_FATAL(r[k].rc, RM_OK);
+        CU_ASSERT_STRING_EQUAL(r[k].name, "staged/ring");
+        size_t off = rm_shard_off(ST_COUNT, ST_N, k), len = rm_shard_len(ST_COUNT, ST_N, k);
+        for (int i = 0; i < ST_COUNT; i++) { /* ranks contribute 1, 2, 3 times i: 6i */
+            CU_ASSERT_EQUAL(r[k].sum[i], 6.0f * (float)i);
+            CU_ASSERT_EQUAL(r[k].oop[i], 6.0f * (float)i);
+            CU_ASSERT_EQUAL(r[k].gathered[i], 6.0f * (float)i);
+        }
+        for (size_t i = 0; i < len; i++) /* this rank's shard of the sum */
+            CU_ASSERT_EQUAL(r[k].shard[i], 6.0f * (float)(off + i));
+    }
+    /* its init refuses: it only wraps a formed comm */
+    rm_comm *c = (rm_comm *)1;
+    rm_err e = {0};
+    rm_comm_cfg cfg = {.world_size = 1};
+    CU_ASSERT_EQUAL(rm_comm_staged_ops()->init(&cfg, &c, &e), RM_EUNSUPPORTED);
+    CU_ASSERT_PTR_NULL(c);
+}
+
 void rm_suite_comm(void);
 void rm_suite_comm(void)
 {
     static const rm_test_case cases[] = {
-        {"backend_table", test_backend_table},           {"parse_peers", test_parse_peers},
-        {"listen_connect_bounded", test_listen_connect}, {"sha256_hmac_vectors", test_sha256_hmac},
-        {"local_backend", test_local_backend},           {"bench_rendezvous_mode", test_bench_rendezvous},
+        {"backend_table", test_backend_table},
+        {"parse_peers", test_parse_peers},
+        {"listen_connect_bounded", test_listen_connect},
+        {"sha256_hmac_vectors", test_sha256_hmac},
+        {"local_backend", test_local_backend},
+        {"bench_rendezvous_mode", test_bench_rendezvous},
+        {"staged_over_ring", test_staged},
     };
     RM_ADD_SUITE("comm", NULL, NULL, cases);
 }
