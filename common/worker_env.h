@@ -43,6 +43,8 @@
 /* read by the worker, set by users (never by a controller) */
 #define RM_ENV_FAULT "RINGMASTER_FAULT"
 #define RM_ENV_DEVICE "RINGMASTER_DEVICE"
+/* "1": a host's workers time-slice its GPUs (LOCAL_RANK % visible) instead of one each (worker/gpu.h) */
+#define RM_ENV_GPU_SHARED "RINGMASTER_GPU_SHARED"
 /* CPUs a worker's kernels spread over (1..64; the user's: a template may set it). Unset: the pod's
  * CPU quota, else the machine's CPUs divided among LOCAL_WORLD_SIZE workers. */
 #define RM_ENV_THREADS "RINGMASTER_THREADS"

@@ -8,6 +8,9 @@
  * the two. */
 #include "worker/gpu.h"
 
+#include "common/log.h"
+#include "common/worker_env.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,17 +42,25 @@ int rm_gpu_require(rm_backend resolved, rm_precision prec, rm_err *err)
 
 /* ---------------- device choice ---------------- */
 
-int rm_gpu_pick(int local_rank, int local_world, int visible, int *device, rm_err *err)
+int rm_gpu_pick(int local_rank, int local_world, int visible, bool shared, int *device, rm_err *err)
 {
     if (local_rank < 0)
         return rm_errf(err, RM_EINVAL, "LOCAL_RANK=%d: must be >= 0", local_rank);
     if (visible <= 0)
         return rm_errf(err, RM_EUNSUPPORTED, "no GPU visible");
+    if (shared) {
+        if (local_world > 0 && local_rank >= local_world)
+            return rm_errf(err, RM_EINVAL, "LOCAL_RANK=%d outside LOCAL_WORLD_SIZE=%d", local_rank,
+                           local_world);
+        *device = local_rank % visible;
+        return RM_OK;
+    }
     if (local_world > visible || local_rank >= visible)
         return rm_errf(err, RM_EINVAL,
                        "%d local workers (LOCAL_RANK=%d, LOCAL_WORLD_SIZE=%d) but only %d GPU%s "
                        "visible: each worker on a host needs its own GPU (fewer replicas per host, "
-                       "more GPUs, or CUDA_VISIBLE_DEVICES)",
+                       "more GPUs, or CUDA_VISIBLE_DEVICES; with backend ring, " RM_ENV_GPU_SHARED
+                       "=1 shares them)",
                        local_world > local_rank + 1 ? local_world : local_rank + 1, local_rank, local_world,
                        visible, visible == 1 ? "" : "s");
     if (local_world > 0 && local_rank >= local_world)
@@ -68,7 +79,13 @@ int rm_gpu_select(int local_rank, int *device, char *name, size_t cap, rm_err *e
     int rc = rm_cuda_device_count(&visible, err);
     if (rc != RM_OK)
         return rc;
-    rc = rm_gpu_pick(local_rank, local_world, visible, &dev, err);
+    const char *sh = getenv(RM_ENV_GPU_SHARED);
+    bool shared = sh && !strcmp(sh, "1");
+    rc = rm_gpu_pick(local_rank, local_world, visible, shared, &dev, err);
+    if (rc == RM_OK && shared && local_world > visible)
+        rm_warn("gpu shared device=%d local_rank=%d local_world=%d visible=%d (" RM_ENV_GPU_SHARED
+                "=1: the workers time-slice the GPUs; NCCL refuses two ranks on one device)",
+                dev, local_rank, local_world, visible);
     if (rc != RM_OK)
         return rc;
     rc = rm_cuda_use_device(dev, name, cap, err);

@@ -35,8 +35,10 @@ static inline bool rm_gpu_available(char *why, size_t cap)
  * own GPU (NCCL refuses two ranks on one device, "Duplicate GPU"). local_world (0 = unknown) is the
  * number of workers on this host; visible the number of devices this process sees. RM_EINVAL with a
  * message naming the counts when local_rank or local_world exceeds the visible devices, so every
- * local rank fails the same way, at once, instead of at NCCL init. */
-int rm_gpu_pick(int local_rank, int local_world, int visible, int *device, rm_err *err);
+ * local rank fails the same way, at once, instead of at NCCL init. shared (RINGMASTER_GPU_SHARED=1,
+ * docs/gpu.md): the workers time-slice the visible GPUs instead, local_rank % visible - for
+ * transports that do not need a GPU per rank (ring, shm; not NCCL). */
+int rm_gpu_pick(int local_rank, int local_world, int visible, bool shared, int *device, rm_err *err);
 /* Pick (rm_gpu_pick, with LOCAL_WORLD_SIZE from the environment, 0 when unset) and make current the
  * device for this process, before the CUDA table is first used. *device (may be NULL) gets the
  * index, name (may be NULL) the device name and compute capability ("NVIDIA H100 80GB HBM3 sm_90").

@@ -663,28 +663,38 @@ static void test_gpu_pick(void)
 {
     rm_err e = {0};
     int dev = -7;
-    CU_ASSERT_EQUAL(rm_gpu_pick(0, 1, 1, &dev, &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_gpu_pick(0, 1, 1, false, &dev, &e), RM_OK);
     CU_ASSERT_EQUAL(dev, 0);
-    CU_ASSERT_EQUAL(rm_gpu_pick(3, 4, 8, &dev, &e), RM_OK);
+    CU_ASSERT_EQUAL(rm_gpu_pick(3, 4, 8, false, &dev, &e), RM_OK);
     CU_ASSERT_EQUAL(dev, 3);
-    CU_ASSERT_EQUAL(rm_gpu_pick(0, 0, 2, &dev, &e), RM_OK); /* LOCAL_WORLD_SIZE unknown */
+    CU_ASSERT_EQUAL(rm_gpu_pick(0, 0, 2, false, &dev, &e), RM_OK); /* LOCAL_WORLD_SIZE unknown */
     CU_ASSERT_EQUAL(dev, 0);
     /* more local ranks than GPUs: a clear error, for every rank (rank 0 too), not a shared device */
     dev = -7;
     memset(&e, 0, sizeof e);
-    CU_ASSERT_EQUAL(rm_gpu_pick(2, 4, 2, &dev, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_gpu_pick(2, 4, 2, false, &dev, &e), RM_EINVAL);
     CU_ASSERT_EQUAL(dev, -7);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "4 local workers"));
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "only 2 GPUs visible"));
     memset(&e, 0, sizeof e);
-    CU_ASSERT_EQUAL(rm_gpu_pick(0, 4, 2, &dev, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_gpu_pick(0, 4, 2, false, &dev, &e), RM_EINVAL);
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "LOCAL_WORLD_SIZE=4"));
     memset(&e, 0, sizeof e);
-    CU_ASSERT_EQUAL(rm_gpu_pick(1, 0, 1, &dev, &e), RM_EINVAL); /* unknown world, rank past */
+    CU_ASSERT_EQUAL(rm_gpu_pick(1, 0, 1, false, &dev, &e), RM_EINVAL); /* unknown world, rank past */
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "only 1 GPU visible"));
-    CU_ASSERT_EQUAL(rm_gpu_pick(-1, 1, 1, &dev, &e), RM_EINVAL);
-    CU_ASSERT_EQUAL(rm_gpu_pick(2, 2, 4, &dev, &e), RM_EINVAL); /* rank outside its world */
-    CU_ASSERT_EQUAL(rm_gpu_pick(0, 1, 0, &dev, &e), RM_EUNSUPPORTED);
+    CU_ASSERT_EQUAL(rm_gpu_pick(-1, 1, 1, false, &dev, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_gpu_pick(2, 2, 4, false, &dev, &e), RM_EINVAL); /* rank outside its world */
+    CU_ASSERT_EQUAL(rm_gpu_pick(0, 1, 0, false, &dev, &e), RM_EUNSUPPORTED);
+    /* shared (RINGMASTER_GPU_SHARED=1): ranks time-slice the GPUs round robin; the rank must still
+     * be inside its world, and no GPU is still an error */
+    CU_ASSERT_EQUAL(rm_gpu_pick(2, 4, 2, true, &dev, &e), RM_OK);
+    CU_ASSERT_EQUAL(dev, 0);
+    CU_ASSERT_EQUAL(rm_gpu_pick(3, 4, 1, true, &dev, &e), RM_OK);
+    CU_ASSERT_EQUAL(dev, 0);
+    CU_ASSERT_EQUAL(rm_gpu_pick(3, 4, 2, true, &dev, &e), RM_OK);
+    CU_ASSERT_EQUAL(dev, 1);
+    CU_ASSERT_EQUAL(rm_gpu_pick(4, 4, 2, true, &dev, &e), RM_EINVAL);
+    CU_ASSERT_EQUAL(rm_gpu_pick(0, 2, 0, true, &dev, &e), RM_EUNSUPPORTED);
 }
 
 /* ---------------- the row-major -> column-major cuBLAS mapping, checked with OpenBLAS ---------------- */
