@@ -8,7 +8,7 @@
 # DEADLINE_S=N caps the phases so that the whole script ends within N seconds (the logs still
 # come back). Without a GPU it prints "SKIP: ..." and exits 0.
 #
-# Phases: env  test-gpu  bench-mlp  run-mlp  torch-gpt  gpt  tf-bench  sanitizer
+# Phases: env  test-gpu  bench-mlp  run-mlp  torch-gpt  gpt  tf-bench  tensor  sanitizer
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -73,6 +73,8 @@ for p in $phases; do
                --batch "${GPT_BATCH:-16}" --steps "${GPT_STEPS:-20}" --warmup 5 ;;
   gpt) if [ -x bench/gpu/gpt_device.sh ]; then phase gpt 300 bench/gpu/gpt_device.sh "$logs"; else echo "gpt: not prepared"; fi ;;
   tf-bench) phase tf-bench 120 tf_bench ;;
+  tensor) cp -r datasets/tinyshakespeare /usr/share/datasets/ 2>/dev/null
+          phase tensor 300 bench/gpu/tensor_device.sh "$logs/tensor" ;;
   sanitizer) GPU_TRAIN_SKIP=1 GPU_PIPE_SKIP=1 GPU_SANITIZER_ONLY=1 phase sanitizer 150 tests/gpu/run.sh ;;
   *) echo "unknown phase $p" ;;
   esac

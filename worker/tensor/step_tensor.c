@@ -33,9 +33,13 @@
  * split layers plus the replicated ones: the transformer's LayerNorms, wpe and row biases), except
  * transiently at an evaluation, a checkpoint or the export, which hold the whole model once more.
  *
- * Limits of this version: the MLP and the transformer; P = 1; fp32; host memory (the CPU kernels);
- * optimizers without per-tensor trust ratios; no accumulation (the validator refuses the rest,
- * naming the field).
+ * On a GPU table (the transformer only: tp_mlp.c keeps host memory) the pieces, their gradients and
+ * optimizer state are device memory; the tensor and data-parallel groups' collectives run on them
+ * over NCCL, or are staged through pinned host buffers over shm or the ring (comm_sum); slicing,
+ * assembling and the clipping norm's squares go through host copies.
+ *
+ * Limits of this version: the MLP and the transformer; P = 1; fp32; optimizers without per-tensor
+ * trust ratios; no accumulation (the validator refuses the rest, naming the field).
  *
  * Ownership: rm_step owns the split model, its optimizer, the inner allreduce state and the group
  * comms (round_end frees the per-round parts, destroy everything). */
@@ -46,11 +50,14 @@
 
 #include <cjson/cJSON.h>
 
+#include "common/backend.h"
 #include "common/clock.h"
 #include "common/grid.h"
 #include "common/log.h"
 #include "common/trainingjob.h"
 #include "common/worker_env.h"
+#include "worker/comm/comm_staged.h"
+#include "worker/gpu.h"
 #include "worker/step.h"
 #include "worker/tensor/tp_split.h"
 
@@ -75,7 +82,15 @@ struct rm_step {
     rm_comm *tcomm, *dcomm; /* tcomm may be the round's own (owns_t false) */
     bool owns_t;
     bool whole;     /* the whole buffers hold the pieces' current values */
-    float *scratch; /* [nwhole]: assembling */
+    float *scratch; /* [nwhole] host: assembling, slicing */
+    /* a device table (k->host_memory false): the pieces live on the GPU; a collective over a
+     * host transport (shm, ring) is staged through hstage (pinned, grown on demand), NCCL's runs
+     * on the device buffers (docs/models-and-data.md, "Tensor parallelism") */
+    bool dev;
+    float *lscratch; /* [n] host: a device table's pieces, copied out */
+    float *hstage;
+    size_t hstage_cap; /* floats */
+    float *dsmall;     /* a device float: the clipping norm's sum over NCCL */
     /* the last step's collectives */
     double wait_s;
     uint64_t bytes;
@@ -102,11 +117,46 @@ int rm_step_tensor_parallel(void)
     return T;
 }
 
+/* A failed copy: the table's pending error says more (a device fault), else the copy's own. */
+static int copy_failed(const rm_kernels *k, const char *what, rm_err *err)
+{
+    int rc = k->check(err);
+    return rc ? rc : rm_errf(err, RM_EIO, "tensor: copying %s to or from the device failed", what);
+}
+
+/* Whether a collective over ops needs host memory while the pieces are on a device. */
+static bool staged(const rm_step *s, const rm_comm_ops *ops)
+{
+    return s->dev && ops != rm_comm_nccl_ops() && ops != rm_comm_staged_ops();
+}
+
+/* In place over a group: buf in the kernels' memory (device memory on a GPU table). */
+static int comm_sum(rm_step *s, const rm_comm_ops *ops, rm_comm *c, float *buf, size_t n, rm_redop op,
+                    rm_err *err)
+{
+    if (!staged(s, ops))
+        return ops->allreduce(c, buf, n, RM_DT_F32, op, err);
+    const rm_kernels *k = s->env.k;
+    if (n > s->hstage_cap) {
+        rm_kernels_host_free(k, s->hstage);
+        s->hstage_cap = 0;
+        if (!(s->hstage = rm_kernels_host_alloc(k, n * sizeof(float))))
+            return rm_errf(err, RM_ENOMEM, "tensor: out of host memory for a %zu-float staging buffer", n);
+        s->hstage_cap = n;
+    }
+    if (k->d2h(s->hstage, buf, n * sizeof(float)))
+        return copy_failed(k, "a collective's input", err);
+    RM_CHECK(ops->allreduce(c, s->hstage, n, RM_DT_F32, op, err));
+    if (k->h2d(buf, s->hstage, n * sizeof(float)))
+        return copy_failed(k, "a collective's result", err);
+    return RM_OK;
+}
+
 static int tp_ar(void *ud, float *buf, size_t n, rm_err *err)
 {
     rm_step *s = ud;
     double t0 = rm_mono();
-    int rc = s->tops->allreduce(s->tcomm, buf, n, RM_DT_F32, RM_OP_SUM, err);
+    int rc = comm_sum(s, s->tops, s->tcomm, buf, n, RM_OP_SUM, err);
     s->wait_s += rm_mono() - t0;
     s->bytes += n * sizeof(float);
     return rc;
@@ -127,6 +177,11 @@ static void tp_destroy(rm_step *s)
     if (s->opt_ok)
         rm_optim_free(&s->opt);
     free(s->scratch);
+    free(s->lscratch);
+    if (s->env.k) {
+        rm_kernels_host_free(s->env.k, s->hstage);
+        s->env.k->free(s->dsmall);
+    }
     free(s);
 }
 
@@ -191,11 +246,16 @@ static int tp_init(const rm_step_env *env, rm_step **out, rm_err *err)
     if (env->sharding != RM_SHARD_NONE || env->grad_accum > 1 || rm_optim_layerwise(env->opt))
         return rm_err_field(err, RM_EINVAL, F,
                             "%d with sharding, gradient accumulation or lamb/lars is not supported yet", T);
+    if (env->amp && env->amp->prec != RM_PREC_FP32)
+        return rm_err_field(err, RM_EINVAL, F,
+                            "%d with spec.training.precision %s is not supported yet (fp32)", T,
+                            rm_precision_str(env->amp->prec));
     rm_step *s = calloc(1, sizeof *s);
     if (!s)
         return rm_errf(err, RM_ENOMEM, "out of memory");
     s->env = *env;
     s->T = T;
+    s->dev = !env->k->host_memory;
     rm_step_env ie = *env;
     ie.sharding = RM_SHARD_NONE;
     s->inner_ops = &rm_step_allreduce_ops;
@@ -221,7 +281,9 @@ static int tp_init(const rm_step_env *env, rm_step **out, rm_err *err)
         tp_destroy(s);
         return rc;
     }
-    if (!(s->scratch = malloc(s->sp.nwhole * sizeof(float)))) {
+    if (!(s->scratch = malloc(s->sp.nwhole * sizeof(float))) ||
+        (s->dev &&
+         (!(s->lscratch = malloc(s->sp.n * sizeof(float))) || !(s->dsmall = env->k->alloc(sizeof(float)))))) {
         tp_destroy(s);
         return rm_errf(err, RM_ENOMEM, "tensor: out of memory");
     }
@@ -319,28 +381,57 @@ static void tp_state_restore(rm_step *s, const void *src, int64_t opt_t, float l
     s->inner_ops->state_restore(s->inner, src, opt_t, loss_scale, scaler_tracker);
 }
 
+/* whole -> this rank's pieces (both the kernels' memory; a device table's through the host) */
+static int slice(rm_step *s, const float *whole, float *local, rm_err *err)
+{
+    const rm_kernels *k = s->env.k;
+    if (!s->dev) {
+        s->sp.ops->slice(&s->sp, whole, local);
+        return RM_OK;
+    }
+    if (k->d2h(s->scratch, whole, s->sp.nwhole * sizeof(float)))
+        return copy_failed(k, "the whole model", err);
+    s->sp.ops->slice(&s->sp, s->scratch, s->lscratch);
+    if (k->h2d(local, s->lscratch, s->sp.n * sizeof(float)))
+        return copy_failed(k, "the pieces", err);
+    return RM_OK;
+}
+
 /* rank 0's whole state on every rank (the allreduce strategy's agreement), then this rank's pieces */
 static int tp_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
 {
     const rm_step_env *e = &s->env;
     RM_CHECK(s->inner_ops->state_sync(s->inner, pos, err));
-    s->sp.ops->slice(&s->sp, e->m->params, s->sp.params);
+    RM_CHECK(slice(s, e->m->params, s->sp.params, err));
     for (int i = 0; i < s->opt.nstate; i++)
-        s->sp.ops->slice(&s->sp, e->opt->state[i], s->opt.state[i]);
+        RM_CHECK(slice(s, e->opt->state[i], s->opt.state[i], err));
     s->opt.t = e->opt->t;
     s->whole = true;
     return RM_OK;
 }
 
-/* local -> whole over the tensor group: zeros, this rank's pieces (replicated ones from t = 0), a sum */
+/* local -> whole over the tensor group: zeros, this rank's pieces (replicated ones from t = 0), a
+ * sum. Both in the kernels' memory: a device table's pieces are assembled on the host, summed
+ * there over a host transport (or on the device over NCCL) and copied in. */
 static int assemble(rm_step *s, const float *local, float *whole, rm_err *err)
 {
+    const rm_kernels *k = s->env.k;
     size_t n = s->sp.nwhole;
+    if (s->dev && k->d2h(s->lscratch, local, s->sp.n * sizeof(float)))
+        return copy_failed(k, "the pieces", err);
     memset(s->scratch, 0, n * sizeof(float));
-    s->sp.ops->assemble(&s->sp, local, s->scratch, s->pl.t == 0);
+    s->sp.ops->assemble(&s->sp, s->dev ? s->lscratch : local, s->scratch, s->pl.t == 0);
+    if (s->dev && !staged(s, s->tops)) { /* NCCL: sum on the device */
+        if (k->h2d(whole, s->scratch, n * sizeof(float)))
+            return copy_failed(k, "the whole model", err);
+        return s->tops->allreduce(s->tcomm, whole, n, RM_DT_F32, RM_OP_SUM, err);
+    }
     RM_CHECK(s->tops->allreduce(s->tcomm, s->scratch, n, RM_DT_F32, RM_OP_SUM, err));
-    memcpy(whole, s->scratch, n * sizeof(float));
-    return RM_OK;
+    if (!s->dev) {
+        memcpy(whole, s->scratch, n * sizeof(float));
+        return RM_OK;
+    }
+    return k->h2d(whole, s->scratch, n * sizeof(float)) ? copy_failed(k, "the whole model", err) : RM_OK;
 }
 
 static int tp_materialize(rm_step *s, rm_err *err)
@@ -376,9 +467,8 @@ static int tp_state_save(rm_step *s, void *dst, rm_err *err)
 
 /* The squared norm of this rank's gradient pieces, each piece of the whole model once: the split
  * ones on every rank, the replicated runs from t = 0 only (in index order either way). */
-static double grad_sq(const rm_step *s)
+static double grad_sq(const rm_step *s, const float *g)
 {
-    const float *g = s->sp.grads;
     double sq = 0;
     size_t at = 0;
     for (int r = 0; r <= s->nrep; r++) {
@@ -401,7 +491,7 @@ static int tp_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     memset(st, 0, sizeof *st);
     s->wait_s = 0;
     s->bytes = 0;
-    if (s->whole) { /* the whole buffers' pages go back until the next gather (host memory) */
+    if (s->whole && !s->dev) { /* the whole buffers' pages go back until the next gather (host memory) */
         const rm_model *wm = e->m;
         rm_model_release_range(wm, wm->params, 0, wm->nparams);
         rm_model_release_range(wm, wm->grads, 0, wm->nparams);
@@ -415,13 +505,30 @@ static int tp_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     uint64_t dp_bytes = 0;
     if (s->dcomm) { /* data-parallel group only: the tensor ranks hold different pieces */
         double a0 = rm_mono();
-        RM_CHECK(s->dops->allreduce(s->dcomm, sp->grads, sp->n, RM_DT_F32, RM_OP_AVG, err));
+        RM_CHECK(comm_sum(s, s->dops, s->dcomm, sp->grads, sp->n, RM_OP_AVG, err));
         dp_s = rm_mono() - a0;
         dp_bytes = sp->n * sizeof(float);
     }
     if (e->grad_clip > 0) { /* the global norm: each piece once, summed over the tensor group */
-        float f = (float)grad_sq(s);
-        RM_CHECK(tp_ar(s, &f, 1, err));
+        const float *g = sp->grads;
+        if (s->dev) { /* the pieces' squares on the host (the replicated runs counted from t = 0 only) */
+            if (e->k->d2h(s->lscratch, sp->grads, sp->n * sizeof(float)))
+                return copy_failed(e->k, "the gradients", err);
+            g = s->lscratch;
+        }
+        float f = (float)grad_sq(s, g);
+        if (s->dev && !staged(s, s->tops)) { /* NCCL sums device memory */
+            if (e->k->h2d(s->dsmall, &f, sizeof f))
+                return copy_failed(e->k, "the norm", err);
+            RM_CHECK(tp_ar(s, s->dsmall, 1, err));
+            if (e->k->d2h(&f, s->dsmall, sizeof f))
+                return copy_failed(e->k, "the norm", err);
+        } else {
+            double a0 = rm_mono();
+            RM_CHECK(s->tops->allreduce(s->tcomm, &f, 1, RM_DT_F32, RM_OP_SUM, err));
+            s->wait_s += rm_mono() - a0;
+            s->bytes += sizeof f;
+        }
         double norm = sqrt((double)f);
         float sc = rm_clip_scale(norm, e->grad_clip);
         if (sc < 1.0f)
