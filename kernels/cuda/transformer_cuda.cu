@@ -1029,7 +1029,11 @@ void cu_embed_fwd(float *out, const int32_t *tok, const float *wte, const float 
     LAUNCHED("k_embed_fwd");
 }
 
-void cu_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C)
+/* dwpe, then dwte by a stable sort of (token, position): the rows of one token are added in
+ * position order. ranged: only tokens in [v0, v0 + Vl) (k_tok_local maps the others to Vl, sorted
+ * last and skipped). */
+void embed_bwd_sorted(float *dwte, float *dwpe, const float *dout, const int32_t *tok, bool ranged, int v0, int Vl,
+                      int B, int T, int C)
 {
     int N = B * T;
     if (N <= 0 || C <= 0)
@@ -1037,20 +1041,26 @@ void cu_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *to
     wrote(dwpe, (size_t)T * C * sizeof(float));
     k_embed_wpe_bwd<<<grid1((size_t)T * C), kT, 0, stream()>>>(dwpe, dout, B, T, C);
     LAUNCHED("k_embed_wpe_bwd");
+    int32_t *loc = ranged ? (int32_t *)rm_cuda_scratch(S_TOK_LOCAL, (size_t)N * sizeof(int32_t)) : nullptr;
     int32_t *keys = (int32_t *)rm_cuda_scratch(S_SORT_KEYS, (size_t)N * sizeof(int32_t));
     int32_t *vals = (int32_t *)rm_cuda_scratch(S_SORT_VALS, (size_t)N * sizeof(int32_t));
     int32_t *pos = (int32_t *)rm_cuda_scratch(S_SORT_IN, (size_t)N * sizeof(int32_t));
+    const int32_t *in = ranged ? loc : tok;
     size_t tmp_bytes = 0;
-    cudaError_t e =
-        cub::DeviceRadixSort::SortPairs(nullptr, tmp_bytes, tok, keys, pos, vals, N, 0, 31, stream());
+    cudaError_t e = in ? cub::DeviceRadixSort::SortPairs(nullptr, tmp_bytes, in, keys, pos, vals, N, 0, 31, stream())
+                       : cudaErrorMemoryAllocation;
     void *tmp = e == cudaSuccess ? rm_cuda_scratch(S_SORT_TMP, tmp_bytes) : nullptr;
     if (e != cudaSuccess)
         rm_cuda_note_error(__FILE__, __LINE__, RM_EIO, "cub::DeviceRadixSort (size)", cudaGetErrorString(e));
-    if (!keys || !vals || !pos || !tmp)
+    if (!in || !keys || !vals || !pos || !tmp)
         return;
+    if (ranged) {
+        k_tok_local<<<grid1(N), kT, 0, stream()>>>(loc, tok, v0, Vl, N);
+        LAUNCHED("k_tok_local");
+    }
     k_iota<<<grid1(N), kT, 0, stream()>>>(pos, N);
     LAUNCHED("k_iota");
-    e = cub::DeviceRadixSort::SortPairs(tmp, tmp_bytes, tok, keys, pos, vals, N, 0, 31, stream());
+    e = cub::DeviceRadixSort::SortPairs(tmp, tmp_bytes, in, keys, pos, vals, N, 0, 31, stream());
     if (e != cudaSuccess) {
         rm_cuda_note_error(__FILE__, __LINE__, RM_EIO, "cub::DeviceRadixSort::SortPairs",
                            cudaGetErrorString(e));
@@ -1059,8 +1069,13 @@ void cu_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *to
     LAUNCHED("cub::DeviceRadixSort::SortPairs");
     /* dwte: a gradient, never a gemm operand, so no cached 16-bit copy of it exists to drop */
     int cy = (C + kT - 1) / kT;
-    k_embed_wte_bwd<<<dim3(N, cy), kT, 0, stream()>>>(dwte, dout, keys, vals, N, C, INT_MAX);
+    k_embed_wte_bwd<<<dim3(N, cy), kT, 0, stream()>>>(dwte, dout, keys, vals, N, C, ranged ? Vl : INT_MAX);
     LAUNCHED("k_embed_wte_bwd");
+}
+
+void cu_embed_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int B, int T, int C)
+{
+    embed_bwd_sorted(dwte, dwpe, dout, tok, false, 0, 0, B, T, C);
 }
 
 void cu_embed_vocab_fwd(float *out, const int32_t *tok, const float *wte, int v0, int Vl, const float *wpe, int B,
@@ -1074,44 +1089,10 @@ void cu_embed_vocab_fwd(float *out, const int32_t *tok, const float *wte, int v0
     LAUNCHED("k_embed_vocab_fwd");
 }
 
-/* As cu_embed_bwd over this rank's tokens: the others map to Vl (k_tok_local), sort last and are
- * skipped. */
 void cu_embed_vocab_bwd(float *dwte, float *dwpe, const float *dout, const int32_t *tok, int v0, int Vl, int B,
                         int T, int C)
 {
-    int N = B * T;
-    if (N <= 0 || C <= 0)
-        return;
-    wrote(dwpe, (size_t)T * C * sizeof(float));
-    k_embed_wpe_bwd<<<grid1((size_t)T * C), kT, 0, stream()>>>(dwpe, dout, B, T, C);
-    LAUNCHED("k_embed_wpe_bwd");
-    int32_t *loc = (int32_t *)rm_cuda_scratch(S_TOK_LOCAL, (size_t)N * sizeof(int32_t));
-    int32_t *keys = (int32_t *)rm_cuda_scratch(S_SORT_KEYS, (size_t)N * sizeof(int32_t));
-    int32_t *vals = (int32_t *)rm_cuda_scratch(S_SORT_VALS, (size_t)N * sizeof(int32_t));
-    int32_t *pos = (int32_t *)rm_cuda_scratch(S_SORT_IN, (size_t)N * sizeof(int32_t));
-    size_t tmp_bytes = 0;
-    cudaError_t e = loc ? cub::DeviceRadixSort::SortPairs(nullptr, tmp_bytes, loc, keys, pos, vals, N, 0, 31,
-                                                          stream())
-                        : cudaErrorMemoryAllocation;
-    void *tmp = e == cudaSuccess ? rm_cuda_scratch(S_SORT_TMP, tmp_bytes) : nullptr;
-    if (e != cudaSuccess)
-        rm_cuda_note_error(__FILE__, __LINE__, RM_EIO, "cub::DeviceRadixSort (size)", cudaGetErrorString(e));
-    if (!loc || !keys || !vals || !pos || !tmp)
-        return;
-    k_tok_local<<<grid1(N), kT, 0, stream()>>>(loc, tok, v0, Vl, N);
-    LAUNCHED("k_tok_local");
-    k_iota<<<grid1(N), kT, 0, stream()>>>(pos, N);
-    LAUNCHED("k_iota");
-    e = cub::DeviceRadixSort::SortPairs(tmp, tmp_bytes, loc, keys, pos, vals, N, 0, 31, stream());
-    if (e != cudaSuccess) {
-        rm_cuda_note_error(__FILE__, __LINE__, RM_EIO, "cub::DeviceRadixSort::SortPairs",
-                           cudaGetErrorString(e));
-        return;
-    }
-    LAUNCHED("cub::DeviceRadixSort::SortPairs");
-    int cy = (C + kT - 1) / kT;
-    k_embed_wte_bwd<<<dim3(N, cy), kT, 0, stream()>>>(dwte, dout, keys, vals, N, C, Vl);
-    LAUNCHED("k_embed_wte_bwd");
+    embed_bwd_sorted(dwte, dwpe, dout, tok, true, v0, Vl, B, T, C);
 }
 
 void cu_layernorm_fwd(float *out, float *mean, float *rstd, const float *x, const float *w, const float *b,
