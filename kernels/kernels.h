@@ -155,6 +155,19 @@ static inline void rm_kernels_host_free(const rm_kernels *k, void *p)
         free(p);
 }
 
+/* A copy's status rc (h2d, d2h) as the caller's error: RM_OK passes; a failure names `what` and,
+ * when the table has a pending error (a CUDA call or device fault since the last check), that
+ * error's text, which says more than the copy's own. */
+static inline int rm_kernels_copy_error(const rm_kernels *k, int rc, const char *what, rm_err *err)
+{
+    if (rc == RM_OK)
+        return RM_OK;
+    rm_err detail = {0};
+    if (k->check && k->check(&detail) != RM_OK)
+        return rm_errf(err, rc, "copying the %s to or from the device failed: %s", what, detail.msg);
+    return rm_errf(err, rc, "copying the %s to or from the device failed", what);
+}
+
 /* The CPU table (kernels/kernels_cpu.c). First call sets OpenBLAS to one thread per process; the
  * table's own pool (kernels/pool.h, width 1 until rm_kernels_set_threads) spreads its work over
  * the CPUs a worker is given. Never NULL. */

@@ -615,12 +615,7 @@ static int step_once(trainer *t, rm_err *err)
 
 static int dev_copy(trainer *t, int rc, const char *what, rm_err *err)
 {
-    if (rc == RM_OK)
-        return RM_OK;
-    rm_err detail = {0};
-    if (t->k->check && t->k->check(&detail) != RM_OK)
-        return rm_errf(err, rc, "copying the %s to or from the device failed: %s", what, detail.msg);
-    return rm_errf(err, rc, "copying the %s to or from the device failed", what);
+    return rm_kernels_copy_error(t->k, rc, what, err);
 }
 
 /* The last step's mean loss into t->train_loss; an error (the d2h failed: a device fault) fails the

@@ -15,12 +15,6 @@ struct rm_comm {
     size_t cap;
 };
 
-static int copy_failed(const rm_comm *s, const char *what, rm_err *err)
-{
-    int rc = s->k->check(err);
-    return rc ? rc : rm_errf(err, RM_EIO, "comm %s (staged): copying %s failed", s->ops->name, what);
-}
-
 static int grow(rm_comm *s, size_t bytes, rm_err *err)
 {
     if (bytes <= s->cap)
@@ -48,10 +42,9 @@ static int st_allreduce_oop(rm_comm *s, const void *send, void *recv, size_t cou
     if (b == 0)
         return s->ops->allreduce(s->c, recv, 0, dt, op, err);
     RM_CHECK(grow(s, b, err));
-    if (s->k->d2h(s->h, send, b))
-        return copy_failed(s, "the input to the host", err);
+    RM_CHECK(rm_kernels_copy_error(s->k, s->k->d2h(s->h, send, b), "staged collective's input", err));
     RM_CHECK(s->ops->allreduce(s->c, s->h, count, dt, op, err));
-    return s->k->h2d(recv, s->h, b) ? copy_failed(s, "the result to the device", err) : RM_OK;
+    return rm_kernels_copy_error(s->k, s->k->h2d(recv, s->h, b), "staged collective's result", err);
 }
 
 static int st_allreduce(rm_comm *s, void *buf, size_t count, rm_dtype dt, rm_redop op, rm_err *err)
@@ -66,10 +59,11 @@ static int st_reduce_scatter(rm_comm *s, void *buf, void *shard, size_t count, r
         return rm_errf(err, RM_EUNSUPPORTED, "comm %s has no reduce_scatter", s->ops->name);
     size_t es = rm_dtype_size(dt), b = count * es, sl = rm_shard_len(count, s->world, s->rank) * es;
     RM_CHECK(grow(s, b + sl + 1, err));
-    if (b && s->k->d2h(s->h, buf, b))
-        return copy_failed(s, "the input to the host", err);
+    if (b)
+        RM_CHECK(rm_kernels_copy_error(s->k, s->k->d2h(s->h, buf, b), "staged collective's input", err));
     RM_CHECK(s->ops->reduce_scatter(s->c, s->h, s->h + b, count, dt, op, err));
-    return sl && s->k->h2d(shard, s->h + b, sl) ? copy_failed(s, "the shard to the device", err) : RM_OK;
+    return sl ? rm_kernels_copy_error(s->k, s->k->h2d(shard, s->h + b, sl), "staged collective's shard", err)
+              : RM_OK;
 }
 
 static int st_all_gather(rm_comm *s, const void *shard, void *buf, size_t count, rm_dtype dt, rm_err *err)
@@ -79,10 +73,11 @@ static int st_all_gather(rm_comm *s, const void *shard, void *buf, size_t count,
     size_t es = rm_dtype_size(dt), b = count * es, sl = rm_shard_len(count, s->world, s->rank) * es;
     RM_CHECK(grow(s, b + 1, err));
     unsigned char *mine = s->h + rm_shard_off(count, s->world, s->rank) * es;
-    if (sl && s->k->d2h(mine, shard, sl))
-        return copy_failed(s, "the shard to the host", err);
+    if (sl)
+        RM_CHECK(rm_kernels_copy_error(s->k, s->k->d2h(mine, shard, sl), "staged collective's shard", err));
     RM_CHECK(s->ops->all_gather(s->c, mine, s->h, count, dt, err));
-    return b && s->k->h2d(buf, s->h, b) ? copy_failed(s, "the result to the device", err) : RM_OK;
+    return b ? rm_kernels_copy_error(s->k, s->k->h2d(buf, s->h, b), "staged collective's result", err)
+             : RM_OK;
 }
 
 static int st_barrier(rm_comm *s, rm_err *err)

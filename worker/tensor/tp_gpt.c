@@ -273,13 +273,6 @@ int rm_tp_gpt_forward(rm_tp_gpt *m, const int32_t *tok, int rows, rm_err *err)
     return RM_OK;
 }
 
-/* A failed copy: the table's pending error says more (a device fault), else the copy's own. */
-static int copy_failed(const rm_kernels *k, const char *what, rm_err *err)
-{
-    int rc = k->check(err);
-    return rc ? rc : rm_errf(err, RM_EIO, "tensor: copying %s to or from the device failed", what);
-}
-
 int rm_tp_gpt_loss(rm_tp_gpt *m, const int32_t *labels, int rows, float inv_batch, float *loss_sum,
                    rm_err *err)
 {
@@ -300,19 +293,19 @@ int rm_tp_gpt_loss(rm_tp_gpt *m, const int32_t *labels, int rows, float inv_batc
     /* the loss, the same on every rank: its rows summed here (a device table's copied out) */
     const float *rl = m->rowl;
     if (!k->host_memory) {
-        if (k->d2h(m->hrowl, m->rowl, (size_t)N * sizeof(float)))
-            return copy_failed(k, "the loss rows", err);
+        RM_CHECK(
+            rm_kernels_copy_error(k, k->d2h(m->hrowl, m->rowl, (size_t)N * sizeof(float)), "loss rows", err));
         rl = m->hrowl;
     }
     double loss = 0;
     for (int n = 0; n < N; n++)
         loss += rl[n];
     float l = (float)(loss * inv_t);
-    if (k->host_memory)
+    if (k->host_memory) {
         *loss_sum = l;
-    else if (k->h2d(loss_sum, &l, sizeof l))
-        return copy_failed(k, "the loss", err);
-    return RM_OK;
+        return RM_OK;
+    }
+    return rm_kernels_copy_error(k, k->h2d(loss_sum, &l, sizeof l), "loss", err);
 }
 
 int rm_tp_gpt_backward(rm_tp_gpt *m, const int32_t *tok, int rows, rm_err *err)
