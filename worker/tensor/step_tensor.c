@@ -35,8 +35,9 @@
  *
  * On a GPU table (the transformer only: tp_mlp.c keeps host memory) the pieces, their gradients and
  * optimizer state are device memory; the tensor and data-parallel groups' collectives run on them
- * over NCCL, or are staged through pinned host buffers over shm or the ring (comm_sum); slicing,
- * assembling and the clipping norm's squares go through host copies.
+ * over NCCL, or over shm or the ring wrapped to stage through the host (worker/comm/comm_staged.h,
+ * as the trainer wraps the round's comm); slicing, assembling and the clipping norm's squares go
+ * through host copies.
  *
  * Limits of this version: the MLP and the transformer; P = 1; fp32; optimizers without per-tensor
  * trust ratios; no accumulation (the validator refuses the rest, naming the field).
@@ -83,14 +84,11 @@ struct rm_step {
     bool owns_t;
     bool whole;     /* the whole buffers hold the pieces' current values */
     float *scratch; /* [nwhole] host: assembling, slicing */
-    /* a device table (k->host_memory false): the pieces live on the GPU; a collective over a
-     * host transport (shm, ring) is staged through hstage (pinned, grown on demand), NCCL's runs
-     * on the device buffers (docs/models-and-data.md, "Tensor parallelism") */
+    /* a device table (k->host_memory false): the pieces live on the GPU, and every group's comm
+     * takes device buffers (NCCL, or a host transport in worker/comm/comm_staged.h) */
     bool dev;
     float *lscratch; /* [n] host: a device table's pieces, copied out */
-    float *hstage;
-    size_t hstage_cap; /* floats */
-    float *dsmall;     /* a device float: the clipping norm's sum over NCCL */
+    float *dsmall;   /* one float of the kernels' memory: the clipping norm's sum */
     /* the last step's collectives */
     double wait_s;
     uint64_t bytes;
@@ -117,46 +115,11 @@ int rm_step_tensor_parallel(void)
     return T;
 }
 
-/* A failed copy: the table's pending error says more (a device fault), else the copy's own. */
-static int copy_failed(const rm_kernels *k, const char *what, rm_err *err)
-{
-    int rc = k->check(err);
-    return rc ? rc : rm_errf(err, RM_EIO, "tensor: copying %s to or from the device failed", what);
-}
-
-/* Whether a collective over ops needs host memory while the pieces are on a device. */
-static bool staged(const rm_step *s, const rm_comm_ops *ops)
-{
-    return s->dev && ops != rm_comm_nccl_ops() && ops != rm_comm_staged_ops();
-}
-
-/* In place over a group: buf in the kernels' memory (device memory on a GPU table). */
-static int comm_sum(rm_step *s, const rm_comm_ops *ops, rm_comm *c, float *buf, size_t n, rm_redop op,
-                    rm_err *err)
-{
-    if (!staged(s, ops))
-        return ops->allreduce(c, buf, n, RM_DT_F32, op, err);
-    const rm_kernels *k = s->env.k;
-    if (n > s->hstage_cap) {
-        rm_kernels_host_free(k, s->hstage);
-        s->hstage_cap = 0;
-        if (!(s->hstage = rm_kernels_host_alloc(k, n * sizeof(float))))
-            return rm_errf(err, RM_ENOMEM, "tensor: out of host memory for a %zu-float staging buffer", n);
-        s->hstage_cap = n;
-    }
-    if (k->d2h(s->hstage, buf, n * sizeof(float)))
-        return copy_failed(k, "a collective's input", err);
-    RM_CHECK(ops->allreduce(c, s->hstage, n, RM_DT_F32, op, err));
-    if (k->h2d(buf, s->hstage, n * sizeof(float)))
-        return copy_failed(k, "a collective's result", err);
-    return RM_OK;
-}
-
 static int tp_ar(void *ud, float *buf, size_t n, rm_err *err)
 {
     rm_step *s = ud;
     double t0 = rm_mono();
-    int rc = comm_sum(s, s->tops, s->tcomm, buf, n, RM_OP_SUM, err);
+    int rc = s->tops->allreduce(s->tcomm, buf, n, RM_DT_F32, RM_OP_SUM, err);
     s->wait_s += rm_mono() - t0;
     s->bytes += n * sizeof(float);
     return rc;
@@ -178,10 +141,8 @@ static void tp_destroy(rm_step *s)
         rm_optim_free(&s->opt);
     free(s->scratch);
     free(s->lscratch);
-    if (s->env.k) {
-        rm_kernels_host_free(s->env.k, s->hstage);
+    if (s->env.k)
         s->env.k->free(s->dsmall);
-    }
     free(s);
 }
 
@@ -281,9 +242,8 @@ static int tp_init(const rm_step_env *env, rm_step **out, rm_err *err)
         tp_destroy(s);
         return rc;
     }
-    if (!(s->scratch = malloc(s->sp.nwhole * sizeof(float))) ||
-        (s->dev &&
-         (!(s->lscratch = malloc(s->sp.n * sizeof(float))) || !(s->dsmall = env->k->alloc(sizeof(float)))))) {
+    if (!(s->scratch = malloc(s->sp.nwhole * sizeof(float))) || !(s->dsmall = env->k->alloc(sizeof(float))) ||
+        (s->dev && !(s->lscratch = malloc(s->sp.n * sizeof(float))))) {
         tp_destroy(s);
         return rm_errf(err, RM_ENOMEM, "tensor: out of memory");
     }
@@ -324,11 +284,20 @@ static void tp_round_end(rm_step *s)
 }
 
 /* A sub-group of the round (rm_step_sub_group): shared memory when its ranks advertised one host
- * (and RINGMASTER_SHM allows it), else a ring sub-group over the worker's listener. */
+ * (and RINGMASTER_SHM allows it), else a ring sub-group over the worker's listener; on a device
+ * table wrapped to take device buffers (comm_staged.h), as the trainer wraps the round's comm. */
 static int form_group(rm_step *s, const rm_step_round *r, const int *members, int n, int me, uint32_t group,
                       const rm_comm_ops **ops, rm_comm **out, rm_err *err)
 {
-    return rm_step_sub_group(&s->env, r, members, n, me, group, true, ops, out, err);
+    RM_CHECK(rm_step_sub_group(&s->env, r, members, n, me, group, true, ops, out, err));
+    if (!s->dev || *ops == rm_comm_nccl_ops())
+        return RM_OK;
+    int rc = rm_comm_staged_wrap(ops, out, s->env.k, me, n, err);
+    if (rc) {
+        (*ops)->destroy(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 static int tp_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
@@ -389,12 +358,11 @@ static int slice(rm_step *s, const float *whole, float *local, rm_err *err)
         s->sp.ops->slice(&s->sp, whole, local);
         return RM_OK;
     }
-    if (k->d2h(s->scratch, whole, s->sp.nwhole * sizeof(float)))
-        return copy_failed(k, "the whole model", err);
+    RM_CHECK(rm_kernels_copy_error(k, k->d2h(s->scratch, whole, s->sp.nwhole * sizeof(float)), "whole model",
+                                   err));
     s->sp.ops->slice(&s->sp, s->scratch, s->lscratch);
-    if (k->h2d(local, s->lscratch, s->sp.n * sizeof(float)))
-        return copy_failed(k, "the pieces", err);
-    return RM_OK;
+    return rm_kernels_copy_error(k, k->h2d(local, s->lscratch, s->sp.n * sizeof(float)), "tensor pieces",
+                                 err);
 }
 
 /* rank 0's whole state on every rank (the allreduce strategy's agreement), then this rank's pieces */
@@ -411,27 +379,23 @@ static int tp_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
 }
 
 /* local -> whole over the tensor group: zeros, this rank's pieces (replicated ones from t = 0), a
- * sum. Both in the kernels' memory: a device table's pieces are assembled on the host, summed
- * there over a host transport (or on the device over NCCL) and copied in. */
+ * sum. Both in the kernels' memory: a device table's pieces are assembled on the host and copied in. */
 static int assemble(rm_step *s, const float *local, float *whole, rm_err *err)
 {
     const rm_kernels *k = s->env.k;
     size_t n = s->sp.nwhole;
-    if (s->dev && k->d2h(s->lscratch, local, s->sp.n * sizeof(float)))
-        return copy_failed(k, "the pieces", err);
+    if (s->dev) {
+        RM_CHECK(rm_kernels_copy_error(k, k->d2h(s->lscratch, local, s->sp.n * sizeof(float)),
+                                       "tensor pieces", err));
+        local = s->lscratch;
+    }
     memset(s->scratch, 0, n * sizeof(float));
-    s->sp.ops->assemble(&s->sp, s->dev ? s->lscratch : local, s->scratch, s->pl.t == 0);
-    if (s->dev && !staged(s, s->tops)) { /* NCCL: sum on the device */
-        if (k->h2d(whole, s->scratch, n * sizeof(float)))
-            return copy_failed(k, "the whole model", err);
-        return s->tops->allreduce(s->tcomm, whole, n, RM_DT_F32, RM_OP_SUM, err);
-    }
-    RM_CHECK(s->tops->allreduce(s->tcomm, s->scratch, n, RM_DT_F32, RM_OP_SUM, err));
-    if (!s->dev) {
+    s->sp.ops->assemble(&s->sp, local, s->scratch, s->pl.t == 0);
+    if (s->dev)
+        RM_CHECK(rm_kernels_copy_error(k, k->h2d(whole, s->scratch, n * sizeof(float)), "whole model", err));
+    else
         memcpy(whole, s->scratch, n * sizeof(float));
-        return RM_OK;
-    }
-    return k->h2d(whole, s->scratch, n * sizeof(float)) ? copy_failed(k, "the whole model", err) : RM_OK;
+    return s->tops->allreduce(s->tcomm, whole, n, RM_DT_F32, RM_OP_SUM, err);
 }
 
 static int tp_materialize(rm_step *s, rm_err *err)
@@ -505,30 +469,21 @@ static int tp_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     uint64_t dp_bytes = 0;
     if (s->dcomm) { /* data-parallel group only: the tensor ranks hold different pieces */
         double a0 = rm_mono();
-        RM_CHECK(comm_sum(s, s->dops, s->dcomm, sp->grads, sp->n, RM_OP_AVG, err));
+        RM_CHECK(s->dops->allreduce(s->dcomm, sp->grads, sp->n, RM_DT_F32, RM_OP_AVG, err));
         dp_s = rm_mono() - a0;
         dp_bytes = sp->n * sizeof(float);
     }
     if (e->grad_clip > 0) { /* the global norm: each piece once, summed over the tensor group */
         const float *g = sp->grads;
         if (s->dev) { /* the pieces' squares on the host (the replicated runs counted from t = 0 only) */
-            if (e->k->d2h(s->lscratch, sp->grads, sp->n * sizeof(float)))
-                return copy_failed(e->k, "the gradients", err);
+            RM_CHECK(rm_kernels_copy_error(e->k, e->k->d2h(s->lscratch, sp->grads, sp->n * sizeof(float)),
+                                           "gradients", err));
             g = s->lscratch;
         }
         float f = (float)grad_sq(s, g);
-        if (s->dev && !staged(s, s->tops)) { /* NCCL sums device memory */
-            if (e->k->h2d(s->dsmall, &f, sizeof f))
-                return copy_failed(e->k, "the norm", err);
-            RM_CHECK(tp_ar(s, s->dsmall, 1, err));
-            if (e->k->d2h(&f, s->dsmall, sizeof f))
-                return copy_failed(e->k, "the norm", err);
-        } else {
-            double a0 = rm_mono();
-            RM_CHECK(s->tops->allreduce(s->tcomm, &f, 1, RM_DT_F32, RM_OP_SUM, err));
-            s->wait_s += rm_mono() - a0;
-            s->bytes += sizeof f;
-        }
+        RM_CHECK(rm_kernels_copy_error(e->k, e->k->h2d(s->dsmall, &f, sizeof f), "gradient norm", err));
+        RM_CHECK(tp_ar(s, s->dsmall, 1, err));
+        RM_CHECK(rm_kernels_copy_error(e->k, e->k->d2h(&f, s->dsmall, sizeof f), "gradient norm", err));
         double norm = sqrt((double)f);
         float sc = rm_clip_scale(norm, e->grad_clip);
         if (sc < 1.0f)
