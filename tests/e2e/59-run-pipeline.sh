@@ -81,10 +81,7 @@ resume() {   # NAME FIXTURE FROM-CKPT-DIR
   mkdir -p "$W/ck-$1"
   cp "$3"/*-000000000050-* "$3"/ckpt-000000000050*.rmck "$W/ck-$1"/ 2>/dev/null || true
   [ -n "$(ls "$W/ck-$1")" ] || fail "$1: no step-50 checkpoint in $3: $(ls "$3")"
-  set +e
-  "$RM_BIN/ringmaster" run --resume --checkpoint-dir "$W/ck-$1" --run-dir "$W/run-$1" -f "$2" --epochs 1 -o json \
-    >"$W/$1.out" 2>"$W/$1.err"
-  RC=$?; set -e
+  run_job "$1" --resume -f "$2" --epochs 1 -o json
   [ $RC -eq 0 ] || fail "$1 exit $RC"
   grep -q 'msg="checkpoint loaded" .*step=50 ' "$W/run-$1/worker-0.log" || fail "$1 did not resume at step 50"
 }

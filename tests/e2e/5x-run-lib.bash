@@ -33,7 +33,8 @@ assert_no_workers() {
 }
 cleanup() {
   local rc=$?
-  [ -n "$RUNNER_PID" ] && kill -9 "$RUNNER_PID" 2>/dev/null || true
+  # the runner, and under run_job's `timeout` the runner it started
+  [ -n "$RUNNER_PID" ] && { pkill -9 -P "$RUNNER_PID" 2>/dev/null; kill -9 "$RUNNER_PID" 2>/dev/null; } || true
   local p
   for p in $(our_workers); do kill -9 "$p" 2>/dev/null || true; done
   [ $rc -ne 0 ] && dump || true
@@ -41,17 +42,29 @@ cleanup() {
   exit $rc
 }
 trap cleanup EXIT
+trap 'echo "[$(date +%H:%M:%S)] terminated (time limit?)" >&2; exit 143' TERM INT
 
 free_port() { "$RM_ROOT/tests/e2e/free-port.py"; }   # below the ephemeral range: see there
 
 # run_job NAME [ringmaster run args...]: runs in the foreground with its own checkpoint and run
 # folders; stdout -> $W/NAME.out, stderr -> $W/NAME.err; sets RC.
+# The runner runs in the background and the script waits for it, so that the suite's time limit
+# (SIGTERM) interrupts the wait and the EXIT trap dumps the logs (bash runs no trap until a
+# foreground child returns). One run has RUN_JOB_TIMEOUT seconds (default 420; SIGTERM, which the
+# runner answers by stopping its workers, then SIGKILL 10 s later): a run that hangs fails its
+# script with RC 124 and the logs, not the whole suite's time limit.
 run_job() {
   local name=$1; shift
+  log "run $name: $*"
   set +e
-  "$RM_BIN/ringmaster" run --checkpoint-dir "$W/ck-$name" --run-dir "$W/run-$name" "$@" \
-      >"$W/$name.out" 2>"$W/$name.err"
+  timeout --kill-after=10 "${RUN_JOB_TIMEOUT:-420}" \
+    "$RM_BIN/ringmaster" run --checkpoint-dir "$W/ck-$name" --run-dir "$W/run-$name" "$@" \
+      <&0 >"$W/$name.out" 2>"$W/$name.err" &   # <&0: a background job's stdin is /dev/null otherwise (-f -)
+  RUNNER_PID=$!
+  wait "$RUNNER_PID"
   RC=$?
+  RUNNER_PID=""
+  [ $RC -ne 124 ] && [ $RC -ne 137 ] || log "run $name: no end after ${RUN_JOB_TIMEOUT:-420} s (RC $RC)"
   set -e
 }
 
