@@ -93,6 +93,7 @@
 #include "common/worker_env.h"
 #include "worker/comm/net.h"
 #include "worker/pipeline/pipe_link.h"
+#include "worker/pipeline/pipe_sched.h"
 #include "worker/pipeline/pipeline_core.h"
 #include "worker/step.h"
 
@@ -112,37 +113,25 @@ struct rm_step {
     int bounds[RM_PIPE_MAX_STAGES + 1];
     int l0, l1;        /* this stage's layers [l0, l1) */
     size_t poff, plen; /* its parameter range (floats) */
-    rm_pipe_event ev[2 * RM_PIPE_MAX_MICRO];
-    int nev, inflight;
     const rm_comm_ops *ring;
     rm_comm *dp;                    /* data-parallel group of this stage (D > 1) */
     rm_comm *link_prev, *link_next; /* to stage p-1 / p+1 */
-    const rm_pipe_link_ops *lk;     /* the links' transport: tcp (host memory) or nccl (device) */
     /* tied units ("Tied units" above): units of other stages that this stage's units read */
     uint64_t copies;                  /* bit u: this stage keeps a copy of unit u (outside [l0, l1)) */
     rm_comm *tie[RM_MODEL_MAX_UNITS]; /* unit u's tie group: the replica's stages holding u */
     bool tied;                        /* this stage is in a tie group (owner or reader) */
     float *tie_host;                  /* device memory: host staging for the ties' allreduces */
-    rm_pipe_links *links;             /* activations from p-1 / gradients from p+1 (this round) */
-    rm_pipe_xfer *xf;                 /* [4*M] the step's transfers in issue order (init) */
-    int nxf;
-    uint64_t nstep;             /* steps in this round */
-    uint64_t nfwd, nbwd;        /* frames expected so far from p-1 / p+1 this round */
-    bool dirty;                 /* stale ranges: steps since the state was whole */
-    bool gathered;              /* state_gather assembled the state at this step */
-    bool release;               /* buffers may be whole: give back the other stages' pages */
-    double tot_wait, tot_sched; /* this round, after its first step: the bench's numbers */
-    double tot_fwd, tot_bwd;    /* busy time of the F / B events (their waits excluded) */
-    double tot_cycle;           /* step start to next step start (tot_cycles of them) */
+    uint64_t nstep;                   /* steps in this round */
+    bool dirty;                       /* stale ranges: steps since the state was whole */
+    bool gathered;                    /* state_gather assembled the state at this step */
+    bool release;                     /* buffers may be whole: give back the other stages' pages */
+    double tot_wait, tot_sched;       /* this round, after its first step: the bench's numbers */
+    double tot_fwd, tot_bwd;          /* busy time of the F / B events (their waits excluded) */
+    double tot_cycle;                 /* step start to next step start (tot_cycles of them) */
     uint64_t tot_steps, tot_cycles;
     double last_t0; /* when the last step's schedule began (0: none this round) */
-    /* preallocated (init) */
-    float *in_act;   /* [B x widest] received activations (stage input) */
-    float *out_grad; /* [B x widest] received output gradients */
-    float *dx;       /* [B x widest] input gradients to send */
-    float *loss_mb;  /* [M] */
-    float *loss_rx;  /* [M] losses riding on gradient frames */
-    float *loss_h;   /* [M] host copy of loss_mb (device memory) */
+    /* the schedule over the links, its buffers (init) and this round's links (pipe_sched.h) */
+    rm_pipe_sched sc;
 };
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -202,14 +191,7 @@ static void pl_destroy(rm_step *s)
     pl_round_end(s);
     if (s->inner_ops)
         s->inner_ops->destroy(s->inner);
-    const rm_kernels *k = s->env.k;
-    k->free(s->in_act);
-    k->free(s->out_grad);
-    k->free(s->dx);
-    k->free(s->loss_mb);
-    k->free(s->loss_rx);
-    free(s->loss_h);
-    free(s->xf);
+    rm_pipe_sched_free(&s->sc);
     free(s);
 }
 
@@ -227,8 +209,6 @@ static int pl_init(const rm_step_env *env, rm_step **out, rm_err *err)
     if (!s)
         return rm_errf(err, RM_ENOMEM, "out of memory");
     s->env = *env;
-    /* the links between stages: TCP frames for host memory, NCCL send/recv for device buffers */
-    s->lk = rm_pipe_link_ops_of(rm_pipe_link_for(env->k->host_memory));
     int rc = parse_env(s, err);
     if (rc) {
         free(s);
@@ -242,21 +222,12 @@ static int pl_init(const rm_step_env *env, rm_step **out, rm_err *err)
         pl_destroy(s);
         return rc;
     }
-    const rm_model *m = env->m;
-    int w = rm_model_widest(m);
-    size_t rows = (size_t)env->batch;
-    /* the kernels' memory (zero-filled): host on the CPU, device on a GPU */
-    const rm_kernels *k = env->k;
-    s->in_act = k->alloc(rows * (size_t)w * sizeof(float));
-    s->out_grad = k->alloc(rows * (size_t)w * sizeof(float));
-    s->dx = k->alloc(rows * (size_t)w * sizeof(float));
-    s->loss_mb = k->alloc((size_t)s->M * sizeof(float));
-    s->loss_rx = k->alloc((size_t)s->M * sizeof(float));
-    s->loss_h = calloc((size_t)s->M, sizeof(float));
-    s->xf = calloc(4 * (size_t)s->M, sizeof *s->xf);
-    if (!s->in_act || !s->out_grad || !s->dx || !s->loss_mb || !s->loss_rx || !s->loss_h || !s->xf) {
+    /* the schedule's buffers (the kernels' memory: host on the CPU, device on a GPU) and the
+     * links between stages: TCP frames for host memory, NCCL send/recv for device buffers */
+    if ((rc = rm_pipe_sched_init(&s->sc, env->k, env->batch, s->M, s->schedule, rm_model_widest(env->m),
+                                 err))) {
         pl_destroy(s);
-        return rm_errf(err, RM_ENOMEM, "pipeline: out of memory for the stage buffers");
+        return rc;
     }
     *out = s;
     return RM_OK;
@@ -291,9 +262,7 @@ static void pl_round_end(rm_step *s)
     s->tot_steps = s->tot_cycles = 0;
     s->tot_wait = s->tot_sched = s->tot_fwd = s->tot_bwd = s->tot_cycle = 0;
     s->last_t0 = 0;
-    if (s->lk)
-        s->lk->close(s->links); /* stops the receivers / closes the NCCL communicators */
-    s->links = NULL;
+    rm_pipe_sched_round_end(&s->sc);
     if (s->ring) {
         s->ring->destroy(s->link_prev);
         s->ring->destroy(s->link_next);
@@ -462,15 +431,9 @@ static int pl_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
     for (int u = 0; u < m->nunits; u++)
         if (!owns(s, u) && ((unit_holders(s, u) >> p) & 1u))
             s->copies |= 1ull << u;
-    s->nev = rm_pipe_schedule_events(s->schedule, s->P, p, s->M, s->ev);
-    if (s->nev < 0)
-        return rm_errf(err, RM_EINVAL, "pipeline: bad schedule");
-    s->inflight = rm_pipe_max_inflight(s->ev, s->nev);
+    RM_CHECK(
+        rm_pipe_sched_round(&s->sc, s->P, p, m->unit[s->l0].in_width, m->unit[s->l1 - 1].out_width, err));
     s->nstep = 0;
-    s->nfwd = s->nbwd = 0;
-    s->nxf = rm_pipe_xfer_plan(s->ev, s->nev, s->P, p, s->env.batch, s->M, true, s->xf, 4 * s->M);
-    if (s->nxf < 0)
-        return rm_errf(err, RM_EINVAL, "pipeline: no transfer plan for stage %d", p);
     s->gathered = false;
     s->release = true; /* the stage's range may be another one than last round's */
     /* the world round for state sync, materialize and evaluation */
@@ -488,7 +451,7 @@ static int pl_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
         }
         rm_info("pipeline stages=%d micro_batches=%d schedule=%s stage=%d replica=%d of %d "
                 "in_flight=%d layout=\"%s\"",
-                s->P, s->M, s->schedule ? "gpipe" : "1f1b", p, s->pl.replica, s->pl.replicas, s->inflight,
+                s->P, s->M, s->schedule ? "gpipe" : "1f1b", p, s->pl.replica, s->pl.replicas, s->sc.inflight,
                 lay);
     }
     for (int u = 0; u < m->nunits; u++)
@@ -517,31 +480,8 @@ static int pl_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
         int ranks[2] = {s->pl.prev, r->rank};
         RM_CHECK(form_group(s, r, ranks, 2, 1, PIPE_GROUP_LINK + (uint32_t)s->pl.prev, &s->link_prev, err));
     }
-    /* the transport over the authenticated links (TCP: receiver threads on their sockets; NCCL: a
-     * communicator per link, its id sent over the link) */
-    rm_pipe_links_cfg lc = {
-        .side =
-            {
-                [RM_PIPE_SIDE_PREV] = {.tcp = s->link_prev,
-                                       .lower = false,
-                                       .rx = s->in_act,
-                                       .width = m->unit[s->l0].in_width,
-                                       .rx_extra = NULL,
-                                       .tx_extra = true},
-                [RM_PIPE_SIDE_NEXT] = {.tcp = s->link_next,
-                                       .lower = true,
-                                       .rx = s->out_grad,
-                                       .width = m->unit[s->l1 - 1].out_width,
-                                       .rx_extra = s->loss_rx,
-                                       .tx_extra = false},
-            },
-        .B = s->env.batch,
-        .M = s->M,
-        .timeout_s = s->env.timeout_s,
-        .k = s->env.k,
-    };
-    if (s->link_prev || s->link_next)
-        RM_CHECK(s->lk->open(&lc, &s->links, err));
+    /* the transport over the authenticated links (pipe_sched.h) */
+    RM_CHECK(rm_pipe_sched_links(&s->sc, s->link_prev, s->link_next, s->env.timeout_s, err));
     if (s->pl.replicas > 1) {
         int *ranks = malloc((size_t)s->pl.replicas * sizeof *ranks); /* up to RM_RDZV_MAX_WORLD */
         if (!ranks)
@@ -776,18 +716,47 @@ static void stage_forward(rm_step *s, int off, int n, const float *in0)
     rm_model_forward_pass(s->env.m, &p);
 }
 
-/* dy: gradient of the stage output for these rows; first: the first backward of the step
- * (gradients are written, later ones accumulate). The input gradient lands in s->dx rows (not on
- * the first stage: nothing consumes it). */
-static void stage_backward(rm_step *s, int off, int n, float *dy, const float *in0, bool first)
+/* The stage's compute as the schedule (pipe_sched.h) calls it: the stage's units through the
+ * model's passes; the last stage's loss through the model's loss_sum. */
+static int sched_forward(void *ud, int off, int n, const float *in0, float inv_batch, float *loss,
+                         rm_err *err)
 {
+    rm_step *s = ud;
     rm_model *m = s->env.m;
-    rm_model_pass p = {
-        .u0 = s->l0, .u1 = s->l1, .off = off, .rows = n, .in = in0, .dy = dy, .accumulate = !first};
-    if (s->pl.stage > 0)
-        p.dx = s->dx + (size_t)off * (size_t)m->unit[s->l0].in_width;
-    rm_model_backward_pass(m, &p);
+    const rm_kernels *k = s->env.k;
+    stage_forward(s, off, n, in0);
+    if (!loss)
+        return RM_OK;
+    rm_model_loss(m, off, n, inv_batch, m->loss_sum);
+    if (k->host_memory)
+        *loss = *m->loss_sum;
+    else
+        RM_CHECK(dev_rc(s, k->d2d(loss, m->loss_sum, sizeof(float)), err));
+    return RM_OK;
 }
+
+/* dy: gradient of the stage output for these rows; first: the first backward of the step
+ * (gradients are written, later ones accumulate); the input gradient into dx (NULL on the first
+ * stage: nothing consumes it). */
+static int sched_backward(void *ud, int off, int n, float *dy, const float *in0, float *dx, bool first,
+                          rm_err *err)
+{
+    (void)err;
+    rm_step *s = ud;
+    rm_model_pass p = {
+        .u0 = s->l0, .u1 = s->l1, .off = off, .rows = n, .in = in0, .dy = dy, .dx = dx, .accumulate = !first};
+    rm_model_backward_pass(s->env.m, &p);
+    return RM_OK;
+}
+
+static float *sched_output(void *ud, int off)
+{
+    rm_step *s = ud;
+    return rm_model_output(s->env.m, s->l1 - 1, off);
+}
+
+static const rm_pipe_stage_ops stage_ops = {
+    .forward = sched_forward, .backward = sched_backward, .output = sched_output};
 
 /* Give back every page of the parameter, gradient and optimizer buffers outside this stage's
  * range and its copies (P > 1): what start-up, a restore, the state agreement or materialize made
@@ -811,37 +780,6 @@ static void release_others(rm_step *s)
         }
         rm_model_release_range(m, bufs[i], from, m->nparams);
     }
-}
-
-/* Issue the plan's group starting at xfer *xi (one ncclGroupStart/End on NCCL; TCP: the send now,
- * the receive is the receiver thread's): a send carries the output rows of its micro-batch to
- * p+1 (forward) or the input-gradient rows and the micro-batch's loss to p-1 (backward); a
- * receive lands at its micro-batch's rows. *sent += the bytes sent (with the TCP link's frame
- * headers; NCCL sends none). */
-static int issue_group(rm_step *s, int *xi, uint64_t *sent, rm_err *err)
-{
-    const rm_model *m = s->env.m;
-    int din = m->unit[s->l0].in_width, dout = m->unit[s->l1 - 1].out_width;
-    int g = s->xf[*xi].group;
-    size_t hdr = s->lk == rm_pipe_link_tcp_ops() ? sizeof(rm_net_frame) : 0;
-    RM_CHECK(s->lk->begin(s->links, err));
-    int rc = RM_OK;
-    for (; *xi < s->nxf && s->xf[*xi].group == g && rc == RM_OK; (*xi)++) {
-        const rm_pipe_xfer *x = &s->xf[*xi];
-        if (x->op == RM_PIPE_XF_RECV) {
-            rc = s->lk->recv(s->links, x->side, x->mb, err);
-        } else if (!x->grad) { /* forward: this stage's output rows to p+1 */
-            const float *y = rm_model_output(m, s->l1 - 1, x->row_off);
-            rc = s->lk->send(s->links, RM_PIPE_SIDE_NEXT, y, (size_t)x->rows * (size_t)dout, NULL, err);
-            *sent += (size_t)x->rows * (size_t)dout * sizeof(float) + hdr;
-        } else { /* backward: the input gradient rows and the loss to p-1 */
-            rc = s->lk->send(s->links, RM_PIPE_SIDE_PREV, s->dx + (size_t)x->row_off * (size_t)din,
-                             (size_t)x->rows * (size_t)din, &s->loss_mb[x->mb], err);
-            *sent += ((size_t)x->rows * (size_t)din + 1) * sizeof(float) + hdr;
-        }
-    }
-    int erc = s->lk->end(s->links, rc ? NULL : err);
-    return rc ? rc : erc;
 }
 
 /* The stage's update after its gradients are averaged (docs/strategies.md, "Optimizers for
@@ -914,11 +852,7 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
         release_others(s);
     const rm_kernels *k = s->env.k;
     rm_model *m = s->env.m;
-    int L = m->nunits, din = m->unit[s->l0].in_width;
-    bool first_stage = s->pl.stage == 0, last_stage = s->pl.stage == s->P - 1;
-    if (rows != s->env.batch)
-        return rm_errf(err, RM_EINVAL, "pipeline: batch of %d rows, the stages were sized for %d", rows,
-                       s->env.batch);
+    int L = m->nunits;
     /* the copies' gradient: only what the reading units write lands there (overwritten by the
      * first backward, added by the others), the rest of each copy's range stays zero */
     for (int u = 0; u < L && s->copies; u++) {
@@ -930,90 +864,25 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
         else
             RM_CHECK(dev_rc(s, k->memset0(m->grads + m->unit[u].off, bytes), err));
     }
-    uint64_t b0 = s->links ? s->lk->bytes_in(s->links) : 0;
-    uint64_t sent = 0;
-    double t0 = rm_mono(), waited = 0, busy[2] = {0, 0};
-    float inv_batch = 1.0f / (float)rows;
-    bool first_b = true;
-    int xi = 0; /* transfers [0, xi) of the plan are issued */
-    for (int i = 0; i < s->nev; i++) {
-        double e0 = rm_mono(), w0 = waited;
-        int mb = s->ev[i].mb, off, n;
-        rm_pipe_micro_rows(rows, s->M, mb, &off, &n);
-        const float *in0 = first_stage ? NULL : s->in_act + (size_t)off * (size_t)din;
-        /* a receive that opens its group (no send before it to share one): issue it now */
-        if (xi < s->nxf && s->xf[xi].event == i && s->xf[xi].op == RM_PIPE_XF_RECV)
-            RM_CHECK(issue_group(s, &xi, &sent, err));
-        if (s->ev[i].kind == RM_PIPE_EV_F) {
-            if (!first_stage)
-                RM_CHECK(s->lk->wait(s->links, RM_PIPE_SIDE_PREV, s->nfwd + (uint64_t)mb + 1, &waited, err));
-            if (n > 0) {
-                stage_forward(s, off, n, in0);
-                if (last_stage) {
-                    rm_model_loss(m, off, n, inv_batch, m->loss_sum);
-                    if (k->host_memory)
-                        s->loss_mb[mb] = *m->loss_sum;
-                    else
-                        RM_CHECK(dev_rc(s, k->d2d(s->loss_mb + mb, m->loss_sum, sizeof(float)), err));
-                }
-            }
-        } else {
-            float *dy;
-            if (last_stage) {
-                dy = rm_model_output(m, L - 1, off);
-            } else {
-                RM_CHECK(s->lk->wait(s->links, RM_PIPE_SIDE_NEXT, s->nbwd + (uint64_t)mb + 1, &waited, err));
-                dy = s->out_grad + (size_t)off * (size_t)m->unit[s->l1 - 1].out_width;
-                if (k->host_memory)
-                    s->loss_mb[mb] = s->loss_rx[mb];
-                else
-                    RM_CHECK(dev_rc(s, k->d2d(s->loss_mb + mb, s->loss_rx + mb, sizeof(float)), err));
-            }
-            if (n > 0) {
-                stage_backward(s, off, n, dy, in0, first_b);
-                first_b = false;
-            }
-        }
-        /* the event's send (and the next event's receive in the same group) */
-        if (xi < s->nxf && s->xf[xi].event == i && s->xf[xi].op == RM_PIPE_XF_SEND)
-            RM_CHECK(issue_group(s, &xi, &sent, err));
-        /* an event's busy time: its compute and sends, not its wait */
-        busy[s->ev[i].kind == RM_PIPE_EV_F ? 0 : 1] += rm_mono() - e0 - (waited - w0);
-    }
-    if (xi != s->nxf)
-        return rm_errf(err, RM_EPROTO, "pipeline: stage %d issued %d of its %d transfers", s->pl.stage, xi,
-                       s->nxf);
-    /* every send has left its buffer before the next step writes it (NCCL; TCP sends are done) */
-    if (s->links)
-        RM_CHECK(s->lk->flush(s->links, &waited, err));
-    double sched_s = rm_mono() - t0;
-    s->nfwd += (uint64_t)s->M;
-    s->nbwd += (uint64_t)s->M;
+    rm_pipe_sched_stats ss;
+    RM_CHECK(rm_pipe_sched_step(&s->sc, rows, &stage_ops, s, &ss, err));
     if (s->nstep > 0) { /* the round's first step includes the neighbours' start-up */
-        s->tot_wait += waited;
-        s->tot_sched += sched_s;
-        s->tot_fwd += busy[0];
-        s->tot_bwd += busy[1];
+        s->tot_wait += ss.waited_s;
+        s->tot_sched += ss.sched_s;
+        s->tot_fwd += ss.busy_s[0];
+        s->tot_bwd += ss.busy_s[1];
         s->tot_steps++;
         if (s->last_t0 > 0) { /* schedule + what the stage does between schedules */
-            s->tot_cycle += t0 - s->last_t0;
+            s->tot_cycle += ss.t0 - s->last_t0;
             s->tot_cycles++;
         }
     }
-    s->last_t0 = t0;
-    const float *lmb = s->loss_mb;
-    if (!k->host_memory) {
-        RM_CHECK(dev_rc(s, k->d2h(s->loss_h, s->loss_mb, (size_t)s->M * sizeof(float)), err));
-        lmb = s->loss_h;
-    }
-    float loss = 0;
-    for (int mb = 0; mb < s->M; mb++)
-        loss += lmb[mb];
+    s->last_t0 = ss.t0;
     /* the batch's loss sum, on every stage (the driver reads it) */
     if (k->host_memory)
-        *m->loss_sum = loss;
+        *m->loss_sum = ss.loss;
     else
-        RM_CHECK(dev_rc(s, k->h2d(m->loss_sum, &loss, sizeof loss), err));
+        RM_CHECK(dev_rc(s, k->h2d(m->loss_sum, &ss.loss, sizeof ss.loss), err));
     s->nstep++;
     s->dirty = s->r.world > 1;
     s->gathered = false;
@@ -1030,25 +899,10 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     RM_CHECK(pl_optimizer(s, lr, st, err));
     st->pipe = true;
     st->pipe_stage = s->pl.stage;
-    st->pipe_bubble = sched_s > 0 ? waited / sched_s : 0;
-    st->pipe_sent = sent;
-    st->pipe_recv = s->links ? s->lk->bytes_in(s->links) - b0 : 0;
+    st->pipe_bubble = ss.sched_s > 0 ? ss.waited_s / ss.sched_s : 0;
+    st->pipe_sent = ss.sent;
+    st->pipe_recv = ss.recv;
     return RM_OK;
-}
-
-/* One group of at most one receive (rx_side >= 0: micro-batch rx_mb from that side) and one send
- * (tx_side >= 0: n floats of rows and the extra float). */
-static int pl_group(rm_step *s, int rx_side, int rx_mb, int tx_side, const float *rows, size_t n,
-                    const float *extra, rm_err *err)
-{
-    RM_CHECK(s->lk->begin(s->links, err));
-    int rc = RM_OK;
-    if (tx_side >= 0)
-        rc = s->lk->send(s->links, tx_side, rows, n, extra, err);
-    if (!rc && rx_side >= 0)
-        rc = s->lk->recv(s->links, rx_side, rx_mb, err);
-    int erc = s->lk->end(s->links, rc ? NULL : err);
-    return rc ? rc : erc;
 }
 
 /* Evaluation through the stages (P > 1): every stage of a replica has the same `rows` of the test
@@ -1074,36 +928,38 @@ static int pl_eval_forward(rm_step *s, int rows, bool *logits, rm_err *err)
         RM_CHECK(
             dev_rc(s, s->env.k->memset0(rm_model_input(m, rows), (size_t)(B - rows) * m->x_row_bytes), err));
     double waited = 0;
-    const rm_pipe_link_ops *lk = s->lk;
+    const rm_pipe_link_ops *lk = s->sc.lk;
     for (int mb = 0; mb < s->M; mb++) {
         int off, n;
         rm_pipe_micro_rows(B, s->M, mb, &off, &n);
         if (!first_stage) {
-            RM_CHECK(pl_group(s, RM_PIPE_SIDE_PREV, mb, -1, NULL, 0, NULL, err)); /* its receive */
-            RM_CHECK(lk->wait(s->links, RM_PIPE_SIDE_PREV, s->nfwd + (uint64_t)mb + 1, &waited, err));
+            RM_CHECK(
+                rm_pipe_sched_group(&s->sc, RM_PIPE_SIDE_PREV, mb, -1, NULL, 0, NULL, err)); /* its receive */
+            RM_CHECK(lk->wait(s->sc.links, RM_PIPE_SIDE_PREV, s->sc.nfwd + (uint64_t)mb + 1, &waited, err));
         }
-        const float *in0 = first_stage ? NULL : s->in_act + (size_t)off * (size_t)din;
+        const float *in0 = first_stage ? NULL : s->sc.in_act + (size_t)off * (size_t)din;
         stage_forward(s, off, n, in0);
         if (!last_stage)
-            RM_CHECK(pl_group(s, -1, 0, RM_PIPE_SIDE_NEXT, rm_model_output(m, s->l1 - 1, off),
-                              (size_t)n * (size_t)dout, NULL, err));
+            RM_CHECK(rm_pipe_sched_group(&s->sc, -1, 0, RM_PIPE_SIDE_NEXT, rm_model_output(m, s->l1 - 1, off),
+                                         (size_t)n * (size_t)dout, NULL, err));
     }
     if (!first_stage)
         for (int mb = 0; mb < s->M; mb++) { /* this batch's inputs are used: p-1 may go on */
             int off, n;
             rm_pipe_micro_rows(B, s->M, mb, &off, &n);
-            RM_CHECK(pl_group(s, -1, 0, RM_PIPE_SIDE_PREV, s->dx + (size_t)off * (size_t)din,
-                              (size_t)n * (size_t)din, &s->loss_mb[mb], err));
+            RM_CHECK(rm_pipe_sched_group(&s->sc, -1, 0, RM_PIPE_SIDE_PREV,
+                                         s->sc.dx + (size_t)off * (size_t)din, (size_t)n * (size_t)din,
+                                         &s->sc.loss_mb[mb], err));
         }
     if (!last_stage) {
         for (int mb = 0; mb < s->M; mb++)
-            RM_CHECK(pl_group(s, RM_PIPE_SIDE_NEXT, mb, -1, NULL, 0, NULL, err));
-        RM_CHECK(lk->wait(s->links, RM_PIPE_SIDE_NEXT, s->nbwd + (uint64_t)s->M, &waited, err));
+            RM_CHECK(rm_pipe_sched_group(&s->sc, RM_PIPE_SIDE_NEXT, mb, -1, NULL, 0, NULL, err));
+        RM_CHECK(lk->wait(s->sc.links, RM_PIPE_SIDE_NEXT, s->sc.nbwd + (uint64_t)s->M, &waited, err));
     }
-    if (s->links)
-        RM_CHECK(lk->flush(s->links, &waited, err));
-    s->nfwd += (uint64_t)s->M;
-    s->nbwd += (uint64_t)s->M;
+    if (s->sc.links)
+        RM_CHECK(lk->flush(s->sc.links, &waited, err));
+    s->sc.nfwd += (uint64_t)s->M;
+    s->sc.nbwd += (uint64_t)s->M;
     *logits = last_stage;
     return RM_OK;
 }
@@ -1207,7 +1063,7 @@ static void pl_memory(const rm_step *s, rm_step_memory *out)
         per += m->unit[l].act_floats;
     if (s->pl.stage > 0)
         per += (uint64_t)m->unit[s->l0].in_width; /* received input */
-    out->activations = (uint64_t)s->inflight * mbrows * per * f;
+    out->activations = (uint64_t)s->sc.inflight * mbrows * per * f;
 }
 
 /* P > 1: a restore reads this stage's layers only (worker/step.h restore_layers), in the layout
