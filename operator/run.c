@@ -994,15 +994,22 @@ int rm_validate_main(int argc, char **argv)
                job.namespace_ ? job.namespace_ : "default", job.name, job.spec.replicas,
                job.spec.min_replicas, job.spec.max_replicas, rm_backend_name(job.spec.backend),
                rm_enum_name(rm_mode_names, (int)job.spec.training.mode));
-        const rm_par_spec *par = &job.spec.par; /* pipeline stages */
-        if (par->pipeline_stages > 1 || par->micro_batches > 1)
+        const rm_par_spec *par = &job.spec.par;
+        int T = par->tensor_parallel > 1 ? par->tensor_parallel : 1;
+        int P = par->pipeline_stages > 1 ? par->pipeline_stages : 1;
+        if (T > 1 && P > 1) /* the grid: docs/models-and-data.md, "Tensor parallelism" */
+            printf("  grid: %d-way tensor groups x %d stages x %d data-parallel replicas (rank r = "
+                   "(d*%d + p)*%d + t), %d micro-batches, schedule %s\n",
+                   T, P, job.spec.replicas / (T * P), P, T, par->micro_batches,
+                   rm_pipe_schedule_names[par->schedule == RM_PIPE_GPIPE]);
+        else if (P > 1 || par->micro_batches > 1) /* pipeline stages */
             printf("  pipeline: %d stages x %d data-parallel replicas (rank r = d*%d + p), "
                    "%d micro-batches, schedule %s\n",
-                   par->pipeline_stages, job.spec.replicas / par->pipeline_stages, par->pipeline_stages,
-                   par->micro_batches, rm_pipe_schedule_names[par->schedule == RM_PIPE_GPIPE]);
-        if (par->tensor_parallel > 1) /* docs/models-and-data.md, "Tensor parallelism" */
-            printf("  tensor: %d-way tensor groups x %d data-parallel replicas (rank r = d*%d + t)\n",
-                   par->tensor_parallel, job.spec.replicas / par->tensor_parallel, par->tensor_parallel);
+                   P, job.spec.replicas / P, P, par->micro_batches,
+                   rm_pipe_schedule_names[par->schedule == RM_PIPE_GPIPE]);
+        else if (T > 1)
+            printf("  tensor: %d-way tensor groups x %d data-parallel replicas (rank r = d*%d + t)\n", T,
+                   job.spec.replicas / T, T);
     }
     rm_tj_free(&job);
     return 0;

@@ -70,7 +70,7 @@ log "T=2 x D=2 (rank 1 killed at step 25) vs D=2: $(cat "$W/cmp-t2d2-d2.txt")"
 
 # the groups: rank 3 is t = 1 of replica 1, both groups on shared memory; half the split tensors
 # (wte's 128 of 256 rows, c_attn's 48 of 96 columns, ...) plus the replicated ones: 18080 of 34688
-grep -q 'msg="tensor round" rank=3 world=4 t=1 T=2 d=1 D=2 tensor_comm=shm data_comm=shm pieces=18080 of 34688' \
+grep -q 'msg="tensor round" rank=3 world=4 t=1 T=2 p=0 P=1 d=1 D=2 tensor_comm=shm data_comm=shm pieces=18080 of 34688' \
   "$W/run-t2d2/worker-3.log" || fail "rank 3's groups: $(grep 'tensor round' "$W/run-t2d2/worker-3.log" | tail -1)"
 memb() { grep -h 'msg="memory"' "$W/run-$1/worker-$2.log" | tail -1 | grep -o "$3_bytes=[0-9]*" | cut -d= -f2; }
 [ "$(memb t2d2 3 params)" = $((18080 * 4)) ] && [ "$(memb t2d2 3 optimizer)" = $((2 * 18080 * 4)) ] ||

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# e2e-timeout: 300
+# e2e-timeout: 420
 # Tensor parallelism (docs/models-and-data.md, "Tensor parallelism") with `ringmaster run`, the MLP:
 #  - a bad spec is a field-named validation error (exit 2): T x P not dividing replicas, a split
 #    width not divisible by T;
@@ -13,7 +13,10 @@
 #  - the tensor group of one host talks through shared memory; each rank holds half the model; the
 #    tensor traffic is one forward allreduce of the logits per step (the stats line);
 #  - checkpoints are the whole model (the file T = 1 writes): T = 2's step-50 checkpoint resumes at
-#    T = 4 and at T = 1 and reaches T = 1's parameters at step 60.
+#    T = 4 and at T = 1 and reaches T = 1's parameters at step 60;
+#  - T x P x D: with pipeline stages each stage's layers split over its tensor group; 2 x 2 x 1
+#    (1F1B and GPipe, 4 micro-batches) reaches T = 1's parameters, 2 x 2 x 2 D = 2's, also after
+#    a stage's tensor rank is killed; a rank holds its stage's pieces only.
 source "$(dirname "$0")/5x-run-lib.bash"
 export RINGMASTER_THREADS=1
 
@@ -58,9 +61,9 @@ cmp_export t4 t1 || fail "T = 4 differs from T = 1: $(cat "$W/cmp-t4-t1.txt")"
 cmp_export t2d2 d2 || fail "T = 2 x D = 2 differs from D = 2: $(cat "$W/cmp-t2d2-d2.txt")"
 ! cmp_export t2 d2 || fail "the comparison does not tell a different global batch apart"
 log "T=2 vs T=1: $(cat "$W/cmp-t2-t1.txt"); T=4: $(cat "$W/cmp-t4-t1.txt"); T=2xD=2: $(cat "$W/cmp-t2d2-d2.txt")"
-grep -q 'msg="tensor round" rank=1 world=2 t=1 T=2 d=0 D=1 tensor_comm=shm .* pieces=50890 of 101770' "$W/run-t2/worker-1.log" ||
+grep -q 'msg="tensor round" rank=1 world=2 t=1 T=2 p=0 P=1 d=0 D=1 tensor_comm=shm .* pieces=50890 of 101770' "$W/run-t2/worker-1.log" ||
   fail "T = 2's rank 1: no shm tensor group with half the model: $(grep 'tensor round' "$W/run-t2/worker-1.log")"
-grep -q 'msg="tensor round" rank=3 world=4 t=1 T=2 d=1 D=2 tensor_comm=shm data_comm=shm' "$W/run-t2d2/worker-3.log" ||
+grep -q 'msg="tensor round" rank=3 world=4 t=1 T=2 p=0 P=1 d=1 D=2 tensor_comm=shm data_comm=shm' "$W/run-t2d2/worker-3.log" ||
   fail "T = 2 x D = 2's rank 3 groups: $(grep 'tensor round' "$W/run-t2d2/worker-3.log")"
 # clipping's global norm counts each piece once; adamw decays the weights' pieces, not the biases
 for n in t1 t2; do
@@ -99,5 +102,47 @@ for r in "r4 t4" "r1 t1"; do
   grep -q 'msg="checkpoint loaded" .*step=50 ' "$W/run-$1/worker-0.log" || fail "$1 did not resume at step 50"
   cmp_export "$1" t1 || fail "T = 2's checkpoint resumed as $2 differs from T = 1: $(cat "$W/cmp-$1-t1.txt")"
 done
+
+# ---- T x P x D: the MLP with two pairs (784-128-64-32-10), stage 0 holding pair (0, 1), stage 1
+# pair (2, 3), each split over its tensor group; activations cross between the stages' same
+# tensor ranks (rank r = (d*P + p)*T + t)
+mkp() { # NAME REPLICAS T P M SCHEDULE
+  sed -e "s/^  replicas: 2$/  replicas: $2/" -e 's/hidden: \[128\]/hidden: [128, 64, 32]/' \
+    -e "s/parallelism: {tensorParallel: 2}/parallelism: {tensorParallel: $3, pipelineStages: $4, microBatches: $5, schedule: $6}/" \
+    "$FIX/tensor.yaml" > "$W/$1.yaml"
+  grep -q "pipelineStages: $4, microBatches: $5" "$W/$1.yaml" && grep -q 'hidden: \[128, 64, 32\]' "$W/$1.yaml" ||
+    fail "fixture edit $1"
+}
+mkp p1 1 1 1 1 1f1b; mkp p221 4 2 2 4 1f1b; mkp p221g 4 2 2 4 gpipe; mkp pd2 2 1 1 1 1f1b; mkp p222 8 2 2 2 gpipe
+"$RM_BIN/ringmaster" validate -f "$W/p222.yaml" > "$W/v.out" || fail "validate the 2 x 2 x 2 job"
+grep -q 'grid: 2-way tensor groups x 2 stages x 2 data-parallel replicas (rank r = (d\*2 + p)\*2 + t), 2 micro-batches, schedule gpipe' "$W/v.out" ||
+  fail "validate's grid line: $(cat "$W/v.out")"
+mkp bad3 6 2 3 1 1f1b
+set +e; "$RM_BIN/ringmaster" validate -f "$W/bad3.yaml" >"$W/v.out" 2>"$W/v.err"; rc=$?; set -e
+[ $rc -eq 2 ] && grep -q "spec.parallelism.pipelineStages: must be <= the model's 2 layer pairs with spec.parallelism.tensorParallel 2" "$W/v.err" ||
+  fail "3 stages of 2 pairs: exit $rc $(cat "$W/v.err")"
+# 2 x 2 x 1 loses rank 3 (stage 1, tensor rank 1) at step 55: the grid re-forms from step 50
+for n in p1 p221 p221g pd2 p222; do
+  f=""; [ $n = p221 ] && f="exit:rank=3:step=55"
+  RINGMASTER_FAULT="$f" run_job "$n" -f "$W/$n.yaml" -o json
+  [ $RC -eq 0 ] || fail "$n exit $RC"
+  [ "$(jget $n "j['status']['phase']")" = Succeeded ] || fail "$n not Succeeded"
+done
+[ "$(jget p221 "j['status']['restarts']")" -ge 1 ] || fail "2 x 2 x 1: no restart after the killed rank"
+cmp_export p221 p1 || fail "2 x 2 x 1 (1F1B, M = 4) differs from T = 1: $(cat "$W/cmp-p221-p1.txt")"
+cmp_export p221g p1 || fail "2 x 2 x 1 (GPipe, M = 4) differs from T = 1: $(cat "$W/cmp-p221g-p1.txt")"
+cmp_export p222 pd2 || fail "2 x 2 x 2 differs from D = 2: $(cat "$W/cmp-p222-pd2.txt")"
+! cmp_export p221 pd2 || fail "the comparison does not tell a different global batch apart"
+grep -q 'msg="tensor pipeline" stages=2 micro_batches=4 schedule=1f1b stage=1 layers=\[2,4) ' "$W/run-p221/worker-3.log" ||
+  fail "rank 3's stage line: $(grep 'tensor pipeline' "$W/run-p221/worker-3.log" | tail -1)"
+grep -q 'msg="tensor round" rank=6 world=8 t=0 T=2 p=1 P=2 d=1 D=2 tensor_comm=shm data_comm=shm' "$W/run-p222/worker-6.log" ||
+  fail "2 x 2 x 2 rank 6's groups: $(grep 'tensor round' "$W/run-p222/worker-6.log" | tail -1)"
+# a rank holds its stage's pieces: stage 0 784x64+64 + 64x64+64, stage 1 64x16+16 + 16x10+10
+[ "$(memb p221 0 params)" = $(( (784 * 64 + 64 + 64 * 64 + 64) * 4 )) ] || fail "2 x 2 x 1 rank 0 params_bytes $(memb p221 0 params)"
+[ "$(memb p221 3 optimizer)" = $(( (64 * 16 + 16 + 16 * 10 + 10) * 4 )) ] || fail "2 x 2 x 1 rank 3 optimizer_bytes $(memb p221 3 optimizer)"
+# stage 1's first layer is column-parallel: its input gradient (64 rows x 64) is summed (f) for stage 0
+grep -q 'msg="tensor stats" t=1 T=2 steps=[0-9]* fwd_bytes_per_step=2560 bwd_bytes_per_step=16384 ' "$W/run-p221g/worker-3.log" ||
+  fail "2 x 2 x 1 stage 1 tensor traffic: $(grep 'tensor stats' "$W/run-p221g/worker-3.log" | tail -1)"
+log "T x P x D: 2x2x1 vs T=1: $(cat "$W/cmp-p221-p1.txt"); GPipe: $(cat "$W/cmp-p221g-p1.txt"); 2x2x2 vs D=2: $(cat "$W/cmp-p222-pd2.txt")"
 assert_no_workers
-log "PASS tensor parallelism: T = 2, 4 and 2 x 2 match T = 1 / D = 2; resumes at T = 4 and T = 1"
+log "PASS tensor parallelism: T = 2, 4, 2 x 2 and 2 x 2 x 1 / 2 x 2 x 2 match T = 1 / D = 2; resumes at T = 4 and T = 1"

@@ -62,7 +62,7 @@ placed() {
   for i in 0 1 2 3; do
     # (to a file first: `kubectl | grep -q` under pipefail fails when grep exits early)
     kubectl logs "tgpt-worker-$i" > "$T/w.log" 2>/dev/null || continue
-    grep -q 'msg="tensor round" rank=3 world=4 t=1 T=2 d=1 D=2 tensor_comm=' "$T/w.log" && return 0
+    grep -q 'msg="tensor round" rank=3 world=4 t=1 T=2 p=0 P=1 d=1 D=2 tensor_comm=' "$T/w.log" && return 0
   done
   return 1
 }

@@ -15,6 +15,7 @@
 #include "kernels/transformer.h"
 #include "worker/model/mlp.h"
 #include "worker/tensor/tp_gpt.h"
+#include "worker/pipeline/pipeline_core.h"
 #include "worker/tensor/tp_mlp.h"
 
 static void shape_of(rm_model_shape *s, int inputs, const int *hidden, int nh, int classes)
@@ -107,6 +108,79 @@ static void test_slice_assemble(void)
     free(whole);
     free(back);
     free(loc);
+}
+
+/* T x P (docs/models-and-data.md, "Tensor parallelism"): for every T that divides the split widths
+ * and every P up to the pairs, the stages hold contiguous whole pairs covering the model (a
+ * column layer never ends a stage), each stage's pieces pair from its first layer, the T x P
+ * ranks' pieces (replicated ones from t = 0) sum to the whole model, and a stage's input gradient
+ * is summed (f) exactly when its first layer is column-parallel. */
+static void test_stage_tables(void)
+{
+    int h[4] = {24, 12, 24, 12}; /* 5 layers: pairs (0,1) (2,3) and layer 4 alone */
+    rm_model_shape s;
+    shape_of(&s, 7, h, 4, 3);
+    rm_err e = {0};
+    const int Ts[] = {1, 2, 3, 4, 6, 12};
+    for (size_t ti = 0; ti < RM_ARRAY_LEN(Ts); ti++) {
+        int T = Ts[ti];
+        for (int P = 1; P <= 4; P++) {
+            int b[RM_PIPE_MAX_STAGES + 1];
+            int rc = rm_tp_mlp_stages(&s, P, b, &e);
+            if (P > 3) { /* 3 units */
+                CU_ASSERT_EQUAL(rc, RM_EINVAL);
+                CU_ASSERT_STRING_EQUAL(e.field, "spec.parallelism.pipelineStages");
+                continue;
+            }
+            CU_ASSERT_EQUAL_FATAL(rc, RM_OK);
+            CU_ASSERT_EQUAL(b[0], 0);
+            CU_ASSERT_EQUAL(b[P], 5);
+            size_t W = 0;
+            float *whole = NULL, *back = NULL;
+            for (int p = 0; p < P; p++) {
+                CU_ASSERT(b[p] < b[p + 1]);
+                CU_ASSERT_EQUAL(b[p] % 2, 0); /* whole pairs */
+                for (int t = 0; t < T; t++) {
+                    rm_tp_plan pl;
+                    CU_ASSERT_EQUAL_FATAL(rm_tp_mlp_plan_range(&s, T, t, b[p], b[p + 1], &pl, &e), RM_OK);
+                    if (!whole) {
+                        W = pl.nwhole;
+                        whole = malloc(W * sizeof(float));
+                        back = calloc(W, sizeof(float));
+                        for (size_t i = 0; i < W; i++)
+                            whole[i] = (float)(i + 1);
+                    }
+                    size_t n = 0;
+                    for (int l = b[p]; l < b[p + 1]; l++) {
+                        rm_tp_kind want = l + 1 < b[p + 1] && (l - b[p]) % 2 == 0 ? RM_TP_COL
+                                          : (l - b[p]) % 2 == 1                   ? RM_TP_ROW
+                                                                                  : RM_TP_REP;
+                        CU_ASSERT_EQUAL(pl.l[l].kind, want);
+                        n += (size_t)pl.l[l].in * (size_t)pl.l[l].out + (size_t)pl.l[l].out;
+                    }
+                    CU_ASSERT_EQUAL(pl.n, n); /* only the stage's layers */
+                    CU_ASSERT(pl.l[b[p + 1] - 1].kind != RM_TP_COL);
+                    /* f before the stage's first layer: its input gradient goes to stage p-1 */
+                    rm_tp_event ev[16];
+                    int ne = rm_tp_mlp_events(&pl, ev, 16), nf = 0;
+                    for (int i = 0; i < ne && i < 16; i++)
+                        nf += ev[i].pass == 'B' && ev[i].layer == b[p];
+                    CU_ASSERT_EQUAL(nf, p > 0 && T > 1 && pl.l[b[p]].kind == RM_TP_COL ? 1 : 0);
+                    float *loc = malloc((n ? n : 1) * sizeof(float)), *mine = calloc(W, sizeof(float));
+                    rm_tp_slice(&pl, whole, loc);
+                    rm_tp_assemble(&pl, loc, mine, t == 0);
+                    for (size_t i = 0; i < W; i++)
+                        back[i] += mine[i];
+                    free(loc);
+                    free(mine);
+                }
+            }
+            for (size_t i = 0; i < W; i++)
+                CU_ASSERT_EQUAL_FATAL(back[i], whole[i]);
+            free(whole);
+            free(back);
+        }
+    }
 }
 
 /* T threads summing through shared slots, rank order: the same bits on every rank */
@@ -531,6 +605,7 @@ void rm_suite_tensor(void)
     static const rm_test_case cases[] = {
         {"events", test_events},
         {"slice_assemble", test_slice_assemble},
+        {"stage_tables", test_stage_tables},
         {"split_forward_backward", test_split_forward_backward},
         {"gpt_events", test_gpt_events},
         {"gpt_slice_assemble", test_gpt_slice_assemble},

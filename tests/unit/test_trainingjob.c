@@ -1755,7 +1755,7 @@ static void test_tensor_parallel(void)
           {"spec.minReplicas", "4"},
           {"spec.training.model", GPT},
           {"spec.training.data", "{\"uri\": \"builtin:tinyshakespeare\"}"}},
-         "spec.parallelism.tensorParallel: 2 with pipelineStages > 1" NS},
+         "spec.parallelism.tensorParallel: 2 with pipelineStages > 1 for the transformer" NS},
         {{{"spec.parallelism", "{\"tensorParallel\": 2}"},
           {"spec.training.model", GPT},
           {"spec.training.data", "{\"uri\": \"builtin:tinyshakespeare\"}"},
@@ -1768,8 +1768,22 @@ static void test_tensor_parallel(void)
           {"spec.training.data", "{\"uri\": \"builtin:tinyshakespeare\"}"}},
          "spec.training.model.heads: must be a multiple of spec.parallelism.tensorParallel (4): each tensor "
          "rank holds heads/4 whole heads (got 2)"},
-        {{{"spec.parallelism", "{\"tensorParallel\": 2, \"pipelineStages\": 2}"}, {"spec.minReplicas", "4"}},
-         "spec.parallelism.tensorParallel: 2 with pipelineStages > 1" NS},
+        /* T x P on the MLP: a stage holds whole pairs of layers */
+        {{{"spec.parallelism", "{\"tensorParallel\": 2, \"pipelineStages\": 2}"},
+          {"spec.minReplicas", "4"},
+          {"spec.training.model", "{\"hidden\": [64]}"}},
+         "spec.parallelism.pipelineStages: must be <= the model's 1 layer pairs with "
+         "spec.parallelism.tensorParallel 2: a stage holds whole pairs, column- then row-parallel (got 2)"},
+        {{{"spec.parallelism", "{\"tensorParallel\": 2, \"pipelineStages\": 2}"},
+          {"spec.minReplicas", "4"},
+          {"spec.training.model", "{\"hidden\": [128, 64, 32]}"}},
+         NULL},
+        {{{"spec.parallelism", "{\"tensorParallel\": 2, \"pipelineStages\": 4}"},
+          {"spec.minReplicas", "8"},
+          {"spec.replicas", "8"},
+          {"spec.training.model", "{\"hidden\": [128, 64, 32]}"}},
+         "spec.parallelism.pipelineStages: must be <= the model's 2 layer pairs with "
+         "spec.parallelism.tensorParallel 2: a stage holds whole pairs, column- then row-parallel (got 4)"},
         {{{"spec.parallelism", "{\"tensorParallel\": 2}"}, {"spec.training.sharding", "\"optimizer\""}},
          "spec.training.sharding: optimizer with spec.parallelism.tensorParallel > 1" NS},
         {{{"spec.parallelism", "{\"tensorParallel\": 2}"},

@@ -1,5 +1,5 @@
-/* step_tensor.c — the "tensor" strategy: tensor parallelism composed with data parallelism
- * (spec.parallelism.tensorParallel T > 1, pipelineStages 1; docs/models-and-data.md, "Tensor
+/* step_tensor.c — the "tensor" strategy: tensor parallelism composed with data parallelism and
+ * (the MLP) pipeline stages (spec.parallelism.tensorParallel T > 1; docs/models-and-data.md, "Tensor
  * parallelism"), for the MLP and the transformer.
  *
  * Placement (common/grid.h): rank r = d·T + t is tensor rank t of data-parallel replica d. Each
@@ -39,11 +39,20 @@
  * as the trainer wraps the round's comm); slicing, assembling and the clipping norm's squares go
  * through host copies.
  *
- * Limits of this version: the MLP and the transformer; P = 1; fp32; optimizers without per-tensor
- * trust ratios; no accumulation (the validator refuses the rest, naming the field).
+ * Pipeline stages (P > 1, the families with stage entries: tp_split.h rm_tp_stage_ops, the MLP):
+ * rank r = (d·P + p)·T + t; the split holds stage p's layers (rebuilt when a round moves the rank
+ * to another stage), the stage's schedule runs through worker/pipeline/pipe_sched.h over links to
+ * ranks r - T and r + T (the same tensor rank of the neighbouring stages: a stage's output is
+ * whole on every tensor rank), the loss riding back on the gradient frames; the data-parallel
+ * group is the D ranks with this (t, p); assembling and clipping's norm sum over the replica's T·P
+ * ranks (the round's comm when D = 1), which hold the whole model once between them.
  *
- * Ownership: rm_step owns the split model, its optimizer, the inner allreduce state and the group
- * comms (round_end frees the per-round parts, destroy everything). */
+ * Limits of this version: the MLP and the transformer (P > 1: the MLP); fp32; optimizers without
+ * per-tensor trust ratios; no accumulation (the validator refuses the rest, naming the field).
+ *
+ * Ownership: rm_step owns the split model, its optimizer, the inner allreduce state, the group
+ * comms, the links and the stage's schedule (round_end frees the per-round parts, destroy
+ * everything). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,19 +68,31 @@
 #include "common/worker_env.h"
 #include "worker/comm/comm_staged.h"
 #include "worker/gpu.h"
+#include "worker/pipeline/pipe_sched.h"
 #include "worker/step.h"
 #include "worker/tensor/tp_split.h"
 
-#define TP_GROUP_TENSOR 0x1000u /* + replica d: a tensor group */
-#define TP_GROUP_DATA 0x1800u   /* + tensor rank t: a data-parallel group */
+/* The ring tags (comm.h rm_comm_cfg.group) of this strategy's sub-groups: one range per kind, each
+ * as long as the grid has groups of that kind, after the tags the round's own rings may use
+ * (comm_hier.c: 1..3), so no two groups share a tag; at the largest world (16,384, T = 2) the
+ * ranges end below 50,000 of the 65,535. */
+typedef enum { TAG_TENSOR = 0, TAG_DATA, TAG_REPLICA, TAG_LINK } tp_tag_kind;
+static uint32_t tag_of(const rm_grid_place *pl, tp_tag_kind kind, int index)
+{
+    uint32_t base = 16, n[4] = {(uint32_t)(pl->D * pl->P), (uint32_t)(pl->P * pl->T), (uint32_t)pl->D,
+                                (uint32_t)pl->world};
+    for (int k = 0; k < (int)kind; k++)
+        base += n[k];
+    return base + (uint32_t)index;
+}
 
 struct rm_step {
     rm_step_env env;
     const rm_step_ops *inner_ops; /* the allreduce strategy: fresh/save/restore/sync */
     rm_step *inner;
-    int T;
-    rm_tp_split sp;
-    size_t *rep; /* [2 x nrep]: the replicated runs of the local layout (offset, length) */
+    int T, P;       /* tensor ranks, pipeline stages */
+    rm_tp_split sp; /* this rank's pieces (of stage sp.p: rebuilt when a round moves the rank) */
+    size_t *rep;    /* [2 x nrep]: the replicated runs of the local layout (offset, length) */
     int nrep;
     rm_optim opt; /* on the local layout */
     bool opt_ok;
@@ -79,9 +100,16 @@ struct rm_step {
     rm_step_round r;
     bool round_ok;
     rm_grid_place pl;
-    const rm_comm_ops *tops, *dops;
+    const rm_comm_ops *tops, *dops, *rops;
     rm_comm *tcomm, *dcomm; /* tcomm may be the round's own (owns_t false) */
     bool owns_t;
+    /* P > 1: the replica's T·P ranks (assembling, the clipping norm; the round's own when D = 1,
+     * owns_r false), the links to the stages before and after (ring comms: pipe_sched.h's links)
+     * and the stage's schedule */
+    rm_comm *rcomm, *link_prev, *link_next;
+    bool owns_r;
+    rm_pipe_sched sc;
+    bool sc_ok;
     bool whole;     /* the whole buffers hold the pieces' current values */
     float *scratch; /* [nwhole] host: assembling, slicing */
     /* a device table (k->host_memory false): the pieces live on the GPU, and every group's comm
@@ -98,21 +126,28 @@ struct rm_step {
     double tot_wait;
 };
 
+/* spec.parallelism from the worker's environment, defaults filled; false when it is absent or not
+ * JSON. */
+static bool par_from_env(rm_par_spec *par)
+{
+    memset(par, 0, sizeof *par);
+    const char *js = getenv(RM_ENV_PARALLELISM);
+    if (!js || !*js)
+        return false;
+    cJSON *o = cJSON_Parse(js);
+    rm_err e = {0};
+    bool ok = o && cJSON_IsObject(o) && rm_par_from_json(o, "spec.parallelism", par, &e) == RM_OK;
+    cJSON_Delete(o);
+    if (ok)
+        rm_par_defaults(par);
+    return ok;
+}
+
 /* spec.parallelism's T from the worker's environment (0 when it is absent or not JSON). */
 int rm_step_tensor_parallel(void)
 {
-    const char *js = getenv(RM_ENV_PARALLELISM);
-    if (!js || !*js)
-        return 0;
-    cJSON *o = cJSON_Parse(js);
     rm_par_spec par;
-    memset(&par, 0, sizeof par);
-    rm_err e = {0};
-    int T = o && cJSON_IsObject(o) && rm_par_from_json(o, "spec.parallelism", &par, &e) == RM_OK
-                ? par.tensor_parallel
-                : 0;
-    cJSON_Delete(o);
-    return T;
+    return par_from_env(&par) ? par.tensor_parallel : 0;
 }
 
 static int tp_ar(void *ud, float *buf, size_t n, rm_err *err)
@@ -127,6 +162,43 @@ static int tp_ar(void *ud, float *buf, size_t n, rm_err *err)
 
 static void tp_round_end(rm_step *s);
 
+/* The split, its optimizer and the replicated runs: what depends on the stage. */
+static void unbuild(rm_step *s)
+{
+    if (s->sp.ops)
+        s->sp.ops->free(&s->sp);
+    free(s->rep);
+    s->rep = NULL;
+    s->nrep = 0;
+    if (s->opt_ok)
+        rm_optim_free(&s->opt);
+    s->opt_ok = false;
+    free(s->lscratch);
+    s->lscratch = NULL;
+}
+
+static int set_tensors(rm_step *s, rm_err *err);
+static int find_replicated(rm_step *s, rm_err *err);
+
+/* (Re)build for stage p: the pieces' sizes depend on the stage, not on the tensor rank, so the
+ * split is planned as t = 0 (round_begin moves the slices). The values come from the whole model
+ * at the next state_sync, which follows every round_begin. */
+static int build(rm_step *s, int p, rm_err *err)
+{
+    unbuild(s);
+    const rm_step_env *env = &s->env;
+    s->sp.p = p;
+    s->sp.t = 0;
+    RM_CHECK(s->sp.ops->init(&s->sp, env->k, env->batch, err));
+    RM_CHECK(rm_optim_init(&s->opt, env->k, &env->opt->spec, s->sp.n, err));
+    s->opt_ok = true;
+    RM_CHECK(set_tensors(s, err));
+    RM_CHECK(find_replicated(s, err));
+    if (s->dev && !(s->lscratch = malloc(s->sp.n * sizeof(float))))
+        return rm_errf(err, RM_ENOMEM, "tensor: out of memory");
+    return RM_OK;
+}
+
 static void tp_destroy(rm_step *s)
 {
     if (!s)
@@ -134,13 +206,10 @@ static void tp_destroy(rm_step *s)
     tp_round_end(s);
     if (s->inner_ops)
         s->inner_ops->destroy(s->inner);
-    if (s->sp.ops)
-        s->sp.ops->free(&s->sp);
-    free(s->rep);
-    if (s->opt_ok)
-        rm_optim_free(&s->opt);
+    unbuild(s);
+    if (s->sc_ok)
+        rm_pipe_sched_free(&s->sc);
     free(s->scratch);
-    free(s->lscratch);
     if (s->env.k)
         s->env.k->free(s->dsmall);
     free(s);
@@ -193,7 +262,8 @@ static int set_tensors(rm_step *s, rm_err *err)
 static int tp_init(const rm_step_env *env, rm_step **out, rm_err *err)
 {
     const char *F = "spec.parallelism.tensorParallel";
-    int T = rm_step_tensor_parallel();
+    rm_par_spec par;
+    int T = par_from_env(&par) ? par.tensor_parallel : 0;
     if (T < 2)
         return rm_err_field(err, RM_EINVAL, F, "the tensor strategy needs T >= 2 in %s (got %d)",
                             RM_ENV_PARALLELISM, T);
@@ -204,6 +274,19 @@ static int tp_init(const rm_step_env *env, rm_step **out, rm_err *err)
     if (!ops)
         return rm_err_field(err, RM_EINVAL, F, "%d with spec.training.model.type %s is not supported yet", T,
                             env->m->family->name);
+    if (par.pipeline_stages > 1 && !ops->stage)
+        return rm_err_field(err, RM_EINVAL, F,
+                            "%d with spec.parallelism.pipelineStages %d is not supported yet for "
+                            "spec.training.model.type %s",
+                            T, par.pipeline_stages, env->m->family->name);
+    if (par.pipeline_stages > RM_PIPE_MAX_STAGES)
+        return rm_err_field(err, RM_EINVAL, "spec.parallelism.pipelineStages", "must be 1..%d here (got %d)",
+                            RM_PIPE_MAX_STAGES, par.pipeline_stages);
+    if (par.pipeline_stages > 1 &&
+        (par.micro_batches < 1 || par.micro_batches > RM_PIPE_MAX_MICRO || par.micro_batches > env->batch))
+        return rm_err_field(err, RM_EINVAL, "spec.parallelism.microBatches",
+                            "must be 1..min(%d, batchSizePerWorker %d) (got %d)", RM_PIPE_MAX_MICRO,
+                            env->batch, par.micro_batches);
     if (env->sharding != RM_SHARD_NONE || env->grad_accum > 1 || rm_optim_layerwise(env->opt))
         return rm_err_field(err, RM_EINVAL, F,
                             "%d with sharding, gradient accumulation or lamb/lars is not supported yet", T);
@@ -216,6 +299,7 @@ static int tp_init(const rm_step_env *env, rm_step **out, rm_err *err)
         return rm_errf(err, RM_ENOMEM, "out of memory");
     s->env = *env;
     s->T = T;
+    s->P = par.pipeline_stages > 1 ? par.pipeline_stages : 1;
     s->dev = !env->k->host_memory;
     rm_step_env ie = *env;
     ie.sharding = RM_SHARD_NONE;
@@ -226,26 +310,24 @@ static int tp_init(const rm_step_env *env, rm_step **out, rm_err *err)
         tp_destroy(s);
         return rc;
     }
-    /* the pieces' sizes do not depend on t: plan as rank 0 until the round says which t */
-    s->sp = (rm_tp_split){.ops = ops, .shape = env->m->shape, .T = T, .t = 0, .ar = tp_ar, .ud = s};
-    if ((rc = ops->init(&s->sp, env->k, env->batch, err))) {
-        s->sp.ops = NULL;
+    /* stage 0 until a round says which stage (the sizes depend on it, not on t) */
+    s->sp = (rm_tp_split){
+        .ops = ops, .shape = env->m->shape, .T = T, .t = 0, .P = s->P, .p = 0, .ar = tp_ar, .ud = s};
+    if ((rc = build(s, 0, err))) {
         tp_destroy(s);
         return rc;
     }
-    if ((rc = rm_optim_init(&s->opt, env->k, &env->opt->spec, s->sp.n, err))) {
-        tp_destroy(s);
-        return rc;
-    }
-    s->opt_ok = true;
-    if ((rc = set_tensors(s, err)) || (rc = find_replicated(s, err))) {
-        tp_destroy(s);
-        return rc;
-    }
-    if (!(s->scratch = malloc(s->sp.nwhole * sizeof(float))) || !(s->dsmall = env->k->alloc(sizeof(float))) ||
-        (s->dev && !(s->lscratch = malloc(s->sp.n * sizeof(float))))) {
+    if (!(s->scratch = malloc(s->sp.nwhole * sizeof(float))) || !(s->dsmall = env->k->alloc(sizeof(float)))) {
         tp_destroy(s);
         return rm_errf(err, RM_ENOMEM, "tensor: out of memory");
+    }
+    if (s->P > 1) {
+        if ((rc = rm_pipe_sched_init(&s->sc, env->k, env->batch, par.micro_batches,
+                                     par.schedule == RM_PIPE_GPIPE ? 1 : 0, rm_model_widest(env->m), err))) {
+            tp_destroy(s);
+            return rc;
+        }
+        s->sc_ok = true;
     }
     *out = s;
     return RM_OK;
@@ -271,13 +353,19 @@ static void tp_round_end(rm_step *s)
     log_stats(s);
     s->tot_steps = s->tot_fwd = s->tot_bwd = 0;
     s->tot_wait = 0;
+    if (s->sc_ok)
+        rm_pipe_sched_round_end(&s->sc); /* the links' threads, before their comms */
     if (s->tops && s->owns_t)
         s->tops->destroy(s->tcomm);
     if (s->dops)
         s->dops->destroy(s->dcomm);
-    s->tcomm = s->dcomm = NULL;
-    s->tops = s->dops = NULL;
-    s->owns_t = false;
+    if (s->rops && s->owns_r)
+        s->rops->destroy(s->rcomm);
+    rm_comm_ring_ops()->destroy(s->link_prev);
+    rm_comm_ring_ops()->destroy(s->link_next);
+    s->tcomm = s->dcomm = s->rcomm = s->link_prev = s->link_next = NULL;
+    s->tops = s->dops = s->rops = NULL;
+    s->owns_t = s->owns_r = false;
     if (s->inner_ops && s->round_ok)
         s->inner_ops->round_end(s->inner);
     s->round_ok = false;
@@ -300,36 +388,88 @@ static int form_group(rm_step *s, const rm_step_round *r, const int *members, in
     return rc;
 }
 
+/* P > 1: the replica's group (every stage's pieces: assembling, the clipping norm), the links to
+ * the neighbouring stages' same tensor rank (2-rank ring comms, lower stage first, as the pipeline
+ * strategy forms them) and the stage's schedule over them. */
+static int stage_round(rm_step *s, const rm_step_round *r, int *members, int cap, rm_err *err)
+{
+    const rm_grid_place *pl = &s->pl;
+    if (pl->D == 1) { /* the replica is the round */
+        s->rops = r->ops;
+        s->rcomm = r->comm;
+        s->owns_r = false;
+    } else {
+        int n = pl->T * pl->P;
+        if (n > cap)
+            return rm_errf(err, RM_EINVAL, "tensor: a replica of more than %d ranks", cap);
+        for (int i = 0; i < n; i++)
+            members[i] = pl->d * n + i; /* rank (d·P + p)·T + t: a replica's ranks are adjacent */
+        RM_CHECK(form_group(s, r, members, n, pl->p * pl->T + pl->t, tag_of(pl, TAG_REPLICA, pl->d), &s->rops,
+                            &s->rcomm, err));
+        s->owns_r = true;
+    }
+    const rm_comm_ops *ring = rm_comm_ring_ops();
+    if (pl->p + 1 < pl->P) {
+        int ranks[2] = {r->rank, r->rank + pl->T};
+        RM_CHECK(rm_step_sub_group(&s->env, r, ranks, 2, 0, tag_of(pl, TAG_LINK, r->rank), false, &ring,
+                                   &s->link_next, err));
+    }
+    if (pl->p > 0) {
+        int ranks[2] = {r->rank - pl->T, r->rank};
+        RM_CHECK(rm_step_sub_group(&s->env, r, ranks, 2, 1, tag_of(pl, TAG_LINK, r->rank - pl->T), false,
+                                   &ring, &s->link_prev, err));
+    }
+    int din, dout;
+    s->sp.ops->stage->widths(&s->sp, &din, &dout);
+    RM_CHECK(rm_pipe_sched_round(&s->sc, pl->P, pl->p, din, dout, err));
+    RM_CHECK(rm_pipe_sched_links(&s->sc, s->link_prev, s->link_next, s->env.timeout_s, err));
+    int b[RM_PIPE_MAX_STAGES + 1];
+    RM_CHECK(s->sp.ops->stage->bounds(&s->sp.shape, pl->P, b, err));
+    rm_info("tensor pipeline stages=%d micro_batches=%d schedule=%s stage=%d layers=[%d,%d) in_flight=%d",
+            pl->P, s->sc.M, s->sc.schedule ? "gpipe" : "1f1b", pl->p, b[pl->p], b[pl->p + 1], s->sc.inflight);
+    return RM_OK;
+}
+
 static int tp_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
 {
     tp_round_end(s);
     s->r = *r;
     s->r.peers = NULL; /* only valid during round_begin */
     s->r.listener = NULL;
-    RM_CHECK(rm_grid_place_of(r->rank, r->world, s->T, 1, &s->pl, err));
-    RM_CHECK(
-        s->sp.ops->set_rank(&s->sp, s->pl.t, err)); /* the sizes of rank 0's plan: only the slices move */
+    RM_CHECK(rm_grid_place_of(r->rank, r->world, s->T, s->P, &s->pl, err));
+    if (s->pl.p != s->sp.p) /* another stage's layers: other sizes */
+        RM_CHECK(build(s, s->pl.p, err));
+    RM_CHECK(s->sp.ops->set_rank(&s->sp, s->pl.t, err)); /* only the slices move */
     RM_CHECK(s->inner_ops->round_begin(s->inner, r, err));
     s->round_ok = true;
     int members[1024];
     if (s->T > (int)RM_ARRAY_LEN(members) || s->pl.D > (int)RM_ARRAY_LEN(members))
         return rm_errf(err, RM_EINVAL, "tensor: groups of more than %zu ranks", RM_ARRAY_LEN(members));
-    if (s->pl.D == 1) { /* the tensor group is the round */
+    if (s->pl.D == 1 && s->P == 1) { /* the tensor group is the round */
         s->tops = r->ops;
         s->tcomm = r->comm;
         s->owns_t = false;
     } else {
+        if ((s->P > 1 || s->pl.D > 1) && (!r->listener || !r->peers))
+            return rm_errf(err, RM_EUNSUPPORTED,
+                           "tensor: groups need the worker's ring listener and the rendezvous peer list "
+                           "(backend ring, shm or nccl under a rendezvous)");
         int n = rm_grid_group(&s->pl, RM_GRID_TENSOR, members, (int)RM_ARRAY_LEN(members));
-        RM_CHECK(form_group(s, r, members, n, s->pl.t, TP_GROUP_TENSOR + (uint32_t)s->pl.d, &s->tops,
-                            &s->tcomm, err));
+        RM_CHECK(form_group(s, r, members, n, s->pl.t, tag_of(&s->pl, TAG_TENSOR, s->pl.d * s->P + s->pl.p),
+                            &s->tops, &s->tcomm, err));
         s->owns_t = true;
-        n = rm_grid_group(&s->pl, RM_GRID_DATA, members, (int)RM_ARRAY_LEN(members));
-        RM_CHECK(form_group(s, r, members, n, s->pl.d, TP_GROUP_DATA + (uint32_t)s->pl.t, &s->dops, &s->dcomm,
-                            err));
     }
-    rm_info("tensor round rank=%d world=%d t=%d T=%d d=%d D=%d tensor_comm=%s data_comm=%s pieces=%zu of %zu",
-            r->rank, r->world, s->pl.t, s->T, s->pl.d, s->pl.D, s->tops->name, s->dops ? s->dops->name : "-",
-            s->sp.n, s->sp.nwhole);
+    if (s->pl.D > 1) {
+        int n = rm_grid_group(&s->pl, RM_GRID_DATA, members, (int)RM_ARRAY_LEN(members));
+        RM_CHECK(form_group(s, r, members, n, s->pl.d, tag_of(&s->pl, TAG_DATA, s->pl.p * s->T + s->pl.t),
+                            &s->dops, &s->dcomm, err));
+    }
+    if (s->P > 1)
+        RM_CHECK(stage_round(s, r, members, (int)RM_ARRAY_LEN(members), err));
+    rm_info("tensor round rank=%d world=%d t=%d T=%d p=%d P=%d d=%d D=%d tensor_comm=%s data_comm=%s "
+            "pieces=%zu of %zu",
+            r->rank, r->world, s->pl.t, s->T, s->pl.p, s->P, s->pl.d, s->pl.D, s->tops->name,
+            s->dops ? s->dops->name : "-", s->sp.n, s->sp.nwhole);
     return RM_OK;
 }
 
@@ -378,7 +518,16 @@ static int tp_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
     return RM_OK;
 }
 
-/* local -> whole over the tensor group: zeros, this rank's pieces (replicated ones from t = 0), a
+/* Sum n floats in place over the ranks that together hold the whole model once: the tensor group
+ * (P = 1: counted as its traffic), the replica's T·P ranks (P > 1). */
+static int whole_sum(rm_step *s, float *buf, size_t n, rm_err *err)
+{
+    if (s->P > 1)
+        return s->rops->allreduce(s->rcomm, buf, n, RM_DT_F32, RM_OP_SUM, err);
+    return tp_ar(s, buf, n, err);
+}
+
+/* local -> whole over whole_sum's ranks: zeros, this rank's pieces (replicated ones from t = 0), a
  * sum. Both in the kernels' memory: a device table's pieces are assembled on the host and copied in. */
 static int assemble(rm_step *s, const float *local, float *whole, rm_err *err)
 {
@@ -395,7 +544,7 @@ static int assemble(rm_step *s, const float *local, float *whole, rm_err *err)
         RM_CHECK(rm_kernels_copy_error(k, k->h2d(whole, s->scratch, n * sizeof(float)), "whole model", err));
     else
         memcpy(whole, s->scratch, n * sizeof(float));
-    return s->tops->allreduce(s->tcomm, whole, n, RM_DT_F32, RM_OP_SUM, err);
+    return whole_sum(s, whole, n, err);
 }
 
 static int tp_materialize(rm_step *s, rm_err *err)
@@ -448,6 +597,57 @@ static double grad_sq(const rm_step *s, const float *g)
     return sq;
 }
 
+/* ---- P > 1: the stage's compute as the schedule calls it (pipe_sched.h), through the split's
+ * stage entries; the first stage reads the batch's own input rows */
+
+static int sched_forward(void *ud, int off, int n, const float *in0, float inv_batch, float *loss,
+                         rm_err *err)
+{
+    rm_step *s = ud;
+    const rm_tp_stage_ops *so = s->sp.ops->stage;
+    RM_CHECK(so->forward(&s->sp, in0 ? (const void *)in0 : rm_model_input(s->env.m, off), off, n, err));
+    if (loss)
+        so->loss(&s->sp, s->env.m->labels, off, n, inv_batch, loss);
+    return RM_OK;
+}
+
+static int sched_backward(void *ud, int off, int n, float *dy, const float *in0, float *dx, bool first,
+                          rm_err *err)
+{
+    rm_step *s = ud;
+    return s->sp.ops->stage->backward(&s->sp, in0 ? (const void *)in0 : rm_model_input(s->env.m, off), off, n,
+                                      dy, dx, !first, err);
+}
+
+static float *sched_output(void *ud, int off)
+{
+    rm_step *s = ud;
+    return s->sp.ops->stage->output(&s->sp, off);
+}
+
+static const rm_pipe_stage_ops stage_ops = {
+    .forward = sched_forward, .backward = sched_backward, .output = sched_output};
+
+/* The stage's schedule: the pieces' gradients over the step's micro-batches and the batch's loss
+ * (riding back from the last stage) in the model's loss_sum, on every stage. */
+static int stage_step(rm_step *s, int rows, rm_step_stats *st, rm_err *err)
+{
+    const rm_kernels *k = s->env.k;
+    s->sp.fwd_floats = s->sp.bwd_floats = 0;
+    rm_pipe_sched_stats ss;
+    RM_CHECK(rm_pipe_sched_step(&s->sc, rows, &stage_ops, s, &ss, err));
+    if (k->host_memory)
+        *s->env.m->loss_sum = ss.loss;
+    else
+        RM_CHECK(rm_kernels_copy_error(k, k->h2d(s->env.m->loss_sum, &ss.loss, sizeof ss.loss), "loss", err));
+    st->pipe = true;
+    st->pipe_stage = s->pl.p;
+    st->pipe_bubble = ss.sched_s > 0 ? ss.waited_s / ss.sched_s : 0;
+    st->pipe_sent = ss.sent;
+    st->pipe_recv = ss.recv;
+    return RM_OK;
+}
+
 static int tp_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *err)
 {
     const rm_step_env *e = &s->env;
@@ -464,7 +664,10 @@ static int tp_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     }
     whole_stale(s);
     double t0 = rm_mono();
-    RM_CHECK(sp->ops->train(sp, e->m->x, e->m->labels, rows, e->m->loss_sum, err));
+    if (s->P > 1)
+        RM_CHECK(stage_step(s, rows, st, err));
+    else
+        RM_CHECK(sp->ops->train(sp, e->m->x, e->m->labels, rows, e->m->loss_sum, err));
     double dp_s = 0;
     uint64_t dp_bytes = 0;
     if (s->dcomm) { /* data-parallel group only: the tensor ranks hold different pieces */
@@ -473,7 +676,7 @@ static int tp_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
         dp_s = rm_mono() - a0;
         dp_bytes = sp->n * sizeof(float);
     }
-    if (e->grad_clip > 0) { /* the global norm: each piece once, summed over the tensor group */
+    if (e->grad_clip > 0) { /* the global norm: each piece once, summed over whole_sum's ranks */
         const float *g = sp->grads;
         if (s->dev) { /* the pieces' squares on the host (the replicated runs counted from t = 0 only) */
             RM_CHECK(rm_kernels_copy_error(e->k, e->k->d2h(s->lscratch, sp->grads, sp->n * sizeof(float)),
@@ -482,7 +685,7 @@ static int tp_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
         }
         float f = (float)grad_sq(s, g);
         RM_CHECK(rm_kernels_copy_error(e->k, e->k->h2d(s->dsmall, &f, sizeof f), "gradient norm", err));
-        RM_CHECK(tp_ar(s, s->dsmall, 1, err));
+        RM_CHECK(whole_sum(s, s->dsmall, 1, err));
         RM_CHECK(rm_kernels_copy_error(e->k, e->k->d2h(&f, s->dsmall, sizeof f), "gradient norm", err));
         double norm = sqrt((double)f);
         float sc = rm_clip_scale(norm, e->grad_clip);

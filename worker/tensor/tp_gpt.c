@@ -401,5 +401,16 @@ static int tensors(const rm_tp_gpt_plan *p, rm_optim_seg *seg, int cap)
     return n;
 }
 
-RM_TP_SPLIT_TABLE(rm_tp_split_gpt, "gpt", rm_tp_gpt, rm_tp_gpt_plan, rm_tp_gpt_plan_make, rm_tp_gpt_init,
+/* pipeline stages with T > 1 are not split for the transformer in this version (the validator
+ * refuses them first) */
+static int plan_stage(const rm_model_shape *s, int T, int t, int P, int p, rm_tp_gpt_plan *out, rm_err *err)
+{
+    (void)p;
+    if (P > 1)
+        return rm_err_field(err, RM_EINVAL, "spec.parallelism.tensorParallel",
+                            "%d with pipelineStages %d is not supported yet for the transformer", T, P);
+    return rm_tp_gpt_plan_make(s, T, t, out, err);
+}
+
+RM_TP_SPLIT_TABLE(rm_tp_split_gpt, "gpt", rm_tp_gpt, rm_tp_gpt_plan, NULL, plan_stage, rm_tp_gpt_init,
                   rm_tp_gpt_free, rm_tp_gpt_slice, rm_tp_gpt_assemble, rm_tp_gpt_replicated, train, tensors)

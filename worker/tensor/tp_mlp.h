@@ -20,6 +20,13 @@
  * [din x dout | dout]. rm_tp_slice / rm_tp_assemble map between it and the whole model's layout
  * (worker/model/mlp.c), so init, checkpoints and export stay those of T = 1.
  *
+ * Pipeline stages (T x P, docs/models-and-data.md): a stage holds layers [lo, hi) of the MLP and
+ * pairs them from lo, so the stages split the model at whole pairs (rm_tp_mlp_stages: the pairs,
+ * and a trailing odd layer, partitioned by cost as the pipeline partitions units); its local
+ * layout holds only those layers, slicing and assembling touch only them, the forward and
+ * backward take the stage's input rows and (stage > 0) return the input gradient, whole (a
+ * column layer's is summed by f), for the previous stage.
+ *
  * Collectives go through a callback (tp_split.h's rm_tp_allreduce_fn: the tensor group's comm in
  * the strategy, a thread harness in the tests): sum in place over the group, the same bits on every
  * rank. rm_tp_split_mlp (tp_split.h) is this split as the tensor strategy drives it.
@@ -49,6 +56,7 @@ typedef struct rm_tp_layer {
 
 typedef struct rm_tp_plan {
     int L, T, t;
+    int lo, hi; /* the layers this rank holds (a pipeline stage's; [0, L) without stages) */
     rm_tp_layer l[RM_TP_MAX_LAYERS];
     size_t n;      /* local floats */
     size_t nwhole; /* the whole model's floats */
@@ -57,6 +65,12 @@ typedef struct rm_tp_plan {
 /* The plan of tensor rank t of T for an MLP shape (worker/model/mlp.c's record). RM_EINVAL naming
  * spec.training.model.hidden[i] when a split width does not divide by T, or when there is no pair. */
 int rm_tp_mlp_plan(const rm_model_shape *s, int T, int t, rm_tp_plan *out, rm_err *err);
+/* The same for the layers [lo, hi) of a pipeline stage (pairs from lo). */
+int rm_tp_mlp_plan_range(const rm_model_shape *s, int T, int t, int lo, int hi, rm_tp_plan *out, rm_err *err);
+/* The layer bounds of P stages (P + 1 entries: stage p holds [bounds[p], bounds[p+1])): whole
+ * pairs, partitioned by parameter count (worker/pipeline/pipeline_core.h rm_pipe_partition).
+ * RM_EINVAL naming spec.parallelism.pipelineStages when P exceeds the pairs. */
+int rm_tp_mlp_stages(const rm_model_shape *s, int P, int *bounds, rm_err *err);
 
 /* One collective of a step, in issue order: 'F' forward (g, after a row layer's GEMM: the partial
  * outputs summed) or 'B' backward (f, after a column layer's input-gradient GEMM); width floats per
@@ -84,7 +98,8 @@ typedef struct rm_tp_mlp {
     float *params, *grads;
     float *act[RM_TP_MAX_LAYERS];
     float *delta[2];
-    float *dx; /* [max_batch x widest whole width]: a column layer's partial input gradient */
+    float *dx;  /* [max_batch x widest whole width]: a column layer's partial input gradient */
+    float *dbs; /* [widest]: a bias gradient before it is added (accumulating backward) */
     rm_tp_allreduce_fn ar;
     void *ud;
     /* floats moved through ar (the last step's forward and backward) */
@@ -98,9 +113,23 @@ void rm_tp_mlp_free(rm_tp_mlp *m); /* NULL ok, idempotent */
  * rm_tp_mlp_logits. Fails only when a collective fails. */
 int rm_tp_mlp_forward(rm_tp_mlp *m, const float *x, int rows, rm_err *err);
 float *rm_tp_mlp_logits(const rm_tp_mlp *m);
+/* A stage's forward of rows [off, off + rows) from in (those rows of its input: the batch's on
+ * the first stage, the received activations after): the outputs at rm_tp_mlp_output(m, off).
+ * fwd_floats grows by what went through ar. */
+int rm_tp_mlp_forward_rows(rm_tp_mlp *m, const float *in, int off, int rows, rm_err *err);
+/* The rows of the stage's output (its last layer's activations) from row off. */
+float *rm_tp_mlp_output(const rm_tp_mlp *m, int off);
 /* After forward: softmax cross-entropy of the logits against labels, its sum into *loss_sum, the
  * logits replaced by their gradient scaled by inv_batch (as worker/model/mlp.c's loss). */
 void rm_tp_mlp_loss(rm_tp_mlp *m, const int32_t *labels, int rows, float inv_batch, float *loss_sum);
+/* The loss of rows [off, off + rows) (labels from row 0 of the batch). */
+void rm_tp_mlp_loss_rows(rm_tp_mlp *m, const int32_t *labels, int off, int rows, float inv_batch,
+                         float *loss_sum);
 /* Backward from the logits' gradient (after loss): grads overwritten with this rank's pieces. */
 int rm_tp_mlp_backward(rm_tp_mlp *m, const float *x, int rows, rm_err *err);
+/* A stage's backward of rows [off, off + rows): dy the gradient of its output rows (overwritten),
+ * x its input rows; the pieces' gradients written (accumulate: added); unless dx is NULL the input
+ * gradient rows into dx (whole: summed over the group). bwd_floats grows by what went through ar. */
+int rm_tp_mlp_backward_rows(rm_tp_mlp *m, const float *x, int off, int rows, float *dy, float *dx,
+                            bool accumulate, rm_err *err);
 #endif

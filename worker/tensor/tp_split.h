@@ -27,11 +27,13 @@
 typedef int (*rm_tp_allreduce_fn)(void *ud, float *buf, size_t n, rm_err *err);
 
 typedef struct rm_tp_split_ops rm_tp_split_ops;
+typedef struct rm_tp_stage_ops rm_tp_stage_ops;
 
 typedef struct rm_tp_split {
     const rm_tp_split_ops *ops;
     rm_model_shape shape; /* the whole model's */
     int T, t;
+    int P, p; /* pipeline stages and this rank's stage (P = 1: the whole model); set before init */
     rm_tp_allreduce_fn ar;
     void *ud;
     float *params, *grads; /* this rank's pieces, n floats each (the family's buffers) */
@@ -42,11 +44,13 @@ typedef struct rm_tp_split {
 
 struct rm_tp_split_ops {
     const char *family; /* the rm_model_family it splits ("mlp", "gpt") */
-    /* Plan tensor rank s->t of s->T for s->shape and allocate for max_batch rows (s->shape, T, t,
-     * ar and ud set by the caller); fills params, grads, n and nwhole. RM_EINVAL naming the field
-     * T does not divide; RM_ENOMEM. */
+    /* The stage compute with pipeline stages (T x P); NULL: the family splits only P = 1. */
+    const rm_tp_stage_ops *stage;
+    /* Plan tensor rank s->t of s->T of stage s->p of s->P for s->shape and allocate for max_batch
+     * rows (s->shape, T, t, P, p, ar and ud set by the caller); fills params, grads, n and nwhole
+     * (the sizes depend on p, not on t). RM_EINVAL naming the field T does not divide; RM_ENOMEM. */
     int (*init)(rm_tp_split *s, const rm_kernels *k, int max_batch, rm_err *err);
-    /* Become tensor rank t (the slices move; the sizes stay). */
+    /* Become tensor rank t (of the same stage: the slices move; the sizes stay). */
     int (*set_rank)(rm_tp_split *s, int t, rm_err *err);
     void (*free)(rm_tp_split *s);
     /* Forward, loss and backward of rows rows of x (the family's input rows, replicated over the
@@ -67,22 +71,47 @@ struct rm_tp_split_ops {
     int (*tensors)(const rm_tp_split *s, rm_optim_seg *seg, int cap);
 };
 
+/* A stage of a pipeline whose layers are split across the tensor group (T x P; pipe_sched.h runs
+ * it): the rows of a micro-batch in, the rows of the stage's output out, the family's buffers in
+ * between (each micro-batch's activations at its rows, kept until its backward). Collectives and
+ * the floats they move as in train (fwd_floats, bwd_floats grow; the caller zeroes them). */
+struct rm_tp_stage_ops {
+    /* The layer bounds of P stages into bounds (P + 1 entries). RM_EINVAL naming
+     * spec.parallelism.pipelineStages when the model has too few units for P. */
+    int (*bounds)(const rm_model_shape *shape, int P, int *bounds, rm_err *err);
+    /* Floats per row of the stage's input and output. */
+    void (*widths)(const rm_tp_split *s, int *din, int *dout);
+    /* Forward rows [off, off + rows) from in (those rows: the batch's own input rows on the first
+     * stage, the received activations after). */
+    int (*forward)(rm_tp_split *s, const void *in, int off, int rows, rm_err *err);
+    /* The stage's output rows from off (after the loss, on the last stage: its gradient). */
+    float *(*output)(rm_tp_split *s, int off);
+    /* The last stage: the loss of rows [off, off + rows) against labels (the batch's, from row 0),
+     * scaled by inv_batch, its sum into *loss_sum (host memory), the output replaced by its gradient. */
+    void (*loss)(rm_tp_split *s, const int32_t *labels, int off, int rows, float inv_batch, float *loss_sum);
+    /* Backward rows [off, off + rows) from dy (overwritten); in as forward's; the pieces' gradients
+     * written (accumulate: added); the input gradient rows into dx unless NULL. */
+    int (*backward)(rm_tp_split *s, const void *in, int off, int rows, float *dy, float *dx, bool accumulate,
+                    rm_err *err);
+};
+
 /* A family's table, stamped out once per family (at the end of its .c, which includes <stdlib.h>)
  * so the entries every family shares are written once: `const rm_tp_split_ops TABLE` for family
  * FAMILY over its split model type MODEL (its plan in field p, its pieces in params / grads, its
- * traffic in fwd_floats / bwd_floats) of plan type PLAN, through its functions
- * PLAN_FN(shape, T, t, &plan, err), INIT_FN(m, k, &plan, max_batch, ar, ud, err), FREE_FN(m),
+ * traffic in fwd_floats / bwd_floats) of plan type PLAN, with stage compute STAGE (a
+ * const rm_tp_stage_ops *, or NULL), through its functions
+ * PLAN_FN(shape, T, t, P, p, &plan, err), INIT_FN(m, k, &plan, max_batch, ar, ud, err), FREE_FN(m),
  * SLICE_FN(&plan, whole, local), ASSEMBLE_FN(&plan, local, whole, with_rep),
  * REPLICATED_FN(&plan, i), and two the family defines before it:
  * static int TRAIN_FN(MODEL *m, const void *x, const int32_t *labels, int rows, float *loss_sum,
  * rm_err *err) (forward, loss, backward) and static int TENSORS_FN(const PLAN *p, rm_optim_seg
  * *seg, int cap) (the tensors entry). */
-#define RM_TP_SPLIT_TABLE(TABLE, FAMILY, MODEL, PLAN, PLAN_FN, INIT_FN, FREE_FN, SLICE_FN, ASSEMBLE_FN,      \
-                          REPLICATED_FN, TRAIN_FN, TENSORS_FN)                                               \
+#define RM_TP_SPLIT_TABLE(TABLE, FAMILY, MODEL, PLAN, STAGE, PLAN_FN, INIT_FN, FREE_FN, SLICE_FN,            \
+                          ASSEMBLE_FN, REPLICATED_FN, TRAIN_FN, TENSORS_FN)                                  \
     static int split_init(rm_tp_split *s, const rm_kernels *k, int max_batch, rm_err *err)                   \
     {                                                                                                        \
         PLAN p;                                                                                              \
-        RM_CHECK(PLAN_FN(&s->shape, s->T, s->t, &p, err));                                                   \
+        RM_CHECK(PLAN_FN(&s->shape, s->T, s->t, s->P, s->p, &p, err));                                       \
         MODEL *m = calloc(1, sizeof *m);                                                                     \
         if (!m)                                                                                              \
             return rm_errf(err, RM_ENOMEM, "tensor: out of memory");                                         \
@@ -102,7 +131,7 @@ struct rm_tp_split_ops {
     {                                                                                                        \
         MODEL *m = s->impl;                                                                                  \
         PLAN p;                                                                                              \
-        RM_CHECK(PLAN_FN(&s->shape, s->T, t, &p, err));                                                      \
+        RM_CHECK(PLAN_FN(&s->shape, s->T, t, s->P, s->p, &p, err));                                          \
         m->p = p; /* the same sizes: only the slices move */                                                 \
         s->t = t;                                                                                            \
         return RM_OK;                                                                                        \
@@ -143,6 +172,7 @@ struct rm_tp_split_ops {
     }                                                                                                        \
     const rm_tp_split_ops TABLE = {                                                                          \
         .family = FAMILY,                                                                                    \
+        .stage = STAGE,                                                                                      \
         .init = split_init,                                                                                  \
         .set_rank = split_set_rank,                                                                          \
         .free = split_free,                                                                                  \
