@@ -49,6 +49,7 @@
 #include "worker/optim/optim.h"
 
 typedef struct rm_step rm_step; /* a strategy's state; each module defines its own */
+struct rm_ckpt_run;             /* worker/checkpoint/ckpt_shard.h */
 
 /* What the driver lends a strategy for the process' lifetime. */
 typedef struct rm_step_env {
@@ -224,6 +225,15 @@ typedef struct rm_step_ops {
      * state_restore_layers (required then) with the range's parameters, then its range of each
      * optimizer buffer (the layout state_save writes for a stage), instead of state_restore. */
     bool (*restore_layers)(const rm_step *s, int *u0, int *u1);
+    /* Optional (NULL: false). The state is checkpointed as pieces (tensor parallelism,
+     * docs/models-and-data.md): when this answers true, state_bytes/state_save are this rank's
+     * pieces (the parameters', then each optimizer buffer's, in the strategy's own layout; 0 bytes
+     * on ranks that write none), shard *shard_rank of *shard_world of a pieces set
+     * (worker/checkpoint/ckpt_shard.h), and run (cap entries) gets every shard's runs into the
+     * model's vector, *nruns their count (may exceed cap: nothing is written past it). A restore
+     * takes the whole payload re-assembled from such a set (state_restore). */
+    bool (*ckpt_pieces)(const rm_step *s, int *shard_rank, int *shard_world, struct rm_ckpt_run *run, int cap,
+                        int *nruns);
     void (*state_restore_layers)(rm_step *s, const void *src, int64_t opt_t, float loss_scale,
                                  int scaler_tracker);
     /* Optional (NULL: rm_model_forward on each rank's own slice of the test set). Collective, every

@@ -195,6 +195,7 @@ static void *ckpt_writer_main(void *arg)
         rm_ckpt_seg seg = {w->buf, w->bytes};
         double wait_s = w->wait_s;
         bool stages = w->nstages > 0; /* stage_bounds stay put until this write is collected */
+        bool pieces = w->nruns > 0;   /* as do the runs */
         const rm_ckpt_model *mf = w->model.n > 0 ? &w->model : NULL; /* set before the thread */
         pthread_mutex_unlock(&w->mu);
         rm_err e = {0};
@@ -204,10 +205,13 @@ static void *ckpt_writer_main(void *arg)
         int rc = meta.shard_world && stages /* pipeline stages: per-stage layers */
                      ? rm_ckpt_stage_write(w->dir, &meta, &w->units, mf, w->stage_bounds, &seg, 1, w->keep,
                                            wait_s, path, sizeof path, &e)
-                     : meta.shard_world
-                           ? rm_ckpt_shard_write(w->dir, &meta, &w->units, mf, &seg, 1, w->keep, wait_s, path,
-                                                 sizeof path, &e)
-                           : rm_ckpt_write(w->dir, &meta, &seg, 1, w->keep, path, sizeof path, &e);
+                     : meta.shard_world && pieces /* tensor parallelism: each rank's pieces */
+                           ? rm_ckpt_pieces_write(w->dir, &meta, &w->units, mf, w->runs, w->nruns, &seg, 1,
+                                                  w->keep, wait_s, path, sizeof path, &e)
+                           : meta.shard_world
+                                 ? rm_ckpt_shard_write(w->dir, &meta, &w->units, mf, &seg, 1, w->keep, wait_s,
+                                                       path, sizeof path, &e)
+                                 : rm_ckpt_write(w->dir, &meta, &seg, 1, w->keep, path, sizeof path, &e);
         /* a whole checkpoint's manifest, last (a set's is written by ckpt_shard.c) */
         if (rc == RM_OK && !meta.shard_world && mf)
             rc = rm_ckpt_manifest_write_whole(path, &meta, mf, &e);
@@ -321,6 +325,9 @@ void rm_tr_ckpt_writer_stop(trainer *t)
     free(w->tensors);
     w->tensors = NULL;
     w->model = (rm_ckpt_model){0};
+    free(w->runs);
+    w->runs = NULL;
+    w->nruns = w->runs_cap = 0;
 }
 
 /* Snapshot the state at this step boundary and hand it to the writer (rank 0 under allreduce:
@@ -369,6 +376,25 @@ int rm_tr_ckpt_write(trainer *t, rm_err *err)
         meta.shard_rank = sr;
         meta.shard_floats = bytes / ((size_t)(1 + t->opt.nstate) * sizeof(float));
         w->nstages = sw;
+    }
+    /* tensor parallelism: this rank's pieces as one shard of a pieces set, every shard's runs in
+     * its manifest (worker/checkpoint/ckpt_shard.h) */
+    w->nruns = 0;
+    int nr = 0;
+    if (!meta.shard_world && t->strat->ckpt_pieces &&
+        t->strat->ckpt_pieces(t->st, &sr, &sw, w->runs, w->runs_cap, &nr)) {
+        if (nr > w->runs_cap) { /* the first write, or a larger grid: room for every run */
+            rm_ckpt_run *g = realloc(w->runs, (size_t)nr * sizeof *g);
+            if (!g)
+                return rm_errf(err, RM_ENOMEM, "checkpoint: out of memory for %d pieces", nr);
+            w->runs = g;
+            w->runs_cap = nr;
+            t->strat->ckpt_pieces(t->st, &sr, &sw, w->runs, w->runs_cap, &nr);
+        }
+        meta.shard_world = sw;
+        meta.shard_rank = sr;
+        meta.shard_floats = bytes / ((size_t)(1 + t->opt.nstate) * sizeof(float));
+        w->nruns = nr;
     }
     /* after a device fault the reads fail: never write that as a checkpoint */
     RM_CHECK(t->strat->state_save(t->st, t->host_stage, err));

@@ -99,6 +99,8 @@ typedef struct ckpt_writer {
     rm_ckpt_model model;                      /* ... as every checkpoint's manifest names them (n 0: none) */
     int nstages;                              /* the write in flight is a pipeline stage set (mu) */
     int stage_bounds[RM_MODEL_MAX_UNITS + 1]; /* ... with these unit bounds (mu) */
+    rm_ckpt_run *runs;                        /* the write in flight is a pieces set with these runs (mu; */
+    int nruns, runs_cap;                      /* owned, grown as the strategy asks); nruns 0: not one */
     double wait_s;                            /* sharded: how long to wait for the other ranks' shards */
     rm_ckpt_meta meta;                        /* the write in flight (guarded by mu) */
     const void *buf;                          /* host_stage */

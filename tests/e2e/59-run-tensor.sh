@@ -87,7 +87,11 @@ memb() { grep -h 'msg="memory"' "$W/run-$1/worker-$2.log" | tail -1 | grep -o "$
 for k in params grads optimizer; do
   [ "$(memb t2 1 $k)" = $(( (784 * 64 + 64 + 64 * 10 + 10) * 4 )) ] || fail "T = 2 rank 1 ${k}_bytes $(memb t2 1 $k)"
 done
-ls "$W"/ck-t2/ckpt-000000000050*.rmck >/dev/null || fail "T = 2 wrote no whole checkpoint: $(ls "$W/ck-t2")"
+# checkpoints are each rank's pieces: a set of T shards whose manifest records every piece's runs
+mf=$(ls "$W"/ck-t2/manifest-000000000050-*-2.rmmf 2>/dev/null | head -1)
+[ -n "$mf" ] || fail "T = 2 wrote no pieces set at step 50: $(ls "$W/ck-t2")"
+grep -q '^pieces [0-9]' "$mf" && grep -q '^shard 1 50890 ' "$mf" || fail "T = 2's manifest: $(cat "$mf")"
+! ls "$W"/ck-t2/ckpt-*.rmck >/dev/null 2>&1 || fail "T = 2 gathered a whole checkpoint"
 
 # ---- T = 2's step-50 checkpoint resumed at T = 4 and at T = 1
 for r in "r4 t4" "r1 t1"; do
@@ -99,9 +103,21 @@ for r in "r4 t4" "r1 t1"; do
     >"$W/$1.out" 2>"$W/$1.err"
   RC=$?; set -e
   [ $RC -eq 0 ] || fail "$1 exit $RC"
-  grep -q 'msg="checkpoint loaded" .*step=50 ' "$W/run-$1/worker-0.log" || fail "$1 did not resume at step 50"
+  grep -q 'msg="checkpoint loaded" .*step=50 .*sharded=yes' "$W/run-$1/worker-0.log" || fail "$1 did not resume the set at step 50"
   cmp_export "$1" t1 || fail "T = 2's checkpoint resumed as $2 differs from T = 1: $(cat "$W/cmp-$1-t1.txt")"
 done
+# a corrupt pieces shard: the set is skipped naming the file, never loaded
+mkdir -p "$W/ck-rc"
+cp "$W"/ck-t2/*-000000000050* "$W/ck-rc"/
+f=$(ls "$W"/ck-rc/shard-000000000050-*-1-of-2.rmck)
+printf 'garbage' | dd of="$f" bs=1 seek=200 conv=notrunc 2>/dev/null
+set +e
+"$RM_BIN/ringmaster" run --resume --checkpoint-dir "$W/ck-rc" --run-dir "$W/run-rc" -f "$W/t1.yaml" -o json >"$W/rc.out" 2>"$W/rc.err"
+RC=$?; set -e
+[ $RC -eq 2 ] || fail "--resume from a set with a corrupt shard: exit $RC"
+grep -q 'sharded checkpoint skipped (invalid)" step=50 .*shard 1 of 2 (shard-000000000050-[0-9]*-1-of-2.rmck) unusable: .*header checksum mismatch' "$W/rc.err" &&
+  grep -q 'nothing this job can continue from' "$W/rc.err" || fail "the corrupt shard was not named: $(tail -3 "$W/rc.err")"
+! grep -q 'msg="checkpoint loaded"' "$W/run-rc/worker-0.log" || fail "a set with a corrupt shard was loaded"
 
 # ---- T x P x D: the MLP with two pairs (784-128-64-32-10), stage 0 holding pair (0, 1), stage 1
 # pair (2, 3), each split over its tensor group; activations cross between the stages' same
@@ -143,6 +159,22 @@ grep -q 'msg="tensor round" rank=6 world=8 t=0 T=2 p=1 P=2 d=1 D=2 tensor_comm=s
 # stage 1's first layer is column-parallel: its input gradient (64 rows x 64) is summed (f) for stage 0
 grep -q 'msg="tensor stats" t=1 T=2 steps=[0-9]* fwd_bytes_per_step=2560 bwd_bytes_per_step=16384 ' "$W/run-p221g/worker-3.log" ||
   fail "2 x 2 x 1 stage 1 tensor traffic: $(grep 'tensor stats' "$W/run-p221g/worker-3.log" | tail -1)"
+# 2 x 2 x 1's pieces set (4 shards of two stages' sizes) resumes at T = 1
+mkdir -p "$W/ck-rp1"
+cp "$W"/ck-p221/*-000000000050-* "$W/ck-rp1"/
+grep -q '^shard 3 1210 ' "$W"/ck-rp1/manifest-000000000050-*-4.rmmf || fail "2 x 2 x 1's set: $(cat "$W"/ck-rp1/manifest-*)"
+run_job rp1 --resume -f "$W/p1.yaml" -o json
+[ $RC -eq 0 ] || fail "rp1 exit $RC"
+grep -q 'msg="checkpoint loaded" .*step=50 .*sharded=yes' "$W/run-rp1/worker-0.log" || fail "rp1 did not resume the set at step 50"
+cmp_export rp1 p1 || fail "2 x 2 x 1's checkpoint resumed at T = 1 differs from T = 1: $(cat "$W/cmp-rp1-p1.txt")"
+# `ringmaster export --checkpoint` reads the newest pieces set through its JSON manifest: the
+# run's own export, bit for bit
+mkdir -p "$W/xp"
+"$RM_BIN/ringmaster" export --checkpoint "$W/ck-p221" --out "$W/xp" >"$W/xp.out" 2>"$W/xp.err" ||
+  fail "export --checkpoint of a pieces set: $(tail -2 "$W/xp.err")"
+grep -q '"kind": *"pieces"' "$W"/ck-p221/index-manifest-000000000060-*-4.json || fail "no pieces JSON manifest"
+$PY "$RM_ROOT/tests/e2e/compare-safetensors.py" "$W/xp/model.safetensors" "$W/ck-p221/export/model.safetensors" 0 \
+  >"$W/cmp-xp.txt" 2>&1 || fail "export --checkpoint differs from the run's export: $(cat "$W/cmp-xp.txt")"
 log "T x P x D: 2x2x1 vs T=1: $(cat "$W/cmp-p221-p1.txt"); GPipe: $(cat "$W/cmp-p221g-p1.txt"); 2x2x2 vs D=2: $(cat "$W/cmp-p222-pd2.txt")"
 assert_no_workers
 log "PASS tensor parallelism: T = 2, 4, 2 x 2 and 2 x 2 x 1 / 2 x 2 x 2 match T = 1 / D = 2; resumes at T = 4 and T = 1"

@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include "tests/unit/testutil.h"
 #include "worker/checkpoint/ckpt_shard.h"
@@ -1027,6 +1028,138 @@ static void test_mf_build_checks_coverage(void)
     rm_ckpt_manifest_free(&m);
 }
 
+/* ---- pieces sets (tensor parallelism: rm_ckpt_pieces_write) ---- */
+
+/* Two tensor ranks' pieces of the 3-layer model: layer 0 split by columns (rank 0 columns [0, 4)
+ * of 7, rank 1 [4, 7): 20 rows each, and their bias parts), layers 1 and 2 replicated (rank 0's
+ * recorded, rank 1 holds a copy no run lists). */
+static const rm_ckpt_run k_runs[] = {
+    {.shard = 0, .rows = 20, .local = 0, .lstride = 4, .whole = 0, .wstride = 7, .len = 4},
+    {.shard = 0, .rows = 1, .local = 80, .lstride = 4, .whole = 140, .wstride = 4, .len = 4},
+    {.shard = 0, .rows = 1, .local = 84, .lstride = 58, .whole = 147, .wstride = 58, .len = 58},
+    {.shard = 1, .rows = 20, .local = 0, .lstride = 3, .whole = 4, .wstride = 7, .len = 3},
+    {.shard = 1, .rows = 1, .local = 60, .lstride = 3, .whole = 144, .wstride = 3, .len = 3},
+};
+static const uint64_t k_floats[2] = {142, 121};
+
+/* Shard r of a pieces set at step: every float its runs list holds the whole vectors' value, the
+ * rest (a replicated copy) -1; runs/n what goes in the manifest. */
+static int pieces_shard(int r, int64_t step, const rm_ckpt_run *runs, int n, double wait_s, rm_err *e)
+{
+    uint64_t T = k_floats[r];
+    float *buf = malloc(3 * T * sizeof(float));
+    for (uint64_t i = 0; i < 3 * T; i++)
+        buf[i] = -1;
+    for (int i = 0; i < (int)RM_ARRAY_LEN(k_runs); i++) {
+        const rm_ckpt_run *x = &k_runs[i];
+        for (int b = 0; b < 3 && x->shard == r; b++)
+            for (uint32_t row = 0; row < x->rows; row++)
+                for (uint64_t j = 0; j < x->len; j++)
+                    buf[b * T + x->local + row * x->lstride + j] =
+                        val(step, b, x->whole + row * x->wstride + j);
+    }
+    rm_ckpt_meta m = g_meta;
+    m.step = step;
+    m.opt_t = step;
+    m.rdzv_epoch = 1;
+    m.world_size = 2;
+    m.shard_world = 2;
+    m.shard_rank = r;
+    m.shard_floats = T;
+    rm_ckpt_seg seg = {buf, 3 * T * sizeof(float)};
+    char path[4200];
+    int rc = rm_ckpt_pieces_write(g_dir, &m, &g_units, &g_model, runs, n, &seg, 1, 5, wait_s, path,
+                                  sizeof path, e);
+    free(buf);
+    return rc;
+}
+
+/* A pieces set assembles the whole payload from its runs: re-sharded to any world (every parameter,
+ * the planned optimizer pieces) and cut to any layer range, exactly the values written; the rest
+ * of a shard (a replicated copy) is never read. */
+static void test_pieces_round_trip(void)
+{
+    rm_test_clear_dir(g_dir);
+    rm_err e = {0};
+    int n = (int)RM_ARRAY_LEN(k_runs);
+    CU_ASSERT_EQUAL(pieces_shard(0, 70, k_runs, n, 0, &e), RM_ETIMEDOUT);
+    CU_ASSERT_EQUAL(pieces_shard(1, 70, k_runs, n, 5, &e), RM_OK);
+    for (int nw = 1; nw <= 3; nw++)
+        for (int nr = 0; nr < nw; nr++) {
+            int skipped = -1;
+            CU_ASSERT_EQUAL(load_check(nw, nr, -1, &skipped, &e), 70);
+            CU_ASSERT_EQUAL(skipped, 0);
+        }
+    for (int u0 = 0; u0 < 3; u0++)
+        for (int u1 = u0 + 1; u1 <= 3; u1++) {
+            int skipped = -1;
+            CU_ASSERT_EQUAL(layers_check(false, u0, u1, &skipped, &e), 70);
+        }
+    char mname[128], mpath[4400];
+    rm_ckpt_manifest_name(mname, sizeof mname, 70, 1, 2);
+    snprintf(mpath, sizeof mpath, "%s/%s", g_dir, mname);
+    size_t len = 0;
+    char *text = rm_test_read_file(mpath, &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    CU_ASSERT_PTR_NOT_NULL(strstr(text, "\npieces 5\nrun 0 0 4 0 7 20 4\n"));
+    free(text);
+    /* the JSON manifest names the same pieces: layer 0's weight in 20 rows of each rank's columns */
+    char jp[4200];
+    rm_ckpt_manifest m;
+    CU_ASSERT_EQUAL_FATAL(read_json("index-manifest-000000000070-1-2.json", jp, &m), RM_OK);
+    CU_ASSERT_STRING_EQUAL(m.kind, "pieces");
+    CU_ASSERT_EQUAL(m.nfiles, 2);
+    CU_ASSERT_EQUAL(m.tensors[0].npieces, 40);
+    CU_ASSERT(round_trips(jp, &m));
+    CU_ASSERT(assembles(&m, 0, 205));
+    rm_ckpt_manifest_free(&m);
+}
+
+/* Runs that overlap or leave a parameter uncovered are refused at write (no manifest: the set
+ * never completes), and a manifest whose runs were changed under a valid checksum is skipped,
+ * naming the fault. */
+static void test_pieces_bad_runs(void)
+{
+    rm_test_clear_dir(g_dir);
+    rm_err e = {0};
+    rm_ckpt_run bad[RM_ARRAY_LEN(k_runs)];
+    memcpy(bad, k_runs, sizeof bad);
+    bad[3].whole = 3; /* rank 1's columns start one early: overlaps rank 0's, and column 6 is bare */
+    CU_ASSERT_EQUAL(pieces_shard(0, 80, bad, 5, 0, &e), RM_ETIMEDOUT);
+    CU_ASSERT_EQUAL(pieces_shard(1, 80, bad, 5, 5, &e), RM_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "runs overlap"));
+    memcpy(bad, k_runs, sizeof bad);
+    CU_ASSERT_EQUAL(pieces_shard(1, 81, bad, 4, 0, &e), RM_ETIMEDOUT); /* rank 1's bias missing */
+    CU_ASSERT_EQUAL(pieces_shard(0, 81, bad, 4, 5, &e), RM_EINVAL);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "a parameter no run covers"));
+    int skipped = -1;
+    CU_ASSERT_EQUAL(load_check(1, 0, -1, &skipped, &e), -1);
+    /* a good set, then its manifest's first run moved past the parameters, its checksum redone */
+    CU_ASSERT_EQUAL(pieces_shard(0, 90, k_runs, 5, 0, &e), RM_ETIMEDOUT);
+    CU_ASSERT_EQUAL(pieces_shard(1, 90, k_runs, 5, 5, &e), RM_OK);
+    char mname[128], mpath[4400];
+    rm_ckpt_manifest_name(mname, sizeof mname, 90, 1, 2);
+    snprintf(mpath, sizeof mpath, "%s/%s", g_dir, mname);
+    size_t len = 0;
+    char *text = rm_test_read_file(mpath, &len);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(text);
+    char *run = strstr(text, "\nrun 0 84 58 147 58 1 58\n");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(run);
+    memcpy(run + 1, "run 0 84 58 148 58 1 58", 23); /* one float past the end, same length */
+    char *end = strstr(text, "\nend ");
+    CU_ASSERT_PTR_NOT_NULL_FATAL(end);
+    size_t body = (size_t)(end - text) + 1;
+    char tail[32];
+    snprintf(tail, sizeof tail, "end %08lx\n", crc32(0L, (const unsigned char *)text, (uInt)body));
+    memcpy(text + body, tail, strlen(tail));
+    CU_ASSERT_EQUAL(rm_test_write_file(mpath, text, body + strlen(tail)), 0);
+    free(text);
+    e = (rm_err){0};
+    CU_ASSERT_EQUAL(load_check(1, 0, -1, &skipped, &e), -1);
+    CU_ASSERT_EQUAL(skipped, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "pieces layout: a run outside its shard or the parameters (run 2)"));
+}
+
 void rm_suite_ckpt_shard(void);
 void rm_suite_ckpt_shard(void)
 {
@@ -1039,6 +1172,8 @@ void rm_suite_ckpt_shard(void)
         {"layers_any_layout", test_layers_any_layout},
         {"layers_corrupt_outside_range_falls_back", test_layers_corrupt_outside_range_falls_back},
         {"read_ranges_across_chunks", test_read_ranges_across_chunks},
+        {"pieces_round_trip", test_pieces_round_trip},
+        {"pieces_bad_runs", test_pieces_bad_runs},
     };
     RM_ADD_SUITE("ckpt_shard", suite_init, suite_clean, cases);
     static const rm_test_case mf_cases[] = {

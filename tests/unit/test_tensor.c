@@ -110,11 +110,25 @@ static void test_slice_assemble(void)
     free(loc);
 }
 
+/* A rank's pieces (local) through its checkpoint runs into whole (worker/checkpoint/ckpt_shard.h):
+ * the reader's assembly; counts how often each whole float is written into hits. */
+static void apply_runs(const rm_ckpt_run *run, int n, const float *local, float *whole, uint8_t *hits)
+{
+    for (int i = 0; i < n; i++)
+        for (uint32_t r = 0; r < run[i].rows; r++)
+            for (uint64_t j = 0; j < run[i].len; j++) {
+                uint64_t w = run[i].whole + r * run[i].wstride + j;
+                whole[w] = local[run[i].local + r * run[i].lstride + j];
+                hits[w]++;
+            }
+}
+
 /* T x P (docs/models-and-data.md, "Tensor parallelism"): for every T that divides the split widths
  * and every P up to the pairs, the stages hold contiguous whole pairs covering the model (a
  * column layer never ends a stage), each stage's pieces pair from its first layer, the T x P
- * ranks' pieces (replicated ones from t = 0) sum to the whole model, and a stage's input gradient
- * is summed (f) exactly when its first layer is column-parallel. */
+ * ranks' pieces (replicated ones from t = 0) sum to the whole model, their checkpoint runs cover
+ * it exactly once with the same values, and a stage's input gradient is summed (f) exactly when
+ * its first layer is column-parallel. */
 static void test_stage_tables(void)
 {
     int h[4] = {24, 12, 24, 12}; /* 5 layers: pairs (0,1) (2,3) and layer 4 alone */
@@ -136,7 +150,8 @@ static void test_stage_tables(void)
             CU_ASSERT_EQUAL(b[0], 0);
             CU_ASSERT_EQUAL(b[P], 5);
             size_t W = 0;
-            float *whole = NULL, *back = NULL;
+            float *whole = NULL, *back = NULL, *viaruns = NULL;
+            uint8_t *hits = NULL;
             for (int p = 0; p < P; p++) {
                 CU_ASSERT(b[p] < b[p + 1]);
                 CU_ASSERT_EQUAL(b[p] % 2, 0); /* whole pairs */
@@ -147,6 +162,8 @@ static void test_stage_tables(void)
                         W = pl.nwhole;
                         whole = malloc(W * sizeof(float));
                         back = calloc(W, sizeof(float));
+                        viaruns = calloc(W, sizeof(float));
+                        hits = calloc(W, 1);
                         for (size_t i = 0; i < W; i++)
                             whole[i] = (float)(i + 1);
                     }
@@ -171,14 +188,23 @@ static void test_stage_tables(void)
                     rm_tp_assemble(&pl, loc, mine, t == 0);
                     for (size_t i = 0; i < W; i++)
                         back[i] += mine[i];
+                    rm_ckpt_run runs[32];
+                    int nr = rm_tp_mlp_runs(&pl, p * T + t, runs, 32);
+                    CU_ASSERT_FATAL(nr >= 0 && nr <= 32); /* 0: a stage of replicated layers, t > 0 */
+                    apply_runs(runs, nr, loc, viaruns, hits);
                     free(loc);
                     free(mine);
                 }
             }
-            for (size_t i = 0; i < W; i++)
+            for (size_t i = 0; i < W; i++) {
                 CU_ASSERT_EQUAL_FATAL(back[i], whole[i]);
+                CU_ASSERT_EQUAL_FATAL(viaruns[i], whole[i]);
+                CU_ASSERT_EQUAL_FATAL(hits[i], 1);
+            }
             free(whole);
             free(back);
+            free(viaruns);
+            free(hits);
         }
     }
 }
@@ -398,7 +424,8 @@ static void test_gpt_slice_assemble(void)
             CU_ASSERT_EQUAL_FATAL(rm_tp_gpt_plan_make(&s, T, t, &p[t], &e), RM_OK);
         size_t W = p[0].nwhole;
         float *whole = malloc(W * sizeof(float)), *back = calloc(W, sizeof(float));
-        float *loc = malloc(p[0].n * sizeof(float));
+        float *viaruns = calloc(W, sizeof(float)), *loc = malloc(p[0].n * sizeof(float));
+        uint8_t *hits = calloc(W, 1);
         for (size_t i = 0; i < W; i++)
             whole[i] = (float)i + 1.0f;
         for (int t = 0; t < T; t++) {
@@ -408,16 +435,25 @@ static void test_gpt_slice_assemble(void)
             for (size_t i = 0; i < W; i++)
                 back[i] += mine[i];
             free(mine);
+            rm_ckpt_run runs[64]; /* the checkpoint's runs: the same pieces */
+            int nr = rm_tp_gpt_runs(&p[t], t, runs, 64);
+            CU_ASSERT_FATAL(nr >= 1 && nr <= 64);
+            apply_runs(runs, nr, loc, viaruns, hits);
             /* the padding rows of wte are zero */
             for (int j = 0; j < p[t].Vl; j++)
                 if (t * p[t].Vl + j >= p[t].V)
                     for (int i = 0; i < p[t].C; i++)
                         CU_ASSERT_EQUAL(loc[(size_t)j * (size_t)p[t].C + (size_t)i], 0.0f);
         }
-        for (size_t i = 0; i < W; i++)
+        for (size_t i = 0; i < W; i++) {
             CU_ASSERT_EQUAL_FATAL(back[i], whole[i]);
+            CU_ASSERT_EQUAL_FATAL(viaruns[i], whole[i]);
+            CU_ASSERT_EQUAL_FATAL(hits[i], 1);
+        }
         free(whole);
         free(back);
+        free(viaruns);
+        free(hits);
         free(loc);
     }
 }

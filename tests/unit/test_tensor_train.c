@@ -10,9 +10,10 @@
  *     step as the split's event table counts them (plus clipping's one float) under its tensor
  *     rank (rm_step_stats.tensor_*: what the driver exports on /metrics);
  *   - the MLP through the same table, T = 2 x D = 2 against D = 2;
- *   - checkpoints: T = 2's (state_gather + state_save on rank 0: the whole model and optimizer
- *     state, the payload T = 1 writes) restores at T = 1 and at T = 4 to exactly its parameters, and
- *     training on from it reaches the uninterrupted T = 1 run's parameters and optimizer state. */
+ *   - checkpoints: T = 2's (each rank's state_save: its pieces, put together through the runs
+ *     ckpt_pieces gives, as the checkpoint reader does: the payload T = 1 writes) restores at
+ *     T = 1 and at T = 4 to exactly its parameters, and training on from it reaches the
+ *     uninterrupted T = 1 run's parameters and optimizer state. */
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -42,7 +43,7 @@ typedef struct tworld {
     int step0, steps; /* the data of steps step0 .. step0 + steps - 1 */
     const void *restore;
     int64_t restore_t; /* with restore: start from this payload instead of a fresh state */
-    bool save;         /* rank 0 keeps its checkpoint payload (after a state_gather on every rank) */
+    bool save;         /* every rank keeps its checkpoint pieces (state_save) and runs (ckpt_pieces) */
     rm_rdzv_peer peers[MAXW];
     rm_ring_listener *lst[MAXW];
     struct trank {
@@ -56,9 +57,12 @@ typedef struct tworld {
         uint64_t tbytes[MAXSTEPS];
         int tensor_rank;
         bool tensor;
-        void *ckpt;
+        void *ckpt; /* its pieces (then, rank 0's after assemble_ckpt: the whole payload) */
         size_t ckpt_bytes;
         int64_t ckpt_t;
+        int shard, shards; /* ckpt_pieces: which shard of how many */
+        rm_ckpt_run runs[256];
+        int nruns;
     } r[MAXW];
 } tworld;
 
@@ -151,22 +155,14 @@ static void *rank_main(void *arg)
         r->tensor_rank = ss.tensor_rank;
         r->tbytes[s] = ss.tensor_bytes;
     }
-    if (w->save) { /* a checkpoint: the gather is collective, rank 0 writes */
-        size_t cap = (size_t)(1 + o.nstate) * m.nparams * sizeof(float); /* the whole payload */
-        void *buf = malloc(cap);
-        if (!buf || (ops->state_gather && (r->rc = ops->state_gather(st, buf, e)))) {
+    if (w->save) { /* a checkpoint: each rank its pieces, no collective */
+        size_t nb = ops->state_bytes(st, r->rank);
+        void *buf = malloc(nb ? nb : 1);
+        if (!buf || !ops->ckpt_pieces ||
+            !ops->ckpt_pieces(st, &r->shard, &r->shards, r->runs, (int)RM_ARRAY_LEN(r->runs), &r->nruns) ||
+            r->nruns > (int)RM_ARRAY_LEN(r->runs) || (nb && (r->rc = ops->state_save(st, buf, e)))) {
             free(buf);
-            r->rc = r->rc ? r->rc : RM_ENOMEM;
-            goto out;
-        }
-        size_t nb = ops->state_bytes(st, 0);
-        if (nb > cap) {
-            free(buf);
-            r->rc = rm_errf(e, RM_EINVAL, "state_bytes %zu over the whole payload %zu", nb, cap);
-            goto out;
-        }
-        if (r->rank == 0 && (r->rc = ops->state_save(st, buf, e))) {
-            free(buf);
+            r->rc = r->rc ? r->rc : rm_errf(e, RM_EINVAL, "no checkpoint pieces");
             goto out;
         }
         r->ckpt = buf;
@@ -354,6 +350,38 @@ static void test_mlp_t2_d2(void)
     check_parity(false, 2, 2, "mlp T=2 x D=2");
 }
 
+/* The whole payload from the ranks' pieces (1 + nstate buffers of n floats), through rank 0's
+ * runs of every shard, as worker/checkpoint/ckpt_shard.c puts a pieces set together; counts how
+ * often each parameter is written into *dup (must be once). */
+static void *assemble_ckpt(const tworld *w, size_t n, int nstate, int *dup)
+{
+    float *whole = calloc((size_t)(1 + nstate) * n, sizeof(float));
+    uint8_t *hits = calloc(n, 1);
+    const struct trank *r0 = &w->r[0];
+    for (int i = 0; i < w->n; i++) {
+        const struct trank *r = &w->r[i];
+        if (!r->ckpt_bytes)
+            continue;
+        size_t fl = r->ckpt_bytes / ((size_t)(1 + nstate) * sizeof(float));
+        for (int k = 0; k < r0->nruns; k++) {
+            const rm_ckpt_run *x = &r0->runs[k];
+            for (int b = 0; x->shard == r->shard && b <= nstate; b++)
+                for (uint32_t row = 0; row < x->rows; row++)
+                    for (uint64_t j = 0; j < x->len; j++) {
+                        uint64_t at = x->whole + row * x->wstride + j;
+                        whole[b * n + at] =
+                            ((const float *)r->ckpt)[b * fl + x->local + row * x->lstride + j];
+                        hits[at] += b == 0;
+                    }
+        }
+    }
+    *dup = 0;
+    for (size_t i = 0; i < n; i++)
+        *dup += hits[i] != 1;
+    free(hits);
+    return whole;
+}
+
 /* T = 2's checkpoint after 3 steps, restored at T = 1 and at T = 4, then 3 more steps each:
  * exactly the saved state after the restore, T = 1's uninterrupted 6 steps at the end. */
 static void test_gpt_checkpoint_across_t(void)
@@ -362,12 +390,20 @@ static void test_gpt_checkpoint_across_t(void)
     tworld t2, full;
     CU_ASSERT_EQUAL_FATAL(trun(&t2, true, 2, 2, 0, S1, NULL, 0, true), RM_OK);
     CU_ASSERT_EQUAL_FATAL(trun(&full, true, 1, 1, 0, S1 + S2, NULL, 0, false), RM_OK);
-    const struct trank *w0 = &t2.r[0];
+    struct trank *w0 = &t2.r[0];
     size_t n = w0->nparams;
     CU_ASSERT_PTR_NOT_NULL_FATAL(w0->ckpt);
-    CU_ASSERT_EQUAL_FATAL(w0->ckpt_bytes, 3 * n * sizeof(float)); /* params, Adam's m and v: T = 1's */
     CU_ASSERT_EQUAL(w0->ckpt_t, S1);
-    /* the payload is the assembled model: what T = 2 holds after its gather */
+    CU_ASSERT_EQUAL(w0->shards, 2);
+    CU_ASSERT(t2.r[1].shard == 1 && t2.r[1].nruns == w0->nruns);
+    /* each rank's pieces are about half of the whole payload (params, Adam's m and v) */
+    CU_ASSERT(w0->ckpt_bytes < 3 * n * sizeof(float) * 6 / 10 && t2.r[1].ckpt_bytes == w0->ckpt_bytes);
+    int dup = -1;
+    void *whole = assemble_ckpt(&t2, n, 2, &dup);
+    CU_ASSERT_EQUAL(dup, 0); /* every parameter from exactly one piece */
+    free(w0->ckpt);
+    w0->ckpt = whole;
+    /* the payload is the model T = 2 holds (assembled by materialize) */
     CU_ASSERT_EQUAL(memcmp(w0->ckpt, w0->params, n * sizeof(float)), 0);
     const int Ts[] = {1, 4};
     for (size_t i = 0; i < RM_ARRAY_LEN(Ts); i++) {

@@ -89,19 +89,23 @@ typedef struct manifest {
     size_t uoff[RM_SHARD_MAX_UNITS], ulen[RM_SHARD_MAX_UNITS];
     int nstages; /* stage layout (ckpt_shard.h); 0: balanced */
     int sbound[RM_SHARD_MAX_UNITS + 1];
-    mshard *sh; /* world of them, owned */
+    mshard *sh;       /* world of them, owned */
+    rm_ckpt_run *run; /* pieces layout: nrun runs, owned (NULL: another layout) */
+    int nrun;
 } manifest;
 
 static void manifest_free(manifest *m)
 {
     free(m->sh);
+    free(m->run);
     m->sh = NULL;
+    m->run = NULL;
 }
 
 /* Text of m into a malloc'd buffer (*out, *n). */
 static int manifest_encode(const manifest *m, char **out, size_t *n, rm_err *err)
 {
-    size_t cap = 512 + (size_t)m->nunits * 48 + (size_t)m->world * (NAME_CAP + 64);
+    size_t cap = 512 + (size_t)m->nunits * 48 + (size_t)m->world * (NAME_CAP + 64) + (size_t)m->nrun * 160;
     char *b = malloc(cap);
     if (!b)
         return rm_errf(err, RM_ENOMEM, "checkpoint manifest: out of memory");
@@ -120,6 +124,15 @@ static int manifest_encode(const manifest *m, char **out, size_t *n, rm_err *err
     }
     for (int r = 0; r < m->world; r++)
         EMIT("shard %d %llu %08x %s\n", r, (unsigned long long)m->sh[r].floats, m->sh[r].crc, m->sh[r].name);
+    if (m->run) {
+        EMIT("pieces %d\n", m->nrun);
+        for (int i = 0; i < m->nrun; i++) {
+            const rm_ckpt_run *x = &m->run[i];
+            EMIT("run %d %llu %llu %llu %llu %u %llu\n", x->shard, (unsigned long long)x->local,
+                 (unsigned long long)x->lstride, (unsigned long long)x->whole, (unsigned long long)x->wstride,
+                 x->rows, (unsigned long long)x->len);
+        }
+    }
     if (at + 32 >= cap) {
         free(b);
         return rm_errf(err, RM_ETOOBIG, "checkpoint manifest: too long");
@@ -141,6 +154,52 @@ static bool stages_ok(int nstages, const int *b, int world, int nunits)
         if (b[i + 1] <= b[i])
             return false;
     return true;
+}
+
+/* A pieces layout's runs against the shards and the vector: each run inside its shard (the
+ * shard's floats) and inside nparams, every parameter covered exactly once. NULL when they hold,
+ * else what is wrong (static text; *bad the run). */
+static const char *pieces_check(const manifest *m, int *bad)
+{
+    *bad = -1;
+    if (m->nrun < 1 || m->nrun > RM_CKPT_MAX_RUNS)
+        return "no runs, or too many";
+    uint64_t n = m->nparams;
+    uint8_t *seen = calloc(n / 8 + 1, 1);
+    if (!seen)
+        return "out of memory checking the runs";
+    const char *why = NULL;
+    for (int i = 0; i < m->nrun && !why; i++) {
+        const rm_ckpt_run *x = &m->run[i];
+        *bad = i;
+        uint64_t rows = x->rows;
+        if (x->shard < 0 || x->shard >= m->world || rows < 1 || x->len < 1 ||
+            (rows > 1 && (x->lstride < x->len || x->wstride < x->len))) {
+            why = "a run with a bad shard, shape or stride";
+            break;
+        }
+        uint64_t lend = x->local + (rows - 1) * x->lstride + x->len,
+                 wend = x->whole + (rows - 1) * x->wstride + x->len;
+        if (lend > m->sh[x->shard].floats || lend < x->local || wend > n || wend < x->whole) {
+            why = "a run outside its shard or the parameters";
+            break;
+        }
+        for (uint64_t r = 0; r < rows && !why; r++)
+            for (uint64_t j = 0, w = x->whole + r * x->wstride; j < x->len; j++, w++) {
+                if (seen[w / 8] & (1u << (w % 8))) {
+                    why = "runs overlap";
+                    break;
+                }
+                seen[w / 8] |= (uint8_t)(1u << (w % 8));
+            }
+    }
+    for (uint64_t w = 0; w < n && !why; w++)
+        if (!(seen[w / 8] & (1u << (w % 8)))) {
+            *bad = -1;
+            why = "a parameter no run covers";
+        }
+    free(seen);
+    return why;
 }
 
 /* Read and verify the manifest at path (capped at RM_CKPT_MANIFEST_MAX bytes). */
@@ -182,7 +241,7 @@ static int manifest_read(const char *path, manifest *m, rm_err *err)
     char *save = NULL, *line = strtok_r(b, "\n", &save);
     long long ll;
     unsigned long long ull;
-    int nsh = 0, nu = 0;
+    int nsh = 0, nu = 0, nr = 0;
     if (!line || strcmp(line, MANIFEST_MAGIC) != 0) {
         rc = rm_errf(err, RM_EINVAL, "%s: not a ringmaster shard manifest", path);
         goto out;
@@ -233,6 +292,25 @@ static int manifest_read(const char *path, manifest *m, rm_err *err)
             if (*q)
                 goto bad;
             m->nstages = k;
+        } else if (sscanf(line, "pieces %d", &k) == 1) {
+            if (k < 1 || k > RM_CKPT_MAX_RUNS || m->run)
+                goto bad;
+            if (!(m->run = calloc((size_t)k, sizeof *m->run))) {
+                rc = rm_errf(err, RM_ENOMEM, "%s: out of memory", path);
+                goto out;
+            }
+            m->nrun = k;
+        } else if (strncmp(line, "run ", 4) == 0) {
+            unsigned long long lo, ls, wo, ws, ln;
+            unsigned rows;
+            int used2 = 0;
+            if (!m->run || nr >= m->nrun ||
+                sscanf(line, "run %d %llu %llu %llu %llu %u %llu%n", &r, &lo, &ls, &wo, &ws, &rows, &ln,
+                       &used2) != 7 ||
+                line[used2])
+                goto bad;
+            m->run[nr++] = (rm_ckpt_run){
+                .shard = r, .rows = rows, .local = lo, .lstride = ls, .whole = wo, .wstride = ws, .len = ln};
         } else if (sscanf(line, "shard %d %llu %8x %95s", &r, &ull, &c, name) == 4) {
             if (!m->sh || r != nsh || r >= m->world)
                 goto bad;
@@ -246,8 +324,17 @@ static int manifest_read(const char *path, manifest *m, rm_err *err)
     }
     if (!m->sh || nsh != m->world || m->nunits < 1 || nu != m->nunits || m->nstate < 0 ||
         m->nstate > RM_CKPT_MAX_STATE ||
-        (m->nstages && !stages_ok(m->nstages, m->sbound, m->world, m->nunits)))
+        (m->nstages && !stages_ok(m->nstages, m->sbound, m->world, m->nunits)) || (m->run && nr != m->nrun) ||
+        (m->run && m->nstages))
         goto bad;
+    if (m->run) {
+        int which;
+        const char *why = pieces_check(m, &which);
+        if (why) {
+            rc = rm_errf(err, RM_EINVAL, "%s: pieces layout: %s (run %d)", path, why, which);
+            goto out;
+        }
+    }
     goto out;
 bad:
     rc = rm_errf(err, RM_EINVAL, "%s: malformed manifest", path);
@@ -406,7 +493,25 @@ static int json_write(const char *dir, const char *mname, const rm_ckpt_meta *me
         return rm_errf(err, RM_ENOMEM, "checkpoint manifest: out of memory");
     }
     int rc = RM_OK;
-    for (int r = 0; r < m->world && rc == RM_OK; r++) {
+    if (m->run) { /* a pieces set: each run's rows are spans of its shard */
+        size_t total = 0;
+        for (int i = 0; i < m->nrun; i++)
+            total += m->run[i].rows;
+        free(sp);
+        if (!(sp = calloc(total ? total : 1, sizeof *sp)))
+            rc = rm_errf(err, RM_ENOMEM, "checkpoint manifest: out of memory");
+        size_t at = 0;
+        for (int r = 0; r < m->world && rc == RM_OK; r++) {
+            fm[r] = (rm_ckpt_file_map){
+                .name = m->sh[r].name, .crc = m->sh[r].crc, .floats = m->sh[r].floats, .spans = sp + at};
+            for (int i = 0; i < m->nrun; i++)
+                for (uint32_t row = 0; m->run[i].shard == r && row < m->run[i].rows;
+                     row++, at++, fm[r].nspans++)
+                    sp[at] = (rm_ckpt_span){m->run[i].whole + row * m->run[i].wstride, m->run[i].len,
+                                            m->run[i].local + row * m->run[i].lstride};
+        }
+    }
+    for (int r = 0; r < m->world && rc == RM_OK && !m->run; r++) {
         rm_unit_shard o;
         if (old_shard(m, units, r, &o) != 0) {
             rc = rm_errf(err, RM_EINVAL, "checkpoint manifest: bad layout");
@@ -421,7 +526,11 @@ static int json_write(const char *dir, const char *mname, const rm_ckpt_meta *me
     }
     rm_ckpt_manifest mf;
     if (rc == RM_OK)
-        rc = rm_ckpt_manifest_build(meta, m->nstages ? "stages" : "sharded", model, fm, m->world, &mf, err);
+        rc = rm_ckpt_manifest_build(meta,
+                                    m->nstages ? "stages"
+                                    : m->run   ? "pieces"
+                                               : "sharded",
+                                    model, fm, m->world, &mf, err);
     if (rc == RM_OK) {
         rc = rm_ckpt_manifest_write(dir, jname, &mf, err);
         rm_ckpt_manifest_free(&mf);
@@ -431,10 +540,11 @@ static int json_write(const char *dir, const char *mname, const rm_ckpt_meta *me
     return rc;
 }
 
-/* Both layouts: stage_bounds NULL is the balanced one. */
+/* Every layout: stage_bounds and runs NULL is the balanced one. */
 static int set_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
-                     const rm_ckpt_model *model, const int *stage_bounds, const rm_ckpt_seg *segs, int nsegs,
-                     int keep, double wait_s, char *path_out, size_t path_cap, rm_err *err)
+                     const rm_ckpt_model *model, const int *stage_bounds, const rm_ckpt_run *runs, int nruns,
+                     const rm_ckpt_seg *segs, int nsegs, int keep, double wait_s, char *path_out,
+                     size_t path_cap, rm_err *err)
 {
     const int W = meta->shard_world, me = meta->shard_rank, ep = meta->rdzv_epoch;
     if (W < 1 || W > MAX_WORLD || me < 0 || me >= W)
@@ -513,6 +623,20 @@ static int set_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_un
             rc = rm_errf(err, RM_EINVAL, "%s: shard header does not match its name", sp);
         m.sh[r].floats = hm.shard_floats;
     }
+    if (rc == RM_OK && runs) { /* checked as a reader will check them */
+        int which;
+        const char *why = NULL;
+        m.nrun = nruns;
+        if (nruns < 1 || nruns > RM_CKPT_MAX_RUNS || !(m.run = malloc((size_t)nruns * sizeof *m.run)))
+            why = nruns < 1 || nruns > RM_CKPT_MAX_RUNS ? "no runs, or too many" : "out of memory";
+        else {
+            memcpy(m.run, runs, (size_t)nruns * sizeof *m.run);
+            why = pieces_check(&m, &which);
+        }
+        if (why)
+            rc = rm_errf(err, RM_EINVAL, "pieces checkpoint step %lld: %s (run %d)", (long long)meta->step,
+                         why, which);
+    }
     char *text = NULL;
     size_t tn = 0;
     if (rc == RM_OK)
@@ -530,7 +654,9 @@ static int set_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_un
         return rc;
     }
     rm_info("sharded checkpoint complete manifest=%s shards=%d layout=%s", mpath, W,
-            stage_bounds ? "stages" : "balanced");
+            stage_bounds ? "stages"
+            : runs       ? "pieces"
+                         : "balanced");
     /* the JSON manifest last (manifest.h): the set is complete and loadable without it, so a
      * failure here is reported but never undoes the set, and pruning still runs */
     rc = model ? json_write(dir, mname, meta, units, model, &m, err) : RM_OK;
@@ -543,7 +669,19 @@ int rm_ckpt_shard_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt
                         const rm_ckpt_model *model, const rm_ckpt_seg *segs, int nsegs, int keep,
                         double wait_s, char *path_out, size_t path_cap, rm_err *err)
 {
-    return set_write(dir, meta, units, model, NULL, segs, nsegs, keep, wait_s, path_out, path_cap, err);
+    return set_write(dir, meta, units, model, NULL, NULL, 0, segs, nsegs, keep, wait_s, path_out, path_cap,
+                     err);
+}
+
+int rm_ckpt_pieces_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
+                         const rm_ckpt_model *model, const rm_ckpt_run *runs, int nruns,
+                         const rm_ckpt_seg *segs, int nsegs, int keep, double wait_s, char *path_out,
+                         size_t path_cap, rm_err *err)
+{
+    if (!runs)
+        return rm_errf(err, RM_EINVAL, "pieces checkpoint: no runs");
+    return set_write(dir, meta, units, model, NULL, runs, nruns, segs, nsegs, keep, wait_s, path_out,
+                     path_cap, err);
 }
 
 int rm_ckpt_stage_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
@@ -552,8 +690,8 @@ int rm_ckpt_stage_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt
 {
     if (!stage_bounds)
         return rm_errf(err, RM_EINVAL, "stage checkpoint: no stage bounds");
-    return set_write(dir, meta, units, model, stage_bounds, segs, nsegs, keep, wait_s, path_out, path_cap,
-                     err);
+    return set_write(dir, meta, units, model, stage_bounds, NULL, 0, segs, nsegs, keep, wait_s, path_out,
+                     path_cap, err);
 }
 
 /* ---------------- read ---------------- */
@@ -630,10 +768,93 @@ static int shard_matches(const manifest *m, const rm_ckpt_units *units, int r, c
                        "%s: does not match the manifest (rank, world, step, epoch "
                        "or checksum)",
                        sp);
+    if (m->run) /* a pieces layout: the runs were checked against the manifest's sizes */
+        return RM_OK;
     if (old_shard(m, units, r, old) != 0 || old->total != hm->shard_floats)
         return rm_errf(e, RM_EINVAL, "%s: %llu floats, the layout says another count", sp,
                        (unsigned long long)hm->shard_floats);
     return RM_OK;
+}
+
+static void layer_span(const rm_ckpt_units *units, int u0, int u1, size_t *off, size_t *len);
+
+/* A pieces set's whole payload: every shard read and verified, its runs copied into whole
+ * ((1 + nstate) x nparams floats: the parameters, then each optimizer buffer). */
+static int pieces_whole(const char *dir, const manifest *m, const rm_ckpt_meta *expect,
+                        const rm_ckpt_units *units, float *whole, rm_ckpt_meta *meta, rm_err *err)
+{
+    const int W = m->world, K = m->nstate;
+    uint64_t longest = 1, n = m->nparams;
+    for (int r = 0; r < W; r++)
+        longest = m->sh[r].floats > longest ? m->sh[r].floats : longest;
+    size_t cap = (size_t)(1 + K) * (size_t)longest * sizeof(float);
+    float *buf = malloc(cap);
+    if (!buf)
+        return rm_errf(err, RM_ENOMEM, "pieces checkpoint: out of memory (%zu bytes)", cap);
+    int rc = RM_OK;
+    for (int r = 0; r < W && rc == RM_OK; r++) {
+        char sp[4096 + NAME_CAP];
+        join(sp, sizeof sp, dir, m->sh[r].name);
+        rm_ckpt_meta hm;
+        uint32_t crc = 0;
+        rm_err e = {0};
+        rm_unit_shard old;
+        rc = rm_ckpt_read(sp, expect, &hm, buf, cap, &e);
+        if (rc == RM_OK)
+            rc = rm_ckpt_read_header(sp, &hm, &crc, &e);
+        if (rc == RM_OK)
+            rc = shard_matches(m, units, r, sp, &hm, crc, &old, &e);
+        if (rc) {
+            rc = rm_errf(err, rc, "shard %d of %d (%s) unusable: %s", r, W, m->sh[r].name, e.msg);
+            break;
+        }
+        if (r == 0)
+            *meta = hm;
+        uint64_t fl = m->sh[r].floats;
+        for (int i = 0; i < m->nrun; i++) {
+            const rm_ckpt_run *x = &m->run[i];
+            if (x->shard != r)
+                continue;
+            for (int b = 0; b <= K; b++)
+                for (uint64_t row = 0; row < x->rows; row++)
+                    memcpy(whole + (uint64_t)b * n + x->whole + row * x->wstride,
+                           buf + (uint64_t)b * fl + x->local + row * x->lstride, x->len * sizeof(float));
+        }
+    }
+    free(buf);
+    return rc;
+}
+
+/* A pieces set, whole, then cut: new_rank's layout of load_set (u1 = 0), or layers [u0, u1) as
+ * load_set_layers leaves them. */
+static int load_pieces(const char *dir, const manifest *m, const rm_ckpt_meta *expect,
+                       const rm_ckpt_units *units, int new_world, int new_rank, int u0, int u1, float *dst,
+                       rm_ckpt_meta *meta, rm_err *err)
+{
+    const int K = m->nstate;
+    uint64_t n = m->nparams;
+    float *whole = malloc((size_t)(1 + K) * (size_t)n * sizeof(float));
+    if (!whole)
+        return rm_errf(err, RM_ENOMEM, "pieces checkpoint: out of memory for the whole payload");
+    int rc = pieces_whole(dir, m, expect, units, whole, meta, err);
+    if (rc == RM_OK && u1 > 0) {
+        size_t poff, plen;
+        layer_span(units, u0, u1, &poff, &plen);
+        for (int b = 0; b <= K; b++)
+            memcpy(dst + (size_t)b * plen, whole + (size_t)b * n + poff, plen * sizeof(float));
+    } else if (rc == RM_OK) {
+        memcpy(dst, whole, n * sizeof(float)); /* every parameter, then new_rank's pieces of each buffer */
+        size_t at = n;
+        for (int b = 1; b <= K; b++)
+            for (int u = 0; u < units->n; u++) {
+                size_t off, len;
+                rm_shard_range(units->len[u], new_world, new_rank, &off, &len);
+                memcpy(dst + at, whole + (size_t)b * n + units->off[u] + off, len * sizeof(float));
+                at += len;
+            }
+    }
+    free(whole);
+    return rc;
 }
 
 /* Load one set: every shard verified, the planned pieces copied into dst. */
@@ -642,6 +863,8 @@ static int load_set(const char *dir, const manifest *m, const rm_ckpt_meta *expe
                     rm_err *err)
 {
     const int W = m->world, K = m->nstate;
+    if (m->run)
+        return load_pieces(dir, m, expect, units, new_world, new_rank, 0, 0, dst, meta, err);
     int np = m->nstages ? stage_plan(m, units, new_world, new_rank, NULL, 0)
                         : rm_unit_shard_plan(units->len, units->n, W, new_world, new_rank, NULL, 0);
     if (np < 0)
@@ -726,6 +949,8 @@ static int load_set_layers(const char *dir, const manifest *m, const rm_ckpt_met
                            rm_ckpt_meta *meta, rm_err *err)
 {
     const int K = m->nstate;
+    if (m->run) /* the whole payload once: a pieces set is not cut by layers */
+        return load_pieces(dir, m, expect, units, 1, 0, u0, u1, dst, meta, err);
     size_t poff, plen;
     layer_span(units, u0, u1, &poff, &plen);
     rm_ckpt_range rg[(1 + RM_CKPT_MAX_STATE) * RM_SHARD_MAX_UNITS];

@@ -10,7 +10,8 @@
  *   manifest-<step>-<rdzv epoch>-<world>.rmmf  text, written last: format version, step, epoch,
  *       world, nparams, nstate, opt_type, the units (offset, length), for a stage-layout set
  *       (pipeline stages, rm_ckpt_stage_write) the stage bounds, one line per shard (rank, floats,
- *       payload CRC32, file name), and a CRC32 of everything before it;
+ *       payload CRC32, file name), for a pieces set (tensor parallelism, rm_ckpt_pieces_write)
+ *       every shard's runs, and a CRC32 of everything before it;
  *   index-manifest-<step>-<rdzv epoch>-<world>.json  the set's JSON manifest (worker/checkpoint/manifest.h:
  *       named tensors and the pieces each shard holds), written right after the .rmmf by the
  *       rank that wrote it, when the writer was given the model's tensors; readers here ignore it.
@@ -44,7 +45,8 @@
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/checkpoint/manifest.h"
 
-#define RM_CKPT_MANIFEST_MAX 65536 /* bytes a manifest may have (read cap) */
+#define RM_CKPT_MANIFEST_MAX (4 << 20) /* bytes a manifest may have (read cap): a pieces set's runs */
+#define RM_CKPT_MAX_RUNS 65536         /* runs a pieces set's manifest may list */
 
 /* The units a vector is sharded by: contiguous, in order, covering [0, nparams). */
 typedef struct rm_ckpt_units {
@@ -72,6 +74,31 @@ int rm_ckpt_shard_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt
 int rm_ckpt_stage_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
                         const rm_ckpt_model *model, const int *stage_bounds, const rm_ckpt_seg *segs,
                         int nsegs, int keep, double wait_s, char *path_out, size_t path_cap, rm_err *err);
+
+/* ---- pieces sets (tensor parallelism, docs/models-and-data.md "Tensor parallelism") ----
+ * Shard r holds a rank's pieces of the model in its own compact layout: the parameters, then each
+ * optimizer buffer, shard_floats each. The manifest records, after the shard lines' header part,
+ * "pieces N" and N lines "run SHARD LOCAL LSTRIDE WHOLE WSTRIDE ROWS LEN": ROWS rows of LEN floats
+ * from LOCAL in the shard's vector (LSTRIDE floats apart) at WHOLE in the model's vector (WSTRIDE
+ * apart), the same for every buffer. A reader needs nothing but the runs: every parameter is
+ * covered by exactly one run (checked, with each run inside its shard and the vector), the
+ * rest of a shard (a replicated piece another shard records) is not read. Loads assemble the
+ * whole payload, then cut what was asked for (any new_world, or a layer range). */
+typedef struct rm_ckpt_run {
+    int32_t shard;
+    uint32_t rows;           /* >= 1 */
+    uint64_t local, lstride; /* in the shard's compact vector */
+    uint64_t whole, wstride; /* in the model's vector */
+    uint64_t len;            /* floats per row, >= 1 */
+} rm_ckpt_run;
+
+/* rm_ckpt_shard_write for a pieces set: the set's runs of every shard (n of them, any order). The
+ * manifest is checked against the shards' sizes before it is written (RM_EINVAL naming the run).
+ * The JSON manifest (model set) has kind "pieces", each run's rows its pieces. */
+int rm_ckpt_pieces_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
+                         const rm_ckpt_model *model, const rm_ckpt_run *runs, int nruns,
+                         const rm_ckpt_seg *segs, int nsegs, int keep, double wait_s, char *path_out,
+                         size_t path_cap, rm_err *err);
 
 /* Bytes rm_ckpt_shard_load_newest needs in dst: nparams floats (every parameter) plus nstate
  * buffers of new_rank's compact shard. */

@@ -415,8 +415,9 @@ static int parse_head(const char *path, const cJSON *root, rm_ckpt_manifest *m, 
     m->version = (int)v;
     if ((rc = get_str(root, "kind", "", path, m->kind, sizeof m->kind, err)))
         return rc;
-    if (strcmp(m->kind, "whole") && strcmp(m->kind, "sharded") && strcmp(m->kind, "stages"))
-        return field_fail(err, RM_EINVAL, path, "", "kind", "must be whole, sharded or stages");
+    if (strcmp(m->kind, "whole") && strcmp(m->kind, "sharded") && strcmp(m->kind, "stages") &&
+        strcmp(m->kind, "pieces"))
+        return field_fail(err, RM_EINVAL, path, "", "kind", "must be whole, sharded, stages or pieces");
     if ((rc = get_obj(root, "model", path, &o, err)) ||
         (rc = get_str(o, "family", "model", path, m->family, sizeof m->family, err)) ||
         (rc = get_arr(o, "shape", "model", path, RM_MODEL_SHAPE_WORDS, &a, &n, err)))

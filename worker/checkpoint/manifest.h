@@ -17,7 +17,7 @@
  * no-replace rename, fsync of DIR.
  *
  * Format (version 1):
- *   {"format": "ringmaster-checkpoint", "version": 1, "kind": "whole" | "sharded" | "stages",
+ *   {"format": "ringmaster-checkpoint", "version": 1, "kind": "whole" | "sharded" | "stages" | "pieces",
  *    "model": {"family": "mlp", "shape": [words 0..nlayers of the shape record], "nparams": N},
  *    "step": S,
  *    "optimizer": {"type": "adam", "state_buffers": K, "t": opt_t},
@@ -100,7 +100,7 @@ typedef struct rm_ckpt_mfile {
 
 typedef struct rm_ckpt_manifest {
     int version;
-    char kind[16]; /* "whole", "sharded", "stages" */
+    char kind[16]; /* "whole", "sharded", "stages", "pieces" (tensor parallelism: ckpt_shard.h) */
     char family[32];
     rm_model_shape shape;
     uint64_t nparams;

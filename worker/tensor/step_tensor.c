@@ -21,17 +21,17 @@
  * reports its tensor-group bytes and wait (rm_step_stats.tensor_*: the driver's /metrics).
  *
  * State: the driver's whole model buffers (env->m->params, env->opt->state) are the "gathered"
- * form: fresh starts and restores write them through the allreduce strategy (the same init and
- * checkpoint as T = 1), state_sync takes rank 0's whole state over the world and then slices this
- * rank's pieces; materialize (evaluation, the final checksum, export) and state_gather (a
- * checkpoint) assemble them again (each rank writes its pieces into zeros, the replicated ones from
- * t = 0, and the tensor group sums: x + 0 is exact). A checkpoint is therefore the whole model, the
- * file T = 1 writes, and a resume with another T (or T = 1) re-slices it. state_bytes answers 0 while
- * the whole buffers are older than the pieces (a SIGTERM between gathers keeps the newest
- * checkpoint). Between gathers the whole buffers' pages are given back (rm_model_release_range), so
- * a rank's resident parameters, gradients and optimizer state are its pieces (about 1/T of the
- * split layers plus the replicated ones: the transformer's LayerNorms, wpe and row biases), except
- * transiently at an evaluation, a checkpoint or the export, which hold the whole model once more.
+ * form: fresh starts and restores write them through the allreduce strategy (the same init as
+ * T = 1; a restore takes the whole payload, from a whole checkpoint or re-assembled from a set),
+ * state_sync takes rank 0's whole state over the world and then slices this rank's pieces;
+ * materialize (evaluation, the final checksum, export) assembles them again (each rank writes its
+ * pieces into zeros, the replicated ones from t = 0, and the ranks holding the model once between
+ * them sum: x + 0 is exact). Checkpoints are the pieces themselves, no gather (tp_ckpt_pieces): a
+ * pieces set any T, P or D restores. Between gathers the whole buffers' pages are given back
+ * (rm_model_release_range), so a rank's resident parameters, gradients and optimizer state are its
+ * pieces (about 1/T of the split layers plus the replicated ones: the transformer's LayerNorms,
+ * wpe and row biases), except transiently at an evaluation or the export, which hold the whole
+ * model once more.
  *
  * On a GPU table (the transformer only: tp_mlp.c keeps host memory) the pieces, their gradients and
  * optimizer state are device memory; the tensor and data-parallel groups' collectives run on them
@@ -560,22 +560,53 @@ static int tp_materialize(rm_step *s, rm_err *err)
     return RM_OK;
 }
 
-static int tp_state_gather(rm_step *s, void *dst, rm_err *err)
+/* Checkpoints are per-rank pieces (docs/models-and-data.md, "Tensor parallelism"): replica 0's
+ * T·P ranks each write their pieces (the parameters, then each optimizer buffer, in the split's
+ * local layout) as shard p·T + t of a pieces set whose manifest records every shard's runs into
+ * the whole model, so no rank gathers the model to checkpoint (also at SIGTERM), and any T, P
+ * or D (or another strategy) restores the whole payload the set re-assembles. */
+static bool tp_ckpt_pieces(const rm_step *s, int *shard_rank, int *shard_world, struct rm_ckpt_run *run,
+                           int cap, int *nruns)
 {
-    (void)dst; /* state_save copies the whole buffers into it */
-    return tp_materialize(s, err);
+    if (!s->tcomm) /* no round yet */
+        return false;
+    int W = s->T * s->P, n = 0;
+    for (int r = 0; r < W; r++) {
+        rm_err e = {0};
+        int got = s->sp.ops->runs(&s->sp, r % s->T, r / s->T, r, n < cap ? run + n : NULL,
+                                  n < cap ? cap - n : 0, &e);
+        if (got < 0) { /* the plans held at round_begin: never */
+            rm_warn("tensor: no checkpoint runs for shard %d: %s", r, e.msg);
+            return false;
+        }
+        n += got;
+    }
+    *shard_rank = s->pl.p * s->T + s->pl.t;
+    *shard_world = W;
+    *nruns = n;
+    return true;
 }
 
 static size_t tp_state_bytes(const rm_step *s, int rank)
 {
-    return s->whole ? s->inner_ops->state_bytes(s->inner, rank) : 0;
+    (void)rank;
+    return s->tcomm && s->pl.d == 0 ? (size_t)(1 + s->opt.nstate) * s->sp.n * sizeof(float) : 0;
 }
 
+/* this rank's pieces, host memory: the parameters, then each optimizer buffer */
 static int tp_state_save(rm_step *s, void *dst, rm_err *err)
 {
-    if (!s->whole)
-        return rm_errf(err, RM_EINVAL, "checkpoint: the tensor pieces are newer than the whole model");
-    return s->inner_ops->state_save(s->inner, dst, err);
+    const rm_kernels *k = s->env.k;
+    size_t n = s->sp.n * sizeof(float);
+    for (int i = -1; i < s->opt.nstate; i++) {
+        const float *src = i < 0 ? s->sp.params : s->opt.state[i];
+        char *to = (char *)dst + (size_t)(i + 1) * n;
+        if (s->dev)
+            RM_CHECK(rm_kernels_copy_error(k, k->d2h(to, src, n), "tensor pieces", err));
+        else
+            memcpy(to, src, n);
+    }
+    return RM_OK;
 }
 
 /* The squared norm of this rank's gradient pieces, each piece of the whole model once: the split
@@ -739,7 +770,7 @@ const rm_step_ops rm_step_tensor_ops = {
     .round_end = tp_round_end,
     .destroy = tp_destroy,
     .materialize = tp_materialize,
-    .state_gather = tp_state_gather,
+    .ckpt_pieces = tp_ckpt_pieces,
     .memory = tp_memory,
     .data_slot = tp_data_slot,
 };

@@ -63,73 +63,60 @@ int rm_tp_gpt_events(const rm_tp_gpt_plan *p, rm_tp_gpt_event *ev, int cap)
     return n;
 }
 
-/* rows x w floats between a whole matrix (row stride ws, columns from c0) and a local one (stride
- * wl); to_local copies whole -> local. */
-static void map_cols(float *whole, size_t ws, size_t c0, float *local, size_t wl, size_t rows, size_t w,
-                     bool to_local)
-{
-    for (size_t i = 0; i < rows; i++) {
-        if (to_local)
-            memcpy(local + i * wl, whole + i * ws + c0, w * sizeof(float));
-        else
-            memcpy(whole + i * ws + c0, local + i * wl, w * sizeof(float));
-    }
-}
-
-static void map_rep(float *whole, float *local, size_t n, bool to_local, bool with_rep)
-{
-    if (to_local)
-        memcpy(local, whole, n * sizeof(float));
-    else if (with_rep)
-        memcpy(whole, local, n * sizeof(float));
-}
-
-static void map_all(const rm_tp_gpt_plan *p, float *whole, float *local, bool to_local, bool with_rep)
+/* The pieces through the map (tp_split.h rm_tp_map_block), tensor by tensor in gpt.c's order. */
+static void map_all(const rm_tp_gpt_plan *p, rm_tp_map *m)
 {
     size_t c = (size_t)p->C, cl = (size_t)p->Cl, ctx = (size_t)p->ctx, t = (size_t)p->t;
-    size_t v0 = t * (size_t)p->Vl;
-    /* wte: this rank's vocabulary rows; padding rows zero */
-    for (size_t j = 0; j < (size_t)p->Vl; j++) {
-        float *lo = local + j * c;
-        if (v0 + j < (size_t)p->V)
-            map_cols(whole + (v0 + j) * c, c, 0, lo, c, 1, c, to_local);
-        else if (to_local)
-            memset(lo, 0, c * sizeof(float));
-    }
-    size_t wbase = (size_t)p->V * c, lbase = (size_t)p->Vl * c;
-    map_rep(whole + wbase, local + lbase, ctx * c, to_local, with_rep); /* wpe */
+    size_t v0 = t * (size_t)p->Vl, V = (size_t)p->V, Vl = (size_t)p->Vl;
+    /* wte: this rank's vocabulary rows (one block); the padding rows past V are zero */
+    size_t real = v0 >= V ? 0 : V - v0 < Vl ? V - v0 : Vl;
+    rm_tp_map_block(m, v0 * c, 0, 0, 0, 1, real * c, false);
+    if (m->to_local && !m->record)
+        memset(m->local + real * c, 0, (Vl - real) * c * sizeof(float));
+    size_t wbase = V * c, lbase = Vl * c;
+    rm_tp_map_block(m, wbase, 0, lbase, 0, 1, ctx * c, true); /* wpe */
     wbase += ctx * c;
     lbase += ctx * c;
     rm_gpt_blk o, wo; /* this rank's block and gpt.c's whole one */
     rm_gpt_blk_layout(c, cl, &o);
     rm_gpt_blk_layout(c, c, &wo);
     for (int l = 0; l < p->L; l++) {
-        float *w = whole + wbase, *lo = local + lbase;
-        map_rep(w, lo + o.ln1w, 2 * c, to_local, with_rep);
+        size_t w = wbase, lo = lbase;
+        rm_tp_map_block(m, w + wo.ln1w, 0, lo + o.ln1w, 0, 1, 2 * c, true);
         for (size_t j = 0; j < 3; j++) { /* this rank's heads' Q, K and V columns */
-            map_cols(w + wo.wqkv, 3 * c, j * c + t * cl, lo + o.wqkv + j * cl, 3 * cl, c, cl, to_local);
-            map_cols(w + wo.bqkv, 3 * c, j * c + t * cl, lo + o.bqkv + j * cl, 3 * cl, 1, cl, to_local);
+            rm_tp_map_block(m, w + wo.wqkv + j * c + t * cl, 3 * c, lo + o.wqkv + j * cl, 3 * cl, c, cl,
+                            false);
+            rm_tp_map_block(m, w + wo.bqkv + j * c + t * cl, 0, lo + o.bqkv + j * cl, 0, 1, cl, false);
         }
-        map_cols(w + wo.wp + t * cl * c, c, 0, lo + o.wp, c, cl, c, to_local);
-        map_rep(w + wo.bp, lo + o.bp, 3 * c, to_local, with_rep); /* attn.c_proj.b, ln_2 */
-        map_cols(w + wo.wfc, 4 * c, t * 4 * cl, lo + o.wfc, 4 * cl, c, 4 * cl, to_local);
-        map_cols(w + wo.bfc, 4 * c, t * 4 * cl, lo + o.bfc, 4 * cl, 1, 4 * cl, to_local);
-        map_cols(w + wo.wfc2 + t * 4 * cl * c, c, 0, lo + o.wfc2, c, 4 * cl, c, to_local);
-        map_rep(w + wo.bfc2, lo + o.bfc2, c, to_local, with_rep);
+        rm_tp_map_block(m, w + wo.wp + t * cl * c, 0, lo + o.wp, 0, 1, cl * c, false);
+        rm_tp_map_block(m, w + wo.bp, 0, lo + o.bp, 0, 1, 3 * c, true); /* attn.c_proj.b, ln_2 */
+        rm_tp_map_block(m, w + wo.wfc + t * 4 * cl, 4 * c, lo + o.wfc, 4 * cl, c, 4 * cl, false);
+        rm_tp_map_block(m, w + wo.bfc + t * 4 * cl, 0, lo + o.bfc, 0, 1, 4 * cl, false);
+        rm_tp_map_block(m, w + wo.wfc2 + t * 4 * cl * c, 0, lo + o.wfc2, 0, 1, 4 * cl * c, false);
+        rm_tp_map_block(m, w + wo.bfc2, 0, lo + o.bfc2, 0, 1, c, true);
         wbase += wo.len;
         lbase += o.len;
     }
-    map_rep(whole + wbase, local + lbase, 2 * c, to_local, with_rep); /* ln_f */
+    rm_tp_map_block(m, wbase, 0, lbase, 0, 1, 2 * c, true); /* ln_f */
 }
 
 void rm_tp_gpt_slice(const rm_tp_gpt_plan *p, const float *whole, float *local)
 {
-    map_all(p, (float *)whole, local, true, true);
+    rm_tp_map m = {.whole = (float *)whole, .local = local, .to_local = true, .with_rep = true};
+    map_all(p, &m);
 }
 
 void rm_tp_gpt_assemble(const rm_tp_gpt_plan *p, const float *local, float *whole, bool with_replicated)
 {
-    map_all(p, whole, (float *)local, false, with_replicated);
+    rm_tp_map m = {.whole = whole, .local = (float *)local, .with_rep = with_replicated};
+    map_all(p, &m);
+}
+
+int rm_tp_gpt_runs(const rm_tp_gpt_plan *p, int32_t shard, rm_ckpt_run *run, int cap)
+{
+    rm_tp_map m = {.record = true, .with_rep = p->t == 0, .run = run, .cap = cap, .shard = shard};
+    map_all(p, &m);
+    return m.n;
 }
 
 bool rm_tp_gpt_replicated(const rm_tp_gpt_plan *p, size_t i)
@@ -413,4 +400,5 @@ static int plan_stage(const rm_model_shape *s, int T, int t, int P, int p, rm_tp
 }
 
 RM_TP_SPLIT_TABLE(rm_tp_split_gpt, "gpt", rm_tp_gpt, rm_tp_gpt_plan, NULL, plan_stage, rm_tp_gpt_init,
-                  rm_tp_gpt_free, rm_tp_gpt_slice, rm_tp_gpt_assemble, rm_tp_gpt_replicated, train, tensors)
+                  rm_tp_gpt_free, rm_tp_gpt_slice, rm_tp_gpt_assemble, rm_tp_gpt_replicated, rm_tp_gpt_runs,
+                  train, tensors)

@@ -71,6 +71,10 @@ void rm_tp_gpt_slice(const rm_tp_gpt_plan *p, const float *whole, float *local);
 void rm_tp_gpt_assemble(const rm_tp_gpt_plan *p, const float *local, float *whole, bool with_replicated);
 /* Whether local float i is replicated (the same on every rank): counted once in norms. */
 bool rm_tp_gpt_replicated(const rm_tp_gpt_plan *p, size_t i);
+/* This rank's pieces as checkpoint runs of shard `shard` (worker/checkpoint/ckpt_shard.h; the
+ * replicated ones from t = 0 only, the vocabulary padding in none) into run (cap entries); returns
+ * the count (may exceed cap). */
+int rm_tp_gpt_runs(const rm_tp_gpt_plan *p, int32_t shard, rm_ckpt_run *run, int cap);
 
 typedef struct rm_tp_gpt {
     rm_tp_gpt_plan p;

@@ -97,59 +97,52 @@ int rm_tp_mlp_events(const rm_tp_plan *p, rm_tp_event *ev, int cap)
     return n;
 }
 
-/* One layer's pieces between the layouts: to_local copies whole -> local, else local -> whole. */
-static void map_layer(const rm_tp_plan *p, int l, float *whole, float *local, bool to_local, bool with_rep)
+/* One layer's pieces through the map (tp_split.h rm_tp_map_block). */
+static void map_layer(const rm_tp_plan *p, int l, rm_tp_map *m)
 {
     const rm_tp_layer *y = &p->l[l];
-    float *w = whole + y->woff, *lo = local + y->off;
     size_t din = (size_t)y->din, dout = (size_t)y->dout, in = (size_t)y->in, out = (size_t)y->out;
-    float *wb = w + din * dout, *lb = lo + in * out;
+    size_t w = y->woff, lo = y->off, wb = w + din * dout, lb = lo + in * out;
     switch (y->kind) {
-    case RM_TP_COL: {
+    case RM_TP_COL: { /* this rank's columns of W and part of b */
         size_t o0 = (size_t)p->t * out;
-        for (size_t i = 0; i < din; i++) {
-            if (to_local)
-                memcpy(lo + i * out, w + i * dout + o0, out * sizeof(float));
-            else
-                memcpy(w + i * dout + o0, lo + i * out, out * sizeof(float));
-        }
-        if (to_local)
-            memcpy(lb, wb + o0, out * sizeof(float));
-        else
-            memcpy(wb + o0, lb, out * sizeof(float));
+        rm_tp_map_block(m, w + o0, dout, lo, out, din, out, false);
+        rm_tp_map_block(m, wb + o0, 0, lb, 0, 1, out, false);
         break;
     }
-    case RM_TP_ROW: {
-        size_t r0 = (size_t)p->t * in;
-        if (to_local)
-            memcpy(lo, w + r0 * dout, in * dout * sizeof(float));
-        else
-            memcpy(w + r0 * dout, lo, in * dout * sizeof(float));
-        if (to_local)
-            memcpy(lb, wb, dout * sizeof(float));
-        else if (with_rep)
-            memcpy(wb, lb, dout * sizeof(float));
+    case RM_TP_ROW: /* this rank's rows of W; b replicated */
+        rm_tp_map_block(m, w + (size_t)p->t * in * dout, 0, lo, 0, 1, in * dout, false);
+        rm_tp_map_block(m, wb, 0, lb, 0, 1, dout, true);
         break;
-    }
     case RM_TP_REP:
-        if (to_local)
-            memcpy(lo, w, (din * dout + dout) * sizeof(float));
-        else if (with_rep)
-            memcpy(w, lo, (din * dout + dout) * sizeof(float));
+        rm_tp_map_block(m, w, 0, lo, 0, 1, din * dout + dout, true);
         break;
     }
+}
+
+static void map_all(const rm_tp_plan *p, rm_tp_map *m)
+{
+    for (int l = p->lo; l < p->hi; l++)
+        map_layer(p, l, m);
 }
 
 void rm_tp_slice(const rm_tp_plan *p, const float *whole, float *local)
 {
-    for (int l = p->lo; l < p->hi; l++)
-        map_layer(p, l, (float *)whole, local, true, true);
+    rm_tp_map m = {.whole = (float *)whole, .local = local, .to_local = true, .with_rep = true};
+    map_all(p, &m);
 }
 
 void rm_tp_assemble(const rm_tp_plan *p, const float *local, float *whole, bool with_replicated)
 {
-    for (int l = p->lo; l < p->hi; l++)
-        map_layer(p, l, whole, (float *)local, false, with_replicated);
+    rm_tp_map m = {.whole = whole, .local = (float *)local, .with_rep = with_replicated};
+    map_all(p, &m);
+}
+
+int rm_tp_mlp_runs(const rm_tp_plan *p, int32_t shard, rm_ckpt_run *run, int cap)
+{
+    rm_tp_map m = {.record = true, .with_rep = p->t == 0, .run = run, .cap = cap, .shard = shard};
+    map_all(p, &m);
+    return m.n;
 }
 
 bool rm_tp_replicated(const rm_tp_plan *p, size_t i)
@@ -393,4 +386,5 @@ static const rm_tp_stage_ops stage_ops = {
 };
 
 RM_TP_SPLIT_TABLE(rm_tp_split_mlp, "mlp", rm_tp_mlp, rm_tp_plan, &stage_ops, plan_stage, rm_tp_mlp_init,
-                  rm_tp_mlp_free, rm_tp_slice, rm_tp_assemble, rm_tp_replicated, train, tensors)
+                  rm_tp_mlp_free, rm_tp_slice, rm_tp_assemble, rm_tp_replicated, rm_tp_mlp_runs, train,
+                  tensors)

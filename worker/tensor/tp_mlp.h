@@ -90,6 +90,9 @@ void rm_tp_slice(const rm_tp_plan *p, const float *whole, float *local);
 void rm_tp_assemble(const rm_tp_plan *p, const float *local, float *whole, bool with_replicated);
 /* Whether local float i is replicated (the same on every rank): counted once in norms. */
 bool rm_tp_replicated(const rm_tp_plan *p, size_t i);
+/* This rank's pieces as checkpoint runs of shard `shard` (worker/checkpoint/ckpt_shard.h; the
+ * replicated ones from t = 0 only) into run (cap entries); returns the count (may exceed cap). */
+int rm_tp_mlp_runs(const rm_tp_plan *p, int32_t shard, rm_ckpt_run *run, int cap);
 
 typedef struct rm_tp_mlp {
     rm_tp_plan p;

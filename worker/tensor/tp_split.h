@@ -18,10 +18,53 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include "common/rm.h"
 #include "kernels/kernels.h"
+#include "worker/checkpoint/ckpt_shard.h"
 #include "worker/model/model.h"
 #include "worker/optim/optim.h"
+
+/* Between the whole model's layout and a rank's pieces, one block at a time (the families' slice,
+ * assemble and checkpoint runs share their walk over the model through it): rows rows of w floats
+ * at whole offset woff (rows ws floats apart) and local offset loff (ls apart). Copies whole ->
+ * local (to_local) or local -> whole, or, with record set, records the block as a checkpoint run
+ * (worker/checkpoint/ckpt_shard.h) of shard `shard`; a replicated block (rep) goes local -> whole
+ * or into a run only with with_rep. */
+typedef struct rm_tp_map {
+    float *whole, *local; /* copying */
+    bool to_local, with_rep;
+    bool record;      /* recording runs instead of copying */
+    rm_ckpt_run *run; /* cap entries (NULL with cap 0: counting), n counted (may exceed cap) */
+    int n, cap;
+    int32_t shard;
+} rm_tp_map;
+
+static inline void rm_tp_map_block(rm_tp_map *m, size_t woff, size_t ws, size_t loff, size_t ls, size_t rows,
+                                   size_t w, bool rep)
+{
+    if (rows == 0 || w == 0 || (rep && !m->to_local && !m->with_rep))
+        return;
+    if (m->record) {
+        if (m->run && m->n < m->cap)
+            m->run[m->n] = (rm_ckpt_run){.shard = m->shard,
+                                         .rows = (uint32_t)rows,
+                                         .local = loff,
+                                         .lstride = rows > 1 ? ls : w,
+                                         .whole = woff,
+                                         .wstride = rows > 1 ? ws : w,
+                                         .len = w};
+        m->n++;
+        return;
+    }
+    for (size_t i = 0; i < rows; i++) {
+        float *a = m->whole + woff + i * ws, *b = m->local + loff + i * ls;
+        if (m->to_local)
+            memcpy(b, a, w * sizeof(float));
+        else
+            memcpy(a, b, w * sizeof(float));
+    }
+}
 
 /* Sum buf (n floats) in place over the tensor group; the same bits on every rank. */
 typedef int (*rm_tp_allreduce_fn)(void *ud, float *buf, size_t n, rm_err *err);
@@ -66,6 +109,9 @@ struct rm_tp_split_ops {
     void (*assemble)(const rm_tp_split *s, const float *local, float *whole, bool with_replicated);
     /* Whether local float i is replicated (the same on every rank): counted once in norms. */
     bool (*replicated)(const rm_tp_split *s, size_t i);
+    /* Tensor rank t of stage p's pieces (this split's T, P and shape) as checkpoint runs of shard
+     * `shard` into run (cap entries): the count (may exceed cap), or a negative rm error. */
+    int (*runs)(const rm_tp_split *s, int t, int p, int32_t shard, rm_ckpt_run *run, int cap, rm_err *err);
     /* The local tensors (local offsets) with the whole model's decay flags (2+ dimensions, as
      * rm_optim_tensors_from_model): the count (may exceed cap; nothing written past it). */
     int (*tensors)(const rm_tp_split *s, rm_optim_seg *seg, int cap);
@@ -102,12 +148,12 @@ struct rm_tp_stage_ops {
  * const rm_tp_stage_ops *, or NULL), through its functions
  * PLAN_FN(shape, T, t, P, p, &plan, err), INIT_FN(m, k, &plan, max_batch, ar, ud, err), FREE_FN(m),
  * SLICE_FN(&plan, whole, local), ASSEMBLE_FN(&plan, local, whole, with_rep),
- * REPLICATED_FN(&plan, i), and two the family defines before it:
+ * REPLICATED_FN(&plan, i), RUNS_FN(&plan, shard, run, cap), and two the family defines before it:
  * static int TRAIN_FN(MODEL *m, const void *x, const int32_t *labels, int rows, float *loss_sum,
  * rm_err *err) (forward, loss, backward) and static int TENSORS_FN(const PLAN *p, rm_optim_seg
  * *seg, int cap) (the tensors entry). */
 #define RM_TP_SPLIT_TABLE(TABLE, FAMILY, MODEL, PLAN, STAGE, PLAN_FN, INIT_FN, FREE_FN, SLICE_FN,            \
-                          ASSEMBLE_FN, REPLICATED_FN, TRAIN_FN, TENSORS_FN)                                  \
+                          ASSEMBLE_FN, REPLICATED_FN, RUNS_FN, TRAIN_FN, TENSORS_FN)                         \
     static int split_init(rm_tp_split *s, const rm_kernels *k, int max_batch, rm_err *err)                   \
     {                                                                                                        \
         PLAN p;                                                                                              \
@@ -166,6 +212,13 @@ struct rm_tp_stage_ops {
     {                                                                                                        \
         return REPLICATED_FN(&((const MODEL *)s->impl)->p, i);                                               \
     }                                                                                                        \
+    static int split_runs(const rm_tp_split *s, int t, int p, int32_t shard, rm_ckpt_run *run, int cap,      \
+                          rm_err *err)                                                                       \
+    {                                                                                                        \
+        PLAN pl;                                                                                             \
+        RM_CHECK(PLAN_FN(&s->shape, s->T, t, s->P, p, &pl, err));                                            \
+        return RUNS_FN(&pl, shard, run, cap);                                                                \
+    }                                                                                                        \
     static int split_tensors(const rm_tp_split *s, rm_optim_seg *seg, int cap)                               \
     {                                                                                                        \
         return TENSORS_FN(&((const MODEL *)s->impl)->p, seg, cap);                                           \
@@ -180,6 +233,7 @@ struct rm_tp_stage_ops {
         .slice = split_slice,                                                                                \
         .assemble = split_assemble,                                                                          \
         .replicated = split_replicated,                                                                      \
+        .runs = split_runs,                                                                                  \
         .tensors = split_tensors,                                                                            \
     };
 
