@@ -12,11 +12,13 @@
 #  - with gradClip and adamw too (the global norm counts each piece once, biases are not decayed);
 #  - the tensor group of one host talks through shared memory; each rank holds half the model; the
 #    tensor traffic is one forward allreduce of the logits per step (the stats line);
-#  - checkpoints are the whole model (the file T = 1 writes): T = 2's step-50 checkpoint resumes at
-#    T = 4 and at T = 1 and reaches T = 1's parameters at step 60;
 #  - T x P x D: with pipeline stages each stage's layers split over its tensor group; 2 x 2 x 1
 #    (1F1B and GPipe, 4 micro-batches) reaches T = 1's parameters, 2 x 2 x 2 D = 2's, also after
-#    a stage's tensor rank is killed; a rank holds its stage's pieces only.
+#    a stage's tensor rank is killed or hangs (the progress deadline); a rank holds its stage's
+#    pieces only;
+#  - checkpoints are each rank's pieces (a pieces set, no gather): T = 2's set resumes at T = 4 and
+#    T = 1 and reaches T = 1's parameters at step 60, 2 x 2 x 1's at T = 1, a corrupt shard is
+#    refused naming it, export --checkpoint reads one.
 source "$(dirname "$0")/5x-run-lib.bash"
 export RINGMASTER_THREADS=1
 
@@ -159,6 +161,13 @@ grep -q 'msg="tensor round" rank=6 world=8 t=0 T=2 p=1 P=2 d=1 D=2 tensor_comm=s
 # stage 1's first layer is column-parallel: its input gradient (64 rows x 64) is summed (f) for stage 0
 grep -q 'msg="tensor stats" t=1 T=2 steps=[0-9]* fwd_bytes_per_step=2560 bwd_bytes_per_step=16384 ' "$W/run-p221g/worker-3.log" ||
   fail "2 x 2 x 1 stage 1 tensor traffic: $(grep 'tensor stats' "$W/run-p221g/worker-3.log" | tail -1)"
+# a hung tensor rank (stage 1, t = 0, from step 30) stalls its groups: the progress deadline
+# restarts the grid, which re-forms from step 0's state and still reaches T = 1's parameters
+mkp p221h 4 2 2 4 1f1b
+RINGMASTER_FAULT="hang:rank=2:step=30" run_job p221h -f "$W/p221h.yaml" -o json
+[ $RC -eq 0 ] && [ "$(jget p221h "j['status']['phase']")" = Succeeded ] || fail "hung 2 x 2 x 1: exit $RC"
+grep -q 'reason=ProgressDeadlineExceeded' "$W/p221h.err" || fail "the hung rank was not caught by the progress deadline"
+cmp_export p221h p1 || fail "2 x 2 x 1 after a hung rank differs from T = 1: $(cat "$W/cmp-p221h-p1.txt")"
 # 2 x 2 x 1's pieces set (4 shards of two stages' sizes) resumes at T = 1
 mkdir -p "$W/ck-rp1"
 cp "$W"/ck-p221/*-000000000050-* "$W/ck-rp1"/
