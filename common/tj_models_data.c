@@ -240,7 +240,8 @@ int tj_validate_models_data(const rm_training_spec *t, const char *ctx, rm_err *
  * count of hidden widths) is replicated on every tensor rank (worker/tensor/tp_mlp.h). The
  * transformer splits its heads and its MLP's 4 x embed neurons (worker/tensor/tp_gpt.h; the
  * vocabulary is padded to a multiple of T, so it needs no rule). With pipeline stages (T x P, the
- * MLP) a stage holds whole pairs, so P is at most the pairs (an odd last layer counts as one). */
+ * MLP) a stage holds whole pairs, so P is at most the pairs (an odd last layer counts as one); for
+ * the transformer whole blocks, one micro-batch a step. */
 int tj_validate_tensor_parallel(const rm_tj_spec *s, rm_err *err)
 {
     const rm_par_spec *par = &s->par;
@@ -291,9 +292,17 @@ int tj_validate_tensor_parallel(const rm_tj_spec *s, rm_err *err)
                       "node (got %d)",
                       P, T, s->placement.workers_per_node);
     /* the gate: what T > 1 does not run yet */
-    if (stages > 1 && gpt)
-        return unsupported(err, P, "tensorParallel", "%d with pipelineStages > 1 for the transformer", T);
-    if (stages > 1 && stages > (t->nhidden + 2) / 2)
+    if (stages > 1 && gpt && t->layers > 0 && stages > t->layers)
+        return tj_bad(err, P, "pipelineStages",
+                      "must be <= the model's %d layers with %s.tensorParallel %d: a stage holds whole "
+                      "blocks (got %d)",
+                      t->layers, P, T, stages);
+    if (stages > 1 && gpt && par->micro_batches > 1)
+        return unsupported(err, P, "microBatches",
+                           "%d with tensorParallel and pipelineStages > 1 for the transformer (one micro-batch "
+                           "a step in this version)",
+                           par->micro_batches);
+    if (stages > 1 && !gpt && stages > (t->nhidden + 2) / 2)
         return tj_bad(err, P, "pipelineStages",
                       "must be <= the model's %d layer pairs with %s.tensorParallel %d: a stage holds "
                       "whole pairs, column- then row-parallel (got %d)",

@@ -15,16 +15,20 @@
 #    position); backward the head's and two per block;
 #  - a running tensor rank's /metrics has ringmaster_worker_tensor_bytes_total, _wait_seconds_total
 #    and _tensor_rank;
-#  - T = 2's step-20 checkpoint (the whole model, the file T = 1 writes) resumes at T = 1 (D = 2)
-#    and ends with D = 2's parameters.
+#  - T = 2's step-20 checkpoint (a pieces set: each rank's pieces) resumes at T = 1 (D = 2) and ends
+#    with D = 2's parameters;
+#  - T x P: 2 x 2 x 1 (each stage one block; stage 0 the embedding, stage 1 ln_f and the head on a
+#    copy of its tensor rank's wte rows, the two wte gradients summed) reaches T = 1's parameters
+#    within 1e-4, and its pieces set resumes at T = 1.
 source "$(dirname "$0")/5x-run-lib.bash"
 export RINGMASTER_THREADS=1
 L=2 H=4 C=32 CTX=32 B=8
 
-# mk NAME REPLICAS T [HEADS]
+# mk NAME REPLICAS T [HEADS] [STAGES]
 mk() {
   local par=""
   [ "$3" = 1 ] || par="  parallelism: {tensorParallel: $3}"
+  [ -z "${5:-}" ] || par="  parallelism: {tensorParallel: $3, pipelineStages: $5}"
   cat > "$W/$1.yaml" <<EOF
 apiVersion: ringmaster.dev/v1alpha1
 kind: TrainingJob
@@ -105,5 +109,31 @@ RC=$?; set -e
 [ $RC -eq 0 ] || fail "r1 exit $RC"
 grep -q 'msg="checkpoint loaded" .*step=20 ' "$W/run-r1/worker-0.log" || fail "r1 did not resume at step 20"
 cmp_export r1 d2 || fail "T = 2's checkpoint resumed at T = 1 differs from D = 2: $(cat "$W/cmp-r1-d2.txt")"
+
+# ---- T x P: 2 x 2 x 1 against T = 1 (one replica); its step-20 pieces set resumed at T = 1
+mk d1 1 1; mk t2p2 4 2 "$H" 2
+for n in d1 t2p2; do
+  run_job "$n" -f "$W/$n.yaml" -o json
+  [ $RC -eq 0 ] && [ "$(jget $n "j['status']['phase']")" = Succeeded ] || fail "$n exit $RC"
+done
+cmp_export t2p2 d1 || fail "2 x 2 x 1 differs from T = 1: $(cat "$W/cmp-t2p2-d1.txt")"
+grep -q 'msg="tensor pipeline" stages=2 micro_batches=1 schedule=1f1b stage=1 layers=\[1,2) ' "$W/run-t2p2/worker-3.log" ||
+  fail "rank 3's stage: $(grep 'tensor pipeline' "$W/run-t2p2/worker-3.log" | tail -1)"
+# stage 0: wte's 128 rows, wpe, block 0's pieces; stage 1: the copy of wte's rows, block 1, ln_f
+grep -q 'msg="tensor round" rank=3 world=4 t=1 T=2 p=1 P=2 d=0 D=1 .* pieces=10608 of 34688' "$W/run-t2p2/worker-3.log" &&
+  grep -q 'msg="tensor round" rank=0 world=4 t=0 T=2 p=0 P=2 .* pieces=11568 of 34688' "$W/run-t2p2/worker-0.log" ||
+  fail "the stages' pieces: $(grep -h 'tensor round' "$W"/run-t2p2/worker-[03].log | tail -2)"
+mkdir -p "$W/ck-rp"
+cp "$W"/ck-t2p2/*-000000000020-* "$W/ck-rp"/ || fail "no step-20 set: $(ls "$W/ck-t2p2")"
+run_job rp --resume -f "$W/d1.yaml" -o json
+[ $RC -eq 0 ] || fail "rp exit $RC"
+grep -q 'msg="checkpoint loaded" .*step=20 .*sharded=yes' "$W/run-rp/worker-0.log" || fail "rp did not resume the set at step 20"
+cmp_export rp d1 || fail "2 x 2 x 1's checkpoint resumed at T = 1 differs from T = 1: $(cat "$W/cmp-rp-d1.txt")"
+# microBatches > 1 is refused for the transformer's T x P, naming the field
+sed 's/pipelineStages: 2}/pipelineStages: 2, microBatches: 2}/' "$W/t2p2.yaml" > "$W/bad2.yaml"
+set +e; "$RM_BIN/ringmaster" validate -f "$W/bad2.yaml" >"$W/v.out" 2>"$W/v.err"; rc=$?; set -e
+[ $rc -eq 2 ] && grep -q 'spec.parallelism.microBatches: 2 with tensorParallel and pipelineStages > 1 for the transformer' "$W/v.err" ||
+  fail "microBatches 2: exit $rc $(cat "$W/v.err")"
+log "2x2x1 vs T=1: $(cat "$W/cmp-t2p2-d1.txt"); resumed at T=1: $(cat "$W/cmp-rp-d1.txt")"
 assert_no_workers
-log "PASS tensor-parallel transformer: T = 2 x D = 2 matches D = 2 through a killed rank; resumes at T = 1"
+log "PASS tensor-parallel transformer: T = 2 x D = 2 matches D = 2 through a killed rank; resumes at T = 1; 2 x 2 x 1 matches T = 1"

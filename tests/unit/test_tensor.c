@@ -413,49 +413,61 @@ static void test_gpt_events(void)
     CU_ASSERT_STRING_EQUAL(e.field, "spec.training.model.heads");
 }
 
+/* For T = 1, 2, 4 and P = 1..3 stages of a 3-block model: the T x P ranks' pieces (replicated ones
+ * from t = 0, the last stage's wte copy never) sum to the whole model, their checkpoint runs cover
+ * it exactly once with the same values, wte's padding rows are zero, and a stage holds its blocks
+ * (the embedding on stage 0, ln_f and a copy of wte's rows on the last). */
 static void test_gpt_slice_assemble(void)
 {
     rm_model_shape s;
-    gpt_shape(&s, 2, 11, 5, 8, 4);
-    for (int T = 1; T <= 4; T *= 2) {
-        rm_tp_gpt_plan p[4];
-        rm_err e = {0};
-        for (int t = 0; t < T; t++)
-            CU_ASSERT_EQUAL_FATAL(rm_tp_gpt_plan_make(&s, T, t, &p[t], &e), RM_OK);
-        size_t W = p[0].nwhole;
-        float *whole = malloc(W * sizeof(float)), *back = calloc(W, sizeof(float));
-        float *viaruns = calloc(W, sizeof(float)), *loc = malloc(p[0].n * sizeof(float));
-        uint8_t *hits = calloc(W, 1);
-        for (size_t i = 0; i < W; i++)
-            whole[i] = (float)i + 1.0f;
-        for (int t = 0; t < T; t++) {
-            rm_tp_gpt_slice(&p[t], whole, loc);
-            float *mine = calloc(W, sizeof(float));
-            rm_tp_gpt_assemble(&p[t], loc, mine, t == 0);
+    gpt_shape(&s, 3, 11, 5, 8, 4);
+    for (int T = 1; T <= 4; T *= 2)
+        for (int P = 1; P <= 3; P++) {
+            rm_err e = {0};
+            rm_tp_gpt_plan p0;
+            CU_ASSERT_EQUAL_FATAL(rm_tp_gpt_plan_stage(&s, T, 0, P, 0, &p0, &e), RM_OK);
+            size_t W = p0.nwhole;
+            float *whole = malloc(W * sizeof(float)), *back = calloc(W, sizeof(float));
+            float *viaruns = calloc(W, sizeof(float));
+            uint8_t *hits = calloc(W, 1);
             for (size_t i = 0; i < W; i++)
-                back[i] += mine[i];
-            free(mine);
-            rm_ckpt_run runs[64]; /* the checkpoint's runs: the same pieces */
-            int nr = rm_tp_gpt_runs(&p[t], t, runs, 64);
-            CU_ASSERT_FATAL(nr >= 1 && nr <= 64);
-            apply_runs(runs, nr, loc, viaruns, hits);
-            /* the padding rows of wte are zero */
-            for (int j = 0; j < p[t].Vl; j++)
-                if (t * p[t].Vl + j >= p[t].V)
-                    for (int i = 0; i < p[t].C; i++)
-                        CU_ASSERT_EQUAL(loc[(size_t)j * (size_t)p[t].C + (size_t)i], 0.0f);
+                whole[i] = (float)i + 1.0f;
+            int blocks = 0;
+            for (int q = 0; q < P; q++)
+                for (int t = 0; t < T; t++) {
+                    rm_tp_gpt_plan p;
+                    CU_ASSERT_EQUAL_FATAL(rm_tp_gpt_plan_stage(&s, T, t, P, q, &p, &e), RM_OK);
+                    CU_ASSERT(p.has_wpe == (q == 0) && p.has_head == (q == P - 1));
+                    CU_ASSERT(p.wte_copy == (P > 1 && q == P - 1));
+                    CU_ASSERT(p.b1 - p.b0 >= 1 && (P < 3 || p.b1 - p.b0 == 1));
+                    blocks += t == 0 ? p.b1 - p.b0 : 0;
+                    float *loc = malloc(p.n * sizeof(float)), *mine = calloc(W, sizeof(float));
+                    rm_tp_gpt_slice(&p, whole, loc);
+                    rm_tp_gpt_assemble(&p, loc, mine, t == 0);
+                    for (size_t i = 0; i < W; i++)
+                        back[i] += mine[i];
+                    rm_ckpt_run runs[128]; /* the checkpoint's runs: the same pieces */
+                    int nr = rm_tp_gpt_runs(&p, q * T + t, runs, 128);
+                    CU_ASSERT_FATAL(nr >= 1 && nr <= 128);
+                    apply_runs(runs, nr, loc, viaruns, hits);
+                    for (int j = 0; p.has_wte && j < p.Vl; j++) /* the padding rows of wte are zero */
+                        if (t * p.Vl + j >= p.V)
+                            for (int i = 0; i < p.C; i++)
+                                CU_ASSERT_EQUAL(loc[p.o_wte + (size_t)j * (size_t)p.C + (size_t)i], 0.0f);
+                    free(mine);
+                    free(loc);
+                }
+            CU_ASSERT_EQUAL(blocks, 3);
+            for (size_t i = 0; i < W; i++) {
+                CU_ASSERT_EQUAL_FATAL(back[i], whole[i]);
+                CU_ASSERT_EQUAL_FATAL(viaruns[i], whole[i]);
+                CU_ASSERT_EQUAL_FATAL(hits[i], 1);
+            }
+            free(whole);
+            free(back);
+            free(viaruns);
+            free(hits);
         }
-        for (size_t i = 0; i < W; i++) {
-            CU_ASSERT_EQUAL_FATAL(back[i], whole[i]);
-            CU_ASSERT_EQUAL_FATAL(viaruns[i], whole[i]);
-            CU_ASSERT_EQUAL_FATAL(hits[i], 1);
-        }
-        free(whole);
-        free(back);
-        free(viaruns);
-        free(hits);
-        free(loc);
-    }
 }
 
 typedef struct gpt_rank {

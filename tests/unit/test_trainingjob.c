@@ -1750,12 +1750,19 @@ static void test_tensor_parallel(void)
           {"spec.training.model", GPT},
           {"spec.training.data", "{\"uri\": \"builtin:tinyshakespeare\"}"}},
          NULL},
-        /* what the transformer's split does not run yet is refused as the MLP's is, naming the field */
+        /* T x P for the transformer (one micro-batch a step); what its split does not run yet is
+         * refused as the MLP's is, naming the field */
         {{{"spec.parallelism", "{\"tensorParallel\": 2, \"pipelineStages\": 2}"},
           {"spec.minReplicas", "4"},
           {"spec.training.model", GPT},
           {"spec.training.data", "{\"uri\": \"builtin:tinyshakespeare\"}"}},
-         "spec.parallelism.tensorParallel: 2 with pipelineStages > 1 for the transformer" NS},
+         NULL},
+        {{{"spec.parallelism", "{\"tensorParallel\": 2, \"pipelineStages\": 2, \"microBatches\": 2}"},
+          {"spec.minReplicas", "4"},
+          {"spec.training.model", GPT},
+          {"spec.training.data", "{\"uri\": \"builtin:tinyshakespeare\"}"}},
+         "spec.parallelism.microBatches: 2 with tensorParallel and pipelineStages > 1 for the transformer (one "
+         "micro-batch a step in this version)" NS},
         {{{"spec.parallelism", "{\"tensorParallel\": 2}"},
           {"spec.training.model", GPT},
           {"spec.training.data", "{\"uri\": \"builtin:tinyshakespeare\"}"},

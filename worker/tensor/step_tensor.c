@@ -39,16 +39,20 @@
  * as the trainer wraps the round's comm); slicing, assembling and the clipping norm's squares go
  * through host copies.
  *
- * Pipeline stages (P > 1, the families with stage entries: tp_split.h rm_tp_stage_ops, the MLP):
+ * Pipeline stages (P > 1, through the split's stage entries: tp_split.h rm_tp_stage_ops):
  * rank r = (d·P + p)·T + t; the split holds stage p's layers (rebuilt when a round moves the rank
  * to another stage), the stage's schedule runs through worker/pipeline/pipe_sched.h over links to
  * ranks r - T and r + T (the same tensor rank of the neighbouring stages: a stage's output is
  * whole on every tensor rank), the loss riding back on the gradient frames; the data-parallel
  * group is the D ranks with this (t, p); assembling and clipping's norm sum over the replica's T·P
- * ranks (the round's comm when D = 1), which hold the whole model once between them.
+ * ranks (the round's comm when D = 1), which hold the whole model once between them. A piece that
+ * two stages hold (the transformer's wte rows: the embedding on stage 0, the tied head on the
+ * last) has its gradient summed over those two ranks before the data-parallel average; the copy is
+ * left out of the clipping norm (and of assembling and checkpoints: the split's copy blocks).
  *
- * Limits of this version: the MLP and the transformer (P > 1: the MLP); fp32; optimizers without
- * per-tensor trust ratios; no accumulation (the validator refuses the rest, naming the field).
+ * Limits of this version: the MLP and the transformer (P > 1: the transformer one micro-batch a
+ * step); fp32; optimizers without per-tensor trust ratios; no accumulation (the validator refuses
+ * the rest, naming the field).
  *
  * Ownership: rm_step owns the split model, its optimizer, the inner allreduce state, the group
  * comms, the links and the stage's schedule (round_end frees the per-round parts, destroy
@@ -76,11 +80,11 @@
  * as long as the grid has groups of that kind, after the tags the round's own rings may use
  * (comm_hier.c: 1..3), so no two groups share a tag; at the largest world (16,384, T = 2) the
  * ranges end below 50,000 of the 65,535. */
-typedef enum { TAG_TENSOR = 0, TAG_DATA, TAG_REPLICA, TAG_LINK } tp_tag_kind;
+typedef enum { TAG_TENSOR = 0, TAG_DATA, TAG_REPLICA, TAG_LINK, TAG_TIE } tp_tag_kind;
 static uint32_t tag_of(const rm_grid_place *pl, tp_tag_kind kind, int index)
 {
-    uint32_t base = 16, n[4] = {(uint32_t)(pl->D * pl->P), (uint32_t)(pl->P * pl->T), (uint32_t)pl->D,
-                                (uint32_t)pl->world};
+    uint32_t base = 16, n[5] = {(uint32_t)(pl->D * pl->P), (uint32_t)(pl->P * pl->T), (uint32_t)pl->D,
+                                (uint32_t)pl->world, (uint32_t)(pl->D * pl->T)};
     for (int k = 0; k < (int)kind; k++)
         base += n[k];
     return base + (uint32_t)index;
@@ -108,6 +112,12 @@ struct rm_step {
      * and the stage's schedule */
     rm_comm *rcomm, *link_prev, *link_next;
     bool owns_r;
+    /* a piece tied between stage 0 and the last (tp_split.h rm_tp_stage_ops.tied): its local
+     * range, whether this rank's is the copy, and the two holders' comm (this round) */
+    const rm_comm_ops *tie_ops;
+    rm_comm *tie;
+    size_t tie_off, tie_len;
+    bool tie_copy;
     rm_pipe_sched sc;
     bool sc_ok;
     bool whole;     /* the whole buffers hold the pieces' current values */
@@ -282,6 +292,11 @@ static int tp_init(const rm_step_env *env, rm_step **out, rm_err *err)
     if (par.pipeline_stages > RM_PIPE_MAX_STAGES)
         return rm_err_field(err, RM_EINVAL, "spec.parallelism.pipelineStages", "must be 1..%d here (got %d)",
                             RM_PIPE_MAX_STAGES, par.pipeline_stages);
+    if (par.pipeline_stages > 1 && ops->stage->max_micro > 0 && par.micro_batches > ops->stage->max_micro)
+        return rm_err_field(err, RM_EINVAL, "spec.parallelism.microBatches",
+                            "must be <= %d with tensorParallel and pipelineStages > 1 for "
+                            "spec.training.model.type %s in this version (got %d)",
+                            ops->stage->max_micro, env->m->family->name, par.micro_batches);
     if (par.pipeline_stages > 1 &&
         (par.micro_batches < 1 || par.micro_batches > RM_PIPE_MAX_MICRO || par.micro_batches > env->batch))
         return rm_err_field(err, RM_EINVAL, "spec.parallelism.microBatches",
@@ -322,8 +337,13 @@ static int tp_init(const rm_step_env *env, rm_step **out, rm_err *err)
         return rm_errf(err, RM_ENOMEM, "tensor: out of memory");
     }
     if (s->P > 1) {
+        int din, dout,
+            widest = rm_model_widest(env->m); /* and the stage's stream (a transformer's sequence) */
+        ops->stage->widths(&s->sp, &din, &dout);
+        widest = din > widest ? din : widest;
+        widest = dout > widest ? dout : widest;
         if ((rc = rm_pipe_sched_init(&s->sc, env->k, env->batch, par.micro_batches,
-                                     par.schedule == RM_PIPE_GPIPE ? 1 : 0, rm_model_widest(env->m), err))) {
+                                     par.schedule == RM_PIPE_GPIPE ? 1 : 0, widest, err))) {
             tp_destroy(s);
             return rc;
         }
@@ -363,6 +383,12 @@ static void tp_round_end(rm_step *s)
         s->rops->destroy(s->rcomm);
     rm_comm_ring_ops()->destroy(s->link_prev);
     rm_comm_ring_ops()->destroy(s->link_next);
+    if (s->tie_ops)
+        s->tie_ops->destroy(s->tie);
+    s->tie = NULL;
+    s->tie_ops = NULL;
+    s->tie_len = 0;
+    s->tie_copy = false;
     s->tcomm = s->dcomm = s->rcomm = s->link_prev = s->link_next = NULL;
     s->tops = s->dops = s->rops = NULL;
     s->owns_t = s->owns_r = false;
@@ -419,8 +445,15 @@ static int stage_round(rm_step *s, const rm_step_round *r, int *members, int cap
         RM_CHECK(rm_step_sub_group(&s->env, r, ranks, 2, 1, tag_of(pl, TAG_LINK, r->rank - pl->T), false,
                                    &ring, &s->link_prev, err));
     }
+    const rm_tp_stage_ops *so = s->sp.ops->stage;
+    if (so->tied && so->tied(&s->sp, &s->tie_off, &s->tie_len, &s->tie_copy)) { /* stage 0 and the last */
+        int ranks[2] = {rm_grid_rank(pl->T, pl->P, pl->t, 0, pl->d),
+                        rm_grid_rank(pl->T, pl->P, pl->t, pl->P - 1, pl->d)};
+        RM_CHECK(form_group(s, r, ranks, 2, pl->p == 0 ? 0 : 1, tag_of(pl, TAG_TIE, pl->d * pl->T + pl->t),
+                            &s->tie_ops, &s->tie, err));
+    }
     int din, dout;
-    s->sp.ops->stage->widths(&s->sp, &din, &dout);
+    so->widths(&s->sp, &din, &dout);
     RM_CHECK(rm_pipe_sched_round(&s->sc, pl->P, pl->p, din, dout, err));
     RM_CHECK(rm_pipe_sched_links(&s->sc, s->link_prev, s->link_next, s->env.timeout_s, err));
     int b[RM_PIPE_MAX_STAGES + 1];
@@ -615,10 +648,12 @@ static double grad_sq(const rm_step *s, const float *g)
 {
     double sq = 0;
     size_t at = 0;
+    size_t c0 = s->tie_copy ? s->tie_off : 0, c1 = s->tie_copy ? s->tie_off + s->tie_len : 0; /* a copy: 0 */
     for (int r = 0; r <= s->nrep; r++) {
         size_t end = r < s->nrep ? s->rep[2 * r] : s->sp.n;
         for (size_t i = at; i < end; i++) /* split */
-            sq += (double)g[i] * g[i];
+            if (i < c0 || i >= c1)
+                sq += (double)g[i] * g[i];
         if (r == s->nrep)
             break;
         at = end + s->rep[2 * r + 1];
@@ -637,9 +672,7 @@ static int sched_forward(void *ud, int off, int n, const float *in0, float inv_b
     rm_step *s = ud;
     const rm_tp_stage_ops *so = s->sp.ops->stage;
     RM_CHECK(so->forward(&s->sp, in0 ? (const void *)in0 : rm_model_input(s->env.m, off), off, n, err));
-    if (loss)
-        so->loss(&s->sp, s->env.m->labels, off, n, inv_batch, loss);
-    return RM_OK;
+    return loss ? so->loss(&s->sp, s->env.m->labels, off, n, inv_batch, loss, err) : RM_OK;
 }
 
 static int sched_backward(void *ud, int off, int n, float *dy, const float *in0, float *dx, bool first,
@@ -695,9 +728,12 @@ static int tp_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     }
     whole_stale(s);
     double t0 = rm_mono();
-    if (s->P > 1)
+    if (s->P > 1) {
         RM_CHECK(stage_step(s, rows, st, err));
-    else
+        if (s->tie) /* the tied piece's two gradients, so both holders step it alike */
+            RM_CHECK(
+                s->tie_ops->allreduce(s->tie, sp->grads + s->tie_off, s->tie_len, RM_DT_F32, RM_OP_SUM, err));
+    } else
         RM_CHECK(sp->ops->train(sp, e->m->x, e->m->labels, rows, e->m->loss_sum, err));
     double dp_s = 0;
     uint64_t dp_bytes = 0;

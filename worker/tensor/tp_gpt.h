@@ -19,6 +19,16 @@
  * rm_tp_gpt_slice / rm_tp_gpt_assemble map between it and the whole model's layout (gpt.c's,
  * unpadded), so init, checkpoints and export stay T = 1's.
  *
+ * Pipeline stages (T x P, docs/models-and-data.md): stage p holds blocks [b0, b1) (the blocks split
+ * evenly, earlier stages taking the extra ones); stage 0 also the embedding (wte's rows and wpe),
+ * the last stage ln_f and the head, which reads wte: the last stage holds a copy of its tensor
+ * rank's wte rows (Megatron's arrangement for the tied embedding), sliced like the owner's, never
+ * assembled, checkpointed or counted in norms (rm_tp_map_block's copy blocks); the strategy sums
+ * the two stages' wte gradients so the copies stay equal. A stage's input and output are the
+ * residual stream (rows x context x C floats, whole on every tensor rank); stage 0 reads tokens,
+ * the last ends in the split logits. The local layout keeps the order below, omitting what the
+ * stage does not hold. One micro-batch per step in this version (the activations are per batch).
+ *
  * Rows are sequences of `context` tokens; the loss is gpt.c's (mean over positions).
  *
  * Collectives go through a sum callback (tp_split.h's rm_tp_allreduce_fn): the same bits on every
@@ -47,11 +57,22 @@ typedef struct rm_tp_gpt_plan {
     size_t blk_len;           /* a block's local floats */
     size_t n;                 /* local floats: unit 0, L blocks, head */
     size_t nwhole;            /* the whole (unpadded) model's floats, gpt.c's layout */
+    /* pipeline stages (P = 1: the whole model, p = 0) */
+    int P, p;
+    int b0, b1;                         /* blocks [b0, b1), 0-based */
+    bool has_wte, has_wpe, has_head;    /* stage 0: wte, wpe; the last: wte (a copy when P > 1), ln_f */
+    bool wte_copy;                      /* this stage's wte rows are the first stage's (tied) */
+    size_t o_wte, o_wpe, o_blk, o_head; /* local offsets of what it holds */
 } rm_tp_gpt_plan;
 
 /* The plan of tensor rank t of T for a gpt shape. RM_EINVAL naming spec.training.model.heads when
  * T does not divide the heads (4·embed then divides too). */
 int rm_tp_gpt_plan_make(const rm_model_shape *s, int T, int t, rm_tp_gpt_plan *out, rm_err *err);
+/* The same for stage p of P (P <= the blocks: RM_EINVAL naming spec.parallelism.pipelineStages). */
+int rm_tp_gpt_plan_stage(const rm_model_shape *s, int T, int t, int P, int p, rm_tp_gpt_plan *out,
+                         rm_err *err);
+/* The block bounds of P stages (P + 1 entries), as rm_tp_gpt_plan_stage splits them. */
+int rm_tp_gpt_stages(const rm_model_shape *s, int P, int *bounds, rm_err *err);
 
 /* A step's collectives in issue order: 'F'/'B' pass, unit (0 embedding, 1..L blocks, L+1 head),
  * what ('e' embedding g, 'a' attention g/f, 'm' MLP g/f, 'x' the cross-entropy's max gather,
@@ -88,6 +109,7 @@ typedef struct rm_tp_gpt {
     float *s2, *rowl;                         /* the loss's [N x 2] sums and [N] row losses */
     float *hrowl;                             /* [N] host copy of rowl (rm_kernels_host_alloc) */
     float *attn_scratch;
+    const float *xin; /* the last forward's input stream (emb on stage 0, else the caller's) */
     rm_gpt_act a;
     rm_tp_allreduce_fn ar;
     void *ud;
@@ -99,6 +121,14 @@ int rm_tp_gpt_init(rm_tp_gpt *m, const rm_kernels *k, const rm_tp_gpt_plan *p, i
 void rm_tp_gpt_free(rm_tp_gpt *m); /* NULL ok, idempotent */
 /* Forward of rows sequences of tokens (rows x context int32, replicated) to the split logits. */
 int rm_tp_gpt_forward(rm_tp_gpt *m, const int32_t *tok, int rows, rm_err *err);
+/* A stage's forward: from tokens (stage 0) or the residual stream in (rows x context x C) through
+ * its blocks to rm_tp_gpt_output (the residual stream, or on the last stage the split logits). */
+int rm_tp_gpt_stage_forward(rm_tp_gpt *m, const void *in, int rows, rm_err *err);
+float *rm_tp_gpt_output(const rm_tp_gpt *m);
+/* A stage's backward: from dy (the residual stream's gradient; the last stage: the logits', after
+ * the loss) to its pieces' gradients (overwritten) and, unless dx is NULL, the gradient of its input
+ * stream into dx. in as for the forward. */
+int rm_tp_gpt_stage_backward(rm_tp_gpt *m, const void *in, int rows, const float *dy, float *dx, rm_err *err);
 /* After forward: the vocab-parallel cross-entropy against labels (rows x context): *loss_sum (the
  * kernels' memory: a device scalar on a GPU table) as gpt.c's loss (the same on every rank), the split logits replaced by their gradient scaled by
  * inv_batch / context. */

@@ -106,16 +106,16 @@ static void map_layer(const rm_tp_plan *p, int l, rm_tp_map *m)
     switch (y->kind) {
     case RM_TP_COL: { /* this rank's columns of W and part of b */
         size_t o0 = (size_t)p->t * out;
-        rm_tp_map_block(m, w + o0, dout, lo, out, din, out, false);
-        rm_tp_map_block(m, wb + o0, 0, lb, 0, 1, out, false);
+        rm_tp_map_block(m, w + o0, dout, lo, out, din, out, RM_TP_BLK_SPLIT);
+        rm_tp_map_block(m, wb + o0, 0, lb, 0, 1, out, RM_TP_BLK_SPLIT);
         break;
     }
     case RM_TP_ROW: /* this rank's rows of W; b replicated */
-        rm_tp_map_block(m, w + (size_t)p->t * in * dout, 0, lo, 0, 1, in * dout, false);
-        rm_tp_map_block(m, wb, 0, lb, 0, 1, dout, true);
+        rm_tp_map_block(m, w + (size_t)p->t * in * dout, 0, lo, 0, 1, in * dout, RM_TP_BLK_SPLIT);
+        rm_tp_map_block(m, wb, 0, lb, 0, 1, dout, RM_TP_BLK_REP);
         break;
     case RM_TP_REP:
-        rm_tp_map_block(m, w, 0, lo, 0, 1, din * dout + dout, true);
+        rm_tp_map_block(m, w, 0, lo, 0, 1, din * dout + dout, RM_TP_BLK_REP);
         break;
     }
 }
@@ -360,10 +360,12 @@ static float *st_output(rm_tp_split *s, int off)
     return rm_tp_mlp_output(s->impl, off);
 }
 
-static void st_loss(rm_tp_split *s, const int32_t *labels, int off, int rows, float inv_batch,
-                    float *loss_sum)
+static int st_loss(rm_tp_split *s, const int32_t *labels, int off, int rows, float inv_batch, float *loss_sum,
+                   rm_err *err)
 {
+    (void)err;
     rm_tp_mlp_loss_rows(s->impl, labels, off, rows, inv_batch, loss_sum);
+    return RM_OK;
 }
 
 static int st_backward(rm_tp_split *s, const void *in, int off, int rows, float *dy, float *dx,

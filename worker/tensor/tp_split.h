@@ -29,8 +29,9 @@
  * assemble and checkpoint runs share their walk over the model through it): rows rows of w floats
  * at whole offset woff (rows ws floats apart) and local offset loff (ls apart). Copies whole ->
  * local (to_local) or local -> whole, or, with record set, records the block as a checkpoint run
- * (worker/checkpoint/ckpt_shard.h) of shard `shard`; a replicated block (rep) goes local -> whole
- * or into a run only with with_rep. */
+ * (worker/checkpoint/ckpt_shard.h) of shard `shard`. A replicated block goes local -> whole or into
+ * a run only with with_rep; a copy block (a tied copy of another stage's piece) only whole -> local. */
+typedef enum { RM_TP_BLK_SPLIT = 0, RM_TP_BLK_REP = 1, RM_TP_BLK_COPY = 2 } rm_tp_blk_kind;
 typedef struct rm_tp_map {
     float *whole, *local; /* copying */
     bool to_local, with_rep;
@@ -41,9 +42,11 @@ typedef struct rm_tp_map {
 } rm_tp_map;
 
 static inline void rm_tp_map_block(rm_tp_map *m, size_t woff, size_t ws, size_t loff, size_t ls, size_t rows,
-                                   size_t w, bool rep)
+                                   size_t w, rm_tp_blk_kind kind)
 {
-    if (rows == 0 || w == 0 || (rep && !m->to_local && !m->with_rep))
+    bool out = m->record || !m->to_local; /* local -> whole, or a run */
+    if (rows == 0 || w == 0 || (out && kind == RM_TP_BLK_COPY) ||
+        (out && kind == RM_TP_BLK_REP && !m->with_rep))
         return;
     if (m->record) {
         if (m->run && m->n < m->cap)
@@ -133,12 +136,22 @@ struct rm_tp_stage_ops {
     /* The stage's output rows from off (after the loss, on the last stage: its gradient). */
     float *(*output)(rm_tp_split *s, int off);
     /* The last stage: the loss of rows [off, off + rows) against labels (the batch's, from row 0),
-     * scaled by inv_batch, its sum into *loss_sum (host memory), the output replaced by its gradient. */
-    void (*loss)(rm_tp_split *s, const int32_t *labels, int off, int rows, float inv_batch, float *loss_sum);
+     * scaled by inv_batch, its sum into *loss_sum (the kernels' memory), the output replaced by its
+     * gradient. Fails only when a collective fails. */
+    int (*loss)(rm_tp_split *s, const int32_t *labels, int off, int rows, float inv_batch, float *loss_sum,
+                rm_err *err);
     /* Backward rows [off, off + rows) from dy (overwritten); in as forward's; the pieces' gradients
      * written (accumulate: added); the input gradient rows into dx unless NULL. */
     int (*backward)(rm_tp_split *s, const void *in, int off, int rows, float *dy, float *dx, bool accumulate,
                     rm_err *err);
+    /* Optional (NULL: none). A piece this rank holds that the same tensor rank of another stage holds
+     * too (the transformer's wte rows: the embedding on stage 0, the tied head on the last): its
+     * local range [*off, *off + *len), and whether this rank's is the copy (not assembled,
+     * checkpointed or counted in norms). The strategy sums its gradient over the two holders.
+     * False when this stage holds none. */
+    bool (*tied)(const rm_tp_split *s, size_t *off, size_t *len, bool *copy);
+    /* The most micro-batches a step may have (0: any). */
+    int max_micro;
 };
 
 /* A family's table, stamped out once per family (at the end of its .c, which includes <stdlib.h>)
