@@ -38,6 +38,8 @@ cleanup() {
   local p
   for p in $(our_workers); do kill -9 "$p" 2>/dev/null || true; done
   [ $rc -ne 0 ] && dump || true
+  # E2E_KEEP_DIR (debugging a failure): keep the failed script's runs, whole, there
+  [ $rc -ne 0 ] && [ -n "${E2E_KEEP_DIR:-}" ] && mkdir -p "$E2E_KEEP_DIR" && cp -a "$W" "$E2E_KEEP_DIR/" 2>/dev/null || true
   rm -rf "$W"
   exit $rc
 }

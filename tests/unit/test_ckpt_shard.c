@@ -1074,6 +1074,16 @@ static int pieces_shard(int r, int64_t step, const rm_ckpt_run *runs, int n, dou
     return rc;
 }
 
+/* The .rmmf text of the pieces set at step (epoch 1, 2 shards), its path in mpath; NULL if none. */
+static char *set_manifest(int64_t step, char *mpath, size_t cap)
+{
+    char mname[128];
+    rm_ckpt_manifest_name(mname, sizeof mname, step, 1, 2);
+    snprintf(mpath, cap, "%s/%s", g_dir, mname);
+    size_t len = 0;
+    return rm_test_read_file(mpath, &len);
+}
+
 /* A pieces set assembles the whole payload from its runs: re-sharded to any world (every parameter,
  * the planned optimizer pieces) and cut to any layer range, exactly the values written; the rest
  * of a shard (a replicated copy) is never read. */
@@ -1095,11 +1105,8 @@ static void test_pieces_round_trip(void)
             int skipped = -1;
             CU_ASSERT_EQUAL(layers_check(false, u0, u1, &skipped, &e), 70);
         }
-    char mname[128], mpath[4400];
-    rm_ckpt_manifest_name(mname, sizeof mname, 70, 1, 2);
-    snprintf(mpath, sizeof mpath, "%s/%s", g_dir, mname);
-    size_t len = 0;
-    char *text = rm_test_read_file(mpath, &len);
+    char mpath[4400];
+    char *text = set_manifest(70, mpath, sizeof mpath);
     CU_ASSERT_PTR_NOT_NULL_FATAL(text);
     CU_ASSERT_PTR_NOT_NULL(strstr(text, "\npieces 5\nrun 0 0 4 0 7 20 4\n"));
     free(text);
@@ -1137,11 +1144,8 @@ static void test_pieces_bad_runs(void)
     /* a good set, then its manifest's first run moved past the parameters, its checksum redone */
     CU_ASSERT_EQUAL(pieces_shard(0, 90, k_runs, 5, 0, &e), RM_ETIMEDOUT);
     CU_ASSERT_EQUAL(pieces_shard(1, 90, k_runs, 5, 5, &e), RM_OK);
-    char mname[128], mpath[4400];
-    rm_ckpt_manifest_name(mname, sizeof mname, 90, 1, 2);
-    snprintf(mpath, sizeof mpath, "%s/%s", g_dir, mname);
-    size_t len = 0;
-    char *text = rm_test_read_file(mpath, &len);
+    char mpath[4400];
+    char *text = set_manifest(90, mpath, sizeof mpath);
     CU_ASSERT_PTR_NOT_NULL_FATAL(text);
     char *run = strstr(text, "\nrun 0 84 58 147 58 1 58\n");
     CU_ASSERT_PTR_NOT_NULL_FATAL(run);

@@ -123,6 +123,21 @@ static void apply_runs(const rm_ckpt_run *run, int n, const float *local, float 
             }
 }
 
+/* The ranks' assembled pieces (back) and their runs (viaruns, hits) are the whole model exactly
+ * once; frees the four buffers. */
+static void expect_whole(size_t W, float *whole, float *back, float *viaruns, uint8_t *hits)
+{
+    for (size_t i = 0; i < W; i++) {
+        CU_ASSERT_EQUAL_FATAL(back[i], whole[i]);
+        CU_ASSERT_EQUAL_FATAL(viaruns[i], whole[i]);
+        CU_ASSERT_EQUAL_FATAL(hits[i], 1);
+    }
+    free(whole);
+    free(back);
+    free(viaruns);
+    free(hits);
+}
+
 /* T x P (docs/models-and-data.md, "Tensor parallelism"): for every T that divides the split widths
  * and every P up to the pairs, the stages hold contiguous whole pairs covering the model (a
  * column layer never ends a stage), each stage's pieces pair from its first layer, the T x P
@@ -196,15 +211,7 @@ static void test_stage_tables(void)
                     free(mine);
                 }
             }
-            for (size_t i = 0; i < W; i++) {
-                CU_ASSERT_EQUAL_FATAL(back[i], whole[i]);
-                CU_ASSERT_EQUAL_FATAL(viaruns[i], whole[i]);
-                CU_ASSERT_EQUAL_FATAL(hits[i], 1);
-            }
-            free(whole);
-            free(back);
-            free(viaruns);
-            free(hits);
+            expect_whole(W, whole, back, viaruns, hits);
         }
     }
 }
@@ -458,15 +465,7 @@ static void test_gpt_slice_assemble(void)
                     free(loc);
                 }
             CU_ASSERT_EQUAL(blocks, 3);
-            for (size_t i = 0; i < W; i++) {
-                CU_ASSERT_EQUAL_FATAL(back[i], whole[i]);
-                CU_ASSERT_EQUAL_FATAL(viaruns[i], whole[i]);
-                CU_ASSERT_EQUAL_FATAL(hits[i], 1);
-            }
-            free(whole);
-            free(back);
-            free(viaruns);
-            free(hits);
+            expect_whole(W, whole, back, viaruns, hits);
         }
 }
 

@@ -778,6 +778,29 @@ static int shard_matches(const manifest *m, const rm_ckpt_units *units, int r, c
 
 static void layer_span(const rm_ckpt_units *units, int u0, int u1, size_t *off, size_t *len);
 
+/* Old shard r of a set, read whole into buf (cap bytes) and verified (its checksums, its header
+ * against the manifest and the layout: old gets its pieces); meta gets shard 0's header. */
+static int read_shard(const char *dir, const manifest *m, const rm_ckpt_units *units, int r,
+                      const rm_ckpt_meta *expect, float *buf, size_t cap, rm_ckpt_meta *meta,
+                      rm_unit_shard *old, rm_err *err)
+{
+    char sp[4096 + NAME_CAP];
+    join(sp, sizeof sp, dir, m->sh[r].name);
+    rm_ckpt_meta hm;
+    uint32_t crc = 0;
+    rm_err e = {0};
+    int rc = rm_ckpt_read(sp, expect, &hm, buf, cap, &e);
+    if (rc == RM_OK)
+        rc = rm_ckpt_read_header(sp, &hm, &crc, &e);
+    if (rc == RM_OK)
+        rc = shard_matches(m, units, r, sp, &hm, crc, old, &e);
+    if (rc)
+        return rm_errf(err, rc, "shard %d of %d (%s) unusable: %s", r, m->world, m->sh[r].name, e.msg);
+    if (r == 0)
+        *meta = hm;
+    return RM_OK;
+}
+
 /* A pieces set's whole payload: every shard read and verified, its runs copied into whole
  * ((1 + nstate) x nparams floats: the parameters, then each optimizer buffer). */
 static int pieces_whole(const char *dir, const manifest *m, const rm_ckpt_meta *expect,
@@ -793,23 +816,9 @@ static int pieces_whole(const char *dir, const manifest *m, const rm_ckpt_meta *
         return rm_errf(err, RM_ENOMEM, "pieces checkpoint: out of memory (%zu bytes)", cap);
     int rc = RM_OK;
     for (int r = 0; r < W && rc == RM_OK; r++) {
-        char sp[4096 + NAME_CAP];
-        join(sp, sizeof sp, dir, m->sh[r].name);
-        rm_ckpt_meta hm;
-        uint32_t crc = 0;
-        rm_err e = {0};
         rm_unit_shard old;
-        rc = rm_ckpt_read(sp, expect, &hm, buf, cap, &e);
-        if (rc == RM_OK)
-            rc = rm_ckpt_read_header(sp, &hm, &crc, &e);
-        if (rc == RM_OK)
-            rc = shard_matches(m, units, r, sp, &hm, crc, &old, &e);
-        if (rc) {
-            rc = rm_errf(err, rc, "shard %d of %d (%s) unusable: %s", r, W, m->sh[r].name, e.msg);
+        if ((rc = read_shard(dir, m, units, r, expect, buf, cap, meta, &old, err)))
             break;
-        }
-        if (r == 0)
-            *meta = hm;
         uint64_t fl = m->sh[r].floats;
         for (int i = 0; i < m->nrun; i++) {
             const rm_ckpt_run *x = &m->run[i];
@@ -894,23 +903,9 @@ static int load_set(const char *dir, const manifest *m, const rm_ckpt_meta *expe
     float *buf = malloc(cap);
     int rc = buf ? RM_OK : rm_errf(err, RM_ENOMEM, "sharded checkpoint: out of memory");
     for (int r = 0; r < W && rc == RM_OK; r++) {
-        char sp[4096 + NAME_CAP];
-        join(sp, sizeof sp, dir, m->sh[r].name);
-        rm_ckpt_meta hm;
-        uint32_t crc = 0;
-        rm_err e = {0};
         rm_unit_shard old;
-        rc = rm_ckpt_read(sp, expect, &hm, buf, cap, &e);
-        if (rc == RM_OK)
-            rc = rm_ckpt_read_header(sp, &hm, &crc, &e);
-        if (rc == RM_OK)
-            rc = shard_matches(m, units, r, sp, &hm, crc, &old, &e);
-        if (rc) {
-            rc = rm_errf(err, rc, "shard %d of %d (%s) unusable: %s", r, W, m->sh[r].name, e.msg);
+        if ((rc = read_shard(dir, m, units, r, expect, buf, cap, meta, &old, err)))
             break;
-        }
-        if (r == 0)
-            *meta = hm;
         for (int u = 0; u < units->n; u++) /* this rank's pieces of the parameters */
             memcpy(dst + old.off[u], buf + old.soff[u], old.len[u] * sizeof(float));
         for (int i = 0; i < np; i++) { /* and the planned pieces of the optimizer state */

@@ -6,6 +6,7 @@
 
 #include "common/clock.h"
 #include "worker/comm/net.h"
+#include "worker/step.h"
 
 void rm_pipe_sched_free(rm_pipe_sched *ps)
 {
@@ -209,6 +210,22 @@ int rm_pipe_sched_step(rm_pipe_sched *ps, int rows, const rm_pipe_stage_ops *ops
     for (int mb = 0; mb < ps->M; mb++)
         st->loss += lmb[mb];
     st->recv = ps->links ? ps->lk->bytes_in(ps->links) - b0 : 0;
+    return RM_OK;
+}
+
+int rm_pipe_sched_report(const rm_pipe_sched *ps, const rm_pipe_sched_stats *ss, float *loss_sum,
+                         struct rm_step_stats *st, rm_err *err)
+{
+    const rm_kernels *k = ps->k;
+    if (k->host_memory)
+        *loss_sum = ss->loss;
+    else
+        RM_CHECK(rm_kernels_copy_error(k, k->h2d(loss_sum, &ss->loss, sizeof ss->loss), "loss", err));
+    st->pipe = true;
+    st->pipe_stage = ps->p;
+    st->pipe_bubble = ss->sched_s > 0 ? ss->waited_s / ss->sched_s : 0;
+    st->pipe_sent = ss->sent;
+    st->pipe_recv = ss->recv;
     return RM_OK;
 }
 

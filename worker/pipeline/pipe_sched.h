@@ -93,6 +93,12 @@ typedef struct rm_pipe_sched_stats {
 int rm_pipe_sched_step(rm_pipe_sched *ps, int rows, const rm_pipe_stage_ops *ops, void *ud,
                        rm_pipe_sched_stats *st, rm_err *err);
 
+/* After a step: the batch's loss (ss->loss) into loss_sum (one float of the kernels' memory: the
+ * model's, which the driver reads) and the step's pipeline numbers into st (worker/step.h). */
+struct rm_step_stats;
+int rm_pipe_sched_report(const rm_pipe_sched *ps, const rm_pipe_sched_stats *ss, float *loss_sum,
+                         struct rm_step_stats *st, rm_err *err);
+
 /* One group of at most one receive (rx_side >= 0: micro-batch rx_mb from that side) and one send
  * (tx_side >= 0: n floats of rows and, on a side that carries one, the extra float). */
 int rm_pipe_sched_group(rm_pipe_sched *ps, int rx_side, int rx_mb, int tx_side, const float *rows, size_t n,

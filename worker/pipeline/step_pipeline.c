@@ -878,11 +878,8 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
         }
     }
     s->last_t0 = ss.t0;
-    /* the batch's loss sum, on every stage (the driver reads it) */
-    if (k->host_memory)
-        *m->loss_sum = ss.loss;
-    else
-        RM_CHECK(dev_rc(s, k->h2d(m->loss_sum, &ss.loss, sizeof ss.loss), err));
+    /* the batch's loss sum, on every stage (the driver reads it), and the step's pipeline numbers */
+    RM_CHECK(rm_pipe_sched_report(&s->sc, &ss, m->loss_sum, st, err));
     s->nstep++;
     s->dirty = s->r.world > 1;
     s->gathered = false;
@@ -896,13 +893,7 @@ static int pl_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
         st->busbw_gbps =
             st->allreduce_s > 0 ? (double)st->bytes / st->allreduce_s / 1e9 * 2.0 * (double)(D - 1) / D : 0;
     }
-    RM_CHECK(pl_optimizer(s, lr, st, err));
-    st->pipe = true;
-    st->pipe_stage = s->pl.stage;
-    st->pipe_bubble = ss.sched_s > 0 ? ss.waited_s / ss.sched_s : 0;
-    st->pipe_sent = ss.sent;
-    st->pipe_recv = ss.recv;
-    return RM_OK;
+    return pl_optimizer(s, lr, st, err);
 }
 
 /* Evaluation through the stages (P > 1): every stage of a replica has the same `rows` of the test

@@ -696,20 +696,10 @@ static const rm_pipe_stage_ops stage_ops = {
  * (riding back from the last stage) in the model's loss_sum, on every stage. */
 static int stage_step(rm_step *s, int rows, rm_step_stats *st, rm_err *err)
 {
-    const rm_kernels *k = s->env.k;
     s->sp.fwd_floats = s->sp.bwd_floats = 0;
     rm_pipe_sched_stats ss;
     RM_CHECK(rm_pipe_sched_step(&s->sc, rows, &stage_ops, s, &ss, err));
-    if (k->host_memory)
-        *s->env.m->loss_sum = ss.loss;
-    else
-        RM_CHECK(rm_kernels_copy_error(k, k->h2d(s->env.m->loss_sum, &ss.loss, sizeof ss.loss), "loss", err));
-    st->pipe = true;
-    st->pipe_stage = s->pl.p;
-    st->pipe_bubble = ss.sched_s > 0 ? ss.waited_s / ss.sched_s : 0;
-    st->pipe_sent = ss.sent;
-    st->pipe_recv = ss.recv;
-    return RM_OK;
+    return rm_pipe_sched_report(&s->sc, &ss, s->env.m->loss_sum, st, err);
 }
 
 static int tp_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *err)
