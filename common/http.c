@@ -100,6 +100,7 @@ typedef struct req_ctx {
     int toobig;
     int park;      /* PARK_*: the handler parked this request (pmu) */
     bool answered; /* rm_http_unpark answered: parked (NULL: it could not be built) (pmu) */
+    bool gone;     /* the connection ended while parked and unanswered: rm_http_unpark frees c (pmu) */
     /* the answer, built by rm_http_unpark (not the rm_http_resp it came in: its header slots are
      * ~2.6 KiB, and every waiting worker has a request parked, docs/scale.md) */
     struct MHD_Response *parked;
@@ -545,6 +546,8 @@ static int find_route(rm_http_server *s, const char *method, const char *path, c
     return path_seen ? 405 : 404;
 }
 
+void (*rm_http_test_after_resume)(void);
+
 rm_http_parked *rm_http_park(const rm_http_req *req)
 {
     req_ctx *c = req ? req->impl : NULL;
@@ -565,15 +568,31 @@ void rm_http_unpark(rm_http_parked *t, rm_http_resp *resp)
     unsigned status;
     struct MHD_Response *r = build_resp(c, resp, &status);
     memset(resp, 0, sizeof *resp);
-    pthread_mutex_lock(&c->srv->pmu);
+    /* c is not touched after MHD_resume_connection: the MHD thread may run the connection at
+     * once, and if its client has gone (a long-poll whose client timed out) complete it and free
+     * c (on_completed) before this thread gets to the unlock, which therefore must not read
+     * c->srv again */
+    rm_http_server *srv = c->srv;
+    pthread_mutex_lock(&srv->pmu);
+    if (c->gone) { /* MHD ended the connection while it waited: the answer has nowhere to go */
+        pthread_mutex_unlock(&srv->pmu);
+        if (r)
+            MHD_destroy_response(r);
+        free(c);
+        atomic_fetch_sub(&srv->inflight, 1);
+        return;
+    }
     c->parked = r;
     c->parked_status = status;
     c->answered = true;
     /* suspended: MHD calls on_request again for it, which queues the answer; still in the handler
      * (answered before it returned): on_request queues it without suspending */
-    if (c->park == PARK_SUSPENDED)
+    if (c->park == PARK_SUSPENDED) {
         MHD_resume_connection(c->conn);
-    pthread_mutex_unlock(&c->srv->pmu);
+        if (rm_http_test_after_resume)
+            rm_http_test_after_resume();
+    }
+    pthread_mutex_unlock(&srv->pmu);
 }
 
 /* The handler parked the request (c->park set): suspend it, or queue its answer if it came
@@ -704,10 +723,18 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         return;
     conn_set_phase(conn, s, CONN_HEAD); /* keep-alive: waiting for the next request */
     rm_capbuf_free(&c->body);
+    *con_cls = NULL;
+    /* parked and not answered yet: its owner still holds it and will call rm_http_unpark, which
+     * frees it (and counts it out) then */
+    pthread_mutex_lock(&s->pmu);
+    bool owed = c->park != PARK_NONE && !c->answered;
+    c->gone = owed;
+    pthread_mutex_unlock(&s->pmu);
+    if (owed)
+        return;
     if (c->parked) /* an answer never sent (the connection ended first) */
         MHD_destroy_response(c->parked);
     free(c);
-    *con_cls = NULL;
     atomic_fetch_sub(&s->inflight, 1);
 }
 

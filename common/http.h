@@ -107,6 +107,9 @@ typedef struct rm_http_opts {
 typedef struct rm_http_parked rm_http_parked;
 rm_http_parked *rm_http_park(const rm_http_req *req);
 void rm_http_unpark(rm_http_parked *t, rm_http_resp *resp);
+/* Tests only (NULL otherwise): called by rm_http_unpark right after it resumed a suspended request,
+ * to widen the window in which the MHD thread may complete and free it. */
+extern void (*rm_http_test_after_resume)(void);
 
 /* Start serving in background threads. The route table is copied. On success *out is owned
  * (rm_http_stop). Errors (bad address, port in use) → RM_EINVAL/RM_EIO with err set. */

@@ -438,6 +438,84 @@ static void test_graceful_stop_with_long_poll(void)
     rm_http_stop(NULL);
 }
 
+/* A parked long poll (event-loop server) whose client has gone when the answer comes: the MHD
+ * thread completes the resumed connection and frees its request at once, perhaps before
+ * rm_http_unpark's thread has released the server's parking lock. unpark must not read the freed
+ * request after resuming it (a use-after-free ASan reports; in a release build the unlock went to a
+ * stale address, the lock stayed held and the next answer deadlocked the rendezvous, or the
+ * process crashed). 200 rounds of park, client gone, unpark from another thread; then the server
+ * still answers, and every request was freed. */
+static _Atomic(rm_http_parked *) g_parked;
+static int h_park(const rm_http_req *req, rm_http_resp *resp, void *ud)
+{
+    (void)resp;
+    (void)ud;
+    atomic_store(&g_parked, rm_http_park(req));
+    return RM_OK;
+}
+static int h_ok(const rm_http_req *req, rm_http_resp *resp, void *ud)
+{
+    (void)req;
+    (void)ud;
+    return rm_http_reply_text(resp, 200, "text/plain", "ok");
+}
+
+static void slow_after_resume(void)
+{
+    rm_sleep(0.005); /* the MHD thread completes the gone client's request meanwhile */
+}
+
+static void test_unpark_after_client_gone(void)
+{
+    rm_http_test_after_resume = slow_after_resume;
+    static const rm_http_route rt[] = {{"POST", "/park", 0, h_park, NULL}, {"GET", "/ok", 0, h_ok, NULL}};
+    rm_http_opts o = {.bind = "127.0.0.1:0", .event_loop = true};
+    rm_http_server *s = NULL;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_http_start(&o, rt, 2, &s, &e), RM_OK);
+    int port = rm_http_port(s);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    const char req[] = "POST /park HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                       "Content-Length: 13\r\n\r\n{\"worker\": 1}";
+    int parked = 0;
+    for (int i = 0; i < 200; i++) {
+        atomic_store(&g_parked, NULL);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        CU_ASSERT_FATAL(fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+        CU_ASSERT(send(fd, req, sizeof req - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof req - 1));
+        double end = rm_mono() + 5;
+        while (!atomic_load(&g_parked) && rm_mono() < end)
+            rm_sleep(0.0005);
+        rm_http_parked *t = atomic_load(&g_parked);
+        CU_ASSERT_PTR_NOT_NULL_FATAL(t);
+        parked++;
+        if (i % 4 < 2) { /* half the rounds the client resets the connection, half it closes it */
+            struct linger lg = {1, 0};
+            setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+        }
+        close(fd); /* the client gives up */
+        if (i % 2)
+            rm_sleep(0.001); /* half the rounds: MHD may see the close before the answer */
+        rm_http_resp r;
+        memset(&r, 0, sizeof r);
+        rm_http_reply_text(&r, 200, "text/plain", "late");
+        rm_http_unpark(t, &r);
+    }
+    CU_ASSERT_EQUAL(parked, 200);
+    char u[64];
+    url(u, sizeof u, s, "/ok");
+    rm_httpc_resp hr;
+    memset(&hr, 0, sizeof hr);
+    CU_ASSERT_EQUAL(rm_httpc_get(u, 2000, &hr, &e), RM_OK); /* not deadlocked */
+    CU_ASSERT_EQUAL(hr.status, 200);
+    rm_httpc_resp_free(&hr);
+    double t0 = rm_mono();
+    rm_http_stop(s); /* waits for every request to be freed (bounded) */
+    CU_ASSERT(rm_mono() - t0 < 3.0);
+    rm_http_test_after_resume = NULL;
+}
+
 typedef struct {
     rm_http_blob *b;
     atomic_int stop;
@@ -827,6 +905,7 @@ void rm_suite_http(void)
         {"blocking_handler_does_not_block_others", test_blocking_handler_does_not_block_others},
         {"streaming", test_streaming},
         {"client_gone_frees_stream", test_client_gone_frees_stream},
+        {"unpark_after_client_gone", test_unpark_after_client_gone},
         {"graceful_stop_with_long_poll", test_graceful_stop_with_long_poll},
         {"blob_concurrent", test_blob_concurrent},
         {"parse_addr_and_bind_errors", test_parse_addr_and_bind_errors},
