@@ -318,9 +318,6 @@ int tj_validate_tensor_parallel(const rm_tj_spec *s, rm_err *err)
     if (t->precision != RM_PREC_FP32)
         return unsupported(err, "spec.training", "precision", "%s with %s.tensorParallel > 1",
                            rm_enum_name(rm_precision_names, (int)t->precision), P);
-    if (t->grad_accum > 1)
-        return unsupported(err, "spec.training", "gradientAccumulationSteps", "%d with %s.tensorParallel > 1",
-                           t->grad_accum, P);
     if (t->mode != RM_MODE_TRAIN)
         return tj_bad(err, "spec.training", "mode", "must be train with %s.tensorParallel > 1", P);
     if (s->backend == RM_BACKEND_MPI || s->backend == RM_BACKEND_NCCL)

@@ -51,8 +51,8 @@
  * left out of the clipping norm (and of assembling and checkpoints: the split's copy blocks).
  *
  * Limits of this version: the MLP and the transformer (P > 1: the transformer one micro-batch a
- * step); fp32; optimizers without per-tensor trust ratios; no accumulation (the validator refuses
- * the rest, naming the field).
+ * step); fp32; optimizers without per-tensor trust ratios; gradient accumulation with P = 1 only
+ * (micro-batches accumulate with P > 1) (the validator refuses the rest, naming the field).
  *
  * Ownership: rm_step owns the split model, its optimizer, the inner allreduce state, the group
  * comms, the links and the stage's schedule (round_end frees the per-round parts, destroy
@@ -127,6 +127,8 @@ struct rm_step {
     bool dev;
     float *lscratch; /* [n] host: a device table's pieces, copied out */
     float *dsmall;   /* one float of the kernels' memory: the clipping norm's sum */
+    float *acc;      /* [n] the kernels' memory, gradient accumulation (K > 1): the micro-batches' sum */
+    float *loss_k;   /* one float of the kernels' memory: a later micro-batch's loss */
     /* the last step's collectives */
     double wait_s;
     uint64_t bytes;
@@ -175,6 +177,9 @@ static void tp_round_end(rm_step *s);
 /* The split, its optimizer and the replicated runs: what depends on the stage. */
 static void unbuild(rm_step *s)
 {
+    if (s->env.k)
+        s->env.k->free(s->acc);
+    s->acc = NULL;
     if (s->sp.ops)
         s->sp.ops->free(&s->sp);
     free(s->rep);
@@ -206,6 +211,8 @@ static int build(rm_step *s, int p, rm_err *err)
     RM_CHECK(find_replicated(s, err));
     if (s->dev && !(s->lscratch = malloc(s->sp.n * sizeof(float))))
         return rm_errf(err, RM_ENOMEM, "tensor: out of memory");
+    if (env->grad_accum > 1 && !(s->acc = env->k->alloc(s->sp.n * sizeof(float))))
+        return rm_errf(err, RM_ENOMEM, "tensor: out of memory for the accumulated gradients");
     return RM_OK;
 }
 
@@ -220,8 +227,11 @@ static void tp_destroy(rm_step *s)
     if (s->sc_ok)
         rm_pipe_sched_free(&s->sc);
     free(s->scratch);
-    if (s->env.k)
+    if (s->env.k) {
         s->env.k->free(s->dsmall);
+        s->env.k->free(s->acc);
+        s->env.k->free(s->loss_k);
+    }
     free(s);
 }
 
@@ -302,9 +312,13 @@ static int tp_init(const rm_step_env *env, rm_step **out, rm_err *err)
         return rm_err_field(err, RM_EINVAL, "spec.parallelism.microBatches",
                             "must be 1..min(%d, batchSizePerWorker %d) (got %d)", RM_PIPE_MAX_MICRO,
                             env->batch, par.micro_batches);
-    if (env->sharding != RM_SHARD_NONE || env->grad_accum > 1 || rm_optim_layerwise(env->opt))
-        return rm_err_field(err, RM_EINVAL, F,
-                            "%d with sharding, gradient accumulation or lamb/lars is not supported yet", T);
+    if (env->sharding != RM_SHARD_NONE || rm_optim_layerwise(env->opt))
+        return rm_err_field(err, RM_EINVAL, F, "%d with sharding or lamb/lars is not supported yet", T);
+    if (env->grad_accum > 1 && (par.pipeline_stages > 1 || !env->load_micro))
+        return rm_err_field(err, RM_EINVAL, "spec.training.gradientAccumulationSteps",
+                            "%d with tensorParallel and pipelineStages > 1 is not supported (raise "
+                            "spec.parallelism.microBatches instead: micro-batches already accumulate)",
+                            env->grad_accum);
     if (env->amp && env->amp->prec != RM_PREC_FP32)
         return rm_err_field(err, RM_EINVAL, F,
                             "%d with spec.training.precision %s is not supported yet (fp32)", T,
@@ -332,7 +346,8 @@ static int tp_init(const rm_step_env *env, rm_step **out, rm_err *err)
         tp_destroy(s);
         return rc;
     }
-    if (!(s->scratch = malloc(s->sp.nwhole * sizeof(float))) || !(s->dsmall = env->k->alloc(sizeof(float)))) {
+    if (!(s->scratch = malloc(s->sp.nwhole * sizeof(float))) || !(s->dsmall = env->k->alloc(sizeof(float))) ||
+        !(s->loss_k = env->k->alloc(sizeof(float)))) {
         tp_destroy(s);
         return rm_errf(err, RM_ENOMEM, "tensor: out of memory");
     }
@@ -663,6 +678,43 @@ static double grad_sq(const rm_step *s, const float *g)
     return sq;
 }
 
+/* P = 1: the split's forward, loss and backward over the step's K micro-batches (gradient
+ * accumulation: micro-batch 0 is in the model's buffers, k > 0 loaded through env->load_micro): the
+ * pieces' gradients their mean (each micro-batch's scaled by 1 / rows, summed, times 1 / K), the
+ * model's loss_sum their total, fwd_floats / bwd_floats the step's. */
+static int accumulate(rm_step *s, int rows, rm_err *err)
+{
+    const rm_step_env *e = &s->env;
+    const rm_kernels *k = e->k;
+    rm_tp_split *sp = &s->sp;
+    int K = e->grad_accum > 1 ? e->grad_accum : 1;
+    size_t fwd = 0, bwd = 0;
+    for (int i = 0; i < K; i++) {
+        if (i > 0)
+            RM_CHECK(e->load_micro(e->micro_ud, i, err));
+        RM_CHECK(sp->ops->train(sp, e->m->x, e->m->labels, rows, i ? s->loss_k : e->m->loss_sum, err));
+        fwd += sp->fwd_floats;
+        bwd += sp->bwd_floats;
+        if (K == 1)
+            break;
+        if (i == 0)
+            RM_CHECK(
+                rm_kernels_copy_error(k, k->d2d(s->acc, sp->grads, sp->n * sizeof(float)), "gradients", err));
+        else {
+            k->axpy(s->acc, sp->grads, sp->n, 1.0f);
+            k->axpy(e->m->loss_sum, s->loss_k, 1, 1.0f);
+        }
+    }
+    if (K > 1) {
+        k->scale(s->acc, sp->n, 1.0f / (float)K);
+        RM_CHECK(
+            rm_kernels_copy_error(k, k->d2d(sp->grads, s->acc, sp->n * sizeof(float)), "gradients", err));
+    }
+    sp->fwd_floats = fwd;
+    sp->bwd_floats = bwd;
+    return RM_OK;
+}
+
 /* ---- P > 1: the stage's compute as the schedule calls it (pipe_sched.h), through the split's
  * stage entries; the first stage reads the batch's own input rows */
 
@@ -724,7 +776,7 @@ static int tp_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
             RM_CHECK(
                 s->tie_ops->allreduce(s->tie, sp->grads + s->tie_off, s->tie_len, RM_DT_F32, RM_OP_SUM, err));
     } else
-        RM_CHECK(sp->ops->train(sp, e->m->x, e->m->labels, rows, e->m->loss_sum, err));
+        RM_CHECK(accumulate(s, rows, err));
     double dp_s = 0;
     uint64_t dp_bytes = 0;
     if (s->dcomm) { /* data-parallel group only: the tensor ranks hold different pieces */
