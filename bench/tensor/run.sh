@@ -24,8 +24,13 @@
 #  step (the slower worker's training seconds / steps) — where the split's smaller GEMMs and its
 #  4 allreduces of activations per block cost less than D = 2's allreduce of every gradient. One
 #  kernel thread per worker (RINGMASTER_THREADS=1).
+# Part 4, the grid: part 1's model at T x P = 2 x 2 (4 ranks, one replica) beside T = 1: each rank's
+#  pieces (the "tensor round" line's count: its stage's blocks split, stage 0 with the embedding,
+#  the last with ln_f and its copy of the wte rows) and its checkpoint shard's bytes (the pieces set
+#  every rank writes, no gather) against T = 1's whole checkpoint file.
 # Prints its tables (OUT=FILE also writes them there); raw logs in $RAW (default a temp dir,
-# removed). QUICK=1: a smoke run (small shapes, 5 steps). STEPS=N, EMBEDS="64 128 256 512" adjust.
+# removed). QUICK=1: a smoke run (small shapes, 5 steps). STEPS=N, EMBEDS="64 128 256 512" adjust;
+# PARTS="1 3 4" runs some (parts 1 and 2 are one run; default all).
 # RM_BIN (default ./bin) must hold ringmaster. Do not read numbers of a QUICK run as measurements.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -47,10 +52,14 @@ read -r -a EMBEDS <<< "${EMBEDS:-$([ "$QUICK" = 1 ] && echo "64 128" || echo "64
 if [ "$QUICK" = 1 ]; then ML=2 MH=4 MC=64 MCTX=32 MB=4; else ML=4 MH=8 MC=256 MCTX=64 MB=8; fi
 export RINGMASTER_THREADS=1
 
-# manifest NAME REPLICAS T LAYERS HEADS EMBED CONTEXT BATCH
+PARTS="${PARTS:-1 2 3 4}"
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+
+# manifest NAME REPLICAS T LAYERS HEADS EMBED CONTEXT BATCH [STAGES]
 manifest() {
   local par=""
   [ "$3" = 1 ] || par="  parallelism: {tensorParallel: $3}"
+  [ -z "${9:-}" ] || par="  parallelism: {tensorParallel: $3, pipelineStages: $9}"
   cat > "$RAW/$1.yaml" <<EOF
 apiVersion: ringmaster.dev/v1alpha1
 kind: TrainingJob
@@ -81,6 +90,7 @@ last() { grep -h "msg=\"$2\"" "$RAW/run-$1/worker-$3.log" 2>/dev/null | tail -1 
 # ---- parts 1 and 2: T = 1, 2, 4 on one replica
 mem=(); traffic=()
 for T in 1 2 4; do
+  part 1 || part 2 || break
   n="mem-t$T"
   manifest "$n" "$T" "$T" "$ML" "$MH" "$MC" "$MCTX" "$MB"
   run "$n" || continue
@@ -116,6 +126,7 @@ done
 # ---- part 3: T = 2 vs D = 2, global batch 16
 speed=()
 for C in "${EMBEDS[@]}"; do
+  part 3 || break
   manifest "t2-c$C" 2 2 2 8 "$C" 64 16
   manifest "d2-c$C" 2 1 2 8 "$C" 64 8
   st=()
@@ -136,6 +147,24 @@ PY
   ratio=$($py -c "import sys; a,b='${st[0]}','${st[1]}'; print('%.2f' % (float(b)/float(a)) if '-' not in (a,b) and float(a)>0 else '-')")
   speed+=("| $C | ${st[0]} | ${st[1]} | $ratio |")
 done
+
+# ---- part 4: the grid T x P = 2 x 2 beside T = 1, each rank's pieces and checkpoint shard
+grid=()
+if part 4; then
+  manifest g1 1 1 "$ML" "$MH" "$MC" "$MCTX" "$MB"
+  manifest g22 4 2 "$ML" "$MH" "$MC" "$MCTX" "$MB" 2
+  if run g1 && run g22; then
+    wb=$(stat -c %s "$(ls "$RAW"/ck-g1/ckpt-*.rmck | tail -1)")
+    for r in 0 1 2 3; do
+      line=$(last g22 "tensor round" "$r")
+      pieces=$(printf '%s\n' "$line" | sed -n 's/.* pieces=\([0-9]*\) of \([0-9]*\).*/\1 \2/p')
+      read -r pc whole <<< "$pieces"
+      stage=$(printf '%s\n' "$line" | sed -n 's/.* p=\([0-9]*\) .*/\1/p')
+      sb=$(stat -c %s "$(ls "$RAW"/ck-g22/shard-*-"$r"-of-4.rmck | tail -1)")
+      grid+=("$($py -c "print('| %d | %s | %s | %s | %.3f | %d | %d | %.3f |' % ($r, '$stage', '$pc', '$whole', $pc / $whole, $sb, $wb, $sb / $wb))")")
+    done
+  fi
+fi
 
 {
   echo "# Tensor parallelism: the transformer"
@@ -161,6 +190,14 @@ done
   echo "| embed | T = 2 ms/step | D = 2 ms/step | D / T (> 1: T faster) |"
   echo "|---|---|---|---|"
   printf '%s\n' "${speed[@]}"
+  if [ ${#grid[@]} -gt 0 ]; then
+    echo
+    echo "The grid T x P x D = 2 x 2 x 1 (part 1's model, one micro-batch): each rank's pieces and its checkpoint shard (pieces set) against T = 1's whole checkpoint file:"
+    echo
+    echo "| rank | stage | pieces floats | whole model floats | pieces / whole | shard bytes | T = 1 checkpoint bytes | shard / whole |"
+    echo "|---|---|---|---|---|---|---|---|"
+    printf '%s\n' "${grid[@]}"
+  fi
 } > "$RAW/table.md"
 cat "$RAW/table.md"
 [ -z "$OUT" ] || cp "$RAW/table.md" "$OUT"
