@@ -20,6 +20,9 @@
 #include "worker/allreduce/shard.h"
 
 #define MANIFEST_MAGIC "ringmaster-shard-manifest 1"
+/* A pieces set's JSON manifest lists every run's rows (as pieces, in every buffer): at most this
+ * many (about 20 MB of JSON), else it is left out. */
+#define RM_CKPT_JSON_MAX_ROWS (1 << 18)
 #define MAX_WORLD 4096
 #define NAME_CAP 96
 
@@ -497,6 +500,17 @@ static int json_write(const char *dir, const char *mname, const rm_ckpt_meta *me
         size_t total = 0;
         for (int i = 0; i < m->nrun; i++)
             total += m->run[i].rows;
+        if (total * (size_t)(1 + m->nstate) > RM_CKPT_JSON_MAX_ROWS) {
+            /* version 1 of the JSON format has no strides: a column split of a wide model is a
+             * piece per row, tens of MB of JSON per checkpoint; the .rmmf's runs are the set's
+             * description, and restores read them */
+            rm_info(
+                "checkpoint JSON manifest left out manifest=%s rows=%zu cap=%d (the .rmmf lists the pieces)",
+                mname, total * (size_t)(1 + m->nstate), RM_CKPT_JSON_MAX_ROWS);
+            free(fm);
+            free(sp);
+            return RM_OK;
+        }
         free(sp);
         if (!(sp = calloc(total ? total : 1, sizeof *sp)))
             rc = rm_errf(err, RM_ENOMEM, "checkpoint manifest: out of memory");

@@ -94,7 +94,9 @@ typedef struct rm_ckpt_run {
 
 /* rm_ckpt_shard_write for a pieces set: the set's runs of every shard (n of them, any order). The
  * manifest is checked against the shards' sizes before it is written (RM_EINVAL naming the run).
- * The JSON manifest (model set) has kind "pieces", each run's rows its pieces. */
+ * The JSON manifest (model set) has kind "pieces", each run's rows its pieces; it is left out
+ * (logged) when that is more than 2^18 pieces in all buffers (version 1 of the JSON has no strides),
+ * which `ringmaster export --checkpoint` then cannot read. */
 int rm_ckpt_pieces_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
                          const rm_ckpt_model *model, const rm_ckpt_run *runs, int nruns,
                          const rm_ckpt_seg *segs, int nsegs, int keep, double wait_s, char *path_out,
