@@ -298,10 +298,11 @@ int tj_validate_tensor_parallel(const rm_tj_spec *s, rm_err *err)
                       "blocks (got %d)",
                       t->layers, P, T, stages);
     if (stages > 1 && gpt && par->micro_batches > 1)
-        return unsupported(err, P, "microBatches",
-                           "%d with tensorParallel and pipelineStages > 1 for the transformer (one micro-batch "
-                           "a step in this version)",
-                           par->micro_batches);
+        return unsupported(
+            err, P, "microBatches",
+            "%d with tensorParallel and pipelineStages > 1 for the transformer (one micro-batch "
+            "a step in this version)",
+            par->micro_batches);
     if (stages > 1 && !gpt && stages > (t->nhidden + 2) / 2)
         return tj_bad(err, P, "pipelineStages",
                       "must be <= the model's %d layer pairs with %s.tensorParallel %d: a stage holds "

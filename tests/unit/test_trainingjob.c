@@ -1761,7 +1761,8 @@ static void test_tensor_parallel(void)
           {"spec.minReplicas", "4"},
           {"spec.training.model", GPT},
           {"spec.training.data", "{\"uri\": \"builtin:tinyshakespeare\"}"}},
-         "spec.parallelism.microBatches: 2 with tensorParallel and pipelineStages > 1 for the transformer (one "
+         "spec.parallelism.microBatches: 2 with tensorParallel and pipelineStages > 1 for the transformer "
+         "(one "
          "micro-batch a step in this version)" NS},
         {{{"spec.parallelism", "{\"tensorParallel\": 2}"},
           {"spec.training.model", GPT},
