@@ -73,7 +73,7 @@ run_job d2 -f "$W/d2.yaml" -o json
 RINGMASTER_FAULT="exit:rank=1:step=25" run_job t2d2 -f "$W/t2d2.yaml" -o json
 [ $RC -eq 0 ] && [ "$(jget t2d2 "j['status']['phase']")" = Succeeded ] || fail "t2d2 exit $RC"
 [ "$(jget t2d2 "j['status']['restarts']")" -ge 1 ] || fail "T = 2 x D = 2: no restart after the killed tensor rank"
-grep -q 'msg="checkpoint loaded" .*step=\(5\|10\|15\|20\) ' "$W/run-t2d2/worker-1.log" || fail "T = 2 x D = 2 did not re-form from a checkpoint"
+grep -q 'msg="checkpoint loaded" .*step=\(5\|10\|15\|20\|25\) ' "$W/run-t2d2/worker-1.log" || fail "T = 2 x D = 2 did not re-form from a checkpoint"
 cmp_export t2d2 d2 || fail "T = 2 x D = 2 differs from D = 2: $(cat "$W/cmp-t2d2-d2.txt")"
 log "T=2 x D=2 (rank 1 killed at step 25) vs D=2: $(cat "$W/cmp-t2d2-d2.txt")"
 
