@@ -381,6 +381,8 @@ int rm_tr_ckpt_write(trainer *t, rm_err *err)
      * its manifest (worker/checkpoint/ckpt_shard.h) */
     w->nruns = 0;
     int nr = 0;
+    if (!meta.shard_world && t->strat->ckpt_pieces && !t->strat->ckpt_pieces(t->st, &sr, &sw, NULL, 0, &nr))
+        return rm_errf(err, RM_EINVAL, "checkpoint: the strategy holds pieces but gave no layout for them");
     if (!meta.shard_world && t->strat->ckpt_pieces &&
         t->strat->ckpt_pieces(t->st, &sr, &sw, w->runs, w->runs_cap, &nr)) {
         if (nr > w->runs_cap) { /* the first write, or a larger grid: room for every run */

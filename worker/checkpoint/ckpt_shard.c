@@ -181,9 +181,15 @@ static const char *pieces_check(const manifest *m, int *bad)
             why = "a run with a bad shard, shape or stride";
             break;
         }
-        uint64_t lend = x->local + (rows - 1) * x->lstride + x->len,
-                 wend = x->whole + (rows - 1) * x->wstride + x->len;
-        if (lend > m->sh[x->shard].floats || lend < x->local || wend > n || wend < x->whole) {
+        uint64_t fl = m->sh[x->shard].floats, lend, wend, a, b;
+        /* every term bounded before it is multiplied or added: a manifest is input */
+        bool bad_span = x->len > fl || x->len > n || x->local > fl || x->whole > n ||
+                        (rows > 1 && (x->lstride > fl || x->wstride > n)) ||
+                        __builtin_mul_overflow(rows - 1, x->lstride, &a) ||
+                        __builtin_add_overflow(a, x->local, &a) || __builtin_add_overflow(a, x->len, &lend) ||
+                        __builtin_mul_overflow(rows - 1, x->wstride, &b) ||
+                        __builtin_add_overflow(b, x->whole, &b) || __builtin_add_overflow(b, x->len, &wend);
+        if (bad_span || lend > fl || wend > n) {
             why = "a run outside its shard or the parameters";
             break;
         }
@@ -331,7 +337,7 @@ static int manifest_read(const char *path, manifest *m, rm_err *err)
         (m->run && m->nstages))
         goto bad;
     if (m->run) {
-        int which;
+        int which = -1;
         const char *why = pieces_check(m, &which);
         if (why) {
             rc = rm_errf(err, RM_EINVAL, "%s: pieces layout: %s (run %d)", path, why, which);
@@ -638,7 +644,7 @@ static int set_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_un
         m.sh[r].floats = hm.shard_floats;
     }
     if (rc == RM_OK && runs) { /* checked as a reader will check them */
-        int which;
+        int which = -1;
         const char *why = NULL;
         m.nrun = nruns;
         if (nruns < 1 || nruns > RM_CKPT_MAX_RUNS || !(m.run = malloc((size_t)nruns * sizeof *m.run)))

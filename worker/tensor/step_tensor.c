@@ -1,8 +1,9 @@
 /* step_tensor.c — the "tensor" strategy: tensor parallelism composed with data parallelism and
- * (the MLP) pipeline stages (spec.parallelism.tensorParallel T > 1; docs/models-and-data.md, "Tensor
+ * pipeline stages (spec.parallelism.tensorParallel T > 1; docs/models-and-data.md, "Tensor
  * parallelism"), for the MLP and the transformer.
  *
- * Placement (common/grid.h): rank r = d·T + t is tensor rank t of data-parallel replica d. Each
+ * Placement (common/grid.h), P = 1 (with stages: below): rank r = d·T + t is tensor rank t of
+ * data-parallel replica d. Each
  * rank forms, from its rank and the world alone, its tensor group (the T adjacent ranks of its
  * replica: shared memory when they advertised one host, worker/comm/comm_shm.c, else a ring
  * sub-group; the round's own comm when the group is the whole world) and, when D > 1, its
@@ -47,7 +48,7 @@
  * group is the D ranks with this (t, p); assembling and clipping's norm sum over the replica's T·P
  * ranks (the round's comm when D = 1), which hold the whole model once between them. A piece that
  * two stages hold (the transformer's wte rows: the embedding on stage 0, the tied head on the
- * last) has its gradient summed over those two ranks before the data-parallel average; the copy is
+ * last) has its gradient summed over those two ranks after the data-parallel average; the copy is
  * left out of the clipping norm (and of assembling and checkpoints: the split's copy blocks).
  *
  * Limits of this version: the MLP and the transformer (P > 1: the transformer one micro-batch a
@@ -204,7 +205,11 @@ static int build(rm_step *s, int p, rm_err *err)
     const rm_step_env *env = &s->env;
     s->sp.p = p;
     s->sp.t = 0;
-    RM_CHECK(s->sp.ops->init(&s->sp, env->k, env->batch, err));
+    int rc = s->sp.ops->init(&s->sp, env->k, env->batch, err);
+    if (rc) {
+        s->sp.p = -1; /* no stage built: the next round builds again */
+        return rc;
+    }
     RM_CHECK(rm_optim_init(&s->opt, env->k, &env->opt->spec, s->sp.n, err));
     s->opt_ok = true;
     RM_CHECK(set_tensors(s, err));
@@ -772,9 +777,6 @@ static int tp_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
     double t0 = rm_mono();
     if (s->P > 1) {
         RM_CHECK(stage_step(s, rows, st, err));
-        if (s->tie) /* the tied piece's two gradients, so both holders step it alike */
-            RM_CHECK(
-                s->tie_ops->allreduce(s->tie, sp->grads + s->tie_off, s->tie_len, RM_DT_F32, RM_OP_SUM, err));
     } else
         RM_CHECK(accumulate(s, rows, err));
     double dp_s = 0;
@@ -785,6 +787,11 @@ static int tp_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
         dp_s = rm_mono() - a0;
         dp_bytes = sp->n * sizeof(float);
     }
+    /* the tied piece's two gradients (each already averaged over its holder's data-parallel group),
+     * summed last: a + b is the same bits on both holders, so both step it alike */
+    if (s->tie)
+        RM_CHECK(
+            s->tie_ops->allreduce(s->tie, sp->grads + s->tie_off, s->tie_len, RM_DT_F32, RM_OP_SUM, err));
     if (e->grad_clip > 0) { /* the global norm: each piece once, summed over whole_sum's ranks */
         const float *g = sp->grads;
         if (s->dev) { /* the pieces' squares on the host (the replicated runs counted from t = 0 only) */

@@ -19,8 +19,8 @@
  * rm_tp_gpt_slice / rm_tp_gpt_assemble map between it and the whole model's layout (gpt.c's,
  * unpadded), so init, checkpoints and export stay T = 1's.
  *
- * Pipeline stages (T x P, docs/models-and-data.md): stage p holds blocks [b0, b1) (the blocks split
- * evenly, earlier stages taking the extra ones); stage 0 also the embedding (wte's rows and wpe),
+ * Pipeline stages (T x P, docs/models-and-data.md): stage p holds blocks [b0, b1) (partitioned as
+ * the pipeline partitions units: rm_pipe_partition); stage 0 also the embedding (wte's rows and wpe),
  * the last stage ln_f and the head, which reads wte: the last stage holds a copy of its tensor
  * rank's wte rows (Megatron's arrangement for the tied embedding), sliced like the owner's, never
  * assembled, checkpointed or counted in norms (rm_tp_map_block's copy blocks); the strategy sums
