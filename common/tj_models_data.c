@@ -310,9 +310,12 @@ int tj_validate_tensor_parallel(const rm_tj_spec *s, rm_err *err)
                       (t->nhidden + 2) / 2, P, T, stages);
     if (s->strategy != RM_STRATEGY_ALLREDUCE)
         return tj_bad(err, P, "tensorParallel", "must be 1 with spec.strategy: parameterServer (got %d)", T);
-    if (t->sharding != RM_SHARD_NONE)
-        return unsupported(err, "spec.training", "sharding", "%s with %s.tensorParallel > 1",
-                           rm_enum_name(rm_sharding_names, (int)t->sharding), P);
+    if (t->sharding != RM_SHARD_NONE &&
+        t->sharding != RM_SHARD_OPTIMIZER) /* ZeRO-1 shards the pieces' state */
+        return tj_bad(err, "spec.training", "sharding",
+                      "must be none or optimizer with %s.tensorParallel > 1: the split's backward writes "
+                      "the pieces' whole gradient (got %s)",
+                      P, rm_enum_name(rm_sharding_names, (int)t->sharding));
     if (t->optimizer.type == RM_OPT_LAMB || t->optimizer.type == RM_OPT_LARS)
         return unsupported(err, "spec.training.optimizer", "type", "%s with %s.tensorParallel > 1",
                            rm_enum_name(rm_opt_names, (int)t->optimizer.type), P);

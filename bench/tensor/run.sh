@@ -28,6 +28,9 @@
 #  pieces (the "tensor round" line's count: its stage's blocks split, stage 0 with the embedding,
 #  the last with ln_f and its copy of the wte rows) and its checkpoint shard's bytes (the pieces set
 #  every rank writes, no gather) against T = 1's whole checkpoint file.
+# Part 5, ZeRO-1 in the data-parallel group: part 1's model at T x D = 2 x 2 with sharding none and
+#  optimizer: each rank's parameter and optimizer-state bytes (the "memory" line) and its checkpoint
+#  shard (unsharded: replica 0's two ranks write the pieces set; ZeRO-1: all four, each its shard).
 # Prints its tables (OUT=FILE also writes them there); raw logs in $RAW (default a temp dir,
 # removed). QUICK=1: a smoke run (small shapes, 5 steps). STEPS=N, EMBEDS="64 128 256 512" adjust;
 # PARTS="1 3 4" runs some (parts 1 and 2 are one run; default all).
@@ -52,7 +55,8 @@ read -r -a EMBEDS <<< "${EMBEDS:-$([ "$QUICK" = 1 ] && echo "64 128" || echo "64
 if [ "$QUICK" = 1 ]; then ML=2 MH=4 MC=64 MCTX=32 MB=4; else ML=4 MH=8 MC=256 MCTX=64 MB=8; fi
 export RINGMASTER_THREADS=1
 
-PARTS="${PARTS:-1 2 3 4}"
+PARTS="${PARTS:-1 2 3 4 5}"
+SHARDING="" # manifest's spec.training.sharding (empty: the default, none)
 part() { [[ " $PARTS " == *" $1 "* ]]; }
 
 # manifest NAME REPLICAS T LAYERS HEADS EMBED CONTEXT BATCH [STAGES]
@@ -71,6 +75,7 @@ spec:
   checkpoint: {intervalSteps: 1000000}
 $par
   training:
+${SHARDING:+    sharding: $SHARDING}
     model: {type: gpt, layers: $4, heads: $5, embed: $6, context: $7, vocab: 256}
     data: {uri: "builtin:tinyshakespeare", format: text, validation: {fraction: 0.01}}
     optimizer: {type: adamw, lr: 0.001, weightDecay: 0.1}
@@ -166,6 +171,23 @@ if part 4; then
   fi
 fi
 
+# ---- part 5: ZeRO-1 in the data-parallel group, T x D = 2 x 2
+zero=()
+if part 5; then
+  for sh in none optimizer; do
+    SHARDING=$sh manifest "z-$sh" 4 2 "$ML" "$MH" "$MC" "$MCTX" "$MB"
+    run "z-$sh" || continue
+    for r in 0 1 2 3; do
+      m=$(last "z-$sh" memory "$r")
+      pb=$(printf '%s\n' "$m" | grep -o 'params_bytes=[0-9]*' | cut -d= -f2)
+      ob=$(printf '%s\n' "$m" | grep -o 'optimizer_bytes=[0-9]*' | cut -d= -f2)
+      f=$(ls "$RAW/ck-z-$sh"/shard-*-"$r"-of-*.rmck 2>/dev/null | tail -1 || true)
+      sb=$([ -n "$f" ] && stat -c %s "$f" || echo 0)
+      zero+=("$($py -c "print('| $sh | $r | %.2f | %.2f | %d |' % (${pb:-0} / 2**20, ${ob:-0} / 2**20, $sb))")")
+    done
+  done
+fi
+
 {
   echo "# Tensor parallelism: the transformer"
   echo
@@ -197,6 +219,14 @@ fi
     echo "| rank | stage | pieces floats | whole model floats | pieces / whole | shard bytes | T = 1 checkpoint bytes | shard / whole |"
     echo "|---|---|---|---|---|---|---|---|"
     printf '%s\n' "${grid[@]}"
+  fi
+  if [ ${#zero[@]} -gt 0 ]; then
+    echo
+    echo "ZeRO-1 in the data-parallel group (part 1's model, T x D = 2 x 2, AdamW): each rank's memory and its shard of the last checkpoint (0: the rank writes none):"
+    echo
+    echo "| sharding | rank | params MiB | optimizer MiB | checkpoint shard bytes |"
+    echo "|---|---|---|---|---|"
+    printf '%s\n' "${zero[@]}"
   fi
 } > "$RAW/table.md"
 cat "$RAW/table.md"

@@ -19,7 +19,9 @@
 #    pieces only;
 #  - checkpoints are each rank's pieces (a pieces set, no gather): T = 2's set resumes at T = 4 and
 #    T = 1 and reaches T = 1's parameters at step 60, 2 x 2 x 1's at T = 1, a corrupt shard is
-#    refused naming it, export --checkpoint reads one.
+#    refused naming it, export --checkpoint reads one;
+#  - ZeRO-1 (sharding: optimizer) within the data-parallel group: half the optimizer state per
+#    rank, D = 2's parameters, every rank's shard in the pieces set, resumed at T = 1.
 source "$(dirname "$0")/5x-run-lib.bash"
 export RINGMASTER_THREADS=1
 
@@ -200,5 +202,34 @@ grep -q '"kind": *"pieces"' "$W"/ck-p221/index-manifest-000000000060-*-4.json ||
 $PY "$RM_ROOT/tests/e2e/compare-safetensors.py" "$W/xp/model.safetensors" "$W/ck-p221/export/model.safetensors" 0 \
   >"$W/cmp-xp.txt" 2>&1 || fail "export --checkpoint differs from the run's export: $(cat "$W/cmp-xp.txt")"
 log "T x P x D: 2x2x1 vs T=1: $(cat "$W/cmp-p221-p1.txt"); GPipe: $(cat "$W/cmp-p221g-p1.txt"); 2x2x2 vs D=2: $(cat "$W/cmp-p222-pd2.txt")"
+
+# ---- ZeRO-1 in the data-parallel group (spec.training.sharding: optimizer): T = 2 x D = 2 keeps
+# half of each rank's optimizer state and steps to D = 2's parameters, also through a killed rank;
+# its checkpoints are every rank's shard of its pieces (4 shards, no gather), which resume at
+# T = 1 x D = 2
+sed -e 's/^    maxSteps: 60$/    maxSteps: 60\n    sharding: optimizer/' -e 's/intervalSteps: 50/intervalSteps: 10/' \
+  "$W/t2d2.yaml" > "$W/z.yaml"
+grep -q 'sharding: optimizer' "$W/z.yaml" && grep -q 'intervalSteps: 10' "$W/z.yaml" || fail "fixture edit z"
+RINGMASTER_FAULT="exit:rank=2:step=55" run_job z -f "$W/z.yaml" -o json
+[ $RC -eq 0 ] && [ "$(jget z "j['status']['phase']")" = Succeeded ] || fail "ZeRO-1 T = 2 x D = 2: exit $RC"
+[ "$(jget z "j['status']['restarts']")" -ge 1 ] || fail "ZeRO-1 T = 2 x D = 2: no restart after the killed rank"
+cmp_export z d2 || fail "ZeRO-1 T = 2 x D = 2 differs from D = 2: $(cat "$W/cmp-z-d2.txt")"
+grep -q 'msg="tensor round" rank=3 world=4 t=1 T=2 p=0 P=1 d=1 D=2 .* pieces=50890 of 101770 optimizer=\[25445,+25445)' \
+  "$W/run-z/worker-3.log" || fail "ZeRO-1 rank 3's shard: $(grep 'tensor round' "$W/run-z/worker-3.log" | tail -1)"
+[ "$(memb z 3 optimizer)" = $(( $(memb t2d2 3 optimizer) / 2 )) ] ||
+  fail "ZeRO-1 rank 3 optimizer_bytes $(memb z 3 optimizer), unsharded $(memb t2d2 3 optimizer)"
+[ "$(memb z 3 params)" = "$(memb t2d2 3 params)" ] || fail "ZeRO-1 changed the pieces held"
+zs=$(ls "$W"/ck-z/manifest-*-4.rmmf | sed 's/.*manifest-0*\([0-9]*\)-.*/\1/' | sort -n | grep -vx 60 | tail -1)
+[ -n "$zs" ] || fail "ZeRO-1 wrote no pieces set before the end: $(ls "$W/ck-z")"
+zm=$(printf '%s/ck-z/manifest-%012d-' "$W" "$zs")
+grep -q '^shard 3 25445 ' "$zm"*-4.rmmf && grep -q '^shard 0 25445 ' "$zm"*-4.rmmf ||
+  fail "ZeRO-1's set at step $zs: $(head -20 "$zm"*-4.rmmf)"
+mkdir -p "$W/ck-rz"
+cp "$W"/ck-z/*-$(printf '%012d' "$zs")-* "$W/ck-rz"/
+run_job rz --resume -f "$W/d2.yaml" -o json
+[ $RC -eq 0 ] || fail "rz exit $RC"
+grep -q "msg=\"checkpoint loaded\" .*step=$zs .*sharded=yes" "$W/run-rz/worker-0.log" || fail "rz did not resume ZeRO-1's set at step $zs"
+cmp_export rz d2 || fail "ZeRO-1's checkpoint resumed at T = 1 x D = 2 differs from D = 2: $(cat "$W/cmp-rz-d2.txt")"
+log "ZeRO-1 T=2xD=2 vs D=2: $(cat "$W/cmp-z-d2.txt"); its step-$zs set resumed at D=2: $(cat "$W/cmp-rz-d2.txt")"
 assert_no_workers
 log "PASS tensor parallelism: T = 2, 4, 2 x 2 and 2 x 2 x 1 / 2 x 2 x 2 match T = 1 / D = 2; resumes at T = 4 and T = 1"

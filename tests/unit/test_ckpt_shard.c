@@ -1164,6 +1164,66 @@ static void test_pieces_bad_runs(void)
     CU_ASSERT_PTR_NOT_NULL(strstr(e.msg, "pieces layout: a run outside its shard or the parameters (run 2)"));
 }
 
+/* rm_ckpt_run_clip against a brute-force map: for runs of every small shape and every range
+ * [lo, hi) of the shard's vector, the clipped runs (at most 3, each well-formed) map exactly the
+ * floats of the run inside the range, shifted by lo, to the same places in the model. */
+static void test_pieces_run_clip(void)
+{
+    enum { VEC = 64 };
+    int64_t want[VEC], got[VEC];
+    int cases = 0, bad = 0;
+    for (uint32_t rows = 1; rows <= 4; rows++)
+        for (uint64_t len = 1; len <= 3; len++)
+            for (uint64_t ls = len; ls <= len + 2; ls++)
+                for (uint64_t local = 0; local <= 3; local++) {
+                    rm_ckpt_run x = {.shard = 5,
+                                     .rows = rows,
+                                     .local = local,
+                                     .lstride = rows > 1 ? ls : len,
+                                     .whole = 7,
+                                     .wstride = rows > 1 ? len + 3 : len,
+                                     .len = len};
+                    uint64_t end = local + (rows - 1) * x.lstride + len;
+                    for (uint64_t lo = 0; lo <= end; lo++)
+                        for (uint64_t hi = lo + 1; hi <= end + 1; hi++) {
+                            for (int i = 0; i < VEC; i++)
+                                want[i] = got[i] = -1;
+                            for (uint32_t r = 0; r < rows; r++)
+                                for (uint64_t j = 0; j < len; j++) {
+                                    uint64_t l = local + r * x.lstride + j;
+                                    if (l >= lo && l < hi)
+                                        want[l - lo] = (int64_t)(x.whole + r * x.wstride + j);
+                                }
+                            rm_ckpt_run out[3];
+                            int n = rm_ckpt_run_clip(&x, lo, hi, 9, out);
+                            bool ok = n >= 0 && n <= 3;
+                            for (int k = 0; ok && k < n; k++) {
+                                const rm_ckpt_run *y = &out[k];
+                                ok = y->shard == 9 && y->rows >= 1 && y->len >= 1 &&
+                                     (y->rows == 1 || (y->lstride >= y->len && y->wstride >= y->len));
+                                for (uint32_t r = 0; ok && r < y->rows; r++)
+                                    for (uint64_t j = 0; ok && j < y->len; j++) {
+                                        uint64_t l = y->local + r * y->lstride + j;
+                                        ok = l < hi - lo && got[l] == -1;
+                                        if (ok)
+                                            got[l] = (int64_t)(y->whole + r * y->wstride + j);
+                                    }
+                            }
+                            ok = ok && memcmp(want, got, sizeof want) == 0;
+                            bad += !ok;
+                            cases++;
+                        }
+                }
+    CU_ASSERT(cases > 1000);
+    CU_ASSERT_EQUAL(bad, 0);
+    /* no overlap: nothing; a range past the run: nothing */
+    rm_ckpt_run x = {.shard = 0, .rows = 3, .local = 10, .lstride = 5, .whole = 0, .wstride = 4, .len = 4};
+    rm_ckpt_run out[3];
+    CU_ASSERT_EQUAL(rm_ckpt_run_clip(&x, 0, 10, 0, out), 0);
+    CU_ASSERT_EQUAL(rm_ckpt_run_clip(&x, 24, 40, 0, out), 0);
+    CU_ASSERT_EQUAL(rm_ckpt_run_clip(&x, 14, 15, 0, out), 0); /* the gap between rows 0 and 1 */
+}
+
 void rm_suite_ckpt_shard(void);
 void rm_suite_ckpt_shard(void)
 {
@@ -1178,6 +1238,7 @@ void rm_suite_ckpt_shard(void)
         {"read_ranges_across_chunks", test_read_ranges_across_chunks},
         {"pieces_round_trip", test_pieces_round_trip},
         {"pieces_bad_runs", test_pieces_bad_runs},
+        {"pieces_run_clip", test_pieces_run_clip},
     };
     RM_ADD_SUITE("ckpt_shard", suite_init, suite_clean, cases);
     static const rm_test_case mf_cases[] = {

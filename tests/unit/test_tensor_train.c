@@ -42,8 +42,9 @@ typedef struct tworld {
     int n, T;         /* ranks; tensor ranks (1: the allreduce strategy) */
     int step0, steps; /* the data of steps step0 .. step0 + steps - 1 */
     const void *restore;
-    int64_t restore_t; /* with restore: start from this payload instead of a fresh state */
-    bool save;         /* every rank keeps its checkpoint pieces (state_save) and runs (ckpt_pieces) */
+    int64_t restore_t;    /* with restore: start from this payload instead of a fresh state */
+    bool save;            /* every rank keeps its checkpoint pieces (state_save) and runs (ckpt_pieces) */
+    rm_sharding sharding; /* spec.training.sharding (none, or optimizer: ZeRO-1 in the data-parallel group) */
     rm_rdzv_peer peers[MAXW];
     rm_ring_listener *lst[MAXW];
     struct trank {
@@ -61,8 +62,9 @@ typedef struct tworld {
         size_t ckpt_bytes;
         int64_t ckpt_t;
         int shard, shards; /* ckpt_pieces: which shard of how many */
-        rm_ckpt_run runs[256];
+        rm_ckpt_run runs[1024];
         int nruns;
+        uint64_t opt_bytes; /* the strategy's optimizer memory (rm_step_ops.memory) */
     } r[MAXW];
 } tworld;
 
@@ -120,7 +122,7 @@ static void *rank_main(void *arg)
                        .opt = &o,
                        .amp = &amp,
                        .fusion_mb = 1,
-                       .sharding = RM_SHARD_NONE,
+                       .sharding = w->sharding,
                        .token = "tok",
                        .timeout_s = 20,
                        .train_samples = 10000,
@@ -154,6 +156,11 @@ static void *rank_main(void *arg)
         r->tensor = ss.tensor;
         r->tensor_rank = ss.tensor_rank;
         r->tbytes[s] = ss.tensor_bytes;
+    }
+    if (ops->memory) {
+        rm_step_memory mem;
+        ops->memory(st, &mem);
+        r->opt_bytes = mem.optimizer;
     }
     if (w->save) { /* a checkpoint: each rank its pieces, no collective */
         size_t nb = ops->state_bytes(st, r->rank);
@@ -218,10 +225,11 @@ static const rm_optimizer_spec ADAMW = {
     .type = RM_OPT_ADAMW, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .weight_decay = 0.1};
 
 /* Run a world of n ranks with T tensor ranks (1: allreduce) for steps steps from step0. */
-static int trun(tworld *w, bool gpt, int n, int T, int step0, int steps, const void *restore,
-                int64_t restore_t, bool save)
+static int trun_sharded(tworld *w, bool gpt, int n, int T, int step0, int steps, const void *restore,
+                        int64_t restore_t, bool save, rm_sharding sharding)
 {
     memset(w, 0, sizeof *w);
+    w->sharding = sharding;
     shape_of(w, gpt);
     w->os = ADAMW;
     w->clip = 0.5;
@@ -256,6 +264,12 @@ static int trun(tworld *w, bool gpt, int n, int T, int step0, int steps, const v
     unsetenv(RM_ENV_PARALLELISM);
     rm_test_ring_down(n, w->lst);
     return rc;
+}
+
+static int trun(tworld *w, bool gpt, int n, int T, int step0, int steps, const void *restore,
+                int64_t restore_t, bool save)
+{
+    return trun_sharded(w, gpt, n, T, step0, steps, restore, restore_t, save, RM_SHARD_NONE);
 }
 
 static void tfree(tworld *w)
@@ -423,6 +437,61 @@ static void test_gpt_checkpoint_across_t(void)
     tfree(&full);
 }
 
+/* ZeRO-1 in the data-parallel group (spec.training.sharding optimizer), T = 2 x D = 2: exactly
+ * the unsharded run's losses, parameters and (assembled) optimizer state — the update is
+ * element-wise, each shard stepped by one rank, the parameters all-gathered — with half of each
+ * rank's optimizer state; the checkpoint is every rank's shard of its pieces (4 shards whose runs
+ * cover every parameter once: the payload of the model they hold), which resumes at T = 1 x D = 2
+ * and goes on as an uninterrupted T = 1 run. */
+static void zero1(bool gpt)
+{
+    enum { S1 = 3, S2 = 2 };
+    tworld z, plain, full, back;
+    CU_ASSERT_EQUAL_FATAL(trun_sharded(&z, gpt, 4, 2, 0, S1, NULL, 0, true, RM_SHARD_OPTIMIZER), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(trun(&plain, gpt, 4, 2, 0, S1, NULL, 0, true), RM_OK);
+    size_t n = z.r[0].nparams;
+    for (int i = 0; i < 4; i++) {
+        CU_ASSERT_EQUAL(memcmp(z.r[i].params, plain.r[i].params, n * sizeof(float)), 0);
+        CU_ASSERT_EQUAL(memcmp(z.r[i].state, plain.r[i].state, n * sizeof(float)), 0);
+        for (int s = 0; s < S1; s++)
+            CU_ASSERT_EQUAL(z.r[i].loss[s], plain.r[i].loss[s]);
+        /* half of the pieces' state: the two shards differ by at most a float per buffer */
+        uint64_t half = plain.r[i].opt_bytes / 2;
+        CU_ASSERT(plain.r[i].opt_bytes > 0 && z.r[i].opt_bytes + 8 >= half && z.r[i].opt_bytes <= half + 8);
+        CU_ASSERT_EQUAL(z.r[i].shard, i);
+        CU_ASSERT_EQUAL(z.r[i].shards, 4);
+        CU_ASSERT(z.r[i].ckpt_bytes > 0 && z.r[i].nruns == z.r[0].nruns);
+    }
+    CU_ASSERT_EQUAL(plain.r[0].shards, 2); /* unsharded: replica 0's two ranks write */
+    CU_ASSERT_EQUAL(plain.r[2].ckpt_bytes, 0);
+    int dup = -1;
+    float *whole = assemble_ckpt(&z, n, 2, &dup);
+    CU_ASSERT_EQUAL(dup, 0);
+    CU_ASSERT_EQUAL(memcmp(whole, z.r[0].params, n * sizeof(float)), 0);
+    CU_ASSERT_EQUAL(memcmp(whole + n, z.r[0].state, n * sizeof(float)), 0); /* Adam's m */
+    CU_ASSERT_EQUAL_FATAL(trun(&full, gpt, 2, 1, 0, S1 + S2, NULL, 0, false), RM_OK);
+    CU_ASSERT_EQUAL_FATAL(trun(&back, gpt, 2, 1, S1, S2, whole, z.r[0].ckpt_t, false), RM_OK);
+    for (int k = 0; k < 2; k++) {
+        CU_ASSERT_EQUAL(memcmp(back.r[k].init, whole, n * sizeof(float)), 0);
+        expect_close(back.r[k].params, full.r[0].params, n, 1e-5, "ZeRO-1 set resumed at T=1", k);
+        expect_close(back.r[k].state, full.r[0].state, n, 1e-5, "ZeRO-1 set resumed at T=1", k);
+    }
+    free(whole);
+    tfree(&z);
+    tfree(&plain);
+    tfree(&full);
+    tfree(&back);
+}
+
+static void test_gpt_t2_d2_zero1(void)
+{
+    zero1(true);
+}
+static void test_mlp_t2_d2_zero1(void)
+{
+    zero1(false);
+}
+
 void rm_suite_tensor_train(void)
 {
     static const rm_test_case cases[] = {
@@ -431,6 +500,8 @@ void rm_suite_tensor_train(void)
         {"gpt_t2_d2", test_gpt_t2_d2},
         {"mlp_t2_d2", test_mlp_t2_d2},
         {"gpt_checkpoint_across_t", test_gpt_checkpoint_across_t},
+        {"gpt_t2_d2_zero1", test_gpt_t2_d2_zero1},
+        {"mlp_t2_d2_zero1", test_mlp_t2_d2_zero1},
     };
     RM_ADD_SUITE("tensor_train", NULL, NULL, cases);
 }

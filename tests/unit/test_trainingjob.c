@@ -1793,7 +1793,16 @@ static void test_tensor_parallel(void)
          "spec.parallelism.pipelineStages: must be <= the model's 2 layer pairs with "
          "spec.parallelism.tensorParallel 2: a stage holds whole pairs, column- then row-parallel (got 4)"},
         {{{"spec.parallelism", "{\"tensorParallel\": 2}"}, {"spec.training.sharding", "\"optimizer\""}},
-         "spec.training.sharding: optimizer with spec.parallelism.tensorParallel > 1" NS},
+         NULL},
+        {{{"spec.parallelism", "{\"tensorParallel\": 2}"}, {"spec.training.sharding", "\"gradients\""}},
+         "spec.training.sharding: must be none or optimizer with spec.parallelism.tensorParallel > 1: the "
+         "split's backward writes the pieces' whole gradient (got gradients)"},
+        {{{"spec.parallelism", "{\"tensorParallel\": 2, \"pipelineStages\": 2}"},
+          {"spec.minReplicas", "4"},
+          {"spec.training.model", "{\"hidden\": [128, 64, 32]}"},
+          {"spec.training.sharding", "\"full\""}},
+         "spec.training.sharding: must be none or optimizer with spec.parallelism.tensorParallel > 1: the "
+         "split's backward writes the pieces' whole gradient (got full)"},
         {{{"spec.parallelism", "{\"tensorParallel\": 2}"},
           {"spec.training.optimizer", "{\"type\": \"lamb\"}"}},
          "spec.training.optimizer.type: lamb with spec.parallelism.tensorParallel > 1" NS},

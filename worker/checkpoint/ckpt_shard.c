@@ -693,6 +693,56 @@ int rm_ckpt_shard_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt
                      err);
 }
 
+/* Row i of run x, its part [c0, c1) of the shard's vector, as a one-row run of shard `shard`
+ * whose vector starts at lo. */
+static rm_ckpt_run clip_row(const rm_ckpt_run *x, uint64_t S, uint64_t i, uint64_t c0, uint64_t c1,
+                            uint64_t lo, int32_t shard)
+{
+    uint64_t ws = x->rows > 1 ? x->wstride : x->len;
+    return (rm_ckpt_run){.shard = shard,
+                         .rows = 1,
+                         .local = c0 - lo,
+                         .lstride = c1 - c0,
+                         .whole = x->whole + i * ws + (c0 - (x->local + i * S)),
+                         .wstride = c1 - c0,
+                         .len = c1 - c0};
+}
+
+int rm_ckpt_run_clip(const rm_ckpt_run *in, uint64_t lo, uint64_t hi, int32_t shard, rm_ckpt_run out[3])
+{
+    uint64_t L = in->local, W = in->len, R = in->rows, S = R > 1 ? in->lstride : W;
+    if (R < 1 || W < 1 || S < W || hi <= lo || hi <= L)
+        return 0;
+    /* the first row ending after lo, the last starting before hi */
+    uint64_t i0 = lo < L + W ? 0 : (lo - L - W) / S + 1, i1 = (hi - L - 1) / S;
+    if (i1 > R - 1)
+        i1 = R - 1;
+    if (i0 > i1)
+        return 0;
+    int n = 0;
+    uint64_t s0 = L + i0 * S, s1 = L + i1 * S, a = i0, b = i1;
+    if (s0 < lo || s0 + W > hi) { /* the first row in part */
+        out[n++] = clip_row(in, S, i0, s0 < lo ? lo : s0, s0 + W > hi ? hi : s0 + W, lo, shard);
+        if (i0 == i1)
+            return n;
+        a = i0 + 1;
+    }
+    bool tail = s1 + W > hi; /* the last row in part (it starts after lo: a row before it ends there) */
+    if (tail)
+        b = i1 - 1;
+    if (a <= b) /* whole rows, strides kept */
+        out[n++] = (rm_ckpt_run){.shard = shard,
+                                 .rows = (uint32_t)(b - a + 1),
+                                 .local = L + a * S - lo,
+                                 .lstride = b > a ? S : W,
+                                 .whole = in->whole + a * (R > 1 ? in->wstride : W),
+                                 .wstride = b > a ? in->wstride : W,
+                                 .len = W};
+    if (tail)
+        out[n++] = clip_row(in, S, i1, s1, hi, lo, shard);
+    return n;
+}
+
 int rm_ckpt_pieces_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_units *units,
                          const rm_ckpt_model *model, const rm_ckpt_run *runs, int nruns,
                          const rm_ckpt_seg *segs, int nsegs, int keep, double wait_s, char *path_out,

@@ -51,9 +51,16 @@
  * last) has its gradient summed over those two ranks after the data-parallel average; the copy is
  * left out of the clipping norm (and of assembling and checkpoints: the split's copy blocks).
  *
+ * ZeRO-1 (env->sharding optimizer): data-parallel rank d keeps the optimizer state of, and steps,
+ * only its range [zoff, zoff + zlen) of the pieces (worker/allreduce/shard.h over D); the group then
+ * all-gathers the parameters. Its checkpoint shard is that range (every rank writes one, the runs
+ * clipped to it); state_sync and materialize slice and assemble the state through the gradient
+ * buffer, free between steps.
+ *
  * Limits of this version: the MLP and the transformer (P > 1: the transformer one micro-batch a
- * step); fp32; optimizers without per-tensor trust ratios; gradient accumulation with P = 1 only
- * (micro-batches accumulate with P > 1) (the validator refuses the rest, naming the field).
+ * step); fp32; optimizers without per-tensor trust ratios; sharding none or optimizer; gradient
+ * accumulation with P = 1 only (micro-batches accumulate with P > 1) (the validator refuses the
+ * rest, naming the field).
  *
  * Ownership: rm_step owns the split model, its optimizer, the inner allreduce state, the group
  * comms, the links and the stage's schedule (round_end frees the per-round parts, destroy
@@ -71,6 +78,7 @@
 #include "common/log.h"
 #include "common/trainingjob.h"
 #include "common/worker_env.h"
+#include "worker/allreduce/shard.h"
 #include "worker/comm/comm_staged.h"
 #include "worker/gpu.h"
 #include "worker/pipeline/pipe_sched.h"
@@ -99,8 +107,16 @@ struct rm_step {
     rm_tp_split sp; /* this rank's pieces (of stage sp.p: rebuilt when a round moves the rank) */
     size_t *rep;    /* [2 x nrep]: the replicated runs of the local layout (offset, length) */
     int nrep;
-    rm_optim opt; /* on the local layout */
+    rm_optim opt; /* on the local layout: [zoff, zoff + zlen) of it (all of it unless zero) */
     bool opt_ok;
+    /* ZeRO-1 in the data-parallel group (spec.training.sharding optimizer): data-parallel rank d
+     * keeps the optimizer state of, and steps, only its shard [zoff, zoff + zlen) of the pieces
+     * (worker/allreduce/shard.h's layout over D), then the group all-gathers the parameters */
+    bool zero;
+    size_t zoff, zlen;
+    /* this round's checkpoint runs of every shard of a pieces set (tp_ckpt_pieces) */
+    rm_ckpt_run *ck_run;
+    int ck_n;
     /* this round */
     rm_step_round r;
     bool round_ok;
@@ -189,12 +205,28 @@ static void unbuild(rm_step *s)
     if (s->opt_ok)
         rm_optim_free(&s->opt);
     s->opt_ok = false;
+    s->zoff = s->zlen = 0;
     free(s->lscratch);
     s->lscratch = NULL;
 }
 
 static int set_tensors(rm_step *s, rm_err *err);
 static int find_replicated(rm_step *s, rm_err *err);
+
+/* The optimizer over [off, off + len) of the local layout (its tensors' decay flags at their local
+ * offsets), its state zeroed: the values come at the next state_sync. */
+static int opt_build(rm_step *s, size_t off, size_t len, rm_err *err)
+{
+    if (s->opt_ok)
+        rm_optim_free(&s->opt);
+    s->opt_ok = false;
+    RM_CHECK(rm_optim_init(&s->opt, s->env.k, &s->env.opt->spec, len, err));
+    s->opt.base = off;
+    s->opt_ok = true;
+    s->zoff = off;
+    s->zlen = len;
+    return set_tensors(s, err);
+}
 
 /* (Re)build for stage p: the pieces' sizes depend on the stage, not on the tensor rank, so the
  * split is planned as t = 0 (round_begin moves the slices). The values come from the whole model
@@ -210,9 +242,8 @@ static int build(rm_step *s, int p, rm_err *err)
         s->sp.p = -1; /* no stage built: the next round builds again */
         return rc;
     }
-    RM_CHECK(rm_optim_init(&s->opt, env->k, &env->opt->spec, s->sp.n, err));
-    s->opt_ok = true;
-    RM_CHECK(set_tensors(s, err));
+    if (!s->zero) /* else at round_begin: the shard depends on the data-parallel rank */
+        RM_CHECK(opt_build(s, 0, s->sp.n, err));
     RM_CHECK(find_replicated(s, err));
     if (s->dev && !(s->lscratch = malloc(s->sp.n * sizeof(float))))
         return rm_errf(err, RM_ENOMEM, "tensor: out of memory");
@@ -232,6 +263,7 @@ static void tp_destroy(rm_step *s)
     if (s->sc_ok)
         rm_pipe_sched_free(&s->sc);
     free(s->scratch);
+    free(s->ck_run);
     if (s->env.k) {
         s->env.k->free(s->dsmall);
         s->env.k->free(s->acc);
@@ -317,8 +349,13 @@ static int tp_init(const rm_step_env *env, rm_step **out, rm_err *err)
         return rm_err_field(err, RM_EINVAL, "spec.parallelism.microBatches",
                             "must be 1..min(%d, batchSizePerWorker %d) (got %d)", RM_PIPE_MAX_MICRO,
                             env->batch, par.micro_batches);
-    if (env->sharding != RM_SHARD_NONE || rm_optim_layerwise(env->opt))
-        return rm_err_field(err, RM_EINVAL, F, "%d with sharding or lamb/lars is not supported yet", T);
+    if (env->sharding != RM_SHARD_NONE && env->sharding != RM_SHARD_OPTIMIZER)
+        return rm_err_field(err, RM_EINVAL, "spec.training.sharding",
+                            "%s with %s %d is not supported (optimizer is: the split's backward writes "
+                            "the pieces' whole gradient)",
+                            rm_sharding_names[env->sharding], F, T);
+    if (rm_optim_layerwise(env->opt))
+        return rm_err_field(err, RM_EINVAL, F, "%d with lamb/lars is not supported yet", T);
     if (env->grad_accum > 1 && (par.pipeline_stages > 1 || !env->load_micro))
         return rm_err_field(err, RM_EINVAL, "spec.training.gradientAccumulationSteps",
                             "%d with tensorParallel and pipelineStages > 1 is not supported (raise "
@@ -335,6 +372,7 @@ static int tp_init(const rm_step_env *env, rm_step **out, rm_err *err)
     s->T = T;
     s->P = par.pipeline_stages > 1 ? par.pipeline_stages : 1;
     s->dev = !env->k->host_memory;
+    s->zero = env->sharding == RM_SHARD_OPTIMIZER;
     rm_step_env ie = *env;
     ie.sharding = RM_SHARD_NONE;
     s->inner_ops = &rm_step_allreduce_ops;
@@ -483,6 +521,69 @@ static int stage_round(rm_step *s, const rm_step_round *r, int *members, int cap
     return RM_OK;
 }
 
+/* The writers of a pieces set (docs/models-and-data.md, "Tensor parallelism"): replica 0's T·P
+ * ranks, each its pieces, as shard p·T + t; with ZeRO-1 every rank, its data-parallel shard of
+ * its pieces (the runs clipped to it), as shard = its rank. */
+static int writers(const rm_step *s)
+{
+    return s->zero ? s->pl.world : s->T * s->P;
+}
+
+/* Every shard's checkpoint runs for this round's grid (tp_ckpt_pieces hands them out). */
+static int ckpt_runs(rm_step *s, rm_err *err)
+{
+    s->ck_n = 0;
+    int W = writers(s), TP = s->T * s->P, n = 0, cap = 0;
+    rm_ckpt_run *tmp = NULL;
+    for (int pass = 0; pass < 2; pass++) {
+        n = 0;
+        for (int r = 0; r < W; r++) {
+            int t = r % s->T, p = (r / s->T) % s->P, d = r / TP;
+            size_t ln = 0;
+            int got = s->sp.ops->runs(&s->sp, t, p, r, NULL, 0, &ln, err);
+            if (got < 0)
+                goto fail;
+            if (!s->zero) {
+                if (pass == 1)
+                    s->sp.ops->runs(&s->sp, t, p, r, s->ck_run + n, got, NULL, err);
+                n += got;
+                continue;
+            }
+            if (got > cap) {
+                rm_ckpt_run *g = realloc(tmp, (size_t)got * sizeof *g);
+                if (!g)
+                    goto oom;
+                tmp = g;
+                cap = got;
+            }
+            s->sp.ops->runs(&s->sp, t, p, r, tmp, got, NULL, err);
+            size_t off, len;
+            rm_shard_range(ln, s->pl.D, d, &off, &len);
+            for (int i = 0; i < got; i++) {
+                rm_ckpt_run c[3];
+                int k = rm_ckpt_run_clip(&tmp[i], off, off + len, r, c);
+                if (pass == 1)
+                    memcpy(s->ck_run + n, c, (size_t)k * sizeof *c);
+                n += k;
+            }
+        }
+        if (pass == 0) {
+            free(s->ck_run);
+            if (!(s->ck_run = malloc((size_t)(n > 0 ? n : 1) * sizeof *s->ck_run)))
+                goto oom;
+        }
+    }
+    free(tmp);
+    s->ck_n = n;
+    return RM_OK;
+oom:
+    free(tmp);
+    return rm_errf(err, RM_ENOMEM, "tensor: out of memory for the checkpoint runs");
+fail:
+    free(tmp);
+    return RM_EINVAL;
+}
+
 static int tp_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
 {
     tp_round_end(s);
@@ -493,6 +594,12 @@ static int tp_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
     if (s->pl.p != s->sp.p) /* another stage's layers: other sizes */
         RM_CHECK(build(s, s->pl.p, err));
     RM_CHECK(s->sp.ops->set_rank(&s->sp, s->pl.t, err)); /* only the slices move */
+    if (s->zero) {
+        size_t off, len;
+        rm_shard_range(s->sp.n, s->pl.D, s->pl.d, &off, &len);
+        if (!s->opt_ok || off != s->zoff || len != s->zlen)
+            RM_CHECK(opt_build(s, off, len, err));
+    }
     RM_CHECK(s->inner_ops->round_begin(s->inner, r, err));
     s->round_ok = true;
     int members[1024];
@@ -519,10 +626,11 @@ static int tp_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
     }
     if (s->P > 1)
         RM_CHECK(stage_round(s, r, members, (int)RM_ARRAY_LEN(members), err));
+    RM_CHECK(ckpt_runs(s, err));
     rm_info("tensor round rank=%d world=%d t=%d T=%d p=%d P=%d d=%d D=%d tensor_comm=%s data_comm=%s "
-            "pieces=%zu of %zu",
+            "pieces=%zu of %zu optimizer=[%zu,+%zu)",
             r->rank, r->world, s->pl.t, s->T, s->pl.p, s->P, s->pl.d, s->pl.D, s->tops->name,
-            s->dops ? s->dops->name : "-", s->sp.n, s->sp.nwhole);
+            s->dops ? s->dops->name : "-", s->sp.n, s->sp.nwhole, s->zoff, s->zlen);
     return RM_OK;
 }
 
@@ -564,8 +672,19 @@ static int tp_state_sync(rm_step *s, rm_step_pos *pos, rm_err *err)
     const rm_step_env *e = &s->env;
     RM_CHECK(s->inner_ops->state_sync(s->inner, pos, err));
     RM_CHECK(slice(s, e->m->params, s->sp.params, err));
-    for (int i = 0; i < s->opt.nstate; i++)
-        RM_CHECK(slice(s, e->opt->state[i], s->opt.state[i], err));
+    for (int i = 0; i < s->opt.nstate; i++) {
+        if (!s->zero) {
+            RM_CHECK(slice(s, e->opt->state[i], s->opt.state[i], err));
+            continue;
+        }
+        /* ZeRO-1: this rank's shard of the pieces' state, sliced through the gradient buffer
+         * (free between steps) */
+        const rm_kernels *k = e->k;
+        RM_CHECK(slice(s, e->opt->state[i], s->sp.grads, err));
+        RM_CHECK(
+            rm_kernels_copy_error(k, k->d2d(s->opt.state[i], s->sp.grads + s->zoff, s->zlen * sizeof(float)),
+                                  "optimizer state", err));
+    }
     s->opt.t = e->opt->t;
     s->whole = true;
     return RM_OK;
@@ -606,53 +725,66 @@ static int tp_materialize(rm_step *s, rm_err *err)
     if (s->whole || !s->tcomm)
         return RM_OK;
     RM_CHECK(assemble(s, s->sp.params, s->env.m->params, err));
-    for (int i = 0; i < s->opt.nstate; i++)
-        RM_CHECK(assemble(s, s->opt.state[i], s->env.opt->state[i], err));
+    for (int i = 0; i < s->opt.nstate; i++) {
+        if (!s->zero) {
+            RM_CHECK(assemble(s, s->opt.state[i], s->env.opt->state[i], err));
+            continue;
+        }
+        /* ZeRO-1: the pieces' state is the data-parallel group's shards: this rank's in zeros (the
+         * gradient buffer, free between steps), assembled, then summed over the group too */
+        const rm_kernels *k = s->env.k;
+        float *g = s->sp.grads;
+        RM_CHECK(rm_kernels_copy_error(k, k->memset0(g, s->sp.n * sizeof(float)), "gradients", err));
+        RM_CHECK(rm_kernels_copy_error(k, k->d2d(g + s->zoff, s->opt.state[i], s->zlen * sizeof(float)),
+                                       "optimizer state", err));
+        RM_CHECK(assemble(s, g, s->env.opt->state[i], err));
+        if (s->dcomm)
+            RM_CHECK(
+                s->dops->allreduce(s->dcomm, s->env.opt->state[i], s->sp.nwhole, RM_DT_F32, RM_OP_SUM, err));
+    }
     s->env.opt->t = s->opt.t;
     s->whole = true;
     return RM_OK;
 }
 
-/* Checkpoints are per-rank pieces (docs/models-and-data.md, "Tensor parallelism"): replica 0's
- * T·P ranks each write their pieces (the parameters, then each optimizer buffer, in the split's
- * local layout) as shard p·T + t of a pieces set whose manifest records every shard's runs into
- * the whole model, so no rank gathers the model to checkpoint (also at SIGTERM), and any T, P
+/* Checkpoints are per-rank pieces (docs/models-and-data.md, "Tensor parallelism"): the writers
+ * (writers(): replica 0's T·P ranks, or with ZeRO-1 every rank, its data-parallel shard) each write
+ * their pieces (the parameters, then each optimizer buffer, in the split's local layout) as one
+ * shard of a pieces set whose manifest records every shard's runs into the whole model (this
+ * round's, ckpt_runs), so no rank gathers the model to checkpoint (also at SIGTERM), and any T, P
  * or D (or another strategy) restores the whole payload the set re-assembles. */
+static bool is_writer(const rm_step *s)
+{
+    return s->tcomm && (s->zero || s->pl.d == 0);
+}
+
 static bool tp_ckpt_pieces(const rm_step *s, int *shard_rank, int *shard_world, struct rm_ckpt_run *run,
                            int cap, int *nruns)
 {
-    if (!s->tcomm) /* no round yet */
+    if (!s->tcomm || s->ck_n < 1) /* no round yet */
         return false;
-    int W = s->T * s->P, n = 0;
-    for (int r = 0; r < W; r++) {
-        rm_err e = {0};
-        int got = s->sp.ops->runs(&s->sp, r % s->T, r / s->T, r, n < cap ? run + n : NULL,
-                                  n < cap ? cap - n : 0, &e);
-        if (got < 0) { /* the plans held at round_begin: never */
-            rm_warn("tensor: no checkpoint runs for shard %d: %s", r, e.msg);
-            return false;
-        }
-        n += got;
-    }
-    *shard_rank = s->pl.p * s->T + s->pl.t;
-    *shard_world = W;
-    *nruns = n;
+    if (run && cap > 0)
+        memcpy(run, s->ck_run, (size_t)(cap < s->ck_n ? cap : s->ck_n) * sizeof *run);
+    *shard_rank = s->zero ? s->pl.rank : s->pl.p * s->T + s->pl.t;
+    *shard_world = writers(s);
+    *nruns = s->ck_n;
     return true;
 }
 
 static size_t tp_state_bytes(const rm_step *s, int rank)
 {
     (void)rank;
-    return s->tcomm && s->pl.d == 0 ? (size_t)(1 + s->opt.nstate) * s->sp.n * sizeof(float) : 0;
+    return is_writer(s) ? (size_t)(1 + s->opt.nstate) * s->zlen * sizeof(float) : 0;
 }
 
-/* this rank's pieces, host memory: the parameters, then each optimizer buffer */
+/* this rank's pieces (its optimizer shard's range of them), host memory: the parameters, then each
+ * optimizer buffer */
 static int tp_state_save(rm_step *s, void *dst, rm_err *err)
 {
     const rm_kernels *k = s->env.k;
-    size_t n = s->sp.n * sizeof(float);
+    size_t n = s->zlen * sizeof(float);
     for (int i = -1; i < s->opt.nstate; i++) {
-        const float *src = i < 0 ? s->sp.params : s->opt.state[i];
+        const float *src = i < 0 ? s->sp.params + s->zoff : s->opt.state[i];
         char *to = (char *)dst + (size_t)(i + 1) * n;
         if (s->dev)
             RM_CHECK(rm_kernels_copy_error(k, k->d2h(to, src, n), "tensor pieces", err));
@@ -810,8 +942,14 @@ static int tp_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
         st->has_grad_norm = true;
         st->grad_norm = norm;
     }
-    rm_optim_step(&s->opt, sp->params, sp->grads, lr);
+    rm_optim_step(&s->opt, sp->params + s->zoff, sp->grads + s->zoff, lr);
     e->opt->t = s->opt.t;
+    if (s->zero && s->dcomm) { /* ZeRO-1: every shard's new parameters to the group */
+        double a0 = rm_mono();
+        RM_CHECK(s->dops->all_gather(s->dcomm, sp->params + s->zoff, sp->params, sp->n, RM_DT_F32, err));
+        dp_s += rm_mono() - a0;
+        dp_bytes += sp->n * sizeof(float);
+    }
     s->tot_steps++;
     s->tot_fwd += sp->fwd_floats * sizeof(float);
     s->tot_bwd += sp->bwd_floats * sizeof(float);
@@ -838,7 +976,7 @@ static void tp_memory(const rm_step *s, rm_step_memory *out)
     uint64_t n = s->sp.n, f = sizeof(float);
     memset(out, 0, sizeof *out);
     out->params = out->grads = n * f;
-    out->optimizer = (uint64_t)s->opt.nstate * n * f;
+    out->optimizer = s->opt_ok ? (uint64_t)s->opt.nstate * s->zlen * f : 0;
     out->activations = rm_model_act_bytes(s->env.m);
 }
 

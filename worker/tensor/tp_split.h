@@ -113,8 +113,10 @@ struct rm_tp_split_ops {
     /* Whether local float i is replicated (the same on every rank): counted once in norms. */
     bool (*replicated)(const rm_tp_split *s, size_t i);
     /* Tensor rank t of stage p's pieces (this split's T, P and shape) as checkpoint runs of shard
-     * `shard` into run (cap entries): the count (may exceed cap), or a negative rm error. */
-    int (*runs)(const rm_tp_split *s, int t, int p, int32_t shard, rm_ckpt_run *run, int cap, rm_err *err);
+     * `shard` into run (cap entries): the count (may exceed cap), or a negative rm error; *n (may
+     * be NULL) gets that rank's local floats (its split's n). */
+    int (*runs)(const rm_tp_split *s, int t, int p, int32_t shard, rm_ckpt_run *run, int cap, size_t *n,
+                rm_err *err);
     /* The local tensors (local offsets) with the whole model's decay flags (2+ dimensions, as
      * rm_optim_tensors_from_model): the count (may exceed cap; nothing written past it). */
     int (*tensors)(const rm_tp_split *s, rm_optim_seg *seg, int cap);
@@ -226,10 +228,12 @@ struct rm_tp_stage_ops {
         return REPLICATED_FN(&((const MODEL *)s->impl)->p, i);                                               \
     }                                                                                                        \
     static int split_runs(const rm_tp_split *s, int t, int p, int32_t shard, rm_ckpt_run *run, int cap,      \
-                          rm_err *err)                                                                       \
+                          size_t *n, rm_err *err)                                                            \
     {                                                                                                        \
         PLAN pl;                                                                                             \
         RM_CHECK(PLAN_FN(&s->shape, s->T, t, s->P, p, &pl, err));                                            \
+        if (n)                                                                                               \
+            *n = pl.n;                                                                                       \
         return RUNS_FN(&pl, shard, run, cap);                                                                \
     }                                                                                                        \
     static int split_tensors(const rm_tp_split *s, rm_optim_seg *seg, int cap)                               \
