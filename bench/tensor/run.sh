@@ -23,7 +23,9 @@
 #  model at several widths (embed EMBEDS, 2 blocks, 8 heads, context 64, global batch 16): time per
 #  step (the slower worker's training seconds / steps) — where the split's smaller GEMMs and its
 #  4 allreduces of activations per block cost less than D = 2's allreduce of every gradient. One
-#  kernel thread per worker (RINGMASTER_THREADS=1).
+#  kernel thread per worker (RINGMASTER_THREADS=1). T = 2 runs twice: with f (the input gradients'
+#  sums) overlapped with the weight gradients' GEMMs, the default, and without
+#  (RINGMASTER_TENSOR_OVERLAP=0).
 # Part 4, the grid: part 1's model at T x P = 2 x 2 (4 ranks, one replica) beside T = 1: each rank's
 #  pieces (the "tensor round" line's count: its stage's blocks split, stage 0 with the embedding,
 #  the last with ln_f and its copy of the wte rows) and its checkpoint shard's bytes (the pieces set
@@ -133,10 +135,12 @@ speed=()
 for C in "${EMBEDS[@]}"; do
   part 3 || break
   manifest "t2-c$C" 2 2 2 8 "$C" 64 16
+  manifest "t2s-c$C" 2 2 2 8 "$C" 64 16
   manifest "d2-c$C" 2 1 2 8 "$C" 64 8
   st=()
-  for n in "t2-c$C" "d2-c$C"; do
-    if ! run "$n"; then st+=("-"); continue; fi
+  for n in "t2-c$C" "d2-c$C" "t2s-c$C"; do # t2s: f not overlapped (RINGMASTER_TENSOR_OVERLAP=0)
+    ov=1; [[ $n != t2s-* ]] || ov=0
+    if ! RINGMASTER_TENSOR_OVERLAP=$ov run "$n"; then st+=("-"); continue; fi
     st+=("$($py - "$RAW"/run-"$n"/worker-*.log <<'PY'
 import re, sys
 worst = 0; steps = 0
@@ -150,7 +154,8 @@ PY
 )")
   done
   ratio=$($py -c "import sys; a,b='${st[0]}','${st[1]}'; print('%.2f' % (float(b)/float(a)) if '-' not in (a,b) and float(a)>0 else '-')")
-  speed+=("| $C | ${st[0]} | ${st[1]} | $ratio |")
+  ovr=$($py -c "a,b='${st[0]}','${st[2]}'; print('%.2f' % (float(b)/float(a)) if '-' not in (a,b) and float(a)>0 else '-')")
+  speed+=("| $C | ${st[0]} | ${st[1]} | $ratio | ${st[2]} | $ovr |")
 done
 
 # ---- part 4: the grid T x P = 2 x 2 beside T = 1, each rank's pieces and checkpoint shard
@@ -209,8 +214,8 @@ fi
   echo
   echo "Step time, T = 2 against D = 2 (2 workers each, global batch 16 sequences of 64, 2 blocks, 8 heads):"
   echo
-  echo "| embed | T = 2 ms/step | D = 2 ms/step | D / T (> 1: T faster) |"
-  echo "|---|---|---|---|"
+  echo "| embed | T = 2 ms/step | D = 2 ms/step | D / T (> 1: T faster) | T = 2, f not overlapped, ms/step | not overlapped / overlapped |"
+  echo "|---|---|---|---|---|---|"
   printf '%s\n' "${speed[@]}"
   if [ ${#grid[@]} -gt 0 ]; then
     echo

@@ -492,6 +492,37 @@ static void test_mlp_t2_d2_zero1(void)
     zero1(false);
 }
 
+/* f (the input gradients' sums) overlapped with the weight gradients' GEMMs on the strategy's
+ * thread, the default, against the sums in line (RINGMASTER_TENSOR_OVERLAP=0): the same
+ * operations on the same buffers, so the same bits and the same bytes a step. */
+static void overlap_same(bool gpt, int T)
+{
+    enum { NSTEPS = 3 };
+    tworld a, b;
+    CU_ASSERT_EQUAL_FATAL(trun(&a, gpt, T, T, 0, NSTEPS, NULL, 0, false), RM_OK);
+    setenv("RINGMASTER_TENSOR_OVERLAP", "0", 1);
+    int rc = trun(&b, gpt, T, T, 0, NSTEPS, NULL, 0, false);
+    unsetenv("RINGMASTER_TENSOR_OVERLAP");
+    CU_ASSERT_EQUAL_FATAL(rc, RM_OK);
+    size_t n = a.r[0].nparams;
+    for (int i = 0; i < T; i++) {
+        CU_ASSERT_EQUAL(memcmp(a.r[i].params, b.r[i].params, n * sizeof(float)), 0);
+        CU_ASSERT_EQUAL(memcmp(a.r[i].state, b.r[i].state, n * sizeof(float)), 0);
+        for (int s = 0; s < NSTEPS; s++)
+            CU_ASSERT_EQUAL(a.r[i].tbytes[s], b.r[i].tbytes[s]);
+    }
+    CU_ASSERT(rm_test_rel_diff(a.r[0].params, a.r[0].init, n) > 1e-3); /* it trained */
+    tfree(&a);
+    tfree(&b);
+}
+
+static void test_overlap_same_bits(void)
+{
+    overlap_same(true, 2);
+    overlap_same(true, 4);
+    overlap_same(false, 2);
+}
+
 void rm_suite_tensor_train(void)
 {
     static const rm_test_case cases[] = {
@@ -502,6 +533,7 @@ void rm_suite_tensor_train(void)
         {"gpt_checkpoint_across_t", test_gpt_checkpoint_across_t},
         {"gpt_t2_d2_zero1", test_gpt_t2_d2_zero1},
         {"mlp_t2_d2_zero1", test_mlp_t2_d2_zero1},
+        {"overlap_same_bits", test_overlap_same_bits},
     };
     RM_ADD_SUITE("tensor_train", NULL, NULL, cases);
 }

@@ -51,6 +51,10 @@
  * last) has its gradient summed over those two ranks after the data-parallel average; the copy is
  * left out of the clipping norm (and of assembling and checkpoints: the split's copy blocks).
  *
+ * Overlap: the families start each backward input-gradient sum (f) through ov_start, compute the
+ * weight gradient, then ov_wait (tp_split.h rm_tp_async): the sum runs on this strategy's thread
+ * meanwhile (host memory; RINGMASTER_TENSOR_OVERLAP=0 runs it in line), one in flight at a time.
+ *
  * ZeRO-1 (env->sharding optimizer): data-parallel rank d keeps the optimizer state of, and steps,
  * only its range [zoff, zoff + zlen) of the pieces (worker/allreduce/shard.h over D); the group then
  * all-gathers the parameters. Its checkpoint shard is that range (every rank writes one, the runs
@@ -66,6 +70,7 @@
  * comms, the links and the stage's schedule (round_end frees the per-round parts, destroy
  * everything). */
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,6 +151,16 @@ struct rm_step {
     float *dsmall;   /* one float of the kernels' memory: the clipping norm's sum */
     float *acc;      /* [n] the kernels' memory, gradient accumulation (K > 1): the micro-batches' sum */
     float *loss_k;   /* one float of the kernels' memory: a later micro-batch's loss */
+    /* f's sums on a thread (tp_split.h rm_tp_async; host memory, RINGMASTER_TENSOR_OVERLAP not 0):
+     * one sum in flight at a time, handed over under mu */
+    bool ov_on, ov_started, ov_quit, ov_job;
+    pthread_t ov_th;
+    pthread_mutex_t ov_mu;
+    pthread_cond_t ov_cv;
+    float *ov_buf;
+    size_t ov_n;
+    int ov_rc;
+    rm_err ov_err;
     /* the last step's collectives */
     double wait_s;
     uint64_t bytes;
@@ -190,6 +205,83 @@ static int tp_ar(void *ud, float *buf, size_t n, rm_err *err)
 }
 
 static void tp_round_end(rm_step *s);
+
+/* ---- f overlapped with the weight gradient (Megatron's asynchronous tensor-parallel allreduce):
+ * the sum runs on this thread while the family computes; the caller's time blocked in ov_wait is
+ * what the step counts as waiting */
+static void *ov_main(void *arg)
+{
+    rm_step *s = arg;
+    pthread_mutex_lock(&s->ov_mu);
+    for (;;) {
+        while (!s->ov_job && !s->ov_quit)
+            pthread_cond_wait(&s->ov_cv, &s->ov_mu);
+        if (s->ov_quit)
+            break;
+        pthread_mutex_unlock(&s->ov_mu);
+        rm_err e = {0};
+        int rc = s->tops->allreduce(s->tcomm, s->ov_buf, s->ov_n, RM_DT_F32, RM_OP_SUM, &e);
+        pthread_mutex_lock(&s->ov_mu);
+        s->ov_rc = rc;
+        s->ov_err = e;
+        s->ov_job = false;
+        pthread_cond_broadcast(&s->ov_cv);
+    }
+    pthread_mutex_unlock(&s->ov_mu);
+    return NULL;
+}
+
+static int ov_start(void *ud, float *buf, size_t n, rm_err *err)
+{
+    rm_step *s = ud;
+    if (!s->ov_started) {
+        if (pthread_create(&s->ov_th, NULL, ov_main, s) != 0) /* the sum runs here instead */
+            return tp_ar(s, buf, n, err);
+        s->ov_started = true;
+    }
+    pthread_mutex_lock(&s->ov_mu);
+    s->ov_buf = buf;
+    s->ov_n = n;
+    s->ov_rc = RM_OK;
+    s->ov_job = true;
+    pthread_cond_broadcast(&s->ov_cv);
+    pthread_mutex_unlock(&s->ov_mu);
+    s->bytes += n * sizeof(float);
+    return RM_OK;
+}
+
+static int ov_wait(void *ud, rm_err *err)
+{
+    rm_step *s = ud;
+    if (!s->ov_started)
+        return RM_OK; /* ov_start summed it in place */
+    double t0 = rm_mono();
+    pthread_mutex_lock(&s->ov_mu);
+    while (s->ov_job)
+        pthread_cond_wait(&s->ov_cv, &s->ov_mu);
+    int rc = s->ov_rc;
+    if (rc && err)
+        *err = s->ov_err;
+    pthread_mutex_unlock(&s->ov_mu);
+    s->wait_s += rm_mono() - t0;
+    return rc;
+}
+
+static void ov_stop(rm_step *s)
+{
+    if (!s->ov_on)
+        return;
+    if (s->ov_started) {
+        pthread_mutex_lock(&s->ov_mu);
+        s->ov_quit = true;
+        pthread_cond_broadcast(&s->ov_cv);
+        pthread_mutex_unlock(&s->ov_mu);
+        pthread_join(s->ov_th, NULL);
+    }
+    pthread_mutex_destroy(&s->ov_mu);
+    pthread_cond_destroy(&s->ov_cv);
+    s->ov_on = s->ov_started = false;
+}
 
 /* The split, its optimizer and the replicated runs: what depends on the stage. */
 static void unbuild(rm_step *s)
@@ -262,6 +354,7 @@ static void tp_destroy(rm_step *s)
     unbuild(s);
     if (s->sc_ok)
         rm_pipe_sched_free(&s->sc);
+    ov_stop(s);
     free(s->scratch);
     free(s->ck_run);
     if (s->env.k) {
@@ -385,6 +478,16 @@ static int tp_init(const rm_step_env *env, rm_step **out, rm_err *err)
     /* stage 0 until a round says which stage (the sizes depend on it, not on t) */
     s->sp = (rm_tp_split){
         .ops = ops, .shape = env->m->shape, .T = T, .t = 0, .P = s->P, .p = 0, .ar = tp_ar, .ud = s};
+    /* f overlapped with the weight gradient: host memory (a device table's kernels are queued on
+     * its stream; the sum there stays in order) */
+    const char *ov = getenv("RINGMASTER_TENSOR_OVERLAP");
+    if (!s->dev && !(ov && strcmp(ov, "0") == 0) && pthread_mutex_init(&s->ov_mu, NULL) == 0) {
+        if (pthread_cond_init(&s->ov_cv, NULL) == 0) {
+            s->ov_on = true;
+            s->sp.async = (rm_tp_async){.start = ov_start, .wait = ov_wait};
+        } else
+            pthread_mutex_destroy(&s->ov_mu);
+    }
     if ((rc = build(s, 0, err))) {
         tp_destroy(s);
         return rc;

@@ -257,15 +257,29 @@ int rm_tp_gpt_init(rm_tp_gpt *m, const rm_kernels *k, const rm_tp_gpt_plan *p, i
     return RM_OK;
 }
 
-static int sum(rm_tp_gpt *m, float *buf, size_t n, bool fwd, rm_err *err)
+/* f's sum of an input gradient, started here and finished by f_wait: the weight gradient's GEMM
+ * between them overlaps it when the strategy runs it on a thread (tp_split.h rm_tp_async) */
+static int f_start(rm_tp_gpt *m, float *buf, size_t n, rm_err *err)
+{
+    return m->p.T < 2 ? RM_OK : rm_tp_f_start(&m->async, m->ar, m->ud, buf, n, err);
+}
+
+static int f_wait(rm_tp_gpt *m, size_t n, rm_err *err)
+{
+    if (m->p.T < 2)
+        return RM_OK;
+    RM_CHECK(rm_tp_f_wait(&m->async, m->ud, err));
+    m->bwd_floats += n;
+    return RM_OK;
+}
+
+/* a forward sum (g, the embedding's, the cross-entropy's) */
+static int sum(rm_tp_gpt *m, float *buf, size_t n, rm_err *err)
 {
     if (m->p.T < 2)
         return RM_OK;
     RM_CHECK(m->ar(m->ud, buf, n, err));
-    if (fwd)
-        m->fwd_floats += n;
-    else
-        m->bwd_floats += n;
+    m->fwd_floats += n;
     return RM_OK;
 }
 
@@ -293,7 +307,7 @@ int rm_tp_gpt_stage_forward(rm_tp_gpt *m, const void *in, int rows, rm_err *err)
     if (p->has_wpe) { /* the embedding: this rank's vocabulary rows (wpe from t = 0 only: added once), g */
         const float *wpe = m->params + p->o_wpe;
         tf->embed_vocab_fwd(m->emb, in, wte, (int)v0, p->Vl, p->t == 0 ? wpe : NULL, rows, ctx, C);
-        RM_CHECK(sum(m, m->emb, (size_t)N * c, true, err));
+        RM_CHECK(sum(m, m->emb, (size_t)N * c, err));
         x = m->emb;
     }
     m->xin = x;
@@ -309,13 +323,13 @@ int rm_tp_gpt_stage_forward(rm_tp_gpt *m, const void *in, int rows, rm_err *err)
         k->bias_act_fwd(qkv, w + o.bqkv, N, 3 * Cl, RM_ACT_NONE);
         tf->attention_fwd(atty, a + m->a.lse, qkv, rows, ctx, Cl, p->NHl, m->attn_scratch);
         k->gemm(false, false, N, C, Cl, 1.0f, atty, Cl, w + o.wp, C, 0.0f, res1, C);
-        RM_CHECK(sum(m, res1, (size_t)N * c, true, err)); /* g after attn.c_proj */
+        RM_CHECK(sum(m, res1, (size_t)N * c, err)); /* g after attn.c_proj */
         tf->residual_layernorm_fwd(res1, x, w + o.bp, ln2, a + m->a.m2, a + m->a.r2, w + o.ln2w, w + o.ln2b,
                                    N, C);
         k->gemm(false, false, N, 4 * Cl, C, 1.0f, ln2, C, w + o.wfc, 4 * Cl, 0.0f, fch, 4 * Cl);
         tf->bias_gelu_fwd(fch, fcg, w + o.bfc, N, 4 * Cl);
         k->gemm(false, false, N, C, 4 * Cl, 1.0f, fcg, 4 * Cl, w + o.wfc2, C, 0.0f, res2, C);
-        RM_CHECK(sum(m, res2, (size_t)N * c, true, err)); /* g after mlp.c_proj */
+        RM_CHECK(sum(m, res2, (size_t)N * c, err)); /* g after mlp.c_proj */
         tf->residual_layernorm_fwd(res2, res1, w + o.bfc2, NULL, NULL, NULL, NULL, NULL, N, C);
         x = res2;
     }
@@ -358,9 +372,9 @@ int rm_tp_gpt_loss(rm_tp_gpt *m, const int32_t *labels, int rows, float inv_batc
     /* the row maxima: each rank's in its slot, gathered by a sum; then the sums of exp and the
      * target logits (the maxima in dres: free until backward) */
     tf->xent_vocab_max(m->stats, m->logits, N, Vl, valid, T, p->t);
-    RM_CHECK(sum(m, m->stats, (size_t)N * (size_t)T, true, err));
+    RM_CHECK(sum(m, m->stats, (size_t)N * (size_t)T, err));
     tf->xent_vocab_sums(m->s2, m->dres, m->stats, m->logits, labels, N, Vl, valid, v0, T);
-    RM_CHECK(sum(m, m->s2, 2 * (size_t)N, true, err));
+    RM_CHECK(sum(m, m->s2, 2 * (size_t)N, err));
     tf->xent_vocab_grad(m->logits, m->rowl, m->s2, m->dres, labels, N, Vl, valid, v0, inv_batch * inv_t);
     /* the loss, the same on every rank: its rows summed here (a device table's copied out) */
     const float *rl = m->rowl;
@@ -395,8 +409,9 @@ int rm_tp_gpt_stage_backward(rm_tp_gpt *m, const void *in, int rows, const float
         const float *hw = head_param(m->params, p);
         float *hg = head_param(m->grads, p);
         k->gemm(false, false, N, C, Vl, 1.0f, m->logits, Vl, wte, C, 0.0f, m->dln, C);
+        RM_CHECK(f_start(m, m->dln, nc, err));
         k->gemm(true, false, Vl, C, N, 1.0f, m->logits, Vl, m->lnf, C, 0.0f, gwte, C);
-        RM_CHECK(sum(m, m->dln, nc, false, err));
+        RM_CHECK(f_wait(m, nc, err));
         k->memset0(m->dres, nc * sizeof(float));
         tf->layernorm_bwd(m->dres, hg, hg + C, m->dln, out_stream(m), m->mf, m->rf, hw, N, C, false);
     } else { /* the gradient of the stage's output stream, from the next stage */
@@ -415,10 +430,11 @@ int rm_tp_gpt_stage_backward(rm_tp_gpt *m, const void *in, int rows, const float
         k->gemm(true, false, 4 * Cl, C, N, 1.0f, a + m->a.fcg, 4 * Cl, dres, C, 0.0f, g + o.wfc2, C);
         tf->colsum(g + o.bfc2, dres, N, C, false);
         tf->gelu_bwd(dbig, dbig, a + m->a.fch, N, 4 * Cl);
+        k->gemm(false, true, N, C, 4 * Cl, 1.0f, dbig, 4 * Cl, w + o.wfc, 4 * Cl, 0.0f, m->dln, C);
+        RM_CHECK(f_start(m, m->dln, nc, err));
         k->gemm(true, false, C, 4 * Cl, N, 1.0f, a + m->a.ln2, C, dbig, 4 * Cl, 0.0f, g + o.wfc, 4 * Cl);
         tf->colsum(g + o.bfc, dbig, N, 4 * Cl, false);
-        k->gemm(false, true, N, C, 4 * Cl, 1.0f, dbig, 4 * Cl, w + o.wfc, 4 * Cl, 0.0f, m->dln, C);
-        RM_CHECK(sum(m, m->dln, nc, false, err));
+        RM_CHECK(f_wait(m, nc, err));
         tf->layernorm_bwd(dres, g + o.ln2w, g + o.ln2b, m->dln, a + m->a.res1, a + m->a.m2, a + m->a.r2,
                           w + o.ln2w, N, C, false);
         /* attention: c_proj (row), this rank's heads, c_attn (column), f, ln_1 */
@@ -427,10 +443,11 @@ int rm_tp_gpt_stage_backward(rm_tp_gpt *m, const void *in, int rows, const float
         tf->colsum(g + o.bp, dres, N, C, false);
         tf->attention_bwd(dbig, m->datty, a + m->a.atty, a + m->a.lse, a + m->a.qkv, rows, ctx, Cl, p->NHl,
                           m->attn_scratch);
+        k->gemm(false, true, N, C, 3 * Cl, 1.0f, dbig, 3 * Cl, w + o.wqkv, 3 * Cl, 0.0f, m->dln, C);
+        RM_CHECK(f_start(m, m->dln, nc, err));
         k->gemm(true, false, C, 3 * Cl, N, 1.0f, a + m->a.ln1, C, dbig, 3 * Cl, 0.0f, g + o.wqkv, 3 * Cl);
         tf->colsum(g + o.bqkv, dbig, N, 3 * Cl, false);
-        k->gemm(false, true, N, C, 3 * Cl, 1.0f, dbig, 3 * Cl, w + o.wqkv, 3 * Cl, 0.0f, m->dln, C);
-        RM_CHECK(sum(m, m->dln, nc, false, err));
+        RM_CHECK(f_wait(m, nc, err));
         tf->layernorm_bwd(dres, g + o.ln1w, g + o.ln1b, m->dln, x, a + m->a.m1, a + m->a.r1, w + o.ln1w, N, C,
                           false);
     }

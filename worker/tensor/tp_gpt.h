@@ -113,6 +113,7 @@ typedef struct rm_tp_gpt {
     rm_gpt_act a;
     rm_tp_allreduce_fn ar;
     void *ud;
+    rm_tp_async async; /* f overlapped with the weight gradient when set (tp_split.h); zeroed by init */
     size_t fwd_floats, bwd_floats; /* floats moved through ar by the last step */
 } rm_tp_gpt;
 

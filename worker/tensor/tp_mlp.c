@@ -279,18 +279,22 @@ int rm_tp_mlp_backward_rows(rm_tp_mlp *m, const float *x, int off, int rows, flo
         if (accumulate) /* host memory (tp_mlp_init) */
             for (int c = 0; c < y->out; c++)
                 db[c] += m->dbs[c];
+        float *dx = l == p->lo ? dx_out : m->delta[pp]; /* NULL: nothing consumes the input gradient */
+        pp ^= dx != NULL;
+        bool f = dx && y->kind == RM_TP_COL && p->T > 1; /* f: the input gradient's partial sums */
+        size_t n = (size_t)rows * (size_t)y->in;
+        if (dx)
+            k->gemm(false, true, rows, y->in, y->out, 1.0f, dy, y->out, W, y->out, 0.0f, dx, y->in);
+        if (f) /* summed while the weight gradient is computed (tp_split.h rm_tp_async) */
+            RM_CHECK(rm_tp_f_start(&m->async, m->ar, m->ud, dx, n, err));
         k->gemm(true, false, y->in, y->out, rows, 1.0f, in, y->in, dy, y->out, accumulate ? 1.0f : 0.0f, dW,
                 y->out);
-        if (l == p->lo && !dx_out)
-            break; /* nothing consumes the first layer's input gradient */
-        float *dx = l == p->lo ? dx_out : m->delta[pp];
-        pp ^= 1;
-        k->gemm(false, true, rows, y->in, y->out, 1.0f, dy, y->out, W, y->out, 0.0f, dx, y->in);
-        if (y->kind == RM_TP_COL && p->T > 1) { /* f: the input gradient's partial sums */
-            size_t n = (size_t)rows * (size_t)y->in;
-            RM_CHECK(m->ar(m->ud, dx, n, err));
+        if (f) {
+            RM_CHECK(rm_tp_f_wait(&m->async, m->ud, err));
             m->bwd_floats += n;
         }
+        if (!dx)
+            break;
         dy = dx;
     }
     return RM_OK;

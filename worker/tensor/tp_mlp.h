@@ -105,6 +105,7 @@ typedef struct rm_tp_mlp {
     float *dbs; /* [widest]: a bias gradient before it is added (accumulating backward) */
     rm_tp_allreduce_fn ar;
     void *ud;
+    rm_tp_async async; /* f overlapped with the weight gradient when set (tp_split.h); zeroed by init */
     /* floats moved through ar (the last step's forward and backward) */
     size_t fwd_floats, bwd_floats;
 } rm_tp_mlp;

@@ -72,6 +72,29 @@ static inline void rm_tp_map_block(rm_tp_map *m, size_t woff, size_t ws, size_t 
 /* Sum buf (n floats) in place over the tensor group; the same bits on every rank. */
 typedef int (*rm_tp_allreduce_fn)(void *ud, float *buf, size_t n, rm_err *err);
 
+/* Megatron's asynchronous tensor-parallel allreduce (optional; the strategy sets both or neither):
+ * start begins the sum of buf as ar would, on another thread, and returns; wait returns when it is
+ * done, with its result. A family starts f's input-gradient sum, computes the weight gradient
+ * (which reads neither buf nor the group) and waits, so the two overlap; between start and wait
+ * there is no other collective and no use of buf. Without them (NULL) the sum runs at start. */
+typedef int (*rm_tp_start_fn)(void *ud, float *buf, size_t n, rm_err *err);
+typedef int (*rm_tp_wait_fn)(void *ud, rm_err *err);
+typedef struct rm_tp_async {
+    rm_tp_start_fn start;
+    rm_tp_wait_fn wait;
+} rm_tp_async;
+
+static inline int rm_tp_f_start(const rm_tp_async *a, rm_tp_allreduce_fn ar, void *ud, float *buf, size_t n,
+                                rm_err *err)
+{
+    return a->start ? a->start(ud, buf, n, err) : ar(ud, buf, n, err);
+}
+
+static inline int rm_tp_f_wait(const rm_tp_async *a, void *ud, rm_err *err)
+{
+    return a->wait ? a->wait(ud, err) : RM_OK;
+}
+
 typedef struct rm_tp_split_ops rm_tp_split_ops;
 typedef struct rm_tp_stage_ops rm_tp_stage_ops;
 
@@ -82,6 +105,7 @@ typedef struct rm_tp_split {
     int P, p; /* pipeline stages and this rank's stage (P = 1: the whole model); set before init */
     rm_tp_allreduce_fn ar;
     void *ud;
+    rm_tp_async async;     /* optional, set before init: f overlapped with the weight gradient */
     float *params, *grads; /* this rank's pieces, n floats each (the family's buffers) */
     size_t n, nwhole;
     size_t fwd_floats, bwd_floats; /* floats through ar in the last train's forward and backward */
@@ -181,6 +205,7 @@ struct rm_tp_stage_ops {
             free(m);                                                                                         \
             return rc;                                                                                       \
         }                                                                                                    \
+        m->async = s->async;                                                                                 \
         s->impl = m;                                                                                         \
         s->params = m->params;                                                                               \
         s->grads = m->grads;                                                                                 \
