@@ -399,6 +399,7 @@ static void epoch_open(rm_rdzv *r, job *j, double now, const char *why)
         j->mem[i]->rank = -1;
     kv_clear(j);
     rm_info("rendezvous epoch opened job=%s epoch=%d reason=\"%s\"", j->name, j->epoch, why);
+    rdzv_held_flush(r);
     rdzv_wake_all(r);
 }
 
@@ -489,8 +490,10 @@ static void set_shutting(rm_rdzv *r, bool on)
         return;
     pthread_mutex_lock(&r->mu);
     r->shutting = on;
-    if (on)
+    if (on) {
+        rdzv_held_flush(r); /* the held reports are answered now */
         rdzv_wake_all(r);
+    }
     pthread_mutex_unlock(&r->mu);
 }
 
@@ -588,6 +591,7 @@ int rm_rdzv_job_set(rm_rdzv *r, const char *jobname, const char *token, int desi
         j->removed = j->stopped = j->closed = false;
         j->epoch++;
         j->world = 0;
+        rdzv_held_flush(r);
         rm_info("rendezvous job registered again job=%s epoch=%d", jobname, j->epoch);
     }
     snprintf(j->token, sizeof j->token, "%s", token);
@@ -611,6 +615,7 @@ int rm_rdzv_job_remove(rm_rdzv *r, const char *jobname)
         job_clear(j);
         j->removed = j->stopped = true;
         r->ntomb++;
+        rdzv_held_flush(r);
         rm_info("rendezvous job removed job=%s", jobname);
         rdzv_wake_all(r);
         tombstones_trim(r); /* may free j */
@@ -630,6 +635,7 @@ int rm_rdzv_job_stop(rm_rdzv *r, const char *jobname)
         if (!j->stopped)
             rm_info("rendezvous job stopped job=%s epoch=%d", jobname, j->epoch);
         j->stopped = true;
+        rdzv_held_flush(r);
         rdzv_wake_all(r);
     }
     pthread_mutex_unlock(&r->mu);

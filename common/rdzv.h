@@ -43,6 +43,12 @@
  *        and whether `settle` seconds passed since the last of them joined. Workers that never
  *        talk to each other (parameter servers) re-join that way from their reporter while they
  *        go on training, and take a settled count as the workers still alive.
+ * Held reports: a report body may carry "hold": true. On an event-loop server (rm_rdzv_serve) a
+ *        report that would answer "continue" is then held for up to 1 s and answered "rejoin" the
+ *        moment the job's epoch moves on ("stop" the moment it stops), else "continue" after the
+ *        hold; a worker that reports again at once learns of a new round when it opens rather
+ *        than at its next report (docs/scale.md, "Held reports"). A thread-per-connection server
+ *        answers at once.
  *
  * Epochs start at 1; a worker that never trained sends lastEpoch 0 (or -1).
  * Rounds: epoch E's round opens empty; each join adds (workerId, addr). It closes when `desired`

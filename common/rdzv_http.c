@@ -437,6 +437,91 @@ static bool kv_step(rm_rdzv *r, const char *name, int epoch, const char *key, do
     return false;
 }
 
+/* ---- held reports (docs/scale.md, "Held reports") ---- */
+
+void rdzv_held_flush(rm_rdzv *r)
+{
+    if (!r->held)
+        return;
+    r->hflush = true;
+    pthread_cond_broadcast(&r->cv);
+}
+
+/* Answer h with its job's action now (r->mu held) and free it. */
+static void held_answer(rm_rdzv *r, held_report *h)
+{
+    const job *j = rdzv_job_find(r, h->job);
+    rm_rdzv_action act = rdzv_report_action(j, h->epoch);
+    char buf[96];
+    snprintf(buf, sizeof buf, "{\"epoch\":%d,\"action\":\"%s\"}", j ? j->epoch : 0,
+             rm_rdzv_action_names[act]);
+    rm_http_resp resp;
+    memset(&resp, 0, sizeof resp);
+    if (rm_http_reply_text(&resp, 200, "application/json", buf) != RM_OK)
+        rm_http_reply_error(&resp, 500, "out of memory");
+    rm_http_unpark(h->t, &resp);
+    free(h);
+}
+
+/* The waiter thread's turn at the held reports (r->mu held): after a flush every one whose job
+ * moved on or stopped (all of them while shutting down), then those whose hold is over, oldest
+ * first. Returns the next deadline (now + 1 s when none). */
+static double held_service(rm_rdzv *r, double now)
+{
+    if (r->hflush || r->shutting || r->wquit) {
+        bool all = r->shutting || r->wquit;
+        r->hflush = false;
+
+        for (held_report **pp = &r->held; *pp;) {
+            held_report *h = *pp;
+            if (all || rdzv_report_action(rdzv_job_find(r, h->job), h->epoch) != RM_RDZV_CONTINUE) {
+                *pp = h->next;
+                if (!*pp)
+                    r->held_tail = pp;
+                held_answer(r, h);
+            } else
+                pp = &h->next;
+        }
+    }
+    while (r->held && r->held->deadline <= now) {
+        held_report *h = r->held;
+        r->held = h->next;
+        held_answer(r, h);
+    }
+    return r->held ? r->held->deadline : now + 1.0;
+}
+
+static bool waiter_thread_start(rm_rdzv *r);
+
+bool rdzv_hold_report(rm_rdzv *r, const char *name, int epoch, const rm_http_req *req)
+{
+    if (r->shutting)
+        return false;
+    size_t n = strlen(name) + 1;
+    held_report *h = calloc(1, sizeof *h + n);
+    if (!h)
+        return false;
+    if (!(h->t = rm_http_park(req))) { /* a thread-per-connection server: answered at once */
+        free(h);
+        return false;
+    }
+    memcpy(h->job, name, n);
+    h->epoch = epoch;
+    if (!waiter_thread_start(r)) { /* nobody would answer it later */
+        held_answer(r, h);
+        return true;
+    }
+    h->deadline = rm_mono() + REPORT_HOLD_S;
+    bool first = !r->held;
+    if (first)
+        r->held_tail = &r->held;
+    *r->held_tail = h;
+    r->held_tail = &h->next;
+    if (first && h->deadline < r->wnext) /* the waiter thread sleeps past it: wake it */
+        pthread_cond_broadcast(&r->cv);
+    return true;
+}
+
 /* The waiter thread (event-loop servers): evaluates every parked long poll after each state change
  * (rdzv_wake_all) and at the earliest deadline, and answers those that are done, as their handlers'
  * loops would have (docs/scale.md). */
@@ -445,7 +530,7 @@ static void *waiter_main(void *arg)
     rm_rdzv *r = arg;
     pthread_mutex_lock(&r->mu);
     for (;;) {
-        double now = rm_mono(), next = now + 1.0;
+        double now = rm_mono(), next = held_service(r, now);
         /* after a state change every waiter is evaluated once; otherwise only those whose own time
          * came (a settle, a deadline): a new waiter alone is not a reason to evaluate the others,
          * or a round of N joins would cost N^2 evaluations */
@@ -483,28 +568,33 @@ static void *waiter_main(void *arg)
             rm_http_unpark(w->t, &resp);
             free(w);
         }
-        if (r->wquit && !r->waiters)
+        if (r->wquit && !r->waiters && !r->held)
             break;
         r->wnext = next;
-        if (!r->wdirty)
+        if (!r->wdirty && !r->hflush)
             wait_until(r, next);
     }
     pthread_mutex_unlock(&r->mu);
     return NULL;
 }
 
+/* The waiter thread, started at the first parked poll or held report (r->mu held). */
+static bool waiter_thread_start(rm_rdzv *r)
+{
+    if (!r->wthread_on && pthread_create(&r->wthread, NULL, waiter_main, r) == 0)
+        r->wthread_on = true;
+    return r->wthread_on;
+}
+
 /* Park w (r->mu held): the waiter thread answers it. Starts that thread at the first one. */
 static int waiter_add(rm_rdzv *r, waiter *w)
 {
-    if (!r->wthread_on) {
-        if (pthread_create(&r->wthread, NULL, waiter_main, r) != 0) {
-            rm_http_resp er = {0};
-            rm_http_reply_error(&er, 503, "rendezvous: no waiter thread");
-            rm_http_unpark(w->t, &er);
-            free(w);
-            return RM_OK;
-        }
-        r->wthread_on = true;
+    if (!waiter_thread_start(r)) {
+        rm_http_resp er = {0};
+        rm_http_reply_error(&er, 503, "rendezvous: no waiter thread");
+        rm_http_unpark(w->t, &er);
+        free(w);
+        return RM_OK;
     }
     w->next = r->waiters;
     r->waiters = w;

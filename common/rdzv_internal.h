@@ -24,6 +24,7 @@
 #define KV_MAX_KEY 128
 #define MAX_TOMBSTONES 256
 #define JOB_NAME_MAX 255
+#define REPORT_HOLD_S 1.0 /* a held report ("hold": true) is answered after at most this */
 #define TOKEN_MAX 255
 
 /* A reply body many replies share (the closed round's peer list), reference-counted: the job holds
@@ -138,6 +139,18 @@ typedef struct waiter {
     char str[];
 } waiter;
 
+/* A held report (an event-loop server, "hold": true in a report that would answer "continue"):
+ * answered with the job's action as soon as its epoch moves on or it stops, else at its deadline,
+ * so a worker learns of a new round without waiting for its next report (docs/scale.md). One FIFO
+ * for all jobs: every hold is REPORT_HOLD_S, so deadlines are in order. */
+typedef struct held_report {
+    struct held_report *next;
+    rm_http_parked *t;
+    double deadline;
+    int epoch;
+    char job[];
+} held_report;
+
 struct rm_rdzv {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -147,6 +160,9 @@ struct rm_rdzv {
     bool wdirty;     /* something changed since it last evaluated the waiters */
     double wnext;    /* when the waiter thread wakes next (monotonic) */
     pthread_t wthread;
+    held_report *held;        /* held reports, oldest first (the waiter thread answers them) */
+    held_report **held_tail;  /* where the next is linked (valid while held is not NULL) */
+    bool hflush;              /* an epoch moved or a job stopped: answer the held reports it concerns */
     unsigned long join_evals; /* join evaluations so far (rm_rdzv_join_evals) */
     job *jobs;                /* in creation order */
     job **jobs_tail;          /* where the next job is linked (&r->jobs when there is none) */
@@ -207,6 +223,13 @@ int rdzv_reply_cjson(rm_http_resp *resp, int status, cJSON *o);
 
 /* ---- common/rdzv_report.c ---- */
 int rdzv_handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_resp *resp);
+/* A report's action for a worker in epoch `epoch` of j (NULL: gone): stop, rejoin or continue. */
+rm_rdzv_action rdzv_report_action(const job *j, int epoch);
+/* Park req as a held report of job name at epoch (rdzv_http.c): true when parked (the waiter thread
+ * answers it), false on a thread-per-connection server or out of memory (answer it now). */
+bool rdzv_hold_report(rm_rdzv *r, const char *name, int epoch, const rm_http_req *req);
+/* An epoch moved or a job stopped: the waiter thread answers the held reports that concern it. */
+void rdzv_held_flush(rm_rdzv *r);
 int rdzv_handle_server_put(job *j, const char *idx, const rm_http_req *req, rm_http_resp *resp);
 int rdzv_handle_servers_get(const job *j, rm_http_resp *resp);
 #endif

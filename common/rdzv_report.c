@@ -168,6 +168,13 @@ static bool ctrl_in(const char *s)
     return false;
 }
 
+rm_rdzv_action rdzv_report_action(const job *j, int epoch)
+{
+    return !j || j->stopped || j->removed ? RM_RDZV_STOP
+           : epoch != j->epoch            ? RM_RDZV_REJOIN
+                                          : RM_RDZV_CONTINUE;
+}
+
 int rdzv_handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_resp *resp)
 {
     rm_err e = {0};
@@ -179,6 +186,7 @@ int rdzv_handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_resp 
     double loss = 0, sps = 0, gbps = 0, tps = 0;
     const char *ckerr = NULL;
     const cJSON *res = NULL, *ev = NULL, *memo = NULL;
+    bool hold = false;
     double mem[5] = {0};
     static const char *const mem_keys[5] = {"params", "grads", "optimizer", "activations", "peakRss"};
     cJSON *body = rm_json_parse(req->body, req->body_len, &e);
@@ -199,7 +207,8 @@ int rdzv_handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_resp 
         rdzv_bad(rm_json_str(body, "checkpointError", false, "", &ckerr, &e)) ||
         rdzv_bad(rm_json_obj(body, "result", false, "", &res, &e)) ||
         rdzv_bad(rm_json_arr(body, "evaluations", false, "", &ev, &e)) ||
-        rdzv_bad(rm_json_obj(body, "memory", false, "", &memo, &e))) {
+        rdzv_bad(rm_json_obj(body, "memory", false, "", &memo, &e)) ||
+        rdzv_bad(rm_json_bool(body, "hold", false, "", &hold, &e))) {
         rc = rm_http_reply_error(resp, 400, "report: %s", e.msg[0] ? e.msg : "body must be an object");
         goto out;
     }
@@ -313,9 +322,14 @@ int rdzv_handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_resp 
         if (xerr) /* cut to the cap: the message is for people */
             snprintf(j->export_error, sizeof j->export_error, "%s", xerr);
     }
-    const char *action = rm_rdzv_action_names[j->stopped          ? RM_RDZV_STOP
-                                              : epoch != j->epoch ? RM_RDZV_REJOIN
-                                                                  : RM_RDZV_CONTINUE];
+    rm_rdzv_action act = rdzv_report_action(j, (int)epoch);
+    /* "hold": a report that would answer "continue" waits for the epoch to move, the job to stop
+     * or REPORT_HOLD_S (docs/scale.md, "Held reports") */
+    if (hold && act == RM_RDZV_CONTINUE && rdzv_hold_report(r, j->name, j->epoch, req)) {
+        rc = RM_OK;
+        goto out;
+    }
+    const char *action = rm_rdzv_action_names[act];
     char buf[96];
     snprintf(buf, sizeof buf, "{\"epoch\":%d,\"action\":\"%s\"}", j->epoch, action);
     rc = rm_http_reply_text(resp, 200, "application/json", buf);

@@ -1567,6 +1567,109 @@ static void test_held_joins_cost_no_thread(void)
     fx_stop(&f);
 }
 
+/* Raw HTTP for the held-report test: POST body to the job's path on a new connection (-1 on
+ * failure), then the reply's status and body (read until the body is complete or 5 s). */
+static int raw_post(int port, const char *what, const char *body)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {
+        .sin_family = AF_INET, .sin_port = htons((uint16_t)port), .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    char req[1024];
+    int rl = snprintf(req, sizeof req,
+                      "POST /v1/jobs/" JOB "/%s HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " TOKEN
+                      "\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                      what, strlen(body), body);
+    if (write(fd, req, (size_t)rl) != rl) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static int raw_reply(int fd, char *buf, size_t cap)
+{
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    size_t got = 0;
+    for (;;) {
+        ssize_t n = read(fd, buf + got, cap - 1 - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        buf[got] = 0;
+        const char *end = strstr(buf, "\r\n\r\n"), *cl = strcasestr(buf, "Content-Length:");
+        if (end && cl && got >= (size_t)(end + 4 - buf) + (size_t)atoi(cl + 15))
+            break;
+    }
+    buf[got] = 0;
+    return got > 12 ? atoi(buf + 9) : -1;
+}
+
+/* Held reports (docs/scale.md, "Held reports"): a report with "hold": true that would answer
+ * "continue" is answered after the hold, not at once; one held when another worker opens a new
+ * epoch is answered at once with "rejoin", one held when the job stops with "stop"; a report from
+ * an old epoch is never held. */
+static void test_held_reports(void)
+{
+    fx f;
+    CU_ASSERT_FATAL(fx_start(&f, 2, 2, 0) == 0);
+    int port = rm_http_port(f.srv);
+    char buf[2048];
+    int j0 = raw_post(port, "join", "{\"workerId\":\"0\",\"addr\":\"127.0.0.1:21000\",\"lastEpoch\":0}");
+    int j1 = raw_post(port, "join", "{\"workerId\":\"1\",\"addr\":\"127.0.0.1:21001\",\"lastEpoch\":0}");
+    CU_ASSERT_EQUAL_FATAL(raw_reply(j0, buf, sizeof buf), 200);
+    CU_ASSERT_EQUAL_FATAL(raw_reply(j1, buf, sizeof buf), 200);
+    close(j0);
+    close(j1);
+    const char *rep1 = "{\"workerId\":\"0\",\"epoch\":1,\"rank\":0,\"step\":3,\"hold\":true}";
+    /* continue: after the hold */
+    double t0 = rm_mono();
+    int fd = raw_post(port, "report", rep1);
+    CU_ASSERT_EQUAL(raw_reply(fd, buf, sizeof buf), 200);
+    double dt = rm_mono() - t0;
+    CU_ASSERT(strstr(buf, "\"action\":\"continue\"") != NULL);
+    CU_ASSERT(dt >= 0.8 && dt < 3.0);
+    /* the epoch moves while it is held: rejoin at once */
+    t0 = rm_mono();
+    fd = raw_post(port, "report", rep1);
+    rm_sleep(0.2);
+    int brk = raw_post(port, "join", "{\"workerId\":\"1\",\"addr\":\"127.0.0.1:21001\",\"lastEpoch\":1}");
+    CU_ASSERT_EQUAL(raw_reply(fd, buf, sizeof buf), 200);
+    dt = rm_mono() - t0;
+    CU_ASSERT(strstr(buf, "\"action\":\"rejoin\"") != NULL && strstr(buf, "\"epoch\":2") != NULL);
+    CU_ASSERT(dt < 0.7);
+    if (dt >= 0.7)
+        fprintf(stderr, "held report answered %.3f s after it was sent, the epoch moved at 0.2 s\n", dt);
+    close(fd);
+    /* an old epoch's report: rejoin, not held */
+    t0 = rm_mono();
+    fd = raw_post(port, "report", rep1);
+    CU_ASSERT_EQUAL(raw_reply(fd, buf, sizeof buf), 200);
+    CU_ASSERT(strstr(buf, "\"action\":\"rejoin\"") != NULL && rm_mono() - t0 < 0.5);
+    close(fd);
+    /* the job stops while it is held: stop at once */
+    t0 = rm_mono();
+    fd = raw_post(port, "report", "{\"workerId\":\"0\",\"epoch\":2,\"rank\":0,\"step\":3,\"hold\":true}");
+    rm_sleep(0.2);
+    CU_ASSERT_EQUAL(rm_rdzv_job_stop(f.r, JOB), RM_OK);
+    CU_ASSERT_EQUAL(raw_reply(fd, buf, sizeof buf), 200);
+    CU_ASSERT(strstr(buf, "\"action\":\"stop\"") != NULL && rm_mono() - t0 < 0.7);
+    close(fd);
+    if (brk >= 0)
+        close(brk);
+    /* a bad hold is refused naming it */
+    fd = raw_post(port, "report", "{\"workerId\":\"0\",\"epoch\":2,\"hold\":3}");
+    CU_ASSERT_EQUAL(raw_reply(fd, buf, sizeof buf), 400);
+    CU_ASSERT(strstr(buf, "hold") != NULL);
+    close(fd);
+    fx_stop(&f);
+}
+
 void rm_suite_rdzv(void)
 {
     static const rm_test_case cases[] = {
@@ -1594,6 +1697,7 @@ void rm_suite_rdzv(void)
         {"polling_join_counts_settles_never_held", test_join_poll},
         {"parameter_servers_register_workers_read", test_servers_registry},
         {"held_joins_cost_no_thread", test_held_joins_cost_no_thread},
+        {"held_reports_answered_when_the_epoch_moves", test_held_reports},
     };
     RM_ADD_SUITE("rdzv", NULL, NULL, cases);
 }

@@ -63,8 +63,9 @@ static void cfg_for(rm_swarm_cfg *c, const sfx *f, int count)
 
 /* A fault (kill or hang) among n workers: round 1 has all n, round 2 (epoch 2) the n-1 others,
  * and the service agrees. peers: the joins ask for the whole peer list (else the neighbours only,
- * which the swarm checks it got). */
-static void run_fault(int n, bool hang, bool peers)
+ * which the swarm checks it got); hold: the reports ask to be held (docs/scale.md, "Held
+ * reports"), so the survivors learn of epoch 2 from their held reports' answers. */
+static void run_fault(int n, bool hang, bool peers, bool hold)
 {
     sfx f;
     /* the elastic round closes `settle` after its last join: 1 s, well past the slow joins at
@@ -74,6 +75,7 @@ static void run_fault(int n, bool hang, bool peers)
     rm_swarm_cfg c;
     cfg_for(&c, &f, n);
     c.peers = peers;
+    c.hold = hold;
     if (hang)
         c.hang = 1;
     else
@@ -112,12 +114,17 @@ static void run_fault(int n, bool hang, bool peers)
 
 static void test_swarm_death_recovers(void)
 {
-    run_fault(64, false, false);
+    run_fault(64, false, false, false);
+}
+
+static void test_swarm_death_held_reports(void)
+{
+    run_fault(64, false, false, true);
 }
 
 static void test_swarm_hang_recovers(void)
 {
-    run_fault(16, true, true);
+    run_fault(16, true, true, false);
 }
 
 /* A round of n joins costs O(n) join evaluations, not one per held join per join: 128 workers
@@ -203,6 +210,7 @@ void rm_suite_swarm(void)
 {
     static const rm_test_case cases[] = {
         {"death_of_one_in_64_forms_the_next_round", test_swarm_death_recovers},
+        {"death_of_one_in_64_with_held_reports", test_swarm_death_held_reports},
         {"hang_of_one_in_16_forms_the_next_round", test_swarm_hang_recovers},
         {"round_of_128_costs_linear_join_evaluations", test_swarm_round_is_linear_in_joins},
         {"count_over_the_open_file_limit_refused", test_swarm_refuses_count_over_nofile},

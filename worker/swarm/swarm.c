@@ -200,7 +200,9 @@ static void build(swarm *s, int id, int op)
                      "\"seconds\":%.3f,\"samplesPerSecond\":%.1f}",
                      1.0 - loss / 2, loss, step, now - w->train_start, rate);
         bn = (int)strlen(body);
-        snprintf(body + bn, sizeof body - (size_t)bn, "}");
+        snprintf(body + bn, sizeof body - (size_t)bn, "%s}",
+                 s->cfg->hold && w->reported && !w->final ? ",\"hold\":true" : "");
+        w->sent_at = now;
         snprintf(line, sizeof line, "%s/report", j->path);
         break;
     }
@@ -581,7 +583,9 @@ static void on_reply(swarm *s, int id, int op, int status, const char *body, siz
                 round_check(s, w->epoch);
             }
         }
-        double due = rm_mono() + s->cfg->report_s;
+        /* a held report came back after its hold: the next goes out a report period after it did */
+        double now = rm_mono(), due = w->sent_at + s->cfg->report_s;
+        due = due > now ? due : now;
         if (w->steps > 0) { /* the last step ends before the next report: report "done" then */
             double end = w->train_start + (double)(w->steps - w->step0) * s->cfg->step_s + 1e-3;
             due = end < due ? end : due;
@@ -615,6 +619,11 @@ static void on_timer(swarm *s, int id)
         send_req(s, id);
         break;
     case T_NOTICE:
+        if (w->op != OP_NONE) { /* a held report in flight: the training thread's client joins now */
+            sw_conn_close(s, w);
+            w->op = OP_NONE;
+            s->st->reconnects++;
+        }
         rejoin(s, id, w->epoch);
         break;
     default:
@@ -665,9 +674,9 @@ static void faults(swarm *s)
             sw_worker *n = &s->w[nb];
             if (n->state != W_LIVE)
                 continue;
-            if (n->op != OP_NONE) {
+            if (n->op != OP_NONE && !(n->op == OP_REPORT && c->hold)) {
                 n->notice = true; /* after its request in flight */
-            } else {
+            } else {              /* a held report is not waited for: on_timer drops it */
                 sw_timer_set(s, nb, T_NOTICE, rm_mono() + c->detect_s);
             }
             break;

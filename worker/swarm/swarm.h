@@ -42,6 +42,8 @@ typedef struct rm_swarm_cfg {
     bool kv;              /* the kv bootstrap after every round */
     bool peers;           /* joins ask for the whole peer list, as ringmaster-worker's do (default
                            * false: "peers": false, the ring neighbours only; rdzv.h) */
+    bool hold;            /* reports ask to be held ("hold": true, docs/scale.md "Held reports"): a
+                           * new epoch is learnt when it opens, not at the next report */
     int kill, hang, slow; /* how many workers die / hang / join late */
     double fault_at_s;    /* deaths and hangs: seconds after the first round trained */
     double detect_s;      /* how long the neighbour takes to notice */

@@ -38,6 +38,7 @@ static void usage(FILE *out)
         "  --no-kv          skip the kv bootstrap after each round\n"
         "  --peers          joins ask for the whole peer list, as real workers do (default: the ring\n"
         "                   neighbours only, \"peers\": false; the list is ~80 bytes a worker per reply)\n"
+        "  --hold           reports ask to be held (\"hold\": true): a new epoch is learnt when it opens\n"
         "  --kill K --hang K  K workers die / hang --fault-at S seconds after the first round trained\n"
         "  --detect S       the dead worker's neighbour notices S seconds later (default 0.1)\n"
         "  --slow K --slow-join S  K workers send their first join S seconds late\n"
@@ -118,6 +119,7 @@ int rm_swarm_main(int argc, char **argv)
         O_REPORT,
         O_NOKV,
         O_PEERS,
+        O_HOLD,
         O_KILL,
         O_HANG,
         O_FAULTAT,
@@ -141,6 +143,7 @@ int rm_swarm_main(int argc, char **argv)
                                          {"report", required_argument, 0, O_REPORT},
                                          {"no-kv", no_argument, 0, O_NOKV},
                                          {"peers", no_argument, 0, O_PEERS},
+                                         {"hold", no_argument, 0, O_HOLD},
                                          {"kill", required_argument, 0, O_KILL},
                                          {"hang", required_argument, 0, O_HANG},
                                          {"fault-at", required_argument, 0, O_FAULTAT},
@@ -199,6 +202,9 @@ int rm_swarm_main(int argc, char **argv)
             break;
         case O_PEERS:
             c.peers = true;
+            break;
+        case O_HOLD:
+            c.hold = true;
             break;
         case O_KILL:
             ok = inum(optarg, &c.kill);

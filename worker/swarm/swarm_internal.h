@@ -46,6 +46,7 @@ typedef struct sw_worker {
     uint32_t addr;  /* its address (host order): the join's addr, and the source address when spread */
     double backoff;
     double train_start;
+    double sent_at;  /* when the report in flight went out */
     long long step0; /* the step training (re)started from */
     long long steps; /* after this many steps it reports "done" and ends (0 = never) */
     sw_job *job;     /* borrowed */
