@@ -661,6 +661,10 @@ static int set_write(const char *dir, const rm_ckpt_meta *meta, const rm_ckpt_un
     size_t tn = 0;
     if (rc == RM_OK)
         rc = manifest_encode(&m, &text, &tn, err);
+    if (rc == RM_OK && tn > RM_CKPT_MANIFEST_MAX) /* a reader refuses it: never write a set it skips */
+        rc = rm_errf(err, RM_ETOOBIG,
+                     "checkpoint step %lld: manifest of %zu bytes, over the %d a reader takes",
+                     (long long)meta->step, tn, RM_CKPT_MANIFEST_MAX);
     if (rc == RM_OK)
         rc = rm_ckpt_put_file(dir, mname, text, tn, err);
     free(text);
