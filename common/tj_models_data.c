@@ -316,9 +316,6 @@ int tj_validate_tensor_parallel(const rm_tj_spec *s, rm_err *err)
                       "must be none or optimizer with %s.tensorParallel > 1: the split's backward writes "
                       "the pieces' whole gradient (got %s)",
                       P, rm_enum_name(rm_sharding_names, (int)t->sharding));
-    if (t->optimizer.type == RM_OPT_LAMB || t->optimizer.type == RM_OPT_LARS)
-        return unsupported(err, "spec.training.optimizer", "type", "%s with %s.tensorParallel > 1",
-                           rm_enum_name(rm_opt_names, (int)t->optimizer.type), P);
     if (t->precision != RM_PREC_FP32)
         return unsupported(err, "spec.training", "precision", "%s with %s.tensorParallel > 1",
                            rm_enum_name(rm_precision_names, (int)t->precision), P);

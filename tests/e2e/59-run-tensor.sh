@@ -10,7 +10,8 @@
 #  - a tensor rank killed by RINGMASTER_FAULT is replaced and the group re-forms from the newest
 #    checkpoint (T = 2's run above, still matching T = 1);
 #  - with gradClip and adamw too (the global norm counts each piece once, biases are not decayed),
-#    and with gradientAccumulationSteps 2;
+#    with lamb (per-tensor trust ratios from norms summed over the group) and with
+#    gradientAccumulationSteps 2;
 #  - the tensor group of one host talks through shared memory; each rank holds half the model; the
 #    tensor traffic is one forward allreduce of the logits per step (the stats line);
 #  - T x P x D: with pipeline stages each stage's layers split over its tensor group; 2 x 2 x 1
@@ -85,6 +86,16 @@ for n in t1 t2; do
 done
 cmp_export ct2 ct1 || fail "T = 2 with gradClip and adamw differs from T = 1: $(cat "$W/cmp-ct2-ct1.txt")"
 ! cmp_export ct1 t1 || fail "gradClip/adamw changed nothing"
+# lamb: each tensor's trust ratio from its norms, the split tensors' parts summed over the group
+for n in t1 t2; do
+  sed -e 's/optimizer: .*/optimizer: {type: lamb, lr: 0.005, weightDecay: 0.01}/' "$W/$n.yaml" > "$W/l$n.yaml"
+  grep -q 'type: lamb' "$W/l$n.yaml" || fail "fixture edit l$n"
+  run_job "l$n" -f "$W/l$n.yaml" -o json
+  [ $RC -eq 0 ] || fail "l$n exit $RC"
+done
+cmp_export lt2 lt1 || fail "T = 2 with lamb differs from T = 1: $(cat "$W/cmp-lt2-lt1.txt")"
+! cmp_export lt1 t1 || fail "lamb changed nothing"
+log "lamb T=2 vs T=1: $(cat "$W/cmp-lt2-lt1.txt")"
 # gradient accumulation: 2 micro-batches a step, the pieces' gradients their mean
 for n in t1 t2; do
   sed -e 's/^    maxSteps: 60$/    maxSteps: 60\n    gradientAccumulationSteps: 2/' "$W/$n.yaml" > "$W/a$n.yaml"

@@ -65,6 +65,7 @@ typedef struct tworld {
         rm_ckpt_run runs[1024];
         int nruns;
         uint64_t opt_bytes; /* the strategy's optimizer memory (rm_step_ops.memory) */
+        int nseg;           /* the whole model's tensors (the optimizer's) */
     } r[MAXW];
 } tworld;
 
@@ -117,6 +118,7 @@ static void *rank_main(void *arg)
         (r->rc = rm_optim_init(&o, k, &w->os, m.nparams, e)) ||
         (r->rc = rm_optim_tensors_from_model(&o, &m, e)) || (r->rc = rm_amp_init(&amp, k, RM_PREC_FP32, e)))
         goto out;
+    r->nseg = o.nseg;
     rm_step_env env = {.k = k,
                        .m = &m,
                        .opt = &o,
@@ -224,6 +226,9 @@ static void shape_of(tworld *w, bool gpt)
 static const rm_optimizer_spec ADAMW = {
     .type = RM_OPT_ADAMW, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .weight_decay = 0.1};
 
+/* The optimizer trun uses (ADAMW unless a test sets another for its runs). */
+static const rm_optimizer_spec *g_os = &ADAMW;
+
 /* Run a world of n ranks with T tensor ranks (1: allreduce) for steps steps from step0. */
 static int trun_sharded(tworld *w, bool gpt, int n, int T, int step0, int steps, const void *restore,
                         int64_t restore_t, bool save, rm_sharding sharding)
@@ -231,7 +236,7 @@ static int trun_sharded(tworld *w, bool gpt, int n, int T, int step0, int steps,
     memset(w, 0, sizeof *w);
     w->sharding = sharding;
     shape_of(w, gpt);
-    w->os = ADAMW;
+    w->os = *g_os;
     w->clip = 0.5;
     w->n = n;
     w->T = T;
@@ -307,6 +312,11 @@ static uint64_t want_tensor_bytes(const tworld *w, int T)
     return floats * sizeof(float);
 }
 
+static bool w_layerwise(const tworld *w)
+{
+    return w->os.type == RM_OPT_LAMB || w->os.type == RM_OPT_LARS;
+}
+
 /* got against want (n floats) within tol, as docs/models-and-data.md compares tensors */
 static void expect_close(const float *got, const float *want, size_t n, double tol, const char *what,
                          int rank)
@@ -334,7 +344,9 @@ static void check_parity(bool gpt, int T, int D, const char *what)
         for (int s = 0; s < NSTEPS; s++) {
             float lt = r->loss[s], lr = ref.r[i / T].loss[s];
             CU_ASSERT(fabsf(lt - lr) <= 1e-5f * fabsf(lr) + 1e-6f);
-            CU_ASSERT_EQUAL(r->tbytes[s], want);
+            /* lamb/lars: each tensor's two norm sums too */
+            bool lw = w_layerwise(&tp);
+            CU_ASSERT_EQUAL(r->tbytes[s], want + (lw ? 2 * (uint64_t)r->nseg * sizeof(float) : 0));
         }
         CU_ASSERT(r->tensor);
         CU_ASSERT_EQUAL(r->tensor_rank, i % T);
@@ -523,6 +535,42 @@ static void test_overlap_same_bits(void)
     overlap_same(false, 2);
 }
 
+/* lamb and lars: their trust ratios need each tensor's norms, which the split tensors' ranks sum
+ * (a replicated tensor counted once): T = 2 (and T = 2 x D = 2 with ZeRO-1) reach T = 1's (D = 2's)
+ * parameters and LAMB's / LARS's state within 1e-5. */
+static void layerwise(const rm_optimizer_spec *os, const char *what)
+{
+    g_os = os;
+    for (int gpt = 0; gpt < 2; gpt++) {
+        check_parity(gpt, 2, 1, what);
+        tworld z, ref;
+        CU_ASSERT_EQUAL_FATAL(trun_sharded(&z, gpt, 4, 2, 0, 4, NULL, 0, false, RM_SHARD_OPTIMIZER), RM_OK);
+        CU_ASSERT_EQUAL_FATAL(trun(&ref, gpt, 2, 1, 0, 4, NULL, 0, false), RM_OK);
+        size_t n = ref.r[0].nparams;
+        for (int i = 0; i < 4; i++) {
+            expect_close(z.r[i].params, ref.r[0].params, n, 1e-5, what, i);
+            expect_close(z.r[i].state, ref.r[0].state, n, 1e-5, what, i);
+        }
+        tfree(&z);
+        tfree(&ref);
+    }
+    g_os = &ADAMW;
+}
+
+static void test_lamb(void)
+{
+    static const rm_optimizer_spec LAMB = {
+        .type = RM_OPT_LAMB, .lr = 0.01, .beta1 = 0.9, .beta2 = 0.999, .eps = 1e-6, .weight_decay = 0.01};
+    layerwise(&LAMB, "lamb");
+}
+
+static void test_lars(void)
+{
+    static const rm_optimizer_spec LARS = {
+        .type = RM_OPT_LARS, .lr = 0.5, .momentum = 0.9, .weight_decay = 1e-4};
+    layerwise(&LARS, "lars");
+}
+
 void rm_suite_tensor_train(void)
 {
     static const rm_test_case cases[] = {
@@ -534,6 +582,8 @@ void rm_suite_tensor_train(void)
         {"gpt_t2_d2_zero1", test_gpt_t2_d2_zero1},
         {"mlp_t2_d2_zero1", test_mlp_t2_d2_zero1},
         {"overlap_same_bits", test_overlap_same_bits},
+        {"lamb_t2_and_zero1", test_lamb},
+        {"lars_t2_and_zero1", test_lars},
     };
     RM_ADD_SUITE("tensor_train", NULL, NULL, cases);
 }

@@ -62,7 +62,7 @@
  * buffer, free between steps.
  *
  * Limits of this version: the MLP and the transformer (P > 1: the transformer one micro-batch a
- * step); fp32; optimizers without per-tensor trust ratios; sharding none or optimizer; gradient
+ * step); fp32; sharding none or optimizer (lamb/lars: opt_update sums the tensors' norms); gradient
  * accumulation with P = 1 only (micro-batches accumulate with P > 1) (the validator refuses the
  * rest, naming the field).
  *
@@ -447,8 +447,6 @@ static int tp_init(const rm_step_env *env, rm_step **out, rm_err *err)
                             "%s with %s %d is not supported (optimizer is: the split's backward writes "
                             "the pieces' whole gradient)",
                             rm_sharding_names[env->sharding], F, T);
-    if (rm_optim_layerwise(env->opt))
-        return rm_err_field(err, RM_EINVAL, F, "%d with lamb/lars is not supported yet", T);
     if (env->grad_accum > 1 && (par.pipeline_stages > 1 || !env->load_micro))
         return rm_err_field(err, RM_EINVAL, "spec.training.gradientAccumulationSteps",
                             "%d with tensorParallel and pipelineStages > 1 is not supported (raise "
@@ -955,6 +953,38 @@ static int accumulate(rm_step *s, int rows, rm_err *err)
     return RM_OK;
 }
 
+/* The optimizer's update of this rank's range of the pieces. lamb/lars first need each tensor's
+ * norms: every rank sums its range's squares per tensor into one slot; a replicated tensor counts
+ * from t = 0 only (its other holders zero their entries); the slot is summed over the data-parallel
+ * group (ZeRO-1: the D ranks hold parts of the range) and over the tensor group (the split
+ * tensors' parts) — a stage's tensors all live in its tensor group, so with P > 1 no more is
+ * needed (the tied copy's norms come out as its original's: the same values, split alike). */
+static int opt_update(rm_step *s, float lr, rm_err *err)
+{
+    rm_tp_split *sp = &s->sp;
+    rm_optim *o = &s->opt;
+    if (!rm_optim_layerwise(o)) {
+        rm_optim_step(o, sp->params + s->zoff, sp->grads + s->zoff, lr);
+        return RM_OK;
+    }
+    const rm_kernels *k = s->env.k;
+    rm_optim_tick(o);
+    RM_CHECK(rm_optim_norms_begin(o, 1, err));
+    rm_optim_norms_range(o, 0, sp->params + s->zoff, sp->grads + s->zoff, o->state, s->zlen, s->zoff);
+    size_t c = 0;
+    float *b = rm_optim_norms_buf(o, &c);
+    for (int i = 0; s->pl.t != 0 && i < o->nseg && 2 * (size_t)i + 2 <= c; i++)
+        if (o->seg[i].len > 0 && sp->ops->replicated(sp, o->seg[i].off))
+            RM_CHECK(
+                rm_kernels_copy_error(k, k->memset0(b + 2 * (size_t)i, 2 * sizeof(float)), "norms", err));
+    if (s->zero && s->dcomm)
+        RM_CHECK(s->dops->allreduce(s->dcomm, b, c, RM_DT_F32, RM_OP_SUM, err));
+    RM_CHECK(tp_ar(s, b, c, err));
+    RM_CHECK(rm_optim_norms_finish(o, err));
+    rm_optim_update_range(o, sp->params + s->zoff, sp->grads + s->zoff, o->state, s->zlen, s->zoff, lr);
+    return RM_OK;
+}
+
 /* ---- P > 1: the stage's compute as the schedule calls it (pipe_sched.h), through the split's
  * stage entries; the first stage reads the batch's own input rows */
 
@@ -1045,7 +1075,7 @@ static int tp_step(rm_step *s, int rows, float lr, rm_step_stats *st, rm_err *er
         st->has_grad_norm = true;
         st->grad_norm = norm;
     }
-    rm_optim_step(&s->opt, sp->params + s->zoff, sp->grads + s->zoff, lr);
+    RM_CHECK(opt_update(s, lr, err));
     e->opt->t = s->opt.t;
     if (s->zero && s->dcomm) { /* ZeRO-1: every shard's new parameters to the group */
         double a0 = rm_mono();
