@@ -183,6 +183,15 @@ grep -q 'msg="tensor pipeline" stages=2 micro_batches=4 schedule=1f1b stage=1 la
   fail "rank 3's stage line: $(grep 'tensor pipeline' "$W/run-p221/worker-3.log" | tail -1)"
 grep -q 'msg="tensor round" rank=6 world=8 t=0 T=2 p=1 P=2 d=1 D=2 tensor_comm=shm data_comm=shm' "$W/run-p222/worker-6.log" ||
   fail "2 x 2 x 2 rank 6's groups: $(grep 'tensor round' "$W/run-p222/worker-6.log" | tail -1)"
+# lamb through the grid: each stage's tensors' norms summed over its tensor group
+for n in p1 p221; do
+  sed -e 's/optimizer: .*/optimizer: {type: lamb, lr: 0.005, weightDecay: 0.01}/' "$W/$n.yaml" > "$W/l$n.yaml"
+  grep -q 'type: lamb' "$W/l$n.yaml" || fail "fixture edit l$n"
+  run_job "l$n" -f "$W/l$n.yaml" -o json
+  [ $RC -eq 0 ] || fail "l$n exit $RC"
+done
+cmp_export lp221 lp1 || fail "2 x 2 x 1 with lamb differs from T = 1: $(cat "$W/cmp-lp221-lp1.txt")"
+log "lamb 2x2x1 vs T=1: $(cat "$W/cmp-lp221-lp1.txt")"
 # a rank holds its stage's pieces: stage 0 784x64+64 + 64x64+64, stage 1 64x16+16 + 16x10+10
 [ "$(memb p221 0 params)" = $(( (784 * 64 + 64 + 64 * 64 + 64) * 4 )) ] || fail "2 x 2 x 1 rank 0 params_bytes $(memb p221 0 params)"
 [ "$(memb p221 3 optimizer)" = $(( (64 * 16 + 16 + 16 * 10 + 10) * 4 )) ] || fail "2 x 2 x 1 rank 3 optimizer_bytes $(memb p221 3 optimizer)"
