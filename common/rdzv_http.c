@@ -453,7 +453,7 @@ static void held_answer(rm_rdzv *r, held_report *h)
     const job *j = rdzv_job_find(r, h->job);
     rm_rdzv_action act = rdzv_report_action(j, h->epoch);
     char buf[96];
-    snprintf(buf, sizeof buf, "{\"epoch\":%d,\"action\":\"%s\"}", j ? j->epoch : 0,
+    snprintf(buf, sizeof buf, "{\"epoch\":%d,\"action\":\"%s\"}", j && !j->removed ? j->epoch : 0,
              rm_rdzv_action_names[act]);
     rm_http_resp resp;
     memset(&resp, 0, sizeof resp);

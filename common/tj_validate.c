@@ -343,7 +343,8 @@ int rm_par_validate(const rm_tj_spec *s, rm_err *err)
         return rm_err_field(err, RM_EINVAL, "spec.training.sharding",
                             "must be none with "
                             "spec.parallelism.pipelineStages > 1 in this version (a stage already "
-                            "holds only its own layers)");
+                            "holds only its own layers; with tensorParallel, ZeRO-1 runs with one "
+                            "stage)");
     if (t->mode != RM_MODE_TRAIN)
         return rm_err_field(err, RM_EINVAL, "spec.training.mode",
                             "must be train with "

@@ -87,7 +87,7 @@ done
 {
   echo "## Rendezvous at scale (simulated workers)"
   echo
-  echo "\`bench/scale/run.sh\` (COUNTS=\"${counts[*]}\" HOLDS="${holds[*]}" REPORT=$report SETTLE=$settle STEADY=$steady), $(nproc) cores,"
+  echo "\`bench/scale/run.sh\` (COUNTS=\"${counts[*]}\" HOLDS=\"${holds[*]}\" REPORT=$report SETTLE=$settle STEADY=$steady), $(nproc) cores,"
   echo "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(date -u +%F); load before the run: $load."
   echo "The rendezvous (\`ringmaster-worker swarm --serve\`) and the worker swarm (\`ringmaster-worker swarm\`,"
   echo "N simulated workers on one epoll loop, each on its own keep-alive connection from its own loopback"

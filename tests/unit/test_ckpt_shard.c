@@ -1222,6 +1222,12 @@ static void test_pieces_run_clip(void)
     CU_ASSERT_EQUAL(rm_ckpt_run_clip(&x, 0, 10, 0, out), 0);
     CU_ASSERT_EQUAL(rm_ckpt_run_clip(&x, 24, 40, 0, out), 0);
     CU_ASSERT_EQUAL(rm_ckpt_run_clip(&x, 14, 15, 0, out), 0); /* the gap between rows 0 and 1 */
+    rm_ckpt_run bx = x;
+    bx.lstride = 3; /* rows overlap */
+    CU_ASSERT_EQUAL(rm_ckpt_run_clip(&bx, 0, 40, 0, out), -1);
+    bx = x;
+    bx.len = 0;
+    CU_ASSERT_EQUAL(rm_ckpt_run_clip(&bx, 0, 40, 0, out), -1);
 }
 
 void rm_suite_ckpt_shard(void);

@@ -715,7 +715,9 @@ static rm_ckpt_run clip_row(const rm_ckpt_run *x, uint64_t S, uint64_t i, uint64
 int rm_ckpt_run_clip(const rm_ckpt_run *in, uint64_t lo, uint64_t hi, int32_t shard, rm_ckpt_run out[3])
 {
     uint64_t L = in->local, W = in->len, R = in->rows, S = R > 1 ? in->lstride : W;
-    if (R < 1 || W < 1 || S < W || hi <= lo || hi <= L)
+    if (R < 1 || W < 1 || S < W)
+        return -1;
+    if (hi <= lo || hi <= L)
         return 0;
     /* the first row ending after lo, the last starting before hi */
     uint64_t i0 = lo < L + W ? 0 : (lo - L - W) / S + 1, i1 = (hi - L - 1) / S;

@@ -95,8 +95,9 @@ typedef struct rm_ckpt_run {
 /* A run restricted to the part of the shard's vector in [lo, hi) (a rank that writes only that
  * range of its pieces: the optimizer state sharded over a data-parallel group), renumbered to
  * shard `shard` whose vector starts at lo: at most three runs into out (a partial first row, the
- * whole rows, a partial last row), their count returned (0: no overlap). The rows keep their
- * strides; floats outside [lo, hi) are in no run. in's rows must not overlap (lstride >= len). */
+ * whole rows, a partial last row), their count returned (0: no overlap; -1: a malformed run, rows
+ * or len 0 or rows that overlap, lstride < len). The rows keep their strides; floats outside
+ * [lo, hi) are in no run. */
 int rm_ckpt_run_clip(const rm_ckpt_run *in, uint64_t lo, uint64_t hi, int32_t shard, rm_ckpt_run out[3]);
 
 /* rm_ckpt_shard_write for a pieces set: the set's runs of every shard (n of them, any order). The

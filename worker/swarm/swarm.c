@@ -583,14 +583,17 @@ static void on_reply(swarm *s, int id, int op, int status, const char *body, siz
                 round_check(s, w->epoch);
             }
         }
-        /* a held report came back after its hold: the next goes out a report period after it did */
-        double now = rm_mono(), due = w->sent_at + s->cfg->report_s;
-        due = due > now ? due : now;
+        /* the next report a period after this one's answer; a held report's answer comes after its
+         * hold, so the next goes out a period after the held one did */
+        double now = rm_mono(), due = now + s->cfg->report_s;
+        if (s->cfg->hold)
+            due = w->sent_at + s->cfg->report_s > now ? w->sent_at + s->cfg->report_s : now;
         if (w->steps > 0) { /* the last step ends before the next report: report "done" then */
             double end = w->train_start + (double)(w->steps - w->step0) * s->cfg->step_s + 1e-3;
             due = end < due ? end : due;
         }
-        sw_timer_set(s, id, T_REPORT, due);
+        if (w->timer != T_NOTICE) /* a noticed death goes first: it re-joins when the notice is due */
+            sw_timer_set(s, id, T_REPORT, due);
     } else if (strncmp(act, "rejoin", 6) == 0) {
         rejoin(s, id, w->epoch);
     } else {

@@ -663,6 +663,11 @@ static int ckpt_runs(rm_step *s, rm_err *err)
             for (int i = 0; i < got; i++) {
                 rm_ckpt_run c[3];
                 int k = rm_ckpt_run_clip(&tmp[i], off, off + len, r, c);
+                if (k < 0) {
+                    rm_errf(err, RM_EINVAL, "tensor: the split's checkpoint run %d of shard %d is malformed",
+                            i, r);
+                    goto fail;
+                }
                 if (pass == 1)
                     memcpy(s->ck_run + n, c, (size_t)k * sizeof *c);
                 n += k;
