@@ -54,6 +54,13 @@
  * at 1,024 (4 KiB instead of 8 had taken it from ~18 to ~14; docs/scale.md) */
 #define RM_HTTP_LOOP_POOL (2u * 1024u)
 #define RM_HTTP_STOP_WAIT_MS 10000
+/* libmicrohttpd 0.9.75's epoll loop (MHD_epoll) drains events MAX_EVENTS (128) at a time and, when
+ * a call returns exactly 128, calls epoll_wait again with the same timeout — up to the connection
+ * timeout (60 s) — although the connections it just marked ready wait unprocessed: a burst of
+ * exactly 128 requests then stalls until another event arrives (the swarm's round of 128 workers hit
+ * it in about one run in ten). So a server with that many connections gets an event every sweep: a
+ * connection to itself, opened and closed at once (RM_HTTP_KICK_CONNS: the least that can stall). */
+#define RM_HTTP_KICK_CONNS 120
 #define RM_HTTP_SWEEP_MS 200
 
 enum { CONN_HEAD = 0, CONN_BODY, CONN_SERVED };
@@ -90,6 +97,8 @@ struct rm_http_server {
     unsigned long ncut; /* connections cut so far */
     int sweep_stop, sweep_started;
     pthread_t sweeper;
+    struct sockaddr_storage kick_addr; /* event-loop servers: where the sweeper's kick connects */
+    socklen_t kick_len;                /* 0: no kick */
 };
 
 typedef struct req_ctx {
@@ -472,13 +481,28 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     *socket_context = e;
 }
 
+/* One connection to the server's own listener, closed at once: an event for MHD's epoll loop (see
+ * RM_HTTP_KICK_CONNS). Never blocks for long: non-blocking, at most 50 ms for the connect. */
+static void kick(const rm_http_server *s)
+{
+    int fd = socket(s->kick_addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return;
+    if (connect(fd, (const struct sockaddr *)&s->kick_addr, s->kick_len) != 0 && errno == EINPROGRESS) {
+        struct pollfd p = {.fd = fd, .events = POLLOUT};
+        (void)poll(&p, 1, 50);
+    }
+    close(fd);
+}
+
 static void *sweeper_main(void *arg)
 {
     rm_http_server *s = arg;
     pthread_mutex_lock(&s->cmu);
     while (!s->sweep_stop) {
         double now = rm_mono();
-        for (conn_ent *e = s->conns; e; e = e->next) {
+        unsigned nconn = 0;
+        for (conn_ent *e = s->conns; e; e = e->next, nconn++) {
             if (e->cut)
                 continue;
             if (e->phase == CONN_HEAD && e->served == 0 && now - e->since > s->header_timeout_s)
@@ -487,6 +511,13 @@ static void *sweeper_main(void *arg)
                 conn_cut(s, e, "request body not complete in time");
             else if (e->phase == CONN_HEAD && e->served > 0 && now - e->since > s->idle_timeout_s)
                 conn_cut(s, e, "keep-alive connection idle or trickling too long");
+        }
+        if (s->kick_len && nconn >= RM_HTTP_KICK_CONNS) {
+            pthread_mutex_unlock(&s->cmu); /* MHD's thread takes it to note the connection */
+            kick(s);
+            pthread_mutex_lock(&s->cmu);
+            if (s->sweep_stop)
+                break;
         }
         struct timespec ts = rm_mono_ts_in(RM_HTTP_SWEEP_MS / 1000.0);
         pthread_cond_timedwait(&s->ccv, &s->cmu, &ts);
@@ -892,6 +923,21 @@ int rm_http_start(const rm_http_opts *opts, const rm_http_route *routes, size_t 
         free(s->routes);
         free(s);
         return rc;
+    }
+    if (o.event_loop) { /* the sweeper's kick (RM_HTTP_KICK_CONNS): the listener, any address as loopback */
+        s->kick_len = sizeof s->kick_addr;
+        if (getsockname(s->listen_fd, (struct sockaddr *)&s->kick_addr, &s->kick_len) != 0)
+            s->kick_len = 0;
+        else if (s->kick_addr.ss_family == AF_INET) {
+            struct sockaddr_in *a = (struct sockaddr_in *)&s->kick_addr;
+            if (a->sin_addr.s_addr == htonl(INADDR_ANY))
+                a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        } else if (s->kick_addr.ss_family == AF_INET6) {
+            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&s->kick_addr;
+            if (memcmp(&a->sin6_addr, &in6addr_any, sizeof a->sin6_addr) == 0)
+                a->sin6_addr = in6addr_loopback;
+        } else
+            s->kick_len = 0;
     }
     unsigned flags = o.event_loop ? MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME
                                   : MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
