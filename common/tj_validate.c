@@ -339,12 +339,13 @@ int rm_par_validate(const rm_tj_spec *s, rm_err *err)
                             "must be 1 with "
                             "spec.strategy: parameterServer in this version (got %d)",
                             p);
-    if (t->sharding != RM_SHARD_NONE)
+    /* with tensorParallel the stage's pieces shard their optimizer over the data-parallel group
+     * (worker/tensor/step_tensor.c, ZeRO-1) */
+    if (t->sharding != RM_SHARD_NONE && !(par->tensor_parallel > 1 && t->sharding == RM_SHARD_OPTIMIZER))
         return rm_err_field(err, RM_EINVAL, "spec.training.sharding",
                             "must be none with "
                             "spec.parallelism.pipelineStages > 1 in this version (a stage already "
-                            "holds only its own layers; with tensorParallel, ZeRO-1 runs with one "
-                            "stage)");
+                            "holds only its own layers), or optimizer with tensorParallel > 1");
     if (t->mode != RM_MODE_TRAIN)
         return rm_err_field(err, RM_EINVAL, "spec.training.mode",
                             "must be train with "

@@ -134,6 +134,17 @@ run_job rp --resume -f "$W/d1.yaml" -o json
 [ $RC -eq 0 ] || fail "rp exit $RC"
 grep -q 'msg="checkpoint loaded" .*step=20 .*sharded=yes' "$W/run-rp/worker-0.log" || fail "rp did not resume the set at step 20"
 cmp_export rp d1 || fail "2 x 2 x 1's checkpoint resumed at T = 1 differs from T = 1: $(cat "$W/cmp-rp-d1.txt")"
+# ZeRO-1 through a 2 x 2 x 2 grid against D = 2: each stage's pieces' AdamW state over its two
+# data-parallel ranks, the tied wte copy on the last stage stepped alike
+mk zg 8 2 "$H" 2
+sed -i 's/^  training:$/  training:\n    sharding: optimizer/' "$W/zg.yaml"
+grep -q 'sharding: optimizer' "$W/zg.yaml" || fail "fixture edit zg"
+run_job zg -f "$W/zg.yaml" -o json
+[ $RC -eq 0 ] && [ "$(jget zg "j['status']['phase']")" = Succeeded ] || fail "zg exit $RC"
+cmp_export zg d2 || fail "ZeRO-1 2 x 2 x 2 differs from D = 2: $(cat "$W/cmp-zg-d2.txt")"
+grep -q 'msg="tensor round" rank=7 world=8 t=1 T=2 p=1 P=2 d=1 D=2 .* pieces=10608 of 34688 optimizer=\[5304,+5304)' \
+  "$W/run-zg/worker-7.log" || fail "ZeRO-1 2 x 2 x 2 rank 7: $(grep 'tensor round' "$W/run-zg/worker-7.log" | tail -1)"
+log "ZeRO-1 2x2x2 vs D=2: $(cat "$W/cmp-zg-d2.txt")"
 # microBatches > 1 is refused for the transformer's T x P, naming the field
 sed 's/pipelineStages: 2}/pipelineStages: 2, microBatches: 2}/' "$W/t2p2.yaml" > "$W/bad2.yaml"
 set +e; "$RM_BIN/ringmaster" validate -f "$W/bad2.yaml" >"$W/v.out" 2>"$W/v.err"; rc=$?; set -e

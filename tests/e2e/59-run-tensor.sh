@@ -251,5 +251,15 @@ run_job rz --resume -f "$W/d2.yaml" -o json
 grep -q "msg=\"checkpoint loaded\" .*step=$zs .*sharded=yes" "$W/run-rz/worker-0.log" || fail "rz did not resume ZeRO-1's set at step $zs"
 cmp_export rz d2 || fail "ZeRO-1's checkpoint resumed at T = 1 x D = 2 differs from D = 2: $(cat "$W/cmp-rz-d2.txt")"
 log "ZeRO-1 T=2xD=2 vs D=2: $(cat "$W/cmp-z-d2.txt"); its step-$zs set resumed at D=2: $(cat "$W/cmp-rz-d2.txt")"
+# ZeRO-1 through the grid: 2 x 2 x 2, each stage's pieces' optimizer over its two data-parallel ranks
+sed -e 's/^    maxSteps: 60$/    maxSteps: 60\n    sharding: optimizer/' "$W/p222.yaml" > "$W/zp.yaml"
+grep -q 'sharding: optimizer' "$W/zp.yaml" || fail "fixture edit zp"
+run_job zp -f "$W/zp.yaml" -o json
+[ $RC -eq 0 ] || fail "zp exit $RC: $(tail -3 "$W/zp.err")"
+cmp_export zp pd2 || fail "ZeRO-1 2 x 2 x 2 differs from D = 2: $(cat "$W/cmp-zp-pd2.txt")"
+[ "$(memb zp 7 optimizer)" = $(( $(memb p222 7 optimizer) / 2 )) ] ||
+  fail "ZeRO-1 2 x 2 x 2 rank 7 optimizer_bytes $(memb zp 7 optimizer), unsharded $(memb p222 7 optimizer)"
+ls "$W"/ck-zp/manifest-*-8.rmmf >/dev/null 2>&1 || fail "ZeRO-1 2 x 2 x 2 wrote no 8-shard set: $(ls "$W/ck-zp")"
+log "ZeRO-1 2x2x2 vs D=2: $(cat "$W/cmp-zp-pd2.txt")"
 assert_no_workers
 log "PASS tensor parallelism: T = 2, 4, 2 x 2 and 2 x 2 x 1 / 2 x 2 x 2 match T = 1 / D = 2; resumes at T = 4 and T = 1"

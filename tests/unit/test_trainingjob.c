@@ -1184,8 +1184,7 @@ static void test_parallelism(void)
         {{"spec.parallelism", "spec.training.sharding"},
          {"{\"pipelineStages\": 2}", "\"optimizer\""},
          "spec.training.sharding: must be none with spec.parallelism.pipelineStages > 1 in this "
-         "version (a stage already holds only its own layers; with tensorParallel, ZeRO-1 runs with one "
-         "stage)"},
+         "version (a stage already holds only its own layers), or optimizer with tensorParallel > 1"},
         {{"spec.parallelism", "spec.training.precision"},
          {"{\"pipelineStages\": 2}", "\"bf16\""},
          "spec.training.precision: must be fp32 with spec.parallelism.pipelineStages > 1 in this version"},
