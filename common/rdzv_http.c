@@ -450,14 +450,9 @@ void rdzv_held_flush(rm_rdzv *r)
 /* Answer h with its job's action now (r->mu held) and free it. */
 static void held_answer(rm_rdzv *r, held_report *h)
 {
-    const job *j = rdzv_job_find(r, h->job);
-    rm_rdzv_action act = rdzv_report_action(j, h->epoch);
-    char buf[96];
-    snprintf(buf, sizeof buf, "{\"epoch\":%d,\"action\":\"%s\"}", j && !j->removed ? j->epoch : 0,
-             rm_rdzv_action_names[act]);
     rm_http_resp resp;
     memset(&resp, 0, sizeof resp);
-    if (rm_http_reply_text(&resp, 200, "application/json", buf) != RM_OK)
+    if (rdzv_reply_report(&resp, rdzv_job_find(r, h->job), h->epoch) != RM_OK)
         rm_http_reply_error(&resp, 500, "out of memory");
     rm_http_unpark(h->t, &resp);
     free(h);

@@ -225,6 +225,8 @@ int rdzv_reply_cjson(rm_http_resp *resp, int status, cJSON *o);
 int rdzv_handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_resp *resp);
 /* A report's action for a worker in epoch `epoch` of j (NULL: gone): stop, rejoin or continue. */
 rm_rdzv_action rdzv_report_action(const job *j, int epoch);
+/* The report's answer for that worker: 200 {"epoch":CURRENT (0 for a removed job),"action":...}. */
+int rdzv_reply_report(rm_http_resp *resp, const job *j, int epoch);
 /* Park req as a held report of job name at epoch (rdzv_http.c): true when parked (the waiter thread
  * answers it), false on a thread-per-connection server or out of memory (answer it now). */
 bool rdzv_hold_report(rm_rdzv *r, const char *name, int epoch, const rm_http_req *req);

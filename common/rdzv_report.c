@@ -175,12 +175,20 @@ rm_rdzv_action rdzv_report_action(const job *j, int epoch)
                                           : RM_RDZV_CONTINUE;
 }
 
+int rdzv_reply_report(rm_http_resp *resp, const job *j, int epoch)
+{
+    char buf[96];
+    snprintf(buf, sizeof buf, "{\"epoch\":%d,\"action\":\"%s\"}", j && !j->removed ? j->epoch : 0,
+             rm_rdzv_action_names[rdzv_report_action(j, epoch)]);
+    return rm_http_reply_text(resp, 200, "application/json", buf);
+}
+
 int rdzv_handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_resp *resp)
 {
     rm_err e = {0};
     int rc;
     if (j->removed)
-        return rm_http_reply_text(resp, 200, "application/json", "{\"epoch\":0,\"action\":\"stop\"}");
+        return rdzv_reply_report(resp, j, 0); /* stop */
     const char *wid = NULL, *state = NULL;
     int64_t epoch = 0, rank = -1, step = 0, train_epoch = 0, ckpt = 0, ckfail = 0;
     double loss = 0, sps = 0, gbps = 0, tps = 0;
@@ -329,10 +337,7 @@ int rdzv_handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_resp 
         rc = RM_OK;
         goto out;
     }
-    const char *action = rm_rdzv_action_names[act];
-    char buf[96];
-    snprintf(buf, sizeof buf, "{\"epoch\":%d,\"action\":\"%s\"}", j->epoch, action);
-    rc = rm_http_reply_text(resp, 200, "application/json", buf);
+    rc = rdzv_reply_report(resp, j, (int)epoch);
 out:
     cJSON_Delete(body);
     return rc;

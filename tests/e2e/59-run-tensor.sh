@@ -32,6 +32,18 @@ mk() {
     "$FIX/tensor.yaml" > "$W/$1.yaml"
   grep -q "tensorParallel: $3}" "$W/$1.yaml" || fail "fixture edit $1"
 }
+# variant PREFIX WANT SED-SCRIPT NAME...: each NAME's manifest edited by SED-SCRIPT (WANT must then be
+# in it) as job PREFIX+NAME, run to exit 0
+variant() {
+  local pre=$1 want=$2 script=$3 n
+  shift 3
+  for n in "$@"; do
+    sed -e "$script" "$W/$n.yaml" > "$W/$pre$n.yaml"
+    grep -q "$want" "$W/$pre$n.yaml" || fail "fixture edit $pre$n"
+    run_job "$pre$n" -f "$W/$pre$n.yaml" -o json
+    [ $RC -eq 0 ] || fail "$pre$n exit $RC"
+  done
+}
 cmp_export() { # A B: exports agree
   $PY "$RM_ROOT/tests/e2e/compare-safetensors.py" "$W/ck-$1/export/model.safetensors" \
     "$W/ck-$2/export/model.safetensors" 1e-5 > "$W/cmp-$1-$2.txt" 2>&1
@@ -77,32 +89,18 @@ grep -q 'msg="tensor round" rank=1 world=2 t=1 T=2 p=0 P=1 d=0 D=1 tensor_comm=s
 grep -q 'msg="tensor round" rank=3 world=4 t=1 T=2 p=0 P=1 d=1 D=2 tensor_comm=shm data_comm=shm' "$W/run-t2d2/worker-3.log" ||
   fail "T = 2 x D = 2's rank 3 groups: $(grep 'tensor round' "$W/run-t2d2/worker-3.log")"
 # clipping's global norm counts each piece once; adamw decays the weights' pieces, not the biases
-for n in t1 t2; do
-  sed -e 's/^    maxSteps: 60$/    maxSteps: 60\n    gradClip: 0.5/' \
-    -e 's/optimizer: .*/optimizer: {type: adamw, lr: 0.002, weightDecay: 0.1}/' "$W/$n.yaml" > "$W/c$n.yaml"
-  grep -q 'gradClip: 0.5' "$W/c$n.yaml" || fail "fixture edit c$n"
-  run_job "c$n" -f "$W/c$n.yaml" -o json
-  [ $RC -eq 0 ] || fail "c$n exit $RC"
-done
+variant c 'gradClip: 0.5' 's/^    maxSteps: 60$/    maxSteps: 60\n    gradClip: 0.5/
+s/optimizer: .*/optimizer: {type: adamw, lr: 0.002, weightDecay: 0.1}/' t1 t2
 cmp_export ct2 ct1 || fail "T = 2 with gradClip and adamw differs from T = 1: $(cat "$W/cmp-ct2-ct1.txt")"
 ! cmp_export ct1 t1 || fail "gradClip/adamw changed nothing"
 # lamb: each tensor's trust ratio from its norms, the split tensors' parts summed over the group
-for n in t1 t2; do
-  sed -e 's/optimizer: .*/optimizer: {type: lamb, lr: 0.005, weightDecay: 0.01}/' "$W/$n.yaml" > "$W/l$n.yaml"
-  grep -q 'type: lamb' "$W/l$n.yaml" || fail "fixture edit l$n"
-  run_job "l$n" -f "$W/l$n.yaml" -o json
-  [ $RC -eq 0 ] || fail "l$n exit $RC"
-done
+LAMB='s/optimizer: .*/optimizer: {type: lamb, lr: 0.005, weightDecay: 0.01}/'
+variant l 'type: lamb' "$LAMB" t1 t2
 cmp_export lt2 lt1 || fail "T = 2 with lamb differs from T = 1: $(cat "$W/cmp-lt2-lt1.txt")"
 ! cmp_export lt1 t1 || fail "lamb changed nothing"
 log "lamb T=2 vs T=1: $(cat "$W/cmp-lt2-lt1.txt")"
 # gradient accumulation: 2 micro-batches a step, the pieces' gradients their mean
-for n in t1 t2; do
-  sed -e 's/^    maxSteps: 60$/    maxSteps: 60\n    gradientAccumulationSteps: 2/' "$W/$n.yaml" > "$W/a$n.yaml"
-  grep -q 'gradientAccumulationSteps: 2' "$W/a$n.yaml" || fail "fixture edit a$n"
-  run_job "a$n" -f "$W/a$n.yaml" -o json
-  [ $RC -eq 0 ] || fail "a$n exit $RC"
-done
+variant a 'gradientAccumulationSteps: 2' 's/^    maxSteps: 60$/    maxSteps: 60\n    gradientAccumulationSteps: 2/' t1 t2
 cmp_export at2 at1 || fail "T = 2 with gradientAccumulationSteps 2 differs from T = 1: $(cat "$W/cmp-at2-at1.txt")"
 ! cmp_export at1 t1 || fail "gradientAccumulationSteps changed nothing"
 # one pair (784 -> 128 -> 10): per step one forward allreduce of 64 rows x 10 logits (g), none
@@ -184,12 +182,7 @@ grep -q 'msg="tensor pipeline" stages=2 micro_batches=4 schedule=1f1b stage=1 la
 grep -q 'msg="tensor round" rank=6 world=8 t=0 T=2 p=1 P=2 d=1 D=2 tensor_comm=shm data_comm=shm' "$W/run-p222/worker-6.log" ||
   fail "2 x 2 x 2 rank 6's groups: $(grep 'tensor round' "$W/run-p222/worker-6.log" | tail -1)"
 # lamb through the grid: each stage's tensors' norms summed over its tensor group
-for n in p1 p221; do
-  sed -e 's/optimizer: .*/optimizer: {type: lamb, lr: 0.005, weightDecay: 0.01}/' "$W/$n.yaml" > "$W/l$n.yaml"
-  grep -q 'type: lamb' "$W/l$n.yaml" || fail "fixture edit l$n"
-  run_job "l$n" -f "$W/l$n.yaml" -o json
-  [ $RC -eq 0 ] || fail "l$n exit $RC"
-done
+variant l 'type: lamb' "$LAMB" p1 p221
 cmp_export lp221 lp1 || fail "2 x 2 x 1 with lamb differs from T = 1: $(cat "$W/cmp-lp221-lp1.txt")"
 log "lamb 2x2x1 vs T=1: $(cat "$W/cmp-lp221-lp1.txt")"
 # a rank holds its stage's pieces: stage 0 784x64+64 + 64x64+64, stage 1 64x16+16 + 16x10+10

@@ -630,11 +630,13 @@ static int writers(const rm_step *s)
     return s->zero ? s->pl.world : s->T * s->P;
 }
 
-/* Every shard's checkpoint runs for this round's grid (tp_ckpt_pieces hands them out). */
+/* Every shard's checkpoint runs for this round's grid (tp_ckpt_pieces hands them out): writer r's
+ * pieces' runs clipped to its optimizer range (all of its pieces unless zero: the clip keeps a run
+ * inside the range as it is). */
 static int ckpt_runs(rm_step *s, rm_err *err)
 {
     s->ck_n = 0;
-    int W = writers(s), TP = s->T * s->P, n = 0, cap = 0;
+    int W = writers(s), TP = s->T * s->P, D = s->zero ? s->pl.D : 1, n = 0, cap = 0;
     rm_ckpt_run *tmp = NULL;
     for (int pass = 0; pass < 2; pass++) {
         n = 0;
@@ -644,12 +646,6 @@ static int ckpt_runs(rm_step *s, rm_err *err)
             int got = s->sp.ops->runs(&s->sp, t, p, r, NULL, 0, &ln, err);
             if (got < 0)
                 goto fail;
-            if (!s->zero) {
-                if (pass == 1)
-                    s->sp.ops->runs(&s->sp, t, p, r, s->ck_run + n, got, NULL, err);
-                n += got;
-                continue;
-            }
             if (got > cap) {
                 rm_ckpt_run *g = realloc(tmp, (size_t)got * sizeof *g);
                 if (!g)
@@ -659,7 +655,7 @@ static int ckpt_runs(rm_step *s, rm_err *err)
             }
             s->sp.ops->runs(&s->sp, t, p, r, tmp, got, NULL, err);
             size_t off, len;
-            rm_shard_range(ln, s->pl.D, d, &off, &len);
+            rm_shard_range(ln, D, d, &off, &len);
             for (int i = 0; i < got; i++) {
                 rm_ckpt_run c[3];
                 int k = rm_ckpt_run_clip(&tmp[i], off, off + len, r, c);
@@ -871,7 +867,7 @@ static bool tp_ckpt_pieces(const rm_step *s, int *shard_rank, int *shard_world, 
         return false;
     if (run && cap > 0)
         memcpy(run, s->ck_run, (size_t)(cap < s->ck_n ? cap : s->ck_n) * sizeof *run);
-    *shard_rank = s->zero ? s->pl.rank : s->pl.p * s->T + s->pl.t;
+    *shard_rank = s->pl.rank; /* a writer's rank is its shard: p·T + t in replica 0 */
     *shard_world = writers(s);
     *nruns = s->ck_n;
     return true;
