@@ -58,6 +58,19 @@ static void ps_on_term(int sig)
 
 typedef struct server server;
 
+/* Why a connection was refused: the label values of ringmaster_ps_refused_connections_total. */
+enum {
+    PS_REFUSE_PROTOCOL,
+    PS_REFUSE_TOKEN,
+    PS_REFUSE_HANDSHAKE,
+    PS_REFUSE_FULL,
+    PS_REFUSE_MALFORMED,
+    PS_REFUSE_ROOM,
+    PS_REFUSE_N
+};
+static const char *const PS_REFUSE_NAMES[PS_REFUSE_N] = {"protocol", "token",     "handshake",
+                                                         "full",     "malformed", "room"};
+
 typedef struct conn {
     server *s;
     int fd;
@@ -144,6 +157,7 @@ struct server {
     rm_metrics *reg;
     rm_http_server *http;
     rm_series *m_pushes, *m_fetches, *m_dropped, *m_staleness, *m_version, *m_apply, *m_draws;
+    rm_series *m_refused[PS_REFUSE_N]; /* by reason: the refusal log is rate-limited, these are not */
 
     /* Sandblaster L-BFGS (optimizer lbfgs; worker/ps/lbfgs_coord.h): this shard's vectors, and on
      * server 0 the coordinator */
@@ -479,11 +493,24 @@ static const struct {
     {RM_PS_OP_LB_REPORT, "lb_report", false, op_lb_report},
 };
 
-static void refuse(const char *who, const char *why)
+/* A refused connection: counted by reason (ringmaster_ps_refused_connections_total), logged at most
+ * five times in ten seconds (a stranger triggers these at will). */
+static void refuse(server *s, int reason, const char *who, const char *why)
 {
+    if (s->m_refused[reason])
+        rm_series_inc(s->m_refused[reason], 1);
     unsigned long sup = 0;
     if (rm_ratelimit_take(&g_ps_refuse_rl, rm_mono(), &sup))
         rm_warn("parameter server refused connection from=%s reason=\"%s\" suppressed=%lu", who, why, sup);
+}
+
+/* The reason class of a failed handshake (rm_ps_hs_accept's error code). */
+static int refuse_reason(int rc)
+{
+    return rc == RM_EAUTH    ? PS_REFUSE_TOKEN
+           : rc == RM_EAGAIN ? PS_REFUSE_FULL
+           : rc == RM_EPROTO ? PS_REFUSE_PROTOCOL
+                             : PS_REFUSE_HANDSHAKE;
 }
 
 /* Take c out of the pending table; false when the acceptor has dropped it already. */
@@ -525,7 +552,7 @@ static void *conn_main(void *arg)
                              member_claim, c, &worker, &e);
     (void)pending_leave(s, c); /* failed before its claim: still in the table, unless dropped */
     if (rc) {
-        refuse(c->who, e.msg);
+        refuse(s, refuse_reason(rc), c->who, e.msg);
         worker = -1;
         if (c->member) /* claimed, then the acknowledgement failed */
             goto member_out;
@@ -547,7 +574,7 @@ static void *conn_main(void *arg)
             i++;
         if (q.magic != RM_PS_MAGIC || q.check != rm_ps_req_check(&q) || i == RM_ARRAY_LEN(OPS) ||
             q.worker != (uint32_t)worker || (OPS[i].shard_payload ? q.nfloats != s->len : q.nfloats != 0)) {
-            refuse(c->who, "malformed request");
+            refuse(s, PS_REFUSE_MALFORMED, c->who, "malformed request");
             break;
         }
         if (q.nfloats &&
@@ -613,7 +640,7 @@ static void *accept_main(void *arg)
         int victim = rm_admit_victim(&s->pend[0].adm, sizeof s->pend[0], s->npend, c->adm.src,
                                      PS_PENDING_PER_SRC, PS_PENDING_MAX, &why);
         if (victim >= 0) { /* its thread sees the socket fail, leaves the table gone and closes */
-            refuse(s->pend[victim].c->who, why);
+            refuse(s, PS_REFUSE_ROOM, s->pend[victim].c->who, why);
             shutdown(s->pend[victim].c->fd, SHUT_RDWR);
             s->pend[victim] = s->pend[--s->npend];
         }
@@ -990,6 +1017,16 @@ static int setup(server *s, rm_err *err)
     HIST(m_apply, "ringmaster_ps_apply_seconds", "Time to apply one update to this shard.", ap_b);
 #undef FAM
 #undef HIST
+    static const char *const LR[] = {"job", "shard", "reason", NULL};
+    RM_CHECK(
+        rm_metrics_counter(s->reg, "ringmaster_ps_refused_connections_total",
+                           "Connections refused, by reason: protocol (not a worker's hello), token (a proof "
+                           "without the job's token), handshake (unfinished in time), full, malformed (a bad "
+                           "request after the handshake), room (dropped for a newer connection).",
+                           LR, &f, err));
+    for (int i = 0; i < PS_REFUSE_N; i++)
+        if (!(s->m_refused[i] = rm_metric_with(f, (const char *const[]){s->job, shard, PS_REFUSE_NAMES[i]})))
+            return rm_errf(err, RM_ENOMEM, "metrics: out of memory");
     rm_series_set(s->m_version, (double)cur_version(s));
     if (!(s->health = rm_health_new(rm_health_server_deadline(s->progress_deadline_s))))
         return rm_errf(err, RM_ENOMEM, "parameter server: health");
