@@ -1,4 +1,5 @@
-/* http.c — the HTTP/1.1 server over libmicrohttpd (see http.h).
+/* http.c — the HTTP/1.1 servers' API (see http.h): the thread-per-connection server over
+ * libmicrohttpd here, the event-loop server in common/http_loop.c (http_impl.h).
  *
  * Design: MHD runs thread-per-connection with poll() (no FD_SETSIZE limit), so a handler can block
  * (long polls) and a stream callback can wait for data without stalling anybody else; each
@@ -21,6 +22,7 @@
  * else's. NOTIFY_CLOSED runs before MHD closes the socket and takes the list lock, so a cut never
  * reaches a reused descriptor. Cuts are logged at most 5 per 10 s. */
 #include "common/http.h"
+#include "common/http_impl.h"
 #include "common/clock.h"
 #include "common/buf.h"
 #include "common/log.h"
@@ -47,22 +49,8 @@
 #define RM_HTTP_STACK (256u * 1024u)
 #endif
 #define RM_HTTP_STREAM_BLOCK (16u * 1024u)
-/* per connection, event-loop servers: request headers, the read buffer and the reply's headers
- * (bodies are passed on in pieces and gathered outside it). 2 KiB holds a request's headers up to
- * about 1.5 KiB (a worker's, libcurl's with the longest token, are ~500 bytes; more are refused
- * with 431 or the connection closed) and took the rendezvous from ~11 to ~9 KiB of RSS per worker
- * at 1,024 (4 KiB instead of 8 had taken it from ~18 to ~14; docs/scale.md) */
-#define RM_HTTP_LOOP_POOL (2u * 1024u)
 #define RM_HTTP_STOP_WAIT_MS 10000
-/* libmicrohttpd 0.9.75's epoll loop (MHD_epoll) drains events MAX_EVENTS (128) at a time and, when
- * a call returns exactly 128, calls epoll_wait again with the same timeout — up to the connection
- * timeout (60 s) — although the connections it just marked ready wait unprocessed: a burst of
- * exactly 128 requests then stalls until another event arrives (the swarm's round of 128 workers hit
- * it in about one run in ten). So a server with that many connections gets an event every sweep: a
- * connection to itself, opened and closed at once (RM_HTTP_KICK_CONNS: the least that can stall). */
-#define RM_HTTP_KICK_CONNS 120
 #define RM_HTTP_SWEEP_MS 200
-
 enum { CONN_HEAD = 0, CONN_BODY, CONN_SERVED };
 
 /* One TCP connection, from MHD's STARTED to its CLOSED notification (list under srv->cmu). */
@@ -83,8 +71,7 @@ struct rm_http_server {
     rm_http_route *routes;
     size_t nroutes;
     size_t max_body;
-    bool event_loop;     /* opts.event_loop: parking instead of blocking */
-    pthread_mutex_t pmu; /* parking: req_ctx.park, .answered, .parked */
+    rm_http_loop *loop; /* opts.event_loop: the event-loop server (http_loop.c); no MHD then */
     atomic_bool stopping;
     atomic_int inflight;
 
@@ -97,27 +84,16 @@ struct rm_http_server {
     unsigned long ncut; /* connections cut so far */
     int sweep_stop, sweep_started;
     pthread_t sweeper;
-    struct sockaddr_storage kick_addr; /* event-loop servers: where the sweeper's kick connects */
-    socklen_t kick_len;                /* 0: no kick */
 };
 
 typedef struct req_ctx {
-    rm_http_server *srv;
+    rm_http_server *srv; /* first (http_impl.h) */
     struct MHD_Connection *conn;
     const rm_http_route *route;
     rm_capbuf body; /* capped at max_body */
     int toobig;
-    int park;      /* PARK_*: the handler parked this request (pmu) */
-    bool answered; /* rm_http_unpark answered: parked (NULL: it could not be built) (pmu) */
-    bool gone;     /* the connection ended while parked and unanswered: rm_http_unpark frees c (pmu) */
-    /* the answer, built by rm_http_unpark (not the rm_http_resp it came in: its header slots are
-     * ~2.6 KiB, and every waiting worker has a request parked, docs/scale.md) */
-    struct MHD_Response *parked;
-    unsigned parked_status;
     char ip[INET6_ADDRSTRLEN];
 } req_ctx;
-
-enum { PARK_NONE = 0, PARK_ASKED, PARK_SUSPENDED };
 
 typedef struct stream_ctx {
     rm_http_stream s;
@@ -127,7 +103,7 @@ typedef struct stream_ctx {
 
 /* ---- small helpers ---------------------------------------------------------------------------- */
 
-static char *error_body(int status, const char *msg)
+char *rm_http__error_body(int status, const char *msg)
 {
     cJSON *o = cJSON_CreateObject();
     char *s = NULL;
@@ -169,7 +145,7 @@ int rm_http_reply_error(rm_http_resp *resp, int status, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return set_body(resp, status, "application/json", error_body(status, msg));
+    return set_body(resp, status, "application/json", rm_http__error_body(status, msg));
 }
 
 int rm_http_add_header(rm_http_resp *resp, const char *name, const char *value)
@@ -188,19 +164,34 @@ int rm_http_add_header(rm_http_resp *resp, const char *name, const char *value)
     return RM_OK;
 }
 
+/* The server a request or a parked request belongs to: both servers' records start with it. */
+static rm_http_server *owner(const void *impl)
+{
+    return *(rm_http_server *const *)impl;
+}
+
+rm_http_loop *rm_http__loop(const rm_http_server *s)
+{
+    return s ? s->loop : NULL;
+}
+
 const char *rm_http_header(const rm_http_req *req, const char *name)
 {
-    const req_ctx *c = req ? req->impl : NULL;
-    if (!c)
+    if (!req || !req->impl || !name)
         return NULL;
+    if (owner(req->impl)->loop)
+        return rm_http_loop_header(req, name);
+    const req_ctx *c = req->impl;
     return MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, name);
 }
 
 const char *rm_http_query(const rm_http_req *req, const char *key)
 {
-    const req_ctx *c = req ? req->impl : NULL;
-    if (!c)
+    if (!req || !req->impl || !key)
         return NULL;
+    if (owner(req->impl)->loop)
+        return rm_http_loop_query(req, key);
+    const req_ctx *c = req->impl;
     return MHD_lookup_connection_value(c->conn, MHD_GET_ARGUMENT_KIND, key);
 }
 
@@ -223,7 +214,7 @@ static enum MHD_Result queue_error(req_ctx *c, int status, const char *msg, cons
 {
     rm_http_resp r = {.status = status,
                       .content_type = "application/json",
-                      .body = error_body(status, msg)}; /* NULL (ENOMEM): empty body */
+                      .body = rm_http__error_body(status, msg)}; /* NULL (ENOMEM): empty body */
     if (allow)
         rm_http_add_header(&r, MHD_HTTP_HEADER_ALLOW, allow);
     return queue_resp(c, &r);
@@ -282,8 +273,7 @@ static void iov_free(void *cls)
     free(x);
 }
 
-/* Give up a reply that will not be sent: its owned body and its shared part. */
-static void resp_drop(rm_http_resp *resp)
+void rm_http__resp_drop(rm_http_resp *resp)
 {
     free(resp->body);
     resp->body = NULL;
@@ -303,7 +293,7 @@ static struct MHD_Response *build_resp(req_ctx *c, rm_http_resp *resp, unsigned 
     if (resp->shared && !resp->stream.read) {
         iov_ctx *x = calloc(1, sizeof *x);
         if (!x) {
-            resp_drop(resp);
+            rm_http__resp_drop(resp);
             *status = 500;
             return NULL;
         }
@@ -388,16 +378,21 @@ static rm_ratelimit g_http_cut_rl = RM_RATELIMIT_INIT(5, 10.0);
 /* Under cmu. */
 static void conn_cut(rm_http_server *s, conn_ent *e, const char *why)
 {
-    unsigned long sup = 0;
     if (e->cut)
         return;
     e->cut = 1;
     s->ncut++;
     if (e->fd >= 0)
         shutdown(e->fd, SHUT_RDWR);
+    rm_http__log_cut(e->ip, s->port, why);
+}
+
+void rm_http__log_cut(const char *ip, int port, const char *why)
+{
+    unsigned long sup = 0;
     if (rm_ratelimit_take(&g_http_cut_rl, rm_mono(), &sup))
-        rm_warn("http: cut a slow connection remote=%s port=%d reason=\"%s\" suppressed=%lu", e->ip, s->port,
-                why, sup);
+        rm_warn("http: cut a slow connection remote=%s port=%d reason=\"%s\" suppressed=%lu", ip, port, why,
+                sup);
 }
 
 static void conn_set_phase(struct MHD_Connection *conn, rm_http_server *s, int phase)
@@ -481,28 +476,13 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
     *socket_context = e;
 }
 
-/* One connection to the server's own listener, closed at once: an event for MHD's epoll loop (see
- * RM_HTTP_KICK_CONNS). Never blocks for long: non-blocking, at most 50 ms for the connect. */
-static void kick(const rm_http_server *s)
-{
-    int fd = socket(s->kick_addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return;
-    if (connect(fd, (const struct sockaddr *)&s->kick_addr, s->kick_len) != 0 && errno == EINPROGRESS) {
-        struct pollfd p = {.fd = fd, .events = POLLOUT};
-        (void)poll(&p, 1, 50);
-    }
-    close(fd);
-}
-
 static void *sweeper_main(void *arg)
 {
     rm_http_server *s = arg;
     pthread_mutex_lock(&s->cmu);
     while (!s->sweep_stop) {
         double now = rm_mono();
-        unsigned nconn = 0;
-        for (conn_ent *e = s->conns; e; e = e->next, nconn++) {
+        for (conn_ent *e = s->conns; e; e = e->next) {
             if (e->cut)
                 continue;
             if (e->phase == CONN_HEAD && e->served == 0 && now - e->since > s->header_timeout_s)
@@ -511,13 +491,6 @@ static void *sweeper_main(void *arg)
                 conn_cut(s, e, "request body not complete in time");
             else if (e->phase == CONN_HEAD && e->served > 0 && now - e->since > s->idle_timeout_s)
                 conn_cut(s, e, "keep-alive connection idle or trickling too long");
-        }
-        if (s->kick_len && nconn >= RM_HTTP_KICK_CONNS) {
-            pthread_mutex_unlock(&s->cmu); /* MHD's thread takes it to note the connection */
-            kick(s);
-            pthread_mutex_lock(&s->cmu);
-            if (s->sweep_stop)
-                break;
         }
         struct timespec ts = rm_mono_ts_in(RM_HTTP_SWEEP_MS / 1000.0);
         pthread_cond_timedwait(&s->ccv, &s->cmu, &ts);
@@ -530,6 +503,8 @@ unsigned long rm_http_cut_count(rm_http_server *s)
 {
     if (!s)
         return 0;
+    if (s->loop)
+        return rm_http_loop_cut_count(s->loop);
     pthread_mutex_lock(&s->cmu);
     unsigned long n = s->ncut;
     pthread_mutex_unlock(&s->cmu);
@@ -554,14 +529,13 @@ static int method_match(const rm_http_route *rt, const char *method)
     return strcmp(method, "HEAD") == 0 && strcmp(rt->method, "GET") == 0;
 }
 
-/* Finds the route; 0 found, 404 or 405 (allow filled) otherwise. */
-static int find_route(rm_http_server *s, const char *method, const char *path, const rm_http_route **out,
-                      char *allow, size_t allowcap)
+int rm_http__find_route(const rm_http_route *routes, size_t nroutes, const char *method, const char *path,
+                        const rm_http_route **out, char *allow, size_t allowcap)
 {
     int path_seen = 0;
     allow[0] = 0;
-    for (size_t i = 0; i < s->nroutes; i++) {
-        const rm_http_route *rt = &s->routes[i];
+    for (size_t i = 0; i < nroutes; i++) {
+        const rm_http_route *rt = &routes[i];
         if (!path_match(rt, path))
             continue;
         if (method_match(rt, method)) {
@@ -581,69 +555,14 @@ void (*rm_http_test_after_resume)(void);
 
 rm_http_parked *rm_http_park(const rm_http_req *req)
 {
-    req_ctx *c = req ? req->impl : NULL;
-    if (!c || !c->srv->event_loop)
-        return NULL;
-    pthread_mutex_lock(&c->srv->pmu);
-    c->park = PARK_ASKED;
-    c->answered = false;
-    pthread_mutex_unlock(&c->srv->pmu);
-    return (rm_http_parked *)c;
+    /* a thread-per-connection server's handler answers (or blocks) itself */
+    return req && req->impl && owner(req->impl)->loop ? rm_http_loop_park(req) : NULL;
 }
 
 void rm_http_unpark(rm_http_parked *t, rm_http_resp *resp)
 {
-    req_ctx *c = (req_ctx *)t;
-    if (!c)
-        return;
-    unsigned status;
-    struct MHD_Response *r = build_resp(c, resp, &status);
-    memset(resp, 0, sizeof *resp);
-    /* c is not touched after MHD_resume_connection: the MHD thread may run the connection at
-     * once, and if its client has gone (a long-poll whose client timed out) complete it and free
-     * c (on_completed) before this thread gets to the unlock, which therefore must not read
-     * c->srv again */
-    rm_http_server *srv = c->srv;
-    pthread_mutex_lock(&srv->pmu);
-    if (c->gone) { /* MHD ended the connection while it waited: the answer has nowhere to go */
-        pthread_mutex_unlock(&srv->pmu);
-        if (r)
-            MHD_destroy_response(r);
-        free(c);
-        atomic_fetch_sub(&srv->inflight, 1);
-        return;
-    }
-    c->parked = r;
-    c->parked_status = status;
-    c->answered = true;
-    /* suspended: MHD calls on_request again for it, which queues the answer; still in the handler
-     * (answered before it returned): on_request queues it without suspending */
-    if (c->park == PARK_SUSPENDED) {
-        MHD_resume_connection(c->conn);
-        if (rm_http_test_after_resume)
-            rm_http_test_after_resume();
-    }
-    pthread_mutex_unlock(&srv->pmu);
-}
-
-/* The handler parked the request (c->park set): suspend it, or queue its answer if it came
- * already. */
-static enum MHD_Result park_or_answer(req_ctx *c)
-{
-    pthread_mutex_lock(&c->srv->pmu);
-    if (!c->answered) {
-        c->park = PARK_SUSPENDED;
-        MHD_suspend_connection(c->conn);
-        pthread_mutex_unlock(&c->srv->pmu);
-        return MHD_YES;
-    }
-    struct MHD_Response *r = c->parked;
-    unsigned status = c->parked_status;
-    c->parked = NULL;
-    c->park = PARK_NONE;
-    c->answered = false;
-    pthread_mutex_unlock(&c->srv->pmu);
-    return queue_built(c, r, status);
+    if (t)
+        rm_http_loop_unpark(t, resp); /* only an event-loop server parks */
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
@@ -675,7 +594,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                           sizeof c->ip);
         }
         char allow[128];
-        int st = find_route(s, method, url, &c->route, allow, sizeof allow);
+        int st = rm_http__find_route(s->routes, s->nroutes, method, url, &c->route, allow, sizeof allow);
         if (st == 404 || st == 405)
             conn_set_phase(conn, s, CONN_SERVED);
         if (st == 404)
@@ -694,8 +613,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         return MHD_YES;
     }
-    if (c->park != PARK_NONE) /* resumed (or woken) while parked */
-        return park_or_answer(c);
     if (*upload_data_size > 0) {
         size_t n = *upload_data_size;
         *upload_data_size = 0;
@@ -725,18 +642,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     resp.status = 200;
     resp.content_type = "application/json";
     int rc = c->route->fn(&req, &resp, c->route->ud);
-    if (rc >= 0 && c->park != PARK_NONE) {
-        resp_drop(&resp);
-        return park_or_answer(c);
-    }
-    if (rc >= 0 && resp.stream.read && s->event_loop) { /* a stream would block the one thread */
-        if (resp.stream.free)
-            resp.stream.free(resp.stream.ud);
-        resp_drop(&resp);
-        return queue_error(c, 500, "streams are not served by an event-loop server", NULL);
-    }
     if (rc < 0) {
-        resp_drop(&resp);
+        rm_http__resp_drop(&resp);
         if (resp.stream.free)
             resp.stream.free(resp.stream.ud);
         return queue_error(c, 500, rm_strerror(rc), NULL);
@@ -755,16 +662,6 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     conn_set_phase(conn, s, CONN_HEAD); /* keep-alive: waiting for the next request */
     rm_capbuf_free(&c->body);
     *con_cls = NULL;
-    /* parked and not answered yet: its owner still holds it and will call rm_http_unpark, which
-     * frees it (and counts it out) then */
-    pthread_mutex_lock(&s->pmu);
-    bool owed = c->park != PARK_NONE && !c->answered;
-    c->gone = owed;
-    pthread_mutex_unlock(&s->pmu);
-    if (owed)
-        return;
-    if (c->parked) /* an answer never sent (the connection ended first) */
-        MHD_destroy_response(c->parked);
     free(c);
     atomic_fetch_sub(&s->inflight, 1);
 }
@@ -900,9 +797,7 @@ int rm_http_start(const rm_http_opts *opts, const rm_http_route *routes, size_t 
     s->idle_timeout_s = o.conn_timeout_s;
     s->max_pending = o.max_pending;
     s->max_pending_per_ip = o.max_pending_per_ip;
-    s->event_loop = o.event_loop;
     pthread_mutex_init(&s->cmu, NULL);
-    pthread_mutex_init(&s->pmu, NULL);
     rm_mono_cond_init(&s->ccv);
     if (nroutes) {
         s->routes = calloc(nroutes, sizeof *s->routes);
@@ -924,28 +819,30 @@ int rm_http_start(const rm_http_opts *opts, const rm_http_route *routes, size_t 
         free(s);
         return rc;
     }
-    if (o.event_loop) { /* the sweeper's kick (RM_HTTP_KICK_CONNS): the listener, any address as loopback */
-        s->kick_len = sizeof s->kick_addr;
-        if (getsockname(s->listen_fd, (struct sockaddr *)&s->kick_addr, &s->kick_len) != 0)
-            s->kick_len = 0;
-        else if (s->kick_addr.ss_family == AF_INET) {
-            struct sockaddr_in *a = (struct sockaddr_in *)&s->kick_addr;
-            if (a->sin_addr.s_addr == htonl(INADDR_ANY))
-                a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        } else if (s->kick_addr.ss_family == AF_INET6) {
-            struct sockaddr_in6 *a = (struct sockaddr_in6 *)&s->kick_addr;
-            if (memcmp(&a->sin6_addr, &in6addr_any, sizeof a->sin6_addr) == 0)
-                a->sin6_addr = in6addr_loopback;
-        } else
-            s->kick_len = 0;
+    if (o.event_loop) { /* one epoll thread for every connection (http_loop.c) */
+        rm_http_conf conf = {.max_body = o.max_body,
+                             .header_timeout_s = o.header_timeout_s,
+                             .body_timeout_s = o.body_timeout_s,
+                             .idle_timeout_s = o.conn_timeout_s,
+                             .max_conns = o.max_conns,
+                             .max_pending = o.max_pending,
+                             .max_pending_per_ip = o.max_pending_per_ip};
+        rc = rm_http_loop_start(s, &conf, s->routes, s->nroutes, s->listen_fd, s->port, &s->loop, err);
+        if (rc < 0) {
+            close(s->listen_fd);
+            pthread_cond_destroy(&s->ccv);
+            pthread_mutex_destroy(&s->cmu);
+            free(s->routes);
+            free(s);
+            return rc;
+        }
+        *out = s;
+        return RM_OK;
     }
-    unsigned flags = o.event_loop ? MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME
-                                  : MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-                                        MHD_USE_POLL | MHD_USE_ITC;
+    unsigned flags =
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC;
     flags |= v6 ? MHD_USE_IPv6 : 0;
-    /* an event loop holds thousands of mostly idle connections: a small pool each (request
-     * headers and the read buffer; bodies are gathered outside it) */
-    size_t pool = o.event_loop ? RM_HTTP_LOOP_POOL : (size_t)(64 * 1024);
+    size_t pool = 64 * 1024;
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_LISTEN_SOCKET,
                             (MHD_socket)s->listen_fd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                             MHD_OPTION_NOTIFY_CONNECTION, on_connection, s, MHD_OPTION_CONNECTION_LIMIT,
@@ -972,6 +869,15 @@ void rm_http_stop(rm_http_server *s)
 {
     if (!s)
         return;
+    if (s->loop) {
+        atomic_store(&s->stopping, true); /* long polls answer "stopping" before the loop stops */
+        rm_http_loop_stop(s->loop);
+        pthread_cond_destroy(&s->ccv);
+        pthread_mutex_destroy(&s->cmu);
+        free(s->routes);
+        free(s);
+        return;
+    }
     MHD_socket lfd = MHD_quiesce_daemon(s->d);
     atomic_store(&s->stopping, true);
     double deadline = rm_mono() + RM_HTTP_STOP_WAIT_MS / 1000.0;
@@ -989,7 +895,6 @@ void rm_http_stop(rm_http_server *s)
     MHD_stop_daemon(s->d); /* every NOTIFY_CLOSED has run when it returns */
     pthread_cond_destroy(&s->ccv);
     pthread_mutex_destroy(&s->cmu);
-    pthread_mutex_destroy(&s->pmu);
     if (lfd != MHD_INVALID_SOCKET)
         close(lfd);
     else if (s->listen_fd >= 0)

@@ -1,10 +1,10 @@
-/* http.h — a small HTTP/1.1 server over libmicrohttpd for /metrics, probes, the rendezvous
- * service and kubesim.
+/* http.h — a small HTTP/1.1 server for /metrics, probes, the rendezvous service and kubesim.
  *
- * Design: thread-per-connection (MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD),
- * so a handler may block (long polls, watch streams) without stalling other clients; or, with
- * opts.event_loop, one epoll thread for every connection, where a long poll parks its request
- * (rm_http_park) instead of blocking (the rendezvous at thousands of workers: docs/scale.md). Routes are a
+ * Design: thread-per-connection over libmicrohttpd (common/http.c), so a handler may block (long
+ * polls, watch streams) without stalling other clients; or, with opts.event_loop, one epoll thread
+ * for every connection with its own parser (common/http_loop.c: an idle connection costs ~250 bytes),
+ * where a long poll parks its request (rm_http_park) instead of blocking (the rendezvous at
+ * thousands of workers: docs/scale.md). Routes are a
  * table matched in order on (method, path); a route with prefix=1 matches every path that starts
  * with its path. No route for the path → 404, a route for the path but not the method → 405 (with
  * Allow), body over opts.max_body → 413; all error bodies are JSON {"error":"...","code":N}.
@@ -94,7 +94,9 @@ typedef struct rm_http_opts {
     unsigned max_pending, max_pending_per_ip;
     /* true: one epoll thread serves every connection instead of a thread each (the rendezvous:
      * docs/scale.md). Handlers must not block: a long poll parks its request (rm_http_park);
-     * streams are not served (500). The slow-client defence above is the same. */
+     * streams are not served (500); request bodies must come with Content-Length (chunked: 411);
+     * request line and headers are capped at 8 KiB (431). The slow-client defence above is the
+     * same. */
     bool event_loop;
 } rm_http_opts;
 

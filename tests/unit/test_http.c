@@ -1,6 +1,9 @@
 /* Tests for common/http and common/httpc: routing, 404/405/413 JSON errors, concurrency of
  * blocking handlers, streaming, graceful stop with a long poll in flight, the blob under
- * concurrent updates, and the client's caps and timeouts. */
+ * concurrent updates, and the client's caps and timeouts. The tests that need no blocking handler
+ * and no stream run again on the event-loop server (common/http_loop.c, "_loop"), which also has its
+ * own: its HTTP parser against malformed, split, pipelined and oversized requests, and a slow flood
+ * while a long poll is parked. */
 #include "common/http.h"
 #include "common/buf.h"
 #include "common/httpc.h"
@@ -151,9 +154,11 @@ static int h_idle_stream(const rm_http_req *req, rm_http_resp *resp, void *ud)
     return RM_OK;
 }
 
+static bool g_loop; /* start() starts the event-loop server */
+
 static rm_http_server *start(const rm_http_route *rt, size_t n, size_t max_body)
 {
-    rm_http_opts o = {.bind = "127.0.0.1:0", .max_body = max_body};
+    rm_http_opts o = {.bind = "127.0.0.1:0", .max_body = max_body, .event_loop = g_loop};
     rm_http_server *s = NULL;
     rm_err e = {0};
     int rc = rm_http_start(&o, rt, n, &s, &e);
@@ -290,8 +295,13 @@ static void test_413(void)
     n += snprintf(req + n, sizeof req - (size_t)n, "0\r\n\r\n");
     char *raw = raw_http(rm_http_port(s), req, (size_t)n);
     CU_ASSERT_PTR_NOT_NULL_FATAL(raw);
-    CU_ASSERT_EQUAL(strncmp(raw, "HTTP/1.1 413", 12), 0);
-    CU_ASSERT_PTR_NOT_NULL(strstr(raw, "\"code\":413"));
+    if (g_loop) { /* the event loop takes Content-Length bodies only, and says so */
+        CU_ASSERT_EQUAL(strncmp(raw, "HTTP/1.1 411", 12), 0);
+        CU_ASSERT_PTR_NOT_NULL(strstr(raw, "\"code\":411"));
+    } else {
+        CU_ASSERT_EQUAL(strncmp(raw, "HTTP/1.1 413", 12), 0);
+        CU_ASSERT_PTR_NOT_NULL(strstr(raw, "\"code\":413"));
+    }
     free(raw);
     /* the server still works after that */
     CU_ASSERT_EQUAL(rm_httpc_do(c, "POST", u, NULL, "ok", 2, 5000, 0, &r, &e), RM_OK);
@@ -897,6 +907,318 @@ static void test_slow_flood(void)
     rm_http_stop(s);
 }
 
+/* ---- the event-loop server ---- */
+
+#define LOOP_VARIANT(name)        \
+    static void name##_loop(void) \
+    {                             \
+        g_loop = true;            \
+        name();                   \
+        g_loop = false;           \
+    }
+LOOP_VARIANT(test_routes_and_errors)
+LOOP_VARIANT(test_413)
+LOOP_VARIANT(test_blob_concurrent)
+LOOP_VARIANT(test_uncapped_bodies)
+LOOP_VARIANT(test_retry_after_strict)
+
+/* A connected socket to 127.0.0.1:port with a 3 s receive timeout; -1 on failure. */
+static int raw_conn(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    struct timeval tv = {3, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Reads from fd until `want` replies ("HTTP/1.1 " status lines, 100 Continue not counted) have
+ * arrived whole (by Content-Length), or the peer closes, or 3 s pass. Owned text. */
+static char *raw_replies(int fd, int want)
+{
+    size_t cap = 1 << 20, n = 0;
+    char *b = malloc(cap + 1);
+    b[0] = 0;
+    for (;;) {
+        int got = 0;
+        const char *p = b;
+        for (;;) { /* count whole replies */
+            const char *h = strstr(p, "HTTP/1.1 ");
+            if (!h)
+                break;
+            const char *he = strstr(h, "\r\n\r\n");
+            if (!he)
+                break;
+            if (strncmp(h, "HTTP/1.1 100", 12) == 0) {
+                p = he + 4;
+                continue;
+            }
+            const char *cl = strcasestr(h, "Content-Length: ");
+            size_t len = cl && cl < he ? strtoul(cl + 16, NULL, 10) : 0;
+            if ((size_t)(b + n - (he + 4)) < len)
+                break;
+            got++;
+            p = he + 4 + len;
+        }
+        if (got >= want || n == cap)
+            break;
+        ssize_t r = recv(fd, b + n, cap - n, 0);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+        b[n] = 0;
+    }
+    return b;
+}
+
+static int count_of(const char *hay, const char *needle)
+{
+    int k = 0;
+    for (const char *p = hay; (p = strstr(p, needle)); p += strlen(needle))
+        k++;
+    return k;
+}
+
+/* 1 when the server has closed fd within 3 s (EOF or reset), after whatever it sent. */
+static int raw_closed(int fd)
+{
+    char b[4096];
+    for (;;) {
+        ssize_t r = recv(fd, b, sizeof b, 0);
+        if (r == 0)
+            return 1;
+        if (r < 0)
+            return errno == ECONNRESET;
+    }
+}
+
+static void send_all(int fd, const char *p, size_t n)
+{
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+        if (w <= 0)
+            return;
+        p += w;
+        n -= (size_t)w;
+    }
+}
+
+/* The event loop's own parser: every malformed request is refused with its status and the
+ * connection closed; well-formed ones are served whether they come whole, a byte at a time or
+ * several in one packet, and a refused body is drained so the connection serves on. */
+static void test_loop_parser(void)
+{
+    static const rm_http_route rt[] = {{"GET", "/hello", 0, h_hello, NULL},
+                                       {"POST", "/hello", 0, h_hello, NULL}};
+    g_loop = true;
+    rm_http_server *s = start(rt, 2, 1000);
+    g_loop = false;
+    CU_ASSERT_PTR_NOT_NULL_FATAL(s);
+    int port = rm_http_port(s);
+    static const struct {
+        const char *req;
+        const char *status;
+    } bad[] = {
+        {"\x16\x03\x01\x02\x7f\x01\xfc\x03\x03 garbage\r\n\r\n", "HTTP/1.1 400"},
+        {"GET /hello\r\n\r\n", "HTTP/1.1 400"},
+        {"GET hello HTTP/1.1\r\n\r\n", "HTTP/1.1 400"},
+        {"GET /hello HTTP/2.0\r\n\r\n", "HTTP/1.1 505"},
+        {"G(T /hello HTTP/1.1\r\n\r\n", "HTTP/1.1 400"},
+        {"GET /hello HTTP/1.1\r\nNoColon\r\n\r\n", "HTTP/1.1 400"},
+        {"GET /hello HTTP/1.1\r\nX: a\r\n folded\r\n\r\n", "HTTP/1.1 400"},
+        {"GET /he%00llo HTTP/1.1\r\n\r\n", "HTTP/1.1 400"},
+        {"GET /he%zzllo HTTP/1.1\r\n\r\n", "HTTP/1.1 400"},
+        {"POST /hello HTTP/1.1\r\nContent-Length: 12x\r\n\r\n", "HTTP/1.1 400"},
+        {"POST /hello HTTP/1.1\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc", "HTTP/1.1 400"},
+        {"POST /hello HTTP/1.1\r\nContent-Length: 99999999999999999999999\r\n\r\n", "HTTP/1.1 400"},
+        {"POST /hello HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", "HTTP/1.1 411"},
+    };
+    for (size_t i = 0; i < RM_ARRAY_LEN(bad); i++) {
+        int fd = raw_conn(port);
+        CU_ASSERT_FATAL(fd >= 0);
+        send_all(fd, bad[i].req, strlen(bad[i].req));
+        char *r = raw_replies(fd, 1);
+        if (strncmp(r, bad[i].status, strlen(bad[i].status)) != 0 || !strstr(r, "\"code\":"))
+            fprintf(stderr, "    case %zu: got \"%.60s\"\n", i, r);
+        CU_ASSERT_EQUAL(strncmp(r, bad[i].status, strlen(bad[i].status)), 0);
+        CU_ASSERT_PTR_NOT_NULL(strstr(r, "\"code\":"));
+        CU_ASSERT_EQUAL(raw_closed(fd), 1);
+        free(r);
+        close(fd);
+    }
+    /* a NUL inside a header */
+    {
+        static const char nul[] = "GET /hello HTTP/1.1\r\nX-Test: a\0b\r\n\r\n";
+        int fd = raw_conn(port);
+        send_all(fd, nul, sizeof nul - 1);
+        char *r = raw_replies(fd, 1);
+        CU_ASSERT_EQUAL(strncmp(r, "HTTP/1.1 400", 12), 0);
+        CU_ASSERT_EQUAL(raw_closed(fd), 1);
+        free(r);
+        close(fd);
+    }
+    /* headers past the cap: 431 and closed */
+    {
+        size_t n = 10000;
+        char *big = malloc(n + 64);
+        int k = snprintf(big, 64, "GET /hello HTTP/1.1\r\nX-Big: ");
+        memset(big + k, 'a', n);
+        int fd = raw_conn(port);
+        send_all(fd, big, (size_t)k + n);
+        char *r = raw_replies(fd, 1);
+        CU_ASSERT_EQUAL(strncmp(r, "HTTP/1.1 431", 12), 0);
+        CU_ASSERT_EQUAL(raw_closed(fd), 1);
+        free(r);
+        free(big);
+        close(fd);
+    }
+    /* one connection: a request a byte at a time, then three pipelined in one send (answered in
+     * order), a HEAD (headers, no body), a 413 whose body is drained, then one more on the same
+     * connection; Expect: 100-continue gets its interim reply */
+    int fd = raw_conn(port);
+    CU_ASSERT_FATAL(fd >= 0);
+    const char one[] = "GET /hello?q=%41+b HTTP/1.1\r\nHost: x\r\nX-Test: slow\r\n\r\n";
+    for (size_t i = 0; i < sizeof one - 1; i++) {
+        send_all(fd, one + i, 1);
+        rm_sleep(0.001);
+    }
+    char *r = raw_replies(fd, 1);
+    CU_ASSERT_EQUAL(strncmp(r, "HTTP/1.1 200", 12), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r, "\"q\":\"A b\""));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r, "\"h\":\"slow\""));
+    free(r);
+    const char three[] = "GET /hello?q=1 HTTP/1.1\r\nHost: x\r\n\r\n"
+                         "POST /hello?q=2 HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello"
+                         "GET /hello?q=3 HTTP/1.1\r\nHost: x\r\n\r\n";
+    send_all(fd, three, sizeof three - 1);
+    r = raw_replies(fd, 3);
+    CU_ASSERT_EQUAL(count_of(r, "HTTP/1.1 200"), 3);
+    const char *a = strstr(r, "\"q\":\"1\""), *b2 = strstr(r, "\"q\":\"2\""), *c3 = strstr(r, "\"q\":\"3\"");
+    CU_ASSERT(a && b2 && c3 && a < b2 && b2 < c3);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r, "\"body\":\"hello\""));
+    free(r);
+    const char head[] = "HEAD /hello HTTP/1.1\r\nHost: x\r\n\r\n";
+    send_all(fd, head, sizeof head - 1);
+    rm_sleep(0.1);
+    char hb[2048];
+    ssize_t hn = recv(fd, hb, sizeof hb - 1, 0);
+    CU_ASSERT(hn > 0);
+    hb[hn > 0 ? hn : 0] = 0;
+    CU_ASSERT_EQUAL(strncmp(hb, "HTTP/1.1 200", 12), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(hb, "\r\n\r\n"));
+    CU_ASSERT_PTR_NULL(strstr(hb, "\"method\"")); /* no body */
+    char over[1600];
+    int on = snprintf(over, sizeof over, "POST /hello HTTP/1.1\r\nHost: x\r\nContent-Length: 1500\r\n\r\n");
+    send_all(fd, over, (size_t)on);
+    r = raw_replies(fd, 1);
+    CU_ASSERT_EQUAL(strncmp(r, "HTTP/1.1 413", 12), 0);
+    free(r);
+    memset(over, 'z', 1500);
+    send_all(fd, over, 1500); /* drained */
+    const char exp[] =
+        "POST /hello?q=4 HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n";
+    send_all(fd, exp, sizeof exp - 1);
+    rm_sleep(0.05);
+    send_all(fd, "ok", 2);
+    r = raw_replies(fd, 1);
+    CU_ASSERT_EQUAL(strncmp(r, "HTTP/1.1 100 Continue\r\n\r\n", 25), 0);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r, "HTTP/1.1 200"));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r, "\"q\":\"4\""));
+    CU_ASSERT_PTR_NOT_NULL(strstr(r, "\"body\":\"ok\""));
+    free(r);
+    /* Connection: close is honoured */
+    const char bye[] = "GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    send_all(fd, bye, sizeof bye - 1);
+    r = raw_replies(fd, 1);
+    CU_ASSERT_PTR_NOT_NULL(strstr(r, "Connection: close"));
+    CU_ASSERT_EQUAL(raw_closed(fd), 1);
+    free(r);
+    close(fd);
+    /* HTTP/1.0: answered, then closed */
+    fd = raw_conn(port);
+    const char old[] = "GET /hello HTTP/1.0\r\n\r\n";
+    send_all(fd, old, sizeof old - 1);
+    r = raw_replies(fd, 1);
+    CU_ASSERT_EQUAL(strncmp(r, "HTTP/1.1 200", 12), 0);
+    CU_ASSERT_EQUAL(raw_closed(fd), 1);
+    free(r);
+    close(fd);
+    rm_http_stop(s);
+}
+
+/* A parked long poll survives a slow flood on the event loop, the flood is cut (the per-address
+ * cap, then the header deadline), a legit request answers at once, and the long poll's answer,
+ * given from another thread, arrives. */
+static void test_loop_slow_flood(void)
+{
+    enum { FLOOD = 300 };
+    static const rm_http_route rt[] = {{"GET", "/hello", 0, h_hello, NULL},
+                                       {"GET", "/park", 0, h_park, NULL}};
+    rm_http_opts o = {.bind = "127.0.0.1:0", .max_conns = 200, .header_timeout_s = 2, .event_loop = true};
+    rm_http_server *s = NULL;
+    rm_err e = {0};
+    CU_ASSERT_EQUAL_FATAL(rm_http_start(&o, rt, 2, &s, &e), RM_OK);
+    int port = rm_http_port(s);
+    atomic_store(&g_parked, NULL);
+    poll_call lp = {.status = 0};
+    url(lp.url, sizeof lp.url, s, "/park");
+    pthread_t th;
+    pthread_create(&th, NULL, long_call, &lp);
+    for (int i = 0; i < 300 && !atomic_load(&g_parked); i++)
+        rm_sleep(0.01);
+    CU_ASSERT_PTR_NOT_NULL_FATAL(atomic_load(&g_parked));
+    int fds[FLOOD], nf = 0;
+    for (int i = 0; i < FLOOD; i++) {
+        int fd = flood_open(port);
+        if (fd >= 0)
+            fds[nf++] = fd;
+    }
+    CU_ASSERT(nf >= FLOOD - 5);
+    rm_sleep(0.3);
+    char u[128];
+    url(u, sizeof u, s, "/hello");
+    rm_httpc_resp r;
+    double t0 = rm_mono();
+    CU_ASSERT_EQUAL(rm_httpc_get(u, 3000, &r, &e), RM_OK);
+    double took = rm_mono() - t0;
+    CU_ASSERT_EQUAL(r.status, 200);
+    CU_ASSERT(took < 2.0);
+    rm_httpc_resp_free(&r);
+    int closed = 0;
+    char *gone = calloc((size_t)nf, 1);
+    for (double end = rm_mono() + 3.5; rm_mono() < end && closed < nf;) {
+        for (int i = 0; i < nf; i++) {
+            if (gone[i])
+                continue;
+            if (flood_closed(fds[i])) {
+                gone[i] = 1;
+                closed++;
+            } else {
+                (void)send(fds[i], "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+            }
+        }
+        rm_sleep(0.25);
+    }
+    CU_ASSERT_EQUAL(closed, nf);
+    CU_ASSERT(rm_http_cut_count(s) >= (unsigned long)nf);
+    for (int i = 0; i < nf; i++)
+        close(fds[i]);
+    free(gone);
+    rm_http_resp ans;
+    memset(&ans, 0, sizeof ans);
+    rm_http_reply_text(&ans, 200, "text/plain", "released");
+    rm_http_unpark(atomic_load(&g_parked), &ans);
+    pthread_join(th, NULL);
+    CU_ASSERT_EQUAL(lp.status, 200);
+    CU_ASSERT_STRING_EQUAL(lp.body, "released");
+    rm_http_stop(s);
+}
+
 void rm_suite_http(void)
 {
     static const rm_test_case cases[] = {
@@ -914,6 +1236,13 @@ void rm_suite_http(void)
         {"capbuf_caps_and_overflow", test_capbuf},
         {"retry_after_strict", test_retry_after_strict},
         {"slow_flood_cannot_silence", test_slow_flood},
+        {"routes_and_errors_loop", test_routes_and_errors_loop},
+        {"413_oversize_body_loop", test_413_loop},
+        {"blob_concurrent_loop", test_blob_concurrent_loop},
+        {"uncapped_bodies_do_not_overflow_loop", test_uncapped_bodies_loop},
+        {"retry_after_strict_loop", test_retry_after_strict_loop},
+        {"loop_parser", test_loop_parser},
+        {"loop_slow_flood_cannot_silence", test_loop_slow_flood},
     };
     RM_ADD_SUITE("http", NULL, NULL, cases);
 }
