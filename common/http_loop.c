@@ -748,10 +748,8 @@ static size_t serve_one(rm_http_loop *l, lconn *c, char *buf, size_t len)
         } else if (strcasecmp(line, "Transfer-Encoding") == 0) {
             chunked = true;
         } else if (strcasecmp(line, "Connection") == 0) {
-            if (has_token(val, "close"))
+            if (has_token(val, "close")) /* HTTP/1.0 closes anyway: its keep-alive is not offered */
                 close = true;
-            else if (http10 && has_token(val, "keep-alive"))
-                close = false;
         } else if (strcasecmp(line, "Expect") == 0) {
             expect = strcasecmp(val, "100-continue") == 0;
         }
