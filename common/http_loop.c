@@ -662,7 +662,8 @@ static size_t serve_one(rm_http_loop *l, lconn *c, char *buf, size_t len)
     char hb[RM_HTTP_LOOP_HEAD_MAX + 4];
     size_t hl = hend - skip;
     if (memchr(buf + skip, 0, hl)) { /* the parse below walks NUL-terminated lines */
-        conn_send(l, c, out_error(400, "a NUL byte in the request line or headers", NULL, false, true), false);
+        conn_send(l, c, out_error(400, "a NUL byte in the request line or headers", NULL, false, true),
+                  false);
         return len;
     }
     memcpy(hb, buf + skip, hl);
