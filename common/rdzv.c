@@ -577,6 +577,7 @@ int rm_rdzv_job_set(rm_rdzv *r, const char *jobname, const char *token, int desi
         }
         snprintf(j->name, sizeof j->name, "%s", jobname);
         j->epoch = 1;
+        j->incarnation = ++r->incarnations;
         if (rm_kmap_put_ref(&r->by_name, j->name, j, NULL) != RM_OK) {
             free(j);
             pthread_mutex_unlock(&r->mu);
@@ -590,6 +591,7 @@ int rm_rdzv_job_set(rm_rdzv *r, const char *jobname, const char *token, int desi
         r->ntomb--;
         j->removed = j->stopped = j->closed = false;
         j->epoch++;
+        j->incarnation = ++r->incarnations;
         j->world = 0;
         rdzv_held_flush(r);
         rm_info("rendezvous job registered again job=%s epoch=%d", jobname, j->epoch);

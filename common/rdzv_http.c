@@ -454,11 +454,19 @@ void rdzv_held_flush(rm_rdzv *r)
 }
 
 /* Answer h with its job's action now (r->mu held) and free it. */
+/* The job a held report was about: NULL once it is gone, also when a job of its name was
+ * registered since (its epochs start again: the old report's epoch could read as current). */
+static const job *held_job(rm_rdzv *r, const held_report *h)
+{
+    const job *j = rdzv_job_find(r, h->job);
+    return j && j->incarnation == h->incarnation ? j : NULL;
+}
+
 static void held_answer(rm_rdzv *r, held_report *h)
 {
     rm_http_resp resp;
     memset(&resp, 0, sizeof resp);
-    if (rdzv_reply_report(&resp, rdzv_job_find(r, h->job), h->epoch) != RM_OK)
+    if (rdzv_reply_report(&resp, held_job(r, h), h->epoch) != RM_OK)
         rm_http_reply_error(&resp, 500, "out of memory");
     rm_http_unpark(h->t, &resp);
     free(h);
@@ -475,7 +483,7 @@ static double held_service(rm_rdzv *r, double now)
 
         for (held_report **pp = &r->held; *pp;) {
             held_report *h = *pp;
-            if (all || rdzv_report_action(rdzv_job_find(r, h->job), h->epoch) != RM_RDZV_CONTINUE) {
+            if (all || rdzv_report_action(held_job(r, h), h->epoch) != RM_RDZV_CONTINUE) {
                 *pp = h->next;
                 if (!*pp)
                     r->held_tail = pp;
@@ -494,11 +502,11 @@ static double held_service(rm_rdzv *r, double now)
 
 static bool waiter_thread_start(rm_rdzv *r);
 
-bool rdzv_hold_report(rm_rdzv *r, const char *name, int epoch, const rm_http_req *req)
+bool rdzv_hold_report(rm_rdzv *r, const job *j, const rm_http_req *req)
 {
     if (r->shutting)
         return false;
-    size_t n = strlen(name) + 1;
+    size_t n = strlen(j->name) + 1;
     held_report *h = calloc(1, sizeof *h + n);
     if (!h)
         return false;
@@ -506,8 +514,9 @@ bool rdzv_hold_report(rm_rdzv *r, const char *name, int epoch, const rm_http_req
         free(h);
         return false;
     }
-    memcpy(h->job, name, n);
-    h->epoch = epoch;
+    memcpy(h->job, j->name, n);
+    h->epoch = j->epoch;
+    h->incarnation = j->incarnation;
     if (!waiter_thread_start(r)) { /* nobody would answer it later */
         held_answer(r, h);
         return true;

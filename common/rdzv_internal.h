@@ -84,6 +84,7 @@ typedef struct job {
     int desired, min;
     double settle;
     int epoch;
+    unsigned long incarnation; /* r->incarnations at its (re-)registration: who a held report meant */
     bool closed, stopped, removed;
     int world;
     double closed_at;  /* unix seconds */
@@ -148,6 +149,7 @@ typedef struct held_report {
     rm_http_parked *t;
     double deadline;
     int epoch;
+    unsigned long incarnation; /* its job's: a job removed and registered again is another job */
     char job[];
 } held_report;
 
@@ -160,14 +162,15 @@ struct rm_rdzv {
     bool wdirty;     /* something changed since it last evaluated the waiters */
     double wnext;    /* when the waiter thread wakes next (monotonic) */
     pthread_t wthread;
-    held_report *held;        /* held reports, oldest first (the waiter thread answers them) */
-    held_report **held_tail;  /* where the next is linked (valid while held is not NULL) */
-    bool hflush;              /* an epoch moved or a job stopped: answer the held reports it concerns */
-    unsigned long join_evals; /* join evaluations so far (rm_rdzv_join_evals) */
-    job *jobs;                /* in creation order */
-    job **jobs_tail;          /* where the next job is linked (&r->jobs when there is none) */
-    rm_kmap by_name;          /* job name -> job (its name is the key: rm_kmap_put_ref) */
-    int ntomb;                /* removed jobs kept as tombstones */
+    held_report *held;          /* held reports, oldest first (the waiter thread answers them) */
+    held_report **held_tail;    /* where the next is linked (valid while held is not NULL) */
+    bool hflush;                /* an epoch moved or a job stopped: answer the held reports it concerns */
+    unsigned long join_evals;   /* join evaluations so far (rm_rdzv_join_evals) */
+    job *jobs;                  /* in creation order */
+    job **jobs_tail;            /* where the next job is linked (&r->jobs when there is none) */
+    rm_kmap by_name;            /* job name -> job (its name is the key: rm_kmap_put_ref) */
+    int ntomb;                  /* removed jobs kept as tombstones */
+    unsigned long incarnations; /* job registrations so far (job.incarnation) */
     bool shutting;
     int inflight; /* handlers running */
 };
@@ -227,9 +230,9 @@ int rdzv_handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_resp 
 rm_rdzv_action rdzv_report_action(const job *j, int epoch);
 /* The report's answer for that worker: 200 {"epoch":CURRENT (0 for a removed job),"action":...}. */
 int rdzv_reply_report(rm_http_resp *resp, const job *j, int epoch);
-/* Park req as a held report of job name at epoch (rdzv_http.c): true when parked (the waiter thread
+/* Park req as a held report of job j at its epoch (rdzv_http.c): true when parked (the waiter thread
  * answers it), false on a thread-per-connection server or out of memory (answer it now). */
-bool rdzv_hold_report(rm_rdzv *r, const char *name, int epoch, const rm_http_req *req);
+bool rdzv_hold_report(rm_rdzv *r, const job *j, const rm_http_req *req);
 /* An epoch moved or a job stopped: the waiter thread answers the held reports that concern it. */
 void rdzv_held_flush(rm_rdzv *r);
 int rdzv_handle_server_put(job *j, const char *idx, const rm_http_req *req, rm_http_resp *resp);

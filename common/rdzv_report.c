@@ -333,7 +333,7 @@ int rdzv_handle_report(rm_rdzv *r, job *j, const rm_http_req *req, rm_http_resp 
     rm_rdzv_action act = rdzv_report_action(j, (int)epoch);
     /* "hold": a report that would answer "continue" waits for the epoch to move, the job to stop
      * or REPORT_HOLD_S (docs/scale.md, "Held reports") */
-    if (hold && act == RM_RDZV_CONTINUE && rdzv_hold_report(r, j->name, j->epoch, req)) {
+    if (hold && act == RM_RDZV_CONTINUE && rdzv_hold_report(r, j, req)) {
         rc = RM_OK;
         goto out;
     }
