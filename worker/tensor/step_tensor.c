@@ -699,6 +699,11 @@ static int tp_round_begin(rm_step *s, const rm_step_round *r, rm_err *err)
     if (s->zero) {
         size_t off, len;
         rm_shard_range(s->sp.n, s->pl.D, s->pl.d, &off, &len);
+        if (len == 0) /* a rank with no range would write no shard, and the set would never complete */
+            return rm_errf(err, RM_EINVAL,
+                           "spec.training.sharding: optimizer: stage %d's pieces (%zu floats) are fewer than "
+                           "the %d data-parallel ranks that would shard them",
+                           s->pl.p, s->sp.n, s->pl.D);
         if (!s->opt_ok || off != s->zoff || len != s->zlen)
             RM_CHECK(opt_build(s, off, len, err));
     }
