@@ -831,6 +831,29 @@ static int flood_closed(int fd)
     }
 }
 
+/* Trickles a byte every 0.25 s on each of the nf flood connections until the server has closed
+ * them all or `seconds` pass; returns how many it closed. */
+static int flood_trickle(const int *fds, int nf, double seconds)
+{
+    int closed = 0;
+    char *gone = calloc((size_t)nf, 1);
+    for (double end = rm_mono() + seconds; rm_mono() < end && closed < nf;) {
+        for (int i = 0; i < nf; i++) {
+            if (gone[i])
+                continue;
+            if (flood_closed(fds[i])) {
+                gone[i] = 1;
+                closed++;
+            } else {
+                (void)send(fds[i], "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+            }
+        }
+        rm_sleep(0.25);
+    }
+    free(gone);
+    return closed;
+}
+
 /* A bounded version of the probe: 300 never-finished requests (one byte every 0.5 s) against a
  * server capped at 200 connections. Before the fix they filled it and every new request was
  * refused; now the legit request answers at once, the flood is cut by the header deadline and the
@@ -877,28 +900,13 @@ static void test_slow_flood(void)
     CU_ASSERT(took < 2.0);
     rm_httpc_resp_free(&r);
     /* keep trickling; every flood connection is cut within the header deadline + slack */
-    int closed = 0;
-    char *gone = calloc((size_t)nf, 1);
-    for (double end = rm_mono() + 3.0; rm_mono() < end && closed < nf;) {
-        for (int i = 0; i < nf; i++) {
-            if (gone[i])
-                continue;
-            if (flood_closed(fds[i])) {
-                gone[i] = 1;
-                closed++;
-            } else {
-                (void)send(fds[i], "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-            }
-        }
-        rm_sleep(0.25);
-    }
+    int closed = flood_trickle(fds, nf, 3.0);
     CU_ASSERT_EQUAL(closed, nf);
     CU_ASSERT(rm_http_cut_count(s) >= (unsigned long)nf);
     fprintf(stderr, "    legit request %.3f s during a %d-connection slow flood; %d cut (%lu counted)\n",
             took, nf, closed, rm_http_cut_count(s));
     for (int i = 0; i < nf; i++)
         close(fds[i]);
-    free(gone);
     /* the long poll survived the flood */
     atomic_store(&g.release, 1);
     pthread_join(th, NULL);
@@ -1189,26 +1197,11 @@ static void test_loop_slow_flood(void)
     CU_ASSERT_EQUAL(r.status, 200);
     CU_ASSERT(took < 2.0);
     rm_httpc_resp_free(&r);
-    int closed = 0;
-    char *gone = calloc((size_t)nf, 1);
-    for (double end = rm_mono() + 3.5; rm_mono() < end && closed < nf;) {
-        for (int i = 0; i < nf; i++) {
-            if (gone[i])
-                continue;
-            if (flood_closed(fds[i])) {
-                gone[i] = 1;
-                closed++;
-            } else {
-                (void)send(fds[i], "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-            }
-        }
-        rm_sleep(0.25);
-    }
+    int closed = flood_trickle(fds, nf, 3.5);
     CU_ASSERT_EQUAL(closed, nf);
     CU_ASSERT(rm_http_cut_count(s) >= (unsigned long)nf);
     for (int i = 0; i < nf; i++)
         close(fds[i]);
-    free(gone);
     rm_http_resp ans;
     memset(&ans, 0, sizeof ans);
     rm_http_reply_text(&ans, 200, "text/plain", "released");
