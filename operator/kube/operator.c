@@ -728,8 +728,11 @@ int rm_operator_main(int argc, char **argv)
         rm_error("http: %s", err.msg);
         goto out;
     }
+    /* one worker for the periodic resync's lane: it re-reads 10,000 idle jobs in a few seconds of
+     * its period, and the other workers (and cores) stay free for changes (docs/operator-scale.md) */
     rm_wq_opts qo = {
-        .hooks = {rm_op_metrics_wq_depth, rm_op_metrics_wq_added, rm_op_metrics_wq_latency, &op.om}};
+        .hooks = {rm_op_metrics_wq_depth, rm_op_metrics_wq_added, rm_op_metrics_wq_latency, &op.om},
+        .low_workers = 1};
     op.q = rm_wq_new(&qo);
     op.rdzv = rm_rdzv_new();
     if (!op.q || !op.rdzv) {

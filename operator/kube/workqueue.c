@@ -10,7 +10,9 @@
  * which lane it waits in; an ordinary add of a key waiting in the low lane moves it to the front
  * lane (its low entry is left behind and skipped when it surfaces: a low entry counts only while its
  * key is dirty, marked low and not processing). So a change never waits behind a resync of every
- * job (docs/operator-scale.md). */
+ * job (docs/operator-scale.md). With opts.low_workers, a low key is handed out only while fewer
+ * than that many low keys are processed (`low_active`; their processing entry says LOW_TAKEN), so
+ * a resync cannot occupy every worker and every core while a change is reconciled. */
 #include "operator/kube/workqueue.h"
 #include "common/clock.h"
 #include <errno.h>
@@ -22,6 +24,8 @@
 #include <time.h>
 #include "operator/kube/client.h"
 #include "common/kmap.h"
+
+#define LOW_TAKEN ((void *)2)
 
 typedef struct heap_ent {
     double when;
@@ -44,7 +48,8 @@ struct rm_wq {
     rm_kube_bucket bucket;
     fifo hi, lo;        /* the lanes: hi first */
     rm_kmap dirty;      /* key → dirty_ent* */
-    rm_kmap processing; /* key → (void*)1 */
+    rm_kmap processing; /* key → (void*)1, or LOW_TAKEN when handed out from the low lane */
+    int low_active;     /* keys handed out from the low lane and not done yet */
     rm_kmap failures;   /* key → (void*)(intptr_t)n */
     rm_kmap waiting;    /* key → double* due */
     heap_ent *heap;
@@ -359,20 +364,23 @@ int rm_wq_get(rm_wq *q, double timeout_s, char **key)
     for (;;) {
         double next = promote_locked(q);
         char *k = fifo_pop(&q->hi);
-        while (!k && q->lo.count) {
+        bool low = false;
+        while (!k && q->lo.count && (q->o.low_workers <= 0 || q->low_active < q->o.low_workers)) {
             k = fifo_pop(&q->lo);
             const dirty_ent *d = rm_kmap_get(&q->dirty, k);
             if (!d || !d->low || rm_kmap_find(&q->processing, k)) { /* left behind */
                 free(k);
                 k = NULL;
             }
+            low = k != NULL;
         }
         if (k) {
             dirty_ent *d = rm_kmap_del(&q->dirty, k);
             if (d && q->o.hooks.latency)
                 q->o.hooks.latency(q->o.hooks.ud, now_of(q) - d->added_at);
             free(d);
-            rm_kmap_put(&q->processing, k, (void *)1, NULL);
+            rm_kmap_put(&q->processing, k, low ? LOW_TAKEN : (void *)1, NULL);
+            q->low_active += low;
             report_depth(q);
             *key = k;
             rc = RM_OK;
@@ -406,7 +414,11 @@ int rm_wq_get(rm_wq *q, double timeout_s, char **key)
 void rm_wq_done(rm_wq *q, const char *key)
 {
     pthread_mutex_lock(&q->mu);
-    rm_kmap_del(&q->processing, key);
+    if (rm_kmap_del(&q->processing, key) == LOW_TAKEN) {
+        q->low_active--;
+        if (q->lo.count)
+            pthread_cond_signal(&q->cv); /* a worker may be waiting for the low lane's turn */
+    }
     const dirty_ent *d = rm_kmap_get(&q->dirty, key);
     if (d && !q->shutdown) {
         if (fifo_push(d->low ? &q->lo : &q->hi, key) == RM_OK) {

@@ -9,7 +9,9 @@
  *    capped) combined with an overall token bucket (qps, burst), the larger delay wins;
  *    rm_wq_forget resets a key's failures.
  *  - Two lanes: background adds (rm_wq_add_low: the periodic resync) wait behind every ordinary
- *    add, so one job's change is not queued behind a resync of every job.
+ *    add, so one job's change is not queued behind a resync of every job; with low_workers set,
+ *    only that many low-lane keys are processed at once, so a resync does not take every worker
+ *    (and every core) while a change is reconciled.
  *  - Shutdown wakes every waiting rm_wq_get, which then returns RM_ECLOSED.
  *
  * Keys are copied in; rm_wq_get hands out an owned copy the worker passes back to rm_wq_done and
@@ -40,6 +42,7 @@ typedef struct rm_wq_opts {
     double (*now)(void *ud); /* clock (seconds); NULL = monotonic */
     void *now_ud;
     rm_wq_hooks hooks;
+    int low_workers; /* at most this many low-lane keys processed at once; 0 = no limit */
 } rm_wq_opts;
 
 rm_wq *rm_wq_new(const rm_wq_opts *opts); /* NULL opts = defaults; NULL on ENOMEM */

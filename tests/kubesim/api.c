@@ -1046,7 +1046,6 @@ static void ks_apply_write(ks_server *s, ks_kind *k, const char *ns, const char 
             }
             cJSON_Delete(merged);
             merged = NULL;
-            atomic_store(&s->gc_dirty, true);
             remove_locked(s, k, ns, name, r);
             goto out;
         }
@@ -1228,7 +1227,6 @@ static void del_locked(ks_server *s, ks_kind *k, const char *ns, const char *nam
         r->obj = ks_obj_ref(old);
         return;
     }
-    atomic_store(&s->gc_dirty, true);
     char uidbuf[64];
     snprintf(uidbuf, sizeof(uidbuf), "%s", uid ? uid : "");
     cJSON *c = cJSON_Duplicate(old->j, 1);
@@ -1306,7 +1304,6 @@ int ks_internal_remove(ks_server *s, ks_kind *k, const char *ns, const char *nam
     if (!o || (uid && (!md_str(o->j, "uid") || strcmp(md_str(o->j, "uid"), uid)))) {
         rc = RM_ENOTFOUND;
     } else if (finalizer_count(o->j) == 0) {
-        atomic_store(&s->gc_dirty, true);
         rc = ks_commit(s, k, ns, name, NULL, KS_EV_DELETED, NULL);
     }
     pthread_rwlock_unlock(&s->lock);
@@ -2147,12 +2144,6 @@ static int handle_create(ks_server *s, const rm_http_req *req, rm_http_resp *res
         cJSON_Delete(o);
         if (r.code)
             return reply_wfail(resp, k, namebuf, &r);
-        /* a new dependent whose owner is already gone (or in another namespace, J5) is the
-         * collector's business at once, as for Kubernetes' GC on an add event; without this it
-         * waited for some later deletion to wake the collector */
-        if (r.obj && cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(
-                         cJSON_GetObjectItemCaseSensitive(r.obj->j, "metadata"), "ownerReferences")) > 0)
-            atomic_store(&s->gc_dirty, true);
         int rc = reply_stored(resp, 201, k, r.obj);
         ks_obj_unref(r.obj);
         return rc;

@@ -135,6 +135,7 @@ typedef struct ks_reqrec {
 
 struct ks_kubelet;
 struct ks_snapshots;
+typedef struct ks_gc ks_gc;
 
 /* --node NAME:cpu=8,memory=16Gi,gpu=4,pods=110: a node with allocatable resources (milli-units;
  * a resource not given is 0, pods defaults to 110). With none, the one kubesim-node without
@@ -191,7 +192,8 @@ typedef struct ks_server {
     int ctl_restart; /* 1 keep state, 2 fresh */
     pthread_t gc_thread;
     bool gc_started;
-    atomic_bool gc_dirty;
+    atomic_bool gc_dirty; /* the collector has queued work (gc.c) */
+    ks_gc *gc;            /* its indexes and queues */
     uint32_t name_seed;
     atomic_ullong uid_seq;
     atomic_ullong ip_seq;
@@ -271,6 +273,19 @@ const ks_node_spec *ks_node_find(const ks_server *s, const char *node);
 bool ks_node_lost(ks_server *s, int i); /* pods, namespaces...; caller needs no lock */
 
 /* ---- garbage collector (gc.c) --------------------------------------------------------------- */
+/* The collector is incremental: ks_commit reports every change (ks_gc_observe, under wrlock) and
+ * a pass decides only on the objects a change concerned. */
+int ks_gc_init(ks_server *s);   /* RM_OK / RM_ENOMEM; ks_server_init calls it */
+void ks_gc_fini(ks_server *s);  /* NULL gc ok */
+void ks_gc_reset(ks_server *s); /* under wrlock: every object is gone (ks_store_reset) */
+/* Under wrlock, from ks_commit: oldj the previous version (NULL: created), newj the new one
+ * (NULL: removed); both borrowed for the call. */
+void ks_gc_observe(ks_server *s, ks_kind *k, const char *ns, const char *name, const cJSON *oldj,
+                   const cJSON *newj);
+/* One pass over what is queued (the thread's step; tests call it directly). Takes the read lock
+ * itself, then writes; returns whether anything was queued. */
+bool ks_gc_pass(ks_server *s);
+unsigned long long ks_gc_examined(ks_server *s); /* objects passes have decided on (tests) */
 int ks_gc_start(ks_server *s);
 void ks_gc_stop(ks_server *s);
 

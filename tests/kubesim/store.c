@@ -441,6 +441,7 @@ int ks_commit(ks_server *s, ks_kind *k, const char *ns, const char *name, cJSON 
         if (out)
             *out = o;
     }
+    ks_gc_observe(s, k, ns, name, ev.old ? ev.old->j : NULL, evtype == KS_EV_DELETED ? NULL : ev.obj->j);
     s->rv = rv;
     t->last_rv = rv;
     ring_push(s, &ev);
@@ -728,7 +729,7 @@ int ks_server_init(ks_server *s, const ks_opts *o)
     s->ring = calloc(KS_RING_CAP, sizeof(*s->ring));
     s->reqlog_cap = 10000;
     s->reqlog = calloc(s->reqlog_cap, sizeof(*s->reqlog));
-    if (!s->ring || !s->reqlog || !s->kinds)
+    if (!s->ring || !s->reqlog || !s->kinds || ks_gc_init(s))
         return RM_ENOMEM;
     s->name_seed = (uint32_t)time(NULL) ^ (uint32_t)getpid();
     register_builtins(s);
@@ -758,6 +759,7 @@ void ks_store_reset(ks_server *s)
         ks_wake(k->tab, NULL, NULL, NULL);
     }
     ring_clear(s);
+    ks_gc_reset(s);
     s->ring_dropped_rv = s->rv; /* every older rv is now unknown */
     seed(s);
     pthread_rwlock_unlock(&s->lock);
@@ -766,6 +768,7 @@ void ks_store_reset(ks_server *s)
 void ks_server_fini(ks_server *s)
 {
     ring_clear(s);
+    ks_gc_fini(s);
     /* tables first (the two Event kinds share one), then the kinds */
     for (size_t i = 0; i < s->nkinds; i++) {
         ks_table *t = s->kinds[i]->tab;

@@ -97,6 +97,34 @@ static void test_low_lane(void)
     rm_wq_free(q);
 }
 
+/* low_workers: a resync holds at most that many workers; the others take changes at once, and
+ * the next low key goes out when a low one is done (docs/operator-scale.md) */
+static void test_low_workers(void)
+{
+    rm_wq_opts o = {.now = fake_now, .qps = -1, .low_workers = 1};
+    rm_wq *q = rm_wq_new(&o);
+    char *k = NULL;
+    for (int i = 0; i < 3; i++) {
+        char key[16];
+        snprintf(key, sizeof key, "low/%d", i);
+        rm_wq_add_low(q, key);
+    }
+    get_expect(q, "low/0");
+    CU_ASSERT_EQUAL(rm_wq_get(q, 0.05, &k), RM_ETIMEDOUT); /* low/1 waits for low/0 */
+    rm_wq_add(q, "hi/a");
+    get_expect(q, "hi/a"); /* a change still gets a worker */
+    rm_wq_done(q, "hi/a");
+    rm_wq_add(q, "low/2"); /* promoted to the front lane: not the resync's turn to wait for */
+    get_expect(q, "low/2");
+    rm_wq_done(q, "low/2");
+    rm_wq_done(q, "low/0");
+    get_expect(q, "low/1");
+    rm_wq_done(q, "low/1");
+    CU_ASSERT_EQUAL(rm_wq_get(q, 0.05, &k), RM_ETIMEDOUT); /* low/2's low entry was left behind */
+    CU_ASSERT_EQUAL(rm_wq_len(q), 0);
+    rm_wq_free(q);
+}
+
 static void test_one_key_one_worker(void)
 {
     rm_wq *q = fake_q();
@@ -271,6 +299,7 @@ void rm_suite_workqueue(void)
         {"dedupe", test_dedupe},
         {"one_key_one_worker", test_one_key_one_worker},
         {"low_lane", test_low_lane},
+        {"low_workers", test_low_workers},
         {"rate_limit_backoff", test_rate_limit_backoff},
         {"delayed_add", test_delayed_add},
         {"concurrent_workers", test_concurrent_workers},
