@@ -7,8 +7,9 @@
 #      reconciled — PATCH to its Suspended condition on a watch — p50/p99 over CHANGES changes while
 #      the others idle;
 #   2) BIG_JOBS (1000) x BIG_WORKERS (100) pods from cold against the ceiling: the same number of
-#      bare POSTs of the operator's own pod (one it created, renamed) straight to kubesim (16 client
-#      threads, no operator) in the same run.
+#      bare POSTs of the operator's own pod (one it created, renamed) straight to a fresh kubesim by
+#      curl --parallel (C, 16 at once; no operator), and by load.py's 16 Python threads, in the same
+#      run.
 # Writes a markdown report to stdout. Env: RM_BIN, JOBS, WORKERS, BIG_JOBS, BIG_WORKERS, IDLE_S (60),
 # CHANGES (20), QPS/BURST (the operator's client limiter; 5000/5000 so the creation burst is not
 # limited by design), OP_WORKERS (8), POD_EVENTS (true).
@@ -31,6 +32,33 @@ QPS=${QPS:-5000}; BURST=${BURST:-5000}; OP_WORKERS=${OP_WORKERS:-8}; POD_EVENTS=
 source "$ROOT/bench/operator/lib.bash"
 LOAD="/usr/bin/python3 $ROOT/bench/operator/load.py"
 ulimit -n 16384 2>/dev/null || true
+# The ceiling in C: curl's parallel mode (libcurl multi, 16 transfers at once on kept-alive
+# connections) posting N copies of the operator's pod (generateName, so one body serves them all).
+# Prints load.py raw's JSON, with "failed": the POSTs not answered 201.
+raw_curl() { # URL N TEMPLATE
+  local d t0 t1 ok
+  d=$(mktemp -d /tmp/rm-bench-raw.XXXXXX)
+  /usr/bin/python3 - "$3" "$d/body.json" <<'PY'
+import json, sys
+tp = json.load(open(sys.argv[1]))
+body = {"apiVersion": "v1", "kind": "Pod", "spec": tp["spec"],
+        "metadata": {"generateName": "rawc-", "labels": dict(tp["metadata"].get("labels", {}), raw="1"),
+                     "annotations": tp["metadata"].get("annotations", {})}}
+body["spec"].pop("nodeName", None)
+open(sys.argv[2], "w").write(json.dumps(body))
+PY
+  awk -v u="$1/api/v1/namespaces/default/pods" -v n="$2" -v b="$d/body.json" 'BEGIN {
+    for (i = 0; i < n; i++) {
+      if (i) print "next"
+      printf "url = \"%s\"\ndata-binary = \"@%s\"\nheader = \"Content-Type: application/json\"\noutput = \"/dev/null\"\nwrite-out = \"%%{http_code}\\n\"\n", u, b
+    } }' >"$d/cfg"
+  t0=$(date +%s.%N)
+  curl -s --parallel --parallel-max 16 -K "$d/cfg" >"$d/codes" 2>"$d/err" || true
+  t1=$(date +%s.%N)
+  ok=$(grep -c '^201' "$d/codes" || true)
+  /usr/bin/python3 -c 'import json,sys; n,ok,dt=int(sys.argv[1]),int(sys.argv[2]),float(sys.argv[3]); print(json.dumps({"pods": ok, "seconds": round(dt, 3), "pods_per_second": round(ok / dt, 1), "failed": n - ok}))' "$2" "$ok" "$(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}')"
+  rm -rf "$d"
+}
 jf() { /usr/bin/python3 -c 'import json,sys; o=json.loads(sys.argv[1]); print(eval(sys.argv[2]))' "$1" "$2"; }
 rss() { awk '/VmRSS/ {r=$2} /VmHWM/ {h=$2} END {printf "%.1f MiB (peak %.1f MiB)", r/1024, h/1024}' "/proc/$1/status"; }
 
@@ -76,6 +104,9 @@ kubectl get pod "bench-0000-worker-0" -o json >"$TPL"   # the ceiling posts the 
 cleanup; PIDS=(); T=$(mktemp -d /tmp/rm-bench-op.XXXXXX); export KUBECONFIG=$T/kubeconfig KUBECACHEDIR=$T/kcache
 start_all
 RAW=$($LOAD raw "$KS_URL" $((BIG_JOBS * BIG_WORKERS)) "$TPL")
+cleanup; PIDS=(); T=$(mktemp -d /tmp/rm-bench-op.XXXXXX); export KUBECONFIG=$T/kubeconfig KUBECACHEDIR=$T/kcache
+start_all
+RAWC=$(raw_curl "$KS_URL" $((BIG_JOBS * BIG_WORKERS)) "$TPL")
 POD_BYTES=$(/usr/bin/python3 -c 'import json,sys; print(len(json.dumps(json.load(open(sys.argv[1])))))' "$TPL")
 rm -f "$TPL"
 
@@ -98,7 +129,8 @@ cat <<EOF
 | | time | pods/s |
 |---|---|---|
 | ringmaster: all $(jf "$BIG" 'o["pods"]') pods (job → its pods p50 $(jf "$BIG" 'o["job_to_all_pods_p50_ms"]') ms, p99 $(jf "$BIG" 'o["job_to_all_pods_p99_ms"]') ms; operator RSS $BIG_RSS) | $(jf "$BIG" 'o["all_pods_seconds"]') s | $(jf "$BIG" 'o["pods_per_second"]') |
-| ceiling: $(jf "$RAW" 'o["pods"]') bare POSTs of the operator's pod (~$POD_BYTES bytes of JSON), 16 client threads, no operator | $(jf "$RAW" 'o["seconds"]') s | $(jf "$RAW" 'o["pods_per_second"]') |
+| ceiling: $(jf "$RAWC" 'o["pods"]') bare POSTs of the operator's pod (~$POD_BYTES bytes of JSON) by curl --parallel (C, 16 at once, keep-alive), no operator$(jf "$RAWC" '"; %d not answered 201" % o["failed"] if o["failed"] else ""') | $(jf "$RAWC" 'o["seconds"]') s | $(jf "$RAWC" 'o["pods_per_second"]') |
+| the same from load.py raw (Python, 16 threads) | $(jf "$RAW" 'o["seconds"]') s | $(jf "$RAW" 'o["pods_per_second"]') |
 
 Operator flags: --workers $OP_WORKERS --kube-api-qps $QPS --kube-api-burst $BURST --pod-events $POD_EVENTS (resync every 30 s, the default).
 EOF
