@@ -831,6 +831,19 @@ static int flood_closed(int fd)
     }
 }
 
+/* Opens n flood connections (each with its request started, never finished) into fds; returns how
+ * many opened. */
+static int flood_fill(int port, int *fds, int n)
+{
+    int nf = 0;
+    for (int i = 0; i < n; i++) {
+        int fd = flood_open(port);
+        if (fd >= 0)
+            fds[nf++] = fd;
+    }
+    return nf;
+}
+
 /* Trickles a byte every 0.25 s on each of the nf flood connections until the server has closed
  * them all or `seconds` pass; returns how many it closed. */
 static int flood_trickle(const int *fds, int nf, double seconds)
@@ -880,12 +893,7 @@ static void test_slow_flood(void)
         rm_sleep(0.01);
     CU_ASSERT_EQUAL(atomic_load(&g.entered), 1);
 
-    int fds[FLOOD], nf = 0;
-    for (int i = 0; i < FLOOD; i++) {
-        int fd = flood_open(port);
-        if (fd >= 0)
-            fds[nf++] = fd;
-    }
+    int fds[FLOOD], nf = flood_fill(port, fds, FLOOD);
     CU_ASSERT(nf >= FLOOD - 5);
     rm_sleep(0.5); /* the flood is in (and holding slots): a legit request comes along */
     /* a legit request during the flood answers promptly */
@@ -1180,12 +1188,7 @@ static void test_loop_slow_flood(void)
     for (int i = 0; i < 300 && !atomic_load(&g_parked); i++)
         rm_sleep(0.01);
     CU_ASSERT_PTR_NOT_NULL_FATAL(atomic_load(&g_parked));
-    int fds[FLOOD], nf = 0;
-    for (int i = 0; i < FLOOD; i++) {
-        int fd = flood_open(port);
-        if (fd >= 0)
-            fds[nf++] = fd;
-    }
+    int fds[FLOOD], nf = flood_fill(port, fds, FLOOD);
     CU_ASSERT(nf >= FLOOD - 5);
     rm_sleep(0.3);
     char u[128];
