@@ -108,8 +108,10 @@ sed -i 's/maxSteps: 100/maxSteps: 100000/' "$W/ps.yaml"
 "$RM_BIN/ringmaster" run -f "$W/ps.yaml" -o json --checkpoint-dir "$W/ck-int" --run-dir "$W/run-int" \
   >"$W/int.out" 2>"$W/int.err" &
 RUNNER_PID=$!
-for i in $(seq 1 300); do ls "$W/ck-int/ps-1"/ckpt-*.rmck >/dev/null 2>&1 && break; sleep 0.1; done
-ls "$W/ck-int/ps-1"/ckpt-*.rmck >/dev/null 2>&1 || { psdump; fail "no shard checkpoint before SIGINT"; }
+# compgen -G, not ls: the server writes a checkpoint every 20 steps and prunes the older ones, so a
+# name the glob expanded to can be gone when ls looks at it (ls then fails with checkpoints present)
+for i in $(seq 1 300); do compgen -G "$W/ck-int/ps-1/ckpt-*.rmck" >/dev/null && break; sleep 0.1; done
+compgen -G "$W/ck-int/ps-1/ckpt-*.rmck" >/dev/null || { psdump; fail "no shard checkpoint before SIGINT"; }
 kill -INT "$RUNNER_PID"
 set +e; wait "$RUNNER_PID"; RC=$?; set -e; RUNNER_PID=""
 [ $RC -eq 130 ] || fail "SIGINT: exit $RC"
