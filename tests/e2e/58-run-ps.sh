@@ -41,7 +41,8 @@ set +e; wait "$RUNNER_PID"; rc=$?; set -e; RUNNER_PID=""
 [ $rc -eq 0 ] || { psdump; fail "exit $rc"; }
 [ "$(jget ps 'j["status"]["phase"]')" = Succeeded ] || { psdump; fail "phase"; }
 [ "$(jget ps 'j["status"]["parameterServers"]["replicas"]')" = 2 ] || fail "status.parameterServers"
-[ "$(jget ps 'j["status"]["restarts"]')" = 0 ] || fail "restarts"
+# a restart: show how each worker's first incarnation ended (their logs are appended per incarnation)
+[ "$(jget ps 'j["status"]["restarts"]')" = 0 ] || { for f in "$W"/run-ps/worker-*.log; do echo "---- $f (head)"; head -n 40 "$f"; done >&2; fail "restarts"; }
 acc=$(jget ps 'j["status"]["result"]["testAccuracy"]')
 $PY -c "import sys; sys.exit(0 if $acc >= 0.88 else 1)" || fail "testAccuracy $acc < 0.88"
 grep -q 'parameter server refused connection' "$W/run-ps/ps-0.log" || fail "refusals not logged"
